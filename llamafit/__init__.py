@@ -1,0 +1,3 @@
+"""llamafit: fit llama.cpp to the memory you have."""
+
+__version__ = "0.1.0"

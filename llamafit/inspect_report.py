@@ -1,0 +1,121 @@
+"""`llamafit inspect`: model facts as a stable JSON object and as text (display edge: MiB here)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from .facts import ModelFacts
+from .ggml_types import GGMLType
+from .kv import kv_cell_cost, swa_cells
+
+SCHEMA = "llamafit.inspect/1"
+KV_TYPES = ("f16", "q8_0", "q4_0")
+TOKENS = 1000
+DEFAULT_N_UBATCH = 512  # llama-server's -ub default (common/common.h)
+
+
+def kv_cost(facts: ModelFacts, type_name: str) -> dict[str, int] | None:
+    """Bytes per 1,000 tokens (K and V of one type, flash attention on, one sequence).
+
+    The SWA part stops growing at the SWA cache size for one sequence at -ub 512; None when the
+    type's block size does not divide a head (llama.cpp refuses such a cache).
+    """
+    t = GGMLType.named(type_name)
+    try:
+        cost = kv_cell_cost(facts, t, t, flash_attn=True)
+    except ValueError:
+        return None
+    cap = swa_cells(1 << 62, facts.swa.n_swa, 1, DEFAULT_N_UBATCH, unified=True, swa_full=False)
+    return {
+        "full_bytes": cost.full_bytes * TOKENS,
+        "swa_bytes": cost.swa_bytes * min(TOKENS, cap) if cost.swa_bytes else 0,
+        "swa_max_bytes": cost.swa_bytes * cap if cost.swa_bytes else 0,
+        "bytes_per_token_full": cost.full_bytes,
+        "bytes_per_token_swa": cost.swa_bytes,
+    }
+
+
+def to_json(facts: ModelFacts) -> dict[str, Any]:
+    """The documented `inspect --json` object (README: "inspect --json")."""
+    d = asdict(facts)
+    w = facts.weights
+    d["schema"] = SCHEMA
+    d["n_layer"] = facts.n_layer
+    d["n_embd_v_gqa_max"] = facts.n_embd_v_gqa_max
+    d["weights"] = {
+        "total_bytes": w.total_bytes,
+        "token_embd_bytes": w.token_embd_bytes,
+        "output_bytes": w.output_bytes,
+        "output_norm_bytes": w.output_norm_bytes,
+        "other_bytes": w.other_bytes,
+        "by_role": w.by_role(range(facts.n_layer_all)),
+        "layers": [asdict(layer) for layer in w.layers],
+    }
+    d["kv_cost_per_1000_tokens"] = {t: kv_cost(facts, t) for t in KV_TYPES}
+    d["warnings"] = list(facts.warnings)
+    return d
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def _uniform(values: tuple[int, ...]) -> str:
+    return str(values[0]) if len(set(values)) == 1 else "per layer " + ",".join(map(str, values))
+
+
+def _notes(f: ModelFacts) -> list[str]:
+    notes = []
+    if f.swa.swa_type != "none":
+        notes.append(f"sliding window ({f.swa.swa_type}) of {f.swa.n_swa:,} tokens on {f.swa.n_swa_layers} "
+                     f"of {f.n_layer_all} layers")
+    if f.mla:
+        notes.append(f"MLA: K-only cache, kv_lora_rank {f.mla.kv_lora_rank}")
+    if f.recurrent:
+        n = sum(f.is_recurrent)
+        notes.append(f"recurrent state on {n} layers (F32, per sequence: {f.recurrent.n_embd_r} + "
+                     f"{f.recurrent.n_embd_s} floats per layer)")
+    if f.moe:
+        m = f.moe
+        notes.append(f"MoE: {m.n_expert} experts, {m.n_expert_used} used, {m.n_expert_shared} shared, "
+                     f"expert FFN {m.n_ff_exp}")
+    if f.n_layer_nextn:
+        notes.append(f"{f.n_layer_nextn} NextN/MTP layer(s), not loaded by default")
+    if f.n_layer_kv_from_start < f.n_layer_all:
+        notes.append(f"layers from {f.n_layer_kv_from_start} reuse earlier layers' KV")
+    if not f.causal:
+        notes.append("non-causal / embedding model: no KV cache")
+    return notes
+
+
+def to_text(facts: ModelFacts) -> str:
+    f, w = facts, facts.weights
+    roles = w.by_role(range(f.n_layer_all))
+    lines = [
+        f"Model          {f.path}",
+        f"Name           {f.name or '-'}",
+        f"Architecture   {f.architecture}, {f.file_type}, {f.n_params / 1e6:,.1f} M parameters",
+        f"Size           {_mib(f.file_size)} in {f.n_shards} file(s), {f.n_tensors} tensors",
+        f"Layers         {f.n_layer_all}" + (f" ({f.n_layer} + {f.n_layer_nextn} NextN)" if f.n_layer_nextn else ""),
+        f"Heads          {_uniform(f.n_head)} query, {_uniform(f.n_head_kv)} KV, "
+        f"head dim {f.n_embd_head_k} (K) / {f.n_embd_head_v} (V), n_embd {f.n_embd}",
+        f"Context        {f.n_ctx_train:,} tokens trained",
+        f"Vocabulary     {f.n_vocab:,} tokens" + (", tied embeddings" if f.tied_embeddings else ""),
+    ]
+    lines += [f"Note           {n}" for n in _notes(f)]
+    lines.append(
+        f"Weights        token_embd {_mib(w.token_embd_bytes)}, output {_mib(w.output_bytes)}, "
+        + ", ".join(f"{r} {_mib(b)}" for r, b in roles.items() if b)
+        + (f", other {_mib(w.other_bytes)}" if w.other_bytes else "")
+    )
+    lines.append("KV cache per 1,000 tokens (one sequence, flash attention on):")
+    lines.append(f"  {'type':<6} {'full attention':>16} {'SWA':>14} {'SWA at most':>14}")
+    for t in KV_TYPES:
+        c = kv_cost(f, t)
+        if c is None:
+            lines.append(f"  {t:<6} {'(block size does not divide the head size)':>46}")
+            continue
+        lines.append(f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} {_mib(c['swa_max_bytes']):>14}")
+    lines += [f"Warning        {msg}" for msg in f.warnings]
+    return "\n".join(lines)
