@@ -29,7 +29,7 @@ CASES = [
     ("not-gguf", " at byte 0: not a GGUF file (magic b'this', expected b'GGUF')"),
     ("too-many-dims", " at byte 218: tensor 'blk.0.w' has 5 dimensions (at most 4)"),
     ("truncated-in-kv", " at byte 214: file ends while reading the value of 'llama.attention.head_count' (1 bytes left)"),
-    ("truncated-in-tensor-info", " at byte 264: file ends while reading tensor 'blk.0.attn_norm.weight' (3 bytes left)"),
+    ("truncated-in-tensor-info", " at byte 260: file ends while reading tensor 'blk.0.attn_norm.weight' (7 bytes left)"),
     ("unknown-tensor-type", " at byte 245: tensor 'blk.0.w' has unknown ggml type 4"),
     ("unknown-value-type", " at byte 232: unknown value type 13 in the value of 'test.x'"),
     ("version-1", " at byte 4: GGUF version 1 is no longer supported (llama.cpp reads 2 and 3)"),

@@ -1,0 +1,126 @@
+"""Exact model facts for every fixture class and for the real Gemma 3 270M."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from llamafit.facts import MLAFacts, MoEFacts, ModelFacts, build_facts
+from llamafit.gguf_model import read_model
+
+
+def facts_of(path: Path | str) -> ModelFacts:
+    return build_facts(read_model(path))
+
+
+def layers(flags: tuple[bool, ...]) -> list[int]:
+    return [il for il, f in enumerate(flags) if f]
+
+
+# file: (arch, n_layer_all, n_layer_nextn, n_embd, n_vocab, n_ctx_train, n_head, n_head_kv, head k/v, n_ff,
+#        SWA layers, n_swa, recurrent layers, KV layers, tied, n_tensors, weight bytes, file_type)
+FIXTURE_FACTS = {
+    "dense-llama.gguf": ("llama", 4, 0, 64, 320, 4096, (4,) * 4, (2,) * 4, (16, 16), (128,) * 4,
+                         [], 0, [], [0, 1, 2, 3], False, 39, 267776, "Q8_0"),
+    "per-layer-kv.gguf": ("deci", 5, 0, 64, 384, 8192, (4, 4, 2, 4, 4), (2, 1, 2, 4, 0), (16, 16),
+                          (128, 96, 128, 64, 128), [], 0, [], [0, 1, 2, 3, 4], False, 45, 262272, "Q4_0"),
+    "swa-gemma3.gguf": ("gemma3", 7, 0, 64, 512, 32768, (4,) * 7, (2,) * 7, (32, 32), (128,) * 7,
+                        [0, 1, 2, 3, 4, 6], 128, [], list(range(7)), True, 93, 762880, "F16"),
+    "swa-gptoss.gguf": ("gpt-oss", 4, 0, 64, 448, 131072, (4,) * 4, (2,) * 4, (32, 32), (64,) * 4,
+                        [0, 2], 128, [], [0, 1, 2, 3], False, 79, 439680, "MXFP4_MOE"),
+    "mla-deepseek2.gguf": ("deepseek2", 3, 0, 64, 352, 163840, (4,) * 3, (1,) * 3, (48, 32), (128,) * 3,
+                           [], 0, [], [0, 1, 2], False, 52, 386592, "Q8_0"),
+    "hybrid-granite.gguf": ("granitehybrid", 6, 0, 64, 320, 524288, (4,) * 6, (0, 0, 2, 0, 0, 2), (16, 16),
+                            (128,) * 6, [], 0, [0, 1, 3, 4], [2, 5], True, 72, 620672, "F16"),
+    "recurrent-mamba2.gguf": ("mamba2", 3, 0, 64, 336, 1048576, (0,) * 3, (0,) * 3, (0, 0), (0,) * 3,
+                              [], 0, [0, 1, 2], [], True, 29, 259216, "F16"),
+    "moe-qwen3.gguf": ("qwen3moe", 4, 0, 64, 416, 40960, (4,) * 4, (2,) * 4, (32, 32), (192,) * 4,
+                       [], 0, [], [0, 1, 2, 3], False, 51, 523520, "Q8_0"),
+    "nextn-glm4moe.gguf": ("glm4moe", 4, 1, 64, 400, 65536, (4,) * 4, (2,) * 4, (32, 32), (128,) * 4,
+                           [], 0, [], [0, 1, 2], False, 72, 555568, "Q4_0"),
+    "tied-llama.gguf": ("llama", 3, 0, 96, 320, 2048, (6,) * 3, (6,) * 3, (16, 16), (256,) * 3,
+                        [], 0, [], [0, 1, 2], True, 29, 698880, "Q8_0"),
+    "split-llama-00002-of-00003.gguf": ("llama", 4, 0, 64, 320, 16384, (4,) * 4, (4,) * 4, (16, 16), (192,) * 4,
+                                        [], 0, [], [0, 1, 2, 3], False, 39, 510208, "F16"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "expected"), FIXTURE_FACTS.items(), ids=list(FIXTURE_FACTS))
+def test_fixture_facts(name: str, expected: tuple) -> None:
+    f = facts_of(FIXTURES / name)
+    got = (
+        f.architecture, f.n_layer_all, f.n_layer_nextn, f.n_embd, f.n_vocab, f.n_ctx_train, f.n_head,
+        f.n_head_kv, (f.n_embd_head_k, f.n_embd_head_v), f.n_ff, layers(f.swa.is_swa), f.swa.n_swa,
+        layers(f.is_recurrent), layers(f.has_kv), f.tied_embeddings, f.n_tensors, f.weights.total_bytes,
+        f.file_type,
+    )  # fmt: skip
+    assert got == expected
+    assert f.warnings == ()
+    assert f.n_merges == 62
+
+
+def test_gemma3_270m_real_model(demo_path: Path) -> None:
+    f = facts_of(demo_path)
+    assert (f.architecture, f.name, f.file_type) == ("gemma3", "Gemma 3 270m", "Q4_K_M")
+    assert (f.n_layer_all, f.n_layer, f.n_embd, f.n_vocab, f.n_ctx_train) == (18, 18, 640, 262144, 32768)
+    assert f.n_head == (4,) * 18 and f.n_head_kv == (1,) * 18
+    assert (f.n_embd_head_k, f.n_embd_head_v) == (256, 256)
+    assert (f.swa.swa_type, f.swa.n_swa) == ("standard", 512)
+    assert layers(f.swa.is_swa) == [il for il in range(18) if il % 6 != 5]  # 5 SWA : 1 full
+    assert f.tied_embeddings and f.n_tensors == 236 and f.n_shards == 1
+    assert (f.n_params, f.file_size, f.weights.total_bytes) == (268098176, 253113024, 246587904)
+    assert f.weights.token_embd_bytes == 262144 * 640 * 34 // 32  # token_embd is Q8_0 in this file
+    assert f.mla is None and f.moe is None and f.recurrent is None
+
+
+def test_split_model_sums_all_shards() -> None:
+    shards = sorted(FIXTURES.glob("split-llama-*.gguf"))
+    f = facts_of(shards[2])
+    assert f.path == str(shards[0])
+    assert f.n_shards == 3
+    assert f.file_size == sum(p.stat().st_size for p in shards)
+
+
+@pytest.mark.parametrize(
+    ("name", "mla", "moe"),
+    [
+        ("mla-deepseek2.gguf", MLAFacts(32, 48, 32), MoEFacts(4, 2, 1, 32, 0, 1)),
+        ("moe-qwen3.gguf", None, MoEFacts(8, 2, 0, 32, 0, 0)),
+        ("nextn-glm4moe.gguf", None, MoEFacts(4, 2, 1, 32, 0, 1)),
+        ("swa-gptoss.gguf", None, MoEFacts(4, 2, 0, 64, 0, 0)),
+    ],
+)
+def test_mla_and_moe(name: str, mla: MLAFacts | None, moe: MoEFacts) -> None:
+    f = facts_of(FIXTURES / name)
+    assert (f.mla, f.moe) == (mla, moe)
+
+
+@pytest.mark.parametrize(
+    ("name", "n_embd_r", "n_embd_s"),
+    [
+        # (d_conv-1) * (d_inner + 2*n_group*d_state), d_state * d_inner  (llama_hparams::n_embd_r/s)
+        ("hybrid-granite.gguf", 3 * (128 + 2 * 1 * 16), 16 * 128),
+        ("recurrent-mamba2.gguf", 3 * (128 + 2 * 2 * 32), 32 * 128),
+    ],
+)
+def test_recurrent_state_sizes(name: str, n_embd_r: int, n_embd_s: int) -> None:
+    r = facts_of(FIXTURES / name).recurrent
+    assert r is not None and (r.n_embd_r, r.n_embd_s) == (n_embd_r, n_embd_s)
+
+
+def test_weights_by_role_add_up() -> None:
+    f = facts_of(FIXTURES / "moe-qwen3.gguf")
+    w = f.weights
+    roles = w.by_role(range(f.n_layer_all))
+    assert sum(roles.values()) + w.token_embd_bytes + w.output_bytes + w.other_bytes == w.total_bytes
+    assert roles["experts"] > roles["attention"] > 0
+    assert roles["recurrent"] == 0
+
+
+def test_nextn_block_is_counted_but_not_a_kv_layer() -> None:
+    f = facts_of(FIXTURES / "nextn-glm4moe.gguf")
+    assert (f.n_layer_all, f.n_layer) == (4, 3)
+    assert f.has_kv == (True, True, True, False)
+    assert f.weights.layers[3].total > 0
