@@ -62,6 +62,10 @@ def shard_paths(path: str) -> list[str]:
 
 
 def _check_shard(header: GGUFHeader, index: int, count: int) -> None:
+    n_split = header.metadata.get("split.count", 1)
+    if count == 1 and isinstance(n_split, int) and n_split > 1:
+        raise GGUFError(header.path, None, f"is one shard of {n_split} but its name does not end in "
+                        "-NNNNN-of-NNNNN.gguf, so the other shards cannot be found")
     no = header.metadata.get("split.no", 0 if count == 1 else None)
     n = header.metadata.get("split.count", 1 if count == 1 else None)
     if n != count or no != index:
@@ -80,10 +84,6 @@ def read_model(
     for i, p in enumerate(paths):
         headers.append(_read_one(p, open_source, missing_of=path if len(paths) > 1 else None))
         _check_shard(headers[-1], i, len(paths))
-    first = headers[0]
-    if len(paths) == 1 and int(first.metadata.get("split.count", 1)) > 1:
-        raise GGUFError(path, None, f"is one shard of {first.metadata['split.count']} but its name "
-                        "does not end in -NNNNN-of-NNNNN.gguf, so the other shards cannot be found")
     model = GGUFModel(paths[0], tuple(headers))
     _check_tensor_names(model)
     return model

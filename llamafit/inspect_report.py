@@ -104,8 +104,9 @@ def to_text(facts: ModelFacts) -> str:
         f"Vocabulary     {f.n_vocab:,} tokens" + (", tied embeddings" if f.tied_embeddings else ""),
     ]
     lines += [f"Note           {n}" for n in _notes(f)]
+    output = "tied to token_embd" if f.tied_embeddings else _mib(w.output_bytes)
     lines.append(
-        f"Weights        token_embd {_mib(w.token_embd_bytes)}, output {_mib(w.output_bytes)}, "
+        f"Weights        token_embd {_mib(w.token_embd_bytes)}, output {output}, "
         + ", ".join(f"{r} {_mib(b)}" for r, b in roles.items() if b)
         + (f", other {_mib(w.other_bytes)}" if w.other_bytes else "")
     )
