@@ -68,5 +68,41 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
         click.echo(to_text(facts))
 
 
+EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@model_argument
+@click.option("--gpu", "gpu_spec", metavar="SPEC", help="GPU memory: 24GiB | 24GiB,12GiB | cpu (host RAM only).")
+@click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
+              default="llama-server", show_default=True, help="Whose defaults and rules apply.")  # fmt: skip
+@click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current).")
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
+              show_default=True, help="How GPUs given by size are named and which backend rules apply.")  # fmt: skip
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+              help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools).")  # fmt: skip
+@click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line.")
+@json_option
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
+def check(model: str | None, demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None,
+          backend: str, reserve_mib: int, command_line: str | None, as_json: bool,
+          server_args: tuple[str, ...]) -> None:  # fmt: skip
+    """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
+
+    \b
+    llamafit check model.gguf --gpu 24GiB -- -c 32768 -fa on -ctk q8_0 -ctv q8_0
+    llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536 -ngl 99"
+    """
+    import os
+
+    from .check import run_check
+
+    report = run_check(model=model, demo=demo, gpu_spec=gpu_spec, engine=engine, build=llama_build,
+                       backend=backend, reserve_bytes=reserve_mib << 20, command_line=command_line,
+                       server_args=list(server_args), env=dict(os.environ))  # fmt: skip
+    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
+    raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
+
+
 def main() -> None:
     cli(prog_name="llamafit")

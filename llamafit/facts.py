@@ -7,11 +7,12 @@ are tuples indexed by layer `il` in [0, n_layer_all).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import arch_rules as R
 from .errors import ModelFactsError
 from .gguf_model import GGUFModel
+from .gguf_reader import TensorInfo
 from .metadata import Metadata
 from .swa import SWAFacts, swa_facts
 from .weights import WeightFacts, weight_facts
@@ -89,6 +90,7 @@ class ModelFacts:
     causal: bool
     weights: WeightFacts
     warnings: tuple[str, ...]
+    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)  # for -ot rules and CUDA padding
 
     @property
     def n_layer(self) -> int:
@@ -287,6 +289,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         causal=causal,
         weights=weight_facts(model.tensors, n_layer_all),
         warnings=tuple(warnings),
+        tensors=model.tensors,
     )
 
 

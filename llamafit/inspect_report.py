@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from .facts import ModelFacts
@@ -38,7 +38,8 @@ def kv_cost(facts: ModelFacts, type_name: str) -> dict[str, int] | None:
 
 def to_json(facts: ModelFacts) -> dict[str, Any]:
     """The documented `inspect --json` object (README: "inspect --json")."""
-    d = asdict(facts)
+    d = asdict(replace(facts, tensors=()))
+    del d["tensors"]
     w = facts.weights
     d["schema"] = SCHEMA
     d["n_layer"] = facts.n_layer

@@ -15,9 +15,10 @@ from .gguf_reader import TensorInfo
 ROLES = ("attention", "ffn", "experts", "recurrent", "norms", "other")
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
-# Routed experts and their router: what --cpu-moe / --n-cpu-moe move (common/arg.cpp uses
-# "\.ffn_(up|down|gate|gate_up)_(ch|)exps" for the expert matrices).
-_EXPERTS = re.compile(r"^ffn_(up|down|gate|gate_up)_(ch|)exps\b|^ffn_gate_inp\b|^exp_probs_b\b|^ffn_.*_exps\b")
+# Routed expert matrices: exactly what --cpu-moe / --n-cpu-moe move to the CPU
+# (LLM_FFN_EXPS_REGEX in common/common.h, searched in the whole tensor name). The router
+# (ffn_gate_inp, exp_probs_b) and shared experts (*_shexp) stay with their layer as `ffn`.
+LLM_FFN_EXPS_REGEX = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 _RECURRENT = re.compile(r"^(ssm_|time_mix_|channel_mix_|shortconv|conv1d|kda_|linear_attn)")
 _INPUT = re.compile(r"^(token_embd|per_layer_token_embd|token_types|position_embd)\.")
 _OUTPUT = re.compile(r"^(output|output_norm)\.")
@@ -61,10 +62,10 @@ class WeightFacts:
 
 def block_role(suffix: str) -> str:
     """Role of a tensor inside a block from its name after `blk.N.`."""
+    if LLM_FFN_EXPS_REGEX.search("." + suffix):
+        return "experts"
     if "norm" in suffix.split(".")[0]:
         return "norms"
-    if _EXPERTS.search(suffix):
-        return "experts"
     if _RECURRENT.search(suffix):
         return "recurrent"
     if suffix.startswith(("attn_", "wq", "wk", "wv", "wo")):

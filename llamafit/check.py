@@ -1,0 +1,77 @@
+"""`llamafit check` as a function: flags in, breakdown, verdict and ways out back (no I/O here
+beyond reading the GGUF header; the host's RAM comes in through `detect_host`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import check_report
+from .demo import resolve_model_arg
+from .devices import DeviceSpec, gpus_from_sizes
+from .errors import InputError
+from .facts import build_facts
+from .gguf_model import read_model
+from .memory import MemoryModel
+from .resolve import resolve
+from .server_flags import parse_server_args, split_command_line
+from .ways_out import suggestions
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    fits: bool
+    json: dict[str, Any]
+    text: str
+
+
+def _server_argv(command_line: str | None, server_args: Sequence[str]) -> list[str]:
+    if command_line is not None:
+        if server_args:
+            raise InputError("give llama-server flags either after -- or with --cmd, not both")
+        return split_command_line(command_line)
+    args = list(server_args)
+    if args and not args[0].startswith("-"):
+        return split_command_line(" ".join(_quote(a) for a in args))  # a pasted `llama-server …` line
+    return args
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def _default_host() -> DeviceSpec:
+    from .hardware import detect_host
+
+    return detect_host()
+
+
+def run_check(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str, build: int | None,
+              backend: str, reserve_bytes: int, command_line: str | None, server_args: Sequence[str],
+              env: Mapping[str, str], host_fn: Callable[[], DeviceSpec] = _default_host) -> CheckReport:  # fmt: skip
+    parsed = parse_server_args(_server_argv(command_line, server_args), env, engine=engine)
+    if model is None and not demo:
+        model = parsed.model
+    elif parsed.model is not None and model is not None and parsed.model != model:
+        raise InputError(f"two models given: {model} and -m {parsed.model}")
+    if gpu_spec is None:
+        raise InputError("--gpu is required for now: give sizes (--gpu 24GiB or --gpu 24GiB,12GiB) or --gpu cpu")
+    gpus = gpus_from_sizes(gpu_spec, backend)
+    facts = build_facts(read_model(resolve_model_arg(model, demo=demo)))
+    rc = resolve(parsed.config, facts, engine=engine, build=build)
+    mm = MemoryModel(facts)
+    host = host_fn()
+    breakdown = mm.estimate(rc, gpus, host, reserve_bytes=reserve_bytes)
+    ways = [] if breakdown.fits else suggestions(mm, parsed.config, engine=engine, build=build, gpus=gpus, host=host,
+                                                  reserve=reserve_bytes, n_ctx=rc.n_ctx)  # fmt: skip
+    warnings = list(facts.warnings) + list(rc.warnings)
+    warnings += [f"unknown flag kept: {u}" for u in parsed.unknown]
+    if not gpus and "n_gpu_layers" in parsed.config.given:
+        warnings.append("--gpu cpu: -ngl has no effect without a GPU")
+    extra = {"llama_build": build, "unknown_flags": list(parsed.unknown), "passthrough": list(parsed.passthrough)}
+    data = check_report.to_json(facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
+    text = check_report.to_text(facts, rc, breakdown, warnings=warnings, ways_out=ways)
+    return CheckReport(breakdown.fits, data, text)

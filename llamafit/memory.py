@@ -1,0 +1,250 @@
+"""The memory model: what llama.cpp allocates on each device for one resolved configuration.
+
+`MemoryModel(facts)` precomputes per-layer sums once (weights by device kind, expert and dense
+FFN parts, KV bytes per cell for each cache-type pair), so that `estimate()` is plain
+arithmetic: the solver calls it thousands of times. Sources at llama.cpp 0c1e570:
+weights src/llama-model.cpp load_tensors; KV src/llama-kv-cache.cpp (+ -iswa); recurrent
+state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output_reserve.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .compute import compute_for_devices
+from .devices import DeviceSpec
+from .errors import InputError
+from .facts import ModelFacts
+from .ggml_types import GGMLType
+from .kv import layer_cell_bytes
+from .placement import CPU, LayerMap, cuda_alloc_size, is_skipped, layer_map, override_target, split_points, tensor_layer
+from .resolve import ConfigError, ResolvedConfig
+
+MIB = 1 << 20
+DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
+PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
+_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
+_DENSE = re.compile(r"\.ffn_(up|down|gate)\.")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """Predicted bytes on one device; `usable_bytes` is what it may use (free memory), if known."""
+
+    name: str
+    kind: str
+    total_bytes: int | None
+    usable_bytes: int | None
+    weights_bytes: int
+    kv_bytes: int
+    recurrent_bytes: int
+    compute_bytes: int
+    output_bytes: int
+    reserve_bytes: int
+
+    @property
+    def used_bytes(self) -> int:
+        return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
+                + self.output_bytes + self.reserve_bytes)  # fmt: skip
+
+    @property
+    def free_after_bytes(self) -> int | None:
+        return None if self.usable_bytes is None else self.usable_bytes - self.used_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.usable_bytes is None or self.used_bytes <= self.usable_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    devices: tuple[DeviceUsage, ...]  # GPUs in order, then the host ("CPU")
+    layer_devices: LayerMap
+    host_weights_mapped: bool  # CPU weights are mmap'd from the file (page cache), not anonymous
+    cache_ram_bytes: int  # llama-server's prompt cache limit in host RAM (grows with use)
+
+    @property
+    def fits(self) -> bool:
+        return all(d.fits for d in self.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerSums:
+    raw: int
+    padded: int  # CUDA allocation sizes
+    exps_raw: int
+    exps_padded: int
+    dense_raw: int
+    dense_padded: int
+
+
+def _tensor_sizes(facts: ModelFacts) -> list[tuple[str, int, int]]:
+    """(name, raw bytes, CUDA-padded bytes) for every tensor llama.cpp loads."""
+    out = []
+    for t in facts.tensors:
+        if not is_skipped(facts, t.name):
+            out.append((t.name, t.n_bytes, cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes)))
+    return out
+
+
+class MemoryModel:
+    """Per-model precomputation; `estimate` turns a resolved config and devices into a Breakdown."""
+
+    def __init__(self, facts: ModelFacts) -> None:
+        self.facts = facts
+        self.tensors = _tensor_sizes(facts)
+        sums = [[0] * 6 for _ in range(facts.n_layer_all)]
+        self.input_raw = self.output_raw = self.output_padded = 0
+        for name, raw, padded in self.tensors:
+            il = tensor_layer(name)
+            if il is not None and il < facts.n_layer_all:
+                s = sums[il]
+                s[0] += raw
+                s[1] += padded
+                if _EXPS.search(name):
+                    s[2] += raw
+                    s[3] += padded
+                elif _DENSE.search(name):
+                    s[4] += raw
+                    s[5] += padded
+            elif name.startswith(("output.", "output_norm.")):
+                self.output_raw += raw
+                self.output_padded += padded
+            else:
+                self.input_raw += raw
+        self.layers = tuple(_LayerSums(*s) for s in sums)
+        embd = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
+        self.tied_raw = embd.n_bytes if facts.tied_embeddings and embd else 0
+        self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes) if self.tied_raw and embd else 0
+        self.recurrent_layers = tuple(il for il in range(facts.n_layer) if facts.is_recurrent[il])
+
+    @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
+    def cell_bytes(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool) -> tuple[int, ...]:
+        """KV bytes per cell of each layer (0 for layers without a cache)."""
+        return tuple(layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn)
+                     for il in range(self.facts.n_layer_all))  # fmt: skip
+
+    def estimate(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
+                 reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> Breakdown:  # fmt: skip
+        """Bytes per device for this configuration (GPUs in order, then the host)."""
+        gpus = _active_gpus(rc, gpus)
+        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus))
+        weights = self._weights(rc, lmap, gpus)
+        kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
+        compute = compute_for_devices(self.facts, rc, lmap, gpus)
+        output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4  # output_reserve(n_seq_max): F32 logits
+        rows = []
+        for d, spec in enumerate(gpus):
+            rows.append(DeviceUsage(spec.name, "gpu", spec.total_bytes, spec.usable_bytes, weights[d], kv[d], rs[d],
+                                    compute[d], 0, reserve_bytes))  # fmt: skip
+        host_reserve = 0 if gpus else reserve_bytes
+        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host.usable_bytes, weights[CPU], kv[CPU],
+                                rs[CPU], compute[CPU], output, host_reserve))  # fmt: skip
+        mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+        return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
+
+    def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[float]:
+        if not gpus:
+            return []
+        if rc.tensor_split and any(rc.tensor_split):
+            fractions = [rc.tensor_split[i] if i < len(rc.tensor_split) else 0.0 for i in range(len(gpus))]
+        else:  # llama.cpp splits by each device's free memory
+            fractions = [float(g.usable_bytes or 1) for g in gpus]
+        return split_points(fractions)
+
+    def _weights(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
+        if rc.overrides:
+            return self._weights_by_tensor(rc, lmap, gpus)
+        padded = [g.backend in PADDED_BACKENDS for g in gpus]
+        out = dict.fromkeys([CPU, *range(len(gpus))], 0)
+        out[CPU] += self.input_raw
+        for il, dev in enumerate(lmap.layers):
+            if il >= self.facts.n_layer:
+                continue  # NextN/MTP block: skipped
+            s = self.layers[il]
+            pad = dev != CPU and padded[dev]
+            moved_raw = moved = 0
+            if rc.cpu_moe or il < rc.n_cpu_moe:
+                moved_raw, moved = moved_raw + s.exps_raw, moved + (s.exps_padded if pad else s.exps_raw)
+            if il < rc.n_cpu_ffn:
+                moved_raw, moved = moved_raw + s.dense_raw, moved + (s.dense_padded if pad else s.dense_raw)
+            out[dev] += (s.padded if pad else s.raw) - (moved if dev != CPU else 0)
+            if dev != CPU:
+                out[CPU] += moved_raw
+        self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
+        return out
+
+    def _add_output(self, out: dict[int, int], dev: int, pad: bool) -> None:
+        out[dev] += self.output_padded if pad else self.output_raw
+        if dev != CPU:  # a tied output is a second copy of token_embd on the output device
+            out[dev] += self.tied_padded if pad else self.tied_raw
+
+    def _weights_by_tensor(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
+        """Slow path for user -ot rules: every tensor through the override list."""
+        names = {g.name.lower(): i for i, g in enumerate(gpus)}
+        rules = rc.all_overrides
+        out = dict.fromkeys([CPU, *range(len(gpus))], 0)
+        for name, raw, padded in self.tensors:
+            il = tensor_layer(name)
+            if il is not None and il < self.facts.n_layer_all:
+                dev = lmap.layers[il]
+            elif name.startswith(("output.", "output_norm.")):
+                dev = lmap.output
+            else:
+                dev = CPU
+            target = override_target(name, rules)
+            if target is not None:
+                dev = _buffer_device(target, names)
+            out[dev] += padded if dev != CPU and gpus[dev].backend in PADDED_BACKENDS else raw
+        if lmap.output != CPU:
+            out[lmap.output] += self.tied_padded if gpus[lmap.output].backend in PADDED_BACKENDS else self.tied_raw
+        return out
+
+    def _kv(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
+        out = dict.fromkeys([CPU, *range(n_gpu)], 0)
+        cells_full = rc.n_ctx_seq * rc.n_stream
+        cells_swa = rc.n_swa_cells * rc.n_stream
+        is_swa = self.facts.swa.is_swa
+        for il, b in enumerate(self.cell_bytes(rc.type_k, rc.type_v, rc.flash_attn)):
+            if b:
+                dev = lmap.layers[il] if rc.kv_offload else CPU
+                out[dev] += b * (cells_swa if is_swa[il] else cells_full)
+        return out
+
+    def _recurrent(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
+        """R and S states, F32, mem_size = max(1, n_seq_max) rows each (llama_memory_recurrent)."""
+        out = dict.fromkeys([CPU, *range(n_gpu)], 0)
+        rec = self.facts.recurrent
+        if rec is None:
+            return out
+        per_layer = 4 * (rec.n_embd_r + rec.n_embd_s) * max(1, rc.n_seq_max)
+        for il in self.recurrent_layers:
+            out[lmap.layers[il] if rc.kv_offload else CPU] += per_layer
+        return out
+
+
+def _buffer_device(buft: str, names: dict[str, int]) -> int:
+    """An -ot buffer type name → device index (CPU buffer types, or a GPU by its name)."""
+    key = buft.lower()
+    if key.startswith("cpu"):
+        return CPU
+    for name, i in names.items():
+        if key == name or key.startswith(name + "_"):
+            return i
+    raise InputError(f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, {', '.join(names) or 'none'})")
+
+
+def _active_gpus(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:
+    """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366)."""
+    if rc.split_mode == "none" and gpus:
+        if not 0 <= rc.main_gpu < len(gpus):
+            raise ConfigError(f"--main-gpu {rc.main_gpu} is not one of the {len(gpus)} GPU(s)")
+        return [gpus[rc.main_gpu]]
+    if rc.split_mode == "row" and any(g.backend == "cuda" for g in gpus):
+        raise ConfigError("device CUDA0 does not support split buffers (-sm row); use -sm layer")
+    if rc.split_mode == "tensor":
+        raise ConfigError("-sm tensor (experimental Meta device) is not modelled; use -sm layer")
+    return list(gpus)

@@ -1,0 +1,97 @@
+"""Which device holds each layer and each weight tensor (llama_model_base::load_tensors).
+
+src/llama-model.cpp at 0c1e570: the input layer (token_embd) always stays on the CPU; with
+-ngl N the output layer counts as one layer and is offloaded first (i_gpu_start =
+max(n_layer_all + 1 - N, 0)); GPU layers are spread over devices by cumulative tensor-split
+fractions (upper_bound of (il - i_gpu_start) / act_gpu_layers); a tied output duplicates
+token_embd on the output device; NextN/MTP blocks are skipped (TENSOR_SKIP); -ot rules
+(std::regex_search, first match wins) move tensors to another buffer type.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .errors import InputError
+from .facts import ModelFacts
+from .ggml_types import GGMLType
+
+CPU = -1  # device index of the host
+CUDA_ROW_PADDING = 512  # ggml/src/ggml-cuda/ggml-cuda.cu MATRIX_ROW_PADDING
+CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True, slots=True)
+class LayerMap:
+    """Device index per block (CPU = -1) and of the output layer."""
+
+    layers: tuple[int, ...]
+    output: int
+
+
+def split_points(fractions: Sequence[float]) -> list[float]:
+    """Cumulative, normalised tensor-split fractions (load_tensors "calculate the split points")."""
+    total = sum(fractions)
+    if total <= 0:
+        raise InputError("tensor split fractions must not all be zero")
+    points, acc = [], 0.0
+    for f in fractions:
+        acc += f
+        points.append(acc / total)
+    return points
+
+
+def layer_map(n_layer_all: int, n_gpu_layers: int, points: Sequence[float]) -> LayerMap:
+    """get_layer_buft_list for every block and the output layer (index n_layer_all)."""
+    if not points:
+        return LayerMap((CPU,) * n_layer_all, CPU)
+    i_gpu_start = max(n_layer_all + 1 - n_gpu_layers, 0)
+    act = min(n_gpu_layers, n_layer_all + 1)
+
+    def dev(il: int) -> int:
+        if il < i_gpu_start or il - i_gpu_start >= act:
+            return CPU
+        return min(bisect.bisect_right(points, (il - i_gpu_start) / act), len(points) - 1)
+
+    return LayerMap(tuple(dev(il) for il in range(n_layer_all)), dev(n_layer_all))
+
+
+def cuda_alloc_size(t_type: GGMLType, shape: Sequence[int], n_bytes: int) -> int:
+    """ggml_backend_cuda_buffer_type_get_alloc_size: quantized rows padded to 512, then 128 alignment."""
+    size = n_bytes
+    ne0 = shape[0] if shape else 1
+    if t_type.is_quantized and ne0 % CUDA_ROW_PADDING:
+        size += t_type.row_size(CUDA_ROW_PADDING - ne0 % CUDA_ROW_PADDING)
+    return -(-size // CUDA_ALIGNMENT) * CUDA_ALIGNMENT
+
+
+@lru_cache(maxsize=64)
+def _compiled(rules: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern[str], str], ...]:
+    try:
+        return tuple((re.compile(rx), buft) for rx, buft in rules)
+    except re.error as e:
+        raise InputError(f"invalid --override-tensor regex: {e}") from e
+
+
+def override_target(name: str, rules: tuple[tuple[str, str], ...]) -> str | None:
+    """The buffer type of the first -ot rule whose regex is found in the tensor name."""
+    for rx, buft in _compiled(rules):
+        if rx.search(name):
+            return buft
+    return None
+
+
+def tensor_layer(name: str) -> int | None:
+    m = _BLOCK.match(name)
+    return int(m.group(1)) if m else None
+
+
+def is_skipped(facts: ModelFacts, name: str) -> bool:
+    """NextN/MTP blocks are not loaded in the main context (TENSOR_SKIP unless MTP drafting)."""
+    il = tensor_layer(name)
+    return il is not None and facts.n_layer <= il < facts.n_layer_all
