@@ -3,6 +3,8 @@ beyond reading the GGUF header; the host's RAM comes in through `detect_host`)."
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,21 +28,28 @@ class CheckReport:
     text: str
 
 
+_PROGRAMS = ("llama-server", "llama-cli", "server")
+
+
+def _is_program(arg: str) -> bool:
+    return os.path.basename(arg).startswith(_PROGRAMS)
+
+
+def split_model_argument(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """`MODEL -- flags`, `-- flags`, or `-- llama-server …`: the model (if first) and the rest."""
+    if args and not args[0].startswith("-") and not _is_program(args[0]):
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
 def _server_argv(command_line: str | None, server_args: Sequence[str]) -> list[str]:
     if command_line is not None:
         if server_args:
             raise InputError("give llama-server flags either after -- or with --cmd, not both")
         return split_command_line(command_line)
-    args = list(server_args)
-    if args and not args[0].startswith("-"):
-        return split_command_line(" ".join(_quote(a) for a in args))  # a pasted `llama-server …` line
-    return args
-
-
-def _quote(arg: str) -> str:
-    import shlex
-
-    return shlex.quote(arg)
+    if server_args and _is_program(server_args[0]):
+        return list(server_args[1:])  # a pasted `llama-server …` already split by the shell
+    return list(server_args)
 
 
 def _default_host() -> DeviceSpec:
@@ -68,7 +77,7 @@ def run_check(*, model: str | None, demo: bool, gpu_spec: str | None, engine: st
     ways = [] if breakdown.fits else suggestions(mm, parsed.config, engine=engine, build=build, gpus=gpus, host=host,
                                                   reserve=reserve_bytes, n_ctx=rc.n_ctx)  # fmt: skip
     warnings = list(facts.warnings) + list(rc.warnings)
-    warnings += [f"unknown flag kept: {u}" for u in parsed.unknown]
+    warnings += [f"llama-server would refuse this flag (kept, not passed on): {u}" for u in parsed.unknown]
     if not gpus and "n_gpu_layers" in parsed.config.given:
         warnings.append("--gpu cpu: -ngl has no effect without a GPU")
     extra = {"llama_build": build, "unknown_flags": list(parsed.unknown), "passthrough": list(parsed.passthrough)}

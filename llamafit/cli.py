@@ -71,8 +71,8 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
 EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@model_argument
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model.")
 @click.option("--gpu", "gpu_spec", metavar="SPEC", help="GPU memory: 24GiB | 24GiB,12GiB | cpu (host RAM only).")
 @click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
               default="llama-server", show_default=True, help="Whose defaults and rules apply.")  # fmt: skip
@@ -83,23 +83,24 @@ EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
               help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools).")  # fmt: skip
 @click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line.")
 @json_option
-@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-def check(model: str | None, demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None,
-          backend: str, reserve_mib: int, command_line: str | None, as_json: bool,
-          server_args: tuple[str, ...]) -> None:  # fmt: skip
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]")
+def check(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str,
+          reserve_mib: int, command_line: str | None, as_json: bool, args: tuple[str, ...]) -> None:  # fmt: skip
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
 
     \b
     llamafit check model.gguf --gpu 24GiB -- -c 32768 -fa on -ctk q8_0 -ctv q8_0
-    llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536 -ngl 99"
+    llamafit check --gpu 24GiB -- llama-server -m model.gguf -c 65536 -ngl 99
+    llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536"
     """
     import os
 
-    from .check import run_check
+    from .check import run_check, split_model_argument
 
+    model, server_args = split_model_argument(args)
     report = run_check(model=model, demo=demo, gpu_spec=gpu_spec, engine=engine, build=llama_build,
                        backend=backend, reserve_bytes=reserve_mib << 20, command_line=command_line,
-                       server_args=list(server_args), env=dict(os.environ))  # fmt: skip
+                       server_args=server_args, env=dict(os.environ))  # fmt: skip
     click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 

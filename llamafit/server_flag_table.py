@@ -89,8 +89,4 @@ ONE_VALUE: frozenset[str] = frozenset(
 )
 
 # handler_str_str: the next two argv entries
-TWO_VALUES: frozenset[str] = frozenset(
-    """
-    --control-vector-layer-range
-    """.split()
-)
+TWO_VALUES: frozenset[str] = frozenset({"--control-vector-layer-range"})  # START END

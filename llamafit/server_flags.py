@@ -132,7 +132,7 @@ def _names(value: str, who: str, what: str) -> tuple[str, ...]:
 def _devices(value: str, who: str) -> tuple[str, ...]:
     # parse_device_list (arg.cpp): "none" alone means no offload; CPU is not an offload device
     names = _names(value, who, "device names")
-    if names != ("none",) and any(name in ("none",) or name.lower() == "cpu" for name in names):
+    if names != ("none",) and any(name == "none" or name.lower() == "cpu" for name in names):
         raise InputError(f"{who} expects GPU device names or 'none' alone, got {value!r}")
     return names
 
@@ -162,7 +162,7 @@ class _Opt:
     env: str  # .set_env(...)
     convert: Convert | None = None  # None: a switch (handler_void, or handler_bool with `negs`)
     negs: tuple[str, ...] = ()  # args_neg; their variable is the LLAMA_ARG_NO_* twin of `env`
-    merge: Callable[[Any, Any], Any] | None = None  # how a repeat combines (default: replaces)
+    merge: Callable[[Any, Any], Any] | None = None  # how a repeat combines (None: replaces)
 
 
 _OPTS = (
@@ -182,7 +182,8 @@ _OPTS = (
     _Opt("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE"),
     _Opt("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "LLAMA_ARG_N_CPU_MOE", _at_least(0), merge=max),
     _Opt("n_cpu_ffn", ("-ncffn", "--n-cpu-ffn"), "LLAMA_ARG_N_CPU_FFN", _at_least(0), merge=max),
-    _Opt("override_tensor", ("-ot", "--override-tensor"), "LLAMA_ARG_OVERRIDE_TENSOR", _overrides, merge=_join),
+    _Opt("override_tensor", ("-ot", "--override-tensor"), "LLAMA_ARG_OVERRIDE_TENSOR", _overrides,
+         merge=_join),
     _Opt("tensor_split", ("-ts", "--tensor-split"), "LLAMA_ARG_TENSOR_SPLIT", _tensor_split),
     _Opt("split_mode", ("-sm", "--split-mode"), "LLAMA_ARG_SPLIT_MODE", _one_of(SPLIT_MODES)),
     _Opt("main_gpu", ("-mg", "--main-gpu"), "LLAMA_ARG_MAIN_GPU", _int),
@@ -202,6 +203,7 @@ _RETIRED_LOAD = {
     "-dio": (None, None, True), "--direct-io": (None, None, True),
     "-ndio": (None, None, False), "--no-direct-io": (None, None, False),
 }  # fmt: skip
+RETIRED_LOAD_FLAGS = frozenset(_RETIRED_LOAD)  # fine for builds before PR #20834
 # each load mode as (mmap, mlock, dio); mmap None is auto (mmap where every device allows it)
 _LOAD_PARTS = {
     "auto": (None, False, False), "none": (False, False, False), "mmap": (True, False, False),
@@ -305,20 +307,24 @@ def parse_server_args(
         i = _scan_one(argv, i, scan, base)
     env_used = [name for opt, name in applied if opt.merge is not None or opt.field not in scan.on_cli]
     model, hf_repo = scan.values.pop("model", None), scan.values.pop("hf_repo", None)
-    return ParsedServerArgs(
-        with_given(base, **scan.values), model, hf_repo, tuple(scan.passthrough), tuple(scan.unknown), tuple(env_used)
-    )
+    config = with_given(base, **scan.values)
+    return ParsedServerArgs(config, model, hf_repo, tuple(scan.passthrough), tuple(scan.unknown), tuple(env_used))
 
 
 _PROGRAMS = ("llama-server", "llama-cli", "server")
+_FIRST_WORD = re.compile(r"""\s*("[^"]*"|'[^']*'|\S+)""")
 
 
 def split_command_line(text: str) -> list[str]:
-    """A pasted `llama-server …` line as argv, without the program (shell quoting, `\\` + newline)."""
+    """A pasted `llama-server …` line as argv (POSIX quoting; `\\` + newline joins lines).
+
+    A leading program path (Windows ones too) named llama-server*, llama-cli* or server* is dropped.
+    """
     joined = re.sub(r"\\\r?\n", "", text)  # a line continuation disappears, as in sh
+    first = _FIRST_WORD.match(joined)
+    if first and re.split(r"[\\/]", first.group(1).strip("'\""))[-1].startswith(_PROGRAMS):
+        joined = joined[first.end() :]  # before shlex, which would eat a Windows path's backslashes
     try:
-        words = shlex.split(joined)
+        return shlex.split(joined)
     except ValueError as err:
         raise InputError(f"cannot split the command line: {err}") from None
-    program = re.split(r"[\\/]", words[0])[-1] if words else ""
-    return words[1:] if program.startswith(_PROGRAMS) else words

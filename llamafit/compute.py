@@ -1,0 +1,300 @@
+"""Compute buffers: the bytes llama.cpp's graph allocator reserves per backend.
+
+llama_context::sched_reserve (src/llama-context.cpp) builds the worst-case graph for
+n_tokens = min(n_ctx, n_ubatch) tokens over the whole KV cache (n_kv = cache size) and lets
+ggml_gallocr (ggml/src/ggml-alloc.c) place it: graph inputs first (alive until their last
+reader), then every node in graph order, best-fit into freed holes, in place for SOFT_MAX, ADD,
+MUL, RMS_NORM, ... (never through a view: ROPE of a reshaped Q allocates a new tensor). A backend's
+buffer is that allocation's high-water mark, the largest over the pp/tg/pp reserves.
+
+Model: compute = inputs + max over the device's layers of the candidate peaks, or the output
+peak if larger. Inputs: token ids, the never-read inp_embd (n_embd x T F32), positions, output
+ids, per cache the K/V row indices and the KQ mask (n_kv x T, F16 with FA, F32 without).
+Candidates, each the tensors alive at one node plus the holes the best-fit allocator leaves below
+them (E = n_embd, Q = n_head * head_k rows of T F32 values):
+  attention  2E + 2Q, + KQ (n_kv x T x n_head F32) without FA; CUDA FA + F16 copies of K/V
+  dense FFN  hole + E + 3 n_ff           MoE  hole + E + 3 n_ff_exp n_used (+ n_used E down)
+  SSM        (2.75 E + in_proj + 2 conv + d_inner) T + states       output  2E + n_vocab n_out
+The tensor lists were read off llama.cpp's reserve graphs (GGML_SCHED_DEBUG=2) and replayed through
+a copy of ggml-alloc.c's allocator (not shipped) at real model sizes; the hole rules and the SSM
+slack are fitted to the measured table fixtures/calibration/llama-cpp-0c1e570-cpu.json
+(tests/test_compute.py). Known limits: the logits can land a few E rows higher when the last FFN
+fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); SSM layers +-5 %;
+MLA without q_lora_rank in the facts misses q_a's hole (-4 % on the fixture).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+from .facts import ModelFacts
+from .placement import CPU
+
+if TYPE_CHECKING:
+    from .devices import DeviceSpec
+    from .placement import LayerMap
+    from .resolve import ResolvedConfig
+
+Backend = Literal["cpu", "cuda", "metal", "vulkan", "rocm"]
+F32 = 4
+# ggml_backend_buft_get_alignment: CPU TENSOR_ALIGNMENT 32 (ggml-impl.h), CUDA/HIP 128
+# (ggml-cuda.cu); Metal 32 and Vulkan's device-dependent minimum are typical values.
+ALIGNMENT = {"cpu": 32, "cuda": 128, "rocm": 128, "metal": 32, "vulkan": 128}
+# Allocator holes around the SSM scan that shift with tiny state-size changes, in n_embd rows,
+# fitted to the mamba2 / granite-hybrid rows of the calibration table (they spread about +-1 row).
+SSM_SLACK = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeSettings:
+    """The resolved context settings that shape the reserve graph of one backend."""
+
+    n_ctx_seq: int  # cells per stream of the full-attention cache (n_kv of the reserve graph)
+    n_ubatch: int
+    n_outputs: int  # n_outputs_max: logits rows the graph reserves (min'd with n_ubatch)
+    flash_attn: bool
+    n_swa_seq: int = 0  # cells per stream of the SWA cache; 0 = no SWA cache
+    n_stream: int = 1  # KV streams: 1 when unified, else n_seq_max
+    n_seq_max: int = 1
+    type_k: str = "f16"
+    type_v: str = "f16"
+    backend: Backend = "cpu"
+    holds_output: bool = True  # this device runs the output layer (logits)
+    layers: tuple[int, ...] | None = None  # layer indices on this device; None = all
+    kv_on_device: bool = True  # offload_kqv: attention (and its mask copy) runs here
+
+    @property
+    def n_tokens(self) -> int:
+        """llama_context::sched_reserve: n_tokens = min(n_ctx, n_ubatch)."""
+        return min(self.n_ctx_seq * self.n_stream, self.n_ubatch)
+
+    @property
+    def n_out(self) -> int:
+        return min(self.n_tokens, self.n_outputs)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeEstimate:
+    """Predicted compute buffers: `device` for the backend asked about, `host` for the CPU-side
+    buffer it implies (CUDA_Host etc.; 0 when the backend is the CPU itself)."""
+
+    device: int
+    host: int
+    peak: str  # the candidate that set the device peak
+
+
+def _pad(x: int, align: int) -> int:
+    return -(-x // align) * align
+
+
+def _on_device(f: ModelFacts, s: ComputeSettings) -> list[int]:
+    """Main-context layers this backend runs (NextN/MTP blocks are not in the graph)."""
+    layers = range(f.n_layer) if s.layers is None else [il for il in s.layers if il < f.n_layer]
+    return list(layers)
+
+
+def _cells(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """n_kv of layer il in the reserve graph: its cache's size per stream (init_full)."""
+    return s.n_swa_seq if f.swa.is_swa[il] and s.n_swa_seq else s.n_ctx_seq
+
+
+def _caches(f: ModelFacts, s: ComputeSettings) -> list[int]:
+    """Cells per stream of each attention cache with layers (llama_kv_cache_iswa: base, SWA)."""
+    kv = [il for il in range(f.n_layer) if f.has_kv[il]]
+    full = any(not f.swa.is_swa[il] for il in kv)
+    swa = any(f.swa.is_swa[il] for il in kv)
+    return ([s.n_ctx_seq] if full else []) + ([s.n_swa_seq or s.n_ctx_seq] if swa else [])
+
+
+def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
+    """Graph inputs (ggml_set_input), allocated before any node (llm_graph_context::build_inp_*,
+    llama_kv_cache::build_input_{k,v}_idxs, build_attn_inp_kq_mask in src/llama-graph.cpp)."""
+    t, a = s.n_tokens, ALIGNMENT[s.backend]
+    out = {"inp_tokens": 4 * t, "inp_embd": F32 * f.n_embd * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
+    mask_elt = 2 if s.flash_attn else 4  # F16 mask for flash attention, F32 otherwise
+    v_rows = t if s.flash_attn else t * f.n_embd_v_gqa_max  # transposed V: one index per element
+    for i, cells in enumerate(_caches(f, s)):
+        out[f"k_idxs{i}"] = 8 * t
+        if f.mla is None:  # MLA caches hold no V (has_v = !is_mla)
+            out[f"v_idxs{i}"] = 8 * v_rows
+        out[f"kq_mask{i}"] = mask_elt * cells * t
+    if f.recurrent is not None:
+        out["rs_s_copy"] = 4 * max(1, s.n_seq_max)
+    return {k: _pad(v, a) for k, v in out.items()}
+
+
+def _attention(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> int:
+    """At ROPE(Q) (and, without FA, at the KQ product): residual + attn_norm + Q + roped Q, plus
+    KQ = n_kv x n_tokens x n_head F32 (soft_max runs in place) — build_attn_mha, llama-graph.cpp."""
+    t = s.n_tokens
+    e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
+    if s.flash_attn:
+        at_fa = 2 * e + q + F32 * f.n_head[il] * f.n_embd_head_v * t + fa_f16_extra(f, s, il)
+        return max(2 * e + (_mla_q(f, s, il) if f.mla else 2 * q), at_fa)
+    kq = F32 * _cells(f, s, il) * t * f.n_head[il] if with_kq else 0
+    # MLA without FA: V is a view of the K cache, made contiguous (ggml_cont of its transpose)
+    elt = 4 if s.type_k == "f32" else 2
+    v_cont = elt * _cells(f, s, il) * f.mla.kv_lora_rank * s.n_stream if f.mla and with_kq else 0
+    return 2 * e + 2 * q + kq + v_cont
+
+
+def fa_f16_extra(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """CUDA/HIP only: FLASH_ATTN_EXT's allocation also holds F16 copies of a non-F16 K and V view
+    (ggml_cuda_flash_attn_ext_get_alloc_size in ggml/src/ggml-cuda/fattn.cu, layout from
+    ggml_cuda_flash_attn_ext_get_f16_extra_data in fattn-common.cuh). The n_ubatch-token reserve
+    graph picks the MMA/TILE kernels, which need F16; for MLA, V is a view of K (one copy)."""
+    if s.backend not in ("cuda", "rocm") or not s.flash_attn:
+        return 0
+    n_kv = _cells(f, s, il) * s.n_stream
+    out = F32 * f.n_head[il] * f.n_embd_head_v * s.n_tokens  # ggml_nbytes(dst)
+    end = out
+    if s.type_k != "f16":
+        end = _pad(end, 128) + 2 * f.n_embd_k_gqa(il) * n_kv
+    if s.type_v != "f16" and f.mla is None:
+        end = _pad(end, 128) + 2 * f.n_embd_v_gqa(il) * n_kv
+    return end - out
+
+
+def _mla_q(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """src/models/deepseek2.cpp, absorbed MLA: at CONCAT(q_nope_absorbed, roped q_pe) -> Qcur
+    [kv_lora + n_rot, n_head, T]; q itself is freed once both of its views are consumed."""
+    assert f.mla is not None
+    t, h, lora = s.n_tokens, f.n_head[il], f.mla.kv_lora_rank
+    rope = f.n_embd_head_k - lora
+    return F32 * h * t * (lora + rope + (lora + rope))
+
+
+def _hole(f: ModelFacts, s: ComputeSettings, il: int, *, small: bool) -> int:
+    """Free space the attention block leaves below the FFN input (ffn_inp lands above it).
+    With FA or a KQ product no larger than n_embd + Q rows, attn_norm's and Q's slots stay free
+    (one n_embd row when the FFN tensors are small enough to fill them); after a larger KQ, its
+    region takes the FFN and one n_embd row stays (Q narrower than n_embd: also two Q rows)."""
+    t = s.n_tokens
+    e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
+    kq = 0 if s.flash_attn else F32 * _cells(f, s, il) * t * f.n_head[il]
+    if kq <= e + q:
+        return e if small else e + q
+    return e if q >= e else e + 2 * q
+
+
+def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """At the GLU (build_ffn, LLM_FFN_PAR): ffn_inp + gate + up + activation above the hole."""
+    t = s.n_tokens
+    e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
+    return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff
+
+
+def _moe_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """build_moe_ffn: ffn_inp + gate/up/act [n_ff_exp, n_used, T]; the down projection
+    [n_embd, n_used, T] lands on top when it does not fit where gate and up were."""
+    assert f.moe is not None
+    t, used = s.n_tokens, f.moe.n_expert_used
+    e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
+    u = F32 * f.moe.n_ff_exp * used * t
+    hole = _hole(f, s, il, small=2 * u <= e + q)  # the router's small tensors split the hole
+    down = used * e if used * e > 2 * u else 0  # else it reuses gate's and up's space
+    # shared experts run after the routed ones (build_ffn on the same normed input)
+    shared = F32 * (f.moe.n_ff_shexp or f.moe.n_ff_exp * f.moe.n_expert_shared) * t
+    return max(hole + e + 3 * u + down, hole + 3 * e + 3 * shared)
+
+
+def _ssm(f: ModelFacts, s: ComputeSettings) -> int:
+    """build_mamba2_layer (src/models/mamba-base.cpp) at SSM_SCAN: residual + in_proj output zxBCdt
+    (its z/dt views keep it alive), the conv input (concat with the d_conv-1 state rows, freed
+    just before: a hole) and output, the scan's y plus the final states [d_state, d_inner, n_seqs].
+    Measured for Mamba-2 layers only; other recurrent blocks (Mamba-1, RWKV, gated delta net)
+    get the same shape from their ssm.* sizes, unverified."""
+    assert f.recurrent is not None
+    r, t = f.recurrent, s.n_tokens
+    conv = r.d_inner + 2 * r.n_group * r.d_state
+    in_proj = 2 * r.d_inner + 2 * r.n_group * r.d_state + r.dt_rank
+    per_token = (2 + SSM_SLACK) * f.n_embd + in_proj + 2 * conv + r.d_inner
+    return int(F32 * (t * per_token + r.d_state * r.d_inner * max(1, s.n_seq_max)))
+
+
+def _is_moe(f: ModelFacts, il: int) -> bool:
+    return f.moe is not None and il >= f.moe.n_layer_dense_lead
+
+
+def _has_attention(f: ModelFacts, il: int) -> bool:
+    return bool(f.n_head[il] and f.n_head_kv[il]) and (f.has_kv[il] or not f.is_recurrent[il])
+
+
+def _layer_peak(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> tuple[int, str]:
+    """The largest candidate of one layer (the allocator reuses the same space layer after layer)."""
+    cands = [(0, "none")]
+    if _has_attention(f, il):
+        cands.append((_attention(f, s, il, with_kq=with_kq), "attention"))
+    if f.is_recurrent[il] and f.recurrent is not None:
+        cands.append((_ssm(f, s), "ssm"))
+    if _is_moe(f, il):
+        cands.append((_moe_ffn(f, s, il), "moe"))
+    elif f.n_ff[il]:
+        cands.append((_dense_ffn(f, s, il), "ffn"))
+    return max(cands)
+
+
+def _output(f: ModelFacts, s: ComputeSettings) -> int:
+    """At the lm_head: by then the mask, positions and indices are freed; inp_tokens' slot, the
+    never-read inp_embd, result_norm (in place over the last layer's output) and the logits
+    [n_vocab, n_outputs] (a graph output: never freed) stay — llm_graph_context::build_output."""
+    t, n = s.n_tokens, s.n_out
+    return 4 * t + F32 * f.n_embd * t + F32 * f.n_embd * n + F32 * f.n_vocab * n
+
+
+def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
+    """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes.
+
+    CPU backend: one buffer holds the inputs and every activation. GPU backend: its buffer holds
+    the activations of its layers plus the scheduler's copies of the split inputs (mask, positions,
+    indices, the incoming hidden state; ggml_backend_sched_split_graph, ggml/src/ggml-backend.cpp);
+    the inputs themselves, the embedding GET_ROWS (token_embd stays on the CPU) and, with
+    `kv_on_device` false (-nkvo), the KQ product live in the host buffer (`host`).
+    Pipeline parallelism (4 copies of every split input) is not modelled."""
+    inputs = input_bytes(f, s)
+    layers = _on_device(f, s)
+    peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device) for il in layers), default=(0, "none"))
+    if s.backend == "cpu":
+        dev_inputs, host = sum(inputs.values()), 0
+    else:
+        attn_inputs = ("k_idxs", "v_idxs", "kq_mask")
+        dev_inputs = sum(v for k, v in inputs.items()
+                         if k != "inp_tokens" and (s.kv_on_device or not k.startswith(attn_inputs)))  # fmt: skip
+        host = sum(inputs.values()) + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
+        if not s.kv_on_device:
+            host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
+    device, peak_name = dev_inputs + peak, name
+    if s.holds_output and _output(f, s) > device:
+        device, peak_name = _output(f, s), "output"
+    return ComputeEstimate(device=device, host=host, peak=peak_name)
+
+
+def _kind(backend: str) -> Backend:
+    """DeviceSpec.backend as a compute backend kind (RPC and others: a generic GPU)."""
+    return backend if backend in ALIGNMENT else "vulkan"  # type: ignore[return-value]
+
+
+def compute_for_devices(
+    f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> dict[int, int]:
+    """Compute-buffer bytes per device index (GPUs 0.., the host CPU = -1) for a resolved config."""
+    base = ComputeSettings(
+        n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
+        n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
+        type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
+    )  # fmt: skip
+    out: dict[int, int] = {}
+    host = 0
+    for d, spec in enumerate(gpus):
+        layers = tuple(il for il, dev in enumerate(lmap.layers) if dev == d)
+        est = predict_compute(f, replace(base, backend=_kind(spec.backend), layers=layers,
+                                         holds_output=lmap.output == d))  # fmt: skip
+        out[d], host = est.device, max(host, est.host)
+    cpu_layers = tuple(il for il, dev in enumerate(lmap.layers) if dev == CPU)
+    if not gpus or cpu_layers or lmap.output == CPU:
+        cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU)).device
+        host = max(host, cpu)
+    out[CPU] = host
+    return out

@@ -1,0 +1,75 @@
+"""`llamafit check`: flags in, verdict out; exit 0 fits, 1 does not, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import FIXTURES
+
+from llamafit.cli import cli
+
+DENSE = str(FIXTURES / "dense-llama.gguf")
+
+
+def check(*args: str, env: dict[str, str] | None = None):
+    return CliRunner(env=env).invoke(cli, ["check", *args])
+
+
+def test_fits_with_json_shape() -> None:
+    result = check(DENSE, "--gpu", "8GiB", "--json", "--", "-c", "4096", "-fa", "on")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["schema"] == "llamafit.check/1"
+    assert d["fits"] is True
+    assert d["config"]["n_ctx"] == 4096 and d["config"]["flash_attn"] == "on"
+    assert d["config"]["n_parallel"] == 4 and d["config"]["kv_unified"] is True
+    assert [x["name"] for x in d["devices"]] == ["CUDA0", "CPU"]
+    gpu = d["devices"][0]
+    assert gpu["kv_bytes"] == 4 * 128 * 4096  # 4 layers x (K+V 2x16 heads f16) per cell
+    assert gpu["used_bytes"] == sum(gpu[k] for k in ("weights_bytes", "kv_bytes", "recurrent_bytes",
+                                                      "compute_bytes", "output_bytes", "reserve_bytes"))  # fmt: skip
+    assert gpu["free_after_bytes"] == 8 * 2**30 - gpu["used_bytes"]
+    assert d["ways_out"] == [] and d["unknown_flags"] == []
+
+
+def test_does_not_fit_exits_1_and_names_ways_out() -> None:
+    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768")
+    assert result.exit_code == 1
+    assert "Verdict    does not fit: CUDA0 short by" in result.stdout
+    assert "Way out    " in result.stdout
+
+
+def test_pasted_command_line_and_env() -> None:
+    cmd = f"llama-server -m {DENSE} --host 0.0.0.0 -c 2048 \\\n  -np 2"
+    result = check("--gpu", "8GiB", "--json", "--cmd", cmd, env={"LLAMA_ARG_FLASH_ATTN": "off"})
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert (d["config"]["n_ctx"], d["config"]["n_parallel"], d["config"]["flash_attn"]) == (2048, 2, "off")
+    assert d["passthrough"] == ["--host", "0.0.0.0"]
+
+
+def test_cpu_only() -> None:
+    result = check(DENSE, "--gpu", "cpu", "--json")
+    d = json.loads(result.stdout)
+    assert [x["name"] for x in d["devices"]] == ["CPU"]
+    assert d["devices"][0]["weights_bytes"] == 267776
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([DENSE, "--", "-c", "4096"], "Error: --gpu is required for now"),
+        ([DENSE, "--gpu", "lots"], "Error: cannot read 'lots' as a memory size"),
+        ([DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off"],
+         "Error: quantized V cache requires flash_attn to be enabled"),
+        ([DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"], "Error: "),
+        ([str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"], "Error: "),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
+    result = check(*args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
+    assert result.stdout == ""

