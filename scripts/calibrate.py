@@ -130,11 +130,18 @@ _KINDS = {"model": "model_buffers", "KV": "kv_buffers", "RS": "rs_buffers", "com
           "output": "output_buffers"}  # fmt: skip
 
 
+_SUMMED = ("model", "KV", "RS")  # model buffers per shard, KV/RS buffers per cache
+
+
 def parse_log(log: str) -> tuple[dict, dict]:
     """(llama_context parameters, measured buffers) from one load's log."""
     measured: dict = {k: {} for k in _KINDS.values()}
     for m in _BUF.finditer(log):
-        measured[_KINDS[m[2]]][m[1]] = float(m[3])
+        kind = _KINDS[m[2]]
+        if m[2] in _SUMMED:  # one line per shard / per cache: add them up
+            measured[kind][m[1]] = round(measured[kind].get(m[1], 0.0) + float(m[3]), 2)
+        else:
+            measured[kind][m[1]] = float(m[3])
     for m in _EXIT.finditer(log):  # the exit line has 4 decimals
         measured["compute_buffers"][m[1]] = float(m[2])
     measured["kv_caches"] = [
