@@ -85,14 +85,55 @@ class ComputeEstimate:
     peak: str  # the candidate that set the device peak
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """Per-model facts the formulas need on every call, computed once per ModelFacts object."""
+
+    reps: tuple[int, ...]  # for each layer, the first layer of identical shape (same candidate peaks)
+    caches: tuple[bool, bool]  # a full-attention cache and an SWA cache with layers (iSWA)
+    v_gqa_max: int
+    range_reps: dict[tuple[int, int], frozenset[int]]  # memo: block range -> its distinct shapes
+
+    def reps_in(self, a: int, b: int) -> frozenset[int]:
+        key = (a, b)
+        if key not in self.range_reps:
+            self.range_reps[key] = frozenset(self.reps[a:b])
+        return self.range_reps[key]
+
+
+_SHAPES: dict[int, tuple[ModelFacts, _Shape]] = {}
+
+
+def _shape(f: ModelFacts) -> _Shape:
+    hit = _SHAPES.get(id(f))
+    if hit is not None and hit[0] is f:
+        return hit[1]
+    first: dict[tuple, int] = {}
+    reps = tuple(first.setdefault(_signature(f, il), il) for il in range(f.n_layer_all))
+    kv = [il for il in range(f.n_layer) if f.has_kv[il]]
+    caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
+    shape = _Shape(reps, caches, f.n_embd_v_gqa_max, {})
+    if len(_SHAPES) > 32:
+        _SHAPES.clear()
+    _SHAPES[id(f)] = (f, shape)  # keeps f alive, so its id cannot be reused while cached
+    return shape
+
+
+def _signature(f: ModelFacts, il: int) -> tuple:
+    """Everything a layer's candidate peaks depend on (see _layer_peak)."""
+    return (f.n_head[il], f.n_head_kv[il], f.n_ff[il], f.swa.is_swa[il], f.is_recurrent[il], f.has_kv[il],
+            il < f.n_layer, _is_moe(f, il), f.n_embd_k_gqa(il), f.n_embd_v_gqa(il))  # fmt: skip
+
+
 def _pad(x: int, align: int) -> int:
     return -(-x // align) * align
 
 
 def _on_device(f: ModelFacts, s: ComputeSettings) -> list[int]:
-    """Main-context layers this backend runs (NextN/MTP blocks are not in the graph)."""
-    layers = range(f.n_layer) if s.layers is None else [il for il in s.layers if il < f.n_layer]
-    return list(layers)
+    """Main-context layers this backend runs (NextN/MTP blocks are not in the graph), one per shape."""
+    layers = range(f.n_layer) if s.layers is None else s.layers
+    reps = _shape(f).reps
+    return sorted({reps[il] for il in layers if il < f.n_layer})
 
 
 def _cells(f: ModelFacts, s: ComputeSettings, il: int) -> int:
@@ -102,9 +143,7 @@ def _cells(f: ModelFacts, s: ComputeSettings, il: int) -> int:
 
 def _caches(f: ModelFacts, s: ComputeSettings) -> list[int]:
     """Cells per stream of each attention cache with layers (llama_kv_cache_iswa: base, SWA)."""
-    kv = [il for il in range(f.n_layer) if f.has_kv[il]]
-    full = any(not f.swa.is_swa[il] for il in kv)
-    swa = any(f.swa.is_swa[il] for il in kv)
+    full, swa = _shape(f).caches
     return ([s.n_ctx_seq] if full else []) + ([s.n_swa_seq or s.n_ctx_seq] if swa else [])
 
 
@@ -114,7 +153,7 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
     t, a = s.n_tokens, ALIGNMENT[s.backend]
     out = {"inp_tokens": 4 * t, "inp_embd": F32 * f.n_embd * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
     mask_elt = 2 if s.flash_attn else 4  # F16 mask for flash attention, F32 otherwise
-    v_rows = t if s.flash_attn else t * f.n_embd_v_gqa_max  # transposed V: one index per element
+    v_rows = t if s.flash_attn else t * _shape(f).v_gqa_max  # transposed V: one index per element
     for i, cells in enumerate(_caches(f, s)):
         out[f"k_idxs{i}"] = 8 * t
         if f.mla is None:  # MLA caches hold no V (has_v = !is_mla)
@@ -276,6 +315,16 @@ def _kind(backend: str) -> Backend:
     return backend if backend in ALIGNMENT else "vulkan"  # type: ignore[return-value]
 
 
+def _layers_on(f: ModelFacts, lmap: LayerMap, dev: int) -> tuple[int, ...]:
+    """One layer per distinct shape among the blocks on `dev` (enough for the peak)."""
+    shape = _shape(f)
+    reps: set[int] = set()
+    for d, a, b in lmap.runs:
+        if d == dev:
+            reps |= shape.reps_in(a, b)
+    return tuple(sorted(reps))
+
+
 def compute_for_devices(
     f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
 ) -> dict[int, int]:
@@ -288,11 +337,11 @@ def compute_for_devices(
     out: dict[int, int] = {}
     host = 0
     for d, spec in enumerate(gpus):
-        layers = tuple(il for il, dev in enumerate(lmap.layers) if dev == d)
+        layers = _layers_on(f, lmap, d)
         est = predict_compute(f, replace(base, backend=_kind(spec.backend), layers=layers,
                                          holds_output=lmap.output == d))  # fmt: skip
         out[d], host = est.device, max(host, est.host)
-    cpu_layers = tuple(il for il, dev in enumerate(lmap.layers) if dev == CPU)
+    cpu_layers = _layers_on(f, lmap, CPU)
     if not gpus or cpu_layers or lmap.output == CPU:
         cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU)).device
         host = max(host, cpu)

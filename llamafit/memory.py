@@ -71,16 +71,6 @@ class Breakdown:
         return all(d.fits for d in self.devices)
 
 
-@dataclass(frozen=True, slots=True)
-class _LayerSums:
-    raw: int
-    padded: int  # CUDA allocation sizes
-    exps_raw: int
-    exps_padded: int
-    dense_raw: int
-    dense_padded: int
-
-
 def _tensor_sizes(facts: ModelFacts) -> list[tuple[str, int, int]]:
     """(name, raw bytes, CUDA-padded bytes) for every tensor llama.cpp loads."""
     out = []
@@ -96,36 +86,39 @@ class MemoryModel:
     def __init__(self, facts: ModelFacts) -> None:
         self.facts = facts
         self.tensors = _tensor_sizes(facts)
+        # per block: raw, CUDA-padded, experts raw/padded, dense FFN raw/padded (NextN blocks stay 0)
         sums = [[0] * 6 for _ in range(facts.n_layer_all)]
         self.input_raw = self.output_raw = self.output_padded = 0
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
             if il is not None and il < facts.n_layer_all:
-                s = sums[il]
-                s[0] += raw
-                s[1] += padded
-                if _EXPS.search(name):
-                    s[2] += raw
-                    s[3] += padded
-                elif _DENSE.search(name):
-                    s[4] += raw
-                    s[5] += padded
+                part = 2 if _EXPS.search(name) else 4 if _DENSE.search(name) else None
+                for col, value in ((0, raw), (1, padded)) + (((part, raw), (part + 1, padded)) if part else ()):
+                    sums[il][col] += value
             elif name.startswith(("output.", "output_norm.")):
                 self.output_raw += raw
                 self.output_padded += padded
             else:
                 self.input_raw += raw
-        self.layers = tuple(_LayerSums(*s) for s in sums)
+        self.prefix = [_prefix([row[col] for row in sums]) for col in range(6)]
         embd = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
-        self.tied_raw = embd.n_bytes if facts.tied_embeddings and embd else 0
-        self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes) if self.tied_raw and embd else 0
-        self.recurrent_layers = tuple(il for il in range(facts.n_layer) if facts.is_recurrent[il])
+        tied = facts.tied_embeddings and embd is not None
+        self.tied_raw = embd.n_bytes if tied and embd else 0
+        self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes) if tied and embd else 0
+        self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
-    def cell_bytes(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool) -> tuple[int, ...]:
-        """KV bytes per cell of each layer (0 for layers without a cache)."""
-        return tuple(layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn)
-                     for il in range(self.facts.n_layer_all))  # fmt: skip
+    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool) -> tuple[list[int], list[int]]:
+        """Prefix sums over blocks of KV bytes per cell: (full-attention layers, SWA layers)."""
+        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn)
+                 for il in range(self.facts.n_layer_all)]  # fmt: skip
+        swa = self.facts.swa.is_swa
+        return (_prefix([b if not swa[il] else 0 for il, b in enumerate(cells)]),
+                _prefix([b if swa[il] else 0 for il, b in enumerate(cells)]))  # fmt: skip
+
+    def _sum(self, col: int, a: int, b: int) -> int:
+        p = self.prefix[col]
+        return p[b] - p[a] if b > a else 0
 
     def estimate(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
                  reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> Breakdown:  # fmt: skip
@@ -146,9 +139,9 @@ class MemoryModel:
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
         return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
 
-    def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[float]:
+    def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[float, ...]:
         if not gpus:
-            return []
+            return ()
         if rc.tensor_split and any(rc.tensor_split):
             fractions = [rc.tensor_split[i] if i < len(rc.tensor_split) else 0.0 for i in range(len(gpus))]
         else:  # llama.cpp splits by each device's free memory
@@ -161,19 +154,15 @@ class MemoryModel:
         padded = [g.backend in PADDED_BACKENDS for g in gpus]
         out = dict.fromkeys([CPU, *range(len(gpus))], 0)
         out[CPU] += self.input_raw
-        for il, dev in enumerate(lmap.layers):
-            if il >= self.facts.n_layer:
-                continue  # NextN/MTP block: skipped
-            s = self.layers[il]
-            pad = dev != CPU and padded[dev]
-            moved_raw = moved = 0
-            if rc.cpu_moe or il < rc.n_cpu_moe:
-                moved_raw, moved = moved_raw + s.exps_raw, moved + (s.exps_padded if pad else s.exps_raw)
-            if il < rc.n_cpu_ffn:
-                moved_raw, moved = moved_raw + s.dense_raw, moved + (s.dense_padded if pad else s.dense_raw)
-            out[dev] += (s.padded if pad else s.raw) - (moved if dev != CPU else 0)
-            if dev != CPU:
-                out[CPU] += moved_raw
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        for dev, a, b in lmap.runs:
+            pad = int(dev != CPU and padded[dev])  # column offset: raw 0, padded 1
+            out[dev] += self._sum(pad, a, b)
+            if dev == CPU:
+                continue
+            moe_end, ffn_end = min(b, n_moe), min(b, rc.n_cpu_ffn)
+            out[dev] -= self._sum(2 + pad, a, moe_end) + self._sum(4 + pad, a, ffn_end)
+            out[CPU] += self._sum(2, a, moe_end) + self._sum(4, a, ffn_end)
         self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
         return out
 
@@ -205,13 +194,10 @@ class MemoryModel:
 
     def _kv(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         out = dict.fromkeys([CPU, *range(n_gpu)], 0)
-        cells_full = rc.n_ctx_seq * rc.n_stream
-        cells_swa = rc.n_swa_cells * rc.n_stream
-        is_swa = self.facts.swa.is_swa
-        for il, b in enumerate(self.cell_bytes(rc.type_k, rc.type_v, rc.flash_attn)):
-            if b:
-                dev = lmap.layers[il] if rc.kv_offload else CPU
-                out[dev] += b * (cells_swa if is_swa[il] else cells_full)
+        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
+        cells_full, cells_swa = rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream
+        for dev, a, b in lmap.runs:
+            out[dev if rc.kv_offload else CPU] += (full[b] - full[a]) * cells_full + (swa[b] - swa[a]) * cells_swa
         return out
 
     def _recurrent(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
@@ -221,9 +207,17 @@ class MemoryModel:
         if rec is None:
             return out
         per_layer = 4 * (rec.n_embd_r + rec.n_embd_s) * max(1, rc.n_seq_max)
-        for il in self.recurrent_layers:
-            out[lmap.layers[il] if rc.kv_offload else CPU] += per_layer
+        p = self.recurrent_prefix
+        for dev, a, b in lmap.runs:
+            out[dev if rc.kv_offload else CPU] += (p[b] - p[a]) * per_layer
         return out
+
+
+def _prefix(values: Sequence[int]) -> list[int]:
+    out = [0]
+    for v in values:
+        out.append(out[-1] + v)
+    return out
 
 
 def _buffer_device(buft: str, names: dict[str, int]) -> int:

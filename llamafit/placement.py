@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,25 +29,46 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 @dataclass(frozen=True, slots=True)
 class LayerMap:
-    """Device index per block (CPU = -1) and of the output layer."""
+    """Device index per block (CPU = -1), of the output layer, and the contiguous runs of blocks."""
 
     layers: tuple[int, ...]
     output: int
 
+    @property
+    def runs(self) -> tuple[tuple[int, int, int], ...]:
+        """(device, first block, end block) for each run of consecutive blocks on one device."""
+        return _runs(self.layers)
 
-def split_points(fractions: Sequence[float]) -> list[float]:
+
+@lru_cache(maxsize=1024)
+def _runs(layers: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+    runs: list[tuple[int, int, int]] = []
+    for il, dev in enumerate(layers):
+        if runs and runs[-1][0] == dev:
+            runs[-1] = (dev, runs[-1][1], il + 1)
+        else:
+            runs.append((dev, il, il + 1))
+    return tuple(runs)
+
+
+def _f32(x: float) -> float:
+    """Round to single precision: llama.cpp computes the split points and positions in float."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def split_points(fractions: Sequence[float]) -> tuple[float, ...]:
     """Cumulative, normalised tensor-split fractions (load_tensors "calculate the split points")."""
-    total = sum(fractions)
+    total, cumulative = 0.0, []
+    for f in fractions:
+        total = _f32(total + _f32(f))
+        cumulative.append(total)
     if total <= 0:
         raise InputError("tensor split fractions must not all be zero")
-    points, acc = [], 0.0
-    for f in fractions:
-        acc += f
-        points.append(acc / total)
-    return points
+    return tuple(_f32(c / total) for c in cumulative)
 
 
-def layer_map(n_layer_all: int, n_gpu_layers: int, points: Sequence[float]) -> LayerMap:
+@lru_cache(maxsize=1024)
+def layer_map(n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...]) -> LayerMap:
     """get_layer_buft_list for every block and the output layer (index n_layer_all)."""
     if not points:
         return LayerMap((CPU,) * n_layer_all, CPU)
@@ -56,7 +78,7 @@ def layer_map(n_layer_all: int, n_gpu_layers: int, points: Sequence[float]) -> L
     def dev(il: int) -> int:
         if il < i_gpu_start or il - i_gpu_start >= act:
             return CPU
-        return min(bisect.bisect_right(points, (il - i_gpu_start) / act), len(points) - 1)
+        return min(bisect.bisect_right(points, _f32((il - i_gpu_start) / act)), len(points) - 1)
 
     return LayerMap(tuple(dev(il) for il in range(n_layer_all)), dev(n_layer_all))
 

@@ -22,7 +22,7 @@ from llamafit.placement import CPU, LayerMap, cuda_alloc_size, layer_map, overri
     ],
 )
 def test_layer_map(n_layer_all: int, ngl: int, fractions: list[float], expected: LayerMap) -> None:
-    points = split_points(fractions) if fractions else []
+    points = split_points(fractions) if fractions else ()
     assert layer_map(n_layer_all, ngl, points) == expected
 
 

@@ -1,0 +1,124 @@
+"""Memory-model speed and accuracy, printed side by side in one run.
+
+    python scripts/bench_memory.py [--seconds S]
+
+Speed: evaluations per second of MemoryModel.estimate (a resolved config → per-device bytes)
+and of resolve + estimate, for the real Gemma 3 270M and for a synthetic 100-layer header.
+Accuracy: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json (real llama.cpp loads,
+scripts/calibrate.py), predicted vs measured per buffer kind and model class: the largest
+relative error, and the mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from llamafit.config import LaunchConfig  # noqa: E402
+from llamafit.devices import gpus_from_sizes, host  # noqa: E402
+from llamafit.facts import build_facts  # noqa: E402
+from llamafit.gguf_model import read_model  # noqa: E402
+from llamafit.memory import MemoryModel  # noqa: E402
+from llamafit.resolve import resolve  # noqa: E402
+
+HOST = host(128 << 30, 96 << 30)
+GPUS = gpus_from_sizes("24GiB,24GiB")
+
+
+def synthetic_100_layers(directory: Path) -> Path:
+    """A Qwen2.5-32B-like header (heads 40/8, dim 128) with 100 blocks and tiny tensors."""
+    import gguf
+    import numpy as np
+
+    path = directory / "synthetic-100-layers.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(100)
+    w.add_context_length(131072)
+    w.add_embedding_length(5120)
+    w.add_feed_forward_length(27648)
+    w.add_head_count(40)
+    w.add_head_count_kv(8)
+    w.add_token_list([b"a"] * 1024)
+    t = np.zeros((1, 32), dtype=np.float32)
+    w.add_tensor("token_embd.weight", t)
+    for il in range(100):
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_gate", "ffn_down", "attn_norm"):
+            w.add_tensor(f"blk.{il}.{name}.weight", t)
+    w.add_tensor("output.weight", t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def rate(fn, seconds: float) -> float:
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def speed(path: Path, seconds: float) -> None:
+    mm = MemoryModel(build_facts(read_model(path)))
+    cfg = LaunchConfig(n_ctx=32768, n_gpu_layers=60)
+    rc = resolve(cfg, mm.facts)
+    est = rate(lambda: mm.estimate(rc, GPUS, HOST), seconds)
+    full = rate(lambda: mm.estimate(resolve(replace(cfg, n_ctx=16384), mm.facts), GPUS, HOST), seconds)
+    print(f"{path.name:<36} estimate {est:>9,.0f}/s ({1e6 / est:6.1f} us)   "
+          f"resolve+estimate {full:>9,.0f}/s ({1e6 / full:6.1f} us)")  # fmt: skip
+
+
+def accuracy() -> None:
+    from test_memory_calibration import ROWS, predicted
+
+    errors: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for row in ROWS:
+        (cpu,) = predicted(row).devices
+        m = row["measured"]
+        cls = row["model"].rsplit("/", 1)[-1].removesuffix(".gguf").split("-0000")[0]
+        pairs = {
+            "weights": (cpu.weights_bytes, m["model_buffers"]["CPU_Mapped"]),
+            "kv": (cpu.kv_bytes, sum(c["k_mib"] + c["v_mib"] for c in m["kv_caches"])),
+            "recurrent": (cpu.recurrent_bytes, sum(r["r_mib"] + r["s_mib"] for r in m["rs"])),
+            "compute": (cpu.compute_bytes, m["compute_buffers"]["CPU"]),
+            "output": (cpu.output_bytes, m["output_buffers"]["CPU"]),
+        }
+        for kind, (pred, mib) in pairs.items():
+            # llama.cpp prints 2 decimals (compute: 4): smaller values say more about the print
+            if mib >= (0.1 if kind == "compute" else 4.0):
+                errors[(cls, kind)].append(pred / (mib * (1 << 20)) - 1)
+    print(f"\n{'model class':<28}{'buffer':<11}{'rows':>5}{'max |err|':>11}{'mean err':>10}")
+    for (cls, kind), errs in sorted(errors.items()):
+        worst = max(errs, key=abs)
+        print(f"{cls:<28}{kind:<11}{len(errs):>5}{abs(worst):>10.2%}{sum(errs) / len(errs):>+10.2%}")
+    print(f"({len(ROWS)} measured loads; values under 4 MiB (compute: 0.1 MiB) are left out, as llama.cpp "
+          "prints them to 0.01 MiB; weights vs the CPU_Mapped buffer; tests/test_memory_calibration.py checks "
+          "every row within print precision)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=1.0, help="time per speed measurement")
+    args = ap.parse_args()
+    from llamafit.demo import demo_model_path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in (demo_model_path(), synthetic_100_layers(Path(tmp))):
+            speed(path, args.seconds)
+    accuracy()
+
+
+if __name__ == "__main__":
+    main()
