@@ -77,6 +77,7 @@ def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: li
         "config": config_json(rc),
         "devices": [device_json(d) for d in b.devices],
         "fits": b.fits,
+        "host_weights_mapped": b.host_weights_mapped,
         "warnings": warnings,
         "ways_out": ways_out,
         **extra,
