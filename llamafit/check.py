@@ -13,11 +13,12 @@ from . import check_report
 from .demo import resolve_model_arg
 from .devices import DeviceSpec, gpus_from_sizes
 from .errors import InputError
-from .facts import build_facts
+from .facts import ModelFacts, build_facts
 from .gguf_model import read_model
 from .memory import MemoryModel
 from .resolve import resolve
-from .server_flags import parse_server_args, split_command_line
+from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
+from .search import Target
 from .ways_out import suggestions
 
 
@@ -58,9 +59,18 @@ def _default_host() -> DeviceSpec:
     return detect_host()
 
 
-def run_check(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str, build: int | None,
-              backend: str, reserve_bytes: int, command_line: str | None, server_args: Sequence[str],
-              env: Mapping[str, str], host_fn: Callable[[], DeviceSpec] = _default_host) -> CheckReport:  # fmt: skip
+@dataclass(frozen=True)
+class Prepared:
+    """A model, the user's llama-server flags and the machine, ready for check or plan."""
+
+    parsed: ParsedServerArgs
+    facts: ModelFacts
+    target: Target
+
+
+def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str, build: int | None,
+            backend: str, reserve_bytes: int, command_line: str | None, server_args: Sequence[str],
+            env: Mapping[str, str], host_fn: Callable[[], DeviceSpec] = _default_host) -> Prepared:  # fmt: skip
     parsed = parse_server_args(_server_argv(command_line, server_args), env, engine=engine)
     if model is None and not demo:
         model = parsed.model
@@ -70,17 +80,26 @@ def run_check(*, model: str | None, demo: bool, gpu_spec: str | None, engine: st
         raise InputError("--gpu is required for now: give sizes (--gpu 24GiB or --gpu 24GiB,12GiB) or --gpu cpu")
     gpus = gpus_from_sizes(gpu_spec, backend)
     facts = build_facts(read_model(resolve_model_arg(model, demo=demo)))
-    rc = resolve(parsed.config, facts, engine=engine, build=build)
-    mm = MemoryModel(facts)
-    host = host_fn()
-    breakdown = mm.estimate(rc, gpus, host, reserve_bytes=reserve_bytes)
-    ways = [] if breakdown.fits else suggestions(mm, parsed.config, engine=engine, build=build, gpus=gpus, host=host,
-                                                  reserve=reserve_bytes, n_ctx=rc.n_ctx)  # fmt: skip
-    warnings = list(facts.warnings) + list(rc.warnings)
-    warnings += [f"llama-server would refuse this flag (kept, not passed on): {u}" for u in parsed.unknown]
-    if not gpus and "n_gpu_layers" in parsed.config.given:
+    target = Target(MemoryModel(facts), engine, build, tuple(gpus), host_fn(), reserve_bytes)
+    return Prepared(parsed, facts, target)
+
+
+def flag_warnings(p: Prepared) -> list[str]:
+    warnings = [f"llama-server would refuse this flag (kept, not passed on): {u}" for u in p.parsed.unknown]
+    if not p.target.gpus and "n_gpu_layers" in p.parsed.config.given:
         warnings.append("--gpu cpu: -ngl has no effect without a GPU")
-    extra = {"llama_build": build, "unknown_flags": list(parsed.unknown), "passthrough": list(parsed.passthrough)}
-    data = check_report.to_json(facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
-    text = check_report.to_text(facts, rc, breakdown, warnings=warnings, ways_out=ways)
+    return warnings
+
+
+def run_check(**kwargs: Any) -> CheckReport:
+    """Resolve the user's flags, predict every buffer, and say whether it fits (and if not, how)."""
+    p = prepare(**kwargs)
+    t = p.target
+    rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
+    breakdown = t.model.estimate(rc, t.gpus, t.host, reserve_bytes=t.reserve_bytes)
+    ways = [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx)
+    warnings = list(p.facts.warnings) + list(rc.warnings) + flag_warnings(p)
+    extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}
+    data = check_report.to_json(p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
+    text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)
     return CheckReport(breakdown.fits, data, text)

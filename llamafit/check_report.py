@@ -88,7 +88,7 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / MIB:,.0f}"
 
 
-def _device_lines(b: Breakdown) -> list[str]:
+def device_lines(b: Breakdown) -> list[str]:
     head = f"{'device':<10}{'usable':>10}{'weights':>10}{'KV':>9}{'recur.':>8}{'compute':>9}{'output':>8}"
     head += f"{'reserve':>9}{'used':>10}{'left':>10}"
     lines = [head + "   (MiB)"]
@@ -117,7 +117,7 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: li
         f"Config     -c {rc.n_ctx} ({rc.n_ctx_seq:,} per slot, {slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
-        *_device_lines(b),
+        *device_lines(b),
         f"Verdict    {verdict(b)}",
     ]
     lines += [f"Way out    {w}" for w in ways_out]

@@ -71,21 +71,42 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
 EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
 
 
+def _engine_options(f: Any) -> Any:
+    """Options shared by check and plan: the machine and whose rules apply."""
+    options = [
+        click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model."),
+        click.option("--gpu", "gpu_spec", metavar="SPEC", help="GPU memory: 24GiB | 24GiB,12GiB | cpu (host RAM only)."),
+        click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
+                     default="llama-server", show_default=True, help="Whose defaults and rules apply."),
+        click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current)."),
+        click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
+                     show_default=True, help="How GPUs given by size are named and which backend rules apply."),
+        click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+                     help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools)."),
+        click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line."),
+        json_option,
+        click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
+            command_line: str | None, args: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
+    import os
+
+    from .check import split_model_argument
+
+    model, server_args = split_model_argument(args)
+    return dict(model=model, demo=demo, gpu_spec=gpu_spec, engine=engine, build=llama_build, backend=backend,
+                reserve_bytes=reserve_mib << 20, command_line=command_line, server_args=server_args,
+                env=dict(os.environ))  # fmt: skip
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model.")
-@click.option("--gpu", "gpu_spec", metavar="SPEC", help="GPU memory: 24GiB | 24GiB,12GiB | cpu (host RAM only).")
-@click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
-              default="llama-server", show_default=True, help="Whose defaults and rules apply.")  # fmt: skip
-@click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current).")
-@click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
-              show_default=True, help="How GPUs given by size are named and which backend rules apply.")  # fmt: skip
-@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
-              help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools).")  # fmt: skip
-@click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line.")
-@json_option
-@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]")
-def check(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str,
-          reserve_mib: int, command_line: str | None, as_json: bool, args: tuple[str, ...]) -> None:  # fmt: skip
+@_engine_options
+def check(as_json: bool, **common: Any) -> None:
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
 
     \b
@@ -93,14 +114,38 @@ def check(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None
     llamafit check --gpu 24GiB -- llama-server -m model.gguf -c 65536 -ngl 99
     llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536"
     """
-    import os
+    from .check import run_check
 
-    from .check import run_check, split_model_argument
+    report = run_check(**_common(**common))
+    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
+    raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
-    model, server_args = split_model_argument(args)
-    report = run_check(model=model, demo=demo, gpu_spec=gpu_spec, engine=engine, build=llama_build,
-                       backend=backend, reserve_bytes=reserve_mib << 20, command_line=command_line,
-                       server_args=server_args, env=dict(os.environ))  # fmt: skip
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed", show_default=True,
+              help="speed: all layers on the GPU first; context: the longest context first; quality: f16 KV first.")
+@click.option("--ctx-max", type=click.IntRange(256), help="Largest context per slot to aim for (default: trained).")
+@click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits.")
+@click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot.")
+@click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
+              help="A fixed KV cache type for K and V.")
+@click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off.")
+@_engine_options
+def plan(prefer: str, ctx_max: int | None, min_ctx: int | None, fixed_ctx: int | None, kv: str | None,
+         fa: str | None, as_json: bool, **common: Any) -> None:  # fmt: skip
+    """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none fits.
+
+    Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub) is solved.
+
+    \b
+    llamafit plan model.gguf --gpu 24GiB
+    llamafit plan model.gguf --gpu 24GiB,12GiB --prefer context -- -np 2
+    """
+    from .plan_run import run_plan
+    from .solver import Policy
+
+    policy = Policy(prefer=prefer, ctx_max=ctx_max, min_ctx=min_ctx, ctx=fixed_ctx, kv=kv, fa=fa)
+    report = run_plan(policy, **_common(**common))
     click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 

@@ -1,0 +1,66 @@
+"""`llamafit plan` output: stable JSON and text (MiB only here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .check_report import config_json, device_json, model_json
+from .command import display
+from .devices import DeviceSpec
+from .facts import ModelFacts
+from .plan import PlanResult
+
+SCHEMA = "llamafit.plan/1"
+
+
+def hardware_json(gpus: tuple[DeviceSpec, ...], host: DeviceSpec) -> list[dict[str, Any]]:
+    return [{"name": d.name, "kind": d.kind, "backend": d.backend, "total_bytes": d.total_bytes,
+             "usable_bytes": d.usable_bytes} for d in (*gpus, host)]  # fmt: skip
+
+
+def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]]) -> dict[str, Any]:
+    c = result.choice
+    return {
+        "schema": SCHEMA,
+        "model": model_json(facts),
+        "hardware": hardware,
+        "config": config_json(c.rc) if c else None,
+        "context_per_slot": c.ctx if c else None,
+        "command": argv,
+        "devices": [device_json(d) for d in c.breakdown.devices] if c else [],
+        "fits": c is not None,
+        "tradeoffs": [{"flash_attn": t.flash_attn, "type_k": t.type_k, "type_v": t.type_v,
+                       "n_gpu_layers": t.n_gpu_layers, "n_cpu_moe": t.n_cpu_moe, "max_ctx": t.max_ctx}
+                      for t in result.tradeoffs],  # fmt: skip
+        "mib_per_1000_tokens": result.mib_per_1000_tokens,
+        "mib_per_layer": result.mib_per_layer,
+        "verdict": result.verdict,
+        "warnings": list(result.warnings),
+    }
+
+
+def _hw_line(d: dict[str, Any]) -> str:
+    size = "-" if d["usable_bytes"] is None else f"{d['usable_bytes'] / 2**20:,.0f} MiB usable"
+    return f"{d['name']} ({d['backend']}) {size}"
+
+
+def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
+            device_lines: list[str]) -> str:  # fmt: skip
+    lines = [
+        f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
+        "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
+    ]
+    if argv:
+        lines.append(f"Command    {display(argv)}")
+    lines += device_lines
+    lines.append("Trade-offs (largest context per slot at this offload):")
+    lines.append(f"  {'fa':<4}{'K':<6}{'V':<6}{'-ngl':>5}{'cpu-moe':>8}{'max context':>13}")
+    for t in result.tradeoffs:
+        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
+        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}{ctx:>13}")
+    if result.mib_per_1000_tokens is not None:
+        lines.append(f"Marginal   {result.mib_per_1000_tokens:,.1f} MiB per 1,000 tokens per slot"
+                     + (f", {result.mib_per_layer:,.1f} MiB per block on the GPU" if result.mib_per_layer else ""))
+    lines.append(f"Verdict    {result.verdict}")
+    lines += [f"Warning    {w}" for w in result.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""The solver: the best llama-server configuration that fits, under an explicit policy.
+
+Default policy, in order: (1) every layer on the GPU(s) when any KV choice reaches the minimum
+context — speed; (2) the largest context up to n_ctx_train per slot (or --ctx-max); (3) the most
+precise KV cache that still reaches that context (f16 > q8_0 > q4_0, K never less precise than
+V, quantized V only with flash attention). Anything the user pinned (llama-server flags after
+`--`, recorded in LaunchConfig.given, or --ctx/--kv/--fa) stays as given; the rest is solved
+around it. Every search is a bisection over the monotone memory model (search.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from .config import LaunchConfig
+from .errors import InputError
+from .memory import Breakdown
+from .resolve import ResolvedConfig
+from .search import STEP, Target, largest, max_context
+
+# K/V pairs from most to least precise (bytes per element), K never below V.
+KV_PAIRS = (("f16", "f16"), ("f16", "q8_0"), ("f16", "q4_0"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"))
+UBATCHES = (512, 256, 128)  # llama-server's default first; smaller ones only when they buy context
+PREFER = ("speed", "context", "quality")
+DEFAULT_MIN_CTX = 4096  # llama.cpp's --fit-ctx default: the least context worth running
+
+
+class NoFit(InputError):
+    """No configuration reaches the required context on this machine (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    prefer: str = "speed"
+    ctx_max: int | None = None  # per slot; default n_ctx_train
+    min_ctx: int | None = None  # per slot; default min(4096, target)
+    ctx: int | None = None  # a fixed per-slot context
+    kv: str | None = None  # a fixed type for K and V
+    fa: str | None = None  # "on" | "off" fixed
+
+
+@dataclass(frozen=True)
+class Choice:
+    cfg: LaunchConfig
+    ctx: int  # per-slot context reached
+    rc: ResolvedConfig
+    breakdown: Breakdown
+
+
+def _pinned(cfg: LaunchConfig, *names: str) -> bool:
+    return any(n in cfg.given for n in names)
+
+
+def _kv_options(cfg: LaunchConfig, policy: Policy) -> list[tuple[str, str]]:
+    if policy.kv:
+        return [(policy.kv, policy.kv)]
+    if _pinned(cfg, "type_k", "type_v"):
+        return [(cfg.type_k, cfg.type_v)]
+    return list(KV_PAIRS)
+
+
+def _fa_options(cfg: LaunchConfig, policy: Policy) -> list[str]:
+    if policy.fa:
+        return [policy.fa]
+    return [cfg.flash_attn] if _pinned(cfg, "flash_attn") else ["on", "off"]
+
+
+def _ub_options(cfg: LaunchConfig) -> list[int]:
+    return [cfg.n_ubatch] if _pinned(cfg, "n_ubatch") else list(UBATCHES)
+
+
+def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
+    """Every KV/FA/ubatch combination allowed, best first (precision, then FA on, then -ub 512)."""
+    for type_k, type_v in _kv_options(cfg, policy):
+        for fa in _fa_options(cfg, policy):
+            if fa == "off" and type_v not in ("f16", "f32", "bf16"):
+                continue  # quantized V needs flash attention
+            for ub in _ub_options(cfg):
+                yield replace(cfg, type_k=type_k, type_v=type_v, flash_attn=fa, n_ubatch=ub)
+
+
+def _most_compact(cfg: LaunchConfig, policy: Policy) -> list[LaunchConfig]:
+    """The combos that need the least memory per token: the last KV pair, each FA, the smallest -ub."""
+    options = list(combos(cfg, policy))
+    last_kv = (options[-1].type_k, options[-1].type_v)
+    smallest_ub = min(o.n_ubatch for o in options)
+    return [o for o in options if (o.type_k, o.type_v) == last_kv and o.n_ubatch == smallest_ub]
+
+
+def _reaches(target: Target, cfgs: list[LaunchConfig], ctx: int, mult: int) -> bool:
+    return any(target.fits(replace(c, n_ctx=ctx * mult)) for c in cfgs)
+
+
+def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int, mult: int) -> LaunchConfig | None:
+    """The most offloaded config (all layers; then experts, then whole layers to the CPU) at which
+    some KV choice reaches `need` tokens per slot; None when nothing does."""
+    compact = _most_compact(cfg, policy)
+    facts = target.model.facts
+    if not target.gpus or _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
+        return cfg if _reaches(target, compact, need, mult) else None
+    full = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=facts.n_layer_all + 1)
+    if _reaches(target, compact, need, mult):
+        return full
+    if facts.moe is not None and not _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
+        n = facts.n_layer
+        kept = largest(0, n, lambda k: _reaches(target, [replace(c, n_cpu_moe=n - k) for c in compact], need, mult))
+        if kept is not None:
+            return replace(full, n_cpu_moe=n - kept)
+        full = replace(full, n_cpu_moe=n)
+    if _pinned(cfg, "n_gpu_layers"):
+        return None
+    ngl = largest(0, facts.n_layer_all + 1,
+                  lambda k: _reaches(target, [replace(c, n_gpu_layers=k, n_cpu_moe=full.n_cpu_moe) for c in compact],
+                                     need, mult))  # fmt: skip
+    return None if ngl is None else replace(full, n_gpu_layers=ngl)
+
+
+def _best_combo(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int) -> Choice | None:
+    """The largest context in [lo, hi] over the combos, then the most precise combo reaching it."""
+    mult = _streams(target, base)
+    results = [(c, max_context(target, c, hi, lo)) for c in combos(base, policy)]
+    reached = [(c, ctx) for c, ctx in results if ctx]
+    if not reached:
+        return None
+    best_ctx = max(ctx for _, ctx in reached)
+    if policy.prefer == "quality":  # the most precise combo that fits at all, at its own best context
+        cfg, best_ctx = reached[0]
+    else:
+        cfg = next(c for c, ctx in reached if ctx == best_ctx)
+    cfg = replace(cfg, n_ctx=best_ctx * mult)
+    evaluated = target.evaluate(cfg)
+    assert evaluated is not None
+    return Choice(cfg, best_ctx, *evaluated)
+
+
+def _streams(target: Target, cfg: LaunchConfig) -> int:
+    result = target.evaluate(replace(cfg, n_ctx=STEP))
+    return result[0].n_stream if result else 1
+
+
+def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]:
+    """(minimum, maximum) context per slot the policy asks for."""
+    facts = target.model.facts
+    if policy.ctx or _pinned(cfg, "n_ctx") and cfg.n_ctx:
+        fixed = policy.ctx or cfg.n_ctx // _streams(target, cfg)
+        return fixed, fixed
+    hi = policy.ctx_max or facts.n_ctx_train
+    lo = policy.min_ctx or min(DEFAULT_MIN_CTX, hi)
+    if lo > hi:
+        raise InputError(f"--min-ctx {lo} is larger than the largest context asked for ({hi})")
+    return lo, hi
+
+
+def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
+    """The configuration the policy picks; NoFit when even the minimum context cannot fit."""
+    if policy.prefer not in PREFER:
+        raise InputError(f"--prefer must be one of {', '.join(PREFER)}")
+    lo, hi = bounds(target, cfg, policy)
+    mult = _streams(target, cfg)
+    need = hi if policy.prefer == "context" else lo
+    base = _offload_levels(target, cfg, policy, need, mult)
+    if base is None and policy.prefer == "context":
+        base = _offload_levels(target, cfg, policy, lo, mult)
+    if base is None:
+        raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine, even with a q4_0 KV cache "
+                    "and layers on the CPU")  # fmt: skip
+    choice = _best_combo(target, base, policy, lo, hi)
+    if choice is None:
+        raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine")
+    return choice

@@ -1,0 +1,75 @@
+"""Solver speed: a full plan (every variable free) for a 64-layer and a 100-layer model.
+
+    python scripts/bench_solver.py [--repeat N]
+
+Prints the time of solve() alone and of plan() (solve + trade-off table + marginal costs),
+best of N, and how many memory-model evaluations each took. Target (issue 4): <= 100 ms for a
+full plan of a 100-layer model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_memory import synthetic_100_layers  # noqa: E402
+
+from llamafit.config import LaunchConfig  # noqa: E402
+from llamafit.devices import gpus_from_sizes, host  # noqa: E402
+from llamafit.facts import build_facts  # noqa: E402
+from llamafit.gguf_model import read_model  # noqa: E402
+from llamafit.memory import MemoryModel  # noqa: E402
+from llamafit.plan import plan  # noqa: E402
+from llamafit.search import Target  # noqa: E402
+from llamafit.solver import Policy, solve  # noqa: E402
+
+
+class Counting(MemoryModel):
+    calls = 0
+
+    def estimate(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        Counting.calls += 1
+        return super().estimate(*args, **kwargs)
+
+
+def best(fn, repeat: int) -> tuple[float, int]:
+    times = []
+    for _ in range(repeat):
+        Counting.calls = 0
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times), Counting.calls
+
+
+def bench(path: Path, gpu: str, repeat: int) -> None:
+    target = Target(Counting(build_facts(read_model(path))), "llama-server", None, gpus_from_sizes(gpu),
+                    host(128 << 30, 96 << 30), 1 << 30)  # fmt: skip
+    cfg, policy = LaunchConfig(), Policy()
+    t_solve, n_solve = best(lambda: solve(target, cfg, policy), repeat)
+    t_plan, n_plan = best(lambda: plan(target, cfg, policy), repeat)
+    print(f"{path.name:<36} --gpu {gpu:<12} solve {t_solve * 1e3:7.1f} ms ({n_solve:4d} evaluations)   "
+          f"plan {t_plan * 1e3:7.1f} ms ({n_plan:4d} evaluations)")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        synthetic = synthetic_100_layers(Path(tmp))
+        for path, gpu in ((ROOT / "fixtures" / "qwen2.5-32b-like-q4_k_m.gguf", "24GiB"),
+                          (ROOT / "fixtures" / "qwen2.5-32b-like-q4_k_m.gguf", "16GiB"),
+                          (synthetic, "24GiB,24GiB")):  # fmt: skip
+            bench(path, gpu, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
