@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -222,6 +221,8 @@ def _sysfs_gpus(root: str | Path, env: Mapping[str, str]) -> tuple[tuple[GPUInfo
 
 def run_sysctl(name: str) -> str | None:
     """`sysctl -n NAME`, None when the name is unknown or sysctl is missing."""
+    import subprocess
+
     try:
         out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
     except (OSError, subprocess.TimeoutExpired):
@@ -304,14 +305,23 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
         if part:
             m = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", part, re.IGNORECASE)
             items.append((m.group(2), int(m.group(1))) if m else (part, 1))
+    if any(count < 1 for _, count in items):
+        raise InputError(f"--gpu {spec}: a count must be at least 1 (e.g. 2xrtx4090)")
     return items
 
 
-def _item_gpus(item: str) -> list[GPUInfo]:
+def _size_or_none(item: str) -> int | None:
     try:
-        return [_sized_gpu(parse_size(item))]
+        return parse_size(item)
     except InputError:
+        return None
+
+
+def _item_gpus(item: str) -> list[GPUInfo]:
+    size = _size_or_none(item)
+    if size is None:
         return _catalog_gpus(gpu_catalog.lookup(item))  # unknown → InputError with close matches
+    return [_sized_gpu(size)]
 
 
 def _list_backend(gpus: Sequence[GPUInfo], backend: str) -> str:

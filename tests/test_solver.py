@@ -1,0 +1,103 @@
+"""The solver: policy order, pinned flags, exactness (+256 tokens never fits) and honest failure."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llamafit.config import LaunchConfig, with_given
+from llamafit.devices import gpus_from_sizes, host
+from llamafit.facts import build_facts
+from llamafit.gguf_model import read_model
+from llamafit.memory import MemoryModel
+from llamafit.search import STEP, Target
+from llamafit.solver import NoFit, Policy, solve
+
+MIB, GIB = 1 << 20, 1 << 30
+HOST = host(64 * GIB, 48 * GIB)
+QWEN = FIXTURES / "qwen2.5-32b-like-q4_k_m.gguf"
+_MODELS: dict[Path, MemoryModel] = {}
+
+
+def target(path: Path, gpu: str, reserve: int = GIB) -> Target:
+    if path not in _MODELS:
+        _MODELS[path] = MemoryModel(build_facts(read_model(path)))
+    return Target(_MODELS[path], "llama-server", None, gpus_from_sizes(gpu), HOST, reserve)
+
+
+def summary(choice) -> tuple:
+    rc = choice.rc
+    return (choice.ctx, rc.n_gpu_layers, rc.n_cpu_moe, "on" if rc.flash_attn else "off",
+            rc.type_k.name.lower(), rc.type_v.name.lower(), rc.n_ubatch)  # fmt: skip
+
+
+def test_qwen_32b_on_24gib_by_hand() -> None:
+    """Qwen2.5-32B Q4_K_M on a 24 GiB card: 18,508 MiB of weights on the GPU (all but token_embd,
+    CUDA-padded), 1,024 MiB reserve, ~234 MiB compute. f16 KV costs 256 KiB per token, so f16 reaches
+    only (24,576 - 1,024 - 18,508 - 234) MiB / 0.25 MiB ≈ 19,240 → 19,200 tokens; q8_0 (136 KiB per
+    token, 4,352 MiB for 32,768 tokens) reaches the trained 32,768 — the most precise KV that does."""
+    t = target(QWEN, "24GiB")
+    choice = solve(t, LaunchConfig(), Policy())
+    assert summary(choice) == (32768, 65, 0, "on", "q8_0", "q8_0", 512)
+    gpu = choice.breakdown.devices[0]
+    assert gpu.kv_bytes == 64 * 2 * 8 * 128 * 34 // 32 * 32768  # 136 KiB per token
+    assert gpu.weights_bytes // MIB == 18508
+    f16 = solve(t, LaunchConfig(), Policy(kv="f16"))  # a smaller -ub shrinks compute: 512 more tokens
+    assert summary(f16) == (19712, 65, 0, "on", "f16", "f16", 256)  # -ub 128 reaches no further
+    f16_ub512 = solve(t, with_given(LaunchConfig(), n_ubatch=512), Policy(kv="f16"))
+    assert summary(f16_ub512) == (19200, 65, 0, "on", "f16", "f16", 512)
+
+
+def test_qwen_32b_on_16gib_moves_layers_to_the_cpu() -> None:
+    choice = solve(target(QWEN, "16GiB"), LaunchConfig(), Policy())
+    assert summary(choice) == (4608, 53, 0, "on", "q4_0", "q4_0", 128)
+
+
+def test_prefer_quality_keeps_f16() -> None:
+    choice = solve(target(QWEN, "24GiB"), LaunchConfig(), Policy(prefer="quality"))
+    assert summary(choice)[4:6] == ("f16", "f16")
+
+
+def test_pinned_flags_are_kept() -> None:
+    pinned = with_given(LaunchConfig(), n_gpu_layers=40, flash_attn="off")
+    choice = solve(target(QWEN, "24GiB"), pinned, Policy())
+    assert (choice.rc.n_gpu_layers, choice.rc.flash_attn) == (40, False)
+    assert choice.rc.type_v.name.lower() == "f16"  # quantized V would need flash attention
+
+
+def test_fixed_context_and_impossible_minimum() -> None:
+    t = target(QWEN, "24GiB")
+    assert solve(t, LaunchConfig(), Policy(ctx=8192)).ctx == 8192
+    with pytest.raises(NoFit, match="no configuration fits 4,096 tokens per slot on this machine"):
+        solve(target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy())
+
+
+def test_moe_experts_go_to_the_cpu_before_layers() -> None:
+    t = target(FIXTURES / "moe-qwen3.gguf", "1026200K", reserve=1000 * MIB)  # a few MiB for the model
+    choice = solve(t, LaunchConfig(), Policy(ctx=2048))
+    assert summary(choice) == (2048, 5, 2, "on", "q4_0", "q4_0", 128)  # all layers, 2 blocks' experts on the CPU
+    assert not t.fits(replace(choice.cfg, n_cpu_moe=1))
+
+
+FIT_MODELS = ["dense-llama.gguf", "swa-gemma3.gguf", "moe-qwen3.gguf", "hybrid-granite.gguf", "mla-deepseek2.gguf"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(FIT_MODELS), gpu_mib=st.integers(1030, 1100), np=st.sampled_from([-1, 1, 2]))
+def test_the_chosen_context_is_exact(name: str, gpu_mib: int, np: int) -> None:
+    """The chosen context fits and the same config with 256 more tokens per slot does not."""
+    t = target(FIXTURES / name, f"{gpu_mib}MiB")
+    cfg = replace(LaunchConfig(), n_parallel=np)
+    try:
+        choice = solve(t, cfg, Policy(min_ctx=256))
+    except NoFit:
+        return
+    assert choice.breakdown.fits
+    if choice.ctx < t.model.facts.n_ctx_train:
+        more = replace(choice.cfg, n_ctx=(choice.ctx + STEP) * choice.rc.n_stream)
+        assert not t.fits(more)
