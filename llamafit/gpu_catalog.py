@@ -127,13 +127,13 @@ def find(name: str) -> CatalogEntry | None:
 
 
 def close_matches(name: str, limit: int = 5) -> list[str]:
-    """Catalog keys that look like `name`: those containing it first, then similar spellings."""
+    """Catalog keys that look like `name`: those containing it, else similar spellings (closest first)."""
     norm = normalize(name)
-    keys = [e.key for e in CATALOG]
-    containing = [k for k in keys if norm and norm in normalize(k)]
-    similar = difflib.get_close_matches(norm, [normalize(k) for k in keys], n=limit, cutoff=0.6)
-    similar_keys = [k for k in keys if normalize(k) in similar and k not in containing]
-    return (containing + similar_keys)[:limit]
+    by_norm = {normalize(e.key): e.key for e in CATALOG}
+    containing = [key for n, key in by_norm.items() if norm and norm in n]
+    if containing:
+        return containing[:limit]
+    return [by_norm[n] for n in difflib.get_close_matches(norm, list(by_norm), n=limit, cutoff=0.6)]
 
 
 def lookup(name: str) -> CatalogEntry:

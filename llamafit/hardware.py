@@ -300,7 +300,7 @@ def _sized_gpu(size: int) -> GPUInfo:
 
 def _option_items(spec: str) -> list[tuple[str, int]]:
     """`2xrtx4090,24G` → [("rtx4090", 2), ("24G", 1)]."""
-    items = []
+    items: list[tuple[str, int]] = []
     for part in (p.strip() for p in spec.split(",")):
         if part:
             m = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", part, re.IGNORECASE)

@@ -165,7 +165,30 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     if base is None:
         raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine, even with a q4_0 KV cache "
                     "and layers on the CPU")  # fmt: skip
-    choice = _best_combo(target, base, policy, lo, hi)
-    if choice is None:
+    candidates = [_best_combo(target, base, policy, lo, hi)]
+    if len(target.gpus) > 1 and not _pinned(cfg, "tensor_split"):
+        split = _split_by_room(target, _most_compact(base, policy)[0], hi, mult)
+        if split:
+            candidates.append(_best_combo(target, replace(base, tensor_split=split), policy, lo, hi))
+    found = [c for c in candidates if c is not None]
+    if not found:
         raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine")
-    return choice
+    return max(found, key=lambda c: (c.ctx, -_precision_rank(c)))
+
+
+def _precision_rank(c: Choice) -> int:
+    pair = (c.rc.type_k.name.lower(), c.rc.type_v.name.lower())
+    return KV_PAIRS.index(pair) if pair in KV_PAIRS else len(KV_PAIRS)
+
+
+def _split_by_room(target: Target, cfg: LaunchConfig, ctx: int, mult: int) -> tuple[float, ...] | None:
+    """A tensor split that gives each GPU layers in proportion to the room it has for them.
+
+    llama.cpp splits layers by free memory, but the compute buffers, the output layer and the
+    reserve are per device, not per layer, so the free-memory split overfills some GPU first."""
+    probe = target.evaluate(replace(cfg, n_ctx=ctx * mult))
+    if probe is None:
+        return None
+    gpus = [d for d in probe[1].devices if d.kind == "gpu"]
+    room = [max((d.usable_bytes or 0) - d.compute_bytes - d.output_bytes - d.reserve_bytes, 1) for d in gpus]
+    return tuple(round(r / max(room), 4) for r in room)

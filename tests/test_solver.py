@@ -101,3 +101,16 @@ def test_the_chosen_context_is_exact(name: str, gpu_mib: int, np: int) -> None:
     if choice.ctx < t.model.facts.n_ctx_train:
         more = replace(choice.cfg, n_ctx=(choice.ctx + STEP) * choice.rc.n_stream)
         assert not t.fits(more)
+
+
+def test_two_unequal_gpus_are_rebalanced() -> None:
+    """Split by free memory (16:8) the small GPU overflows first (its compute buffer and reserve
+    do not shrink with its layers); splitting by the room left for layers reaches the trained
+    context with a more precise KV cache."""
+    t = target(QWEN, "16GiB,8GiB")
+    by_free = solve(t, with_given(LaunchConfig(), tensor_split=(16.0, 8.0)), Policy())
+    rebalanced = solve(t, LaunchConfig(), Policy())
+    assert summary(by_free)[0] == summary(rebalanced)[0] == 32768
+    assert (summary(by_free)[4:6], summary(rebalanced)[4:6]) == (("q4_0", "q4_0"), ("q8_0", "q4_0"))
+    assert rebalanced.rc.tensor_split == (1.0, 0.4615)
+    assert all(d.fits for d in rebalanced.breakdown.devices)
