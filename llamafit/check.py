@@ -11,7 +11,8 @@ from typing import Any
 
 from . import check_report
 from .demo import resolve_model_arg
-from .devices import DeviceSpec, gpus_from_sizes
+from .devices import DeviceSpec
+from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
 from .errors import InputError
 from .facts import ModelFacts, build_facts
 from .gguf_model import read_model
@@ -66,22 +67,41 @@ class Prepared:
     parsed: ParsedServerArgs
     facts: ModelFacts
     target: Target
+    hardware: Hardware
+
+
+def _default_detect(env: Mapping[str, str]) -> Hardware:
+    from .hardware import detect
+
+    return detect(env)
+
+
+def machine(gpu_spec: str | None, backend: str, use: str, rpc: str | None, env: Mapping[str, str],
+            host_fn: Callable[[], DeviceSpec],
+            detect_fn: Callable[[Mapping[str, str]], Hardware]) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them."""
+    if gpu_spec is None:
+        hw = detect_fn(env)
+    else:
+        hw = given(parse_gpu_option(gpu_spec, backend=backend), host_fn())
+    specs = fit_devices(hw.gpus, use=use if gpu_spec is None else "total", rpc=parse_rpc_option(rpc) if rpc else ())
+    return hw, specs
 
 
 def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str, build: int | None,
             backend: str, reserve_bytes: int, command_line: str | None, server_args: Sequence[str],
-            env: Mapping[str, str], host_fn: Callable[[], DeviceSpec] = _default_host) -> Prepared:  # fmt: skip
+            env: Mapping[str, str], use: str = "free", rpc: str | None = None,
+            host_fn: Callable[[], DeviceSpec] | None = None,
+            detect_fn: Callable[[Mapping[str, str]], Hardware] | None = None) -> Prepared:  # fmt: skip
     parsed = parse_server_args(_server_argv(command_line, server_args), env, engine=engine)
     if model is None and not demo:
         model = parsed.model
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
-    if gpu_spec is None:
-        raise InputError("--gpu is required for now: give sizes (--gpu 24GiB or --gpu 24GiB,12GiB) or --gpu cpu")
-    gpus = gpus_from_sizes(gpu_spec, backend)
     facts = build_facts(read_model(resolve_model_arg(model, demo=demo)))
-    target = Target(MemoryModel(facts), engine, build, tuple(gpus), host_fn(), reserve_bytes)
-    return Prepared(parsed, facts, target)
+    hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect)
+    target = Target(MemoryModel(facts), engine, build, devices, hw.host, reserve_bytes)
+    return Prepared(parsed, facts, target, hw)
 
 
 def flag_warnings(p: Prepared) -> list[str]:

@@ -75,7 +75,8 @@ def _engine_options(f: Any) -> Any:
     """Options shared by check and plan: the machine and whose rules apply."""
     options = [
         click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model."),
-        click.option("--gpu", "gpu_spec", metavar="SPEC", help="GPU memory: 24GiB | 24GiB,12GiB | cpu (host RAM only)."),
+        click.option("--gpu", "gpu_spec", metavar="SPEC",
+                     help="Instead of detection: sizes (24GiB,12G), catalog names (rtx4090, 2xh100) or cpu."),
         click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
                      default="llama-server", show_default=True, help="Whose defaults and rules apply."),
         click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current)."),
@@ -83,6 +84,9 @@ def _engine_options(f: Any) -> Any:
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
         click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
                      help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools)."),
+        click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
+                     help="For detected GPUs: plan with the memory free now, or the whole card."),
+        click.option("--rpc", metavar="HOST:PORT=SIZE,...", help="llama.cpp RPC workers and their memory."),
         click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line."),
         json_option,
         click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"),
@@ -93,7 +97,7 @@ def _engine_options(f: Any) -> Any:
 
 
 def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
-            command_line: str | None, args: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
+            use: str, rpc: str | None, command_line: str | None, args: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
     import os
 
     from .check import split_model_argument
@@ -101,7 +105,7 @@ def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | No
     model, server_args = split_model_argument(args)
     return dict(model=model, demo=demo, gpu_spec=gpu_spec, engine=engine, build=llama_build, backend=backend,
                 reserve_bytes=reserve_mib << 20, command_line=command_line, server_args=server_args,
-                env=dict(os.environ))  # fmt: skip
+                env=dict(os.environ), use=use, rpc=rpc)  # fmt: skip
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -148,6 +152,17 @@ def plan(prefer: str, ctx_max: int | None, min_ctx: int | None, fixed_ctx: int |
     report = run_plan(policy, **_common(**common))
     click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
+
+
+@cli.command()
+@json_option
+def gpus(as_json: bool) -> None:
+    """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from where."""
+    from .gpus_report import gpus_json, gpus_text
+    from .hardware import detect
+
+    hw = detect()
+    click.echo(json.dumps(gpus_json(hw), indent=2) if as_json else gpus_text(hw))
 
 
 def main() -> None:

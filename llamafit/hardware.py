@@ -21,6 +21,7 @@ from .errors import InputError
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
 _AMD_VENDOR = "0x1002"
+_ORDER_NOTE = "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in PCI order"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +158,7 @@ def _nvml_gpus(nvml: Any, env: Mapping[str, str]) -> tuple[tuple[GPUInfo, ...], 
     order, note = visible_indices("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"), [g.uuid for g in found])
     notes = [note] if note else []
     if len({found[i].name for i in order}) > 1 and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-        notes.append("GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in PCI order")
+        notes.append(_ORDER_NOTE)
     return _renamed(found, order, "CUDA"), notes
 
 
@@ -386,6 +387,8 @@ def parse_rpc_option(spec: str) -> tuple[DeviceSpec, ...]:
     return tuple(workers)
 
 
-def fit_devices(gpus: Sequence[GPUInfo], *, use: str = "free", rpc: Sequence[DeviceSpec] = ()) -> tuple[DeviceSpec, ...]:
+def fit_devices(
+    gpus: Sequence[GPUInfo], *, use: str = "free", rpc: Sequence[DeviceSpec] = ()
+) -> tuple[DeviceSpec, ...]:
     """The model's device list as llama.cpp builds it: RPC workers first, then local GPUs."""
     return tuple(rpc) + device_specs(gpus, use)

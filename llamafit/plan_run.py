@@ -23,7 +23,9 @@ def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
     p = prepare(**kwargs)
     result = plan(p.target, p.parsed.config, policy)
     c = result.choice
-    argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=p.parsed.passthrough) if c else []
+    rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
+    passthrough = (["--rpc", ",".join(rpc)] if rpc else []) + list(p.parsed.passthrough)
+    argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = list(p.facts.warnings) + (list(c.rc.warnings) if c else []) + flag_warnings(p)
     result = type(result)(result.choice, result.tradeoffs, result.mib_per_1000_tokens, result.mib_per_layer,

@@ -65,8 +65,8 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         synthetic = synthetic_100_layers(Path(tmp))
-        for path, gpu in ((ROOT / "fixtures" / "qwen2.5-32b-like-q4_k_m.gguf", "24GiB"),
-                          (ROOT / "fixtures" / "qwen2.5-32b-like-q4_k_m.gguf", "16GiB"),
+        for path, gpu in ((ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", "24GiB"),
+                          (ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", "16GiB"),
                           (synthetic, "24GiB,24GiB")):  # fmt: skip
             bench(path, gpu, args.repeat)
 

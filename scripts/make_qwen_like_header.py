@@ -1,4 +1,4 @@
-"""Write fixtures/qwen2.5-32b-like-q4_k_m.gguf: a header-only GGUF shaped like Qwen2.5-32B-Instruct
+"""Write fixtures/header-only/qwen2.5-32b-like-q4_k_m.gguf: a header-only GGUF shaped like Qwen2.5-32B-Instruct
 Q4_K_M (64 blocks, 40 heads, 8 KV heads, head dim 128, n_embd 5120, n_ff 27648, vocab 152,064,
 context 32,768), with llama.cpp's Q4_K_M type mix (Q6_K for attn_v and ffn_down in the layers
 llama-quant.cpp's use_more_bits picks, Q6_K output). No tensor data: only the header, which is
@@ -80,6 +80,6 @@ def header() -> bytes:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "fixtures" / "qwen2.5-32b-like-q4_k_m.gguf"
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
     out.write_bytes(header())
     print(out)

@@ -60,8 +60,7 @@ def test_cpu_only() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([DENSE, "--", "-c", "4096"], "Error: --gpu is required for now"),
-        ([DENSE, "--gpu", "lots"], "Error: cannot read 'lots' as a memory size"),
+        ([DENSE, "--gpu", "lots"], "Error: unknown GPU 'lots'; known: rtx3060-12gb"),
         ([DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off"],
          "Error: quantized V cache requires flash_attn to be enabled"),
         ([DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"], "Error: "),
@@ -73,3 +72,17 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
     assert result.stdout == ""
+
+
+def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamafit import check as check_module
+    from llamafit.devices import DeviceSpec, host
+    from llamafit.hardware import GPUInfo, Hardware
+
+    gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 8 << 30, 6 << 30), "Test GPU", 0)
+    fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")
+    monkeypatch.setattr(check_module, "_default_detect", lambda env: fake)
+    d = json.loads(check(DENSE, "--json", "--", "-c", "4096").stdout)
+    assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [("CUDA0", 6 << 30), ("CPU", 16 << 30)]
+    total = json.loads(check(DENSE, "--json", "--use", "total", "--", "-c", "4096").stdout)
+    assert total["devices"][0]["usable_bytes"] == 8 << 30

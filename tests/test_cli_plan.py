@@ -9,7 +9,7 @@ from conftest import FIXTURES
 
 from llamafit.cli import cli
 
-QWEN = str(FIXTURES / "qwen2.5-32b-like-q4_k_m.gguf")
+QWEN = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
 
 
 def plan(*args: str):

@@ -20,7 +20,7 @@ from llamafit.solver import NoFit, Policy, solve
 
 MIB, GIB = 1 << 20, 1 << 30
 HOST = host(64 * GIB, 48 * GIB)
-QWEN = FIXTURES / "qwen2.5-32b-like-q4_k_m.gguf"
+QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 _MODELS: dict[Path, MemoryModel] = {}
 
 
