@@ -166,6 +166,21 @@ class MemoryModel:
         self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
         return out
 
+    def bytes_read_per_token(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
+        """Weight bytes each device reads per generated token: everything but token_embd (a lookup)
+        and, of the routed experts, only the n_expert_used / n_expert share a token activates."""
+        moe = self.facts.moe
+        share = moe.n_expert_used / moe.n_expert if moe and moe.n_expert else 1.0
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        out = dict.fromkeys([CPU, *range(n_gpu)], 0)
+        for dev, a, b in lmap.runs:
+            out[dev] += self._sum(0, a, b) - self._sum(2, a, b)
+            moved = self._sum(2, a, min(b, n_moe)) if dev != CPU else 0
+            out[dev] += int((self._sum(2, a, b) - moved) * share)
+            out[CPU] += int(moved * share)
+        out[lmap.output] += self.output_raw + self.tied_raw  # a tied output reads token_embd as its matrix
+        return out
+
     def _add_output(self, out: dict[int, int], dev: int, pad: bool) -> None:
         out[dev] += self.output_padded if pad else self.output_raw
         if dev != CPU:  # a tied output is a second copy of token_embd on the output device

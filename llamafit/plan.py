@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .config import LaunchConfig
+from .devices import DeviceSpec
 from .memory import Breakdown
+from .placement import CPU
 from .search import STEP, Target, max_context
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
 
 MIB = 1 << 20
+PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,9 @@ class Tradeoff:
     max_ctx: int | None  # per slot; None: not even the minimum fits
 
 
+DEFAULT_HOST_BANDWIDTH = 60 * 10**9  # bytes/s: dual-channel DDR5, for speed estimates only
+
+
 @dataclass(frozen=True)
 class PlanResult:
     choice: Choice | None
@@ -31,6 +37,40 @@ class PlanResult:
     mib_per_layer: float | None  # GPU memory one more offloaded block costs
     verdict: str
     warnings: tuple[str, ...]
+    smallest_gpu: str | None = None  # the catalog card that would hold the target context fully
+    speed_vs_full_gpu: float | None = None  # estimated generation speed relative to all layers on the GPU
+
+
+def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str, int] | None:
+    """The smallest catalog card (and the bytes needed) that holds `per_slot` tokens per slot with
+    every layer on it, the same KV choice, and the same reserve."""
+    from .gpu_catalog import smallest_fitting
+
+    backend = target.gpus[0].backend if target.gpus else "cuda"
+    big = DeviceSpec("GPU0", "gpu", backend if backend in PADDED_OR_PLAIN else "cuda", 1 << 50, 1 << 50)
+    one = replace(target, gpus=(big,))
+    mult = one.evaluate(replace(cfg, n_ctx=STEP))
+    streams = mult[0].n_stream if mult else 1
+    full = replace(cfg, n_ctx=per_slot * streams, n_gpu_layers=target.model.facts.n_layer_all + 1, n_cpu_moe=0,
+                   cpu_moe=False, tensor_split=())  # fmt: skip
+    evaluated = one.evaluate(full)
+    if evaluated is None:
+        return None
+    need = evaluated[1].devices[0].used_bytes
+    card = smallest_fitting(need)
+    return (f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need) if card else (None, need)  # type: ignore[return-value]
+
+
+def speed_vs_full_gpu(target: Target, choice: Choice, bandwidths: tuple[int | None, ...],
+                      host_bandwidth: int) -> float | None:  # fmt: skip
+    """Generation is memory-bound: time per token ≈ Σ bytes each device reads / its bandwidth.
+    Relative to the same weights read at the first GPU's bandwidth (all layers offloaded)."""
+    if not target.gpus or not bandwidths or any(b is None for b in bandwidths):
+        return None
+    read = target.model.bytes_read_per_token(choice.rc, choice.breakdown.layer_devices, len(target.gpus))
+    mixed = read[CPU] / host_bandwidth + sum(read[d] / bw for d, bw in enumerate(bandwidths) if bw)
+    full = sum(read.values()) / max(b for b in bandwidths if b)
+    return full / mixed if mixed else None
 
 
 def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int) -> list[Tradeoff]:
@@ -83,7 +123,8 @@ def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float
     return text
 
 
-def plan(target: Target, cfg: LaunchConfig, policy: Policy) -> PlanResult:
+def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple[int | None, ...] = (),
+         host_bandwidth: int = DEFAULT_HOST_BANDWIDTH) -> PlanResult:  # fmt: skip
     lo, hi = bounds(target, cfg, policy)
     warnings = []
     if target.gpus and target.reserve_bytes < 512 * MIB:
@@ -93,9 +134,23 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy) -> PlanResult:
         choice = solve(target, cfg, policy)
     except NoFit as e:
         rows = tradeoffs(target, cfg, policy, STEP, hi)
-        return PlanResult(None, tuple(rows), None, None, f"does not fit: {e}", tuple(warnings))
+        card = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
+        verdict = f"does not fit: {e}"
+        if card and card[0]:
+            verdict += f"; the smallest GPU that holds {lo:,} tokens with q8_0 KV and every layer is {card[0]}"
+        return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), card[0] if card else None)
     rows = tradeoffs(target, choice.cfg, policy, STEP, hi)
     per_tokens, per_layer = marginal_costs(target, choice)
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)
-    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings))
+    speed = speed_vs_full_gpu(target, choice, bandwidths, host_bandwidth)
+    if speed is not None and speed < 0.995:
+        verdict += (f"; with layers on the CPU, generation runs at about {speed:.0%} of the all-GPU speed "
+                    f"(memory-bound estimate, host memory at {host_bandwidth / 1e9:.0f} GB/s)")  # fmt: skip
+    card = None
+    if choice.ctx < hi or speed is not None and speed < 0.995 or choice.rc.n_cpu_moe:
+        found = smallest_gpu_for(target, choice.cfg, hi)
+        if found and found[0]:
+            card = found[0]
+            verdict += f"; the smallest GPU that holds all {hi:,} tokens this way is {card}"
+    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, speed)
 

@@ -35,6 +35,8 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "mib_per_1000_tokens": result.mib_per_1000_tokens,
         "mib_per_layer": result.mib_per_layer,
         "verdict": result.verdict,
+        "smallest_gpu": result.smallest_gpu,
+        "speed_vs_full_gpu": result.speed_vs_full_gpu,
         "warnings": list(result.warnings),
     }
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import check_report, plan_report
@@ -21,15 +21,16 @@ class PlanReport:
 
 def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
     p = prepare(**kwargs)
-    result = plan(p.target, p.parsed.config, policy)
+    n_rpc = sum(1 for d in p.target.gpus if d.backend == "rpc")
+    bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in p.hardware.gpus)
+    result = plan(p.target, p.parsed.config, policy, bandwidths=bandwidths)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     passthrough = (["--rpc", ",".join(rpc)] if rpc else []) + list(p.parsed.passthrough)
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = list(p.facts.warnings) + (list(c.rc.warnings) if c else []) + flag_warnings(p)
-    result = type(result)(result.choice, result.tradeoffs, result.mib_per_1000_tokens, result.mib_per_layer,
-                          result.verdict, tuple(warnings) + result.warnings)  # fmt: skip
+    result = replace(result, warnings=tuple(warnings) + result.warnings)
     data = plan_report.to_json(p.facts, result, argv, hardware)
     device_lines = check_report.device_lines(c.breakdown) if c else []
     return PlanReport(c is not None, data, plan_report.to_text(p.facts, result, argv, hardware, device_lines))

@@ -163,8 +163,9 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     if base is None and policy.prefer == "context":
         base = _offload_levels(target, cfg, policy, lo, mult)
     if base is None:
-        raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine, even with a q4_0 KV cache "
-                    "and layers on the CPU")  # fmt: skip
+        how = (f"with -ngl {cfg.n_gpu_layers} as pinned" if _pinned(cfg, "n_gpu_layers")
+               else "even with layers on the CPU")  # fmt: skip
+        raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine, {how} and the smallest KV cache")
     candidates = [_best_combo(target, base, policy, lo, hi)]
     if len(target.gpus) > 1 and not _pinned(cfg, "tensor_split"):
         split = _split_by_room(target, _most_compact(base, policy)[0], hi, mult)
