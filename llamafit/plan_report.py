@@ -60,9 +60,13 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
     for t in result.tradeoffs:
         ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
         lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}{ctx:>13}")
-    if result.mib_per_1000_tokens is not None:
-        lines.append(f"Marginal   {result.mib_per_1000_tokens:,.1f} MiB per 1,000 tokens per slot"
-                     + (f", {result.mib_per_layer:,.1f} MiB per block on the GPU" if result.mib_per_layer else ""))
+    per_tokens, per_layer = result.mib_per_1000_tokens, result.mib_per_layer
+    if per_tokens is not None:
+        line = f"Marginal   {per_tokens:,.1f} MiB per 1,000 tokens per slot"
+        if per_layer and per_tokens > 0:
+            line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
+            line += f"about {per_layer / per_tokens * 1000:,.0f} tokens"
+        lines.append(line)
     lines.append(f"Verdict    {result.verdict}")
     lines += [f"Warning    {w}" for w in result.warnings]
     return "\n".join(lines)
