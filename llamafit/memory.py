@@ -134,7 +134,10 @@ class MemoryModel:
             rows.append(DeviceUsage(spec.name, "gpu", spec.total_bytes, spec.usable_bytes, weights[d], kv[d], rs[d],
                                     compute[d], 0, reserve_bytes))  # fmt: skip
         host_reserve = 0 if gpus else reserve_bytes
-        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host.usable_bytes, weights[CPU], kv[CPU],
+        host_usable = host.usable_bytes
+        if host_usable is not None and any(g.backend == "metal" for g in gpus):
+            host_usable -= sum(r.used_bytes for r in rows)  # unified memory: the GPU's share is host RAM too
+        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
                                 rs[CPU], compute[CPU], output, host_reserve))  # fmt: skip
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
         return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)

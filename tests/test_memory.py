@@ -162,3 +162,10 @@ def test_fits_verdict_against_device_memory() -> None:
     b = estimate(mm, SERVER, tiny)  # the 1 GiB reserve alone fills it
     assert not b.fits and b.devices[0].free_after_bytes < 0
     assert estimate(mm, SERVER).fits
+
+
+def test_apple_unified_memory_is_not_counted_twice() -> None:
+    mm = model("dense-llama.gguf")
+    metal = (DeviceSpec("MTL0", "gpu", "metal", 10 << 30, 10 << 30),)
+    gpu, cpu = estimate(mm, SERVER, metal).devices
+    assert cpu.usable_bytes == HOST.usable_bytes - gpu.used_bytes
