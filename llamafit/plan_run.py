@@ -6,9 +6,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import check_report, plan_report
-from .check import flag_warnings, prepare
+from .check import Prepared, flag_warnings, prepare
 from .command import server_argv
-from .plan import plan
+from .plan import PlanResult, plan
 from .solver import Policy
 
 
@@ -20,7 +20,11 @@ class PlanReport:
 
 
 def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
-    p = prepare(**kwargs)
+    return render_plan(prepare(**kwargs), policy)[0]
+
+
+def render_plan(p: Prepared, policy: Policy) -> tuple[PlanReport, PlanResult]:
+    """Solve for a prepared model and machine; the report and the raw result."""
     n_rpc = sum(1 for d in p.target.gpus if d.backend == "rpc")
     bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in p.hardware.gpus)
     result = plan(p.target, p.parsed.config, policy, bandwidths=bandwidths)
@@ -33,4 +37,4 @@ def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
     result = replace(result, warnings=tuple(warnings) + result.warnings)
     data = plan_report.to_json(p.facts, result, argv, hardware)
     device_lines = check_report.device_lines(c.breakdown) if c else []
-    return PlanReport(c is not None, data, plan_report.to_text(p.facts, result, argv, hardware, device_lines))
+    return PlanReport(c is not None, data, plan_report.to_text(p.facts, result, argv, hardware, device_lines)), result

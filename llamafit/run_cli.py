@@ -1,0 +1,40 @@
+"""`llamafit run` glue: prepare like plan, print the plan, then dry-run or launch."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .check import prepare
+from .errors import InputError
+from .plan_run import render_plan
+from .run import RunOptions, build_launch, launch_and_watch
+from .solver import Policy
+
+
+def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int | None, server: str | None,
+                dry_run: bool, api_key_file: str | None, verbose: bool, as_json: bool) -> int:  # fmt: skip
+    opts = RunOptions(host=host, port=port, server=server, dry_run=dry_run, api_key_file=api_key_file, verbose=verbose)
+    p = prepare(**common)
+    report, result = render_plan(p, policy)
+    if dry_run:
+        if result.choice is not None:
+            launch = build_launch(p, result.choice, opts, common["env"], port or 0)
+            report.json["server"] = launch.server_info | {"why": launch.why}
+            report.json["run_command"] = launch.argv
+        click.echo(json.dumps(report.json, indent=2) if as_json else _dry_text(report.text, launch if result.choice else None))
+        return 0 if result.choice else 1
+    if as_json:
+        raise InputError("--json needs --dry-run (a running server prints its progress as text)")
+    click.echo(report.text, err=True)
+    return launch_and_watch(p, policy, opts, common["env"], lambda line: click.echo(line, err=True))
+
+
+def _dry_text(plan_text: str, launch: Any) -> str:
+    if launch is None:
+        return plan_text
+    return f"{plan_text}\nServer     {launch.why}\nRun        {' '.join(launch.argv)}"
+
+

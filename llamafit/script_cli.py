@@ -1,0 +1,50 @@
+"""`llamafit script`: the planned launch as a reusable config (sh, systemd, llama-swap, models.ini, docker)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .check import Prepared, prepare
+from .command import server_argv
+from .launch_scripts import LaunchSpec, render
+from .plan_run import render_plan
+from .search import STEP
+from .solver import Choice, NoFit, Policy
+
+MIB = 1 << 20
+LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
+
+
+def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, int], ...]:
+    """(per-slot context, MiB needed on the GPUs together) from the chosen context down, for --guard."""
+    rungs = []
+    for f in LADDER_STEPS:
+        ctx = max(STEP, int(choice.ctx * f) // STEP * STEP)
+        evaluated = p.target.evaluate(replace(choice.cfg, n_ctx=ctx * choice.rc.n_stream))
+        if evaluated and (not rungs or ctx < rungs[-1][0]):
+            rungs.append((ctx * choice.rc.n_stream, sum(d.used_bytes for d in evaluated[1].devices if d.kind == "gpu") // MIB))
+    return tuple(rungs)
+
+
+def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str, port: int, name: str | None,
+                server: str | None, guard: bool) -> str:  # fmt: skip
+    p = prepare(**common)
+    _, result = render_plan(p, policy)
+    if result.choice is None:
+        raise NoFit(result.verdict)
+    c = result.choice
+    model_path = os.path.abspath(p.facts.path)  # a script runs from anywhere
+    argv = server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough, server=server or "llama-server")
+    env = tuple((k, v) for k, v in common["env"].items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
+    gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]
+    spec = LaunchSpec(
+        argv=tuple(argv), model_path=model_path, host=host, port=port, env=env,
+        name=name or Path(p.facts.path).name.removesuffix(".gguf"),
+        predicted_mib=tuple((d.name, d.used_bytes // MIB) for d in gpus),
+        llama_build=None if p.target.build is None else str(p.target.build), n_ctx=c.rc.n_ctx,
+        ladder=ladder(p, c) if guard else (),
+    )  # fmt: skip
+    return render(kind, spec, guard=guard) if kind == "sh" else render(kind, spec)

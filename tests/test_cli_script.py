@@ -1,0 +1,52 @@
+"""`llamafit script`: the written sh script really runs the planned command; other formats parse."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+from conftest import FIXTURES
+
+from llamafit.cli import cli
+
+QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_sh_script_execs_exactly_the_planned_command(tmp_path: Path) -> None:
+    record = tmp_path / "argv.txt"
+    fake = tmp_path / "fake server"
+    fake.write_text(f"#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{record}'\n")
+    fake.chmod(0o755)
+    script = tmp_path / "start.sh"
+    result = invoke("script", str(QWEN), "--gpu", "24GiB", "--server", str(fake), "-o", str(script))
+    assert result.exit_code == 0, result.output
+    subprocess.run(["sh", "-n", str(script)], check=True)
+    env = dict(os.environ, LLAMAFIT_PORT="9123")
+    subprocess.run(["sh", str(script), "--alias", "chat"], check=True, env=env)
+    plan = json.loads(invoke("plan", str(QWEN), "--gpu", "24GiB", "--json").stdout)["command"]
+    planned = [str(QWEN.resolve()) if a == str(QWEN) else a for a in plan[1:]]
+    assert record.read_text().splitlines() == [*planned, "--host", "127.0.0.1", "--port", "9123", "--alias", "chat"]
+
+
+def test_llama_swap_and_models_ini_parse_back() -> None:
+    swap = yaml.safe_load(invoke("script", str(QWEN), "--gpu", "24GiB", "--format", "llama-swap", "--name", "q").stdout)
+    entry = swap["models"]["q"]
+    assert "--port ${PORT}" in entry["cmd"] and "-ctk q8_0" in entry["cmd"]
+    assert entry["metadata"]["n_ctx"] == 32768 and entry["metadata"]["predicted_mib"]["CUDA0"] > 20000
+    ini = configparser.ConfigParser()
+    ini.read_string(invoke("script", str(QWEN), "--gpu", "24GiB", "--format", "models-ini", "--name", "q").stdout)
+    assert (ini["q"]["ctx-size"], ini["q"]["cache-type-k"], ini["q"]["n-gpu-layers"]) == ("32768", "q8_0", "65")
+
+
+def test_guard_only_for_sh() -> None:
+    result = invoke("script", str(QWEN), "--gpu", "24GiB", "--format", "systemd", "--guard")
+    assert result.exit_code == 2
