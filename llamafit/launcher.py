@@ -54,8 +54,10 @@ class Child:
     reader: threading.Thread | None = None
 
     def stop(self) -> int:
-        """SIGINT, then SIGTERM, then SIGKILL: the child is gone when this returns."""
-        for sig, wait in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        """SIGINT (twice), then SIGTERM, then SIGKILL: the child is gone when this returns."""
+        # llama-server sometimes ignores a SIGINT that arrives just as it starts listening: ask twice
+        for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 5.0),
+                          (signal.SIGKILL, 5.0)):  # fmt: skip
             if self.proc.poll() is not None:
                 break
             with contextlib.suppress(ProcessLookupError):
@@ -90,21 +92,22 @@ def start(argv: Sequence[str], env: Mapping[str, str], watcher: Watcher, echo: C
     return child
 
 
-def healthy(url: str, timeout: float = 2.0) -> bool:
+def healthy(url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - our own loopback server
+        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as r:  # noqa: S310 - our own loopback server
             return bool(r.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
-def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[], bool]) -> bool:
+def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[], bool],
+                 headers: Mapping[str, str] | None = None) -> bool:  # fmt: skip
     """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time runs out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if child.proc.poll() is not None or failed():
             return False
-        if healthy(url):
+        if healthy(url, headers=headers):
             return True
         time.sleep(0.25)
     return False

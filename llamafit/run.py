@@ -50,6 +50,7 @@ class Launch:
     choice: Choice
     url: str
     server_info: dict[str, Any]
+    health_path: str  # llama-server: /health; llama-cpp-python's server has none, /v1/models answers when loaded
 
 
 def calibration_path(env: Mapping[str, str]) -> str:
@@ -94,7 +95,8 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, env: Mapping[str
         argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
         info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None, "notes": []}
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
-    return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info)
+    health = "/health" if kind == "llama-server" else "/v1/models"
+    return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info, health)
 
 
 def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
@@ -160,8 +162,10 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
         say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
         with forwarding_signals(child):
-            ok = wait_healthy(child, launch.url + "/health", timeout_s=opts.load_timeout_s,
-                              failed=lambda: watcher.failure is not None)  # fmt: skip
+            key = next(iter(launch.env.values()), None)  # the API key, when one is set
+            ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=opts.load_timeout_s,
+                              failed=lambda: watcher.failure is not None,
+                              headers={"Authorization": f"Bearer {key}"} if key else None)  # fmt: skip
             if ok:
                 return _serve(child, watcher, launch, p, env, say)
             code = child.stop()

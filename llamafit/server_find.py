@@ -320,7 +320,7 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
 
 def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[str]]:
     """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values unchanged."""
-    out, notes = list(argv[:1]), []
+    out, notes = list(argv[:1]), list[str]()
     i = 1
     while i < len(argv):
         token = argv[i]

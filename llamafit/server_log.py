@@ -53,10 +53,9 @@ _OOM = re.compile(
     re.IGNORECASE,
 )
 _MISSING = re.compile(r"failed to open .*No such file|No such file or directory|Model path does not exist")
-_BAD_FLAG = re.compile(
-    r"error: invalid argument: (\S+)|unknown argument:? (\S+)|unrecognized arguments?: (\S+)"
-    r"|error while handling argument \"?([^\"\s:]+)"
-)
+_BAD_FLAG = re.compile(r"error: invalid argument: (\S+)|unknown argument:? (\S+)|unrecognized arguments?: (\S+)")
+# common/arg.cpp: `error while handling argument "-fa": error: unknown value for --flash-attn: 'xx'`
+_BAD_VALUE = re.compile(r"error while handling argument \"([^\"]+)\": (?:error: )?(.*)", re.IGNORECASE)
 _PORT = re.compile(r"couldn't bind|address already in use|EADDRINUSE|\[Errno 98\]", re.IGNORECASE)
 _LOAD = re.compile(
     r"error loading model|failed to load model|exiting due to model loading error"
@@ -141,6 +140,8 @@ def diagnose(msg: str) -> Failure | None:
     text = _MODULE.sub("", msg.strip())
     if _OOM.search(text):
         return Failure("oom", f"out of memory: {text}", text)
+    if m := _BAD_VALUE.search(text):
+        return Failure("bad_flag", f"{m.group(1)}: {m.group(2)}", text)
     if m := _BAD_FLAG.search(text):
         flag = next(g for g in m.groups() if g)
         return Failure("bad_flag", f"this server does not accept {flag}", text)

