@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import check_report
+from .calibration import compute_correction, parse_records
 from .demo import resolve_model_arg
 from .devices import DeviceSpec
 from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
@@ -102,6 +103,22 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
     hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect)
     target = Target(MemoryModel(facts), engine, build, devices, hw.host, reserve_bytes)
     return Prepared(parsed, facts, target, hw)
+
+
+def with_calibration(p: Prepared, env: Mapping[str, str]) -> tuple[Prepared, str | None]:
+    """Apply the compute correction learned from earlier runs of this build on these devices."""
+    from .run import calibration_path
+
+    path = calibration_path(env)
+    if not os.path.exists(path):
+        return p, None
+    with open(path, encoding="utf-8") as f:
+        records = parse_records(f)
+    devices = [(d.name, d.backend) for d in p.target.gpus]
+    found = compute_correction(records, devices=devices, build=p.target.build)
+    if found is None:
+        return p, None
+    return replace(p, target=replace(p.target, compute_scale=found.compute_scale)), found.note
 
 
 def flag_warnings(p: Prepared) -> list[str]:

@@ -101,10 +101,13 @@ def healthy(url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = 
 
 
 def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[], bool],
-                 headers: Mapping[str, str] | None = None) -> bool:  # fmt: skip
-    """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time runs out."""
+                 headers: Mapping[str, str] | None = None, tick: Callable[[], None] | None = None) -> bool:  # fmt: skip
+    """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time runs out.
+    `tick` runs between polls (progress reporting)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if tick:
+            tick()
         if child.proc.poll() is not None or failed():
             return False
         if healthy(url, headers=headers):

@@ -121,13 +121,15 @@ class MemoryModel:
         return p[b] - p[a] if b > a else 0
 
     def estimate(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
-                 reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> Breakdown:  # fmt: skip
+                 reserve_bytes: int = DEFAULT_RESERVE_BYTES, compute_scale: float = 1.0) -> Breakdown:  # fmt: skip
         """Bytes per device for this configuration (GPUs in order, then the host)."""
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus))
         weights = self._weights(rc, lmap, gpus)
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
         compute = compute_for_devices(self.facts, rc, lmap, gpus)
+        if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
+            compute = {d: int(v * compute_scale) for d, v in compute.items()}
         output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4  # output_reserve(n_seq_max): F32 logits
         rows = []
         for d, spec in enumerate(gpus):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import check_report, plan_report
-from .check import Prepared, flag_warnings, prepare
+from .check import Prepared, flag_warnings, prepare, with_calibration
 from .command import server_argv
 from .plan import PlanResult, plan
 from .solver import Policy
@@ -20,10 +20,11 @@ class PlanReport:
 
 
 def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
-    return render_plan(prepare(**kwargs), policy)[0]
+    p, note = with_calibration(prepare(**kwargs), kwargs["env"])
+    return render_plan(p, policy, note)[0]
 
 
-def render_plan(p: Prepared, policy: Policy) -> tuple[PlanReport, PlanResult]:
+def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[PlanReport, PlanResult]:
     """Solve for a prepared model and machine; the report and the raw result."""
     n_rpc = sum(1 for d in p.target.gpus if d.backend == "rpc")
     bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in p.hardware.gpus)
@@ -34,6 +35,7 @@ def render_plan(p: Prepared, policy: Policy) -> tuple[PlanReport, PlanResult]:
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = list(p.facts.warnings) + (list(c.rc.warnings) if c else []) + flag_warnings(p)
+    warnings += [f"calibration: {note}"] if note else []
     result = replace(result, warnings=tuple(warnings) + result.warnings)
     data = plan_report.to_json(p.facts, result, argv, hardware)
     device_lines = check_report.device_lines(c.breakdown) if c else []

@@ -57,7 +57,7 @@ def calibration_path(env: Mapping[str, str]) -> str:
     return env.get("LLAMAFIT_CALIBRATION") or os.path.join(cache_dir(), "calibration.jsonl")
 
 
-def _server_for(opts: RunOptions, env: Mapping[str, str]) -> tuple[str, Any, str]:
+def server_for(opts: RunOptions, env: Mapping[str, str]) -> tuple[str, Any, str]:
     """("llama-server", ServerBinary, why) or ("embedded", None, why)."""
     from .server_find import find_server
 
@@ -74,8 +74,16 @@ def _server_for(opts: RunOptions, env: Mapping[str, str]) -> tuple[str, Any, str
     return "embedded", None, f"llama-cpp-python's embedded server ({why})"
 
 
-def build_launch(p: Prepared, choice: Choice, opts: RunOptions, env: Mapping[str, str], port: int) -> Launch:
-    kind, binary, why = _server_for(opts, env)
+def with_server_build(p: Prepared, server: tuple[str, Any, str]) -> Prepared:
+    """The memory model follows the build of the server that will run (unless --llama-build says)."""
+    binary = server[1]
+    if binary is None or binary.build is None or p.target.build is not None:
+        return p
+    return replace(p, target=replace(p.target, build=binary.build))
+
+
+def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: tuple[str, Any, str], port: int) -> Launch:
+    kind, binary, why = server
     extra_env: dict[str, str] = {}
     if opts.api_key_file:
         from .launcher import read_api_key
@@ -129,6 +137,7 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
         "architecture": p.facts.architecture,
         "config": config_json(launch.choice.rc),
         "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
+        "compute_scale": p.target.compute_scale,  # the correction already in these predictions
         "buffers": rows,
     }
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -144,7 +153,7 @@ def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
 
 
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str],
-                     say: Callable[[str], None]) -> int:  # fmt: skip
+                     server: tuple[str, Any, str], say: Callable[[str], None]) -> int:  # fmt: skip
     """Start the server (up to 3 tries after out-of-memory failures) and serve until it exits."""
     from .launcher import child_env, forwarding_signals, free_port, start, wait_healthy
     from .server_log import LogWatcher
@@ -155,7 +164,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             say(f"Verdict    {result.verdict}")
             return 1
         port = free_port(opts.host) if opts.port is None else opts.port
-        launch = build_launch(p, result.choice, opts, env, port)
+        launch = build_launch(p, result.choice, opts, server, port)
         say(f"Server     {launch.why}")
         say(f"Command    {display(launch.argv)}")
         watcher = LogWatcher()
@@ -165,7 +174,8 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=opts.load_timeout_s,
                               failed=lambda: watcher.failure is not None,
-                              headers={"Authorization": f"Bearer {key}"} if key else None)  # fmt: skip
+                              headers={"Authorization": f"Bearer {key}"} if key else None,
+                              tick=_progress_reporter(watcher, say))  # fmt: skip
             if ok:
                 return _serve(child, watcher, launch, p, env, say)
             code = child.stop()
@@ -177,6 +187,19 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
         return 1
     return 1
+
+
+def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[], None]:
+    """Say the server's loading phase each time it changes."""
+    last: list[str] = [""]
+
+    def tick() -> None:
+        phase = watcher.progress
+        if phase and phase != last[0]:
+            last[0] = phase
+            say(f"Loading    {phase}")
+
+    return tick
 
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],

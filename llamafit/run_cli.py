@@ -7,21 +7,22 @@ from typing import Any
 
 import click
 
-from .check import prepare
+from .check import prepare, with_calibration
 from .errors import InputError
 from .plan_run import render_plan
-from .run import RunOptions, build_launch, launch_and_watch
+from .run import RunOptions, build_launch, launch_and_watch, server_for, with_server_build
 from .solver import Policy
 
 
 def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int | None, server: str | None,
                 dry_run: bool, api_key_file: str | None, verbose: bool, as_json: bool) -> int:  # fmt: skip
     opts = RunOptions(host=host, port=port, server=server, dry_run=dry_run, api_key_file=api_key_file, verbose=verbose)
-    p = prepare(**common)
-    report, result = render_plan(p, policy)
+    server = server_for(opts, common["env"])
+    p, note = with_calibration(with_server_build(prepare(**common), server), common["env"])
+    report, result = render_plan(p, policy, note)
     if dry_run:
         if result.choice is not None:
-            launch = build_launch(p, result.choice, opts, common["env"], port or 0)
+            launch = build_launch(p, result.choice, opts, server, port or 0)
             report.json["server"] = launch.server_info | {"why": launch.why}
             report.json["run_command"] = launch.argv
         click.echo(json.dumps(report.json, indent=2) if as_json else _dry_text(report.text, launch if result.choice else None))
@@ -29,7 +30,7 @@ def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int 
     if as_json:
         raise InputError("--json needs --dry-run (a running server prints its progress as text)")
     click.echo(report.text, err=True)
-    return launch_and_watch(p, policy, opts, common["env"], lambda line: click.echo(line, err=True))
+    return launch_and_watch(p, policy, opts, common["env"], server, lambda line: click.echo(line, err=True))
 
 
 def _dry_text(plan_text: str, launch: Any) -> str:

@@ -28,12 +28,14 @@ class Target:
     gpus: tuple[DeviceSpec, ...]
     host: DeviceSpec
     reserve_bytes: int
+    compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
         """The resolved config and its breakdown, or None where llama.cpp would reject it."""
         try:
             rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
-            return rc, self.model.estimate(rc, self.gpus, self.host, reserve_bytes=self.reserve_bytes)
+            return rc, self.model.estimate(rc, self.gpus, self.host, reserve_bytes=self.reserve_bytes,
+                                           compute_scale=self.compute_scale)  # fmt: skip
         except InputError:
             return None
 
