@@ -108,7 +108,7 @@ def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float
     rc = choice.rc
     kv = f"{rc.type_k.name.lower()}/{rc.type_v.name.lower()} KV"
     n_all = facts.n_layer_all + 1
-    where = "on the CPU" if not target.gpus else (
+    where = "everything on the CPU" if not target.gpus else (
         "all layers on the GPU" if rc.n_gpu_layers >= n_all and not rc.n_cpu_moe and not rc.cpu_moe
         else f"{n_all - rc.n_gpu_layers} of {n_all} layers and the experts of {rc.n_cpu_moe} blocks on the CPU"
         if rc.n_cpu_moe else f"{n_all - rc.n_gpu_layers} of {n_all} layers on the CPU (slower)")  # fmt: skip
