@@ -11,6 +11,7 @@ from typing import Any
 
 from . import check_report
 from .calibration import compute_correction, parse_records
+from .paths import calibration_path
 from .demo import resolve_model_arg
 from .devices import DeviceSpec
 from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
@@ -107,8 +108,6 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
 
 def with_calibration(p: Prepared, env: Mapping[str, str]) -> tuple[Prepared, str | None]:
     """Apply the compute correction learned from earlier runs of this build on these devices."""
-    from .run import calibration_path
-
     path = calibration_path(env)
     if not os.path.exists(path):
         return p, None

@@ -25,6 +25,8 @@ GGUF_DEFAULT_ALIGNMENT = 32  # ggml/include/gguf.h
 GGML_MAX_DIMS = 4  # ggml/include/ggml.h
 GGML_MAX_NAME = 64  # ggml/include/ggml.h: a tensor name must be shorter than this
 MAX_NESTING = 8  # nested arrays deeper than this are refused (llama.cpp allows none)
+FIRST_WINDOW = 1 << 16  # the first read; later reads grow with the position (see _Cursor._fill)
+MAX_WINDOW = 1 << 26
 MAX_KEPT_ARRAY = 65_536  # longer arrays are skipped (count kept); per-layer arrays are far shorter
 _DIMS = [struct.Struct(f"<{n}Q") for n in range(GGML_MAX_DIMS + 1)]
 _TYPE_OFFSET = struct.Struct("<IQ")
@@ -138,13 +140,14 @@ def _walk_strings(buf: bytes, off: int, count: int) -> tuple[int, int]:
 class _Cursor:
     """Sequential reads through a growing window over a ByteSource."""
 
-    def __init__(self, src: ByteSource, first_window: int = 1 << 16) -> None:
+    def __init__(self, src: ByteSource, first_window: int | None = None) -> None:
         self.src = src
         self.size = src.size
         self.pos = 0
         self.buf = b""
         self.base = 0
-        self.window = first_window
+        # a source may ask for smaller reads (HTTP: fetch < 2x the header even for tiny headers)
+        self.first_window = first_window or getattr(src, "first_window", FIRST_WINDOW)
         self.what = "the header"
 
     def fail(self, what: str, offset: int | None = None) -> GGUFError:
@@ -154,16 +157,22 @@ class _Cursor:
     def left(self) -> int:
         return self.size - self.pos
 
-    def _fill(self, n: int) -> int:
-        """Make [pos, pos+n) readable; returns pos's index into buf."""
+    def _fill(self, n: int, expect: int = 0) -> int:
+        """Make [pos, pos+n) readable; returns pos's index into buf.
+
+        `expect` is a lower bound on the bytes about to be walked (8 per string still to skip).
+        Each read is at least half the bytes before it (so a few MB of vocabulary takes a few
+        reads) but no more: what is read and never parsed stays under half of what was, which
+        keeps a remote header fetch below 2x the header size.
+        """
         off = self.pos - self.base
         if 0 <= off and off + n <= len(self.buf):
             return off
         if n > self.left:
             raise self.fail(f"file ends while reading {self.what} ({self.left} bytes left)")
-        self.buf = self.src.read(self.pos, min(max(n, self.window), self.left))
+        window = min(max(self.first_window, self.pos // 2), MAX_WINDOW)
+        self.buf = self.src.read(self.pos, min(max(n, expect, window), self.left))
         self.base = self.pos
-        self.window = min(self.window * 2, 1 << 26)  # a big vocabulary needs a few MB of header
         if len(self.buf) < n:
             raise self.fail(f"source returned too few bytes while reading {self.what}")
         return 0
@@ -200,7 +209,7 @@ class _Cursor:
         while count:
             if self.pos > self.size:
                 raise self.fail(f"a string in {self.what} runs past the end of the file")
-            off = self._fill(8)
+            off = self._fill(8, expect=8 * count)
             done, off = _walk_strings(self.buf, off, count)
             count -= done
             self.pos = self.base + off

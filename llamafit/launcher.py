@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import signal
 import socket
 import subprocess
@@ -147,13 +146,3 @@ def read_api_key(path: str) -> str:
     if not key:
         raise ValueError(f"{path} holds no API key")
     return key
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -13,3 +14,8 @@ def cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "llamafit"
+
+
+def calibration_path(env: Mapping[str, str]) -> str:
+    """Where `llamafit run` records predicted vs reported buffers: $LLAMAFIT_CALIBRATION, else the cache."""
+    return env.get("LLAMAFIT_CALIBRATION") or os.path.join(cache_dir(), "calibration.jsonl")

@@ -19,7 +19,7 @@ from .check_report import config_json
 from .command import display, server_argv
 from .errors import InputError
 from .memory import Breakdown
-from .paths import cache_dir
+from .paths import calibration_path
 from .plan import PlanResult, plan
 from .solver import Choice, Policy
 
@@ -51,10 +51,6 @@ class Launch:
     url: str
     server_info: dict[str, Any]
     health_path: str  # llama-server: /health; llama-cpp-python's server has none, /v1/models answers when loaded
-
-
-def calibration_path(env: Mapping[str, str]) -> str:
-    return env.get("LLAMAFIT_CALIBRATION") or os.path.join(cache_dir(), "calibration.jsonl")
 
 
 def server_for(opts: RunOptions, env: Mapping[str, str]) -> tuple[str, Any, str]:
@@ -173,7 +169,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         with forwarding_signals(child):
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=opts.load_timeout_s,
-                              failed=lambda: watcher.failure is not None,
+                              failed=lambda w=watcher: w.failure is not None,
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
             if ok:

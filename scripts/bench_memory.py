@@ -12,7 +12,6 @@ relative error, and the mean.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time

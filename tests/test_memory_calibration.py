@@ -11,9 +11,9 @@ from functools import cache
 import pytest
 from conftest import FIXTURES, ROOT
 
-from llamafit.config import LaunchConfig, engine_defaults
+from llamafit.config import engine_defaults
 from llamafit.devices import host
-from llamafit.facts import ModelFacts, build_facts
+from llamafit.facts import build_facts
 from llamafit.gguf_model import read_model
 from llamafit.memory import Breakdown, MemoryModel
 from llamafit.resolve import resolve
