@@ -17,7 +17,7 @@ from .devices import DeviceSpec
 from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
 from .errors import InputError
 from .facts import ModelFacts, build_facts
-from .gguf_model import read_model
+from .gguf_model import GGUFModel
 from .memory import MemoryModel
 from .resolve import resolve
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
@@ -100,7 +100,7 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
         model = parsed.model
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
-    facts = build_facts(read_model(resolve_model_arg(model, demo=demo)))
+    facts = build_facts(load_model(model, demo=demo, hf_repo=parsed.hf_repo, env=env))
     hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect)
     target = Target(MemoryModel(facts), engine, build, devices, hw.host, reserve_bytes)
     return Prepared(parsed, facts, target, hw)
@@ -118,6 +118,23 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> tuple[Prepared, str
     if found is None:
         return p, None
     return replace(p, target=replace(p.target, compute_scale=found.compute_scale)), found.note
+
+
+def _progress(done: int) -> None:
+    import sys
+
+    sys.stderr.write(f"\rreading the remote header: {done / 2**20:,.1f} MiB")
+    sys.stderr.flush()
+
+
+def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]) -> GGUFModel:
+    """A local path, `demo`, an http(s) URL, `hf://org/repo/file.gguf`, or `hf:org/repo[:quant]`
+    (also llama-server's `-hf org/repo:quant` among the flags): only the header is read."""
+    from .model_source import open_hf_repo, open_model
+
+    if model is None and not demo and hf_repo:
+        return open_hf_repo(hf_repo, env, progress=_progress)
+    return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
 
 
 def flag_warnings(p: Prepared) -> list[str]:

@@ -43,11 +43,12 @@ def json_option(f: Any) -> Any:
 
 
 def _load_facts(model: str | None, demo: bool) -> Any:
-    from .demo import resolve_model_arg
-    from .facts import build_facts
-    from .gguf_model import read_model
+    import os
 
-    return build_facts(read_model(resolve_model_arg(model, demo=demo)))
+    from .check import load_model
+    from .facts import build_facts
+
+    return build_facts(load_model(model, demo=demo, hf_repo=None, env=os.environ))
 
 
 @cli.command()

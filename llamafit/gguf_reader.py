@@ -26,7 +26,7 @@ GGML_MAX_DIMS = 4  # ggml/include/ggml.h
 GGML_MAX_NAME = 64  # ggml/include/ggml.h: a tensor name must be shorter than this
 MAX_NESTING = 8  # nested arrays deeper than this are refused (llama.cpp allows none)
 FIRST_WINDOW = 1 << 16  # the first read; later reads grow with the position (see _Cursor._fill)
-MAX_WINDOW = 1 << 26
+MAX_WINDOW = 1 << 26  # no read is larger (unless one string is)
 MAX_KEPT_ARRAY = 65_536  # longer arrays are skipped (count kept); per-layer arrays are far shorter
 _DIMS = [struct.Struct(f"<{n}Q") for n in range(GGML_MAX_DIMS + 1)]
 _TYPE_OFFSET = struct.Struct("<IQ")
@@ -147,7 +147,8 @@ class _Cursor:
         self.buf = b""
         self.base = 0
         # a source may ask for smaller reads (HTTP: fetch < 2x the header even for tiny headers)
-        self.first_window = first_window or getattr(src, "first_window", FIRST_WINDOW)
+        self.first_window: int = first_window or int(getattr(src, "first_window", FIRST_WINDOW))
+        self.reach = 0  # a position the parse is sure to read up to (a hint for the next read)
         self.what = "the header"
 
     def fail(self, what: str, offset: int | None = None) -> GGUFError:
@@ -157,21 +158,21 @@ class _Cursor:
     def left(self) -> int:
         return self.size - self.pos
 
-    def _fill(self, n: int, expect: int = 0) -> int:
+    def _fill(self, n: int) -> int:
         """Make [pos, pos+n) readable; returns pos's index into buf.
 
-        `expect` is a lower bound on the bytes about to be walked (8 per string still to skip).
-        Each read is at least half the bytes before it (so a few MB of vocabulary takes a few
-        reads) but no more: what is read and never parsed stays under half of what was, which
-        keeps a remote header fetch below 2x the header size.
+        A read is the largest of the first window, what is sure to be parsed (up to `reach`) and
+        half the bytes before pos (growth by 1.5x), capped at MAX_WINDOW. What is read but never
+        parsed thus stays under half the header: a remote header costs < 2x its size, and a
+        262k-token vocabulary still takes a handful of reads.
         """
         off = self.pos - self.base
         if 0 <= off and off + n <= len(self.buf):
             return off
         if n > self.left:
             raise self.fail(f"file ends while reading {self.what} ({self.left} bytes left)")
-        window = min(max(self.first_window, self.pos // 2), MAX_WINDOW)
-        self.buf = self.src.read(self.pos, min(max(n, expect, window), self.left))
+        window = min(max(self.first_window, self.pos // 2, self.reach - self.pos), MAX_WINDOW)
+        self.buf = self.src.read(self.pos, min(max(n, window), self.left))
         self.base = self.pos
         if len(self.buf) < n:
             raise self.fail(f"source returned too few bytes while reading {self.what}")
@@ -209,7 +210,8 @@ class _Cursor:
         while count:
             if self.pos > self.size:
                 raise self.fail(f"a string in {self.what} runs past the end of the file")
-            off = self._fill(8, expect=8 * count)
+            self.reach = self.pos + 8 * count  # each string has its 8-byte length
+            off = self._fill(8)
             done, off = _walk_strings(self.buf, off, count)
             count -= done
             self.pos = self.base + off
@@ -370,6 +372,7 @@ def read_header(src: ByteSource) -> GGUFHeader:
     metadata, types = _read_metadata(cur, n_kv)
     alignment = _alignment(cur, metadata, types)
     seen: set[str] = set()
+    cur.reach = cur.pos + n_tensors * _MIN_TENSOR_INFO_SIZE
     tensors = [_read_tensor_info(cur, i, seen) for i in range(n_tensors)]
     data_offset, data_size = _layout_data(cur, tensors, alignment)
     return GGUFHeader(
