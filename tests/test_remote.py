@@ -618,3 +618,15 @@ def test_cli_reads_urls_hf_files_and_dash_hf(plain: tuple[str, Site], hub: Hub, 
     plan = CliRunner().invoke(cli, ["plan", "hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf", "--gpu", "8GiB", "--json"])
     assert plan.exit_code == 0, plan.output
     assert json.loads(plan.stdout)["model"]["architecture"] == "llama"
+
+
+def test_run_dry_run_passes_a_remote_model_as_model_url(plain: tuple[str, Site]) -> None:
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    url = f"{plain[0]}/m/dense-llama.gguf"
+    result = CliRunner().invoke(cli, ["run", url, "--gpu", "cpu", "--dry-run", "--json", "--ctx", "2048",
+                                      "--server", "embedded"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["command"][1:3] == ["-mu", url]
