@@ -70,6 +70,18 @@ def server_for(opts: RunOptions, env: Mapping[str, str]) -> tuple[str, Any, str]
     return "embedded", None, f"llama-cpp-python's embedded server ({why})"
 
 
+def for_server(p: Prepared, server: tuple[str, Any, str]) -> Prepared:
+    """Plan by the rules of the server that will run: its build, and for llama-cpp-python's embedded
+    server its own (one sequence, full-size SWA caches, n_batch outputs reserved, no prompt cache)."""
+    p = with_server_build(p, server)
+    if server[0] != "embedded":
+        return p
+    from .config import with_given
+
+    cfg = with_given(p.parsed.config, n_parallel=1, kv_unified=False, swa_full=True, cache_ram_mib=0)
+    return replace(p, parsed=replace(p.parsed, config=cfg), target=replace(p.target, engine="llama-cpp-python"))
+
+
 def with_server_build(p: Prepared, server: tuple[str, Any, str]) -> Prepared:
     """The memory model follows the build of the server that will run (unless --llama-build says)."""
     binary = server[1]

@@ -10,7 +10,7 @@ import click
 from .check import prepare, with_calibration
 from .errors import InputError
 from .plan_run import render_plan
-from .run import RunOptions, build_launch, launch_and_watch, server_for, with_server_build
+from .run import RunOptions, build_launch, for_server, launch_and_watch, server_for
 from .solver import Policy
 
 
@@ -18,7 +18,7 @@ def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int 
                 dry_run: bool, api_key_file: str | None, verbose: bool, as_json: bool) -> int:  # fmt: skip
     opts = RunOptions(host=host, port=port, server=server, dry_run=dry_run, api_key_file=api_key_file, verbose=verbose)
     server = server_for(opts, common["env"])
-    p, note = with_calibration(with_server_build(prepare(**common), server), common["env"])
+    p, note = with_calibration(for_server(prepare(**common), server), common["env"])
     if not dry_run and p.facts.path.startswith(("http://", "https://")) and server[0] != "llama-server":
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
