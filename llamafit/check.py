@@ -109,10 +109,11 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
 def with_calibration(p: Prepared, env: Mapping[str, str]) -> tuple[Prepared, str | None]:
     """Apply the compute correction learned from earlier runs of this build on these devices."""
     path = calibration_path(env)
-    if not os.path.exists(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            records = parse_records(f)
+    except OSError:  # none yet, or unreadable: plan without corrections
         return p, None
-    with open(path, encoding="utf-8") as f:
-        records = parse_records(f)
     devices = [(d.name, d.backend) for d in p.target.gpus]
     found = compute_correction(records, devices=devices, build=p.target.build)
     if found is None:
@@ -137,8 +138,21 @@ def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mappi
     return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
 
 
+# Flags that add memory llamafit does not model: they are passed through, and said so.
+_EXTRA_MODELS = {"-mm": "a multimodal projector", "--mmproj": "a multimodal projector", "-mmu": "a multimodal projector",
+                 "--mmproj-url": "a multimodal projector", "-md": "a draft model", "--model-draft": "a draft model",
+                 "--lora": "a LoRA adapter", "--lora-scaled": "a LoRA adapter"}  # fmt: skip
+
+
 def flag_warnings(p: Prepared) -> list[str]:
     warnings = [f"llama-server would refuse this flag (kept, not passed on): {u}" for u in p.parsed.unknown]
+    for flag in p.parsed.passthrough:
+        if flag in _EXTRA_MODELS:
+            warnings.append(f"{flag}: {_EXTRA_MODELS[flag]} is loaded too; its memory is not in this prediction")
+    cfg = p.parsed.config
+    if cfg.devices or cfg.rpc:
+        warnings.append("-dev/--rpc among the llama-server flags are passed on but not modelled: describe the "
+                        "devices to llamafit with --gpu and --rpc")  # fmt: skip
     if not p.target.gpus and "n_gpu_layers" in p.parsed.config.given:
         warnings.append("--gpu cpu: -ngl has no effect without a GPU")
     return warnings

@@ -42,6 +42,10 @@ def server_argv(model_path: str, cfg: LaunchConfig, rc: ResolvedConfig, *, passt
         argv += ["-nkvo"]
     if rc.load_mode != "auto":
         argv += ["--load-mode", rc.load_mode]
+    if cfg.devices:  # the user's own -dev/--rpc: passed on as given
+        argv += ["-dev", ",".join(cfg.devices)]
+    if cfg.rpc:
+        argv += ["--rpc", ",".join(cfg.rpc)]
     argv += ["--fit", "off", *passthrough]
     return argv
 

@@ -146,6 +146,8 @@ def _recurrent_layers(meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[
         if explicit is not None:
             return tuple(bool(v) for v in explicit)
         interval = meta.int("{arch}.full_attention_interval", 4)
+        if interval <= 0:
+            raise ModelFactsError(f"{meta.path}: {meta.key('{arch}.full_attention_interval')} must be positive, not {interval}")
         return tuple(il < n_layer and (il + 1) % interval != 0 for il in layers)
     return tuple(False for _ in layers)
 
@@ -253,6 +255,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     has_kv = tuple(
         causal and not pure_recurrent and il < n_layer and il < kv_from_start
         and (not is_recr[il] or arch in R.RECR_AND_ATTENTION_EVERY_LAYER)
+        and (arch not in R.RECR_IF_NO_KV_HEADS_AND_NO_FFN or n_ff[il] == 0)  # nemotron-h: MLP layers hold none
         for il in range(n_layer_all)
     )  # fmt: skip
     any_recr = any(is_recr) and causal

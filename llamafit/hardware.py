@@ -299,6 +299,9 @@ def _sized_gpu(size: int) -> GPUInfo:
     return GPUInfo(DeviceSpec("", "gpu", "", size, size), f"{size / (1 << 30):g} GiB GPU", 0)
 
 
+MAX_GPUS = 16  # ggml-cuda's GGML_CUDA_MAX_DEVICES
+
+
 def _option_items(spec: str) -> list[tuple[str, int]]:
     """`2xrtx4090,24G` → [("rtx4090", 2), ("24G", 1)]."""
     items: list[tuple[str, int]] = []
@@ -306,8 +309,8 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
         if part:
             m = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", part, re.IGNORECASE)
             items.append((m.group(2), int(m.group(1))) if m else (part, 1))
-    if any(count < 1 for _, count in items):
-        raise InputError(f"--gpu {spec}: a count must be at least 1 (e.g. 2xrtx4090)")
+    if any(not 1 <= count <= MAX_GPUS for _, count in items):
+        raise InputError(f"--gpu {spec}: a count must be 1 to {MAX_GPUS} (e.g. 2xrtx4090)")
     return items
 
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .errors import InputError
+
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 10.0
 
@@ -33,9 +35,12 @@ class Watcher(Protocol):
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free now (`--port auto`)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+    except OSError as e:
+        raise InputError(f"--host {host}: cannot listen there ({e.strerror or e})") from e
 
 
 def _die_with_parent() -> None:
@@ -141,8 +146,11 @@ def child_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
 
 def read_api_key(path: str) -> str:
     """The key from --api-key-file (first line), so it never appears on a command line in `ps`."""
-    with open(path, encoding="utf-8") as f:
-        key = f.readline().strip()
+    try:
+        with open(path, encoding="utf-8") as f:
+            key = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"--api-key-file {path}: {getattr(e, 'strerror', None) or e}") from e
     if not key:
-        raise ValueError(f"{path} holds no API key")
+        raise InputError(f"--api-key-file {path} holds no API key")
     return key

@@ -139,6 +139,11 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple
         if card and card[0]:
             verdict += f"; the smallest GPU that holds {lo:,} tokens with q8_0 KV and every layer is {card[0]}"
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), card[0] if card else None)
+    host = choice.breakdown.devices[-1]
+    if target.gpus and not host.fits:
+        warnings.append(f"host RAM: this plan uses {host.used_bytes // MIB:,} MiB on the host but "
+                        f"{(host.usable_bytes or 0) // MIB:,} MiB is available; the CPU weights are memory-mapped "
+                        "and will page from disk (slow)")  # fmt: skip
     rows = tradeoffs(target, choice.cfg, policy, STEP, hi)
     per_tokens, per_layer = marginal_costs(target, choice)
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)

@@ -31,7 +31,7 @@ def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[P
     result = plan(p.target, p.parsed.config, policy, bandwidths=bandwidths)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
-    passthrough = (["--rpc", ",".join(rpc)] if rpc else []) + list(p.parsed.passthrough)
+    passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + list(p.parsed.passthrough)
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = list(p.facts.warnings) + (list(c.rc.warnings) if c else []) + flag_warnings(p)

@@ -114,8 +114,8 @@ def _context(cfg: LaunchConfig, facts: ModelFacts, engine: str, n_seq: int, unif
         raise ConfigError(f"invalid context size {cfg.n_ctx}")
     if cfg.n_ctx:
         return cfg.n_ctx
-    if engine == "llama-server" and cfg.fit and not unified and "n_ctx" not in cfg.given:
-        return facts.n_ctx_train * n_seq  # common/fit.cpp step 0
+    if engine == "llama-server" and cfg.fit and not unified:
+        return facts.n_ctx_train * n_seq  # common/fit.cpp step 0: n_ctx 0 (given or not) → n_ctx_train per stream
     return facts.n_ctx_train
 
 
@@ -157,8 +157,9 @@ def _n_gpu_layers(cfg: LaunchConfig, facts: ModelFacts) -> int:
 
 
 def _outputs(engine: str, build: int | None, n_batch: int, n_seq: int) -> int:
-    """n_outputs_max: llama-server (from PR #23861) min(n_batch, n_parallel); otherwise n_batch."""
-    if engine == "llama-server" and (build is None or build >= BUILD_SERVER_OUTPUT_LIMIT):
+    """n_outputs_max: llama-server and llama-cli (from PR #23861) min(n_batch, n_parallel); otherwise n_batch."""
+    # llama-cli at 0c1e570 runs llama_server in a thread (tools/cli/cli-server.h): the same limit
+    if engine in ("llama-server", "llama-cli") and (build is None or build >= BUILD_SERVER_OUTPUT_LIMIT):
         return min(n_batch, n_seq)
     return n_batch
 

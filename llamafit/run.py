@@ -78,7 +78,8 @@ def for_server(p: Prepared, server: tuple[str, Any, str]) -> Prepared:
         return p
     from .config import with_given
 
-    cfg = with_given(p.parsed.config, n_parallel=1, kv_unified=False, swa_full=True, cache_ram_mib=0)
+    cfg = with_given(p.parsed.config, n_parallel=1, kv_unified=False, swa_full=True, cache_ram_mib=0,
+                     cpu_moe=False, n_cpu_moe=0, n_cpu_ffn=0, override_tensor=())  # it has no -ot / --n-cpu-moe
     return replace(p, parsed=replace(p.parsed, config=cfg), target=replace(p.target, engine="llama-cpp-python"))
 
 
@@ -108,8 +109,11 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: tuple[st
     else:
         from .embedded_server import embedded_argv
 
+        from .embedded_server import embedded_notes
+
         argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
-        info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None, "notes": []}
+        info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,
+                "notes": list(embedded_notes(choice.rc))}  # fmt: skip
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
     health = "/health" if kind == "llama-server" else "/v1/models"
     return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info, health)
@@ -153,6 +157,15 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
         f.write(json.dumps(entry) + "\n")
 
 
+def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
+    try:
+        record(path, launch, p, rows)
+        say(f"Recorded   predicted vs reported in {path}")
+    except OSError as e:
+        say(f"Warning    could not record to {path}: {e.strerror or e}")
+
+
 def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
     n_rpc = sum(1 for d in p.target.gpus if d.backend == "rpc")
     bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in p.hardware.gpus)
@@ -174,6 +187,8 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         port = free_port(opts.host) if opts.port is None else opts.port
         launch = build_launch(p, result.choice, opts, server, port)
         say(f"Server     {launch.why}")
+        for note in launch.server_info.get("notes", []):
+            say(f"Note       {note}")
         say(f"Command    {display(launch.argv)}")
         watcher = LogWatcher()
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
@@ -218,9 +233,7 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
     for r in rows:
         if r["predicted_mib"] or r["actual_mib"]:
             say(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
-    path = calibration_path(env)
-    record(path, launch, p, rows)
-    say(f"Recorded   predicted vs reported in {path}")
+    try_record(calibration_path(env), launch, p, rows, say)
     code = child.proc.wait()
     child.stop()
     return 0 if code in (0, -2, 130, -15, 143) else code

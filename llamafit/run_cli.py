@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from .check import prepare, with_calibration
+from .command import display
+from .launcher import free_port
 from .errors import InputError
 from .plan_run import render_plan
 from .run import RunOptions, build_launch, for_server, launch_and_watch, server_for
@@ -26,7 +28,7 @@ def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int 
     report, result = render_plan(p, policy, note)
     if dry_run:
         if result.choice is not None:
-            launch = build_launch(p, result.choice, opts, server, port or 0)
+            launch = build_launch(p, result.choice, opts, server, port if port is not None else free_port(host))
             report.json["server"] = launch.server_info | {"why": launch.why}
             report.json["run_command"] = launch.argv
         click.echo(json.dumps(report.json, indent=2) if as_json else _dry_text(report.text, launch if result.choice else None))
@@ -40,6 +42,6 @@ def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int 
 def _dry_text(plan_text: str, launch: Any) -> str:
     if launch is None:
         return plan_text
-    return f"{plan_text}\nServer     {launch.why}\nRun        {' '.join(launch.argv)}"
+    return f"{plan_text}\nServer     {launch.why}\nRun        {display(launch.argv)}"
 
 

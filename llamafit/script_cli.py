@@ -36,7 +36,8 @@ def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str,
     if result.choice is None:
         raise NoFit(result.verdict)
     c = result.choice
-    model_path = os.path.abspath(p.facts.path)  # a script runs from anywhere
+    remote = p.facts.path.startswith(("http://", "https://"))
+    model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     argv = server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough, server=server or "llama-server")
     env = tuple((k, v) for k, v in common["env"].items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]

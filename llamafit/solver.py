@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from .config import LaunchConfig
 from .errors import InputError
 from .memory import Breakdown
-from .resolve import ResolvedConfig
+from .resolve import ResolvedConfig, resolve
 from .search import STEP, Target, largest, max_context
 
 # K/V pairs from most to least precise (bytes per element), K never below V.
@@ -100,7 +100,10 @@ def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int
     some KV choice reaches `need` tokens per slot; None when nothing does."""
     compact = _most_compact(target, cfg, policy)
     facts = target.model.facts
-    if not target.gpus or _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
+    if not target.gpus:
+        cfg = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=0)
+        return cfg if _reaches(target, [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact], need, mult) else None
+    if _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
         return cfg if _reaches(target, compact, need, mult) else None
     full = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=facts.n_layer_all + 1)
     if _reaches(target, compact, need, mult):
@@ -145,8 +148,9 @@ def _streams(target: Target, cfg: LaunchConfig) -> int:
 def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]:
     """(minimum, maximum) context per slot the policy asks for."""
     facts = target.model.facts
-    if policy.ctx or _pinned(cfg, "n_ctx") and cfg.n_ctx:
-        fixed = policy.ctx or cfg.n_ctx // _streams(target, cfg)
+    if policy.ctx or _pinned(cfg, "n_ctx"):
+        per_slot = policy.ctx or (cfg.n_ctx or facts.n_ctx_train * _streams(target, cfg)) // _streams(target, cfg)
+        fixed = -(-per_slot // STEP) * STEP  # llama.cpp pads the context to 256 cells
         return fixed, fixed
     hi = policy.ctx_max or facts.n_ctx_train
     lo = policy.min_ctx or min(DEFAULT_MIN_CTX, hi)
@@ -155,11 +159,23 @@ def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]
     return lo, hi
 
 
+def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> None:
+    """When every allowed combination is one llama.cpp refuses, say why (as check does), not "no fit"."""
+    options = list(combos(cfg, policy))
+    if all(target.evaluate(replace(o, n_ctx=STEP)) is None for o in options):
+        pinned = [replace(o, n_ctx=STEP) for o in options[:1]]
+        fixed = replace(cfg, n_ctx=STEP, flash_attn=policy.fa or cfg.flash_attn,
+                        type_k=policy.kv or cfg.type_k, type_v=policy.kv or cfg.type_v)  # fmt: skip
+        for candidate in [*pinned, fixed]:  # raises llama.cpp's own reason (ConfigError)
+            resolve(candidate, target.model.facts, engine=target.engine, build=target.build)
+
+
 def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     """The configuration the policy picks; NoFit when even the minimum context cannot fit."""
     if policy.prefer not in PREFER:
         raise InputError(f"--prefer must be one of {', '.join(PREFER)}")
     lo, hi = bounds(target, cfg, policy)
+    _reject_impossible(target, cfg, policy)
     mult = _streams(target, cfg)
     need = hi if policy.prefer == "context" else lo
     base = _offload_levels(target, cfg, policy, need, mult)
@@ -178,6 +194,8 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     found = [c for c in candidates if c is not None]
     if not found:
         raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine")
+    if policy.prefer == "quality":
+        return max(found, key=lambda c: (-_precision_rank(c), c.ctx))
     return max(found, key=lambda c: (c.ctx, -_precision_rank(c)))
 
 

@@ -32,12 +32,13 @@ class FileSource:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.name = os.fspath(path)
-        self._fd = os.open(self.name, os.O_RDONLY)
-        st = os.fstat(self._fd)
-        if stat.S_ISDIR(st.st_mode):
-            os.close(self._fd)
+        mode = os.stat(self.name).st_mode  # before open: opening a FIFO would block
+        if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", self.name)
-        self._size = st.st_size
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file", self.name)
+        self._fd = os.open(self.name, os.O_RDONLY)
+        self._size = os.fstat(self._fd).st_size
 
     @property
     def size(self) -> int:

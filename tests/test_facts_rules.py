@@ -67,7 +67,7 @@ def test_nextn_layers_are_never_swa() -> None:
         ("jamba", {"ARCH__attention__head_count_kv": [0, 0, 0, 1, 0, 0, 0, 1]}, [0, 1, 2, 4, 5, 6], [3, 7]),
         ("nemotron_h", {"ARCH__attention__head_count_kv": [0, 0, 2, 0, 0, 0, 2, 0],
                         "ARCH__feed_forward_length": [0, 64, 0, 0, 64, 0, 0, 64]},
-         [0, 3, 5], [1, 2, 4, 6, 7]),  # MLP-only layers stay in the attention cache with 0-wide K
+         [0, 3, 5], [2, 6]),  # create_memory's filter_attn: not recurrent and n_ff == 0 (MLP layers hold none)
         ("falcon-h1", {}, list(range(8)), list(range(8))),  # attention and SSM on every layer
         ("mamba2", {}, list(range(8)), []),
     ],

@@ -324,7 +324,7 @@ def test_parse_gpu_option(spec: str, backend: str, expected: list[tuple[str, str
         ("rtx4091", "cuda", "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
                             "(or give a size such as 24GiB)"),
         (",", "cuda", "--gpu needs at least one size or GPU name, e.g. --gpu 24GiB or --gpu rtx4090"),
-        ("0xrtx4090", "cuda", "--gpu 0xrtx4090: a count must be at least 1 (e.g. 2xrtx4090)"),
+        ("0xrtx4090", "cuda", "--gpu 0xrtx4090: a count must be 1 to 16 (e.g. 2xrtx4090)"),
         ("24G", "opencl", "unknown backend 'opencl'; expected one of cuda, rocm, vulkan, metal"),
     ],
 )  # fmt: skip
