@@ -325,6 +325,25 @@ def _layers_on(f: ModelFacts, lmap: LayerMap, dev: int) -> tuple[int, ...]:
     return tuple(sorted(reps))
 
 
+PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES (ggml/src/ggml-backend.cpp)
+
+
+def _pipeline_copies(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> int:
+    """llama_context's pipeline parallelism (src/llama-context.cpp): several GPUs, -sm layer, every layer
+    and the output offloaded, KV offloaded, no tensor overrides — then the scheduler keeps 4 copies of
+    every split input. Not measured here (no multi-GPU machine); the copies follow the source."""
+    full = rc.n_gpu_layers > f.n_layer_all and lmap.output != CPU
+    plain = not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn)
+    return PIPELINE_COPIES if len(gpus) > 1 and rc.split_mode == "layer" and full and rc.kv_offload and plain else 1
+
+
+def _split_inputs(f: ModelFacts, s: ComputeSettings) -> int:
+    """What a GPU's split copies in: the KQ masks and positions, and the incoming hidden state."""
+    inputs = input_bytes(f, s)
+    return sum(v for k, v in inputs.items() if k.startswith("kq_mask") or k == "inp_pos") + _pad(
+        F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
+
+
 def compute_for_devices(
     f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
 ) -> dict[int, int]:
@@ -336,11 +355,12 @@ def compute_for_devices(
     )  # fmt: skip
     out: dict[int, int] = {}
     host = 0
+    copies = _pipeline_copies(f, rc, lmap, gpus)
     for d, spec in enumerate(gpus):
         layers = _layers_on(f, lmap, d)
-        est = predict_compute(f, replace(base, backend=_kind(spec.backend), layers=layers,
-                                         holds_output=lmap.output == d))  # fmt: skip
-        out[d], host = est.device, max(host, est.host)
+        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d)
+        est = predict_compute(f, s)
+        out[d], host = est.device + (copies - 1) * _split_inputs(f, s), max(host, est.host)
     cpu_layers = _layers_on(f, lmap, CPU)
     if not gpus or cpu_layers or lmap.output == CPU:
         cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU)).device

@@ -214,3 +214,20 @@ def test_live_llama_cpp_reproduces_stored_row(row: dict) -> None:
     f = model_facts(row["model"])
     live = measured["compute_buffers"]["CPU"] * MIB
     assert predict_compute(f, settings_of(f, row)).device == pytest.approx(live, rel=TOLERANCE)
+
+
+def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
+    """src/llama-context.cpp: several GPUs, -sm layer, every layer offloaded, no overrides → the
+    scheduler keeps GGML_SCHED_MAX_COPIES = 4 copies of each split's inputs (masks, positions, the
+    hidden state). One GPU, or an override, turns it off."""
+    from llamafit.compute import _split_inputs
+
+    f = _facts(str(FIXTURES / "dense-llama.gguf"))
+    rc = resolve(LaunchConfig(n_ctx=4096), f)
+    two = gpus_from_sizes("8GiB,8GiB")
+    lmap = layer_map(f.n_layer_all, f.n_layer_all + 1, (0.5, 1.0))
+    pp = compute_for_devices(f, rc, lmap, two)
+    no_pp = compute_for_devices(f, dataclasses.replace(rc, n_cpu_moe=1), lmap, two)
+    s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True, backend="cuda",
+                        layers=(0, 1, 2), holds_output=False)  # fmt: skip
+    assert pp[0] - no_pp[0] == 3 * _split_inputs(f, s)
