@@ -9,6 +9,7 @@ from typing import Any
 
 from .check import Prepared, prepare
 from .command import server_argv
+from .errors import LlamafitError
 from .launch_scripts import LaunchSpec, render
 from .plan_run import render_plan
 from .search import STEP
@@ -29,6 +30,19 @@ def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, int], ...]:
     return tuple(rungs)
 
 
+def _for_dialect(argv: list[str], server: str | None, env: dict[str, str]) -> list[str]:
+    """When the script's llama-server is on this machine, use only flags its build accepts."""
+    if not server or not os.path.isfile(server):
+        return argv  # a program for another machine: llama.cpp 0c1e570's flags
+    from .server_find import adapt_argv, find_server
+
+    try:
+        binary = find_server(server, env)
+    except LlamafitError:  # not recognisably a llama-server: write the command as planned
+        return argv
+    return argv if binary is None else adapt_argv(argv, binary.dialect)[0]
+
+
 def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str, port: int, name: str | None,
                 server: str | None, guard: bool) -> str:  # fmt: skip
     p = prepare(**common)
@@ -38,7 +52,8 @@ def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str,
     c = result.choice
     remote = p.facts.path.startswith(("http://", "https://"))
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
-    argv = server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough, server=server or "llama-server")
+    argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough,
+                                    server=server or "llama-server"), server, common["env"])  # fmt: skip
     env = tuple((k, v) for k, v in common["env"].items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]
     spec = LaunchSpec(
