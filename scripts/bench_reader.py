@@ -2,8 +2,9 @@
 
     python scripts/bench_reader.py [--repeat N] [--skip-ggufreader]
 
-Files: the real Gemma 3 270M Q4_K_M (`llamafit[demo]`) and a synthetic model written here with
-gguf.GGUFWriter: a 262,144-token vocabulary (tokens, scores, token types, merges) and 1,200 tensors.
+Files: the real Gemma 3 270M Q4_K_M (`llamafit[demo]`) and two synthetic models written here with
+gguf.GGUFWriter, each with a 262,144-token vocabulary (tokens, scores, token types) and 1,200
+tensors: one SPM-like (no merges, as Gemma 3) and one BPE-like with 131,072 merges as well.
 Targets (issue 2): <= 30 ms per read, >= 500x faster than GGUFReader.
 """
 
@@ -27,7 +28,7 @@ N_VOCAB = 262_144
 N_TENSORS = 1_200
 
 
-def write_synthetic(path: Path) -> Path:
+def write_synthetic(path: Path, *, merges: int) -> Path:
     import gguf
 
     w = gguf.GGUFWriter(str(path), "llama")
@@ -39,7 +40,8 @@ def write_synthetic(path: Path) -> Path:
     w.add_token_list([f"tok{i:06d}".encode() for i in range(N_VOCAB)])
     w.add_token_scores([float(i) for i in range(N_VOCAB)])
     w.add_token_types([1] * N_VOCAB)
-    w.add_token_merges([f"t{i} k{i}" for i in range(N_VOCAB // 2)])
+    if merges:
+        w.add_token_merges([f"t{i} k{i}" for i in range(merges)])
     rows = np.zeros((1, 32), dtype=np.float32)
     for i in range(N_TENSORS):
         w.add_tensor(f"blk.{i // 12}.t{i % 12}.weight", rows)
@@ -76,8 +78,9 @@ def main() -> None:
     ap.add_argument("--skip-ggufreader", action="store_true", help="time llamafit's reader only")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        synthetic = write_synthetic(Path(tmp) / "synthetic-262k-vocab.gguf")
-        for path in (demo_model_path(), synthetic):
+        spm = write_synthetic(Path(tmp) / "synthetic-262k-vocab.gguf", merges=0)  # SPM-like, as Gemma 3
+        bpe = write_synthetic(Path(tmp) / "synthetic-262k-vocab-131k-merges.gguf", merges=N_VOCAB // 2)  # BPE-like
+        for path in (demo_model_path(), spm, bpe):
             bench(path, args.repeat, not args.skip_ggufreader)
     print(f"best of {args.repeat} reads (llamafit), 1 read (GGUFReader)")
 
