@@ -93,6 +93,18 @@ MLA_CAPABLE_ARCHS = frozenset(
 )
 
 
+# Caches beyond MLA/KV/recurrent state that llamafit does not model (src/llama-kv-cache-dsa.cpp,
+# llama-kv-cache-dsv4.cpp, llama-kv-cache-msa.cpp): their KV predictions are lower bounds.
+UNMODELLED_CACHES = {
+    "deepseek32": "DSA indexer-key cache",
+    "glm-dsa": "DSA indexer-key cache",
+    "hy_v4": "DSA indexer-key cache",
+    "dots3note": "DSA indexer-key cache",
+    "deepseek4": "compressed per-sequence cache (llama_kv_cache_dsv4)",
+    "minimax-m3": "MSA indexer-key cache",
+}
+
+
 def is_swa_layer(il: int, period: int, dense_first: bool) -> bool:
     """llama_hparams::set_swa_pattern (src/llama-hparams.cpp) for one layer below n_layer."""
     if period == 0:

@@ -235,6 +235,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     if arch not in _known_archs():
         warnings.append(f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
                         "(full attention on every layer, no recurrent state)")
+    if arch in R.UNMODELLED_CACHES:
+        warnings.append(f"the {R.UNMODELLED_CACHES[arch]} of '{arch}' is not modelled: KV predictions are a lower bound")
     n_layer_all = meta.required_int("{arch}.block_count")
     if not 0 < n_layer_all <= LLAMA_MAX_LAYERS:
         raise ModelFactsError(f"{model.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}")
@@ -305,9 +307,12 @@ def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
 
 
 def _known_archs() -> frozenset[str]:
+    """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp 0c1e570)."""
     from gguf.constants import MODEL_ARCH_NAMES
 
-    return frozenset(MODEL_ARCH_NAMES.values())
+    ours = (R.RECURRENT_ARCHS | R.HYBRID_ARCHS | R.NO_MEMORY_ARCHS | R.MLA_CAPABLE_ARCHS
+            | frozenset(R.SWA_RULES) | frozenset(R.UNMODELLED_CACHES))  # fmt: skip
+    return frozenset(MODEL_ARCH_NAMES.values()) | ours
 
 
 LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h

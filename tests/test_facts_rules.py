@@ -134,3 +134,9 @@ def test_per_layer_value_widths_and_v_max() -> None:
 def test_bad_metadata(keys: dict, message: str) -> None:
     with pytest.raises(ModelFactsError, match=message):
         facts("llama", 4, **keys)
+
+
+def test_unmodelled_special_caches_are_named() -> None:
+    f = facts("deepseek4", 4)
+    assert f.warnings[0] == ("the compressed per-sequence cache (llama_kv_cache_dsv4) of 'deepseek4' is not modelled: "
+                             "KV predictions are a lower bound")  # fmt: skip
