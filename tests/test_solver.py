@@ -114,3 +114,13 @@ def test_two_unequal_gpus_are_rebalanced() -> None:
     assert summary(rebalanced) == (32768, 65, 0, "on", "q4_0", "q4_0", 512)
     assert rebalanced.rc.tensor_split == (1.0, 0.4603)
     assert all(d.fits for d in rebalanced.breakdown.devices)
+
+
+def test_qwen_header_fixture_regenerates_identically(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "q.gguf"
+    subprocess.run([sys.executable, str(Path(__file__).parent.parent / "scripts" / "make_qwen_like_header.py"), str(out)],
+                   check=True, capture_output=True)  # fmt: skip
+    assert out.read_bytes() == QWEN.read_bytes()
