@@ -124,3 +124,12 @@ def test_nextn_block_is_counted_but_not_a_kv_layer() -> None:
     assert (f.n_layer_all, f.n_layer) == (4, 3)
     assert f.has_kv == (True, True, True, False)
     assert f.weights.layers[3].total > 0
+
+
+def test_fixtures_regenerate_byte_identical(tmp_path: Path) -> None:
+    from make_fixtures import write_all
+
+    written = [p for p in write_all(tmp_path) if p.suffix == ".gguf"]
+    assert sorted(p.name for p in written) == sorted(p.name for p in FIXTURES.glob("*.gguf"))
+    for p in written:
+        assert p.read_bytes() == (FIXTURES / p.name).read_bytes(), p.name
