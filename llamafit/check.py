@@ -71,6 +71,12 @@ class Prepared:
     target: Target
     hardware: Hardware
 
+    @property
+    def bandwidths(self) -> tuple[int | None, ...]:
+        """Memory bandwidth per device of target.gpus (RPC workers first: unknown)."""
+        n_rpc = sum(1 for d in self.target.gpus if d.backend == "rpc")
+        return (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in self.hardware.gpus)
+
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
     from .hardware import detect

@@ -9,7 +9,7 @@ from .config import LaunchConfig
 from .devices import DeviceSpec
 from .memory import Breakdown
 from .placement import CPU
-from .search import STEP, Target, max_context
+from .search import STEP, Target, max_context, streams
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
 
 MIB = 1 << 20
@@ -49,9 +49,7 @@ def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[
     backend = target.gpus[0].backend if target.gpus else "cuda"
     big = DeviceSpec("GPU0", "gpu", backend if backend in PADDED_OR_PLAIN else "cuda", 1 << 50, 1 << 50)
     one = replace(target, gpus=(big,))
-    mult = one.evaluate(replace(cfg, n_ctx=STEP))
-    streams = mult[0].n_stream if mult else 1
-    full = replace(cfg, n_ctx=per_slot * streams, n_gpu_layers=target.model.facts.n_layer_all + 1, n_cpu_moe=0,
+    full = replace(cfg, n_ctx=per_slot * streams(one, cfg), n_gpu_layers=target.model.facts.n_layer_all + 1, n_cpu_moe=0,
                    cpu_moe=False, tensor_split=())  # fmt: skip
     evaluated = one.evaluate(full)
     if evaluated is None:

@@ -26,9 +26,7 @@ def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
 
 def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[PlanReport, PlanResult]:
     """Solve for a prepared model and machine; the report and the raw result."""
-    n_rpc = sum(1 for d in p.target.gpus if d.backend == "rpc")
-    bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in p.hardware.gpus)
-    result = plan(p.target, p.parsed.config, policy, bandwidths=bandwidths)
+    result = plan(p.target, p.parsed.config, policy, bandwidths=p.bandwidths)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + list(p.parsed.passthrough)

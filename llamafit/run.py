@@ -167,10 +167,8 @@ def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]
 
 
 def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
-    n_rpc = sum(1 for d in p.target.gpus if d.backend == "rpc")
-    bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in p.hardware.gpus)
     target = replace(p.target, reserve_bytes=p.target.reserve_bytes + extra_reserve)
-    return plan(target, p.parsed.config, policy, bandwidths=bandwidths)
+    return plan(target, p.parsed.config, policy, bandwidths=p.bandwidths)
 
 
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str],

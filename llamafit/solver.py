@@ -17,7 +17,7 @@ from .config import LaunchConfig
 from .errors import InputError
 from .memory import Breakdown
 from .resolve import ResolvedConfig, resolve
-from .search import STEP, Target, largest, max_context
+from .search import STEP, Target, largest, max_context, streams
 
 # K/V pairs from most to least precise (bytes per element), K never below V.
 KV_PAIRS = (("f16", "f16"), ("f16", "q8_0"), ("f16", "q4_0"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"))
@@ -124,7 +124,7 @@ def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int
 
 def _best_combo(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int) -> Choice | None:
     """The largest context in [lo, hi] over the combos, then the most precise combo reaching it."""
-    mult = _streams(target, base)
+    mult = streams(target, base)
     results = [(c, max_context(target, c, hi, lo)) for c in combos(base, policy)]
     reached = [(c, ctx) for c, ctx in results if ctx]
     if not reached:
@@ -140,16 +140,11 @@ def _best_combo(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi:
     return Choice(cfg, best_ctx, *evaluated)
 
 
-def _streams(target: Target, cfg: LaunchConfig) -> int:
-    result = target.evaluate(replace(cfg, n_ctx=STEP))
-    return result[0].n_stream if result else 1
-
-
 def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]:
     """(minimum, maximum) context per slot the policy asks for."""
     facts = target.model.facts
     if policy.ctx or _pinned(cfg, "n_ctx"):
-        per_slot = policy.ctx or (cfg.n_ctx or facts.n_ctx_train * _streams(target, cfg)) // _streams(target, cfg)
+        per_slot = policy.ctx or (cfg.n_ctx // streams(target, cfg) if cfg.n_ctx else facts.n_ctx_train)
         fixed = -(-per_slot // STEP) * STEP  # llama.cpp pads the context to 256 cells
         return fixed, fixed
     hi = policy.ctx_max or facts.n_ctx_train
@@ -176,7 +171,7 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
         raise InputError(f"--prefer must be one of {', '.join(PREFER)}")
     lo, hi = bounds(target, cfg, policy)
     _reject_impossible(target, cfg, policy)
-    mult = _streams(target, cfg)
+    mult = streams(target, cfg)
     need = hi if policy.prefer == "context" else lo
     base = _offload_levels(target, cfg, policy, need, mult)
     if base is None and policy.prefer == "context":
