@@ -32,11 +32,11 @@ FACT_CASES = [
     ("nextn-glm4moe.gguf", "glm4moe.nextn_predict_layers", I32, -1, "key glm4moe.nextn_predict_layers = -1 is negative"),
     ("nextn-glm4moe.gguf", "glm4moe.nextn_predict_layers", U32, 4,
      "key glm4moe.nextn_predict_layers = 4 leaves no layer of block_count 4 to run"),
-    ("dense-llama.gguf", "llama.nextn_predict_layers", I64, -(2**63), "key llama.nextn_predict_layers = "
-     "-9223372036854775808 is negative"),
+    ("dense-llama.gguf", "llama.nextn_predict_layers", I64, -(2**63), ("key llama.nextn_predict_layers = "
+     "-9223372036854775808 is negative")),
     ("dense-llama.gguf", "llama.embedding_length", U32, 0, "key llama.embedding_length = 0 must be at least 1"),
-    ("dense-llama.gguf", "llama.context_length", U64, 2**40, "key llama.context_length = 1099511627776 is larger "
-     "than a 32-bit count"),
+    ("dense-llama.gguf", "llama.context_length", U64, 2**40, ("key llama.context_length = 1099511627776 is larger "
+     "than a 32-bit count")),
     ("dense-llama.gguf", "llama.attention.head_count_kv", 9, (I32, [2, -1, 2, 2]),
      "key llama.attention.head_count_kv = -1 is negative"),
     ("moe-qwen3.gguf", "qwen3moe.expert_used_count", U32, 9, "key qwen3moe.expert_used_count = 9 must be 1..expert_count (8)"),
@@ -58,5 +58,5 @@ def test_impossible_fact_is_one_line_naming_key_and_value(tmp_path: Path, comman
 def test_good_fixture_beside_the_patched_ones(tmp_path: Path) -> None:
     path = tmp_path / "good.gguf"
     path.write_bytes(patch(_header("nextn-glm4moe.gguf"), "glm4moe.nextn_predict_layers", U32, 1))
-    code, out, err = _invoke("plan", str(path), "--gpu", "8GiB")
+    code, _out, err = _invoke("plan", str(path), "--gpu", "8GiB")
     assert (code, err) == (0, "")
