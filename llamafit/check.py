@@ -18,7 +18,7 @@ from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_
 from .errors import InputError
 from .facts import ModelFacts, build_facts
 from .gguf_model import GGUFModel
-from .memory import MemoryModel
+from .memory import MemoryModel, check_override_devices
 from .resolve import resolve
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
 from .search import Target
@@ -108,6 +108,7 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
         raise InputError(f"two models given: {model} and -m {parsed.model}")
     facts = build_facts(load_model(model, demo=demo, hf_repo=parsed.hf_repo, env=env))
     hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect)
+    check_override_devices(parsed.config.override_tensor, devices)
     target = Target(MemoryModel(facts), engine, build, devices, hw.host, reserve_bytes)
     return Prepared(parsed, facts, target, hw)
 

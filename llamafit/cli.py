@@ -71,6 +71,7 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
 
 
 EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
+MAX_CTX = 2**31 - 1  # llama-server's -c is an int (std::stoi in common/arg.cpp)
 
 
 def _engine_options(f: Any) -> Any:
@@ -84,7 +85,7 @@ def _engine_options(f: Any) -> Any:
         click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current)."),
         click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
-        click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+        click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
                      help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools)."),
         click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
                      help="For detected GPUs: plan with the memory free now, or the whole card."),
@@ -133,9 +134,9 @@ def _policy_options(f: Any) -> Any:
         click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
                      show_default=True,
                      help="speed: all layers on the GPU first; context: the longest context first; quality: f16 KV first."),
-        click.option("--ctx-max", type=click.IntRange(256), help="Largest context per slot to aim for (default: trained)."),
-        click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),
-        click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot."),
+        click.option("--ctx-max", type=click.IntRange(256, MAX_CTX), help="Largest context per slot to aim for (default: trained)."),
+        click.option("--min-ctx", type=click.IntRange(256, MAX_CTX), help="Fail unless at least this context per slot fits."),
+        click.option("--ctx", "fixed_ctx", type=click.IntRange(256, MAX_CTX), help="A fixed context per slot."),
         click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import gpu_catalog
-from .devices import BACKEND_DEVICE_PREFIX, DeviceSpec, host, parse_size
+from .devices import BACKEND_DEVICE_PREFIX, DeviceSpec, SizeTooLarge, host, parse_size
 from .errors import InputError
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
@@ -317,6 +317,8 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
 def _size_or_none(item: str) -> int | None:
     try:
         return parse_size(item)
+    except SizeTooLarge:
+        raise
     except InputError:
         return None
 
@@ -377,13 +379,15 @@ def device_specs(gpus: Sequence[GPUInfo], use: str = "free") -> tuple[DeviceSpec
 
 def parse_rpc_option(spec: str) -> tuple[DeviceSpec, ...]:
     """`--rpc host:port=24GiB[,host:port=12GiB]` → RPC0[host:port], … (sizes: the worker can't be asked)."""
-    workers = []
+    workers: list[DeviceSpec] = []
     for i, part in enumerate(p.strip() for p in spec.split(",") if p.strip()):
         endpoint, eq, size = part.rpartition("=")
         hostname, colon, port = endpoint.rpartition(":")
         if not eq or not colon or not hostname or not port.isdigit() or not 0 < int(port) < 65536:
             raise InputError(f"--rpc wants host:port=SIZE (e.g. 192.168.1.5:50052=24GiB), not '{part}'")
         total = parse_size(size)
+        if any(w.name.endswith(f"[{endpoint}]") for w in workers):
+            raise InputError(f"--rpc names {endpoint} twice; give each worker once")
         workers.append(DeviceSpec(f"RPC{i}[{endpoint}]", "gpu", "rpc", total, total))
     if not workers:
         raise InputError("--rpc needs at least one host:port=SIZE")

@@ -60,3 +60,68 @@ def test_good_fixture_beside_the_patched_ones(tmp_path: Path) -> None:
     path.write_bytes(patch(_header("nextn-glm4moe.gguf"), "glm4moe.nextn_predict_layers", U32, 1))
     code, _out, err = _invoke("plan", str(path), "--gpu", "8GiB")
     assert (code, err) == (0, "")
+
+
+# ---- numbers bounded at parse time; every refusal says why -------------------------------------
+
+_BIG = "9" * 5000
+_M = str(FIXTURES / "dense-llama.gguf")
+_CUT = "9" * 39 + "…"
+
+NUMBER_CASES = [
+    (["plan", _M, "--gpu", "8GiB", "--", "-c", _BIG], {}, f"Error: -c is out of range, got {_CUT}\n"),
+    (["plan", _M, "--gpu", "8GiB"], {"LLAMA_ARG_CTX_SIZE": _BIG}, f"Error: LLAMA_ARG_CTX_SIZE is out of range, got {_CUT}\n"),
+    (["plan", _M, "--gpu", _BIG + "GiB"], {}, f"Error: memory size '{_CUT}' is too large (at most 1 EiB)\n"),
+    (["plan", _M, "--gpu", "8GiB", "--rpc", "h:1=" + _BIG], {}, f"Error: memory size '{_CUT}' is too large (at most 1 EiB)\n"),
+    (["plan", _M, "--gpu", "8GiB", "--reserve", "99999999999999"], {},
+     "Error: Invalid value for '--reserve': 99999999999999 is not in the range 0<=x<=1073741824.\n"),
+    (["plan", _M, "--gpu", "8GiB", "--ctx", "99999999999"], {},
+     "Error: Invalid value for '--ctx': 99999999999 is not in the range 256<=x<=2147483647.\n"),
+    (["plan", _M, "--gpu", "8GiB", "--rpc", "h:1=1GiB,h:1=2GiB"], {}, "Error: --rpc names h:1 twice; give each worker once\n"),
+    (["check", _M, "--gpu", "8GiB", "--", "-c", "2147483648"], {}, "Error: -c is out of range, got 2147483648\n"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "env", "message"), NUMBER_CASES, ids=[" ".join(c[0][2:])[:30] for c in NUMBER_CASES])
+def test_huge_numbers_are_one_line_errors(monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str],
+                                          message: str) -> None:  # fmt: skip
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, out, err = _invoke(*args)
+    assert (code, out, err.splitlines()[-1] + "\n") == (2, "", message)  # click's own usage errors add a preamble
+
+
+def test_largest_context_llama_server_takes_is_planned_with_a_verdict() -> None:
+    code, out, err = _invoke("check", _M, "--gpu", "8GiB", "--", "-c", "2147483647")
+    assert code == 1 and err == ""
+    assert "Verdict    does not fit" in out
+
+
+# ---- -ot: std::regex syntax, bounded cost, known devices ---------------------------------------
+
+OT_CASES = [
+    ("(((=CPU", "Error: -ot regex '(((' is invalid: missing ), unterminated subpattern at position 2\n"),
+    ("[=CPU", "Error: -ot regex '[' is invalid: unterminated character set at position 0\n"),
+    ("(.*)*(.*)*(.*)*(.*)*x=CPU", "Error: -ot regex '(.*)*(.*)*(.*)*(.*)*x' is too expensive to match (a quantifier "
+     "inside a quantified group: exponential backtracking)\n"),
+    ("(blk|ffn)+x=CPU", "Error: -ot regex '(blk|ffn)+x' is too expensive to match (alternatives inside a quantified "
+     "group: exponential backtracking)\n"),
+    (".*a.*b.*c.*d=CPU", "Error: -ot regex '.*a.*b.*c.*d' is too expensive to match (4 unbounded repeats; at most 3)\n"),
+    ("(?i)BLK=CPU", "Error: -ot regex '(?i)BLK': '(?i' is not std::regex (ECMAScript) syntax\n"),
+    (r"\Ablk=CPU", "Error: -ot regex '\\Ablk': '\\A' is not std::regex (ECMAScript) syntax\n"),
+    ("blk.*+=CPU", "Error: -ot regex 'blk.*+': '*+' is not std::regex (ECMAScript) syntax\n"),
+    ("blk=CUDA7", "Error: unknown buffer type 'CUDA7' in --override-tensor (devices: CPU, cuda0)\n"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("rule", "message"), OT_CASES, ids=[c[0] for c in OT_CASES])
+@pytest.mark.parametrize("command", ["check", "plan"])
+def test_override_tensor_rules_are_checked_up_front(command: str, rule: str, message: str) -> None:
+    assert _invoke(command, _M, "--gpu", "8GiB", "--", "-ot", rule) == (2, "", message)
+
+
+@pytest.mark.parametrize("rule", [r"blk\.(1[0-9]|2)\.ffn_.*_exps=CPU", r"\.ffn_(up|down)\.=CPU", "(ffn)+=CUDA0",
+                                  r"blk\.\d+\.attn=CUDA0_Host", r"\\A=CPU"])  # fmt: skip
+def test_ordinary_override_rules_still_plan(rule: str) -> None:
+    code, _, err = _invoke("plan", _M, "--gpu", "8GiB", "--", "-ot", rule)
+    assert (code, err) == (0, "")
