@@ -116,16 +116,23 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
 def with_calibration(p: Prepared, env: Mapping[str, str]) -> tuple[Prepared, str | None]:
     """Apply the compute correction learned from earlier runs of this build on these devices."""
     path = calibration_path(env)
+    from .safe_io import CALIBRATION_FILE, read_regular
+
+    skipped: list[str] = []
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            records = parse_records(f)
-    except OSError:  # none yet, or unreadable: plan without corrections
+        text = read_regular(path, CALIBRATION_FILE).decode("utf-8", errors="replace")
+    except FileNotFoundError:  # none yet: plan without corrections
         return p, None
+    except OSError as e:  # unreadable, a FIFO, a link, too large: plan without corrections, and say so
+        return p, f"{path} not read: {e.strerror or e}"
+    records = parse_records(text.splitlines(), skipped)
     devices = [(d.name, d.backend) for d in p.target.gpus]
     found = compute_correction(records, devices=devices, build=p.target.build)
+    bad = f"skipped {len(skipped)} damaged record(s) in {path} ({skipped[0]})" if skipped else None
     if found is None:
-        return p, None
-    return replace(p, target=replace(p.target, compute_scale=found.compute_scale)), found.note
+        return p, bad
+    note = found.note + (f"; {bad}" if bad else "")
+    return replace(p, target=replace(p.target, compute_scale=found.compute_scale)), note
 
 
 def _progress(done: int) -> None:

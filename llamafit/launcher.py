@@ -146,9 +146,10 @@ def child_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
 
 def read_api_key(path: str) -> str:
     """The key from --api-key-file (first line), so it never appears on a command line in `ps`."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            key = f.readline().strip()
+    from .safe_io import SMALL_FILE, read_regular
+
+    try:  # a regular file, bounded: never /dev/zero or a FIFO that blocks
+        key = read_regular(path, SMALL_FILE, follow=True).decode("utf-8").partition("\n")[0].strip()
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"--api-key-file {path}: {getattr(e, 'strerror', None) or e}") from e
     if not key:

@@ -107,7 +107,7 @@ def _repeats(tree: Any, inside: bool) -> tuple[int, str | None]:
     for op, arg in tree:
         name = str(op)
         if name.endswith("REPEAT"):
-            lo, hi, sub = arg
+            _lo, hi, sub = arg
             if inside and hi > 1:
                 return count, "a quantifier inside a quantified group"
             n, w = _repeats(sub, inside or hi > 1)

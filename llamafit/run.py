@@ -152,9 +152,9 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
         "compute_scale": p.target.compute_scale,  # the correction already in these predictions
         "buffers": rows,
     }
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+    from .safe_io import append_line
+
+    append_line(path, json.dumps(entry))
 
 
 def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:

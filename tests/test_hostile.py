@@ -125,3 +125,134 @@ def test_override_tensor_rules_are_checked_up_front(command: str, rule: str, mes
 def test_ordinary_override_rules_still_plan(rule: str) -> None:
     code, _, err = _invoke("plan", _M, "--gpu", "8GiB", "--", "-ot", rule)
     assert (code, err) == (0, "")
+
+
+# ---- the cache directory: schema-checked records, regular files only, bounded, private ---------
+
+_GOOD_RECORD = {"server": {"build": None}, "hardware": [{"name": "CUDA0", "backend": "cuda"}], "compute_scale": 1.0,
+                "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 110.0}]}  # fmt: skip
+BAD_RECORDS = [
+    ({"server": "b9000"}, "server is not an object with an integer build"),
+    ({"server": [1]}, "server is not an object with an integer build"),
+    ({"buffers": "compute"}, "buffers is not a list of objects"),
+    ({"buffers": [{"kind": "compute", "predicted_mib": "100", "actual_mib": 110.0}]}, "a buffer size is not a number"),
+    ({"compute_scale": "NaN"}, "compute_scale is not a positive number"),
+    ({"hardware": {"name": "CUDA0"}}, "hardware is not a list of objects"),
+]
+
+
+def _plan_with_calibration(monkeypatch: pytest.MonkeyPatch, path: Path) -> tuple[int, str, str]:
+    monkeypatch.setenv("LLAMAFIT_CALIBRATION", str(path))
+    return _invoke("plan", _M, "--gpu", "8GiB")
+
+
+@pytest.mark.parametrize(("change", "problem"), BAD_RECORDS, ids=[p for _, p in BAD_RECORDS])
+def test_a_damaged_calibration_record_is_skipped_with_a_note(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                              change: dict, problem: str) -> None:  # fmt: skip
+    import json
+
+    path = tmp_path / "calibration.jsonl"
+    path.write_text(json.dumps({**_GOOD_RECORD, **change}) + "\n" + json.dumps(_GOOD_RECORD) + "\n")
+    code, out, err = _plan_with_calibration(monkeypatch, path)
+    assert (code, err) == (0, "")
+    assert (f"calibration: compute buffers scaled by 1.100, the median of 1 earlier run(s) of this setup; "
+            f"skipped 1 damaged record(s) in {path} ({problem})") in " ".join(out.split())
+
+
+@pytest.mark.parametrize("text", ['{"compute_scale": NaN}', '{"buffers": [{"predicted_mib": Infinity}]}', "[" * 100000])
+def test_nan_infinity_and_deep_json_are_damaged_records(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str) -> None:
+    path = tmp_path / "calibration.jsonl"
+    path.write_text(text + "\n")
+    code, out, err = _plan_with_calibration(monkeypatch, path)
+    assert (code, err) == (0, "")
+    assert f"skipped 1 damaged record(s) in {path}" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "directory"])
+def test_calibration_file_that_is_not_a_regular_file_is_not_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                 kind: str) -> None:  # fmt: skip
+    import os
+
+    path = tmp_path / "calibration.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero-link":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    code, out, err = _plan_with_calibration(monkeypatch, path)
+    assert (code, err) == (0, "")
+    why = {"fifo": "is not a regular file", "dev-zero-link": "is a symbolic link", "directory": "Is a directory"}
+    assert f"calibration: {path} not read: {why[kind]}" in " ".join(out.split())
+
+
+def test_calibration_append_refuses_a_planted_symlink(tmp_path: Path) -> None:
+    from llamafit.safe_io import UnsafeFile, append_line
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("theirs\n")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "calibration.jsonl").symlink_to(victim)
+    with pytest.raises(UnsafeFile, match="is a symbolic link"):
+        append_line(tmp_path / "cache" / "calibration.jsonl", "{}")
+    assert victim.read_text() == "theirs\n"
+
+
+def test_cache_writes_are_private_and_never_follow_a_planted_link(tmp_path: Path) -> None:
+    import stat
+
+    from llamafit.safe_io import UnsafeFile, write_atomic
+
+    cache = tmp_path / "cache" / "server-dialects"
+    write_atomic(cache / "a.json", b"{}")
+    assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) == 0o700
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert stat.S_IMODE((cache / "a.json").stat().st_mode) == 0o600
+    victim = tmp_path / "victim.txt"
+    victim.write_text("theirs\n")
+    (cache / "b.json").symlink_to(victim)
+    with pytest.raises(UnsafeFile, match="is a symbolic link"):
+        write_atomic(cache / "b.json", b"{}")
+    assert victim.read_text() == "theirs\n"
+    assert sorted(p.name for p in cache.iterdir()) == ["a.json", "b.json"]  # no temp file left behind
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"text"', '{"format": 1, "build": "x"}', "{" * 50000, "NaN"])
+def test_a_damaged_dialect_record_is_probed_again(tmp_path: Path, content: str) -> None:
+    from llamafit.server_find import _load_cached
+
+    path = tmp_path / "d.json"
+    path.write_text(content)
+    assert _load_cached(str(path)) is None
+
+
+def test_a_junk_cached_header_of_the_right_length_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamafit.model_source import (
+        CachedHeader,
+        _cache_file,
+        load_header,
+        save_header,
+    )
+
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path))
+    url = "http://127.0.0.1:1/m.gguf"
+    save_header(CachedHeader(url, '"etag"', 1000, _header("dense-llama.gguf")[:500]))
+    assert load_header(url) == CachedHeader(url, '"etag"', 1000, _header("dense-llama.gguf")[:500])
+    _cache_file("header", url, "gguf").write_bytes(b"\0" * 500)
+    assert load_header(url) is None
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "huge"])
+def test_api_key_file_is_a_small_regular_file(tmp_path: Path, kind: str) -> None:
+    import os
+
+    path = tmp_path / "key"
+    if kind == "dev-zero":
+        path = Path("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(b"k" * (1 << 20))
+    code, out, err = _invoke("run", _M, "--gpu", "8GiB", "--dry-run", "--api-key-file", str(path))
+    why = {"dev-zero": "is not a regular file", "fifo": "is not a regular file", "huge": "is larger than 65,536 bytes"}
+    assert (code, err) == (2, f"Error: --api-key-file {path}: {why[kind]}\n")
