@@ -87,9 +87,9 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
     private_dir(os.path.dirname(os.fspath(path)) or ".")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK, 0o600)
-    except OSError as e:
+    except OSError:
         _refuse_link(path)
-        raise e
+        raise
     with os.fdopen(fd, "a", encoding="utf-8") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsafeFile(0, "is not a regular file", str(path))
