@@ -27,6 +27,10 @@ from .errors import InputError
 DEFAULT_TIMEOUT = 30.0  # seconds, for each connect and each read from the socket
 FIRST_WINDOW = 1 << 10  # the parser's first read: even a 1 KiB header costs < 2x its size
 MAX_REDIRECTS = 10
+# The largest header llamafit will read: 262k-token vocabularies with merges take ~20 MiB, the
+# largest tensor lists well under 1 MiB. A header "needing" more is a lie of the server or file.
+MAX_HEADER_BYTES = 64 << 20
+DEFAULT_DEADLINE = 120.0  # seconds for a whole remote header, however the server dribbles it
 PROGRESS_AFTER = 0.5  # seconds before the progress callback starts
 _CHUNK = 1 << 16
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -222,6 +226,8 @@ class HttpRangeSource:
         progress_after: float = PROGRESS_AFTER,
         allow_full_download: bool = False,
         name: str | None = None,
+        deadline: float = DEFAULT_DEADLINE,
+        max_bytes: int = MAX_HEADER_BYTES,
     ) -> None:
         self.url = url
         self.name = name or url
@@ -229,6 +235,8 @@ class HttpRangeSource:
         self.progress = progress
         self.progress_after = progress_after
         self.allow_full_download = allow_full_download
+        self.deadline = deadline
+        self.max_bytes = max_bytes
         self.bytes_transferred = 0
         self.requests = 0
         self.validator: str | None = None
@@ -263,8 +271,12 @@ class HttpRangeSource:
         """GET a range from the last known location; back to the URL itself if that expired."""
         self.requests += 1
         self._t0 = self._t0 or time.monotonic()
+        if self.bytes_transferred + n > self.max_bytes + self.first_window:
+            raise InputError(f"{self.url}: the header would need more than {self.max_bytes:,} bytes; "
+                             "not a plausible GGUF header (refusing to read more)")  # fmt: skip
         headers = {**self._headers, "Range": range_header(offset, n), "Accept-Encoding": "identity"}
-        answer = request("GET", self._location, headers_for(self._location, self.url, headers), self.timeout)
+        timeout = min(self.timeout, max(self._left(), 0.001))
+        answer = request("GET", self._location, headers_for(self._location, self.url, headers), timeout)
         if answer.status in (401, 403, 404, 410) and self._location != self.url:
             answer.close()  # a signed CDN URL expired: resolve again
             self._location = self.url
@@ -290,7 +302,8 @@ class HttpRangeSource:
                                  f"(HTTP {answer.status}, Content-Range {answer.headers.get('Content-Range')!r})")
             self._size = cr.total
             self.validator = validator_of(answer.headers)
-            self._head = self._body(answer, cr.end + 1)
+            # never more than asked, whatever Content-Range claims
+            self._head = self._body(answer, min(cr.end + 1, self.first_window))
         finally:
             answer.close()
 
@@ -301,7 +314,10 @@ class HttpRangeSource:
             what = f"the whole {int(length):,}-byte file" if length and length.isdigit() else "the whole file"
             raise InputError(f"{self.url}: the server ignores HTTP Range requests (it answered 200 with "
                              f"{what}); refusing to download it all: download it and pass the local path")
-        self._head = self._body(answer, int(length) if length and length.isdigit() else None)
+        self._head = self._body(answer, self.max_bytes + 1)
+        if len(self._head) > self.max_bytes:
+            raise InputError(f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} bytes; "
+                             "download it and pass the local path")  # fmt: skip
         self._size = len(self._head)
         self.validator = validator_of(answer.headers)
 
@@ -326,9 +342,13 @@ class HttpRangeSource:
         """Read up to `limit` body bytes (all when None), counting them as they arrive."""
         parts: list[bytes] = []
         got = 0
+        read = getattr(answer.body, "read1", answer.body.read)  # one recv at a time: the deadline holds
         try:
             while limit is None or got < limit:
-                chunk = answer.body.read(_CHUNK if limit is None else min(_CHUNK, limit - got))
+                if self._left() <= 0:
+                    raise RemoteUnreachable(f"{self.url}: gave up after {self.deadline:g} s "
+                                            f"({self.bytes_transferred:,} bytes received)")  # fmt: skip
+                chunk = read(_CHUNK if limit is None else min(_CHUNK, limit - got))
                 if not chunk:
                     break
                 parts.append(chunk)
@@ -337,6 +357,10 @@ class HttpRangeSource:
         except (OSError, http.client.HTTPException) as e:
             raise _network_error(self.url, e, self.timeout) from e
         return b"".join(parts)
+
+    def _left(self) -> float:
+        """Seconds left of the deadline for the whole read."""
+        return self.deadline - (time.monotonic() - self._t0) if self._t0 else self.deadline
 
     def _count(self, n: int) -> None:
         self.bytes_transferred += n

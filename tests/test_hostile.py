@@ -256,3 +256,68 @@ def test_api_key_file_is_a_small_regular_file(tmp_path: Path, kind: str) -> None
     code, _out, err = _invoke("run", _M, "--gpu", "8GiB", "--dry-run", "--api-key-file", str(path))
     why = {"dev-zero": "is not a regular file", "fifo": "is not a regular file", "huge": "is larger than 65,536 bytes"}
     assert (code, err) == (2, f"Error: --api-key-file {path}: {why[kind]}\n")
+
+
+# ---- remote reads: bounded bytes and time, credentials stay home, http(s) only -----------------
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("huge-vocab", "the header would need more than 67,108,864 bytes; not a plausible GGUF header"),
+    ("huge-string", "string length 1152921504606846976 in the value of 'general.name' exceeds"),
+])  # fmt: skip
+def test_a_header_that_lies_about_its_size_reads_a_bounded_amount(mode: str, message: str) -> None:
+    from hostile_http import hostile_server
+
+    from llamafit.errors import InputError
+    from llamafit.remote import MAX_HEADER_BYTES, HttpRangeSource
+
+    with hostile_server(mode) as (url, _):
+        src = HttpRangeSource(url)
+        with pytest.raises(InputError, match=message):
+            read_header(src)
+    assert src.bytes_transferred <= MAX_HEADER_BYTES + 1024
+
+
+def test_a_server_sending_more_than_asked_is_cut_off() -> None:
+    from hostile_http import hostile_server
+
+    from llamafit.errors import InputError
+    from llamafit.remote import FIRST_WINDOW, HttpRangeSource
+
+    with hostile_server("lying-range") as (url, _):
+        src = HttpRangeSource(url)
+        with pytest.raises(InputError):
+            read_header(src)
+    assert src.bytes_transferred <= 2 * FIRST_WINDOW
+
+
+@pytest.mark.parametrize("mode", ["slowloris"])
+def test_a_dribbling_server_meets_the_total_deadline(mode: str) -> None:
+    from hostile_http import hostile_server
+
+    from llamafit.remote import HttpRangeSource, RemoteUnreachable
+
+    with hostile_server(mode, dribble=0.05) as (url, _):
+        src = HttpRangeSource(url, deadline=0.5)
+        with pytest.raises(RemoteUnreachable, match=r"gave up after 0.5 s \(\d+ bytes received\)"):
+            read_header(src)
+
+
+def test_credentials_never_follow_a_redirect_to_another_host() -> None:
+    from hostile_http import hostile_server
+
+    from llamafit.errors import InputError
+    from llamafit.remote import HttpRangeSource
+
+    with hostile_server("cross-redir") as (url, seen):
+        with pytest.raises(InputError, match="HTTP 404"):
+            read_header(HttpRangeSource(url, headers={"Authorization": "Bearer secret", "Cookie": "c=1"}))
+    assert [("Authorization" in h, "Cookie" in h, h["Host"].split(":")[0]) for h in seen] == [
+        (True, True, "127.0.0.1"), (False, False, "localhost")]
+
+
+def test_a_redirect_to_another_scheme_is_refused() -> None:
+    from hostile_http import hostile_server
+
+    with hostile_server("scheme-redir") as (url, _):
+        assert _invoke("inspect", url) == (2, "", f"Error: {url}: refusing a redirect to file:///etc/passwd (only http and https)\n")
