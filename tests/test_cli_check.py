@@ -75,13 +75,13 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
 
 
 def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit import check as check_module
+    from llamafit import prepare as prepare_module
     from llamafit.devices import DeviceSpec, host
     from llamafit.hardware import GPUInfo, Hardware
 
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 8 << 30, 6 << 30), "Test GPU", 0)
     fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")
-    monkeypatch.setattr(check_module, "_default_detect", lambda env: fake)
+    monkeypatch.setattr(prepare_module, "_default_detect", lambda env: fake)
     d = json.loads(check(DENSE, "--json", "--", "-c", "4096").stdout)
     assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [("CUDA0", 6 << 30), ("CPU", 16 << 30)]
     total = json.loads(check(DENSE, "--json", "--use", "total", "--", "-c", "4096").stdout)

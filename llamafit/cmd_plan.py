@@ -1,31 +1,22 @@
-"""`llamafit plan` as a function: prepare like check, solve, report."""
+"""`llamafit plan` as a function: prepare like check, solve once, report."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from . import check_report, plan_report
-from .check import Prepared, flag_warnings, prepare, with_calibration
 from .command import server_argv
 from .plan import PlanResult, plan
+from .prepare import Prepared, Report, Request, flag_warnings, prepare
 from .solver import Policy
 
 
-@dataclass(frozen=True)
-class PlanReport:
-    fits: bool
-    json: dict[str, Any]
-    text: str
+def run_plan(request: Request, policy: Policy) -> Report:
+    return render_plan(prepare(request), policy)[0]
 
 
-def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
-    p, note = with_calibration(prepare(**kwargs), kwargs["env"])
-    return render_plan(p, policy, note)[0]
-
-
-def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[PlanReport, PlanResult]:
-    """Solve for a prepared model and machine; the report and the raw result."""
+def render_plan(p: Prepared, policy: Policy) -> tuple[Report, PlanResult]:
+    """Solve for a prepared model and machine; the report and the result (with every warning)."""
     result = plan(p.target, p.parsed.config, policy, bandwidths=p.bandwidths)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
@@ -33,8 +24,7 @@ def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[P
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = list(p.facts.warnings) + (list(c.rc.warnings) if c else []) + flag_warnings(p)
-    warnings += [f"calibration: {note}"] if note else []
     result = replace(result, warnings=tuple(warnings) + result.warnings)
     data = plan_report.to_json(p.facts, result, argv, hardware)
     device_lines = check_report.device_lines(c.breakdown) if c else []
-    return PlanReport(c is not None, data, plan_report.to_text(p.facts, result, argv, hardware, device_lines)), result
+    return Report(c is not None, data, plan_report.to_text(p.facts, result, argv, hardware, device_lines)), result
