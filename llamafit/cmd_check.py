@@ -4,7 +4,7 @@ beyond reading the GGUF header; the host's RAM comes in through `detect_host`)."
 from __future__ import annotations
 
 from . import check_report
-from .prepare import Report, Request, flag_warnings, prepare
+from .prepare import Report, Request, prepare, warnings_for
 from .resolve import resolve
 from .ways_out import suggestions
 
@@ -16,7 +16,7 @@ def run_check(request: Request) -> Report:
     rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
     breakdown = t.model.estimate(rc, t.gpus, t.host, reserve_bytes=t.reserve_bytes, compute_scale=t.compute_scale)
     ways = [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx)
-    warnings = list(p.facts.warnings) + list(rc.warnings) + flag_warnings(p)
+    warnings = warnings_for(p, rc)
     extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}
     data = check_report.to_json(p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
     text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)

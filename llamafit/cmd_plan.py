@@ -7,7 +7,7 @@ from dataclasses import replace
 from . import check_report, plan_report
 from .command import server_argv
 from .plan import PlanResult, plan
-from .prepare import Prepared, Report, Request, flag_warnings, prepare
+from .prepare import Prepared, Report, Request, prepare, warnings_for
 from .solver import Policy
 
 
@@ -23,7 +23,7 @@ def render_plan(p: Prepared, policy: Policy) -> tuple[Report, PlanResult]:
     passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + list(p.parsed.passthrough)
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
-    warnings = list(p.facts.warnings) + (list(c.rc.warnings) if c else []) + flag_warnings(p)
+    warnings = warnings_for(p, c.rc if c else None)
     result = replace(result, warnings=tuple(warnings) + result.warnings)
     data = plan_report.to_json(p.facts, result, argv, hardware)
     device_lines = check_report.device_lines(c.breakdown) if c else []

@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import __version__
-from .check_report import config_json
+from .check_report import check_lines, config_json
 from .cmd_plan import render_plan
 from .command import display, server_argv
 from .errors import InputError
 from .memory import Breakdown
 from .paths import calibration_path
 from .plan import PlanResult, plan
+from .plan_report import verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
 from .solver import Choice, Policy
@@ -162,7 +163,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
     for attempt in range(MAX_TRIES):
         result = first if attempt == 0 else replan(p, policy, attempt * OOM_RESERVE_STEP)
         if result.choice is None:
-            say(f"Verdict    {result.verdict}")
+            say(f"Verdict    {verdict_text(result.verdict)}")
             return 1
         port = free_port(opts.host) if opts.port is None else opts.port
         launch = build_launch(p, result.choice, opts, server, port)
@@ -209,10 +210,8 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
            say: Callable[[str], None]) -> int:  # fmt: skip
     say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
-    say(f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)")
-    for r in rows:
-        if r["predicted_mib"] or r["actual_mib"]:
-            say(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
+    for line in check_lines(rows):
+        say(line)
     try_record(calibration_path(env), launch, p, rows, say)
     code = child.proc.wait()
     child.stop()

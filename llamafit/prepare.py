@@ -12,14 +12,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .calibration import compute_correction, parse_records
+from .calibration import Correction, compute_correction, parse_records
 from .demo import resolve_model_arg
 from .devices import DeviceSpec
 from .errors import InputError
 from .facts import ModelFacts, build_facts
+from .findings import Notice, as_notice
 from .gguf_model import GGUFModel
 from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
 from .memory import MemoryModel
+from .resolve import ResolvedConfig
 from .paths import calibration_path
 from .search import Target
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
@@ -112,7 +114,7 @@ class Prepared:
     facts: ModelFacts
     target: Target
     hardware: Hardware
-    calibration_note: str | None = None  # the correction applied from the calibration file, if any
+    calibration: Correction | None = None  # the correction applied from the calibration file, if any
 
     @property
     def bandwidths(self) -> tuple[int | None, ...]:
@@ -196,7 +198,7 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     found = compute_correction(records, devices=devices, build=p.target.build)
     if found is None:
         return p
-    return replace(p, target=replace(p.target, compute_scale=found.compute_scale), calibration_note=found.note)
+    return replace(p, target=replace(p.target, compute_scale=found.compute_scale), calibration=found)
 
 
 def _progress(done: int) -> None:
@@ -217,22 +219,30 @@ def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mappi
 
 
 # Flags that add memory llamafit does not model: they are passed through, and said so.
-_EXTRA_MODELS = {"-mm": "a multimodal projector", "--mmproj": "a multimodal projector", "-mmu": "a multimodal projector",
-                 "--mmproj-url": "a multimodal projector", "-md": "a draft model", "--model-draft": "a draft model",
-                 "--lora": "a LoRA adapter", "--lora-scaled": "a LoRA adapter"}  # fmt: skip
+_EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmproj-url": "mmproj",
+                 "-md": "draft", "--model-draft": "draft", "--lora": "lora", "--lora-scaled": "lora"}  # fmt: skip
 
 
-def flag_warnings(p: Prepared) -> list[str]:
-    warnings = [f"llama-server would refuse this flag (kept, not passed on): {u}" for u in p.parsed.unknown]
+def flag_warnings(p: Prepared) -> list[Notice | str]:
+    """What the flags and the calibration file add that the prediction does not show."""
+    warnings: list[Notice | str] = [Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown]
     for flag in p.parsed.passthrough:
         if flag in _EXTRA_MODELS:
-            warnings.append(f"{flag}: {_EXTRA_MODELS[flag]} is loaded too; its memory is not in this prediction")
+            warnings.append(Notice("unmodelled_model", {"flag": flag, "what": _EXTRA_MODELS[flag]}))
     cfg = p.parsed.config
     if cfg.devices or cfg.rpc:
-        warnings.append("-dev/--rpc among the llama-server flags are passed on but not modelled: describe the "
-                        "devices to llamafit with --gpu and --rpc")  # fmt: skip
+        warnings.append(Notice("devices_not_modelled"))
     if not p.target.gpus and "n_gpu_layers" in p.parsed.config.given:
-        warnings.append("--gpu cpu: -ngl has no effect without a GPU")
-    if p.calibration_note:
-        warnings.append(f"calibration: {p.calibration_note}")
+        warnings.append(Notice("ngl_without_gpu"))
+    if p.calibration:
+        warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
+                                               "runs": p.calibration.runs}))  # fmt: skip
     return warnings
+
+
+def warnings_for(p: Prepared, rc: ResolvedConfig | None) -> list[Notice | str]:
+    """Every warning of a command: the model's (code model), llama.cpp's for this config (code
+    config), then the flags' and the calibration's."""
+    facts = [as_notice(w, "model") for w in p.facts.warnings]
+    config = [as_notice(w, "config") for w in rc.warnings] if rc else []
+    return [*facts, *config, *flag_warnings(p)]

@@ -21,7 +21,7 @@ def test_fits_with_json_shape() -> None:
     result = check(DENSE, "--gpu", "8GiB", "--json", "--", "-c", "4096", "-fa", "on")
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
-    assert d["schema"] == "llamafit.check/1"
+    assert d["schema"] == "llamafit.check/2"
     assert d["fits"] is True
     assert d["config"]["n_ctx"] == 4096 and d["config"]["flash_attn"] == "on"
     assert d["config"]["n_parallel"] == 4 and d["config"]["kv_unified"] is True
@@ -37,8 +37,12 @@ def test_fits_with_json_shape() -> None:
 def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768")
     assert result.exit_code == 1
-    assert "Verdict    does not fit: CUDA0 short by" in result.stdout
-    assert "Way out    " in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[5:7] == ["Verdict    does not fit: CUDA0 short by 23 MiB",
+                          "Way out    16,640 tokens per slot fit with the current settings"]  # fmt: skip
+    d = json.loads(check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768").stdout)
+    assert d["ways_out"] == [{"code": "context", "context_per_slot": 16640,
+                              "text": "16,640 tokens per slot fit with the current settings"}]  # fmt: skip
 
 
 def test_pasted_command_line_and_env() -> None:

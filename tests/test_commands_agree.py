@@ -19,7 +19,8 @@ MACHINE = ["--gpu", "22GiB", "--llama-build", "8000"]
 # One earlier run of build 8000 on one CUDA0: compute reported at 1.5x the prediction.
 RECORD = {"server": {"build": 8000}, "hardware": [{"name": "CUDA0", "backend": "cuda"}], "compute_scale": 1.0,
           "buffers": [{"kind": "compute", "predicted_mib": 100.0, "actual_mib": 150.0}]}  # fmt: skip
-NOTE = "calibration: compute buffers scaled by 1.500, the median of 1 earlier run(s) of this setup"
+NOTE = {"code": "calibration", "compute_scale": 1.5, "runs": 1,
+        "text": "calibration: compute buffers scaled by 1.500, the median of 1 earlier run(s) of this setup"}
 
 
 def invoke(env: dict[str, str], *args: str) -> dict:
