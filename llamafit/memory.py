@@ -20,7 +20,16 @@ from .errors import InputError
 from .facts import ModelFacts
 from .ggml_types import GGMLType
 from .kv import layer_cell_bytes
-from .placement import CPU, LayerMap, cuda_alloc_size, is_skipped, layer_map, override_target, split_points, tensor_layer
+from .placement import (
+    CPU,
+    LayerMap,
+    cuda_alloc_size,
+    is_skipped,
+    layer_map,
+    override_target,
+    split_points,
+    tensor_layer,
+)
 from .resolve import ConfigError, ResolvedConfig
 
 MIB = 1 << 20
@@ -104,7 +113,9 @@ class MemoryModel:
         embd = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
         tied = facts.tied_embeddings and embd is not None
         self.tied_raw = embd.n_bytes if tied and embd else 0
-        self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes) if tied and embd else 0
+        self.tied_padded = 0
+        if tied and embd:
+            self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes)
         self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans

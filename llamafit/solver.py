@@ -110,7 +110,8 @@ def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int
     facts = target.model.facts
     if not target.gpus:
         cfg = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=0)
-        return cfg if _reaches(target, [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact], need, mult) else None
+        at_ngl = [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact]
+        return cfg if _reaches(target, at_ngl, need, mult) else None
     if _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
         return cfg if _reaches(target, compact, need, mult) else None
     full = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=facts.n_layer_all + 1)
