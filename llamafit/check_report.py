@@ -9,9 +9,9 @@ from .facts import ModelFacts
 from .findings import Notice, WayOut, as_notice
 from .memory import Breakdown, DeviceUsage
 from .resolve import ResolvedConfig
+from .units import MIB
 
 SCHEMA = "llamafit.check/2"
-MIB = 1 << 20
 
 
 def config_json(rc: ResolvedConfig) -> dict[str, Any]:

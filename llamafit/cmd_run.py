@@ -20,17 +20,17 @@ from .cmd_plan import render_plan
 from .command import display, server_argv
 from .errors import InputError
 from .memory import Breakdown
-from .paths import calibration_path
+from .paths import calibration_path, is_url
 from .plan import PlanResult, plan
 from .plan_report import verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
 from .solver import Choice, Policy
+from .units import MIB
 
 if TYPE_CHECKING:
     from .server_log import LogWatcher
 
-MIB = 1 << 20
 MAX_TRIES = 3
 OOM_RESERVE_STEP = 1024 * MIB  # each retry after an out-of-memory load keeps 1 GiB more free
 
@@ -231,7 +231,7 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
     server = server_for(opts, request.env)
     p = prepare(request, server=server)
-    if not opts.dry_run and p.facts.path.startswith(("http://", "https://")) and server.kind != "llama-server":
+    if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
                          "which downloads it with -mu")  # fmt: skip

@@ -11,11 +11,12 @@ from .cmd_plan import render_plan
 from .command import server_argv
 from .errors import LlamafitError
 from .launch_scripts import LaunchSpec, render
+from .paths import is_url
 from .prepare import Prepared, Report, Request, prepare
 from .search import STEP
 from .solver import Choice, Policy
+from .units import MIB
 
-MIB = 1 << 20
 LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
 
 
@@ -61,7 +62,7 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions) -> tuple[
     if result.choice is None:
         return report, None
     c = result.choice
-    remote = p.facts.path.startswith(("http://", "https://"))
+    remote = is_url(p.facts.path)
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough,
                                     server=opts.server or "llama-server"), opts.server, request.env)  # fmt: skip

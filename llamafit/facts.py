@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from . import arch_rules as R
 from .errors import ModelFactsError
+from .ggml_types import GGMLType
 from .gguf_model import GGUFModel
+from .gguf_names import ARCH_NAMES, FILE_TYPES
 from .gguf_reader import TensorInfo
 from .metadata import Metadata
 from .swa import SWAFacts, swa_facts
@@ -115,20 +117,15 @@ class ModelFacts:
 
 def _file_type_label(meta: Metadata, model: GGUFModel) -> str:
     """`general.file_type` as llama.cpp names it (LlamaFileType), else the dominant tensor type."""
-    from gguf.constants import GGMLQuantizationType, LlamaFileType
-
     ft = meta.get_int("general.file_type")
     if ft is not None:
-        try:
-            return LlamaFileType(ft).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-        except ValueError:
-            return f"file_type {ft}"
+        return FILE_TYPES.get(ft, f"file_type {ft}")
     by_type: dict[int, int] = {}
     for t in model.tensors:
         by_type[t.ggml_type] = by_type.get(t.ggml_type, 0) + t.n_bytes
     if not by_type:
         return "unknown"
-    return GGMLQuantizationType(max(by_type, key=by_type.__getitem__)).name
+    return GGMLType.of(max(by_type, key=by_type.__getitem__)).name
 
 
 def _recurrent_layers(meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[int, ...],
@@ -311,11 +308,9 @@ def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
 
 def _known_archs() -> frozenset[str]:
     """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp 0c1e570)."""
-    from gguf.constants import MODEL_ARCH_NAMES
-
     ours = (R.RECURRENT_ARCHS | R.HYBRID_ARCHS | R.NO_MEMORY_ARCHS | R.MLA_CAPABLE_ARCHS
             | frozenset(R.SWA_RULES) | frozenset(R.UNMODELLED_CACHES))  # fmt: skip
-    return frozenset(MODEL_ARCH_NAMES.values()) | ours
+    return ARCH_NAMES | ours
 
 
 LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h

@@ -9,7 +9,6 @@ state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,12 +30,11 @@ from .placement import (
     tensor_layer,
 )
 from .resolve import ConfigError, ResolvedConfig
+from .tensor_names import is_dense_ffn, is_expert
+from .units import MIB
 
-MIB = 1 << 20
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
-_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
-_DENSE = re.compile(r"\.ffn_(up|down|gate)\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +99,7 @@ class MemoryModel:
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
             if il is not None and il < facts.n_layer_all:
-                part = 2 if _EXPS.search(name) else 4 if _DENSE.search(name) else None
+                part = 2 if is_expert(name) else 4 if is_dense_ffn(name) else None
                 for col, value in ((0, raw), (1, padded)) + (((part, raw), (part + 1, padded)) if part else ()):
                     sums[il][col] += value
             elif name.startswith(("output.", "output_norm.")):

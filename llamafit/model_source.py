@@ -43,7 +43,7 @@ from .hf import (
     pick_model_files,
     resolve_url,
 )
-from .paths import cache_dir
+from .paths import cache_dir, is_url
 from .remote import (
     DEFAULT_TIMEOUT,
     HttpRangeSource,
@@ -61,7 +61,7 @@ def open_model(
     arg: str, env: Mapping[str, str], *, progress: Progress | None = None, timeout: float = DEFAULT_TIMEOUT
 ) -> GGUFModel:
     """A model's headers from a local path, an http(s) URL, `hf://…` or `hf:org/repo[:quant]`."""
-    if arg.startswith(("http://", "https://")):
+    if is_url(arg):
         return open_url(arg, env, progress=progress, timeout=timeout)
     if arg.startswith("hf://"):
         return open_hf_file(parse_hf_url(arg), env, progress=progress, timeout=timeout)

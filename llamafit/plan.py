@@ -13,8 +13,8 @@ from .placement import CPU
 from .resolve import ResolvedConfig
 from .search import STEP, Target, max_context, streams
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
+from .units import MIB
 
-MIB = 1 << 20
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
 
 

@@ -25,11 +25,11 @@ from .resolve import ResolvedConfig
 from .paths import calibration_path
 from .search import Target
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
+from .units import MIB
 
 if TYPE_CHECKING:
     from .server_find import ServerChoice
 
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)

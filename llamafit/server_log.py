@@ -19,8 +19,6 @@ import json
 import re
 from dataclasses import dataclass
 
-BUFFER_KINDS = ("model", "KV", "RS", "compute", "output")
-
 # `0.01.012.510 I ` (common/log.cpp: minutes.seconds.millis.micros, then the level letter)
 _PREFIX = re.compile(r"^\d+\.\d{2}\.\d{3}\.\d{3} ([IWEDT]) ")
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size = +([0-9.]+) MiB")

@@ -26,9 +26,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from llamafit import LLAMA_CPP_COMMIT
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "fixtures" / "calibration" / "llama-cpp-0c1e570-cpu.json"
-LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 DEMO = "demo:gemma-3-270m-q4_k_m.gguf"
 FIXTURES = (
     "dense-llama.gguf", "tied-llama.gguf", "split-llama-00001-of-00003.gguf", "per-layer-kv.gguf",
