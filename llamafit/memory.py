@@ -87,21 +87,31 @@ def _tensor_sizes(facts: ModelFacts) -> list[tuple[str, int, int]]:
     return out
 
 
+# The prefix-sum columns of MemoryModel.prefix, per block: all weights, routed experts, dense FFN,
+# each raw and with CUDA row padding (column + 1).
+ALL, EXPERTS, DENSE_FFN = 0, 2, 4
+PADDED = 1
+
+
 class MemoryModel:
     """Per-model precomputation; `estimate` turns a resolved config and devices into a Breakdown."""
 
     def __init__(self, facts: ModelFacts) -> None:
         self.facts = facts
         self.tensors = _tensor_sizes(facts)
-        # per block: raw, CUDA-padded, experts raw/padded, dense FFN raw/padded (NextN blocks stay 0)
+        # per block, the columns ALL, EXPERTS and DENSE_FFN, raw and + PADDED (NextN blocks stay 0)
         sums = [[0] * 6 for _ in range(facts.n_layer_all)]
         self.input_raw = self.output_raw = self.output_padded = 0
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
             if il is not None and il < facts.n_layer_all:
-                part = 2 if is_expert(name) else 4 if is_dense_ffn(name) else None
-                for col, value in ((0, raw), (1, padded)) + (((part, raw), (part + 1, padded)) if part else ()):
-                    sums[il][col] += value
+                sums[il][ALL] += raw
+                sums[il][ALL + PADDED] += padded
+                for part, matches in ((EXPERTS, is_expert), (DENSE_FFN, is_dense_ffn)):
+                    if matches(name):
+                        sums[il][part] += raw
+                        sums[il][part + PADDED] += padded
+                        break
             elif name.startswith(("output.", "output_norm.")):
                 self.output_raw += raw
                 self.output_padded += padded
@@ -170,13 +180,13 @@ class MemoryModel:
         out[CPU] += self.input_raw
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         for dev, a, b in lmap.runs:
-            pad = int(dev != CPU and padded[dev])  # column offset: raw 0, padded 1
-            out[dev] += self._sum(pad, a, b)
+            pad = PADDED if dev != CPU and padded[dev] else 0
+            out[dev] += self._sum(ALL + pad, a, b)
             if dev == CPU:
                 continue
             moe_end, ffn_end = min(b, n_moe), min(b, rc.n_cpu_ffn)
-            out[dev] -= self._sum(2 + pad, a, moe_end) + self._sum(4 + pad, a, ffn_end)
-            out[CPU] += self._sum(2, a, moe_end) + self._sum(4, a, ffn_end)
+            out[dev] -= self._sum(EXPERTS + pad, a, moe_end) + self._sum(DENSE_FFN + pad, a, ffn_end)
+            out[CPU] += self._sum(EXPERTS, a, moe_end) + self._sum(DENSE_FFN, a, ffn_end)
         self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
         return out
 
@@ -188,9 +198,9 @@ class MemoryModel:
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         out = dict.fromkeys([CPU, *range(n_gpu)], 0)
         for dev, a, b in lmap.runs:
-            out[dev] += self._sum(0, a, b) - self._sum(2, a, b)
-            moved = self._sum(2, a, min(b, n_moe)) if dev != CPU else 0
-            out[dev] += int((self._sum(2, a, b) - moved) * share)
+            out[dev] += self._sum(ALL, a, b) - self._sum(EXPERTS, a, b)
+            moved = self._sum(EXPERTS, a, min(b, n_moe)) if dev != CPU else 0
+            out[dev] += int((self._sum(EXPERTS, a, b) - moved) * share)
             out[CPU] += int(moved * share)
         out[lmap.output] += self.output_raw + self.tied_raw  # a tied output reads token_embd as its matrix
         return out

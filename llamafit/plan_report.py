@@ -57,6 +57,9 @@ def verdict_text(v: Verdict) -> str:
 
 def verdict_json(v: Verdict) -> dict[str, Any]:
     """The verdict's values (README: plan --json `verdict`) and its sentence."""
+    flash_attn = None
+    if v.fits:
+        flash_attn = "on" if v.flash_attn else "off"
     return {
         "fits": v.fits,
         "context_per_slot": v.ctx_per_slot,
@@ -69,7 +72,7 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "n_cpu_moe": v.n_cpu_moe,
         "type_k": v.type_k,
         "type_v": v.type_v,
-        "flash_attn": None if v.ctx_per_slot is None else ("on" if v.flash_attn else "off"),
+        "flash_attn": flash_attn,
         "more_gpu_mib": v.more_gpu_mib,
         "blocks_to_cpu": v.blocks_to_cpu,
         "speed_vs_full_gpu": v.speed_vs_full_gpu,
