@@ -231,18 +231,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     if not isinstance(arch, str) or not arch:
         raise ModelFactsError(f"{model.path}: no general.architecture key; not a llama.cpp model")
     meta = Metadata(model.path, arch, model.metadata)
-    if arch not in _known_archs():
-        warnings.append(f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
-                        "(full attention on every layer, no recurrent state)")
-    if arch in R.UNMODELLED_CACHES:
-        cache = R.UNMODELLED_CACHES[arch]
-        warnings.append(f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound")
-    n_layer_all = meta.required_int("{arch}.block_count")
-    if not 0 < n_layer_all <= LLAMA_MAX_LAYERS:
-        raise ModelFactsError(f"{model.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}")
-    n_nextn = meta.get_int("{arch}.nextn_predict_layers", 0)
-    if n_nextn > n_layer_all:
-        raise ModelFactsError(f"{model.path}: nextn_predict_layers {n_nextn} exceeds block_count {n_layer_all}")
+    warnings += _arch_warnings(arch)
+    n_layer_all, n_nextn = _layer_counts(meta)
     n_layer = n_layer_all - n_nextn
     n_embd = meta.required_int("{arch}.embedding_length")
     n_head = meta.per_layer("{arch}.attention.head_count", n_layer_all, None) or (0,) * n_layer_all
@@ -296,6 +286,29 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         warnings=tuple(warnings),
         tensors=model.tensors,
     )
+
+
+def _arch_warnings(arch: str) -> list[str]:
+    """What llamafit cannot model for this architecture."""
+    warnings = []
+    if arch not in _known_archs():
+        warnings.append(f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
+                        "(full attention on every layer, no recurrent state)")  # fmt: skip
+    if arch in R.UNMODELLED_CACHES:
+        cache = R.UNMODELLED_CACHES[arch]
+        warnings.append(f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound")
+    return warnings
+
+
+def _layer_counts(meta: Metadata) -> tuple[int, int]:
+    """(block_count, nextn_predict_layers), checked as llama_model::load_hparams does."""
+    n_layer_all = meta.required_int("{arch}.block_count")
+    if not 0 < n_layer_all <= LLAMA_MAX_LAYERS:
+        raise ModelFactsError(f"{meta.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}")
+    n_nextn = meta.get_int("{arch}.nextn_predict_layers", 0)
+    if n_nextn > n_layer_all:
+        raise ModelFactsError(f"{meta.path}: nextn_predict_layers {n_nextn} exceeds block_count {n_layer_all}")
+    return n_layer_all, n_nextn
 
 
 def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
