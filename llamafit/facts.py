@@ -243,13 +243,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     is_recr = _recurrent_layers(meta, n_layer_all, n_layer, n_head_kv, n_ff)
     causal = arch not in R.NO_MEMORY_ARCHS and meta.get_bool("{arch}.attention.causal", True)
     kv_from_start = _n_layer_kv_from_start(meta, n_layer_all)
-    pure_recurrent = arch in R.RECURRENT_ARCHS
-    has_kv = tuple(
-        causal and not pure_recurrent and il < n_layer and il < kv_from_start
-        and (not is_recr[il] or arch in R.RECR_AND_ATTENTION_EVERY_LAYER)
-        and (arch not in R.RECR_IF_NO_KV_HEADS_AND_NO_FFN or n_ff[il] == 0)  # nemotron-h: MLP layers hold none
-        for il in range(n_layer_all)
-    )  # fmt: skip
+    has_kv = _has_kv(arch, causal, n_layer, min(kv_from_start, n_layer), is_recr, n_ff)
     any_recr = any(is_recr) and causal
     return ModelFacts(
         path=model.path,
@@ -285,6 +279,20 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         weights=weight_facts(model.tensors, n_layer_all),
         warnings=tuple(warnings),
         tensors=model.tensors,
+    )
+
+
+def _has_kv(arch: str, causal: bool, n_layer: int, kv_end: int, is_recr: tuple[bool, ...],
+            n_ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
+    """Per layer: does it own a K/V cache in the main context (layers below kv_end, not recurrent
+    unless the arch also attends there; nemotron-h: MLP layers hold none)."""
+    if not causal or arch in R.RECURRENT_ARCHS:
+        return (False,) * len(is_recr)
+    return tuple(
+        il < kv_end
+        and (not is_recr[il] or arch in R.RECR_AND_ATTENTION_EVERY_LAYER)
+        and (arch not in R.RECR_IF_NO_KV_HEADS_AND_NO_FFN or n_ff[il] == 0)
+        for il in range(len(is_recr))
     )
 
 
