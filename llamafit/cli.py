@@ -246,6 +246,29 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         click.echo(text, nl=False)
 
 
+@cli.command(name="ls")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--gpu", "gpu_spec", metavar="SPEC", help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+              help="MiB kept free per GPU.")
+@click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
+@json_option
+def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: int, use: str, as_json: bool) -> None:
+    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits here.
+
+    \b
+    llamafit ls
+    llamafit ls ~/models --gpu 24GiB --json
+    """
+    import os
+
+    from .ls_cli import ls_command
+
+    raise SystemExit(ls_command(paths, gpu_spec=gpu_spec, backend=backend, reserve_bytes=reserve_mib << 20, use=use,
+                                env=os.environ, as_json=as_json, echo=click.echo))  # fmt: skip
+
+
 @cli.command()
 @json_option
 def gpus(as_json: bool) -> None:
