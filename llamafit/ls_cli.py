@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -24,6 +25,7 @@ from .errors import LlamafitError
 from .facts import build_facts
 from .local_headers import read_local_model, validator
 from .ls import Row, fit_model, row_for, sort_rows
+from .model_source import _FORMAT as CACHE_FORMAT
 from .model_source import _load_json, _write
 from .paths import cache_dir
 from .store_scan import root_for_path, scan, this_machine_roots
@@ -85,13 +87,16 @@ def _row_file(identity: str, machine: Machine) -> str:
     return os.path.join(cache_dir(), "ls", f"row-{digest}.json")
 
 
-def _cached_row(found: Found, identity: str | None, machine: Machine) -> Row | None:
+def _cached(found: Found, identity: str | None, machine: Machine) -> Row | Note | None:
+    """The row (or the note: not a model, unreadable) cached for these files on this machine."""
     if identity is None:
         return None
     meta = _load_json_file(_row_file(identity, machine))
     if not meta or meta.get("identity") != identity:
         return None
     try:
+        if "note" in meta:
+            return Note(found.store, found.path, meta["note"]["code"], meta["note"]["detail"])
         row = Row.from_json(meta["row"])
     except (KeyError, TypeError):
         return None
@@ -101,27 +106,25 @@ def _cached_row(found: Found, identity: str | None, machine: Machine) -> Row | N
 
 
 def _load_json_file(path: str) -> dict[str, Any] | None:
-    from pathlib import Path
-
     meta = _load_json(Path(path))
     return meta if meta and meta.get("ls_format") == _FORMAT else None
 
 
-def _save_row(identity: str | None, machine: Machine, row: Row) -> None:
-    from pathlib import Path
-
-    if identity is None:
-        return
-    from .model_source import _FORMAT as CACHE_FORMAT
-
-    data = {"format": CACHE_FORMAT, "ls_format": _FORMAT, "identity": identity, "row": row.to_json()}
-    _write(Path(_row_file(identity, machine)), json.dumps(data).encode())
+def _save(identity: str | None, machine: Machine, got: Row | Note) -> Row | Note:
+    if identity is not None:
+        data: dict[str, Any] = {"format": CACHE_FORMAT, "ls_format": _FORMAT, "identity": identity}
+        if isinstance(got, Row):
+            data["row"] = got.to_json()
+        else:
+            data["note"] = {"code": got.code, "detail": got.detail}
+        _write(Path(_row_file(identity, machine)), json.dumps(data).encode())
+    return got
 
 
 def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
     """A found model's row, or the note that says why it is not listed."""
     identity = _identity(found)
-    cached = _cached_row(found, identity, machine)
+    cached = _cached(found, identity, machine)
     if cached is not None:
         return cached
     try:
@@ -129,16 +132,14 @@ def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
         kind = gguf_kind(model.metadata, len(model.tensors))
         if kind != "model":
             code = {"adapter": "lora-adapter", "vocab": "vocab-only", "imatrix": "imatrix", "mmproj": "mmproj"}[kind]
-            return Note(found.store, found.path, code, f"{found.name}: not a model ({kind}), skipped")
+            return _save(identity, machine, Note(found.store, found.path, code, f"{found.name}: skipped"))
         facts = build_facts(model)
     except (LlamafitError, OSError) as e:
         why = " ".join(str(e).split()).replace(f"{found.path} ", "").replace(f"{found.path}: ", "")
-        return Note(found.store, found.path, "unreadable-header", why)
+        return _save(identity, machine, Note(found.store, found.path, "unreadable-header", why))
     fit = fit_model(facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
                     engine=machine.engine, build=machine.build)  # fmt: skip
-    row = row_for(found, facts, fit)
-    _save_row(identity, machine, row)
-    return row
+    return _save(identity, machine, row_for(found, facts, fit))
 
 
 def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
@@ -196,5 +197,5 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
         from .ls_report import to_text
 
         gpus = ", ".join(f"{d.name} {(d.usable_bytes or 0) / 2**30:.1f} GiB" for d in m.gpus) or "no GPU (CPU only)"
-        echo(to_text(result, machine=gpus))
+        echo(to_text(result, machine=gpus, home=os.path.expanduser("~")))
     return 0 if any(r.fit.verdict in ("fits", "offload") for r in result.rows) else 1

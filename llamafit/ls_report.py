@@ -51,7 +51,11 @@ def _line(cells: list[str]) -> str:
     return " ".join(out).rstrip()
 
 
-def to_text(listing: Listing, *, machine: str) -> str:
+def _short(path: str, home: str) -> str:
+    return "~" + path[len(home):] if home and path.startswith(home.rstrip("/") + "/") else path
+
+
+def to_text(listing: Listing, *, machine: str, home: str = "") -> str:
     lines = [f"{len(listing.rows)} models on {machine}", "", _line([t for t, _ in _COLS])]
     for row in listing.rows:
         cells = _cells(row)
@@ -66,13 +70,22 @@ def to_text(listing: Listing, *, machine: str) -> str:
               "memory for a 4k context (every layer, q8_0 KV)."]  # fmt: skip
     if listing.notes:
         lines += ["", f"{len(listing.notes)} notes:"]
-        lines += [_clip(f"  {n.code}: {n.path}" + (f" ({n.detail})" if n.detail else "")) for n in listing.notes]
+        lines += [_note_line(n.code, _short(n.path, home), n.detail) for n in listing.notes]
     return "\n".join(lines)
 
 
 def _clip(line: str, width: int = 80) -> str:
     """One note per line, 80 columns (the JSON carries the whole text)."""
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _note_line(code: str, path: str, detail: str, width: int = 80) -> str:
+    """`  code: …path tail (detail)` in `width` columns: the path loses its head first."""
+    tail = f" ({detail})" if detail else ""
+    room = width - len(f"  {code}: ") - len(tail)
+    if len(path) > room:
+        path = "…" + path[-max(room - 1, 24):]
+    return _clip(f"  {code}: {path}{tail}", width)
 
 
 def to_json(listing: Listing, *, machine: dict[str, Any]) -> dict[str, Any]:

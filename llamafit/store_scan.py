@@ -61,10 +61,10 @@ def _gguf_files(top: str, store: str, notes: list[Note]) -> list[str]:
                 if not e.is_symlink():
                     stack.append(sub)
             elif e.name.endswith(_PARTIAL):
-                notes.append(Note(store, e.path, "partial-download", "a download that did not finish"))
+                notes.append(Note(store, e.path, "partial-download", "unfinished download"))
             elif e.name.endswith(".gguf"):
                 if e.is_symlink() and not os.path.exists(e.path):
-                    notes.append(Note(store, e.path, "dangling-symlink", f"points at {os.readlink(e.path)}, which is gone"))
+                    notes.append(Note(store, e.path, "dangling-symlink", "its target is gone"))
                 else:
                     out.append(sub)
     return sorted(out)
@@ -76,7 +76,7 @@ def _hub_repo(repo_dir: str, store: str, notes: list[Note]) -> list[Found]:
     repo = os.path.basename(repo_dir).removeprefix("models--").replace("--", "/")
     for e in _list(os.path.join(repo_dir, "blobs"), store, notes):
         if e.name.endswith(_PARTIAL):
-            notes.append(Note(store, e.path, "partial-download", f"{repo}: a download that did not finish"))
+            notes.append(Note(store, e.path, "partial-download", "unfinished download"))
     commit = None
     refs = _list(os.path.join(repo_dir, "refs"), store, notes)
     for e in sorted(refs, key=lambda e: e.name != "main"):
@@ -126,10 +126,10 @@ def scan_llama_cache(root: str) -> tuple[list[Found], list[Note]]:
     flat = []
     for e in _list(root, "llama.cpp", notes):
         if e.name.endswith(_PARTIAL):
-            notes.append(Note("llama.cpp", e.path, "partial-download", "a download that did not finish"))
+            notes.append(Note("llama.cpp", e.path, "partial-download", "unfinished download"))
         elif e.name.endswith(".gguf") and not _is_dir(e):
             if e.is_symlink() and not os.path.exists(e.path):
-                notes.append(Note("llama.cpp", e.path, "dangling-symlink", f"points at {os.readlink(e.path)}, which is gone"))
+                notes.append(Note("llama.cpp", e.path, "dangling-symlink", "its target is gone"))
             else:
                 flat.append(e.name)
     return found + _plain(root, flat, "llama.cpp", notes), notes
@@ -157,7 +157,7 @@ def scan_ollama(root: str) -> tuple[list[Found], list[Note]]:
     blobs = os.path.join(root, "blobs")
     for e in _list(blobs, "ollama", notes):
         if e.name.endswith("-partial") or "-partial-" in e.name:  # server/download.go: <blob>-partial[-N]
-            notes.append(Note("ollama", e.path, "partial-download", "a pull that did not finish"))
+            notes.append(Note("ollama", e.path, "partial-download", "unfinished pull"))
     for reg in _dirs(os.path.join(root, "manifests"), notes):
         for ns in _dirs(reg.path, notes):
             for model in _dirs(ns.path, notes):
@@ -195,7 +195,7 @@ def _ollama_model(manifest_path: str, name: str, blobs: str, notes: list[Note]) 
         blob = blob_name(digest)
         path = os.path.join(blobs, blob) if blob else None
         if path is None or not os.path.isfile(path):
-            notes.append(Note("ollama", path or manifest_path, "missing-blob", f"{name}: blob {digest} is missing"))
+            notes.append(Note("ollama", path or manifest_path, "missing-blob", f"{name}: its blob is missing"))
             if digest == layers.model:
                 return []
         paths.append(path if path and os.path.isfile(path) else None)
