@@ -60,7 +60,12 @@ _FORMAT = 1  # bump when the cache layout changes
 def open_model(
     arg: str, env: Mapping[str, str], *, progress: Progress | None = None, timeout: float = DEFAULT_TIMEOUT
 ) -> GGUFModel:
-    """A model's headers from a local path, an http(s) URL, `hf://…` or `hf:org/repo[:quant]`."""
+    """A model's headers from a local path, an http(s) URL, `hf://…` or `hf:org/repo[:quant]`, or a
+    store reference (`ollama:…`, `lmstudio:…`; `hf:…` from the local hub cache first: llamafit.refs)."""
+    from .refs import local_path
+
+    if (local := local_path(arg, env)) is not None:
+        return read_model(local)
     if arg.startswith(("http://", "https://")):
         return open_url(arg, env, progress=progress, timeout=timeout)
     if arg.startswith("hf://"):

@@ -8,9 +8,19 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from store_layouts import (
+    MODEL,
+    MOE,
+    SPLIT,
+    hf_repo,
+    lmstudio_model,
+    lora,
+    mmproj,
+    ollama_model,
+    vocab_only,
+)
 
 from llamafit.cli import cli
-from store_layouts import MODEL, MOE, SPLIT, hf_repo, lmstudio_model, lora, mmproj, ollama_model, vocab_only
 
 
 @pytest.fixture
