@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from .errors import InputError
 from .hf import parse_repo_spec, pick_model_files
 from .store_scan import _gguf_files, scan_ollama
-from .stores import Note, hf_hub_cache, llama_hf_cache, lmstudio_dirs, ollama_dirs, parse_ollama_ref
+from .stores import (
+    Note,
+    hf_hub_cache,
+    llama_hf_cache,
+    lmstudio_dirs,
+    ollama_dirs,
+    parse_ollama_ref,
+)
 
 PREFIXES = ("ollama:", "lmstudio:", "hf:")
 

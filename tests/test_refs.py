@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_ls import home  # noqa: F401  (the fixture: every store under one HOME)
 
 from llamafit.cli import cli
-from test_ls import home  # noqa: F401  (the fixture: every store under one HOME)
 
 
 @pytest.fixture
@@ -43,11 +43,11 @@ def test_every_command_takes_a_reference(command: list[str], home: Path, offline
 
 
 @pytest.mark.parametrize("ref, message", [
-    ("ollama:nope:1b", "ollama:nope:1b: no such model in {home}/.ollama/models or /usr/share/ollama/.ollama/models "
-                       "(models there: moe:tiny)"),
+    ("ollama:nope:1b", ("ollama:nope:1b: no such model in {home}/.ollama/models or /usr/share/ollama/.ollama/models "
+                       "(models there: moe:tiny)")),
     ("ollama:gone", "ollama:gone: the manifest names a blob that is missing ({home}/.ollama/models/blobs/sha256-"),
-    ("lmstudio:acme/nothing", "lmstudio:acme/nothing: no folder acme/nothing in {home}/.lmstudio/models or "
-                              "{home}/.cache/lm-studio/models"),
+    ("lmstudio:acme/nothing", ("lmstudio:acme/nothing: no folder acme/nothing in {home}/.lmstudio/models or "
+                              "{home}/.cache/lm-studio/models")),
     ("lmstudio:lmstudio-community/gemma-GGUF:Q2_K",
      "lmstudio-community/gemma-GGUF: no GGUF file matching the tag 'Q2_K' (GGUF files: gemma-F16.gguf)"),
 ])  # fmt: skip
