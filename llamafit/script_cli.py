@@ -45,6 +45,8 @@ def _for_dialect(argv: list[str], server: str | None, env: dict[str, str]) -> li
 
 def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str, port: int, name: str | None,
                 server: str | None, guard: bool) -> str:  # fmt: skip
+    if (models := many_models(common, kind)) is not None:
+        return script_many(policy, common, models, kind=kind, host=host, server=server)
     p = prepare(**common)
     _, result = render_plan(p, policy)
     if result.choice is None:
@@ -64,3 +66,54 @@ def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str,
         ladder=ladder(p, c) if guard else (),
     )  # fmt: skip
     return render(kind, spec, guard=guard) if kind == "sh" else render(kind, spec)
+
+
+MANY_KINDS = ("llama-swap", "models-ini")
+
+
+def many_models(common: dict[str, Any], kind: str) -> list[str] | None:
+    """MODEL… (and directories) for the multi-model configs; None for one plain model."""
+    if kind not in MANY_KINDS or common["model"] is None:
+        return None
+    extra = []
+    rest = list(common["server_args"])
+    while rest and not rest[0].startswith("-"):
+        extra.append(rest.pop(0))
+    models = [common["model"], *extra]
+    if len(models) == 1 and not os.path.isdir(models[0]):
+        return None
+    common["server_args"] = rest
+    return models
+
+
+def script_many(policy: Policy, common: dict[str, Any], models: list[str], *, kind: str, host: str,
+                server: str | None) -> str:  # fmt: skip
+    from .many import Entry, plan_many, render_llama_swap_many, render_models_ini_many
+    from .store_scan import root_for_path, scan
+
+    named: list[tuple[str, str]] = []
+    for m in models:
+        if os.path.isdir(m):
+            found, _ = scan([root_for_path(m)])
+            named += [(f.name, f.ref) for f in found]
+        else:
+            named.append((m.split(":", 1)[1] if m.startswith(("ollama:", "lmstudio:", "hf:")) else
+                          Path(m).name.removesuffix(".gguf"), m))  # fmt: skip
+    preps = [prepare(**{**common, "model": ref}) for _, ref in named]
+    packing = plan_many([n for n, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
+    by_name = dict(zip((n for n, _ in named), preps))
+    entries = []
+    for s in packing.sets:
+        for m in s:
+            p = by_name[m.name]
+            argv = server_argv(os.path.abspath(p.facts.path), m.choice.cfg, m.choice.rc,
+                               passthrough=p.parsed.passthrough, server=server or "llama-server")  # fmt: skip
+            gpus = [d for d in m.choice.breakdown.devices if d.kind == "gpu"]
+            entries.append(Entry(m.name, tuple(argv), tuple((d.name, d.used_bytes // MIB) for d in gpus),
+                                 m.choice.rc.n_ctx))  # fmt: skip
+    sets = [[m.name for m in s] for s in packing.sets]
+    if packing.unfit:
+        raise NoFit(f"nothing fits for {', '.join(packing.unfit)} on this machine")
+    if kind == "llama-swap":
+        return render_llama_swap_many(entries, sets, host=host)
+    return render_models_ini_many(entries, sets)
