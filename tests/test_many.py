@@ -78,8 +78,9 @@ def test_llama_swap_models_that_fit_together_share_a_group() -> None:
 def test_llama_swap_models_that_do_not_fit_together_swap(tmp_path: Path) -> None:
     d = tmp_path / "models"
     d.mkdir()
-    for name, p in (("a.gguf", QWEN), ("b.gguf", QWEN), *((p.name, p) for p in SMALL)):
+    for name, p in (("a.gguf", QWEN), *((p.name, p) for p in SMALL)):
         (d / name).symlink_to(p)
+    (d / "b.gguf").write_bytes(QWEN.read_bytes())  # a copy: a second link to one file is one model
     config = _swap([str(d), "--gpu", "24GiB"])
     groups = config["groups"]
     assert groups["swap"] == {"swap": True, "exclusive": True, "members": ["b"]}
