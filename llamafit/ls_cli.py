@@ -178,12 +178,13 @@ def stderr_is_tty() -> bool:
 def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, reserve_bytes: int, use: str,
                env: Mapping[str, str], as_json: bool, echo: Callable[[str], None]) -> int:  # fmt: skip
     """The whole command: exit 0 when at least one model fits, 1 when none does."""
-    from .check import _default_detect, _default_host
-    from .check import machine as find_machine
+    from .prepare import MachineSpec, _default_detect, _default_host
+    from .prepare import machine as find_machine
     from .plan_report import hardware_json
     from .server_flags import parse_server_args
 
-    hw, devices = find_machine(gpu_spec, backend, use, None, env, _default_host, _default_detect)
+    spec = MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes)
+    hw, devices = find_machine(spec, env, _default_host, _default_detect)
     m = Machine(devices, hw.host, reserve_bytes)
     cfg = parse_server_args([], env).config
     on_row = progress_printer(sys.stderr) if stderr_is_tty() and not as_json else None

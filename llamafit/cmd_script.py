@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from .check import Prepared, prepare
+from .cmd_plan import render_plan
 from .command import server_argv
 from .errors import LlamafitError
 from .launch_scripts import LaunchSpec, render
-from .plan_run import render_plan
+from .prepare import Prepared, Report, Request, prepare
 from .search import STEP
-from .solver import Choice, NoFit, Policy
+from .solver import Choice, Policy
 
 MIB = 1 << 20
 LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
@@ -30,7 +30,7 @@ def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, int], ...]:
     return tuple(rungs)
 
 
-def _for_dialect(argv: list[str], server: str | None, env: dict[str, str]) -> list[str]:
+def _for_dialect(argv: list[str], server: str | None, env: Mapping[str, str]) -> list[str]:
     """When the script's llama-server is on this machine, use only flags its build accepts."""
     if not server or not os.path.isfile(server):
         return argv  # a program for another machine: llama.cpp 0c1e570's flags
@@ -43,51 +43,63 @@ def _for_dialect(argv: list[str], server: str | None, env: dict[str, str]) -> li
     return argv if binary is None else adapt_argv(argv, binary.dialect)[0]
 
 
-def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str, port: int, name: str | None,
-                server: str | None, guard: bool) -> str:  # fmt: skip
-    if (models := many_models(common, kind)) is not None:
-        return script_many(policy, common, models, kind=kind, host=host, server=server)
-    p = prepare(**common)
-    _, result = render_plan(p, policy)
+@dataclass(frozen=True)
+class ScriptOptions:
+    kind: str = "sh"  # sh | systemd | llama-swap | models-ini | docker
+    host: str = "127.0.0.1"
+    port: int = 8080
+    name: str | None = None  # llama-swap / models.ini model name (default: the file name)
+    server: str | None = None  # the llama-server program the script runs (default: llama-server)
+    guard: bool = False  # sh: check free VRAM at start and step down a context ladder
+
+
+def script_text(request: Request, policy: Policy, opts: ScriptOptions) -> tuple[Report, str | None]:
+    """The plan's report and the script (None when nothing fits: the report says why)."""
+    if (many := many_models(request, opts.kind)) is not None:
+        return script_many(policy, many[0], many[1], opts)
+    p = prepare(request)
+    report, result = render_plan(p, policy)
     if result.choice is None:
-        raise NoFit(result.verdict)
+        return report, None
     c = result.choice
     remote = p.facts.path.startswith(("http://", "https://"))
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough,
-                                    server=server or "llama-server"), server, common["env"])  # fmt: skip
-    env = tuple((k, v) for k, v in common["env"].items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
+                                    server=opts.server or "llama-server"), opts.server, request.env)  # fmt: skip
+    env = tuple((k, v) for k, v in request.env.items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]
     spec = LaunchSpec(
-        argv=tuple(argv), model_path=model_path, host=host, port=port, env=env,
-        name=name or Path(p.facts.path).name.removesuffix(".gguf"),
+        argv=tuple(argv), model_path=model_path, host=opts.host, port=opts.port, env=env,
+        name=opts.name or Path(p.facts.path).name.removesuffix(".gguf"),
         predicted_mib=tuple((d.name, d.used_bytes // MIB) for d in gpus),
         llama_build=None if p.target.build is None else str(p.target.build), n_ctx=c.rc.n_ctx,
-        ladder=ladder(p, c) if guard else (),
+        ladder=ladder(p, c) if opts.guard else (),
     )  # fmt: skip
-    return render(kind, spec, guard=guard) if kind == "sh" else render(kind, spec)
+    text = render(opts.kind, spec, guard=opts.guard) if opts.kind == "sh" else render(opts.kind, spec)
+    return report, text
 
 
 MANY_KINDS = ("llama-swap", "models-ini")
 
 
-def many_models(common: dict[str, Any], kind: str) -> list[str] | None:
-    """MODEL… (and directories) for the multi-model configs; None for one plain model."""
-    if kind not in MANY_KINDS or common["model"] is None:
+def many_models(request: Request, kind: str) -> tuple[Request, list[str]] | None:
+    """MODEL… (and directories) for the multi-model configs: the request without them and the
+    models; None for one plain model."""
+    ref = request.model
+    if kind not in MANY_KINDS or ref.model is None:
         return None
+    rest = list(ref.server_args)
     extra = []
-    rest = list(common["server_args"])
     while rest and not rest[0].startswith("-"):
         extra.append(rest.pop(0))
-    models = [common["model"], *extra]
+    models = [ref.model, *extra]
     if len(models) == 1 and not os.path.isdir(models[0]):
         return None
-    common["server_args"] = rest
-    return models
+    return replace(request, model=replace(ref, model=None, server_args=tuple(rest))), models
 
 
-def script_many(policy: Policy, common: dict[str, Any], models: list[str], *, kind: str, host: str,
-                server: str | None) -> str:  # fmt: skip
+def script_many(policy: Policy, request: Request, models: list[str], opts: ScriptOptions) -> tuple[Report, str | None]:
+    """One llama-swap config or router preset file for many models, each fitted (llamafit.many)."""
     from .many import Entry, plan_many, render_llama_swap_many, render_models_ini_many
     from .store_scan import root_for_path, scan
 
@@ -99,7 +111,7 @@ def script_many(policy: Policy, common: dict[str, Any], models: list[str], *, ki
         else:
             named.append((m.split(":", 1)[1] if m.startswith(("ollama:", "lmstudio:", "hf:")) else
                           Path(m).name.removesuffix(".gguf"), m))  # fmt: skip
-    preps = [prepare(**{**common, "model": ref}) for _, ref in named]
+    preps = [prepare(replace(request, model=replace(request.model, model=ref))) for _, ref in named]
     packing = plan_many([n for n, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
     by_name = dict(zip((n for n, _ in named), preps))
     entries = []
@@ -107,13 +119,15 @@ def script_many(policy: Policy, common: dict[str, Any], models: list[str], *, ki
         for m in s:
             p = by_name[m.name]
             argv = server_argv(os.path.abspath(p.facts.path), m.choice.cfg, m.choice.rc,
-                               passthrough=p.parsed.passthrough, server=server or "llama-server")  # fmt: skip
+                               passthrough=p.parsed.passthrough, server=opts.server or "llama-server")  # fmt: skip
             gpus = [d for d in m.choice.breakdown.devices if d.kind == "gpu"]
             entries.append(Entry(m.name, tuple(argv), tuple((d.name, d.used_bytes // MIB) for d in gpus),
                                  m.choice.rc.n_ctx))  # fmt: skip
     sets = [[m.name for m in s] for s in packing.sets]
+    data = {"sets": sets, "unfit": list(packing.unfit)}
     if packing.unfit:
-        raise NoFit(f"nothing fits for {', '.join(packing.unfit)} on this machine")
-    if kind == "llama-swap":
-        return render_llama_swap_many(entries, sets, host=host)
-    return render_models_ini_many(entries, sets)
+        text = f"nothing fits on this machine for: {', '.join(packing.unfit)}"
+        return Report(False, data, text), None
+    config = render_llama_swap_many(entries, sets, host=opts.host) if opts.kind == "llama-swap" else \
+        render_models_ini_many(entries, sets)  # fmt: skip
+    return Report(True, data, ""), config
