@@ -197,21 +197,29 @@ def _port(value: str) -> int | None:
 @click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
 @click.option("--api-key-file", type=click.Path(dir_okay=False), help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
+@click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        as_json: bool, **options: Any) -> None:  # fmt: skip
+        router: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
     llamafit run --demo
     llamafit run model.gguf --port auto -- --alias chat
+    llamafit run --router ~/models --port auto
     """
     from .cmd_run import RunOptions, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
                       verbose=verbose)  # fmt: skip
+    if router:
+        from .cmd_router import router_models, router_command
+
+        request, models = router_models(request)
+        raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
+                                        request.env))  # fmt: skip
     raise SystemExit(run_command(request, policy, opts, as_json=as_json))
 
 

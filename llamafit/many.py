@@ -1,7 +1,7 @@
 """Many models on one machine: which fit on the GPUs together, each one's fitted flags, and the
 llama-swap config / llama-server router presets that serve them.
 
-Packing: each model's GPU footprint at its minimum context (min(4096, trained), every layer it
+Packing (GPUs; on a machine without GPUs, host RAM): each model's footprint at its minimum context (min(4096, trained), every layer it
 can put on the GPU) is packed first-fit-decreasing into sets whose footprints, per GPU, stay
 within the GPU's usable memory less the reserve. Each set's leftover memory is then shared
 equally: every member is solved again with its footprint plus its share as its GPUs, so the
@@ -33,18 +33,29 @@ class Member:
     gpu_bytes: tuple[int, ...]  # per GPU, as planned, the reserve not counted
 
 
+def pool(target: Target) -> tuple[DeviceSpec, ...]:
+    """The memory the models share: the GPUs, or the host RAM on a machine without GPUs."""
+    return target.gpus or (target.host,)
+
+
+def pooled(target: Target, c: Choice) -> tuple[int, ...]:
+    """A choice's bytes on the pooled devices, the reserve not counted (memory.Breakdown rows)."""
+    kind = "gpu" if target.gpus else "host"
+    return tuple(d.used_bytes - target.reserve_bytes for d in c.breakdown.devices if d.kind == kind)
+
+
 def footprint(target: Target, cfg: LaunchConfig) -> tuple[int, ...] | None:
-    """Per-GPU bytes at the minimum context (None: not even that fits on this machine)."""
+    """Per-device bytes at the minimum context (None: not even that fits on this machine)."""
     ctx = min(DEFAULT_MIN_CTX, target.model.facts.n_ctx_train)
     try:
         c = solve(target, cfg, Policy(ctx=ctx))
     except NoFit:
         return None
-    return tuple(d.used_bytes - target.reserve_bytes for d in c.breakdown.devices if d.kind == "gpu")
+    return pooled(target, c)
 
 
-def capacities(gpus: Sequence[DeviceSpec], reserve_bytes: int) -> tuple[int, ...]:
-    return tuple(max((g.usable_bytes or 0) - reserve_bytes, 0) for g in gpus)
+def capacities(devices: Sequence[DeviceSpec], reserve_bytes: int) -> tuple[int, ...]:
+    return tuple(max((g.usable_bytes or 0) - reserve_bytes, 0) for g in devices)
 
 
 def pack(footprints: Sequence[tuple[int, ...] | None], caps: tuple[int, ...]) -> list[list[int]]:
@@ -80,9 +91,9 @@ def shares(members: Sequence[tuple[int, ...]], caps: tuple[int, ...]) -> list[tu
 
 
 def with_budget(target: Target, budget: tuple[int, ...]) -> Target:
-    """The same machine with each GPU's usable memory cut to `budget` (plus the reserve)."""
-    gpus = tuple(replace(g, free_bytes=b + target.reserve_bytes) for g, b in zip(target.gpus, budget))
-    return replace(target, gpus=gpus)
+    """The same machine with each pooled device's usable memory cut to `budget` (plus the reserve)."""
+    cut = tuple(replace(g, free_bytes=b + target.reserve_bytes) for g, b in zip(pool(target), budget))
+    return replace(target, gpus=cut) if target.gpus else replace(target, host=cut[0])
 
 
 @dataclass(frozen=True)
@@ -94,8 +105,7 @@ class Packing:
 def plan_many(names: Sequence[str], targets: Sequence[Target], cfgs: Sequence[LaunchConfig],
               policy: Policy) -> Packing:  # fmt: skip
     """Pack the models into sets that fit together and solve each member within its share."""
-    gpus = targets[0].gpus if targets else ()
-    caps = capacities(gpus, targets[0].reserve_bytes) if targets else ()
+    caps = capacities(pool(targets[0]), targets[0].reserve_bytes) if targets else ()
     fps = [footprint(t, c) for t, c in zip(targets, cfgs)]
     sets, unfit = [], []
     for idx in pack(fps, caps):
@@ -109,8 +119,7 @@ def plan_many(names: Sequence[str], targets: Sequence[Target], cfgs: Sequence[La
             except NoFit:
                 unfit.append(names[i])
                 continue
-            net = tuple(d.used_bytes - target.reserve_bytes for d in c.breakdown.devices if d.kind == "gpu")
-            members.append(Member(names[i], c, net))
+            members.append(Member(names[i], c, pooled(target, c)))
         if members:
             sets.append(tuple(members))
     return Packing(tuple(sets), tuple(unfit))
@@ -174,7 +183,7 @@ def render_models_ini_many(entries: Sequence[Entry], sets: Sequence[Sequence[str
 
     together = [s for s in sets if len(s) > 1]
     head = ["; llama-server router presets written by llamafit: each section fitted",
-            "; fit on the GPUs at once: " + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
+            "; fit in memory at once: " + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
             f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}", ""]  # fmt: skip
     body = []
     for e in entries:

@@ -98,7 +98,7 @@ def test_models_ini_many() -> None:
     text = result.output
     assert text.splitlines()[:3] == [
         "; llama-server router presets written by llamafit: each section fitted",
-        "; fit on the GPUs at once: moe-qwen3, dense-llama",
+        "; fit in memory at once: moe-qwen3, dense-llama",
         "; start with: llama-server --models-preset FILE --models-max 2",
     ]
     assert "[moe-qwen3]\n" in text and "[dense-llama]\n" in text and "ctx-size = 4096\n" in text
