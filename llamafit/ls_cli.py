@@ -143,30 +143,45 @@ def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
 
 
 def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
-            on_row: Callable[[int, int, Row | Note], None] | None = None) -> Listing:  # fmt: skip
-    found, notes = scan(roots)
+            on_row: Callable[[int, int, Row | Note], None] | None = None,
+            found: tuple[list[Found], list[Note]] | None = None) -> Listing:  # fmt: skip
+    """Every model's row, sorted (ls.sort_rows), and every note; `on_row` sees each as it comes."""
+    models, notes = found if found is not None else scan(roots)
+    notes = list(notes)
     rows: list[Row] = []
-    for i, f in enumerate(found):
+    for i, f in enumerate(models):
         got = one_row(f, machine, cfg)
         if isinstance(got, Row):
             rows.append(got)
         else:
             notes.append(got)
         if on_row:
-            on_row(i + 1, len(found), got)
+            on_row(i + 1, len(models), got)
     paired = {r.mmproj for r in rows if r.mmproj}
     notes = [n for n in notes if not (n.code == "mmproj" and n.path in paired)]
     return Listing(tuple(sort_rows(rows)), tuple(notes), tuple(roots))
 
 
-def progress_printer(stream: Any) -> Callable[[int, int, Row | Note], None]:
-    """On a terminal: `[i/n] name` redrawn on one line while headers are read and fitted."""
+def all_cached(found: Sequence[Found], machine: Machine) -> bool:
+    return all(_cached(f, _identity(f), machine) is not None for f in found)
+
+
+def streamer(out: Any, err: Any, echo_rows: bool) -> Callable[[int, int, Row | Note], None]:
+    """On a terminal: each row printed as it comes (when `echo_rows`) above an `[i/n] name`
+    progress line on stderr, redrawn in place."""
+
     def show(i: int, n: int, got: Row | Note) -> None:
-        name = got.name if isinstance(got, Row) else os.path.basename(got.path)
-        stream.write(f"\r\033[K[{i}/{n}] {name[:60]}")
-        if i == n:
-            stream.write("\r\033[K")
-        stream.flush()
+        from .ls_report import row_lines
+
+        err.write("\r\033[K")
+        err.flush()
+        if echo_rows and isinstance(got, Row):
+            out.write("\n".join(row_lines(got)) + "\n")
+            out.flush()
+        if i < n:
+            name = got.name if isinstance(got, Row) else os.path.basename(got.path)
+            err.write(f"[{i}/{n}] {name[:60]}")
+            err.flush()
 
     return show
 
@@ -178,25 +193,35 @@ def stderr_is_tty() -> bool:
 def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, reserve_bytes: int, use: str,
                env: Mapping[str, str], as_json: bool, echo: Callable[[str], None]) -> int:  # fmt: skip
     """The whole command: exit 0 when at least one model fits, 1 when none does."""
+    from .plan_report import hardware_json
     from .prepare import MachineSpec, _default_detect, _default_host
     from .prepare import machine as find_machine
-    from .plan_report import hardware_json
     from .server_flags import parse_server_args
 
     spec = MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes)
     hw, devices = find_machine(spec, env, _default_host, _default_detect)
     m = Machine(devices, hw.host, reserve_bytes)
     cfg = parse_server_args([], env).config
-    on_row = progress_printer(sys.stderr) if stderr_is_tty() and not as_json else None
-    result = listing(roots_for(paths, env), m, cfg, on_row)
+    roots = roots_for(paths, env)
+    found = scan(roots)
+    gpus = ", ".join(f"{d.name} {(d.usable_bytes or 0) / 2**30:.1f} GiB" for d in m.gpus) or "no GPU (CPU only)"
+    stream = stderr_is_tty() and not as_json and not all_cached(found[0], m)
+    if stream:  # the first listing: rows as they come, in the order found
+        from .ls_report import footer_lines, header_lines
+
+        echo("\n".join(header_lines(gpus)))
+        result = listing(roots, m, cfg, streamer(sys.stdout, sys.stderr, True), found)
+        echo("\n".join(footer_lines(result, os.path.expanduser("~"))))
+    else:
+        on_row = streamer(sys.stdout, sys.stderr, False) if stderr_is_tty() and not as_json else None
+        result = listing(roots, m, cfg, on_row, found)
     if as_json:
         from .ls_report import to_json
 
         echo(json.dumps(to_json(result, machine={"devices": hardware_json(m.gpus, m.host),
                                                   "reserve_bytes": reserve_bytes}), indent=2))  # fmt: skip
-    else:
+    elif not stream:
         from .ls_report import to_text
 
-        gpus = ", ".join(f"{d.name} {(d.usable_bytes or 0) / 2**30:.1f} GiB" for d in m.gpus) or "no GPU (CPU only)"
         echo(to_text(result, machine=gpus, home=os.path.expanduser("~")))
     return 0 if any(r.fit.verdict in ("fits", "offload") for r in result.rows) else 1

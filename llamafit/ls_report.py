@@ -55,23 +55,36 @@ def _short(path: str, home: str) -> str:
     return "~" + path[len(home):] if home and path.startswith(home.rstrip("/") + "/") else path
 
 
-def to_text(listing: Listing, *, machine: str, home: str = "") -> str:
-    lines = [f"{len(listing.rows)} models on {machine}", "", _line([t for t, _ in _COLS])]
-    for row in listing.rows:
-        cells = _cells(row)
-        if len(row.name) > _COLS[0][1]:  # a long name gets its own line
-            lines.append(row.name)
-            cells[0] = ""
-        lines.append(_line(cells))
-    if not listing.rows:
-        lines.append("(no GGUF models found)")
+def header_lines(machine: str, n: int | None = None) -> list[str]:
+    what = f"{n} models on {machine}" if n is not None else f"models on {machine}"
+    return [what, "", _line([t for t, _ in _COLS])]
+
+
+def row_lines(row: Row) -> list[str]:
+    cells = _cells(row)
+    lines = []
+    if len(row.name) > _COLS[0][1]:  # a long name gets its own line
+        lines.append(row.name)
+        cells[0] = ""
+    return lines + [_line(cells)]
+
+
+def footer_lines(listing: Listing, home: str = "") -> list[str]:
+    lines = [] if listing.rows else ["(no GGUF models found)"]
     lines += ["", "CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
               "on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's",
               "memory for a 4k context (every layer, q8_0 KV)."]  # fmt: skip
     if listing.notes:
         lines += ["", f"{len(listing.notes)} notes:"]
         lines += [_note_line(n.code, _short(n.path, home), n.detail) for n in listing.notes]
-    return "\n".join(lines)
+    return lines
+
+
+def to_text(listing: Listing, *, machine: str, home: str = "") -> str:
+    lines = header_lines(machine, len(listing.rows))
+    for row in listing.rows:
+        lines += row_lines(row)
+    return "\n".join(lines + footer_lines(listing, home))
 
 
 def _clip(line: str, width: int = 80) -> str:

@@ -125,3 +125,33 @@ def test_second_ls_reads_no_header(home: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(lh, "FileSource", refuse)
     third = CliRunner().invoke(cli, ["ls", "--gpu", "4GiB"])
     assert "4 models on CUDA0 4.0 GiB" in third.output
+
+
+def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from llamafit import ls_cli
+
+    monkeypatch.setattr(ls_cli, "stderr_is_tty", lambda: True)
+    def ls() -> int:
+        return ls_cli.ls_command([], gpu_spec="8GiB", backend="cuda", reserve_bytes=1 << 30, use="free",
+                                 env=os.environ, as_json=False, echo=print)  # fmt: skip
+
+    assert ls() == 0
+    out, err = capsys.readouterr()
+    # found order (hub cache, Ollama, LM Studio), each row as it came; the notes after
+    assert out.splitlines()[:9] == [
+        "models on CUDA0 8.0 GiB", "",
+        "NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE",
+        "acme/tiny-GGUF:LLAMA",
+        "                    hf        llama    F16       0.0G   16k 16k f16   fits",
+        "acme/tiny-GGUF:Q8_0 hf        llama    Q8_0      0.0G    4k 4k f16    fits",
+        "moe:tiny            ollama    qwen3moe Q8_0      0.0G   40k 40k f16   fits",
+        "lmstudio-community/gemma-GGUF:F16",
+        "                    lmstudio  gemma3   F16       0.0G   32k 32k f16   fits",
+    ]
+    assert out.splitlines()[9:] == EXPECTED.splitlines()[9:]
+    assert err.split("\r\033[K") == ["", "[1/6] acme/tiny-GGUF:LLAMA", "[2/6] acme/tiny-GGUF:Q8_0", "[3/6] moe:tiny",
+                                     "[4/6] ggml-vocab-llama.gguf", "[5/6] style-lora.gguf", ""]
+    # the second listing, all cached: the sorted table, progress only
+    assert ls() == 0
+    assert capsys.readouterr().out == EXPECTED
