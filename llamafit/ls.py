@@ -89,9 +89,11 @@ def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...]
                min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes)  # fmt: skip
 
 
-def row_for(found: Found, facts: ModelFacts, fit: Fit) -> Row:
+def row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:
+    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all shards),
+    which is the file size of a whole download and still the model's size for a header-only file."""
     return Row(found.name, found.store, found.ref, found.path, len(found.shards), found.mmproj, facts.architecture,
-               facts.file_type, facts.file_size, facts.n_ctx_train, fit)  # fmt: skip
+               facts.file_type, size_bytes, facts.n_ctx_train, fit)  # fmt: skip
 
 
 def sort_rows(rows: Sequence[Row]) -> list[Row]:

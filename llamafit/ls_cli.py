@@ -139,7 +139,8 @@ def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
         return _save(identity, machine, Note(found.store, found.path, "unreadable-header", why))
     fit = fit_model(facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
                     engine=machine.engine, build=machine.build)  # fmt: skip
-    return _save(identity, machine, row_for(found, facts, fit))
+    size = sum(s.data_offset + s.data_size for s in model.shards)
+    return _save(identity, machine, row_for(found, facts, fit, size))
 
 
 def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
