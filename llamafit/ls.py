@@ -17,7 +17,7 @@ from .config import LaunchConfig
 from .devices import DeviceSpec
 from .facts import ModelFacts
 from .memory import MemoryModel
-from .plan import smallest_gpu_for
+from .plan import DEFAULT_HOST_BANDWIDTH, smallest_gpu_for, speed_vs_full_gpu
 from .search import Target
 from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve
 from .stores import Found
@@ -41,6 +41,7 @@ class Fit:
     gpu_bytes: int | None = None  # on the GPUs together
     need_bytes: int | None = None
     error: str | None = None
+    speed_vs_full_gpu: float | None = None  # plan.speed_vs_full_gpu: 1.0 all on the GPU; None: bandwidth unknown
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class Row:
 
 def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...], host: DeviceSpec, *,
               reserve_bytes: int, engine: str = "llama-server", build: int | None = None,
-              policy: Policy | None = None) -> Fit:  # fmt: skip
+              policy: Policy | None = None, bandwidths: tuple[int | None, ...] = ()) -> Fit:  # fmt: skip
     target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes)
     n_layers = facts.n_layer_all + 1
     try:
@@ -85,8 +86,10 @@ def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...]
     rc = c.rc
     full = not gpus or (rc.n_gpu_layers >= n_layers and not rc.n_cpu_moe and not rc.cpu_moe)
     gpu_bytes = sum(d.used_bytes for d in c.breakdown.devices if d.kind == "gpu") if gpus else None
+    speed = speed_vs_full_gpu(target, c, bandwidths, DEFAULT_HOST_BANDWIDTH)
     return Fit("fits" if full else "offload", c.ctx, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
-               min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes)  # fmt: skip
+               min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes,
+               speed_vs_full_gpu=None if speed is None else round(speed, 3))  # fmt: skip
 
 
 def row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:

@@ -41,10 +41,11 @@ class Machine:
     reserve_bytes: int
     engine: str = "llama-server"
     build: int | None = None
+    bandwidths: tuple[int | None, ...] = ()  # per GPU, for the speed estimate (prepare.Prepared.bandwidths)
 
     def key(self) -> str:
         host = repr(self.host) if not self.gpus else ""
-        return f"{_code_key()}\n{self.engine}\n{self.build}\n{self.reserve_bytes}\n{self.gpus!r}\n{host}"
+        return f"{_code_key()}\n{self.engine}\n{self.build}\n{self.reserve_bytes}\n{self.gpus!r}\n{host}\n{self.bandwidths}"
 
 
 @functools.cache
@@ -138,7 +139,7 @@ def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
         why = " ".join(str(e).split()).replace(f"{found.path} ", "").replace(f"{found.path}: ", "")
         return _save(identity, machine, Note(found.store, found.path, "unreadable-header", why))
     fit = fit_model(facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
-                    engine=machine.engine, build=machine.build)  # fmt: skip
+                    engine=machine.engine, build=machine.build, bandwidths=machine.bandwidths)  # fmt: skip
     size = sum(s.data_offset + s.data_size for s in model.shards)
     return _save(identity, machine, row_for(found, facts, fit, size))
 
@@ -201,7 +202,8 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
 
     spec = MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes)
     hw, devices = find_machine(spec, env, _default_host, _default_detect)
-    m = Machine(devices, hw.host, reserve_bytes)
+    n_rpc = sum(1 for d in devices if d.backend == "rpc")
+    m = Machine(devices, hw.host, reserve_bytes, bandwidths=(None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in hw.gpus))
     cfg = parse_server_args([], env).config
     roots = roots_for(paths, env)
     found = scan(roots)
