@@ -155,3 +155,13 @@ def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypat
     # the second listing, all cached: the sorted table, progress only
     assert ls() == 0
     assert capsys.readouterr().out == EXPECTED
+
+
+@pytest.mark.parametrize("gpu, verdict, speed", [("rtx4080", "offload", 0.328), ("rtx4090", "fits", 1.0),
+                                                 ("16GiB", "offload", None)])  # fmt: skip
+def test_ls_speed_estimate_where_the_bandwidth_is_known(gpu: str, verdict: str, speed: float | None,
+                                                        tmp_path: Path) -> None:  # fmt: skip
+    (tmp_path / "q.gguf").symlink_to(MODEL.parent / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", gpu, "--json"])
+    fit = json.loads(result.output)["models"][0]["fit"]
+    assert (fit["verdict"], fit["speed_vs_full_gpu"]) == (verdict, speed)
