@@ -192,18 +192,25 @@ def stderr_is_tty() -> bool:
     return sys.stderr.isatty()
 
 
+def machine_for(spec: Any, env: Mapping[str, str]) -> Machine:
+    """The machine of a prepare.MachineSpec (--gpu or detection), with the GPUs' bandwidths."""
+    from .prepare import _default_detect, _default_host
+    from .prepare import machine as find_machine
+
+    hw, devices = find_machine(spec, env, _default_host, _default_detect)
+    n_rpc = sum(1 for d in devices if d.backend == "rpc")
+    bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in hw.gpus)
+    return Machine(devices, hw.host, spec.reserve_bytes, bandwidths=bandwidths)
+
+
 def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, reserve_bytes: int, use: str,
                env: Mapping[str, str], as_json: bool, echo: Callable[[str], None]) -> int:  # fmt: skip
     """The whole command: exit 0 when at least one model fits, 1 when none does."""
     from .plan_report import hardware_json
-    from .prepare import MachineSpec, _default_detect, _default_host
-    from .prepare import machine as find_machine
+    from .prepare import MachineSpec
     from .server_flags import parse_server_args
 
-    spec = MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes)
-    hw, devices = find_machine(spec, env, _default_host, _default_detect)
-    n_rpc = sum(1 for d in devices if d.backend == "rpc")
-    m = Machine(devices, hw.host, reserve_bytes, bandwidths=(None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in hw.gpus))
+    m = machine_for(MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes), env)
     cfg = parse_server_args([], env).config
     roots = roots_for(paths, env)
     found = scan(roots)

@@ -39,12 +39,11 @@ def main() -> None:
         shutil.copyfile(src, models / f"m{i:03d}-{src.stem}.gguf")
     os.environ["LLAMAFIT_CACHE_DIR"] = str(cache)
     sys.path.insert(0, str(ROOT))
-    from llamafit.prepare import MachineSpec, _default_host, machine
-    from llamafit.ls_cli import Machine, listing, roots_for
+    from llamafit.ls_cli import listing, machine_for, roots_for
+    from llamafit.prepare import MachineSpec
     from llamafit.server_flags import parse_server_args
 
-    hw, devices = machine(MachineSpec(gpu_spec=args.gpu), os.environ, _default_host, lambda env: None)  # type: ignore[arg-type,return-value]
-    m = Machine(devices, hw.host, 1 << 30)
+    m = machine_for(MachineSpec(gpu_spec=args.gpu), os.environ)  # as `llamafit ls --gpu` builds it
     cfg = parse_server_args([]).config
     roots = roots_for([str(models)], os.environ)
     times = []
