@@ -62,3 +62,9 @@ def test_hf_reference_not_cached_goes_to_the_hub(home: Path, offline: None) -> N
     result = CliRunner().invoke(cli, ["inspect", "hf:acme/other-GGUF"])
     assert result.exit_code == 2
     assert "cannot connect to 127.0.0.1:9" in result.output or "cannot reach the Hub" in result.output
+
+
+def test_hf_flag_among_the_server_flags_reads_the_local_cache(home: Path, offline: None) -> None:  # noqa: F811
+    result = CliRunner().invoke(cli, ["check", "--gpu", "8GiB", "--json", "--", "-hf", "acme/tiny-GGUF:Q8_0"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["model"]["path"].endswith("/tiny-Q8_0.gguf")
