@@ -64,3 +64,9 @@ def vulkan0(vk_rpc_bin: Path) -> Path:
     if "Vulkan0:" not in out.stdout + out.stderr:
         pytest.skip("no Vulkan0 device (install mesa-vulkan-drivers libvulkan1 for lavapipe)")
     return vk_rpc_bin
+
+
+@pytest.fixture(scope="session")
+def shapes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder where tests write real-shape models (scripts/make_shapes.py: sparse files, no disk)."""
+    return tmp_path_factory.mktemp("shapes")
