@@ -4,24 +4,30 @@ beyond reading the GGUF header; the host's RAM comes in through `detect_host`)."
 from __future__ import annotations
 
 import os
-
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from . import check_report
 from .calibration import compute_correction, parse_records
-from .paths import calibration_path
 from .demo import resolve_model_arg
 from .devices import DeviceSpec
-from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
 from .errors import InputError
 from .facts import ModelFacts, build_facts
 from .gguf_model import GGUFModel
+from .hardware import (
+    GPUInfo,
+    Hardware,
+    fit_devices,
+    given,
+    parse_gpu_option,
+    parse_rpc_option,
+)
 from .memory import MemoryModel
+from .paths import calibration_path
 from .resolve import resolve
-from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
 from .search import Target
+from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
 from .ways_out import suggestions
 
 
@@ -84,11 +90,31 @@ def _default_detect(env: Mapping[str, str]) -> Hardware:
     return detect(env)
 
 
+def _default_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
+    from .vulkan_info import detect_vulkan, device_specs
+
+    return device_specs(detect_vulkan(env))
+
+
+def _no_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
+    return ()
+
+
 def machine(gpu_spec: str | None, backend: str, use: str, rpc: str | None, env: Mapping[str, str],
             host_fn: Callable[[], DeviceSpec],
-            detect_fn: Callable[[Mapping[str, str]], Hardware]) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
-    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them."""
-    if gpu_spec is None:
+            detect_fn: Callable[[Mapping[str, str]], Hardware],
+            vulkan_fn: Callable[[Mapping[str, str]], tuple[DeviceSpec, ...]] = _default_vulkan,
+            ) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them.
+
+    With --backend vulkan and no --gpu, the Vulkan devices come from vulkaninfo (memory and the
+    tensor-size limit, in llama.cpp's order) when it finds any.
+    """
+    vk = vulkan_fn(env) if gpu_spec is None and backend == "vulkan" else ()
+    if vk:
+        gpus = tuple(GPUInfo(spec, spec.name, i) for i, spec in enumerate(vk))
+        hw = Hardware(gpus, host_fn(), "vulkaninfo")
+    elif gpu_spec is None:
         hw = detect_fn(env)
     else:
         hw = given(parse_gpu_option(gpu_spec, backend=backend), host_fn())
@@ -107,7 +133,9 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
     facts = build_facts(load_model(model, demo=demo, hf_repo=parsed.hf_repo, env=env))
-    hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect)
+    vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
+    hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect,
+                          vulkan_fn)
     target = Target(MemoryModel(facts), engine, build, devices, hw.host, reserve_bytes)
     return Prepared(parsed, facts, target, hw)
 

@@ -31,8 +31,16 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_fixtures import (  # noqa: E402
-    Fixture, add_tokenizer, attention, dense_ffn, embeddings, mamba2_mixer, moe_ffn, shared_expert, ssm_keys,
+from make_fixtures import (
+    Fixture,
+    add_tokenizer,
+    attention,
+    dense_ffn,
+    embeddings,
+    mamba2_mixer,
+    moe_ffn,
+    shared_expert,
+    ssm_keys,
     transformer_keys,
 )
 
@@ -70,9 +78,7 @@ class ShapeFixture(Fixture):
             t = QT.Q8_0
         elif self.mix == "mxfp4":
             t = QT.MXFP4 if role.endswith("_exps") else QT.Q8_0
-        elif name == "output.weight" or (self.tied and name == "token_embd.weight"):
-            t = QT.Q6_K
-        elif role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(_layer(name), self.n_layer):
+        elif name == "output.weight" or (self.tied and name == "token_embd.weight") or role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(_layer(name), self.n_layer):
             t = QT.Q6_K
         else:
             t = QT.Q4_K

@@ -10,11 +10,11 @@ import hashlib
 import json
 from pathlib import Path
 
+import device_lab
+import make_shapes
 import pytest
 from click.testing import CliRunner
 
-import device_lab
-import make_shapes
 from llamafit.cli import cli
 from llamafit.facts import build_facts
 from llamafit.gguf_model import read_model
@@ -60,7 +60,7 @@ def _predicted(path: Path, gpu: str, flags: list[str]) -> dict[str, dict[str, in
     res = CliRunner().invoke(cli, ["check", str(path), "--gpu", gpu, "--backend", "vulkan", "--reserve", "0",
                                    "--json", "--", *flags])  # fmt: skip
     assert res.exit_code in (0, 1), res.output
-    return {d["name"]: d for d in json.loads(res.output)["devices"]}
+    return {d["name"]: d for d in json.loads(res.stdout)["devices"]}
 
 
 def _mib(n: int) -> float:
@@ -81,15 +81,3 @@ def test_shape_loads_on_cpu_with_the_predicted_weights_and_kv(vk_rpc_bin: Path, 
     cpu = _predicted(path, "cpu", flags)["CPU"]
     assert got.get("model", "CPU_Mapped") == _mib(cpu["weights_bytes"])
     assert got.get("KV", "CPU") == _mib(cpu["kv_bytes"])
-
-
-@pytest.mark.xfail(reason="the tied output (205 MiB) exceeds lavapipe's maxStorageBufferRange: not modelled yet")
-def test_shape_loads_on_vulkan0_at_partial_offload(vulkan0: Path, shapes_dir: Path) -> None:
-    path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
-    flags = ["-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"]
-    got = device_lab.load(path, flags)
-    assert got.ok, got.failure
-    pred = _predicted(path, "2GiB", flags)
-    assert got.get("model", "Vulkan0") == _mib(pred["Vulkan0"]["weights_bytes"])
-    assert got.get("KV", "Vulkan0") == _mib(pred["Vulkan0"]["kv_bytes"])
-    assert got.get("KV", "CPU") == _mib(pred["CPU"]["kv_bytes"])
