@@ -249,7 +249,7 @@ class MemoryModel:
                 continue  # an override names its buffer type; llama.cpp does not probe it
             dev = lmap.layers[il] if il is not None else lmap.output if name.startswith("output") else CPU
             if dev == CPU or (il is not None and ((is_expert(name) and il < n_moe)
-                                                  or (_DENSE.search(name) and il < rc.n_cpu_ffn))):  # fmt: skip
+                                                  or (is_dense_ffn(name) and il < rc.n_cpu_ffn))):  # fmt: skip
                 continue
             limit = gpus[dev].max_tensor_bytes
             if limit is None or probe <= limit:
