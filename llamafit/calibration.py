@@ -19,10 +19,6 @@ class Correction:
     compute_scale: float
     runs: int
 
-    @property
-    def note(self) -> str:
-        return f"compute buffers scaled by {self.compute_scale:.3f}, the median of {self.runs} earlier run(s) of this setup"
-
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number")

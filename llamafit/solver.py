@@ -18,16 +18,27 @@ from .errors import InputError
 from .memory import Breakdown
 from .resolve import ResolvedConfig, resolve
 from .search import STEP, Target, largest, max_context, streams
+from .units import pad
 
 # K/V pairs from most to least precise (bytes per element), K never below V.
 KV_PAIRS = (("f16", "f16"), ("f16", "q8_0"), ("f16", "q4_0"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"))
 UBATCHES = (512, 256, 128)  # llama-server's default first; smaller ones only when they buy context
 PREFER = ("speed", "context", "quality")
-DEFAULT_MIN_CTX = 4096  # llama.cpp's --fit-ctx default: the least context worth running
+# llama.cpp: common/common.h common_params::fit_params_min_ctx (--fit-ctx, default 4096): the least
+# context llama.cpp's own fitter reduces to, so the least worth running.
+DEFAULT_MIN_CTX = 4096
 
 
 class NoFit(InputError):
-    """No configuration reaches the required context on this machine (the message says why)."""
+    """No configuration reaches `min_ctx` tokens per slot on this machine. `cause`: pinned_ngl (at
+    the pinned -ngl), offloaded (not even with layers on the CPU), each with the smallest KV cache;
+    none (no candidate reached it)."""
+
+    def __init__(self, min_ctx: int, cause: str = "none", pinned_ngl: int | None = None) -> None:
+        self.min_ctx, self.cause, self.pinned_ngl = min_ctx, cause, pinned_ngl
+        how = {"pinned_ngl": f", with -ngl {pinned_ngl} as pinned and the smallest KV cache",
+               "offloaded": ", even with layers on the CPU and the smallest KV cache"}.get(cause, "")  # fmt: skip
+        super().__init__(f"no configuration fits {min_ctx:,} tokens per slot on this machine{how}")
 
 
 @dataclass(frozen=True)
@@ -102,7 +113,8 @@ def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int
     facts = target.model.facts
     if not target.gpus:
         cfg = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=0)
-        return cfg if _reaches(target, [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact], need, mult) else None
+        at_ngl = [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact]
+        return cfg if _reaches(target, at_ngl, need, mult) else None
     if _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
         return cfg if _reaches(target, compact, need, mult) else None
     full = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=facts.n_layer_all + 1)
@@ -145,7 +157,7 @@ def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]
     facts = target.model.facts
     if policy.ctx or _pinned(cfg, "n_ctx"):
         per_slot = policy.ctx or (cfg.n_ctx // streams(target, cfg) if cfg.n_ctx else facts.n_ctx_train)
-        fixed = -(-per_slot // STEP) * STEP  # llama.cpp pads the context to 256 cells
+        fixed = pad(per_slot, STEP)  # llama.cpp pads the context to 256 cells
         return fixed, fixed
     hi = policy.ctx_max or facts.n_ctx_train
     lo = policy.min_ctx or min(DEFAULT_MIN_CTX, hi)
@@ -177,9 +189,9 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     if base is None and policy.prefer == "context":
         base = _offload_levels(target, cfg, policy, lo, mult)
     if base is None:
-        how = (f"with -ngl {cfg.n_gpu_layers} as pinned" if _pinned(cfg, "n_gpu_layers")
-               else "even with layers on the CPU")  # fmt: skip
-        raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine, {how} and the smallest KV cache")
+        if _pinned(cfg, "n_gpu_layers"):
+            raise NoFit(lo, "pinned_ngl", cfg.n_gpu_layers)
+        raise NoFit(lo, "offloaded")
     candidates = [_best_combo(target, base, policy, lo, hi)]
     if len(target.gpus) > 1 and not _pinned(cfg, "tensor_split"):
         compact = _most_compact(target, base, policy)
@@ -188,7 +200,7 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
             candidates.append(_best_combo(target, replace(base, tensor_split=split), policy, lo, hi))
     found = [c for c in candidates if c is not None]
     if not found:
-        raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine")
+        raise NoFit(lo)
     if policy.prefer == "quality":
         return max(found, key=lambda c: (-_precision_rank(c), c.ctx))
     return max(found, key=lambda c: (c.ctx, -_precision_rank(c)))

@@ -155,8 +155,9 @@ def test_a_damaged_calibration_record_is_skipped_with_a_note(monkeypatch: pytest
     path.write_text(json.dumps({**_GOOD_RECORD, **change}) + "\n" + json.dumps(_GOOD_RECORD) + "\n")
     code, out, err = _plan_with_calibration(monkeypatch, path)
     assert (code, err) == (0, "")
-    assert (f"calibration: compute buffers scaled by 1.100, the median of 1 earlier run(s) of this setup; "
-            f"skipped 1 damaged record(s) in {path} ({problem})") in " ".join(out.split())
+    text = " ".join(out.split())
+    assert "calibration: compute buffers scaled by 1.100, the median of 1 earlier run(s) of this setup" in text
+    assert f"calibration: skipped 1 damaged record(s) in {path} ({problem})" in text
 
 
 @pytest.mark.parametrize("text", ['{"compute_scale": NaN}', '{"buffers": [{"predicted_mib": Infinity}]}', "[" * 100000])
