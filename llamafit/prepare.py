@@ -220,7 +220,8 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     except FileNotFoundError:  # none yet: plan without corrections
         return p
     except OSError as e:  # unreadable, a FIFO, a link, too large: plan without corrections, and say so
-        return replace(p, calibration_issue=Notice("calibration_unread", {"path": path, "reason": e.strerror or str(e)}))
+        unread = Notice("calibration_unread", {"path": path, "reason": e.strerror or str(e)})
+        return replace(p, calibration_issue=unread)
     records = parse_records(text.splitlines(), skipped)
     if skipped:
         issue = Notice("calibration_skipped", {"path": path, "count": len(skipped), "reason": skipped[0]})
