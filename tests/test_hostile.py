@@ -322,3 +322,14 @@ def test_a_redirect_to_another_scheme_is_refused() -> None:
 
     with hostile_server("scheme-redir") as (url, _):
         assert _invoke("inspect", url) == (2, "", f"Error: {url}: refusing a redirect to file:///etc/passwd (only http and https)\n")
+
+
+@pytest.mark.parametrize(("name", "no", "count"), [("m-00000-of-00000.gguf", 0, 0), ("m-00002-of-00001.gguf", 2, 1),
+                                                   ("m-00000-of-00003.gguf", 0, 3)])  # fmt: skip
+@pytest.mark.parametrize("command", ["inspect", "check", "plan"])
+def test_impossible_split_names_are_one_line(tmp_path: Path, command: str, name: str, no: int, count: int) -> None:
+    path = tmp_path / name
+    path.write_bytes((FIXTURES / "dense-llama.gguf").read_bytes())
+    args = [command, str(path)] + (["--gpu", "8GiB"] if command != "inspect" else [])
+    assert _invoke(*args) == (2, "", f"Error: {path}: the name says shard {no} of {count}; split models number "
+                                     "their shards 1 to N (-00001-of-0000N.gguf)\n")  # fmt: skip
