@@ -6,8 +6,8 @@ else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` f
 
 from __future__ import annotations
 
+import signal
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -185,6 +185,11 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                               failed=partial(_has_failed, watcher),
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
+            if ok and not _ours(watcher, child, port):
+                say(f"Failed     another server answers on {opts.host}:{port}; the one llamafit started never "
+                    "said it listens there (is the port taken?)")  # fmt: skip
+                child.stop()
+                return 1
             if ok:
                 return _serve(child, watcher, launch, p, env, say)
             code = child.stop()
@@ -196,6 +201,23 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
         return 1
     return 1
+
+
+def _ours(watcher: Any, child: Any, port: int, wait_s: float = 5.0) -> bool:
+    """The server answering is the child we started: its log says it listens on our port (the line
+    comes before /health turns 200; the log reader may lag a moment behind)."""
+    import time
+    import urllib.parse
+
+    deadline = time.monotonic() + wait_s
+    while watcher.url is None and child.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if watcher.url is None:
+        return False
+    try:
+        return urllib.parse.urlsplit(watcher.url).port == port
+    except ValueError:
+        return False
 
 
 def _has_failed(watcher: LogWatcher) -> bool:
@@ -224,7 +246,8 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
     try_record(calibration_path(env), launch, p, rows, say)
     code = child.proc.wait()
     child.stop()
-    return 0 if code in (0, -2, 130, -15, 143) else code
+    killed_on_request = code == -signal.SIGKILL and child.stop_requested  # it ignored the stop: escalated
+    return 0 if code in (0, -2, 130, -15, 143) or killed_on_request else code
 
 
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:

@@ -206,8 +206,11 @@ def find_server(explicit: str | None, env: Mapping[str, str]) -> ServerBinary | 
 
 def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
     try:
+        from .launcher import die_with_parent
+
         return subprocess.run([path, flag], capture_output=True, text=True, errors="replace", timeout=timeout,
-                              env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+                              env=dict(env), stdin=subprocess.DEVNULL, check=False,
+                              preexec_fn=die_with_parent())  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServerProbeError(f"{path} {flag} failed: {exc}") from exc
 
