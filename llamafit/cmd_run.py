@@ -10,7 +10,7 @@ import signal
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from .command import display, server_argv
 from .errors import InputError
 from .memory import Breakdown
 from .paths import calibration_path, is_url
-from .plan import PlanResult, plan
+from .plan import PlanResult
 from .plan_report import verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from .server_log import LogWatcher
 
 MAX_TRIES = 3
-OOM_RESERVE_STEP = 1024 * MIB  # each retry after an out-of-memory load keeps 1 GiB more free
 
 
 @dataclass(frozen=True)
@@ -153,20 +152,15 @@ def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]
         say(f"Warning    could not record to {path}: {e.strerror or e}")
 
 
-def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
-    target = replace(p.target, reserve_bytes=p.target.reserve_bytes + extra_reserve)
-    return plan(target, p.parsed.config, policy, bandwidths=p.bandwidths)
-
-
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
                      first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
-    """Start the server with the plan `first` (then up to 2 more tries, each replanned with 1 GiB
-    more reserve, after out-of-memory failures) and serve until it exits."""
+    """Start the server with the plan `first` (then up to 2 more tries after out-of-memory failures,
+    each strictly smaller on the device that failed: retreat.py) and serve until it exits."""
     from .launcher import child_env, forwarding_signals, free_port, start, wait_healthy
     from .server_log import LogWatcher
 
+    result = first
     for attempt in range(MAX_TRIES):
-        result = first if attempt == 0 else replan(p, policy, attempt * OOM_RESERVE_STEP)
         if result.choice is None:
             say(f"Verdict    {verdict_text(result.verdict)}")
             return 1
@@ -194,8 +188,14 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                 return _serve(child, watcher, launch, p, env, say)
             code = child.stop()
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
-            say(f"Retry      out of memory while loading ({watcher.failure}); keeping "
-                f"{(attempt + 1) * OOM_RESERVE_STEP // MIB} MiB more free per GPU")  # fmt: skip
+            back = _retreat(p, policy, result, watcher.failure_line)
+            if back is None:
+                say(f"Failed     {watcher.failure}; no smaller configuration fits")
+                return 1
+            changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+            say(f"Retry      out of memory on {back.device} while loading ({watcher.failure_line}); next try uses "
+                f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+            result = back.result
             continue
         say("Log        " + "\n           ".join(list(child.tail)[-12:]))
         say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
@@ -218,6 +218,15 @@ def _ours(watcher: Any, child: Any, port: int, wait_s: float = 5.0) -> bool:
         return urllib.parse.urlsplit(watcher.url).port == port
     except ValueError:
         return False
+
+
+def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Any:
+    """The next plan after an out-of-memory start: strictly smaller on the device that failed."""
+    from .retreat import failed_device, retreat
+
+    assert last.choice is not None
+    names = [d.name for d in last.choice.breakdown.devices]
+    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.bandwidths)
 
 
 def _has_failed(watcher: LogWatcher) -> bool:
