@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .safe_text import printable
 from .facts import ModelFacts
 from .findings import Notice, WayOut, as_notice
 from .memory import Breakdown, DeviceUsage
@@ -180,7 +181,8 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
             ways_out: Sequence[WayOut]) -> str:  # fmt: skip
     slots = f"{rc.n_seq_max} slot(s), {'unified' if rc.kv_unified else 'per-slot'} KV"
     lines = [
-        f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
+        f"Model      {printable(facts.path)} ({printable(facts.architecture)}, {facts.file_type}, "
+        f"trained {facts.n_ctx_train:,} tokens)",
         f"Config     -c {rc.n_ctx} ({rc.n_ctx_seq:,} per slot, {slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
@@ -191,7 +193,7 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
     if b.cache_ram_bytes:
         cram = _mib(b.cache_ram_bytes)
         lines.append(f"Note       llama-server's prompt cache may use up to {cram} MiB more host RAM (-cram)")
-    lines += [f"Warning    {notice_text(w)}" for w in warnings]
+    lines += [f"Warning    {printable(notice_text(w))}" for w in warnings]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ import click
 
 from . import __version__
 from .errors import LlamafitError
+from .safe_text import printable
 
 if TYPE_CHECKING:
     from .prepare import Request
@@ -31,7 +32,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LlamafitError as e:
-            raise _BadInput(" ".join(str(e).split())) from e
+            raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -149,7 +150,8 @@ def _policy_options(f: Any) -> Any:
                           "quality: f16 KV first."),
         click.option("--ctx-max", type=click.IntRange(256, MAX_CTX),
                      help="Largest context per slot to aim for (default: trained)."),
-        click.option("--min-ctx", type=click.IntRange(256, MAX_CTX), help="Fail unless at least this context per slot fits."),
+        click.option("--min-ctx", type=click.IntRange(256, MAX_CTX),
+                     help="Fail unless at least this context per slot fits."),
         click.option("--ctx", "fixed_ctx", type=click.IntRange(256, MAX_CTX), help="A fixed context per slot."),
         click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
@@ -261,12 +263,12 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         click.echo(report.text, err=True)
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
-        Path(output).write_text(text)
+        Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))  # the bytes of a non-UTF-8 path, as given
         if kind == "sh":
             Path(output).chmod(0o755)
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(text, nl=False)
+        click.echo(text.encode("utf-8", "surrogateescape"), nl=False)  # bytes: click strips nothing from them
 
 
 @cli.command(name="ls")

@@ -333,3 +333,58 @@ def test_impossible_split_names_are_one_line(tmp_path: Path, command: str, name:
     args = [command, str(path)] + (["--gpu", "8GiB"] if command != "inspect" else [])
     assert _invoke(*args) == (2, "", f"Error: {path}: the name says shard {no} of {count}; split models number "
                                      "their shards 1 to N (-00001-of-0000N.gguf)\n")  # fmt: skip
+
+
+# ---- generated scripts refuse what a format cannot carry; terminal escapes from GGUFs escaped ---
+
+_ESC = "a\x1b[31mb"
+
+
+@pytest.mark.parametrize("kind", ["sh", "systemd", "llama-swap", "models-ini", "docker"])
+@pytest.mark.parametrize(("stem", "shown", "why"), [
+    (_ESC, "a\\x1b[31mb", "contains the control character \\x1b; rename it"),
+    ("t\tx", "t\\tx", "contains the control character \\t; rename it"),
+])  # fmt: skip
+def test_scripts_refuse_control_characters(tmp_path: Path, kind: str, stem: str, shown: str, why: str) -> None:
+    path = tmp_path / f"{stem}.gguf"
+    path.write_bytes((FIXTURES / "dense-llama.gguf").read_bytes())
+    code, out, err = _invoke("script", str(path), "--gpu", "8GiB", "--format", kind)
+    assert (code, out, err) == (2, "", f"Error: {kind} output refused: {tmp_path}/{shown}.gguf {why}\n")
+
+
+@pytest.mark.parametrize("kind", ["systemd", "llama-swap", "models-ini", "docker"])
+def test_scripts_refuse_non_utf8_paths_but_sh_keeps_the_bytes(tmp_path: Path, kind: str) -> None:
+    import os
+
+    raw = os.fsencode(str(tmp_path)) + b"/n\xffx.gguf"
+    with open(raw, "wb") as f:
+        f.write((FIXTURES / "dense-llama.gguf").read_bytes())
+    path = os.fsdecode(raw)
+    code, out, err = _invoke("script", path, "--gpu", "8GiB", "--format", kind)
+    assert (code, err) == (2, f"Error: {kind} output refused: {tmp_path}/n\\udcffx.gguf is not valid UTF-8, which "
+                              f"{kind} files must be; rename it (or use --format sh)\n")  # fmt: skip
+    result = CliRunner().invoke(cli, ["script", path, "--gpu", "8GiB", "--format", "sh"])
+    assert result.exit_code == 0
+    assert b"-m '" + raw + b"'" in result.stdout_bytes  # the path as it is on disk, not altered
+
+
+def test_systemd_refuses_a_tab_in_the_server_path() -> None:
+    code, _, err = _invoke("script", _M, "--gpu", "8GiB", "--format", "systemd", "--server", "/opt/a\tb/llama-server")
+    assert (code, err) == (2, "Error: systemd output refused: /opt/a\\tb/llama-server contains the control character "
+                              "\\t; rename it\n")  # fmt: skip
+
+
+def test_terminal_escapes_from_a_model_are_printed_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    path.write_bytes(patch(_header("dense-llama.gguf"), "general.name", 8, "\x1b]0;pwned\x07\x1b[2J"))
+    code, out, _ = _invoke("inspect", str(path))
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "Name           \\x1b]0;pwned\\x07\\x1b[2J\n" in out
+    bad = tmp_path / "k.gguf"
+    bad.write_bytes(patch(_header("dense-llama.gguf"), "llama.context_length", 8, "\x1b[31mred"))
+    code, out, err = _invoke("plan", str(bad), "--gpu", "8GiB")
+    assert (code, err) == (2, f"Error: {bad}: key llama.context_length has type str, expected int\n")
+    esc = tmp_path / "e.gguf"
+    esc.write_bytes(patch(_header("dense-llama.gguf"), "general.architecture", 8, "ll\x1b[2Jama"))
+    code, out, err = _invoke("plan", str(esc), "--gpu", "8GiB")
+    assert "\x1b" not in out + err
