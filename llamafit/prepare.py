@@ -233,11 +233,25 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     return replace(p, target=replace(p.target, compute_scale=found.compute_scale), calibration=found)
 
 
+_SHOWN = [False]  # a progress line is open on stderr
+
+
 def _progress(done: int) -> None:
     import sys
 
+    _SHOWN[0] = True
     sys.stderr.write(f"\rreading the remote header: {done / 2**20:,.1f} MiB")
     sys.stderr.flush()
+
+
+def _end_progress() -> None:
+    """Close the progress line, so what follows (an `Error:` too) starts a line of its own."""
+    import sys
+
+    if _SHOWN[0]:
+        _SHOWN[0] = False
+        sys.stderr.write("\n")
+        sys.stderr.flush()
 
 
 def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]) -> GGUFModel:
@@ -245,9 +259,12 @@ def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mappi
     (also llama-server's `-hf org/repo:quant` among the flags): only the header is read."""
     from .model_source import open_hf_repo, open_model
 
-    if model is None and not demo and hf_repo:
-        return open_hf_repo(hf_repo, env, progress=_progress)
-    return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
+    try:
+        if model is None and not demo and hf_repo:
+            return open_hf_repo(hf_repo, env, progress=_progress)
+        return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
+    finally:
+        _end_progress()
 
 
 # Flags that add memory llamafit does not model: they are passed through, and said so.

@@ -34,7 +34,9 @@ def _kv_u32(key: bytes, v: int) -> bytes:
     return _gstr(key) + struct.pack("<II", 4, v)
 
 
-_PREFIX = b"GGUF" + struct.pack("<IQQ", 3, 0, 6) + _gstr(b"general.architecture") + struct.pack("<I", 8) + _gstr(b"llama")
+_PREFIX = (
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 6) + _gstr(b"general.architecture") + struct.pack("<I", 8) + _gstr(b"llama")
+)
 _PREFIX += _kv_u32(b"llama.block_count", 1) + _kv_u32(b"llama.context_length", 256)
 _PREFIX += _kv_u32(b"llama.embedding_length", 32) + _kv_u32(b"llama.attention.head_count", 2)
 _VOCAB = _PREFIX + _gstr(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 1 << 40)
@@ -129,3 +131,19 @@ def hostile_server(mode: str, *, port: int = 0, dribble: float = 0.05) -> Iterat
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def main() -> None:
+    """`python scripts/hostile_http.py MODE PORT [SECONDS]`: serve in a process of its own (so that its
+    memory is not counted as the client's), print the URL, stop after SECONDS (default 60)."""
+    import sys
+
+    mode, port = sys.argv[1], int(sys.argv[2])
+    seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
+    with hostile_server(mode, port=port, dribble=0.02) as (url, _):
+        print(url, flush=True)
+        time.sleep(seconds)
+
+
+if __name__ == "__main__":
+    main()

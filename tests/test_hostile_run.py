@@ -22,7 +22,7 @@ from test_server_find import NEW_HELP, NEW_VERSION
 DENSE = str(FIXTURES / "dense-llama.gguf")
 PORTS = iter(range(18420, 18440))  # this helper's loopback range
 
-_SERVE = '''
+_SERVE = """
 import signal, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 for s in (signal.SIGINT, signal.SIGTERM):
@@ -39,17 +39,17 @@ print(f"main: server is listening on http://127.0.0.1:{port} - starting the main
 end = time.monotonic() + 120
 while time.monotonic() < end:
     srv.handle_request()
-'''
-_HANG_HELP = '''
+"""
+_HANG_HELP = """
 import os, signal, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 open(os.environ["PROBE_PID_FILE"], "w").write(str(os.getpid()))
 time.sleep(60)
-'''
-_SILENT = '''
+"""
+_SILENT = """
 import time
 time.sleep(60)
-'''
+"""
 
 
 def stand_in(where: Path, *, serve: str, on_help: str | None = None) -> Path:
