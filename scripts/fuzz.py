@@ -158,6 +158,18 @@ def cli(tally: Tally, family: str, label: str, args: list[str], env: dict[str, s
     timed(tally, family, label, go, bound)
 
 
+def warm_up(tmp: Path) -> None:
+    """One untimed plan per seed model and one of each command: imports and first-call caches are not hangs."""
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli as main
+
+    for name in SEEDS:
+        for args in (["inspect"], ["plan", "--gpu", "8GiB"], ["check", "--gpu", "cpu"]):
+            CliRunner().invoke(main, [args[0], str(FIXTURES / name), *args[1:]])
+    CliRunner().invoke(main, ["script", str(FIXTURES / SEEDS[0]), "--gpu", "8GiB", "--", "-ot", "blk=CPU"])
+
+
 def header_api(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path) -> None:
     from llamafit.errors import LlamafitError
     from llamafit.facts import build_facts
@@ -322,6 +334,7 @@ def _run(cases: int, seed: int, only: str | None) -> tuple[Tally, bool]:
         os.environ["LLAMAFIT_CACHE_DIR"] = os.path.join(tmp, "cache")
         os.environ.pop("LLAMAFIT_CALIBRATION", None)
         seeds = headers()
+        warm_up(Path(tmp))
         if only in (None, "header-api"):
             header_api(tally, rng, cases * 6 // 10, seeds, Path(tmp))
         if only in (None, "header-cli"):

@@ -506,3 +506,11 @@ def test_terminal_escapes_from_a_model_are_printed_escaped(tmp_path: Path) -> No
     esc.write_bytes(patch(_header("dense-llama.gguf"), "general.architecture", 8, "ll\x1b[2Jama"))
     code, out, err = _invoke("plan", str(esc), "--gpu", "8GiB")
     assert "\x1b" not in out + err
+
+
+@pytest.mark.parametrize("flag", ["-ncmoe", "-ncffn"])
+def test_cpu_moe_and_ffn_counts_beyond_the_model_are_bounded(flag: str) -> None:
+    """Found by scripts/fuzz.py: -ncmoe 2147483647 built 2**31 override rules (minutes, gigabytes)."""
+    code, out, err = _invoke("check", _M, "--gpu", "8GiB", "--", flag, "2147483647")
+    assert (code, err) == (0, "")
+    assert "Verdict" in out

@@ -126,3 +126,25 @@ def test_another_server_on_the_port_is_not_taken_for_ours(env: dict[str, str], t
     assert "Ready" not in out.stderr
     assert not (tmp_path / "calibration.jsonl").exists()
     assert out.stderr.splitlines()[-1].startswith(("Failed     another server answers on 127.0.0.1:", "Error: "))
+
+
+_LOADING = """
+import time
+print("llama_model_loader: loaded meta data with 30 key-value pairs", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_no_orphan_when_llamafit_is_stopped_while_the_model_loads(env: dict[str, str], tmp_path: Path,
+                                                                  sig: int) -> None:  # fmt: skip
+    exe = stand_in(tmp_path / "srv", serve=_LOADING)
+    run = Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", str(next(PORTS)), "--server", str(exe), env=env)
+    try:
+        run.wait_for("Started", timeout=60)
+        pid = run.child_pid()
+        time.sleep(0.5)  # inside the health wait
+    finally:
+        run.finish(sig, timeout=60)
+    assert run.proc.poll() is not None
+    assert gone(pid)
