@@ -22,6 +22,8 @@ from .memory import MemoryModel
 from .resolve import resolve
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
 from .search import Target
+from .side_load import load_side_plan
+from .side_models import MODELLED
 from .ways_out import suggestions
 
 
@@ -106,9 +108,11 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
         model = parsed.model
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
-    facts = build_facts(load_model(model, demo=demo, hf_repo=parsed.hf_repo, env=env))
+    gguf = load_model(model, demo=demo, hf_repo=parsed.hf_repo, env=env)
+    facts = build_facts(gguf)
     hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect)
-    target = Target(MemoryModel(facts), engine, build, devices, hw.host, reserve_bytes)
+    side = load_side_plan(parsed, gguf.metadata, facts, env)
+    target = Target(MemoryModel(facts), engine, build, devices, hw.host, reserve_bytes, side=side)
     return Prepared(parsed, facts, target, hw)
 
 
@@ -152,8 +156,9 @@ _EXTRA_MODELS = {"-mm": "a multimodal projector", "--mmproj": "a multimodal proj
 
 def flag_warnings(p: Prepared) -> list[str]:
     warnings = [f"llama-server would refuse this flag (kept, not passed on): {u}" for u in p.parsed.unknown]
+    warnings += list(p.target.side.notes) if p.target.side else []
     for flag in p.parsed.passthrough:
-        if flag in _EXTRA_MODELS:
+        if flag in _EXTRA_MODELS and flag not in MODELLED:
             warnings.append(f"{flag}: {_EXTRA_MODELS[flag]} is loaded too; its memory is not in this prediction")
     cfg = p.parsed.config
     if cfg.devices or cfg.rpc:
@@ -169,7 +174,8 @@ def run_check(**kwargs: Any) -> CheckReport:
     p = prepare(**kwargs)
     t = p.target
     rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
-    breakdown = t.model.estimate(rc, t.gpus, t.host, reserve_bytes=t.reserve_bytes)
+    rc = t.side.main_rc(rc, build=t.build) if t.side else rc
+    breakdown = t.breakdown(p.parsed.config, rc)
     ways = [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx)
     warnings = list(p.facts.warnings) + list(rc.warnings) + flag_warnings(p)
     extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}

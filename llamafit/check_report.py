@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .facts import ModelFacts
@@ -52,9 +53,36 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
         "compute_bytes": d.compute_bytes,
         "output_bytes": d.output_bytes,
         "reserve_bytes": d.reserve_bytes,
+        "side_bytes": d.side_bytes,
         "used_bytes": d.used_bytes,
         "free_after_bytes": d.free_after_bytes,
     }
+
+
+def side_models_json(b: Breakdown) -> list[dict[str, Any]]:
+    """One object per side model (draft, mtp, mmproj) with its bytes per device."""
+    return [{"kind": u.kind, "path": u.path, "n_ctx": u.n_ctx, "total_bytes": u.total_bytes,
+             "details": dict(u.details),
+             "devices": [{"name": d.name, "weights_bytes": d.weights_bytes, "kv_bytes": d.kv_bytes,
+                          "compute_bytes": d.compute_bytes, "output_bytes": d.output_bytes,
+                          "total_bytes": d.total_bytes} for d in u.devices if d.total_bytes]}
+            for u in b.side_models]  # fmt: skip
+
+
+_SIDE_NAMES = {"draft": "draft model", "mtp": "MTP context", "mmproj": "projector"}
+
+
+def side_lines(b: Breakdown) -> list[str]:
+    """`Side       draft model x.gguf: CPU 285 MiB (weights 235 + KV 27 + compute 23 + output 1)`."""
+    lines = []
+    for u in b.side_models:
+        lines.append(f"Side       {_SIDE_NAMES.get(u.kind, u.kind)} {os.path.basename(u.path)} "
+                     f"({_mib(u.total_bytes)} MiB, in the rows above)")  # fmt: skip
+        for d in u.devices:
+            if d.total_bytes:
+                lines.append(f"             {d.name}: weights {_mib(d.weights_bytes)} + KV {_mib(d.kv_bytes)} + "
+                             f"compute {_mib(d.compute_bytes)} + output {_mib(d.output_bytes)} MiB")  # fmt: skip
+    return lines
 
 
 def model_json(facts: ModelFacts) -> dict[str, Any]:
@@ -76,6 +104,7 @@ def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: li
         "model": model_json(facts),
         "config": config_json(rc),
         "devices": [device_json(d) for d in b.devices],
+        "side_models": side_models_json(b),
         "fits": b.fits,
         "host_weights_mapped": b.host_weights_mapped,
         "warnings": warnings,
@@ -118,6 +147,7 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: li
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
         *device_lines(b),
+        *side_lines(b),
         f"Verdict    {verdict(b)}",
     ]
     lines += [f"Way out    {w}" for w in ways_out]

