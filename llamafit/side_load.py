@@ -8,6 +8,7 @@ from typing import Any
 
 from .errors import InputError
 from .facts import ModelFacts, build_facts
+from .findings import Notice
 from .memory import MemoryModel
 from .server_flags import ParsedServerArgs
 from .side_models import SidePlan, parse_side_flags, vocab_info, vocab_mismatch
@@ -16,27 +17,25 @@ from .side_models import SidePlan, parse_side_flags, vocab_info, vocab_mismatch
 def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts: ModelFacts,
                    env: Mapping[str, str]) -> SidePlan | None:  # fmt: skip
     """The side models of this launch, read and checked; None when there are none."""
-    from .check import load_model
+    from .prepare import load_model
 
     flags = parse_side_flags(parsed.passthrough, env)
     if not flags.any:
         return None
-    notes: list[str] = []
+    notes: list[Notice] = []
     draft = None
     if flags.draft_model:
         dmodel = load_model(flags.draft_model, demo=False, hf_repo=None, env=env)
         dfacts = build_facts(dmodel)
         bad = vocab_mismatch(vocab_info(metadata, facts.n_vocab), vocab_info(dmodel.metadata, dfacts.n_vocab))
         if bad:
-            notes.append(f"draft model: llama-server loads it but will not speculate with it: {bad}")
+            notes.append(Notice("draft_incompatible", {"reason": bad}))
         elif not flags.spec_types or flags.spec_types == ("none",):
-            notes.append("-md without --spec-type draft-simple: llama-server loads the draft model (counted "
-                         "here) but does not speculate with it")  # fmt: skip
+            notes.append(Notice("draft_without_spec_type"))
         draft = MemoryModel(dfacts)
     if flags.mtp and not facts.n_layer_nextn:
         raise InputError(f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
                          f"({facts.architecture}.nextn_predict_layers is 0)")  # fmt: skip
     if flags.draft_ctx is not None:
-        notes.append("-cd/--ctx-size-draft: builds with a unified draft context ignore it (the draft "
-                     "context takes the target's n_ctx); older builds gave each slot its own draft context")  # fmt: skip
+        notes.append(Notice("draft_ctx_ignored"))
     return SidePlan(flags, draft, flags.draft_model, notes=tuple(notes))

@@ -42,6 +42,7 @@ from .placement import CPU, cuda_alloc_size, override_target, tensor_layer
 if TYPE_CHECKING:
     from .devices import DeviceSpec
     from .facts import ModelFacts
+    from .findings import Notice
     from .memory import Breakdown, MemoryModel
     from .resolve import ResolvedConfig
 
@@ -322,7 +323,7 @@ class SidePlan:
     flags: SideFlags
     draft: MemoryModel | None = None
     draft_path: str | None = None
-    notes: tuple[str, ...] = ()
+    notes: tuple[Notice, ...] = ()  # draft_incompatible {reason}, draft_without_spec_type, draft_ctx_ignored
 
     def draft_config(self, cfg: LaunchConfig, rc: ResolvedConfig) -> LaunchConfig:
         """common_base_params_to_speculative: the main launch with the draft's own fields."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from server_probe import Part, server_log, split_parts
 
-from llamafit.check import prepare
+from llamafit.prepare import MachineSpec, ModelRef, Request, prepare
 from llamafit.devices import host
 from llamafit.resolve import resolve
 from llamafit.search import Target
@@ -46,11 +46,12 @@ def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
     """(main context, side model) predicted MiB by kind for the host CPU."""
     path = model_path(case)
     flags = [f.replace("{model}", path) for f in case.flags]
-    p = prepare(model=path, demo=False, gpu_spec="cpu", engine="llama-server", build=None, backend="cpu",
-                reserve_bytes=0, command_line=None, server_args=flags, env=dict(os.environ),
-                host_fn=lambda: HOST)  # fmt: skip
+    request = Request(ModelRef(path, server_args=tuple(flags)), MachineSpec(gpu_spec="cpu", reserve_bytes=0),
+                      env=dict(os.environ))  # fmt: skip
+    p = prepare(request, host_fn=lambda: HOST)
     t: Target = p.target
     rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
+    rc = t.side.main_rc(rc, build=t.build) if t.side else rc
     b = t.breakdown(p.parsed.config, rc)
     d = b.devices[-1]
     main = {"model": d.weights_bytes / MIB, "KV": d.kv_bytes / MIB, "compute": d.compute_bytes / MIB,
