@@ -117,6 +117,10 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
                                           "(counted here) but does not speculate with it"),
     "draft_ctx_ignored": lambda d: ("-cd/--ctx-size-draft: builds with a unified draft context ignore it (the draft "
                                     "context takes the target's n_ctx)"),
+    "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
+    "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image tokens "
+                                      f"but takes images up to {d['max_tokens']:,} tokens: a large image grows it "
+                                      "(the worst case is in side_models details)"),
     "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
                                  "and will page from disk (slow)"),

@@ -46,6 +46,19 @@ def json_option(f: Any) -> Any:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (stable keys).")(f)
 
 
+def _load_projector(model: str | None) -> Any:
+    """The projector facts when `model` is an mmproj GGUF (general.architecture clip), else None."""
+    import os
+
+    from .prepare import load_model
+    from .projector import is_projector, projector_facts
+
+    if model is None or model == "demo":
+        return None
+    gguf = load_model(model, demo=False, hf_repo=None, env=os.environ)
+    return projector_facts(gguf.path, gguf.metadata, gguf.tensors) if is_projector(gguf.metadata) else None
+
+
 def _load_facts(model: str | None, demo: bool) -> Any:
     import os
 
@@ -65,8 +78,12 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
     llamafit inspect model.gguf
     llamafit inspect --demo --json
     """
-    from .inspect_report import to_json, to_text
+    from .inspect_report import projector_json, projector_text, to_json, to_text
 
+    projector = _load_projector(model)
+    if projector is not None:  # an mmproj file: shown as a projector
+        click.echo(json.dumps(projector_json(projector), indent=2) if as_json else projector_text(projector))
+        return
     facts = _load_facts(model, demo)
     if as_json:
         click.echo(json.dumps(to_json(facts), indent=2))

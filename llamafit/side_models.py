@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .devices import DeviceSpec
     from .facts import ModelFacts
     from .findings import Notice
+    from .projector import ProjectorFacts
     from .memory import Breakdown, MemoryModel
     from .resolve import ResolvedConfig
 
@@ -75,7 +76,7 @@ _IMAGE_MAX = ("--image-max-tokens",)
 SIDE_FLAGS = frozenset(_DRAFT_MODEL + _DRAFT_NGL + _DRAFT_DEV + _DRAFT_CTK + _DRAFT_CTV + _DRAFT_OT + _DRAFT_NCMOE
                        + _DRAFT_CMOE + _DRAFT_CTX + _SPEC_TYPE + _DRAFT_N_MAX + tuple(_NGRAM_SIZE) + _MMPROJ + _MMPROJ_URL + _NO_MMPROJ
                        + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + _IMAGE_MIN + _IMAGE_MAX)  # fmt: skip
-MODELLED = frozenset(_DRAFT_MODEL)  # side-model flags whose memory is counted (the rest are warned about)
+MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)  # side-model flags whose memory is counted (the rest are warned about)
 _VALUELESS = frozenset(_DRAFT_CMOE + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + ("--mmproj-auto",))
 # LLAMA_ARG_* variables of these flags (common/arg.cpp set_env), applied before the flags
 _ENV = {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft_model", "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "draft_ngl",
@@ -323,7 +324,19 @@ class SidePlan:
     flags: SideFlags
     draft: MemoryModel | None = None
     draft_path: str | None = None
+    projector: ProjectorFacts | None = None
     notes: tuple[Notice, ...] = ()  # draft_incompatible {reason}, draft_without_spec_type, draft_ctx_ignored
+
+    def dropping(self, kind: str) -> SidePlan | None:
+        """This plan without one kind of side model ("mmproj", "draft", "mtp"); None when nothing is left."""
+        flags = self.flags
+        if kind == "mmproj":
+            plan = replace(self, projector=None, flags=replace(flags, mmproj=None, no_mmproj=True))
+        elif kind == "draft":
+            plan = replace(self, draft=None, draft_path=None, flags=replace(flags, draft_model=None))
+        else:
+            plan = replace(self, flags=replace(flags, spec_types=tuple(t for t in flags.spec_types if t != "draft-mtp")))
+        return plan if plan.draft or plan.projector or plan.flags.speculative else None
 
     def draft_config(self, cfg: LaunchConfig, rc: ResolvedConfig) -> LaunchConfig:
         """common_base_params_to_speculative: the main launch with the draft's own fields."""
@@ -349,6 +362,10 @@ class SidePlan:
             out.append(draft_usage(self, cfg, rc, gpus, host, build=build))
         if self.flags.mtp and main.facts.n_layer_nextn:
             out.append(mtp_usage(main.facts, self.flags, rc, lmap_layers, gpus, host))
+        if self.projector is not None:
+            from .projector import projector_usage
+
+            out.append(projector_usage(self.projector, self.flags, rc, gpus, host))
         return tuple(out)
 
 

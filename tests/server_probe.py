@@ -11,9 +11,8 @@ import time
 from dataclasses import dataclass, field
 
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size = +([0-9.]+) MiB")
-_CLIP_COMPUTE = re.compile(r"alloc_compute_meta: +(\S+) compute buffer size = +([0-9.]+) MiB")
-_CLIP_MODEL = re.compile(r"clip_model_loader: .*?(\S+) model buffer size = +([0-9.]+) MiB|"
-                         r"load_tensors: .*?(\S+) total size = +([0-9.]+) MiB")  # fmt: skip
+_CLIP_COMPUTE = re.compile(r"(?:reserve|alloc)_compute_meta: +(\S+) compute buffer size = +([0-9.]+) MiB")
+_CLIP_MODEL = re.compile(r"load_hparams: model size: +([0-9.]+) MiB")
 
 
 def server_binary() -> str | None:
@@ -73,8 +72,10 @@ def split_parts(log: str) -> tuple[Part, Part, Part]:
     for line in log.splitlines():
         if "common_speculative_init_result:" in line:
             current, seen_compute = side, False
-        if "clip_model_loader" in line or "clip_ctx" in line or "mtmd_" in line:
-            current = proj
+        m = _CLIP_MODEL.search(line)
+        if m:
+            proj.add("model", float(m.group(1)))
+            continue
         m = _CLIP_COMPUTE.search(line)
         if m:
             proj.add("compute", float(m.group(2)))

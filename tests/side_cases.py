@@ -4,6 +4,7 @@ llamafit's prediction for it and the real llama-server's reported buffers, side 
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +25,14 @@ class Case:
     name: str
     model: str  # "demo" or a fixture name
     flags: tuple[str, ...]
+    projector: bool = False  # "{mmproj}" in flags: a Gemma 3 4B-shape projector for the 270M (n_embd 640)
 
 
 CASES = (
     Case("gemma3-270m draft np1", "demo", ("-np", "1", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
     Case("gemma3-270m draft np4", "demo", ("-np", "4", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
+    Case("gemma3-270m mmproj fa on", "demo", ("-np", "1", "-c", "4096", "--mmproj", "{mmproj}", "-fa", "on"), True),
+    Case("gemma3-270m mmproj fa off", "demo", ("-np", "1", "-c", "4096", "--mmproj", "{mmproj}", "-fa", "off"), True),
     Case("nextn-glm4moe mtp np1", "nextn-glm4moe.gguf", ("-np", "1", "-c", "1024", "--spec-type", "draft-mtp")),
     Case("nextn-glm4moe mtp np4", "nextn-glm4moe.gguf", ("-np", "4", "-c", "4096", "--spec-type", "draft-mtp")),
 )
@@ -42,10 +46,25 @@ def model_path(case: Case) -> str:
     return str(FIXTURES / case.model)
 
 
+def projector_path() -> str:
+    from projector_files import write_gemma3_projector
+
+    path = Path(tempfile.gettempdir()) / f"llamafit-test-{os.getuid()}" / "mmproj-gemma3-4b-shape-640.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_gemma3_projector(path, projection_dim=640)
+    return str(path)
+
+
+def _flags(case: Case, path: str) -> list[str]:
+    mmproj = projector_path() if case.projector else ""
+    return [f.replace("{model}", path).replace("{mmproj}", mmproj) for f in case.flags]
+
+
 def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
     """(main context, side model) predicted MiB by kind for the host CPU."""
     path = model_path(case)
-    flags = [f.replace("{model}", path) for f in case.flags]
+    flags = _flags(case, path)
     request = Request(ModelRef(path, server_args=tuple(flags)), MachineSpec(gpu_spec="cpu", reserve_bytes=0),
                       env=dict(os.environ))  # fmt: skip
     p = prepare(request, host_fn=lambda: HOST)
@@ -64,9 +83,8 @@ def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
 
 def reported(binary: str, case: Case) -> tuple[Part, Part]:
     path = model_path(case)
-    flags = [f.replace("{model}", path) for f in case.flags]
-    main, side, _ = split_parts(server_log(binary, ["-m", path, *flags]))
-    return main, side
+    main, side, proj = split_parts(server_log(binary, ["-m", path, *_flags(case, path)], warmup=case.projector))
+    return main, proj if case.projector else side
 
 
 def _model_mib(part: Part, *, mtp_weights: bool) -> float:
@@ -79,13 +97,16 @@ def run_case(binary: str, case: Case) -> list[tuple[str, str, float, float]]:
     pred_main, pred_side = predicted(case)
     rep_main, rep_side = reported(binary, case)
     mtp = "draft-mtp" in case.flags
+    side = "mmproj" if case.projector else "mtp" if mtp else "draft"
     rows = []
-    for part, pred, rep in (("main", pred_main, rep_main), ("draft" if not mtp else "mtp", pred_side, rep_side)):
+    for part, pred, rep in (("main", pred_main, rep_main), (side, pred_side, rep_side)):
         for kind in ("model", "KV", "compute", "output"):
+            if part == "mmproj" and kind in ("KV", "output"):
+                continue
             if kind == "model":
                 if part == "mtp":  # the NextN weights are in the main model buffer: show the main one's change
                     continue
-                value = _model_mib(rep, mtp_weights=False)
+                value = rep.mib.get("model", 0.0) if part == "mmproj" else _model_mib(rep, mtp_weights=False)
                 if mtp and part == "main":
                     pred = {**pred, "model": pred["model"] + pred_side["model"]}
             else:
