@@ -46,28 +46,6 @@ def json_option(f: Any) -> Any:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (stable keys).")(f)
 
 
-def _load_projector(model: str | None) -> Any:
-    """The projector facts when `model` is an mmproj GGUF (general.architecture clip), else None."""
-    import os
-
-    from .prepare import load_model
-    from .projector import is_projector, projector_facts
-
-    if model is None or model == "demo":
-        return None
-    gguf = load_model(model, demo=False, hf_repo=None, env=os.environ)
-    return projector_facts(gguf.path, gguf.metadata, gguf.tensors) if is_projector(gguf.metadata) else None
-
-
-def _load_facts(model: str | None, demo: bool) -> Any:
-    import os
-
-    from .facts import build_facts
-    from .prepare import load_model
-
-    return build_facts(load_model(model, demo=demo, hf_repo=None, env=os.environ))
-
-
 @cli.command()
 @model_argument
 @json_option
@@ -80,11 +58,18 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
     """
     from .inspect_report import projector_json, projector_text, to_json, to_text
 
-    projector = _load_projector(model)
-    if projector is not None:  # an mmproj file: shown as a projector
+    import os
+
+    from .facts import build_facts
+    from .prepare import load_model
+    from .projector import is_projector, projector_facts
+
+    gguf = load_model(model, demo=demo, hf_repo=None, env=os.environ)
+    if is_projector(gguf.metadata):  # an mmproj file: shown as a projector
+        projector = projector_facts(gguf.path, gguf.metadata, gguf.tensors)
         click.echo(json.dumps(projector_json(projector), indent=2) if as_json else projector_text(projector))
         return
-    facts = _load_facts(model, demo)
+    facts = build_facts(gguf)
     if as_json:
         click.echo(json.dumps(to_json(facts), indent=2))
     else:
@@ -163,6 +148,8 @@ def _policy_options(f: Any) -> Any:
         click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
+        click.option("--drop-side-models", "drop_side", is_flag=True,
+                     help="When nothing fits with them, leave out the projector, draft model or MTP context."),
     ]  # fmt: skip
     for option in reversed(options):
         f = option(f)
@@ -174,7 +161,8 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     from .solver import Policy
 
     policy = Policy(prefer=options.pop("prefer"), ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
-                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"))  # fmt: skip
+                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"),
+                    drop_side=options.pop("drop_side"))  # fmt: skip
     return policy, _request(**options)
 
 

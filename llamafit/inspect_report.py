@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
-from .projector import ProjectorFacts, encoder_compute
-
 from .facts import ModelFacts
 from .ggml_types import GGMLType
 from .kv import kv_cell_cost, swa_cells
+from .projector import ProjectorFacts, encoder_compute
 
 SCHEMA = "llamafit.inspect/1"
 KV_TYPES = ("f16", "q8_0", "q4_0")
@@ -149,10 +148,10 @@ def projector_text(p: ProjectorFacts) -> str:
         f"Projector  {p.path} ({p.projector_type}, {'+'.join(p.modalities)})",
         f"Image      {p.image_size} px, patch {p.patch_size} px, merge {p.n_merge}: warmup {warm} px = {tokens:,} tokens"
         + (f", up to {p.limits.max_tokens:,} tokens" if p.limits.max_tokens else ""),
-        f"Encoder    {p.n_layer} blocks, n_embd {p.n_embd}, n_ff {p.n_ff}, {p.n_head} heads; "
-        f"projection dim {p.projection_dim} (the text model's n_embd)",
+        (f"Encoder    {p.n_layer} blocks, n_embd {p.n_embd}, n_ff {p.n_ff}, {p.n_head} heads; "
+         f"projection dim {p.projection_dim} (the text model's n_embd)"),
         f"Weights    {_mib(p.weights_bytes)} in {p.n_tensors} tensors",
-        f"Compute    {_mib(encoder_compute(p, image_px=warm, flash_attn=True))} at warmup with flash attention, "
-        f"{_mib(encoder_compute(p, image_px=warm, flash_attn=False))} without",
+        (f"Compute    {_mib(encoder_compute(p, image_px=warm, flash_attn=True))} at warmup with flash attention, "
+         f"{_mib(encoder_compute(p, image_px=warm, flash_attn=False))} without"),
     ]  # fmt: skip
     return "\n".join(lines)

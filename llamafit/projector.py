@@ -166,7 +166,7 @@ def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpu
     worst_px = image_px_for_tokens(p, max_tokens) if max_tokens else warm
     worst = encoder_compute(p, image_px=worst_px, flash_attn=rc.flash_attn)
     details: tuple[tuple[str, int | str], ...] = (
-        ("projector_type", p.projector_type), ("device", device), ("flash_attn", "on" if rc.flash_attn else "off"),
+        ("projector_type", p.projector_type), ("device", device), ("offload", "on" if flags.mmproj_offload else "off"), ("flash_attn", "on" if rc.flash_attn else "off"),
         ("warmup_image_px", warm), ("worst_image_px", worst_px), ("worst_compute_bytes", worst),
         ("image_max_tokens", max_tokens or 0),
     )  # fmt: skip
@@ -181,7 +181,7 @@ _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 def quant_bits(path: str) -> int:
     """common/download.cpp extract_quant_bits: Q4_K_M → 4, F16 → 16, none → 0."""
-    prefix = path[: -len(".gguf")] if path.endswith(".gguf") else path
+    prefix = path.removesuffix(".gguf")
     m = _SPLIT.match(prefix)
     if m:
         prefix = m.group(1)

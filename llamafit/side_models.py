@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from .devices import DeviceSpec
     from .facts import ModelFacts
     from .findings import Notice
-    from .projector import ProjectorFacts
     from .memory import Breakdown, MemoryModel
+    from .projector import ProjectorFacts
     from .resolve import ResolvedConfig
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from server_probe import Part, server_log, split_parts
 
-from llamafit.prepare import MachineSpec, ModelRef, Request, prepare
 from llamafit.devices import host
+from llamafit.prepare import MachineSpec, ModelRef, Request, prepare
 from llamafit.resolve import resolve
 from llamafit.search import Target
 

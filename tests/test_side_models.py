@@ -6,7 +6,13 @@ import pytest
 from conftest import FIXTURES
 
 from llamafit.errors import InputError
-from llamafit.side_models import SideFlags, VocabInfo, parse_side_flags, side_flag_tokens, vocab_mismatch
+from llamafit.side_models import (
+    SideFlags,
+    VocabInfo,
+    parse_side_flags,
+    side_flag_tokens,
+    vocab_mismatch,
+)
 
 
 @pytest.mark.parametrize("tokens, env, expected", [
@@ -112,9 +118,9 @@ def test_draft_on_gpu_and_devd_none() -> None:
     model = str(FIXTURES / "dense-llama.gguf")
     on_gpu = _check_json(model, "--gpu", "8GiB", "--", "-c", "2048", "-np", "1", "-md", model)
     on_cpu = _check_json(model, "--gpu", "8GiB", "--", "-c", "2048", "-np", "1", "-md", model, "-devd", "none")
-    names = lambda j: {d["name"] for d in j["side_models"][0]["devices"]}  # noqa: E731
+    names = lambda j: {d["name"] for d in j["side_models"][0]["devices"]}
     assert "CPU" in names(on_cpu) and len(names(on_cpu)) == 1
-    gpu_row = [d for d in on_gpu["side_models"][0]["devices"] if d["name"] != "CPU"][0]
+    gpu_row = next(d for d in on_gpu["side_models"][0]["devices"] if d["name"] != "CPU")
     assert gpu_row["kv_bytes"] > 0 and gpu_row["weights_bytes"] > 0
     assert on_gpu["devices"][0]["side_bytes"] == gpu_row["total_bytes"]
 
