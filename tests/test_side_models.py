@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import FIXTURES
 
@@ -267,3 +269,97 @@ def test_inspect_shows_a_projector(small_projector: str) -> None:
         "Image      224 px, patch 14 px, merge 4: warmup 224 px = 16 tokens",
         "Encoder    2 blocks, n_embd 64, n_ff 128, 4 heads; projection dim 640 (the text model's n_embd)",
     ]
+
+
+# --- planning and launching with side models --------------------------------------------------
+
+def _usage(kind: str, path: str, **details: int | str):
+    from llamafit.side_models import SideDeviceUsage, SideUsage
+
+    return SideUsage(kind, path, (SideDeviceUsage("CPU", 1, 0, 0, 0),), 0, tuple(details.items()))
+
+
+@pytest.mark.parametrize("tokens, resident, expected", [
+    (["--mmproj", "auto", "-t", "4"], [("mmproj", "/m/mmproj-F16.gguf", {"offload": "on"})],
+     ["--mmproj", "/m/mmproj-F16.gguf", "-t", "4"]),
+    (["--mmproj", "p.gguf", "--image-max-tokens", "512"], [("mmproj", "p.gguf", {"offload": "off"})],
+     ["--mmproj", "p.gguf", "--image-max-tokens", "512", "--no-mmproj-offload"]),
+    (["--mmproj", "p.gguf", "--image-max-tokens", "512", "--temp", "0"], [], ["--temp", "0"]),  # dropped
+    (["-md", "d.gguf", "-ngld", "99", "--spec-type", "draft-simple"], [],
+     ["--spec-type", "draft-simple"]),  # the draft dropped; the type stays (llama-server ignores it without one)
+    (["--spec-type", "draft-mtp,ngram-mod"], [], ["--spec-type", "ngram-mod"]),
+    (["--spec-type", "draft-mtp"], [("mtp", "m.gguf", {})], ["--spec-type", "draft-mtp"]),
+    (["-md", "d.gguf", "-ctkd", "q8_0"], [("draft", "d.gguf", {})], ["-md", "d.gguf", "-ctkd", "q8_0"]),
+])  # fmt: skip
+def test_launch_tokens(tokens: list[str], resident: list, expected: list[str]) -> None:
+    from llamafit.side_plan import launch_tokens
+
+    assert launch_tokens(tokens, [_usage(k, p, **d) for k, p, d in resident]) == expected
+
+
+def _invoke(*args: str):
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_plan_moves_the_projector_to_the_cpu_then_drops_it(small_projector: str) -> None:
+    """On a GPU too small for the projector next to the model: --no-mmproj-offload first; with the
+    projector on the CPU too big for the host as well, --drop-side-models leaves it out."""
+    import json
+
+    model = str(FIXTURES / "dense-llama.gguf")
+    big = _check_json(model, "--gpu", "cpu", "--", "-c", "256")  # the fixture itself is tiny
+    assert big["fits"]
+    # a projector whose projection dim matches the fixture's n_embd 64
+    from projector_files import write_gemma3_projector
+
+    proj = Path(small_projector).with_name("mmproj-64.gguf")
+    write_gemma3_projector(proj, projection_dim=64, n_layer=2, n_embd=64, n_ff=128, n_head=4, image_size=896,
+                           patch_size=14)  # 4,096 patches: a 4.8 MiB encoder buffer with FA  # fmt: skip
+    args = ["plan", model, "--gpu", "1028MiB", "--json", "--min-ctx", "4096", "--", "--mmproj", str(proj), "-ngl", "99"]
+    d = json.loads(_invoke(*args).stdout)
+    assert d["fits"] and d["side_steps"] == ["mmproj_to_cpu"]
+    assert d["command"][-1] == "--no-mmproj-offload"
+    assert [s["kind"] for s in d["side_models"]] == ["mmproj"] and d["side_models"][0]["details"]["device"] == "CPU"
+    assert {w["code"] for w in d["warnings"]} >= {"side_step"}
+
+
+def test_plan_says_what_a_side_model_costs_in_context() -> None:
+    import json
+
+    model = str(FIXTURES / "dense-llama.gguf")
+    d = json.loads(_invoke("plan", model, "--gpu", "1031MiB", "--min-ctx", "256", "--json", "--", "-md", model, "-ngl", "99",
+                           "-np", "1").stdout)  # fmt: skip
+    assert d["fits"]
+    [cost] = d["side_costs"]
+    assert cost["kind"] == "draft" and cost["tokens"] > 0 and cost["bytes"] > 0
+    text = _invoke("plan", model, "--gpu", "1031MiB", "--min-ctx", "256", "--", "-md", model, "-ngl", "99", "-np", "1").stdout
+    assert f"Side       the draft model ({cost['bytes'] / 2**20:,.0f} MiB) costs {cost['tokens']:,} tokens of context per slot" in text
+
+
+@pytest.mark.parametrize("fmt", ["sh", "systemd", "llama-swap", "models-ini", "docker"])
+def test_scripts_carry_the_side_model_flags(fmt: str) -> None:
+    model = str(FIXTURES / "dense-llama.gguf")
+    result = _invoke("script", model, "--gpu", "8GiB", "--format", fmt, "--name", "d", "--", "-md", model, "-ngld", "99",
+                     "--spec-type", "draft-simple", "-ctkd", "q8_0")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    if fmt == "models-ini":  # keys without dashes
+        wanted: tuple[str, ...] = (f"model-draft = {model}", "ngld = 99", "spec-type = draft-simple", "ctkd = q8_0")
+    else:
+        wanted = ("-md", "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")
+    for token in wanted:
+        assert token in result.stdout, (fmt, token)
+
+
+def test_check_accepts_a_pasted_command_with_side_models() -> None:
+    import json
+
+    model = str(FIXTURES / "nextn-glm4moe.gguf")
+    line = f"llama-server -m {model} -c 1024 -np 1 --spec-type draft-mtp -ctkd q8_0 -ctvd q8_0 -fa on"
+    d = json.loads(_invoke("check", "--gpu", "cpu", "--json", "--cmd", line).stdout)
+    [side] = d["side_models"]
+    assert side["kind"] == "mtp"
+    assert side["devices"][0]["kv_bytes"] == 1024 * 2 * 34  # q8_0: 34 bytes per 32 values, K and V of 64
