@@ -362,4 +362,4 @@ def test_check_accepts_a_pasted_command_with_side_models() -> None:
     d = json.loads(_invoke("check", "--gpu", "cpu", "--json", "--cmd", line).stdout)
     [side] = d["side_models"]
     assert side["kind"] == "mtp"
-    assert side["devices"][0]["kv_bytes"] == 1024 * 2 * 34  # q8_0: 34 bytes per 32 values, K and V of 64
+    assert side["devices"][0]["kv_bytes"] == 1024 * 2 * (2 * 34)  # K and V rows of 64 q8_0 values: 2 blocks of 34 bytes
