@@ -163,7 +163,9 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     policy = Policy(prefer=options.pop("prefer"), ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
                     ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"),
                     drop_side=options.pop("drop_side"))  # fmt: skip
-    return policy, _request(**options)
+    from dataclasses import replace
+
+    return policy, replace(_request(**options), auto_mmproj=True)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

@@ -67,6 +67,7 @@ class Request:
     engine: str = "llama-server"
     build: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    auto_mmproj: bool = False  # plan, run, script: a projector next to the model is used (--no-mmproj: not)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
     facts = build_facts(gguf)
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect)
-    side = load_side_plan(parsed, gguf.metadata, facts, env)
+    side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
                     side=side)  # fmt: skip
     p = Prepared(parsed, facts, target, hw)

@@ -91,6 +91,8 @@ def launch_tokens(passthrough: Sequence[str], resident: Sequence[SideUsage]) -> 
             out += ["--spec-type", ",".join(kept)] if kept else []
         elif draft is not None:  # the draft model's own flags
             out += group
+    if proj is not None and not any(f in out for f in ("-mm", "--mmproj", "-mmu", "--mmproj-url")):
+        out += ["--mmproj", proj.path]  # found next to the model (plan, run and script use it by default)
     if proj is not None and dict(proj.details).get("offload") == "off" and "--no-mmproj-offload" not in out:
         out.append("--no-mmproj-offload")
     return out

@@ -363,3 +363,38 @@ def test_check_accepts_a_pasted_command_with_side_models() -> None:
     [side] = d["side_models"]
     assert side["kind"] == "mtp"
     assert side["devices"][0]["kv_bytes"] == 1024 * 2 * (2 * 34)  # K and V rows of 64 q8_0 values: 2 blocks of 34 bytes
+
+
+def test_plan_uses_a_projector_next_to_the_model_by_default(small_projector: str, tmp_path: Path) -> None:
+    import json
+    import os
+    import shutil
+
+    from llamafit.demo import demo_model_path
+
+    model = tmp_path / "gemma-3-270m-q4_k_m.gguf"
+    os.symlink(demo_model_path(), model)
+    shutil.copy(small_projector, tmp_path / "mmproj-small-f16.gguf")
+    d = json.loads(_invoke("plan", str(model), "--gpu", "8GiB", "--json", "--", "-np", "1").stdout)
+    assert [s["kind"] for s in d["side_models"]] == ["mmproj"]
+    assert d["command"][-2:] == ["--mmproj", str(tmp_path / "mmproj-small-f16.gguf")]
+    found = next(w for w in d["warnings"] if w["code"] == "mmproj_found")
+    assert found["why"] == "mmproj*.gguf next to the model; used by default, --no-mmproj leaves it out"
+    without = json.loads(_invoke("plan", str(model), "--gpu", "8GiB", "--json", "--", "-np", "1", "--no-mmproj").stdout)
+    assert without["side_models"] == [] and "--mmproj" not in without["command"]
+    checked = _check_json(str(model), "--gpu", "8GiB", "--", "-np", "1")  # check keeps to the flags given
+    assert checked["side_models"] == []
+
+
+def test_mmproj_auto_for_a_hugging_face_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """llama.cpp's -hf rule over the repo listing (the listing stubbed at the Hub boundary)."""
+    from llamafit import side_load
+    from llamafit.hf import RepoListing
+
+    files = ("gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf", "mmproj-model-f16.gguf", "mmproj-model-Q8_0.gguf")
+    monkeypatch.setattr("llamafit.model_source._hub_listing",
+                        lambda settings, repo, rev, timeout: (RepoListing(repo, rev, "c" * 40, files), None))  # fmt: skip
+    url = "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/gemma-3-4b-it-Q4_K_M.gguf"
+    picked, why = side_load.find_mmproj(url, {})
+    assert picked == "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/mmproj-model-Q8_0.gguf"
+    assert why == "in ggml-org/gemma-3-4b-it-GGUF, by llama.cpp's -hf rule among 2 projectors"
