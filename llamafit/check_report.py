@@ -124,6 +124,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
                             "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}.get(d["step"], d["step"]),
     "side_way_out": lambda d: (f"without {_SIDE_WHAT.get(d['step'], d['step'])}, {d['ctx']:,} tokens per slot fit "
                                "(--drop-side-models)"),
+    "mmproj_skipped": lambda d: f"a projector next to the model is not used: {d['reason']}",
     "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
     "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image tokens "
                                       f"but takes images up to {d['max_tokens']:,} tokens: a large image grows it "

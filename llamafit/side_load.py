@@ -49,13 +49,20 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
         notes.append(Notice("draft_ctx_ignored"))
     projector = None
     if flags.mmproj and not flags.no_mmproj:
-        projector, why = load_projector(flags.mmproj, model_path=facts.path, env=env)
+        try:
+            projector, why = load_projector(flags.mmproj, model_path=facts.path, env=env)
+            if projector.projection_dim and projector.projection_dim != facts.n_embd:
+                raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and mmproj "
+                                 f"(n_embd = {projector.projection_dim}): llama-server refuses this pair (mtmd.cpp)")  # fmt: skip
+        except InputError as e:
+            if not defaulted:
+                raise
+            notes.append(Notice("mmproj_skipped", {"reason": str(e)}))  # found by default: not worth failing for
+            flags = replace(flags, mmproj=None)
+            return SidePlan(flags, draft, flags.draft_model, None, notes=tuple(notes)) if flags.any else None
         if why:
             why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
             notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
-        if projector.projection_dim and projector.projection_dim != facts.n_embd:
-            raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and mmproj "
-                             f"(n_embd = {projector.projection_dim}): llama-server refuses this pair (mtmd.cpp)")  # fmt: skip
         limits = projector.limits
         if limits.warmup_tokens is not None and projector.max_image_tokens(flags.image_max_tokens):
             notes.append(Notice("mmproj_warmup_small", {"warmup_tokens": limits.warmup_tokens,
