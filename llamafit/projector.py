@@ -126,13 +126,15 @@ def projector_facts(path: str, metadata: Mapping[str, Any], tensors: Sequence[Te
     modalities = tuple(m for m in ("vision", "audio") if metadata.get(f"clip.has_{m}_encoder") is True)
     prefix = "vision" if "vision" in modalities or not modalities else "audio"
     limits = TOKEN_LIMITS.get(ptype, TokenLimits())
-    n_merge = _u32(metadata, "clip.vision.spatial_merge_size", _u32(metadata, "clip.vision.projector.scale_factor",
-                                                                     limits.n_merge)) if ptype != "gemma3" else 4  # fmt: skip
+    n_merge = _u32(metadata, "clip.vision.projector.scale_factor", limits.n_merge)
+    n_merge = 4 if ptype == "gemma3" else _u32(metadata, "clip.vision.spatial_merge_size", n_merge)
     return ProjectorFacts(
         path=path, projector_type=ptype, modalities=modalities or ("vision",),
         image_size=_u32(metadata, "clip.vision.image_size"), patch_size=_u32(metadata, "clip.vision.patch_size", 1),
-        n_embd=_u32(metadata, f"clip.{prefix}.embedding_length"), n_ff=_u32(metadata, f"clip.{prefix}.feed_forward_length"),
-        n_layer=_u32(metadata, f"clip.{prefix}.block_count"), n_head=_u32(metadata, f"clip.{prefix}.attention.head_count"),
+        n_embd=_u32(metadata, f"clip.{prefix}.embedding_length"),
+        n_ff=_u32(metadata, f"clip.{prefix}.feed_forward_length"),
+        n_layer=_u32(metadata, f"clip.{prefix}.block_count"),
+        n_head=_u32(metadata, f"clip.{prefix}.attention.head_count"),
         projection_dim=_u32(metadata, f"clip.{prefix}.projection_dim"), n_merge=n_merge,
         weights_bytes=sum(t.n_bytes for t in tensors), n_tensors=len(tensors),
     )  # fmt: skip
@@ -166,7 +168,8 @@ def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpu
     worst_px = image_px_for_tokens(p, max_tokens) if max_tokens else warm
     worst = encoder_compute(p, image_px=worst_px, flash_attn=rc.flash_attn)
     details: tuple[tuple[str, int | str], ...] = (
-        ("projector_type", p.projector_type), ("device", device), ("offload", "on" if flags.mmproj_offload else "off"), ("flash_attn", "on" if rc.flash_attn else "off"),
+        ("projector_type", p.projector_type), ("device", device), ("offload", "on" if flags.mmproj_offload else "off"),
+        ("flash_attn", "on" if rc.flash_attn else "off"),
         ("warmup_image_px", warm), ("worst_image_px", worst_px), ("worst_compute_bytes", worst),
         ("image_max_tokens", max_tokens or 0),
     )  # fmt: skip

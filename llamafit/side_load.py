@@ -52,8 +52,9 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
         try:
             projector, why = load_projector(flags.mmproj, model_path=facts.path, env=env)
             if projector.projection_dim and projector.projection_dim != facts.n_embd:
-                raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and mmproj "
-                                 f"(n_embd = {projector.projection_dim}): llama-server refuses this pair (mtmd.cpp)")  # fmt: skip
+                raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and "
+                                 f"mmproj (n_embd = {projector.projection_dim}): llama-server refuses this pair "
+                                 "(mtmd.cpp)")  # fmt: skip
         except InputError as e:
             if not defaulted:
                 raise
@@ -64,9 +65,10 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
             why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
             notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
         limits = projector.limits
-        if limits.warmup_tokens is not None and projector.max_image_tokens(flags.image_max_tokens):
-            notes.append(Notice("mmproj_warmup_small", {"warmup_tokens": limits.warmup_tokens,
-                                                        "max_tokens": projector.max_image_tokens(flags.image_max_tokens)}))
+        max_tokens = projector.max_image_tokens(flags.image_max_tokens)
+        if limits.warmup_tokens is not None and max_tokens:
+            found = {"warmup_tokens": limits.warmup_tokens, "max_tokens": max_tokens}
+            notes.append(Notice("mmproj_warmup_small", found))
     return SidePlan(flags, draft, flags.draft_model, projector, notes=tuple(notes))
 
 

@@ -74,9 +74,10 @@ _NO_MMPROJ_OFFLOAD = ("--no-mmproj-offload",)
 _IMAGE_MIN = ("--image-min-tokens",)
 _IMAGE_MAX = ("--image-max-tokens",)
 SIDE_FLAGS = frozenset(_DRAFT_MODEL + _DRAFT_NGL + _DRAFT_DEV + _DRAFT_CTK + _DRAFT_CTV + _DRAFT_OT + _DRAFT_NCMOE
-                       + _DRAFT_CMOE + _DRAFT_CTX + _SPEC_TYPE + _DRAFT_N_MAX + tuple(_NGRAM_SIZE) + _MMPROJ + _MMPROJ_URL + _NO_MMPROJ
-                       + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + _IMAGE_MIN + _IMAGE_MAX)  # fmt: skip
-MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)  # side-model flags whose memory is counted (the rest are warned about)
+                       + _DRAFT_CMOE + _DRAFT_CTX + _SPEC_TYPE + _DRAFT_N_MAX + tuple(_NGRAM_SIZE) + _MMPROJ
+                       + _MMPROJ_URL + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + _IMAGE_MIN
+                       + _IMAGE_MAX)  # fmt: skip
+MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)  # side models counted (others are warned about)
 _VALUELESS = frozenset(_DRAFT_CMOE + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + ("--mmproj-auto",))
 # LLAMA_ARG_* variables of these flags (common/arg.cpp set_env), applied before the flags
 _ENV = {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft_model", "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "draft_ngl",
@@ -335,7 +336,8 @@ class SidePlan:
         elif kind == "draft":
             plan = replace(self, draft=None, draft_path=None, flags=replace(flags, draft_model=None))
         else:
-            plan = replace(self, flags=replace(flags, spec_types=tuple(t for t in flags.spec_types if t != "draft-mtp")))
+            types = tuple(t for t in flags.spec_types if t != "draft-mtp")
+            plan = replace(self, flags=replace(flags, spec_types=types))
         return plan if plan.draft or plan.projector or plan.flags.speculative else None
 
     def draft_config(self, cfg: LaunchConfig, rc: ResolvedConfig) -> LaunchConfig:
@@ -356,7 +358,8 @@ class SidePlan:
         return replace(rc, n_outputs_max=n_out)
 
     def usages(self, cfg: LaunchConfig, rc: ResolvedConfig, main: MemoryModel, lmap_layers: tuple[int, ...],
-               gpus: Sequence[DeviceSpec], host: DeviceSpec, *, build: int | None) -> tuple[SideUsage, ...]:  # fmt: skip
+               gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
+               build: int | None) -> tuple[SideUsage, ...]:  # fmt: skip
         out = []
         if self.draft is not None:
             out.append(draft_usage(self, cfg, rc, gpus, host, build=build))

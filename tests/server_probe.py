@@ -31,7 +31,8 @@ def free_port() -> int:
 
 def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: bool = False) -> str:
     """The log of one start (until `listening on` or exit); the server is stopped before returning."""
-    cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"] + ([] if warmup else ["--no-warmup"])
+    cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"]
+    cmd += [] if warmup else ["--no-warmup"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     deadline = time.monotonic() + timeout

@@ -70,7 +70,8 @@ _V = VocabInfo("llama", 32000, 1, 2, True, False)
 @pytest.mark.parametrize("draft, expected", [
     (_V, None),
     (VocabInfo("llama", 32128, 1, 2, True, False), None),
-    (VocabInfo("llama", 32129, 1, 2, True, False), "vocab sizes differ by 129 (target 32000, draft 32129; at most 128)"),
+    (VocabInfo("llama", 32129, 1, 2, True, False),
+     "vocab sizes differ by 129 (target 32000, draft 32129; at most 128)"),
     (VocabInfo("gpt2", 32000, 1, 2, True, False), "vocab type differs (target llama, draft gpt2)"),
     (VocabInfo("llama", 32000, 0, 2, True, False), "BOS differs (target add True id 1, draft add True id 0)"),
     (VocabInfo("llama", 32000, 1, 3, True, True), "EOS differs (target add False id 2, draft add True id 3)"),
@@ -120,7 +121,10 @@ def test_draft_on_gpu_and_devd_none() -> None:
     model = str(FIXTURES / "dense-llama.gguf")
     on_gpu = _check_json(model, "--gpu", "8GiB", "--", "-c", "2048", "-np", "1", "-md", model)
     on_cpu = _check_json(model, "--gpu", "8GiB", "--", "-c", "2048", "-np", "1", "-md", model, "-devd", "none")
-    names = lambda j: {d["name"] for d in j["side_models"][0]["devices"]}
+
+    def names(j: dict) -> set[str]:
+        return {d["name"] for d in j["side_models"][0]["devices"]}
+
     assert "CPU" in names(on_cpu) and len(names(on_cpu)) == 1
     gpu_row = next(d for d in on_gpu["side_models"][0]["devices"] if d["name"] != "CPU")
     assert gpu_row["kv_bytes"] > 0 and gpu_row["weights_bytes"] > 0
@@ -187,7 +191,8 @@ def test_projector_facts(small_projector: str) -> None:
     assert (p.n_layer, p.n_embd, p.n_ff, p.n_head, p.n_tensors) == (2, 64, 128, 4, 3 + 2 * 16 + 4)
     # patch 64x3x14x14 f16 + bias, position 256x64 f16, per block 4x(64x64 f16 + 64 f32) + norms + FFN, post_ln, proj
     block = 4 * (64 * 64 * 2 + 64 * 4) + 4 * 64 * 4 + 128 * 64 * 2 + 128 * 4 + 64 * 128 * 2 + 64 * 4
-    assert p.weights_bytes == 64 * 3 * 14 * 14 * 2 + 64 * 4 + 256 * 64 * 2 + 2 * block + 2 * 64 * 4 + 64 * 640 * 2 + 64 * 4
+    top = 64 * 3 * 14 * 14 * 2 + 64 * 4 + 256 * 64 * 2  # patch weight and bias, position embeddings
+    assert p.weights_bytes == top + 2 * block + 2 * 64 * 4 + 64 * 640 * 2 + 64 * 4
     assert p.warmup_image_size() == 224
 
 
@@ -331,20 +336,21 @@ def test_plan_says_what_a_side_model_costs_in_context() -> None:
     import json
 
     model = str(FIXTURES / "dense-llama.gguf")
-    d = json.loads(_invoke("plan", model, "--gpu", "1031MiB", "--min-ctx", "256", "--json", "--", "-md", model, "-ngl", "99",
-                           "-np", "1").stdout)  # fmt: skip
+    args = ("plan", model, "--gpu", "1031MiB", "--min-ctx", "256")
+    d = json.loads(_invoke(*args, "--json", "--", "-md", model, "-ngl", "99", "-np", "1").stdout)
     assert d["fits"]
     [cost] = d["side_costs"]
     assert cost["kind"] == "draft" and cost["tokens"] > 0 and cost["bytes"] > 0
-    text = _invoke("plan", model, "--gpu", "1031MiB", "--min-ctx", "256", "--", "-md", model, "-ngl", "99", "-np", "1").stdout
-    assert f"Side       the draft model ({cost['bytes'] / 2**20:,.0f} MiB) costs {cost['tokens']:,} tokens of context per slot" in text
+    text = _invoke(*args, "--", "-md", model, "-ngl", "99", "-np", "1").stdout
+    mib = f"{cost['bytes'] / 2**20:,.0f}"
+    assert f"Side       the draft model ({mib} MiB) costs {cost['tokens']:,} tokens of context per slot" in text
 
 
 @pytest.mark.parametrize("fmt", ["sh", "systemd", "llama-swap", "models-ini", "docker"])
 def test_scripts_carry_the_side_model_flags(fmt: str) -> None:
     model = str(FIXTURES / "dense-llama.gguf")
-    result = _invoke("script", model, "--gpu", "8GiB", "--format", fmt, "--name", "d", "--", "-md", model, "-ngld", "99",
-                     "--spec-type", "draft-simple", "-ctkd", "q8_0")  # fmt: skip
+    result = _invoke("script", model, "--gpu", "8GiB", "--format", fmt, "--name", "d", "--", "-md", model,
+                     "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")  # fmt: skip
     assert result.exit_code == 0, result.output
     if fmt == "models-ini":  # keys without dashes
         wanted: tuple[str, ...] = (f"model-draft = {model}", "ngld = 99", "spec-type = draft-simple", "ctkd = q8_0")
@@ -392,8 +398,10 @@ def test_mmproj_auto_for_a_hugging_face_model(monkeypatch: pytest.MonkeyPatch) -
     from llamafit.hf import RepoListing
 
     files = ("gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf", "mmproj-model-f16.gguf", "mmproj-model-Q8_0.gguf")
-    monkeypatch.setattr("llamafit.model_source._hub_listing",
-                        lambda settings, repo, rev, timeout: (RepoListing(repo, rev, "c" * 40, files), None))  # fmt: skip
+    def listing(settings: object, repo: str, rev: str, timeout: float) -> tuple[RepoListing, None]:
+        return RepoListing(repo, rev, "c" * 40, files), None
+
+    monkeypatch.setattr("llamafit.model_source._hub_listing", listing)
     url = "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/gemma-3-4b-it-Q4_K_M.gguf"
     picked, why = side_load.find_mmproj(url, {})
     assert picked == "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/mmproj-model-Q8_0.gguf"
