@@ -16,16 +16,17 @@ from .findings import Notice
 from .memory import MemoryModel
 from .projector import ProjectorFacts, best_sibling, is_projector, local_mmproj, projector_facts
 from .server_flags import ParsedServerArgs
-from .side_models import SidePlan, parse_side_flags, vocab_info, vocab_mismatch
+from .side_models import BUILD_UNIFIED_DRAFT, SidePlan, parse_side_flags, vocab_info, vocab_mismatch
 
 
 def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts: ModelFacts,
-                   env: Mapping[str, str], *, auto_mmproj: bool = False) -> SidePlan | None:  # fmt: skip
+                   env: Mapping[str, str], *, auto_mmproj: bool = False,
+                   build: int | None = None) -> SidePlan | None:  # fmt: skip
     """The side models of this launch, read and checked; None when there are none. With `auto_mmproj`
     (plan, run, script) a projector found next to the model is used unless --no-mmproj says not to."""
     from .prepare import load_model
 
-    flags = parse_side_flags(parsed.passthrough, env)
+    flags = parse_side_flags((*parsed.passthrough, *parsed.unknown), env)  # -cd: a flag of older builds
     notes: list[Notice] = []
     defaulted = auto_mmproj and flags.mmproj is None and not flags.no_mmproj and _has_mmproj_next_to(facts.path, env)
     if defaulted:
@@ -45,7 +46,7 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
     if flags.mtp and not facts.n_layer_nextn:
         raise InputError(f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
                          f"({facts.architecture}.nextn_predict_layers is 0)")  # fmt: skip
-    if flags.draft_ctx is not None:
+    if flags.draft_ctx is not None and (build is None or build >= BUILD_UNIFIED_DRAFT):
         notes.append(Notice("draft_ctx_ignored"))
     projector = None
     if flags.mmproj and not flags.no_mmproj:

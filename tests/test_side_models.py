@@ -406,3 +406,19 @@ def test_mmproj_auto_for_a_hugging_face_model(monkeypatch: pytest.MonkeyPatch) -
     picked, why = side_load.find_mmproj(url, {})
     assert picked == "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/mmproj-model-Q8_0.gguf"
     assert why == "in ggml-org/gemma-3-4b-it-GGUF, by llama.cpp's -hf rule among 2 projectors"
+
+
+def test_older_builds_give_every_slot_its_own_draft_context() -> None:
+    """Before the unified draft context (--llama-build below BUILD_UNIFIED_DRAFT): n_parallel draft
+    contexts of the slot's cells (or -cd), one sequence each."""
+    model = str(FIXTURES / "dense-llama.gguf")
+    new = _check_json(model, "--gpu", "cpu", "--", "-c", "4096", "-np", "4", "-md", model)
+    old = _check_json(model, "--gpu", "cpu", "--llama-build", "8000", "--", "-c", "4096", "-np", "4", "-md", model)
+    cd = _check_json(model, "--gpu", "cpu", "--llama-build", "8000", "--", "-c", "4096", "-np", "4", "-md", model,
+                     "-cd", "512")  # fmt: skip
+    [n], [o], [c] = new["side_models"], old["side_models"], cd["side_models"]
+    assert (n["details"]["contexts"], n["n_ctx"]) == (1, 4096)
+    assert (o["details"]["contexts"], o["n_ctx"], o["details"]["n_ctx_seq"]) == (4, 4096, 1024)
+    assert o["devices"][0]["kv_bytes"] == n["devices"][0]["kv_bytes"]  # 4 x 1,024 cells = 4,096 cells
+    assert (c["n_ctx"], c["devices"][0]["kv_bytes"]) == (4 * 512, n["devices"][0]["kv_bytes"] // 2)
+    assert not any(w["code"] == "draft_ctx_ignored" for w in cd["warnings"])
