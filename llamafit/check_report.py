@@ -125,6 +125,8 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "side_step": lambda d: _SIDE_STEP.get(d["step"], d["step"]),
     "side_way_out": lambda d: (f"without {_SIDE_WHAT.get(d['step'], d['step'])}, {d['ctx']:,} tokens per slot fit "
                                "(--drop-side-models)"),
+    "mmproj_offload_costs": lambda d: (f"with --no-mmproj-offload (the image encoder on the CPU) -ngl "
+                                       f"{d['n_gpu_layers']} and {d['ctx']:,} tokens per slot fit"),
     "mmproj_skipped": lambda d: f"a projector next to the model is not used: {d['reason']}",
     "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
     "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image "

@@ -422,3 +422,17 @@ def test_older_builds_give_every_slot_its_own_draft_context() -> None:
     assert o["devices"][0]["kv_bytes"] == n["devices"][0]["kv_bytes"]  # 4 x 1,024 cells = 4,096 cells
     assert (c["n_ctx"], c["devices"][0]["kv_bytes"]) == (4 * 512, n["devices"][0]["kv_bytes"] // 2)
     assert not any(w["code"] == "draft_ctx_ignored" for w in cd["warnings"])
+
+
+def test_plan_says_when_the_projector_keeps_layers_off_the_gpu() -> None:
+    import json
+
+    from side_cases import projector_path
+
+    from llamafit.demo import demo_model_path
+
+    d = json.loads(_invoke("plan", str(demo_model_path()), "--gpu", "2GiB", "--json", "--", "-np", "1",
+                           "--mmproj", projector_path()).stdout)  # fmt: skip
+    assert d["fits"] and d["config"]["n_gpu_layers"] < 19 and d["side_steps"] == []
+    note = next(w for w in d["warnings"] if w["code"] == "mmproj_offload_costs")
+    assert (note["n_gpu_layers"], note["ctx"]) == (19, 32768)
