@@ -436,3 +436,21 @@ def test_plan_says_when_the_projector_keeps_layers_off_the_gpu() -> None:
     assert d["fits"] and d["config"]["n_gpu_layers"] < 19 and d["side_steps"] == []
     note = next(w for w in d["warnings"] if w["code"] == "mmproj_offload_costs")
     assert (note["n_gpu_layers"], note["ctx"]) == (19, 32768)
+
+
+@pytest.mark.parametrize("drop, fits, steps, codes", [
+    (False, False, [], ["draft_without_spec_type", "side_way_out"]),
+    (True, True, ["drop_draft"], ["draft_without_spec_type", "side_step"]),
+])  # fmt: skip
+def test_drop_side_models_only_when_asked(drop: bool, fits: bool, steps: list[str], codes: list[str]) -> None:
+    import json
+
+    model = str(FIXTURES / "dense-llama.gguf")
+    args = ["plan", model, "--gpu", "1030MiB", "--ctx", "4096", "--json", *(["--drop-side-models"] if drop else []),
+            "--", "-md", model, "-ngl", "99", "-np", "1"]  # fmt: skip
+    d = json.loads(_invoke(*args).stdout)
+    assert (d["fits"], d["side_steps"], [w["code"] for w in d["warnings"]]) == (fits, steps, codes)
+    if not drop:
+        assert d["warnings"][1]["text"] == "without the draft model, 4,096 tokens per slot fit (--drop-side-models)"
+    else:
+        assert "-md" not in d["command"] and d["side_models"] == []
