@@ -243,8 +243,10 @@ def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> N
     on = _check_json(str(model), "--gpu", "4GiB", "--", "-c", "4096", "-np", "1", "--mmproj", "auto")
     [side] = on["side_models"]
     assert side["kind"] == "mmproj" and side["path"] == str(tmp_path / "mmproj-small-f16.gguf")
-    assert [d["name"] for d in side["devices"]] == [on["devices"][0]["name"]]  # the first GPU
-    assert on["devices"][0]["side_bytes"] == side["total_bytes"]
+    gpu, cpu = side["devices"]  # weights and encoder on the first GPU; the input image in a CPU buffer
+    assert (gpu["name"], cpu["name"]) == (on["devices"][0]["name"], "CPU")
+    assert (cpu["weights_bytes"], cpu["compute_bytes"]) == (0, 4 * 3 * 224 * 224)
+    assert on["devices"][0]["side_bytes"] == gpu["total_bytes"]
     assert any(w["code"] == "mmproj_found" for w in on["warnings"])
     off = _check_json(str(model), "--gpu", "4GiB", "--", "-c", "4096", "-np", "1", "--mmproj", "auto",
                       "--no-mmproj-offload")  # fmt: skip
@@ -454,3 +456,28 @@ def test_drop_side_models_only_when_asked(drop: bool, fits: bool, steps: list[st
         assert d["warnings"][1]["text"] == "without the draft model, 4,096 tokens per slot fit (--drop-side-models)"
     else:
         assert "-md" not in d["command"] and d["side_models"] == []
+
+
+@pytest.mark.llama
+def test_projector_on_a_real_vulkan_device(vulkan0: Path) -> None:
+    """The projector on the first GPU (lavapipe's Vulkan0): weights and encoder compute there, the input
+    image in a CPU buffer, as predicted."""
+    import os
+
+    from server_probe import clip_buffers, server_log
+    from side_cases import projector_path
+
+    from llamafit.demo import demo_model_path
+
+    model, proj = str(demo_model_path()), projector_path()
+    flags = ["-np", "1", "-c", "4096", "-ngl", "99", "--mmproj", proj]
+    log = server_log(str(vulkan0 / "llama-server"), ["-m", model, *flags], warmup=True,
+                     env=dict(os.environ, GGML_VK_VISIBLE_DEVICES="0"))  # fmt: skip
+    reported = clip_buffers(log)
+    assert "CLIP using Vulkan0 backend" in log
+    d = _check_json(model, "--gpu", "2GiB", "--backend", "vulkan", "--", *flags)
+    [side] = d["side_models"]
+    predicted = {row["name"]: row["compute_bytes"] / 2**20 for row in side["devices"]}
+    gpu = next(name for name in predicted if name != "CPU")
+    assert predicted[gpu] == pytest.approx(reported["Vulkan0"], abs=0.011)
+    assert predicted["CPU"] == pytest.approx(reported["CPU"], abs=0.011)
