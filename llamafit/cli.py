@@ -205,21 +205,29 @@ def _port(value: str) -> int | None:
 @click.option("--api-key-file", type=click.Path(dir_okay=False),
               help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
+@click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        as_json: bool, **options: Any) -> None:  # fmt: skip
+        router: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
     llamafit run --demo
     llamafit run model.gguf --port auto -- --alias chat
+    llamafit run --router ~/models --port auto
     """
     from .cmd_run import RunOptions, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
                       verbose=verbose)  # fmt: skip
+    if router:
+        from .cmd_router import router_models, router_command
+
+        request, models = router_models(request)
+        raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
+                                        request.env))  # fmt: skip
     raise SystemExit(run_command(request, policy, opts, as_json=as_json))
 
 
@@ -258,6 +266,29 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+@cli.command(name="ls")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--gpu", "gpu_spec", metavar="SPEC", help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+              help="MiB kept free per GPU.")
+@click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
+@json_option
+def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: int, use: str, as_json: bool) -> None:
+    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits here.
+
+    \b
+    llamafit ls
+    llamafit ls ~/models --gpu 24GiB --json
+    """
+    import os
+
+    from .ls_cli import ls_command
+
+    raise SystemExit(ls_command(paths, gpu_spec=gpu_spec, backend=backend, reserve_bytes=reserve_mib << 20, use=use,
+                                env=os.environ, as_json=as_json, echo=click.echo))  # fmt: skip
 
 
 @cli.command()
