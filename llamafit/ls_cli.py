@@ -45,7 +45,8 @@ class Machine:
 
     def key(self) -> str:
         host = repr(self.host) if not self.gpus else ""
-        return f"{_code_key()}\n{self.engine}\n{self.build}\n{self.reserve_bytes}\n{self.gpus!r}\n{host}\n{self.bandwidths}"
+        parts = (_code_key(), self.engine, self.build, self.reserve_bytes, repr(self.gpus), host, self.bandwidths)
+        return "\n".join(map(str, parts))
 
 
 @functools.cache

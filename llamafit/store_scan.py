@@ -185,7 +185,8 @@ def _ollama_model(manifest_path: str, name: str, blobs: str, notes: list[Note]) 
         return []
     layers = ollama_layers(manifest)
     if layers is None or layers.model is None:
-        notes.append(Note("ollama", manifest_path, "bad-manifest", f"{name}: no layer of type application/vnd.ollama.image.model"))
+        why = f"{name}: no layer of type application/vnd.ollama.image.model"
+        notes.append(Note("ollama", manifest_path, "bad-manifest", why))
         return []
     paths: list[str | None] = []
     for digest in (layers.model, layers.projector):

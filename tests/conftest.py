@@ -137,7 +137,8 @@ def vk_rpc_bin() -> Path:
     """The folder with llama-server, ggml-rpc-server and llama-fit-params built with Vulkan + RPC."""
     folder = vulkan_rpc_bin_dir()
     if folder is None:
-        pytest.skip(f"llama.cpp Vulkan/RPC build absent (set {VK_RPC_BIN_ENV} or unpack it into build/llama-vulkan-rpc)")
+        where = f"set {VK_RPC_BIN_ENV} or unpack it into build/llama-vulkan-rpc"
+        pytest.skip(f"llama.cpp Vulkan/RPC build absent ({where})")
     return folder
 
 

@@ -89,7 +89,7 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
     spawned = child_args(text)
     assert sorted(spawned) == sorted(MODELS)
     for name, argv in spawned.items():
-        pairs = dict(zip(argv[1::2], argv[2::2])) if argv[1].startswith("--") else {}
+        pairs = dict(zip(argv[1::2], argv[2::2], strict=False)) if argv[1].startswith("--") else {}
         for key, flag in FLAGS.items():
             assert pairs[flag] == preset[name][key], (name, flag)
         port = pairs["--port"]
