@@ -70,7 +70,8 @@ def row_lines(row: Row) -> list[str]:
 
 
 def footer_lines(listing: Listing, home: str = "") -> list[str]:
-    lines = [] if listing.rows else ["(no GGUF models found)"]
+    lines = [] if listing.rows else ["(no GGUF models found; looked in:)"] + [
+        _clip(f"  {r.store}: {_short(r.path, home)}") for r in listing.roots]
     lines += ["", "CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
               "on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's",
               "memory for a 4k context (every layer, q8_0 KV)."]  # fmt: skip

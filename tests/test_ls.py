@@ -194,3 +194,11 @@ def test_cpu_only_rows_survive_a_change_of_free_ram_while_they_still_hold(tmp_pa
     free["bytes"] = first["host_bytes"] - 1  # no longer fits as cached: fitted again
     again = fit()
     assert len(reads) == 2 and again != first
+
+
+def test_ls_with_no_models_says_where_it_looked(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "8GiB"])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[:6] == ["0 models on CUDA0 8.0 GiB", "",
+                                              "NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE",
+                                              "(no GGUF models found; looked in:)", f"  dir: {tmp_path}", ""]  # fmt: skip
