@@ -49,7 +49,8 @@ class Machine:
         """What a cached row depends on. The host's free RAM is left out (it changes from run to
         run): a CPU-only row records it and is checked against it when read (_cached)."""
         host = (self.host.name, self.host.total_bytes) if not self.gpus else ""
-        return f"{_code_key()}\n{self.engine}\n{self.build}\n{self.reserve_bytes}\n{self.gpus!r}\n{host}\n{self.bandwidths}"
+        parts = (_code_key(), self.engine, self.build, self.reserve_bytes, repr(self.gpus), host, self.bandwidths)
+        return "\n".join(map(str, parts))
 
 
 @functools.cache

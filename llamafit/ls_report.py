@@ -40,12 +40,13 @@ def _ctx(row: Row) -> str:
 
 
 def _cells(row: Row) -> list[str]:
-    return [row.name, row.store, row.arch, row.quant, gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row), here(row)]
+    return [row.name, row.store, row.arch, row.quant, gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row),
+            here(row)]
 
 
 def _line(cells: list[str]) -> str:
     out = []
-    for (title, width), cell in zip(_COLS, cells):
+    for (title, width), cell in zip(_COLS, cells, strict=True):
         cell = cell if len(cell) <= width else cell[: width - 1] + "…"
         out.append(cell.rjust(width) if title in _RIGHT else cell.ljust(width))
     return " ".join(out).rstrip()
