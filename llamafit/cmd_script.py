@@ -118,7 +118,7 @@ def plan_entries(policy: Policy, request: Request, models: list[str],
                           Path(arg).name.removesuffix(".gguf"), arg))  # fmt: skip
     preps = [prepare(replace(request, model=replace(request.model, model=ref))) for _, ref in named]
     packing = plan_many([n for n, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
-    by_name = dict(zip((n for n, _ in named), preps, strict=False))
+    by_name = dict(zip((n for n, _ in named), preps, strict=True))
     entries = []
     for s in packing.sets:
         for m in s:
