@@ -277,7 +277,8 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
 
 @cli.command(name="ls")
 @click.argument("paths", nargs=-1, type=click.Path())
-@click.option("--gpu", "gpu_spec", metavar="SPEC", help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
+@click.option("--gpu", "gpu_spec", metavar="SPEC",
+              help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
 @click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
 @click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
               help="MiB kept free per GPU.")

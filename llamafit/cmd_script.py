@@ -103,7 +103,8 @@ def many_models(request: Request, kind: str) -> tuple[Request, list[str]] | None
     return replace(request, model=replace(ref, model=None, server_args=tuple(rest))), models
 
 
-def plan_entries(policy: Policy, request: Request, models: list[str], server: str) -> tuple[list[Any], list[list[str]], list[str]]:
+def plan_entries(policy: Policy, request: Request, models: list[str],
+                 server: str) -> tuple[list[Any], list[list[str]], list[str]]:  # fmt: skip
     """Each model (directories expanded to the models in them) planned within the set it shares the
     GPUs with (llamafit.many): its Entry, the sets, and the models nothing fits for."""
     from .many import Entry, plan_many
@@ -119,7 +120,7 @@ def plan_entries(policy: Policy, request: Request, models: list[str], server: st
                           Path(arg).name.removesuffix(".gguf"), arg))  # fmt: skip
     preps = [prepare(replace(request, model=replace(request.model, model=ref))) for _, ref in named]
     packing = plan_many([n for n, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
-    by_name = dict(zip((n for n, _ in named), preps))
+    by_name = dict(zip((n for n, _ in named), preps, strict=True))
     entries = []
     for s in packing.sets:
         for m in s:
