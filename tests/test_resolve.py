@@ -98,3 +98,9 @@ def test_moe_shortcuts_expand_like_common_h() -> None:
         ("blk\\.1\\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU"),
         ("blk\\.0\\.ffn_(up|down|gate)\\.", "CPU"),
     )
+
+
+def test_explicit_c_0_with_slots_gets_the_trained_context_per_stream() -> None:
+    f = build_facts(read_model(FIXTURES / "dense-llama.gguf"))
+    rc = resolve(with_given(LaunchConfig(), n_ctx=0, n_parallel=2), f)
+    assert (rc.n_ctx, rc.n_ctx_seq, rc.n_stream) == (8192, 4096, 2)
