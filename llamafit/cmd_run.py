@@ -25,6 +25,7 @@ from .plan import PlanResult, plan
 from .plan_report import verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
+from .side_plan import launch_tokens
 from .solver import Choice, Policy
 from .units import MIB
 
@@ -87,16 +88,14 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
     if binary is not None:
         from .server_find import adapt_argv, buffer_log_flags
 
-        passthrough = [*p.parsed.passthrough, "--host", opts.host, "--port", str(port),
-                       *buffer_log_flags(binary.dialect)]
+        passthrough = [*launch_tokens(p.parsed.passthrough, choice.breakdown.side_models), "--host", opts.host,
+                       "--port", str(port), *buffer_log_flags(binary.dialect)]
         argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
                                              server=binary.path), binary.dialect)  # fmt: skip
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
                 "version": binary.version_line, "notes": notes}  # fmt: skip
     else:
-        from .embedded_server import embedded_argv
-
-        from .embedded_server import embedded_notes
+        from .embedded_server import embedded_argv, embedded_notes
 
         argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
         info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,

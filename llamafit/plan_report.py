@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .check_report import config_json, device_json, model_json, notice_text, notices_json
+from .check_report import (
+    config_json,
+    device_json,
+    model_json,
+    notice_text,
+    notices_json,
+    side_models_json,
+)
 from .command import display
 from .devices import DeviceSpec
 from .facts import ModelFacts
 from .findings import Verdict
 from .plan import PlanResult
+from .side_plan import SideCost
 
 SCHEMA = "llamafit.plan/2"
 
@@ -109,7 +117,21 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "smallest_gpu": result.smallest_gpu,
         "speed_vs_full_gpu": result.speed_vs_full_gpu,
         "warnings": notices_json(result.warnings),
+        "side_models": side_models_json(c.breakdown) if c else [],
+        "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
+        "side_steps": list(result.side_steps),
     }
+
+
+_SIDE = {"mmproj": "the projector", "draft": "the draft model", "mtp": "the MTP context"}
+
+
+def side_cost_text(sc: SideCost) -> str:
+    """`the projector costs 3,840 tokens of context (918 MiB)`."""
+    what = f"{_SIDE.get(sc.kind, sc.kind)} ({sc.bytes / 2**20:,.0f} MiB)"
+    if not sc.tokens:
+        return f"{what} costs no context here (the context is at its limit without it too)"
+    return f"{what} costs {sc.tokens:,} tokens of context per slot"
 
 
 def _hw_line(d: dict[str, Any]) -> str:
@@ -138,6 +160,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
             line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
             line += f"about {per_layer / per_tokens * 1000:,.0f} tokens"
         lines.append(line)
+    lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
     lines += [f"Warning    {notice_text(w)}" for w in result.warnings]
     return "\n".join(lines)

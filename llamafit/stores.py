@@ -249,7 +249,7 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
             groups.append(FileGroup((f,), best_mmproj(files, f)))
         else:
             by_split.setdefault((info.prefix, info.count), {})[info.index] = f
-    for (_prefix, count), shards in sorted(by_split.items()):
+    for (_, count), shards in sorted(by_split.items()):
         first = shards[min(shards)]
         missing = [i for i in range(1, count + 1) if i not in shards]
         if missing:

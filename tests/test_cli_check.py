@@ -97,17 +97,17 @@ def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_unmodelled_extra_models_are_flagged() -> None:
-    d = json.loads(check(DENSE, "--gpu", "8GiB", "--json", "--", "--mmproj", "p.gguf", "-dev", "CUDA0").stdout)
+    d = json.loads(check(DENSE, "--gpu", "8GiB", "--json", "--", "--lora", "l.gguf", "-dev", "CUDA0").stdout)
     assert d["warnings"] == [
-        {"code": "unmodelled_model", "flag": "--mmproj", "what": "mmproj",
-         "text": "--mmproj: a multimodal projector is loaded too; its memory is not in this prediction"},
+        {"code": "unmodelled_model", "flag": "--lora", "what": "lora",
+         "text": "--lora: a LoRA adapter is loaded too; its memory is not in this prediction"},
         {"code": "devices_not_modelled", "text": "-dev/--rpc among the llama-server flags are passed on but not "
          "modelled: describe the devices to llamafit with --gpu and --rpc"},
     ]  # fmt: skip
 
 
 def test_the_whole_text_when_it_does_not_fit(fixed_host) -> None:
-    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "--mmproj", "p.gguf")
+    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "--lora", "l.gguf")
     assert result.exit_code == 1
     assert result.stdout == f"""\
 Model      {DENSE} (llama, Q8_0, trained 4,096 tokens)
@@ -119,5 +119,5 @@ Verdict    does not fit: CUDA0 short by 23 MiB
 Way out    16,640 tokens per slot fit with the current settings
 Note       llama-server's prompt cache may use up to 8,192 MiB more host RAM (-cram)
 Warning    n_ctx_seq (32768) > n_ctx_train (4096): possible training context overflow
-Warning    --mmproj: a multimodal projector is loaded too; its memory is not in this prediction
+Warning    --lora: a LoRA adapter is loaded too; its memory is not in this prediction
 """

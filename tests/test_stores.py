@@ -234,8 +234,10 @@ def test_llama_cpp_cache_holds_hub_repos_and_flat_files(tmp_path: Path) -> None:
     (cache / "acme_old-GGUF_old-Q4_0.gguf.etag").write_text("x")
     (cache / "next.gguf.downloadInProgress").write_bytes(b"")
     found, notes = scan_llama_cache(str(cache))
-    expected = [("llama.cpp", "acme/tiny-GGUF:Q8_0"), ("llama.cpp", "acme_old-GGUF_old-Q4_0")]
-    assert [(f.store, f.name) for f in found] == expected
+    assert [(f.store, f.name) for f in found] == [
+        ("llama.cpp", "acme/tiny-GGUF:Q8_0"),
+        ("llama.cpp", "acme_old-GGUF_old-Q4_0"),
+    ]
     assert [(n.code, Path(n.path).name) for n in notes] == [("partial-download", "next.gguf.downloadInProgress")]
 
 
