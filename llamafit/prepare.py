@@ -19,10 +19,17 @@ from .errors import InputError
 from .facts import ModelFacts, build_facts
 from .findings import Notice, as_notice
 from .gguf_model import GGUFModel
-from .hardware import GPUInfo, Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
+from .hardware import (
+    GPUInfo,
+    Hardware,
+    fit_devices,
+    given,
+    parse_gpu_option,
+    parse_rpc_option,
+)
 from .memory import MemoryModel
-from .resolve import ResolvedConfig
 from .paths import calibration_path
+from .resolve import ResolvedConfig
 from .search import Target
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
 
