@@ -153,6 +153,15 @@ def _no_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
     return ()
 
 
+def _with_limits(gpus: tuple[GPUInfo, ...], local: tuple[DeviceSpec, ...]) -> tuple[GPUInfo, ...]:
+    """GPUs given by size take the tensor limit of the local Vulkan device with the same number."""
+    return tuple(
+        replace(g, spec=replace(g.spec, max_tensor_bytes=local[i].max_tensor_bytes))
+        if i < len(local) and g.spec.backend == "vulkan" and g.spec.max_tensor_bytes is None else g
+        for i, g in enumerate(gpus)
+    )  # fmt: skip
+
+
 def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
             vulkan_fn: VulkanFn = _no_vulkan) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
     """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them.
@@ -160,13 +169,13 @@ def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_f
     With --backend vulkan and no --gpu, the Vulkan devices come from vulkaninfo (memory and the
     tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
     """
-    vk = vulkan_fn(env) if spec.gpu_spec is None and spec.backend == "vulkan" else ()
-    if vk:
+    vk = vulkan_fn(env) if spec.backend == "vulkan" else ()
+    if vk and spec.gpu_spec is None:
         hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo")
     elif spec.gpu_spec is None:
         hw = detect_fn(env)
     else:
-        hw = given(parse_gpu_option(spec.gpu_spec, backend=spec.backend), host_fn())
+        hw = given(_with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk), host_fn())
     use = spec.use if spec.gpu_spec is None else "total"
     rpc = parse_rpc_option(spec.rpc) if spec.rpc else ()
     return hw, fit_devices(hw.gpus, use=use, rpc=rpc)
