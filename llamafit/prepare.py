@@ -22,6 +22,7 @@ from .gguf_model import GGUFModel
 from .hardware import (
     GPUInfo,
     Hardware,
+    RpcQuery,
     fit_devices,
     given,
     parse_gpu_option,
@@ -162,8 +163,20 @@ def _with_limits(gpus: tuple[GPUInfo, ...], local: tuple[DeviceSpec, ...]) -> tu
     )  # fmt: skip
 
 
+def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
+    def query(endpoints: Sequence[str]) -> dict[str, tuple[int, int]]:
+        from .rpc_info import query_workers
+        from .server_find import locate_server
+
+        located = locate_server(None, env)
+        return query_workers(located[0], endpoints, env) if located else {}
+
+    return query
+
+
 def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
-            vulkan_fn: VulkanFn = _no_vulkan) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+            vulkan_fn: VulkanFn = _no_vulkan, rpc_query: RpcQuery | None = None,
+            ) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
     """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them.
 
     With --backend vulkan and no --gpu, the Vulkan devices come from vulkaninfo (memory and the
@@ -177,7 +190,7 @@ def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_f
     else:
         hw = given(_with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk), host_fn())
     use = spec.use if spec.gpu_spec is None else "total"
-    rpc = parse_rpc_option(spec.rpc) if spec.rpc else ()
+    rpc = parse_rpc_option(spec.rpc, rpc_query) if spec.rpc else ()
     return hw, fit_devices(hw.gpus, use=use, rpc=rpc)
 
 
@@ -194,7 +207,8 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
         raise InputError(f"two models given: {model} and -m {parsed.model}")
     facts = build_facts(load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env))
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
-    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn)
+    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
+                          _rpc_query(env))
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes)
     p = Prepared(parsed, facts, target, hw)
     if server is not None:
