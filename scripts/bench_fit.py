@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import device_lab  # noqa: E402
-import make_shapes  # noqa: E402
+import device_lab
+import make_shapes
 
 DEVICE_MIB = 2048
 MARGINS = (1024, 1536, 1800, 1900, 1948)
