@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 
 from .errors import InputError
+from .units import MIB as _MiB
 
 _GiB = 1 << 30
-_MiB = 1 << 20
 _GB_S = 10**9
 _VENDOR_BACKEND = {"nvidia": "cuda", "amd": "rocm", "apple": "metal", "mesa": "vulkan"}
 

@@ -9,10 +9,10 @@ state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from .compute import OP_OFFLOAD_BACKENDS, compute_for_devices, op_offload_compute
 from .devices import DeviceSpec
@@ -31,12 +31,14 @@ from .placement import (
     tensor_layer,
 )
 from .resolve import ConfigError, ResolvedConfig
+from .tensor_names import is_dense_ffn, is_expert
+from .units import MIB
 
-MIB = 1 << 20
+if TYPE_CHECKING:
+    from .side_models import SideUsage
+
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
-_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
-_DENSE = re.compile(r"\.ffn_(up|down|gate)\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +55,12 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
+    side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
 
     @property
     def used_bytes(self) -> int:
         return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
-                + self.output_bytes + self.reserve_bytes)  # fmt: skip
+                + self.output_bytes + self.reserve_bytes + self.side_bytes)  # fmt: skip
 
     @property
     def free_after_bytes(self) -> int | None:
@@ -74,6 +77,7 @@ class Breakdown:
     layer_devices: LayerMap
     host_weights_mapped: bool  # CPU weights are mmap'd from the file (page cache), not anonymous
     cache_ram_bytes: int  # llama-server's prompt cache limit in host RAM (grows with use)
+    side_models: tuple[SideUsage, ...] = ()  # their bytes are in the rows' side_bytes too
 
     @property
     def fits(self) -> bool:
@@ -115,21 +119,31 @@ def _tensor_sizes(facts: ModelFacts) -> list[tuple[str, int, int]]:
     return out
 
 
+# The prefix-sum columns of MemoryModel.prefix, per block: all weights, routed experts, dense FFN,
+# each raw and with CUDA row padding (column + 1).
+ALL, EXPERTS, DENSE_FFN = 0, 2, 4
+PADDED = 1
+
+
 class MemoryModel:
     """Per-model precomputation; `estimate` turns a resolved config and devices into a Breakdown."""
 
     def __init__(self, facts: ModelFacts) -> None:
         self.facts = facts
         self.tensors = _tensor_sizes(facts)
-        # per block: raw, CUDA-padded, experts raw/padded, dense FFN raw/padded (NextN blocks stay 0)
+        # per block, the columns ALL, EXPERTS and DENSE_FFN, raw and + PADDED (NextN blocks stay 0)
         sums = [[0] * 6 for _ in range(facts.n_layer_all)]
         self.input_raw = self.output_raw = self.output_padded = 0
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
             if il is not None and il < facts.n_layer_all:
-                part = 2 if _EXPS.search(name) else 4 if _DENSE.search(name) else None
-                for col, value in ((0, raw), (1, padded)) + (((part, raw), (part + 1, padded)) if part else ()):
-                    sums[il][col] += value
+                sums[il][ALL] += raw
+                sums[il][ALL + PADDED] += padded
+                for part, matches in ((EXPERTS, is_expert), (DENSE_FFN, is_dense_ffn)):
+                    if matches(name):
+                        sums[il][part] += raw
+                        sums[il][part + PADDED] += padded
+                        break
             elif name.startswith(("output.", "output_norm.")):
                 self.output_raw += raw
                 self.output_padded += padded
@@ -139,7 +153,9 @@ class MemoryModel:
         embd = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
         tied = facts.tied_embeddings and embd is not None
         self.tied_raw = embd.n_bytes if tied and embd else 0
-        self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes) if tied and embd else 0
+        self.tied_padded = 0
+        if tied and embd:
+            self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes)
         # weights whose probe op is large, largest first (only these can meet a device's tensor limit)
         used = facts.moe.n_expert_used if facts.moe else 1
         shapes = {t.name: t.shape for t in facts.tensors}
@@ -148,7 +164,7 @@ class MemoryModel:
             if name == "token_embd.weight" and not self.tied_raw:
                 continue  # the input layer lives on the host
             il = tensor_layer(name)
-            probe = op_probe_bytes(shapes[name], raw, used, bool(_EXPS.search(name)))
+            probe = op_probe_bytes(shapes[name], raw, used, is_expert(name))
             if name == "token_embd.weight":  # the tied output's copy, probed as a matmul on the output layer
                 name, il, raw, padded = "output.weight(tied)", None, self.tied_raw, self.tied_padded
             probes.append((probe, name, il, raw, padded))
@@ -211,13 +227,13 @@ class MemoryModel:
         out[CPU] += self.input_raw
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         for dev, a, b in lmap.runs:
-            pad = int(dev != CPU and padded[dev])  # column offset: raw 0, padded 1
-            out[dev] += self._sum(pad, a, b)
+            pad = PADDED if dev != CPU and padded[dev] else 0
+            out[dev] += self._sum(ALL + pad, a, b)
             if dev == CPU:
                 continue
             moe_end, ffn_end = min(b, n_moe), min(b, rc.n_cpu_ffn)
-            out[dev] -= self._sum(2 + pad, a, moe_end) + self._sum(4 + pad, a, ffn_end)
-            out[CPU] += self._sum(2, a, moe_end) + self._sum(4, a, ffn_end)
+            out[dev] -= self._sum(EXPERTS + pad, a, moe_end) + self._sum(DENSE_FFN + pad, a, ffn_end)
+            out[CPU] += self._sum(EXPERTS, a, moe_end) + self._sum(DENSE_FFN, a, ffn_end)
         self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
         return out
 
@@ -239,8 +255,8 @@ class MemoryModel:
             if rules and override_target(name, rules) is not None:
                 continue  # an override names its buffer type; llama.cpp does not probe it
             dev = lmap.layers[il] if il is not None else lmap.output if name.startswith("output") else CPU
-            if dev == CPU or (il is not None and ((_EXPS.search(name) and il < n_moe)
-                                                  or (_DENSE.search(name) and il < rc.n_cpu_ffn))):  # fmt: skip
+            if dev == CPU or (il is not None and ((is_expert(name) and il < n_moe)
+                                                  or (is_dense_ffn(name) and il < rc.n_cpu_ffn))):  # fmt: skip
                 continue
             limit = gpus[dev].max_tensor_bytes
             if limit is None or probe <= limit:
@@ -311,9 +327,9 @@ class MemoryModel:
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         out = dict.fromkeys([CPU, *range(n_gpu)], 0)
         for dev, a, b in lmap.runs:
-            out[dev] += self._sum(0, a, b) - self._sum(2, a, b)
-            moved = self._sum(2, a, min(b, n_moe)) if dev != CPU else 0
-            out[dev] += int((self._sum(2, a, b) - moved) * share)
+            out[dev] += self._sum(ALL, a, b) - self._sum(EXPERTS, a, b)
+            moved = self._sum(EXPERTS, a, min(b, n_moe)) if dev != CPU else 0
+            out[dev] += int((self._sum(EXPERTS, a, b) - moved) * share)
             out[CPU] += int(moved * share)
         out[lmap.output] += self.output_raw + self.tied_raw  # a tied output reads token_embd as its matrix
         return out

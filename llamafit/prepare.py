@@ -33,11 +33,13 @@ from .paths import calibration_path
 from .resolve import ResolvedConfig
 from .search import Target
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
+from .side_load import load_side_plan
+from .side_models import MODELLED
+from .units import MIB
 
 if TYPE_CHECKING:
     from .server_find import ServerChoice
 
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Request:
     engine: str = "llama-server"
     build: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    auto_mmproj: bool = False  # plan, run, script: a projector next to the model is used (--no-mmproj: not)
 
 
 @dataclass(frozen=True)
@@ -205,11 +208,14 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
         model = parsed.model
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
-    facts = build_facts(load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env))
+    gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
+    facts = build_facts(gguf)
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
                           _rpc_query(env))
-    target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes)
+    side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj, build=request.build)
+    target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
+                    side=side)  # fmt: skip
     p = Prepared(parsed, facts, target, hw)
     if server is not None:
         p = for_server(p, server)
@@ -277,8 +283,9 @@ _EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmp
 def flag_warnings(p: Prepared) -> list[Notice | str]:
     """What the flags and the calibration file add that the prediction does not show."""
     warnings: list[Notice | str] = [Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown]
+    warnings += list(p.target.side.notes) if p.target.side else []
     for flag in p.parsed.passthrough:
-        if flag in _EXTRA_MODELS:
+        if flag in _EXTRA_MODELS and flag not in MODELLED:
             warnings.append(Notice("unmodelled_model", {"flag": flag, "what": _EXTRA_MODELS[flag]}))
     cfg = p.parsed.config
     if cfg.devices or cfg.rpc:
