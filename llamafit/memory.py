@@ -290,15 +290,16 @@ class MemoryModel:
         biggest = 0
         for probe, name, il, raw, _padded in self.probes:
             if il is None:  # output: its batch is n_outputs, token_embd: GET_ROWS (batch 0)
-                if not (name == "output.weight" and lmap.output == CPU and rc.n_outputs_reserve >= rc.op_offload_min_batch):
+                batch = min(rc.n_ubatch, rc.n_outputs_max)  # sched_reserve: n_outputs of the reserve graph
+                if not (name == "output.weight" and lmap.output == CPU and batch >= rc.op_offload_min_batch):
                     continue
             elif il >= self.facts.n_layer_all:
                 continue
             target = override_target(name, rules) if rules else None
             on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
                 (il is not None and lmap.layers[il] == CPU)
-                or (il is not None and _EXPS.search(name) is not None and il < n_moe)
-                or (il is not None and _DENSE.search(name) is not None and il < rc.n_cpu_ffn)))  # fmt: skip
+                or (il is not None and is_expert(name) and il < n_moe)
+                or (il is not None and is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
             if not on_host or (limit is not None and probe > limit):
                 continue  # on a device already, or too large for the GPU to take
             biggest = max(biggest, raw)

@@ -68,7 +68,7 @@ class ResolvedConfig:
     load_mode: str
     cache_ram_bytes: int
     warnings: tuple[str, ...]
-    op_offload: bool = True  # the scheduler's op_offload pass (ggml-backend.cpp, ggml_backend_sched_backend_id_from_cur)
+    op_offload: bool = True  # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
     op_offload_min_batch: int = 32  # a GPU takes a host-weight op whose batch is at least this
 
     @property

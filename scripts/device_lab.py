@@ -72,9 +72,15 @@ class Loaded:
 
 def load(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 180,
          binary: str = "llama-server") -> Loaded:
-    """Start llama-server (-lv 4, --no-warmup) on loopback, wait until it listens or fails, stop it."""
-    with serve(model, flags, env=env, timeout_s=timeout_s, binary=binary) as (loaded, _port):
-        return loaded
+    """Start llama-server (-lv 4, --no-warmup) on loopback, wait until it listens or fails, stop it.
+
+    A start that fails on its port (another process took it between the probe and the bind) is retried."""
+    for _ in range(3):
+        with serve(model, flags, env=env, timeout_s=timeout_s, binary=binary) as (loaded, _port):
+            pass
+        if loaded.ok or not any("bind" in ln or "address already in use" in ln.lower() for ln in loaded.log):
+            break
+    return loaded
 
 
 @contextmanager
