@@ -18,7 +18,10 @@ import make_shapes
 from llamafit.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = json.loads((ROOT / "fixtures" / "calibration" / "devices-vulkan-rpc.json").read_text(encoding="utf-8"))
+TABLE = ROOT / "fixtures" / "calibration" / "devices-vulkan-rpc.json"
+if not TABLE.is_file():
+    pytest.skip("no device calibration table yet (python scripts/calibrate_devices.py)", allow_module_level=True)
+DOC = json.loads(TABLE.read_text(encoding="utf-8"))
 ROWS = [r for r in DOC["rows"] if r["ok"]]
 # the two loopback workers reported 24105 MiB each; only their ratio shapes the split
 RPC = "127.0.0.1:1=24105MiB,127.0.0.1:2=24105MiB"
