@@ -400,6 +400,13 @@ def _buffer_device(buft: str, names: dict[str, int]) -> int:
     raise InputError(f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, {', '.join(names) or 'none'})")
 
 
+def check_override_devices(rules: Sequence[tuple[str, str]], gpus: Sequence[DeviceSpec]) -> None:
+    """Every -ot buffer type names a device of this machine (arg.cpp: "unknown buffer type")."""
+    names = {g.name.lower(): i for i, g in enumerate(gpus)}
+    for _, buft in rules:
+        _buffer_device(buft, names)
+
+
 def _active_gpus(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:
     """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366)."""
     if rc.split_mode == "none" and gpus:

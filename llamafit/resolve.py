@@ -192,7 +192,7 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
         n_outputs_max=_outputs(engine, build, n_batch, n_seq), flash_attn=flash_attn, type_k=type_k,
         type_v=type_v, n_gpu_layers=_n_gpu_layers(cfg, facts), n_swa_cells=swa, swa_full=cfg.swa_full,
         kv_offload=cfg.kv_offload, overrides=cfg.override_tensor, cpu_moe=cfg.cpu_moe,
-        n_cpu_moe=cfg.n_cpu_moe, n_cpu_ffn=cfg.n_cpu_ffn, tensor_split=cfg.tensor_split,
+        n_cpu_moe=min(cfg.n_cpu_moe, facts.n_layer_all), n_cpu_ffn=min(cfg.n_cpu_ffn, facts.n_layer_all), tensor_split=cfg.tensor_split,
         split_mode=cfg.split_mode, main_gpu=cfg.main_gpu, load_mode=cfg.load_mode,
         cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20, warnings=tuple(notes), op_offload=cfg.op_offload,
         op_offload_min_batch=cfg.op_offload_min_batch,
