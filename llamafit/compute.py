@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .facts import ModelFacts
 from .placement import CPU
+from .resolve import since
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -64,6 +65,7 @@ class ComputeSettings:
     holds_output: bool = True  # this device runs the output layer (logits)
     layers: tuple[int, ...] | None = None  # layer indices on this device; None = all
     kv_on_device: bool = True  # offload_kqv: attention (and its mask copy) runs here
+    fa_f16_in_buffer: bool = True  # CUDA FA's F16 K/V copies live in the compute buffer (PR #23907 on)
 
     @property
     def n_tokens(self) -> int:
@@ -184,8 +186,8 @@ def fa_f16_extra(f: ModelFacts, s: ComputeSettings, il: int) -> int:
     (ggml_cuda_flash_attn_ext_get_alloc_size in ggml/src/ggml-cuda/fattn.cu, layout from
     ggml_cuda_flash_attn_ext_get_f16_extra_data in fattn-common.cuh). The n_ubatch-token reserve
     graph picks the MMA/TILE kernels, which need F16; for MLA, V is a view of K (one copy)."""
-    if s.backend not in ("cuda", "rocm") or not s.flash_attn:
-        return 0
+    if s.backend not in ("cuda", "rocm") or not s.flash_attn or not s.fa_f16_in_buffer:
+        return 0  # before PR #23907 the copies came from the CUDA pool (inside the margin)
     n_kv = _cells(f, s, il) * s.n_stream
     out = F32 * f.n_head[il] * f.n_embd_head_v * s.n_tokens  # ggml_nbytes(dst)
     end = out
@@ -278,9 +280,12 @@ def _layer_peak(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = T
 def _output(f: ModelFacts, s: ComputeSettings) -> int:
     """At the lm_head: by then the mask, positions and indices are freed; inp_tokens' slot, the
     never-read inp_embd, result_norm (in place over the last layer's output) and the logits
-    [n_vocab, n_outputs] (a graph output: never freed) stay — llm_graph_context::build_output."""
+    [n_vocab, n_outputs] (a graph output: never freed) stay — llm_graph_context::build_output.
+    On a GPU backend the two graph inputs are not there: ggml_backend_sched assigns input leafs to
+    the last backend (the CPU) and copies into a split only what a GPU op reads."""
     t, n = s.n_tokens, s.n_out
-    return 4 * t + F32 * f.n_embd * t + F32 * f.n_embd * n + F32 * f.n_vocab * n
+    inputs = 4 * t + F32 * f.n_embd * t if s.backend == "cpu" else 0
+    return inputs + F32 * f.n_embd * n + F32 * f.n_vocab * n
 
 
 def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
@@ -298,9 +303,12 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     if s.backend == "cpu":
         dev_inputs, host = sum(inputs.values()), 0
     else:
+        # token ids and the never-read inp_embd stay in the host buffer (input leafs go to the CPU
+        # backend, ggml_backend_sched_split_graph); the embedding GET_ROWS output is copied in as
+        # the first split's input, which the layer candidates count as their residual row
         attn_inputs = ("k_idxs", "v_idxs", "kq_mask")
         dev_inputs = sum(v for k, v in inputs.items()
-                         if k != "inp_tokens" and (s.kv_on_device or not k.startswith(attn_inputs)))  # fmt: skip
+                         if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs)))  # fmt: skip
         host = sum(inputs.values()) + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
         if not s.kv_on_device:
             host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
@@ -352,6 +360,7 @@ def compute_for_devices(
         n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
         n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
         type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
+        fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build),
     )  # fmt: skip
     out: dict[int, int] = {}
     host = 0

@@ -20,8 +20,17 @@ from .errors import InputError
 from .facts import ModelFacts
 from .ggml_types import GGMLType
 from .kv import layer_cell_bytes
-from .placement import CPU, LayerMap, cuda_alloc_size, is_skipped, layer_map, override_target, split_points, tensor_layer
-from .resolve import ConfigError, ResolvedConfig
+from .placement import (
+    CPU,
+    LayerMap,
+    cuda_alloc_size,
+    is_skipped,
+    layer_map,
+    override_target,
+    split_points,
+    tensor_layer,
+)
+from .resolve import ConfigError, ResolvedConfig, since
 
 MIB = 1 << 20
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
@@ -108,9 +117,10 @@ class MemoryModel:
         self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
-    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool) -> tuple[list[int], list[int]]:
+    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool,
+                    v_less_mla: bool = True) -> tuple[list[int], list[int]]:  # fmt: skip
         """Prefix sums over blocks of KV bytes per cell: (full-attention layers, SWA layers)."""
-        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn)
+        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn, v_less_mla=v_less_mla)
                  for il in range(self.facts.n_layer_all)]  # fmt: skip
         swa = self.facts.swa.is_swa
         return (_prefix([b if not swa[il] else 0 for il, b in enumerate(cells)]),
@@ -214,7 +224,7 @@ class MemoryModel:
 
     def _kv(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         out = dict.fromkeys([CPU, *range(n_gpu)], 0)
-        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
+        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn, since("mla_v_less", rc.build))
         cells_full, cells_swa = rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream
         for dev, a, b in lmap.runs:
             out[dev if rc.kv_offload else CPU] += (full[b] - full[a]) * cells_full + (swa[b] - swa[a]) * cells_swa
