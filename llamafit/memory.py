@@ -53,11 +53,12 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
+    overhead_bytes: int = 0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
 
     @property
     def used_bytes(self) -> int:
         return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
-                + self.output_bytes + self.reserve_bytes)  # fmt: skip
+                + self.output_bytes + self.reserve_bytes + self.overhead_bytes)  # fmt: skip
 
     @property
     def free_after_bytes(self) -> int | None:
@@ -144,7 +145,7 @@ class MemoryModel:
         rows = []
         for d, spec in enumerate(gpus):
             rows.append(DeviceUsage(spec.name, "gpu", spec.total_bytes, spec.usable_bytes, weights[d], kv[d], rs[d],
-                                    compute[d], 0, reserve_bytes))  # fmt: skip
+                                    compute[d], 0, reserve_bytes, spec.overhead_bytes))  # fmt: skip
         host_reserve = 0 if gpus else reserve_bytes
         host_usable = host.usable_bytes
         if host_usable is not None and any(g.backend == "metal" for g in gpus):

@@ -126,3 +126,22 @@ def test_corpus_rows_name_their_source() -> None:
         assert isinstance(row["build"], int) and row["build"] > 0, row["id"]
         assert row["shape"] in shapes, row["id"]
         assert row["measured"]["kv"], row["id"]
+
+
+@pytest.mark.parametrize(("cc_major", "expected_mib"), [(None, 260), (8, 260), (9, 288), (12, 288)])
+def test_cuda_overhead_is_context_plus_cublas_workspace(cc_major: int | None, expected_mib: int) -> None:
+    from llamafit.devices import cuda_overhead_bytes
+
+    assert cuda_overhead_bytes(cc_major) == expected_mib * MIB  # 256 MiB context + 4 MiB (32 MiB Hopper on)
+
+
+def test_overhead_is_a_term_apart_from_the_reserve() -> None:
+    row = ROWS[0]
+    mm = model(row["shape"])
+    rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"])
+    plain = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=512 * MIB).devices[0]
+    withctx = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda", overhead_bytes=260 * MIB)], HOST,
+                          reserve_bytes=512 * MIB).devices[0]  # fmt: skip
+    assert (plain.overhead_bytes, withctx.overhead_bytes) == (0, 260 * MIB)
+    assert withctx.reserve_bytes == plain.reserve_bytes == 512 * MIB
+    assert withctx.used_bytes - plain.used_bytes == 260 * MIB
