@@ -135,7 +135,8 @@ class MemoryModel:
                  reserve_bytes: int = DEFAULT_RESERVE_BYTES, compute_scale: float = 1.0) -> Breakdown:  # fmt: skip
         """Bytes per device for this configuration (GPUs in order, then the host)."""
         gpus = _active_gpus(rc, gpus)
-        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus))
+        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus),
+                         since("ngl_output_first", rc.build))  # fmt: skip
         weights = self._weights(rc, lmap, gpus)
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
         compute = compute_for_devices(self.facts, rc, lmap, gpus)

@@ -46,6 +46,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "to 256 again, for every backend (before #16812: n_ctx only, per stream n_ctx / n_seq unpadded)"),
     BuildRule("np_auto_unified", 7000, 16736, "2025-11 (estimate)", "llama-server -np defaults to auto = 4 slots "
               "with a unified KV cache (before: 1 slot)"),
+    BuildRule("ngl_output_first", 7400, 18148, "2025-12-17", "-ngl N offloads the output layer first, then the "
+              "last N-1 blocks (before: the last N blocks, the output layer only when N > n_layer)"),
     BuildRule("mla_v_less", 7800, 19067, "2026-01-24", "MLA models keep no V cache (V is a view of K); before, "
               "MLA GGUFs cached V (kv_lora_rank wide) besides K"),
     BuildRule("cuda_fa_f16_in_buffer", 9430, 23907, "2026-05-30", "CUDA flash attention over a non-F16 K/V reserves "

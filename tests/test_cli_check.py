@@ -39,10 +39,10 @@ def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert lines[5:7] == ["Verdict    does not fit: CUDA0 short by 23 MiB",
-                          "Way out    16,640 tokens per slot fit with the current settings"]  # fmt: skip
+                          "Way out    16,896 tokens per slot fit with the current settings"]  # fmt: skip
     d = json.loads(check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768").stdout)
-    assert d["ways_out"] == [{"code": "context", "context_per_slot": 16640,
-                              "text": "16,640 tokens per slot fit with the current settings"}]  # fmt: skip
+    assert d["ways_out"] == [{"code": "context", "context_per_slot": 16896,
+                              "text": "16,896 tokens per slot fit with the current settings"}]  # fmt: skip
 
 
 def test_pasted_command_line_and_env() -> None:

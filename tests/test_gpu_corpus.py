@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
 
-from llamafit.config import NGL_ALL, LaunchConfig
+from llamafit.config import N_PARALLEL_AUTO, NGL_ALL, LaunchConfig
 from llamafit.devices import DeviceSpec, host
 from llamafit.facts import ModelFacts, build_facts
 from llamafit.gguf_model import read_model
@@ -42,6 +42,10 @@ def model(shape: str) -> MemoryModel:
     return MemoryModel(build_facts(read_model(make_shape_header.write(shape, _DIR / f"{shape}.gguf"))))
 
 
+def is_host(device: str) -> bool:
+    return device == "CPU" or device.endswith("_Host")
+
+
 @dataclass(frozen=True)
 class Compared:
     """Predicted vs measured bytes for one buffer of one device."""
@@ -59,9 +63,12 @@ class Compared:
 def predicted(row: dict) -> Breakdown:
     mm = model(row["shape"])
     s = row["settings"]
-    cfg = LaunchConfig(n_ctx=s["n_ctx"], flash_attn="on" if s["flash_attn"] else "off", type_k=s["type_k"],
+    fa = s["flash_attn"] if isinstance(s["flash_attn"], str) else "on" if s["flash_attn"] else "off"
+    cfg = LaunchConfig(n_ctx=s["n_ctx"], flash_attn=fa, type_k=s["type_k"],
                        type_v=s["type_v"], n_gpu_layers=NGL_ALL if s["n_gpu_layers"] < 0 else s["n_gpu_layers"],
-                       n_batch=s["n_batch"], n_ubatch=s["n_ubatch"], n_parallel=s["n_seq_max"],
+                       n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
+                       n_parallel=N_PARALLEL_AUTO if s["n_seq_max"] is None else s["n_seq_max"],
+                       override_tensor=tuple((rx, buft) for rx, buft in s.get("override_tensor", ())),
                        tensor_split=tuple(float(x) for x in s.get("tensor_split", ())), fit=False,
                        split_mode=s.get("split_mode", "layer"),
                        cache_ram_mib=0)  # fmt: skip
@@ -90,24 +97,28 @@ def classes(row: dict, facts: ModelFacts | None = None) -> list[str]:
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_kv_exact(row: dict) -> None:
+    precision = row.get("precision_mib", 0.01) * MIB  # two decimals, or whole MiB (breakdown tables, truncated)
     for c in compared(row):
         if c.kind == "kv":
-            assert abs(c.predicted - c.measured) <= PRINTED, (c.device, c.predicted / MIB, c.measured / MIB)
+            assert 0 <= c.predicted - c.measured < precision or abs(c.predicted - c.measured) <= PRINTED, (
+                c.device, c.predicted / MIB, c.measured / MIB)
 
 
 @pytest.mark.parametrize("row", [r for r in ROWS if "model" in r["measured"]],
                          ids=[r["id"] for r in ROWS if "model" in r["measured"]])  # fmt: skip
 def test_weights_within_half_percent(row: dict) -> None:
     for c in compared(row):
-        if c.kind == "model":
+        if c.kind == "model" and not is_host(c.device):  # a mapped host buffer spans the file, not its tensors
             assert abs(c.error) <= 0.005, (c.device, c.predicted / MIB, c.measured / MIB)
 
 
-def is_host(device: str) -> bool:
-    return device == "CPU" or device.endswith("_Host")
+def _awaiting(rows: list[dict]) -> list:
+    """Rows whose compute needs a rule another branch brings are strict xfails: they flip when it lands."""
+    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits"])) if r.get("awaits") else r
+            for r in rows]  # fmt: skip
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
+@pytest.mark.parametrize("row", _awaiting(ROWS), ids=[r["id"] for r in ROWS])
 def test_gpu_compute_within_tolerance(row: dict) -> None:
     """GPU compute buffers. Host (pinned) compute buffers of builds before the set_rows KV writes hold
     no K/V index inputs, which the model (0c1e570's graph) counts: bench_memory reports them apart."""
@@ -145,3 +156,82 @@ def test_overhead_is_a_term_apart_from_the_reserve() -> None:
     assert (plain.overhead_bytes, withctx.overhead_bytes) == (0, 260 * MIB)
     assert withctx.reserve_bytes == plain.reserve_bytes == 512 * MIB
     assert withctx.used_bytes - plain.used_bytes == 260 * MIB
+
+
+# --- the build-rule table (resolve.BUILD_RULES): each rule on both sides of its build ----------------------
+
+def test_build_rules_are_one_dated_table() -> None:
+    from llamafit.resolve import BUILD_RULES, since
+
+    keys = [r.key for r in BUILD_RULES]
+    assert len(keys) == len(set(keys))
+    assert [r.build for r in BUILD_RULES] == sorted(r.build for r in BUILD_RULES)
+    for r in BUILD_RULES:
+        assert r.pr > 0 and r.change
+        assert since(r.key, None) and since(r.key, r.build) and not since(r.key, r.build - 1)
+
+
+@pytest.mark.parametrize(("output_first", "layers_on_gpu", "output"), [(True, 47, 0), (False, 48, -1)])
+def test_ngl_counts_the_output_layer_first_from_pr_18148(output_first: bool, layers_on_gpu: int, output: int) -> None:
+    """-ngl 48 on 48 blocks: now the output layer and blocks 1..47; before PR #18148 all 48 blocks and the
+    output layer on the CPU (the fit-params README's breakdown at b6895 shows the old placement)."""
+    from llamafit.placement import layer_map
+
+    lmap = layer_map(48, 48, (1.0,), output_first)
+    assert (sum(d == 0 for d in lmap.layers), lmap.output) == (layers_on_gpu, output)
+
+
+QWEN3 = "qwen3-30b-a3b"
+
+
+@pytest.mark.parametrize(
+    ("build", "n_ctx", "fa", "np", "expected"),
+    [
+        # (n_ctx cells, n_ctx_seq, n_seq_max, kv_unified, flash_attn, n_gpu_layers unset -> value)
+        (None, 70000, "off", 2, (70144, 35072, 2, False, False)),  # PAD 256 of n_ctx and of n_ctx / n_seq
+        (6980, 70000, "off", 2, (70144, 35072, 2, False, False)),  # PR #17046
+        (6979, 70000, "off", 2, (70000, 35000, 2, False, False)),  # PR #16812: no padding
+        (6889, 70000, "off", 2, (70016, 35008, 2, False, False)),  # before: 32 without FA, n_ctx / n_seq
+        (6889, 70000, "on", 2, (70144, 35072, 2, False, True)),  # ... 256 with FA
+        (None, 8192, "auto", -1, (8192, 8192, 4, True, True)),  # np auto: 4 unified slots; FA auto on
+        (6999, 8192, "auto", -1, (8192, 8192, 1, False, True)),  # before PR #16736: one slot
+        (6324, 8192, "auto", 1, (8192, 8192, 1, False, False)),  # before PR #15434: no -fa auto (off)
+    ],
+)  # fmt: skip
+def test_context_rules_by_build(build: int | None, n_ctx: int, fa: str, np: int, expected: tuple) -> None:
+    mm = model(QWEN3)
+    rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn=fa, n_parallel=np, fit=False), mm.facts, build=build)
+    assert (rc.n_ctx, rc.n_ctx_seq, rc.n_seq_max, rc.kv_unified, rc.flash_attn) == expected
+
+
+def test_unset_ngl_meant_cpu_only_before_pr_15434() -> None:
+    mm = model(QWEN3)
+    assert resolve(LaunchConfig(fit=False), mm.facts, build=6324).n_gpu_layers == 0
+    assert resolve(LaunchConfig(fit=False), mm.facts, build=6325).n_gpu_layers == mm.facts.n_layer_all + 1
+
+
+def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
+    """q8_0 K/V with flash attention on CUDA: from PR #23907 the F16 copies of the whole cache are in the
+    CUDA compute buffer (2 B x n_kv x (n_embd_k_gqa + n_embd_v_gqa) = 2 x 65536 x 1024 B = 128 MiB here);
+    before, they came from the CUDA pool. A GPU without the output layer, so attention sets the peak."""
+    from llamafit.compute import ComputeSettings, fa_f16_extra, predict_compute
+
+    f = model(QWEN3).facts
+    s = ComputeSettings(n_ctx_seq=65536, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0",
+                        backend="cuda", holds_output=False)  # fmt: skip
+    with_copies = predict_compute(f, s)
+    without = predict_compute(f, replace(s, fa_f16_in_buffer=False))
+    assert fa_f16_extra(f, s, 0) == 128 * MIB and fa_f16_extra(f, replace(s, fa_f16_in_buffer=False), 0) == 0
+    assert (with_copies.peak, without.peak) == ("attention", "moe")  # 128 MiB lift the attention peak over the FFN
+
+
+def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
+    """An MLA model (fixtures/mla-deepseek2.gguf: K 576 wide, V = kv_lora_rank 512): V-less from b7800."""
+    from conftest import FIXTURES as FX
+
+    mm = MemoryModel(build_facts(read_model(FX / "mla-deepseek2.gguf")))
+    cfg = LaunchConfig(n_ctx=4096, n_parallel=1, fit=False)
+    new = mm.estimate(resolve(cfg, mm.facts, build=7800), (), HOST).devices[-1].kv_bytes
+    old = mm.estimate(resolve(cfg, mm.facts, build=7799), (), HOST).devices[-1].kv_bytes
+    layers = sum(mm.facts.has_kv)
+    assert old - new == layers * 4096 * 2 * mm.facts.mla.kv_lora_rank  # type: ignore[union-attr]
