@@ -66,6 +66,8 @@ class ComputeSettings:
     layers: tuple[int, ...] | None = None  # layer indices on this device; None = all
     kv_on_device: bool = True  # offload_kqv: attention (and its mask copy) runs here
     fa_f16_in_buffer: bool = True  # CUDA FA's F16 K/V copies live in the compute buffer (PR #23907 on)
+    kv_idxs: bool = True  # K/V row-index inputs of the set_rows KV writes (PR #14959 on)
+    inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
 
     @property
     def n_tokens(self) -> int:
@@ -153,13 +155,16 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
     """Graph inputs (ggml_set_input), allocated before any node (llm_graph_context::build_inp_*,
     llama_kv_cache::build_input_{k,v}_idxs, build_attn_inp_kq_mask in src/llama-graph.cpp)."""
     t, a = s.n_tokens, ALIGNMENT[s.backend]
-    out = {"inp_tokens": 4 * t, "inp_embd": F32 * f.n_embd * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
+    out = {"inp_tokens": 4 * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
+    if s.inp_embd_input:  # before PR #18898 the graph had either token ids or embeddings
+        out["inp_embd"] = F32 * f.n_embd * t
     mask_elt = 2 if s.flash_attn else 4  # F16 mask for flash attention, F32 otherwise
     v_rows = t if s.flash_attn else t * _shape(f).v_gqa_max  # transposed V: one index per element
     for i, cells in enumerate(_caches(f, s)):
-        out[f"k_idxs{i}"] = 8 * t
-        if f.mla is None:  # MLA caches hold no V (has_v = !is_mla)
-            out[f"v_idxs{i}"] = 8 * v_rows
+        if s.kv_idxs:  # before PR #14959 the KV writes were views + ggml_cpy, without index inputs
+            out[f"k_idxs{i}"] = 8 * t
+            if f.mla is None:  # MLA caches hold no V (has_v = !is_mla)
+                out[f"v_idxs{i}"] = 8 * v_rows
         out[f"kq_mask{i}"] = mask_elt * cells * t
     if f.recurrent is not None:
         out["rs_s_copy"] = 4 * max(1, s.n_seq_max)
@@ -284,7 +289,7 @@ def _output(f: ModelFacts, s: ComputeSettings) -> int:
     On a GPU backend the two graph inputs are not there: ggml_backend_sched assigns input leafs to
     the last backend (the CPU) and copies into a split only what a GPU op reads."""
     t, n = s.n_tokens, s.n_out
-    inputs = 4 * t + F32 * f.n_embd * t if s.backend == "cpu" else 0
+    inputs = 4 * t + F32 * f.n_embd * t * s.inp_embd_input if s.backend == "cpu" else 0
     return inputs + F32 * f.n_embd * n + F32 * f.n_vocab * n
 
 
@@ -360,7 +365,8 @@ def compute_for_devices(
         n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
         n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
         type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
-        fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build),
+        fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build), kv_idxs=since("kv_set_rows", rc.build),
+        inp_embd_input=since("inp_embd_both", rc.build),
     )  # fmt: skip
     out: dict[int, int] = {}
     host = 0

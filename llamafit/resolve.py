@@ -38,6 +38,9 @@ class BuildRule:
 # that public reports print with a date (b7079 2025-11-16, issue #17300; b8284 2026-03-11, #20431;
 # b9425 2026-05-30, #23894): about ten builds a day, so a number is good to a few days' builds.
 BUILD_RULES: tuple[BuildRule, ...] = (
+    BuildRule("kv_set_rows", 6090, 14959, "2025-08 (after 08-01)", "KV writes through ggml_set_rows by default: "
+              "K/V row-index graph inputs (before: views + ggml_cpy, no index inputs; PR #14285 added it behind "
+              "LLAMA_SET_ROWS=1)"),
     BuildRule("fa_auto", 6325, 15434, "2025-08-30", "-fa on|off|auto with auto the default (before: a boolean "
               "-fa, off unless given) and -ngl defaults to all layers (before: 0)"),
     BuildRule("no_ctx_padding", 6890, 16812, "2025-10-28", "the KV cache is no longer padded (before: n_ctx and the "
@@ -48,6 +51,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "with a unified KV cache (before: 1 slot)"),
     BuildRule("ngl_output_first", 7400, 18148, "2025-12-17", "-ngl N offloads the output layer first, then the "
               "last N-1 blocks (before: the last N blocks, the output layer only when N > n_layer)"),
+    BuildRule("inp_embd_both", 7750, 18898, "2026-01-17", "the graph holds both the token-id and the embeddings "
+              "input and selects one (ggml_build_forward_select; before: one of them)"),
     BuildRule("mla_v_less", 7800, 19067, "2026-01-24", "MLA models keep no V cache (V is a view of K); before, "
               "MLA GGUFs cached V (kv_lora_rank wide) besides K"),
     BuildRule("cuda_fa_f16_in_buffer", 9430, 23907, "2026-05-30", "CUDA flash attention over a non-F16 K/V reserves "

@@ -47,6 +47,12 @@ def _attention(s: dict[str, Any], i: int) -> list[tuple[str, list[int], str]]:
                 (p + "attn_kv_a_norm.weight", [lora], "f32"),
                 (p + "attn_kv_b.weight", [lora, nh * (hk - rope + hv)], t),
                 (p + "attn_output.weight", [nh * hv, e], t)]  # fmt: skip
+    if s.get("fused_qkv"):  # gptneox, phi2, bloom...: one attn_qkv matrix (build_qkv splits it in views)
+        width = nh * hk + 2 * nkv * hk
+        out = [(p + "attn_qkv.weight", [e, width], t), (p + "attn_output.weight", [nh * hv, e], t)]
+        if s.get("biases"):
+            out += [(p + "attn_qkv.bias", [width], "f32"), (p + "attn_output.bias", [e], "f32")]
+        return out
     out = [(p + "attn_q.weight", [e, nh * hk], t), (p + "attn_k.weight", [e, nkv * hk], t),
            (p + "attn_v.weight", [e, nkv * hv], t), (p + "attn_output.weight", [nh * hv, e], t)]  # fmt: skip
     if s.get("qkv_bias"):
@@ -70,19 +76,24 @@ def _ffn(s: dict[str, Any], i: int) -> list[tuple[str, list[int], str]]:
                     (p + "ffn_down_shexp.weight", [sh, e], t)]  # fmt: skip
         return out
     ff = s["n_ff"]
-    return [(p + "ffn_gate.weight", [e, ff], t), (p + "ffn_up.weight", [e, ff], t), (p + "ffn_down.weight", [ff, e], t)]
+    out = [] if s.get("no_gate") else [(p + "ffn_gate.weight", [e, ff], t)]  # gptneox, gpt2, phi2...: GELU(up)
+    out += [(p + "ffn_up.weight", [e, ff], t), (p + "ffn_down.weight", [ff, e], t)]
+    if s.get("biases"):
+        out += [(p + "ffn_up.bias", [ff], "f32"), (p + "ffn_down.bias", [e], "f32")]
+    return out
 
 
 def tensors(s: dict[str, Any]) -> list[tuple[str, list[int], str]]:
     e, v, t = s["n_embd"], s["n_vocab"], s.get("type", "f16")
     out = [("token_embd.weight", [e, v], s.get("embd_type", t))]
+    norms = ("weight", "bias") if s.get("norm_bias") else ("weight",)  # LayerNorm models carry a bias
     for i in range(s["n_layer"]):
-        out.append((f"blk.{i}.attn_norm.weight", [e], "f32"))
+        out += [(f"blk.{i}.attn_norm.{k}", [e], "f32") for k in norms]
         out += _attention(s, i)
         if not s.get("parallel_block"):  # command-r: attention and FFN read the same attn_norm output
-            out.append((f"blk.{i}.ffn_norm.weight", [e], "f32"))
+            out += [(f"blk.{i}.ffn_norm.{k}", [e], "f32") for k in norms]
         out += _ffn(s, i)
-    out.append(("output_norm.weight", [e], "f32"))
+    out += [(f"output_norm.{k}", [e], "f32") for k in norms]
     if not s.get("tied"):
         out.append(("output.weight", [e, v], s.get("output_type", t)))
     return out

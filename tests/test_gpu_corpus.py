@@ -24,7 +24,7 @@ from llamafit.devices import DeviceSpec, host
 from llamafit.facts import ModelFacts, build_facts
 from llamafit.gguf_model import read_model
 from llamafit.memory import Breakdown, MemoryModel
-from llamafit.resolve import resolve
+from llamafit.resolve import resolve, since
 
 CORPUS = FIXTURES / "calibration" / "gpu-corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
@@ -235,3 +235,19 @@ def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
     old = mm.estimate(resolve(cfg, mm.facts, build=7799), (), HOST).devices[-1].kv_bytes
     layers = sum(mm.facts.has_kv)
     assert old - new == layers * 4096 * 2 * mm.facts.mla.kv_lora_rank  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("build", "keys"), [
+    (None, {"inp_tokens", "inp_embd", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),
+    (7749, {"inp_tokens", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),  # before PR #18898
+    (6089, {"inp_tokens", "inp_pos", "out_ids", "kq_mask0"}),  # before PR #14959: no set_rows indices
+])  # fmt: skip
+def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
+    """The host buffer of a full offload holds the graph inputs: which exist depends on the build (the
+    pythia CI logs at b4343 show 9.01 MiB = F32 mask 2048 x 512 + the embedding rows, nothing else)."""
+    from llamafit.compute import ComputeSettings, input_bytes
+
+    f = model(QWEN3).facts
+    s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=512, flash_attn=False, backend="cuda",
+                        kv_idxs=since("kv_set_rows", build), inp_embd_input=since("inp_embd_both", build))  # fmt: skip
+    assert set(input_bytes(f, s)) == keys
