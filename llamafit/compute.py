@@ -94,6 +94,8 @@ class _Shape:
     """Per-model facts the formulas need on every call, computed once per ModelFacts object."""
 
     reps: tuple[int, ...]  # for each layer, the first layer of identical shape (same candidate peaks)
+    gated: frozenset[int]  # layers whose dense FFN has a gate (build_ffn: GLU); else up + in-place activation
+    fused_qkv: dict[int, bool]  # layers with one attn_qkv matrix -> True when the model has no RoPE
     caches: tuple[bool, bool]  # a full-attention cache and an SWA cache with layers (iSWA)
     v_gqa_max: int
     range_reps: dict[tuple[int, int], frozenset[int]]  # memo: block range -> its distinct shapes
@@ -113,14 +115,35 @@ def _shape(f: ModelFacts) -> _Shape:
     if hit is not None and hit[0] is f:
         return hit[1]
     first: dict[tuple, int] = {}
-    reps = tuple(first.setdefault(_signature(f, il), il) for il in range(f.n_layer_all))
+    gated = _gated_layers(f)
+    reps = tuple(first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all))
     kv = [il for il in range(f.n_layer) if f.has_kv[il]]
     caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
-    shape = _Shape(reps, caches, f.n_embd_v_gqa_max, {})
+    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {})
     if len(_SHAPES) > 32:
         _SHAPES.clear()
     _SHAPES[id(f)] = (f, shape)  # keeps f alive, so its id cannot be reused while cached
     return shape
+
+
+def _gated_layers(f: ModelFacts) -> frozenset[int]:
+    """Blocks with an ffn_gate tensor (build_ffn in src/llama-graph.cpp multiplies by the gate only when
+    the model has one). A header without tensor infos counts every layer as gated (the larger FFN)."""
+    if not f.tensors:
+        return frozenset(range(f.n_layer_all))
+    out = set()
+    for t in f.tensors:
+        if t.name.startswith("blk.") and t.name.endswith((".ffn_gate.weight", ".ffn_gate_up.weight")):
+            out.add(int(t.name.split(".", 2)[1]))
+    return frozenset(out)
+
+
+def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
+    """Blocks with a fused attn_qkv matrix, each mapped to "no RoPE" (a learned position_embd, as gpt2 and
+    starcoder load, or ALiBi: bloom, mpt) — build_qkv in src/llama-graph.cpp."""
+    no_rope = f.architecture in ("bloom", "mpt", "jais") or any(t.name == "position_embd.weight" for t in f.tensors)
+    return {int(t.name.split(".", 2)[1]): no_rope for t in f.tensors
+            if t.name.startswith("blk.") and t.name.endswith(".attn_qkv.weight")}  # fmt: skip
 
 
 def _signature(f: ModelFacts, il: int) -> tuple:
@@ -183,6 +206,13 @@ def _attention(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = Tr
     # MLA without FA: V is a view of the K cache, made contiguous (ggml_cont of its transpose)
     elt = 4 if s.type_k == "f32" else 2
     v_cont = elt * _cells(f, s, il) * f.mla.kv_lora_rank * s.n_stream if f.mla and with_kq else 0
+    fused = _shape(f).fused_qkv
+    if il in fused:
+        # build_qkv's fused path: Q/K/V are views of one qkv tensor. With RoPE the roped Q replaces it
+        # (qkv is freed once K and V are stored); without (learned positions, ALiBi) the Q view is
+        # read by the KQ product itself, so all of qkv stays alive (audit_families.py: gptneox, gpt2)
+        kv = F32 * (f.n_embd_k_gqa(il) + f.n_embd_v_gqa(il)) * t
+        return 2 * e + q + (kv if fused[il] else 0) + kq
     return 2 * e + 2 * q + kq + v_cont
 
 
@@ -226,10 +256,17 @@ def _hole(f: ModelFacts, s: ComputeSettings, il: int, *, small: bool) -> int:
 
 
 def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
-    """At the GLU (build_ffn, LLM_FFN_PAR): ffn_inp + gate + up + activation above the hole."""
+    """At the GLU (build_ffn, LLM_FFN_PAR): ffn_inp + gate + up + activation above the hole.
+    Without a gate (gptneox, gpt2, phi2, starcoder...: LLM_FFN_SEQ with GELU/RELU) there is one n_ff
+    tensor: at the up matmul three n_embd rows (the block input or ffn_inp, the attention output or
+    the residual, the normed input) and up; the bias add and the activation then run in place, and
+    the freed attention slots leave no hole below (scripts/audit_families.py, CPU at 0c1e570: gptneox
+    with a parallel residual and gpt2 with a sequential one, exact with flash attention)."""
     t = s.n_tokens
     e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
-    return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff
+    if il in _shape(f).gated:
+        return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff
+    return 3 * e + ff
 
 
 def _moe_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
