@@ -68,6 +68,7 @@ class ComputeSettings:
     fa_f16_in_buffer: bool = True  # CUDA FA's F16 K/V copies live in the compute buffer (PR #23907 on)
     kv_idxs: bool = True  # K/V row-index inputs of the set_rows KV writes (PR #14959 on)
     inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
+    qkv_views: bool = True  # fused QKV split by views (PR #15662 on); before, contiguous Q/K/V copies
 
     @property
     def n_tokens(self) -> int:
@@ -212,7 +213,8 @@ def _attention(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = Tr
         # (qkv is freed once K and V are stored); without (learned positions, ALiBi) the Q view is
         # read by the KQ product itself, so all of qkv stays alive (audit_families.py: gptneox, gpt2)
         kv = F32 * (f.n_embd_k_gqa(il) + f.n_embd_v_gqa(il)) * t
-        return 2 * e + q + (kv if fused[il] else 0) + kq
+        conts = 0 if s.qkv_views else q + kv  # before PR #15662: ggml_cont of each view
+        return 2 * e + q + (kv if fused[il] else 0) + conts + kq
     return 2 * e + 2 * q + kq + v_cont
 
 
@@ -403,7 +405,7 @@ def compute_for_devices(
         n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
         type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
         fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build), kv_idxs=since("kv_set_rows", rc.build),
-        inp_embd_input=since("inp_embd_both", rc.build),
+        inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
     )  # fmt: skip
     out: dict[int, int] = {}
     host = 0

@@ -43,6 +43,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "LLAMA_SET_ROWS=1)"),
     BuildRule("fa_auto", 6325, 15434, "2025-08-30", "-fa on|off|auto with auto the default (before: a boolean "
               "-fa, off unless given) and -ngl defaults to all layers (before: 0)"),
+    BuildRule("fused_qkv_views", 6420, 15662, "2025-09-08", "fused QKV weights are split into Q/K/V by views "
+              "(before: contiguous copies of each, ggml_cont, in the compute buffer)"),
     BuildRule("no_ctx_padding", 6890, 16812, "2025-10-28", "the KV cache is no longer padded (before: n_ctx and the "
               "SWA cache padded to 256 with flash attention, 32 without: kv-cache get_padding, PR #7257)"),
     BuildRule("ctx_pad_256", 6980, 17046, "2025-11-06", "n_ctx, n_ctx_seq (per stream) and the SWA cache are padded "
