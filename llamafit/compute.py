@@ -43,6 +43,10 @@ F32 = 4
 # ggml_backend_buft_get_alignment: CPU TENSOR_ALIGNMENT 32 (ggml-impl.h), CUDA/HIP 128
 # (ggml-cuda.cu); Metal 32 and Vulkan's device-dependent minimum are typical values.
 ALIGNMENT = {"cpu": 32, "cuda": 128, "rocm": 128, "metal": 32, "vulkan": 128}
+# Relative-position-bias attention (a KQ bias): build_attn_mha in src/llama-graph.cpp runs it without flash
+# attention whatever cparams.flash_attn says (use_flash_attn = flash_attn && kq_b == nullptr), so the KQ
+# product is in the compute buffer even with -fa on.
+KQ_BIAS_ARCHS = frozenset({"t5", "t5encoder"})
 # Allocator holes around the SSM scan that shift with tiny state-size changes, in n_embd rows,
 # fitted to the mamba2 / granite-hybrid rows of the calibration table (they spread about +-1 row).
 SSM_SLACK = 0.75
@@ -200,7 +204,7 @@ def _attention(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = Tr
     KQ = n_kv x n_tokens x n_head F32 (soft_max runs in place) — build_attn_mha, llama-graph.cpp."""
     t = s.n_tokens
     e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
-    if s.flash_attn:
+    if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS:
         at_fa = 2 * e + q + F32 * f.n_head[il] * f.n_embd_head_v * t + fa_f16_extra(f, s, il)
         return max(2 * e + (_mla_q(f, s, il) if f.mla else 2 * q), at_fa)
     kq = F32 * _cells(f, s, il) * t * f.n_head[il] if with_kq else 0
@@ -251,7 +255,7 @@ def _hole(f: ModelFacts, s: ComputeSettings, il: int, *, small: bool) -> int:
     region takes the FFN and one n_embd row stays (Q narrower than n_embd: also two Q rows)."""
     t = s.n_tokens
     e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
-    kq = 0 if s.flash_attn else F32 * _cells(f, s, il) * t * f.n_head[il]
+    kq = 0 if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS else F32 * _cells(f, s, il) * t * f.n_head[il]
     if kq <= e + q:
         return e if small else e + q
     return e if q >= e else e + 2 * q

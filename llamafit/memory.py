@@ -54,6 +54,7 @@ class DeviceUsage:
     output_bytes: int
     reserve_bytes: int
     overhead_bytes: int = 0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
+    pinned_bytes: int = 0  # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
 
     @property
     def used_bytes(self) -> int:
@@ -151,9 +152,15 @@ class MemoryModel:
         host_usable = host.usable_bytes
         if host_usable is not None and any(g.backend == "metal" for g in gpus):
             host_usable -= sum(r.used_bytes for r in rows)  # unified memory: the GPU's share is host RAM too
-        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
-                                rs[CPU], compute[CPU], output, host_reserve))  # fmt: skip
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+        pinned = 0
+        if any(g.backend in PADDED_BACKENDS for g in gpus):
+            # the CPU backend's compute buffer and the output buffer use the first GPU's host buffer type
+            # (llama_context ctor / output_reserve, src/llama-context.cpp); unmapped CPU weights go there
+            # too (load_tensors: cpu_buft_list starts with the host buffer type of the first device)
+            pinned = compute[CPU] + output + (0 if mapped else weights[CPU])
+        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
+                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned))  # fmt: skip
         return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
 
     def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[float, ...]:

@@ -53,3 +53,19 @@ def test_every_family_is_covered_with_and_without_flash_attention() -> None:
     assert len(families) == 5
     for fam in families:
         assert {r["flash_attn"] for r in ROWS if r["family"] == fam} == {True, False}
+
+
+def test_relative_position_bias_attention_never_uses_flash_attention() -> None:
+    """t5: build_attn_mha runs without flash attention when there is a KQ bias (use_flash_attn =
+    flash_attn && kq_b == nullptr), so -fa on keeps the n_kv x T x n_head KQ product in the buffer."""
+    import dataclasses
+
+    from llamafit.compute import KQ_BIAS_ARCHS
+
+    llama = build_facts(read_model(FIXTURES / "dense-llama.gguf"))
+    t5 = dataclasses.replace(llama, architecture="t5")
+    assert "t5" in KQ_BIAS_ARCHS
+    on = ComputeSettings(n_ctx_seq=8192, n_ubatch=512, n_outputs=1, flash_attn=True)
+    kq = 4 * 8192 * 512 * llama.n_head[0]
+    assert predict_compute(llama, on).device < kq < predict_compute(t5, on).device
+    assert predict_compute(t5, on).peak == "attention"

@@ -257,3 +257,17 @@ def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
     s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=512, flash_attn=False, backend="cuda",
                         kv_idxs=since("kv_set_rows", build), inp_embd_input=since("inp_embd_both", build))  # fmt: skip
     assert set(input_bytes(f, s)) == keys
+
+
+def test_pinned_host_buffers_on_cuda() -> None:
+    """CUDA_Host holds the host compute and output buffers (and unmapped CPU weights); none without CUDA/ROCm."""
+    row = ROWS[0]
+    mm = model(row["shape"])
+    rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"])
+    cuda = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST).devices[-1]
+    assert cuda.pinned_bytes == cuda.compute_bytes + cuda.output_bytes > 0
+    vulkan = mm.estimate(rc, [DeviceSpec("Vulkan0", "gpu", "vulkan")], HOST).devices[-1]
+    assert vulkan.pinned_bytes == 0
+    unmapped = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False, load_mode="none"), mm.facts)
+    host_row = mm.estimate(unmapped, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST).devices[-1]
+    assert host_row.pinned_bytes == host_row.compute_bytes + host_row.output_bytes + host_row.weights_bytes
