@@ -73,6 +73,7 @@ class ComputeSettings:
     kv_idxs: bool = True  # K/V row-index inputs of the set_rows KV writes (PR #14959 on)
     inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
     qkv_views: bool = True  # fused QKV split by views (PR #15662 on); before, contiguous Q/K/V copies
+    mask_f16_input: bool = True  # with FA the KQ mask input is F16 (PR #23764 on); before, F32 + an F16 cast
 
     @property
     def n_tokens(self) -> int:
@@ -186,7 +187,7 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
     out = {"inp_tokens": 4 * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
     if s.inp_embd_input:  # before PR #18898 the graph had either token ids or embeddings
         out["inp_embd"] = F32 * f.n_embd * t
-    mask_elt = 2 if s.flash_attn else 4  # F16 mask for flash attention, F32 otherwise
+    mask_elt = 2 if s.flash_attn and s.mask_f16_input else 4  # F16 mask for flash attention, F32 otherwise
     v_rows = t if s.flash_attn else t * _shape(f).v_gqa_max  # transposed V: one index per element
     for i, cells in enumerate(_caches(f, s)):
         if s.kv_idxs:  # before PR #14959 the KV writes were views + ggml_cpy, without index inputs
@@ -194,6 +195,8 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
             if f.mla is None:  # MLA caches hold no V (has_v = !is_mla)
                 out[f"v_idxs{i}"] = 8 * v_rows
         out[f"kq_mask{i}"] = mask_elt * cells * t
+        if s.flash_attn and not s.mask_f16_input:  # the ggml_cast to F16 that FLASH_ATTN_EXT reads
+            out[f"kq_mask_f16_{i}"] = 2 * cells * t
     if f.recurrent is not None:
         out["rs_s_copy"] = 4 * max(1, s.n_seq_max)
     return {k: _pad(v, a) for k, v in out.items()}
@@ -354,10 +357,15 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         # token ids and the never-read inp_embd stay in the host buffer (input leafs go to the CPU
         # backend, ggml_backend_sched_split_graph); the embedding GET_ROWS output is copied in as
         # the first split's input, which the layer candidates count as their residual row
+        # before PR #23764 the F32 mask stays on the host and its F16 cast is made on the GPU (ROCm log of
+        # issue #13545: host 64 MiB F32 mask, device the F16 one)
+        casted = any(k.startswith("kq_mask_f16") for k in inputs)
         attn_inputs = ("k_idxs", "v_idxs", "kq_mask")
         dev_inputs = sum(v for k, v in inputs.items()
-                         if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs)))  # fmt: skip
-        host = sum(inputs.values()) + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
+                         if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
+                         and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16")))  # fmt: skip
+        host = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
+        host += _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
         if not s.kv_on_device:
             host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
     device, peak_name = dev_inputs + peak, name
@@ -410,6 +418,7 @@ def compute_for_devices(
         type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
         fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build), kv_idxs=since("kv_set_rows", rc.build),
         inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
+        mask_f16_input=since("fa_mask_f16", rc.build),
     )  # fmt: skip
     out: dict[int, int] = {}
     host = 0

@@ -57,6 +57,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "input and selects one (ggml_build_forward_select; before: one of them)"),
     BuildRule("mla_v_less", 7800, 19067, "2026-01-24", "MLA models keep no V cache (V is a view of K); before, "
               "MLA GGUFs cached V (kv_lora_rank wide) besides K"),
+    BuildRule("fa_mask_f16", 9380, 23764, "2026-05-27", "with flash attention the KQ mask input is reserved in "
+              "F16 (before: an F32 input on the host, cast to F16 for the attention)"),
     BuildRule("cuda_fa_f16_in_buffer", 9430, 23907, "2026-05-30", "CUDA flash attention over a non-F16 K/V reserves "
               "its F16 copies in the compute buffer, sized by the whole cache (before: in the CUDA pool, "
               "outside every reported buffer)"),

@@ -133,6 +133,15 @@ def test_gpu_compute_within_tolerance(row: dict) -> None:
             assert abs(c.error) <= COMPUTE_TOLERANCE, (c.device, c.predicted / MIB, c.measured / MIB)
 
 
+@pytest.mark.parametrize("row", [r for r in ROWS if not r.get("awaits")], ids=[r["id"] for r in ROWS if not r.get("awaits")])
+def test_host_compute_within_tolerance(row: dict) -> None:
+    """The pinned host compute buffer (CUDA_Host, ROCm_Host, Vulkan_Host; Metal's CPU): the graph inputs,
+    which changed with the build (set_rows indices, the dual embeddings input, the F16 FA mask)."""
+    for c in compared(row):
+        if c.kind == "compute" and is_host(c.device):
+            assert abs(c.error) <= COMPUTE_TOLERANCE, (c.device, c.predicted / MIB, c.measured / MIB)
+
+
 def test_corpus_rows_name_their_source() -> None:
     """Every row carries a public URL, a build, a shape that exists and at least one KV line."""
     import make_shape_header
@@ -271,3 +280,17 @@ def test_pinned_host_buffers_on_cuda() -> None:
     unmapped = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False, load_mode="none"), mm.facts)
     host_row = mm.estimate(unmapped, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST).devices[-1]
     assert host_row.pinned_bytes == host_row.compute_bytes + host_row.output_bytes + host_row.weights_bytes
+
+
+@pytest.mark.parametrize(("build", "host_mib", "device_mib"), [(None, 2.0, 2.0), (9379, 4.0, 2.0)])
+def test_flash_attention_mask_was_f32_before_pr_23764(build: int | None, host_mib: float, device_mib: float) -> None:
+    """With FA the mask input (n_kv x T) is F16 now; before PR #23764 an F32 input stayed on the host and the
+    GPU got its F16 cast (issue #13545's ROCm_Host buffer: 64 MiB F32 mask at 32768 x 512)."""
+    from llamafit.compute import ComputeSettings, input_bytes
+
+    f = model(QWEN3).facts
+    s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=1, flash_attn=True, backend="cuda",
+                        mask_f16_input=since("fa_mask_f16", build))  # fmt: skip
+    inputs = input_bytes(f, s)
+    assert inputs["kq_mask0"] == host_mib * MIB
+    assert inputs.get("kq_mask_f16_0", inputs["kq_mask0"]) == device_mib * MIB
