@@ -126,7 +126,8 @@ def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
         cc_major: int | None = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
     except (nvml.NVMLError, AttributeError):
         cc_major = None
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free), cuda_overhead_bytes(cc_major))
+    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free),
+                      overhead_bytes=cuda_overhead_bytes(cc_major))
     return GPUInfo(
         spec=spec,
         name=_text(nvml.nvmlDeviceGetName(handle)),
@@ -300,7 +301,7 @@ def detect(
 
 def _catalog_gpus(entry: gpu_catalog.CatalogEntry) -> list[GPUInfo]:
     usable = entry.usable_bytes
-    spec = DeviceSpec("", "gpu", entry.backend, usable, usable)
+    spec = DeviceSpec("", "gpu", entry.backend, usable, usable, entry.max_tensor_bytes)
     one = GPUInfo(spec, entry.name, 0, bandwidth_bytes_per_s=entry.bandwidth_bytes_per_s, unified=entry.unified)
     return [one] * entry.devices
 

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .check_report import config_json, device_json, model_json, notice_text, notices_json
+from .check_report import (
+    config_json,
+    device_json,
+    model_json,
+    notice_text,
+    notices_json,
+    side_models_json,
+)
 from .command import display
 from .devices import DeviceSpec
 from .facts import ModelFacts
 from .findings import Verdict
 from .plan import PlanResult
+from .side_plan import SideCost
 
 SCHEMA = "llamafit.plan/2"
 
@@ -45,11 +53,11 @@ def verdict_text(v: Verdict) -> str:
     if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
         text += " — the trained maximum" if v.trained_max else ""
     elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
-        text += (f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
-                 f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)")  # fmt: skip
+        text += f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
+        text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)"
     if v.speed_vs_full_gpu is not None and v.host_bandwidth is not None:
-        text += (f"; with layers on the CPU, generation runs at about {v.speed_vs_full_gpu:.0%} of the all-GPU speed "
-                 f"(memory-bound estimate, host memory at {v.host_bandwidth / 1e9:.0f} GB/s)")  # fmt: skip
+        text += f"; with layers on the CPU, generation runs at about {v.speed_vs_full_gpu:.0%} of the all-GPU speed "
+        text += f"(memory-bound estimate, host memory at {v.host_bandwidth / 1e9:.0f} GB/s)"
     if v.smallest_gpu:
         text += f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is {v.smallest_gpu}"
     return text
@@ -57,6 +65,9 @@ def verdict_text(v: Verdict) -> str:
 
 def verdict_json(v: Verdict) -> dict[str, Any]:
     """The verdict's values (README: plan --json `verdict`) and its sentence."""
+    flash_attn = None
+    if v.fits:
+        flash_attn = "on" if v.flash_attn else "off"
     return {
         "fits": v.fits,
         "context_per_slot": v.ctx_per_slot,
@@ -69,7 +80,7 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "n_cpu_moe": v.n_cpu_moe,
         "type_k": v.type_k,
         "type_v": v.type_v,
-        "flash_attn": None if v.ctx_per_slot is None else ("on" if v.flash_attn else "off"),
+        "flash_attn": flash_attn,
         "more_gpu_mib": v.more_gpu_mib,
         "blocks_to_cpu": v.blocks_to_cpu,
         "speed_vs_full_gpu": v.speed_vs_full_gpu,
@@ -106,7 +117,21 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "smallest_gpu": result.smallest_gpu,
         "speed_vs_full_gpu": result.speed_vs_full_gpu,
         "warnings": notices_json(result.warnings),
+        "side_models": side_models_json(c.breakdown) if c else [],
+        "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
+        "side_steps": list(result.side_steps),
     }
+
+
+_SIDE = {"mmproj": "the projector", "draft": "the draft model", "mtp": "the MTP context"}
+
+
+def side_cost_text(sc: SideCost) -> str:
+    """`the projector costs 3,840 tokens of context (918 MiB)`."""
+    what = f"{_SIDE.get(sc.kind, sc.kind)} ({sc.bytes / 2**20:,.0f} MiB)"
+    if not sc.tokens:
+        return f"{what} costs no context here (the context is at its limit without it too)"
+    return f"{what} costs {sc.tokens:,} tokens of context per slot"
 
 
 def _hw_line(d: dict[str, Any]) -> str:
@@ -135,6 +160,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
             line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
             line += f"about {per_layer / per_tokens * 1000:,.0f} tokens"
         lines.append(line)
+    lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
     lines += [f"Warning    {notice_text(w)}" for w in result.warnings]
     return "\n".join(lines)

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import gguf
-from gguf import GGMLQuantizationType as QT
-from make_fixtures import Fixture, attention, dense_ffn, embeddings, transformer_keys
+import gguf  # noqa: E402
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from make_fixtures import Fixture, attention, dense_ffn, embeddings, transformer_keys  # noqa: E402
 
 N_VOCAB = 320
 SETTINGS = [  # (n_ctx, flash_attn, n_ubatch)
@@ -189,7 +189,8 @@ def main() -> None:
                 rows.append({"family": name, "builder": build.__name__, "n_ctx": c, "flash_attn": fa, "n_ubatch": ub,
                              "n_outputs_max": 1, "compute_mib": mib})  # fmt: skip
     if "--write" in sys.argv:
-        doc = {"llama_cpp_commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f", "backend": "CPU (llama-cpp-python 0.3.36)",
+        doc = {"llama_cpp_commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+               "backend": "CPU (llama-cpp-python 0.3.36)",
                "notes": "CPU compute buffer (MiB, as llama.cpp prints it) of tiny real models built by "
                         "scripts/audit_families.py, one per graph family", "rows": rows}  # fmt: skip
         OUT.write_text(json.dumps(doc, indent=1) + "\n")

@@ -117,11 +117,13 @@ def header(s: dict[str, Any]) -> bytes:
            kv(f"{a}.attention.head_count_kv", T_UINT32, s["n_head_kv"]),
            kv(f"{a}.attention.key_length", T_UINT32, s["head_k"]),
            kv(f"{a}.attention.value_length", T_UINT32, s["head_v"]),
-           kv(f"{a}.attention.layer_norm_rms_epsilon", T_FLOAT32, 1e-6), kv(f"{a}.vocab_size", T_UINT32, s["n_vocab"]),
-           kv("tokenizer.ggml.model", T_STRING, "gpt2"), kv("tokenizer.ggml.token_type", T_ARRAY, (T_UINT32, []))]  # fmt: skip
+           kv(f"{a}.attention.layer_norm_rms_epsilon", T_FLOAT32, 1e-6),
+           kv(f"{a}.vocab_size", T_UINT32, s["n_vocab"]), kv("tokenizer.ggml.model", T_STRING, "gpt2"),
+           kv("tokenizer.ggml.token_type", T_ARRAY, (T_UINT32, []))]  # fmt: skip
     moe = s.get("moe")
     if moe:
-        kvs += [kv(f"{a}.expert_count", T_UINT32, moe["n_expert"]), kv(f"{a}.expert_used_count", T_UINT32, moe["n_used"]),
+        kvs += [kv(f"{a}.expert_count", T_UINT32, moe["n_expert"]),
+                kv(f"{a}.expert_used_count", T_UINT32, moe["n_used"]),
                 kv(f"{a}.expert_feed_forward_length", T_UINT32, moe["n_ff_exp"])]  # fmt: skip
         if moe.get("n_shared"):
             kvs.append(kv(f"{a}.expert_shared_count", T_UINT32, moe["n_shared"]))

@@ -32,8 +32,8 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "placement": "all_gpu", "n_layer": 65, "n_gpu_layers": 65, "n_cpu_moe": 0, "type_k": "q8_0", "type_v": "q8_0",
         "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "speed_vs_full_gpu": None,
         "host_bandwidth_bytes_per_s": None, "smallest_gpu": None, "cause": None, "pinned_ngl": None,
-        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the trained "
-                "maximum",
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the "
+                "trained maximum",
     }  # fmt: skip
     assert 130 < d["mib_per_1000_tokens"] < 140  # 136 KiB per token of q8_0 KV, plus the compute slope
 
@@ -49,9 +49,52 @@ def test_pinned_flags_after_double_dash_are_kept_and_passed_through() -> None:
 def test_nothing_fits_exits_1_with_a_verdict() -> None:
     result = plan(QWEN, "--gpu", "2GiB", "--min-ctx", "32768", "--", "-ngl", "65")
     assert result.exit_code == 1
-    assert "Verdict    does not fit: no configuration fits 32,768 tokens per slot" in result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        "Verdict    does not fit: no configuration fits 32,768 tokens per slot on this machine, with -ngl 65 as "
+        "pinned and the smallest KV cache; the smallest GPU that holds 32,768 tokens with q8_0 KV and every layer "
+        "is NVIDIA GeForce RTX 3090 Ti (24 GiB)")
 
 
 def test_bad_policy_input_is_exit_2() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--min-ctx", "65536", "--ctx-max", "8192")
-    assert (result.exit_code, result.stderr) == (2, "Error: --min-ctx 65536 is larger than the largest context asked for (8192)\n")
+    error = "Error: --min-ctx 65536 is larger than the largest context asked for (8192)\n"
+    assert (result.exit_code, result.stderr) == (2, error)
+
+
+def test_a_pinned_combination_llama_cpp_rejects_is_bad_input() -> None:
+    result = plan(QWEN, "--gpu", "24GiB", "--", "-ctv", "q8_0", "-fa", "off")
+    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled\n")
+
+
+def test_cpu_only_plans_emit_ngl_0() -> None:
+    d = json.loads(plan(str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--json").stdout)
+    assert d["command"][d["command"].index("-ngl") + 1] == "0"
+
+
+def test_the_whole_text_of_a_partial_offload(fixed_host) -> None:
+    result = plan(QWEN, "--gpu", "rtx4080")
+    assert result.exit_code == 0
+    assert result.stdout == f"""\
+Model      {QWEN} (qwen2, Q4_K_M, trained 32,768 tokens)
+Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
+Command    llama-server -m {QWEN} -c 4608 -ngl 53 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 --fit off
+device        usable   weights       KV  recur.  compute  output  reserve      used      left   (MiB)
+CUDA0         16,384    15,044      263       0       49       0    1,024    16,380         4
+CPU           49,152     3,882       61       0       52       2        0     3,997    45,155
+Trade-offs (largest context per slot at this offload):
+  fa  K     V      -ngl cpu-moe  max context
+  on  f16   f16      53       0        1,280
+  off f16   f16      53       0        1,280
+  on  f16   q8_0     53       0        1,536
+  on  f16   q4_0     53       0        2,048
+  on  q8_0  q8_0     53       0        2,304
+  on  q8_0  q4_0     53       0        3,072
+  on  q4_0  q4_0     53       0        4,608
+Marginal   57.4 MiB per 1,000 tokens per slot; 266.7 MiB per block on the GPU: each block moved to the CPU \
+buys about 4,648 tokens
+Verdict    fits 4,608 tokens per slot with 12 of 65 layers on the CPU (slower), q4_0/q4_0 KV, flash attention \
+on; 32,768 would need about 1,616 MiB more GPU memory (each block moved to the CPU frees 267 MiB: about 7 \
+blocks); with layers on the CPU, generation runs at about 33% of the all-GPU speed (memory-bound estimate, \
+host memory at 60 GB/s); the smallest GPU that holds all 32,768 tokens this way is NVIDIA GeForce RTX 3090 \
+Ti (24 GiB)
+"""

@@ -133,7 +133,10 @@ def test_gpu_compute_within_tolerance(row: dict) -> None:
             assert abs(c.error) <= COMPUTE_TOLERANCE, (c.device, c.predicted / MIB, c.measured / MIB)
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if not r.get("awaits")], ids=[r["id"] for r in ROWS if not r.get("awaits")])
+MODELLED = [r for r in ROWS if not r.get("awaits")]
+
+
+@pytest.mark.parametrize("row", MODELLED, ids=[r["id"] for r in MODELLED])
 def test_host_compute_within_tolerance(row: dict) -> None:
     """The pinned host compute buffer (CUDA_Host, ROCm_Host, Vulkan_Host; Metal's CPU): the graph inputs,
     which changed with the build (set_rows indices, the dual embeddings input, the F16 FA mask)."""
