@@ -103,6 +103,10 @@ def model_json(facts: ModelFacts) -> dict[str, Any]:
 
 _EXTRA_MODEL = {"mmproj": "a multimodal projector", "draft": "a draft model", "lora": "a LoRA adapter"}
 
+_SIDE_STEP = {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
+              "drop_mmproj": "the projector is left out (--drop-side-models): nothing fits with it",
+              "drop_draft": "the draft model is left out (--drop-side-models): nothing fits with it",
+              "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}
 _SIDE_WHAT = {"drop_mmproj": "the projector", "drop_draft": "the draft model", "drop_mtp": "the MTP context"}
 NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "unknown_flag": lambda d: f"llama-server would refuse this flag (kept, not passed on): {d['flag']}",
@@ -120,16 +124,16 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
                                           "(counted here) but does not speculate with it"),
     "draft_ctx_ignored": lambda d: ("-cd/--ctx-size-draft: builds with a unified draft context ignore it (the draft "
                                     "context takes the target's n_ctx)"),
-    "side_step": lambda d: {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
-                            "drop_mmproj": "the projector is left out (--drop-side-models): nothing fits with it",
-                            "drop_draft": "the draft model is left out (--drop-side-models): nothing fits with it",
-                            "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}.get(d["step"], d["step"]),
+    "side_step": lambda d: _SIDE_STEP.get(d["step"], d["step"]),
     "side_way_out": lambda d: (f"without {_SIDE_WHAT.get(d['step'], d['step'])}, {d['ctx']:,} tokens per slot fit "
                                "(--drop-side-models)"),
+    "mmproj_offload_costs": lambda d: (f"with --no-mmproj-offload (the image encoder on the CPU) -ngl "
+                                       f"{d['n_gpu_layers']} and {d['ctx']:,} tokens per slot fit"),
     "mmproj_skipped": lambda d: f"a projector next to the model is not used: {d['reason']}",
     "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
-    "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image tokens "
-                                      f"but takes images up to {d['max_tokens']:,} tokens: a large image grows it "
+    "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image "
+                                      f"tokens but takes images up to {d['max_tokens']:,} tokens: a large image "
+                                      "grows it "
                                       "(the worst case is in side_models details)"),
     "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "

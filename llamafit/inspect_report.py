@@ -146,8 +146,8 @@ def projector_text(p: ProjectorFacts) -> str:
     tokens = (warm // max(p.patch_size * p.n_merge, 1)) ** 2
     lines = [
         f"Projector  {p.path} ({p.projector_type}, {'+'.join(p.modalities)})",
-        f"Image      {p.image_size} px, patch {p.patch_size} px, merge {p.n_merge}: warmup {warm} px = {tokens:,} tokens"
-        + (f", up to {p.limits.max_tokens:,} tokens" if p.limits.max_tokens else ""),
+        f"Image      {p.image_size} px, patch {p.patch_size} px, merge {p.n_merge}: warmup {warm} px = "
+        f"{tokens:,} tokens" + (f", up to {p.limits.max_tokens:,} tokens" if p.limits.max_tokens else ""),
         (f"Encoder    {p.n_layer} blocks, n_embd {p.n_embd}, n_ff {p.n_ff}, {p.n_head} heads; "
          f"projection dim {p.projection_dim} (the text model's n_embd)"),
         f"Weights    {_mib(p.weights_bytes)} in {p.n_tensors} tensors",

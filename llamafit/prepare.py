@@ -183,7 +183,7 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     facts = build_facts(gguf)
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn)
-    side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj)
+    side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj, build=request.build)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
                     side=side)  # fmt: skip
     p = Prepared(parsed, facts, target, hw)

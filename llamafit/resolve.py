@@ -57,6 +57,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "input and selects one (ggml_build_forward_select; before: one of them)"),
     BuildRule("mla_v_less", 7800, 19067, "2026-01-24", "MLA models keep no V cache (V is a view of K); before, "
               "MLA GGUFs cached V (kv_lora_rank wide) besides K"),
+    BuildRule("unified_draft", 9100, 22838, "2026-05-08 (b9100 estimate)", "one unified draft-model context "
+              "(before: one per slot, n_ctx = -cd or the slot's cells, PR #10586; PR #22787/#22838)"),
     BuildRule("fa_mask_f16", 9380, 23764, "2026-05-27", "with flash attention the KQ mask input is reserved in "
               "F16 (before: an F32 input on the host, cast to F16 for the attention)"),
     BuildRule("cuda_fa_f16_in_buffer", 9430, 23907, "2026-05-30", "CUDA flash attention over a non-F16 K/V reserves "
@@ -66,6 +68,11 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "rows) instead of n_batch (issue #23527)"),
 )
 _RULES = {r.key: r for r in BUILD_RULES}
+
+
+def build_of(key: str) -> int:
+    """The first build with rule `key`."""
+    return _RULES[key].build
 
 
 def since(key: str, build: int | None) -> bool:

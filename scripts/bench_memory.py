@@ -178,7 +178,7 @@ def side_accuracy() -> None:
             if (part, kind) not in worst or abs(err) > abs(worst[(part, kind)][0]):
                 worst[(part, kind)] = (err, pred, rep)
     print(f"\n{'side model':<12}{'buffer':<9}{'cases':>6}{'max |err| MiB':>15}{'rel':>8}   (real llama-server, CPU)")
-    for (part, kind), (err, pred, rep) in sorted(worst.items()):
+    for (part, kind), (err, _pred, rep) in sorted(worst.items()):
         n = sum(1 for c in CASES if ("mmproj" if c.projector else "mtp" if "draft-mtp" in c.flags else "draft") == part)
         rel = f"{abs(err) / rep:.1%}" if rep else "-"
         print(f"{part:<12}{kind:<9}{n:>6}{abs(err):>15.2f}{rel:>8}")
