@@ -157,7 +157,8 @@ def gpu_accuracy() -> None:
               f"median |err| {median(abs(e) for e in modelled):.2%}, worst {max(modelled, key=abs):+.2%} "
               f"({len(modelled)} buffers)")  # fmt: skip
     print(f"(values in MiB as the logs print them; 1 MiB = {MIB} bytes; host compute = CUDA_Host/ROCm_Host/"
-          "Vulkan_Host buffers, reported apart: logs older than the set_rows KV writes hold no K/V index inputs)")
+          "Vulkan_Host buffers and Metal's CPU buffer: the graph inputs, reported apart; partial offloads put the host "
+          "layers' activations there until op offload is modelled)")
 
 
 def side_accuracy() -> None:

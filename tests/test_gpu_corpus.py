@@ -126,8 +126,7 @@ def _awaiting(rows: list[dict]) -> list:
 
 @pytest.mark.parametrize("row", _awaiting(ROWS), ids=[r["id"] for r in ROWS])
 def test_gpu_compute_within_tolerance(row: dict) -> None:
-    """GPU compute buffers. Host (pinned) compute buffers of builds before the set_rows KV writes hold
-    no K/V index inputs, which the model (0c1e570's graph) counts: bench_memory reports them apart."""
+    """GPU compute buffers (the host's pinned compute buffers are test_host_compute_within_tolerance's)."""
     for c in compared(row):
         if c.kind == "compute" and not is_host(c.device):
             assert abs(c.error) <= COMPUTE_TOLERANCE, (c.device, c.predicted / MIB, c.measured / MIB)
