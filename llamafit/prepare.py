@@ -19,10 +19,18 @@ from .errors import InputError
 from .facts import ModelFacts, build_facts
 from .findings import Notice, as_notice
 from .gguf_model import GGUFModel
-from .hardware import GPUInfo, Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
+from .hardware import (
+    GPUInfo,
+    Hardware,
+    RpcQuery,
+    fit_devices,
+    given,
+    parse_gpu_option,
+    parse_rpc_option,
+)
 from .memory import MemoryModel, check_override_devices
-from .resolve import ResolvedConfig
 from .paths import calibration_path
+from .resolve import ResolvedConfig
 from .search import Target
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
 from .side_load import load_side_plan
@@ -150,22 +158,43 @@ def _no_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
     return ()
 
 
+def _with_limits(gpus: tuple[GPUInfo, ...], local: tuple[DeviceSpec, ...]) -> tuple[GPUInfo, ...]:
+    """GPUs given by size take the tensor limit of the local Vulkan device with the same number."""
+    return tuple(
+        replace(g, spec=replace(g.spec, max_tensor_bytes=local[i].max_tensor_bytes))
+        if i < len(local) and g.spec.backend == "vulkan" and g.spec.max_tensor_bytes is None else g
+        for i, g in enumerate(gpus)
+    )  # fmt: skip
+
+
+def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
+    def query(endpoints: Sequence[str]) -> dict[str, tuple[int, int]]:
+        from .rpc_info import query_workers
+        from .server_find import locate_server
+
+        located = locate_server(None, env)
+        return query_workers(located[0], endpoints, env) if located else {}
+
+    return query
+
+
 def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
-            vulkan_fn: VulkanFn = _no_vulkan) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+            vulkan_fn: VulkanFn = _no_vulkan, rpc_query: RpcQuery | None = None,
+            ) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
     """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them.
 
     With --backend vulkan and no --gpu, the Vulkan devices come from vulkaninfo (memory and the
     tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
     """
-    vk = vulkan_fn(env) if spec.gpu_spec is None and spec.backend == "vulkan" else ()
-    if vk:
+    vk = vulkan_fn(env) if spec.backend == "vulkan" else ()
+    if vk and spec.gpu_spec is None:
         hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo")
     elif spec.gpu_spec is None:
         hw = detect_fn(env)
     else:
-        hw = given(parse_gpu_option(spec.gpu_spec, backend=spec.backend), host_fn())
+        hw = given(_with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk), host_fn())
     use = spec.use if spec.gpu_spec is None else "total"
-    rpc = parse_rpc_option(spec.rpc) if spec.rpc else ()
+    rpc = parse_rpc_option(spec.rpc, rpc_query) if spec.rpc else ()
     return hw, fit_devices(hw.gpus, use=use, rpc=rpc)
 
 
@@ -183,7 +212,8 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
     facts = build_facts(gguf)
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
-    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn)
+    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
+                          _rpc_query(env))
     check_override_devices(parsed.config.override_tensor, devices)
     side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj, build=request.build)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,

@@ -197,6 +197,7 @@ _OPTS = (
     _Opt("kv_unified", ("-kvu", "--kv-unified"), "LLAMA_ARG_KV_UNIFIED", negs=("-no-kvu", "--no-kv-unified")),
     _Opt("swa_full", ("--swa-full",), "LLAMA_ARG_SWA_FULL"),
     _Opt("kv_offload", ("-kvo", "--kv-offload"), "LLAMA_ARG_KV_OFFLOAD", negs=("-nkvo", "--no-kv-offload")),
+    _Opt("op_offload", ("--op-offload",), "", negs=("--no-op-offload",)),  # no environment variable
     _Opt("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE"),
     _Opt("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "LLAMA_ARG_N_CPU_MOE", _at_least(0), merge=max),
     _Opt("n_cpu_ffn", ("-ncffn", "--n-cpu-ffn"), "LLAMA_ARG_N_CPU_FFN", _at_least(0), merge=max),
@@ -325,6 +326,9 @@ def parse_server_args(
         i = _scan_one(argv, i, scan, base)
     env_used = [name for opt, name in applied if opt.merge is not None or opt.field not in scan.on_cli]
     model, hf_repo = scan.values.pop("model", None), scan.values.pop("hf_repo", None)
+    if (raw := (env or {}).get("GGML_OP_OFFLOAD_MIN_BATCH")) is not None:  # the backends read it with atoi
+        m = re.match(r"\s*[-+]?\d+", raw)
+        scan.values["op_offload_min_batch"] = int(m.group(0)) if m else 0
     config = with_given(base, **scan.values)
     return ParsedServerArgs(config, model, hf_repo, tuple(scan.passthrough), tuple(scan.unknown), tuple(env_used))
 
