@@ -30,6 +30,9 @@ class DeviceSpec:
     # stays on the host (ggml-vulkan.cpp ggml_backend_vk_device_supports_op: maxStorageBufferRange
     # unless VK_EXT_shader_64bit_indexing, and maxBufferSize). None: no limit known.
     max_tensor_bytes: int | None = None
+    # the driver's share of this GPU that no llama.cpp buffer reports (CUDA context, cuBLAS
+    # workspace; cuda_overhead_bytes); 0 where unknown. The CUDA VMM pool stays in the reserve.
+    overhead_bytes: int = 0
 
     @property
     def usable_bytes(self) -> int | None:
@@ -67,3 +70,21 @@ def gpus_from_sizes(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
 
 def host(total_bytes: int | None, available_bytes: int | None) -> DeviceSpec:
     return DeviceSpec("CPU", "host", "cpu", total_bytes, available_bytes)
+
+
+# CUDA per-GPU overhead that no ggml buffer reports (issue #12, rule 3). The cuBLAS workspace is
+# cuBLAS's default per handle (ggml-cuda creates one handle per device, ggml_cuda_get_device's
+# cublas_handle): 4 MiB, 32 MiB on Hopper (compute capability 9.0) and later (cuBLAS docs,
+# "cublasSetWorkspace": default workspace sizes). The context itself is the driver's (code, stacks,
+# printf/heap reserves); llama.cpp's breakdown shows it in the `unaccounted` column, 451-456 MiB
+# per RTX 4090 together with the VMM pool after a run (ggml-org/llama.cpp PR #15860). We take
+# CUDA_CONTEXT_BYTES for the context alone and leave the pool, which grows with use, to the reserve.
+CUDA_CONTEXT_BYTES = 256 << 20
+CUBLAS_WORKSPACE_BYTES = 4 << 20
+CUBLAS_WORKSPACE_HOPPER_BYTES = 32 << 20
+
+
+def cuda_overhead_bytes(cc_major: int | None) -> int:
+    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None: unknown)."""
+    hopper = cc_major is not None and cc_major >= 9
+    return CUDA_CONTEXT_BYTES + (CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES)

@@ -93,6 +93,8 @@ class ModelFacts:
     weights: WeightFacts
     warnings: tuple[str, ...]
     tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)  # for -ot rules and CUDA padding
+    # attention and FFN read the same block input, their outputs summed (gptneox use_parallel_residual)
+    parallel_residual: bool = False
 
     @property
     def n_layer(self) -> int:
@@ -280,6 +282,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         weights=weight_facts(model.tensors, n_layer_all),
         warnings=tuple(warnings),
         tensors=model.tensors,
+        parallel_residual=meta.get_bool("{arch}.use_parallel_residual", False),
     )
 
 

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from . import gpu_catalog
-from .devices import BACKEND_DEVICE_PREFIX, DeviceSpec, SizeTooLarge, host, parse_size
+from .devices import (
+    BACKEND_DEVICE_PREFIX,
+    DeviceSpec,
+    SizeTooLarge,
+    cuda_overhead_bytes,
+    host,
+    parse_size,
+)
 from .errors import InputError
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
@@ -116,7 +123,12 @@ def _nvml_bandwidth(nvml: Any, handle: Any) -> int | None:
 def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
     handle = nvml.nvmlDeviceGetHandleByIndex(i)
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free))
+    try:
+        cc_major: int | None = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
+    except (nvml.NVMLError, AttributeError):
+        cc_major = None
+    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free),
+                      overhead_bytes=cuda_overhead_bytes(cc_major))
     return GPUInfo(
         spec=spec,
         name=_text(nvml.nvmlDeviceGetName(handle)),

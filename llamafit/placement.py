@@ -71,11 +71,12 @@ def split_points(fractions: Sequence[float]) -> tuple[float, ...]:
 
 
 @lru_cache(maxsize=1024)
-def layer_map(n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...]) -> LayerMap:
-    """get_layer_buft_list for every block and the output layer (index n_layer_all)."""
+def layer_map(n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...], output_first: bool = True) -> LayerMap:
+    """get_layer_buft_list for every block and the output layer (index n_layer_all). `output_first`
+    False: builds before PR #18148 started at n_layer - ngl, so the output layer went last (ngl > n_layer)."""
     if not points:
         return LayerMap((CPU,) * n_layer_all, CPU)
-    i_gpu_start = max(n_layer_all + 1 - n_gpu_layers, 0)
+    i_gpu_start = max(n_layer_all + int(output_first) - n_gpu_layers, 0)
     act = min(n_gpu_layers, n_layer_all + 1)
 
     def dev(il: int) -> int:

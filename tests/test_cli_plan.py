@@ -79,14 +79,14 @@ Model      {QWEN} (qwen2, Q4_K_M, trained 32,768 tokens)
 Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
 Command    llama-server -m {QWEN} -c 4608 -ngl 53 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 --fit off
 device        usable   weights       KV  recur.  compute  output  reserve      used      left   (MiB)
-CUDA0         16,384    15,044      263       0       52       0    1,024    16,383         1
+CUDA0         16,384    15,044      263       0       49       0    1,024    16,380         4
 CPU           49,152     3,882       61       0       52       2        0     3,997    45,155
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context
   on  f16   f16      53       0        1,280
   off f16   f16      53       0        1,280
   on  f16   q8_0     53       0        1,536
-  on  f16   q4_0     53       0        1,792
+  on  f16   q4_0     53       0        2,048
   on  q8_0  q8_0     53       0        2,304
   on  q8_0  q4_0     53       0        3,072
   on  q4_0  q4_0     53       0        4,608

@@ -102,7 +102,7 @@ def test_two_unequal_gpus_are_rebalanced() -> None:
     rebalanced = solve(t, LaunchConfig(), Policy())
     assert summary(by_free) == (32512, 65, 0, "on", "q4_0", "q4_0", 128)
     assert summary(rebalanced) == (32768, 65, 0, "on", "q4_0", "q4_0", 512)
-    assert rebalanced.rc.tensor_split == (1.0, 0.4603)
+    assert rebalanced.rc.tensor_split == (1.0, 0.4604)  # GPU buffers hold no inp_embd (compute.py)
     assert all(d.fits for d in rebalanced.breakdown.devices)
 
 
