@@ -148,7 +148,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
-        lines.append(f"Command    {display(argv)}")
+        lines.append(f"Command    {printable(display(argv))}")
     lines += device_lines
     lines.append("Trade-offs (largest context per slot at this offload):")
     lines.append(f"  {'fa':<4}{'K':<6}{'V':<6}{'-ngl':>5}{'cpu-moe':>8}{'max context':>13}")
