@@ -8,9 +8,10 @@ from dataclasses import dataclass, replace
 from .config import LaunchConfig
 from .devices import DeviceSpec
 from .memory import Breakdown
-from .placement import CPU
+from .plan_speed import WayOut, choice_speed, speed_of, ways_out
 from .search import STEP, Target, max_context, streams
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
+from .speed import SpeedEstimate, SpeedInputs
 
 MIB = 1 << 20
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
@@ -24,9 +25,7 @@ class Tradeoff:
     n_gpu_layers: int
     n_cpu_moe: int
     max_ctx: int | None  # per slot; None: not even the minimum fits
-
-
-DEFAULT_HOST_BANDWIDTH = 60 * 10**9  # bytes/s: dual-channel DDR5, for speed estimates only
+    generation_tps: tuple[float, float] | None = None  # at that context: full, empty (speed.py)
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,8 @@ class PlanResult:
     verdict: str
     warnings: tuple[str, ...]
     smallest_gpu: str | None = None  # the catalog card that would hold the target context fully
-    speed_vs_full_gpu: float | None = None  # estimated generation speed relative to all layers on the GPU
+    speed: SpeedEstimate | None = None  # tokens/s of the choice (speed.py)
+    ways_out: tuple[WayOut, ...] = ()  # other offloads and their speed (plan_speed.py)
 
 
 def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str, int] | None:
@@ -59,25 +59,17 @@ def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[
     return (f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need) if card else (None, need)  # type: ignore[return-value]
 
 
-def speed_vs_full_gpu(target: Target, choice: Choice, bandwidths: tuple[int | None, ...],
-                      host_bandwidth: int) -> float | None:  # fmt: skip
-    """Generation is memory-bound: time per token ≈ Σ bytes each device reads / its bandwidth.
-    Relative to the same weights read at the first GPU's bandwidth (all layers offloaded)."""
-    if not target.gpus or not bandwidths or any(b is None for b in bandwidths):
-        return None
-    read = target.model.bytes_read_per_token(choice.rc, choice.breakdown.layer_devices, len(target.gpus))
-    mixed = read[CPU] / host_bandwidth + sum(read[d] / bw for d, bw in enumerate(bandwidths) if bw)
-    full = sum(read.values()) / max(b for b in bandwidths if b)
-    return full / mixed if mixed else None
-
-
-def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int) -> list[Tradeoff]:
-    """The largest context per (flash attention, K/V types) at the chosen offload and -ub."""
+def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int,
+              speed: SpeedInputs | None = None) -> list[Tradeoff]:  # fmt: skip
+    """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its speed."""
     rows = []
     for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
         ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
-        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, max_context(target, cfg, hi, lo)))
+        ctx = max_context(target, cfg, hi, lo)
+        est = speed_of(target, replace(cfg, n_ctx=ctx * streams(target, cfg)), speed) if speed and ctx else None
+        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, ctx,
+                             est.generation_tps if est else None))  # fmt: skip
     return rows
 
 
@@ -121,8 +113,7 @@ def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float
     return text
 
 
-def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple[int | None, ...] = (),
-         host_bandwidth: int = DEFAULT_HOST_BANDWIDTH) -> PlanResult:  # fmt: skip
+def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None) -> PlanResult:
     lo, hi = bounds(target, cfg, policy)
     warnings = []
     if target.gpus and target.reserve_bytes < 512 * MIB:
@@ -142,18 +133,32 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple
         warnings.append(f"host RAM: this plan uses {host.used_bytes // MIB:,} MiB on the host but "
                         f"{(host.usable_bytes or 0) // MIB:,} MiB is available; the CPU weights are memory-mapped "
                         "and will page from disk (slow)")  # fmt: skip
-    rows = tradeoffs(target, choice.cfg, policy, STEP, hi)
+    rows = tradeoffs(target, choice.cfg, policy, STEP, hi, speed)
     per_tokens, per_layer = marginal_costs(target, choice)
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)
-    speed = speed_vs_full_gpu(target, choice, bandwidths, host_bandwidth)
-    if speed is not None and speed < 0.995:
-        verdict += (f"; with layers on the CPU, generation runs at about {speed:.0%} of the all-GPU speed "
-                    f"(memory-bound estimate, host memory at {host_bandwidth / 1e9:.0f} GB/s)")  # fmt: skip
+    est = choice_speed(target, choice, speed) if speed else None
+    outs = tuple(ways_out(target, choice, hi, speed)) if speed and est else ()
+    verdict += "".join(_speed_cost(est, w) for w in outs) if est else ""
     card = None
-    if choice.ctx < hi or speed is not None and speed < 0.995 or choice.rc.n_cpu_moe:
+    partial = choice.rc.n_gpu_layers < target.model.facts.n_layer_all + 1
+    if choice.ctx < hi or target.gpus and partial or choice.rc.n_cpu_moe:
         found = smallest_gpu_for(target, choice.cfg, hi)
         if found and found[0]:
             card = found[0]
             verdict += f"; the smallest GPU that holds all {hi:,} tokens this way is {card}"
-    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, speed)
+    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est, outs)
+
+
+def _speed_cost(est: SpeedEstimate, w: WayOut) -> str:
+    """One way out's cost (or gain) in generation speed, at a full context of each."""
+    now, then = tps_text(est.generation_tps[0]), tps_text(w.generation_tps[0])
+    trend = "drops" if w.generation_tps[0] < est.generation_tps[0] else "rises"
+    if w.kind == "fewer_gpu_layers":
+        return f"; -ngl {w.n_gpu_layers} fits {w.ctx:,} tokens but generation {trend} from ~{now} to ~{then} tokens/s"
+    return f"; all layers on the GPU would generate ~{then} tokens/s (now ~{now}) but fit only {w.ctx:,} tokens"
+
+
+def tps_text(x: float) -> str:
+    """Tokens/s for people: one decimal below 10."""
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
 

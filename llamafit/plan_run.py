@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -10,6 +11,7 @@ from .check import Prepared, flag_warnings, prepare, with_calibration
 from .command import server_argv
 from .plan import PlanResult, plan
 from .solver import Policy
+from .speed import SpeedInputs
 
 
 @dataclass(frozen=True)
@@ -21,12 +23,21 @@ class PlanReport:
 
 def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
     p, note = with_calibration(prepare(**kwargs), kwargs["env"])
-    return render_plan(p, policy, note)[0]
+    return render_plan(p, policy, note, speed=machine_speed(p, kwargs["env"]))[0]
 
 
-def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[PlanReport, PlanResult]:
+def machine_speed(p: Prepared, env: Mapping[str, str]) -> SpeedInputs:
+    """The speed model's inputs for this machine: device rates, the host probe, earlier runs' timings."""
+    from .paths import cache_dir
+    from .speed_inputs import speed_inputs
+
+    return speed_inputs(p.target.gpus, p.hardware.gpus, env, cache_dir())
+
+
+def render_plan(p: Prepared, policy: Policy, note: str | None = None,
+                speed: SpeedInputs | None = None) -> tuple[PlanReport, PlanResult]:  # fmt: skip
     """Solve for a prepared model and machine; the report and the raw result."""
-    result = plan(p.target, p.parsed.config, policy, bandwidths=p.bandwidths)
+    result = plan(p.target, p.parsed.config, policy, speed=speed)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + list(p.parsed.passthrough)

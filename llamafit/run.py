@@ -168,7 +168,7 @@ def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]
 
 def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
     target = replace(p.target, reserve_bytes=p.target.reserve_bytes + extra_reserve)
-    return plan(target, p.parsed.config, policy, bandwidths=p.bandwidths)
+    return plan(target, p.parsed.config, policy)
 
 
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str],

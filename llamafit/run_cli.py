@@ -11,7 +11,7 @@ from .check import prepare, with_calibration
 from .command import display
 from .launcher import free_port
 from .errors import InputError
-from .plan_run import render_plan
+from .plan_run import machine_speed, render_plan
 from .run import RunOptions, build_launch, for_server, launch_and_watch, server_for
 from .solver import Policy
 
@@ -25,7 +25,7 @@ def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int 
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
                          "which downloads it with -mu")  # fmt: skip
-    report, result = render_plan(p, policy, note)
+    report, result = render_plan(p, policy, note, speed=machine_speed(p, common["env"]))
     if dry_run:
         if result.choice is not None:
             launch = build_launch(p, result.choice, opts, server, port if port is not None else free_port(host))

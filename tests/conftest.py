@@ -23,3 +23,5 @@ def demo_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _isolated_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Never touch the developer's cache directory."""
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "llamafit-cache"))
+    monkeypatch.setenv("LLAMAFIT_HOST_BANDWIDTH", "50e9")  # the speed model's host probe, pinned (host_probe.py)
+    monkeypatch.setenv("LLAMAFIT_HOST_FLOPS", "200e9")
