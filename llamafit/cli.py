@@ -111,8 +111,10 @@ def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | No
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--verify", "verify_url", metavar="URL",
+              help="Instead: fill a running llama-server's context per slot once and report (see README).")
 @_engine_options
-def check(as_json: bool, **common: Any) -> None:
+def check(as_json: bool, verify_url: str | None, **common: Any) -> None:
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
 
     \b
@@ -120,6 +122,12 @@ def check(as_json: bool, **common: Any) -> None:
     llamafit check --gpu 24GiB -- llama-server -m model.gguf -c 65536 -ngl 99
     llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536"
     """
+    if verify_url:
+        from .verify_cli import check_verify
+
+        import os
+
+        raise SystemExit(check_verify(verify_url, as_json=as_json, env=os.environ))
     from .check import run_check
 
     report = run_check(**_common(**common))
@@ -193,10 +201,11 @@ def _port(value: str) -> int | None:
 @click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
 @click.option("--api-key-file", type=click.Path(dir_okay=False), help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
+@click.option("--verify", is_flag=True, help="Once Ready, send a prompt that fills the context per slot (see README).")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        as_json: bool, **common: Any) -> None:  # fmt: skip
+        verify: bool, as_json: bool, **common: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
@@ -207,7 +216,7 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 
     policy, common = _split_policy(common)
     code = run_command(policy, _common(**common), host=host, port=_port(port), server=server, dry_run=dry_run,
-                       api_key_file=api_key_file, verbose=verbose, as_json=as_json)  # fmt: skip
+                       api_key_file=api_key_file, verbose=verbose, as_json=as_json, verify=verify)  # fmt: skip
     raise SystemExit(code)
 
 

@@ -26,12 +26,20 @@ def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
     return render_plan(p, policy, note, speed=machine_speed(p, kwargs["env"]))[0]
 
 
-def machine_speed(p: Prepared, env: Mapping[str, str]) -> SpeedInputs:
+def machine_speed(p: Prepared, env: Mapping[str, str], calibrated: bool = True) -> SpeedInputs:
     """The speed model's inputs for this machine: device rates, the host probe, earlier runs' timings."""
     from .paths import cache_dir
     from .speed_inputs import speed_inputs
 
-    return speed_inputs(p.target.gpus, p.hardware.gpus, env, cache_dir())
+    inputs = speed_inputs(p.target.gpus, p.hardware.gpus, env, cache_dir())
+    if not calibrated:
+        return inputs
+    from .host_probe import machine_key
+    from .paths import calibration_path
+    from .speed_calibration import calibrate
+
+    return calibrate(inputs, _records(calibration_path(env)), machine=machine_key(),
+                     architecture=p.facts.architecture)  # fmt: skip
 
 
 def render_plan(p: Prepared, policy: Policy, note: str | None = None,
@@ -49,3 +57,21 @@ def render_plan(p: Prepared, policy: Policy, note: str | None = None,
     data = plan_report.to_json(p.facts, result, argv, hardware)
     device_lines = check_report.device_lines(c.breakdown) if c else []
     return PlanReport(c is not None, data, plan_report.to_text(p.facts, result, argv, hardware, device_lines)), result
+
+
+def _records(path: str, limit: int = 16 << 20) -> list[dict[str, Any]]:
+    """The calibration file's records: a regular file only, at most `limit` bytes; none when unreadable."""
+    import os
+    import stat
+
+    from .calibration import parse_records
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return []
+        data = f.read(limit)
+    return parse_records(data.decode("utf-8", "replace").splitlines())

@@ -37,6 +37,11 @@ class RunOptions:
     api_key_file: str | None = None
     verbose: bool = False
     load_timeout_s: float = 900.0
+    verify: bool = False  # after Ready, fill the planned context once (run_verify.py)
+
+
+class VerifyFailed(Exception):
+    """Out of memory (or the server died) during --verify's full-context request: retry smaller."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +203,16 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
             if ok:
-                return _serve(child, watcher, launch, p, env, say)
+                try:
+                    return _serve(child, watcher, launch, p, env, say, verify=opts.verify)
+                except VerifyFailed as e:
+                    child.stop()
+                    if attempt + 1 < MAX_TRIES:
+                        say(f"Retry      out of memory at full context ({e}); keeping "
+                            f"{(attempt + 1) * OOM_RESERVE_STEP // MIB} MiB more free per GPU")  # fmt: skip
+                        continue
+                    say(f"Failed     {e}")
+                    return 1
             code = child.stop()
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
             say(f"Retry      out of memory while loading ({watcher.failure}); keeping "
@@ -224,7 +238,7 @@ def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[],
 
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None]) -> int:  # fmt: skip
+           say: Callable[[str], None], verify: bool = False) -> int:  # fmt: skip
     say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
     say(f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)")
@@ -232,6 +246,12 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
         if r["predicted_mib"] or r["actual_mib"]:
             say(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
     try_record(calibration_path(env), launch, p, rows, say)
+    if verify:
+        from .run_verify import verify_running
+
+        outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env))
+        if outcome.retry:
+            raise VerifyFailed(outcome.failure)
     code = child.proc.wait()
     child.stop()
     return 0 if code in (0, -2, 130, -15, 143) else code

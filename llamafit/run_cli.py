@@ -17,8 +17,10 @@ from .solver import Policy
 
 
 def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int | None, server: str | None,
-                dry_run: bool, api_key_file: str | None, verbose: bool, as_json: bool) -> int:  # fmt: skip
-    opts = RunOptions(host=host, port=port, server=server, dry_run=dry_run, api_key_file=api_key_file, verbose=verbose)
+                dry_run: bool, api_key_file: str | None, verbose: bool, as_json: bool,
+                verify: bool = False) -> int:  # fmt: skip
+    opts = RunOptions(host=host, port=port, server=server, dry_run=dry_run, api_key_file=api_key_file, verbose=verbose,
+                      verify=verify)  # fmt: skip
     server = server_for(opts, common["env"])
     p, note = with_calibration(for_server(prepare(**common), server), common["env"])
     if not dry_run and p.facts.path.startswith(("http://", "https://")) and server[0] != "llama-server":

@@ -82,6 +82,7 @@ class SpeedInputs:
     host_flops: Rate
     pcie: Rate = DEFAULT_PCIE
     efficiency: Mapping[str, Efficiency] = None  # type: ignore[assignment]  # default: EFFICIENCY
+    calibrated: str | None = None  # what earlier runs changed (speed_calibration.py)
 
     def efficiency_for(self, backend: str) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
@@ -227,7 +228,7 @@ def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Seque
     total_empty = sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
     total_full = sum(d.weight_bytes + d.kv_bytes_full for d in rows)
     return SpeedEstimate((1 / t_full, 1 / t_empty), prompt, (total_empty, total_full), sum(r.flops.values()),
-                         rc.n_ctx_seq, tuple(rows), source)  # fmt: skip
+                         rc.n_ctx_seq, tuple(rows), source, inputs.calibrated)  # fmt: skip
 
 
 def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fill: int,
