@@ -18,10 +18,6 @@ class Correction:
     compute_scale: float
     runs: int
 
-    @property
-    def note(self) -> str:
-        return f"compute buffers scaled by {self.compute_scale:.3f}, the median of {self.runs} earlier run(s) of this setup"
-
 
 def parse_records(lines: Iterable[str]) -> list[dict[str, Any]]:
     """The calibration file's JSON lines; a damaged line is skipped, not fatal."""

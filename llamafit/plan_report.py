@@ -4,14 +4,108 @@ from __future__ import annotations
 
 from typing import Any
 
-from .check_report import config_json, device_json, model_json
+from .check_report import (
+    config_json,
+    device_json,
+    model_json,
+    notice_text,
+    notices_json,
+)
 from .command import display
 from .devices import DeviceSpec
 from .facts import ModelFacts
-from .plan import PlanResult, tps_text
+from .findings import SpeedOption, Verdict
+from .plan import PlanResult
 from .speed import SpeedEstimate
 
-SCHEMA = "llamafit.plan/1"
+SCHEMA = "llamafit.plan/2"
+
+
+def _where(v: Verdict) -> str:
+    on_cpu = v.n_layer - v.n_gpu_layers
+    if v.placement == "cpu":
+        return "everything on the CPU"
+    if v.placement == "all_gpu":
+        return "all layers on the GPU"
+    if v.placement == "experts_on_cpu":
+        return f"{on_cpu} of {v.n_layer} layers and the experts of {v.n_cpu_moe} blocks on the CPU"
+    return f"{on_cpu} of {v.n_layer} layers on the CPU (slower)"
+
+
+def _no_fit_text(v: Verdict) -> str:
+    text = f"does not fit: no configuration fits {v.ctx_min:,} tokens per slot on this machine"
+    if v.cause == "pinned_ngl":
+        text += f", with -ngl {v.pinned_ngl} as pinned and the smallest KV cache"
+    elif v.cause == "offloaded":
+        text += ", even with layers on the CPU and the smallest KV cache"
+    if v.smallest_gpu:
+        text += f"; the smallest GPU that holds {v.ctx_min:,} tokens with q8_0 KV and every layer is {v.smallest_gpu}"
+    return text
+
+
+def verdict_text(v: Verdict) -> str:
+    """The verdict as one sentence (the `Verdict` line of plan and run)."""
+    if not v.fits:
+        return _no_fit_text(v)
+    fa = "on" if v.flash_attn else "off"
+    text = f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV, flash attention {fa}"
+    if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
+        text += " — the trained maximum" if v.trained_max else ""
+    elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
+        text += (f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
+                 f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)")  # fmt: skip
+    if v.generation_tps is not None:
+        text += "".join(_speed_cost(v.generation_tps[0], o) for o in v.speed_options)
+    if v.smallest_gpu:
+        text += f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is {v.smallest_gpu}"
+    return text
+
+
+def tps_text(x: float) -> str:
+    """Tokens/s for people: one decimal below 10."""
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+
+
+def _speed_cost(now: float, o: SpeedOption) -> str:
+    """One other offload's cost (or gain) in generation speed, each at its full context."""
+    then = o.generation_tps[0]
+    if o.code == "fewer_gpu_layers":
+        trend = "drops" if then < now else "rises"
+        return (f"; -ngl {o.n_gpu_layers} fits {o.ctx_per_slot:,} tokens but generation {trend} from "
+                f"~{tps_text(now)} to ~{tps_text(then)} tokens/s")  # fmt: skip
+    return (f"; all layers on the GPU would generate ~{tps_text(then)} tokens/s (now ~{tps_text(now)}) "
+            f"but fit only {o.ctx_per_slot:,} tokens")  # fmt: skip
+
+
+def _pair(p: tuple[float, float] | None) -> list[float] | None:
+    return None if p is None else [round(p[0], 2), round(p[1], 2)]
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    """The verdict's values (README: plan --json `verdict`) and its sentence."""
+    return {
+        "fits": v.fits,
+        "context_per_slot": v.ctx_per_slot,
+        "context_min": v.ctx_min,
+        "context_wanted": v.ctx_wanted,
+        "trained_max": v.trained_max,
+        "placement": v.placement,
+        "n_layer": v.n_layer,
+        "n_gpu_layers": v.n_gpu_layers,
+        "n_cpu_moe": v.n_cpu_moe,
+        "type_k": v.type_k,
+        "type_v": v.type_v,
+        "flash_attn": None if v.ctx_per_slot is None else ("on" if v.flash_attn else "off"),
+        "more_gpu_mib": v.more_gpu_mib,
+        "blocks_to_cpu": v.blocks_to_cpu,
+        "generation_tps": _pair(v.generation_tps),
+        "speed_options": [{"code": o.code, "n_gpu_layers": o.n_gpu_layers, "context_per_slot": o.ctx_per_slot,
+                           "generation_tps": _pair(o.generation_tps)} for o in v.speed_options],
+        "smallest_gpu": v.smallest_gpu,
+        "cause": v.cause,
+        "pinned_ngl": v.pinned_ngl,
+        "text": verdict_text(v),
+    }
 
 
 def hardware_json(gpus: tuple[DeviceSpec, ...], host: DeviceSpec) -> list[dict[str, Any]]:
@@ -32,21 +126,18 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "fits": c is not None,
         "tradeoffs": [{"flash_attn": t.flash_attn, "type_k": t.type_k, "type_v": t.type_v,
                        "n_gpu_layers": t.n_gpu_layers, "n_cpu_moe": t.n_cpu_moe, "max_ctx": t.max_ctx,
-                       "generation_tps": _pair(t.generation_tps)} for t in result.tradeoffs],  # fmt: skip
+                       "generation_tps": _pair(t.generation_tps)}
+                      for t in result.tradeoffs],
         "mib_per_1000_tokens": result.mib_per_1000_tokens,
         "mib_per_layer": result.mib_per_layer,
-        "verdict": result.verdict,
+        "verdict": verdict_json(result.verdict),
         "smallest_gpu": result.smallest_gpu,
-        "speed": speed_json(result.speed, result),
-        "warnings": list(result.warnings),
+        "speed": speed_json(result.speed),
+        "warnings": notices_json(result.warnings),
     }
 
 
-def _pair(p: tuple[float, float] | None) -> list[float] | None:
-    return None if p is None else [round(p[0], 2), round(p[1], 2)]
-
-
-def speed_json(est: SpeedEstimate | None, result: PlanResult | None = None) -> dict[str, Any] | None:
+def speed_json(est: SpeedEstimate | None) -> dict[str, Any] | None:
     """`speed`: generation_tps [full context, empty context], prompt_tps (rough), and every input with its source."""
     if est is None:
         return None
@@ -62,10 +153,9 @@ def speed_json(est: SpeedEstimate | None, result: PlanResult | None = None) -> d
             "devices": [{"device": d.device, "backend": d.backend, "weight_bytes": d.weight_bytes,
                          "kv_bytes_empty": d.kv_bytes_empty, "kv_bytes_full": d.kv_bytes_full,
                          "bandwidth_bytes_per_s": round(d.bandwidth.value), "bandwidth_source": d.bandwidth.source,
-                         "efficiency": d.efficiency, "efficiency_source": d.efficiency_source} for d in est.devices],
+                         "efficiency": d.efficiency, "efficiency_source": d.efficiency_source, "bound": d.bound}
+                        for d in est.devices],
         },
-        "ways_out": [{"kind": w.kind, "n_gpu_layers": w.n_gpu_layers, "context_per_slot": w.ctx,
-                      "generation_tps": _pair(w.generation_tps)} for w in (result.ways_out if result else ())],
     }  # fmt: skip
 
 
@@ -73,14 +163,14 @@ def speed_lines(est: SpeedEstimate | None) -> list[str]:
     if est is None:
         return []
     low, high = est.generation_tps
-    prompt = "" if est.prompt_tps is None else f"; prompt ~{est.prompt_tps:,.0f} tokens/s (rough)"
+    prompt = "" if est.prompt_tps is None else f"; prompt ~{tps_text(est.prompt_tps)} tokens/s (rough)"
     lines = [f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty context){prompt}"]
     for d in est.devices:
         lines.append(f"           {d.device}: {(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-"
                      f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f} MiB per token at "
                      f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f} ({_short(d.bandwidth.source)})")  # fmt: skip
     if est.calibrated:
-        lines.append(f"           {est.calibrated}")
+        lines.append(f"           calibrated: {est.calibrated}")
     return lines
 
 
@@ -120,6 +210,6 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
             line += f"about {per_layer / per_tokens * 1000:,.0f} tokens"
         lines.append(line)
     lines += speed_lines(result.speed)
-    lines.append(f"Verdict    {result.verdict}")
-    lines += [f"Warning    {w}" for w in result.warnings]
+    lines.append(f"Verdict    {verdict_text(result.verdict)}")
+    lines += [f"Warning    {notice_text(w)}" for w in result.warnings]
     return "\n".join(lines)

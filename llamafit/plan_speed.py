@@ -1,25 +1,15 @@
-"""Speed in the plan (pure): the chosen config's tokens/s, the trade-off rows', and the speed cost of
-each way out — as data; plan_report writes the English."""
+"""Speed in the plan (pure): the chosen config's tokens/s, the trade-off rows', and the speed of the
+other offloads (findings.SpeedOption) — as data; plan_report writes the English."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .config import LaunchConfig
+from .findings import SpeedOption
 from .search import Target, max_context, max_gpu_layers, streams
 from .solver import Choice
 from .speed import SpeedEstimate, SpeedInputs, estimate
-
-
-@dataclass(frozen=True, slots=True)
-class WayOut:
-    """Another config and what it costs or buys: `kind` is "fewer_gpu_layers" (reach the target context with
-    layers on the CPU) or "all_gpu" (every layer on the GPU at a shorter context)."""
-
-    kind: str
-    n_gpu_layers: int
-    ctx: int  # per slot
-    generation_tps: tuple[float, float]
 
 
 def speed_of(target: Target, cfg: LaunchConfig, inputs: SpeedInputs) -> SpeedEstimate | None:
@@ -34,7 +24,7 @@ def choice_speed(target: Target, choice: Choice, inputs: SpeedInputs) -> SpeedEs
     return estimate(target.model, choice.rc, choice.breakdown.layer_devices, target.gpus, inputs)
 
 
-def ways_out(target: Target, choice: Choice, hi: int, inputs: SpeedInputs) -> list[WayOut]:
+def speed_options(target: Target, choice: Choice, hi: int, inputs: SpeedInputs) -> list[SpeedOption]:
     """With a GPU: the full context with fewer layers on the GPU (when the choice stops short of it),
     and all layers on the GPU at the context they allow (when the choice keeps some on the CPU)."""
     if not target.gpus:
@@ -46,11 +36,11 @@ def ways_out(target: Target, choice: Choice, hi: int, inputs: SpeedInputs) -> li
         ngl = max_gpu_layers(target, replace(choice.cfg, n_ctx=hi * mult))
         est = speed_of(target, replace(choice.cfg, n_ctx=hi * mult, n_gpu_layers=ngl), inputs) if ngl else None
         if ngl is not None and est is not None and ngl < choice.rc.n_gpu_layers:
-            out.append(WayOut("fewer_gpu_layers", ngl, hi, est.generation_tps))
+            out.append(SpeedOption("fewer_gpu_layers", ngl, hi, est.generation_tps))
     if choice.rc.n_gpu_layers < n_all:
         full = replace(choice.cfg, n_gpu_layers=n_all, n_cpu_moe=0, cpu_moe=False)
         ctx = max_context(target, full, hi)
         est = speed_of(target, replace(full, n_ctx=ctx * mult), inputs) if ctx else None
         if ctx and est is not None:
-            out.append(WayOut("all_gpu", n_all, ctx, est.generation_tps))
+            out.append(SpeedOption("all_gpu", n_all, ctx, est.generation_tps))
     return out

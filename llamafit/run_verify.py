@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
-from .check import Prepared
 from .check_report import config_json
+from .prepare import Prepared
 from .verify import VerifyError, VerifyResult, verify, verify_lines
 
 
@@ -26,12 +26,12 @@ class Outcome:
 def speed_record(p: Prepared, choice: Any, env: Mapping[str, str], result: VerifyResult) -> dict[str, Any] | None:
     """What the speed model predicted at this fill next to what the server measured."""
     from .host_probe import machine_key
-    from .plan_run import machine_speed
     from .speed import estimate_at
+    from .speed_inputs import machine_speed
 
     if not result.generation_tps:
         return None
-    inputs = machine_speed(p, env, calibrated=False)
+    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False)
     est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, result.n_prompt,
                       choice.breakdown.layer_devices)  # fmt: skip
     if est is None:
@@ -61,16 +61,16 @@ def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapp
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     n_ctx = launch.choice.rc.n_ctx_seq
     say(f"Verify     a {n_ctx:,}-token prompt (the planned context per slot) and a short generation")
+    result: VerifyResult | None = None
+    failure: str | None = None
     try:
         result = verify(launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx)
+        failure = result.failure
     except VerifyError as e:
         say(f"Warning    could not verify: {e}")
         return Outcome(None, False, str(e))
     except OSError as e:
-        result = None
         failure = f"no answer from the server ({e})"
-    else:
-        failure = result.failure
     died = child.proc.poll() is not None
     oom = watcher.is_oom or (result is not None and result.oom)
     if died or oom:

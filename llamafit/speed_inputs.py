@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import gpu_catalog
 from .devices import DeviceSpec
@@ -60,3 +61,36 @@ def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapp
     flops = (None,) * n_rpc + tuple(r[1] for r in rates)
     host_bw, host_flops = host_rates(env, cache)
     return SpeedInputs(bws, flops, host_bw, host_flops)
+
+
+def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architecture: str, env: Mapping[str, str],
+                  calibrated: bool = True) -> SpeedInputs:  # fmt: skip
+    """The speed model's inputs for this machine: device rates, the host probe, and (calibrated) the
+    generation efficiency learned from earlier verified runs of this model family here."""
+    from .paths import cache_dir, calibration_path
+
+    inputs = speed_inputs(gpus, infos, env, cache_dir())
+    if not calibrated:
+        return inputs
+    from .host_probe import machine_key
+    from .speed_calibration import calibrate
+
+    return calibrate(inputs, _records(calibration_path(env)), machine=machine_key(), architecture=architecture)
+
+
+def _records(path: str, limit: int = 16 << 20) -> list[dict[str, Any]]:
+    """The calibration file's records: a regular file only, at most `limit` bytes; none when unreadable."""
+    import os
+    import stat
+
+    from .calibration import parse_records
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return []
+        data = f.read(limit)
+    return parse_records(data.decode("utf-8", "replace").splitlines())

@@ -70,7 +70,7 @@ class VerifyError(Exception):
 def _post(url: str, body: dict[str, Any], headers: Mapping[str, str], timeout: float) -> dict[str, Any]:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json", **headers})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - loopback, our own server
+    with urllib.request.urlopen(req, timeout=timeout) as r:
         data = json.loads(r.read(64 << 20))
     if not isinstance(data, dict):
         raise VerifyError(f"{url} answered {type(data).__name__}, not an object")
@@ -79,7 +79,7 @@ def _post(url: str, body: dict[str, Any], headers: Mapping[str, str], timeout: f
 
 def _get(url: str, headers: Mapping[str, str], timeout: float = 10.0) -> dict[str, Any]:
     req = urllib.request.Request(url, headers=dict(headers))
-    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310
+    with urllib.request.urlopen(req, timeout=timeout) as r:
         data = json.loads(r.read(16 << 20))
     if not isinstance(data, dict):
         raise VerifyError(f"{url} answered {type(data).__name__}, not an object")
@@ -128,7 +128,7 @@ def device_memory(pid: int | None, sysfs: str = "/sys/class/drm") -> tuple[tuple
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - no driver, no library: no reading
-        pass
+        found = []
     for card in sorted(Path(sysfs).glob("card[0-9]*")) if not found and os.path.isdir(sysfs) else []:
         used = card / "device" / "mem_info_vram_used"
         try:
@@ -144,7 +144,7 @@ def host_rss(pid: int | None) -> int | None:
     if pid is None:
         return None
     try:
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         return int(psutil.Process(pid).memory_info().rss)
     except Exception:  # noqa: BLE001 - gone, or no psutil

@@ -20,14 +20,21 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--json")
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
-    assert d["schema"] == "llamafit.plan/1" and d["fits"] is True
+    assert d["schema"] == "llamafit.plan/2" and d["fits"] is True
     assert d["command"] == ["llama-server", "-m", QWEN, "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk", "q8_0",
                             "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]  # fmt: skip
     assert d["config"]["n_ctx"] == 32768 and d["context_per_slot"] == 32768
     assert [h["name"] for h in d["hardware"]] == ["CUDA0", "CPU"]
     rows = {(t["flash_attn"], t["type_k"], t["type_v"]): t["max_ctx"] for t in d["tradeoffs"]}
     assert rows[("on", "f16", "f16")] == 19200 and rows[("on", "q8_0", "q8_0")] == 32768
-    assert d["verdict"].startswith("fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV")
+    assert d["verdict"] == {
+        "fits": True, "context_per_slot": 32768, "context_min": 4096, "context_wanted": 32768, "trained_max": True,
+        "placement": "all_gpu", "n_layer": 65, "n_gpu_layers": 65, "n_cpu_moe": 0, "type_k": "q8_0", "type_v": "q8_0",
+        "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "generation_tps": None,
+        "speed_options": [], "smallest_gpu": None, "cause": None, "pinned_ngl": None,
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the trained "
+                "maximum",
+    }  # fmt: skip
     assert 130 < d["mib_per_1000_tokens"] < 140  # 136 KiB per token of q8_0 KV, plus the compute slope
 
 
@@ -48,3 +55,20 @@ def test_nothing_fits_exits_1_with_a_verdict() -> None:
 def test_bad_policy_input_is_exit_2() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--min-ctx", "65536", "--ctx-max", "8192")
     assert (result.exit_code, result.stderr) == (2, "Error: --min-ctx 65536 is larger than the largest context asked for (8192)\n")
+
+
+def test_plan_json_speed_for_a_catalog_card() -> None:
+    """A catalog card has a bandwidth: speed.generation_tps [full, empty], prompt_tps, inputs with sources."""
+    d = json.loads(plan(QWEN, "--gpu", "rtx4090", "--json").stdout)
+    speed = d["speed"]
+    low, high = speed["generation_tps"]
+    assert 0 < low < high and speed["prompt_tps"] > 0 and speed["calibrated"] is None
+    gpu = speed["inputs"]["devices"][0]
+    assert (gpu["device"], gpu["bandwidth_bytes_per_s"], gpu["bandwidth_source"]) == (
+        "CUDA0", 1008 * 10**9, "catalog: NVIDIA GeForce RTX 4090")
+    assert gpu["efficiency"] == 0.62 and gpu["efficiency_source"].startswith("median of 10 public CUDA")
+    empty, full = speed["inputs"]["bytes_per_token"]
+    assert (gpu["weight_bytes"] + gpu["kv_bytes_empty"], gpu["weight_bytes"] + gpu["kv_bytes_full"]) == (empty, full)
+    assert high == round(1008e9 * 0.62 / empty, 2) and low == round(1008e9 * 0.62 / full, 2)
+    assert d["verdict"]["generation_tps"] == [low, high]
+    assert all(t["generation_tps"] for t in d["tradeoffs"])  # the trade-off column

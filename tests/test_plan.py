@@ -13,7 +13,10 @@ from test_solver import QWEN, target
 from llamafit.cli import cli
 from llamafit.config import LaunchConfig, with_given
 from llamafit.placement import CPU
+from llamafit.check_report import notice_text
+from llamafit.findings import Notice
 from llamafit.plan import plan, smallest_gpu_for
+from llamafit.plan_report import verdict_text
 from llamafit.solver import Policy, solve
 from llamafit.speed import Efficiency, Rate, SpeedInputs, estimate
 
@@ -70,24 +73,31 @@ def test_moe_tokens_read_only_the_active_experts() -> None:
 
 def test_verdicts() -> None:
     full = plan(target(QWEN, "24GiB"), LaunchConfig(), Policy())
-    assert full.verdict.endswith("— the trained maximum") and full.smallest_gpu is None
+    assert verdict_text(full.verdict).endswith("— the trained maximum") and full.smallest_gpu is None
     partial = plan(target(QWEN, "16GiB"), LaunchConfig(), Policy(), speed=inputs(288 * GB_S))
     assert partial.smallest_gpu == "NVIDIA GeForce RTX 3090 Ti (24 GiB)"
-    assert partial.speed is not None and [w.kind for w in partial.ways_out] == ["fewer_gpu_layers"]
-    way = partial.ways_out[0]
-    now, then = round(partial.speed.generation_tps[0], 1), round(way.generation_tps[0], 1)
-    assert f"; -ngl {way.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now} to ~{then} tokens/s" in partial.verdict
+    assert partial.speed is not None and partial.verdict.placement == "layers_on_cpu"
+    assert partial.verdict.generation_tps == partial.speed.generation_tps
+    assert [o.code for o in partial.verdict.speed_options] == ["fewer_gpu_layers"]
+    option = partial.verdict.speed_options[0]
+    assert option.ctx_per_slot == 32768 and option.n_gpu_layers < partial.choice.rc.n_gpu_layers
+    now, then = partial.speed.generation_tps[0], option.generation_tps[0]
+    assert then < now
+    assert (f"; -ngl {option.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now:.1f} to ~{then:.1f} "
+            "tokens/s") in verdict_text(partial.verdict)
     none = plan(target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192))
     assert none.choice is None
-    assert none.verdict == ("does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 "
+    assert (none.verdict.cause, none.verdict.pinned_ngl, none.verdict.ctx_min) == ("pinned_ngl", 65, 8192)
+    assert verdict_text(none.verdict) == ("does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 "
                             "as pinned and the smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 "
                             "KV and every layer is NVIDIA GeForce RTX 3090 Ti (24 GiB)")  # fmt: skip
 
 
 def test_low_reserve_warning() -> None:
     t = replace(target(QWEN, "24GiB"), reserve_bytes=256 << 20)
-    assert plan(t, LaunchConfig(), Policy()).warnings == (
-        "the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory pools may not fit",)
+    warnings = plan(t, LaunchConfig(), Policy()).warnings
+    assert warnings == (Notice("small_reserve", {"reserve_bytes": 256 << 20}),)
+    assert notice_text(warnings[0]) == "the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory pools may not fit"
 
 
 def test_gpus_command_reports_detection(monkeypatch) -> None:
