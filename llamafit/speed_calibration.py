@@ -12,7 +12,7 @@ from typing import Any
 
 from .speed import Efficiency, SpeedInputs, with_efficiency
 
-MIN_EFF, MAX_EFF = 0.05, 1.5  # outside this a record says more about the run than the machine
+MIN_EFF, MAX_EFF = 0.01, 2.0  # outside this a record says more about the run than the machine
 
 
 def _implied(record: dict[str, Any], machine: str, architecture: str) -> tuple[str, float] | None:

@@ -102,7 +102,7 @@ def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_p
                              capture_output=True, text=True, env=env, timeout=600, check=False)  # fmt: skip
     finally:
         _stop(proc)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr + out.stdout
     d = json.loads(out.stdout)
     assert (d["ok"], d["n_ctx_slot"], d["n_prompt"], d["n_predicted"]) == (True, 1024, 1008, 16)
     assert d["ttft_s"] > 0 and d["prompt_tps"] > 0 and d["generation_tps"] > 0
@@ -123,7 +123,7 @@ def test_check_verify_on_the_vulkan_device(env: dict[str, str], demo_path: Path)
                              capture_output=True, text=True, env=env, timeout=900, check=False)  # fmt: skip
     finally:
         _stop(proc)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr + out.stdout
     d = json.loads(out.stdout)
     assert (d["ok"], d["n_prompt"], d["n_predicted"]) == (True, 496, 16)  # lavapipe emulates a GPU slowly
 
