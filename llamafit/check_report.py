@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -9,9 +10,9 @@ from .facts import ModelFacts
 from .findings import Notice, WayOut, as_notice
 from .memory import Breakdown, DeviceUsage
 from .resolve import ResolvedConfig
+from .units import MIB
 
 SCHEMA = "llamafit.check/2"
-MIB = 1 << 20
 
 
 def config_json(rc: ResolvedConfig) -> dict[str, Any]:
@@ -54,9 +55,36 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
         "compute_bytes": d.compute_bytes,
         "output_bytes": d.output_bytes,
         "reserve_bytes": d.reserve_bytes,
+        "side_bytes": d.side_bytes,
         "used_bytes": d.used_bytes,
         "free_after_bytes": d.free_after_bytes,
     }
+
+
+def side_models_json(b: Breakdown) -> list[dict[str, Any]]:
+    """One object per side model (draft, mtp, mmproj) with its bytes per device."""
+    return [{"kind": u.kind, "path": u.path, "n_ctx": u.n_ctx, "total_bytes": u.total_bytes,
+             "details": dict(u.details),
+             "devices": [{"name": d.name, "weights_bytes": d.weights_bytes, "kv_bytes": d.kv_bytes,
+                          "compute_bytes": d.compute_bytes, "output_bytes": d.output_bytes,
+                          "total_bytes": d.total_bytes} for d in u.devices if d.total_bytes]}
+            for u in b.side_models]  # fmt: skip
+
+
+_SIDE_NAMES = {"draft": "draft model", "mtp": "MTP context", "mmproj": "projector"}
+
+
+def side_lines(b: Breakdown) -> list[str]:
+    """`Side       draft model x.gguf: CPU 285 MiB (weights 235 + KV 27 + compute 23 + output 1)`."""
+    lines = []
+    for u in b.side_models:
+        lines.append(f"Side       {_SIDE_NAMES.get(u.kind, u.kind)} {os.path.basename(u.path)} "
+                     f"({_mib(u.total_bytes)} MiB, in the rows above)")  # fmt: skip
+        for d in u.devices:
+            if d.total_bytes:
+                lines.append(f"             {d.name}: weights {_mib(d.weights_bytes)} + KV {_mib(d.kv_bytes)} + "
+                             f"compute {_mib(d.compute_bytes)} + output {_mib(d.output_bytes)} MiB")  # fmt: skip
+    return lines
 
 
 def model_json(facts: ModelFacts) -> dict[str, Any]:
@@ -73,6 +101,7 @@ def model_json(facts: ModelFacts) -> dict[str, Any]:
 
 _EXTRA_MODEL = {"mmproj": "a multimodal projector", "draft": "a draft model", "lora": "a LoRA adapter"}
 
+_SIDE_WHAT = {"drop_mmproj": "the projector", "drop_draft": "the draft model", "drop_mtp": "the MTP context"}
 NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "unknown_flag": lambda d: f"llama-server would refuse this flag (kept, not passed on): {d['flag']}",
     "unmodelled_model": lambda d: (f"{d['flag']}: {_EXTRA_MODEL.get(d['what'], d['what'])} is loaded too; "
@@ -84,6 +113,22 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
                               f"{d['runs']} earlier run(s) of this setup"),
     "small_reserve": lambda d: (f"the reserve per GPU is {d['reserve_bytes'] // MIB} MiB: below 512 MiB the CUDA "
                                 "context and memory pools may not fit"),
+    "draft_incompatible": lambda d: f"draft model: llama-server loads it but will not speculate with it: {d['reason']}",
+    "draft_without_spec_type": lambda d: ("-md without --spec-type draft-simple: llama-server loads the draft model "
+                                          "(counted here) but does not speculate with it"),
+    "draft_ctx_ignored": lambda d: ("-cd/--ctx-size-draft: builds with a unified draft context ignore it (the draft "
+                                    "context takes the target's n_ctx)"),
+    "side_step": lambda d: {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
+                            "drop_mmproj": "the projector is left out (--drop-side-models): nothing fits with it",
+                            "drop_draft": "the draft model is left out (--drop-side-models): nothing fits with it",
+                            "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}.get(d["step"], d["step"]),
+    "side_way_out": lambda d: (f"without {_SIDE_WHAT.get(d['step'], d['step'])}, {d['ctx']:,} tokens per slot fit "
+                               "(--drop-side-models)"),
+    "mmproj_skipped": lambda d: f"a projector next to the model is not used: {d['reason']}",
+    "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
+    "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image tokens "
+                                      f"but takes images up to {d['max_tokens']:,} tokens: a large image grows it "
+                                      "(the worst case is in side_models details)"),
     "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
                                  "and will page from disk (slow)"),
@@ -139,6 +184,7 @@ def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
         "model": model_json(facts),
         "config": config_json(rc),
         "devices": [device_json(d) for d in b.devices],
+        "side_models": side_models_json(b),
         "fits": b.fits,
         "host_weights_mapped": b.host_weights_mapped,
         "warnings": notices_json(warnings),
@@ -182,11 +228,13 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
         *device_lines(b),
+        *side_lines(b),
         f"Verdict    {verdict(b)}",
     ]
     lines += [f"Way out    {way_out_text(w)}" for w in ways_out]
     if b.cache_ram_bytes:
-        lines.append(f"Note       llama-server's prompt cache may use up to {_mib(b.cache_ram_bytes)} MiB more host RAM (-cram)")
+        cram = _mib(b.cache_ram_bytes)
+        lines.append(f"Note       llama-server's prompt cache may use up to {cram} MiB more host RAM (-cram)")
     lines += [f"Warning    {notice_text(w)}" for w in warnings]
     return "\n".join(lines)
 

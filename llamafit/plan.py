@@ -12,10 +12,12 @@ from .memory import Breakdown
 from .plan_speed import choice_speed, speed_of, speed_options
 from .resolve import ResolvedConfig
 from .search import STEP, Target, max_context, streams
+from .side_models import SidePlan
+from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
 from .speed import SpeedEstimate, SpeedInputs
+from .units import MIB
 
-MIB = 1 << 20
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
 
 
@@ -30,6 +32,8 @@ class Tradeoff:
     generation_tps: tuple[float, float] | None = None  # at that context: full, empty (speed.py)
 
 
+
+
 @dataclass(frozen=True)
 class PlanResult:
     choice: Choice | None
@@ -40,9 +44,12 @@ class PlanResult:
     warnings: tuple[Notice | str, ...]
     smallest_gpu: str | None = None  # the catalog card that would hold the target context fully
     speed: SpeedEstimate | None = None  # tokens/s of the choice and the inputs behind it (speed.py)
+    side_costs: tuple[SideCost, ...] = ()  # what each side model costs in context (side_plan.py)
+    side: SidePlan | None = None  # the side models the plan keeps (after side_steps)
+    side_steps: tuple[str, ...] = ()  # side_plan.STEPS taken to fit
 
 
-def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str, int] | None:
+def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str | None, int] | None:
     """The smallest catalog card (and the bytes needed) that holds `per_slot` tokens per slot with
     every layer on it, the same KV choice, and the same reserve."""
     from .gpu_catalog import smallest_fitting
@@ -50,14 +57,17 @@ def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[
     backend = target.gpus[0].backend if target.gpus else "cuda"
     big = DeviceSpec("GPU0", "gpu", backend if backend in PADDED_OR_PLAIN else "cuda", 1 << 50, 1 << 50)
     one = replace(target, gpus=(big,))
-    full = replace(cfg, n_ctx=per_slot * streams(one, cfg), n_gpu_layers=target.model.facts.n_layer_all + 1, n_cpu_moe=0,
-                   cpu_moe=False, tensor_split=())  # fmt: skip
+    n_all = target.model.facts.n_layer_all + 1
+    full = replace(cfg, n_ctx=per_slot * streams(one, cfg), n_gpu_layers=n_all, n_cpu_moe=0, cpu_moe=False,
+                   tensor_split=())  # fmt: skip
     evaluated = one.evaluate(full)
     if evaluated is None:
         return None
     need = evaluated[1].devices[0].used_bytes
     card = smallest_fitting(need)
-    return (f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need) if card else (None, need)  # type: ignore[return-value]
+    if card is None:
+        return None, need
+    return f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need
 
 
 def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int,
@@ -67,9 +77,9 @@ def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: i
     for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
         ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
-        ctx = max_context(target, cfg, hi, lo)
-        est = speed_of(target, replace(cfg, n_ctx=ctx * streams(target, cfg)), speed) if speed and ctx else None
-        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, ctx,
+        best = max_context(target, cfg, hi, lo)
+        est = speed_of(target, replace(cfg, n_ctx=best * streams(target, cfg)), speed) if speed and best else None
+        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, best,
                              est.generation_tps if est else None))  # fmt: skip
     return rows
 
@@ -132,22 +142,27 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
     try:
         choice = solve(target, cfg, policy)
     except NoFit as e:
+        fallback, ways = _without_side_models(target, cfg, policy, speed)
+        if fallback is not None:
+            return fallback
+        warnings += ways
         rows = tradeoffs(target, cfg, policy, STEP, hi)
-        card = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
-        name = card[0] if card else None
+        need = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
+        name = need[0] if need else None
         verdict = Verdict(False, lo, hi, hi == target.model.facts.n_ctx_train, smallest_gpu=name, cause=e.cause,
                           pinned_ngl=e.pinned_ngl)  # fmt: skip
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
     host = choice.breakdown.devices[-1]
     if target.gpus and not host.fits:
-        warnings.append(Notice("host_ram_short", {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}))
+        short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
+        warnings.append(Notice("host_ram_short", short))
     rows = tradeoffs(target, choice.cfg, policy, STEP, hi, speed)
     per_tokens, per_layer = marginal_costs(target, choice)
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)
     est = choice_speed(target, choice, speed) if speed else None
-    if est is not None:
+    if est is not None and speed is not None:
         verdict = replace(verdict, generation_tps=est.generation_tps,
-                          speed_options=tuple(speed_options(target, choice, hi, speed)) if speed else ())  # fmt: skip
+                          speed_options=tuple(speed_options(target, choice, hi, speed)))  # fmt: skip
     card = None
     partial = bool(target.gpus) and choice.rc.n_gpu_layers < target.model.facts.n_layer_all + 1
     if choice.ctx < hi or partial or choice.rc.n_cpu_moe:
@@ -155,4 +170,40 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
         if found and found[0]:
             card = found[0]
             verdict = replace(verdict, smallest_gpu=card)
-    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est)
+    side_bytes: dict[str, int] = {}
+    for u in choice.breakdown.side_models:
+        side_bytes[u.kind] = sum(d.total_bytes for d in u.devices if d.name in {g.name for g in target.gpus}) \
+            if target.gpus else u.total_bytes
+    costs = context_costs(target, choice.cfg, choice.ctx, hi, side_bytes)
+    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est, costs,
+                      target.side)  # fmt: skip
+
+
+def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy,
+                         speed: SpeedInputs | None) -> tuple[PlanResult | None, list[Notice | str]]:  # fmt: skip
+    """Nothing fits with the side models: the projector to the CPU first (it keeps working), then, with
+    --drop-side-models, each side model left out in turn (side_plan.STEPS). Without --drop-side-models
+    the drops that would fit are said as notices (side_way_out {step, ctx}) instead."""
+    side, steps = target.side, list[str]()
+    ways: list[Notice | str] = []
+    if side is None:
+        return None, ways
+    for step in STEPS:
+        if side is None or not applicable(side, step):
+            continue
+        trial = apply_step(side, step)
+        if step != "mmproj_to_cpu" and not policy.drop_side:
+            try:
+                ways.append(Notice("side_way_out", {"step": step, "ctx": solve(replace(target, side=trial), cfg, policy).ctx}))
+            except NoFit:
+                pass
+            continue
+        side, steps = trial, steps + [step]
+        try:
+            solve(replace(target, side=side), cfg, policy)
+        except NoFit:
+            continue
+        result = plan(replace(target, side=side), cfg, policy, speed=speed)
+        taken = tuple(Notice("side_step", {"step": s}) for s in steps)
+        return replace(result, side=side, side_steps=tuple(steps), warnings=taken + result.warnings), ways
+    return None, ways

@@ -10,6 +10,7 @@ from .check_report import (
     model_json,
     notice_text,
     notices_json,
+    side_models_json,
 )
 from .command import display
 from .devices import DeviceSpec
@@ -17,6 +18,7 @@ from .facts import ModelFacts
 from .findings import SpeedOption, Verdict
 from .plan import PlanResult
 from .speed import SpeedEstimate
+from .side_plan import SideCost
 
 SCHEMA = "llamafit.plan/2"
 
@@ -52,8 +54,8 @@ def verdict_text(v: Verdict) -> str:
     if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
         text += " — the trained maximum" if v.trained_max else ""
     elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
-        text += (f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
-                 f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)")  # fmt: skip
+        text += f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
+        text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)"
     if v.generation_tps is not None:
         text += "".join(_speed_cost(v.generation_tps[0], o) for o in v.speed_options)
     if v.smallest_gpu:
@@ -83,6 +85,9 @@ def _pair(p: tuple[float, float] | None) -> list[float] | None:
 
 def verdict_json(v: Verdict) -> dict[str, Any]:
     """The verdict's values (README: plan --json `verdict`) and its sentence."""
+    flash_attn = None
+    if v.fits:
+        flash_attn = "on" if v.flash_attn else "off"
     return {
         "fits": v.fits,
         "context_per_slot": v.ctx_per_slot,
@@ -95,7 +100,7 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "n_cpu_moe": v.n_cpu_moe,
         "type_k": v.type_k,
         "type_v": v.type_v,
-        "flash_attn": None if v.ctx_per_slot is None else ("on" if v.flash_attn else "off"),
+        "flash_attn": flash_attn,
         "more_gpu_mib": v.more_gpu_mib,
         "blocks_to_cpu": v.blocks_to_cpu,
         "generation_tps": _pair(v.generation_tps),
@@ -134,7 +139,21 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "smallest_gpu": result.smallest_gpu,
         "speed": speed_json(result.speed),
         "warnings": notices_json(result.warnings),
+        "side_models": side_models_json(c.breakdown) if c else [],
+        "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
+        "side_steps": list(result.side_steps),
     }
+
+
+_SIDE = {"mmproj": "the projector", "draft": "the draft model", "mtp": "the MTP context"}
+
+
+def side_cost_text(sc: SideCost) -> str:
+    """`the projector costs 3,840 tokens of context (918 MiB)`."""
+    what = f"{_SIDE.get(sc.kind, sc.kind)} ({sc.bytes / 2**20:,.0f} MiB)"
+    if not sc.tokens:
+        return f"{what} costs no context here (the context is at its limit without it too)"
+    return f"{what} costs {sc.tokens:,} tokens of context per slot"
 
 
 def speed_json(est: SpeedEstimate | None) -> dict[str, Any] | None:
@@ -167,7 +186,7 @@ def speed_lines(est: SpeedEstimate | None) -> list[str]:
     lines = [f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty context){prompt}"]
     for d in est.devices:
         lines.append(f"           {d.device}: {(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-"
-                     f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f} MiB per token at "
+                     f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f} MiB/token, "
                      f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f} ({_short(d.bandwidth.source)})")  # fmt: skip
     if est.calibrated:
         lines.append(f"           calibrated: {est.calibrated}")
@@ -209,6 +228,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
             line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
             line += f"about {per_layer / per_tokens * 1000:,.0f} tokens"
         lines.append(line)
+    lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines += speed_lines(result.speed)
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
     lines += [f"Warning    {notice_text(w)}" for w in result.warnings]

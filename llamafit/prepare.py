@@ -19,18 +19,20 @@ from .errors import InputError
 from .facts import ModelFacts, build_facts
 from .findings import Notice, as_notice
 from .gguf_model import GGUFModel
-from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
+from .hardware import GPUInfo, Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
 from .memory import MemoryModel
 from .resolve import ResolvedConfig
 from .paths import calibration_path
 from .search import Target
 from .speed import SpeedInputs
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
+from .side_load import load_side_plan
+from .side_models import MODELLED
+from .units import MIB
 
 if TYPE_CHECKING:
     from .server_find import ServerChoice
 
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Request:
     engine: str = "llama-server"
     build: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    auto_mmproj: bool = False  # plan, run, script: a projector next to the model is used (--no-mmproj: not)
 
 
 @dataclass(frozen=True)
@@ -129,10 +132,30 @@ HostFn = Callable[[], DeviceSpec]
 DetectFn = Callable[[Mapping[str, str]], Hardware]
 
 
-def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn,
-            detect_fn: DetectFn) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
-    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them."""
-    if spec.gpu_spec is None:
+VulkanFn = Callable[[Mapping[str, str]], tuple[DeviceSpec, ...]]
+
+
+def _default_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
+    from .vulkan_info import detect_vulkan, device_specs
+
+    return device_specs(detect_vulkan(env))
+
+
+def _no_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
+    return ()
+
+
+def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
+            vulkan_fn: VulkanFn = _no_vulkan) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them.
+
+    With --backend vulkan and no --gpu, the Vulkan devices come from vulkaninfo (memory and the
+    tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
+    """
+    vk = vulkan_fn(env) if spec.gpu_spec is None and spec.backend == "vulkan" else ()
+    if vk:
+        hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo")
+    elif spec.gpu_spec is None:
         hw = detect_fn(env)
     else:
         hw = given(parse_gpu_option(spec.gpu_spec, backend=spec.backend), host_fn())
@@ -152,9 +175,13 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
         model = parsed.model
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
-    facts = build_facts(load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env))
-    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect)
-    target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes)
+    gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
+    facts = build_facts(gguf)
+    vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
+    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn)
+    side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj)
+    target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
+                    side=side)  # fmt: skip
     p = Prepared(parsed, facts, target, hw)
     if server is not None:
         p = for_server(p, server)
@@ -225,8 +252,9 @@ _EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmp
 def flag_warnings(p: Prepared) -> list[Notice | str]:
     """What the flags and the calibration file add that the prediction does not show."""
     warnings: list[Notice | str] = [Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown]
+    warnings += list(p.target.side.notes) if p.target.side else []
     for flag in p.parsed.passthrough:
-        if flag in _EXTRA_MODELS:
+        if flag in _EXTRA_MODELS and flag not in MODELLED:
             warnings.append(Notice("unmodelled_model", {"flag": flag, "what": _EXTRA_MODELS[flag]}))
     cfg = p.parsed.config
     if cfg.devices or cfg.rpc:

@@ -32,8 +32,8 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "placement": "all_gpu", "n_layer": 65, "n_gpu_layers": 65, "n_cpu_moe": 0, "type_k": "q8_0", "type_v": "q8_0",
         "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "generation_tps": None,
         "speed_options": [], "smallest_gpu": None, "cause": None, "pinned_ngl": None,
-        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the trained "
-                "maximum",
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the "
+                "trained maximum",
     }  # fmt: skip
     assert 130 < d["mib_per_1000_tokens"] < 140  # 136 KiB per token of q8_0 KV, plus the compute slope
 
@@ -49,12 +49,16 @@ def test_pinned_flags_after_double_dash_are_kept_and_passed_through() -> None:
 def test_nothing_fits_exits_1_with_a_verdict() -> None:
     result = plan(QWEN, "--gpu", "2GiB", "--min-ctx", "32768", "--", "-ngl", "65")
     assert result.exit_code == 1
-    assert "Verdict    does not fit: no configuration fits 32,768 tokens per slot" in result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        "Verdict    does not fit: no configuration fits 32,768 tokens per slot on this machine, with -ngl 65 as "
+        "pinned and the smallest KV cache; the smallest GPU that holds 32,768 tokens with q8_0 KV and every layer "
+        "is NVIDIA GeForce RTX 3090 Ti (24 GiB)")
 
 
 def test_bad_policy_input_is_exit_2() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--min-ctx", "65536", "--ctx-max", "8192")
-    assert (result.exit_code, result.stderr) == (2, "Error: --min-ctx 65536 is larger than the largest context asked for (8192)\n")
+    error = "Error: --min-ctx 65536 is larger than the largest context asked for (8192)\n"
+    assert (result.exit_code, result.stderr) == (2, error)
 
 
 def test_plan_json_speed_for_a_catalog_card() -> None:
@@ -72,3 +76,44 @@ def test_plan_json_speed_for_a_catalog_card() -> None:
     assert high == round(1008e9 * 0.62 / empty, 2) and low == round(1008e9 * 0.62 / full, 2)
     assert d["verdict"]["generation_tps"] == [low, high]
     assert all(t["generation_tps"] for t in d["tradeoffs"])  # the trade-off column
+
+
+def test_a_pinned_combination_llama_cpp_rejects_is_bad_input() -> None:
+    result = plan(QWEN, "--gpu", "24GiB", "--", "-ctv", "q8_0", "-fa", "off")
+    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled\n")
+
+
+def test_cpu_only_plans_emit_ngl_0() -> None:
+    d = json.loads(plan(str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--json").stdout)
+    assert d["command"][d["command"].index("-ngl") + 1] == "0"
+
+
+def test_the_whole_text_of_a_partial_offload(fixed_host) -> None:
+    result = plan(QWEN, "--gpu", "rtx4080")
+    assert result.exit_code == 0
+    assert result.stdout == f"""\
+Model      {QWEN} (qwen2, Q4_K_M, trained 32,768 tokens)
+Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
+Command    llama-server -m {QWEN} -c 4608 -ngl 53 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 --fit off
+device        usable   weights       KV  recur.  compute  output  reserve      used      left   (MiB)
+CUDA0         16,384    15,044      263       0       52       0    1,024    16,383         1
+CPU           49,152     3,882       61       0       52       2        0     3,997    45,155
+Trade-offs (largest context per slot at this offload):
+  fa  K     V      -ngl cpu-moe  max context  tokens/s
+  on  f16   f16      53       0        1,280   7.1-7.2
+  off f16   f16      53       0        1,280   7.1-7.2
+  on  f16   q8_0     53       0        1,536   7.1-7.2
+  on  f16   q4_0     53       0        1,792   7.1-7.2
+  on  q8_0  q8_0     53       0        2,304   7.1-7.2
+  on  q8_0  q4_0     53       0        3,072   7.1-7.2
+  on  q4_0  q4_0     53       0        4,608   7.1-7.2
+Marginal   57.4 MiB per 1,000 tokens per slot; 266.7 MiB per block on the GPU: each block moved to the CPU \
+buys about 4,648 tokens
+Speed      generation ~7.1-7.2 tokens/s (full to empty context); prompt ~481 tokens/s (rough)
+           CUDA0: 15,059-15,307 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX 4080)
+           CPU: 3,468-3,525 MiB/token, 50.0 GB/s x 0.70 ($LLAMAFIT_HOST_BANDWIDTH)
+Verdict    fits 4,608 tokens per slot with 12 of 65 layers on the CPU (slower), q4_0/q4_0 KV, flash attention \
+on; 32,768 would need about 1,616 MiB more GPU memory (each block moved to the CPU frees 267 MiB: about 7 \
+blocks); -ngl 47 fits 32,768 tokens but generation drops from ~7.1 to ~4.8 tokens/s; the smallest GPU that \
+holds all 32,768 tokens this way is NVIDIA GeForce RTX 3090 Ti (24 GiB)
+"""
