@@ -1,7 +1,7 @@
 """The speed model learns from earlier runs (pure): `run --verify` records what the server measured
 next to what the model estimated at that fill (run_verify.py). For the same machine and model family
-(GGUF architecture), the generation efficiency of the slowest backend becomes the median of
-efficiency x measured / estimated over those runs, and estimates say so."""
+(GGUF architecture), the generation efficiencies (memory, and on the CPU decode and attention) of the
+slowest backend are scaled by the median measured / estimated over those runs, and estimates say so."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from .speed import Efficiency, SpeedInputs, with_efficiency
 
-MIN_EFF, MAX_EFF = 0.01, 2.0  # outside this a record says more about the run than the machine
+MIN_RATIO, MAX_RATIO = 0.01, 10.0  # outside this a record says more about the run than the machine
 
 
 def _implied(record: dict[str, Any], machine: str, architecture: str) -> tuple[str, float] | None:
@@ -26,8 +26,8 @@ def _implied(record: dict[str, Any], machine: str, architecture: str) -> tuple[s
     if not isinstance(backend, str) or not all(isinstance(v, (int, float)) and 0 < v < 1e9 for v in
                                                (measured, estimated, eff)):  # fmt: skip
         return None
-    implied = float(eff) * float(measured) / float(estimated)  # type: ignore[arg-type]
-    return (backend, implied) if MIN_EFF <= implied <= MAX_EFF else None
+    ratio = float(measured) / float(estimated)  # type: ignore[arg-type]
+    return (backend, ratio) if MIN_RATIO <= ratio <= MAX_RATIO else None
 
 
 def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str, architecture: str) -> SpeedInputs:
@@ -40,9 +40,11 @@ def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine
     notes = []
     for backend, values in sorted(by_backend.items()):
         base = inputs.efficiency_for(backend)
-        eff = statistics.median(values)
-        source = f"median of {len(values)} verified run(s) of {architecture} on this machine"
-        inputs = with_efficiency(inputs, backend, Efficiency(eff, base.prompt, source, base.decode, base.attention))
-        notes.append(f"{backend} generation efficiency {eff:.2f} from {len(values)} verified run(s) of {architecture} "
-                     "on this machine")  # fmt: skip
+        r = statistics.median(values)
+        source = f"{base.source}, x {r:.2f}: the median of {len(values)} verified run(s) of {architecture} here"
+        scaled = Efficiency(base.generation * r, base.prompt, source, base.decode and base.decode * r,
+                            base.attention and base.attention * r)  # fmt: skip
+        inputs = with_efficiency(inputs, backend, scaled)
+        notes.append(f"{backend} generation speed x {r:.2f}, measured by {len(values)} verified run(s) of "
+                     f"{architecture} on this machine")  # fmt: skip
     return replace(inputs, calibrated="; ".join(notes)) if notes else inputs

@@ -100,20 +100,20 @@ CUDA0         16,384    15,044      263       0       52       0    1,024    16,
 CPU           49,152     3,882       61       0       52       2        0     3,997    45,155
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s
-  on  f16   f16      53       0        1,280   7.1-7.2
-  off f16   f16      53       0        1,280   7.1-7.2
-  on  f16   q8_0     53       0        1,536   7.1-7.2
-  on  f16   q4_0     53       0        1,792   7.1-7.2
-  on  q8_0  q8_0     53       0        2,304   7.1-7.2
-  on  q8_0  q4_0     53       0        3,072   7.1-7.2
-  on  q4_0  q4_0     53       0        4,608   7.1-7.2
+  on  f16   f16      53       0        1,280   6.3-7.0
+  off f16   f16      53       0        1,280   6.3-7.0
+  on  f16   q8_0     53       0        1,536   6.2-7.0
+  on  f16   q4_0     53       0        1,792   6.0-7.0
+  on  q8_0  q8_0     53       0        2,304   5.8-7.0
+  on  q8_0  q4_0     53       0        3,072   5.4-7.0
+  on  q4_0  q4_0     53       0        4,608   4.9-7.0
 Marginal   57.4 MiB per 1,000 tokens per slot; 266.7 MiB per block on the GPU: each block moved to the CPU \
 buys about 4,648 tokens
-Speed      generation ~7.1-7.2 tokens/s (full to empty context); prompt ~481 tokens/s (rough)
+Speed      generation ~4.9-7.0 tokens/s (full to empty context); prompt ~481 tokens/s (rough)
            CUDA0: 15,059-15,307 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX 4080)
            CPU: 3,468-3,525 MiB/token, 50.0 GB/s x 0.70 ($LLAMAFIT_HOST_BANDWIDTH)
 Verdict    fits 4,608 tokens per slot with 12 of 65 layers on the CPU (slower), q4_0/q4_0 KV, flash attention \
 on; 32,768 would need about 1,616 MiB more GPU memory (each block moved to the CPU frees 267 MiB: about 7 \
-blocks); -ngl 47 fits 32,768 tokens but generation drops from ~7.1 to ~4.8 tokens/s; the smallest GPU that \
+blocks); -ngl 47 fits 32,768 tokens but generation drops from ~4.9 to ~1.1 tokens/s; the smallest GPU that \
 holds all 32,768 tokens this way is NVIDIA GeForce RTX 3090 Ti (24 GiB)
 """

@@ -88,7 +88,7 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(env: dic
     later = subprocess.run([sys.executable, "-m", "llamafit", "plan", "--demo", "--gpu", "cpu", "--json", "--ctx", "3072"],
                            capture_output=True, text=True, env=env, check=True)  # fmt: skip
     calibrated = json.loads(later.stdout)["speed"]["calibrated"]
-    assert calibrated.startswith("cpu generation efficiency ") and "1 verified run(s) of gemma3" in calibrated
+    assert calibrated.startswith("cpu generation speed x ") and "1 verified run(s) of gemma3" in calibrated
 
 
 def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_path: Path) -> None:
