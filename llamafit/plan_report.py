@@ -185,9 +185,9 @@ def speed_lines(est: SpeedEstimate | None) -> list[str]:
     prompt = "" if est.prompt_tps is None else f"; prompt ~{tps_text(est.prompt_tps)} tokens/s (rough)"
     lines = [f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty context){prompt}"]
     for d in est.devices:
-        lines.append(f"           {d.device}: {(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-"
-                     f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f} MiB/token, "
-                     f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f} ({_short(d.bandwidth.source)})")  # fmt: skip
+        read = f"{(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
+        rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
+        lines.append(f"           {d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
         lines.append(f"           calibrated: {est.calibrated}")
     return lines

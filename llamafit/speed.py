@@ -66,8 +66,13 @@ class Efficiency:
 EFFICIENCY: dict[str, Efficiency] = {
     # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
     # attention (F16 K/V, softmax, one token) reaches a tenth of it
-    "cpu": Efficiency(0.70, 3.0, "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
-                      decode=0.74, attention=0.09),
+    "cpu": Efficiency(
+        0.70,
+        3.0,
+        "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
+        decode=0.74,
+        attention=0.09,
+    ),
     "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
     "rocm": Efficiency(0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"),
     "metal": Efficiency(0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench_speed.py)"),
@@ -207,7 +212,7 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
             matmul = r.flops[dev] / (rate * eff.decode)
             attn = [(r.attn_cell[dev] * _cells(n, n_swa, False) + r.attn_swa_cell[dev] * _cells(n, n_swa, True))
                     / (rate * eff.attention) for n in fills]  # fmt: skip
-            seconds = [max(m, matmul) + a for m, a in zip(memory, attn)]
+            seconds = [max(m, matmul) + a for m, a in zip(memory, attn, strict=True)]
             bound = "compute" if matmul > memory[0] else "memory"
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
                                eff.source, (seconds[0], seconds[1]), bound))  # fmt: skip

@@ -30,7 +30,8 @@ def _implied(record: dict[str, Any], machine: str, architecture: str) -> tuple[s
     return (backend, ratio) if MIN_RATIO <= ratio <= MAX_RATIO else None
 
 
-def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str, architecture: str) -> SpeedInputs:
+def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str,
+              architecture: str) -> SpeedInputs:  # fmt: skip
     """Inputs with the generation efficiency learned from earlier verified runs, when there are any."""
     by_backend: dict[str, list[float]] = {}
     for r in records:
@@ -40,11 +41,11 @@ def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine
     notes = []
     for backend, values in sorted(by_backend.items()):
         base = inputs.efficiency_for(backend)
-        r = statistics.median(values)
-        source = f"{base.source}, x {r:.2f}: the median of {len(values)} verified run(s) of {architecture} here"
-        scaled = Efficiency(base.generation * r, base.prompt, source, base.decode and base.decode * r,
-                            base.attention and base.attention * r)  # fmt: skip
+        ratio = statistics.median(values)
+        source = f"{base.source}, x {ratio:.2f}: the median of {len(values)} verified run(s) of {architecture} here"
+        scaled = Efficiency(base.generation * ratio, base.prompt, source, base.decode and base.decode * ratio,
+                            base.attention and base.attention * ratio)  # fmt: skip
         inputs = with_efficiency(inputs, backend, scaled)
-        notes.append(f"{backend} generation speed x {r:.2f}, measured by {len(values)} verified run(s) of "
+        notes.append(f"{backend} generation speed x {ratio:.2f}, measured by {len(values)} verified run(s) of "
                      f"{architecture} on this machine")  # fmt: skip
     return replace(inputs, calibrated="; ".join(notes)) if notes else inputs

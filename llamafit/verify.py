@@ -54,7 +54,8 @@ class VerifyResult:
     timings: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "n_ctx_slot": self.n_ctx_slot, "n_prompt": self.n_prompt, "n_predicted": self.n_predicted,
+        return {"ok": self.ok, "n_ctx_slot": self.n_ctx_slot, "n_prompt": self.n_prompt,
+                "n_predicted": self.n_predicted,
                 "ttft_s": self.ttft_s, "prompt_tps": self.prompt_tps, "generation_tps": self.generation_tps,
                 "wall_s": round(self.wall_s, 3),
                 "device_memory": [{"device": d.device, "used_bytes": d.used_bytes, "source": d.source}
@@ -116,7 +117,7 @@ def device_memory(pid: int | None, sysfs: str = "/sys/class/drm") -> tuple[tuple
     """Device memory in use: NVML's per-process figure for `pid`, else amdgpu's per card; (readings, why none)."""
     found: list[DeviceMemory] = []
     try:
-        import pynvml  # type: ignore[import-untyped]
+        import pynvml
 
         pynvml.nvmlInit()
         try:
@@ -144,7 +145,7 @@ def host_rss(pid: int | None) -> int | None:
     if pid is None:
         return None
     try:
-        import psutil  # type: ignore[import-untyped]
+        import psutil
 
         return int(psutil.Process(pid).memory_info().rss)
     except Exception:  # noqa: BLE001 - gone, or no psutil
@@ -189,7 +190,9 @@ def verify_lines(r: VerifyResult) -> list[str]:
     """The verification for people (MiB only here)."""
     lines = []
     if r.ok:
-        lines.append(f"Verified   {r.n_prompt:,} prompt tokens + {r.n_predicted} generated in a {r.n_ctx_slot:,}-token slot")
+        lines.append(
+            f"Verified   {r.n_prompt:,} prompt tokens + {r.n_predicted} generated in a {r.n_ctx_slot:,}-token slot"
+        )
         if r.ttft_s is not None and r.prompt_tps and r.generation_tps:
             lines.append(f"           time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s prompt); "
                          f"generation {r.generation_tps:,.1f} tokens/s at a full context")  # fmt: skip

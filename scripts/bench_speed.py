@@ -41,14 +41,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llamafit import gpu_catalog
-from llamafit.config import LaunchConfig
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
-from llamafit.host_probe import measure_bandwidth, measure_flops
-from llamafit.memory import MemoryModel
-from llamafit.resolve import resolve
-from llamafit.speed import (
+from llamafit import gpu_catalog  # noqa: E402
+from llamafit.config import LaunchConfig  # noqa: E402
+from llamafit.facts import build_facts  # noqa: E402
+from llamafit.gguf_model import read_model  # noqa: E402
+from llamafit.host_probe import measure_bandwidth, measure_flops  # noqa: E402
+from llamafit.memory import MemoryModel  # noqa: E402
+from llamafit.resolve import resolve  # noqa: E402
+from llamafit.speed import (  # noqa: E402
     EFFICIENCY,
     KV_PAD,
     Efficiency,
@@ -142,23 +142,32 @@ def local(args: argparse.Namespace) -> list[float]:
                                 implied["generation"].append(mem)
                                 implied["decode"].append(w_flops * measured / flops)
                         elif t0 is not None and 1 / measured > t0:
-                            a = (_attn_flops(model, rc, fill) - _attn_flops(model, rc, args.n_gen // 2)) / ((1 / measured - t0) * flops)
+                            a = (_attn_flops(model, rc, fill) - _attn_flops(model, rc, args.n_gen // 2)) / (
+                                (1 / measured - t0) * flops
+                            )
                             note += f" attention {a:.3f}"
                             if counted:
                                 implied["attention"].append(a)
                         if counted:
                             errors.append(err)
                     elif counted:
-                        p = (estimate_flops(model, rc) + _attn_flops(model, rc, depth + args.n_prompt // 2)) * measured / flops
+                        p = (
+                            (estimate_flops(model, rc) + _attn_flops(model, rc, depth + args.n_prompt // 2))
+                            * measured
+                            / flops
+                        )
                         note = f"  prompt {p:.2f}"
                         implied["prompt"].append(p)
                     test = f"tg{r['n_gen']}" if gen else f"pp{r['n_prompt']}"
-                    print(f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{flops / 1e9:>6.1f}{test:>6}{guess:>9.1f}"
-                          f"{measured:>9.1f}{err:>+7.0%}{note}" + ("" if counted else "  (in cache: not counted)"))  # fmt: skip
+                    where = f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{flops / 1e9:>6.1f}{test:>6}"
+                    tail = "" if counted else "  (in cache: not counted)"
+                    print(f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{note}{tail}")
     if errors:
         worst = max(errors, key=abs)
-        print(f"Local      generation: {len(errors)} runs, median error {statistics.median(errors):+.0%}, worst {worst:+.0%} "
-              f"(target ±20% at every depth: {'met' if all(abs(e) <= 0.2 for e in errors) else 'NOT met'})")  # fmt: skip
+        met = "met" if all(abs(e) <= 0.2 for e in errors) else "NOT met"
+        median = statistics.median(errors)
+        print(f"Local      generation: {len(errors)} runs, median error {median:+.0%}, worst {worst:+.0%} "
+              f"(target ±20% at every depth: {met})")  # fmt: skip
         print("Local      implied cpu efficiencies (medians): " + ", ".join(
             f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v))  # fmt: skip
     return errors
@@ -212,12 +221,15 @@ def public() -> float | None:
         print(f"{row['device'][:21]:<22}{row['backend']:<8}{row['model'][:19]:<20}{row['quant']:<8}{bw / 1e9:>6.0f}"
               f"{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}")  # fmt: skip
     med = statistics.median(abs(e) for e in errors)
-    print(f"Public     generation: median |error| {med:.0%} with EFFICIENCY (target <= 20%: {'met' if med <= 0.2 else 'NOT met'}); "
-          f"leave-one-out median |error| {statistics.median(abs(e) for e in loo_errors):.0%}")  # fmt: skip
+    met = "met" if med <= 0.2 else "NOT met"
+    loo = statistics.median(abs(e) for e in loo_errors)
+    print(f"Public     generation: median |error| {med:.0%} with EFFICIENCY (target <= 20%: {met}); "
+          f"leave-one-out median |error| {loo:.0%}")  # fmt: skip
     for backend in sorted({r["backend"] for r in rows}):
-        vals = [a for a, r in zip(achieved, rows) if r["backend"] == backend]
-        print(f"Public     implied {backend} generation efficiency: median {statistics.median(vals):.2f} over {len(vals)} "
-              f"(EFFICIENCY holds {EFFICIENCY.get(backend, Efficiency(0, 0, '')).generation:.2f})")  # fmt: skip
+        vals = [a for a, r in zip(achieved, rows, strict=True) if r["backend"] == backend]
+        held = EFFICIENCY.get(backend, Efficiency(0, 0, "")).generation
+        print(f"Public     implied {backend} generation efficiency: median {statistics.median(vals):.2f} "
+              f"over {len(vals)} (EFFICIENCY holds {held:.2f})")  # fmt: skip
     return med
 
 

