@@ -154,8 +154,8 @@ def _policy_options(f: Any) -> Any:
     options = [
         click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
                      show_default=True,
-                     help="speed: all layers on the GPU first; context: the longest context first; "
-                          "quality: f16 KV first."),
+                     help="speed: all layers on the GPU first, then the faster estimate; "
+                          "context: the longest context first; quality: f16 KV first."),
         click.option("--ctx-max", type=click.IntRange(256),
                      help="Largest context per slot to aim for (default: trained)."),
         click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),

@@ -216,11 +216,12 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         lines.append(f"Command    {display(argv)}")
     lines += device_lines
     lines.append("Trade-offs (largest context per slot at this offload):")
-    lines.append(f"  {'fa':<4}{'K':<6}{'V':<6}{'-ngl':>5}{'cpu-moe':>8}{'max context':>13}{'tokens/s':>10}")
+    speed = any(t.generation_tps for t in result.tradeoffs)  # the column only where bandwidths are known
+    lines.append(f"  {'fa':<4}{'K':<6}{'V':<6}{'-ngl':>5}{'cpu-moe':>8}{'max context':>13}" + ("  tokens/s" * speed))
     for t in result.tradeoffs:
         ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
         lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}{ctx:>13}"
-                     f"{_tps(t.generation_tps):>10}")  # fmt: skip
+                     + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
     per_tokens, per_layer = result.mib_per_1000_tokens, result.mib_per_layer
     if per_tokens is not None:
         line = f"Marginal   {per_tokens:,.1f} MiB per 1,000 tokens per slot"
