@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .safe_text import printable
 from .facts import ModelFacts
 from .findings import Notice, WayOut, as_notice
 from .memory import Breakdown, DeviceUsage
@@ -55,6 +56,8 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
         "compute_bytes": d.compute_bytes,
         "output_bytes": d.output_bytes,
         "reserve_bytes": d.reserve_bytes,
+        "overhead_bytes": d.overhead_bytes,
+        "pinned_bytes": d.pinned_bytes,
         "side_bytes": d.side_bytes,
         "used_bytes": d.used_bytes,
         "free_after_bytes": d.free_after_bytes,
@@ -101,6 +104,10 @@ def model_json(facts: ModelFacts) -> dict[str, Any]:
 
 _EXTRA_MODEL = {"mmproj": "a multimodal projector", "draft": "a draft model", "lora": "a LoRA adapter"}
 
+_SIDE_STEP = {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
+              "drop_mmproj": "the projector is left out (--drop-side-models): nothing fits with it",
+              "drop_draft": "the draft model is left out (--drop-side-models): nothing fits with it",
+              "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}
 _SIDE_WHAT = {"drop_mmproj": "the projector", "drop_draft": "the draft model", "drop_mtp": "the MTP context"}
 NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "unknown_flag": lambda d: f"llama-server would refuse this flag (kept, not passed on): {d['flag']}",
@@ -111,6 +118,9 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
     "calibration": lambda d: (f"calibration: compute buffers scaled by {d['compute_scale']:.3f}, the median of "
                               f"{d['runs']} earlier run(s) of this setup"),
+    "calibration_skipped": lambda d: (f"calibration: skipped {d['count']} damaged record(s) in {d['path']} "
+                                      f"({d['reason']})"),
+    "calibration_unread": lambda d: f"calibration: {d['path']} not read: {d['reason']}",
     "small_reserve": lambda d: (f"the reserve per GPU is {d['reserve_bytes'] // MIB} MiB: below 512 MiB the CUDA "
                                 "context and memory pools may not fit"),
     "draft_incompatible": lambda d: f"draft model: llama-server loads it but will not speculate with it: {d['reason']}",
@@ -118,16 +128,16 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
                                           "(counted here) but does not speculate with it"),
     "draft_ctx_ignored": lambda d: ("-cd/--ctx-size-draft: builds with a unified draft context ignore it (the draft "
                                     "context takes the target's n_ctx)"),
-    "side_step": lambda d: {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
-                            "drop_mmproj": "the projector is left out (--drop-side-models): nothing fits with it",
-                            "drop_draft": "the draft model is left out (--drop-side-models): nothing fits with it",
-                            "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}.get(d["step"], d["step"]),
+    "side_step": lambda d: _SIDE_STEP.get(d["step"], d["step"]),
     "side_way_out": lambda d: (f"without {_SIDE_WHAT.get(d['step'], d['step'])}, {d['ctx']:,} tokens per slot fit "
                                "(--drop-side-models)"),
+    "mmproj_offload_costs": lambda d: (f"with --no-mmproj-offload (the image encoder on the CPU) -ngl "
+                                       f"{d['n_gpu_layers']} and {d['ctx']:,} tokens per slot fit"),
     "mmproj_skipped": lambda d: f"a projector next to the model is not used: {d['reason']}",
     "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
-    "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image tokens "
-                                      f"but takes images up to {d['max_tokens']:,} tokens: a large image grows it "
+    "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image "
+                                      f"tokens but takes images up to {d['max_tokens']:,} tokens: a large image "
+                                      "grows it "
                                       "(the worst case is in side_models details)"),
     "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
@@ -223,7 +233,8 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
             ways_out: Sequence[WayOut]) -> str:  # fmt: skip
     slots = f"{rc.n_seq_max} slot(s), {'unified' if rc.kv_unified else 'per-slot'} KV"
     lines = [
-        f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
+        f"Model      {printable(facts.path)} ({printable(facts.architecture)}, {facts.file_type}, "
+        f"trained {facts.n_ctx_train:,} tokens)",
         f"Config     -c {rc.n_ctx} ({rc.n_ctx_seq:,} per slot, {slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
@@ -235,7 +246,7 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
     if b.cache_ram_bytes:
         cram = _mib(b.cache_ram_bytes)
         lines.append(f"Note       llama-server's prompt cache may use up to {cram} MiB more host RAM (-cram)")
-    lines += [f"Warning    {notice_text(w)}" for w in warnings]
+    lines += [f"Warning    {printable(notice_text(w))}" for w in warnings]
     return "\n".join(lines)
 
 

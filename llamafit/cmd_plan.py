@@ -21,7 +21,8 @@ def render_plan(p: Prepared, policy: Policy) -> tuple[Report, PlanResult]:
     result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
-    passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())
+    side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())
+    passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + side_flags
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = warnings_for(p, c.rc if c else None)

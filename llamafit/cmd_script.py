@@ -68,7 +68,8 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions) -> tuple[
     c = result.choice
     remote = is_url(p.facts.path)
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
-    argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=launch_tokens(p.parsed.passthrough, c.breakdown.side_models),
+    side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models)
+    argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=side_flags,
                                     server=opts.server or "llama-server"), opts.server, request.env)  # fmt: skip
     env = tuple((k, v) for k, v in request.env.items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]

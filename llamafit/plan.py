@@ -175,8 +175,28 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
         side_bytes[u.kind] = sum(d.total_bytes for d in u.devices if d.name in {g.name for g in target.gpus}) \
             if target.gpus else u.total_bytes
     costs = context_costs(target, choice.cfg, choice.ctx, hi, side_bytes)
+    faster = _projector_off_the_gpu(target, cfg, policy, choice)
+    if faster is not None:
+        warnings.append(faster)
     return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est, costs,
                       target.side)  # fmt: skip
+
+
+def _projector_off_the_gpu(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Notice | None:
+    """Layers on the CPU while the projector sits on the GPU: would --no-mmproj-offload put more layers
+    (or more context) on the GPU? Said, not applied: the encoder then runs on the CPU."""
+    side = target.side
+    if side is None or not target.gpus or not applicable(side, "mmproj_to_cpu"):
+        return None
+    if choice.rc.n_gpu_layers >= target.model.facts.n_layer_all + 1 and choice.ctx >= bounds(target, cfg, policy)[1]:
+        return None
+    try:
+        other = solve(replace(target, side=apply_step(side, "mmproj_to_cpu")), cfg, policy)
+    except NoFit:
+        return None
+    if (other.rc.n_gpu_layers, other.ctx) <= (choice.rc.n_gpu_layers, choice.ctx):
+        return None
+    return Notice("mmproj_offload_costs", {"n_gpu_layers": other.rc.n_gpu_layers, "ctx": other.ctx})
 
 
 def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy,
@@ -194,7 +214,8 @@ def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy,
         trial = apply_step(side, step)
         if step != "mmproj_to_cpu" and not policy.drop_side:
             try:
-                ways.append(Notice("side_way_out", {"step": step, "ctx": solve(replace(target, side=trial), cfg, policy).ctx}))
+                ctx = solve(replace(target, side=trial), cfg, policy).ctx
+                ways.append(Notice("side_way_out", {"step": step, "ctx": ctx}))
             except NoFit:
                 pass
             continue

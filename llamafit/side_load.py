@@ -16,16 +16,17 @@ from .findings import Notice
 from .memory import MemoryModel
 from .projector import ProjectorFacts, best_sibling, is_projector, local_mmproj, projector_facts
 from .server_flags import ParsedServerArgs
-from .side_models import SidePlan, parse_side_flags, vocab_info, vocab_mismatch
+from .side_models import BUILD_UNIFIED_DRAFT, SidePlan, parse_side_flags, vocab_info, vocab_mismatch
 
 
 def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts: ModelFacts,
-                   env: Mapping[str, str], *, auto_mmproj: bool = False) -> SidePlan | None:  # fmt: skip
+                   env: Mapping[str, str], *, auto_mmproj: bool = False,
+                   build: int | None = None) -> SidePlan | None:  # fmt: skip
     """The side models of this launch, read and checked; None when there are none. With `auto_mmproj`
     (plan, run, script) a projector found next to the model is used unless --no-mmproj says not to."""
     from .prepare import load_model
 
-    flags = parse_side_flags(parsed.passthrough, env)
+    flags = parse_side_flags((*parsed.passthrough, *parsed.unknown), env)  # -cd: a flag of older builds
     notes: list[Notice] = []
     defaulted = auto_mmproj and flags.mmproj is None and not flags.no_mmproj and _has_mmproj_next_to(facts.path, env)
     if defaulted:
@@ -45,15 +46,16 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
     if flags.mtp and not facts.n_layer_nextn:
         raise InputError(f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
                          f"({facts.architecture}.nextn_predict_layers is 0)")  # fmt: skip
-    if flags.draft_ctx is not None:
+    if flags.draft_ctx is not None and (build is None or build >= BUILD_UNIFIED_DRAFT):
         notes.append(Notice("draft_ctx_ignored"))
     projector = None
     if flags.mmproj and not flags.no_mmproj:
         try:
             projector, why = load_projector(flags.mmproj, model_path=facts.path, env=env)
             if projector.projection_dim and projector.projection_dim != facts.n_embd:
-                raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and mmproj "
-                                 f"(n_embd = {projector.projection_dim}): llama-server refuses this pair (mtmd.cpp)")  # fmt: skip
+                raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and "
+                                 f"mmproj (n_embd = {projector.projection_dim}): llama-server refuses this pair "
+                                 "(mtmd.cpp)")  # fmt: skip
         except InputError as e:
             if not defaulted:
                 raise
@@ -64,9 +66,10 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
             why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
             notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
         limits = projector.limits
-        if limits.warmup_tokens is not None and projector.max_image_tokens(flags.image_max_tokens):
-            notes.append(Notice("mmproj_warmup_small", {"warmup_tokens": limits.warmup_tokens,
-                                                        "max_tokens": projector.max_image_tokens(flags.image_max_tokens)}))
+        max_tokens = projector.max_image_tokens(flags.image_max_tokens)
+        if limits.warmup_tokens is not None and max_tokens:
+            found = {"warmup_tokens": limits.warmup_tokens, "max_tokens": max_tokens}
+            notes.append(Notice("mmproj_warmup_small", found))
     return SidePlan(flags, draft, flags.draft_model, projector, notes=tuple(notes))
 
 

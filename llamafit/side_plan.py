@@ -37,7 +37,8 @@ def _kinds(side: SidePlan) -> list[str]:
     return kinds
 
 
-def context_costs(target: Target, cfg: LaunchConfig, ctx: int, hi: int, side_bytes: dict[str, int]) -> tuple[SideCost, ...]:
+def context_costs(target: Target, cfg: LaunchConfig, ctx: int, hi: int,
+                  side_bytes: dict[str, int]) -> tuple[SideCost, ...]:  # fmt: skip
     """For each side model: the largest per-slot context without it (everything else as chosen), minus `ctx`."""
     side = target.side
     if side is None:

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from server_probe import server_binary
-from side_cases import CASES, run_case
+from server_probe import server_binary  # noqa: E402
+from side_cases import CASES, run_case  # noqa: E402
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from projector_files import write_gemma3_projector
+from projector_files import write_gemma3_projector  # noqa: E402
 
 
 def main() -> int:

@@ -20,7 +20,8 @@ def _pad(n: int) -> int:
 
 
 def write_gemma3_projector(path: Path, *, projection_dim: int, n_layer: int = 27, n_embd: int = 1152,
-                           n_ff: int = 4304, n_head: int = 16, image_size: int = 896, patch_size: int = 14) -> Path:  # fmt: skip
+                           n_ff: int = 4304, n_head: int = 16, image_size: int = 896,
+                           patch_size: int = 14) -> Path:  # fmt: skip
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_string("general.name", "gemma-3 siglip projector (zeros)")
     w.add_uint32("general.file_type", 1)

@@ -29,10 +29,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: bool = False) -> str:
+def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: bool = False,
+               env: dict[str, str] | None = None) -> str:
     """The log of one start (until `listening on` or exit); the server is stopped before returning."""
-    cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"] + ([] if warmup else ["--no-warmup"])
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"]
+    cmd += [] if warmup else ["--no-warmup"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
     deadline = time.monotonic() + timeout
     try:
@@ -91,3 +93,8 @@ def split_parts(log: str) -> tuple[Part, Part, Part]:
                 if kind == "model":
                     current.add(f"model:{m.group(1)}", float(m.group(3)))
     return main, side, proj
+
+
+def clip_buffers(log: str) -> dict[str, float]:
+    """The projector's compute buffers by backend (`reserve_compute_meta: Vulkan0 compute buffer size = …`)."""
+    return {m.group(1): float(m.group(2)) for m in _CLIP_COMPUTE.finditer(log)}

@@ -70,7 +70,8 @@ _V = VocabInfo("llama", 32000, 1, 2, True, False)
 @pytest.mark.parametrize("draft, expected", [
     (_V, None),
     (VocabInfo("llama", 32128, 1, 2, True, False), None),
-    (VocabInfo("llama", 32129, 1, 2, True, False), "vocab sizes differ by 129 (target 32000, draft 32129; at most 128)"),
+    (VocabInfo("llama", 32129, 1, 2, True, False),
+     "vocab sizes differ by 129 (target 32000, draft 32129; at most 128)"),
     (VocabInfo("gpt2", 32000, 1, 2, True, False), "vocab type differs (target llama, draft gpt2)"),
     (VocabInfo("llama", 32000, 0, 2, True, False), "BOS differs (target add True id 1, draft add True id 0)"),
     (VocabInfo("llama", 32000, 1, 3, True, True), "EOS differs (target add False id 2, draft add True id 3)"),
@@ -120,7 +121,10 @@ def test_draft_on_gpu_and_devd_none() -> None:
     model = str(FIXTURES / "dense-llama.gguf")
     on_gpu = _check_json(model, "--gpu", "8GiB", "--", "-c", "2048", "-np", "1", "-md", model)
     on_cpu = _check_json(model, "--gpu", "8GiB", "--", "-c", "2048", "-np", "1", "-md", model, "-devd", "none")
-    names = lambda j: {d["name"] for d in j["side_models"][0]["devices"]}
+
+    def names(j: dict) -> set[str]:
+        return {d["name"] for d in j["side_models"][0]["devices"]}
+
     assert "CPU" in names(on_cpu) and len(names(on_cpu)) == 1
     gpu_row = next(d for d in on_gpu["side_models"][0]["devices"] if d["name"] != "CPU")
     assert gpu_row["kv_bytes"] > 0 and gpu_row["weights_bytes"] > 0
@@ -187,7 +191,8 @@ def test_projector_facts(small_projector: str) -> None:
     assert (p.n_layer, p.n_embd, p.n_ff, p.n_head, p.n_tensors) == (2, 64, 128, 4, 3 + 2 * 16 + 4)
     # patch 64x3x14x14 f16 + bias, position 256x64 f16, per block 4x(64x64 f16 + 64 f32) + norms + FFN, post_ln, proj
     block = 4 * (64 * 64 * 2 + 64 * 4) + 4 * 64 * 4 + 128 * 64 * 2 + 128 * 4 + 64 * 128 * 2 + 64 * 4
-    assert p.weights_bytes == 64 * 3 * 14 * 14 * 2 + 64 * 4 + 256 * 64 * 2 + 2 * block + 2 * 64 * 4 + 64 * 640 * 2 + 64 * 4
+    top = 64 * 3 * 14 * 14 * 2 + 64 * 4 + 256 * 64 * 2  # patch weight and bias, position embeddings
+    assert p.weights_bytes == top + 2 * block + 2 * 64 * 4 + 64 * 640 * 2 + 64 * 4
     assert p.warmup_image_size() == 224
 
 
@@ -238,8 +243,10 @@ def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> N
     on = _check_json(str(model), "--gpu", "4GiB", "--", "-c", "4096", "-np", "1", "--mmproj", "auto")
     [side] = on["side_models"]
     assert side["kind"] == "mmproj" and side["path"] == str(tmp_path / "mmproj-small-f16.gguf")
-    assert [d["name"] for d in side["devices"]] == [on["devices"][0]["name"]]  # the first GPU
-    assert on["devices"][0]["side_bytes"] == side["total_bytes"]
+    gpu, cpu = side["devices"]  # weights and encoder on the first GPU; the input image in a CPU buffer
+    assert (gpu["name"], cpu["name"]) == (on["devices"][0]["name"], "CPU")
+    assert (cpu["weights_bytes"], cpu["compute_bytes"]) == (0, 4 * 3 * 224 * 224)
+    assert on["devices"][0]["side_bytes"] == gpu["total_bytes"]
     assert any(w["code"] == "mmproj_found" for w in on["warnings"])
     off = _check_json(str(model), "--gpu", "4GiB", "--", "-c", "4096", "-np", "1", "--mmproj", "auto",
                       "--no-mmproj-offload")  # fmt: skip
@@ -331,20 +338,21 @@ def test_plan_says_what_a_side_model_costs_in_context() -> None:
     import json
 
     model = str(FIXTURES / "dense-llama.gguf")
-    d = json.loads(_invoke("plan", model, "--gpu", "1031MiB", "--min-ctx", "256", "--json", "--", "-md", model, "-ngl", "99",
-                           "-np", "1").stdout)  # fmt: skip
+    args = ("plan", model, "--gpu", "1030MiB", "--min-ctx", "256")
+    d = json.loads(_invoke(*args, "--json", "--", "-md", model, "-ngl", "99", "-np", "1").stdout)
     assert d["fits"]
     [cost] = d["side_costs"]
     assert cost["kind"] == "draft" and cost["tokens"] > 0 and cost["bytes"] > 0
-    text = _invoke("plan", model, "--gpu", "1031MiB", "--min-ctx", "256", "--", "-md", model, "-ngl", "99", "-np", "1").stdout
-    assert f"Side       the draft model ({cost['bytes'] / 2**20:,.0f} MiB) costs {cost['tokens']:,} tokens of context per slot" in text
+    text = _invoke(*args, "--", "-md", model, "-ngl", "99", "-np", "1").stdout
+    mib = f"{cost['bytes'] / 2**20:,.0f}"
+    assert f"Side       the draft model ({mib} MiB) costs {cost['tokens']:,} tokens of context per slot" in text
 
 
 @pytest.mark.parametrize("fmt", ["sh", "systemd", "llama-swap", "models-ini", "docker"])
 def test_scripts_carry_the_side_model_flags(fmt: str) -> None:
     model = str(FIXTURES / "dense-llama.gguf")
-    result = _invoke("script", model, "--gpu", "8GiB", "--format", fmt, "--name", "d", "--", "-md", model, "-ngld", "99",
-                     "--spec-type", "draft-simple", "-ctkd", "q8_0")  # fmt: skip
+    result = _invoke("script", model, "--gpu", "8GiB", "--format", fmt, "--name", "d", "--", "-md", model,
+                     "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")  # fmt: skip
     assert result.exit_code == 0, result.output
     if fmt == "models-ini":  # keys without dashes
         wanted: tuple[str, ...] = (f"model-draft = {model}", "ngld = 99", "spec-type = draft-simple", "ctkd = q8_0")
@@ -392,9 +400,84 @@ def test_mmproj_auto_for_a_hugging_face_model(monkeypatch: pytest.MonkeyPatch) -
     from llamafit.hf import RepoListing
 
     files = ("gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf", "mmproj-model-f16.gguf", "mmproj-model-Q8_0.gguf")
-    monkeypatch.setattr("llamafit.model_source._hub_listing",
-                        lambda settings, repo, rev, timeout: (RepoListing(repo, rev, "c" * 40, files), None))  # fmt: skip
+    def listing(settings: object, repo: str, rev: str, timeout: float) -> tuple[RepoListing, None]:
+        return RepoListing(repo, rev, "c" * 40, files), None
+
+    monkeypatch.setattr("llamafit.model_source._hub_listing", listing)
     url = "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/gemma-3-4b-it-Q4_K_M.gguf"
     picked, why = side_load.find_mmproj(url, {})
     assert picked == "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/mmproj-model-Q8_0.gguf"
     assert why == "in ggml-org/gemma-3-4b-it-GGUF, by llama.cpp's -hf rule among 2 projectors"
+
+
+def test_older_builds_give_every_slot_its_own_draft_context() -> None:
+    """Before the unified draft context (--llama-build below BUILD_UNIFIED_DRAFT): n_parallel draft
+    contexts of the slot's cells (or -cd), one sequence each."""
+    model = str(FIXTURES / "dense-llama.gguf")
+    new = _check_json(model, "--gpu", "cpu", "--", "-c", "4096", "-np", "4", "-md", model)
+    old = _check_json(model, "--gpu", "cpu", "--llama-build", "8000", "--", "-c", "4096", "-np", "4", "-md", model)
+    cd = _check_json(model, "--gpu", "cpu", "--llama-build", "8000", "--", "-c", "4096", "-np", "4", "-md", model,
+                     "-cd", "512")  # fmt: skip
+    [n], [o], [c] = new["side_models"], old["side_models"], cd["side_models"]
+    assert (n["details"]["contexts"], n["n_ctx"]) == (1, 4096)
+    assert (o["details"]["contexts"], o["n_ctx"], o["details"]["n_ctx_seq"]) == (4, 4096, 1024)
+    assert o["devices"][0]["kv_bytes"] == n["devices"][0]["kv_bytes"]  # 4 x 1,024 cells = 4,096 cells
+    assert (c["n_ctx"], c["devices"][0]["kv_bytes"]) == (4 * 512, n["devices"][0]["kv_bytes"] // 2)
+    assert not any(w["code"] == "draft_ctx_ignored" for w in cd["warnings"])
+
+
+def test_plan_says_when_the_projector_keeps_layers_off_the_gpu() -> None:
+    import json
+
+    from side_cases import projector_path
+
+    from llamafit.demo import demo_model_path
+
+    d = json.loads(_invoke("plan", str(demo_model_path()), "--gpu", "2GiB", "--json", "--", "-np", "1",
+                           "--mmproj", projector_path()).stdout)  # fmt: skip
+    assert d["fits"] and d["config"]["n_gpu_layers"] < 19 and d["side_steps"] == []
+    note = next(w for w in d["warnings"] if w["code"] == "mmproj_offload_costs")
+    assert (note["n_gpu_layers"], note["ctx"]) == (19, 32768)
+
+
+@pytest.mark.parametrize("drop, fits, steps, codes", [
+    (False, False, [], ["draft_without_spec_type", "side_way_out"]),
+    (True, True, ["drop_draft"], ["draft_without_spec_type", "side_step"]),
+])  # fmt: skip
+def test_drop_side_models_only_when_asked(drop: bool, fits: bool, steps: list[str], codes: list[str]) -> None:
+    import json
+
+    model = str(FIXTURES / "dense-llama.gguf")
+    args = ["plan", model, "--gpu", "1030MiB", "--ctx", "4096", "--json", *(["--drop-side-models"] if drop else []),
+            "--", "-md", model, "-ngl", "99", "-np", "1"]  # fmt: skip
+    d = json.loads(_invoke(*args).stdout)
+    assert (d["fits"], d["side_steps"], [w["code"] for w in d["warnings"]]) == (fits, steps, codes)
+    if not drop:
+        assert d["warnings"][1]["text"] == "without the draft model, 4,096 tokens per slot fit (--drop-side-models)"
+    else:
+        assert "-md" not in d["command"] and d["side_models"] == []
+
+
+@pytest.mark.llama
+def test_projector_on_a_real_vulkan_device(vulkan0: Path) -> None:
+    """The projector on the first GPU (lavapipe's Vulkan0): weights and encoder compute there, the input
+    image in a CPU buffer, as predicted."""
+    import os
+
+    from server_probe import clip_buffers, server_log
+    from side_cases import projector_path
+
+    from llamafit.demo import demo_model_path
+
+    model, proj = str(demo_model_path()), projector_path()
+    flags = ["-np", "1", "-c", "4096", "-ngl", "99", "--mmproj", proj]
+    log = server_log(str(vulkan0 / "llama-server"), ["-m", model, *flags], warmup=True,
+                     env=dict(os.environ, GGML_VK_VISIBLE_DEVICES="0"))  # fmt: skip
+    reported = clip_buffers(log)
+    assert "CLIP using Vulkan0 backend" in log
+    d = _check_json(model, "--gpu", "2GiB", "--backend", "vulkan", "--", *flags)
+    [side] = d["side_models"]
+    predicted = {row["name"]: row["compute_bytes"] / 2**20 for row in side["devices"]}
+    gpu = next(name for name in predicted if name != "CPU")
+    assert predicted[gpu] == pytest.approx(reported["Vulkan0"], abs=0.011)
+    assert predicted["CPU"] == pytest.approx(reported["CPU"], abs=0.011)

@@ -174,10 +174,12 @@ def test_out_of_memory_at_full_context_is_recorded_and_retried(env: dict[str, st
                          capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
     lines = out.stderr.splitlines()
     assert out.returncode == 1, out.stderr
-    assert sum(x.startswith("Started") for x in lines) == 3
+    started = sum(x.startswith("Started") for x in lines)
     retries = [x for x in lines if x.startswith("Retry")]
-    assert len(retries) == 2 and retries[0].startswith("Retry      out of memory at full context")
+    assert started >= 2 and len(retries) == started - 1, out.stderr
+    assert all(r.startswith("Retry      out of memory at full context on CPU") for r in retries)
+    assert all(" MiB less there: " in r for r in retries)  # each try plans a strictly smaller footprint
     assert lines[-1].startswith("Failed     out of memory")
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
     verifies = [r for r in records if r.get("kind") == "verify"]
-    assert len(verifies) == 3 and all(r["verify"]["oom"] and not r["verify"]["ok"] for r in verifies)
+    assert len(verifies) == started and all(r["verify"]["oom"] and not r["verify"]["ok"] for r in verifies)
