@@ -45,6 +45,11 @@ class RunOptions:
     api_key_file: str | None = None
     verbose: bool = False
     load_timeout_s: float = 900.0
+    verify: bool = False  # after Ready, fill the planned context once (run_verify.py)
+
+
+class VerifyFailed(Exception):
+    """Out of memory (or the server died) during --verify's full-context request: retry smaller."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,19 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                 child.stop()
                 return 1
             if ok:
-                return _serve(child, watcher, launch, p, env, say)
+                try:
+                    return _serve(child, watcher, launch, p, env, say, verify=opts.verify)
+                except VerifyFailed as e:
+                    child.stop()
+                    back = _retreat(p, policy, result, watcher.failure_line) if attempt + 1 < MAX_TRIES else None
+                    if back is None:
+                        say(f"Failed     {e}" + ("; no smaller configuration fits" if attempt + 1 < MAX_TRIES else ""))
+                        return 1
+                    changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+                    say(f"Retry      out of memory at full context on {back.device} ({e}); next try uses "
+                        f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+                    result = back.result
+                    continue
             code = child.stop()
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
             back = _retreat(p, policy, result, watcher.failure_line)
@@ -226,7 +243,7 @@ def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) ->
 
     assert last.choice is not None
     names = [d.name for d in last.choice.breakdown.devices]
-    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.bandwidths)
+    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.speed)
 
 
 def _has_failed(watcher: LogWatcher) -> bool:
@@ -247,12 +264,18 @@ def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[],
 
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None]) -> int:  # fmt: skip
+           say: Callable[[str], None], verify: bool = False) -> int:  # fmt: skip
     say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
     for line in check_lines(rows):
         say(line)
     try_record(calibration_path(env), launch, p, rows, say)
+    if verify:
+        from .run_verify import verify_running
+
+        outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env))
+        if outcome.retry:
+            raise VerifyFailed(outcome.failure)
     code = child.proc.wait()
     child.stop()
     killed_on_request = code == -signal.SIGKILL and child.stop_requested  # it ignored the stop: escalated
