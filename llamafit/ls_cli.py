@@ -231,7 +231,7 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
 
         echo("\n".join(header_lines(gpus)))
         result = listing(roots, m, cfg, streamer(sys.stdout, sys.stderr, True), found)
-        echo("\n".join(footer_lines(result, os.path.expanduser("~"))))
+        echo("\n".join(footer_lines(result, os.path.expanduser("~"), gpus=bool(m.gpus))))
     else:
         on_row = streamer(sys.stdout, sys.stderr, False) if stderr_is_tty() and not as_json else None
         result = listing(roots, m, cfg, on_row, found)
@@ -243,5 +243,5 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
     elif not stream:
         from .ls_report import to_text
 
-        echo(to_text(result, machine=gpus, home=os.path.expanduser("~")))
+        echo(to_text(result, machine=gpus, home=os.path.expanduser("~"), gpus=bool(m.gpus)))
     return 0 if any(r.fit.verdict in ("fits", "offload") for r in result.rows) else 1

@@ -212,3 +212,22 @@ def test_ls_with_no_models_says_where_it_looked(tmp_path: Path) -> None:
         f"  dir: {tmp_path}",
         "",
     ]
+
+
+def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamafit import devices
+
+    (tmp_path / "m.gguf").symlink_to(MODEL)
+    monkeypatch.setattr("llamafit.prepare._default_host", lambda: devices.host(32 << 30, 16 << 30))
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert result.output == """\
+1 models on no GPU (CPU only)
+
+NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE
+m                   dir       llama    Q8_0      0.0G    4k 4k f16    fits
+
+CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model
+and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not
+even a 4k context does.
+"""
