@@ -27,8 +27,7 @@ from .errors import LlamafitError
 from .facts import build_facts
 from .local_headers import read_local_model, validator
 from .ls import Row, best_possible, fit_model, row_for, sort_rows
-from .model_source import _FORMAT as CACHE_FORMAT
-from .model_source import _load_json, _write
+from .model_source import CACHE_FORMAT, load_cache_json, write_cache_file
 from .paths import cache_dir
 from .store_scan import root_for_path, scan, this_machine_roots
 from .stores import Found, Note, Root, gguf_kind
@@ -116,7 +115,7 @@ def _cached(found: Found, identity: str | None, machine: Machine) -> Row | Note 
 
 
 def _load_json_file(path: str) -> dict[str, Any] | None:
-    meta = _load_json(Path(path))
+    meta = load_cache_json(Path(path))
     return meta if meta and meta.get("ls_format") == _FORMAT else None
 
 
@@ -128,7 +127,7 @@ def _save(identity: str | None, machine: Machine, got: Row | Note) -> Row | Note
             data["host_usable"] = machine.host.usable_bytes
         else:
             data["note"] = {"code": got.code, "detail": got.detail}
-        _write(Path(_row_file(identity, machine)), json.dumps(data).encode())
+        write_cache_file(Path(_row_file(identity, machine)), json.dumps(data).encode())
     return got
 
 

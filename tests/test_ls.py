@@ -231,3 +231,19 @@ CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model
 and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not
 even a 4k context does.
 """
+
+
+def test_the_cache_file_rules_ls_shares_are_public(tmp_path: Path) -> None:
+    import ast
+    import inspect
+
+    from llamafit import ls_cli
+    from llamafit.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
+
+    path = tmp_path / "d" / "row.json"
+    write_cache_file(path, json.dumps({"format": CACHE_FORMAT, "x": 1}).encode())
+    assert load_cache_json(path) == {"format": CACHE_FORMAT, "x": 1}
+    write_cache_file(path, json.dumps({"format": CACHE_FORMAT + 1}).encode())
+    assert load_cache_json(path) is None and load_cache_json(tmp_path / "absent.json") is None
+    imports = [n for n in ast.walk(ast.parse(inspect.getsource(ls_cli))) if isinstance(n, ast.ImportFrom)]
+    assert [a.name for n in imports for a in n.names if a.name.startswith("_")] == []
