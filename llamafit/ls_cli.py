@@ -29,10 +29,12 @@ from .local_headers import read_local_model, validator
 from .ls import Row, best_possible, fit_model, row_for, sort_rows
 from .model_source import CACHE_FORMAT, load_cache_json, write_cache_file
 from .paths import cache_dir
+from .projector import is_projector, projector_facts
+from .side_models import SideFlags, SidePlan
 from .store_scan import root_for_path, scan, this_machine_roots
 from .stores import Found, Note, Root, gguf_kind
 
-_FORMAT = 1
+_FORMAT = 2  # 2: rows count the paired mmproj (Fit.mmproj_bytes)
 
 
 @dataclass(frozen=True)
@@ -148,9 +150,28 @@ def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
         why = " ".join(str(e).split()).replace(f"{found.path} ", "").replace(f"{found.path}: ", "")
         return _save(identity, machine, Note(found.store, found.path, "unreadable-header", why))
     fit = fit_model(facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
-                    engine=machine.engine, build=machine.build, bandwidths=machine.bandwidths)  # fmt: skip
+                    engine=machine.engine, build=machine.build, bandwidths=machine.bandwidths,
+                    side=paired_projector(found.mmproj, facts.n_embd))  # fmt: skip
     size = sum(s.data_offset + s.data_size for s in model.shards)
     return _save(identity, machine, row_for(found, facts, fit, size))
+
+
+def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
+    """The projector a store pairs with the model, as llama-server would load it with `--mmproj`
+    (on the GPU: --mmproj-offload is the default); None when there is none or llama-server would
+    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd: mtmd.cpp)."""
+    if not path:
+        return None
+    try:
+        header = read_local_model(path)
+    except (LlamafitError, OSError):
+        return None
+    if not is_projector(header.metadata):
+        return None
+    proj = projector_facts(path, header.metadata, header.tensors)
+    if proj.projection_dim and proj.projection_dim != n_embd:
+        return None
+    return SidePlan(SideFlags(mmproj=path, given=frozenset({"mmproj"})), projector=proj)
 
 
 def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,

@@ -67,7 +67,15 @@ def row_lines(row: Row) -> list[str]:
     if len(row.name) > _COLS[0][1]:  # a long name gets its own line
         lines.append(row.name)
         cells[0] = ""
-    return lines + [_line(cells)]
+    lines.append(_line(cells))
+    if row.mmproj:  # the paired projector: counted in the fit, or why not
+        b, line = row.fit.mmproj_bytes, f"{'':{_COLS[0][1]}} + {row.mmproj.rsplit('/', 1)[-1]}"
+        if b is not None:
+            line += f" ({b / (1 << 20):,.0f} MiB counted)"
+        elif row.fit.verdict in ("fits", "offload"):
+            line += " (not counted: llama-server would refuse it)"
+        lines.append(_clip(line))
+    return lines
 
 
 _LEGEND_GPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
