@@ -11,6 +11,7 @@ import click
 
 from . import __version__
 from .errors import LlamafitError
+from .safe_text import printable
 
 if TYPE_CHECKING:
     from .prepare import Request
@@ -31,7 +32,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LlamafitError as e:
-            raise _BadInput(" ".join(str(e).split())) from e
+            raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,6 +82,7 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
 
 
 EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
+MAX_CTX = 2**31 - 1  # llama-server's -c is an int (std::stoi in common/arg.cpp)
 
 
 def _engine_options(f: Any) -> Any:
@@ -95,7 +97,7 @@ def _engine_options(f: Any) -> Any:
                      help="Behave as llama.cpp build N where it changed (default: current)."),
         click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
-        click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+        click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
                      help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools)."),
         click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
                      help="For detected GPUs: plan with the memory free now, or the whole card."),
@@ -148,10 +150,11 @@ def _policy_options(f: Any) -> Any:
                      show_default=True,
                      help="speed: all layers on the GPU first; context: the longest context first; "
                           "quality: f16 KV first."),
-        click.option("--ctx-max", type=click.IntRange(256),
+        click.option("--ctx-max", type=click.IntRange(256, MAX_CTX),
                      help="Largest context per slot to aim for (default: trained)."),
-        click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),
-        click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot."),
+        click.option("--min-ctx", type=click.IntRange(256, MAX_CTX),
+                     help="Fail unless at least this context per slot fits."),
+        click.option("--ctx", "fixed_ctx", type=click.IntRange(256, MAX_CTX), help="A fixed context per slot."),
         click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
@@ -267,12 +270,12 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         click.echo(report.text, err=True)
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
-        Path(output).write_text(text)
+        Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))  # the bytes of a non-UTF-8 path, as given
         if kind == "sh":
             Path(output).chmod(0o755)
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(text, nl=False)
+        click.echo(text.encode("utf-8", "surrogateescape"), nl=False)  # bytes: click strips nothing from them
 
 
 @cli.command(name="ls")
@@ -280,7 +283,7 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
 @click.option("--gpu", "gpu_spec", metavar="SPEC",
               help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
 @click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
-@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
               help="MiB kept free per GPU.")
 @click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
 @json_option

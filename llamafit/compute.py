@@ -346,15 +346,39 @@ def _split_inputs(f: ModelFacts, s: ComputeSettings) -> int:
         F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
 
 
-def compute_for_devices(
-    f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
-) -> dict[int, int]:
-    """Compute-buffer bytes per device index (GPUs 0.., the host CPU = -1) for a resolved config."""
-    base = ComputeSettings(
+def _base_settings(rc: ResolvedConfig) -> ComputeSettings:
+    return ComputeSettings(
         n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
         n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
         type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
     )  # fmt: skip
+
+
+# Backends whose device has an offload_op hook that takes host-weight ops of a large batch:
+# ggml_backend_cuda_device_offload_op (ggml-cuda.cu, HIP too), ggml_backend_vk_device_offload_op
+# (ggml-vulkan.cpp), ggml_backend_sycl_device_offload_op. RPC has none (ggml-rpc.cpp: NULL); Metal
+# reads host buffers in place (unified memory), so nothing is copied.
+OP_OFFLOAD_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
+
+
+def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...], backend: str) -> int:
+    """The activations a GPU needs to run host layers' ops that op offload hands it.
+
+    ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1): an op whose weight lives in a
+    host buffer goes to the first backend whose offload_op accepts it (batch >= the device's
+    op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH); pass 2 expands that backend
+    over the layer's weight ops, so their activations are allocated in the GPU's compute buffer
+    (the weights arrive as split inputs: the caller adds those). Attention reads no weight and
+    its K/V live in the host's cache: it stays on the host, as with -nkvo."""
+    s = replace(_base_settings(rc), backend=_kind(backend), layers=layers, holds_output=False, kv_on_device=False)
+    return predict_compute(f, s).device
+
+
+def compute_for_devices(
+    f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> dict[int, int]:
+    """Compute-buffer bytes per device index (GPUs 0.., the host CPU = -1) for a resolved config."""
+    base = _base_settings(rc)
     out: dict[int, int] = {}
     host = 0
     copies = _pipeline_copies(f, rc, lmap, gpus)

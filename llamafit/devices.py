@@ -10,6 +10,11 @@ from .errors import InputError
 BACKEND_DEVICE_PREFIX = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "MTL", "cpu": "CPU"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MAX_SIZE = 1 << 60  # 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+
+
+class SizeTooLarge(InputError):
+    """A memory size beyond MAX_SIZE: never a catalog name either."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +44,12 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(text)
     if not m:
         raise InputError(f"cannot read '{text}' as a memory size (examples: 24GiB, 12G, 512MiB)")
-    number, unit = float(m.group(1)), m.group(2).lower()
-    return int(number * _UNITS[unit])
+    digits, unit = m.group(1), m.group(2).lower()
+    whole = digits.partition(".")[0].lstrip("0")
+    if len(whole) > 20 or int(whole or 0) * _UNITS[unit] > MAX_SIZE:  # float() would overflow to inf
+        shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:39] + "…"
+        raise SizeTooLarge(f"memory size '{shown}' is too large (at most 1 EiB)")
+    return int(float(digits) * _UNITS[unit])
 
 
 def gpus_from_sizes(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .safe_text import printable
 from .check_report import (
     config_json,
     device_json,
@@ -142,7 +143,8 @@ def _hw_line(d: dict[str, Any]) -> str:
 def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
             device_lines: list[str]) -> str:  # fmt: skip
     lines = [
-        f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
+        f"Model      {printable(facts.path)} ({printable(facts.architecture)}, {facts.file_type}, "
+        f"trained {facts.n_ctx_train:,} tokens)",
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
@@ -162,5 +164,5 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         lines.append(line)
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
-    lines += [f"Warning    {notice_text(w)}" for w in result.warnings]
+    lines += [f"Warning    {printable(notice_text(w))}" for w in result.warnings]
     return "\n".join(lines)

@@ -68,6 +68,8 @@ class ResolvedConfig:
     load_mode: str
     cache_ram_bytes: int
     warnings: tuple[str, ...]
+    op_offload: bool = True  # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
+    op_offload_min_batch: int = 32  # a GPU takes a host-weight op whose batch is at least this
 
     @property
     def all_overrides(self) -> tuple[tuple[str, str], ...]:
@@ -190,7 +192,8 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
         n_outputs_max=_outputs(engine, build, n_batch, n_seq), flash_attn=flash_attn, type_k=type_k,
         type_v=type_v, n_gpu_layers=_n_gpu_layers(cfg, facts), n_swa_cells=swa, swa_full=cfg.swa_full,
         kv_offload=cfg.kv_offload, overrides=cfg.override_tensor, cpu_moe=cfg.cpu_moe,
-        n_cpu_moe=cfg.n_cpu_moe, n_cpu_ffn=cfg.n_cpu_ffn, tensor_split=cfg.tensor_split,
+        n_cpu_moe=min(cfg.n_cpu_moe, facts.n_layer_all), n_cpu_ffn=min(cfg.n_cpu_ffn, facts.n_layer_all), tensor_split=cfg.tensor_split,
         split_mode=cfg.split_mode, main_gpu=cfg.main_gpu, load_mode=cfg.load_mode,
-        cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20, warnings=tuple(notes),
+        cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20, warnings=tuple(notes), op_offload=cfg.op_offload,
+        op_offload_min_batch=cfg.op_offload_min_batch,
     )  # fmt: skip
