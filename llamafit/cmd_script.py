@@ -108,6 +108,7 @@ def plan_entries(policy: Policy, request: Request, models: list[str],
     """Each model (directories expanded to the models in them) planned within the set it shares the
     GPUs with (llamafit.many): its Entry, the sets, and the models nothing fits for."""
     from .many import Entry, plan_many
+    from .refs import ollama_found
     from .store_scan import root_for_path, scan
 
     named: list[tuple[str, str, str | None]] = []  # name, reference, the mmproj its store pairs with it
@@ -115,9 +116,11 @@ def plan_entries(policy: Policy, request: Request, models: list[str],
         if os.path.isdir(arg):
             found, _ = scan([root_for_path(arg)])
             named += [(f.name, f.path, f.mmproj) for f in found]  # the file: the store may not be the default one
-        else:
+        else:  # an Ollama projector is a blob: only the manifest pairs it (beside a file, --mmproj auto finds it)
+            ollama = arg.startswith("ollama:")
+            paired = ollama_found(arg.removeprefix("ollama:"), request.env).mmproj if ollama else None
             named.append((arg.split(":", 1)[1] if arg.startswith(("ollama:", "lmstudio:", "hf:")) else
-                          Path(arg).name.removesuffix(".gguf"), arg, None))  # fmt: skip
+                          Path(arg).name.removesuffix(".gguf"), arg, paired))  # fmt: skip
     preps = [prepare(_with_mmproj(request, ref, mmproj)) for _, ref, mmproj in named]
     packing = plan_many([n for n, _, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
     by_name = dict(zip((n for n, _, _ in named), preps, strict=True))

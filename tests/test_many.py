@@ -149,3 +149,11 @@ def test_router_presets_carry_the_projector(ollama_with_projector: tuple[Path, P
                                       "--server", binary.path])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert f"mmproj = {blob}\n" in result.output and result.output.count("mmproj = ") == 1
+
+
+def test_an_ollama_reference_carries_its_projector(ollama_with_projector: tuple[Path, Path],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    root, blob = ollama_with_projector
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    config = _swap(["ollama:vis:tiny", str(SMALL[1]), "--gpu", "8GiB"])
+    assert f"--mmproj {blob}" in config["models"]["vis:tiny"]["cmd"]
