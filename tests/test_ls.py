@@ -161,7 +161,7 @@ def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypat
     assert capsys.readouterr().out == EXPECTED
 
 
-@pytest.mark.parametrize("gpu, verdict, speed", [("rtx4080", "offload", 0.328), ("rtx4090", "fits", 1.0),
+@pytest.mark.parametrize("gpu, verdict, speed", [("rtx4080", "offload", 0.312), ("rtx4090", "fits", 1.0),
                                                  ("16GiB", "offload", None)])  # fmt: skip
 def test_ls_speed_estimate_where_the_bandwidth_is_known(gpu: str, verdict: str, speed: float | None,
                                                         tmp_path: Path) -> None:  # fmt: skip
