@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .safe_text import printable
 from .facts import ModelFacts
 from .findings import Notice, WayOut, as_notice
 from .memory import Breakdown, DeviceUsage
@@ -55,6 +56,8 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
         "compute_bytes": d.compute_bytes,
         "output_bytes": d.output_bytes,
         "reserve_bytes": d.reserve_bytes,
+        "overhead_bytes": d.overhead_bytes,
+        "pinned_bytes": d.pinned_bytes,
         "side_bytes": d.side_bytes,
         "used_bytes": d.used_bytes,
         "free_after_bytes": d.free_after_bytes,
@@ -115,6 +118,9 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
     "calibration": lambda d: (f"calibration: compute buffers scaled by {d['compute_scale']:.3f}, the median of "
                               f"{d['runs']} earlier run(s) of this setup"),
+    "calibration_skipped": lambda d: (f"calibration: skipped {d['count']} damaged record(s) in {d['path']} "
+                                      f"({d['reason']})"),
+    "calibration_unread": lambda d: f"calibration: {d['path']} not read: {d['reason']}",
     "small_reserve": lambda d: (f"the reserve per GPU is {d['reserve_bytes'] // MIB} MiB: below 512 MiB the CUDA "
                                 "context and memory pools may not fit"),
     "draft_incompatible": lambda d: f"draft model: llama-server loads it but will not speculate with it: {d['reason']}",
@@ -227,7 +233,8 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
             ways_out: Sequence[WayOut]) -> str:  # fmt: skip
     slots = f"{rc.n_seq_max} slot(s), {'unified' if rc.kv_unified else 'per-slot'} KV"
     lines = [
-        f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
+        f"Model      {printable(facts.path)} ({printable(facts.architecture)}, {facts.file_type}, "
+        f"trained {facts.n_ctx_train:,} tokens)",
         f"Config     -c {rc.n_ctx} ({rc.n_ctx_seq:,} per slot, {slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
@@ -239,7 +246,7 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
     if b.cache_ram_bytes:
         cram = _mib(b.cache_ram_bytes)
         lines.append(f"Note       llama-server's prompt cache may use up to {cram} MiB more host RAM (-cram)")
-    lines += [f"Warning    {notice_text(w)}" for w in warnings]
+    lines += [f"Warning    {printable(notice_text(w))}" for w in warnings]
     return "\n".join(lines)
 
 

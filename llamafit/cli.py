@@ -11,6 +11,7 @@ import click
 
 from . import __version__
 from .errors import LlamafitError
+from .safe_text import printable
 
 if TYPE_CHECKING:
     from .prepare import Request
@@ -31,7 +32,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except LlamafitError as e:
-            raise _BadInput(" ".join(str(e).split())) from e
+            raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,6 +82,7 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
 
 
 EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
+MAX_CTX = 2**31 - 1  # llama-server's -c is an int (std::stoi in common/arg.cpp)
 
 
 def _engine_options(f: Any) -> Any:
@@ -95,7 +97,7 @@ def _engine_options(f: Any) -> Any:
                      help="Behave as llama.cpp build N where it changed (default: current)."),
         click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
-        click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+        click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
                      help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools)."),
         click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
                      help="For detected GPUs: plan with the memory free now, or the whole card."),
@@ -125,8 +127,10 @@ def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | N
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--verify", "verify_url", metavar="URL",
+              help="Instead: fill a running llama-server's context per slot once and report (see README).")
 @_engine_options
-def check(as_json: bool, **options: Any) -> None:
+def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
 
     \b
@@ -134,6 +138,12 @@ def check(as_json: bool, **options: Any) -> None:
     llamafit check --gpu 24GiB -- llama-server -m model.gguf -c 65536 -ngl 99
     llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536"
     """
+    if verify_url:
+        import os
+
+        from .verify_cli import check_verify
+
+        raise SystemExit(check_verify(verify_url, as_json=as_json, env=os.environ))
     from .cmd_check import run_check
 
     report = run_check(_request(**options))
@@ -146,12 +156,13 @@ def _policy_options(f: Any) -> Any:
     options = [
         click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
                      show_default=True,
-                     help="speed: all layers on the GPU first; context: the longest context first; "
-                          "quality: f16 KV first."),
-        click.option("--ctx-max", type=click.IntRange(256),
+                     help="speed: all layers on the GPU first, then the faster estimate; "
+                          "context: the longest context first; quality: f16 KV first."),
+        click.option("--ctx-max", type=click.IntRange(256, MAX_CTX),
                      help="Largest context per slot to aim for (default: trained)."),
-        click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),
-        click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot."),
+        click.option("--min-ctx", type=click.IntRange(256, MAX_CTX),
+                     help="Fail unless at least this context per slot fits."),
+        click.option("--ctx", "fixed_ctx", type=click.IntRange(256, MAX_CTX), help="A fixed context per slot."),
         click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
@@ -213,10 +224,11 @@ def _port(value: str) -> int | None:
               help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
 @click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
+@click.option("--verify", is_flag=True, help="Once Ready, send a prompt that fills the context per slot (see README).")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        router: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
+        router: bool, verify: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
@@ -228,7 +240,7 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
-                      verbose=verbose)  # fmt: skip
+                      verbose=verbose, verify=verify)  # fmt: skip
     if router:
         from .cmd_router import router_models, router_command
 
@@ -267,12 +279,12 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         click.echo(report.text, err=True)
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
-        Path(output).write_text(text)
+        Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))  # the bytes of a non-UTF-8 path, as given
         if kind == "sh":
             Path(output).chmod(0o755)
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(text, nl=False)
+        click.echo(text.encode("utf-8", "surrogateescape"), nl=False)  # bytes: click strips nothing from them
 
 
 @cli.command(name="ls")
@@ -280,7 +292,7 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
 @click.option("--gpu", "gpu_spec", metavar="SPEC",
               help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
 @click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
-@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
               help="MiB kept free per GPU.")
 @click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
 @json_option

@@ -18,7 +18,7 @@ def run_plan(request: Request, policy: Policy) -> Report:
 
 def render_plan(p: Prepared, policy: Policy) -> tuple[Report, PlanResult]:
     """Solve for a prepared model and machine; the report and the result (with every warning)."""
-    result = plan(p.target, p.parsed.config, policy, bandwidths=p.bandwidths)
+    result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())

@@ -6,11 +6,11 @@ else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` f
 
 from __future__ import annotations
 
+import signal
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -18,10 +18,11 @@ from . import __version__
 from .check_report import check_lines, config_json
 from .cmd_plan import render_plan
 from .command import display, server_argv
+from .safe_text import printable
 from .errors import InputError
 from .memory import Breakdown
 from .paths import calibration_path, is_url
-from .plan import PlanResult, plan
+from .plan import PlanResult
 from .plan_report import verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from .server_log import LogWatcher
 
 MAX_TRIES = 3
-OOM_RESERVE_STEP = 1024 * MIB  # each retry after an out-of-memory load keeps 1 GiB more free
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,11 @@ class RunOptions:
     api_key_file: str | None = None
     verbose: bool = False
     load_timeout_s: float = 900.0
+    verify: bool = False  # after Ready, fill the planned context once (run_verify.py)
+
+
+class VerifyFailed(Exception):
+    """Out of memory (or the server died) during --verify's full-context request: retry smaller."""
 
 
 @dataclass(frozen=True)
@@ -138,9 +143,9 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
         "compute_scale": p.target.compute_scale,  # the correction already in these predictions
         "buffers": rows,
     }
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+    from .safe_io import append_line
+
+    append_line(path, json.dumps(entry))
 
 
 def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
@@ -152,20 +157,15 @@ def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]
         say(f"Warning    could not record to {path}: {e.strerror or e}")
 
 
-def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
-    target = replace(p.target, reserve_bytes=p.target.reserve_bytes + extra_reserve)
-    return plan(target, p.parsed.config, policy, bandwidths=p.bandwidths)
-
-
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
                      first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
-    """Start the server with the plan `first` (then up to 2 more tries, each replanned with 1 GiB
-    more reserve, after out-of-memory failures) and serve until it exits."""
+    """Start the server with the plan `first` (then up to 2 more tries after out-of-memory failures,
+    each strictly smaller on the device that failed: retreat.py) and serve until it exits."""
     from .launcher import child_env, forwarding_signals, free_port, start, wait_healthy
     from .server_log import LogWatcher
 
+    result = first
     for attempt in range(MAX_TRIES):
-        result = first if attempt == 0 else replan(p, policy, attempt * OOM_RESERVE_STEP)
         if result.choice is None:
             say(f"Verdict    {verdict_text(result.verdict)}")
             return 1
@@ -174,7 +174,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say(f"Server     {launch.why}")
         for note in launch.server_info.get("notes", []):
             say(f"Note       {note}")
-        say(f"Command    {display(launch.argv)}")
+        say(f"Command    {printable(display(launch.argv))}")
         watcher = LogWatcher()
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
         say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
@@ -184,17 +184,66 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                               failed=partial(_has_failed, watcher),
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
+            if ok and not _ours(watcher, child, port):
+                say(f"Failed     another server answers on {opts.host}:{port}; the one llamafit started never "
+                    "said it listens there (is the port taken?)")  # fmt: skip
+                child.stop()
+                return 1
             if ok:
-                return _serve(child, watcher, launch, p, env, say)
+                try:
+                    return _serve(child, watcher, launch, p, env, say, verify=opts.verify)
+                except VerifyFailed as e:
+                    child.stop()
+                    back = _retreat(p, policy, result, watcher.failure_line) if attempt + 1 < MAX_TRIES else None
+                    if back is None:
+                        say(f"Failed     {e}" + ("; no smaller configuration fits" if attempt + 1 < MAX_TRIES else ""))
+                        return 1
+                    changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+                    say(f"Retry      out of memory at full context on {back.device} ({e}); next try uses "
+                        f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+                    result = back.result
+                    continue
             code = child.stop()
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
-            say(f"Retry      out of memory while loading ({watcher.failure}); keeping "
-                f"{(attempt + 1) * OOM_RESERVE_STEP // MIB} MiB more free per GPU")  # fmt: skip
+            back = _retreat(p, policy, result, watcher.failure_line)
+            if back is None:
+                say(f"Failed     {watcher.failure}; no smaller configuration fits")
+                return 1
+            changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+            say(f"Retry      out of memory on {back.device} while loading ({watcher.failure_line}); next try uses "
+                f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+            result = back.result
             continue
         say("Log        " + "\n           ".join(list(child.tail)[-12:]))
         say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
         return 1
     return 1
+
+
+def _ours(watcher: Any, child: Any, port: int, wait_s: float = 5.0) -> bool:
+    """The server answering is the child we started: its log says it listens on our port (the line
+    comes before /health turns 200; the log reader may lag a moment behind)."""
+    import time
+    import urllib.parse
+
+    deadline = time.monotonic() + wait_s
+    while watcher.url is None and child.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if watcher.url is None:
+        return False
+    try:
+        return urllib.parse.urlsplit(watcher.url).port == port
+    except ValueError:
+        return False
+
+
+def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Any:
+    """The next plan after an out-of-memory start: strictly smaller on the device that failed."""
+    from .retreat import failed_device, retreat
+
+    assert last.choice is not None
+    names = [d.name for d in last.choice.breakdown.devices]
+    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.speed)
 
 
 def _has_failed(watcher: LogWatcher) -> bool:
@@ -215,15 +264,22 @@ def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[],
 
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None]) -> int:  # fmt: skip
+           say: Callable[[str], None], verify: bool = False) -> int:  # fmt: skip
     say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
     for line in check_lines(rows):
         say(line)
     try_record(calibration_path(env), launch, p, rows, say)
+    if verify:
+        from .run_verify import verify_running
+
+        outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env))
+        if outcome.retry:
+            raise VerifyFailed(outcome.failure)
     code = child.proc.wait()
     child.stop()
-    return 0 if code in (0, -2, 130, -15, 143) else code
+    killed_on_request = code == -signal.SIGKILL and child.stop_requested  # it ignored the stop: escalated
+    return 0 if code in (0, -2, 130, -15, 143) or killed_on_request else code
 
 
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:

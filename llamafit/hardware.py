@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from . import gpu_catalog
-from .devices import BACKEND_DEVICE_PREFIX, DeviceSpec, host, parse_size
+from .devices import (
+    BACKEND_DEVICE_PREFIX,
+    DeviceSpec,
+    SizeTooLarge,
+    cuda_overhead_bytes,
+    host,
+    parse_size,
+)
 from .errors import InputError
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
@@ -116,7 +123,12 @@ def _nvml_bandwidth(nvml: Any, handle: Any) -> int | None:
 def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
     handle = nvml.nvmlDeviceGetHandleByIndex(i)
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free))
+    try:
+        cc_major: int | None = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
+    except (nvml.NVMLError, AttributeError):
+        cc_major = None
+    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free),
+                      overhead_bytes=cuda_overhead_bytes(cc_major))
     return GPUInfo(
         spec=spec,
         name=_text(nvml.nvmlDeviceGetName(handle)),
@@ -317,6 +329,8 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
 def _size_or_none(item: str) -> int | None:
     try:
         return parse_size(item)
+    except SizeTooLarge:
+        raise
     except InputError:
         return None
 
@@ -394,8 +408,10 @@ def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSp
         raise InputError("--rpc needs at least one host:port[=SIZE]")
     unsized = [e for e, s in items if s is None]
     answers = query(unsized) if unsized and query is not None else {}
-    workers = []
+    workers: list[DeviceSpec] = []
     for endpoint, given_size in items:
+        if any(w.name.endswith(f"[{endpoint}]") for w in workers):
+            raise InputError(f"--rpc names {endpoint} twice; give each worker once")
         if given_size is not None:
             total = free = parse_size(given_size)
         elif endpoint in answers:

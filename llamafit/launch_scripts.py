@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from llamafit.errors import InputError
+from llamafit.safe_text import printable
 from llamafit.server_flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
 
 KINDS = ("sh", "systemd", "llama-swap", "models-ini", "docker")
@@ -124,6 +126,18 @@ def _summary(spec: LaunchSpec, comment: str) -> str:
     )
 
 
+def _plain_or(text: str, placeholder: str) -> str:
+    """`text` when it is safe inside a one-line comment (letters, digits, . _ : -), else a placeholder."""
+    return text if re.fullmatch(r"[\w.:-]+", text, flags=re.ASCII) else placeholder
+
+
+def _verify_hint(spec: LaunchSpec, comment: str) -> str:
+    """How to prove the deployed server survives a prompt that fills its context (README: "verified")."""
+    host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
+    host = f"[{host}]" if ":" in host else host
+    return f"{comment} After it starts, prove a full context once: llamafit check --verify http://{host}:{spec.port}\n"
+
+
 # --- POSIX sh -------------------------------------------------------------------------------
 
 _SH_HEAD = """#!/bin/sh
@@ -139,7 +153,8 @@ if [ -z "${{LLAMAFIT_PORT:-}}" ]; then LLAMAFIT_PORT={port}; fi
 # GPUs in PCI order, as CUDA does with CUDA_DEVICE_ORDER=PCI_BUS_ID).
 _SH_GUARD = """
 # Guard: the largest planned context whose memory fits the free GPU memory (summed over the GPUs
-# of CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists).
+# of CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists). Once the server is up, prove it survives
+# a full context: llamafit check --verify http://HOST:PORT (README: "verified").
 llamafit_free_mib() {{
   if [ -n "${{CUDA_VISIBLE_DEVICES:-}}" ]; then set -- "--id=$CUDA_VISIBLE_DEVICES"; fi
   nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits "$@" 2>/dev/null |
@@ -221,6 +236,7 @@ def render_systemd(spec: LaunchSpec) -> str:
     )
     return (
         f"{_summary(spec, '#')}"
+        f"{_verify_hint(spec, '#')}"
         f"[Unit]\nDescription=llama-server {spec.name.replace('%', '%%')}\n"
         "After=network-online.target\nWants=network-online.target\n\n"
         f"[Service]\nType=simple\n{environment}"
@@ -261,6 +277,8 @@ def render_llama_swap(spec: LaunchSpec) -> str:
     build = "null" if spec.llama_build is None else _yaml_str(spec.llama_build)
     lines = [
         "# llama-swap model entry written by llamafit; merge it into the models: of config.yaml",
+        "# After deploying, prove a full context once through llama-swap's upstream route:",
+        f"#   llamafit check --verify http://LLAMA_SWAP_HOST:PORT/upstream/{_plain_or(spec.name, 'MODEL')}",
         "models:",
         f"  {_yaml_str(spec.name)}:",
         f"    cmd: {_yaml_str(cmd)}",
@@ -375,4 +393,19 @@ def render(kind: str, spec: LaunchSpec, **opts: object) -> str:
     renderer = _RENDERERS.get(kind)
     if renderer is None:
         raise InputError(f"unknown launch config {kind!r}: one of {', '.join(KINDS)}")
+    _check_expressible(kind, spec)
     return renderer(spec, **opts)
+
+
+def _check_expressible(kind: str, spec: LaunchSpec) -> None:
+    """Refuse, one line each, what `kind` cannot carry unchanged: control characters anywhere (a
+    terminal would act on them, systemd refuses tabs, and a path changed in transit names another
+    file), and for every format but sh, text that is not UTF-8 (units, YAML and INI are UTF-8)."""
+    words = [*launch_argv(spec), spec.model_path, spec.host, spec.name, *(v for pair in spec.env for v in pair)]
+    for word in words:
+        if bad := next((c for c in word if unicodedata.category(c) == "Cc"), None):
+            raise InputError(f"{kind} output refused: {printable(word)} contains the control character "
+                             f"{printable(bad)}; rename it")  # fmt: skip
+        if kind != "sh" and any("\udc80" <= c <= "\udcff" for c in word):
+            raise InputError(f"{kind} output refused: {printable(word)} is not valid UTF-8, which {kind} files "
+                             "must be; rename it (or use --format sh)")  # fmt: skip

@@ -30,7 +30,7 @@ from .placement import (
     split_points,
     tensor_layer,
 )
-from .resolve import ConfigError, ResolvedConfig
+from .resolve import ConfigError, ResolvedConfig, since
 from .tensor_names import is_dense_ffn, is_expert
 from .units import MIB
 
@@ -55,12 +55,14 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
+    overhead_bytes: int = 0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
+    pinned_bytes: int = 0  # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
     side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
 
     @property
     def used_bytes(self) -> int:
         return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
-                + self.output_bytes + self.reserve_bytes + self.side_bytes)  # fmt: skip
+                + self.output_bytes + self.reserve_bytes + self.overhead_bytes + self.side_bytes)  # fmt: skip
 
     @property
     def free_after_bytes(self) -> int | None:
@@ -172,9 +174,10 @@ class MemoryModel:
         self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
-    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool) -> tuple[list[int], list[int]]:
+    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool,
+                    v_less_mla: bool = True) -> tuple[list[int], list[int]]:  # fmt: skip
         """Prefix sums over blocks of KV bytes per cell: (full-attention layers, SWA layers)."""
-        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn)
+        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn, v_less_mla=v_less_mla)
                  for il in range(self.facts.n_layer_all)]  # fmt: skip
         swa = self.facts.swa.is_swa
         return (_prefix([b if not swa[il] else 0 for il, b in enumerate(cells)]),
@@ -188,7 +191,8 @@ class MemoryModel:
                  reserve_bytes: int = DEFAULT_RESERVE_BYTES, compute_scale: float = 1.0) -> Breakdown:  # fmt: skip
         """Bytes per device for this configuration (GPUs in order, then the host)."""
         gpus = _active_gpus(rc, gpus)
-        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus))
+        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus),
+                         since("ngl_output_first", rc.build))  # fmt: skip
         weights = self._weights(rc, lmap, gpus)
         self._keep_oversized_on_host(weights, rc, lmap, gpus)
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
@@ -200,14 +204,20 @@ class MemoryModel:
         rows = []
         for d, spec in enumerate(gpus):
             rows.append(DeviceUsage(spec.name, "gpu", spec.total_bytes, spec.usable_bytes, weights[d], kv[d], rs[d],
-                                    compute[d], 0, reserve_bytes))  # fmt: skip
+                                    compute[d], 0, reserve_bytes, spec.overhead_bytes))  # fmt: skip
         host_reserve = 0 if gpus else reserve_bytes
         host_usable = host.usable_bytes
         if host_usable is not None and any(g.backend == "metal" for g in gpus):
             host_usable -= sum(r.used_bytes for r in rows)  # unified memory: the GPU's share is host RAM too
-        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
-                                rs[CPU], compute[CPU], output, host_reserve))  # fmt: skip
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+        pinned = 0
+        if any(g.backend in PADDED_BACKENDS for g in gpus):
+            # the CPU backend's compute buffer and the output buffer use the first GPU's host buffer type
+            # (llama_context ctor / output_reserve, src/llama-context.cpp); unmapped CPU weights go there
+            # too (load_tensors: cpu_buft_list starts with the host buffer type of the first device)
+            pinned = compute[CPU] + output + (0 if mapped else weights[CPU])
+        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
+                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned))  # fmt: skip
         return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
 
     def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[float, ...]:
@@ -311,6 +321,9 @@ class MemoryModel:
         if host_layers:
             layers = tuple(sorted(set(host_layers)))
             need += op_offload_compute(self.facts, rc, layers, gpus[b].backend)
+            # the host's hidden state enters each offloaded split as a copied input (pass 5 of
+            # ggml_backend_sched_split_graph): one n_embd x n_tokens F32 row block
+            need += 4 * self.facts.n_embd * min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)
             if rc.flash_attn:  # FLASH_ATTN_EXT follows its neighbours onto the GPU: K/V views copied in
                 full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
                 cells = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells
@@ -363,7 +376,7 @@ class MemoryModel:
 
     def _kv(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         out = dict.fromkeys([CPU, *range(n_gpu)], 0)
-        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
+        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn, since("mla_v_less", rc.build))
         cells_full, cells_swa = rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream
         for dev, a, b in lmap.runs:
             out[dev if rc.kv_offload else CPU] += (full[b] - full[a]) * cells_full + (swa[b] - swa[a]) * cells_swa
@@ -398,6 +411,13 @@ def _buffer_device(buft: str, names: dict[str, int]) -> int:
         if key == name or key.startswith(name + "_"):
             return i
     raise InputError(f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, {', '.join(names) or 'none'})")
+
+
+def check_override_devices(rules: Sequence[tuple[str, str]], gpus: Sequence[DeviceSpec]) -> None:
+    """Every -ot buffer type names a device of this machine (arg.cpp: "unknown buffer type")."""
+    names = {g.name.lower(): i for i, g in enumerate(gpus)}
+    for _, buft in rules:
+        _buffer_device(buft, names)
 
 
 def _active_gpus(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:

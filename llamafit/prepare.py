@@ -28,10 +28,11 @@ from .hardware import (
     parse_gpu_option,
     parse_rpc_option,
 )
-from .memory import MemoryModel
+from .memory import MemoryModel, check_override_devices
 from .paths import calibration_path
 from .resolve import ResolvedConfig
 from .search import Target
+from .speed import SpeedInputs
 from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
 from .side_load import load_side_plan
 from .side_models import MODELLED
@@ -126,12 +127,8 @@ class Prepared:
     target: Target
     hardware: Hardware
     calibration: Correction | None = None  # the correction applied from the calibration file, if any
-
-    @property
-    def bandwidths(self) -> tuple[int | None, ...]:
-        """Memory bandwidth per device of target.gpus (RPC workers first: unknown)."""
-        n_rpc = sum(1 for d in self.target.gpus if d.backend == "rpc")
-        return (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in self.hardware.gpus)
+    speed: SpeedInputs | None = None  # the speed model's machine side (speed_inputs.machine_speed)
+    calibration_issue: Notice | None = None  # damaged records skipped, or a file not read
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
@@ -213,12 +210,16 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
                           _rpc_query(env))
+    check_override_devices(parsed.config.override_tensor, devices)
     side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj, build=request.build)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
                     side=side)  # fmt: skip
     p = Prepared(parsed, facts, target, hw)
     if server is not None:
         p = for_server(p, server)
+    from .speed_inputs import machine_speed
+
+    p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env))
     return with_calibration(p, env)
 
 
@@ -245,12 +246,21 @@ def with_server_build(p: Prepared, server: ServerChoice) -> Prepared:
 
 def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     """Apply the compute correction learned from earlier runs of this build on these devices."""
+    from .safe_io import CALIBRATION_FILE, read_regular
+
     path = calibration_path(env)
+    skipped: list[str] = []
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            records = parse_records(f)
-    except OSError:  # none yet, or unreadable: plan without corrections
+        text = read_regular(path, CALIBRATION_FILE).decode("utf-8", errors="replace")
+    except FileNotFoundError:  # none yet: plan without corrections
         return p
+    except OSError as e:  # unreadable, a FIFO, a link, too large: plan without corrections, and say so
+        unread = Notice("calibration_unread", {"path": path, "reason": e.strerror or str(e)})
+        return replace(p, calibration_issue=unread)
+    records = parse_records(text.splitlines(), skipped)
+    if skipped:
+        issue = Notice("calibration_skipped", {"path": path, "count": len(skipped), "reason": skipped[0]})
+        p = replace(p, calibration_issue=issue)
     devices = [(d.name, d.backend) for d in p.target.gpus]
     found = compute_correction(records, devices=devices, build=p.target.build)
     if found is None:
@@ -258,11 +268,25 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     return replace(p, target=replace(p.target, compute_scale=found.compute_scale), calibration=found)
 
 
+_SHOWN = [False]  # a progress line is open on stderr
+
+
 def _progress(done: int) -> None:
     import sys
 
+    _SHOWN[0] = True
     sys.stderr.write(f"\rreading the remote header: {done / 2**20:,.1f} MiB")
     sys.stderr.flush()
+
+
+def _end_progress() -> None:
+    """Close the progress line, so what follows (an `Error:` too) starts a line of its own."""
+    import sys
+
+    if _SHOWN[0]:
+        _SHOWN[0] = False
+        sys.stderr.write("\n")
+        sys.stderr.flush()
 
 
 def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]) -> GGUFModel:
@@ -270,9 +294,12 @@ def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mappi
     (also llama-server's `-hf org/repo:quant` among the flags): only the header is read."""
     from .model_source import open_hf_repo, open_model
 
-    if model is None and not demo and hf_repo:
-        return open_hf_repo(hf_repo, env, progress=_progress)
-    return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
+    try:
+        if model is None and not demo and hf_repo:
+            return open_hf_repo(hf_repo, env, progress=_progress)
+        return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
+    finally:
+        _end_progress()
 
 
 # Flags that add memory llamafit does not model: they are passed through, and said so.
@@ -295,6 +322,8 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
     if p.calibration:
         warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
                                                "runs": p.calibration.runs}))  # fmt: skip
+    if p.calibration_issue:
+        warnings.append(p.calibration_issue)
     return warnings
 
 

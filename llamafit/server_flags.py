@@ -19,10 +19,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import LOAD_MODES, N_PARALLEL_AUTO, NGL_ALL, NGL_AUTO, SPLIT_MODES, LaunchConfig
-from .config import engine_defaults, with_given
+from .config import (
+    LOAD_MODES,
+    N_PARALLEL_AUTO,
+    NGL_ALL,
+    NGL_AUTO,
+    SPLIT_MODES,
+    LaunchConfig,
+    engine_defaults,
+    with_given,
+)
 from .errors import InputError
 from .ggml_types import KV_CACHE_TYPES
+from .placement import check_override_regex
 from .server_flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
 
 
@@ -50,13 +59,20 @@ _NUMBER = re.compile(r"\s*\+?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")  # a non-nega
 
 def _int(value: str, who: str, minimum: int = -(2**31)) -> int:
     if not _INT.fullmatch(value):
-        raise InputError(f"{who} expects an integer, got {value!r}")
+        raise InputError(f"{who} expects an integer, got {shorten(value)!r}")
+    if len(value.strip().lstrip("+-").lstrip("0")) > 19:  # before int(): Python refuses 4,300+ digits
+        raise InputError(f"{who} is out of range, got {shorten(value.strip())}")
     number = int(value)
     if number >= 2**31 or number < -(2**31):
         raise InputError(f"{who} is out of range, got {value.strip()}")
     if number < minimum:
         raise InputError(f"{who} must be >= {minimum}, got {number}")
     return number
+
+
+def shorten(text: str, limit: int = 40) -> str:
+    """A user's value as quoted in an error: long ones cut, so the error stays one short line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _at_least(minimum: int) -> Convert:
@@ -141,7 +157,9 @@ def _overrides(value: str, who: str) -> tuple[tuple[str, str], ...]:
     # parse_tensor_buffer_overrides (arg.cpp): split on ',', each at its first '='
     pairs = [item.partition("=") for item in value.split(",")]
     if not all(sep and buft for _, sep, buft in pairs):
-        raise InputError(f"{who} expects <tensor regex>=<buffer type>[,...], got {value!r}")
+        raise InputError(f"{who} expects <tensor regex>=<buffer type>[,...], got {shorten(value)!r}")
+    for regex, _, _ in pairs:
+        check_override_regex(regex)
     return tuple((regex, buft) for regex, _, buft in pairs)
 
 

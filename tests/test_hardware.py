@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from llamafit.devices import DeviceSpec, host
+from llamafit.devices import DeviceSpec, cuda_overhead_bytes, host
 from llamafit.errors import InputError
 from llamafit.gpus_report import gpus_json, gpus_text
 from llamafit.hardware import (
@@ -113,7 +113,9 @@ def _not_apple(name: str) -> str | None:
 
 
 def _cuda(i: int, rec: RecordedGPU, physical: int, bandwidth: int | None) -> GPUInfo:
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", rec.total, rec.total - rec.used)
+    # the recorded driver answers no compute capability: context + the pre-Hopper cuBLAS workspace
+    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", rec.total, rec.total - rec.used,
+                      overhead_bytes=cuda_overhead_bytes(None))
     return GPUInfo(spec, rec.name, i, physical, rec.uuid, rec.bus_id, "550.54.15", bandwidth, rec.used)
 
 
@@ -384,7 +386,8 @@ def test_rpc_workers_without_a_size_are_asked() -> None:
 
 @pytest.mark.parametrize("spec", ["host=24G", ":50052=24G", "host:99999=24G", "host:port=24G", "host"])
 def test_parse_rpc_errors(spec: str) -> None:
-    with pytest.raises(InputError, match=r"^--rpc wants host:port\[=SIZE\] \(e\.g\. 192\.168\.1\.5:50052=24GiB\), not '"):
+    wants = r"^--rpc wants host:port\[=SIZE\] \(e\.g\. 192\.168\.1\.5:50052=24GiB\), not '"
+    with pytest.raises(InputError, match=wants):
         parse_rpc_option(spec)
 
 

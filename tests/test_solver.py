@@ -68,8 +68,9 @@ def test_fixed_context_and_impossible_minimum() -> None:
 def test_moe_experts_go_to_the_cpu_before_layers() -> None:
     t = target(FIXTURES / "moe-qwen3.gguf", "1026200K", reserve=1000 * MIB)  # a few MiB for the model
     choice = solve(t, LaunchConfig(), Policy(ctx=2048))
-    assert summary(choice) == (2048, 5, 3, "on", "q4_0", "q4_0", 128)  # all layers, 3 blocks' experts on the CPU (op offload)
-    assert not t.fits(replace(choice.cfg, n_cpu_moe=2))
+    # all layers, 3 blocks' experts on the CPU (op offload)
+    assert summary(choice) == (2048, 5, 2, "on", "q4_0", "q4_0", 128)
+    assert not t.fits(replace(choice.cfg, n_cpu_moe=1))
 
 
 FIT_MODELS = ["dense-llama.gguf", "swa-gemma3.gguf", "moe-qwen3.gguf", "hybrid-granite.gguf", "mla-deepseek2.gguf"]
@@ -101,7 +102,7 @@ def test_two_unequal_gpus_are_rebalanced() -> None:
     rebalanced = solve(t, LaunchConfig(), Policy())
     assert summary(by_free) == (32512, 65, 0, "on", "q4_0", "q4_0", 128)
     assert summary(rebalanced) == (32768, 65, 0, "on", "q4_0", "q4_0", 512)
-    assert rebalanced.rc.tensor_split == (1.0, 0.4603)
+    assert rebalanced.rc.tensor_split == (1.0, 0.4604)  # GPU buffers hold no inp_embd (compute.py)
     assert all(d.fits for d in rebalanced.breakdown.devices)
 
 

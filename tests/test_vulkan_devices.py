@@ -9,6 +9,7 @@ import device_lab
 import make_shapes
 import pytest
 from click.testing import CliRunner
+from conftest import needs_demo
 
 from llamafit.cli import cli
 from llamafit.memory import op_probe_bytes
@@ -53,6 +54,7 @@ def _check(args: list[str], env: dict[str, str | None] | None = None) -> dict[st
     return {d["name"]: d for d in json.loads(res.stdout)["devices"]}
 
 
+@needs_demo
 def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
     got = _check(["--demo", "--gpu", "lavapipe", "--", "-ngl", "99", "-c", "4096", "-np", "1"])
     assert (got["Vulkan0"]["weights_bytes"], got["CPU"]["weights_bytes"]) == (68329984, 178257920)
