@@ -18,6 +18,7 @@ from . import __version__
 from .check_report import check_lines, config_json
 from .cmd_plan import render_plan
 from .command import display, server_argv
+from .safe_text import printable
 from .errors import InputError
 from .memory import Breakdown
 from .paths import calibration_path, is_url
@@ -173,7 +174,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say(f"Server     {launch.why}")
         for note in launch.server_info.get("notes", []):
             say(f"Note       {note}")
-        say(f"Command    {display(launch.argv)}")
+        say(f"Command    {printable(display(launch.argv))}")
         watcher = LogWatcher()
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
         say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")

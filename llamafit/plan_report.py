@@ -215,7 +215,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
-        lines.append(f"Command    {display(argv)}")
+        lines.append(f"Command    {printable(display(argv))}")
     lines += device_lines
     lines.append("Trade-offs (largest context per slot at this offload):")
     speed = any(t.generation_tps for t in result.tradeoffs)  # the column only where bandwidths are known
