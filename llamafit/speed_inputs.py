@@ -89,8 +89,13 @@ def _records(path: str, limit: int = 16 << 20) -> list[dict[str, Any]]:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return []
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, a FIFO, a device: not a record file
             return []
-        data = f.read(limit)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
     return parse_records(data.decode("utf-8", "replace").splitlines())
