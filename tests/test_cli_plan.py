@@ -96,7 +96,7 @@ Model      {QWEN} (qwen2, Q4_K_M, trained 32,768 tokens)
 Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
 Command    llama-server -m {QWEN} -c 7168 -ngl 52 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 --fit off
 device        usable   weights       KV  recur.  compute  output  reserve      used      left   (MiB)
-CUDA0         16,384    14,782      402       0      167       0    1,024    16,375         9
+CUDA0         16,384    14,782      402       0      169       0    1,024    16,377         7
 CPU           49,152     4,144      102       0       52       2        0     4,301    44,851
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s

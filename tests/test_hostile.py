@@ -144,6 +144,12 @@ NUMBER_CASES = [
         "Error: --rpc names h:1 twice; give each worker once\n",
     ),
     (["check", _M, "--gpu", "8GiB", "--", "-c", "2147483648"], {}, "Error: -c is out of range, got 2147483648\n"),
+    (["check", _M, "--gpu", "8GiB", "--", "-fitt", _BIG], {}, f"Error: -fitt is out of range, got '{_CUT}'\n"),
+    (
+        ["check", _M, "--gpu", "8GiB", "--", "-ts", "1," + _BIG],
+        {},
+        f"Error: -ts is out of range, got '1,{_CUT[:-3]}…'\n",
+    ),
 ]
 
 
