@@ -284,7 +284,7 @@ def test_calibration_file_that_is_not_a_regular_file_is_not_read(
         path.mkdir()
     code, out, err = _plan_with_calibration(monkeypatch, path)
     assert (code, err) == (0, "")
-    why = {"fifo": "is not a regular file", "dev-zero-link": "is a symbolic link", "directory": "Is a directory"}
+    why = {"fifo": "is not a regular file", "dev-zero-link": "is a symbolic link", "directory": "is not a regular file"}
     assert f"calibration: {path} not read: {why[kind]}" in " ".join(out.split())
 
 
