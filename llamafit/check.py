@@ -20,7 +20,7 @@ from .facts import ModelFacts, build_facts
 from .gguf_model import GGUFModel
 from .memory import MemoryModel
 from .resolve import resolve
-from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
+from .server_flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
 from .search import Target
 from .ways_out import suggestions
 
@@ -102,6 +102,8 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
             host_fn: Callable[[], DeviceSpec] | None = None,
             detect_fn: Callable[[Mapping[str, str]], Hardware] | None = None) -> Prepared:  # fmt: skip
     parsed = parse_server_args(_server_argv(command_line, server_args), env, engine=engine)
+    if parsed.unknown:
+        raise InputError(refused_message(parsed.unknown))
     if model is None and not demo:
         model = parsed.model
     elif parsed.model is not None and model is not None and parsed.model != model:
@@ -151,7 +153,7 @@ _EXTRA_MODELS = {"-mm": "a multimodal projector", "--mmproj": "a multimodal proj
 
 
 def flag_warnings(p: Prepared) -> list[str]:
-    warnings = [f"llama-server would refuse this flag (kept, not passed on): {u}" for u in p.parsed.unknown]
+    warnings = []
     for flag in p.parsed.passthrough:
         if flag in _EXTRA_MODELS:
             warnings.append(f"{flag}: {_EXTRA_MODELS[flag]} is loaded too; its memory is not in this prediction")

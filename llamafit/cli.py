@@ -20,6 +20,11 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.NoSuchOption as e:  # one line; llama-server's flags belong after --
+            close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
+            err = click.ClickException(f"no such option {e.option_name}{close} (llama-server flags go after --)")
+            err.exit_code = EXIT_BAD_INPUT
+            raise err from e
         except LlamafitError as e:
             err = click.ClickException(" ".join(str(e).split()))
             err.exit_code = EXIT_BAD_INPUT
@@ -110,7 +115,7 @@ def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | No
                 env=dict(os.environ), use=use, rpc=rpc)  # fmt: skip
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @_engine_options
 def check(as_json: bool, **common: Any) -> None:
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
@@ -157,7 +162,7 @@ def _split_policy(common: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     return _policy(**{k: common.pop(k) for k in keys}), common
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @_policy_options
 @_engine_options
 def plan(as_json: bool, **common: Any) -> None:
@@ -185,7 +190,7 @@ def _port(value: str) -> int | None:
     return int(value)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the server binds.")
 @click.option("--port", default="8080", show_default=True, help="Port, or auto for a free one.")
 @click.option("--server", "server", metavar="PATH|embedded",
@@ -211,7 +216,7 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
     raise SystemExit(code)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.option("--format", "kind", type=click.Choice(["sh", "systemd", "llama-swap", "models-ini", "docker"]),
               default="sh", show_default=True, help="What to write.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file (default: stdout).")
@@ -234,16 +239,28 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
 
     if kind != "sh" and guard:
         raise click.UsageError("--guard is for --format sh")
+    if output:
+        _check_output_dir(output)
     policy, common = _split_policy(common)
     text = script_text(policy, _common(**common), kind=kind, host=host, port=port, name=name, server=server,
                        guard=guard)  # fmt: skip
     if output:
-        Path(output).write_text(text)
-        if kind == "sh":
-            Path(output).chmod(0o755)
+        try:
+            Path(output).write_text(text)
+            if kind == "sh":
+                Path(output).chmod(0o755)
+        except OSError as e:
+            raise LlamafitError(f"-o {output}: {e.strerror or e}") from e
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
+
+
+def _check_output_dir(output: str) -> None:
+    """`-o` into a directory that does not exist (or is a file) is bad input, said before planning."""
+    parent = Path(output).parent
+    if not parent.is_dir():
+        raise LlamafitError(f"-o {output}: no such directory {parent}")
 
 
 @cli.command()
