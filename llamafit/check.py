@@ -84,21 +84,37 @@ def _default_detect(env: Mapping[str, str]) -> Hardware:
     return detect(env)
 
 
+def parse_ram_option(text: str) -> DeviceSpec:
+    """`--ram 64GiB`: plan for another machine's host memory (all of it usable)."""
+    from .devices import host, parse_size
+
+    if text.strip().replace(".", "", 1).isdigit():
+        raise InputError(f"--ram {text.strip()} has no unit; did you mean {text.strip()}GiB?")
+    size = parse_size(text)
+    if size < 1 << 20:
+        raise InputError(f"--ram {text.strip()}: host RAM must be at least 1 MiB")
+    return host(size, size)
+
+
 def machine(gpu_spec: str | None, backend: str, use: str, rpc: str | None, env: Mapping[str, str],
-            host_fn: Callable[[], DeviceSpec],
-            detect_fn: Callable[[Mapping[str, str]], Hardware]) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
-    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them."""
+            host_fn: Callable[[], DeviceSpec], detect_fn: Callable[[Mapping[str, str]], Hardware],
+            ram: str | None = None) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them;
+    --ram replaces the host's memory."""
+    ram_host = parse_ram_option(ram) if ram is not None else None
     if gpu_spec is None:
         hw = detect_fn(env)
     else:
-        hw = given(parse_gpu_option(gpu_spec, backend=backend), host_fn())
+        hw = given(parse_gpu_option(gpu_spec, backend=backend), ram_host or host_fn())
+    if ram_host is not None:
+        hw = replace(hw, host=ram_host)
     specs = fit_devices(hw.gpus, use=use if gpu_spec is None else "total", rpc=parse_rpc_option(rpc) if rpc else ())
     return hw, specs
 
 
 def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str, build: int | None,
             backend: str, reserve_bytes: int, command_line: str | None, server_args: Sequence[str],
-            env: Mapping[str, str], use: str = "free", rpc: str | None = None,
+            env: Mapping[str, str], use: str = "free", rpc: str | None = None, ram: str | None = None,
             host_fn: Callable[[], DeviceSpec] | None = None,
             detect_fn: Callable[[Mapping[str, str]], Hardware] | None = None) -> Prepared:  # fmt: skip
     parsed = parse_server_args(_server_argv(command_line, server_args), env, engine=engine)
@@ -109,7 +125,8 @@ def prepare(*, model: str | None, demo: bool, gpu_spec: str | None, engine: str,
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
     facts = build_facts(load_model(model, demo=demo, hf_repo=parsed.hf_repo, env=env))
-    hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect)
+    hw, devices = machine(gpu_spec, backend, use, rpc, env, host_fn or _default_host, detect_fn or _default_detect,
+                          ram)  # fmt: skip
     target = Target(MemoryModel(facts), engine, build, devices, hw.host, reserve_bytes)
     return Prepared(parsed, facts, target, hw)
 
@@ -174,6 +191,11 @@ def run_check(**kwargs: Any) -> CheckReport:
     breakdown = t.model.estimate(rc, t.gpus, t.host, reserve_bytes=t.reserve_bytes)
     ways = [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx)
     warnings = list(p.facts.warnings) + list(rc.warnings) + flag_warnings(p)
+    if breakdown.host_pages:
+        host = breakdown.devices[-1]
+        warnings.append(f"host RAM: this config uses {host.used_bytes >> 20:,} MiB on the host but "
+                        f"{(host.usable_bytes or 0) >> 20:,} MiB is available; the CPU weights are memory-mapped "
+                        "and will page from disk (slow)")  # fmt: skip
     extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}
     data = check_report.to_json(p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
     text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)

@@ -102,12 +102,12 @@ def device_lines(b: Breakdown) -> list[str]:
 
 
 def verdict(b: Breakdown) -> str:
-    short = [d for d in b.devices if not d.fits]
+    short = b.short
     if not short:
         known = [d for d in b.devices if d.free_after_bytes is not None]
         margin = ", ".join(f"{d.name} {_mib(d.free_after_bytes)} MiB" for d in known)
         return "fits" + (f": left after loading {margin}" if margin else "")
-    return "does not fit: " + ", ".join(f"{d.name} short by {_mib(-(d.free_after_bytes or 0))} MiB" for d in short)
+    return "does not fit: " + ", ".join(f"{d.name} short by {_mib(n)} MiB" for d, n in short)
 
 
 def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: list[str], ways_out: list[str]) -> str:

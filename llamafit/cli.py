@@ -94,6 +94,7 @@ def _engine_options(f: Any) -> Any:
         click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
                      help="For detected GPUs: plan with the memory free now, or the whole card."),
         click.option("--rpc", metavar="HOST:PORT=SIZE,...", help="llama.cpp RPC workers and their memory."),
+        click.option("--ram", metavar="SIZE", help="Plan for this much host RAM (another machine's) instead of what is free."),
         click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line."),
         json_option,
         click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"),
@@ -104,7 +105,8 @@ def _engine_options(f: Any) -> Any:
 
 
 def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
-            use: str, rpc: str | None, command_line: str | None, args: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
+            use: str, rpc: str | None, ram: str | None, command_line: str | None,
+            args: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
     import os
 
     from .check import split_model_argument
@@ -112,7 +114,7 @@ def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | No
     model, server_args = split_model_argument(args)
     return dict(model=model, demo=demo, gpu_spec=gpu_spec, engine=engine, build=llama_build, backend=backend,
                 reserve_bytes=reserve_mib << 20, command_line=command_line, server_args=server_args,
-                env=dict(os.environ), use=use, rpc=rpc)  # fmt: skip
+                env=dict(os.environ), use=use, rpc=rpc, ram=ram)  # fmt: skip
 
 
 @cli.command()

@@ -138,7 +138,7 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple
             verdict += f"; the smallest GPU that holds {lo:,} tokens with q8_0 KV and every layer is {card[0]}"
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), card[0] if card else None)
     host = choice.breakdown.devices[-1]
-    if target.gpus and not host.fits:
+    if choice.breakdown.host_pages:
         warnings.append(f"host RAM: this plan uses {host.used_bytes // MIB:,} MiB on the host but "
                         f"{(host.usable_bytes or 0) // MIB:,} MiB is available; the CPU weights are memory-mapped "
                         "and will page from disk (slow)")  # fmt: skip

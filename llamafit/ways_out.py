@@ -28,10 +28,11 @@ def suggestions(target: Target, cfg: LaunchConfig, *, n_ctx: int) -> list[str]:
         if best:
             out.append(f"-ctk {kv} -ctv {kv} fits {best:,} tokens per slot")
     best = max_context(target, cfg, per_slot)
-    if best:
+    if best and best < per_slot:  # never the configuration already given
         out.append(f"{best:,} tokens per slot fit with the current settings")
     if target.gpus:
+        given = target.evaluate(replace(cfg, n_ctx=n_ctx))
         ngl = max_gpu_layers(target, replace(cfg, n_ctx=n_ctx))
-        if ngl is not None:
+        if ngl is not None and (given is None or ngl != given[0].n_gpu_layers):
             out.append(f"-ngl {ngl} fits -c {n_ctx:,} (the other layers run on the CPU)")
     return out

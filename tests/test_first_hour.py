@@ -77,3 +77,47 @@ def test_script_output_into_a_missing_directory(tmp_path: Path, kind: str, where
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == f"Error: -o {out}: no such directory {out.parent}\n"
     assert not out.exists()
+
+
+# ---- 3. host RAM is a hard limit for KV, compute and recurrent state; --ram ----
+
+QWEN = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
+
+
+def test_plan_does_not_fit_when_the_host_kv_exceeds_host_ram() -> None:
+    result = invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "16GiB", "--ctx", "1000000")
+    assert result.exit_code == 1, result.output
+    assert "Verdict    does not fit" in result.stdout and "memory-mapped" not in result.stdout
+
+
+def test_plan_warns_only_when_mapped_weights_page() -> None:
+    result = invoke("plan", QWEN, "--gpu", "12GiB", "--ram", "4GiB", "--ctx", "8192", "--kv", "q8_0")
+    assert result.exit_code == 0, result.output
+    assert "the CPU weights are memory-mapped and will page from disk" in result.stdout
+
+
+def test_check_ways_out_respect_host_ram_and_never_repeat_the_given_config() -> None:
+    result = invoke("check", QWEN, "--gpu", "24GiB", "--ram", "16GiB", "--", "-c", "200000", "-nkvo")
+    assert result.exit_code == 1, result.output
+    ways = [line for line in result.stdout.splitlines() if line.startswith("Way out")]
+    assert "Verdict    does not fit: CPU short by 33,922 MiB" in result.stdout
+    assert ways == ["Way out    -ctk q8_0 -ctv q8_0 fits 118,528 tokens per slot",
+                    "Way out    -ctk q4_0 -ctv q4_0 (flash attention on) fits the full -c 200,192",
+                    "Way out    65,024 tokens per slot fit with the current settings"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ram", "message"),
+    [("16", "--ram 16 has no unit; did you mean 16GiB?"), ("0GiB", "--ram 0GiB: host RAM must be at least 1 MiB")],
+)
+def test_ram_needs_a_unit(ram: str, message: str) -> None:
+    result = invoke("plan", QWEN, "--gpu", "24GiB", "--ram", ram)
+    assert (result.exit_code, result.stderr) == (2, f"Error: {message}\n")
+
+
+def test_ram_is_the_host_in_the_plan() -> None:
+    result = invoke("plan", DENSE, "--gpu", "cpu", "--ram", "3GiB", "--json")
+    import json
+
+    host = json.loads(result.stdout)["hardware"][-1]
+    assert (host["name"], host["total_bytes"], host["usable_bytes"]) == ("CPU", 3 << 30, 3 << 30)
