@@ -140,10 +140,10 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> tuple[Prepared, str
     except OSError:  # none yet, or unreadable: plan without corrections
         return p, None
     devices = [(d.name, d.backend) for d in p.target.gpus]
-    found = compute_correction(records, devices=devices, build=p.target.build)
-    if found is None:
+    found = compute_correction(records, devices=devices, build=p.target.build, architecture=p.facts.architecture)
+    if found is None or found.is_identity:
         return p, None
-    return replace(p, target=replace(p.target, compute_scale=found.compute_scale)), found.note
+    return replace(p, target=replace(p.target, compute_scale=found.compute_scale)), found.note(path)
 
 
 def _progress(done: int) -> None:

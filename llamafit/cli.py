@@ -265,6 +265,51 @@ def _check_output_dir(output: str) -> None:
         raise LlamafitError(f"-o {output}: no such directory {parent}")
 
 
+@cli.group()
+def calibration() -> None:
+    """What `run` learned from earlier starts (predicted vs reported buffers), and forgetting it."""
+
+
+@calibration.command("show")
+@json_option
+def calibration_show(as_json: bool) -> None:
+    """One row per setup (build, devices, model architecture): runs and the compute scale plans use."""
+    import os
+
+    from .calibration import parse_records
+    from .calibration_report import summary, to_text
+    from .paths import calibration_path
+
+    path = calibration_path(os.environ)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            records = parse_records(f)
+    except FileNotFoundError:
+        records = []
+    except OSError as e:
+        raise LlamafitError(f"{path}: {e.strerror or e}") from e
+    data = summary(records, path)
+    click.echo(json.dumps(data, indent=2) if as_json else to_text(data))
+
+
+@calibration.command("clear")
+def calibration_clear() -> None:
+    """Delete the calibration file: later plans use the memory model as derived from llama.cpp."""
+    import os
+
+    from .paths import calibration_path
+
+    path = calibration_path(os.environ)
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        click.echo(f"Nothing to clear ({path} does not exist)")
+        return
+    except OSError as e:
+        raise LlamafitError(f"{path}: {e.strerror or e}") from e
+    click.echo(f"Cleared {path}")
+
+
 @cli.command()
 @json_option
 def gpus(as_json: bool) -> None:

@@ -33,8 +33,9 @@ def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[P
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = list(p.facts.warnings) + (list(c.rc.warnings) if c else []) + flag_warnings(p)
-    warnings += [f"calibration: {note}"] if note else []
     result = replace(result, warnings=tuple(warnings) + result.warnings)
     data = plan_report.to_json(p.facts, result, argv, hardware)
+    data["calibration"] = {"compute_scale": p.target.compute_scale, "note": note}
     device_lines = check_report.device_lines(c.breakdown) if c else []
-    return PlanReport(c is not None, data, plan_report.to_text(p.facts, result, argv, hardware, device_lines)), result
+    text = plan_report.to_text(p.facts, result, argv, hardware, device_lines) + (f"\nNote       {note}" if note else "")
+    return PlanReport(c is not None, data, text), result

