@@ -47,10 +47,10 @@ def test_gpu_without_unit_or_size_is_exit_2(command: str, gpu: str, message: str
         (["--gpus", "24GiB"], "no such option --gpus; did you mean --gpu? (llama-server flags go after --)"),
         (["-c", "8192"], "no such option -c (llama-server flags go after --)"),
         (["--", "-ctx", "8192"], "llama-server would not start: it has no flag -ctx; did you mean -c (--ctx-size)?"),
-        (["--", "--ctx-size=8192"], "llama-server would not start: it has no flag --ctx-size=8192; write "
-                                    "--ctx-size 8192"),
-        (["--", "-fa", "on", "--flash-atention", "on"], "llama-server would not start: it has no flag "
-                                                         "--flash-atention; did you mean -fa (--flash-attn)?"),
+        (["--", "--ctx-size=8192"], ("llama-server would not start: it has no flag --ctx-size=8192; write "
+                                     "--ctx-size 8192")),
+        (["--", "-fa", "on", "--flash-atention", "on"], ("llama-server would not start: it has no flag "
+                                                          "--flash-atention; did you mean -fa (--flash-attn)?")),
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("command", ["check", "plan"])
@@ -188,9 +188,9 @@ def test_calibration_show_and_clear(tmp_path: Path) -> None:
     env = _with_records(tmp_path, GOOD_GPU, CPU_ONLY_BUILD)
     path = tmp_path / "calibration.jsonl"
     shown = invoke("calibration", "show", env=env)
-    assert (shown.exit_code, shown.stdout) == (0, f"Calibration {path}\n"
-                                                  "   build  devices           model        runs skipped  scale\n"
-                                                  "       -  CUDA0             llama           1       1  1.050\n")
+    assert (shown.exit_code, shown.stdout) == (0, (f"Calibration {path}\n"
+                                                   "   build  devices           model        runs skipped  scale\n"
+                                                   "       -  CUDA0             llama           1       1  1.050\n"))
     cleared = invoke("calibration", "clear", env=env)
     assert (cleared.exit_code, cleared.stdout, path.exists()) == (0, f"Cleared {path}\n", False)
     empty = invoke("calibration", "show", env=env)
