@@ -21,6 +21,8 @@ def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int 
     opts = RunOptions(host=host, port=port, server=server, dry_run=dry_run, api_key_file=api_key_file, verbose=verbose)
     server = server_for(opts, common["env"])
     p, note = with_calibration(for_server(prepare(**common), server), common["env"])
+    if not dry_run and p.facts.incomplete and not p.facts.path.startswith(("http://", "https://")):
+        raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
     if not dry_run and p.facts.path.startswith(("http://", "https://")) and server[0] != "llama-server":
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "

@@ -195,3 +195,24 @@ def test_calibration_show_and_clear(tmp_path: Path) -> None:
     assert (cleared.exit_code, cleared.stdout, path.exists()) == (0, f"Cleared {path}\n", False)
     empty = invoke("calibration", "show", env=env)
     assert empty.stdout == f"No calibration recorded yet ({path}); `llamafit run` records each healthy start.\n"
+
+
+# ---- 6. a header-only or truncated model file ----
+
+INCOMPLETE = "the file is 44,689 bytes but its tensors need 19.8 GB: incomplete download?"
+
+
+def test_run_refuses_a_header_only_file_before_starting() -> None:
+    result = invoke("run", QWEN, "--gpu", "24GiB", "--port", "18301")
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (2, f"Error: {QWEN}: {INCOMPLETE}")
+    assert "Started" not in result.output
+
+
+def test_inspect_warns_about_a_header_only_file() -> None:
+    result = invoke("inspect", QWEN)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[-1] == f"Warning        {INCOMPLETE}"
+
+
+def test_a_complete_file_has_no_such_warning() -> None:
+    assert "incomplete download" not in invoke("inspect", DENSE).stdout
