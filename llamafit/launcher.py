@@ -120,17 +120,28 @@ def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[
     return False
 
 
+@dataclass
+class StopRequest:
+    """Set when llamafit got SIGINT or SIGTERM: whoever waits on the child stops waiting."""
+
+    signum: int | None = None
+
+
 @contextlib.contextmanager
-def forwarding_signals(child: Child) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM to llamafit are passed to the child (which then exits)."""
+def forwarding_signals(child: Child) -> Iterator[StopRequest]:
+    """While inside, SIGINT and SIGTERM to llamafit are passed to the child and recorded in the
+    StopRequest yielded; leaving stops the child (llama-server loading a model only notes a first
+    signal, so the waits must end on the request, not on the child's exit)."""
+    stop = StopRequest()
 
     def forward(signum: int, _frame: Any) -> None:
+        stop.signum = signum
         with contextlib.suppress(ProcessLookupError):
             child.proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

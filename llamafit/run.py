@@ -192,15 +192,18 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         watcher = LogWatcher()
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
         say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
-        with forwarding_signals(child):
+        with forwarding_signals(child) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=opts.load_timeout_s,
-                              failed=lambda w=watcher: w.failure is not None,
+                              failed=lambda w=watcher: w.failure is not None or stop.signum is not None,
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
-            if ok:
-                return _serve(child, watcher, launch, p, env, say)
+            if ok and stop.signum is None:
+                return _serve(child, watcher, launch, p, env, say, stop)
             code = child.stop()
+        if stop.signum is not None:
+            say("Stopped.")
+            return 0
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
             say(f"Retry      out of memory while loading ({watcher.failure}); keeping "
                 f"{(attempt + 1) * OOM_RESERVE_STEP // MIB} MiB more free per GPU")  # fmt: skip
@@ -225,7 +228,7 @@ def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[],
 
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None]) -> int:  # fmt: skip
+           say: Callable[[str], None], stop: Any) -> int:  # fmt: skip
     say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
     say(f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)")
@@ -242,4 +245,7 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
         say(f"Note       not recorded for calibration: {why_not}")
     code = child.proc.wait()
     child.stop()
+    if stop.signum is not None:
+        say("Stopped.")
+        return 0
     return 0 if code in (0, -2, 130, -15, 143) else code

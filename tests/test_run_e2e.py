@@ -196,3 +196,56 @@ def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str]
     assert retries[0].startswith("Retry      out of memory while loading") and "1024 MiB more free" in retries[0]
     assert "2048 MiB more free" in retries[1]
     assert lines[-1].startswith("Failed     out of memory")
+
+
+# ---- stop requested during load and after Ready (issue #10 item 7) ----
+
+
+def _slow_loading_server(tmp_path: Path) -> Path:
+    """A llama-server stand-in for the one case a real build cannot be made to hit on demand: a load
+    that outlasts the stop request. Like llama-server's signal_handler (tools/server/server.cpp), the
+    first SIGINT/SIGTERM only sets a flag; a second one exits at once."""
+    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+
+    exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
+    exe.write_text(exe.read_text() + (
+        "else:\n    import signal, time\n    seen = []\n"
+        "    def handler(sig, frame):\n        if seen: sys.exit(1)\n        seen.append(sig)\n"
+        "    signal.signal(signal.SIGINT, handler)\n    signal.signal(signal.SIGTERM, handler)\n"
+        "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
+        "    for _ in range(600):\n        time.sleep(0.1)\n"))  # fmt: skip
+    return exe
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_load_stops_the_server(env: dict[str, str], tmp_path: Path, sig: int) -> None:
+    exe = _slow_loading_server(tmp_path)
+    run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "2048", "--server", str(exe), env=env)
+    try:
+        run.wait_for("Started")
+        pid = run.child_pid()
+        time.sleep(0.5)
+        code = run.finish(sig, timeout=40)
+    finally:
+        run.finish(signal.SIGKILL)
+    assert gone(pid)
+    assert code in (0, 130)
+    assert run.proc.stderr is not None
+    assert run.proc.stderr.read().splitlines()[-1] == "Stopped."
+
+
+@pytest.mark.parametrize("kind", ["llama-server", "embedded"])
+def test_ctrl_c_exits_the_same_way_for_both_servers(env: dict[str, str], kind: str) -> None:
+    args = ["--server", "embedded"] if kind == "embedded" else []
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "2048", *args, env=env)
+    try:
+        run.wait_for("Ready", timeout=240)
+        pid = run.child_pid()
+        time.sleep(1.0)
+        code = run.finish(signal.SIGINT)
+    finally:
+        run.finish(signal.SIGKILL)
+    assert gone(pid)
+    assert code in (0, 130)
+    assert run.proc.stderr is not None
+    assert run.proc.stderr.read().splitlines()[-1] == "Stopped."
