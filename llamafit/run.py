@@ -51,7 +51,7 @@ class Launch:
     choice: Choice
     url: str
     server_info: dict[str, Any]
-    health_path: str  # llama-server: /health; llama-cpp-python's server has none, /v1/models answers when loaded
+    health_path: str  # /health: llama-server's, and llamafit.embedded_main's for llama-cpp-python's server
 
 
 def server_for(opts: RunOptions, env: Mapping[str, str]) -> tuple[str, Any, str]:
@@ -116,7 +116,7 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: tuple[st
         info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,
                 "notes": list(embedded_notes(choice.rc))}  # fmt: skip
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
-    health = "/health" if kind == "llama-server" else "/v1/models"
+    health = "/health"
     return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info, health)
 
 

