@@ -245,7 +245,7 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         _check_output_dir(output)
     policy, common = _split_policy(common)
     text = script_text(policy, _common(**common), kind=kind, host=host, port=port, name=name, server=server,
-                       guard=guard)  # fmt: skip
+                       guard=guard, warn=lambda m: click.echo(f"Warning: {m}", err=True))  # fmt: skip
     if output:
         try:
             Path(output).write_text(text)

