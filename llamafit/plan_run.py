@@ -24,8 +24,10 @@ def run_plan(policy: Policy, **kwargs: Any) -> PlanReport:
     return render_plan(p, policy, note)[0]
 
 
-def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[PlanReport, PlanResult]:
-    """Solve for a prepared model and machine; the report and the raw result."""
+def render_plan(p: Prepared, policy: Policy, note: str | None = None, *,
+                with_command: bool = True) -> tuple[PlanReport, PlanResult]:  # fmt: skip
+    """Solve for a prepared model and machine; the report and the raw result. `run` prints the
+    command it runs itself (with host, port and log flags), so its text leaves the planned one out."""
     result = plan(p.target, p.parsed.config, policy, bandwidths=p.bandwidths)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
@@ -37,5 +39,5 @@ def render_plan(p: Prepared, policy: Policy, note: str | None = None) -> tuple[P
     data = plan_report.to_json(p.facts, result, argv, hardware)
     data["calibration"] = {"compute_scale": p.target.compute_scale, "note": note}
     device_lines = check_report.device_lines(c.breakdown) if c else []
-    text = plan_report.to_text(p.facts, result, argv, hardware, device_lines) + (f"\nNote       {note}" if note else "")
+    text = plan_report.to_text(p.facts, result, argv if with_command else [], hardware, device_lines) + (f"\nNote       {note}" if note else "")
     return PlanReport(c is not None, data, text), result

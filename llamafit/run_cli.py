@@ -27,7 +27,7 @@ def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int 
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
                          "which downloads it with -mu")  # fmt: skip
-    report, result = render_plan(p, policy, note)
+    report, result = render_plan(p, policy, note, with_command=False)
     if dry_run:
         if result.choice is not None:
             launch = build_launch(p, result.choice, opts, server, port if port is not None else free_port(host))
@@ -44,6 +44,6 @@ def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int 
 def _dry_text(plan_text: str, launch: Any) -> str:
     if launch is None:
         return plan_text
-    return f"{plan_text}\nServer     {launch.why}\nRun        {display(launch.argv)}"
+    return f"{plan_text}\nServer     {launch.why}\nCommand    {display(launch.argv)}"
 
 

@@ -278,3 +278,14 @@ def test_docker_image_follows_the_backend(gpu: str, head: str, image: str) -> No
 def test_docker_has_no_metal() -> None:
     result = invoke("script", DENSE, "--gpu", "m4-max-128gb", "--format", "docker")
     assert (result.exit_code, result.stderr) == (2, "Error: docker containers cannot use Metal: use --format sh\n")
+
+
+# ---- 11. run prints one Command: the one that runs ----
+
+
+def test_run_prints_one_command_the_one_that_runs() -> None:
+    result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--port", "18302", "--dry-run")
+    assert result.exit_code == 0, result.output
+    commands = [line for line in result.stdout.splitlines() if line.startswith("Command")]
+    assert len(commands) == 1 and commands[0].endswith("--host 127.0.0.1 --port 18302 -lv 4")
+    assert "Run " not in result.stdout
