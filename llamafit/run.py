@@ -230,6 +230,9 @@ def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[],
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
            say: Callable[[str], None], stop: Any) -> int:  # fmt: skip
     say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
+    if not p.facts.has_chat_template and not {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough):
+        fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if launch.kind == "llama-server" else ""
+        say(f"Note       the model has no chat template: use /v1/completions{fix}")
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
     say(f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)")
     for r in rows:

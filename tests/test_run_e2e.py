@@ -248,4 +248,8 @@ def test_ctrl_c_exits_the_same_way_for_both_servers(env: dict[str, str], kind: s
     assert gone(pid)
     assert code in (0, 130)
     assert run.proc.stderr is not None
-    assert run.proc.stderr.read().splitlines()[-1] == "Stopped."
+    lines = run.lines + run.proc.stderr.read().splitlines()
+    assert lines[-1] == "Stopped."
+    ready = next(i for i, line in enumerate(lines) if line.startswith("Ready"))
+    fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if kind == "llama-server" else ""
+    assert lines[ready + 1] == f"Note       the model has no chat template: use /v1/completions{fix}"
