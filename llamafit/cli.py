@@ -200,10 +200,12 @@ def _port(value: str) -> int | None:
 @click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
 @click.option("--api-key-file", type=click.Path(dir_okay=False), help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
+@click.option("--load-timeout", metavar="SECONDS",
+              help="Give up when the server is not healthy after this long (default: 120 s + 30 s per GiB).")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        as_json: bool, **common: Any) -> None:  # fmt: skip
+        load_timeout: str | None, as_json: bool, **common: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
@@ -214,7 +216,8 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 
     policy, common = _split_policy(common)
     code = run_command(policy, _common(**common), host=host, port=_port(port), server=server, dry_run=dry_run,
-                       api_key_file=api_key_file, verbose=verbose, as_json=as_json)  # fmt: skip
+                       api_key_file=api_key_file, verbose=verbose, as_json=as_json,
+                       load_timeout=load_timeout)  # fmt: skip
     raise SystemExit(code)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import signal
 import socket
 import subprocess
@@ -41,6 +42,21 @@ def free_port(host: str = "127.0.0.1") -> int:
             return int(s.getsockname()[1])
     except OSError as e:
         raise InputError(f"--host {host}: cannot listen there ({e.strerror or e})") from e
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """Refuse a port something already listens on: a server already there would answer /health for
+    ours. SO_REUSEADDR as cpp-httplib and uvicorn set it, so a port in TIME_WAIT still counts as free."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            if e.errno == errno.EADDRINUSE:
+                raise InputError(f"--port {port}: {where} is already in use; stop what listens there or use "
+                                 "--port auto") from e  # fmt: skip
+            raise InputError(f"--port {port}: cannot listen on {where} ({e.strerror or e})") from e
 
 
 def _die_with_parent() -> None:

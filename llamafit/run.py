@@ -37,7 +37,29 @@ class RunOptions:
     dry_run: bool = False
     api_key_file: str | None = None
     verbose: bool = False
-    load_timeout_s: float = 900.0
+    load_timeout_s: float | None = None  # None: default_load_timeout(the model's size)
+
+
+LOAD_TIMEOUT_BASE_S = 120  # starting the process, backends, warm-up
+LOAD_TIMEOUT_PER_GIB_S = 30  # reading weights at 35 MB/s: a slow disk or network share, with room to spare
+
+
+def default_load_timeout(file_bytes: int) -> int:
+    """How long to wait for a server to become healthy before giving up: grows with the model."""
+    return LOAD_TIMEOUT_BASE_S + LOAD_TIMEOUT_PER_GIB_S * file_bytes // (1 << 30)
+
+
+def parse_load_timeout(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError("--load-timeout takes seconds, e.g. 600") from None
+    if not 0 < value <= 7 * 24 * 3600:
+        raise InputError("--load-timeout must be more than 0 seconds" if value <= 0 else
+                         "--load-timeout is at most a week (604800 seconds)")  # fmt: skip
+    return value
 
 
 @dataclass(frozen=True)
@@ -175,8 +197,10 @@ def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str],
                      server: tuple[str, Any, str], say: Callable[[str], None]) -> int:  # fmt: skip
     """Start the server (up to 3 tries after out-of-memory failures) and serve until it exits."""
-    from .launcher import child_env, forwarding_signals, free_port, start, wait_healthy
+    from .launcher import child_env, ensure_port_free, forwarding_signals, free_port, start, wait_healthy
     from .server_log import LogWatcher
+
+    timeout_s = opts.load_timeout_s or default_load_timeout(p.facts.file_size)
 
     for attempt in range(MAX_TRIES):
         result = replan(p, policy, attempt * OOM_RESERVE_STEP)
@@ -184,6 +208,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             say(f"Verdict    {result.verdict}")
             return 1
         port = free_port(opts.host) if opts.port is None else opts.port
+        ensure_port_free(opts.host, port)
         launch = build_launch(p, result.choice, opts, server, port)
         say(f"Server     {launch.why}")
         for note in launch.server_info.get("notes", []):
@@ -194,16 +219,21 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
         with forwarding_signals(child) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
-            ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=opts.load_timeout_s,
+            ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=timeout_s,
                               failed=lambda w=watcher: w.failure is not None or stop.signum is not None,
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
+            timed_out = not ok and child.proc.poll() is None and watcher.failure is None
             if ok and stop.signum is None:
                 return _serve(child, watcher, launch, p, env, say, stop)
             code = child.stop()
         if stop.signum is not None:
             say("Stopped.")
             return 0
+        if timed_out:
+            shown = f"{timeout_s:g}"
+            say(f"Failed     the server was not healthy after {shown} s (--load-timeout {shown})")
+            return 1
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
             say(f"Retry      out of memory while loading ({watcher.failure}); keeping "
                 f"{(attempt + 1) * OOM_RESERVE_STEP // MIB} MiB more free per GPU")  # fmt: skip
@@ -214,15 +244,20 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
     return 1
 
 
-def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[], None]:
-    """Say the server's loading phase each time it changes."""
-    last: list[str] = [""]
+PROGRESS_EVERY_S = 10.0  # a line at least this often while loading, so a slow load shows signs of life
+
+
+def _progress_reporter(watcher: Any, say: Callable[[str], None],
+                       clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:  # fmt: skip
+    """Say the server's loading phase, with the time since the start, when it changes (and every 10 s)."""
+    start = clock()
+    last: list[Any] = ["", start]
 
     def tick() -> None:
-        phase = watcher.progress
-        if phase and phase != last[0]:
-            last[0] = phase
-            say(f"Loading    {phase}")
+        phase, now = watcher.progress, clock()
+        if phase and (phase != last[0] or now - last[1] >= PROGRESS_EVERY_S):
+            last[:] = [phase, now]
+            say(f"Loading    {phase} ({now - start:.0f} s)")
 
     return tick
 

@@ -12,13 +12,15 @@ from .command import display
 from .launcher import free_port
 from .errors import InputError
 from .plan_run import render_plan
-from .run import RunOptions, build_launch, for_server, launch_and_watch, server_for
+from .run import RunOptions, build_launch, for_server, launch_and_watch, parse_load_timeout, server_for
 from .solver import Policy
 
 
 def run_command(policy: Policy, common: dict[str, Any], *, host: str, port: int | None, server: str | None,
-                dry_run: bool, api_key_file: str | None, verbose: bool, as_json: bool) -> int:  # fmt: skip
-    opts = RunOptions(host=host, port=port, server=server, dry_run=dry_run, api_key_file=api_key_file, verbose=verbose)
+                dry_run: bool, api_key_file: str | None, verbose: bool, as_json: bool,
+                load_timeout: str | None = None) -> int:  # fmt: skip
+    opts = RunOptions(host=host, port=port, server=server, dry_run=dry_run, api_key_file=api_key_file, verbose=verbose,
+                      load_timeout_s=parse_load_timeout(load_timeout))  # fmt: skip
     server = server_for(opts, common["env"])
     p, note = with_calibration(for_server(prepare(**common), server), common["env"])
     if not dry_run and p.facts.incomplete and not p.facts.path.startswith(("http://", "https://")):

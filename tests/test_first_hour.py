@@ -289,3 +289,33 @@ def test_run_prints_one_command_the_one_that_runs() -> None:
     commands = [line for line in result.stdout.splitlines() if line.startswith("Command")]
     assert len(commands) == 1 and commands[0].endswith("--host 127.0.0.1 --port 18302 -lv 4")
     assert "Run " not in result.stdout
+
+
+# ---- the port is checked before the server starts; --load-timeout (issue #16, shared) ----
+
+
+def test_a_port_in_use_is_exit_2_before_anything_starts() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--port", str(port))
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (
+        2, f"Error: --port {port}: 127.0.0.1:{port} is already in use; stop what listens there or use --port auto")
+    assert "Started" not in result.output
+
+
+@pytest.mark.parametrize(("file_bytes", "seconds"), [(0, 120), (1 << 30, 150), (20 << 30, 720), (100 << 30, 3120)])
+def test_default_load_timeout_grows_with_the_model(file_bytes: int, seconds: int) -> None:
+    from llamafit.run import default_load_timeout
+
+    assert default_load_timeout(file_bytes) == seconds
+
+
+@pytest.mark.parametrize(("value", "message"), [("0", "--load-timeout must be more than 0 seconds"),
+                                                 ("soon", "--load-timeout takes seconds, e.g. 600")])
+def test_load_timeout_input(value: str, message: str) -> None:
+    result = invoke("run", DENSE, "--gpu", "cpu", "--load-timeout", value)
+    assert (result.exit_code, result.stderr.splitlines()[-1]) == (2, f"Error: {message}")

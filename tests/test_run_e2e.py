@@ -253,3 +253,18 @@ def test_ctrl_c_exits_the_same_way_for_both_servers(env: dict[str, str], kind: s
     ready = next(i for i, line in enumerate(lines) if line.startswith("Ready"))
     fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if kind == "llama-server" else ""
     assert lines[ready + 1] == f"Note       the model has no chat template: use /v1/completions{fix}"
+
+
+def test_load_timeout_stops_a_server_that_never_gets_healthy(env: dict[str, str], tmp_path: Path) -> None:
+    import re
+
+    exe = _slow_loading_server(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
+                          "--ctx", "2048", "--server", str(exe), "--load-timeout", "3"], capture_output=True,
+                         text=True, env=env, timeout=60)  # fmt: skip
+    lines = out.stderr.splitlines()
+    assert out.returncode == 1
+    assert any(re.fullmatch(r"Loading    loading model \(\d+ s\)", x) for x in lines), lines
+    assert lines[-1] == "Failed     the server was not healthy after 3 s (--load-timeout 3)"
+    pid = int(next(x for x in lines if x.startswith("Started")).split()[2].rstrip(";"))
+    assert gone(pid)
