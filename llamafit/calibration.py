@@ -24,30 +24,26 @@ class Correction:
     runs: int
     architecture: str | None = None
     devices: tuple[tuple[str, str], ...] = ()
+    source: str | None = None  # the calibration file it came from
 
     @property
     def is_identity(self) -> bool:
         """Scales by 1 to the precision shown: not applied, not mentioned."""
         return round(self.compute_scale, 3) == 1.0
 
-    def note(self, source: str) -> str:
-        where = ", ".join(f"{n} ({b})" for n, b in self.devices) or "CPU"
-        runs = f"{self.runs} earlier run{'s' if self.runs != 1 else ''}"
-        model = f"{self.architecture} models" if self.architecture else "this setup"
-        return f"compute buffers scaled by {self.compute_scale:.3f}: the median of {runs} of {model} on {where} ({source})"
 
-
-def incomplete(rows: Iterable[dict[str, Any]], gpus: Sequence[str]) -> str | None:
+def incomplete(rows: Iterable[dict[str, Any]], gpus: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
     """Why a run's predicted-vs-reported rows must not be recorded, or None when they may be:
-    a GPU the plan used on which the server reported nothing, or a predicted buffer not reported."""
+    ("nothing_on_gpu", (device,)) for a GPU the plan used on which the server reported nothing, or
+    ("not_reported", ("CUDA0 KV", …)) for predicted buffers the server did not report."""
     rows = list(rows)
     for g in gpus:
         mine = [r for r in rows if r.get("device") == g]
         if any(_num(r, "predicted_mib") > 0 for r in mine) and not any(_num(r, "actual_mib") > 0 for r in mine):
-            return f"the server put nothing on {g}, which the plan used"
-    missing = [f"{r.get('device')} {r.get('kind')}" for r in rows
-               if _num(r, "predicted_mib") >= 0.01 and _num(r, "actual_mib") <= 0 and r.get("kind") != "output"]  # fmt: skip
-    return f"the server did not report {', '.join(missing)}" if missing else None
+            return "nothing_on_gpu", (g,)
+    missing = tuple(f"{r.get('device')} {r.get('kind')}" for r in rows
+                    if _num(r, "predicted_mib") >= 0.01 and _num(r, "actual_mib") <= 0 and r.get("kind") != "output")  # fmt: skip
+    return ("not_reported", missing) if missing else None
 
 
 def _num(row: dict[str, Any], key: str) -> float:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .facts import ModelFacts
+from .findings import Notice, WayOut, as_notice
 from .memory import Breakdown, DeviceUsage
 from .resolve import ResolvedConfig
 
-SCHEMA = "llamafit.check/1"
+SCHEMA = "llamafit.check/2"
 MIB = 1 << 20
 
 
@@ -69,8 +71,78 @@ def model_json(facts: ModelFacts) -> dict[str, Any]:
     }
 
 
-def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: list[str],
-            ways_out: list[str], extra: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+_EXTRA_MODEL = {"mmproj": "a multimodal projector", "draft": "a draft model", "lora": "a LoRA adapter"}
+
+NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
+    "unmodelled_model": lambda d: (f"{d['flag']}: {_EXTRA_MODEL.get(d['what'], d['what'])} is loaded too; "
+                                   "its memory is not in this prediction"),
+    "devices_not_modelled": lambda d: ("-dev/--rpc among the llama-server flags are passed on but not modelled: "
+                                       "describe the devices to llamafit with --gpu and --rpc"),
+    "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
+    "calibration": lambda d: (f"compute buffers scaled by {d['compute_scale']:.3f}: the median of {d['runs']} earlier "
+                              f"run{'s' if d['runs'] != 1 else ''} of {d.get('architecture') or 'this'} models on "
+                              f"{', '.join(d.get('devices') or ['CPU'])} ({d.get('source')})"),
+    "small_reserve": lambda d: (f"the reserve per GPU is {d['reserve_bytes'] // MIB} MiB: below 512 MiB the CUDA "
+                                "context and memory pools may not fit"),
+    "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
+                                 f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
+                                 "and will page from disk (slow)"),
+}  # fmt: skip
+
+
+NOTE_CODES = frozenset({"calibration"})  # information, not a risk: printed as `Note`
+
+
+def notice_line(warning: Notice | str) -> str:
+    """One output line: `Note` for information, `Warning` for a risk."""
+    label = "Note" if as_notice(warning).code in NOTE_CODES else "Warning"
+    return f"{label:<11}{notice_text(warning)}"
+
+
+def notice_text(warning: Notice | str) -> str:
+    n = as_notice(warning)
+    render = NOTICE_TEXT.get(n.code)
+    return render(n.data) if render else str(n.data.get("message", n.code))
+
+
+def notices_json(warnings: Sequence[Notice | str]) -> list[dict[str, Any]]:
+    """Each warning as {code, its values…, text}."""
+    out = []
+    for w in warnings:
+        n = as_notice(w)
+        out.append({"code": n.code, **n.data, "text": notice_text(n)})
+    return out
+
+
+def way_out_text(w: WayOut) -> str:
+    if w.code == "kv_full":
+        return f"-ctk {w.type_kv} -ctv {w.type_kv} (flash attention on) fits the full -c {w.n_ctx:,}"
+    if w.code == "kv":
+        return f"-ctk {w.type_kv} -ctv {w.type_kv} fits {w.ctx_per_slot:,} tokens per slot"
+    if w.code == "context":
+        return f"{w.ctx_per_slot:,} tokens per slot fit with the current settings"
+    return f"-ngl {w.n_gpu_layers} fits -c {w.n_ctx:,} (the other layers run on the CPU)"
+
+
+def ways_out_json(ways_out: Sequence[WayOut]) -> list[dict[str, Any]]:
+    """Each way out as {code, type_k/type_v, n_ctx, context_per_slot, n_gpu_layers (those that apply), text}."""
+    out = []
+    for w in ways_out:
+        d: dict[str, Any] = {"code": w.code}
+        if w.type_kv is not None:
+            d["type_k"] = d["type_v"] = w.type_kv
+        if w.n_ctx is not None:
+            d["n_ctx"] = w.n_ctx
+        if w.ctx_per_slot is not None:
+            d["context_per_slot"] = w.ctx_per_slot
+        if w.n_gpu_layers is not None:
+            d["n_gpu_layers"] = w.n_gpu_layers
+        out.append(d | {"text": way_out_text(w)})
+    return out
+
+
+def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Sequence[Notice | str],
+            ways_out: Sequence[WayOut], extra: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     return {
         "schema": SCHEMA,
         "model": model_json(facts),
@@ -78,8 +150,8 @@ def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: li
         "devices": [device_json(d) for d in b.devices],
         "fits": b.fits,
         "host_weights_mapped": b.host_weights_mapped,
-        "warnings": warnings,
-        "ways_out": ways_out,
+        "warnings": notices_json(warnings),
+        "ways_out": ways_out_json(ways_out),
         **extra,
     }
 
@@ -110,7 +182,8 @@ def verdict(b: Breakdown) -> str:
     return "does not fit: " + ", ".join(f"{d.name} short by {_mib(n)} MiB" for d, n in short)
 
 
-def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: list[str], ways_out: list[str]) -> str:
+def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Sequence[Notice | str],
+            ways_out: Sequence[WayOut]) -> str:  # fmt: skip
     slots = f"{rc.n_seq_max} slot(s), {'unified' if rc.kv_unified else 'per-slot'} KV"
     lines = [
         f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
@@ -120,8 +193,17 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: li
         *device_lines(b),
         f"Verdict    {verdict(b)}",
     ]
-    lines += [f"Way out    {w}" for w in ways_out]
+    lines += [f"Way out    {way_out_text(w)}" for w in ways_out]
     if b.cache_ram_bytes:
         lines.append(f"Note       llama-server's prompt cache may use up to {_mib(b.cache_ram_bytes)} MiB more host RAM (-cram)")
-    lines += [f"Warning    {w}" for w in warnings]
+    lines += [notice_line(w) for w in warnings]
     return "\n".join(lines)
+
+
+def check_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """`llamafit run`'s table of predicted vs reported MiB (cmd_run.actual_vs_predicted rows), non-zero rows."""
+    lines = [f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)"]
+    for r in rows:
+        if r["predicted_mib"] or r["actual_mib"]:
+            lines.append(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
+    return lines

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
 from .errors import LlamafitError
+
+if TYPE_CHECKING:
+    from .prepare import Request
+    from .solver import Policy
 
 EXIT_BAD_INPUT = 2
 
@@ -50,8 +54,8 @@ def json_option(f: Any) -> Any:
 def _load_facts(model: str | None, demo: bool) -> Any:
     import os
 
-    from .check import load_model
     from .facts import build_facts
+    from .prepare import load_model
 
     return build_facts(load_model(model, demo=demo, hf_repo=None, env=os.environ))
 
@@ -104,22 +108,25 @@ def _engine_options(f: Any) -> Any:
     return f
 
 
-def _common(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
-            use: str, rpc: str | None, ram: str | None, command_line: str | None,
-            args: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
+def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
+             use: str, rpc: str | None, ram: str | None, command_line: str | None,
+             args: tuple[str, ...]) -> Request:  # fmt: skip
+    """The options of _engine_options as one typed value."""
     import os
 
-    from .check import split_model_argument
+    from .prepare import MachineSpec, ModelRef, Request, split_model_argument
 
     model, server_args = split_model_argument(args)
-    return dict(model=model, demo=demo, gpu_spec=gpu_spec, engine=engine, build=llama_build, backend=backend,
-                reserve_bytes=reserve_mib << 20, command_line=command_line, server_args=server_args,
-                env=dict(os.environ), use=use, rpc=rpc, ram=ram)  # fmt: skip
+    return Request(
+        model=ModelRef(model, demo, tuple(server_args), command_line),
+        machine=MachineSpec(gpu_spec, backend, use, rpc, reserve_mib << 20, ram),
+        engine=engine, build=llama_build, env=dict(os.environ),
+    )  # fmt: skip
 
 
 @cli.command()
 @_engine_options
-def check(as_json: bool, **common: Any) -> None:
+def check(as_json: bool, **options: Any) -> None:
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
 
     \b
@@ -127,9 +134,9 @@ def check(as_json: bool, **common: Any) -> None:
     llamafit check --gpu 24GiB -- llama-server -m model.gguf -c 65536 -ngl 99
     llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536"
     """
-    from .check import run_check
+    from .cmd_check import run_check
 
-    report = run_check(**_common(**common))
+    report = run_check(_request(**options))
     click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
@@ -152,22 +159,19 @@ def _policy_options(f: Any) -> Any:
     return f
 
 
-def _policy(prefer: str, ctx_max: int | None, min_ctx: int | None, fixed_ctx: int | None, kv: str | None,
-            fa: str | None) -> Any:  # fmt: skip
+def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
+    """The options of _policy_options and _engine_options as a Policy and a Request."""
     from .solver import Policy
 
-    return Policy(prefer=prefer, ctx_max=ctx_max, min_ctx=min_ctx, ctx=fixed_ctx, kv=kv, fa=fa)
-
-
-def _split_policy(common: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    keys = ("prefer", "ctx_max", "min_ctx", "fixed_ctx", "kv", "fa")
-    return _policy(**{k: common.pop(k) for k in keys}), common
+    policy = Policy(prefer=options.pop("prefer"), ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
+                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"))  # fmt: skip
+    return policy, _request(**options)
 
 
 @cli.command()
 @_policy_options
 @_engine_options
-def plan(as_json: bool, **common: Any) -> None:
+def plan(as_json: bool, **options: Any) -> None:
     """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none fits.
 
     Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub, -ts) is solved.
@@ -176,10 +180,10 @@ def plan(as_json: bool, **common: Any) -> None:
     llamafit plan model.gguf --gpu 24GiB
     llamafit plan model.gguf --gpu 24GiB,12GiB --prefer context -- -np 2
     """
-    from .plan_run import run_plan
+    from .cmd_plan import run_plan
 
-    policy, common = _split_policy(common)
-    report = run_plan(policy, **_common(**common))
+    policy, request = _split_policy(options)
+    report = run_plan(request, policy)
     click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
@@ -205,20 +209,19 @@ def _port(value: str) -> int | None:
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        load_timeout: str | None, as_json: bool, **common: Any) -> None:  # fmt: skip
+        load_timeout: str | None, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
     llamafit run --demo
     llamafit run model.gguf --port auto -- --alias chat
     """
-    from .run_cli import run_command
+    from .cmd_run import RunOptions, parse_load_timeout, run_command
 
-    policy, common = _split_policy(common)
-    code = run_command(policy, _common(**common), host=host, port=_port(port), server=server, dry_run=dry_run,
-                       api_key_file=api_key_file, verbose=verbose, as_json=as_json,
-                       load_timeout=load_timeout)  # fmt: skip
-    raise SystemExit(code)
+    policy, request = _split_policy(options)
+    opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
+                      verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout))  # fmt: skip
+    raise SystemExit(run_command(request, policy, opts, as_json=as_json))
 
 
 @cli.command()
@@ -229,26 +232,30 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
 @click.option("--name", help="Model name for llama-swap / models.ini (default: the file name).")
-@click.option("--server", metavar="PATH", help="The llama-server program the script runs (default: llama-server).")
+@click.option("--server", metavar="PATH",
+              help="The llama-server program the script runs (default: the one run would find, else llama-server).")
 @_policy_options
 @_engine_options
 def script(kind: str, output: str | None, guard: bool, host: str, port: int, name: str | None, server: str | None,
-           as_json: bool, **common: Any) -> None:  # fmt: skip
+           as_json: bool, **options: Any) -> None:  # fmt: skip
     """Write the fitted launch as a reusable config: sh, systemd, llama-swap, models.ini or docker.
 
     \b
     llamafit script model.gguf --gpu 24GiB -o start.sh
     llamafit script model.gguf --format llama-swap --name qwen32b
     """
-    from .script_cli import script_text
+    from .cmd_script import ScriptOptions, script_text
 
     if kind != "sh" and guard:
         raise click.UsageError("--guard is for --format sh")
     if output:
         _check_output_dir(output)
-    policy, common = _split_policy(common)
-    text = script_text(policy, _common(**common), kind=kind, host=host, port=port, name=name, server=server,
-                       guard=guard, warn=lambda m: click.echo(f"Warning: {m}", err=True))  # fmt: skip
+    policy, request = _split_policy(options)
+    report, text = script_text(request, policy, ScriptOptions(kind, host, port, name, server, guard),
+                               warn=lambda m: click.echo(f"Warning: {m}", err=True))  # fmt: skip
+    if text is None:  # nothing fits: the plan says why, and nothing is written
+        click.echo(report.text, err=True)
+        raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
         try:
             Path(output).write_text(text)

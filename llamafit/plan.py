@@ -7,8 +7,10 @@ from dataclasses import dataclass, replace
 
 from .config import LaunchConfig
 from .devices import DeviceSpec
+from .findings import Notice, Verdict
 from .memory import Breakdown
 from .placement import CPU
+from .resolve import ResolvedConfig
 from .search import STEP, Target, max_context, streams
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
 
@@ -35,8 +37,8 @@ class PlanResult:
     tradeoffs: tuple[Tradeoff, ...]
     mib_per_1000_tokens: float | None  # GPU memory one more 1,000 tokens per slot costs
     mib_per_layer: float | None  # GPU memory one more offloaded block costs
-    verdict: str
-    warnings: tuple[str, ...]
+    verdict: Verdict
+    warnings: tuple[Notice | str, ...]
     smallest_gpu: str | None = None  # the catalog card that would hold the target context fully
     speed_vs_full_gpu: float | None = None  # estimated generation speed relative to all layers on the GPU
 
@@ -100,60 +102,62 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
     return per_tokens, per_layer
 
 
+FULL_SPEED = 0.995  # below this fraction of the all-GPU speed, the verdict mentions it
+
+
+def _placement(target: Target, rc: ResolvedConfig, n_all: int) -> str:
+    if not target.gpus:
+        return "cpu"
+    if rc.n_cpu_moe:
+        return "experts_on_cpu"
+    if rc.n_gpu_layers >= n_all and not rc.cpu_moe:
+        return "all_gpu"
+    return "layers_on_cpu"
+
+
 def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float | None,
-             per_layer: float | None) -> str:  # fmt: skip
+             per_layer: float | None) -> Verdict:  # fmt: skip
     facts = target.model.facts
     rc = choice.rc
-    kv = f"{rc.type_k.name.lower()}/{rc.type_v.name.lower()} KV"
     n_all = facts.n_layer_all + 1
-    where = "everything on the CPU" if not target.gpus else (
-        "all layers on the GPU" if rc.n_gpu_layers >= n_all and not rc.n_cpu_moe and not rc.cpu_moe
-        else f"{n_all - rc.n_gpu_layers} of {n_all} layers and the experts of {rc.n_cpu_moe} blocks on the CPU"
-        if rc.n_cpu_moe else f"{n_all - rc.n_gpu_layers} of {n_all} layers on the CPU (slower)")  # fmt: skip
-    text = f"fits {choice.ctx:,} tokens per slot with {where}, {kv}, flash attention {'on' if rc.flash_attn else 'off'}"
-    if choice.ctx >= hi:
-        return text + (" — the trained maximum" if hi == facts.n_ctx_train else "")
-    missing = hi - choice.ctx
-    if per_tokens and per_layer:
-        layers = int(-(-missing * per_tokens / 1000 // per_layer))
-        text += (f"; {hi:,} would need about {missing * per_tokens / 1000:,.0f} MiB more GPU memory "
-                 f"(each block moved to the CPU frees {per_layer:,.0f} MiB: about {layers} blocks)")  # fmt: skip
-    return text
+    more = blocks = None
+    if choice.ctx < hi and per_tokens and per_layer:
+        more = (hi - choice.ctx) * per_tokens / 1000
+        blocks = int(-(-more // per_layer))
+    return Verdict(True, lo, hi, hi == facts.n_ctx_train, choice.ctx, _placement(target, rc, n_all), n_all,
+                   rc.n_gpu_layers, rc.n_cpu_moe, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
+                   more, per_layer if more is not None else None, blocks)  # fmt: skip
 
 
 def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple[int | None, ...] = (),
          host_bandwidth: int = DEFAULT_HOST_BANDWIDTH) -> PlanResult:  # fmt: skip
     lo, hi = bounds(target, cfg, policy)
-    warnings = []
+    warnings: list[Notice | str] = []
     if target.gpus and target.reserve_bytes < 512 * MIB:
-        warnings.append(f"the reserve per GPU is {target.reserve_bytes // MIB} MiB: below 512 MiB the CUDA context "
-                        "and memory pools may not fit")  # fmt: skip
+        warnings.append(Notice("small_reserve", {"reserve_bytes": target.reserve_bytes}))
     try:
         choice = solve(target, cfg, policy)
     except NoFit as e:
         rows = tradeoffs(target, cfg, policy, STEP, hi)
         card = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
-        verdict = f"does not fit: {e}"
-        if card and card[0]:
-            verdict += f"; the smallest GPU that holds {lo:,} tokens with q8_0 KV and every layer is {card[0]}"
-        return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), card[0] if card else None)
+        name = card[0] if card else None
+        verdict = Verdict(False, lo, hi, hi == target.model.facts.n_ctx_train, smallest_gpu=name, cause=e.cause,
+                          pinned_ngl=e.pinned_ngl)  # fmt: skip
+        return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
     host = choice.breakdown.devices[-1]
-    if choice.breakdown.host_pages:
-        warnings.append(f"host RAM: this plan uses {host.used_bytes // MIB:,} MiB on the host but "
-                        f"{(host.usable_bytes or 0) // MIB:,} MiB is available; the CPU weights are memory-mapped "
-                        "and will page from disk (slow)")  # fmt: skip
+    if choice.breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
+        warnings.append(Notice("host_ram_short", {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}))
     rows = tradeoffs(target, choice.cfg, policy, STEP, hi)
     per_tokens, per_layer = marginal_costs(target, choice)
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)
     speed = speed_vs_full_gpu(target, choice, bandwidths, host_bandwidth)
-    if speed is not None and speed < 0.995:
-        verdict += (f"; with layers on the CPU, generation runs at about {speed:.0%} of the all-GPU speed "
-                    f"(memory-bound estimate, host memory at {host_bandwidth / 1e9:.0f} GB/s)")  # fmt: skip
+    slower = speed is not None and speed < FULL_SPEED
+    if slower:
+        verdict = replace(verdict, speed_vs_full_gpu=speed, host_bandwidth=host_bandwidth)
     card = None
-    if choice.ctx < hi or speed is not None and speed < 0.995 or choice.rc.n_cpu_moe:
+    if choice.ctx < hi or slower or choice.rc.n_cpu_moe:
         found = smallest_gpu_for(target, choice.cfg, hi)
         if found and found[0]:
             card = found[0]
-            verdict += f"; the smallest GPU that holds all {hi:,} tokens this way is {card}"
+            verdict = replace(verdict, smallest_gpu=card)
     return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, speed)
-

@@ -4,13 +4,81 @@ from __future__ import annotations
 
 from typing import Any
 
-from .check_report import config_json, device_json, model_json
+from .check_report import config_json, device_json, model_json, notice_line, notices_json
 from .command import display
 from .devices import DeviceSpec
 from .facts import ModelFacts
+from .findings import Verdict
 from .plan import PlanResult
 
-SCHEMA = "llamafit.plan/1"
+SCHEMA = "llamafit.plan/2"
+
+
+def _where(v: Verdict) -> str:
+    on_cpu = v.n_layer - v.n_gpu_layers
+    if v.placement == "cpu":
+        return "everything on the CPU"
+    if v.placement == "all_gpu":
+        return "all layers on the GPU"
+    if v.placement == "experts_on_cpu":
+        return f"{on_cpu} of {v.n_layer} layers and the experts of {v.n_cpu_moe} blocks on the CPU"
+    return f"{on_cpu} of {v.n_layer} layers on the CPU (slower)"
+
+
+def _no_fit_text(v: Verdict) -> str:
+    text = f"does not fit: no configuration fits {v.ctx_min:,} tokens per slot on this machine"
+    if v.cause == "pinned_ngl":
+        text += f", with -ngl {v.pinned_ngl} as pinned and the smallest KV cache"
+    elif v.cause == "offloaded":
+        text += ", even with layers on the CPU and the smallest KV cache"
+    if v.smallest_gpu:
+        text += f"; the smallest GPU that holds {v.ctx_min:,} tokens with q8_0 KV and every layer is {v.smallest_gpu}"
+    return text
+
+
+def verdict_text(v: Verdict) -> str:
+    """The verdict as one sentence (the `Verdict` line of plan and run)."""
+    if not v.fits:
+        return _no_fit_text(v)
+    fa = "on" if v.flash_attn else "off"
+    text = f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV, flash attention {fa}"
+    if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
+        text += " — the trained maximum" if v.trained_max else ""
+    elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
+        text += (f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
+                 f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)")  # fmt: skip
+    if v.speed_vs_full_gpu is not None and v.host_bandwidth is not None:
+        text += (f"; with layers on the CPU, generation runs at about {v.speed_vs_full_gpu:.0%} of the all-GPU speed "
+                 f"(memory-bound estimate, host memory at {v.host_bandwidth / 1e9:.0f} GB/s)")  # fmt: skip
+    if v.smallest_gpu:
+        text += f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is {v.smallest_gpu}"
+    return text
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    """The verdict's values (README: plan --json `verdict`) and its sentence."""
+    return {
+        "fits": v.fits,
+        "context_per_slot": v.ctx_per_slot,
+        "context_min": v.ctx_min,
+        "context_wanted": v.ctx_wanted,
+        "trained_max": v.trained_max,
+        "placement": v.placement,
+        "n_layer": v.n_layer,
+        "n_gpu_layers": v.n_gpu_layers,
+        "n_cpu_moe": v.n_cpu_moe,
+        "type_k": v.type_k,
+        "type_v": v.type_v,
+        "flash_attn": None if v.ctx_per_slot is None else ("on" if v.flash_attn else "off"),
+        "more_gpu_mib": v.more_gpu_mib,
+        "blocks_to_cpu": v.blocks_to_cpu,
+        "speed_vs_full_gpu": v.speed_vs_full_gpu,
+        "host_bandwidth_bytes_per_s": v.host_bandwidth,
+        "smallest_gpu": v.smallest_gpu,
+        "cause": v.cause,
+        "pinned_ngl": v.pinned_ngl,
+        "text": verdict_text(v),
+    }
 
 
 def hardware_json(gpus: tuple[DeviceSpec, ...], host: DeviceSpec) -> list[dict[str, Any]]:
@@ -34,10 +102,10 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
                       for t in result.tradeoffs],  # fmt: skip
         "mib_per_1000_tokens": result.mib_per_1000_tokens,
         "mib_per_layer": result.mib_per_layer,
-        "verdict": result.verdict,
+        "verdict": verdict_json(result.verdict),
         "smallest_gpu": result.smallest_gpu,
         "speed_vs_full_gpu": result.speed_vs_full_gpu,
-        "warnings": list(result.warnings),
+        "warnings": notices_json(result.warnings),
     }
 
 
@@ -67,6 +135,6 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
             line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
             line += f"about {per_layer / per_tokens * 1000:,.0f} tokens"
         lines.append(line)
-    lines.append(f"Verdict    {result.verdict}")
-    lines += [f"Warning    {w}" for w in result.warnings]
+    lines.append(f"Verdict    {verdict_text(result.verdict)}")
+    lines += [notice_line(w) for w in result.warnings]
     return "\n".join(lines)

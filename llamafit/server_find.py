@@ -112,6 +112,15 @@ class ServerBinary:
     dialect: Dialect
 
 
+@dataclass(frozen=True, slots=True)
+class ServerChoice:
+    """The server `llamafit run` starts: a llama-server binary, or llama-cpp-python's embedded one."""
+
+    kind: str  # "llama-server" | "embedded"
+    binary: ServerBinary | None  # None for the embedded server
+    why: str  # how it was found, for the user
+
+
 class ServerProbeError(LlamafitError):
     """The server binary did not answer --help (not a llama-server, or it cannot start)."""
 

@@ -27,7 +27,15 @@ DEFAULT_MIN_CTX = 4096  # llama.cpp's --fit-ctx default: the least context worth
 
 
 class NoFit(InputError):
-    """No configuration reaches the required context on this machine (the message says why)."""
+    """No configuration reaches `min_ctx` tokens per slot on this machine. `cause`: pinned_ngl (at
+    the pinned -ngl), offloaded (not even with layers on the CPU), each with the smallest KV cache;
+    none (no candidate reached it)."""
+
+    def __init__(self, min_ctx: int, cause: str = "none", pinned_ngl: int | None = None) -> None:
+        self.min_ctx, self.cause, self.pinned_ngl = min_ctx, cause, pinned_ngl
+        how = {"pinned_ngl": f", with -ngl {pinned_ngl} as pinned and the smallest KV cache",
+               "offloaded": ", even with layers on the CPU and the smallest KV cache"}.get(cause, "")  # fmt: skip
+        super().__init__(f"no configuration fits {min_ctx:,} tokens per slot on this machine{how}")
 
 
 @dataclass(frozen=True)
@@ -177,9 +185,9 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     if base is None and policy.prefer == "context":
         base = _offload_levels(target, cfg, policy, lo, mult)
     if base is None:
-        how = (f"with -ngl {cfg.n_gpu_layers} as pinned" if _pinned(cfg, "n_gpu_layers")
-               else "even with layers on the CPU")  # fmt: skip
-        raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine, {how} and the smallest KV cache")
+        if _pinned(cfg, "n_gpu_layers"):
+            raise NoFit(lo, "pinned_ngl", cfg.n_gpu_layers)
+        raise NoFit(lo, "offloaded")
     candidates = [_best_combo(target, base, policy, lo, hi)]
     if len(target.gpus) > 1 and not _pinned(cfg, "tensor_split"):
         compact = _most_compact(target, base, policy)
@@ -188,7 +196,7 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
             candidates.append(_best_combo(target, replace(base, tensor_split=split), policy, lo, hi))
     found = [c for c in candidates if c is not None]
     if not found:
-        raise NoFit(f"no configuration fits {lo:,} tokens per slot on this machine")
+        raise NoFit(lo)
     if policy.prefer == "quality":
         return max(found, key=lambda c: (-_precision_rank(c), c.ctx))
     return max(found, key=lambda c: (c.ctx, -_precision_rank(c)))

@@ -21,7 +21,7 @@ def test_fits_with_json_shape() -> None:
     result = check(DENSE, "--gpu", "8GiB", "--json", "--", "-c", "4096", "-fa", "on")
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
-    assert d["schema"] == "llamafit.check/1"
+    assert d["schema"] == "llamafit.check/2"
     assert d["fits"] is True
     assert d["config"]["n_ctx"] == 4096 and d["config"]["flash_attn"] == "on"
     assert d["config"]["n_parallel"] == 4 and d["config"]["kv_unified"] is True
@@ -37,8 +37,12 @@ def test_fits_with_json_shape() -> None:
 def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768")
     assert result.exit_code == 1
-    assert "Verdict    does not fit: CUDA0 short by" in result.stdout
-    assert "Way out    " in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[5:7] == ["Verdict    does not fit: CUDA0 short by 23 MiB",
+                          "Way out    16,640 tokens per slot fit with the current settings"]  # fmt: skip
+    d = json.loads(check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768").stdout)
+    assert d["ways_out"] == [{"code": "context", "context_per_slot": 16640,
+                              "text": "16,640 tokens per slot fit with the current settings"}]  # fmt: skip
 
 
 def test_pasted_command_line_and_env() -> None:
@@ -75,13 +79,13 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
 
 
 def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit import check as check_module
+    from llamafit import prepare as prepare_module
     from llamafit.devices import DeviceSpec, host
     from llamafit.hardware import GPUInfo, Hardware
 
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 8 << 30, 6 << 30), "Test GPU", 0)
     fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")
-    monkeypatch.setattr(check_module, "_default_detect", lambda env: fake)
+    monkeypatch.setattr(prepare_module, "_default_detect", lambda env: fake)
     d = json.loads(check(DENSE, "--json", "--", "-c", "4096").stdout)
     assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [("CUDA0", 6 << 30), ("CPU", 16 << 30)]
     total = json.loads(check(DENSE, "--json", "--use", "total", "--", "-c", "4096").stdout)

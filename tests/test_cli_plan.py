@@ -20,14 +20,21 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--json")
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
-    assert d["schema"] == "llamafit.plan/1" and d["fits"] is True
+    assert d["schema"] == "llamafit.plan/2" and d["fits"] is True
     assert d["command"] == ["llama-server", "-m", QWEN, "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk", "q8_0",
                             "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]  # fmt: skip
     assert d["config"]["n_ctx"] == 32768 and d["context_per_slot"] == 32768
     assert [h["name"] for h in d["hardware"]] == ["CUDA0", "CPU"]
     rows = {(t["flash_attn"], t["type_k"], t["type_v"]): t["max_ctx"] for t in d["tradeoffs"]}
     assert rows[("on", "f16", "f16")] == 19200 and rows[("on", "q8_0", "q8_0")] == 32768
-    assert d["verdict"].startswith("fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV")
+    assert d["verdict"] == {
+        "fits": True, "context_per_slot": 32768, "context_min": 4096, "context_wanted": 32768, "trained_max": True,
+        "placement": "all_gpu", "n_layer": 65, "n_gpu_layers": 65, "n_cpu_moe": 0, "type_k": "q8_0", "type_v": "q8_0",
+        "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "speed_vs_full_gpu": None,
+        "host_bandwidth_bytes_per_s": None, "smallest_gpu": None, "cause": None, "pinned_ngl": None,
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the trained "
+                "maximum",
+    }  # fmt: skip
     assert 130 < d["mib_per_1000_tokens"] < 140  # 136 KiB per token of q8_0 KV, plus the compute slope
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 from conftest import FIXTURES
@@ -50,3 +51,17 @@ def test_llama_swap_and_models_ini_parse_back() -> None:
 def test_guard_only_for_sh() -> None:
     result = invoke("script", str(QWEN), "--gpu", "24GiB", "--format", "systemd", "--guard")
     assert result.exit_code == 2
+
+
+def test_nothing_fits_exits_1_like_plan_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamafit import prepare
+    from llamafit.devices import host
+
+    monkeypatch.setattr(prepare, "_default_host", lambda: host(64 << 30, 32 << 30))
+    out = tmp_path / "start.sh"
+    args = [str(QWEN), "--gpu", "2GiB", "--min-ctx", "32768", "--", "-ngl", "65"]
+    result = invoke("script", "-o", str(out), *args)
+    planned = invoke("plan", *args)
+    assert (result.exit_code, planned.exit_code) == (1, 1)
+    assert (result.stdout, result.stderr) == ("", planned.stdout)
+    assert not out.exists()

@@ -11,7 +11,10 @@ from test_solver import QWEN, target
 from llamafit.cli import cli
 from llamafit.config import LaunchConfig, with_given
 from llamafit.placement import CPU
+from llamafit.check_report import notice_text
+from llamafit.findings import Notice
 from llamafit.plan import plan, smallest_gpu_for, speed_vs_full_gpu
+from llamafit.plan_report import verdict_text
 from llamafit.solver import Policy, solve
 
 GB_S = 10**9
@@ -47,21 +50,24 @@ def test_moe_tokens_read_only_the_active_experts() -> None:
 
 def test_verdicts() -> None:
     full = plan(target(QWEN, "24GiB"), LaunchConfig(), Policy())
-    assert full.verdict.endswith("— the trained maximum") and full.smallest_gpu is None
+    assert verdict_text(full.verdict).endswith("— the trained maximum") and full.smallest_gpu is None
     partial = plan(target(QWEN, "16GiB"), LaunchConfig(), Policy(), bandwidths=(288 * GB_S,))
     assert partial.smallest_gpu == "NVIDIA GeForce RTX 3090 Ti (24 GiB)"
-    assert "generation runs at about 58% of the all-GPU speed" in partial.verdict
+    assert "generation runs at about 58% of the all-GPU speed" in verdict_text(partial.verdict)
+    assert (partial.verdict.placement, partial.verdict.speed_vs_full_gpu) == ("layers_on_cpu", partial.speed_vs_full_gpu)
     none = plan(target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192))
     assert none.choice is None
-    assert none.verdict == ("does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 "
+    assert (none.verdict.cause, none.verdict.pinned_ngl, none.verdict.ctx_min) == ("pinned_ngl", 65, 8192)
+    assert verdict_text(none.verdict) == ("does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 "
                             "as pinned and the smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 "
                             "KV and every layer is NVIDIA GeForce RTX 3090 Ti (24 GiB)")  # fmt: skip
 
 
 def test_low_reserve_warning() -> None:
     t = replace(target(QWEN, "24GiB"), reserve_bytes=256 << 20)
-    assert plan(t, LaunchConfig(), Policy()).warnings == (
-        "the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory pools may not fit",)
+    warnings = plan(t, LaunchConfig(), Policy()).warnings
+    assert warnings == (Notice("small_reserve", {"reserve_bytes": 256 << 20}),)
+    assert notice_text(warnings[0]) == "the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory pools may not fit"
 
 
 def test_gpus_command_reports_detection(monkeypatch) -> None:

