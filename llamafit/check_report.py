@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .facts import ModelFacts
+from .layout import wrap_text
 from .findings import Notice, WayOut, as_notice
 from .memory import Breakdown, DeviceUsage
 from .resolve import ResolvedConfig
@@ -160,15 +161,22 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / MIB:,.0f}"
 
 
+NAME_WIDTH = 9  # a longer device name (RPC0[host:port]) gets its own row, its numbers the next
+
+
 def device_lines(b: Breakdown) -> list[str]:
-    head = f"{'device':<10}{'usable':>10}{'weights':>10}{'KV':>9}{'recur.':>8}{'compute':>9}{'output':>8}"
-    head += f"{'reserve':>9}{'used':>10}{'left':>10}"
-    lines = [head + "   (MiB)"]
+    """The breakdown as a table of MiB, one row per device, within 80 columns."""
+    head = f"{'(MiB)':<{NAME_WIDTH}}{'usable':>8}{'weights':>8}{'KV':>8}{'RS':>7}{'compute':>8}{'output':>8}"
+    lines = [head + f"{'reserve':>8}{'used':>8}{'left':>8}"]
     for d in b.devices:
+        name = d.name
+        if len(name) >= NAME_WIDTH:
+            lines.append(name)
+            name = ""
         lines.append(
-            f"{d.name:<10}{_mib(d.usable_bytes):>10}{_mib(d.weights_bytes):>10}{_mib(d.kv_bytes):>9}"
-            f"{_mib(d.recurrent_bytes):>8}{_mib(d.compute_bytes):>9}{_mib(d.output_bytes):>8}"
-            f"{_mib(d.reserve_bytes):>9}{_mib(d.used_bytes):>10}{_mib(d.free_after_bytes):>10}"
+            f"{name:<{NAME_WIDTH}}{_mib(d.usable_bytes):>8}{_mib(d.weights_bytes):>8}{_mib(d.kv_bytes):>8}"
+            f"{_mib(d.recurrent_bytes):>7}{_mib(d.compute_bytes):>8}{_mib(d.output_bytes):>8}"
+            f"{_mib(d.reserve_bytes):>8}{_mib(d.used_bytes):>8}{_mib(d.free_after_bytes):>8}"
         )
     return lines
 
@@ -197,7 +205,7 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
     if b.cache_ram_bytes:
         lines.append(f"Note       llama-server's prompt cache may use up to {_mib(b.cache_ram_bytes)} MiB more host RAM (-cram)")
     lines += [notice_line(w) for w in warnings]
-    return "\n".join(lines)
+    return wrap_text("\n".join(lines))
 
 
 def check_lines(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -41,6 +41,18 @@ def cli() -> None:
     """Fit llama.cpp to the memory you have: read a GGUF, predict every buffer, pick a config."""
 
 
+def echo_report(text: str, *, err: bool = False) -> None:
+    """A report for people: coloured only on a terminal, never with NO_COLOR."""
+    import os
+
+    from .layout import paint, use_colour
+
+    import sys
+
+    colour = use_colour((sys.stderr if err else sys.stdout).isatty(), os.environ)
+    click.echo(paint(text) if colour else text, err=err)
+
+
 def model_argument(f: Any) -> Any:
     """MODEL (a GGUF path, any shard of a split model, or `demo`) plus --demo."""
     f = click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model.")(f)
@@ -137,7 +149,7 @@ def check(as_json: bool, **options: Any) -> None:
     from .cmd_check import run_check
 
     report = run_check(_request(**options))
-    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
+    click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
 
@@ -184,7 +196,7 @@ def plan(as_json: bool, **options: Any) -> None:
 
     policy, request = _split_policy(options)
     report = run_plan(request, policy)
-    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
+    click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
 
@@ -254,7 +266,7 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
     report, text = script_text(request, policy, ScriptOptions(kind, host, port, name, server, guard),
                                warn=lambda m: click.echo(f"Warning: {m}", err=True))  # fmt: skip
     if text is None:  # nothing fits: the plan says why, and nothing is written
-        click.echo(report.text, err=True)
+        echo_report(report.text, err=True)
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
         try:

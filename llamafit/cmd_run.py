@@ -17,7 +17,9 @@ from . import __version__
 from .calibration import incomplete
 from .check_report import check_lines, config_json
 from .cmd_plan import render_plan
-from .command import display, server_argv
+from .plan_report import serving_line
+from .command import server_argv
+from .layout import command_lines, paint, use_colour, wrap_line, wrap_text
 from .errors import InputError
 from .memory import Breakdown
 from .paths import calibration_path
@@ -196,7 +198,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say(f"Server     {launch.why}")
         for note in launch.server_info.get("notes", []):
             say(f"Note       {note}")
-        say(f"Command    {display(launch.argv)}")
+        say("\n".join(command_lines("Command", launch.argv)))
         watcher = LogWatcher()
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
         say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
@@ -247,7 +249,12 @@ def _progress_reporter(watcher: Any, say: Callable[[str], None],
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
            say: Callable[[str], None], stop: Any) -> int:  # fmt: skip
-    say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
+    say(f"Ready      {launch.url}  (OpenAI-compatible API under /v1)")
+    b, rc = launch.choice.breakdown, launch.choice.rc
+    say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
+                     kv_unified=rc.kv_unified, url=launch.url,
+                     gpu_weights_bytes=sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
+                     cpu_weights_bytes=sum(d.weights_bytes for d in b.devices if d.kind == "host")))  # fmt: skip
     if not p.facts.has_chat_template and not {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough):
         fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if launch.kind == "llama-server" else ""
         say(f"Note       the model has no chat template: use /v1/completions{fix}")
@@ -302,12 +309,17 @@ def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, o
         launch = build_launch(p, result.choice, opts, server, port)
         data["server"] = launch.server_info | {"why": launch.why}
         data["run_command"] = launch.argv
-        text = f"{text}\nServer     {launch.why}\nCommand    {display(launch.argv)}"
+        text = "\n".join([text, *wrap_line(f"Server     {launch.why}"), *command_lines("Command", launch.argv)])
     click.echo(json.dumps(data, indent=2) if as_json else text)
     return 0 if result.choice else 1
 
 
 def _say_to_stderr() -> Callable[[str], None]:
+    """Lines to stderr, wrapped to 80 columns, coloured on a terminal (NO_COLOR respected)."""
+    import os
+    import sys
+
     import click
 
-    return lambda line: click.echo(line, err=True)
+    colour = use_colour(sys.stderr.isatty(), os.environ)
+    return lambda text: click.echo(paint(wrap_text(text)) if colour else wrap_text(text), err=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .check_report import config_json, device_json, model_json, notice_line, notices_json
-from .command import display
+from .layout import command_lines, wrap_text
 from .devices import DeviceSpec
 from .facts import ModelFacts
 from .findings import Verdict
@@ -121,7 +121,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
-        lines.append(f"Command    {display(argv)}")
+        lines += command_lines("Command", argv)
     lines += device_lines
     lines.append("Trade-offs (largest context per slot at this offload):")
     lines.append(f"  {'fa':<4}{'K':<6}{'V':<6}{'-ngl':>5}{'cpu-moe':>8}{'max context':>13}")
@@ -137,4 +137,19 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         lines.append(line)
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
     lines += [notice_line(w) for w in result.warnings]
-    return "\n".join(lines)
+    return wrap_text("\n".join(lines))
+
+
+def serving_line(model: str, *, n_ctx: int, n_seq: int, kv_unified: bool, gpu_weights_bytes: int,
+                 cpu_weights_bytes: int, url: str) -> str:  # fmt: skip
+    """`run`'s one line after Ready, like `ollama ps`: model, context and slots, where the weights are, URL."""
+    if n_seq <= 1:
+        ctx = f"{n_ctx:,} tokens, 1 request at a time"
+    elif kv_unified:
+        ctx = f"{n_ctx:,} tokens shared by up to {n_seq} parallel requests"
+    else:
+        ctx = f"{n_seq} slots of {n_ctx // n_seq:,} tokens"
+    total = gpu_weights_bytes + cpu_weights_bytes
+    gpu = round(100 * gpu_weights_bytes / total) if total else 0
+    where = "100% GPU" if gpu == 100 else "100% CPU" if gpu == 0 else f"{gpu}%/{100 - gpu}% GPU/CPU"
+    return f"Serving    {model}, {ctx}, {where}, {url}"

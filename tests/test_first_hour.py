@@ -156,6 +156,11 @@ def test_only_complete_runs_are_recorded(rows: list, expected: tuple | None) -> 
     assert incomplete(rows, ["CUDA0"]) == expected
 
 
+def unwrapped(text: str) -> str:
+    """Report text with each wrapped continuation (11 spaces) joined back onto its line."""
+    return text.replace("\n" + " " * 11, " ").replace(" \\ ", " ")
+
+
 def _with_records(tmp_path: Path, *records: dict) -> dict[str, str]:
     import json
 
@@ -178,7 +183,7 @@ def test_the_scale_is_a_note_with_its_source_only_for_the_same_model_class(tmp_p
     text = invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
     note = (f"Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models on "
             f"CUDA0 ({tmp_path / 'calibration.jsonl'})")  # fmt: skip
-    assert text.splitlines()[-1] == note
+    assert unwrapped(text).splitlines()[-1] == note
     assert "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout  # qwen2
     exact = _with_records(tmp_path, EXACT_GPU)
     assert "Note" not in invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=exact).stdout
@@ -286,7 +291,7 @@ def test_docker_has_no_metal() -> None:
 def test_run_prints_one_command_the_one_that_runs() -> None:
     result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--port", "18302", "--dry-run")
     assert result.exit_code == 0, result.output
-    commands = [line for line in result.stdout.splitlines() if line.startswith("Command")]
+    commands = [line for line in unwrapped(result.stdout).splitlines() if line.startswith("Command")]
     assert len(commands) == 1 and commands[0].endswith("--host 127.0.0.1 --port 18302 -lv 4")
     assert "Run " not in result.stdout
 
@@ -319,3 +324,88 @@ def test_default_load_timeout_grows_with_the_model(file_bytes: int, seconds: int
 def test_load_timeout_input(value: str, message: str) -> None:
     result = invoke("run", DENSE, "--gpu", "cpu", "--load-timeout", value)
     assert (result.exit_code, result.stderr.splitlines()[-1]) == (2, f"Error: {message}")
+
+
+# ---- 13. 80 columns; colour only on a terminal, never with NO_COLOR ----
+
+MOE = str(FIXTURES / "moe-qwen3.gguf")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan", QWEN, "--gpu", "24GiB", "--ram", "64GiB"],
+        ["plan", QWEN, "--gpu", "12GiB", "--ram", "4GiB", "--ctx", "8192", "--kv", "q8_0"],
+        ["plan", MOE, "--gpu", "8GiB", "--ram", "16GiB"],
+        ["plan", QWEN, "--gpu", "2GiB", "--ram", "16GiB", "--min-ctx", "32768"],
+        ["check", QWEN, "--gpu", "24GiB", "--ram", "16GiB", "--", "-c", "200000", "-nkvo"],
+        ["check", QWEN, "--gpu", "8GiB", "--rpc", "192.168.100.200:50052=24GiB", "--ram", "64GiB"],
+        ["run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--port", "18304", "--dry-run"],
+    ],
+)
+def test_output_fits_80_columns(args: list[str]) -> None:
+    result = invoke(*args)
+    assert result.exit_code in (0, 1), result.output
+    lines = [line.removesuffix(" \\") for line in result.output.splitlines()]
+    long = [line for line in lines if len(line) > 80 and " " in line[11:].strip()]  # one long path may
+    assert long == []
+
+
+def test_a_long_command_wraps_as_shell_continuations() -> None:
+    import shlex
+
+    result = invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "64GiB")
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Command    "))
+    end = next(i for i in range(start, len(lines)) if not lines[i].endswith(" \\"))
+    assert all(line.startswith(" " * 11) for line in lines[start + 1 : end + 1])
+    joined = " ".join(line[11:].removesuffix(" \\") for line in lines[start : end + 1])
+    assert shlex.split(joined) == ["llama-server", "-m", QWEN, "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk",
+                                   "q8_0", "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]  # fmt: skip
+
+
+def test_device_table() -> None:
+    result = invoke("check", QWEN, "--gpu", "8GiB", "--rpc", "192.168.100.200:50052=24GiB", "--ram", "64GiB")
+    lines = result.stdout.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("(MiB)")):][:5]
+    assert table[:2] == ["(MiB)      usable weights      KV     RS compute  output reserve    used    left",
+                         "RPC0[192.168.100.200:50052]"]  # fmt: skip
+    assert table[2].startswith(" " * 9) and table[3].startswith("CUDA0    ") and table[4].startswith("CPU      ")
+
+
+@pytest.mark.parametrize(
+    ("tty", "env", "coloured"),
+    [(True, {}, True), (False, {}, False), (True, {"NO_COLOR": "1"}, False), (True, {"NO_COLOR": ""}, True),
+     (True, {"TERM": "dumb"}, False)],
+)  # fmt: skip
+def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: bool) -> None:
+    from llamafit.layout import paint, use_colour
+
+    text = "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short by 1 MiB\nModel  x"
+    painted = paint(text) if use_colour(tty, env) else text
+    assert ("\x1b[" in painted) == coloured
+    if coloured:
+        assert painted.splitlines() == ["\x1b[32mVerdict    fits 4,096 tokens\x1b[0m", "\x1b[33mWarning    host RAM\x1b[0m",
+                                        "\x1b[31mVerdict    does not fit: CUDA0 short by 1 MiB\x1b[0m", "Model  x"]  # fmt: skip
+
+
+# ---- 14. one summary line after Ready ----
+
+
+@pytest.mark.parametrize(
+    ("n_ctx", "slots", "unified", "gpu", "cpu", "line"),
+    [
+        (32768, 4, True, 0, 235, "Serving    gemma3 Q4_K_M, 32,768 tokens shared by up to 4 parallel requests, "
+                                 "100% CPU, http://127.0.0.1:8080"),
+        (8192, 1, False, 900, 100, "Serving    gemma3 Q4_K_M, 8,192 tokens, 1 request at a time, "
+                                   "90%/10% GPU/CPU, http://127.0.0.1:8080"),
+        (65536, 2, False, 1000, 0, "Serving    gemma3 Q4_K_M, 2 slots of 32,768 tokens, 100% GPU, "
+                                   "http://127.0.0.1:8080"),
+    ],
+)  # fmt: skip
+def test_serving_line(n_ctx: int, slots: int, unified: bool, gpu: int, cpu: int, line: str) -> None:
+    from llamafit.plan_report import serving_line
+
+    got = serving_line("gemma3 Q4_K_M", n_ctx=n_ctx, n_seq=slots, kv_unified=unified, gpu_weights_bytes=gpu,
+                       cpu_weights_bytes=cpu, url="http://127.0.0.1:8080")  # fmt: skip
+    assert got == line

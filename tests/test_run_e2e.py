@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,20 @@ class Run:
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
+
+
+CHECK_ROW = re.compile(r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$")  # a `Check` table row
+
+
+def unwrapped(lines: list[str]) -> list[str]:
+    """llamafit's lines with each 80-column continuation (11 spaces) joined back onto its line."""
+    out: list[str] = []
+    for line in lines:
+        if out and line.startswith(" " * 11) and line.strip() and not CHECK_ROW.match(line):
+            out[-1] = out[-1].removesuffix(" \\") + " " + line.strip()
+        else:
+            out.append(line)
+    return out
 
 
 def assert_checks_within_bounds(lines: list[str]) -> None:
@@ -112,10 +127,13 @@ def test_a_gpu_plan_on_a_cpu_only_server_warns_and_records_nothing(env: dict[str
     run = Run(DENSE, "--gpu", "8GiB", "--port", "auto", "--ctx", "2048", env=env)
     try:
         run.wait_for("Ready")
-        warning = run.wait_for("Warning")
+        run.wait_for("Warning")
     finally:
         code = run.finish()
     assert code == 0
+    assert run.proc.stderr is not None
+    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+    warning = next(line for line in lines if line.startswith("Warning"))
     assert warning == ("Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only build? "
                        "(not recorded for calibration)")  # fmt: skip
     assert not (tmp_path / "calibration.jsonl").exists()
@@ -191,6 +209,7 @@ def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str]
     lines = out.stderr.splitlines()
     assert out.returncode == 1
     assert sum(x.startswith("Started") for x in lines) == 3
+    lines = unwrapped(lines)
     retries = [x for x in lines if x.startswith("Retry")]
     assert len(retries) == 2
     assert retries[0].startswith("Retry      out of memory while loading") and "1024 MiB more free" in retries[0]
@@ -248,11 +267,13 @@ def test_ctrl_c_exits_the_same_way_for_both_servers(env: dict[str, str], kind: s
     assert gone(pid)
     assert code in (0, 130)
     assert run.proc.stderr is not None
-    lines = run.lines + run.proc.stderr.read().splitlines()
+    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
     assert lines[-1] == "Stopped."
     ready = next(i for i, line in enumerate(lines) if line.startswith("Ready"))
     fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if kind == "llama-server" else ""
-    assert lines[ready + 1] == f"Note       the model has no chat template: use /v1/completions{fix}"
+    slots = "2,048 tokens shared by up to 4 parallel requests" if kind == "llama-server" else "2,048 tokens, 1 request at a time"
+    assert lines[ready + 1] == f"Serving    gemma3 Q4_K_M, {slots}, 100% CPU, {lines[ready].split()[1]}"
+    assert lines[ready + 2] == f"Note       the model has no chat template: use /v1/completions{fix}"
 
 
 def test_load_timeout_stops_a_server_that_never_gets_healthy(env: dict[str, str], tmp_path: Path) -> None:
@@ -262,7 +283,7 @@ def test_load_timeout_stops_a_server_that_never_gets_healthy(env: dict[str, str]
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
                           "--ctx", "2048", "--server", str(exe), "--load-timeout", "3"], capture_output=True,
                          text=True, env=env, timeout=60)  # fmt: skip
-    lines = out.stderr.splitlines()
+    lines = unwrapped(out.stderr.splitlines())
     assert out.returncode == 1
     assert any(re.fullmatch(r"Loading    loading model \(\d+ s\)", x) for x in lines), lines
     assert lines[-1] == "Failed     the server was not healthy after 3 s (--load-timeout 3)"
