@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .facts import ModelFacts
-from .layout import wrap_text
 from .findings import Notice, WayOut, as_notice
+from .layout import wrap_text
 from .memory import Breakdown, DeviceUsage
 from .resolve import ResolvedConfig
 

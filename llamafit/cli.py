@@ -44,10 +44,9 @@ def cli() -> None:
 def echo_report(text: str, *, err: bool = False) -> None:
     """A report for people: coloured only on a terminal, never with NO_COLOR."""
     import os
+    import sys
 
     from .layout import paint, use_colour
-
-    import sys
 
     colour = use_colour((sys.stderr if err else sys.stdout).isatty(), os.environ)
     click.echo(paint(text) if colour else text, err=err)

@@ -17,14 +17,13 @@ from . import __version__
 from .calibration import incomplete
 from .check_report import check_lines, config_json
 from .cmd_plan import render_plan
-from .plan_report import serving_line
 from .command import server_argv
-from .layout import command_lines, paint, use_colour, wrap_line, wrap_text
 from .errors import InputError
+from .layout import command_lines, paint, use_colour, wrap_line, wrap_text
 from .memory import Breakdown
 from .paths import calibration_path
 from .plan import PlanResult, plan
-from .plan_report import verdict_text
+from .plan_report import serving_line, verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
 from .solver import Choice, Policy
@@ -114,9 +113,7 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
                 "version": binary.version_line, "notes": notes}  # fmt: skip
     else:
-        from .embedded_server import embedded_argv
-
-        from .embedded_server import embedded_notes
+        from .embedded_server import embedded_argv, embedded_notes
 
         argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
         info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,
@@ -182,7 +179,14 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                      first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
     """Start the server with the plan `first` (then up to 2 more tries, each replanned with 1 GiB
     more reserve, after out-of-memory failures) and serve until it exits."""
-    from .launcher import child_env, ensure_port_free, forwarding_signals, free_port, start, wait_healthy
+    from .launcher import (
+        child_env,
+        ensure_port_free,
+        forwarding_signals,
+        free_port,
+        start,
+        wait_healthy,
+    )
     from .server_log import LogWatcher
 
     timeout_s = opts.load_timeout_s or default_load_timeout(p.facts.file_size)

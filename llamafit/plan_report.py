@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .check_report import config_json, device_json, model_json, notice_line, notices_json
-from .layout import command_lines, wrap_text
+from .check_report import (
+    config_json,
+    device_json,
+    model_json,
+    notice_line,
+    notices_json,
+)
 from .devices import DeviceSpec
 from .facts import ModelFacts
 from .findings import Verdict
+from .layout import command_lines, wrap_text
 from .plan import PlanResult
 
 SCHEMA = "llamafit.plan/2"

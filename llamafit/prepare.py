@@ -21,10 +21,15 @@ from .findings import Notice, as_notice
 from .gguf_model import GGUFModel
 from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
 from .memory import MemoryModel
-from .resolve import ResolvedConfig
 from .paths import calibration_path
+from .resolve import ResolvedConfig
 from .search import Target
-from .server_flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
+from .server_flags import (
+    ParsedServerArgs,
+    parse_server_args,
+    refused_message,
+    split_command_line,
+)
 
 if TYPE_CHECKING:
     from .server_find import ServerChoice

@@ -395,12 +395,12 @@ def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: boo
 @pytest.mark.parametrize(
     ("n_ctx", "slots", "unified", "gpu", "cpu", "line"),
     [
-        (32768, 4, True, 0, 235, "Serving    gemma3 Q4_K_M, 32,768 tokens shared by up to 4 parallel requests, "
-                                 "100% CPU, http://127.0.0.1:8080"),
-        (8192, 1, False, 900, 100, "Serving    gemma3 Q4_K_M, 8,192 tokens, 1 request at a time, "
-                                   "90%/10% GPU/CPU, http://127.0.0.1:8080"),
-        (65536, 2, False, 1000, 0, "Serving    gemma3 Q4_K_M, 2 slots of 32,768 tokens, 100% GPU, "
-                                   "http://127.0.0.1:8080"),
+        (32768, 4, True, 0, 235, ("Serving    gemma3 Q4_K_M, 32,768 tokens shared by up to 4 parallel requests, "
+                                  "100% CPU, http://127.0.0.1:8080")),
+        (8192, 1, False, 900, 100, ("Serving    gemma3 Q4_K_M, 8,192 tokens, 1 request at a time, "
+                                    "90%/10% GPU/CPU, http://127.0.0.1:8080")),
+        (65536, 2, False, 1000, 0, ("Serving    gemma3 Q4_K_M, 2 slots of 32,768 tokens, 100% GPU, "
+                                    "http://127.0.0.1:8080")),
     ],
 )  # fmt: skip
 def test_serving_line(n_ctx: int, slots: int, unified: bool, gpu: int, cpu: int, line: str) -> None:
