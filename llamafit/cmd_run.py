@@ -11,7 +11,8 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .calibration import incomplete
@@ -21,14 +22,17 @@ from .command import server_argv
 from .errors import InputError
 from .layout import command_lines, paint, use_colour, wrap_line, wrap_text
 from .memory import Breakdown
-from .paths import calibration_path
+from .paths import calibration_path, is_url
 from .plan import PlanResult, plan
 from .plan_report import serving_line, verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
 from .solver import Choice, Policy
+from .units import MIB
 
-MIB = 1 << 20
+if TYPE_CHECKING:
+    from .server_log import LogWatcher
+
 MAX_TRIES = 3
 OOM_RESERVE_STEP = 1024 * MIB  # each retry after an out-of-memory load keeps 1 GiB more free
 
@@ -107,7 +111,8 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
     if binary is not None:
         from .server_find import adapt_argv, buffer_log_flags
 
-        passthrough = [*p.parsed.passthrough, "--host", opts.host, "--port", str(port), *buffer_log_flags(binary.dialect)]
+        passthrough = [*p.parsed.passthrough, "--host", opts.host, "--port", str(port),
+                       *buffer_log_flags(binary.dialect)]
         argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
                                              server=binary.path), binary.dialect)  # fmt: skip
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
@@ -209,7 +214,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         with forwarding_signals(child) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=timeout_s,
-                              failed=lambda w=watcher: w.failure is not None or stop.signum is not None,
+                              failed=lambda w=watcher: _has_failed(w) or stop.signum is not None,
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
             timed_out = not ok and child.proc.poll() is None and watcher.failure is None
@@ -231,6 +236,10 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
         return 1
     return 1
+
+
+def _has_failed(watcher: LogWatcher) -> bool:
+    return watcher.failure is not None
 
 
 PROGRESS_EVERY_S = 10.0  # a line at least this often while loading, so a slow load shows signs of life
@@ -286,7 +295,7 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
     server = server_for(opts, request.env)
     p = prepare(request, server=server)
-    if not opts.dry_run and p.facts.path.startswith(("http://", "https://")) and server.kind != "llama-server":
+    if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
                          "which downloads it with -mu")  # fmt: skip

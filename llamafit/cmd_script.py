@@ -6,27 +6,30 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .cmd_plan import render_plan
 from .command import server_argv
 from .errors import LlamafitError
 from .launch_scripts import LaunchSpec, render
+from .paths import is_url
 from .prepare import Prepared, Report, Request, prepare
 from .search import STEP
 from .solver import Choice, Policy
+from .units import MIB
 
-MIB = 1 << 20
 LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
 
 
 def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, int], ...]:
     """(per-slot context, MiB needed on the GPUs together) from the chosen context down, for --guard."""
-    rungs = []
+    rungs: list[tuple[int, int]] = []
     for f in LADDER_STEPS:
         ctx = max(STEP, int(choice.ctx * f) // STEP * STEP)
         evaluated = p.target.evaluate(replace(choice.cfg, n_ctx=ctx * choice.rc.n_stream))
         if evaluated and (not rungs or ctx < rungs[-1][0]):
-            rungs.append((ctx * choice.rc.n_stream, sum(d.used_bytes for d in evaluated[1].devices if d.kind == "gpu") // MIB))
+            gpu_bytes = sum(d.used_bytes for d in evaluated[1].devices if d.kind == "gpu")
+            rungs.append((ctx * choice.rc.n_stream, gpu_bytes // MIB))
     return tuple(rungs)
 
 
@@ -71,6 +74,8 @@ class ScriptOptions:
 def script_text(request: Request, policy: Policy, opts: ScriptOptions,
                 warn: Callable[[str], None] = lambda _: None) -> tuple[Report, str | None]:  # fmt: skip
     """The plan's report and the script (None when nothing fits: the report says why)."""
+    if (many := many_models(request, opts.kind)) is not None:
+        return script_many(policy, many[0], many[1], opts)
     p = prepare(request)
     report, result = render_plan(p, policy)
     if result.choice is not None and opts.server is None and opts.kind != "docker":  # docker: the image's server
@@ -78,7 +83,7 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions,
     if result.choice is None:
         return report, None
     c = result.choice
-    remote = p.facts.path.startswith(("http://", "https://"))
+    remote = is_url(p.facts.path)
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough,
                                     server=opts.server or "llama-server"), opts.server, request.env)  # fmt: skip
@@ -94,3 +99,65 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions,
     )  # fmt: skip
     text = render(opts.kind, spec, guard=opts.guard) if opts.kind == "sh" else render(opts.kind, spec)
     return report, text
+
+
+MANY_KINDS = ("llama-swap", "models-ini")
+
+
+def many_models(request: Request, kind: str) -> tuple[Request, list[str]] | None:
+    """MODEL… (and directories) for the multi-model configs: the request without them and the
+    models; None for one plain model."""
+    ref = request.model
+    if kind not in MANY_KINDS or ref.model is None:
+        return None
+    rest = list(ref.server_args)
+    extra = []
+    while rest and not rest[0].startswith("-"):
+        extra.append(rest.pop(0))
+    models = [ref.model, *extra]
+    if len(models) == 1 and not os.path.isdir(models[0]):
+        return None
+    return replace(request, model=replace(ref, model=None, server_args=tuple(rest))), models
+
+
+def plan_entries(policy: Policy, request: Request, models: list[str], server: str) -> tuple[list[Any], list[list[str]], list[str]]:
+    """Each model (directories expanded to the models in them) planned within the set it shares the
+    GPUs with (llamafit.many): its Entry, the sets, and the models nothing fits for."""
+    from .many import Entry, plan_many
+    from .store_scan import root_for_path, scan
+
+    named: list[tuple[str, str]] = []
+    for arg in models:
+        if os.path.isdir(arg):
+            found, _ = scan([root_for_path(arg)])
+            named += [(f.name, f.ref) for f in found]
+        else:
+            named.append((arg.split(":", 1)[1] if arg.startswith(("ollama:", "lmstudio:", "hf:")) else
+                          Path(arg).name.removesuffix(".gguf"), arg))  # fmt: skip
+    preps = [prepare(replace(request, model=replace(request.model, model=ref))) for _, ref in named]
+    packing = plan_many([n for n, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
+    by_name = dict(zip((n for n, _ in named), preps))
+    entries = []
+    for s in packing.sets:
+        for m in s:
+            p = by_name[m.name]
+            argv = server_argv(os.path.abspath(p.facts.path), m.choice.cfg, m.choice.rc,
+                               passthrough=p.parsed.passthrough, server=server)  # fmt: skip
+            kind = "gpu" if p.target.gpus else "host"
+            rows = [d for d in m.choice.breakdown.devices if d.kind == kind]
+            entries.append(Entry(m.name, tuple(argv), tuple((d.name, d.used_bytes // MIB) for d in rows),
+                                 m.choice.rc.n_ctx))  # fmt: skip
+    return entries, [[m.name for m in s] for s in packing.sets], list(packing.unfit)
+
+
+def script_many(policy: Policy, request: Request, models: list[str], opts: ScriptOptions) -> tuple[Report, str | None]:
+    """One llama-swap config or router preset file for many models, each fitted (llamafit.many)."""
+    from .many import render_llama_swap_many, render_models_ini_many
+
+    entries, sets, unfit = plan_entries(policy, request, models, opts.server or "llama-server")
+    data = {"sets": sets, "unfit": unfit}
+    if unfit:
+        return Report(False, data, f"nothing fits on this machine for: {', '.join(unfit)}"), None
+    config = render_llama_swap_many(entries, sets, host=opts.host) if opts.kind == "llama-swap" else \
+        render_models_ini_many(entries, sets)  # fmt: skip
+    return Report(True, data, ""), config

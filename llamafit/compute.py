@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .facts import ModelFacts
 from .placement import CPU
+from .units import pad as _pad
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -39,8 +40,11 @@ if TYPE_CHECKING:
 
 Backend = Literal["cpu", "cuda", "metal", "vulkan", "rocm"]
 F32 = 4
-# ggml_backend_buft_get_alignment: CPU TENSOR_ALIGNMENT 32 (ggml-impl.h), CUDA/HIP 128
-# (ggml-cuda.cu); Metal 32 and Vulkan's device-dependent minimum are typical values.
+# ggml_backend_buft_get_alignment per backend. llama.cpp: ggml/src/ggml-impl.h TENSOR_ALIGNMENT (CPU, 32);
+# ggml/src/ggml-cuda/ggml-cuda.cu ggml_backend_cuda_buffer_type_get_alignment (CUDA and HIP, 128);
+# ggml/src/ggml-metal/ggml-metal.cpp ggml_backend_metal_buffer_type_shared_get_alignment (32);
+# ggml/src/ggml-vulkan/ggml-vulkan.cpp ggml_backend_vk_buffer_type_get_alignment: the device's
+# minStorageBufferOffsetAlignment, at most 256 by the Vulkan spec; 128 is a common value (a device parameter).
 ALIGNMENT = {"cpu": 32, "cuda": 128, "rocm": 128, "metal": 32, "vulkan": 128}
 # Allocator holes around the SSM scan that shift with tiny state-size changes, in n_embd rows,
 # fitted to the mamba2 / granite-hybrid rows of the calibration table (they spread about +-1 row).
@@ -125,8 +129,6 @@ def _signature(f: ModelFacts, il: int) -> tuple:
             il < f.n_layer, _is_moe(f, il), f.n_embd_k_gqa(il), f.n_embd_v_gqa(il))  # fmt: skip
 
 
-def _pad(x: int, align: int) -> int:
-    return -(-x // align) * align
 
 
 def _on_device(f: ModelFacts, s: ComputeSettings) -> list[int]:

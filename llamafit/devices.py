@@ -21,6 +21,10 @@ class DeviceSpec:
     backend: str  # cuda | rocm | vulkan | metal | rpc | cpu
     total_bytes: int | None = None
     free_bytes: int | None = None  # what the fit may use; None: total
+    # The largest tensor an op on this device may read or write; a weight whose op would exceed it
+    # stays on the host (ggml-vulkan.cpp ggml_backend_vk_device_supports_op: maxStorageBufferRange
+    # unless VK_EXT_shader_64bit_indexing, and maxBufferSize). None: no limit known.
+    max_tensor_bytes: int | None = None
 
     @property
     def usable_bytes(self) -> int | None:

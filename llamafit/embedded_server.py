@@ -13,8 +13,8 @@ server passes them to `llama_cpp.Llama` (server/model.py), which fills libllama'
 | flash_attn | --flash_attn true/false | no `auto`: LLAMA_FLASH_ATTN_TYPE_ENABLED/DISABLED |
 | type_k, type_v | --type_k, --type_v | the ggml type id (f16 = 1, q8_0 = 8) |
 | kv_offload | --offload_kqv | |
-| load_mode | --use_mmap, --use_mlock | set both: the server's own default is mmap+mlock (use_mlock = llama_supports_mlock()) |
-| split_mode, main_gpu, tensor_split | --split_mode N, --main_gpu, --tensor_split F … | LLAMA_SPLIT_MODE_NONE/LAYER/ROW/TENSOR = 0/1/2/3 |
+| load_mode | --use_mmap, --use_mlock | set both: the server's default is mmap+mlock (llama_supports_mlock()) |
+| split_mode, main_gpu, tensor_split | --split_mode N, --main_gpu, --tensor_split F … | LLAMA_SPLIT_MODE_* 0-3 |
 
 Always added: `--verbose true` (libllama logs everything, buffer sizes included, to stderr) and
 `--logits_all false`: the server's default true makes llama.py keep an n_ctx × n_vocab float32

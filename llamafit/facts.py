@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from . import arch_rules as R
 from .errors import ModelFactsError
+from .ggml_types import GGMLType
 from .gguf_model import GGUFModel
+from .gguf_names import ARCH_NAMES, FILE_TYPES
 from .gguf_reader import TensorInfo
 from .metadata import Metadata
 from .swa import SWAFacts, swa_facts
@@ -126,23 +128,19 @@ class ModelFacts:
 
 def _file_type_label(meta: Metadata, model: GGUFModel) -> str:
     """`general.file_type` as llama.cpp names it (LlamaFileType), else the dominant tensor type."""
-    from gguf.constants import GGMLQuantizationType, LlamaFileType
-
-    ft = meta.int("general.file_type")
+    ft = meta.get_int("general.file_type")
     if ft is not None:
-        try:
-            return LlamaFileType(ft).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-        except ValueError:
-            return f"file_type {ft}"
+        return FILE_TYPES.get(ft, f"file_type {ft}")
     by_type: dict[int, int] = {}
     for t in model.tensors:
         by_type[t.ggml_type] = by_type.get(t.ggml_type, 0) + t.n_bytes
     if not by_type:
         return "unknown"
-    return GGMLQuantizationType(max(by_type, key=by_type.__getitem__)).name
+    return GGMLType.of(max(by_type, key=by_type.__getitem__)).name
 
 
-def _recurrent_layers(meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[int, ...], ff: tuple[int, ...]) -> tuple[bool, ...]:
+def _recurrent_layers(meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[int, ...],
+                      ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
     """is_recr per layer by the arch's rule (src/models/<arch>.cpp load_arch_hparams)."""
     arch = meta.arch
     layers = range(n_layer_all)
@@ -156,25 +154,26 @@ def _recurrent_layers(meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[
         explicit = meta.per_layer("{arch}.attention.recurrent_layers", n_layer_all, None)
         if explicit is not None:
             return tuple(bool(v) for v in explicit)
-        interval = meta.int("{arch}.full_attention_interval", 4)
+        interval = meta.get_int("{arch}.full_attention_interval", 4)
         if interval <= 0:
-            raise ModelFactsError(f"{meta.path}: {meta.key('{arch}.full_attention_interval')} must be positive, not {interval}")
+            key = meta.key("{arch}.full_attention_interval")
+            raise ModelFactsError(f"{meta.path}: {key} must be positive, not {interval}")
         return tuple(il < n_layer and (il + 1) % interval != 0 for il in layers)
     return tuple(False for _ in layers)
 
 
 def _recurrent_facts(meta: Metadata, n_embd: int, n_head0: int) -> RecurrentFacts:
     """n_embd_r / n_embd_s (src/llama-hparams.cpp), from the ssm.*, wkv.*, shortconv.* keys."""
-    d_conv = meta.int("{arch}.ssm.conv_kernel", 0)
-    d_inner = meta.int("{arch}.ssm.inner_size", 0)
-    d_state = meta.int("{arch}.ssm.state_size", 0)
-    n_group = meta.int("{arch}.ssm.group_count", 0)
-    dt_rank = meta.int("{arch}.ssm.time_step_rank", 0)
-    wkv_head = meta.int("{arch}.wkv.head_size", 0)
-    l_cache = meta.int("{arch}.shortconv.l_cache", 0)
-    kda_head = meta.int("{arch}.kda.head_dim", 0)
+    d_conv = meta.get_int("{arch}.ssm.conv_kernel", 0)
+    d_inner = meta.get_int("{arch}.ssm.inner_size", 0)
+    d_state = meta.get_int("{arch}.ssm.state_size", 0)
+    n_group = meta.get_int("{arch}.ssm.group_count", 0)
+    dt_rank = meta.get_int("{arch}.ssm.time_step_rank", 0)
+    wkv_head = meta.get_int("{arch}.wkv.head_size", 0)
+    l_cache = meta.get_int("{arch}.shortconv.l_cache", 0)
+    kda_head = meta.get_int("{arch}.kda.head_dim", 0)
     if wkv_head:
-        r, s = meta.int("{arch}.token_shift_count", 2) * n_embd, n_embd * wkv_head
+        r, s = meta.get_int("{arch}.token_shift_count", 2) * n_embd, n_embd * wkv_head
     elif l_cache:
         r, s = n_embd * (l_cache - 1), d_state * d_inner
     elif kda_head:
@@ -187,7 +186,7 @@ def _recurrent_facts(meta: Metadata, n_embd: int, n_head0: int) -> RecurrentFact
 
 
 def _moe_facts(meta: Metadata, n_layer_all: int) -> MoEFacts | None:
-    n_expert = meta.int("{arch}.expert_count", 0)
+    n_expert = meta.get_int("{arch}.expert_count", 0)
     if not n_expert:
         return None
     used = meta.per_layer("{arch}.expert_used_count", n_layer_all, (0,)) or (0,)
@@ -195,10 +194,10 @@ def _moe_facts(meta: Metadata, n_layer_all: int) -> MoEFacts | None:
     return MoEFacts(
         n_expert=n_expert,
         n_expert_used=max(used),
-        n_expert_shared=meta.int("{arch}.expert_shared_count", 0),
+        n_expert_shared=meta.get_int("{arch}.expert_shared_count", 0),
         n_ff_exp=max(ff_exp),
-        n_ff_shexp=meta.int("{arch}.expert_shared_feed_forward_length", 0),
-        n_layer_dense_lead=meta.int("{arch}.leading_dense_block_count", 0),
+        n_ff_shexp=meta.get_int("{arch}.expert_shared_feed_forward_length", 0),
+        n_layer_dense_lead=meta.get_int("{arch}.leading_dense_block_count", 0),
     )
 
 
@@ -206,7 +205,7 @@ def _mla_facts(meta: Metadata, warnings: list[str]) -> MLAFacts | None:
     """hparams.is_mla(): both key_length_mla and value_length_mla present (src/models/deepseek2.cpp)."""
     if meta.has("{arch}.attention.key_length_mla") and meta.has("{arch}.attention.value_length_mla"):
         return MLAFacts(
-            kv_lora_rank=meta.int("{arch}.attention.kv_lora_rank", 0),
+            kv_lora_rank=meta.get_int("{arch}.attention.kv_lora_rank", 0),
             key_length_mla=meta.required_int("{arch}.attention.key_length_mla"),
             value_length_mla=meta.required_int("{arch}.attention.value_length_mla"),
         )
@@ -223,13 +222,13 @@ def _n_layer_kv_from_start(meta: Metadata, n_layer_all: int) -> int:
     if meta.arch in R.KV_FROM_START_FIXED:
         return min(R.KV_FROM_START_FIXED[meta.arch], n_layer_all)
     if meta.arch in R.KV_FROM_START_SHARED_KEY:
-        return n_layer_all - meta.int("{arch}.attention.shared_kv_layers", 0)
+        return n_layer_all - meta.get_int("{arch}.attention.shared_kv_layers", 0)
     return n_layer_all
 
 
 def _n_vocab(meta: Metadata, model: GGUFModel) -> int:
     """llama_vocab's token count; files without a vocabulary fall back to vocab_size or token_embd."""
-    n = meta.count("tokenizer.ggml.tokens") or meta.int("{arch}.vocab_size", 0)
+    n = meta.count("tokenizer.ggml.tokens") or meta.get_int("{arch}.vocab_size", 0)
     if n:
         return int(n)
     embd = model.tensor("token_embd.weight")
@@ -243,17 +242,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     if not isinstance(arch, str) or not arch:
         raise ModelFactsError(f"{model.path}: no general.architecture key; not a llama.cpp model")
     meta = Metadata(model.path, arch, model.metadata)
-    if arch not in _known_archs():
-        warnings.append(f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
-                        "(full attention on every layer, no recurrent state)")
-    if arch in R.UNMODELLED_CACHES:
-        warnings.append(f"the {R.UNMODELLED_CACHES[arch]} of '{arch}' is not modelled: KV predictions are a lower bound")
-    n_layer_all = meta.required_int("{arch}.block_count")
-    if not 0 < n_layer_all <= LLAMA_MAX_LAYERS:
-        raise ModelFactsError(f"{model.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}")
-    n_nextn = meta.int("{arch}.nextn_predict_layers", 0)
-    if n_nextn > n_layer_all:
-        raise ModelFactsError(f"{model.path}: nextn_predict_layers {n_nextn} exceeds block_count {n_layer_all}")
+    warnings += _arch_warnings(arch)
+    n_layer_all, n_nextn = _layer_counts(meta)
     n_layer = n_layer_all - n_nextn
     n_embd = meta.required_int("{arch}.embedding_length")
     n_head = meta.per_layer("{arch}.attention.head_count", n_layer_all, None) or (0,) * n_layer_all
@@ -262,20 +252,14 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     head_k, head_v = _head_sizes(meta, n_embd, n_head[0])
     swa = swa_facts(meta, n_layer_all, n_layer)
     is_recr = _recurrent_layers(meta, n_layer_all, n_layer, n_head_kv, n_ff)
-    causal = arch not in R.NO_MEMORY_ARCHS and meta.bool("{arch}.attention.causal", True)
+    causal = arch not in R.NO_MEMORY_ARCHS and meta.get_bool("{arch}.attention.causal", True)
     kv_from_start = _n_layer_kv_from_start(meta, n_layer_all)
-    pure_recurrent = arch in R.RECURRENT_ARCHS
-    has_kv = tuple(
-        causal and not pure_recurrent and il < n_layer and il < kv_from_start
-        and (not is_recr[il] or arch in R.RECR_AND_ATTENTION_EVERY_LAYER)
-        and (arch not in R.RECR_IF_NO_KV_HEADS_AND_NO_FFN or n_ff[il] == 0)  # nemotron-h: MLP layers hold none
-        for il in range(n_layer_all)
-    )  # fmt: skip
+    has_kv = _has_kv(arch, causal, n_layer, min(kv_from_start, n_layer), is_recr, n_ff)
     any_recr = any(is_recr) and causal
     return ModelFacts(
         path=model.path,
         architecture=arch,
-        name=meta.str("general.name", "") or "",
+        name=meta.get_str("general.name", "") or "",
         file_type=_file_type_label(meta, model),
         n_params=sum(t.n_elements for t in model.tensors),
         file_size=model.file_size,
@@ -292,8 +276,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         n_ff=n_ff,
         n_embd_head_k=head_k,
         n_embd_head_v=head_v,
-        n_embd_head_k_swa=meta.int("{arch}.attention.key_length_swa", head_k),
-        n_embd_head_v_swa=meta.int("{arch}.attention.value_length_swa", head_v),
+        n_embd_head_k_swa=meta.get_int("{arch}.attention.key_length_swa", head_k),
+        n_embd_head_v_swa=meta.get_int("{arch}.attention.value_length_swa", head_v),
         swa=swa,
         mla=_mla_facts(meta, warnings),
         is_recurrent=is_recr,
@@ -307,8 +291,45 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         warnings=tuple(warnings),
         tensors=model.tensors,
         data_end_bytes=sum(sh.data_offset + sh.data_size for sh in model.shards),
-        has_chat_template=bool(meta.str("tokenizer.chat_template", "")),
+        has_chat_template=bool(meta.get_str("tokenizer.chat_template", "")),
     )
+
+
+def _has_kv(arch: str, causal: bool, n_layer: int, kv_end: int, is_recr: tuple[bool, ...],
+            n_ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
+    """Per layer: does it own a K/V cache in the main context (layers below kv_end, not recurrent
+    unless the arch also attends there; nemotron-h: MLP layers hold none)."""
+    if not causal or arch in R.RECURRENT_ARCHS:
+        return (False,) * len(is_recr)
+    return tuple(
+        il < kv_end
+        and (not is_recr[il] or arch in R.RECR_AND_ATTENTION_EVERY_LAYER)
+        and (arch not in R.RECR_IF_NO_KV_HEADS_AND_NO_FFN or n_ff[il] == 0)
+        for il in range(len(is_recr))
+    )
+
+
+def _arch_warnings(arch: str) -> list[str]:
+    """What llamafit cannot model for this architecture."""
+    warnings = []
+    if arch not in _known_archs():
+        warnings.append(f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
+                        "(full attention on every layer, no recurrent state)")  # fmt: skip
+    if arch in R.UNMODELLED_CACHES:
+        cache = R.UNMODELLED_CACHES[arch]
+        warnings.append(f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound")
+    return warnings
+
+
+def _layer_counts(meta: Metadata) -> tuple[int, int]:
+    """(block_count, nextn_predict_layers), checked as llama_model::load_hparams does."""
+    n_layer_all = meta.required_int("{arch}.block_count")
+    if not 0 < n_layer_all <= LLAMA_MAX_LAYERS:
+        raise ModelFactsError(f"{meta.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}")
+    n_nextn = meta.get_int("{arch}.nextn_predict_layers", 0)
+    if n_nextn > n_layer_all:
+        raise ModelFactsError(f"{meta.path}: nextn_predict_layers {n_nextn} exceeds block_count {n_layer_all}")
+    return n_layer_all, n_nextn
 
 
 def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
@@ -316,16 +337,14 @@ def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
     default = n_embd // n_head0 if n_head0 else 0
     if not n_head0:
         return 0, 0
-    return meta.int("{arch}.attention.key_length", default), meta.int("{arch}.attention.value_length", default)
+    return meta.get_int("{arch}.attention.key_length", default), meta.get_int("{arch}.attention.value_length", default)
 
 
 def _known_archs() -> frozenset[str]:
     """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp 0c1e570)."""
-    from gguf.constants import MODEL_ARCH_NAMES
-
     ours = (R.RECURRENT_ARCHS | R.HYBRID_ARCHS | R.NO_MEMORY_ARCHS | R.MLA_CAPABLE_ARCHS
             | frozenset(R.SWA_RULES) | frozenset(R.UNMODELLED_CACHES))  # fmt: skip
-    return frozenset(MODEL_ARCH_NAMES.values()) | ours
+    return ARCH_NAMES | ours
 
 
 LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h

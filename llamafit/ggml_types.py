@@ -1,4 +1,7 @@
-"""ggml tensor types: block size and bytes per block, from the gguf package's constants.
+"""ggml tensor types: block size and bytes per block (ggml/src/ggml.c type_traits; the ids of
+enum ggml_type in ggml/include/ggml.h). The table is written out here so that reading a header
+imports nothing beyond the standard library; tests/test_ggml_types.py checks it against the gguf
+package's GGML_QUANT_SIZES.
 
 `row_size` and `tensor_nbytes` mirror ggml_row_size / ggml_nbytes (ggml/src/ggml.c).
 """
@@ -6,8 +9,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +46,44 @@ def tensor_nbytes(t: GGMLType, n_elements: int) -> int:
     return n_elements // t.block_size * t.type_size
 
 
-_BY_ID = {
-    int(q): GGMLType(int(q), q.name, *GGML_QUANT_SIZES[q]) for q in GGMLQuantizationType if q in GGML_QUANT_SIZES
-}
+# (id, name, block_size, type_size): gguf 0.19's GGML_QUANT_SIZES, the types llama.cpp loads.
+_TABLE = (
+    (0, "F32", 1, 4),
+    (1, "F16", 1, 2),
+    (2, "Q4_0", 32, 18),
+    (3, "Q4_1", 32, 20),
+    (6, "Q5_0", 32, 22),
+    (7, "Q5_1", 32, 24),
+    (8, "Q8_0", 32, 34),
+    (9, "Q8_1", 32, 40),
+    (10, "Q2_K", 256, 84),
+    (11, "Q3_K", 256, 110),
+    (12, "Q4_K", 256, 144),
+    (13, "Q5_K", 256, 176),
+    (14, "Q6_K", 256, 210),
+    (15, "Q8_K", 256, 292),
+    (16, "IQ2_XXS", 256, 66),
+    (17, "IQ2_XS", 256, 74),
+    (18, "IQ3_XXS", 256, 98),
+    (19, "IQ1_S", 256, 50),
+    (20, "IQ4_NL", 32, 18),
+    (21, "IQ3_S", 256, 110),
+    (22, "IQ2_S", 256, 82),
+    (23, "IQ4_XS", 256, 136),
+    (24, "I8", 1, 1),
+    (25, "I16", 1, 2),
+    (26, "I32", 1, 4),
+    (27, "I64", 1, 8),
+    (28, "F64", 1, 8),
+    (29, "IQ1_M", 256, 56),
+    (30, "BF16", 1, 2),
+    (34, "TQ1_0", 256, 54),
+    (35, "TQ2_0", 256, 66),
+    (39, "MXFP4", 32, 17),
+    (40, "NVFP4", 64, 36),
+    (41, "Q1_0", 128, 18),
+)
+_BY_ID = {type_id: GGMLType(type_id, name, block, size) for type_id, name, block, size in _TABLE}
 _BY_NAME = {t.name.lower(): t for t in _BY_ID.values()}
 
 # llama-server's accepted --cache-type-k/-v values (common/arg.cpp kv_cache_types).

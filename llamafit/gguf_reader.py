@@ -19,6 +19,7 @@ from typing import Any
 from .errors import GGUFError
 from .ggml_types import GGMLType, tensor_nbytes
 from .source import ByteSource
+from .units import pad
 
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32  # ggml/include/gguf.h
@@ -31,7 +32,6 @@ MAX_KEPT_ARRAY = 65_536  # longer arrays are skipped (count kept); per-layer arr
 _DIMS = [struct.Struct(f"<{n}Q") for n in range(GGML_MAX_DIMS + 1)]
 _TYPE_OFFSET = struct.Struct("<IQ")
 
-_U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -336,12 +336,12 @@ def _read_tensor_info(cur: _Cursor, i: int, seen: set[str]) -> TensorInfo:
 
 def _layout_data(cur: _Cursor, tensors: list[TensorInfo], alignment: int) -> tuple[int, int]:
     """Check offsets as gguf.cpp does (in order, each padded); returns (data_offset, data_size)."""
-    data_offset = -(-cur.pos // alignment) * alignment
+    data_offset = pad(cur.pos, alignment)
     size = 0
     for t in tensors:
         if t.offset != size:
             raise cur.fail(f"tensor '{t.name}' has data offset {t.offset}, expected {size}", None)
-        size += -(-t.n_bytes // alignment) * alignment
+        size += pad(t.n_bytes, alignment)
     if cur.size > data_offset and cur.size < data_offset + size:
         last = next(t for t in tensors if data_offset + t.offset + t.n_bytes > cur.size)
         raise cur.fail(

@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass
 
 from .errors import InputError
+from .units import MIB as _MiB
 
 _GiB = 1 << 30
-_MiB = 1 << 20
 _GB_S = 10**9
-_VENDOR_BACKEND = {"nvidia": "cuda", "amd": "rocm", "apple": "metal"}
+_VENDOR_BACKEND = {"nvidia": "cuda", "amd": "rocm", "apple": "metal", "mesa": "vulkan"}
 
 
 def metal_working_set(ram_bytes: int, wired_limit_mb: int = 0) -> int:
@@ -37,6 +37,7 @@ class CatalogEntry:
     vram_bytes: int  # per device; Apple: the unified RAM
     bandwidth_bytes_per_s: int  # per device
     devices: int = 1  # MI250: two GCDs, each its own device to ROCm
+    max_tensor_bytes: int | None = None  # the device's tensor-size limit (DeviceSpec.max_tensor_bytes)
 
     @property
     def backend(self) -> str:
@@ -99,6 +100,9 @@ CATALOG: tuple[CatalogEntry, ...] = (
     _e("m4-max-128gb", "Apple M4 Max", "apple", 128, 546),
     _e("m2-ultra-192gb", "Apple M2 Ultra", "apple", 192, 800),
     _e("m3-ultra-512gb", "Apple M3 Ultra", "apple", 512, 819),
+    # Mesa's software Vulkan device (llama.cpp: GGML_VK_VISIBLE_DEVICES=0): a 2 GiB heap and
+    # maxStorageBufferRange 128 MiB (vulkaninfo, Mesa 22.3 / LLVM 15); bandwidth: host RAM, nominal
+    CatalogEntry("lavapipe", "llvmpipe", "mesa", 2 * _GiB, 20 * _GB_S, 1, 128 << 20),
 )
 
 # Unambiguous other spellings → canonical key.
@@ -147,5 +151,6 @@ def lookup(name: str) -> CatalogEntry:
 
 def smallest_fitting(need_bytes: int, *, vendors: tuple[str, ...] | None = None) -> CatalogEntry | None:
     """The card with the least usable memory (per device) that holds `need_bytes`; ties → faster memory."""
-    fits = [e for e in CATALOG if e.usable_bytes >= need_bytes and (vendors is None or e.vendor in vendors)]
+    fits = [e for e in CATALOG if e.usable_bytes >= need_bytes
+            and (e.vendor in vendors if vendors is not None else e.vendor != "mesa")]  # no card to buy  # fmt: skip
     return min(fits, key=lambda e: (e.usable_bytes, -e.bandwidth_bytes_per_s), default=None)

@@ -290,7 +290,7 @@ def detect(
 
 def _catalog_gpus(entry: gpu_catalog.CatalogEntry) -> list[GPUInfo]:
     usable = entry.usable_bytes
-    spec = DeviceSpec("", "gpu", entry.backend, usable, usable)
+    spec = DeviceSpec("", "gpu", entry.backend, usable, usable, entry.max_tensor_bytes)
     one = GPUInfo(spec, entry.name, 0, bandwidth_bytes_per_s=entry.bandwidth_bytes_per_s, unified=entry.unified)
     return [one] * entry.devices
 

@@ -201,7 +201,8 @@ def list_repo(settings: HfSettings, repo: str, revision: str = DEFAULT_REVISION,
         from huggingface_hub import HfApi
         from huggingface_hub.errors import HfHubHTTPError, HFValidationError
     except ImportError:
-        raise InputError("reading models from Hugging Face needs huggingface_hub: pip install huggingface_hub") from None
+        raise InputError("reading models from Hugging Face needs huggingface_hub: "
+                         "pip install huggingface_hub") from None
     api = HfApi(endpoint=settings.endpoint, token=settings.token or False, library_name="llamafit")
     where = f"{settings.endpoint}/{repo} (revision {revision})"
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .facts import ModelFacts
 from .ggml_types import GGMLType
+from .units import pad
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +50,6 @@ def kv_cell_cost(facts: ModelFacts, type_k: GGMLType, type_v: GGMLType, *, flash
     return KVCellCost(full, swa)
 
 
-def pad(x: int, n: int) -> int:
-    """GGML_PAD: x rounded up to a multiple of n."""
-    return -(-x // n) * n
 
 
 def swa_cells(n_ctx_seq: int, n_swa: int, n_seq: int, n_ubatch: int, *, unified: bool, swa_full: bool) -> int:

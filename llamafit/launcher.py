@@ -89,7 +89,8 @@ class Child:
         return self.proc.wait()
 
 
-def start(argv: Sequence[str], env: Mapping[str, str], watcher: Watcher, echo: Callable[[str], None] | None = None) -> Child:
+def start(argv: Sequence[str], env: Mapping[str, str], watcher: Watcher,
+          echo: Callable[[str], None] | None = None) -> Child:  # fmt: skip
     """Start the server; its log lines go to the watcher (and `echo`, for --verbose)."""
     use_deathsig = sys.platform.startswith("linux")
     proc = subprocess.Popen(

@@ -9,7 +9,6 @@ state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,14 +19,22 @@ from .errors import InputError
 from .facts import ModelFacts
 from .ggml_types import GGMLType
 from .kv import layer_cell_bytes
-from .placement import CPU, LayerMap, cuda_alloc_size, is_skipped, layer_map, override_target, split_points, tensor_layer
+from .placement import (
+    CPU,
+    LayerMap,
+    cuda_alloc_size,
+    is_skipped,
+    layer_map,
+    override_target,
+    split_points,
+    tensor_layer,
+)
 from .resolve import ConfigError, ResolvedConfig
+from .tensor_names import is_dense_ffn, is_expert
+from .units import MIB
 
-MIB = 1 << 20
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
-_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
-_DENSE = re.compile(r"\.ffn_(up|down|gate)\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,32 @@ class Breakdown:
         return self.fits and not host.fits
 
 
+OP_PROBE_TOKENS = 512  # src/llama-model-loader.cpp weight_buft_supported: the probe op's batch
+
+
+def op_probe_bytes(shape: Sequence[int], n_bytes: int, n_expert_used: int, experts: bool) -> int:
+    """The largest tensor of the op llama.cpp builds to decide where a weight may live.
+
+    src/llama-model-loader.cpp weight_buft_supported (0c1e570): a matrix is probed with
+    ggml_mul_mat(w, b[ne0, 512, ne2, ne3]) (dst [ne1, 512, ne2, ne3] F32), a stacked expert
+    tensor with ggml_mul_mat_id(w, b[ne0, n_expert_used, 512]) (dst [ne1, n_expert_used, 512]);
+    select_weight_buft takes the first buffer type whose device supports that op. A device that
+    limits tensor sizes (Vulkan: ggml_backend_vk_device_supports_op rejects any src or dst larger
+    than maxStorageBufferRange or maxBufferSize) thus leaves the weight on the next buffer type
+    in the list: the host's.
+    """
+    if len(shape) < 2:
+        return n_bytes
+    ne0, ne1 = shape[0], shape[1]
+    rest = 1
+    for d in shape[2:]:
+        rest *= d
+    if experts:
+        rows = max(n_expert_used, 1) * OP_PROBE_TOKENS
+        return max(n_bytes, ne0 * rows * 4, ne1 * rows * 4)
+    return max(n_bytes, ne0 * OP_PROBE_TOKENS * rest * 4, ne1 * OP_PROBE_TOKENS * rest * 4)
+
+
 def _tensor_sizes(facts: ModelFacts) -> list[tuple[str, int, int]]:
     """(name, raw bytes, CUDA-padded bytes) for every tensor llama.cpp loads."""
     out = []
@@ -99,21 +132,31 @@ def _tensor_sizes(facts: ModelFacts) -> list[tuple[str, int, int]]:
     return out
 
 
+# The prefix-sum columns of MemoryModel.prefix, per block: all weights, routed experts, dense FFN,
+# each raw and with CUDA row padding (column + 1).
+ALL, EXPERTS, DENSE_FFN = 0, 2, 4
+PADDED = 1
+
+
 class MemoryModel:
     """Per-model precomputation; `estimate` turns a resolved config and devices into a Breakdown."""
 
     def __init__(self, facts: ModelFacts) -> None:
         self.facts = facts
         self.tensors = _tensor_sizes(facts)
-        # per block: raw, CUDA-padded, experts raw/padded, dense FFN raw/padded (NextN blocks stay 0)
+        # per block, the columns ALL, EXPERTS and DENSE_FFN, raw and + PADDED (NextN blocks stay 0)
         sums = [[0] * 6 for _ in range(facts.n_layer_all)]
         self.input_raw = self.output_raw = self.output_padded = 0
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
             if il is not None and il < facts.n_layer_all:
-                part = 2 if _EXPS.search(name) else 4 if _DENSE.search(name) else None
-                for col, value in ((0, raw), (1, padded)) + (((part, raw), (part + 1, padded)) if part else ()):
-                    sums[il][col] += value
+                sums[il][ALL] += raw
+                sums[il][ALL + PADDED] += padded
+                for part, matches in ((EXPERTS, is_expert), (DENSE_FFN, is_dense_ffn)):
+                    if matches(name):
+                        sums[il][part] += raw
+                        sums[il][part + PADDED] += padded
+                        break
             elif name.startswith(("output.", "output_norm.")):
                 self.output_raw += raw
                 self.output_padded += padded
@@ -123,7 +166,22 @@ class MemoryModel:
         embd = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
         tied = facts.tied_embeddings and embd is not None
         self.tied_raw = embd.n_bytes if tied and embd else 0
-        self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes) if tied and embd else 0
+        self.tied_padded = 0
+        if tied and embd:
+            self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes)
+        # weights whose probe op is large, largest first (only these can meet a device's tensor limit)
+        used = facts.moe.n_expert_used if facts.moe else 1
+        shapes = {t.name: t.shape for t in facts.tensors}
+        probes = []
+        for name, raw, padded in self.tensors:
+            if name == "token_embd.weight" and not self.tied_raw:
+                continue  # the input layer lives on the host
+            il = tensor_layer(name)
+            probe = op_probe_bytes(shapes[name], raw, used, is_expert(name))
+            if name == "token_embd.weight":  # the tied output's copy, probed as a matmul on the output layer
+                name, il, raw, padded = "output.weight(tied)", None, self.tied_raw, self.tied_padded
+            probes.append((probe, name, il, raw, padded))
+        self.probes = sorted(probes, reverse=True)
         self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
@@ -145,6 +203,7 @@ class MemoryModel:
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus))
         weights = self._weights(rc, lmap, gpus)
+        self._keep_oversized_on_host(weights, rc, lmap, gpus)
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
         compute = compute_for_devices(self.facts, rc, lmap, gpus)
         if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
@@ -180,15 +239,43 @@ class MemoryModel:
         out[CPU] += self.input_raw
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         for dev, a, b in lmap.runs:
-            pad = int(dev != CPU and padded[dev])  # column offset: raw 0, padded 1
-            out[dev] += self._sum(pad, a, b)
+            pad = PADDED if dev != CPU and padded[dev] else 0
+            out[dev] += self._sum(ALL + pad, a, b)
             if dev == CPU:
                 continue
             moe_end, ffn_end = min(b, n_moe), min(b, rc.n_cpu_ffn)
-            out[dev] -= self._sum(2 + pad, a, moe_end) + self._sum(4 + pad, a, ffn_end)
-            out[CPU] += self._sum(2, a, moe_end) + self._sum(4, a, ffn_end)
+            out[dev] -= self._sum(EXPERTS + pad, a, moe_end) + self._sum(DENSE_FFN + pad, a, ffn_end)
+            out[CPU] += self._sum(EXPERTS, a, moe_end) + self._sum(DENSE_FFN, a, ffn_end)
         self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
         return out
+
+    def _keep_oversized_on_host(self, out: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
+                                gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+        """Move to the host each weight whose probe op exceeds its device's max_tensor_bytes."""
+        limits = [g.max_tensor_bytes for g in gpus if g.max_tensor_bytes is not None]
+        if not limits:
+            return
+        smallest = min(limits)
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        rules = rc.all_overrides if rc.overrides else ()
+        mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+        for probe, name, il, raw, padded in self.probes:
+            if probe <= smallest:
+                break
+            if il is not None and il >= self.facts.n_layer_all:
+                continue
+            if rules and override_target(name, rules) is not None:
+                continue  # an override names its buffer type; llama.cpp does not probe it
+            dev = lmap.layers[il] if il is not None else lmap.output if name.startswith("output") else CPU
+            if dev == CPU or (il is not None and ((is_expert(name) and il < n_moe)
+                                                  or (is_dense_ffn(name) and il < rc.n_cpu_ffn))):  # fmt: skip
+                continue
+            limit = gpus[dev].max_tensor_bytes
+            if limit is None or probe <= limit:
+                continue
+            out[dev] -= padded if gpus[dev].backend in PADDED_BACKENDS else raw
+            if not (il is None and name.endswith("(tied)") and mapped):
+                out[CPU] += raw  # a mapped tied copy shares token_embd's pages (one CPU_Mapped range)
 
     def bytes_read_per_token(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         """Weight bytes each device reads per generated token: everything but token_embd (a lookup)
@@ -198,9 +285,9 @@ class MemoryModel:
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         out = dict.fromkeys([CPU, *range(n_gpu)], 0)
         for dev, a, b in lmap.runs:
-            out[dev] += self._sum(0, a, b) - self._sum(2, a, b)
-            moved = self._sum(2, a, min(b, n_moe)) if dev != CPU else 0
-            out[dev] += int((self._sum(2, a, b) - moved) * share)
+            out[dev] += self._sum(ALL, a, b) - self._sum(EXPERTS, a, b)
+            moved = self._sum(EXPERTS, a, min(b, n_moe)) if dev != CPU else 0
+            out[dev] += int((self._sum(EXPERTS, a, b) - moved) * share)
             out[CPU] += int(moved * share)
         out[lmap.output] += self.output_raw + self.tied_raw  # a tied output reads token_embd as its matrix
         return out

@@ -31,19 +31,20 @@ class Metadata:
             return default
         value = self.kv[key]
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            raise ModelFactsError(f"{self.path}: key {key} has type {type(value).__name__}, expected {kinds[0].__name__}")
+            found, expected = type(value).__name__, kinds[0].__name__
+            raise ModelFactsError(f"{self.path}: key {key} has type {found}, expected {expected}")
         return value
 
-    def int(self, name: str, default: Any = None) -> Any:
+    def get_int(self, name: str, default: Any = None) -> Any:
         return self._get(name, (int,), default)
 
-    def float(self, name: str, default: Any = None) -> Any:
+    def get_float(self, name: str, default: Any = None) -> Any:
         return self._get(name, (float, int), default)
 
-    def str(self, name: str, default: Any = None) -> Any:
+    def get_str(self, name: str, default: Any = None) -> Any:
         return self._get(name, (str,), default)
 
-    def bool(self, name: str, default: Any = None) -> Any:
+    def get_bool(self, name: str, default: Any = None) -> Any:
         return self._get(name, (bool,), default)
 
     def required_int(self, name: str) -> int:

@@ -43,7 +43,7 @@ from .hf import (
     pick_model_files,
     resolve_url,
 )
-from .paths import cache_dir
+from .paths import cache_dir, is_url
 from .remote import (
     DEFAULT_TIMEOUT,
     HttpRangeSource,
@@ -60,8 +60,13 @@ _FORMAT = 1  # bump when the cache layout changes
 def open_model(
     arg: str, env: Mapping[str, str], *, progress: Progress | None = None, timeout: float = DEFAULT_TIMEOUT
 ) -> GGUFModel:
-    """A model's headers from a local path, an http(s) URL, `hf://…` or `hf:org/repo[:quant]`."""
-    if arg.startswith(("http://", "https://")):
+    """A model's headers from a local path, an http(s) URL, `hf://…` or `hf:org/repo[:quant]`, or a
+    store reference (`ollama:…`, `lmstudio:…`; `hf:…` from the local hub cache first: llamafit.refs)."""
+    from .refs import local_path
+
+    if (local := local_path(arg, env)) is not None:
+        return read_model(local)
+    if is_url(arg):
         return open_url(arg, env, progress=progress, timeout=timeout)
     if arg.startswith("hf://"):
         return open_hf_file(parse_hf_url(arg), env, progress=progress, timeout=timeout)
@@ -99,7 +104,12 @@ def open_hf_repo(
     spec: str, env: Mapping[str, str], *, progress: Progress | None = None, timeout: float = DEFAULT_TIMEOUT
 ) -> GGUFModel:
     """`org/repo[:quant]` as llama-server's `-hf` takes it (`hf:` prefix optional): the file the
-    quant tag picks (llama.cpp's rule, see llamafit.hf) and all its shards."""
+    quant tag picks (llama.cpp's rule, see llamafit.hf) and all its shards; from the local hub cache
+    when they are all there (llamafit.refs)."""
+    from .refs import hf_cached_path
+
+    if (local := hf_cached_path(spec, env)) is not None:
+        return read_model(local)
     repo_spec = parse_repo_spec(spec)
     settings = hf_settings(env)
     listing, stale = _hub_listing(settings, repo_spec.repo, DEFAULT_REVISION, timeout)

@@ -1,4 +1,4 @@
-"""Where llamafit keeps its files (an edge: reads the environment)."""
+"""Where llamafit keeps its files (an edge: reads the environment), and whether a model is a URL."""
 
 from __future__ import annotations
 
@@ -19,3 +19,8 @@ def cache_dir() -> Path:
 def calibration_path(env: Mapping[str, str]) -> str:
     """Where `llamafit run` records predicted vs reported buffers: $LLAMAFIT_CALIBRATION, else the cache."""
     return env.get("LLAMAFIT_CALIBRATION") or os.path.join(cache_dir(), "calibration.jsonl")
+
+
+def is_url(model_path: str) -> bool:
+    """An http(s) URL (a remote model: only its header is read; llama-server downloads it with -mu)."""
+    return model_path.startswith(("http://", "https://"))

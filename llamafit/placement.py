@@ -20,11 +20,12 @@ from functools import lru_cache
 from .errors import InputError
 from .facts import ModelFacts
 from .ggml_types import GGMLType
+from .tensor_names import block_index
+from .units import pad
 
 CPU = -1  # device index of the host
 CUDA_ROW_PADDING = 512  # ggml/src/ggml-cuda/ggml-cuda.cu MATRIX_ROW_PADDING
 CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ def cuda_alloc_size(t_type: GGMLType, shape: Sequence[int], n_bytes: int) -> int
     ne0 = shape[0] if shape else 1
     if t_type.is_quantized and ne0 % CUDA_ROW_PADDING:
         size += t_type.row_size(CUDA_ROW_PADDING - ne0 % CUDA_ROW_PADDING)
-    return -(-size // CUDA_ALIGNMENT) * CUDA_ALIGNMENT
+    return pad(size, CUDA_ALIGNMENT)
 
 
 @lru_cache(maxsize=64)
@@ -109,8 +110,7 @@ def override_target(name: str, rules: tuple[tuple[str, str], ...]) -> str | None
 
 
 def tensor_layer(name: str) -> int | None:
-    m = _BLOCK.match(name)
-    return int(m.group(1)) if m else None
+    return block_index(name)
 
 
 def is_skipped(facts: ModelFacts, name: str) -> bool:

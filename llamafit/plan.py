@@ -13,8 +13,8 @@ from .placement import CPU
 from .resolve import ResolvedConfig
 from .search import STEP, Target, max_context, streams
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
+from .units import MIB
 
-MIB = 1 << 20
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
 
 
@@ -43,7 +43,7 @@ class PlanResult:
     speed_vs_full_gpu: float | None = None  # estimated generation speed relative to all layers on the GPU
 
 
-def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str, int] | None:
+def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str | None, int] | None:
     """The smallest catalog card (and the bytes needed) that holds `per_slot` tokens per slot with
     every layer on it, the same KV choice, and the same reserve."""
     from .gpu_catalog import smallest_fitting
@@ -51,14 +51,17 @@ def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[
     backend = target.gpus[0].backend if target.gpus else "cuda"
     big = DeviceSpec("GPU0", "gpu", backend if backend in PADDED_OR_PLAIN else "cuda", 1 << 50, 1 << 50)
     one = replace(target, gpus=(big,))
-    full = replace(cfg, n_ctx=per_slot * streams(one, cfg), n_gpu_layers=target.model.facts.n_layer_all + 1, n_cpu_moe=0,
-                   cpu_moe=False, tensor_split=())  # fmt: skip
+    n_all = target.model.facts.n_layer_all + 1
+    full = replace(cfg, n_ctx=per_slot * streams(one, cfg), n_gpu_layers=n_all, n_cpu_moe=0, cpu_moe=False,
+                   tensor_split=())  # fmt: skip
     evaluated = one.evaluate(full)
     if evaluated is None:
         return None
     need = evaluated[1].devices[0].used_bytes
     card = smallest_fitting(need)
-    return (f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need) if card else (None, need)  # type: ignore[return-value]
+    if card is None:
+        return None, need
+    return f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need
 
 
 def speed_vs_full_gpu(target: Target, choice: Choice, bandwidths: tuple[int | None, ...],
@@ -79,7 +82,8 @@ def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: i
     for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
         ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
-        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, max_context(target, cfg, hi, lo)))
+        best = max_context(target, cfg, hi, lo)
+        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, best))
     return rows
 
 
@@ -139,14 +143,15 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple
         choice = solve(target, cfg, policy)
     except NoFit as e:
         rows = tradeoffs(target, cfg, policy, STEP, hi)
-        card = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
-        name = card[0] if card else None
+        need = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
+        name = need[0] if need else None
         verdict = Verdict(False, lo, hi, hi == target.model.facts.n_ctx_train, smallest_gpu=name, cause=e.cause,
                           pinned_ngl=e.pinned_ngl)  # fmt: skip
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
     host = choice.breakdown.devices[-1]
     if choice.breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
-        warnings.append(Notice("host_ram_short", {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}))
+        short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
+        warnings.append(Notice("host_ram_short", short))
     rows = tradeoffs(target, choice.cfg, policy, STEP, hi)
     per_tokens, per_layer = marginal_costs(target, choice)
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)

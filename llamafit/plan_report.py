@@ -51,11 +51,11 @@ def verdict_text(v: Verdict) -> str:
     if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
         text += " — the trained maximum" if v.trained_max else ""
     elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
-        text += (f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
-                 f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)")  # fmt: skip
+        text += f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
+        text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)"
     if v.speed_vs_full_gpu is not None and v.host_bandwidth is not None:
-        text += (f"; with layers on the CPU, generation runs at about {v.speed_vs_full_gpu:.0%} of the all-GPU speed "
-                 f"(memory-bound estimate, host memory at {v.host_bandwidth / 1e9:.0f} GB/s)")  # fmt: skip
+        text += f"; with layers on the CPU, generation runs at about {v.speed_vs_full_gpu:.0%} of the all-GPU speed "
+        text += f"(memory-bound estimate, host memory at {v.host_bandwidth / 1e9:.0f} GB/s)"
     if v.smallest_gpu:
         text += f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is {v.smallest_gpu}"
     return text
@@ -63,6 +63,9 @@ def verdict_text(v: Verdict) -> str:
 
 def verdict_json(v: Verdict) -> dict[str, Any]:
     """The verdict's values (README: plan --json `verdict`) and its sentence."""
+    flash_attn = None
+    if v.fits:
+        flash_attn = "on" if v.flash_attn else "off"
     return {
         "fits": v.fits,
         "context_per_slot": v.ctx_per_slot,
@@ -75,7 +78,7 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "n_cpu_moe": v.n_cpu_moe,
         "type_k": v.type_k,
         "type_v": v.type_v,
-        "flash_attn": None if v.ctx_per_slot is None else ("on" if v.flash_attn else "off"),
+        "flash_attn": flash_attn,
         "more_gpu_mib": v.more_gpu_mib,
         "blocks_to_cpu": v.blocks_to_cpu,
         "speed_vs_full_gpu": v.speed_vs_full_gpu,

@@ -19,22 +19,17 @@ from .errors import InputError
 from .facts import ModelFacts, build_facts
 from .findings import Notice, as_notice
 from .gguf_model import GGUFModel
-from .hardware import Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
+from .hardware import GPUInfo, Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
 from .memory import MemoryModel
 from .paths import calibration_path
 from .resolve import ResolvedConfig
 from .search import Target
-from .server_flags import (
-    ParsedServerArgs,
-    parse_server_args,
-    refused_message,
-    split_command_line,
-)
+from .server_flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
+from .units import MIB
 
 if TYPE_CHECKING:
     from .server_find import ServerChoice
 
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -151,12 +146,32 @@ def parse_ram_option(text: str) -> DeviceSpec:
     return host(size, size)
 
 
-def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn,
-            detect_fn: DetectFn) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
-    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders
-    them; --ram replaces the host's memory."""
+VulkanFn = Callable[[Mapping[str, str]], tuple[DeviceSpec, ...]]
+
+
+def _default_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
+    from .vulkan_info import detect_vulkan, device_specs
+
+    return device_specs(detect_vulkan(env))
+
+
+def _no_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
+    return ()
+
+
+def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
+            vulkan_fn: VulkanFn = _no_vulkan) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them;
+    --ram replaces the host's memory.
+
+    With --backend vulkan and no --gpu, the Vulkan devices come from vulkaninfo (memory and the
+    tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
+    """
     ram_host = parse_ram_option(spec.ram) if spec.ram is not None else None
-    if spec.gpu_spec is None:
+    vk = vulkan_fn(env) if spec.gpu_spec is None and spec.backend == "vulkan" else ()
+    if vk:
+        hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo")
+    elif spec.gpu_spec is None:
         hw = detect_fn(env)
     else:
         hw = given(parse_gpu_option(spec.gpu_spec, backend=spec.backend), ram_host or host_fn())
@@ -181,7 +196,8 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
     facts = build_facts(load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env))
-    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect)
+    vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
+    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes)
     p = Prepared(parsed, facts, target, hw)
     if server is not None:

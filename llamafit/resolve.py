@@ -16,10 +16,10 @@ from .errors import InputError
 from .facts import ModelFacts
 from .ggml_types import KV_CACHE_TYPES, GGMLType
 from .kv import pad, swa_cells
+from .tensor_names import LLM_FFN_DENSE_REGEX, LLM_FFN_EXPS_REGEX
 
-LLM_FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"  # common/common.h
-LLM_FFN_DENSE_REGEX = r"\.ffn_(up|down|gate)\."  # common/common.h
-SERVER_AUTO_SLOTS = 4  # tools/server: -np auto → 4 slots, kv_unified forced on
+# llama.cpp: tools/server/server.cpp llama_server (n_parallel < 0: 4 slots, kv_unified = true)
+SERVER_AUTO_SLOTS = 4
 LLAMA_MAX_SEQ = 256  # src/llama-cparams.h
 
 # [ver] llama.cpp build numbers where memory-relevant behaviour changed (estimates where noted).
@@ -78,11 +78,6 @@ class ResolvedConfig:
         rules += [(rf"blk\.{i}{LLM_FFN_EXPS_REGEX}", "CPU") for i in range(self.n_cpu_moe)]
         rules += [(rf"blk\.{i}{LLM_FFN_DENSE_REGEX}", "CPU") for i in range(self.n_cpu_ffn)]
         return tuple(rules)
-
-    @property
-    def n_outputs_reserve(self) -> int:
-        """Outputs in the reserve graph: n_outputs_pp = min(n_tokens, n_outputs_max) (sched_reserve)."""
-        return min(self.n_ubatch, self.n_outputs_max)
 
 
 def _kv_type(name: str, which: str) -> GGMLType:

@@ -78,10 +78,3 @@ def max_context(target: Target, cfg: LaunchConfig, ctx_max: int, ctx_min: int = 
 def max_gpu_layers(target: Target, cfg: LaunchConfig) -> int | None:
     """Most -ngl (output layer counted) with cfg's context that fits; None if not even -ngl 0."""
     return largest(0, target.model.facts.n_layer_all + 1, lambda k: target.fits(replace(cfg, n_gpu_layers=k)))
-
-
-def min_cpu_moe(target: Target, cfg: LaunchConfig) -> int | None:
-    """Fewest leading blocks whose experts go to the CPU (--n-cpu-moe) for cfg to fit; None if none."""
-    n = target.model.facts.n_layer
-    kept = largest(0, n, lambda k: target.fits(replace(cfg, n_cpu_moe=n - k)))
-    return None if kept is None else n - kept

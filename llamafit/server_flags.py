@@ -213,7 +213,7 @@ _LOAD_PARTS = {
 
 def _retired_load_mode(current: str, flag: str) -> str:
     old, change = _LOAD_PARTS[current], _RETIRED_LOAD[flag]
-    mmap, mlock, dio = (new if new is not None else was for was, new in zip(old, change))
+    mmap, mlock, dio = (new if new is not None else was for was, new in zip(old, change, strict=True))
     if dio:  # DirectIO replaced mmap in the builds that had -dio
         return "dio"
     if mlock:

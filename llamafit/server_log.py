@@ -19,8 +19,6 @@ import json
 import re
 from dataclasses import dataclass
 
-BUFFER_KINDS = ("model", "KV", "RS", "compute", "output")
-
 # `0.01.012.510 I ` (common/log.cpp: minutes.seconds.millis.micros, then the level letter)
 _PREFIX = re.compile(r"^\d+\.\d{2}\.\d{3}\.\d{3} ([IWEDT]) ")
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size = +([0-9.]+) MiB")
@@ -241,8 +239,9 @@ class LogWatcher:
             kind[m.group(1)] = round(kind.get(m.group(1), 0.0) + float(m.group(3)), 2)
         elif m := _KV.search(msg):
             size, cells, layers, seqs, streams, tk, k, tv, v = m.groups()
-            self._kv.append(KvCache(float(size), int(cells), int(layers), int(seqs),
-                                    int(streams) if streams else None, tk, float(k), tv, float(v), self._role))  # fmt: skip
+            n_stream = int(streams) if streams else None
+            self._kv.append(KvCache(float(size), int(cells), int(layers), int(seqs), n_stream, tk, float(k), tv,
+                                    float(v), self._role))  # fmt: skip
         elif "recurrent" in msg and (m := _RS.search(msg)):
             self._rs.append(RecurrentCache(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))))
 

@@ -18,12 +18,15 @@ from .errors import InputError
 from .memory import Breakdown
 from .resolve import ResolvedConfig, resolve
 from .search import STEP, Target, largest, max_context, streams
+from .units import pad
 
 # K/V pairs from most to least precise (bytes per element), K never below V.
 KV_PAIRS = (("f16", "f16"), ("f16", "q8_0"), ("f16", "q4_0"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"))
 UBATCHES = (512, 256, 128)  # llama-server's default first; smaller ones only when they buy context
 PREFER = ("speed", "context", "quality")
-DEFAULT_MIN_CTX = 4096  # llama.cpp's --fit-ctx default: the least context worth running
+# llama.cpp: common/common.h common_params::fit_params_min_ctx (--fit-ctx, default 4096): the least
+# context llama.cpp's own fitter reduces to, so the least worth running.
+DEFAULT_MIN_CTX = 4096
 
 
 class NoFit(InputError):
@@ -110,7 +113,8 @@ def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int
     facts = target.model.facts
     if not target.gpus:
         cfg = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=0)
-        return cfg if _reaches(target, [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact], need, mult) else None
+        at_ngl = [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact]
+        return cfg if _reaches(target, at_ngl, need, mult) else None
     if _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
         return cfg if _reaches(target, compact, need, mult) else None
     full = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=facts.n_layer_all + 1)
@@ -153,7 +157,7 @@ def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]
     facts = target.model.facts
     if policy.ctx or _pinned(cfg, "n_ctx"):
         per_slot = policy.ctx or (cfg.n_ctx // streams(target, cfg) if cfg.n_ctx else facts.n_ctx_train)
-        fixed = -(-per_slot // STEP) * STEP  # llama.cpp pads the context to 256 cells
+        fixed = pad(per_slot, STEP)  # llama.cpp pads the context to 256 cells
         return fixed, fixed
     hi = policy.ctx_max or facts.n_ctx_train
     lo = policy.min_ctx or min(DEFAULT_MIN_CTX, hi)

@@ -47,7 +47,7 @@ def _pattern(meta: Metadata, n_layer_all: int, n_layer: int, rule: R.SWARule) ->
 def swa_facts(meta: Metadata, n_layer_all: int, n_layer: int) -> SWAFacts:
     """The SWA layout llama.cpp builds for this model (src/models/<arch>.cpp)."""
     arch = meta.arch
-    window = meta.int("{arch}.attention.sliding_window")
+    window = meta.get_int("{arch}.attention.sliding_window")
     rule = R.SWA_RULES.get(arch)
     if arch == "exaone4" and n_layer == R.EXAONE4_SWA_LAYERS:
         rule = R.SWARule(4, default_window=4096)

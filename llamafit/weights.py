@@ -11,14 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .gguf_reader import TensorInfo
+from .tensor_names import is_expert, split_block
 
 ROLES = ("attention", "ffn", "experts", "recurrent", "norms", "other")
 
-_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
-# Routed expert matrices: exactly what --cpu-moe / --n-cpu-moe move to the CPU
-# (LLM_FFN_EXPS_REGEX in common/common.h, searched in the whole tensor name). The router
-# (ffn_gate_inp, exp_probs_b) and shared experts (*_shexp) stay with their layer as `ffn`.
-LLM_FFN_EXPS_REGEX = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
+# Routed expert matrices (tensor_names.is_expert) are exactly what --cpu-moe / --n-cpu-moe move to
+# the CPU. The router (ffn_gate_inp, exp_probs_b) and shared experts (*_shexp) stay with their layer as `ffn`.
 _RECURRENT = re.compile(r"^(ssm_|time_mix_|channel_mix_|shortconv|conv1d|kda_|linear_attn)")
 _INPUT = re.compile(r"^(token_embd|per_layer_token_embd|token_types|position_embd)\.")
 _OUTPUT = re.compile(r"^(output|output_norm)\.")
@@ -62,7 +60,7 @@ class WeightFacts:
 
 def block_role(suffix: str) -> str:
     """Role of a tensor inside a block from its name after `blk.N.`."""
-    if LLM_FFN_EXPS_REGEX.search("." + suffix):
+    if is_expert("." + suffix):
         return "experts"
     if "norm" in suffix.split(".")[0]:
         return "norms"
@@ -81,9 +79,9 @@ def weight_facts(tensors: Iterable[TensorInfo], n_layer_all: int) -> WeightFacts
     embd = output = output_norm = other = total = 0
     for t in tensors:
         total += t.n_bytes
-        m = _BLOCK.match(t.name)
-        if m and int(m.group(1)) < n_layer_all:
-            per_layer[int(m.group(1))][block_role(m.group(2))] += t.n_bytes
+        block = split_block(t.name)
+        if block and block[0] < n_layer_all:
+            per_layer[block[0]][block_role(block[1])] += t.n_bytes
         elif _INPUT.match(t.name):
             embd += t.n_bytes
         elif _OUTPUT.match(t.name):

@@ -26,9 +26,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from llamafit import LLAMA_CPP_COMMIT
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "fixtures" / "calibration" / "llama-cpp-0c1e570-cpu.json"
-LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 DEMO = "demo:gemma-3-270m-q4_k_m.gguf"
 FIXTURES = (
     "dense-llama.gguf", "tied-llama.gguf", "split-llama-00001-of-00003.gguf", "per-layer-kv.gguf",
@@ -202,7 +203,7 @@ def python_rows(models: list[str], quick: bool) -> tuple[list[dict], list[dict]]
         path = resolve_model(model)
         grid = model_grid(Path(model).name if model != DEMO else DEMO, n_ctx_train(path))
         grid = grid[:3] if quick else grid
-        for req, log in zip(grid, run_child(path, grid)):
+        for req, log in zip(grid, run_child(path, grid), strict=False):
             if log is None:
                 refused.append({"model": model, "requested": req})
                 continue
@@ -251,7 +252,7 @@ def server_log(binary: str, path: str, flags: tuple[str, ...]) -> tuple[list[str
 
 def server_settings(log: str, measured: dict, flags: tuple[str, ...]) -> dict:
     params, _ = parse_log(log)
-    opts = dict(zip(flags[::2], flags[1::2]))
+    opts = dict(zip(flags[::2], flags[1::2], strict=False))
     kv = measured["kv_caches"][0] if measured["kv_caches"] else {}
     req = {"type_k": kv.get("k_type", "f16"), "type_v": kv.get("v_type", "f16"), "swa_full": "--swa-full" in flags,
            "flash_attn": opts.get("-fa", "auto") != "off", "n_gpu_layers": 0}  # fmt: skip

@@ -45,7 +45,8 @@ KV cache per 1,000 tokens (one sequence, flash attention on):
 @pytest.mark.parametrize(
     ("name", "notes"),
     [
-        ("mla-deepseek2.gguf", ["MLA: K-only cache, kv_lora_rank 32", "MoE: 4 experts, 2 used, 1 shared, expert FFN 32"]),
+        ("mla-deepseek2.gguf",
+         ["MLA: K-only cache, kv_lora_rank 32", "MoE: 4 experts, 2 used, 1 shared, expert FFN 32"]),
         ("hybrid-granite.gguf", ["recurrent state on 4 layers (F32, per sequence: 480 + 2048 floats per layer)"]),
         ("nextn-glm4moe.gguf", ["MoE: 4 experts, 2 used, 1 shared, expert FFN 32",
                                 "1 NextN/MTP layer(s), not loaded by default"]),

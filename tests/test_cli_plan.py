@@ -32,8 +32,8 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "placement": "all_gpu", "n_layer": 65, "n_gpu_layers": 65, "n_cpu_moe": 0, "type_k": "q8_0", "type_v": "q8_0",
         "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "speed_vs_full_gpu": None,
         "host_bandwidth_bytes_per_s": None, "smallest_gpu": None, "cause": None, "pinned_ngl": None,
-        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the trained "
-                "maximum",
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the "
+                "trained maximum",
     }  # fmt: skip
     assert 130 < d["mib_per_1000_tokens"] < 140  # 136 KiB per token of q8_0 KV, plus the compute slope
 
@@ -54,4 +54,5 @@ def test_nothing_fits_exits_1_with_a_verdict() -> None:
 
 def test_bad_policy_input_is_exit_2() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--min-ctx", "65536", "--ctx-max", "8192")
-    assert (result.exit_code, result.stderr) == (2, "Error: --min-ctx 65536 is larger than the largest context asked for (8192)\n")
+    error = "Error: --min-ctx 65536 is larger than the largest context asked for (8192)\n"
+    assert (result.exit_code, result.stderr) == (2, error)

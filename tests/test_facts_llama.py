@@ -29,7 +29,7 @@ def predicted_kv(f: ModelFacts, n_ctx: int, flash_attn: bool, swa_full: bool) ->
     """One line per cache llama.cpp builds: the non-SWA cache first, then the SWA one."""
     groups = [[il for il in range(f.n_layer_all) if f.has_kv[il] and f.swa.is_swa[il] == swa] for swa in (False, True)]
     lines = []
-    for swa, group in zip((False, True), groups):
+    for swa, group in zip((False, True), groups, strict=False):
         if swa and f.swa.swa_type == "none" or not group:
             continue
         cells = swa_cells(n_ctx, f.swa.n_swa, 1, 512, unified=False, swa_full=swa_full) if swa else n_ctx
@@ -42,7 +42,7 @@ def predicted_kv(f: ModelFacts, n_ctx: int, flash_attn: bool, swa_full: bool) ->
 
 def assert_same(logged: list[KVLine], predicted: list[KVLine]) -> None:
     assert [(x.cells, x.layers) for x in logged] == [(x.cells, x.layers) for x in predicted]
-    for got, want in zip(logged, predicted):
+    for got, want in zip(logged, predicted, strict=False):
         assert got.k_mib == pytest.approx(want.k_mib, abs=0.0051)
         assert got.v_mib == pytest.approx(want.v_mib, abs=0.0051)
 
@@ -52,7 +52,7 @@ def test_fixture_kv_matches_llama_cpp(name: str) -> None:
     path = FIXTURES / name
     f = build_facts(read_model(path))
     logs = load_logs(str(path), CONFIGS)
-    for cfg, log in zip(CONFIGS, logs):
+    for cfg, log in zip(CONFIGS, logs, strict=False):
         assert_same(kv_lines(log), predicted_kv(f, cfg["n_ctx"], cfg["flash_attn"], cfg["swa_full"]))
         if f.recurrent:
             n_recr = sum(f.is_recurrent)
@@ -68,5 +68,5 @@ def test_fixture_kv_matches_llama_cpp(name: str) -> None:
 def test_gemma3_270m_kv_matches_llama_cpp(demo_path: Path) -> None:
     f = build_facts(read_model(demo_path))
     logs = load_logs(str(demo_path), CONFIGS)
-    for cfg, log in zip(CONFIGS, logs):
+    for cfg, log in zip(CONFIGS, logs, strict=False):
         assert_same(kv_lines(log), predicted_kv(f, cfg["n_ctx"], cfg["flash_attn"], cfg["swa_full"]))

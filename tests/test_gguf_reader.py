@@ -125,9 +125,11 @@ VALUE = BASE + len(gstr("k")) + 4  # where its value starts
 @pytest.mark.parametrize(
     ("data", "offset", "message"),
     [
-        (gguf([*BASE_KVS, gstr("k") + struct.pack("<IQ", T_STRING, 2**63)]), VALUE, "string length 9223372036854775808"),
+        (gguf([*BASE_KVS, gstr("k") + struct.pack("<IQ", T_STRING, 2**63)]), VALUE,
+         "string length 9223372036854775808"),
         (gguf(n_tensors=2**40), 8, "tensor count 1099511627776 exceeds"),
-        (gguf([*BASE_KVS, gstr("k") + struct.pack("<IIQ", T_ARRAY, T_STRING, 2**61)]), VALUE, "array of 2305843009213693952"),
+        (gguf([*BASE_KVS, gstr("k") + struct.pack("<IIQ", T_ARRAY, T_STRING, 2**61)]), VALUE,
+         "array of 2305843009213693952"),
         (gguf([*BASE_KVS, gstr("") + struct.pack("<II", T_UINT32, 1)]), BASE, "key 5 is empty"),
         (gguf([*BASE_KVS, gstr("k") + struct.pack("<II", 9, 77) + b"\0" * 8]), VALUE, "unknown array item type 77"),
     ],

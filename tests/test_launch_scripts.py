@@ -445,7 +445,10 @@ def docker_argv(text: str) -> list[str]:
     return shlex.split(text.replace("\\\n", ""))
 
 
-@pytest.mark.parametrize(("host", "publish"), [("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1"), ("0.0.0.0", "0.0.0.0"), ("::1", "[::1]")])
+@pytest.mark.parametrize(
+    ("host", "publish"),
+    [("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1"), ("0.0.0.0", "0.0.0.0"), ("::1", "[::1]")],
+)
 def test_docker_publishes_on_the_planned_host(host: str, publish: str) -> None:
     words = docker_argv(render_docker(replace(SPEC, host=host, port=8081)))
     assert words[words.index("-p") + 1] == f"{publish}:8081:8081"

@@ -32,7 +32,8 @@ def estimate(mm: MemoryModel, cfg: LaunchConfig, gpus=ONE_GPU):
 
 
 def padded(mm: MemoryModel, names) -> int:
-    return sum(cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes) for t in mm.facts.tensors if t.name in names)
+    tensors = [t for t in mm.facts.tensors if t.name in names]
+    return sum(cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes) for t in tensors)
 
 
 def raw(mm: MemoryModel, names) -> int:

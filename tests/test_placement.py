@@ -46,5 +46,5 @@ def test_cuda_alloc_size(type_name: str, shape: tuple[int, ...], expected: int) 
 
 def test_override_first_match_wins() -> None:
     rules = (("blk\\.1\\.", "CUDA1"), ("ffn", "CPU"))
-    assert [override_target(n, rules) for n in ("blk.1.ffn_up.weight", "blk.2.ffn_up.weight", "blk.2.attn_q.weight")] == [
-        "CUDA1", "CPU", None]  # fmt: skip
+    names = ("blk.1.ffn_up.weight", "blk.2.ffn_up.weight", "blk.2.attn_q.weight")
+    assert [override_target(n, rules) for n in names] == ["CUDA1", "CPU", None]

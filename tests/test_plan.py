@@ -54,20 +54,23 @@ def test_verdicts() -> None:
     partial = plan(target(QWEN, "16GiB"), LaunchConfig(), Policy(), bandwidths=(288 * GB_S,))
     assert partial.smallest_gpu == "NVIDIA GeForce RTX 3090 Ti (24 GiB)"
     assert "generation runs at about 58% of the all-GPU speed" in verdict_text(partial.verdict)
-    assert (partial.verdict.placement, partial.verdict.speed_vs_full_gpu) == ("layers_on_cpu", partial.speed_vs_full_gpu)
+    assert partial.verdict.placement == "layers_on_cpu"
+    assert partial.verdict.speed_vs_full_gpu == partial.speed_vs_full_gpu
     none = plan(target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192))
     assert none.choice is None
     assert (none.verdict.cause, none.verdict.pinned_ngl, none.verdict.ctx_min) == ("pinned_ngl", 65, 8192)
-    assert verdict_text(none.verdict) == ("does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 "
-                            "as pinned and the smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 "
-                            "KV and every layer is NVIDIA GeForce RTX 3090 Ti (24 GiB)")  # fmt: skip
+    assert verdict_text(none.verdict) == (
+        "does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 as pinned and the "
+        "smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 KV and every layer is NVIDIA GeForce "
+        "RTX 3090 Ti (24 GiB)")
 
 
 def test_low_reserve_warning() -> None:
     t = replace(target(QWEN, "24GiB"), reserve_bytes=256 << 20)
     warnings = plan(t, LaunchConfig(), Policy()).warnings
     assert warnings == (Notice("small_reserve", {"reserve_bytes": 256 << 20}),)
-    assert notice_text(warnings[0]) == "the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory pools may not fit"
+    assert notice_text(warnings[0]) == ("the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory "
+                                        "pools may not fit")
 
 
 def test_gpus_command_reports_detection(monkeypatch) -> None:

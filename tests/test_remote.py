@@ -601,7 +601,8 @@ def test_header_prefix_zero_fills_what_was_not_read() -> None:
 # ---- through the CLI: inspect, check and plan accept URLs, hf:// and -hf ----------------------
 
 
-def test_cli_reads_urls_hf_files_and_dash_hf(plain: tuple[str, Site], hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_reads_urls_hf_files_and_dash_hf(plain: tuple[str, Site], hub: Hub,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     from click.testing import CliRunner
 
     from llamafit.cli import cli

@@ -35,7 +35,8 @@ def fields(rc, *names):
         (with_given(SERVER, n_parallel=2), "llama-server", None, (65536, 32768, 2, 2, False, 2048, 512, 2, 768)),
         (SERVER, "llama-server", 9000, (32768, 32768, 4, 1, True, 2048, 512, 2048, 1024)),  # before PR #23861
         (engine_defaults("llama-cpp-python"), "llama-cpp-python", None, (512, 512, 1, 1, False, 512, 512, 512, 512)),
-        (replace(SERVER, n_ctx=100, flash_attn="off"), "llama-server", 6000, (128, 128, 4, 1, True, 100, 100, 100, 256)),
+        (replace(SERVER, n_ctx=100, flash_attn="off"), "llama-server", 6000,
+         (128, 128, 4, 1, True, 100, 100, 100, 256)),
     ],
     ids=["server-defaults", "np3", "np3-kvu", "pad-1000", "batch-caps", "np2-no-c-fit", "build-9000",
          "llama-cpp-python", "build-6000-pad32"],
@@ -65,8 +66,10 @@ def test_flash_attention_rules(cfg: LaunchConfig, facts, flash_attn: bool, warni
 @pytest.mark.parametrize(
     ("cfg", "facts", "message"),
     [
-        (replace(SERVER, type_v="q4_0", flash_attn="off"), GEMMA, "quantized V cache requires flash_attn to be enabled"),
-        (replace(SERVER, type_k="q8_0", type_v="f16"), MLA, r"model does not support different K \(q8_0\) and V \(f16\)"),
+        (replace(SERVER, type_v="q4_0", flash_attn="off"), GEMMA,
+         "quantized V cache requires flash_attn to be enabled"),
+        (replace(SERVER, type_k="q8_0", type_v="f16"), MLA,
+         r"model does not support different K \(q8_0\) and V \(f16\)"),
         (replace(SERVER, type_k="q9_9"), GEMMA, "unsupported cache type K 'q9_9'; allowed: f32, f16, bf16"),
         (replace(SERVER, n_ctx=-5), GEMMA, "invalid context size -5"),
     ],

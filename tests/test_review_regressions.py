@@ -67,8 +67,10 @@ def test_a_fifo_is_not_a_model(tmp_path) -> None:
 
 
 def test_unmodelled_extra_models_are_flagged() -> None:
-    d = json.loads(invoke("check", DENSE, "--gpu", "8GiB", "--json", "--", "--mmproj", "p.gguf", "-dev", "CUDA0").stdout)
+    flags = ["--mmproj", "p.gguf", "-dev", "CUDA0"]
+    d = json.loads(invoke("check", DENSE, "--gpu", "8GiB", "--json", "--", *flags).stdout)
     assert {"code": "unmodelled_model", "flag": "--mmproj", "what": "mmproj",
-            "text": "--mmproj: a multimodal projector is loaded too; its memory is not in this prediction"} in d["warnings"]
+            "text": "--mmproj: a multimodal projector is loaded too; its memory is not in this prediction",
+            } in d["warnings"]
     assert {"code": "devices_not_modelled", "text": "-dev/--rpc among the llama-server flags are passed on but not "
             "modelled: describe the devices to llamafit with --gpu and --rpc"} in d["warnings"]  # fmt: skip

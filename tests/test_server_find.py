@@ -136,7 +136,8 @@ def no_package(monkeypatch: pytest.MonkeyPatch) -> None:
     ("text", "expected"),
     [
         (NEW_VERSION, (None, "version: 0.6.0-dev (build 0, commit unknown)")),
-        ("version: 0.5.0-dev (build 9512, commit 0c1e570)\n", (9512, "version: 0.5.0-dev (build 9512, commit 0c1e570)")),
+        ("version: 0.5.0-dev (build 9512, commit 0c1e570)\n",
+         (9512, "version: 0.5.0-dev (build 9512, commit 0c1e570)")),
         (OLD_VERSION, (4798, "version: 4798 (1a24c462)")),
         ("Segmentation fault\n", (None, "")),
     ],
@@ -259,7 +260,8 @@ def test_old_flash_attn_off_and_auto_are_dropped() -> None:
 
 
 def test_deprecation_period_keeps_load_mode() -> None:
-    assert adapt_argv(["s", "--load-mode", "none", "-fa", "off"], BOTH) == (["s", "--load-mode", "none", "-fa", "off"], [])
+    argv = ["s", "--load-mode", "none", "-fa", "off"]
+    assert adapt_argv(argv, BOTH) == (argv, [])
 
 
 def test_server_argv_round_trip() -> None:

@@ -121,6 +121,6 @@ def test_qwen_header_fixture_regenerates_identically(tmp_path: Path) -> None:
     import sys
 
     out = tmp_path / "q.gguf"
-    subprocess.run([sys.executable, str(Path(__file__).parent.parent / "scripts" / "make_qwen_like_header.py"), str(out)],
-                   check=True, capture_output=True)  # fmt: skip
+    script = Path(__file__).parent.parent / "scripts" / "make_qwen_like_header.py"
+    subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
     assert out.read_bytes() == QWEN.read_bytes()

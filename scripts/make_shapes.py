@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Write sparse, full-size GGUFs in the shapes of well-known models (zero weights, no download).
+
+llama.cpp does not validate tensor data when it loads a model (unless --check-tensors). A GGUF
+whose header and tensor infos describe a real model, with a tokenizer llama.cpp accepts (the
+byte-level BPE of scripts/make_fixtures.py), extended to its full size with zeros by
+os.truncate (a sparse file: no disk used), loads and allocates exactly like the real model on the
+CPU, a Vulkan device or RPC workers.
+
+The shapes come from fixtures/shapes/shapes.json (hyper-parameters, tiny, committed). The
+tensor set per family reuses make_fixtures.py's building blocks (the names and shapes that
+llama.cpp 0c1e570's loaders require); the quantization mix follows llama-quant.cpp's
+llama_tensor_get_type for Q4_K_M (use_more_bits, the Q6_K output, the fallback of k-quants for
+rows that are not a multiple of 256).
+
+    python scripts/make_shapes.py OUT_DIR [KEY ...]      # all shapes, or the given keys
+    python scripts/make_shapes.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gguf
+from gguf import GGMLQuantizationType as QT
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_fixtures import (
+    Fixture,
+    add_tokenizer,
+    attention,
+    dense_ffn,
+    embeddings,
+    mamba2_mixer,
+    moe_ffn,
+    shared_expert,
+    ssm_keys,
+    transformer_keys,
+)
+
+SPECS = Path(__file__).resolve().parent.parent / "fixtures" / "shapes" / "shapes.json"
+
+# llama-quant.cpp, llama_tensor_get_type: a k-quant whose row is not a multiple of QK_K falls back.
+_FALLBACK = {QT.Q4_K: QT.Q5_0, QT.Q5_K: QT.Q5_1, QT.Q6_K: QT.Q8_0}
+
+
+def load_specs(path: Path = SPECS) -> dict[str, dict[str, Any]]:
+    return {m["key"]: m for m in json.loads(path.read_text(encoding="utf-8"))["models"]}
+
+
+def use_more_bits(i: int, n: int) -> bool:
+    """llama-quant.cpp: the first and last eighth of the layers, and every third in between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _layer(name: str) -> int:
+    return int(name.split(".")[1]) if name.startswith("blk.") else -1
+
+
+@dataclass
+class ShapeFixture(Fixture):
+    """A Fixture that records tensor infos only; write() extends the file to full size with zeros."""
+
+    mix: str = "q4_k_m"
+    n_layer: int = 0
+    tied: bool = False
+    data_bytes: int = field(default=0, init=False)
+
+    def qtype(self, name: str, ne: tuple[int, ...]) -> QT:
+        role = name.rsplit(".", 1)[0].split(".")[-1]
+        if self.mix == "q8_0":
+            t = QT.Q8_0
+        elif self.mix == "mxfp4":
+            t = QT.MXFP4 if role.endswith("_exps") else QT.Q8_0
+        elif name == "output.weight" or (self.tied and name == "token_embd.weight") or role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(_layer(name), self.n_layer):
+            t = QT.Q6_K
+        else:
+            t = QT.Q4_K
+        block, _ = gguf.GGML_QUANT_SIZES[t]
+        if ne[0] % block:
+            t = _FALLBACK.get(t, QT.F16)
+            if ne[0] % gguf.GGML_QUANT_SIZES[t][0]:
+                t = QT.F16
+        return t
+
+    def tensor(self, name: str, ne: tuple[int, ...], qtype: QT = QT.F16, fill: str = "rand") -> None:
+        t = QT.F32 if len(ne) == 1 or qtype == QT.F32 else self.qtype(name, ne)
+        block, size = gguf.GGML_QUANT_SIZES[t]
+        n = 1
+        for d in ne:
+            n *= d
+        nbytes = n // block * size
+        import numpy as np
+
+        self.w.add_tensor_info(name, tuple(reversed(ne)), np.dtype(np.float32), nbytes, raw_dtype=t)
+        self.data_bytes += gguf.GGUFWriter.ggml_pad(nbytes, self.w.data_alignment)
+
+    def write(self, out_dir: Path) -> list[Path]:
+        path = Path(out_dir) / self.file_name
+        self.w.write_header_to_file(path)
+        self.w.write_kv_data_to_file()
+        self.w.write_ti_data_to_file()
+        self.w.close()
+        head = gguf.GGUFWriter.ggml_pad(path.stat().st_size, self.w.data_alignment)
+        os.truncate(path, head + self.data_bytes)
+        return [path]
+
+
+def build(spec: dict[str, Any]) -> ShapeFixture:
+    fam, arch = spec["family"], spec["arch"]
+    n_layer, n_embd, n_vocab = spec["n_layer"], spec["n_embd"], spec["n_vocab"]
+    f = ShapeFixture(f"{spec['key']}.gguf", arch, 0, mix=spec["mix"], n_layer=n_layer, tied=spec["tied"])
+    ftype = {"q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+             "mxfp4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE}[spec["mix"]]  # fmt: skip
+    f.w.add_name(spec["name"])
+    f.w.add_file_type(int(ftype))
+    f.w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    f.w.add_context_length(spec["ctx"])
+    add_tokenizer(f.w, n_vocab)
+    n_head = spec["n_head"]
+    head = spec.get("head_dim", n_embd // n_head)
+    explicit_head = "head_dim" in spec
+    if fam == "deepseek2":
+        _deepseek2(f, spec)
+    elif fam == "granitehybrid":
+        _granitehybrid(f, spec)
+    else:
+        n_kv = spec["n_head_kv"]
+        transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=spec["n_ff"], n_head=n_head, n_head_kv=n_kv,
+                         key_len=head if explicit_head else None, value_len=head if explicit_head else None,
+                         rope_dim=None if explicit_head else head, eps=1e-6)  # fmt: skip
+        f.w.kv_data[0].pop(f"{arch}.rope.freq_base", None)  # transformer_keys wrote the default
+        f.w.add_rope_freq_base(spec["rope_theta"])
+        if "sliding_window" in spec:
+            f.w.add_sliding_window(spec["sliding_window"])
+        if "n_expert" in spec:
+            f.w.add_expert_count(spec["n_expert"])
+            f.w.add_expert_used_count(spec["n_expert_used"])
+            f.w.add_expert_feed_forward_length(spec["n_ff_exp"])
+        f.w.add_vocab_size(n_vocab)
+        embeddings(f, n_embd, n_vocab, tied=spec["tied"])
+        for i in range(n_layer):
+            p = f"blk.{i}."
+            attention(f, i, n_embd, n_head, n_kv, head, bias=spec.get("qkv_bias", False) or fam == "gptoss")
+            if spec.get("qk_norm") or fam == "gemma3":
+                f.norm(p + "attn_q_norm.weight", head)
+                f.norm(p + "attn_k_norm.weight", head)
+            if fam == "llama":
+                dense_ffn(f, i, n_embd, spec["n_ff"])
+            elif fam == "moe":
+                f.norm(p + "ffn_norm.weight", n_embd)
+                moe_ffn(f, i, n_embd, spec["n_ff_exp"], spec["n_expert"])
+            elif fam == "gemma3":
+                f.norm(p + "post_attention_norm.weight", n_embd)
+                dense_ffn(f, i, n_embd, spec["n_ff"])
+                f.norm(p + "post_ffw_norm.weight", n_embd)
+            elif fam == "gptoss":
+                f.tensor(p + "attn_output.bias", (n_embd,))
+                f.tensor(p + "attn_sinks.weight", (n_head,))
+                f.norm(p + "post_attention_norm.weight", n_embd)
+                moe_ffn(f, i, n_embd, spec["n_ff_exp"], spec["n_expert"], bias=True)
+            else:
+                raise ValueError(f"unknown family {fam}")
+    return f
+
+
+def _deepseek2(f: ShapeFixture, s: dict[str, Any]) -> None:
+    """DeepSeek-V2(-Lite): MLA as the current converter writes it (MQA view: attn_k_b / attn_v_b)."""
+    n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
+    q_lora, kv_lora, rope, nope, v_head = s["q_lora_rank"], s["kv_lora_rank"], s["rope_dim"], s["nope_dim"], s["v_head_dim"]
+    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=s["n_ff"], n_head=n_head, n_head_kv=1,
+                     key_len=kv_lora + rope, value_len=kv_lora, rope_dim=rope, eps=1e-6)  # fmt: skip
+    f.w.add_key_length_mla(nope + rope)
+    f.w.add_value_length_mla(v_head)
+    if q_lora:
+        f.w.add_q_lora_rank(q_lora)
+    f.w.add_kv_lora_rank(kv_lora)
+    f.w.add_leading_dense_block_count(s["n_dense_lead"])
+    f.w.add_expert_count(s["n_expert"])
+    f.w.add_expert_used_count(s["n_expert_used"])
+    f.w.add_expert_shared_count(s["n_expert_shared"])
+    f.w.add_expert_feed_forward_length(s["n_ff_exp"])
+    f.w.add_expert_weights_scale(1.0)
+    f.w.add_vocab_size(n_vocab)
+    embeddings(f, n_embd, n_vocab, tied=False)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        f.norm(p + "attn_norm.weight", n_embd)
+        if q_lora:
+            f.tensor(p + "attn_q_a.weight", (n_embd, q_lora))
+            f.norm(p + "attn_q_a_norm.weight", q_lora)
+            f.tensor(p + "attn_q_b.weight", (q_lora, n_head * (nope + rope)))
+        else:
+            f.tensor(p + "attn_q.weight", (n_embd, n_head * (nope + rope)))
+        f.tensor(p + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope))
+        f.norm(p + "attn_kv_a_norm.weight", kv_lora)
+        f.tensor(p + "attn_k_b.weight", (nope, kv_lora, n_head))
+        f.tensor(p + "attn_v_b.weight", (kv_lora, v_head, n_head))
+        f.tensor(p + "attn_output.weight", (n_head * v_head, n_embd))
+        if i < s["n_dense_lead"]:
+            dense_ffn(f, i, n_embd, s["n_ff"])
+        else:
+            f.norm(p + "ffn_norm.weight", n_embd)
+            moe_ffn(f, i, n_embd, s["n_ff_exp"], s["n_expert"])
+            shared_expert(f, i, n_embd, s["n_ff_exp"] * s["n_expert_shared"])
+
+
+def _granitehybrid(f: ShapeFixture, s: dict[str, Any]) -> None:
+    """Granite-4.0-H: Mamba-2 layers where head_count_kv[il] == 0, attention elsewhere, no RoPE."""
+    n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
+    attn = set(s["attn_layers"])
+    n_head_kv = [s["n_head_kv_attn"] if i in attn else 0 for i in range(n_layer)]
+    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=s["n_ff"], n_head=n_head, n_head_kv=n_head_kv)
+    ssm_keys(f, s["d_conv"], s["d_inner"], s["d_state"], s["n_ssm_head"], s["n_group"])
+    f.w.add_rope_scaling_finetuned(False)
+    f.w.add_embedding_scale(12.0)
+    f.w.add_residual_scale(0.22)
+    f.w.add_logit_scale(8.0)
+    f.w.add_attention_scale(0.0078125)
+    embeddings(f, n_embd, n_vocab, tied=s["tied"])
+    for i in range(n_layer):
+        if i in attn:
+            attention(f, i, n_embd, n_head, n_head_kv[i], n_embd // n_head)
+        else:
+            f.norm(f"blk.{i}.attn_norm.weight", n_embd)
+            mamba2_mixer(f, i, n_embd, s["d_inner"], s["d_state"], s["n_group"], s["n_ssm_head"], s["d_conv"])
+        dense_ffn(f, i, n_embd, s["n_ff"])
+
+
+def write_shape(key: str, out_dir: Path, specs: dict[str, dict[str, Any]] | None = None) -> Path:
+    """Write one shape (idempotent: an existing file of the right size is kept)."""
+    spec = (specs or load_specs())[key]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return build(spec).write(out_dir)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", nargs="?", type=Path)
+    ap.add_argument("keys", nargs="*")
+    ap.add_argument("--list", action="store_true", help="list the shape keys")
+    args = ap.parse_args(argv)
+    specs = load_specs()
+    if args.list or args.out_dir is None:
+        for key, spec in specs.items():
+            print(f"{key:20} {spec['name']}")
+        return 0
+    for key in args.keys or list(specs):
+        path = write_shape(key, args.out_dir, specs)
+        print(f"wrote {path} ({path.stat().st_size} bytes, {path.stat().st_blocks * 512} on disk)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""`llamafit ls`: every store at once, broken ones side by side, output compared whole."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from store_layouts import (
+    MODEL,
+    MOE,
+    SPLIT,
+    hf_repo,
+    lmstudio_model,
+    lora,
+    mmproj,
+    ollama_model,
+    vocab_only,
+)
+
+from llamafit.cli import cli
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home directory with every store in its default place (only HOME set)."""
+    h = tmp_path / "home"
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "LLAMA_CACHE", "OLLAMA_MODELS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(h))
+    proj = mmproj(tmp_path / "mmproj-tiny-F16.gguf")
+    hub = h / ".cache" / "huggingface" / "hub"
+    hf_repo(hub, "acme/tiny-GGUF", {"tiny-Q8_0.gguf": MODEL, "mmproj-tiny-F16.gguf": proj, **{p.name: p for p in SPLIT}})
+    broken = hf_repo(hub, "acme/broken-GGUF", {"b-Q4_0.gguf": MOE})
+    next((broken / "blobs").iterdir()).unlink()
+    (broken / "blobs" / "0a1b.incomplete").write_bytes(b"")
+    ollama = h / ".ollama" / "models"
+    ollama_model(ollama, ("registry.ollama.ai", "library", "moe", "tiny"), MOE)
+    ollama_model(ollama, ("registry.ollama.ai", "library", "gone", "latest"), MODEL.parent / "tied-llama.gguf", missing=True)
+    lms = h / ".lmstudio" / "models"
+    lmstudio_model(lms, "lmstudio-community", "gemma-GGUF", {"gemma-F16.gguf": MODEL.parent / "swa-gemma3.gguf"})
+    lmstudio_model(lms, "acme", "adapters", {"style-lora.gguf": lora(tmp_path / "l.gguf"),
+                                             "ggml-vocab-llama.gguf": vocab_only(tmp_path / "v.gguf")})  # fmt: skip
+    return h
+
+
+EXPECTED = """\
+4 models on CUDA0 8.0 GiB
+
+NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE
+lmstudio-community/gemma-GGUF:F16
+                    lmstudio  gemma3   F16       0.0G   32k 32k f16   fits
+moe:tiny            ollama    qwen3moe Q8_0      0.0G   40k 40k f16   fits
+acme/tiny-GGUF:LLAMA
+                    hf        llama    F16       0.0G   16k 16k f16   fits
+acme/tiny-GGUF:Q8_0 hf        llama    Q8_0      0.0G    4k 4k f16    fits
+
+CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer
+on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's
+memory for a 4k context (every layer, q8_0 KV).
+
+5 notes:
+  partial-download: …me--broken-GGUF/blobs/0a1b.incomplete (unfinished download)
+  dangling-symlink: …ef0123456789abcdef01234567/b-Q4_0.gguf (its target is gone)
+  missing-blob: …52e2ac20ebf191b358b8281dd771 (gone:latest: its blob is missing)
+  vocab-only: …cme/adapters/ggml-vocab-llama.gguf (acme/adapters:LLAMA: skipped)
+  lora-adapter: …els/acme/adapters/style-lora.gguf (acme/adapters:LORA: skipped)
+"""
+
+
+def test_ls_lists_every_store_with_notes(home: Path) -> None:
+    result = CliRunner().invoke(cli, ["ls", "--gpu", "8GiB"])
+    assert result.exit_code == 0, result.output
+    assert result.output == EXPECTED
+    assert all(len(line) <= 80 for line in result.output.splitlines())
+
+
+def test_ls_json_keys(home: Path) -> None:
+    result = CliRunner().invoke(cli, ["ls", "--gpu", "8GiB", "--json"])
+    data = json.loads(result.output)
+    assert sorted(data) == ["machine", "models", "notes", "stores"]
+    first = data["models"][0]
+    assert sorted(first) == ["arch", "fit", "mmproj", "n_ctx_train", "n_shards", "name", "path", "quant", "ref",
+                             "size_bytes", "store"]  # fmt: skip
+    assert first["name"] == "lmstudio-community/gemma-GGUF:F16" and first["ref"] == "lmstudio:lmstudio-community/gemma-GGUF:F16"
+    assert first["fit"]["verdict"] == "fits" and first["fit"]["ctx"] == 32768 and first["fit"]["type_k"] == "f16"
+    tiny = next(m for m in data["models"] if m["name"] == "acme/tiny-GGUF:Q8_0")
+    assert tiny["mmproj"].endswith("mmproj-tiny-F16.gguf")
+    split = next(m for m in data["models"] if m["name"] == "acme/tiny-GGUF:LLAMA")
+    assert split["n_shards"] == 3
+
+
+def test_ls_offload_and_needs(tmp_path: Path) -> None:
+    d = tmp_path / "m"
+    d.mkdir()
+    os.symlink(MODEL.parent / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", d / "qwen-like.gguf")
+    os.symlink(MOE, d / "moe.gguf")
+    result = CliRunner().invoke(cli, ["ls", str(d), "--gpu", "12GiB", "--json"])
+    fits = {m["name"]: m["fit"] for m in json.loads(result.output)["models"]}
+    assert fits["qwen-like"]["verdict"] == "offload" and fits["qwen-like"]["n_gpu_layers"] < fits["qwen-like"]["n_layers"]
+    result = CliRunner().invoke(cli, ["ls", str(d), "--gpu", "512MiB", "--reserve", "0", "--json"])
+    fits = {m["name"]: m["fit"] for m in json.loads(result.output)["models"]}
+    assert fits["qwen-like"]["verdict"] == "offload"
+    assert fits["moe"]["verdict"] == "fits"
+    result = CliRunner().invoke(cli, ["ls", str(d), "--gpu", "1MiB"])
+    assert result.exit_code == 1
+    assert "needs 1.0G" in result.output
+
+
+def test_second_ls_reads_no_header(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = CliRunner().invoke(cli, ["ls", "--gpu", "8GiB"]).output
+
+    def refuse(path: str) -> None:
+        raise AssertionError(f"read {path}")
+
+    monkeypatch.setattr("llamafit.ls_cli.read_local_model", refuse)
+    second = CliRunner().invoke(cli, ["ls", "--gpu", "8GiB"])
+    assert second.output == first
+    # a different machine re-fits from the cached headers, without opening the files
+    import llamafit.local_headers as lh
+
+    monkeypatch.setattr("llamafit.ls_cli.read_local_model", lh.read_local_model)
+    monkeypatch.setattr(lh, "FileSource", refuse)
+    third = CliRunner().invoke(cli, ["ls", "--gpu", "4GiB"])
+    assert "4 models on CUDA0 4.0 GiB" in third.output
+
+
+def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from llamafit import ls_cli
+
+    monkeypatch.setattr(ls_cli, "stderr_is_tty", lambda: True)
+    def ls() -> int:
+        return ls_cli.ls_command([], gpu_spec="8GiB", backend="cuda", reserve_bytes=1 << 30, use="free",
+                                 env=os.environ, as_json=False, echo=print)  # fmt: skip
+
+    assert ls() == 0
+    out, err = capsys.readouterr()
+    # found order (hub cache, Ollama, LM Studio), each row as it came; the notes after
+    assert out.splitlines()[:9] == [
+        "models on CUDA0 8.0 GiB", "",
+        "NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE",
+        "acme/tiny-GGUF:LLAMA",
+        "                    hf        llama    F16       0.0G   16k 16k f16   fits",
+        "acme/tiny-GGUF:Q8_0 hf        llama    Q8_0      0.0G    4k 4k f16    fits",
+        "moe:tiny            ollama    qwen3moe Q8_0      0.0G   40k 40k f16   fits",
+        "lmstudio-community/gemma-GGUF:F16",
+        "                    lmstudio  gemma3   F16       0.0G   32k 32k f16   fits",
+    ]
+    assert out.splitlines()[9:] == EXPECTED.splitlines()[9:]
+    assert err.split("\r\033[K") == ["", "[1/6] acme/tiny-GGUF:LLAMA", "[2/6] acme/tiny-GGUF:Q8_0", "[3/6] moe:tiny",
+                                     "[4/6] ggml-vocab-llama.gguf", "[5/6] style-lora.gguf", ""]
+    # the second listing, all cached: the sorted table, progress only
+    assert ls() == 0
+    assert capsys.readouterr().out == EXPECTED
+
+
+@pytest.mark.parametrize("gpu, verdict, speed", [("rtx4080", "offload", 0.328), ("rtx4090", "fits", 1.0),
+                                                 ("16GiB", "offload", None)])  # fmt: skip
+def test_ls_speed_estimate_where_the_bandwidth_is_known(gpu: str, verdict: str, speed: float | None,
+                                                        tmp_path: Path) -> None:  # fmt: skip
+    (tmp_path / "q.gguf").symlink_to(MODEL.parent / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", gpu, "--json"])
+    fit = json.loads(result.output)["models"][0]["fit"]
+    assert (fit["verdict"], fit["speed_vs_full_gpu"]) == (verdict, speed)

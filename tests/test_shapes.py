@@ -1,0 +1,83 @@
+"""Real-shape models (scripts/make_shapes.py): sparse full-size GGUFs that real llama.cpp loads.
+
+Every shape is generated here (no download, no disk: the data is a hole). Weights and KV that
+llama.cpp reports for them are what llamafit predicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import device_lab
+import make_shapes
+import pytest
+from click.testing import CliRunner
+
+from llamafit.cli import cli
+from llamafit.facts import build_facts
+from llamafit.gguf_model import read_model
+
+# (key, file size in bytes: header + 32-byte aligned tensor data, as llama.cpp reads it)
+SIZES = [
+    ("llama3.2-1b", 803732384),
+    ("llama3.1-8b", 4916776320),
+    ("qwen2.5-7b", 4681738336),
+    ("qwen3-8b", 5026445664),
+    ("qwen3-30b-a3b", 18555348064),
+    ("gpt-oss-20b", 12102705248),
+    ("gemma3-1b", 807556864),
+    ("gemma3-4b", 2491256416),
+    ("deepseek-v2-lite", 10349203616),
+    ("granite4-h-micro", 3397125856),
+]
+
+
+def test_every_spec_has_an_expected_size() -> None:
+    assert sorted(make_shapes.load_specs()) == sorted(k for k, _ in SIZES)
+
+
+@pytest.mark.parametrize(("key", "size"), SIZES, ids=[k for k, _ in SIZES])
+def test_shape_is_full_size_sparse_and_readable(shapes_dir: Path, key: str, size: int) -> None:
+    path = make_shapes.write_shape(key, shapes_dir)
+    st = path.stat()
+    assert st.st_size == size
+    assert st.st_blocks * 512 < 16 << 20  # only the header is on disk
+    spec = make_shapes.load_specs()[key]
+    facts = build_facts(read_model(path))
+    assert (facts.architecture, facts.n_layer_all, facts.file_size) == (spec["arch"], spec["n_layer"], size)
+
+
+def test_shapes_are_deterministic(tmp_path: Path, shapes_dir: Path) -> None:
+    a = make_shapes.write_shape("gemma3-1b", shapes_dir)
+    b = make_shapes.write_shape("gemma3-1b", tmp_path)
+    head = 8 << 20
+    assert hashlib.sha256(a.read_bytes()[:head]).hexdigest() == hashlib.sha256(b.read_bytes()[:head]).hexdigest()
+
+
+def _predicted(path: Path, gpu: str, flags: list[str]) -> dict[str, dict[str, int]]:
+    res = CliRunner().invoke(cli, ["check", str(path), "--gpu", gpu, "--backend", "vulkan", "--reserve", "0",
+                                   "--json", "--", *flags])  # fmt: skip
+    assert res.exit_code in (0, 1), res.output
+    return {d["name"]: d for d in json.loads(res.stdout)["devices"]}
+
+
+def _mib(n: int) -> float:
+    return round(n / (1 << 20), 2)
+
+
+# Loaded live: the shapes under 1 GiB (llama.cpp maps the file with MAP_POPULATE, which fills the
+# page cache with the holes' zeros, so the large shapes stay out of the test run).
+LIVE = ["llama3.2-1b", "gemma3-1b"]
+
+
+@pytest.mark.parametrize("key", LIVE)
+def test_shape_loads_on_cpu_with_the_predicted_weights_and_kv(vk_rpc_bin: Path, shapes_dir: Path, key: str) -> None:
+    path = make_shapes.write_shape(key, shapes_dir)
+    flags = ["-c", "4096", "-np", "1", "--no-repack"]
+    got = device_lab.load(path, flags, env=device_lab.vk_env(None))
+    assert got.ok, got.failure
+    cpu = _predicted(path, "cpu", flags)["CPU"]
+    assert got.get("model", "CPU_Mapped") == _mib(cpu["weights_bytes"])
+    assert got.get("KV", "CPU") == _mib(cpu["kv_bytes"])

@@ -1,0 +1,89 @@
+"""Device properties as memory-model inputs: vulkaninfo parsing, the tensor-size rule, and real Vulkan0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import device_lab
+import make_shapes
+import pytest
+from click.testing import CliRunner
+
+from llamafit.cli import cli
+from llamafit.memory import op_probe_bytes
+from llamafit.vulkan_info import device_specs, llama_order, parse_vulkaninfo
+
+DATA = Path(__file__).parent / "data" / "vulkaninfo"
+
+
+def test_lavapipe_vulkaninfo_is_read() -> None:
+    (dev,) = parse_vulkaninfo((DATA / "lavapipe-llvm15.txt").read_text())
+    assert (dev.index, dev.name, dev.device_type) == (0, "llvmpipe (LLVM 15.0.6, 256 bits)", "PHYSICAL_DEVICE_TYPE_CPU")
+    assert (dev.heap_bytes, dev.max_storage_buffer_range, dev.max_buffer_size, dev.max_memory_allocation_size) == (
+        2147483648, 134217728, 0xFFFFFFFF, 0x80000000)  # fmt: skip
+    assert (dev.shader_64bit_indexing, dev.max_tensor_bytes) == (False, 134217728)
+
+
+@pytest.mark.parametrize(("env", "names"), [({}, ()), ({"GGML_VK_VISIBLE_DEVICES": "0"}, ("Vulkan0",)),
+                                            ({"GGML_VK_VISIBLE_DEVICES": "3"}, ())])  # fmt: skip
+def test_llama_cpp_skips_cpu_type_devices_unless_visible(env: dict[str, str], names: tuple[str, ...]) -> None:
+    devices = llama_order(parse_vulkaninfo((DATA / "lavapipe-llvm15.txt").read_text()), env)
+    assert tuple(s.name for s in device_specs(devices)) == names
+
+
+@pytest.mark.parametrize(
+    ("shape", "n_bytes", "used", "experts", "expected"),
+    [
+        ((640, 262144), 178257920, 1, False, 262144 * 512 * 4),  # Gemma 3 270M tied output: dst is larger
+        ((2048, 128256), 215470080, 1, False, 262668288),  # Llama 3.2 1B output: dst 128256 x 512 F32
+        ((2048, 8192), 9437184, 1, False, 16777216),  # an FFN matrix: dst 8192 x 512 F32
+        ((768, 2048, 128), 165150720, 8, True, 165150720),  # Qwen3-30B ffn_down_exps (Q6_K): the weight
+        ((2048,), 8192, 1, False, 8192),  # a norm
+    ],
+)
+def test_probe_op_bytes(shape: tuple[int, ...], n_bytes: int, used: int, experts: bool, expected: int) -> None:
+    assert op_probe_bytes(shape, n_bytes, used, experts) == expected
+
+
+def _check(args: list[str]) -> dict[str, dict[str, int]]:
+    i = args.index("--")
+    res = CliRunner().invoke(cli, ["check", *args[:i], "--reserve", "0", "--json", *args[i:]])
+    assert res.exit_code == 0, res.output
+    return {d["name"]: d for d in json.loads(res.stdout)["devices"]}
+
+
+def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
+    got = _check(["--demo", "--gpu", "lavapipe", "--", "-ngl", "99", "-c", "4096", "-np", "1"])
+    assert (got["Vulkan0"]["weights_bytes"], got["CPU"]["weights_bytes"]) == (68329984, 178257920)
+    big = _check(["--demo", "--gpu", "2GiB", "--backend", "vulkan", "--", "-ngl", "99", "-c", "4096", "-np", "1"])
+    assert big["Vulkan0"]["weights_bytes"] == 68329984 + 178257920  # no limit known: the copy goes along
+
+
+def _mib(n: int) -> float:
+    return round(n / (1 << 20), 2)
+
+
+def test_real_vulkan0_reports_what_detection_predicts(vulkan0: Path, demo_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    flags = ["-ngl", "99", "-c", "4096", "-np", "1"]
+    monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
+    pred = _check([str(demo_path), "--backend", "vulkan", "--", *flags])  # devices from vulkaninfo
+    got = device_lab.load(demo_path, flags)
+    assert got.ok, got.failure
+    assert got.get("model", "Vulkan0") == _mib(pred["Vulkan0"]["weights_bytes"]) == 65.16
+    assert got.get("model", "CPU_Mapped") == _mib(pred["CPU"]["weights_bytes"]) == 170.0
+    assert got.get("KV", "Vulkan0") == _mib(pred["Vulkan0"]["kv_bytes"])
+
+
+def test_real_shape_partial_offload_keeps_the_large_output_on_the_host(vulkan0: Path, shapes_dir: Path) -> None:
+    path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
+    flags = ["-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"]
+    got = device_lab.load(path, flags)
+    assert got.ok, got.failure
+    pred = _check([str(path), "--gpu", "lavapipe", "--", *flags])
+    assert got.get("model", "Vulkan0") == _mib(pred["Vulkan0"]["weights_bytes"]) == 37.03
+    # the mapped range also spans the 32-byte alignment gaps between tensors: 0.01 MiB here
+    assert got.get("model", "CPU_Mapped") == pytest.approx(_mib(pred["CPU"]["weights_bytes"]), abs=0.011)
+    assert (got.get("KV", "Vulkan0"), got.get("KV", "CPU")) == (_mib(pred["Vulkan0"]["kv_bytes"]),
+                                                                _mib(pred["CPU"]["kv_bytes"]))  # fmt: skip
