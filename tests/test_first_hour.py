@@ -409,3 +409,15 @@ def test_serving_line(n_ctx: int, slots: int, unified: bool, gpu: int, cpu: int,
     got = serving_line("gemma3 Q4_K_M", n_ctx=n_ctx, n_seq=slots, kv_unified=unified, gpu_weights_bytes=gpu,
                        cpu_weights_bytes=cpu, url="http://127.0.0.1:8080")  # fmt: skip
     assert got == line
+
+
+# ---- 15. "Preparing demo model…" instead of seconds of silence ----
+
+
+def test_preparing_the_demo_model_is_said_once(tmp_path: Path) -> None:
+    env = {"LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")}
+    first = invoke("inspect", "--demo", env=env)
+    assert first.exit_code == 0, first.output
+    assert first.stderr == "Preparing demo model… (first use: assembling it into the cache)\n"
+    again = invoke("inspect", "--demo", env=env)
+    assert again.stderr == ""
