@@ -192,10 +192,17 @@ def verdict(b: Breakdown) -> str:
 
 def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Sequence[Notice | str],
             ways_out: Sequence[WayOut]) -> str:  # fmt: skip
-    slots = f"{rc.n_seq_max} slot(s), {'unified' if rc.kv_unified else 'per-slot'} KV"
+    if rc.n_seq_max <= 1:
+        slots = f"{rc.n_ctx:,} tokens, 1 request at a time"
+    elif rc.kv_unified:
+        slots = f"{rc.n_ctx:,} tokens shared by up to {rc.n_seq_max} parallel requests"
+    else:
+        slots = f"{rc.n_seq_max} slots of {rc.n_ctx_seq:,} tokens"
+    if not any(facts.has_kv):
+        slots += "; no KV cache (recurrent)"
     lines = [
         f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
-        f"Config     -c {rc.n_ctx} ({rc.n_ctx_seq:,} per slot, {slots}) -fa {'on' if rc.flash_attn else 'off'} "
+        f"Config     -c {rc.n_ctx} ({slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
         *device_lines(b),

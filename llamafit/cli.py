@@ -132,6 +132,12 @@ def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | N
 
     from .prepare import MachineSpec, ModelRef, Request, split_model_argument
 
+    if gpu_spec is not None and gpu_spec.strip().lower() == "help":
+        from .gpus_report import catalog_text
+
+        click.echo(catalog_text())
+        raise SystemExit(0)
+
     model, server_args = split_model_argument(args)
     return Request(
         model=ModelRef(model, demo, tuple(server_args), command_line),
@@ -210,7 +216,7 @@ def _port(value: str) -> int | None:
     if value == "auto":
         return None
     if not value.isdigit() or not 0 < int(value) < 65536:
-        raise click.BadParameter("a port number 1-65535 or auto")
+        raise LlamafitError(f"--port {value}: a port number 1-65535 or auto")
     return int(value)
 
 

@@ -195,6 +195,8 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
         model = parsed.model
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
+    if (model is not None or ref.demo) and parsed.hf_repo:
+        raise InputError(f"two models given: {model or 'the demo model'} and -hf {parsed.hf_repo}")
     facts = build_facts(load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env))
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn)

@@ -421,3 +421,49 @@ def test_preparing_the_demo_model_is_said_once(tmp_path: Path) -> None:
     assert first.stderr == "Preparing demo model… (first use: assembling it into the cache)\n"
     again = invoke("inspect", "--demo", env=env)
     assert again.stderr == ""
+
+
+# ---- 16. the small items ----
+
+
+def test_gpu_help_prints_the_catalog_as_a_table() -> None:
+    result = invoke("plan", DENSE, "--gpu", "help")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "GPU               memory   bandwidth   --gpu NAME, 2xNAME, or a size (24GiB)"
+    assert "rtx4090           24 GiB  1,008 GB/s" in lines
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_an_empty_file_says_so(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    result = invoke("inspect", str(empty))
+    assert (result.exit_code, result.stderr) == (2, f"Error: {empty}: the file is empty\n")
+
+
+def test_quantized_v_without_flash_attention_says_add_fa_on() -> None:
+    result = invoke("check", DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off")
+    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled; "
+                                                    "add -fa on\n")  # fmt: skip
+
+
+def test_a_bad_port_names_port() -> None:
+    result = invoke("run", DENSE, "--port", "99999")
+    assert (result.exit_code, result.stderr) == (2, "Error: --port 99999: a port number 1-65535 or auto\n")
+
+
+def test_hf_plus_model_is_two_models() -> None:
+    result = invoke("check", DENSE, "--gpu", "8GiB", "--", "-hf", "acme/tiny-GGUF:q8_0")
+    assert (result.exit_code, result.stderr) == (2, f"Error: two models given: {DENSE} and -hf acme/tiny-GGUF:q8_0\n")
+
+
+def test_unified_kv_and_recurrent_models_are_said_plainly() -> None:
+    unified = unwrapped(invoke("check", DENSE, "--gpu", "8GiB", "--", "-c", "32768").stdout)
+    assert "(32,768 tokens shared by up to 4 parallel requests)" in unified
+    per_slot = unwrapped(invoke("check", DENSE, "--gpu", "8GiB", "--", "-c", "8192", "-np", "2", "-kvu").stdout)
+    assert "(8,192 tokens shared by up to 2 parallel requests)" in per_slot
+    split = unwrapped(invoke("check", DENSE, "--gpu", "8GiB", "--", "-c", "8192", "-np", "2", "-no-kvu").stdout)
+    assert "(2 slots of 4,096 tokens)" in split
+    mamba = unwrapped(invoke("check", str(FIXTURES / "recurrent-mamba2.gguf"), "--gpu", "8GiB").stdout)
+    assert "no KV cache (recurrent)" in mamba

@@ -46,7 +46,7 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
 
 def test_a_pinned_combination_llama_cpp_rejects_is_bad_input() -> None:
     result = invoke("plan", str(QWEN), "--gpu", "24GiB", "--", "-ctv", "q8_0", "-fa", "off")
-    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled\n")
+    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled; add -fa on\n")
 
 
 def test_cpu_only_plans_emit_ngl_0() -> None:
