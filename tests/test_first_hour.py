@@ -467,3 +467,20 @@ def test_unified_kv_and_recurrent_models_are_said_plainly() -> None:
     assert "(2 slots of 4,096 tokens)" in split
     mamba = unwrapped(invoke("check", str(FIXTURES / "recurrent-mamba2.gguf"), "--gpu", "8GiB").stdout)
     assert "no KV cache (recurrent)" in mamba
+
+
+# ---- the README's main command and first request, as scripts/check_readme.py runs them ----
+
+
+def test_readme_main_command_and_first_request_parse() -> None:
+    import sys
+
+    import check_readme
+
+    readme = (FIXTURES.parent / "README.md").read_text()
+    main = check_readme.block_after(readme, "main-command")
+    assert main == 'pip install -e ".[server,demo]" && llamafit run --demo'
+    assert check_readme.main_argv(main, with_install=False, port=18305) == [
+        sys.executable, "-m", "llamafit", "run", "--demo", "--port", "18305"]
+    request = check_readme.request_argv(check_readme.block_after(readme, "first-request"), 18305)
+    assert request[:2] == ["curl", "-s"] and request[2] == "http://127.0.0.1:18305/v1/completions"
