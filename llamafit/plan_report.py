@@ -52,7 +52,8 @@ def verdict_text(v: Verdict) -> str:
         text += " — the trained maximum" if v.trained_max else ""
     elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
         text += f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
-        text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)"
+        blocks = f"{v.blocks_to_cpu} block{'s' if v.blocks_to_cpu != 1 else ''}"
+        text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {blocks})"
     if v.speed_vs_full_gpu is not None and v.host_bandwidth is not None:
         text += f"; with layers on the CPU, generation runs at about {v.speed_vs_full_gpu:.0%} of the all-GPU speed "
         text += f"(memory-bound estimate, host memory at {v.host_bandwidth / 1e9:.0f} GB/s)"
@@ -118,6 +119,22 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
     }
 
 
+def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
+    """The trade-off table: -ngl/cpu-moe columns only with a GPU; when every row reaches the same
+    context at the same offload, one row says it for all."""
+    rows = list(result.tradeoffs)
+    same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx) for t in rows}) == 1
+    lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
+             f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"]
+    for t in rows[:1] if same else rows:
+        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
+        offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
+        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}")
+    if same:
+        lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
+    return lines
+
+
 def _hw_line(d: dict[str, Any]) -> str:
     size = "-" if d["usable_bytes"] is None else f"{d['usable_bytes'] / 2**20:,.0f} MiB usable"
     return f"{d['name']} ({d['backend']}) {size}"
@@ -132,17 +149,15 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
     if argv:
         lines += command_lines("Command", argv)
     lines += device_lines
-    lines.append("Trade-offs (largest context per slot at this offload):")
-    lines.append(f"  {'fa':<4}{'K':<6}{'V':<6}{'-ngl':>5}{'cpu-moe':>8}{'max context':>13}")
-    for t in result.tradeoffs:
-        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
-        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}{ctx:>13}")
+    lines += _tradeoff_lines(result, gpus=any(d["kind"] == "gpu" for d in hardware))
     per_tokens, per_layer = result.mib_per_1000_tokens, result.mib_per_layer
     if per_tokens is not None:
         line = f"Marginal   {per_tokens:,.1f} MiB per 1,000 tokens per slot"
         if per_layer and per_tokens > 0:
+            tokens = per_layer / per_tokens * 1000
             line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
-            line += f"about {per_layer / per_tokens * 1000:,.0f} tokens"
+            line += (f"about {tokens:,.0f} tokens" if tokens <= facts.n_ctx_train
+                     else f"more than the trained {facts.n_ctx_train:,} tokens")  # fmt: skip
         lines.append(line)
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
     lines += [notice_line(w) for w in result.warnings]

@@ -484,3 +484,39 @@ def test_readme_main_command_and_first_request_parse() -> None:
         sys.executable, "-m", "llamafit", "run", "--demo", "--port", "18305"]
     request = check_readme.request_argv(check_readme.block_after(readme, "first-request"), 18305)
     assert request[:2] == ["curl", "-s"] and request[2] == "http://127.0.0.1:18305/v1/completions"
+
+
+def test_cpu_only_trade_offs_have_no_gpu_columns_and_identical_rows_collapse() -> None:
+    lines = invoke("plan", DENSE, "--gpu", "cpu", "--ram", "8GiB").stdout.splitlines()
+    start = lines.index("Trade-offs (largest context per slot):")
+    assert lines[start + 1 : start + 5] == ["  fa  K     V       max context",
+                                            "  on  f16   f16           4,096",
+                                            "  off f16   f16           4,096",
+                                            "  on  f16   q8_0              -"]  # fmt: skip
+    gpu = invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "64GiB").stdout.splitlines()
+    assert "Trade-offs (largest context per slot at this offload):" in gpu
+
+
+def test_identical_trade_off_rows_collapse(demo_path: Path) -> None:
+    lines = invoke("plan", str(demo_path), "--gpu", "cpu", "--ram", "8GiB").stdout.splitlines()
+    start = lines.index("Trade-offs (largest context per slot):")
+    assert lines[start + 1 : start + 4] == ["  fa  K     V       max context",
+                                            "  on  f16   f16          32,768",
+                                            "  (the 6 other KV types and flash-attention settings: the same)"]  # fmt: skip
+
+
+def test_marginal_tokens_per_block_are_capped_at_the_trained_context() -> None:
+    text = unwrapped(invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "128GiB", "--ctx", "1000000").stdout)
+    marginal = next(line for line in text.splitlines() if line.startswith("Marginal"))
+    assert marginal.endswith("each block moved to the CPU buys more than the trained 32,768 tokens")
+
+
+@pytest.mark.parametrize(("blocks", "text"), [(1, "about 1 block)"), (3, "about 3 blocks)")])
+def test_block_plurals(blocks: int, text: str) -> None:
+    from llamafit.findings import Verdict
+    from llamafit.plan_report import verdict_text
+
+    v = Verdict(True, 4096, 32768, True, ctx_per_slot=16384, placement="all_gpu", n_layer=65, n_gpu_layers=65,
+                type_k="f16", type_v="f16", flash_attn=True, more_gpu_mib=100.0, mib_per_layer=50.0,
+                blocks_to_cpu=blocks)  # fmt: skip
+    assert text in verdict_text(v)
