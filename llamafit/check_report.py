@@ -80,6 +80,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "devices_not_modelled": lambda d: ("-dev/--rpc among the llama-server flags are passed on but not modelled: "
                                        "describe the devices to llamafit with --gpu and --rpc"),
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
+    "from_environment": lambda d: f"from the environment: {', '.join(d['names'])}",
     "calibration": lambda d: (f"compute buffers scaled by {d['compute_scale']:.3f}: the median of {d['runs']} earlier "
                               f"run{'s' if d['runs'] != 1 else ''} of {d.get('architecture') or 'this'} models on "
                               f"{', '.join(d.get('devices') or ['CPU'])} ({d.get('source')})"),
@@ -91,7 +92,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
 }  # fmt: skip
 
 
-NOTE_CODES = frozenset({"calibration"})  # information, not a risk: printed as `Note`
+NOTE_CODES = frozenset({"calibration", "from_environment"})  # information, not a risk: printed as `Note`
 
 
 def notice_line(warning: Notice | str) -> str:

@@ -269,6 +269,8 @@ _EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmp
 def flag_warnings(p: Prepared) -> list[Notice | str]:
     """What the flags and the calibration file add that the prediction does not show."""
     warnings: list[Notice | str] = []  # unknown flags are an error (prepare): llama-server would not start
+    if p.parsed.env_used:  # llama-server reads LLAMA_ARG_*; so did the plan
+        warnings.append(Notice("from_environment", {"names": sorted(p.parsed.env_used)}))
     for flag in p.parsed.passthrough:
         if flag in _EXTRA_MODELS:
             warnings.append(Notice("unmodelled_model", {"flag": flag, "what": _EXTRA_MODELS[flag]}))

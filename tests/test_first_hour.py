@@ -537,3 +537,27 @@ def test_dry_run_without_any_server_still_shows_the_plan(monkeypatch: pytest.Mon
     assert any(line.startswith("Verdict    fits 4,096 tokens") for line in lines)
     started = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", env={"PATH": str(tmp_path)})
     assert started.exit_code == 2 and started.stderr.startswith("Error: no llama-server found")
+
+
+def test_values_from_llama_arg_environment_are_said() -> None:
+    import json
+
+    env = {"LLAMA_ARG_CTX_SIZE": "2048", "LLAMA_ARG_FLASH_ATTN": "on"}
+    text = unwrapped(invoke("check", DENSE, "--gpu", "8GiB", env=env).stdout)
+    assert "Note       from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN" in text.splitlines()
+    data = json.loads(invoke("check", DENSE, "--gpu", "8GiB", "--json", env=env).stdout)
+    assert {"code": "from_environment", "names": ["LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_FLASH_ATTN"],
+            "text": "from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN"} in data["warnings"]  # fmt: skip
+    assert "from the environment" not in invoke("check", DENSE, "--gpu", "8GiB").stdout
+
+
+def test_shell_completion_as_the_readme_documents_it() -> None:
+    import os
+    import subprocess
+    import sys
+
+    readme = (FIXTURES.parent / "README.md").read_text()
+    assert '`eval "$(_LLAMAFIT_COMPLETE=bash_source llamafit)"`' in readme
+    env = dict(os.environ, _LLAMAFIT_COMPLETE="bash_source")
+    out = subprocess.run([sys.executable, "-m", "llamafit"], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.startswith("_llamafit_completion() {")
