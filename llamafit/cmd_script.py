@@ -10,7 +10,7 @@ from typing import Any
 
 from .cmd_plan import render_plan
 from .command import server_argv
-from .errors import LlamafitError
+from .errors import InputError
 from .launch_scripts import LaunchSpec, render
 from .paths import is_url
 from .prepare import Prepared, Report, Request, prepare
@@ -39,10 +39,7 @@ def _for_dialect(argv: list[str], server: str | None, env: Mapping[str, str]) ->
         return argv  # a program for another machine: llama.cpp 0c1e570's flags
     from .server_find import adapt_argv, find_server
 
-    try:
-        binary = find_server(server, env)
-    except LlamafitError:  # not recognisably a llama-server: write the command as planned
-        return argv
+    binary = find_server(server, env)  # a local program that is not llama-server is refused (InputError)
     return argv if binary is None else adapt_argv(argv, binary.dialect)[0]
 
 
@@ -83,6 +80,8 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions,
     if result.choice is None:
         return report, None
     c = result.choice
+    if opts.guard and not p.target.gpus:
+        raise InputError("--guard checks free GPU memory, and this plan uses no GPU")
     remote = is_url(p.facts.path)
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough,

@@ -561,3 +561,15 @@ def test_shell_completion_as_the_readme_documents_it() -> None:
     env = dict(os.environ, _LLAMAFIT_COMPLETE="bash_source")
     out = subprocess.run([sys.executable, "-m", "llamafit"], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.startswith("_llamafit_completion() {")
+
+
+def test_guard_is_refused_for_a_cpu_plan() -> None:
+    result = invoke("script", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--guard")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "Error: --guard checks free GPU memory, and this plan uses no GPU\n"
+
+
+def test_script_refuses_a_server_that_is_not_llama_server() -> None:
+    result = invoke("script", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--server", "/bin/echo")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith("Error: /bin/echo --help does not look like llama-server's")
