@@ -30,6 +30,9 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:  # Ctrl-C before a server runs (after, run forwards it and says Stopped.)
+            click.echo("Stopped.", err=True)
+            raise SystemExit(130) from None
         except click.NoSuchOption as e:  # one line; llama-server's flags belong after --
             close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
             err = click.ClickException(f"no such option {e.option_name}{close} (llama-server flags go after --)")

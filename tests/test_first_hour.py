@@ -573,3 +573,14 @@ def test_script_refuses_a_server_that_is_not_llama_server() -> None:
     result = invoke("script", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--server", "/bin/echo")
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr.startswith("Error: /bin/echo --help does not look like llama-server's")
+
+
+def test_ctrl_c_before_the_server_starts_is_a_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamafit import cmd_run
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # what Python raises for SIGINT while planning
+
+    monkeypatch.setattr(cmd_run, "prepare", interrupted)
+    result = invoke("run", DENSE, "--gpu", "cpu")
+    assert (result.exit_code, result.stderr) == (130, "Stopped.\n")
