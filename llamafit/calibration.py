@@ -42,7 +42,8 @@ def incomplete(rows: Iterable[dict[str, Any]], gpus: Sequence[str]) -> tuple[str
         if any(_num(r, "predicted_mib") > 0 for r in mine) and not any(_num(r, "actual_mib") > 0 for r in mine):
             return "nothing_on_gpu", (g,)
     missing = tuple(f"{r.get('device')} {r.get('kind')}" for r in rows
-                    if _num(r, "predicted_mib") >= 0.01 and _num(r, "actual_mib") <= 0 and r.get("kind") != "output")  # fmt: skip
+                    if _num(r, "predicted_mib") >= 0.01 and _num(r, "actual_mib") <= 0
+                    and r.get("kind") != "output")  # fmt: skip
     return ("not_reported", missing) if missing else None
 
 

@@ -31,7 +31,8 @@ def summary(records: Iterable[dict[str, Any]], path: str) -> dict[str, Any]:
 def to_text(data: dict[str, Any]) -> str:
     if not data["setups"]:
         return f"No calibration recorded yet ({data['path']}); `llamafit run` records each healthy start."
-    lines = [f"Calibration {data['path']}", f"  {'build':>6}  {'devices':<18}{'model':<12}{'runs':>5}{'skipped':>8}  scale"]
+    head = f"  {'build':>6}  {'devices':<18}{'model':<12}{'runs':>5}{'skipped':>8}  scale"
+    lines = [f"Calibration {data['path']}", head]
     for s in data["setups"]:
         devices = ",".join(d["name"] for d in s["devices"]) or "CPU"
         scale = "-" if s["compute_scale"] is None else f"{s['compute_scale']:.3f}"

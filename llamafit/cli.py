@@ -35,9 +35,7 @@ class _Group(click.Group):
             raise SystemExit(130) from None
         except click.NoSuchOption as e:  # one line; llama-server's flags belong after --
             close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
-            err = click.ClickException(f"no such option {e.option_name}{close} (llama-server flags go after --)")
-            err.exit_code = EXIT_BAD_INPUT
-            raise err from e
+            raise _BadInput(f"no such option {e.option_name}{close} (llama-server flags go after --)") from e
         except LlamafitError as e:
             raise _BadInput(" ".join(str(e).split())) from e
 
@@ -117,7 +115,8 @@ def _engine_options(f: Any) -> Any:
         click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
                      help="For detected GPUs: plan with the memory free now, or the whole card."),
         click.option("--rpc", metavar="HOST:PORT=SIZE,...", help="llama.cpp RPC workers and their memory."),
-        click.option("--ram", metavar="SIZE", help="Plan for this much host RAM (another machine's) instead of what is free."),
+        click.option("--ram", metavar="SIZE",
+                     help="Plan for this much host RAM (another machine's) instead of what is free."),
         click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line."),
         json_option,
         click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"),

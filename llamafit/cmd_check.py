@@ -20,7 +20,8 @@ def run_check(request: Request) -> Report:
     warnings = warnings_for(p, rc)
     if breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
         host = breakdown.devices[-1]
-        warnings.append(Notice("host_ram_short", {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}))
+        short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
+        warnings.append(Notice("host_ram_short", short))
     extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}
     data = check_report.to_json(p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
     text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)

@@ -31,6 +31,7 @@ from .solver import Choice, Policy
 from .units import MIB
 
 if TYPE_CHECKING:
+    from .launcher import StopRequest
     from .server_log import LogWatcher
 
 MAX_TRIES = 3
@@ -214,7 +215,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         with forwarding_signals(child) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=timeout_s,
-                              failed=lambda w=watcher: _has_failed(w) or stop.signum is not None,
+                              failed=partial(_stop_or_failure, watcher, stop),
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
             timed_out = not ok and child.proc.poll() is None and watcher.failure is None
@@ -242,6 +243,11 @@ def _has_failed(watcher: LogWatcher) -> bool:
     return watcher.failure is not None
 
 
+def _stop_or_failure(watcher: LogWatcher, stop: StopRequest) -> bool:
+    """Stop waiting for health: the log shows a failure, or a stop was requested."""
+    return watcher.failure is not None or stop.signum is not None
+
+
 PROGRESS_EVERY_S = 10.0  # a line at least this often while loading, so a slow load shows signs of life
 
 
@@ -261,7 +267,7 @@ def _progress_reporter(watcher: Any, say: Callable[[str], None],
 
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None], stop: Any) -> int:  # fmt: skip
+           say: Callable[[str], None], stop: StopRequest) -> int:  # fmt: skip
     say(f"Ready      {launch.url}  (OpenAI-compatible API under /v1)")
     b, rc = launch.choice.breakdown, launch.choice.rc
     say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
@@ -304,7 +310,8 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     p = prepare(request, server=server)
     if server is None:
         report, result = render_plan(p, policy, with_command=False)
-        text = "\n".join([report.text, *wrap_line(f"Server     none found{missing.removeprefix('no llama-server found')}")])
+        why = missing.removeprefix("no llama-server found")
+        text = "\n".join([report.text, *wrap_line(f"Server     none found{why}")])
         click.echo(json.dumps(report.json | {"server": None}, indent=2) if as_json else text)
         return 0 if result.choice else 1
     if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":

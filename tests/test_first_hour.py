@@ -129,7 +129,8 @@ def test_ram_is_the_host_in_the_plan() -> None:
 def _run_record(arch: str, rows: list[tuple[str, str, float, float]]) -> dict:
     return {"server": {"build": None}, "architecture": arch, "compute_scale": 1.0,
             "hardware": [{"name": "CUDA0", "backend": "cuda", "total_bytes": 24 << 30}],
-            "buffers": [{"device": d, "kind": k, "predicted_mib": p, "actual_mib": a} for d, k, p, a in rows]}  # fmt: skip
+            "buffers": [{"device": d, "kind": k, "predicted_mib": p, "actual_mib": a}
+                        for d, k, p, a in rows]}  # fmt: skip
 
 
 CPU_ONLY_BUILD = _run_record("llama", [("CUDA0", "model", 200.0, 0.0), ("CUDA0", "compute", 100.0, 0.0),
@@ -385,8 +386,10 @@ def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: boo
     painted = paint(text) if use_colour(tty, env) else text
     assert ("\x1b[" in painted) == coloured
     if coloured:
-        assert painted.splitlines() == ["\x1b[32mVerdict    fits 4,096 tokens\x1b[0m", "\x1b[33mWarning    host RAM\x1b[0m",
-                                        "\x1b[31mVerdict    does not fit: CUDA0 short by 1 MiB\x1b[0m", "Model  x"]  # fmt: skip
+        assert painted.splitlines() == ["\x1b[32mVerdict    fits 4,096 tokens\x1b[0m",
+                                        "\x1b[33mWarning    host RAM\x1b[0m",
+                                        "\x1b[31mVerdict    does not fit: CUDA0 short by 1 MiB\x1b[0m",
+                                        "Model  x"]  # fmt: skip
 
 
 # ---- 14. one summary line after Ready ----
@@ -500,9 +503,8 @@ def test_cpu_only_trade_offs_have_no_gpu_columns_and_identical_rows_collapse() -
 def test_identical_trade_off_rows_collapse(demo_path: Path) -> None:
     lines = invoke("plan", str(demo_path), "--gpu", "cpu", "--ram", "8GiB").stdout.splitlines()
     start = lines.index("Trade-offs (largest context per slot):")
-    assert lines[start + 1 : start + 4] == ["  fa  K     V       max context",
-                                            "  on  f16   f16          32,768",
-                                            "  (the 6 other KV types and flash-attention settings: the same)"]  # fmt: skip
+    other = "  (the 6 other KV types and flash-attention settings: the same)"
+    assert lines[start + 1 : start + 4] == ["  fa  K     V       max context", "  on  f16   f16          32,768", other]
 
 
 def test_marginal_tokens_per_block_are_capped_at_the_trained_context() -> None:
