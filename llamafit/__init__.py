@@ -1,4 +1,24 @@
-"""llamafit: fit llama.cpp to the memory you have."""
+"""llamafit: fit llama.cpp to the memory you have.
+
+The library, for notebooks and scripts (the command line is `llamafit.cli`)::
+
+    import llamafit as lf
+
+    facts = lf.build_facts(lf.read_model("model.gguf"))
+    target = lf.make_target(facts, "24GiB")
+    result = lf.plan(target, lf.LaunchConfig(), lf.Policy(prefer="context"))
+    print(lf.breakdown_text(result.choice.breakdown))
+    print(lf.verdict_text(result.verdict))
+
+The names in `__all__` are imported on first use, so `import llamafit` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -6,3 +26,81 @@ __version__ = "0.1.0"
 # its source at this commit as `llama.cpp: <path> <function or symbol>` (e.g. `# llama.cpp:
 # src/llama-context.cpp llama_context::output_reserve`); "0c1e570" in a docstring is this commit.
 LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+_API = {
+    "read_model": "gguf_model",  # a GGUF's header(s), any shard of a split model
+    "open_model": "model_source",  # also http(s) URLs and Hugging Face names (only the header is read)
+    "build_facts": "facts",
+    "ModelFacts": "facts",
+    "MemoryModel": "memory",
+    "Breakdown": "memory",
+    "DeviceSpec": "devices",
+    "gpus_from_sizes": "devices",
+    "host": "devices",
+    "LaunchConfig": "config",
+    "with_given": "config",  # a LaunchConfig with values pinned as if given as llama-server flags
+    "resolve": "resolve",
+    "Target": "search",
+    "make_target": "api",
+    "Policy": "solver",
+    "Choice": "solver",
+    "NoFit": "solver",
+    "solve": "solver",
+    "plan": "plan",
+    "PlanResult": "plan",
+    "Verdict": "findings",
+    "breakdown_text": "api",
+    "verdict_text": "plan_report",
+    "server_argv": "command",
+    "LlamafitError": "errors",
+}
+__all__ = [
+    "LLAMA_CPP_COMMIT", "__version__", "read_model", "open_model", "build_facts", "ModelFacts", "MemoryModel",
+    "Breakdown", "DeviceSpec", "gpus_from_sizes", "host", "LaunchConfig", "with_given", "resolve", "Target",
+    "make_target", "Policy", "Choice", "NoFit", "solve", "plan", "PlanResult", "Verdict", "breakdown_text",
+    "verdict_text", "server_argv", "LlamafitError",
+]  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llamafit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """`llamafit.plan` and `llamafit.resolve` are API functions that share their names with the
+    modules that define them: importing those modules must not replace the functions."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+if TYPE_CHECKING:
+    from .api import breakdown_text, make_target
+    from .command import server_argv
+    from .config import LaunchConfig, with_given
+    from .devices import DeviceSpec, gpus_from_sizes, host
+    from .errors import LlamafitError
+    from .facts import ModelFacts, build_facts
+    from .findings import Verdict
+    from .gguf_model import read_model
+    from .memory import Breakdown, MemoryModel
+    from .model_source import open_model
+    from .plan import PlanResult, plan
+    from .plan_report import verdict_text
+    from .resolve import resolve
+    from .search import Target
+    from .solver import Choice, NoFit, Policy, solve

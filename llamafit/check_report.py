@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,9 +56,36 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
         "compute_bytes": d.compute_bytes,
         "output_bytes": d.output_bytes,
         "reserve_bytes": d.reserve_bytes,
+        "side_bytes": d.side_bytes,
         "used_bytes": d.used_bytes,
         "free_after_bytes": d.free_after_bytes,
     }
+
+
+def side_models_json(b: Breakdown) -> list[dict[str, Any]]:
+    """One object per side model (draft, mtp, mmproj) with its bytes per device."""
+    return [{"kind": u.kind, "path": u.path, "n_ctx": u.n_ctx, "total_bytes": u.total_bytes,
+             "details": dict(u.details),
+             "devices": [{"name": d.name, "weights_bytes": d.weights_bytes, "kv_bytes": d.kv_bytes,
+                          "compute_bytes": d.compute_bytes, "output_bytes": d.output_bytes,
+                          "total_bytes": d.total_bytes} for d in u.devices if d.total_bytes]}
+            for u in b.side_models]  # fmt: skip
+
+
+_SIDE_NAMES = {"draft": "draft model", "mtp": "MTP context", "mmproj": "projector"}
+
+
+def side_lines(b: Breakdown) -> list[str]:
+    """`Side       draft model x.gguf: CPU 285 MiB (weights 235 + KV 27 + compute 23 + output 1)`."""
+    lines = []
+    for u in b.side_models:
+        lines.append(f"Side       {_SIDE_NAMES.get(u.kind, u.kind)} {os.path.basename(u.path)} "
+                     f"({_mib(u.total_bytes)} MiB, in the rows above)")  # fmt: skip
+        for d in u.devices:
+            if d.total_bytes:
+                lines.append(f"             {d.name}: weights {_mib(d.weights_bytes)} + KV {_mib(d.kv_bytes)} + "
+                             f"compute {_mib(d.compute_bytes)} + output {_mib(d.output_bytes)} MiB")  # fmt: skip
+    return lines
 
 
 def model_json(facts: ModelFacts) -> dict[str, Any]:
@@ -74,18 +102,41 @@ def model_json(facts: ModelFacts) -> dict[str, Any]:
 
 _EXTRA_MODEL = {"mmproj": "a multimodal projector", "draft": "a draft model", "lora": "a LoRA adapter"}
 
+_SIDE_STEP = {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
+              "drop_mmproj": "the projector is left out (--drop-side-models): nothing fits with it",
+              "drop_draft": "the draft model is left out (--drop-side-models): nothing fits with it",
+              "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}
+_SIDE_WHAT = {"drop_mmproj": "the projector", "drop_draft": "the draft model", "drop_mtp": "the MTP context"}
 NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "unmodelled_model": lambda d: (f"{d['flag']}: {_EXTRA_MODEL.get(d['what'], d['what'])} is loaded too; "
                                    "its memory is not in this prediction"),
     "devices_not_modelled": lambda d: ("-dev/--rpc among the llama-server flags are passed on but not modelled: "
                                        "describe the devices to llamafit with --gpu and --rpc"),
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
+    "unknown_flag": lambda d: (f"{d['flag']}: llama.cpp 0c1e570 has no such flag, so the command leaves it "
+                               "out (the build given by --llama-build may know it)"),
     "from_environment": lambda d: f"from the environment: {', '.join(d['names'])}",
     "calibration": lambda d: (f"compute buffers scaled by {d['compute_scale']:.3f}: the median of {d['runs']} earlier "
                               f"run{'s' if d['runs'] != 1 else ''} of {d.get('architecture') or 'this'} models on "
                               f"{', '.join(d.get('devices') or ['CPU'])} ({d.get('source')})"),
     "small_reserve": lambda d: (f"the reserve per GPU is {d['reserve_bytes'] // MIB} MiB: below 512 MiB the CUDA "
                                 "context and memory pools may not fit"),
+    "draft_incompatible": lambda d: f"draft model: llama-server loads it but will not speculate with it: {d['reason']}",
+    "draft_without_spec_type": lambda d: ("-md without --spec-type draft-simple: llama-server loads the draft model "
+                                          "(counted here) but does not speculate with it"),
+    "draft_ctx_ignored": lambda d: ("-cd/--ctx-size-draft: builds with a unified draft context ignore it (the draft "
+                                    "context takes the target's n_ctx)"),
+    "side_step": lambda d: _SIDE_STEP.get(d["step"], d["step"]),
+    "side_way_out": lambda d: (f"without {_SIDE_WHAT.get(d['step'], d['step'])}, {d['ctx']:,} tokens per slot fit "
+                               "(--drop-side-models)"),
+    "mmproj_offload_costs": lambda d: (f"with --no-mmproj-offload (the image encoder on the CPU) -ngl "
+                                       f"{d['n_gpu_layers']} and {d['ctx']:,} tokens per slot fit"),
+    "mmproj_skipped": lambda d: f"a projector next to the model is not used: {d['reason']}",
+    "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
+    "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image "
+                                      f"tokens but takes images up to {d['max_tokens']:,} tokens: a large image "
+                                      "grows it "
+                                      "(the worst case is in side_models details)"),
     "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
                                  "and will page from disk (slow)"),
@@ -150,6 +201,7 @@ def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
         "model": model_json(facts),
         "config": config_json(rc),
         "devices": [device_json(d) for d in b.devices],
+        "side_models": side_models_json(b),
         "fits": b.fits,
         "host_weights_mapped": b.host_weights_mapped,
         "warnings": notices_json(warnings),
@@ -202,11 +254,13 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
     if not any(facts.has_kv):
         slots += "; no KV cache (recurrent)"
     lines = [
-        f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
+        f"Model      {facts.path}",  # the path alone: the wrapping of what follows never depends on it
+        f"           {facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
         f"Config     -c {rc.n_ctx} ({slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
         *device_lines(b),
+        *side_lines(b),
         f"Verdict    {verdict(b)}",
     ]
     lines += [f"Way out    {way_out_text(w)}" for w in ways_out]

@@ -67,15 +67,6 @@ def json_option(f: Any) -> Any:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (stable keys).")(f)
 
 
-def _load_facts(model: str | None, demo: bool) -> Any:
-    import os
-
-    from .facts import build_facts
-    from .prepare import load_model
-
-    return build_facts(load_model(model, demo=demo, hf_repo=None, env=os.environ))
-
-
 @cli.command()
 @model_argument
 @json_option
@@ -86,9 +77,20 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
     llamafit inspect model.gguf
     llamafit inspect --demo --json
     """
-    from .inspect_report import to_json, to_text
+    from .inspect_report import projector_json, projector_text, to_json, to_text
 
-    facts = _load_facts(model, demo)
+    import os
+
+    from .facts import build_facts
+    from .prepare import load_model
+    from .projector import is_projector, projector_facts
+
+    gguf = load_model(model, demo=demo, hf_repo=None, env=os.environ)
+    if is_projector(gguf.metadata):  # an mmproj file: shown as a projector
+        projector = projector_facts(gguf.path, gguf.metadata, gguf.tensors)
+        click.echo(json.dumps(projector_json(projector), indent=2) if as_json else projector_text(projector))
+        return
+    facts = build_facts(gguf)
     if as_json:
         click.echo(json.dumps(to_json(facts), indent=2))
     else:
@@ -179,6 +181,8 @@ def _policy_options(f: Any) -> Any:
         click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
+        click.option("--drop-side-models", "drop_side", is_flag=True,
+                     help="When nothing fits with them, leave out the projector, draft model or MTP context."),
     ]  # fmt: skip
     for option in reversed(options):
         f = option(f)
@@ -190,8 +194,11 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     from .solver import Policy
 
     policy = Policy(prefer=options.pop("prefer"), ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
-                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"))  # fmt: skip
-    return policy, _request(**options)
+                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"),
+                    drop_side=options.pop("drop_side"))  # fmt: skip
+    from dataclasses import replace
+
+    return policy, replace(_request(**options), auto_mmproj=True)
 
 
 @cli.command()
@@ -357,7 +364,8 @@ def calibration_clear() -> None:
 
 @cli.command(name="ls")
 @click.argument("paths", nargs=-1, type=click.Path())
-@click.option("--gpu", "gpu_spec", metavar="SPEC", help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
+@click.option("--gpu", "gpu_spec", metavar="SPEC",
+              help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
 @click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
 @click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
               help="MiB kept free per GPU.")

@@ -15,7 +15,8 @@ def run_check(request: Request) -> Report:
     p = prepare(request)
     t = p.target
     rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
-    breakdown = t.model.estimate(rc, t.gpus, t.host, reserve_bytes=t.reserve_bytes, compute_scale=t.compute_scale)
+    rc = t.side.main_rc(rc, build=t.build) if t.side else rc
+    breakdown = t.breakdown(p.parsed.config, rc)
     ways = [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx)
     warnings = warnings_for(p, rc)
     if breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM

@@ -8,6 +8,7 @@ from . import check_report, plan_report
 from .command import server_argv
 from .plan import PlanResult, plan
 from .prepare import Prepared, Report, Request, prepare, warnings_for
+from .side_plan import launch_tokens
 from .solver import Policy
 
 
@@ -22,7 +23,8 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True) -> tu
     result = plan(p.target, p.parsed.config, policy, bandwidths=p.bandwidths)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
-    passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + list(p.parsed.passthrough)
+    side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())
+    passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + side_flags
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = warnings_for(p, c.rc if c else None)

@@ -20,13 +20,14 @@ from .check_report import check_lines, config_json
 from .cmd_plan import render_plan
 from .command import server_argv
 from .errors import InputError
-from .layout import command_lines, paint, use_colour, wrap_line, wrap_text
+from .layout import command_lines, paint, server_lines, use_colour, wrap_line, wrap_text
 from .memory import Breakdown
 from .paths import calibration_path, is_url
 from .plan import PlanResult, plan
 from .plan_report import serving_line, verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
+from .side_plan import launch_tokens
 from .solver import Choice, Policy
 from .units import MIB
 
@@ -112,8 +113,8 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
     if binary is not None:
         from .server_find import adapt_argv, buffer_log_flags
 
-        passthrough = [*p.parsed.passthrough, "--host", opts.host, "--port", str(port),
-                       *buffer_log_flags(binary.dialect)]
+        passthrough = [*launch_tokens(p.parsed.passthrough, choice.breakdown.side_models), "--host", opts.host,
+                       "--port", str(port), *buffer_log_flags(binary.dialect)]
         argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
                                              server=binary.path), binary.dialect)  # fmt: skip
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
@@ -205,7 +206,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         port = free_port(opts.host) if opts.port is None else opts.port
         ensure_port_free(opts.host, port)
         launch = build_launch(p, result.choice, opts, server, port)
-        say(f"Server     {launch.why}")
+        say("\n".join(server_lines(launch.why)))
         for note in launch.server_info.get("notes", []):
             say(f"Note       {note}")
         say("\n".join(command_lines("Command", launch.argv)))
@@ -341,7 +342,7 @@ def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, o
         launch = build_launch(p, result.choice, opts, server, port)
         data["server"] = launch.server_info | {"why": launch.why}
         data["run_command"] = launch.argv
-        text = "\n".join([text, *wrap_line(f"Server     {launch.why}"), *command_lines("Command", launch.argv)])
+        text = "\n".join([text, *server_lines(launch.why), *command_lines("Command", launch.argv)])
     click.echo(json.dumps(data, indent=2) if as_json else text)
     return 0 if result.choice else 1
 

@@ -15,6 +15,7 @@ from .launch_scripts import LaunchSpec, render
 from .paths import is_url
 from .prepare import Prepared, Report, Request, prepare
 from .search import STEP
+from .side_plan import launch_tokens
 from .solver import Choice, Policy
 from .units import MIB
 
@@ -84,7 +85,8 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions,
         raise InputError("--guard checks free GPU memory, and this plan uses no GPU")
     remote = is_url(p.facts.path)
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
-    argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=p.parsed.passthrough,
+    side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models)
+    argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=side_flags,
                                     server=opts.server or "llama-server"), opts.server, request.env)  # fmt: skip
     env = tuple((k, v) for k, v in request.env.items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]
@@ -119,7 +121,8 @@ def many_models(request: Request, kind: str) -> tuple[Request, list[str]] | None
     return replace(request, model=replace(ref, model=None, server_args=tuple(rest))), models
 
 
-def plan_entries(policy: Policy, request: Request, models: list[str], server: str) -> tuple[list[Any], list[list[str]], list[str]]:
+def plan_entries(policy: Policy, request: Request, models: list[str],
+                 server: str) -> tuple[list[Any], list[list[str]], list[str]]:  # fmt: skip
     """Each model (directories expanded to the models in them) planned within the set it shares the
     GPUs with (llamafit.many): its Entry, the sets, and the models nothing fits for."""
     from .many import Entry, plan_many
@@ -135,7 +138,7 @@ def plan_entries(policy: Policy, request: Request, models: list[str], server: st
                           Path(arg).name.removesuffix(".gguf"), arg))  # fmt: skip
     preps = [prepare(replace(request, model=replace(request.model, model=ref))) for _, ref in named]
     packing = plan_many([n for n, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
-    by_name = dict(zip((n for n, _ in named), preps))
+    by_name = dict(zip((n for n, _ in named), preps, strict=True))
     entries = []
     for s in packing.sets:
         for m in s:

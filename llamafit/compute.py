@@ -369,3 +369,24 @@ def compute_for_devices(
         host = max(host, cpu)
     out[CPU] = host
     return out
+
+
+def nextn_compute(f: ModelFacts, s: ComputeSettings) -> int:
+    """The MTP context's compute buffer (one backend holding it all): its reserve graph runs only the
+    first NextN block (e.g. llama_model_glm4_moe::graph_mtp, src/models/glm4-moe.cpp) over a cache of
+    the NextN layers. Inputs as the main graph's plus the target's hidden state `mtp_h_input`
+    (n_embd x T F32); then enorm/hnorm, their concat (2 n_embd) and eh_proj before the block's own
+    peak. Unmeasured on the allocator; checked against llama-server's reported buffer (tests)."""
+    if f.n_layer_nextn == 0:
+        return 0
+    t, e = s.n_tokens, F32 * f.n_embd * s.n_tokens
+    inputs = input_bytes(f, s)
+    n_caches = len(_caches(f, s))
+    if n_caches != 1:  # the MTP cache is one plain cache of the NextN layers: count one mask and index set
+        inputs = {k: v for k, v in inputs.items() if not k[-1].isdigit() or k.endswith("0")}
+        inputs["kq_mask0"] = _pad((2 if s.flash_attn else 4) * s.n_ctx_seq * t, ALIGNMENT[s.backend])
+    il = f.n_layer
+    peak, _ = _layer_peak(f, s, il)
+    before_block = 4 * e  # tok_embd rows, e_norm, h_norm, concat (2E) alive at eh_proj
+    head = _output(f, s) - 4 * t - e  # result norm + logits (inp_tokens and inp_embd are inputs here)
+    return sum(inputs.values()) + _pad(e, ALIGNMENT[s.backend]) + max(peak, before_block, head)

@@ -8,6 +8,7 @@ from typing import Any
 from .facts import ModelFacts
 from .ggml_types import GGMLType
 from .kv import kv_cell_cost, swa_cells
+from .projector import ProjectorFacts, encoder_compute
 
 SCHEMA = "llamafit.inspect/1"
 KV_TYPES = ("f16", "q8_0", "q4_0")
@@ -120,4 +121,37 @@ def to_text(facts: ModelFacts) -> str:
             continue
         lines.append(f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} {_mib(c['swa_max_bytes']):>14}")
     lines += [f"Warning        {msg}" for msg in (*f.warnings, *([f.incomplete] if f.incomplete else []))]
+    return "\n".join(lines)
+
+
+PROJECTOR_SCHEMA = "llamafit.inspect-projector/1"
+
+
+def projector_json(p: ProjectorFacts) -> dict[str, Any]:
+    """`inspect --json` of an mmproj file (README: "inspect --json, projectors")."""
+    return {
+        "schema": PROJECTOR_SCHEMA, "path": p.path, "projector_type": p.projector_type,
+        "modalities": list(p.modalities), "image_size": p.image_size, "patch_size": p.patch_size,
+        "n_merge": p.n_merge, "projection_dim": p.projection_dim, "n_embd": p.n_embd, "n_ff": p.n_ff,
+        "n_layer": p.n_layer, "n_head": p.n_head, "weights_bytes": p.weights_bytes, "n_tensors": p.n_tensors,
+        "warmup_image_px": p.warmup_image_size(), "image_max_tokens": p.limits.max_tokens,
+        "encoder_compute_bytes": {"flash_attn_on": encoder_compute(p, image_px=p.warmup_image_size(), flash_attn=True),
+                                  "flash_attn_off": encoder_compute(p, image_px=p.warmup_image_size(),
+                                                                    flash_attn=False)},
+    }  # fmt: skip
+
+
+def projector_text(p: ProjectorFacts) -> str:
+    warm = p.warmup_image_size()
+    tokens = (warm // max(p.patch_size * p.n_merge, 1)) ** 2
+    lines = [
+        f"Projector  {p.path} ({p.projector_type}, {'+'.join(p.modalities)})",
+        f"Image      {p.image_size} px, patch {p.patch_size} px, merge {p.n_merge}: warmup {warm} px = "
+        f"{tokens:,} tokens" + (f", up to {p.limits.max_tokens:,} tokens" if p.limits.max_tokens else ""),
+        (f"Encoder    {p.n_layer} blocks, n_embd {p.n_embd}, n_ff {p.n_ff}, {p.n_head} heads; "
+         f"projection dim {p.projection_dim} (the text model's n_embd)"),
+        f"Weights    {_mib(p.weights_bytes)} in {p.n_tensors} tensors",
+        (f"Compute    {_mib(encoder_compute(p, image_px=warm, flash_attn=True))} at warmup with flash attention, "
+         f"{_mib(encoder_compute(p, image_px=warm, flash_attn=False))} without"),
+    ]  # fmt: skip
     return "\n".join(lines)

@@ -31,23 +31,38 @@ def wrap_text(text: str, width: int = WIDTH) -> str:
 
 
 def command_lines(label: str, argv: Sequence[str], width: int = WIDTH) -> list[str]:
-    """`label` + the shell-quoted argv, continued with ` \\` under the text; a flag stays with its value."""
+    """`label` + the shell-quoted argv, continued with ` \\` under the text; a flag stays with its value.
+    A command that needs wrapping puts the program and the model (`-m`/`-mu` PATH) on lines of their
+    own, so that how the flags wrap never depends on where the files are."""
     words = [shlex.quote(a) for a in argv]
+    one = f"{label:<{LABEL}}" + " ".join(words)
+    if len(one) <= width:
+        return [one]
     groups: list[str] = []
     for w in words:
         if groups and groups[-1].startswith("-") and " " not in groups[-1] and not w.startswith("-"):
             groups[-1] += " " + w
         else:
             groups.append(w)
-    lines, current = [], f"{label:<{LABEL}}"
-    for g in groups:
+    alone = [g for g in groups[:2] if g == groups[0] or g.startswith(("-m ", "-mu "))]
+    lines = [f"{label:<{LABEL}}{alone[0]} \\"] + [" " * LABEL + g + " \\" for g in alone[1:]]
+    current = " " * LABEL
+    for g in groups[len(alone):]:
         candidate = current + ("" if current.endswith(" ") and len(current) <= LABEL else " ") + g
-        if len(candidate) > width - 2 and len(current.strip()) > len(label):
+        if len(candidate) > width - 2 and current.strip():
             lines.append(current + " \\")
             current = " " * LABEL + g
         else:
             current = candidate
-    return [*lines, current]
+    return [*lines, current] if current.strip() else [*lines[:-1], lines[-1].removesuffix(" \\")]
+
+
+def server_lines(why: str) -> list[str]:
+    """`Server     llama-server from PATH: /path/to/llama-server`: the path on a line of its own."""
+    head, sep, path = why.rpartition(": ")
+    if sep and path.startswith("/"):
+        return [f"Server     {head}:", " " * LABEL + path]
+    return wrap_line(f"Server     {why}")
 
 
 def use_colour(is_tty: bool, env: Mapping[str, str]) -> bool:

@@ -42,6 +42,7 @@ class Fit:
     need_bytes: int | None = None
     error: str | None = None
     speed_vs_full_gpu: float | None = None  # plan.speed_vs_full_gpu: 1.0 all on the GPU; None: bandwidth unknown
+    host_bytes: int | None = None  # on the host (the reserve included on a machine without GPUs)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,16 @@ def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...]
     speed = speed_vs_full_gpu(target, c, bandwidths, DEFAULT_HOST_BANDWIDTH)
     return Fit("fits" if full else "offload", c.ctx, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
                min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes,
-               speed_vs_full_gpu=None if speed is None else round(speed, 3))  # fmt: skip
+               speed_vs_full_gpu=None if speed is None else round(speed, 3),
+               host_bytes=c.breakdown.devices[-1].used_bytes)  # fmt: skip
+
+
+def best_possible(row: Row) -> bool:
+    """The policy's objective is reached in full: every layer placed, the trained context, f16 K and V.
+    On a host with more free memory the solver can do no better, so the answer stands wherever
+    these bytes still fit (ls_cli reuses such a row on a CPU-only machine whose free RAM changed)."""
+    f = row.fit
+    return f.verdict == "fits" and f.ctx == row.n_ctx_train and f.type_k == f.type_v == "f16"
 
 
 def row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:

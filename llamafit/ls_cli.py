@@ -3,7 +3,9 @@
 Two caches make a second listing cheap: local headers (llamafit.local_headers: path, size and
 mtime) and the rows themselves, keyed by every file's identity and the machine the fit was
 computed for (the GPUs as given or detected; the host only on a machine without GPUs, since
-with GPUs the fit depends on them alone: search.Target.fits).
+with GPUs the fit depends on them alone: search.Target.fits). On a machine without GPUs the free
+RAM changes between runs: a row is reused when it was computed with the same free RAM, or when it
+is the best the policy can do (ls.best_possible) and its bytes still fit.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .devices import DeviceSpec
 from .errors import LlamafitError
 from .facts import build_facts
 from .local_headers import read_local_model, validator
-from .ls import Row, fit_model, row_for, sort_rows
+from .ls import Row, best_possible, fit_model, row_for, sort_rows
 from .model_source import _FORMAT as CACHE_FORMAT
 from .model_source import _load_json, _write
 from .paths import cache_dir
@@ -44,8 +46,11 @@ class Machine:
     bandwidths: tuple[int | None, ...] = ()  # per GPU, for the speed estimate (prepare.Prepared.bandwidths)
 
     def key(self) -> str:
-        host = repr(self.host) if not self.gpus else ""
-        return f"{_code_key()}\n{self.engine}\n{self.build}\n{self.reserve_bytes}\n{self.gpus!r}\n{host}\n{self.bandwidths}"
+        """What a cached row depends on. The host's free RAM is left out (it changes from run to
+        run): a CPU-only row records it and is checked against it when read (_cached)."""
+        host = (self.host.name, self.host.total_bytes) if not self.gpus else ""
+        parts = (_code_key(), self.engine, self.build, self.reserve_bytes, repr(self.gpus), host, self.bandwidths)
+        return "\n".join(map(str, parts))
 
 
 @functools.cache
@@ -101,6 +106,10 @@ def _cached(found: Found, identity: str | None, machine: Machine) -> Row | Note 
         row = Row.from_json(meta["row"])
     except (KeyError, TypeError):
         return None
+    if not machine.gpus and meta.get("host_usable") != machine.host.usable_bytes:
+        now = machine.host.usable_bytes
+        if not (best_possible(row) and row.fit.host_bytes is not None and (now is None or row.fit.host_bytes <= now)):
+            return None
     # the name and reference are the store's, not the file's: take them from this scan
     return Row(found.name, found.store, found.ref, found.path, row.n_shards, found.mmproj, row.arch, row.quant,
                row.size_bytes, row.n_ctx_train, row.fit)  # fmt: skip
@@ -116,6 +125,7 @@ def _save(identity: str | None, machine: Machine, got: Row | Note) -> Row | Note
         data: dict[str, Any] = {"format": CACHE_FORMAT, "ls_format": _FORMAT, "identity": identity}
         if isinstance(got, Row):
             data["row"] = got.to_json()
+            data["host_usable"] = machine.host.usable_bytes
         else:
             data["note"] = {"code": got.code, "detail": got.detail}
         _write(Path(_row_file(identity, machine)), json.dumps(data).encode())

@@ -40,12 +40,13 @@ def _ctx(row: Row) -> str:
 
 
 def _cells(row: Row) -> list[str]:
-    return [row.name, row.store, row.arch, row.quant, gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row), here(row)]
+    return [row.name, row.store, row.arch, row.quant, gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row),
+            here(row)]
 
 
 def _line(cells: list[str]) -> str:
     out = []
-    for (title, width), cell in zip(_COLS, cells):
+    for (title, width), cell in zip(_COLS, cells, strict=True):
         cell = cell if len(cell) <= width else cell[: width - 1] + "…"
         out.append(cell.rjust(width) if title in _RIGHT else cell.ljust(width))
     return " ".join(out).rstrip()
@@ -70,7 +71,8 @@ def row_lines(row: Row) -> list[str]:
 
 
 def footer_lines(listing: Listing, home: str = "") -> list[str]:
-    lines = [] if listing.rows else ["(no GGUF models found)"]
+    lines = [] if listing.rows else ["(no GGUF models found; looked in:)"] + [
+        _clip(f"  {r.store}: {_short(r.path, home)}") for r in listing.roots]
     lines += ["", "CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
               "on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's",
               "memory for a 4k context (every layer, q8_0 KV)."]  # fmt: skip

@@ -1,14 +1,14 @@
 """Many models on one machine: which fit on the GPUs together, each one's fitted flags, and the
 llama-swap config / llama-server router presets that serve them.
 
-Packing (GPUs; on a machine without GPUs, host RAM): each model's footprint at its minimum context (min(4096, trained), every layer it
-can put on the GPU) is packed first-fit-decreasing into sets whose footprints, per GPU, stay
-within the GPU's usable memory less the reserve. Each set's leftover memory is then shared
-equally: every member is solved again with its footprint plus its share as its GPUs, so the
-members together never exceed the GPUs. A model alone in its set gets the whole machine.
-llama-swap: every set of two or more is a `swap: false` group (they run together); the rest
-share one `swap: true` group; every group is `exclusive: true`, so loading any model unloads the
-other groups' models first and at most one set is resident.
+Packing (the GPUs; on a machine without GPUs, host RAM): each model's footprint at its minimum
+context (min(4096, trained), every layer it can place) is packed first-fit-decreasing into sets
+whose footprints, per device, stay within the device's usable memory less the reserve. Each set's
+leftover memory is then shared equally: every member is solved again with its footprint plus its
+share as its devices, so the members together never exceed them. A model alone in its set gets
+the whole machine. llama-swap: every set of two or more is a `swap: false` group (they run
+together); the rest share one `swap: true` group; every group is `exclusive: true`, so loading
+any model unloads the other groups' models first and at most one set is resident.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def pack(footprints: Sequence[tuple[int, ...] | None], caps: tuple[int, ...]) ->
             sets.append([i])
             used.append(list(caps))
             continue
-        for s, u in zip(sets, used):
+        for s, u in zip(sets, used, strict=True):
             first = footprints[s[0]]
             if first is not None and all(u[d] + fp[d] <= caps[d] for d in range(len(caps))):
                 s.append(i)
@@ -92,7 +92,7 @@ def shares(members: Sequence[tuple[int, ...]], caps: tuple[int, ...]) -> list[tu
 
 def with_budget(target: Target, budget: tuple[int, ...]) -> Target:
     """The same machine with each pooled device's usable memory cut to `budget` (plus the reserve)."""
-    cut = tuple(replace(g, free_bytes=b + target.reserve_bytes) for g, b in zip(pool(target), budget))
+    cut = tuple(replace(g, free_bytes=b + target.reserve_bytes) for g, b in zip(pool(target), budget, strict=True))
     return replace(target, gpus=cut) if target.gpus else replace(target, host=cut[0])
 
 
@@ -106,13 +106,13 @@ def plan_many(names: Sequence[str], targets: Sequence[Target], cfgs: Sequence[La
               policy: Policy) -> Packing:  # fmt: skip
     """Pack the models into sets that fit together and solve each member within its share."""
     caps = capacities(pool(targets[0]), targets[0].reserve_bytes) if targets else ()
-    fps = [footprint(t, c) for t, c in zip(targets, cfgs)]
+    fps = [footprint(t, c) for t, c in zip(targets, cfgs, strict=True)]
     sets, unfit = [], []
     for idx in pack(fps, caps):
         alone = len(idx) == 1
         budgets = [None] * len(idx) if alone else shares([fps[i] or () for i in idx], caps)
         members = []
-        for i, budget in zip(idx, budgets):
+        for i, budget in zip(idx, budgets, strict=True):
             target = targets[i] if budget is None else with_budget(targets[i], budget)
             try:
                 c = solve(target, cfgs[i], policy)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from .compute import compute_for_devices
 from .devices import DeviceSpec
@@ -33,6 +34,9 @@ from .resolve import ConfigError, ResolvedConfig
 from .tensor_names import is_dense_ffn, is_expert
 from .units import MIB
 
+if TYPE_CHECKING:
+    from .side_models import SideUsage
+
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
 
@@ -51,11 +55,12 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
+    side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
 
     @property
     def used_bytes(self) -> int:
         return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
-                + self.output_bytes + self.reserve_bytes)  # fmt: skip
+                + self.output_bytes + self.reserve_bytes + self.side_bytes)  # fmt: skip
 
     @property
     def free_after_bytes(self) -> int | None:
@@ -72,6 +77,7 @@ class Breakdown:
     layer_devices: LayerMap
     host_weights_mapped: bool  # CPU weights are mmap'd from the file (page cache), not anonymous
     cache_ram_bytes: int  # llama-server's prompt cache limit in host RAM (grows with use)
+    side_models: tuple[SideUsage, ...] = ()  # their bytes are in the rows' side_bytes too
 
     def hard_bytes(self, d: DeviceUsage) -> int:
         """What `d` must hold in memory. With GPUs, the host's memory-mapped weights may page from

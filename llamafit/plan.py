@@ -12,6 +12,8 @@ from .memory import Breakdown
 from .placement import CPU
 from .resolve import ResolvedConfig
 from .search import STEP, Target, max_context, streams
+from .side_models import SidePlan
+from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
 from .units import MIB
 
@@ -41,6 +43,9 @@ class PlanResult:
     warnings: tuple[Notice | str, ...]
     smallest_gpu: str | None = None  # the catalog card that would hold the target context fully
     speed_vs_full_gpu: float | None = None  # estimated generation speed relative to all layers on the GPU
+    side_costs: tuple[SideCost, ...] = ()  # what each side model costs in context (side_plan.py)
+    side: SidePlan | None = None  # the side models the plan keeps (after side_steps)
+    side_steps: tuple[str, ...] = ()  # side_plan.STEPS taken to fit
 
 
 def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str | None, int] | None:
@@ -142,6 +147,10 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple
     try:
         choice = solve(target, cfg, policy)
     except NoFit as e:
+        fallback, ways = _without_side_models(target, cfg, policy, bandwidths, host_bandwidth)
+        if fallback is not None:
+            return fallback
+        warnings += ways
         rows = tradeoffs(target, cfg, policy, STEP, hi)
         need = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
         name = need[0] if need else None
@@ -165,4 +174,61 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple
         if found and found[0]:
             card = found[0]
             verdict = replace(verdict, smallest_gpu=card)
-    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, speed)
+    side_bytes: dict[str, int] = {}
+    for u in choice.breakdown.side_models:
+        side_bytes[u.kind] = sum(d.total_bytes for d in u.devices if d.name in {g.name for g in target.gpus}) \
+            if target.gpus else u.total_bytes
+    costs = context_costs(target, choice.cfg, choice.ctx, hi, side_bytes)
+    faster = _projector_off_the_gpu(target, cfg, policy, choice)
+    if faster is not None:
+        warnings.append(faster)
+    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, speed, costs,
+                      target.side)  # fmt: skip
+
+
+def _projector_off_the_gpu(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Notice | None:
+    """Layers on the CPU while the projector sits on the GPU: would --no-mmproj-offload put more layers
+    (or more context) on the GPU? Said, not applied: the encoder then runs on the CPU."""
+    side = target.side
+    if side is None or not target.gpus or not applicable(side, "mmproj_to_cpu"):
+        return None
+    if choice.rc.n_gpu_layers >= target.model.facts.n_layer_all + 1 and choice.ctx >= bounds(target, cfg, policy)[1]:
+        return None
+    try:
+        other = solve(replace(target, side=apply_step(side, "mmproj_to_cpu")), cfg, policy)
+    except NoFit:
+        return None
+    if (other.rc.n_gpu_layers, other.ctx) <= (choice.rc.n_gpu_layers, choice.ctx):
+        return None
+    return Notice("mmproj_offload_costs", {"n_gpu_layers": other.rc.n_gpu_layers, "ctx": other.ctx})
+
+
+def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy, bandwidths: tuple[int | None, ...],
+                         host_bandwidth: int) -> tuple[PlanResult | None, list[Notice | str]]:  # fmt: skip
+    """Nothing fits with the side models: the projector to the CPU first (it keeps working), then, with
+    --drop-side-models, each side model left out in turn (side_plan.STEPS). Without --drop-side-models
+    the drops that would fit are said as notices (side_way_out {step, ctx}) instead."""
+    side, steps = target.side, list[str]()
+    ways: list[Notice | str] = []
+    if side is None:
+        return None, ways
+    for step in STEPS:
+        if side is None or not applicable(side, step):
+            continue
+        trial = apply_step(side, step)
+        if step != "mmproj_to_cpu" and not policy.drop_side:
+            try:
+                ctx = solve(replace(target, side=trial), cfg, policy).ctx
+                ways.append(Notice("side_way_out", {"step": step, "ctx": ctx}))
+            except NoFit:
+                pass
+            continue
+        side, steps = trial, steps + [step]
+        try:
+            solve(replace(target, side=side), cfg, policy)
+        except NoFit:
+            continue
+        result = plan(replace(target, side=side), cfg, policy, bandwidths=bandwidths, host_bandwidth=host_bandwidth)
+        taken = tuple(Notice("side_step", {"step": s}) for s in steps)
+        return replace(result, side=side, side_steps=tuple(steps), warnings=taken + result.warnings), ways
+    return None, ways

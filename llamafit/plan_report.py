@@ -10,12 +10,14 @@ from .check_report import (
     model_json,
     notice_line,
     notices_json,
+    side_models_json,
 )
 from .devices import DeviceSpec
 from .facts import ModelFacts
 from .findings import Verdict
 from .layout import command_lines, wrap_text
 from .plan import PlanResult
+from .side_plan import SideCost
 
 SCHEMA = "llamafit.plan/2"
 
@@ -116,6 +118,9 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "smallest_gpu": result.smallest_gpu,
         "speed_vs_full_gpu": result.speed_vs_full_gpu,
         "warnings": notices_json(result.warnings),
+        "side_models": side_models_json(c.breakdown) if c else [],
+        "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
+        "side_steps": list(result.side_steps),
     }
 
 
@@ -135,6 +140,17 @@ def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
     return lines
 
 
+_SIDE = {"mmproj": "the projector", "draft": "the draft model", "mtp": "the MTP context"}
+
+
+def side_cost_text(sc: SideCost) -> str:
+    """`the projector costs 3,840 tokens of context (918 MiB)`."""
+    what = f"{_SIDE.get(sc.kind, sc.kind)} ({sc.bytes / 2**20:,.0f} MiB)"
+    if not sc.tokens:
+        return f"{what} costs no context here (the context is at its limit without it too)"
+    return f"{what} costs {sc.tokens:,} tokens of context per slot"
+
+
 def _hw_line(d: dict[str, Any]) -> str:
     size = "-" if d["usable_bytes"] is None else f"{d['usable_bytes'] / 2**20:,.0f} MiB usable"
     return f"{d['name']} ({d['backend']}) {size}"
@@ -143,7 +159,8 @@ def _hw_line(d: dict[str, Any]) -> str:
 def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
             device_lines: list[str]) -> str:  # fmt: skip
     lines = [
-        f"Model      {facts.path} ({facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens)",
+        f"Model      {facts.path}",  # the path alone: the wrapping of what follows never depends on it
+        f"           {facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
@@ -159,6 +176,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
             line += (f"about {tokens:,.0f} tokens" if tokens <= facts.n_ctx_train
                      else f"more than the trained {facts.n_ctx_train:,} tokens")  # fmt: skip
         lines.append(line)
+    lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
     lines += [notice_line(w) for w in result.warnings]
     return wrap_text("\n".join(lines))

@@ -25,6 +25,8 @@ from .paths import calibration_path
 from .resolve import ResolvedConfig
 from .search import Target
 from .server_flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
+from .side_load import load_side_plan
+from .side_models import MODELLED
 from .units import MIB
 
 if TYPE_CHECKING:
@@ -66,6 +68,7 @@ class Request:
     engine: str = "llama-server"
     build: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    auto_mmproj: bool = False  # plan, run, script: a projector next to the model is used (--no-mmproj: not)
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,7 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     run), with the calibration file's correction applied."""
     ref, env = request.model, request.env
     parsed = parse_server_args(_server_argv(ref.command_line, ref.server_args), env, engine=request.engine)
-    if parsed.unknown:  # llama-server would not start: no verdict for a command that cannot run
+    if parsed.unknown and request.build is None:  # it would not start: no verdict for a command that cannot run
         raise InputError(refused_message(parsed.unknown))
     model = ref.model
     if model is None and not ref.demo:
@@ -197,10 +200,13 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
         raise InputError(f"two models given: {model} and -m {parsed.model}")
     if (model is not None or ref.demo) and parsed.hf_repo:
         raise InputError(f"two models given: {model or 'the demo model'} and -hf {parsed.hf_repo}")
-    facts = build_facts(load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env))
+    gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
+    facts = build_facts(gguf)
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn)
-    target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes)
+    side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj, build=request.build)
+    target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
+                    side=side)  # fmt: skip
     p = Prepared(parsed, facts, target, hw)
     if server is not None:
         p = for_server(p, server)
@@ -268,11 +274,13 @@ _EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmp
 
 def flag_warnings(p: Prepared) -> list[Notice | str]:
     """What the flags and the calibration file add that the prediction does not show."""
-    warnings: list[Notice | str] = []  # unknown flags are an error (prepare): llama-server would not start
+    # unknown flags are an error (prepare) unless --llama-build names another build, whose flags differ
+    warnings: list[Notice | str] = [Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown if u.startswith("-")]
     if p.parsed.env_used:  # llama-server reads LLAMA_ARG_*; so did the plan
         warnings.append(Notice("from_environment", {"names": sorted(p.parsed.env_used)}))
+    warnings += list(p.target.side.notes) if p.target.side else []
     for flag in p.parsed.passthrough:
-        if flag in _EXTRA_MODELS:
+        if flag in _EXTRA_MODELS and flag not in MODELLED:
             warnings.append(Notice("unmodelled_model", {"flag": flag, "what": _EXTRA_MODELS[flag]}))
     cfg = p.parsed.config
     if cfg.devices or cfg.rpc:

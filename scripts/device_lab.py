@@ -21,10 +21,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from llamafit.server_log import LogWatcher
+from llamafit.server_log import LogWatcher  # noqa: E402
 
 BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
-PORTS = range(int(os.environ.get("LLAMAFIT_LAB_PORT_LO", "18100")), int(os.environ.get("LLAMAFIT_LAB_PORT_HI", "18200")))
+PORTS = range(int(os.environ.get("LLAMAFIT_LAB_PORT_LO", "18100")),
+              int(os.environ.get("LLAMAFIT_LAB_PORT_HI", "18200")))  # fmt: skip
 
 
 def bin_dir() -> Path | None:

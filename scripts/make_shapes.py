@@ -72,13 +72,19 @@ class ShapeFixture(Fixture):
     tied: bool = False
     data_bytes: int = field(default=0, init=False)
 
+    def _more_bits(self, name: str, role: str) -> bool:
+        """The tensors Q4_K_M keeps at Q6_K (llama.cpp: src/llama-quant.cpp llama_tensor_get_type)."""
+        if name == "output.weight" or (self.tied and name == "token_embd.weight"):
+            return True
+        return role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(_layer(name), self.n_layer)
+
     def qtype(self, name: str, ne: tuple[int, ...]) -> QT:
         role = name.rsplit(".", 1)[0].split(".")[-1]
         if self.mix == "q8_0":
             t = QT.Q8_0
         elif self.mix == "mxfp4":
             t = QT.MXFP4 if role.endswith("_exps") else QT.Q8_0
-        elif name == "output.weight" or (self.tied and name == "token_embd.weight") or role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(_layer(name), self.n_layer):
+        elif self._more_bits(name, role):
             t = QT.Q6_K
         else:
             t = QT.Q4_K
@@ -173,7 +179,8 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
 def _deepseek2(f: ShapeFixture, s: dict[str, Any]) -> None:
     """DeepSeek-V2(-Lite): MLA as the current converter writes it (MQA view: attn_k_b / attn_v_b)."""
     n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
-    q_lora, kv_lora, rope, nope, v_head = s["q_lora_rank"], s["kv_lora_rank"], s["rope_dim"], s["nope_dim"], s["v_head_dim"]
+    q_lora, kv_lora, rope = s["q_lora_rank"], s["kv_lora_rank"], s["rope_dim"]
+    nope, v_head = s["nope_dim"], s["v_head_dim"]
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=s["n_ff"], n_head=n_head, n_head_kv=1,
                      key_len=kv_lora + rope, value_len=kv_lora, rope_dim=rope, eps=1e-6)  # fmt: skip
     f.w.add_key_length_mla(nope + rope)

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES
 
 from llamafit.cli import cli
+from llamafit.gpu_catalog import CATALOG
 
 DENSE = str(FIXTURES / "dense-llama.gguf")
 
@@ -65,17 +66,20 @@ def test_cpu_only() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([DENSE, "--gpu", "lots"], "Error: unknown GPU 'lots'; known: rtx3060-12gb"),
+        ([DENSE, "--gpu", "lots"],
+         f"Error: unknown GPU 'lots'; known: {', '.join(e.key for e in CATALOG)} (or give a size such as 24GiB)"),
         ([DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off"],
-         "Error: quantized V cache requires flash_attn to be enabled"),
-        ([DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"], "Error: "),
-        ([str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"], "Error: "),
+         "Error: quantized V cache requires flash_attn to be enabled; add -fa on"),
+        ([DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"],
+         "Error: -ctk expects one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, got 'q3_k'"),
+        ([str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"],
+         f"Error: {FIXTURES / 'broken' / 'empty.gguf'}: the file is empty"),
     ],
 )  # fmt: skip
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     result = check(*args)
     assert result.exit_code == 2
-    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
+    assert result.stderr == message + "\n"
     assert result.stdout == ""
 
 
@@ -91,3 +95,35 @@ def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> No
     assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [("CUDA0", 6 << 30), ("CPU", 16 << 30)]
     total = json.loads(check(DENSE, "--json", "--use", "total", "--", "-c", "4096").stdout)
     assert total["devices"][0]["usable_bytes"] == 8 << 30
+
+
+def test_unmodelled_extra_models_are_flagged() -> None:
+    d = json.loads(check(DENSE, "--gpu", "8GiB", "--json", "--", "--lora", "l.gguf", "-dev", "CUDA0").stdout)
+    assert d["warnings"] == [
+        {"code": "unmodelled_model", "flag": "--lora", "what": "lora",
+         "text": "--lora: a LoRA adapter is loaded too; its memory is not in this prediction"},
+        {"code": "devices_not_modelled", "text": "-dev/--rpc among the llama-server flags are passed on but not "
+         "modelled: describe the devices to llamafit with --gpu and --rpc"},
+    ]  # fmt: skip
+
+
+def test_the_whole_text_when_it_does_not_fit(fixed_host) -> None:
+    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "--lora", "l.gguf")
+    assert result.exit_code == 1
+    assert result.stdout == f"""\
+Model      {DENSE}
+           llama, Q8_0, trained 4,096 tokens
+Config     -c 32768 (32,768 tokens shared by up to 4 parallel requests) -fa on
+           -ctk f16 -ctv f16 -ngl 5 -b 2048 -ub 512
+(MiB)      usable weights      KV     RS compute  output reserve    used    left
+CUDA0       1,050       0      16      0      33       0   1,024   1,073     -23
+CPU        49,152       0       0      0      32       0       0      32  49,120
+Verdict    does not fit: CUDA0 short by 23 MiB
+Way out    16,640 tokens per slot fit with the current settings
+Note       llama-server's prompt cache may use up to 8,192 MiB more host RAM
+           (-cram)
+Warning    n_ctx_seq (32768) > n_ctx_train (4096): possible training context
+           overflow
+Warning    --lora: a LoRA adapter is loaded too; its memory is not in this
+           prediction
+"""

@@ -113,12 +113,24 @@ def test_renamed_shard_cannot_find_its_siblings(tmp_path: Path) -> None:
                              "-NNNNN-of-NNNNN.gguf, so the other shards cannot be found\n")  # fmt: skip
 
 
-def test_python_dash_m_works() -> None:
-    out = subprocess.run([sys.executable, "-m", "llamafit", "inspect", str(FIXTURES / "dense-llama.gguf")],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
-    assert "Architecture   llama, Q8_0" in out
+def test_python_dash_m_prints_what_the_command_prints() -> None:
+    model = str(FIXTURES / "dense-llama.gguf")
+    out = subprocess.run([sys.executable, "-m", "llamafit", "inspect", model], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    assert out == run("inspect", model).stdout
 
 
-def test_help_lists_inspect() -> None:
+def test_help_lists_every_command() -> None:
     result = run("--help")
-    assert result.exit_code == 0 and "inspect" in result.stdout
+    commands = result.stdout.split("Commands:\n")[1].splitlines()
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in commands] == ["calibration", "check", "gpus", "inspect", "ls", "plan", "run", "script"]
+
+
+def test_a_fifo_is_not_a_model(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    result = run("inspect", str(fifo))
+    assert (result.exit_code, result.stderr) == (2, f"Error: {fifo}: cannot open: not a regular file\n")

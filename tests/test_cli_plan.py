@@ -49,10 +49,59 @@ def test_pinned_flags_after_double_dash_are_kept_and_passed_through() -> None:
 def test_nothing_fits_exits_1_with_a_verdict() -> None:
     result = plan(QWEN, "--gpu", "2GiB", "--min-ctx", "32768", "--", "-ngl", "65")
     assert result.exit_code == 1
-    assert "Verdict    does not fit: no configuration fits 32,768 tokens per slot" in result.stdout
+    assert result.stdout.splitlines()[-4:] == [
+        "Verdict    does not fit: no configuration fits 32,768 tokens per slot on this",
+        "           machine, with -ngl 65 as pinned and the smallest KV cache; the",
+        "           smallest GPU that holds 32,768 tokens with q8_0 KV and every layer is",
+        "           NVIDIA GeForce RTX 3090 Ti (24 GiB)"]
 
 
 def test_bad_policy_input_is_exit_2() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--min-ctx", "65536", "--ctx-max", "8192")
     error = "Error: --min-ctx 65536 is larger than the largest context asked for (8192)\n"
     assert (result.exit_code, result.stderr) == (2, error)
+
+
+def test_a_pinned_combination_llama_cpp_rejects_is_bad_input() -> None:
+    result = plan(QWEN, "--gpu", "24GiB", "--", "-ctv", "q8_0", "-fa", "off")
+    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled; add -fa on\n")
+
+
+def test_cpu_only_plans_emit_ngl_0() -> None:
+    d = json.loads(plan(str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--json").stdout)
+    assert d["command"][d["command"].index("-ngl") + 1] == "0"
+
+
+def test_the_whole_text_of_a_partial_offload(fixed_host) -> None:
+    result = plan(QWEN, "--gpu", "rtx4080")
+    assert result.exit_code == 0
+    assert result.stdout == f"""\
+Model      {QWEN}
+           qwen2, Q4_K_M, trained 32,768 tokens
+Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
+Command    llama-server \\
+           -m {QWEN} \\
+           -c 4608 -ngl 53 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 \\
+           --fit off
+(MiB)      usable weights      KV     RS compute  output reserve    used    left
+CUDA0      16,384  15,044     263      0      52       0   1,024  16,383       1
+CPU        49,152   3,882      61      0      52       2       0   3,997  45,155
+Trade-offs (largest context per slot at this offload):
+  fa  K     V      -ngl cpu-moe  max context
+  on  f16   f16      53       0        1,280
+  off f16   f16      53       0        1,280
+  on  f16   q8_0     53       0        1,536
+  on  f16   q4_0     53       0        1,792
+  on  q8_0  q8_0     53       0        2,304
+  on  q8_0  q4_0     53       0        3,072
+  on  q4_0  q4_0     53       0        4,608
+Marginal   57.4 MiB per 1,000 tokens per slot; 266.7 MiB per block on the GPU:
+           each block moved to the CPU buys about 4,648 tokens
+Verdict    fits 4,608 tokens per slot with 12 of 65 layers on the CPU (slower),
+           q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,616 MiB
+           more GPU memory (each block moved to the CPU frees 267 MiB: about 7
+           blocks); with layers on the CPU, generation runs at about 33% of the
+           all-GPU speed (memory-bound estimate, host memory at 60 GB/s); the
+           smallest GPU that holds all 32,768 tokens this way is NVIDIA GeForce
+           RTX 3090 Ti (24 GiB)
+"""

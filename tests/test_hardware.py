@@ -417,3 +417,21 @@ def test_gpus_json() -> None:
 )  # fmt: skip
 def test_gpus_text(hw: Hardware, text: str) -> None:
     assert gpus_text(hw) == text
+
+
+def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from llamafit import hardware
+    from llamafit.cli import cli
+
+    gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 24 << 30, 20 << 30), "NVIDIA GeForce RTX 4090", 0,
+                  uuid="GPU-1234", bandwidth_bytes_per_s=1008 * 10**9)  # fmt: skip
+    found = Hardware((gpu,), host(64 << 30, 32 << 30), "nvml")
+    monkeypatch.setattr(hardware, "detect", lambda *a, **k: found)
+    as_json = CliRunner().invoke(cli, ["gpus", "--json"])
+    as_text = CliRunner().invoke(cli, ["gpus"])
+    assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, gpus_json(found))
+    assert (as_text.exit_code, as_text.stdout) == (0, gpus_text(found) + "\n")

