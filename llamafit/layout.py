@@ -22,6 +22,8 @@ def wrap_line(line: str, width: int = WIDTH) -> list[str]:
     """A labelled line wrapped under its text; other lines as they are."""
     if len(line) <= width or len(line) <= LABEL or line[LABEL - 1] != " " or not _LABELLED.match(line):
         return [line]
+    if line.endswith(" \\"):  # a command line (command_lines) already wrapped as shell continuations
+        return [line]
     return textwrap.wrap(line[LABEL:], width, initial_indent=line[:LABEL], subsequent_indent=" " * LABEL,
                          break_long_words=False, break_on_hyphens=False)  # fmt: skip
 

@@ -586,3 +586,13 @@ def test_ctrl_c_before_the_server_starts_is_a_stop(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(cmd_run, "prepare", interrupted)
     result = invoke("run", DENSE, "--gpu", "cpu")
     assert (result.exit_code, result.stderr) == (130, "Stopped.\n")
+
+
+def test_wrapping_again_leaves_a_wrapped_command_alone() -> None:
+    from llamafit.layout import command_lines, wrap_text
+
+    lines = command_lines("Command", ["/a/very/long/path/to/a/directory/holding/the/program/bin/llama-server",
+                                      "-m", "/models/x.gguf", "-c", "4096", "--host", "127.0.0.1"])  # fmt: skip
+    assert lines == ["Command    /a/very/long/path/to/a/directory/holding/the/program/bin/llama-server \\",
+                     "           -m /models/x.gguf \\", "           -c 4096 --host 127.0.0.1"]  # fmt: skip
+    assert wrap_text("\n".join(lines)) == "\n".join(lines)
