@@ -64,7 +64,8 @@ def test_bad_policy_input_is_exit_2() -> None:
 
 def test_a_pinned_combination_llama_cpp_rejects_is_bad_input() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--", "-ctv", "q8_0", "-fa", "off")
-    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled; add -fa on\n")
+    error = "Error: quantized V cache requires flash_attn to be enabled; add -fa on\n"
+    assert (result.exit_code, result.stderr) == (2, error)
 
 
 def test_cpu_only_plans_emit_ngl_0() -> None:

@@ -271,7 +271,8 @@ def test_ctrl_c_exits_the_same_way_for_both_servers(env: dict[str, str], kind: s
     assert lines[-1] == "Stopped."
     ready = next(i for i, line in enumerate(lines) if line.startswith("Ready"))
     fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if kind == "llama-server" else ""
-    slots = "2,048 tokens shared by up to 4 parallel requests" if kind == "llama-server" else "2,048 tokens, 1 request at a time"
+    slots = ("2,048 tokens shared by up to 4 parallel requests" if kind == "llama-server"
+             else "2,048 tokens, 1 request at a time")
     assert lines[ready + 1] == f"Serving    gemma3 Q4_K_M, {slots}, 100% CPU, {lines[ready].split()[1]}"
     assert lines[ready + 2] == f"Note       the model has no chat template: use /v1/completions{fix}"
 
