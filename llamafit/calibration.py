@@ -10,6 +10,7 @@ buffer says nothing about the GPU's)."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -52,16 +53,54 @@ def _num(row: dict[str, Any], key: str) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def parse_records(lines: Iterable[str]) -> list[dict[str, Any]]:
-    """The calibration file's JSON lines; a damaged line is skipped, not fatal."""
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def record_problem(record: Any) -> str | None:
+    """Why a calibration record does not match the schema `run` writes, or None when it does."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    server = record.get("server", {})
+    if server is not None and (not isinstance(server, dict) or not isinstance(server.get("build"), (int, type(None)))
+                               or isinstance(server.get("build"), bool)):  # fmt: skip
+        return "server is not an object with an integer build"
+    hardware = record.get("hardware", [])
+    if not isinstance(hardware, list) or not all(isinstance(d, dict) for d in hardware):
+        return "hardware is not a list of objects"
+    scale = record.get("compute_scale")
+    if scale is not None and (not _number(scale) or scale <= 0):
+        return "compute_scale is not a positive number"
+    buffers = record.get("buffers", [])
+    if not isinstance(buffers, list) or not all(isinstance(b, dict) for b in buffers):
+        return "buffers is not a list of objects"
+    for row in buffers:
+        if any(k in row and not _number(row[k]) for k in ("predicted_mib", "actual_mib")):
+            return "a buffer size is not a number"
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def parse_records(lines: Iterable[str], skipped: list[str] | None = None) -> list[dict[str, Any]]:
+    """The calibration file's JSON lines that match the schema; a damaged one is skipped (its reason
+    appended to `skipped`), not fatal. NaN and Infinity are refused."""
     out = []
     for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+        if not line.strip():
             continue
-        if isinstance(record, dict):
+        try:
+            record = json.loads(line, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as e:
+            problem: str | None = f"not JSON: {str(e)[:60]}"
+        else:
+            problem = record_problem(record)
+        if problem is None:
             out.append(record)
+        elif skipped is not None:
+            skipped.append(problem)
     return out
 
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .safe_text import printable
 from .facts import ModelFacts
 from .findings import Notice, WayOut, as_notice
 from .layout import wrap_text
@@ -56,6 +57,8 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
         "compute_bytes": d.compute_bytes,
         "output_bytes": d.output_bytes,
         "reserve_bytes": d.reserve_bytes,
+        "overhead_bytes": d.overhead_bytes,
+        "pinned_bytes": d.pinned_bytes,
         "side_bytes": d.side_bytes,
         "used_bytes": d.used_bytes,
         "free_after_bytes": d.free_after_bytes,
@@ -116,6 +119,9 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "unknown_flag": lambda d: (f"{d['flag']}: llama.cpp 0c1e570 has no such flag, so the command leaves it "
                                "out (the build given by --llama-build may know it)"),
     "from_environment": lambda d: f"from the environment: {', '.join(d['names'])}",
+    "calibration_skipped": lambda d: (f"calibration: skipped {d['count']} damaged record(s) in {d['path']} "
+                                      f"({d['reason']})"),
+    "calibration_unread": lambda d: f"calibration: {d['path']} not read: {d['reason']}",
     "calibration": lambda d: (f"compute buffers scaled by {d['compute_scale']:.3f}: the median of {d['runs']} earlier "
                               f"run{'s' if d['runs'] != 1 else ''} of {d.get('architecture') or 'this'} models on "
                               f"{', '.join(d.get('devices') or ['CPU'])} ({d.get('source')})"),
@@ -254,8 +260,8 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
     if not any(facts.has_kv):
         slots += "; no KV cache (recurrent)"
     lines = [
-        f"Model      {facts.path}",  # the path alone: the wrapping of what follows never depends on it
-        f"           {facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
+        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
         f"Config     -c {rc.n_ctx} ({slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",

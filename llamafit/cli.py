@@ -11,6 +11,7 @@ import click
 
 from . import __version__
 from .errors import LlamafitError
+from .safe_text import printable
 
 if TYPE_CHECKING:
     from .prepare import Request
@@ -37,7 +38,7 @@ class _Group(click.Group):
             close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
             raise _BadInput(f"no such option {e.option_name}{close} (llama-server flags go after --)") from e
         except LlamafitError as e:
-            raise _BadInput(" ".join(str(e).split())) from e
+            raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -98,6 +99,7 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
 
 
 EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
+MAX_CTX = 2**31 - 1  # llama-server's -c is an int (std::stoi in common/arg.cpp)
 
 
 def _engine_options(f: Any) -> Any:
@@ -112,7 +114,7 @@ def _engine_options(f: Any) -> Any:
                      help="Behave as llama.cpp build N where it changed (default: current)."),
         click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
                      show_default=True, help="How GPUs given by size are named and which backend rules apply."),
-        click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+        click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
                      help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools)."),
         click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
                      help="For detected GPUs: plan with the memory free now, or the whole card."),
@@ -174,10 +176,11 @@ def _policy_options(f: Any) -> Any:
                      show_default=True,
                      help="speed: all layers on the GPU first; context: the longest context first; "
                           "quality: f16 KV first."),
-        click.option("--ctx-max", type=click.IntRange(256),
+        click.option("--ctx-max", type=click.IntRange(256, MAX_CTX),
                      help="Largest context per slot to aim for (default: trained)."),
-        click.option("--min-ctx", type=click.IntRange(256), help="Fail unless at least this context per slot fits."),
-        click.option("--ctx", "fixed_ctx", type=click.IntRange(256), help="A fixed context per slot."),
+        click.option("--min-ctx", type=click.IntRange(256, MAX_CTX),
+                     help="Fail unless at least this context per slot fits."),
+        click.option("--ctx", "fixed_ctx", type=click.IntRange(256, MAX_CTX), help="A fixed context per slot."),
         click.option("--kv", type=click.Choice(KV_TYPES),
                      help="A fixed KV cache type for K and V."),
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
@@ -300,14 +303,14 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
         try:
-            Path(output).write_text(text)
+            Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))  # a non-UTF-8 path's bytes, as given
             if kind == "sh":
                 Path(output).chmod(0o755)
         except OSError as e:
             raise LlamafitError(f"-o {output}: {e.strerror or e}") from e
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(text, nl=False)
+        click.echo(text.encode("utf-8", "surrogateescape"), nl=False)  # bytes: click strips nothing from them
 
 
 def _check_output_dir(output: str) -> None:
@@ -367,7 +370,7 @@ def calibration_clear() -> None:
 @click.option("--gpu", "gpu_spec", metavar="SPEC",
               help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
 @click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
-@click.option("--reserve", "reserve_mib", type=click.IntRange(0), default=1024, show_default=True,
+@click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
               help="MiB kept free per GPU.")
 @click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
 @json_option

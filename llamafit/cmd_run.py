@@ -7,10 +7,9 @@ else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` f
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from .errors import InputError
 from .layout import command_lines, paint, server_lines, use_colour, wrap_line, wrap_text
 from .memory import Breakdown
 from .paths import calibration_path, is_url
-from .plan import PlanResult, plan
+from .plan import PlanResult
 from .plan_report import serving_line, verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
     from .server_log import LogWatcher
 
 MAX_TRIES = 3
-OOM_RESERVE_STEP = 1024 * MIB  # each retry after an out-of-memory load keeps 1 GiB more free
 
 
 @dataclass(frozen=True)
@@ -163,9 +161,9 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
         "compute_scale": p.target.compute_scale,  # the correction already in these predictions
         "buffers": rows,
     }
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+    from .safe_io import append_line
+
+    append_line(path, json.dumps(entry))
 
 
 def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
@@ -177,29 +175,16 @@ def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]
         say(f"Warning    could not record to {path}: {e.strerror or e}")
 
 
-def replan(p: Prepared, policy: Policy, extra_reserve: int) -> PlanResult:
-    target = replace(p.target, reserve_bytes=p.target.reserve_bytes + extra_reserve)
-    return plan(target, p.parsed.config, policy, bandwidths=p.bandwidths)
-
-
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
                      first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
-    """Start the server with the plan `first` (then up to 2 more tries, each replanned with 1 GiB
-    more reserve, after out-of-memory failures) and serve until it exits."""
-    from .launcher import (
-        child_env,
-        ensure_port_free,
-        forwarding_signals,
-        free_port,
-        start,
-        wait_healthy,
-    )
+    """Start the server with the plan `first` (then up to 2 more tries after out-of-memory failures,
+    each strictly smaller on the device that failed: retreat.py) and serve until it exits."""
+    from .launcher import child_env, ensure_port_free, forwarding_signals, free_port, start, wait_healthy
     from .server_log import LogWatcher
 
     timeout_s = opts.load_timeout_s or default_load_timeout(p.facts.file_size)
-
+    result = first
     for attempt in range(MAX_TRIES):
-        result = first if attempt == 0 else replan(p, policy, attempt * OOM_RESERVE_STEP)
         if result.choice is None:
             say(f"Verdict    {verdict_text(result.verdict)}")
             return 1
@@ -220,6 +205,11 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
             timed_out = not ok and child.proc.poll() is None and watcher.failure is None
+            if ok and stop.signum is None and not _ours(watcher, child, port):
+                say(f"Failed     another server answers on {opts.host}:{port}; the one llamafit started never "
+                    "said it listens there (is the port taken?)")  # fmt: skip
+                child.stop()
+                return 1
             if ok and stop.signum is None:
                 return _serve(child, watcher, launch, p, env, say, stop)
             code = child.stop()
@@ -231,13 +221,45 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             say(f"Failed     the server was not healthy after {shown} s (--load-timeout {shown})")
             return 1
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
-            say(f"Retry      out of memory while loading ({watcher.failure}); keeping "
-                f"{(attempt + 1) * OOM_RESERVE_STEP // MIB} MiB more free per GPU")  # fmt: skip
+            back = _retreat(p, policy, result, watcher.failure_line)
+            if back is None:
+                say(f"Failed     {watcher.failure}; no smaller configuration fits")
+                return 1
+            changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+            say(f"Retry      out of memory on {back.device} while loading ({watcher.failure_line}); next try uses "
+                f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+            result = back.result
             continue
         say("Log        " + "\n           ".join(list(child.tail)[-12:]))
         say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
         return 1
     return 1
+
+
+def _ours(watcher: Any, child: Any, port: int, wait_s: float = 5.0) -> bool:
+    """The server answering is the child we started: its log says it listens on our port (the line
+    comes before /health turns 200; the log reader may lag a moment behind)."""
+    import time
+    import urllib.parse
+
+    deadline = time.monotonic() + wait_s
+    while watcher.url is None and child.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if watcher.url is None:
+        return False
+    try:
+        return urllib.parse.urlsplit(watcher.url).port == port
+    except ValueError:
+        return False
+
+
+def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Any:
+    """The next plan after an out-of-memory start: strictly smaller on the device that failed."""
+    from .retreat import failed_device, retreat
+
+    assert last.choice is not None
+    names = [d.name for d in last.choice.breakdown.devices]
+    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.bandwidths)
 
 
 def _has_failed(watcher: LogWatcher) -> bool:
@@ -292,7 +314,7 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
         say(f"Note       not recorded for calibration: the server did not report {', '.join(why_not[1])}")
     code = child.proc.wait()
     child.stop()
-    if stop.signum is not None:
+    if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop
         say("Stopped.")
         return 0
     return 0 if code in (0, -2, 130, -15, 143) else code

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .facts import ModelFacts
 from .placement import CPU
+from .resolve import since
 from .units import pad as _pad
 
 if TYPE_CHECKING:
@@ -46,6 +47,10 @@ F32 = 4
 # ggml/src/ggml-vulkan/ggml-vulkan.cpp ggml_backend_vk_buffer_type_get_alignment: the device's
 # minStorageBufferOffsetAlignment, at most 256 by the Vulkan spec; 128 is a common value (a device parameter).
 ALIGNMENT = {"cpu": 32, "cuda": 128, "rocm": 128, "metal": 32, "vulkan": 128}
+# Relative-position-bias attention (a KQ bias): build_attn_mha in src/llama-graph.cpp runs it without flash
+# attention whatever cparams.flash_attn says (use_flash_attn = flash_attn && kq_b == nullptr), so the KQ
+# product is in the compute buffer even with -fa on.
+KQ_BIAS_ARCHS = frozenset({"t5", "t5encoder"})
 # Allocator holes around the SSM scan that shift with tiny state-size changes, in n_embd rows,
 # fitted to the mamba2 / granite-hybrid rows of the calibration table (they spread about +-1 row).
 SSM_SLACK = 0.75
@@ -68,6 +73,11 @@ class ComputeSettings:
     holds_output: bool = True  # this device runs the output layer (logits)
     layers: tuple[int, ...] | None = None  # layer indices on this device; None = all
     kv_on_device: bool = True  # offload_kqv: attention (and its mask copy) runs here
+    fa_f16_in_buffer: bool = True  # CUDA FA's F16 K/V copies live in the compute buffer (PR #23907 on)
+    kv_idxs: bool = True  # K/V row-index inputs of the set_rows KV writes (PR #14959 on)
+    inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
+    qkv_views: bool = True  # fused QKV split by views (PR #15662 on); before, contiguous Q/K/V copies
+    mask_f16_input: bool = True  # with FA the KQ mask input is F16 (PR #23764 on); before, F32 + an F16 cast
 
     @property
     def n_tokens(self) -> int:
@@ -94,6 +104,8 @@ class _Shape:
     """Per-model facts the formulas need on every call, computed once per ModelFacts object."""
 
     reps: tuple[int, ...]  # for each layer, the first layer of identical shape (same candidate peaks)
+    gated: frozenset[int]  # layers whose dense FFN has a gate (build_ffn: GLU); else up + in-place activation
+    fused_qkv: dict[int, bool]  # layers with one attn_qkv matrix -> True when the model has no RoPE
     caches: tuple[bool, bool]  # a full-attention cache and an SWA cache with layers (iSWA)
     v_gqa_max: int
     range_reps: dict[tuple[int, int], frozenset[int]]  # memo: block range -> its distinct shapes
@@ -113,14 +125,35 @@ def _shape(f: ModelFacts) -> _Shape:
     if hit is not None and hit[0] is f:
         return hit[1]
     first: dict[tuple, int] = {}
-    reps = tuple(first.setdefault(_signature(f, il), il) for il in range(f.n_layer_all))
+    gated = _gated_layers(f)
+    reps = tuple(first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all))
     kv = [il for il in range(f.n_layer) if f.has_kv[il]]
     caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
-    shape = _Shape(reps, caches, f.n_embd_v_gqa_max, {})
+    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {})
     if len(_SHAPES) > 32:
         _SHAPES.clear()
     _SHAPES[id(f)] = (f, shape)  # keeps f alive, so its id cannot be reused while cached
     return shape
+
+
+def _gated_layers(f: ModelFacts) -> frozenset[int]:
+    """Blocks with an ffn_gate tensor (build_ffn in src/llama-graph.cpp multiplies by the gate only when
+    the model has one). A header without tensor infos counts every layer as gated (the larger FFN)."""
+    if not f.tensors:
+        return frozenset(range(f.n_layer_all))
+    out = set()
+    for t in f.tensors:
+        if t.name.startswith("blk.") and t.name.endswith((".ffn_gate.weight", ".ffn_gate_up.weight")):
+            out.add(int(t.name.split(".", 2)[1]))
+    return frozenset(out)
+
+
+def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
+    """Blocks with a fused attn_qkv matrix, each mapped to "no RoPE" (a learned position_embd, as gpt2 and
+    starcoder load, or ALiBi: bloom, mpt) — build_qkv in src/llama-graph.cpp."""
+    no_rope = f.architecture in ("bloom", "mpt", "jais") or any(t.name == "position_embd.weight" for t in f.tensors)
+    return {int(t.name.split(".", 2)[1]): no_rope for t in f.tensors
+            if t.name.startswith("blk.") and t.name.endswith(".attn_qkv.weight")}  # fmt: skip
 
 
 def _signature(f: ModelFacts, il: int) -> tuple:
@@ -153,14 +186,19 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
     """Graph inputs (ggml_set_input), allocated before any node (llm_graph_context::build_inp_*,
     llama_kv_cache::build_input_{k,v}_idxs, build_attn_inp_kq_mask in src/llama-graph.cpp)."""
     t, a = s.n_tokens, ALIGNMENT[s.backend]
-    out = {"inp_tokens": 4 * t, "inp_embd": F32 * f.n_embd * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
-    mask_elt = 2 if s.flash_attn else 4  # F16 mask for flash attention, F32 otherwise
+    out = {"inp_tokens": 4 * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
+    if s.inp_embd_input:  # before PR #18898 the graph had either token ids or embeddings
+        out["inp_embd"] = F32 * f.n_embd * t
+    mask_elt = 2 if s.flash_attn and s.mask_f16_input else 4  # F16 mask for flash attention, F32 otherwise
     v_rows = t if s.flash_attn else t * _shape(f).v_gqa_max  # transposed V: one index per element
     for i, cells in enumerate(_caches(f, s)):
-        out[f"k_idxs{i}"] = 8 * t
-        if f.mla is None:  # MLA caches hold no V (has_v = !is_mla)
-            out[f"v_idxs{i}"] = 8 * v_rows
+        if s.kv_idxs:  # before PR #14959 the KV writes were views + ggml_cpy, without index inputs
+            out[f"k_idxs{i}"] = 8 * t
+            if f.mla is None:  # MLA caches hold no V (has_v = !is_mla)
+                out[f"v_idxs{i}"] = 8 * v_rows
         out[f"kq_mask{i}"] = mask_elt * cells * t
+        if s.flash_attn and not s.mask_f16_input:  # the ggml_cast to F16 that FLASH_ATTN_EXT reads
+            out[f"kq_mask_f16_{i}"] = 2 * cells * t
     if f.recurrent is not None:
         out["rs_s_copy"] = 4 * max(1, s.n_seq_max)
     return {k: _pad(v, a) for k, v in out.items()}
@@ -171,13 +209,21 @@ def _attention(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = Tr
     KQ = n_kv x n_tokens x n_head F32 (soft_max runs in place) — build_attn_mha, llama-graph.cpp."""
     t = s.n_tokens
     e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
-    if s.flash_attn:
+    if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS:
         at_fa = 2 * e + q + F32 * f.n_head[il] * f.n_embd_head_v * t + fa_f16_extra(f, s, il)
         return max(2 * e + (_mla_q(f, s, il) if f.mla else 2 * q), at_fa)
     kq = F32 * _cells(f, s, il) * t * f.n_head[il] if with_kq else 0
     # MLA without FA: V is a view of the K cache, made contiguous (ggml_cont of its transpose)
     elt = 4 if s.type_k == "f32" else 2
     v_cont = elt * _cells(f, s, il) * f.mla.kv_lora_rank * s.n_stream if f.mla and with_kq else 0
+    fused = _shape(f).fused_qkv
+    if il in fused:
+        # build_qkv's fused path: Q/K/V are views of one qkv tensor. With RoPE the roped Q replaces it
+        # (qkv is freed once K and V are stored); without (learned positions, ALiBi) the Q view is
+        # read by the KQ product itself, so all of qkv stays alive (audit_families.py: gptneox, gpt2)
+        kv = F32 * (f.n_embd_k_gqa(il) + f.n_embd_v_gqa(il)) * t
+        conts = 0 if s.qkv_views else q + kv  # before PR #15662: ggml_cont of each view
+        return 2 * e + q + (kv if fused[il] else 0) + conts + kq
     return 2 * e + 2 * q + kq + v_cont
 
 
@@ -186,8 +232,8 @@ def fa_f16_extra(f: ModelFacts, s: ComputeSettings, il: int) -> int:
     (ggml_cuda_flash_attn_ext_get_alloc_size in ggml/src/ggml-cuda/fattn.cu, layout from
     ggml_cuda_flash_attn_ext_get_f16_extra_data in fattn-common.cuh). The n_ubatch-token reserve
     graph picks the MMA/TILE kernels, which need F16; for MLA, V is a view of K (one copy)."""
-    if s.backend not in ("cuda", "rocm") or not s.flash_attn:
-        return 0
+    if s.backend not in ("cuda", "rocm") or not s.flash_attn or not s.fa_f16_in_buffer:
+        return 0  # before PR #23907 the copies came from the CUDA pool (inside the margin)
     n_kv = _cells(f, s, il) * s.n_stream
     out = F32 * f.n_head[il] * f.n_embd_head_v * s.n_tokens  # ggml_nbytes(dst)
     end = out
@@ -214,17 +260,24 @@ def _hole(f: ModelFacts, s: ComputeSettings, il: int, *, small: bool) -> int:
     region takes the FFN and one n_embd row stays (Q narrower than n_embd: also two Q rows)."""
     t = s.n_tokens
     e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
-    kq = 0 if s.flash_attn else F32 * _cells(f, s, il) * t * f.n_head[il]
+    kq = 0 if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS else F32 * _cells(f, s, il) * t * f.n_head[il]
     if kq <= e + q:
         return e if small else e + q
     return e if q >= e else e + 2 * q
 
 
 def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
-    """At the GLU (build_ffn, LLM_FFN_PAR): ffn_inp + gate + up + activation above the hole."""
+    """At the GLU (build_ffn, LLM_FFN_PAR): ffn_inp + gate + up + activation above the hole.
+    Without a gate (gptneox, gpt2, phi2, starcoder...: LLM_FFN_SEQ with GELU/RELU) there is one n_ff
+    tensor: at the up matmul three n_embd rows (the block input or ffn_inp, the attention output or
+    the residual, the normed input) and up; the bias add and the activation then run in place, and
+    the freed attention slots leave no hole below (scripts/audit_families.py, CPU at 0c1e570: gptneox
+    with a parallel residual and gpt2 with a sequential one, exact with flash attention)."""
     t = s.n_tokens
     e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
-    return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff
+    if il in _shape(f).gated:
+        return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff
+    return 3 * e + ff
 
 
 def _moe_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
@@ -280,9 +333,12 @@ def _layer_peak(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = T
 def _output(f: ModelFacts, s: ComputeSettings) -> int:
     """At the lm_head: by then the mask, positions and indices are freed; inp_tokens' slot, the
     never-read inp_embd, result_norm (in place over the last layer's output) and the logits
-    [n_vocab, n_outputs] (a graph output: never freed) stay — llm_graph_context::build_output."""
+    [n_vocab, n_outputs] (a graph output: never freed) stay — llm_graph_context::build_output.
+    On a GPU backend the two graph inputs are not there: ggml_backend_sched assigns input leafs to
+    the last backend (the CPU) and copies into a split only what a GPU op reads."""
     t, n = s.n_tokens, s.n_out
-    return 4 * t + F32 * f.n_embd * t + F32 * f.n_embd * n + F32 * f.n_vocab * n
+    inputs = 4 * t + F32 * f.n_embd * t * s.inp_embd_input if s.backend == "cpu" else 0
+    return inputs + F32 * f.n_embd * n + F32 * f.n_vocab * n
 
 
 def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
@@ -300,10 +356,18 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     if s.backend == "cpu":
         dev_inputs, host = sum(inputs.values()), 0
     else:
+        # token ids and the never-read inp_embd stay in the host buffer (input leafs go to the CPU
+        # backend, ggml_backend_sched_split_graph); the embedding GET_ROWS output is copied in as
+        # the first split's input, which the layer candidates count as their residual row
+        # before PR #23764 the F32 mask stays on the host and its F16 cast is made on the GPU (ROCm log of
+        # issue #13545: host 64 MiB F32 mask, device the F16 one)
+        casted = any(k.startswith("kq_mask_f16") for k in inputs)
         attn_inputs = ("k_idxs", "v_idxs", "kq_mask")
         dev_inputs = sum(v for k, v in inputs.items()
-                         if k != "inp_tokens" and (s.kv_on_device or not k.startswith(attn_inputs)))  # fmt: skip
-        host = sum(inputs.values()) + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
+                         if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
+                         and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16")))  # fmt: skip
+        host = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
+        host += _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
         if not s.kv_on_device:
             host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
     device, peak_name = dev_inputs + peak, name
@@ -346,15 +410,42 @@ def _split_inputs(f: ModelFacts, s: ComputeSettings) -> int:
         F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
 
 
+def _base_settings(rc: ResolvedConfig) -> ComputeSettings:
+    return ComputeSettings(
+        n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
+        n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
+        type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
+        fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build), kv_idxs=since("kv_set_rows", rc.build),
+        inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
+        mask_f16_input=since("fa_mask_f16", rc.build),
+    )  # fmt: skip
+
+
+# Backends whose device has an offload_op hook that takes host-weight ops of a large batch:
+# ggml_backend_cuda_device_offload_op (ggml-cuda.cu, HIP too), ggml_backend_vk_device_offload_op
+# (ggml-vulkan.cpp), ggml_backend_sycl_device_offload_op. RPC has none (ggml-rpc.cpp: NULL); Metal
+# reads host buffers in place (unified memory), so nothing is copied.
+OP_OFFLOAD_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
+
+
+def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...], backend: str) -> int:
+    """The activations a GPU needs to run host layers' ops that op offload hands it.
+
+    ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1): an op whose weight lives in a
+    host buffer goes to the first backend whose offload_op accepts it (batch >= the device's
+    op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH); pass 2 expands that backend
+    over the layer's weight ops, so their activations are allocated in the GPU's compute buffer
+    (the weights arrive as split inputs: the caller adds those). Attention reads no weight and
+    its K/V live in the host's cache: it stays on the host, as with -nkvo."""
+    s = replace(_base_settings(rc), backend=_kind(backend), layers=layers, holds_output=False, kv_on_device=False)
+    return predict_compute(f, s).device
+
+
 def compute_for_devices(
     f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
 ) -> dict[int, int]:
     """Compute-buffer bytes per device index (GPUs 0.., the host CPU = -1) for a resolved config."""
-    base = ComputeSettings(
-        n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
-        n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
-        type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
-    )  # fmt: skip
+    base = _base_settings(rc)
     out: dict[int, int] = {}
     host = 0
     copies = _pipeline_copies(f, rc, lmap, gpus)

@@ -44,6 +44,8 @@ class LaunchConfig:
     rpc: tuple[str, ...] = ()  # --rpc host:port,...
     load_mode: str = "auto"  # -lm (older builds: --mmap/--no-mmap, --mlock)
     cache_ram_mib: int = 8192  # -cram: the server's prompt cache in host RAM
+    op_offload: bool = True  # --no-op-offload turns it off (common/arg.cpp: params.no_op_offload)
+    op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH (ggml-cuda.cu / ggml-vulkan.cpp device init)
     fit: bool = True  # -fit on|off
     fit_target_mib: tuple[int, ...] = (1024,)  # -fitt
     given: frozenset[str] = field(default=frozenset())  # which fields the user set explicitly

@@ -10,6 +10,11 @@ from .errors import InputError
 BACKEND_DEVICE_PREFIX = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "MTL", "cpu": "CPU"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MAX_SIZE = 1 << 60  # 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+
+
+class SizeTooLarge(InputError):
+    """A memory size beyond MAX_SIZE: never a catalog name either."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +30,9 @@ class DeviceSpec:
     # stays on the host (ggml-vulkan.cpp ggml_backend_vk_device_supports_op: maxStorageBufferRange
     # unless VK_EXT_shader_64bit_indexing, and maxBufferSize). None: no limit known.
     max_tensor_bytes: int | None = None
+    # the driver's share of this GPU that no llama.cpp buffer reports (CUDA context, cuBLAS
+    # workspace; cuda_overhead_bytes); 0 where unknown. The CUDA VMM pool stays in the reserve.
+    overhead_bytes: int = 0
 
     @property
     def usable_bytes(self) -> int | None:
@@ -39,8 +47,12 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(text)
     if not m:
         raise InputError(f"cannot read '{text}' as a memory size (examples: 24GiB, 12G, 512MiB)")
-    number, unit = float(m.group(1)), m.group(2).lower()
-    return int(number * _UNITS[unit])
+    digits, unit = m.group(1), m.group(2).lower()
+    whole = digits.partition(".")[0].lstrip("0")
+    if len(whole) > 20 or int(whole or 0) * _UNITS[unit] > MAX_SIZE:  # float() would overflow to inf
+        shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:39] + "…"
+        raise SizeTooLarge(f"memory size '{shown}' is too large (at most 1 EiB)")
+    return int(float(digits) * _UNITS[unit])
 
 
 def gpus_from_sizes(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
@@ -58,3 +70,21 @@ def gpus_from_sizes(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
 
 def host(total_bytes: int | None, available_bytes: int | None) -> DeviceSpec:
     return DeviceSpec("CPU", "host", "cpu", total_bytes, available_bytes)
+
+
+# CUDA per-GPU overhead that no ggml buffer reports (issue #12, rule 3). The cuBLAS workspace is
+# cuBLAS's default per handle (ggml-cuda creates one handle per device, ggml_cuda_get_device's
+# cublas_handle): 4 MiB, 32 MiB on Hopper (compute capability 9.0) and later (cuBLAS docs,
+# "cublasSetWorkspace": default workspace sizes). The context itself is the driver's (code, stacks,
+# printf/heap reserves); llama.cpp's breakdown shows it in the `unaccounted` column, 451-456 MiB
+# per RTX 4090 together with the VMM pool after a run (ggml-org/llama.cpp PR #15860). We take
+# CUDA_CONTEXT_BYTES for the context alone and leave the pool, which grows with use, to the reserve.
+CUDA_CONTEXT_BYTES = 256 << 20
+CUBLAS_WORKSPACE_BYTES = 4 << 20
+CUBLAS_WORKSPACE_HOPPER_BYTES = 32 << 20
+
+
+def cuda_overhead_bytes(cc_major: int | None) -> int:
+    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None: unknown)."""
+    hopper = cc_major is not None and cc_major >= 9
+    return CUDA_CONTEXT_BYTES + (CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES)

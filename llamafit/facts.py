@@ -93,6 +93,8 @@ class ModelFacts:
     weights: WeightFacts
     warnings: tuple[str, ...]
     tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)  # for -ot rules and CUDA padding
+    # attention and FFN read the same block input, their outputs summed (gptneox use_parallel_residual)
+    parallel_residual: bool = False
     data_end_bytes: int = 0  # where the last shard's tensor data ends, summed over shards (0: unknown)
     has_chat_template: bool = True  # tokenizer.chat_template is set
 
@@ -246,6 +248,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     n_layer_all, n_nextn = _layer_counts(meta)
     n_layer = n_layer_all - n_nextn
     n_embd = meta.required_int("{arch}.embedding_length")
+    _check_counts(meta, n_layer_all)
     n_head = meta.per_layer("{arch}.attention.head_count", n_layer_all, None) or (0,) * n_layer_all
     n_head_kv = meta.per_layer("{arch}.attention.head_count_kv", n_layer_all, n_head) or n_head
     n_ff = meta.per_layer("{arch}.feed_forward_length", n_layer_all, None) or (0,) * n_layer_all
@@ -290,9 +293,32 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         weights=weight_facts(model.tensors, n_layer_all),
         warnings=tuple(warnings),
         tensors=model.tensors,
+        parallel_residual=meta.get_bool("{arch}.use_parallel_residual", False),
         data_end_bytes=sum(sh.data_offset + sh.data_size for sh in model.shards),
         has_chat_template=bool(meta.get_str("tokenizer.chat_template", "")),
     )
+
+
+def _check_counts(meta: Metadata, n_layer_all: int) -> None:
+    """The asserts of llama_model::load_hparams (src/llama-model.cpp) and the indexes our facts take:
+    one error naming the key and its value, instead of a crash later."""
+
+    def bad(name: str, value: int, why: str) -> ModelFactsError:
+        return ModelFactsError(f"{meta.path}: key {meta.key(name)} = {value} {why}")
+
+    for name in ("{arch}.embedding_length", "{arch}.context_length"):
+        if meta.required_int(name) == 0:
+            raise bad(name, 0, "must be at least 1")
+    n_expert = meta.get_int("{arch}.expert_count", 0)
+    if n_expert > LLAMA_MAX_EXPERTS:
+        raise bad("{arch}.expert_count", n_expert, f"exceeds LLAMA_MAX_EXPERTS ({LLAMA_MAX_EXPERTS})")
+    used = max(meta.per_layer("{arch}.expert_used_count", n_layer_all, (0,)) or (0,))
+    if used > n_expert or (n_expert and not used):
+        raise bad("{arch}.expert_used_count", used, f"must be 1..expert_count ({n_expert})")
+    for name in ("{arch}.leading_dense_block_count", "{arch}.attention.shared_kv_layers"):
+        value = meta.get_int(name, 0)
+        if value > n_layer_all:
+            raise bad(name, value, f"exceeds block_count ({n_layer_all})")
 
 
 def _has_kv(arch: str, causal: bool, n_layer: int, kv_end: int, is_recr: tuple[bool, ...],
@@ -327,8 +353,9 @@ def _layer_counts(meta: Metadata) -> tuple[int, int]:
     if not 0 < n_layer_all <= LLAMA_MAX_LAYERS:
         raise ModelFactsError(f"{meta.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}")
     n_nextn = meta.get_int("{arch}.nextn_predict_layers", 0)
-    if n_nextn > n_layer_all:
-        raise ModelFactsError(f"{meta.path}: nextn_predict_layers {n_nextn} exceeds block_count {n_layer_all}")
+    if n_nextn >= n_layer_all:
+        raise ModelFactsError(f"{meta.path}: key {meta.key('{arch}.nextn_predict_layers')} = {n_nextn} leaves no "
+                              f"layer of block_count {n_layer_all} to run")  # fmt: skip
     return n_layer_all, n_nextn
 
 
@@ -348,3 +375,4 @@ def _known_archs() -> frozenset[str]:
 
 
 LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h
+LLAMA_MAX_EXPERTS = 1024  # src/llama-hparams.h

@@ -57,7 +57,10 @@ def shard_paths(path: str) -> list[str]:
     m = _SPLIT_NAME.match(path)
     if not m:
         return [path]
-    count = int(m.group("count"))
+    count, no = int(m.group("count")), int(m.group("no"))
+    if not 1 <= no <= count:
+        raise GGUFError(path, None, f"the name says shard {no} of {count}; split models number their shards "
+                        "1 to N (-00001-of-0000N.gguf)")  # fmt: skip
     return [f"{m.group('prefix')}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
 
 

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from . import gpu_catalog
-from .devices import BACKEND_DEVICE_PREFIX, DeviceSpec, host, parse_size
+from .devices import (
+    BACKEND_DEVICE_PREFIX,
+    DeviceSpec,
+    SizeTooLarge,
+    cuda_overhead_bytes,
+    host,
+    parse_size,
+)
 from .errors import InputError
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
@@ -116,7 +123,12 @@ def _nvml_bandwidth(nvml: Any, handle: Any) -> int | None:
 def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
     handle = nvml.nvmlDeviceGetHandleByIndex(i)
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free))
+    try:
+        cc_major: int | None = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
+    except (nvml.NVMLError, AttributeError):
+        cc_major = None
+    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free),
+                      overhead_bytes=cuda_overhead_bytes(cc_major))
     return GPUInfo(
         spec=spec,
         name=_text(nvml.nvmlDeviceGetName(handle)),
@@ -317,6 +329,8 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
 def _size_or_none(item: str) -> int | None:
     try:
         return parse_size(item)
+    except SizeTooLarge:
+        raise
     except InputError:
         return None
 
@@ -390,18 +404,37 @@ def device_specs(gpus: Sequence[GPUInfo], use: str = "free") -> tuple[DeviceSpec
     return tuple(replace(g.spec, free_bytes=g.spec.total_bytes) for g in gpus)
 
 
-def parse_rpc_option(spec: str) -> tuple[DeviceSpec, ...]:
-    """`--rpc host:port=24GiB[,host:port=12GiB]` → RPC0[host:port], … (sizes: the worker can't be asked)."""
-    workers = []
-    for i, part in enumerate(p.strip() for p in spec.split(",") if p.strip()):
-        endpoint, eq, size = part.rpartition("=")
+RpcQuery = Callable[[Sequence[str]], "dict[str, tuple[int, int]]"]
+
+
+def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSpec, ...]:
+    """`--rpc host:port=24GiB[,host:port]` → one device per worker, named as llama.cpp names its buffers:
+    `RPC0[host:port]` (ggml-rpc.cpp ggml_backend_rpc_buffer_type: "RPC" + the device's index on that
+    worker + "[endpoint]"; one device per worker). A worker given without a size is asked through
+    `query` (llama-server --rpc … --list-devices: rpc_info.py), which reports its free memory."""
+    items: list[tuple[str, str | None]] = []
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        endpoint, eq, size = part.rpartition("=") if "=" in part else (part, "", "")
         hostname, colon, port = endpoint.rpartition(":")
-        if not eq or not colon or not hostname or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InputError(f"--rpc wants host:port=SIZE (e.g. 192.168.1.5:50052=24GiB), not '{part}'")
-        total = parse_size(size)
-        workers.append(DeviceSpec(f"RPC{i}[{endpoint}]", "gpu", "rpc", total, total))
-    if not workers:
-        raise InputError("--rpc needs at least one host:port=SIZE")
+        if not colon or not hostname or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InputError(f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{part}'")
+        items.append((endpoint, size if eq else None))
+    if not items:
+        raise InputError("--rpc needs at least one host:port[=SIZE]")
+    unsized = [e for e, s in items if s is None]
+    answers = query(unsized) if unsized and query is not None else {}
+    workers: list[DeviceSpec] = []
+    for endpoint, given_size in items:
+        if any(w.name.endswith(f"[{endpoint}]") for w in workers):
+            raise InputError(f"--rpc names {endpoint} twice; give each worker once")
+        if given_size is not None:
+            total = free = parse_size(given_size)
+        elif endpoint in answers:
+            total, free = answers[endpoint]
+        else:
+            raise InputError(f"--rpc {endpoint}: cannot ask the worker for its memory (no llama-server with RPC, "
+                             "or the worker does not answer); give its size: host:port=SIZE")  # fmt: skip
+        workers.append(DeviceSpec(f"RPC0[{endpoint}]", "gpu", "rpc", total, free))
     return tuple(workers)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
+from .safe_text import printable
 from .facts import ModelFacts
 from .ggml_types import GGMLType
 from .kv import kv_cell_cost, swa_cells
@@ -95,9 +96,9 @@ def to_text(facts: ModelFacts) -> str:
     f, w = facts, facts.weights
     roles = w.by_role(range(f.n_layer_all))
     lines = [
-        f"Model          {f.path}",
-        f"Name           {f.name or '-'}",
-        f"Architecture   {f.architecture}, {f.file_type}, {f.n_params / 1e6:,.1f} M parameters",
+        f"Model          {printable(f.path)}",
+        f"Name           {printable(f.name) or '-'}",
+        f"Architecture   {printable(f.architecture)}, {f.file_type}, {f.n_params / 1e6:,.1f} M parameters",
         f"Size           {_mib(f.file_size)} in {f.n_shards} file(s), {f.n_tensors} tensors",
         f"Layers         {f.n_layer_all}" + (f" ({f.n_layer} + {f.n_layer_nextn} NextN)" if f.n_layer_nextn else ""),
         f"Heads          {_uniform(f.n_head)} query, {_uniform(f.n_head_kv)} KV, "
@@ -120,7 +121,7 @@ def to_text(facts: ModelFacts) -> str:
             lines.append(f"  {t:<6} {'(block size does not divide the head size)':>46}")
             continue
         lines.append(f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} {_mib(c['swa_max_bytes']):>14}")
-    lines += [f"Warning        {msg}" for msg in (*f.warnings, *([f.incomplete] if f.incomplete else []))]
+    lines += [f"Warning        {printable(msg)}" for msg in (*f.warnings, *([f.incomplete] if f.incomplete else []))]
     return "\n".join(lines)
 
 

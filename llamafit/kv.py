@@ -27,12 +27,14 @@ class KVCellCost:
         return self.full_bytes + self.swa_bytes
 
 
-def layer_cell_bytes(facts: ModelFacts, il: int, type_k: GGMLType, type_v: GGMLType, *, flash_attn: bool) -> int:
-    """K + V bytes of one cell of layer il (0 for layers without their own cache)."""
+def layer_cell_bytes(facts: ModelFacts, il: int, type_k: GGMLType, type_v: GGMLType, *, flash_attn: bool,
+                     v_less_mla: bool = True) -> int:  # fmt: skip
+    """K + V bytes of one cell of layer il (0 for layers without their own cache). `v_less_mla` False:
+    builds before PR #19067 also cached V (kv_lora_rank wide) for MLA models."""
     if not facts.has_kv[il]:
         return 0
     k = type_k.row_size(facts.n_embd_k_gqa(il))
-    if facts.mla is not None:
+    if facts.mla is not None and v_less_mla:
         return k
     v_width = facts.n_embd_v_gqa(il) if flash_attn else facts.n_embd_v_gqa_max
     return k + type_v.row_size(v_width)
@@ -52,9 +54,11 @@ def kv_cell_cost(facts: ModelFacts, type_k: GGMLType, type_v: GGMLType, *, flash
 
 
 
-def swa_cells(n_ctx_seq: int, n_swa: int, n_seq: int, n_ubatch: int, *, unified: bool, swa_full: bool) -> int:
+def swa_cells(n_ctx_seq: int, n_swa: int, n_seq: int, n_ubatch: int, *, unified: bool, swa_full: bool,
+              pad_to: int = 256) -> int:  # fmt: skip
     """SWA cache size per stream (src/llama-kv-cache-iswa.cpp):
-    PAD(min(n_ctx_seq, n_swa * (unified ? n_seq : 1) + n_ubatch), 256), or n_ctx_seq with --swa-full."""
+    PAD(min(n_ctx_seq, n_swa * (unified ? n_seq : 1) + n_ubatch), 256), or n_ctx_seq with --swa-full.
+    `pad_to` is the build's padding (resolve.BUILD_RULES: 256 now, none or 32/256 in older builds)."""
     if swa_full:
         return n_ctx_seq
-    return pad(min(n_ctx_seq, n_swa * (n_seq if unified else 1) + n_ubatch), 256)
+    return pad(min(n_ctx_seq, n_swa * (n_seq if unified else 1) + n_ubatch), pad_to)

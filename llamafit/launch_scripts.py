@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from llamafit.errors import InputError
+from llamafit.safe_text import printable
 from llamafit.server_flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
 
 KINDS = ("sh", "systemd", "llama-swap", "models-ini", "docker")
@@ -388,4 +390,19 @@ def render(kind: str, spec: LaunchSpec, **opts: object) -> str:
     renderer = _RENDERERS.get(kind)
     if renderer is None:
         raise InputError(f"unknown launch config {kind!r}: one of {', '.join(KINDS)}")
+    _check_expressible(kind, spec)
     return renderer(spec, **opts)
+
+
+def _check_expressible(kind: str, spec: LaunchSpec) -> None:
+    """Refuse, one line each, what `kind` cannot carry unchanged: control characters anywhere (a
+    terminal would act on them, systemd refuses tabs, and a path changed in transit names another
+    file), and for every format but sh, text that is not UTF-8 (units, YAML and INI are UTF-8)."""
+    words = [*launch_argv(spec), spec.model_path, spec.host, spec.name, *(v for pair in spec.env for v in pair)]
+    for word in words:
+        if bad := next((c for c in word if unicodedata.category(c) == "Cc"), None):
+            raise InputError(f"{kind} output refused: {printable(word)} contains the control character "
+                             f"{printable(bad)}; rename it")  # fmt: skip
+        if kind != "sh" and any("\udc80" <= c <= "\udcff" for c in word):
+            raise InputError(f"{kind} output refused: {printable(word)} is not valid UTF-8, which {kind} files "
+                             "must be; rename it (or use --format sh)")  # fmt: skip

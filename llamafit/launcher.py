@@ -28,6 +28,7 @@ from .errors import InputError
 
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 10.0
+KILL_GRACE_S = 5.0
 
 
 class Watcher(Protocol):
@@ -60,9 +61,15 @@ def ensure_port_free(host: str, port: int) -> None:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGTERM it when llamafit dies, however it dies."""
+    """In the child before exec: ask Linux to SIGKILL it when llamafit dies, however it dies (a
+    server that ignores SIGTERM too: llamafit's own SIGINT/SIGTERM are forwarded, then escalated)."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """preexec_fn for any child llamafit starts (servers, --help probes): on Linux, dies with llamafit."""
+    return _die_with_parent if sys.platform.startswith("linux") else None
 
 
 @dataclass
@@ -72,6 +79,7 @@ class Child:
     proc: subprocess.Popen[str]
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=40))
     reader: threading.Thread | None = None
+    stop_requested: bool = False  # a SIGINT/SIGTERM to llamafit was forwarded (and may be escalated)
 
     def stop(self) -> int:
         """SIGINT (twice), then SIGTERM, then SIGKILL: the child is gone when this returns."""
@@ -151,10 +159,16 @@ def forwarding_signals(child: Child) -> Iterator[StopRequest]:
     signal, so the waits must end on the request, not on the child's exit)."""
     stop = StopRequest()
 
+    escalating: list[threading.Thread] = []
+
     def forward(signum: int, _frame: Any) -> None:
         stop.signum = signum
+        child.stop_requested = True
         with contextlib.suppress(ProcessLookupError):
             child.proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+        if not escalating:  # a server that ignores it is killed after the grace period
+            escalating.append(threading.Thread(target=_escalate, args=(child.proc,), name="stop", daemon=True))
+            escalating[0].start()
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -163,6 +177,16 @@ def forwarding_signals(child: Child) -> Iterator[StopRequest]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         child.stop()
+
+
+def _escalate(proc: subprocess.Popen[str]) -> None:
+    """After a forwarded stop: SIGTERM after STOP_GRACE_S, SIGKILL 5 s later, unless it has exited."""
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(wait)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
 
 
 def child_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
@@ -174,9 +198,10 @@ def child_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
 
 def read_api_key(path: str) -> str:
     """The key from --api-key-file (first line), so it never appears on a command line in `ps`."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            key = f.readline().strip()
+    from .safe_io import SMALL_FILE, read_regular
+
+    try:  # a regular file, bounded: never /dev/zero or a FIFO that blocks
+        key = read_regular(path, SMALL_FILE, follow=True).decode("utf-8").partition("\n")[0].strip()
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"--api-key-file {path}: {getattr(e, 'strerror', None) or e}") from e
     if not key:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from .compute import compute_for_devices
+from .compute import OP_OFFLOAD_BACKENDS, compute_for_devices, op_offload_compute
 from .devices import DeviceSpec
 from .errors import InputError
 from .facts import ModelFacts
@@ -30,7 +30,7 @@ from .placement import (
     split_points,
     tensor_layer,
 )
-from .resolve import ConfigError, ResolvedConfig
+from .resolve import ConfigError, ResolvedConfig, since
 from .tensor_names import is_dense_ffn, is_expert
 from .units import MIB
 
@@ -55,12 +55,14 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
+    overhead_bytes: int = 0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
+    pinned_bytes: int = 0  # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
     side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
 
     @property
     def used_bytes(self) -> int:
         return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
-                + self.output_bytes + self.reserve_bytes + self.side_bytes)  # fmt: skip
+                + self.output_bytes + self.reserve_bytes + self.overhead_bytes + self.side_bytes)  # fmt: skip
 
     @property
     def free_after_bytes(self) -> int | None:
@@ -191,9 +193,10 @@ class MemoryModel:
         self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
-    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool) -> tuple[list[int], list[int]]:
+    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool,
+                    v_less_mla: bool = True) -> tuple[list[int], list[int]]:  # fmt: skip
         """Prefix sums over blocks of KV bytes per cell: (full-attention layers, SWA layers)."""
-        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn)
+        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn, v_less_mla=v_less_mla)
                  for il in range(self.facts.n_layer_all)]  # fmt: skip
         swa = self.facts.swa.is_swa
         return (_prefix([b if not swa[il] else 0 for il, b in enumerate(cells)]),
@@ -207,25 +210,33 @@ class MemoryModel:
                  reserve_bytes: int = DEFAULT_RESERVE_BYTES, compute_scale: float = 1.0) -> Breakdown:  # fmt: skip
         """Bytes per device for this configuration (GPUs in order, then the host)."""
         gpus = _active_gpus(rc, gpus)
-        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus))
+        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus),
+                         since("ngl_output_first", rc.build))  # fmt: skip
         weights = self._weights(rc, lmap, gpus)
         self._keep_oversized_on_host(weights, rc, lmap, gpus)
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
         compute = compute_for_devices(self.facts, rc, lmap, gpus)
+        self._op_offload(compute, rc, lmap, gpus)
         if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
             compute = {d: int(v * compute_scale) for d, v in compute.items()}
         output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4  # output_reserve(n_seq_max): F32 logits
         rows = []
         for d, spec in enumerate(gpus):
             rows.append(DeviceUsage(spec.name, "gpu", spec.total_bytes, spec.usable_bytes, weights[d], kv[d], rs[d],
-                                    compute[d], 0, reserve_bytes))  # fmt: skip
+                                    compute[d], 0, reserve_bytes, spec.overhead_bytes))  # fmt: skip
         host_reserve = 0 if gpus else reserve_bytes
         host_usable = host.usable_bytes
         if host_usable is not None and any(g.backend == "metal" for g in gpus):
             host_usable -= sum(r.used_bytes for r in rows)  # unified memory: the GPU's share is host RAM too
-        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
-                                rs[CPU], compute[CPU], output, host_reserve))  # fmt: skip
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+        pinned = 0
+        if any(g.backend in PADDED_BACKENDS for g in gpus):
+            # the CPU backend's compute buffer and the output buffer use the first GPU's host buffer type
+            # (llama_context ctor / output_reserve, src/llama-context.cpp); unmapped CPU weights go there
+            # too (load_tensors: cpu_buft_list starts with the host buffer type of the first device)
+            pinned = compute[CPU] + output + (0 if mapped else weights[CPU])
+        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
+                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned))  # fmt: skip
         return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
 
     def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[float, ...]:
@@ -283,6 +294,61 @@ class MemoryModel:
             if not (il is None and name.endswith("(tied)") and mapped):
                 out[CPU] += raw  # a mapped tied copy shares token_embd's pages (one CPU_Mapped range)
 
+    def _op_offload(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
+                    gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+        """Room in the first offloading GPU's compute buffer for host-weight ops it takes over.
+
+        ggml-backend.cpp: ops reading a host weight with a batch >= the threshold run on the first
+        backend whose offload_op accepts them (pass 1 of ggml_backend_sched_split_graph); the weight
+        is copied in as a split input, and each such weight starts a new split so that the copies of
+        earlier weights are reused (pass 5, need_new_split). So the buffer needs, at its peak, the
+        activations of one host layer's weight ops, with flash attention the K/V views of one host
+        layer (FLASH_ATTN_EXT is skipped by pass 1 and expanded onto the GPU with its neighbours),
+        and the largest host weight an offloaded op reads; not the sum of all host weights.
+        Measured on Vulkan0 (lavapipe, Llama 3.2 1B shape, -ngl 0..4): 0-60% over, never under.
+        """
+        if not rc.op_offload or rc.n_ubatch < max(rc.op_offload_min_batch, 1):
+            return
+        b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
+        if b is None:
+            return
+        limit = gpus[b].max_tensor_bytes
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        rules = rc.all_overrides if rc.overrides else ()
+        host_layers: list[int] = []
+        biggest = 0
+        for probe, name, il, raw, _padded in self.probes:
+            if il is None:  # output: its batch is n_outputs, token_embd: GET_ROWS (batch 0)
+                batch = min(rc.n_ubatch, rc.n_outputs_max)  # sched_reserve: n_outputs of the reserve graph
+                if not (name == "output.weight" and lmap.output == CPU and batch >= rc.op_offload_min_batch):
+                    continue
+            elif il >= self.facts.n_layer_all:
+                continue
+            target = override_target(name, rules) if rules else None
+            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
+                (il is not None and lmap.layers[il] == CPU)
+                or (il is not None and is_expert(name) and il < n_moe)
+                or (il is not None and is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
+            if not on_host or (limit is not None and probe > limit):
+                continue  # on a device already, or too large for the GPU to take
+            biggest = max(biggest, raw)
+            if il is not None and lmap.layers[il] == CPU:
+                host_layers.append(il)
+        if not biggest:
+            return
+        need = biggest
+        if host_layers:
+            layers = tuple(sorted(set(host_layers)))
+            need += op_offload_compute(self.facts, rc, layers, gpus[b].backend)
+            if rc.flash_attn:  # FLASH_ATTN_EXT follows its neighbours onto the GPU: K/V views copied in
+                full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
+                cells = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells
+                            for il in layers)  # fmt: skip
+                need += cells * rc.n_stream
+        else:
+            need += compute[b]  # the GPU's own layers read the copy (-ot exps=CPU, --n-cpu-moe)
+        compute[b] = max(compute[b], need)
+
     def bytes_read_per_token(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         """Weight bytes each device reads per generated token: everything but token_embd (a lookup)
         and, of the routed experts, only the n_expert_used / n_expert share a token activates."""
@@ -326,7 +392,7 @@ class MemoryModel:
 
     def _kv(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         out = dict.fromkeys([CPU, *range(n_gpu)], 0)
-        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
+        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn, since("mla_v_less", rc.build))
         cells_full, cells_swa = rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream
         for dev, a, b in lmap.runs:
             out[dev if rc.kv_offload else CPU] += (full[b] - full[a]) * cells_full + (swa[b] - swa[a]) * cells_swa
@@ -361,6 +427,13 @@ def _buffer_device(buft: str, names: dict[str, int]) -> int:
         if key == name or key.startswith(name + "_"):
             return i
     raise InputError(f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, {', '.join(names) or 'none'})")
+
+
+def check_override_devices(rules: Sequence[tuple[str, str]], gpus: Sequence[DeviceSpec]) -> None:
+    """Every -ot buffer type names a device of this machine (arg.cpp: "unknown buffer type")."""
+    names = {g.name.lower(): i for i, g in enumerate(gpus)}
+    for _, buft in rules:
+        _buffer_device(buft, names)
 
 
 def _active_gpus(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:

@@ -35,8 +35,15 @@ class Metadata:
             raise ModelFactsError(f"{self.path}: key {key} has type {found}, expected {expected}")
         return value
 
+    def _count(self, name: str, value: Any) -> Any:
+        """llama.cpp reads counts and sizes as uint32 (llama_model_loader::get_key): refuse the rest."""
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= UINT32_MAX:
+            what = "negative" if value < 0 else "larger than a 32-bit count"
+            raise ModelFactsError(f"{self.path}: key {self.key(name)} = {value} is {what}")
+        return value
+
     def get_int(self, name: str, default: Any = None) -> Any:
-        return self._get(name, (int,), default)
+        return self._count(name, self._get(name, (int,), default))
 
     def get_float(self, name: str, default: Any = None) -> Any:
         return self._get(name, (float, int), default)
@@ -48,7 +55,7 @@ class Metadata:
         return self._get(name, (bool,), default)
 
     def required_int(self, name: str) -> int:
-        return int(self._get(name, (int,), _REQUIRED))
+        return int(self._count(name, self._get(name, (int,), _REQUIRED)))
 
     def count(self, name: str) -> int:
         """Length of an array key (kept or skipped); 0 when absent."""
@@ -70,10 +77,11 @@ class Metadata:
                 )
             if not all(isinstance(v, (int, bool)) for v in value):
                 raise ModelFactsError(f"{self.path}: key {key} must hold integers")
-            return tuple(int(v) for v in value)
+            return tuple(int(self._count(name, v)) for v in value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ModelFactsError(f"{self.path}: key {key} must be an integer or an array of integers")
-        return (value,) * n_layer
+        return (self._count(name, value),) * n_layer
 
 
+UINT32_MAX = 2**32 - 1
 _REQUIRED = object()

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import tempfile
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,10 +49,12 @@ from .remote import (
     probe,
     same_origin,
 )
+from .safe_io import SMALL_FILE, read_regular, write_atomic
 from .source import ByteSource, BytesSource
 
 Progress = Callable[[int], None]
 _FORMAT = 1  # bump when the cache layout changes
+MAX_HEADER_BYTES = 1 << 30  # a cached header larger than this is not ours
 
 
 def open_model(
@@ -278,12 +278,16 @@ def load_header(url: str) -> CachedHeader | None:
     meta = _load_json(_cache_file("header", url, "json"))
     if not meta or meta.get("url") != url:
         return None
+    size, validator, n, digest = meta.get("size"), meta.get("validator"), meta.get("header_bytes"), meta.get("sha256")
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= MAX_HEADER_BYTES or not isinstance(digest, str):
+        return None
     try:
-        prefix = _cache_file("header", url, "gguf").read_bytes()
+        prefix = read_regular(_cache_file("header", url, "gguf"), n)
     except OSError:
         return None
-    size, validator = meta.get("size"), meta.get("validator")
-    if len(prefix) != meta.get("header_bytes") or not isinstance(size, int) or size < len(prefix):
+    if len(prefix) != n or not isinstance(size, int) or size < len(prefix):
+        return None
+    if hashlib.sha256(prefix).hexdigest() != digest:  # damaged or replaced since it was written
         return None
     return CachedHeader(url, validator if isinstance(validator, str) else None, size, prefix)
 
@@ -291,7 +295,7 @@ def load_header(url: str) -> CachedHeader | None:
 def save_header(entry: CachedHeader) -> None:
     """Cache a header; the sidecar is written last (it marks the entry complete)."""
     meta = {"format": _FORMAT, "url": entry.url, "validator": entry.validator,
-            "size": entry.size, "header_bytes": len(entry.prefix)}
+            "size": entry.size, "header_bytes": len(entry.prefix), "sha256": hashlib.sha256(entry.prefix).hexdigest()}
     _write(_cache_file("header", entry.url, "gguf"), entry.prefix)
     _write(_cache_file("header", entry.url, "json"), json.dumps(meta, indent=1).encode())
 
@@ -319,23 +323,13 @@ def _save_listing(endpoint: str, listing: RepoListing) -> None:
 
 def _load_json(path: Path) -> dict | None:
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
+        meta = json.loads(read_regular(path, SMALL_FILE * 64), parse_constant=lambda c: None)
+    except (OSError, ValueError, RecursionError):
         return None
     return meta if isinstance(meta, dict) and meta.get("format") == _FORMAT else None
 
 
 def _write(path: Path, data: bytes) -> None:
     """Atomically, or not at all: an unwritable cache only costs the next open a download."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    with contextlib.suppress(OSError):
+        write_atomic(path, data)

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from .errors import InputError
 from .facts import ModelFacts
@@ -24,6 +25,7 @@ from .tensor_names import block_index
 from .units import pad
 
 CPU = -1  # device index of the host
+_MAXREPEAT = int(re._constants.MAXREPEAT)  # type: ignore[attr-defined]
 CUDA_ROW_PADDING = 512  # ggml/src/ggml-cuda/ggml-cuda.cu MATRIX_ROW_PADDING
 CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
 
@@ -69,11 +71,12 @@ def split_points(fractions: Sequence[float]) -> tuple[float, ...]:
 
 
 @lru_cache(maxsize=1024)
-def layer_map(n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...]) -> LayerMap:
-    """get_layer_buft_list for every block and the output layer (index n_layer_all)."""
+def layer_map(n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...], output_first: bool = True) -> LayerMap:
+    """get_layer_buft_list for every block and the output layer (index n_layer_all). `output_first`
+    False: builds before PR #18148 started at n_layer - ngl, so the output layer went last (ngl > n_layer)."""
     if not points:
         return LayerMap((CPU,) * n_layer_all, CPU)
-    i_gpu_start = max(n_layer_all + 1 - n_gpu_layers, 0)
+    i_gpu_start = max(n_layer_all + int(output_first) - n_gpu_layers, 0)
     act = min(n_gpu_layers, n_layer_all + 1)
 
     def dev(il: int) -> int:
@@ -93,12 +96,59 @@ def cuda_alloc_size(t_type: GGMLType, shape: Sequence[int], n_bytes: int) -> int
     return pad(size, CUDA_ALIGNMENT)
 
 
+# std::regex's ECMAScript grammar (llama.cpp's -ot uses std::regex) is the contract. Python's re reads
+# the common part the same way; what only Python accepts is refused rather than silently reinterpreted.
+_PY_ONLY = re.compile(r"\\[AZzGNpPUaeEgkK]|\(\?[^:=!]|[*+?}]\+")
+_ESCAPE_PAIRS = re.compile(r"\\.")
+MAX_UNBOUNDED_REPEATS = 3  # `.*` and friends per pattern: tensor names are short, 4 already costs ms each
+
+
+def _repeats(tree: Any, inside: bool) -> tuple[int, str | None]:
+    """(unbounded repeats, why the pattern may backtrack exponentially or None) for a parsed pattern."""
+    count, why = 0, None
+    for op, arg in tree:
+        name = str(op)
+        if name.endswith("REPEAT"):
+            _lo, hi, sub = arg
+            if inside and hi > 1:
+                return count, "a quantifier inside a quantified group"
+            n, w = _repeats(sub, inside or hi > 1)
+            count, why = count + n + (hi == _MAXREPEAT), why or w
+        elif name == "BRANCH" and inside:
+            return count, "alternatives inside a quantified group"
+        elif name in ("SUBPATTERN", "BRANCH", "ASSERT", "ASSERT_NOT", "ATOMIC_GROUP"):
+            subs = [arg[-1]] if name != "BRANCH" else arg[1]
+            for sub in subs:
+                n, w = _repeats(sub, inside)
+                count, why = count + n, why or w
+    return count, why
+
+
+def check_override_regex(rx: str) -> re.Pattern[str]:
+    """An -ot regex compiled, or InputError naming it: invalid, not std::regex syntax, or too expensive."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    shown = rx if len(rx) <= 60 else rx[:59] + "…"
+    bare = _ESCAPE_PAIRS.sub(lambda m: m.group(0) if m.group(0)[1] in "AZzGNpPUaeEgkK" else "__", rx)
+    found = _PY_ONLY.search(bare)
+    if found:
+        raise InputError(f"-ot regex '{shown}': '{found.group(0)}' is not std::regex (ECMAScript) syntax")
+    try:
+        compiled = re.compile(rx)
+        count, why = _repeats(_parser.parse(rx), False)
+    except (re.error, RecursionError, OverflowError) as e:
+        raise InputError(f"-ot regex '{shown}' is invalid: {e}") from None
+    if why:
+        raise InputError(f"-ot regex '{shown}' is too expensive to match ({why}: exponential backtracking)")
+    if count > MAX_UNBOUNDED_REPEATS:
+        raise InputError(f"-ot regex '{shown}' is too expensive to match ({count} unbounded repeats; "
+                         f"at most {MAX_UNBOUNDED_REPEATS})")  # fmt: skip
+    return compiled
+
+
 @lru_cache(maxsize=64)
 def _compiled(rules: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern[str], str], ...]:
-    try:
-        return tuple((re.compile(rx), buft) for rx, buft in rules)
-    except re.error as e:
-        raise InputError(f"invalid --override-tensor regex: {e}") from e
+    return tuple((check_override_regex(rx), buft) for rx, buft in rules)
 
 
 def override_target(name: str, rules: tuple[tuple[str, str], ...]) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .safe_text import printable
 from .check_report import (
     config_json,
     device_json,
@@ -14,8 +15,8 @@ from .check_report import (
 )
 from .devices import DeviceSpec
 from .facts import ModelFacts
-from .findings import Verdict
 from .layout import command_lines, wrap_text
+from .findings import Verdict
 from .plan import PlanResult
 from .side_plan import SideCost
 
@@ -124,22 +125,6 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
     }
 
 
-def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
-    """The trade-off table: -ngl/cpu-moe columns only with a GPU; when every row reaches the same
-    context at the same offload, one row says it for all."""
-    rows = list(result.tradeoffs)
-    same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx) for t in rows}) == 1
-    lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
-             f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"]
-    for t in rows[:1] if same else rows:
-        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
-        offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
-        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}")
-    if same:
-        lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
-    return lines
-
-
 _SIDE = {"mmproj": "the projector", "draft": "the draft model", "mtp": "the MTP context"}
 
 
@@ -159,12 +144,12 @@ def _hw_line(d: dict[str, Any]) -> str:
 def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
             device_lines: list[str]) -> str:  # fmt: skip
     lines = [
-        f"Model      {facts.path}",  # the path alone: the wrapping of what follows never depends on it
-        f"           {facts.architecture}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
+        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
-        lines += command_lines("Command", argv)
+        lines += command_lines("Command", [printable(a) for a in argv])
     lines += device_lines
     lines += _tradeoff_lines(result, gpus=any(d["kind"] == "gpu" for d in hardware))
     per_tokens, per_layer = result.mib_per_1000_tokens, result.mib_per_layer
@@ -178,8 +163,24 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         lines.append(line)
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
-    lines += [notice_line(w) for w in result.warnings]
+    lines += [printable(notice_line(w)) for w in result.warnings]
     return wrap_text("\n".join(lines))
+
+
+def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
+    """The trade-off table: -ngl/cpu-moe columns only with a GPU; when every row reaches the same
+    context at the same offload, one row says it for all."""
+    rows = list(result.tradeoffs)
+    same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx) for t in rows}) == 1
+    lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
+             f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"]
+    for t in rows[:1] if same else rows:
+        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
+        offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
+        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}")
+    if same:
+        lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
+    return lines
 
 
 def serving_line(model: str, *, n_ctx: int, n_seq: int, kv_unified: bool, gpu_weights_bytes: int,

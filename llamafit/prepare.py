@@ -19,8 +19,16 @@ from .errors import InputError
 from .facts import ModelFacts, build_facts
 from .findings import Notice, as_notice
 from .gguf_model import GGUFModel
-from .hardware import GPUInfo, Hardware, fit_devices, given, parse_gpu_option, parse_rpc_option
-from .memory import MemoryModel
+from .hardware import (
+    GPUInfo,
+    Hardware,
+    RpcQuery,
+    fit_devices,
+    given,
+    parse_gpu_option,
+    parse_rpc_option,
+)
+from .memory import MemoryModel, check_override_devices
 from .paths import calibration_path
 from .resolve import ResolvedConfig
 from .search import Target
@@ -119,6 +127,7 @@ class Prepared:
     target: Target
     hardware: Hardware
     calibration: Correction | None = None  # the correction applied from the calibration file, if any
+    calibration_issue: Notice | None = None  # damaged records skipped, or a file not read
 
     @property
     def bandwidths(self) -> tuple[int | None, ...]:
@@ -162,8 +171,29 @@ def _no_vulkan(env: Mapping[str, str]) -> tuple[DeviceSpec, ...]:
     return ()
 
 
+def _with_limits(gpus: tuple[GPUInfo, ...], local: tuple[DeviceSpec, ...]) -> tuple[GPUInfo, ...]:
+    """GPUs given by size take the tensor limit of the local Vulkan device with the same number."""
+    return tuple(
+        replace(g, spec=replace(g.spec, max_tensor_bytes=local[i].max_tensor_bytes))
+        if i < len(local) and g.spec.backend == "vulkan" and g.spec.max_tensor_bytes is None else g
+        for i, g in enumerate(gpus)
+    )  # fmt: skip
+
+
+def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
+    def query(endpoints: Sequence[str]) -> dict[str, tuple[int, int]]:
+        from .rpc_info import query_workers
+        from .server_find import locate_server
+
+        located = locate_server(None, env)
+        return query_workers(located[0], endpoints, env) if located else {}
+
+    return query
+
+
 def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
-            vulkan_fn: VulkanFn = _no_vulkan) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+            vulkan_fn: VulkanFn = _no_vulkan, rpc_query: RpcQuery | None = None,
+            ) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
     """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them;
     --ram replaces the host's memory.
 
@@ -171,17 +201,17 @@ def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_f
     tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
     """
     ram_host = parse_ram_option(spec.ram) if spec.ram is not None else None
-    vk = vulkan_fn(env) if spec.gpu_spec is None and spec.backend == "vulkan" else ()
-    if vk:
+    vk = vulkan_fn(env) if spec.backend == "vulkan" else ()
+    if vk and spec.gpu_spec is None:
         hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo")
     elif spec.gpu_spec is None:
         hw = detect_fn(env)
     else:
-        hw = given(parse_gpu_option(spec.gpu_spec, backend=spec.backend), ram_host or host_fn())
+        hw = given(_with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk), ram_host or host_fn())
     if ram_host is not None:
         hw = replace(hw, host=ram_host)
     use = spec.use if spec.gpu_spec is None else "total"
-    rpc = parse_rpc_option(spec.rpc) if spec.rpc else ()
+    rpc = parse_rpc_option(spec.rpc, rpc_query) if spec.rpc else ()
     return hw, fit_devices(hw.gpus, use=use, rpc=rpc)
 
 
@@ -203,7 +233,9 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
     facts = build_facts(gguf)
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
-    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn)
+    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
+                          _rpc_query(env))
+    check_override_devices(parsed.config.override_tensor, devices)
     side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj, build=request.build)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
                     side=side)  # fmt: skip
@@ -236,12 +268,21 @@ def with_server_build(p: Prepared, server: ServerChoice) -> Prepared:
 
 def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     """Apply the compute correction learned from earlier runs of this build on these devices."""
+    from .safe_io import CALIBRATION_FILE, read_regular
+
     path = calibration_path(env)
+    skipped: list[str] = []
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            records = parse_records(f)
-    except OSError:  # none yet, or unreadable: plan without corrections
+        text = read_regular(path, CALIBRATION_FILE).decode("utf-8", errors="replace")
+    except FileNotFoundError:  # none yet: plan without corrections
         return p
+    except OSError as e:  # unreadable, a FIFO, a link, too large: plan without corrections, and say so
+        unread = Notice("calibration_unread", {"path": path, "reason": e.strerror or str(e)})
+        return replace(p, calibration_issue=unread)
+    records = parse_records(text.splitlines(), skipped)
+    if skipped:
+        issue = Notice("calibration_skipped", {"path": path, "count": len(skipped), "reason": skipped[0]})
+        p = replace(p, calibration_issue=issue)
     devices = [(d.name, d.backend) for d in p.target.gpus]
     found = compute_correction(records, devices=devices, build=p.target.build, architecture=p.facts.architecture)
     if found is None or found.is_identity:
@@ -250,11 +291,25 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
                    calibration=replace(found, source=path))  # fmt: skip
 
 
+_SHOWN = [False]  # a progress line is open on stderr
+
+
 def _progress(done: int) -> None:
     import sys
 
+    _SHOWN[0] = True
     sys.stderr.write(f"\rreading the remote header: {done / 2**20:,.1f} MiB")
     sys.stderr.flush()
+
+
+def _end_progress() -> None:
+    """Close the progress line, so what follows (an `Error:` too) starts a line of its own."""
+    import sys
+
+    if _SHOWN[0]:
+        _SHOWN[0] = False
+        sys.stderr.write("\n")
+        sys.stderr.flush()
 
 
 def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]) -> GGUFModel:
@@ -262,9 +317,12 @@ def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mappi
     (also llama-server's `-hf org/repo:quant` among the flags): only the header is read."""
     from .model_source import open_hf_repo, open_model
 
-    if model is None and not demo and hf_repo:
-        return open_hf_repo(hf_repo, env, progress=_progress)
-    return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
+    try:
+        if model is None and not demo and hf_repo:
+            return open_hf_repo(hf_repo, env, progress=_progress)
+        return open_model(resolve_model_arg(model, demo=demo), env, progress=_progress)
+    finally:
+        _end_progress()
 
 
 # Flags that add memory llamafit does not model: they are passed through, and said so.
@@ -292,6 +350,8 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
                                                "runs": p.calibration.runs, "architecture": p.calibration.architecture,
                                                "devices": [n for n, _ in p.calibration.devices],
                                                "source": p.calibration.source}))  # fmt: skip
+    if p.calibration_issue:
+        warnings.append(p.calibration_issue)
     return warnings
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -27,6 +28,10 @@ from .errors import InputError
 DEFAULT_TIMEOUT = 30.0  # seconds, for each connect and each read from the socket
 FIRST_WINDOW = 1 << 10  # the parser's first read: even a 1 KiB header costs < 2x its size
 MAX_REDIRECTS = 10
+# The largest header llamafit will read: 262k-token vocabularies with merges take ~20 MiB, the
+# largest tensor lists well under 1 MiB. A header "needing" more is a lie of the server or file.
+MAX_HEADER_BYTES = 64 << 20
+DEFAULT_DEADLINE = 120.0  # seconds for a whole remote header, however the server dribbles it
 PROGRESS_AFTER = 0.5  # seconds before the progress callback starts
 _CHUNK = 1 << 16
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -140,11 +145,34 @@ def _network_error(url: str, e: BaseException, timeout: float) -> RemoteUnreacha
     return RemoteUnreachable(f"{url}: cannot connect to {host}: {one_line(reason) or type(e).__name__}")
 
 
-def _send(method: str, url: str, headers: Mapping[str, str], timeout: float) -> Answer:
+def _open_within(req: urllib.request.Request, timeout: float, deadline: float | None) -> Any:
+    """_OPENER.open, abandoned (RemoteUnreachable) at `deadline` seconds however slowly the server
+    dribbles its status line and headers; the worker thread then ends with its socket's timeout."""
+    if deadline is None:
+        return _OPENER.open(req, timeout=timeout)
+    box: list[Any] = []
+
+    def work() -> None:
+        try:
+            box.append(_OPENER.open(req, timeout=timeout))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            box.append(e)
+
+    worker = threading.Thread(target=work, name="http-open", daemon=True)
+    worker.start()
+    worker.join(max(deadline, 0.0))
+    if not box:
+        raise RemoteUnreachable(f"{req.full_url}: no answer within {deadline:g} s (the deadline for the header)")
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def _send(method: str, url: str, headers: Mapping[str, str], timeout: float, deadline: float | None = None) -> Answer:
     """One request, redirects not followed; any status comes back as an Answer."""
     req = urllib.request.Request(url, method=method, headers={"User-Agent": _USER_AGENT, **headers})
     try:
-        resp = _OPENER.open(req, timeout=timeout)
+        resp = _open_within(req, timeout, deadline)
     except urllib.error.HTTPError as e:
         return Answer(url, e.code, e.headers, e)
     except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
@@ -159,13 +187,14 @@ def request(
     timeout: float,
     *,
     stop: Callable[[Answer], bool] = lambda a: False,
+    deadline: float | None = None,
 ) -> Answer:
     """Send, following redirects (credentials only to `url`'s own host), until an answer is not
     a redirect or `stop` accepts it. Redirect loops and chains longer than MAX_REDIRECTS fail."""
     seen = [url]
     where = url
     for _ in range(MAX_REDIRECTS + 1):
-        answer = _send(method, where, headers_for(where, url, headers), timeout)
+        answer = _send(method, where, headers_for(where, url, headers), timeout, deadline)
         location = answer.headers.get("Location")
         if answer.status not in _REDIRECTS or not location or stop(answer):
             return answer
@@ -192,7 +221,8 @@ def probe(url: str, *, headers: Mapping[str, str] | None = None, timeout: float 
     """HEAD the file: its validator (to check a cached header) and size. None when the server
     answers with an error status (the ranged GET then reports it); network failures raise."""
     # a redirect that already names the file's version (HF: X-Linked-Etag) is not followed
-    answer = request("HEAD", url, headers or {}, timeout, stop=lambda a: bool(a.headers.get("X-Linked-Etag")))
+    answer = request("HEAD", url, headers or {}, timeout, stop=lambda a: bool(a.headers.get("X-Linked-Etag")),
+                     deadline=DEFAULT_DEADLINE)
     answer.close()
     if answer.status >= 400:
         return None
@@ -222,6 +252,8 @@ class HttpRangeSource:
         progress_after: float = PROGRESS_AFTER,
         allow_full_download: bool = False,
         name: str | None = None,
+        deadline: float | None = None,
+        max_bytes: int = MAX_HEADER_BYTES,
     ) -> None:
         self.url = url
         self.name = name or url
@@ -229,6 +261,8 @@ class HttpRangeSource:
         self.progress = progress
         self.progress_after = progress_after
         self.allow_full_download = allow_full_download
+        self.deadline = DEFAULT_DEADLINE if deadline is None else deadline
+        self.max_bytes = max_bytes
         self.bytes_transferred = 0
         self.requests = 0
         self.validator: str | None = None
@@ -263,8 +297,13 @@ class HttpRangeSource:
         """GET a range from the last known location; back to the URL itself if that expired."""
         self.requests += 1
         self._t0 = self._t0 or time.monotonic()
+        if self.bytes_transferred + n > self.max_bytes + self.first_window:
+            raise InputError(f"{self.url}: the header would need more than {self.max_bytes:,} bytes; "
+                             "not a plausible GGUF header (refusing to read more)")  # fmt: skip
         headers = {**self._headers, "Range": range_header(offset, n), "Accept-Encoding": "identity"}
-        answer = request("GET", self._location, headers_for(self._location, self.url, headers), self.timeout)
+        timeout = min(self.timeout, max(self._left(), 0.001))
+        answer = request("GET", self._location, headers_for(self._location, self.url, headers), timeout,
+                         deadline=self._left())
         if answer.status in (401, 403, 404, 410) and self._location != self.url:
             answer.close()  # a signed CDN URL expired: resolve again
             self._location = self.url
@@ -290,7 +329,8 @@ class HttpRangeSource:
                                  f"(HTTP {answer.status}, Content-Range {answer.headers.get('Content-Range')!r})")
             self._size = cr.total
             self.validator = validator_of(answer.headers)
-            self._head = self._body(answer, cr.end + 1)
+            # never more than asked, whatever Content-Range claims
+            self._head = self._body(answer, min(cr.end + 1, self.first_window))
         finally:
             answer.close()
 
@@ -301,7 +341,10 @@ class HttpRangeSource:
             what = f"the whole {int(length):,}-byte file" if length and length.isdigit() else "the whole file"
             raise InputError(f"{self.url}: the server ignores HTTP Range requests (it answered 200 with "
                              f"{what}); refusing to download it all: download it and pass the local path")
-        self._head = self._body(answer, int(length) if length and length.isdigit() else None)
+        self._head = self._body(answer, self.max_bytes + 1)
+        if len(self._head) > self.max_bytes:
+            raise InputError(f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} bytes; "
+                             "download it and pass the local path")  # fmt: skip
         self._size = len(self._head)
         self.validator = validator_of(answer.headers)
 
@@ -324,19 +367,27 @@ class HttpRangeSource:
 
     def _body(self, answer: Answer, limit: int | None) -> bytes:
         """Read up to `limit` body bytes (all when None), counting them as they arrive."""
-        parts: list[bytes] = []
+        out = bytearray()  # one growing buffer: no second copy when it is done
         got = 0
+        read = getattr(answer.body, "read1", answer.body.read)  # one recv at a time: the deadline holds
         try:
             while limit is None or got < limit:
-                chunk = answer.body.read(_CHUNK if limit is None else min(_CHUNK, limit - got))
+                if self._left() <= 0:
+                    raise RemoteUnreachable(f"{self.url}: gave up after {self.deadline:g} s "
+                                            f"({self.bytes_transferred:,} bytes received)")  # fmt: skip
+                chunk = read(_CHUNK if limit is None else min(_CHUNK, limit - got))
                 if not chunk:
                     break
-                parts.append(chunk)
+                out += chunk
                 got += len(chunk)
                 self._count(len(chunk))
         except (OSError, http.client.HTTPException) as e:
             raise _network_error(self.url, e, self.timeout) from e
-        return b"".join(parts)
+        return bytes(out)
+
+    def _left(self) -> float:
+        """Seconds left of the deadline for the whole read."""
+        return self.deadline - (time.monotonic() - self._t0) if self._t0 else self.deadline
 
     def _count(self, n: int) -> None:
         self.bytes_transferred += n

@@ -206,8 +206,11 @@ def find_server(explicit: str | None, env: Mapping[str, str]) -> ServerBinary | 
 
 def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
     try:
+        from .launcher import die_with_parent
+
         return subprocess.run([path, flag], capture_output=True, text=True, errors="replace", timeout=timeout,
-                              env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+                              env=dict(env), stdin=subprocess.DEVNULL, check=False,
+                              preexec_fn=die_with_parent())  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServerProbeError(f"{path} {flag} failed: {exc}") from exc
 
@@ -225,14 +228,17 @@ def _cache_file(path: str) -> str | None:
 def _load_cached(file: str | None) -> tuple[int | None, str, Dialect] | None:
     if file is None:
         return None
-    try:
-        with open(file, encoding="utf-8") as f:
-            data = json.load(f)
-        if data.get("format") != CACHE_FORMAT:
+    from .safe_io import SMALL_FILE, read_regular
+
+    try:  # anything but a well-formed record of ours is ignored and probed again
+        data = json.loads(read_regular(file, 16 * SMALL_FILE), parse_constant=lambda c: None)
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
             return None
         build = data["build"]
+        if not isinstance(build, (int, type(None))) or not isinstance(data["version_line"], str):
+            return None
         return (int(build) if build else None), str(data["version_line"]), Dialect.from_json(data)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 
@@ -241,12 +247,10 @@ def _store(file: str | None, path: str, build: int | None, version_line: str, di
         return
     record = {"format": CACHE_FORMAT, "path": os.path.realpath(path), "build": build,
               "version_line": version_line, **dialect.to_json()}  # fmt: skip
+    from .safe_io import write_atomic
+
     try:
-        os.makedirs(os.path.dirname(file), exist_ok=True)
-        tmp = f"{file}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-        os.replace(tmp, file)
+        write_atomic(file, json.dumps(record, indent=1).encode())
     except OSError:
         pass  # a read-only cache only costs a --help run next time
 

@@ -19,10 +19,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import LOAD_MODES, N_PARALLEL_AUTO, NGL_ALL, NGL_AUTO, SPLIT_MODES, LaunchConfig
-from .config import engine_defaults, with_given
+from .config import (
+    LOAD_MODES,
+    N_PARALLEL_AUTO,
+    NGL_ALL,
+    NGL_AUTO,
+    SPLIT_MODES,
+    LaunchConfig,
+    engine_defaults,
+    with_given,
+)
 from .errors import InputError
 from .ggml_types import KV_CACHE_TYPES
+from .placement import check_override_regex
 from .server_flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
 
 
@@ -50,13 +59,20 @@ _NUMBER = re.compile(r"\s*\+?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")  # a non-nega
 
 def _int(value: str, who: str, minimum: int = -(2**31)) -> int:
     if not _INT.fullmatch(value):
-        raise InputError(f"{who} expects an integer, got {value!r}")
+        raise InputError(f"{who} expects an integer, got {shorten(value)!r}")
+    if len(value.strip().lstrip("+-").lstrip("0")) > 19:  # before int(): Python refuses 4,300+ digits
+        raise InputError(f"{who} is out of range, got {shorten(value.strip())}")
     number = int(value)
     if number >= 2**31 or number < -(2**31):
         raise InputError(f"{who} is out of range, got {value.strip()}")
     if number < minimum:
         raise InputError(f"{who} must be >= {minimum}, got {number}")
     return number
+
+
+def shorten(text: str, limit: int = 40) -> str:
+    """A user's value as quoted in an error: long ones cut, so the error stays one short line."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _at_least(minimum: int) -> Convert:
@@ -141,7 +157,9 @@ def _overrides(value: str, who: str) -> tuple[tuple[str, str], ...]:
     # parse_tensor_buffer_overrides (arg.cpp): split on ',', each at its first '='
     pairs = [item.partition("=") for item in value.split(",")]
     if not all(sep and buft for _, sep, buft in pairs):
-        raise InputError(f"{who} expects <tensor regex>=<buffer type>[,...], got {value!r}")
+        raise InputError(f"{who} expects <tensor regex>=<buffer type>[,...], got {shorten(value)!r}")
+    for regex, _, _ in pairs:
+        check_override_regex(regex)
     return tuple((regex, buft) for regex, _, buft in pairs)
 
 
@@ -179,6 +197,7 @@ _OPTS = (
     _Opt("kv_unified", ("-kvu", "--kv-unified"), "LLAMA_ARG_KV_UNIFIED", negs=("-no-kvu", "--no-kv-unified")),
     _Opt("swa_full", ("--swa-full",), "LLAMA_ARG_SWA_FULL"),
     _Opt("kv_offload", ("-kvo", "--kv-offload"), "LLAMA_ARG_KV_OFFLOAD", negs=("-nkvo", "--no-kv-offload")),
+    _Opt("op_offload", ("--op-offload",), "", negs=("--no-op-offload",)),  # no environment variable
     _Opt("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE"),
     _Opt("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "LLAMA_ARG_N_CPU_MOE", _at_least(0), merge=max),
     _Opt("n_cpu_ffn", ("-ncffn", "--n-cpu-ffn"), "LLAMA_ARG_N_CPU_FFN", _at_least(0), merge=max),
@@ -307,6 +326,9 @@ def parse_server_args(
         i = _scan_one(argv, i, scan, base)
     env_used = [name for opt, name in applied if opt.merge is not None or opt.field not in scan.on_cli]
     model, hf_repo = scan.values.pop("model", None), scan.values.pop("hf_repo", None)
+    if (raw := (env or {}).get("GGML_OP_OFFLOAD_MIN_BATCH")) is not None:  # the backends read it with atoi
+        m = re.match(r"\s*[-+]?\d+", raw)
+        scan.values["op_offload_min_batch"] = int(m.group(0)) if m else 0
     config = with_given(base, **scan.values)
     return ParsedServerArgs(config, model, hf_repo, tuple(scan.passthrough), tuple(scan.unknown), tuple(env_used))
 

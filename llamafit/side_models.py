@@ -40,6 +40,7 @@ from .config import NGL_ALL, NGL_AUTO, LaunchConfig
 from .errors import InputError
 from .ggml_types import KV_CACHE_TYPES, GGMLType
 from .placement import CPU, cuda_alloc_size, override_target, tensor_layer
+from .resolve import build_of
 
 if TYPE_CHECKING:
     from .devices import DeviceSpec
@@ -52,8 +53,8 @@ if TYPE_CHECKING:
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
 # [ver] PR #22787/#22838 (merged 2026-05-08) replaced the per-slot draft contexts (n_ctx = the slot's
 # cells or -cd, one sequence, n_batch = n_ctx; PR #10586) with one unified draft context. b9181 is
-# ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it.
-BUILD_UNIFIED_DRAFT = 9100
+# ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it (resolve.BUILD_RULES).
+BUILD_UNIFIED_DRAFT = build_of("unified_draft")
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 
 # every spelling of the side-model flags llama-server takes (common/arg.cpp), by the field they set

@@ -72,7 +72,21 @@ class Loaded:
 
 def load(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 180,
          binary: str = "llama-server") -> Loaded:
-    """Start llama-server (-lv 4, --no-warmup) on loopback, wait until it listens or fails, stop it."""
+    """Start llama-server (-lv 4, --no-warmup) on loopback, wait until it listens or fails, stop it.
+
+    A start that fails on its port (another process took it between the probe and the bind) is retried."""
+    for _ in range(3):
+        with serve(model, flags, env=env, timeout_s=timeout_s, binary=binary) as (loaded, _port):
+            pass
+        if loaded.ok or not any("bind" in ln or "address already in use" in ln.lower() for ln in loaded.log):
+            break
+    return loaded
+
+
+@contextmanager
+def serve(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 180,
+          binary: str = "llama-server") -> Iterator[tuple[Loaded, int]]:
+    """llama-server (-lv 4, --no-warmup) on loopback, running while the block runs: (what it reported, port)."""
     folder = bin_dir()
     if folder is None:
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")
@@ -96,16 +110,18 @@ def load(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None 
 
     t = threading.Thread(target=pump, daemon=True)
     t.start()
-    done.wait(timeout_s)
-    proc.terminate()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    t.join(5)
-    failure = watcher.failure or (None if watcher.ready else "did not start in time")
-    return Loaded(watcher.ready, watcher.buffers, failure, lines)
+        done.wait(timeout_s)
+        failure = watcher.failure or (None if watcher.ready else "did not start in time")
+        yield Loaded(watcher.ready, watcher.buffers, failure, lines), port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        t.join(5)
 
 
 def run_tool(args: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 300) -> str:

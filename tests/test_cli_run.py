@@ -54,8 +54,9 @@ Command    {server} \\
                                  "why": f"llama-server from --server: {server}"}  # fmt: skip
 
 
-def test_missing_api_key_file_is_bad_input() -> None:
-    result = run("--gpu", "cpu", "--dry-run", "--api-key-file", "/nonexistent/key")
+def test_missing_api_key_file_is_bad_input(tmp_path: Path) -> None:
+    server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
+    result = run("--gpu", "cpu", "--dry-run", "--server", str(server), "--api-key-file", "/nonexistent/key")
     error = "Error: --api-key-file /nonexistent/key: No such file or directory\n"
     assert (result.exit_code, result.stderr) == (2, error)
 

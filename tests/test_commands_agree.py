@@ -41,11 +41,11 @@ def calibrated(tmp_path: Path) -> dict[str, str]:
 
 
 def test_without_calibration_the_plan_differs(tmp_path: Path, calibrated: dict[str, str]) -> None:
-    """The record matters: without it the same plan fits 512 more tokens."""
+    """The record matters: without it the same plan fits 256 more tokens."""
     empty = {"LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl")}
     plain = invoke(empty, "plan", QWEN, *MACHINE, "--kv", "q8_0", "--json")
     corrected = invoke(calibrated, "plan", QWEN, *MACHINE, "--kv", "q8_0", "--json")
-    assert (plain["config"]["n_ctx"], corrected["config"]["n_ctx"]) == (21760, 21248)
+    assert (plain["config"]["n_ctx"], corrected["config"]["n_ctx"]) == (21760, 21504)
     assert note(tmp_path / "calibration.jsonl") in corrected["warnings"]
     assert not any(w["code"] == "calibration" for w in plain["warnings"])
 
@@ -53,7 +53,7 @@ def test_without_calibration_the_plan_differs(tmp_path: Path, calibrated: dict[s
 def test_check_plan_run_and_script_agree_on_the_context(tmp_path: Path, calibrated: dict[str, str]) -> None:
     planned = invoke(calibrated, "plan", QWEN, *MACHINE, "--kv", "q8_0", "--json")
     n_ctx = planned["config"]["n_ctx"]
-    assert n_ctx == 21248 and planned["command"][3:5] == ["-c", "21248"]
+    assert n_ctx == 21504 and planned["command"][3:5] == ["-c", "21504"]
 
     # check, given the planned flags, predicts the same buffers (the compute correction included)
     checked = invoke(calibrated, "check", QWEN, *MACHINE, "--json", "--", *planned["command"][3:])

@@ -136,7 +136,8 @@ def test_cuda_device_and_host_split() -> None:
     # at FLASH_ATTN_EXT: residual + attn_norm hole + roped Q + output (+ the F16 K/V copies)
     at_fa = 2 * e + 4 * 128 * t + 4 * 128 * t + fa_f16_extra(f, s, 0)
     assert est.peak == "attention"
-    assert est.device == sum(inputs.values()) - inputs["inp_tokens"] + at_fa
+    # the GPU holds no token ids and no never-read inp_embd (input leafs stay on the CPU backend)
+    assert est.device == sum(inputs.values()) - inputs["inp_tokens"] - inputs["inp_embd"] + at_fa
     # host: every graph input plus the embedding rows (token_embd stays on the CPU)
     assert est.host == sum(inputs.values()) + e
     assert predict_compute(f, dataclasses.replace(s, backend="cpu")).host == 0
@@ -155,7 +156,8 @@ def test_layers_and_output_placement() -> None:
     f = _facts(str(ROOT / "fixtures" / "dense-llama.gguf"))
     s = ComputeSettings(n_ctx_seq=512, n_ubatch=512, n_outputs=512, flash_attn=True, backend="cuda")
     none = dataclasses.replace(s, layers=(), holds_output=False)
-    assert predict_compute(f, none).device == sum(input_bytes(f, s).values()) - input_bytes(f, s)["inp_tokens"]
+    gpu_inputs = {k: v for k, v in input_bytes(f, s).items() if k not in ("inp_tokens", "inp_embd")}
+    assert predict_compute(f, none).device == sum(gpu_inputs.values())
     out_only = dataclasses.replace(s, layers=())
     assert predict_compute(f, out_only).peak == "output"  # logits 320 x 512 F32 beat the inputs
 

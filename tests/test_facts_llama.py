@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, needs_llama_cpp
 from llama_probe import KVLine, RSLine, kv_lines, load_logs, rs_lines
 
 from llamafit.facts import ModelFacts, build_facts
@@ -15,7 +15,7 @@ from llamafit.ggml_types import GGMLType
 from llamafit.gguf_model import read_model
 from llamafit.kv import swa_cells
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, needs_llama_cpp]
 F16 = GGMLType.named("f16")
 MIB = 1 << 20
 CONFIGS = [

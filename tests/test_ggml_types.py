@@ -25,7 +25,8 @@ def test_lookup_by_id_and_name() -> None:
 def test_reading_a_header_loads_neither_gguf_nor_numpy() -> None:
     """The reader is the standard library's struct: gguf (and the numpy and yaml it imports) is for
     fixtures and this test's reference only."""
-    code = ("import sys, llamafit.solver, llamafit.model_source, llamafit.facts as f, llamafit.gguf_model as g\n"
+    code = ("import sys, llamafit.solver, llamafit.model_source\n"
+            "import llamafit.facts as f, llamafit.gguf_model as g\n"
             "f.build_facts(g.read_model(sys.argv[1]))\n"
             "print(sorted(m for m in ('gguf', 'numpy', 'yaml') if m in sys.modules))")  # fmt: skip
     model = str(FIXTURES / "moe-qwen3.gguf")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from llamafit.devices import DeviceSpec, host
+from llamafit.devices import DeviceSpec, cuda_overhead_bytes, host
 from llamafit.errors import InputError
 from llamafit.gpus_report import gpus_json, gpus_text
 from llamafit.hardware import (
@@ -113,7 +113,9 @@ def _not_apple(name: str) -> str | None:
 
 
 def _cuda(i: int, rec: RecordedGPU, physical: int, bandwidth: int | None) -> GPUInfo:
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", rec.total, rec.total - rec.used)
+    # the recorded driver answers no compute capability: context + the pre-Hopper cuBLAS workspace
+    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", rec.total, rec.total - rec.used,
+                      overhead_bytes=cuda_overhead_bytes(None))
     return GPUInfo(spec, rec.name, i, physical, rec.uuid, rec.bus_id, "550.54.15", bandwidth, rec.used)
 
 
@@ -360,15 +362,31 @@ def test_parse_rpc_and_device_order() -> None:
     rpc = parse_rpc_option("192.168.1.5:50052=24GiB, [::1]:50053=12G")
     assert rpc == (
         DeviceSpec("RPC0[192.168.1.5:50052]", "gpu", "rpc", 24 * GiB, 24 * GiB),
-        DeviceSpec("RPC1[[::1]:50053]", "gpu", "rpc", 12 * GiB, 12 * GiB),
+        DeviceSpec("RPC0[[::1]:50053]", "gpu", "rpc", 12 * GiB, 12 * GiB),  # device 0 of its worker
     )
     names = [s.name for s in fit_devices(DETECTED, use="total", rpc=rpc)]
-    assert names == ["RPC0[192.168.1.5:50052]", "RPC1[[::1]:50053]", "CUDA0", "CUDA1"]  # RPC first, as llama.cpp
+    assert names == ["RPC0[192.168.1.5:50052]", "RPC0[[::1]:50053]", "CUDA0", "CUDA1"]  # RPC first, as llama.cpp
 
 
-@pytest.mark.parametrize("spec", ["host=24G", "host:50052", ":50052=24G", "host:99999=24G", "host:port=24G"])
+def test_rpc_workers_without_a_size_are_asked() -> None:
+    asked: list[list[str]] = []
+
+    def query(endpoints: list[str]) -> dict[str, tuple[int, int]]:
+        asked.append(list(endpoints))
+        return {"10.0.0.2:50052": (24105 << 20, 24000 << 20)}
+
+    rpc = parse_rpc_option("10.0.0.1:50052=8GiB,10.0.0.2:50052", query)  # type: ignore[arg-type]
+    assert asked == [["10.0.0.2:50052"]]
+    assert rpc[1] == DeviceSpec("RPC0[10.0.0.2:50052]", "gpu", "rpc", 24105 << 20, 24000 << 20)
+    with pytest.raises(InputError, match=r"^--rpc 10\.0\.0\.3:1: cannot ask the worker for its memory"):
+        parse_rpc_option("10.0.0.3:1", query)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^--rpc 10\.0\.0\.3:1: cannot ask"):
+        parse_rpc_option("10.0.0.3:1")  # no way to ask
+
+
+@pytest.mark.parametrize("spec", ["host=24G", ":50052=24G", "host:99999=24G", "host:port=24G", "host"])
 def test_parse_rpc_errors(spec: str) -> None:
-    with pytest.raises(InputError, match=r"^--rpc wants host:port=SIZE \(e\.g\. 192\.168\.1\.5:50052=24GiB\), not '"):
+    with pytest.raises(InputError, match=r"^--rpc wants host:port\[=SIZE\] \(e\.g\. 192\.168\.1\.5:50052=24GiB\), not '"):
         parse_rpc_option(spec)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -12,6 +11,8 @@ from conftest import FIXTURES
 
 from llamafit.cli import cli
 from llamafit.many import pack, shares, swap_groups
+
+jsonschema = pytest.importorskip("jsonschema", reason="the test extra's jsonschema checks llama-swap's schema")
 
 # llama-swap's configuration schema as documented (config-schema.json, docs/configuration.md):
 # the keys llamafit writes and their constraints.

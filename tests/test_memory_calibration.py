@@ -9,7 +9,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, needs_demo
 
 from llamafit.config import engine_defaults
 from llamafit.devices import host
@@ -57,7 +57,8 @@ def row_id(i: int, row: dict) -> str:
     return f"{i:03d}-{row['engine']}-{name}-c{s['n_ctx']}-fa{int(s['flash_attn'])}-np{s['n_seq_max']}"
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[row_id(i, r) for i, r in enumerate(ROWS)])
+@pytest.mark.parametrize("row", [pytest.param(r, marks=needs_demo) if r["model"].startswith("demo:") else r
+                                 for r in ROWS], ids=[row_id(i, r) for i, r in enumerate(ROWS)])  # fmt: skip
 def test_row(row: dict) -> None:
     (cpu,) = predicted(row).devices
     m = row["measured"]

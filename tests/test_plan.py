@@ -50,7 +50,7 @@ def test_verdicts() -> None:
     assert verdict_text(full.verdict).endswith("— the trained maximum") and full.smallest_gpu is None
     partial = plan(target(QWEN, "16GiB"), LaunchConfig(), Policy(), bandwidths=(288 * GB_S,))
     assert partial.smallest_gpu == "NVIDIA GeForce RTX 3090 Ti (24 GiB)"
-    assert "generation runs at about 58% of the all-GPU speed" in verdict_text(partial.verdict)
+    assert "generation runs at about 57% of the all-GPU speed" in verdict_text(partial.verdict)
     assert partial.verdict.placement == "layers_on_cpu"
     assert partial.verdict.speed_vs_full_gpu == partial.speed_vs_full_gpu
     none = plan(target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192))

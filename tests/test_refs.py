@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import needs_llama_server
 from test_ls import home  # noqa: F401  (the fixture: every store under one HOME)
 
 from llamafit.cli import cli
@@ -36,7 +37,8 @@ def test_references_resolve_to_local_files(ref: str, path_end: str, home: Path, 
 
 
 @pytest.mark.parametrize("command", [["inspect"], ["check", "--gpu", "8GiB"], ["script", "--gpu", "8GiB"],
-                                     ["run", "--dry-run", "--gpu", "8GiB", "--port", "18700"]])  # fmt: skip
+                                     pytest.param(["run", "--dry-run", "--gpu", "8GiB", "--port", "18700"],
+                                                  marks=needs_llama_server)])  # fmt: skip
 def test_every_command_takes_a_reference(command: list[str], home: Path, offline: None) -> None:  # noqa: F811
     result = CliRunner().invoke(cli, [*command, "ollama:moe:tiny"])
     assert result.exit_code == 0, result.output

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, needs_llama_cpp
 
 from llamafit import hf, model_source
 from llamafit.errors import InputError
@@ -177,7 +177,7 @@ class Hub:
         self.cdn.hits.clear()
 
 
-def _hub_repos(demo: Path) -> dict[str, dict[str, Path]]:
+def _hub_repos(demo: Path | None) -> dict[str, dict[str, Path]]:
     tiny = {
         "README.md": FIXTURES / "README.md",
         "mmproj-tiny-Q8_0.gguf": FIXTURES / "swa-gemma3.gguf",
@@ -186,11 +186,13 @@ def _hub_repos(demo: Path) -> dict[str, dict[str, Path]]:
         "tiny-iq4_xs.gguf": FIXTURES / "moe-qwen3.gguf",
         **{f"F16/tiny-F16-{i:05d}-of-00003.gguf": p for i, p in enumerate(SPLIT, 1)},
     }
-    return {
+    repos = {
         "acme/tiny-GGUF": tiny,
         "acme/gated-GGUF": {"gated-Q4_K_M.gguf": FIXTURES / "dense-llama.gguf"},
-        "unsloth/gemma-3-270m-it-GGUF": {"gemma-3-270m-it-Q4_K_M.gguf": demo},
     }
+    if demo is not None:  # the demo extra
+        repos["unsloth/gemma-3-270m-it-GGUF"] = {"gemma-3-270m-it-Q4_K_M.gguf": demo}
+    return repos
 
 
 def _publish(hub_site: Site, cdn_site: Site, cdn_url: str, repos: dict[str, dict[str, Path]]) -> None:
@@ -210,10 +212,10 @@ def _publish(hub_site: Site, cdn_site: Site, cdn_url: str, repos: dict[str, dict
 
 
 @pytest.fixture(scope="module")
-def hub_server(demo_path: Path) -> Iterator[Hub]:
+def hub_server(demo_path_if_installed: Path | None) -> Iterator[Hub]:
     hub_site, cdn_site = Site(), Site()
     with serve(hub_site) as url, serve(cdn_site) as cdn_url:
-        repos = _hub_repos(demo_path)
+        repos = _hub_repos(demo_path_if_installed)
         _publish(hub_site, cdn_site, cdn_url, repos)
         yield Hub(url, hub_site, cdn_site, repos)
 
@@ -225,9 +227,10 @@ def hub(hub_server: Hub, fresh_cache: Path) -> Hub:
 
 
 @pytest.fixture(scope="module")
-def plain_server(demo_path: Path) -> Iterator[tuple[str, Site]]:
-    """Range support, the fixtures, the demo model, and the failure modes."""
-    site = Site(files={f"/m/{p.name}": p for p in [*SINGLE, *SPLIT, demo_path]})
+def plain_server(demo_path_if_installed: Path | None) -> Iterator[tuple[str, Site]]:
+    """Range support, the fixtures, the demo model (with the demo extra), and the failure modes."""
+    demo = [demo_path_if_installed] if demo_path_if_installed else []
+    site = Site(files={f"/m/{p.name}": p for p in [*SINGLE, *SPLIT, *demo]})
     site.status.update({"/private.gguf": 401, "/forbidden.gguf": 403})
     site.redirects.update({"/loop-a.gguf": "/loop-b.gguf", "/loop-b.gguf": "/loop-a.gguf",
                            "/moved.gguf": "/m/dense-llama.gguf", "/to-file.gguf": "file:///etc/passwd"})
@@ -621,6 +624,7 @@ def test_cli_reads_urls_hf_files_and_dash_hf(plain: tuple[str, Site], hub: Hub,
     assert json.loads(plan.stdout)["model"]["architecture"] == "llama"
 
 
+@needs_llama_cpp
 def test_run_dry_run_passes_a_remote_model_as_model_url(plain: tuple[str, Site]) -> None:
     from click.testing import CliRunner
 

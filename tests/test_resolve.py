@@ -35,8 +35,9 @@ def fields(rc, *names):
         (with_given(SERVER, n_parallel=2), "llama-server", None, (65536, 32768, 2, 2, False, 2048, 512, 2, 768)),
         (SERVER, "llama-server", 9000, (32768, 32768, 4, 1, True, 2048, 512, 2048, 1024)),  # before PR #23861
         (engine_defaults("llama-cpp-python"), "llama-cpp-python", None, (512, 512, 1, 1, False, 512, 512, 512, 512)),
+        # b6000: before PR #16736 one slot by default; SWA cache padded like n_ctx (32 without FA)
         (replace(SERVER, n_ctx=100, flash_attn="off"), "llama-server", 6000,
-         (128, 128, 4, 1, True, 100, 100, 100, 256)),
+         (128, 128, 1, 1, False, 100, 100, 100, 128)),
     ],
     ids=["server-defaults", "np3", "np3-kvu", "pad-1000", "batch-caps", "np2-no-c-fit", "build-9000",
          "llama-cpp-python", "build-6000-pad32"],

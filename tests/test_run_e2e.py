@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, needs_demo, needs_llama_cpp, needs_llama_server
 
 pytestmark = pytest.mark.llama
 DENSE = str(FIXTURES / "dense-llama.gguf")
@@ -99,6 +99,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     return e
 
 
+@needs_llama_server
 def test_real_llama_server_runs_checks_itself_and_stops(env: dict[str, str], tmp_path: Path) -> None:
     run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "4096", env=env)
     try:
@@ -139,6 +140,8 @@ def test_a_gpu_plan_on_a_cpu_only_server_warns_and_records_nothing(env: dict[str
     assert not (tmp_path / "calibration.jsonl").exists()
 
 
+@needs_demo
+@needs_llama_cpp
 def test_demo_on_the_embedded_server_answers_a_completion(env: dict[str, str]) -> None:
     run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--server", "embedded", "--ctx", "2048", env=env)
     try:
@@ -157,6 +160,7 @@ def test_demo_on_the_embedded_server_answers_a_completion(env: dict[str, str]) -
     assert_checks_within_bounds(run.lines)  # planned by llama-cpp-python's rules: n_batch outputs, one sequence
 
 
+@needs_llama_server
 def test_killing_llamafit_leaves_no_orphan(env: dict[str, str]) -> None:
     run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "2048", env=env)
     try:
@@ -167,6 +171,7 @@ def test_killing_llamafit_leaves_no_orphan(env: dict[str, str]) -> None:
     assert gone(pid)  # PR_SET_PDEATHSIG: the server dies with llamafit
 
 
+@needs_llama_server
 def test_api_key_file_keeps_the_key_off_the_command_line(env: dict[str, str], tmp_path: Path) -> None:
     key_file = tmp_path / "key"
     key_file.write_text("s3cret-key\n")
@@ -186,6 +191,7 @@ def test_api_key_file_keeps_the_key_off_the_command_line(env: dict[str, str], tm
     assert gone(pid)
 
 
+@needs_llama_server
 def test_dry_run_prints_the_command_and_starts_nothing(env: dict[str, str]) -> None:
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--dry-run", "--json",
                           "--ctx", "2048"], capture_output=True, text=True, env=env, check=True)  # fmt: skip
@@ -204,7 +210,7 @@ def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str]
     oom = (Path(__file__).parent / "data" / "server_logs" / "llama-server-oom-host.log").read_text()
     exe.write_text(exe.read_text() + f"else:\n    sys.stderr.write({oom!r})\n    sys.exit(1)\n")
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
-                          "--ctx", "2048", "--server", str(exe)], capture_output=True, text=True, env=env,
+                          "--server", str(exe)], capture_output=True, text=True, env=env,
                          timeout=120)  # fmt: skip
     lines = out.stderr.splitlines()
     assert out.returncode == 1
@@ -212,8 +218,10 @@ def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str]
     lines = unwrapped(lines)
     retries = [x for x in lines if x.startswith("Retry")]
     assert len(retries) == 2
-    assert retries[0].startswith("Retry      out of memory while loading") and "1024 MiB more free" in retries[0]
-    assert "2048 MiB more free" in retries[1]
+    assert retries[0].startswith("Retry      out of memory on CPU while loading")
+    given_up = [float(r.split("next try uses ")[1].split(" MiB")[0].replace(",", "")) for r in retries]
+    assert all(mib > 0 for mib in given_up)  # each try strictly smaller on the host, which failed
+    assert [r.split("less there: ")[1] for r in retries] == ["-ub 512 → 256", "-ub 256 → 128"]
     assert lines[-1].startswith("Failed     out of memory")
 
 

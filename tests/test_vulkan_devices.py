@@ -9,6 +9,7 @@ import device_lab
 import make_shapes
 import pytest
 from click.testing import CliRunner
+from conftest import needs_demo
 
 from llamafit.cli import cli
 from llamafit.memory import op_probe_bytes
@@ -46,18 +47,26 @@ def test_probe_op_bytes(shape: tuple[int, ...], n_bytes: int, used: int, experts
     assert op_probe_bytes(shape, n_bytes, used, experts) == expected
 
 
-def _check(args: list[str]) -> dict[str, dict[str, int]]:
+def _check(args: list[str], env: dict[str, str | None] | None = None) -> dict[str, dict[str, int]]:
     i = args.index("--")
-    res = CliRunner().invoke(cli, ["check", *args[:i], "--reserve", "0", "--json", *args[i:]])
+    res = CliRunner(env=env).invoke(cli, ["check", *args[:i], "--reserve", "0", "--json", *args[i:]])
     assert res.exit_code == 0, res.output
     return {d["name"]: d for d in json.loads(res.stdout)["devices"]}
 
 
+@needs_demo
 def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
     got = _check(["--demo", "--gpu", "lavapipe", "--", "-ngl", "99", "-c", "4096", "-np", "1"])
     assert (got["Vulkan0"]["weights_bytes"], got["CPU"]["weights_bytes"]) == (68329984, 178257920)
-    big = _check(["--demo", "--gpu", "2GiB", "--backend", "vulkan", "--", "-ngl", "99", "-c", "4096", "-np", "1"])
+    big = _check(["--demo", "--gpu", "2GiB", "--backend", "vulkan", "--", "-ngl", "99", "-c", "4096", "-np", "1"],
+                 env={"GGML_VK_VISIBLE_DEVICES": None})  # lavapipe hidden, as llama.cpp hides CPU-type devices
     assert big["Vulkan0"]["weights_bytes"] == 68329984 + 178257920  # no limit known: the copy goes along
+
+
+def test_a_sized_vulkan_gpu_takes_the_local_device_limit(vulkan0: Path) -> None:
+    got = _check(["--demo", "--gpu", "2GiB", "--backend", "vulkan", "--", "-ngl", "99", "-c", "4096", "-np", "1"],
+                 env={"GGML_VK_VISIBLE_DEVICES": "0"})  # fmt: skip
+    assert got["Vulkan0"]["weights_bytes"] == 68329984
 
 
 def _mib(n: int) -> float:

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""llama.cpp's own fitter against llamafit on a real Vulkan device (Vulkan0: Mesa lavapipe, 2 GiB).
+
+For each model and margin M (MiB kept free; the budget is 2048 - M on Vulkan0):
+  - `llama-fit-params -m MODEL -fitt M` prints the -c / -ngl / -ot that llama.cpp's --fit chooses;
+  - `llamafit plan MODEL --backend vulkan --gpu 2GiB --reserve M` chooses its config;
+  - each chosen config is started with llama-server (--no-warmup, -lv 4, --fit off) and the
+    device's real buffer totals are read from its log.
+Prints one row per case, side by side, with "within budget" columns; --json writes the rows.
+
+    GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_fit.py [--quick] [--json OUT]
+
+Models: the real Gemma 3 270M (the demo) and real-shape zero-weight models (scripts/make_shapes.py)
+written into a temporary folder: dense (Llama 3.2 1B), SWA (Gemma 3 1B), MoE (Granite 3.0 1B-A400M).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import device_lab
+import make_shapes
+
+DEVICE_MIB = 2048
+MARGINS = (1024, 1536, 1800, 1900, 1948)
+SHAPES = ("llama3.2-1b", "gemma3-1b", "granite3-1b-a400m")
+
+
+@dataclass
+class Side:
+    args: list[str]
+    n_ctx: int | None
+    device_mib: float | None  # Vulkan0 model + KV + RS + compute + output, as reported
+    started: bool
+    failure: str | None = None
+
+
+@dataclass
+class Row:
+    model: str
+    margin_mib: int
+    budget_mib: int
+    fit: Side
+    llamafit: Side
+
+    def within(self, side: Side) -> bool | None:
+        return None if side.device_mib is None else side.device_mib <= self.budget_mib
+
+
+def _ctx(args: list[str]) -> int | None:
+    for flag in ("-c", "--ctx-size"):
+        if flag in args:
+            return int(args[args.index(flag) + 1])
+    return None
+
+
+def fit_params(model: Path, margin: int) -> list[str]:
+    out = device_lab.run_tool(["llama-fit-params", "-m", str(model), "-fitt", str(margin)])
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
+    return lines[-1].split() if lines else []
+
+
+def llamafit_plan(model: Path, margin: int) -> list[str]:
+    env = dict(os.environ, PYTHONPATH=str(device_lab.ROOT))
+    proc = subprocess.run([sys.executable, "-m", "llamafit", "plan", str(model), "--backend", "vulkan", "--gpu",
+                           f"{DEVICE_MIB}MiB", "--reserve", str(margin), "--json"],
+                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    if proc.returncode not in (0, 1) or not proc.stdout.strip():
+        return []
+    cmd = json.loads(proc.stdout).get("command") or []
+    args = list(cmd[3:])  # drop `llama-server -m MODEL`
+    if "--fit" in args:
+        i = args.index("--fit")
+        del args[i : i + 2]
+    return args
+
+
+def start(model: Path, args: list[str]) -> Side:
+    if not args:
+        return Side(args, None, None, False, "no config")
+    got = device_lab.load(model, args)
+    used = round(sum(kinds.get("Vulkan0", 0.0) for kinds in got.buffers.values()), 2) if got.buffers else None
+    return Side(args, _ctx(args), used, got.ok, got.failure)
+
+
+def models(tmp: Path, quick: bool) -> list[tuple[str, Path]]:
+    from llamafit.demo import demo_model_path
+
+    out = [("gemma3-270m (real)", Path(demo_model_path()))]
+    for key in SHAPES[:1] if quick else SHAPES:
+        out.append((key, make_shapes.write_shape(key, tmp)))
+    return out
+
+
+def _fmt_side(row: Row, s: Side) -> str:
+    within = row.within(s)
+    mark = "-" if within is None else ("yes" if within else "NO")
+    used = "-" if s.device_mib is None else f"{s.device_mib:7.1f}"
+    ngl = s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "-"
+    kv = s.args[s.args.index("-ctk") + 1] if "-ctk" in s.args else "f16"
+    extra = " ot" if "-ot" in s.args else (f" cmoe{s.args[s.args.index('--n-cpu-moe') + 1]}" if "--n-cpu-moe" in s.args else "")
+    return f"{s.n_ctx or 0:>6} {ngl:>4} {kv:>5}{extra:<6} {used:>7} {mark:>3}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the demo and one shape, two margins")
+    ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    args = ap.parse_args(argv)
+    if device_lab.bin_dir() is None:
+        print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+    rows: list[Row] = []
+    print(f"{'model':<20} {'margin':>6} {'budget':>6} | {'llama.cpp --fit: -c  -ngl    KV':<31} {'MiB':>7} ok"
+          f" | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench-fit-") as tmp:
+        for name, path in models(Path(tmp), args.quick):
+            for margin in (MARGINS[1], MARGINS[2]) if args.quick else MARGINS:
+                row = Row(name, margin, DEVICE_MIB - margin, start(path, fit_params(path, margin)),
+                          start(path, llamafit_plan(path, margin)))  # fmt: skip
+                rows.append(row)
+                print(f"{name:<20} {margin:>6} {row.budget_mib:>6} | {_fmt_side(row, row.fit):>39} | "
+                      f"{_fmt_side(row, row.llamafit):>33}", flush=True)  # fmt: skip
+    behind = [r for r in rows if (r.llamafit.n_ctx or 0) < (r.fit.n_ctx or 0) and r.within(r.fit)]
+    over = [r for r in rows if r.within(r.llamafit) is False]
+    print(f"\nllamafit behind llama.cpp's --fit: {len(behind)} of {len(rows)} rows; over budget: {len(over)}")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

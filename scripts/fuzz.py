@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""Fuzz and fault campaign for llamafit (issue #16): hostile headers, command lines and HTTP servers.
+
+    python scripts/fuzz.py                  # default: ~2,000 cases, a few minutes on 2 cores
+    python scripts/fuzz.py --cases 20000    # the long run
+    python scripts/fuzz.py --seed 7 --only cli
+
+Four families, all in this process (CLI through click's CliRunner, so every case is cheap):
+  header-api   mutated GGUF headers (bit flips, huge counts, cuts, hostile key values) through
+               read_header + build_facts, every 8th also through check/plan's prepare and solver
+  header-cli   mutated headers through `inspect`, `check` and `plan`
+  cmdline      hostile command lines: huge/negative/odd numbers, sizes, -ot regexes, ports, paths
+  http         hostile loopback servers (scripts/hostile_http.py) through `inspect URL`
+
+Printed: cases, tracebacks (any exception that is not a one-line `Error:` with exit 2), hangs over
+1 s (a case over 20 s is stopped and counted), peak RSS, exit codes other than 0/1/2, and
+multi-line errors. Targets: 0 tracebacks, 0 hangs, peak RSS < 200 MB, every failure one line with
+exit 2. Exit status 0 when every target is met, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from gguf_patch import patch  # noqa: E402
+from hostile_http import MODES  # noqa: E402
+
+FIXTURES = ROOT / "fixtures"
+HANG_S = 1.0
+STOP_S = 20.0
+PORTS = range(18400, 18420)  # this campaign's loopback range
+SEEDS = ["dense-llama.gguf", "swa-gemma3.gguf", "moe-qwen3.gguf", "nextn-glm4moe.gguf", "mla-deepseek2.gguf",
+         "recurrent-mamba2.gguf", "hybrid-granite.gguf", "per-layer-kv.gguf"]  # fmt: skip
+BIG = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
+HOSTILE_INTS = [(5, -1), (4, 0), (4, 1), (4, 3), (4, 4097), (4, 2**32 - 1), (11, -(2**63)), (10, 2**64 - 1)]
+HOSTILE_STRINGS = ["", "\x1b[2J\x1b]0;pwned\x07", "a" * 70000, "\udcff".encode("utf-8", "surrogatepass").decode(
+    "utf-8", "replace"), "llama\nEvil: 1", "../../etc/passwd"]  # fmt: skip
+
+
+class Stop(Exception):
+    """A case ran past STOP_S."""
+
+
+@dataclass
+class Tally:
+    cases: Counter[str] = field(default_factory=Counter)
+    tracebacks: list[str] = field(default_factory=list)
+    hangs: list[str] = field(default_factory=list)
+    bad_exits: list[str] = field(default_factory=list)
+    multi_line: list[str] = field(default_factory=list)
+    exits: Counter[int] = field(default_factory=Counter)
+    slowest: dict[str, float] = field(default_factory=dict)
+
+
+def headers() -> dict[str, bytes]:
+    from llamafit.gguf_reader import read_header
+    from llamafit.source import BytesSource
+
+    out = {}
+    for name in SEEDS:
+        data = (FIXTURES / name).read_bytes()
+        out[name] = data[: read_header(BytesSource(data)).data_offset]
+    return out
+
+
+def mutate(rng: random.Random, data: bytes, keys: list[tuple[str, object]]) -> bytes:
+    """Byte-level damage or one hostile key value."""
+    if keys and rng.random() < 0.5:
+        key, value = rng.choice(keys)
+        if isinstance(value, list):
+            n = len(value) if rng.random() < 0.7 else rng.choice([0, 1, len(value) + 1, 100000])
+            vals = [rng.choice([-1, 0, 1, 2**31, 7]) for _ in range(min(n, 100000))]
+            try:
+                return patch(data, key, 9, (5, vals))
+            except struct.error:
+                return data
+        if isinstance(value, str):
+            return patch(data, key, 8, rng.choice(HOSTILE_STRINGS))
+        vtype, v = rng.choice(HOSTILE_INTS)
+        return patch(data, key, vtype, v)
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        kind = rng.choice(["flip", "u64", "u32", "cut", "insert"])
+        at = rng.randrange(len(buf)) if buf else 0
+        if kind == "flip" and buf:
+            buf[at] ^= 1 << rng.randrange(8)
+        elif kind == "u64":
+            buf[at : at + 8] = struct.pack("<Q", rng.choice(BIG))
+        elif kind == "u32":
+            buf[at : at + 4] = struct.pack("<I", rng.choice(BIG[:5]))
+        elif kind == "cut":
+            del buf[at:]
+        else:
+            buf[at:at] = rng.randbytes(rng.randint(1, 16))
+    return bytes(buf)
+
+
+def timed(tally: Tally, family: str, label: str, fn: Callable[[], None], bound: float = HANG_S) -> None:
+    tally.cases[family] += 1
+    signal.setitimer(signal.ITIMER_REAL, STOP_S)
+    t0 = time.monotonic()
+    try:
+        fn()
+    except Stop:
+        tally.hangs.append(f"{family}: {label}: stopped after {STOP_S:g} s")
+        return
+    except Exception:  # noqa: BLE001 - the point: anything else escaping is a finding
+        tally.tracebacks.append(f"{family}: {label}\n{traceback.format_exc(limit=-3)}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    took = time.monotonic() - t0
+    tally.slowest[family] = max(tally.slowest.get(family, 0.0), took)
+    if took > bound:
+        tally.hangs.append(f"{family}: {label}: {took:.1f} s (bound {bound:g} s)")
+
+
+def cli(tally: Tally, family: str, label: str, args: list[str], env: dict[str, str] | None = None,
+        bound: float = HANG_S) -> None:  # fmt: skip
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli as main
+
+    def go() -> None:
+        result = CliRunner().invoke(main, args, env=env)
+        code = result.exit_code
+        tally.exits[code] += 1
+        if isinstance(result.exception, Stop):
+            raise Stop
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            exc = result.exception
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+        if family == "http" and code != 2:
+            tally.bad_exits.append(f"{family}: {label}: exit {code}, expected 2: {result.output[-200:]!r}")
+        if code not in (0, 1, 2):
+            tally.bad_exits.append(f"{family}: {label}: exit {code}")
+        err = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+        if code == 2 and (len(err) != 1 or not result.stderr.rstrip("\n").splitlines()[-1].startswith("Error:")):
+            tally.multi_line.append(f"{family}: {label}: {result.stderr[:200]!r}")
+
+    timed(tally, family, label, go, bound)
+
+
+def warm_up(tmp: Path) -> None:
+    """One untimed plan per seed model and one of each command: imports and first-call caches are not hangs."""
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli as main
+
+    for name in SEEDS:
+        for args in (["inspect"], ["plan", "--gpu", "8GiB"], ["check", "--gpu", "cpu"]):
+            CliRunner().invoke(main, [args[0], str(FIXTURES / name), *args[1:]])
+    CliRunner().invoke(main, ["script", str(FIXTURES / SEEDS[0]), "--gpu", "8GiB", "--", "-ot", "blk=CPU"])
+
+
+def header_api(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path) -> None:
+    from llamafit.errors import LlamafitError
+    from llamafit.facts import build_facts
+    from llamafit.gguf_model import GGUFModel
+    from llamafit.gguf_reader import read_header
+    from llamafit.source import BytesSource
+
+    keyed = {name: list(read_header(BytesSource(h)).metadata.items()) for name, h in seeds.items()}
+    for i in range(n):
+        name = rng.choice(SEEDS)
+        data = mutate(rng, seeds[name], keyed[name])
+
+        def go(data: bytes = data, deep: bool = i % 8 == 0, name: str = name, i: int = i) -> None:
+            try:
+                facts = build_facts(GGUFModel("fuzz.gguf", (read_header(BytesSource(data, "fuzz.gguf")),)))
+                if deep:
+                    path = tmp / "deep.gguf"
+                    path.write_bytes(data)
+                    cli(tally, "header-api", f"plan {name} #{i}", ["plan", str(path), "--gpu", "8GiB"])
+                del facts
+            except LlamafitError:
+                pass
+
+        timed(tally, "header-api", f"{name} #{i}", go)
+
+
+def header_cli(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path) -> None:
+    from llamafit.gguf_reader import read_header
+    from llamafit.source import BytesSource
+
+    keyed = {name: list(read_header(BytesSource(h)).metadata.items()) for name, h in seeds.items()}
+    for i in range(n):
+        name = rng.choice(SEEDS)
+        path = tmp / f"cli-{i % 4}.gguf"
+        path.write_bytes(mutate(rng, seeds[name], keyed[name]))
+        command = rng.choice(["inspect", "check", "plan"])
+        args = [command, str(path)] + (
+            ["--gpu", rng.choice(["8GiB", "cpu", "24GiB,12GiB"])] if command != "inspect" else []
+        )
+        cli(tally, "header-cli", f"{command} {name} #{i}", args)
+
+
+NUMBERS = ["0", "-1", "1", "255", "256", "2147483647", "2147483648", "-2147483649", "9" * 30, "9" * 5000, "1e9",
+           "0x10", " 12 ", "+5", "", "nan", "inf", "١٢", "12abc"]  # fmt: skip
+SIZES = ["0", "0GiB", "0.0000001GiB", "24", "24GiB", "9" * 400 + "GiB", "-1GiB", "1.5T", "1e3GiB", "GiB", "24 GiB",
+         "24GiB,", ",", "2x" + "9" * 50, "rtx4090", "99xrtx4090", "cpu,24GiB"]  # fmt: skip
+REGEXES = ["(((", "[", "(.*)*(.*)*x", "(a|a)*x", "(?i)blk", "\\Ablk", "blk.*+", "blk\\.\\d+", "", ".*.*.*.*x",
+           "(" * 500, "a{99999999999}", "\\c", "[z-a]", "blk\\.(1[0-9])\\.ffn_.*_exps"]  # fmt: skip
+FLAGS = ["-c", "-ngl", "-b", "-ub", "-np", "-ncmoe", "-mg", "-cram", "-fitt", "-ts", "-ctk", "-fa", "-sm", "--rpc",
+         "-dev", "-lm"]  # fmt: skip
+
+
+def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
+    model = str(FIXTURES / "dense-llama.gguf")
+    for _ in range(n):
+        kind = rng.randrange(6)
+        env = None
+        if kind == 0:
+            args = ["check", model, "--gpu", "8GiB", "--", rng.choice(FLAGS), rng.choice(NUMBERS)]
+        elif kind == 1:
+            args = ["plan", model, "--gpu", rng.choice(SIZES)]
+        elif kind == 2:
+            buft = rng.choice(["CPU", "CUDA0", "CUDA7", "", "cuda0_host"])
+            args = ["plan", model, "--gpu", "8GiB", "--", "-ot", f"{rng.choice(REGEXES)}={buft}"]
+        elif kind == 3:
+            opt = rng.choice(["--ctx", "--ctx-max", "--min-ctx", "--reserve", "--llama-build"])
+            args = ["plan", model, "--gpu", "8GiB", opt, rng.choice(NUMBERS)]
+        elif kind == 4:
+            args = [
+                "plan",
+                model,
+                "--gpu",
+                "8GiB",
+                "--rpc",
+                rng.choice(
+                    ["h:1=" + rng.choice(SIZES), "h:1=1GiB,h:1=1GiB", "h=1GiB", ":1=1GiB", "h:0=1GiB", "h:99999=1G"]
+                ),
+            ]
+        else:
+            env = {"LLAMA_ARG_" + rng.choice(["CTX_SIZE", "N_GPU_LAYERS", "BATCH", "OVERRIDE_TENSOR", "N_PARALLEL"]):
+                   rng.choice(NUMBERS + REGEXES)}  # fmt: skip
+            args = ["plan", model, "--gpu", "8GiB"]
+        cli(tally, "cmdline", " ".join(a[:40] for a in args[2:]) + (f" {env}"[:60] if env else ""), args, env)
+    names = [f"{n}.gguf" for n in ("m-00000-of-00000", "m-00002-of-00001", "a\x1b[31mb", "t\tx")]
+    for name in names:
+        path = tmp / name
+        path.write_bytes((FIXTURES / "dense-llama.gguf").read_bytes())
+        for fmt in ("sh", "systemd", "llama-swap", "models-ini", "docker"):
+            cli(tally, "cmdline", f"script {name!r} {fmt}", ["script", str(path), "--gpu", "8GiB", "--format", fmt])
+
+
+HTTP_DEADLINE = 5.0  # remote.DEFAULT_DEADLINE for this family, so that its bound is checked quickly
+
+
+def http(tally: Tally, rounds: int) -> None:
+    """Each hostile server must be refused within the remote deadline (+1 s) and the byte budget."""
+    from llamafit import remote
+
+    remote.DEFAULT_DEADLINE = HTTP_DEADLINE
+    ports = iter(PORTS)
+    for mode in MODES:
+        if mode == "cross-redir":
+            continue  # needs request headers to matter; covered by tests/test_hostile.py
+        for _ in range(rounds):
+            server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "hostile_http.py"), mode,
+                                       str(next(ports)), "60"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+            try:
+                assert server.stdout is not None
+                url = server.stdout.readline().strip()
+                cli(tally, "http", f"inspect {mode}", ["inspect", url], bound=HTTP_DEADLINE + HANG_S)
+            finally:
+                server.kill()
+                server.wait()
+
+
+def report(tally: Tally, elapsed: float) -> bool:
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    total = sum(tally.cases.values())
+    print(f"cases            {total:,} ({', '.join(f'{k} {v:,}' for k, v in tally.cases.items())})")
+    print(f"exit codes       {dict(sorted(tally.exits.items()))}")
+    print(f"tracebacks       {len(tally.tracebacks)}")
+    print(
+        f"hangs            {len(tally.hangs)} (over {HANG_S:g} s; http: over its {HTTP_DEADLINE:g} s deadline + "
+        f"{HANG_S:g} s)"
+    )
+    print(f"slowest case     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest.items())}")
+    print(f"peak RSS         {peak_mb:,.0f} MB")
+    print(f"bad exit codes   {len(tally.bad_exits)}")
+    print(f"multi-line errs  {len(tally.multi_line)}")
+    print(f"time             {elapsed:,.0f} s")
+    for title, items in (("TRACEBACK", tally.tracebacks), ("HANG", tally.hangs), ("EXIT", tally.bad_exits),
+                         ("MULTI-LINE", tally.multi_line)):  # fmt: skip
+        for item in items[:10]:
+            print(f"--- {title}: {item}")
+    ok = not (tally.tracebacks or tally.hangs or tally.bad_exits or tally.multi_line) and peak_mb < 200
+    print("targets          " + ("met" if ok else "NOT met"))
+    return ok
+
+
+def run(cases: int, seed: int, only: str | None = None) -> tuple[Tally, bool]:
+    def stop(_sig: int, _frame: object) -> None:
+        raise Stop
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    saved = {k: os.environ.get(k) for k in ("LLAMAFIT_CACHE_DIR", "LLAMAFIT_CALIBRATION")}
+    try:
+        return _run(cases, seed, only)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run(cases: int, seed: int, only: str | None) -> tuple[Tally, bool]:
+    rng = random.Random(seed)
+    tally = Tally()
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="llamafit-fuzz-") as tmp:
+        os.environ["LLAMAFIT_CACHE_DIR"] = os.path.join(tmp, "cache")
+        os.environ.pop("LLAMAFIT_CALIBRATION", None)
+        seeds = headers()
+        warm_up(Path(tmp))
+        if only in (None, "header-api"):
+            header_api(tally, rng, cases * 6 // 10, seeds, Path(tmp))
+        if only in (None, "header-cli"):
+            header_cli(tally, rng, cases * 2 // 10, seeds, Path(tmp))
+        if only in (None, "cmdline"):
+            cmdline(tally, rng, cases * 2 // 10, Path(tmp))
+        if only in (None, "http"):
+            http(tally, max(1, cases // 2000))
+    return tally, report(tally, time.monotonic() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", type=int, default=2000, help="cases over the header and command-line families")
+    ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--only", choices=["header-api", "header-cli", "cmdline", "http"])
+    a = ap.parse_args(argv)
+    return 0 if run(a.cases, a.seed, a.only)[1] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

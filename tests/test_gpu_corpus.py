@@ -1,0 +1,298 @@
+"""The memory model against public llama.cpp logs from GPU machines (fixtures/calibration/gpu-corpus.jsonl).
+
+Each row is one log (its URL, build, flags and the buffer sizes it printed per device); its model is
+rebuilt as a header-only GGUF from fixtures/calibration/gpu-shapes.json (scripts/make_shape_header.py)
+and run through resolve → estimate with the row's build (the --llama-build rules). Checks: KV per
+device exact to the print precision; weights per device within 0.5 % where the log pins the tensor
+types; compute per device within the corpus tolerance (COMPUTE_TOLERANCE), the figures of
+scripts/bench_memory.py.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES
+
+from llamafit.config import N_PARALLEL_AUTO, NGL_ALL, LaunchConfig
+from llamafit.devices import DeviceSpec, host
+from llamafit.facts import ModelFacts, build_facts
+from llamafit.gguf_model import read_model
+from llamafit.memory import Breakdown, MemoryModel
+from llamafit.resolve import resolve, since
+
+CORPUS = FIXTURES / "calibration" / "gpu-corpus.jsonl"
+ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+MIB = 1 << 20
+PRINTED = 0.005 * MIB  # two decimals
+COMPUTE_TOLERANCE = 0.20  # the issue's worst-case target for compute buffers
+HOST = host(256 << 30, 200 << 30)
+_DIR = Path(tempfile.mkdtemp(prefix="llamafit-gpu-shapes-"))
+
+
+@cache
+def model(shape: str) -> MemoryModel:
+    import make_shape_header  # scripts/, on sys.path via conftest
+
+    return MemoryModel(build_facts(read_model(make_shape_header.write(shape, _DIR / f"{shape}.gguf"))))
+
+
+def is_host(device: str) -> bool:
+    return device == "CPU" or device.endswith("_Host")
+
+
+@dataclass(frozen=True)
+class Compared:
+    """Predicted vs measured bytes for one buffer of one device."""
+
+    kind: str  # model | kv | compute
+    device: str  # the log's buffer name (CUDA0, CUDA_Host, ...)
+    predicted: int
+    measured: int
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1 if self.measured else 0.0
+
+
+def predicted(row: dict) -> Breakdown:
+    mm = model(row["shape"])
+    s = row["settings"]
+    fa = s["flash_attn"] if isinstance(s["flash_attn"], str) else "on" if s["flash_attn"] else "off"
+    cfg = LaunchConfig(n_ctx=s["n_ctx"], flash_attn=fa, type_k=s["type_k"],
+                       type_v=s["type_v"], n_gpu_layers=NGL_ALL if s["n_gpu_layers"] < 0 else s["n_gpu_layers"],
+                       n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
+                       n_parallel=N_PARALLEL_AUTO if s["n_seq_max"] is None else s["n_seq_max"],
+                       override_tensor=tuple((rx, buft) for rx, buft in s.get("override_tensor", ())),
+                       tensor_split=tuple(float(x) for x in s.get("tensor_split", ())), fit=False,
+                       split_mode=s.get("split_mode", "layer"),
+                       cache_ram_mib=0)  # fmt: skip
+    rc = resolve(cfg, mm.facts, engine="llama-server", build=row["build"])
+    gpus = [DeviceSpec(name, "gpu", row["backend"]) for name in row["gpus"]]
+    return mm.estimate(rc, gpus, HOST, reserve_bytes=0)
+
+
+def compared(row: dict) -> list[Compared]:
+    """Every buffer the log printed, paired with the prediction for the same device."""
+    bd = predicted(row)
+    by_name = {d.name: d for d in bd.devices[:-1]}
+    hostrow = bd.devices[-1]
+    field = {"model": "weights_bytes", "kv": "kv_bytes", "compute": "compute_bytes"}
+    out = []
+    for kind in ("model", "kv", "compute") if _pinned(row) else ("kv", "compute"):
+        for dev, mib in row["measured"].get(kind, {}).items():
+            usage = by_name.get(dev, hostrow)
+            out.append(Compared(kind, dev, getattr(usage, field[kind]), round(mib * MIB)))
+    return out
+
+
+def classes(row: dict, facts: ModelFacts | None = None) -> list[str]:
+    return list(row["classes"])
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
+def test_kv_exact(row: dict) -> None:
+    precision = row.get("precision_mib", 0.01) * MIB  # two decimals, or whole MiB (breakdown tables, truncated)
+    for c in compared(row):
+        if c.kind == "kv":
+            assert 0 <= c.predicted - c.measured < precision or abs(c.predicted - c.measured) <= PRINTED, (
+                c.device, c.predicted / MIB, c.measured / MIB)
+
+
+def _pinned(row: dict) -> bool:
+    """The shape spec gives the tensor types (the log pins them): only then are weights comparable."""
+    import make_shape_header
+
+    return "model" in row["measured"] and "type" in make_shape_header.load_specs()[row["shape"]]
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if _pinned(r)], ids=[r["id"] for r in ROWS if _pinned(r)])
+def test_weights_within_half_percent(row: dict) -> None:
+    for c in compared(row):
+        if c.kind == "model":
+            assert abs(c.error) <= 0.005, (c.device, c.predicted / MIB, c.measured / MIB)
+
+
+def _awaiting(rows: list[dict]) -> list:
+    """Rows whose compute needs a rule another branch brings are strict xfails: they flip when it lands."""
+    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits"])) if r.get("awaits") else r
+            for r in rows]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", _awaiting(ROWS), ids=[r["id"] for r in ROWS])
+def test_gpu_compute_within_tolerance(row: dict) -> None:
+    """GPU compute buffers (the host's pinned compute buffers are test_host_compute_within_tolerance's)."""
+    for c in compared(row):
+        if c.kind == "compute" and not is_host(c.device):
+            assert abs(c.error) <= COMPUTE_TOLERANCE, (c.device, c.predicted / MIB, c.measured / MIB)
+
+
+MODELLED = [r for r in ROWS if not r.get("awaits")]
+
+
+@pytest.mark.parametrize("row", MODELLED, ids=[r["id"] for r in MODELLED])
+def test_host_compute_within_tolerance(row: dict) -> None:
+    """The pinned host compute buffer (CUDA_Host, ROCm_Host, Vulkan_Host; Metal's CPU): the graph inputs,
+    which changed with the build (set_rows indices, the dual embeddings input, the F16 FA mask)."""
+    for c in compared(row):
+        if c.kind == "compute" and is_host(c.device):
+            assert abs(c.error) <= COMPUTE_TOLERANCE, (c.device, c.predicted / MIB, c.measured / MIB)
+
+
+def test_corpus_rows_name_their_source() -> None:
+    """Every row carries a public URL, a build, a shape that exists and at least one KV line."""
+    import make_shape_header
+
+    shapes = make_shape_header.load_specs()
+    for row in ROWS:
+        assert row["url"].startswith("https://github.com/"), row["id"]
+        assert isinstance(row["build"], int) and row["build"] > 0, row["id"]
+        assert row["shape"] in shapes, row["id"]
+        assert row["measured"]["kv"], row["id"]
+
+
+@pytest.mark.parametrize(("cc_major", "expected_mib"), [(None, 260), (8, 260), (9, 288), (12, 288)])
+def test_cuda_overhead_is_context_plus_cublas_workspace(cc_major: int | None, expected_mib: int) -> None:
+    from llamafit.devices import cuda_overhead_bytes
+
+    assert cuda_overhead_bytes(cc_major) == expected_mib * MIB  # 256 MiB context + 4 MiB (32 MiB Hopper on)
+
+
+def test_overhead_is_a_term_apart_from_the_reserve() -> None:
+    row = ROWS[0]
+    mm = model(row["shape"])
+    rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"])
+    plain = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=512 * MIB).devices[0]
+    withctx = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda", overhead_bytes=260 * MIB)], HOST,
+                          reserve_bytes=512 * MIB).devices[0]  # fmt: skip
+    assert (plain.overhead_bytes, withctx.overhead_bytes) == (0, 260 * MIB)
+    assert withctx.reserve_bytes == plain.reserve_bytes == 512 * MIB
+    assert withctx.used_bytes - plain.used_bytes == 260 * MIB
+
+
+# --- the build-rule table (resolve.BUILD_RULES): each rule on both sides of its build ----------------------
+
+def test_build_rules_are_one_dated_table() -> None:
+    from llamafit.resolve import BUILD_RULES, since
+
+    keys = [r.key for r in BUILD_RULES]
+    assert len(keys) == len(set(keys))
+    assert [r.build for r in BUILD_RULES] == sorted(r.build for r in BUILD_RULES)
+    for r in BUILD_RULES:
+        assert r.pr > 0 and r.change
+        assert since(r.key, None) and since(r.key, r.build) and not since(r.key, r.build - 1)
+
+
+@pytest.mark.parametrize(("output_first", "layers_on_gpu", "output"), [(True, 47, 0), (False, 48, -1)])
+def test_ngl_counts_the_output_layer_first_from_pr_18148(output_first: bool, layers_on_gpu: int, output: int) -> None:
+    """-ngl 48 on 48 blocks: now the output layer and blocks 1..47; before PR #18148 all 48 blocks and the
+    output layer on the CPU (the fit-params README's breakdown at b6895 shows the old placement)."""
+    from llamafit.placement import layer_map
+
+    lmap = layer_map(48, 48, (1.0,), output_first)
+    assert (sum(d == 0 for d in lmap.layers), lmap.output) == (layers_on_gpu, output)
+
+
+QWEN3 = "qwen3-30b-a3b"
+
+
+@pytest.mark.parametrize(
+    ("build", "n_ctx", "fa", "np", "expected"),
+    [
+        # (n_ctx cells, n_ctx_seq, n_seq_max, kv_unified, flash_attn, n_gpu_layers unset -> value)
+        (None, 70000, "off", 2, (70144, 35072, 2, False, False)),  # PAD 256 of n_ctx and of n_ctx / n_seq
+        (6980, 70000, "off", 2, (70144, 35072, 2, False, False)),  # PR #17046
+        (6979, 70000, "off", 2, (70000, 35000, 2, False, False)),  # PR #16812: no padding
+        (6889, 70000, "off", 2, (70016, 35008, 2, False, False)),  # before: 32 without FA, n_ctx / n_seq
+        (6889, 70000, "on", 2, (70144, 35072, 2, False, True)),  # ... 256 with FA
+        (None, 8192, "auto", -1, (8192, 8192, 4, True, True)),  # np auto: 4 unified slots; FA auto on
+        (6999, 8192, "auto", -1, (8192, 8192, 1, False, True)),  # before PR #16736: one slot
+        (6324, 8192, "auto", 1, (8192, 8192, 1, False, False)),  # before PR #15434: no -fa auto (off)
+    ],
+)  # fmt: skip
+def test_context_rules_by_build(build: int | None, n_ctx: int, fa: str, np: int, expected: tuple) -> None:
+    mm = model(QWEN3)
+    rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn=fa, n_parallel=np, fit=False), mm.facts, build=build)
+    assert (rc.n_ctx, rc.n_ctx_seq, rc.n_seq_max, rc.kv_unified, rc.flash_attn) == expected
+
+
+def test_unset_ngl_meant_cpu_only_before_pr_15434() -> None:
+    mm = model(QWEN3)
+    assert resolve(LaunchConfig(fit=False), mm.facts, build=6324).n_gpu_layers == 0
+    assert resolve(LaunchConfig(fit=False), mm.facts, build=6325).n_gpu_layers == mm.facts.n_layer_all + 1
+
+
+def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
+    """q8_0 K/V with flash attention on CUDA: from PR #23907 the F16 copies of the whole cache are in the
+    CUDA compute buffer (2 B x n_kv x (n_embd_k_gqa + n_embd_v_gqa) = 2 x 65536 x 1024 B = 128 MiB here);
+    before, they came from the CUDA pool. A GPU without the output layer, so attention sets the peak."""
+    from llamafit.compute import ComputeSettings, fa_f16_extra, predict_compute
+
+    f = model(QWEN3).facts
+    s = ComputeSettings(n_ctx_seq=65536, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0",
+                        backend="cuda", holds_output=False)  # fmt: skip
+    with_copies = predict_compute(f, s)
+    without = predict_compute(f, replace(s, fa_f16_in_buffer=False))
+    assert fa_f16_extra(f, s, 0) == 128 * MIB and fa_f16_extra(f, replace(s, fa_f16_in_buffer=False), 0) == 0
+    assert (with_copies.peak, without.peak) == ("attention", "moe")  # 128 MiB lift the attention peak over the FFN
+
+
+def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
+    """An MLA model (fixtures/mla-deepseek2.gguf: K 576 wide, V = kv_lora_rank 512): V-less from b7800."""
+    from conftest import FIXTURES as FX
+
+    mm = MemoryModel(build_facts(read_model(FX / "mla-deepseek2.gguf")))
+    cfg = LaunchConfig(n_ctx=4096, n_parallel=1, fit=False)
+    new = mm.estimate(resolve(cfg, mm.facts, build=7800), (), HOST).devices[-1].kv_bytes
+    old = mm.estimate(resolve(cfg, mm.facts, build=7799), (), HOST).devices[-1].kv_bytes
+    layers = sum(mm.facts.has_kv)
+    assert old - new == layers * 4096 * 2 * mm.facts.mla.kv_lora_rank  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("build", "keys"), [
+    (None, {"inp_tokens", "inp_embd", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),
+    (7749, {"inp_tokens", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),  # before PR #18898
+    (6089, {"inp_tokens", "inp_pos", "out_ids", "kq_mask0"}),  # before PR #14959: no set_rows indices
+])  # fmt: skip
+def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
+    """The host buffer of a full offload holds the graph inputs: which exist depends on the build (the
+    pythia CI logs at b4343 show 9.01 MiB = F32 mask 2048 x 512 + the embedding rows, nothing else)."""
+    from llamafit.compute import ComputeSettings, input_bytes
+
+    f = model(QWEN3).facts
+    s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=512, flash_attn=False, backend="cuda",
+                        kv_idxs=since("kv_set_rows", build), inp_embd_input=since("inp_embd_both", build))  # fmt: skip
+    assert set(input_bytes(f, s)) == keys
+
+
+def test_pinned_host_buffers_on_cuda() -> None:
+    """CUDA_Host holds the host compute and output buffers (and unmapped CPU weights); none without CUDA/ROCm."""
+    row = ROWS[0]
+    mm = model(row["shape"])
+    rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"])
+    cuda = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST).devices[-1]
+    assert cuda.pinned_bytes == cuda.compute_bytes + cuda.output_bytes > 0
+    vulkan = mm.estimate(rc, [DeviceSpec("Vulkan0", "gpu", "vulkan")], HOST).devices[-1]
+    assert vulkan.pinned_bytes == 0
+    unmapped = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False, load_mode="none"), mm.facts)
+    host_row = mm.estimate(unmapped, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST).devices[-1]
+    assert host_row.pinned_bytes == host_row.compute_bytes + host_row.output_bytes + host_row.weights_bytes
+
+
+@pytest.mark.parametrize(("build", "host_mib", "device_mib"), [(None, 2.0, 2.0), (9379, 4.0, 2.0)])
+def test_flash_attention_mask_was_f32_before_pr_23764(build: int | None, host_mib: float, device_mib: float) -> None:
+    """With FA the mask input (n_kv x T) is F16 now; before PR #23764 an F32 input stayed on the host and the
+    GPU got its F16 cast (issue #13545's ROCm_Host buffer: 64 MiB F32 mask at 32768 x 512)."""
+    from llamafit.compute import ComputeSettings, input_bytes
+
+    f = model(QWEN3).facts
+    s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=1, flash_attn=True, backend="cuda",
+                        mask_f16_input=since("fa_mask_f16", build))  # fmt: skip
+    inputs = input_bytes(f, s)
+    assert inputs["kq_mask0"] == host_mib * MIB
+    assert inputs.get("kq_mask_f16_0", inputs["kq_mask0"]) == device_mib * MIB
