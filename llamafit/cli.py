@@ -153,8 +153,10 @@ def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | N
 
 
 @cli.command()
+@click.option("--verify", "verify_url", metavar="URL",
+              help="Instead: fill a running llama-server's context per slot once and report (see README).")
 @_engine_options
-def check(as_json: bool, **options: Any) -> None:
+def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
 
     \b
@@ -162,6 +164,12 @@ def check(as_json: bool, **options: Any) -> None:
     llamafit check --gpu 24GiB -- llama-server -m model.gguf -c 65536 -ngl 99
     llamafit check --gpu 24GiB --cmd "llama-server -m model.gguf -c 65536"
     """
+    if verify_url:
+        import os
+
+        from .verify_cli import check_verify
+
+        raise SystemExit(check_verify(verify_url, as_json=as_json, env=os.environ))
     from .cmd_check import run_check
 
     report = run_check(_request(**options))
@@ -174,8 +182,8 @@ def _policy_options(f: Any) -> Any:
     options = [
         click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
                      show_default=True,
-                     help="speed: all layers on the GPU first; context: the longest context first; "
-                          "quality: f16 KV first."),
+                     help="speed: all layers on the GPU first, then the faster estimate; "
+                          "context: the longest context first; quality: f16 KV first."),
         click.option("--ctx-max", type=click.IntRange(256, MAX_CTX),
                      help="Largest context per slot to aim for (default: trained)."),
         click.option("--min-ctx", type=click.IntRange(256, MAX_CTX),
@@ -244,10 +252,11 @@ def _port(value: str) -> int | None:
 @click.option("--load-timeout", metavar="SECONDS",
               help="Give up when the server is not healthy after this long (default: 120 s + 30 s per GiB).")
 @click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
+@click.option("--verify", is_flag=True, help="Once Ready, send a prompt that fills the context per slot (see README).")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        load_timeout: str | None, router: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
+        load_timeout: str | None, router: bool, verify: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
@@ -259,7 +268,7 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
-                      verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout))  # fmt: skip
+                      verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout), verify=verify)  # fmt: skip
     if router:
         from .cmd_router import router_models, router_command
 

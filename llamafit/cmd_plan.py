@@ -20,7 +20,7 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True) -> tu
     """Solve for a prepared model and machine; the report and the result (with every warning).
     `run` prints the command it runs itself (host, port and log flags added), so its text leaves
     the planned one out."""
-    result = plan(p.target, p.parsed.config, policy, bandwidths=p.bandwidths)
+    result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())

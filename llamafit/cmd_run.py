@@ -18,6 +18,7 @@ from .calibration import incomplete
 from .check_report import check_lines, config_json
 from .cmd_plan import render_plan
 from .command import server_argv
+from .safe_text import printable
 from .errors import InputError
 from .layout import command_lines, paint, server_lines, use_colour, wrap_line, wrap_text
 from .memory import Breakdown
@@ -46,6 +47,7 @@ class RunOptions:
     api_key_file: str | None = None
     verbose: bool = False
     load_timeout_s: float | None = None  # None: default_load_timeout(the model's size)
+    verify: bool = False  # after Ready, fill the planned context once (run_verify.py)
 
 
 LOAD_TIMEOUT_BASE_S = 120  # starting the process, backends, warm-up
@@ -68,6 +70,10 @@ def parse_load_timeout(text: str | None) -> float | None:
         raise InputError("--load-timeout must be more than 0 seconds" if value <= 0 else
                          "--load-timeout is at most a week (604800 seconds)")  # fmt: skip
     return value
+
+
+class VerifyFailed(Exception):
+    """Out of memory (or the server died) during --verify's full-context request: retry smaller."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say("\n".join(server_lines(launch.why)))
         for note in launch.server_info.get("notes", []):
             say(f"Note       {note}")
-        say("\n".join(command_lines("Command", launch.argv)))
+        say("\n".join(command_lines("Command", [printable(a) for a in launch.argv])))
         watcher = LogWatcher()
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
         say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
@@ -211,7 +217,19 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                 child.stop()
                 return 1
             if ok and stop.signum is None:
-                return _serve(child, watcher, launch, p, env, say, stop)
+                try:
+                    return _serve(child, watcher, launch, p, env, say, stop, verify=opts.verify)
+                except VerifyFailed as e:
+                    child.stop()
+                    back = _retreat(p, policy, result, watcher.failure_line) if attempt + 1 < MAX_TRIES else None
+                    if back is None:
+                        say(f"Failed     {e}" + ("; no smaller configuration fits" if attempt + 1 < MAX_TRIES else ""))
+                        return 1
+                    changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+                    say(f"Retry      out of memory at full context on {back.device} ({e}); next try uses "
+                        f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+                    result = back.result
+                    continue
             code = child.stop()
         if stop.signum is not None:
             say("Stopped.")
@@ -259,7 +277,7 @@ def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) ->
 
     assert last.choice is not None
     names = [d.name for d in last.choice.breakdown.devices]
-    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.bandwidths)
+    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.speed)
 
 
 def _has_failed(watcher: LogWatcher) -> bool:
@@ -290,7 +308,7 @@ def _progress_reporter(watcher: Any, say: Callable[[str], None],
 
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None], stop: StopRequest) -> int:  # fmt: skip
+           say: Callable[[str], None], stop: StopRequest, verify: bool = False) -> int:  # fmt: skip
     say(f"Ready      {launch.url}  (OpenAI-compatible API under /v1)")
     b, rc = launch.choice.breakdown, launch.choice.rc
     say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
@@ -312,6 +330,12 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
             "(not recorded for calibration)")  # fmt: skip
     else:
         say(f"Note       not recorded for calibration: the server did not report {', '.join(why_not[1])}")
+    if verify:
+        from .run_verify import verify_running
+
+        outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env))
+        if outcome.retry:
+            raise VerifyFailed(outcome.failure)
     code = child.proc.wait()
     child.stop()
     if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop

@@ -49,6 +49,18 @@ class WayOut:
 
 
 @dataclass(frozen=True)
+class SpeedOption:
+    """Another offload and its generation speed (plan_speed.py). Codes: fewer_gpu_layers (the wanted
+    context with n_gpu_layers on the GPU, the rest on the CPU); all_gpu (every layer on the GPU, at the
+    context per slot that allows)."""
+
+    code: str
+    n_gpu_layers: int
+    ctx_per_slot: int
+    generation_tps: tuple[float, float]  # full, empty context
+
+
+@dataclass(frozen=True)
 class Verdict:
     """plan's conclusion. `fits`: a config was found; then `ctx_per_slot` is what it reaches, with
     `placement` (cpu | all_gpu | layers_on_cpu | experts_on_cpu). Otherwise `cause` says why:
@@ -70,8 +82,8 @@ class Verdict:
     more_gpu_mib: float | None = None  # GPU memory the missing context would need
     mib_per_layer: float | None = None  # freed per block moved to the CPU
     blocks_to_cpu: int | None = None  # blocks to move for more_gpu_mib
-    speed_vs_full_gpu: float | None = None  # set when layers on the CPU slow generation down
-    host_bandwidth: int | None = None  # bytes/s assumed for the host in that estimate
+    generation_tps: tuple[float, float] | None = None  # the choice's speed: full, empty context (speed.py)
+    speed_options: tuple[SpeedOption, ...] = ()  # other offloads and their speed
     smallest_gpu: str | None = None  # the catalog card that would hold ctx_wanted (or ctx_min, no fit)
     cause: str | None = None
     pinned_ngl: int | None = None

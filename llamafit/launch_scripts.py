@@ -134,6 +134,18 @@ def _summary(spec: LaunchSpec, comment: str) -> str:
     )
 
 
+def _plain_or(text: str, placeholder: str) -> str:
+    """`text` when it is safe inside a one-line comment (letters, digits, . _ : -), else a placeholder."""
+    return text if re.fullmatch(r"[\w.:-]+", text, flags=re.ASCII) else placeholder
+
+
+def _verify_hint(spec: LaunchSpec, comment: str) -> str:
+    """How to prove the deployed server survives a prompt that fills its context (README: "verified")."""
+    host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
+    host = f"[{host}]" if ":" in host else host
+    return f"{comment} After it starts, prove a full context once: llamafit check --verify http://{host}:{spec.port}\n"
+
+
 # --- POSIX sh -------------------------------------------------------------------------------
 
 _SH_HEAD = """#!/bin/sh
@@ -149,7 +161,8 @@ if [ -z "${{LLAMAFIT_PORT:-}}" ]; then LLAMAFIT_PORT={port}; fi
 # GPUs in PCI order, as CUDA does with CUDA_DEVICE_ORDER=PCI_BUS_ID).
 _SH_GUARD = """
 # Guard: the largest planned context whose memory fits the free GPU memory (summed over the GPUs
-# of CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists).
+# of CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists). Once the server is up, prove it survives
+# a full context: llamafit check --verify http://HOST:PORT (README: "verified").
 llamafit_free_mib() {{
   if [ -n "${{CUDA_VISIBLE_DEVICES:-}}" ]; then set -- "--id=$CUDA_VISIBLE_DEVICES"; fi
   nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits "$@" 2>/dev/null |
@@ -231,6 +244,7 @@ def render_systemd(spec: LaunchSpec) -> str:
     )
     return (
         f"{_summary(spec, '#')}"
+        f"{_verify_hint(spec, '#')}"
         f"[Unit]\nDescription=llama-server {spec.name.replace('%', '%%')}\n"
         "After=network-online.target\nWants=network-online.target\n\n"
         f"[Service]\nType=simple\n{environment}"
@@ -271,6 +285,8 @@ def render_llama_swap(spec: LaunchSpec) -> str:
     build = "null" if spec.llama_build is None else _yaml_str(spec.llama_build)
     lines = [
         "# llama-swap model entry written by llamafit; merge it into the models: of config.yaml",
+        "# After deploying, prove a full context once through llama-swap's upstream route:",
+        f"#   llamafit check --verify http://LLAMA_SWAP_HOST:PORT/upstream/{_plain_or(spec.name, 'MODEL')}",
         "models:",
         f"  {_yaml_str(spec.name)}:",
         f"    cmd: {_yaml_str(cmd)}",

@@ -17,9 +17,11 @@ from .config import LaunchConfig
 from .devices import DeviceSpec
 from .facts import ModelFacts
 from .memory import MemoryModel
-from .plan import DEFAULT_HOST_BANDWIDTH, smallest_gpu_for, speed_vs_full_gpu
+from .plan import smallest_gpu_for
+from .plan_speed import choice_speed
 from .search import Target
 from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve
+from .speed import SpeedInputs
 from .stores import Found
 
 VERDICTS = ("fits", "offload", "needs", "no-fit")  # sort order: best first
@@ -41,7 +43,7 @@ class Fit:
     gpu_bytes: int | None = None  # on the GPUs together
     need_bytes: int | None = None
     error: str | None = None
-    speed_vs_full_gpu: float | None = None  # plan.speed_vs_full_gpu: 1.0 all on the GPU; None: bandwidth unknown
+    generation_tps: list[float] | None = None  # speed.py: [full context, empty context]; None: a bandwidth unknown
     host_bytes: int | None = None  # on the host (the reserve included on a machine without GPUs)
 
 
@@ -69,7 +71,7 @@ class Row:
 
 def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...], host: DeviceSpec, *,
               reserve_bytes: int, engine: str = "llama-server", build: int | None = None,
-              policy: Policy | None = None, bandwidths: tuple[int | None, ...] = ()) -> Fit:  # fmt: skip
+              policy: Policy | None = None, speed: SpeedInputs | None = None) -> Fit:  # fmt: skip
     target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes)
     n_layers = facts.n_layer_all + 1
     try:
@@ -87,10 +89,10 @@ def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...]
     rc = c.rc
     full = not gpus or (rc.n_gpu_layers >= n_layers and not rc.n_cpu_moe and not rc.cpu_moe)
     gpu_bytes = sum(d.used_bytes for d in c.breakdown.devices if d.kind == "gpu") if gpus else None
-    speed = speed_vs_full_gpu(target, c, bandwidths, DEFAULT_HOST_BANDWIDTH)
+    est = choice_speed(target, c, speed) if speed else None
     return Fit("fits" if full else "offload", c.ctx, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
                min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes,
-               speed_vs_full_gpu=None if speed is None else round(speed, 3),
+               generation_tps=[round(x, 2) for x in est.generation_tps] if est else None,
                host_bytes=c.breakdown.devices[-1].used_bytes)  # fmt: skip
 
 

@@ -30,6 +30,7 @@ from .ls import Row, best_possible, fit_model, row_for, sort_rows
 from .model_source import _FORMAT as CACHE_FORMAT
 from .model_source import _load_json, _write
 from .paths import cache_dir
+from .speed import SpeedInputs
 from .store_scan import root_for_path, scan, this_machine_roots
 from .stores import Found, Note, Root, gguf_kind
 
@@ -43,13 +44,13 @@ class Machine:
     reserve_bytes: int
     engine: str = "llama-server"
     build: int | None = None
-    bandwidths: tuple[int | None, ...] = ()  # per GPU, for the speed estimate (prepare.Prepared.bandwidths)
+    speed: SpeedInputs | None = None  # the speed model's machine side (speed_inputs.machine_speed)
 
     def key(self) -> str:
         """What a cached row depends on. The host's free RAM is left out (it changes from run to
         run): a CPU-only row records it and is checked against it when read (_cached)."""
         host = (self.host.name, self.host.total_bytes) if not self.gpus else ""
-        parts = (_code_key(), self.engine, self.build, self.reserve_bytes, repr(self.gpus), host, self.bandwidths)
+        parts = (_code_key(), self.engine, self.build, self.reserve_bytes, repr(self.gpus), host, repr(self.speed))
         return "\n".join(map(str, parts))
 
 
@@ -149,7 +150,7 @@ def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
         why = " ".join(str(e).split()).replace(f"{found.path} ", "").replace(f"{found.path}: ", "")
         return _save(identity, machine, Note(found.store, found.path, "unreadable-header", why))
     fit = fit_model(facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
-                    engine=machine.engine, build=machine.build, bandwidths=machine.bandwidths)  # fmt: skip
+                    engine=machine.engine, build=machine.build, speed=machine.speed)  # fmt: skip
     size = sum(s.data_offset + s.data_size for s in model.shards)
     return _save(identity, machine, row_for(found, facts, fit, size))
 
@@ -203,14 +204,14 @@ def stderr_is_tty() -> bool:
 
 
 def machine_for(spec: Any, env: Mapping[str, str]) -> Machine:
-    """The machine of a prepare.MachineSpec (--gpu or detection), with the GPUs' bandwidths."""
+    """The machine of a prepare.MachineSpec (--gpu or detection), with the speed model's inputs."""
     from .prepare import _default_detect, _default_host
     from .prepare import machine as find_machine
 
     hw, devices = find_machine(spec, env, _default_host, _default_detect)
-    n_rpc = sum(1 for d in devices if d.backend == "rpc")
-    bandwidths = (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in hw.gpus)
-    return Machine(devices, hw.host, spec.reserve_bytes, bandwidths=bandwidths)
+    from .speed_inputs import speed_inputs
+
+    return Machine(devices, hw.host, spec.reserve_bytes, speed=speed_inputs(devices, hw.gpus, env, cache_dir()))
 
 
 def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, reserve_bytes: int, use: str,

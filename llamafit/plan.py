@@ -9,12 +9,13 @@ from .config import LaunchConfig
 from .devices import DeviceSpec
 from .findings import Notice, Verdict
 from .memory import Breakdown
-from .placement import CPU
+from .plan_speed import choice_speed, speed_of, speed_options
 from .resolve import ResolvedConfig
 from .search import STEP, Target, max_context, streams
 from .side_models import SidePlan
 from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
+from .speed import SpeedEstimate, SpeedInputs
 from .units import MIB
 
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
@@ -28,9 +29,9 @@ class Tradeoff:
     n_gpu_layers: int
     n_cpu_moe: int
     max_ctx: int | None  # per slot; None: not even the minimum fits
+    generation_tps: tuple[float, float] | None = None  # at that context: full, empty (speed.py)
 
 
-DEFAULT_HOST_BANDWIDTH = 60 * 10**9  # bytes/s: dual-channel DDR5, for speed estimates only
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class PlanResult:
     verdict: Verdict
     warnings: tuple[Notice | str, ...]
     smallest_gpu: str | None = None  # the catalog card that would hold the target context fully
-    speed_vs_full_gpu: float | None = None  # estimated generation speed relative to all layers on the GPU
+    speed: SpeedEstimate | None = None  # tokens/s of the choice and the inputs behind it (speed.py)
     side_costs: tuple[SideCost, ...] = ()  # what each side model costs in context (side_plan.py)
     side: SidePlan | None = None  # the side models the plan keeps (after side_steps)
     side_steps: tuple[str, ...] = ()  # side_plan.STEPS taken to fit
@@ -69,26 +70,17 @@ def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[
     return f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need
 
 
-def speed_vs_full_gpu(target: Target, choice: Choice, bandwidths: tuple[int | None, ...],
-                      host_bandwidth: int) -> float | None:  # fmt: skip
-    """Generation is memory-bound: time per token ≈ Σ bytes each device reads / its bandwidth.
-    Relative to the same weights read at the first GPU's bandwidth (all layers offloaded)."""
-    if not target.gpus or not bandwidths or any(b is None for b in bandwidths):
-        return None
-    read = target.model.bytes_read_per_token(choice.rc, choice.breakdown.layer_devices, len(target.gpus))
-    mixed = read[CPU] / host_bandwidth + sum(read[d] / bw for d, bw in enumerate(bandwidths) if bw)
-    full = sum(read.values()) / max(b for b in bandwidths if b)
-    return full / mixed if mixed else None
-
-
-def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int) -> list[Tradeoff]:
-    """The largest context per (flash attention, K/V types) at the chosen offload and -ub."""
+def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int,
+              speed: SpeedInputs | None = None) -> list[Tradeoff]:  # fmt: skip
+    """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its speed."""
     rows = []
     for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
         ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
         best = max_context(target, cfg, hi, lo)
-        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, best))
+        est = speed_of(target, replace(cfg, n_ctx=best * streams(target, cfg)), speed) if speed and best else None
+        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, best,
+                             est.generation_tps if est else None))  # fmt: skip
     return rows
 
 
@@ -109,9 +101,6 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
     fewer = target.evaluate(replace(choice.cfg, n_gpu_layers=max(choice.rc.n_gpu_layers - 1, 0)))
     per_layer = (_gpu_used(choice.breakdown) - _gpu_used(fewer[1])) / MIB if fewer and choice.rc.n_gpu_layers else None
     return per_tokens, per_layer
-
-
-FULL_SPEED = 0.995  # below this fraction of the all-GPU speed, the verdict mentions it
 
 
 def _placement(target: Target, rc: ResolvedConfig, n_all: int) -> str:
@@ -138,16 +127,22 @@ def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float
                    more, per_layer if more is not None else None, blocks)  # fmt: skip
 
 
-def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple[int | None, ...] = (),
-         host_bandwidth: int = DEFAULT_HOST_BANDWIDTH) -> PlanResult:  # fmt: skip
+def _full_context_tps(target: Target, choice: Choice, speed: SpeedInputs) -> float | None:
+    est = choice_speed(target, choice, speed)
+    return est.generation_tps[0] if est else None
+
+
+def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None) -> PlanResult:
     lo, hi = bounds(target, cfg, policy)
+    if speed is not None and policy.speed_of is None:  # --prefer speed ranks candidates by the estimate
+        policy = replace(policy, speed_of=lambda c: _full_context_tps(target, c, speed))
     warnings: list[Notice | str] = []
     if target.gpus and target.reserve_bytes < 512 * MIB:
         warnings.append(Notice("small_reserve", {"reserve_bytes": target.reserve_bytes}))
     try:
         choice = solve(target, cfg, policy)
     except NoFit as e:
-        fallback, ways = _without_side_models(target, cfg, policy, bandwidths, host_bandwidth)
+        fallback, ways = _without_side_models(target, cfg, policy, speed)
         if fallback is not None:
             return fallback
         warnings += ways
@@ -161,15 +156,16 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple
     if choice.breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
         short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
         warnings.append(Notice("host_ram_short", short))
-    rows = tradeoffs(target, choice.cfg, policy, STEP, hi)
+    rows = tradeoffs(target, choice.cfg, policy, STEP, hi, speed)
     per_tokens, per_layer = marginal_costs(target, choice)
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)
-    speed = speed_vs_full_gpu(target, choice, bandwidths, host_bandwidth)
-    slower = speed is not None and speed < FULL_SPEED
-    if slower:
-        verdict = replace(verdict, speed_vs_full_gpu=speed, host_bandwidth=host_bandwidth)
+    est = choice_speed(target, choice, speed) if speed else None
+    if est is not None and speed is not None:
+        verdict = replace(verdict, generation_tps=est.generation_tps,
+                          speed_options=tuple(speed_options(target, choice, hi, speed)))  # fmt: skip
     card = None
-    if choice.ctx < hi or slower or choice.rc.n_cpu_moe:
+    partial = bool(target.gpus) and choice.rc.n_gpu_layers < target.model.facts.n_layer_all + 1
+    if choice.ctx < hi or partial or choice.rc.n_cpu_moe:
         found = smallest_gpu_for(target, choice.cfg, hi)
         if found and found[0]:
             card = found[0]
@@ -182,7 +178,7 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, bandwidths: tuple
     faster = _projector_off_the_gpu(target, cfg, policy, choice)
     if faster is not None:
         warnings.append(faster)
-    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, speed, costs,
+    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est, costs,
                       target.side)  # fmt: skip
 
 
@@ -203,8 +199,8 @@ def _projector_off_the_gpu(target: Target, cfg: LaunchConfig, policy: Policy, ch
     return Notice("mmproj_offload_costs", {"n_gpu_layers": other.rc.n_gpu_layers, "ctx": other.ctx})
 
 
-def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy, bandwidths: tuple[int | None, ...],
-                         host_bandwidth: int) -> tuple[PlanResult | None, list[Notice | str]]:  # fmt: skip
+def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy,
+                         speed: SpeedInputs | None) -> tuple[PlanResult | None, list[Notice | str]]:  # fmt: skip
     """Nothing fits with the side models: the projector to the CPU first (it keeps working), then, with
     --drop-side-models, each side model left out in turn (side_plan.STEPS). Without --drop-side-models
     the drops that would fit are said as notices (side_way_out {step, ctx}) instead."""
@@ -228,7 +224,7 @@ def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy, band
             solve(replace(target, side=side), cfg, policy)
         except NoFit:
             continue
-        result = plan(replace(target, side=side), cfg, policy, bandwidths=bandwidths, host_bandwidth=host_bandwidth)
+        result = plan(replace(target, side=side), cfg, policy, speed=speed)
         taken = tuple(Notice("side_step", {"step": s}) for s in steps)
         return replace(result, side=side, side_steps=tuple(steps), warnings=taken + result.warnings), ways
     return None, ways

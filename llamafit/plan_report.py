@@ -15,9 +15,10 @@ from .check_report import (
 )
 from .devices import DeviceSpec
 from .facts import ModelFacts
+from .findings import SpeedOption, Verdict
 from .layout import command_lines, wrap_text
-from .findings import Verdict
 from .plan import PlanResult
+from .speed import SpeedEstimate
 from .side_plan import SideCost
 
 SCHEMA = "llamafit.plan/2"
@@ -57,12 +58,31 @@ def verdict_text(v: Verdict) -> str:
         text += f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
         blocks = f"{v.blocks_to_cpu} block{'s' if v.blocks_to_cpu != 1 else ''}"
         text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {blocks})"
-    if v.speed_vs_full_gpu is not None and v.host_bandwidth is not None:
-        text += f"; with layers on the CPU, generation runs at about {v.speed_vs_full_gpu:.0%} of the all-GPU speed "
-        text += f"(memory-bound estimate, host memory at {v.host_bandwidth / 1e9:.0f} GB/s)"
+    if v.generation_tps is not None:
+        text += "".join(_speed_cost(v.generation_tps[0], o) for o in v.speed_options)
     if v.smallest_gpu:
         text += f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is {v.smallest_gpu}"
     return text
+
+
+def tps_text(x: float) -> str:
+    """Tokens/s for people: one decimal below 10."""
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+
+
+def _speed_cost(now: float, o: SpeedOption) -> str:
+    """One other offload's cost (or gain) in generation speed, each at its full context."""
+    then = o.generation_tps[0]
+    if o.code == "fewer_gpu_layers":
+        trend = "drops" if then < now else "rises"
+        return (f"; -ngl {o.n_gpu_layers} fits {o.ctx_per_slot:,} tokens but generation {trend} from "
+                f"~{tps_text(now)} to ~{tps_text(then)} tokens/s")  # fmt: skip
+    return (f"; all layers on the GPU would generate ~{tps_text(then)} tokens/s (now ~{tps_text(now)}) "
+            f"but fit only {o.ctx_per_slot:,} tokens")  # fmt: skip
+
+
+def _pair(p: tuple[float, float] | None) -> list[float] | None:
+    return None if p is None else [round(p[0], 2), round(p[1], 2)]
 
 
 def verdict_json(v: Verdict) -> dict[str, Any]:
@@ -85,8 +105,9 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "flash_attn": flash_attn,
         "more_gpu_mib": v.more_gpu_mib,
         "blocks_to_cpu": v.blocks_to_cpu,
-        "speed_vs_full_gpu": v.speed_vs_full_gpu,
-        "host_bandwidth_bytes_per_s": v.host_bandwidth,
+        "generation_tps": _pair(v.generation_tps),
+        "speed_options": [{"code": o.code, "n_gpu_layers": o.n_gpu_layers, "context_per_slot": o.ctx_per_slot,
+                           "generation_tps": _pair(o.generation_tps)} for o in v.speed_options],
         "smallest_gpu": v.smallest_gpu,
         "cause": v.cause,
         "pinned_ngl": v.pinned_ngl,
@@ -111,13 +132,14 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "devices": [device_json(d) for d in c.breakdown.devices] if c else [],
         "fits": c is not None,
         "tradeoffs": [{"flash_attn": t.flash_attn, "type_k": t.type_k, "type_v": t.type_v,
-                       "n_gpu_layers": t.n_gpu_layers, "n_cpu_moe": t.n_cpu_moe, "max_ctx": t.max_ctx}
-                      for t in result.tradeoffs],  # fmt: skip
+                       "n_gpu_layers": t.n_gpu_layers, "n_cpu_moe": t.n_cpu_moe, "max_ctx": t.max_ctx,
+                       "generation_tps": _pair(t.generation_tps)}
+                      for t in result.tradeoffs],
         "mib_per_1000_tokens": result.mib_per_1000_tokens,
         "mib_per_layer": result.mib_per_layer,
         "verdict": verdict_json(result.verdict),
         "smallest_gpu": result.smallest_gpu,
-        "speed_vs_full_gpu": result.speed_vs_full_gpu,
+        "speed": speed_json(result.speed),
         "warnings": notices_json(result.warnings),
         "side_models": side_models_json(c.breakdown) if c else [],
         "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
@@ -134,6 +156,51 @@ def side_cost_text(sc: SideCost) -> str:
     if not sc.tokens:
         return f"{what} costs no context here (the context is at its limit without it too)"
     return f"{what} costs {sc.tokens:,} tokens of context per slot"
+
+
+def speed_json(est: SpeedEstimate | None) -> dict[str, Any] | None:
+    """`speed`: generation_tps [full context, empty context], prompt_tps (rough), and every input with its source."""
+    if est is None:
+        return None
+    return {
+        "generation_tps": _pair(est.generation_tps),
+        "prompt_tps": None if est.prompt_tps is None else round(est.prompt_tps, 2),
+        "calibrated": est.calibrated,
+        "inputs": {
+            "bytes_per_token": list(est.bytes_per_token),
+            "flops_per_token": est.flops_per_token,
+            "n_ctx_seq": est.n_ctx_seq,
+            "prompt_source": est.prompt_source,
+            "devices": [{"device": d.device, "backend": d.backend, "weight_bytes": d.weight_bytes,
+                         "kv_bytes_empty": d.kv_bytes_empty, "kv_bytes_full": d.kv_bytes_full,
+                         "bandwidth_bytes_per_s": round(d.bandwidth.value), "bandwidth_source": d.bandwidth.source,
+                         "efficiency": d.efficiency, "efficiency_source": d.efficiency_source, "bound": d.bound}
+                        for d in est.devices],
+        },
+    }  # fmt: skip
+
+
+def speed_lines(est: SpeedEstimate | None) -> list[str]:
+    if est is None:
+        return []
+    low, high = est.generation_tps
+    prompt = "" if est.prompt_tps is None else f"; prompt ~{tps_text(est.prompt_tps)} tokens/s (rough)"
+    lines = [f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty context){prompt}"]
+    for d in est.devices:
+        read = f"{(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
+        rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
+        lines.append(f"           {d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
+    if est.calibrated:
+        lines.append(f"           calibrated: {est.calibrated}")
+    return lines
+
+
+def _short(source: str) -> str:
+    return "host probe" if source.startswith("measured by the host probe") else source.removeprefix("catalog: ")
+
+
+def _tps(p: tuple[float, float] | None) -> str:
+    return "-" if p is None else f"{tps_text(p[0])}-{tps_text(p[1])}" if p[1] < 100 else f"{p[0]:,.0f}+"
 
 
 def _hw_line(d: dict[str, Any]) -> str:
@@ -162,22 +229,26 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
                      else f"more than the trained {facts.n_ctx_train:,} tokens")  # fmt: skip
         lines.append(line)
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
+    lines += speed_lines(result.speed)
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
     lines += [printable(notice_line(w)) for w in result.warnings]
     return wrap_text("\n".join(lines))
 
 
 def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
-    """The trade-off table: -ngl/cpu-moe columns only with a GPU; when every row reaches the same
-    context at the same offload, one row says it for all."""
+    """The trade-off table: -ngl/cpu-moe columns only with a GPU, tokens/s where bandwidths are known;
+    when every row reaches the same context at the same offload and speed, one row says it for all."""
     rows = list(result.tradeoffs)
-    same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx) for t in rows}) == 1
+    speed = any(t.generation_tps for t in rows)  # the column only where bandwidths are known
+    same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx, _tps(t.generation_tps)) for t in rows}) == 1
     lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
-             f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"]
+             f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"
+             + ("  tokens/s" * speed)]  # fmt: skip
     for t in rows[:1] if same else rows:
         ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
         offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
-        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}")
+        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}"
+                     + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
     if same:
         lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
     return lines

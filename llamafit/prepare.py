@@ -32,6 +32,7 @@ from .memory import MemoryModel, check_override_devices
 from .paths import calibration_path
 from .resolve import ResolvedConfig
 from .search import Target
+from .speed import SpeedInputs
 from .server_flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
 from .side_load import load_side_plan
 from .side_models import MODELLED
@@ -127,13 +128,8 @@ class Prepared:
     target: Target
     hardware: Hardware
     calibration: Correction | None = None  # the correction applied from the calibration file, if any
+    speed: SpeedInputs | None = None  # the speed model's machine side (speed_inputs.machine_speed)
     calibration_issue: Notice | None = None  # damaged records skipped, or a file not read
-
-    @property
-    def bandwidths(self) -> tuple[int | None, ...]:
-        """Memory bandwidth per device of target.gpus (RPC workers first: unknown)."""
-        n_rpc = sum(1 for d in self.target.gpus if d.backend == "rpc")
-        return (None,) * n_rpc + tuple(g.bandwidth_bytes_per_s for g in self.hardware.gpus)
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
@@ -242,6 +238,9 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     p = Prepared(parsed, facts, target, hw)
     if server is not None:
         p = for_server(p, server)
+    from .speed_inputs import machine_speed
+
+    p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env))
     return with_calibration(p, env)
 
 

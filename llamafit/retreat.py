@@ -17,6 +17,7 @@ from .devices import DeviceSpec
 from .plan import PlanResult, plan
 from .search import STEP, Target
 from .solver import Choice, Policy
+from .speed import SpeedInputs
 
 MIN_STEP = 1 << 20  # at least 1 MiB less each try; a tenth of the footprint on big devices
 _CUDA_DEVICE = re.compile(r"on device (\d+)")
@@ -72,7 +73,7 @@ def _capped(spec: DeviceSpec, limit: int) -> DeviceSpec:
 
 
 def retreat(target: Target, cfg: LaunchConfig, policy: Policy, last: Choice, device: str | None,
-            bandwidths: tuple[int | None, ...] = ()) -> Retreat | None:  # fmt: skip
+            speed: SpeedInputs | None = None) -> Retreat | None:  # fmt: skip
     """A plan whose footprint on `device` (None: the most loaded device of `last`) is strictly
     smaller than `last`'s; None when nothing smaller fits."""
     names = [d.name for d in last.breakdown.devices]
@@ -87,7 +88,7 @@ def retreat(target: Target, cfg: LaunchConfig, policy: Policy, last: Choice, dev
     if policy.ctx is None and last.ctx > STEP:
         attempts.append(replace(policy, ctx_max=max(STEP, (last.ctx - max(STEP, last.ctx // 4)) // STEP * STEP)))
     for pol in attempts:
-        result = plan(smaller, cfg, pol, bandwidths=bandwidths)
+        result = plan(smaller, cfg, pol, speed=speed)
         if result.choice is not None and _used(result.choice, device) < before:
             return Retreat(result, device, before, _used(result.choice, device), last.ctx, result.choice.ctx,
                            _changes(last, result.choice))

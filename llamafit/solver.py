@@ -10,8 +10,8 @@ around it. Every search is a bisection over the monotone memory model (search.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
 from .config import LaunchConfig
 from .errors import InputError
@@ -50,6 +50,9 @@ class Policy:
     kv: str | None = None  # a fixed type for K and V
     fa: str | None = None  # "on" | "off" fixed
     drop_side: bool = False  # --drop-side-models: leave out side models when nothing fits with them
+    # --prefer speed: estimated generation tokens/s of a choice at its full context (plan_speed.py);
+    # among candidates that reach the same context, the faster one wins
+    speed_of: Callable[[Choice], float | None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,8 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
         raise NoFit(lo)
     if policy.prefer == "quality":
         return max(found, key=lambda c: (-_precision_rank(c), c.ctx))
-    return max(found, key=lambda c: (c.ctx, -_precision_rank(c)))
+    speed = policy.speed_of if policy.prefer == "speed" and len(found) > 1 else None
+    return max(found, key=lambda c: (c.ctx, (speed(c) or 0.0) if speed else 0.0, -_precision_rank(c)))
 
 
 def _precision_rank(c: Choice) -> int:

@@ -106,7 +106,11 @@ def _fmt_side(row: Row, s: Side) -> str:
     used = "-" if s.device_mib is None else f"{s.device_mib:7.1f}"
     ngl = s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "-"
     kv = s.args[s.args.index("-ctk") + 1] if "-ctk" in s.args else "f16"
-    extra = " ot" if "-ot" in s.args else (f" cmoe{s.args[s.args.index('--n-cpu-moe') + 1]}" if "--n-cpu-moe" in s.args else "")
+    extra = ""
+    if "-ot" in s.args:
+        extra = " ot"
+    elif "--n-cpu-moe" in s.args:
+        extra = f" cmoe{s.args[s.args.index('--n-cpu-moe') + 1]}"
     return f"{s.n_ctx or 0:>6} {ngl:>4} {kv:>5}{extra:<6} {used:>7} {mark:>3}"
 
 

@@ -57,7 +57,8 @@ def main() -> None:
                    stdout=subprocess.DEVNULL, check=False)
     whole = time.perf_counter() - t0
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import llamafit.cli, llamafit.ls_cli, llamafit.facts"], env=env, check=True)
+    code = "import llamafit.cli, llamafit.ls_cli, llamafit.facts"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
     imports = time.perf_counter() - t0
     print(f"llamafit ls over {args.n} header-only models ({args.gpu}), {len(SOURCES)} shapes in turn")
     for label, t, n in times:

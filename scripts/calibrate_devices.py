@@ -97,14 +97,16 @@ def device_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, float, 
 
 
 def summary(rows: list[dict[str, Any]]) -> list[str]:
-    lines = [f"{'backend':<8} {'kind':<8} {'rows':>4} {'exact':>5} {'median err':>10} {'worst under':>11} {'worst over':>10}"]
+    head = f"{'backend':<8} {'kind':<8} {'rows':>4} {'exact':>5} {'median err':>10} {'worst under':>11}"
+    lines = [head + f" {'worst over':>10}"]
     points = device_rows(rows)
     for backend in sorted({p[0] for p in points}):
         for kind, _ in KINDS:
             errs = [(pred - real) / real for b, _, k, real, pred in points if b == backend and k == kind and real > 0]
             exact = sum(1 for b, _, k, real, pred in points if b == backend and k == kind and abs(real - pred) <= 0.011)
             if errs:
-                lines.append(f"{backend:<8} {kind:<8} {len(errs):>4} {exact:>5} {statistics.median(abs(e) for e in errs):>10.1%}"
+                median = statistics.median(abs(e) for e in errs)
+                lines.append(f"{backend:<8} {kind:<8} {len(errs):>4} {exact:>5} {median:>10.1%}"
                              f" {min(min(errs), 0):>11.1%} {max(max(errs), 0):>10.1%}")  # fmt: skip
     return lines
 

@@ -21,6 +21,7 @@ exit 2. Exit status 0 when every target is met, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import resource
@@ -269,7 +270,7 @@ def http(tally: Tally, rounds: int) -> None:
     from llamafit import remote
 
     remote.DEFAULT_DEADLINE = HTTP_DEADLINE
-    ports = iter(PORTS)
+    ports = itertools.cycle(PORTS)  # each server is gone before its port comes round again
     for mode in MODES:
         if mode == "cross-redir":
             continue  # needs request headers to matter; covered by tests/test_hostile.py

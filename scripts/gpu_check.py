@@ -79,7 +79,8 @@ def compute_arch(text: str) -> str:
 
 
 def find_sdist(explicit: str | None) -> Path | None:
-    for cand in [explicit, os.environ.get("LLAMA_CPP_SDIST"), *sorted(glob.glob(str(ROOT / "build" / "sdist" / "*.tar.gz")))]:
+    built = sorted(glob.glob(str(ROOT / "build" / "sdist" / "*.tar.gz")))
+    for cand in [explicit, os.environ.get("LLAMA_CPP_SDIST"), *built]:
         if cand and Path(cand).exists():
             return Path(cand)
     return None
@@ -165,8 +166,9 @@ def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]
                 break
             out = device_lab.run_tool(["llama-fit-params", "-m", str(path), "-fitt", str(margin)], env=dict(os.environ))
             chosen = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
+            at_fit = predicted(path, tuple(chosen[-1].split()), gpu, margin) if chosen else None
             yield {"kind": "fit", "model": key, "margin_mib": margin, "llama_fit": chosen[-1] if chosen else None,
-                   "llamafit_predicted_at_fit": predicted(path, tuple(chosen[-1].split()), gpu, margin) if chosen else None}  # fmt: skip
+                   "llamafit_predicted_at_fit": at_fit}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         for cmd in cmake_commands(src, build, arch, os.cpu_count() or 1):
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
-                out.write(json.dumps({"kind": "build", "ok": False, "cmd": cmd, "tail": proc.stdout[-3000:] + proc.stderr[-3000:]}) + "\n")  # fmt: skip
+                tail = proc.stdout[-3000:] + proc.stderr[-3000:]
+                out.write(json.dumps({"kind": "build", "ok": False, "cmd": cmd, "tail": tail}) + "\n")
                 return 1
         out.write(json.dumps({"kind": "build", "ok": True, "arch": arch, "gpu": gpu, "sdist": sdist.name,
                               "seconds": round(time.monotonic() - start, 1)}) + "\n")  # fmt: skip

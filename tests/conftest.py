@@ -136,6 +136,8 @@ def demo_path(demo_path_if_installed: Path | None) -> Path:
 def _isolated_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Never touch the developer's cache directory."""
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "llamafit-cache"))
+    monkeypatch.setenv("LLAMAFIT_HOST_BANDWIDTH", "50e9")  # the speed model's host probe, pinned (host_probe.py)
+    monkeypatch.setenv("LLAMAFIT_HOST_FLOPS", "200e9")
 
 
 # --- Real devices (issue #11): llama.cpp with the Vulkan and RPC backends ---------------------------

@@ -30,8 +30,8 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
     assert d["verdict"] == {
         "fits": True, "context_per_slot": 32768, "context_min": 4096, "context_wanted": 32768, "trained_max": True,
         "placement": "all_gpu", "n_layer": 65, "n_gpu_layers": 65, "n_cpu_moe": 0, "type_k": "q8_0", "type_v": "q8_0",
-        "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "speed_vs_full_gpu": None,
-        "host_bandwidth_bytes_per_s": None, "smallest_gpu": None, "cause": None, "pinned_ngl": None,
+        "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "generation_tps": None,
+        "speed_options": [], "smallest_gpu": None, "cause": None, "pinned_ngl": None,
         "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the "
                 "trained maximum",
     }  # fmt: skip
@@ -62,6 +62,23 @@ def test_bad_policy_input_is_exit_2() -> None:
     assert (result.exit_code, result.stderr) == (2, error)
 
 
+def test_plan_json_speed_for_a_catalog_card() -> None:
+    """A catalog card has a bandwidth: speed.generation_tps [full, empty], prompt_tps, inputs with sources."""
+    d = json.loads(plan(QWEN, "--gpu", "rtx4090", "--json").stdout)
+    speed = d["speed"]
+    low, high = speed["generation_tps"]
+    assert 0 < low < high and speed["prompt_tps"] > 0 and speed["calibrated"] is None
+    gpu = speed["inputs"]["devices"][0]
+    assert (gpu["device"], gpu["bandwidth_bytes_per_s"], gpu["bandwidth_source"]) == (
+        "CUDA0", 1008 * 10**9, "catalog: NVIDIA GeForce RTX 4090")
+    assert gpu["efficiency"] == 0.62 and gpu["efficiency_source"].startswith("median of 10 public CUDA")
+    empty, full = speed["inputs"]["bytes_per_token"]
+    assert (gpu["weight_bytes"] + gpu["kv_bytes_empty"], gpu["weight_bytes"] + gpu["kv_bytes_full"]) == (empty, full)
+    assert high == round(1008e9 * 0.62 / empty, 2) and low == round(1008e9 * 0.62 / full, 2)
+    assert d["verdict"]["generation_tps"] == [low, high]
+    assert all(t["generation_tps"] for t in d["tradeoffs"])  # the trade-off column
+
+
 def test_a_pinned_combination_llama_cpp_rejects_is_bad_input() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--", "-ctv", "q8_0", "-fa", "off")
     error = "Error: quantized V cache requires flash_attn to be enabled; add -fa on\n"
@@ -88,21 +105,24 @@ Command    llama-server \\
 CUDA0      16,384  14,782     402      0     167       0   1,024  16,375       9
 CPU        49,152   4,144     102      0      52       2       0   4,301  44,851
 Trade-offs (largest context per slot at this offload):
-  fa  K     V      -ngl cpu-moe  max context
-  on  f16   f16      52       0        2,048
-  off f16   f16      52       0        2,048
-  on  f16   q8_0     52       0        2,560
-  on  f16   q4_0     52       0        3,072
-  on  q8_0  q8_0     52       0        3,840
-  on  q8_0  q4_0     52       0        4,864
-  on  q4_0  q4_0     52       0        7,168
+  fa  K     V      -ngl cpu-moe  max context  tokens/s
+  on  f16   f16      52       0        2,048   5.5-6.6
+  off f16   f16      52       0        2,048   5.5-6.6
+  on  f16   q8_0     52       0        2,560   5.3-6.6
+  on  f16   q4_0     52       0        3,072   5.1-6.6
+  on  q8_0  q8_0     52       0        3,840   4.8-6.6
+  on  q8_0  q4_0     52       0        4,864   4.5-6.6
+  on  q4_0  q4_0     52       0        7,168   3.9-6.6
 Marginal   57.1 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
            each block moved to the CPU buys about 5,349 tokens
+Speed      generation ~3.9-6.6 tokens/s (full to empty context); prompt ~462
+           tokens/s (rough)
+           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX 4080)
+           CPU: 3,730-3,828 MiB/token, 50.0 GB/s x 0.70 ($LLAMAFIT_HOST_BANDWIDTH)
 Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
            q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,462 MiB
            more GPU memory (each block moved to the CPU frees 306 MiB: about 5
-           blocks); with layers on the CPU, generation runs at about 31% of the
-           all-GPU speed (memory-bound estimate, host memory at 60 GB/s); the
-           smallest GPU that holds all 32,768 tokens this way is NVIDIA GeForce
-           RTX 3090 Ti (24 GiB)
+           blocks); -ngl 47 fits 32,768 tokens but generation drops from ~3.9 to
+           ~1.1 tokens/s; the smallest GPU that holds all 32,768 tokens this way
+           is NVIDIA GeForce RTX 3090 Ti (24 GiB)
 """

@@ -128,7 +128,8 @@ def test_per_layer_value_widths_and_v_max() -> None:
     [
         ({"ARCH__attention__head_count_kv": [1, 2]},
          "key llama.attention.head_count_kv has wrong array length; expected 4, got 2"),
-        ({"ARCH__nextn_predict_layers": 9}, "key llama.nextn_predict_layers = 9 leaves no layer of block_count 4 to run"),
+        ({"ARCH__nextn_predict_layers": 9},
+         "key llama.nextn_predict_layers = 9 leaves no layer of block_count 4 to run"),
         ({"ARCH__embedding_length": "wide"}, "key llama.embedding_length has type str, expected int"),
     ],
 )  # fmt: skip

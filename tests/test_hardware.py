@@ -386,7 +386,8 @@ def test_rpc_workers_without_a_size_are_asked() -> None:
 
 @pytest.mark.parametrize("spec", ["host=24G", ":50052=24G", "host:99999=24G", "host:port=24G", "host"])
 def test_parse_rpc_errors(spec: str) -> None:
-    with pytest.raises(InputError, match=r"^--rpc wants host:port\[=SIZE\] \(e\.g\. 192\.168\.1\.5:50052=24GiB\), not '"):
+    wants = r"^--rpc wants host:port\[=SIZE\] \(e\.g\. 192\.168\.1\.5:50052=24GiB\), not '"
+    with pytest.raises(InputError, match=wants):
         parse_rpc_option(spec)
 
 

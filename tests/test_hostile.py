@@ -515,3 +515,12 @@ def test_cpu_moe_and_ffn_counts_beyond_the_model_are_bounded(flag: str) -> None:
     code, out, err = _invoke("check", _M, "--gpu", "8GiB", "--", flag, "2147483647")
     assert (code, err) == (0, "")
     assert "Verdict" in out
+
+
+def test_a_path_with_terminal_escapes_is_printed_escaped_in_plan(tmp_path: Path) -> None:
+    path = tmp_path / "a\x1b[2Jb.gguf"
+    path.write_bytes((FIXTURES / "dense-llama.gguf").read_bytes())
+    code, out, err = _invoke("plan", str(path), "--gpu", "8GiB")
+    assert (code, err) == (0, "")
+    assert "\x1b" not in out
+    assert out.count("/a\\x1b[2Jb.gguf") == 2  # the Model line and the Command line

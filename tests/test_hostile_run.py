@@ -150,3 +150,25 @@ def test_no_orphan_when_llamafit_is_stopped_while_the_model_loads(env: dict[str,
         run.finish(sig, timeout=60)
     assert run.proc.poll() is not None
     assert gone(pid)
+
+
+_OOM_THEN_WAIT = """
+import time
+print("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 46080000000", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_no_orphan_when_llamafit_is_stopped_during_an_oom_retry(env: dict[str, str], tmp_path: Path,
+                                                                sig: int) -> None:  # fmt: skip
+    exe = stand_in(tmp_path / "srv", serve=_OOM_THEN_WAIT)
+    run = Run(DENSE, "--gpu", "cpu", "--port", str(next(PORTS)), "--server", str(exe), env=env)
+    try:
+        run.wait_for("Retry", timeout=60)
+        run.wait_for("Started", timeout=60)
+        pids = [int(x.split()[2].rstrip(";")) for x in run.lines if x.startswith("Started")]
+    finally:
+        run.finish(sig, timeout=60)
+    assert len(pids) == 2
+    assert all(gone(pid) for pid in pids)

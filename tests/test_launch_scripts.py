@@ -76,6 +76,7 @@ exec "$@"
 """
 SYSTEMD_TEXT = f"""\
 {HEAD}\
+# After it starts, prove a full context once: llamafit check --verify http://127.0.0.1:8080
 [Unit]
 Description=llama-server my-model
 After=network-online.target
@@ -94,6 +95,8 @@ WantedBy=multi-user.target
 """
 SWAP_TEXT = """\
 # llama-swap model entry written by llamafit; merge it into the models: of config.yaml
+# After deploying, prove a full context once through llama-swap's upstream route:
+#   llamafit check --verify http://LLAMA_SWAP_HOST:PORT/upstream/my-model
 models:
   "my-model":
     cmd: "llama-server -m '/models/My Model.gguf' -c 32768 -ngl 65 -fa on -ctk q8_0 -ctv q8_0 -ub 512 \

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dataclasses import replace
 
 from conftest import FIXTURES, QWEN, target
@@ -10,9 +12,10 @@ from llamafit.config import LaunchConfig, with_given
 from llamafit.placement import CPU
 from llamafit.check_report import notice_text
 from llamafit.findings import Notice
-from llamafit.plan import plan, smallest_gpu_for, speed_vs_full_gpu
+from llamafit.plan import plan, smallest_gpu_for
 from llamafit.plan_report import verdict_text
 from llamafit.solver import Policy, solve
+from llamafit.speed import Efficiency, Rate, SpeedInputs, estimate
 
 GB_S = 10**9
 
@@ -24,15 +27,35 @@ def test_smallest_gpu_for_the_trained_context() -> None:
     assert 23 << 30 < need <= 24 << 30
 
 
+ONE = {b: Efficiency(1.0, 1.0, "test") for b in ("cpu", "cuda")}  # bytes over bandwidth, nothing else
+
+
+def inputs(gpu_bw: int | None, host_bw: int = 60 * GB_S) -> SpeedInputs:
+    return SpeedInputs((Rate(gpu_bw, "test") if gpu_bw else None,), (None,), Rate(host_bw, "test"),
+                       Rate(1e12, "test"), efficiency=ONE)  # fmt: skip
+
+
 def test_speed_estimate_is_bytes_over_bandwidth() -> None:
+    """Time per token = Σ (weights + KV in use) / bandwidth per device, from an empty context (one
+    256-cell block) to a full slot; weights cross-checked against memory.py's own per-device sum."""
     t = target(QWEN, "16GiB")
     choice = solve(t, LaunchConfig(), Policy())
-    read = t.model.bytes_read_per_token(choice.rc, choice.breakdown.layer_devices, 1)
-    gpu_bw, host_bw = 288 * GB_S, 60 * GB_S
-    expected = (sum(read.values()) / gpu_bw) / (read[0] / gpu_bw + read[CPU] / host_bw)
-    assert speed_vs_full_gpu(t, choice, (gpu_bw,), host_bw) == expected
-    assert 0.5 < expected < 0.6  # 12 of 65 layers read at a fifth of the speed
-    assert speed_vs_full_gpu(t, choice, (None,), host_bw) is None  # no bandwidth known: no estimate
+    lmap, facts = choice.breakdown.layer_devices, t.model.facts
+    read = t.model.bytes_read_per_token(choice.rc, lmap, 1)
+    est = estimate(t.model, choice.rc, lmap, t.gpus, inputs(288 * GB_S))
+    assert est is not None
+    assert [(d.device, d.weight_bytes) for d in est.devices] == [("CUDA0", read[0]), ("CPU", read[CPU])]
+    kv = [sum(layer_kv(facts, choice.rc, il) for il in range(facts.n_layer) if lmap.layers[il] == dev) for dev in (0, CPU)]
+    for n_kv, which in ((256, 1), (choice.rc.n_ctx_seq, 0)):
+        expected = 1 / ((read[0] + kv[0] * n_kv) / (288 * GB_S) + (read[CPU] + kv[1] * n_kv) / (60 * GB_S))
+        assert est.generation_tps[which] == pytest.approx(expected, rel=1e-12)
+    assert estimate(t.model, choice.rc, lmap, t.gpus, inputs(None)) is None  # no bandwidth known: no estimate
+
+
+def layer_kv(facts, rc, il: int) -> int:  # type: ignore[no-untyped-def]
+    from llamafit.kv import layer_cell_bytes
+
+    return layer_cell_bytes(facts, il, rc.type_k, rc.type_v, flash_attn=rc.flash_attn)
 
 
 def test_moe_tokens_read_only_the_active_experts() -> None:
@@ -48,11 +71,17 @@ def test_moe_tokens_read_only_the_active_experts() -> None:
 def test_verdicts() -> None:
     full = plan(target(QWEN, "24GiB"), LaunchConfig(), Policy())
     assert verdict_text(full.verdict).endswith("— the trained maximum") and full.smallest_gpu is None
-    partial = plan(target(QWEN, "16GiB"), LaunchConfig(), Policy(), bandwidths=(288 * GB_S,))
+    partial = plan(target(QWEN, "16GiB"), LaunchConfig(), Policy(), speed=inputs(288 * GB_S))
     assert partial.smallest_gpu == "NVIDIA GeForce RTX 3090 Ti (24 GiB)"
-    assert "generation runs at about 57% of the all-GPU speed" in verdict_text(partial.verdict)
-    assert partial.verdict.placement == "layers_on_cpu"
-    assert partial.verdict.speed_vs_full_gpu == partial.speed_vs_full_gpu
+    assert partial.speed is not None and partial.verdict.placement == "layers_on_cpu"
+    assert partial.verdict.generation_tps == partial.speed.generation_tps
+    assert [o.code for o in partial.verdict.speed_options] == ["fewer_gpu_layers"]
+    option = partial.verdict.speed_options[0]
+    assert option.ctx_per_slot == 32768 and option.n_gpu_layers < partial.choice.rc.n_gpu_layers
+    now, then = partial.speed.generation_tps[0], option.generation_tps[0]
+    assert then < now
+    assert (f"; -ngl {option.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now:.1f} to ~{then:.1f} "
+            "tokens/s") in verdict_text(partial.verdict)
     none = plan(target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192))
     assert none.choice is None
     assert (none.verdict.cause, none.verdict.pinned_ngl, none.verdict.ctx_min) == ("pinned_ngl", 65, 8192)

