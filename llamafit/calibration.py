@@ -1,6 +1,11 @@
 """Corrections from earlier runs: `llamafit run` appends predicted vs reported buffers to a
-calibration file; later plans for the same llama.cpp build and the same devices scale the
-compute-buffer prediction by the median reported/predicted ratio of those runs (pure)."""
+calibration file; later plans for the same llama.cpp build, the same devices (backend and name)
+and the same model class (GGUF architecture) scale the compute-buffer prediction by the median
+reported/predicted ratio of those runs (pure).
+
+Only complete runs count: every buffer predicted was reported, and every GPU the plan used holds
+something (a CPU-only build given `--gpu 24GiB` reports nothing there, and its host compute
+buffer says nothing about the GPU's)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,34 @@ MIN_SCALE, MAX_SCALE = 0.5, 2.0  # a correction outside this says more about the
 class Correction:
     compute_scale: float
     runs: int
+    architecture: str | None = None
+    devices: tuple[tuple[str, str], ...] = ()
+    source: str | None = None  # the calibration file it came from
+
+    @property
+    def is_identity(self) -> bool:
+        """Scales by 1 to the precision shown: not applied, not mentioned."""
+        return round(self.compute_scale, 3) == 1.0
+
+
+def incomplete(rows: Iterable[dict[str, Any]], gpus: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
+    """Why a run's predicted-vs-reported rows must not be recorded, or None when they may be:
+    ("nothing_on_gpu", (device,)) for a GPU the plan used on which the server reported nothing, or
+    ("not_reported", ("CUDA0 KV", …)) for predicted buffers the server did not report."""
+    rows = list(rows)
+    for g in gpus:
+        mine = [r for r in rows if r.get("device") == g]
+        if any(_num(r, "predicted_mib") > 0 for r in mine) and not any(_num(r, "actual_mib") > 0 for r in mine):
+            return "nothing_on_gpu", (g,)
+    missing = tuple(f"{r.get('device')} {r.get('kind')}" for r in rows
+                    if _num(r, "predicted_mib") >= 0.01 and _num(r, "actual_mib") <= 0
+                    and r.get("kind") != "output")  # fmt: skip
+    return ("not_reported", missing) if missing else None
+
+
+def _num(row: dict[str, Any], key: str) -> float:
+    value = row.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _no_constant(name: str) -> Any:
@@ -76,18 +109,26 @@ def _devices_of(record: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def compute_correction(records: Iterable[dict[str, Any]], *, devices: Sequence[tuple[str, str]],
-                       build: int | None) -> Correction | None:  # fmt: skip
-    """Median reported/predicted compute ratio over runs with the same build and devices."""
-    ratios = []
+                       build: int | None, architecture: str | None = None) -> Correction | None:  # fmt: skip
+    """Median reported/predicted compute ratio over complete runs with the same build, devices and
+    (when given) model architecture."""
+    ratios: list[float] = []
+    runs = 0
     for r in records:
         server = r.get("server") or {}
         if server.get("build") != build or _devices_of(r) != list(devices):
             continue
+        if architecture is not None and r.get("architecture") != architecture:
+            continue
+        if incomplete(r.get("buffers", []), [n for n, _ in devices]):  # recorded before this rule
+            continue
         applied = r.get("compute_scale") or 1.0  # undo a correction the record's prediction already had
+        before = len(ratios)
         for row in r.get("buffers", []):
             if row.get("kind") == "compute" and row.get("predicted_mib", 0) > 0 and row.get("actual_mib", 0) > 0:
                 ratios.append(row["actual_mib"] / (row["predicted_mib"] / applied))
+        runs += len(ratios) > before
     if not ratios:
         return None
     scale = min(max(statistics.median(ratios), MIN_SCALE), MAX_SCALE)
-    return Correction(scale, len(ratios))
+    return Correction(scale, runs, architecture, tuple(devices))

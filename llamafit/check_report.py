@@ -9,6 +9,7 @@ from typing import Any
 from .safe_text import printable
 from .facts import ModelFacts
 from .findings import Notice, WayOut, as_notice
+from .layout import wrap_text
 from .memory import Breakdown, DeviceUsage
 from .resolve import ResolvedConfig
 from .units import MIB
@@ -110,17 +111,20 @@ _SIDE_STEP = {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offlo
               "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}
 _SIDE_WHAT = {"drop_mmproj": "the projector", "drop_draft": "the draft model", "drop_mtp": "the MTP context"}
 NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
-    "unknown_flag": lambda d: f"llama-server would refuse this flag (kept, not passed on): {d['flag']}",
     "unmodelled_model": lambda d: (f"{d['flag']}: {_EXTRA_MODEL.get(d['what'], d['what'])} is loaded too; "
                                    "its memory is not in this prediction"),
     "devices_not_modelled": lambda d: ("-dev/--rpc among the llama-server flags are passed on but not modelled: "
                                        "describe the devices to llamafit with --gpu and --rpc"),
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
-    "calibration": lambda d: (f"calibration: compute buffers scaled by {d['compute_scale']:.3f}, the median of "
-                              f"{d['runs']} earlier run(s) of this setup"),
+    "unknown_flag": lambda d: (f"{d['flag']}: llama.cpp 0c1e570 has no such flag, so the command leaves it "
+                               "out (the build given by --llama-build may know it)"),
+    "from_environment": lambda d: f"from the environment: {', '.join(d['names'])}",
     "calibration_skipped": lambda d: (f"calibration: skipped {d['count']} damaged record(s) in {d['path']} "
                                       f"({d['reason']})"),
     "calibration_unread": lambda d: f"calibration: {d['path']} not read: {d['reason']}",
+    "calibration": lambda d: (f"compute buffers scaled by {d['compute_scale']:.3f}: the median of {d['runs']} earlier "
+                              f"run{'s' if d['runs'] != 1 else ''} of {d.get('architecture') or 'this'} models on "
+                              f"{', '.join(d.get('devices') or ['CPU'])} ({d.get('source')})"),
     "small_reserve": lambda d: (f"the reserve per GPU is {d['reserve_bytes'] // MIB} MiB: below 512 MiB the CUDA "
                                 "context and memory pools may not fit"),
     "draft_incompatible": lambda d: f"draft model: llama-server loads it but will not speculate with it: {d['reason']}",
@@ -143,6 +147,15 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
                                  "and will page from disk (slow)"),
 }  # fmt: skip
+
+
+NOTE_CODES = frozenset({"calibration", "from_environment"})  # information, not a risk: printed as `Note`
+
+
+def notice_line(warning: Notice | str) -> str:
+    """One output line: `Note` for information, `Warning` for a risk."""
+    label = "Note" if as_notice(warning).code in NOTE_CODES else "Warning"
+    return f"{label:<11}{notice_text(warning)}"
 
 
 def notice_text(warning: Notice | str) -> str:
@@ -207,35 +220,49 @@ def _mib(n: int | None) -> str:
     return "-" if n is None else f"{n / MIB:,.0f}"
 
 
+NAME_WIDTH = 9  # a longer device name (RPC0[host:port]) gets its own row, its numbers the next
+
+
 def device_lines(b: Breakdown) -> list[str]:
-    head = f"{'device':<10}{'usable':>10}{'weights':>10}{'KV':>9}{'recur.':>8}{'compute':>9}{'output':>8}"
-    head += f"{'reserve':>9}{'used':>10}{'left':>10}"
-    lines = [head + "   (MiB)"]
+    """The breakdown as a table of MiB, one row per device, within 80 columns."""
+    head = f"{'(MiB)':<{NAME_WIDTH}}{'usable':>8}{'weights':>8}{'KV':>8}{'RS':>7}{'compute':>8}{'output':>8}"
+    lines = [head + f"{'reserve':>8}{'used':>8}{'left':>8}"]
     for d in b.devices:
+        name = d.name
+        if len(name) >= NAME_WIDTH:
+            lines.append(name)
+            name = ""
         lines.append(
-            f"{d.name:<10}{_mib(d.usable_bytes):>10}{_mib(d.weights_bytes):>10}{_mib(d.kv_bytes):>9}"
-            f"{_mib(d.recurrent_bytes):>8}{_mib(d.compute_bytes):>9}{_mib(d.output_bytes):>8}"
-            f"{_mib(d.reserve_bytes):>9}{_mib(d.used_bytes):>10}{_mib(d.free_after_bytes):>10}"
+            f"{name:<{NAME_WIDTH}}{_mib(d.usable_bytes):>8}{_mib(d.weights_bytes):>8}{_mib(d.kv_bytes):>8}"
+            f"{_mib(d.recurrent_bytes):>7}{_mib(d.compute_bytes):>8}{_mib(d.output_bytes):>8}"
+            f"{_mib(d.reserve_bytes):>8}{_mib(d.used_bytes):>8}{_mib(d.free_after_bytes):>8}"
         )
     return lines
 
 
 def verdict(b: Breakdown) -> str:
-    short = [d for d in b.devices if not d.fits]
+    short = b.short
     if not short:
         known = [d for d in b.devices if d.free_after_bytes is not None]
         margin = ", ".join(f"{d.name} {_mib(d.free_after_bytes)} MiB" for d in known)
         return "fits" + (f": left after loading {margin}" if margin else "")
-    return "does not fit: " + ", ".join(f"{d.name} short by {_mib(-(d.free_after_bytes or 0))} MiB" for d in short)
+    return "does not fit: " + ", ".join(f"{d.name} short by {_mib(n)} MiB" for d, n in short)
 
 
 def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Sequence[Notice | str],
             ways_out: Sequence[WayOut]) -> str:  # fmt: skip
-    slots = f"{rc.n_seq_max} slot(s), {'unified' if rc.kv_unified else 'per-slot'} KV"
+    if rc.n_seq_max <= 1:
+        slots = f"{rc.n_ctx:,} tokens, 1 request at a time"
+    elif rc.kv_unified:
+        slots = f"{rc.n_ctx:,} tokens shared by up to {rc.n_seq_max} parallel requests"
+    else:
+        slots = f"{rc.n_seq_max} slots of {rc.n_ctx_seq:,} tokens"
+    if not any(facts.has_kv):
+        slots += "; no KV cache (recurrent)"
     lines = [
-        f"Model      {printable(facts.path)} ({printable(facts.architecture)}, {facts.file_type}, "
-        f"trained {facts.n_ctx_train:,} tokens)",
-        f"Config     -c {rc.n_ctx} ({rc.n_ctx_seq:,} per slot, {slots}) -fa {'on' if rc.flash_attn else 'off'} "
+        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
+        f"Config     -c {rc.n_ctx} ({slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
         *device_lines(b),
@@ -246,8 +273,8 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
     if b.cache_ram_bytes:
         cram = _mib(b.cache_ram_bytes)
         lines.append(f"Note       llama-server's prompt cache may use up to {cram} MiB more host RAM (-cram)")
-    lines += [f"Warning    {printable(notice_text(w))}" for w in warnings]
-    return "\n".join(lines)
+    lines += [notice_line(w) for w in warnings]
+    return wrap_text("\n".join(lines))
 
 
 def check_lines(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -31,6 +31,12 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:  # Ctrl-C before a server runs (after, run forwards it and says Stopped.)
+            click.echo("Stopped.", err=True)
+            raise SystemExit(130) from None
+        except click.NoSuchOption as e:  # one line; llama-server's flags belong after --
+            close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
+            raise _BadInput(f"no such option {e.option_name}{close} (llama-server flags go after --)") from e
         except LlamafitError as e:
             raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
 
@@ -39,6 +45,17 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="llamafit")
 def cli() -> None:
     """Fit llama.cpp to the memory you have: read a GGUF, predict every buffer, pick a config."""
+
+
+def echo_report(text: str, *, err: bool = False) -> None:
+    """A report for people: coloured only on a terminal, never with NO_COLOR."""
+    import os
+    import sys
+
+    from .layout import paint, use_colour
+
+    colour = use_colour((sys.stderr if err else sys.stdout).isatty(), os.environ)
+    click.echo(paint(text) if colour else text, err=err)
 
 
 def model_argument(f: Any) -> Any:
@@ -102,6 +119,8 @@ def _engine_options(f: Any) -> Any:
         click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
                      help="For detected GPUs: plan with the memory free now, or the whole card."),
         click.option("--rpc", metavar="HOST:PORT=SIZE,...", help="llama.cpp RPC workers and their memory."),
+        click.option("--ram", metavar="SIZE",
+                     help="Plan for this much host RAM (another machine's) instead of what is free."),
         click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line."),
         json_option,
         click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"),
@@ -112,21 +131,28 @@ def _engine_options(f: Any) -> Any:
 
 
 def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
-             use: str, rpc: str | None, command_line: str | None, args: tuple[str, ...]) -> Request:  # fmt: skip
+             use: str, rpc: str | None, ram: str | None, command_line: str | None,
+             args: tuple[str, ...]) -> Request:  # fmt: skip
     """The options of _engine_options as one typed value."""
     import os
 
     from .prepare import MachineSpec, ModelRef, Request, split_model_argument
 
+    if gpu_spec is not None and gpu_spec.strip().lower() == "help":
+        from .gpus_report import catalog_text
+
+        click.echo(catalog_text())
+        raise SystemExit(0)
+
     model, server_args = split_model_argument(args)
     return Request(
         model=ModelRef(model, demo, tuple(server_args), command_line),
-        machine=MachineSpec(gpu_spec, backend, use, rpc, reserve_mib << 20),
+        machine=MachineSpec(gpu_spec, backend, use, rpc, reserve_mib << 20, ram),
         engine=engine, build=llama_build, env=dict(os.environ),
     )  # fmt: skip
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.option("--verify", "verify_url", metavar="URL",
               help="Instead: fill a running llama-server's context per slot once and report (see README).")
 @_engine_options
@@ -147,7 +173,7 @@ def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
     from .cmd_check import run_check
 
     report = run_check(_request(**options))
-    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
+    click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
 
@@ -186,7 +212,7 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     return policy, replace(_request(**options), auto_mmproj=True)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @_policy_options
 @_engine_options
 def plan(as_json: bool, **options: Any) -> None:
@@ -202,7 +228,7 @@ def plan(as_json: bool, **options: Any) -> None:
 
     policy, request = _split_policy(options)
     report = run_plan(request, policy)
-    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
+    click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
 
@@ -210,11 +236,11 @@ def _port(value: str) -> int | None:
     if value == "auto":
         return None
     if not value.isdigit() or not 0 < int(value) < 65536:
-        raise click.BadParameter("a port number 1-65535 or auto")
+        raise LlamafitError(f"--port {value}: a port number 1-65535 or auto")
     return int(value)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the server binds.")
 @click.option("--port", default="8080", show_default=True, help="Port, or auto for a free one.")
 @click.option("--server", "server", metavar="PATH|embedded",
@@ -223,12 +249,14 @@ def _port(value: str) -> int | None:
 @click.option("--api-key-file", type=click.Path(dir_okay=False),
               help="Pass the API key in this file (not on the command line).")
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
+@click.option("--load-timeout", metavar="SECONDS",
+              help="Give up when the server is not healthy after this long (default: 120 s + 30 s per GiB).")
 @click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
 @click.option("--verify", is_flag=True, help="Once Ready, send a prompt that fills the context per slot (see README).")
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        router: bool, verify: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
+        load_timeout: str | None, router: bool, verify: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
@@ -236,11 +264,11 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
     llamafit run model.gguf --port auto -- --alias chat
     llamafit run --router ~/models --port auto
     """
-    from .cmd_run import RunOptions, run_command
+    from .cmd_run import RunOptions, parse_load_timeout, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
-                      verbose=verbose, verify=verify)  # fmt: skip
+                      verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout), verify=verify)  # fmt: skip
     if router:
         from .cmd_router import router_models, router_command
 
@@ -250,7 +278,7 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
     raise SystemExit(run_command(request, policy, opts, as_json=as_json))
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+@cli.command()
 @click.option("--format", "kind", type=click.Choice(["sh", "systemd", "llama-swap", "models-ini", "docker"]),
               default="sh", show_default=True, help="What to write.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file (default: stdout).")
@@ -258,7 +286,8 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
 @click.option("--name", help="Model name for llama-swap / models.ini (default: the file name).")
-@click.option("--server", metavar="PATH", help="The llama-server program the script runs (default: llama-server).")
+@click.option("--server", metavar="PATH",
+              help="The llama-server program the script runs (default: the one run would find, else llama-server).")
 @_policy_options
 @_engine_options
 def script(kind: str, output: str | None, guard: bool, host: str, port: int, name: str | None, server: str | None,
@@ -273,18 +302,76 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
 
     if kind != "sh" and guard:
         raise click.UsageError("--guard is for --format sh")
+    if output:
+        _check_output_dir(output)
     policy, request = _split_policy(options)
-    report, text = script_text(request, policy, ScriptOptions(kind, host, port, name, server, guard))
+    report, text = script_text(request, policy, ScriptOptions(kind, host, port, name, server, guard),
+                               warn=lambda m: click.echo(f"Warning: {m}", err=True))  # fmt: skip
     if text is None:  # nothing fits: the plan says why, and nothing is written
-        click.echo(report.text, err=True)
+        echo_report(report.text, err=True)
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
-        Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))  # the bytes of a non-UTF-8 path, as given
-        if kind == "sh":
-            Path(output).chmod(0o755)
+        try:
+            Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))  # a non-UTF-8 path's bytes, as given
+            if kind == "sh":
+                Path(output).chmod(0o755)
+        except OSError as e:
+            raise LlamafitError(f"-o {output}: {e.strerror or e}") from e
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text.encode("utf-8", "surrogateescape"), nl=False)  # bytes: click strips nothing from them
+
+
+def _check_output_dir(output: str) -> None:
+    """`-o` into a directory that does not exist (or is a file) is bad input, said before planning."""
+    parent = Path(output).parent
+    if not parent.is_dir():
+        raise LlamafitError(f"-o {output}: no such directory {parent}")
+
+
+@cli.group()
+def calibration() -> None:
+    """What `run` learned from earlier starts (predicted vs reported buffers), and forgetting it."""
+
+
+@calibration.command("show")
+@json_option
+def calibration_show(as_json: bool) -> None:
+    """One row per setup (build, devices, model architecture): runs and the compute scale plans use."""
+    import os
+
+    from .calibration import parse_records
+    from .calibration_report import summary, to_text
+    from .paths import calibration_path
+
+    path = calibration_path(os.environ)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            records = parse_records(f)
+    except FileNotFoundError:
+        records = []
+    except OSError as e:
+        raise LlamafitError(f"{path}: {e.strerror or e}") from e
+    data = summary(records, path)
+    click.echo(json.dumps(data, indent=2) if as_json else to_text(data))
+
+
+@calibration.command("clear")
+def calibration_clear() -> None:
+    """Delete the calibration file: later plans use the memory model as derived from llama.cpp."""
+    import os
+
+    from .paths import calibration_path
+
+    path = calibration_path(os.environ)
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        click.echo(f"Nothing to clear ({path} does not exist)")
+        return
+    except OSError as e:
+        raise LlamafitError(f"{path}: {e.strerror or e}") from e
+    click.echo(f"Cleared {path}")
 
 
 @cli.command(name="ls")

@@ -16,8 +16,10 @@ def run_plan(request: Request, policy: Policy) -> Report:
     return render_plan(prepare(request), policy)[0]
 
 
-def render_plan(p: Prepared, policy: Policy) -> tuple[Report, PlanResult]:
-    """Solve for a prepared model and machine; the report and the result (with every warning)."""
+def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True) -> tuple[Report, PlanResult]:
+    """Solve for a prepared model and machine; the report and the result (with every warning).
+    `run` prints the command it runs itself (host, port and log flags added), so its text leaves
+    the planned one out."""
     result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
@@ -29,4 +31,5 @@ def render_plan(p: Prepared, policy: Policy) -> tuple[Report, PlanResult]:
     result = replace(result, warnings=tuple(warnings) + result.warnings)
     data = plan_report.to_json(p.facts, result, argv, hardware)
     device_lines = check_report.device_lines(c.breakdown) if c else []
-    return Report(c is not None, data, plan_report.to_text(p.facts, result, argv, hardware, device_lines)), result
+    text = plan_report.to_text(p.facts, result, argv if with_command else [], hardware, device_lines)
+    return Report(c is not None, data, text), result

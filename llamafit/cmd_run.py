@@ -6,7 +6,6 @@ else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` f
 
 from __future__ import annotations
 
-import signal
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -15,15 +14,17 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .calibration import incomplete
 from .check_report import check_lines, config_json
 from .cmd_plan import render_plan
-from .command import display, server_argv
+from .command import server_argv
 from .safe_text import printable
 from .errors import InputError
+from .layout import command_lines, paint, server_lines, use_colour, wrap_line, wrap_text
 from .memory import Breakdown
 from .paths import calibration_path, is_url
 from .plan import PlanResult
-from .plan_report import verdict_text
+from .plan_report import serving_line, verdict_text
 from .prepare import Prepared, Request, prepare
 from .server_find import ServerChoice
 from .side_plan import launch_tokens
@@ -31,6 +32,7 @@ from .solver import Choice, Policy
 from .units import MIB
 
 if TYPE_CHECKING:
+    from .launcher import StopRequest
     from .server_log import LogWatcher
 
 MAX_TRIES = 3
@@ -44,8 +46,30 @@ class RunOptions:
     dry_run: bool = False
     api_key_file: str | None = None
     verbose: bool = False
-    load_timeout_s: float = 900.0
+    load_timeout_s: float | None = None  # None: default_load_timeout(the model's size)
     verify: bool = False  # after Ready, fill the planned context once (run_verify.py)
+
+
+LOAD_TIMEOUT_BASE_S = 120  # starting the process, backends, warm-up
+LOAD_TIMEOUT_PER_GIB_S = 30  # reading weights at 35 MB/s: a slow disk or network share, with room to spare
+
+
+def default_load_timeout(file_bytes: int) -> int:
+    """How long to wait for a server to become healthy before giving up: grows with the model."""
+    return LOAD_TIMEOUT_BASE_S + LOAD_TIMEOUT_PER_GIB_S * file_bytes // (1 << 30)
+
+
+def parse_load_timeout(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError("--load-timeout takes seconds, e.g. 600") from None
+    if not 0 < value <= 7 * 24 * 3600:
+        raise InputError("--load-timeout must be more than 0 seconds" if value <= 0 else
+                         "--load-timeout is at most a week (604800 seconds)")  # fmt: skip
+    return value
 
 
 class VerifyFailed(Exception):
@@ -63,7 +87,7 @@ class Launch:
     choice: Choice
     url: str
     server_info: dict[str, Any]
-    health_path: str  # llama-server: /health; llama-cpp-python's server has none, /v1/models answers when loaded
+    health_path: str  # /health: llama-server's, and llamafit.embedded_main's for llama-cpp-python's server
 
 
 def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
@@ -106,7 +130,7 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
         info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,
                 "notes": list(embedded_notes(choice.rc))}  # fmt: skip
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
-    health = "/health" if kind == "llama-server" else "/v1/models"
+    health = "/health"
     return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info, health)
 
 
@@ -161,37 +185,40 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                      first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
     """Start the server with the plan `first` (then up to 2 more tries after out-of-memory failures,
     each strictly smaller on the device that failed: retreat.py) and serve until it exits."""
-    from .launcher import child_env, forwarding_signals, free_port, start, wait_healthy
+    from .launcher import child_env, ensure_port_free, forwarding_signals, free_port, start, wait_healthy
     from .server_log import LogWatcher
 
+    timeout_s = opts.load_timeout_s or default_load_timeout(p.facts.file_size)
     result = first
     for attempt in range(MAX_TRIES):
         if result.choice is None:
             say(f"Verdict    {verdict_text(result.verdict)}")
             return 1
         port = free_port(opts.host) if opts.port is None else opts.port
+        ensure_port_free(opts.host, port)
         launch = build_launch(p, result.choice, opts, server, port)
-        say(f"Server     {launch.why}")
+        say("\n".join(server_lines(launch.why)))
         for note in launch.server_info.get("notes", []):
             say(f"Note       {note}")
-        say(f"Command    {printable(display(launch.argv))}")
+        say("\n".join(command_lines("Command", [printable(a) for a in launch.argv])))
         watcher = LogWatcher()
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
         say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
-        with forwarding_signals(child):
+        with forwarding_signals(child) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
-            ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=opts.load_timeout_s,
-                              failed=partial(_has_failed, watcher),
+            ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=timeout_s,
+                              failed=partial(_stop_or_failure, watcher, stop),
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
-            if ok and not _ours(watcher, child, port):
+            timed_out = not ok and child.proc.poll() is None and watcher.failure is None
+            if ok and stop.signum is None and not _ours(watcher, child, port):
                 say(f"Failed     another server answers on {opts.host}:{port}; the one llamafit started never "
                     "said it listens there (is the port taken?)")  # fmt: skip
                 child.stop()
                 return 1
-            if ok:
+            if ok and stop.signum is None:
                 try:
-                    return _serve(child, watcher, launch, p, env, say, verify=opts.verify)
+                    return _serve(child, watcher, launch, p, env, say, stop, verify=opts.verify)
                 except VerifyFailed as e:
                     child.stop()
                     back = _retreat(p, policy, result, watcher.failure_line) if attempt + 1 < MAX_TRIES else None
@@ -204,6 +231,13 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                     result = back.result
                     continue
             code = child.stop()
+        if stop.signum is not None:
+            say("Stopped.")
+            return 0
+        if timed_out:
+            shown = f"{timeout_s:g}"
+            say(f"Failed     the server was not healthy after {shown} s (--load-timeout {shown})")
+            return 1
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
             back = _retreat(p, policy, result, watcher.failure_line)
             if back is None:
@@ -250,26 +284,52 @@ def _has_failed(watcher: LogWatcher) -> bool:
     return watcher.failure is not None
 
 
-def _progress_reporter(watcher: Any, say: Callable[[str], None]) -> Callable[[], None]:
-    """Say the server's loading phase each time it changes."""
-    last: list[str] = [""]
+def _stop_or_failure(watcher: LogWatcher, stop: StopRequest) -> bool:
+    """Stop waiting for health: the log shows a failure, or a stop was requested."""
+    return watcher.failure is not None or stop.signum is not None
+
+
+PROGRESS_EVERY_S = 10.0  # a line at least this often while loading, so a slow load shows signs of life
+
+
+def _progress_reporter(watcher: Any, say: Callable[[str], None],
+                       clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:  # fmt: skip
+    """Say the server's loading phase, with the time since the start, when it changes (and every 10 s)."""
+    start = clock()
+    last: list[Any] = ["", start]
 
     def tick() -> None:
-        phase = watcher.progress
-        if phase and phase != last[0]:
-            last[0] = phase
-            say(f"Loading    {phase}")
+        phase, now = watcher.progress, clock()
+        if phase and (phase != last[0] or now - last[1] >= PROGRESS_EVERY_S):
+            last[:] = [phase, now]
+            say(f"Loading    {phase} ({now - start:.0f} s)")
 
     return tick
 
 
 def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None], verify: bool = False) -> int:  # fmt: skip
-    say(f"Ready      {launch.url}  (OpenAI-compatible API at {launch.url}/v1)")
+           say: Callable[[str], None], stop: StopRequest, verify: bool = False) -> int:  # fmt: skip
+    say(f"Ready      {launch.url}  (OpenAI-compatible API under /v1)")
+    b, rc = launch.choice.breakdown, launch.choice.rc
+    say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
+                     kv_unified=rc.kv_unified, url=launch.url,
+                     gpu_weights_bytes=sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
+                     cpu_weights_bytes=sum(d.weights_bytes for d in b.devices if d.kind == "host")))  # fmt: skip
+    if not p.facts.has_chat_template and not {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough):
+        fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if launch.kind == "llama-server" else ""
+        say(f"Note       the model has no chat template: use /v1/completions{fix}")
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
     for line in check_lines(rows):
         say(line)
-    try_record(calibration_path(env), launch, p, rows, say)
+    gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
+    why_not = incomplete(rows, gpus)
+    if why_not is None:
+        try_record(calibration_path(env), launch, p, rows, say)
+    elif why_not[0] == "nothing_on_gpu":
+        say(f"Warning    the server put nothing on {why_not[1][0]}, which the plan used: is this a CPU-only build? "
+            "(not recorded for calibration)")  # fmt: skip
+    else:
+        say(f"Note       not recorded for calibration: the server did not report {', '.join(why_not[1])}")
     if verify:
         from .run_verify import verify_running
 
@@ -278,19 +338,36 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
             raise VerifyFailed(outcome.failure)
     code = child.proc.wait()
     child.stop()
-    killed_on_request = code == -signal.SIGKILL and child.stop_requested  # it ignored the stop: escalated
-    return 0 if code in (0, -2, 130, -15, 143) or killed_on_request else code
+    if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop
+        say("Stopped.")
+        return 0
+    return 0 if code in (0, -2, 130, -15, 143) else code
 
 
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
     """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
-    server = server_for(opts, request.env)
+    import click
+
+    try:
+        server: ServerChoice | None = server_for(opts, request.env)
+    except InputError as e:
+        if not opts.dry_run:
+            raise
+        server, missing = None, str(e)  # a dry run still shows the plan
     p = prepare(request, server=server)
+    if server is None:
+        report, result = render_plan(p, policy, with_command=False)
+        why = missing.removeprefix("no llama-server found")
+        text = "\n".join([report.text, *wrap_line(f"Server     none found{why}")])
+        click.echo(json.dumps(report.json | {"server": None}, indent=2) if as_json else text)
+        return 0 if result.choice else 1
     if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
                          "which downloads it with -mu")  # fmt: skip
-    report, result = render_plan(p, policy)
+    if not opts.dry_run and p.facts.incomplete and not p.facts.path.startswith(("http://", "https://")):
+        raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
+    report, result = render_plan(p, policy, with_command=False)
     if opts.dry_run:
         return _dry_run(p, result, report.json, report.text, opts, server, as_json)
     if as_json:
@@ -311,12 +388,17 @@ def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, o
         launch = build_launch(p, result.choice, opts, server, port)
         data["server"] = launch.server_info | {"why": launch.why}
         data["run_command"] = launch.argv
-        text = f"{text}\nServer     {launch.why}\nRun        {display(launch.argv)}"
+        text = "\n".join([text, *server_lines(launch.why), *command_lines("Command", launch.argv)])
     click.echo(json.dumps(data, indent=2) if as_json else text)
     return 0 if result.choice else 1
 
 
 def _say_to_stderr() -> Callable[[str], None]:
+    """Lines to stderr, wrapped to 80 columns, coloured on a terminal (NO_COLOR respected)."""
+    import os
+    import sys
+
     import click
 
-    return lambda line: click.echo(line, err=True)
+    colour = use_colour(sys.stderr.isatty(), os.environ)
+    return lambda text: click.echo(paint(wrap_text(text)) if colour else wrap_text(text), err=True)

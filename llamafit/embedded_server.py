@@ -1,4 +1,5 @@
-"""A resolved configuration as llama-cpp-python's own server command (`python -m llama_cpp.server`).
+"""A resolved configuration as llama-cpp-python's own server command (`python -m llama_cpp.server`,
+run through `python -m llamafit.embedded_main`, which adds llama-server's `GET /health`).
 
 Pure mapping (nothing here imports llama_cpp). Setting names are the fields of llama-cpp-python
 0.3.36's `llama_cpp/server/settings.py` (ModelSettings + ServerSettings), which its cli.py turns into
@@ -47,7 +48,7 @@ def embedded_argv(model_path: str, rc: ResolvedConfig, *, host: str, port: int,
                   python: str = sys.executable) -> list[str]:  # fmt: skip
     """`python -m llama_cpp.server …` for this configuration (llama-cpp-python 0.3.36 setting names)."""
     use_mmap, use_mlock = LOAD_MODES.get(rc.load_mode, (True, False))
-    argv = [python, "-m", "llama_cpp.server", "--model", model_path,
+    argv = [python, "-m", "llamafit.embedded_main", "--model", model_path,
             "--n_ctx", str(rc.n_ctx), "--n_gpu_layers", str(rc.n_gpu_layers),
             "--flash_attn", _bool(rc.flash_attn), "--type_k", str(rc.type_k.id), "--type_v", str(rc.type_v.id),
             "--n_batch", str(rc.n_batch), "--n_ubatch", str(rc.n_ubatch), "--offload_kqv", _bool(rc.kv_offload),

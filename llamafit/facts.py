@@ -95,6 +95,17 @@ class ModelFacts:
     tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)  # for -ot rules and CUDA padding
     # attention and FFN read the same block input, their outputs summed (gptneox use_parallel_residual)
     parallel_residual: bool = False
+    data_end_bytes: int = 0  # where the last shard's tensor data ends, summed over shards (0: unknown)
+    has_chat_template: bool = True  # tokenizer.chat_template is set
+
+    @property
+    def incomplete(self) -> str | None:
+        """Why the file cannot be loaded: its tensor data is missing (a header-only file, an
+        interrupted download). Planning still works; llama.cpp would fail to load it."""
+        if self.file_size >= self.data_end_bytes:
+            return None
+        return (f"the file is {self.file_size:,} bytes but its tensors need {self.data_end_bytes / 1e9:,.1f} GB: "
+                "incomplete download?")
 
     @property
     def n_layer(self) -> int:
@@ -283,6 +294,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         warnings=tuple(warnings),
         tensors=model.tensors,
         parallel_residual=meta.get_bool("{arch}.use_parallel_residual", False),
+        data_end_bytes=sum(sh.data_offset + sh.data_size for sh in model.shards),
+        has_chat_template=bool(meta.get_str("tokenizer.chat_template", "")),
     )
 
 

@@ -16,9 +16,9 @@ from typing import Any
 class Notice:
     """A warning: a stable `code` and its values (check_report.NOTICE_TEXT renders each code).
 
-    Codes: unknown_flag {flag}; unmodelled_model {flag, what}; devices_not_modelled;
-    ngl_without_gpu; calibration {compute_scale, runs}; calibration_skipped {path, count, reason};
-    calibration_unread {path, reason}; small_reserve {reserve_bytes};
+    Codes: unknown_flag {flag}; unmodelled_model {flag, what}; devices_not_modelled; ngl_without_gpu;
+    from_environment {names}; calibration {compute_scale, runs, architecture, devices, source};
+    calibration_skipped {path, count, reason}; calibration_unread {path, reason}; small_reserve {reserve_bytes};
     host_ram_short {used_bytes, usable_bytes}; and model / config {message}, the model's and
     llama.cpp's own warnings, passed on as text.
     """

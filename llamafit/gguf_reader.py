@@ -355,6 +355,8 @@ def _layout_data(cur: _Cursor, tensors: list[TensorInfo], alignment: int) -> tup
 def _version(cur: _Cursor) -> int:
     magic = cur.raw(4) if cur.left >= 4 else b""
     if magic != GGUF_MAGIC:
+        if cur.size == 0:
+            raise GGUFError(cur.src.name, None, "the file is empty")
         raise cur.fail(f"not a GGUF file (magic {magic!r}, expected b'GGUF')", 0)
     cur.what = "the version"
     version = cur.u32()

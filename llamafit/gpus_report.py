@@ -72,3 +72,15 @@ def gpus_text(hw: Hardware) -> str:
     lines.append(f"Host RAM: {_gib(hw.host.total_bytes)} total, {_gib(hw.host.free_bytes)} available")
     lines += [f"note: {n}" for n in hw.notes]
     return "\n".join(lines)
+
+
+def catalog_text() -> str:
+    """`--gpu help`: the catalog as a table (name, memory per device, bandwidth)."""
+    from .gpu_catalog import CATALOG
+
+    lines = [f"{'GPU':<16}{'memory':>8}{'bandwidth':>12}   --gpu NAME, 2xNAME, or a size (24GiB)"]
+    for e in CATALOG:
+        devices = f" x{e.devices}" if e.devices > 1 else ""
+        memory = f"{e.vram_bytes / (1 << 30):g} GiB"
+        lines.append(f"{e.key:<16}{memory:>8}{e.bandwidth_bytes_per_s / 1e9:>7,.0f} GB/s{devices}")
+    return "\n".join(lines)

@@ -335,10 +335,25 @@ def _size_or_none(item: str) -> int | None:
         return None
 
 
+MIN_GPU_BYTES = 1 << 20
+
+
+def _no_unit_hint(item: str) -> str:
+    """`24` → 24GiB, `3090` → rtx3090 (a card name missing its prefix), `24000` → 24000MiB."""
+    card = gpu_catalog.find(f"rtx{item}")
+    if card is not None:
+        return card.key
+    return f"{item}GiB" if float(item) < 1024 else f"{item}MiB"
+
+
 def _item_gpus(item: str) -> list[GPUInfo]:
+    if re.fullmatch(r"\d+(\.\d+)?", item.strip()):
+        raise InputError(f"--gpu {item.strip()} has no unit; did you mean {_no_unit_hint(item.strip())}?")
     size = _size_or_none(item)
     if size is None:
         return _catalog_gpus(gpu_catalog.lookup(item))  # unknown → InputError with close matches
+    if size < MIN_GPU_BYTES:
+        raise InputError(f"--gpu {item.strip()}: a GPU needs at least 1 MiB (e.g. 24GiB)")
     return [_sized_gpu(size)]
 
 

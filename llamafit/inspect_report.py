@@ -56,7 +56,7 @@ def to_json(facts: ModelFacts) -> dict[str, Any]:
         "layers": [asdict(layer) for layer in w.layers],
     }
     d["kv_cost_per_1000_tokens"] = {t: kv_cost(facts, t) for t in KV_TYPES}
-    d["warnings"] = list(facts.warnings)
+    d["warnings"] = list(facts.warnings) + ([facts.incomplete] if facts.incomplete else [])
     return d
 
 
@@ -121,7 +121,7 @@ def to_text(facts: ModelFacts) -> str:
             lines.append(f"  {t:<6} {'(block size does not divide the head size)':>46}")
             continue
         lines.append(f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} {_mib(c['swa_max_bytes']):>14}")
-    lines += [f"Warning        {printable(msg)}" for msg in f.warnings]
+    lines += [f"Warning        {printable(msg)}" for msg in (*f.warnings, *([f.incomplete] if f.incomplete else []))]
     return "\n".join(lines)
 
 

@@ -20,6 +20,13 @@ from llamafit.server_flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
 
 KINDS = ("sh", "systemd", "llama-swap", "models-ini", "docker")
 DOCKER_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"  # its entrypoint is llama-server
+# per backend: the official image (llama.cpp docs/docker.md) and how its devices reach the container
+DOCKER_BACKENDS = {
+    "cpu": ("ghcr.io/ggml-org/llama.cpp:server", ""),
+    "cuda": (DOCKER_IMAGE, "--gpus all"),
+    "rocm": ("ghcr.io/ggml-org/llama.cpp:server-rocm", "--device /dev/kfd --device /dev/dri"),
+    "vulkan": ("ghcr.io/ggml-org/llama.cpp:server-vulkan", "--device /dev/dri"),
+}
 
 _ARITY = {**dict.fromkeys(NO_VALUE, 0), **dict.fromkeys(ONE_VALUE, 1), **dict.fromkeys(TWO_VALUES, 2)}
 _CTX = frozenset({"-c", "--ctx-size"})
@@ -44,6 +51,7 @@ class LaunchSpec:
     llama_build: str | None = None
     n_ctx: int
     ladder: tuple[tuple[int, int], ...] = ()  # (context, MiB of GPU memory needed), for the sh guard
+    backend: str = "cuda"  # the GPUs' backend, or cpu: picks the docker image
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:
@@ -303,7 +311,17 @@ _INI_KEYS = {
     "-b": "batch-size", "-np": "parallel", "-ts": "tensor-split", "-ot": "override-tensor",
     "-ncmoe": "n-cpu-moe", "-cmoe": "cpu-moe", "-sm": "split-mode", "-mg": "main-gpu",
     "-dev": "device", "-fit": "fit", "-fitt": "fit-target", "-fitc": "fit-ctx", "-t": "threads",
-    "-kvu": "kv-unified", "-nkvo": "no-kv-offload", "-mm": "mmproj", "-md": "model-draft",
+    "-kvu": "kv-unified", "-nkvo": "no-kv-offload", "-mm": "mmproj", "-mmu": "mmproj-url",
+    # side models: every spelling as the last one of its arg.cpp option, the key llama-server's own
+    # writer uses (common/preset.cpp common_preset::to_ini) and the one older builds know too
+    **dict.fromkeys(("-md", "--spec-draft-model"), "model-draft"),
+    **dict.fromkeys(("-ngld", "--spec-draft-ngl", "--gpu-layers-draft"), "n-gpu-layers-draft"),
+    **dict.fromkeys(("-devd", "--spec-draft-device"), "device-draft"),
+    **dict.fromkeys(("-ctkd", "--spec-draft-type-k"), "cache-type-k-draft"),
+    **dict.fromkeys(("-ctvd", "--spec-draft-type-v"), "cache-type-v-draft"),
+    **dict.fromkeys(("-otd", "--spec-draft-override-tensor"), "override-tensor-draft"),
+    **dict.fromkeys(("-ncmoed", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe"), "n-cpu-moe-draft"),
+    **dict.fromkeys(("-cmoed", "--spec-draft-cpu-moe"), "cpu-moe-draft"), "-cd": "ctx-size-draft",
 }  # fmt: skip
 _ROUTER_OWNED = frozenset({"--host", "--port", "-a", "--alias"})  # server-models.cpp update_args
 _INI_BAD_VALUE = re.compile(r"[;#]|^[ \t]|[ \t]$")  # preset.cpp's parser ends a value there
@@ -356,9 +374,14 @@ def _publish(spec: LaunchSpec) -> str:
     return f"{host}:{spec.port}:{spec.port}"
 
 
-def render_docker(spec: LaunchSpec, *, image: str = DOCKER_IMAGE) -> str:
+def render_docker(spec: LaunchSpec, *, image: str | None = None) -> str:
     """A `docker run` line: the model directory mounted read-only on /models, the server listening
-    on 0.0.0.0 inside the container and published on the planned host (the image is llama-server)."""
+    on 0.0.0.0 inside the container and published on the planned host (the image is llama-server,
+    the official one for the backend unless `image` says)."""
+    if spec.backend not in DOCKER_BACKENDS:
+        raise InputError(f"docker containers cannot use {'Metal' if spec.backend == 'metal' else spec.backend}: "
+                         "use --format sh")  # fmt: skip
+    default_image, devices = DOCKER_BACKENDS[spec.backend]
     if not posixpath.isabs(spec.model_path):
         raise InputError(f"{spec.model_path}: docker needs an absolute model path to mount")
     model_dir = posixpath.dirname(posixpath.normpath(spec.model_path))
@@ -369,11 +392,11 @@ def render_docker(spec: LaunchSpec, *, image: str = DOCKER_IMAGE) -> str:
         for flag, values in _launch_groups(spec, "0.0.0.0", str(spec.port))
     ]
     words = [
-        "docker run --rm --gpus all",
+        f"docker run --rm {devices}".rstrip(),
         f"-p {shlex.quote(_publish(spec))}",
         f"-v {shlex.quote(model_dir + ':/models:ro')}",
         *(f"-e {shlex.quote(f'{name}={value}')}" for name, value in spec.env),
-        shlex.quote(image),
+        shlex.quote(image or default_image),
         *_lines(groups, shlex.quote),
     ]
     return " \\\n  ".join(words) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import signal
 import socket
 import subprocess
@@ -42,6 +43,21 @@ def free_port(host: str = "127.0.0.1") -> int:
             return int(s.getsockname()[1])
     except OSError as e:
         raise InputError(f"--host {host}: cannot listen there ({e.strerror or e})") from e
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """Refuse a port something already listens on: a server already there would answer /health for
+    ours. SO_REUSEADDR as cpp-httplib and uvicorn set it, so a port in TIME_WAIT still counts as free."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            if e.errno == errno.EADDRINUSE:
+                raise InputError(f"--port {port}: {where} is already in use; stop what listens there or use "
+                                 "--port auto") from e  # fmt: skip
+            raise InputError(f"--port {port}: cannot listen on {where} ({e.strerror or e})") from e
 
 
 def _die_with_parent() -> None:
@@ -129,13 +145,24 @@ def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[
     return False
 
 
+@dataclass
+class StopRequest:
+    """Set when llamafit got SIGINT or SIGTERM: whoever waits on the child stops waiting."""
+
+    signum: int | None = None
+
+
 @contextlib.contextmanager
-def forwarding_signals(child: Child) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM to llamafit are passed to the child (which then exits)."""
+def forwarding_signals(child: Child) -> Iterator[StopRequest]:
+    """While inside, SIGINT and SIGTERM to llamafit are passed to the child and recorded in the
+    StopRequest yielded; leaving stops the child (llama-server loading a model only notes a first
+    signal, so the waits must end on the request, not on the child's exit)."""
+    stop = StopRequest()
 
     escalating: list[threading.Thread] = []
 
     def forward(signum: int, _frame: Any) -> None:
+        stop.signum = signum
         child.stop_requested = True
         with contextlib.suppress(ProcessLookupError):
             child.proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
@@ -145,7 +172,7 @@ def forwarding_signals(child: Child) -> Iterator[None]:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -81,9 +81,28 @@ class Breakdown:
     cache_ram_bytes: int  # llama-server's prompt cache limit in host RAM (grows with use)
     side_models: tuple[SideUsage, ...] = ()  # their bytes are in the rows' side_bytes too
 
+    def hard_bytes(self, d: DeviceUsage) -> int:
+        """What `d` must hold in memory. With GPUs, the host's memory-mapped weights may page from
+        disk (slow, but it runs); KV, recurrent state, compute and output buffers are allocated and
+        cannot. Without a GPU everything counts: paging weights per token would not be a plan."""
+        paged = d.kind == "host" and self.host_weights_mapped and any(x.kind == "gpu" for x in self.devices)
+        return d.used_bytes - (d.weights_bytes if paged else 0)
+
+    @property
+    def short(self) -> tuple[tuple[DeviceUsage, int], ...]:
+        """(device, bytes short) for every device that cannot hold what it must."""
+        return tuple((d, self.hard_bytes(d) - d.usable_bytes) for d in self.devices
+                     if d.usable_bytes is not None and self.hard_bytes(d) > d.usable_bytes)  # fmt: skip
+
     @property
     def fits(self) -> bool:
-        return all(d.fits for d in self.devices)
+        return not self.short
+
+    @property
+    def host_pages(self) -> bool:
+        """It fits, but only because the host's mapped weights page from disk."""
+        host = self.devices[-1]
+        return self.fits and not host.fits
 
 
 OP_PROBE_TOKENS = 512  # src/llama-model-loader.cpp weight_buft_supported: the probe op's batch
@@ -321,6 +340,9 @@ class MemoryModel:
         if host_layers:
             layers = tuple(sorted(set(host_layers)))
             need += op_offload_compute(self.facts, rc, layers, gpus[b].backend)
+            # the host's hidden state enters each offloaded split as a copied input (pass 5 of
+            # ggml_backend_sched_split_graph): one n_embd x n_tokens F32 row block
+            need += 4 * self.facts.n_embd * min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)
             if rc.flash_attn:  # FLASH_ATTN_EXT follows its neighbours onto the GPU: K/V views copied in
                 full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
                 cells = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells

@@ -153,7 +153,7 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
                           pinned_ngl=e.pinned_ngl)  # fmt: skip
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
     host = choice.breakdown.devices[-1]
-    if target.gpus and not host.fits:
+    if choice.breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
         short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
         warnings.append(Notice("host_ram_short", short))
     rows = tradeoffs(target, choice.cfg, policy, STEP, hi, speed)

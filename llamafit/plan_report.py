@@ -9,14 +9,14 @@ from .check_report import (
     config_json,
     device_json,
     model_json,
-    notice_text,
+    notice_line,
     notices_json,
     side_models_json,
 )
-from .command import display
 from .devices import DeviceSpec
 from .facts import ModelFacts
 from .findings import SpeedOption, Verdict
+from .layout import command_lines, wrap_text
 from .plan import PlanResult
 from .speed import SpeedEstimate
 from .side_plan import SideCost
@@ -56,7 +56,8 @@ def verdict_text(v: Verdict) -> str:
         text += " — the trained maximum" if v.trained_max else ""
     elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
         text += f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
-        text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {v.blocks_to_cpu} blocks)"
+        blocks = f"{v.blocks_to_cpu} block{'s' if v.blocks_to_cpu != 1 else ''}"
+        text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {blocks})"
     if v.generation_tps is not None:
         text += "".join(_speed_cost(v.generation_tps[0], o) for o in v.speed_options)
     if v.smallest_gpu:
@@ -210,29 +211,59 @@ def _hw_line(d: dict[str, Any]) -> str:
 def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
             device_lines: list[str]) -> str:  # fmt: skip
     lines = [
-        f"Model      {printable(facts.path)} ({printable(facts.architecture)}, {facts.file_type}, "
-        f"trained {facts.n_ctx_train:,} tokens)",
+        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
-        lines.append(f"Command    {printable(display(argv))}")
+        lines += command_lines("Command", [printable(a) for a in argv])
     lines += device_lines
-    lines.append("Trade-offs (largest context per slot at this offload):")
-    speed = any(t.generation_tps for t in result.tradeoffs)  # the column only where bandwidths are known
-    lines.append(f"  {'fa':<4}{'K':<6}{'V':<6}{'-ngl':>5}{'cpu-moe':>8}{'max context':>13}" + ("  tokens/s" * speed))
-    for t in result.tradeoffs:
-        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
-        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}{ctx:>13}"
-                     + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
+    lines += _tradeoff_lines(result, gpus=any(d["kind"] == "gpu" for d in hardware))
     per_tokens, per_layer = result.mib_per_1000_tokens, result.mib_per_layer
     if per_tokens is not None:
         line = f"Marginal   {per_tokens:,.1f} MiB per 1,000 tokens per slot"
         if per_layer and per_tokens > 0:
+            tokens = per_layer / per_tokens * 1000
             line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
-            line += f"about {per_layer / per_tokens * 1000:,.0f} tokens"
+            line += (f"about {tokens:,.0f} tokens" if tokens <= facts.n_ctx_train
+                     else f"more than the trained {facts.n_ctx_train:,} tokens")  # fmt: skip
         lines.append(line)
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines += speed_lines(result.speed)
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
-    lines += [f"Warning    {printable(notice_text(w))}" for w in result.warnings]
-    return "\n".join(lines)
+    lines += [printable(notice_line(w)) for w in result.warnings]
+    return wrap_text("\n".join(lines))
+
+
+def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
+    """The trade-off table: -ngl/cpu-moe columns only with a GPU, tokens/s where bandwidths are known;
+    when every row reaches the same context at the same offload and speed, one row says it for all."""
+    rows = list(result.tradeoffs)
+    speed = any(t.generation_tps for t in rows)  # the column only where bandwidths are known
+    same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx, _tps(t.generation_tps)) for t in rows}) == 1
+    lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
+             f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"
+             + ("  tokens/s" * speed)]  # fmt: skip
+    for t in rows[:1] if same else rows:
+        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
+        offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
+        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}"
+                     + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
+    if same:
+        lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
+    return lines
+
+
+def serving_line(model: str, *, n_ctx: int, n_seq: int, kv_unified: bool, gpu_weights_bytes: int,
+                 cpu_weights_bytes: int, url: str) -> str:  # fmt: skip
+    """`run`'s one line after Ready, like `ollama ps`: model, context and slots, where the weights are, URL."""
+    if n_seq <= 1:
+        ctx = f"{n_ctx:,} tokens, 1 request at a time"
+    elif kv_unified:
+        ctx = f"{n_ctx:,} tokens shared by up to {n_seq} parallel requests"
+    else:
+        ctx = f"{n_seq} slots of {n_ctx // n_seq:,} tokens"
+    total = gpu_weights_bytes + cpu_weights_bytes
+    gpu = round(100 * gpu_weights_bytes / total) if total else 0
+    where = "100% GPU" if gpu == 100 else "100% CPU" if gpu == 0 else f"{gpu}%/{100 - gpu}% GPU/CPU"
+    return f"Serving    {model}, {ctx}, {where}, {url}"

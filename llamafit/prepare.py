@@ -33,7 +33,7 @@ from .paths import calibration_path
 from .resolve import ResolvedConfig
 from .search import Target
 from .speed import SpeedInputs
-from .server_flags import ParsedServerArgs, parse_server_args, split_command_line
+from .server_flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
 from .side_load import load_side_plan
 from .side_models import MODELLED
 from .units import MIB
@@ -64,6 +64,7 @@ class MachineSpec:
     use: str = "free"
     rpc: str | None = None
     reserve_bytes: int = 1024 * MIB
+    ram: str | None = None  # --ram SIZE: another machine's host memory instead of what is free here
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,18 @@ HostFn = Callable[[], DeviceSpec]
 DetectFn = Callable[[Mapping[str, str]], Hardware]
 
 
+def parse_ram_option(text: str) -> DeviceSpec:
+    """`--ram 64GiB`: plan for another machine's host memory (all of it usable)."""
+    from .devices import host, parse_size
+
+    if text.strip().replace(".", "", 1).isdigit():
+        raise InputError(f"--ram {text.strip()} has no unit; did you mean {text.strip()}GiB?")
+    size = parse_size(text)
+    if size < MIB:
+        raise InputError(f"--ram {text.strip()}: host RAM must be at least 1 MiB")
+    return host(size, size)
+
+
 VulkanFn = Callable[[Mapping[str, str]], tuple[DeviceSpec, ...]]
 
 
@@ -177,18 +190,22 @@ def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
 def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
             vulkan_fn: VulkanFn = _no_vulkan, rpc_query: RpcQuery | None = None,
             ) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
-    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them.
+    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them;
+    --ram replaces the host's memory.
 
     With --backend vulkan and no --gpu, the Vulkan devices come from vulkaninfo (memory and the
     tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
     """
+    ram_host = parse_ram_option(spec.ram) if spec.ram is not None else None
     vk = vulkan_fn(env) if spec.backend == "vulkan" else ()
     if vk and spec.gpu_spec is None:
         hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo")
     elif spec.gpu_spec is None:
         hw = detect_fn(env)
     else:
-        hw = given(_with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk), host_fn())
+        hw = given(_with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk), ram_host or host_fn())
+    if ram_host is not None:
+        hw = replace(hw, host=ram_host)
     use = spec.use if spec.gpu_spec is None else "total"
     rpc = parse_rpc_option(spec.rpc, rpc_query) if spec.rpc else ()
     return hw, fit_devices(hw.gpus, use=use, rpc=rpc)
@@ -200,11 +217,15 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     run), with the calibration file's correction applied."""
     ref, env = request.model, request.env
     parsed = parse_server_args(_server_argv(ref.command_line, ref.server_args), env, engine=request.engine)
+    if parsed.unknown and request.build is None:  # it would not start: no verdict for a command that cannot run
+        raise InputError(refused_message(parsed.unknown))
     model = ref.model
     if model is None and not ref.demo:
         model = parsed.model
     elif parsed.model is not None and model is not None and parsed.model != model:
         raise InputError(f"two models given: {model} and -m {parsed.model}")
+    if (model is not None or ref.demo) and parsed.hf_repo:
+        raise InputError(f"two models given: {model or 'the demo model'} and -hf {parsed.hf_repo}")
     gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
     facts = build_facts(gguf)
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
@@ -262,10 +283,11 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
         issue = Notice("calibration_skipped", {"path": path, "count": len(skipped), "reason": skipped[0]})
         p = replace(p, calibration_issue=issue)
     devices = [(d.name, d.backend) for d in p.target.gpus]
-    found = compute_correction(records, devices=devices, build=p.target.build)
-    if found is None:
+    found = compute_correction(records, devices=devices, build=p.target.build, architecture=p.facts.architecture)
+    if found is None or found.is_identity:
         return p
-    return replace(p, target=replace(p.target, compute_scale=found.compute_scale), calibration=found)
+    return replace(p, target=replace(p.target, compute_scale=found.compute_scale),
+                   calibration=replace(found, source=path))  # fmt: skip
 
 
 _SHOWN = [False]  # a progress line is open on stderr
@@ -309,7 +331,10 @@ _EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmp
 
 def flag_warnings(p: Prepared) -> list[Notice | str]:
     """What the flags and the calibration file add that the prediction does not show."""
-    warnings: list[Notice | str] = [Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown]
+    # unknown flags are an error (prepare) unless --llama-build names another build, whose flags differ
+    warnings: list[Notice | str] = [Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown if u.startswith("-")]
+    if p.parsed.env_used:  # llama-server reads LLAMA_ARG_*; so did the plan
+        warnings.append(Notice("from_environment", {"names": sorted(p.parsed.env_used)}))
     warnings += list(p.target.side.notes) if p.target.side else []
     for flag in p.parsed.passthrough:
         if flag in _EXTRA_MODELS and flag not in MODELLED:
@@ -321,7 +346,9 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         warnings.append(Notice("ngl_without_gpu"))
     if p.calibration:
         warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
-                                               "runs": p.calibration.runs}))  # fmt: skip
+                                               "runs": p.calibration.runs, "architecture": p.calibration.architecture,
+                                               "devices": [n for n, _ in p.calibration.devices],
+                                               "source": p.calibration.source}))  # fmt: skip
     if p.calibration_issue:
         warnings.append(p.calibration_issue)
     return warnings

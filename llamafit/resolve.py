@@ -186,7 +186,7 @@ def _flash_attn(cfg: LaunchConfig, facts: ModelFacts, type_v: GGMLType,
     if type_v.is_quantized and mode == "auto":
         notes.append("enabling flash_attn since it is required for quantized V cache")
     if type_v.is_quantized and mode == "off":
-        raise ConfigError("quantized V cache requires flash_attn to be enabled")
+        raise ConfigError("quantized V cache requires flash_attn to be enabled; add -fa on")
     return mode != "off", notes
 
 

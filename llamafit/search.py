@@ -52,13 +52,10 @@ class Target:
             return None
 
     def fits(self, cfg: LaunchConfig) -> bool:
-        """The GPUs hold it (host RAM only counts without GPUs: CPU weights are mmap'd and page, and
-        llama.cpp's own --fit likewise assumes the host has room); the plan warns when the host is short."""
+        """Every device holds its share (Breakdown.fits: with GPUs, only the host's mmap'd weights may
+        page; the plan warns when they would)."""
         result = self.evaluate(cfg)
-        if result is None:
-            return False
-        devices = [d for d in result[1].devices if d.kind == "gpu"] or list(result[1].devices)
-        return all(d.fits for d in devices)
+        return result is not None and result[1].fits
 
 
 def largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:

@@ -335,6 +335,31 @@ def parse_server_args(
     return ParsedServerArgs(config, model, hf_repo, tuple(scan.passthrough), tuple(scan.unknown), tuple(env_used))
 
 
+def _closest_flag(flag: str) -> str | None:
+    """The llama-server flag a mistyped one most likely meant: a long flag starting with its stem
+    (`-ctx` → --ctx-size), else the closest spelling; shown with its short form where it has one."""
+    import difflib
+
+    stem = flag.lstrip("-")
+    longs = sorted((f for f in _ARITY if f.startswith("--" + stem)), key=len)
+    found = longs[0] if stem and longs else next(iter(difflib.get_close_matches(flag, list(_ARITY), n=1)), None)
+    if found is None:
+        return None
+    opt = _BY_FLAG.get(found)
+    short = next((f for f in opt.flags if not f.startswith("--")), None) if opt else None
+    return f"{short} ({found})" if short and found.startswith("--") else found
+
+
+def refused_message(unknown: Sequence[str]) -> str:
+    """Why llama-server would not start with these flags (ParsedServerArgs.unknown), with the fix."""
+    token = next((t for t in unknown if t.startswith("-")), unknown[0])
+    flag, eq, value = token.partition("=")
+    if eq and flag in _ARITY:
+        return f"llama-server would not start: it has no flag {token}; write {flag} {value}"
+    close = _closest_flag(flag) if flag.startswith("-") else None
+    return f"llama-server would not start: it has no flag {token}" + (f"; did you mean {close}?" if close else "")
+
+
 _PROGRAMS = ("llama-server", "llama-cli", "server")
 _FIRST_WORD = re.compile(r"""\s*("[^"]*"|'[^']*'|\S+)""")
 

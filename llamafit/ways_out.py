@@ -29,10 +29,11 @@ def suggestions(target: Target, cfg: LaunchConfig, *, n_ctx: int) -> list[WayOut
         if best:
             out.append(WayOut("kv", type_kv=kv, ctx_per_slot=best))
     best = max_context(target, cfg, per_slot)
-    if best:
+    if best and best < per_slot:  # never the configuration already given
         out.append(WayOut("context", ctx_per_slot=best))
     if target.gpus:
+        given = target.evaluate(replace(cfg, n_ctx=n_ctx))
         ngl = max_gpu_layers(target, replace(cfg, n_ctx=n_ctx))
-        if ngl is not None:
+        if ngl is not None and (given is None or ngl != given[0].n_gpu_layers):
             out.append(WayOut("gpu_layers", n_ctx=n_ctx, n_gpu_layers=ngl))
     return out

@@ -16,9 +16,9 @@ def test_plan_for_a_header_and_print_the_breakdown() -> None:
     result = lf.plan(target, lf.LaunchConfig(), lf.Policy())
     assert result.choice is not None
     assert lf.breakdown_text(result.choice.breakdown) == """\
-device        usable   weights       KV  recur.  compute  output  reserve      used      left   (MiB)
-CUDA0         24,576    18,508    4,352       0      224       0    1,024    24,108       468
-CPU           65,536       418        0       0       52       2        0       472    65,064"""
+(MiB)      usable weights      KV     RS compute  output reserve    used    left
+CUDA0      24,576  18,508   4,352      0     224       0   1,024  24,108     468
+CPU        65,536     418       0      0      52       2       0     472  65,064"""
     assert lf.verdict_text(result.verdict) == (
         "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the trained "
         "maximum")
@@ -31,7 +31,8 @@ def test_solve_check_a_config_and_catch_no_fit() -> None:
     facts = lf.build_facts(lf.read_model(QWEN))
     target = lf.make_target(facts, "12GiB")
     choice = lf.solve(target, lf.LaunchConfig(), lf.Policy(kv="q4_0", ctx=4096))
-    assert (choice.ctx, choice.rc.n_gpu_layers) == (4096, 38)
+    assert (choice.ctx, choice.rc.n_gpu_layers) == (4096, 37)  # op offload: room for one host weight
+    assert not target.fits(lf.with_given(choice.cfg, n_gpu_layers=choice.rc.n_gpu_layers + 1))  # and no more
     rc = lf.resolve(choice.cfg, facts)
     assert lf.MemoryModel(facts).estimate(rc, target.gpus, target.host).fits
     try:

@@ -39,7 +39,8 @@ def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    assert lines[5:7] == ["Verdict    does not fit: CUDA0 short by 23 MiB",
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))  # the Model line may wrap
+    assert lines[verdict : verdict + 2] == ["Verdict    does not fit: CUDA0 short by 23 MiB",
                           "Way out    16,896 tokens per slot fit with the current settings"]  # fmt: skip
     d = json.loads(check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768").stdout)
     assert d["ways_out"] == [{"code": "context", "context_per_slot": 16896,
@@ -68,11 +69,11 @@ def test_cpu_only() -> None:
         ([DENSE, "--gpu", "lots"],
          f"Error: unknown GPU 'lots'; known: {', '.join(e.key for e in CATALOG)} (or give a size such as 24GiB)"),
         ([DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off"],
-         "Error: quantized V cache requires flash_attn to be enabled"),
+         "Error: quantized V cache requires flash_attn to be enabled; add -fa on"),
         ([DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"],
          "Error: -ctk expects one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, got 'q3_k'"),
         ([str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"],
-         f"Error: {FIXTURES / 'broken' / 'empty.gguf'} at byte 0: not a GGUF file (magic b'', expected b'GGUF')"),
+         f"Error: {FIXTURES / 'broken' / 'empty.gguf'}: the file is empty"),
     ],
 )  # fmt: skip
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
@@ -110,14 +111,19 @@ def test_the_whole_text_when_it_does_not_fit(fixed_host) -> None:
     result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "--lora", "l.gguf")
     assert result.exit_code == 1
     assert result.stdout == f"""\
-Model      {DENSE} (llama, Q8_0, trained 4,096 tokens)
-Config     -c 32768 (32,768 per slot, 4 slot(s), unified KV) -fa on -ctk f16 -ctv f16 -ngl 5 -b 2048 -ub 512
-device        usable   weights       KV  recur.  compute  output  reserve      used      left   (MiB)
-CUDA0          1,050         0       16       0       33       0    1,024     1,073       -23
-CPU           49,152         0        0       0       32       0        0        32    49,120
+Model      {DENSE}
+           llama, Q8_0, trained 4,096 tokens
+Config     -c 32768 (32,768 tokens shared by up to 4 parallel requests) -fa on
+           -ctk f16 -ctv f16 -ngl 5 -b 2048 -ub 512
+(MiB)      usable weights      KV     RS compute  output reserve    used    left
+CUDA0       1,050       0      16      0      33       0   1,024   1,073     -23
+CPU        49,152       0       0      0      32       0       0      32  49,120
 Verdict    does not fit: CUDA0 short by 23 MiB
 Way out    16,896 tokens per slot fit with the current settings
-Note       llama-server's prompt cache may use up to 8,192 MiB more host RAM (-cram)
-Warning    n_ctx_seq (32768) > n_ctx_train (4096): possible training context overflow
-Warning    --lora: a LoRA adapter is loaded too; its memory is not in this prediction
+Note       llama-server's prompt cache may use up to 8,192 MiB more host RAM
+           (-cram)
+Warning    n_ctx_seq (32768) > n_ctx_train (4096): possible training context
+           overflow
+Warning    --lora: a LoRA adapter is loaded too; its memory is not in this
+           prediction
 """

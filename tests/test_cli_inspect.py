@@ -124,7 +124,8 @@ def test_help_lists_every_command() -> None:
     result = run("--help")
     commands = result.stdout.split("Commands:\n")[1].splitlines()
     assert result.exit_code == 0
-    assert [line.split()[0] for line in commands] == ["check", "gpus", "inspect", "ls", "plan", "run", "script"]
+    names = ["calibration", "check", "gpus", "inspect", "ls", "plan", "run", "script"]
+    assert [line.split()[0] for line in commands] == names
 
 
 def test_a_fifo_is_not_a_model(tmp_path: Path) -> None:

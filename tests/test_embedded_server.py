@@ -34,7 +34,7 @@ def resolved(**values: object):  # noqa: ANN201
 def test_exact_argv() -> None:
     rc = resolved(n_ctx=4096, flash_attn="on", type_k="bf16", type_v="f32", n_gpu_layers=3, n_batch=1024)
     assert embedded_argv(str(DENSE), rc, host="127.0.0.1", port=8123, python="py") == [
-        "py", "-m", "llama_cpp.server", "--model", str(DENSE), "--n_ctx", "4096", "--n_gpu_layers", "3",
+        "py", "-m", "llamafit.embedded_main", "--model", str(DENSE), "--n_ctx", "4096", "--n_gpu_layers", "3",
         "--flash_attn", "true", "--type_k", "30", "--type_v", "0", "--n_batch", "1024", "--n_ubatch", "512",
         "--offload_kqv", "true", "--use_mmap", "true", "--use_mlock", "false", "--logits_all", "false",
         "--verbose", "true", "--host", "127.0.0.1", "--port", "8123",
@@ -96,6 +96,8 @@ def test_real_start(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as r:
             models = json.load(r)
         assert models["data"][0]["id"] == str(DENSE)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:  # llama-swap's check
+            assert (r.status, json.load(r)) == (200, {"status": "ok"})
         assert watcher.buffers["KV"] == {"CPU": 2.0}
         assert watcher.kv_caches[0].cells == 4096 and watcher.kv_caches[0].seqs == 1
         assert "(load_mode = mmap)" in log.read_text()  # not the server's default mmap+mlock

