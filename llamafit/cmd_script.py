@@ -126,30 +126,46 @@ def plan_entries(policy: Policy, request: Request, models: list[str],
     """Each model (directories expanded to the models in them) planned within the set it shares the
     GPUs with (llamafit.many): its Entry, the sets, and the models nothing fits for."""
     from .many import Entry, plan_many
+    from .refs import ollama_found
     from .store_scan import root_for_path, scan
 
-    named: list[tuple[str, str]] = []
+    named: list[tuple[str, str, str | None]] = []  # name, reference, the mmproj its store pairs with it
     for arg in models:
         if os.path.isdir(arg):
             found, _ = scan([root_for_path(arg)])
-            named += [(f.name, f.ref) for f in found]
-        else:
+            named += [(f.name, f.path, f.mmproj) for f in found]  # the file: the store may not be the default one
+        else:  # an Ollama projector is a blob: only the manifest pairs it (beside a file, --mmproj auto finds it)
+            ollama = arg.startswith("ollama:")
+            paired = ollama_found(arg.removeprefix("ollama:"), request.env).mmproj if ollama else None
             named.append((arg.split(":", 1)[1] if arg.startswith(("ollama:", "lmstudio:", "hf:")) else
-                          Path(arg).name.removesuffix(".gguf"), arg))  # fmt: skip
-    preps = [prepare(replace(request, model=replace(request.model, model=ref))) for _, ref in named]
-    packing = plan_many([n for n, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
-    by_name = dict(zip((n for n, _ in named), preps, strict=True))
+                          Path(arg).name.removesuffix(".gguf"), arg, paired))  # fmt: skip
+    preps = [prepare(_with_mmproj(request, ref, mmproj)) for _, ref, mmproj in named]
+    packing = plan_many([n for n, _, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
+    by_name = dict(zip((n for n, _, _ in named), preps, strict=True))
     entries = []
     for s in packing.sets:
         for m in s:
             p = by_name[m.name]
+            side_flags = launch_tokens(p.parsed.passthrough, m.choice.breakdown.side_models)
             argv = server_argv(os.path.abspath(p.facts.path), m.choice.cfg, m.choice.rc,
-                               passthrough=p.parsed.passthrough, server=server)  # fmt: skip
+                               passthrough=side_flags, server=server)  # fmt: skip
             kind = "gpu" if p.target.gpus else "host"
             rows = [d for d in m.choice.breakdown.devices if d.kind == kind]
             entries.append(Entry(m.name, tuple(argv), tuple((d.name, d.used_bytes // MIB) for d in rows),
                                  m.choice.rc.n_ctx))  # fmt: skip
     return entries, [[m.name for m in s] for s in packing.sets], list(packing.unfit)
+
+
+_PROJECTOR_FLAGS = ("-mm", "--mmproj", "-mmu", "--mmproj-url", "--no-mmproj", "--no-mmproj-auto")
+
+
+def _with_mmproj(request: Request, model: str, mmproj: str | None) -> Request:
+    """The request for one of many models: with the projector its store pairs with it (an Ollama
+    projector layer, an mmproj*.gguf beside it), unless the command line names or refuses one."""
+    args = request.model.server_args
+    if mmproj and not any(a in _PROJECTOR_FLAGS for a in args):
+        args = (*args, "--mmproj", mmproj)
+    return replace(request, model=replace(request.model, model=model, server_args=tuple(args)))
 
 
 def script_many(policy: Policy, request: Request, models: list[str], opts: ScriptOptions) -> tuple[Report, str | None]:

@@ -311,7 +311,17 @@ _INI_KEYS = {
     "-b": "batch-size", "-np": "parallel", "-ts": "tensor-split", "-ot": "override-tensor",
     "-ncmoe": "n-cpu-moe", "-cmoe": "cpu-moe", "-sm": "split-mode", "-mg": "main-gpu",
     "-dev": "device", "-fit": "fit", "-fitt": "fit-target", "-fitc": "fit-ctx", "-t": "threads",
-    "-kvu": "kv-unified", "-nkvo": "no-kv-offload", "-mm": "mmproj", "-md": "model-draft",
+    "-kvu": "kv-unified", "-nkvo": "no-kv-offload", "-mm": "mmproj", "-mmu": "mmproj-url",
+    # side models: every spelling as the last one of its arg.cpp option, the key llama-server's own
+    # writer uses (common/preset.cpp common_preset::to_ini) and the one older builds know too
+    **dict.fromkeys(("-md", "--spec-draft-model"), "model-draft"),
+    **dict.fromkeys(("-ngld", "--spec-draft-ngl", "--gpu-layers-draft"), "n-gpu-layers-draft"),
+    **dict.fromkeys(("-devd", "--spec-draft-device"), "device-draft"),
+    **dict.fromkeys(("-ctkd", "--spec-draft-type-k"), "cache-type-k-draft"),
+    **dict.fromkeys(("-ctvd", "--spec-draft-type-v"), "cache-type-v-draft"),
+    **dict.fromkeys(("-otd", "--spec-draft-override-tensor"), "override-tensor-draft"),
+    **dict.fromkeys(("-ncmoed", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe"), "n-cpu-moe-draft"),
+    **dict.fromkeys(("-cmoed", "--spec-draft-cpu-moe"), "cpu-moe-draft"), "-cd": "ctx-size-draft",
 }  # fmt: skip
 _ROUTER_OWNED = frozenset({"--host", "--port", "-a", "--alias"})  # server-models.cpp update_args
 _INI_BAD_VALUE = re.compile(r"[;#]|^[ \t]|[ \t]$")  # preset.cpp's parser ends a value there

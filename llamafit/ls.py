@@ -20,6 +20,7 @@ from .memory import MemoryModel
 from .plan import smallest_gpu_for
 from .plan_speed import choice_speed
 from .search import Target
+from .side_models import SidePlan
 from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve
 from .speed import SpeedInputs
 from .stores import Found
@@ -45,6 +46,7 @@ class Fit:
     error: str | None = None
     generation_tps: list[float] | None = None  # speed.py: [full context, empty context]; None: a bandwidth unknown
     host_bytes: int | None = None  # on the host (the reserve included on a machine without GPUs)
+    mmproj_bytes: int | None = None  # the paired projector's weights and encoder compute, counted in the fit
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,10 @@ class Row:
 
 def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...], host: DeviceSpec, *,
               reserve_bytes: int, engine: str = "llama-server", build: int | None = None,
-              policy: Policy | None = None, speed: SpeedInputs | None = None) -> Fit:  # fmt: skip
-    target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes)
+              policy: Policy | None = None, speed: SpeedInputs | None = None,
+              side: SidePlan | None = None) -> Fit:  # fmt: skip
+    """`side`: the paired projector (side_models.SidePlan), resident next to the model in every config tried."""
+    target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes, side=side)
     n_layers = facts.n_layer_all + 1
     try:
         c = solve(target, cfg, policy or Policy())
@@ -90,10 +94,11 @@ def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...]
     full = not gpus or (rc.n_gpu_layers >= n_layers and not rc.n_cpu_moe and not rc.cpu_moe)
     gpu_bytes = sum(d.used_bytes for d in c.breakdown.devices if d.kind == "gpu") if gpus else None
     est = choice_speed(target, c, speed) if speed else None
+    mmproj = sum(u.total_bytes for u in c.breakdown.side_models if u.kind == "mmproj") if side else None
     return Fit("fits" if full else "offload", c.ctx, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
                min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes,
                generation_tps=[round(x, 2) for x in est.generation_tps] if est else None,
-               host_bytes=c.breakdown.devices[-1].used_bytes)  # fmt: skip
+               host_bytes=c.breakdown.devices[-1].used_bytes, mmproj_bytes=mmproj)  # fmt: skip
 
 
 def best_possible(row: Row) -> bool:

@@ -27,14 +27,15 @@ from .errors import LlamafitError
 from .facts import build_facts
 from .local_headers import read_local_model, validator
 from .ls import Row, best_possible, fit_model, row_for, sort_rows
-from .model_source import _FORMAT as CACHE_FORMAT
-from .model_source import _load_json, _write
+from .model_source import CACHE_FORMAT, load_cache_json, write_cache_file
 from .paths import cache_dir
 from .speed import SpeedInputs
+from .projector import is_projector, projector_facts
+from .side_models import SideFlags, SidePlan
 from .store_scan import root_for_path, scan, this_machine_roots
 from .stores import Found, Note, Root, gguf_kind
 
-_FORMAT = 1
+_FORMAT = 2  # 2: rows count the paired mmproj (Fit.mmproj_bytes)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def _cached(found: Found, identity: str | None, machine: Machine) -> Row | Note 
 
 
 def _load_json_file(path: str) -> dict[str, Any] | None:
-    meta = _load_json(Path(path))
+    meta = load_cache_json(Path(path))
     return meta if meta and meta.get("ls_format") == _FORMAT else None
 
 
@@ -129,7 +130,7 @@ def _save(identity: str | None, machine: Machine, got: Row | Note) -> Row | Note
             data["host_usable"] = machine.host.usable_bytes
         else:
             data["note"] = {"code": got.code, "detail": got.detail}
-        _write(Path(_row_file(identity, machine)), json.dumps(data).encode())
+        write_cache_file(Path(_row_file(identity, machine)), json.dumps(data).encode())
     return got
 
 
@@ -150,9 +151,28 @@ def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
         why = " ".join(str(e).split()).replace(f"{found.path} ", "").replace(f"{found.path}: ", "")
         return _save(identity, machine, Note(found.store, found.path, "unreadable-header", why))
     fit = fit_model(facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
-                    engine=machine.engine, build=machine.build, speed=machine.speed)  # fmt: skip
+                    engine=machine.engine, build=machine.build, speed=machine.speed,
+                    side=paired_projector(found.mmproj, facts.n_embd))  # fmt: skip
     size = sum(s.data_offset + s.data_size for s in model.shards)
     return _save(identity, machine, row_for(found, facts, fit, size))
+
+
+def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
+    """The projector a store pairs with the model, as llama-server would load it with `--mmproj`
+    (on the GPU: --mmproj-offload is the default); None when there is none or llama-server would
+    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd: mtmd.cpp)."""
+    if not path:
+        return None
+    try:
+        header = read_local_model(path)
+    except (LlamafitError, OSError):
+        return None
+    if not is_projector(header.metadata):
+        return None
+    proj = projector_facts(path, header.metadata, header.tensors)
+    if proj.projection_dim and proj.projection_dim != n_embd:
+        return None
+    return SidePlan(SideFlags(mmproj=path, given=frozenset({"mmproj"})), projector=proj)
 
 
 def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
@@ -232,7 +252,7 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
 
         echo("\n".join(header_lines(gpus)))
         result = listing(roots, m, cfg, streamer(sys.stdout, sys.stderr, True), found)
-        echo("\n".join(footer_lines(result, os.path.expanduser("~"))))
+        echo("\n".join(footer_lines(result, os.path.expanduser("~"), gpus=bool(m.gpus))))
     else:
         on_row = streamer(sys.stdout, sys.stderr, False) if stderr_is_tty() and not as_json else None
         result = listing(roots, m, cfg, on_row, found)
@@ -244,5 +264,5 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
     elif not stream:
         from .ls_report import to_text
 
-        echo(to_text(result, machine=gpus, home=os.path.expanduser("~")))
+        echo(to_text(result, machine=gpus, home=os.path.expanduser("~"), gpus=bool(m.gpus)))
     return 0 if any(r.fit.verdict in ("fits", "offload") for r in result.rows) else 1

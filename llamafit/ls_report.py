@@ -67,26 +67,41 @@ def row_lines(row: Row) -> list[str]:
     if len(row.name) > _COLS[0][1]:  # a long name gets its own line
         lines.append(row.name)
         cells[0] = ""
-    return lines + [_line(cells)]
+    lines.append(_line(cells))
+    if row.mmproj:  # the paired projector: counted in the fit, or why not
+        b, line = row.fit.mmproj_bytes, f"{'':{_COLS[0][1]}} + {row.mmproj.rsplit('/', 1)[-1]}"
+        if b is not None:
+            line += f" ({b / (1 << 20):,.0f} MiB counted)"
+        elif row.fit.verdict in ("fits", "offload"):
+            line += " (not counted: llama-server would refuse it)"
+        lines.append(_clip(line))
+    return lines
 
 
-def footer_lines(listing: Listing, home: str = "") -> list[str]:
+_LEGEND_GPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
+               "on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's",
+               "memory for a 4k context (every layer, q8_0 KV)."]  # fmt: skip
+_LEGEND_CPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model",
+               "and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not",
+               "even a 4k context does."]  # fmt: skip
+
+
+def footer_lines(listing: Listing, home: str = "", *, gpus: bool = True) -> list[str]:
+    """The notes and the legend; `gpus`: whether the machine has GPUs (the legend is worded by it)."""
     lines = [] if listing.rows else ["(no GGUF models found; looked in:)"] + [
         _clip(f"  {r.store}: {_short(r.path, home)}") for r in listing.roots]
-    lines += ["", "CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
-              "on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's",
-              "memory for a 4k context (every layer, q8_0 KV)."]  # fmt: skip
+    lines += ["", *(_LEGEND_GPU if gpus else _LEGEND_CPU)]
     if listing.notes:
         lines += ["", f"{len(listing.notes)} notes:"]
         lines += [_note_line(n.code, _short(n.path, home), n.detail) for n in listing.notes]
     return lines
 
 
-def to_text(listing: Listing, *, machine: str, home: str = "") -> str:
+def to_text(listing: Listing, *, machine: str, home: str = "", gpus: bool = True) -> str:
     lines = header_lines(machine, len(listing.rows))
     for row in listing.rows:
         lines += row_lines(row)
-    return "\n".join(lines + footer_lines(listing, home))
+    return "\n".join(lines + footer_lines(listing, home, gpus=gpus))
 
 
 def _clip(line: str, width: int = 80) -> str:

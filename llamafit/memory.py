@@ -340,6 +340,9 @@ class MemoryModel:
         if host_layers:
             layers = tuple(sorted(set(host_layers)))
             need += op_offload_compute(self.facts, rc, layers, gpus[b].backend)
+            # the host's hidden state enters each offloaded split as a copied input (pass 5 of
+            # ggml_backend_sched_split_graph): one n_embd x n_tokens F32 row block
+            need += 4 * self.facts.n_embd * min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)
             if rc.flash_attn:  # FLASH_ATTN_EXT follows its neighbours onto the GPU: K/V views copied in
                 full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
                 cells = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells

@@ -273,6 +273,21 @@ def _cache_file(kind: str, key: str, ext: str) -> Path:
     return cache_dir() / "headers" / f"{kind}-{digest}.{ext}"
 
 
+# the cache's file rules for the other caches in the cache directory (ls_cli's rows): a JSON entry
+# carries "format": CACHE_FORMAT and is read back only at that format; writes are atomic or nothing
+CACHE_FORMAT = _FORMAT
+
+
+def load_cache_json(path: Path) -> dict | None:
+    """A JSON cache entry of CACHE_FORMAT, or None (absent, unreadable, another format)."""
+    return _load_json(path)
+
+
+def write_cache_file(path: Path, data: bytes) -> None:
+    """Atomically, or not at all (an unwritable cache costs the next run the work again)."""
+    _write(path, data)
+
+
 def load_header(url: str) -> CachedHeader | None:
     """The cached header for `url`, or None (absent, unreadable or inconsistent)."""
     meta = _load_json(_cache_file("header", url, "json"))

@@ -17,6 +17,7 @@ from .errors import InputError
 from .hf import parse_repo_spec, pick_model_files
 from .store_scan import _gguf_files, scan_ollama
 from .stores import (
+    Found,
     Note,
     hf_hub_cache,
     llama_hf_cache,
@@ -44,6 +45,11 @@ def local_path(arg: str, env: Mapping[str, str]) -> str | None:
 
 
 def ollama_path(ref: str, env: Mapping[str, str]) -> str:
+    return ollama_found(ref, env).path
+
+
+def ollama_found(ref: str, env: Mapping[str, str]) -> Found:
+    """The Ollama model `ref` names, with the projector its manifest pairs with it (Found.mmproj)."""
     try:
         parts = parse_ollama_ref(ref)
     except ValueError:
@@ -54,7 +60,7 @@ def ollama_path(ref: str, env: Mapping[str, str]) -> str:
         found, notes = scan_ollama(root)
         for f in found:
             if _same_ollama(f.name, parts):
-                return f.path
+                return f
         names += [f.name for f in found]
         for n in notes:
             if n.code == "missing-blob" and n.detail.startswith(f"{ref}:"):

@@ -33,10 +33,11 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = Fal
         if e.errno == errno.ELOOP:
             raise UnsafeFile(e.errno, "is a symbolic link", str(path)) from None
         raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # before fdopen, which refuses a directory with its own error
+        os.close(fd)
+        raise UnsafeFile(0, "is not a regular file", str(path))
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(0, "is not a regular file", str(path))
         if st.st_size > limit:
             raise UnsafeFile(0, f"is larger than {limit:,} bytes", str(path))
         data = f.read(limit + 1)

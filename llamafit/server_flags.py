@@ -122,6 +122,8 @@ def _on_off(value: str, who: str) -> bool:
 
 def _per_device(value: str, who: str, pattern: re.Pattern[str], what: str) -> list[str]:
     parts = re.split(r"[,/]+", value)  # -ts and -fitt split on std::regex "[,/]+"
+    if any(len(part.strip()) > 24 for part in parts):  # before int()/float(): no 4,300-digit numbers, no inf
+        raise InputError(f"{who} is out of range, got {shorten(value)!r}")
     if not all(pattern.fullmatch(part) for part in parts):
         raise InputError(f"{who} expects {what} separated by ',' or '/', got {value!r}")
     if len(parts) >= _MAX_DEVICES:

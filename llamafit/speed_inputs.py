@@ -80,17 +80,11 @@ def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architec
 
 def _records(path: str, limit: int = 16 << 20) -> list[dict[str, Any]]:
     """The calibration file's records: a regular file only, at most `limit` bytes; none when unreadable."""
-    import os
-    import stat
-
     from .calibration import parse_records
+    from .safe_io import read_regular
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:  # a directory, FIFO, device or link in its place reads as none
+        data = read_regular(path, limit)
     except OSError:
         return []
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return []
-        data = f.read(limit)
     return parse_records(data.decode("utf-8", "replace").splitlines())

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -65,7 +66,7 @@ def _ctx(args: list[str]) -> int | None:
 def fit_params(model: Path, margin: int) -> list[str]:
     out = device_lab.run_tool(["llama-fit-params", "-m", str(model), "-fitt", str(margin)])
     lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
-    return lines[-1].split() if lines else []
+    return shlex.split(lines[-1]) if lines else []  # -ot "…" comes quoted
 
 
 def llamafit_plan(model: Path, margin: int) -> list[str]:
@@ -106,10 +107,8 @@ def _fmt_side(row: Row, s: Side) -> str:
     used = "-" if s.device_mib is None else f"{s.device_mib:7.1f}"
     ngl = s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "-"
     kv = s.args[s.args.index("-ctk") + 1] if "-ctk" in s.args else "f16"
-    extra = ""
-    if "-ot" in s.args:
-        extra = " ot"
-    elif "--n-cpu-moe" in s.args:
+    extra = " ot" if "-ot" in s.args else ""
+    if "--n-cpu-moe" in s.args:
         extra = f" cmoe{s.args[s.args.index('--n-cpu-moe') + 1]}"
     return f"{s.n_ctx or 0:>6} {ngl:>4} {kv:>5}{extra:<6} {used:>7} {mark:>3}"
 
@@ -118,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the demo and one shape, two margins")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    ap.add_argument("--only", help="one model: the demo's name or a shape key")
+    ap.add_argument("--margins", help="comma-separated margins in MiB (default: 1024,1536,1800,1900,1948)")
     args = ap.parse_args(argv)
     if device_lab.bin_dir() is None:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
@@ -127,8 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':<20} {'margin':>6} {'budget':>6} | {'llama.cpp --fit: -c  -ngl    KV':<31} {'MiB':>7} ok"
           f" | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-fit-") as tmp:
+        margins = [int(m) for m in args.margins.split(",")] if args.margins else MARGINS
         for name, path in models(Path(tmp), args.quick):
-            for margin in (MARGINS[1], MARGINS[2]) if args.quick else MARGINS:
+            if args.only and not name.startswith(args.only):
+                continue
+            for margin in (MARGINS[1], MARGINS[2]) if args.quick else margins:
                 row = Row(name, margin, DEVICE_MIB - margin, start(path, fit_params(path, margin)),
                           start(path, llamafit_plan(path, margin)))  # fmt: skip
                 rows.append(row)

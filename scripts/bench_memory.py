@@ -153,7 +153,9 @@ def gpu_accuracy() -> None:
         print(f"  [{'met' if met else 'NOT MET'}] {text}")
     awaiting = [r["id"] for r in ROWS if r.get("awaits")]
     if awaiting and modelled:
-        print(f"  without the {len(awaiting)} rows awaiting op offload (issue #12 rule 1, branch devices): GPU compute "
+        n_op = sum(1 for r in ROWS if r.get("awaits", "").startswith("op offload"))
+        print(f"  without the {len(awaiting)} rows awaiting a rule ({n_op} op offload, issue #12 rule 1; "
+              f"{len(awaiting) - n_op} other, see their 'awaits'): GPU compute "
               f"median |err| {median(abs(e) for e in modelled):.2%}, worst {max(modelled, key=abs):+.2%} "
               f"({len(modelled)} buffers)")  # fmt: skip
     print(f"(values in MiB as the logs print them; 1 MiB = {MIB} bytes; host compute = CUDA_Host/ROCm_Host/"

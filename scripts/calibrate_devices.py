@@ -97,13 +97,14 @@ def device_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, float, 
 
 
 def summary(rows: list[dict[str, Any]]) -> list[str]:
-    head = f"{'backend':<8} {'kind':<8} {'rows':>4} {'exact':>5} {'median err':>10} {'worst under':>11}"
-    lines = [head + f" {'worst over':>10}"]
+    head = ("backend", "kind", "rows", "exact", "median err", "worst under", "worst over")
+    lines = ["{:<8} {:<8} {:>4} {:>5} {:>10} {:>11} {:>10}".format(*head)]
     points = device_rows(rows)
     for backend in sorted({p[0] for p in points}):
         for kind, _ in KINDS:
             errs = [(pred - real) / real for b, _, k, real, pred in points if b == backend and k == kind and real > 0]
-            exact = sum(1 for b, _, k, real, pred in points if b == backend and k == kind and abs(real - pred) <= 0.011)
+            exact = sum(1 for b, _, k, real, pred in points
+                        if b == backend and k == kind and real > 0 and abs(real - pred) <= 0.011)  # fmt: skip
             if errs:
                 median = statistics.median(abs(e) for e in errs)
                 lines.append(f"{backend:<8} {kind:<8} {len(errs):>4} {exact:>5} {median:>10.1%}"
@@ -114,7 +115,11 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--summary", action="store_true", help="print the summary of the table in --out, run nothing")
     args = ap.parse_args(argv)
+    if args.summary:
+        print("\n".join(summary([r for r in json.loads(args.out.read_text(encoding="utf-8"))["rows"] if r["ok"]])))
+        return 0
     if device_lab.bin_dir() is None:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
         return 2

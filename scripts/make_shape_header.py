@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ROOT / "fixtures" / "calibration" / "gpu-shapes.json"
 # ggml type id: (block elements, bytes per block) — ggml/src/ggml.c type_traits
 TYPES = {"f32": (0, 1, 4), "f16": (1, 1, 2), "q4_0": (2, 32, 18), "q8_0": (8, 32, 34), "q4_k": (12, 256, 144),
-         "q6_k": (14, 256, 210)}
+         "q6_k": (14, 256, 210), "mxfp4": (39, 32, 17)}
 
 
 def load_specs() -> dict[str, dict[str, Any]]:
@@ -68,9 +68,9 @@ def _ffn(s: dict[str, Any], i: int) -> list[tuple[str, list[int], str]]:
     e, t, p = s["n_embd"], s.get("type", "f16"), f"blk.{i}."
     moe = s.get("moe")
     if moe and i >= moe.get("lead_dense", 0):
-        n, ff = moe["n_expert"], moe["n_ff_exp"]
-        out = [(p + "ffn_gate_inp.weight", [e, n], "f32"), (p + "ffn_gate_exps.weight", [e, ff, n], t),
-               (p + "ffn_up_exps.weight", [e, ff, n], t), (p + "ffn_down_exps.weight", [ff, e, n], t)]  # fmt: skip
+        n, ff, x = moe["n_expert"], moe["n_ff_exp"], moe.get("exps_type", t)  # gpt-oss: MXFP4 experts
+        out = [(p + "ffn_gate_inp.weight", [e, n], "f32"), (p + "ffn_gate_exps.weight", [e, ff, n], x),
+               (p + "ffn_up_exps.weight", [e, ff, n], x), (p + "ffn_down_exps.weight", [ff, e, n], x)]  # fmt: skip
         if moe.get("n_shared"):
             sh = ff * moe["n_shared"]
             out += [(p + "ffn_gate_shexp.weight", [e, sh], t), (p + "ffn_up_shexp.weight", [e, sh], t),
@@ -129,6 +129,8 @@ def header(s: dict[str, Any]) -> bytes:
             kvs.append(kv(f"{a}.expert_shared_count", T_UINT32, moe["n_shared"]))
         if moe.get("lead_dense"):
             kvs.append(kv(f"{a}.leading_dense_block_count", T_UINT32, moe["lead_dense"]))
+    if s.get("sliding_window"):  # SWA archs (gemma2/3, gpt-oss): the window; the pattern is the arch's default
+        kvs.append(kv(f"{a}.attention.sliding_window", T_UINT32, s["sliding_window"]))
     if a == "deepseek2":
         kvs += [kv(f"{a}.attention.q_lora_rank", T_UINT32, s["q_lora_rank"]),
                 kv(f"{a}.attention.kv_lora_rank", T_UINT32, s["kv_lora_rank"]),

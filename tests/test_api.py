@@ -31,7 +31,8 @@ def test_solve_check_a_config_and_catch_no_fit() -> None:
     facts = lf.build_facts(lf.read_model(QWEN))
     target = lf.make_target(facts, "12GiB")
     choice = lf.solve(target, lf.LaunchConfig(), lf.Policy(kv="q4_0", ctx=4096))
-    assert (choice.ctx, choice.rc.n_gpu_layers) == (4096, 38)
+    assert (choice.ctx, choice.rc.n_gpu_layers) == (4096, 37)  # op offload: room for one host weight
+    assert not target.fits(lf.with_given(choice.cfg, n_gpu_layers=choice.rc.n_gpu_layers + 1))  # and no more
     rc = lf.resolve(choice.cfg, facts)
     assert lf.MemoryModel(facts).estimate(rc, target.gpus, target.host).fits
     try:

@@ -102,7 +102,7 @@ Command    llama-server \\
            -c 7168 -ngl 52 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 \\
            --fit off
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0      16,384  14,782     402      0     167       0   1,024  16,375       9
+CUDA0      16,384  14,782     402      0     169       0   1,024  16,377       7
 CPU        49,152   4,144     102      0      52       2       0   4,301  44,851
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s

@@ -26,7 +26,23 @@ ROWS = [r for r in DOC["rows"] if r["ok"]]
 # the two loopback workers reported 24105 MiB each; only their ratio shapes the split
 RPC = "127.0.0.1:1=24105MiB,127.0.0.1:2=24105MiB"
 KINDS = (("model", "weights_bytes"), ("KV", "kv_bytes"), ("compute", "compute_bytes"))
-COMPUTE_GAPS: dict[str, str] = {}  # row id → why the compute prediction is off by more than 5%
+_UNDER_RPC0 = ("pipeline parallelism over RPC: the first worker's buffer is under by 19-28% and the host's "
+               "(not compared here) by 4x; the split inputs' copies are not yet modelled for RPC")
+_OP_OFFLOAD_OVER = "op offload at partial offload: the FA K/V-view term is conservative (over, never under)"
+# row id → why its compute prediction is off by more than 5% (measured; see scripts/calibrate_devices.py)
+COMPUTE_GAPS: dict[str, str] = {
+    "vulkan:demo:-ngl 10 -c 8192 -np 1 --no-repack": "SWA model at partial offload: 9% under, not yet explained",
+    "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 --no-op-offload --no-repack": "no op offload: 13% over",
+    "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -ub 32 --no-repack": _OP_OFFLOAD_OVER,
+    "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -ub 128 --no-repack": _OP_OFFLOAD_OVER,
+    "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -fa off --no-repack": (
+        "KQ (n_kv x n_tokens x n_head F32 = 256 MiB) exceeds lavapipe's maxStorageBufferRange: "
+        "ggml_backend_vk_device_supports_op rejects it and attention runs on the CPU (not modelled for compute)"),
+    "rpc:demo:-ngl 99 -c 4096 --no-repack": _UNDER_RPC0,
+    "rpc:demo:-ngl 99 -c 4096 -ts 3,1 --no-repack": _UNDER_RPC0,
+    "rpc:demo:-ngl 10 -c 8192 -np 1 --no-repack": "RPC workers at partial offload: 14% over",
+    "rpc:llama3.2-1b:-ngl 99 -c 4096 -np 1 -ts 1,1 --no-repack": _UNDER_RPC0,
+}
 
 
 def _id(row: dict[str, Any]) -> str:

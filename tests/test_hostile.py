@@ -144,6 +144,12 @@ NUMBER_CASES = [
         "Error: --rpc names h:1 twice; give each worker once\n",
     ),
     (["check", _M, "--gpu", "8GiB", "--", "-c", "2147483648"], {}, "Error: -c is out of range, got 2147483648\n"),
+    (["check", _M, "--gpu", "8GiB", "--", "-fitt", _BIG], {}, f"Error: -fitt is out of range, got '{_CUT}'\n"),
+    (
+        ["check", _M, "--gpu", "8GiB", "--", "-ts", "1," + _BIG],
+        {},
+        f"Error: -ts is out of range, got '1,{_CUT[:-3]}…'\n",
+    ),
 ]
 
 
@@ -279,7 +285,7 @@ def test_calibration_file_that_is_not_a_regular_file_is_not_read(
         path.mkdir()
     code, out, err = _plan_with_calibration(monkeypatch, path)
     assert (code, err) == (0, "")
-    why = {"fifo": "is not a regular file", "dev-zero-link": "is a symbolic link", "directory": "Is a directory"}
+    why = {"fifo": "is not a regular file", "dev-zero-link": "is a symbolic link", "directory": "is not a regular file"}
     assert f"calibration: {path} not read: {why[kind]}" in " ".join(out.split())
 
 

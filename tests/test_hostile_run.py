@@ -20,7 +20,6 @@ from test_run_e2e import Run, gone
 from test_server_find import NEW_HELP, NEW_VERSION
 
 DENSE = str(FIXTURES / "dense-llama.gguf")
-PORTS = iter(range(18420, 18440))  # this helper's loopback range
 
 _SERVE = """
 import signal, sys, time
@@ -77,7 +76,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 def test_a_server_ignoring_stop_signals_is_killed_and_llamafit_exits(env: dict[str, str], tmp_path: Path,
                                                                      sig: int) -> None:  # fmt: skip
     exe = stand_in(tmp_path / "srv", serve=_SERVE)
-    run = Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", str(next(PORTS)), "--server", str(exe), env=env)
+    run = Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", "auto", "--server", str(exe), env=env)
     try:
         run.wait_for("Ready", timeout=60)
         pid = run.child_pid()
@@ -111,8 +110,8 @@ def test_another_server_on_the_port_is_not_taken_for_ours(env: dict[str, str], t
             self.end_headers()
             self.wfile.write(b"{}")
 
-    port = next(PORTS)
-    other = ThreadingHTTPServer(("127.0.0.1", port), Answer)
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Answer)  # any free port: test runs may overlap
+    port = other.server_address[1]
     Thread(target=other.serve_forever, daemon=True).start()
     exe = stand_in(tmp_path / "srv", serve=_SILENT)
     try:
@@ -141,7 +140,7 @@ time.sleep(60)
 def test_no_orphan_when_llamafit_is_stopped_while_the_model_loads(env: dict[str, str], tmp_path: Path,
                                                                   sig: int) -> None:  # fmt: skip
     exe = stand_in(tmp_path / "srv", serve=_LOADING)
-    run = Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", str(next(PORTS)), "--server", str(exe), env=env)
+    run = Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", "auto", "--server", str(exe), env=env)
     try:
         run.wait_for("Started", timeout=60)
         pid = run.child_pid()
@@ -163,7 +162,7 @@ time.sleep(60)
 def test_no_orphan_when_llamafit_is_stopped_during_an_oom_retry(env: dict[str, str], tmp_path: Path,
                                                                 sig: int) -> None:  # fmt: skip
     exe = stand_in(tmp_path / "srv", serve=_OOM_THEN_WAIT)
-    run = Run(DENSE, "--gpu", "cpu", "--port", str(next(PORTS)), "--server", str(exe), env=env)
+    run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--server", str(exe), env=env)
     try:
         run.wait_for("Retry", timeout=60)
         run.wait_for("Started", timeout=60)

@@ -15,12 +15,19 @@ from store_layouts import (
     hf_repo,
     lmstudio_model,
     lora,
-    mmproj,
     ollama_model,
     vocab_only,
 )
 
 from llamafit.cli import cli
+
+
+def small_projector(path: Path) -> Path:
+    """A SigLIP projector llama-server loads, for dense-llama (n_embd 64): 2 blocks of 256."""
+    from projector_files import write_gemma3_projector
+
+    return write_gemma3_projector(path, projection_dim=64, n_layer=2, n_embd=256, n_ff=1024, n_head=4,
+                                  image_size=224)  # fmt: skip
 
 
 @pytest.fixture
@@ -30,7 +37,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "LLAMA_CACHE", "OLLAMA_MODELS"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(h))
-    proj = mmproj(tmp_path / "mmproj-tiny-F16.gguf")
+    proj = small_projector(tmp_path / "mmproj-tiny-F16.gguf")
     hub = h / ".cache" / "huggingface" / "hub"
     files = {"tiny-Q8_0.gguf": MODEL, "mmproj-tiny-F16.gguf": proj, **{p.name: p for p in SPLIT}}
     hf_repo(hub, "acme/tiny-GGUF", files)
@@ -57,7 +64,9 @@ lmstudio-community/gemma-GGUF:F16
 moe:tiny            ollama    qwen3moe Q8_0      0.0G   40k 40k f16   fits
 acme/tiny-GGUF:LLAMA
                     hf        llama    F16       0.0G   16k 16k f16   fits
+                    + mmproj-tiny-F16.gguf (6 MiB counted)
 acme/tiny-GGUF:Q8_0 hf        llama    Q8_0      0.0G    4k 4k f16    fits
+                    + mmproj-tiny-F16.gguf (6 MiB counted)
 
 CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer
 on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's
@@ -143,17 +152,19 @@ def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypat
     assert ls() == 0
     out, err = capsys.readouterr()
     # found order (hub cache, Ollama, LM Studio), each row as it came; the notes after
-    assert out.splitlines()[:9] == [
+    assert out.splitlines()[:11] == [
         "models on CUDA0 8.0 GiB", "",
         "NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE",
         "acme/tiny-GGUF:LLAMA",
         "                    hf        llama    F16       0.0G   16k 16k f16   fits",
+        "                    + mmproj-tiny-F16.gguf (6 MiB counted)",
         "acme/tiny-GGUF:Q8_0 hf        llama    Q8_0      0.0G    4k 4k f16    fits",
+        "                    + mmproj-tiny-F16.gguf (6 MiB counted)",
         "moe:tiny            ollama    qwen3moe Q8_0      0.0G   40k 40k f16   fits",
         "lmstudio-community/gemma-GGUF:F16",
         "                    lmstudio  gemma3   F16       0.0G   32k 32k f16   fits",
     ]
-    assert out.splitlines()[9:] == EXPECTED.splitlines()[9:]
+    assert out.splitlines()[11:] == EXPECTED.splitlines()[11:]
     assert err.split("\r\033[K") == ["", "[1/6] acme/tiny-GGUF:LLAMA", "[2/6] acme/tiny-GGUF:Q8_0", "[3/6] moe:tiny",
                                      "[4/6] ggml-vocab-llama.gguf", "[5/6] style-lora.gguf", ""]
     # the second listing, all cached: the sorted table, progress only
@@ -216,3 +227,61 @@ def test_ls_with_no_models_says_where_it_looked(tmp_path: Path) -> None:
         f"  dir: {tmp_path}",
         "",
     ]
+
+
+def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamafit import devices
+
+    (tmp_path / "m.gguf").symlink_to(MODEL)
+    monkeypatch.setattr("llamafit.prepare._default_host", lambda: devices.host(32 << 30, 16 << 30))
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert result.output == """\
+1 models on no GPU (CPU only)
+
+NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE
+m                   dir       llama    Q8_0      0.0G    4k 4k f16    fits
+
+CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model
+and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not
+even a 4k context does.
+"""
+
+
+def test_the_cache_file_rules_ls_shares_are_public(tmp_path: Path) -> None:
+    import ast
+    import inspect
+
+    from llamafit import ls_cli
+    from llamafit.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
+
+    path = tmp_path / "d" / "row.json"
+    write_cache_file(path, json.dumps({"format": CACHE_FORMAT, "x": 1}).encode())
+    assert load_cache_json(path) == {"format": CACHE_FORMAT, "x": 1}
+    write_cache_file(path, json.dumps({"format": CACHE_FORMAT + 1}).encode())
+    assert load_cache_json(path) is None and load_cache_json(tmp_path / "absent.json") is None
+    imports = [n for n in ast.walk(ast.parse(inspect.getsource(ls_cli))) if isinstance(n, ast.ImportFrom)]
+    private = [a.name for n in imports if n.module == "model_source" for a in n.names if a.name.startswith("_")]
+    assert private == [] and any(n.module == "model_source" for n in imports)
+
+
+def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
+    alone, paired = tmp_path / "alone", tmp_path / "paired"
+    for d in (alone, paired):
+        d.mkdir()
+        (d / "tiny-Q8_0.gguf").symlink_to(MODEL)
+    proj = small_projector(paired / "mmproj-tiny-F16.gguf")
+
+    def fit(d: Path) -> dict:
+        result = CliRunner().invoke(cli, ["ls", str(d), "--gpu", "8GiB", "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)["models"][0]
+
+    without, row = fit(alone), fit(paired)
+    assert (without["mmproj"], without["fit"]["mmproj_bytes"], row["mmproj"]) == (None, None, str(proj))
+    f, g = row["fit"], without["fit"]
+    assert f["mmproj_bytes"] > proj.stat().st_size // 2  # the F16 weights and the encoder's compute
+    assert f["gpu_bytes"] + f["host_bytes"] - g["gpu_bytes"] - g["host_bytes"] == f["mmproj_bytes"]
+    text = CliRunner().invoke(cli, ["ls", str(paired), "--gpu", "8GiB"]).output
+    mib = f"{f['mmproj_bytes'] / 2**20:,.0f}"
+    assert f"                    + mmproj-tiny-F16.gguf ({mib} MiB counted)\n" in text

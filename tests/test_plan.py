@@ -45,7 +45,8 @@ def test_speed_estimate_is_bytes_over_bandwidth() -> None:
     est = estimate(t.model, choice.rc, lmap, t.gpus, inputs(288 * GB_S))
     assert est is not None
     assert [(d.device, d.weight_bytes) for d in est.devices] == [("CUDA0", read[0]), ("CPU", read[CPU])]
-    kv = [sum(layer_kv(facts, choice.rc, il) for il in range(facts.n_layer) if lmap.layers[il] == dev) for dev in (0, CPU)]
+    kv = [sum(layer_kv(facts, choice.rc, il) for il in range(facts.n_layer) if lmap.layers[il] == dev)
+          for dev in (0, CPU)]
     for n_kv, which in ((256, 1), (choice.rc.n_ctx_seq, 0)):
         expected = 1 / ((read[0] + kv[0] * n_kv) / (288 * GB_S) + (read[CPU] + kv[1] * n_kv) / (60 * GB_S))
         assert est.generation_tps[which] == pytest.approx(expected, rel=1e-12)

@@ -96,3 +96,53 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
         port = pairs["--port"]
         slot = re.search(rf"\[{port}\] .*n_ctx_slot = (\d+)", text)
         assert slot and slot.group(1) == preset[name]["ctx-size"], name
+
+
+def test_router_accepts_every_key_the_presets_write(tmp_path: Path) -> None:
+    """A preset with every key llamafit writes (the fitted main flags and every side-model flag) loaded
+    by the real router: each key names the option (common/preset.cpp load_from_ini) and the child gets
+    it under that option's long spelling (common_preset::to_args), which is the key itself."""
+    from projector_files import write_gemma3_projector
+
+    from llamafit.launch_scripts import LaunchSpec, render_models_ini
+    from llamafit.launcher import free_port
+
+    server = _router_server()
+    model = str(FIXTURES / "dense-llama.gguf")
+    proj = str(write_gemma3_projector(tmp_path / "mmproj-d.gguf", projection_dim=64, n_layer=1, n_embd=64,
+                                      n_ff=128, n_head=4, image_size=64, patch_size=16))  # fmt: skip
+    argv = ("llama-server", "-m", model, "-c", "1024", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
+            "-ub", "256", "-b", "512", "-np", "1", "-t", "1", "-kvu", "-mm", proj, "--no-mmproj-offload",
+            "--image-max-tokens", "256", "-md", model, "-ngld", "0", "-devd", "none", "-ctkd", "q8_0",
+            "-ctvd", "q8_0", "-cmoed", "--spec-type", "draft-simple", "--no-warmup")  # fmt: skip
+    text = render_models_ini(LaunchSpec(argv=argv, model_path=model, name="d", n_ctx=1024))
+    preset_path = tmp_path / "models.ini"
+    preset_path.write_text(text)
+    keys = [line.split(" = ")[0] for line in text.splitlines() if " = " in line and not line.startswith(";")]
+    port = free_port("127.0.0.1")
+    log_path = tmp_path / "router.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([server, "--models-preset", str(preset_path), "--host", "127.0.0.1",
+                                 "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "spawning server instance with args:" not in log_path.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            if "listening on" in log_path.read_text():
+                try:
+                    _post(f"http://127.0.0.1:{port}", "d")
+                except OSError:
+                    pass  # the child's load is not the point: the args it was spawned with are
+            time.sleep(0.5)
+        time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    log_text = log_path.read_text()
+    assert "ignoring option" not in log_text and "unknown" not in log_text.lower(), log_text[-3000:]
+    child = child_args(log_text)["d"]
+    assert len(keys) == 22 and [k for k in keys if f"--{k}" not in child] == [], child

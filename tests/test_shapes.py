@@ -30,6 +30,7 @@ SIZES = [
     ("gemma3-1b", 807556864),
     ("gemma3-4b", 2491256416),
     ("deepseek-v2-lite", 10349203616),
+    ("granite3-1b-a400m", 821583552),
     ("granite4-h-micro", 3397125856),
 ]
 

@@ -355,7 +355,8 @@ def test_scripts_carry_the_side_model_flags(fmt: str) -> None:
                      "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")  # fmt: skip
     assert result.exit_code == 0, result.output
     if fmt == "models-ini":  # keys without dashes
-        wanted: tuple[str, ...] = (f"model-draft = {model}", "ngld = 99", "spec-type = draft-simple", "ctkd = q8_0")
+        wanted: tuple[str, ...] = (f"model-draft = {model}", "n-gpu-layers-draft = 99", "spec-type = draft-simple",
+                                   "cache-type-k-draft = q8_0")  # common_preset::to_ini's keys
     else:
         wanted = ("-md", "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")
     for token in wanted:
