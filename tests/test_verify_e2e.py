@@ -172,7 +172,7 @@ def test_out_of_memory_at_full_context_is_recorded_and_retried(env: dict[str, st
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu",
                           "--port", "auto", "--ctx", "2048", "--server", str(exe), "--verify"],
                          capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
-    lines = out.stderr.splitlines()
+    lines = out.stderr.replace("\n" + " " * 11, " ").splitlines()  # 80-column continuations joined
     assert out.returncode == 1, out.stderr
     started = sum(x.startswith("Started") for x in lines)
     retries = [x for x in lines if x.startswith("Retry")]
