@@ -71,6 +71,8 @@ def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapp
         return Outcome(None, False, str(e))
     except OSError as e:
         failure = f"no answer from the server ({e})"
+    if failure is not None:
+        _settle(child)
     died = child.proc.poll() is not None
     oom = watcher.is_oom or (result is not None and result.oom)
     if died or oom:
@@ -85,6 +87,20 @@ def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapp
         except OSError as e:
             say(f"Warning    could not record to {path}: {e.strerror or e}")
     return Outcome(result, died or oom, failure if (died or oom or (result and not result.ok)) else None)
+
+
+def _settle(child: Any, grace_s: float = 3.0) -> None:
+    """After a failed request, let a dying server finish: wait for it to exit (a bounded grace), then for the
+    log reader to reach the end of its output, so that the watcher has seen the out-of-memory line before
+    it is asked (the connection can close before the server's last log line is read)."""
+    import subprocess
+
+    try:
+        child.proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return  # still serving: it did not die of this request
+    if child.reader is not None:
+        child.reader.join(grace_s)
 
 
 def _failed(result: VerifyResult, failure: str | None, oom: bool) -> VerifyResult:
