@@ -28,30 +28,30 @@ __version__ = "0.1.0"
 LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 _API = {
-    "read_model": "gguf_model",  # a GGUF's header(s), any shard of a split model
-    "open_model": "model_source",  # also http(s) URLs and Hugging Face names (only the header is read)
-    "build_facts": "facts",
-    "ModelFacts": "facts",
-    "MemoryModel": "memory",
-    "Breakdown": "memory",
-    "DeviceSpec": "devices",
-    "gpus_from_sizes": "devices",
-    "host": "devices",
-    "LaunchConfig": "config",
-    "with_given": "config",  # a LaunchConfig with values pinned as if given as llama-server flags
-    "resolve": "resolve",
-    "Target": "search",
+    "read_model": "reader.model",  # a GGUF's header(s), any shard of a split model
+    "open_model": "fetch.model_source",  # also http(s) URLs and Hugging Face names (only the header is read)
+    "build_facts": "facts.hparams",
+    "ModelFacts": "facts.hparams",
+    "MemoryModel": "memory.model",
+    "Breakdown": "memory.model",
+    "DeviceSpec": "machine.devices",
+    "gpus_from_sizes": "machine.devices",
+    "host": "machine.devices",
+    "LaunchConfig": "memory.config",
+    "with_given": "memory.config",  # a LaunchConfig with values pinned as if given as llama-server flags
+    "resolve": "memory.resolve",
+    "Target": "fit.search",
     "make_target": "api",
-    "Policy": "solver",
-    "Choice": "solver",
-    "NoFit": "solver",
-    "solve": "solver",
-    "plan": "plan",
-    "PlanResult": "plan",
+    "Policy": "fit.solver",
+    "Choice": "fit.solver",
+    "NoFit": "fit.solver",
+    "solve": "fit.solver",
+    "plan": "fit.explain",
+    "PlanResult": "fit.explain",
     "Verdict": "findings",
     "breakdown_text": "api",
-    "verdict_text": "plan_report",
-    "server_argv": "command",
+    "verdict_text": "report.plan",
+    "server_argv": "server.argv",
     "LlamafitError": "errors",
 }
 __all__ = [
@@ -90,17 +90,17 @@ sys.modules[__name__].__class__ = _Package
 
 if TYPE_CHECKING:
     from .api import breakdown_text, make_target
-    from .command import server_argv
-    from .config import LaunchConfig, with_given
-    from .devices import DeviceSpec, gpus_from_sizes, host
+    from .server.argv import server_argv
+    from .memory.config import LaunchConfig, with_given
+    from .machine.devices import DeviceSpec, gpus_from_sizes, host
     from .errors import LlamafitError
-    from .facts import ModelFacts, build_facts
+    from .facts.hparams import ModelFacts, build_facts
     from .findings import Verdict
-    from .gguf_model import read_model
-    from .memory import Breakdown, MemoryModel
-    from .model_source import open_model
-    from .plan import PlanResult, plan
-    from .plan_report import verdict_text
-    from .resolve import resolve
-    from .search import Target
-    from .solver import Choice, NoFit, Policy, solve
+    from .reader.model import read_model
+    from .memory.model import Breakdown, MemoryModel
+    from .fetch.model_source import open_model
+    from .fit.explain import PlanResult, plan
+    from .report.plan import verdict_text
+    from .memory.resolve import resolve
+    from .fit.search import Target
+    from .fit.solver import Choice, NoFit, Policy, solve

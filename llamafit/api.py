@@ -5,11 +5,11 @@ Everything else in `llamafit.__all__` is the core's own objects (see the README,
 
 from __future__ import annotations
 
-from .check_report import device_lines
-from .devices import DeviceSpec, gpus_from_sizes, host
-from .facts import ModelFacts
-from .memory import Breakdown, MemoryModel
-from .search import Target
+from .report.check import device_lines
+from .machine.devices import DeviceSpec, gpus_from_sizes, host
+from .facts.hparams import ModelFacts
+from .memory.model import Breakdown, MemoryModel
+from .fit.search import Target
 from .units import GIB
 
 

@@ -14,8 +14,8 @@ from .errors import LlamafitError
 from .safe_text import printable
 
 if TYPE_CHECKING:
-    from .prepare import Request
-    from .solver import Policy
+    from .commands.prepare import Request
+    from .fit.solver import Policy
 
 EXIT_BAD_INPUT = 2
 KV_TYPES = ["f16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_1", "iq4_nl", "bf16", "f32"]
@@ -52,7 +52,7 @@ def echo_report(text: str, *, err: bool = False) -> None:
     import os
     import sys
 
-    from .layout import paint, use_colour
+    from .report.layout import paint, use_colour
 
     colour = use_colour((sys.stderr if err else sys.stdout).isatty(), os.environ)
     click.echo(paint(text) if colour else text, err=err)
@@ -78,13 +78,13 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
     llamafit inspect model.gguf
     llamafit inspect --demo --json
     """
-    from .inspect_report import projector_json, projector_text, to_json, to_text
+    from .report.inspect import projector_json, projector_text, to_json, to_text
 
     import os
 
-    from .facts import build_facts
-    from .prepare import load_model
-    from .projector import is_projector, projector_facts
+    from .facts.hparams import build_facts
+    from .commands.prepare import load_model
+    from .memory.projector import is_projector, projector_facts
 
     gguf = load_model(model, demo=demo, hf_repo=None, env=os.environ)
     if is_projector(gguf.metadata):  # an mmproj file: shown as a projector
@@ -136,10 +136,10 @@ def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | N
     """The options of _engine_options as one typed value."""
     import os
 
-    from .prepare import MachineSpec, ModelRef, Request, split_model_argument
+    from .commands.prepare import MachineSpec, ModelRef, Request, split_model_argument
 
     if gpu_spec is not None and gpu_spec.strip().lower() == "help":
-        from .gpus_report import catalog_text
+        from .report.gpus import catalog_text
 
         click.echo(catalog_text())
         raise SystemExit(0)
@@ -167,10 +167,10 @@ def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
     if verify_url:
         import os
 
-        from .verify_cli import check_verify
+        from .commands.verify import check_verify
 
         raise SystemExit(check_verify(verify_url, as_json=as_json, env=os.environ))
-    from .cmd_check import run_check
+    from .commands.check import run_check
 
     report = run_check(_request(**options))
     click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
@@ -202,7 +202,7 @@ def _policy_options(f: Any) -> Any:
 
 def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     """The options of _policy_options and _engine_options as a Policy and a Request."""
-    from .solver import Policy
+    from .fit.solver import Policy
 
     policy = Policy(prefer=options.pop("prefer"), ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
                     ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"),
@@ -224,7 +224,7 @@ def plan(as_json: bool, **options: Any) -> None:
     llamafit plan model.gguf --gpu 24GiB
     llamafit plan model.gguf --gpu 24GiB,12GiB --prefer context -- -np 2
     """
-    from .cmd_plan import run_plan
+    from .commands.plan import run_plan
 
     policy, request = _split_policy(options)
     report = run_plan(request, policy)
@@ -264,13 +264,13 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
     llamafit run model.gguf --port auto -- --alias chat
     llamafit run --router ~/models --port auto
     """
-    from .cmd_run import RunOptions, parse_load_timeout, run_command
+    from .commands.run import RunOptions, parse_load_timeout, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
                       verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout), verify=verify)  # fmt: skip
     if router:
-        from .cmd_router import router_models, router_command
+        from .commands.router import router_models, router_command
 
         request, models = router_models(request)
         raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
@@ -298,7 +298,7 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
     llamafit script model.gguf --gpu 24GiB -o start.sh
     llamafit script model.gguf --format llama-swap --name qwen32b
     """
-    from .cmd_script import ScriptOptions, script_text
+    from .commands.script import ScriptOptions, script_text
 
     if kind != "sh" and guard:
         raise click.UsageError("--guard is for --format sh")
@@ -340,8 +340,8 @@ def calibration_show(as_json: bool) -> None:
     """One row per setup (build, devices, model architecture): runs and the compute scale plans use."""
     import os
 
-    from .calibration import parse_records
-    from .calibration_report import summary, to_text
+    from .memory.calibration import parse_records
+    from .report.calibration import summary, to_text
     from .paths import calibration_path
 
     path = calibration_path(os.environ)
@@ -392,7 +392,7 @@ def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: 
     """
     import os
 
-    from .ls_cli import ls_command
+    from .commands.ls import ls_command
 
     raise SystemExit(ls_command(paths, gpu_spec=gpu_spec, backend=backend, reserve_bytes=reserve_mib << 20, use=use,
                                 env=os.environ, as_json=as_json, echo=click.echo))  # fmt: skip
@@ -402,8 +402,8 @@ def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: 
 @json_option
 def gpus(as_json: bool) -> None:
     """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from where."""
-    from .gpus_report import gpus_json, gpus_text
-    from .hardware import detect
+    from .report.gpus import gpus_json, gpus_text
+    from .machine.hardware import detect
 
     hw = detect()
     click.echo(json.dumps(gpus_json(hw), indent=2) if as_json else gpus_text(hw))

@@ -166,9 +166,9 @@ def measure(path: Path) -> list[tuple[tuple[int, bool, int], float]]:
 
 
 def predicted(path: Path, n_ctx: int, fa: bool, ub: int) -> int:
-    from llamafit.compute import ComputeSettings, predict_compute
-    from llamafit.facts import build_facts
-    from llamafit.gguf_model import read_model
+    from llamafit.memory.compute import ComputeSettings, predict_compute
+    from llamafit.facts.hparams import build_facts
+    from llamafit.reader.model import read_model
 
     f = build_facts(read_model(path))
     return predict_compute(f, ComputeSettings(n_ctx_seq=n_ctx, n_ubatch=ub, n_outputs=1, flash_attn=fa)).device

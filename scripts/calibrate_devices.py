@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if device_lab.bin_dir() is None:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
         return 2
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     with tempfile.TemporaryDirectory(prefix="calib-dev-") as tmp:
         paths = {"demo": Path(demo_model_path())}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from llamafit.server_log import LogWatcher  # noqa: E402
+from llamafit.server.log import LogWatcher  # noqa: E402
 
 BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
 PORTS = range(int(os.environ.get("LLAMAFIT_LAB_PORT_LO", "18100")),

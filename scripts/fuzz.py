@@ -72,8 +72,8 @@ class Tally:
 
 
 def headers() -> dict[str, bytes]:
-    from llamafit.gguf_reader import read_header
-    from llamafit.source import BytesSource
+    from llamafit.reader.header import read_header
+    from llamafit.reader.source import BytesSource
 
     out = {}
     for name in SEEDS:
@@ -173,10 +173,10 @@ def warm_up(tmp: Path) -> None:
 
 def header_api(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path) -> None:
     from llamafit.errors import LlamafitError
-    from llamafit.facts import build_facts
-    from llamafit.gguf_model import GGUFModel
-    from llamafit.gguf_reader import read_header
-    from llamafit.source import BytesSource
+    from llamafit.facts.hparams import build_facts
+    from llamafit.reader.model import GGUFModel
+    from llamafit.reader.header import read_header
+    from llamafit.reader.source import BytesSource
 
     keyed = {name: list(read_header(BytesSource(h)).metadata.items()) for name, h in seeds.items()}
     for i in range(n):
@@ -198,8 +198,8 @@ def header_api(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes]
 
 
 def header_cli(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path) -> None:
-    from llamafit.gguf_reader import read_header
-    from llamafit.source import BytesSource
+    from llamafit.reader.header import read_header
+    from llamafit.reader.source import BytesSource
 
     keyed = {name: list(read_header(BytesSource(h)).metadata.items()) for name, h in seeds.items()}
     for i in range(n):
@@ -267,7 +267,7 @@ HTTP_DEADLINE = 5.0  # remote.DEFAULT_DEADLINE for this family, so that its boun
 
 def http(tally: Tally, rounds: int) -> None:
     """Each hostile server must be refused within the remote deadline (+1 s) and the byte budget."""
-    from llamafit import remote
+    from llamafit.fetch import remote
 
     remote.DEFAULT_DEADLINE = HTTP_DEADLINE
     ports = itertools.cycle(PORTS)  # each server is gone before its port comes round again

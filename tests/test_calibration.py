@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llamafit.calibration import Correction, compute_correction, parse_records
+from llamafit.memory.calibration import Correction, compute_correction, parse_records
 
 
 def record(build, hardware, predicted, actual, scale=1.0):

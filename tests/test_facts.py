@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from llamafit.facts import MLAFacts, MoEFacts, ModelFacts, build_facts
-from llamafit.gguf_model import read_model
+from llamafit.facts.hparams import MLAFacts, MoEFacts, ModelFacts, build_facts
+from llamafit.reader.model import read_model
 
 
 def facts_of(path: Path | str) -> ModelFacts:

@@ -10,10 +10,10 @@ import pytest
 from conftest import FIXTURES, needs_llama_cpp
 from llama_probe import KVLine, RSLine, kv_lines, load_logs, rs_lines
 
-from llamafit.facts import ModelFacts, build_facts
-from llamafit.ggml_types import GGMLType
-from llamafit.gguf_model import read_model
-from llamafit.kv import swa_cells
+from llamafit.facts.hparams import ModelFacts, build_facts
+from llamafit.reader.ggml_types import GGMLType
+from llamafit.reader.model import read_model
+from llamafit.memory.kv import swa_cells
 
 pytestmark = [pytest.mark.llama, needs_llama_cpp]
 F16 = GGMLType.named("f16")

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from llamafit.errors import ModelFactsError
-from llamafit.facts import ModelFacts, build_facts
-from llamafit.gguf_model import GGUFModel
-from llamafit.gguf_reader import GGUFHeader
+from llamafit.facts.hparams import ModelFacts, build_facts
+from llamafit.reader.model import GGUFModel
+from llamafit.reader.header import GGUFHeader
 
 
 def facts(arch: str, n_layer: int = 8, **keys: Any) -> ModelFacts:

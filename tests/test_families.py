@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from llamafit.compute import ComputeSettings, predict_compute
-from llamafit.facts import ModelFacts, build_facts
-from llamafit.gguf_model import read_model
+from llamafit.memory.compute import ComputeSettings, predict_compute
+from llamafit.facts.hparams import ModelFacts, build_facts
+from llamafit.reader.model import read_model
 
 DOC = json.loads((FIXTURES / "calibration" / "families-0c1e570-cpu.json").read_text())
 ROWS = DOC["rows"]
@@ -60,7 +60,7 @@ def test_relative_position_bias_attention_never_uses_flash_attention() -> None:
     flash_attn && kq_b == nullptr), so -fa on keeps the n_kv x T x n_head KQ product in the buffer."""
     import dataclasses
 
-    from llamafit.compute import KQ_BIAS_ARCHS
+    from llamafit.memory.compute import KQ_BIAS_ARCHS
 
     llama = build_facts(read_model(FIXTURES / "dense-llama.gguf"))
     t5 = dataclasses.replace(llama, architecture="t5")

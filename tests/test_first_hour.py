@@ -152,7 +152,7 @@ EXACT_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "c
     ],
 )  # fmt: skip
 def test_only_complete_runs_are_recorded(rows: list, expected: tuple | None) -> None:
-    from llamafit.calibration import incomplete
+    from llamafit.memory.calibration import incomplete
 
     assert incomplete(rows, ["CUDA0"]) == expected
 
@@ -251,7 +251,7 @@ def test_script_uses_the_server_run_would_find(tmp_path: Path) -> None:
 
 
 def test_script_warns_when_no_server_is_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from llamafit import server_find
+    from llamafit.server import find as server_find
 
     monkeypatch.setattr(server_find, "_package_binary", lambda: None)
     env = {"PATH": str(tmp_path), "LLAMA_SERVER": ""}
@@ -315,7 +315,7 @@ def test_a_port_in_use_is_exit_2_before_anything_starts() -> None:
 
 @pytest.mark.parametrize(("file_bytes", "seconds"), [(0, 120), (1 << 30, 150), (20 << 30, 720), (100 << 30, 3120)])
 def test_default_load_timeout_grows_with_the_model(file_bytes: int, seconds: int) -> None:
-    from llamafit.cmd_run import default_load_timeout
+    from llamafit.commands.run import default_load_timeout
 
     assert default_load_timeout(file_bytes) == seconds
 
@@ -380,7 +380,7 @@ def test_device_table() -> None:
      (True, {"TERM": "dumb"}, False)],
 )  # fmt: skip
 def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: bool) -> None:
-    from llamafit.layout import paint, use_colour
+    from llamafit.report.layout import paint, use_colour
 
     text = "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short by 1 MiB\nModel  x"
     painted = paint(text) if use_colour(tty, env) else text
@@ -407,7 +407,7 @@ def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: boo
     ],
 )  # fmt: skip
 def test_serving_line(n_ctx: int, slots: int, unified: bool, gpu: int, cpu: int, line: str) -> None:
-    from llamafit.plan_report import serving_line
+    from llamafit.report.plan import serving_line
 
     got = serving_line("gemma3 Q4_K_M", n_ctx=n_ctx, n_seq=slots, kv_unified=unified, gpu_weights_bytes=gpu,
                        cpu_weights_bytes=cpu, url="http://127.0.0.1:8080")  # fmt: skip
@@ -504,7 +504,7 @@ def test_cpu_only_trade_offs_have_no_gpu_columns_and_identical_rows_collapse() -
 def test_identical_trade_off_rows_collapse() -> None:
     from types import SimpleNamespace
 
-    from llamafit.plan_report import _tradeoff_lines
+    from llamafit.report.plan import _tradeoff_lines
 
     kinds = [("on", "f16", "f16"), ("off", "f16", "f16"), ("on", "q8_0", "q8_0")]
     rows = [SimpleNamespace(flash_attn=fa, type_k=k, type_v=v, n_gpu_layers=0, n_cpu_moe=0, max_ctx=32768,
@@ -525,7 +525,7 @@ def test_marginal_tokens_per_block_are_capped_at_the_trained_context() -> None:
 @pytest.mark.parametrize(("blocks", "text"), [(1, "about 1 block)"), (3, "about 3 blocks)")])
 def test_block_plurals(blocks: int, text: str) -> None:
     from llamafit.findings import Verdict
-    from llamafit.plan_report import verdict_text
+    from llamafit.report.plan import verdict_text
 
     v = Verdict(True, 4096, 32768, True, ctx_per_slot=16384, placement="all_gpu", n_layer=65, n_gpu_layers=65,
                 type_k="f16", type_v="f16", flash_attn=True, more_gpu_mib=100.0, mib_per_layer=50.0,
@@ -536,7 +536,7 @@ def test_block_plurals(blocks: int, text: str) -> None:
 def test_dry_run_without_any_server_still_shows_the_plan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import sys
 
-    from llamafit import server_find
+    from llamafit.server import find as server_find
 
     monkeypatch.setattr(server_find, "_package_binary", lambda: None)
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # llama-cpp-python not installed
@@ -587,7 +587,7 @@ def test_script_refuses_a_server_that_is_not_llama_server() -> None:
 
 
 def test_ctrl_c_before_the_server_starts_is_a_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit import cmd_run
+    from llamafit.commands import run as cmd_run
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # what Python raises for SIGINT while planning
@@ -598,7 +598,7 @@ def test_ctrl_c_before_the_server_starts_is_a_stop(monkeypatch: pytest.MonkeyPat
 
 
 def test_wrapping_again_leaves_a_wrapped_command_alone() -> None:
-    from llamafit.layout import command_lines, wrap_text
+    from llamafit.report.layout import command_lines, wrap_text
 
     lines = command_lines("Command", ["/a/very/long/path/to/a/directory/holding/the/program/bin/llama-server",
                                       "-m", "/models/x.gguf", "-c", "4096", "--host", "127.0.0.1"])  # fmt: skip

@@ -1,4 +1,4 @@
-"""The ggml type table written out in llamafit.ggml_types agrees with the gguf package's."""
+"""The ggml type table written out in llamafit.reader.ggml_types agrees with the gguf package's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from conftest import FIXTURES
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from llamafit.ggml_types import _BY_ID, GGMLType
+from llamafit.reader.ggml_types import _BY_ID, GGMLType
 
 
 def test_every_gguf_type_is_in_the_table_with_the_same_sizes() -> None:
@@ -25,8 +25,8 @@ def test_lookup_by_id_and_name() -> None:
 def test_reading_a_header_loads_neither_gguf_nor_numpy() -> None:
     """The reader is the standard library's struct: gguf (and the numpy and yaml it imports) is for
     fixtures and this test's reference only."""
-    code = ("import sys, llamafit.solver, llamafit.model_source\n"
-            "import llamafit.facts as f, llamafit.gguf_model as g\n"
+    code = ("import sys, llamafit.fit.solver, llamafit.fetch.model_source\n"
+            "import llamafit.facts.hparams as f, llamafit.reader.model as g\n"
             "f.build_facts(g.read_model(sys.argv[1]))\n"
             "print(sorted(m for m in ('gguf', 'numpy', 'yaml') if m in sys.modules))")  # fmt: skip
     model = str(FIXTURES / "moe-qwen3.gguf")
@@ -37,7 +37,7 @@ def test_reading_a_header_loads_neither_gguf_nor_numpy() -> None:
 def test_file_type_and_architecture_names_match_gguf() -> None:
     from gguf.constants import MODEL_ARCH_NAMES, LlamaFileType
 
-    from llamafit.gguf_names import ARCH_NAMES, FILE_TYPES
+    from llamafit.reader.names import ARCH_NAMES, FILE_TYPES
 
     assert FILE_TYPES == {int(f): f.name.removeprefix("MOSTLY_").removeprefix("ALL_") for f in LlamaFileType}
     assert frozenset(MODEL_ARCH_NAMES.values()) <= ARCH_NAMES

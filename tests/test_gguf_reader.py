@@ -21,8 +21,8 @@ from make_broken_fixtures import (
 )
 
 from llamafit.errors import GGUFError
-from llamafit.gguf_reader import SkippedArray, TensorInfo, read_header
-from llamafit.source import BytesSource
+from llamafit.reader.header import SkippedArray, TensorInfo, read_header
+from llamafit.reader.source import BytesSource
 
 
 def parse(data: bytes):

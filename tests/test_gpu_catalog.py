@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llamafit.errors import InputError
-from llamafit.gpu_catalog import CATALOG, close_matches, lookup, metal_working_set, normalize, smallest_fitting
+from llamafit.machine.catalog import CATALOG, close_matches, lookup, metal_working_set, normalize, smallest_fitting
 
 GiB = 1 << 30
 

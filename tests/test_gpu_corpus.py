@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from llamafit.config import N_PARALLEL_AUTO, NGL_ALL, LaunchConfig
-from llamafit.devices import DeviceSpec, host
-from llamafit.facts import ModelFacts, build_facts
-from llamafit.gguf_model import read_model
-from llamafit.memory import Breakdown, MemoryModel
-from llamafit.resolve import resolve, since
+from llamafit.memory.config import N_PARALLEL_AUTO, NGL_ALL, LaunchConfig
+from llamafit.machine.devices import DeviceSpec, host
+from llamafit.facts.hparams import ModelFacts, build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.model import Breakdown, MemoryModel
+from llamafit.memory.resolve import resolve, since
 
 CORPUS = FIXTURES / "calibration" / "gpu-corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
@@ -158,7 +158,7 @@ def test_corpus_rows_name_their_source() -> None:
 
 @pytest.mark.parametrize(("cc_major", "expected_mib"), [(None, 260), (8, 260), (9, 288), (12, 288)])
 def test_cuda_overhead_is_context_plus_cublas_workspace(cc_major: int | None, expected_mib: int) -> None:
-    from llamafit.devices import cuda_overhead_bytes
+    from llamafit.machine.devices import cuda_overhead_bytes
 
     assert cuda_overhead_bytes(cc_major) == expected_mib * MIB  # 256 MiB context + 4 MiB (32 MiB Hopper on)
 
@@ -178,7 +178,7 @@ def test_overhead_is_a_term_apart_from_the_reserve() -> None:
 # --- the build-rule table (resolve.BUILD_RULES): each rule on both sides of its build ----------------------
 
 def test_build_rules_are_one_dated_table() -> None:
-    from llamafit.resolve import BUILD_RULES, since
+    from llamafit.memory.resolve import BUILD_RULES, since
 
     keys = [r.key for r in BUILD_RULES]
     assert len(keys) == len(set(keys))
@@ -192,7 +192,7 @@ def test_build_rules_are_one_dated_table() -> None:
 def test_ngl_counts_the_output_layer_first_from_pr_18148(output_first: bool, layers_on_gpu: int, output: int) -> None:
     """-ngl 48 on 48 blocks: now the output layer and blocks 1..47; before PR #18148 all 48 blocks and the
     output layer on the CPU (the fit-params README's breakdown at b6895 shows the old placement)."""
-    from llamafit.placement import layer_map
+    from llamafit.memory.placement import layer_map
 
     lmap = layer_map(48, 48, (1.0,), output_first)
     assert (sum(d == 0 for d in lmap.layers), lmap.output) == (layers_on_gpu, output)
@@ -231,7 +231,7 @@ def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
     """q8_0 K/V with flash attention on CUDA: from PR #23907 the F16 copies of the whole cache are in the
     CUDA compute buffer (2 B x n_kv x (n_embd_k_gqa + n_embd_v_gqa) = 2 x 65536 x 1024 B = 128 MiB here);
     before, they came from the CUDA pool. A GPU without the output layer, so attention sets the peak."""
-    from llamafit.compute import ComputeSettings, fa_f16_extra, predict_compute
+    from llamafit.memory.compute import ComputeSettings, fa_f16_extra, predict_compute
 
     f = model(QWEN3).facts
     s = ComputeSettings(n_ctx_seq=65536, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0",
@@ -262,7 +262,7 @@ def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
 def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
     """The host buffer of a full offload holds the graph inputs: which exist depends on the build (the
     pythia CI logs at b4343 show 9.01 MiB = F32 mask 2048 x 512 + the embedding rows, nothing else)."""
-    from llamafit.compute import ComputeSettings, input_bytes
+    from llamafit.memory.compute import ComputeSettings, input_bytes
 
     f = model(QWEN3).facts
     s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=512, flash_attn=False, backend="cuda",
@@ -288,7 +288,7 @@ def test_pinned_host_buffers_on_cuda() -> None:
 def test_flash_attention_mask_was_f32_before_pr_23764(build: int | None, host_mib: float, device_mib: float) -> None:
     """With FA the mask input (n_kv x T) is F16 now; before PR #23764 an F32 input stayed on the host and the
     GPU got its F16 cast (issue #13545's ROCm_Host buffer: 64 MiB F32 mask at 32768 x 512)."""
-    from llamafit.compute import ComputeSettings, input_bytes
+    from llamafit.memory.compute import ComputeSettings, input_bytes
 
     f = model(QWEN3).facts
     s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=1, flash_attn=True, backend="cuda",

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from llamafit.devices import DeviceSpec, cuda_overhead_bytes, host
+from llamafit.machine.devices import DeviceSpec, cuda_overhead_bytes, host
 from llamafit.errors import InputError
-from llamafit.gpus_report import gpus_json, gpus_text
-from llamafit.hardware import (
+from llamafit.report.gpus import gpus_json, gpus_text
+from llamafit.machine.hardware import (
     GPUInfo,
     Hardware,
     detect,
@@ -443,7 +443,7 @@ def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatc
 
     from click.testing import CliRunner
 
-    from llamafit import hardware
+    from llamafit.machine import hardware
     from llamafit.cli import cli
 
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 24 << 30, 20 << 30), "NVIDIA GeForce RTX 4090", 0,

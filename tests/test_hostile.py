@@ -10,8 +10,8 @@ from conftest import FIXTURES
 from gguf_patch import patch
 
 from llamafit.cli import cli
-from llamafit.gguf_reader import read_header
-from llamafit.source import BytesSource
+from llamafit.reader.header import read_header
+from llamafit.reader.source import BytesSource
 
 U32, I32, U64, I64 = 4, 5, 10, 11
 
@@ -322,7 +322,7 @@ def test_cache_writes_are_private_and_never_follow_a_planted_link(tmp_path: Path
 
 @pytest.mark.parametrize("content", ["[1, 2]", '"text"', '{"format": 1, "build": "x"}', "{" * 50000, "NaN"])
 def test_a_damaged_dialect_record_is_probed_again(tmp_path: Path, content: str) -> None:
-    from llamafit.server_find import _load_cached
+    from llamafit.server.find import _load_cached
 
     path = tmp_path / "d.json"
     path.write_text(content)
@@ -330,7 +330,7 @@ def test_a_damaged_dialect_record_is_probed_again(tmp_path: Path, content: str) 
 
 
 def test_a_junk_cached_header_of_the_right_length_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit.model_source import (
+    from llamafit.fetch.model_source import (
         CachedHeader,
         _cache_file,
         load_header,
@@ -375,7 +375,7 @@ def test_a_header_that_lies_about_its_size_reads_a_bounded_amount(mode: str, mes
     from hostile_http import hostile_server
 
     from llamafit.errors import InputError
-    from llamafit.remote import MAX_HEADER_BYTES, HttpRangeSource
+    from llamafit.fetch.remote import MAX_HEADER_BYTES, HttpRangeSource
 
     with hostile_server(mode) as (url, _):
         src = HttpRangeSource(url)
@@ -388,7 +388,7 @@ def test_a_server_sending_more_than_asked_is_cut_off() -> None:
     from hostile_http import hostile_server
 
     from llamafit.errors import InputError
-    from llamafit.remote import FIRST_WINDOW, HttpRangeSource
+    from llamafit.fetch.remote import FIRST_WINDOW, HttpRangeSource
 
     with hostile_server("lying-range") as (url, _):
         src = HttpRangeSource(url)
@@ -401,7 +401,7 @@ def test_a_server_sending_more_than_asked_is_cut_off() -> None:
 def test_a_dribbling_server_meets_the_total_deadline(mode: str) -> None:
     from hostile_http import hostile_server
 
-    from llamafit.remote import HttpRangeSource, RemoteUnreachable
+    from llamafit.fetch.remote import HttpRangeSource, RemoteUnreachable
 
     with hostile_server(mode, dribble=0.05) as (url, _):
         src = HttpRangeSource(url, deadline=0.5)
@@ -413,7 +413,7 @@ def test_credentials_never_follow_a_redirect_to_another_host() -> None:
     from hostile_http import hostile_server
 
     from llamafit.errors import InputError
-    from llamafit.remote import HttpRangeSource
+    from llamafit.fetch.remote import HttpRangeSource
 
     with hostile_server("cross-redir") as (url, seen):
         with pytest.raises(InputError, match="HTTP 404"):

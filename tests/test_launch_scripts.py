@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from llamafit.errors import InputError
-from llamafit.launch_scripts import (
+from llamafit.server.scripts import (
     KINDS,
     LaunchSpec,
     launch_argv,

@@ -128,13 +128,13 @@ def test_second_ls_reads_no_header(home: Path, monkeypatch: pytest.MonkeyPatch) 
     def refuse(path: str) -> None:
         raise AssertionError(f"read {path}")
 
-    monkeypatch.setattr("llamafit.ls_cli.read_local_model", refuse)
+    monkeypatch.setattr("llamafit.commands.ls.read_local_model", refuse)
     second = CliRunner().invoke(cli, ["ls", "--gpu", "8GiB"])
     assert second.output == first
     # a different machine re-fits from the cached headers, without opening the files
-    import llamafit.local_headers as lh
+    import llamafit.fetch.local_headers as lh
 
-    monkeypatch.setattr("llamafit.ls_cli.read_local_model", lh.read_local_model)
+    monkeypatch.setattr("llamafit.commands.ls.read_local_model", lh.read_local_model)
     monkeypatch.setattr(lh, "FileSource", refuse)
     third = CliRunner().invoke(cli, ["ls", "--gpu", "4GiB"])
     assert "4 models on CUDA0 4.0 GiB" in third.output
@@ -142,7 +142,7 @@ def test_second_ls_reads_no_header(home: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    from llamafit import ls_cli
+    from llamafit.commands import ls as ls_cli
 
     monkeypatch.setattr(ls_cli, "stderr_is_tty", lambda: True)
     def ls() -> int:
@@ -189,11 +189,12 @@ def test_ls_speed_estimate_where_the_bandwidth_is_known(gpu: str, verdict: str, 
 def test_cpu_only_rows_survive_a_change_of_free_ram_while_they_still_hold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llamafit import devices, ls_cli
+    from llamafit.machine import devices
+    from llamafit.commands import ls as ls_cli
 
     (tmp_path / "m.gguf").symlink_to(MODEL)
     free = {"bytes": 16 << 30}
-    monkeypatch.setattr("llamafit.prepare._default_host", lambda: devices.host(32 << 30, free["bytes"]))
+    monkeypatch.setattr("llamafit.commands.prepare._default_host", lambda: devices.host(32 << 30, free["bytes"]))
     reads: list[str] = []
     real = ls_cli.read_local_model
 
@@ -230,10 +231,10 @@ def test_ls_with_no_models_says_where_it_looked(tmp_path: Path) -> None:
 
 
 def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit import devices
+    from llamafit.machine import devices
 
     (tmp_path / "m.gguf").symlink_to(MODEL)
-    monkeypatch.setattr("llamafit.prepare._default_host", lambda: devices.host(32 << 30, 16 << 30))
+    monkeypatch.setattr("llamafit.commands.prepare._default_host", lambda: devices.host(32 << 30, 16 << 30))
     result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "cpu"])
     assert result.exit_code == 0, result.output
     assert result.output == """\
@@ -252,8 +253,8 @@ def test_the_cache_file_rules_ls_shares_are_public(tmp_path: Path) -> None:
     import ast
     import inspect
 
-    from llamafit import ls_cli
-    from llamafit.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
+    from llamafit.commands import ls as ls_cli
+    from llamafit.fetch.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
 
     path = tmp_path / "d" / "row.json"
     write_cache_file(path, json.dumps({"format": CACHE_FORMAT, "x": 1}).encode())

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import FIXTURES
 
 from llamafit.cli import cli
-from llamafit.many import pack, shares, swap_groups
+from llamafit.fit.many import pack, shares, swap_groups
 
 jsonschema = pytest.importorskip("jsonschema", reason="the test extra's jsonschema checks llama-swap's schema")
 
@@ -139,7 +139,7 @@ def test_many_models_carry_the_projector_their_store_pairs(ollama_with_projector
 
 
 def test_router_presets_carry_the_projector(ollama_with_projector: tuple[Path, Path]) -> None:
-    from llamafit.server_find import find_server
+    from llamafit.server.find import find_server
 
     binary = find_server(None, {"PATH": ""})
     if binary is None or not binary.dialect.has("--models-preset"):

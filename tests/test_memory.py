@@ -7,14 +7,14 @@ from dataclasses import replace
 import pytest
 from conftest import FIXTURES
 
-from llamafit.config import LaunchConfig
-from llamafit.devices import DeviceSpec, gpus_from_sizes, host
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
-from llamafit.memory import MemoryModel
-from llamafit.placement import cuda_alloc_size
-from llamafit.ggml_types import GGMLType
-from llamafit.resolve import ConfigError, resolve
+from llamafit.memory.config import LaunchConfig
+from llamafit.machine.devices import DeviceSpec, gpus_from_sizes, host
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.model import MemoryModel
+from llamafit.memory.placement import cuda_alloc_size
+from llamafit.reader.ggml_types import GGMLType
+from llamafit.memory.resolve import ConfigError, resolve
 
 GIB = 1 << 30
 HOST = host(64 * GIB, 48 * GIB)

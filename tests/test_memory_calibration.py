@@ -11,13 +11,13 @@ from functools import cache
 import pytest
 from conftest import FIXTURES, ROOT, needs_demo
 
-from llamafit.config import engine_defaults
-from llamafit.devices import host
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
-from llamafit.memory import Breakdown, MemoryModel
-from llamafit.resolve import resolve
-from llamafit.server_flags import parse_server_args
+from llamafit.memory.config import engine_defaults
+from llamafit.machine.devices import host
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.model import Breakdown, MemoryModel
+from llamafit.memory.resolve import resolve
+from llamafit.server.flags import parse_server_args
 
 ROWS = json.loads((FIXTURES / "calibration" / "llama-cpp-0c1e570-cpu.json").read_text())["rows"]
 MIB = 1 << 20
@@ -28,7 +28,7 @@ HOST = host(64 << 30, 48 << 30)
 @cache
 def memory_model(model: str) -> MemoryModel:
     if model.startswith("demo:"):
-        from llamafit.demo import demo_model_path
+        from llamafit.fetch.demo import demo_model_path
 
         return MemoryModel(build_facts(read_model(demo_model_path())))
     return MemoryModel(build_facts(read_model(ROOT / model)))

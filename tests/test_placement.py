@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llamafit.ggml_types import GGMLType
-from llamafit.placement import CPU, LayerMap, cuda_alloc_size, layer_map, override_target, split_points
+from llamafit.reader.ggml_types import GGMLType
+from llamafit.memory.placement import CPU, LayerMap, cuda_alloc_size, layer_map, override_target, split_points
 
 
 @pytest.mark.parametrize(

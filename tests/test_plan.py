@@ -8,14 +8,14 @@ from dataclasses import replace
 
 from conftest import FIXTURES, QWEN, target
 
-from llamafit.config import LaunchConfig, with_given
-from llamafit.placement import CPU
-from llamafit.check_report import notice_text
+from llamafit.memory.config import LaunchConfig, with_given
+from llamafit.memory.placement import CPU
+from llamafit.report.check import notice_text
 from llamafit.findings import Notice
-from llamafit.plan import plan, smallest_gpu_for
-from llamafit.plan_report import verdict_text
-from llamafit.solver import Policy, solve
-from llamafit.speed import Efficiency, Rate, SpeedInputs, estimate
+from llamafit.fit.explain import plan, smallest_gpu_for
+from llamafit.report.plan import verdict_text
+from llamafit.fit.solver import Policy, solve
+from llamafit.fit.speed import Efficiency, Rate, SpeedInputs, estimate
 
 GB_S = 10**9
 
@@ -54,7 +54,7 @@ def test_speed_estimate_is_bytes_over_bandwidth() -> None:
 
 
 def layer_kv(facts, rc, il: int) -> int:  # type: ignore[no-untyped-def]
-    from llamafit.kv import layer_cell_bytes
+    from llamafit.memory.kv import layer_cell_bytes
 
     return layer_cell_bytes(facts, il, rc.type_k, rc.type_v, flash_attn=rc.flash_attn)
 

@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llamafit.errors import LlamafitError
-from llamafit.facts import build_facts
-from llamafit.gguf_model import GGUFModel
-from llamafit.gguf_reader import read_header
-from llamafit.source import BytesSource
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import GGUFModel
+from llamafit.reader.header import read_header
+from llamafit.reader.source import BytesSource
 
 # A real fixture's header (metadata, vocabulary, tensor infos): a header-only file.
 _SEED = (FIXTURES / "swa-gemma3.gguf").read_bytes()

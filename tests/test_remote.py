@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, needs_llama_cpp
 
-from llamafit import hf, model_source
+from llamafit.fetch import hf, model_source
 from llamafit.errors import InputError
-from llamafit.gguf_model import GGUFModel, read_model
-from llamafit.gguf_reader import read_header
-from llamafit.hf import (
+from llamafit.reader.model import GGUFModel, read_model
+from llamafit.reader.header import read_header
+from llamafit.fetch.hf import (
     RepoSpec,
     find_best_model,
     parse_hf_url,
@@ -31,8 +31,8 @@ from llamafit.hf import (
     pick_model_files,
     split_files,
 )
-from llamafit.model_source import header_prefix, load_header, open_hf_repo, open_model
-from llamafit.remote import (
+from llamafit.fetch.model_source import header_prefix, load_header, open_hf_repo, open_model
+from llamafit.fetch.remote import (
     HttpRangeSource,
     RemoteUnreachable,
     headers_for,
@@ -592,7 +592,7 @@ def test_http_helpers() -> None:
 
 
 def model_source_cr(start: int, end: int, total: int | None) -> object:
-    from llamafit.remote import ContentRange
+    from llamafit.fetch.remote import ContentRange
 
     return ContentRange(start, end, total)
 

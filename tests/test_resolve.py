@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 from conftest import FIXTURES
 
-from llamafit.config import LaunchConfig, engine_defaults, with_given
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
-from llamafit.resolve import ConfigError, resolve
+from llamafit.memory.config import LaunchConfig, engine_defaults, with_given
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.resolve import ConfigError, resolve
 
 GEMMA = build_facts(read_model(FIXTURES / "swa-gemma3.gguf"))  # n_ctx_train 32768, 7 layers, window 128
 MLA = build_facts(read_model(FIXTURES / "mla-deepseek2.gguf"))

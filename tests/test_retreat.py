@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from llamafit.config import engine_defaults
-from llamafit.devices import DeviceSpec, host
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
-from llamafit.memory import MemoryModel
-from llamafit.plan import plan
-from llamafit.retreat import failed_device, retreat
-from llamafit.search import Target
-from llamafit.solver import Policy
+from llamafit.memory.config import engine_defaults
+from llamafit.machine.devices import DeviceSpec, host
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.model import MemoryModel
+from llamafit.fit.explain import plan
+from llamafit.fit.retreat import failed_device, retreat
+from llamafit.fit.search import Target
+from llamafit.fit.solver import Policy
 
 NAMES = ["CUDA0", "CUDA1", "CPU"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, ROOT
 
-from llamafit.server_find import find_server
+from llamafit.server.find import find_server
 
 pytestmark = pytest.mark.llama
 MODELS = {"dense-llama": str(FIXTURES / "dense-llama.gguf"), "moe-qwen3": str(FIXTURES / "moe-qwen3.gguf"),
@@ -104,8 +104,8 @@ def test_router_accepts_every_key_the_presets_write(tmp_path: Path) -> None:
     it under that option's long spelling (common_preset::to_args), which is the key itself."""
     from projector_files import write_gemma3_projector
 
-    from llamafit.launch_scripts import LaunchSpec, render_models_ini
-    from llamafit.launcher import free_port
+    from llamafit.server.scripts import LaunchSpec, render_models_ini
+    from llamafit.server.launcher import free_port
 
     server = _router_server()
     model = str(FIXTURES / "dense-llama.gguf")

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamafit.cli import cli
-from llamafit.rpc_info import parse_list_devices
+from llamafit.machine.rpc import parse_list_devices
 
 LIST = """Available devices:
   RPC0: 127.0.0.1:18101 (24105 MiB, 24000 MiB free)

@@ -7,16 +7,16 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
 
-from llamafit import server_find
-from llamafit.command import server_argv
-from llamafit.config import LaunchConfig
+from llamafit.server import find as server_find
+from llamafit.server.argv import server_argv
+from llamafit.memory.config import LaunchConfig
 from llamafit.errors import InputError
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
 from llamafit.paths import cache_dir
-from llamafit.resolve import resolve
-from llamafit.server_find import Dialect, ServerProbeError, adapt_argv, buffer_log_flags, find_server
-from llamafit.server_find import parse_help, parse_version
+from llamafit.memory.resolve import resolve
+from llamafit.server.find import Dialect, ServerProbeError, adapt_argv, buffer_log_flags, find_server
+from llamafit.server.find import parse_help, parse_version
 
 # An early-2025 build (common/arg.cpp of that time): bare -fa, --no-mmap/--mlock, no -kvu, no --fit
 OLD_VERSION = "version: 4798 (1a24c462)\nbuilt with cc (Ubuntu 11.4.0) for x86_64-linux-gnu\n"

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from llamafit.config import LaunchConfig, engine_defaults
+from llamafit.memory.config import LaunchConfig, engine_defaults
 from llamafit.errors import InputError
-from llamafit.server_flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
-from llamafit.server_flags import _BY_FLAG, RETIRED_LOAD_FLAGS, parse_server_args, split_command_line
+from llamafit.server.flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
+from llamafit.server.flags import _BY_FLAG, RETIRED_LOAD_FLAGS, parse_server_args, split_command_line
 
 ALL_TYPES = "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
 

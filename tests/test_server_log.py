@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llamafit.server_log import BreakdownRow, KvCache, LogWatcher, RecurrentCache, diagnose, split_prefix
+from llamafit.server.log import BreakdownRow, KvCache, LogWatcher, RecurrentCache, diagnose, split_prefix
 
 LOGS = Path(__file__).parent / "data" / "server_logs"
 

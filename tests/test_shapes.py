@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from llamafit.cli import cli
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
 
 # (key, file size in bytes: header + 32-byte aligned tensor data, as llama.cpp reads it)
 SIZES = [

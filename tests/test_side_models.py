@@ -8,7 +8,7 @@ import pytest
 from conftest import FIXTURES
 
 from llamafit.errors import InputError
-from llamafit.side_models import (
+from llamafit.memory.side_models import (
     SideFlags,
     VocabInfo,
     parse_side_flags,
@@ -177,8 +177,8 @@ def small_projector(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _projector(path: str):
-    from llamafit.model_source import open_model
-    from llamafit.projector import projector_facts
+    from llamafit.fetch.model_source import open_model
+    from llamafit.memory.projector import projector_facts
 
     m = open_model(path, {})
     return projector_facts(m.path, m.metadata, m.tensors)
@@ -202,14 +202,14 @@ def test_projector_facts(small_projector: str) -> None:
     (448, False, 6 * 1024 * 1152 * 4 + 1024 * 1024 * 16 * 4),
 ])  # fmt: skip
 def test_encoder_compute_gemma3_4b_shape(image_px: int, flash_attn: bool, expected: int) -> None:
-    from llamafit.projector import ProjectorFacts, encoder_compute
+    from llamafit.memory.projector import ProjectorFacts, encoder_compute
 
     p = ProjectorFacts("x", "gemma3", ("vision",), 896, 14, 1152, 4304, 27, 16, 2560, 4, 0, 0)
     assert encoder_compute(p, image_px=image_px, flash_attn=flash_attn) == expected
 
 
 def test_dynamic_projector_warmup_and_worst_case() -> None:
-    from llamafit.projector import ProjectorFacts, image_px_for_tokens
+    from llamafit.memory.projector import ProjectorFacts, image_px_for_tokens
 
     p = ProjectorFacts("x", "qwen2.5vl_merger", ("vision",), 560, 14, 1280, 3420, 32, 16, 3584, 2, 0, 0)
     assert p.warmup_image_size() == 46 * 14 * 2
@@ -226,7 +226,7 @@ def test_dynamic_projector_warmup_and_worst_case() -> None:
     (["m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "", None),
 ])  # fmt: skip
 def test_best_sibling_follows_llama_cpp_hf_rule(files: list[str], model: str, tag: str, expected: str | None) -> None:
-    from llamafit.projector import best_sibling
+    from llamafit.memory.projector import best_sibling
 
     assert best_sibling(files, model, tag=tag) == expected
 
@@ -235,7 +235,7 @@ def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> N
     import os
     import shutil
 
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     model = tmp_path / "gemma-3-270m-q4_k_m.gguf"
     os.symlink(demo_model_path(), model)
@@ -281,7 +281,7 @@ def test_inspect_shows_a_projector(small_projector: str) -> None:
 # --- planning and launching with side models --------------------------------------------------
 
 def _usage(kind: str, path: str, **details: int | str):
-    from llamafit.side_models import SideDeviceUsage, SideUsage
+    from llamafit.memory.side_models import SideDeviceUsage, SideUsage
 
     return SideUsage(kind, path, (SideDeviceUsage("CPU", 1, 0, 0, 0),), 0, tuple(details.items()))
 
@@ -299,7 +299,7 @@ def _usage(kind: str, path: str, **details: int | str):
     (["-md", "d.gguf", "-ctkd", "q8_0"], [("draft", "d.gguf", {})], ["-md", "d.gguf", "-ctkd", "q8_0"]),
 ])  # fmt: skip
 def test_launch_tokens(tokens: list[str], resident: list, expected: list[str]) -> None:
-    from llamafit.side_plan import launch_tokens
+    from llamafit.fit.side_plan import launch_tokens
 
     assert launch_tokens(tokens, [_usage(k, p, **d) for k, p, d in resident]) == expected
 
@@ -379,7 +379,7 @@ def test_plan_uses_a_projector_next_to_the_model_by_default(small_projector: str
     import os
     import shutil
 
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     model = tmp_path / "gemma-3-270m-q4_k_m.gguf"
     os.symlink(demo_model_path(), model)
@@ -397,14 +397,14 @@ def test_plan_uses_a_projector_next_to_the_model_by_default(small_projector: str
 
 def test_mmproj_auto_for_a_hugging_face_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """llama.cpp's -hf rule over the repo listing (the listing stubbed at the Hub boundary)."""
-    from llamafit import side_load
-    from llamafit.hf import RepoListing
+    from llamafit.commands import side_load
+    from llamafit.fetch.hf import RepoListing
 
     files = ("gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf", "mmproj-model-f16.gguf", "mmproj-model-Q8_0.gguf")
     def listing(settings: object, repo: str, rev: str, timeout: float) -> tuple[RepoListing, None]:
         return RepoListing(repo, rev, "c" * 40, files), None
 
-    monkeypatch.setattr("llamafit.model_source._hub_listing", listing)
+    monkeypatch.setattr("llamafit.fetch.model_source._hub_listing", listing)
     url = "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/gemma-3-4b-it-Q4_K_M.gguf"
     picked, why = side_load.find_mmproj(url, {})
     assert picked == "https://huggingface.co/ggml-org/gemma-3-4b-it-GGUF/resolve/main/mmproj-model-Q8_0.gguf"
@@ -432,7 +432,7 @@ def test_plan_says_when_the_projector_keeps_layers_off_the_gpu() -> None:
 
     from side_cases import projector_path
 
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     d = json.loads(_invoke("plan", str(demo_model_path()), "--gpu", "2GiB", "--json", "--", "-np", "1",
                            "--mmproj", projector_path()).stdout)  # fmt: skip
@@ -468,7 +468,7 @@ def test_projector_on_a_real_vulkan_device(vulkan0: Path) -> None:
     from server_probe import clip_buffers, server_log
     from side_cases import projector_path
 
-    from llamafit.demo import demo_model_path
+    from llamafit.fetch.demo import demo_model_path
 
     model, proj = str(demo_model_path()), projector_path()
     flags = ["-np", "1", "-c", "4096", "-ngl", "99", "--mmproj", proj]

@@ -10,10 +10,10 @@ from conftest import FIXTURES, QWEN, target
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from llamafit.config import LaunchConfig, with_given
-from llamafit.devices import host
-from llamafit.search import STEP
-from llamafit.solver import NoFit, Policy, solve
+from llamafit.memory.config import LaunchConfig, with_given
+from llamafit.machine.devices import host
+from llamafit.fit.search import STEP
+from llamafit.fit.solver import NoFit, Policy, solve
 
 MIB = 1 << 20
 

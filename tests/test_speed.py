@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from llamafit.config import LaunchConfig
-from llamafit.facts import build_facts
-from llamafit.gguf_model import read_model
-from llamafit.memory import MemoryModel
-from llamafit.placement import layer_map
-from llamafit.resolve import resolve
-from llamafit.speed import Efficiency, Rate, SpeedInputs, estimate
-from llamafit.speed_calibration import calibrate
+from llamafit.memory.config import LaunchConfig
+from llamafit.facts.hparams import build_facts
+from llamafit.reader.model import read_model
+from llamafit.memory.model import MemoryModel
+from llamafit.memory.placement import layer_map
+from llamafit.memory.resolve import resolve
+from llamafit.fit.speed import Efficiency, Rate, SpeedInputs, estimate
+from llamafit.fit.speed_calibration import calibrate
 
 MODEL = MemoryModel(build_facts(read_model(str(FIXTURES / "dense-llama.gguf"))))
 RC = resolve(LaunchConfig(n_ctx=4096), MODEL.facts, engine="llama-server")
@@ -77,7 +77,7 @@ def test_calibration_scales_the_slowest_backend_by_measured_over_estimated(recor
 def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llamafit import host_probe
+    from llamafit.machine import host_probe
 
     calls = []
     monkeypatch.setattr(host_probe, "measure_bandwidth", lambda n=None: calls.append("bw") or 12e9)

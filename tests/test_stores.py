@@ -19,7 +19,7 @@ from store_layouts import (
     ollama_model,
 )
 
-from llamafit.store_scan import (
+from llamafit.fetch.store_scan import (
     scan,
     scan_dir,
     scan_hub,
@@ -27,7 +27,7 @@ from llamafit.store_scan import (
     scan_lmstudio,
     scan_ollama,
 )
-from llamafit.stores import (
+from llamafit.fetch.stores import (
     Found,
     Root,
     best_mmproj,

@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT
 from test_run_e2e import Run, gone
 
-from llamafit.verify import generated_text
+from llamafit.server.verify import generated_text
 
 pytestmark = pytest.mark.llama
 VULKAN_SERVER = ROOT / "build" / "llama-vulkan-rpc" / "bin" / "llama-server"
@@ -55,7 +55,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _free_port() -> int:
-    from llamafit.launcher import free_port
+    from llamafit.server.launcher import free_port
 
     return free_port()
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from conftest import needs_demo
 
 from llamafit.cli import cli
-from llamafit.memory import op_probe_bytes
-from llamafit.vulkan_info import device_specs, llama_order, parse_vulkaninfo
+from llamafit.memory.model import op_probe_bytes
+from llamafit.machine.vulkan import device_specs, llama_order, parse_vulkaninfo
 
 DATA = Path(__file__).parent / "data" / "vulkaninfo"
 

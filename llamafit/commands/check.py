@@ -1,0 +1,29 @@
+"""`llamafit check` as a function: flags in, breakdown, verdict and ways out back (no I/O here
+beyond reading the GGUF header; the host's RAM comes in through `detect_host`)."""
+
+from __future__ import annotations
+
+from ..report import check as check_report
+from ..findings import Notice
+from .prepare import Report, Request, prepare, warnings_for
+from ..memory.resolve import resolve
+from ..fit.ways_out import suggestions
+
+
+def run_check(request: Request) -> Report:
+    """Resolve the user's flags, predict every buffer, and say whether it fits (and if not, how)."""
+    p = prepare(request)
+    t = p.target
+    rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
+    rc = t.side.main_rc(rc, build=t.build) if t.side else rc
+    breakdown = t.breakdown(p.parsed.config, rc)
+    ways = [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx)
+    warnings = warnings_for(p, rc)
+    if breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
+        host = breakdown.devices[-1]
+        short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
+        warnings.append(Notice("host_ram_short", short))
+    extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}
+    data = check_report.to_json(p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
+    text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)
+    return Report(breakdown.fits, data, text)

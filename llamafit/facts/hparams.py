@@ -1,0 +1,378 @@
+"""Model facts: a typed, frozen view of what llama.cpp derives from a GGUF header.
+
+Mirrors llama_model::load_hparams (src/llama-model.cpp), llama_hparams (src/llama-hparams.cpp)
+and the per-arch load_arch_hparams in src/models/*.cpp at llama.cpp 0c1e570. Per-layer values
+are tuples indexed by layer `il` in [0, n_layer_all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import arch_rules as R
+from ..errors import ModelFactsError
+from ..reader.ggml_types import GGMLType
+from ..reader.model import GGUFModel
+from ..reader.names import ARCH_NAMES, FILE_TYPES
+from ..reader.header import TensorInfo
+from .metadata import Metadata
+from .swa import SWAFacts, swa_facts
+from .weights import WeightFacts, weight_facts
+
+
+@dataclass(frozen=True, slots=True)
+class MLAFacts:
+    """Multi-head latent attention (src/models/deepseek2.cpp): the cache stores K only."""
+
+    kv_lora_rank: int
+    key_length_mla: int
+    value_length_mla: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecurrentFacts:
+    """Recurrent state sizes per sequence and layer, in F32 elements (llama_hparams::n_embd_r/s)."""
+
+    n_embd_r: int
+    n_embd_s: int
+    d_conv: int = 0
+    d_inner: int = 0
+    d_state: int = 0
+    n_group: int = 0
+    dt_rank: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MoEFacts:
+    """Mixture of experts: counts and the expert FFN size (first MoE layer's when per-layer)."""
+
+    n_expert: int
+    n_expert_used: int
+    n_expert_shared: int
+    n_ff_exp: int
+    n_ff_shexp: int
+    n_layer_dense_lead: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """Everything the memory model needs to know about one model."""
+
+    path: str
+    architecture: str
+    name: str
+    file_type: str
+    n_params: int
+    file_size: int
+    n_tensors: int
+    n_shards: int
+    n_layer_all: int  # {arch}.block_count, NextN/MTP blocks included
+    n_layer_nextn: int  # {arch}.nextn_predict_layers
+    n_ctx_train: int
+    n_embd: int
+    n_vocab: int
+    n_merges: int
+    n_head: tuple[int, ...]
+    n_head_kv: tuple[int, ...]
+    n_ff: tuple[int, ...]
+    n_embd_head_k: int
+    n_embd_head_v: int
+    n_embd_head_k_swa: int
+    n_embd_head_v_swa: int
+    swa: SWAFacts
+    mla: MLAFacts | None
+    is_recurrent: tuple[bool, ...]
+    recurrent: RecurrentFacts | None
+    moe: MoEFacts | None
+    n_layer_kv_from_start: int
+    # layers in the main context's attention cache; a layer with n_head_kv 0 stays in it with
+    # 0-wide K (and V padded to n_embd_v_gqa_max without FA), as llama_kv_cache does
+    has_kv: tuple[bool, ...]
+    tied_embeddings: bool
+    causal: bool
+    weights: WeightFacts
+    warnings: tuple[str, ...]
+    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)  # for -ot rules and CUDA padding
+    # attention and FFN read the same block input, their outputs summed (gptneox use_parallel_residual)
+    parallel_residual: bool = False
+    data_end_bytes: int = 0  # where the last shard's tensor data ends, summed over shards (0: unknown)
+    has_chat_template: bool = True  # tokenizer.chat_template is set
+
+    @property
+    def incomplete(self) -> str | None:
+        """Why the file cannot be loaded: its tensor data is missing (a header-only file, an
+        interrupted download). Planning still works; llama.cpp would fail to load it."""
+        if self.file_size >= self.data_end_bytes:
+            return None
+        return (f"the file is {self.file_size:,} bytes but its tensors need {self.data_end_bytes / 1e9:,.1f} GB: "
+                "incomplete download?")
+
+    @property
+    def n_layer(self) -> int:
+        """Layers the main context runs: block_count minus NextN/MTP (llama_hparams::n_layer)."""
+        return self.n_layer_all - self.n_layer_nextn
+
+    def n_embd_k_gqa(self, il: int) -> int:
+        """Key width of layer il (llama_hparams::n_embd_k_gqa)."""
+        head = self.n_embd_head_k_swa if self.swa.is_swa[il] else self.n_embd_head_k
+        return head * self.n_head_kv[il]
+
+    def n_embd_v_gqa(self, il: int) -> int:
+        """Value width of layer il (llama_hparams::n_embd_v_gqa)."""
+        head = self.n_embd_head_v_swa if self.swa.is_swa[il] else self.n_embd_head_v
+        return head * self.n_head_kv[il]
+
+    @property
+    def n_embd_v_gqa_max(self) -> int:
+        """The widest V over all layers: the transposed V cache pads to it when FA is off."""
+        return max((self.n_embd_v_gqa(il) for il in range(self.n_layer_all)), default=0)
+
+
+def _file_type_label(meta: Metadata, model: GGUFModel) -> str:
+    """`general.file_type` as llama.cpp names it (LlamaFileType), else the dominant tensor type."""
+    ft = meta.get_int("general.file_type")
+    if ft is not None:
+        return FILE_TYPES.get(ft, f"file_type {ft}")
+    by_type: dict[int, int] = {}
+    for t in model.tensors:
+        by_type[t.ggml_type] = by_type.get(t.ggml_type, 0) + t.n_bytes
+    if not by_type:
+        return "unknown"
+    return GGMLType.of(max(by_type, key=by_type.__getitem__)).name
+
+
+def _recurrent_layers(meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[int, ...],
+                      ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
+    """is_recr per layer by the arch's rule (src/models/<arch>.cpp load_arch_hparams)."""
+    arch = meta.arch
+    layers = range(n_layer_all)
+    if arch in R.RECURRENT_ARCHS or arch in R.RECR_AND_ATTENTION_EVERY_LAYER:
+        return tuple(True for _ in layers)
+    if arch in R.RECR_IF_NO_KV_HEADS:
+        return tuple(kv[il] == 0 for il in layers)
+    if arch in R.RECR_IF_NO_KV_HEADS_AND_NO_FFN:
+        return tuple(il < n_layer and kv[il] == 0 and ff[il] == 0 for il in layers)
+    if arch in R.RECR_BY_INTERVAL:
+        explicit = meta.per_layer("{arch}.attention.recurrent_layers", n_layer_all, None)
+        if explicit is not None:
+            return tuple(bool(v) for v in explicit)
+        interval = meta.get_int("{arch}.full_attention_interval", 4)
+        if interval <= 0:
+            key = meta.key("{arch}.full_attention_interval")
+            raise ModelFactsError(f"{meta.path}: {key} must be positive, not {interval}")
+        return tuple(il < n_layer and (il + 1) % interval != 0 for il in layers)
+    return tuple(False for _ in layers)
+
+
+def _recurrent_facts(meta: Metadata, n_embd: int, n_head0: int) -> RecurrentFacts:
+    """n_embd_r / n_embd_s (src/llama-hparams.cpp), from the ssm.*, wkv.*, shortconv.* keys."""
+    d_conv = meta.get_int("{arch}.ssm.conv_kernel", 0)
+    d_inner = meta.get_int("{arch}.ssm.inner_size", 0)
+    d_state = meta.get_int("{arch}.ssm.state_size", 0)
+    n_group = meta.get_int("{arch}.ssm.group_count", 0)
+    dt_rank = meta.get_int("{arch}.ssm.time_step_rank", 0)
+    wkv_head = meta.get_int("{arch}.wkv.head_size", 0)
+    l_cache = meta.get_int("{arch}.shortconv.l_cache", 0)
+    kda_head = meta.get_int("{arch}.kda.head_dim", 0)
+    if wkv_head:
+        r, s = meta.get_int("{arch}.token_shift_count", 2) * n_embd, n_embd * wkv_head
+    elif l_cache:
+        r, s = n_embd * (l_cache - 1), d_state * d_inner
+    elif kda_head:
+        r = 3 * (d_conv - 1 if d_conv > 0 else 3) * n_head0 * kda_head
+        s = kda_head * kda_head * n_head0
+    else:
+        r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
+        s = d_state * d_inner
+    return RecurrentFacts(r, s, d_conv, d_inner, d_state, n_group, dt_rank)
+
+
+def _moe_facts(meta: Metadata, n_layer_all: int) -> MoEFacts | None:
+    n_expert = meta.get_int("{arch}.expert_count", 0)
+    if not n_expert:
+        return None
+    used = meta.per_layer("{arch}.expert_used_count", n_layer_all, (0,)) or (0,)
+    ff_exp = meta.per_layer("{arch}.expert_feed_forward_length", n_layer_all, (0,)) or (0,)
+    return MoEFacts(
+        n_expert=n_expert,
+        n_expert_used=max(used),
+        n_expert_shared=meta.get_int("{arch}.expert_shared_count", 0),
+        n_ff_exp=max(ff_exp),
+        n_ff_shexp=meta.get_int("{arch}.expert_shared_feed_forward_length", 0),
+        n_layer_dense_lead=meta.get_int("{arch}.leading_dense_block_count", 0),
+    )
+
+
+def _mla_facts(meta: Metadata, warnings: list[str]) -> MLAFacts | None:
+    """hparams.is_mla(): both key_length_mla and value_length_mla present (src/models/deepseek2.cpp)."""
+    if meta.has("{arch}.attention.key_length_mla") and meta.has("{arch}.attention.value_length_mla"):
+        return MLAFacts(
+            kv_lora_rank=meta.get_int("{arch}.attention.kv_lora_rank", 0),
+            key_length_mla=meta.required_int("{arch}.attention.key_length_mla"),
+            value_length_mla=meta.required_int("{arch}.attention.value_length_mla"),
+        )
+    if meta.arch in R.MLA_CAPABLE_ARCHS and meta.has("{arch}.attention.kv_lora_rank"):
+        warnings.append(
+            "converted before llama.cpp's MLA support (no attention.key_length_mla): "
+            "the KV cache is a full multi-head cache, far larger than MLA's"
+        )
+    return None
+
+
+def _n_layer_kv_from_start(meta: Metadata, n_layer_all: int) -> int:
+    """Layers at or after this index reuse an earlier layer's KV (src/models/gemma3n.cpp, gemma4.cpp)."""
+    if meta.arch in R.KV_FROM_START_FIXED:
+        return min(R.KV_FROM_START_FIXED[meta.arch], n_layer_all)
+    if meta.arch in R.KV_FROM_START_SHARED_KEY:
+        return n_layer_all - meta.get_int("{arch}.attention.shared_kv_layers", 0)
+    return n_layer_all
+
+
+def _n_vocab(meta: Metadata, model: GGUFModel) -> int:
+    """llama_vocab's token count; files without a vocabulary fall back to vocab_size or token_embd."""
+    n = meta.count("tokenizer.ggml.tokens") or meta.get_int("{arch}.vocab_size", 0)
+    if n:
+        return int(n)
+    embd = model.tensor("token_embd.weight")
+    return embd.shape[1] if embd is not None and len(embd.shape) > 1 else 0
+
+
+def build_facts(model: GGUFModel) -> ModelFacts:
+    """Derive ModelFacts from a parsed GGUF model (all shards), as llama_model::load_hparams does."""
+    warnings: list[str] = []
+    arch = model.metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelFactsError(f"{model.path}: no general.architecture key; not a llama.cpp model")
+    meta = Metadata(model.path, arch, model.metadata)
+    warnings += _arch_warnings(arch)
+    n_layer_all, n_nextn = _layer_counts(meta)
+    n_layer = n_layer_all - n_nextn
+    n_embd = meta.required_int("{arch}.embedding_length")
+    _check_counts(meta, n_layer_all)
+    n_head = meta.per_layer("{arch}.attention.head_count", n_layer_all, None) or (0,) * n_layer_all
+    n_head_kv = meta.per_layer("{arch}.attention.head_count_kv", n_layer_all, n_head) or n_head
+    n_ff = meta.per_layer("{arch}.feed_forward_length", n_layer_all, None) or (0,) * n_layer_all
+    head_k, head_v = _head_sizes(meta, n_embd, n_head[0])
+    swa = swa_facts(meta, n_layer_all, n_layer)
+    is_recr = _recurrent_layers(meta, n_layer_all, n_layer, n_head_kv, n_ff)
+    causal = arch not in R.NO_MEMORY_ARCHS and meta.get_bool("{arch}.attention.causal", True)
+    kv_from_start = _n_layer_kv_from_start(meta, n_layer_all)
+    has_kv = _has_kv(arch, causal, n_layer, min(kv_from_start, n_layer), is_recr, n_ff)
+    any_recr = any(is_recr) and causal
+    return ModelFacts(
+        path=model.path,
+        architecture=arch,
+        name=meta.get_str("general.name", "") or "",
+        file_type=_file_type_label(meta, model),
+        n_params=sum(t.n_elements for t in model.tensors),
+        file_size=model.file_size,
+        n_tensors=len(model.tensors),
+        n_shards=len(model.shards),
+        n_layer_all=n_layer_all,
+        n_layer_nextn=n_nextn,
+        n_ctx_train=meta.required_int("{arch}.context_length"),
+        n_embd=n_embd,
+        n_vocab=_n_vocab(meta, model),
+        n_merges=meta.count("tokenizer.ggml.merges"),
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        n_embd_head_k=head_k,
+        n_embd_head_v=head_v,
+        n_embd_head_k_swa=meta.get_int("{arch}.attention.key_length_swa", head_k),
+        n_embd_head_v_swa=meta.get_int("{arch}.attention.value_length_swa", head_v),
+        swa=swa,
+        mla=_mla_facts(meta, warnings),
+        is_recurrent=is_recr,
+        recurrent=_recurrent_facts(meta, n_embd, n_head[0]) if any_recr else None,
+        moe=_moe_facts(meta, n_layer_all),
+        n_layer_kv_from_start=kv_from_start,
+        has_kv=has_kv,
+        tied_embeddings=model.tensor("output.weight") is None,
+        causal=causal,
+        weights=weight_facts(model.tensors, n_layer_all),
+        warnings=tuple(warnings),
+        tensors=model.tensors,
+        parallel_residual=meta.get_bool("{arch}.use_parallel_residual", False),
+        data_end_bytes=sum(sh.data_offset + sh.data_size for sh in model.shards),
+        has_chat_template=bool(meta.get_str("tokenizer.chat_template", "")),
+    )
+
+
+def _check_counts(meta: Metadata, n_layer_all: int) -> None:
+    """The asserts of llama_model::load_hparams (src/llama-model.cpp) and the indexes our facts take:
+    one error naming the key and its value, instead of a crash later."""
+
+    def bad(name: str, value: int, why: str) -> ModelFactsError:
+        return ModelFactsError(f"{meta.path}: key {meta.key(name)} = {value} {why}")
+
+    for name in ("{arch}.embedding_length", "{arch}.context_length"):
+        if meta.required_int(name) == 0:
+            raise bad(name, 0, "must be at least 1")
+    n_expert = meta.get_int("{arch}.expert_count", 0)
+    if n_expert > LLAMA_MAX_EXPERTS:
+        raise bad("{arch}.expert_count", n_expert, f"exceeds LLAMA_MAX_EXPERTS ({LLAMA_MAX_EXPERTS})")
+    used = max(meta.per_layer("{arch}.expert_used_count", n_layer_all, (0,)) or (0,))
+    if used > n_expert or (n_expert and not used):
+        raise bad("{arch}.expert_used_count", used, f"must be 1..expert_count ({n_expert})")
+    for name in ("{arch}.leading_dense_block_count", "{arch}.attention.shared_kv_layers"):
+        value = meta.get_int(name, 0)
+        if value > n_layer_all:
+            raise bad(name, value, f"exceeds block_count ({n_layer_all})")
+
+
+def _has_kv(arch: str, causal: bool, n_layer: int, kv_end: int, is_recr: tuple[bool, ...],
+            n_ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
+    """Per layer: does it own a K/V cache in the main context (layers below kv_end, not recurrent
+    unless the arch also attends there; nemotron-h: MLP layers hold none)."""
+    if not causal or arch in R.RECURRENT_ARCHS:
+        return (False,) * len(is_recr)
+    return tuple(
+        il < kv_end
+        and (not is_recr[il] or arch in R.RECR_AND_ATTENTION_EVERY_LAYER)
+        and (arch not in R.RECR_IF_NO_KV_HEADS_AND_NO_FFN or n_ff[il] == 0)
+        for il in range(len(is_recr))
+    )
+
+
+def _arch_warnings(arch: str) -> list[str]:
+    """What llamafit cannot model for this architecture."""
+    warnings = []
+    if arch not in _known_archs():
+        warnings.append(f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
+                        "(full attention on every layer, no recurrent state)")  # fmt: skip
+    if arch in R.UNMODELLED_CACHES:
+        cache = R.UNMODELLED_CACHES[arch]
+        warnings.append(f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound")
+    return warnings
+
+
+def _layer_counts(meta: Metadata) -> tuple[int, int]:
+    """(block_count, nextn_predict_layers), checked as llama_model::load_hparams does."""
+    n_layer_all = meta.required_int("{arch}.block_count")
+    if not 0 < n_layer_all <= LLAMA_MAX_LAYERS:
+        raise ModelFactsError(f"{meta.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}")
+    n_nextn = meta.get_int("{arch}.nextn_predict_layers", 0)
+    if n_nextn >= n_layer_all:
+        raise ModelFactsError(f"{meta.path}: key {meta.key('{arch}.nextn_predict_layers')} = {n_nextn} leaves no "
+                              f"layer of block_count {n_layer_all} to run")  # fmt: skip
+    return n_layer_all, n_nextn
+
+
+def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
+    """key_length / value_length, defaulting to n_embd / n_head of layer 0 (0 without heads)."""
+    default = n_embd // n_head0 if n_head0 else 0
+    if not n_head0:
+        return 0, 0
+    return meta.get_int("{arch}.attention.key_length", default), meta.get_int("{arch}.attention.value_length", default)
+
+
+def _known_archs() -> frozenset[str]:
+    """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp 0c1e570)."""
+    ours = (R.RECURRENT_ARCHS | R.HYBRID_ARCHS | R.NO_MEMORY_ARCHS | R.MLA_CAPABLE_ARCHS
+            | frozenset(R.SWA_RULES) | frozenset(R.UNMODELLED_CACHES))  # fmt: skip
+    return ARCH_NAMES | ours
+
+
+LLAMA_MAX_LAYERS = 512  # src/llama-hparams.h
+LLAMA_MAX_EXPERTS = 1024  # src/llama-hparams.h

@@ -1,0 +1,230 @@
+"""`llamafit plan` as a function: solve, then explain — the trade-off table, marginal costs and
+an honest verdict, every number from the memory model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..memory.config import LaunchConfig
+from ..machine.devices import DeviceSpec
+from ..findings import Notice, Verdict
+from ..memory.model import Breakdown
+from .plan_speed import choice_speed, speed_of, speed_options
+from ..memory.resolve import ResolvedConfig
+from .search import STEP, Target, max_context, streams
+from ..memory.side_models import SidePlan
+from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
+from .solver import Choice, NoFit, Policy, bounds, combos, solve
+from .speed import SpeedEstimate, SpeedInputs
+from ..units import MIB
+
+PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
+
+
+@dataclass(frozen=True)
+class Tradeoff:
+    flash_attn: str
+    type_k: str
+    type_v: str
+    n_gpu_layers: int
+    n_cpu_moe: int
+    max_ctx: int | None  # per slot; None: not even the minimum fits
+    generation_tps: tuple[float, float] | None = None  # at that context: full, empty (speed.py)
+
+
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    choice: Choice | None
+    tradeoffs: tuple[Tradeoff, ...]
+    mib_per_1000_tokens: float | None  # GPU memory one more 1,000 tokens per slot costs
+    mib_per_layer: float | None  # GPU memory one more offloaded block costs
+    verdict: Verdict
+    warnings: tuple[Notice | str, ...]
+    smallest_gpu: str | None = None  # the catalog card that would hold the target context fully
+    speed: SpeedEstimate | None = None  # tokens/s of the choice and the inputs behind it (speed.py)
+    side_costs: tuple[SideCost, ...] = ()  # what each side model costs in context (side_plan.py)
+    side: SidePlan | None = None  # the side models the plan keeps (after side_steps)
+    side_steps: tuple[str, ...] = ()  # side_plan.STEPS taken to fit
+
+
+def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str | None, int] | None:
+    """The smallest catalog card (and the bytes needed) that holds `per_slot` tokens per slot with
+    every layer on it, the same KV choice, and the same reserve."""
+    from ..machine.catalog import smallest_fitting
+
+    backend = target.gpus[0].backend if target.gpus else "cuda"
+    big = DeviceSpec("GPU0", "gpu", backend if backend in PADDED_OR_PLAIN else "cuda", 1 << 50, 1 << 50)
+    one = replace(target, gpus=(big,))
+    n_all = target.model.facts.n_layer_all + 1
+    full = replace(cfg, n_ctx=per_slot * streams(one, cfg), n_gpu_layers=n_all, n_cpu_moe=0, cpu_moe=False,
+                   tensor_split=())  # fmt: skip
+    evaluated = one.evaluate(full)
+    if evaluated is None:
+        return None
+    need = evaluated[1].devices[0].used_bytes
+    card = smallest_fitting(need)
+    if card is None:
+        return None, need
+    return f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need
+
+
+def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int,
+              speed: SpeedInputs | None = None) -> list[Tradeoff]:  # fmt: skip
+    """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its speed."""
+    rows = []
+    for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
+        rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
+        ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
+        best = max_context(target, cfg, hi, lo)
+        est = speed_of(target, replace(cfg, n_ctx=best * streams(target, cfg)), speed) if speed and best else None
+        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, best,
+                             est.generation_tps if est else None))  # fmt: skip
+    return rows
+
+
+def _gpu_used(b: Breakdown) -> int:
+    return sum(d.used_bytes for d in b.devices if d.kind == "gpu")
+
+
+def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float | None]:
+    """MiB of GPU memory per 1,000 more tokens per slot, and per block moved onto the GPU."""
+    if not target.gpus:
+        return None, None
+    slots = choice.rc.n_stream
+    smaller = target.evaluate(replace(choice.cfg, n_ctx=max(STEP, choice.ctx - 4 * STEP) * slots))
+    per_tokens = None
+    if smaller and choice.ctx > STEP:
+        tokens = choice.ctx - max(STEP, choice.ctx - 4 * STEP)
+        per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(smaller[1])) / tokens * 1000 / MIB
+    fewer = target.evaluate(replace(choice.cfg, n_gpu_layers=max(choice.rc.n_gpu_layers - 1, 0)))
+    per_layer = (_gpu_used(choice.breakdown) - _gpu_used(fewer[1])) / MIB if fewer and choice.rc.n_gpu_layers else None
+    return per_tokens, per_layer
+
+
+def _placement(target: Target, rc: ResolvedConfig, n_all: int) -> str:
+    if not target.gpus:
+        return "cpu"
+    if rc.n_cpu_moe:
+        return "experts_on_cpu"
+    if rc.n_gpu_layers >= n_all and not rc.cpu_moe:
+        return "all_gpu"
+    return "layers_on_cpu"
+
+
+def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float | None,
+             per_layer: float | None) -> Verdict:  # fmt: skip
+    facts = target.model.facts
+    rc = choice.rc
+    n_all = facts.n_layer_all + 1
+    more = blocks = None
+    if choice.ctx < hi and per_tokens and per_layer:
+        more = (hi - choice.ctx) * per_tokens / 1000
+        blocks = int(-(-more // per_layer))
+    return Verdict(True, lo, hi, hi == facts.n_ctx_train, choice.ctx, _placement(target, rc, n_all), n_all,
+                   rc.n_gpu_layers, rc.n_cpu_moe, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
+                   more, per_layer if more is not None else None, blocks)  # fmt: skip
+
+
+def _full_context_tps(target: Target, choice: Choice, speed: SpeedInputs) -> float | None:
+    est = choice_speed(target, choice, speed)
+    return est.generation_tps[0] if est else None
+
+
+def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None) -> PlanResult:
+    lo, hi = bounds(target, cfg, policy)
+    if speed is not None and policy.speed_of is None:  # --prefer speed ranks candidates by the estimate
+        policy = replace(policy, speed_of=lambda c: _full_context_tps(target, c, speed))
+    warnings: list[Notice | str] = []
+    if target.gpus and target.reserve_bytes < 512 * MIB:
+        warnings.append(Notice("small_reserve", {"reserve_bytes": target.reserve_bytes}))
+    try:
+        choice = solve(target, cfg, policy)
+    except NoFit as e:
+        fallback, ways = _without_side_models(target, cfg, policy, speed)
+        if fallback is not None:
+            return fallback
+        warnings += ways
+        rows = tradeoffs(target, cfg, policy, STEP, hi)
+        need = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
+        name = need[0] if need else None
+        verdict = Verdict(False, lo, hi, hi == target.model.facts.n_ctx_train, smallest_gpu=name, cause=e.cause,
+                          pinned_ngl=e.pinned_ngl)  # fmt: skip
+        return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
+    host = choice.breakdown.devices[-1]
+    if choice.breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
+        short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
+        warnings.append(Notice("host_ram_short", short))
+    rows = tradeoffs(target, choice.cfg, policy, STEP, hi, speed)
+    per_tokens, per_layer = marginal_costs(target, choice)
+    verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)
+    est = choice_speed(target, choice, speed) if speed else None
+    if est is not None and speed is not None:
+        verdict = replace(verdict, generation_tps=est.generation_tps,
+                          speed_options=tuple(speed_options(target, choice, hi, speed)))  # fmt: skip
+    card = None
+    partial = bool(target.gpus) and choice.rc.n_gpu_layers < target.model.facts.n_layer_all + 1
+    if choice.ctx < hi or partial or choice.rc.n_cpu_moe:
+        found = smallest_gpu_for(target, choice.cfg, hi)
+        if found and found[0]:
+            card = found[0]
+            verdict = replace(verdict, smallest_gpu=card)
+    side_bytes: dict[str, int] = {}
+    for u in choice.breakdown.side_models:
+        side_bytes[u.kind] = sum(d.total_bytes for d in u.devices if d.name in {g.name for g in target.gpus}) \
+            if target.gpus else u.total_bytes
+    costs = context_costs(target, choice.cfg, choice.ctx, hi, side_bytes)
+    faster = _projector_off_the_gpu(target, cfg, policy, choice)
+    if faster is not None:
+        warnings.append(faster)
+    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est, costs,
+                      target.side)  # fmt: skip
+
+
+def _projector_off_the_gpu(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Notice | None:
+    """Layers on the CPU while the projector sits on the GPU: would --no-mmproj-offload put more layers
+    (or more context) on the GPU? Said, not applied: the encoder then runs on the CPU."""
+    side = target.side
+    if side is None or not target.gpus or not applicable(side, "mmproj_to_cpu"):
+        return None
+    if choice.rc.n_gpu_layers >= target.model.facts.n_layer_all + 1 and choice.ctx >= bounds(target, cfg, policy)[1]:
+        return None
+    try:
+        other = solve(replace(target, side=apply_step(side, "mmproj_to_cpu")), cfg, policy)
+    except NoFit:
+        return None
+    if (other.rc.n_gpu_layers, other.ctx) <= (choice.rc.n_gpu_layers, choice.ctx):
+        return None
+    return Notice("mmproj_offload_costs", {"n_gpu_layers": other.rc.n_gpu_layers, "ctx": other.ctx})
+
+
+def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy,
+                         speed: SpeedInputs | None) -> tuple[PlanResult | None, list[Notice | str]]:  # fmt: skip
+    """Nothing fits with the side models: the projector to the CPU first (it keeps working), then, with
+    --drop-side-models, each side model left out in turn (side_plan.STEPS). Without --drop-side-models
+    the drops that would fit are said as notices (side_way_out {step, ctx}) instead."""
+    side, steps = target.side, list[str]()
+    ways: list[Notice | str] = []
+    if side is None:
+        return None, ways
+    for step in STEPS:
+        if side is None or not applicable(side, step):
+            continue
+        trial = apply_step(side, step)
+        if step != "mmproj_to_cpu" and not policy.drop_side:
+            try:
+                ctx = solve(replace(target, side=trial), cfg, policy).ctx
+                ways.append(Notice("side_way_out", {"step": step, "ctx": ctx}))
+            except NoFit:
+                pass
+            continue
+        side, steps = trial, steps + [step]
+        try:
+            solve(replace(target, side=side), cfg, policy)
+        except NoFit:
+            continue
+        result = plan(replace(target, side=side), cfg, policy, speed=speed)
+        taken = tuple(Notice("side_step", {"step": s}) for s in steps)
+        return replace(result, side=side, side_steps=tuple(steps), warnings=taken + result.warnings), ways
+    return None, ways

@@ -1,0 +1,198 @@
+"""Many models on one machine: which fit on the GPUs together, each one's fitted flags, and the
+llama-swap config / llama-server router presets that serve them.
+
+Packing (the GPUs; on a machine without GPUs, host RAM): each model's footprint at its minimum
+context (min(4096, trained), every layer it can place) is packed first-fit-decreasing into sets
+whose footprints, per device, stay within the device's usable memory less the reserve. Each set's
+leftover memory is then shared equally: every member is solved again with its footprint plus its
+share as its devices, so the members together never exceed them. A model alone in its set gets
+the whole machine. llama-swap: every set of two or more is a `swap: false` group (they run
+together); the rest share one `swap: true` group; every group is `exclusive: true`, so loading
+any model unloads the other groups' models first and at most one set is resident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ..memory.config import LaunchConfig
+from ..machine.devices import DeviceSpec
+from .search import Target
+from .solver import DEFAULT_MIN_CTX, Choice, NoFit, Policy, solve
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Member:
+    """One model's fitted launch inside a set."""
+
+    name: str
+    choice: Choice
+    gpu_bytes: tuple[int, ...]  # per GPU, as planned, the reserve not counted
+
+
+def pool(target: Target) -> tuple[DeviceSpec, ...]:
+    """The memory the models share: the GPUs, or the host RAM on a machine without GPUs."""
+    return target.gpus or (target.host,)
+
+
+def pooled(target: Target, c: Choice) -> tuple[int, ...]:
+    """A choice's bytes on the pooled devices, the reserve not counted (memory.Breakdown rows)."""
+    kind = "gpu" if target.gpus else "host"
+    return tuple(d.used_bytes - target.reserve_bytes for d in c.breakdown.devices if d.kind == kind)
+
+
+def footprint(target: Target, cfg: LaunchConfig) -> tuple[int, ...] | None:
+    """Per-device bytes at the minimum context (None: not even that fits on this machine)."""
+    ctx = min(DEFAULT_MIN_CTX, target.model.facts.n_ctx_train)
+    try:
+        c = solve(target, cfg, Policy(ctx=ctx))
+    except NoFit:
+        return None
+    return pooled(target, c)
+
+
+def capacities(devices: Sequence[DeviceSpec], reserve_bytes: int) -> tuple[int, ...]:
+    return tuple(max((g.usable_bytes or 0) - reserve_bytes, 0) for g in devices)
+
+
+def pack(footprints: Sequence[tuple[int, ...] | None], caps: tuple[int, ...]) -> list[list[int]]:
+    """Indices into `footprints` in sets that fit together (first-fit decreasing by total bytes);
+    a model with no footprint, or none on a GPU, is alone in its set."""
+    order = sorted(range(len(footprints)), key=lambda i: -sum(footprints[i] or (1 << 62,)))
+    sets: list[list[int]] = []
+    used: list[list[int]] = []
+    for i in order:
+        fp = footprints[i]
+        if fp is None or not caps:
+            sets.append([i])
+            used.append(list(caps))
+            continue
+        for s, u in zip(sets, used, strict=True):
+            first = footprints[s[0]]
+            if first is not None and all(u[d] + fp[d] <= caps[d] for d in range(len(caps))):
+                s.append(i)
+                for d in range(len(caps)):
+                    u[d] += fp[d]
+                break
+        else:
+            sets.append([i])
+            used.append(list(fp))
+    return sets
+
+
+def shares(members: Sequence[tuple[int, ...]], caps: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Each member's footprint plus an equal part of what the set leaves free, per GPU."""
+    k = len(members)
+    left = [caps[d] - sum(m[d] for m in members) for d in range(len(caps))]
+    return [tuple(m[d] + left[d] // k for d in range(len(caps))) for m in members]
+
+
+def with_budget(target: Target, budget: tuple[int, ...]) -> Target:
+    """The same machine with each pooled device's usable memory cut to `budget` (plus the reserve)."""
+    cut = tuple(replace(g, free_bytes=b + target.reserve_bytes) for g, b in zip(pool(target), budget, strict=True))
+    return replace(target, gpus=cut) if target.gpus else replace(target, host=cut[0])
+
+
+@dataclass(frozen=True)
+class Packing:
+    sets: tuple[tuple[Member, ...], ...]
+    unfit: tuple[str, ...]  # names of models nothing fits for
+
+
+def plan_many(names: Sequence[str], targets: Sequence[Target], cfgs: Sequence[LaunchConfig],
+              policy: Policy) -> Packing:  # fmt: skip
+    """Pack the models into sets that fit together and solve each member within its share."""
+    caps = capacities(pool(targets[0]), targets[0].reserve_bytes) if targets else ()
+    fps = [footprint(t, c) for t, c in zip(targets, cfgs, strict=True)]
+    sets, unfit = [], []
+    for idx in pack(fps, caps):
+        alone = len(idx) == 1
+        budgets = [None] * len(idx) if alone else shares([fps[i] or () for i in idx], caps)
+        members = []
+        for i, budget in zip(idx, budgets, strict=True):
+            target = targets[i] if budget is None else with_budget(targets[i], budget)
+            try:
+                c = solve(target, cfgs[i], policy)
+            except NoFit:
+                unfit.append(names[i])
+                continue
+            members.append(Member(names[i], c, pooled(target, c)))
+        if members:
+            sets.append(tuple(members))
+    return Packing(tuple(sets), tuple(unfit))
+
+
+# --- configs (pure text) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    argv: tuple[str, ...]  # argv[0] the server program
+    gpu_mib: tuple[tuple[str, int], ...]
+    n_ctx: int
+
+
+def swap_groups(sets: Sequence[Sequence[str]]) -> list[tuple[str, bool, list[str]]]:
+    """(group name, swap, members): sets of two or more run together, the rest swap."""
+    groups = [(f"together-{i + 1}", False, list(s)) for i, s in enumerate(x for x in sets if len(x) > 1)]
+    singles = [s[0] for s in sets if len(s) == 1]
+    return groups + ([("swap", True, singles)] if singles else [])
+
+
+def render_llama_swap_many(entries: Sequence[Entry], sets: Sequence[Sequence[str]], *, host: str = "127.0.0.1") -> str:
+    """One llama-swap config.yaml (its documented schema: macros, models.<id>.cmd/proxy/ttl/metadata,
+    groups.<id>.swap/exclusive/members); llama-swap assigns ${PORT}."""
+    import shlex
+
+    from ..server.scripts import LaunchSpec, _launch_groups, _lines, _Raw, _yaml_str
+
+    programs = sorted({e.argv[0] for e in entries})
+    macros = {p: f"server{i + 1}" if len(programs) > 1 else "llama-server" for i, p in enumerate(programs)}
+    lines = ["# llama-swap config written by llamafit: every model fitted; groups from the GPU memory each needs",
+             "macros:"]  # fmt: skip
+    lines += [f"  {_yaml_str(m)}: {_yaml_str(p)}" for p, m in macros.items()]
+    lines.append("models:")
+    for e in entries:
+        spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, host=host)
+        for text in e.argv:
+            if "${" in text:
+                from ..errors import InputError
+
+                raise InputError(f"{text!r}: llama-swap would read its '${{' as a macro")
+        groups = _launch_groups(spec, host, _Raw("${PORT}"))
+        cmd = " ".join([f"${{{macros[e.argv[0]]}}}", *_lines(groups, shlex.quote)])
+        lines += [f"  {_yaml_str(e.name)}:", f"    cmd: {_yaml_str(cmd)}",
+                  f"    proxy: {_yaml_str(f'http://{host}:${{PORT}}')}", "    ttl: 0", "    metadata:",
+                  f"      n_ctx: {e.n_ctx}", "      predicted_mib:" + ("" if e.gpu_mib else " {}")]  # fmt: skip
+        lines += [f"        {_yaml_str(d)}: {mib}" for d, mib in e.gpu_mib]
+    lines.append("groups:")
+    for name, swap, members in swap_groups(sets):
+        lines += [f"  {_yaml_str(name)}:", f"    swap: {'true' if swap else 'false'}", "    exclusive: true",
+                  "    members:", *(f"      - {_yaml_str(m)}" for m in members)]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_models_ini_many(entries: Sequence[Entry], sets: Sequence[Sequence[str]]) -> str:
+    """A router preset file (`llama-server --models-preset FILE`): one fitted section per model;
+    which models fit at once in the comments (run the router with --models-max as said there)."""
+    from ..server.scripts import LaunchSpec, render_models_ini
+
+    together = [s for s in sets if len(s) > 1]
+    head = ["; llama-server router presets written by llamafit: each section fitted",
+            "; fit in memory at once: " + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
+            f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}", ""]  # fmt: skip
+    body = []
+    for e in entries:
+        spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, predicted_mib=e.gpu_mib)
+        body.append(render_models_ini(spec))
+    return "\n".join(head) + "\n".join(body)
+
+
+def max_at_once(sets: Sequence[Sequence[str]]) -> int:
+    """--models-max for the router: everything when all fit in one set, else one at a time (the
+    router evicts by count, not by memory)."""
+    return len(sets[0]) if len(sets) == 1 else 1

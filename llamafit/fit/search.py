@@ -1,0 +1,92 @@
+"""Monotone searches over the memory model: does a config fit, the largest context, the most layers.
+
+The memory model is monotone in the context (every term grows with n_ctx) and, on the GPUs, in
+the number of offloaded layers, so bisection finds the exact boundary in O(log n) evaluations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ..memory.config import LaunchConfig
+from ..machine.devices import DeviceSpec
+from ..errors import InputError
+from ..memory.model import Breakdown, MemoryModel
+from ..memory.resolve import ResolvedConfig, resolve
+from ..memory.side_models import SidePlan, attach
+
+STEP = 256  # llama.cpp pads the context to 256 cells
+
+
+@dataclass(frozen=True)
+class Target:
+    """Everything fixed during a search: the model, the engine's rules and the machine."""
+
+    model: MemoryModel
+    engine: str
+    build: int | None
+    gpus: tuple[DeviceSpec, ...]
+    host: DeviceSpec
+    reserve_bytes: int
+    compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
+    side: SidePlan | None = None  # draft model, MTP context, projector: resident next to the main model
+
+    def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
+        """Bytes per device for a resolved config, side models included."""
+        if self.side is not None:
+            rc = self.side.main_rc(rc, build=self.build)
+        b = self.model.estimate(rc, self.gpus, self.host, reserve_bytes=self.reserve_bytes,
+                                compute_scale=self.compute_scale)  # fmt: skip
+        if self.side is None:
+            return b
+        return attach(b, self.side.usages(cfg, rc, self.model, b.layer_devices.layers, self.gpus, self.host,
+                                          build=self.build))  # fmt: skip
+
+    def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
+        """The resolved config and its breakdown, or None where llama.cpp would reject it."""
+        try:
+            rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
+            return rc, self.breakdown(cfg, rc)
+        except InputError:
+            return None
+
+    def fits(self, cfg: LaunchConfig) -> bool:
+        """Every device holds its share (Breakdown.fits: with GPUs, only the host's mmap'd weights may
+        page; the plan warns when they would)."""
+        result = self.evaluate(cfg)
+        return result is not None and result[1].fits
+
+
+def largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
+    """The largest x in [lo, hi] with ok(x), for ok monotone (true then false); None if none."""
+    if hi < lo or not ok(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def streams(target: Target, cfg: LaunchConfig) -> int:
+    """How many per-slot streams -c is divided into: n_parallel without a unified KV cache, else 1."""
+    result = target.evaluate(replace(cfg, n_ctx=STEP))
+    return result[0].n_stream if result is not None else 1
+
+
+def max_context(target: Target, cfg: LaunchConfig, ctx_max: int, ctx_min: int = STEP) -> int | None:
+    """Largest per-slot context (a multiple of 256, in [ctx_min, ctx_max]) that fits; None if none.
+
+    With per-slot KV streams -c is the total, so -c = per-slot context x streams."""
+    mult = streams(target, cfg)
+    lo, hi = -(-max(ctx_min, STEP) // STEP), ctx_max // STEP
+    best = largest(lo, hi, lambda k: target.fits(replace(cfg, n_ctx=k * STEP * mult)))
+    return None if best is None else best * STEP
+
+
+def max_gpu_layers(target: Target, cfg: LaunchConfig) -> int | None:
+    """Most -ngl (output layer counted) with cfg's context that fits; None if not even -ngl 0."""
+    return largest(0, target.model.facts.n_layer_all + 1, lambda k: target.fits(replace(cfg, n_gpu_layers=k)))

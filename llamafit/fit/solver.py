@@ -1,0 +1,229 @@
+"""The solver: the best llama-server configuration that fits, under an explicit policy.
+
+Default policy, in order: (1) every layer on the GPU(s) when any KV choice reaches the minimum
+context — speed; (2) the largest context up to n_ctx_train per slot (or --ctx-max); (3) the most
+precise KV cache that still reaches that context (f16 > q8_0 > q4_0, K never less precise than
+V, quantized V only with flash attention). Anything the user pinned (llama-server flags after
+`--`, recorded in LaunchConfig.given, or --ctx/--kv/--fa) stays as given; the rest is solved
+around it. Every search is a bisection over the monotone memory model (search.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+from ..memory.config import LaunchConfig
+from ..errors import InputError
+from ..memory.model import Breakdown
+from ..memory.resolve import ResolvedConfig, resolve
+from .search import STEP, Target, largest, max_context, streams
+from ..units import pad
+
+# K/V pairs from most to least precise (bytes per element), K never below V.
+KV_PAIRS = (("f16", "f16"), ("f16", "q8_0"), ("f16", "q4_0"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"))
+UBATCHES = (512, 256, 128)  # llama-server's default first; smaller ones only when they buy context
+PREFER = ("speed", "context", "quality")
+# llama.cpp: common/common.h common_params::fit_params_min_ctx (--fit-ctx, default 4096): the least
+# context llama.cpp's own fitter reduces to, so the least worth running.
+DEFAULT_MIN_CTX = 4096
+
+
+class NoFit(InputError):
+    """No configuration reaches `min_ctx` tokens per slot on this machine. `cause`: pinned_ngl (at
+    the pinned -ngl), offloaded (not even with layers on the CPU), each with the smallest KV cache;
+    none (no candidate reached it)."""
+
+    def __init__(self, min_ctx: int, cause: str = "none", pinned_ngl: int | None = None) -> None:
+        self.min_ctx, self.cause, self.pinned_ngl = min_ctx, cause, pinned_ngl
+        how = {"pinned_ngl": f", with -ngl {pinned_ngl} as pinned and the smallest KV cache",
+               "offloaded": ", even with layers on the CPU and the smallest KV cache"}.get(cause, "")  # fmt: skip
+        super().__init__(f"no configuration fits {min_ctx:,} tokens per slot on this machine{how}")
+
+
+@dataclass(frozen=True)
+class Policy:
+    prefer: str = "speed"
+    ctx_max: int | None = None  # per slot; default n_ctx_train
+    min_ctx: int | None = None  # per slot; default min(4096, target)
+    ctx: int | None = None  # a fixed per-slot context
+    kv: str | None = None  # a fixed type for K and V
+    fa: str | None = None  # "on" | "off" fixed
+    drop_side: bool = False  # --drop-side-models: leave out side models when nothing fits with them
+    # --prefer speed: estimated generation tokens/s of a choice at its full context (plan_speed.py);
+    # among candidates that reach the same context, the faster one wins
+    speed_of: Callable[[Choice], float | None] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Choice:
+    cfg: LaunchConfig
+    ctx: int  # per-slot context reached
+    rc: ResolvedConfig
+    breakdown: Breakdown
+
+
+def _pinned(cfg: LaunchConfig, *names: str) -> bool:
+    return any(n in cfg.given for n in names)
+
+
+def _kv_options(cfg: LaunchConfig, policy: Policy) -> list[tuple[str, str]]:
+    if policy.kv:
+        return [(policy.kv, policy.kv)]
+    if _pinned(cfg, "type_k", "type_v"):
+        return [(cfg.type_k, cfg.type_v)]
+    return list(KV_PAIRS)
+
+
+def _fa_options(cfg: LaunchConfig, policy: Policy) -> list[str]:
+    if policy.fa:
+        return [policy.fa]
+    return [cfg.flash_attn] if _pinned(cfg, "flash_attn") else ["on", "off"]
+
+
+def _ub_options(cfg: LaunchConfig) -> list[int]:
+    return [cfg.n_ubatch] if _pinned(cfg, "n_ubatch") else list(UBATCHES)
+
+
+def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
+    """Every KV/FA/ubatch combination allowed, best first (precision, then FA on, then -ub 512)."""
+    for type_k, type_v in _kv_options(cfg, policy):
+        for fa in _fa_options(cfg, policy):
+            if fa == "off" and type_v not in ("f16", "f32", "bf16"):
+                continue  # quantized V needs flash attention
+            for ub in _ub_options(cfg):
+                yield replace(cfg, type_k=type_k, type_v=type_v, flash_attn=fa, n_ubatch=ub)
+
+
+def _most_compact(target: Target, cfg: LaunchConfig, policy: Policy) -> list[LaunchConfig]:
+    """The combos that need the least memory per token — the last KV pair llama.cpp accepts for this
+    model (a quantized block must divide the head size), each FA setting, the smallest -ub."""
+    options = [o for o in combos(cfg, policy) if target.evaluate(replace(o, n_ctx=STEP)) is not None]
+    if not options:
+        return []
+    last_kv = (options[-1].type_k, options[-1].type_v)
+    smallest_ub = min(o.n_ubatch for o in options)
+    return [o for o in options if (o.type_k, o.type_v) == last_kv and o.n_ubatch == smallest_ub]
+
+
+def _reaches(target: Target, cfgs: list[LaunchConfig], ctx: int, mult: int) -> bool:
+    return any(target.fits(replace(c, n_ctx=ctx * mult)) for c in cfgs)
+
+
+def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int, mult: int) -> LaunchConfig | None:
+    """The most offloaded config (all layers; then experts, then whole layers to the CPU) at which
+    some KV choice reaches `need` tokens per slot; None when nothing does."""
+    compact = _most_compact(target, cfg, policy)
+    facts = target.model.facts
+    if not target.gpus:
+        cfg = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=0)
+        at_ngl = [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact]
+        return cfg if _reaches(target, at_ngl, need, mult) else None
+    if _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
+        return cfg if _reaches(target, compact, need, mult) else None
+    full = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=facts.n_layer_all + 1)
+    if _reaches(target, compact, need, mult):
+        return full
+    if facts.moe is not None and not _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
+        n = facts.n_layer
+        kept = largest(0, n, lambda k: _reaches(target, [replace(c, n_cpu_moe=n - k) for c in compact], need, mult))
+        if kept is not None:
+            return replace(full, n_cpu_moe=n - kept)
+        full = replace(full, n_cpu_moe=n)
+    if _pinned(cfg, "n_gpu_layers"):
+        return None
+    ngl = largest(0, facts.n_layer_all + 1,
+                  lambda k: _reaches(target, [replace(c, n_gpu_layers=k, n_cpu_moe=full.n_cpu_moe) for c in compact],
+                                     need, mult))  # fmt: skip
+    return None if ngl is None else replace(full, n_gpu_layers=ngl)
+
+
+def _best_combo(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int) -> Choice | None:
+    """The largest context in [lo, hi] over the combos, then the most precise combo reaching it."""
+    mult = streams(target, base)
+    results = [(c, max_context(target, c, hi, lo)) for c in combos(base, policy)]
+    reached = [(c, ctx) for c, ctx in results if ctx]
+    if not reached:
+        return None
+    best_ctx = max(ctx for _, ctx in reached)
+    if policy.prefer == "quality":  # the most precise combo that fits at all, at its own best context
+        cfg, best_ctx = reached[0]
+    else:
+        cfg = next(c for c, ctx in reached if ctx == best_ctx)
+    cfg = replace(cfg, n_ctx=best_ctx * mult)
+    evaluated = target.evaluate(cfg)
+    assert evaluated is not None
+    return Choice(cfg, best_ctx, *evaluated)
+
+
+def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]:
+    """(minimum, maximum) context per slot the policy asks for."""
+    facts = target.model.facts
+    if policy.ctx or _pinned(cfg, "n_ctx"):
+        per_slot = policy.ctx or (cfg.n_ctx // streams(target, cfg) if cfg.n_ctx else facts.n_ctx_train)
+        fixed = pad(per_slot, STEP)  # llama.cpp pads the context to 256 cells
+        return fixed, fixed
+    hi = policy.ctx_max or facts.n_ctx_train
+    lo = policy.min_ctx or min(DEFAULT_MIN_CTX, hi)
+    if lo > hi:
+        raise InputError(f"--min-ctx {lo} is larger than the largest context asked for ({hi})")
+    return lo, hi
+
+
+def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> None:
+    """When every allowed combination is one llama.cpp refuses, say why (as check does), not "no fit"."""
+    options = list(combos(cfg, policy))
+    if all(target.evaluate(replace(o, n_ctx=STEP)) is None for o in options):
+        pinned = [replace(o, n_ctx=STEP) for o in options[:1]]
+        fixed = replace(cfg, n_ctx=STEP, flash_attn=policy.fa or cfg.flash_attn,
+                        type_k=policy.kv or cfg.type_k, type_v=policy.kv or cfg.type_v)  # fmt: skip
+        for candidate in [*pinned, fixed]:  # raises llama.cpp's own reason (ConfigError)
+            resolve(candidate, target.model.facts, engine=target.engine, build=target.build)
+
+
+def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
+    """The configuration the policy picks; NoFit when even the minimum context cannot fit."""
+    if policy.prefer not in PREFER:
+        raise InputError(f"--prefer must be one of {', '.join(PREFER)}")
+    lo, hi = bounds(target, cfg, policy)
+    _reject_impossible(target, cfg, policy)
+    mult = streams(target, cfg)
+    need = hi if policy.prefer == "context" else lo
+    base = _offload_levels(target, cfg, policy, need, mult)
+    if base is None and policy.prefer == "context":
+        base = _offload_levels(target, cfg, policy, lo, mult)
+    if base is None:
+        if _pinned(cfg, "n_gpu_layers"):
+            raise NoFit(lo, "pinned_ngl", cfg.n_gpu_layers)
+        raise NoFit(lo, "offloaded")
+    candidates = [_best_combo(target, base, policy, lo, hi)]
+    if len(target.gpus) > 1 and not _pinned(cfg, "tensor_split"):
+        compact = _most_compact(target, base, policy)
+        split = _split_by_room(target, compact[0], hi, mult) if compact else None
+        if split:
+            candidates.append(_best_combo(target, replace(base, tensor_split=split), policy, lo, hi))
+    found = [c for c in candidates if c is not None]
+    if not found:
+        raise NoFit(lo)
+    if policy.prefer == "quality":
+        return max(found, key=lambda c: (-_precision_rank(c), c.ctx))
+    speed = policy.speed_of if policy.prefer == "speed" and len(found) > 1 else None
+    return max(found, key=lambda c: (c.ctx, (speed(c) or 0.0) if speed else 0.0, -_precision_rank(c)))
+
+
+def _precision_rank(c: Choice) -> int:
+    pair = (c.rc.type_k.name.lower(), c.rc.type_v.name.lower())
+    return KV_PAIRS.index(pair) if pair in KV_PAIRS else len(KV_PAIRS)
+
+
+def _split_by_room(target: Target, cfg: LaunchConfig, ctx: int, mult: int) -> tuple[float, ...] | None:
+    """A tensor split that gives each GPU layers in proportion to the room it has for them.
+
+    llama.cpp splits layers by free memory, but the compute buffers, the output layer and the
+    reserve are per device, not per layer, so the free-memory split overfills some GPU first."""
+    probe = target.evaluate(replace(cfg, n_ctx=ctx * mult))
+    if probe is None:
+        return None
+    gpus = [d for d in probe[1].devices if d.kind == "gpu"]
+    room = [max((d.usable_bytes or 0) - d.compute_bytes - d.output_bytes - d.reserve_bytes, 1) for d in gpus]
+    return tuple(round(r / max(room), 4) for r in room)

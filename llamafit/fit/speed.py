@@ -1,0 +1,289 @@
+"""How fast a configuration will run: generation and prompt tokens/s (pure).
+
+Generation (one token at a time) is memory-bound: every weight a token uses is read once per token,
+and so is the KV cache in use. Time per token = Σ over devices of bytes it reads / (its bandwidth x
+an efficiency measured for its backend). Bytes read per token:
+- every weight tensor the graph uses, except token_embd (a row lookup; a tied output reads it as the
+  output matrix), on the device that holds it (placement.py, -ot rules included);
+- of the routed experts (`*_exps`) only n_expert_used / n_expert; shared experts (`*_shexp`) fully;
+- the KV cache in use: K and V of every filled cell of every layer (SWA layers at most n_swa cells),
+  padded to 256 cells as llama_kv_cache::get_n_kv does; recurrent state read and written once;
+- the range: an empty context (fastest) to a full slot (slowest).
+
+Prompt processing at large batches is compute-bound (rough): 2 FLOPs per active weight per token plus
+attention (2 x n_head x (head_k + head_v) per cell in use), over the device's throughput x a measured
+efficiency. With a GPU, llama.cpp runs large batches of host-resident weights on the GPU too
+(ggml_backend_sched op offload, ggml/src/ggml-backend.cpp: batch >= 32), copying those weights over
+PCIe once per ubatch. Figures are for a 512-token prompt into an empty context (llama-bench's pp512).
+
+Efficiency factors and their sources live in EFFICIENCY; `scripts/bench_speed.py` measures them
+(llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..machine.devices import DeviceSpec
+from ..memory.kv import layer_cell_bytes, pad
+from ..memory.model import MemoryModel, _active_gpus, _buffer_device
+from ..memory.placement import CPU, LayerMap, override_target, tensor_layer
+from ..memory.resolve import ResolvedConfig
+
+_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
+KV_PAD = 256  # llama_kv_cache::get_padding → n_kv is a multiple of 256 cells
+PP_TOKENS = 512  # prompt figures are for llama-bench's pp512
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A measured or catalogued rate (bytes/s or FLOP/s) and where it came from."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiency:
+    """Achieved / roofline, per backend: generation (of the memory bandwidth) and prompt (of the FLOP
+    rate). On the CPU a token is also bounded by arithmetic: `decode` is the share of the host's FLOP
+    rate its matrix-vector products reach, `attention` the share attention over the cache reaches
+    (F16 K/V, softmax: far below matrix speed). None: not modelled (GPUs: memory-bound)."""
+
+    generation: float
+    prompt: float
+    source: str
+    decode: float | None = None
+    attention: float | None = None
+
+
+# Measured by scripts/bench_speed.py (rerun it to refresh): cpu from llama-bench (Gemma 3 270M, 1 thread,
+# depths 0/1024/4096) on the shared 2-core development VM against the host probe (noisy: see README);
+# cuda/metal/rocm/vulkan as the median achieved/roofline ratio over the public llama-bench results in
+# fixtures/speed/public-llama-bench.csv (README "How fast").
+EFFICIENCY: dict[str, Efficiency] = {
+    # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
+    # attention (F16 K/V, softmax, one token) reaches a tenth of it
+    "cpu": Efficiency(
+        0.70,
+        3.0,
+        "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
+        decode=0.74,
+        attention=0.09,
+    ),
+    "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
+    "rocm": Efficiency(0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"),
+    "metal": Efficiency(0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench_speed.py)"),
+    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench_speed.py)"),
+}
+DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
+
+
+@dataclass(frozen=True)
+class SpeedInputs:
+    """The machine side, one entry per device of Target.gpus (None: unknown), then the host."""
+
+    gpu_bandwidth: tuple[Rate | None, ...]
+    gpu_flops: tuple[Rate | None, ...]
+    host_bandwidth: Rate
+    host_flops: Rate
+    pcie: Rate = DEFAULT_PCIE
+    efficiency: Mapping[str, Efficiency] = None  # type: ignore[assignment]  # default: EFFICIENCY
+    calibrated: str | None = None  # what earlier runs changed (speed_calibration.py)
+
+    def efficiency_for(self, backend: str) -> Efficiency:
+        table = self.efficiency if self.efficiency is not None else EFFICIENCY
+        return table.get(backend) or table.get("cpu" if backend == "cpu" else "vulkan") or EFFICIENCY["vulkan"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRead:
+    """What one device reads per generated token, and how fast."""
+
+    device: str
+    backend: str
+    weight_bytes: int
+    kv_bytes_empty: int  # at the first token (one 256-cell block of KV)
+    kv_bytes_full: int  # with the slot's context full
+    bandwidth: Rate
+    efficiency: float
+    efficiency_source: str
+    seconds: tuple[float, float] = (0.0, 0.0)  # per token: empty, full context
+    bound: str = "memory"  # memory | compute (at an empty context)
+
+
+@dataclass(frozen=True)
+class SpeedEstimate:
+    generation_tps: tuple[float, float]  # (full context, empty context): low, high
+    prompt_tps: float | None  # pp512 into an empty context; rough
+    bytes_per_token: tuple[int, int]  # (empty, full)
+    flops_per_token: int  # weights only, at an empty context
+    n_ctx_seq: int  # the fill of "full"
+    devices: tuple[DeviceRead, ...]
+    prompt_source: str
+    calibrated: str | None = None  # set when earlier runs' timings replaced the efficiency
+
+
+@dataclass(frozen=True, slots=True)
+class _Reads:
+    weights: dict[int, int]
+    flops: dict[int, int]  # 2 x active weight elements, per device holding them
+    kv_cell: dict[int, int]  # bytes per filled cell, full-attention layers
+    swa_cell: dict[int, int]
+    state: dict[int, int]  # recurrent state bytes (read + written)
+    attn_flops_cell: int  # attention FLOPs per token per filled cell (all layers)
+    attn_cell: dict[int, int]  # attention FLOPs per filled cell, full-attention layers, by the KV's device
+    attn_swa_cell: dict[int, int]
+
+
+def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
+    facts = model.facts
+    devs = [CPU, *range(len(gpus))]
+    weights, flops = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
+    kv, swa, state = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
+    moe = facts.moe
+    share = (moe.n_expert_used, moe.n_expert) if moe and moe.n_expert else (1, 1)
+    names = {g.name.lower(): i for i, g in enumerate(gpus)}
+    rules = rc.all_overrides
+    elements = {t.name: t.n_elements for t in facts.tensors}
+    for name, raw, _padded in model.tensors:
+        il = tensor_layer(name)
+        if il is not None and il < facts.n_layer_all:
+            dev = lmap.layers[il]
+        elif name.startswith(("output.", "output_norm.")):
+            dev = lmap.output
+        else:
+            continue  # token_embd and other inputs: a lookup of one row per token
+        target = override_target(name, rules)
+        if target is not None:
+            dev = _buffer_device(target, names)
+        n = elements.get(name, 0)
+        if _EXPS.search(name):
+            raw, n = raw * share[0] // share[1], n * share[0] // share[1]
+        weights[dev] += raw
+        flops[dev] += 2 * n
+    if model.tied_raw:  # a tied output multiplies by token_embd on the output device
+        weights[lmap.output] += model.tied_raw
+        flops[lmap.output] += 2 * facts.n_embd * facts.n_vocab
+    attn = 0
+    attn_cell, attn_swa = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
+    for il in range(facts.n_layer):
+        dev = lmap.layers[il] if rc.kv_offload else CPU
+        cell = layer_cell_bytes(facts, il, rc.type_k, rc.type_v, flash_attn=rc.flash_attn)
+        (swa if facts.swa.is_swa[il] else kv)[dev] += cell
+        if facts.has_kv[il]:
+            head_k = facts.n_embd_head_k_swa if facts.swa.is_swa[il] else facts.n_embd_head_k
+            head_v = facts.n_embd_head_v_swa if facts.swa.is_swa[il] else facts.n_embd_head_v
+            per_cell = 2 * facts.n_head[il] * (head_k + head_v)
+            attn += per_cell
+            (attn_swa if facts.swa.is_swa[il] else attn_cell)[dev] += per_cell
+        if facts.is_recurrent[il] and facts.recurrent:
+            state[lmap.layers[il]] += 2 * 4 * (facts.recurrent.n_embd_r + facts.recurrent.n_embd_s)
+    return _Reads(weights, flops, kv, swa, state, attn, attn_cell, attn_swa)
+
+
+def _cells(n: int, n_swa: int, swa: bool) -> int:
+    """KV cells a token attends over at fill n: llama_kv_cache::get_n_kv pads the used cells to 256."""
+    return pad(max(min(n, n_swa) if swa else n, 1), KV_PAD)
+
+
+def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fills: tuple[int, int],
+                 n_swa: int) -> list[DeviceRead] | None:  # fmt: skip
+    rows = []
+    for dev in [*range(len(gpus)), CPU]:
+        kv = [r.kv_cell[dev] * _cells(n, n_swa, False) + r.swa_cell[dev] * _cells(n, n_swa, True) for n in fills]
+        w = r.weights[dev] + r.state[dev]
+        if not (w or kv[1]):
+            continue
+        bw: Rate | None
+        if dev == CPU:
+            bw, backend = inputs.host_bandwidth, "cpu"
+        else:
+            bw, backend = (inputs.gpu_bandwidth[dev] if dev < len(inputs.gpu_bandwidth) else None), gpus[dev].backend
+        if bw is None:
+            return None
+        eff = inputs.efficiency_for(backend)
+        memory = [(w + k) / (bw.value * eff.generation) for k in kv]
+        seconds, bound = memory, "memory"
+        if dev == CPU and eff.decode and eff.attention:  # the CPU: arithmetic bounds a token too
+            rate = inputs.host_flops.value
+            matmul = r.flops[dev] / (rate * eff.decode)
+            attn = [(r.attn_cell[dev] * _cells(n, n_swa, False) + r.attn_swa_cell[dev] * _cells(n, n_swa, True))
+                    / (rate * eff.attention) for n in fills]  # fmt: skip
+            seconds = [max(m, matmul) + a for m, a in zip(memory, attn, strict=True)]
+            bound = "compute" if matmul > memory[0] else "memory"
+        rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
+                               eff.source, (seconds[0], seconds[1]), bound))  # fmt: skip
+    return rows
+
+
+def _seconds(rows: Sequence[DeviceRead], full: bool) -> float:
+    return sum(d.seconds[1] if full else d.seconds[0] for d in rows)
+
+
+def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
+             inputs: SpeedInputs) -> SpeedEstimate | None:  # fmt: skip
+    """Tokens/s for one resolved configuration, from an empty context to a full slot; None when a
+    device that holds data has no known bandwidth (an RPC worker)."""
+    gpus = _active_gpus(rc, gpus)
+    r = _reads(model, rc, lmap, gpus)
+    rows = _device_rows(r, gpus, inputs, (0, rc.n_ctx_seq), model.facts.swa.n_swa)
+    if not rows:
+        return None
+    t_empty, t_full = _seconds(rows, False), _seconds(rows, True)
+    prompt, source = _prompt_tps(r, rc, gpus, inputs)
+    total_empty = sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
+    total_full = sum(d.weight_bytes + d.kv_bytes_full for d in rows)
+    return SpeedEstimate((1 / t_full, 1 / t_empty), prompt, (total_empty, total_full), sum(r.flops.values()),
+                         rc.n_ctx_seq, tuple(rows), source, inputs.calibrated)  # fmt: skip
+
+
+def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fill: int,
+                lmap: LayerMap | None = None) -> tuple[float, float | None, int] | None:  # fmt: skip
+    """(generation tokens/s, prompt tokens/s, bytes per generated token) with `fill` cells in use —
+    what llama-bench's tgN at -d D measures with fill = D + N/2. Without lmap: everything on the CPU."""
+    from ..memory.placement import layer_map
+
+    gpus = _active_gpus(rc, gpus)
+    lmap = lmap or layer_map(model.facts.n_layer_all, 0, ())
+    r = _reads(model, rc, lmap, gpus)
+    rows = _device_rows(r, gpus, inputs, (fill, fill), model.facts.swa.n_swa)
+    if not rows:
+        return None
+    prompt = _prompt_tps(r, rc, gpus, inputs, depth=fill)[0]
+    return 1 / _seconds(rows, False), prompt, sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
+
+
+def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs,
+                depth: int = 0) -> tuple[float | None, str]:  # fmt: skip
+    """pp512 after `depth` cells: FLOPs over throughput, plus PCIe copies of host weights per ubatch."""
+    attn = r.attn_flops_cell * (depth + PP_TOKENS // 2)  # the average token sees half the prompt
+    if not gpus:
+        eff = inputs.efficiency_for("cpu")
+        t = (sum(r.flops.values()) + attn) / (inputs.host_flops.value * eff.prompt)
+        return 1 / t, f"host throughput {inputs.host_flops.source} x {eff.prompt:.2f} ({eff.source})"
+    flops0 = inputs.gpu_flops[0] if inputs.gpu_flops else None
+    if flops0 is None or any(f is None for f in inputs.gpu_flops):
+        return None, "GPU throughput unknown"
+    t = 0.0
+    for dev, spec in enumerate(gpus):
+        f = inputs.gpu_flops[dev] if dev < len(inputs.gpu_flops) else None
+        if f is None:
+            return None, "GPU throughput unknown"
+        eff = inputs.efficiency_for(spec.backend)
+        work = r.flops[dev] + (r.flops[CPU] if dev == 0 else 0) + attn * (dev == 0)
+        t += work / (f.value * eff.prompt)
+    ub = max(min(rc.n_ubatch, PP_TOKENS), 1)
+    copy = r.weights[CPU] / inputs.pcie.value / ub  # op offload: host weights cross PCIe once per ubatch
+    t += copy
+    eff0 = inputs.efficiency_for(gpus[0].backend)
+    note = f"; host weights over PCIe ({inputs.pcie.source})" if r.weights[CPU] else ""
+    return 1 / t, f"GPU throughput {flops0.source} x {eff0.prompt:.2f} ({eff0.source}){note}"
+
+
+def with_efficiency(inputs: SpeedInputs, backend: str, eff: Efficiency) -> SpeedInputs:
+    table = dict(inputs.efficiency if inputs.efficiency is not None else EFFICIENCY)
+    table[backend] = eff
+    return replace(inputs, efficiency=table)

@@ -1,0 +1,90 @@
+"""Device specs (plain values: detection is an edge concern) and `--gpu` size specs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+BACKEND_DEVICE_PREFIX = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "MTL", "cpu": "CPU"}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MAX_SIZE = 1 << 60  # 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+
+
+class SizeTooLarge(InputError):
+    """A memory size beyond MAX_SIZE: never a catalog name either."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """One memory pool: a GPU (or RPC worker) or the host."""
+
+    name: str  # llama.cpp's device name: CUDA0, ROCm1, Vulkan0, MTL0, RPC0[host:port], CPU
+    kind: str  # "gpu" | "host"
+    backend: str  # cuda | rocm | vulkan | metal | rpc | cpu
+    total_bytes: int | None = None
+    free_bytes: int | None = None  # what the fit may use; None: total
+    # The largest tensor an op on this device may read or write; a weight whose op would exceed it
+    # stays on the host (ggml-vulkan.cpp ggml_backend_vk_device_supports_op: maxStorageBufferRange
+    # unless VK_EXT_shader_64bit_indexing, and maxBufferSize). None: no limit known.
+    max_tensor_bytes: int | None = None
+    # the driver's share of this GPU that no llama.cpp buffer reports (CUDA context, cuBLAS
+    # workspace; cuda_overhead_bytes); 0 where unknown. The CUDA VMM pool stays in the reserve.
+    overhead_bytes: int = 0
+
+    @property
+    def usable_bytes(self) -> int | None:
+        return self.free_bytes if self.free_bytes is not None else self.total_bytes
+
+
+def parse_size(text: str) -> int:
+    """`24GiB`, `24G` (binary, as GPU makers' "24 GB" cards mean), `24GB`, `1.5T`, `512MiB` → bytes.
+
+    A bare G/GB means GiB here: VRAM sizes are binary (a "24 GB" card has 24 GiB).
+    """
+    m = _SIZE.match(text)
+    if not m:
+        raise InputError(f"cannot read '{text}' as a memory size (examples: 24GiB, 12G, 512MiB)")
+    digits, unit = m.group(1), m.group(2).lower()
+    whole = digits.partition(".")[0].lstrip("0")
+    if len(whole) > 20 or int(whole or 0) * _UNITS[unit] > MAX_SIZE:  # float() would overflow to inf
+        shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:39] + "…"
+        raise SizeTooLarge(f"memory size '{shown}' is too large (at most 1 EiB)")
+    return int(float(digits) * _UNITS[unit])
+
+
+def gpus_from_sizes(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
+    """`--gpu 24GiB,12GiB` → CUDA0, CUDA1 (or the backend's names); `cpu` → no GPU."""
+    if spec.strip().lower() == "cpu":
+        return ()
+    if backend not in BACKEND_DEVICE_PREFIX or backend == "cpu":
+        raise InputError(f"unknown backend '{backend}'; expected one of cuda, rocm, vulkan, metal")
+    sizes = [parse_size(part) for part in spec.split(",") if part.strip()]
+    if not sizes:
+        raise InputError("--gpu needs at least one size, e.g. --gpu 24GiB")
+    prefix = BACKEND_DEVICE_PREFIX[backend]
+    return tuple(DeviceSpec(f"{prefix}{i}", "gpu", backend, size, size) for i, size in enumerate(sizes))
+
+
+def host(total_bytes: int | None, available_bytes: int | None) -> DeviceSpec:
+    return DeviceSpec("CPU", "host", "cpu", total_bytes, available_bytes)
+
+
+# CUDA per-GPU overhead that no ggml buffer reports (issue #12, rule 3). The cuBLAS workspace is
+# cuBLAS's default per handle (ggml-cuda creates one handle per device, ggml_cuda_get_device's
+# cublas_handle): 4 MiB, 32 MiB on Hopper (compute capability 9.0) and later (cuBLAS docs,
+# "cublasSetWorkspace": default workspace sizes). The context itself is the driver's (code, stacks,
+# printf/heap reserves); llama.cpp's breakdown shows it in the `unaccounted` column, 451-456 MiB
+# per RTX 4090 together with the VMM pool after a run (ggml-org/llama.cpp PR #15860). We take
+# CUDA_CONTEXT_BYTES for the context alone and leave the pool, which grows with use, to the reserve.
+CUDA_CONTEXT_BYTES = 256 << 20
+CUBLAS_WORKSPACE_BYTES = 4 << 20
+CUBLAS_WORKSPACE_HOPPER_BYTES = 32 << 20
+
+
+def cuda_overhead_bytes(cc_major: int | None) -> int:
+    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None: unknown)."""
+    hopper = cc_major is not None and cc_major >= 9
+    return CUDA_CONTEXT_BYTES + (CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES)

@@ -1,0 +1,483 @@
+"""Compute buffers: the bytes llama.cpp's graph allocator reserves per backend.
+
+llama_context::sched_reserve (src/llama-context.cpp) builds the worst-case graph for
+n_tokens = min(n_ctx, n_ubatch) tokens over the whole KV cache (n_kv = cache size) and lets
+ggml_gallocr (ggml/src/ggml-alloc.c) place it: graph inputs first (alive until their last
+reader), then every node in graph order, best-fit into freed holes, in place for SOFT_MAX, ADD,
+MUL, RMS_NORM, ... (never through a view: ROPE of a reshaped Q allocates a new tensor). A backend's
+buffer is that allocation's high-water mark, the largest over the pp/tg/pp reserves.
+
+Model: compute = inputs + max over the device's layers of the candidate peaks, or the output
+peak if larger. Inputs: token ids, the never-read inp_embd (n_embd x T F32), positions, output
+ids, per cache the K/V row indices and the KQ mask (n_kv x T, F16 with FA, F32 without).
+Candidates, each the tensors alive at one node plus the holes the best-fit allocator leaves below
+them (E = n_embd, Q = n_head * head_k rows of T F32 values):
+  attention  2E + 2Q, + KQ (n_kv x T x n_head F32) without FA; CUDA FA + F16 copies of K/V
+  dense FFN  hole + E + 3 n_ff           MoE  hole + E + 3 n_ff_exp n_used (+ n_used E down)
+  SSM        (2.75 E + in_proj + 2 conv + d_inner) T + states       output  2E + n_vocab n_out
+The tensor lists were read off llama.cpp's reserve graphs (GGML_SCHED_DEBUG=2) and replayed through
+a copy of ggml-alloc.c's allocator (not shipped) at real model sizes; the hole rules and the SSM
+slack are fitted to the measured table fixtures/calibration/llama-cpp-0c1e570-cpu.json
+(tests/test_compute.py). Known limits: the logits can land a few E rows higher when the last FFN
+fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); SSM layers +-5 %;
+MLA without q_lora_rank in the facts misses q_a's hole (-4 % on the fixture).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+from ..facts.hparams import ModelFacts
+from .placement import CPU
+from .resolve import since
+from ..units import pad as _pad
+
+if TYPE_CHECKING:
+    from ..machine.devices import DeviceSpec
+    from .placement import LayerMap
+    from .resolve import ResolvedConfig
+
+Backend = Literal["cpu", "cuda", "metal", "vulkan", "rocm"]
+F32 = 4
+# ggml_backend_buft_get_alignment per backend. llama.cpp: ggml/src/ggml-impl.h TENSOR_ALIGNMENT (CPU, 32);
+# ggml/src/ggml-cuda/ggml-cuda.cu ggml_backend_cuda_buffer_type_get_alignment (CUDA and HIP, 128);
+# ggml/src/ggml-metal/ggml-metal.cpp ggml_backend_metal_buffer_type_shared_get_alignment (32);
+# ggml/src/ggml-vulkan/ggml-vulkan.cpp ggml_backend_vk_buffer_type_get_alignment: the device's
+# minStorageBufferOffsetAlignment, at most 256 by the Vulkan spec; 128 is a common value (a device parameter).
+ALIGNMENT = {"cpu": 32, "cuda": 128, "rocm": 128, "metal": 32, "vulkan": 128}
+# Relative-position-bias attention (a KQ bias): build_attn_mha in src/llama-graph.cpp runs it without flash
+# attention whatever cparams.flash_attn says (use_flash_attn = flash_attn && kq_b == nullptr), so the KQ
+# product is in the compute buffer even with -fa on.
+KQ_BIAS_ARCHS = frozenset({"t5", "t5encoder"})
+# Allocator holes around the SSM scan that shift with tiny state-size changes, in n_embd rows,
+# fitted to the mamba2 / granite-hybrid rows of the calibration table (they spread about +-1 row).
+SSM_SLACK = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeSettings:
+    """The resolved context settings that shape the reserve graph of one backend."""
+
+    n_ctx_seq: int  # cells per stream of the full-attention cache (n_kv of the reserve graph)
+    n_ubatch: int
+    n_outputs: int  # n_outputs_max: logits rows the graph reserves (min'd with n_ubatch)
+    flash_attn: bool
+    n_swa_seq: int = 0  # cells per stream of the SWA cache; 0 = no SWA cache
+    n_stream: int = 1  # KV streams: 1 when unified, else n_seq_max
+    n_seq_max: int = 1
+    type_k: str = "f16"
+    type_v: str = "f16"
+    backend: Backend = "cpu"
+    holds_output: bool = True  # this device runs the output layer (logits)
+    layers: tuple[int, ...] | None = None  # layer indices on this device; None = all
+    kv_on_device: bool = True  # offload_kqv: attention (and its mask copy) runs here
+    fa_f16_in_buffer: bool = True  # CUDA FA's F16 K/V copies live in the compute buffer (PR #23907 on)
+    kv_idxs: bool = True  # K/V row-index inputs of the set_rows KV writes (PR #14959 on)
+    inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
+    qkv_views: bool = True  # fused QKV split by views (PR #15662 on); before, contiguous Q/K/V copies
+    mask_f16_input: bool = True  # with FA the KQ mask input is F16 (PR #23764 on); before, F32 + an F16 cast
+
+    @property
+    def n_tokens(self) -> int:
+        """llama_context::sched_reserve: n_tokens = min(n_ctx, n_ubatch)."""
+        return min(self.n_ctx_seq * self.n_stream, self.n_ubatch)
+
+    @property
+    def n_out(self) -> int:
+        return min(self.n_tokens, self.n_outputs)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeEstimate:
+    """Predicted compute buffers: `device` for the backend asked about, `host` for the CPU-side
+    buffer it implies (CUDA_Host etc.; 0 when the backend is the CPU itself)."""
+
+    device: int
+    host: int
+    peak: str  # the candidate that set the device peak
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """Per-model facts the formulas need on every call, computed once per ModelFacts object."""
+
+    reps: tuple[int, ...]  # for each layer, the first layer of identical shape (same candidate peaks)
+    gated: frozenset[int]  # layers whose dense FFN has a gate (build_ffn: GLU); else up + in-place activation
+    fused_qkv: dict[int, bool]  # layers with one attn_qkv matrix -> True when the model has no RoPE
+    caches: tuple[bool, bool]  # a full-attention cache and an SWA cache with layers (iSWA)
+    v_gqa_max: int
+    range_reps: dict[tuple[int, int], frozenset[int]]  # memo: block range -> its distinct shapes
+
+    def reps_in(self, a: int, b: int) -> frozenset[int]:
+        key = (a, b)
+        if key not in self.range_reps:
+            self.range_reps[key] = frozenset(self.reps[a:b])
+        return self.range_reps[key]
+
+
+_SHAPES: dict[int, tuple[ModelFacts, _Shape]] = {}
+
+
+def _shape(f: ModelFacts) -> _Shape:
+    hit = _SHAPES.get(id(f))
+    if hit is not None and hit[0] is f:
+        return hit[1]
+    first: dict[tuple, int] = {}
+    gated = _gated_layers(f)
+    reps = tuple(first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all))
+    kv = [il for il in range(f.n_layer) if f.has_kv[il]]
+    caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
+    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {})
+    if len(_SHAPES) > 32:
+        _SHAPES.clear()
+    _SHAPES[id(f)] = (f, shape)  # keeps f alive, so its id cannot be reused while cached
+    return shape
+
+
+def _gated_layers(f: ModelFacts) -> frozenset[int]:
+    """Blocks with an ffn_gate tensor (build_ffn in src/llama-graph.cpp multiplies by the gate only when
+    the model has one). A header without tensor infos counts every layer as gated (the larger FFN)."""
+    if not f.tensors:
+        return frozenset(range(f.n_layer_all))
+    out = set()
+    for t in f.tensors:
+        if t.name.startswith("blk.") and t.name.endswith((".ffn_gate.weight", ".ffn_gate_up.weight")):
+            out.add(int(t.name.split(".", 2)[1]))
+    return frozenset(out)
+
+
+def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
+    """Blocks with a fused attn_qkv matrix, each mapped to "no RoPE" (a learned position_embd, as gpt2 and
+    starcoder load, or ALiBi: bloom, mpt) — build_qkv in src/llama-graph.cpp."""
+    no_rope = f.architecture in ("bloom", "mpt", "jais") or any(t.name == "position_embd.weight" for t in f.tensors)
+    return {int(t.name.split(".", 2)[1]): no_rope for t in f.tensors
+            if t.name.startswith("blk.") and t.name.endswith(".attn_qkv.weight")}  # fmt: skip
+
+
+def _signature(f: ModelFacts, il: int) -> tuple:
+    """Everything a layer's candidate peaks depend on (see _layer_peak)."""
+    return (f.n_head[il], f.n_head_kv[il], f.n_ff[il], f.swa.is_swa[il], f.is_recurrent[il], f.has_kv[il],
+            il < f.n_layer, _is_moe(f, il), f.n_embd_k_gqa(il), f.n_embd_v_gqa(il))  # fmt: skip
+
+
+
+
+def _on_device(f: ModelFacts, s: ComputeSettings) -> list[int]:
+    """Main-context layers this backend runs (NextN/MTP blocks are not in the graph), one per shape."""
+    layers = range(f.n_layer) if s.layers is None else s.layers
+    reps = _shape(f).reps
+    return sorted({reps[il] for il in layers if il < f.n_layer})
+
+
+def _cells(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """n_kv of layer il in the reserve graph: its cache's size per stream (init_full)."""
+    return s.n_swa_seq if f.swa.is_swa[il] and s.n_swa_seq else s.n_ctx_seq
+
+
+def _caches(f: ModelFacts, s: ComputeSettings) -> list[int]:
+    """Cells per stream of each attention cache with layers (llama_kv_cache_iswa: base, SWA)."""
+    full, swa = _shape(f).caches
+    return ([s.n_ctx_seq] if full else []) + ([s.n_swa_seq or s.n_ctx_seq] if swa else [])
+
+
+def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
+    """Graph inputs (ggml_set_input), allocated before any node (llm_graph_context::build_inp_*,
+    llama_kv_cache::build_input_{k,v}_idxs, build_attn_inp_kq_mask in src/llama-graph.cpp)."""
+    t, a = s.n_tokens, ALIGNMENT[s.backend]
+    out = {"inp_tokens": 4 * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
+    if s.inp_embd_input:  # before PR #18898 the graph had either token ids or embeddings
+        out["inp_embd"] = F32 * f.n_embd * t
+    mask_elt = 2 if s.flash_attn and s.mask_f16_input else 4  # F16 mask for flash attention, F32 otherwise
+    v_rows = t if s.flash_attn else t * _shape(f).v_gqa_max  # transposed V: one index per element
+    for i, cells in enumerate(_caches(f, s)):
+        if s.kv_idxs:  # before PR #14959 the KV writes were views + ggml_cpy, without index inputs
+            out[f"k_idxs{i}"] = 8 * t
+            if f.mla is None:  # MLA caches hold no V (has_v = !is_mla)
+                out[f"v_idxs{i}"] = 8 * v_rows
+        out[f"kq_mask{i}"] = mask_elt * cells * t
+        if s.flash_attn and not s.mask_f16_input:  # the ggml_cast to F16 that FLASH_ATTN_EXT reads
+            out[f"kq_mask_f16_{i}"] = 2 * cells * t
+    if f.recurrent is not None:
+        out["rs_s_copy"] = 4 * max(1, s.n_seq_max)
+    return {k: _pad(v, a) for k, v in out.items()}
+
+
+def _attention(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> int:
+    """At ROPE(Q) (and, without FA, at the KQ product): residual + attn_norm + Q + roped Q, plus
+    KQ = n_kv x n_tokens x n_head F32 (soft_max runs in place) — build_attn_mha, llama-graph.cpp."""
+    t = s.n_tokens
+    e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
+    if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS:
+        at_fa = 2 * e + q + F32 * f.n_head[il] * f.n_embd_head_v * t + fa_f16_extra(f, s, il)
+        return max(2 * e + (_mla_q(f, s, il) if f.mla else 2 * q), at_fa)
+    kq = F32 * _cells(f, s, il) * t * f.n_head[il] if with_kq else 0
+    # MLA without FA: V is a view of the K cache, made contiguous (ggml_cont of its transpose)
+    elt = 4 if s.type_k == "f32" else 2
+    v_cont = elt * _cells(f, s, il) * f.mla.kv_lora_rank * s.n_stream if f.mla and with_kq else 0
+    fused = _shape(f).fused_qkv
+    if il in fused:
+        # build_qkv's fused path: Q/K/V are views of one qkv tensor. With RoPE the roped Q replaces it
+        # (qkv is freed once K and V are stored); without (learned positions, ALiBi) the Q view is
+        # read by the KQ product itself, so all of qkv stays alive (audit_families.py: gptneox, gpt2)
+        kv = F32 * (f.n_embd_k_gqa(il) + f.n_embd_v_gqa(il)) * t
+        conts = 0 if s.qkv_views else q + kv  # before PR #15662: ggml_cont of each view
+        return 2 * e + q + (kv if fused[il] else 0) + conts + kq
+    return 2 * e + 2 * q + kq + v_cont
+
+
+def fa_f16_extra(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """CUDA/HIP only: FLASH_ATTN_EXT's allocation also holds F16 copies of a non-F16 K and V view
+    (ggml_cuda_flash_attn_ext_get_alloc_size in ggml/src/ggml-cuda/fattn.cu, layout from
+    ggml_cuda_flash_attn_ext_get_f16_extra_data in fattn-common.cuh). The n_ubatch-token reserve
+    graph picks the MMA/TILE kernels, which need F16; for MLA, V is a view of K (one copy)."""
+    if s.backend not in ("cuda", "rocm") or not s.flash_attn or not s.fa_f16_in_buffer:
+        return 0  # before PR #23907 the copies came from the CUDA pool (inside the margin)
+    n_kv = _cells(f, s, il) * s.n_stream
+    out = F32 * f.n_head[il] * f.n_embd_head_v * s.n_tokens  # ggml_nbytes(dst)
+    end = out
+    if s.type_k != "f16":
+        end = _pad(end, 128) + 2 * f.n_embd_k_gqa(il) * n_kv
+    if s.type_v != "f16" and f.mla is None:
+        end = _pad(end, 128) + 2 * f.n_embd_v_gqa(il) * n_kv
+    return end - out
+
+
+def _mla_q(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """src/models/deepseek2.cpp, absorbed MLA: at CONCAT(q_nope_absorbed, roped q_pe) -> Qcur
+    [kv_lora + n_rot, n_head, T]; q itself is freed once both of its views are consumed."""
+    assert f.mla is not None
+    t, h, lora = s.n_tokens, f.n_head[il], f.mla.kv_lora_rank
+    rope = f.n_embd_head_k - lora
+    return F32 * h * t * (lora + rope + (lora + rope))
+
+
+def _hole(f: ModelFacts, s: ComputeSettings, il: int, *, small: bool) -> int:
+    """Free space the attention block leaves below the FFN input (ffn_inp lands above it).
+    With FA or a KQ product no larger than n_embd + Q rows, attn_norm's and Q's slots stay free
+    (one n_embd row when the FFN tensors are small enough to fill them); after a larger KQ, its
+    region takes the FFN and one n_embd row stays (Q narrower than n_embd: also two Q rows)."""
+    t = s.n_tokens
+    e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
+    kq = 0 if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS else F32 * _cells(f, s, il) * t * f.n_head[il]
+    if kq <= e + q:
+        return e if small else e + q
+    return e if q >= e else e + 2 * q
+
+
+def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """At the GLU (build_ffn, LLM_FFN_PAR): ffn_inp + gate + up + activation above the hole.
+    Without a gate (gptneox, gpt2, phi2, starcoder...: LLM_FFN_SEQ with GELU/RELU) there is one n_ff
+    tensor: at the up matmul three n_embd rows (the block input or ffn_inp, the attention output or
+    the residual, the normed input) and up; the bias add and the activation then run in place, and
+    the freed attention slots leave no hole below (scripts/audit_families.py, CPU at 0c1e570: gptneox
+    with a parallel residual and gpt2 with a sequential one, exact with flash attention)."""
+    t = s.n_tokens
+    e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
+    if il in _shape(f).gated:
+        return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff
+    return 3 * e + ff
+
+
+def _moe_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
+    """build_moe_ffn: ffn_inp + gate/up/act [n_ff_exp, n_used, T]; the down projection
+    [n_embd, n_used, T] lands on top when it does not fit where gate and up were."""
+    assert f.moe is not None
+    t, used = s.n_tokens, f.moe.n_expert_used
+    e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
+    u = F32 * f.moe.n_ff_exp * used * t
+    hole = _hole(f, s, il, small=2 * u <= e + q)  # the router's small tensors split the hole
+    down = used * e if used * e > 2 * u else 0  # else it reuses gate's and up's space
+    # shared experts run after the routed ones (build_ffn on the same normed input)
+    shared = F32 * (f.moe.n_ff_shexp or f.moe.n_ff_exp * f.moe.n_expert_shared) * t
+    return max(hole + e + 3 * u + down, hole + 3 * e + 3 * shared)
+
+
+def _ssm(f: ModelFacts, s: ComputeSettings) -> int:
+    """build_mamba2_layer (src/models/mamba-base.cpp) at SSM_SCAN: residual + in_proj output zxBCdt
+    (its z/dt views keep it alive), the conv input (concat with the d_conv-1 state rows, freed
+    just before: a hole) and output, the scan's y plus the final states [d_state, d_inner, n_seqs].
+    Measured for Mamba-2 layers only; other recurrent blocks (Mamba-1, RWKV, gated delta net)
+    get the same shape from their ssm.* sizes, unverified."""
+    assert f.recurrent is not None
+    r, t = f.recurrent, s.n_tokens
+    conv = r.d_inner + 2 * r.n_group * r.d_state
+    in_proj = 2 * r.d_inner + 2 * r.n_group * r.d_state + r.dt_rank
+    per_token = (2 + SSM_SLACK) * f.n_embd + in_proj + 2 * conv + r.d_inner
+    return int(F32 * (t * per_token + r.d_state * r.d_inner * max(1, s.n_seq_max)))
+
+
+def _is_moe(f: ModelFacts, il: int) -> bool:
+    return f.moe is not None and il >= f.moe.n_layer_dense_lead
+
+
+def _has_attention(f: ModelFacts, il: int) -> bool:
+    return bool(f.n_head[il] and f.n_head_kv[il]) and (f.has_kv[il] or not f.is_recurrent[il])
+
+
+def _layer_peak(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> tuple[int, str]:
+    """The largest candidate of one layer (the allocator reuses the same space layer after layer)."""
+    cands = [(0, "none")]
+    if _has_attention(f, il):
+        cands.append((_attention(f, s, il, with_kq=with_kq), "attention"))
+    if f.is_recurrent[il] and f.recurrent is not None:
+        cands.append((_ssm(f, s), "ssm"))
+    if _is_moe(f, il):
+        cands.append((_moe_ffn(f, s, il), "moe"))
+    elif f.n_ff[il]:
+        cands.append((_dense_ffn(f, s, il), "ffn"))
+    return max(cands)
+
+
+def _output(f: ModelFacts, s: ComputeSettings) -> int:
+    """At the lm_head: by then the mask, positions and indices are freed; inp_tokens' slot, the
+    never-read inp_embd, result_norm (in place over the last layer's output) and the logits
+    [n_vocab, n_outputs] (a graph output: never freed) stay — llm_graph_context::build_output.
+    On a GPU backend the two graph inputs are not there: ggml_backend_sched assigns input leafs to
+    the last backend (the CPU) and copies into a split only what a GPU op reads."""
+    t, n = s.n_tokens, s.n_out
+    inputs = 4 * t + F32 * f.n_embd * t * s.inp_embd_input if s.backend == "cpu" else 0
+    return inputs + F32 * f.n_embd * n + F32 * f.n_vocab * n
+
+
+def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
+    """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes.
+
+    CPU backend: one buffer holds the inputs and every activation. GPU backend: its buffer holds
+    the activations of its layers plus the scheduler's copies of the split inputs (mask, positions,
+    indices, the incoming hidden state; ggml_backend_sched_split_graph, ggml/src/ggml-backend.cpp);
+    the inputs themselves, the embedding GET_ROWS (token_embd stays on the CPU) and, with
+    `kv_on_device` false (-nkvo), the KQ product live in the host buffer (`host`).
+    Pipeline parallelism (4 copies of every split input) is not modelled."""
+    inputs = input_bytes(f, s)
+    layers = _on_device(f, s)
+    peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device) for il in layers), default=(0, "none"))
+    if s.backend == "cpu":
+        dev_inputs, host = sum(inputs.values()), 0
+    else:
+        # token ids and the never-read inp_embd stay in the host buffer (input leafs go to the CPU
+        # backend, ggml_backend_sched_split_graph); the embedding GET_ROWS output is copied in as
+        # the first split's input, which the layer candidates count as their residual row
+        # before PR #23764 the F32 mask stays on the host and its F16 cast is made on the GPU (ROCm log of
+        # issue #13545: host 64 MiB F32 mask, device the F16 one)
+        casted = any(k.startswith("kq_mask_f16") for k in inputs)
+        attn_inputs = ("k_idxs", "v_idxs", "kq_mask")
+        dev_inputs = sum(v for k, v in inputs.items()
+                         if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
+                         and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16")))  # fmt: skip
+        host = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
+        host += _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
+        if not s.kv_on_device:
+            host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
+    device, peak_name = dev_inputs + peak, name
+    if s.holds_output and _output(f, s) > device:
+        device, peak_name = _output(f, s), "output"
+    return ComputeEstimate(device=device, host=host, peak=peak_name)
+
+
+def _kind(backend: str) -> Backend:
+    """DeviceSpec.backend as a compute backend kind (RPC and others: a generic GPU)."""
+    return backend if backend in ALIGNMENT else "vulkan"  # type: ignore[return-value]
+
+
+def _layers_on(f: ModelFacts, lmap: LayerMap, dev: int) -> tuple[int, ...]:
+    """One layer per distinct shape among the blocks on `dev` (enough for the peak)."""
+    shape = _shape(f)
+    reps: set[int] = set()
+    for d, a, b in lmap.runs:
+        if d == dev:
+            reps |= shape.reps_in(a, b)
+    return tuple(sorted(reps))
+
+
+PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES (ggml/src/ggml-backend.cpp)
+
+
+def _pipeline_copies(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> int:
+    """llama_context's pipeline parallelism (src/llama-context.cpp): several GPUs, -sm layer, every layer
+    and the output offloaded, KV offloaded, no tensor overrides — then the scheduler keeps 4 copies of
+    every split input. Not measured here (no multi-GPU machine); the copies follow the source."""
+    full = rc.n_gpu_layers > f.n_layer_all and lmap.output != CPU
+    plain = not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn)
+    return PIPELINE_COPIES if len(gpus) > 1 and rc.split_mode == "layer" and full and rc.kv_offload and plain else 1
+
+
+def _split_inputs(f: ModelFacts, s: ComputeSettings) -> int:
+    """What a GPU's split copies in: the KQ masks and positions, and the incoming hidden state."""
+    inputs = input_bytes(f, s)
+    return sum(v for k, v in inputs.items() if k.startswith("kq_mask") or k == "inp_pos") + _pad(
+        F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
+
+
+def _base_settings(rc: ResolvedConfig) -> ComputeSettings:
+    return ComputeSettings(
+        n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
+        n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
+        type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
+        fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build), kv_idxs=since("kv_set_rows", rc.build),
+        inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
+        mask_f16_input=since("fa_mask_f16", rc.build),
+    )  # fmt: skip
+
+
+# Backends whose device has an offload_op hook that takes host-weight ops of a large batch:
+# ggml_backend_cuda_device_offload_op (ggml-cuda.cu, HIP too), ggml_backend_vk_device_offload_op
+# (ggml-vulkan.cpp), ggml_backend_sycl_device_offload_op. RPC has none (ggml-rpc.cpp: NULL); Metal
+# reads host buffers in place (unified memory), so nothing is copied.
+OP_OFFLOAD_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
+
+
+def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...], backend: str) -> int:
+    """The activations a GPU needs to run host layers' ops that op offload hands it.
+
+    ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1): an op whose weight lives in a
+    host buffer goes to the first backend whose offload_op accepts it (batch >= the device's
+    op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH); pass 2 expands that backend
+    over the layer's weight ops, so their activations are allocated in the GPU's compute buffer
+    (the weights arrive as split inputs: the caller adds those). Attention reads no weight and
+    its K/V live in the host's cache: it stays on the host, as with -nkvo."""
+    s = replace(_base_settings(rc), backend=_kind(backend), layers=layers, holds_output=False, kv_on_device=False)
+    return predict_compute(f, s).device
+
+
+def compute_for_devices(
+    f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> dict[int, int]:
+    """Compute-buffer bytes per device index (GPUs 0.., the host CPU = -1) for a resolved config."""
+    base = _base_settings(rc)
+    out: dict[int, int] = {}
+    host = 0
+    copies = _pipeline_copies(f, rc, lmap, gpus)
+    for d, spec in enumerate(gpus):
+        layers = _layers_on(f, lmap, d)
+        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d)
+        est = predict_compute(f, s)
+        out[d], host = est.device + (copies - 1) * _split_inputs(f, s), max(host, est.host)
+    cpu_layers = _layers_on(f, lmap, CPU)
+    if not gpus or cpu_layers or lmap.output == CPU:
+        cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU)).device
+        host = max(host, cpu)
+    out[CPU] = host
+    return out
+
+
+def nextn_compute(f: ModelFacts, s: ComputeSettings) -> int:
+    """The MTP context's compute buffer (one backend holding it all): its reserve graph runs only the
+    first NextN block (e.g. llama_model_glm4_moe::graph_mtp, src/models/glm4-moe.cpp) over a cache of
+    the NextN layers. Inputs as the main graph's plus the target's hidden state `mtp_h_input`
+    (n_embd x T F32); then enorm/hnorm, their concat (2 n_embd) and eh_proj before the block's own
+    peak. Unmeasured on the allocator; checked against llama-server's reported buffer (tests)."""
+    if f.n_layer_nextn == 0:
+        return 0
+    t, e = s.n_tokens, F32 * f.n_embd * s.n_tokens
+    inputs = input_bytes(f, s)
+    n_caches = len(_caches(f, s))
+    if n_caches != 1:  # the MTP cache is one plain cache of the NextN layers: count one mask and index set
+        inputs = {k: v for k, v in inputs.items() if not k[-1].isdigit() or k.endswith("0")}
+        inputs["kq_mask0"] = _pad((2 if s.flash_attn else 4) * s.n_ctx_seq * t, ALIGNMENT[s.backend])
+    il = f.n_layer
+    peak, _ = _layer_peak(f, s, il)
+    before_block = 4 * e  # tok_embd rows, e_norm, h_norm, concat (2E) alive at eh_proj
+    head = _output(f, s) - 4 * t - e  # result norm + logits (inp_tokens and inp_embd are inputs here)
+    return sum(inputs.values()) + _pad(e, ALIGNMENT[s.backend]) + max(peak, before_block, head)

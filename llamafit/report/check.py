@@ -1,0 +1,286 @@
+"""`llamafit check`: the per-device breakdown and verdict as stable JSON and as text (MiB here only)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..safe_text import printable
+from ..facts.hparams import ModelFacts
+from ..findings import Notice, WayOut, as_notice
+from .layout import wrap_text
+from ..memory.model import Breakdown, DeviceUsage
+from ..memory.resolve import ResolvedConfig
+from ..units import MIB
+
+SCHEMA = "llamafit.check/2"
+
+
+def config_json(rc: ResolvedConfig) -> dict[str, Any]:
+    """The resolved values llama.cpp runs with (the `config` object of check and plan)."""
+    return {
+        "engine": rc.engine,
+        "n_ctx": rc.n_ctx,
+        "n_ctx_seq": rc.n_ctx_seq,
+        "n_parallel": rc.n_seq_max,
+        "n_stream": rc.n_stream,
+        "kv_unified": rc.kv_unified,
+        "flash_attn": "on" if rc.flash_attn else "off",
+        "type_k": rc.type_k.name.lower(),
+        "type_v": rc.type_v.name.lower(),
+        "n_gpu_layers": rc.n_gpu_layers,
+        "n_batch": rc.n_batch,
+        "n_ubatch": rc.n_ubatch,
+        "n_outputs_max": rc.n_outputs_max,
+        "n_swa_cells": rc.n_swa_cells,
+        "swa_full": rc.swa_full,
+        "kv_offload": rc.kv_offload,
+        "override_tensor": [f"{rx}={buft}" for rx, buft in rc.all_overrides],
+        "tensor_split": list(rc.tensor_split),
+        "split_mode": rc.split_mode,
+        "main_gpu": rc.main_gpu,
+        "load_mode": rc.load_mode,
+        "cache_ram_bytes": rc.cache_ram_bytes,
+    }
+
+
+def device_json(d: DeviceUsage) -> dict[str, Any]:
+    return {
+        "name": d.name,
+        "kind": d.kind,
+        "total_bytes": d.total_bytes,
+        "usable_bytes": d.usable_bytes,
+        "weights_bytes": d.weights_bytes,
+        "kv_bytes": d.kv_bytes,
+        "recurrent_bytes": d.recurrent_bytes,
+        "compute_bytes": d.compute_bytes,
+        "output_bytes": d.output_bytes,
+        "reserve_bytes": d.reserve_bytes,
+        "overhead_bytes": d.overhead_bytes,
+        "pinned_bytes": d.pinned_bytes,
+        "side_bytes": d.side_bytes,
+        "used_bytes": d.used_bytes,
+        "free_after_bytes": d.free_after_bytes,
+    }
+
+
+def side_models_json(b: Breakdown) -> list[dict[str, Any]]:
+    """One object per side model (draft, mtp, mmproj) with its bytes per device."""
+    return [{"kind": u.kind, "path": u.path, "n_ctx": u.n_ctx, "total_bytes": u.total_bytes,
+             "details": dict(u.details),
+             "devices": [{"name": d.name, "weights_bytes": d.weights_bytes, "kv_bytes": d.kv_bytes,
+                          "compute_bytes": d.compute_bytes, "output_bytes": d.output_bytes,
+                          "total_bytes": d.total_bytes} for d in u.devices if d.total_bytes]}
+            for u in b.side_models]  # fmt: skip
+
+
+_SIDE_NAMES = {"draft": "draft model", "mtp": "MTP context", "mmproj": "projector"}
+
+
+def side_lines(b: Breakdown) -> list[str]:
+    """`Side       draft model x.gguf: CPU 285 MiB (weights 235 + KV 27 + compute 23 + output 1)`."""
+    lines = []
+    for u in b.side_models:
+        lines.append(f"Side       {_SIDE_NAMES.get(u.kind, u.kind)} {os.path.basename(u.path)} "
+                     f"({_mib(u.total_bytes)} MiB, in the rows above)")  # fmt: skip
+        for d in u.devices:
+            if d.total_bytes:
+                lines.append(f"             {d.name}: weights {_mib(d.weights_bytes)} + KV {_mib(d.kv_bytes)} + "
+                             f"compute {_mib(d.compute_bytes)} + output {_mib(d.output_bytes)} MiB")  # fmt: skip
+    return lines
+
+
+def model_json(facts: ModelFacts) -> dict[str, Any]:
+    return {
+        "path": facts.path,
+        "architecture": facts.architecture,
+        "name": facts.name,
+        "file_type": facts.file_type,
+        "n_ctx_train": facts.n_ctx_train,
+        "n_layer_all": facts.n_layer_all,
+        "file_size": facts.file_size,
+    }
+
+
+_EXTRA_MODEL = {"mmproj": "a multimodal projector", "draft": "a draft model", "lora": "a LoRA adapter"}
+
+_SIDE_STEP = {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
+              "drop_mmproj": "the projector is left out (--drop-side-models): nothing fits with it",
+              "drop_draft": "the draft model is left out (--drop-side-models): nothing fits with it",
+              "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it"}
+_SIDE_WHAT = {"drop_mmproj": "the projector", "drop_draft": "the draft model", "drop_mtp": "the MTP context"}
+NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
+    "unmodelled_model": lambda d: (f"{d['flag']}: {_EXTRA_MODEL.get(d['what'], d['what'])} is loaded too; "
+                                   "its memory is not in this prediction"),
+    "devices_not_modelled": lambda d: ("-dev/--rpc among the llama-server flags are passed on but not modelled: "
+                                       "describe the devices to llamafit with --gpu and --rpc"),
+    "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
+    "unknown_flag": lambda d: (f"{d['flag']}: llama.cpp 0c1e570 has no such flag, so the command leaves it "
+                               "out (the build given by --llama-build may know it)"),
+    "from_environment": lambda d: f"from the environment: {', '.join(d['names'])}",
+    "calibration_skipped": lambda d: (f"calibration: skipped {d['count']} damaged record(s) in {d['path']} "
+                                      f"({d['reason']})"),
+    "calibration_unread": lambda d: f"calibration: {d['path']} not read: {d['reason']}",
+    "calibration": lambda d: (f"compute buffers scaled by {d['compute_scale']:.3f}: the median of {d['runs']} earlier "
+                              f"run{'s' if d['runs'] != 1 else ''} of {d.get('architecture') or 'this'} models on "
+                              f"{', '.join(d.get('devices') or ['CPU'])} ({d.get('source')})"),
+    "small_reserve": lambda d: (f"the reserve per GPU is {d['reserve_bytes'] // MIB} MiB: below 512 MiB the CUDA "
+                                "context and memory pools may not fit"),
+    "draft_incompatible": lambda d: f"draft model: llama-server loads it but will not speculate with it: {d['reason']}",
+    "draft_without_spec_type": lambda d: ("-md without --spec-type draft-simple: llama-server loads the draft model "
+                                          "(counted here) but does not speculate with it"),
+    "draft_ctx_ignored": lambda d: ("-cd/--ctx-size-draft: builds with a unified draft context ignore it (the draft "
+                                    "context takes the target's n_ctx)"),
+    "side_step": lambda d: _SIDE_STEP.get(d["step"], d["step"]),
+    "side_way_out": lambda d: (f"without {_SIDE_WHAT.get(d['step'], d['step'])}, {d['ctx']:,} tokens per slot fit "
+                               "(--drop-side-models)"),
+    "mmproj_offload_costs": lambda d: (f"with --no-mmproj-offload (the image encoder on the CPU) -ngl "
+                                       f"{d['n_gpu_layers']} and {d['ctx']:,} tokens per slot fit"),
+    "mmproj_skipped": lambda d: f"a projector next to the model is not used: {d['reason']}",
+    "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
+    "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image "
+                                      f"tokens but takes images up to {d['max_tokens']:,} tokens: a large image "
+                                      "grows it "
+                                      "(the worst case is in side_models details)"),
+    "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
+                                 f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
+                                 "and will page from disk (slow)"),
+}  # fmt: skip
+
+
+NOTE_CODES = frozenset({"calibration", "from_environment"})  # information, not a risk: printed as `Note`
+
+
+def notice_line(warning: Notice | str) -> str:
+    """One output line: `Note` for information, `Warning` for a risk."""
+    label = "Note" if as_notice(warning).code in NOTE_CODES else "Warning"
+    return f"{label:<11}{notice_text(warning)}"
+
+
+def notice_text(warning: Notice | str) -> str:
+    n = as_notice(warning)
+    render = NOTICE_TEXT.get(n.code)
+    return render(n.data) if render else str(n.data.get("message", n.code))
+
+
+def notices_json(warnings: Sequence[Notice | str]) -> list[dict[str, Any]]:
+    """Each warning as {code, its values…, text}."""
+    out = []
+    for w in warnings:
+        n = as_notice(w)
+        out.append({"code": n.code, **n.data, "text": notice_text(n)})
+    return out
+
+
+def way_out_text(w: WayOut) -> str:
+    if w.code == "kv_full":
+        return f"-ctk {w.type_kv} -ctv {w.type_kv} (flash attention on) fits the full -c {w.n_ctx:,}"
+    if w.code == "kv":
+        return f"-ctk {w.type_kv} -ctv {w.type_kv} fits {w.ctx_per_slot:,} tokens per slot"
+    if w.code == "context":
+        return f"{w.ctx_per_slot:,} tokens per slot fit with the current settings"
+    return f"-ngl {w.n_gpu_layers} fits -c {w.n_ctx:,} (the other layers run on the CPU)"
+
+
+def ways_out_json(ways_out: Sequence[WayOut]) -> list[dict[str, Any]]:
+    """Each way out as {code, type_k/type_v, n_ctx, context_per_slot, n_gpu_layers (those that apply), text}."""
+    out = []
+    for w in ways_out:
+        d: dict[str, Any] = {"code": w.code}
+        if w.type_kv is not None:
+            d["type_k"] = d["type_v"] = w.type_kv
+        if w.n_ctx is not None:
+            d["n_ctx"] = w.n_ctx
+        if w.ctx_per_slot is not None:
+            d["context_per_slot"] = w.ctx_per_slot
+        if w.n_gpu_layers is not None:
+            d["n_gpu_layers"] = w.n_gpu_layers
+        out.append(d | {"text": way_out_text(w)})
+    return out
+
+
+def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Sequence[Notice | str],
+            ways_out: Sequence[WayOut], extra: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    return {
+        "schema": SCHEMA,
+        "model": model_json(facts),
+        "config": config_json(rc),
+        "devices": [device_json(d) for d in b.devices],
+        "side_models": side_models_json(b),
+        "fits": b.fits,
+        "host_weights_mapped": b.host_weights_mapped,
+        "warnings": notices_json(warnings),
+        "ways_out": ways_out_json(ways_out),
+        **extra,
+    }
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / MIB:,.0f}"
+
+
+NAME_WIDTH = 9  # a longer device name (RPC0[host:port]) gets its own row, its numbers the next
+
+
+def device_lines(b: Breakdown) -> list[str]:
+    """The breakdown as a table of MiB, one row per device, within 80 columns."""
+    head = f"{'(MiB)':<{NAME_WIDTH}}{'usable':>8}{'weights':>8}{'KV':>8}{'RS':>7}{'compute':>8}{'output':>8}"
+    lines = [head + f"{'reserve':>8}{'used':>8}{'left':>8}"]
+    for d in b.devices:
+        name = d.name
+        if len(name) >= NAME_WIDTH:
+            lines.append(name)
+            name = ""
+        lines.append(
+            f"{name:<{NAME_WIDTH}}{_mib(d.usable_bytes):>8}{_mib(d.weights_bytes):>8}{_mib(d.kv_bytes):>8}"
+            f"{_mib(d.recurrent_bytes):>7}{_mib(d.compute_bytes):>8}{_mib(d.output_bytes):>8}"
+            f"{_mib(d.reserve_bytes):>8}{_mib(d.used_bytes):>8}{_mib(d.free_after_bytes):>8}"
+        )
+    return lines
+
+
+def verdict(b: Breakdown) -> str:
+    short = b.short
+    if not short:
+        known = [d for d in b.devices if d.free_after_bytes is not None]
+        margin = ", ".join(f"{d.name} {_mib(d.free_after_bytes)} MiB" for d in known)
+        return "fits" + (f": left after loading {margin}" if margin else "")
+    return "does not fit: " + ", ".join(f"{d.name} short by {_mib(n)} MiB" for d, n in short)
+
+
+def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Sequence[Notice | str],
+            ways_out: Sequence[WayOut]) -> str:  # fmt: skip
+    if rc.n_seq_max <= 1:
+        slots = f"{rc.n_ctx:,} tokens, 1 request at a time"
+    elif rc.kv_unified:
+        slots = f"{rc.n_ctx:,} tokens shared by up to {rc.n_seq_max} parallel requests"
+    else:
+        slots = f"{rc.n_seq_max} slots of {rc.n_ctx_seq:,} tokens"
+    if not any(facts.has_kv):
+        slots += "; no KV cache (recurrent)"
+    lines = [
+        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
+        f"Config     -c {rc.n_ctx} ({slots}) -fa {'on' if rc.flash_attn else 'off'} "
+        f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
+        f"-b {rc.n_batch} -ub {rc.n_ubatch}",
+        *device_lines(b),
+        *side_lines(b),
+        f"Verdict    {verdict(b)}",
+    ]
+    lines += [f"Way out    {way_out_text(w)}" for w in ways_out]
+    if b.cache_ram_bytes:
+        cram = _mib(b.cache_ram_bytes)
+        lines.append(f"Note       llama-server's prompt cache may use up to {cram} MiB more host RAM (-cram)")
+    lines += [notice_line(w) for w in warnings]
+    return wrap_text("\n".join(lines))
+
+
+def check_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """`llamafit run`'s table of predicted vs reported MiB (cmd_run.actual_vs_predicted rows), non-zero rows."""
+    lines = [f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)"]
+    for r in rows:
+        if r["predicted_mib"] or r["actual_mib"]:
+            lines.append(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
+    return lines

@@ -1,0 +1,86 @@
+"""`llamafit gpus [--json]`: what detection found, as a stable dict and as text (pure)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # values only: the edge module is not imported here
+    from ..machine.hardware import GPUInfo, Hardware
+
+_GiB = 1 << 30
+
+
+def _gpu_json(g: GPUInfo) -> dict[str, Any]:
+    return {
+        "index": g.index,
+        "physical_index": g.physical_index,
+        "name": g.name,
+        "device": g.spec.name,
+        "uuid": g.uuid,
+        "pci_bus_id": g.pci_bus_id,
+        "total_bytes": g.spec.total_bytes,
+        "free_bytes": g.spec.free_bytes,
+        "used_bytes": g.used_bytes,
+        "driver": g.driver,
+        "bandwidth_bytes_per_s": g.bandwidth_bytes_per_s,
+        "backend": g.spec.backend,
+        "unified": g.unified,
+    }
+
+
+def gpus_json(hw: Hardware) -> dict[str, Any]:
+    return {
+        "source": hw.source,
+        "gpus": [_gpu_json(g) for g in hw.gpus],
+        "host": {"total_bytes": hw.host.total_bytes, "available_bytes": hw.host.free_bytes},
+        "notes": list(hw.notes),
+    }
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / _GiB:.1f} GiB"
+
+
+def _bandwidth(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1e9:.0f} GB/s"
+
+
+def _row(g: GPUInfo) -> list[str]:
+    where = "" if g.physical_index is None else f"GPU {g.physical_index}"
+    return [g.spec.name, g.name, _gib(g.spec.total_bytes), _gib(g.spec.free_bytes), _gib(g.used_bytes),
+            _bandwidth(g.bandwidth_bytes_per_s), where, g.pci_bus_id or "", g.uuid or ""]  # fmt: skip
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _headline(hw: Hardware) -> str:
+    drivers = sorted({g.driver for g in hw.gpus if g.driver})
+    driver = f", driver {', '.join(drivers)}" if drivers else ""
+    if not hw.gpus:
+        return f"No GPU found (source: {hw.source}{driver}): llama.cpp would run on the CPU."
+    return f"{len(hw.gpus)} GPU{'s' if len(hw.gpus) > 1 else ''} (source: {hw.source}{driver}):"
+
+
+def gpus_text(hw: Hardware) -> str:
+    lines = [_headline(hw)]
+    if hw.gpus:
+        header = ["device", "name", "total", "free", "used", "bandwidth", "index", "pci bus id", "uuid"]
+        lines += _table([header] + [_row(g) for g in hw.gpus])
+    lines.append(f"Host RAM: {_gib(hw.host.total_bytes)} total, {_gib(hw.host.free_bytes)} available")
+    lines += [f"note: {n}" for n in hw.notes]
+    return "\n".join(lines)
+
+
+def catalog_text() -> str:
+    """`--gpu help`: the catalog as a table (name, memory per device, bandwidth)."""
+    from ..machine.catalog import CATALOG
+
+    lines = [f"{'GPU':<16}{'memory':>8}{'bandwidth':>12}   --gpu NAME, 2xNAME, or a size (24GiB)"]
+    for e in CATALOG:
+        devices = f" x{e.devices}" if e.devices > 1 else ""
+        memory = f"{e.vram_bytes / (1 << 30):g} GiB"
+        lines.append(f"{e.key:<16}{memory:>8}{e.bandwidth_bytes_per_s / 1e9:>7,.0f} GB/s{devices}")
+    return "\n".join(lines)

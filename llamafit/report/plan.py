@@ -1,0 +1,269 @@
+"""`llamafit plan` output: stable JSON and text (MiB only here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..safe_text import printable
+from .check import (
+    config_json,
+    device_json,
+    model_json,
+    notice_line,
+    notices_json,
+    side_models_json,
+)
+from ..machine.devices import DeviceSpec
+from ..facts.hparams import ModelFacts
+from ..findings import SpeedOption, Verdict
+from .layout import command_lines, wrap_text
+from ..fit.explain import PlanResult
+from ..fit.speed import SpeedEstimate
+from ..fit.side_plan import SideCost
+
+SCHEMA = "llamafit.plan/2"
+
+
+def _where(v: Verdict) -> str:
+    on_cpu = v.n_layer - v.n_gpu_layers
+    if v.placement == "cpu":
+        return "everything on the CPU"
+    if v.placement == "all_gpu":
+        return "all layers on the GPU"
+    if v.placement == "experts_on_cpu":
+        return f"{on_cpu} of {v.n_layer} layers and the experts of {v.n_cpu_moe} blocks on the CPU"
+    return f"{on_cpu} of {v.n_layer} layers on the CPU (slower)"
+
+
+def _no_fit_text(v: Verdict) -> str:
+    text = f"does not fit: no configuration fits {v.ctx_min:,} tokens per slot on this machine"
+    if v.cause == "pinned_ngl":
+        text += f", with -ngl {v.pinned_ngl} as pinned and the smallest KV cache"
+    elif v.cause == "offloaded":
+        text += ", even with layers on the CPU and the smallest KV cache"
+    if v.smallest_gpu:
+        text += f"; the smallest GPU that holds {v.ctx_min:,} tokens with q8_0 KV and every layer is {v.smallest_gpu}"
+    return text
+
+
+def verdict_text(v: Verdict) -> str:
+    """The verdict as one sentence (the `Verdict` line of plan and run)."""
+    if not v.fits:
+        return _no_fit_text(v)
+    fa = "on" if v.flash_attn else "off"
+    text = f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV, flash attention {fa}"
+    if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
+        text += " — the trained maximum" if v.trained_max else ""
+    elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
+        text += f"; {v.ctx_wanted:,} would need about {v.more_gpu_mib:,.0f} MiB more GPU memory "
+        blocks = f"{v.blocks_to_cpu} block{'s' if v.blocks_to_cpu != 1 else ''}"
+        text += f"(each block moved to the CPU frees {v.mib_per_layer:,.0f} MiB: about {blocks})"
+    if v.generation_tps is not None:
+        text += "".join(_speed_cost(v.generation_tps[0], o) for o in v.speed_options)
+    if v.smallest_gpu:
+        text += f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is {v.smallest_gpu}"
+    return text
+
+
+def tps_text(x: float) -> str:
+    """Tokens/s for people: one decimal below 10."""
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+
+
+def _speed_cost(now: float, o: SpeedOption) -> str:
+    """One other offload's cost (or gain) in generation speed, each at its full context."""
+    then = o.generation_tps[0]
+    if o.code == "fewer_gpu_layers":
+        trend = "drops" if then < now else "rises"
+        return (f"; -ngl {o.n_gpu_layers} fits {o.ctx_per_slot:,} tokens but generation {trend} from "
+                f"~{tps_text(now)} to ~{tps_text(then)} tokens/s")  # fmt: skip
+    return (f"; all layers on the GPU would generate ~{tps_text(then)} tokens/s (now ~{tps_text(now)}) "
+            f"but fit only {o.ctx_per_slot:,} tokens")  # fmt: skip
+
+
+def _pair(p: tuple[float, float] | None) -> list[float] | None:
+    return None if p is None else [round(p[0], 2), round(p[1], 2)]
+
+
+def verdict_json(v: Verdict) -> dict[str, Any]:
+    """The verdict's values (README: plan --json `verdict`) and its sentence."""
+    flash_attn = None
+    if v.fits:
+        flash_attn = "on" if v.flash_attn else "off"
+    return {
+        "fits": v.fits,
+        "context_per_slot": v.ctx_per_slot,
+        "context_min": v.ctx_min,
+        "context_wanted": v.ctx_wanted,
+        "trained_max": v.trained_max,
+        "placement": v.placement,
+        "n_layer": v.n_layer,
+        "n_gpu_layers": v.n_gpu_layers,
+        "n_cpu_moe": v.n_cpu_moe,
+        "type_k": v.type_k,
+        "type_v": v.type_v,
+        "flash_attn": flash_attn,
+        "more_gpu_mib": v.more_gpu_mib,
+        "blocks_to_cpu": v.blocks_to_cpu,
+        "generation_tps": _pair(v.generation_tps),
+        "speed_options": [{"code": o.code, "n_gpu_layers": o.n_gpu_layers, "context_per_slot": o.ctx_per_slot,
+                           "generation_tps": _pair(o.generation_tps)} for o in v.speed_options],
+        "smallest_gpu": v.smallest_gpu,
+        "cause": v.cause,
+        "pinned_ngl": v.pinned_ngl,
+        "text": verdict_text(v),
+    }
+
+
+def hardware_json(gpus: tuple[DeviceSpec, ...], host: DeviceSpec) -> list[dict[str, Any]]:
+    return [{"name": d.name, "kind": d.kind, "backend": d.backend, "total_bytes": d.total_bytes,
+             "usable_bytes": d.usable_bytes} for d in (*gpus, host)]  # fmt: skip
+
+
+def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]]) -> dict[str, Any]:
+    c = result.choice
+    return {
+        "schema": SCHEMA,
+        "model": model_json(facts),
+        "hardware": hardware,
+        "config": config_json(c.rc) if c else None,
+        "context_per_slot": c.ctx if c else None,
+        "command": argv,
+        "devices": [device_json(d) for d in c.breakdown.devices] if c else [],
+        "fits": c is not None,
+        "tradeoffs": [{"flash_attn": t.flash_attn, "type_k": t.type_k, "type_v": t.type_v,
+                       "n_gpu_layers": t.n_gpu_layers, "n_cpu_moe": t.n_cpu_moe, "max_ctx": t.max_ctx,
+                       "generation_tps": _pair(t.generation_tps)}
+                      for t in result.tradeoffs],
+        "mib_per_1000_tokens": result.mib_per_1000_tokens,
+        "mib_per_layer": result.mib_per_layer,
+        "verdict": verdict_json(result.verdict),
+        "smallest_gpu": result.smallest_gpu,
+        "speed": speed_json(result.speed),
+        "warnings": notices_json(result.warnings),
+        "side_models": side_models_json(c.breakdown) if c else [],
+        "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
+        "side_steps": list(result.side_steps),
+    }
+
+
+_SIDE = {"mmproj": "the projector", "draft": "the draft model", "mtp": "the MTP context"}
+
+
+def side_cost_text(sc: SideCost) -> str:
+    """`the projector costs 3,840 tokens of context (918 MiB)`."""
+    what = f"{_SIDE.get(sc.kind, sc.kind)} ({sc.bytes / 2**20:,.0f} MiB)"
+    if not sc.tokens:
+        return f"{what} costs no context here (the context is at its limit without it too)"
+    return f"{what} costs {sc.tokens:,} tokens of context per slot"
+
+
+def speed_json(est: SpeedEstimate | None) -> dict[str, Any] | None:
+    """`speed`: generation_tps [full context, empty context], prompt_tps (rough), and every input with its source."""
+    if est is None:
+        return None
+    return {
+        "generation_tps": _pair(est.generation_tps),
+        "prompt_tps": None if est.prompt_tps is None else round(est.prompt_tps, 2),
+        "calibrated": est.calibrated,
+        "inputs": {
+            "bytes_per_token": list(est.bytes_per_token),
+            "flops_per_token": est.flops_per_token,
+            "n_ctx_seq": est.n_ctx_seq,
+            "prompt_source": est.prompt_source,
+            "devices": [{"device": d.device, "backend": d.backend, "weight_bytes": d.weight_bytes,
+                         "kv_bytes_empty": d.kv_bytes_empty, "kv_bytes_full": d.kv_bytes_full,
+                         "bandwidth_bytes_per_s": round(d.bandwidth.value), "bandwidth_source": d.bandwidth.source,
+                         "efficiency": d.efficiency, "efficiency_source": d.efficiency_source, "bound": d.bound}
+                        for d in est.devices],
+        },
+    }  # fmt: skip
+
+
+def speed_lines(est: SpeedEstimate | None) -> list[str]:
+    if est is None:
+        return []
+    low, high = est.generation_tps
+    prompt = "" if est.prompt_tps is None else f"; prompt ~{tps_text(est.prompt_tps)} tokens/s (rough)"
+    lines = [f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty context){prompt}"]
+    for d in est.devices:
+        read = f"{(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
+        rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
+        lines.append(f"           {d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
+    if est.calibrated:
+        lines.append(f"           calibrated: {est.calibrated}")
+    return lines
+
+
+def _short(source: str) -> str:
+    return "host probe" if source.startswith("measured by the host probe") else source.removeprefix("catalog: ")
+
+
+def _tps(p: tuple[float, float] | None) -> str:
+    return "-" if p is None else f"{tps_text(p[0])}-{tps_text(p[1])}" if p[1] < 100 else f"{p[0]:,.0f}+"
+
+
+def _hw_line(d: dict[str, Any]) -> str:
+    size = "-" if d["usable_bytes"] is None else f"{d['usable_bytes'] / 2**20:,.0f} MiB usable"
+    return f"{d['name']} ({d['backend']}) {size}"
+
+
+def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
+            device_lines: list[str]) -> str:  # fmt: skip
+    lines = [
+        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
+        "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
+    ]
+    if argv:
+        lines += command_lines("Command", [printable(a) for a in argv])
+    lines += device_lines
+    lines += _tradeoff_lines(result, gpus=any(d["kind"] == "gpu" for d in hardware))
+    per_tokens, per_layer = result.mib_per_1000_tokens, result.mib_per_layer
+    if per_tokens is not None:
+        line = f"Marginal   {per_tokens:,.1f} MiB per 1,000 tokens per slot"
+        if per_layer and per_tokens > 0:
+            tokens = per_layer / per_tokens * 1000
+            line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
+            line += (f"about {tokens:,.0f} tokens" if tokens <= facts.n_ctx_train
+                     else f"more than the trained {facts.n_ctx_train:,} tokens")  # fmt: skip
+        lines.append(line)
+    lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
+    lines += speed_lines(result.speed)
+    lines.append(f"Verdict    {verdict_text(result.verdict)}")
+    lines += [printable(notice_line(w)) for w in result.warnings]
+    return wrap_text("\n".join(lines))
+
+
+def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
+    """The trade-off table: -ngl/cpu-moe columns only with a GPU, tokens/s where bandwidths are known;
+    when every row reaches the same context at the same offload and speed, one row says it for all."""
+    rows = list(result.tradeoffs)
+    speed = any(t.generation_tps for t in rows)  # the column only where bandwidths are known
+    same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx, _tps(t.generation_tps)) for t in rows}) == 1
+    lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
+             f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"
+             + ("  tokens/s" * speed)]  # fmt: skip
+    for t in rows[:1] if same else rows:
+        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
+        offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
+        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}"
+                     + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
+    if same:
+        lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
+    return lines
+
+
+def serving_line(model: str, *, n_ctx: int, n_seq: int, kv_unified: bool, gpu_weights_bytes: int,
+                 cpu_weights_bytes: int, url: str) -> str:  # fmt: skip
+    """`run`'s one line after Ready, like `ollama ps`: model, context and slots, where the weights are, URL."""
+    if n_seq <= 1:
+        ctx = f"{n_ctx:,} tokens, 1 request at a time"
+    elif kv_unified:
+        ctx = f"{n_ctx:,} tokens shared by up to {n_seq} parallel requests"
+    else:
+        ctx = f"{n_seq} slots of {n_ctx // n_seq:,} tokens"
+    total = gpu_weights_bytes + cpu_weights_bytes
+    gpu = round(100 * gpu_weights_bytes / total) if total else 0
+    where = "100% GPU" if gpu == 100 else "100% CPU" if gpu == 0 else f"{gpu}%/{100 - gpu}% GPU/CPU"
+    return f"Serving    {model}, {ctx}, {where}, {url}"

