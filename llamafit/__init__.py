@@ -35,7 +35,6 @@ _API = {
     "MemoryModel": "memory.model",
     "Breakdown": "memory.model",
     "DeviceSpec": "machine.devices",
-    "gpus_from_sizes": "machine.devices",
     "host": "machine.devices",
     "LaunchConfig": "memory.config",
     "with_given": "memory.config",  # a LaunchConfig with values pinned as if given as llama-server flags
@@ -56,7 +55,7 @@ _API = {
 }
 __all__ = [
     "LLAMA_CPP_COMMIT", "__version__", "read_model", "open_model", "build_facts", "ModelFacts", "MemoryModel",
-    "Breakdown", "DeviceSpec", "gpus_from_sizes", "host", "LaunchConfig", "with_given", "resolve", "Target",
+    "Breakdown", "DeviceSpec", "host", "LaunchConfig", "with_given", "resolve", "Target",
     "make_target", "Policy", "Choice", "NoFit", "solve", "plan", "PlanResult", "Verdict", "breakdown_text",
     "verdict_text", "server_argv", "LlamafitError",
 ]  # fmt: skip
@@ -92,7 +91,7 @@ if TYPE_CHECKING:
     from .api import breakdown_text, make_target
     from .server.argv import server_argv
     from .memory.config import LaunchConfig, with_given
-    from .machine.devices import DeviceSpec, gpus_from_sizes, host
+    from .machine.devices import DeviceSpec, host
     from .errors import LlamafitError
     from .facts.hparams import ModelFacts, build_facts
     from .findings import Verdict

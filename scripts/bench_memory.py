@@ -25,14 +25,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from llamafit.memory.config import LaunchConfig  # noqa: E402
-from llamafit.machine.devices import gpus_from_sizes, host  # noqa: E402
+from llamafit.machine.devices import host  # noqa: E402
+from llamafit.machine.hardware import gpu_specs  # noqa: E402  # noqa: E402
 from llamafit.facts.hparams import build_facts  # noqa: E402
 from llamafit.reader.model import read_model  # noqa: E402
 from llamafit.memory.model import MemoryModel  # noqa: E402
 from llamafit.memory.resolve import resolve  # noqa: E402
 
 HOST = host(128 << 30, 96 << 30)
-GPUS = gpus_from_sizes("24GiB,24GiB")
+GPUS = gpu_specs("24GiB,24GiB")
 
 
 def synthetic_100_layers(directory: Path) -> Path:

@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_memory import synthetic_100_layers  # noqa: E402
 
 from llamafit.memory.config import LaunchConfig  # noqa: E402
-from llamafit.machine.devices import gpus_from_sizes, host  # noqa: E402
+from llamafit.machine.devices import host  # noqa: E402
+from llamafit.machine.hardware import gpu_specs  # noqa: E402  # noqa: E402
 from llamafit.facts.hparams import build_facts  # noqa: E402
 from llamafit.reader.model import read_model  # noqa: E402
 from llamafit.memory.model import MemoryModel  # noqa: E402
@@ -50,7 +51,7 @@ def best(fn, repeat: int) -> tuple[float, int]:
 
 
 def bench(path: Path, gpu: str, repeat: int) -> None:
-    target = Target(Counting(build_facts(read_model(path))), "llama-server", None, gpus_from_sizes(gpu),
+    target = Target(Counting(build_facts(read_model(path))), "llama-server", None, gpu_specs(gpu),
                     host(128 << 30, 96 << 30), 1 << 30)  # fmt: skip
     cfg, policy = LaunchConfig(), Policy()
     t_solve, n_solve = best(lambda: solve(target, cfg, policy), repeat)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llamafit.machine.devices import DeviceSpec, gpus_from_sizes, host
+from llamafit.machine.devices import DeviceSpec, host
+from llamafit.machine.hardware import gpu_specs
 from llamafit.facts.hparams import build_facts
 from llamafit.reader.model import read_model
 from llamafit.memory.model import MemoryModel
@@ -28,7 +29,7 @@ def target(path: Path, gpu: str, reserve: int = GIB) -> Target:
     """A llama-server target for the model at `path` on GPUs of these sizes (`24GiB,12GiB`), HOST RAM."""
     if path not in _MODELS:
         _MODELS[path] = MemoryModel(build_facts(read_model(path)))
-    return Target(_MODELS[path], "llama-server", None, gpus_from_sizes(gpu), HOST, reserve)
+    return Target(_MODELS[path], "llama-server", None, gpu_specs(gpu), HOST, reserve)
 
 
 @pytest.fixture

@@ -50,3 +50,24 @@ def test_all_names_resolve_and_import_llamafit_stays_cheap() -> None:
     code = "import sys, llamafit; print(sorted(m for m in sys.modules if m.startswith('llamafit')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "['llamafit']\n"
+
+
+def test_make_target_reads_gpus_the_way_the_gpu_option_does() -> None:
+    """One parser for `--gpu` and the API's GPU string: sizes, catalog names, counts, the same errors."""
+    from llamafit.machine.hardware import device_specs, parse_gpu_option
+
+    facts = lf.build_facts(lf.read_model(QWEN))
+    sized = lf.make_target(facts, "24GiB,12G").gpus
+    assert [(g.name, g.kind, g.backend, g.total_bytes, g.free_bytes) for g in sized] == [
+        ("CUDA0", "gpu", "cuda", 24 << 30, 24 << 30), ("CUDA1", "gpu", "cuda", 12 << 30, 12 << 30)]  # fmt: skip
+    assert [g.name for g in lf.make_target(facts, "8GiB", backend="vulkan").gpus] == ["Vulkan0"]
+    assert lf.make_target(facts, "cpu").gpus == ()
+    assert lf.make_target(facts, "2xrtx4090").gpus == device_specs(parse_gpu_option("2xrtx4090"))
+    for spec, message in [("24", "--gpu 24 has no unit; did you mean 24GiB?"),
+                          ("24GiB", "unknown backend 'cpu'; expected one of cuda, rocm, vulkan, metal")]:  # fmt: skip
+        try:
+            lf.make_target(facts, spec, backend="cpu" if spec == "24GiB" else "cuda")
+        except lf.LlamafitError as e:
+            assert str(e) == message
+        else:
+            raise AssertionError(spec)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from click.testing import CliRunner
 from conftest import DENSE, NEW_HELP, NEW_VERSION, fake_server
@@ -66,3 +69,24 @@ def test_json_needs_dry_run(tmp_path: Path) -> None:
     result = run("--gpu", "cpu", "--json", "--server", str(server))
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == "Error: --json needs --dry-run (a running server prints its progress as text)\n"
+
+
+@pytest.mark.parametrize("mode", [["--dry-run"], ["--port", "18901"]])
+def test_run_solves_the_plan_once(mode: list[str], tmp_path: Path, fixed_host, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--dry-run, and a launch (the stand-in server exits at once, so there is no out-of-memory retry)."""
+    from llamafit.fit import explain
+
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return solve(*args, **kwargs)
+
+    solve = explain.solve
+    monkeypatch.setattr(explain, "solve", counted)
+    server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
+    result = run("--gpu", "8GiB", "--server", str(server), "--ctx", "4096", *mode)
+    assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
+    assert len(calls) == 1
+    last_call = (tmp_path / "bin" / "calls.log").read_text().splitlines()[-1]
+    assert last_call == ("--help" if mode == ["--dry-run"] else "-m")  # the launch started the stand-in

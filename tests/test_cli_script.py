@@ -74,3 +74,15 @@ def test_nothing_fits_exits_1_like_plan_and_writes_nothing(tmp_path: Path, monke
     assert (result.exit_code, planned.exit_code) == (1, 1)
     assert (result.stdout, result.stderr) == ("", planned.stdout)
     assert not out.exists()
+
+
+def test_guard_ladder_holds_the_need_of_each_gpu() -> None:
+    result = invoke("script", str(QWEN), "--gpu", "12GiB,12GiB", "--guard")
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.stdout.splitlines() if "LLAMAFIT_CTX=" in line and "llamafit_short" in line] == [
+        "  if [ -z \"$(llamafit_short '12179 12161')\" ]; then LLAMAFIT_CTX=32768",
+        "  elif [ -z \"$(llamafit_short '11702 11710')\" ]; then LLAMAFIT_CTX=24576",
+        "  elif [ -z \"$(llamafit_short '11237 11271')\" ]; then LLAMAFIT_CTX=16384",
+        "  elif [ -z \"$(llamafit_short '10792 10852')\" ]; then LLAMAFIT_CTX=8192",
+        "  elif [ -z \"$(llamafit_short '10569 10642')\" ]; then LLAMAFIT_CTX=4096",
+    ]

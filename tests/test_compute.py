@@ -18,7 +18,7 @@ from conftest import FIXTURES, ROOT
 
 from llamafit.memory.compute import ComputeSettings, compute_for_devices, fa_f16_extra, input_bytes, predict_compute
 from llamafit.memory.config import LaunchConfig
-from llamafit.machine.devices import gpus_from_sizes
+from llamafit.machine.hardware import gpu_specs
 from llamafit.facts.hparams import ModelFacts, build_facts
 from llamafit.reader.model import read_model
 from llamafit.memory.kv import swa_cells
@@ -167,11 +167,11 @@ def test_compute_for_devices_follows_the_layer_map() -> None:
     rc = resolve(LaunchConfig(n_ctx=4096, flash_attn="on"), f)  # llama-server: 4 slots, unified, 4 outputs
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True)
     assert compute_for_devices(f, rc, layer_map(f.n_layer_all, 0, ()), []) == {CPU: predict_compute(f, s).device}
-    full = compute_for_devices(f, rc, layer_map(f.n_layer_all, f.n_layer_all + 1, (1.0,)), gpus_from_sizes("8GiB"))
+    full = compute_for_devices(f, rc, layer_map(f.n_layer_all, f.n_layer_all + 1, (1.0,)), gpu_specs("8GiB"))
     gpu = predict_compute(f, dataclasses.replace(s, backend="cuda"))
     assert full == {0: gpu.device, CPU: gpu.host}
     # -ngl 3: the output layer and blocks 2-3 on the GPU, blocks 0-1 (and the inputs) on the CPU
-    part = compute_for_devices(f, rc, layer_map(f.n_layer_all, 3, (1.0,)), gpus_from_sizes("8GiB"))
+    part = compute_for_devices(f, rc, layer_map(f.n_layer_all, 3, (1.0,)), gpu_specs("8GiB"))
     on_gpu = dataclasses.replace(s, backend="cuda", layers=(2, 3))
     on_cpu = dataclasses.replace(s, layers=(0, 1), holds_output=False)
     assert part == {0: predict_compute(f, on_gpu).device, CPU: predict_compute(f, on_cpu).device}
@@ -226,7 +226,7 @@ def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
 
     f = _facts(str(FIXTURES / "dense-llama.gguf"))
     rc = resolve(LaunchConfig(n_ctx=4096), f)
-    two = gpus_from_sizes("8GiB,8GiB")
+    two = gpu_specs("8GiB,8GiB")
     lmap = layer_map(f.n_layer_all, f.n_layer_all + 1, (0.5, 1.0))
     pp = compute_for_devices(f, rc, lmap, two)
     no_pp = compute_for_devices(f, dataclasses.replace(rc, n_cpu_moe=1), lmap, two)

@@ -41,7 +41,7 @@ SPEC = LaunchSpec(
     predicted_mib=(("CUDA0", 20000),),
     llama_build="b1234",
     n_ctx=32768,
-    ladder=((32768, 20000), (16384, 15000), (4096, 9000)),
+    ladder=((32768, (20000,)), (16384, (15000,)), (4096, (9000,))),
 )  # fmt: skip
 
 ARGS = """\
@@ -161,8 +161,8 @@ def test_exact_text_for_a_simple_plan(kind: str) -> None:
 def test_guard_text_replaces_only_the_context() -> None:
     guarded = render_sh(SPEC, guard=True)
     assert '  -c "$LLAMAFIT_CTX" \\\n' in guarded
-    assert '  if [ "$llamafit_free" -ge 20000 ]; then LLAMAFIT_CTX=32768\n' in guarded
-    assert '  elif [ "$llamafit_free" -ge 9000 ]; then LLAMAFIT_CTX=4096\n' in guarded
+    assert '  if [ -z "$(llamafit_short 20000)" ]; then LLAMAFIT_CTX=32768\n' in guarded
+    assert '  elif [ -z "$(llamafit_short 9000)" ]; then LLAMAFIT_CTX=4096\n' in guarded
     assert guarded.replace('-c "$LLAMAFIT_CTX"', "-c 32768").endswith(SH_TEXT.split("\n\n", 2)[2])
     assert render("sh", SPEC, guard=True) == guarded
 
@@ -186,7 +186,8 @@ def test_a_line_break_or_nul_is_refused(bad: str) -> None:
 @pytest.mark.parametrize(
     "changes",
     [{"argv": ()}, {"port": 0}, {"port": 65536}, {"env": (("1X", "a"),)}, {"env": (("A B", "a"),)},
-     {"ladder": ((0, 10),)}],
+     {"ladder": ((0, (10,)),)}, {"ladder": ((10, ()),)}, {"ladder": ((10, (-1,)),)},
+     {"ladder": ((20, (10, 10)), (10, (10,)))}],
 )  # fmt: skip
 def test_an_unusable_spec_is_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError):
@@ -274,7 +275,7 @@ def fake_nvidia_smi(folder: Path, output: str) -> Path:
 
 @pytest.mark.parametrize(
     ("free", "context"),
-    [("80000\\n", 32768), ("20000\\n", 32768), ("19999\\n", 16384), ("8000\\n8000\\n", 16384),
+    [("80000\\n", 32768), ("20000\\n", 32768), ("19999\\n", 16384),
      ("9000\\n", 4096), ("  12000\\n", 4096)],
 )  # fmt: skip
 def test_guard_steps_down_the_ladder(free: str, context: int, server: tuple[str, Path], tmp_path: Path) -> None:
@@ -295,14 +296,52 @@ def _with_ctx(argv: tuple[str, ...], context: int) -> tuple[str, ...]:
     return (*argv[: i + 1], str(context), *argv[i + 2 :])
 
 
-def test_guard_sums_all_gpus_without_cuda_visible_devices(server: tuple[str, Path], tmp_path: Path) -> None:
+TWO_GPUS = ((32768, (12000, 8000)), (16384, (9000, 6000)), (4096, (5000, 4000)))
+
+
+@pytest.mark.parametrize(
+    ("free", "context"),
+    [("12000\\n8000\\n", 32768), ("20000\\n7999\\n", 16384), ("8999\\n20000\\n", 4096), ("5000\\n4000\\n", 4096)],
+)  # fmt: skip
+def test_guard_checks_each_gpu(free: str, context: int, server: tuple[str, Path], tmp_path: Path) -> None:
+    """The second and third readings total more than the 20000 MiB the planned context needs, but one GPU is short."""
     program, record = server
-    spec = replace(spec_for(MODEL, program), env=())
-    tools = fake_nvidia_smi(tmp_path / "tools", "10000\\n6000\\n")
+    spec = replace(spec_for(MODEL, program), env=(), ladder=TWO_GPUS)
+    tools = fake_nvidia_smi(tmp_path / "tools", free)
     done = sh_run(render_sh(spec, guard=True), tmp_path, path=f"{tools}:{os.environ['PATH']}")
     assert done.returncode == 0, done.stderr
-    assert "16384" in recorded(record)["argv"]  # type: ignore[operator]
+    assert recorded(record)["argv"] == list(launch_argv(replace(spec, argv=_with_ctx(spec.argv, context)))[1:])
     assert "--id" not in (tools / "args").read_text()
+
+
+@pytest.mark.parametrize(
+    ("free", "short"),
+    [("30000\\n3999\\n", "CUDA1 has 3999 MiB free, needs 4000 MiB"),
+     ("4999\\n30000\\n", "CUDA0 has 4999 MiB free, needs 5000 MiB")],
+)  # fmt: skip
+def test_guard_names_the_short_gpu(free: str, short: str, server: tuple[str, Path], tmp_path: Path) -> None:
+    program, record = server
+    spec = replace(spec_for(MODEL, program), ladder=TWO_GPUS)
+    tools = fake_nvidia_smi(tmp_path / "tools", free)
+    done = sh_run(render_sh(spec, guard=True), tmp_path, path=f"{tools}:{os.environ['PATH']}")
+    assert done.returncode == 1
+    assert done.stderr == f"llamafit: context 4096 does not fit: {short}\n"
+    assert not record.exists()
+
+
+@pytest.mark.parametrize("free", ["30000\\n", "30000\\n30000\\n30000\\n"])
+def test_guard_keeps_the_planned_context_when_the_gpus_differ_from_the_plan(
+    free: str, server: tuple[str, Path], tmp_path: Path
+) -> None:
+    program, record = server
+    spec = replace(spec_for(MODEL, program), ladder=TWO_GPUS)
+    tools = fake_nvidia_smi(tmp_path / "tools", free)
+    done = sh_run(render_sh(spec, guard=True), tmp_path, path=f"{tools}:{os.environ['PATH']}")
+    assert done.returncode == 0, done.stderr
+    assert recorded(record)["argv"] == list(launch_argv(spec)[1:])
+    count = free.count("\\n")
+    expected = f"llamafit: nvidia-smi lists {count} GPUs, the plan has 2; keeping the planned context 32768\n"
+    assert done.stderr == expected
 
 
 def test_guard_exits_1_when_nothing_fits(server: tuple[str, Path], tmp_path: Path) -> None:
@@ -310,7 +349,7 @@ def test_guard_exits_1_when_nothing_fits(server: tuple[str, Path], tmp_path: Pat
     tools = fake_nvidia_smi(tmp_path / "tools", "8999\\n")
     done = sh_run(render_sh(spec_for(MODEL, program), guard=True), tmp_path, path=f"{tools}:{os.environ['PATH']}")
     assert done.returncode == 1
-    assert done.stderr == "llamafit: 8999 MiB of GPU memory free, but context 4096 needs 9000 MiB\n"
+    assert done.stderr == "llamafit: context 4096 does not fit: CUDA0 has 8999 MiB free, needs 9000 MiB\n"
     assert not record.exists()
 
 

@@ -8,7 +8,8 @@ import pytest
 from conftest import FIXTURES
 
 from llamafit.memory.config import LaunchConfig
-from llamafit.machine.devices import DeviceSpec, gpus_from_sizes, host
+from llamafit.machine.devices import DeviceSpec, host
+from llamafit.machine.hardware import gpu_specs
 from llamafit.facts.hparams import build_facts
 from llamafit.reader.model import read_model
 from llamafit.memory.model import MemoryModel
@@ -18,8 +19,8 @@ from llamafit.memory.resolve import ConfigError, resolve
 
 GIB = 1 << 30
 HOST = host(64 * GIB, 48 * GIB)
-ONE_GPU = gpus_from_sizes("24GiB")
-TWO_GPUS = gpus_from_sizes("24GiB,24GiB")
+ONE_GPU = gpu_specs("24GiB")
+TWO_GPUS = gpu_specs("24GiB,24GiB")
 SERVER = LaunchConfig()
 
 

@@ -22,15 +22,15 @@ from ..units import MIB
 LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
 
 
-def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, int], ...]:
-    """(per-slot context, MiB needed on the GPUs together) from the chosen context down, for --guard."""
-    rungs: list[tuple[int, int]] = []
+def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(context, MiB needed on each GPU in the plan's device order) from the chosen context down, for --guard."""
+    rungs: list[tuple[int, tuple[int, ...]]] = []
     for f in LADDER_STEPS:
         ctx = max(STEP, int(choice.ctx * f) // STEP * STEP)
         evaluated = p.target.evaluate(replace(choice.cfg, n_ctx=ctx * choice.rc.n_stream))
-        if evaluated and (not rungs or ctx < rungs[-1][0]):
-            gpu_bytes = sum(d.used_bytes for d in evaluated[1].devices if d.kind == "gpu")
-            rungs.append((ctx * choice.rc.n_stream, gpu_bytes // MIB))
+        if evaluated and (not rungs or ctx * choice.rc.n_stream < rungs[-1][0]):
+            need = tuple(-(-d.used_bytes // MIB) for d in evaluated[1].devices if d.kind == "gpu")
+            rungs.append((ctx * choice.rc.n_stream, need))
     return tuple(rungs)
 
 

@@ -55,19 +55,6 @@ def parse_size(text: str) -> int:
     return int(float(digits) * _UNITS[unit])
 
 
-def gpus_from_sizes(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
-    """`--gpu 24GiB,12GiB` → CUDA0, CUDA1 (or the backend's names); `cpu` → no GPU."""
-    if spec.strip().lower() == "cpu":
-        return ()
-    if backend not in BACKEND_DEVICE_PREFIX or backend == "cpu":
-        raise InputError(f"unknown backend '{backend}'; expected one of cuda, rocm, vulkan, metal")
-    sizes = [parse_size(part) for part in spec.split(",") if part.strip()]
-    if not sizes:
-        raise InputError("--gpu needs at least one size, e.g. --gpu 24GiB")
-    prefix = BACKEND_DEVICE_PREFIX[backend]
-    return tuple(DeviceSpec(f"{prefix}{i}", "gpu", backend, size, size) for i, size in enumerate(sizes))
-
-
 def host(total_bytes: int | None, available_bytes: int | None) -> DeviceSpec:
     return DeviceSpec("CPU", "host", "cpu", total_bytes, available_bytes)
 

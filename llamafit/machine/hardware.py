@@ -404,6 +404,11 @@ def device_specs(gpus: Sequence[GPUInfo], use: str = "free") -> tuple[DeviceSpec
     return tuple(replace(g.spec, free_bytes=g.spec.total_bytes) for g in gpus)
 
 
+def gpu_specs(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
+    """The devices a `--gpu` value gives (each GPU's free memory), e.g. `24GiB,12GiB` → CUDA0, CUDA1."""
+    return device_specs(parse_gpu_option(spec, backend=backend))
+
+
 RpcQuery = Callable[[Sequence[str]], "dict[str, tuple[int, int]]"]
 
 

@@ -50,7 +50,8 @@ class LaunchSpec:
     predicted_mib: tuple[tuple[str, int], ...] = ()  # device name -> MiB
     llama_build: str | None = None
     n_ctx: int
-    ladder: tuple[tuple[int, int], ...] = ()  # (context, MiB of GPU memory needed), for the sh guard
+    # (context, MiB needed on each GPU of the plan, CUDA0 first), for the sh guard
+    ladder: tuple[tuple[int, tuple[int, ...]], ...] = ()
     backend: str = "cuda"  # the GPUs' backend, or cpu: picks the docker image
 
     def __post_init__(self) -> None:
@@ -62,8 +63,8 @@ class LaunchSpec:
             if not _ENV_NAME.fullmatch(name):
                 raise InputError(f"{name!r} is not an environment variable name")
         for context, mib in self.ladder:
-            if context <= 0 or mib < 0:
-                raise InputError(f"context ladder rung ({context}, {mib} MiB) is not a context and a size")
+            if context <= 0 or not mib or min(mib) < 0 or len(mib) != len(self.ladder[0][1]):
+                raise InputError(f"context ladder rung ({context}, {mib} MiB) is not a context and a size per GPU")
         for text in _texts(self):
             if any(ch in text for ch in _BREAKS):
                 raise InputError(f"{text!r}: a newline or NUL cannot be written into a launch config")
@@ -156,17 +157,24 @@ if [ -z "${{LLAMAFIT_HOST:-}}" ]; then LLAMAFIT_HOST={host}; fi
 if [ -z "${{LLAMAFIT_PORT:-}}" ]; then LLAMAFIT_PORT={port}; fi
 """
 
-# The ladder's MiB are the plan's total over its GPUs, so the guard sums free memory over the GPUs
-# the server sees: nvidia-smi --id takes CUDA_VISIBLE_DEVICES's indices or UUIDs (nvidia-smi numbers
-# GPUs in PCI order, as CUDA does with CUDA_DEVICE_ORDER=PCI_BUS_ID).
+# The ladder's MiB are per GPU, in the plan's order (CUDA0, CUDA1, …: CUDA_VISIBLE_DEVICES's order), so
+# the guard reads one free figure per GPU the server sees: nvidia-smi --id takes CUDA_VISIBLE_DEVICES's
+# indices or UUIDs and prints them in its own order (PCI order, as CUDA does with
+# CUDA_DEVICE_ORDER=PCI_BUS_ID). A rung fits only when every GPU has its share free.
 _SH_GUARD = """
-# Guard: the largest planned context whose memory fits the free GPU memory (summed over the GPUs
-# of CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists). Once the server is up, prove it survives
+# Guard: the largest planned context whose memory fits the free memory of every GPU (those of
+# CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists). Once the server is up, prove it survives
 # a full context: llamafit check --verify http://HOST:PORT (README: "verified").
 llamafit_free_mib() {{
   if [ -n "${{CUDA_VISIBLE_DEVICES:-}}" ]; then set -- "--id=$CUDA_VISIBLE_DEVICES"; fi
   nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits "$@" 2>/dev/null |
-    awk '$1 ~ /^[0-9]+$/ {{ s += $1; n++ }} END {{ if (n) print s }}'
+    awk 'NF == 0 {{ next }} $1 !~ /^[0-9]+$/ {{ bad = 1 }} {{ s = s (n++ ? " " : "") $1 }}
+      END {{ if (n && !bad) print s }}'
+}}
+llamafit_short() {{  # the first GPU with less free memory than its need in $1 (MiB per GPU), or nothing
+  echo "$llamafit_free" | awk -v need="$1" '{{ n = split(need, w, " ")
+    for (i = 1; i <= n; i++) if ($i + 0 < w[i] + 0) {{
+      print "CUDA" i - 1 " has " $i " MiB free, needs " w[i] " MiB"; exit }} }}'
 }}
 LLAMAFIT_CTX={planned}
 llamafit_free=
@@ -174,6 +182,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   llamafit_free=$(llamafit_free_mib)
   if [ -z "$llamafit_free" ]; then
     echo "llamafit: nvidia-smi gave no free memory figure; keeping the planned context {planned}" >&2
+  elif llamafit_n=$(echo "$llamafit_free" | awk '{{ print NF }}') && [ "$llamafit_n" -ne {n_gpus} ]; then
+    llamafit_n="nvidia-smi lists $llamafit_n GPUs, the plan has {n_gpus}"
+    echo "llamafit: $llamafit_n; keeping the planned context {planned}" >&2
+    llamafit_free=
   fi
 else
   echo "llamafit: nvidia-smi not found; keeping the planned context {planned}" >&2
@@ -181,7 +193,7 @@ fi
 if [ -n "$llamafit_free" ]; then
 {rungs}
   else
-    echo "llamafit: $llamafit_free MiB of GPU memory free, but context {ctx} needs {mib} MiB" >&2
+    echo "llamafit: context {ctx} does not fit: $(llamafit_short "{mib}")" >&2
     exit 1
   fi
 fi
@@ -196,13 +208,13 @@ def _guard(spec: LaunchSpec, groups: list[Group]) -> str:
     if not planned[-1].isdigit():
         raise InputError(f"-c {planned[-1]!r} is not a context size the guard can step down from")
     _set_value(groups, _CTX, _Raw('"$LLAMAFIT_CTX"'))
-    ladder = sorted(spec.ladder, reverse=True)
+    ladder = [(ctx, " ".join(map(str, mib))) for ctx, mib in sorted(spec.ladder, reverse=True)]
     rungs = "\n".join(
-        f'  {"elif" if i else "if"} [ "$llamafit_free" -ge {mib} ]; then LLAMAFIT_CTX={ctx}'
+        f'  {"elif" if i else "if"} [ -z "$(llamafit_short {shlex.quote(mib)})" ]; then LLAMAFIT_CTX={ctx}'
         for i, (ctx, mib) in enumerate(ladder)
     )
     ctx, mib = ladder[-1]
-    return _SH_GUARD.format(planned=int(planned[-1]), rungs=rungs, ctx=ctx, mib=mib)
+    return _SH_GUARD.format(planned=int(planned[-1]), rungs=rungs, ctx=ctx, mib=mib, n_gpus=len(spec.ladder[0][1]))
 
 
 def render_sh(spec: LaunchSpec, *, guard: bool = False) -> str:
