@@ -21,7 +21,7 @@ def _pad(n: int) -> int:
 
 def write_gemma3_projector(path: Path, *, projection_dim: int, n_layer: int = 27, n_embd: int = 1152,
                            n_ff: int = 4304, n_head: int = 16, image_size: int = 896,
-                           patch_size: int = 14) -> Path:  # fmt: skip
+                           patch_size: int = 14, f32_tensors: tuple[str, ...] = ()) -> Path:  # fmt: skip
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_string("general.name", "gemma-3 siglip projector (zeros)")
     w.add_uint32("general.file_type", 1)
@@ -43,6 +43,7 @@ def write_gemma3_projector(path: Path, *, projection_dim: int, n_layer: int = 27
 
     def tensor(name: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType = F16) -> None:
         nonlocal total
+        qtype = F32 if name in f32_tensors else qtype  # converters keep some tensors F32 (see the mmproj corpus)
         nbytes = int(np.prod(shape)) * (2 if qtype == F16 else 4)
         w.add_tensor_info(name, shape, np.dtype(np.float16 if qtype == F16 else np.float32), nbytes, raw_dtype=qtype)
         total += _pad(nbytes)
@@ -73,3 +74,38 @@ def write_gemma3_projector(path: Path, *, projection_dim: int, n_layer: int = 27
     header = os.path.getsize(path)
     os.truncate(path, _pad(header) + total)
     return path
+
+
+MMPROJ_CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "calibration" / "mmproj-corpus.jsonl"
+
+
+def mmproj_corpus_rows() -> list[dict]:
+    """The public logs of fixtures/calibration/mmproj-corpus.jsonl, one dict a row."""
+    import json
+
+    return [json.loads(line) for line in MMPROJ_CORPUS.read_text().splitlines() if line.strip()]
+
+
+def predict_mmproj_row(row: dict, tmp_dir: Path) -> dict[str, dict[str, float]]:
+    """Rebuild a row's projector (write_gemma3_projector at the logged shape) and llamafit's
+    prediction in MiB: {"weights": {device: MiB}, "compute": {device: MiB, "CPU": host input}}."""
+    from llamafit.fetch.model_source import open_model
+    from llamafit.memory.projector import encoder_compute, encoder_host_input, projector_facts
+
+    s, st = row["projector"], row["settings"]
+    if s["projector_type"] != "gemma3":
+        raise NotImplementedError(f"no writer for projector type {s['projector_type']}")
+    path = write_gemma3_projector(
+        tmp_dir / f"{row['id']}.gguf", projection_dim=s["projection_dim"], n_layer=s["n_layer"], n_embd=s["n_embd"],
+        n_ff=s["n_ff"], n_head=s["n_head"], image_size=s["image_size"], patch_size=s["patch_size"],
+        f32_tensors=tuple(s.get("f32_tensors", ())))  # fmt: skip
+    m = open_model(str(path), {})
+    p = projector_facts(m.path, m.metadata, m.tensors)
+    assert p.n_tensors == s["n_tensors"]
+    on_gpu = st["mmproj_offload"] and bool(row["gpus"])
+    dev = row["gpus"][0] if on_gpu else "CPU"
+    px, mib = st["warmup_image_px"], 1024 * 1024
+    compute = {dev: encoder_compute(p, image_px=px, flash_attn=st["flash_attn"], gpu=on_gpu) / mib}
+    if on_gpu:
+        compute["CPU"] = encoder_host_input(p, image_px=px) / mib
+    return {"weights": {dev: p.weights_bytes / mib}, "compute": compute}

@@ -1,0 +1,34 @@
+"""The projector (mmproj) model against public llama.cpp logs (fixtures/calibration/mmproj-corpus.jsonl).
+
+Each row is one public log with the projector's shape (load_hparams) and the buffers it printed
+(load_hparams: model size, alloc_compute_meta: <dev> compute buffer size); the projector is rebuilt
+at that shape (tests/projector_files.py) and its weights (within 0.5 %) and encoder compute per device
+(within 20 %) are compared with the log's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from projector_files import mmproj_corpus_rows, predict_mmproj_row
+
+ROWS = mmproj_corpus_rows()
+WEIGHTS_TOL, COMPUTE_TOL = 0.005, 0.20
+
+
+def test_corpus_rows_cite_a_public_log() -> None:
+    assert ROWS and len({r["id"] for r in ROWS}) == len(ROWS)
+    for r in ROWS:
+        assert r["url"].startswith("https://github.com/")
+        assert r["measured"]["weights"] and r["measured"]["compute"]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
+def test_projector_against_public_log(row: dict, tmp_path: Path) -> None:
+    pred = predict_mmproj_row(row, tmp_path)
+    for kind, tol in (("weights", WEIGHTS_TOL), ("compute", COMPUTE_TOL)):
+        logged = row["measured"][kind]
+        assert set(pred[kind]) == set(logged), kind
+        for dev, mib in logged.items():
+            assert pred[kind][dev] == pytest.approx(mib, rel=tol), (kind, dev)
