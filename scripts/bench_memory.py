@@ -168,14 +168,14 @@ def mmproj_corpus() -> None:
     """Projectors against public logs (fixtures/calibration/mmproj-corpus.jsonl): every row and buffer."""
     from projector_files import mmproj_corpus_rows, predict_mmproj_row
 
-    print(f"\n{'mmproj public log':<40}{'buffer':<9}{'device':<8}{'logged':>9}{'llamafit':>10}{'err':>8}")
+    print(f"\n{'mmproj public log':<46}{'buffer':<9}{'device':<8}{'logged':>9}{'llamafit':>10}{'err':>8}")
     with tempfile.TemporaryDirectory() as d:
         for row in mmproj_corpus_rows():
             pred = predict_mmproj_row(row, Path(d))
             for kind, logged in row["measured"].items():
                 for dev, mib in logged.items():
                     got = pred[kind].get(dev, 0.0)
-                    print(f"{row['id']:<40}{kind:<9}{dev:<8}{mib:>9.2f}{got:>10.2f}{(got - mib) / mib:>8.1%}")
+                    print(f"{row['id']:<46}{kind:<9}{dev:<8}{mib:>9.2f}{got:>10.2f}{(got - mib) / mib:>8.1%}")
 
 
 def side_accuracy() -> None:

