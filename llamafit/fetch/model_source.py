@@ -181,14 +181,16 @@ class _Remote:
     validator: str | None
 
 
-class _Recorder:
-    """An HttpRangeSource that keeps what it read, to cache the header afterwards."""
+class RecordingSource:
+    """A byte source that keeps what the parser read, to cache the header prefix afterwards
+    (remote reads here, local files in fetch.local_headers). It passes on the source's first
+    window (the reader's first read size) where the source has one."""
 
-    def __init__(self, src: HttpRangeSource, validator: str | None) -> None:
+    def __init__(self, src: ByteSource) -> None:
         self.src = src
         self.name = src.name
-        self.first_window = src.first_window
-        self.validator = validator
+        if (window := getattr(src, "first_window", None)) is not None:
+            self.first_window = window
         self.chunks: list[tuple[int, bytes]] = []
 
     @property
@@ -200,12 +202,16 @@ class _Recorder:
         self.chunks.append((offset, data))
         return data
 
+    def close(self) -> None:
+        if (close := getattr(self.src, "close", None)) is not None:
+            close()
 
-class _CachedSource(BytesSource):
+
+class CachedSource(BytesSource):
     """A cached header prefix that reports the whole file's size."""
 
-    def __init__(self, entry: CachedHeader) -> None:
-        super().__init__(entry.prefix, entry.url)
+    def __init__(self, entry: CachedHeader, name: str | None = None) -> None:
+        super().__init__(entry.prefix, entry.url if name is None else name)
         self._total = entry.size
 
     @property
@@ -218,11 +224,11 @@ def _read_remote(
 ) -> GGUFModel:
     """read_model over remote shards: each from the cache when its validator matches (or the
     network is out), else over HTTP; fetched headers are cached afterwards."""
-    recorders: dict[str, _Recorder] = {}
+    recorders: dict[str, tuple[RecordingSource, HttpRangeSource, str | None]] = {}
 
     def report(_: int) -> None:
         if progress:
-            progress(sum(r.src.bytes_transferred for r in recorders.values()))
+            progress(sum(http.bytes_transferred for _, http, _ in recorders.values()))
 
     def open_source(name: str) -> ByteSource:
         cached = load_header(name)
@@ -231,17 +237,18 @@ def _read_remote(
         except RemoteUnreachable:
             if cached is None:
                 raise
-            return _CachedSource(cached)
+            return CachedSource(cached)
         if cached and remote.validator is not None and remote.validator == cached.validator:
-            return _CachedSource(cached)
+            return CachedSource(cached)
         src = HttpRangeSource(remote.url, name=name, headers=remote.headers, timeout=timeout, progress=report)
-        recorders[name] = _Recorder(src, remote.validator)
-        return recorders[name]
+        recorders[name] = (RecordingSource(src), src, remote.validator)
+        return recorders[name][0]
 
     model = read_model(first, open_source)
     for shard in model.shards:
-        if rec := recorders.get(shard.path):
-            validator = rec.validator or rec.src.validator
+        if shard.path in recorders:
+            rec, http, given = recorders[shard.path]
+            validator = given or http.validator
             prefix = header_prefix(rec.chunks, min(shard.data_offset, shard.file_size))
             save_header(CachedHeader(shard.path, validator, shard.file_size, prefix))
     return model
