@@ -79,17 +79,113 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
 ) -> None:
     from llamafit.machine import host_probe
 
-    calls = []
-    monkeypatch.setattr(host_probe, "measure_bandwidth", lambda n=None: calls.append("bw") or 12e9)
+    calls: list[object] = []
+    monkeypatch.setattr(host_probe.os, "cpu_count", lambda: 3)
+    monkeypatch.setattr(host_probe, "measure_bandwidth", lambda n=None: calls.append(n) or 4e9 * n)
     monkeypatch.setattr(host_probe, "measure_flops", lambda: calls.append("flops") or 34e9)
-    bw, flops = host_probe.host_rates({}, tmp_path)
-    assert (bw.value, flops.value, calls) == (12e9, 34e9, ["bw", "flops"])
-    assert host_probe.host_rates({}, tmp_path)[0].value == 12e9 and len(calls) == 2  # cached
-    for junk in ("[1, 2]", '{"schema": "llamafit.host-probe/1", "bandwidth_bytes_per_s": "x"}', "\x00" * 5000):
-        (tmp_path / "host-probe.json").write_text(junk)
+    rates = host_probe.host_rates({}, tmp_path)
+    src = rates.bandwidth.source
+    assert src.startswith("measured by the host probe (")
+    assert rates == host_probe.HostRates(Rate(12e9, src), Rate(34e9, src), ((1, 4e9), (2, 8e9), (3, 12e9)), 3)
+    assert calls == [1, 2, 3, "flops"]
+    assert host_probe.host_rates({}, tmp_path) == rates and len(calls) == 4  # cached
+    record = json.loads((tmp_path / "host-probe.json").read_text())
+    assert record["bandwidth_by_threads"] == [[1, 4e9], [2, 8e9], [3, 12e9]] and record["flops_threads"] == 3
+    good = dict(record)
+    junk = ["[1, 2]", '{"schema": "llamafit.host-probe/1", "bandwidth_bytes_per_s": "x"}', "\x00" * 20000,
+            json.dumps({**good, "schema": "llamafit.host-probe/1"}),  # the one-figure probe of earlier versions
+            json.dumps({**good, "bandwidth_by_threads": [[2, 8e9], [1, 4e9]]}),  # not ascending
+            json.dumps({**good, "bandwidth_by_threads": []}),
+            json.dumps({**good, "bandwidth_by_threads": [[1, "fast"]]}),
+            json.dumps({**good, "bandwidth_by_threads": [[True, 4e9]]}),
+            json.dumps({**good, "flops_threads": 0})]  # fmt: skip
+    for text in junk:
+        (tmp_path / "host-probe.json").write_text(text)
         host_probe.host_rates({}, tmp_path)
-    assert len(calls) == 8  # each junk cache measured again, never trusted
+    assert len(calls) == 4 + 4 * len(junk)  # each junk cache measured again, never trusted
     env = {"LLAMAFIT_HOST_BANDWIDTH": "51.2e9", "LLAMAFIT_HOST_FLOPS": "1e12"}
-    bw, flops = host_probe.host_rates(env, tmp_path)
-    assert (bw, flops) == (Rate(51.2e9, "$LLAMAFIT_HOST_BANDWIDTH"), Rate(1e12, "$LLAMAFIT_HOST_FLOPS"))
+    assert host_probe.host_rates(env, tmp_path) == host_probe.HostRates(
+        Rate(51.2e9, "$LLAMAFIT_HOST_BANDWIDTH"), Rate(1e12, "$LLAMAFIT_HOST_FLOPS"))
+    only_bw = host_probe.host_rates({"LLAMAFIT_HOST_BANDWIDTH": "51.2e9"}, tmp_path)
+    assert (only_bw.bandwidth.value, only_bw.bandwidth_by_threads, only_bw.flops.value, only_bw.flops_threads) == (
+        51.2e9, (), 34e9, 3)  # a given bandwidth holds at every thread count
     assert json.loads((tmp_path / "host-probe.json").read_text())["bandwidth_bytes_per_s"] == 12e9
+
+
+@pytest.mark.parametrize("n_cpu, counts", [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (8, [1, 2, 4, 8]),
+                                           (12, [1, 2, 4, 8, 12]), (0, [1])])  # fmt: skip
+def test_probe_thread_counts(n_cpu: int, counts: list[int]) -> None:
+    from llamafit.machine.host_probe import thread_counts
+
+    assert thread_counts(n_cpu) == counts
+
+
+CURVE = ((1, 6e9), (2, 10e9), (4, 14e9))
+
+
+@pytest.mark.parametrize("threads, expected", [(1, 6e9), (2, 10e9), (3, 12e9), (4, 14e9), (16, 14e9), (0, 6e9)])
+def test_bandwidth_at_a_thread_count(threads: int, expected: float) -> None:
+    from llamafit.fit.speed import bandwidth_at
+
+    assert bandwidth_at(CURVE, threads) == expected
+    assert bandwidth_at(tuple(reversed(CURVE)), threads) == expected  # order does not matter
+
+
+@pytest.mark.parametrize("n_threads, curve, bw, flops, bw_source, flops_source", [
+    (1, CURVE, 6e9, 10e9, "probe, 1 thread", "probe, x 1/4 threads"),
+    (3, CURVE, 12e9, 30e9, "probe, 3 threads", "probe, x 3/4 threads"),
+    (4, CURVE, 14e9, 40e9, "probe, 4 threads", "probe"),
+    (8, CURVE, 14e9, 40e9, "probe, 8 threads", "probe, x 4/4 threads"),  # no more cores than measured
+    (0, CURVE, 20e9, 40e9, "probe", "probe"),  # thread count unknown: every core's figures
+    (2, (), 20e9, 20e9, "probe", "probe, x 2/4 threads"),  # a bandwidth from the environment: no curve
+])  # fmt: skip
+def test_host_rates_follow_the_thread_count(n_threads: int, curve: tuple[tuple[int, float], ...], bw: float,
+                                           flops: float, bw_source: str, flops_source: str) -> None:  # fmt: skip
+    inputs = SpeedInputs((), (), Rate(20e9, "probe"), Rate(40e9, "probe"), host_bandwidth_by_threads=curve,
+                         n_threads=n_threads, host_flops_threads=4)  # fmt: skip
+    assert inputs.host_bandwidth_at() == Rate(bw, bw_source)
+    assert inputs.host_flops_at() == Rate(flops, flops_source)
+
+
+def test_one_thread_reads_at_the_one_thread_bandwidth() -> None:
+    eff = {"cpu": Efficiency(0.5, 1.0, "test")}
+    one, all_ = (SpeedInputs((), (), Rate(14e9, "p"), Rate(1e12, "p"), efficiency=eff, host_bandwidth_by_threads=CURVE,
+                             n_threads=n, host_flops_threads=4) for n in (1, 4))  # fmt: skip
+    e1, e4 = estimate(MODEL, RC, LMAP, (), one), estimate(MODEL, RC, LMAP, (), all_)
+    assert e1 is not None and e4 is not None and (e1.n_threads, e4.n_threads) == (1, 4)
+    d = e1.devices[0]
+    assert d.bandwidth == Rate(6e9, "p, 1 thread")
+    assert e1.generation_tps == pytest.approx((0.5 * 6e9 / (d.weight_bytes + d.kv_bytes_full),
+                                               0.5 * 6e9 / (d.weight_bytes + d.kv_bytes_empty)), rel=1e-12)  # fmt: skip
+    assert e4.generation_tps[1] / e1.generation_tps[1] == pytest.approx(14 / 6, rel=1e-12)
+
+
+@pytest.mark.parametrize("passthrough, env, expected", [
+    ((), {}, None),
+    (("-t", "3"), {}, 3),
+    (("--threads", "2", "-t", "5"), {}, 5),  # the last flag wins
+    (("-t", "3"), {"LLAMA_ARG_THREADS": "7"}, 3),  # a flag beats the environment
+    ((), {"LLAMA_ARG_THREADS": "7"}, 7),
+    (("-t", "0"), {}, 16),  # <= 0: hardware_concurrency (common/arg.cpp)
+    (("-t", "-1"), {}, 16),
+    (("-t", "many"), {}, None),  # llama-server refuses it
+    (("-c", "4096"), {}, None),
+])  # fmt: skip
+def test_threads_given(passthrough: tuple[str, ...], env: dict[str, str], expected: int | None) -> None:
+    from llamafit.commands.speed_inputs import threads_given
+
+    assert threads_given(passthrough, env, 16) == expected
+
+
+@pytest.mark.parametrize("siblings, expected", [
+    (["0-1", "0-1", "2-3", "2-3"], 2),  # two cores with two hyper-threads each
+    (["0", "1"], 2),
+    (["00000001", "00000002", "00000004"], 3),
+])  # fmt: skip
+def test_llama_threads_counts_physical_cores(tmp_path: Path, siblings: list[str], expected: int) -> None:
+    from llamafit.machine.host_probe import llama_threads
+
+    for cpu, text in enumerate(siblings):
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings").write_text(text + "\n")
+    assert llama_threads(str(tmp_path)) == expected

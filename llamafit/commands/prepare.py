@@ -240,7 +240,8 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
         p = for_server(p, server)
     from .speed_inputs import machine_speed
 
-    p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env))
+    p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env,
+                                      passthrough=parsed.passthrough))  # fmt: skip
     return with_calibration(p, env)
 
 

@@ -31,7 +31,8 @@ def speed_record(p: Prepared, choice: Any, env: Mapping[str, str], result: Verif
 
     if not result.generation_tps:
         return None
-    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False)
+    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False,
+                           passthrough=p.parsed.passthrough)
     est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, result.n_prompt,
                       choice.breakdown.layer_devices)  # fmt: skip
     if est is None:

@@ -50,26 +50,46 @@ def gpu_rates(info: GPUInfo) -> tuple[Rate | None, Rate | None]:
     return bw, flops
 
 
+def threads_given(passthrough: Sequence[str], env: Mapping[str, str], n_cpu: int) -> int | None:
+    """llama-server's -t/--threads (or $LLAMA_ARG_THREADS when no flag gives it; the last flag wins),
+    as common/arg.cpp applies it: a value <= 0 means every CPU (hardware_concurrency); None: not given."""
+    raw = next((passthrough[i + 1] for i in range(len(passthrough) - 2, -1, -1)
+                if passthrough[i] in ("-t", "--threads")), env.get("LLAMA_ARG_THREADS"))  # fmt: skip
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        return None  # llama-server refuses it; the plan keeps its default
+    return value if value > 0 else n_cpu
+
+
 def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapping[str, str],
-                 cache: Path) -> SpeedInputs:  # fmt: skip
-    """Per device of the target (RPC workers first: unknown), and the host from the probe."""
-    from ..machine.host_probe import host_rates
+                 cache: Path, threads: int | None = None) -> SpeedInputs:  # fmt: skip
+    """Per device of the target (RPC workers first: unknown), and the host from the probe, read at
+    `threads` (default: llama.cpp's, one per physical core)."""
+    from ..machine.host_probe import host_rates, llama_threads
 
     n_rpc = sum(1 for d in gpus if d.backend == "rpc")
     rates = [gpu_rates(g) for g in infos]
     bws = (None,) * n_rpc + tuple(r[0] for r in rates)
     flops = (None,) * n_rpc + tuple(r[1] for r in rates)
-    host_bw, host_flops = host_rates(env, cache)
-    return SpeedInputs(bws, flops, host_bw, host_flops)
+    host = host_rates(env, cache)
+    return SpeedInputs(bws, flops, host.bandwidth, host.flops, host_bandwidth_by_threads=host.bandwidth_by_threads,
+                       n_threads=threads or llama_threads(), host_flops_threads=host.flops_threads)  # fmt: skip
 
 
 def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architecture: str, env: Mapping[str, str],
-                  calibrated: bool = True) -> SpeedInputs:  # fmt: skip
-    """The speed model's inputs for this machine: device rates, the host probe, and (calibrated) the
-    generation efficiency learned from earlier verified runs of this model family here."""
+                  calibrated: bool = True, passthrough: Sequence[str] = ()) -> SpeedInputs:  # fmt: skip
+    """The speed model's inputs for this machine: device rates, the host probe at the threads
+    llama-server will use (-t in `passthrough`), and (calibrated) the generation efficiency learned
+    from earlier verified runs of this model family here."""
+    import os
+
     from ..paths import cache_dir, calibration_path
 
-    inputs = speed_inputs(gpus, infos, env, cache_dir())
+    threads = threads_given(passthrough, env, os.cpu_count() or 1)
+    inputs = speed_inputs(gpus, infos, env, cache_dir(), threads)
     if not calibrated:
         return inputs
     from ..machine.host_probe import machine_key

@@ -83,7 +83,13 @@ DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
 
 @dataclass(frozen=True)
 class SpeedInputs:
-    """The machine side, one entry per device of Target.gpus (None: unknown), then the host."""
+    """The machine side, one entry per device of Target.gpus (None: unknown), then the host.
+
+    host_bandwidth is what every core reads together; host_bandwidth_by_threads the probe's figures
+    at some thread counts ((threads, bytes/s), ascending): one core cannot reach all of the memory
+    bandwidth, so the CPU's reads use the figure at n_threads, the threads llama.cpp computes with
+    (0: every core). host_flops was measured with host_flops_threads threads (0: as many as
+    n_threads) and scales with the thread count."""
 
     gpu_bandwidth: tuple[Rate | None, ...]
     gpu_flops: tuple[Rate | None, ...]
@@ -92,10 +98,43 @@ class SpeedInputs:
     pcie: Rate = DEFAULT_PCIE
     efficiency: Mapping[str, Efficiency] = None  # type: ignore[assignment]  # default: EFFICIENCY
     calibrated: str | None = None  # what earlier runs changed (speed_calibration.py)
+    host_bandwidth_by_threads: tuple[tuple[int, float], ...] = ()
+    n_threads: int = 0
+    host_flops_threads: int = 0
 
     def efficiency_for(self, backend: str) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
         return table.get(backend) or table.get("cpu" if backend == "cpu" else "vulkan") or EFFICIENCY["vulkan"]
+
+    def host_bandwidth_at(self) -> Rate:
+        """The host's bandwidth with n_threads threads reading: the probe's figure at that count, linear
+        between two measured counts, the last one past them (saturated); every core's without a curve."""
+        points, n = self.host_bandwidth_by_threads, self.n_threads
+        if not points or n <= 0:
+            return self.host_bandwidth
+        value = bandwidth_at(points, n)
+        return Rate(value, f"{self.host_bandwidth.source}, {n} thread{'s' if n > 1 else ''}")
+
+    def host_flops_at(self) -> Rate:
+        """The host's FLOP rate with n_threads threads: the measured rate x n_threads / its threads."""
+        n, measured = self.n_threads, self.host_flops_threads
+        if n <= 0 or measured <= 0 or n == measured:
+            return self.host_flops
+        value = self.host_flops.value * min(n, measured) / measured
+        return Rate(value, f"{self.host_flops.source}, x {min(n, measured)}/{measured} threads")
+
+
+def bandwidth_at(points: Sequence[tuple[int, float]], threads: int) -> float:
+    """Bytes/s at `threads` from figures measured at some thread counts: the measured figure, linear
+    between the two nearest counts, the first below them (one thread reads no faster than the first
+    count measured) and the last one above them (more threads than measured: saturated)."""
+    pts = sorted(points)
+    if threads <= pts[0][0]:
+        return pts[0][1]
+    for (n0, v0), (n1, v1) in zip(pts, pts[1:], strict=False):
+        if threads <= n1:
+            return v0 + (v1 - v0) * (threads - n0) / (n1 - n0)
+    return pts[-1][1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +163,7 @@ class SpeedEstimate:
     devices: tuple[DeviceRead, ...]
     prompt_source: str
     calibrated: str | None = None  # set when earlier runs' timings replaced the efficiency
+    n_threads: int = 0  # the host threads the CPU figures are for (0: every core)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +239,7 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
             continue
         bw: Rate | None
         if dev == CPU:
-            bw, backend = inputs.host_bandwidth, "cpu"
+            bw, backend = inputs.host_bandwidth_at(), "cpu"
         else:
             bw, backend = (inputs.gpu_bandwidth[dev] if dev < len(inputs.gpu_bandwidth) else None), gpus[dev].backend
         if bw is None:
@@ -208,7 +248,7 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
         memory = [(w + k) / (bw.value * eff.generation) for k in kv]
         seconds, bound = memory, "memory"
         if dev == CPU and eff.decode and eff.attention:  # the CPU: arithmetic bounds a token too
-            rate = inputs.host_flops.value
+            rate = inputs.host_flops_at().value
             matmul = r.flops[dev] / (rate * eff.decode)
             attn = [(r.attn_cell[dev] * _cells(n, n_swa, False) + r.attn_swa_cell[dev] * _cells(n, n_swa, True))
                     / (rate * eff.attention) for n in fills]  # fmt: skip
@@ -237,7 +277,7 @@ def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Seque
     total_empty = sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
     total_full = sum(d.weight_bytes + d.kv_bytes_full for d in rows)
     return SpeedEstimate((1 / t_full, 1 / t_empty), prompt, (total_empty, total_full), sum(r.flops.values()),
-                         rc.n_ctx_seq, tuple(rows), source, inputs.calibrated)  # fmt: skip
+                         rc.n_ctx_seq, tuple(rows), source, inputs.calibrated, inputs.n_threads)  # fmt: skip
 
 
 def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fill: int,
@@ -262,8 +302,9 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
     attn = r.attn_flops_cell * (depth + PP_TOKENS // 2)  # the average token sees half the prompt
     if not gpus:
         eff = inputs.efficiency_for("cpu")
-        t = (sum(r.flops.values()) + attn) / (inputs.host_flops.value * eff.prompt)
-        return 1 / t, f"host throughput {inputs.host_flops.source} x {eff.prompt:.2f} ({eff.source})"
+        flops = inputs.host_flops_at()
+        t = (sum(r.flops.values()) + attn) / (flops.value * eff.prompt)
+        return 1 / t, f"host throughput {flops.source} x {eff.prompt:.2f} ({eff.source})"
     flops0 = inputs.gpu_flops[0] if inputs.gpu_flops else None
     if flops0 is None or any(f is None for f in inputs.gpu_flops):
         return None, "GPU throughput unknown"

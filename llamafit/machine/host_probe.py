@@ -1,13 +1,14 @@
 """Host memory bandwidth and matrix throughput, measured once and cached (an edge: numpy, threads, files).
 
 Generation on the CPU is memory-bound, so the speed model needs the host's bandwidth; assuming one
-(DDR5 dual channel: 60 GB/s) is wrong by 2-10x between a laptop and a server. The probe copies a
-buffer much larger than the last-level cache with one thread per core (numpy releases the GIL): a
-max-reduction over int64 reads each byte once, as a token's matrix-vector products do; the best of a
-few rounds is kept. Throughput: float32 matrix products
-(BLAS, all cores), best of a few rounds. Together about half a second; the result is cached per
-machine in the cache directory. `$LLAMAFIT_HOST_BANDWIDTH` / `$LLAMAFIT_HOST_FLOPS` (numbers, e.g.
-`51.2e9`) replace the probe.
+(DDR5 dual channel: 60 GB/s) is wrong by 2-10x between a laptop and a server. The probe reads a
+buffer much larger than the last-level cache with 1, 2, 4, … threads up to one per CPU (numpy
+releases the GIL): a max-reduction over int64 reads each byte once, as a token's matrix-vector
+products do; the best of a few rounds is kept per thread count, because one core cannot reach the
+bandwidth of all of them and llama.cpp may run on fewer threads than cores. Throughput: float32
+matrix products (BLAS, all CPUs), best of a few rounds. Together about a second; the result is
+cached per machine in the cache directory. `$LLAMAFIT_HOST_BANDWIDTH` / `$LLAMAFIT_HOST_FLOPS`
+(numbers, e.g. `51.2e9`) replace the probe (the bandwidth then holds for every thread count).
 """
 
 from __future__ import annotations
@@ -18,13 +19,53 @@ import platform
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..fit.speed import Rate
 
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
-SCHEMA = "llamafit.host-probe/1"
+SCHEMA = "llamafit.host-probe/2"
+
+
+@dataclass(frozen=True, slots=True)
+class HostRates:
+    """What the probe measured (or the environment gave): SpeedInputs' host fields."""
+
+    bandwidth: Rate  # every CPU reading
+    flops: Rate
+    bandwidth_by_threads: tuple[tuple[int, float], ...] = ()  # (threads, bytes/s), ascending
+    flops_threads: int = 0  # the threads `flops` was measured with (0: unknown)
+
+
+def thread_counts(n_cpu: int) -> list[int]:
+    """The thread counts the probe measures: 1, 2, 4, … below n_cpu, and n_cpu."""
+    counts, n = [], 1
+    while n < n_cpu:
+        counts.append(n)
+        n *= 2
+    return [*counts, max(n_cpu, 1)]
+
+
+def llama_threads(sys_root: str = "/sys/devices/system/cpu") -> int:
+    """The threads llama.cpp computes with by default (-t): common_cpu_get_num_math → on Linux the
+    physical cores, counted as distinct topology/thread_siblings (common/common.cpp,
+    common_cpu_get_num_physical_cores); elsewhere hardware_concurrency, halved above 4. Hybrid
+    Intel CPUs (efficiency cores left out) are not told apart here."""
+    siblings = set()
+    cpu = 0
+    while True:
+        try:
+            with open(f"{sys_root}/cpu{cpu}/topology/thread_siblings", encoding="ascii", errors="replace") as f:
+                siblings.add(f.readline().strip())
+        except OSError:
+            break
+        cpu += 1
+    if siblings:
+        return len(siblings)
+    n = os.cpu_count() or 0
+    return (n if n <= 4 else n // 2) if n > 0 else 4
 
 
 def machine_key() -> str:
@@ -89,22 +130,31 @@ def _env_rate(env: Mapping[str, str], name: str) -> Rate | None:
     return Rate(number, f"${name}") if 0 < number < 1e16 else None
 
 
-def host_rates(env: Mapping[str, str], cache: Path) -> tuple[Rate, Rate]:
-    """(memory bandwidth, float32 throughput) of this host: from the environment, the cache, or the probe."""
+def probe() -> dict[str, object]:
+    """Measure this host: bandwidth at each of thread_counts(CPUs), and the FLOP rate (all CPUs)."""
+    n_cpu = max(os.cpu_count() or 1, 1)
+    by_threads = [[n, measure_bandwidth(n)] for n in thread_counts(n_cpu)]
+    return {"schema": SCHEMA, "machine": machine_key(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "bandwidth_bytes_per_s": max(v for _, v in by_threads), "bandwidth_by_threads": by_threads,
+            "flops": measure_flops(), "flops_threads": n_cpu}  # fmt: skip
+
+
+def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
+    """Memory bandwidth (per thread count) and float32 throughput of this host: from the environment,
+    the cache, or the probe."""
     bw, flops = _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH"), _env_rate(env, "LLAMAFIT_HOST_FLOPS")
     if bw and flops:
-        return bw, flops
+        return HostRates(bw, flops)
     path = cache / "host-probe.json"
-    key = machine_key()
     record = _read(path)
-    if record is None or record.get("machine") != key:
-        record = {"schema": SCHEMA, "machine": key, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "bandwidth_bytes_per_s": measure_bandwidth(), "flops": measure_flops()}  # fmt: skip
+    if record is None or record.get("machine") != machine_key():
+        record = probe()
         _write(path, record)
-    when = record.get("time", "?")
-    bw = bw or Rate(_number(record["bandwidth_bytes_per_s"]), f"measured by the host probe ({when})")
-    flops = flops or Rate(_number(record["flops"]), f"measured by the host probe ({when})")
-    return bw, flops
+    source = f"measured by the host probe ({record.get('time', '?')})"
+    curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
+    return HostRates(bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
+                     flops or Rate(_number(record["flops"]), source), curve,
+                     0 if flops else int(_number(record["flops_threads"])))  # fmt: skip
 
 
 def _number(value: object) -> float:
@@ -113,15 +163,31 @@ def _number(value: object) -> float:
 
 def _read(path: Path) -> dict[str, object] | None:
     try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > 4096:
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > 16384:
             return None
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     ok = (isinstance(record, dict) and record.get("schema") == SCHEMA
-          and all(isinstance(record.get(k), (int, float)) and 0 < record[k] < 1e16
-                  for k in ("bandwidth_bytes_per_s", "flops")))  # fmt: skip
+          and all(_rate(record.get(k)) for k in ("bandwidth_bytes_per_s", "flops"))
+          and _count(record.get("flops_threads")) and _curve(record.get("bandwidth_by_threads")))  # fmt: skip
     return record if ok else None
+
+
+def _rate(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e16
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16
+
+
+def _curve(v: object) -> bool:
+    """[[threads, bytes/s], …]: at least one pair, thread counts ascending."""
+    if not isinstance(v, list) or not 0 < len(v) <= 64:
+        return False
+    pairs = [p for p in v if isinstance(p, list) and len(p) == 2 and _count(p[0]) and _rate(p[1])]
+    return len(pairs) == len(v) and all(a[0] < b[0] for a, b in zip(pairs, pairs[1:], strict=False))
 
 
 def _write(path: Path, record: dict[str, object]) -> None:

@@ -170,6 +170,7 @@ def speed_json(est: SpeedEstimate | None) -> dict[str, Any] | None:
             "bytes_per_token": list(est.bytes_per_token),
             "flops_per_token": est.flops_per_token,
             "n_ctx_seq": est.n_ctx_seq,
+            "n_threads": est.n_threads,
             "prompt_source": est.prompt_source,
             "devices": [{"device": d.device, "backend": d.backend, "weight_bytes": d.weight_bytes,
                          "kv_bytes_empty": d.kv_bytes_empty, "kv_bytes_full": d.kv_bytes_full,

@@ -1,0 +1,153 @@
+"""The CPU's matrix throughput per quantization type, measured with llama.cpp's own kernels (an edge:
+ctypes into the ggml libraries llama-cpp-python ships; cached with the host probe).
+
+A float32 BLAS product says little about how fast llama.cpp multiplies by Q4_K or Q8_0 weights: each
+type has its own dot-product kernel, and on x86 with AVX2 (ARM with i8mm/dotprod) Q4_0 and Q4_K
+weights are repacked into interleaved blocks with their own matrix kernels
+(ggml/src/ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type). So, per type, one thread
+computes ggml_mul_mat of an N x K weight of that type (zeros: integer kernels do not care) with
+- one float32 column, the matrix-vector product of generating a token (`decode`), and
+- a 512-column batch, the matrix product of a prompt ubatch (`prompt`),
+with the weight placed as llama.cpp places it: in the first of the CPU device's extra buffer types
+that supports the product (the repack buffer; llama-model-loader.cpp, select_weight_buft), else the
+plain CPU buffer. The figure kept is the best of a few rounds, in FLOP/s per thread (2 x N x K x
+columns / seconds). The weight (a few MiB) stays in the caches: this measures arithmetic; memory
+bandwidth is host_probe's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# ggml_type values (ggml/include/ggml.h, enum ggml_type) of the types measured
+TYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_K": 12, "q5_K": 13, "q6_K": 14, "bf16": 30,
+                         "mxfp4": 39}  # fmt: skip
+K, N_DECODE, N_PROMPT, BATCH = 4096, 2048, 256, 512
+ROUNDS_DECODE, ROUNDS_PROMPT = 12, 3
+
+_vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
+
+
+class _InitParams(ctypes.Structure):
+    _fields_ = [("mem_size", _sz), ("mem_buffer", _vp), ("no_alloc", ctypes.c_bool)]  # ggml_init_params
+
+
+class ProbeUnavailable(Exception):
+    """The ggml libraries are missing or lack a function: the speed model falls back to the BLAS rate."""
+
+
+def _libs() -> tuple[Any, Any]:
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise ProbeUnavailable(f"llama-cpp-python is not installed ({e})") from e
+    libdir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    try:
+        base = ctypes.CDLL(os.path.join(libdir, "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+        cpu = ctypes.CDLL(os.path.join(libdir, "libggml-cpu.so"), mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise ProbeUnavailable(f"ggml libraries not found in {libdir} ({e})") from e
+    sigs: list[tuple[Any, str, Any, list[Any]]] = [
+        (base, "ggml_init", _vp, [_InitParams]), (base, "ggml_free", None, [_vp]),
+        (base, "ggml_new_tensor_2d", _vp, [_vp, _int, _i64, _i64]), (base, "ggml_mul_mat", _vp, [_vp, _vp, _vp]),
+        (base, "ggml_new_graph", _vp, [_vp]), (base, "ggml_build_forward_expand", None, [_vp, _vp]),
+        (base, "ggml_nbytes", _sz, [_vp]), (base, "ggml_tensor_overhead", _sz, []),
+        (base, "ggml_graph_overhead", _sz, []),
+        (base, "ggml_backend_alloc_ctx_tensors_from_buft", _vp, [_vp, _vp]),
+        (base, "ggml_backend_buffer_free", None, [_vp]), (base, "ggml_backend_tensor_set", None, [_vp, _vp, _sz, _sz]),
+        (base, "ggml_backend_reg_dev_get", _vp, [_vp, _sz]),
+        (base, "ggml_backend_reg_get_proc_address", _vp, [_vp, ctypes.c_char_p]),
+        (base, "ggml_backend_dev_supports_op", ctypes.c_bool, [_vp, _vp]), (base, "ggml_backend_free", None, [_vp]),
+        (base, "ggml_backend_graph_compute", _int, [_vp, _vp]),
+        (cpu, "ggml_backend_cpu_init", _vp, []), (cpu, "ggml_backend_cpu_set_n_threads", None, [_vp, _int]),
+        (cpu, "ggml_backend_cpu_reg", _vp, []), (cpu, "ggml_backend_cpu_buffer_type", _vp, []),
+    ]  # fmt: skip
+    for lib, name, restype, argtypes in sigs:
+        try:
+            fn = getattr(lib, name)
+        except AttributeError as e:
+            raise ProbeUnavailable(f"ggml lacks {name}") from e
+        fn.restype, fn.argtypes = restype, argtypes
+    return base, cpu
+
+
+def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
+    """The CPU device's extra buffer types (repack, AMX, KleidiAI), NULL-terminated, in llama.cpp's order."""
+    addr = base.ggml_backend_reg_get_proc_address(cpu.ggml_backend_cpu_reg(), b"ggml_backend_dev_get_extra_bufts")
+    if not addr:
+        return []
+    fn = ctypes.CFUNCTYPE(ctypes.POINTER(_vp), _vp)(addr)
+    arr = fn(dev)
+    out, i = [], 0
+    while arr and arr[i]:
+        out.append(int(arr[i]))
+        i += 1
+    return out
+
+
+def measure(type_id: int, columns: int, rows: int, threads: int = 1, rounds: int = 3) -> float:
+    """FLOP/s of ggml_mul_mat(weight rows x K of type_id, columns float32 columns) on `threads` threads."""
+    base, cpu = _libs()
+    dev = base.ggml_backend_reg_dev_get(cpu.ggml_backend_cpu_reg(), 0)
+    meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
+    plain = cpu.ggml_backend_cpu_buffer_type()
+    backend = cpu.ggml_backend_cpu_init()
+    ctxs: list[int] = []
+    buffers: list[int] = []
+    try:
+        for buft in [*_extra_bufts(base, cpu, dev), plain]:  # a fresh context per try: tensors keep their data
+            ctx_w, ctx_io = base.ggml_init(_InitParams(meta, None, True)), base.ggml_init(_InitParams(meta, None, True))
+            ctxs += [ctx_w, ctx_io]
+            w = base.ggml_new_tensor_2d(ctx_w, type_id, K, rows)
+            x = base.ggml_new_tensor_2d(ctx_io, 0, K, columns)
+            y = base.ggml_mul_mat(ctx_io, w, x)
+            wbuf = base.ggml_backend_alloc_ctx_tensors_from_buft(ctx_w, buft)
+            if wbuf:
+                buffers.append(wbuf)
+                if buft == plain or base.ggml_backend_dev_supports_op(dev, y):
+                    break
+        else:
+            raise ProbeUnavailable("could not allocate the weight")
+        io = base.ggml_backend_alloc_ctx_tensors_from_buft(ctx_io, plain)
+        if not io:
+            raise ProbeUnavailable("could not allocate the activations")
+        buffers.append(io)
+        for t in (w, x):
+            n = base.ggml_nbytes(t)
+            base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)  # a repack buffer repacks here
+        graph = base.ggml_new_graph(ctx_io)
+        base.ggml_build_forward_expand(graph, y)
+        cpu.ggml_backend_cpu_set_n_threads(backend, threads)
+        base.ggml_backend_graph_compute(backend, graph)  # warm up
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            base.ggml_backend_graph_compute(backend, graph)
+            best = min(best, time.perf_counter() - t0)
+        return 2 * K * rows * columns / best
+    finally:
+        for b in buffers:
+            base.ggml_backend_buffer_free(b)
+        base.ggml_backend_free(backend)
+        for c in ctxs:
+            base.ggml_free(c)
+
+
+def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
+                  ) -> dict[str, dict[str, float]]:  # fmt: skip
+    """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread; types ggml cannot multiply are left out."""
+    out: dict[str, dict[str, float]] = {}
+    for name in types:
+        if progress:
+            progress(name)
+        try:
+            out[name] = {"decode": measure(TYPES[name], 1, N_DECODE, 1, ROUNDS_DECODE),
+                         "prompt": measure(TYPES[name], BATCH, N_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
+        except ProbeUnavailable:
+            if not out and name == types[0]:
+                raise
+    return out
