@@ -14,7 +14,7 @@ from llamafit.reader.model import read_model
 from llamafit.memory.model import MemoryModel
 from llamafit.memory.placement import layer_map
 from llamafit.memory.resolve import resolve
-from llamafit.fit.speed import Efficiency, Rate, SpeedInputs, estimate
+from llamafit.fit.speed import Efficiency, KernelRate, Rate, SpeedInputs, estimate
 from llamafit.fit.speed_calibration import calibrate
 
 MODEL = MemoryModel(build_facts(read_model(str(FIXTURES / "dense-llama.gguf"))))
@@ -83,10 +83,12 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     monkeypatch.setattr(host_probe.os, "cpu_count", lambda: 3)
     monkeypatch.setattr(host_probe, "measure_bandwidth", lambda n=None: calls.append(n) or 4e9 * n)
     monkeypatch.setattr(host_probe, "measure_flops", lambda: calls.append("flops") or 34e9)
+    monkeypatch.setattr(host_probe, "measure_kernels", lambda: {"q4_K": [5e9, 6e9], "q9_X": [1e9, 1e9]})
     rates = host_probe.host_rates({}, tmp_path)
     src = rates.bandwidth.source
     assert src.startswith("measured by the host probe (")
-    assert rates == host_probe.HostRates(Rate(12e9, src), Rate(34e9, src), ((1, 4e9), (2, 8e9), (3, 12e9)), 3)
+    assert rates == host_probe.HostRates(Rate(12e9, src), Rate(34e9, src), ((1, 4e9), (2, 8e9), (3, 12e9)), 3,
+                                         (KernelRate(12, 5e9, 6e9),))  # a type llamafit does not know: left out
     assert calls == [1, 2, 3, "flops"]
     assert host_probe.host_rates({}, tmp_path) == rates and len(calls) == 4  # cached
     record = json.loads((tmp_path / "host-probe.json").read_text())
@@ -98,7 +100,8 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
             json.dumps({**good, "bandwidth_by_threads": []}),
             json.dumps({**good, "bandwidth_by_threads": [[1, "fast"]]}),
             json.dumps({**good, "bandwidth_by_threads": [[True, 4e9]]}),
-            json.dumps({**good, "flops_threads": 0})]  # fmt: skip
+            json.dumps({**good, "flops_threads": 0}),
+            json.dumps({**good, "kernels": [1]})]  # fmt: skip
     for text in junk:
         (tmp_path / "host-probe.json").write_text(text)
         host_probe.host_rates({}, tmp_path)
@@ -189,3 +192,41 @@ def test_llama_threads_counts_physical_cores(tmp_path: Path, siblings: list[str]
         (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
         (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings").write_text(text + "\n")
     assert llama_threads(str(tmp_path)) == expected
+
+
+def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
+    """With llama.cpp's kernel rates, each weight type's FLOPs go at its own rate x the threads; a
+    prompt leaves out the output matrix (logits for its last token only); a type without a rate falls
+    back to the BLAS rate x the efficiency."""
+    facts = MODEL.facts
+    types = {t.name: t.ggml_type for t in facts.tensors}
+    flops: dict[int, int] = {}
+    for t in facts.tensors:
+        if t.name != "token_embd.weight":  # a row lookup; the fixture's output is its own matrix
+            flops[t.ggml_type] = flops.get(t.ggml_type, 0) + 2 * t.n_elements
+    out = 2 * next(t.n_elements for t in facts.tensors if t.name == "output.weight")
+    assert set(flops) == {0, 1, 8} and types["output.weight"] == 8  # F32 norms, F16 and Q8_0 matrices
+    kernels = tuple(KernelRate(k, 1e6 * (k + 1), 2e6 * (k + 1)) for k in flops if k != 0)
+    eff = {"cpu": Efficiency(1.0, 0.5, "test", decode=0.25, attention=1.0)}
+    inputs = SpeedInputs((), (), Rate(1e15, "p"), Rate(8e6, "p"), efficiency=eff, n_threads=2, host_flops_threads=2,
+                         cpu_kernels=kernels)  # fmt: skip
+    est = estimate(MODEL, RC, LMAP, (), inputs)
+    assert est is not None and est.devices[0].bound == "compute"
+    rate = {k: 1e6 * (k + 1) * 2 for k in flops}  # two threads
+    matmul = sum(n / (rate[k] if k else 8e6 * 0.25) for k, n in flops.items())  # F32 norms: no kernel rate
+    attn_cell = sum(2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v) for il in range(facts.n_layer))
+    assert 1 / est.generation_tps[1] == pytest.approx(matmul + attn_cell * 256 / 8e6, rel=1e-12)
+    prompt_flops = dict(flops)
+    prompt_flops[types["output.weight"]] -= out
+    pp = sum(n / (rate[k] * 2 if k else 8e6 * 0.5) for k, n in prompt_flops.items())  # prompt: 2x decode's rate
+    assert 1 / est.prompt_tps == pytest.approx(pp + attn_cell * 256 / 8e6, rel=1e-12)
+    assert est.prompt_source.startswith("llama.cpp's matrix kernels per weight type, measured here x 2 threads")
+
+
+def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
+    """The real ggml kernels (llama-cpp-python's libraries): every listed type multiplies, at some rate."""
+    from llamafit.machine.kernel_probe import TYPES, measure_types
+
+    rates = measure_types()
+    assert sorted(rates) == sorted(TYPES)
+    assert all(r["decode"] > 0 and r["prompt"] > 0 for r in rates.values())

@@ -76,7 +76,8 @@ def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapp
     flops = (None,) * n_rpc + tuple(r[1] for r in rates)
     host = host_rates(env, cache)
     return SpeedInputs(bws, flops, host.bandwidth, host.flops, host_bandwidth_by_threads=host.bandwidth_by_threads,
-                       n_threads=threads or llama_threads(), host_flops_threads=host.flops_threads)  # fmt: skip
+                       n_threads=threads or llama_threads(), host_flops_threads=host.flops_threads,
+                       cpu_kernels=host.kernels)  # fmt: skip
 
 
 def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architecture: str, env: Mapping[str, str],

@@ -81,6 +81,17 @@ EFFICIENCY: dict[str, Efficiency] = {
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
 
 
+@dataclass(frozen=True, slots=True)
+class KernelRate:
+    """What one CPU thread multiplies by weights of one ggml type, in FLOP/s, measured with llama.cpp's
+    own kernels (machine/kernel_probe.py): `decode` a matrix-vector product (one token), `prompt` a
+    512-column matrix product (a prompt ubatch)."""
+
+    ggml_type: int
+    decode: float
+    prompt: float
+
+
 @dataclass(frozen=True)
 class SpeedInputs:
     """The machine side, one entry per device of Target.gpus (None: unknown), then the host.
@@ -101,6 +112,7 @@ class SpeedInputs:
     host_bandwidth_by_threads: tuple[tuple[int, float], ...] = ()
     n_threads: int = 0
     host_flops_threads: int = 0
+    cpu_kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type, one thread each
 
     def efficiency_for(self, backend: str) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
@@ -170,6 +182,8 @@ class SpeedEstimate:
 class _Reads:
     weights: dict[int, int]
     flops: dict[int, int]  # 2 x active weight elements, per device holding them
+    flops_by_type: dict[int, dict[int, int]]  # the same, per device and ggml type
+    output_by_type: dict[int, dict[int, int]]  # the output matrix's share: only tokens with logits compute it
     kv_cell: dict[int, int]  # bytes per filled cell, full-attention layers
     swa_cell: dict[int, int]
     state: dict[int, int]  # recurrent state bytes (read + written)
@@ -188,6 +202,9 @@ def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequenc
     names = {g.name.lower(): i for i, g in enumerate(gpus)}
     rules = rc.all_overrides
     elements = {t.name: t.n_elements for t in facts.tensors}
+    types = {t.name: t.ggml_type for t in facts.tensors}
+    by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
+    output: dict[int, dict[int, int]] = {d: {} for d in devs}
     for name, raw, _padded in model.tensors:
         il = tensor_layer(name)
         if il is not None and il < facts.n_layer_all:
@@ -204,9 +221,17 @@ def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequenc
             raw, n = raw * share[0] // share[1], n * share[0] // share[1]
         weights[dev] += raw
         flops[dev] += 2 * n
+        kind = types.get(name, 0)
+        by_type[dev][kind] = by_type[dev].get(kind, 0) + 2 * n
+        if name.startswith("output."):
+            output[dev][kind] = output[dev].get(kind, 0) + 2 * n
     if model.tied_raw:  # a tied output multiplies by token_embd on the output device
+        n = 2 * facts.n_embd * facts.n_vocab
         weights[lmap.output] += model.tied_raw
-        flops[lmap.output] += 2 * facts.n_embd * facts.n_vocab
+        flops[lmap.output] += n
+        kind = types.get("token_embd.weight", 0)
+        by_type[lmap.output][kind] = by_type[lmap.output].get(kind, 0) + n
+        output[lmap.output][kind] = output[lmap.output].get(kind, 0) + n
     attn = 0
     attn_cell, attn_swa = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
     for il in range(facts.n_layer):
@@ -221,7 +246,7 @@ def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequenc
             (attn_swa if facts.swa.is_swa[il] else attn_cell)[dev] += per_cell
         if facts.is_recurrent[il] and facts.recurrent:
             state[lmap.layers[il]] += 2 * 4 * (facts.recurrent.n_embd_r + facts.recurrent.n_embd_s)
-    return _Reads(weights, flops, kv, swa, state, attn, attn_cell, attn_swa)
+    return _Reads(weights, flops, by_type, output, kv, swa, state, attn, attn_cell, attn_swa)
 
 
 def _cells(n: int, n_swa: int, swa: bool) -> int:
@@ -247,9 +272,9 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
         eff = inputs.efficiency_for(backend)
         memory = [(w + k) / (bw.value * eff.generation) for k in kv]
         seconds, bound = memory, "memory"
-        if dev == CPU and eff.decode and eff.attention:  # the CPU: arithmetic bounds a token too
+        if dev == CPU and (eff.decode or inputs.cpu_kernels) and eff.attention:  # arithmetic bounds a token too
             rate = inputs.host_flops_at().value
-            matmul = r.flops[dev] / (rate * eff.decode)
+            matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
             attn = [(r.attn_cell[dev] * _cells(n, n_swa, False) + r.attn_swa_cell[dev] * _cells(n, n_swa, True))
                     / (rate * eff.attention) for n in fills]  # fmt: skip
             seconds = [max(m, matmul) + a for m, a in zip(memory, attn, strict=True)]
@@ -257,6 +282,22 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
                                eff.source, (seconds[0], seconds[1]), bound))  # fmt: skip
     return rows
+
+
+def _matmul_seconds(flops_by_type: Mapping[int, int], inputs: SpeedInputs, kind: str, fallback: float) -> float:
+    """Seconds the CPU's matrix products take: per weight type, its FLOPs over the kernel's measured rate
+    x the threads; a type the kernel probe did not measure at `fallback` FLOP/s (the BLAS rate x an
+    efficiency; 0: not counted)."""
+    rates = {k.ggml_type: k.decode if kind == "decode" else k.prompt for k in inputs.cpu_kernels}
+    threads = inputs.n_threads or inputs.host_flops_threads or 1
+    t = 0.0
+    for kind_id, n in flops_by_type.items():
+        rate = rates.get(kind_id)
+        if rate:
+            t += n / (rate * threads)
+        elif fallback:
+            t += n / fallback
+    return t
 
 
 def _seconds(rows: Sequence[DeviceRead], full: bool) -> float:
@@ -303,8 +344,18 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
     if not gpus:
         eff = inputs.efficiency_for("cpu")
         flops = inputs.host_flops_at()
-        t = (sum(r.flops.values()) + attn) / (flops.value * eff.prompt)
-        return 1 / t, f"host throughput {flops.source} x {eff.prompt:.2f} ({eff.source})"
+        if not inputs.cpu_kernels:
+            t = (sum(r.flops.values()) + attn) / (flops.value * eff.prompt)
+            return 1 / t, f"host throughput {flops.source} x {eff.prompt:.2f} ({eff.source})"
+        # a prompt computes logits for its last token only (llama_batch_allocr; llm_graph_context::
+        # build_inp_out_ids): the output matrix is not part of a prompt token's work
+        out = r.output_by_type[CPU]
+        weights = {kind: n - out.get(kind, 0) for kind, n in r.flops_by_type[CPU].items()}
+        t = _matmul_seconds(weights, inputs, "prompt", flops.value * eff.prompt)
+        t += attn / (flops.value * (eff.attention or eff.prompt))
+        n = inputs.n_threads or inputs.host_flops_threads or 1
+        return 1 / t, (f"llama.cpp's matrix kernels per weight type, measured here x {n} thread{'s' if n > 1 else ''}"
+                       f"; attention at {flops.source} x {eff.attention or eff.prompt:.2f} ({eff.source})")
     flops0 = inputs.gpu_flops[0] if inputs.gpu_flops else None
     if flops0 is None or any(f is None for f in inputs.gpu_flops):
         return None, "GPU throughput unknown"

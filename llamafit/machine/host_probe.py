@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..fit.speed import Rate
+from ..fit.speed import KernelRate, Rate
 
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
@@ -37,6 +37,7 @@ class HostRates:
     flops: Rate
     bandwidth_by_threads: tuple[tuple[int, float], ...] = ()  # (threads, bytes/s), ascending
     flops_threads: int = 0  # the threads `flops` was measured with (0: unknown)
+    kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type (kernel_probe.py)
 
 
 def thread_counts(n_cpu: int) -> list[int]:
@@ -134,9 +135,20 @@ def probe() -> dict[str, object]:
     """Measure this host: bandwidth at each of thread_counts(CPUs), and the FLOP rate (all CPUs)."""
     n_cpu = max(os.cpu_count() or 1, 1)
     by_threads = [[n, measure_bandwidth(n)] for n in thread_counts(n_cpu)]
-    return {"schema": SCHEMA, "machine": machine_key(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"kernels": measure_kernels(), "schema": SCHEMA, "machine": machine_key(), "time": when,
             "bandwidth_bytes_per_s": max(v for _, v in by_threads), "bandwidth_by_threads": by_threads,
             "flops": measure_flops(), "flops_threads": n_cpu}  # fmt: skip
+
+
+def measure_kernels() -> dict[str, list[float]]:
+    """{type name: [decode, prompt] FLOP/s per thread} from kernel_probe; empty when ggml is unavailable."""
+    from .kernel_probe import ProbeUnavailable, measure_types
+
+    try:
+        return {name: [r["decode"], r["prompt"]] for name, r in measure_types().items()}
+    except ProbeUnavailable:
+        return {}
 
 
 def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
@@ -154,7 +166,17 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
     curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
     return HostRates(bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
                      flops or Rate(_number(record["flops"]), source), curve,
-                     0 if flops else int(_number(record["flops_threads"])))  # fmt: skip
+                     0 if flops else int(_number(record["flops_threads"])),
+                     _kernels(record.get("kernels")))  # fmt: skip
+
+
+def _kernels(value: object) -> tuple[KernelRate, ...]:
+    from .kernel_probe import TYPES
+
+    if not isinstance(value, dict):
+        return ()
+    return tuple(KernelRate(TYPES[name], float(r[0]), float(r[1])) for name, r in sorted(value.items())
+                 if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]))  # fmt: skip
 
 
 def _number(value: object) -> float:
@@ -170,7 +192,8 @@ def _read(path: Path) -> dict[str, object] | None:
         return None
     ok = (isinstance(record, dict) and record.get("schema") == SCHEMA
           and all(_rate(record.get(k)) for k in ("bandwidth_bytes_per_s", "flops"))
-          and _count(record.get("flops_threads")) and _curve(record.get("bandwidth_by_threads")))  # fmt: skip
+          and _count(record.get("flops_threads")) and _curve(record.get("bandwidth_by_threads"))
+          and isinstance(record.get("kernels"), dict))  # fmt: skip
     return record if ok else None
 
 

@@ -26,7 +26,7 @@ from typing import Any
 # ggml_type values (ggml/include/ggml.h, enum ggml_type) of the types measured
 TYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_K": 12, "q5_K": 13, "q6_K": 14, "bf16": 30,
                          "mxfp4": 39}  # fmt: skip
-K, N_DECODE, N_PROMPT, BATCH = 4096, 2048, 256, 512
+K, N_DECODE, N_PROMPT, BATCH = 4096, 2048, 128, 512
 ROUNDS_DECODE, ROUNDS_PROMPT = 12, 3
 
 _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
@@ -139,15 +139,26 @@ def measure(type_id: int, columns: int, rows: int, threads: int = 1, rounds: int
 
 def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
                   ) -> dict[str, dict[str, float]]:  # fmt: skip
-    """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread; types ggml cannot multiply are left out."""
+    """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread; types ggml cannot multiply are left out.
+    ggml's own log (it reports each repack) is silenced meanwhile and restored after."""
+    base, _ = _libs()
+    log_fn = ctypes.CFUNCTYPE(None, _int, ctypes.c_char_p, _vp)
+    old_cb, old_ud = _vp(), _vp()
+    base.ggml_log_get.argtypes, base.ggml_log_set.argtypes = [ctypes.POINTER(_vp), ctypes.POINTER(_vp)], [_vp, _vp]
+    base.ggml_log_get(ctypes.byref(old_cb), ctypes.byref(old_ud))
+    quiet = log_fn(lambda level, text, ud: None)
+    base.ggml_log_set(ctypes.cast(quiet, _vp), None)
     out: dict[str, dict[str, float]] = {}
-    for name in types:
-        if progress:
-            progress(name)
-        try:
-            out[name] = {"decode": measure(TYPES[name], 1, N_DECODE, 1, ROUNDS_DECODE),
-                         "prompt": measure(TYPES[name], BATCH, N_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
-        except ProbeUnavailable:
-            if not out and name == types[0]:
-                raise
+    try:
+        for name in types:
+            if progress:
+                progress(name)
+            try:
+                out[name] = {"decode": measure(TYPES[name], 1, N_DECODE, 1, ROUNDS_DECODE),
+                             "prompt": measure(TYPES[name], BATCH, N_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
+            except ProbeUnavailable:
+                if not out and name == types[0]:
+                    raise
+    finally:
+        base.ggml_log_set(old_cb, old_ud)
     return out
