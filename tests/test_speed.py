@@ -70,7 +70,7 @@ def test_calibration_scales_the_slowest_backend_by_measured_over_estimated(recor
     assert (eff.generation, eff.decode, eff.attention) == pytest.approx((1.0 * scale, 0.5 * scale, 0.1 * scale))
     assert (
         out.calibrated
-        == f"cpu generation speed x {scale:.2f}, measured by {runs} verified run(s) of llama on this machine"
+        == f"cpu generation speed x {scale:.2f}, measured by {runs} measured run(s) of llama on this machine"
     )
 
 
@@ -207,7 +207,8 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     out = 2 * next(t.n_elements for t in facts.tensors if t.name == "output.weight")
     assert set(flops) == {0, 1, 8} and types["output.weight"] == 8  # F32 norms, F16 and Q8_0 matrices
     kernels = tuple(KernelRate(k, 1e6 * (k + 1), 2e6 * (k + 1)) for k in flops if k != 0)
-    eff = {"cpu": Efficiency(1.0, 0.5, "test", decode=0.25, attention=1.0)}
+    eff = {"cpu": Efficiency(1.0, 0.5, "test", decode=0.25, attention=1.0, attention_kernel=0.5,
+                             prompt_attention_kernel=0.25)}  # fmt: skip
     inputs = SpeedInputs((), (), Rate(1e15, "p"), Rate(8e6, "p"), efficiency=eff, n_threads=2, host_flops_threads=2,
                          cpu_kernels=kernels)  # fmt: skip
     est = estimate(MODEL, RC, LMAP, (), inputs)
@@ -215,12 +216,13 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     rate = {k: 1e6 * (k + 1) * 2 for k in flops}  # two threads
     matmul = sum(n / (rate[k] if k else 8e6 * 0.25) for k, n in flops.items())  # F32 norms: no kernel rate
     attn_cell = sum(2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v) for il in range(facts.n_layer))
-    assert 1 / est.generation_tps[1] == pytest.approx(matmul + attn_cell * 256 / 8e6, rel=1e-12)
+    f16_rate = 2e6 * 2  # the F16 matrix-vector kernel x two threads: attention's base rate
+    assert 1 / est.generation_tps[1] == pytest.approx(matmul + attn_cell * 256 / (f16_rate * 0.5), rel=1e-12)
     prompt_flops = dict(flops)
     prompt_flops[types["output.weight"]] -= out
     pp = sum(n / (rate[k] * 2 if k else 8e6 * 0.5) for k, n in prompt_flops.items())  # prompt: 2x decode's rate
-    assert 1 / est.prompt_tps == pytest.approx(pp + attn_cell * 256 / 8e6, rel=1e-12)
-    assert est.prompt_source.startswith("llama.cpp's matrix kernels per weight type, measured here x 2 threads")
+    assert 1 / est.prompt_tps == pytest.approx(pp + attn_cell * 256 / (f16_rate * 0.25), rel=1e-12)
+    assert est.prompt_source == "llama.cpp's matrix kernels per weight type, measured here x 2 threads (test)"
 
 
 def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
@@ -230,3 +232,55 @@ def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
     rates = measure_types()
     assert sorted(rates) == sorted(TYPES)
     assert all(r["decode"] > 0 and r["prompt"] > 0 for r in rates.values())
+
+
+_T0 = [
+    "0.12.582.979 I slot print_timing: id  0 | task 0 | prompt eval time =     859.18 ms /     5 tokens (  171.84 ms "
+    "per token,     5.82 tokens per second)",
+    "0.12.582.993 I slot print_timing: id  0 | task 0 |        eval time =    6396.08 ms /    24 tokens (  278.09 ms "
+    "per token,     3.60 tokens per second)",
+    "0.12.582.994 I slot print_timing: id  0 | task 0 |       total time =    7255.26 ms /    29 tokens",
+    "0.12.583.054 I slot      release: id  0 | task 0 | stop processing: n_tokens = 28, truncated = 0",
+]  # fmt: skip
+_T26 = [x.replace("task 0 |", "task 26 |") for x in _T0]
+
+
+@pytest.mark.parametrize("lines, served", [
+    (_T0, [(0, 5, 859.18, 24, 6396.08, 28)]),
+    (_T0[:3], []),  # not released yet
+    ([_T0[3], *_T0[:2]], [(0, 5, 859.18, 24, 6396.08, 28)]),  # any order
+    ([_T0[0], *_T26, *_T0[1:]], [(26, 5, 859.18, 24, 6396.08, 28), (0, 5, 859.18, 24, 6396.08, 28)]),  # interleaved
+    ([x.replace("6396.08", "x") for x in _T0], []),  # not llama-server's format: nothing
+    (['{"type": "log", "level": "info", "msg": "slot print_timing: id  0 | task 0 | prompt eval time = 1.00 ms / '
+      '2 tokens"}'], []),  # fmt: skip
+])  # fmt: skip
+def test_the_log_watcher_collects_each_finished_requests_timings(lines: list[str], served: list[tuple]) -> None:  # type: ignore[type-arg]
+    from llamafit.server.log import LogWatcher, ServedRequest
+
+    w = LogWatcher()
+    for line in lines:
+        w.feed(line)
+    assert w.served == tuple(ServedRequest(*s) for s in served)
+
+
+def test_the_log_watcher_forgets_requests_that_never_finish() -> None:
+    from llamafit.server.log import MAX_PENDING, LogWatcher
+
+    w = LogWatcher()
+    for task in range(MAX_PENDING + 10):
+        w.feed(_T0[0].replace("task 0 |", f"task {task} |"))
+    assert list(w._timing) == list(range(10, MAX_PENDING + 10))  # the oldest ten forgotten
+
+
+@pytest.mark.parametrize("requests, expected", [
+    ([], None),
+    ([(0, 5, 100.0, 4, 100.0, 9)], None),  # too few generated tokens to time
+    ([(0, 5, 100.0, 24, 2000.0, 28)], {"generation_tps": 12.0, "prompt_tps": None, "fill": 16, "requests": 1}),
+    ([(0, 100, 500.0, 10, 1000.0, 110), (1, 300, 500.0, 30, 1000.0, 400)],
+     {"generation_tps": 20.0, "prompt_tps": 400.0, "fill": (105 * 10 + 385 * 30) // 40, "requests": 2}),
+])  # fmt: skip
+def test_served_speed_sums_tokens_over_time(requests: list[tuple], expected: dict | None) -> None:  # type: ignore[type-arg]
+    from llamafit.commands.run_verify import served_speed
+    from llamafit.server.log import ServedRequest
+
+    assert served_speed([ServedRequest(*r) for r in requests]) == expected

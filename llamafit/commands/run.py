@@ -338,10 +338,29 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
             raise VerifyFailed(outcome.failure)
     code = child.proc.wait()
     child.stop()
+    _record_served(watcher, launch, p, env, say)
     if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop
         say("Stopped.")
         return 0
     return 0 if code in (0, -2, 130, -15, 143) else code
+
+
+def _record_served(watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
+                   say: Callable[[str], None]) -> None:  # fmt: skip
+    """When the server stops: the speed its own timings measured over the requests it served, for the
+    speed model's calibration (speed_calibration.py)."""
+    from .run_verify import record_served, served_record
+
+    speed = served_record(p, launch.choice, env, watcher.served)
+    if speed is None:
+        return
+    path = calibration_path(env)
+    try:
+        record_served(path, p, launch, speed)
+        say(f"Recorded   {speed['requests']} request(s) generating ~{speed['generation_tps']:.1f} tokens/s "
+            f"(estimated ~{speed['estimated_generation_tps']:.1f}) in {path}")  # fmt: skip
+    except OSError as e:
+        say(f"Warning    could not record to {path}: {e.strerror or e}")
 
 
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:

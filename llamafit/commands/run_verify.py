@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,11 +37,64 @@ def speed_record(p: Prepared, choice: Any, env: Mapping[str, str], result: Verif
                       choice.breakdown.layer_devices)  # fmt: skip
     if est is None:
         return None
-    backends = [d.backend for d in p.target.gpus] or ["cpu"]
-    slowest = "cpu" if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus else backends[0]
+    slowest = _slowest(p, choice)
     return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": slowest, "fill": result.n_prompt,
             "generation_tps": result.generation_tps, "prompt_tps": result.prompt_tps,
             "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(slowest).generation}  # fmt: skip
+
+
+def served_speed(served: Sequence[Any], min_tokens: int = 8) -> dict[str, float] | None:
+    """What the server's own timings of the requests it served say: generation tokens/s over every request
+    that generated at least `min_tokens` (total tokens over total time), prompt tokens/s likewise over
+    prompts of at least `min_tokens` evaluated tokens, and the average fill a generated token saw."""
+    gen = [r for r in served if r.generated_tokens >= min_tokens and r.generation_ms > 0]
+    if not gen:
+        return None
+    n_gen = sum(r.generated_tokens for r in gen)
+    fill = sum((r.n_tokens - r.generated_tokens / 2) * r.generated_tokens for r in gen) / n_gen
+    prompts = [r for r in served if r.prompt_tokens >= min_tokens and r.prompt_ms > 0]
+    prompt_tps = (sum(r.prompt_tokens for r in prompts) / sum(r.prompt_ms for r in prompts) * 1e3) if prompts else None
+    return {"generation_tps": n_gen / sum(r.generation_ms for r in gen) * 1e3, "prompt_tps": prompt_tps,
+            "fill": max(round(fill), 0), "requests": len(gen)}  # fmt: skip
+
+
+def served_record(p: Prepared, choice: Any, env: Mapping[str, str], served: Sequence[Any]) -> dict[str, Any] | None:
+    """The speed record of a server's whole run (kind "serve"): its timings next to the estimate at their fill."""
+    from ..machine.host_probe import machine_key
+    from ..fit.speed import estimate_at
+    from .speed_inputs import machine_speed
+
+    measured = served_speed(served)
+    if measured is None:
+        return None
+    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False,
+                           passthrough=p.parsed.passthrough)  # fmt: skip
+    est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, int(measured["fill"]),
+                      choice.breakdown.layer_devices)  # fmt: skip
+    if est is None:
+        return None
+    backend = _slowest(p, choice)
+    return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": backend,
+            "fill": int(measured["fill"]), "requests": int(measured["requests"]),
+            "generation_tps": measured["generation_tps"], "prompt_tps": measured["prompt_tps"],
+            "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(backend).generation,
+            "source": "the server's log: print_timings of each finished request"}  # fmt: skip
+
+
+def record_served(path: str, p: Prepared, launch: Any, speed: dict[str, Any]) -> None:
+    entry = {"kind": "serve", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "llamafit": __version__,
+             "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
+             "config": config_json(launch.choice.rc),
+             "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
+             "speed": speed}  # fmt: skip
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def _slowest(p: Prepared, choice: Any) -> str:
+    backends = [d.backend for d in p.target.gpus] or ["cpu"]
+    return "cpu" if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus else backends[0]
 
 
 def record_verify(path: str, p: Prepared, launch: Any, result: VerifyResult, speed: dict[str, Any] | None) -> None:

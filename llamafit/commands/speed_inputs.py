@@ -84,7 +84,7 @@ def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architec
                   calibrated: bool = True, passthrough: Sequence[str] = ()) -> SpeedInputs:  # fmt: skip
     """The speed model's inputs for this machine: device rates, the host probe at the threads
     llama-server will use (-t in `passthrough`), and (calibrated) the generation efficiency learned
-    from earlier verified runs of this model family here."""
+    from earlier measured runs (run --verify, and each served run) of this model family here."""
     import os
 
     from ..paths import cache_dir, calibration_path

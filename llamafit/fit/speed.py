@@ -35,6 +35,7 @@ from ..memory.resolve import ResolvedConfig
 _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 KV_PAD = 256  # llama_kv_cache::get_padding → n_kv is a multiple of 256 cells
 PP_TOKENS = 512  # prompt figures are for llama-bench's pp512
+F16 = 1  # ggml_type GGML_TYPE_F16: the KV cache's default type
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,10 @@ class Efficiency:
     source: str
     decode: float | None = None
     attention: float | None = None
+    # with llama.cpp's kernels measured (kernel_probe.py): the share of the F16 matrix-vector kernel's
+    # rate that attention over the cache reaches, generating a token and in a prompt
+    attention_kernel: float | None = None
+    prompt_attention_kernel: float | None = None
 
 
 # Measured by scripts/bench_speed.py (rerun it to refresh): cpu from llama-bench (Gemma 3 270M, 1 thread,
@@ -72,6 +77,8 @@ EFFICIENCY: dict[str, Efficiency] = {
         "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
         decode=0.74,
         attention=0.09,
+        attention_kernel=0.4,
+        prompt_attention_kernel=0.9,
     ),
     "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
     "rocm": Efficiency(0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"),
@@ -272,16 +279,31 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
         eff = inputs.efficiency_for(backend)
         memory = [(w + k) / (bw.value * eff.generation) for k in kv]
         seconds, bound = memory, "memory"
-        if dev == CPU and (eff.decode or inputs.cpu_kernels) and eff.attention:  # arithmetic bounds a token too
+        attn_rate = _attention_rate(inputs, eff.attention_kernel) or inputs.host_flops_at().value * (eff.attention or 0)
+        if dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate:  # arithmetic bounds a token too
             rate = inputs.host_flops_at().value
             matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
-            attn = [(r.attn_cell[dev] * _cells(n, n_swa, False) + r.attn_swa_cell[dev] * _cells(n, n_swa, True))
-                    / (rate * eff.attention) for n in fills]  # fmt: skip
+            attn = [_attn_flops(r, dev, n, n_swa) / attn_rate for n in fills]
             seconds = [max(m, matmul) + a for m, a in zip(memory, attn, strict=True)]
             bound = "compute" if matmul > memory[0] else "memory"
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
                                eff.source, (seconds[0], seconds[1]), bound))  # fmt: skip
     return rows
+
+
+def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int) -> int:
+    """Attention FLOPs of one token that sees `fill` cells (SWA layers at most their window)."""
+    return r.attn_cell[dev] * _cells(fill, n_swa, False) + r.attn_swa_cell[dev] * _cells(fill, n_swa, True)
+
+
+def _attention_rate(inputs: SpeedInputs, share: float | None) -> float | None:
+    """FLOP/s of attention over an F16 cache on the CPU: `share` of the measured F16 matrix-vector kernel
+    (attention multiplies each query row by the cached K and V rows: ggml_vec_dot_f16 per row in
+    ops.cpp ggml_compute_forward_flash_attn_ext_f16_one_chunk) x the threads; None without a kernel figure."""
+    f16 = next((k for k in inputs.cpu_kernels if k.ggml_type == F16), None)
+    if f16 is None or not share:
+        return None
+    return f16.decode * (inputs.n_threads or inputs.host_flops_threads or 1) * share
 
 
 def _matmul_seconds(flops_by_type: Mapping[int, int], inputs: SpeedInputs, kind: str, fallback: float) -> float:
@@ -314,7 +336,7 @@ def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Seque
     if not rows:
         return None
     t_empty, t_full = _seconds(rows, False), _seconds(rows, True)
-    prompt, source = _prompt_tps(r, rc, gpus, inputs)
+    prompt, source = _prompt_tps(r, rc, gpus, inputs, n_swa=model.facts.swa.n_swa)
     total_empty = sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
     total_full = sum(d.weight_bytes + d.kv_bytes_full for d in rows)
     return SpeedEstimate((1 / t_full, 1 / t_empty), prompt, (total_empty, total_full), sum(r.flops.values()),
@@ -333,12 +355,12 @@ def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpe
     rows = _device_rows(r, gpus, inputs, (fill, fill), model.facts.swa.n_swa)
     if not rows:
         return None
-    prompt = _prompt_tps(r, rc, gpus, inputs, depth=fill)[0]
+    prompt = _prompt_tps(r, rc, gpus, inputs, depth=fill, n_swa=model.facts.swa.n_swa)[0]
     return 1 / _seconds(rows, False), prompt, sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
 
 
 def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs,
-                depth: int = 0) -> tuple[float | None, str]:  # fmt: skip
+                depth: int = 0, n_swa: int = 0) -> tuple[float | None, str]:  # fmt: skip
     """pp512 after `depth` cells: FLOPs over throughput, plus PCIe copies of host weights per ubatch."""
     attn = r.attn_flops_cell * (depth + PP_TOKENS // 2)  # the average token sees half the prompt
     if not gpus:
@@ -352,10 +374,14 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
         out = r.output_by_type[CPU]
         weights = {kind: n - out.get(kind, 0) for kind, n in r.flops_by_type[CPU].items()}
         t = _matmul_seconds(weights, inputs, "prompt", flops.value * eff.prompt)
-        t += attn / (flops.value * (eff.attention or eff.prompt))
+        attn_rate = _attention_rate(inputs, eff.prompt_attention_kernel)
+        if attn_rate:
+            t += _attn_flops(r, CPU, depth + PP_TOKENS // 2, n_swa) / attn_rate
+        else:
+            t += attn / (flops.value * eff.prompt)
         n = inputs.n_threads or inputs.host_flops_threads or 1
-        return 1 / t, (f"llama.cpp's matrix kernels per weight type, measured here x {n} thread{'s' if n > 1 else ''}"
-                       f"; attention at {flops.source} x {eff.attention or eff.prompt:.2f} ({eff.source})")
+        return 1 / t, (f"llama.cpp's matrix kernels per weight type, measured here x {n} thread{'s' if n > 1 else ''} "
+                       f"({eff.source})")
     flops0 = inputs.gpu_flops[0] if inputs.gpu_flops else None
     if flops0 is None or any(f is None for f in inputs.gpu_flops):
         return None, "GPU throughput unknown"

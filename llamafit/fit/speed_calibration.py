@@ -1,5 +1,6 @@
 """The speed model learns from earlier runs (pure): `run --verify` records what the server measured
-next to what the model estimated at that fill (run_verify.py). For the same machine and model family
+next to what the model estimated at that fill, and every `run` when its server stops records the
+server's own timings of the requests it served (kind "serve"; run_verify.py). For the same machine and model family
 (GGUF architecture), the generation efficiencies (memory, and on the CPU decode and attention) of the
 slowest backend are scaled by the median measured / estimated over those runs, and estimates say so."""
 
@@ -17,7 +18,7 @@ MIN_RATIO, MAX_RATIO = 0.01, 10.0  # outside this a record says more about the r
 
 def _implied(record: dict[str, Any], machine: str, architecture: str) -> tuple[str, float] | None:
     speed = record.get("speed")
-    if record.get("kind") != "verify" or not isinstance(speed, dict):
+    if record.get("kind") not in ("verify", "serve") or not isinstance(speed, dict):
         return None
     if speed.get("machine") != machine or speed.get("architecture") != architecture:
         return None
@@ -32,7 +33,7 @@ def _implied(record: dict[str, Any], machine: str, architecture: str) -> tuple[s
 
 def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str,
               architecture: str) -> SpeedInputs:  # fmt: skip
-    """Inputs with the generation efficiency learned from earlier verified runs, when there are any."""
+    """Inputs with the generation efficiency learned from earlier measured runs, when there are any."""
     by_backend: dict[str, list[float]] = {}
     for r in records:
         found = _implied(r, machine, architecture)
@@ -42,10 +43,10 @@ def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine
     for backend, values in sorted(by_backend.items()):
         base = inputs.efficiency_for(backend)
         ratio = statistics.median(values)
-        source = f"{base.source}, x {ratio:.2f}: the median of {len(values)} verified run(s) of {architecture} here"
+        source = f"{base.source}, x {ratio:.2f}: the median of {len(values)} measured run(s) of {architecture} here"
         scaled = Efficiency(base.generation * ratio, base.prompt, source, base.decode and base.decode * ratio,
                             base.attention and base.attention * ratio)  # fmt: skip
         inputs = with_efficiency(inputs, backend, scaled)
-        notes.append(f"{backend} generation speed x {ratio:.2f}, measured by {len(values)} verified run(s) of "
+        notes.append(f"{backend} generation speed x {ratio:.2f}, measured by {len(values)} measured run(s) of "
                      f"{architecture} on this machine")  # fmt: skip
     return replace(inputs, calibrated="; ".join(notes)) if notes else inputs

@@ -14,6 +14,8 @@ def summary(records: Iterable[dict[str, Any]], path: str) -> dict[str, Any]:
     """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan would use."""
     groups: dict[tuple[Any, tuple[tuple[str, str], ...], str], list[dict[str, Any]]] = {}
     for r in records:
+        if r.get("kind") in ("verify", "serve"):  # the speed model's records (run_verify.py): no memory sizes
+            continue
         raw = r.get("server")
         server: dict[str, Any] = raw if isinstance(raw, dict) else {}
         key = (server.get("build"), tuple(_devices_of(r)), str(r.get("architecture")))

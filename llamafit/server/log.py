@@ -127,6 +127,24 @@ _QUIET_LEVELS = ("I", "D", "T")  # failures are logged as E (or W), or without a
 _RANK = {"oom": 2, "model_missing": 2, "bad_flag": 2, "port_in_use": 2, "load_failed": 1}
 
 
+# tools/server/server-context.cpp, server_slot::print_timings and the slot's release ("stop processing")
+_TIMING = re.compile(r"\btask (\d+) \| +(prompt eval|eval) time = +([\d.]+) ms / +(\d+) tokens")
+MAX_PENDING, MAX_SERVED = 64, 4096  # a long-running server keeps only its latest requests' timings
+_RELEASE = re.compile(r"\btask (\d+) \| stop processing: n_tokens = (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class ServedRequest:
+    """One request's timings as llama-server logs them when the slot finishes it."""
+
+    task: int
+    prompt_tokens: int  # evaluated (a cached prefix is not)
+    prompt_ms: float
+    generated_tokens: int
+    generation_ms: float
+    n_tokens: int  # the slot's context fill when it stopped
+
+
 def split_prefix(line: str) -> tuple[str | None, str]:
     """(level letter or None, message) for one plain log line."""
     m = _PREFIX.match(line)
@@ -189,6 +207,8 @@ class LogWatcher:
         self._progress = "starting"
         self._url: str | None = None
         self._failure: Failure | None = None
+        self._timing: dict[int, dict[str, float]] = {}  # task → what its timing lines said so far
+        self._served: list[ServedRequest] = []
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, line: str) -> None:
@@ -227,6 +247,28 @@ class LogWatcher:
             self._progress = f"listening on {self._url}"
         if level not in _QUIET_LEVELS and (found := diagnose(msg)) and self._outranks(found):
             self._failure = found
+        if "| " in msg:
+            self._timings(msg)
+
+    def _timings(self, msg: str) -> None:
+        if m := _TIMING.search(msg):
+            part = self._timing.setdefault(int(m.group(1)), {})
+            key = "prompt" if m.group(2) == "prompt eval" else "gen"
+            part[f"{key}_ms"], part[f"{key}_n"] = float(m.group(3)), float(m.group(4))
+        elif m := _RELEASE.search(msg):
+            part = self._timing.setdefault(int(m.group(1)), {})
+            part["n_tokens"] = float(m.group(2))
+        else:
+            return
+        task = int(m.group(1))
+        part = self._timing[task]
+        if len(self._timing) > MAX_PENDING:  # tasks that never finish (cancelled): forget the oldest
+            del self._timing[next(iter(self._timing))]
+        if {"prompt_ms", "gen_ms", "n_tokens"} <= part.keys():
+            del self._timing[task]
+            del self._served[: max(len(self._served) - MAX_SERVED + 1, 0)]
+            self._served.append(ServedRequest(task, int(part["prompt_n"]), part["prompt_ms"], int(part["gen_n"]),
+                                              part["gen_ms"], int(part["n_tokens"])))  # fmt: skip
 
     def _outranks(self, found: Failure) -> bool:
         return self._failure is None or _RANK[found.kind] > _RANK[self._failure.kind]
@@ -288,6 +330,11 @@ class LogWatcher:
     def breakdowns(self) -> tuple[tuple[BreakdownRow, ...], ...]:
         """Each memory-breakdown table seen: fit probes first (projections), the exit table last."""
         return tuple(self._tables)
+
+    @property
+    def served(self) -> tuple[ServedRequest, ...]:
+        """The requests the server finished so far, with its own timings."""
+        return tuple(self._served)
 
     @property
     def progress(self) -> str:
