@@ -55,22 +55,39 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return h
 
 
-EXPECTED = """\
-4 models on CUDA0 8.0 GiB
+SPEED_TEXT = """\
+2 models on CUDA0 24.0 GiB
 
-NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE
-lmstudio-community/gemma-GGUF:F16
-                    lmstudio  gemma3   F16       0.0G   32k 32k f16   fits
-moe:tiny            ollama    qwen3moe Q8_0      0.0G   40k 40k f16   fits
-acme/tiny-GGUF:LLAMA
-                    hf        llama    F16       0.0G   16k 16k f16   fits
-                    + mmproj-tiny-F16.gguf (6 MiB counted)
-acme/tiny-GGUF:Q8_0 hf        llama    Q8_0      0.0G    4k 4k f16    fits
-                    + mmproj-tiny-F16.gguf (6 MiB counted)
+NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE
+q             dir       qwen2    Q4_K_M 18.5G   32k 32k q8_0    26-32 fits
+t             dir       llama    Q8_0    0.0G    4k 4k f16      ~1.7M fits
 
 CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer
 on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's
 memory for a 4k context (every layer, q8_0 KV).
+TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`
+shows how; - = a device's bandwidth is unknown).
+"""
+
+EXPECTED = """\
+4 models on CUDA0 8.0 GiB
+
+NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE
+lmstudio-community/gemma-GGUF:F16
+              lmstudio  gemma3   F16     0.0G   32k 32k f16         - fits
+moe:tiny      ollama    qwen3moe Q8_0    0.0G   40k 40k f16         - fits
+acme/tiny-GGUF:LLAMA
+              hf        llama    F16     0.0G   16k 16k f16         - fits
+              + mmproj-tiny-F16.gguf (6 MiB counted)
+acme/tiny-GGUF:Q8_0
+              hf        llama    Q8_0    0.0G    4k 4k f16          - fits
+              + mmproj-tiny-F16.gguf (6 MiB counted)
+
+CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer
+on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's
+memory for a 4k context (every layer, q8_0 KV).
+TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`
+shows how; - = a device's bandwidth is unknown).
 
 5 notes:
   partial-download: …me--broken-GGUF/blobs/0a1b.incomplete (unfinished download)
@@ -152,19 +169,20 @@ def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypat
     assert ls() == 0
     out, err = capsys.readouterr()
     # found order (hub cache, Ollama, LM Studio), each row as it came; the notes after
-    assert out.splitlines()[:11] == [
+    assert out.splitlines()[:12] == [
         "models on CUDA0 8.0 GiB", "",
-        "NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE",
+        "NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE",
         "acme/tiny-GGUF:LLAMA",
-        "                    hf        llama    F16       0.0G   16k 16k f16   fits",
-        "                    + mmproj-tiny-F16.gguf (6 MiB counted)",
-        "acme/tiny-GGUF:Q8_0 hf        llama    Q8_0      0.0G    4k 4k f16    fits",
-        "                    + mmproj-tiny-F16.gguf (6 MiB counted)",
-        "moe:tiny            ollama    qwen3moe Q8_0      0.0G   40k 40k f16   fits",
+        "              hf        llama    F16     0.0G   16k 16k f16         - fits",
+        "              + mmproj-tiny-F16.gguf (6 MiB counted)",
+        "acme/tiny-GGUF:Q8_0",
+        "              hf        llama    Q8_0    0.0G    4k 4k f16          - fits",
+        "              + mmproj-tiny-F16.gguf (6 MiB counted)",
+        "moe:tiny      ollama    qwen3moe Q8_0    0.0G   40k 40k f16         - fits",
         "lmstudio-community/gemma-GGUF:F16",
-        "                    lmstudio  gemma3   F16       0.0G   32k 32k f16   fits",
+        "              lmstudio  gemma3   F16     0.0G   32k 32k f16         - fits",
     ]
-    assert out.splitlines()[11:] == EXPECTED.splitlines()[11:]
+    assert out.splitlines()[12:] == EXPECTED.splitlines()[12:]
     assert err.split("\r\033[K") == ["", "[1/6] acme/tiny-GGUF:LLAMA", "[2/6] acme/tiny-GGUF:Q8_0", "[3/6] moe:tiny",
                                      "[4/6] ggml-vocab-llama.gguf", "[5/6] style-lora.gguf", ""]
     # the second listing, all cached: the sorted table, progress only
@@ -184,6 +202,30 @@ def test_ls_speed_estimate_where_the_bandwidth_is_known(gpu: str, verdict: str, 
     if speed:  # the same estimate plan gives for that config
         got = json.loads(CliRunner().invoke(cli, ["plan", str(tmp_path / "q.gguf"), "--gpu", gpu, "--json"]).output)
         assert fit["generation_tps"] == got["speed"]["generation_tps"]
+
+
+def test_ls_text_shows_the_speed_range_of_catalog_gpus(tmp_path: Path) -> None:
+    (tmp_path / "q.gguf").symlink_to(MODEL.parent / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
+    (tmp_path / "t.gguf").symlink_to(MODEL)
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "rtx4090"])
+    assert result.exit_code == 0, result.output
+    assert result.output == SPEED_TEXT
+    assert all(len(line) <= 80 for line in result.output.splitlines())
+
+
+@pytest.mark.parametrize("tps, text", [
+    ([21.4, 41.2], "21-41"), ([4.21, 9.4], "4.2-9.4"), ([9.96, 9.96], "10"), ([120.0, 185.4], "120-185"),
+    ([999.4, 1930.0], "~1.9k"), ([3900.0, 40100.0], "~40k"), ([1.2e6, 1.746e6], "~1.7M"), ([5.0, 5.0], "5.0"),
+    (None, "-"),
+])  # fmt: skip
+def test_ls_speed_cell(tps: list[float] | None, text: str) -> None:
+    from llamafit.fit.listing import Fit, Row
+    from llamafit.report.ls import _speed
+
+    def row(verdict: str) -> Row:
+        return Row("m", "dir", "/m", "/m", 1, None, "llama", "Q8_0", 1, 4096, Fit(verdict, generation_tps=tps))
+
+    assert (_speed(row("fits")), _speed(row("offload")), _speed(row("no-fit"))) == (text, text, "-")
 
 
 def test_cpu_only_rows_survive_a_change_of_free_ram_while_they_still_hold(
@@ -223,7 +265,7 @@ def test_ls_with_no_models_says_where_it_looked(tmp_path: Path) -> None:
     assert result.output.splitlines()[:6] == [
         "0 models on CUDA0 8.0 GiB",
         "",
-        "NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE",
+        "NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE",
         "(no GGUF models found; looked in:)",
         f"  dir: {tmp_path}",
         "",
@@ -240,12 +282,14 @@ def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(tmp_path: Path, monkeyp
     assert result.output == """\
 1 models on no GPU (CPU only)
 
-NAME                STORE     ARCH     QUANT     SIZE TRAIN CTX/SLOT  HERE
-m                   dir       llama    Q8_0      0.0G    4k 4k f16    fits
+NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE
+m             dir       llama    Q8_0    0.0G    4k 4k f16       ~40k fits
 
 CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model
 and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not
 even a 4k context does.
+TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`
+shows how; - = a device's bandwidth is unknown).
 """
 
 
@@ -286,4 +330,4 @@ def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
     assert f["gpu_bytes"] + f["host_bytes"] - g["gpu_bytes"] - g["host_bytes"] == f["mmproj_bytes"]
     text = CliRunner().invoke(cli, ["ls", str(paired), "--gpu", "8GiB"]).output
     mib = f"{f['mmproj_bytes'] / 2**20:,.0f}"
-    assert f"                    + mmproj-tiny-F16.gguf ({mib} MiB counted)\n" in text
+    assert f"              + mmproj-tiny-F16.gguf ({mib} MiB counted)\n" in text

@@ -8,9 +8,9 @@ from ..fit.listing import Row
 from ..commands.ls import Listing
 
 GIB = 1 << 30
-_COLS = (("NAME", 19), ("STORE", 9), ("ARCH", 8), ("QUANT", 7), ("SIZE", 6), ("TRAIN", 5), ("CTX/SLOT", 9),
-         ("HERE", 10))  # fmt: skip
-_RIGHT = {"SIZE", "TRAIN"}
+_COLS = (("NAME", 13), ("STORE", 9), ("ARCH", 8), ("QUANT", 6), ("SIZE", 5), ("TRAIN", 5), ("CTX/SLOT", 9),
+         ("TOK/S", 7), ("HERE", 10))  # fmt: skip
+_RIGHT = {"SIZE", "TRAIN", "TOK/S"}
 
 
 def tokens(n: int) -> str:
@@ -39,9 +39,30 @@ def _ctx(row: Row) -> str:
     return "-"
 
 
+def rate(tps: float) -> str:
+    """Tokens/s in at most 4 characters: 4.2, 41, 185, 1.9k, 50k, 1.7M."""
+    for scale, unit in ((1.0, ""), (1e3, "k"), (1e6, "M")):
+        if tps < 9.95 * scale:
+            return f"{tps / scale:.1f}{unit}"
+        if tps < 999.5 * scale:
+            return f"{tps / scale:.0f}{unit}"
+    return f"{tps / 1e9:.0f}G"
+
+
+def _speed(row: Row) -> str:
+    """Generation tokens/s, full context to empty ("21-41"); the empty context's alone ("~1.9k") where the
+    range does not fit; "-" without an estimate (a GPU given by size has no bandwidth)."""
+    tps = row.fit.generation_tps
+    if not tps or row.fit.verdict not in ("fits", "offload"):
+        return "-"
+    low, high = rate(tps[0]), rate(tps[1])
+    both = high if low == high else f"{low}-{high}"
+    return both if len(both) <= dict(_COLS)["TOK/S"] else f"~{high}"
+
+
 def _cells(row: Row) -> list[str]:
     return [row.name, row.store, row.arch, row.quant, gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row),
-            here(row)]
+            _speed(row), here(row)]
 
 
 def _line(cells: list[str]) -> str:
@@ -84,13 +105,15 @@ _LEGEND_GPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fi
 _LEGEND_CPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model",
                "and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not",
                "even a 4k context does."]  # fmt: skip
+_LEGEND_SPEED = ["TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`",
+                 "shows how; - = a device's bandwidth is unknown)."]  # fmt: skip
 
 
 def footer_lines(listing: Listing, home: str = "", *, gpus: bool = True) -> list[str]:
     """The notes and the legend; `gpus`: whether the machine has GPUs (the legend is worded by it)."""
     lines = [] if listing.rows else ["(no GGUF models found; looked in:)"] + [
         _clip(f"  {r.store}: {_short(r.path, home)}") for r in listing.roots]
-    lines += ["", *(_LEGEND_GPU if gpus else _LEGEND_CPU)]
+    lines += ["", *(_LEGEND_GPU if gpus else _LEGEND_CPU), *_LEGEND_SPEED]
     if listing.notes:
         lines += ["", f"{len(listing.notes)} notes:"]
         lines += [_note_line(n.code, _short(n.path, home), n.detail) for n in listing.notes]
