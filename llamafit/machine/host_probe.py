@@ -26,6 +26,7 @@ from ..fit.speed import KernelRate, Rate
 
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
+KERNEL_PROBE_TIMEOUT_S = 120
 SCHEMA = "llamafit.host-probe/2"
 
 
@@ -142,13 +143,20 @@ def probe() -> dict[str, object]:
 
 
 def measure_kernels() -> dict[str, list[float]]:
-    """{type name: [decode, prompt] FLOP/s per thread} from kernel_probe; empty when ggml is unavailable."""
-    from .kernel_probe import ProbeUnavailable, measure_types
+    """{type name: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a child process (a ggml
+    abort or hang costs only the kernel figures); empty when it fails."""
+    import subprocess
+    import sys
 
     try:
-        return {name: [r["decode"], r["prompt"]] for name, r in measure_types().items()}
-    except ProbeUnavailable:
+        out = subprocess.run([sys.executable, "-m", "llamafit.machine.kernel_probe"], capture_output=True,
+                             timeout=KERNEL_PROBE_TIMEOUT_S, check=False)  # fmt: skip
+        found = json.loads(out.stdout.decode("utf-8", "replace") or "{}")
+    except (OSError, subprocess.TimeoutExpired, ValueError):
         return {}
+    if not isinstance(found, dict) or out.returncode != 0:
+        return {}
+    return {k: v for k, v in found.items() if isinstance(v, list) and len(v) == 2 and all(_rate(x) for x in v)}
 
 
 def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:

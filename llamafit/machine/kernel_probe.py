@@ -5,7 +5,7 @@ A float32 BLAS product says little about how fast llama.cpp multiplies by Q4_K o
 type has its own dot-product kernel, and on x86 with AVX2 (ARM with i8mm/dotprod) Q4_0 and Q4_K
 weights are repacked into interleaved blocks with their own matrix kernels
 (ggml/src/ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type). So, per type, one thread
-computes ggml_mul_mat of an N x K weight of that type (zeros: integer kernels do not care) with
+computes ggml_mul_mat of a weight of that type (zeros: integer kernels do not care) with
 - one float32 column, the matrix-vector product of generating a token (`decode`), and
 - a 512-column batch, the matrix product of a prompt ubatch (`prompt`),
 with the weight placed as llama.cpp places it: in the first of the CPU device's extra buffer types
@@ -26,8 +26,11 @@ from typing import Any
 # ggml_type values (ggml/include/ggml.h, enum ggml_type) of the types measured
 TYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_K": 12, "q5_K": 13, "q6_K": 14, "bf16": 30,
                          "mxfp4": 39}  # fmt: skip
-K, N_DECODE, N_PROMPT, BATCH = 4096, 2048, 128, 512
-ROUNDS_DECODE, ROUNDS_PROMPT = 12, 3
+# decode: a 2048 x 4096 weight (a few MiB: in the caches); prompt: 128 x 4096 by 512 columns; the best
+# of several rounds, so that on a busy machine one that ran undisturbed counts. Every row length is a
+# multiple of 256, as every type's block needs (ggml aborts otherwise)
+K_DECODE, N_DECODE, K_PROMPT, N_PROMPT, BATCH = 4096, 2048, 4096, 128, 512
+ROUNDS_DECODE, ROUNDS_PROMPT = 12, 8
 
 _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
 
@@ -89,8 +92,8 @@ def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
     return out
 
 
-def measure(type_id: int, columns: int, rows: int, threads: int = 1, rounds: int = 3) -> float:
-    """FLOP/s of ggml_mul_mat(weight rows x K of type_id, columns float32 columns) on `threads` threads."""
+def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rounds: int = 3) -> float:
+    """FLOP/s of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) on `threads` threads."""
     base, cpu = _libs()
     dev = base.ggml_backend_reg_dev_get(cpu.ggml_backend_cpu_reg(), 0)
     meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
@@ -102,8 +105,8 @@ def measure(type_id: int, columns: int, rows: int, threads: int = 1, rounds: int
         for buft in [*_extra_bufts(base, cpu, dev), plain]:  # a fresh context per try: tensors keep their data
             ctx_w, ctx_io = base.ggml_init(_InitParams(meta, None, True)), base.ggml_init(_InitParams(meta, None, True))
             ctxs += [ctx_w, ctx_io]
-            w = base.ggml_new_tensor_2d(ctx_w, type_id, K, rows)
-            x = base.ggml_new_tensor_2d(ctx_io, 0, K, columns)
+            w = base.ggml_new_tensor_2d(ctx_w, type_id, k, rows)
+            x = base.ggml_new_tensor_2d(ctx_io, 0, k, columns)
             y = base.ggml_mul_mat(ctx_io, w, x)
             wbuf = base.ggml_backend_alloc_ctx_tensors_from_buft(ctx_w, buft)
             if wbuf:
@@ -128,7 +131,7 @@ def measure(type_id: int, columns: int, rows: int, threads: int = 1, rounds: int
             t0 = time.perf_counter()
             base.ggml_backend_graph_compute(backend, graph)
             best = min(best, time.perf_counter() - t0)
-        return 2 * K * rows * columns / best
+        return 2 * k * rows * columns / best
     finally:
         for b in buffers:
             base.ggml_backend_buffer_free(b)
@@ -154,11 +157,31 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
             if progress:
                 progress(name)
             try:
-                out[name] = {"decode": measure(TYPES[name], 1, N_DECODE, 1, ROUNDS_DECODE),
-                             "prompt": measure(TYPES[name], BATCH, N_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
+                out[name] = {"decode": measure(TYPES[name], 1, N_DECODE, K_DECODE, 1, ROUNDS_DECODE),
+                             "prompt": measure(TYPES[name], BATCH, N_PROMPT, K_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
             except ProbeUnavailable:
                 if not out and name == types[0]:
                     raise
     finally:
         base.ggml_log_set(old_cb, old_ud)
     return out
+
+
+def main() -> int:
+    """`python -m llamafit.machine.kernel_probe`: the figures as JSON on stdout (host_probe runs this in a
+    child process, so that a ggml abort cannot take llamafit down)."""
+    import json
+    import sys
+
+    try:
+        rates = measure_types()
+    except ProbeUnavailable as e:
+        print(json.dumps({"error": str(e)}))
+        return 1
+    print(json.dumps({name: [r["decode"], r["prompt"]] for name, r in rates.items()}))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
