@@ -113,6 +113,8 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     assert (only_bw.bandwidth.value, only_bw.bandwidth_by_threads, only_bw.flops.value, only_bw.flops_threads) == (
         51.2e9, (), 34e9, 3)  # a given bandwidth holds at every thread count
     assert json.loads((tmp_path / "host-probe.json").read_text())["bandwidth_bytes_per_s"] == 12e9
+    monkeypatch.setattr(host_probe, "measure_bandwidth", lambda n=None: {1: 6e9, 2: 5e9, 3: 9e9}[n])
+    assert host_probe.probe()["bandwidth_by_threads"] == [[1, 6e9], [2, 6e9], [3, 9e9]]  # 2 threads: disturbed
 
 
 @pytest.mark.parametrize("n_cpu, counts", [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (8, [1, 2, 4, 8]),
