@@ -66,6 +66,8 @@ class Efficiency:
 
 # Measured by scripts/bench_speed.py (rerun it to refresh): cpu from llama-bench (Gemma 3 270M, 1 thread,
 # depths 0/1024/4096) on the shared 2-core development VM against the host probe (noisy: see README);
+# attention_kernel / prompt_attention_kernel: the medians of its "attention" / "prompt attention" at
+# depths 1024 and 4096 (1 thread, load average 5-8) against the F16 kernel the probe measured;
 # cuda/metal/rocm/vulkan as the median achieved/roofline ratio over the public llama-bench results in
 # fixtures/speed/public-llama-bench.csv (README "How fast").
 EFFICIENCY: dict[str, Efficiency] = {
@@ -77,8 +79,8 @@ EFFICIENCY: dict[str, Efficiency] = {
         "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
         decode=0.74,
         attention=0.09,
-        attention_kernel=0.4,
-        prompt_attention_kernel=0.9,
+        attention_kernel=0.12,
+        prompt_attention_kernel=0.7,
     ),
     "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
     "rocm": Efficiency(0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"),
