@@ -290,7 +290,8 @@ def shapes(args: argparse.Namespace) -> list[float]:
     sys.path.insert(0, str(ROOT / "scripts"))
     from make_shapes import write_shape
 
-    print(f"\nShapes     pp{args.n_prompt} on real-shape models (zeros past the header), 1 repetition each (after llama-bench's warm-up)")
+    print(f"\nShapes     pp{args.n_prompt} on real-shape models (zeros past the header), one repetition each "
+          "after llama-bench's warm-up")
     print(f"{'model':<28}{'t':>2}{'test':>6}{'estimate':>9}{'mean':>8}{'best':>8}{'error':>7}")
     errors = []
     from llamafit.machine.host_probe import probe
