@@ -87,10 +87,10 @@ def llama_bench(bench: str, model: str, *, depth: int, threads: int, n_prompt: i
 def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-untyped-def]
     """Attention FLOPs of one token at `fill` cells (all layers on the CPU; SWA layers at most their window)."""
     from llamafit.memory.placement import layer_map
-    from llamafit.fit.speed import CPU, _attn_flops as attn_flops, _reads
+    from llamafit.fit.speed import CPU, _attn_flops as attn_flops, _padding, _reads
 
     r = _reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ())
-    return attn_flops(r, CPU, fill, model.facts.swa.n_swa)
+    return attn_flops(r, CPU, fill, model.facts.swa.n_swa, _padding(CPU, rc.flash_attn))
 
 
 def _f16_rate(inputs: SpeedInputs) -> float:

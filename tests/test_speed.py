@@ -27,17 +27,23 @@ def cpu(bw: float, flops: float, decode: float | None = None, attention: float |
     return SpeedInputs((), (), Rate(bw, "test"), Rate(flops, "test"), efficiency=eff)
 
 
-def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention() -> None:
-    memory_only = estimate(MODEL, RC, LMAP, (), cpu(1e9, 1e12))
+@pytest.mark.parametrize("flash_attn, empty_cells", [("on", 1), ("off", 256)])
+def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention(flash_attn: str,
+                                                                             empty_cells: int) -> None:  # fmt: skip
+    """The CPU's flash attention skips masked cells: an empty context attends over 1 cell, not a 256-cell block."""
+    rc = resolve(LaunchConfig(n_ctx=4096, flash_attn=flash_attn), MODEL.facts, engine="llama-server")
+    memory_only = estimate(MODEL, rc, LMAP, (), cpu(1e9, 1e12))
     assert memory_only is not None
     d = memory_only.devices[0]
     assert d.bound == "memory" and d.seconds[0] == (d.weight_bytes + d.kv_bytes_empty) / 1e9
-    slow = estimate(MODEL, RC, LMAP, (), cpu(1e12, 1e6, decode=1.0, attention=1.0))  # 1 MFLOP/s: arithmetic wins
+    cell_bytes = (d.kv_bytes_full - d.kv_bytes_empty) // (4096 - empty_cells)
+    assert d.kv_bytes_empty == cell_bytes * empty_cells
+    slow = estimate(MODEL, rc, LMAP, (), cpu(1e12, 1e6, decode=1.0, attention=1.0))  # 1 MFLOP/s: arithmetic wins
     assert slow is not None and slow.devices[0].bound == "compute"
     flops = slow.flops_per_token
     facts = MODEL.facts
     attn_cell = sum(2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v) for il in range(facts.n_layer))
-    assert slow.devices[0].seconds == pytest.approx((flops / 1e6 + attn_cell * 256 / 1e6,
+    assert slow.devices[0].seconds == pytest.approx((flops / 1e6 + attn_cell * empty_cells / 1e6,
                                                      flops / 1e6 + attn_cell * 4096 / 1e6), rel=1e-12)  # fmt: skip
 
 
@@ -219,7 +225,7 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     matmul = sum(n / (rate[k] if k else 8e6 * 0.25) for k, n in flops.items())  # F32 norms: no kernel rate
     attn_cell = sum(2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v) for il in range(facts.n_layer))
     f16_rate = 2e6 * 2  # the F16 matrix-vector kernel x two threads: attention's base rate
-    assert 1 / est.generation_tps[1] == pytest.approx(matmul + attn_cell * 256 / (f16_rate * 0.5), rel=1e-12)
+    assert 1 / est.generation_tps[1] == pytest.approx(matmul + attn_cell * 1 / (f16_rate * 0.5), rel=1e-12)
     prompt_flops = dict(flops)
     prompt_flops[types["output.weight"]] -= out
     pp = sum(n / (rate[k] * 2 if k else 8e6 * 0.5) for k, n in prompt_flops.items())  # prompt: 2x decode's rate

@@ -258,16 +258,23 @@ def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequenc
     return _Reads(weights, flops, by_type, output, kv, swa, state, attn, attn_cell, attn_swa)
 
 
-def _cells(n: int, n_swa: int, swa: bool) -> int:
-    """KV cells a token attends over at fill n: llama_kv_cache::get_n_kv pads the used cells to 256."""
-    return pad(max(min(n, n_swa) if swa else n, 1), KV_PAD)
+def _cells(n: int, n_swa: int, swa: bool, padding: int = KV_PAD) -> int:
+    """KV cells a token attends over at fill n: llama_kv_cache::get_n_kv pads the used cells to 256. The
+    CPU's flash attention skips the masked ones (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16_one_chunk:
+    `if (mv == -INFINITY) continue;`), so there padding=1: only the filled cells (an SWA layer's window)."""
+    return pad(max(min(n, n_swa) if swa else n, 1), padding)
+
+
+def _padding(dev: int, flash_attn: bool) -> int:
+    return 1 if dev == CPU and flash_attn else KV_PAD
 
 
 def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fills: tuple[int, int],
-                 n_swa: int) -> list[DeviceRead] | None:  # fmt: skip
+                 n_swa: int, flash_attn: bool) -> list[DeviceRead] | None:  # fmt: skip
     rows = []
     for dev in [*range(len(gpus)), CPU]:
-        kv = [r.kv_cell[dev] * _cells(n, n_swa, False) + r.swa_cell[dev] * _cells(n, n_swa, True) for n in fills]
+        p = _padding(dev, flash_attn)
+        kv = [r.kv_cell[dev] * _cells(n, n_swa, False, p) + r.swa_cell[dev] * _cells(n, n_swa, True, p) for n in fills]
         w = r.weights[dev] + r.state[dev]
         if not (w or kv[1]):
             continue
@@ -285,7 +292,7 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
         if dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate:  # arithmetic bounds a token too
             rate = inputs.host_flops_at().value
             matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
-            attn = [_attn_flops(r, dev, n, n_swa) / attn_rate for n in fills]
+            attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
             seconds = [max(m, matmul) + a for m, a in zip(memory, attn, strict=True)]
             bound = "compute" if matmul > memory[0] else "memory"
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
@@ -293,9 +300,10 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
     return rows
 
 
-def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int) -> int:
+def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int, padding: int = KV_PAD) -> int:
     """Attention FLOPs of one token that sees `fill` cells (SWA layers at most their window)."""
-    return r.attn_cell[dev] * _cells(fill, n_swa, False) + r.attn_swa_cell[dev] * _cells(fill, n_swa, True)
+    return (r.attn_cell[dev] * _cells(fill, n_swa, False, padding)
+            + r.attn_swa_cell[dev] * _cells(fill, n_swa, True, padding))  # fmt: skip
 
 
 def _attention_rate(inputs: SpeedInputs, share: float | None) -> float | None:
@@ -334,7 +342,7 @@ def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Seque
     device that holds data has no known bandwidth (an RPC worker)."""
     gpus = _active_gpus(rc, gpus)
     r = _reads(model, rc, lmap, gpus)
-    rows = _device_rows(r, gpus, inputs, (0, rc.n_ctx_seq), model.facts.swa.n_swa)
+    rows = _device_rows(r, gpus, inputs, (0, rc.n_ctx_seq), model.facts.swa.n_swa, rc.flash_attn)
     if not rows:
         return None
     t_empty, t_full = _seconds(rows, False), _seconds(rows, True)
@@ -354,7 +362,7 @@ def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpe
     gpus = _active_gpus(rc, gpus)
     lmap = lmap or layer_map(model.facts.n_layer_all, 0, ())
     r = _reads(model, rc, lmap, gpus)
-    rows = _device_rows(r, gpus, inputs, (fill, fill), model.facts.swa.n_swa)
+    rows = _device_rows(r, gpus, inputs, (fill, fill), model.facts.swa.n_swa, rc.flash_attn)
     if not rows:
         return None
     prompt = _prompt_tps(r, rc, gpus, inputs, depth=fill, n_swa=model.facts.swa.n_swa)[0]
@@ -378,7 +386,7 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
         t = _matmul_seconds(weights, inputs, "prompt", flops.value * eff.prompt)
         attn_rate = _attention_rate(inputs, eff.prompt_attention_kernel)
         if attn_rate:
-            t += _attn_flops(r, CPU, depth + PP_TOKENS // 2, n_swa) / attn_rate
+            t += _attn_flops(r, CPU, depth + PP_TOKENS // 2, n_swa, _padding(CPU, rc.flash_attn)) / attn_rate
         else:
             t += attn / (flops.value * eff.prompt)
         n = inputs.n_threads or inputs.host_flops_threads or 1
