@@ -37,7 +37,8 @@ def inputs(gpu_bw: int | None, host_bw: int = 60 * GB_S) -> SpeedInputs:
 
 def test_speed_estimate_is_bytes_over_bandwidth() -> None:
     """Time per token = Σ (weights + KV in use) / bandwidth per device, from an empty context (one
-    256-cell block) to a full slot; weights cross-checked against memory.py's own per-device sum."""
+    256-cell block on a GPU; one cell on the CPU, whose flash attention skips masked cells) to a full
+    slot; weights cross-checked against memory.py's own per-device sum."""
     t = target(QWEN, "16GiB")
     choice = solve(t, LaunchConfig(), Policy())
     lmap, facts = choice.breakdown.layer_devices, t.model.facts
@@ -47,8 +48,9 @@ def test_speed_estimate_is_bytes_over_bandwidth() -> None:
     assert [(d.device, d.weight_bytes) for d in est.devices] == [("CUDA0", read[0]), ("CPU", read[CPU])]
     kv = [sum(layer_kv(facts, choice.rc, il) for il in range(facts.n_layer) if lmap.layers[il] == dev)
           for dev in (0, CPU)]
-    for n_kv, which in ((256, 1), (choice.rc.n_ctx_seq, 0)):
-        expected = 1 / ((read[0] + kv[0] * n_kv) / (288 * GB_S) + (read[CPU] + kv[1] * n_kv) / (60 * GB_S))
+    assert choice.rc.flash_attn
+    for (n_gpu, n_cpu), which in (((256, 1), 1), ((choice.rc.n_ctx_seq,) * 2, 0)):
+        expected = 1 / ((read[0] + kv[0] * n_gpu) / (288 * GB_S) + (read[CPU] + kv[1] * n_cpu) / (60 * GB_S))
         assert est.generation_tps[which] == pytest.approx(expected, rel=1e-12)
     assert estimate(t.model, choice.rc, lmap, t.gpus, inputs(None)) is None  # no bandwidth known: no estimate
 
