@@ -51,7 +51,9 @@ class Efficiency:
     """Achieved / roofline, per backend: generation (of the memory bandwidth) and prompt (of the FLOP
     rate). On the CPU a token is also bounded by arithmetic: `decode` is the share of the host's FLOP
     rate its matrix-vector products reach, `attention` the share attention over the cache reaches
-    (F16 K/V, softmax: far below matrix speed). None: not modelled (GPUs: memory-bound)."""
+    (F16 K/V, softmax: far below matrix speed). None: not modelled (GPUs: memory-bound). With the
+    kernel probe's figures the CPU uses those instead of `decode`, and `attention_kernel` /
+    `prompt_attention_kernel` (shares of the F16 kernel's rate) instead of `attention`."""
 
     generation: float
     prompt: float
@@ -67,7 +69,7 @@ class Efficiency:
 # Measured by scripts/bench_speed.py (rerun it to refresh): cpu from llama-bench (Gemma 3 270M, 1 thread,
 # depths 0/1024/4096) on the shared 2-core development VM against the host probe (noisy: see README);
 # attention_kernel / prompt_attention_kernel: the medians of its "attention" / "prompt attention" at
-# depths 1024 and 4096 (1 thread, load average 5-8) against the F16 kernel the probe measured;
+# depths 1024 and 4096 (1 and 2 threads, its quietest run: load average 1.5-3) against the F16 kernel;
 # cuda/metal/rocm/vulkan as the median achieved/roofline ratio over the public llama-bench results in
 # fixtures/speed/public-llama-bench.csv (README "How fast").
 EFFICIENCY: dict[str, Efficiency] = {
@@ -79,8 +81,8 @@ EFFICIENCY: dict[str, Efficiency] = {
         "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
         decode=0.74,
         attention=0.09,
-        attention_kernel=0.12,
-        prompt_attention_kernel=0.7,
+        attention_kernel=0.54,
+        prompt_attention_kernel=0.64,
     ),
     "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
     "rocm": Efficiency(0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"),
@@ -293,7 +295,11 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
             rate = inputs.host_flops_at().value
             matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
-            seconds = [max(m, matmul) + a for m, a in zip(memory, attn, strict=True)]
+            # with llama.cpp's kernels measured: a core streams a weight and multiplies it in one instruction
+            # stream, so the probe's streaming time and the kernels' in-cache time add up (bench_speed: the
+            # larger of the two alone was 40-130% fast at an empty context); the BLAS fallback keeps max()
+            add = bool(inputs.cpu_kernels)
+            seconds = [(m + matmul if add else max(m, matmul)) + a for m, a in zip(memory, attn, strict=True)]
             bound = "compute" if matmul > memory[0] else "memory"
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
                                eff.source, (seconds[0], seconds[1]), bound))  # fmt: skip
