@@ -138,8 +138,12 @@ def test_cuda_device_and_host_split() -> None:
     assert est.peak == "attention"
     # the GPU holds no token ids and no never-read inp_embd (input leafs stay on the CPU backend)
     assert est.device == sum(inputs.values()) - inputs["inp_tokens"] - inputs["inp_embd"] + at_fa
-    # host: every graph input plus the embedding rows (token_embd stays on the CPU)
-    assert est.host == sum(inputs.values()) + e
+    # host: every graph input plus the embedding rows (token_embd stays on the CPU), and the mixed
+    # token/embedding branch (PR #29622): its I32 tokens, I64 slots, n_embd x T input and second lookup
+    assert est.host == sum(inputs.values()) + e + (4 * t + 8 * t + 2 * e)
+    assert est.host_inputs == est.host - 2 * e
+    old_build = dataclasses.replace(s, mixed_input=False)
+    assert predict_compute(f, old_build).host == sum(inputs.values()) + e
     assert predict_compute(f, dataclasses.replace(s, backend="cpu")).host == 0
 
 
@@ -168,8 +172,11 @@ def test_compute_for_devices_follows_the_layer_map() -> None:
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True)
     assert compute_for_devices(f, rc, layer_map(f.n_layer_all, 0, ()), []) == {CPU: predict_compute(f, s).device}
     full = compute_for_devices(f, rc, layer_map(f.n_layer_all, f.n_layer_all + 1, (1.0,)), gpu_specs("8GiB"))
-    gpu = predict_compute(f, dataclasses.replace(s, backend="cuda"))
+    gpu = predict_compute(f, dataclasses.replace(s, backend="cuda", holds_input=True))
     assert full == {0: gpu.device, CPU: gpu.host}
+    # the GPU running block 0 takes the mixed branch's copies: inp_mixed_embd, its token lookup, the slots
+    t, e = 512, 4 * f.n_embd * 512
+    assert gpu.device - predict_compute(f, dataclasses.replace(s, backend="cuda")).device == 2 * e + 8 * t
     # -ngl 3: the output layer and blocks 2-3 on the GPU, blocks 0-1 (and the inputs) on the CPU
     part = compute_for_devices(f, rc, layer_map(f.n_layer_all, 3, (1.0,)), gpu_specs("8GiB"))
     on_gpu = dataclasses.replace(s, backend="cuda", layers=(2, 3))
@@ -231,5 +238,47 @@ def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
     pp = compute_for_devices(f, rc, lmap, two)
     no_pp = compute_for_devices(f, dataclasses.replace(rc, n_cpu_moe=1), lmap, two)
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True, backend="cuda",
-                        layers=(0, 1, 2), holds_output=False)  # fmt: skip
-    assert pp[0] - no_pp[0] == 3 * _split_inputs(f, s)
+                        layers=(0, 1, 2), holds_output=False, holds_input=True)  # fmt: skip
+    e, mixed = 4 * f.n_embd * 512, 2 * 4 * f.n_embd * 512 + 8 * 512
+    # every split input x 4 (kept: input + output flags), the hidden state's copy no longer reused by the
+    # residual (one n_embd row), and on the GPU running block 0 the mixed copies x 4 plus its DUP's row
+    assert pp[0] - no_pp[0] == 3 * _split_inputs(f, s) + e + 3 * mixed + e
+    s1 = dataclasses.replace(s, layers=(3, 4), holds_output=True, holds_input=False)
+    assert pp[1] - no_pp[1] == 3 * _split_inputs(f, s1) + e
+
+
+# ---- Hadamard rotation inputs of a quantized KV cache (PR #21038, llama_kv_cache ctor) ----------------
+def _heads(name: str, k: int, v: int) -> ModelFacts:
+    f = _facts(str(FIXTURES / name))
+    return dataclasses.replace(f, n_embd_head_k=k, n_embd_head_v=v, n_embd_head_k_swa=k, n_embd_head_v_swa=v)
+
+
+ROT_CASES = [
+    # (fixture, head_k, head_v, type_k, type_v, attn_rot, expected inputs)
+    ("dense-llama.gguf", 128, 128, "q8_0", "q8_0", True, {"k_rot0": 4 * 128 * 128, "v_rot0": 4 * 64 * 64}),
+    ("dense-llama.gguf", 256, 256, "q4_0", "f16", True, {"k_rot0": 4 * 256 * 256}),
+    ("dense-llama.gguf", 192, 192, "f16", "q8_0", True, {"v_rot0": 4 * 64 * 64}),
+    ("dense-llama.gguf", 192, 192, "q8_0", "f16", True, {"k_rot0": 4 * 64 * 64}),  # 192 = 64 x 3: n_rot_k 64
+    ("dense-llama.gguf", 16, 16, "q8_0", "q8_0", True, {}),  # head not a multiple of 64
+    ("dense-llama.gguf", 128, 128, "f16", "bf16", True, {}),  # nothing quantized
+    ("dense-llama.gguf", 128, 128, "q8_0", "q8_0", False, {}),  # a build before the rotation
+    ("swa-gemma3.gguf", 256, 256, "q8_0", "q8_0", True,  # iSWA: one pair per cache (base, SWA)
+     {"k_rot0": 4 * 256 * 256, "v_rot0": 4 * 64 * 64, "k_rot1": 4 * 256 * 256, "v_rot1": 4 * 64 * 64}),
+]
+
+
+@pytest.mark.parametrize(("name", "head_k", "head_v", "type_k", "type_v", "rot", "expected"), ROT_CASES)
+def test_rotation_inputs_of_a_quantized_cache(name: str, head_k: int, head_v: int, type_k: str, type_v: str,
+                                              rot: bool, expected: dict[str, int]) -> None:
+    f = _heads(name, head_k, head_v)
+    s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=True, type_k=type_k, type_v=type_v,
+                        attn_rot=rot)  # fmt: skip
+    got = {k: v for k, v in input_bytes(f, s).items() if "_rot" in k}
+    assert got == expected
+
+
+def test_mla_cache_rotates_keys_only() -> None:
+    f = _facts(str(FIXTURES / "mla-deepseek2.gguf"))
+    f = dataclasses.replace(f, n_embd_head_k=576, n_embd_head_v=512)  # DeepSeek-V2's MQA cache: 512 + 64 rope
+    s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0")
+    assert {k: v for k, v in input_bytes(f, s).items() if "_rot" in k} == {"k_rot0": 4 * 64 * 64}

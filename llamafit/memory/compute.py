@@ -78,6 +78,9 @@ class ComputeSettings:
     inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
     qkv_views: bool = True  # fused QKV split by views (PR #15662 on); before, contiguous Q/K/V copies
     mask_f16_input: bool = True  # with FA the KQ mask input is F16 (PR #23764 on); before, F32 + an F16 cast
+    mixed_input: bool = True  # the mixed token/embedding input branch (PR #29622 on, most architectures)
+    attn_rot: bool = True  # Hadamard rotation inputs for a quantized K/V cache (PR #21038 on)
+    holds_input: bool = False  # a GPU backend that runs block 0 (the embeddings' split inputs land here)
 
     @property
     def n_tokens(self) -> int:
@@ -97,6 +100,7 @@ class ComputeEstimate:
     device: int
     host: int
     peak: str  # the candidate that set the device peak
+    host_inputs: int = 0  # the part of `host` that is graph inputs (kept once per pipeline copy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +203,36 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
         out[f"kq_mask{i}"] = mask_elt * cells * t
         if s.flash_attn and not s.mask_f16_input:  # the ggml_cast to F16 that FLASH_ATTN_EXT reads
             out[f"kq_mask_f16_{i}"] = 2 * cells * t
+    if s.attn_rot:
+        out.update(_rot_inputs(f, s))
     if f.recurrent is not None:
         out["rs_s_copy"] = 4 * max(1, s.n_seq_max)
     return {k: _pad(v, a) for k, v in out.items()}
+
+
+UNQUANTIZED_KV = frozenset({"f32", "f16", "bf16"})
+
+
+def _rot_inputs(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
+    """The Hadamard rotation inputs of each attention cache (PR #21038): llama_kv_cache's constructor
+    (src/llama-kv-cache.cpp) sets n_rot_k when type_k is quantized and every layer of the cache has one
+    key head size that is a multiple of 64 (n_rot_k: 64 doubled while it still divides the head), n_rot_v = 64
+    likewise for V (none for MLA); build_input_k_rot / build_input_v_rot make F32 n_rot x n_rot inputs,
+    read by every layer's attention (so alive until the last one)."""
+    out: dict[str, int] = {}
+    full, swa = _shape(f).caches
+    for i, is_swa in enumerate(([False] if full else []) + ([True] if swa else [])):
+        kv = [il for il in range(f.n_layer) if f.has_kv[il] and f.swa.is_swa[il] == is_swa and f.n_head_kv[il]]
+        heads_k = {f.n_embd_k_gqa(il) // f.n_head_kv[il] for il in kv}
+        heads_v = {f.n_embd_v_gqa(il) // f.n_head_kv[il] for il in kv}
+        if s.type_k not in UNQUANTIZED_KV and len(heads_k) == 1 and (head := heads_k.pop()) % 64 == 0:
+            n = 64
+            while head % (2 * n) == 0:
+                n *= 2
+            out[f"k_rot{i}"] = F32 * n * n
+        if s.type_v not in UNQUANTIZED_KV and f.mla is None and len(heads_v) == 1 and heads_v.pop() % 64 == 0:
+            out[f"v_rot{i}"] = F32 * 64 * 64
+    return out
 
 
 def _attention(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> int:
@@ -353,6 +384,7 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     inputs = input_bytes(f, s)
     layers = _on_device(f, s)
     peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device) for il in layers), default=(0, "none"))
+    host_inputs = 0
     if s.backend == "cpu":
         dev_inputs, host = sum(inputs.values()), 0
     else:
@@ -366,14 +398,41 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         dev_inputs = sum(v for k, v in inputs.items()
                          if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
                          and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16")))  # fmt: skip
-        host = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
-        host += _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
+        host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
+        lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
+        if s.mixed_input:
+            host_mixed, dev_mixed = _mixed_inputs(f, s)
+            host_inputs += host_mixed - lookups  # the mixed branch's own lookup is the second GET_ROWS
+            lookups *= 2
+            dev_inputs += dev_mixed if s.holds_input else 0
+        host = host_inputs + lookups
         if not s.kv_on_device:
             host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
     device, peak_name = dev_inputs + peak, name
     if s.holds_output and _output(f, s) > device:
         device, peak_name = _output(f, s), "output"
-    return ComputeEstimate(device=device, host=host, peak=peak_name)
+    return ComputeEstimate(device=device, host=host, peak=peak_name, host_inputs=host_inputs)
+
+
+# llm_arch_supports_mixed_batch (src/llama-arch.cpp): the architectures without the mixed input branch
+NO_MIXED_BATCH_ARCHS = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"})
+
+
+def _mixed_inputs(f: ModelFacts, s: ComputeSettings) -> tuple[int, int]:
+    """The mixed token/embedding branch of llm_graph_context::build_inp_embd (src/llama-graph.cpp, PR #29622):
+    inputs inp_mixed_tokens (I32) and inp_mixed_slots (I64) of T rows and inp_mixed_embd (n_embd x T F32), a
+    second token lookup (GET_ROWS on the host's token_embd) and set_rows into ggml_dup(inp_mixed_embd). The
+    branch is never selected in a text-only reserve, yet ggml_backend_sched_split_graph puts its DUP/SET_ROWS on
+    the backend of block 0 and copies their sources in as split inputs, allocated at the start of the split
+    (ggml_backend_sched_split_graph pass 5 and the graph_copy loop, ggml-backend.cpp). Returns (host bytes,
+    bytes on the GPU holding block 0): the host keeps the three inputs and the lookup (sources of the copies);
+    the GPU the copies of inp_mixed_embd, of the lookup and of the slots. With one copy those are freed after
+    the DUP/SET_ROWS, but the allocator's layout around them costs about as much (Vulkan0 grid: exact to
+    one Q row over, tests/test_device_calibration.py)."""
+    t, e = s.n_tokens, F32 * f.n_embd * s.n_tokens
+    a = ALIGNMENT[s.backend]
+    host = _pad(4 * t, ALIGNMENT["cpu"]) + _pad(8 * t, ALIGNMENT["cpu"]) + 2 * _pad(e, ALIGNMENT["cpu"])
+    return host, 2 * _pad(e, a) + _pad(8 * t, a)
 
 
 def _kind(backend: str) -> Backend:
@@ -403,14 +462,29 @@ def _pipeline_copies(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Se
     return PIPELINE_COPIES if len(gpus) > 1 and rc.split_mode == "layer" and full and rc.kv_offload and plain else 1
 
 
+def _copies_extra(f: ModelFacts, s: ComputeSettings, copies: int) -> int:
+    """Pipeline parallelism: with n_copies > 1 every split input gets `copies` copies flagged input + output
+    (pass 5 of ggml_backend_sched_split_graph), all allocated first as leafs and never freed. So the incoming
+    hidden state's copy no longer frees for the layer's own residual (one more n_embd row), and on the GPU
+    holding block 0 the mixed branch's copies are kept per copy too, plus one n_embd row more for its DUP
+    (measured on two RPC workers: Gemma 3 270M and Llama 3.2 1B shapes, scripts/calibrate_devices.py)."""
+    e = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
+    extra = (copies - 1) * _split_inputs(f, s) + e
+    if s.holds_input and s.mixed_input:
+        extra += (copies - 1) * _mixed_inputs(f, s)[1] + e
+    return extra
+
+
 def _split_inputs(f: ModelFacts, s: ComputeSettings) -> int:
-    """What a GPU's split copies in: the KQ masks and positions, and the incoming hidden state."""
+    """What a GPU's split copies in: the KQ masks, positions and K/V row indices, the output ids where it
+    runs the output layer, and the incoming hidden state."""
     inputs = input_bytes(f, s)
-    return sum(v for k, v in inputs.items() if k.startswith("kq_mask") or k == "inp_pos") + _pad(
-        F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
+    copied = ("kq_mask", "k_idxs", "v_idxs", "k_rot", "v_rot", "inp_pos") + (("out_ids",) if s.holds_output else ())
+    return sum(v for k, v in inputs.items() if k.startswith(copied)) + _pad(F32 * f.n_embd * s.n_tokens,
+                                                                              ALIGNMENT[s.backend])
 
 
-def _base_settings(rc: ResolvedConfig) -> ComputeSettings:
+def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
     return ComputeSettings(
         n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
         n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
@@ -418,6 +492,8 @@ def _base_settings(rc: ResolvedConfig) -> ComputeSettings:
         fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build), kv_idxs=since("kv_set_rows", rc.build),
         inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
         mask_f16_input=since("fa_mask_f16", rc.build),
+        mixed_input=since("mixed_batch", rc.build) and f.architecture not in NO_MIXED_BATCH_ARCHS,
+        attn_rot=since("attn_rot", rc.build),
     )  # fmt: skip
 
 
@@ -437,7 +513,7 @@ def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...
     over the layer's weight ops, so their activations are allocated in the GPU's compute buffer
     (the weights arrive as split inputs: the caller adds those). Attention reads no weight and
     its K/V live in the host's cache: it stays on the host, as with -nkvo."""
-    s = replace(_base_settings(rc), backend=_kind(backend), layers=layers, holds_output=False, kv_on_device=False)
+    s = replace(_base_settings(f, rc), backend=_kind(backend), layers=layers, holds_output=False, kv_on_device=False)
     return predict_compute(f, s).device
 
 
@@ -445,15 +521,19 @@ def compute_for_devices(
     f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
 ) -> dict[int, int]:
     """Compute-buffer bytes per device index (GPUs 0.., the host CPU = -1) for a resolved config."""
-    base = _base_settings(rc)
+    base = _base_settings(f, rc)
     out: dict[int, int] = {}
     host = 0
     copies = _pipeline_copies(f, rc, lmap, gpus)
     for d, spec in enumerate(gpus):
         layers = _layers_on(f, lmap, d)
-        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d)
+        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d,
+                    holds_input=bool(lmap.layers) and lmap.layers[0] == d)
         est = predict_compute(f, s)
-        out[d], host = est.device + (copies - 1) * _split_inputs(f, s), max(host, est.host)
+        out[d], host = est.device, max(host, est.host)
+        if copies > 1:
+            out[d] += _copies_extra(f, s, copies)
+            host = max(host, est.host + (copies - 1) * est.host_inputs)
     cpu_layers = _layers_on(f, lmap, CPU)
     if not gpus or cpu_layers or lmap.output == CPU:
         cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU)).device
