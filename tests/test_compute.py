@@ -57,6 +57,7 @@ def settings_of(f: ModelFacts, row: dict) -> ComputeSettings:
     return ComputeSettings(
         n_ctx_seq=s["n_ctx_seq"], n_ubatch=s["n_ubatch"], n_outputs=s["n_outputs_max"], flash_attn=s["flash_attn"],
         n_swa_seq=n_swa, n_stream=n_stream, n_seq_max=s["n_seq_max"], type_k=s["type_k"], type_v=s["type_v"],
+        mixed_input=False,  # the table is llama.cpp 0c1e570 (b9512), before the mixed input branch (b11400)
     )  # fmt: skip
 
 
@@ -137,7 +138,9 @@ def test_cuda_device_and_host_split() -> None:
     at_fa = 2 * e + 4 * 128 * t + 4 * 128 * t + fa_f16_extra(f, s, 0)
     assert est.peak == "attention"
     # the GPU holds no token ids and no never-read inp_embd (input leafs stay on the CPU backend)
-    assert est.device == sum(inputs.values()) - inputs["inp_tokens"] - inputs["inp_embd"] + at_fa
+    # ... and, running block 0, the copies of the mixed branch's inp_mixed_embd, token lookup and slots
+    assert est.device == sum(inputs.values()) - inputs["inp_tokens"] - inputs["inp_embd"] + at_fa + 2 * e + 8 * t
+    assert predict_compute(f, dataclasses.replace(s, holds_input=False)).device == est.device - 2 * e - 8 * t
     # host: every graph input plus the embedding rows (token_embd stays on the CPU), and the mixed
     # token/embedding branch (PR #29622): its I32 tokens, I64 slots, n_embd x T input and second lookup
     assert est.host == sum(inputs.values()) + e + (4 * t + 8 * t + 2 * e)
@@ -159,10 +162,10 @@ def test_kv_off_device_moves_kq_to_host() -> None:
 def test_layers_and_output_placement() -> None:
     f = _facts(str(ROOT / "fixtures" / "dense-llama.gguf"))
     s = ComputeSettings(n_ctx_seq=512, n_ubatch=512, n_outputs=512, flash_attn=True, backend="cuda")
-    none = dataclasses.replace(s, layers=(), holds_output=False)
+    none = dataclasses.replace(s, layers=(), holds_output=False, holds_input=False)
     gpu_inputs = {k: v for k, v in input_bytes(f, s).items() if k not in ("inp_tokens", "inp_embd")}
     assert predict_compute(f, none).device == sum(gpu_inputs.values())
-    out_only = dataclasses.replace(s, layers=())
+    out_only = dataclasses.replace(s, layers=(), holds_input=False)
     assert predict_compute(f, out_only).peak == "output"  # logits 320 x 512 F32 beat the inputs
 
 
@@ -176,10 +179,14 @@ def test_compute_for_devices_follows_the_layer_map() -> None:
     assert full == {0: gpu.device, CPU: gpu.host}
     # the GPU running block 0 takes the mixed branch's copies: inp_mixed_embd, its token lookup, the slots
     t, e = 512, 4 * f.n_embd * 512
-    assert gpu.device - predict_compute(f, dataclasses.replace(s, backend="cuda")).device == 2 * e + 8 * t
+    not_first = dataclasses.replace(s, backend="cuda", holds_input=False)
+    assert gpu.device - predict_compute(f, not_first).device == 2 * e + 8 * t
+    # on the CPU running block 0, the mixed branch's DUP stays (the SET_ROWS view of it is never read)
+    cpu_first = predict_compute(f, s).device - predict_compute(f, dataclasses.replace(s, holds_input=False)).device
+    assert cpu_first == e
     # -ngl 3: the output layer and blocks 2-3 on the GPU, blocks 0-1 (and the inputs) on the CPU
     part = compute_for_devices(f, rc, layer_map(f.n_layer_all, 3, (1.0,)), gpu_specs("8GiB"))
-    on_gpu = dataclasses.replace(s, backend="cuda", layers=(2, 3))
+    on_gpu = dataclasses.replace(s, backend="cuda", layers=(2, 3), holds_input=False)
     on_cpu = dataclasses.replace(s, layers=(0, 1), holds_output=False)
     assert part == {0: predict_compute(f, on_gpu).device, CPU: predict_compute(f, on_cpu).device}
 

@@ -158,7 +158,9 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
     if side == "draft":
         assert rows[("draft", "model")][0] == pytest.approx(rows[("draft", "model")][1], abs=0.011)
         d_pred, d_rep = rows[("draft", "compute")]
-        assert d_rep == pytest.approx(d_pred + 0.51, abs=0.011)  # the main context's own -0.51 MiB at -np 1
+        # the main context's own error on Gemma 3 270M (CPU, b11434): +0.74 MiB, the mixed branch's DUP
+        # (n_embd x 512 F32, 1.25 MiB) counted whole where part of it lands in a free hole
+        assert d_rep == pytest.approx(d_pred - 0.74, abs=0.011)
     else:  # the NextN weights are loaded into the main model buffer
         assert rows[("main", "model")][0] == pytest.approx(rows[("main", "model")][1], abs=0.011)
         pred, rep = rows[("mtp", "compute")]

@@ -80,7 +80,7 @@ class ComputeSettings:
     mask_f16_input: bool = True  # with FA the KQ mask input is F16 (PR #23764 on); before, F32 + an F16 cast
     mixed_input: bool = True  # the mixed token/embedding input branch (PR #29622 on, most architectures)
     attn_rot: bool = True  # Hadamard rotation inputs for a quantized K/V cache (PR #21038 on)
-    holds_input: bool = False  # a GPU backend that runs block 0 (the embeddings' split inputs land here)
+    holds_input: bool = True  # this backend runs block 0 (the mixed branch's DUP lands here)
 
     @property
     def n_tokens(self) -> int:
@@ -385,8 +385,9 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     layers = _on_device(f, s)
     peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device) for il in layers), default=(0, "none"))
     host_inputs = 0
+    mixed = _mixed_inputs(f, s) if s.mixed_input and s.holds_input else (0, 0, 0)
     if s.backend == "cpu":
-        dev_inputs, host = sum(inputs.values()), 0
+        dev_inputs, host = sum(inputs.values()) + mixed[1], 0
     else:
         # token ids and the never-read inp_embd stay in the host buffer (input leafs go to the CPU
         # backend, ggml_backend_sched_split_graph); the embedding GET_ROWS output is copied in as
@@ -401,10 +402,12 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
         lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
         if s.mixed_input:
-            host_mixed, dev_mixed = _mixed_inputs(f, s)
-            host_inputs += host_mixed - lookups  # the mixed branch's own lookup is the second GET_ROWS
+            host_inputs += _mixed_inputs(f, s)[0] - lookups  # the mixed branch's own lookup: a second GET_ROWS
             lookups *= 2
-            dev_inputs += dev_mixed if s.holds_input else 0
+        # the copies of the mixed branch's sources, freed after its DUP/SET_ROWS: counted whole, they bound the
+        # DUP that stays and the holes they leave below the layers (Vulkan0 grid: exact to one n_embd row over;
+        # Gemma 3 1B 0.4% under, tests/test_device_calibration.py)
+        dev_inputs += mixed[2]
         host = host_inputs + lookups
         if not s.kv_on_device:
             host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
@@ -418,21 +421,21 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
 NO_MIXED_BATCH_ARCHS = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"})
 
 
-def _mixed_inputs(f: ModelFacts, s: ComputeSettings) -> tuple[int, int]:
+def _mixed_inputs(f: ModelFacts, s: ComputeSettings) -> tuple[int, int, int]:
     """The mixed token/embedding branch of llm_graph_context::build_inp_embd (src/llama-graph.cpp, PR #29622):
     inputs inp_mixed_tokens (I32) and inp_mixed_slots (I64) of T rows and inp_mixed_embd (n_embd x T F32), a
-    second token lookup (GET_ROWS on the host's token_embd) and set_rows into ggml_dup(inp_mixed_embd). The
-    branch is never selected in a text-only reserve, yet ggml_backend_sched_split_graph puts its DUP/SET_ROWS on
-    the backend of block 0 and copies their sources in as split inputs, allocated at the start of the split
-    (ggml_backend_sched_split_graph pass 5 and the graph_copy loop, ggml-backend.cpp). Returns (host bytes,
-    bytes on the GPU holding block 0): the host keeps the three inputs and the lookup (sources of the copies);
-    the GPU the copies of inp_mixed_embd, of the lookup and of the slots. With one copy those are freed after
-    the DUP/SET_ROWS, but the allocator's layout around them costs about as much (Vulkan0 grid: exact to
-    one Q row over, tests/test_device_calibration.py)."""
+    second token lookup (GET_ROWS on the host's token_embd) and ggml_set_rows into ggml_dup(inp_mixed_embd).
+    The branch is never selected in a text-only reserve, but it is allocated. The SET_ROWS result is a view of
+    the DUP that no node reads, so ggml_gallocr_alloc_graph_impl (ggml/src/ggml-alloc.c) never frees the DUP:
+    one n_embd x T F32 tensor stays for the whole graph on the backend running block 0. On a GPU there,
+    ggml_backend_sched_split_graph (ggml-backend.cpp) copies inp_mixed_embd, the lookup and the slots in as
+    split inputs: freed after the DUP/SET_ROWS with one copy, kept with pipeline copies (input + output).
+    Returns (host bytes when block 0 is on a GPU: the three inputs and the lookup, the DUP on the backend
+    running block 0, the split-input copies on a GPU running block 0)."""
     t, e = s.n_tokens, F32 * f.n_embd * s.n_tokens
-    a = ALIGNMENT[s.backend]
-    host = _pad(4 * t, ALIGNMENT["cpu"]) + _pad(8 * t, ALIGNMENT["cpu"]) + 2 * _pad(e, ALIGNMENT["cpu"])
-    return host, 2 * _pad(e, a) + _pad(8 * t, a)
+    a, c = ALIGNMENT[s.backend], ALIGNMENT["cpu"]
+    host = _pad(4 * t, c) + _pad(8 * t, c) + 2 * _pad(e, c)
+    return host, _pad(e, a), 2 * _pad(e, a) + _pad(8 * t, a)
 
 
 def _kind(backend: str) -> Backend:
@@ -466,12 +469,11 @@ def _copies_extra(f: ModelFacts, s: ComputeSettings, copies: int) -> int:
     """Pipeline parallelism: with n_copies > 1 every split input gets `copies` copies flagged input + output
     (pass 5 of ggml_backend_sched_split_graph), all allocated first as leafs and never freed. So the incoming
     hidden state's copy no longer frees for the layer's own residual (one more n_embd row), and on the GPU
-    holding block 0 the mixed branch's copies are kept per copy too, plus one n_embd row more for its DUP
-    (measured on two RPC workers: Gemma 3 270M and Llama 3.2 1B shapes, scripts/calibrate_devices.py)."""
+    running block 0 the mixed branch's three copies are kept once per copy, and its DUP too (_mixed_inputs)."""
     e = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
     extra = (copies - 1) * _split_inputs(f, s) + e
     if s.holds_input and s.mixed_input:
-        extra += (copies - 1) * _mixed_inputs(f, s)[1] + e
+        extra += (copies - 1) * _mixed_inputs(f, s)[2] + _mixed_inputs(f, s)[1]
     return extra
 
 
@@ -513,7 +515,8 @@ def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...
     over the layer's weight ops, so their activations are allocated in the GPU's compute buffer
     (the weights arrive as split inputs: the caller adds those). Attention reads no weight and
     its K/V live in the host's cache: it stays on the host, as with -nkvo."""
-    s = replace(_base_settings(f, rc), backend=_kind(backend), layers=layers, holds_output=False, kv_on_device=False)
+    s = replace(_base_settings(f, rc), backend=_kind(backend), layers=layers, holds_output=False, holds_input=False,
+                kv_on_device=False)
     return predict_compute(f, s).device
 
 
@@ -536,7 +539,9 @@ def compute_for_devices(
             host = max(host, est.host + (copies - 1) * est.host_inputs)
     cpu_layers = _layers_on(f, lmap, CPU)
     if not gpus or cpu_layers or lmap.output == CPU:
-        cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU)).device
+        first_on_cpu = not gpus or not lmap.layers or lmap.layers[0] == CPU
+        cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU,
+                                         holds_input=first_on_cpu)).device
         host = max(host, cpu)
     out[CPU] = host
     return out

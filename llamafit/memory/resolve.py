@@ -76,6 +76,10 @@ BUILD_RULES: tuple[BuildRule, ...] = (
 _RULES = {r.key: r for r in BUILD_RULES}
 
 
+# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build 9512
+PINNED_BUILD = 9512
+
+
 def build_of(key: str) -> int:
     """The first build with rule `key`."""
     return _RULES[key].build
