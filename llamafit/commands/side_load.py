@@ -31,7 +31,7 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
     defaulted = auto_mmproj and flags.mmproj is None and not flags.no_mmproj and _has_mmproj_next_to(facts.path, env)
     if defaulted:
         flags = replace(flags, mmproj="auto", given=flags.given | {"mmproj"})
-    if not flags.any:
+    if not flags.any and "spec_types" not in flags.given:  # --spec-type none is kept: --prefer speed reads it
         return None
     draft = None
     if flags.draft_model:
