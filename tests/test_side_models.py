@@ -460,9 +460,13 @@ def test_drop_side_models_only_when_asked(drop: bool, fits: bool, steps: list[st
 
 
 @pytest.mark.llama
-def test_projector_on_a_real_vulkan_device(vulkan0: Path) -> None:
+@pytest.mark.parametrize("graph_optimize, over", [(True, 0.0), (False, 18.0)])
+def test_projector_on_a_real_vulkan_device(vulkan0: Path, graph_optimize: bool, over: float) -> None:
     """The projector on the first GPU (lavapipe's Vulkan0): weights and encoder compute there, the input
-    image in a CPU buffer, as predicted."""
+    image in a CPU buffer, as predicted. The flash-attention encoder's extra n_embd x n_pos F32 tensor
+    (1,152 x 4,096 x 4 B = 18 MiB) is ggml_vk_graph_optimize's: without it (GGML_VK_DISABLE_GRAPH_OPTIMIZE)
+    the buffer is the CPU rule's, as CUDA and Metal print (projector.REORDERING_BACKENDS); that variable
+    is not modelled, so the prediction is then 18 MiB over."""
     import os
 
     from server_probe import clip_buffers, server_log
@@ -472,13 +476,16 @@ def test_projector_on_a_real_vulkan_device(vulkan0: Path) -> None:
 
     model, proj = str(demo_model_path()), projector_path()
     flags = ["-np", "1", "-c", "4096", "-ngl", "99", "--mmproj", proj]
-    log = server_log(str(vulkan0 / "llama-server"), ["-m", model, *flags], warmup=True,
-                     env=dict(os.environ, GGML_VK_VISIBLE_DEVICES="0"))  # fmt: skip
+    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
+    if not graph_optimize:
+        env["GGML_VK_DISABLE_GRAPH_OPTIMIZE"] = "1"
+    log = server_log(str(vulkan0 / "llama-server"), ["-m", model, *flags], warmup=True, env=env)
     reported = clip_buffers(log)
-    assert "CLIP using Vulkan0 backend" in log
+    assert "CLIP using Vulkan0 backend" in log and "warmup: flash attention is enabled" in log
     d = _check_json(model, "--gpu", "2GiB", "--backend", "vulkan", "--", *flags)
     [side] = d["side_models"]
     predicted = {row["name"]: row["compute_bytes"] / 2**20 for row in side["devices"]}
     gpu = next(name for name in predicted if name != "CPU")
-    assert predicted[gpu] == pytest.approx(reported["Vulkan0"], abs=0.011)
+    assert reported["Vulkan0"] == (139.25 if graph_optimize else 121.25)
+    assert predicted[gpu] == pytest.approx(reported["Vulkan0"] + over, abs=0.011)
     assert predicted["CPU"] == pytest.approx(reported["CPU"], abs=0.011)
