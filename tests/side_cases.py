@@ -31,6 +31,10 @@ class Case:
 CASES = (
     Case("gemma3-270m draft np1", "demo", ("-np", "1", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
     Case("gemma3-270m draft np4", "demo", ("-np", "4", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
+    Case("gemma3-270m draft np4 n7", "demo", ("-np", "4", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple",
+                                           "--spec-draft-n-max", "7")),  # fmt: skip
+    Case("gemma3-270m draft np1 n15", "demo", ("-np", "1", "-c", "4096", "-md", "{model}", "--spec-type",
+                                            "draft-simple", "--spec-draft-n-max", "15")),  # fmt: skip
     Case("gemma3-270m mmproj fa on", "demo", ("-np", "1", "-c", "4096", "--mmproj", "{mmproj}", "-fa", "on"), True),
     Case("gemma3-270m mmproj fa off", "demo", ("-np", "1", "-c", "4096", "--mmproj", "{mmproj}", "-fa", "off"), True),
     Case("nextn-glm4moe mtp np1", "nextn-glm4moe.gguf", ("-np", "1", "-c", "1024", "--spec-type", "draft-mtp")),

@@ -132,7 +132,8 @@ def test_draft_on_gpu_and_devd_none() -> None:
 
 
 @pytest.mark.llama
-@pytest.mark.parametrize("case_name", ["gemma3-270m draft np1", "gemma3-270m draft np4", "gemma3-270m mmproj fa on",
+@pytest.mark.parametrize("case_name", ["gemma3-270m draft np1", "gemma3-270m draft np4", "gemma3-270m draft np4 n7",
+                                       "gemma3-270m draft np1 n15", "gemma3-270m mmproj fa on",
                                        "gemma3-270m mmproj fa off",
                                        "nextn-glm4moe mtp np4"])  # fmt: skip
 def test_side_models_against_real_llama_server(case_name: str) -> None:
@@ -159,6 +160,10 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
         assert rows[("draft", "model")][0] == pytest.approx(rows[("draft", "model")][1], abs=0.011)
         d_pred, d_rep = rows[("draft", "compute")]
         assert d_rep == pytest.approx(d_pred + 0.51, abs=0.011)  # the main context's own -0.51 MiB at -np 1
+        # the main context reserves n_parallel x (1 + n_draft) outputs (4 to 32 here): its logits land above
+        # the FFN's base (compute._logits_on_top), and its error is the draft's (before that rule: 4 to 20 MiB under)
+        m_pred, m_rep = rows[("main", "compute")]
+        assert m_rep == pytest.approx(m_pred + 0.51, abs=0.011)
     else:  # the NextN weights are loaded into the main model buffer
         assert rows[("main", "model")][0] == pytest.approx(rows[("main", "model")][1], abs=0.011)
         pred, rep = rows[("mtp", "compute")]
