@@ -80,7 +80,10 @@ def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
     main = {"model": d.weights_bytes / MIB, "KV": d.kv_bytes / MIB, "compute": d.compute_bytes / MIB,
             "output": d.output_bytes / MIB}  # fmt: skip
     u = b.side_models[0].devices[-1]
-    side = {"model": u.weights_bytes / MIB, "KV": u.kv_bytes / MIB, "compute": u.compute_bytes / MIB,
+    # the buffer llama-server prints maps the whole draft: the part shared with the target's mapping included
+    shared = dict(b.side_models[0].details).get("shared_weights_bytes", 0)
+    assert isinstance(shared, int)
+    side = {"model": (u.weights_bytes + shared) / MIB, "KV": u.kv_bytes / MIB, "compute": u.compute_bytes / MIB,
             "output": u.output_bytes / MIB}  # fmt: skip
     return main, side
 
