@@ -19,7 +19,8 @@ The tensor lists were read off llama.cpp's reserve graphs (GGML_SCHED_DEBUG=2) a
 a copy of ggml-alloc.c's allocator (not shipped) at real model sizes; the hole rules and the SSM
 slack are fitted to the measured table fixtures/calibration/llama-cpp-0c1e570-cpu.json
 (tests/test_compute.py). Known limits: the logits can land a few E rows higher when the last FFN
-fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); SSM layers +-5 %;
+fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); with 1 < n_outputs <
+n_tokens (speculative decoding) the logits land above the last FFN's base (_logits_on_top); SSM layers +-5 %;
 MLA without q_lora_rank in the facts misses q_a's hole (-4 % on the fixture).
 """
 
@@ -372,6 +373,27 @@ def _output(f: ModelFacts, s: ComputeSettings) -> int:
     return inputs + F32 * f.n_embd * n + F32 * f.n_vocab * n
 
 
+def _logits_on_top(f: ModelFacts, s: ComputeSettings) -> int:
+    """More outputs than one per sequence but fewer than the batch (speculative decoding's main context:
+    n_parallel x (1 + n_draft), tools/server/server-context.cpp server_output_limits, reserved by
+    llama_context::sched_reserve as n_outputs_pp = min(n_tokens, n_outputs_max)): the last layer
+    gathers its n_out rows (ggml_get_rows of inp_out_ids, e.g. src/models/gemma3.cpp), and those small
+    tensors land at the base of the freed FFN intermediates, so the logits [n_vocab, n_out], too large
+    for any hole, go above them (ggml_dyn_tallocr_alloc, ggml/src/ggml-alloc.c: best fit, else the
+    last free block). Measured on the CPU (Gemma 3 270M, -np 1 and 4, 16 to 64 outputs): reported -
+    n_vocab x n_out x 4 is the FFN candidate minus its intermediates. With n_out = n_tokens there is
+    no gather and the logits land low (the `_output` rule; fixtures/calibration out512 rows)."""
+    il = f.n_layer - 1
+    if not 1 < s.n_out < s.n_tokens or il < 0 or not f.n_ff[il] or _is_moe(f, il):
+        return 0
+    if s.layers is not None and _shape(f).reps[il] not in s.layers:
+        return 0
+    t = s.n_tokens
+    e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
+    base = _hole(f, s, il, small=ff <= e + q) + e if il in _shape(f).gated else 3 * e
+    return base + F32 * f.n_vocab * s.n_out
+
+
 def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes.
 
@@ -414,6 +436,8 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     device, peak_name = dev_inputs + peak, name
     if s.holds_output and _output(f, s) > device:
         device, peak_name = _output(f, s), "output"
+    if s.holds_output and dev_inputs + _logits_on_top(f, s) > device:
+        device, peak_name = dev_inputs + _logits_on_top(f, s), "output"
     return ComputeEstimate(device=device, host=host, peak=peak_name, host_inputs=host_inputs)
 
 

@@ -62,6 +62,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "are graph inputs (llama_kv_cache::build_input_k_rot)"),
     BuildRule("unified_draft", 9100, 22838, "2026-05-08 (b9100 estimate)", "one unified draft-model context "
               "(before: one per slot, n_ctx = -cd or the slot's cells, PR #10586; PR #22787/#22838)"),
+    BuildRule("draft_mtp", 9180, 22673, "2026-05-16 (b9180 estimate)", "--spec-type draft-mtp: MTP "
+              "self-speculation on the model's NextN blocks (before: NextN blocks never loaded)"),
     BuildRule("fa_mask_f16", 9380, 23764, "2026-05-27", "with flash attention the KQ mask input is reserved in "
               "F16 (before: an F32 input on the host, cast to F16 for the attention)"),
     BuildRule("cuda_fa_f16_in_buffer", 9430, 23907, "2026-05-30", "CUDA flash attention over a non-F16 K/V reserves "
