@@ -367,7 +367,9 @@ def test_api_key_file_is_a_small_regular_file(tmp_path: Path, kind: str) -> None
 @pytest.mark.parametrize(
     ("mode", "message"),
     [
-        ("huge-vocab", "the header would need more than 67,108,864 bytes; not a plausible GGUF header"),
+        ("huge-vocab", "at byte 263: the value of 'tokenizer.ggml.tokens' needs at least 8,796,093,022,208 more "
+                       "bytes, more than the 67,108,864 bytes left of this source's header budget"),
+        ("long-vocab", "the header would need more than 67,108,864 bytes; not a plausible GGUF header"),
         ("huge-string", "string length 1152921504606846976 in the value of 'general.name' exceeds"),
     ],
 )

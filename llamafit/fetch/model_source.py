@@ -191,13 +191,18 @@ class RecordingSource:
         self.name = src.name
         if (window := getattr(src, "first_window", None)) is not None:
             self.first_window = window
-        self.chunks: list[tuple[int, bytes]] = []
+        self.chunks: list[tuple[int, bytes | bytearray]] = []
 
     @property
     def size(self) -> int:
         return self.src.size
 
-    def read(self, offset: int, n: int) -> bytes:
+    @property
+    def read_budget(self) -> int | None:
+        """The source's (reader._Cursor.must_read), where it has one."""
+        return getattr(self.src, "read_budget", None)
+
+    def read(self, offset: int, n: int) -> bytes | bytearray:
         data = self.src.read(offset, n)
         self.chunks.append((offset, data))
         return data
@@ -244,14 +249,20 @@ def _read_remote(
         recorders[name] = (RecordingSource(src), src, remote.validator)
         return recorders[name][0]
 
-    model = read_model(first, open_source)
-    for shard in model.shards:
-        if shard.path in recorders:
-            rec, http, given = recorders[shard.path]
-            validator = given or http.validator
-            prefix = header_prefix(rec.chunks, min(shard.data_offset, shard.file_size))
-            save_header(CachedHeader(shard.path, validator, shard.file_size, prefix))
-    return model
+    try:
+        model = read_model(first, open_source)
+        for shard in model.shards:
+            if shard.path in recorders:
+                rec, http, given = recorders[shard.path]
+                validator = given or http.validator
+                prefix = header_prefix(rec.chunks, min(shard.data_offset, shard.file_size))
+                save_header(CachedHeader(shard.path, validator, shard.file_size, prefix))
+        return model
+    finally:
+        # `report` closes over `recorders` and each source holds `report`: a reference cycle that,
+        # left to the garbage collector, kept every recorded header (up to 64 MiB) alive until a
+        # collection happened to run. Break it here, on success and on failure alike.
+        recorders.clear()
 
 
 # --- the cache ------------------------------------------------------------------------------------
@@ -265,7 +276,7 @@ class CachedHeader:
     prefix: bytes  # its first data_offset bytes as the parser read them
 
 
-def header_prefix(chunks: list[tuple[int, bytes]], n: int) -> bytes:
+def header_prefix(chunks: list[tuple[int, bytes | bytearray]], n: int) -> bytes:
     """The first `n` bytes from (offset, bytes) reads; bytes never read stay zero."""
     out = bytearray(n)
     for offset, data in chunks:

@@ -22,8 +22,9 @@ class ByteSource(Protocol):
         """Total length in bytes of what can be read."""
         ...
 
-    def read(self, offset: int, n: int) -> bytes:
-        """Up to `n` bytes at `offset` (fewer only at the end)."""
+    def read(self, offset: int, n: int) -> bytes | bytearray:
+        """Up to `n` bytes at `offset` (fewer only at the end). A source may hand over the
+        bytearray it filled rather than copy it into bytes; callers never mutate it."""
         ...
 
 
