@@ -13,6 +13,7 @@ Printed per side and mode (each in a process of its own): RSS after the first an
 RSS of the process (its high-water mark, imports included), and the median and slowest read time.
   long-vocab  a plausible vocabulary of 1,000-byte tokens: the read stops at the 64 MiB header budget
   huge-vocab  a 2**40-token vocabulary: refused before reading (now) or after walking 64 MiB (before)
+Then the time of `plan` for the slow case of issue #16 (mamba2 on two GPUs) and two others.
 Target (issue #16): peak RSS < 200 MB however many reads.
 """
 
@@ -69,6 +70,29 @@ def worker(mode: str, reads: int) -> None:
     print(json.dumps(out))
 
 
+PLANS = (("recurrent-mamba2.gguf", "24GiB,12GiB"), ("recurrent-mamba2.gguf", "8GiB"), ("dense-llama.gguf", "8GiB"))
+
+
+def plan_worker(reads: int) -> None:
+    """The time of `plan` (after one untimed warm-up plan per model) for PLANS, median and slowest."""
+    sys.path.insert(0, os.environ["BENCH_CODE"])
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    out = {}
+    for name, gpu in PLANS:
+        args = ["plan", str(ROOT / "fixtures" / name), "--gpu", gpu]
+        CliRunner().invoke(cli, args)
+        times = []
+        for _ in range(reads):
+            t0 = time.perf_counter()
+            code = CliRunner().invoke(cli, args).exit_code
+            times.append(time.perf_counter() - t0)
+        out[f"{name} --gpu {gpu}"] = {"median_s": statistics.median(times), "max_s": max(times), "exit": code}
+    print(json.dumps(out))
+
+
 def side(code: Path, reads: int, cache: Path) -> dict:
     env = {**os.environ, "BENCH_CODE": str(code), "LLAMAFIT_CACHE_DIR": str(cache), "PYTHONPATH": str(code)}
     out = {}
@@ -76,6 +100,9 @@ def side(code: Path, reads: int, cache: Path) -> dict:
         done = subprocess.run([sys.executable, __file__, "--worker", mode, "--reads", str(reads)], env=env,
                               check=True, capture_output=True, text=True)  # fmt: skip
         out.update(json.loads(done.stdout.strip().splitlines()[-1]))
+    done = subprocess.run([sys.executable, __file__, "--worker", "plan", "--reads", str(reads)], env=env,
+                          check=True, capture_output=True, text=True)  # fmt: skip
+    out["plans"] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
 
 
@@ -91,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reads", type=int, default=10, help="reads of each hostile mode in one process")
     ap.add_argument("--before", default=BEFORE, help="the commit to compare with (default %(default)s)")
-    ap.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=[*MODES, "plan"], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
-        worker(a.worker, a.reads)
+        plan_worker(a.reads) if a.worker == "plan" else worker(a.worker, a.reads)
         return 0
     with tempfile.TemporaryDirectory(prefix="llamafit-bench-hostile-") as tmp:
         sides = {f"before ({a.before})": side(unpack(a.before, Path(tmp)), a.reads, Path(tmp) / "cache-before"),
@@ -108,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<20} {mode:<11} {r['first']:6.0f} {r['last']:6.0f} {r['peak']:6.0f} "
                   f"{r['median_s']:7.2f}s {r['max_s']:7.2f}s  {r['exit_codes']}")  # fmt: skip
         ok = all(result[m]["peak"] < 200 for m in MODES)  # the last side: this tree
+    print(f"\n`plan` time, {a.reads} runs after a warm-up, in one process")
+    print(f"{'side':<20} {'plan':<44} {'median':>8} {'slowest':>8}")
+    for name, result in sides.items():
+        for what, r in result["plans"].items():
+            print(f"{name:<20} {what:<44} {r['median_s']:7.3f}s {r['max_s']:7.3f}s")
     print("target (after: peak < 200 MB) " + ("met" if ok else "NOT met"))
     return 0 if ok else 1
 
