@@ -13,6 +13,7 @@ Printed per side and mode (each in a process of its own): RSS after the first an
 RSS of the process (its high-water mark, imports included), and the median and slowest read time.
   long-vocab  a plausible vocabulary of 1,000-byte tokens: the read stops at the 64 MiB header budget
   huge-vocab  a 2**40-token vocabulary: refused before reading (now) or after walking 64 MiB (before)
+  empty-vocab 8,000,000 empty tokens inside the budget: the most strings a read can make llamafit walk
 Then the time of `plan` for the slow case of issue #16 (mamba2 on two GPUs) and two others.
 Target (issue #16): peak RSS < 200 MB however many reads.
 """
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("long-vocab", "huge-vocab")
+MODES = ("long-vocab", "huge-vocab", "empty-vocab")
 BEFORE = "4aee539"  # the last commit before the fix (the reference cycle, the copies, the late refusal)
 
 

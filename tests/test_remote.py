@@ -681,6 +681,34 @@ def test_header_prefix_zero_fills_what_was_not_read() -> None:
     assert header_prefix([(0, b"ab"), (4, b"ef"), (7, b"xyz")], 8) == b"ab\0\0ef\0x"
 
 
+@pytest.mark.parametrize(("chunks", "n", "prefix"), [
+    ([(0, b"GGUF"), (2, bytearray(b"UFxyz"))], 6, b"GGUFxy"),  # built on the remote window, shifted
+    ([(0, bytearray(b"ab")), (4, b"ef")], 8, b"ab\0\0ef\0\0"),
+    ([(3, bytearray(b"xyz"))], 4, b"\0\0\0x"),
+    ([(9, bytearray(b"q")), (0, b"a")], 4, b"a\0\0\0"),  # a read past the prefix is not the base
+    ([], 3, b"\0\0\0"),
+])  # fmt: skip
+def test_header_prefix_table(chunks: list[tuple[int, bytes]], n: int, prefix: bytes) -> None:
+    assert (header_prefix(chunks, n), chunks) == (prefix, [])
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray])  # a file's reads are bytes, a remote's bytearrays
+def test_header_prefix_holds_the_header_once(kind: type) -> None:
+    """The prefix is built in one buffer, each read copied once and let go (before: a slice copy of
+    each read, the buffer, and a bytes copy of the buffer: three times the header at the peak)."""
+    import tracemalloc
+
+    n = 8 << 20
+    chunks = [(0, kind(1024)), (1024, kind(n - 1024)), (n, kind(16))]
+    tracemalloc.start()
+    try:
+        prefix = header_prefix(chunks, n)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (len(prefix), chunks, peak < 1.25 * n) == (n, [], True)
+
+
 # ---- through the CLI: inspect, check and plan accept URLs, hf:// and -hf ----------------------
 
 

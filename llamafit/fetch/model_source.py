@@ -273,17 +273,33 @@ class CachedHeader:
     url: str
     validator: str | None
     size: int  # the whole remote file's
-    prefix: bytes  # its first data_offset bytes as the parser read them
+    prefix: bytes | bytearray  # its first data_offset bytes as the parser read them
 
 
-def header_prefix(chunks: list[tuple[int, bytes | bytearray]], n: int) -> bytes:
-    """The first `n` bytes from (offset, bytes) reads; bytes never read stay zero."""
-    out = bytearray(n)
-    for offset, data in chunks:
+def header_prefix(chunks: list[tuple[int, bytes | bytearray]], n: int) -> bytearray:
+    """The first `n` bytes from (offset, bytes) reads; bytes never read stay zero. Takes the reads
+    out of `chunks` as it copies them, and builds on the largest read when it is a bytearray (a
+    remote window: nothing else holds it), so a 64 MiB header is held about once at the peak, not
+    three times (the reads, a new buffer, a bytes copy of it)."""
+    chunks.sort(key=lambda c: (isinstance(c[1], bytearray) and c[0] < n, len(c[1])))
+    largest = chunks[-1][1] if chunks else b""
+    if isinstance(largest, bytearray) and chunks[-1][0] < n:
+        offset, out = chunks.pop()[0], largest  # grown and shifted in place: realloc, one memmove
+        del largest
+        del out[n - offset :]
+        out[0:0] = bytes(offset)
+        out += bytes(n - len(out))
+    else:
+        out = bytearray(n)
+    view = memoryview(out)  # memoryview to memoryview: one memcpy (bytearray slice assignment copies first)
+    while chunks:
+        offset, data = chunks.pop()
         if offset < n:
-            piece = data[: n - offset]
-            out[offset : offset + len(piece)] = piece
-    return bytes(out)
+            k = min(len(data), n - offset)
+            view[offset : offset + k] = memoryview(data)[:k]
+        del data
+    view.release()
+    return out
 
 
 def _cache_file(kind: str, key: str, ext: str) -> Path:
@@ -362,7 +378,7 @@ def _load_json(path: Path) -> dict | None:
     return meta if isinstance(meta, dict) and meta.get("format") == _FORMAT else None
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes | bytearray) -> None:
     """Atomically, or not at all: an unwritable cache only costs the next open a download."""
     with contextlib.suppress(OSError):
         write_atomic(path, data)

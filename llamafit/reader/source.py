@@ -61,7 +61,7 @@ class FileSource:
 class BytesSource:
     """In-memory bytes (tests, and headers already fetched)."""
 
-    def __init__(self, data: bytes, name: str = "<bytes>") -> None:
+    def __init__(self, data: bytes | bytearray, name: str = "<bytes>") -> None:
         self.name = name
         self._data = data
 
@@ -69,5 +69,5 @@ class BytesSource:
     def size(self) -> int:
         return len(self._data)
 
-    def read(self, offset: int, n: int) -> bytes:
+    def read(self, offset: int, n: int) -> bytes | bytearray:
         return self._data[offset : offset + n]
