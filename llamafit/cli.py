@@ -38,7 +38,22 @@ class _Group(click.Group):
             close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
             raise _BadInput(f"no such option {e.option_name}{close} (llama-server flags go after --)") from e
         except LlamafitError as e:
+            _drop_tracebacks(e)
             raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
+
+
+def _drop_tracebacks(e: BaseException | None) -> None:
+    """Let go of the frames under a failure the CLI reports in one line: they hold what they were
+    reading (a remote header window: up to 64 MiB), and each `except … as e` on the way is a
+    frame-exception cycle that only a garbage collection frees (issue #16: RSS grew over reads)."""
+    seen: set[int] = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if x is not None and id(x) not in seen:
+            seen.add(id(x))
+            x.__traceback__ = None
+            todo += [x.__cause__, x.__context__]
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -67,7 +67,7 @@ def _refuse_link(path: str | os.PathLike[str]) -> None:
             raise UnsafeFile(0, "is a symbolic link", str(path))
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray) -> None:
     """Replace `path` with `data` via a private mkstemp file in the same directory."""
     directory = os.path.dirname(os.fspath(path)) or "."
     private_dir(directory)

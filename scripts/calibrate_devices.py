@@ -42,6 +42,13 @@ VULKAN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("llama3.2-1b", ("-ngl", "4", "-c", "4096", "-np", "1", "-ub", "128")),
     ("llama3.2-1b", ("-ngl", "4", "-c", "4096", "-np", "1", "-ub", "2048")),
     ("llama3.2-1b", ("-ngl", "4", "-c", "4096", "-np", "1", "-fa", "off")),
+    ("llama3.2-1b", ("-ngl", "99", "-c", "8192", "-np", "1")),
+    ("llama3.2-1b", ("-ngl", "99", "-c", "49920", "-ctk", "q4_0", "-ctv", "q4_0", "-ub", "128")),
+    ("llama3.2-1b", ("-ngl", "16", "-c", "8192", "-np", "1", "--no-op-offload")),
+    ("gemma3-1b", ("-ngl", "99", "-c", "4096", "-np", "1")),
+    ("gemma3-1b", ("-ngl", "99", "-c", "4096", "-np", "1", "-ub", "128")),
+    ("gemma3-1b", ("-ngl", "99", "-c", "32768", "-ctk", "q4_0", "-ctv", "q4_0")),
+    ("granite3-1b-a400m", ("-ngl", "99", "-c", "4096", "-np", "1")),
     ("granite3-1b-a400m", ("-ngl", "99", "-c", "4096", "-np", "1", "-ot", "exps=CPU")),
     ("granite3-1b-a400m", ("-ngl", "99", "-c", "4096", "-np", "1", "--n-cpu-moe", "12")),
     ("granite3-1b-a400m", ("-ngl", "99", "-c", "4096", "-np", "1", "-ot", "exps=CPU", "-ub", "128")),
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="calib-dev-") as tmp:
         paths = {"demo": Path(demo_model_path())}
-        for key in ("llama3.2-1b", "granite3-1b-a400m"):
+        for key in ("llama3.2-1b", "gemma3-1b", "granite3-1b-a400m"):
             paths[key] = make_shapes.write_shape(key, Path(tmp))
         rows = run("vulkan", VULKAN, paths, None)
         with device_lab.rpc_workers(2) as endpoints:

@@ -2,6 +2,8 @@
 
     lying-range   a 206 whose Content-Range claims far more than asked, then streams it (bounded)
     huge-vocab    a GGUF header claiming a 2**40-token vocabulary, served lazily for any range
+    long-vocab    a 2**20-token vocabulary of 1,000-byte tokens (1 GB): plausible until 64 MiB are read
+    empty-vocab   8,000,000 empty tokens: 64 MB, inside the budget: the most strings a read walks
     huge-string   a GGUF header whose general.name claims 2**60 bytes
     slowloris     a 206 that dribbles one byte every `dribble` seconds
     slow-headers  the status line and headers one byte at a time
@@ -23,7 +25,8 @@ from typing import Any
 
 STREAM_LIMIT = 600 << 20
 DRIBBLE_LIMIT = 400
-MODES = ("lying-range", "huge-vocab", "huge-string", "slowloris", "slow-headers", "scheme-redir", "cross-redir")
+MODES = ("lying-range", "huge-vocab", "long-vocab", "empty-vocab", "huge-string", "slowloris", "slow-headers",
+         "scheme-redir", "cross-redir")
 
 
 def _gstr(s: bytes) -> bytes:
@@ -41,6 +44,9 @@ _PREFIX += _kv_u32(b"llama.block_count", 1) + _kv_u32(b"llama.context_length", 2
 _PREFIX += _kv_u32(b"llama.embedding_length", 32) + _kv_u32(b"llama.attention.head_count", 2)
 _VOCAB = _PREFIX + _gstr(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 1 << 40)
 _TOKEN = _gstr(b"tok")  # repeats forever after _VOCAB
+_LONG_VOCAB = _PREFIX + _gstr(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 1 << 20)
+_LONG_TOKEN = _gstr(b"t" * 992)  # 1,000 bytes with its length
+_EMPTY_VOCAB = _PREFIX + _gstr(b"tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 8_000_000)
 _NAME = _PREFIX + _gstr(b"general.name") + struct.pack("<IQ", 8, 1 << 60)
 CLAIMED_SIZE = 1 << 50
 
@@ -75,8 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
         srv.seen.append(dict(self.headers))
         mode = srv.mode
         try:
-            if mode in ("huge-vocab", "huge-string"):
-                head, unit = (_VOCAB, _TOKEN) if mode == "huge-vocab" else (_NAME, b"x")
+            if mode in ("huge-vocab", "long-vocab", "empty-vocab", "huge-string"):
+                head, unit = {"huge-vocab": (_VOCAB, _TOKEN), "long-vocab": (_LONG_VOCAB, _LONG_TOKEN),
+                              "empty-vocab": (_EMPTY_VOCAB, _gstr(b"")), "huge-string": (_NAME, b"x")}[mode]
                 start, end = self._range()
                 data = lazy_bytes(head, unit, start, end - start + 1) if body else b""
                 self._head(206, {"Content-Range": f"bytes {start}-{end}/{CLAIMED_SIZE}",

@@ -105,7 +105,8 @@ def predict_mmproj_row(row: dict, tmp_dir: Path) -> dict[str, dict[str, float]]:
     on_gpu = st["mmproj_offload"] and bool(row["gpus"])
     dev = row["gpus"][0] if on_gpu else "CPU"
     px, mib = st["warmup_image_px"], 1024 * 1024
-    compute = {dev: encoder_compute(p, image_px=px, flash_attn=st["flash_attn"], gpu=on_gpu) / mib}
+    backend = row["backend"] if on_gpu else "cpu"
+    compute = {dev: encoder_compute(p, image_px=px, flash_attn=st["flash_attn"], backend=backend) / mib}
     if on_gpu:
         compute["CPU"] = encoder_host_input(p, image_px=px) / mib
     return {"weights": {dev: p.weights_bytes / mib}, "compute": compute}

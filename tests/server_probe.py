@@ -98,3 +98,45 @@ def split_parts(log: str) -> tuple[Part, Part, Part]:
 def clip_buffers(log: str) -> dict[str, float]:
     """The projector's compute buffers by backend (`reserve_compute_meta: Vulkan0 compute buffer size = …`)."""
     return {m.group(1): float(m.group(2)) for m in _CLIP_COMPUTE.finditer(log)}
+
+
+_MODEL_BUF = re.compile(r"(\S+) model buffer size = +([0-9.]+) MiB")
+
+
+def _smaps(pid: int) -> dict[str, float]:
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f.read().splitlines()[1:]:
+            key, _, rest = line.partition(":")
+            out[key.strip()] = int(rest.split()[0]) / 1024  # kB -> MiB
+    return out
+
+
+def resident_memory(binary: str, args: list[str], port: int | None = None,
+                    timeout: float = 180.0) -> tuple[dict[str, float], list[tuple[str, float]]]:  # fmt: skip
+    """Start llama-server (with its warmup, which touches every weight), and once it listens read its
+    /proc/PID/smaps_rollup in MiB (Rss, Pss, Pss_File, Pss_Anon: Pss counts a page mapped twice once);
+    also the model buffers it printed. The server is stopped before returning."""
+    cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(port or free_port()), "-lv", "4"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    bufs: list[tuple[str, float]] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"llama-server exited: {' '.join(cmd)}")
+            m = _MODEL_BUF.search(line)
+            if m:
+                bufs.append((m.group(1), float(m.group(2))))
+            if "listening on" in line:
+                return _smaps(proc.pid), bufs
+        raise RuntimeError(f"llama-server did not start in {timeout:.0f} s")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

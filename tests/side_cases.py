@@ -31,6 +31,10 @@ class Case:
 CASES = (
     Case("gemma3-270m draft np1", "demo", ("-np", "1", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
     Case("gemma3-270m draft np4", "demo", ("-np", "4", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
+    Case("gemma3-270m draft np4 n7", "demo", ("-np", "4", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple",
+                                           "--spec-draft-n-max", "7")),  # fmt: skip
+    Case("gemma3-270m draft np1 n15", "demo", ("-np", "1", "-c", "4096", "-md", "{model}", "--spec-type",
+                                            "draft-simple", "--spec-draft-n-max", "15")),  # fmt: skip
     Case("gemma3-270m mmproj fa on", "demo", ("-np", "1", "-c", "4096", "--mmproj", "{mmproj}", "-fa", "on"), True),
     Case("gemma3-270m mmproj fa off", "demo", ("-np", "1", "-c", "4096", "--mmproj", "{mmproj}", "-fa", "off"), True),
     Case("nextn-glm4moe mtp np1", "nextn-glm4moe.gguf", ("-np", "1", "-c", "1024", "--spec-type", "draft-mtp")),
@@ -76,7 +80,10 @@ def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
     main = {"model": d.weights_bytes / MIB, "KV": d.kv_bytes / MIB, "compute": d.compute_bytes / MIB,
             "output": d.output_bytes / MIB}  # fmt: skip
     u = b.side_models[0].devices[-1]
-    side = {"model": u.weights_bytes / MIB, "KV": u.kv_bytes / MIB, "compute": u.compute_bytes / MIB,
+    # the buffer llama-server prints maps the whole draft: the part shared with the target's mapping included
+    shared = dict(b.side_models[0].details).get("shared_weights_bytes", 0)
+    assert isinstance(shared, int)
+    side = {"model": (u.weights_bytes + shared) / MIB, "KV": u.kv_bytes / MIB, "compute": u.compute_bytes / MIB,
             "output": u.output_bytes / MIB}  # fmt: skip
     return main, side
 

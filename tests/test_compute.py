@@ -57,6 +57,7 @@ def settings_of(f: ModelFacts, row: dict) -> ComputeSettings:
     return ComputeSettings(
         n_ctx_seq=s["n_ctx_seq"], n_ubatch=s["n_ubatch"], n_outputs=s["n_outputs_max"], flash_attn=s["flash_attn"],
         n_swa_seq=n_swa, n_stream=n_stream, n_seq_max=s["n_seq_max"], type_k=s["type_k"], type_v=s["type_v"],
+        mixed_input=False,  # the table is llama.cpp 0c1e570 (b9512), before the mixed input branch (b11400)
     )  # fmt: skip
 
 
@@ -137,9 +138,15 @@ def test_cuda_device_and_host_split() -> None:
     at_fa = 2 * e + 4 * 128 * t + 4 * 128 * t + fa_f16_extra(f, s, 0)
     assert est.peak == "attention"
     # the GPU holds no token ids and no never-read inp_embd (input leafs stay on the CPU backend)
-    assert est.device == sum(inputs.values()) - inputs["inp_tokens"] - inputs["inp_embd"] + at_fa
-    # host: every graph input plus the embedding rows (token_embd stays on the CPU)
-    assert est.host == sum(inputs.values()) + e
+    # ... and, running block 0, the copies of the mixed branch's inp_mixed_embd, token lookup and slots
+    assert est.device == sum(inputs.values()) - inputs["inp_tokens"] - inputs["inp_embd"] + at_fa + 2 * e + 8 * t
+    assert predict_compute(f, dataclasses.replace(s, holds_input=False)).device == est.device - 2 * e - 8 * t
+    # host: every graph input plus the embedding rows (token_embd stays on the CPU), and the mixed
+    # token/embedding branch (PR #29622): its I32 tokens, I64 slots, n_embd x T input and second lookup
+    assert est.host == sum(inputs.values()) + e + (4 * t + 8 * t + 2 * e)
+    assert est.host_inputs == est.host - 2 * e
+    old_build = dataclasses.replace(s, mixed_input=False)
+    assert predict_compute(f, old_build).host == sum(inputs.values()) + e
     assert predict_compute(f, dataclasses.replace(s, backend="cpu")).host == 0
 
 
@@ -155,10 +162,10 @@ def test_kv_off_device_moves_kq_to_host() -> None:
 def test_layers_and_output_placement() -> None:
     f = _facts(str(ROOT / "fixtures" / "dense-llama.gguf"))
     s = ComputeSettings(n_ctx_seq=512, n_ubatch=512, n_outputs=512, flash_attn=True, backend="cuda")
-    none = dataclasses.replace(s, layers=(), holds_output=False)
+    none = dataclasses.replace(s, layers=(), holds_output=False, holds_input=False)
     gpu_inputs = {k: v for k, v in input_bytes(f, s).items() if k not in ("inp_tokens", "inp_embd")}
     assert predict_compute(f, none).device == sum(gpu_inputs.values())
-    out_only = dataclasses.replace(s, layers=())
+    out_only = dataclasses.replace(s, layers=(), holds_input=False)
     assert predict_compute(f, out_only).peak == "output"  # logits 320 x 512 F32 beat the inputs
 
 
@@ -168,11 +175,18 @@ def test_compute_for_devices_follows_the_layer_map() -> None:
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True)
     assert compute_for_devices(f, rc, layer_map(f.n_layer_all, 0, ()), []) == {CPU: predict_compute(f, s).device}
     full = compute_for_devices(f, rc, layer_map(f.n_layer_all, f.n_layer_all + 1, (1.0,)), gpu_specs("8GiB"))
-    gpu = predict_compute(f, dataclasses.replace(s, backend="cuda"))
+    gpu = predict_compute(f, dataclasses.replace(s, backend="cuda", holds_input=True))
     assert full == {0: gpu.device, CPU: gpu.host}
+    # the GPU running block 0 takes the mixed branch's copies: inp_mixed_embd, its token lookup, the slots
+    t, e = 512, 4 * f.n_embd * 512
+    not_first = dataclasses.replace(s, backend="cuda", holds_input=False)
+    assert gpu.device - predict_compute(f, not_first).device == 2 * e + 8 * t
+    # on the CPU running block 0, the mixed branch's DUP stays (the SET_ROWS view of it is never read)
+    cpu_first = predict_compute(f, s).device - predict_compute(f, dataclasses.replace(s, holds_input=False)).device
+    assert cpu_first == e
     # -ngl 3: the output layer and blocks 2-3 on the GPU, blocks 0-1 (and the inputs) on the CPU
     part = compute_for_devices(f, rc, layer_map(f.n_layer_all, 3, (1.0,)), gpu_specs("8GiB"))
-    on_gpu = dataclasses.replace(s, backend="cuda", layers=(2, 3))
+    on_gpu = dataclasses.replace(s, backend="cuda", layers=(2, 3), holds_input=False)
     on_cpu = dataclasses.replace(s, layers=(0, 1), holds_output=False)
     assert part == {0: predict_compute(f, on_gpu).device, CPU: predict_compute(f, on_cpu).device}
 
@@ -231,5 +245,47 @@ def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
     pp = compute_for_devices(f, rc, lmap, two)
     no_pp = compute_for_devices(f, dataclasses.replace(rc, n_cpu_moe=1), lmap, two)
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True, backend="cuda",
-                        layers=(0, 1, 2), holds_output=False)  # fmt: skip
-    assert pp[0] - no_pp[0] == 3 * _split_inputs(f, s)
+                        layers=(0, 1, 2), holds_output=False, holds_input=True)  # fmt: skip
+    e, mixed = 4 * f.n_embd * 512, 2 * 4 * f.n_embd * 512 + 8 * 512
+    # every split input x 4 (kept: input + output flags), the hidden state's copy no longer reused by the
+    # residual (one n_embd row), and on the GPU running block 0 the mixed copies x 4 plus its DUP's row
+    assert pp[0] - no_pp[0] == 3 * _split_inputs(f, s) + e + 3 * mixed + e
+    s1 = dataclasses.replace(s, layers=(3, 4), holds_output=True, holds_input=False)
+    assert pp[1] - no_pp[1] == 3 * _split_inputs(f, s1) + e
+
+
+# ---- Hadamard rotation inputs of a quantized KV cache (PR #21038, llama_kv_cache ctor) ----------------
+def _heads(name: str, k: int, v: int) -> ModelFacts:
+    f = _facts(str(FIXTURES / name))
+    return dataclasses.replace(f, n_embd_head_k=k, n_embd_head_v=v, n_embd_head_k_swa=k, n_embd_head_v_swa=v)
+
+
+ROT_CASES = [
+    # (fixture, head_k, head_v, type_k, type_v, attn_rot, expected inputs)
+    ("dense-llama.gguf", 128, 128, "q8_0", "q8_0", True, {"k_rot0": 4 * 128 * 128, "v_rot0": 4 * 64 * 64}),
+    ("dense-llama.gguf", 256, 256, "q4_0", "f16", True, {"k_rot0": 4 * 256 * 256}),
+    ("dense-llama.gguf", 192, 192, "f16", "q8_0", True, {"v_rot0": 4 * 64 * 64}),
+    ("dense-llama.gguf", 192, 192, "q8_0", "f16", True, {"k_rot0": 4 * 64 * 64}),  # 192 = 64 x 3: n_rot_k 64
+    ("dense-llama.gguf", 16, 16, "q8_0", "q8_0", True, {}),  # head not a multiple of 64
+    ("dense-llama.gguf", 128, 128, "f16", "bf16", True, {}),  # nothing quantized
+    ("dense-llama.gguf", 128, 128, "q8_0", "q8_0", False, {}),  # a build before the rotation
+    ("swa-gemma3.gguf", 256, 256, "q8_0", "q8_0", True,  # iSWA: one pair per cache (base, SWA)
+     {"k_rot0": 4 * 256 * 256, "v_rot0": 4 * 64 * 64, "k_rot1": 4 * 256 * 256, "v_rot1": 4 * 64 * 64}),
+]
+
+
+@pytest.mark.parametrize(("name", "head_k", "head_v", "type_k", "type_v", "rot", "expected"), ROT_CASES)
+def test_rotation_inputs_of_a_quantized_cache(name: str, head_k: int, head_v: int, type_k: str, type_v: str,
+                                              rot: bool, expected: dict[str, int]) -> None:
+    f = _heads(name, head_k, head_v)
+    s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=True, type_k=type_k, type_v=type_v,
+                        attn_rot=rot)  # fmt: skip
+    got = {k: v for k, v in input_bytes(f, s).items() if "_rot" in k}
+    assert got == expected
+
+
+def test_mla_cache_rotates_keys_only() -> None:
+    f = _facts(str(FIXTURES / "mla-deepseek2.gguf"))
+    f = dataclasses.replace(f, n_embd_head_k=576, n_embd_head_v=512)  # DeepSeek-V2's MQA cache: 512 + 64 rope
+    s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0")
+    assert {k: v for k, v in input_bytes(f, s).items() if "_rot" in k} == {"k_rot0": 4 * 64 * 64}

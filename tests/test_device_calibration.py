@@ -26,8 +26,8 @@ ROWS = [r for r in DOC["rows"] if r["ok"]]
 # the two loopback workers reported 24105 MiB each; only their ratio shapes the split
 RPC = "127.0.0.1:1=24105MiB,127.0.0.1:2=24105MiB"
 KINDS = (("model", "weights_bytes"), ("KV", "kv_bytes"), ("compute", "compute_bytes"))
-_UNDER_RPC0 = ("pipeline parallelism over RPC: the first worker's buffer is under by 19-28% and the host's "
-               "(not compared here) by 4x; the split inputs' copies are not yet modelled for RPC")
+_HOLE_OVER = ("GPU FFN peak one Q row (n_head x head_k x T F32) over: the CPU-fitted hole below ffn_inp is "
+              "smaller on a GPU whose split inputs shift the layout (conservative: over, never under)")
 _OP_OFFLOAD_OVER = "op offload at partial offload: the FA K/V-view term is conservative (over, never under)"
 # row id → why its compute prediction is off by more than 5% (measured; see scripts/calibrate_devices.py)
 COMPUTE_GAPS: dict[str, str] = {
@@ -38,10 +38,13 @@ COMPUTE_GAPS: dict[str, str] = {
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -fa off --no-repack": (
         "KQ (n_kv x n_tokens x n_head F32 = 256 MiB) exceeds lavapipe's maxStorageBufferRange: "
         "ggml_backend_vk_device_supports_op rejects it and attention runs on the CPU (not modelled for compute)"),
-    "rpc:demo:-ngl 99 -c 4096 --no-repack": _UNDER_RPC0,
-    "rpc:demo:-ngl 99 -c 4096 -ts 3,1 --no-repack": _UNDER_RPC0,
     "rpc:demo:-ngl 10 -c 8192 -np 1 --no-repack": "RPC workers at partial offload: 14% over",
-    "rpc:llama3.2-1b:-ngl 99 -c 4096 -np 1 -ts 1,1 --no-repack": _UNDER_RPC0,
+    "vulkan:demo:-ngl 99 -c 4096 -np 1 --no-repack": _HOLE_OVER,
+    "vulkan:demo:-ngl 99 -c 8192 -np 4 --no-repack": _HOLE_OVER,
+    "vulkan:demo:-ngl 99 -c 8192 -ctk q8_0 -ctv q8_0 -np 1 --no-repack": _HOLE_OVER,
+    "vulkan:llama3.2-1b:-ngl 99 -c 8192 -np 1 --no-repack": _HOLE_OVER,
+    "vulkan:llama3.2-1b:-ngl 16 -c 8192 -np 1 --no-op-offload --no-repack": _HOLE_OVER,
+    "vulkan:granite3-1b-a400m:-ngl 99 -c 4096 -np 1 --no-repack": _HOLE_OVER,
 }
 
 
@@ -99,3 +102,27 @@ def test_device_compute_within_5_percent(row: dict[str, Any], paths: dict[str, P
         if dev == "CPU" or not real:
             continue
         assert abs(p["compute_bytes"] / (1 << 20) - real) <= 0.05 * real, dev
+
+
+# rows whose device compute is known to be under-predicted by more than 1% (each names its cause)
+COMPUTE_UNDER: dict[str, str] = {
+    "vulkan:demo:-ngl 10 -c 8192 -np 1 --no-repack": "SWA model at partial offload: 9% under, not yet explained",
+    "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -ub 2048 --no-repack": "op offload at -ub 2048: 3.8% under",
+}
+
+
+@pytest.mark.parametrize(
+    "row",
+    [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=COMPUTE_UNDER[_id(r)])) if _id(r) in COMPUTE_UNDER
+     else r for r in ROWS],
+    ids=[_id(r) for r in ROWS],
+)  # fmt: skip
+def test_device_compute_never_under(row: dict[str, Any], paths: dict[str, Path]) -> None:
+    """The promise "never an OOM": on every GPU-side device the predicted compute buffer is at least what
+    llama.cpp reserved, up to 1% (the Gemma 3 1B rows: 0.4-0.9% under, allocator layout)."""
+    pred = _predict(row, paths[row["model"]])
+    for dev, p in pred.items():
+        real = row["reported_mib"].get("compute", {}).get(dev)
+        if dev == "CPU" or not real:
+            continue
+        assert p["compute_bytes"] / (1 << 20) >= 0.99 * real, dev

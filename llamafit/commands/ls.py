@@ -24,6 +24,7 @@ from .. import __version__
 from ..memory.config import LaunchConfig
 from ..machine.devices import DeviceSpec
 from ..errors import LlamafitError
+from ..safe_text import printable
 from ..facts.hparams import build_facts
 from ..fetch.local_headers import read_local_model, validator
 from ..fit.listing import Row, best_possible, fit_model, row_for, sort_rows
@@ -213,7 +214,7 @@ def streamer(out: Any, err: Any, echo_rows: bool) -> Callable[[int, int, Row | N
             out.flush()
         if i < n:
             name = got.name if isinstance(got, Row) else os.path.basename(got.path)
-            err.write(f"[{i}/{n}] {name[:60]}")
+            err.write(f"[{i}/{n}] {printable(name)[:60]}")
             err.flush()
 
     return show

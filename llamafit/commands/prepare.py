@@ -255,7 +255,11 @@ def for_server(p: Prepared, server: ServerChoice) -> Prepared:
 
     cfg = with_given(p.parsed.config, n_parallel=1, kv_unified=False, swa_full=True, cache_ram_mib=0,
                      cpu_moe=False, n_cpu_moe=0, n_cpu_ffn=0, override_tensor=())  # it has no -ot / --n-cpu-moe
-    return replace(p, parsed=replace(p.parsed, config=cfg), target=replace(p.target, engine="llama-cpp-python"))
+    from ..memory.resolve import PINNED_BUILD
+
+    build = PINNED_BUILD if p.target.build is None else p.target.build  # the llama.cpp it vendors
+    return replace(p, parsed=replace(p.parsed, config=cfg),
+                   target=replace(p.target, engine="llama-cpp-python", build=build))
 
 
 def with_server_build(p: Prepared, server: ServerChoice) -> Prepared:

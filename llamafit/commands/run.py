@@ -211,11 +211,17 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                               headers={"Authorization": f"Bearer {key}"} if key else None,
                               tick=_progress_reporter(watcher, say))  # fmt: skip
             timed_out = not ok and child.proc.poll() is None and watcher.failure is None
-            if ok and stop.signum is None and not _ours(watcher, child, port):
-                say(f"Failed     another server answers on {opts.host}:{port}; the one llamafit started never "
-                    "said it listens there (is the port taken?)")  # fmt: skip
-                child.stop()
-                return 1
+            if ok and stop.signum is None:
+                headers = {"Authorization": f"Bearer {key}"} if key else {}
+                foreign = None
+                if not _ours(watcher, child, port):
+                    foreign = "the server llamafit started never said it listens there"
+                elif launch.kind == "llama-server":
+                    foreign = _foreign_props(launch, headers)
+                if foreign:
+                    child.stop()
+                    raise InputError(f"--port {port}: another server answers on {launch.url.split('//', 1)[1]} "
+                                     f"({foreign}); stop it or use --port auto")  # fmt: skip
             if ok and stop.signum is None:
                 try:
                     return _serve(child, watcher, launch, p, env, say, stop, verify=opts.verify)
@@ -269,6 +275,50 @@ def _ours(watcher: Any, child: Any, port: int, wait_s: float = 5.0) -> bool:
         return urllib.parse.urlsplit(watcher.url).port == port
     except ValueError:
         return False
+
+
+PROPS_PROBES = 16  # two llama-servers with --reuse-port share a port, each connection to either at random
+
+
+def _foreign_props(launch: Launch, headers: Mapping[str, str]) -> str | None:
+    """Why what answers on the port is not the llama-server we started, from its GET /props
+    (tools/server/server-context.cpp get_res_props: model_path is the -m we gave, total_slots the
+    -np), asked on PROPS_PROBES connections; None when every answer may be ours, or when /props
+    says nothing either way (an older build, another endpoint layout: the log check stands)."""
+    from ..server.launcher import server_props
+
+    for _ in range(PROPS_PROBES):
+        props = server_props(launch.url + "/props", headers)
+        if props is None:
+            return None
+        why = props_mismatch(props, launch.argv)
+        if why:
+            return why
+    return None
+
+
+def _flag_value(argv: list[str], *names: str) -> str | None:
+    """The value after the last of `names` in argv (llama-server takes the last)."""
+    value = None
+    for i, a in enumerate(argv[:-1]):
+        if a in names:
+            value = argv[i + 1]
+    return value
+
+
+def props_mismatch(props: Mapping[str, Any], argv: list[str]) -> str | None:
+    """Why a llama-server /props answer is not from the server started with `argv` (None: it may be).
+    Paths compare after resolving links; the server's own path is printed escaped."""
+    import os
+
+    model, slots = _flag_value(argv, "-m", "--model"), _flag_value(argv, "-np", "--parallel")
+    theirs = props.get("model_path")
+    if model and isinstance(theirs, str) and os.path.realpath(theirs) != os.path.realpath(model):
+        return f"its /props names model {printable(theirs)}, llamafit started {printable(model)}"
+    total = props.get("total_slots")
+    if slots and slots.isdigit() and isinstance(total, int) and not isinstance(total, bool) and total != int(slots):
+        return f"its /props says {total} slots, llamafit started -np {slots}"
+    return None
 
 
 def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Any:

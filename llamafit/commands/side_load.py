@@ -31,9 +31,9 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
     defaulted = auto_mmproj and flags.mmproj is None and not flags.no_mmproj and _has_mmproj_next_to(facts.path, env)
     if defaulted:
         flags = replace(flags, mmproj="auto", given=flags.given | {"mmproj"})
-    if not flags.any:
+    if not flags.any and "spec_types" not in flags.given:  # --spec-type none is kept: --prefer speed reads it
         return None
-    draft = None
+    draft, same_file = None, False
     if flags.draft_model:
         dmodel = load_model(flags.draft_model, demo=False, hf_repo=None, env=env)
         dfacts = build_facts(dmodel)
@@ -43,6 +43,7 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
         elif not flags.spec_types or flags.spec_types == ("none",):
             notes.append(Notice("draft_without_spec_type"))
         draft = MemoryModel(dfacts)
+        same_file = _same_file(dmodel.path, facts.path)
     if flags.mtp and not facts.n_layer_nextn:
         raise InputError(f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
                          f"({facts.architecture}.nextn_predict_layers is 0)")  # fmt: skip
@@ -61,7 +62,8 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
                 raise
             notes.append(Notice("mmproj_skipped", {"reason": str(e)}))  # found by default: not worth failing for
             flags = replace(flags, mmproj=None)
-            return SidePlan(flags, draft, flags.draft_model, None, notes=tuple(notes)) if flags.any else None
+            return SidePlan(flags, draft, flags.draft_model, None, notes=tuple(notes),
+                            draft_same_file=same_file) if flags.any else None  # fmt: skip
         if why:
             why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
             notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
@@ -70,7 +72,14 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
         if limits.warmup_tokens is not None and max_tokens:
             found = {"warmup_tokens": limits.warmup_tokens, "max_tokens": max_tokens}
             notes.append(Notice("mmproj_warmup_small", found))
-    return SidePlan(flags, draft, flags.draft_model, projector, notes=tuple(notes))
+    return SidePlan(flags, draft, flags.draft_model, projector, notes=tuple(notes), draft_same_file=same_file)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # a URL, or a file gone: not the same local file
+        return False
 
 
 def load_projector(spec: str, *, model_path: str, env: Mapping[str, str]) -> tuple[ProjectorFacts, str | None]:
@@ -108,6 +117,9 @@ def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[
         return _find_remote_mmproj(m, env or {})
     if model_path.startswith(("http://", "https://")):
         raise InputError(f"--mmproj auto: {model_path} is not in a Hugging Face repository; give --mmproj URL")
+    ollama = _ollama_projector(model_path)
+    if ollama is not None:
+        return ollama
     directory = os.path.dirname(os.path.abspath(model_path))
     try:
         names = sorted(os.listdir(directory))
@@ -119,6 +131,30 @@ def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[
     others = [n for n in names if n != picked and n.lower().startswith("mmproj") and n.endswith(".gguf")]
     why = "mmproj*.gguf next to the model" + (f"; closest quantization among {len(others) + 1}" if others else "")
     return os.path.join(directory, picked), why
+
+
+_OLLAMA_BLOB = re.compile(r"^sha256-[0-9a-f]{64}$")
+
+
+def _ollama_projector(model_path: str) -> tuple[str, str] | None:
+    """A model blob of an Ollama store (<root>/blobs/sha256-<hex>, what `ollama:NAME` resolves to): the
+    projector layer (application/vnd.ollama.image.projector) of a manifest whose model layer is this
+    blob; None when the path is not such a blob. Ollama keeps the projector as its own blob, never
+    next to the model under an mmproj name."""
+    from ..fetch.store_scan import scan_ollama
+
+    path = os.path.abspath(model_path)
+    blobs = os.path.dirname(path)
+    if os.path.basename(blobs) != "blobs" or not _OLLAMA_BLOB.match(os.path.basename(path)):
+        return None
+    found, _ = scan_ollama(os.path.dirname(blobs))
+    mine = [f for f in found if os.path.abspath(f.path) == path]
+    if not mine:
+        return None  # a blob no manifest names: the directory rule applies
+    with_proj = [f for f in mine if f.mmproj]
+    if not with_proj:
+        raise InputError(f"--mmproj auto: the Ollama manifest of {mine[0].name} has no projector layer")
+    return with_proj[0].mmproj or "", f"the projector layer of the Ollama manifest {with_proj[0].name}"
 
 
 def _find_remote_mmproj(m: re.Match[str], env: Mapping[str, str]) -> tuple[str, str]:

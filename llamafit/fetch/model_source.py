@@ -191,13 +191,18 @@ class RecordingSource:
         self.name = src.name
         if (window := getattr(src, "first_window", None)) is not None:
             self.first_window = window
-        self.chunks: list[tuple[int, bytes]] = []
+        self.chunks: list[tuple[int, bytes | bytearray]] = []
 
     @property
     def size(self) -> int:
         return self.src.size
 
-    def read(self, offset: int, n: int) -> bytes:
+    @property
+    def read_budget(self) -> int | None:
+        """The source's (reader._Cursor.must_read), where it has one."""
+        return getattr(self.src, "read_budget", None)
+
+    def read(self, offset: int, n: int) -> bytes | bytearray:
         data = self.src.read(offset, n)
         self.chunks.append((offset, data))
         return data
@@ -244,14 +249,20 @@ def _read_remote(
         recorders[name] = (RecordingSource(src), src, remote.validator)
         return recorders[name][0]
 
-    model = read_model(first, open_source)
-    for shard in model.shards:
-        if shard.path in recorders:
-            rec, http, given = recorders[shard.path]
-            validator = given or http.validator
-            prefix = header_prefix(rec.chunks, min(shard.data_offset, shard.file_size))
-            save_header(CachedHeader(shard.path, validator, shard.file_size, prefix))
-    return model
+    try:
+        model = read_model(first, open_source)
+        for shard in model.shards:
+            if shard.path in recorders:
+                rec, http, given = recorders[shard.path]
+                validator = given or http.validator
+                prefix = header_prefix(rec.chunks, min(shard.data_offset, shard.file_size))
+                save_header(CachedHeader(shard.path, validator, shard.file_size, prefix))
+        return model
+    finally:
+        # `report` closes over `recorders` and each source holds `report`: a reference cycle that,
+        # left to the garbage collector, kept every recorded header (up to 64 MiB) alive until a
+        # collection happened to run. Break it here, on success and on failure alike.
+        recorders.clear()
 
 
 # --- the cache ------------------------------------------------------------------------------------
@@ -262,17 +273,33 @@ class CachedHeader:
     url: str
     validator: str | None
     size: int  # the whole remote file's
-    prefix: bytes  # its first data_offset bytes as the parser read them
+    prefix: bytes | bytearray  # its first data_offset bytes as the parser read them
 
 
-def header_prefix(chunks: list[tuple[int, bytes]], n: int) -> bytes:
-    """The first `n` bytes from (offset, bytes) reads; bytes never read stay zero."""
-    out = bytearray(n)
-    for offset, data in chunks:
+def header_prefix(chunks: list[tuple[int, bytes | bytearray]], n: int) -> bytearray:
+    """The first `n` bytes from (offset, bytes) reads; bytes never read stay zero. Takes the reads
+    out of `chunks` as it copies them, and builds on the largest read when it is a bytearray (a
+    remote window: nothing else holds it), so a 64 MiB header is held about once at the peak, not
+    three times (the reads, a new buffer, a bytes copy of it)."""
+    chunks.sort(key=lambda c: (isinstance(c[1], bytearray) and c[0] < n, len(c[1])))
+    largest = chunks[-1][1] if chunks else b""
+    if isinstance(largest, bytearray) and chunks[-1][0] < n:
+        offset, out = chunks.pop()[0], largest  # grown and shifted in place: realloc, one memmove
+        del largest
+        del out[n - offset :]
+        out[0:0] = bytes(offset)
+        out += bytes(n - len(out))
+    else:
+        out = bytearray(n)
+    view = memoryview(out)  # memoryview to memoryview: one memcpy (bytearray slice assignment copies first)
+    while chunks:
+        offset, data = chunks.pop()
         if offset < n:
-            piece = data[: n - offset]
-            out[offset : offset + len(piece)] = piece
-    return bytes(out)
+            k = min(len(data), n - offset)
+            view[offset : offset + k] = memoryview(data)[:k]
+        del data
+    view.release()
+    return out
 
 
 def _cache_file(kind: str, key: str, ext: str) -> Path:
@@ -351,7 +378,7 @@ def _load_json(path: Path) -> dict | None:
     return meta if isinstance(meta, dict) and meta.get("format") == _FORMAT else None
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes | bytearray) -> None:
     """Atomically, or not at all: an unwritable cache only costs the next open a download."""
     with contextlib.suppress(OSError):
         write_atomic(path, data)

@@ -269,7 +269,7 @@ class HttpRangeSource:
         self._headers = dict(headers or {})
         self._location = url  # after the first redirect chain: the final URL (a CDN's)
         self._size: int | None = None
-        self._head = b""  # the first answer's bytes (the whole file when Range is ignored)
+        self._head: bytes | bytearray = b""  # the first answer's bytes (the whole file when Range is ignored)
         self._t0 = 0.0
 
     @property
@@ -279,14 +279,20 @@ class HttpRangeSource:
         assert self._size is not None
         return self._size
 
-    def read(self, offset: int, n: int) -> bytes:
+    @property
+    def read_budget(self) -> int:
+        """Bytes this source will still transfer (the header budget less what came already)."""
+        return max(self.max_bytes + self.first_window - self.bytes_transferred, 0)
+
+    def read(self, offset: int, n: int) -> bytes | bytearray:
+        """The bytes in one buffer, never copied after they arrive (a 64 MiB window costs 64 MiB)."""
         n = min(n, self.size - offset)
         if n <= 0:
             return b""
         have = self._head[offset : offset + n]  # what the first answer already brought
         if len(have) == n:
             return have
-        return have + self._fetch(offset + len(have), n - len(have))
+        return self._fetch(offset, n, have)
 
     def close(self) -> None:
         self._head = b""
@@ -297,7 +303,7 @@ class HttpRangeSource:
         """GET a range from the last known location; back to the URL itself if that expired."""
         self.requests += 1
         self._t0 = self._t0 or time.monotonic()
-        if self.bytes_transferred + n > self.max_bytes + self.first_window:
+        if n > self.read_budget:
             raise InputError(f"{self.url}: the header would need more than {self.max_bytes:,} bytes; "
                              "not a plausible GGUF header (refusing to read more)")  # fmt: skip
         headers = {**self._headers, "Range": range_header(offset, n), "Accept-Encoding": "identity"}
@@ -348,26 +354,29 @@ class HttpRangeSource:
         self._size = len(self._head)
         self.validator = validator_of(answer.headers)
 
-    def _fetch(self, offset: int, n: int) -> bytes:
-        answer = self._get(offset, n)
+    def _fetch(self, offset: int, n: int, have: bytes | bytearray = b"") -> bytearray:
+        """Bytes [offset, offset+n), of which the first len(have) are `have`: one request for the rest."""
+        start, want = offset + len(have), n - len(have)
+        answer = self._get(start, want)
         try:
             cr = parse_content_range(answer.headers.get("Content-Range"))
-            if answer.status != 206 or cr is None or cr.start != offset:
+            if answer.status != 206 or cr is None or cr.start != start:
                 raise InputError(f"{self.url}: the server ignored the range request for bytes "
-                                 f"{offset}-{offset + n - 1} (HTTP {answer.status})")
+                                 f"{start}-{start + want - 1} (HTTP {answer.status})")
             if cr.total != self._size:
                 raise InputError(f"{self.url}: the file changed while its header was read "
                                  f"(size {self._size} became {cr.total})")
-            data = self._body(answer, n)
+            data = self._body(answer, want, bytearray(have))
         finally:
             answer.close()
         if len(data) != n:
-            raise RemoteUnreachable(f"{self.url}: the connection closed after {len(data)} of {n} bytes")
+            raise RemoteUnreachable(f"{self.url}: the connection closed after {len(data) - len(have)} of {want} bytes")
         return data
 
-    def _body(self, answer: Answer, limit: int | None) -> bytes:
-        """Read up to `limit` body bytes (all when None), counting them as they arrive."""
-        out = bytearray()  # one growing buffer: no second copy when it is done
+    def _body(self, answer: Answer, limit: int | None, out: bytearray | None = None) -> bytearray:
+        """Read up to `limit` body bytes (all when None) onto `out`, counting them as they arrive.
+        The buffer grows in place (realloc) and is returned as it is: no copy of the whole."""
+        out = bytearray() if out is None else out
         got = 0
         read = getattr(answer.body, "read1", answer.body.read)  # one recv at a time: the deadline holds
         try:
@@ -383,7 +392,7 @@ class HttpRangeSource:
                 self._count(len(chunk))
         except (OSError, http.client.HTTPException) as e:
             raise _network_error(self.url, e, self.timeout) from e
-        return bytes(out)
+        return out
 
     def _left(self) -> float:
         """Seconds left of the deadline for the whole read."""

@@ -10,12 +10,13 @@ from ..machine.devices import DeviceSpec
 from ..findings import Notice, Verdict
 from ..memory.model import Breakdown
 from .plan_speed import choice_speed, speed_of, speed_options
-from ..memory.resolve import ResolvedConfig
+from ..memory.resolve import ResolvedConfig, since
 from .search import STEP, Target, max_context, streams
-from ..memory.side_models import SidePlan
+from ..memory.side_models import SideFlags, SidePlan
 from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
 from .speed import SpeedEstimate, SpeedInputs
+from .mtp import MtpEffect, mtp_effect
 from ..units import MIB
 
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
@@ -47,6 +48,7 @@ class PlanResult:
     side_costs: tuple[SideCost, ...] = ()  # what each side model costs in context (side_plan.py)
     side: SidePlan | None = None  # the side models the plan keeps (after side_steps)
     side_steps: tuple[str, ...] = ()  # side_plan.STEPS taken to fit
+    mtp: MtpEffect | None = None  # with MTP self-speculation in the plan: its expected effect (mtp.py)
 
 
 def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str | None, int] | None:
@@ -133,6 +135,7 @@ def _full_context_tps(target: Target, choice: Choice, speed: SpeedInputs) -> flo
 
 
 def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None) -> PlanResult:
+    asked = policy
     lo, hi = bounds(target, cfg, policy)
     if speed is not None and policy.speed_of is None:  # --prefer speed ranks candidates by the estimate
         policy = replace(policy, speed_of=lambda c: _full_context_tps(target, c, speed))
@@ -152,6 +155,12 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
         verdict = Verdict(False, lo, hi, hi == target.model.facts.n_ctx_train, smallest_gpu=name, cause=e.cause,
                           pinned_ngl=e.pinned_ngl)  # fmt: skip
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
+    mtp_target, mtp_note = _auto_mtp(target, cfg, policy, choice)
+    if mtp_target is not None and mtp_note is not None:
+        result = plan(mtp_target, cfg, asked, speed=speed)
+        return replace(result, warnings=(mtp_note, *result.warnings)) if result.choice else result
+    if mtp_note is not None:
+        warnings.append(mtp_note)
     host = choice.breakdown.devices[-1]
     if choice.breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
         short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
@@ -178,8 +187,33 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
     faster = _projector_off_the_gpu(target, cfg, policy, choice)
     if faster is not None:
         warnings.append(faster)
+    side = target.side
+    mtp = mtp_effect(target.model.facts, side.flags.draft_n_max) if side and side.flags.mtp else None
     return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est, costs,
-                      target.side)  # fmt: skip
+                      target.side, mtp=mtp)  # fmt: skip
+
+
+def _auto_mtp(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> tuple[Target | None, Notice | None]:
+    """--prefer speed on a model with NextN blocks, no --spec-type and no draft model given, a llama-server
+    build with draft-mtp (resolve rule draft_mtp): the plan with MTP self-speculation on, when it keeps
+    the offload of the plan without it (a layer moved to the CPU costs more than drafting gains).
+    Returns (the target with MTP, mtp_auto {n_draft}) or (None, mtp_no_room {n_gpu_layers, n_cpu_moe}
+    where MTP would move layers) or (None, None) where it does not apply."""
+    side, facts = target.side, target.model.facts
+    flags = side.flags if side else SideFlags()
+    if (policy.prefer != "speed" or not facts.n_layer_nextn or target.engine != "llama-server"
+            or not since("draft_mtp", target.build) or flags.mtp or "spec_types" in flags.given or flags.draft_model):
+        return None, None  # fmt: skip
+    with_mtp = replace(flags, spec_types=(*flags.spec_types, "draft-mtp"))
+    trial = replace(target, side=replace(side, flags=with_mtp) if side else SidePlan(with_mtp))
+    try:
+        other = solve(trial, cfg, policy)
+    except NoFit:
+        other = None
+    if other is None or (other.rc.n_gpu_layers, other.rc.n_cpu_moe) != (choice.rc.n_gpu_layers, choice.rc.n_cpu_moe):
+        where = {"n_gpu_layers": other.rc.n_gpu_layers, "n_cpu_moe": other.rc.n_cpu_moe} if other else {}
+        return None, Notice("mtp_no_room", where)
+    return trial, Notice("mtp_auto", {"n_draft": with_mtp.draft_n_max})
 
 
 def _projector_off_the_gpu(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Notice | None:

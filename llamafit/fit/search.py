@@ -41,7 +41,7 @@ class Target:
         if self.side is None:
             return b
         return attach(b, self.side.usages(cfg, rc, self.model, b.layer_devices.layers, self.gpus, self.host,
-                                          build=self.build))  # fmt: skip
+                                          build=self.build, main_host_weights=b.devices[-1].weights_bytes))  # fmt: skip
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
         """The resolved config and its breakdown, or None where llama.cpp would reject it."""

@@ -96,4 +96,6 @@ def launch_tokens(passthrough: Sequence[str], resident: Sequence[SideUsage]) -> 
         out += ["--mmproj", proj.path]  # found next to the model (plan, run and script use it by default)
     if proj is not None and dict(proj.details).get("offload") == "off" and "--no-mmproj-offload" not in out:
         out.append("--no-mmproj-offload")
+    if "mtp" in kinds and "--spec-type" not in out:  # turned on by the plan (--prefer speed, explain._auto_mtp)
+        out += ["--spec-type", "draft-mtp"]
     return out

@@ -141,8 +141,17 @@ def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int
 def _best_combo(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int) -> Choice | None:
     """The largest context in [lo, hi] over the combos, then the most precise combo reaching it."""
     mult = streams(target, base)
-    results = [(c, max_context(target, c, hi, lo)) for c in combos(base, policy)]
-    reached = [(c, ctx) for c, ctx in results if ctx]
+    reached: list[tuple[LaunchConfig, int]] = []
+    top = hi // STEP * STEP  # the most max_context can return
+    for c in combos(base, policy):
+        ctx = max_context(target, c, hi, lo)
+        if ctx:
+            reached.append((c, ctx))
+            # the pick is the first combo reaching the best context (quality: the first reaching any):
+            # once one reaches the top, no later combo can be picked, so none is searched (issue #16:
+            # a recurrent model reaches it with every KV type, and searched them all)
+            if policy.prefer == "quality" or ctx == top:
+                break
     if not reached:
         return None
     best_ctx = max(ctx for _, ctx in reached)

@@ -19,7 +19,8 @@ The tensor lists were read off llama.cpp's reserve graphs (GGML_SCHED_DEBUG=2) a
 a copy of ggml-alloc.c's allocator (not shipped) at real model sizes; the hole rules and the SSM
 slack are fitted to the measured table fixtures/calibration/llama-cpp-0c1e570-cpu.json
 (tests/test_compute.py). Known limits: the logits can land a few E rows higher when the last FFN
-fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); SSM layers +-5 %;
+fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); with 1 < n_outputs <
+n_tokens (speculative decoding) the logits land above the last FFN's base (_logits_on_top); SSM layers +-5 %;
 MLA without q_lora_rank in the facts misses q_a's hole (-4 % on the fixture).
 """
 
@@ -78,6 +79,9 @@ class ComputeSettings:
     inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
     qkv_views: bool = True  # fused QKV split by views (PR #15662 on); before, contiguous Q/K/V copies
     mask_f16_input: bool = True  # with FA the KQ mask input is F16 (PR #23764 on); before, F32 + an F16 cast
+    mixed_input: bool = True  # the mixed token/embedding input branch (PR #29622 on, most architectures)
+    attn_rot: bool = True  # Hadamard rotation inputs for a quantized K/V cache (PR #21038 on)
+    holds_input: bool = True  # this backend runs block 0 (the mixed branch's DUP lands here)
 
     @property
     def n_tokens(self) -> int:
@@ -97,6 +101,7 @@ class ComputeEstimate:
     device: int
     host: int
     peak: str  # the candidate that set the device peak
+    host_inputs: int = 0  # the part of `host` that is graph inputs (kept once per pipeline copy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +204,36 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
         out[f"kq_mask{i}"] = mask_elt * cells * t
         if s.flash_attn and not s.mask_f16_input:  # the ggml_cast to F16 that FLASH_ATTN_EXT reads
             out[f"kq_mask_f16_{i}"] = 2 * cells * t
+    if s.attn_rot:
+        out.update(_rot_inputs(f, s))
     if f.recurrent is not None:
         out["rs_s_copy"] = 4 * max(1, s.n_seq_max)
     return {k: _pad(v, a) for k, v in out.items()}
+
+
+UNQUANTIZED_KV = frozenset({"f32", "f16", "bf16"})
+
+
+def _rot_inputs(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
+    """The Hadamard rotation inputs of each attention cache (PR #21038): llama_kv_cache's constructor
+    (src/llama-kv-cache.cpp) sets n_rot_k when type_k is quantized and every layer of the cache has one
+    key head size that is a multiple of 64 (n_rot_k: 64 doubled while it still divides the head), n_rot_v = 64
+    likewise for V (none for MLA); build_input_k_rot / build_input_v_rot make F32 n_rot x n_rot inputs,
+    read by every layer's attention (so alive until the last one)."""
+    out: dict[str, int] = {}
+    full, swa = _shape(f).caches
+    for i, is_swa in enumerate(([False] if full else []) + ([True] if swa else [])):
+        kv = [il for il in range(f.n_layer) if f.has_kv[il] and f.swa.is_swa[il] == is_swa and f.n_head_kv[il]]
+        heads_k = {f.n_embd_k_gqa(il) // f.n_head_kv[il] for il in kv}
+        heads_v = {f.n_embd_v_gqa(il) // f.n_head_kv[il] for il in kv}
+        if s.type_k not in UNQUANTIZED_KV and len(heads_k) == 1 and (head := heads_k.pop()) % 64 == 0:
+            n = 64
+            while head % (2 * n) == 0:
+                n *= 2
+            out[f"k_rot{i}"] = F32 * n * n
+        if s.type_v not in UNQUANTIZED_KV and f.mla is None and len(heads_v) == 1 and heads_v.pop() % 64 == 0:
+            out[f"v_rot{i}"] = F32 * 64 * 64
+    return out
 
 
 def _attention(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> int:
@@ -341,6 +373,27 @@ def _output(f: ModelFacts, s: ComputeSettings) -> int:
     return inputs + F32 * f.n_embd * n + F32 * f.n_vocab * n
 
 
+def _logits_on_top(f: ModelFacts, s: ComputeSettings) -> int:
+    """More outputs than one per sequence but fewer than the batch (speculative decoding's main context:
+    n_parallel x (1 + n_draft), tools/server/server-context.cpp server_output_limits, reserved by
+    llama_context::sched_reserve as n_outputs_pp = min(n_tokens, n_outputs_max)): the last layer
+    gathers its n_out rows (ggml_get_rows of inp_out_ids, e.g. src/models/gemma3.cpp), and those small
+    tensors land at the base of the freed FFN intermediates, so the logits [n_vocab, n_out], too large
+    for any hole, go above them (ggml_dyn_tallocr_alloc, ggml/src/ggml-alloc.c: best fit, else the
+    last free block). Measured on the CPU (Gemma 3 270M, -np 1 and 4, 16 to 64 outputs): reported -
+    n_vocab x n_out x 4 is the FFN candidate minus its intermediates. With n_out = n_tokens there is
+    no gather and the logits land low (the `_output` rule; fixtures/calibration out512 rows)."""
+    il = f.n_layer - 1
+    if not 1 < s.n_out < s.n_tokens or il < 0 or not f.n_ff[il] or _is_moe(f, il):
+        return 0
+    if s.layers is not None and _shape(f).reps[il] not in s.layers:
+        return 0
+    t = s.n_tokens
+    e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
+    base = _hole(f, s, il, small=ff <= e + q) + e if il in _shape(f).gated else 3 * e
+    return base + F32 * f.n_vocab * s.n_out
+
+
 def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes.
 
@@ -353,8 +406,10 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     inputs = input_bytes(f, s)
     layers = _on_device(f, s)
     peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device) for il in layers), default=(0, "none"))
+    host_inputs = 0
+    mixed = _mixed_inputs(f, s) if s.mixed_input and s.holds_input else (0, 0, 0)
     if s.backend == "cpu":
-        dev_inputs, host = sum(inputs.values()), 0
+        dev_inputs, host = sum(inputs.values()) + mixed[1], 0
     else:
         # token ids and the never-read inp_embd stay in the host buffer (input leafs go to the CPU
         # backend, ggml_backend_sched_split_graph); the embedding GET_ROWS output is copied in as
@@ -366,14 +421,45 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         dev_inputs = sum(v for k, v in inputs.items()
                          if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
                          and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16")))  # fmt: skip
-        host = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
-        host += _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
+        host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
+        lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
+        if s.mixed_input:
+            host_inputs += _mixed_inputs(f, s)[0] - lookups  # the mixed branch's own lookup: a second GET_ROWS
+            lookups *= 2
+        # the copies of the mixed branch's sources, freed after its DUP/SET_ROWS: counted whole, they bound the
+        # DUP that stays and the holes they leave below the layers (Vulkan0 grid: exact to one n_embd row over;
+        # Gemma 3 1B 0.4% under, tests/test_device_calibration.py)
+        dev_inputs += mixed[2]
+        host = host_inputs + lookups
         if not s.kv_on_device:
             host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
     device, peak_name = dev_inputs + peak, name
     if s.holds_output and _output(f, s) > device:
         device, peak_name = _output(f, s), "output"
-    return ComputeEstimate(device=device, host=host, peak=peak_name)
+    if s.holds_output and dev_inputs + _logits_on_top(f, s) > device:
+        device, peak_name = dev_inputs + _logits_on_top(f, s), "output"
+    return ComputeEstimate(device=device, host=host, peak=peak_name, host_inputs=host_inputs)
+
+
+# llm_arch_supports_mixed_batch (src/llama-arch.cpp): the architectures without the mixed input branch
+NO_MIXED_BATCH_ARCHS = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"})
+
+
+def _mixed_inputs(f: ModelFacts, s: ComputeSettings) -> tuple[int, int, int]:
+    """The mixed token/embedding branch of llm_graph_context::build_inp_embd (src/llama-graph.cpp, PR #29622):
+    inputs inp_mixed_tokens (I32) and inp_mixed_slots (I64) of T rows and inp_mixed_embd (n_embd x T F32), a
+    second token lookup (GET_ROWS on the host's token_embd) and ggml_set_rows into ggml_dup(inp_mixed_embd).
+    The branch is never selected in a text-only reserve, but it is allocated. The SET_ROWS result is a view of
+    the DUP that no node reads, so ggml_gallocr_alloc_graph_impl (ggml/src/ggml-alloc.c) never frees the DUP:
+    one n_embd x T F32 tensor stays for the whole graph on the backend running block 0. On a GPU there,
+    ggml_backend_sched_split_graph (ggml-backend.cpp) copies inp_mixed_embd, the lookup and the slots in as
+    split inputs: freed after the DUP/SET_ROWS with one copy, kept with pipeline copies (input + output).
+    Returns (host bytes when block 0 is on a GPU: the three inputs and the lookup, the DUP on the backend
+    running block 0, the split-input copies on a GPU running block 0)."""
+    t, e = s.n_tokens, F32 * f.n_embd * s.n_tokens
+    a, c = ALIGNMENT[s.backend], ALIGNMENT["cpu"]
+    host = _pad(4 * t, c) + _pad(8 * t, c) + 2 * _pad(e, c)
+    return host, _pad(e, a), 2 * _pad(e, a) + _pad(8 * t, a)
 
 
 def _kind(backend: str) -> Backend:
@@ -403,14 +489,28 @@ def _pipeline_copies(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Se
     return PIPELINE_COPIES if len(gpus) > 1 and rc.split_mode == "layer" and full and rc.kv_offload and plain else 1
 
 
+def _copies_extra(f: ModelFacts, s: ComputeSettings, copies: int) -> int:
+    """Pipeline parallelism: with n_copies > 1 every split input gets `copies` copies flagged input + output
+    (pass 5 of ggml_backend_sched_split_graph), all allocated first as leafs and never freed. So the incoming
+    hidden state's copy no longer frees for the layer's own residual (one more n_embd row), and on the GPU
+    running block 0 the mixed branch's three copies are kept once per copy, and its DUP too (_mixed_inputs)."""
+    e = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
+    extra = (copies - 1) * _split_inputs(f, s) + e
+    if s.holds_input and s.mixed_input:
+        extra += (copies - 1) * _mixed_inputs(f, s)[2] + _mixed_inputs(f, s)[1]
+    return extra
+
+
 def _split_inputs(f: ModelFacts, s: ComputeSettings) -> int:
-    """What a GPU's split copies in: the KQ masks and positions, and the incoming hidden state."""
+    """What a GPU's split copies in: the KQ masks, positions and K/V row indices, the output ids where it
+    runs the output layer, and the incoming hidden state."""
     inputs = input_bytes(f, s)
-    return sum(v for k, v in inputs.items() if k.startswith("kq_mask") or k == "inp_pos") + _pad(
-        F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
+    copied = ("kq_mask", "k_idxs", "v_idxs", "k_rot", "v_rot", "inp_pos") + (("out_ids",) if s.holds_output else ())
+    return sum(v for k, v in inputs.items() if k.startswith(copied)) + _pad(F32 * f.n_embd * s.n_tokens,
+                                                                              ALIGNMENT[s.backend])
 
 
-def _base_settings(rc: ResolvedConfig) -> ComputeSettings:
+def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
     return ComputeSettings(
         n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
         n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
@@ -418,6 +518,8 @@ def _base_settings(rc: ResolvedConfig) -> ComputeSettings:
         fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build), kv_idxs=since("kv_set_rows", rc.build),
         inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
         mask_f16_input=since("fa_mask_f16", rc.build),
+        mixed_input=since("mixed_batch", rc.build) and f.architecture not in NO_MIXED_BATCH_ARCHS,
+        attn_rot=since("attn_rot", rc.build),
     )  # fmt: skip
 
 
@@ -437,7 +539,8 @@ def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...
     over the layer's weight ops, so their activations are allocated in the GPU's compute buffer
     (the weights arrive as split inputs: the caller adds those). Attention reads no weight and
     its K/V live in the host's cache: it stays on the host, as with -nkvo."""
-    s = replace(_base_settings(rc), backend=_kind(backend), layers=layers, holds_output=False, kv_on_device=False)
+    s = replace(_base_settings(f, rc), backend=_kind(backend), layers=layers, holds_output=False, holds_input=False,
+                kv_on_device=False)
     return predict_compute(f, s).device
 
 
@@ -445,18 +548,24 @@ def compute_for_devices(
     f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
 ) -> dict[int, int]:
     """Compute-buffer bytes per device index (GPUs 0.., the host CPU = -1) for a resolved config."""
-    base = _base_settings(rc)
+    base = _base_settings(f, rc)
     out: dict[int, int] = {}
     host = 0
     copies = _pipeline_copies(f, rc, lmap, gpus)
     for d, spec in enumerate(gpus):
         layers = _layers_on(f, lmap, d)
-        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d)
+        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d,
+                    holds_input=bool(lmap.layers) and lmap.layers[0] == d)
         est = predict_compute(f, s)
-        out[d], host = est.device + (copies - 1) * _split_inputs(f, s), max(host, est.host)
+        out[d], host = est.device, max(host, est.host)
+        if copies > 1:
+            out[d] += _copies_extra(f, s, copies)
+            host = max(host, est.host + (copies - 1) * est.host_inputs)
     cpu_layers = _layers_on(f, lmap, CPU)
     if not gpus or cpu_layers or lmap.output == CPU:
-        cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU)).device
+        first_on_cpu = not gpus or not lmap.layers or lmap.layers[0] == CPU
+        cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU,
+                                         holds_input=first_on_cpu)).device
         host = max(host, cpu)
     out[CPU] = host
     return out

@@ -140,16 +140,28 @@ def projector_facts(path: str, metadata: Mapping[str, Any], tensors: Sequence[Te
     )  # fmt: skip
 
 
-def encoder_compute(p: ProjectorFacts, *, image_px: int, flash_attn: bool, gpu: bool = False) -> int:
-    """The encoder's compute buffer for one square image of `image_px` (see the module doc). On a GPU
-    backend with flash attention one more n_embd x n_pos F32 tensor is alive at the peak (measured on
-    Vulkan: 139.25 MiB for the 121.25 MiB of the CPU; CUDA unverified); without flash attention the
-    KQ product's placement depends on the device's largest allocation, not modelled (CPU rule)."""
+# Backends whose graph_optimize reorders the encoder graph so that one more n_embd x n_pos F32 tensor
+# is alive at the flash-attention peak: ggml/src/ggml-vulkan/ggml-vulkan.cpp ggml_vk_graph_optimize
+# groups each node with the independent nodes among the next 20 (NUM_TO_CHECK) to run them together,
+# which starts tensors earlier than the graph's own order and lengthens their lifetime in the
+# allocator (measured on Vulkan0: 139.25 MiB, and 121.25 MiB, the CPU figure, with
+# GGML_VK_DISABLE_GRAPH_OPTIMIZE=1). ggml-cuda.cu ggml_backend_cuda_graph_optimize only moves
+# MoE shared-expert matmuls (none in a ViT), and Metal's reorder (ggml-metal-common.cpp
+# ggml_graph_optimize) printed the CPU figure in PR 16837's log: both keep the CPU rule, as the
+# public CUDA and Metal logs of fixtures/calibration/mmproj-corpus.jsonl show (121.25 MiB).
+REORDERING_BACKENDS = frozenset({"vulkan"})
+
+
+def encoder_compute(p: ProjectorFacts, *, image_px: int, flash_attn: bool, backend: str = "cpu") -> int:
+    """The encoder's compute buffer for one square image of `image_px` on `backend` (see the module
+    doc): with flash attention the FFN peak 3E + F, plus one E on a REORDERING_BACKENDS backend;
+    without flash attention the KQ product's placement depends on the device's largest allocation,
+    not modelled (CPU rule)."""
     n_pos = p.patches(image_px)
     e, f = F32 * p.n_embd * n_pos, F32 * p.n_ff * n_pos
     ffn = 3 * e + f
     if flash_attn:
-        return ffn + (e if gpu else 0)
+        return ffn + (e if backend in REORDERING_BACKENDS else 0)
     return max(ffn, 6 * e + F32 * n_pos * n_pos * p.n_head)
 
 
@@ -172,10 +184,11 @@ def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpu
     on_gpu = flags.mmproj_offload and bool(gpus)
     device = gpus[0].name if on_gpu else host.name
     warm = p.warmup_image_size()
-    compute = encoder_compute(p, image_px=warm, flash_attn=rc.flash_attn, gpu=on_gpu)
+    backend = gpus[0].backend if on_gpu else host.backend
+    compute = encoder_compute(p, image_px=warm, flash_attn=rc.flash_attn, backend=backend)
     max_tokens = p.max_image_tokens(flags.image_max_tokens)
     worst_px = image_px_for_tokens(p, max_tokens) if max_tokens else warm
-    worst = encoder_compute(p, image_px=worst_px, flash_attn=rc.flash_attn, gpu=on_gpu)
+    worst = encoder_compute(p, image_px=worst_px, flash_attn=rc.flash_attn, backend=backend)
     details: tuple[tuple[str, int | str], ...] = (
         ("projector_type", p.projector_type), ("device", device), ("offload", "on" if flags.mmproj_offload else "off"),
         ("flash_attn", "on" if rc.flash_attn else "off"),

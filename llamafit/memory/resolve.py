@@ -57,8 +57,13 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "input and selects one (ggml_build_forward_select; before: one of them)"),
     BuildRule("mla_v_less", 7800, 19067, "2026-01-24", "MLA models keep no V cache (V is a view of K); before, "
               "MLA GGUFs cached V (kv_lora_rank wide) besides K"),
+    BuildRule("attn_rot", 8500, 21038, "2026-04-01 (b8500 estimate)", "a quantized K (V) cache is stored "
+              "Hadamard-rotated: F32 rotation matrices attn_inp_k_rot (n_rot_k^2) and attn_inp_v_rot (64^2) per cache "
+              "are graph inputs (llama_kv_cache::build_input_k_rot)"),
     BuildRule("unified_draft", 9100, 22838, "2026-05-08 (b9100 estimate)", "one unified draft-model context "
               "(before: one per slot, n_ctx = -cd or the slot's cells, PR #10586; PR #22787/#22838)"),
+    BuildRule("draft_mtp", 9180, 22673, "2026-05-16 (b9180 estimate)", "--spec-type draft-mtp: MTP "
+              "self-speculation on the model's NextN blocks (before: NextN blocks never loaded)"),
     BuildRule("fa_mask_f16", 9380, 23764, "2026-05-27", "with flash attention the KQ mask input is reserved in "
               "F16 (before: an F32 input on the host, cast to F16 for the attention)"),
     BuildRule("cuda_fa_f16_in_buffer", 9430, 23907, "2026-05-30", "CUDA flash attention over a non-F16 K/V reserves "
@@ -66,8 +71,15 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "outside every reported buffer)"),
     BuildRule("server_output_limit", 9440, 23861, "2026-06-01", "llama-server reserves n_parallel outputs (logits "
               "rows) instead of n_batch (issue #23527)"),
+    BuildRule("mixed_batch", 11400, 29622, "2026-10-05", "the graph also holds a third, mixed token/embedding "
+              "input branch (inp_mixed_tokens, inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); "
+              "on a GPU holding block 0 the scheduler copies three of them into its compute buffer"),
 )
 _RULES = {r.key: r for r in BUILD_RULES}
+
+
+# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build 9512
+PINNED_BUILD = 9512
 
 
 def build_of(key: str) -> int:

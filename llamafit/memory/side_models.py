@@ -334,6 +334,7 @@ class SidePlan:
     draft_path: str | None = None
     projector: ProjectorFacts | None = None
     notes: tuple[Notice, ...] = ()  # draft_incompatible {reason}, draft_without_spec_type, draft_ctx_ignored
+    draft_same_file: bool = False  # -md names the target's own file (side_load.py: os.path.samefile)
 
     def dropping(self, kind: str) -> SidePlan | None:
         """This plan without one kind of side model ("mmproj", "draft", "mtp"); None when nothing is left."""
@@ -365,11 +366,11 @@ class SidePlan:
         return replace(rc, n_outputs_max=n_out)
 
     def usages(self, cfg: LaunchConfig, rc: ResolvedConfig, main: MemoryModel, lmap_layers: tuple[int, ...],
-               gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
-               build: int | None) -> tuple[SideUsage, ...]:  # fmt: skip
+               gpus: Sequence[DeviceSpec], host: DeviceSpec, *, build: int | None,
+               main_host_weights: int = 0) -> tuple[SideUsage, ...]:  # fmt: skip
         out = []
         if self.draft is not None:
-            out.append(draft_usage(self, cfg, rc, gpus, host, build=build))
+            out.append(draft_usage(self, cfg, rc, gpus, host, build=build, main_host_weights=main_host_weights))
         if self.flags.mtp and main.facts.n_layer_nextn:
             out.append(mtp_usage(main.facts, self.flags, rc, lmap_layers, gpus, host))
         if self.projector is not None:
@@ -393,9 +394,25 @@ def _draft_gpus(devices: tuple[str, ...], gpus: Sequence[DeviceSpec]) -> list[De
     return [names[d.lower()] for d in devices]
 
 
+def shared_host_weights(plan: SidePlan, rc: ResolvedConfig, draft_host: int, main_host: int) -> int:
+    """The draft's host weights that take no memory of their own: with -md the target's own file and the
+    weights memory-mapped (-lm auto/mmap), both llama_model loads map the same file (llama_mmap,
+    src/llama-mmap.cpp) and their CPU_Mapped tensors share the page cache's pages; the smaller of the two
+    host sets, nested as -ngl/-ngld place the last layers first (an -ot/-otd or --cpu-moe rule on either
+    side: none counted shared). Measured (scripts/bench_same_draft.py, the real llama-server with
+    Gemma 3 270M as its own draft): mmap +0.0 MiB file-backed Pss; --load-mode none +309 MiB, twice."""
+    fl = plan.flags
+    mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+    rules = rc.all_overrides or fl.draft_overrides or fl.draft_cpu_moe or fl.draft_n_cpu_moe
+    if not plan.draft_same_file or not mapped or rules or rc.cpu_moe or rc.n_cpu_moe:
+        return 0
+    return min(draft_host, main_host)
+
+
 def draft_usage(plan: SidePlan, cfg: LaunchConfig, rc: ResolvedConfig, gpus: Sequence[DeviceSpec],
-                host: DeviceSpec, *, build: int | None) -> SideUsage:  # fmt: skip
-    """The draft model's weights and its context (KV, compute, output) per device."""
+                host: DeviceSpec, *, build: int | None, main_host_weights: int = 0) -> SideUsage:  # fmt: skip
+    """The draft model's weights and its context (KV, compute, output) per device; host weights the
+    target already maps from the same file are not counted again (shared_host_weights)."""
     from .resolve import resolve
 
     assert plan.draft is not None
@@ -407,13 +424,16 @@ def draft_usage(plan: SidePlan, cfg: LaunchConfig, rc: ResolvedConfig, gpus: Seq
         dcfg = replace(dcfg, n_ctx=n_ctx_dft, n_parallel=1, kv_unified=False, n_batch=n_ctx_dft)
     drc = resolve(dcfg, plan.draft.facts, engine=rc.engine, build=build)
     b = plan.draft.estimate(drc, _draft_gpus(plan.flags.draft_devices, gpus), host, reserve_bytes=0)
-    devs = tuple(SideDeviceUsage(d.name, d.weights_bytes, copies * (d.kv_bytes + d.recurrent_bytes),
-                                 copies * d.compute_bytes, copies * d.output_bytes) for d in b.devices)  # fmt: skip
+    shared = shared_host_weights(plan, rc, b.devices[-1].weights_bytes, main_host_weights)
+    devs = tuple(SideDeviceUsage(d.name, d.weights_bytes - (shared if d.kind == "host" else 0),
+                                 copies * (d.kv_bytes + d.recurrent_bytes), copies * d.compute_bytes,
+                                 copies * d.output_bytes) for d in b.devices)  # fmt: skip
     details: tuple[tuple[str, int | str], ...] = (("contexts", copies), ("n_ctx_seq", drc.n_ctx_seq),
                                                    ("n_stream", drc.n_stream),
                                                    ("n_gpu_layers", drc.n_gpu_layers),
                                                    ("type_k", drc.type_k.name.lower()),
-                                                   ("type_v", drc.type_v.name.lower()))  # fmt: skip
+                                                   ("type_v", drc.type_v.name.lower()),
+                                                   ("shared_weights_bytes", shared))  # fmt: skip
     return SideUsage("draft", plan.draft_path or plan.draft.facts.path, devs, drc.n_ctx * copies, details)
 
 

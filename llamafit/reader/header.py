@@ -106,7 +106,7 @@ class GGUFHeader:
         return self.file_size < self.data_offset + self.data_size
 
 
-def _walk_strings(buf: bytes, off: int, count: int) -> tuple[int, int]:
+def _walk_strings(buf: bytes | bytearray, off: int, count: int) -> tuple[int, int]:
     """Skip up to `count` strings in buf from off; returns (strings skipped, new offset).
 
     Stops early when a length prefix is not wholly inside buf (struct.error; OverflowError for
@@ -152,7 +152,7 @@ class _Cursor:
         self.src = src
         self.size = src.size
         self.pos = 0
-        self.buf = b""
+        self.buf: bytes | bytearray = b""
         self.base = 0
         # a source may ask for smaller reads (HTTP: fetch < 2x the header even for tiny headers)
         self.first_window: int = first_window or int(getattr(src, "first_window", FIRST_WINDOW))
@@ -180,6 +180,7 @@ class _Cursor:
         if n > self.left:
             raise self.fail(f"file ends while reading {self.what} ({self.left} bytes left)")
         window = min(max(self.first_window, self.pos // 2, self.reach - self.pos), MAX_WINDOW)
+        self.buf = b""  # let the old window go before the new one arrives
         self.buf = self.src.read(self.pos, min(max(n, window), self.left))
         self.base = self.pos
         if len(self.buf) < n:
@@ -197,7 +198,7 @@ class _Cursor:
     def u64(self) -> int:
         return int(self.unpack(_U64)[0])
 
-    def raw(self, n: int) -> bytes:
+    def raw(self, n: int) -> bytes | bytearray:
         off = self._fill(n)
         self.pos += n
         return self.buf[off : off + n]
@@ -226,6 +227,15 @@ class _Cursor:
         if self.pos > self.size:
             raise self.fail(f"a string in {self.what} runs past the end of the file")
 
+    def must_read(self, n: int) -> None:
+        """The parse cannot go on without reading `n` more bytes: fail now, before reading any, when
+        the source will not deliver them (a remote source's header budget, `read_budget`)."""
+        budget = getattr(self.src, "read_budget", None)
+        buffered = max(len(self.buf) - (self.pos - self.base), 0)
+        if budget is not None and n - buffered > budget:
+            raise self.fail(f"{self.what} needs at least {n:,} more bytes, more than the {budget:,} bytes left "
+                            "of this source's header budget: not a plausible GGUF header")
+
     def skip(self, n: int) -> None:
         if n > self.left:
             raise self.fail(f"file ends inside {self.what} (needs {n} bytes, {self.left} left)")
@@ -253,6 +263,8 @@ def _read_array(cur: _Cursor, *, skip_arrays: bool, depth: int) -> Any:
         raise cur.fail(f"unknown array item type {itype} in {cur.what}", start)
     if count > cur.left // _MIN_ITEM_SIZE[itype]:
         raise cur.fail(f"array of {count} items in {cur.what} exceeds the {cur.left} bytes left", start)
+    if itype in (TYPE_STRING, TYPE_ARRAY):
+        cur.must_read(count * _MIN_ITEM_SIZE[itype])  # their lengths must be read, not skipped
     keep = not skip_arrays and count <= MAX_KEPT_ARRAY
     if itype in _SCALARS:
         fmt, size = _SCALARS[itype]

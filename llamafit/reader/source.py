@@ -22,8 +22,9 @@ class ByteSource(Protocol):
         """Total length in bytes of what can be read."""
         ...
 
-    def read(self, offset: int, n: int) -> bytes:
-        """Up to `n` bytes at `offset` (fewer only at the end)."""
+    def read(self, offset: int, n: int) -> bytes | bytearray:
+        """Up to `n` bytes at `offset` (fewer only at the end). A source may hand over the
+        bytearray it filled rather than copy it into bytes; callers never mutate it."""
         ...
 
 
@@ -60,7 +61,7 @@ class FileSource:
 class BytesSource:
     """In-memory bytes (tests, and headers already fetched)."""
 
-    def __init__(self, data: bytes, name: str = "<bytes>") -> None:
+    def __init__(self, data: bytes | bytearray, name: str = "<bytes>") -> None:
         self.name = name
         self._data = data
 
@@ -68,5 +69,5 @@ class BytesSource:
     def size(self) -> int:
         return len(self._data)
 
-    def read(self, offset: int, n: int) -> bytes:
+    def read(self, offset: int, n: int) -> bytes | bytearray:
         return self._data[offset : offset + n]

@@ -137,6 +137,12 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
                                "(--drop-side-models)"),
     "mmproj_offload_costs": lambda d: (f"with --no-mmproj-offload (the image encoder on the CPU) -ngl "
                                        f"{d['n_gpu_layers']} and {d['ctx']:,} tokens per slot fit"),
+    "mtp_auto": lambda d: (f"--prefer speed: MTP self-speculation is on (--spec-type draft-mtp, up to {d['n_draft']} "
+                           "tokens drafted a step by the model's NextN blocks); --spec-type none leaves it off"),
+    "mtp_no_room": lambda d: ("--prefer speed: MTP self-speculation stays off: "
+                              + (f"with it only -ngl {d['n_gpu_layers']}" if d else "nothing fits with it")
+                              + (f" --n-cpu-moe {d['n_cpu_moe']}" if d.get("n_cpu_moe") else "")
+                              + (" fits (fewer layers on the GPU)" if d else "")),
     "mmproj_skipped": lambda d: f"a projector next to the model is not used: {d['reason']}",
     "mmproj_found": lambda d: f"--mmproj auto: {d['path']} ({d['why']})",
     "mmproj_warmup_small": lambda d: (f"the projector reserves its encoder buffer for {d['warmup_tokens']:,} image "
@@ -149,7 +155,8 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
 }  # fmt: skip
 
 
-NOTE_CODES = frozenset({"calibration", "from_environment"})  # information, not a risk: printed as `Note`
+# information, not a risk: printed as `Note`
+NOTE_CODES = frozenset({"calibration", "from_environment", "mtp_auto", "mtp_no_room"})
 
 
 def notice_line(warning: Notice | str) -> str:

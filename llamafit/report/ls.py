@@ -6,6 +6,7 @@ from typing import Any
 
 from ..fit.listing import Row
 from ..commands.ls import Listing
+from ..safe_text import printable
 
 GIB = 1 << 30
 _COLS = (("NAME", 13), ("STORE", 9), ("ARCH", 8), ("QUANT", 6), ("SIZE", 5), ("TRAIN", 5), ("CTX/SLOT", 9),
@@ -61,8 +62,9 @@ def _speed(row: Row) -> str:
 
 
 def _cells(row: Row) -> list[str]:
-    return [row.name, row.store, row.arch, row.quant, gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row),
-            _speed(row), here(row)]
+    """Names, architectures and quant tags come from stores and model files: escaped (safe_text)."""
+    return [printable(row.name), printable(row.store), printable(row.arch), printable(row.quant),
+            gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row), _speed(row), here(row)]  # fmt: skip
 
 
 def _line(cells: list[str]) -> str:
@@ -74,7 +76,8 @@ def _line(cells: list[str]) -> str:
 
 
 def _short(path: str, home: str) -> str:
-    return "~" + path[len(home):] if home and path.startswith(home.rstrip("/") + "/") else path
+    """A path for the text, escaped, under ~ when in the home directory."""
+    return printable("~" + path[len(home):] if home and path.startswith(home.rstrip("/") + "/") else path)
 
 
 def header_lines(machine: str, n: int | None = None) -> list[str]:
@@ -85,12 +88,12 @@ def header_lines(machine: str, n: int | None = None) -> list[str]:
 def row_lines(row: Row) -> list[str]:
     cells = _cells(row)
     lines = []
-    if len(row.name) > _COLS[0][1]:  # a long name gets its own line
-        lines.append(row.name)
+    if len(cells[0]) > _COLS[0][1]:  # a long name gets its own line
+        lines.append(cells[0])
         cells[0] = ""
     lines.append(_line(cells))
     if row.mmproj:  # the paired projector: counted in the fit, or why not
-        b, line = row.fit.mmproj_bytes, f"{'':{_COLS[0][1]}} + {row.mmproj.rsplit('/', 1)[-1]}"
+        b, line = row.fit.mmproj_bytes, f"{'':{_COLS[0][1]}} + {printable(row.mmproj.rsplit('/', 1)[-1])}"
         if b is not None:
             line += f" ({b / (1 << 20):,.0f} MiB counted)"
         elif row.fit.verdict in ("fits", "offload"):
@@ -134,7 +137,7 @@ def _clip(line: str, width: int = 80) -> str:
 
 def _note_line(code: str, path: str, detail: str, width: int = 80) -> str:
     """`  code: …path tail (detail)` in `width` columns: the path loses its head first."""
-    tail = f" ({detail})" if detail else ""
+    tail = f" ({printable(detail)})" if detail else ""
     room = width - len(f"  {code}: ") - len(tail)
     if len(path) > room:
         path = "…" + path[-max(room - 1, 24):]

@@ -20,6 +20,7 @@ from .layout import command_lines, wrap_text
 from ..fit.explain import PlanResult
 from ..fit.speed import SpeedEstimate
 from ..fit.side_plan import SideCost
+from ..fit.mtp import MtpEffect
 
 SCHEMA = "llamafit.plan/2"
 
@@ -144,7 +145,26 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "side_models": side_models_json(c.breakdown) if c else [],
         "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
         "side_steps": list(result.side_steps),
+        "mtp": mtp_json(result.mtp),
     }
+
+
+def mtp_json(m: MtpEffect | None) -> dict[str, Any] | None:
+    """`mtp`: MTP self-speculation's expected effect on generation (fit/mtp.py), with its inputs."""
+    if m is None:
+        return None
+    return {"n_draft": m.n_draft, "acceptance": [m.acceptance[0], m.acceptance[1]],
+            "generation_speedup": [round(m.speedup[0], 3), round(m.speedup[1], 3)],
+            "target_bytes": m.target_bytes, "verify_bytes": m.verify_bytes, "draft_bytes": m.draft_bytes}
+
+
+def mtp_lines(m: MtpEffect | None) -> list[str]:
+    if m is None:
+        return []
+    lo, hi = m.acceptance
+    return [f"MTP        generation up to x{m.speedup[0]:.2f}-x{m.speedup[1]:.2f} at {lo:.0%}-{hi:.0%} of "
+            f"{m.n_draft} drafted tokens accepted (a draft pass reads {m.draft_bytes / 2**20:,.1f} MiB, "
+            f"the verify batch {m.verify_bytes / 2**20:,.1f} MiB, one token {m.target_bytes / 2**20:,.1f} MiB)"]
 
 
 _SIDE = {"mmproj": "the projector", "draft": "the draft model", "mtp": "the MTP context"}
@@ -231,6 +251,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         lines.append(line)
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines += speed_lines(result.speed)
+    lines += mtp_lines(result.mtp)
     lines.append(f"Verdict    {verdict_text(result.verdict)}")
     lines += [printable(notice_line(w)) for w in result.warnings]
     return wrap_text("\n".join(lines))

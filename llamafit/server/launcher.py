@@ -129,6 +129,21 @@ def healthy(url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = 
         return False
 
 
+PROPS_LIMIT = 4 << 20  # bytes of a /props answer read at most (chat templates run to tens of KiB)
+
+
+def server_props(url: str, headers: Mapping[str, str] | None = None, timeout: float = 2.0) -> dict[str, Any] | None:
+    """A llama-server's GET /props as a JSON object; None when it does not answer with one."""
+    import json
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as r:  # noqa: S310 - loopback, our port
+            data = json.loads(r.read(PROPS_LIMIT + 1)[:PROPS_LIMIT]) if r.status == 200 else None
+    except (urllib.error.URLError, OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[], bool],
                  headers: Mapping[str, str] | None = None, tick: Callable[[], None] | None = None) -> bool:  # fmt: skip
     """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time runs out.
