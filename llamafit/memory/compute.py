@@ -428,17 +428,31 @@ def _base_settings(rc: ResolvedConfig) -> ComputeSettings:
 OP_OFFLOAD_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
 
 
-def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...], backend: str) -> int:
-    """The activations a GPU needs to run host layers' ops that op offload hands it.
+def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...], backend: str, *,
+                       attention: bool = True) -> int:
+    """The activations a GPU needs to run the host layers that op offload hands it.
 
     ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1): an op whose weight lives in a
     host buffer goes to the first backend whose offload_op accepts it (batch >= the device's
     op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH); pass 2 expands that backend
-    over the layer's weight ops, so their activations are allocated in the GPU's compute buffer
-    (the weights arrive as split inputs: the caller adds those). Attention reads no weight and
-    its K/V live in the host's cache: it stays on the host, as with -nkvo."""
-    s = replace(_base_settings(rc), backend=_kind(backend), layers=layers, holds_output=False, kv_on_device=False)
+    over the whole layer, attention included (FLASH_ATTN_EXT, or KQ and soft_max, read no weight and
+    follow their neighbours; GGML_SCHED_DEBUG=2 on Vulkan0 shows only the SET_ROWS into the host cache
+    left on the CPU). The weights and the K/V views arrive as split inputs: the caller adds those.
+    `attention` False: the device refuses the KQ product (too large), so attention stays on the host."""
+    s = replace(_base_settings(rc), backend=_kind(backend), layers=layers, holds_output=False,
+                kv_on_device=attention)  # fmt: skip
     return predict_compute(f, s).device
+
+
+def op_offload_host_compute(f: ModelFacts, rc: ResolvedConfig, backend: str, *, output: bool) -> int:
+    """The host's compute buffer once op offload has handed every host layer to a GPU: the graph inputs
+    and the embedding rows (input leafs and GET_ROWS stay on the CPU, ggml_backend_sched_split_graph),
+    and with `output` the lm_head the GPU does not take (its batch, n_outputs, is under the threshold)."""
+    base = _base_settings(rc)
+    host = predict_compute(f, replace(base, backend=_kind(backend), layers=(), holds_output=False)).host
+    if output:
+        host = max(host, predict_compute(f, replace(base, layers=(), holds_output=True)).device)
+    return host
 
 
 def compute_for_devices(
