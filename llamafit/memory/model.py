@@ -308,12 +308,16 @@ class MemoryModel:
         the GPU whole; only the SET_ROWS into the host KV cache stays (its destination is pre-allocated).
         Pass 5 copies each host weight in as a split input at the start of its own split (need_new_split)
         and ggml-alloc frees the copy after its one reader; the layer's K/V cache views are copied in for
-        the attention the same way. So the GPU's buffer holds: the activations of one host layer (run on
-        the GPU, attention included unless its KQ product is over the device's tensor limit), the larger
-        of its largest weight copy and its K/V views, and two n_embd x n_tokens F32 rows of the holes those
-        short-lived copies leave between the activations (ggml_dyn_tallocr_alloc places a block best-fit
-        and only the last block grows). An upper bound, not the allocator's replay: measured on Vulkan0
-        (scripts/bench_op_offload.py) it is never under and 0-40 % over.
+        the attention the same way, and with them, once, the KQ mask's copy, which later layers reuse and
+        so stays alive to the last attention. ggml_dyn_tallocr_alloc places blocks best-fit and grows only
+        the last one: when no hole below fits the mask, it lands above the first layer's K/V views and
+        their space stays a hole under it, below every later weight copy that does not fit there. So the
+        GPU's buffer holds: the activations of one host layer (run on the GPU, attention included unless
+        its KQ product is over the device's tensor limit), its largest weight copy, its K/V views, and two
+        n_embd x n_tokens F32 rows of the holes those short-lived copies leave between the activations.
+        An upper bound, not the allocator's replay: measured on Vulkan0 (scripts/bench_op_offload.py, 25
+        starts) never under, median +14 %; the Granite 1B-A400M shape stacks copy and views (-ngl 0 -ub 32:
+        22.00 MiB real, 23.50 predicted), the Llama 3.2 1B shape finds the mask a lower hole (+45 %).
         The output layer on the host: the lm_head matmul (batch = the reserve graph's n_outputs) is taken
         the same way, with the output matrix's copy, the normed rows and the logits in the GPU's buffer.
         """
