@@ -130,3 +130,15 @@ def test_tied_output_copy_is_offloaded_like_an_untied_one() -> None:
     CUDA0 copies it in like an output.weight (qwen2.5-3b of the corpus, tied, F16: 151936 x 2048 x 2)."""
     gpu, _ = _estimate("qwen2.5-3b", 5489, 0)
     assert gpu == 151936 * 2048 * 2 + 4 * 512 * (151936 + 2 * 2048)
+
+
+@pytest.mark.parametrize(("build", "threshold"), [(None, 128), (7590, 128), (7589, 32)])
+def test_min_batch_env_is_honoured_from_pr_18535(build: int | None, threshold: int) -> None:
+    """GGML_OP_OFFLOAD_MIN_BATCH=128 moves the threshold from PR #18535 on; before, every backend had 32."""
+    from test_gpu_corpus import model
+
+    from llamafit.memory.config import LaunchConfig
+    from llamafit.memory.resolve import resolve
+
+    cfg = LaunchConfig(n_ctx=4096, fit=False, op_offload_min_batch=128)
+    assert resolve(cfg, model("qwen3-0.6b").facts, build=build).op_offload_min_batch == threshold
