@@ -233,3 +233,16 @@ def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True, backend="cuda",
                         layers=(0, 1, 2), holds_output=False)  # fmt: skip
     assert pp[0] - no_pp[0] == 3 * _split_inputs(f, s)
+
+
+def test_mla_q_lora_hole_makes_flash_attention_rows_exact() -> None:
+    """deepseek2 with a low-rank Q: the freed q_a rows [q_lora_rank, n_tokens] F32 stay a hole below the FFN
+    (src/models/deepseek2.cpp). With flash attention the FFN sets the peak, and every such row of the table
+    is then exact to its printed 0.0001 MiB (they were q_lora_rank x n_tokens x 4 bytes under)."""
+    rows = [r for r in ROWS if "mla" in r["model"] and r["settings"]["flash_attn"]]
+    assert len(rows) >= 8
+    f = model_facts(rows[0]["model"])
+    assert f.mla is not None and f.mla.q_lora_rank == 32
+    for row in rows:
+        measured = row["measured"]["compute_buffers"]["CPU"] * MIB
+        assert abs(predict_compute(f, settings_of(f, row)).device - measured) <= 0.00005 * MIB, row_id(0, row)

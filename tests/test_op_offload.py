@@ -142,3 +142,26 @@ def test_min_batch_env_is_honoured_from_pr_18535(build: int | None, threshold: i
 
     cfg = LaunchConfig(n_ctx=4096, fit=False, op_offload_min_batch=128)
     assert resolve(cfg, model("qwen3-0.6b").facts, build=build).op_offload_min_batch == threshold
+
+
+# Experts on the host under GPU layers that no GPU takes (--no-op-offload, a batch under the threshold): the
+# CPU runs their FFN, so the host's compute buffer holds its activations (before: only the graph inputs, 4x
+# under at -ub 2048).
+HOST_LIVE = [["-ot", "exps=CPU", "--no-op-offload", "-ub", "2048", "-b", "2048"], ["-ot", "exps=CPU", "-ub", "16"]]
+
+
+def _host_compute(path: Path, flags: list[str]) -> int:
+    res = CliRunner(env={"GGML_VK_VISIBLE_DEVICES": None}).invoke(
+        cli, ["check", str(path), "--gpu", "lavapipe", "--reserve", "0", "--json", "--", *flags])
+    assert res.exit_code == 0, res.output
+    return next(d["compute_bytes"] for d in json.loads(res.stdout)["devices"] if d["name"] == "CPU")
+
+
+@pytest.mark.parametrize("flags", HOST_LIVE, ids=[" ".join(f) for f in HOST_LIVE])
+def test_host_runs_the_ffn_no_gpu_takes(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
+    path = make_shapes.write_shape("granite3-1b-a400m", shapes_dir)
+    got = device_lab.load(path, [*BASE, "-ngl", "99", *flags])
+    assert got.ok, got.failure
+    real = got.get("compute", "Vulkan_Host")
+    pred = _host_compute(path, [*BASE, "-ngl", "99", *flags]) / (1 << 20)
+    assert real <= pred + 0.01 and pred <= 1.2 * real + 0.25  # never under, and not the whole model's buffer

@@ -19,8 +19,7 @@ The tensor lists were read off llama.cpp's reserve graphs (GGML_SCHED_DEBUG=2) a
 a copy of ggml-alloc.c's allocator (not shipped) at real model sizes; the hole rules and the SSM
 slack are fitted to the measured table fixtures/calibration/llama-cpp-0c1e570-cpu.json
 (tests/test_compute.py). Known limits: the logits can land a few E rows higher when the last FFN
-fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); SSM layers +-5 %;
-MLA without q_lora_rank in the facts misses q_a's hole (-4 % on the fixture).
+fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); SSM layers +-5 %.
 """
 
 from __future__ import annotations
@@ -261,9 +260,13 @@ def _hole(f: ModelFacts, s: ComputeSettings, il: int, *, small: bool) -> int:
     t = s.n_tokens
     e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
     kq = 0 if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS else F32 * _cells(f, s, il) * t * f.n_head[il]
+    # MLA with a low-rank Q (src/models/deepseek2.cpp: q = wq_a x cur [q_lora_rank, T], normed in place, then
+    # wq_b): q_a is freed once wq_b has read it and its rows stay a hole below the FFN input (exact on the
+    # mla-deepseek2 rows of the CPU table, which were q_lora_rank x T x 4 under without it)
+    q_a = F32 * f.mla.q_lora_rank * t if f.mla else 0
     if kq <= e + q:
-        return e if small else e + q
-    return e if q >= e else e + 2 * q
+        return (e if small else e + q) + q_a
+    return (e if q >= e else e + 2 * q) + q_a
 
 
 def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
@@ -453,6 +456,13 @@ def op_offload_host_compute(f: ModelFacts, rc: ResolvedConfig, backend: str, *, 
     if output:
         host = max(host, predict_compute(f, replace(base, layers=(), holds_output=True)).device)
     return host
+
+
+def host_ffn_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...]) -> int:
+    """The CPU backend's buffer when it runs the FFN of GPU layers whose weights stay on the host: the graph
+    inputs and those layers' peaks without attention (it runs on the GPU with the cache)."""
+    s = replace(_base_settings(rc), layers=layers, holds_output=False, kv_on_device=False)
+    return predict_compute(f, s).device
 
 
 def compute_for_devices(

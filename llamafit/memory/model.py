@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from .compute import OP_OFFLOAD_BACKENDS, compute_for_devices, op_offload_compute, op_offload_host_compute
+from .compute import (
+    OP_OFFLOAD_BACKENDS,
+    compute_for_devices,
+    host_ffn_compute,
+    op_offload_compute,
+    op_offload_host_compute,
+)
 from ..machine.devices import DeviceSpec
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
@@ -31,7 +37,7 @@ from .placement import (
     tensor_layer,
 )
 from .resolve import ConfigError, ResolvedConfig, since
-from ..facts.tensor_names import is_dense_ffn, is_expert
+from ..facts.tensor_names import is_dense_ffn, is_expert, is_output_layer
 from ..units import MIB
 
 if TYPE_CHECKING:
@@ -165,7 +171,7 @@ class MemoryModel:
                         sums[il][part] += raw
                         sums[il][part + PADDED] += padded
                         break
-            elif name.startswith(("output.", "output_norm.")):
+            elif is_output_layer(name):
                 self.output_raw += raw
                 self.output_padded += padded
             else:
@@ -217,6 +223,7 @@ class MemoryModel:
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
         compute = compute_for_devices(self.facts, rc, lmap, gpus)
         self._op_offload(compute, rc, lmap, gpus)
+        self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
         if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
             compute = {d: int(v * compute_scale) for d, v in compute.items()}
         output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4  # output_reserve(n_seq_max): F32 logits
@@ -283,7 +290,8 @@ class MemoryModel:
                 continue
             if rules and override_target(name, rules) is not None:
                 continue  # an override names its buffer type; llama.cpp does not probe it
-            dev = lmap.layers[il] if il is not None else lmap.output if name.startswith("output") else CPU
+            dev = lmap.layers[il] if il is not None else lmap.output if is_output_layer(name) or name.endswith(
+                "(tied)") else CPU
             if dev == CPU or (il is not None and ((is_expert(name) and il < n_moe)
                                                   or (is_dense_ffn(name) and il < rc.n_cpu_ffn))):  # fmt: skip
                 continue
@@ -383,6 +391,34 @@ class MemoryModel:
                                            for il in host_layers)  # fmt: skip
             compute[CPU] = min(compute[CPU], host)
 
+    def _host_ops_of_gpu_layers(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
+                                gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+        """GPU layers whose FFN weights stay in host memory (-ot ...=CPU, --n-cpu-moe, --n-cpu-ffn) when no GPU
+        takes their ops (--no-op-offload, a batch under the threshold, no offloading backend): pass 1 of
+        ggml_backend_sched_split_graph leaves each such op on the CPU with its weight, and the expansion
+        passes give the CPU the unassigned ops between them (the GLU), so the host's compute buffer holds
+        that FFN's activations besides the graph inputs (granite3 shape, -ot exps=CPU --no-op-offload
+        -ub 2048 on Vulkan0: 128.07 MiB Vulkan_Host, the inputs alone 32)."""
+        if not gpus:
+            return
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        rules = rc.all_overrides if rc.overrides else ()
+        n_tokens = min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)
+        b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
+        taken = rc.op_offload and b is not None and n_tokens >= max(rc.op_offload_min_batch, 1)
+        limit = gpus[b].max_tensor_bytes if b is not None else None
+        layers: set[int] = set()
+        for probe, name, il, _raw, _padded in self.probes:
+            if il is None or il >= self.facts.n_layer or lmap.layers[il] == CPU:
+                continue
+            target = override_target(name, rules) if rules else None
+            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
+                (is_expert(name) and il < n_moe) or (is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
+            if on_host and not (taken and (limit is None or probe <= limit)):
+                layers.add(il)
+        if layers:
+            compute[CPU] = max(compute[CPU], host_ffn_compute(self.facts, rc, tuple(sorted(layers))))
+
     def _displaced(self, name: str, raw: int, n_tokens: int) -> int:
         """A routed expert's ffn_down copy is allocated at the start of its split, when the gate and up
         products [n_ff_exp, n_expert_used, n_tokens] F32 are freed: best-fit (ggml_dyn_tallocr_alloc) puts
@@ -432,7 +468,7 @@ class MemoryModel:
             il = tensor_layer(name)
             if il is not None and il < self.facts.n_layer_all:
                 dev = lmap.layers[il]
-            elif name.startswith(("output.", "output_norm.")):
+            elif is_output_layer(name):
                 dev = lmap.output
             else:
                 dev = CPU
