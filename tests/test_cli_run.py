@@ -38,8 +38,7 @@ Trade-offs (largest context per slot at this offload):
   on  q8_0  q8_0      5       0            -
   on  q8_0  q4_0      5       0            -
   on  q4_0  q4_0      5       0            -
-Marginal   1.5 MiB per 1,000 tokens per slot; 0.6 MiB per block on the GPU: each
-           block moved to the CPU buys about 376 tokens
+Marginal   1.5 MiB per 1,000 tokens per slot
 Verdict    fits 4,096 tokens per slot with all layers on the GPU, f16/f16 KV,
            flash attention on — the trained maximum
 Server     llama-server from --server:
