@@ -329,8 +329,9 @@ class MemoryModel:
         The output layer on the host: the lm_head matmul (batch = the reserve graph's n_outputs) is taken
         the same way, with the output matrix's copy, the normed rows and the logits in the GPU's buffer.
         """
-        if not rc.op_offload:
-            return
+        if not rc.op_offload or not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn
+                                     or lmap.output == CPU or CPU in lmap.layers):  # fmt: skip
+            return  # every weight is on a GPU: nothing to offload
         threshold = max(rc.op_offload_min_batch, 1)
         b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
         if b is None:
@@ -399,7 +400,7 @@ class MemoryModel:
         passes give the CPU the unassigned ops between them (the GLU), so the host's compute buffer holds
         that FFN's activations besides the graph inputs (granite3 shape, -ot exps=CPU --no-op-offload
         -ub 2048 on Vulkan0: 128.07 MiB Vulkan_Host, the inputs alone 32)."""
-        if not gpus:
+        if not gpus or not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn):
             return
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         rules = rc.all_overrides if rc.overrides else ()
