@@ -165,3 +165,14 @@ def test_host_runs_the_ffn_no_gpu_takes(vulkan0: Path, shapes_dir: Path, flags: 
     real = got.get("compute", "Vulkan_Host")
     pred = _host_compute(path, [*BASE, "-ngl", "99", *flags]) / (1 << 20)
     assert real <= pred + 0.01 and pred <= 1.2 * real + 0.25  # never under, and not the whole model's buffer
+
+
+def test_host_keeps_the_ops_the_gpu_refuses(shapes_dir: Path) -> None:
+    """gpt-oss-20b's expert tensors (32 x 2880 x 2880 MXFP4, 134 MiB) are over lavapipe's 128 MiB storage range:
+    ggml_backend_vk_device_supports_op refuses their MUL_MAT_ID, so at -ngl 0 those ops stay on the CPU and the
+    host's compute buffer keeps the host layers' activations, as without op offload (the Vulkan0 log of the
+    DeepSeek-V2-Lite shape, whose ffn_down_exps is over the range too: 52.51 MiB Vulkan_Host, not the inputs)."""
+    path = make_shapes.write_shape("gpt-oss-20b", shapes_dir)
+    flags = [*BASE, "-ngl", "0"]
+    on, off = _compute(path, flags), _compute(path, [*flags, "--no-op-offload"])
+    assert on["CPU"] == off["CPU"] and on["Vulkan0"] > off["Vulkan0"]

@@ -344,9 +344,11 @@ class MemoryModel:
         layers_on = n_tokens >= threshold
         host_layers: set[int] = set()
         weight = output = product = 0
+        refused = False  # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
         for probe, name, il, raw, _padded in self.probes:
-            if limit is not None and probe > limit:
-                continue  # supports_op refuses it: the op stays on the host with its weight
+            if limit is not None and probe > limit:  # supports_op refuses it: the op stays on the host
+                refused = refused or (il is not None and il < self.facts.n_layer and lmap.layers[il] == CPU)
+                continue
             target = override_target(name.removesuffix("(tied)"), rules) if rules else None
             if il is None:
                 if not name.startswith("output.weight") or n_out < threshold:
@@ -383,7 +385,7 @@ class MemoryModel:
             need = max(need, output + 4 * n_out * (self.facts.n_vocab + 2 * self.facts.n_embd))
         compute[b] = need
         cpu_layers = any(d == CPU for d in lmap.layers[:self.facts.n_layer])
-        if (weight or output) and (not cpu_layers or (layers_on and attention and host_layers)):
+        if (weight or output) and not refused and (not cpu_layers or (layers_on and attention and host_layers)):
             # nothing but inputs (and an lm_head the GPU does not take) is left to run on the host
             keep = lmap.output == CPU and not output
             host = op_offload_host_compute(self.facts, rc, gpus[b].backend, output=keep)
