@@ -40,6 +40,10 @@ GRID: tuple[tuple[str, tuple[str, ...]], ...] = (
     *(("granite3-1b-a400m", ("-c", "4096", "-ngl", "99", "-ot", "exps=CPU", "-ub", ub, "-b", "2048"))
       for ub in ("32", "128", "512", "1024", "2048")),
     *(("granite3-1b-a400m", ("-c", "4096", "-ngl", "0", "-ub", ub, "-b", "2048")) for ub in ("32", "512", "2048")),
+    *(("gemma3-1b", ("-c", "4096", "-ngl", "0", "-ub", ub)) for ub in ("32", "512")),  # SWA
+    *(("qwen3-8b", ("-c", "4096", "-ngl", "6", "-ub", ub)) for ub in ("128", "512")),  # untied output on the host
+    ("deepseek-v2-lite", ("-c", "4096", "-ngl", "0", "-ub", "512")),  # experts over the storage range: host ops
+    ("gpt-oss-20b", ("-c", "4096", "-ngl", "99", "-ot", "exps=CPU", "-ub", "512")),
 )  # fmt: skip
 
 
