@@ -154,14 +154,12 @@ def gpu_accuracy() -> None:
         print(f"  [{'met' if met else 'NOT MET'}] {text}")
     awaiting = [r["id"] for r in ROWS if r.get("awaits")]
     if awaiting and modelled:
-        n_op = sum(1 for r in ROWS if r.get("awaits", "").startswith("op offload"))
-        print(f"  without the {len(awaiting)} rows awaiting a rule ({n_op} op offload, issue #12 rule 1; "
-              f"{len(awaiting) - n_op} other, see their 'awaits'): GPU compute "
+        print(f"  without the {len(awaiting)} rows awaiting a rule (see their 'awaits'): GPU compute "
               f"median |err| {median(abs(e) for e in modelled):.2%}, worst {max(modelled, key=abs):+.2%} "
               f"({len(modelled)} buffers)")  # fmt: skip
     print(f"(values in MiB as the logs print them; 1 MiB = {MIB} bytes; host compute = CUDA_Host/ROCm_Host/"
-          "Vulkan_Host buffers and Metal's CPU buffer: the graph inputs, reported apart; partial offloads put the host "
-          "layers' activations there until op offload is modelled)")
+          "Vulkan_Host buffers and Metal's CPU buffer: the graph inputs, reported apart; at partial offload op offload "
+          "runs the host layers on the GPU, so the host keeps little more than the inputs)")
 
 
 def mmproj_corpus() -> None:

@@ -41,10 +41,10 @@ def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     lines = result.stdout.splitlines()
     verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))  # the Model line may wrap
     assert lines[verdict : verdict + 2] == ["Verdict    does not fit: CUDA0 short by 23 MiB",
-                          "Way out    16,896 tokens per slot fit with the current settings"]  # fmt: skip
+                          "Way out    16,640 tokens per slot fit with the current settings"]  # fmt: skip
     d = json.loads(check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768").stdout)
-    assert d["ways_out"] == [{"code": "context", "context_per_slot": 16896,
-                              "text": "16,896 tokens per slot fit with the current settings"}]  # fmt: skip
+    assert d["ways_out"] == [{"code": "context", "context_per_slot": 16640,
+                              "text": "16,640 tokens per slot fit with the current settings"}]  # fmt: skip
 
 
 def test_pasted_command_line_and_env() -> None:
@@ -117,9 +117,9 @@ Config     -c 32768 (32,768 tokens shared by up to 4 parallel requests) -fa on
            -ctk f16 -ctv f16 -ngl 5 -b 2048 -ub 512
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
 CUDA0       1,050       0      16      0      33       0   1,024   1,073     -23
-CPU        49,152       0       0      0      32       0       0      32  49,120
+CPU        49,152       0       0      0      33       0       0      33  49,119
 Verdict    does not fit: CUDA0 short by 23 MiB
-Way out    16,896 tokens per slot fit with the current settings
+Way out    16,640 tokens per slot fit with the current settings
 Note       llama-server's prompt cache may use up to 8,192 MiB more host RAM
            (-cram)
 Warning    n_ctx_seq (32768) > n_ctx_train (4096): possible training context

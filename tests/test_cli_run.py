@@ -28,7 +28,7 @@ Model      {DENSE}
 Hardware   CUDA0 (cuda) 8,192 MiB usable; CPU (cpu) 49,152 MiB usable
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
 CUDA0       8,192       0       2      0       5       0   1,024   1,031   7,161
-CPU        49,152       0       0      0       4       0       0       4  49,148
+CPU        49,152       0       0      0       5       0       0       5  49,147
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context
   on  f16   f16       5       0        4,096
@@ -38,8 +38,7 @@ Trade-offs (largest context per slot at this offload):
   on  q8_0  q8_0      5       0            -
   on  q8_0  q4_0      5       0            -
   on  q4_0  q4_0      5       0            -
-Marginal   1.5 MiB per 1,000 tokens per slot; 0.6 MiB per block on the GPU: each
-           block moved to the CPU buys about 376 tokens
+Marginal   1.5 MiB per 1,000 tokens per slot
 Verdict    fits 4,096 tokens per slot with all layers on the GPU, f16/f16 KV,
            flash attention on — the trained maximum
 Server     llama-server from --server:

@@ -80,9 +80,9 @@ def test_guard_ladder_holds_the_need_of_each_gpu() -> None:
     result = invoke("script", str(QWEN), "--gpu", "12GiB,12GiB", "--guard")
     assert result.exit_code == 0, result.output
     assert [line for line in result.stdout.splitlines() if "LLAMAFIT_CTX=" in line and "llamafit_short" in line] == [
-        "  if [ -z \"$(llamafit_short '12179 12161')\" ]; then LLAMAFIT_CTX=32768",
-        "  elif [ -z \"$(llamafit_short '11702 11710')\" ]; then LLAMAFIT_CTX=24576",
-        "  elif [ -z \"$(llamafit_short '11237 11271')\" ]; then LLAMAFIT_CTX=16384",
-        "  elif [ -z \"$(llamafit_short '10792 10852')\" ]; then LLAMAFIT_CTX=8192",
-        "  elif [ -z \"$(llamafit_short '10569 10642')\" ]; then LLAMAFIT_CTX=4096",
+        "  if [ -z \"$(llamafit_short '12229 12166')\" ]; then LLAMAFIT_CTX=32768",
+        "  elif [ -z \"$(llamafit_short '11752 11715')\" ]; then LLAMAFIT_CTX=24576",
+        "  elif [ -z \"$(llamafit_short '11287 11276')\" ]; then LLAMAFIT_CTX=16384",
+        "  elif [ -z \"$(llamafit_short '10842 10857')\" ]; then LLAMAFIT_CTX=8192",
+        "  elif [ -z \"$(llamafit_short '10620 10647')\" ]; then LLAMAFIT_CTX=4096",
     ]

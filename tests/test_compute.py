@@ -289,3 +289,16 @@ def test_mla_cache_rotates_keys_only() -> None:
     f = dataclasses.replace(f, n_embd_head_k=576, n_embd_head_v=512)  # DeepSeek-V2's MQA cache: 512 + 64 rope
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0")
     assert {k: v for k, v in input_bytes(f, s).items() if "_rot" in k} == {"k_rot0": 4 * 64 * 64}
+
+
+def test_mla_q_lora_hole_makes_flash_attention_rows_exact() -> None:
+    """deepseek2 with a low-rank Q: the freed q_a rows [q_lora_rank, n_tokens] F32 stay a hole below the FFN
+    (src/models/deepseek2.cpp). With flash attention the FFN sets the peak, and every such row of the table
+    is then exact to its printed 0.0001 MiB (they were q_lora_rank x n_tokens x 4 bytes under)."""
+    rows = [r for r in ROWS if "mla" in r["model"] and r["settings"]["flash_attn"]]
+    assert len(rows) >= 8
+    f = model_facts(rows[0]["model"])
+    assert f.mla is not None and f.mla.q_lora_rank == 32
+    for row in rows:
+        measured = row["measured"]["compute_buffers"]["CPU"] * MIB
+        assert abs(predict_compute(f, settings_of(f, row)).device - measured) <= 0.00005 * MIB, row_id(0, row)

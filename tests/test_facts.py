@@ -86,7 +86,7 @@ def test_split_model_sums_all_shards() -> None:
 @pytest.mark.parametrize(
     ("name", "mla", "moe"),
     [
-        ("mla-deepseek2.gguf", MLAFacts(32, 48, 32), MoEFacts(4, 2, 1, 32, 0, 1)),
+        ("mla-deepseek2.gguf", MLAFacts(32, 48, 32, q_lora_rank=32), MoEFacts(4, 2, 1, 32, 0, 1)),
         ("moe-qwen3.gguf", None, MoEFacts(8, 2, 0, 32, 0, 0)),
         ("nextn-glm4moe.gguf", None, MoEFacts(4, 2, 1, 32, 0, 1)),
         ("swa-gptoss.gguf", None, MoEFacts(4, 2, 0, 64, 0, 0)),

@@ -133,9 +133,11 @@ def test_gpu_compute_within_tolerance(row: dict) -> None:
 
 
 MODELLED = [r for r in ROWS if not r.get("awaits")]
+_HOST = [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits_host"])) if r.get("awaits_host") else r
+         for r in MODELLED]  # fmt: skip
 
 
-@pytest.mark.parametrize("row", MODELLED, ids=[r["id"] for r in MODELLED])
+@pytest.mark.parametrize("row", _HOST, ids=[r["id"] for r in MODELLED])
 def test_host_compute_within_tolerance(row: dict) -> None:
     """The pinned host compute buffer (CUDA_Host, ROCm_Host, Vulkan_Host; Metal's CPU): the graph inputs,
     which changed with the build (set_rows indices, the dual embeddings input, the F16 FA mask)."""

@@ -27,6 +27,7 @@ class MLAFacts:
     kv_lora_rank: int
     key_length_mla: int
     value_length_mla: int
+    q_lora_rank: int = 0  # {arch}.attention.q_lora_rank (hparams.n_lora_q); 0: Q without the low-rank pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +211,7 @@ def _mla_facts(meta: Metadata, warnings: list[str]) -> MLAFacts | None:
             kv_lora_rank=meta.get_int("{arch}.attention.kv_lora_rank", 0),
             key_length_mla=meta.required_int("{arch}.attention.key_length_mla"),
             value_length_mla=meta.required_int("{arch}.attention.value_length_mla"),
+            q_lora_rank=meta.get_int("{arch}.attention.q_lora_rank", 0),
         )
     if meta.arch in R.MLA_CAPABLE_ARCHS and meta.has("{arch}.attention.kv_lora_rank"):
         warnings.append(

@@ -37,3 +37,35 @@ def block_index(name: str) -> int | None:
     """N of `blk.N.…`; None outside the blocks."""
     found = split_block(name)
     return found[0] if found else None
+
+
+# Tensors outside the blocks that llama.cpp loads with the output layer (LLM_TENSOR_LAYER_OUTPUT in
+# LLM_TENSOR_INFOS, src/llama-arch.cpp; llama_model_loader::create_tensor takes buft_list_output for them):
+# besides output and output_norm, Gemma 3n's AltUp projections, classifier heads, the embedding models'
+# dense layers, encoder/decoder output norms.
+OUTPUT_LAYER_TENSORS = frozenset({
+    "output", "output_norm", "altup_proj", "altup_unembd_proj", "cls", "cls.norm", "cls.output", "dense_2",
+    "dense_3", "enc.output_norm", "dec.output_norm", "output_res_score", "output_hc_base", "output_hc_down",
+    "output_hc_fn", "output_hc_norm", "output_hc_scale", "output_hc_up",
+})  # fmt: skip
+# LLM_TENSOR_LAYER_REPEATING tensors named without a block number but created for block 0, so they live on
+# layer 0's device (src/models/gemma3n.cpp: tn(LLM_TENSOR_PER_LAYER_MODEL_PROJ, "weight", 0); the
+# per-layer buffer list is pimpl->dev_layer.at(tn.bid) in llama_model::create_tensor, src/llama-model.cpp).
+BLOCK0_TENSORS = frozenset({"per_layer_model_proj", "per_layer_proj_norm"})
+
+
+def _base(name: str) -> str:
+    return name.rsplit(".", 1)[0] if name.endswith((".weight", ".bias")) else name
+
+
+def is_output_layer(name: str) -> bool:
+    """A tensor llama.cpp places with the output layer (the device -ngl gives the output first)."""
+    return split_block(name) is None and _base(name) in OUTPUT_LAYER_TENSORS
+
+
+def layer_of(name: str) -> int | None:
+    """The block whose device holds the tensor: N of `blk.N.…`, 0 for block-0 tensors, None otherwise."""
+    found = split_block(name)
+    if found:
+        return found[0]
+    return 0 if _base(name) in BLOCK0_TENSORS else None

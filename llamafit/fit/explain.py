@@ -102,6 +102,8 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
         per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(smaller[1])) / tokens * 1000 / MIB
     fewer = target.evaluate(replace(choice.cfg, n_gpu_layers=max(choice.rc.n_gpu_layers - 1, 0)))
     per_layer = (_gpu_used(choice.breakdown) - _gpu_used(fewer[1])) / MIB if fewer and choice.rc.n_gpu_layers else None
+    if per_layer is not None and per_layer <= 0:
+        per_layer = None  # the first block on the host brings op offload's copies to the GPU: nothing to buy
     return per_tokens, per_layer
 
 

@@ -20,8 +20,7 @@ a copy of ggml-alloc.c's allocator (not shipped) at real model sizes; the hole r
 slack are fitted to the measured table fixtures/calibration/llama-cpp-0c1e570-cpu.json
 (tests/test_compute.py). Known limits: the logits can land a few E rows higher when the last FFN
 fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); with 1 < n_outputs <
-n_tokens (speculative decoding) the logits land above the last FFN's base (_logits_on_top); SSM layers +-5 %;
-MLA without q_lora_rank in the facts misses q_a's hole (-4 % on the fixture).
+n_tokens (speculative decoding) the logits land above the last FFN's base (_logits_on_top); SSM layers +-5 %.
 """
 
 from __future__ import annotations
@@ -293,9 +292,13 @@ def _hole(f: ModelFacts, s: ComputeSettings, il: int, *, small: bool) -> int:
     t = s.n_tokens
     e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
     kq = 0 if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS else F32 * _cells(f, s, il) * t * f.n_head[il]
+    # MLA with a low-rank Q (src/models/deepseek2.cpp: q = wq_a x cur [q_lora_rank, T], normed in place, then
+    # wq_b): q_a is freed once wq_b has read it and its rows stay a hole below the FFN input (exact on the
+    # mla-deepseek2 rows of the CPU table, which were q_lora_rank x T x 4 under without it)
+    q_a = F32 * f.mla.q_lora_rank * t if f.mla else 0
     if kq <= e + q:
-        return e if small else e + q
-    return e if q >= e else e + 2 * q
+        return (e if small else e + q) + q_a
+    return (e if q >= e else e + 2 * q) + q_a
 
 
 def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
@@ -530,17 +533,37 @@ def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
 OP_OFFLOAD_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
 
 
-def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...], backend: str) -> int:
-    """The activations a GPU needs to run host layers' ops that op offload hands it.
+def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...], backend: str, *,
+                       attention: bool = True) -> int:
+    """The activations a GPU needs to run the host layers that op offload hands it.
 
     ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1): an op whose weight lives in a
     host buffer goes to the first backend whose offload_op accepts it (batch >= the device's
     op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH); pass 2 expands that backend
-    over the layer's weight ops, so their activations are allocated in the GPU's compute buffer
-    (the weights arrive as split inputs: the caller adds those). Attention reads no weight and
-    its K/V live in the host's cache: it stays on the host, as with -nkvo."""
-    s = replace(_base_settings(f, rc), backend=_kind(backend), layers=layers, holds_output=False, holds_input=False,
-                kv_on_device=False)
+    over the whole layer, attention included (FLASH_ATTN_EXT, or KQ and soft_max, read no weight and
+    follow their neighbours; GGML_SCHED_DEBUG=2 on Vulkan0 shows only the SET_ROWS into the host cache
+    left on the CPU). The weights and the K/V views arrive as split inputs: the caller adds those.
+    `attention` False: the device refuses the KQ product (too large), so attention stays on the host."""
+    s = replace(_base_settings(f, rc), backend=_kind(backend), layers=layers, holds_output=False,
+                holds_input=False, kv_on_device=attention)  # fmt: skip
+    return predict_compute(f, s).device
+
+
+def op_offload_host_compute(f: ModelFacts, rc: ResolvedConfig, backend: str, *, output: bool) -> int:
+    """The host's compute buffer once op offload has handed every host layer to a GPU: the graph inputs
+    and the embedding rows (input leafs and GET_ROWS stay on the CPU, ggml_backend_sched_split_graph),
+    and with `output` the lm_head the GPU does not take (its batch, n_outputs, is under the threshold)."""
+    base = _base_settings(f, rc)
+    host = predict_compute(f, replace(base, backend=_kind(backend), layers=(), holds_output=False)).host
+    if output:
+        host = max(host, predict_compute(f, replace(base, layers=(), holds_output=True)).device)
+    return host
+
+
+def host_ffn_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...]) -> int:
+    """The CPU backend's buffer when it runs the FFN of GPU layers whose weights stay on the host: the graph
+    inputs and those layers' peaks without attention (it runs on the GPU with the cache)."""
+    s = replace(_base_settings(f, rc), layers=layers, holds_output=False, kv_on_device=False)
     return predict_compute(f, s).device
 
 

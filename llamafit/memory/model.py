@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from .compute import OP_OFFLOAD_BACKENDS, compute_for_devices, op_offload_compute
+from .compute import (
+    OP_OFFLOAD_BACKENDS,
+    compute_for_devices,
+    host_ffn_compute,
+    op_offload_compute,
+    op_offload_host_compute,
+)
 from ..machine.devices import DeviceSpec
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
@@ -31,7 +37,7 @@ from .placement import (
     tensor_layer,
 )
 from .resolve import ConfigError, ResolvedConfig, since
-from ..facts.tensor_names import is_dense_ffn, is_expert
+from ..facts.tensor_names import is_dense_ffn, is_expert, is_output_layer
 from ..units import MIB
 
 if TYPE_CHECKING:
@@ -165,7 +171,7 @@ class MemoryModel:
                         sums[il][part] += raw
                         sums[il][part + PADDED] += padded
                         break
-            elif name.startswith(("output.", "output_norm.")):
+            elif is_output_layer(name):
                 self.output_raw += raw
                 self.output_padded += padded
             else:
@@ -217,6 +223,7 @@ class MemoryModel:
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
         compute = compute_for_devices(self.facts, rc, lmap, gpus)
         self._op_offload(compute, rc, lmap, gpus)
+        self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
         if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
             compute = {d: int(v * compute_scale) for d, v in compute.items()}
         output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4  # output_reserve(n_seq_max): F32 logits
@@ -283,7 +290,8 @@ class MemoryModel:
                 continue
             if rules and override_target(name, rules) is not None:
                 continue  # an override names its buffer type; llama.cpp does not probe it
-            dev = lmap.layers[il] if il is not None else lmap.output if name.startswith("output") else CPU
+            dev = lmap.layers[il] if il is not None else lmap.output if is_output_layer(name) or name.endswith(
+                "(tied)") else CPU
             if dev == CPU or (il is not None and ((is_expert(name) and il < n_moe)
                                                   or (is_dense_ffn(name) and il < rc.n_cpu_ffn))):  # fmt: skip
                 continue
@@ -296,61 +304,143 @@ class MemoryModel:
 
     def _op_offload(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
                     gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
-        """Room in the first offloading GPU's compute buffer for host-weight ops it takes over.
+        """Room in the first offloading GPU's compute buffer for the host-weight ops it takes over.
 
-        ggml-backend.cpp: ops reading a host weight with a batch >= the threshold run on the first
-        backend whose offload_op accepts them (pass 1 of ggml_backend_sched_split_graph); the weight
-        is copied in as a split input, and each such weight starts a new split so that the copies of
-        earlier weights are reused (pass 5, need_new_split). So the buffer needs, at its peak, the
-        activations of one host layer's weight ops, with flash attention the K/V views of one host
-        layer (FLASH_ATTN_EXT is skipped by pass 1 and expanded onto the GPU with its neighbours),
-        and the largest host weight an offloaded op reads; not the sum of all host weights.
-        Measured on Vulkan0 (lavapipe, Llama 3.2 1B shape, -ngl 0..4): 0-60% over, never under.
+        ggml/src/ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1 of
+        ggml_backend_sched_split_graph): an op reading a weight in a host buffer goes to the first backend
+        that supports it (supports_op: Vulkan rejects a src or dst over maxStorageBufferRange) and whose
+        offload_op accepts its batch (ggml_backend_{cuda,vk}_device_offload_op: get_op_batch_size =
+        ne[1] of MUL_MAT, ne[2] of MUL_MAT_ID, rows otherwise, 0 for GET_ROWS; at least
+        op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH). Pass 2 expands the GPU over the
+        neighbours (norms, RoPE, FLASH_ATTN_EXT or the KQ product and soft_max), so a host layer runs on
+        the GPU whole; only the SET_ROWS into the host KV cache stays (its destination is pre-allocated).
+        Pass 5 copies each host weight in as a split input at the start of its own split (need_new_split)
+        and ggml-alloc frees the copy after its one reader; the layer's K/V cache views are copied in for
+        the attention the same way, and with them, once, the KQ mask's copy, which later layers reuse and
+        so stays alive to the last attention. ggml_dyn_tallocr_alloc places blocks best-fit and grows only
+        the last one: when no hole below fits the mask, it lands above the first layer's K/V views and
+        their space stays a hole under it, below every later weight copy that does not fit there. So the
+        GPU's buffer holds: the activations of one host layer (run on the GPU, attention included unless
+        its KQ product is over the device's tensor limit), its largest weight copy, its K/V views, and two
+        n_embd x n_tokens F32 rows of the holes those short-lived copies leave between the activations.
+        An upper bound, not the allocator's replay: measured on Vulkan0 (scripts/bench_op_offload.py, 25
+        starts) never under, median +14 %; the Granite 1B-A400M shape stacks copy and views (-ngl 0 -ub 32:
+        22.00 MiB real, 23.50 predicted), the Llama 3.2 1B shape finds the mask a lower hole (+45 %).
+        The output layer on the host: the lm_head matmul (batch = the reserve graph's n_outputs) is taken
+        the same way, with the output matrix's copy, the normed rows and the logits in the GPU's buffer.
         """
-        if not rc.op_offload or rc.n_ubatch < max(rc.op_offload_min_batch, 1):
-            return
+        if not rc.op_offload or not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn
+                                     or lmap.output == CPU or CPU in lmap.layers):  # fmt: skip
+            return  # every weight is on a GPU: nothing to offload
+        threshold = max(rc.op_offload_min_batch, 1)
         b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
         if b is None:
             return
         limit = gpus[b].max_tensor_bytes
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         rules = rc.all_overrides if rc.overrides else ()
-        host_layers: list[int] = []
-        biggest = 0
+        n_tokens = min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)  # llama_context::sched_reserve
+        n_out = min(n_tokens, rc.n_outputs_max)
+        layers_on = n_tokens >= threshold
+        host_layers: set[int] = set()
+        weight = output = product = 0
+        refused = False  # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
         for probe, name, il, raw, _padded in self.probes:
-            if il is None:  # output: its batch is n_outputs, token_embd: GET_ROWS (batch 0)
-                batch = min(rc.n_ubatch, rc.n_outputs_max)  # sched_reserve: n_outputs of the reserve graph
-                if not (name == "output.weight" and lmap.output == CPU and batch >= rc.op_offload_min_batch):
-                    continue
-            elif il >= self.facts.n_layer_all:
+            if limit is not None and probe > limit:  # supports_op refuses it: the op stays on the host
+                refused = refused or (il is not None and il < self.facts.n_layer and lmap.layers[il] == CPU)
+                continue
+            target = override_target(name.removesuffix("(tied)"), rules) if rules else None
+            if il is None:
+                if not name.startswith("output.weight") or n_out < threshold:
+                    continue  # token_embd is read by GET_ROWS (batch 0)
+                if (target is not None and target.upper().startswith("CPU")) or (target is None and lmap.output == CPU):
+                    output = max(output, raw)
+                continue
+            if il >= self.facts.n_layer_all or not layers_on:
+                continue
+            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
+                lmap.layers[il] == CPU or (is_expert(name) and il < n_moe)
+                or (is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
+            if not on_host:
+                continue
+            weight = max(weight, raw)
+            product = max(product, self._displaced(name, raw, n_tokens))
+            if lmap.layers[il] == CPU:
+                host_layers.add(il)
+        need = compute[b]
+        e_rows = 2 * 4 * self.facts.n_embd * n_tokens
+        attention = self._kq_fits(rc, n_tokens, limit)
+        if host_layers:
+            layers = tuple(sorted(host_layers))
+            views = 0
+            if attention:  # the K/V views of one layer's cache, copied in for its attention
+                full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
+                views = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells
+                            for il in layers) * rc.n_stream  # fmt: skip
+            need = max(need, op_offload_compute(self.facts, rc, layers, gpus[b].backend, attention=attention)
+                       + weight + views + e_rows)  # fmt: skip
+        elif weight:  # the GPU's own layers read the copy (-ot exps=CPU, --n-cpu-moe)
+            need += weight + product + e_rows
+        if output:  # at the lm_head: the matrix's copy, result_norm and the logits [n_vocab, n_outputs] F32
+            need = max(need, output + 4 * n_out * (self.facts.n_vocab + 2 * self.facts.n_embd))
+        compute[b] = need
+        cpu_layers = any(d == CPU for d in lmap.layers[:self.facts.n_layer])
+        if (weight or output) and not refused and (not cpu_layers or (layers_on and attention and host_layers)):
+            # nothing but inputs (and an lm_head the GPU does not take) is left to run on the host
+            keep = lmap.output == CPU and not output
+            host = op_offload_host_compute(self.facts, rc, gpus[b].backend, output=keep)
+            if host_layers:  # the SET_ROWS into the host cache read copies of one layer's Kcur and Vcur
+                host += 4 * n_tokens * max(self.facts.n_embd_k_gqa(il) + self.facts.n_embd_v_gqa(il)
+                                           for il in host_layers)  # fmt: skip
+            compute[CPU] = min(compute[CPU], host)
+
+    def _host_ops_of_gpu_layers(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
+                                gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+        """GPU layers whose FFN weights stay in host memory (-ot ...=CPU, --n-cpu-moe, --n-cpu-ffn) when no GPU
+        takes their ops (--no-op-offload, a batch under the threshold, no offloading backend): pass 1 of
+        ggml_backend_sched_split_graph leaves each such op on the CPU with its weight, and the expansion
+        passes give the CPU the unassigned ops between them (the GLU), so the host's compute buffer holds
+        that FFN's activations besides the graph inputs (granite3 shape, -ot exps=CPU --no-op-offload
+        -ub 2048 on Vulkan0: 128.07 MiB Vulkan_Host, the inputs alone 32)."""
+        if not gpus or not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn):
+            return
+        n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
+        rules = rc.all_overrides if rc.overrides else ()
+        n_tokens = min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)
+        b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
+        taken = rc.op_offload and b is not None and n_tokens >= max(rc.op_offload_min_batch, 1)
+        limit = gpus[b].max_tensor_bytes if b is not None else None
+        layers: set[int] = set()
+        for probe, name, il, _raw, _padded in self.probes:
+            if il is None or il >= self.facts.n_layer or lmap.layers[il] == CPU:
                 continue
             target = override_target(name, rules) if rules else None
             on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
-                (il is not None and lmap.layers[il] == CPU)
-                or (il is not None and is_expert(name) and il < n_moe)
-                or (il is not None and is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
-            if not on_host or (limit is not None and probe > limit):
-                continue  # on a device already, or too large for the GPU to take
-            biggest = max(biggest, raw)
-            if il is not None and lmap.layers[il] == CPU:
-                host_layers.append(il)
-        if not biggest:
-            return
-        need = biggest
-        if host_layers:
-            layers = tuple(sorted(set(host_layers)))
-            need += op_offload_compute(self.facts, rc, layers, gpus[b].backend)
-            # the host's hidden state enters each offloaded split as a copied input (pass 5 of
-            # ggml_backend_sched_split_graph): one n_embd x n_tokens F32 row block
-            need += 4 * self.facts.n_embd * min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)
-            if rc.flash_attn:  # FLASH_ATTN_EXT follows its neighbours onto the GPU: K/V views copied in
-                full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
-                cells = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells
-                            for il in layers)  # fmt: skip
-                need += cells * rc.n_stream
-        else:
-            need += compute[b]  # the GPU's own layers read the copy (-ot exps=CPU, --n-cpu-moe)
-        compute[b] = max(compute[b], need)
+                (is_expert(name) and il < n_moe) or (is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
+            if on_host and not (taken and (limit is None or probe <= limit)):
+                layers.add(il)
+        if layers:
+            compute[CPU] = max(compute[CPU], host_ffn_compute(self.facts, rc, tuple(sorted(layers))))
+
+    def _displaced(self, name: str, raw: int, n_tokens: int) -> int:
+        """A routed expert's ffn_down copy is allocated at the start of its split, when the gate and up
+        products [n_ff_exp, n_expert_used, n_tokens] F32 are freed: best-fit (ggml_dyn_tallocr_alloc) puts
+        a copy no larger than that block into it, and the down product [n_embd, n_expert_used, n_tokens],
+        which would have reused the block (compute._moe_ffn), lands on top instead."""
+        moe = self.facts.moe
+        if moe is None or not is_expert(name) or "down" not in name:
+            return 0
+        freed = 2 * 4 * n_tokens * moe.n_expert_used * moe.n_ff_exp
+        down = 4 * n_tokens * moe.n_expert_used * self.facts.n_embd
+        return down if raw <= freed and down <= freed else 0
+
+    def _kq_fits(self, rc: ResolvedConfig, n_tokens: int, limit: int | None) -> bool:
+        """Without flash attention the KQ product [n_kv, n_tokens, n_head] F32 is one tensor; a device that
+        limits tensor sizes (ggml_backend_vk_device_supports_op) leaves it, soft_max and KQV on the host."""
+        if rc.flash_attn or limit is None:
+            return True
+        n_kv = max(rc.n_ctx_seq, rc.n_swa_cells) * rc.n_stream
+        return 4 * n_kv * n_tokens * max(self.facts.n_head) <= limit
 
     def bytes_read_per_token(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         """Weight bytes each device reads per generated token: everything but token_embd (a lookup)
@@ -381,7 +471,7 @@ class MemoryModel:
             il = tensor_layer(name)
             if il is not None and il < self.facts.n_layer_all:
                 dev = lmap.layers[il]
-            elif name.startswith(("output.", "output_norm.")):
+            elif is_output_layer(name):
                 dev = lmap.output
             else:
                 dev = CPU

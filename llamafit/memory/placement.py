@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
 from ..reader.ggml_types import GGMLType
-from ..facts.tensor_names import block_index
+from ..facts.tensor_names import layer_of
 from ..units import pad
 
 CPU = -1  # device index of the host
@@ -160,7 +160,7 @@ def override_target(name: str, rules: tuple[tuple[str, str], ...]) -> str | None
 
 
 def tensor_layer(name: str) -> int | None:
-    return block_index(name)
+    return layer_of(name)
 
 
 def is_skipped(facts: ModelFacts, name: str) -> bool:

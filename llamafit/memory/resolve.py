@@ -20,6 +20,7 @@ from ..facts.tensor_names import LLM_FFN_DENSE_REGEX, LLM_FFN_EXPS_REGEX
 
 # llama.cpp: tools/server/server.cpp llama_server (n_parallel < 0: 4 slots, kv_unified = true)
 SERVER_AUTO_SLOTS = 4
+OP_OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu / ggml-vulkan.cpp device init: the threshold without the env variable
 LLAMA_MAX_SEQ = 256  # src/llama-cparams.h
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "with a unified KV cache (before: 1 slot)"),
     BuildRule("ngl_output_first", 7400, 18148, "2025-12-17", "-ngl N offloads the output layer first, then the "
               "last N-1 blocks (before: the last N blocks, the output layer only when N > n_layer)"),
+    BuildRule("op_offload_env", 7590, 18535, "2026-01 (b7590 estimate)", "GGML_OP_OFFLOAD_MIN_BATCH sets the batch "
+              "from which a GPU takes host-weight ops (before: 32 hard-coded in each backend's offload_op)"),
     BuildRule("inp_embd_both", 7750, 18898, "2026-01-17", "the graph holds both the token-id and the embeddings "
               "input and selects one (ggml_build_forward_select; before: one of them)"),
     BuildRule("mla_v_less", 7800, 19067, "2026-01-24", "MLA models keep no V cache (V is a view of K); before, "
@@ -272,5 +275,6 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
         tensor_split=cfg.tensor_split,
         split_mode=cfg.split_mode, main_gpu=cfg.main_gpu, load_mode=cfg.load_mode,
         cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20, warnings=tuple(notes), op_offload=cfg.op_offload,
-        op_offload_min_batch=cfg.op_offload_min_batch, build=build,
+        op_offload_min_batch=cfg.op_offload_min_batch if since("op_offload_env", build) else OP_OFFLOAD_MIN_BATCH,
+        build=build,
     )  # fmt: skip

@@ -243,7 +243,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
     per_tokens, per_layer = result.mib_per_1000_tokens, result.mib_per_layer
     if per_tokens is not None:
         line = f"Marginal   {per_tokens:,.1f} MiB per 1,000 tokens per slot"
-        if per_layer and per_tokens > 0:
+        if per_layer and round(per_layer, 1) > 0 and per_tokens > 0:  # a block that frees under 0.05 MiB: no advice
             tokens = per_layer / per_tokens * 1000
             line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
             line += (f"about {tokens:,.0f} tokens" if tokens <= facts.n_ctx_train
