@@ -302,3 +302,27 @@ def test_mla_q_lora_hole_makes_flash_attention_rows_exact() -> None:
     for row in rows:
         measured = row["measured"]["compute_buffers"]["CPU"] * MIB
         assert abs(predict_compute(f, settings_of(f, row)).device - measured) <= 0.00005 * MIB, row_id(0, row)
+
+
+# ---- a KQ product over the device's tensor limit runs on the host (ggml_backend_vk_device_supports_op) ----
+KQ_BYTES = 4 * 4096 * 512 * 4  # n_kv x n_tokens x n_head F32
+
+
+@pytest.mark.parametrize(("limit", "on_device"), [(None, True), (KQ_BYTES, True), (KQ_BYTES - 1, False)])
+def test_kq_over_the_tensor_limit_moves_attention_to_the_host(limit: int | None, on_device: bool) -> None:
+    f = _facts(str(FIXTURES / "dense-llama.gguf"))  # n_head 4, n_embd 64, K/V heads 2 x 16
+    rc = resolve(LaunchConfig(n_ctx=4096, n_parallel=1, flash_attn="off"), f)
+    lmap = layer_map(f.n_layer_all, f.n_layer_all + 1, (1.0,))
+    gpus = [dataclasses.replace(g, backend="vulkan", max_tensor_bytes=limit) for g in gpu_specs("8GiB")]
+    got = compute_for_devices(f, rc, lmap, gpus)
+    s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=False, backend="vulkan")
+    if on_device:
+        assert got == {0: predict_compute(f, s).device, CPU: predict_compute(f, s).host}
+        return
+    t, kq = 512, 4 * 4096 * 512 * 4
+    moved = dataclasses.replace(s, kq_on_device=False)
+    assert got[0] == predict_compute(f, moved).device < predict_compute(f, s).device - kq + 1
+    # the host runs that attention (2 n_embd rows, Q twice, KQ) and holds copies of one layer's K and V views
+    attention = 2 * 4 * 64 * t + 2 * 4 * 4 * 16 * t + kq
+    views = (2 * 16 * 2 + 2 * 16 * 2) * 4096
+    assert got[CPU] == predict_compute(f, moved).host + attention + views

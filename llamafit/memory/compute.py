@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from ..facts.hparams import ModelFacts
+from .kv import layer_cell_bytes
 from .placement import CPU
 from .resolve import since
 from ..units import pad as _pad
@@ -73,6 +74,7 @@ class ComputeSettings:
     holds_output: bool = True  # this device runs the output layer (logits)
     layers: tuple[int, ...] | None = None  # layer indices on this device; None = all
     kv_on_device: bool = True  # offload_kqv: attention (and its mask copy) runs here
+    kq_on_device: bool = True  # without FA: the device takes the KQ product (not over its tensor limit)
     fa_f16_in_buffer: bool = True  # CUDA FA's F16 K/V copies live in the compute buffer (PR #23907 on)
     kv_idxs: bool = True  # K/V row-index inputs of the set_rows KV writes (PR #14959 on)
     inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
@@ -408,7 +410,8 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     Pipeline parallelism (4 copies of every split input) is not modelled."""
     inputs = input_bytes(f, s)
     layers = _on_device(f, s)
-    peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device) for il in layers), default=(0, "none"))
+    peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device and s.kq_on_device) for il in layers),
+                     default=(0, "none"))  # fmt: skip
     host_inputs = 0
     mixed = _mixed_inputs(f, s) if s.mixed_input and s.holds_input else (0, 0, 0)
     if s.backend == "cpu":
@@ -423,7 +426,8 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         attn_inputs = ("k_idxs", "v_idxs", "kq_mask")
         dev_inputs = sum(v for k, v in inputs.items()
                          if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
-                         and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16")))  # fmt: skip
+                         and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16"))
+                         and (s.kq_on_device or not k.startswith("kq_mask")))  # fmt: skip
         host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
         lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
         if s.mixed_input:
@@ -490,6 +494,25 @@ def _pipeline_copies(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Se
     full = rc.n_gpu_layers > f.n_layer_all and lmap.output != CPU
     plain = not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn)
     return PIPELINE_COPIES if len(gpus) > 1 and rc.split_mode == "layer" and full and rc.kv_offload and plain else 1
+
+
+def kq_fits(f: ModelFacts, rc: ResolvedConfig, limit: int | None) -> bool:
+    """Without flash attention the KQ product [n_kv, n_tokens, n_head] F32 is one tensor; a device that limits
+    tensor sizes (ggml_backend_vk_device_supports_op: maxStorageBufferRange) refuses it, and the scheduler runs
+    it, soft_max and KQV on the CPU (ggml_backend_sched_split_graph pass 1 falls back to the CPU backend)."""
+    if rc.flash_attn or limit is None:
+        return True
+    n_tokens = min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)
+    n_kv = max(rc.n_ctx_seq, rc.n_swa_cells) * rc.n_stream
+    return 4 * n_kv * n_tokens * max(f.n_head) <= limit
+
+
+def _kq_on_host(f: ModelFacts, rc: ResolvedConfig, s: ComputeSettings) -> int:
+    """The host's share when a GPU's KQ product stays on the CPU: that attention (Q, KQ, the KQV output) and
+    copies of the layer's K and V cache views (split inputs from the GPU's KV buffer), for the largest layer."""
+    return max((_attention(f, s, il) + layer_cell_bytes(f, il, rc.type_k, rc.type_v, flash_attn=False)
+                * _cells(f, s, il) * s.n_stream for il in _on_device(f, s) if _has_attention(f, il)),
+               default=0)  # fmt: skip
 
 
 def _copies_extra(f: ModelFacts, s: ComputeSettings, copies: int) -> int:
@@ -579,8 +602,10 @@ def compute_for_devices(
         layers = _layers_on(f, lmap, d)
         s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d,
                     holds_input=bool(lmap.layers) and lmap.layers[0] == d)
+        if not kq_fits(f, rc, spec.max_tensor_bytes):
+            s = replace(s, kq_on_device=False)
         est = predict_compute(f, s)
-        out[d], host = est.device, max(host, est.host)
+        out[d], host = est.device, max(host, est.host + (0 if s.kq_on_device else _kq_on_host(f, rc, s)))
         if copies > 1:
             out[d] += _copies_extra(f, s, copies)
             host = max(host, est.host + (copies - 1) * est.host_inputs)

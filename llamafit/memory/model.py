@@ -18,6 +18,7 @@ from .compute import (
     OP_OFFLOAD_BACKENDS,
     compute_for_devices,
     host_ffn_compute,
+    kq_fits,
     op_offload_compute,
     op_offload_host_compute,
 )
@@ -437,10 +438,7 @@ class MemoryModel:
     def _kq_fits(self, rc: ResolvedConfig, n_tokens: int, limit: int | None) -> bool:
         """Without flash attention the KQ product [n_kv, n_tokens, n_head] F32 is one tensor; a device that
         limits tensor sizes (ggml_backend_vk_device_supports_op) leaves it, soft_max and KQV on the host."""
-        if rc.flash_attn or limit is None:
-            return True
-        n_kv = max(rc.n_ctx_seq, rc.n_swa_cells) * rc.n_stream
-        return 4 * n_kv * n_tokens * max(self.facts.n_head) <= limit
+        return kq_fits(self.facts, rc, limit)
 
     def bytes_read_per_token(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         """Weight bytes each device reads per generated token: everything but token_embd (a lookup)
