@@ -211,6 +211,26 @@ def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_f
     return hw, fit_devices(hw.gpus, use=use, rpc=rpc)
 
 
+# what llama-server would make of a GGUF that is not a model (fetch.stores.gguf_kind), and what to give instead
+NOT_A_MODEL = {
+    "vocab": "has no tensors: a tokenizer-only GGUF (like llama.cpp's models/ggml-vocab-*.gguf) that llama-server "
+             "cannot load; give the model's own GGUF",
+    "adapter": "is a LoRA adapter, not a model; give the base model and the adapter with -- --lora ADAPTER",
+    "imatrix": "is an importance matrix (llama-imatrix output), not a model; give the model's GGUF",
+    "mmproj": "is a multimodal projector, not a model; give the model and the projector with -- --mmproj PROJECTOR",
+}
+
+
+def refuse_non_model(gguf: GGUFModel, name: str) -> None:
+    """Bad input, one line: a GGUF llama-server would not load as its model (issue #16: a tokenizer-only file
+    used to be planned as a model with no weights)."""
+    from ..fetch.stores import gguf_kind
+
+    kind = gguf_kind(gguf.metadata, len(gguf.tensors))
+    if kind in NOT_A_MODEL:
+        raise InputError(f"{name} {NOT_A_MODEL[kind]}")
+
+
 def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: HostFn | None = None,
             detect_fn: DetectFn | None = None) -> Prepared:  # fmt: skip
     """The model, flags and devices of `request`, planned by the rules of `server` (when one will
@@ -227,6 +247,7 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     if (model is not None or ref.demo) and parsed.hf_repo:
         raise InputError(f"two models given: {model or 'the demo model'} and -hf {parsed.hf_repo}")
     gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
+    refuse_non_model(gguf, model or parsed.hf_repo or "the model")
     facts = build_facts(gguf)
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
