@@ -7,8 +7,10 @@ For each model and margin M (MiB kept free; the budget is 2048 - M on Vulkan0):
   - each chosen config is started with llama-server (--no-warmup, -lv 4, --fit off) and the
     device's real buffer totals are read from its log.
 Prints one row per case, side by side, with "within budget" columns; --json writes the rows.
+With --rpc the same comparison runs over two ggml-rpc-server workers on loopback, each serving a lavapipe
+Vulkan0 (2 GiB): no local GPU, the budget is per worker, and a row is within budget when both are.
 
-    GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_fit.py [--quick] [--json OUT]
+    GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_fit.py [--quick] [--rpc] [--json OUT]
 
 Models: the real Gemma 3 270M (the demo) and real-shape zero-weight models (scripts/make_shapes.py)
 written into a temporary folder: dense (Llama 3.2 1B), SWA (Gemma 3 1B), MoE (Granite 3.0 1B-A400M).
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -33,6 +34,16 @@ import make_shapes
 DEVICE_MIB = 2048
 MARGINS = (1024, 1536, 1800, 1900, 1948)
 SHAPES = ("llama3.2-1b", "gemma3-1b", "granite3-1b-a400m")
+RPC: list[str] = []  # --rpc: the workers' endpoints (set by main)
+
+
+def _rpc_args() -> list[str]:
+    return ["--rpc", ",".join(RPC)] if RPC else []
+
+
+def _env() -> dict[str, str]:
+    """Over RPC no local Vulkan device: the workers hold lavapipe."""
+    return device_lab.vk_env(None) if RPC else device_lab.vk_env("0")
 
 
 @dataclass
@@ -64,16 +75,17 @@ def _ctx(args: list[str]) -> int | None:
 
 
 def fit_params(model: Path, margin: int) -> list[str]:
-    out = device_lab.run_tool(["llama-fit-params", "-m", str(model), "-fitt", str(margin)])
+    out = device_lab.run_tool(["llama-fit-params", *_rpc_args(), "-m", str(model), "-fitt", str(margin)], env=_env())
     lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
     return shlex.split(lines[-1]) if lines else []  # -ot "…" comes quoted
 
 
 def llamafit_plan(model: Path, margin: int) -> list[str]:
-    env = dict(os.environ, PYTHONPATH=str(device_lab.ROOT))
-    proc = subprocess.run([sys.executable, "-m", "llamafit", "plan", str(model), "--backend", "vulkan", "--gpu",
-                           f"{DEVICE_MIB}MiB", "--reserve", str(margin), "--json"],
-                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    env = dict(_env(), PYTHONPATH=str(device_lab.ROOT))
+    machine = (["--gpu", "cpu", "--rpc", ",".join(f"{ep}={DEVICE_MIB}MiB" for ep in RPC)] if RPC
+               else ["--backend", "vulkan", "--gpu", f"{DEVICE_MIB}MiB"])
+    proc = subprocess.run([sys.executable, "-m", "llamafit", "plan", str(model), *machine, "--reserve", str(margin),
+                           "--json"], capture_output=True, text=True, env=env, check=False)  # fmt: skip
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         return []
     cmd = json.loads(proc.stdout).get("command") or []
@@ -87,8 +99,10 @@ def llamafit_plan(model: Path, margin: int) -> list[str]:
 def start(model: Path, args: list[str]) -> Side:
     if not args:
         return Side(args, None, None, False, "no config")
-    got = device_lab.load(model, args)
-    used = round(sum(kinds.get("Vulkan0", 0.0) for kinds in got.buffers.values()), 2) if got.buffers else None
+    got = device_lab.load(model, [*_rpc_args(), *args], env=_env())
+    devices = [f"RPC{i}[{ep}]" for i, ep in enumerate(RPC)] if RPC else ["Vulkan0"]  # as llama-server names them
+    used = max(round(sum(kinds.get(d, 0.0) for kinds in got.buffers.values()), 2) for d in devices) \
+        if got.buffers else None  # the fullest device
     return Side(args, _ctx(args), used, got.ok, got.failure)
 
 
@@ -119,11 +133,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
     ap.add_argument("--only", help="one model: the demo's name or a shape key")
     ap.add_argument("--margins", help="comma-separated margins in MiB (default: 1024,1536,1800,1900,1948)")
+    ap.add_argument("--rpc", action="store_true", help="over two RPC workers serving lavapipe (2 GiB each)")
     args = ap.parse_args(argv)
     if device_lab.bin_dir() is None:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
         return 2
-    os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+    if args.rpc:
+        with device_lab.rpc_workers(2, "Vulkan0") as endpoints:
+            RPC[:] = endpoints
+            return _bench(args)
+    return _bench(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
     rows: list[Row] = []
     print(f"{'model':<20} {'margin':>6} {'budget':>6} | {'llama.cpp --fit: -c  -ngl    KV':<31} {'MiB':>7} ok"
           f" | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok")  # fmt: skip

@@ -135,8 +135,9 @@ def run_tool(args: Sequence[str], *, env: dict[str, str] | None = None, timeout_
 
 
 @contextmanager
-def rpc_workers(n: int = 2) -> Iterator[list[str]]:
-    """Start n ggml-rpc-server workers (CPU backend) on 127.0.0.1; yield their host:port endpoints."""
+def rpc_workers(n: int = 2, device: str = "CPU") -> Iterator[list[str]]:
+    """Start n ggml-rpc-server workers on 127.0.0.1 serving `device` (CPU, or Vulkan0: lavapipe, 2 GiB each);
+    yield their host:port endpoints."""
     folder = bin_dir()
     if folder is None:
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")
@@ -145,9 +146,10 @@ def rpc_workers(n: int = 2) -> Iterator[list[str]]:
     try:
         for _ in range(n):
             port = free_port()
-            argv = [str(folder / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port), "-d", "CPU"]
+            argv = [str(folder / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port), "-d", device]
+            env = vk_env("0" if device.startswith("Vulkan") else None)
             procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          env=vk_env(None), start_new_session=True))  # fmt: skip
+                                          env=env, start_new_session=True))  # fmt: skip
             endpoints.append(f"127.0.0.1:{port}")
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
