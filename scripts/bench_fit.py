@@ -100,7 +100,7 @@ def start(model: Path, args: list[str]) -> Side:
     if not args:
         return Side(args, None, None, False, "no config")
     got = device_lab.load(model, [*_rpc_args(), *args], env=_env())
-    devices = [f"RPC{i}[{ep}]" for i, ep in enumerate(RPC)] if RPC else ["Vulkan0"]  # as llama-server names them
+    devices = [f"RPC0[{ep}]" for ep in RPC] if RPC else ["Vulkan0"]  # each worker's device 0, as llama-server names it
     used = max(round(sum(kinds.get(d, 0.0) for kinds in got.buffers.values()), 2) for d in devices) \
         if got.buffers else None  # the fullest device
     return Side(args, _ctx(args), used, got.ok, got.failure)
