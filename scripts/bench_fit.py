@@ -24,6 +24,8 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -34,7 +36,18 @@ import make_shapes
 DEVICE_MIB = 2048
 MARGINS = (1024, 1536, 1800, 1900, 1948)
 SHAPES = ("llama3.2-1b", "gemma3-1b", "granite3-1b-a400m")
-RPC: list[str] = []  # --rpc: the workers' endpoints (set by main)
+RPC: list[str] = []  # --rpc: the workers' endpoints (fresh workers for each llama.cpp run, see _workers)
+
+
+@contextmanager
+def _workers(rpc: bool) -> Iterator[None]:
+    """Fresh RPC workers for one llama.cpp run: a fit-params probe or a start that fails can take a worker down."""
+    if not rpc:
+        yield
+        return
+    with device_lab.rpc_workers(2, "Vulkan0") as endpoints:
+        RPC[:] = endpoints
+        yield
 
 
 def _rpc_args() -> list[str]:
@@ -90,9 +103,10 @@ def llamafit_plan(model: Path, margin: int) -> list[str]:
         return []
     cmd = json.loads(proc.stdout).get("command") or []
     args = list(cmd[3:])  # drop `llama-server -m MODEL`
-    if "--fit" in args:
-        i = args.index("--fit")
-        del args[i : i + 2]
+    for flag in ("--fit", "--rpc"):  # the endpoints are the run's own (_workers)
+        if flag in args:
+            i = args.index(flag)
+            del args[i : i + 2]
     return args
 
 
@@ -139,9 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
         return 2
     if args.rpc:
-        with device_lab.rpc_workers(2, "Vulkan0") as endpoints:
-            RPC[:] = endpoints
-            return _bench(args)
+        RPC[:] = ["127.0.0.1:1", "127.0.0.1:2"]  # placeholders for planning; each run gets fresh workers
     return _bench(args)
 
 
@@ -155,8 +167,15 @@ def _bench(args: argparse.Namespace) -> int:
             if args.only and not name.startswith(args.only):
                 continue
             for margin in (MARGINS[1], MARGINS[2]) if args.quick else margins:
-                row = Row(name, margin, DEVICE_MIB - margin, start(path, fit_params(path, margin)),
-                          start(path, llamafit_plan(path, margin)))  # fmt: skip
+                rpc = bool(RPC)
+                with _workers(rpc):
+                    fit_args = fit_params(path, margin)
+                with _workers(rpc):
+                    fit_side = start(path, fit_args)
+                lf_args = llamafit_plan(path, margin)
+                with _workers(rpc):
+                    lf_side = start(path, lf_args)
+                row = Row(name, margin, DEVICE_MIB - margin, fit_side, lf_side)
                 rows.append(row)
                 print(f"{name:<20} {margin:>6} {row.budget_mib:>6} | {_fmt_side(row, row.fit):>39} | "
                       f"{_fmt_side(row, row.llamafit):>33}", flush=True)  # fmt: skip
