@@ -47,14 +47,19 @@ def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: 
             if "listening on" in line:
                 break
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     return "".join(lines)
 
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Terminate a started llama-server, and kill it if it does not stop within 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 @dataclass
 class Part:
@@ -134,9 +139,4 @@ def resident_memory(binary: str, args: list[str], port: int | None = None,
                 return _smaps(proc.pid), bufs
         raise RuntimeError(f"llama-server did not start in {timeout:.0f} s")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
