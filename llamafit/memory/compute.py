@@ -407,15 +407,16 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     indices, the incoming hidden state; ggml_backend_sched_split_graph, ggml/src/ggml-backend.cpp);
     the inputs themselves, the embedding GET_ROWS (token_embd stays on the CPU) and, with
     `kv_on_device` false (-nkvo), the KQ product live in the host buffer (`host`).
-    Pipeline parallelism (4 copies of every split input) is not modelled."""
+    Pipeline parallelism's copies of the split inputs are added by compute_for_devices (_copies_extra)."""
     inputs = input_bytes(f, s)
     layers = _on_device(f, s)
     peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device and s.kq_on_device) for il in layers),
                      default=(0, "none"))  # fmt: skip
     host_inputs = 0
-    mixed = _mixed_inputs(f, s) if s.mixed_input and s.holds_input else (0, 0, 0)
+    mixed = _mixed_inputs(f, s) if s.mixed_input else (0, 0, 0)
+    dup, copies = (mixed[1], mixed[2]) if s.holds_input else (0, 0)
     if s.backend == "cpu":
-        dev_inputs, host = sum(inputs.values()) + mixed[1], 0
+        dev_inputs, host = sum(inputs.values()) + dup, 0
     else:
         # token ids and the never-read inp_embd stay in the host buffer (input leafs go to the CPU
         # backend, ggml_backend_sched_split_graph); the embedding GET_ROWS output is copied in as
@@ -431,12 +432,12 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
         lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
         if s.mixed_input:
-            host_inputs += _mixed_inputs(f, s)[0] - lookups  # the mixed branch's own lookup: a second GET_ROWS
+            host_inputs += mixed[0] - lookups  # the mixed branch's own lookup: a second GET_ROWS
             lookups *= 2
         # the copies of the mixed branch's sources, freed after its DUP/SET_ROWS: counted whole, they bound the
         # DUP that stays and the holes they leave below the layers (Vulkan0 grid: exact to one n_embd row over;
         # Gemma 3 1B 0.4% under, tests/test_device_calibration.py)
-        dev_inputs += mixed[2]
+        dev_inputs += copies
         host = host_inputs + lookups
         if not s.kv_on_device:
             host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
@@ -523,7 +524,8 @@ def _copies_extra(f: ModelFacts, s: ComputeSettings, copies: int) -> int:
     e = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend])
     extra = (copies - 1) * _split_inputs(f, s) + e
     if s.holds_input and s.mixed_input:
-        extra += (copies - 1) * _mixed_inputs(f, s)[2] + _mixed_inputs(f, s)[1]
+        _, dup, mixed_copies = _mixed_inputs(f, s)
+        extra += (copies - 1) * mixed_copies + dup
     return extra
 
 

@@ -370,7 +370,7 @@ class MemoryModel:
                 host_layers.add(il)
         need = compute[b]
         e_rows = 2 * 4 * self.facts.n_embd * n_tokens
-        attention = self._kq_fits(rc, n_tokens, limit)
+        attention = kq_fits(self.facts, rc, limit)
         if host_layers:
             layers = tuple(sorted(host_layers))
             views = 0
@@ -434,11 +434,6 @@ class MemoryModel:
         freed = 2 * 4 * n_tokens * moe.n_expert_used * moe.n_ff_exp
         down = 4 * n_tokens * moe.n_expert_used * self.facts.n_embd
         return down if raw <= freed and down <= freed else 0
-
-    def _kq_fits(self, rc: ResolvedConfig, n_tokens: int, limit: int | None) -> bool:
-        """Without flash attention the KQ product [n_kv, n_tokens, n_head] F32 is one tensor; a device that
-        limits tensor sizes (ggml_backend_vk_device_supports_op) leaves it, soft_max and KQV on the host."""
-        return kq_fits(self.facts, rc, limit)
 
     def bytes_read_per_token(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         """Weight bytes each device reads per generated token: everything but token_embd (a lookup)
