@@ -97,37 +97,32 @@ def test_weights_and_kv_exact(row: dict[str, Any], paths: dict[str, Path]) -> No
             assert abs(real - p[key] / (1 << 20)) <= 0.011, (dev, kind)
 
 
-@pytest.mark.parametrize(
-    "row",
-    [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=COMPUTE_GAPS[_id(r)])) if _id(r) in COMPUTE_GAPS
-     else r for r in ROWS],
-    ids=[_id(r) for r in ROWS],
-)  # fmt: skip
-def test_device_compute_within_5_percent(row: dict[str, Any], paths: dict[str, Path]) -> None:
+def _rows(gaps: dict[str, str]) -> list[Any]:
+    """Every row, those named in `gaps` as strict xfails with their cause."""
+    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=gaps[_id(r)])) if _id(r) in gaps else r
+            for r in ROWS]  # fmt: skip
+
+
+def _gpu_compute(row: dict[str, Any], paths: dict[str, Path]) -> list[tuple[str, float, float]]:
+    """(device, predicted MiB, reported MiB) of each GPU-side compute buffer the row reports."""
     pred = _predict(row, paths[row["model"]])
-    for dev, p in pred.items():
-        real = row["reported_mib"].get("compute", {}).get(dev)
-        if dev == "CPU" or not real:
-            continue
-        assert abs(p["compute_bytes"] / (1 << 20) - real) <= 0.05 * real, dev
+    return [(dev, p["compute_bytes"] / (1 << 20), real) for dev, p in pred.items()
+            if dev != "CPU" and (real := row["reported_mib"].get("compute", {}).get(dev))]  # fmt: skip
+
+
+@pytest.mark.parametrize("row", _rows(COMPUTE_GAPS), ids=[_id(r) for r in ROWS])
+def test_device_compute_within_5_percent(row: dict[str, Any], paths: dict[str, Path]) -> None:
+    for dev, predicted, real in _gpu_compute(row, paths):
+        assert abs(predicted - real) <= 0.05 * real, dev
 
 
 # rows whose device compute is known to be under-predicted by more than 1% (each names its cause)
 COMPUTE_UNDER: dict[str, str] = {}
 
 
-@pytest.mark.parametrize(
-    "row",
-    [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=COMPUTE_UNDER[_id(r)])) if _id(r) in COMPUTE_UNDER
-     else r for r in ROWS],
-    ids=[_id(r) for r in ROWS],
-)  # fmt: skip
+@pytest.mark.parametrize("row", _rows(COMPUTE_UNDER), ids=[_id(r) for r in ROWS])
 def test_device_compute_never_under(row: dict[str, Any], paths: dict[str, Path]) -> None:
     """The promise "never an OOM": on every GPU-side device the predicted compute buffer is at least what
     llama.cpp reserved, up to 1% (the Gemma 3 1B rows: 0.4-0.9% under, allocator layout)."""
-    pred = _predict(row, paths[row["model"]])
-    for dev, p in pred.items():
-        real = row["reported_mib"].get("compute", {}).get(dev)
-        if dev == "CPU" or not real:
-            continue
-        assert p["compute_bytes"] / (1 << 20) >= 0.99 * real, dev
+    for dev, predicted, real in _gpu_compute(row, paths):
+        assert predicted >= 0.99 * real, dev
