@@ -83,6 +83,8 @@ class ComputeSettings:
     mixed_input: bool = True  # the mixed token/embedding input branch (PR #29622 on, most architectures)
     attn_rot: bool = True  # Hadamard rotation inputs for a quantized K/V cache (PR #21038 on)
     holds_input: bool = True  # this backend runs block 0 (the mixed branch's DUP lands here)
+    pooling: str = "none"  # the pooling layer build_pooling adds with embeddings on (none: no layer)
+    pooling_per_seq: bool = True  # pooling inputs sized by n_seqs (PR #14217 on); before, by n_tokens
 
     @property
     def n_tokens(self) -> int:
@@ -205,6 +207,9 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
         out[f"kq_mask{i}"] = mask_elt * cells * t
         if s.flash_attn and not s.mask_f16_input:  # the ggml_cast to F16 that FLASH_ATTN_EXT reads
             out[f"kq_mask_f16_{i}"] = 2 * cells * t
+    if s.pooling in ("mean", "cls", "last", "rank"):  # build_inp_mean / build_inp_cls, read by build_pooling
+        n_seqs = s.n_seq_max if s.pooling_per_seq else t
+        out["inp_mean" if s.pooling == "mean" else "inp_cls"] = (F32 * t if s.pooling == "mean" else 4) * n_seqs
     if s.attn_rot:
         out.update(_rot_inputs(f, s))
     if f.recurrent is not None:
@@ -428,7 +433,8 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         dev_inputs = sum(v for k, v in inputs.items()
                          if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
                          and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16"))
-                         and (s.kq_on_device or not k.startswith("kq_mask")))  # fmt: skip
+                         and (s.kq_on_device or not k.startswith("kq_mask"))
+                         and (s.holds_output or k not in ("inp_mean", "inp_cls")))  # fmt: skip
         host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
         lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
         if s.mixed_input:
@@ -446,7 +452,41 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         device, peak_name = _output(f, s), "output"
     if s.holds_output and dev_inputs + _logits_on_top(f, s) > device:
         device, peak_name = dev_inputs + _logits_on_top(f, s), "output"
+    if s.holds_output and (pinned := _pinned_output(f, s, dev_inputs, mixed[0])) > device:
+        device, peak_name = pinned, "output"
     return ComputeEstimate(device=device, host=host, peak=peak_name, host_inputs=host_inputs)
+
+
+def _pinned_output(f: ModelFacts, s: ComputeSettings, dev_inputs: int, mixed_host: int) -> int:
+    """The logits [n_vocab, n_outputs] above a tensor that stays alive from the start of the graph to its end.
+
+    With every token an output (n_out = n_tokens: no gather at the last layer) nothing but small tensors is
+    alive at the lm_head, so the logits, too large for any hole, go at the start of the last free block
+    (ggml_dyn_tallocr_alloc, ggml/src/ggml-alloc.c): just above the highest tensor still alive. Two such
+    tensors are allocated early and read last:
+      - the mixed branch's DUP (PR #29622; see _mixed_inputs), which no node reads: on the CPU backend it lies
+        above every graph input, the mixed inputs and the two token lookups (freed early, their holes are
+        below it: the logits cannot use them);
+      - the pooling input inp_mean / inp_cls (build_pooling, src/llama-graph.cpp, with --embeddings): a graph
+        input read by the last node, allocated last of the inputs (ggml_gallocr_alloc_graph_impl allocates the
+        inputs in the order nodes read them) on the CPU; on a GPU its copy is a split input, allocated with
+        the other split inputs at the start of the split (ggml_backend_sched_split_graph).
+    Measured on the CPU llama-server (b11434, Gemma 3 270M --embeddings, scripts/audit_embeddings.py): the buffer
+    is exactly that base plus the logits; with a pooling input result_norm (t_embd, a graph output) and the pooling's
+    small tensors fit in holes below, without one (--pooling none, or no embeddings) result_norm lies above the DUP
+    too (one n_embd x n_outputs row more: measured, the hole it misses by the pooling input's 32 bytes not derived)."""
+    if s.n_out != s.n_tokens:
+        return 0
+    pooled = s.pooling != "none"
+    logits = F32 * f.n_vocab * s.n_out
+    if s.backend == "cpu":
+        if s.mixed_input and s.holds_input:
+            t_embd = 0 if pooled else _pad(F32 * f.n_embd * s.n_out, ALIGNMENT["cpu"])
+            # below the DUP: the graph inputs, the mixed branch's three inputs and both token lookups (mixed_host)
+            return dev_inputs + mixed_host + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"]) + t_embd + logits
+        return dev_inputs + logits if pooled else 0
+    # a GPU: the split's input copies, the incoming hidden state among them, lie below the pooling input's copy
+    return dev_inputs + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend]) + logits if pooled else 0
 
 
 # llm_arch_supports_mixed_batch (src/llama-arch.cpp): the architectures without the mixed input branch
@@ -547,7 +587,8 @@ def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
         inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
         mask_f16_input=since("fa_mask_f16", rc.build),
         mixed_input=since("mixed_batch", rc.build) and f.architecture not in NO_MIXED_BATCH_ARCHS,
-        attn_rot=since("attn_rot", rc.build),
+        attn_rot=since("attn_rot", rc.build), pooling=rc.pooling if rc.embeddings else "none",
+        pooling_per_seq=since("pooling_per_seq", rc.build),
     )  # fmt: skip
 
 
