@@ -358,17 +358,44 @@ def _has_attention(f: ModelFacts, il: int) -> bool:
     return bool(f.n_head[il] and f.n_head_kv[il]) and (f.has_kv[il] or not f.is_recurrent[il])
 
 
+# Gemma 3n (src/models/gemma3n.cpp): llama_hparams::n_altup and n_embd_altup (src/llama-hparams.h), read from no
+# GGUF key: the AltUp parallel hidden states and the per-layer input width
+GEMMA3N_ALTUP, GEMMA3N_EMBD_ALTUP = 4, 256
+
+
+def _gemma3n_extra(f: ModelFacts, s: ComputeSettings) -> tuple[int, int]:
+    """What Gemma 3n keeps alive through every block besides the llama-style candidates: (at attention, at FFN).
+
+    build_inp_per_layer + project_per_layer_inputs make inp_per_layer [n_embd_altup, n_tokens, n_layer] (a
+    ggml_cont, read by every block's view: alive to the last block); altup_predict makes `predictions`
+    [n_embd, n_tokens, n_altup], read by altup_correct at the block's end, whose active slice is the
+    attention's residual (counted once by the attention candidate). At the FFN the temporaries of the
+    per-layer projection (mul_mat, norm, add over [n_embd_altup x n_layer, n_tokens]), freed before the
+    first block, leave a hole of that size below, too small for the n_ff-wide gate/up. Measured on the real
+    CPU llama-server (b11434, scripts/audit_gemma3n.py): Gemma 3n E2B exact to 0.02 MiB over 8 settings
+    (FA on/off, -ub 128..1024, q8_0 cache, embeddings); E4B (n_ff 16384) 2-3 n_embd rows over with the FFN
+    as the peak, where part of the holes below does take a gate/up tensor (the hole term is the least
+    certain part: a best-fit placement read off E2B, not replayed through ggml-alloc)."""
+    if f.architecture != "gemma3n":
+        return 0, 0
+    t = s.n_tokens
+    per_layer, e = F32 * GEMMA3N_EMBD_ALTUP * f.n_layer * t, F32 * f.n_embd * t
+    hole = per_layer if F32 * max(f.n_ff) * t > per_layer else 0
+    return per_layer + (GEMMA3N_ALTUP - 1) * e, per_layer + GEMMA3N_ALTUP * e + hole
+
+
 def _layer_peak(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> tuple[int, str]:
     """The largest candidate of one layer (the allocator reuses the same space layer after layer)."""
     cands = [(0, "none")]
+    at_attn, at_ffn = _gemma3n_extra(f, s)
     if _has_attention(f, il):
-        cands.append((_attention(f, s, il, with_kq=with_kq), "attention"))
+        cands.append((_attention(f, s, il, with_kq=with_kq) + at_attn, "attention"))
     if f.is_recurrent[il] and f.recurrent is not None:
         cands.append((_ssm(f, s), "ssm"))
     if _is_moe(f, il):
         cands.append((_moe_ffn(f, s, il), "moe"))
     elif f.n_ff[il]:
-        cands.append((_dense_ffn(f, s, il), "ffn"))
+        cands.append((_dense_ffn(f, s, il) + at_ffn, "ffn"))
     return max(cands)
 
 
