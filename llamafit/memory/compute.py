@@ -575,6 +575,23 @@ def kq_fits(f: ModelFacts, rc: ResolvedConfig, limit: int | None) -> bool:
     return 4 * n_kv * n_tokens * max(f.n_head) <= limit
 
 
+def _vk_refuses_quantized_k(f: ModelFacts, rc: ResolvedConfig, backend: str) -> bool:
+    """Vulkan without flash attention over a quantized K cache. The KQ product reads K through a permuted view
+    [head_k, n_kv, n_head_kv] whose rows lie n_embd_k_gqa apart: not dim01-contiguous unless n_head_kv == 1, and
+    ggml_backend_vk_device_supports_op (ggml/src/ggml-vulkan/ggml-vulkan.cpp, MUL_MAT) takes a quantized src0
+    only when ggml_vk_dim01_contiguous. So the scheduler runs KQ on the CPU (with copies of Q and of the layer's
+    K view) and copies the product back as the input of the GPU's soft_max, a KQ-sized tensor where the KQ
+    product was: the device buffer keeps its KQ term, the host gains the attention's share (_kq_on_host, an
+    upper bound). Measured on Vulkan0 (lavapipe, b11434, Llama 3.2 1B shape, -c 1024 -fa off -ctk q8_0):
+    Vulkan_Host 20.01 -> 76.03 MiB (llamafit 101.56), Vulkan0 84.01 -> 82.03 (llamafit 92.03);
+    tests/test_vulkan_devices.py. llama.cpp#12728 (b5040 era, DeepSeek-V2) reports Vulkan0 growing by one
+    more KQ there (2066 MiB asked vs 1174 with f16): soft_max not in place over the copy at that build,
+    not modelled (no source of that build at hand)."""
+    if backend != "vulkan" or rc.flash_attn or not rc.type_k.is_quantized:
+        return False
+    return any(f.n_head_kv[il] > 1 for il in range(f.n_layer) if _has_attention(f, il))
+
+
 def _kq_on_host(f: ModelFacts, rc: ResolvedConfig, s: ComputeSettings) -> int:
     """The host's share when a GPU's KQ product stays on the CPU: that attention (Q, KQ, the KQV output) and
     copies of the layer's K and V cache views (split inputs from the GPU's KV buffer), for the largest layer."""
@@ -676,6 +693,8 @@ def compute_for_devices(
             s = replace(s, kq_on_device=False)
         est = predict_compute(f, s)
         out[d], host = est.device, max(host, est.host + (0 if s.kq_on_device else _kq_on_host(f, rc, s)))
+        if s.kq_on_device and _vk_refuses_quantized_k(f, rc, spec.backend):
+            host = max(host, est.host + _kq_on_host(f, rc, replace(s, kq_on_device=False)))
         if copies > 1:
             out[d] += _copies_extra(f, s, copies)
             host = max(host, est.host + (copies - 1) * est.host_inputs)
