@@ -78,6 +78,10 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "outside every reported buffer)"),
     BuildRule("server_output_limit", 9440, 23861, "2026-06-01", "llama-server reserves n_parallel outputs (logits "
               "rows) instead of n_batch (issue #23527)"),
+    BuildRule("cuda_no_split_buffers", 9890, 24216, "2026-07 (b9890, commit 74976e1)", "-sm row is refused on "
+              "CUDA/ROCm ('device CUDA0 does not support split buffers', llama_model::load_tensors): PR #24216 "
+              "'CUDA: remove -sm row' drops the CUDA split buffer type (before: matrices split by rows over the "
+              "GPUs, KV and compute by layer); issue #25884 bisects the refusal to commit 74976e1 = b9890"),
     BuildRule("mixed_batch", 11400, 29622, "2026-10-05", "the graph also holds a third, mixed token/embedding "
               "input branch (inp_mixed_tokens, inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); "
               "on a GPU holding block 0 the scheduler copies three of them into its compute buffer"),
