@@ -39,6 +39,10 @@ class BuildRule:
 # that public reports print with a date (b7079 2025-11-16, issue #17300; b8284 2026-03-11, #20431;
 # b9425 2026-05-30, #23894): about ten builds a day, so a number is good to a few days' builds.
 BUILD_RULES: tuple[BuildRule, ...] = (
+    BuildRule("kv_streams", 5913, 14363, "2025-07-16", "the KV cache can be split into one stream per sequence "
+              "(kv_unified = false, the default of libllama and llama-server); before, every sequence shared one "
+              "unified buffer of n_ctx cells and the reserve graph attends over all of them (b5913: issue #14847, "
+              "its seq_to_stream assert)"),
     BuildRule("kv_set_rows", 6090, 14959, "2025-08 (after 08-01)", "KV writes through ggml_set_rows by default: "
               "K/V row-index graph inputs (before: views + ggml_cpy, no index inputs; PR #14285 added it behind "
               "LLAMA_SET_ROWS=1)"),
@@ -168,6 +172,8 @@ def _slots(cfg: LaunchConfig, engine: str, build: int | None = None) -> tuple[in
     n_seq = max(1, cfg.n_parallel)
     if n_seq > LLAMA_MAX_SEQ:
         raise ConfigError(f"n_seq_max must be <= {LLAMA_MAX_SEQ}")
+    if not since("kv_streams", build):
+        return n_seq, True  # PR #14363: before it, one unified stream for every sequence
     return n_seq, cfg.kv_unified
 
 
