@@ -283,7 +283,7 @@ def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(tmp_path: Path, monkeyp
 1 models on no GPU (CPU only)
 
 NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE
-m             dir       llama    Q8_0    0.0G    4k 4k f16      ~153k fits
+m             dir       llama    Q8_0    0.0G    4k 4k f16      ~118k fits
 
 CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model
 and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not

@@ -386,9 +386,10 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
         outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env))
         if outcome.retry:
             raise VerifyFailed(outcome.failure)
+    verified = len(watcher.served)  # --verify's own request has its "verify" record: not counted again
     code = child.proc.wait()
     child.stop()
-    _record_served(watcher, launch, p, env, say)
+    _record_served(watcher, launch, p, env, say, skip=verified)
     if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop
         say("Stopped.")
         return 0
@@ -396,12 +397,12 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
 
 
 def _record_served(watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
-                   say: Callable[[str], None]) -> None:  # fmt: skip
-    """When the server stops: the speed its own timings measured over the requests it served, for the
-    speed model's calibration (speed_calibration.py)."""
+                   say: Callable[[str], None], skip: int = 0) -> None:  # fmt: skip
+    """When the server stops: the speed its own timings measured over the requests it served (after the
+    first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
     from .run_verify import record_served, served_record
 
-    speed = served_record(p, launch.choice, env, watcher.served)
+    speed = served_record(p, launch.choice, env, watcher.served[skip:])
     if speed is None:
         return
     path = calibration_path(env)

@@ -66,22 +66,24 @@ class Efficiency:
     prompt_attention_kernel: float | None = None
 
 
-# Measured by scripts/bench_speed.py (rerun it to refresh): cpu from llama-bench (Gemma 3 270M, 1 thread,
-# depths 0/1024/4096) on the shared 2-core development VM against the host probe (noisy: see README);
-# attention_kernel / prompt_attention_kernel: the medians of its "attention" / "prompt attention" at
-# depths 1024 and 4096 (1 and 2 threads, its quietest run: load average 1.5-3) against the F16 kernel;
-# cuda/metal/rocm/vulkan as the median achieved/roofline ratio over the public llama-bench results in
-# fixtures/speed/public-llama-bench.csv (README "How fast").
+# Measured by scripts/bench_speed.py (rerun it to refresh): cpu from llama-bench (Gemma 3 270M, 1 and 2
+# threads, depths 0/1024/4096) on the shared 2-core development VM against the host probe read at the
+# same thread count: generation the median of its implied "mem" at depth 0 (0.52 at 1 thread, 0.55 at 2),
+# attention_kernel the median of its implied "attention" at depths 1024 and 4096 (0.30-0.45) against the
+# F16 kernel, prompt_attention_kernel likewise for "prompt attention"; decode / attention / prompt are
+# for a host without the kernel probe (BLAS fallback); cuda/metal/rocm/vulkan as the median
+# achieved/roofline ratio over the public llama-bench results in fixtures/speed/public-llama-bench.csv
+# (README "How fast").
 EFFICIENCY: dict[str, Efficiency] = {
     # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
     # attention (F16 K/V, softmax, one token) reaches a tenth of it
     "cpu": Efficiency(
-        0.70,
+        0.54,
         3.0,
         "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
         decode=0.74,
         attention=0.09,
-        attention_kernel=0.54,
+        attention_kernel=0.36,
         prompt_attention_kernel=0.64,
     ),
     "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
@@ -295,11 +297,10 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
             rate = inputs.host_flops_at().value
             matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
-            # with llama.cpp's kernels measured: a core streams a weight and multiplies it in one instruction
-            # stream, so the probe's streaming time and the kernels' in-cache time add up (bench_speed: the
-            # larger of the two alone was 40-130% fast at an empty context); the BLAS fallback keeps max()
-            add = bool(inputs.cpu_kernels)
-            seconds = [(m + matmul if add else max(m, matmul)) + a for m, a in zip(memory, attn, strict=True)]
+            # the cores stream the weights and multiply them at once (the hardware prefetcher keeps reading
+            # while the kernel computes), so a token takes the longer of the two, then attention over the
+            # cache (bench_speed at 1 and 2 threads: the sum needed more than the probe's bandwidth)
+            seconds = [max(m, matmul) + a for m, a in zip(memory, attn, strict=True)]
             bound = "compute" if matmul > memory[0] else "memory"
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
                                eff.source, (seconds[0], seconds[1]), bound))  # fmt: skip

@@ -523,12 +523,15 @@ def check_override_devices(rules: Sequence[tuple[str, str]], gpus: Sequence[Devi
 
 
 def _active_gpus(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:
-    """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366)."""
+    """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366) and from
+    b9890 on (BUILD_RULES cuda_no_split_buffers); older builds split the matrices by rows and KV and compute by
+    layer, as -sm layer does (PR #10026)."""
     if rc.split_mode == "none" and gpus:
         if not 0 <= rc.main_gpu < len(gpus):
             raise ConfigError(f"--main-gpu {rc.main_gpu} is not one of the {len(gpus)} GPU(s)")
         return [gpus[rc.main_gpu]]
-    if rc.split_mode == "row" and any(g.backend == "cuda" for g in gpus):
+    if (rc.split_mode == "row" and any(g.backend in ("cuda", "rocm") for g in gpus)
+            and since("cuda_no_split_buffers", rc.build)):  # ROCm builds ggml-cuda (HIP): the same buffer types
         raise ConfigError("device CUDA0 does not support split buffers (-sm row); use -sm layer")
     if rc.split_mode == "tensor":
         raise ConfigError("-sm tensor (experimental Meta device) is not modelled; use -sm layer")
