@@ -114,3 +114,22 @@ def test_quantized_k_without_fa_runs_kq_on_the_host(vulkan0: Path, shapes_dir: P
     assert (_mib(pred["Vulkan0"]["compute_bytes"]), _mib(pred["CPU"]["compute_bytes"])) == (vk, host)
     assert kq_mib < got.get("compute", "Vulkan_Host") <= host
     assert got.get("compute", "Vulkan0") <= vk
+
+
+@pytest.mark.parametrize(("flags", "host"), [
+    (["-ngl", "99", "-ub", "512", "--pooling", "mean"], 517.52),
+    (["-ngl", "99", "-ub", "256", "--pooling", "last"], 258.64),
+    (["-ngl", "99", "-ub", "512", "--pooling", "none"], 514.5),
+    (["-ngl", "10", "-ub", "512", "--pooling", "mean"], 517.52),  # partial offload: op offload keeps the output
+])  # fmt: skip
+def test_embeddings_logits_over_the_tensor_limit_run_on_the_host(vulkan0: Path, demo_path: Path, flags: list[str],
+                                                                 host: float) -> None:  # fmt: skip
+    """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512] F32 (512 MiB)
+    exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer holds the logits."""
+    args = ["-c", "2048", "-np", "1", "-fa", "on", "--embeddings", "--no-repack", *flags]
+    got = device_lab.load(demo_path, args)
+    assert got.ok, got.failure
+    pred = _check([str(demo_path), "--gpu", "lavapipe", "--", *args])
+    assert _mib(pred["CPU"]["compute_bytes"]) == host
+    assert abs(got.get("compute", "Vulkan_Host") - host) <= 0.011
+    assert got.get("compute", "Vulkan0") <= _mib(pred["Vulkan0"]["compute_bytes"]) < 64  # no logits on the device

@@ -583,6 +583,33 @@ def kq_fits(f: ModelFacts, rc: ResolvedConfig, limit: int | None) -> bool:
     return 4 * n_kv * n_tokens * max(f.n_head) <= limit
 
 
+def _logits_fit(f: ModelFacts, rc: ResolvedConfig, limit: int | None) -> bool:
+    """The lm_head's product [n_vocab, n_outputs] F32 is one tensor: a device that limits tensor sizes
+    (ggml_backend_vk_device_supports_op: maxStorageBufferRange / maxBufferSize) refuses the MUL_MAT and the
+    scheduler runs it on the CPU. It matters with many outputs (embeddings mode: n_outputs = n_ubatch)."""
+    if limit is None:
+        return True
+    n_out = min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch, rc.n_outputs_max)
+    return F32 * f.n_vocab * n_out <= limit
+
+
+def output_refused_host(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> int:
+    """The host's output peak when the GPU holding the output layer refuses the lm_head (_logits_fit), else 0."""
+    if lmap.output == CPU or lmap.output >= len(gpus) or _logits_fit(f, rc, gpus[lmap.output].max_tensor_bytes):
+        return 0
+    return _output_on_host(f, _base_settings(f, rc))
+
+
+def _output_on_host(f: ModelFacts, base: ComputeSettings) -> int:
+    """The host's buffer when the GPU holding the output layer refuses the lm_head (_logits_fit): the CPU's
+    output peak, where result_norm's rows arrive as a split input copy below the logits (with a pooling input
+    pinned too, compute._pinned_output leaves them out). Measured on Vulkan0 (lavapipe, b11434, Gemma 3 270M
+    --embeddings, 512 outputs: tests/test_vulkan_devices.py); the output weight, if on the GPU, is not counted."""
+    s = replace(base, layers=(), holds_output=True, holds_input=False)
+    rows = _pad(F32 * f.n_embd * s.n_out, ALIGNMENT["cpu"]) if s.pooling != "none" else 0
+    return predict_compute(f, s).device + rows
+
+
 def _vk_refuses_quantized_k(f: ModelFacts, rc: ResolvedConfig, backend: str) -> bool:
     """Vulkan without flash attention over a quantized K cache. The KQ product reads K through a permuted view
     [head_k, n_kv, n_head_kv] whose rows lie n_embd_k_gqa apart: not dim01-contiguous unless n_head_kv == 1, and
@@ -695,12 +722,15 @@ def compute_for_devices(
     copies = _pipeline_copies(f, rc, lmap, gpus)
     for d, spec in enumerate(gpus):
         layers = _layers_on(f, lmap, d)
-        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d,
+        refused = lmap.output == d and not _logits_fit(f, rc, spec.max_tensor_bytes)
+        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d and not refused,
                     holds_input=bool(lmap.layers) and lmap.layers[0] == d)
         if not kq_fits(f, rc, spec.max_tensor_bytes):
             s = replace(s, kq_on_device=False)
         est = predict_compute(f, s)
         out[d], host = est.device, max(host, est.host + (0 if s.kq_on_device else _kq_on_host(f, rc, s)))
+        if refused:
+            host = max(host, _output_on_host(f, base))
         if s.kq_on_device and _vk_refuses_quantized_k(f, rc, spec.backend):
             host = max(host, est.host + _kq_on_host(f, rc, replace(s, kq_on_device=False)))
         if copies > 1:
