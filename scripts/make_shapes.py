@@ -136,6 +136,8 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
         _deepseek2(f, spec)
     elif fam == "granitehybrid":
         _granitehybrid(f, spec)
+    elif fam == "gemma3n":
+        _gemma3n(f, spec)
     else:
         n_kv = spec["n_head_kv"]
         transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=spec["n_ff"], n_head=n_head, n_head_kv=n_kv,
@@ -243,6 +245,46 @@ def _granitehybrid(f: ShapeFixture, s: dict[str, Any]) -> None:
             f.norm(f"blk.{i}.attn_norm.weight", n_embd)
             mamba2_mixer(f, i, n_embd, s["d_inner"], s["d_state"], s["n_group"], s["n_ssm_head"], s["d_conv"])
         dense_ffn(f, i, n_embd, s["n_ff"])
+
+
+def _gemma3n(f: ShapeFixture, s: dict[str, Any]) -> None:
+    """Gemma 3n (src/models/gemma3n.cpp load_arch_tensors): per-layer inputs, AltUp, LAuReL. llama.cpp reads
+    n_altup, laurel_rank and n_embd_altup from no key (llama_hparams defaults 4, 64, 256, which the real
+    checkpoints use); the SWA pattern defaults to 5 and the first 20 layers own the KV cache (hard-coded)."""
+    n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
+    n_kv, head, n_ff = s["n_head_kv"], s["head_dim"], s["n_ff"]
+    altup, laurel, n_altup = 256, 64, 4
+    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_kv,
+                     key_len=head, value_len=head, eps=1e-6)  # fmt: skip
+    f.w.kv_data[0].pop("gemma3n.rope.freq_base", None)
+    f.w.add_rope_freq_base(s["rope_theta"])
+    f.w.add_sliding_window(s["sliding_window"])
+    f.w.add_final_logit_softcapping(30.0)
+    f.w.add_vocab_size(n_vocab)
+    embeddings(f, n_embd, n_vocab, tied=True)
+    f.tensor("altup_proj.weight", (n_embd, n_embd, n_altup - 1))
+    f.tensor("altup_unembd_proj.weight", (n_embd, n_embd, n_altup - 1))
+    f.tensor("per_layer_token_embd.weight", (altup * n_layer, n_vocab))
+    f.tensor("per_layer_model_proj.weight", (n_embd, altup * n_layer))
+    f.norm("per_layer_proj_norm.weight", altup)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        attention(f, i, n_embd, n_head, n_kv, head)
+        for norm, n in (("attn_q_norm", head), ("attn_k_norm", head), ("post_attention_norm", n_embd),
+                        ("ffn_norm", n_embd), ("post_ffw_norm", n_embd), ("post_norm", n_embd),
+                        ("altup_correct_scale", n_embd), ("altup_router_norm", n_embd),
+                        ("laurel_post_norm", n_embd)):  # fmt: skip
+            f.norm(f"{p}{norm}.weight", n)
+        f.tensor(p + "ffn_gate.weight", (n_embd, n_ff))
+        f.tensor(p + "ffn_up.weight", (n_embd, n_ff))
+        f.tensor(p + "ffn_down.weight", (n_ff, n_embd))
+        f.tensor(p + "inp_gate.weight", (n_embd, altup))
+        f.tensor(p + "proj.weight", (altup, n_embd))
+        f.tensor(p + "altup_correct_coef.weight", (n_altup, n_altup))
+        f.tensor(p + "altup_predict_coef.weight", (n_altup, n_altup * n_altup))
+        f.tensor(p + "altup_router.weight", (n_embd, n_altup))
+        f.tensor(p + "laurel_l.weight", (n_embd, laurel))
+        f.tensor(p + "laurel_r.weight", (laurel, n_embd))
 
 
 def write_shape(key: str, out_dir: Path, specs: dict[str, dict[str, Any]] | None = None) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import needs_llama_server
 from make_broken_fixtures import T_ARRAY, T_FLOAT32, T_STRING, T_UINT32, gguf, kv, tensor_info
 
 from llamafit.facts.hparams import build_facts
@@ -74,3 +75,39 @@ def test_weights_per_device(tmp_path: Path, ngl: int, gpu: int, cpu: int) -> Non
     rc = resolve(LaunchConfig(n_ctx=4096, n_parallel=1, n_gpu_layers=ngl, fit=False), mm.facts)
     bd = mm.estimate(rc, [DeviceSpec("Vulkan0", "gpu", "vulkan")], host(64 << 30, 64 << 30), reserve_bytes=0)
     assert (bd.devices[0].weights_bytes, bd.devices[-1].weights_bytes) == (gpu, cpu)
+
+
+# --- the compute buffer against the real llama-server (scripts/audit_gemma3n.py) -------------------------
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gemma3n-shapes")
+
+
+def _cases() -> list:
+    import audit_gemma3n
+
+    return [pytest.param(key, flags, marks=pytest.mark.xfail(strict=True, reason=audit_gemma3n.GAPS[(key, flags)]))
+            if (key, flags) in audit_gemma3n.GAPS else pytest.param(key, flags) for key, flags in audit_gemma3n.CASES]
+
+
+@needs_llama_server
+@pytest.mark.parametrize(("key", "flags"), _cases())
+def test_compute_against_real_llama_server(shapes: Path, key: str, flags: str) -> None:
+    """Exact to 0.02 MiB (llama-server prints two decimals; -ub 1024 lands 17 KiB under)."""
+    import audit_gemma3n
+
+    path = str(audit_gemma3n.shape(key, shapes))
+    real = audit_gemma3n.measured(path, flags)
+    assert real is not None
+    assert abs(audit_gemma3n.predicted(path, flags) / (1 << 20) - real) <= 0.02
+
+
+@needs_llama_server
+@pytest.mark.parametrize(("key", "flags"), [pytest.param(*k) for k in __import__("audit_gemma3n").GAPS])
+def test_known_gaps_are_over_never_under(shapes: Path, key: str, flags: str) -> None:
+    import audit_gemma3n
+
+    path = str(audit_gemma3n.shape(key, shapes))
+    real = audit_gemma3n.measured(path, flags)
+    assert real is not None and audit_gemma3n.predicted(path, flags) / (1 << 20) > real

@@ -70,7 +70,8 @@ def predicted(row: dict) -> Breakdown:
                        n_parallel=N_PARALLEL_AUTO if s["n_seq_max"] is None else s["n_seq_max"],
                        override_tensor=tuple((rx, buft) for rx, buft in s.get("override_tensor", ())),
                        tensor_split=tuple(float(x) for x in s.get("tensor_split", ())), fit=False,
-                       split_mode=s.get("split_mode", "layer"),
+                       split_mode=s.get("split_mode", "layer"), embeddings=s.get("embeddings", False),
+                       pooling=s.get("pooling", ""),
                        cache_ram_mib=0)  # fmt: skip
     rc = resolve(cfg, mm.facts, engine="llama-server", build=row["build"])
     gpus = [DeviceSpec(name, "gpu", row["backend"]) for name in row["gpus"]]

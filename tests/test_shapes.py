@@ -32,6 +32,8 @@ SIZES = [
     ("deepseek-v2-lite", 10349203616),
     ("granite3-1b-a400m", 821583552),
     ("granite4-h-micro", 3397125856),
+    ("gemma3n-e2b", 4746317568),
+    ("gemma3n-e4b", 7308120320),
 ]
 
 

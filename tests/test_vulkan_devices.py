@@ -96,3 +96,40 @@ def test_real_shape_partial_offload_keeps_the_large_output_on_the_host(vulkan0: 
     assert got.get("model", "CPU_Mapped") == pytest.approx(_mib(pred["CPU"]["weights_bytes"]), abs=0.011)
     assert (got.get("KV", "Vulkan0"), got.get("KV", "CPU")) == (_mib(pred["Vulkan0"]["kv_bytes"]),
                                                                 _mib(pred["CPU"]["kv_bytes"]))  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "kq_mib", "vk", "host"), [
+    (["-c", "1024", "-ub", "512"], 64, 92.03, 101.56),
+    (["-c", "1024", "-ub", "256"], 32, 46.02, 51.55),
+])  # fmt: skip
+def test_quantized_k_without_fa_runs_kq_on_the_host(vulkan0: Path, shapes_dir: Path, flags: list[str], kq_mib: int,
+                                                    vk: float, host: float) -> None:  # fmt: skip
+    """compute._vk_refuses_quantized_k: Vulkan refuses a quantized, non-dim01-contiguous K view as MUL_MAT src0,
+    so KQ [n_kv, T, n_head] F32 runs on the CPU (the real Vulkan_Host buffer holds it); both buffers over."""
+    path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
+    args = ["-ngl", "99", "-np", "1", "-fa", "off", "-ctk", "q8_0", "--no-repack", *flags]
+    got = device_lab.load(path, args)
+    assert got.ok, got.failure
+    pred = _check([str(path), "--gpu", "lavapipe", "--", *args])
+    assert (_mib(pred["Vulkan0"]["compute_bytes"]), _mib(pred["CPU"]["compute_bytes"])) == (vk, host)
+    assert kq_mib < got.get("compute", "Vulkan_Host") <= host
+    assert got.get("compute", "Vulkan0") <= vk
+
+
+@pytest.mark.parametrize(("flags", "host"), [
+    (["-ngl", "99", "-ub", "512", "--pooling", "mean"], 517.52),
+    (["-ngl", "99", "-ub", "256", "--pooling", "last"], 258.64),
+    (["-ngl", "99", "-ub", "512", "--pooling", "none"], 514.5),
+    (["-ngl", "10", "-ub", "512", "--pooling", "mean"], 517.52),  # partial offload: op offload keeps the output
+])  # fmt: skip
+def test_embeddings_logits_over_the_tensor_limit_run_on_the_host(vulkan0: Path, demo_path: Path, flags: list[str],
+                                                                 host: float) -> None:  # fmt: skip
+    """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512] F32 (512 MiB)
+    exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer holds the logits."""
+    args = ["-c", "2048", "-np", "1", "-fa", "on", "--embeddings", "--no-repack", *flags]
+    got = device_lab.load(demo_path, args)
+    assert got.ok, got.failure
+    pred = _check([str(demo_path), "--gpu", "lavapipe", "--", *args])
+    assert _mib(pred["CPU"]["compute_bytes"]) == host
+    assert abs(got.get("compute", "Vulkan_Host") - host) <= 0.011
+    assert got.get("compute", "Vulkan0") <= _mib(pred["Vulkan0"]["compute_bytes"]) < 64  # no logits on the device

@@ -98,6 +98,9 @@ class ModelFacts:
     parallel_residual: bool = False
     data_end_bytes: int = 0  # where the last shard's tensor data ends, summed over shards (0: unknown)
     has_chat_template: bool = True  # tokenizer.chat_template is set
+    # <arch>.pooling_type (llama_hparams::pooling_type, enum llama_pooling_type): -1 unspecified, 0 none, 1 mean,
+    # 2 cls, 3 last, 4 rank; what llama_context uses when --pooling is not given
+    pooling_type: int = -1
 
     @property
     def incomplete(self) -> str | None:
@@ -127,6 +130,12 @@ class ModelFacts:
     def n_embd_v_gqa_max(self) -> int:
         """The widest V over all layers: the transposed V cache pads to it when FA is off."""
         return max((self.n_embd_v_gqa(il) for il in range(self.n_layer_all)), default=0)
+
+
+def _pooling_type(value: int | None) -> int:
+    """llama_model::load_hparams reads <arch>.pooling_type into an enum whose -1 is "unspecified";
+    an absent key (or a value outside the enum) leaves it unspecified."""
+    return value if value is not None and 0 <= value <= 4 else -1
 
 
 def _file_type_label(meta: Metadata, model: GGUFModel) -> str:
@@ -298,6 +307,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         parallel_residual=meta.get_bool("{arch}.use_parallel_residual", False),
         data_end_bytes=sum(sh.data_offset + sh.data_size for sh in model.shards),
         has_chat_template=bool(meta.get_str("tokenizer.chat_template", "")),
+        pooling_type=_pooling_type(meta.get_int("{arch}.pooling_type")),
     )
 
 

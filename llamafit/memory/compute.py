@@ -83,6 +83,8 @@ class ComputeSettings:
     mixed_input: bool = True  # the mixed token/embedding input branch (PR #29622 on, most architectures)
     attn_rot: bool = True  # Hadamard rotation inputs for a quantized K/V cache (PR #21038 on)
     holds_input: bool = True  # this backend runs block 0 (the mixed branch's DUP lands here)
+    pooling: str = "none"  # the pooling layer build_pooling adds with embeddings on (none: no layer)
+    pooling_per_seq: bool = True  # pooling inputs sized by n_seqs (PR #14217 on); before, by n_tokens
 
     @property
     def n_tokens(self) -> int:
@@ -213,6 +215,9 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
         out[f"kq_mask{i}"] = mask_elt * cells * t
         if s.flash_attn and not s.mask_f16_input:  # the ggml_cast to F16 that FLASH_ATTN_EXT reads
             out[f"kq_mask_f16_{i}"] = 2 * cells * t
+    if s.pooling in ("mean", "cls", "last", "rank"):  # build_inp_mean / build_inp_cls, read by build_pooling
+        n_seqs = s.n_seq_max if s.pooling_per_seq else t
+        out["inp_mean" if s.pooling == "mean" else "inp_cls"] = (F32 * t if s.pooling == "mean" else 4) * n_seqs
     if s.attn_rot:
         out.update(_rot_inputs(f, s))
     if f.recurrent is not None:
@@ -361,17 +366,44 @@ def _has_attention(f: ModelFacts, il: int) -> bool:
     return bool(f.n_head[il] and f.n_head_kv[il]) and (f.has_kv[il] or not f.is_recurrent[il])
 
 
+# Gemma 3n (src/models/gemma3n.cpp): llama_hparams::n_altup and n_embd_altup (src/llama-hparams.h), read from no
+# GGUF key: the AltUp parallel hidden states and the per-layer input width
+GEMMA3N_ALTUP, GEMMA3N_EMBD_ALTUP = 4, 256
+
+
+def _gemma3n_extra(f: ModelFacts, s: ComputeSettings) -> tuple[int, int]:
+    """What Gemma 3n keeps alive through every block besides the llama-style candidates: (at attention, at FFN).
+
+    build_inp_per_layer + project_per_layer_inputs make inp_per_layer [n_embd_altup, n_tokens, n_layer] (a
+    ggml_cont, read by every block's view: alive to the last block); altup_predict makes `predictions`
+    [n_embd, n_tokens, n_altup], read by altup_correct at the block's end, whose active slice is the
+    attention's residual (counted once by the attention candidate). At the FFN the temporaries of the
+    per-layer projection (mul_mat, norm, add over [n_embd_altup x n_layer, n_tokens]), freed before the
+    first block, leave a hole of that size below, too small for the n_ff-wide gate/up. Measured on the real
+    CPU llama-server (b11434, scripts/audit_gemma3n.py): Gemma 3n E2B exact to 0.02 MiB over 8 settings
+    (FA on/off, -ub 128..1024, q8_0 cache, embeddings); E4B (n_ff 16384) 2-3 n_embd rows over with the FFN
+    as the peak, where part of the holes below does take a gate/up tensor (the hole term is the least
+    certain part: a best-fit placement read off E2B, not replayed through ggml-alloc)."""
+    if f.architecture != "gemma3n":
+        return 0, 0
+    t = s.n_tokens
+    per_layer, e = F32 * GEMMA3N_EMBD_ALTUP * f.n_layer * t, F32 * f.n_embd * t
+    hole = per_layer if F32 * max(f.n_ff) * t > per_layer else 0
+    return per_layer + (GEMMA3N_ALTUP - 1) * e, per_layer + GEMMA3N_ALTUP * e + hole
+
+
 def _layer_peak(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> tuple[int, str]:
     """The largest candidate of one layer (the allocator reuses the same space layer after layer)."""
     cands = [(0, "none")]
+    at_attn, at_ffn = _gemma3n_extra(f, s)
     if _has_attention(f, il):
-        cands.append((_attention(f, s, il, with_kq=with_kq), "attention"))
+        cands.append((_attention(f, s, il, with_kq=with_kq) + at_attn, "attention"))
     if f.is_recurrent[il] and f.recurrent is not None:
         cands.append((_ssm(f, s), "ssm"))
     if _is_moe(f, il):
         cands.append((_moe_ffn(f, s, il), "moe"))
     elif f.n_ff[il]:
-        cands.append((_dense_ffn(f, s, il), "ffn"))
+        cands.append((_dense_ffn(f, s, il) + at_ffn, "ffn"))
     return max(cands)
 
 
@@ -436,7 +468,8 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         dev_inputs = sum(v for k, v in inputs.items()
                          if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
                          and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16"))
-                         and (s.kq_on_device or not k.startswith("kq_mask")))  # fmt: skip
+                         and (s.kq_on_device or not k.startswith("kq_mask"))
+                         and (s.holds_output or k not in ("inp_mean", "inp_cls")))  # fmt: skip
         host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
         lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
         if s.mixed_input:
@@ -454,7 +487,41 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         device, peak_name = _output(f, s), "output"
     if s.holds_output and dev_inputs + _logits_on_top(f, s) > device:
         device, peak_name = dev_inputs + _logits_on_top(f, s), "output"
+    if s.holds_output and (pinned := _pinned_output(f, s, dev_inputs, mixed[0])) > device:
+        device, peak_name = pinned, "output"
     return ComputeEstimate(device=device, host=host, peak=peak_name, host_inputs=host_inputs)
+
+
+def _pinned_output(f: ModelFacts, s: ComputeSettings, dev_inputs: int, mixed_host: int) -> int:
+    """The logits [n_vocab, n_outputs] above a tensor that stays alive from the start of the graph to its end.
+
+    With every token an output (n_out = n_tokens: no gather at the last layer) nothing but small tensors is
+    alive at the lm_head, so the logits, too large for any hole, go at the start of the last free block
+    (ggml_dyn_tallocr_alloc, ggml/src/ggml-alloc.c): just above the highest tensor still alive. Two such
+    tensors are allocated early and read last:
+      - the mixed branch's DUP (PR #29622; see _mixed_inputs), which no node reads: on the CPU backend it lies
+        above every graph input, the mixed inputs and the two token lookups (freed early, their holes are
+        below it: the logits cannot use them);
+      - the pooling input inp_mean / inp_cls (build_pooling, src/llama-graph.cpp, with --embeddings): a graph
+        input read by the last node, allocated last of the inputs (ggml_gallocr_alloc_graph_impl allocates the
+        inputs in the order nodes read them) on the CPU; on a GPU its copy is a split input, allocated with
+        the other split inputs at the start of the split (ggml_backend_sched_split_graph).
+    Measured on the CPU llama-server (b11434, Gemma 3 270M --embeddings, scripts/audit_embeddings.py): the buffer
+    is exactly that base plus the logits; with a pooling input result_norm (t_embd, a graph output) and the pooling's
+    small tensors fit in holes below, without one (--pooling none, or no embeddings) result_norm lies above the DUP
+    too (one n_embd x n_outputs row more: measured, the hole it misses by the pooling input's 32 bytes not derived)."""
+    if s.n_out != s.n_tokens:
+        return 0
+    pooled = s.pooling != "none"
+    logits = F32 * f.n_vocab * s.n_out
+    if s.backend == "cpu":
+        if s.mixed_input and s.holds_input:
+            t_embd = 0 if pooled else _pad(F32 * f.n_embd * s.n_out, ALIGNMENT["cpu"])
+            # below the DUP: the graph inputs, the mixed branch's three inputs and both token lookups (mixed_host)
+            return dev_inputs + mixed_host + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"]) + t_embd + logits
+        return dev_inputs + logits if pooled else 0
+    # a GPU: the split's input copies, the incoming hidden state among them, lie below the pooling input's copy
+    return dev_inputs + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend]) + logits if pooled else 0
 
 
 # llm_arch_supports_mixed_batch (src/llama-arch.cpp): the architectures without the mixed input branch
@@ -516,6 +583,50 @@ def kq_fits(f: ModelFacts, rc: ResolvedConfig, limit: int | None) -> bool:
     return 4 * n_kv * n_tokens * max(f.n_head) <= limit
 
 
+def _logits_fit(f: ModelFacts, rc: ResolvedConfig, limit: int | None) -> bool:
+    """The lm_head's product [n_vocab, n_outputs] F32 is one tensor: a device that limits tensor sizes
+    (ggml_backend_vk_device_supports_op: maxStorageBufferRange / maxBufferSize) refuses the MUL_MAT and the
+    scheduler runs it on the CPU. It matters with many outputs (embeddings mode: n_outputs = n_ubatch)."""
+    if limit is None:
+        return True
+    n_out = min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch, rc.n_outputs_max)
+    return F32 * f.n_vocab * n_out <= limit
+
+
+def output_refused_host(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> int:
+    """The host's output peak when the GPU holding the output layer refuses the lm_head (_logits_fit), else 0."""
+    if lmap.output == CPU or lmap.output >= len(gpus) or _logits_fit(f, rc, gpus[lmap.output].max_tensor_bytes):
+        return 0
+    return _output_on_host(f, _base_settings(f, rc))
+
+
+def _output_on_host(f: ModelFacts, base: ComputeSettings) -> int:
+    """The host's buffer when the GPU holding the output layer refuses the lm_head (_logits_fit): the CPU's
+    output peak, where result_norm's rows arrive as a split input copy below the logits (with a pooling input
+    pinned too, compute._pinned_output leaves them out). Measured on Vulkan0 (lavapipe, b11434, Gemma 3 270M
+    --embeddings, 512 outputs: tests/test_vulkan_devices.py); the output weight, if on the GPU, is not counted."""
+    s = replace(base, layers=(), holds_output=True, holds_input=False)
+    rows = _pad(F32 * f.n_embd * s.n_out, ALIGNMENT["cpu"]) if s.pooling != "none" else 0
+    return predict_compute(f, s).device + rows
+
+
+def _vk_refuses_quantized_k(f: ModelFacts, rc: ResolvedConfig, backend: str) -> bool:
+    """Vulkan without flash attention over a quantized K cache. The KQ product reads K through a permuted view
+    [head_k, n_kv, n_head_kv] whose rows lie n_embd_k_gqa apart: not dim01-contiguous unless n_head_kv == 1, and
+    ggml_backend_vk_device_supports_op (ggml/src/ggml-vulkan/ggml-vulkan.cpp, MUL_MAT) takes a quantized src0
+    only when ggml_vk_dim01_contiguous. So the scheduler runs KQ on the CPU (with copies of Q and of the layer's
+    K view) and copies the product back as the input of the GPU's soft_max, a KQ-sized tensor where the KQ
+    product was: the device buffer keeps its KQ term, the host gains the attention's share (_kq_on_host, an
+    upper bound). Measured on Vulkan0 (lavapipe, b11434, Llama 3.2 1B shape, -c 1024 -fa off -ctk q8_0):
+    Vulkan_Host 20.01 -> 76.03 MiB (llamafit 101.56), Vulkan0 84.01 -> 82.03 (llamafit 92.03);
+    tests/test_vulkan_devices.py. llama.cpp#12728 (b5040 era, DeepSeek-V2) reports Vulkan0 growing by one
+    more KQ there (2066 MiB asked vs 1174 with f16): soft_max not in place over the copy at that build,
+    not modelled (no source of that build at hand)."""
+    if backend != "vulkan" or rc.flash_attn or not rc.type_k.is_quantized:
+        return False
+    return any(f.n_head_kv[il] > 1 for il in range(f.n_layer) if _has_attention(f, il))
+
+
 def _kq_on_host(f: ModelFacts, rc: ResolvedConfig, s: ComputeSettings) -> int:
     """The host's share when a GPU's KQ product stays on the CPU: that attention (Q, KQ, the KQV output) and
     copies of the layer's K and V cache views (split inputs from the GPU's KV buffer), for the largest layer."""
@@ -555,7 +666,8 @@ def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
         inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
         mask_f16_input=since("fa_mask_f16", rc.build),
         mixed_input=since("mixed_batch", rc.build) and f.architecture not in NO_MIXED_BATCH_ARCHS,
-        attn_rot=since("attn_rot", rc.build),
+        attn_rot=since("attn_rot", rc.build), pooling=rc.pooling if rc.embeddings else "none",
+        pooling_per_seq=since("pooling_per_seq", rc.build),
     )  # fmt: skip
 
 
@@ -610,12 +722,17 @@ def compute_for_devices(
     copies = _pipeline_copies(f, rc, lmap, gpus)
     for d, spec in enumerate(gpus):
         layers = _layers_on(f, lmap, d)
-        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d,
+        refused = lmap.output == d and not _logits_fit(f, rc, spec.max_tensor_bytes)
+        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d and not refused,
                     holds_input=bool(lmap.layers) and lmap.layers[0] == d)
         if not kq_fits(f, rc, spec.max_tensor_bytes):
             s = replace(s, kq_on_device=False)
         est = predict_compute(f, s)
         out[d], host = est.device, max(host, est.host + (0 if s.kq_on_device else _kq_on_host(f, rc, s)))
+        if refused:
+            host = max(host, _output_on_host(f, base))
+        if s.kq_on_device and _vk_refuses_quantized_k(f, rc, spec.backend):
+            host = max(host, est.host + _kq_on_host(f, rc, replace(s, kq_on_device=False)))
         if copies > 1:
             out[d] += _copies_extra(f, s, copies)
             host = max(host, est.host + (copies - 1) * est.host_inputs)

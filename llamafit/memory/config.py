@@ -16,6 +16,8 @@ LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
 NGL_AUTO = -1  # -ngl auto (llama.cpp: -1)
 NGL_ALL = -2  # -ngl all (llama.cpp: -2)
 N_PARALLEL_AUTO = -1  # -np -1: llama-server picks 4 slots with a unified KV cache
+# --pooling (common/arg.cpp; enum llama_pooling_type in include/llama.h); "" = the model's default
+POOLING_TYPES = ("none", "mean", "cls", "last", "rank")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,8 @@ class LaunchConfig:
     rpc: tuple[str, ...] = ()  # --rpc host:port,...
     load_mode: str = "auto"  # -lm (older builds: --mmap/--no-mmap, --mlock)
     cache_ram_mib: int = 8192  # -cram: the server's prompt cache in host RAM
+    embeddings: bool = False  # --embedding(s) / --rerank (common_params::embedding)
+    pooling: str = ""  # --pooling none|mean|cls|last|rank ("": the GGUF's <arch>.pooling_type); --rerank: rank
     op_offload: bool = True  # --no-op-offload turns it off (common/arg.cpp: params.no_op_offload)
     op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH (ggml-cuda.cu / ggml-vulkan.cpp device init)
     fit: bool = True  # -fit on|off

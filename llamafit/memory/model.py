@@ -21,6 +21,7 @@ from .compute import (
     kq_fits,
     op_offload_compute,
     op_offload_host_compute,
+    output_refused_host,
 )
 from ..machine.devices import DeviceSpec
 from ..errors import InputError
@@ -393,7 +394,7 @@ class MemoryModel:
             if host_layers:  # the SET_ROWS into the host cache read copies of one layer's Kcur and Vcur
                 host += 4 * n_tokens * max(self.facts.n_embd_k_gqa(il) + self.facts.n_embd_v_gqa(il)
                                            for il in host_layers)  # fmt: skip
-            compute[CPU] = min(compute[CPU], host)
+            compute[CPU] = max(min(compute[CPU], host), output_refused_host(self.facts, rc, lmap, gpus))
 
     def _host_ops_of_gpu_layers(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
                                 gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip

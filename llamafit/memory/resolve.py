@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import N_PARALLEL_AUTO, NGL_ALL, NGL_AUTO, LaunchConfig
+from .config import N_PARALLEL_AUTO, NGL_ALL, NGL_AUTO, POOLING_TYPES, LaunchConfig
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
 from ..reader.ggml_types import KV_CACHE_TYPES, GGMLType
@@ -39,6 +39,9 @@ class BuildRule:
 # that public reports print with a date (b7079 2025-11-16, issue #17300; b8284 2026-03-11, #20431;
 # b9425 2026-05-30, #23894): about ten builds a day, so a number is good to a few days' builds.
 BUILD_RULES: tuple[BuildRule, ...] = (
+    BuildRule("pooling_per_seq", 5700, 14217, "2025-06 (b5700 estimate)", "embeddings pooling inputs are per "
+              "sequence: inp_mean n_tokens x n_seqs F32, inp_cls n_seqs I32 (before: n_tokens x n_tokens and "
+              "n_tokens; llm_graph_context::build_inp_mean, src/llama-graph.cpp)"),
     BuildRule("kv_streams", 5913, 14363, "2025-07-16", "the KV cache can be split into one stream per sequence "
               "(kv_unified = false, the default of libllama and llama-server); before, every sequence shared one "
               "unified buffer of n_ctx cells and the reserve graph attends over all of them (b5913: issue #14847, "
@@ -146,6 +149,8 @@ class ResolvedConfig:
     op_offload: bool = True  # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
     op_offload_min_batch: int = 32  # a GPU takes a host-weight op whose batch is at least this
     build: int | None = None  # the llama.cpp build whose rules apply (None: the current one)
+    embeddings: bool = False  # cparams.embeddings (--embeddings): build_pooling adds the pooling layer
+    pooling: str = "none"  # cparams.pooling_type as POOLING_TYPES names it (the GGUF's when not given)
 
     @property
     def all_overrides(self) -> tuple[tuple[str, str], ...]:
@@ -240,10 +245,20 @@ def _n_gpu_layers(cfg: LaunchConfig, facts: ModelFacts, build: int | None = None
     return min(cfg.n_gpu_layers, facts.n_layer_all + 1)
 
 
-def _outputs(engine: str, build: int | None, n_batch: int, n_seq: int) -> int:
-    """n_outputs_max: llama-server and llama-cli (from PR #23861) min(n_batch, n_parallel); otherwise n_batch."""
+def _pooling(cfg: LaunchConfig, facts: ModelFacts) -> str:
+    """llama_context::llama_context (src/llama-context.cpp): an unspecified pooling type takes the model's
+    (llama_hparams::pooling_type), and none when the model has none either."""
+    if cfg.pooling:
+        return cfg.pooling
+    return POOLING_TYPES[facts.pooling_type] if facts.pooling_type >= 0 else "none"
+
+
+def _outputs(engine: str, build: int | None, n_batch: int, n_seq: int, *, embeddings: bool = False) -> int:
+    """n_outputs_max: llama-server and llama-cli (from PR #23861) min(n_batch, n_parallel); otherwise n_batch.
+    server_output_limits (tools/server/server-context.cpp) keeps n_batch for embeddings (--embeddings, or a
+    --pooling other than none): every token of the batch is an output."""
     # llama-cli at 0c1e570 runs llama_server in a thread (tools/cli/cli-server.h): the same limit
-    if engine in ("llama-server", "llama-cli") and since("server_output_limit", build):
+    if engine in ("llama-server", "llama-cli") and since("server_output_limit", build) and not embeddings:
         return min(n_batch, n_seq)
     return n_batch
 
@@ -269,6 +284,7 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
     if n_ctx_seq == 0:
         raise ConfigError("n_ctx_seq == 0: the context is smaller than one cell per slot")
     n_stream = 1 if unified else n_seq
+    embeddings = cfg.embeddings or cfg.pooling not in ("", "none")  # server_output_limits' test
     swa = 0
     if facts.swa.swa_type != "none":
         swa = swa_cells(n_ctx_seq, facts.swa.n_swa, n_seq, n_ubatch, unified=unified, swa_full=cfg.swa_full,
@@ -278,13 +294,14 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
     return ResolvedConfig(
         engine=engine, n_ctx=n_ctx_seq * n_stream, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq, n_stream=n_stream,
         kv_unified=unified, n_batch=n_batch, n_ubatch=n_ubatch,
-        n_outputs_max=_outputs(engine, build, n_batch, n_seq), flash_attn=flash_attn, type_k=type_k,
-        type_v=type_v, n_gpu_layers=_n_gpu_layers(cfg, facts, build), n_swa_cells=swa, swa_full=cfg.swa_full,
+        n_outputs_max=_outputs(engine, build, n_batch, n_seq, embeddings=embeddings), flash_attn=flash_attn,
+        type_k=type_k, type_v=type_v, n_gpu_layers=_n_gpu_layers(cfg, facts, build), n_swa_cells=swa,
+        swa_full=cfg.swa_full,
         kv_offload=cfg.kv_offload, overrides=cfg.override_tensor, cpu_moe=cfg.cpu_moe,
         n_cpu_moe=min(cfg.n_cpu_moe, facts.n_layer_all), n_cpu_ffn=min(cfg.n_cpu_ffn, facts.n_layer_all),
         tensor_split=cfg.tensor_split,
         split_mode=cfg.split_mode, main_gpu=cfg.main_gpu, load_mode=cfg.load_mode,
         cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20, warnings=tuple(notes), op_offload=cfg.op_offload,
         op_offload_min_batch=cfg.op_offload_min_batch if since("op_offload_env", build) else OP_OFFLOAD_MIN_BATCH,
-        build=build,
+        build=build, embeddings=cfg.embeddings, pooling=_pooling(cfg, facts),
     )  # fmt: skip

@@ -361,7 +361,8 @@ class SidePlan:
         from .resolve import BUILD_SERVER_OUTPUT_LIMIT
 
         n_out = self.flags.main_outputs(rc.n_batch, rc.n_seq_max)
-        if n_out is None or rc.engine != "llama-server" or (build is not None and build < BUILD_SERVER_OUTPUT_LIMIT):
+        if (n_out is None or rc.engine != "llama-server" or rc.n_outputs_max == rc.n_batch  # embeddings: n_batch
+                or (build is not None and build < BUILD_SERVER_OUTPUT_LIMIT)):  # fmt: skip
             return rc
         return replace(rc, n_outputs_max=n_out)
 

@@ -42,6 +42,8 @@ def config_json(rc: ResolvedConfig) -> dict[str, Any]:
         "main_gpu": rc.main_gpu,
         "load_mode": rc.load_mode,
         "cache_ram_bytes": rc.cache_ram_bytes,
+        "embeddings": rc.embeddings,
+        "pooling": rc.pooling,
     }
 
 

@@ -24,6 +24,7 @@ from ..memory.config import (
     N_PARALLEL_AUTO,
     NGL_ALL,
     NGL_AUTO,
+    POOLING_TYPES,
     SPLIT_MODES,
     LaunchConfig,
     engine_defaults,
@@ -200,6 +201,8 @@ _OPTS = (
     _Opt("swa_full", ("--swa-full",), "LLAMA_ARG_SWA_FULL"),
     _Opt("kv_offload", ("-kvo", "--kv-offload"), "LLAMA_ARG_KV_OFFLOAD", negs=("-nkvo", "--no-kv-offload")),
     _Opt("op_offload", ("--op-offload",), "", negs=("--no-op-offload",)),  # no environment variable
+    _Opt("embeddings", ("--embedding", "--embeddings"), "LLAMA_ARG_EMBEDDINGS"),
+    _Opt("pooling", ("--pooling",), "LLAMA_ARG_POOLING", _one_of(POOLING_TYPES)),
     _Opt("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE"),
     _Opt("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "LLAMA_ARG_N_CPU_MOE", _at_least(0), merge=max),
     _Opt("n_cpu_ffn", ("-ncffn", "--n-cpu-ffn"), "LLAMA_ARG_N_CPU_FFN", _at_least(0), merge=max),
@@ -293,6 +296,9 @@ def _scan_one(argv: Sequence[str], i: int, scan: _Scan, base: LaunchConfig) -> i
     if opt is not None and opt.convert is not None:  # --flag=value: meant, but refused by llama-server
         _set(scan.values, opt, opt.convert(inline, flag))
         scan.on_cli.add(opt.field)
+    elif flag in ("--rerank", "--reranking") and not eq:  # arg.cpp: params.embedding = true, pooling RANK
+        scan.values.update(embeddings=True, pooling="rank")
+        scan.on_cli.update(("embeddings", "pooling"))
     elif flag in _RETIRED_LOAD and not eq:
         scan.values["load_mode"] = _retired_load_mode(scan.values.get("load_mode", base.load_mode), flag)
         scan.on_cli.add("load_mode")
