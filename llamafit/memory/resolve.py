@@ -39,6 +39,10 @@ class BuildRule:
 # that public reports print with a date (b7079 2025-11-16, issue #17300; b8284 2026-03-11, #20431;
 # b9425 2026-05-30, #23894): about ten builds a day, so a number is good to a few days' builds.
 BUILD_RULES: tuple[BuildRule, ...] = (
+    BuildRule("kv_split_streams", 5910, 14363, "2025-07-16 (b5910 estimate)", "the KV cache holds one stream per "
+              "sequence unless --kv-unified (llama_kv_cache_unified with n_stream = n_seq_max, PR 'llama : add "
+              "high-throughput mode'); before, every sequence shared one unified buffer of n_ctx cells, which each "
+              "sequence's attention viewed whole (the reserve graph's n_kv = n_ctx)"),
     BuildRule("kv_set_rows", 6090, 14959, "2025-08 (after 08-01)", "KV writes through ggml_set_rows by default: "
               "K/V row-index graph inputs (before: views + ggml_cpy, no index inputs; PR #14285 added it behind "
               "LLAMA_SET_ROWS=1)"),
@@ -168,7 +172,7 @@ def _slots(cfg: LaunchConfig, engine: str, build: int | None = None) -> tuple[in
     n_seq = max(1, cfg.n_parallel)
     if n_seq > LLAMA_MAX_SEQ:
         raise ConfigError(f"n_seq_max must be <= {LLAMA_MAX_SEQ}")
-    return n_seq, cfg.kv_unified
+    return n_seq, cfg.kv_unified or not since("kv_split_streams", build)  # PR #14363: one shared stream before
 
 
 def _padding(build: int | None, flash_attn: bool) -> int:
