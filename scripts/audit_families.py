@@ -4,7 +4,7 @@
     python scripts/audit_families.py --write    # also writes fixtures/calibration/families-0c1e570-cpu.json
 
 For each family whose graph differs from the llama-style block the compute model was fitted on
-(FFN without a gate, fused QKV, parallel attention/FFN, ...), a tiny real model is written with
+(FFN without a gate, fused QKV, parallel attention/FFN, gate fused into up, ...), a tiny real model is written with
 scripts/make_fixtures.py's building blocks (random weights, a real tokenizer) and loaded with
 llama-cpp-python (llama.cpp 0c1e570, CPU backend: one buffer holds the whole graph) over a few
 settings chosen so the FFN or the attention sets the peak (n_outputs_max 1: the logits stay small).
@@ -145,9 +145,30 @@ def llama(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2
     return f
 
 
+def glm4(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2) -> Fixture:
+    """src/models/glm4.cpp: the gate fused into ffn_up (2 x n_ff wide, no ffn_gate; build_ffn with
+    LLM_FFN_SWIGLU splits it), post-attention and post-FFN norms, half-rotary Q/K."""
+    f = Fixture("audit-glm4.gguf", "glm4", 106)
+    f.general("audit glm4", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
+    head = n_embd // n_head
+    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
+                     key_len=head, value_len=head, rope_dim=head // 2)  # fmt: skip
+    embeddings(f, n_embd, N_VOCAB, tied=False)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        attention(f, i, n_embd, n_head, n_head, head)
+        f.norm(p + "post_attention_norm.weight", n_embd)
+        f.norm(p + "ffn_norm.weight", n_embd)
+        f.tensor(p + "ffn_up.weight", (n_embd, 2 * n_ff))
+        f.tensor(p + "ffn_down.weight", (n_ff, n_embd))
+        f.norm(p + "post_ffw_norm.weight", n_embd)
+    return f
+
+
 FAMILIES: dict[str, Callable[[], Fixture]] = {
     "llama (gated FFN)": llama, "gptneox (GELU, parallel)": gptneox, "gpt2 (GELU, sequential)": gpt2,
     "starcoder2 (GELU, q/k/v)": starcoder2, "command-r (parallel, GLU)": command_r,
+    "glm4 (gate fused into up)": glm4,
 }
 
 
@@ -171,7 +192,8 @@ def predicted(path: Path, n_ctx: int, fa: bool, ub: int) -> int:
     from llamafit.reader.model import read_model
 
     f = build_facts(read_model(path))
-    return predict_compute(f, ComputeSettings(n_ctx_seq=n_ctx, n_ubatch=ub, n_outputs=1, flash_attn=fa)).device
+    s = ComputeSettings(n_ctx_seq=n_ctx, n_ubatch=ub, n_outputs=1, flash_attn=fa, mixed_input=False)  # 0c1e570: b9512
+    return predict_compute(f, s).device
 
 
 OUT = ROOT / "fixtures" / "calibration" / "families-0c1e570-cpu.json"

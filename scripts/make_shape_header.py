@@ -77,6 +77,8 @@ def _ffn(s: dict[str, Any], i: int) -> list[tuple[str, list[int], str]]:
                     (p + "ffn_down_shexp.weight", [sh, e], t)]  # fmt: skip
         return out
     ff = s["n_ff"]
+    if s.get("fused_up"):  # glm4, phi3: the gate fused into ffn_up, 2 x n_ff wide (src/models/glm4.cpp)
+        return [(p + "ffn_up.weight", [e, 2 * ff], t), (p + "ffn_down.weight", [ff, e], t)]
     out = [] if s.get("no_gate") else [(p + "ffn_gate.weight", [e, ff], t)]  # gptneox, gpt2, phi2...: GELU(up)
     out += [(p + "ffn_up.weight", [e, ff], t), (p + "ffn_down.weight", [ff, e], t)]
     if s.get("biases"):
@@ -91,9 +93,13 @@ def tensors(s: dict[str, Any]) -> list[tuple[str, list[int], str]]:
     for i in range(s["n_layer"]):
         out += [(f"blk.{i}.attn_norm.{k}", [e], "f32") for k in norms]
         out += _attention(s, i)
+        if s.get("post_norms"):  # glm4: RMS norms after attention and after the FFN
+            out.append((f"blk.{i}.post_attention_norm.weight", [e], "f32"))
         if not s.get("parallel_block"):  # command-r: attention and FFN read the same attn_norm output
             out += [(f"blk.{i}.ffn_norm.{k}", [e], "f32") for k in norms]
         out += _ffn(s, i)
+        if s.get("post_norms"):
+            out.append((f"blk.{i}.post_ffw_norm.weight", [e], "f32"))
     out += [(f"output_norm.{k}", [e], "f32") for k in norms]
     if not s.get("tied"):
         out.append(("output.weight", [e, v], s.get("output_type", t)))

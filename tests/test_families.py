@@ -1,7 +1,8 @@
 """Graph terms per architecture family against real llama.cpp (0c1e570, CPU backend: one buffer holds the
 whole reserve graph): tiny real models built by scripts/audit_families.py, their compute buffers stored in
 fixtures/calibration/families-0c1e570-cpu.json. Gate-less GELU FFNs (gptneox, gpt2, starcoder2), fused QKV
-with and without RoPE, parallel attention/FFN blocks (gptneox, command-r) next to the gated llama block."""
+with and without RoPE, parallel attention/FFN blocks (gptneox, command-r), a gate fused into ffn_up (glm4)
+next to the gated llama block."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_family_compute(row: dict, tmp: Path) -> None:
 
 def test_every_family_is_covered_with_and_without_flash_attention() -> None:
     families = {r["family"] for r in ROWS}
-    assert len(families) == 5
+    assert len(families) == 6
     for fam in families:
         assert {r["flash_attn"] for r in ROWS if r["family"] == fam} == {True, False}
 

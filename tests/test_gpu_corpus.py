@@ -215,8 +215,8 @@ QWEN3 = "qwen3-30b-a3b"
         (None, 8192, "auto", -1, (8192, 8192, 4, True, True)),  # np auto: 4 unified slots; FA auto on
         (6999, 8192, "auto", -1, (8192, 8192, 1, False, True)),  # before PR #16736: one slot
         (6324, 8192, "auto", 1, (8192, 8192, 1, False, False)),  # before PR #15434: no -fa auto (off)
-        (5910, 8192, "off", 4, (8192, 2048, 4, False, False)),  # PR #14363: one KV stream per sequence
-        (5909, 8192, "off", 4, (8192, 8192, 4, True, False)),  # before: the sequences share one n_ctx stream
+        (5913, 8192, "off", 4, (8192, 2048, 4, False, False)),  # PR #14363: one KV stream per sequence
+        (5912, 8192, "off", 4, (8192, 8192, 4, True, False)),  # before: one unified cache for all sequences
     ],
 )  # fmt: skip
 def test_context_rules_by_build(build: int | None, n_ctx: int, fa: str, np: int, expected: tuple) -> None:

@@ -144,13 +144,21 @@ def _shape(f: ModelFacts) -> _Shape:
 
 def _gated_layers(f: ModelFacts) -> frozenset[int]:
     """Blocks with an ffn_gate tensor (build_ffn in src/llama-graph.cpp multiplies by the gate only when
-    the model has one). A header without tensor infos counts every layer as gated (the larger FFN)."""
+    the model has one). A header without tensor infos counts every layer as gated (the larger FFN).
+    A gate fused into ffn_up (2 x n_ff wide, no ffn_gate: glm4, phi3) is gated too: build_ffn's
+    LLM_FFN_SWIGLU without a gate splits up's output in two halves (ggml_swiglu), and the up [2 n_ff]
+    plus the GLU output [n_ff] take what gate + up + activation take (audit_families.py, glm4)."""
     if not f.tensors:
         return frozenset(range(f.n_layer_all))
     out = set()
     for t in f.tensors:
-        if t.name.startswith("blk.") and t.name.endswith((".ffn_gate.weight", ".ffn_gate_up.weight")):
-            out.add(int(t.name.split(".", 2)[1]))
+        if not t.name.startswith("blk."):
+            continue
+        il = int(t.name.split(".", 2)[1])
+        fused_up = t.name.endswith(".ffn_up.weight") and len(t.shape) == 2 and il < len(f.n_ff) \
+            and f.n_ff[il] > 0 and t.shape[1] == 2 * f.n_ff[il]
+        if fused_up or t.name.endswith((".ffn_gate.weight", ".ffn_gate_up.weight")):
+            out.add(il)
     return frozenset(out)
 
 

@@ -39,10 +39,10 @@ class BuildRule:
 # that public reports print with a date (b7079 2025-11-16, issue #17300; b8284 2026-03-11, #20431;
 # b9425 2026-05-30, #23894): about ten builds a day, so a number is good to a few days' builds.
 BUILD_RULES: tuple[BuildRule, ...] = (
-    BuildRule("kv_split_streams", 5910, 14363, "2025-07-16 (b5910 estimate)", "the KV cache holds one stream per "
-              "sequence unless --kv-unified (llama_kv_cache_unified with n_stream = n_seq_max, PR 'llama : add "
-              "high-throughput mode'); before, every sequence shared one unified buffer of n_ctx cells, which each "
-              "sequence's attention viewed whole (the reserve graph's n_kv = n_ctx)"),
+    BuildRule("kv_streams", 5913, 14363, "2025-07-16", "the KV cache can be split into one stream per sequence "
+              "(kv_unified = false, the default of libllama and llama-server); before, every sequence shared one "
+              "unified buffer of n_ctx cells and the reserve graph attends over all of them (b5913: issue #14847, "
+              "its seq_to_stream assert)"),
     BuildRule("kv_set_rows", 6090, 14959, "2025-08 (after 08-01)", "KV writes through ggml_set_rows by default: "
               "K/V row-index graph inputs (before: views + ggml_cpy, no index inputs; PR #14285 added it behind "
               "LLAMA_SET_ROWS=1)"),
@@ -78,10 +78,10 @@ BUILD_RULES: tuple[BuildRule, ...] = (
               "outside every reported buffer)"),
     BuildRule("server_output_limit", 9440, 23861, "2026-06-01", "llama-server reserves n_parallel outputs (logits "
               "rows) instead of n_batch (issue #23527)"),
-    BuildRule("cuda_no_split_buffers", 9890, 25884, "2026-07 (b9890, commit 74976e1)", "-sm row is refused on "
-              "CUDA/ROCm ('device CUDA0 does not support split buffers', llama_model::load_tensors): the CUDA "
-              "split buffer type is gone (before: matrices split by rows over the GPUs, KV and compute by layer; "
-              "pr is issue #25884, which bisects the change to commit 74976e1 = b9890)"),
+    BuildRule("cuda_no_split_buffers", 9890, 24216, "2026-07 (b9890, commit 74976e1)", "-sm row is refused on "
+              "CUDA/ROCm ('device CUDA0 does not support split buffers', llama_model::load_tensors): PR #24216 "
+              "'CUDA: remove -sm row' drops the CUDA split buffer type (before: matrices split by rows over the "
+              "GPUs, KV and compute by layer); issue #25884 bisects the refusal to commit 74976e1 = b9890"),
     BuildRule("mixed_batch", 11400, 29622, "2026-10-05", "the graph also holds a third, mixed token/embedding "
               "input branch (inp_mixed_tokens, inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); "
               "on a GPU holding block 0 the scheduler copies three of them into its compute buffer"),
@@ -172,7 +172,9 @@ def _slots(cfg: LaunchConfig, engine: str, build: int | None = None) -> tuple[in
     n_seq = max(1, cfg.n_parallel)
     if n_seq > LLAMA_MAX_SEQ:
         raise ConfigError(f"n_seq_max must be <= {LLAMA_MAX_SEQ}")
-    return n_seq, cfg.kv_unified or not since("kv_split_streams", build)  # PR #14363: one shared stream before
+    if not since("kv_streams", build):
+        return n_seq, True  # PR #14363: before it, one unified stream for every sequence
+    return n_seq, cfg.kv_unified
 
 
 def _padding(build: int | None, flash_attn: bool) -> int:
