@@ -29,8 +29,8 @@ from make_broken_fixtures import (
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ROOT / "fixtures" / "calibration" / "gpu-shapes.json"
 # ggml type id: (block elements, bytes per block) — ggml/src/ggml.c type_traits
-TYPES = {"f32": (0, 1, 4), "f16": (1, 1, 2), "q4_0": (2, 32, 18), "q8_0": (8, 32, 34), "q4_k": (12, 256, 144),
-         "q6_k": (14, 256, 210), "mxfp4": (39, 32, 17)}
+TYPES = {"f32": (0, 1, 4), "f16": (1, 1, 2), "q4_0": (2, 32, 18), "q8_0": (8, 32, 34), "q3_k": (11, 256, 110),
+         "q4_k": (12, 256, 144), "q6_k": (14, 256, 210), "mxfp4": (39, 32, 17)}
 
 
 def load_specs() -> dict[str, dict[str, Any]]:

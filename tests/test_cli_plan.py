@@ -103,7 +103,7 @@ Command    llama-server \\
            --fit off
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
 CUDA0      16,384  14,782     402      0     173       0   1,024  16,381       3
-CPU        49,152   4,144     102      0      13       2       0   4,261  44,891
+CPU        49,152   4,144     102      0      12       2       0   4,260  44,892
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s
   on  f16   f16      52       0        1,792   4.8-5.6

@@ -100,7 +100,7 @@ def _estimate(shape: str, build: int | None, ngl: int, backend: str = "cuda") ->
 
 QWEN3_06B_OUT = 151936 * 1024 // 256 * 210  # output.weight Q6_K (the Jetson log's file)
 QWEN3_06B_LM_HEAD = QWEN3_06B_OUT + 4 * 512 * (151936 + 2 * 1024)  # the copy, the logits and two normed rows
-QWEN3_06B_KCUR_VCUR = 4 * 512 * (1024 + 1024)  # the host SET_ROWS (cpy before PR #14959) read copies of both
+QWEN3_06B_KCUR_VCUR = 4 * 512 * 1024  # the host SET_ROWS read copies of Kcur and Vcur: K fits the freed token rows
 
 
 @pytest.mark.parametrize(("build", "lm_head_on_gpu"), [(5489, True), (None, False)])
@@ -123,6 +123,43 @@ def test_host_output_layer_offloaded_with_its_logits(build: int | None, lm_head_
     host = op_offload_host_compute(f, rc, "cuda", output=not lm_head_on_gpu) + QWEN3_06B_KCUR_VCUR
     assert _estimate("qwen3-0.6b", build, 0) == (max(layer, QWEN3_06B_LM_HEAD) if lm_head_on_gpu else layer, host)
     assert QWEN3_06B_LM_HEAD > layer  # so the Jetson log's 422.92 MiB is the lm_head's (422.46 predicted)
+
+
+# The copies of a host layer's Kcur and Vcur (n_tokens F32 rows each) that the host's SET_ROWS reads land,
+# best-fit, in the hole the token rows' GET_ROWS result (n_embd x n_tokens F32) leaves once the first GPU split
+# has copied it in; only a copy that no longer fits grows the host buffer.
+# (n_embd, n_embd_k_gqa, n_embd_v_gqa, n_tokens, growth in bytes; the log or start it matches)
+KV_ROW_COPIES = [
+    (1024, 1024, 1024, 512, 4 * 512 * 1024),  # Qwen3-0.6B, Jetson CUDA: 12.01 MiB, one V row over the inputs
+    (2560, 1024, 1024, 512, 0),  # Qwen3-4B -ngl 0, GTX 1660 Ti b5285: 13.01, the inputs alone
+    (5120, 1024, 1024, 512, 0),  # Mistral-Nemo -ngl 40, RTX 5070 b8133: 36.01
+    (2048, 512, 512, 2048, 0),  # Llama 3.2 1B -ngl 0 -ub 2048, lavapipe: 80.07
+    (1024, 512, 512, 512, 0),  # Granite 3.0 1B-A400M -ngl 0, lavapipe: 12.02 (k + v = n_embd, still fits)
+    (2560, 2560, 2560, 512, 4 * 512 * 2560),  # Pythia 2.8B (MHA): K fills the hole, V grows the buffer
+    (1024, 2048, 256, 512, 4 * 512 * 2048),  # K alone over the hole: K grows it, V fits
+]
+
+
+@pytest.mark.parametrize(("n_embd", "k", "v", "n_tokens", "grow"), KV_ROW_COPIES)
+def test_kv_row_copies_fill_the_token_rows_hole(n_embd: int, k: int, v: int, n_tokens: int, grow: int) -> None:
+    from types import SimpleNamespace
+
+    from llamafit.memory.model import MemoryModel
+
+    facts = SimpleNamespace(n_embd=n_embd, n_embd_k_gqa=lambda il: k, n_embd_v_gqa=lambda il: v)
+    assert MemoryModel._kv_row_copies(SimpleNamespace(facts=facts), n_tokens, 0) == grow  # type: ignore[arg-type]
+
+
+HOST_EXACT_LIVE = [["-ngl", "0"], ["-ngl", "0", "-ub", "2048", "-b", "2048"], ["-ngl", "4", "-ub", "128"]]
+
+
+@pytest.mark.parametrize("flags", HOST_EXACT_LIVE, ids=[" ".join(f) for f in HOST_EXACT_LIVE])
+def test_vulkan_host_is_the_inputs_when_kv_rows_fit(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
+    """Llama 3.2 1B (k + v = n_embd / 2): the host layers' Kcur/Vcur copies add nothing to Vulkan_Host."""
+    path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
+    got = device_lab.load(path, BASE + flags)
+    assert got.ok, got.failure
+    assert abs(got.get("compute", "Vulkan_Host") - _host_compute(path, BASE + flags) / (1 << 20)) <= 0.01
 
 
 def test_tied_output_copy_is_offloaded_like_an_untied_one() -> None:

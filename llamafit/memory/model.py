@@ -392,9 +392,29 @@ class MemoryModel:
             keep = lmap.output == CPU and not output
             host = op_offload_host_compute(self.facts, rc, gpus[b].backend, output=keep)
             if host_layers:  # the SET_ROWS into the host cache read copies of one layer's Kcur and Vcur
-                host += 4 * n_tokens * max(self.facts.n_embd_k_gqa(il) + self.facts.n_embd_v_gqa(il)
-                                           for il in host_layers)  # fmt: skip
+                host += max(self._kv_row_copies(n_tokens, il) for il in host_layers)
             compute[CPU] = max(min(compute[CPU], host), output_refused_host(self.facts, rc, lmap, gpus))
+
+    def _kv_row_copies(self, n_tokens: int, il: int) -> int:
+        """What the host's buffer grows by for the copies of a host layer's Kcur and Vcur (F32, n_tokens rows)
+        that the SET_ROWS into its host cache reads, once a GPU runs the rest of the layer (op offload).
+
+        ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp) adds each split input to the graph copy
+        as a view of its source (input_dep, "so that it is not freed before the copy is done") followed by
+        the copy: the token rows' GET_ROWS result on the host (n_embd x n_tokens F32) is freed once the first
+        GPU split has copied it in, and the later host split that writes the cache allocates its two copies
+        at its start, best-fit into that hole (ggml_dyn_tallocr_alloc); only a copy that no longer fits
+        grows the buffer. Measured: the host buffer is the inputs alone whenever n_embd_k + n_embd_v <=
+        n_embd (Qwen3-4B b5285, Mistral-Nemo b8133 on CUDA; Qwen3-235B b5398, Qwen2.5-3B b8179, Llama 3.2
+        1B b8319 on Vulkan; the 23 host-layer lavapipe starts of scripts/bench_op_offload.py, 1..8 MiB
+        over before), and one V row more for Qwen3-0.6B (k = v = n_embd, the Jetson row)."""
+        hole, grow = 4 * n_tokens * self.facts.n_embd, 0
+        for rows in (4 * n_tokens * self.facts.n_embd_k_gqa(il), 4 * n_tokens * self.facts.n_embd_v_gqa(il)):
+            if rows <= hole:
+                hole -= rows
+            else:
+                grow += rows
+        return grow
 
     def _host_ops_of_gpu_layers(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
                                 gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
