@@ -347,7 +347,11 @@ MOE = str(FIXTURES / "moe-qwen3.gguf")
 def test_output_fits_80_columns(args: list[str]) -> None:
     result = invoke(*args)
     assert result.exit_code in (0, 1), result.output
-    lines = [line.removesuffix(" \\") for line in result.output.splitlines()]
+    output = result.output
+    for arg in args:  # the checkout's own path is as long as the machine makes it: measured as a short name
+        if "/" in arg:
+            output = output.replace(arg, "model.gguf")
+    lines = [line.removesuffix(" \\") for line in output.splitlines()]
     long = [line for line in lines if len(line) > 80 and " " in line[11:].strip()]  # one long path may
     assert long == []
 
