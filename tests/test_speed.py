@@ -14,7 +14,7 @@ from llamafit.reader.model import read_model
 from llamafit.memory.model import MemoryModel
 from llamafit.memory.placement import layer_map
 from llamafit.memory.resolve import resolve
-from llamafit.fit.speed import Efficiency, KernelRate, Rate, SpeedInputs, estimate
+from llamafit.fit.speed import AttentionRate, Efficiency, KernelRate, Rate, SpeedInputs, estimate
 from llamafit.fit.speed_calibration import calibrate
 
 MODEL = MemoryModel(build_facts(read_model(str(FIXTURES / "dense-llama.gguf"))))
@@ -89,12 +89,14 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     monkeypatch.setattr(host_probe.os, "cpu_count", lambda: 3)
     monkeypatch.setattr(host_probe, "measure_bandwidth", lambda n=None: calls.append(n) or 4e9 * n)
     monkeypatch.setattr(host_probe, "measure_flops", lambda: calls.append("flops") or 34e9)
-    monkeypatch.setattr(host_probe, "measure_kernels", lambda: {"q4_K": [5e9, 6e9], "q9_X": [1e9, 1e9]})
+    monkeypatch.setattr(host_probe, "measure_kernels",
+                        lambda: {"q4_K": [5e9, 6e9], "q9_X": [1e9, 1e9], "flash_attn_ext": [2e9, 7e9]})
     rates = host_probe.host_rates({}, tmp_path)
     src = rates.bandwidth.source
     assert src.startswith("measured by the host probe (")
     assert rates == host_probe.HostRates(Rate(12e9, src), Rate(34e9, src), ((1, 4e9), (2, 8e9), (3, 12e9)), 3,
-                                         (KernelRate(12, 5e9, 6e9),))  # a type llamafit does not know: left out
+                                         (KernelRate(12, 5e9, 6e9),),  # a type llamafit does not know: left out
+                                         AttentionRate(2e9, 7e9))
     assert calls == [1, 2, 3, "flops"]
     assert host_probe.host_rates({}, tmp_path) == rates and len(calls) == 4  # cached
     record = json.loads((tmp_path / "host-probe.json").read_text())
@@ -103,6 +105,7 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     junk = ["[1, 2]", '{"schema": "llamafit.host-probe/1", "bandwidth_bytes_per_s": "x"}', "\x00" * 20000,
             json.dumps({**good, "schema": "llamafit.host-probe/1"}),  # the one-figure probe of earlier versions
             json.dumps({**good, "schema": "llamafit.host-probe/2"}),  # its 1-thread figure read BLAS's threads
+            json.dumps({**good, "schema": "llamafit.host-probe/3"}),  # no flash attention figure
             json.dumps({**good, "bandwidth_by_threads": [[2, 8e9], [1, 4e9]]}),  # not ascending
             json.dumps({**good, "bandwidth_by_threads": []}),
             json.dumps({**good, "bandwidth_by_threads": [[1, "fast"]]}),
@@ -219,10 +222,11 @@ def test_llama_threads_counts_physical_cores(tmp_path: Path, siblings: list[str]
 
 
 def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
-    """With llama.cpp's kernel rates, each weight type's FLOPs go at its own rate x the threads, after
-    the memory's streaming time overlaps them (the longer counts); a prompt leaves out
-    the output matrix (logits for its last token only); a type without a rate falls back to the BLAS
-    rate x the efficiency."""
+    """With llama.cpp's kernel rates, each weight type's FLOPs go at its own rate x the threads, and the
+    weights' streaming time overlaps them (the longer counts); attention goes at the flash attention
+    kernel's rate x the threads x its share, overlapping the cache's reads (the longer counts); a prompt
+    leaves out the output matrix (logits for its last token only); a type without a rate falls back to
+    the BLAS rate x the efficiency."""
     facts = MODEL.facts
     types = {t.name: t.ggml_type for t in facts.tensors}
     flops: dict[int, int] = {}
@@ -235,31 +239,32 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     eff = {"cpu": Efficiency(1.0, 0.5, "test", decode=0.25, attention=1.0, attention_kernel=0.5,
                              prompt_attention_kernel=0.25)}  # fmt: skip
     inputs = SpeedInputs((), (), Rate(1e15, "p"), Rate(8e6, "p"), efficiency=eff, n_threads=2, host_flops_threads=2,
-                         cpu_kernels=kernels)  # fmt: skip
+                         cpu_kernels=kernels, cpu_attention=AttentionRate(3e6, 5e6))  # fmt: skip
     est = estimate(MODEL, RC, LMAP, (), inputs)
     assert est is not None and est.devices[0].bound == "compute"
     rate = {k: 1e6 * (k + 1) * 2 for k in flops}  # two threads
     matmul = sum(n / (rate[k] if k else 8e6 * 0.25) for k, n in flops.items())  # F32 norms: no kernel rate
     attn_cell = sum(2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v) for il in range(facts.n_layer))
-    f16_rate = 2e6 * 2  # the F16 matrix-vector kernel x two threads: attention's base rate
+    fa_rate, fa_prompt = 3e6 * 2, 5e6 * 2  # the flash attention kernel x two threads
     d = est.devices[0]
-    memory = (d.weight_bytes + d.kv_bytes_empty) / 1e15  # streaming overlaps the kernels: the longer counts
-    assert 1 / est.generation_tps[1] == pytest.approx(max(memory, matmul) + attn_cell / (f16_rate * 0.5), rel=1e-12)
+    weights, kv = d.weight_bytes / 1e15, d.kv_bytes_empty / 1e15  # each op: its reads overlap its arithmetic
+    expected = max(weights, matmul) + max(kv, attn_cell / (fa_rate * 0.5))
+    assert 1 / est.generation_tps[1] == pytest.approx(expected, rel=1e-12)
     prompt_flops = dict(flops)
     prompt_flops[types["output.weight"]] -= out
     pp = sum(n / (rate[k] * 2 if k else 8e6 * 0.5) for k, n in prompt_flops.items())  # prompt: 2x decode's rate
-    assert 1 / est.prompt_tps == pytest.approx(pp + attn_cell * 256 / (f16_rate * 0.25), rel=1e-12)
+    assert 1 / est.prompt_tps == pytest.approx(pp + attn_cell * 256 / (fa_prompt * 0.25), rel=1e-12)
     assert est.prompt_source == "llama.cpp's matrix kernels per weight type, measured here x 2 threads (test)"
 
 
 def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
     """The real ggml kernels (llama-cpp-python's libraries), in a child process: every listed type
-    multiplies, at some rate."""
+    multiplies, and flash attention runs, at some rate."""
     from llamafit.machine.host_probe import measure_kernels
-    from llamafit.machine.kernel_probe import TYPES
+    from llamafit.machine.kernel_probe import ATTENTION, TYPES
 
     rates = measure_kernels()
-    assert sorted(rates) == sorted(TYPES)
+    assert sorted(rates) == sorted([*TYPES, ATTENTION])
     assert all(len(r) == 2 and r[0] > 0 and r[1] > 0 for r in rates.values())
 
 
@@ -313,3 +318,16 @@ def test_served_speed_sums_tokens_over_time(requests: list[tuple], expected: dic
     from llamafit.server.log import ServedRequest
 
     assert served_speed([ServedRequest(*r) for r in requests]) == expected
+
+
+@pytest.mark.parametrize("attention, expected_rate", [
+    (AttentionRate(3e6, 5e6), 3e6 * 2 * 0.5),  # the flash attention kernel x 2 threads x attention_kernel
+    (None, 8e6 * 0.25),  # no flash attention figure (a probe of an older ggml): the BLAS rate x `attention`
+])  # fmt: skip
+def test_cpu_attention_rate_and_its_fallback(attention: AttentionRate | None, expected_rate: float) -> None:
+    eff = {"cpu": Efficiency(1.0, 0.5, "test", decode=0.25, attention=0.25, attention_kernel=0.5,
+                             prompt_attention_kernel=0.25)}  # fmt: skip
+    inputs = SpeedInputs((), (), Rate(1e15, "p"), Rate(8e6, "p"), efficiency=eff, n_threads=2, host_flops_threads=2,
+                         cpu_kernels=(KernelRate(1, 1e6, 2e6),), cpu_attention=attention)  # fmt: skip
+    est = estimate(MODEL, RC, LMAP, (), inputs)
+    assert est is not None and est.devices[0].attention_rate == expected_rate

@@ -77,7 +77,7 @@ def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapp
     host = host_rates(env, cache)
     return SpeedInputs(bws, flops, host.bandwidth, host.flops, host_bandwidth_by_threads=host.bandwidth_by_threads,
                        n_threads=threads or llama_threads(), host_flops_threads=host.flops_threads,
-                       cpu_kernels=host.kernels)  # fmt: skip
+                       cpu_kernels=host.kernels, cpu_attention=host.attention)  # fmt: skip
 
 
 def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architecture: str, env: Mapping[str, str],

@@ -53,15 +53,17 @@ class Efficiency:
     rate its matrix-vector products reach, `attention` the share attention over the cache reaches
     (F16 K/V, softmax: far below matrix speed). None: not modelled (GPUs: memory-bound). With the
     kernel probe's figures the CPU uses those instead of `decode`, and `attention_kernel` /
-    `prompt_attention_kernel` (shares of the F16 kernel's rate) instead of `attention`."""
+    `prompt_attention_kernel` (shares of the flash attention kernel's measured rate) instead of
+    `attention`."""
 
     generation: float
     prompt: float
     source: str
     decode: float | None = None
     attention: float | None = None
-    # with llama.cpp's kernels measured (kernel_probe.py): the share of the F16 matrix-vector kernel's
-    # rate that attention over the cache reaches, generating a token and in a prompt
+    # with llama.cpp's kernels measured (kernel_probe.py): the share of the flash attention kernel's
+    # rate (ggml_flash_attn_ext, one query / a 512-query batch, in the caches) that attention over the
+    # cache reaches in a real run, generating a token and in a prompt
     attention_kernel: float | None = None
     prompt_attention_kernel: float | None = None
 
@@ -83,8 +85,8 @@ EFFICIENCY: dict[str, Efficiency] = {
         "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
         decode=0.74,
         attention=0.09,
-        attention_kernel=0.36,
-        prompt_attention_kernel=0.64,
+        attention_kernel=0.6,
+        prompt_attention_kernel=0.6,
     ),
     "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
     "rocm": Efficiency(0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"),
@@ -101,6 +103,16 @@ class KernelRate:
     512-column matrix product (a prompt ubatch)."""
 
     ggml_type: int
+    decode: float
+    prompt: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionRate:
+    """What one CPU thread reaches in llama.cpp's flash attention over an F16 cache
+    (ggml_flash_attn_ext; machine/kernel_probe.py), in FLOP/s counted as 2 x n_head x (head_k + head_v)
+    per cell and query: `decode` one query per head, `prompt` a 512-query batch."""
+
     decode: float
     prompt: float
 
@@ -126,6 +138,7 @@ class SpeedInputs:
     n_threads: int = 0
     host_flops_threads: int = 0
     cpu_kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type, one thread each
+    cpu_attention: AttentionRate | None = None  # llama.cpp's flash attention kernel, one thread
 
     def efficiency_for(self, backend: str) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
@@ -176,6 +189,7 @@ class DeviceRead:
     efficiency_source: str
     seconds: tuple[float, float] = (0.0, 0.0)  # per token: empty, full context
     bound: str = "memory"  # memory | compute (at an empty context)
+    attention_rate: float | None = None  # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
 
 
 @dataclass(frozen=True)
@@ -291,19 +305,21 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
             return None
         eff = inputs.efficiency_for(backend)
         memory = [(w + k) / (bw.value * eff.generation) for k in kv]
-        seconds, bound = memory, "memory"
+        seconds, bound, charged = memory, "memory", None
         attn_rate = _attention_rate(inputs, eff.attention_kernel) or inputs.host_flops_at().value * (eff.attention or 0)
         if dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate:  # arithmetic bounds a token too
             rate = inputs.host_flops_at().value
             matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
+            weights = w / (bw.value * eff.generation)
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
-            # the cores stream the weights and multiply them at once (the hardware prefetcher keeps reading
-            # while the kernel computes), so a token takes the longer of the two, then attention over the
-            # cache (bench_speed at 1 and 2 threads: the sum needed more than the probe's bandwidth)
-            seconds = [max(m, matmul) + a for m, a in zip(memory, attn, strict=True)]
-            bound = "compute" if matmul > memory[0] else "memory"
+            # each op is bound by its own resource: the matrix products stream the weights while the
+            # kernel computes (the hardware prefetcher keeps reading), so they take the longer of the two;
+            # attention (ggml_flash_attn_ext, its own op) reads the cache's filled cells while it computes
+            # over them, the longer of the two again
+            seconds = [max(weights, matmul) + max(m - weights, a) for m, a in zip(memory, attn, strict=True)]
+            bound, charged = ("compute" if matmul > weights else "memory"), attn_rate
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
-                               eff.source, (seconds[0], seconds[1]), bound))  # fmt: skip
+                               eff.source, (seconds[0], seconds[1]), bound, charged))  # fmt: skip
     return rows
 
 
@@ -313,14 +329,14 @@ def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int, padding: int = KV_PA
             + r.attn_swa_cell[dev] * _cells(fill, n_swa, True, padding))  # fmt: skip
 
 
-def _attention_rate(inputs: SpeedInputs, share: float | None) -> float | None:
-    """FLOP/s of attention over an F16 cache on the CPU: `share` of the measured F16 matrix-vector kernel
-    (attention multiplies each query row by the cached K and V rows: ggml_vec_dot_f16 per row in
-    ops.cpp ggml_compute_forward_flash_attn_ext_f16_one_chunk) x the threads; None without a kernel figure."""
-    f16 = next((k for k in inputs.cpu_kernels if k.ggml_type == F16), None)
-    if f16 is None or not share:
+def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decode") -> float | None:
+    """FLOP/s of attention over the cache on the CPU: `share` of what llama.cpp's flash attention kernel
+    reached in the probe (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query per head
+    while generating, the tiled path for a prompt batch) x the threads; None without that figure."""
+    fa = inputs.cpu_attention
+    if fa is None or not share:
         return None
-    return f16.decode * (inputs.n_threads or inputs.host_flops_threads or 1) * share
+    return (fa.decode if kind == "decode" else fa.prompt) * (inputs.n_threads or inputs.host_flops_threads or 1) * share
 
 
 def _matmul_seconds(flops_by_type: Mapping[int, int], inputs: SpeedInputs, kind: str, fallback: float) -> float:
@@ -391,7 +407,7 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
         out = r.output_by_type[CPU]
         weights = {kind: n - out.get(kind, 0) for kind, n in r.flops_by_type[CPU].items()}
         t = _matmul_seconds(weights, inputs, "prompt", flops.value * eff.prompt)
-        attn_rate = _attention_rate(inputs, eff.prompt_attention_kernel)
+        attn_rate = _attention_rate(inputs, eff.prompt_attention_kernel, "prompt")
         if attn_rate:
             t += _attn_flops(r, CPU, depth + PP_TOKENS // 2, n_swa, _padding(CPU, rc.flash_attn)) / attn_rate
         else:

@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..fit.speed import KernelRate, Rate
+from ..fit.speed import AttentionRate, KernelRate, Rate
 
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
 KERNEL_PROBE_TIMEOUT_S = 120
-SCHEMA = "llamafit.host-probe/3"  # /3: the bandwidth without BLAS threads
+SCHEMA = "llamafit.host-probe/4"  # /3: the bandwidth without BLAS threads; /4: flash attention measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,7 @@ class HostRates:
     bandwidth_by_threads: tuple[tuple[int, float], ...] = ()  # (threads, bytes/s), ascending
     flops_threads: int = 0  # the threads `flops` was measured with (0: unknown)
     kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type (kernel_probe.py)
+    attention: AttentionRate | None = None  # llama.cpp's flash attention kernel (kernel_probe.py)
 
 
 def thread_counts(n_cpu: int) -> list[int]:
@@ -145,7 +146,7 @@ def probe() -> dict[str, object]:
 
 
 def measure_kernels() -> dict[str, list[float]]:
-    """{type name: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a child process (a ggml
+    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a child process (a ggml
     abort or hang costs only the kernel figures); empty when it fails."""
     import subprocess
     import sys
@@ -177,7 +178,7 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
     return HostRates(bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
                      flops or Rate(_number(record["flops"]), source), curve,
                      0 if flops else int(_number(record["flops_threads"])),
-                     _kernels(record.get("kernels")))  # fmt: skip
+                     _kernels(record.get("kernels")), _attention(record.get("kernels")))  # fmt: skip
 
 
 def _kernels(value: object) -> tuple[KernelRate, ...]:
@@ -187,6 +188,15 @@ def _kernels(value: object) -> tuple[KernelRate, ...]:
         return ()
     return tuple(KernelRate(TYPES[name], float(r[0]), float(r[1])) for name, r in sorted(value.items())
                  if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]))  # fmt: skip
+
+
+def _attention(value: object) -> AttentionRate | None:
+    from .kernel_probe import ATTENTION
+
+    r = value.get(ATTENTION) if isinstance(value, dict) else None
+    if isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]):
+        return AttentionRate(float(r[0]), float(r[1]))
+    return None
 
 
 def _number(value: object) -> float:

@@ -13,6 +13,15 @@ that supports the product (the repack buffer; llama-model-loader.cpp, select_wei
 plain CPU buffer. The figure kept is the best of a few rounds, in FLOP/s per thread (2 x N x K x
 columns / seconds). The weight (a few MiB) stays in the caches: this measures arithmetic; memory
 bandwidth is host_probe's.
+
+Attention over the cache is its own kernel: ggml_flash_attn_ext with F16 K and V (llama.cpp's default
+cache type; ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query row per head runs
+ggml_compute_forward_flash_attn_ext_f16_one_chunk, a dot product with each cached K row, an online
+softmax and a multiply-add of each V row; a batch of queries takes the tiled path). Its speed per cell
+depends on the CPU far more than a matrix product's (expf per cell, F16 V accumulated in F16), so it is
+measured too, at one GQA shape (head size 128, 8 query heads over 2 KV heads): `decode` one query
+over 4096 cells, `prompt` 512 queries over 512 cells, in FLOP/s per thread counted as the speed model
+counts them (2 x n_head x (head_k + head_v) per cell and query).
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ TYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_K": 12, 
 # multiple of 256, as every type's block needs (ggml aborts otherwise)
 K_DECODE, N_DECODE, K_PROMPT, N_PROMPT, BATCH = 4096, 2048, 4096, 128, 512
 ROUNDS_DECODE, ROUNDS_PROMPT = 12, 8
+# flash attention: head size, query heads, KV heads; cells for one query / for a 512-query batch
+FA_HEAD, FA_N_HEAD, FA_N_HEAD_KV, FA_CELLS_DECODE, FA_CELLS_PROMPT = 128, 8, 2, 4096, 512
+ATTENTION = "flash_attn_ext"  # its key next to the weight types' in the probe's figures
 
 _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
 
@@ -57,6 +69,8 @@ def _libs() -> tuple[Any, Any]:
     sigs: list[tuple[Any, str, Any, list[Any]]] = [
         (base, "ggml_init", _vp, [_InitParams]), (base, "ggml_free", None, [_vp]),
         (base, "ggml_new_tensor_2d", _vp, [_vp, _int, _i64, _i64]), (base, "ggml_mul_mat", _vp, [_vp, _vp, _vp]),
+        (base, "ggml_new_tensor_3d", _vp, [_vp, _int, _i64, _i64, _i64]),
+        (base, "ggml_flash_attn_ext", _vp, [_vp, _vp, _vp, _vp, _vp, ctypes.c_float, ctypes.c_float, ctypes.c_float]),
         (base, "ggml_new_graph", _vp, [_vp]), (base, "ggml_build_forward_expand", None, [_vp, _vp]),
         (base, "ggml_nbytes", _sz, [_vp]), (base, "ggml_tensor_overhead", _sz, []),
         (base, "ggml_graph_overhead", _sz, []),
@@ -140,9 +154,47 @@ def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rou
             base.ggml_free(c)
 
 
+def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 3) -> float:
+    """FLOP/s of ggml_flash_attn_ext (F32 queries, F16 K and V, no mask) over `cells` cached cells for
+    `queries` query rows per head, at the FA_* shape, on `threads` threads."""
+    base, cpu = _libs()
+    meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
+    plain = cpu.ggml_backend_cpu_buffer_type()
+    backend = cpu.ggml_backend_cpu_init()
+    ctx = base.ggml_init(_InitParams(meta, None, True))
+    buf = None
+    try:
+        q = base.ggml_new_tensor_3d(ctx, 0, FA_HEAD, queries, FA_N_HEAD)  # ggml_type F32
+        k = base.ggml_new_tensor_3d(ctx, 1, FA_HEAD, cells, FA_N_HEAD_KV)  # F16
+        v = base.ggml_new_tensor_3d(ctx, 1, FA_HEAD, cells, FA_N_HEAD_KV)
+        y = base.ggml_flash_attn_ext(ctx, q, k, v, None, FA_HEAD**-0.5, 0.0, 0.0)
+        buf = base.ggml_backend_alloc_ctx_tensors_from_buft(ctx, plain)
+        if not buf:
+            raise ProbeUnavailable("could not allocate the attention tensors")
+        for t in (q, k, v):
+            n = base.ggml_nbytes(t)
+            base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
+        graph = base.ggml_new_graph(ctx)
+        base.ggml_build_forward_expand(graph, y)
+        cpu.ggml_backend_cpu_set_n_threads(backend, threads)
+        base.ggml_backend_graph_compute(backend, graph)  # warm up
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            base.ggml_backend_graph_compute(backend, graph)
+            best = min(best, time.perf_counter() - t0)
+        return 2 * FA_N_HEAD * 2 * FA_HEAD * cells * queries / best
+    finally:
+        if buf:
+            base.ggml_backend_buffer_free(buf)
+        base.ggml_backend_free(backend)
+        base.ggml_free(ctx)
+
+
 def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
                   ) -> dict[str, dict[str, float]]:  # fmt: skip
-    """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread; types ggml cannot multiply are left out.
+    """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread, and the same for ATTENTION (flash
+    attention over an F16 cache); types ggml cannot multiply are left out.
     ggml's own log (it reports each repack) is silenced meanwhile and restored after."""
     base, _ = _libs()
     log_fn = ctypes.CFUNCTYPE(None, _int, ctypes.c_char_p, _vp)
@@ -162,6 +214,13 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
             except ProbeUnavailable:
                 if not out and name == types[0]:
                     raise
+        if progress:
+            progress(ATTENTION)
+        try:
+            out[ATTENTION] = {"decode": measure_attention(1, FA_CELLS_DECODE, 1, ROUNDS_DECODE),
+                              "prompt": measure_attention(BATCH, FA_CELLS_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
+        except ProbeUnavailable:
+            pass
     finally:
         base.ggml_log_set(old_cb, old_ud)
     return out

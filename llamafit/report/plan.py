@@ -195,7 +195,8 @@ def speed_json(est: SpeedEstimate | None) -> dict[str, Any] | None:
             "devices": [{"device": d.device, "backend": d.backend, "weight_bytes": d.weight_bytes,
                          "kv_bytes_empty": d.kv_bytes_empty, "kv_bytes_full": d.kv_bytes_full,
                          "bandwidth_bytes_per_s": round(d.bandwidth.value), "bandwidth_source": d.bandwidth.source,
-                         "efficiency": d.efficiency, "efficiency_source": d.efficiency_source, "bound": d.bound}
+                         "efficiency": d.efficiency, "efficiency_source": d.efficiency_source, "bound": d.bound,
+                         "attention_flops_per_s": None if d.attention_rate is None else round(d.attention_rate)}
                         for d in est.devices],
         },
     }  # fmt: skip
