@@ -68,21 +68,23 @@ class Efficiency:
     prompt_attention_kernel: float | None = None
 
 
-# Measured by scripts/bench_speed.py (rerun it to refresh): cpu from llama-bench (Gemma 3 270M, 1 and 2
-# threads, depths 0/1024/4096) on the shared 2-core development VM against the host probe read at the
-# same thread count: generation the median of its implied "mem" at depth 0 (0.52 at 1 thread, 0.55 at 2),
-# attention_kernel the median of its implied "attention" at depths 1024 and 4096 (0.30-0.45) against the
-# F16 kernel, prompt_attention_kernel likewise for "prompt attention"; decode / attention / prompt are
-# for a host without the kernel probe (BLAS fallback); cuda/metal/rocm/vulkan as the median
-# achieved/roofline ratio over the public llama-bench results in fixtures/speed/public-llama-bench.csv
-# (README "How fast").
+# Measured by scripts/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M Q4_K_M, 1 and
+# 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD EPYC Zen 4), against
+# the host probe read at the same thread count around each run. generation: the achieved share of the
+# probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50 (the public CPU row implies
+# 0.61; 0.54 held). attention_kernel: the share of the probe's flash attention rate that attention
+# reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs, median 0.6 (the Intel VM about
+# 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise for pp512: 0.33-0.98 over 8 runs,
+# median 0.6. decode / attention / prompt are for a host without the kernel probe (BLAS fallback).
+# cuda/metal/rocm/vulkan: the median achieved/roofline ratio over the public llama-bench results in
+# fixtures/speed/public-llama-bench.csv (README "How fast").
 EFFICIENCY: dict[str, Efficiency] = {
     # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
     # attention (F16 K/V, softmax, one token) reaches a tenth of it
     "cpu": Efficiency(
         0.54,
         3.0,
-        "llama-bench vs the host probe on a 2-core x86 VM (scripts/bench_speed.py)",
+        "llama-bench vs the host probe on two 2-core x86 VMs (scripts/bench_speed.py)",
         decode=0.74,
         attention=0.09,
         attention_kernel=0.6,

@@ -106,6 +106,25 @@ def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
     return out
 
 
+def _best_seconds(base: Any, cpu: Any, backend: int, ctx: int, out: int, inputs: Sequence[int], threads: int,
+                  rounds: int) -> float:  # fmt: skip
+    """Zero `inputs` (a repack buffer repacks a weight as it is set), build the graph of `out` in ctx, then
+    compute it on `threads` threads: a warm-up, then the fastest of `rounds`, in seconds."""
+    for t in inputs:
+        n = base.ggml_nbytes(t)
+        base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
+    graph = base.ggml_new_graph(ctx)
+    base.ggml_build_forward_expand(graph, out)
+    cpu.ggml_backend_cpu_set_n_threads(backend, threads)
+    base.ggml_backend_graph_compute(backend, graph)  # warm up
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        base.ggml_backend_graph_compute(backend, graph)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rounds: int = 3) -> float:
     """FLOP/s of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) on `threads` threads."""
     base, cpu = _libs()
@@ -133,18 +152,7 @@ def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rou
         if not io:
             raise ProbeUnavailable("could not allocate the activations")
         buffers.append(io)
-        for t in (w, x):
-            n = base.ggml_nbytes(t)
-            base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)  # a repack buffer repacks here
-        graph = base.ggml_new_graph(ctx_io)
-        base.ggml_build_forward_expand(graph, y)
-        cpu.ggml_backend_cpu_set_n_threads(backend, threads)
-        base.ggml_backend_graph_compute(backend, graph)  # warm up
-        best = float("inf")
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            base.ggml_backend_graph_compute(backend, graph)
-            best = min(best, time.perf_counter() - t0)
+        best = _best_seconds(base, cpu, backend, ctx_io, y, (w, x), threads, rounds)  # a repack buffer repacks
         return 2 * k * rows * columns / best
     finally:
         for b in buffers:
@@ -171,18 +179,7 @@ def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 
         buf = base.ggml_backend_alloc_ctx_tensors_from_buft(ctx, plain)
         if not buf:
             raise ProbeUnavailable("could not allocate the attention tensors")
-        for t in (q, k, v):
-            n = base.ggml_nbytes(t)
-            base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
-        graph = base.ggml_new_graph(ctx)
-        base.ggml_build_forward_expand(graph, y)
-        cpu.ggml_backend_cpu_set_n_threads(backend, threads)
-        base.ggml_backend_graph_compute(backend, graph)  # warm up
-        best = float("inf")
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            base.ggml_backend_graph_compute(backend, graph)
-            best = min(best, time.perf_counter() - t0)
+        best = _best_seconds(base, cpu, backend, ctx, y, (q, k, v), threads, rounds)
         return 2 * FA_N_HEAD * 2 * FA_HEAD * cells * queries / best
     finally:
         if buf:
