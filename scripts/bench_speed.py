@@ -96,10 +96,11 @@ def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-
 
 
 def _fa_rate(inputs: SpeedInputs, kind: str) -> float:
-    """The flash attention kernel's FLOP/s (one query, or a prompt batch) x the threads: the base of the
-    attention efficiencies."""
-    fa = inputs.cpu_attention
-    return (fa.decode if kind == "decode" else fa.prompt) * max(inputs.n_threads, 1) if fa else 0.0
+    """The flash attention kernel's FLOP/s (one query, or a prompt batch) x the threads, as the speed model
+    reads it with a share of 1: the base of the attention efficiencies (0 without the figure)."""
+    from llamafit.fit.speed import _attention_rate
+
+    return _attention_rate(inputs, 1.0, kind) or 0.0
 
 
 def mean_of(records: list[dict]) -> dict:  # type: ignore[type-arg]

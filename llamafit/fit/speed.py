@@ -35,7 +35,6 @@ from ..memory.resolve import ResolvedConfig
 _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 KV_PAD = 256  # llama_kv_cache::get_padding → n_kv is a multiple of 256 cells
 PP_TOKENS = 512  # prompt figures are for llama-bench's pp512
-F16 = 1  # ggml_type GGML_TYPE_F16: the KV cache's default type
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,12 +312,13 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
             rate = inputs.host_flops_at().value
             matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
             weights = w / (bw.value * eff.generation)
+            reads = [k / (bw.value * eff.generation) for k in kv]  # the cache's filled cells
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
             # each op is bound by its own resource: the matrix products stream the weights while the
             # kernel computes (the hardware prefetcher keeps reading), so they take the longer of the two;
             # attention (ggml_flash_attn_ext, its own op) reads the cache's filled cells while it computes
             # over them, the longer of the two again
-            seconds = [max(weights, matmul) + max(m - weights, a) for m, a in zip(memory, attn, strict=True)]
+            seconds = [max(weights, matmul) + max(k, a) for k, a in zip(reads, attn, strict=True)]
             bound, charged = ("compute" if matmul > weights else "memory"), attn_rate
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
                                eff.source, (seconds[0], seconds[1]), bound, charged))  # fmt: skip
