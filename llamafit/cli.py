@@ -195,10 +195,13 @@ def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
 def _policy_options(f: Any) -> Any:
     """The solver's policy options, shared by plan and run."""
     options = [
-        click.option("--prefer", type=click.Choice(["speed", "context", "quality"]), default="speed",
-                     show_default=True,
-                     help="speed: all layers on the GPU first, then the faster estimate; "
+        click.option("--for", "preset", metavar="chat|agent|long|serve[:N]",
+                     help="What it is for: sets the context floor, the slots (-np) and -ub (see README)."),
+        click.option("--prefer", type=click.Choice(["speed", "context", "quality"]),
+                     help="speed (default): all layers on the GPU first, then the faster estimate; "
                           "context: the longest context first; quality: f16 KV first."),
+        click.option("--bandwidth", metavar="GB/S[,GB/S…]",
+                     help="Each GPU's memory bandwidth in GB/s, for the speed estimate (a GPU given by size)."),
         click.option("--ctx-max", type=click.IntRange(256, MAX_CTX),
                      help="Largest context per slot to aim for (default: trained)."),
         click.option("--min-ctx", type=click.IntRange(256, MAX_CTX),
@@ -217,20 +220,44 @@ def _policy_options(f: Any) -> Any:
 
 def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     """The options of _policy_options and _engine_options as a Policy and a Request."""
+    from .fit.presets import preset_named
     from .fit.solver import Policy
 
-    policy = Policy(prefer=options.pop("prefer"), ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
+    preset = preset_named(options.pop("preset")) if options.get("preset") else options.pop("preset")
+    prefer = options.pop("prefer") or (preset.prefer if preset else "speed")
+    policy = Policy(prefer=prefer, ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
                     ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"),
-                    drop_side=options.pop("drop_side"))  # fmt: skip
+                    drop_side=options.pop("drop_side"), preset=preset,
+                    ubatches=preset.ubatches if preset else None)  # fmt: skip
     from dataclasses import replace
 
-    return policy, replace(_request(**options), auto_mmproj=True)
+    request = replace(_request(**{k: v for k, v in options.items() if k != "bandwidth"}), auto_mmproj=True)
+    bandwidth = _bandwidth(options.get("bandwidth"))
+    return policy, replace(request, machine=replace(request.machine, bandwidth_gbps=bandwidth))
+
+
+def _bandwidth(value: str | None) -> tuple[float, ...]:
+    """`--bandwidth 1008` or `1008,936`: GB/s per GPU."""
+    if value is None:
+        return ()
+    out = []
+    for part in value.split(","):
+        try:
+            gbs = float(part.strip().lower().removesuffix("gb/s").strip())
+        except ValueError:
+            gbs = 0.0
+        if not 0 < gbs < 1e6:
+            raise LlamafitError(f"--bandwidth {value}: GB/s per GPU, e.g. --bandwidth 1008 or 1008,936")
+        out.append(gbs)
+    return tuple(out)
 
 
 @cli.command()
 @_policy_options
 @_engine_options
-def plan(as_json: bool, **options: Any) -> None:
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Also write the plan as one self-contained page (memory, context, speed) to this file.")
+def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
     """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none fits.
 
     Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub, -ts) is solved.
@@ -242,7 +269,7 @@ def plan(as_json: bool, **options: Any) -> None:
     from .commands.plan import run_plan
 
     policy, request = _split_policy(options)
-    report = run_plan(request, policy)
+    report = run_plan(request, policy, html_path=html_path)
     click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 

@@ -30,8 +30,8 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
     assert d["verdict"] == {
         "fits": True, "context_per_slot": 32768, "context_min": 4096, "context_wanted": 32768, "trained_max": True,
         "placement": "all_gpu", "n_layer": 65, "n_gpu_layers": 65, "n_cpu_moe": 0, "type_k": "q8_0", "type_v": "q8_0",
-        "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "generation_tps": None,
-        "speed_options": [], "smallest_gpu": None, "cause": None, "pinned_ngl": None,
+        "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "generation_tps": [24.21, 29.85],
+        "speed_options": [], "smallest_gpu": None, "cause": None, "pinned_ngl": None, "preset": None,
         "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the "
                 "trained maximum",
     }  # fmt: skip
@@ -105,21 +105,28 @@ Command    llama-server \\
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
 CUDA0      16,384  14,782     402      0     173       0   1,024  16,381       3
 CPU        49,152   4,144     102      0      12       2       0   4,260  44,892
+Memory     W weights  K KV  C compute  R reserve  . free
+CUDA0      [WWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWKCRRR.] 16,381/16,384 MiB
+CPU        [WWWWKC......................................] 4,260/49,152 MiB
 Trade-offs (largest context per slot at this offload):
-  fa  K     V      -ngl cpu-moe  max context  tokens/s
-  on  f16   f16      52       0        1,792   4.8-5.6
-  off f16   f16      52       0        1,792   4.8-5.4
-  on  f16   q8_0     52       0        2,560   4.6-5.6
-  on  f16   q4_0     52       0        3,072   4.4-5.6
-  on  q8_0  q8_0     52       0        3,584   4.3-5.6
-  on  q8_0  q4_0     52       0        4,864   4.0-5.6
-  on  q4_0  q4_0     52       0        7,168   3.5-5.6
+  fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
+  on  f16   f16      52       0        1,792   4.8-5.6  -5,376 ctx, +1.3 t/s
+  off f16   f16      52       0        1,792   4.8-5.4  -5,376 ctx, +1.3 t/s
+  on  f16   q8_0     52       0        2,560   4.6-5.6  -4,608 ctx, +1.1 t/s
+  on  f16   q4_0     52       0        3,072   4.4-5.6  -4,096 ctx, +0.9 t/s
+  on  q8_0  q8_0     52       0        3,584   4.3-5.6  -3,584 ctx, +0.8 t/s
+  on  q8_0  q4_0     52       0        4,864   4.0-5.6  -2,304 ctx, +0.5 t/s
+  on  q4_0  q4_0     52       0        7,168   3.5-5.6  the pick
 Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
            each block moved to the CPU buys about 5,327 tokens
 Speed      generation ~3.5-5.6 tokens/s (full to empty context); prompt ~462
            tokens/s (rough)
-           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX 4080)
-           CPU: 3,726-3,828 MiB/token, 50.0 GB/s x 0.54 ($LLAMAFIT_HOST_BANDWIDTH)
+           likely 2.8-4.2 full, 4.5-6.7 empty; prompt 277-647 tokens/s
+           one chat turn (read 200 tokens, write 400, after 4,096): 83-124 s
+           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX
+             4080)
+           CPU: 3,726-3,828 MiB/token, 50.0 GB/s x 0.54
+             ($LLAMAFIT_HOST_BANDWIDTH)
 Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
            q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,469 MiB
            more GPU memory (each block moved to the CPU frees 306 MiB: about 5

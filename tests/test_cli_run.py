@@ -29,16 +29,26 @@ Hardware   CUDA0 (cuda) 8,192 MiB usable; CPU (cpu) 49,152 MiB usable
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
 CUDA0       8,192       0       2      0       5       0   1,024   1,031   7,161
 CPU        49,152       0       0      0       5       0       0       5  49,147
+Memory     W weights  K KV  C compute  R reserve  . free
+CUDA0      [WKCRRRRRR...................................] 1,031/8,192 MiB
+CPU        [WC..........................................] 5/49,152 MiB
 Trade-offs (largest context per slot at this offload):
-  fa  K     V      -ngl cpu-moe  max context
-  on  f16   f16       5       0        4,096
-  off f16   f16       5       0        4,096
-  on  f16   q8_0      5       0            -
-  on  f16   q4_0      5       0            -
-  on  q8_0  q8_0      5       0            -
-  on  q8_0  q4_0      5       0            -
-  on  q4_0  q4_0      5       0            -
+  fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
+  on  f16   f16       5       0        4,096   96,043+  the pick
+  off f16   f16       5       0        4,096   96,043+  fa off
+  on  f16   q8_0      5       0            -         -  no fit, V q8_0
+  on  f16   q4_0      5       0            -         -  no fit, V q4_0
+  on  q8_0  q8_0      5       0            -         -  no fit, K q8_0, V q8_0
+  on  q8_0  q4_0      5       0            -         -  no fit, K q8_0, V q4_0
+  on  q4_0  q4_0      5       0            -         -  no fit, K q4_0, V q4_0
 Marginal   1.5 MiB per 1,000 tokens per slot
+Speed      generation ~96,043-623,659 tokens/s (full to empty context); prompt
+           ~41,182,106 tokens/s (rough)
+           likely 58,052-143,424 full, 376,967-931,330 empty; prompt
+             21,029,160-66,241,855 tokens/s (assumed bandwidth)
+           one chat turn (read 200 tokens, write 400, after 3,496): 0.00-0.01 s
+           CUDA0: 0-2 MiB/token, 360.0 GB/s x 0.62 (assumed; --bandwidth GB/s
+             gives it)
 Verdict    fits 4,096 tokens per slot with all layers on the GPU, f16/f16 KV,
            flash attention on — the trained maximum
 Server     llama-server from --server:

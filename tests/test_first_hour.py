@@ -513,11 +513,11 @@ def test_identical_trade_off_rows_collapse() -> None:
     kinds = [("on", "f16", "f16"), ("off", "f16", "f16"), ("on", "q8_0", "q8_0")]
     rows = [SimpleNamespace(flash_attn=fa, type_k=k, type_v=v, n_gpu_layers=0, n_cpu_moe=0, max_ctx=32768,
                             generation_tps=None) for fa, k, v in kinds]  # fmt: skip
-    assert _tradeoff_lines(SimpleNamespace(tradeoffs=rows), gpus=False) == [
+    assert _tradeoff_lines(SimpleNamespace(tradeoffs=rows, choice=None), gpus=False) == [
         "Trade-offs (largest context per slot):", "  fa  K     V       max context",
         "  on  f16   f16          32,768", "  (the 2 other KV types and flash-attention settings: the same)"]
     rows[2].max_ctx = 65536
-    assert len(_tradeoff_lines(SimpleNamespace(tradeoffs=rows), gpus=False)) == 5
+    assert len(_tradeoff_lines(SimpleNamespace(tradeoffs=rows, choice=None), gpus=False)) == 5
 
 
 def test_marginal_tokens_per_block_are_capped_at_the_trained_context() -> None:

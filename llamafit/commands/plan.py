@@ -3,23 +3,62 @@
 from __future__ import annotations
 
 from dataclasses import replace
-
 from ..report import check as check_report, plan as plan_report
+from ..report.bars import bar_lines
 from ..server.argv import server_argv
 from ..fit.explain import PlanResult, plan
 from .prepare import Prepared, Report, Request, prepare, warnings_for
+from ..findings import Notice
+from ..fit.plan_speed import speed_band
+from ..fit.presets import DEFAULT_TURN, PresetEffect, min_ctx_for, preset_config, preset_effect
 from ..fit.side_plan import launch_tokens
 from ..fit.solver import Policy
+from ..machine.gpu_processes import GpuProcess, others_in_use, tokens_for
 
 
-def run_plan(request: Request, policy: Policy) -> Report:
-    return render_plan(prepare(request), policy)[0]
+def run_plan(request: Request, policy: Policy, *, html_path: str | None = None,
+             processes: tuple[GpuProcess, ...] | None = None) -> Report:  # fmt: skip
+    """Plan for the request. On detected GPUs with `--use free`, other processes' GPU memory (NVML;
+    `processes` given: those) is named, with the context closing them would give. `html_path`: the
+    page too (report/html.py)."""
+    p = prepare(request)
+    if processes is None:
+        processes = _detected_processes(p, request)
+    report, result = render_plan(p, policy, processes=processes)
+    if html_path is not None:
+        from ..report.html import plan_page
+        from ..safe_io import write_atomic
+        from .plan_curves import curves
+
+        write_atomic(html_path, plan_page(report.json, curves(p, result, policy)).encode())
+    return report
 
 
-def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True) -> tuple[Report, PlanResult]:
+def _detected_processes(p: Prepared, request: Request) -> tuple[GpuProcess, ...]:
+    if request.machine.gpu_spec is not None or request.machine.use != "free" or p.hardware.source != "nvml":
+        return ()
+    from ..machine.gpu_processes import gpu_processes
+
+    return gpu_processes(p.hardware.gpus)
+
+
+def with_preset(p: Prepared, policy: Policy) -> tuple[Prepared, Policy]:
+    """The preset's floor (unless --min-ctx) and slots (unless -np) applied to the problem."""
+    preset = policy.preset
+    if preset is None:
+        return p, policy
+    wanted = policy.ctx_max or p.facts.n_ctx_train
+    policy = replace(policy, min_ctx=policy.min_ctx or min_ctx_for(preset, wanted))
+    return replace(p, parsed=replace(p.parsed, config=preset_config(preset, p.parsed.config))), policy
+
+
+def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True,
+                processes: tuple[GpuProcess, ...] = ()) -> tuple[Report, PlanResult]:  # fmt: skip
     """Solve for a prepared model and machine; the report and the result (with every warning).
     `run` prints the command it runs itself (host, port and log flags added), so its text leaves
     the planned one out."""
+    user_cfg = p.parsed.config
+    p, policy = with_preset(p, policy)
     result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c = result.choice
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
@@ -27,9 +66,30 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True) -> tu
     passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + side_flags
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
-    warnings = warnings_for(p, c.rc if c else None)
+    warnings = warnings_for(p, c.rc if c else None) + _others(processes, result)
     result = replace(result, warnings=tuple(warnings) + result.warnings)
-    data = plan_report.to_json(p.facts, result, argv, hardware)
-    device_lines = check_report.device_lines(c.breakdown) if c else []
-    text = plan_report.to_text(p.facts, result, argv if with_command else [], hardware, device_lines)
+    effect: PresetEffect | None = None
+    if policy.preset is not None:
+        effect = preset_effect(policy.preset, policy.min_ctx or 0, c.cfg if c else user_cfg, user_cfg,
+                               p.target.evaluate, c.breakdown if c else None)  # fmt: skip
+    turn = policy.preset.turn if policy.preset else DEFAULT_TURN
+    band = speed_band(p.target, c, p.speed, turn) if c and p.speed and result.speed else None
+    data = plan_report.to_json(p.facts, result, argv, hardware, band=band, preset=effect)
+    device_lines = check_report.device_lines(c.breakdown) + bar_lines(c.breakdown) if c else []
+    text = plan_report.to_text(p.facts, result, argv if with_command else [], hardware, device_lines, band=band,
+                               preset=effect)  # fmt: skip
     return Report(c is not None, data, text), result
+
+
+def _others(processes: tuple[GpuProcess, ...], result: PlanResult) -> list[Notice | str]:
+    """gpu_in_use {device, used_bytes, processes [{pid, name, used_bytes}], tokens}: other processes hold
+    memory on a GPU planned with what is free; `tokens`: the context per slot closing them would add."""
+    c = result.choice
+    room = max(result.verdict.ctx_wanted - c.ctx, 0) if c else 0
+    out: list[Notice | str] = []
+    for o in others_in_use(processes):
+        procs = [{"pid": q.pid, "name": q.name, "used_bytes": q.used_bytes} for q in o.processes]
+        tokens = tokens_for(o.used_bytes, result.mib_per_1000_tokens, room) if c else None
+        out.append(Notice("gpu_in_use", {"device": o.device, "used_bytes": o.used_bytes, "processes": procs,
+                                         "tokens": tokens}))  # fmt: skip
+    return out

@@ -65,6 +65,7 @@ class MachineSpec:
     rpc: str | None = None
     reserve_bytes: int = 1024 * MIB
     ram: str | None = None  # --ram SIZE: another machine's host memory instead of what is free here
+    bandwidth_gbps: tuple[float, ...] = ()  # --bandwidth GB/s: each GPU's memory bandwidth (one value: every GPU)
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,8 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     from .speed_inputs import machine_speed
 
     p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env,
-                                      passthrough=parsed.passthrough))  # fmt: skip
+                                      passthrough=parsed.passthrough,
+                                      bandwidth=request.machine.bandwidth_gbps))  # fmt: skip
     return with_calibration(p, env)
 
 

@@ -8,10 +8,13 @@ model family on the same machine replace the generation efficiency (speed_calibr
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..machine import catalog as gpu_catalog
 from ..machine.devices import DeviceSpec
 from ..machine.hardware import GPUInfo
@@ -50,6 +53,49 @@ def gpu_rates(info: GPUInfo) -> tuple[Rate | None, Rate | None]:
     return bw, flops
 
 
+def assumed_rates(info: GPUInfo) -> tuple[Rate, tuple[float, float], Rate | None, tuple[float, float] | None] | None:
+    """A GPU given by size has no bandwidth of its own: assume the median of the catalog cards of its
+    backend with that memory (the nearest size when none has it exactly), and say their range —
+    (bandwidth, its range, throughput, its range). None for a card the catalog names."""
+    if _catalog_entry(info.name) is not None or info.bandwidth_bytes_per_s:
+        return None
+    vendors = _BACKEND_VENDORS.get(info.spec.backend, ("nvidia", "amd"))
+    cards = [e for e in gpu_catalog.CATALOG if e.vendor in vendors]
+    if not cards:
+        return None
+    size = info.spec.total_bytes or 0
+    nearest = min(abs(e.vram_bytes - size) for e in cards)
+    same = sorted((e for e in cards if abs(e.vram_bytes - size) == nearest), key=lambda e: e.bandwidth_bytes_per_s)
+    bws = [float(e.bandwidth_bytes_per_s) for e in same]
+    gib = same[0].vram_bytes / 2**30
+    what = f"{len(same)} catalog card{'s' if len(same) > 1 else ''} with {gib:,.0f} GiB"
+    bw = Rate(statistics.median(bws), f"assumed: the median of {what} ({bws[0] / 1e9:,.0f}-{bws[-1] / 1e9:,.0f} GB/s); "
+                                      "--bandwidth GB/s or a catalog name (--gpu rtx4090) gives the card's own")
+    tflops = [GPU_TFLOPS[e.key] * 1e12 for e in same if e.key in GPU_TFLOPS]
+    if not tflops:
+        return bw, (bws[0], bws[-1]), None, None
+    flops = Rate(statistics.median(tflops), f"assumed: the median spec-sheet TFLOPS of {what}")
+    return bw, (bws[0], bws[-1]), flops, (min(tflops), max(tflops))
+
+
+_BACKEND_VENDORS = {"cuda": ("nvidia",), "rocm": ("amd",), "metal": ("apple",), "vulkan": ("nvidia", "amd")}
+
+
+def with_bandwidth(inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo], given: Sequence[float]) -> SpeedInputs:
+    """Per GPU, what `--bandwidth` gives (GB/s; one value for every GPU) in place of the catalog's or an assumption."""
+    if not given:
+        return inputs
+    values = list(given) if len(given) > 1 else [given[0]] * len(infos)
+    if len(values) != len(infos):
+        raise InputError(f"--bandwidth gives {len(values)} values for {len(infos)} GPUs: one, or one per GPU")
+    bws = list(inputs.gpu_bandwidth)
+    ranges = list(inputs.gpu_bandwidth_range) or [None] * len(bws)
+    for i, gbs in enumerate(values):
+        bws[n_rpc + i] = Rate(gbs * 1e9, f"--bandwidth {gbs:g} GB/s")
+        ranges[n_rpc + i] = None
+    return replace(inputs, gpu_bandwidth=tuple(bws), gpu_bandwidth_range=tuple(ranges))
+
+
 def threads_given(passthrough: Sequence[str], env: Mapping[str, str], n_cpu: int) -> int | None:
     """llama-server's -t/--threads (or $LLAMA_ARG_THREADS when no flag gives it; the last flag wins),
     as common/arg.cpp applies it: a value <= 0 means every CPU (hardware_concurrency); None: not given."""
@@ -65,7 +111,7 @@ def threads_given(passthrough: Sequence[str], env: Mapping[str, str], n_cpu: int
 
 
 def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapping[str, str],
-                 cache: Path, threads: int | None = None) -> SpeedInputs:  # fmt: skip
+                 cache: Path, threads: int | None = None, *, assume: bool = False) -> SpeedInputs:  # fmt: skip
     """Per device of the target (RPC workers first: unknown), and the host from the probe, read at
     `threads` (default: llama.cpp's, one per physical core)."""
     from ..machine.host_probe import host_rates, llama_threads
@@ -75,13 +121,33 @@ def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapp
     bws = (None,) * n_rpc + tuple(r[0] for r in rates)
     flops = (None,) * n_rpc + tuple(r[1] for r in rates)
     host = host_rates(env, cache)
-    return SpeedInputs(bws, flops, host.bandwidth, host.flops, host_bandwidth_by_threads=host.bandwidth_by_threads,
-                       n_threads=threads or llama_threads(), host_flops_threads=host.flops_threads,
-                       cpu_kernels=host.kernels, cpu_attention=host.attention)  # fmt: skip
+    inputs = SpeedInputs(bws, flops, host.bandwidth, host.flops, host_bandwidth_by_threads=host.bandwidth_by_threads,
+                         n_threads=threads or llama_threads(), host_flops_threads=host.flops_threads,
+                         cpu_kernels=host.kernels, cpu_attention=host.attention)  # fmt: skip
+    return with_assumptions(inputs, n_rpc, infos) if assume else inputs
+
+
+def with_assumptions(inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo]) -> SpeedInputs:
+    """Each GPU given by size gets the assumed rates of assumed_rates, with their ranges."""
+    bws, flops = list(inputs.gpu_bandwidth), list(inputs.gpu_flops)
+    bw_ranges: list[tuple[float, float] | None] = [None] * len(bws)
+    flops_ranges: list[tuple[float, float] | None] = [None] * len(flops)
+    for i, info in enumerate(infos):
+        assumed = assumed_rates(info) if bws[n_rpc + i] is None else None
+        if assumed is None:
+            continue
+        bws[n_rpc + i], bw_ranges[n_rpc + i] = assumed[0], assumed[1]
+        if flops[n_rpc + i] is None and assumed[2] is not None:
+            flops[n_rpc + i], flops_ranges[n_rpc + i] = assumed[2], assumed[3]
+    if not any(bw_ranges):
+        return inputs
+    return replace(inputs, gpu_bandwidth=tuple(bws), gpu_flops=tuple(flops), gpu_bandwidth_range=tuple(bw_ranges),
+                   gpu_flops_range=tuple(flops_ranges))  # fmt: skip
 
 
 def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architecture: str, env: Mapping[str, str],
-                  calibrated: bool = True, passthrough: Sequence[str] = ()) -> SpeedInputs:  # fmt: skip
+                  calibrated: bool = True, passthrough: Sequence[str] = (),
+                  bandwidth: Sequence[float] = ()) -> SpeedInputs:  # fmt: skip
     """The speed model's inputs for this machine: device rates, the host probe at the threads
     llama-server will use (-t in `passthrough`), and (calibrated) the generation efficiency learned
     from earlier measured runs (run --verify, and each served run) of this model family here."""
@@ -90,7 +156,8 @@ def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architec
     from ..paths import cache_dir, calibration_path
 
     threads = threads_given(passthrough, env, os.cpu_count() or 1)
-    inputs = speed_inputs(gpus, infos, env, cache_dir(), threads)
+    inputs = speed_inputs(gpus, infos, env, cache_dir(), threads, assume=True)
+    inputs = with_bandwidth(inputs, sum(1 for d in gpus if d.backend == "rpc"), infos, bandwidth)
     if not calibrated:
         return inputs
     from ..machine.host_probe import machine_key

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ..memory.config import LaunchConfig
 from ..errors import InputError
@@ -19,6 +20,9 @@ from ..memory.model import Breakdown
 from ..memory.resolve import ResolvedConfig, resolve
 from .search import STEP, Target, largest, max_context, streams
 from ..units import pad
+
+if TYPE_CHECKING:
+    from .presets import Preset
 
 # K/V pairs from most to least precise (bytes per element), K never below V.
 KV_PAIRS = (("f16", "f16"), ("f16", "q8_0"), ("f16", "q4_0"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"))
@@ -53,6 +57,10 @@ class Policy:
     # --prefer speed: estimated generation tokens/s of a choice at its full context (plan_speed.py);
     # among candidates that reach the same context, the faster one wins
     speed_of: Callable[[Choice], float | None] | None = field(default=None, compare=False)
+    # --for chat|agent|long|serve[:N] (presets.py): applied by commands/plan.py before solving; the
+    # solver itself reads only `ubatches`, the -ub values tried (preferred first; None: UBATCHES)
+    preset: Preset | None = None
+    ubatches: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,8 +89,12 @@ def _fa_options(cfg: LaunchConfig, policy: Policy) -> list[str]:
     return [cfg.flash_attn] if _pinned(cfg, "flash_attn") else ["on", "off"]
 
 
-def _ub_options(cfg: LaunchConfig) -> list[int]:
-    return [cfg.n_ubatch] if _pinned(cfg, "n_ubatch") else list(UBATCHES)
+def _ub_options(cfg: LaunchConfig, ubatches: tuple[int, ...] | None = None) -> list[int]:
+    if _pinned(cfg, "n_ubatch"):
+        return [cfg.n_ubatch]
+    if not ubatches:
+        return list(UBATCHES)
+    return [ub for ub in ubatches if ub <= cfg.n_batch] or [cfg.n_batch]  # -ub above -b: llama.cpp clamps it
 
 
 def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
@@ -91,7 +103,7 @@ def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
         for fa in _fa_options(cfg, policy):
             if fa == "off" and type_v not in ("f16", "f32", "bf16"):
                 continue  # quantized V needs flash attention
-            for ub in _ub_options(cfg):
+            for ub in _ub_options(cfg, policy.ubatches):
                 yield replace(cfg, type_k=type_k, type_v=type_v, flash_attn=fa, n_ubatch=ub)
 
 

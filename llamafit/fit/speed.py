@@ -140,6 +140,10 @@ class SpeedInputs:
     host_flops_threads: int = 0
     cpu_kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type, one thread each
     cpu_attention: AttentionRate | None = None  # llama.cpp's flash attention kernel, one thread
+    # per GPU, (low, high) bytes/s and FLOP/s where the rate is an assumption rather than known (a GPU
+    # given by size: the catalog cards of that size); the point rates above lie between them
+    gpu_bandwidth_range: tuple[tuple[float, float] | None, ...] = ()
+    gpu_flops_range: tuple[tuple[float, float] | None, ...] = ()
 
     def efficiency_for(self, backend: str) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
@@ -204,6 +208,46 @@ class SpeedEstimate:
     prompt_source: str
     calibrated: str | None = None  # set when earlier runs' timings replaced the efficiency
     n_threads: int = 0  # the host threads the CPU figures are for (0: every core)
+
+
+# How far a measured speed may lie from the estimate, as a share of it (the band `speed` reports;
+# README "How fast", scripts/bench_speed.py): generation +-20 %, the target the CPU runs met at every
+# depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough: the CPU's
+# pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
+GENERATION_BAND = 0.2
+PROMPT_BAND = 0.4
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedBand:
+    """[low, high] of each figure: the model's error (GENERATION_BAND, PROMPT_BAND) around the estimate
+    at the lowest and the highest assumed rates. `turn_seconds`: one turn (presets.Turn) — its prompt
+    read at the prompt rate after `context` cells, its tokens generated at the fill they end at."""
+
+    generation_empty: tuple[float, float]
+    generation_full: tuple[float, float]
+    prompt: tuple[float, float] | None
+    turn_seconds: tuple[float, float] | None
+    turn: tuple[int, int, int]  # (context, prompt, generated) of the turn, clamped to the slot
+    assumed: bool  # a rate is an assumption (SpeedInputs.gpu_bandwidth_range)
+
+
+def with_rates(inputs: SpeedInputs, end: int) -> SpeedInputs:
+    """`inputs` with each assumed GPU rate at the low (end 0) or the high (end 1) end of its range."""
+    bws = tuple(Rate(r[end], bw.source) if bw is not None and r is not None else bw
+                for bw, r in zip(inputs.gpu_bandwidth, _ranges(inputs.gpu_bandwidth_range, inputs.gpu_bandwidth),
+                                     strict=True))
+    flops = tuple(Rate(r[end], f.source) if f is not None and r is not None else f
+                  for f, r in zip(inputs.gpu_flops, _ranges(inputs.gpu_flops_range, inputs.gpu_flops), strict=True))
+    return replace(inputs, gpu_bandwidth=bws, gpu_flops=flops)  # fmt: skip
+
+
+def _ranges(ranges: Sequence[tuple[float, float] | None], rates: Sequence[object]) -> list[tuple[float, float] | None]:
+    return [ranges[i] if i < len(ranges) else None for i in range(len(rates))]
+
+
+def band(low: float, high: float, share: float) -> tuple[float, float]:
+    return low * (1 - share), high * (1 + share)
 
 
 @dataclass(frozen=True, slots=True)

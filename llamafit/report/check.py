@@ -154,11 +154,17 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
                                  "and will page from disk (slow)"),
+    "gpu_in_use": lambda d: (f"{d['device']}: other processes use {d['used_bytes'] // MIB:,} MiB ("
+                             + ", ".join(f"{q['name']} {q['used_bytes'] // MIB:,}" for q in d["processes"][:3])
+                             + (", …" if len(d["processes"]) > 3 else "") + ")"
+                             + (f"; closing them would give about {d['tokens']:,} more tokens per slot"
+                                if d.get("tokens") else "")
+                             + "; --use total plans for the idle card"),
 }  # fmt: skip
 
 
 # information, not a risk: printed as `Note`
-NOTE_CODES = frozenset({"calibration", "from_environment", "mtp_auto", "mtp_no_room"})
+NOTE_CODES = frozenset({"calibration", "from_environment", "mtp_auto", "mtp_no_room", "gpu_in_use"})
 
 
 def notice_line(warning: Notice | str) -> str:

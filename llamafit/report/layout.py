@@ -76,8 +76,13 @@ _COLOURS = (("Verdict    does not fit", "31"), ("Verdict    fits", "32"), ("Warn
 
 def paint(text: str) -> str:
     """The verdict green (fits) or red (does not fit), warnings yellow, failures red: whole lines."""
+    from .bars import is_bar_line, paint_bars
+
     out, code = [], None
     for line in text.split("\n"):
+        if is_bar_line(line):  # a memory bar (bars.py): each part on its colour
+            out.append(paint_bars(line))
+            continue
         if not line.startswith(" " * LABEL):  # a continuation keeps its first line's colour
             code = next((c for prefix, c in _COLOURS if line.startswith(prefix)), None)
         out.append(f"\x1b[{code}m{line}\x1b[0m" if code else line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from ..safe_text import printable
@@ -16,9 +17,10 @@ from .check import (
 from ..machine.devices import DeviceSpec
 from ..facts.hparams import ModelFacts
 from ..findings import SpeedOption, Verdict
-from .layout import command_lines, wrap_text
-from ..fit.explain import PlanResult
-from ..fit.speed import SpeedEstimate
+from .layout import LABEL, WIDTH, command_lines, wrap_text
+from ..fit.explain import PlanResult, Tradeoff
+from ..fit.presets import PresetEffect
+from ..fit.speed import SpeedBand, SpeedEstimate
 from ..fit.side_plan import SideCost
 from ..fit.mtp import MtpEffect
 
@@ -47,8 +49,30 @@ def _no_fit_text(v: Verdict) -> str:
     return text
 
 
-def verdict_text(v: Verdict) -> str:
-    """The verdict as one sentence (the `Verdict` line of plan and run)."""
+def preset_text(e: PresetEffect) -> str:
+    """`for agent (1 slot, at least 65,536 tokens per slot)`."""
+    p = e.preset
+    slots = f"{p.n_parallel} slot{'s' if p.n_parallel != 1 else ''}"
+    floor = "the trained maximum first" if p.min_ctx is None else f"at least {e.min_ctx:,} tokens per slot"
+    if p.min_ctx is not None and e.min_ctx < p.min_ctx:
+        floor = f"at least {e.min_ctx:,} tokens per slot: all it has, under {p.name}'s {p.min_ctx:,}"
+    return f"for {p.label} ({slots}, {floor})"
+
+
+def _preset_tail(e: PresetEffect | None) -> str:
+    """What the preset's -np saved (or cost) against llama-server's automatic slots."""
+    if e is None or e.saved_bytes is None or e.n_parallel_auto is None or e.n_parallel_auto == e.preset.n_parallel:
+        return ""
+    mib = abs(e.saved_bytes) / 2**20
+    what = "saves" if e.saved_bytes >= 0 else "costs"
+    return (f"; -np {e.preset.n_parallel} instead of llama-server's {e.n_parallel_auto} automatic slots {what} "
+            f"{mib:,.0f} MiB")
+
+
+def verdict_text(v: Verdict, preset: PresetEffect | None = None) -> str:
+    """The verdict as one sentence (the `Verdict` line of plan and run); with --for, naming the preset."""
+    if preset is not None:
+        return f"{preset_text(preset)}: {verdict_text(v)}{_preset_tail(preset)}"
     if not v.fits:
         return _no_fit_text(v)
     fa = "on" if v.flash_attn else "off"
@@ -86,7 +110,17 @@ def _pair(p: tuple[float, float] | None) -> list[float] | None:
     return None if p is None else [round(p[0], 2), round(p[1], 2)]
 
 
-def verdict_json(v: Verdict) -> dict[str, Any]:
+def preset_json(e: PresetEffect | None) -> dict[str, Any] | None:
+    """`preset`: --for's name, slots, floor per slot, -ub values tried, and the bytes its -np saved."""
+    if e is None:
+        return None
+    p = e.preset
+    return {"name": p.name, "n_parallel": p.n_parallel, "min_ctx": e.min_ctx, "ubatches": list(p.ubatches),
+            "saved_bytes": e.saved_bytes, "n_parallel_auto": e.n_parallel_auto,
+            "turn": {"context": p.turn.context, "prompt": p.turn.prompt, "generated": p.turn.generated}}
+
+
+def verdict_json(v: Verdict, preset: PresetEffect | None = None) -> dict[str, Any]:
     """The verdict's values (README: plan --json `verdict`) and its sentence."""
     flash_attn = None
     if v.fits:
@@ -112,7 +146,8 @@ def verdict_json(v: Verdict) -> dict[str, Any]:
         "smallest_gpu": v.smallest_gpu,
         "cause": v.cause,
         "pinned_ngl": v.pinned_ngl,
-        "text": verdict_text(v),
+        "preset": preset_json(preset),
+        "text": verdict_text(v, preset),
     }
 
 
@@ -121,7 +156,8 @@ def hardware_json(gpus: tuple[DeviceSpec, ...], host: DeviceSpec) -> list[dict[s
              "usable_bytes": d.usable_bytes} for d in (*gpus, host)]  # fmt: skip
 
 
-def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]]) -> dict[str, Any]:
+def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]], *,
+            band: SpeedBand | None = None, preset: PresetEffect | None = None) -> dict[str, Any]:  # fmt: skip
     c = result.choice
     return {
         "schema": SCHEMA,
@@ -134,13 +170,14 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "fits": c is not None,
         "tradeoffs": [{"flash_attn": t.flash_attn, "type_k": t.type_k, "type_v": t.type_v,
                        "n_gpu_layers": t.n_gpu_layers, "n_cpu_moe": t.n_cpu_moe, "max_ctx": t.max_ctx,
-                       "generation_tps": _pair(t.generation_tps)}
+                       "generation_tps": _pair(t.generation_tps), "vs_pick": vs_pick(t, result.verdict)}
                       for t in result.tradeoffs],
         "mib_per_1000_tokens": result.mib_per_1000_tokens,
         "mib_per_layer": result.mib_per_layer,
-        "verdict": verdict_json(result.verdict),
+        "verdict": verdict_json(result.verdict, preset),
         "smallest_gpu": result.smallest_gpu,
-        "speed": speed_json(result.speed),
+        "speed": speed_json(result.speed, band),
+        "preset": preset_json(preset),
         "warnings": notices_json(result.warnings),
         "side_models": side_models_json(c.breakdown) if c else [],
         "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
@@ -178,13 +215,28 @@ def side_cost_text(sc: SideCost) -> str:
     return f"{what} costs {sc.tokens:,} tokens of context per slot"
 
 
-def speed_json(est: SpeedEstimate | None) -> dict[str, Any] | None:
-    """`speed`: generation_tps [full context, empty context], prompt_tps (rough), and every input with its source."""
+def band_json(band: SpeedBand | None) -> dict[str, Any]:
+    """The bands of `speed` (README "plan --json"): [low, high] each; null without an estimate."""
+    if band is None:
+        return {"generation_tps_empty": None, "generation_tps_full": None, "prompt_tps_band": None,
+                "turn": None, "assumed": False}  # fmt: skip
+    context, prompt, generated = band.turn
+    return {"generation_tps_empty": _pair(band.generation_empty), "generation_tps_full": _pair(band.generation_full),
+            "prompt_tps_band": _pair(band.prompt),
+            "turn": {"context": context, "prompt": prompt, "generated": generated,
+                     "seconds": _pair(band.turn_seconds)},
+            "assumed": band.assumed}  # fmt: skip
+
+
+def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict[str, Any] | None:
+    """`speed`: generation_tps [full context, empty context], prompt_tps (rough), their bands, one turn's
+    seconds, and every input with its source."""
     if est is None:
         return None
     return {
         "generation_tps": _pair(est.generation_tps),
         "prompt_tps": None if est.prompt_tps is None else round(est.prompt_tps, 2),
+        **band_json(band),
         "calibrated": est.calibrated,
         "inputs": {
             "bytes_per_token": list(est.bytes_per_token),
@@ -202,22 +254,57 @@ def speed_json(est: SpeedEstimate | None) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
-def speed_lines(est: SpeedEstimate | None) -> list[str]:
+def _range(p: tuple[float, float]) -> str:
+    return f"{tps_text(p[0])}-{tps_text(p[1])}"
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.2f}" if x < 1 else f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+
+
+def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> list[str]:
+    """`           likely: …` and one turn's seconds, under the Speed line."""
+    if band is None:
+        return []
+    prompt = f"; prompt {_range(band.prompt)}" if band.prompt else ""
+    likely = f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} empty{prompt} tokens/s"
+    if band.assumed:
+        likely += " (assumed bandwidth)"
+    texts = [likely]
+    if band.turn_seconds is not None:
+        context, prompt_tokens, generated = band.turn
+        name = preset.preset.name if preset else "chat"
+        texts.append(f"one {name} turn (read {prompt_tokens:,} tokens, write {generated:,}, after {context:,}): "
+                     f"{_seconds(band.turn_seconds[0])}-{_seconds(band.turn_seconds[1])} s")
+    return [line for t in texts for line in _indented(t)]
+
+
+def _indented(text: str) -> list[str]:
+    """A line under the label column, wrapped at 80 with its continuation indented two more."""
+    return textwrap.wrap(text, WIDTH, initial_indent=" " * LABEL, subsequent_indent=" " * (LABEL + 2),
+                         break_long_words=False, break_on_hyphens=False)  # fmt: skip
+
+
+def speed_lines(est: SpeedEstimate | None, band: SpeedBand | None = None, preset: PresetEffect | None = None,
+                ) -> list[str]:  # fmt: skip
     if est is None:
         return []
     low, high = est.generation_tps
     prompt = "" if est.prompt_tps is None else f"; prompt ~{tps_text(est.prompt_tps)} tokens/s (rough)"
     lines = [f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty context){prompt}"]
+    lines += band_lines(band, preset)
     for d in est.devices:
         read = f"{(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
         rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
-        lines.append(f"           {d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
+        lines += _indented(f"{d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
         lines.append(f"           calibrated: {est.calibrated}")
     return lines
 
 
 def _short(source: str) -> str:
+    if source.startswith("assumed: "):
+        return "assumed; --bandwidth GB/s gives it"
     return "host probe" if source.startswith("measured by the host probe") else source.removeprefix("catalog: ")
 
 
@@ -231,7 +318,8 @@ def _hw_line(d: dict[str, Any]) -> str:
 
 
 def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
-            device_lines: list[str]) -> str:  # fmt: skip
+            device_lines: list[str], *, band: SpeedBand | None = None, preset: PresetEffect | None = None,
+            ) -> str:  # fmt: skip
     lines = [
         f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
         f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
@@ -251,9 +339,9 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
                      else f"more than the trained {facts.n_ctx_train:,} tokens")  # fmt: skip
         lines.append(line)
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
-    lines += speed_lines(result.speed)
+    lines += speed_lines(result.speed, band, preset)
     lines += mtp_lines(result.mtp)
-    lines.append(f"Verdict    {verdict_text(result.verdict)}")
+    lines.append(f"Verdict    {verdict_text(result.verdict, preset)}")
     lines += [printable(notice_line(w)) for w in result.warnings]
     return wrap_text("\n".join(lines))
 
@@ -264,17 +352,67 @@ def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
     rows = list(result.tradeoffs)
     speed = any(t.generation_tps for t in rows)  # the column only where bandwidths are known
     same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx, _tps(t.generation_tps)) for t in rows}) == 1
+    why = not same and result.choice is not None
     lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
              f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"
-             + ("  tokens/s" * speed)]  # fmt: skip
+             + ("  tokens/s" * speed) + ("  vs the pick" * why)]  # fmt: skip
     for t in rows[:1] if same else rows:
         ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
         offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
-        lines.append(f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}"
-                     + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
+        line = (f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}"
+                + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
+        lines.append(line + (f"  {vs_pick_text(vs_pick(t, result.verdict), 80 - len(line) - 2)}" if why else ""))
     if same:
         lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
     return lines
+
+
+def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
+    """What a trade-off row changes against the pick (`tradeoffs[].vs_pick`): `pick` (this row is the
+    choice), `context_delta` (tokens per slot; null when either reaches none), `generation_tps_delta` (at
+    each one's full context; null without speeds), and the settings that differ (null: the same)."""
+    if not v.fits or v.ctx_per_slot is None:
+        return None
+    fa = "on" if v.flash_attn else "off"
+    pick = ((t.flash_attn, t.type_k, t.type_v, t.n_gpu_layers, t.n_cpu_moe)
+            == (fa, v.type_k, v.type_v, v.n_gpu_layers, v.n_cpu_moe))  # fmt: skip
+    tps = None
+    if t.generation_tps is not None and v.generation_tps is not None:
+        tps = round(t.generation_tps[0] - v.generation_tps[0], 2)
+    return {"pick": pick, "context_delta": None if t.max_ctx is None else t.max_ctx - v.ctx_per_slot,
+            "generation_tps_delta": tps, "flash_attn": None if t.flash_attn == fa else t.flash_attn,
+            "type_k": None if t.type_k == v.type_k else t.type_k, "type_v": None if t.type_v == v.type_v else t.type_v,
+            "n_gpu_layers_delta": t.n_gpu_layers - v.n_gpu_layers or None}  # fmt: skip
+
+
+def vs_pick_text(d: dict[str, Any] | None, width: int) -> str:
+    """`pick`, or what the row changes: `-8,192 ctx, +33 t/s, K quantized` (as much as fits `width`)."""
+    if d is None:
+        return ""
+    if d["pick"]:
+        return "the pick"
+    parts = []
+    if d["context_delta"] is None:
+        parts.append("no fit")
+    elif d["context_delta"]:
+        parts.append(f"{d['context_delta']:+,} ctx")
+    tps = d["generation_tps_delta"]
+    if tps is not None and abs(tps) >= 0.05:
+        parts.append(f"{'+' if tps > 0 else '-'}{tps_text(abs(tps))} t/s")
+    for key, name in (("type_k", "K"), ("type_v", "V")):
+        if d[key] is not None:
+            parts.append(f"{name} {d[key]}")
+    if d["flash_attn"] is not None:
+        parts.append(f"fa {d['flash_attn']}")
+    if d["n_gpu_layers_delta"]:
+        parts.append(f"{d['n_gpu_layers_delta']:+} layers")
+    text = ""
+    for part in parts or ["the same"]:
+        candidate = f"{text}, {part}" if text else part
+        if len(candidate) > width:
+            break
+        text = candidate
+    return text
 
 
 def serving_line(model: str, *, n_ctx: int, n_seq: int, kv_unified: bool, gpu_weights_bytes: int,
