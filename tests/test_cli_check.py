@@ -118,6 +118,9 @@ Config     -c 32768 (32,768 tokens shared by up to 4 parallel requests) -fa on
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
 CUDA0       1,050       0      16      0      33       0   1,024   1,073     -23
 CPU        49,152       0       0      0      33       0       0      33  49,119
+Memory     W weights  K KV  C compute  R reserve  . free
+CUDA0      [WKCRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRR|] 1,073/1,050 MiB over
+CPU        [WC..........................................] 33/49,152 MiB
 Verdict    does not fit: CUDA0 short by 23 MiB
 Way out    16,640 tokens per slot fit with the current settings
 Note       llama-server's prompt cache may use up to 8,192 MiB more host RAM

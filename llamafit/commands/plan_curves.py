@@ -1,7 +1,8 @@
 """The data behind `plan --html`'s curves (only when a page is asked for: this is extra solver work).
 
 - context against layers on the GPU: for each K/V type (flash attention on where the type needs it,
-  the chosen -ub, experts as chosen), the largest context per slot at up to `POINTS` -ngl values;
+  the chosen -ub, experts as chosen), the largest context per slot at up to `POINTS` -ngl values
+  and the chosen one;
 - speed against context: the chosen config's generation tokens/s at fills from empty to full, with
   the band (speed.SpeedBand's rule: assumed rates at their ends, the model's error around them).
 """
@@ -43,7 +44,8 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             base = replace(c.cfg, type_k=type_k, type_v=type_v, flash_attn=fa)
             if target.evaluate(replace(base, n_ctx=256)) is None:
                 continue  # llama.cpp refuses this type for this model
-            points = [[k, max_context(target, replace(base, n_gpu_layers=k), hi)] for k in _spread(n_all)]
+            layers = sorted({*_spread(n_all), c.rc.n_gpu_layers})  # the curves pass through the pick
+            points = [[k, max_context(target, replace(base, n_gpu_layers=k), hi)] for k in layers]
             out["context_by_layers"].append({"type_k": type_k, "type_v": type_v, "flash_attn": fa, "points": points})
     if p.speed is not None:
         lmap = c.breakdown.layer_devices

@@ -1,9 +1,10 @@
 """A picture of each device's memory in the terminal: one bar per device within 80 columns.
 
 Each bar spans the device's usable memory (or what is used, when that is more) and shows, left to
-right, weights `W` (side models too), KV cache and recurrent state `K`, compute and output buffers `C`, the reserve
-and the driver's overhead `R`, and what is left `.`; a part that is not zero takes at least one
-column. Letters keep the picture readable without colour; on a terminal `paint_bars` colours them.
+right, weights `W` (side models too), KV cache and recurrent state `K`, compute and output buffers
+`C`, the reserve and the driver's overhead `R`, and what is left `.`; a part that is not zero takes
+at least one column, and `|` marks where the device's memory ends when more is used. Letters keep
+the picture readable without colour; on a terminal `paint_bars` colours them.
 """
 
 from __future__ import annotations
@@ -42,8 +43,13 @@ def _columns(sizes: Sequence[int], width: int) -> list[int]:
 
 
 def bar(d: DeviceUsage, width: int = BAR) -> str:
+    """The bar's letters; when more is used than the device has, `|` marks where its memory ends."""
     cols = _columns(_parts(d), width)
-    return "".join(ch * n for (ch, _), n in zip(PARTS, cols, strict=True))
+    text = "".join(ch * n for (ch, _), n in zip(PARTS, cols, strict=True))
+    if d.usable_bytes is not None and d.used_bytes > d.usable_bytes:
+        at = min(round(d.usable_bytes / d.used_bytes * width), width - 1)
+        text = text[:at] + "|" + text[at + 1 :]
+    return text
 
 
 def _mib(n: int) -> str:
@@ -85,4 +91,4 @@ def paint_bars(line: str) -> str:
 def is_bar_line(line: str) -> bool:
     start = line.find("[", LABEL - 1)
     end = line.find("]", start + 1)
-    return start == LABEL and end > start and set(line[start + 1 : end]) <= {ch for ch, _ in PARTS}
+    return start == LABEL and end > start and set(line[start + 1 : end]) <= {ch for ch, _ in PARTS} | {"|"}

@@ -9,6 +9,7 @@ from typing import Any
 from ..safe_text import printable
 from ..facts.hparams import ModelFacts
 from ..findings import Notice, WayOut, as_notice
+from .bars import bar_lines
 from .layout import wrap_text
 from ..memory.model import Breakdown, DeviceUsage
 from ..memory.resolve import ResolvedConfig
@@ -281,6 +282,7 @@ def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Se
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
         *device_lines(b),
+        *bar_lines(b),
         *side_lines(b),
         f"Verdict    {verdict(b)}",
     ]

@@ -53,9 +53,11 @@ def preset_text(e: PresetEffect) -> str:
     """`for agent (1 slot, at least 65,536 tokens per slot)`."""
     p = e.preset
     slots = f"{p.n_parallel} slot{'s' if p.n_parallel != 1 else ''}"
-    floor = "the trained maximum first" if p.min_ctx is None else f"at least {e.min_ctx:,} tokens per slot"
-    if p.min_ctx is not None and e.min_ctx < p.min_ctx:
-        floor = f"at least {e.min_ctx:,} tokens per slot: all it has, under {p.name}'s {p.min_ctx:,}"
+    floor = f"at least {e.min_ctx:,} tokens per slot"
+    if e.min_ctx < p.min_ctx:
+        floor += f" rather than {p.min_ctx:,}"  # the trained context is less, or --min-ctx said so
+    if p.prefer == "context":
+        floor = f"the trained maximum first, {floor}"
     return f"for {p.label} ({slots}, {floor})"
 
 
@@ -64,6 +66,8 @@ def _preset_tail(e: PresetEffect | None) -> str:
     if e is None or e.saved_bytes is None or e.n_parallel_auto is None or e.n_parallel_auto == e.preset.n_parallel:
         return ""
     mib = abs(e.saved_bytes) / 2**20
+    if mib < 0.5:
+        return ""
     what = "saves" if e.saved_bytes >= 0 else "costs"
     return (f"; -np {e.preset.n_parallel} instead of llama-server's {e.n_parallel_auto} automatic slots {what} "
             f"{mib:,.0f} MiB")
