@@ -8,6 +8,7 @@ from ..report.bars import bar_lines
 from ..server.argv import server_argv
 from ..fit.explain import PlanResult, plan
 from .prepare import Prepared, Report, Request, prepare, warnings_for
+from ..errors import InputError
 from ..findings import Notice
 from ..fit.plan_speed import speed_band
 from ..fit.presets import DEFAULT_TURN, PresetEffect, min_ctx_for, preset_config, preset_effect
@@ -30,7 +31,11 @@ def run_plan(request: Request, policy: Policy, *, html_path: str | None = None,
         from ..safe_io import write_atomic
         from .plan_curves import curves
 
-        write_atomic(html_path, plan_page(report.json, curves(p, result, policy)).encode())
+        page = plan_page(report.json, curves(p, result, policy))
+        try:
+            write_atomic(html_path, page.encode())
+        except OSError as e:  # a symlink or a directory in its place, no permission
+            raise InputError(f"--html {html_path}: {e.strerror or e}") from e
     return report
 
 

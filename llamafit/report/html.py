@@ -19,7 +19,7 @@ _PARTS = (("weights", "#4c72b0", ("weights_bytes",)), ("KV", "#b04ca6", ("kv_byt
           ("reserve", "#9a9a9a", ("reserve_bytes", "overhead_bytes")))  # fmt: skip
 _FREE = "#e8efe8"
 _SERIES = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
-_W, _H, _PAD = 900, 300, 60
+_W, _H, _PAD, _LEGEND = 900, 300, 60, 170  # the page's charts: width, height, left margin, legend column
 
 
 def _mib(n: int | float) -> str:
@@ -27,7 +27,7 @@ def _mib(n: int | float) -> str:
 
 
 def _num(x: float) -> str:
-    return f"{x:,.1f}" if x < 10 else f"{x:,.0f}"
+    return f"{x:,.1f}" if x < 10 and not float(x).is_integer() else f"{x:,.0f}"
 
 
 def _device_bar(d: dict[str, Any], width: int = _W - _PAD - 160) -> str:
@@ -73,24 +73,28 @@ def _ticks(hi: float, n: int = 5) -> list[float]:
 
 
 def _chart(chart_id: str, series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]], x_label: str,
-           y_label: str, band: Sequence[tuple[float, float, float]] = ()) -> str:  # fmt: skip
+           y_label: str, band: Sequence[tuple[float, float, float]] = (),
+           x_max: float | None = None) -> str:  # fmt: skip
     """A line chart: each series a polyline with a circle per point (data-x, data-y), an optional band
-    (x, low, high) under them, axes from 0 with five ticks each."""
-    xs = [x for _, _, pts in series for x, _ in pts] + [b[0] for b in band]
+    (x, low, high) under them, axes from 0 (x to `x_max` when given) with five ticks each, the legend
+    to the right of the plot."""
+    xs = [x for _, _, pts in series for x, _ in pts] + [b[0] for b in band] + ([x_max] if x_max else [])
     ys = [y for _, _, pts in series for _, y in pts] + [b[2] for b in band]
-    if not xs:
+    if not xs or not ys:
         return ""
-    sx = _scale(0, max(xs) or 1, _PAD, _W - _PAD)
+    right = _W - _LEGEND
+    sx = _scale(0, max(xs) or 1, _PAD, right)
     sy = _scale(0, (max(ys) or 1) * 1.05, _H - 40, 10)
     out = [f'<svg id="{chart_id}" width="{_W}" height="{_H + 30}" role="img" aria-label="{escape(y_label)}">']
-    out.append(f'<line x1="{_PAD}" y1="{_H - 40}" x2="{_W - _PAD}" y2="{_H - 40}" stroke="#333"/>')
+    out.append(f'<line x1="{_PAD}" y1="{_H - 40}" x2="{right}" y2="{_H - 40}" stroke="#333"/>')
     out.append(f'<line x1="{_PAD}" y1="10" x2="{_PAD}" y2="{_H - 40}" stroke="#333"/>')
     for t in _ticks(max(xs) or 1):
         out.append(f'<text x="{sx(t):.1f}" y="{_H - 22}" font-size="11" text-anchor="middle">{_num(t)}</text>')
     for t in _ticks(float(max(ys) or 1)):
         out.append(f'<text x="{_PAD - 6}" y="{sy(t) + 4:.1f}" font-size="11" text-anchor="end">{_num(t)}</text>'
-                   f'<line x1="{_PAD}" y1="{sy(t):.1f}" x2="{_W - _PAD}" y2="{sy(t):.1f}" stroke="#ddd"/>')
-    out.append(f'<text x="{_W / 2}" y="{_H - 4}" font-size="12" text-anchor="middle">{escape(x_label)}</text>')
+                   f'<line x1="{_PAD}" y1="{sy(t):.1f}" x2="{right}" y2="{sy(t):.1f}" stroke="#ddd"/>')
+    out.append(f'<text x="{(_PAD + right) / 2}" y="{_H - 4}" font-size="12" text-anchor="middle">'
+               f'{escape(x_label)}</text>')
     out.append(f'<text x="12" y="{_H / 2}" font-size="12" transform="rotate(-90 12 {_H / 2})" '
                f'text-anchor="middle">{escape(y_label)}</text>')
     if band:
@@ -102,8 +106,8 @@ def _chart(chart_id: str, series: Sequence[tuple[str, str, Sequence[tuple[float,
         out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2.5"/>')
         out += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="{colour}" data-series="{escape(name)}" '
                 f'data-x="{x:g}" data-y="{y:g}"/>' for x, y in pts]
-        out.append(f'<rect x="{_W - _PAD - 150}" y="{16 + 18 * i}" width="12" height="12" fill="{colour}"/>'
-                   f'<text x="{_W - _PAD - 132}" y="{26 + 18 * i}" font-size="12">{escape(name)}</text>')
+        out.append(f'<rect x="{right + 16}" y="{16 + 18 * i}" width="12" height="12" fill="{colour}"/>'
+                   f'<text x="{right + 34}" y="{26 + 18 * i}" font-size="12">{escape(name)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -162,7 +166,8 @@ def plan_page(data: dict[str, Any], curves: dict[str, Any]) -> str:
     ]  # fmt: skip
     if layers:
         parts += ["<h2>Context against layers on the GPU</h2>",
-                  _chart("context-by-layers", layers, "layers on the GPU (-ngl)", "largest context per slot")]
+                  _chart("context-by-layers", layers, "layers on the GPU (-ngl)", "largest context per slot",
+                         x_max=model["n_layer_all"] + 1)]
     if speed_pts:
         parts += ["<h2>Generation speed against the context filled</h2>",
                   _chart("speed-by-context", [("estimate", "#4c72b0", [(p[0], p[2]) for p in speed_pts])],
