@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from ..fit.explain import PlanResult
-from ..fit.search import max_context
+from ..fit.search import Target, max_context
+from ..memory.config import LaunchConfig
 from ..fit.solver import KV_PAIRS, Policy, bounds
 from ..fit.speed import GENERATION_BAND, estimate_at, with_rates
 from .prepare import Prepared
@@ -26,6 +29,22 @@ def _spread(n: int, points: int = POINTS) -> list[int]:
     if n <= points - 1:
         return list(range(n + 1))
     return sorted({round(i * n / (points - 1)) for i in range(points)})
+
+
+def _ctx_at(target: Target, base: LaunchConfig, hi: int, n_gpu_layers: int) -> int | None:
+    return max_context(target, replace(base, n_gpu_layers=n_gpu_layers), hi)
+
+
+def _curve(ctx_at: Callable[[int], int | None], layers: list[int], hi: int) -> list[list[int | None]]:
+    """[[n_gpu_layers, largest context]…], from the most layers down: fewer layers on the GPU leave it
+    more room, so once one reaches the most asked for (`hi`), every smaller count does too."""
+    out: list[list[int | None]] = []
+    reached = False
+    for k in sorted(layers, reverse=True):
+        ctx = hi if reached else ctx_at(k)
+        reached = reached or ctx == hi
+        out.append([k, ctx])
+    return out[::-1]
 
 
 def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
@@ -45,7 +64,7 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             if target.evaluate(replace(base, n_ctx=256)) is None:
                 continue  # llama.cpp refuses this type for this model
             layers = sorted({*_spread(n_all), c.rc.n_gpu_layers})  # the curves pass through the pick
-            points = [[k, max_context(target, replace(base, n_gpu_layers=k), hi)] for k in layers]
+            points = _curve(partial(_ctx_at, target, base, hi), layers, hi)
             out["context_by_layers"].append({"type_k": type_k, "type_v": type_v, "flash_attn": fa, "points": points})
     if p.speed is not None:
         lmap = c.breakdown.layer_devices

@@ -11,7 +11,7 @@ from .search import Target, max_context, max_gpu_layers, streams
 from .solver import Choice
 from .presets import Turn
 from .speed import (GENERATION_BAND, PP_TOKENS, PROMPT_BAND, SpeedBand, SpeedEstimate, SpeedInputs, band, estimate,
-                    estimate_at, with_rates)  # fmt: skip
+                    estimate_turn, with_rates)  # fmt: skip
 
 
 def speed_of(target: Target, cfg: LaunchConfig, inputs: SpeedInputs) -> SpeedEstimate | None:
@@ -51,29 +51,28 @@ def speed_options(target: Target, choice: Choice, hi: int, inputs: SpeedInputs) 
 def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) -> SpeedBand | None:
     """The chosen config's speeds as [low, high] bands (speed.SpeedBand), and the seconds of one `turn`.
     Low: every assumed rate at the low end of its range and the model's error below; high: the other
-    way. Three estimates of the choice only (no per-candidate work)."""
-    lmap = choice.breakdown.layer_devices
-    ends = [with_rates(inputs, 0), with_rates(inputs, 1)]
-    ests = [estimate(target.model, choice.rc, lmap, target.gpus, i) for i in ends]
-    lo, hi = ests
-    if lo is None or hi is None:
-        return None
+    way. The choice only (no per-candidate work), its tensors read once (speed.estimate_turn)."""
     n = choice.rc.n_ctx_seq
     prompt_tokens = max(min(turn.prompt, n - 1), 1)
     context = max(min(turn.context, n - prompt_tokens - turn.generated), 0)
     generated = max(min(turn.generated, n - context - prompt_tokens), 0)
-    depth = max(context + prompt_tokens // 2 - PP_TOKENS // 2, 0)  # estimate_at adds half a pp512 batch
-    seconds = []
-    for i, share in ((1, 1 + GENERATION_BAND), (0, 1 - GENERATION_BAND)):  # fastest first: the low seconds
-        at = estimate_at(target.model, choice.rc, target.gpus, ends[i], context + prompt_tokens + generated // 2, lmap)
-        prompt_at = estimate_at(target.model, choice.rc, target.gpus, ends[i], depth, lmap)
-        if at is None or prompt_at is None or prompt_at[1] is None:
-            break
-        p_share = 1 + PROMPT_BAND if i else 1 - PROMPT_BAND
-        pp = prompt_at[1] * p_share
-        seconds.append(prompt_tokens / pp + generated / (at[0] * share))
-    prompt = None if lo.prompt_tps is None or hi.prompt_tps is None else band(lo.prompt_tps, hi.prompt_tps, PROMPT_BAND)
-    return SpeedBand(band(lo.generation_tps[1], hi.generation_tps[1], GENERATION_BAND),
-                     band(lo.generation_tps[0], hi.generation_tps[0], GENERATION_BAND), prompt,
-                     (seconds[0], seconds[1]) if len(seconds) == 2 else None, (context, prompt_tokens, generated),
-                     any(r is not None for r in inputs.gpu_bandwidth_range))  # fmt: skip
+    depth = max(context + prompt_tokens // 2 - PP_TOKENS // 2, 0)  # _prompt_tps adds half a pp512 batch
+    ends = [with_rates(inputs, 0), with_rates(inputs, 1)]
+    assumed = any(r is not None for r in inputs.gpu_bandwidth_range) or any(r is not None for r in
+                                                                             inputs.gpu_flops_range)  # fmt: skip
+    got = estimate_turn(target.model, choice.rc, choice.breakdown.layer_devices, target.gpus,
+                        ends if assumed else ends[:1], context + prompt_tokens + generated // 2, depth)  # fmt: skip
+    if any(g is None for g in got):
+        return None
+    lo, hi = (got[0], got[-1])
+    assert lo is not None and hi is not None
+    seconds = None
+    if lo[2] is not None and hi[2] is not None:  # fastest: the high end's rates with the model's error above
+        seconds = (prompt_tokens / (hi[2] * (1 + PROMPT_BAND)) + generated / (hi[1] * (1 + GENERATION_BAND)),
+                   prompt_tokens / (lo[2] * (1 - PROMPT_BAND)) + generated / (lo[1] * (1 - GENERATION_BAND)))
+    low, high = lo[0], hi[0]
+    prompt = None if low.prompt_tps is None or high.prompt_tps is None else band(low.prompt_tps, high.prompt_tps,
+                                                                                  PROMPT_BAND)  # fmt: skip
+    return SpeedBand(band(low.generation_tps[1], high.generation_tps[1], GENERATION_BAND),
+                     band(low.generation_tps[0], high.generation_tps[0], GENERATION_BAND), prompt, seconds,
+                     (context, prompt_tokens, generated), any(r is not None for r in inputs.gpu_bandwidth_range))

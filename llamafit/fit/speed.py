@@ -422,6 +422,31 @@ def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Seque
                          rc.n_ctx_seq, tuple(rows), source, inputs.calibrated, inputs.n_threads)  # fmt: skip
 
 
+def estimate_turn(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
+                  inputs: Sequence[SpeedInputs], gen_fill: int, prompt_depth: int,
+                  ) -> list[tuple[SpeedEstimate, float, float | None] | None]:  # fmt: skip
+    """For each of `inputs`: the estimate (as `estimate`), generation tokens/s at `gen_fill` cells and
+    prompt tokens/s after `prompt_depth` (as `estimate_at`), reading the model's tensors once."""
+    gpus = _active_gpus(rc, gpus)
+    r = _reads(model, rc, lmap, gpus)
+    n_swa = model.facts.swa.n_swa
+    out: list[tuple[SpeedEstimate, float, float | None] | None] = []
+    for i in inputs:
+        rows = _device_rows(r, gpus, i, (0, rc.n_ctx_seq), n_swa, rc.flash_attn)
+        at = _device_rows(r, gpus, i, (gen_fill, gen_fill), n_swa, rc.flash_attn)
+        if not rows or not at:
+            out.append(None)
+            continue
+        prompt, source = _prompt_tps(r, rc, gpus, i, n_swa=n_swa)
+        est = SpeedEstimate((1 / _seconds(rows, True), 1 / _seconds(rows, False)), prompt,
+                            (sum(d.weight_bytes + d.kv_bytes_empty for d in rows),
+                             sum(d.weight_bytes + d.kv_bytes_full for d in rows)),
+                            sum(r.flops.values()), rc.n_ctx_seq, tuple(rows), source, i.calibrated,
+                            i.n_threads)  # fmt: skip
+        out.append((est, 1 / _seconds(at, False), _prompt_tps(r, rc, gpus, i, depth=prompt_depth, n_swa=n_swa)[0]))
+    return out
+
+
 def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fill: int,
                 lmap: LayerMap | None = None) -> tuple[float, float | None, int] | None:  # fmt: skip
     """(generation tokens/s, prompt tokens/s, bytes per generated token) with `fill` cells in use —
