@@ -187,3 +187,9 @@ def test_plan_output_fits_80_columns_with_every_new_line() -> None:
         text = CliRunner().invoke(cli, ["plan", str(QWEN), *args]).stdout
         too_long = [line for line in text.splitlines() if len(line) > 80 and str(QWEN) not in line]
         assert too_long == []
+
+
+def test_serve_states_no_saving_its_slots_are_for_its_users() -> None:
+    d = plan_json(GPTOSS, "--gpu", "1100MiB", "--for", "serve:3")
+    assert (d["preset"]["n_parallel"], d["preset"]["saved_bytes"], d["preset"]["n_parallel_auto"]) == (3, None, None)
+    assert "automatic slots" not in d["verdict"]["text"]

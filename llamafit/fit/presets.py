@@ -86,9 +86,9 @@ def preset_config(preset: Preset, cfg: LaunchConfig) -> LaunchConfig:
 
 @dataclass(frozen=True, slots=True)
 class PresetEffect:
-    """What the preset did to the plan: its floor per slot, its slots, and the bytes its -np saved
-    against llama-server's automatic slots at the same context (None: -np was the user's, or the
-    automatic setting does not resolve here; negative: it cost)."""
+    """What the preset did to the plan: its floor per slot, its slots, and the bytes its -np 1 saved
+    against llama-server's automatic slots at the same context (None: -np was the user's, the preset
+    serves several users, or the automatic setting does not resolve here; negative: it cost)."""
 
     preset: Preset
     min_ctx: int
@@ -100,8 +100,8 @@ def preset_effect(preset: Preset, min_ctx: int, cfg: LaunchConfig, user_cfg: Lau
                   evaluate: Callable[[LaunchConfig], tuple[ResolvedConfig, Breakdown] | None],
                   chosen: Breakdown | None) -> PresetEffect:  # fmt: skip
     """`cfg` is the chosen config; `user_cfg` the user's flags (whether -np was theirs)."""
-    if chosen is None or "n_parallel" in user_cfg.given:
-        return PresetEffect(preset, min_ctx, None, None)
+    if chosen is None or "n_parallel" in user_cfg.given or preset.n_parallel != 1:
+        return PresetEffect(preset, min_ctx, None, None)  # serve's N slots are for N users: no saving to state
     auto = replace(cfg, n_parallel=N_PARALLEL_AUTO, given=cfg.given - {"n_parallel"})
     evaluated = evaluate(auto)
     if evaluated is None:

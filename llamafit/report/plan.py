@@ -302,7 +302,7 @@ def speed_lines(est: SpeedEstimate | None, band: SpeedBand | None = None, preset
         rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
         lines += _indented(f"{d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
-        lines.append(f"           calibrated: {est.calibrated}")
+        lines += _indented(f"calibrated: {est.calibrated}")
     return lines
 
 
