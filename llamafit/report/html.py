@@ -162,7 +162,8 @@ def plan_page(data: dict[str, Any], curves: dict[str, Any]) -> str:
         f'{data["context_per_slot"] or ""}">{data["context_per_slot"] or 0:,}</b></p>',
         "<h2>Command</h2>", f'<pre id="command">{escape(command)}</pre>',
         "<h2>Memory per device</h2>", f'<p class="legend">{legend}</p>',
-        *(_device_bar(d) for d in data["devices"]), _memory_table(data["devices"]),
+        *(_device_bar(d) for d in data["devices"]),
+        _memory_table(data["devices"]) if data["devices"] else "<p>Nothing fits: the verdict says what would.</p>",
     ]  # fmt: skip
     if layers:
         parts += ["<h2>Context against layers on the GPU</h2>",
