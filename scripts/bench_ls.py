@@ -9,8 +9,9 @@ header with its 152k-token vocabulary (fixtures/header-only) and the small fixtu
     python scripts/bench_ls.py [N] [--gpu 24GiB] [--repeat 3]
 
 Each figure is the whole command (`python -m llamafit ls --gpu … --json`, a fresh process, as a
-user runs it) less bare Python start-up (`python -c pass`), best of --repeat: cold = an empty
-llamafit cache (every header read, every model fitted), warm = the cache the cold run left.
+user runs it) less bare Python start-up (`python -c pass`), best of --repeat, as wall time and as
+the child's CPU time (which other load on the machine does not inflate): cold = an empty llamafit
+cache (every header read, every model fitted), warm = the cache the cold run left.
 Targets (issue #26): cold at most 3 s, warm at most 0.5 s above start-up, for 40 models.
 Then, in this process: the cold listing with the headers read ahead on ls.HEADER_THREADS threads
 and read in place, the measurement behind reading them ahead.
@@ -130,7 +131,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "llamafit")], env=env, check=True)
         ls = [sys.executable, "-m", "llamafit", "ls", "--gpu", args.gpu, "--json"]
         probe_s = seed_probe(work / "probe", env)
-        start = min(timed([sys.executable, "-c", "pass"], env)[0] for _ in range(max(args.repeat, 3)))
+        start, start_cpu = min(timed([sys.executable, "-c", "pass"], env)[:2] for _ in range(max(args.repeat, 3)))
         runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
         rows = -1
         for r in range(args.repeat):
@@ -142,16 +143,16 @@ def main() -> None:
                 if done.returncode not in (0, 1):
                     sys.exit(f"llamafit ls failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
                 rows = len(json.loads(done.stdout)["models"])
-                runs[label].append((wall - start, cpu))
+                runs[label].append((wall - start, cpu - start_cpu))
         print(f"llamafit ls --gpu {args.gpu} over a hub cache of {args.n} models ({rows} listed), "
               f"{os.cpu_count()} CPUs; Python start-up {start * 1000:.0f} ms; best of {args.repeat}")
         print(f"  (the host probe, measured once per machine and shared by every command, took {probe_s:.1f} s "
               "before these runs)")
-        print(f"  {'':6s} {'above start-up':>15s} {'CPU':>9s} {'target':>8s}")
+        print(f"  above start-up: {'wall':>9s} {'CPU':>9s} {'target':>8s} (wall)")
         for label, got in runs.items():
             wall, cpu = min(got)
             met = "met" if wall <= TARGETS[label] else "NOT met"
-            print(f"  {label:6s} {wall:13.2f} s {cpu:7.2f} s {TARGETS[label]:6.1f} s  {met}")
+            print(f"  {label:15s} {wall:9.2f} s {cpu:7.2f} s {TARGETS[label]:6.1f} s  {met}")
         inside = in_process(hub, work, args.gpu, args.repeat)
         print("  cold listing in one process, headers read "
               + ", ".join(f"{f'on {n} threads' if n else 'in place'} {t:.2f} s" for n, t in inside.items()))

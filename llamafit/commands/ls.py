@@ -73,13 +73,13 @@ def source_key(package: str) -> str:
     stats = []
     for top, dirs, files in os.walk(package):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = top[len(package) :].lstrip(os.sep)
         for name in sorted(f for f in files if f.endswith(".py")):
-            path = os.path.join(top, name)
             try:
-                st = os.stat(path)
+                st = os.stat(os.path.join(top, name))
             except OSError:
                 continue
-            stats.append(f"{os.path.relpath(path, package)} {st.st_size} {st.st_mtime_ns}")
+            stats.append(f"{rel}/{name} {st.st_size} {st.st_mtime_ns}")
     return hashlib.sha256("\n".join([__version__, *stats]).encode()).hexdigest()
 
 
