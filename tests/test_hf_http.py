@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class Route:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    drip: float = 0.0  # seconds between body bytes
 
 
 @dataclass
@@ -68,7 +70,16 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in {"Content-Length": str(len(route.body)), **route.headers}.items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(route.body)
+        if not route.drip:
+            self.wfile.write(route.body)
+            return
+        try:
+            for i in range(len(route.body)):
+                self.wfile.write(route.body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(route.drip)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up
 
 
 @pytest.fixture
@@ -230,7 +241,28 @@ def test_a_huge_listing_is_refused(servers: tuple[str, Site, str, Site], monkeyp
         list_repo(settings(hub_url), "acme/x")
 
 
-@pytest.mark.parametrize("spec", ["hf:../x", "hf:a/..", "hf:a/b/c", "hf:a/-b", "hf:a/b c", "hf:a%2F/b", "hf:/b"])
+def test_a_dribbled_listing_is_given_up_at_the_deadline(servers: tuple[str, Site, str, Site],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    hub_url, hub_site, _, _ = servers
+    monkeypatch.setattr(hf, "DEFAULT_DEADLINE", 1.0)
+    hub_site.routes["/api/models/acme/x/revision/main"] = Route(200, {}, b'{"siblings": []}' + b" " * 100, drip=0.1)
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match=r"acme/x \(revision main\): gave up reading the listing after 1 s"):
+        list_repo(settings(hub_url), "acme/x")
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("spec", ["hf:../x", "hf:a/..", "hf:a/b/c", "hf:a/-b", "hf:a/b c", "hf:a%2F/b", "hf:/b",
+                                  "hf:a/b\u00e9", "hf:a/.b"])
 def test_repository_names_that_are_not_names_are_refused(spec: str) -> None:
     with pytest.raises(InputError, match="expected a Hugging Face repository as org/repo"):
         hf.parse_repo_spec(spec)
+
+
+@pytest.mark.parametrize(("spec", "repo", "tag"), [
+    ("hf:unsloth/gemma-3-270m-it-GGUF:Q4_K_M", "unsloth/gemma-3-270m-it-GGUF", "Q4_K_M"),
+    ("_org/repo.v2_x", "_org/repo.v2_x", ""),
+    ("hf:a/b:", "a/b", ""),
+])  # fmt: skip
+def test_repository_names(spec: str, repo: str, tag: str) -> None:
+    assert hf.parse_repo_spec(spec) == hf.RepoSpec(repo, tag)

@@ -21,9 +21,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError
 from .remote import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, LOGIN_HINT, RemoteUnreachable, one_line
@@ -35,7 +37,7 @@ _NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")  # 
 _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})  # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-_REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # huggingface_hub validate_repo_id, in short
+_REPO_PART = re.compile(r"\w[\w.-]*", re.ASCII)  # huggingface_hub validate_repo_id, in short
 MAX_LISTING_BYTES = 32 << 20  # a model's API answer: ~100 bytes per file; the largest repos hold ~10k files
 
 
@@ -237,15 +239,29 @@ def list_repo(settings: HfSettings, repo: str, revision: str = DEFAULT_REVISION,
     try:
         if answer.status >= 300:
             raise _api_error(where, answer.status, getattr(answer.body, "reason", ""))
-        try:
-            body = answer.body.read(MAX_LISTING_BYTES + 1)
-        except OSError as e:
-            raise RemoteUnreachable(f"{where}: the connection failed while reading the listing: {one_line(e)}") from e
+        body = _read_body(answer.body, MAX_LISTING_BYTES + 1, time.monotonic() + DEFAULT_DEADLINE, where)
     finally:
         answer.close()
     if len(body) > MAX_LISTING_BYTES:
         raise InputError(f"{where}: the listing is larger than {MAX_LISTING_BYTES:,} bytes; not a model's")
     return parse_listing(repo, revision, body, where)
+
+
+def _read_body(body: Any, limit: int, deadline: float, where: str) -> bytes:
+    """Up to `limit` bytes, one recv at a time, given up at `deadline` however slowly they come."""
+    read = getattr(body, "read1", body.read)
+    out = bytearray()
+    try:
+        while len(out) < limit:
+            if time.monotonic() > deadline:
+                raise RemoteUnreachable(f"{where}: gave up reading the listing after {DEFAULT_DEADLINE:g} s")
+            chunk = read(min(1 << 16, limit - len(out)))
+            if not chunk:
+                break
+            out += chunk
+    except OSError as e:
+        raise RemoteUnreachable(f"{where}: the connection failed while reading the listing: {one_line(e)}") from e
+    return bytes(out)
 
 
 def parse_listing(repo: str, revision: str, body: bytes, where: str) -> RepoListing:
