@@ -16,7 +16,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,7 +165,8 @@ class _Ready:
 
 
 def _prepare(found: Found) -> _Ready | Note:
-    """Read the header (and the paired projector's): the I/O part of a row, run on HEADER_THREADS."""
+    """Read the header (and the paired projector's): the I/O part of a row. One model at a time:
+    reading them on threads ahead of the fits measured no gain on 2 cores (scripts/bench_ls.py)."""
     try:
         model = read_local_model(found.path)
         kind = gguf_kind(model.metadata, len(model.tensors))
@@ -236,52 +236,17 @@ def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
     notes = list(notes)
     rows: list[Row] = []
     todo = lookup(models, machine) if looked is None else looked
-    with _Headers([i for i, item in enumerate(todo) if item.cached is None], todo) as headers:
-        for i, item in enumerate(todo):
-            got = item.cached or _computed(item.found, item.identity, machine, cfg, headers.get(i))
-            if isinstance(got, Row):
-                rows.append(got)
-            else:
-                notes.append(got)
-            if on_row:
-                on_row(i + 1, len(todo), got)
+    for i, item in enumerate(todo):
+        got = item.cached or _computed(item.found, item.identity, machine, cfg)
+        if isinstance(got, Row):
+            rows.append(got)
+        else:
+            notes.append(got)
+        if on_row:
+            on_row(i + 1, len(todo), got)
     paired = {r.mmproj for r in rows if r.mmproj}
     notes = [n for n in notes if not (n.code == "mmproj" and n.path in paired)]
     return Listing(tuple(sort_rows(rows)), tuple(notes), tuple(roots))
-
-
-HEADER_THREADS = 4  # headers read ahead of the fit: the reads wait on the disk, the fit on the CPU; 0: in place
-HEADER_WINDOW = 8  # at most this many read ahead (each held until its fit)
-
-
-class _Headers:
-    """The uncached models' headers read on HEADER_THREADS threads, up to HEADER_WINDOW ahead of
-    the fit that takes them in order: the waits on the disk (the file, the header cache) overlap
-    the fits (scripts/bench_ls.py measures the reads both ways). One model: read in place."""
-
-    def __init__(self, order: Sequence[int], todo: Sequence[Looked]) -> None:
-        self.order, self.todo, self.next = list(order), todo, 0
-        self.pending: dict[int, Future[_Ready | Note]] = {}
-        threads = HEADER_THREADS if len(self.order) > 1 else 0
-        self.pool = ThreadPoolExecutor(threads, "ls-headers") if threads else None
-
-    def __enter__(self) -> _Headers:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-
-    def get(self, i: int) -> _Ready | Note | None:
-        """Model i's digested header (None: read it in place)."""
-        if self.pool is None:
-            return None
-        while self.next < len(self.order) and len(self.pending) < HEADER_WINDOW:
-            j = self.order[self.next]
-            self.pending[j] = self.pool.submit(_prepare, self.todo[j].found)
-            self.next += 1
-        future = self.pending.pop(i, None)
-        return future.result() if future is not None else None
 
 
 def all_cached(found: Sequence[Found], machine: Machine) -> bool:
