@@ -1,9 +1,9 @@
 """`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each, report.
 
 Two caches make a second listing cheap: local headers (llamafit.fetch.local_headers: path, size and
-mtime) and the rows themselves, keyed by every file's identity and the machine the fit was
-computed for (the GPUs as given or detected; the host only on a machine without GPUs, since
-with GPUs the fit depends on them alone: search.Target.fits). On a machine without GPUs the free
+mtime) and the rows themselves, keyed by every file's identity, llamafit's own source (_code_key)
+and the machine the fit was computed for (the GPUs as given or detected; the host only on a
+machine without GPUs, since with GPUs the fit depends on them alone: search.Target.fits). On a machine without GPUs the free
 RAM changes between runs: a row is reused when it was computed with the same free RAM, or when it
 is the best the policy can do (ls.best_possible) and its bytes still fit.
 """
@@ -181,10 +181,9 @@ def _prepare(found: Found) -> _Ready | Note:
     return _Ready(facts, paired_projector(found.mmproj, facts.n_embd), size)
 
 
-def _computed(found: Found, identity: str | None, machine: Machine, cfg: LaunchConfig,
-              ready: _Ready | Note | None = None) -> Row | Note:  # fmt: skip
-    """Fit the model (its header read by _prepare unless given), cache the row."""
-    ready = _prepare(found) if ready is None else ready
+def _computed(found: Found, identity: str | None, machine: Machine, cfg: LaunchConfig) -> Row | Note:
+    """Read the header, fit the model, cache the row (or the note)."""
+    ready = _prepare(found)
     if isinstance(ready, Note):
         return _save(identity, machine, ready)
     fit = fit_model(ready.facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
