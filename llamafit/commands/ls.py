@@ -1,9 +1,9 @@
 """`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each, report.
 
 Two caches make a second listing cheap: local headers (llamafit.fetch.local_headers: path, size and
-mtime) and the rows themselves, keyed by every file's identity and the machine the fit was
-computed for (the GPUs as given or detected; the host only on a machine without GPUs, since
-with GPUs the fit depends on them alone: search.Target.fits). On a machine without GPUs the free
+mtime) and the rows themselves, keyed by every file's identity, llamafit's own source (_code_key)
+and the machine the fit was computed for (the GPUs as given or detected; the host only on a
+machine without GPUs, since with GPUs the fit depends on them alone: search.Target.fits). On a machine without GPUs the free
 RAM changes between runs: a row is reused when it was computed with the same free RAM, or when it
 is the best the policy can do (ls.best_possible) and its bytes still fit.
 """
@@ -25,7 +25,7 @@ from ..memory.config import LaunchConfig
 from ..machine.devices import DeviceSpec
 from ..errors import LlamafitError
 from ..safe_text import printable
-from ..facts.hparams import build_facts
+from ..facts.hparams import ModelFacts, build_facts
 from ..fetch.local_headers import read_local_model, validator
 from ..fit.listing import Row, best_possible, fit_model, row_for, sort_rows
 from ..fetch.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
@@ -56,15 +56,29 @@ class Machine:
         return "\n".join(map(str, parts))
 
 
-@functools.cache
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # llamafit/
+
+
 def _code_key() -> str:
-    """This llamafit's version and source files (a changed memory model must not serve old rows)."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    """This llamafit's version and every source file of the package: a row is computed by the
+    reader, facts, memory model, solver, speed model, GPU catalog… and a change to any of them
+    (an upgrade, an edit in a checkout) must not serve old rows. Stat-based, once per process."""
+    return source_key(_PACKAGE)
+
+
+@functools.cache
+def source_key(package: str) -> str:
+    """A digest of the version and each `*.py` below `package`: its path there, size and mtime."""
     stats = []
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            st = os.stat(os.path.join(here, name))
-            stats.append(f"{name} {st.st_size} {st.st_mtime_ns}")
+    for top, dirs, files in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = top[len(package) :].lstrip(os.sep)
+        for name in sorted(f for f in files if f.endswith(".py")):
+            try:
+                st = os.stat(os.path.join(top, name))
+            except OSError:
+                continue
+            stats.append(f"{rel}/{name} {st.st_size} {st.st_mtime_ns}")
     return hashlib.sha256("\n".join([__version__, *stats]).encode()).hexdigest()
 
 
@@ -138,24 +152,59 @@ def _save(identity: str | None, machine: Machine, got: Row | Note) -> Row | Note
 def one_row(found: Found, machine: Machine, cfg: LaunchConfig) -> Row | Note:
     """A found model's row, or the note that says why it is not listed."""
     identity = _identity(found)
-    cached = _cached(found, identity, machine)
-    if cached is not None:
-        return cached
+    return _cached(found, identity, machine) or _computed(found, identity, machine, cfg)
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """A model's header digested, before the fit: its facts, paired projector and size."""
+
+    facts: ModelFacts
+    side: SidePlan | None
+    size_bytes: int
+
+
+def _prepare(found: Found) -> _Ready | Note:
+    """Read the header (and the paired projector's): the I/O part of a row. One model at a time:
+    reading them on threads ahead of the fits measured no gain on 2 cores (scripts/bench_ls.py)."""
     try:
         model = read_local_model(found.path)
         kind = gguf_kind(model.metadata, len(model.tensors))
         if kind != "model":
             code = {"adapter": "lora-adapter", "vocab": "vocab-only", "imatrix": "imatrix", "mmproj": "mmproj"}[kind]
-            return _save(identity, machine, Note(found.store, found.path, code, f"{found.name}: skipped"))
+            return Note(found.store, found.path, code, f"{found.name}: skipped")
         facts = build_facts(model)
     except (LlamafitError, OSError) as e:
         why = " ".join(str(e).split()).replace(f"{found.path} ", "").replace(f"{found.path}: ", "")
-        return _save(identity, machine, Note(found.store, found.path, "unreadable-header", why))
-    fit = fit_model(facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
-                    engine=machine.engine, build=machine.build, speed=machine.speed,
-                    side=paired_projector(found.mmproj, facts.n_embd))  # fmt: skip
+        return Note(found.store, found.path, "unreadable-header", why)
     size = sum(s.data_offset + s.data_size for s in model.shards)
-    return _save(identity, machine, row_for(found, facts, fit, size))
+    return _Ready(facts, paired_projector(found.mmproj, facts.n_embd), size)
+
+
+def _computed(found: Found, identity: str | None, machine: Machine, cfg: LaunchConfig) -> Row | Note:
+    """Read the header, fit the model, cache the row (or the note)."""
+    ready = _prepare(found)
+    if isinstance(ready, Note):
+        return _save(identity, machine, ready)
+    fit = fit_model(ready.facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
+                    engine=machine.engine, build=machine.build, speed=machine.speed, side=ready.side)  # fmt: skip
+    return _save(identity, machine, row_for(found, ready.facts, fit, ready.size_bytes))
+
+
+def lookup(found: Sequence[Found], machine: Machine) -> list[Looked]:
+    """Each found model with its files' identity and its cached row (None: to compute)."""
+    out = []
+    for f in found:
+        identity = _identity(f)
+        out.append(Looked(f, identity, _cached(f, identity, machine)))
+    return out
+
+
+@dataclass(frozen=True)
+class Looked:
+    found: Found
+    identity: str | None
+    cached: Row | Note | None
 
 
 def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
@@ -178,26 +227,29 @@ def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
 
 def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
             on_row: Callable[[int, int, Row | Note], None] | None = None,
-            found: tuple[list[Found], list[Note]] | None = None) -> Listing:  # fmt: skip
-    """Every model's row, sorted (ls.sort_rows), and every note; `on_row` sees each as it comes."""
+            found: tuple[list[Found], list[Note]] | None = None,
+            looked: Sequence[Looked] | None = None) -> Listing:  # fmt: skip
+    """Every model's row, sorted (ls.sort_rows), and every note; `on_row` sees each as it comes.
+    `looked`: lookup(found models) when the caller has it already."""
     models, notes = found if found is not None else scan(roots)
     notes = list(notes)
     rows: list[Row] = []
-    for i, f in enumerate(models):
-        got = one_row(f, machine, cfg)
+    todo = lookup(models, machine) if looked is None else looked
+    for i, item in enumerate(todo):
+        got = item.cached or _computed(item.found, item.identity, machine, cfg)
         if isinstance(got, Row):
             rows.append(got)
         else:
             notes.append(got)
         if on_row:
-            on_row(i + 1, len(models), got)
+            on_row(i + 1, len(todo), got)
     paired = {r.mmproj for r in rows if r.mmproj}
     notes = [n for n in notes if not (n.code == "mmproj" and n.path in paired)]
     return Listing(tuple(sort_rows(rows)), tuple(notes), tuple(roots))
 
 
 def all_cached(found: Sequence[Found], machine: Machine) -> bool:
-    return all(_cached(f, _identity(f), machine) is not None for f in found)
+    return all(item.cached is not None for item in lookup(found, machine))
 
 
 def streamer(out: Any, err: Any, echo_rows: bool) -> Callable[[int, int, Row | Note], None]:
@@ -247,16 +299,17 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
     roots = roots_for(paths, env)
     found = scan(roots)
     gpus = ", ".join(f"{d.name} {(d.usable_bytes or 0) / 2**30:.1f} GiB" for d in m.gpus) or "no GPU (CPU only)"
-    stream = stderr_is_tty() and not as_json and not all_cached(found[0], m)
+    looked = lookup(found[0], m)
+    stream = stderr_is_tty() and not as_json and any(item.cached is None for item in looked)
     if stream:  # the first listing: rows as they come, in the order found
         from ..report.ls import footer_lines, header_lines
 
         echo("\n".join(header_lines(gpus)))
-        result = listing(roots, m, cfg, streamer(sys.stdout, sys.stderr, True), found)
+        result = listing(roots, m, cfg, streamer(sys.stdout, sys.stderr, True), found, looked)
         echo("\n".join(footer_lines(result, os.path.expanduser("~"), gpus=bool(m.gpus))))
     else:
         on_row = streamer(sys.stdout, sys.stderr, False) if stderr_is_tty() and not as_json else None
-        result = listing(roots, m, cfg, on_row, found)
+        result = listing(roots, m, cfg, on_row, found, looked)
     if as_json:
         from ..report.ls import to_json
 

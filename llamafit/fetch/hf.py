@@ -1,4 +1,4 @@
-"""Hugging Face Hub names to resolve URLs (an edge: the Hub API through huggingface_hub).
+"""Hugging Face Hub names to resolve URLs (an edge: the Hub's public HTTP API, stdlib only).
 
 Two spellings name a model on the Hub:
   hf://org/repo/path/file.gguf[@revision]  (or hf://org/repo@revision/path/file.gguf)
@@ -7,20 +7,28 @@ The quant tag picks a file as llama.cpp does (common/download.cpp, find_best_mod
 get_split_files): the first model GGUF whose path contains the tag followed by `.` or `-`,
 case-insensitively (`Q4_K_M`, then `Q8_0`, then any model file when no tag is given), never an
 mmproj/imatrix/draft file nor a shard other than the first; a split model brings all its shards.
-The file listing and commit come from one Hub API call, `HfApi.model_info`
-(GET {endpoint}/api/models/{repo}/revision/{revision}); files are then read from
-{endpoint}/{repo}/resolve/{commit}/{path} with HttpRangeSource.
+The file listing and commit come from one Hub API call, the one huggingface_hub's
+`HfApi.model_info` makes (GET {endpoint}/api/models/{repo}/revision/{revision}: `sha` and
+`siblings[].rfilename`), sent with fetch.remote's request (redirects followed by hand, credentials
+only to the endpoint's own host); files are then read from {endpoint}/{repo}/resolve/{commit}/{path}
+with HttpRangeSource. No huggingface_hub: the token comes from HF_TOKEN or the file
+`huggingface-cli login` writes (huggingface_hub.constants.HF_TOKEN_PATH), and the endpoint from
+HF_ENDPOINT, as huggingface_hub reads them.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError
-from .remote import DEFAULT_TIMEOUT, LOGIN_HINT, RemoteUnreachable, one_line
+from .remote import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, LOGIN_HINT, RemoteUnreachable, one_line
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_REVISION = "main"
@@ -29,6 +37,8 @@ _NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")  # 
 _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})  # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+_REPO_PART = re.compile(r"\w[\w.-]*", re.ASCII)  # huggingface_hub validate_repo_id, in short
+MAX_LISTING_BYTES = 32 << 20  # a model's API answer: ~100 bytes per file; the largest repos hold ~10k files
 
 
 # --- pure: names, settings, the quant rule ---------------------------------------------------
@@ -73,8 +83,9 @@ def is_offline(env: Mapping[str, str]) -> bool:
 
 
 def _check_repo(repo: str, arg: str) -> str:
+    """`org/repo`, each part of letters, digits, `.`, `_`, `-` (it goes into a URL path as it is)."""
     parts = repo.split("/")
-    if len(parts) != 2 or not all(parts):
+    if len(parts) != 2 or not all(_REPO_PART.fullmatch(p) and ".." not in p for p in parts):
         raise InputError(f"{arg}: expected a Hugging Face repository as org/repo")
     return repo
 
@@ -178,12 +189,29 @@ def hf_token(env: Mapping[str, str]) -> str | None:
     return env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or _saved_token() or None
 
 
-def _saved_token() -> str | None:
+def token_path(env: Mapping[str, str], home: str) -> str:
+    """huggingface_hub.constants.HF_TOKEN_PATH: HF_TOKEN_PATH, else HF_HOME/token, HF_HOME being
+    XDG_CACHE_HOME/huggingface or ~/.cache/huggingface by default."""
+    if env.get("HF_TOKEN_PATH"):
+        return env["HF_TOKEN_PATH"]
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    return os.path.join(env.get("HF_HOME") or os.path.join(cache, "huggingface"), "token")
+
+
+def read_token(path: str) -> str | None:
+    """The token in the file (stripped; huggingface_hub _get_token_from_file), None when absent,
+    empty, unreadable, not a regular file or not one printable line."""
+    from ..safe_io import SMALL_FILE, read_regular
+
     try:
-        from huggingface_hub import get_token
-    except ImportError:
+        text = read_regular(path, SMALL_FILE, follow=True).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
         return None
-    return get_token()
+    return text if text and text.isprintable() else None
+
+
+def _saved_token() -> str | None:
+    return read_token(token_path(os.environ, os.path.expanduser("~")))
 
 
 def auth_headers(token: str | None) -> dict[str, str]:
@@ -194,40 +222,69 @@ def is_commit(revision: str) -> bool:
     return bool(_COMMIT.fullmatch(revision))
 
 
+def api_url(endpoint: str, repo: str, revision: str) -> str:
+    return f"{endpoint}/api/models/{repo}/revision/{urllib.parse.quote(revision, safe='')}"
+
+
 def list_repo(settings: HfSettings, repo: str, revision: str = DEFAULT_REVISION,
               *, timeout: float = DEFAULT_TIMEOUT) -> RepoListing:
-    """The repository's files and commit at `revision` (HfApi.model_info)."""
-    try:
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import HfHubHTTPError, HFValidationError
-    except ImportError:
-        raise InputError("reading models from Hugging Face needs huggingface_hub: "
-                         "pip install huggingface_hub") from None
-    api = HfApi(endpoint=settings.endpoint, token=settings.token or False, library_name="llamafit")
+    """The repository's files and commit at `revision` (the answer huggingface_hub's
+    HfApi.model_info reads), over plain HTTP; the token only to the endpoint's own host."""
+    from .remote import request
+
+    url = api_url(settings.endpoint, _check_repo(repo, repo), revision)
     where = f"{settings.endpoint}/{repo} (revision {revision})"
+    answer = request("GET", url, {**auth_headers(settings.token), "Accept": "application/json"}, timeout,
+                     deadline=DEFAULT_DEADLINE)  # fmt: skip
     try:
-        info = api.model_info(repo, revision=revision, timeout=timeout)
-    except HfHubHTTPError as e:
-        raise _api_error(where, getattr(e.response, "status_code", None), e) from None
-    except HFValidationError as e:
-        raise InputError(f"{repo}: {one_line(e)}") from None
-    except Exception as e:
-        if not _is_network_error(e):
-            raise
-        raise RemoteUnreachable(f"{where}: cannot reach the Hub: {one_line(e)}") from e
-    files = tuple(s.rfilename for s in info.siblings or ())
-    return RepoListing(repo, revision, info.sha or revision, files)
+        if answer.status >= 300:
+            raise _api_error(where, answer.status, getattr(answer.body, "reason", ""))
+        body = _read_body(answer.body, MAX_LISTING_BYTES + 1, time.monotonic() + DEFAULT_DEADLINE, where)
+    finally:
+        answer.close()
+    if len(body) > MAX_LISTING_BYTES:
+        raise InputError(f"{where}: the listing is larger than {MAX_LISTING_BYTES:,} bytes; not a model's")
+    return parse_listing(repo, revision, body, where)
 
 
-def _is_network_error(e: Exception) -> bool:
-    """A connection or timeout error of whichever HTTP client huggingface_hub uses
-    (requests' errors are OSErrors; httpx's and httpx2's are TransportErrors)."""
-    return isinstance(e, OSError) or any(c.__name__ == "TransportError" for c in type(e).__mro__)
+def _read_body(body: Any, limit: int, deadline: float, where: str) -> bytes:
+    """Up to `limit` bytes, one recv at a time, given up at `deadline` however slowly they come."""
+    read = getattr(body, "read1", body.read)
+    out = bytearray()
+    try:
+        while len(out) < limit:
+            if time.monotonic() > deadline:
+                raise RemoteUnreachable(f"{where}: gave up reading the listing after {DEFAULT_DEADLINE:g} s")
+            chunk = read(min(1 << 16, limit - len(out)))
+            if not chunk:
+                break
+            out += chunk
+    except OSError as e:
+        raise RemoteUnreachable(f"{where}: the connection failed while reading the listing: {one_line(e)}") from e
+    return bytes(out)
 
 
-def _api_error(where: str, status: int | None, e: Exception) -> InputError:
+def parse_listing(repo: str, revision: str, body: bytes, where: str) -> RepoListing:
+    """The API answer's commit (`sha`) and file names (`siblings[].rfilename`); anything else is
+    a one-line error."""
+    try:
+        info = json.loads(body.decode("utf-8"), parse_constant=lambda c: None)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise InputError(f"{where}: the Hub's answer is not JSON") from None
+    siblings = info.get("siblings") if isinstance(info, dict) else None
+    if not isinstance(siblings, list):
+        raise InputError(f"{where}: the Hub's answer has no file list (siblings)")
+    files = [s.get("rfilename") for s in siblings if isinstance(s, dict)]
+    if not all(isinstance(f, str) for f in files) or len(files) != len(siblings):
+        raise InputError(f"{where}: the Hub's file list is malformed")
+    sha = info.get("sha")
+    commit = sha if isinstance(sha, str) and is_commit(sha) else revision
+    return RepoListing(repo, revision, commit, tuple(str(f) for f in files))
+
+
+def _api_error(where: str, status: int, reason: str) -> InputError:
     if status in (401, 403):
         return InputError(f"{where}: HTTP {status}: the repository does not exist or is {LOGIN_HINT}")
     if status == 404:
         return InputError(f"{where}: HTTP 404: no such repository or revision")
-    return InputError(f"{where}: HTTP {status}: {one_line(e)[:200]}")
+    return InputError(f"{where}: HTTP {status} {one_line(reason)[:200]}".rstrip())
