@@ -149,6 +149,8 @@ def test_a_gpu_plan_on_a_cpu_only_server_warns_and_records_nothing(env: dict[str
     assert code == 0
     assert run.proc.stderr is not None
     lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+    serving = next(line for line in lines if line.startswith("Serving"))
+    assert ", 100% CPU, " in serving  # where the server put the weights, not the plan's CUDA0 (#23 item 6)
     warning = next(line for line in lines if line.startswith("Warning"))
     assert warning == ("Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only build? "
                        "(not recorded for calibration)")  # fmt: skip
@@ -313,3 +315,74 @@ def test_load_timeout_stops_a_server_that_never_gets_healthy(env: dict[str, str]
     assert lines[-1] == "Failed     the server was not healthy after 3 s (--load-timeout 3)"
     pid = int(next(x for x in lines if x.startswith("Started")).split()[2].rstrip(";"))
     assert gone(pid)
+
+
+# ---- after Ready (issue #23): a server killed by a signal is named; a warm-up that times out has a way out ----
+
+
+@pytest.mark.slow
+@needs_demo
+@needs_llama_server
+def test_a_server_killed_after_ready_is_named_and_recorded(env: dict[str, str], tmp_path: Path) -> None:
+    """What the kernel's out-of-memory killer does: SIGKILL to the real llama-server after Ready."""
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "2048", env=env)
+    try:
+        run.wait_for("Recorded", timeout=240)  # the load record: calibration
+        pid = run.child_pid()
+        killed = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        code = run.proc.wait(30)
+        took = time.monotonic() - killed
+    finally:
+        run.finish(signal.SIGKILL)
+    assert run.proc.stderr is not None
+    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+    assert code == 1 and took < 15
+    failed = next(i for i, line in enumerate(lines) if line.startswith("Failed"))
+    assert lines[failed] == ("Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: the "
+                             "kernel's out-of-memory killer does this when host RAM runs out (see `dmesg`), as does "
+                             "`kill -9`")  # fmt: skip
+    assert lines[failed + 1].startswith("Log        ")  # the server's last lines
+    path = tmp_path / "calibration.jsonl"
+    assert lines[-1] == f"Recorded   the failed run in {path} (not used for calibration)"
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [r.get("kind") for r in records] == [None, "failed"]
+    assert records[1]["exit"] == {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL"}
+    assert records[1]["config"] == records[0]["config"] and "buffers" not in records[1]
+
+
+def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_path: Path) -> None:
+    """A Vulkan build compiling its shaders in warm-up outlasts --load-timeout (a stand-in: the real one
+    takes minutes): the last phase is warming up, and the hint names `-- --no-warmup` and --load-timeout."""
+    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+
+    exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
+    exe.write_text(exe.read_text() + (
+        "else:\n    import time\n"
+        "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
+        "    print('0.00.500.000 W common_init_from_params: warming up the model with an empty run - please wait '"
+        "'... (--no-warmup to disable)', flush=True)\n"
+        "    time.sleep(60)\n"))  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
+                          "--ctx", "2048", "--server", str(exe), "--load-timeout", "3"], capture_output=True,
+                         text=True, env=env, timeout=60)  # fmt: skip
+    lines = unwrapped(out.stderr.splitlines())
+    assert out.returncode == 1
+    assert lines[-2:] == ["Failed     the server was not healthy after 3 s (--load-timeout 3)",
+                          "Hint       it was still warming up (a first run compiles the backend's kernels): skip the "
+                          "warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_first_run_on_a_machine_says_it_measures_it_once(env: dict[str, str], tmp_path: Path) -> None:
+    """The host probe (seconds of silence otherwise, #23 item 5): said before it runs, and only the first time."""
+    from llamafit.report.run import HOST_PROBE_LINE
+
+    for key in ("LLAMAFIT_HOST_BANDWIDTH", "LLAMAFIT_HOST_FLOPS"):
+        env.pop(key, None)
+    argv = [sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--dry-run", "--ctx", "2048"]
+    first, second = (subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300) for _ in range(2))
+    assert (first.returncode, second.returncode) == (0, 0)
+    assert unwrapped(first.stderr.splitlines())[0] == HOST_PROBE_LINE
+    assert HOST_PROBE_LINE.split()[0] not in second.stderr
+    assert (tmp_path / "cache" / "host-probe.json").is_file()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -13,8 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
-from test_run_e2e import Run, gone
+from conftest import ROOT, needs_demo, needs_llama_server
+from test_run_e2e import Run, gone, unwrapped
 
 from llamafit.server.verify import generated_text
 
@@ -92,6 +94,34 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(env: dic
     later = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     calibrated = json.loads(later.stdout)["speed"]["calibrated"]
     assert calibrated.startswith("cpu generation speed x ") and "1 measured run(s) of gemma3" in calibrated
+
+
+@pytest.mark.slow
+@needs_demo
+@needs_llama_server
+def test_verify_shows_progress_and_ctrl_c_stops_it_without_a_retry(env: dict[str, str], tmp_path: Path) -> None:
+    """#23 items 2 and 3 on one real llama-server: a 32,768-token verification shows its progress from
+    /slots (per batch: -b 256 for a batch done within the first 10 s); Ctrl-C in the middle is a stop
+    (`Stopped.`, exit 0), not out of memory: no retry, no record."""
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "32768", "--verify", "--", "-b", "256", "-ub", "256",
+              env=env)  # fmt: skip
+    try:
+        run.wait_for("Verify ", timeout=240)
+        progress = run.wait_for("Verifying", timeout=180)
+        pid = run.child_pid()
+        run.proc.send_signal(signal.SIGINT)
+        code = run.proc.wait(60)
+    finally:
+        run.finish(signal.SIGKILL)
+    assert gone(pid)
+    assert run.proc.stderr is not None
+    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+    assert re.fullmatch(r"Verifying  [\d,]+ of 32,768 tokens \(\d+%\) in \d+ s(, about [\w ]+ left)?", progress)
+    assert (code, lines[-1]) == (0, "Stopped."), lines
+    assert sum(x.startswith("Started") for x in lines) == 1
+    assert not [x for x in lines if x.startswith(("Retry", "Failed", "Verified"))], lines
+    records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
+    assert [r.get("kind") for r in records] == [None]  # the load's calibration only: no verification recorded
 
 
 def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_path: Path) -> None:

@@ -4,22 +4,27 @@ for the speed model, and say whether an out-of-memory means retrying with a safe
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..safe_io import append_line
 from ..report.check import config_json
 from .prepare import Prepared
+from ..server.supervise import VerifyProgress
 from ..server.verify import VerifyError, VerifyResult, verify, verify_lines
+
+if TYPE_CHECKING:
+    from ..server.launcher import Child
+    from ..server.log import LogWatcher
 
 
 @dataclass(frozen=True)
 class Outcome:
     result: VerifyResult | None
-    retry: bool  # out of memory (or the server died) at full context: plan a smaller footprint
+    retry: bool  # out of memory at full context (the server said so): plan a smaller footprint
     failure: str | None
 
 
@@ -87,9 +92,7 @@ def record_served(path: str, p: Prepared, launch: Any, speed: dict[str, Any]) ->
              "config": config_json(launch.choice.rc),
              "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
              "speed": speed}  # fmt: skip
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+    append_line(path, json.dumps(entry))
 
 
 def _slowest(p: Prepared, choice: Any) -> str:
@@ -103,14 +106,15 @@ def record_verify(path: str, p: Prepared, launch: Any, result: VerifyResult, spe
              "config": config_json(launch.choice.rc),
              "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
              "verify": result.as_json(), "speed": speed}  # fmt: skip
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+    append_line(path, json.dumps(entry))
 
 
-def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapping[str, str],
-                   say: Callable[[str], None], path: str) -> Outcome:  # fmt: skip
-    """Send the full-context request to the server we started; an OOM or a dead server asks for a retry."""
+def verify_running(child: Child, watcher: LogWatcher, launch: Any, p: Prepared, env: Mapping[str, str],
+                   say: Callable[[str], None], path: str, stopped: Callable[[], bool] = lambda: False,
+                   emit: Callable[[VerifyProgress], None] | None = None) -> Outcome:  # fmt: skip
+    """Send the full-context request to the server we started. Only out of memory (the server's own
+    out-of-memory line, or its answer saying so) asks for a retry; a stop (`stopped()`) is a stop: no
+    retry and no record; a server that died otherwise is left to the caller to report."""
     key = next(iter(launch.env.values()), None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     n_ctx = launch.choice.rc.n_ctx_seq
@@ -118,15 +122,19 @@ def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapp
     result: VerifyResult | None = None
     failure: str | None = None
     try:
-        result = verify(launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx)
+        result = verify(launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx, progress=emit)
         failure = result.failure
     except VerifyError as e:
+        if stopped():
+            return Outcome(None, False, None)
         say(f"Warning    could not verify: {e}")
         return Outcome(None, False, str(e))
     except OSError as e:
         failure = f"no answer from the server ({e})"
     if failure is not None:
         _settle(child)
+    if stopped():
+        return Outcome(result, False, None)  # the request failed because the server was asked to stop
     died = child.proc.poll() is not None
     oom = watcher.is_oom or (result is not None and result.oom)
     if died or oom:
@@ -140,7 +148,7 @@ def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapp
             say(f"Recorded   the verification in {path}")
         except OSError as e:
             say(f"Warning    could not record to {path}: {e.strerror or e}")
-    return Outcome(result, died or oom, failure if (died or oom or (result and not result.ok)) else None)
+    return Outcome(result, oom, failure if (died or oom or (result and not result.ok)) else None)
 
 
 def _settle(child: Any, grace_s: float = 3.0) -> None:

@@ -1,0 +1,81 @@
+"""`llamafit run`'s words for what happened to the server (server/supervise.py's events)."""
+
+from __future__ import annotations
+
+from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress
+
+# Why a server dies of a signal, for people (signal(7)); the ones llama.cpp's users meet
+SIGNAL_CAUSES = {
+    "SIGKILL": "the kernel's out-of-memory killer does this when host RAM runs out (see `dmesg`), "
+               "as does `kill -9`",
+    "SIGSEGV": "a crash (segmentation fault) in llama-server or a backend driver",
+    "SIGABRT": "llama-server aborted (a failed assertion or GGML_ABORT; its last lines say where)",
+    "SIGBUS": "a memory-mapped model file became unreadable (truncated, or its disk went away)",
+    "SIGILL": "this build uses CPU instructions this machine lacks",
+    "SIGFPE": "a crash (arithmetic error) in llama-server",
+}  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def exit_lines(e: Exited, server: str = "llama-server") -> list[str]:
+    """The one line naming how the server ended (and why that happens), then its last log lines."""
+    when = "after it was ready" if e.ready else "before it was healthy"
+    if e.signal is not None:
+        name = e.signal_name
+        what = f"{server} was killed by signal {e.signal}" + (f" ({name})" if name else "")
+        if e.stopped_from_outside:
+            return [f"Stopped    {what} from outside llamafit"]
+        cause = SIGNAL_CAUSES.get(name or "")
+        head = f"Failed     {what} {when}" + (f": {cause}" if cause else "")
+    elif e.code in (0, 130, 143):  # what llama-server's (and a wrapper's) exit after SIGINT/SIGTERM looks like
+        return [f"Stopped    {server} exited with code {e.code} (stopped from outside llamafit)"]
+    else:
+        head = f"Failed     {server} exited with code {e.code} {when}"
+    lines = [head]
+    if e.tail:
+        lines.append("Log        " + "\n           ".join(e.tail))
+    return lines
+
+
+def timeout_lines(e: LoadTimedOut) -> list[str]:
+    shown = f"{e.timeout_s:g}"
+    line = f"Failed     the server was not healthy after {shown} s (--load-timeout {shown})"
+    if e.phase == "warming up":
+        return [line, "Hint       it was still warming up (a first run compiles the backend's kernels): "
+                      "skip the warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]  # fmt: skip
+    return [line]
+
+
+def progress_line(e: VerifyProgress) -> str:
+    pct = 100 * e.done // e.planned if e.planned else 0
+    left = f", about {_duration(e.left_s)} left" if e.left_s is not None else ""
+    return f"Verifying  {e.done:,} of {e.planned:,} tokens ({pct}%) in {_duration(e.elapsed_s)}{left}"
+
+
+def event_lines(e: Event, server: str = "llama-server") -> list[str]:
+    """Lines for people (80 columns after wrap_text) for one supervision event."""
+    if isinstance(e, Started):
+        return [f"Started    pid {e.pid}; loading (Ctrl-C stops it)"]
+    if isinstance(e, Phase):
+        return [f"Loading    {e.phase} ({e.elapsed_s:.0f} s)"]
+    if isinstance(e, LoadTimedOut):
+        return timeout_lines(e)
+    if isinstance(e, VerifyProgress):
+        return [progress_line(e)]
+    if isinstance(e, Exited):
+        return exit_lines(e, server)
+    if isinstance(e, Stopped):
+        return ["Stopped."]
+    raise TypeError(e)
+
+
+HOST_PROBE_LINE = ("Measuring  this machine's memory bandwidth and CPU throughput for the speed estimate "
+                   "(once: later runs read it from the cache)")  # fmt: skip
