@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from llamafit.report.run import event_lines, exit_lines, progress_line, timeout_lines
+from llamafit.report.run import (event_lines, exit_lines, given_up_lines, progress_line, retry_lines,
+                                 timeout_lines)  # fmt: skip
 from llamafit.server.supervise import (Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress, exited,
                                        phase_events, slot_progress, verify_progress)  # fmt: skip
 
@@ -34,17 +35,19 @@ def test_exited_keeps_the_last_twelve_lines() -> None:
 
 @pytest.mark.parametrize(("event", "lines"), [
     (Exited(None, 9, True, ("last line",)),
-     [f"Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: {OOM_KILLER}",
-      "Log        last line"]),
+     ["Log        last line",
+      f"Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: {OOM_KILLER}"]),
     (Exited(None, 11, True, ("x", "y")),
-     ["Failed     llama-server was killed by signal 11 (SIGSEGV) after it was ready: a crash (segmentation fault) "
-      "in llama-server or a backend driver", "Log        x\n           y"]),
+     ["Log        x\n           y", "Failed     llama-server was killed by signal 11 (SIGSEGV) after it was ready: "
+      "a crash (segmentation fault) in llama-server or a backend driver"]),
     (Exited(None, 6, False, ()),
      ["Failed     llama-server was killed by signal 6 (SIGABRT) before it was healthy: llama-server aborted (a "
       "failed assertion or GGML_ABORT; its last lines say where)"]),
     (Exited(None, 10, True, ()), ["Failed     llama-server was killed by signal 10 (SIGUSR1) after it was ready"]),
-    (Exited(3, None, True, ("x",)), ["Failed     llama-server exited with code 3 after it was ready", "Log        x"]),
+    (Exited(3, None, True, ("x",)), ["Log        x", "Failed     llama-server exited with code 3 after it was ready"]),
     (Exited(1, None, False, ()), ["Failed     llama-server exited with code 1 before it was healthy"]),
+    (Exited(1, None, False, ("x",), "out of memory: y"), ["Log        x", "Failed     out of memory: y"]),
+    (Exited(None, 9, False, ("x",), "model failed to load: y"), ["Log        x", "Failed     model failed to load: y"]),
     (Exited(None, 15, True, ("x",)),
      ["Stopped    llama-server was killed by signal 15 (SIGTERM) from outside llamafit"]),
     (Exited(0, None, True, ("x",)), ["Stopped    llama-server exited with code 0 (stopped from outside llamafit)"]),
@@ -55,7 +58,7 @@ def test_how_a_server_ended_is_named(event: Exited, lines: list[str]) -> None:
 
 
 def test_the_embedded_server_is_named_as_such() -> None:
-    assert exit_lines(Exited(None, 9, True, ()), "the embedded server")[0].startswith(
+    assert exit_lines(Exited(None, 9, True, ()), "the embedded server")[-1].startswith(
         "Failed     the embedded server was killed by signal 9 (SIGKILL) after it was ready: ")
 
 
@@ -74,6 +77,28 @@ def test_stopped_from_outside_is_sigint_or_sigterm_only() -> None:
 def test_a_load_timeout_in_warm_up_names_the_way_out(phase: str, lines: list[str]) -> None:
     timeout = 127.0 if phase == "warming up" else 2.5
     assert timeout_lines(LoadTimedOut(timeout, phase)) == lines == event_lines(LoadTimedOut(timeout, phase))
+
+
+def test_retry_and_given_up_lines() -> None:
+    from dataclasses import dataclass
+
+    from llamafit.fit.retreat import Retreat
+
+    @dataclass(frozen=True)
+    class _NoPlan:  # the next plan itself is not worded
+        pass
+
+    back = Retreat(_NoPlan(), "CUDA0", 5 << 30, (5 << 30) - (384 << 20), 8192, 4096,  # type: ignore[arg-type]
+                   (("-c", "8192", "4096"), ("-ub", "512", "256")))
+    assert retry_lines(back, "CUDA error: out of memory", at_full_context=True) == [
+        "Retry      out of memory at full context on CUDA0 (CUDA error: out of memory); next try uses 384.0 MiB "
+        "less there: -c 8192 → 4096, -ub 512 → 256"]
+    assert retry_lines(back, "cudaMalloc failed", at_full_context=False) == [
+        "Retry      out of memory on CUDA0 while loading (cudaMalloc failed); next try uses 384.0 MiB less there: "
+        "-c 8192 → 4096, -ub 512 → 256"]
+    assert given_up_lines("out of memory: x", smaller_tried=True) == [
+        "Failed     out of memory: x; no smaller configuration fits"]
+    assert given_up_lines("out of memory: x", smaller_tried=False) == ["Failed     out of memory: x"]
 
 
 def test_the_other_events_lines() -> None:
@@ -167,3 +192,11 @@ def test_a_failed_run_record_is_never_calibration() -> None:
     found = compute_correction(records, devices=[], build=7, architecture="llama")
     assert found is not None and (found.compute_scale, found.runs) == (pytest.approx(1.1), 1)
     assert [s["runs"] for s in summary(records, "c.jsonl")["setups"]] == [1]
+
+
+def test_generated_text_is_plain_and_deterministic() -> None:
+    from llamafit.server.verify import generated_text
+
+    text = generated_text(24)
+    assert text == generated_text(24) and len(text.split()) == 24 and text.isascii()
+    assert text.count(".") == 2  # a sentence every 12 words

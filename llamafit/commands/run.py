@@ -25,8 +25,8 @@ from ..memory.model import Breakdown
 from ..paths import calibration_path, is_url
 from ..fit.explain import PlanResult
 from ..report.plan import serving_line, verdict_text
-from ..report.run import event_lines
-from ..server.supervise import TAIL_LINES, Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
+from ..report.run import event_lines, given_up_lines, retry_lines
+from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
 from .prepare import Prepared, Request, prepare
 from ..server.find import ServerChoice
 from ..fit.side_plan import launch_tokens
@@ -245,11 +245,9 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                     child.stop()
                     back = _retreat(p, policy, result, watcher.failure_line) if attempt + 1 < MAX_TRIES else None
                     if back is None:
-                        say(f"Failed     {e}" + ("; no smaller configuration fits" if attempt + 1 < MAX_TRIES else ""))
+                        say("\n".join(given_up_lines(str(e), smaller_tried=attempt + 1 < MAX_TRIES)))
                         return 1
-                    changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
-                    say(f"Retry      out of memory at full context on {back.device} ({e}); next try uses "
-                        f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+                    say("\n".join(retry_lines(back, str(e), at_full_context=True)))
                     result = back.result
                     continue
             code = child.stop()
@@ -262,18 +260,12 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
             back = _retreat(p, policy, result, watcher.failure_line)
             if back is None:
-                say(f"Failed     {watcher.failure}; no smaller configuration fits")
+                say("\n".join(given_up_lines(watcher.failure, smaller_tried=True)))
                 return 1
-            changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
-            say(f"Retry      out of memory on {back.device} while loading ({watcher.failure_line}); next try uses "
-                f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
+            say("\n".join(retry_lines(back, watcher.failure_line or "", at_full_context=False)))
             result = back.result
             continue
-        if watcher.failure is None:
-            emit(exited(code, ready=False, tail=child.tail))
-            return 1
-        say("Log        " + "\n           ".join(list(child.tail)[-TAIL_LINES:]))
-        say(f"Failed     {watcher.failure}")
+        emit(exited(code, ready=False, tail=child.tail, diagnosis=watcher.failure))
         return 1
     return 1
 

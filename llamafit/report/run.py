@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from ..fit.retreat import Retreat
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress
+
+from ..units import MIB
 
 # Why a server dies of a signal, for people (signal(7)); the ones llama.cpp's users meet
 SIGNAL_CAUSES = {
@@ -26,9 +29,12 @@ def _duration(seconds: float) -> str:
 
 
 def exit_lines(e: Exited, server: str = "llama-server") -> list[str]:
-    """The one line naming how the server ended (and why that happens), then its last log lines."""
+    """The server's last log lines, then one line naming how it ended: what its log diagnosed, else
+    its exit code or the signal that killed it (and why that signal happens)."""
     when = "after it was ready" if e.ready else "before it was healthy"
-    if e.signal is not None:
+    if e.diagnosis is not None:
+        head = f"Failed     {e.diagnosis}"
+    elif e.signal is not None:
         name = e.signal_name
         what = f"{server} was killed by signal {e.signal}" + (f" ({name})" if name else "")
         if e.stopped_from_outside:
@@ -39,10 +45,20 @@ def exit_lines(e: Exited, server: str = "llama-server") -> list[str]:
         return [f"Stopped    {server} exited with code {e.code} (stopped from outside llamafit)"]
     else:
         head = f"Failed     {server} exited with code {e.code} {when}"
-    lines = [head]
-    if e.tail:
-        lines.append("Log        " + "\n           ".join(e.tail))
-    return lines
+    return (["Log        " + "\n           ".join(e.tail)] if e.tail else []) + [head]
+
+
+def retry_lines(back: Retreat, failure: str, *, at_full_context: bool) -> list[str]:
+    """After out of memory: the next, strictly smaller try (fit/retreat.py) and what it changes."""
+    changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
+    where = f"at full context on {back.device}" if at_full_context else f"on {back.device} while loading"
+    return [f"Retry      out of memory {where} ({failure}); next try uses "
+            f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}"]  # fmt: skip
+
+
+def given_up_lines(failure: str | None, *, smaller_tried: bool) -> list[str]:
+    """Out of memory and no retry left: no smaller plan fits, or the tries ran out."""
+    return [f"Failed     {failure}" + ("; no smaller configuration fits" if smaller_tried else "")]
 
 
 def timeout_lines(e: LoadTimedOut) -> list[str]:

@@ -55,6 +55,7 @@ class Exited:
     signal: int | None  # the signal that killed it
     ready: bool  # it had become healthy before it exited
     tail: tuple[str, ...] = ()  # its last log lines
+    diagnosis: str | None = None  # the known failure its log shows (LogWatcher.failure), one line
 
     @property
     def signal_name(self) -> str | None:
@@ -79,12 +80,12 @@ class Stopped:
 Event = Started | Phase | LoadTimedOut | VerifyProgress | Exited | Stopped
 
 
-def exited(returncode: int, *, ready: bool, tail: Iterable[str] = ()) -> Exited:
+def exited(returncode: int, *, ready: bool, tail: Iterable[str] = (), diagnosis: str | None = None) -> Exited:
     """Popen's returncode as an event: negative is the signal that killed the process."""
     lines = tuple(tail)[-TAIL_LINES:]
     if returncode < 0:
-        return Exited(None, -returncode, ready, lines)
-    return Exited(returncode, None, ready, lines)
+        return Exited(None, -returncode, ready, lines, diagnosis)
+    return Exited(returncode, None, ready, lines, diagnosis)
 
 
 class _Progress(Protocol):
