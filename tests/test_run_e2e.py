@@ -336,7 +336,7 @@ def test_a_server_killed_after_ready_is_named_and_recorded(env: dict[str, str], 
                              "`kill -9`")  # fmt: skip
     assert lines[failed - 1].startswith("Log        ")  # the server's last lines
     path = tmp_path / "calibration.jsonl"
-    assert lines[-1] == f"Recorded   the failed run in {path} (not used for calibration)"
+    assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
     records = [json.loads(x) for x in path.read_text().splitlines()]
     assert [r.get("kind") for r in records] == [None, "failed"]
     assert records[1]["exit"] == {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL"}

@@ -25,7 +25,8 @@ from ..memory.model import Breakdown
 from ..paths import calibration_path, is_url
 from ..fit.explain import PlanResult
 from ..report.plan import serving_line, verdict_text
-from ..report.run import event_lines, given_up_lines, retry_lines
+from ..report.run import (event_lines, given_up_lines, not_recorded_line, ready_lines, record_error_line, recorded_line,
+                          retry_lines, served_what)  # fmt: skip
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
 from .prepare import Prepared, Request, prepare
 from ..server.find import ServerChoice
@@ -34,6 +35,7 @@ from ..fit.solver import Choice, Policy
 from ..units import MIB
 
 if TYPE_CHECKING:
+    from ..fit.retreat import Retreat
     from ..server.launcher import Child, StopRequest
     from ..server.log import LogWatcher
 
@@ -186,13 +188,13 @@ def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None
     append_line(path, json.dumps(run_entry(launch, p, "failed") | {"exit": ended}))
 
 
-def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+def try_record(path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]) -> None:
     """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
     try:
-        record(path, launch, p, rows)
-        say(f"Recorded   predicted vs reported in {path}")
+        write(path)
+        say(recorded_line(what, path))
     except OSError as e:
-        say(f"Warning    could not record to {path}: {e.strerror or e}")
+        say(record_error_line(path, e))
 
 
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
@@ -286,7 +288,7 @@ def _emitter(say: Callable[[str], None], kind: str = "llama-server") -> Callable
     return emit
 
 
-def _ours(watcher: Any, child: Any, port: int, wait_s: float = 5.0) -> bool:
+def _ours(watcher: LogWatcher, child: Child, port: int, wait_s: float = 5.0) -> bool:
     """The server answering is the child we started: its log says it listens on our port (the line
     comes before /health turns 200; the log reader may lag a moment behind)."""
     import time
@@ -347,7 +349,7 @@ def props_mismatch(props: Mapping[str, Any], argv: list[str]) -> str | None:
     return None
 
 
-def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Any:
+def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Retreat | None:
     """The next plan after an out-of-memory start: strictly smaller on the device that failed."""
     from ..fit.retreat import failed_device, retreat
 
@@ -373,7 +375,10 @@ def reported_weights(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -
 
 def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
            say: Callable[[str], None], stop: StopRequest, verify: bool = False) -> int:  # fmt: skip
-    say(f"Ready      {launch.url}  (OpenAI-compatible API under /v1)")
+    given = {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough)
+    template = p.facts.has_chat_template or bool(given)
+    ready, *note = ready_lines(launch.url, chat_template=template, llama_server=launch.kind == "llama-server")
+    say(ready)
     b, rc = launch.choice.breakdown, launch.choice.rc
     planned = (sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
                sum(d.weights_bytes for d in b.devices if d.kind == "host"))  # fmt: skip
@@ -381,21 +386,17 @@ def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: 
     say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
                      kv_unified=rc.kv_unified, url=launch.url, gpu_weights_bytes=gpu_bytes,
                      cpu_weights_bytes=cpu_bytes))  # fmt: skip
-    if not p.facts.has_chat_template and not {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough):
-        fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if launch.kind == "llama-server" else ""
-        say(f"Note       the model has no chat template: use /v1/completions{fix}")
+    for line in note:
+        say(line)
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
     for line in check_lines(rows):
         say(line)
     gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
     why_not = incomplete(rows, gpus)
     if why_not is None:
-        try_record(calibration_path(env), launch, p, rows, say)
-    elif why_not[0] == "nothing_on_gpu":
-        say(f"Warning    the server put nothing on {why_not[1][0]}, which the plan used: is this a CPU-only build? "
-            "(not recorded for calibration)")  # fmt: skip
+        try_record(calibration_path(env), partial(record, launch=launch, p=p, rows=rows), "predicted vs reported", say)
     else:
-        say(f"Note       not recorded for calibration: the server did not report {', '.join(why_not[1])}")
+        say(not_recorded_line(*why_not))
     if verify:
         from .run_verify import verify_running
 
@@ -414,16 +415,12 @@ def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: 
     _emitter(say, launch.kind)(ended)
     if ended.code in (0, 130, 143) or ended.stopped_from_outside:  # stopped by someone else: a stop
         return 0
-    path = calibration_path(env)
-    try:
-        record_failed(path, launch, p, ended)
-        say(f"Recorded   the failed run in {path} (not used for calibration)")
-    except OSError as e:
-        say(f"Warning    could not record to {path}: {e.strerror or e}")
+    try_record(calibration_path(env), partial(record_failed, launch=launch, p=p, event=ended),
+               "the failed run (not used for calibration)", say)  # fmt: skip
     return 1
 
 
-def _record_served(watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
+def _record_served(watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
                    say: Callable[[str], None], skip: int = 0) -> None:  # fmt: skip
     """When the server stops: the speed its own timings measured over the requests it served (after the
     first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
@@ -432,13 +429,7 @@ def _record_served(watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, 
     speed = served_record(p, launch.choice, env, watcher.served[skip:])
     if speed is None:
         return
-    path = calibration_path(env)
-    try:
-        record_served(path, p, launch, speed)
-        say(f"Recorded   {speed['requests']} request(s) generating ~{speed['generation_tps']:.1f} tokens/s "
-            f"(estimated ~{speed['estimated_generation_tps']:.1f}) in {path}")  # fmt: skip
-    except OSError as e:
-        say(f"Warning    could not record to {path}: {e.strerror or e}")
+    try_record(calibration_path(env), partial(record_served, p=p, launch=launch, speed=speed), served_what(speed), say)
 
 
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:

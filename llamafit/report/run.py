@@ -93,5 +93,45 @@ def event_lines(e: Event, server: str = "llama-server") -> list[str]:
     raise TypeError(e)
 
 
+def ready_lines(url: str, *, chat_template: bool, llama_server: bool) -> list[str]:
+    """Ready, and what to call when the model brings no chat template."""
+    lines = [f"Ready      {url}  (OpenAI-compatible API under /v1)"]
+    if not chat_template:
+        fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if llama_server else ""
+        lines.append(f"Note       the model has no chat template: use /v1/completions{fix}")
+    return lines
+
+
+def not_recorded_line(reason: str, what: tuple[str, ...]) -> str:
+    """Why the load's predicted-vs-reported rows are not calibration (memory/calibration.incomplete)."""
+    if reason == "nothing_on_gpu":
+        return (f"Warning    the server put nothing on {what[0]}, which the plan used: is this a CPU-only build? "
+                "(not recorded for calibration)")  # fmt: skip
+    return f"Note       not recorded for calibration: the server did not report {', '.join(what)}"
+
+
+def verify_start_line(n_ctx_slot: int) -> str:
+    return f"Verify     a {n_ctx_slot:,}-token prompt (the planned context per slot) and a short generation"
+
+
+def verify_error_line(error: str) -> str:
+    return f"Warning    could not verify: {error}"
+
+
+def recorded_line(what: str, path: str) -> str:
+    return f"Recorded   {what} in {path}"
+
+
+def record_error_line(path: str, error: OSError) -> str:
+    """A calibration file that cannot be written is a warning: it never stops a healthy server."""
+    return f"Warning    could not record to {path}: {error.strerror or error}"
+
+
+def served_what(speed: dict[str, float]) -> str:
+    """What a "serve" record holds, for its Recorded line."""
+    return (f"{speed['requests']:.0f} request(s) generating ~{speed['generation_tps']:.1f} tokens/s "
+            f"(estimated ~{speed['estimated_generation_tps']:.1f})")  # fmt: skip
+
+
 HOST_PROBE_LINE = ("Measuring  this machine's memory bandwidth and CPU throughput for the speed estimate "
                    "(once: later runs read it from the cache)")  # fmt: skip
