@@ -62,7 +62,7 @@ def _free_port() -> int:
 
 
 def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(env: dict[str, str], tmp_path: Path) -> None:
-    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "3072", "--verify", env=env)
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "1024", "--verify", env=env)
     try:
         run.wait_for("Ready", timeout=240)
         pid = run.child_pid()
@@ -71,19 +71,19 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(env: dic
     finally:
         code = run.finish()
     assert code == 0 and gone(pid)
-    assert verified == "Verified   3,056 prompt tokens + 16 generated in a 3,072-token slot"
+    assert verified == "Verified   1,008 prompt tokens + 16 generated in a 1,024-token slot"
     assert any("no GPU memory reading" in x for x in run.lines)  # a CPU machine: said, not hidden
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
     # the verify request is the only one served: no "serve" record counts it a second time at the stop
     assert [r["kind"] for r in records if "kind" in r] == ["verify"]
     record = records[-1]
-    assert record["kind"] == "verify" and record["verify"]["ok"] and record["verify"]["n_prompt"] == 3056
+    assert record["kind"] == "verify" and record["verify"]["ok"] and record["verify"]["n_prompt"] == 1008
     assert record["verify"]["host_rss_bytes"] > 0 and record["verify"]["device_memory"] == []
     speed = record["speed"]
-    assert speed["architecture"] == "gemma3" and speed["backend"] == "cpu" and speed["fill"] == 3056
+    assert speed["architecture"] == "gemma3" and speed["backend"] == "cpu" and speed["fill"] == 1008
     assert speed["generation_tps"] > 0 and speed["estimated_generation_tps"] > 0
     # a later plan for the same machine and model family uses the measured speed, and says so
-    argv = [sys.executable, "-m", "llamafit", "plan", "--demo", "--gpu", "cpu", "--json", "--ctx", "3072"]
+    argv = [sys.executable, "-m", "llamafit", "plan", "--demo", "--gpu", "cpu", "--json", "--ctx", "1024"]
     later = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     calibrated = json.loads(later.stdout)["speed"]["calibrated"]
     assert calibrated.startswith("cpu generation speed x ") and "1 measured run(s) of gemma3" in calibrated
