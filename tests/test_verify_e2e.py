@@ -208,3 +208,30 @@ def test_out_of_memory_at_full_context_is_recorded_and_retried(env: dict[str, st
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
     verifies = [r for r in records if r.get("kind") == "verify"]
     assert len(verifies) == started and all(r["verify"]["oom"] and not r["verify"]["ok"] for r in verifies)
+
+
+def test_a_server_killed_during_verify_is_named_not_retried(env: dict[str, str], tmp_path: Path) -> None:
+    """Only the server's own out-of-memory line means out of memory (#23 item 2): a server SIGKILLed
+    during the full-context request (what the kernel's OOM killer does) is named, recorded as failed,
+    and not retried with a smaller plan."""
+    from conftest import FIXTURES
+    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+
+    killed = "\n".join(line for line in STAND_IN.splitlines() if "out of memory" not in line).replace(
+        "import os; os._exit(1)", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert "SIGKILL" in killed and "out of memory" not in killed
+    exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
+    exe.write_text(exe.read_text() + "else:\n" + "".join("    " + line + "\n" for line in killed.strip().splitlines()))
+    out = subprocess.run([sys.executable, "-m", "llamafit", "run", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu",
+                          "--port", "auto", "--ctx", "2048", "--server", str(exe), "--verify"],
+                         capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+    lines = unwrapped(out.stderr.splitlines())
+    assert out.returncode == 1, out.stderr
+    assert sum(x.startswith("Started") for x in lines) == 1 and not [x for x in lines if x.startswith("Retry")]
+    assert lines[-2].startswith("Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: the "
+                                "kernel's out-of-memory killer")  # fmt: skip
+    path = tmp_path / "calibration.jsonl"
+    assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [r.get("kind") for r in records] == ["verify", "failed"]  # the stand-in reports no buffers: no load record
+    assert not records[0]["verify"]["ok"] and not records[0]["verify"]["oom"]
