@@ -230,27 +230,16 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                               tick=_forward(phase_events(watcher), emit))  # fmt: skip
             timed_out = not ok and child.proc.poll() is None and watcher.failure is None
             if ok and stop.signum is None:
-                headers = {"Authorization": f"Bearer {key}"} if key else {}
-                foreign = None
-                if not _ours(watcher, child, port):
-                    foreign = "the server llamafit started never said it listens there"
-                elif launch.kind == "llama-server":
-                    foreign = _foreign_props(launch, headers)
-                if foreign:
-                    child.stop()
-                    raise InputError(f"--port {port}: another server answers on {launch.url.split('//', 1)[1]} "
-                                     f"({foreign}); stop it or use --port auto")  # fmt: skip
-            if ok and stop.signum is None:
+                _refuse_foreign(launch, watcher, child, port, key)
                 try:
                     return _serve(child, watcher, launch, p, env, say, stop, verify=opts.verify)
                 except VerifyFailed as e:
                     child.stop()
-                    back = _retreat(p, policy, result, watcher.failure_line) if attempt + 1 < MAX_TRIES else None
-                    if back is None:
-                        say("\n".join(given_up_lines(str(e), smaller_tried=attempt + 1 < MAX_TRIES)))
+                    smaller = _smaller(p, policy, result, watcher, str(e), str(e), last_try=attempt + 1 == MAX_TRIES,
+                                       at_full_context=True, say=say)  # fmt: skip
+                    if smaller is None:
                         return 1
-                    say("\n".join(retry_lines(back, str(e), at_full_context=True)))
-                    result = back.result
+                    result = smaller
                     continue
             code = child.stop()
         if stop.signum is not None:
@@ -260,16 +249,40 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             emit(LoadTimedOut(timeout_s, watcher.progress))
             return 1
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
-            back = _retreat(p, policy, result, watcher.failure_line)
-            if back is None:
-                say("\n".join(given_up_lines(watcher.failure, smaller_tried=True)))
+            smaller = _smaller(p, policy, result, watcher, watcher.failure_line or "", watcher.failure or "",
+                               last_try=False, at_full_context=False, say=say)  # fmt: skip
+            if smaller is None:
                 return 1
-            say("\n".join(retry_lines(back, watcher.failure_line or "", at_full_context=False)))
-            result = back.result
+            result = smaller
             continue
         emit(exited(code, ready=False, tail=child.tail, diagnosis=watcher.failure))
         return 1
     return 1
+
+
+def _refuse_foreign(launch: Launch, watcher: LogWatcher, child: Child, port: int, key: str | None) -> None:
+    """What answers /health on our port must be the server we started (InputError otherwise)."""
+    foreign = None
+    if not _ours(watcher, child, port):
+        foreign = "the server llamafit started never said it listens there"
+    elif launch.kind == "llama-server":
+        foreign = _foreign_props(launch, {"Authorization": f"Bearer {key}"} if key else {})
+    if foreign:
+        child.stop()
+        raise InputError(f"--port {port}: another server answers on {launch.url.split('//', 1)[1]} "
+                         f"({foreign}); stop it or use --port auto")  # fmt: skip
+
+
+def _smaller(p: Prepared, policy: Policy, last: PlanResult, watcher: LogWatcher, line: str, failure: str, *,
+             last_try: bool, at_full_context: bool, say: Callable[[str], None]) -> PlanResult | None:  # fmt: skip
+    """After out of memory: the next plan, strictly smaller on the device that failed (said with what it
+    changes), or None when this was the last try or nothing smaller fits (said)."""
+    back = None if last_try else _retreat(p, policy, last, watcher.failure_line)
+    if back is None:
+        say("\n".join(given_up_lines(failure, smaller_tried=not last_try)))
+        return None
+    say("\n".join(retry_lines(back, line, at_full_context=at_full_context)))
+    return back.result
 
 
 def _forward(source: Callable[[], Phase | None], emit: Callable[[Event | None], None]) -> Callable[[], None]:
