@@ -339,7 +339,8 @@ def test_a_server_killed_after_ready_is_named_and_recorded(env: dict[str, str], 
     assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
     records = [json.loads(x) for x in path.read_text().splitlines()]
     assert [r.get("kind") for r in records] == [None, "failed"]
-    assert records[1]["exit"] == {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL"}
+    assert records[1]["exit"] == {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL",
+                                  "failure": None}  # fmt: skip
     assert records[1]["config"] == records[0]["config"] and "buffers" not in records[1]
 
 

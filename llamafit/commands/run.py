@@ -184,7 +184,8 @@ def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None
     """A run whose server died after Ready (kind "failed": never read as calibration): how it ended."""
     from ..safe_io import append_line
 
-    ended = {"ready": event.ready, "exit_code": event.code, "signal": event.signal, "signal_name": event.signal_name}
+    ended = {"ready": event.ready, "exit_code": event.code, "signal": event.signal, "signal_name": event.signal_name,
+             "failure": event.diagnosis}  # fmt: skip
     append_line(path, json.dumps(run_entry(launch, p, "failed") | {"exit": ended}))
 
 
@@ -424,7 +425,7 @@ def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: 
     if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop
         _emitter(say)(Stopped(stop.signum))
         return 0
-    ended = exited(code, ready=True, tail=child.tail)
+    ended = exited(code, ready=True, tail=child.tail, diagnosis=watcher.failure)
     _emitter(say, launch.kind)(ended)
     if ended.code in (0, 130, 143) or ended.stopped_from_outside:  # stopped by someone else: a stop
         return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 from ..fit.retreat import Retreat
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress
 
@@ -29,10 +31,10 @@ def _duration(seconds: float) -> str:
 
 
 def exit_lines(e: Exited, server: str = "llama-server") -> list[str]:
-    """The server's last log lines, then one line naming how it ended: what its log diagnosed, else
-    its exit code or the signal that killed it (and why that signal happens)."""
+    """The server's last log lines, then one line naming how it ended: what its log diagnosed (unless
+    SIGKILL ended it), else its exit code or the signal that killed it (and why that signal happens)."""
     when = "after it was ready" if e.ready else "before it was healthy"
-    if e.diagnosis is not None:
+    if e.diagnosis is not None and e.signal != signal.SIGKILL:  # SIGKILL comes from outside: no log explains it
         head = f"Failed     {e.diagnosis}"
     elif e.signal is not None:
         name = e.signal_name
