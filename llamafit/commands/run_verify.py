@@ -4,26 +4,35 @@ for the speed model, and say whether an out-of-memory means retrying with a safe
 from __future__ import annotations
 
 import json
-import os
 import time
+from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..safe_io import append_line
 from ..report.check import config_json
 from .prepare import Prepared
+from ..report.run import verify_error_line, verify_start_line
+from ..server.supervise import VerifyProgress
 from ..server.verify import VerifyError, VerifyResult, verify, verify_lines
+
+if TYPE_CHECKING:
+    from ..fit.solver import Choice
+    from ..server.launcher import Child
+    from ..server.log import LogWatcher, ServedRequest
+    from .run import Launch
 
 
 @dataclass(frozen=True)
 class Outcome:
     result: VerifyResult | None
-    retry: bool  # out of memory (or the server died) at full context: plan a smaller footprint
+    retry: bool  # out of memory at full context (the server said so): plan a smaller footprint
     failure: str | None
 
 
-def speed_record(p: Prepared, choice: Any, env: Mapping[str, str], result: VerifyResult) -> dict[str, Any] | None:
+def speed_record(p: Prepared, choice: Choice, env: Mapping[str, str], result: VerifyResult) -> dict[str, Any] | None:
     """What the speed model predicted at this fill next to what the server measured."""
     from ..machine.host_probe import machine_key
     from ..fit.speed import estimate_at
@@ -43,7 +52,7 @@ def speed_record(p: Prepared, choice: Any, env: Mapping[str, str], result: Verif
             "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(slowest).generation}  # fmt: skip
 
 
-def served_speed(served: Sequence[Any], min_tokens: int = 8) -> dict[str, float] | None:
+def served_speed(served: Sequence[ServedRequest], min_tokens: int = 8) -> dict[str, Any] | None:
     """What the server's own timings of the requests it served say: generation tokens/s over every request
     that generated at least `min_tokens` (total tokens over total time), prompt tokens/s likewise over
     prompts of at least `min_tokens` evaluated tokens, and the average fill a generated token saw."""
@@ -58,7 +67,8 @@ def served_speed(served: Sequence[Any], min_tokens: int = 8) -> dict[str, float]
             "fill": max(round(fill), 0), "requests": len(gen)}  # fmt: skip
 
 
-def served_record(p: Prepared, choice: Any, env: Mapping[str, str], served: Sequence[Any]) -> dict[str, Any] | None:
+def served_record(p: Prepared, choice: Choice, env: Mapping[str, str],
+                  served: Sequence[ServedRequest]) -> dict[str, Any] | None:  # fmt: skip
     """The speed record of a server's whole run (kind "serve"): its timings next to the estimate at their fill."""
     from ..machine.host_probe import machine_key
     from ..fit.speed import estimate_at
@@ -81,52 +91,55 @@ def served_record(p: Prepared, choice: Any, env: Mapping[str, str], served: Sequ
             "source": "the server's log: print_timings of each finished request"}  # fmt: skip
 
 
-def record_served(path: str, p: Prepared, launch: Any, speed: dict[str, Any]) -> None:
+def record_served(path: str, p: Prepared, launch: Launch, speed: dict[str, Any]) -> None:
     entry = {"kind": "serve", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "llamafit": __version__,
              "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
              "config": config_json(launch.choice.rc),
              "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
              "speed": speed}  # fmt: skip
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+    append_line(path, json.dumps(entry))
 
 
-def _slowest(p: Prepared, choice: Any) -> str:
+def _slowest(p: Prepared, choice: Choice) -> str:
     backends = [d.backend for d in p.target.gpus] or ["cpu"]
     return "cpu" if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus else backends[0]
 
 
-def record_verify(path: str, p: Prepared, launch: Any, result: VerifyResult, speed: dict[str, Any] | None) -> None:
+def record_verify(path: str, p: Prepared, launch: Launch, result: VerifyResult, speed: dict[str, Any] | None) -> None:
     entry = {"kind": "verify", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "llamafit": __version__,
              "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
              "config": config_json(launch.choice.rc),
              "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
              "verify": result.as_json(), "speed": speed}  # fmt: skip
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+    append_line(path, json.dumps(entry))
 
 
-def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapping[str, str],
-                   say: Callable[[str], None], path: str) -> Outcome:  # fmt: skip
-    """Send the full-context request to the server we started; an OOM or a dead server asks for a retry."""
+def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
+                   say: Callable[[str], None], path: str, stopped: Callable[[], bool] = lambda: False,
+                   emit: Callable[[VerifyProgress], None] | None = None) -> Outcome:  # fmt: skip
+    """Send the full-context request to the server we started. Only out of memory (the server's own
+    out-of-memory line, or its answer saying so) asks for a retry; a stop (`stopped()`) is a stop: no
+    retry and no record; a server that died otherwise is left to the caller to report."""
     key = next(iter(launch.env.values()), None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     n_ctx = launch.choice.rc.n_ctx_seq
-    say(f"Verify     a {n_ctx:,}-token prompt (the planned context per slot) and a short generation")
+    say(verify_start_line(n_ctx))
     result: VerifyResult | None = None
     failure: str | None = None
     try:
-        result = verify(launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx)
+        result = verify(launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx, progress=emit)
         failure = result.failure
     except VerifyError as e:
-        say(f"Warning    could not verify: {e}")
+        if stopped():
+            return Outcome(None, False, None)
+        say(verify_error_line(str(e)))
         return Outcome(None, False, str(e))
     except OSError as e:
         failure = f"no answer from the server ({e})"
     if failure is not None:
         _settle(child)
+    if stopped():
+        return Outcome(result, False, None)  # the request failed because the server was asked to stop
     died = child.proc.poll() is not None
     oom = watcher.is_oom or (result is not None and result.oom)
     if died or oom:
@@ -135,15 +148,14 @@ def verify_running(child: Any, watcher: Any, launch: Any, p: Prepared, env: Mapp
         for line in verify_lines(result):
             say(line)
         speed = speed_record(p, launch.choice, env, result) if result.ok and not died else None
-        try:
-            record_verify(path, p, launch, result if not (died or oom) else _failed(result, failure, oom), speed)
-            say(f"Recorded   the verification in {path}")
-        except OSError as e:
-            say(f"Warning    could not record to {path}: {e.strerror or e}")
-    return Outcome(result, died or oom, failure if (died or oom or (result and not result.ok)) else None)
+        from .run import try_record
+
+        shown = result if not (died or oom) else _failed(result, failure, oom)
+        try_record(path, partial(record_verify, p=p, launch=launch, result=shown, speed=speed), "the verification", say)
+    return Outcome(result, oom, failure if (died or oom or (result and not result.ok)) else None)
 
 
-def _settle(child: Any, grace_s: float = 3.0) -> None:
+def _settle(child: Child, grace_s: float = 3.0) -> None:
     """After a failed request, let a dying server finish: wait for it to exit (a bounded grace), then for the
     log reader to reach the end of its output, so that the watcher has seen the out-of-memory line before
     it is asked (the connection can close before the server's last log line is read)."""

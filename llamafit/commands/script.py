@@ -73,7 +73,8 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions,
                 warn: Callable[[str], None] = lambda _: None) -> tuple[Report, str | None]:  # fmt: skip
     """The plan's report and the script (None when nothing fits: the report says why)."""
     if (many := many_models(request, opts.kind)) is not None:
-        return script_many(policy, many[0], many[1], opts)
+        server = opts.server or default_server(request.env, warn)  # absolute, as for one model
+        return script_many(policy, many[0], many[1], replace(opts, server=server))
     p = prepare(request)
     report, result = render_plan(p, policy)
     if result.choice is not None and opts.server is None and opts.kind != "docker":  # docker: the image's server

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import click
 
 from ..errors import InputError
+from ..report.run import progress_line
 from ..server.verify import VerifyError, verify, verify_lines
 
 
@@ -20,7 +21,7 @@ def check_verify(url: str, *, as_json: bool, env: Mapping[str, str]) -> int:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     click.echo(f"Verify     {url}: a prompt that fills the context per slot, then a short generation", err=True)
     try:
-        result = verify(url, headers=headers)
+        result = verify(url, headers=headers, progress=lambda e: click.echo(progress_line(e), err=True))
     except VerifyError as e:
         raise InputError(str(e)) from None
     except OSError as e:

@@ -162,6 +162,14 @@ def measure_kernels() -> dict[str, list[float]]:
     return {k: v for k, v in found.items() if isinstance(v, list) and len(v) == 2 and all(_rate(x) for x in v)}
 
 
+def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
+    """host_rates will run the probe (seconds of work): neither the environment nor the cache has the rates."""
+    if _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH") and _env_rate(env, "LLAMAFIT_HOST_FLOPS"):
+        return False
+    record = _read(cache / "host-probe.json")
+    return record is None or record.get("machine") != machine_key()
+
+
 def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
     """Memory bandwidth (per thread count) and float32 throughput of this host: from the environment,
     the cache, or the probe."""

@@ -53,6 +53,12 @@ def _num(row: dict[str, Any], key: str) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
+def is_memory_record(record: dict[str, Any]) -> bool:
+    """A record of predicted vs reported buffers (no "kind"); the speed records ("verify", "serve") and
+    failed runs ("failed") are not."""
+    return record.get("kind") is None
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number")
 
@@ -116,7 +122,7 @@ def compute_correction(records: Iterable[dict[str, Any]], *, devices: Sequence[t
     runs = 0
     for r in records:
         server = r.get("server") or {}
-        if server.get("build") != build or _devices_of(r) != list(devices):
+        if not is_memory_record(r) or server.get("build") != build or _devices_of(r) != list(devices):
             continue
         if architecture is not None and r.get("architecture") != architecture:
             continue

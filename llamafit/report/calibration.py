@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..memory.calibration import _devices_of, compute_correction, incomplete
+from ..memory.calibration import _devices_of, compute_correction, incomplete, is_memory_record
 
 SCHEMA = "llamafit.calibration/1"
 
@@ -14,7 +14,7 @@ def summary(records: Iterable[dict[str, Any]], path: str) -> dict[str, Any]:
     """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan would use."""
     groups: dict[tuple[Any, tuple[tuple[str, str], ...], str], list[dict[str, Any]]] = {}
     for r in records:
-        if r.get("kind") in ("verify", "serve"):  # the speed model's records (run_verify.py): no memory sizes
+        if not is_memory_record(r):  # the speed model's records (run_verify.py), failed runs: no memory sizes
             continue
         raw = r.get("server")
         server: dict[str, Any] = raw if isinstance(raw, dict) else {}

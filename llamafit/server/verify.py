@@ -15,13 +15,16 @@ from __future__ import annotations
 import json
 import os
 import random
+import contextlib
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .supervise import SlotsWatch, VerifyProgress
 
 N_PREDICT = 16
 _WORDS = ("memory", "context", "layer", "token", "river", "mountain", "quiet", "number", "seven", "green", "window",
@@ -153,8 +156,10 @@ def host_rss(pid: int | None) -> int | None:
 
 
 def verify(url: str, *, headers: Mapping[str, str] | None = None, pid: int | None = None, n_ctx_slot: int | None = None,
-           n_predict: int = N_PREDICT, timeout_s: float | None = None) -> VerifyResult:  # fmt: skip
-    """Fill one slot's context and generate; never raises for a server that fails (the result says)."""
+           n_predict: int = N_PREDICT, timeout_s: float | None = None,
+           progress: Callable[[VerifyProgress], None] | None = None) -> VerifyResult:  # fmt: skip
+    """Fill one slot's context and generate; never raises for a server that fails (the result says).
+    `progress` gets the server's progress (GET /slots) every 10 s while the request runs."""
     headers = dict(headers or {})
     n_ctx = n_ctx_slot or server_slots(url, headers)[0]
     n_prompt = max(n_ctx - n_predict, 1)
@@ -163,8 +168,10 @@ def verify(url: str, *, headers: Mapping[str, str] | None = None, pid: int | Non
     body = {"prompt": tokens, "n_predict": n_predict, "cache_prompt": False, "ignore_eos": True, "temperature": 0}
     failure = None
     data: dict[str, Any] = {}
+    watch = SlotsWatch(url, headers, n_prompt + n_predict, progress) if progress else contextlib.nullcontext()
     try:
-        data = _post(url + "/completion", body, headers, timeout_s or max(300.0, n_prompt / 10))
+        with watch:
+            data = _post(url + "/completion", body, headers, timeout_s or max(300.0, n_prompt / 10))
     except urllib.error.HTTPError as e:
         failure = f"the server answered HTTP {e.code}: {e.read(2000).decode('utf-8', 'replace').strip()[:300]}"
     except (OSError, ValueError) as e:
