@@ -3,9 +3,9 @@
 Two caches make a second listing cheap: local headers (llamafit.fetch.local_headers: path, size and
 mtime) and the rows themselves, keyed by every file's identity, llamafit's own source (_code_key)
 and the machine the fit was computed for (the GPUs as given or detected; the host only on a
-machine without GPUs, since with GPUs the fit depends on them alone: search.Target.fits). On a machine without GPUs the free
-RAM changes between runs: a row is reused when it was computed with the same free RAM, or when it
-is the best the policy can do (ls.best_possible) and its bytes still fit.
+machine without GPUs, since with GPUs the fit depends on them alone: search.Target.fits). On a
+machine without GPUs the free RAM changes between runs: a row is reused when it was computed with
+the same free RAM, or when it is the best the policy can do (ls.best_possible) and its bytes still fit.
 """
 
 from __future__ import annotations
