@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,48 @@ def test_models_without_the_broken_heads_still_check_with_a_quantized_k(tmp_path
     path.write_bytes(_with(fixture, _EL, 1) if fixture.startswith("swa") else _with(fixture, _HC, 0))
     code, _out, err = _invoke("check", str(path), "--gpu", "8GiB", "--", "-ctk", "q8_0", "-fa", "on")
     assert (code, err) == (0, "")
+
+
+# ---- tracebacks: odd tensor names, non-UTF-8 names, a 5,000-digit GPU count -------------------
+
+
+@pytest.mark.parametrize("name", [b"blk.x.ffn_gate.weight", b"blk.\xd9\xa1.ffn_gate.weight"[:21]])
+def test_a_tensor_whose_layer_field_is_not_a_number_is_no_layer(tmp_path: Path, name: bytes) -> None:
+    data = (FIXTURES / "dense-llama.gguf").read_bytes()
+    assert data.count(b"blk.1.ffn_gate.weight") == 1 and len(name) == 21
+    path = tmp_path / "odd.gguf"
+    path.write_bytes(data.replace(b"blk.1.ffn_gate.weight", name))
+    code, out, err = _invoke("plan", str(path), "--gpu", "8GiB")
+    assert (code, err) == (0, "") and "Verdict" in out
+
+
+def test_a_5000_digit_gpu_count_is_one_line() -> None:
+    code, out, err = _invoke("plan", str(FIXTURES / "dense-llama.gguf"), "--gpu", "9" * 5000 + "xh100")
+    assert (code, out, err) == (2, "", f"Error: --gpu {'9' * 39}…: a count must be 1 to 16 (e.g. 2xrtx4090)\n")
+
+
+def test_ls_lists_a_model_whose_file_name_is_not_utf8(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "ok.gguf").write_bytes((FIXTURES / "dense-llama.gguf").read_bytes())
+    with open(os.fsencode(models) + b"/\xff\xfe.gguf", "wb") as f:
+        f.write((FIXTURES / "dense-llama.gguf").read_bytes())
+    code, out, err = _invoke("ls", str(models), "--gpu", "8GiB", "--json",
+                             env={"LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    assert (code, err) == (0, "")
+    assert sorted(m["name"] for m in json.loads(out)["models"]) == ["ok", "\udcff\udcfe"]
+
+
+def test_a_server_path_that_is_not_utf8_is_probed_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import NEW_HELP, NEW_VERSION, fake_server
+
+    from llamafit.server.find import probe
+
+    exe = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
+    odd = os.fsdecode(os.fsencode(tmp_path / "bin") + b"/srv\xff")
+    os.rename(exe, odd)
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path / "cache"))
+    first, second = probe(odd, os.environ), probe(odd, os.environ)  # probed, then read from the dialect cache
+    assert first == second and first[1].startswith("version: 0.6.0-dev")
+    assert (tmp_path / "bin" / "calls.log").read_text() == "--version\n--help\n"
+    assert len(os.listdir(tmp_path / "cache" / "server-dialects")) == 1

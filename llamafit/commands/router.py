@@ -61,7 +61,7 @@ def plan_router(request: Request, policy: Policy, models: list[str], opts: RunOp
         raise InputError(f"nothing fits on this machine for: {', '.join(unfit)}")
     entries = [Entry(e.name, tuple(adapt_argv(e.argv, binary.dialect)[0]), e.gpu_mib, e.n_ctx) for e in entries]
     preset = render_models_ini_many(entries, sets)
-    digest = hashlib.sha256(preset.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(preset.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     path = os.path.join(cache_dir(), "router", f"models-{digest}.ini")
     argv = [binary.path, ROUTER_FLAG, path, "--models-max", str(max_at_once(sets)), "--host", opts.host,
             "--port", str(port)]  # fmt: skip
