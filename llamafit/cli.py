@@ -352,41 +352,40 @@ def calibration() -> None:
 @calibration.command("show")
 @json_option
 def calibration_show(as_json: bool) -> None:
-    """One row per setup (build, devices, model architecture): runs and the compute scale plans use."""
+    """Every scale earlier runs give plans: compute buffers per setup, generation speed per model family."""
     import os
 
-    from .memory.calibration import parse_records
+    from .commands.calibration_file import read_records
     from .report.calibration import summary, to_text
     from .paths import calibration_path
 
     path = calibration_path(os.environ)
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            records = parse_records(f)
-    except FileNotFoundError:
-        records = []
-    except OSError as e:
-        raise LlamafitError(f"{path}: {e.strerror or e}") from e
-    data = summary(records, path)
+        records, skipped = read_records(path)
+    except OSError as e:  # a FIFO, a device, a link, too large, unreadable: one line, nothing read
+        raise LlamafitError(f"{path} {e.strerror or e}: not read") from e
+    data = summary(records, path, damaged=len(skipped))
     click.echo(json.dumps(data, indent=2) if as_json else to_text(data))
 
 
 @calibration.command("clear")
-def calibration_clear() -> None:
-    """Delete the calibration file: later plans use the memory model as derived from llama.cpp."""
+@click.option("--kind", type=click.Choice(["memory", "speed"]),
+              help="Drop only these records: memory (compute-buffer scales) or speed (generation speed).")
+def calibration_clear(kind: str | None) -> None:
+    """Delete the calibration file (or one kind of record): later plans use the models as derived."""
     import os
 
+    from .commands.calibration_file import clear
     from .paths import calibration_path
 
     path = calibration_path(os.environ)
-    try:
-        os.remove(path)
-    except FileNotFoundError:
+    done = clear(path, kind)
+    if not done.existed:
         click.echo(f"Nothing to clear ({path} does not exist)")
-        return
-    except OSError as e:
-        raise LlamafitError(f"{path}: {e.strerror or e}") from e
-    click.echo(f"Cleared {path}")
+    elif kind is None:
+        click.echo(f"Cleared {path}")
+    else:
+        click.echo(f"Cleared {done.removed} {kind} record(s) from {path}; {done.kept} other record(s) kept")
 
 
 @cli.command(name="ls")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,173 @@ def test_a_server_path_that_is_not_utf8_is_probed_and_cached(tmp_path: Path, mon
     assert first == second and first[1].startswith("version: 0.6.0-dev")
     assert (tmp_path / "bin" / "calls.log").read_text() == "--version\n--help\n"
     assert len(os.listdir(tmp_path / "cache" / "server-dialects")) == 1
+
+
+# ---- the calibration file: one bad run cannot poison later speed estimates (item 9) ------------
+
+
+def _speed(ratio: float = 0.34, requests: int = 4, tokens: int = 100, load: float | None = 0.5, cpus: int | None = 2,
+           arch: str = "gemma3", kind: str = "serve") -> dict[str, object]:  # fmt: skip
+    speed: dict[str, object] = {"machine": "m", "architecture": arch, "backend": "cpu", "generation_tps": 10 * ratio,
+                                "estimated_generation_tps": 10.0, "efficiency": 0.7, "requests": requests,
+                                "generated_tokens": tokens}  # fmt: skip
+    if load is not None:
+        speed["load_average"] = load
+    if cpus is not None:
+        speed["cpus"] = cpus
+    record: dict[str, object] = {"kind": kind, "time": "2026-01-01T00:00:00Z", "llamafit": "0.1", "speed": speed}
+    if kind == "verify":
+        record["verify"] = {"n_predicted": tokens}
+    return record
+
+
+_ENOUGH = {"requests": 4, "tokens": 400}  # three of these hold 12 requests and 1,200 tokens: enough
+SPEED_RULE_CASES = [
+    ("the busy run of the issue: load 3.9 on 2 CPUs", [_speed(load=3.9)], None),
+    ("no load recorded (written before the rule)", [_speed(load=None, cpus=None, **_ENOUGH)] * 3, None),
+    ("one run of 4 short requests is not enough evidence", [_speed()], None),
+    ("three runs with enough evidence: their median", [_speed(0.9, **_ENOUGH), _speed(0.8, **_ENOUGH),
+                                                        _speed(0.34, **_ENOUGH)], 0.8),
+    ("the median is clamped to 0.5..2", [_speed(0.3, **_ENOUGH)] * 3, 0.5),
+    ("an overloaded run among good ones does not count", [_speed(1.2, **_ENOUGH)] * 3 + [_speed(0.1, load=9.0)], 1.2),
+    ("verify runs: 16 tokens each, never enough alone", [_speed(0.3, kind="verify", tokens=16)] * 9, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("why", "records", "scale"), SPEED_RULE_CASES, ids=[c[0] for c in SPEED_RULE_CASES])
+def test_speed_records_need_evidence_an_idle_machine_and_move_estimates_a_bounded_amount(
+    why: str, records: list[dict[str, object]], scale: float | None
+) -> None:
+    from test_speed import cpu
+
+    from llamafit.fit.speed_calibration import calibrate
+
+    base = cpu(1e9, 1e9, decode=0.5, attention=0.1)
+    out = calibrate(base, records, machine="m", architecture="gemma3")
+    assert out.efficiency_for("cpu").generation == pytest.approx(1.0 * (scale or 1.0))
+    assert (out.calibrated is None) == (scale is None)
+
+
+def _calibration(tmp_path: Path, *records: dict[str, object]) -> dict[str, str]:
+    path = tmp_path / "calibration.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return {"LLAMAFIT_CALIBRATION": str(path)}
+
+
+_MEMORY = {"time": "2026-01-01T00:00:00Z", "llamafit": "0.1", "server": {"build": None}, "architecture": "llama",
+           "hardware": [{"name": "CUDA0", "backend": "cuda"}], "compute_scale": 1.0,
+           "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0,
+                        "actual_mib": 110.0}]}  # fmt: skip
+
+
+def test_calibration_show_lists_every_scale_with_its_runs(tmp_path: Path) -> None:
+    env = _calibration(tmp_path, _MEMORY, *[_speed(0.8, **_ENOUGH)] * 3, _speed(load=3.9), _speed(load=None))
+    code, out, err = _invoke("calibration", "show", env=env)
+    assert (code, err) == (0, "")
+    assert out == f"""\
+Calibration {tmp_path / 'calibration.jsonl'}
+Compute buffers (scale: what plans multiply the prediction by)
+   build  devices           model        runs skipped  scale
+       -  CUDA0             llama           1       0  1.100
+Generation speed (scale in use once runs hold 8 requests and 1,024 tokens)
+  model       backend   runs requests   tokens  median  scale
+  gemma3      cpu          3       12    1,200   0.800  0.800
+    not counted: 1 no load recorded, 1 overloaded
+"""
+    data = json.loads(_invoke("calibration", "show", "--json", env=env)[1])
+    assert data["speed"] == [{"machine": "m", "architecture": "gemma3", "backend": "cpu", "runs": 3, "requests": 12,
+                              "generated_tokens": 1200, "median": 0.8, "speed_scale": 0.8,
+                              "skipped": {"load_unknown": 1, "overloaded": 1}}]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "left"), [("speed", ["memory"]), ("memory", ["speed"] * 2)])
+def test_calibration_clear_drops_one_kind(tmp_path: Path, kind: str, left: list[str]) -> None:
+    env = _calibration(tmp_path, _MEMORY, _speed(), _speed(kind="verify"))
+    path = tmp_path / "calibration.jsonl"
+    code, out, err = _invoke("calibration", "clear", "--kind", kind, env=env)
+    removed, kept = (2, 1) if kind == "speed" else (1, 2)
+    assert (code, out, err) == (0, f"Cleared {removed} {kind} record(s) from {path}; {kept} other record(s) kept\n", "")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert ["speed" if r.get("kind") else "memory" for r in records] == left
+
+
+def _plant(tmp_path: Path, what: str) -> Path:
+    path = tmp_path / "calibration.jsonl"
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "device":
+        try:
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers, in tmp_path
+        except PermissionError:
+            pytest.skip("creating a device node needs root")
+    elif what == "link":
+        (tmp_path / "theirs.jsonl").write_text(json.dumps(_MEMORY) + "\n")
+        path.symlink_to(tmp_path / "theirs.jsonl")
+    elif what == "not-ours":
+        path.write_text("my notes\n")
+    elif what == "cut-off":
+        path.write_text(json.dumps(_MEMORY) + "\n" + json.dumps(_MEMORY)[:20])
+    return path
+
+
+CLEAR_CASES = [
+    ("fifo", "is not a regular file: not cleared (llamafit removes only its own regular calibration file)"),
+    ("device", "is not a regular file: not cleared (llamafit removes only its own regular calibration file)"),
+    ("link", "is a symbolic link: not cleared (llamafit removes only its own regular calibration file)"),
+    ("not-ours", "does not hold llamafit's calibration records: not cleared (remove it yourself if it is yours)"),
+]
+
+
+@pytest.mark.parametrize(("what", "why"), CLEAR_CASES, ids=[c[0] for c in CLEAR_CASES])
+@pytest.mark.parametrize("kind", [[], ["--kind", "speed"]])
+def test_calibration_clear_removes_only_a_regular_file_of_ours(tmp_path: Path, what: str, why: str,
+                                                               kind: list[str]) -> None:  # fmt: skip
+    path = _plant(tmp_path, what)
+    before = os.lstat(path)
+    code, out, err = _invoke("calibration", "clear", *kind, env={"LLAMAFIT_CALIBRATION": str(path)})
+    assert (code, out, err) == (2, "", f"Error: {path} {why}\n")
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode, after.st_size) == (before.st_ino, before.st_mode, before.st_size)
+    if what == "link":
+        assert (tmp_path / "theirs.jsonl").read_text() == json.dumps(_MEMORY) + "\n"
+
+
+def test_calibration_clear_removes_ours_even_with_a_cut_off_last_line(tmp_path: Path) -> None:
+    path = _plant(tmp_path, "cut-off")
+    assert _invoke("calibration", "clear", env={"LLAMAFIT_CALIBRATION": str(path)}) == (0, f"Cleared {path}\n", "")
+    assert not os.path.lexists(path)
+
+
+SHOW_CASES = [("fifo", "is not a regular file"), ("device", "is not a regular file"), ("link", "is a symbolic link"),
+              ("zero", "is not a regular file")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "why"), SHOW_CASES)
+def test_calibration_show_never_blocks_or_reads_without_bound(tmp_path: Path, what: str, why: str) -> None:
+    path = Path("/dev/zero") if what == "zero" else _plant(tmp_path, what)
+    code, out, err = _invoke("calibration", "show", env={"LLAMAFIT_CALIBRATION": str(path)})
+    assert (code, out, err) == (2, "", f"Error: {path} {why}: not read\n")
+
+
+@pytest.mark.parametrize("what", ["fifo", "device", "link"])
+@pytest.mark.parametrize("kind", ["serve", "verify"])
+def test_speed_records_are_never_written_through_a_planted_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str, kind: str
+) -> None:
+    from types import SimpleNamespace
+
+    from llamafit.commands import run_verify
+    from llamafit.safe_io import UnsafeFile
+
+    path = _plant(tmp_path, what)
+    monkeypatch.setattr(run_verify, "config_json", lambda rc: {})
+    p = SimpleNamespace(facts=SimpleNamespace(path="m.gguf", architecture="llama"), target=SimpleNamespace(gpus=()))
+    launch = SimpleNamespace(server_info={"build": None}, choice=SimpleNamespace(rc=None))
+    with pytest.raises(UnsafeFile):  # a FIFO blocked `run` after Ctrl-C; a link appended to its target
+        if kind == "serve":
+            run_verify.record_served(str(path), p, launch, {})  # type: ignore[arg-type]
+        else:
+            result = SimpleNamespace(as_json=lambda: {})
+            run_verify.record_verify(str(path), p, launch, result, None)  # type: ignore[arg-type]
+    if what == "link":
+        assert (tmp_path / "theirs.jsonl").read_text() == json.dumps(_MEMORY) + "\n"
