@@ -101,6 +101,18 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray) -> None:
         raise
 
 
+def install(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Move a file llamafit wrote privately (in `path`'s directory) into place: os.replace, refusing a
+    symbolic link or anything but a regular file where it goes."""
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeFile(0, "is a symbolic link", str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(0, "is not a regular file", str(path))
+    os.replace(tmp, path)
+
+
 def append_line(path: str | os.PathLike[str], line: str) -> None:
     """Append one line to a regular file (created 0600), never through a symlink, a FIFO or a device."""
     private_dir(os.path.dirname(os.fspath(path)) or ".")

