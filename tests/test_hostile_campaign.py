@@ -351,3 +351,87 @@ def test_the_demo_model_is_assembled_once_then_trusted_by_its_stamp(tmp_path: Pa
     first, second = demo_model_path(tmp_path), demo_model_path(tmp_path)
     assert first == second and first.read_bytes() == b"GGUF demo" and len(small_demo) == 1
     assert small_demo[0].parent != tmp_path  # assembled in a private directory, then moved into place
+
+
+# ---- the host probe: an unwritable cache does not repeat it; its kernel probe dies with llamafit ----
+
+
+def test_an_unwritable_cache_keeps_the_host_probe_in_a_private_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llamafit.machine import host_probe
+
+    record = {"schema": host_probe.SCHEMA, "machine": host_probe.machine_key(), "time": "t",
+              "bandwidth_bytes_per_s": 8e9, "flops": 3e10, "flops_threads": 2,
+              "bandwidth_by_threads": [[1, 4e9], [2, 8e9]], "kernels": {}}  # fmt: skip
+    calls: list[int] = []
+    monkeypatch.setattr(host_probe, "probe", lambda: calls.append(1) or dict(record))
+    monkeypatch.setattr(host_probe, "_fallback", lambda: tmp_path / "tmp" / "llamafit-u" / "host-probe.json")
+    cache = tmp_path / "not-a-directory"
+    cache.write_text("")  # the cache cannot be created: each check/plan probed again (~6 s, 300 MB)
+    first = host_probe.host_rates({}, cache)
+    said = capsys.readouterr().err
+    second = host_probe.host_rates({}, cache)  # as a later run would: read from the fallback
+    assert (first, len(calls), capsys.readouterr().err) == (second, 1, "")
+    assert said == (f"Note: cannot write the cache {cache} (is not a directory): the host probe's figures are kept "
+                    f"in {tmp_path / 'tmp' / 'llamafit-u'}\n")  # fmt: skip
+    assert stat.S_IMODE((tmp_path / "tmp" / "llamafit-u").stat().st_mode) == 0o700
+
+
+def test_the_host_probe_cache_is_never_read_through_a_link_or_fifo(tmp_path: Path) -> None:
+    from llamafit.machine import host_probe
+
+    os.mkfifo(tmp_path / "host-probe.json")
+    assert host_probe._read(tmp_path / "host-probe.json") is None  # did not block
+    assert host_probe._write(tmp_path / "host-probe.json", {}) is None  # replaced, not written into
+    assert stat.S_ISREG(os.lstat(tmp_path / "host-probe.json").st_mode)
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_host_probe_takes_the_kernel_probe_down(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("llama_cpp")
+    code = "from llamafit.machine.host_probe import measure_kernels; measure_kernels()"
+    parent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(FIXTURES.parent)})
+    try:
+        child = None
+        for _ in range(200):
+            kids = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+            if kids:
+                child = int(kids[0])
+                break
+            time.sleep(0.05)
+        assert child is not None
+        time.sleep(0.5)  # past its prctl
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(10)
+        for _ in range(20):  # within 1 s; the probe itself runs ~4 s
+            if not os.path.exists(f"/proc/{child}") or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the kernel probe outlived llamafit")
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_the_router_preset_is_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from llamafit.commands.router import write_preset
+    from llamafit.errors import InputError
+
+    victim = tmp_path / "victim"
+    victim.write_text("theirs\n")
+    (tmp_path / "router").mkdir(mode=0o700)
+    (tmp_path / "router" / "models-x.ini").symlink_to(victim)
+    plan = SimpleNamespace(preset_path=str(tmp_path / "router" / "models-x.ini"), preset="[m]\n")
+    with pytest.raises(InputError, match="is a symbolic link"):
+        write_preset(plan)  # type: ignore[arg-type]
+    assert victim.read_text() == "theirs\n"

@@ -69,9 +69,13 @@ def plan_router(request: Request, policy: Policy, models: list[str], opts: RunOp
 
 
 def write_preset(plan: RouterPlan) -> None:
-    os.makedirs(os.path.dirname(plan.preset_path), exist_ok=True)
-    with open(plan.preset_path, "w", encoding="utf-8") as f:
-        f.write(plan.preset)
+    """Into the cache through safe_io: a private directory, an atomic replace, never through a link."""
+    from ..safe_io import write_atomic
+
+    try:
+        write_atomic(plan.preset_path, plan.preset.encode("utf-8", "surrogateescape"))
+    except OSError as e:
+        raise InputError(f"cannot write the router preset {plan.preset_path}: {e.strerror or e}") from e
 
 
 class _Echo:
