@@ -435,3 +435,26 @@ def test_the_router_preset_is_never_written_through_a_planted_link(tmp_path: Pat
     with pytest.raises(InputError, match="is a symbolic link"):
         write_preset(plan)  # type: ignore[arg-type]
     assert victim.read_text() == "theirs\n"
+
+
+# ---- redirects: a few from a URL that is not Hugging Face's, and the error names the target ----
+
+
+def test_a_url_model_follows_a_few_redirects_then_names_where_it_was_sent() -> None:
+    from hostile_http import hostile_server
+
+    with hostile_server("redir-chain") as (url, seen):
+        port = url.split(":")[2].split("/")[0]
+        assert _invoke("inspect", url) == (2, "", f"Error: {url}: more than 3 redirects (the last to "
+                                                  f"http://127.0.0.1:{port}/m4.gguf)\n")  # fmt: skip
+    assert len(seen) == 4  # the first request and three redirects, each a HEAD
+
+
+@pytest.mark.parametrize(("url", "limit"), [("https://huggingface.co/o/r/resolve/main/m.gguf", 10),
+                                            ("https://cdn-lfs.hf.co/x", 10), ("https://evilhuggingface.co/m", 3),
+                                            ("https://huggingface.co.evil.example/m", 3),
+                                            ("http://127.0.0.1:8000/m.gguf", 3)])  # fmt: skip
+def test_only_hugging_face_hosts_get_the_longer_redirect_chain(url: str, limit: int) -> None:
+    from llamafit.fetch.remote import redirect_limit
+
+    assert redirect_limit(url) == limit
