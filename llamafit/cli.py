@@ -28,6 +28,13 @@ class _BadInput(click.ClickException):
 class _Group(click.Group):
     """Turns any LlamafitError into a one-line `Error: …` and exit code 2 (no traceback)."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:  # fmt: skip
+        try:  # `llamafit --bogus`: the group's own options
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            raise _usage(e, info_name or "llamafit") from e
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -37,9 +44,17 @@ class _Group(click.Group):
         except click.NoSuchOption as e:  # one line; llama-server's flags belong after --
             close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
             raise _BadInput(f"no such option {e.option_name}{close} (llama-server flags go after --)") from e
+        except click.UsageError as e:
+            raise _usage(e, ctx.command_path) from e
         except LlamafitError as e:
             _drop_tracebacks(e)
             raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
+
+
+def _usage(e: click.UsageError, where: str) -> _BadInput:
+    """click's own usage errors as one line and a hint, not Usage + Try + a blank line + Error."""
+    where = e.ctx.command_path if e.ctx is not None else where
+    return _BadInput(f"{printable(' '.join(e.format_message().split())).rstrip('.')} (see {where} -h)")
 
 
 def _drop_tracebacks(e: BaseException | None) -> None:

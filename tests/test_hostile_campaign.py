@@ -458,3 +458,33 @@ def test_only_hugging_face_hosts_get_the_longer_redirect_chain(url: str, limit: 
     from llamafit.fetch.remote import redirect_limit
 
     assert redirect_limit(url) == limit
+
+
+# ---- usage errors are one line; check --verify against a non-server says only its error --------
+
+USAGE_CASES = [
+    (["plan", "m.gguf", "--prefer", "x"],
+     "Invalid value for '--prefer': 'x' is not one of 'speed', 'context', 'quality' (see cli plan -h)"),
+    (["bogus"], "No such command 'bogus'. Did you mean 'gpus'? (see cli -h)"),
+    (["--bogus"], "No such option '--bogus' (see cli -h)"),
+    (["calibration", "clear", "--kind", "x"],
+     "Invalid value for '--kind': 'x' is not one of 'memory', 'speed' (see cli calibration clear -h)"),
+    (["script", "m.gguf", "--guard", "--format", "docker"], "--guard is for --format sh (see cli script -h)"),
+    (["gpus", "extra"], "Got unexpected extra argument (extra) (see cli gpus -h)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "message"), USAGE_CASES, ids=[" ".join(c[0]) for c in USAGE_CASES])
+def test_usage_errors_are_one_line_with_a_hint(args: list[str], message: str) -> None:
+    assert _invoke(*args) == (2, "", f"Error: {message}\n")
+
+
+def test_check_verify_against_a_non_server_prints_only_its_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once closed
+    code, out, err = _invoke("check", "--verify", f"http://127.0.0.1:{port}")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"Error: http://127.0.0.1:{port}/props: not a llama-server") and err.count("\n") == 1
