@@ -5,11 +5,13 @@
     python scripts/fuzz.py --cases 20000    # the long run
     python scripts/fuzz.py --seed 7 --only cli
 
-Four families, all in this process (CLI through click's CliRunner, so every case is cheap):
+Five families, all in this process (CLI through click's CliRunner, so every case is cheap):
   header-api   mutated GGUF headers (bit flips, huge counts, cuts, hostile key values) through
                read_header + build_facts, every 8th also through check/plan's prepare and solver
   header-cli   mutated headers through `inspect`, `check` and `plan`
   cmdline      hostile command lines: huge/negative/odd numbers, sizes, -ot regexes, ports, paths
+  sizes        head and embedding sizes of 0, 1 and 2^31-1 (and removed) on every seed architecture,
+               through `check -ctk q8_0` and `plan`
   http         hostile loopback servers (scripts/hostile_http.py) through `inspect URL`
 
 Printed: cases, tracebacks (any exception that is not a one-line `Error:` with exit 2), hangs over
@@ -41,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from gguf_patch import patch  # noqa: E402
+from gguf_patch import drop, patch  # noqa: E402
 from hostile_http import MODES  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
@@ -49,7 +51,12 @@ HANG_S = 1.0
 STOP_S = 20.0
 PORTS = range(18400, 18420)  # this campaign's loopback range
 SEEDS = ["dense-llama.gguf", "swa-gemma3.gguf", "moe-qwen3.gguf", "nextn-glm4moe.gguf", "mla-deepseek2.gguf",
-         "recurrent-mamba2.gguf", "hybrid-granite.gguf", "per-layer-kv.gguf"]  # fmt: skip
+         "recurrent-mamba2.gguf", "hybrid-granite.gguf", "per-layer-kv.gguf", "swa-gptoss.gguf"]  # fmt: skip
+# Head and embedding sizes that describe no model (issue #23: a key head size of 0 looped forever in
+# _rot_inputs with a quantized K cache): each key at each value, on every seed architecture.
+SIZE_KEYS = ["embedding_length", "attention.head_count", "attention.head_count_kv", "attention.key_length",
+             "attention.value_length", "attention.key_length_swa", "attention.value_length_swa"]  # fmt: skip
+SIZE_VALUES = [0, 1, 2**31 - 1, None]  # None: the key removed
 BIG = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
 HOSTILE_INTS = [(5, -1), (4, 0), (4, 1), (4, 3), (4, 4097), (4, 2**32 - 1), (11, -(2**63)), (10, 2**64 - 1)]
 HOSTILE_STRINGS = ["", "\x1b[2J\x1b]0;pwned\x07", "a" * 70000, "\udcff".encode("utf-8", "surrogatepass").decode(
@@ -213,6 +220,23 @@ def header_cli(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes]
         cli(tally, "header-cli", f"{command} {name} #{i}", args)
 
 
+def sizes(tally: Tally, seeds: dict[str, bytes], tmp: Path) -> None:
+    """Every SIZE_KEYS x SIZE_VALUES on every seed through `check -ctk q8_0` (the quantized-K path) and `plan`."""
+    from llamafit.reader.header import read_header
+    from llamafit.reader.source import BytesSource
+
+    for name, header in seeds.items():
+        arch = read_header(BytesSource(header)).metadata["general.architecture"]
+        for key in SIZE_KEYS:
+            for value in SIZE_VALUES:
+                full = f"{arch}.{key}"
+                path = tmp / "sizes.gguf"
+                path.write_bytes(drop(header, full) if value is None else patch(header, full, 4, value))
+                for args in (["check", str(path), "--gpu", "8GiB", "--", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"],
+                             ["plan", str(path), "--gpu", "8GiB"]):  # fmt: skip
+                    cli(tally, "sizes", f"{args[0]} {name} {key}={value}", args)
+
+
 NUMBERS = ["0", "-1", "1", "255", "256", "2147483647", "2147483648", "-2147483649", "9" * 30, "9" * 5000, "1e9",
            "0x10", " 12 ", "+5", "", "nan", "inf", "١٢", "12abc"]  # fmt: skip
 SIZES = ["0", "0GiB", "0.0000001GiB", "24", "24GiB", "9" * 400 + "GiB", "-1GiB", "1.5T", "1e3GiB", "GiB", "24 GiB",
@@ -348,6 +372,8 @@ def _run(cases: int, seed: int, only: str | None, port_base: int) -> tuple[Tally
             header_cli(tally, rng, cases * 2 // 10, seeds, Path(tmp))
         if only in (None, "cmdline"):
             cmdline(tally, rng, cases * 2 // 10, Path(tmp))
+        if only in (None, "sizes"):
+            sizes(tally, seeds, Path(tmp))
         if only in (None, "http"):
             http(tally, max(1, cases // 2000), port_base)
     return tally, report(tally, time.monotonic() - t0)
@@ -357,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=2000, help="cases over the header and command-line families")
     ap.add_argument("--seed", type=int, default=16)
-    ap.add_argument("--only", choices=["header-api", "header-cli", "cmdline", "http"])
+    ap.add_argument("--only", choices=["header-api", "header-cli", "cmdline", "sizes", "http"])
     ap.add_argument("--port-base", type=int, default=PORTS.start,
                     help=f"first of the {len(PORTS)} loopback ports of the http family (default %(default)s)")
     a = ap.parse_args(argv)

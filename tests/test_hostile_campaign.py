@@ -488,3 +488,38 @@ def test_check_verify_against_a_non_server_prints_only_its_error(tmp_path: Path)
     code, out, err = _invoke("check", "--verify", f"http://127.0.0.1:{port}")
     assert (code, out) == (2, "")
     assert err.startswith(f"Error: http://127.0.0.1:{port}/props: not a llama-server") and err.count("\n") == 1
+
+
+# ---- second pass: store files read by `ls` are small regular files (no FIFO, no /dev/zero) --------
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
+def test_a_hub_ref_that_is_not_a_regular_file_does_not_block_ls(tmp_path: Path, plant: str) -> None:
+    from store_layouts import hf_repo
+
+    from llamafit.fetch.store_scan import scan_hub
+
+    top = hf_repo(tmp_path / "hub", "org/repo", {"m.gguf": FIXTURES / "dense-llama.gguf"})
+    (top / "refs" / "main").unlink()
+    if plant == "fifo":
+        os.mkfifo(top / "refs" / "main")
+    else:
+        (top / "refs" / "main").symlink_to("/dev/zero")
+    found, _notes = scan_hub(str(tmp_path / "hub"))  # the newest snapshot instead
+    assert [os.path.basename(f.path) for f in found] == ["m.gguf"]
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
+def test_an_ollama_manifest_that_is_not_a_regular_file_is_a_note(tmp_path: Path, plant: str) -> None:
+    from store_layouts import ollama_model
+
+    from llamafit.fetch.store_scan import scan_ollama
+
+    manifest = ollama_model(tmp_path, ("registry.ollama.ai", "library", "m", "latest"), FIXTURES / "dense-llama.gguf")
+    manifest.unlink()
+    if plant == "fifo":
+        os.mkfifo(manifest)
+    else:
+        manifest.symlink_to("/dev/zero")
+    found, notes = scan_ollama(str(tmp_path))
+    assert found == [] and [(n.code, n.detail) for n in notes] == [("unreadable", "m:latest: is not a regular file")]
