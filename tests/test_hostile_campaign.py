@@ -523,3 +523,32 @@ def test_an_ollama_manifest_that_is_not_a_regular_file_is_a_note(tmp_path: Path,
         manifest.symlink_to("/dev/zero")
     found, notes = scan_ollama(str(tmp_path))
     assert found == [] and [(n.code, n.detail) for n in notes] == [("unreadable", "m:latest: is not a regular file")]
+
+
+# ---- second pass: numbers from servers, the environment and flags -------------------------------
+
+
+@pytest.mark.parametrize("value", ["bytes 0-1/" + "9" * 5000, "bytes " + "9" * 5000 + "-1/2", "bytes 0-1/²"])
+def test_a_content_range_with_a_huge_or_odd_number_is_not_one(value: str) -> None:
+    from llamafit.fetch.remote import parse_content_range
+
+    assert parse_content_range(value) is None
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "²", "١٢"])
+def test_a_content_length_that_is_not_a_plain_number_is_unknown(value: str) -> None:
+    from llamafit.fetch.remote import _length
+
+    assert _length(value) is None
+
+
+@pytest.mark.parametrize("entry", ["²", "9" * 5000])
+def test_a_visible_devices_entry_int_refuses_is_no_device(entry: str) -> None:
+    from llamafit.machine.hardware import _entry_index
+
+    assert _entry_index(entry, [None, None]) is None
+
+
+def test_an_infinite_tensor_split_is_out_of_range() -> None:
+    code, out, err = _invoke("plan", str(FIXTURES / "dense-llama.gguf"), "--gpu", "8GiB,8GiB", "--", "-ts", "1e999,1")
+    assert (code, out, err) == (2, "", "Error: -ts is out of range, got '1e999,1'\n")

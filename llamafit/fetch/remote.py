@@ -59,7 +59,8 @@ class ContentRange:
     total: int | None
 
 
-_CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)", re.IGNORECASE)
+# ASCII digits, at most 20 (a uint64): no 4,300-digit int() from a hostile server
+_CONTENT_RANGE = re.compile(r"bytes\s+(?:([0-9]{1,20})-([0-9]{1,20})|\*)/([0-9]{1,20}|\*)", re.IGNORECASE)
 
 
 def parse_content_range(value: str | None) -> ContentRange | None:
@@ -242,7 +243,13 @@ def probe(url: str, *, headers: Mapping[str, str] | None = None, timeout: float 
     if answer.status >= 400:
         return None
     size = answer.headers.get("X-Linked-Size") or answer.headers.get("Content-Length")
-    return RemoteInfo(answer.url, int(size) if size and size.isdigit() else None, validator_of(answer.headers))
+    return RemoteInfo(answer.url, _length(size), validator_of(answer.headers))
+
+
+def _length(value: str | None) -> int | None:
+    """A byte count a server sent: ASCII digits, at most 20 of them (else unknown)."""
+    value = (value or "").strip()
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 20 else None
 
 
 class HttpRangeSource:
@@ -359,7 +366,7 @@ class HttpRangeSource:
         """A 200 to a range request: the server would send the whole file."""
         length = answer.headers.get("Content-Length")
         if not self.allow_full_download:
-            what = f"the whole {int(length):,}-byte file" if length and length.isdigit() else "the whole file"
+            what = f"the whole {n:,}-byte file" if (n := _length(length)) is not None else "the whole file"
             raise InputError(f"{self.url}: the server ignores HTTP Range requests (it answered 200 with "
                              f"{what}); refusing to download it all: download it and pass the local path")
         self._head = self._body(answer, self.max_bytes + 1)

@@ -71,8 +71,8 @@ def detect_host() -> DeviceSpec:
 
 
 def _entry_index(entry: str, uuids: Sequence[str | None]) -> int | None:
-    if entry.isdigit():
-        return int(entry) if int(entry) < len(uuids) else None
+    if entry.isascii() and entry.isdigit():  # not '²', which isdigit() accepts and int() refuses
+        return int(entry) if len(entry) <= 9 and int(entry) < len(uuids) else None
     want = entry.lower()
     hits = [i for i, u in enumerate(uuids) if u and want.startswith("gpu-") and u.lower().startswith(want)]
     return hits[0] if len(hits) == 1 else None
