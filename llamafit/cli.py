@@ -265,8 +265,9 @@ def plan(as_json: bool, **options: Any) -> None:
 def _port(value: str) -> int | None:
     if value == "auto":
         return None
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise LlamafitError(f"--port {value}: a port number 1-65535 or auto")
+    if not (value.isascii() and value.isdigit() and len(value) <= 5 and 0 < int(value) < 65536):  # not '²'
+        shown = value if len(value) <= 40 else value[:39] + "…"
+        raise LlamafitError(f"--port {shown}: a port number 1-65535 or auto")
     return int(value)
 
 

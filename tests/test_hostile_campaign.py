@@ -552,3 +552,19 @@ def test_a_visible_devices_entry_int_refuses_is_no_device(entry: str) -> None:
 def test_an_infinite_tensor_split_is_out_of_range() -> None:
     code, out, err = _invoke("plan", str(FIXTURES / "dense-llama.gguf"), "--gpu", "8GiB,8GiB", "--", "-ts", "1e999,1")
     assert (code, out, err) == (2, "", "Error: -ts is out of range, got '1e999,1'\n")
+
+
+PORT_CASES = [
+    (["run", "m.gguf", "--dry-run", "--port", "9" * 5000], f"--port {'9' * 39}…: a port number 1-65535 or auto"),
+    (["run", "m.gguf", "--dry-run", "--port", "²"], "--port ²: a port number 1-65535 or auto"),
+    (["plan", "m.gguf", "--gpu", "8GiB", "--rpc", "h:" + "9" * 5000 + "=1GiB"],
+     f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not 'h:{'9' * 37}…'"),
+    (["plan", "m.gguf", "--gpu", "8GiB", "--rpc", "h:²=1GiB"],
+     "--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not 'h:²=1GiB'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "message"), PORT_CASES, ids=["port-huge", "port-sup2", "rpc-huge", "rpc-sup2"])
+def test_port_numbers_int_refuses_are_one_line(args: list[str], message: str) -> None:
+    args = [str(FIXTURES / "dense-llama.gguf") if a == "m.gguf" else a for a in args]
+    assert _invoke(*args) == (2, "", f"Error: {message}\n")

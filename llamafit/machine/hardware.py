@@ -411,6 +411,11 @@ def gpu_specs(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
     return device_specs(parse_gpu_option(spec, backend=backend))
 
 
+def _port_number(text: str) -> bool:
+    """1-65535 in ASCII digits (not '²', which isdigit() accepts; no 4,300-digit int())."""
+    return text.isascii() and text.isdigit() and len(text) <= 5 and 0 < int(text) < 65536
+
+
 RpcQuery = Callable[[Sequence[str]], "dict[str, tuple[int, int]]"]
 
 
@@ -423,8 +428,9 @@ def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSp
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         endpoint, eq, size = part.rpartition("=") if "=" in part else (part, "", "")
         hostname, colon, port = endpoint.rpartition(":")
-        if not colon or not hostname or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InputError(f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{part}'")
+        if not colon or not hostname or not _port_number(port):
+            shown = part if len(part) <= 40 else part[:39] + "…"
+            raise InputError(f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{shown}'")
         items.append((endpoint, size if eq else None))
     if not items:
         raise InputError("--rpc needs at least one host:port[=SIZE]")
