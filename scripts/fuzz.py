@@ -250,7 +250,7 @@ FLAGS = ["-c", "-ngl", "-b", "-ub", "-np", "-ncmoe", "-mg", "-cram", "-fitt", "-
 def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
     model = str(FIXTURES / "dense-llama.gguf")
     for _ in range(n):
-        kind = rng.randrange(6)
+        kind = rng.randrange(8)
         env = None
         if kind == 0:
             args = ["check", model, "--gpu", "8GiB", "--", rng.choice(FLAGS), rng.choice(NUMBERS)]
@@ -273,6 +273,10 @@ def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
                     ["h:1=" + rng.choice(SIZES), "h:1=1GiB,h:1=1GiB", "h=1GiB", ":1=1GiB", "h:0=1GiB", "h:99999=1G"]
                 ),
             ]
+        elif kind == 6:  # a GPU count: a 5,000-digit one was a traceback (#23)
+            args = ["plan", model, "--gpu", f"{rng.choice(NUMBERS)}x{rng.choice(['h100', '24GiB', 'cpu'])}"]
+        elif kind == 7:  # an RPC port
+            args = ["plan", model, "--gpu", "8GiB", "--rpc", f"h:{rng.choice(NUMBERS + ['²'])}=1GiB"]
         else:
             env = {"LLAMA_ARG_" + rng.choice(["CTX_SIZE", "N_GPU_LAYERS", "BATCH", "OVERRIDE_TENSOR", "N_PARALLEL"]):
                    rng.choice(NUMBERS + REGEXES)}  # fmt: skip
