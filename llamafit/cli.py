@@ -28,6 +28,13 @@ class _BadInput(click.ClickException):
 class _Group(click.Group):
     """Turns any LlamafitError into a one-line `Error: …` and exit code 2 (no traceback)."""
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:  # fmt: skip
+        try:  # `llamafit --bogus`: the group's own options
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            raise _usage(e, info_name or "llamafit") from e
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -37,9 +44,17 @@ class _Group(click.Group):
         except click.NoSuchOption as e:  # one line; llama-server's flags belong after --
             close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
             raise _BadInput(f"no such option {e.option_name}{close} (llama-server flags go after --)") from e
+        except click.UsageError as e:
+            raise _usage(e, ctx.command_path) from e
         except LlamafitError as e:
             _drop_tracebacks(e)
             raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
+
+
+def _usage(e: click.UsageError, where: str) -> _BadInput:
+    """click's own usage errors as one line and a hint, not Usage + Try + a blank line + Error."""
+    where = e.ctx.command_path if e.ctx is not None else where
+    return _BadInput(f"{printable(' '.join(e.format_message().split())).rstrip('.')} (see {where} -h)")
 
 
 def _drop_tracebacks(e: BaseException | None) -> None:
@@ -277,8 +292,9 @@ def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
 def _port(value: str) -> int | None:
     if value == "auto":
         return None
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise LlamafitError(f"--port {value}: a port number 1-65535 or auto")
+    if not (value.isascii() and value.isdigit() and len(value) <= 5 and 0 < int(value) < 65536):  # not '²'
+        shown = value if len(value) <= 40 else value[:39] + "…"
+        raise LlamafitError(f"--port {shown}: a port number 1-65535 or auto")
     return int(value)
 
 
@@ -379,41 +395,40 @@ def calibration() -> None:
 @calibration.command("show")
 @json_option
 def calibration_show(as_json: bool) -> None:
-    """One row per setup (build, devices, model architecture): runs and the compute scale plans use."""
+    """Every scale earlier runs give plans: compute buffers per setup, generation speed per model family."""
     import os
 
-    from .memory.calibration import parse_records
+    from .commands.calibration_file import read_records
     from .report.calibration import summary, to_text
     from .paths import calibration_path
 
     path = calibration_path(os.environ)
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            records = parse_records(f)
-    except FileNotFoundError:
-        records = []
-    except OSError as e:
-        raise LlamafitError(f"{path}: {e.strerror or e}") from e
-    data = summary(records, path)
+        records, skipped = read_records(path)
+    except OSError as e:  # a FIFO, a device, a link, too large, unreadable: one line, nothing read
+        raise LlamafitError(f"{path} {e.strerror or e}: not read") from e
+    data = summary(records, path, damaged=len(skipped))
     click.echo(json.dumps(data, indent=2) if as_json else to_text(data))
 
 
 @calibration.command("clear")
-def calibration_clear() -> None:
-    """Delete the calibration file: later plans use the memory model as derived from llama.cpp."""
+@click.option("--kind", type=click.Choice(["memory", "speed"]),
+              help="Drop only these records: memory (compute-buffer scales) or speed (generation speed).")
+def calibration_clear(kind: str | None) -> None:
+    """Delete the calibration file (or one kind of record): later plans use the models as derived."""
     import os
 
+    from .commands.calibration_file import clear
     from .paths import calibration_path
 
     path = calibration_path(os.environ)
-    try:
-        os.remove(path)
-    except FileNotFoundError:
+    done = clear(path, kind)
+    if not done.existed:
         click.echo(f"Nothing to clear ({path} does not exist)")
-        return
-    except OSError as e:
-        raise LlamafitError(f"{path}: {e.strerror or e}") from e
-    click.echo(f"Cleared {path}")
+    elif kind is None:
+        click.echo(f"Cleared {path}")
+    else:
+        click.echo(f"Cleared {done.removed} {kind} record(s) from {path}; {done.kept} other record(s) kept")
 
 
 @cli.command(name="ls")

@@ -3,7 +3,10 @@
 Everything llamafit keeps under its cache directory may have been planted or damaged by someone
 else: reads take regular files only, up to a bound, and never block on a FIFO; writes go to a
 private (0700) directory through mkstemp (O_EXCL) and os.replace, and refuse a symlink in the
-target's place; appends open with O_NOFOLLOW and check the file is regular.
+target's place; appends refuse anything but a regular file before opening it (lstat: a FIFO, a
+device node or a link is never opened for writing), then open it with O_APPEND | O_NOFOLLOW |
+O_NONBLOCK and check again on the open descriptor (fstat) before writing one line. Removal
+(remove_read) unlinks only the regular file that was read, identified by device and inode.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ class UnsafeFile(OSError):
 
 def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = False) -> bytes:
     """At most `limit` bytes of a regular file; UnsafeFile for anything else (FIFO, device, link, larger)."""
+    return read_regular_stat(path, limit, follow=follow)[0]
+
+
+def read_regular_stat(path: str | os.PathLike[str], limit: int, *,
+                      follow: bool = False) -> tuple[bytes, os.stat_result]:  # fmt: skip
+    """read_regular, and the file's stat (to remove exactly the file that was read: remove_read)."""
     flags = os.O_RDONLY | _NONBLOCK | (0 if follow else _NOFOLLOW)
     try:
         fd = os.open(path, flags)
@@ -43,7 +52,16 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = Fal
         data = f.read(limit + 1)
     if len(data) > limit:
         raise UnsafeFile(0, f"is larger than {limit:,} bytes", str(path))
-    return data
+    return data, st
+
+
+def remove_read(path: str | os.PathLike[str], read: os.stat_result) -> None:
+    """Unlink `path` only while it is still the regular file `read` describes (same device and inode):
+    never a link, FIFO or device node put in its place since."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (read.st_dev, read.st_ino):
+        raise UnsafeFile(0, "was replaced while it was read", str(path))
+    os.unlink(path)
 
 
 def private_dir(path: str | os.PathLike[str]) -> None:
@@ -83,9 +101,27 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray) -> None:
         raise
 
 
+def install(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Move a file llamafit wrote privately (in `path`'s directory) into place: os.replace, refusing a
+    symbolic link or anything but a regular file where it goes."""
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeFile(0, "is a symbolic link", str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(0, "is not a regular file", str(path))
+    os.replace(tmp, path)
+
+
 def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append one line to a regular file (created 0600), never through a symlink."""
+    """Append one line to a regular file (created 0600), never through a symlink, a FIFO or a device."""
     private_dir(os.path.dirname(os.fspath(path)) or ".")
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafeFile(0, "is a symbolic link", str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(0, "is not a regular file", str(path))
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK, 0o600)
     except OSError:

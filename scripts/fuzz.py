@@ -5,15 +5,19 @@
     python scripts/fuzz.py --cases 20000    # the long run
     python scripts/fuzz.py --seed 7 --only cli
 
-Four families, all in this process (CLI through click's CliRunner, so every case is cheap):
+Five families, all in this process (CLI through click's CliRunner, so every case is cheap):
   header-api   mutated GGUF headers (bit flips, huge counts, cuts, hostile key values) through
                read_header + build_facts, every 8th also through check/plan's prepare and solver
   header-cli   mutated headers through `inspect`, `check` and `plan`
   cmdline      hostile command lines: huge/negative/odd numbers, sizes, -ot regexes, ports, paths
+  sizes        head and embedding sizes of 0, 1 and 2^31-1 (and removed) on every seed architecture,
+               through `check -ctk q8_0` and `plan`
   http         hostile loopback servers (scripts/hostile_http.py) through `inspect URL`
 
 Printed: cases, tracebacks (any exception that is not a one-line `Error:` with exit 2), hangs over
-1 s (a case over 20 s is stopped and counted), peak RSS, exit codes other than 0/1/2, and
+1 s of CPU time or 10 s of wall time (a case over 20 s is stopped and counted; CPU time, because on a
+shared 2-core machine a plan's wall time varies tenfold with the load; the slowest wall time is printed
+too), peak RSS, exit codes other than 0/1/2, and
 multi-line errors. Targets: 0 tracebacks, 0 hangs, peak RSS < 200 MB, every failure one line with
 exit 2. Exit status 0 when every target is met, 1 otherwise.
 """
@@ -41,15 +45,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from gguf_patch import patch  # noqa: E402
+from gguf_patch import drop, patch  # noqa: E402
 from hostile_http import MODES  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
-HANG_S = 1.0
+HANG_S = 1.0  # of CPU time: a case that works this long is a finding
+WAIT_S = 10.0  # of wall time: a case that waits this long (a FIFO, a lock) is one too, on any machine load
 STOP_S = 20.0
 PORTS = range(18400, 18420)  # this campaign's loopback range
 SEEDS = ["dense-llama.gguf", "swa-gemma3.gguf", "moe-qwen3.gguf", "nextn-glm4moe.gguf", "mla-deepseek2.gguf",
-         "recurrent-mamba2.gguf", "hybrid-granite.gguf", "per-layer-kv.gguf"]  # fmt: skip
+         "recurrent-mamba2.gguf", "hybrid-granite.gguf", "per-layer-kv.gguf", "swa-gptoss.gguf"]  # fmt: skip
+# Head and embedding sizes that describe no model (issue #23: a key head size of 0 looped forever in
+# _rot_inputs with a quantized K cache): each key at each value, on every seed architecture.
+SIZE_KEYS = ["embedding_length", "attention.head_count", "attention.head_count_kv", "attention.key_length",
+             "attention.value_length", "attention.key_length_swa", "attention.value_length_swa"]  # fmt: skip
+SIZE_VALUES = [0, 1, 2**31 - 1, None]  # None: the key removed
 BIG = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
 HOSTILE_INTS = [(5, -1), (4, 0), (4, 1), (4, 3), (4, 4097), (4, 2**32 - 1), (11, -(2**63)), (10, 2**64 - 1)]
 HOSTILE_STRINGS = ["", "\x1b[2J\x1b]0;pwned\x07", "a" * 70000, "\udcff".encode("utf-8", "surrogatepass").decode(
@@ -68,7 +78,8 @@ class Tally:
     bad_exits: list[str] = field(default_factory=list)
     multi_line: list[str] = field(default_factory=list)
     exits: Counter[int] = field(default_factory=Counter)
-    slowest: dict[str, float] = field(default_factory=dict)
+    slowest: dict[str, float] = field(default_factory=dict)  # by the clock each family is bound on
+    slowest_wall: dict[str, float] = field(default_factory=dict)
 
 
 def headers() -> dict[str, bytes]:
@@ -114,10 +125,16 @@ def mutate(rng: random.Random, data: bytes, keys: list[tuple[str, object]]) -> b
     return bytes(buf)
 
 
-def timed(tally: Tally, family: str, label: str, fn: Callable[[], None], bound: float = HANG_S) -> None:
+def timed(tally: Tally, family: str, label: str, fn: Callable[[], None], bound: float = HANG_S,
+          clock: str = "cpu") -> None:  # fmt: skip
+    """Run one case. `bound` is on this process's CPU time (`clock` "cpu": work such as an endless loop,
+    which a shared, overloaded machine does not inflate; and WAIT_S of wall time for a case that waits)
+    or on wall time ("wall": the http family, which waits on a server); a case blocked for STOP_S of wall
+    time is stopped either way."""
     tally.cases[family] += 1
-    signal.setitimer(signal.ITIMER_REAL, STOP_S)
-    t0 = time.monotonic()
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]  # a case inside a case (header-api's deep plan)
+    signal.setitimer(signal.ITIMER_REAL, min(STOP_S, outer) if outer else STOP_S)
+    t0, c0 = time.monotonic(), time.process_time()
     try:
         fn()
     except Stop:
@@ -125,16 +142,18 @@ def timed(tally: Tally, family: str, label: str, fn: Callable[[], None], bound: 
         return
     except Exception:  # noqa: BLE001 - the point: anything else escaping is a finding
         tally.tracebacks.append(f"{family}: {label}\n{traceback.format_exc(limit=-3)}")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    took = time.monotonic() - t0
+    finally:  # the outer case's stop timer goes on with what it had left
+        signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3) if outer else 0)
+    wall, cpu = time.monotonic() - t0, time.process_time() - c0
+    took = cpu if clock == "cpu" else wall
     tally.slowest[family] = max(tally.slowest.get(family, 0.0), took)
-    if took > bound:
-        tally.hangs.append(f"{family}: {label}: {took:.1f} s (bound {bound:g} s)")
+    tally.slowest_wall[family] = max(tally.slowest_wall.get(family, 0.0), wall)
+    if took > bound or (clock == "cpu" and wall > WAIT_S):
+        tally.hangs.append(f"{family}: {label}: {took:.1f} s {clock} (bound {bound:g} s; {wall:.1f} s wall)")
 
 
 def cli(tally: Tally, family: str, label: str, args: list[str], env: dict[str, str] | None = None,
-        bound: float = HANG_S) -> None:  # fmt: skip
+        bound: float = HANG_S, clock: str = "cpu") -> None:  # fmt: skip
     from click.testing import CliRunner
 
     from llamafit.cli import cli as main
@@ -156,7 +175,7 @@ def cli(tally: Tally, family: str, label: str, args: list[str], env: dict[str, s
         if code == 2 and (len(err) != 1 or not result.stderr.rstrip("\n").splitlines()[-1].startswith("Error:")):
             tally.multi_line.append(f"{family}: {label}: {result.stderr[:200]!r}")
 
-    timed(tally, family, label, go, bound)
+    timed(tally, family, label, go, bound, clock)
 
 
 def warm_up(tmp: Path) -> None:
@@ -213,6 +232,23 @@ def header_cli(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes]
         cli(tally, "header-cli", f"{command} {name} #{i}", args)
 
 
+def sizes(tally: Tally, seeds: dict[str, bytes], tmp: Path) -> None:
+    """Every SIZE_KEYS x SIZE_VALUES on every seed through `check -ctk q8_0` (the quantized-K path) and `plan`."""
+    from llamafit.reader.header import read_header
+    from llamafit.reader.source import BytesSource
+
+    for name, header in seeds.items():
+        arch = read_header(BytesSource(header)).metadata["general.architecture"]
+        for key in SIZE_KEYS:
+            for value in SIZE_VALUES:
+                full = f"{arch}.{key}"
+                path = tmp / "sizes.gguf"
+                path.write_bytes(drop(header, full) if value is None else patch(header, full, 4, value))
+                for args in (["check", str(path), "--gpu", "8GiB", "--", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"],
+                             ["plan", str(path), "--gpu", "8GiB"]):  # fmt: skip
+                    cli(tally, "sizes", f"{args[0]} {name} {key}={value}", args)
+
+
 NUMBERS = ["0", "-1", "1", "255", "256", "2147483647", "2147483648", "-2147483649", "9" * 30, "9" * 5000, "1e9",
            "0x10", " 12 ", "+5", "", "nan", "inf", "١٢", "12abc"]  # fmt: skip
 SIZES = ["0", "0GiB", "0.0000001GiB", "24", "24GiB", "9" * 400 + "GiB", "-1GiB", "1.5T", "1e3GiB", "GiB", "24 GiB",
@@ -226,7 +262,7 @@ FLAGS = ["-c", "-ngl", "-b", "-ub", "-np", "-ncmoe", "-mg", "-cram", "-fitt", "-
 def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
     model = str(FIXTURES / "dense-llama.gguf")
     for _ in range(n):
-        kind = rng.randrange(6)
+        kind = rng.randrange(8)
         env = None
         if kind == 0:
             args = ["check", model, "--gpu", "8GiB", "--", rng.choice(FLAGS), rng.choice(NUMBERS)]
@@ -249,6 +285,10 @@ def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
                     ["h:1=" + rng.choice(SIZES), "h:1=1GiB,h:1=1GiB", "h=1GiB", ":1=1GiB", "h:0=1GiB", "h:99999=1G"]
                 ),
             ]
+        elif kind == 6:  # a GPU count: a 5,000-digit one was a traceback (#23)
+            args = ["plan", model, "--gpu", f"{rng.choice(NUMBERS)}x{rng.choice(['h100', '24GiB', 'cpu'])}"]
+        elif kind == 7:  # an RPC port
+            args = ["plan", model, "--gpu", "8GiB", "--rpc", f"h:{rng.choice(NUMBERS + ['²'])}=1GiB"]
         else:
             env = {"LLAMA_ARG_" + rng.choice(["CTX_SIZE", "N_GPU_LAYERS", "BATCH", "OVERRIDE_TENSOR", "N_PARALLEL"]):
                    rng.choice(NUMBERS + REGEXES)}  # fmt: skip
@@ -282,7 +322,7 @@ def http(tally: Tally, rounds: int, port_base: int = PORTS.start) -> None:
             try:
                 assert server.stdout is not None
                 url = server.stdout.readline().strip()
-                cli(tally, "http", f"inspect {mode}", ["inspect", url], bound=HTTP_DEADLINE + HANG_S)
+                cli(tally, "http", f"inspect {mode}", ["inspect", url], bound=HTTP_DEADLINE + HANG_S, clock="wall")
             finally:
                 server.kill()
                 server.wait()
@@ -295,10 +335,12 @@ def report(tally: Tally, elapsed: float) -> bool:
     print(f"exit codes       {dict(sorted(tally.exits.items()))}")
     print(f"tracebacks       {len(tally.tracebacks)}")
     print(
-        f"hangs            {len(tally.hangs)} (over {HANG_S:g} s; http: over its {HTTP_DEADLINE:g} s deadline + "
-        f"{HANG_S:g} s)"
+        f"hangs            {len(tally.hangs)} (over {HANG_S:g} s of CPU or {WAIT_S:g} s wall; http: over its "
+        f"{HTTP_DEADLINE:g} s deadline + {HANG_S:g} s wall)"
     )
-    print(f"slowest case     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest.items())}")
+    print(f"slowest case     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest.items())} (CPU; http wall)")
+    print(f"slowest wall     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest_wall.items())} (this machine's "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     print(f"peak RSS         {peak_mb:,.0f} MB")
     print(f"bad exit codes   {len(tally.bad_exits)}")
     print(f"multi-line errs  {len(tally.multi_line)}")
@@ -348,6 +390,8 @@ def _run(cases: int, seed: int, only: str | None, port_base: int) -> tuple[Tally
             header_cli(tally, rng, cases * 2 // 10, seeds, Path(tmp))
         if only in (None, "cmdline"):
             cmdline(tally, rng, cases * 2 // 10, Path(tmp))
+        if only in (None, "sizes"):
+            sizes(tally, seeds, Path(tmp))
         if only in (None, "http"):
             http(tally, max(1, cases // 2000), port_base)
     return tally, report(tally, time.monotonic() - t0)
@@ -357,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=2000, help="cases over the header and command-line families")
     ap.add_argument("--seed", type=int, default=16)
-    ap.add_argument("--only", choices=["header-api", "header-cli", "cmdline", "http"])
+    ap.add_argument("--only", choices=["header-api", "header-cli", "cmdline", "sizes", "http"])
     ap.add_argument("--port-base", type=int, default=PORTS.start,
                     help=f"first of the {len(PORTS)} loopback ports of the http family (default %(default)s)")
     a = ap.parse_args(argv)

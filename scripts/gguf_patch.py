@@ -66,3 +66,15 @@ def patch(data: bytes, key: str, vtype: int, v: Any) -> bytes:
     old = struct.unpack_from("<I", data, at)[0]
     end = _value_end(data, at + 4, old)
     return data[:at] + struct.pack("<I", vtype) + enc(vtype, v) + data[end:]
+
+
+def drop(data: bytes, key: str) -> bytes:
+    """Remove key (and its value) from a GGUF header."""
+    k = gstr(key)
+    i = data.find(k)
+    if i < 0:
+        return data
+    vtype = struct.unpack_from("<I", data, i + len(k))[0]
+    end = _value_end(data, i + len(k) + 4, vtype)
+    n_kv = struct.unpack_from("<Q", data, 16)[0]
+    return data[:16] + struct.pack("<Q", n_kv - 1) + data[24:i] + data[end:]

@@ -9,6 +9,7 @@
     slow-headers  the status line and headers one byte at a time
     scheme-redir  a redirect to file:///etc/passwd
     cross-redir   a redirect to another host name (localhost), which records the headers it got
+    redir-chain   redirects without end, each to the next path on the other host name (127.0.0.1 / localhost)
 
 Every loop is bounded (at most STREAM_LIMIT bytes, DRIBBLE_LIMIT dribbles).
 """
@@ -26,7 +27,7 @@ from typing import Any
 STREAM_LIMIT = 600 << 20
 DRIBBLE_LIMIT = 400
 MODES = ("lying-range", "huge-vocab", "long-vocab", "empty-vocab", "huge-string", "slowloris", "slow-headers",
-         "scheme-redir", "cross-redir")
+         "scheme-redir", "cross-redir", "redir-chain")
 
 
 def _gstr(s: bytes) -> bytes:
@@ -109,6 +110,10 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(srv.dribble)
             elif mode == "scheme-redir":
                 self._head(302, {"Location": "file:///etc/passwd", "Content-Length": "0"})
+            elif mode == "redir-chain":
+                port, n = srv.server_address[1], int("".join(c for c in self.path if c.isdigit()) or 0)
+                host = "127.0.0.1" if self.headers.get("Host", "").startswith("localhost") else "localhost"
+                self._head(302, {"Location": f"http://{host}:{port}/m{n + 1}.gguf", "Content-Length": "0"})
             elif mode == "cross-redir":
                 port = srv.server_address[1]
                 if self.headers.get("Host", "").startswith("localhost"):

@@ -59,7 +59,7 @@ def test_llama_swap_and_models_ini_parse_back() -> None:
 def test_guard_only_for_sh() -> None:
     result = invoke("script", str(QWEN), "--gpu", "24GiB", "--format", "systemd", "--guard")
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr.endswith("\n\nError: --guard is for --format sh\n")
+    assert result.stderr == "Error: --guard is for --format sh (see cli script -h)\n"
 
 
 def test_nothing_fits_exits_1_like_plan_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -195,6 +195,7 @@ def test_calibration_show_and_clear(tmp_path: Path) -> None:
     path = tmp_path / "calibration.jsonl"
     shown = invoke("calibration", "show", env=env)
     assert (shown.exit_code, shown.stdout) == (0, (f"Calibration {path}\n"
+                                                   "Compute buffers (scale: what plans multiply the prediction by)\n"
                                                    "   build  devices           model        runs skipped  scale\n"
                                                    "       -  CUDA0             llama           1       1  1.050\n"))
     cleared = invoke("calibration", "clear", env=env)

@@ -25,7 +25,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "paths": set(),
     "reader": BASE,
     "facts": BASE | {"reader"},
-    "machine": BASE,
+    "machine": BASE | {"safe_io"},  # the host probe's cache
     "memory": BASE | {"reader", "facts", "machine"},
     "fit": BASE | {"reader", "facts", "machine", "memory"},
     "fetch": BASE | {"reader", "paths", "safe_io", "__init__"},

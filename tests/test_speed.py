@@ -48,10 +48,12 @@ def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention(fl
 
 
 def record(machine: str = "m", arch: str = "llama", measured: object = 10.0, estimated: object = 20.0,
-           backend: object = "cpu", kind: str = "verify") -> dict[str, object]:  # fmt: skip
+           backend: object = "cpu", kind: str = "serve") -> dict[str, object]:  # fmt: skip
+    """A served run with enough evidence on an idle machine (speed_calibration.py's rules: test_hostile_campaign.py)."""
     return {"kind": kind, "speed": {"machine": machine, "architecture": arch, "backend": backend,
                                     "generation_tps": measured, "estimated_generation_tps": estimated,
-                                    "efficiency": 0.7}}  # fmt: skip
+                                    "efficiency": 0.7, "requests": 8, "generated_tokens": 1024, "load_average": 0.5,
+                                    "cpus": 2}}  # fmt: skip
 
 
 @pytest.mark.parametrize("records, scale, runs", [
@@ -65,6 +67,8 @@ def record(machine: str = "m", arch: str = "llama", measured: object = 10.0, est
     ([record(backend=["cpu"])], None, 0),
     ([record(measured=1e-9)], None, 0),  # a ratio no machine explains
     ([{"kind": "verify", "speed": "x"}, record()], 0.5, 1),
+    ([record(kind="verify")], None, 0),  # a verify run alone: one request of 16 tokens, not enough evidence
+
 ])  # fmt: skip
 def test_calibration_scales_the_slowest_backend_by_measured_over_estimated(records, scale, runs) -> None:  # type: ignore[no-untyped-def]
     base = cpu(1e9, 1e9, decode=0.5, attention=0.1)
@@ -76,7 +80,8 @@ def test_calibration_scales_the_slowest_backend_by_measured_over_estimated(recor
     assert (eff.generation, eff.decode, eff.attention) == pytest.approx((1.0 * scale, 0.5 * scale, 0.1 * scale))
     assert (
         out.calibrated
-        == f"cpu generation speed x {scale:.2f}, measured by {runs} measured run(s) of llama on this machine"
+        == f"cpu generation speed x {scale:.2f}, measured by {runs} run(s) of llama on this machine "
+        f"({8 * runs:,} requests, {1024 * runs:,} tokens; llamafit calibration show)"
     )
 
 
@@ -309,9 +314,11 @@ def test_the_log_watcher_forgets_requests_that_never_finish() -> None:
 @pytest.mark.parametrize("requests, expected", [
     ([], None),
     ([(0, 5, 100.0, 4, 100.0, 9)], None),  # too few generated tokens to time
-    ([(0, 5, 100.0, 24, 2000.0, 28)], {"generation_tps": 12.0, "prompt_tps": None, "fill": 16, "requests": 1}),
+    ([(0, 5, 100.0, 24, 2000.0, 28)], {"generation_tps": 12.0, "prompt_tps": None, "fill": 16, "requests": 1,
+                                        "generated_tokens": 24}),
     ([(0, 100, 500.0, 10, 1000.0, 110), (1, 300, 500.0, 30, 1000.0, 400)],
-     {"generation_tps": 20.0, "prompt_tps": 400.0, "fill": (105 * 10 + 385 * 30) // 40, "requests": 2}),
+     {"generation_tps": 20.0, "prompt_tps": 400.0, "fill": (105 * 10 + 385 * 30) // 40, "requests": 2,
+      "generated_tokens": 40}),
 ])  # fmt: skip
 def test_served_speed_sums_tokens_over_time(requests: list[tuple], expected: dict | None) -> None:  # type: ignore[type-arg]
     from llamafit.commands.run_verify import served_speed

@@ -79,7 +79,7 @@ def source_key(package: str) -> str:
             except OSError:
                 continue
             stats.append(f"{rel}/{name} {st.st_size} {st.st_mtime_ns}")
-    return hashlib.sha256("\n".join([__version__, *stats]).encode()).hexdigest()
+    return hashlib.sha256("\n".join([__version__, *stats]).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _identity(found: Found) -> str | None:
 
 
 def _row_file(identity: str, machine: Machine) -> str:
-    digest = hashlib.sha256(f"{identity}\n{machine.key()}".encode()).hexdigest()[:32]
+    digest = hashlib.sha256(f"{identity}\n{machine.key()}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
     return os.path.join(cache_dir(), "ls", f"row-{digest}.json")
 
 

@@ -61,7 +61,7 @@ def plan_router(request: Request, policy: Policy, models: list[str], opts: RunOp
         raise InputError(f"nothing fits on this machine for: {', '.join(unfit)}")
     entries = [Entry(e.name, tuple(adapt_argv(e.argv, binary.dialect)[0]), e.gpu_mib, e.n_ctx) for e in entries]
     preset = render_models_ini_many(entries, sets)
-    digest = hashlib.sha256(preset.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(preset.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     path = os.path.join(cache_dir(), "router", f"models-{digest}.ini")
     argv = [binary.path, ROUTER_FLAG, path, "--models-max", str(max_at_once(sets)), "--host", opts.host,
             "--port", str(port)]  # fmt: skip
@@ -69,9 +69,13 @@ def plan_router(request: Request, policy: Policy, models: list[str], opts: RunOp
 
 
 def write_preset(plan: RouterPlan) -> None:
-    os.makedirs(os.path.dirname(plan.preset_path), exist_ok=True)
-    with open(plan.preset_path, "w", encoding="utf-8") as f:
-        f.write(plan.preset)
+    """Into the cache through safe_io: a private directory, an atomic replace, never through a link."""
+    from ..safe_io import write_atomic
+
+    try:
+        write_atomic(plan.preset_path, plan.preset.encode("utf-8", "surrogateescape"))
+    except OSError as e:
+        raise InputError(f"cannot write the router preset {plan.preset_path}: {e.strerror or e}") from e
 
 
 class _Echo:

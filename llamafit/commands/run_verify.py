@@ -4,6 +4,7 @@ for the speed model, and say whether an out-of-memory means retrying with a safe
 from __future__ import annotations
 
 import json
+import os
 import time
 from functools import partial
 from collections.abc import Callable, Mapping, Sequence
@@ -49,7 +50,18 @@ def speed_record(p: Prepared, choice: Choice, env: Mapping[str, str], result: Ve
     slowest = _slowest(p, choice)
     return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": slowest, "fill": result.n_prompt,
             "generation_tps": result.generation_tps, "prompt_tps": result.prompt_tps,
-            "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(slowest).generation}  # fmt: skip
+            "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(slowest).generation,
+            **machine_load()}  # fmt: skip
+
+
+def machine_load() -> dict[str, Any]:
+    """The 1-minute load average and the CPU count when a run is recorded: a run on an overloaded machine
+    (load above the CPUs) does not calibrate the speed model (speed_calibration.py). None where unknown."""
+    try:
+        load: float | None = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # Windows; no /proc/loadavg
+        load = None
+    return {"load_average": load, "cpus": os.cpu_count()}
 
 
 def served_speed(served: Sequence[ServedRequest], min_tokens: int = 8) -> dict[str, Any] | None:
@@ -64,7 +76,7 @@ def served_speed(served: Sequence[ServedRequest], min_tokens: int = 8) -> dict[s
     prompts = [r for r in served if r.prompt_tokens >= min_tokens and r.prompt_ms > 0]
     prompt_tps = (sum(r.prompt_tokens for r in prompts) / sum(r.prompt_ms for r in prompts) * 1e3) if prompts else None
     return {"generation_tps": n_gen / sum(r.generation_ms for r in gen) * 1e3, "prompt_tps": prompt_tps,
-            "fill": max(round(fill), 0), "requests": len(gen)}  # fmt: skip
+            "fill": max(round(fill), 0), "requests": len(gen), "generated_tokens": n_gen}  # fmt: skip
 
 
 def served_record(p: Prepared, choice: Choice, env: Mapping[str, str],
@@ -86,9 +98,10 @@ def served_record(p: Prepared, choice: Choice, env: Mapping[str, str],
     backend = _slowest(p, choice)
     return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": backend,
             "fill": int(measured["fill"]), "requests": int(measured["requests"]),
+            "generated_tokens": int(measured["generated_tokens"]),
             "generation_tps": measured["generation_tps"], "prompt_tps": measured["prompt_tps"],
             "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(backend).generation,
-            "source": "the server's log: print_timings of each finished request"}  # fmt: skip
+            "source": "the server's log: print_timings of each finished request", **machine_load()}  # fmt: skip
 
 
 def record_served(path: str, p: Prepared, launch: Launch, speed: dict[str, Any]) -> None:
@@ -97,7 +110,7 @@ def record_served(path: str, p: Prepared, launch: Launch, speed: dict[str, Any])
              "config": config_json(launch.choice.rc),
              "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
              "speed": speed}  # fmt: skip
-    append_line(path, json.dumps(entry))
+    append_line(path, json.dumps(entry))  # never through a link, FIFO or device (safe_io.py)
 
 
 def _slowest(p: Prepared, choice: Choice) -> str:

@@ -12,7 +12,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ..errors import InputError
 from ..machine import catalog as gpu_catalog
@@ -153,7 +152,7 @@ def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architec
     from earlier measured runs (run --verify, and each served run) of this model family here."""
     import os
 
-    from ..paths import cache_dir, calibration_path
+    from ..paths import cache_dir
 
     threads = threads_given(passthrough, env, os.cpu_count() or 1)
     inputs = speed_inputs(gpus, infos, env, cache_dir(), threads, assume=True)
@@ -162,24 +161,6 @@ def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architec
         return inputs
     from ..machine.host_probe import machine_key
     from ..fit.speed_calibration import calibrate
+    from .calibration_file import speed_records
 
-    return calibrate(inputs, _records(calibration_path(env)), machine=machine_key(), architecture=architecture)
-
-
-def _records(path: str, limit: int = 16 << 20) -> list[dict[str, Any]]:
-    """The calibration file's records: a regular file only, at most `limit` bytes; none when unreadable."""
-    import os
-    import stat
-
-    from ..memory.calibration import parse_records
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return []
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which raises on a directory
-        os.close(fd)
-        return []
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(limit)
-    return parse_records(data.decode("utf-8", "replace").splitlines())
+    return calibrate(inputs, speed_records(env), machine=machine_key(), architecture=architecture)

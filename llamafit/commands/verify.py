@@ -9,7 +9,7 @@ import click
 
 from ..errors import InputError
 from ..report.run import progress_line
-from ..server.verify import VerifyError, verify, verify_lines
+from ..server.verify import VerifyError, server_slots, verify, verify_lines
 
 
 def check_verify(url: str, *, as_json: bool, env: Mapping[str, str]) -> int:
@@ -19,8 +19,9 @@ def check_verify(url: str, *, as_json: bool, env: Mapping[str, str]) -> int:
         raise InputError(f"--verify needs the server's http(s) URL, e.g. http://127.0.0.1:8080 (got {url!r})")
     key = env.get("LLAMA_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    click.echo(f"Verify     {url}: a prompt that fills the context per slot, then a short generation", err=True)
     try:
+        server_slots(url, headers)  # a llama-server at all? else the error is the only line
+        click.echo(f"Verify     {url}: a prompt that fills the context per slot, then a short generation", err=True)
         result = verify(url, headers=headers, progress=lambda e: click.echo(progress_line(e), err=True))
     except VerifyError as e:
         raise InputError(str(e)) from None

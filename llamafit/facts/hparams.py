@@ -270,7 +270,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     kv_from_start = _n_layer_kv_from_start(meta, n_layer_all)
     has_kv = _has_kv(arch, causal, n_layer, min(kv_from_start, n_layer), is_recr, n_ff)
     any_recr = any(is_recr) and causal
-    return ModelFacts(
+    facts = ModelFacts(
         path=model.path,
         architecture=arch,
         name=meta.get_str("general.name", "") or "",
@@ -309,6 +309,34 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         has_chat_template=bool(meta.get_str("tokenizer.chat_template", "")),
         pooling_type=_pooling_type(meta.get_int("{arch}.pooling_type")),
     )
+    _check_head_sizes(meta, facts)
+    return facts
+
+
+def _check_head_sizes(meta: Metadata, f: ModelFacts) -> None:
+    """Every layer that attends (a KV cache, KV heads) needs key and value heads of at least one
+    element: llama_model::load_hparams (src/llama-model.cpp) divides embedding_length by head_count
+    of layer 0 (n_embd_head_k = n_embd / n_head()) unless attention.key_length / value_length say,
+    and a width of 0 describes no model (a head_count of 0, missing, or larger than embedding_length)."""
+    for il in range(f.n_layer_all):
+        if not (f.has_kv[il] and f.n_head_kv[il]):
+            continue
+        swa = f.swa.is_swa[il]
+        for what, size, key in (("key", f.n_embd_head_k_swa if swa else f.n_embd_head_k, "key_length"),
+                                ("value", f.n_embd_head_v_swa if swa else f.n_embd_head_v, "value_length")):
+            if size >= 1:
+                continue
+            named = f"{{arch}}.attention.{key}{'_swa' if swa else ''}"
+            heads = meta.key("{arch}.attention.head_count")
+            if not f.n_head[0]:  # load_hparams reads key_length / value_length only when n_head() > 0
+                why = f"key {heads} = 0 on layer 0 leaves no head size" if meta.has("{arch}.attention.head_count") \
+                    else f"key {heads} is missing, which leaves no head size"
+            elif meta.has(named) or (swa and meta.has(f"{{arch}}.attention.{key}")):
+                given = named if meta.has(named) else f"{{arch}}.attention.{key}"
+                why = f"key {meta.key(given)} = {meta.get_int(given)} must be at least 1"
+            else:
+                why = f"key {heads} = {f.n_head[0]} with embedding_length {f.n_embd} gives a {what} head size of 0"
+            raise ModelFactsError(f"{meta.path}: {why}, yet layer {il} has {f.n_head_kv[il]} KV head(s)")
 
 
 def _check_counts(meta: Metadata, n_layer_all: int) -> None:

@@ -14,7 +14,7 @@ LLM_FFN_DENSE_REGEX = r"\.ffn_(up|down|gate)\."
 
 _EXPERTS = re.compile(LLM_FFN_EXPS_REGEX)
 _DENSE_FFN = re.compile(LLM_FFN_DENSE_REGEX)
-_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)\Z", re.DOTALL)
+_BLOCK = re.compile(r"^blk\.([0-9]+)\.(.+)\Z", re.DOTALL)  # ASCII digits: llama.cpp formats them
 
 
 def is_expert(name: str) -> bool:

@@ -303,7 +303,7 @@ def header_prefix(chunks: list[tuple[int, bytes | bytearray]], n: int) -> bytear
 
 
 def _cache_file(kind: str, key: str, ext: str) -> Path:
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
     return cache_dir() / "headers" / f"{kind}-{digest}.{ext}"
 
 

@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 
 from ..errors import InputError
+from ..safe_io import SMALL_FILE, read_regular
 from .hf import parse_repo_spec, pick_model_files
 from .store_scan import _gguf_files, scan_ollama
 from .stores import (
@@ -107,9 +108,9 @@ def hf_cached_path(arg: str, env: Mapping[str, str]) -> str | None:
 
 
 def _snapshot(repo_dir: str) -> str | None:
-    try:
-        with open(os.path.join(repo_dir, "refs", "main")) as f:
-            commit = f.readline().strip()
+    try:  # a small regular file (never a FIFO that blocks)
+        commit = read_regular(os.path.join(repo_dir, "refs", "main"), SMALL_FILE, follow=True).decode(
+            "utf-8", "replace").partition("\n")[0].strip()
     except OSError:
         return None
     top = os.path.join(repo_dir, "snapshots", commit)

@@ -27,7 +27,9 @@ from ..errors import InputError
 
 DEFAULT_TIMEOUT = 30.0  # seconds, for each connect and each read from the socket
 FIRST_WINDOW = 1 << 10  # the parser's first read: even a 1 KiB header costs < 2x its size
-MAX_REDIRECTS = 10
+MAX_REDIRECTS = 10  # from a Hugging Face URL (resolve -> CDN takes 1-2)
+OTHER_REDIRECTS = 3  # from any other URL: a few, then an error naming where it was sent
+HF_HOSTS = ("huggingface.co", "hf.co")  # and their subdomains (cdn-lfs.hf.co, cas-bridge.xethub.hf.co)
 # The largest header llamafit will read: 262k-token vocabularies with merges take ~20 MiB, the
 # largest tensor lists well under 1 MiB. A header "needing" more is a lie of the server or file.
 MAX_HEADER_BYTES = 64 << 20
@@ -57,7 +59,8 @@ class ContentRange:
     total: int | None
 
 
-_CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)", re.IGNORECASE)
+# ASCII digits, at most 20 (a uint64): no 4,300-digit int() from a hostile server
+_CONTENT_RANGE = re.compile(r"bytes\s+(?:([0-9]{1,20})-([0-9]{1,20})|\*)/([0-9]{1,20}|\*)", re.IGNORECASE)
 
 
 def parse_content_range(value: str | None) -> ContentRange | None:
@@ -81,6 +84,17 @@ def same_origin(a: str, b: str) -> bool:
         return p.scheme, p.hostname, p.port or _DEFAULT_PORTS.get(p.scheme)
 
     return origin(a) == origin(b)
+
+
+def is_hf_host(url: str) -> bool:
+    host = (urllib.parse.urlsplit(url).hostname or "").lower().rstrip(".")
+    return any(host == h or host.endswith("." + h) for h in HF_HOSTS)
+
+
+def redirect_limit(url: str) -> int:
+    """How many redirects a request starting at `url` follows: MAX_REDIRECTS from Hugging Face's own
+    hosts, OTHER_REDIRECTS from any other."""
+    return MAX_REDIRECTS if is_hf_host(url) else OTHER_REDIRECTS
 
 
 def headers_for(url: str, origin: str, headers: Mapping[str, str]) -> dict[str, str]:
@@ -189,11 +203,13 @@ def request(
     stop: Callable[[Answer], bool] = lambda a: False,
     deadline: float | None = None,
 ) -> Answer:
-    """Send, following redirects (credentials only to `url`'s own host), until an answer is not
-    a redirect or `stop` accepts it. Redirect loops and chains longer than MAX_REDIRECTS fail."""
+    """Send, following redirects (credentials only to `url`'s own host: never to a host a redirect
+    names), until an answer is not a redirect or `stop` accepts it. Only http(s) redirects, at most
+    redirect_limit(url) of them (loops too) fail, naming where the server sent the request."""
     seen = [url]
     where = url
-    for _ in range(MAX_REDIRECTS + 1):
+    limit = redirect_limit(url)
+    for _ in range(limit + 1):
         answer = _send(method, where, headers_for(where, url, headers), timeout, deadline)
         location = answer.headers.get("Location")
         if answer.status not in _REDIRECTS or not location or stop(answer):
@@ -205,7 +221,7 @@ def request(
         if where in seen:
             raise InputError(f"{url}: redirect loop ({len(seen)} redirects, then back to {where})")
         seen.append(where)
-    raise InputError(f"{url}: more than {MAX_REDIRECTS} redirects")
+    raise InputError(f"{url}: more than {limit} redirects (the last to {where})")
 
 
 @dataclass(frozen=True)
@@ -227,7 +243,13 @@ def probe(url: str, *, headers: Mapping[str, str] | None = None, timeout: float 
     if answer.status >= 400:
         return None
     size = answer.headers.get("X-Linked-Size") or answer.headers.get("Content-Length")
-    return RemoteInfo(answer.url, int(size) if size and size.isdigit() else None, validator_of(answer.headers))
+    return RemoteInfo(answer.url, _length(size), validator_of(answer.headers))
+
+
+def _length(value: str | None) -> int | None:
+    """A byte count a server sent: ASCII digits, at most 20 of them (else unknown)."""
+    value = (value or "").strip()
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 20 else None
 
 
 class HttpRangeSource:
@@ -344,7 +366,7 @@ class HttpRangeSource:
         """A 200 to a range request: the server would send the whole file."""
         length = answer.headers.get("Content-Length")
         if not self.allow_full_download:
-            what = f"the whole {int(length):,}-byte file" if length and length.isdigit() else "the whole file"
+            what = f"the whole {n:,}-byte file" if (n := _length(length)) is not None else "the whole file"
             raise InputError(f"{self.url}: the server ignores HTTP Range requests (it answered 200 with "
                              f"{what}); refusing to download it all: download it and pass the local path")
         self._head = self._body(answer, self.max_bytes + 1)

@@ -11,6 +11,7 @@ import os
 import platform
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..safe_io import SMALL_FILE, read_regular
 from .stores import (
     Found,
     Note,
@@ -81,9 +82,9 @@ def _hub_repo(repo_dir: str, store: str, notes: list[Note]) -> list[Found]:
     commit = None
     refs = _list(os.path.join(repo_dir, "refs"), store, notes)
     for e in sorted(refs, key=lambda e: e.name != "main"):
-        try:
-            with open(e.path) as f:
-                commit = f.readline().strip() or None
+        try:  # a small regular file (never a FIFO that blocks `ls`)
+            text = read_regular(e.path, SMALL_FILE, follow=True).decode("utf-8", "replace")
+            commit = text.partition("\n")[0].strip() or None
         except OSError:
             continue
         if commit:
@@ -175,13 +176,12 @@ def _dirs(path: str, notes: list[Note]) -> Iterable[os.DirEntry[str]]:
 
 
 def _ollama_model(manifest_path: str, name: str, blobs: str, notes: list[Note]) -> list[Found]:
-    try:
-        with open(manifest_path, encoding="utf-8") as f:
-            manifest = json.load(f)
+    try:  # a small regular file: not a FIFO, not /dev/zero
+        manifest = json.loads(read_regular(manifest_path, 16 * SMALL_FILE, follow=True))
     except OSError as e:
         notes.append(Note("ollama", manifest_path, "unreadable", f"{name}: {_why(e)}"))
         return []
-    except ValueError:
+    except (ValueError, RecursionError):
         notes.append(Note("ollama", manifest_path, "bad-manifest", f"{name}: not JSON"))
         return []
     layers = ollama_layers(manifest)

@@ -71,8 +71,8 @@ def detect_host() -> DeviceSpec:
 
 
 def _entry_index(entry: str, uuids: Sequence[str | None]) -> int | None:
-    if entry.isdigit():
-        return int(entry) if int(entry) < len(uuids) else None
+    if entry.isascii() and entry.isdigit():  # not '²', which isdigit() accepts and int() refuses
+        return int(entry) if len(entry) <= 9 and int(entry) < len(uuids) else None
     want = entry.lower()
     hits = [i for i, u in enumerate(uuids) if u and want.startswith("gpu-") and u.lower().startswith(want)]
     return hits[0] if len(hits) == 1 else None
@@ -320,9 +320,11 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
     for part in (p.strip() for p in spec.split(",")):
         if part:
             m = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", part, re.IGNORECASE)
-            items.append((m.group(2), int(m.group(1))) if m else (part, 1))
+            count = (int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1) if m else 1  # no 4,300-digit int()
+            items.append((m.group(2), count) if m else (part, 1))
     if any(not 1 <= count <= MAX_GPUS for _, count in items):
-        raise InputError(f"--gpu {spec}: a count must be 1 to {MAX_GPUS} (e.g. 2xrtx4090)")
+        shown = spec if len(spec) <= 40 else spec[:39] + "…"
+        raise InputError(f"--gpu {shown}: a count must be 1 to {MAX_GPUS} (e.g. 2xrtx4090)")
     return items
 
 
@@ -409,6 +411,11 @@ def gpu_specs(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
     return device_specs(parse_gpu_option(spec, backend=backend))
 
 
+def _port_number(text: str) -> bool:
+    """1-65535 in ASCII digits (not '²', which isdigit() accepts; no 4,300-digit int())."""
+    return text.isascii() and text.isdigit() and len(text) <= 5 and 0 < int(text) < 65536
+
+
 RpcQuery = Callable[[Sequence[str]], "dict[str, tuple[int, int]]"]
 
 
@@ -421,8 +428,9 @@ def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSp
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         endpoint, eq, size = part.rpartition("=") if "=" in part else (part, "", "")
         hostname, colon, port = endpoint.rpartition(":")
-        if not colon or not hostname or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InputError(f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{part}'")
+        if not colon or not hostname or not _port_number(port):
+            shown = part if len(part) <= 40 else part[:39] + "…"
+            raise InputError(f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{shown}'")
         items.append((endpoint, size if eq else None))
     if not items:
         raise InputError("--rpc needs at least one host:port[=SIZE]")

@@ -151,9 +151,12 @@ def measure_kernels() -> dict[str, list[float]]:
     import subprocess
     import sys
 
+    from .kernel_probe import PARENT_ENV
+
     try:
         out = subprocess.run([sys.executable, "-m", "llamafit.machine.kernel_probe"], capture_output=True,
-                             timeout=KERNEL_PROBE_TIMEOUT_S, check=False)  # fmt: skip
+                             timeout=KERNEL_PROBE_TIMEOUT_S, check=False,
+                             env={**os.environ, PARENT_ENV: str(os.getpid())})  # fmt: skip
         found = json.loads(out.stdout.decode("utf-8", "replace") or "{}")
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return {}
@@ -176,11 +179,18 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
     bw, flops = _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH"), _env_rate(env, "LLAMAFIT_HOST_FLOPS")
     if bw and flops:
         return HostRates(bw, flops)
-    path = cache / "host-probe.json"
+    path, fallback = cache / "host-probe.json", _fallback()
     record = _read(path)
+    if (record is None or record.get("machine") != machine_key()) and fallback is not None and _unwritable(cache):
+        record = _read(fallback)  # kept there by an earlier run that could not write the cache either
     if record is None or record.get("machine") != machine_key():
         record = probe()
-        _write(path, record)
+        problem = _write(path, record)
+        if problem is not None and fallback is not None and _write(fallback, record, owned=True) is None:
+            import sys
+
+            sys.stderr.write(f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are kept "
+                             f"in {fallback.parent}\n")  # once: later runs read them there  # fmt: skip
     source = f"measured by the host probe ({record.get('time', '?')})"
     curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
     return HostRates(bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
@@ -212,11 +222,11 @@ def _number(value: object) -> float:
 
 
 def _read(path: Path) -> dict[str, object] | None:
-    try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > 16384:
-            return None
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    from ..safe_io import read_regular
+
+    try:  # a small regular file only: never a link, FIFO or device
+        record = json.loads(read_regular(path, 16384).decode("utf-8"), parse_constant=lambda c: None)
+    except (OSError, ValueError, RecursionError):
         return None
     ok = (isinstance(record, dict) and record.get("schema") == SCHEMA
           and all(_rate(record.get(k)) for k in ("bandwidth_bytes_per_s", "flops"))
@@ -241,15 +251,38 @@ def _curve(v: object) -> bool:
     return len(pairs) == len(v) and all(a[0] < b[0] for a, b in zip(pairs, pairs[1:], strict=False))
 
 
-def _write(path: Path, record: dict[str, object]) -> None:
-    """Best effort: a cache that cannot be written only means the probe runs again next time."""
-    import tempfile
+def _unwritable(cache: Path) -> bool:
+    from ..safe_io import private_dir
 
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".host-probe.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
+        private_dir(cache)
     except OSError:
-        pass
+        return True
+    return False
+
+
+def _fallback() -> Path | None:
+    """Where the probe's figures go when the cache cannot be written: a private directory of this user
+    under the system's temporary directory (POSIX only)."""
+    import tempfile
+
+    getuid = getattr(os, "getuid", None)
+    return None if getuid is None else Path(tempfile.gettempdir()) / f"llamafit-{getuid()}" / "host-probe.json"
+
+
+def _write(path: Path, record: dict[str, object], owned: bool = False) -> str | None:
+    """Best effort, through safe_io (0700 directory, atomic replace, no link followed): why it could not
+    be written, or None. `owned`: the directory must also be this user's alone (a shared /tmp)."""
+    import stat
+
+    from ..safe_io import private_dir, write_atomic
+
+    try:
+        private_dir(path.parent)
+        st = os.lstat(path.parent)
+        if owned and (st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077):
+            return "not this user's private directory"
+        write_atomic(path, json.dumps(record).encode())
+    except OSError as e:
+        return e.strerror or str(e)
+    return None

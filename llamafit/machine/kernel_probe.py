@@ -223,11 +223,36 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
     return out
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PARENT_ENV = "LLAMAFIT_PROBE_PARENT"  # host_probe's pid, to catch a parent that died before prctl ran
+
+
+def die_with_parent() -> None:
+    """On Linux: SIGKILL this probe when llamafit dies, however it dies (SIGTERM during the first-run host
+    probe left it running); exit now if llamafit is already gone (its pid is in $LLAMAFIT_PROBE_PARENT)."""
+    import ctypes
+    import os
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit() and os.getppid() != int(parent):
+        raise SystemExit(1)
+
+
 def main() -> int:
     """`python -m llamafit.machine.kernel_probe`: the figures as JSON on stdout (host_probe runs this in a
-    child process, so that a ggml abort cannot take llamafit down)."""
+    child process, so that a ggml abort cannot take llamafit down; it dies with llamafit)."""
     import json
     import sys
+
+    die_with_parent()
 
     try:
         rates = measure_types()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from ..facts.hparams import ModelFacts
+from ..facts.tensor_names import block_index
 from .kv import layer_cell_bytes
 from .placement import CPU
 from .resolve import since
@@ -154,9 +155,8 @@ def _gated_layers(f: ModelFacts) -> frozenset[int]:
         return frozenset(range(f.n_layer_all))
     out = set()
     for t in f.tensors:
-        if not t.name.startswith("blk."):
+        if (il := block_index(t.name)) is None:  # outside the blocks, or `blk.x.…`: no layer llama.cpp loads
             continue
-        il = int(t.name.split(".", 2)[1])
         fused_up = t.name.endswith(".ffn_up.weight") and len(t.shape) == 2 and il < len(f.n_ff) \
             and f.n_ff[il] > 0 and t.shape[1] == 2 * f.n_ff[il]
         if fused_up or t.name.endswith((".ffn_gate.weight", ".ffn_gate_up.weight")):
@@ -168,8 +168,8 @@ def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
     """Blocks with a fused attn_qkv matrix, each mapped to "no RoPE" (a learned position_embd, as gpt2 and
     starcoder load, or ALiBi: bloom, mpt) — build_qkv in src/llama-graph.cpp."""
     no_rope = f.architecture in ("bloom", "mpt", "jais") or any(t.name == "position_embd.weight" for t in f.tensors)
-    return {int(t.name.split(".", 2)[1]): no_rope for t in f.tensors
-            if t.name.startswith("blk.") and t.name.endswith(".attn_qkv.weight")}  # fmt: skip
+    return {il: no_rope for t in f.tensors
+            if t.name.endswith(".attn_qkv.weight") and (il := block_index(t.name)) is not None}  # fmt: skip
 
 
 def _signature(f: ModelFacts, il: int) -> tuple:

@@ -1,17 +1,23 @@
-"""`llamafit calibration show`: what the calibration file holds, one row per setup (data, then text)."""
+"""`llamafit calibration show`: every scale the calibration file gives plans, and where it came from
+(data, then text): compute-buffer scales per setup, generation-speed scales per model family."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from ..fit.speed_calibration import MIN_GENERATED_TOKENS, MIN_REQUESTS, speed_scales
 from ..memory.calibration import _devices_of, compute_correction, incomplete, is_memory_record
 
 SCHEMA = "llamafit.calibration/1"
+SKIP_WORDS = {"overloaded": "overloaded", "load_unknown": "no load recorded", "implausible": "implausible",
+              "damaged": "damaged"}  # fmt: skip
 
 
-def summary(records: Iterable[dict[str, Any]], path: str) -> dict[str, Any]:
-    """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan would use."""
+def summary(records: Iterable[dict[str, Any]], path: str, damaged: int = 0) -> dict[str, Any]:
+    """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan would use;
+    per (machine, architecture, backend): the speed runs that count, their evidence and the speed scale."""
+    records = list(records)
     groups: dict[tuple[Any, tuple[tuple[str, str], ...], str], list[dict[str, Any]]] = {}
     for r in records:
         if not is_memory_record(r):  # the speed model's records (run_verify.py), failed runs: no memory sizes
@@ -27,18 +33,41 @@ def summary(records: Iterable[dict[str, Any]], path: str) -> dict[str, Any]:
         setups.append({"build": build, "devices": [{"name": n, "backend": b} for n, b in devices],
                        "architecture": arch, "runs": len(rs) - skipped, "skipped_incomplete": skipped,
                        "compute_scale": None if found is None else round(found.compute_scale, 4)})  # fmt: skip
-    return {"schema": SCHEMA, "path": path, "setups": setups}
+    speed = [{"machine": s.machine, "architecture": s.architecture, "backend": s.backend, "runs": s.runs,
+              "requests": s.requests, "generated_tokens": s.generated_tokens,
+              "median": None if s.median is None else round(s.median, 4),
+              "speed_scale": None if s.scale is None else round(s.scale, 4), "skipped": dict(sorted(s.skipped.items()))}
+             for s in speed_scales(records)]  # fmt: skip
+    return {"schema": SCHEMA, "path": path, "setups": setups, "speed": speed, "damaged_lines": damaged,
+            "speed_needs": {"requests": MIN_REQUESTS, "generated_tokens": MIN_GENERATED_TOKENS}}  # fmt: skip
 
 
 def to_text(data: dict[str, Any]) -> str:
-    if not data["setups"]:
+    if not data["setups"] and not data.get("speed"):
         return f"No calibration recorded yet ({data['path']}); `llamafit run` records each healthy start."
-    head = f"  {'build':>6}  {'devices':<18}{'model':<12}{'runs':>5}{'skipped':>8}  scale"
-    lines = [f"Calibration {data['path']}", head]
+    lines = [f"Calibration {data['path']}"]
+    if data["setups"]:
+        lines += ["Compute buffers (scale: what plans multiply the prediction by)",
+                  f"  {'build':>6}  {'devices':<18}{'model':<12}{'runs':>5}{'skipped':>8}  scale"]  # fmt: skip
     for s in data["setups"]:
         devices = ",".join(d["name"] for d in s["devices"]) or "CPU"
         scale = "-" if s["compute_scale"] is None else f"{s['compute_scale']:.3f}"
         build = "-" if s["build"] is None else str(s["build"])
         lines.append(f"  {build:>6}  {devices[:17]:<18}{s['architecture'][:11]:<12}{s['runs']:>5}"
                      f"{s['skipped_incomplete']:>8}  {scale}")  # fmt: skip
+    if data.get("speed"):
+        need = data["speed_needs"]
+        lines += [f"Generation speed (scale in use once runs hold {need['requests']} requests and "
+                  f"{need['generated_tokens']:,} tokens)",
+                  f"  {'model':<12}{'backend':<9}{'runs':>5}{'requests':>9}{'tokens':>9}{'median':>8}  scale"]
+        for s in data["speed"]:
+            median = "-" if s["median"] is None else f"{s['median']:.3f}"
+            scale = "-" if s["speed_scale"] is None else f"{s['speed_scale']:.3f}"
+            lines.append(f"  {s['architecture'][:11]:<12}{s['backend'][:8]:<9}{s['runs']:>5}{s['requests']:>9,}"
+                         f"{s['generated_tokens']:>9,}{median:>8}  {scale}")  # fmt: skip
+            if s["skipped"]:
+                lines.append("    not counted: " + ", ".join(f"{n} {SKIP_WORDS.get(k, k)}" for k, n in
+                                                             s["skipped"].items()))  # fmt: skip
+    if data.get("damaged_lines"):
+        lines.append(f"{data['damaged_lines']} damaged line(s) skipped")
     return "\n".join(lines)

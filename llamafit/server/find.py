@@ -221,7 +221,7 @@ def _cache_file(path: str) -> str | None:
         st = os.stat(real)
     except OSError:
         return None
-    key = hashlib.sha256(f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode()).hexdigest()[:32]
+    key = hashlib.sha256(f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
     return os.path.join(cache_dir(), "server-dialects", f"{key}.json")
 
 

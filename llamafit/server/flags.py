@@ -13,6 +13,7 @@ before the environment, and the checks that need the backends (-dev names, -ot b
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -133,7 +134,10 @@ def _per_device(value: str, who: str, pattern: re.Pattern[str], what: str) -> li
 
 
 def _tensor_split(value: str, who: str) -> tuple[float, ...]:
-    return tuple(float(part) for part in _per_device(value, who, _NUMBER, "non-negative proportions"))
+    split = tuple(float(part) for part in _per_device(value, who, _NUMBER, "non-negative proportions"))
+    if not all(math.isfinite(x) for x in split):  # 1e999: std::stof throws out_of_range (common/arg.cpp)
+        raise InputError(f"{who} is out of range, got {shorten(value)!r}")
+    return split
 
 
 def _fit_target(value: str, who: str) -> tuple[int, ...]:
