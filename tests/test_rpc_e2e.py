@@ -7,12 +7,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import device_lab
 import pytest
+from tests.support.scripts import script
 from click.testing import CliRunner
 
 from llamafit.cli import cli
 from llamafit.machine.rpc import parse_list_devices
+
+device_lab = script("device_lab")
 
 LIST = """Available devices:
   RPC0: 127.0.0.1:18101 (24105 MiB, 24000 MiB free)

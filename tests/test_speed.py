@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.memory.config import LaunchConfig
 from llamafit.facts.hparams import build_facts
@@ -127,6 +127,7 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     assert host_probe.probe()["bandwidth_by_threads"] == [[1, 6e9], [2, 6e9], [3, 9e9]]  # 2 threads: disturbed
 
 
+@pytest.mark.slow  # measures this machine
 def test_one_thread_bandwidth_runs_on_one_thread() -> None:
     """The probe's 1-thread figure is one thread reading: the process's CPU time stays at its wall time
     (a BLAS dot product ran on every core, so "1 thread" read the whole machine's bandwidth)."""
@@ -257,6 +258,7 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     assert est.prompt_source == "llama.cpp's matrix kernels per weight type, measured here x 2 threads (test)"
 
 
+@pytest.mark.slow  # runs llama.cpp's kernels on this machine
 def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
     """The real ggml kernels (llama-cpp-python's libraries), in a child process: every listed type
     multiplies, and flash attention runs, at some rate."""

@@ -13,12 +13,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
-from test_run_e2e import Run, gone
+from tests.support import ROOT
+from tests.support.llamafit_run import Run, gone
 
 from llamafit.server.verify import generated_text
 
-pytestmark = pytest.mark.llama
+pytestmark = pytest.mark.slow
 VULKAN_SERVER = ROOT / "build" / "llama-vulkan-rpc" / "bin" / "llama-server"
 
 
@@ -165,8 +165,8 @@ HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 
 def test_out_of_memory_at_full_context_is_recorded_and_retried(env: dict[str, str], tmp_path: Path) -> None:
-    from conftest import FIXTURES
-    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+    from tests.support import FIXTURES
+    from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
     exe.write_text(

@@ -5,21 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import device_lab
-import make_shapes
 import pytest
+from tests.support.scripts import script
 from click.testing import CliRunner
-from conftest import needs_demo
+from tests.support import DATA, needs_demo
 
 from llamafit.cli import cli
 from llamafit.memory.model import op_probe_bytes
 from llamafit.machine.vulkan import device_specs, llama_order, parse_vulkaninfo
 
-DATA = Path(__file__).parent / "data" / "vulkaninfo"
+device_lab = script("device_lab")
+make_shapes = script("make_shapes")
+
+VULKANINFO = DATA / "vulkaninfo"
 
 
 def test_lavapipe_vulkaninfo_is_read() -> None:
-    (dev,) = parse_vulkaninfo((DATA / "lavapipe-llvm15.txt").read_text())
+    (dev,) = parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text())
     assert (dev.index, dev.name, dev.device_type) == (0, "llvmpipe (LLVM 15.0.6, 256 bits)", "PHYSICAL_DEVICE_TYPE_CPU")
     assert (dev.heap_bytes, dev.max_storage_buffer_range, dev.max_buffer_size, dev.max_memory_allocation_size) == (
         2147483648, 134217728, 0xFFFFFFFF, 0x80000000)  # fmt: skip
@@ -29,7 +31,7 @@ def test_lavapipe_vulkaninfo_is_read() -> None:
 @pytest.mark.parametrize(("env", "names"), [({}, ()), ({"GGML_VK_VISIBLE_DEVICES": "0"}, ("Vulkan0",)),
                                             ({"GGML_VK_VISIBLE_DEVICES": "3"}, ())])  # fmt: skip
 def test_llama_cpp_skips_cpu_type_devices_unless_visible(env: dict[str, str], names: tuple[str, ...]) -> None:
-    devices = llama_order(parse_vulkaninfo((DATA / "lavapipe-llvm15.txt").read_text()), env)
+    devices = llama_order(parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text()), env)
     assert tuple(s.name for s in device_specs(devices)) == names
 
 

@@ -8,7 +8,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from server_probe import Part, server_log, split_parts
+from tests.support import FIXTURES
+from tests.support.server_probe import Part, server_log, split_parts
 
 from llamafit.machine.devices import host
 from llamafit.commands.prepare import MachineSpec, ModelRef, Request, prepare
@@ -16,7 +17,6 @@ from llamafit.memory.resolve import resolve
 from llamafit.fit.search import Target
 
 MIB = 1 << 20
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HOST = host(64 << 30, 48 << 30)
 
 
@@ -51,7 +51,7 @@ def model_path(case: Case) -> str:
 
 
 def projector_path() -> str:
-    from projector_files import write_gemma3_projector
+    from tests.support.projector_files import write_gemma3_projector
 
     path = Path(tempfile.gettempdir()) / f"llamafit-test-{os.getuid()}" / "mmproj-gemma3-4b-shape-640.gguf"
     if not path.exists():
