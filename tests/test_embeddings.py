@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 from tests.support import FIXTURES, needs_demo, needs_llama_server
+from tests.support.loads import cpu_compute_mib
 from tests.support.scripts import script
 
 from llamafit.errors import InputError
@@ -94,6 +95,6 @@ def test_real_llama_server_cpu_compute(demo_path, flags: str) -> None:  # type: 
     """The real llama-server's CPU compute buffer (b11434) to its two printed decimals."""
     audit_embeddings = script("audit_embeddings")
 
-    real = audit_embeddings.measured(str(demo_path), flags)
+    real = cpu_compute_mib(str(demo_path), flags)
     assert real is not None
     assert abs(audit_embeddings.predicted(str(demo_path), flags) - real * MIB) <= PRINTED, flags

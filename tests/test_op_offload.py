@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.support.loads import lab_load
 from tests.support.scripts import script
 from click.testing import CliRunner
 
 from llamafit.cli import cli
 
-device_lab = script("device_lab")
 make_shapes = script("make_shapes")
 
 BASE = ["-c", "4096", "-np", "1", "--no-repack"]
@@ -59,7 +59,7 @@ LIVE = [["-ngl", "0"], ["-ngl", "0", "-ub", "32"], ["-ngl", "0", "-ub", "31"], [
 @pytest.mark.parametrize("flags", LIVE, ids=[" ".join(f) for f in LIVE])
 def test_vulkan0_compute_within_prediction(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
-    got = device_lab.load(path, BASE + flags)
+    got = lab_load(path, BASE + flags)
     assert got.ok, got.failure
     real = got.get("compute", "Vulkan0")
     pred = _compute(path, BASE + flags)["Vulkan0"] / (1 << 20)
@@ -78,7 +78,7 @@ MOE_LIVE = [["-ot", "exps=CPU", "-ub", "2048", "-b", "2048"], ["-ot", "exps=CPU"
 @pytest.mark.parametrize("flags", MOE_LIVE, ids=[" ".join(f) for f in MOE_LIVE])
 def test_vulkan0_moe_copies_within_prediction(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
     path = make_shapes.write_shape("granite3-1b-a400m", shapes_dir)
-    got = device_lab.load(path, [*BASE, "-ngl", "99", *flags])
+    got = lab_load(path, [*BASE, "-ngl", "99", *flags])
     assert got.ok, got.failure
     assert got.get("compute", "Vulkan0") <= _compute(path, [*BASE, "-ngl", "99", *flags])["Vulkan0"] / (1 << 20) + 0.01
 
@@ -159,7 +159,7 @@ HOST_EXACT_LIVE = [["-ngl", "0"], ["-ngl", "0", "-ub", "2048", "-b", "2048"], ["
 def test_vulkan_host_is_the_inputs_when_kv_rows_fit(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
     """Llama 3.2 1B (k + v = n_embd / 2): the host layers' Kcur/Vcur copies add nothing to Vulkan_Host."""
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
-    got = device_lab.load(path, BASE + flags)
+    got = lab_load(path, BASE + flags)
     assert got.ok, got.failure
     assert abs(got.get("compute", "Vulkan_Host") - _host_compute(path, BASE + flags) / (1 << 20)) <= 0.01
 
@@ -199,7 +199,7 @@ def _host_compute(path: Path, flags: list[str]) -> int:
 @pytest.mark.parametrize("flags", HOST_LIVE, ids=[" ".join(f) for f in HOST_LIVE])
 def test_host_runs_the_ffn_no_gpu_takes(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
     path = make_shapes.write_shape("granite3-1b-a400m", shapes_dir)
-    got = device_lab.load(path, [*BASE, "-ngl", "99", *flags])
+    got = lab_load(path, [*BASE, "-ngl", "99", *flags])
     assert got.ok, got.failure
     real = got.get("compute", "Vulkan_Host")
     pred = _host_compute(path, [*BASE, "-ngl", "99", *flags]) / (1 << 20)

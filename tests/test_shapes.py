@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.support.loads import lab_load
 from tests.support.scripts import script
 from click.testing import CliRunner
 
@@ -86,7 +87,7 @@ LIVE = ["llama3.2-1b", "gemma3-1b"]
 def test_shape_loads_on_cpu_with_the_predicted_weights_and_kv(vk_rpc_bin: Path, shapes_dir: Path, key: str) -> None:
     path = make_shapes.write_shape(key, shapes_dir)
     flags = ["-c", "4096", "-np", "1", "--no-repack"]
-    got = device_lab.load(path, flags, env=device_lab.vk_env(None))
+    got = lab_load(path, flags, env=device_lab.vk_env(None))
     assert got.ok, got.failure
     cpu = _predicted(path, "cpu", flags)["CPU"]
     assert got.get("model", "CPU_Mapped") == _mib(cpu["weights_bytes"])

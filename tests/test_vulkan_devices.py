@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.support.loads import lab_load
 from tests.support.scripts import script
 from click.testing import CliRunner
 from tests.support import DATA, needs_demo
@@ -14,7 +15,6 @@ from llamafit.cli import cli
 from llamafit.memory.model import op_probe_bytes
 from llamafit.machine.vulkan import device_specs, llama_order, parse_vulkaninfo
 
-device_lab = script("device_lab")
 make_shapes = script("make_shapes")
 
 VULKANINFO = DATA / "vulkaninfo"
@@ -80,7 +80,7 @@ def test_real_vulkan0_reports_what_detection_predicts(vulkan0: Path, demo_path: 
     flags = ["-ngl", "99", "-c", "4096", "-np", "1"]
     monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
     pred = _check([str(demo_path), "--backend", "vulkan", "--", *flags])  # devices from vulkaninfo
-    got = device_lab.load(demo_path, flags)
+    got = lab_load(demo_path, flags)
     assert got.ok, got.failure
     assert got.get("model", "Vulkan0") == _mib(pred["Vulkan0"]["weights_bytes"]) == 65.16
     assert got.get("model", "CPU_Mapped") == _mib(pred["CPU"]["weights_bytes"]) == 170.0
@@ -90,7 +90,7 @@ def test_real_vulkan0_reports_what_detection_predicts(vulkan0: Path, demo_path: 
 def test_real_shape_partial_offload_keeps_the_large_output_on_the_host(vulkan0: Path, shapes_dir: Path) -> None:
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
     flags = ["-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"]
-    got = device_lab.load(path, flags)
+    got = lab_load(path, flags)
     assert got.ok, got.failure
     pred = _check([str(path), "--gpu", "lavapipe", "--", *flags])
     assert got.get("model", "Vulkan0") == _mib(pred["Vulkan0"]["weights_bytes"]) == 37.03
@@ -110,7 +110,7 @@ def test_quantized_k_without_fa_runs_kq_on_the_host(vulkan0: Path, shapes_dir: P
     so KQ [n_kv, T, n_head] F32 runs on the CPU (the real Vulkan_Host buffer holds it); both buffers over."""
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
     args = ["-ngl", "99", "-np", "1", "-fa", "off", "-ctk", "q8_0", "--no-repack", *flags]
-    got = device_lab.load(path, args)
+    got = lab_load(path, args)
     assert got.ok, got.failure
     pred = _check([str(path), "--gpu", "lavapipe", "--", *args])
     assert (_mib(pred["Vulkan0"]["compute_bytes"]), _mib(pred["CPU"]["compute_bytes"])) == (vk, host)
@@ -129,7 +129,7 @@ def test_embeddings_logits_over_the_tensor_limit_run_on_the_host(vulkan0: Path, 
     """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512] F32 (512 MiB)
     exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer holds the logits."""
     args = ["-c", "2048", "-np", "1", "-fa", "on", "--embeddings", "--no-repack", *flags]
-    got = device_lab.load(demo_path, args)
+    got = lab_load(demo_path, args)
     assert got.ok, got.failure
     pred = _check([str(demo_path), "--gpu", "lavapipe", "--", *args])
     assert _mib(pred["CPU"]["compute_bytes"]) == host
