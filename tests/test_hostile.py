@@ -8,11 +8,12 @@ import pytest
 from click.testing import CliRunner
 from tests.support import FIXTURES
 from tests.support.scripts import script
-from gguf_patch import patch
 
 from llamafit.cli import cli
 from llamafit.reader.header import read_header
 from llamafit.reader.source import BytesSource
+
+patch = script("gguf_patch").patch
 
 U32, I32, U64, I64 = 4, 5, 10, 11
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.support.scripts import script
 from tests.support.store_layouts import MODEL, MOE, small_projector
 
 from llamafit.cli import cli
@@ -293,7 +294,7 @@ def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
 
 def hostile_store(d: Path) -> Path:
     """A store whose file names and model text carry terminal escapes, newlines and bell characters."""
-    from gguf_patch import patch
+    patch = script("gguf_patch").patch
 
     d.mkdir(parents=True)
     (d / "a\x1b[31mred\x1b[0m.gguf").write_bytes(MODEL.read_bytes())
