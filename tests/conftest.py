@@ -20,13 +20,14 @@ from tests.support import HAS_DEMO, HOST, VK_RPC_BIN_ENV, vulkan_rpc_bin_dir
 
 # Fixtures that start llama.cpp (or load a model with it): every test using one is slow.
 SLOW_FIXTURES = frozenset({"vk_rpc_bin", "vulkan0"})
-# Programs of llama.cpp, and what marks a Python child that loads llama-cpp-python.
+# Programs of llama.cpp and the machine probes, and what marks a Python child that loads llama-cpp-python.
 LLAMA_PROGRAMS = frozenset({"llama-server", "llama-cli", "llama-bench", "llama-fit-params", "ggml-rpc-server",
                             "rpc-server", "vulkaninfo", "nvidia-smi"})  # fmt: skip
 LLAMA_PYTHON = re.compile(r"^(llama_cpp\b|llamafit\.server\.embedded_main$|llamafit\.machine\.kernel_probe$)"
                           r"|\b(import[^\n;]*\bllama_cpp\b|from llama_cpp\b)")  # a -m module, or -c code importing it
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`slow` for tests using a server-starting fixture; `llama` (the old marker) is an alias of `slow`."""
     for item in items:

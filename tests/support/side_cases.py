@@ -54,9 +54,11 @@ def projector_path() -> str:
     from tests.support.projector_files import write_gemma3_projector
 
     path = Path(tempfile.gettempdir()) / f"llamafit-test-{os.getuid()}" / "mmproj-gemma3-4b-shape-640.gguf"
-    if not path.exists():
+    if not path.exists():  # written aside and renamed: another process never reads half a file
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_gemma3_projector(path, projection_dim=640)
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        write_gemma3_projector(part, projection_dim=640)
+        os.replace(part, path)
     return str(path)
 
 
