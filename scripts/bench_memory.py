@@ -22,7 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from llamafit.memory.config import LaunchConfig  # noqa: E402
 from llamafit.machine.devices import host  # noqa: E402
@@ -82,7 +81,7 @@ def speed(path: Path, seconds: float) -> None:
 
 
 def accuracy() -> None:
-    from test_memory_calibration import ROWS, predicted
+    from tests.test_memory_calibration import ROWS, predicted
 
     errors: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in ROWS:
@@ -114,7 +113,7 @@ def gpu_accuracy() -> None:
     and the issue's targets with whether each is met."""
     from statistics import median
 
-    from test_gpu_corpus import MIB, PRINTED, ROWS, compared, is_host
+    from tests.test_gpu_corpus import MIB, PRINTED, ROWS, compared, is_host
 
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
     kv_exact = kv_total = 0
@@ -164,7 +163,7 @@ def gpu_accuracy() -> None:
 
 def mmproj_corpus() -> None:
     """Projectors against public logs (fixtures/calibration/mmproj-corpus.jsonl): every row and buffer."""
-    from projector_files import mmproj_corpus_rows, predict_mmproj_row
+    from tests.support.projector_files import mmproj_corpus_rows, predict_mmproj_row
 
     print(f"\n{'mmproj public log':<46}{'buffer':<9}{'device':<8}{'logged':>9}{'llamafit':>10}{'err':>8}")
     with tempfile.TemporaryDirectory() as d:
@@ -178,8 +177,8 @@ def mmproj_corpus() -> None:
 
 def side_accuracy() -> None:
     """Side models (draft, MTP, projector) against the real llama-server: the largest error per kind."""
-    from server_probe import server_binary
-    from side_cases import CASES, run_case
+    from tests.support.server_probe import server_binary
+    from tests.support.side_cases import CASES, run_case
 
     mmproj_corpus()
     binary = server_binary()

@@ -17,9 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from server_probe import resident_memory, server_binary  # noqa: E402
+from tests.support.server_probe import resident_memory, server_binary  # noqa: E402
 
 from llamafit.fetch.demo import demo_model_path  # noqa: E402
 

@@ -14,10 +14,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from server_probe import server_binary  # noqa: E402
-from side_cases import CASES, run_case  # noqa: E402
+from tests.support.server_probe import server_binary  # noqa: E402
+from tests.support.side_cases import CASES, run_case  # noqa: E402
 
 
 def main() -> int:
@@ -45,9 +44,9 @@ def vulkan_projector() -> None:
     import os
 
     from click.testing import CliRunner
-    from conftest import vulkan_rpc_bin_dir
-    from server_probe import clip_buffers, server_log
-    from side_cases import projector_path
+    from tests.support import vulkan_rpc_bin_dir
+    from tests.support.server_probe import clip_buffers, server_log
+    from tests.support.side_cases import projector_path
 
     from llamafit.cli import cli
     from llamafit.fetch.demo import demo_model_path

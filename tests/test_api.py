@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import QWEN
+from tests.support import QWEN
 
 import llamafit as lf
 

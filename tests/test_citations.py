@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from tests.support import FIXTURES, ROOT
 
 from llamafit import LLAMA_CPP_COMMIT
 

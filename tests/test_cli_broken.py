@@ -6,10 +6,12 @@ import filecmp
 
 import pytest
 from click.testing import CliRunner
-from conftest import BROKEN
-from make_broken_fixtures import write_all
+from tests.support import BROKEN
+from tests.support.scripts import script
 
 from llamafit.cli import cli
+
+write_all = script("make_broken_fixtures").write_all
 
 CASES = [
     ("bad-alignment", " at byte 251: general.alignment 48 is not a power of 2"),

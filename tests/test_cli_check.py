@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.cli import cli
 from llamafit.machine.catalog import CATALOG

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.cli import cli
 

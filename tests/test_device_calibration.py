@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support import ROOT
+from tests.support.scripts import script
 from click.testing import CliRunner
 
-import make_shapes
 from llamafit.cli import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+make_shapes = script("make_shapes")
+
 TABLE = ROOT / "fixtures" / "calibration" / "devices-vulkan-rpc.json"
 if not TABLE.is_file():
     pytest.skip("no device calibration table yet (python scripts/calibrate_devices.py)", allow_module_level=True)

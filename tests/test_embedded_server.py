@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.memory.config import engine_defaults, with_given
 from llamafit.server.embedded import embedded_argv, embedded_notes
@@ -79,7 +79,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], log: Path, watcher: LogWatcher, t
         time.sleep(0.1)
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 def test_real_start(tmp_path: Path) -> None:
     pytest.importorskip("uvicorn", reason="llama-cpp-python[server] is not installed")
     port = _free_port()

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import FIXTURES, needs_demo, needs_llama_server
+from tests.support import FIXTURES, needs_demo, needs_llama_server
+from tests.support.loads import cpu_compute_mib
+from tests.support.scripts import script
 
 from llamafit.errors import InputError
 from llamafit.facts.hparams import build_facts
@@ -85,13 +87,14 @@ def test_pooling_needs_embeddings(llama) -> None:
     assert "inp_mean" not in compute.input_bytes(llama, compute._base_settings(llama, rc))
 
 
+@pytest.mark.slow
 @needs_llama_server
 @needs_demo
-@pytest.mark.parametrize("flags", __import__("audit_embeddings").CASES[1:])  # [0]: the plain reference
+@pytest.mark.parametrize("flags", script("audit_embeddings").CASES[1:])  # [0]: the plain reference
 def test_real_llama_server_cpu_compute(demo_path, flags: str) -> None:  # type: ignore[no-untyped-def]
     """The real llama-server's CPU compute buffer (b11434) to its two printed decimals."""
-    import audit_embeddings
+    audit_embeddings = script("audit_embeddings")
 
-    real = audit_embeddings.measured(str(demo_path), flags)
+    real = cpu_compute_mib(str(demo_path), flags)
     assert real is not None
     assert abs(audit_embeddings.predicted(str(demo_path), flags) - real * MIB) <= PRINTED, flags

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
+from tests.support.scripts import script
 
 from llamafit.facts.hparams import MLAFacts, MoEFacts, ModelFacts, build_facts
 from llamafit.reader.model import read_model
@@ -127,7 +128,7 @@ def test_nextn_block_is_counted_but_not_a_kv_layer() -> None:
 
 
 def test_fixtures_regenerate_byte_identical(tmp_path: Path) -> None:
-    from make_fixtures import write_all
+    write_all = script("make_fixtures").write_all
 
     written = [p for p in write_all(tmp_path) if p.suffix == ".gguf"]
     assert sorted(p.name for p in written) == sorted(p.name for p in FIXTURES.glob("*.gguf"))

@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, needs_llama_cpp
-from llama_probe import KVLine, RSLine, kv_lines, load_logs, rs_lines
+from tests.support import FIXTURES, needs_llama_cpp
+from tests.support.llama_probe import KVLine, RSLine, kv_lines, load_logs, rs_lines
 
 from llamafit.facts.hparams import ModelFacts, build_facts
 from llamafit.reader.ggml_types import GGMLType
 from llamafit.reader.model import read_model
 from llamafit.memory.kv import swa_cells
 
-pytestmark = [pytest.mark.llama, needs_llama_cpp]
+pytestmark = [pytest.mark.slow, needs_llama_cpp]
 F16 = GGMLType.named("f16")
 MIB = 1 << 20
 CONFIGS = [

@@ -11,7 +11,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
+from tests.support.scripts import script
 
 from llamafit.memory.compute import ComputeSettings, predict_compute
 from llamafit.facts.hparams import ModelFacts, build_facts
@@ -27,7 +28,7 @@ TOLERANCE = {("command-r (parallel, GLU)", 512, False): 0.07, ("gptneox (GELU, p
 
 @cache
 def facts(builder: str, tmp: Path) -> ModelFacts:
-    import audit_families  # scripts/, on sys.path via conftest
+    audit_families = script("audit_families")
 
     (path,) = getattr(audit_families, builder)().write(tmp)
     return build_facts(read_model(path))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
+from tests.support import FIXTURES
+from tests.support.scripts import script
 
 from llamafit.cli import cli
 
@@ -483,7 +484,7 @@ def test_unified_kv_and_recurrent_models_are_said_plainly() -> None:
 def test_readme_main_command_and_first_request_parse() -> None:
     import sys
 
-    import check_readme
+    check_readme = script("check_readme")
 
     readme = (FIXTURES.parent / "README.md").read_text()
     main = check_readme.block_after(readme, "main-command")

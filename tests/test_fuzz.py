@@ -4,7 +4,8 @@ every failure one line. Timing and RSS targets are the script's to print, not a 
 from __future__ import annotations
 
 import pytest
-from fuzz import run
+from tests.support.scripts import script
+run = script("fuzz").run
 
 
 @pytest.mark.parametrize("family", ["header-api", "header-cli", "cmdline"])

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import needs_llama_server
-from make_broken_fixtures import T_ARRAY, T_FLOAT32, T_STRING, T_UINT32, gguf, kv, tensor_info
+from tests.support import needs_llama_server
+from tests.support.loads import cpu_compute_mib
+from tests.support.scripts import script
 
 from llamafit.facts.hparams import build_facts
 from llamafit.facts.tensor_names import is_output_layer, layer_of
@@ -18,6 +19,15 @@ from llamafit.memory.config import LaunchConfig
 from llamafit.memory.model import MemoryModel
 from llamafit.memory.resolve import resolve
 from llamafit.reader.model import read_model
+
+_make_broken_fixtures = script("make_broken_fixtures")
+T_ARRAY = _make_broken_fixtures.T_ARRAY
+T_FLOAT32 = _make_broken_fixtures.T_FLOAT32
+T_STRING = _make_broken_fixtures.T_STRING
+T_UINT32 = _make_broken_fixtures.T_UINT32
+gguf = _make_broken_fixtures.gguf
+kv = _make_broken_fixtures.kv
+tensor_info = _make_broken_fixtures.tensor_info
 
 F16, F32 = 1, 0
 E, V, L, ALTUP = 64, 256, 4, 16
@@ -85,29 +95,31 @@ def shapes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cases() -> list:
-    import audit_gemma3n
+    audit_gemma3n = script("audit_gemma3n")
 
     return [pytest.param(key, flags, marks=pytest.mark.xfail(strict=True, reason=audit_gemma3n.GAPS[(key, flags)]))
             if (key, flags) in audit_gemma3n.GAPS else pytest.param(key, flags) for key, flags in audit_gemma3n.CASES]
 
 
+@pytest.mark.slow
 @needs_llama_server
 @pytest.mark.parametrize(("key", "flags"), _cases())
 def test_compute_against_real_llama_server(shapes: Path, key: str, flags: str) -> None:
     """Exact to 0.02 MiB (llama-server prints two decimals; -ub 1024 lands 17 KiB under)."""
-    import audit_gemma3n
+    audit_gemma3n = script("audit_gemma3n")
 
     path = str(audit_gemma3n.shape(key, shapes))
-    real = audit_gemma3n.measured(path, flags)
+    real = cpu_compute_mib(path, flags)
     assert real is not None
     assert abs(audit_gemma3n.predicted(path, flags) / (1 << 20) - real) <= 0.02
 
 
+@pytest.mark.slow
 @needs_llama_server
-@pytest.mark.parametrize(("key", "flags"), [pytest.param(*k) for k in __import__("audit_gemma3n").GAPS])
+@pytest.mark.parametrize(("key", "flags"), [pytest.param(*k) for k in script("audit_gemma3n").GAPS])
 def test_known_gaps_are_over_never_under(shapes: Path, key: str, flags: str) -> None:
-    import audit_gemma3n
+    audit_gemma3n = script("audit_gemma3n")
 
     path = str(audit_gemma3n.shape(key, shapes))
-    real = audit_gemma3n.measured(path, flags)
+    real = cpu_compute_mib(path, flags)
     assert real is not None and audit_gemma3n.predicted(path, flags) / (1 << 20) > real

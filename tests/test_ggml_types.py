@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import FIXTURES
+from tests.support import FIXTURES
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from llamafit.reader.ggml_types import _BY_ID, GGMLType

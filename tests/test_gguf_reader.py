@@ -5,24 +5,26 @@ from __future__ import annotations
 import struct
 
 import pytest
-from make_broken_fixtures import (
-    BASE_KVS,
-    GGML_F32,
-    T_ARRAY,
-    T_BOOL,
-    T_FLOAT32,
-    T_STRING,
-    T_UINT32,
-    T_UINT64,
-    gguf,
-    gstr,
-    kv,
-    tensor_info,
-)
 
 from llamafit.errors import GGUFError
 from llamafit.reader.header import SkippedArray, TensorInfo, read_header
 from llamafit.reader.source import BytesSource
+
+from tests.support.scripts import script
+
+_gguf_bytes = script("make_broken_fixtures")  # GGUF byte builders
+BASE_KVS = _gguf_bytes.BASE_KVS
+GGML_F32 = _gguf_bytes.GGML_F32
+T_ARRAY = _gguf_bytes.T_ARRAY
+T_BOOL = _gguf_bytes.T_BOOL
+T_FLOAT32 = _gguf_bytes.T_FLOAT32
+T_STRING = _gguf_bytes.T_STRING
+T_UINT32 = _gguf_bytes.T_UINT32
+T_UINT64 = _gguf_bytes.T_UINT64
+gguf = _gguf_bytes.gguf
+gstr = _gguf_bytes.gstr
+kv = _gguf_bytes.kv
+tensor_info = _gguf_bytes.tensor_info
 
 
 def parse(data: bytes):

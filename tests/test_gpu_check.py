@@ -8,11 +8,13 @@ import sys
 import tarfile
 from pathlib import Path
 
-import gpu_check
-import make_shapes
 import pytest
+from tests.support import ROOT
+from tests.support.scripts import script
 
-ROOT = Path(__file__).resolve().parent.parent
+gpu_check = script("gpu_check")
+make_shapes = script("make_shapes")
+
 
 
 @pytest.mark.parametrize(("text", "arch"), [("9.0\n", "90"), ("8.6\n8.6\n", "86"), ("12.0", "120"), ("7.5 ", "75")])

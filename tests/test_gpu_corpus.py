@@ -11,16 +11,16 @@ scripts/bench_memory.py.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, replace
-from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
+from tests.support.gpu_shapes import HOST, model
+from tests.support.scripts import script
 
 from llamafit.memory.config import N_PARALLEL_AUTO, NGL_ALL, LaunchConfig
-from llamafit.machine.devices import DeviceSpec, host
+from llamafit.machine.devices import DeviceSpec
 from llamafit.facts.hparams import ModelFacts, build_facts
 from llamafit.reader.model import read_model
 from llamafit.memory.model import Breakdown, MemoryModel
@@ -31,15 +31,6 @@ ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.str
 MIB = 1 << 20
 PRINTED = 0.005 * MIB + 1  # two decimals (a value on the half, 644.875 printed 644.88, plus the byte rounding)
 COMPUTE_TOLERANCE = 0.20  # the issue's worst-case target for compute buffers
-HOST = host(256 << 30, 200 << 30)
-_DIR = Path(tempfile.mkdtemp(prefix="llamafit-gpu-shapes-"))
-
-
-@cache
-def model(shape: str) -> MemoryModel:
-    import make_shape_header  # scripts/, on sys.path via conftest
-
-    return MemoryModel(build_facts(read_model(make_shape_header.write(shape, _DIR / f"{shape}.gguf"))))
 
 
 def is_host(device: str) -> bool:
@@ -107,7 +98,7 @@ def test_kv_exact(row: dict) -> None:
 
 def _pinned(row: dict) -> bool:
     """The shape spec gives the tensor types (the log pins them): only then are weights comparable."""
-    import make_shape_header
+    make_shape_header = script("make_shape_header")
 
     return "model" in row["measured"] and "type" in make_shape_header.load_specs()[row["shape"]]
 
@@ -149,7 +140,7 @@ def test_host_compute_within_tolerance(row: dict) -> None:
 
 def test_corpus_rows_name_their_source() -> None:
     """Every row carries a public URL, a build, a shape that exists and at least one KV line."""
-    import make_shape_header
+    make_shape_header = script("make_shape_header")
 
     shapes = make_shape_header.load_specs()
     for row in ROWS:
@@ -249,7 +240,7 @@ def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
 
 def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
     """An MLA model (fixtures/mla-deepseek2.gguf: K 576 wide, V = kv_lora_rank 512): V-less from b7800."""
-    from conftest import FIXTURES as FX
+    from tests.support import FIXTURES as FX
 
     mm = MemoryModel(build_facts(read_model(FX / "mla-deepseek2.gguf")))
     cfg = LaunchConfig(n_ctx=4096, n_parallel=1, fit=False)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import QWEN
+from tests.support import QWEN
 
 from llamafit.machine.devices import DeviceSpec
 from llamafit.machine.gpu_processes import GpuProcess, OthersInUse, gpu_processes, others_in_use, tokens_for

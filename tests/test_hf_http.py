@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from tests.support import FIXTURES, ROOT
 
 from llamafit.errors import InputError
 from llamafit.fetch import hf

@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
-from gguf_patch import patch
+from tests.support import FIXTURES
+from tests.support.scripts import script
 
 from llamafit.cli import cli
 from llamafit.reader.header import read_header
 from llamafit.reader.source import BytesSource
+
+patch = script("gguf_patch").patch
 
 U32, I32, U64, I64 = 4, 5, 10, 11
 
@@ -377,7 +379,7 @@ def test_api_key_file_is_a_small_regular_file(tmp_path: Path, kind: str) -> None
 def test_a_header_that_lies_about_its_size_reads_a_bounded_amount(
     mode: str, message: str, transferred: int, requests: int
 ) -> None:
-    from hostile_http import hostile_server
+    hostile_server = script("hostile_http").hostile_server
 
     from llamafit.errors import InputError
     from llamafit.fetch.remote import HttpRangeSource
@@ -390,7 +392,7 @@ def test_a_header_that_lies_about_its_size_reads_a_bounded_amount(
 
 
 def test_a_server_sending_more_than_asked_is_cut_off() -> None:
-    from hostile_http import hostile_server
+    hostile_server = script("hostile_http").hostile_server
 
     from llamafit.errors import InputError
     from llamafit.fetch.remote import FIRST_WINDOW, HttpRangeSource
@@ -404,7 +406,7 @@ def test_a_server_sending_more_than_asked_is_cut_off() -> None:
 
 @pytest.mark.parametrize("mode", ["slowloris"])
 def test_a_dribbling_server_meets_the_total_deadline(mode: str) -> None:
-    from hostile_http import hostile_server
+    hostile_server = script("hostile_http").hostile_server
 
     from llamafit.fetch.remote import HttpRangeSource, RemoteUnreachable
 
@@ -415,7 +417,7 @@ def test_a_dribbling_server_meets_the_total_deadline(mode: str) -> None:
 
 
 def test_credentials_never_follow_a_redirect_to_another_host() -> None:
-    from hostile_http import hostile_server
+    hostile_server = script("hostile_http").hostile_server
 
     from llamafit.errors import InputError
     from llamafit.fetch.remote import HttpRangeSource
@@ -430,7 +432,7 @@ def test_credentials_never_follow_a_redirect_to_another_host() -> None:
 
 
 def test_a_redirect_to_another_scheme_is_refused() -> None:
-    from hostile_http import hostile_server
+    hostile_server = script("hostile_http").hostile_server
 
     with hostile_server("scheme-redir") as (url, _):
         assert _invoke("inspect", url) == (

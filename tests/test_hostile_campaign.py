@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES
-from gguf_patch import drop, patch
+from tests.support import FIXTURES
+from tests.support.scripts import script
 
 from llamafit.cli import cli
 from llamafit.reader.header import read_header
 from llamafit.reader.source import BytesSource
+
+drop, patch = script("gguf_patch").drop, script("gguf_patch").patch
 
 U32 = 4
 
@@ -121,7 +123,7 @@ def test_ls_lists_a_model_whose_file_name_is_not_utf8(tmp_path: Path) -> None:
 
 
 def test_a_server_path_that_is_not_utf8_is_probed_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from conftest import NEW_HELP, NEW_VERSION, fake_server
+    from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     from llamafit.server.find import probe
 
@@ -170,7 +172,7 @@ SPEED_RULE_CASES = [
 def test_speed_records_need_evidence_an_idle_machine_and_move_estimates_a_bounded_amount(
     why: str, records: list[dict[str, object]], scale: float | None
 ) -> None:
-    from test_speed import cpu
+    from tests.support.speed import cpu
 
     from llamafit.fit.speed_calibration import calibrate
 
@@ -441,7 +443,7 @@ def test_the_router_preset_is_never_written_through_a_planted_link(tmp_path: Pat
 
 
 def test_a_url_model_follows_a_few_redirects_then_names_where_it_was_sent() -> None:
-    from hostile_http import hostile_server
+    hostile_server = script("hostile_http").hostile_server
 
     with hostile_server("redir-chain") as (url, seen):
         port = url.split(":")[2].split("/")[0]
@@ -495,7 +497,7 @@ def test_check_verify_against_a_non_server_prints_only_its_error(tmp_path: Path)
 
 @pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
 def test_a_hub_ref_that_is_not_a_regular_file_does_not_block_ls(tmp_path: Path, plant: str) -> None:
-    from store_layouts import hf_repo
+    from tests.support.store_layouts import hf_repo
 
     from llamafit.fetch.store_scan import scan_hub
 
@@ -511,7 +513,7 @@ def test_a_hub_ref_that_is_not_a_regular_file_does_not_block_ls(tmp_path: Path, 
 
 @pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
 def test_an_ollama_manifest_that_is_not_a_regular_file_is_a_note(tmp_path: Path, plant: str) -> None:
-    from store_layouts import ollama_model
+    from tests.support.store_layouts import ollama_model
 
     from llamafit.fetch.store_scan import scan_ollama
 

@@ -15,10 +15,12 @@ from pathlib import Path
 from threading import Thread
 
 import pytest
-from conftest import FIXTURES
-from test_run_e2e import Run, gone
-from test_server_find import NEW_HELP, NEW_VERSION
+from tests.support import FIXTURES
+from tests.support.llamafit_run import Run, gone
+from tests.support import NEW_HELP, NEW_VERSION
 
+# `llamafit run` as a process, waiting out its stop and kill grace periods (seconds each)
+pytestmark = pytest.mark.slow
 DENSE = str(FIXTURES / "dense-llama.gguf")
 
 _SERVE = """
@@ -224,7 +226,7 @@ def _foreign_llama_server(port: int) -> subprocess.Popen[bytes]:
     raise AssertionError("the foreign llama-server never became healthy")
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["before the check", "after the check"])
 def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(when: str, env: dict[str, str],
                                                                 tmp_path: Path) -> None:

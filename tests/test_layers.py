@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support import ROOT
 
-PACKAGE = Path(__file__).resolve().parent.parent / "llamafit"
+PACKAGE = ROOT / "llamafit"
 CORE = ("reader", "facts", "memory", "fit")
 EDGE_LIBRARIES = ("click", "psutil", "pynvml", "subprocess", "huggingface_hub", "numpy")
 BASE = {"errors", "units", "findings", "safe_text"}

@@ -8,51 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from store_layouts import (
-    MODEL,
-    MOE,
-    SPLIT,
-    hf_repo,
-    lmstudio_model,
-    lora,
-    ollama_model,
-    vocab_only,
-)
+from tests.support.scripts import script
+from tests.support.store_layouts import MODEL, MOE, small_projector
 
 from llamafit.cli import cli
-
-
-def small_projector(path: Path) -> Path:
-    """A SigLIP projector llama-server loads, for dense-llama (n_embd 64): 2 blocks of 256."""
-    from projector_files import write_gemma3_projector
-
-    return write_gemma3_projector(path, projection_dim=64, n_layer=2, n_embd=256, n_ff=1024, n_head=4,
-                                  image_size=224)  # fmt: skip
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home directory with every store in its default place (only HOME set)."""
-    h = tmp_path / "home"
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "LLAMA_CACHE", "OLLAMA_MODELS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HOME", str(h))
-    proj = small_projector(tmp_path / "mmproj-tiny-F16.gguf")
-    hub = h / ".cache" / "huggingface" / "hub"
-    files = {"tiny-Q8_0.gguf": MODEL, "mmproj-tiny-F16.gguf": proj, **{p.name: p for p in SPLIT}}
-    hf_repo(hub, "acme/tiny-GGUF", files)
-    broken = hf_repo(hub, "acme/broken-GGUF", {"b-Q4_0.gguf": MOE})
-    next((broken / "blobs").iterdir()).unlink()
-    (broken / "blobs" / "0a1b.incomplete").write_bytes(b"")
-    ollama = h / ".ollama" / "models"
-    ollama_model(ollama, ("registry.ollama.ai", "library", "moe", "tiny"), MOE)
-    tied = MODEL.parent / "tied-llama.gguf"
-    ollama_model(ollama, ("registry.ollama.ai", "library", "gone", "latest"), tied, missing=True)
-    lms = h / ".lmstudio" / "models"
-    lmstudio_model(lms, "lmstudio-community", "gemma-GGUF", {"gemma-F16.gguf": MODEL.parent / "swa-gemma3.gguf"})
-    lmstudio_model(lms, "acme", "adapters", {"style-lora.gguf": lora(tmp_path / "l.gguf"),
-                                             "ggml-vocab-llama.gguf": vocab_only(tmp_path / "v.gguf")})  # fmt: skip
-    return h
 
 
 SPEED_TEXT = """\
@@ -335,7 +294,7 @@ def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
 
 def hostile_store(d: Path) -> Path:
     """A store whose file names and model text carry terminal escapes, newlines and bell characters."""
-    from gguf_patch import patch
+    patch = script("gguf_patch").patch
 
     d.mkdir(parents=True)
     (d / "a\x1b[31mred\x1b[0m.gguf").write_bytes(MODEL.read_bytes())

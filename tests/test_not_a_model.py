@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from store_layouts import MODEL, lora, mmproj, vocab_only
+from tests.support.store_layouts import MODEL, lora, mmproj, vocab_only
 
 from llamafit.cli import cli
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import device_lab
-import make_shapes
 import pytest
+from tests.support.loads import lab_load
+from tests.support.scripts import script
 from click.testing import CliRunner
 
 from llamafit.cli import cli
+
+make_shapes = script("make_shapes")
 
 BASE = ["-c", "4096", "-np", "1", "--no-repack"]
 
@@ -57,7 +59,7 @@ LIVE = [["-ngl", "0"], ["-ngl", "0", "-ub", "32"], ["-ngl", "0", "-ub", "31"], [
 @pytest.mark.parametrize("flags", LIVE, ids=[" ".join(f) for f in LIVE])
 def test_vulkan0_compute_within_prediction(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
-    got = device_lab.load(path, BASE + flags)
+    got = lab_load(path, BASE + flags)
     assert got.ok, got.failure
     real = got.get("compute", "Vulkan0")
     pred = _compute(path, BASE + flags)["Vulkan0"] / (1 << 20)
@@ -76,7 +78,7 @@ MOE_LIVE = [["-ot", "exps=CPU", "-ub", "2048", "-b", "2048"], ["-ot", "exps=CPU"
 @pytest.mark.parametrize("flags", MOE_LIVE, ids=[" ".join(f) for f in MOE_LIVE])
 def test_vulkan0_moe_copies_within_prediction(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
     path = make_shapes.write_shape("granite3-1b-a400m", shapes_dir)
-    got = device_lab.load(path, [*BASE, "-ngl", "99", *flags])
+    got = lab_load(path, [*BASE, "-ngl", "99", *flags])
     assert got.ok, got.failure
     assert got.get("compute", "Vulkan0") <= _compute(path, [*BASE, "-ngl", "99", *flags])["Vulkan0"] / (1 << 20) + 0.01
 
@@ -85,7 +87,7 @@ def test_vulkan0_moe_copies_within_prediction(vulkan0: Path, shapes_dir: Path, f
 
 def _estimate(shape: str, build: int | None, ngl: int, backend: str = "cuda") -> tuple[int, int]:
     """(GPU compute, host compute) for -c 4096 -ub 512 -np 1, FA off, one device without a tensor limit."""
-    from test_gpu_corpus import HOST, model
+    from tests.support.gpu_shapes import HOST, model
 
     from llamafit.machine.devices import DeviceSpec
     from llamafit.memory.config import LaunchConfig
@@ -110,7 +112,7 @@ def test_host_output_layer_offloaded_with_its_logits(build: int | None, lm_head_
     holds the logits (the Jetson log: 422.92 MiB), and the host keeps only the graph inputs. From it,
     n_outputs = n_parallel = 1 < 32: the lm_head stays on the host, and CUDA0's peak is one host layer run
     there: its activations A, the F16 ffn copy (3072 x 1024 x 2), the K/V views (4096 x 2048 x 2), two rows."""
-    from test_gpu_corpus import model
+    from tests.support.gpu_shapes import model
 
     from llamafit.memory.compute import op_offload_compute, op_offload_host_compute
     from llamafit.memory.config import LaunchConfig
@@ -157,7 +159,7 @@ HOST_EXACT_LIVE = [["-ngl", "0"], ["-ngl", "0", "-ub", "2048", "-b", "2048"], ["
 def test_vulkan_host_is_the_inputs_when_kv_rows_fit(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
     """Llama 3.2 1B (k + v = n_embd / 2): the host layers' Kcur/Vcur copies add nothing to Vulkan_Host."""
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
-    got = device_lab.load(path, BASE + flags)
+    got = lab_load(path, BASE + flags)
     assert got.ok, got.failure
     assert abs(got.get("compute", "Vulkan_Host") - _host_compute(path, BASE + flags) / (1 << 20)) <= 0.01
 
@@ -172,7 +174,7 @@ def test_tied_output_copy_is_offloaded_like_an_untied_one() -> None:
 @pytest.mark.parametrize(("build", "threshold"), [(None, 128), (7590, 128), (7589, 32)])
 def test_min_batch_env_is_honoured_from_pr_18535(build: int | None, threshold: int) -> None:
     """GGML_OP_OFFLOAD_MIN_BATCH=128 moves the threshold from PR #18535 on; before, every backend had 32."""
-    from test_gpu_corpus import model
+    from tests.support.gpu_shapes import model
 
     from llamafit.memory.config import LaunchConfig
     from llamafit.memory.resolve import resolve
@@ -197,7 +199,7 @@ def _host_compute(path: Path, flags: list[str]) -> int:
 @pytest.mark.parametrize("flags", HOST_LIVE, ids=[" ".join(f) for f in HOST_LIVE])
 def test_host_runs_the_ffn_no_gpu_takes(vulkan0: Path, shapes_dir: Path, flags: list[str]) -> None:
     path = make_shapes.write_shape("granite3-1b-a400m", shapes_dir)
-    got = device_lab.load(path, [*BASE, "-ngl", "99", *flags])
+    got = lab_load(path, [*BASE, "-ngl", "99", *flags])
     assert got.ok, got.failure
     real = got.get("compute", "Vulkan_Host")
     pred = _host_compute(path, [*BASE, "-ngl", "99", *flags]) / (1 << 20)

@@ -6,7 +6,7 @@ import pytest
 
 from dataclasses import replace
 
-from conftest import FIXTURES, QWEN, target
+from tests.support import FIXTURES, QWEN, target
 
 from llamafit.memory.config import LaunchConfig, with_given
 from llamafit.memory.placement import CPU

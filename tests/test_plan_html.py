@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import QWEN
+from tests.support import QWEN
 
 from llamafit.cli import cli
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import FIXTURES, QWEN
+from tests.support import FIXTURES, QWEN
 
 from llamafit.cli import cli
 from llamafit.errors import InputError

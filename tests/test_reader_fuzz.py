@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from conftest import FIXTURES
+from tests.support import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import needs_llama_server
-from test_ls import home  # noqa: F401  (the fixture: every store under one HOME)
+from tests.support import needs_llama_server
 
 from llamafit.cli import cli
 
@@ -28,7 +27,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     ("hf:acme/tiny-GGUF", "/tiny-Q8_0.gguf"),
     ("hf:acme/tiny-GGUF:llama", "/split-llama-00001-of-00003.gguf"),
 ])  # fmt: skip
-def test_references_resolve_to_local_files(ref: str, path_end: str, home: Path, offline: None) -> None:  # noqa: F811
+def test_references_resolve_to_local_files(ref: str, path_end: str, home: Path, offline: None) -> None:
     result = CliRunner().invoke(cli, ["plan", ref, "--gpu", "8GiB", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -39,7 +38,7 @@ def test_references_resolve_to_local_files(ref: str, path_end: str, home: Path, 
 @pytest.mark.parametrize("command", [["inspect"], ["check", "--gpu", "8GiB"], ["script", "--gpu", "8GiB"],
                                      pytest.param(["run", "--dry-run", "--gpu", "8GiB", "--port", "18700"],
                                                   marks=needs_llama_server)])  # fmt: skip
-def test_every_command_takes_a_reference(command: list[str], home: Path, offline: None) -> None:  # noqa: F811
+def test_every_command_takes_a_reference(command: list[str], home: Path, offline: None) -> None:
     result = CliRunner().invoke(cli, [*command, "ollama:moe:tiny"])
     assert result.exit_code == 0, result.output
 
@@ -53,20 +52,20 @@ def test_every_command_takes_a_reference(command: list[str], home: Path, offline
     ("lmstudio:lmstudio-community/gemma-GGUF:Q2_K",
      "lmstudio-community/gemma-GGUF: no GGUF file matching the tag 'Q2_K' (GGUF files: gemma-F16.gguf)"),
 ])  # fmt: skip
-def test_bad_references_are_one_line(ref: str, message: str, home: Path, offline: None) -> None:  # noqa: F811
+def test_bad_references_are_one_line(ref: str, message: str, home: Path, offline: None) -> None:
     result = CliRunner().invoke(cli, ["inspect", ref])
     assert result.exit_code == 2
     assert result.output.startswith("Error: " + message.format(home=home)), result.output
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_hf_reference_not_cached_goes_to_the_hub(home: Path, offline: None) -> None:  # noqa: F811
+def test_hf_reference_not_cached_goes_to_the_hub(home: Path, offline: None) -> None:
     result = CliRunner().invoke(cli, ["inspect", "hf:acme/other-GGUF"])
     assert result.exit_code == 2
     assert "cannot connect to 127.0.0.1:9" in result.output or "cannot reach the Hub" in result.output
 
 
-def test_hf_flag_among_the_server_flags_reads_the_local_cache(home: Path, offline: None) -> None:  # noqa: F811
+def test_hf_flag_among_the_server_flags_reads_the_local_cache(home: Path, offline: None) -> None:
     result = CliRunner().invoke(cli, ["check", "--gpu", "8GiB", "--json", "--", "-hf", "acme/tiny-GGUF:Q8_0"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["model"]["path"].endswith("/tiny-Q8_0.gguf")

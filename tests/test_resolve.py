@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.memory.config import LaunchConfig, engine_defaults, with_given
 from llamafit.facts.hparams import build_facts

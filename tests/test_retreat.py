@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.memory.config import engine_defaults
 from llamafit.machine.devices import DeviceSpec, host

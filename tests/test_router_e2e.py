@@ -17,11 +17,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
+from tests.support import FIXTURES, ROOT
 
 from llamafit.server.find import find_server
 
-pytestmark = pytest.mark.llama
+pytestmark = pytest.mark.slow
 MODELS = {"dense-llama": str(FIXTURES / "dense-llama.gguf"), "moe-qwen3": str(FIXTURES / "moe-qwen3.gguf"),
           "demo": "demo"}  # fmt: skip
 FLAGS = {"ctx-size": "--ctx-size", "n-gpu-layers": "--n-gpu-layers", "cache-type-k": "--cache-type-k",
@@ -102,7 +102,7 @@ def test_router_accepts_every_key_the_presets_write(tmp_path: Path) -> None:
     """A preset with every key llamafit writes (the fitted main flags and every side-model flag) loaded
     by the real router: each key names the option (common/preset.cpp load_from_ini) and the child gets
     it under that option's long spelling (common_preset::to_args), which is the key itself."""
-    from projector_files import write_gemma3_projector
+    from tests.support.projector_files import write_gemma3_projector
 
     from llamafit.server.scripts import LaunchSpec, render_models_ini
     from llamafit.server.launcher import free_port

@@ -7,12 +7,15 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import device_lab
 import pytest
+from tests.support.loads import lab_load
+from tests.support.scripts import script
 from click.testing import CliRunner
 
 from llamafit.cli import cli
 from llamafit.machine.rpc import parse_list_devices
+
+device_lab = script("device_lab")
 
 LIST = """Available devices:
   RPC0: 127.0.0.1:18101 (24105 MiB, 24000 MiB free)
@@ -47,7 +50,7 @@ def test_predicted_rpc_buffers_match_the_workers(vk_rpc_bin: Path, workers: list
     names = [f"RPC0[{e}]" for e in workers]
     assert list(pred) == [*names, "CPU"]
     assert all(pred[n]["total_bytes"] > 0 for n in names)  # asked: llama-server --rpc … --list-devices
-    got = device_lab.load(demo_path, ["--rpc", ",".join(workers), *flags], env=device_lab.vk_env(None))
+    got = lab_load(demo_path, ["--rpc", ",".join(workers), *flags], env=device_lab.vk_env(None))
     assert got.ok, got.failure
     for n in names:
         assert got.get("model", n) == _mib(pred[n]["weights_bytes"]), n

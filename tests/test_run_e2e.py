@@ -16,56 +16,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, needs_demo, needs_llama_cpp, needs_llama_server
+from tests.support import DATA, FIXTURES, needs_demo, needs_llama_cpp, needs_llama_server
+from tests.support.llamafit_run import Run, gone, unwrapped
 
-pytestmark = [pytest.mark.llama, pytest.mark.slow]  # real servers, or stand-ins started as processes
+pytestmark = pytest.mark.slow
 DENSE = str(FIXTURES / "dense-llama.gguf")
-
-
-class Run:
-    """`python -m llamafit run …` as a real process, its stderr read until a line appears."""
-
-    def __init__(self, *args: str, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
-        self.lines: list[str] = []
-
-    def wait_for(self, prefix: str, timeout: float = 120.0) -> str:
-        deadline = time.monotonic() + timeout
-        assert self.proc.stderr is not None
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line.rstrip("\n"))
-            if line.startswith(prefix):
-                return line.rstrip("\n")
-        raise AssertionError(f"no line starting {prefix!r}; got:\n" + "\n".join(self.lines[-40:]))
-
-    def child_pid(self) -> int:
-        return int(next(x for x in self.lines if x.startswith("Started")).split()[2].rstrip(";"))
-
-    def finish(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> int:
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-
-
-CHECK_ROW = re.compile(r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$")  # a `Check` table row
-
-
-def unwrapped(lines: list[str]) -> list[str]:
-    """llamafit's lines with each 80-column continuation (11 spaces) joined back onto its line."""
-    out: list[str] = []
-    for line in lines:
-        if out and line.startswith(" " * 11) and line.strip() and not CHECK_ROW.match(line):
-            out[-1] = out[-1].removesuffix(" \\") + " " + line.strip()
-        else:
-            out.append(line)
-    return out
 
 
 def assert_checks_within_bounds(lines: list[str]) -> None:
@@ -78,17 +33,6 @@ def assert_checks_within_bounds(lines: list[str]) -> None:
     assert "KV" in kinds
     predicted, reported = kinds["compute"]
     assert abs(predicted - reported) <= 0.05 * reported + 0.5
-
-
-def gone(pid: int, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.fixture
@@ -214,10 +158,10 @@ def test_dry_run_prints_the_command_and_starts_nothing(env: dict[str, str]) -> N
 def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str], tmp_path: Path) -> None:
     """A stand-in llama-server that answers --version/--help like the real one and fails every load
     with the real out-of-memory log lines recorded from llama.cpp."""
-    from conftest import NEW_HELP, NEW_VERSION, fake_server
+    from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
-    oom = (Path(__file__).parent / "data" / "server_logs" / "llama-server-oom-host.log").read_text()
+    oom = (DATA / "server_logs" / "llama-server-oom-host.log").read_text()
     exe.write_text(exe.read_text() + f"else:\n    sys.stderr.write({oom!r})\n    sys.exit(1)\n")
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
                           "--server", str(exe)], capture_output=True, text=True, env=env,
@@ -242,7 +186,7 @@ def _slow_loading_server(tmp_path: Path) -> Path:
     """A llama-server stand-in for the one case a real build cannot be made to hit on demand: a load
     that outlasts the stop request. Like llama-server's signal_handler (tools/server/server.cpp), the
     first SIGINT/SIGTERM only sets a flag; a second one exits at once."""
-    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+    from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
     exe.write_text(exe.read_text() + (
@@ -296,7 +240,6 @@ def test_ctrl_c_exits_the_same_way_for_both_servers(env: dict[str, str], kind: s
 
 
 def test_load_timeout_stops_a_server_that_never_gets_healthy(env: dict[str, str], tmp_path: Path) -> None:
-    import re
 
     exe = _slow_loading_server(tmp_path)
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
@@ -347,7 +290,7 @@ def test_a_server_killed_after_ready_is_named_and_recorded(env: dict[str, str], 
 def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_path: Path) -> None:
     """A Vulkan build compiling its shaders in warm-up outlasts --load-timeout (a stand-in: the real one
     takes minutes): the last phase is warming up, and the hint names `-- --no-warmup` and --load-timeout."""
-    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+    from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
     exe.write_text(exe.read_text() + (

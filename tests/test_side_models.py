@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from tests.support import FIXTURES
 
 from llamafit.errors import InputError
 from llamafit.memory.side_models import (
@@ -131,7 +132,7 @@ def test_draft_on_gpu_and_devd_none() -> None:
     assert on_gpu["devices"][0]["side_bytes"] == gpu_row["total_bytes"]
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 @pytest.mark.parametrize("case_name", ["gemma3-270m draft np1", "gemma3-270m draft np4", "gemma3-270m draft np4 n7",
                                        "gemma3-270m draft np1 n15", "gemma3-270m mmproj fa on",
                                        "gemma3-270m mmproj fa off",
@@ -139,8 +140,8 @@ def test_draft_on_gpu_and_devd_none() -> None:
 def test_side_models_against_real_llama_server(case_name: str) -> None:
     """The draft/MTP context as exact as the main context: KV, output and weights to print precision,
     draft compute equal to the main context's own prediction error (the model is the same code)."""
-    from server_probe import server_binary
-    from side_cases import CASES, run_case
+    from tests.support.server_probe import server_binary
+    from tests.support.side_cases import CASES, run_case
 
     binary = server_binary()
     if binary is None:
@@ -176,7 +177,7 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
 
 @pytest.fixture(scope="module")
 def small_projector(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from projector_files import write_gemma3_projector
+    from tests.support.projector_files import write_gemma3_projector
 
     d = tmp_path_factory.mktemp("proj")
     return str(write_gemma3_projector(d / "mmproj-small-f16.gguf", projection_dim=640, n_layer=2, n_embd=64, n_ff=128,
@@ -328,7 +329,7 @@ def test_plan_moves_the_projector_to_the_cpu_then_drops_it(small_projector: str)
     big = _check_json(model, "--gpu", "cpu", "--", "-c", "256")  # the fixture itself is tiny
     assert big["fits"]
     # a projector whose projection dim matches the fixture's n_embd 64
-    from projector_files import write_gemma3_projector
+    from tests.support.projector_files import write_gemma3_projector
 
     proj = Path(small_projector).with_name("mmproj-64.gguf")
     write_gemma3_projector(proj, projection_dim=64, n_layer=2, n_embd=64, n_ff=128, n_head=4, image_size=896,
@@ -437,7 +438,7 @@ def test_older_builds_give_every_slot_its_own_draft_context() -> None:
 def test_plan_says_when_the_projector_keeps_layers_off_the_gpu() -> None:
     import json
 
-    from side_cases import projector_path
+    from tests.support.side_cases import projector_path
 
     from llamafit.fetch.demo import demo_model_path
 
@@ -466,7 +467,7 @@ def test_drop_side_models_only_when_asked(drop: bool, fits: bool, steps: list[st
         assert "-md" not in d["command"] and d["side_models"] == []
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 @pytest.mark.parametrize("graph_optimize, over", [(True, 0.0), (False, 18.0)])
 def test_projector_on_a_real_vulkan_device(vulkan0: Path, graph_optimize: bool, over: float) -> None:
     """The projector on the first GPU (lavapipe's Vulkan0): weights and encoder compute there, the input
@@ -476,8 +477,8 @@ def test_projector_on_a_real_vulkan_device(vulkan0: Path, graph_optimize: bool, 
     is not modelled, so the prediction is then 18 MiB over."""
     import os
 
-    from server_probe import clip_buffers, server_log
-    from side_cases import projector_path
+    from tests.support.server_probe import clip_buffers, server_log
+    from tests.support.side_cases import projector_path
 
     from llamafit.fetch.demo import demo_model_path
 
@@ -500,10 +501,21 @@ def test_projector_on_a_real_vulkan_device(vulkan0: Path, graph_optimize: bool, 
 
 # --- an Ollama store: the projector is the manifest's projector layer, not a sibling file ---------
 
+@functools.cache
+def _sha256(path: Path) -> str:
+    """A blob's name (the demo model and the projector are hundreds of MB: hashed once per session)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _ollama_store(root: Path, model: Path, projector: Path | None) -> str:
     """An Ollama store (schema v2 manifest, sha256 blobs) holding `model` as library/vis:270m, with a
     projector layer when given; the blobs are links to the files (the real 270M is 250 MB)."""
-    import hashlib
     import json
 
     layers = []
@@ -511,14 +523,14 @@ def _ollama_store(root: Path, model: Path, projector: Path | None) -> str:
     for media, src in (("model", model), ("projector", projector)):
         if src is None:
             continue
-        digest = hashlib.sha256(src.read_bytes()).hexdigest()
+        digest = _sha256(src)
         (root / "blobs" / f"sha256-{digest}").symlink_to(src)
         layers.append({"mediaType": f"application/vnd.ollama.image.{media}", "digest": f"sha256:{digest}",
                        "size": src.stat().st_size})
     manifest = root / "manifests" / "registry.ollama.ai" / "library" / "vis" / "270m"
     manifest.parent.mkdir(parents=True)
     manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
-    return str(root / "blobs" / f"sha256-{hashlib.sha256(projector.read_bytes()).hexdigest()}") if projector else ""
+    return str(root / "blobs" / f"sha256-{_sha256(projector)}") if projector else ""
 
 
 @pytest.mark.parametrize("with_projector, mmproj_flag, outcome", [
@@ -532,7 +544,7 @@ def test_mmproj_auto_takes_the_ollama_projector_layer(tmp_path: Path, monkeypatc
                                                       outcome: str) -> None:  # fmt: skip
     import json
 
-    from side_cases import projector_path
+    from tests.support.side_cases import projector_path
 
     from llamafit.fetch.demo import demo_model_path
 
@@ -555,14 +567,14 @@ def test_mmproj_auto_takes_the_ollama_projector_layer(tmp_path: Path, monkeypatc
     assert found["why"] == why + ("" if mmproj_flag else "; used by default, --no-mmproj leaves it out")
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 def test_the_ollama_projector_loads_in_the_real_llama_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The planned command for an ollama: reference starts the real llama-server with the manifest's
     projector blob; its weights and encoder compute are the predicted ones."""
     import json
 
-    from server_probe import clip_buffers, server_binary, server_log, split_parts
-    from side_cases import projector_path
+    from tests.support.server_probe import clip_buffers, server_binary, server_log, split_parts
+    from tests.support.side_cases import projector_path
 
     from llamafit.fetch.demo import demo_model_path
 
@@ -610,11 +622,11 @@ def test_a_draft_of_the_same_file_shares_mapped_weights(tmp_path: Path, draft: s
     assert side["devices"][-1]["weights_bytes"] == whole - side["details"]["shared_weights_bytes"]
 
 
-@pytest.mark.llama
+@pytest.mark.slow
 def test_the_real_llama_server_maps_a_same_file_draft_once() -> None:
     """scripts/bench_same_draft.py's mmap rows: -md the target's own file adds no file-backed memory
     (the draft's 235 MiB of CPU_Mapped weights are the target's pages), as llamafit counts it."""
-    from server_probe import resident_memory, server_binary
+    from tests.support.server_probe import resident_memory, server_binary
 
     from llamafit.fetch.demo import demo_model_path
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, QWEN, target
+from tests.support import FIXTURES, QWEN, ROOT, target
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -113,7 +113,7 @@ def test_qwen_header_fixture_regenerates_identically(tmp_path: Path) -> None:
     import sys
 
     out = tmp_path / "q.gguf"
-    script = Path(__file__).parent.parent / "scripts" / "make_qwen_like_header.py"
+    script = ROOT / "scripts" / "make_qwen_like_header.py"
     subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
     assert out.read_bytes() == QWEN.read_bytes()
 

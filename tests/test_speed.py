@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from tests.support.speed import cpu
+from tests.support import FIXTURES
 
 from llamafit.memory.config import LaunchConfig
 from llamafit.facts.hparams import build_facts
@@ -20,11 +21,6 @@ from llamafit.fit.speed_calibration import calibrate
 MODEL = MemoryModel(build_facts(read_model(str(FIXTURES / "dense-llama.gguf"))))
 RC = resolve(LaunchConfig(n_ctx=4096), MODEL.facts, engine="llama-server")
 LMAP = layer_map(MODEL.facts.n_layer_all, 0, ())
-
-
-def cpu(bw: float, flops: float, decode: float | None = None, attention: float | None = None) -> SpeedInputs:
-    eff = {"cpu": Efficiency(1.0, 1.0, "test", decode, attention)}
-    return SpeedInputs((), (), Rate(bw, "test"), Rate(flops, "test"), efficiency=eff)
 
 
 @pytest.mark.parametrize("flash_attn, empty_cells", [("on", 1), ("off", 256)])
@@ -132,6 +128,7 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     assert host_probe.probe()["bandwidth_by_threads"] == [[1, 6e9], [2, 6e9], [3, 9e9]]  # 2 threads: disturbed
 
 
+@pytest.mark.slow  # measures this machine
 def test_one_thread_bandwidth_runs_on_one_thread() -> None:
     """The probe's 1-thread figure is one thread reading: the process's CPU time stays at its wall time
     (a BLAS dot product ran on every core, so "1 thread" read the whole machine's bandwidth)."""
@@ -220,9 +217,9 @@ def test_threads_given(passthrough: tuple[str, ...], env: dict[str, str], expect
 def test_llama_threads_counts_physical_cores(tmp_path: Path, siblings: list[str], expected: int) -> None:
     from llamafit.machine.host_probe import llama_threads
 
-    for cpu, text in enumerate(siblings):
-        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
-        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings").write_text(text + "\n")
+    for n, text in enumerate(siblings):
+        (tmp_path / f"cpu{n}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{n}" / "topology" / "thread_siblings").write_text(text + "\n")
     assert llama_threads(str(tmp_path)) == expected
 
 
@@ -262,6 +259,7 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     assert est.prompt_source == "llama.cpp's matrix kernels per weight type, measured here x 2 threads (test)"
 
 
+@pytest.mark.slow  # runs llama.cpp's kernels on this machine
 def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
     """The real ggml kernels (llama-cpp-python's libraries), in a child process: every listed type
     multiplies, and flash attention runs, at some rate."""

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from store_layouts import (
+from tests.support.store_layouts import (
     COMMIT,
     MODEL,
     MOE,

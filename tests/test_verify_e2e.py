@@ -15,11 +15,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, needs_demo, needs_llama_server
-from test_run_e2e import Run, gone, unwrapped
+from tests.support import ROOT, needs_demo, needs_llama_server
+from tests.support.llamafit_run import Run, gone, unwrapped
 
 
-pytestmark = [pytest.mark.llama, pytest.mark.slow]  # real servers, or stand-ins started as processes
+pytestmark = pytest.mark.slow
 VULKAN_SERVER = ROOT / "build" / "llama-vulkan-rpc" / "bin" / "llama-server"
 
 
@@ -192,8 +192,8 @@ HTTPServer(("127.0.0.1", port), H).serve_forever()
 
 
 def test_out_of_memory_at_full_context_is_recorded_and_retried(env: dict[str, str], tmp_path: Path) -> None:
-    from conftest import FIXTURES
-    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+    from tests.support import FIXTURES
+    from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
     exe.write_text(
@@ -219,8 +219,8 @@ def test_a_server_killed_during_verify_is_named_not_retried(env: dict[str, str],
     """Only the server's own out-of-memory line means out of memory (#23 item 2): a server SIGKILLed
     during the full-context request (what the kernel's OOM killer does) is named, recorded as failed,
     and not retried with a smaller plan."""
-    from conftest import FIXTURES
-    from test_server_find import NEW_HELP, NEW_VERSION, fake_server
+    from tests.support import FIXTURES
+    from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     killed = "\n".join(line for line in STAND_IN.splitlines() if "out of memory" not in line).replace(
         "import os; os._exit(1)", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")

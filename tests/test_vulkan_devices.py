@@ -5,21 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import device_lab
-import make_shapes
 import pytest
+from tests.support.loads import lab_load
+from tests.support.scripts import script
 from click.testing import CliRunner
-from conftest import needs_demo
+from tests.support import DATA, needs_demo
 
 from llamafit.cli import cli
 from llamafit.memory.model import op_probe_bytes
 from llamafit.machine.vulkan import device_specs, llama_order, parse_vulkaninfo
 
-DATA = Path(__file__).parent / "data" / "vulkaninfo"
+make_shapes = script("make_shapes")
+
+VULKANINFO = DATA / "vulkaninfo"
 
 
 def test_lavapipe_vulkaninfo_is_read() -> None:
-    (dev,) = parse_vulkaninfo((DATA / "lavapipe-llvm15.txt").read_text())
+    (dev,) = parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text())
     assert (dev.index, dev.name, dev.device_type) == (0, "llvmpipe (LLVM 15.0.6, 256 bits)", "PHYSICAL_DEVICE_TYPE_CPU")
     assert (dev.heap_bytes, dev.max_storage_buffer_range, dev.max_buffer_size, dev.max_memory_allocation_size) == (
         2147483648, 134217728, 0xFFFFFFFF, 0x80000000)  # fmt: skip
@@ -29,7 +31,7 @@ def test_lavapipe_vulkaninfo_is_read() -> None:
 @pytest.mark.parametrize(("env", "names"), [({}, ()), ({"GGML_VK_VISIBLE_DEVICES": "0"}, ("Vulkan0",)),
                                             ({"GGML_VK_VISIBLE_DEVICES": "3"}, ())])  # fmt: skip
 def test_llama_cpp_skips_cpu_type_devices_unless_visible(env: dict[str, str], names: tuple[str, ...]) -> None:
-    devices = llama_order(parse_vulkaninfo((DATA / "lavapipe-llvm15.txt").read_text()), env)
+    devices = llama_order(parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text()), env)
     assert tuple(s.name for s in device_specs(devices)) == names
 
 
@@ -78,7 +80,7 @@ def test_real_vulkan0_reports_what_detection_predicts(vulkan0: Path, demo_path: 
     flags = ["-ngl", "99", "-c", "4096", "-np", "1"]
     monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
     pred = _check([str(demo_path), "--backend", "vulkan", "--", *flags])  # devices from vulkaninfo
-    got = device_lab.load(demo_path, flags)
+    got = lab_load(demo_path, flags)
     assert got.ok, got.failure
     assert got.get("model", "Vulkan0") == _mib(pred["Vulkan0"]["weights_bytes"]) == 65.16
     assert got.get("model", "CPU_Mapped") == _mib(pred["CPU"]["weights_bytes"]) == 170.0
@@ -88,7 +90,7 @@ def test_real_vulkan0_reports_what_detection_predicts(vulkan0: Path, demo_path: 
 def test_real_shape_partial_offload_keeps_the_large_output_on_the_host(vulkan0: Path, shapes_dir: Path) -> None:
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
     flags = ["-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"]
-    got = device_lab.load(path, flags)
+    got = lab_load(path, flags)
     assert got.ok, got.failure
     pred = _check([str(path), "--gpu", "lavapipe", "--", *flags])
     assert got.get("model", "Vulkan0") == _mib(pred["Vulkan0"]["weights_bytes"]) == 37.03
@@ -108,7 +110,7 @@ def test_quantized_k_without_fa_runs_kq_on_the_host(vulkan0: Path, shapes_dir: P
     so KQ [n_kv, T, n_head] F32 runs on the CPU (the real Vulkan_Host buffer holds it); both buffers over."""
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
     args = ["-ngl", "99", "-np", "1", "-fa", "off", "-ctk", "q8_0", "--no-repack", *flags]
-    got = device_lab.load(path, args)
+    got = lab_load(path, args)
     assert got.ok, got.failure
     pred = _check([str(path), "--gpu", "lavapipe", "--", *args])
     assert (_mib(pred["Vulkan0"]["compute_bytes"]), _mib(pred["CPU"]["compute_bytes"])) == (vk, host)
@@ -127,7 +129,7 @@ def test_embeddings_logits_over_the_tensor_limit_run_on_the_host(vulkan0: Path, 
     """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512] F32 (512 MiB)
     exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer holds the logits."""
     args = ["-c", "2048", "-np", "1", "-fa", "on", "--embeddings", "--no-repack", *flags]
-    got = device_lab.load(demo_path, args)
+    got = lab_load(demo_path, args)
     assert got.ok, got.failure
     pred = _check([str(demo_path), "--gpu", "lavapipe", "--", *args])
     assert _mib(pred["CPU"]["compute_bytes"]) == host

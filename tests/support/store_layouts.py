@@ -16,7 +16,9 @@ import shutil
 from pathlib import Path
 
 import gguf
-from conftest import FIXTURES
+import pytest
+from tests.support import FIXTURES
+from tests.support.projector_files import write_gemma3_projector
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -116,3 +118,33 @@ def vocab_only(path: Path) -> Path:
 MODEL = FIXTURES / "dense-llama.gguf"
 MOE = FIXTURES / "moe-qwen3.gguf"
 SPLIT = [FIXTURES / f"split-llama-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+
+
+def small_projector(path: Path) -> Path:
+    """A SigLIP projector llama-server loads, for dense-llama (n_embd 64): 2 blocks of 256."""
+    return write_gemma3_projector(path, projection_dim=64, n_layer=2, n_embd=256, n_ff=1024, n_head=4,
+                                  image_size=224)  # fmt: skip
+
+
+def every_store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home directory with every store in its default place (only HOME set)."""
+    h = tmp_path / "home"
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "LLAMA_CACHE", "OLLAMA_MODELS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(h))
+    proj = small_projector(tmp_path / "mmproj-tiny-F16.gguf")
+    hub = h / ".cache" / "huggingface" / "hub"
+    files = {"tiny-Q8_0.gguf": MODEL, "mmproj-tiny-F16.gguf": proj, **{p.name: p for p in SPLIT}}
+    hf_repo(hub, "acme/tiny-GGUF", files)
+    broken = hf_repo(hub, "acme/broken-GGUF", {"b-Q4_0.gguf": MOE})
+    next((broken / "blobs").iterdir()).unlink()
+    (broken / "blobs" / "0a1b.incomplete").write_bytes(b"")
+    ollama = h / ".ollama" / "models"
+    ollama_model(ollama, ("registry.ollama.ai", "library", "moe", "tiny"), MOE)
+    tied = MODEL.parent / "tied-llama.gguf"
+    ollama_model(ollama, ("registry.ollama.ai", "library", "gone", "latest"), tied, missing=True)
+    lms = h / ".lmstudio" / "models"
+    lmstudio_model(lms, "lmstudio-community", "gemma-GGUF", {"gemma-F16.gguf": MODEL.parent / "swa-gemma3.gguf"})
+    lmstudio_model(lms, "acme", "adapters", {"style-lora.gguf": lora(tmp_path / "l.gguf"),
+                                             "ggml-vocab-llama.gguf": vocab_only(tmp_path / "v.gguf")})  # fmt: skip
+    return h

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+from tests.support import FIXTURES
 
 F16, F32 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32
 ALIGN = 32  # GGUF_DEFAULT_ALIGNMENT
@@ -76,7 +77,7 @@ def write_gemma3_projector(path: Path, *, projection_dim: int, n_layer: int = 27
     return path
 
 
-MMPROJ_CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "calibration" / "mmproj-corpus.jsonl"
+MMPROJ_CORPUS = FIXTURES / "calibration" / "mmproj-corpus.jsonl"
 
 
 def mmproj_corpus_rows() -> list[dict]:

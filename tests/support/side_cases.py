@@ -8,7 +8,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from server_probe import Part, server_log, split_parts
+from tests.support import FIXTURES
+from tests.support.server_probe import Part, server_log, split_parts
 
 from llamafit.machine.devices import host
 from llamafit.commands.prepare import MachineSpec, ModelRef, Request, prepare
@@ -16,7 +17,6 @@ from llamafit.memory.resolve import resolve
 from llamafit.fit.search import Target
 
 MIB = 1 << 20
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HOST = host(64 << 30, 48 << 30)
 
 
@@ -51,12 +51,14 @@ def model_path(case: Case) -> str:
 
 
 def projector_path() -> str:
-    from projector_files import write_gemma3_projector
+    from tests.support.projector_files import write_gemma3_projector
 
     path = Path(tempfile.gettempdir()) / f"llamafit-test-{os.getuid()}" / "mmproj-gemma3-4b-shape-640.gguf"
-    if not path.exists():
+    if not path.exists():  # written aside and renamed: another process never reads half a file
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_gemma3_projector(path, projection_dim=640)
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        write_gemma3_projector(part, projection_dim=640)
+        os.replace(part, path)
     return str(path)
 
 
