@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from conftest import DENSE, NEW_HELP, NEW_VERSION, fake_server
 
 from llamafit.cli import cli
+from llamafit.server.find import build_identity
 
 
 def run(*args: str):
@@ -53,6 +54,7 @@ Command    {server} \\
                                       "-lv", "4"]  # fmt: skip
     assert as_json["server"] == {"kind": "llama-server", "path": str(server), "source": "--server", "build": None,
                                  "version": "version: 0.6.0-dev (build 0, commit unknown)", "notes": [],
+                                 "identity": build_identity(str(server), as_json["server"]["version"]),
                                  "why": f"llama-server from --server: {server}"}  # fmt: skip
 
 

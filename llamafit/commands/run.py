@@ -122,7 +122,7 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
         argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
                                              server=binary.path), binary.dialect)  # fmt: skip
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
-                "version": binary.version_line, "notes": notes}  # fmt: skip
+                "version": binary.version_line, "identity": binary.identity, "notes": notes}  # fmt: skip
     else:
         from ..server.embedded import embedded_argv, embedded_notes
 
@@ -141,8 +141,11 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
              "output_bytes": "output"}  # fmt: skip
     gpu_names = [d.name for d in b.devices if d.kind == "gpu"]
 
-    def device_of(buffer: str) -> str:
-        return next((g for g in gpu_names if buffer == g or buffer.startswith(g + "[")), "CPU")
+    def device_of(buffer: str) -> str | None:
+        planned = next((g for g in gpu_names if buffer == g or buffer.startswith(g + "[")), None)
+        if planned is None and not (buffer.startswith("CPU") or buffer.endswith("_Host")):
+            return None  # a device the plan did not have (unplanned_devices): not the host's
+        return planned or "CPU"
 
     rows = []
     for d in b.devices:
@@ -152,6 +155,20 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
             rows.append({"device": d.name, "kind": kind, "predicted_mib": round(getattr(d, field_name) / MIB, 2),
                          "actual_mib": round(reported, 2)})  # fmt: skip
     return rows
+
+
+def unplanned_devices(buffers: Mapping[str, Mapping[str, float]], gpus: list[str]) -> list[str]:
+    """Devices the server put buffers on that the plan did not have (issue #28: a plan for the CPU
+    alone while the server filled Vulkan0): host buffers are CPU*, *_Host (CUDA_Host, Vulkan_Host…)."""
+    seen: list[str] = []
+    for by_name in buffers.values():
+        for name, mib in by_name.items():
+            device = name.split("[", 1)[0] if not name.startswith("RPC") else name
+            host = name.startswith("CPU") or name.endswith("_Host")
+            planned = any(name == g or name.startswith(g + "[") for g in gpus)
+            if mib > 0 and not host and not planned and device not in seen:
+                seen.append(device)
+    return seen
 
 
 def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -> None:
@@ -373,7 +390,11 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
         say(line)
     gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
     why_not = incomplete(rows, gpus)
-    if why_not is None:
+    foreign = unplanned_devices(watcher.buffers, gpus)
+    if foreign:  # the plan's devices are not the server's: its figures say nothing about the plan
+        say(f"Mismatch   the server put buffers on {', '.join(foreign)}, which the plan did not have (planned: "
+            f"{', '.join(gpus) or 'CPU only'}); not recorded for calibration")  # fmt: skip
+    elif why_not is None:
         try_record(calibration_path(env), launch, p, rows, say)
     elif why_not[0] == "nothing_on_gpu":
         say(f"Warning    the server put nothing on {why_not[1][0]}, which the plan used: is this a CPU-only build? "

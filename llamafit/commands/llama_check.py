@@ -1,0 +1,112 @@
+"""Ask the llama.cpp that will run about the chosen config before anything loads (issue #28):
+llama-fit-params beside the server, on the server's own devices, with every flag that changes
+memory given explicitly; its figures beside llamafit's (fit/llama_check.py) for plan, check and run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from ..fit.llama_check import agrees, compare
+from ..memory.config import LaunchConfig, with_given
+from ..memory.model import Breakdown
+from ..memory.resolve import ResolvedConfig, resolve
+from ..paths import is_url
+from ..server.argv import server_argv
+from .prepare import Prepared
+
+
+def _progress(text: str | None) -> None:
+    """One line on stderr while llama.cpp answers, on a terminal only."""
+    if not sys.stderr.isatty():
+        return
+    sys.stderr.write(f"\r{text}" if text else "\r\033[K")
+    sys.stderr.flush()
+
+
+def _same_question(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
+                   breakdown: Breakdown) -> tuple[LaunchConfig, ResolvedConfig, Breakdown, list[str]]:  # fmt: skip
+    """The config llama-fit-params can be asked (it has no -kvu: several unified slots are asked as
+    separate streams) and llamafit's breakdown for exactly that."""
+    if not (rc.kv_unified and rc.n_seq_max > 1):
+        return cfg, rc, breakdown, []
+    t = p.target
+    asked = with_given(cfg, kv_unified=False, n_parallel=rc.n_seq_max)
+    rc2 = resolve(asked, p.facts, engine=t.engine, build=t.build)
+    rc2 = t.side.main_rc(rc2, build=t.build) if t.side else rc2
+    note = (f"asked for {rc.n_seq_max} slots without -kvu ({'llama-fit-params'} has no -kvu); "
+            "llamafit's figures are for the same")
+    return asked, rc2, t.breakdown(asked, rc2), [note]
+
+
+def llama_cpp_check(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakdown) -> dict[str, Any] | None:
+    """The `llama_cpp_check` JSON object, or None when there is nothing to ask: off
+    (--no-llama-check), a plan for given devices (--gpu), or a server that sees no GPU."""
+    binary = p.server.binary if p.server is not None else None
+    if not p.llama_check or binary is None or p.hardware.source != "llama-server" or not p.hardware.gpus:
+        return None
+    from ..server.fit_check import TOOL, ask, tool_beside
+
+    base: dict[str, Any] = {"tool": TOOL, "build": binary.identity, "devices": [], "agrees": None}
+    tool = tool_beside(binary.path)
+    if tool is None:
+        return base | {"skipped": f"no {TOOL} beside {os.path.basename(binary.path)}"}
+    if is_url(p.facts.path) or p.facts.incomplete:
+        return base | {"skipped": "the model file is not complete here (header only or remote): llama.cpp "
+                                  "cannot load it"}  # fmt: skip
+    asked, arc, ab, notes = _same_question(p, cfg, rc, breakdown)
+    argv = server_argv(p.facts.path, asked, arc) + ["-np", str(arc.n_seq_max)]
+    _progress(f"asking llama.cpp ({TOOL}) about this config…")
+    try:
+        rows, failed = ask(tool, argv, p.env)
+    finally:
+        _progress(None)
+    if failed:
+        return base | {"skipped": failed}
+    checks = compare([(r.device, r.total_mib) for r in rows], ab)
+    base["model_mib"] = {("CPU" if r.device == "Host" else r.device): r.model_mib for r in rows}
+    devices = [{"device": c.device, "mib": c.llama_mib, "llamafit_mib": c.llamafit_mib, "judged": c.judged,
+                "agrees": c.agrees} for c in checks]  # fmt: skip
+    return base | {"path": tool, "devices": devices, "agrees": agrees(checks), "notes": notes}
+
+
+def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
+                       check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:  # fmt: skip
+    """When llama.cpp put less model on a Vulkan device of unknown tensor limit than llamafit did,
+    the limit that reproduces llama.cpp's placement (tensor_limit_candidates), and the prepared
+    problem with it; None when there is nothing to learn."""
+    from dataclasses import replace
+
+    from ..fit.llama_check import tensor_limit_candidates
+    from ..units import MIB
+
+    if not check or not check.get("model_mib"):
+        return None
+    t = p.target
+    unknown = [i for i, g in enumerate(t.gpus) if g.backend == "vulkan" and g.max_tensor_bytes is None]
+    asked, arc, ab, _ = _same_question(p, cfg, rc, t.breakdown(cfg, rc))
+    ours = {d.name: d for d in ab.devices}
+    learned: list[str] = []
+    gpus = list(t.gpus)
+    for i in unknown:
+        name = gpus[i].name
+        theirs = check["model_mib"].get(name)
+        if theirs is None or name not in ours or ours[name].weights_bytes / MIB <= theirs + 1:
+            continue
+        for bound in tensor_limit_candidates([x.n_bytes for x in p.facts.tensors]):
+            trial = tuple(replace(g, max_tensor_bytes=bound) if j == i else g for j, g in enumerate(gpus))
+            b = replace(t, gpus=trial).breakdown(asked, arc)
+            mine = next(d for d in b.devices if d.name == name).weights_bytes / MIB
+            if abs(mine - theirs) <= 1:
+                gpus = list(trial)
+                learned.append(f"{name}: llama.cpp keeps {ours[name].weights_bytes / MIB - mine:,.0f} MiB of weights "
+                               f"off it (a tensor limit; no vulkaninfo): planned with a {bound // MIB:,} MiB limit")
+                break
+    if not learned:
+        return None
+    hw_gpus = tuple(replace(g, spec=gpus[[d.name for d in gpus].index(g.spec.name)])
+                    if g.spec.name in [d.name for d in gpus] else g for g in p.hardware.gpus)  # fmt: skip
+    kept = tuple(n for n in p.hardware.notes if "vulkaninfo" not in n)
+    hardware = replace(p.hardware, gpus=hw_gpus, notes=kept + tuple(learned))
+    return replace(p, target=replace(t, gpus=tuple(gpus)), hardware=hardware), learned
