@@ -429,9 +429,10 @@ def gpus(as_json: bool) -> None:
 
     hw = detect()
     server = local_server(os.environ)  # the devices of the llama-server that would run (issue #28)
-    if server is not None and server.binary is not None:
-        hw = server_devices_for(server.binary.path)(os.environ, hw) or hw
-    click.echo(json.dumps(gpus_json(hw), indent=2) if as_json else gpus_text(hw))
+    binary = server.binary if server is not None else None
+    seen = server_devices_for(binary.path)(os.environ, hw) if binary is not None else None
+    data = gpus_json(hw, seen, binary.path if binary else None, binary.identity if binary else None)
+    click.echo(json.dumps(data, indent=2) if as_json else gpus_text(hw, seen, binary.path if binary else None))
 
 
 def main() -> None:
