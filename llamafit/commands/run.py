@@ -26,7 +26,7 @@ from ..paths import calibration_path, is_url
 from ..fit.explain import PlanResult
 from ..report.plan import serving_line, verdict_text
 from .prepare import Prepared, Request, prepare
-from ..server.find import ServerChoice
+from ..server.find import ServerChoice, ServerRefused
 from ..fit.side_plan import launch_tokens
 from ..fit.solver import Choice, Policy
 from ..units import MIB
@@ -442,7 +442,7 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     try:
         server: ServerChoice | None = server_for(opts, request.env)
     except InputError as e:
-        if not opts.dry_run:
+        if not opts.dry_run or isinstance(e, ServerRefused):  # a binary that is not llama-server: refused
             raise
         server, missing = None, str(e)  # a dry run still shows the plan
     p = prepare(request, server=server)

@@ -132,6 +132,11 @@ class ServerProbeError(LlamafitError):
         super().__init__(why)
 
 
+class ServerRefused(InputError):
+    """A binary named as the server (or found) that does not answer like llama-server (#23 item 8):
+    refused even by a dry run, which otherwise goes on without a server."""
+
+
 def parse_help(text: str) -> Dialect:
     """The dialect of a `llama-server --help` text (common/arg.cpp common_params_print_usage)."""
     flags: set[str] = set()
@@ -223,7 +228,7 @@ def find_server(explicit: str | None, env: Mapping[str, str]) -> ServerBinary | 
     try:
         build, version_line, dialect = probe(path, env)
     except ServerProbeError as e:  # --server /bin/ls: bad input, one line
-        raise InputError(f"{source} {path} does not answer like llama-server: {e.why}") from e
+        raise ServerRefused(f"{source} {path} does not answer like llama-server: {e.why}") from e
     return ServerBinary(path, source, build, version_line, dialect, build_identity(path, version_line))
 
 
