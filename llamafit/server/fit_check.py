@@ -77,9 +77,21 @@ def question(argv: Sequence[str], tool_help: str) -> list[str]:
     return out
 
 
+_ASKED: dict[tuple[str, ...], tuple[tuple[Estimate, ...], str | None]] = {}  # this process's answers
+
+
 def ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
         timeout_s: float = FIT_TIMEOUT_S) -> tuple[tuple[Estimate, ...], str | None]:  # fmt: skip
-    """(rows, None), or ((), why) when the tool fails."""
+    """(rows, None), or ((), why) when the tool fails. One question is asked once per process (a
+    plan re-solved after learning a tensor limit usually asks the same again: 0.7-2.5 s each)."""
+    key = (tool, *flags, *(f"{k}={v}" for k, v in sorted(env.items()) if k.endswith("VISIBLE_DEVICES")))
+    if key not in _ASKED:
+        _ASKED[key] = _ask(tool, flags, env, timeout_s)
+    return _ASKED[key]
+
+
+def _ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
+         timeout_s: float) -> tuple[tuple[Estimate, ...], str | None]:  # fmt: skip
     try:
         helped = subprocess.run([tool, "--help"], capture_output=True, text=True, errors="replace", timeout=30,
                                 env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
