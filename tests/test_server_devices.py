@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from llamafit.cli import cli
 from llamafit.commands.run import unplanned_devices
-from llamafit.fit.llama_check import DeviceCheck, agrees, tensor_limit_candidates
+from llamafit.fit.llama_check import DeviceCheck, agrees, logits_quirk_bytes, tensor_limit_candidates
 from llamafit.machine.devices import DeviceSpec, host
 from llamafit.machine.hardware import GPUInfo, Hardware
 from llamafit.machine.server_devices import ListedDevice, parse_list_devices, server_hardware
@@ -204,10 +204,20 @@ def test_the_estimate_is_read() -> None:
         ([DeviceCheck("Vulkan0", 247, 419.2, True)], False),
         ([DeviceCheck("Vulkan0", 20, 22.9, True)], True),  # within the 3 MiB the three rounded columns lose
         ([DeviceCheck("Vulkan0", 20, 23.1, True)], False),
+        # the device with the output layer: llama.cpp's estimate adds logits for every ubatch token
+        ([DeviceCheck("RPC0[h:2]", 846, 344.9, True, quirk_mib=508.0)], True),
+        ([DeviceCheck("RPC0[h:2]", 846, 344.9, True, quirk_mib=508.0, model_agrees=False)], False),
+        ([DeviceCheck("RPC0[h:2]", 900, 344.9, True, quirk_mib=508.0)], False),
+        ([DeviceCheck("RPC0[h:2]", 200, 344.9, True, quirk_mib=508.0)], False),  # under is never the quirk
     ],
 )  # fmt: skip
 def test_agreement_is_judged_on_gpus_only(checks: list[DeviceCheck], expected: bool) -> None:
     assert agrees(checks) is expected
+
+
+def test_the_logits_quirk_is_the_f32_logits_of_the_ubatch_rows_the_server_does_not_reserve() -> None:
+    assert logits_quirk_bytes(262144, 512, 4) == 262144 * 508 * 4
+    assert logits_quirk_bytes(262144, 512, 512) == 0
 
 
 def test_tensor_limit_candidates_are_the_powers_of_two_below_the_largest_tensors() -> None:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from ..fit.llama_check import agrees, compare
+from ..fit.llama_check import agrees, compare, logits_quirk_bytes
 from ..memory.config import LaunchConfig, with_given
 from ..memory.model import Breakdown
 from ..memory.resolve import ResolvedConfig, resolve
@@ -40,11 +40,26 @@ def _same_question(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
     return asked, rc2, t.breakdown(asked, rc2), [note]
 
 
+def _our_names(theirs: list[str], rpc: list[str]) -> dict[str, str]:
+    """llama-fit-params' device names → llamafit's: Host is the CPU; its RPC0, RPC1… (one device per
+    --rpc worker, in order: ggml-rpc.cpp ggml_backend_rpc_add_server) are our RPC0[host:port] in order."""
+    out = {}
+    k = 0
+    for name in theirs:
+        if name == "Host":
+            out[name] = "CPU"
+        elif name.startswith("RPC") and "[" not in name and k < len(rpc):
+            out[name], k = rpc[k], k + 1
+        else:
+            out[name] = name
+    return out
+
+
 def llama_cpp_check(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakdown) -> dict[str, Any] | None:
     """The `llama_cpp_check` JSON object, or None when there is nothing to ask: off
     (--no-llama-check), a plan for given devices (--gpu), or a server that sees no GPU."""
     binary = p.server.binary if p.server is not None else None
-    if not p.llama_check or binary is None or p.hardware.source != "llama-server" or not p.hardware.gpus:
+    if not p.llama_check or binary is None or p.hardware.source != "llama-server" or not p.target.gpus:
         return None
     from ..server.fit_check import TOOL, ask, tool_beside
 
@@ -56,7 +71,9 @@ def llama_cpp_check(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdow
         return base | {"skipped": "the model file is not complete here (header only or remote): llama.cpp "
                                   "cannot load it"}  # fmt: skip
     asked, arc, ab, notes = _same_question(p, cfg, rc, breakdown)
+    rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     argv = server_argv(p.facts.path, asked, arc) + ["-np", str(arc.n_seq_max)]
+    argv += ["--rpc", ",".join(rpc)] if rpc and not asked.rpc else []  # the workers, as render_plan passes them
     _progress(f"asking llama.cpp ({TOOL}) about this config…")
     try:
         rows, failed = ask(tool, argv, p.env)
@@ -64,10 +81,13 @@ def llama_cpp_check(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdow
         _progress(None)
     if failed:
         return base | {"skipped": failed}
-    checks = compare([(r.device, r.total_mib) for r in rows], ab)
-    base["model_mib"] = {("CPU" if r.device == "Host" else r.device): r.model_mib for r in rows}
+    names = _our_names([r.device for r in rows], [d.name for d in p.target.gpus if d.backend == "rpc"])
+    quirk = logits_quirk_bytes(p.facts.n_vocab, arc.n_ubatch, arc.n_outputs_max)
+    checks = compare([(names[r.device], r.total_mib, r.model_mib) for r in rows], ab, quirk)
+    base["model_mib"] = {names[r.device]: r.model_mib for r in rows}
     devices = [{"device": c.device, "mib": c.llama_mib, "llamafit_mib": c.llamafit_mib, "judged": c.judged,
-                "agrees": c.agrees} for c in checks]  # fmt: skip
+                "agrees": c.agrees} | ({"logits_quirk_mib": c.quirk_mib} if c.agrees and not c.close else {})
+               for c in checks]  # fmt: skip
     return base | {"path": tool, "devices": devices, "agrees": agrees(checks), "notes": notes}
 
 

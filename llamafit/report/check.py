@@ -307,6 +307,8 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
     for i, d in enumerate(data["devices"]):
         head = f"{'llama.cpp':<11}{data['tool']}: " if i == 0 else " " * 11
         verdict = ("agrees" if d["agrees"] else "DIFFERS") if d["judged"] else "host: shown, not judged"
+        if d.get("logits_quirk_mib"):  # fit/llama_check.py logits_quirk_bytes
+            verdict = f"agrees less its {d['logits_quirk_mib']:,.0f} MiB of worst-case logits"
         lines.append(f"{head}{d['device']} {d['mib']:,.0f} MiB, llamafit {d['llamafit_mib']:,.1f} ({verdict})")
     lines += [w for n in data.get("notes", []) for w in textwrap.wrap(n, 80, initial_indent=" " * 11,
                                                                       subsequent_indent=" " * 11)]
