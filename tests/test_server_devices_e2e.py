@@ -99,3 +99,26 @@ def test_the_vulkan_and_cpu_servers_never_share_calibration(only_vulkan: dict[st
                                   identity=r["server"]["identity"])  # fmt: skip
         assert mine is None or mine.runs == 1
         assert compute_correction([other], devices=devices, build=None, identity=r["server"]["identity"]) is None
+
+
+@pytest.mark.parametrize("tokenizer", [True, False])
+def test_a_header_only_model_is_asked_through_a_sparse_stand_in(only_vulkan: dict[str, str], shapes_dir: Path,
+                                                                 tmp_path: Path, tokenizer: bool) -> None:  # fmt: skip
+    import make_shapes
+
+    from llamafit import read_model
+
+    if tokenizer:  # a real-shape model cut to its header: the tokenizer is there
+        full = make_shapes.write_shape("llama3.2-1b", shapes_dir)
+        head = tmp_path / "header-only.gguf"
+        head.write_bytes(full.read_bytes()[: read_model(str(full)).shards[0].data_offset])
+    else:
+        head = Path(__file__).parent.parent / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
+    done = _llamafit(only_vulkan, "plan", str(head), "--json")
+    check = json.loads(done.stdout)["llama_cpp_check"]
+    if not tokenizer:
+        assert check["skipped"] == "the header-only file has no tokenizer, which llama.cpp needs to open it"
+        return
+    vk = next(d for d in check["devices"] if d["device"] == "Vulkan0")
+    assert check["agrees"] is True and abs(vk["mib"] - vk["llamafit_mib"]) <= 0.05 * vk["llamafit_mib"]
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("llamafit-stand-in-*"))  # removed after use

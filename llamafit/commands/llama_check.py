@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from typing import Any
 
 from ..fit.llama_check import agrees, compare, logits_quirk_bytes
@@ -61,18 +62,31 @@ def llama_cpp_check(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdow
     binary = p.server.binary if p.server is not None else None
     if not p.llama_check or binary is None or p.hardware.source != "llama-server" or not p.target.gpus:
         return None
-    from ..server.fit_check import TOOL, ask, tool_beside
+    from ..server.fit_check import TOOL, stand_in, tool_beside
 
     base: dict[str, Any] = {"tool": TOOL, "build": binary.identity, "devices": [], "agrees": None}
     tool = tool_beside(binary.path)
     if tool is None:
         return base | {"skipped": f"no {TOOL} beside {os.path.basename(binary.path)}"}
-    if is_url(p.facts.path) or p.facts.incomplete:
-        return base | {"skipped": "the model file is not complete here (header only or remote): llama.cpp "
-                                  "cannot load it"}  # fmt: skip
+    if is_url(p.facts.path):
+        return base | {"skipped": "a remote model: its header is not kept here for a stand-in"}
+    with tempfile.TemporaryDirectory(prefix="llamafit-stand-in-") as folder:
+        model = p.facts.path
+        if p.facts.incomplete:  # header only: the real header, zero-filled to its size (sparse)
+            made, why = stand_in(p.facts.path, p.facts.data_end_bytes, p.facts.n_shards, folder)
+            if made is None:
+                return base | {"skipped": why}
+            model = made
+        return _asked(p, cfg, rc, breakdown, tool, model, base)
+
+
+def _asked(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakdown, tool: str, model: str,
+           base: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    from ..server.fit_check import TOOL, ask
+
     asked, arc, ab, notes = _same_question(p, cfg, rc, breakdown)
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
-    argv = server_argv(p.facts.path, asked, arc) + ["-np", str(arc.n_seq_max)]
+    argv = server_argv(model, asked, arc) + ["-np", str(arc.n_seq_max)]
     argv += ["--rpc", ",".join(rpc)] if rpc and not asked.rpc else []  # the workers, as render_plan passes them
     _progress(f"asking llama.cpp ({TOOL}) about this config…")
     try:

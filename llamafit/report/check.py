@@ -302,14 +302,16 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
     if not data:
         return []
     if data.get("skipped"):
-        return [f"{'llama.cpp':<11}check skipped: {data['skipped']}"]
+        return textwrap.wrap(f"check skipped: {data['skipped']}", 80, initial_indent=f"{'llama.cpp':<11}",
+                             subsequent_indent=" " * 11)  # fmt: skip
     lines = []
     for i, d in enumerate(data["devices"]):
         head = f"{'llama.cpp':<11}{data['tool']}: " if i == 0 else " " * 11
         verdict = ("agrees" if d["agrees"] else "DIFFERS") if d["judged"] else "host: shown, not judged"
-        if d.get("logits_quirk_mib"):  # fit/llama_check.py logits_quirk_bytes
+        if d.get("logits_quirk_mib") and d["judged"]:  # fit/llama_check.py logits_quirk_bytes
             verdict = f"agrees less its {d['logits_quirk_mib']:,.0f} MiB of worst-case logits"
-        lines.append(f"{head}{d['device']} {d['mib']:,.0f} MiB, llamafit {d['llamafit_mib']:,.1f} ({verdict})")
+        lines += textwrap.wrap(f"{head}{d['device']} {d['mib']:,.0f} MiB, llamafit {d['llamafit_mib']:,.1f} "
+                               f"({verdict})", 80, subsequent_indent=" " * 13)  # fmt: skip
     lines += [w for n in data.get("notes", []) for w in textwrap.wrap(n, 80, initial_indent=" " * 11,
                                                                       subsequent_indent=" " * 11)]
     if data["agrees"] is False:

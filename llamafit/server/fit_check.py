@@ -105,3 +105,31 @@ def _ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
         tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()][-1:] or ["no output"]
         return (), f"{TOOL} printed no estimate (exit {proc.returncode}): {tail[0][:120]}"
     return rows, None
+
+
+STAND_IN_HEADER_LIMIT = 64 << 20  # a header-only GGUF (metadata, tokenizer, tensor infos) is far smaller
+
+
+def stand_in(path: str, data_end_bytes: int, n_shards: int, folder: str) -> tuple[str | None, str | None]:
+    """(a sparse stand-in for a local header-only GGUF in `folder`, None) or (None, why not).
+
+    llama-fit-params allocates nothing and reads no tensor data, but it opens the model: the stand-in
+    is the real header, extended with zeros to the size its tensors need (os.truncate: no disk used).
+    It needs a tokenizer llama.cpp accepts (llama_vocab::load): a header without tokenizer.ggml.model
+    and tokens cannot be asked."""
+    from ..reader.model import read_model
+    from ..safe_io import read_regular, write_atomic
+
+    if n_shards != 1:
+        return None, "a header-only split model (its shards' stand-ins are not made here)"
+    try:
+        model = read_model(path)
+        header = read_regular(path, STAND_IN_HEADER_LIMIT)
+    except (OSError, ValueError) as e:
+        return None, f"its header cannot be read: {e}"
+    if "tokenizer.ggml.model" not in model.metadata or "tokenizer.ggml.tokens" not in model.metadata:
+        return None, "the header-only file has no tokenizer, which llama.cpp needs to open it"
+    out = os.path.join(folder, os.path.basename(path))
+    write_atomic(out, header)
+    os.truncate(out, max(data_end_bytes, len(header)))
+    return out, None
