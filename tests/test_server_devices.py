@@ -229,3 +229,61 @@ def test_a_server_that_does_not_answer_like_llama_server_is_refused() -> None:
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == ("Error: --server /bin/ls does not answer like llama-server: its --help lists no --port "
                              "(exit 0)\n")  # fmt: skip
+
+
+def _fake_build(where: Path, extra_model_mib: int) -> Path:
+    """A llama-server that lists one 16 MiB CUDA0, and a llama-fit-params beside it whose estimate is
+    llamafit's for the dense fixture (KV 512 bytes a token) plus `extra_model_mib` of weights."""
+    from conftest import NEW_HELP, NEW_VERSION
+
+    server = _exe(where, "fake")
+    server.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"if sys.argv[1] == '--version':\n    sys.stderr.write({NEW_VERSION!r})\n"
+        f"elif sys.argv[1] == '--help':\n    sys.stdout.write({NEW_HELP!r})\n"
+        "elif sys.argv[1] == '--list-devices':\n"
+        "    print('Available devices:')\n    print('  CUDA0: NVIDIA GeForce RTX 4090 (16 MiB, 16 MiB free)')\n"
+    )  # fmt: skip
+    tool = where / "llama-fit-params"
+    tool.write_text(
+        f"#!{sys.executable}\nimport sys\na = sys.argv[1:]\n"
+        f"if a == ['--help']:\n    sys.stdout.write({FIT_HELP!r})\n    sys.exit(0)\n"
+        "c = int(a[a.index('-c') + 1])\n"
+        f"print(f'CUDA0 {{0 + {extra_model_mib}}} {{c * 512 >> 20}} 5')\nprint('Host 0 0 1')\n"
+    )  # fmt: skip
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    return server
+
+
+@pytest.mark.parametrize("extra", [0, 4])
+def test_llama_cpp_s_larger_weights_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int) -> None:
+    import json
+
+    from conftest import DENSE
+
+    server = _fake_build(tmp_path / "bin", extra)
+    env = {"LLAMA_SERVER": str(server), "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
+           "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl")}  # fmt: skip
+    result = CliRunner(env=env).invoke(cli, ["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    gpu = plan["devices"][0]
+    room = extra and extra * MIB - gpu["weights_bytes"]  # its model column over llamafit's 228 KiB of weights
+    assert (gpu["name"], gpu["total_bytes"], gpu["overhead_bytes"], gpu["weights_bytes"]) == (
+        "CUDA0", 16 * MIB, room, 233472)  # fmt: skip
+    check = plan["llama_cpp_check"]
+    assert (check["tool"], check["agrees"], check["build"][:7]) == ("llama-fit-params", extra == 0, "sha256:")
+    notes = [w["text"] for w in plan["warnings"] if w["code"] == "server_devices"]
+    assert notes == ([] if extra == 0 else ["CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than "
+                                            "llamafit's: planned with that much more room"])  # fmt: skip
+
+
+def test_the_speed_estimate_uses_the_bandwidth_of_the_card_the_server_names() -> None:
+    from llamafit.commands.speed_inputs import gpu_rates
+
+    listed = (ListedDevice("Vulkan0", "vulkan", "NVIDIA GeForce RTX 4090", 24564 * MIB, 24000 * MIB),
+              ListedDevice("Vulkan1", "vulkan", "llvmpipe (LLVM 15.0.6, 256 bits)", 2048 * MIB, 2048 * MIB))
+    hw = server_hardware(listed, Hardware((), HOST, "none"), (), "llama-server")
+    rates = [gpu_rates(g)[0] for g in hw.gpus]
+    assert [(r.value, r.source) if r else None for r in rates] == [
+        (1008e9, "catalog: NVIDIA GeForce RTX 4090"), None]  # fmt: skip

@@ -99,6 +99,7 @@ def _asked(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakd
     quirk = logits_quirk_bytes(p.facts.n_vocab, arc.n_ubatch, arc.n_outputs_max)
     checks = compare([(names[r.device], r.total_mib, r.model_mib) for r in rows], ab, quirk)
     base["model_mib"] = {names[r.device]: r.model_mib for r in rows}
+    base["context_mib"] = {names[r.device]: r.context_mib for r in rows}
     devices = [{"device": c.device, "mib": c.llama_mib, "llamafit_mib": c.llamafit_mib, "judged": c.judged,
                 "agrees": c.agrees} | ({"logits_quirk_mib": c.quirk_mib} if c.agrees and not c.close else {})
                for c in checks]  # fmt: skip
@@ -144,3 +145,34 @@ def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
     kept = tuple(n for n in p.hardware.notes if "vulkaninfo" not in n)
     hardware = replace(p.hardware, gpus=hw_gpus, notes=kept + tuple(learned))
     return replace(p, target=replace(t, gpus=tuple(gpus)), hardware=hardware), learned
+
+
+def larger_wins(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
+                check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:  # fmt: skip
+    """Where llama.cpp's estimate holds more weights or KV/recurrent state on a GPU than llamafit's
+    (the buffers its loader sizes exactly: llama_model_loader, llama_kv_cache), the plan keeps that
+    much more room there (the device's overhead_bytes) and is solved again; None when it does not.
+    Compute is not taken from it: its worst-case graph is no llama-server's (logits_quirk_bytes)."""
+    from dataclasses import replace
+
+    from ..units import MIB
+
+    if not check or check.get("agrees") is not False or not check.get("model_mib"):
+        return None
+    _, _, ab, _ = _same_question(p, cfg, rc, p.target.breakdown(cfg, rc))
+    ours = {d.name: d for d in ab.devices}
+    gpus, notes = list(p.target.gpus), []
+    for i, g in enumerate(gpus):
+        d = ours.get(g.name)
+        if d is None or g.name not in check["model_mib"]:
+            continue
+        more = (max(0.0, check["model_mib"][g.name] - d.weights_bytes / MIB)
+                + max(0.0, check.get("context_mib", {}).get(g.name, 0) - (d.kv_bytes + d.recurrent_bytes) / MIB))
+        if more > 1.0:  # beyond the print precision of one column
+            gpus[i] = replace(g, overhead_bytes=g.overhead_bytes + int(more * MIB))
+            notes.append(f"{g.name}: llama.cpp's own estimate holds {more:,.0f} MiB more weights and KV than "
+                         "llamafit's: planned with that much more room")  # fmt: skip
+    if not notes:
+        return None
+    hardware = replace(p.hardware, notes=p.hardware.notes + tuple(notes))
+    return replace(p, target=replace(p.target, gpus=tuple(gpus)), hardware=hardware, llama_adjusted=True), notes

@@ -7,7 +7,7 @@ from dataclasses import replace
 from ..report import check as check_report, plan as plan_report
 from ..server.argv import server_argv
 from ..fit.explain import PlanResult, plan
-from .llama_check import learn_tensor_limit, llama_cpp_check
+from .llama_check import larger_wins, learn_tensor_limit, llama_cpp_check
 from .prepare import Prepared, Report, Request, prepare, warnings_for
 from ..report.layout import wrap_line
 from ..fit.side_plan import launch_tokens
@@ -29,8 +29,10 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True) -> tu
     result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c = result.choice
     llama = llama_cpp_check(p, c.cfg, c.rc, c.breakdown) if c else None
-    if c and llama and llama.get("agrees") is False and (learned := learn_tensor_limit(p, c.cfg, c.rc, llama)):
-        return render_plan(learned[0], policy, with_command=with_command)  # planned again with llama.cpp's placement
+    if c and llama and llama.get("agrees") is False and not p.llama_adjusted:
+        learned = learn_tensor_limit(p, c.cfg, c.rc, llama) or larger_wins(p, c.cfg, c.rc, llama)
+        if learned:  # planned again with llama.cpp's placement, or its larger weights and KV
+            return render_plan(replace(learned[0], llama_adjusted=True), policy, with_command=with_command)
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())
     passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + side_flags

@@ -135,6 +135,7 @@ class Prepared:
     server_identity: str | None = None  # its build identity when the plan is for its devices (calibration key)
     env: Mapping[str, str] = field(default_factory=dict)
     llama_check: bool = False  # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
+    llama_adjusted: bool = False  # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
