@@ -178,6 +178,10 @@ FIT_HELP = """\
 -np,   --parallel N                     number of parallel sequences to decode (default: 1)
 -ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM
 -fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', default: 'auto')
+-ctk,  --cache-type-k TYPE              KV cache data type for K
+-ctv,  --cache-type-v TYPE              KV cache data type for V
+-b,    --batch-size N                   logical maximum batch size (default: 2048)
+-ub,   --ubatch-size N                  physical maximum batch size (default: 512)
 -ot,   --override-tensor <tensor name pattern>=<buffer type>,...
 -fit,  --fit [on|off]                   whether to adjust unset arguments to fit in device memory
 -fitp, --fit-print [on|off]             print the estimated required memory ('on' or 'off', default: 'off')
@@ -186,9 +190,10 @@ FIT_HELP = """\
 
 def test_the_question_keeps_the_flags_the_tool_has() -> None:
     argv = ["llama-server", "-m", "m.gguf", "-c", "32768", "-ngl", "19", "-fa", "on", "-ctk", "f16", "-ot",
-            "blk\\.1\\.=CPU", "-np", "4", "-kvu", "--fit", "off", "--host", "127.0.0.1", "--port", "8080"]
-    assert question(argv, FIT_HELP) == ["-m", "m.gguf", "-c", "32768", "-ngl", "19", "-fa", "on", "-ot",
-                                        "blk\\.1\\.=CPU", "-np", "4"]  # fmt: skip
+            "blk\\.1\\.=CPU", "-np", "4", "-kvu", "--fit", "off", "--host", "127.0.0.1", "--port", "8080",
+            "--rpc", "h:1"]
+    assert question(argv, FIT_HELP) == (["-m", "m.gguf", "-c", "32768", "-ngl", "19", "-fa", "on", "-ctk", "f16",
+                                         "-ot", "blk\\.1\\.=CPU", "-np", "4"], ["--rpc"])  # fmt: skip
 
 
 def test_the_estimate_is_read() -> None:

@@ -62,19 +62,24 @@ def tool_beside(server: str) -> str | None:
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
-def question(argv: Sequence[str], tool_help: str) -> list[str]:
-    """llama-server's argv (server_argv: model first) as llama-fit-params' flags: those it lists,
-    each with its values; llama-server's own (host, port, --fit, -kvu) dropped."""
+def question(argv: Sequence[str], tool_help: str) -> tuple[list[str], list[str]]:
+    """llama-server's argv (server_argv: model first) as llama-fit-params' flags, each with its
+    values, llama-server's own (host, port, --fit, -kvu) dropped; and the flags the tool does not
+    list (then it cannot be asked the same question: a build without RPC has no --rpc)."""
     dialect = parse_help(tool_help)
     out: list[str] = []
+    missing: list[str] = []
     i = 1
     while i < len(argv):
         token = argv[i]
         n = _arity(token, dialect, argv[i + 1 :]) if token.startswith("-") else 0
-        if token.startswith("-") and token not in _DROP and dialect.has(token):
-            out += [token, *argv[i + 1 : i + 1 + n]]
+        if token.startswith("-") and token not in _DROP:
+            if dialect.has(token):
+                out += [token, *argv[i + 1 : i + 1 + n]]
+            else:
+                missing.append(token)
         i += 1 + n
-    return out
+    return out, missing
 
 
 _ASKED: dict[tuple[str, ...], tuple[tuple[Estimate, ...], str | None]] = {}  # this process's answers
@@ -95,7 +100,10 @@ def _ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
     try:
         helped = subprocess.run([tool, "--help"], capture_output=True, text=True, errors="replace", timeout=30,
                                 env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
-        argv = [tool, *question(flags, helped.stdout + helped.stderr), "-fitp", "on", "-fit", "off"]
+        asked, missing = question(flags, helped.stdout + helped.stderr)
+        if missing:
+            return (), f"this build's {TOOL} has no {', '.join(missing)}: it cannot be asked the same question"
+        argv = [tool, *asked, "-fitp", "on", "-fit", "off"]
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s,
                               env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as e:
