@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamafit.cli import cli
-from llamafit.commands.run import unplanned_devices
+from llamafit.commands.run import devices_mismatch, unplanned_devices
 from llamafit.fit.llama_check import DeviceCheck, agrees, logits_quirk_bytes, tensor_limit_candidates
 from llamafit.machine.devices import DeviceSpec, host
 from llamafit.machine.hardware import GPUInfo, Hardware
@@ -292,3 +292,18 @@ def test_the_speed_estimate_uses_the_bandwidth_of_the_card_the_server_names() ->
     rates = [gpu_rates(g)[0] for g in hw.gpus]
     assert [(r.value, r.source) if r else None for r in rates] == [
         (1008e9, "catalog: NVIDIA GeForce RTX 4090"), None]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reported", "planned", "expected"),
+    [
+        (None, ["CUDA0"], None),  # a build that lists nothing: the buffers decide
+        ([{"name": "Vulkan0", "backend": "vulkan"}], ["Vulkan0"], None),
+        ([{"name": "Vulkan0", "backend": "vulkan"}], [], "the server lists Vulkan0, the plan has none (CPU only)"),
+        ([], ["CUDA0", "CUDA1"], "the server lists no GPU, the plan has CUDA0, CUDA1"),
+        ([{"name": "RPC0[h:1]", "backend": "rpc"}], ["RPC0[h:1]"], None),
+    ],
+)  # fmt: skip
+def test_a_run_on_other_devices_than_planned_is_a_mismatch(reported: list | None, planned: list[str],
+                                                           expected: str | None) -> None:  # fmt: skip
+    assert devices_mismatch(reported, planned) == expected

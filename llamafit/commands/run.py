@@ -122,7 +122,8 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
         argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
                                              server=binary.path), binary.dialect)  # fmt: skip
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
-                "version": binary.version_line, "identity": binary.identity, "notes": notes}  # fmt: skip
+                "version": binary.version_line, "identity": binary.identity, "notes": notes,
+                "devices": reported_devices(binary.path, p.env)}  # fmt: skip
     else:
         from ..server.embedded import embedded_argv, embedded_notes
 
@@ -155,6 +156,27 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
             rows.append({"device": d.name, "kind": kind, "predicted_mib": round(getattr(d, field_name) / MIB, 2),
                          "actual_mib": round(reported, 2)})  # fmt: skip
     return rows
+
+
+def reported_devices(path: str, env: Mapping[str, str]) -> list[dict[str, Any]] | None:
+    """The devices the server itself lists (--list-devices), for the records: None when it lists none."""
+    from ..machine.server_devices import list_devices
+
+    listed = list_devices(path, env)
+    if listed is None:
+        return None
+    return [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in listed]
+
+
+def devices_mismatch(reported: list[dict[str, Any]] | None, planned: list[str]) -> str | None:
+    """Why the plan's local devices are not the server's (RPC workers aside), or None."""
+    if reported is None:
+        return None
+    theirs = [str(d.get("name")) for d in reported if d.get("backend") != "rpc"]
+    ours = [g for g in planned if not g.startswith("RPC")]
+    if theirs == ours:
+        return None
+    return f"the server lists {', '.join(theirs) or 'no GPU'}, the plan has {', '.join(ours) or 'none (CPU only)'}"
 
 
 def unplanned_devices(buffers: Mapping[str, Mapping[str, float]], gpus: list[str]) -> list[str]:
@@ -391,14 +413,17 @@ def _serve(child: Any, watcher: Any, launch: Launch, p: Prepared, env: Mapping[s
     gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
     why_not = incomplete(rows, gpus)
     foreign = unplanned_devices(watcher.buffers, gpus)
+    listed = devices_mismatch(launch.server_info.get("devices"), gpus)
     if foreign:  # the plan's devices are not the server's: its figures say nothing about the plan
         say(f"Mismatch   the server put buffers on {', '.join(foreign)}, which the plan did not have (planned: "
             f"{', '.join(gpus) or 'CPU only'}); not recorded for calibration")  # fmt: skip
-    elif why_not is None:
-        try_record(calibration_path(env), launch, p, rows, say)
-    elif why_not[0] == "nothing_on_gpu":
+    elif why_not is not None and why_not[0] == "nothing_on_gpu":
         say(f"Warning    the server put nothing on {why_not[1][0]}, which the plan used: is this a CPU-only build? "
             "(not recorded for calibration)")  # fmt: skip
+    elif listed:
+        say(f"Mismatch   {listed}; not recorded for calibration")
+    elif why_not is None:
+        try_record(calibration_path(env), launch, p, rows, say)
     else:
         say(f"Note       not recorded for calibration: the server did not report {', '.join(why_not[1])}")
     if verify:
