@@ -88,6 +88,7 @@ def trained_ctx(model: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--all", action="store_true", help="every real shape of bench_fit, not just the first")
+    ap.add_argument("--only", help="one model: the demo's name or a shape key (implies --all)")
     ap.add_argument("--margins", help="comma-separated margins in MiB (default: 1024,1536,1800,1948)")
     ap.add_argument("--state", type=Path, default=Path("bench_limit_state.json"), help="rows so far (resumable)")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
@@ -99,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     margins = [int(m) for m in args.margins.split(",")] if args.margins else list(MARGINS)
     print(f"{'model':<20} {'margin':>6} {'budget':>6} | {'llamafit -c':>11} {'largest -c':>10} {'share':>6} starts")
     with tempfile.TemporaryDirectory(prefix="bench-limit-") as tmp:
-        chosen = bench_fit.models(Path(tmp), quick=not args.all)
+        chosen = bench_fit.models(Path(tmp), quick=not (args.all or args.only))
         for name, path in chosen:
+            if args.only and not name.startswith(args.only):
+                continue
             trained = trained_ctx(path)
             for margin in margins:
                 key = f"{name}|{margin}"
