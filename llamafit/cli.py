@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -152,6 +153,8 @@ def _engine_options(f: Any) -> Any:
         click.option("--ram", metavar="SIZE",
                      help="Plan for this much host RAM (another machine's) instead of what is free."),
         click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line."),
+        click.option("--no-llama-check", "no_llama_check", is_flag=True,
+                     help="Do not ask llama.cpp's own dry run (llama-fit-params) about the config."),
         json_option,
         click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"),
     ]  # fmt: skip
@@ -162,7 +165,7 @@ def _engine_options(f: Any) -> Any:
 
 def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
              use: str, rpc: str | None, ram: str | None, command_line: str | None,
-             args: tuple[str, ...]) -> Request:  # fmt: skip
+             args: tuple[str, ...], no_llama_check: bool = True) -> Request:  # fmt: skip
     """The options of _engine_options as one typed value."""
     import os
 
@@ -178,7 +181,7 @@ def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | N
     return Request(
         model=ModelRef(model, demo, tuple(server_args), command_line),
         machine=MachineSpec(gpu_spec, backend, use, rpc, reserve_mib << 20, ram),
-        engine=engine, build=llama_build, env=dict(os.environ),
+        engine=engine, build=llama_build, env=dict(os.environ), llama_check=not no_llama_check,
     )  # fmt: skip
 
 
@@ -330,7 +333,7 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
     if router:
         from .commands.router import router_models, router_command
 
-        request, models = router_models(request)
+        request, models = router_models(replace(request, llama_check=False))
         raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
                                         request.env))  # fmt: skip
     raise SystemExit(run_command(request, policy, opts, as_json=as_json))
@@ -363,6 +366,7 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
     if output:
         _check_output_dir(output)
     policy, request = _split_policy(options)
+    request = replace(request, llama_check=False)  # a script is for later, maybe elsewhere: no dry run here
     report, text = script_text(request, policy, ScriptOptions(kind, host, port, name, server, guard),
                                warn=lambda m: click.echo(f"Warning: {m}", err=True))  # fmt: skip
     if text is None:  # nothing fits: the plan says why, and nothing is written
@@ -459,11 +463,18 @@ def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: 
 @json_option
 def gpus(as_json: bool) -> None:
     """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from where."""
+    import os
+
     from .report.gpus import gpus_json, gpus_text
     from .machine.hardware import detect
+    from .commands.prepare import local_server, server_devices_for
 
     hw = detect()
-    click.echo(json.dumps(gpus_json(hw), indent=2) if as_json else gpus_text(hw))
+    server = local_server(os.environ)  # the devices of the llama-server that would run (issue #28)
+    binary = server.binary if server is not None else None
+    seen = server_devices_for(binary.path)(os.environ, hw) if binary is not None else None
+    data = gpus_json(hw, seen, binary.path if binary else None, binary.identity if binary else None)
+    click.echo(json.dumps(data, indent=2) if as_json else gpus_text(hw, seen, binary.path if binary else None))
 
 
 def main() -> None:

@@ -10,7 +10,10 @@ Prints one row per case, side by side, with "within budget" columns; --json writ
 With --rpc the same comparison runs over two ggml-rpc-server workers on loopback, each serving a lavapipe
 Vulkan0 (2 GiB): no local GPU, the budget is per worker, and a row is within budget when both are.
 
-    GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_fit.py [--quick] [--rpc] [--json OUT]
+    GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_fit.py [--quick] [--rpc] [--given-devices] [--json OUT]
+
+By default llamafit plans as a user would have it: the llama-server of the build on PATH, no --gpu or
+--backend (its own devices; RPC workers' memory asked through it). --given-devices describes them instead.
 
 Models: the real Gemma 3 270M (the demo) and real-shape zero-weight models (scripts/make_shapes.py)
 written into a temporary folder: dense (Llama 3.2 1B), SWA (Gemma 3 1B), MoE (Granite 3.0 1B-A400M).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -93,10 +97,21 @@ def fit_params(model: Path, margin: int) -> list[str]:
     return shlex.split(lines[-1]) if lines else []  # -ot "…" comes quoted
 
 
+AS_USER = [True]  # --given-devices: False
+
+
 def llamafit_plan(model: Path, margin: int) -> list[str]:
+    """As a user would have it (default): the llama-server on PATH, no --gpu or --backend: the plan
+    uses the server's own devices (and RPC workers' memory asked through it). --given-devices: the
+    devices described with --gpu/--backend/--rpc host:port=SIZE instead."""
     env = dict(_env(), PYTHONPATH=str(device_lab.ROOT))
-    machine = (["--gpu", "cpu", "--rpc", ",".join(f"{ep}={DEVICE_MIB}MiB" for ep in RPC)] if RPC
-               else ["--backend", "vulkan", "--gpu", f"{DEVICE_MIB}MiB"])
+    if AS_USER[0]:
+        env["PATH"] = f"{device_lab.bin_dir()}{os.pathsep}{env.get('PATH', '')}"
+        env.pop("LLAMA_SERVER", None)
+        machine = ["--rpc", ",".join(RPC)] if RPC else []
+    else:
+        machine = (["--gpu", "cpu", "--rpc", ",".join(f"{ep}={DEVICE_MIB}MiB" for ep in RPC)] if RPC
+                   else ["--backend", "vulkan", "--gpu", f"{DEVICE_MIB}MiB"])
     proc = subprocess.run([sys.executable, "-m", "llamafit", "plan", str(model), *machine, "--reserve", str(margin),
                            "--json"], capture_output=True, text=True, env=env, check=False)  # fmt: skip
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
@@ -129,6 +144,24 @@ def models(tmp: Path, quick: bool) -> list[tuple[str, Path]]:
     return out
 
 
+N_LAYERS: dict[str, int] = {}  # model name → its blocks + 1 (the output layer): -ngl all
+
+
+def _ngl(s: Side, n_all: int) -> int:
+    value = s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "all"  # llama.cpp's default: all
+    return n_all if value in ("all", "auto", "-1") else min(int(value), n_all)
+
+
+def dominated(row: Row) -> bool:
+    """llama.cpp's --fit, within budget, has as much context and as many GPU layers as llamafit's
+    pick and more of one (issue #28: never)."""
+    if not row.within(row.fit):
+        return False
+    n_all = N_LAYERS.get(row.model, 10**6)
+    fit, ours = (row.fit.n_ctx or 0, _ngl(row.fit, n_all)), (row.llamafit.n_ctx or 0, _ngl(row.llamafit, n_all))
+    return fit[0] >= ours[0] and fit[1] >= ours[1] and fit != ours
+
+
 def _fmt_side(row: Row, s: Side) -> str:
     within = row.within(s)
     mark = "-" if within is None else ("yes" if within else "NO")
@@ -148,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="one model: the demo's name or a shape key")
     ap.add_argument("--margins", help="comma-separated margins in MiB (default: 1024,1536,1800,1900,1948)")
     ap.add_argument("--rpc", action="store_true", help="over two RPC workers serving lavapipe (2 GiB each)")
+    ap.add_argument("--given-devices", action="store_true",
+                    help="plan with --gpu/--backend/--rpc SIZE instead of the llama-server on PATH")
     args = ap.parse_args(argv)
+    AS_USER[0] = not args.given_devices
     if device_lab.bin_dir() is None:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
         return 2
@@ -166,13 +202,17 @@ def _bench(args: argparse.Namespace) -> int:
         for name, path in models(Path(tmp), args.quick):
             if args.only and not name.startswith(args.only):
                 continue
+            from llamafit import build_facts, read_model
+
+            N_LAYERS[name] = build_facts(read_model(str(path))).n_layer + 1
             for margin in (MARGINS[1], MARGINS[2]) if args.quick else margins:
                 rpc = bool(RPC)
                 with _workers(rpc):
                     fit_args = fit_params(path, margin)
                 with _workers(rpc):
                     fit_side = start(path, fit_args)
-                lf_args = llamafit_plan(path, margin)
+                with _workers(rpc and AS_USER[0]):  # as a user: real workers answer for their memory
+                    lf_args = llamafit_plan(path, margin)
                 with _workers(rpc):
                     lf_side = start(path, lf_args)
                 row = Row(name, margin, DEVICE_MIB - margin, fit_side, lf_side)
@@ -181,7 +221,9 @@ def _bench(args: argparse.Namespace) -> int:
                       f"{_fmt_side(row, row.llamafit):>33}", flush=True)  # fmt: skip
     behind = [r for r in rows if (r.llamafit.n_ctx or 0) < (r.fit.n_ctx or 0) and r.within(r.fit)]
     over = [r for r in rows if r.within(r.llamafit) is False]
-    print(f"\nllamafit behind llama.cpp's --fit: {len(behind)} of {len(rows)} rows; over budget: {len(over)}")
+    beaten = [r for r in rows if dominated(r)]
+    print(f"\nllamafit behind llama.cpp's --fit: {len(behind)} of {len(rows)} rows; dominated: {len(beaten)}; "
+          f"over budget: {len(over)}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n", encoding="utf-8")
     return 0

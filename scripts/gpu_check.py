@@ -10,7 +10,9 @@
 3. Runs the grid (`grid()`: full and partial offload, -ot exps=CPU, --n-cpu-moe, FA on/off, quantized
    KV, -ub 32..2048, -np 1/4, --no-op-offload) with `-lv 4 --fit off --no-warmup`, records every
    reported buffer, NVML-measured usage after load and after a full-context prompt, and llamafit's
-   prediction for the same flags (`check --backend cuda --gpu <detected> --json`).
+   prediction for the same flags (`check --backend cuda --gpu <detected> --json`), and `check --json` as a
+   user has it (the built llama-server on PATH, no --gpu: its own CUDA devices and llama.cpp's own
+   estimate from llama-fit-params beside llamafit's per device: `llama_cpp_check`, issue #28).
 4. Runs llama-fit-params at several margins and llamafit plan at the same margins.
 Every record is one JSON line ({"kind": "build"|"load"|"fit", ...}). Stops starting new cases when the
 time budget (default 12 minutes, the build included) is near.
@@ -129,6 +131,23 @@ def predicted(model: Path, flags: tuple[str, ...], gpu: str, reserve: int = 0) -
         return None
 
 
+def llama_check_argv(model: Path | str, flags: tuple[str, ...]) -> list[str]:
+    return [sys.executable, "-m", "llamafit", "check", str(model), "--json", "--", *flags]
+
+
+def llama_check(model: Path, flags: tuple[str, ...], bin_dir: Path) -> dict[str, Any] | None:
+    """llamafit check as a user has it (issue #28): the CUDA llama-server on PATH, no --gpu: its own
+    devices, and llama.cpp's own estimate (llama-fit-params beside it) per device beside llamafit's."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("LLAMA_SERVER", None)
+    proc = subprocess.run(llama_check_argv(model, flags), capture_output=True, text=True, env=env, check=False)
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        return None
+    return {"hardware": data.get("hardware"), "llama_cpp_check": data.get("llama_cpp_check")}
+
+
 def full_prompt(port: int, n_ctx: int, timeout_s: float = 120) -> bool:
     """Fill the context with one prompt (about n_ctx - 64 tokens of ' a'), generate 1 token."""
     body = json.dumps({"prompt": " a" * max(n_ctx - 64, 1), "n_predict": 1, "cache_prompt": False}).encode()
@@ -158,7 +177,8 @@ def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]
         yield {"kind": "load", "model": key, "flags": list(flags), "ok": loaded.ok, "failure": loaded.failure,
                "buffers_mib": loaded.buffers, "nvml_before": before, "nvml_after_load": after_load,
                "nvml_after_prompt": after_prompt if prompted else None,
-               "predicted": predicted(path, flags, gpu)}  # fmt: skip
+               "predicted": predicted(path, flags, gpu),
+               "llama_check": llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"]))}  # fmt: skip
     for key in ("llama3.1-8b", "qwen3-30b-a3b"):
         path = make_shapes.write_shape(key, shapes)
         for margin in MARGINS:
@@ -184,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(" ".join(cmd))
         for key, flags in grid():
             print(key, " ".join(flags))
+        print("each case also: PATH=<work>/build/bin:$PATH " + " ".join(llama_check_argv("<model>", ("<flags>",))[1:]))
         return 0
     if shutil.which("nvidia-smi") is None or shutil.which("nvcc") is None:
         print("needs nvidia-smi and nvcc (an NVIDIA machine with the CUDA toolkit)", file=sys.stderr)

@@ -91,6 +91,7 @@ def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> No
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 8 << 30, 6 << 30), "Test GPU", 0)
     fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")
     monkeypatch.setattr(prepare_module, "_default_detect", lambda env: fake)
+    monkeypatch.setattr(prepare_module, "local_server", lambda env: None)  # no llama-server: detection is the default
     d = json.loads(check(DENSE, "--json", "--", "-c", "4096").stdout)
     assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [("CUDA0", 6 << 30), ("CPU", 16 << 30)]
     total = json.loads(check(DENSE, "--json", "--use", "total", "--", "-c", "4096").stdout)

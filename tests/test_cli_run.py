@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from tests.support import DENSE, NEW_HELP, NEW_VERSION, fake_server
 
 from llamafit.cli import cli
+from llamafit.server.find import build_identity
 
 
 def run(*args: str):
@@ -63,6 +64,8 @@ Command    {server} \\
                                       "-lv", "4"]  # fmt: skip
     assert as_json["server"] == {"kind": "llama-server", "path": str(server), "source": "--server", "build": None,
                                  "version": "version: 0.6.0-dev (build 0, commit unknown)", "notes": [],
+                                 "identity": build_identity(str(server), as_json["server"]["version"]),
+                                 "devices": None,  # the stand-in answers --list-devices with nothing
                                  "why": f"llama-server from --server: {server}"}  # fmt: skip
 
 
@@ -98,4 +101,4 @@ def test_run_solves_the_plan_once(mode: list[str], tmp_path: Path, fixed_host, m
     assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
     assert len(calls) == 1
     last_call = (tmp_path / "bin" / "calls.log").read_text().splitlines()[-1]
-    assert last_call == ("--help" if mode == ["--dry-run"] else "-m")  # the launch started the stand-in
+    assert last_call == ("--list-devices" if mode == ["--dry-run"] else "-m")  # the launch started the stand-in

@@ -589,7 +589,8 @@ def test_guard_is_refused_for_a_cpu_plan() -> None:
 def test_script_refuses_a_server_that_is_not_llama_server() -> None:
     result = invoke("script", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--server", "/bin/echo")
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr.startswith("Error: /bin/echo --help does not look like llama-server's")
+    assert result.stderr == ("Error: --server /bin/echo does not answer like llama-server: its --help lists no "
+                             "--model, --ctx-size, --port (exit 0)\n")
 
 
 def test_ctrl_c_before_the_server_starts_is_a_stop(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,4 +59,5 @@ def test_dry_run_prints_the_plan() -> None:
                          text=True, check=True).stdout  # fmt: skip
     lines = out.splitlines()
     assert lines[0].startswith("cmake -S <llama.cpp> -B <work>/build -DGGML_CUDA=ON")
-    assert len(lines) == 2 + len(gpu_check.grid())
+    assert len(lines) == 2 + len(gpu_check.grid()) + 1
+    assert lines[-1] == "each case also: PATH=<work>/build/bin:$PATH -m llamafit check <model> --json -- <flags>"

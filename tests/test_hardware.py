@@ -449,7 +449,10 @@ def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatc
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 24 << 30, 20 << 30), "NVIDIA GeForce RTX 4090", 0,
                   uuid="GPU-1234", bandwidth_bytes_per_s=1008 * 10**9)  # fmt: skip
     found = Hardware((gpu,), host(64 << 30, 32 << 30), "nvml")
+    from llamafit.commands import prepare
+
     monkeypatch.setattr(hardware, "detect", lambda *a, **k: found)
+    monkeypatch.setattr(prepare, "local_server", lambda env: None)  # no llama-server here: detection alone
     as_json = CliRunner().invoke(cli, ["gpus", "--json"])
     as_text = CliRunner().invoke(cli, ["gpus"])
     assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, gpus_json(found))

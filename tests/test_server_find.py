@@ -15,7 +15,7 @@ from llamafit.facts.hparams import build_facts
 from llamafit.reader.model import read_model
 from llamafit.paths import cache_dir
 from llamafit.memory.resolve import resolve
-from llamafit.server.find import Dialect, ServerProbeError, adapt_argv, buffer_log_flags, find_server
+from llamafit.server.find import Dialect, adapt_argv, buffer_log_flags, find_server
 from llamafit.server.find import parse_help, parse_version
 
 # An early-2025 build (common/arg.cpp of that time): bare -fa, --no-mmap/--mlock, no -kvu, no --fit
@@ -151,7 +151,8 @@ def test_unusable_explicit_paths(tmp_path: Path, no_package: None) -> None:
 
 def test_not_a_llama_server(tmp_path: Path) -> None:
     exe = fake_server(tmp_path / "x", "", "usage: something else\n")
-    with pytest.raises(ServerProbeError, match="does not look like llama-server"):
+    with pytest.raises(InputError, match=r"^--server .* does not answer like llama-server: its --help lists no "
+                                         r"--model, --ctx-size, --port \(exit 0\)$"):
         find_server(str(exe), {})
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from ..report import check as check_report
 from ..findings import Notice
+from .llama_check import llama_cpp_check
+from .plan import wrap_lines
 from .prepare import Report, Request, prepare, warnings_for
 from ..memory.resolve import resolve
 from ..fit.ways_out import suggestions
@@ -26,4 +28,8 @@ def run_check(request: Request) -> Report:
     extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}
     data = check_report.to_json(p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
     text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)
+    llama = llama_cpp_check(p, p.parsed.config, rc, breakdown)
+    if llama is not None:  # llama.cpp's own dry run of the same flags (issue #28)
+        data["llama_cpp_check"] = llama
+        text = "\n".join([text, *wrap_lines(check_report.llama_check_lines(llama))])
     return Report(breakdown.fits, data, text)

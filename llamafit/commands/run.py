@@ -25,11 +25,21 @@ from ..memory.model import Breakdown
 from ..paths import calibration_path, is_url
 from ..fit.explain import PlanResult
 from ..report.plan import serving_line, verdict_text
-from ..report.run import (event_lines, given_up_lines, not_recorded_line, ready_lines, record_error_line, recorded_line,
-                          retry_lines, served_what)  # fmt: skip
+from ..report.run import (
+    devices_mismatch_line,
+    event_lines,
+    given_up_lines,
+    not_recorded_line,
+    ready_lines,
+    record_error_line,
+    recorded_line,
+    retry_lines,
+    served_what,
+    unplanned_devices_line,
+)
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
 from .prepare import Prepared, Request, prepare
-from ..server.find import ServerChoice
+from ..server.find import ServerChoice, ServerRefused
 from ..fit.side_plan import launch_tokens
 from ..fit.solver import Choice, Policy
 from ..units import MIB
@@ -126,7 +136,8 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
         argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
                                              server=binary.path), binary.dialect)  # fmt: skip
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
-                "version": binary.version_line, "notes": notes}  # fmt: skip
+                "version": binary.version_line, "identity": binary.identity, "notes": notes,
+                "devices": reported_devices(binary.path, p.env)}  # fmt: skip
     else:
         from ..server.embedded import embedded_argv, embedded_notes
 
@@ -145,8 +156,11 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
              "output_bytes": "output"}  # fmt: skip
     gpu_names = [d.name for d in b.devices if d.kind == "gpu"]
 
-    def device_of(buffer: str) -> str:
-        return next((g for g in gpu_names if buffer == g or buffer.startswith(g + "[")), "CPU")
+    def device_of(buffer: str) -> str | None:
+        planned = next((g for g in gpu_names if buffer == g or buffer.startswith(g + "[")), None)
+        if planned is None and not (buffer.startswith("CPU") or buffer.endswith("_Host")):
+            return None  # a device the plan did not have (unplanned_devices): not the host's
+        return planned or "CPU"
 
     rows = []
     for d in b.devices:
@@ -156,6 +170,41 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
             rows.append({"device": d.name, "kind": kind, "predicted_mib": round(getattr(d, field_name) / MIB, 2),
                          "actual_mib": round(reported, 2)})  # fmt: skip
     return rows
+
+
+def reported_devices(path: str, env: Mapping[str, str]) -> list[dict[str, Any]] | None:
+    """The devices the server itself lists (--list-devices), for the records: None when it lists none."""
+    from ..machine.server_devices import list_devices
+
+    listed = list_devices(path, env)
+    if listed is None:
+        return None
+    return [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in listed]
+
+
+def devices_mismatch(reported: list[dict[str, Any]] | None, planned: list[str]) -> str | None:
+    """Why the plan's local devices are not the server's (RPC workers aside), or None."""
+    if reported is None:
+        return None
+    theirs = [str(d.get("name")) for d in reported if d.get("backend") != "rpc"]
+    ours = [g for g in planned if not g.startswith("RPC")]
+    if theirs == ours:
+        return None
+    return f"the server lists {', '.join(theirs) or 'no GPU'}, the plan has {', '.join(ours) or 'none (CPU only)'}"
+
+
+def unplanned_devices(buffers: Mapping[str, Mapping[str, float]], gpus: list[str]) -> list[str]:
+    """Devices the server put buffers on that the plan did not have (issue #28: a plan for the CPU
+    alone while the server filled Vulkan0): host buffers are CPU*, *_Host (CUDA_Host, Vulkan_Host…)."""
+    seen: list[str] = []
+    for by_name in buffers.values():
+        for name, mib in by_name.items():
+            device = name.split("[", 1)[0] if not name.startswith("RPC") else name
+            host = name.startswith("CPU") or name.endswith("_Host")
+            planned = any(name == g or name.startswith(g + "[") for g in gpus)
+            if mib > 0 and not host and not planned and device not in seen:
+                seen.append(device)
+    return seen
 
 
 def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -> None:
@@ -407,7 +456,15 @@ def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: 
         say(line)
     gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
     why_not = incomplete(rows, gpus)
-    if why_not is None:
+    foreign = unplanned_devices(watcher.buffers, gpus)
+    listed = devices_mismatch(launch.server_info.get("devices"), gpus)
+    if foreign:  # the plan's devices are not the server's: its figures say nothing about the plan
+        say(unplanned_devices_line(foreign, gpus))
+    elif why_not is not None and why_not[0] == "nothing_on_gpu":
+        say(not_recorded_line(*why_not))
+    elif listed:
+        say(devices_mismatch_line(listed))
+    elif why_not is None:
         try_record(calibration_path(env), partial(record, launch=launch, p=p, rows=rows), "predicted vs reported", say)
     else:
         say(not_recorded_line(*why_not))
@@ -453,7 +510,7 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     try:
         server: ServerChoice | None = server_for(opts, request.env)
     except InputError as e:
-        if not opts.dry_run:
+        if not opts.dry_run or isinstance(e, ServerRefused):  # a binary that is not llama-server: refused
             raise
         server, missing = None, str(e)  # a dry run still shows the plan
     say = _say_to_stderr()

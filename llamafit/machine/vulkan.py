@@ -102,11 +102,18 @@ def device_specs(devices: tuple[VulkanDevice, ...]) -> tuple[DeviceSpec, ...]:
 
 def detect_vulkan(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...]:
     """The devices llama.cpp's Vulkan backend would use here; () when vulkaninfo is absent or fails."""
-    tool = shutil.which("vulkaninfo")
+    return vulkaninfo_devices(env, timeout_s) or ()
+
+
+def vulkaninfo_devices(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...] | None:
+    """Like detect_vulkan, but None when vulkaninfo is not on env's PATH or fails (not installed:
+    the caller says so), () when it runs and finds nothing."""
+    tool = shutil.which("vulkaninfo", path=env.get("PATH"))
     if tool is None:
-        return ()
+        return None
     try:
         proc = subprocess.run([tool], capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return llama_order(parse_vulkaninfo(proc.stdout), env)
+        return None
+    found = parse_vulkaninfo(proc.stdout)
+    return llama_order(found, env) if found or proc.returncode == 0 else None

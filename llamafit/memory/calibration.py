@@ -114,15 +114,39 @@ def _devices_of(record: dict[str, Any]) -> list[tuple[str, str]]:
     return [(str(d.get("name")), str(d.get("backend"))) for d in record.get("hardware", []) if isinstance(d, dict)]
 
 
+# ---- the record key: which server a record came from (issue #28) ----
+
+
+def record_identity(record: dict[str, Any]) -> str | None:
+    """The build identity `run` recorded (server.identity: version and commit, or the files' content
+    hash when the build says unknown); None for records written before identities."""
+    server = record.get("server") or {}
+    identity = server.get("identity") if isinstance(server, dict) else None
+    return identity if isinstance(identity, str) and identity else None
+
+
+def same_server(record: dict[str, Any], *, build: int | None, identity: str | None) -> bool:
+    """Whether a record speaks for the server a plan is for. With an identity: the same identity,
+    or an older record (no identity) of the same known build number. Without one (a plan for given
+    devices): only older records of the same build. Two builds that both say "build unknown" never
+    share records: their identities (content hashes) differ."""
+    server = record.get("server") or {}
+    theirs = record_identity(record)
+    if identity is not None:
+        return theirs == identity or (theirs is None and build is not None and server.get("build") == build)
+    return theirs is None and server.get("build") == build
+
+
 def compute_correction(records: Iterable[dict[str, Any]], *, devices: Sequence[tuple[str, str]],
-                       build: int | None, architecture: str | None = None) -> Correction | None:  # fmt: skip
-    """Median reported/predicted compute ratio over complete runs with the same build, devices and
-    (when given) model architecture."""
+                       build: int | None, architecture: str | None = None,
+                       identity: str | None = None) -> Correction | None:  # fmt: skip
+    """Median reported/predicted compute ratio over complete runs of the same server (same_server),
+    devices and (when given) model architecture."""
     ratios: list[float] = []
     runs = 0
     for r in records:
-        server = r.get("server") or {}
-        if not is_memory_record(r) or server.get("build") != build or _devices_of(r) != list(devices):
+        if (not is_memory_record(r) or not same_server(r, build=build, identity=identity)
+                or _devices_of(r) != list(devices)):  # fmt: skip
             continue
         if architecture is not None and r.get("architecture") != architecture:
             continue

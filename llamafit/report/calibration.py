@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..fit.speed_calibration import MIN_GENERATED_TOKENS, MIN_REQUESTS, speed_scales
-from ..memory.calibration import _devices_of, compute_correction, incomplete, is_memory_record
+from ..memory.calibration import _devices_of, compute_correction, incomplete, is_memory_record, record_identity
 
 SCHEMA = "llamafit.calibration/1"
 SKIP_WORDS = {"overloaded": "overloaded", "load_unknown": "no load recorded", "implausible": "implausible",
@@ -18,19 +18,19 @@ def summary(records: Iterable[dict[str, Any]], path: str, damaged: int = 0) -> d
     """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan would use;
     per (machine, architecture, backend): the speed runs that count, their evidence and the speed scale."""
     records = list(records)
-    groups: dict[tuple[Any, tuple[tuple[str, str], ...], str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, tuple[tuple[str, str], ...], str, str | None], list[dict[str, Any]]] = {}
     for r in records:
         if not is_memory_record(r):  # the speed model's records (run_verify.py), failed runs: no memory sizes
             continue
         raw = r.get("server")
         server: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        key = (server.get("build"), tuple(_devices_of(r)), str(r.get("architecture")))
+        key = (server.get("build"), tuple(_devices_of(r)), str(r.get("architecture")), record_identity(r))
         groups.setdefault(key, []).append(r)
     setups = []
-    for (build, devices, arch), rs in groups.items():
-        found = compute_correction(rs, devices=devices, build=build, architecture=arch)
+    for (build, devices, arch, identity), rs in groups.items():  # one server, one row (issue #28)
+        found = compute_correction(rs, devices=devices, build=build, architecture=arch, identity=identity)
         skipped = sum(1 for r in rs if incomplete(r.get("buffers", []), [n for n, _ in devices]))
-        setups.append({"build": build, "devices": [{"name": n, "backend": b} for n, b in devices],
+        setups.append({"build": build, "identity": identity, "devices": [{"name": n, "backend": b} for n, b in devices],
                        "architecture": arch, "runs": len(rs) - skipped, "skipped_incomplete": skipped,
                        "compute_scale": None if found is None else round(found.compute_scale, 4)})  # fmt: skip
     speed = [{"machine": s.machine, "architecture": s.architecture, "backend": s.backend, "runs": s.runs,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -165,7 +167,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
 
 
 # information, not a risk: printed as `Note`
-NOTE_CODES = frozenset({"calibration", "from_environment", "mtp_auto", "mtp_no_room", "gpu_in_use"})
+NOTE_CODES = frozenset({"calibration", "from_environment", "mtp_auto", "mtp_no_room", "gpu_in_use", "server_devices"})
 
 
 def notice_line(warning: Notice | str) -> str:
@@ -300,4 +302,27 @@ def check_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     for r in rows:
         if r["predicted_mib"] or r["actual_mib"]:
             lines.append(f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}")
+    return lines
+
+
+def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
+    """The `llama.cpp` lines: llama.cpp's own estimate per device beside llamafit's (issue #28)."""
+    if not data:
+        return []
+    if data.get("skipped"):
+        return textwrap.wrap(f"check skipped: {data['skipped']}", 80, initial_indent=f"{'llama.cpp':<11}",
+                             subsequent_indent=" " * 11)  # fmt: skip
+    lines = []
+    for i, d in enumerate(data["devices"]):
+        head = f"{'llama.cpp':<11}{data['tool']}: " if i == 0 else " " * 11
+        verdict = ("agrees" if d["agrees"] else "DIFFERS") if d["judged"] else "host: shown, not judged"
+        if d.get("logits_quirk_mib") and d["judged"]:  # fit/llama_check.py logits_quirk_bytes
+            verdict = f"agrees less its {d['logits_quirk_mib']:,.0f} MiB of worst-case logits"
+        lines += textwrap.wrap(f"{head}{d['device']} {d['mib']:,.0f} MiB, llamafit {d['llamafit_mib']:,.1f} "
+                               f"({verdict})", 80, subsequent_indent=" " * 13)  # fmt: skip
+    lines += [w for n in data.get("notes", []) for w in textwrap.wrap(n, 80, initial_indent=" " * 11,
+                                                                      subsequent_indent=" " * 11)]
+    if data["agrees"] is False:
+        lines.append(f"{'Warning':<11}llama.cpp's own estimate differs from llamafit's beyond 5 %: a real start "
+                     "decides (llamafit run)")  # fmt: skip
     return lines

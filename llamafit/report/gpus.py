@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # values only: the edge module is not imported here
@@ -28,13 +29,20 @@ def _gpu_json(g: GPUInfo) -> dict[str, Any]:
     }
 
 
-def gpus_json(hw: Hardware) -> dict[str, Any]:
-    return {
+def gpus_json(hw: Hardware, server: Hardware | None = None, path: str | None = None,
+              identity: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Detection's GPUs; with `server` (the devices the llama-server at `path` lists, with
+    detection's facts: server_devices.py) a `llama_server` object: what plans use."""
+    data = {
         "source": hw.source,
         "gpus": [_gpu_json(g) for g in hw.gpus],
         "host": {"total_bytes": hw.host.total_bytes, "available_bytes": hw.host.free_bytes},
         "notes": list(hw.notes),
     }
+    if server is not None:
+        data["llama_server"] = {"path": path, "identity": identity, "devices": [_gpu_json(g) for g in server.gpus],
+                                "notes": list(server.notes)}  # fmt: skip
+    return data
 
 
 def _gib(n: int | None) -> str:
@@ -64,13 +72,23 @@ def _headline(hw: Hardware) -> str:
     return f"{len(hw.gpus)} GPU{'s' if len(hw.gpus) > 1 else ''} (source: {hw.source}{driver}):"
 
 
-def gpus_text(hw: Hardware) -> str:
+def gpus_text(hw: Hardware, server: Hardware | None = None, path: str | None = None) -> str:
     lines = [_headline(hw)]
+    if server is not None and server.gpus and not hw.gpus:
+        lines = [f"No GPU found by detection (source: {hw.source}); the llama-server sees {len(server.gpus)}:"]
+    header = ["device", "name", "total", "free", "used", "bandwidth", "index", "pci bus id", "uuid"]
     if hw.gpus:
-        header = ["device", "name", "total", "free", "used", "bandwidth", "index", "pci bus id", "uuid"]
         lines += _table([header] + [_row(g) for g in hw.gpus])
     lines.append(f"Host RAM: {_gib(hw.host.total_bytes)} total, {_gib(hw.host.free_bytes)} available")
     lines += [f"note: {n}" for n in hw.notes]
+    if server is not None:  # what plans use: the devices of the llama-server that would run
+        lines.append(f"llama-server: {path}")
+        if server.gpus:
+            lines.append("  its --list-devices, which plans use:")
+            lines += _table([header[:6]] + [_row(g)[:6] for g in server.gpus])
+        else:
+            lines.append("  its --list-devices shows no GPU: plans run on the CPU")
+        lines += [w for n in server.notes for w in textwrap.wrap(f"note: {n}", 80, subsequent_indent="      ")]
     return "\n".join(lines)
 
 

@@ -112,6 +112,17 @@ def not_recorded_line(reason: str, what: tuple[str, ...]) -> str:
     return f"Note       not recorded for calibration: the server did not report {', '.join(what)}"
 
 
+def unplanned_devices_line(devices: list[str], planned: list[str]) -> str:
+    """The server put buffers on devices the plan did not have (issue #28): its figures are not calibration."""
+    return (f"Mismatch   the server put buffers on {', '.join(devices)}, which the plan did not have (planned: "
+            f"{', '.join(planned) or 'CPU only'}); not recorded for calibration")  # fmt: skip
+
+
+def devices_mismatch_line(why: str) -> str:
+    """The server lists other local devices than the plan has (issue #28)."""
+    return f"Mismatch   {why}; not recorded for calibration"
+
+
 def verify_start_line(n_ctx_slot: int) -> str:
     return f"Verify     a {n_ctx_slot:,}-token prompt (the planned context per slot) and a short generation"
 

@@ -42,6 +42,8 @@ _PLACEHOLDER = re.compile(r"^ (\S+)")
 _VERSION_OLD = re.compile(r"version: (\d+) \(\w+\)")
 _VERSION_NEW = re.compile(r"version: \S+ \(build (\d+), commit [^)]*\)")
 
+# what every llama-server's --help lists since 2023 (common/arg.cpp): a binary without them is something else
+SERVER_FLAGS = (("-m", "--model"), ("-c", "--ctx-size"), ("--port",))
 LOAD_MODE = frozenset({"-lm", "--load-mode"})
 FLASH_ATTN = frozenset({"-fa", "--flash-attn"})
 FIT = frozenset({"-fit", "--fit"})
@@ -110,6 +112,7 @@ class ServerBinary:
     build: int | None  # None when unknown or 0 (pip-built binaries lose it)
     version_line: str
     dialect: Dialect
+    identity: str = ""  # build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,15 @@ class ServerChoice:
 
 class ServerProbeError(LlamafitError):
     """The server binary did not answer --help (not a llama-server, or it cannot start)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(why)
+
+
+class ServerRefused(InputError):
+    """A binary named as the server (or found) that does not answer like llama-server (#23 item 8):
+    refused even by a dry run, which otherwise goes on without a server."""
 
 
 def parse_help(text: str) -> Dialect:
@@ -142,6 +154,22 @@ def parse_help(text: str) -> Dialect:
             valued.update(names)
             fa_value = fa_value or bool(FLASH_ATTN & set(names))
     return Dialect(frozenset(flags), frozenset(valued), fa_value)
+
+
+_COMMIT_OLD = re.compile(r"version: \d+ \((\w+)\)")
+_COMMIT_NEW = re.compile(r"commit ([0-9a-fA-F]{6,40})\)")
+
+
+def version_identity(version_line: str) -> str | None:
+    """A build's identity from its version line: build number and commit (`b8763-ff5ef8278`), the
+    number alone when the commit is unknown; None when the line names neither (pip and sdist builds
+    print `version: 0.6.0-dev (build 0, commit unknown)`: every such build would share one name)."""
+    build, _ = parse_version(version_line)
+    m = _COMMIT_NEW.search(version_line) or _COMMIT_OLD.search(version_line)
+    commit = m.group(1).lower() if m and m.group(1).lower() != "unknown" else None
+    if build is None:
+        return f"commit-{commit}" if commit else None
+    return f"b{build}-{commit}" if commit else f"b{build}"
 
 
 def parse_version(text: str) -> tuple[int | None, str]:
@@ -197,8 +225,80 @@ def find_server(explicit: str | None, env: Mapping[str, str]) -> ServerBinary | 
     if located is None:
         return None
     path, source = located
-    build, version_line, dialect = probe(path, env)
-    return ServerBinary(path, source, build, version_line, dialect)
+    try:
+        build, version_line, dialect = probe(path, env)
+    except ServerProbeError as e:  # --server /bin/ls: bad input, one line
+        raise ServerRefused(f"{source} {path} does not answer like llama-server: {e.why}") from e
+    return ServerBinary(path, source, build, version_line, dialect, build_identity(path, version_line))
+
+
+# -- identity: one server, one name ----------------------------------------------------------
+
+# the shared libraries beside a binary that decide what it allocates (a pip or CMake build's
+# llama-server is a small launcher; libllama/libggml* hold llama.cpp itself and its backends)
+_LIBS = re.compile(r"^lib(llama|ggml|mtmd)[\w.-]*\.(so|dylib|dll)[\d.]*$")
+IDENTITY_FORMAT = 1
+
+
+def _identity_files(path: str) -> list[str]:
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real)
+    try:
+        libs = sorted(n for n in os.listdir(folder) if _LIBS.match(n))
+    except OSError:
+        libs = []
+    return [real, *(os.path.realpath(os.path.join(folder, n)) for n in libs)]
+
+
+def _signature(files: Sequence[str]) -> str | None:
+    parts = []
+    for f in dict.fromkeys(files):  # links to one library count once
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        parts.append(f"{f}\0{st.st_size}\0{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32] if parts else None
+
+
+def content_hash(files: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for f in dict.fromkeys(files):
+        try:
+            with open(f, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+        except OSError:
+            continue
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def build_identity(path: str, version_line: str) -> str:
+    """The build's identity: its version and commit, else (a build that says unknown) the content
+    hash of the binary and the llama/ggml libraries beside it, cached by their paths, sizes and
+    mtimes under cache_dir()/server-identity/."""
+    named = version_identity(version_line)
+    if named:
+        return named
+    files = _identity_files(path)
+    sig = _signature(files)
+    cache = os.path.join(cache_dir(), "server-identity", f"{sig}.json") if sig else None
+    from ..safe_io import SMALL_FILE, read_regular, write_atomic
+
+    if cache:
+        try:
+            data = json.loads(read_regular(cache, SMALL_FILE))
+            if isinstance(data, dict) and data.get("format") == IDENTITY_FORMAT and isinstance(data.get("hash"), str):
+                return str(data["hash"])
+        except (OSError, ValueError):
+            pass
+    digest = content_hash(files)
+    if cache:
+        try:
+            write_atomic(cache, json.dumps({"format": IDENTITY_FORMAT, "hash": digest}).encode())
+        except OSError:
+            pass  # a read-only cache only costs hashing again
+    return digest
 
 
 # -- probing, cached -------------------------------------------------------------------------
@@ -212,7 +312,7 @@ def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> subpro
                               env=dict(env), stdin=subprocess.DEVNULL, check=False,
                               preexec_fn=die_with_parent())  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ServerProbeError(f"{path} {flag} failed: {exc}") from exc
+        raise ServerProbeError(f"{flag} failed: {exc}") from exc
 
 
 def _cache_file(path: str) -> str | None:
@@ -264,9 +364,9 @@ def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
     build, version_line = parse_version(version.stdout + version.stderr)  # 0c1e570 prints it on stderr
     shown = _run(path, "--help", env, HELP_TIMEOUT_S)
     dialect = parse_help(shown.stdout + shown.stderr)
-    if not dialect.has("--model", "-m"):
-        tail = (shown.stderr or shown.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ServerProbeError(f"{path} --help does not look like llama-server's (exit {shown.returncode}): {tail[0]}")
+    missing = [f for f in SERVER_FLAGS if not dialect.has(*f)]
+    if missing:  # `ls --help` lists -m and -c, never --port (issue #23: --server /bin/ls was accepted)
+        raise ServerProbeError(f"its --help lists no {', '.join(f[-1] for f in missing)} (exit {shown.returncode})")
     _store(file, path, build, version_line, dialect)
     return build, version_line, dialect
 

@@ -1,0 +1,134 @@
+"""The devices the llama-server that will run sees: `llama-server --list-devices` (an edge module).
+
+common/arg.cpp's `--list-devices` prints, for every ggml backend device that is not the CPU,
+`  NAME: DESCRIPTION (TOTAL MiB, FREE MiB free)` (ggml_backend_dev_name, ggml_backend_dev_description,
+ggml_backend_dev_memory), and `  (none)` when there is none. That list is what llama.cpp splits the
+model over, so it is the device list a plan uses whenever a server is known: a Vulkan build sees
+Vulkan0 where no vulkaninfo is installed, a CPU-only build sees nothing even beside an NVIDIA GPU.
+
+Not cached: free memory changes, and the answer is cheap (about 0.1 s for a CPU or CUDA build,
+0.2 s for lavapipe's Vulkan initialisation, measured on the development machine). The memory is
+printed in whole MiB (integer division), so a device is known to 1 MiB here; NVML or sysfs add the
+exact figure where they see the same card.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from .devices import DeviceSpec
+from .hardware import GPUInfo, Hardware
+from .vulkan import VulkanDevice
+
+LIST_TIMEOUT_S = 30.0
+_LINE = re.compile(r"^\s*([A-Za-z_]+)(\d+)(\[[^\]]*\])?: (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
+# device-name prefix → backend (ggml-cuda: CUDA, ggml-cuda built for HIP: ROCm, ggml-vulkan: Vulkan,
+# ggml-metal: MTL, ggml-rpc: RPC, ggml-sycl: SYCL, ggml-cann: CANN, ggml-opencl: GPUOpenCL)
+PREFIX_BACKEND = {"CUDA": "cuda", "ROCm": "rocm", "Vulkan": "vulkan", "MTL": "metal", "RPC": "rpc",
+                  "SYCL": "sycl", "CANN": "cann", "GPUOpenCL": "opencl"}  # fmt: skip
+# listed devices that are no memory pool of their own: BLAS (ggml-blas: an accelerator on host memory)
+_NOT_A_POOL = ("BLAS",)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedDevice:
+    """One line of `--list-devices`."""
+
+    name: str  # Vulkan0, CUDA1, RPC0[host:port]
+    backend: str
+    description: str  # the driver's name: "NVIDIA GeForce RTX 4090", "llvmpipe (LLVM 15.0.6, 256 bits)"
+    total_bytes: int
+    free_bytes: int
+
+    def spec(self) -> DeviceSpec:
+        return DeviceSpec(self.name, "gpu", self.backend, self.total_bytes, self.free_bytes)
+
+
+def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
+    """The devices of a `--list-devices` answer, in llama.cpp's order; None when the text is not one
+    (no `Available devices:` line: an older build without the flag, or a failure)."""
+    if "Available devices:" not in text:
+        return None
+    out = []
+    for line in text.split("Available devices:", 1)[1].splitlines():
+        m = _LINE.match(line)
+        if not m or m.group(1) in _NOT_A_POOL:
+            continue
+        prefix, index, endpoint, description = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+        backend = PREFIX_BACKEND.get(prefix, prefix.lower())
+        name = f"{prefix}{index}{endpoint}"
+        if backend == "rpc" and not endpoint:  # `RPC0: host:port (…)`: llama.cpp names its buffers RPC0[host:port]
+            name = f"RPC{index}[{description.split()[0]}]"
+        out.append(ListedDevice(name, backend, description, int(m.group(5)) << 20, int(m.group(6)) << 20))
+    return tuple(out)
+
+
+def list_devices(server: str, env: Mapping[str, str],
+                 timeout_s: float = LIST_TIMEOUT_S) -> tuple[ListedDevice, ...] | None:  # fmt: skip
+    """What `server --list-devices` reports under `env` (the variables that pick devices:
+    GGML_VK_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, … pass through); None when it gives no list."""
+    try:
+        proc = subprocess.run([server, "--list-devices"], capture_output=True, text=True, errors="replace",
+                              timeout=timeout_s, env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_list_devices(proc.stdout + proc.stderr)
+
+
+def _mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / (1 << 20):,.0f} MiB"
+
+
+def _enrich(gpu: GPUInfo, detected: Sequence[GPUInfo], notes: list[str]) -> GPUInfo:
+    """A listed CUDA/ROCm device with what NVML/sysfs know of the same device (same llama.cpp name,
+    both after *_VISIBLE_DEVICES): the exact free memory now, card identity, bandwidth, CUDA overhead."""
+    same = next((d for d in detected if d.spec.name == gpu.spec.name), None)
+    if same is None:
+        same = next((d for d in detected if d.name == gpu.name), None)  # a Vulkan build on the same card
+        if same is None:
+            return gpu
+        return replace(gpu, bandwidth_bytes_per_s=same.bandwidth_bytes_per_s, driver=same.driver,
+                       pci_bus_id=same.pci_bus_id, uuid=same.uuid)  # fmt: skip
+    ours, theirs = gpu.spec.total_bytes or 0, same.spec.total_bytes or 0
+    if same.name != gpu.name or abs(ours - theirs) >= 2 << 20:  # the list prints whole MiB
+        notes.append(f"{gpu.spec.name}: llama-server reports {gpu.name} ({_mib(ours)}), detection "
+                     f"{same.name} ({_mib(theirs)}); the plan uses the server's device")  # fmt: skip
+        return gpu
+    spec = replace(gpu.spec, total_bytes=same.spec.total_bytes, free_bytes=same.spec.free_bytes,
+                   overhead_bytes=same.spec.overhead_bytes)  # fmt: skip
+    return replace(same, spec=spec, index=gpu.index)
+
+
+def server_hardware(listed: Sequence[ListedDevice], detected: Hardware, vulkan: Sequence[VulkanDevice] | None,
+                    server: str) -> Hardware:  # fmt: skip
+    """The server's devices as the plan's GPUs, with what detection adds; a note where they disagree.
+
+    `vulkan`: vulkaninfo's devices in llama.cpp's order (llama_order), None when vulkaninfo is absent:
+    it alone gives a Vulkan device's tensor-size limit (ggml-vulkan.cpp does not print
+    maxStorageBufferRange, not even at `-lv 4`)."""
+    notes: list[str] = []
+    gpus: list[GPUInfo] = []
+    for i, d in enumerate(listed):
+        gpu = GPUInfo(d.spec(), d.description, i)
+        if d.backend == "vulkan":
+            k = sum(1 for g in listed[:i] if g.backend == "vulkan")
+            if vulkan is None:
+                notes.append(f"{d.name}: the largest tensor it can use is unknown without vulkaninfo "
+                             "(apt install vulkan-tools); the llama.cpp check shows llama.cpp's own placement")
+            elif k < len(vulkan):
+                vk = vulkan[k]
+                gpu = replace(gpu, spec=replace(gpu.spec, max_tensor_bytes=vk.max_tensor_bytes))
+                if vk.name != d.description:
+                    notes.append(f"{d.name}: llama-server reports {d.description}, vulkaninfo {vk.name}")
+        if d.backend != "rpc":
+            gpu = _enrich(gpu, detected.gpus, notes)
+        gpus.append(gpu)
+    local = [g for g in gpus if g.spec.backend in ("cuda", "rocm", "metal")]
+    if len(detected.gpus) > len(local) and not any(g.spec.backend == "vulkan" for g in gpus):
+        names = ", ".join(g.spec.name for g in detected.gpus)
+        notes.append(f"{detected.source} finds {names}, which this llama-server does not list (a build without "
+                     "that backend): planned without them")  # fmt: skip
+    return Hardware(tuple(gpus), detected.host, "llama-server", tuple(notes))
