@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.support import needs_demo, needs_llama_server
-from test_run_e2e import Run, gone
+from tests.support.llamafit_run import Run, gone
 
 from llamafit.memory.calibration import compute_correction, parse_records
 from llamafit.server.find import build_identity
