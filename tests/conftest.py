@@ -37,12 +37,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _starts_llama_cpp(args: object) -> str | None:
     """The program, when this Popen argument list starts a real llama.cpp (an ELF binary of that name, or
-    a Python importing llama-cpp-python); None for anything else (a stand-in script, --version/--help)."""
+    a Python importing llama-cpp-python); None for anything else (a stand-in script, --version/--help,
+    --list-devices)."""
     argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else [str(args)]
     if not argv:
         return None
     exe = Path(argv[0])
-    if exe.name in LLAMA_PROGRAMS and not set(argv[1:]) <= {"--version", "--help"}:  # a probe of the build is quick
+    # a probe of the build or of its devices is quick (no model loads; --list-devices: issue #28)
+    if exe.name in LLAMA_PROGRAMS and not set(argv[1:]) <= {"--version", "--help", "--list-devices"}:
         try:
             with open(exe if exe.is_absolute() or "/" in argv[0] else _which(argv[0]), "rb") as f:
                 return exe.name if f.read(4) == b"\x7fELF" else None

@@ -4,6 +4,7 @@ pure logic over the process list, and plan's line about it."""
 from __future__ import annotations
 
 import json
+import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -124,7 +125,8 @@ def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> 
 
     procs = (GpuProcess("CUDA0", 11, "firefox", 700 * MIB), GpuProcess("CUDA0", 12, "python3", 1500 * MIB),
              GpuProcess("CUDA0", 13, "Xorg", 60 * MIB), GpuProcess("CUDA0", 14, "code", 50 * MIB))  # fmt: skip
-    request = Request(ModelRef(str(QWEN)), MachineSpec("rtx4080"), env={"LLAMAFIT_HOST_BANDWIDTH": "50e9"})
+    env = {k: os.environ[k] for k in ("LLAMAFIT_CACHE_DIR", "LLAMAFIT_HOST_BANDWIDTH", "LLAMAFIT_HOST_FLOPS")}
+    request = Request(ModelRef(str(QWEN)), MachineSpec("rtx4080"), env=env)  # the host's rates pinned (conftest)
     report = run_plan(request, Policy(), processes=procs)
     (notice,) = [w for w in report.json["warnings"] if w["code"] == "gpu_in_use"]
     per_1000 = report.json["mib_per_1000_tokens"]
