@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from ..machine.devices import DeviceSpec
 from ..memory.kv import layer_cell_bytes, pad
 from ..memory.model import MemoryModel, _active_gpus, _buffer_device
-from ..memory.placement import CPU, LayerMap, override_target, tensor_layer
+from ..memory.placement import CPU, LayerMap, tensor_layer
 from ..memory.resolve import ResolvedConfig
 
 _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
@@ -221,6 +221,13 @@ class _Reads:
 
 
 def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
+    """What each device reads per token, once per placement and KV choice (memoized on the model; read only)."""
+    key = ("speed_reads", lmap, rc.all_overrides, rc.type_k, rc.type_v, rc.flash_attn, rc.kv_offload,
+           tuple(g.name for g in gpus))  # fmt: skip
+    return model.remember(key, lambda: _count_reads(model, rc, lmap, gpus))
+
+
+def _count_reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
     facts = model.facts
     devs = [CPU, *range(len(gpus))]
     weights, flops = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
@@ -228,7 +235,7 @@ def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequenc
     moe = facts.moe
     share = (moe.n_expert_used, moe.n_expert) if moe and moe.n_expert else (1, 1)
     names = {g.name.lower(): i for i, g in enumerate(gpus)}
-    rules = rc.all_overrides
+    targets = model.override_targets(rc.all_overrides)
     elements = {t.name: t.n_elements for t in facts.tensors}
     types = {t.name: t.ggml_type for t in facts.tensors}
     by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
@@ -241,7 +248,7 @@ def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequenc
             dev = lmap.output
         else:
             continue  # token_embd and other inputs: a lookup of one row per token
-        target = override_target(name, rules)
+        target = targets[name]
         if target is not None:
             dev = _buffer_device(target, names)
         n = elements.get(name, 0)

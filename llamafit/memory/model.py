@@ -9,10 +9,10 @@ state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from functools import lru_cache, partial
+from typing import TYPE_CHECKING, TypeVar
 
 from .compute import (
     OP_OFFLOAD_BACKENDS,
@@ -31,10 +31,12 @@ from .kv import layer_cell_bytes
 from .placement import (
     CPU,
     LayerMap,
+    block_index,
+    block_rule,
+    checked_regex,
     cuda_alloc_size,
     is_skipped,
     layer_map,
-    override_target,
     split_points,
     tensor_layer,
 )
@@ -44,6 +46,11 @@ from ..units import MIB
 
 if TYPE_CHECKING:
     from .side_models import SideUsage
+
+_T = TypeVar("_T")
+# (largest host weight op offload copies, smallest routed ffn_down among them, host layers, refused, output)
+_OffloadScan = tuple[int, int | None, tuple[int, ...], bool, int]
+MEMO_SIZE = 4096  # MemoryModel._remember: entries per model before it starts over
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
@@ -198,6 +205,13 @@ class MemoryModel:
                 name, il, raw, padded = "output.weight(tied)", None, self.tied_raw, self.tied_padded
             probes.append((probe, name, il, raw, padded))
         self.probes = sorted(probes, reverse=True)
+        # per probe, its name's classes (the tensor-name regexes run once per model, not per estimate):
+        # routed expert, dense FFN, an expert's ffn_down (_displaced), placed with the output layer
+        self._classes = [(is_expert(name), is_dense_ffn(name), is_expert(name) and "down" in name,
+                          is_output_layer(name) or name.endswith("(tied)")) for _, name, *_ in self.probes]  # fmt: skip
+        self._memo: dict[tuple[object, ...], object] = {}  # what depends on the placement, not on the context
+        probe_names = [n for _, name, *_ in self.probes for n in (name, name.removesuffix("(tied)"))]
+        self._names = tuple(dict.fromkeys([n for n, _, _ in self.tensors] + probe_names))  # what -ot rules meet
         self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
@@ -285,17 +299,17 @@ class MemoryModel:
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         rules = rc.all_overrides if rc.overrides else ()
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
-        for probe, name, il, raw, padded in self.probes:
+        targets = self._targets(rules)[0] if rules else None
+        for i, (probe, name, il, raw, padded) in enumerate(self.probes):
             if probe <= smallest:
                 break
             if il is not None and il >= self.facts.n_layer_all:
                 continue
-            if rules and override_target(name, rules) is not None:
+            if targets is not None and targets[i] is not None:
                 continue  # an override names its buffer type; llama.cpp does not probe it
-            dev = lmap.layers[il] if il is not None else lmap.output if is_output_layer(name) or name.endswith(
-                "(tied)") else CPU
-            if dev == CPU or (il is not None and ((is_expert(name) and il < n_moe)
-                                                  or (is_dense_ffn(name) and il < rc.n_cpu_ffn))):  # fmt: skip
+            expert, dense, _down, with_output = self._classes[i]
+            dev = lmap.layers[il] if il is not None else lmap.output if with_output else CPU
+            if dev == CPU or (il is not None and ((expert and il < n_moe) or (dense and il < rc.n_cpu_ffn))):
                 continue
             limit = gpus[dev].max_tensor_bytes
             if limit is None or probe <= limit:
@@ -344,41 +358,19 @@ class MemoryModel:
         n_tokens = min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)  # llama_context::sched_reserve
         n_out = min(n_tokens, rc.n_outputs_max)
         layers_on = n_tokens >= threshold
-        host_layers: set[int] = set()
-        weight = output = product = 0
-        refused = False  # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
-        for probe, name, il, raw, _padded in self.probes:
-            if limit is not None and probe > limit:  # supports_op refuses it: the op stays on the host
-                refused = refused or (il is not None and il < self.facts.n_layer and lmap.layers[il] == CPU)
-                continue
-            target = override_target(name.removesuffix("(tied)"), rules) if rules else None
-            if il is None:
-                if not name.startswith("output.weight") or n_out < threshold:
-                    continue  # token_embd is read by GET_ROWS (batch 0)
-                if (target is not None and target.upper().startswith("CPU")) or (target is None and lmap.output == CPU):
-                    output = max(output, raw)
-                continue
-            if il >= self.facts.n_layer_all or not layers_on:
-                continue
-            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
-                lmap.layers[il] == CPU or (is_expert(name) and il < n_moe)
-                or (is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
-            if not on_host:
-                continue
-            weight = max(weight, raw)
-            product = max(product, self._displaced(name, raw, n_tokens))
-            if lmap.layers[il] == CPU:
-                host_layers.add(il)
+        key = ("offload", lmap, n_moe, rc.n_cpu_ffn, rules, limit, layers_on, n_out >= threshold)
+        weight, down, host_layers, refused, output = self.remember(
+            key, lambda: self._offload_scan(lmap, n_moe, rc.n_cpu_ffn, rules, limit, layers_on, n_out >= threshold))
+        product = self._displaced(down, n_tokens)
         need = compute[b]
         e_rows = 2 * 4 * self.facts.n_embd * n_tokens
         attention = kq_fits(self.facts, rc, limit)
         if host_layers:
-            layers = tuple(sorted(host_layers))
+            layers = host_layers
             views = 0
             if attention:  # the K/V views of one layer's cache, copied in for its attention
-                full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
-                views = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells
-                            for il in layers) * rc.n_stream  # fmt: skip
+                deltas = self._cell_deltas(layers, rc.type_k, rc.type_v, rc.flash_attn)
+                views = max(f * rc.n_ctx_seq + w * rc.n_swa_cells for f, w in deltas) * rc.n_stream
             need = max(need, op_offload_compute(self.facts, rc, layers, gpus[b].backend, attention=attention)
                        + weight + views + e_rows)  # fmt: skip
         elif weight:  # the GPU's own layers read the copy (-ot exps=CPU, --n-cpu-moe)
@@ -392,8 +384,103 @@ class MemoryModel:
             keep = lmap.output == CPU and not output
             host = op_offload_host_compute(self.facts, rc, gpus[b].backend, output=keep)
             if host_layers:  # the SET_ROWS into the host cache read copies of one layer's Kcur and Vcur
-                host += max(self._kv_row_copies(n_tokens, il) for il in host_layers)
+                host += max(self._kv_row_copies(n_tokens, il) for il in self._kv_widths(host_layers))
             compute[CPU] = max(min(compute[CPU], host), output_refused_host(self.facts, rc, lmap, gpus))
+
+    def _offload_scan(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
+                      limit: int | None, layers_on: bool, outputs_on: bool) -> _OffloadScan:  # fmt: skip
+        """The weights op offload copies to the GPU, for one placement: (the largest host weight a GPU op reads,
+        the smallest routed ffn_down among them or None, the host layers whose ops the GPU runs, whether a
+        host layer's weight is refused by the GPU (too large), the host output matrix's bytes)."""
+        targets = self._targets(rules)[1] if rules else None
+        host_layers: set[int] = set()
+        weight = output = 0
+        down: int | None = None
+        refused = False  # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
+        for i, (probe, name, il, raw, _padded) in enumerate(self.probes):
+            if limit is not None and probe > limit:  # supports_op refuses it: the op stays on the host
+                refused = refused or (il is not None and il < self.facts.n_layer and lmap.layers[il] == CPU)
+                continue
+            target = targets[i] if targets is not None else None
+            if il is None:
+                if not name.startswith("output.weight") or not outputs_on:
+                    continue  # token_embd is read by GET_ROWS (batch 0)
+                if (target is not None and target.upper().startswith("CPU")) or (target is None and lmap.output == CPU):
+                    output = max(output, raw)
+                continue
+            if il >= self.facts.n_layer_all or not layers_on:
+                continue
+            expert, dense, expert_down, _with_output = self._classes[i]
+            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
+                lmap.layers[il] == CPU or (expert and il < n_moe) or (dense and il < n_cpu_ffn)))  # fmt: skip
+            if not on_host:
+                continue
+            weight = max(weight, raw)
+            if expert_down:
+                down = raw if down is None else min(down, raw)
+            if lmap.layers[il] == CPU:
+                host_layers.add(il)
+        return weight, down, tuple(sorted(host_layers)), refused, output
+
+    def _targets(self, rules: tuple[tuple[str, str], ...]) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
+        """The -ot buffer type of each probe's tensor, by its name and by its name without "(tied)"."""
+        def make() -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
+            found = self.override_targets(rules)
+            names = [name for _, name, *_ in self.probes]
+            return tuple(found[n] for n in names), tuple(found[n.removesuffix("(tied)")] for n in names)
+        return self.remember(("targets", rules), make)
+
+    def override_targets(self, rules: tuple[tuple[str, str], ...]) -> dict[str, str | None]:
+        """placement.override_target for every tensor name (and each probe's name, with and without "(tied)")
+        under these rules, once per rule set: each rule's matches are found once per model (the rules that
+        --n-cpu-moe / --n-cpu-ffn write, one per block, from an index of the block numbers in the names)."""
+        def make() -> dict[str, str | None]:
+            out: dict[str, str | None] = dict.fromkeys(self._names)
+            left = set(self._names)
+            for rx, buft in rules:  # every rule is checked (InputError for the first bad one), as _compiled does
+                hit = self.remember(("rule", rx), partial(self._rule_matches, rx)) & left
+                for n in hit:
+                    out[n] = buft
+                left -= hit
+            return out
+        return self.remember(("override_targets", rules), make)
+
+    def _rule_matches(self, rx: str) -> frozenset[str]:
+        """The names an -ot regex is found in (std::regex_search)."""
+        generated = block_rule(rx)
+        if generated is not None:
+            suffix, block = generated
+            index = self.remember(("blocks", suffix), lambda: block_index(self._names, suffix))
+            return index.get(block, frozenset())
+        found = checked_regex(rx)
+        return frozenset(n for n in self._names if found.search(n))
+
+    def _cell_deltas(self, layers: tuple[int, ...], type_k: GGMLType, type_v: GGMLType,
+                     flash_attn: bool) -> tuple[tuple[int, int], ...]:  # fmt: skip
+        """The distinct (full-attention, SWA) KV bytes per cell of these layers."""
+        def make() -> tuple[tuple[int, int], ...]:
+            full, swa = self.cell_prefix(type_k, type_v, flash_attn)
+            return tuple(dict.fromkeys((full[il + 1] - full[il], swa[il + 1] - swa[il]) for il in layers))
+        return self.remember(("cells", layers, type_k, type_v, flash_attn), make)
+
+    def _kv_widths(self, layers: tuple[int, ...]) -> tuple[int, ...]:
+        """One layer of each distinct (n_embd_k_gqa, n_embd_v_gqa) among these layers."""
+        def make() -> tuple[int, ...]:
+            first: dict[tuple[int, int], int] = {}
+            for il in layers:
+                first.setdefault((self.facts.n_embd_k_gqa(il), self.facts.n_embd_v_gqa(il)), il)
+            return tuple(first.values())
+        return self.remember(("kv_widths", layers), make)
+
+    def remember(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
+        """A per-model memo of what depends on the placement and the flags, not on the context."""
+        memo = self._memo
+        if key in memo:
+            return memo[key]  # type: ignore[return-value]
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        value = memo[key] = make()
+        return value
 
     def _kv_row_copies(self, n_tokens: int, il: int) -> int:
         """What the host's buffer grows by for the copies of a host layer's Kcur and Vcur (F32, n_tokens rows)
@@ -432,25 +519,35 @@ class MemoryModel:
         b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
         taken = rc.op_offload and b is not None and n_tokens >= max(rc.op_offload_min_batch, 1)
         limit = gpus[b].max_tensor_bytes if b is not None else None
+        key = ("host_ffn", lmap.layers, n_moe, rc.n_cpu_ffn, rules, taken, limit)
+        layers = self.remember(key, lambda: self._host_ffn_layers(lmap, n_moe, rc.n_cpu_ffn, rules, taken, limit))
+        if layers:
+            compute[CPU] = max(compute[CPU], host_ffn_compute(self.facts, rc, layers))
+
+    def _host_ffn_layers(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
+                         taken: bool, limit: int | None) -> tuple[int, ...]:  # fmt: skip
+        """The GPU layers whose host-resident FFN weights' ops stay on the CPU."""
+        targets = self._targets(rules)[0] if rules else None
         layers: set[int] = set()
-        for probe, name, il, _raw, _padded in self.probes:
+        for i, (probe, _name, il, _raw, _padded) in enumerate(self.probes):
             if il is None or il >= self.facts.n_layer or lmap.layers[il] == CPU:
                 continue
-            target = override_target(name, rules) if rules else None
+            target = targets[i] if targets is not None else None
+            expert, dense, _down, _with_output = self._classes[i]
             on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
-                (is_expert(name) and il < n_moe) or (is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
+                (expert and il < n_moe) or (dense and il < n_cpu_ffn)))  # fmt: skip
             if on_host and not (taken and (limit is None or probe <= limit)):
                 layers.add(il)
-        if layers:
-            compute[CPU] = max(compute[CPU], host_ffn_compute(self.facts, rc, tuple(sorted(layers))))
+        return tuple(sorted(layers))
 
-    def _displaced(self, name: str, raw: int, n_tokens: int) -> int:
-        """A routed expert's ffn_down copy is allocated at the start of its split, when the gate and up
+    def _displaced(self, raw: int | None, n_tokens: int) -> int:
+        """`raw`: the smallest host-resident routed ffn_down op offload copies (None: none).
+        A routed expert's ffn_down copy is allocated at the start of its split, when the gate and up
         products [n_ff_exp, n_expert_used, n_tokens] F32 are freed: best-fit (ggml_dyn_tallocr_alloc) puts
         a copy no larger than that block into it, and the down product [n_embd, n_expert_used, n_tokens],
         which would have reused the block (compute._moe_ffn), lands on top instead."""
         moe = self.facts.moe
-        if moe is None or not is_expert(name) or "down" not in name:
+        if moe is None or raw is None:
             return 0
         freed = 2 * 4 * n_tokens * moe.n_expert_used * moe.n_ff_exp
         down = 4 * n_tokens * moe.n_expert_used * self.facts.n_embd
@@ -477,9 +574,13 @@ class MemoryModel:
             out[dev] += self.tied_padded if pad else self.tied_raw
 
     def _weights_by_tensor(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
-        """Slow path for user -ot rules: every tensor through the override list."""
+        """Slow path for user -ot rules: every tensor through the override list (once per placement)."""
+        key = ("weights", lmap, rc.all_overrides, tuple((g.name, g.backend) for g in gpus))
+        return dict(self.remember(key, lambda: self._tensor_weights(rc, lmap, gpus)))
+
+    def _tensor_weights(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
         names = {g.name.lower(): i for i, g in enumerate(gpus)}
-        rules = rc.all_overrides
+        targets = self.override_targets(rc.all_overrides)
         out = dict.fromkeys([CPU, *range(len(gpus))], 0)
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
@@ -489,7 +590,7 @@ class MemoryModel:
                 dev = lmap.output
             else:
                 dev = CPU
-            target = override_target(name, rules)
+            target = targets[name]
             if target is not None:
                 dev = _buffer_device(target, names)
             out[dev] += padded if dev != CPU and gpus[dev].backend in PADDED_BACKENDS else raw
