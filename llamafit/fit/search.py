@@ -36,6 +36,10 @@ class Target:
     # marginal costs); each Target (dataclasses.replace makes a new one) starts empty
     _evaluated: dict[LaunchConfig, tuple[ResolvedConfig, Breakdown] | None] = field(
         default_factory=dict, init=False, repr=False, compare=False)  # fmt: skip
+    # max_context's bracket per config (n_ctx 0): (the largest n_ctx known to fit, the smallest known not to);
+    # the model is monotone in the context, so what one search learned bounds every later one
+    _brackets: dict[LaunchConfig, tuple[int, int | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)  # fmt: skip
 
     def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
         """Bytes per device for a resolved config, side models included."""
@@ -95,7 +99,21 @@ def max_context(target: Target, cfg: LaunchConfig, ctx_max: int, ctx_min: int = 
     With per-slot KV streams -c is the total, so -c = per-slot context x streams."""
     mult = streams(target, cfg)
     lo, hi = -(-max(ctx_min, STEP) // STEP), ctx_max // STEP
-    best = largest(lo, hi, lambda k: target.fits(replace(cfg, n_ctx=k * STEP * mult)))
+    key = replace(cfg, n_ctx=0)
+    brackets = target._brackets
+
+    def ok(k: int) -> bool:
+        n_ctx = k * STEP * mult
+        fit, fail = brackets.get(key, (0, None))
+        if n_ctx <= fit:
+            return True
+        if fail is not None and n_ctx >= fail:
+            return False
+        found = target.fits(replace(cfg, n_ctx=n_ctx))
+        brackets[key] = (n_ctx, fail) if found else (fit, n_ctx)
+        return found
+
+    best = largest(lo, hi, ok)
     return None if best is None else best * STEP
 
 
