@@ -152,7 +152,8 @@ def _best_combo(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi:
             most = max_context(target, c, hi, most + STEP if most else lo) or most
             if most == top:
                 break
-        options = next(([c] for c in options if most and max_context(target, c, most, most)), [])
+        reached = next(([(c, most)] for c in options if most and max_context(target, c, most, most)), [])
+        options = []
     for c in options:
         ctx = max_context(target, c, hi, lo)
         if ctx:
