@@ -4,10 +4,11 @@
     python scripts/bench_plan.py --guard                      # CI's regression guard (exit 1 when over)
 
 Each figure is the user + sys CPU time of a child process (resource.getrusage RUSAGE_CHILDREN), the
-median of N runs, minus the median of a baseline child that only imports the modules the command imports
-(the same interpreter, the same bytecode cache), so start-up and imports are not counted. Models: the demo
-Gemma 3 270M, fixtures/*.gguf, the header-only Qwen2.5-32B, and every header-only shape of the GPU corpus
-(scripts/make_shape_header.py --all, written to a temp dir), the 94-layer Qwen3-235B-A22B MoE also on two
+best of N runs, minus the best of as many runs, in turn with them (a busy machine slows both alike), of a
+baseline child that only imports the modules the commands import (the same interpreter, the same bytecode
+cache), so start-up and imports are not counted. Models: the demo Gemma 3 270M, fixtures/*.gguf, the
+header-only Qwen2.5-32B, and every header-only shape of the GPU corpus (scripts/make_shape_header.py
+--all, written to a temp dir), the 94-layer Qwen3-235B-A22B MoE also on two
 GPUs and over RPC workers given with their sizes (nothing is started). Targets (issue #26): plan at most
 150 ms and check at most 50 ms above the baseline, on every row.
 
@@ -47,10 +48,6 @@ def cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
     subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
-def best_cpu(argv: list[str], env: dict[str, str], repeat: int) -> float:
-    return min(cpu_seconds(argv, env) for _ in range(repeat))
 
 
 def cli(args: list[str]) -> list[str]:
@@ -94,7 +91,7 @@ def rows(shapes: Path) -> list[tuple[str, list[str]]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per figure (the best is shown)")
     ap.add_argument("--only", default="", help="rows whose label contains this text")
     ap.add_argument("--guard", action="store_true", help="CI regression guard: ratios on the heaviest rows")
     args = ap.parse_args()
@@ -108,25 +105,31 @@ def main() -> int:
         table = [(label, a) for label, a in rows(shapes)
                  if (label in GUARD_ROWS if args.guard else args.only in label)]  # fmt: skip
         heavy = [str(shapes / f"{Q235}.gguf"), "--gpu", "24GiB,24GiB", "--ram", "64GiB"]
-        base = {}
-        for cmd in ("plan", "check"):
-            modules = imported_modules([cmd, *heavy], env, tmp)  # also warms the bytecode cache
-            base[cmd] = best_cpu(baseline_argv(modules), env, max(args.repeat, 3))
-        print(f"baseline (imports only): plan {base['plan'] * 1e3:.0f} ms, check {base['check'] * 1e3:.0f} ms CPU")
-        print(f"{'model':<40} {'plan':>9} {'check':>9}   (CPU ms above the baseline, best of {args.repeat})")
+        # the modules of both commands (finding them also warms the bytecode cache)
+        modules = sorted({m for cmd in ("plan", "check") for m in imported_modules([cmd, *heavy], env, tmp)})
+        baseline = baseline_argv(modules)
+        print(f"{'model':<40} {'plan':>6} {'check':>6} {'baseline':>9}   (CPU ms, best of {args.repeat}; plan and "
+              "check above the baseline)")  # fmt: skip
         worst = {"plan": 0.0, "check": 0.0}
+        bases = []
         for label, a in table:
             cpu_seconds(cli(["check", *a, "--ram", "64GiB"]), env)  # warm: the demo's first use assembles it
-            figures = {}
+            runs: dict[str, list[float]] = {"base": [], "plan": [], "check": []}
+            for _ in range(args.repeat):
+                runs["base"].append(cpu_seconds(baseline, env))
+                for cmd in ("plan", "check"):
+                    runs[cmd].append(cpu_seconds(cli([cmd, *a, "--ram", "64GiB"]), env))
+            base = min(runs["base"])
+            bases.append(base)
+            figures = {cmd: min(runs[cmd]) - base for cmd in ("plan", "check")}
             for cmd in ("plan", "check"):
-                figures[cmd] = best_cpu(cli([cmd, *a, "--ram", "64GiB"]), env, args.repeat) - base[cmd]
                 worst[cmd] = max(worst[cmd], figures[cmd])
-            print(f"{label:<40} {figures['plan'] * 1e3:9.0f} {figures['check'] * 1e3:9.0f}")
-        print(f"{'worst':<40} {worst['plan'] * 1e3:9.0f} {worst['check'] * 1e3:9.0f}")
+            print(f"{label:<40} {figures['plan'] * 1e3:6.0f} {figures['check'] * 1e3:6.0f} {base * 1e3:9.0f}")
+        print(f"{'worst':<40} {worst['plan'] * 1e3:6.0f} {worst['check'] * 1e3:6.0f} {max(bases) * 1e3:9.0f}")
         if args.guard:
             ok = True
             for cmd, k in (("plan", GUARD_PLAN), ("check", GUARD_CHECK)):
-                ratio = worst[cmd] / base[cmd]
+                ratio = worst[cmd] / min(bases)
                 met = ratio <= k
                 ok = ok and met
                 print(f"guard: {cmd} above baseline / baseline = {ratio:.2f} (limit {k}): {'ok' if met else 'OVER'}")

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 # (largest host weight op offload copies, smallest routed ffn_down among them, host layers, refused, output)
 _OffloadScan = tuple[int, int | None, tuple[int, ...], bool, int]
+# per block, op offload's kinds of weights (MemoryModel._offload_parts, _host_ffn_kinds)
+FIXED, FREE, EXP, DENSE, BOTH = range(5)
+_OffloadParts = tuple[tuple[tuple[tuple[int, int | None] | None, ...], ...], frozenset[int], int, int]
 MEMO_SIZE = 4096  # MemoryModel._remember: entries per model before it starts over
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
@@ -392,35 +395,67 @@ class MemoryModel:
         """The weights op offload copies to the GPU, for one placement: (the largest host weight a GPU op reads,
         the smallest routed ffn_down among them or None, the host layers whose ops the GPU runs, whether a
         host layer's weight is refused by the GPU (too large), the host output matrix's bytes)."""
+        parts, refused_layers, out_fixed, out_free = self.remember(
+            ("offload_parts", rules, limit), lambda: self._offload_parts(rules, limit))
+        # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
+        refused = any(lmap.layers[il] == CPU for il in refused_layers)
+        output = max(out_fixed, out_free if lmap.output == CPU else 0) if outputs_on else 0
+        weight, down, host_layers = 0, None, []
+        found: tuple[tuple[int, int | None] | None, ...]
+        if layers_on:
+            for il, (fixed, free, exp, dense, both) in enumerate(parts):
+                if lmap.layers[il] == CPU:
+                    found = (fixed, free)
+                    if fixed or free:
+                        host_layers.append(il)
+                else:
+                    found = (fixed, exp if il < n_moe else None, dense if il < n_cpu_ffn else None,
+                             both if il < n_moe or il < n_cpu_ffn else None)  # fmt: skip
+                for part in found:
+                    if part:
+                        weight = max(weight, part[0])
+                        if part[1] is not None:
+                            down = part[1] if down is None else min(down, part[1])
+        return weight, down, tuple(host_layers), refused, output
+
+    def _offload_parts(self, rules: tuple[tuple[str, str], ...], limit: int | None) -> _OffloadParts:
+        """The weights a GPU's ops may read (probe op within `limit`), once per rule set and limit: per block
+        (up to n_layer_all), (largest bytes, smallest routed ffn_down bytes or None) of those an -ot rule puts
+        on the CPU, of those no rule places (on the host with a host layer), and of these the routed experts,
+        the dense FFN matrices, and the ones that are both; the blocks (< n_layer) with a weight over the
+        limit; the largest output matrix an -ot rule puts on the CPU, and the largest no rule places."""
         targets = self._targets(rules)[1] if rules else None
-        host_layers: set[int] = set()
-        weight = output = 0
-        down: int | None = None
-        refused = False  # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
+        parts: list[list[tuple[int, int | None] | None]] = [[None] * 5 for _ in range(self.facts.n_layer_all)]
+        refused: set[int] = set()
+        out_fixed = out_free = 0
         for i, (probe, name, il, raw, _padded) in enumerate(self.probes):
             if limit is not None and probe > limit:  # supports_op refuses it: the op stays on the host
-                refused = refused or (il is not None and il < self.facts.n_layer and lmap.layers[il] == CPU)
+                if il is not None and il < self.facts.n_layer:
+                    refused.add(il)
                 continue
             target = targets[i] if targets is not None else None
+            on_cpu = target is not None and target.upper().startswith("CPU")
             if il is None:
-                if not name.startswith("output.weight") or not outputs_on:
-                    continue  # token_embd is read by GET_ROWS (batch 0)
-                if (target is not None and target.upper().startswith("CPU")) or (target is None and lmap.output == CPU):
-                    output = max(output, raw)
+                if name.startswith("output.weight"):  # token_embd is read by GET_ROWS (batch 0)
+                    if on_cpu:
+                        out_fixed = max(out_fixed, raw)
+                    elif target is None:
+                        out_free = max(out_free, raw)
                 continue
-            if il >= self.facts.n_layer_all or not layers_on:
+            if il >= self.facts.n_layer_all or (target is not None and not on_cpu):
                 continue
             expert, dense, expert_down, _with_output = self._classes[i]
-            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
-                lmap.layers[il] == CPU or (expert and il < n_moe) or (dense and il < n_cpu_ffn)))  # fmt: skip
-            if not on_host:
-                continue
-            weight = max(weight, raw)
-            if expert_down:
-                down = raw if down is None else min(down, raw)
-            if lmap.layers[il] == CPU:
-                host_layers.add(il)
-        return weight, down, tuple(sorted(host_layers)), refused, output
+            kinds = [FIXED] if on_cpu else [FREE] + (
+                [BOTH] if expert and dense else [EXP] if expert else [DENSE] if dense else [])  # fmt: skip
+            for kind in kinds:
+                part = parts[il][kind]
+                small = raw if expert_down else None
+                if part is None:
+                    parts[il][kind] = (raw, small)
+                else:
+                    least = part[1] if small is None else small if part[1] is None else min(part[1], small)
+                    parts[il][kind] = (max(part[0], raw), least)
+        return tuple(tuple(p) for p in parts), frozenset(refused), out_fixed, out_free
 
     def _targets(self, rules: tuple[tuple[str, str], ...]) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
         """The -ot buffer type of each probe's tensor, by its name and by its name without "(tied)"."""
@@ -527,18 +562,28 @@ class MemoryModel:
     def _host_ffn_layers(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
                          taken: bool, limit: int | None) -> tuple[int, ...]:  # fmt: skip
         """The GPU layers whose host-resident FFN weights' ops stay on the CPU."""
+        kinds = self.remember(("host_ffn_kinds", rules, taken, limit),
+                              lambda: self._host_ffn_kinds(rules, taken, limit))  # fmt: skip
+        return tuple(il for il, k in enumerate(kinds) if k and lmap.layers[il] != CPU and (
+            FIXED in k or (EXP in k and il < n_moe) or (DENSE in k and il < n_cpu_ffn)
+            or (BOTH in k and (il < n_moe or il < n_cpu_ffn))))  # fmt: skip
+
+    def _host_ffn_kinds(self, rules: tuple[tuple[str, str], ...], taken: bool,
+                        limit: int | None) -> tuple[frozenset[int], ...]:  # fmt: skip
+        """Per block (< n_layer): the kinds (FIXED: an -ot rule puts it on the CPU; else EXP, DENSE, BOTH) of its
+        weights whose ops no GPU takes (all of them unless `taken`; then those whose probe op is over `limit`)."""
         targets = self._targets(rules)[0] if rules else None
-        layers: set[int] = set()
+        kinds: list[set[int]] = [set() for _ in range(self.facts.n_layer)]
         for i, (probe, _name, il, _raw, _padded) in enumerate(self.probes):
-            if il is None or il >= self.facts.n_layer or lmap.layers[il] == CPU:
+            if il is None or il >= self.facts.n_layer or (taken and (limit is None or probe <= limit)):
                 continue
             target = targets[i] if targets is not None else None
             expert, dense, _down, _with_output = self._classes[i]
-            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
-                (expert and il < n_moe) or (dense and il < n_cpu_ffn)))  # fmt: skip
-            if on_host and not (taken and (limit is None or probe <= limit)):
-                layers.add(il)
-        return tuple(sorted(layers))
+            if target is not None and target.upper().startswith("CPU"):
+                kinds[il].add(FIXED)
+            elif target is None and (expert or dense):
+                kinds[il].add(BOTH if expert and dense else EXP if expert else DENSE)
+        return tuple(frozenset(k) for k in kinds)
 
     def _displaced(self, raw: int | None, n_tokens: int) -> int:
         """`raw`: the smallest host-resident routed ffn_down op offload copies (None: none).
