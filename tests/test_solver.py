@@ -131,7 +131,8 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
     assert summary(choice) == (4096, 37, 0, "on", "q4_0", "q4_0", 512)  # op offload: room for one host weight
 
 
-# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan) ----
+# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and rules out
+# combos by a bound rather than searching each (issue #26) ----
 
 
 def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: int):  # type: ignore[no-untyped-def]
@@ -148,24 +149,29 @@ def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: i
 
 
 @pytest.mark.parametrize("prefer", ["context", "speed", "quality"])
-@pytest.mark.parametrize(("name", "gpu", "lo", "hi", "searched"), [
-    ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 1),  # all 21 combos reach the top: one searched, not 21
-    ("dense-llama.gguf", "8GiB", 256, 4096, 1),
-    ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 1),
-    ("header-only/qwen2.5-32b-like-q4_k_m.gguf", "24GiB", 4096, 32768, 13),  # the 13th reaches 32k first
+@pytest.mark.parametrize(("name", "gpu", "lo", "hi", "exhaustive", "evaluated", "quality"), [
+    ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 105, 8, 6),  # all 21 combos reach the top
+    ("dense-llama.gguf", "8GiB", 256, 4096, 30, 8, 6),
+    ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 30, 8, 6),
+    ("header-only/qwen2.5-32b-like-q4_k_m.gguf", "24GiB", 4096, 32768, 186, 36, 10),  # the 13th reaches 32k first
 ])  # fmt: skip
-def test_best_combo_is_the_exhaustive_pick_with_fewer_searches(name: str, gpu: str, lo: int, hi: int, searched: int,
-                                                               prefer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_best_combo_is_the_exhaustive_pick_with_fewer_evaluations(
+        name: str, gpu: str, lo: int, hi: int, exhaustive: int, evaluated: int, quality: int, prefer: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     from llamafit.fit import solver
+    from llamafit.memory.model import MemoryModel
 
-    t = target(FIXTURES / name, gpu)
+    calls: list[int] = []
+    real = MemoryModel.estimate
+    monkeypatch.setattr(MemoryModel, "estimate", lambda *a, **k: calls.append(1) or real(*a, **k))
     policy = Policy(prefer=prefer)
+    t = target(FIXTURES / name, gpu)
     base = replace(LaunchConfig(), n_gpu_layers=t.model.facts.n_layer_all + 1)
     expected = _exhaustive_best_combo(t, base, policy, lo, hi)
-    calls: list[int] = []
-    real = solver.max_context
-    monkeypatch.setattr(solver, "max_context", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert len(calls) == exhaustive
+    calls.clear()
+    t = target(FIXTURES / name, gpu)  # a fresh target: nothing evaluated yet
     choice = solver._best_combo(t, base, policy, lo, hi)
     assert expected is not None and choice is not None
     assert (replace(choice.cfg, n_ctx=0), choice.ctx) == (replace(expected[0], n_ctx=0), expected[1])
-    assert len(calls) == (1 if prefer == "quality" else searched)
+    assert len(calls) == (quality if prefer == "quality" else evaluated)

@@ -7,7 +7,7 @@ the number of offloaded layers, so bisection finds the exact boundary in O(log n
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..memory.config import LaunchConfig
 from ..machine.devices import DeviceSpec
@@ -17,6 +17,7 @@ from ..memory.resolve import ResolvedConfig, resolve
 from ..memory.side_models import SidePlan, attach
 
 STEP = 256  # llama.cpp pads the context to 256 cells
+EVALUATED_SIZE = 8192  # Target.evaluate's results kept per target
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,14 @@ class Target:
     reserve_bytes: int
     compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
     side: SidePlan | None = None  # draft model, MTP context, projector: resident next to the main model
+    # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches, trade-offs,
+    # marginal costs); each Target (dataclasses.replace makes a new one) starts empty
+    _evaluated: dict[LaunchConfig, tuple[ResolvedConfig, Breakdown] | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False)  # fmt: skip
+    # max_context's bracket per config (n_ctx 0): (the largest n_ctx known to fit, the smallest known not to);
+    # the model is monotone in the context, so what one search learned bounds every later one
+    _brackets: dict[LaunchConfig, tuple[int, int | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)  # fmt: skip
 
     def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
         """Bytes per device for a resolved config, side models included."""
@@ -45,11 +54,18 @@ class Target:
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
         """The resolved config and its breakdown, or None where llama.cpp would reject it."""
+        cache = self._evaluated
+        if cfg in cache:
+            return cache[cfg]
         try:
             rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
-            return rc, self.breakdown(cfg, rc)
+            result: tuple[ResolvedConfig, Breakdown] | None = (rc, self.breakdown(cfg, rc))
         except InputError:
-            return None
+            result = None
+        if len(cache) >= EVALUATED_SIZE:
+            cache.clear()
+        cache[cfg] = result
+        return result
 
     def fits(self, cfg: LaunchConfig) -> bool:
         """Every device holds its share (Breakdown.fits: with GPUs, only the host's mmap'd weights may
@@ -83,7 +99,21 @@ def max_context(target: Target, cfg: LaunchConfig, ctx_max: int, ctx_min: int = 
     With per-slot KV streams -c is the total, so -c = per-slot context x streams."""
     mult = streams(target, cfg)
     lo, hi = -(-max(ctx_min, STEP) // STEP), ctx_max // STEP
-    best = largest(lo, hi, lambda k: target.fits(replace(cfg, n_ctx=k * STEP * mult)))
+    key = replace(cfg, n_ctx=0)
+    brackets = target._brackets
+
+    def ok(k: int) -> bool:
+        n_ctx = k * STEP * mult
+        fit, fail = brackets.get(key, (0, None))
+        if n_ctx <= fit:
+            return True
+        if fail is not None and n_ctx >= fail:
+            return False
+        found = target.fits(replace(cfg, n_ctx=n_ctx))
+        brackets[key] = (n_ctx, fail) if found else (fit, n_ctx)
+        return found
+
+    best = largest(lo, hi, ok)
     return None if best is None else best * STEP
 
 

@@ -155,7 +155,18 @@ def _best_combo(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi:
     mult = streams(target, base)
     reached: list[tuple[LaunchConfig, int]] = []
     top = hi // STEP * STEP  # the most max_context can return
-    for c in combos(base, policy):
+    options = list(combos(base, policy))
+    if policy.prefer != "quality":
+        # the largest context first, the most compact combos first: by monotonicity one evaluation at the best
+        # so far + STEP rules a combo out; then the first combo (in order) that reaches it (issue #26)
+        most = 0
+        for c in reversed(options):
+            most = max_context(target, c, hi, most + STEP if most else lo) or most
+            if most == top:
+                break
+        reached = next(([(c, most)] for c in options if most and max_context(target, c, most, most)), [])
+        options = []
+    for c in options:
         ctx = max_context(target, c, hi, lo)
         if ctx:
             reached.append((c, ctx))

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from ..machine.devices import DeviceSpec
 from ..memory.kv import layer_cell_bytes, pad
 from ..memory.model import MemoryModel, _active_gpus, _buffer_device
-from ..memory.placement import CPU, LayerMap, override_target, tensor_layer
+from ..memory.placement import CPU, LayerMap, tensor_layer
 from ..memory.resolve import ResolvedConfig
 
 _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
@@ -265,35 +265,54 @@ class _Reads:
 
 
 def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
+    """What each device reads per token, once per placement and KV choice (memoized on the model; read only)."""
+    key = ("speed_reads", lmap, rc.all_overrides, rc.type_k, rc.type_v, rc.flash_attn, rc.kv_offload,
+           tuple(g.name for g in gpus))  # fmt: skip
+    return model.remember(key, lambda: _count_reads(model, rc, lmap, gpus))
+
+
+def _read_tensors(model: MemoryModel) -> tuple[tuple[str, int | None, int, int, int], ...]:
+    """(name, block or None for the output layer, bytes read, elements, ggml type) of each weight a token
+    reads (of the routed experts the n_expert_used / n_expert share), once per model. token_embd and the other
+    inputs are left out: a lookup of one row per token."""
+    facts = model.facts
+    moe = facts.moe
+    share = (moe.n_expert_used, moe.n_expert) if moe and moe.n_expert else (1, 1)
+    elements = {t.name: t.n_elements for t in facts.tensors}
+    types = {t.name: t.ggml_type for t in facts.tensors}
+    out = []
+    for name, raw, _padded in model.tensors:
+        il = tensor_layer(name)
+        if il is not None and il < facts.n_layer_all:
+            block: int | None = il
+        elif name.startswith(("output.", "output_norm.")):
+            block = None
+        else:
+            continue
+        n = elements.get(name, 0)
+        if _EXPS.search(name):
+            raw, n = raw * share[0] // share[1], n * share[0] // share[1]
+        out.append((name, block, raw, n, types.get(name, 0)))
+    return tuple(out)
+
+
+def _count_reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
     facts = model.facts
     devs = [CPU, *range(len(gpus))]
     weights, flops = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
     kv, swa, state = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
-    moe = facts.moe
-    share = (moe.n_expert_used, moe.n_expert) if moe and moe.n_expert else (1, 1)
     names = {g.name.lower(): i for i, g in enumerate(gpus)}
-    rules = rc.all_overrides
-    elements = {t.name: t.n_elements for t in facts.tensors}
+    targets = model.override_targets(rc.all_overrides)
     types = {t.name: t.ggml_type for t in facts.tensors}
     by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
     output: dict[int, dict[int, int]] = {d: {} for d in devs}
-    for name, raw, _padded in model.tensors:
-        il = tensor_layer(name)
-        if il is not None and il < facts.n_layer_all:
-            dev = lmap.layers[il]
-        elif name.startswith(("output.", "output_norm.")):
-            dev = lmap.output
-        else:
-            continue  # token_embd and other inputs: a lookup of one row per token
-        target = override_target(name, rules)
+    for name, il, raw, n, kind in model.remember(("speed_tensors",), lambda: _read_tensors(model)):
+        dev = lmap.layers[il] if il is not None else lmap.output
+        target = targets[name]
         if target is not None:
             dev = _buffer_device(target, names)
-        n = elements.get(name, 0)
-        if _EXPS.search(name):
-            raw, n = raw * share[0] // share[1], n * share[0] // share[1]
         weights[dev] += raw
         flops[dev] += 2 * n
-        kind = types.get(name, 0)
         by_type[dev][kind] = by_type[dev].get(kind, 0) + 2 * n
         if name.startswith("output."):
             output[dev][kind] = output[dev].get(kind, 0) + 2 * n

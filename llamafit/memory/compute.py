@@ -118,6 +118,7 @@ class _Shape:
     caches: tuple[bool, bool]  # a full-attention cache and an SWA cache with layers (iSWA)
     v_gqa_max: int
     range_reps: dict[tuple[int, int], frozenset[int]]  # memo: block range -> its distinct shapes
+    rot: dict[tuple[str, str], dict[str, int]]  # memo: (type_k, type_v) -> _rot_inputs
 
     def reps_in(self, a: int, b: int) -> frozenset[int]:
         key = (a, b)
@@ -138,7 +139,7 @@ def _shape(f: ModelFacts) -> _Shape:
     reps = tuple(first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all))
     kv = [il for il in range(f.n_layer) if f.has_kv[il]]
     caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
-    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {})
+    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {}, {})
     if len(_SHAPES) > 32:
         _SHAPES.clear()
     _SHAPES[id(f)] = (f, shape)  # keeps f alive, so its id cannot be reused while cached
@@ -233,7 +234,16 @@ def _rot_inputs(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
     (src/llama-kv-cache.cpp) sets n_rot_k when type_k is quantized and every layer of the cache has one
     key head size that is a multiple of 64 (n_rot_k: 64 doubled while it still divides the head), n_rot_v = 64
     likewise for V (none for MLA); build_input_k_rot / build_input_v_rot make F32 n_rot x n_rot inputs,
-    read by every layer's attention (so alive until the last one)."""
+    read by every layer's attention (so alive until the last one). Depends on the K and V types alone:
+    computed once per model and pair."""
+    memo = _shape(f).rot
+    key = (s.type_k, s.type_v)
+    if key not in memo:
+        memo[key] = _rot_inputs_of(f, s)
+    return memo[key]
+
+
+def _rot_inputs_of(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
     out: dict[str, int] = {}
     full, swa = _shape(f).caches
     for i, is_swa in enumerate(([False] if full else []) + ([True] if swa else [])):

@@ -9,10 +9,10 @@ state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from functools import lru_cache, partial
+from typing import TYPE_CHECKING, TypeVar
 
 from .compute import (
     OP_OFFLOAD_BACKENDS,
@@ -31,10 +31,12 @@ from .kv import layer_cell_bytes
 from .placement import (
     CPU,
     LayerMap,
+    block_index,
+    block_rule,
+    checked_regex,
     cuda_alloc_size,
     is_skipped,
     layer_map,
-    override_target,
     split_points,
     tensor_layer,
 )
@@ -44,6 +46,14 @@ from ..units import MIB
 
 if TYPE_CHECKING:
     from .side_models import SideUsage
+
+_T = TypeVar("_T")
+# (largest host weight op offload copies, smallest routed ffn_down among them, host layers, refused, output)
+_OffloadScan = tuple[int, int | None, tuple[int, ...], bool, int]
+# per block, op offload's kinds of weights (MemoryModel._offload_parts, _host_ffn_kinds)
+FIXED, FREE, EXP, DENSE, BOTH = range(5)
+_OffloadParts = tuple[tuple[tuple[tuple[int, int | None] | None, ...], ...], frozenset[int], int, int]
+MEMO_SIZE = 4096  # MemoryModel._remember: entries per model before it starts over
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
@@ -198,6 +208,13 @@ class MemoryModel:
                 name, il, raw, padded = "output.weight(tied)", None, self.tied_raw, self.tied_padded
             probes.append((probe, name, il, raw, padded))
         self.probes = sorted(probes, reverse=True)
+        # per probe, its name's classes (the tensor-name regexes run once per model, not per estimate):
+        # routed expert, dense FFN, an expert's ffn_down (_displaced), placed with the output layer
+        self._classes = [(is_expert(name), is_dense_ffn(name), is_expert(name) and "down" in name,
+                          is_output_layer(name) or name.endswith("(tied)")) for _, name, *_ in self.probes]  # fmt: skip
+        self._memo: dict[tuple[object, ...], object] = {}  # what depends on the placement, not on the context
+        probe_names = [n for _, name, *_ in self.probes for n in (name, name.removesuffix("(tied)"))]
+        self._names = tuple(dict.fromkeys([n for n, _, _ in self.tensors] + probe_names))  # what -ot rules meet
         self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
@@ -285,17 +302,17 @@ class MemoryModel:
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         rules = rc.all_overrides if rc.overrides else ()
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
-        for probe, name, il, raw, padded in self.probes:
+        targets = self._targets(rules)[0] if rules else None
+        for i, (probe, name, il, raw, padded) in enumerate(self.probes):
             if probe <= smallest:
                 break
             if il is not None and il >= self.facts.n_layer_all:
                 continue
-            if rules and override_target(name, rules) is not None:
+            if targets is not None and targets[i] is not None:
                 continue  # an override names its buffer type; llama.cpp does not probe it
-            dev = lmap.layers[il] if il is not None else lmap.output if is_output_layer(name) or name.endswith(
-                "(tied)") else CPU
-            if dev == CPU or (il is not None and ((is_expert(name) and il < n_moe)
-                                                  or (is_dense_ffn(name) and il < rc.n_cpu_ffn))):  # fmt: skip
+            expert, dense, _down, with_output = self._classes[i]
+            dev = lmap.layers[il] if il is not None else lmap.output if with_output else CPU
+            if dev == CPU or (il is not None and ((expert and il < n_moe) or (dense and il < rc.n_cpu_ffn))):
                 continue
             limit = gpus[dev].max_tensor_bytes
             if limit is None or probe <= limit:
@@ -344,41 +361,19 @@ class MemoryModel:
         n_tokens = min(rc.n_ctx_seq * rc.n_stream, rc.n_ubatch)  # llama_context::sched_reserve
         n_out = min(n_tokens, rc.n_outputs_max)
         layers_on = n_tokens >= threshold
-        host_layers: set[int] = set()
-        weight = output = product = 0
-        refused = False  # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
-        for probe, name, il, raw, _padded in self.probes:
-            if limit is not None and probe > limit:  # supports_op refuses it: the op stays on the host
-                refused = refused or (il is not None and il < self.facts.n_layer and lmap.layers[il] == CPU)
-                continue
-            target = override_target(name.removesuffix("(tied)"), rules) if rules else None
-            if il is None:
-                if not name.startswith("output.weight") or n_out < threshold:
-                    continue  # token_embd is read by GET_ROWS (batch 0)
-                if (target is not None and target.upper().startswith("CPU")) or (target is None and lmap.output == CPU):
-                    output = max(output, raw)
-                continue
-            if il >= self.facts.n_layer_all or not layers_on:
-                continue
-            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
-                lmap.layers[il] == CPU or (is_expert(name) and il < n_moe)
-                or (is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
-            if not on_host:
-                continue
-            weight = max(weight, raw)
-            product = max(product, self._displaced(name, raw, n_tokens))
-            if lmap.layers[il] == CPU:
-                host_layers.add(il)
+        key = ("offload", lmap, n_moe, rc.n_cpu_ffn, rules, limit, layers_on, n_out >= threshold)
+        weight, down, host_layers, refused, output = self.remember(
+            key, lambda: self._offload_scan(lmap, n_moe, rc.n_cpu_ffn, rules, limit, layers_on, n_out >= threshold))
+        product = self._displaced(down, n_tokens)
         need = compute[b]
         e_rows = 2 * 4 * self.facts.n_embd * n_tokens
         attention = kq_fits(self.facts, rc, limit)
         if host_layers:
-            layers = tuple(sorted(host_layers))
+            layers = host_layers
             views = 0
             if attention:  # the K/V views of one layer's cache, copied in for its attention
-                full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn)
-                views = max((full[il + 1] - full[il]) * rc.n_ctx_seq + (swa[il + 1] - swa[il]) * rc.n_swa_cells
-                            for il in layers) * rc.n_stream  # fmt: skip
+                deltas = self._cell_deltas(layers, rc.type_k, rc.type_v, rc.flash_attn)
+                views = max(f * rc.n_ctx_seq + w * rc.n_swa_cells for f, w in deltas) * rc.n_stream
             need = max(need, op_offload_compute(self.facts, rc, layers, gpus[b].backend, attention=attention)
                        + weight + views + e_rows)  # fmt: skip
         elif weight:  # the GPU's own layers read the copy (-ot exps=CPU, --n-cpu-moe)
@@ -392,8 +387,135 @@ class MemoryModel:
             keep = lmap.output == CPU and not output
             host = op_offload_host_compute(self.facts, rc, gpus[b].backend, output=keep)
             if host_layers:  # the SET_ROWS into the host cache read copies of one layer's Kcur and Vcur
-                host += max(self._kv_row_copies(n_tokens, il) for il in host_layers)
+                host += max(self._kv_row_copies(n_tokens, il) for il in self._kv_widths(host_layers))
             compute[CPU] = max(min(compute[CPU], host), output_refused_host(self.facts, rc, lmap, gpus))
+
+    def _offload_scan(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
+                      limit: int | None, layers_on: bool, outputs_on: bool) -> _OffloadScan:  # fmt: skip
+        """The weights op offload copies to the GPU, for one placement: (the largest host weight a GPU op reads,
+        the smallest routed ffn_down among them or None, the host layers whose ops the GPU runs, whether a
+        host layer's weight is refused by the GPU (too large), the host output matrix's bytes)."""
+        parts, refused_layers, out_fixed, out_free = self.remember(
+            ("offload_parts", rules, limit), lambda: self._offload_parts(rules, limit))
+        # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
+        refused = any(lmap.layers[il] == CPU for il in refused_layers)
+        output = max(out_fixed, out_free if lmap.output == CPU else 0) if outputs_on else 0
+        weight, down, host_layers = 0, None, []
+        found: tuple[tuple[int, int | None] | None, ...]
+        if layers_on:
+            for il, (fixed, free, exp, dense, both) in enumerate(parts):
+                if lmap.layers[il] == CPU:
+                    found = (fixed, free)
+                    if fixed or free:
+                        host_layers.append(il)
+                else:
+                    found = (fixed, exp if il < n_moe else None, dense if il < n_cpu_ffn else None,
+                             both if il < n_moe or il < n_cpu_ffn else None)  # fmt: skip
+                for part in found:
+                    if part:
+                        weight = max(weight, part[0])
+                        if part[1] is not None:
+                            down = part[1] if down is None else min(down, part[1])
+        return weight, down, tuple(host_layers), refused, output
+
+    def _offload_parts(self, rules: tuple[tuple[str, str], ...], limit: int | None) -> _OffloadParts:
+        """The weights a GPU's ops may read (probe op within `limit`), once per rule set and limit: per block
+        (up to n_layer_all), (largest bytes, smallest routed ffn_down bytes or None) of those an -ot rule puts
+        on the CPU, of those no rule places (on the host with a host layer), and of these the routed experts,
+        the dense FFN matrices, and the ones that are both; the blocks (< n_layer) with a weight over the
+        limit; the largest output matrix an -ot rule puts on the CPU, and the largest no rule places."""
+        targets = self._targets(rules)[1] if rules else None
+        parts: list[list[tuple[int, int | None] | None]] = [[None] * 5 for _ in range(self.facts.n_layer_all)]
+        refused: set[int] = set()
+        out_fixed = out_free = 0
+        for i, (probe, name, il, raw, _padded) in enumerate(self.probes):
+            if limit is not None and probe > limit:  # supports_op refuses it: the op stays on the host
+                if il is not None and il < self.facts.n_layer:
+                    refused.add(il)
+                continue
+            target = targets[i] if targets is not None else None
+            on_cpu = target is not None and target.upper().startswith("CPU")
+            if il is None:
+                if name.startswith("output.weight"):  # token_embd is read by GET_ROWS (batch 0)
+                    if on_cpu:
+                        out_fixed = max(out_fixed, raw)
+                    elif target is None:
+                        out_free = max(out_free, raw)
+                continue
+            if il >= self.facts.n_layer_all or (target is not None and not on_cpu):
+                continue
+            expert, dense, expert_down, _with_output = self._classes[i]
+            kinds = [FIXED] if on_cpu else [FREE] + (
+                [BOTH] if expert and dense else [EXP] if expert else [DENSE] if dense else [])  # fmt: skip
+            for kind in kinds:
+                part = parts[il][kind]
+                small = raw if expert_down else None
+                if part is None:
+                    parts[il][kind] = (raw, small)
+                else:
+                    least = part[1] if small is None else small if part[1] is None else min(part[1], small)
+                    parts[il][kind] = (max(part[0], raw), least)
+        return tuple(tuple(p) for p in parts), frozenset(refused), out_fixed, out_free
+
+    def _targets(self, rules: tuple[tuple[str, str], ...]) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
+        """The -ot buffer type of each probe's tensor, by its name and by its name without "(tied)"."""
+        def make() -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
+            found = self.override_targets(rules)
+            names = [name for _, name, *_ in self.probes]
+            return tuple(found[n] for n in names), tuple(found[n.removesuffix("(tied)")] for n in names)
+        return self.remember(("targets", rules), make)
+
+    def override_targets(self, rules: tuple[tuple[str, str], ...]) -> dict[str, str | None]:
+        """placement.override_target for every tensor name (and each probe's name, with and without "(tied)")
+        under these rules, once per rule set: each rule's matches are found once per model (the rules that
+        --n-cpu-moe / --n-cpu-ffn write, one per block, from an index of the block numbers in the names)."""
+        def make() -> dict[str, str | None]:
+            out: dict[str, str | None] = dict.fromkeys(self._names)
+            left = set(self._names)
+            for rx, buft in rules:  # every rule is checked (InputError for the first bad one), as _compiled does
+                hit = self.remember(("rule", rx), partial(self._rule_matches, rx)) & left
+                for n in hit:
+                    out[n] = buft
+                left -= hit
+            return out
+        return self.remember(("override_targets", rules), make)
+
+    def _rule_matches(self, rx: str) -> frozenset[str]:
+        """The names an -ot regex is found in (std::regex_search)."""
+        generated = block_rule(rx)
+        if generated is not None:
+            suffix, block = generated
+            index = self.remember(("blocks", suffix), lambda: block_index(self._names, suffix))
+            return index.get(block, frozenset())
+        found = checked_regex(rx)
+        return frozenset(n for n in self._names if found.search(n))
+
+    def _cell_deltas(self, layers: tuple[int, ...], type_k: GGMLType, type_v: GGMLType,
+                     flash_attn: bool) -> tuple[tuple[int, int], ...]:  # fmt: skip
+        """The distinct (full-attention, SWA) KV bytes per cell of these layers."""
+        def make() -> tuple[tuple[int, int], ...]:
+            full, swa = self.cell_prefix(type_k, type_v, flash_attn)
+            return tuple(dict.fromkeys((full[il + 1] - full[il], swa[il + 1] - swa[il]) for il in layers))
+        return self.remember(("cells", layers, type_k, type_v, flash_attn), make)
+
+    def _kv_widths(self, layers: tuple[int, ...]) -> tuple[int, ...]:
+        """One layer of each distinct (n_embd_k_gqa, n_embd_v_gqa) among these layers."""
+        def make() -> tuple[int, ...]:
+            first: dict[tuple[int, int], int] = {}
+            for il in layers:
+                first.setdefault((self.facts.n_embd_k_gqa(il), self.facts.n_embd_v_gqa(il)), il)
+            return tuple(first.values())
+        return self.remember(("kv_widths", layers), make)
+
+    def remember(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
+        """A per-model memo of what depends on the placement and the flags, not on the context."""
+        memo = self._memo
+        if key in memo:
+            return memo[key]  # type: ignore[return-value]
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        value = memo[key] = make()
+        return value
 
     def _kv_row_copies(self, n_tokens: int, il: int) -> int:
         """What the host's buffer grows by for the copies of a host layer's Kcur and Vcur (F32, n_tokens rows)
@@ -432,25 +554,45 @@ class MemoryModel:
         b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
         taken = rc.op_offload and b is not None and n_tokens >= max(rc.op_offload_min_batch, 1)
         limit = gpus[b].max_tensor_bytes if b is not None else None
-        layers: set[int] = set()
-        for probe, name, il, _raw, _padded in self.probes:
-            if il is None or il >= self.facts.n_layer or lmap.layers[il] == CPU:
-                continue
-            target = override_target(name, rules) if rules else None
-            on_host = (target is not None and target.upper().startswith("CPU")) or (target is None and (
-                (is_expert(name) and il < n_moe) or (is_dense_ffn(name) and il < rc.n_cpu_ffn)))  # fmt: skip
-            if on_host and not (taken and (limit is None or probe <= limit)):
-                layers.add(il)
+        key = ("host_ffn", lmap.layers, n_moe, rc.n_cpu_ffn, rules, taken, limit)
+        layers = self.remember(key, lambda: self._host_ffn_layers(lmap, n_moe, rc.n_cpu_ffn, rules, taken, limit))
         if layers:
-            compute[CPU] = max(compute[CPU], host_ffn_compute(self.facts, rc, tuple(sorted(layers))))
+            compute[CPU] = max(compute[CPU], host_ffn_compute(self.facts, rc, layers))
 
-    def _displaced(self, name: str, raw: int, n_tokens: int) -> int:
-        """A routed expert's ffn_down copy is allocated at the start of its split, when the gate and up
+    def _host_ffn_layers(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
+                         taken: bool, limit: int | None) -> tuple[int, ...]:  # fmt: skip
+        """The GPU layers whose host-resident FFN weights' ops stay on the CPU."""
+        kinds = self.remember(("host_ffn_kinds", rules, taken, limit),
+                              lambda: self._host_ffn_kinds(rules, taken, limit))  # fmt: skip
+        return tuple(il for il, k in enumerate(kinds) if k and lmap.layers[il] != CPU and (
+            FIXED in k or (EXP in k and il < n_moe) or (DENSE in k and il < n_cpu_ffn)
+            or (BOTH in k and (il < n_moe or il < n_cpu_ffn))))  # fmt: skip
+
+    def _host_ffn_kinds(self, rules: tuple[tuple[str, str], ...], taken: bool,
+                        limit: int | None) -> tuple[frozenset[int], ...]:  # fmt: skip
+        """Per block (< n_layer): the kinds (FIXED: an -ot rule puts it on the CPU; else EXP, DENSE, BOTH) of its
+        weights whose ops no GPU takes (all of them unless `taken`; then those whose probe op is over `limit`)."""
+        targets = self._targets(rules)[0] if rules else None
+        kinds: list[set[int]] = [set() for _ in range(self.facts.n_layer)]
+        for i, (probe, _name, il, _raw, _padded) in enumerate(self.probes):
+            if il is None or il >= self.facts.n_layer or (taken and (limit is None or probe <= limit)):
+                continue
+            target = targets[i] if targets is not None else None
+            expert, dense, _down, _with_output = self._classes[i]
+            if target is not None and target.upper().startswith("CPU"):
+                kinds[il].add(FIXED)
+            elif target is None and (expert or dense):
+                kinds[il].add(BOTH if expert and dense else EXP if expert else DENSE)
+        return tuple(frozenset(k) for k in kinds)
+
+    def _displaced(self, raw: int | None, n_tokens: int) -> int:
+        """`raw`: the smallest host-resident routed ffn_down op offload copies (None: none).
+        A routed expert's ffn_down copy is allocated at the start of its split, when the gate and up
         products [n_ff_exp, n_expert_used, n_tokens] F32 are freed: best-fit (ggml_dyn_tallocr_alloc) puts
         a copy no larger than that block into it, and the down product [n_embd, n_expert_used, n_tokens],
         which would have reused the block (compute._moe_ffn), lands on top instead."""
         moe = self.facts.moe
-        if moe is None or not is_expert(name) or "down" not in name:
+        if moe is None or raw is None:
             return 0
         freed = 2 * 4 * n_tokens * moe.n_expert_used * moe.n_ff_exp
         down = 4 * n_tokens * moe.n_expert_used * self.facts.n_embd
@@ -477,9 +619,13 @@ class MemoryModel:
             out[dev] += self.tied_padded if pad else self.tied_raw
 
     def _weights_by_tensor(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
-        """Slow path for user -ot rules: every tensor through the override list."""
+        """Slow path for user -ot rules: every tensor through the override list (once per placement)."""
+        key = ("weights", lmap, rc.all_overrides, tuple((g.name, g.backend) for g in gpus))
+        return dict(self.remember(key, lambda: self._tensor_weights(rc, lmap, gpus)))
+
+    def _tensor_weights(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
         names = {g.name.lower(): i for i, g in enumerate(gpus)}
-        rules = rc.all_overrides
+        targets = self.override_targets(rc.all_overrides)
         out = dict.fromkeys([CPU, *range(len(gpus))], 0)
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
@@ -489,7 +635,7 @@ class MemoryModel:
                 dev = lmap.output
             else:
                 dev = CPU
-            target = override_target(name, rules)
+            target = targets[name]
             if target is not None:
                 dev = _buffer_device(target, names)
             out[dev] += padded if dev != CPU and gpus[dev].backend in PADDED_BACKENDS else raw

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
 from ..reader.ggml_types import GGMLType
-from ..facts.tensor_names import layer_of
+from ..facts.tensor_names import LLM_FFN_DENSE_REGEX, LLM_FFN_EXPS_REGEX, layer_of
 from ..units import pad
 
 CPU = -1  # device index of the host
@@ -146,9 +146,42 @@ def check_override_regex(rx: str) -> re.Pattern[str]:
     return compiled
 
 
+@lru_cache(maxsize=1024)
+def checked_regex(rx: str) -> re.Pattern[str]:
+    """check_override_regex, once per pattern (an InputError is raised again on every call)."""
+    return check_override_regex(rx)
+
+
 @lru_cache(maxsize=64)
 def _compiled(rules: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern[str], str], ...]:
-    return tuple((check_override_regex(rx), buft) for rx, buft in rules)
+    return tuple((checked_regex(rx), buft) for rx, buft in rules)
+
+
+# The per-block rules --n-cpu-moe and --n-cpu-ffn add (resolve.ResolvedConfig.all_overrides, common/common.h):
+# rf"blk\.{i}{suffix}". Each suffix starts with a literal "\.", so such a rule is found in a name exactly where
+# "blk." is followed by a maximal digit run equal to i and then the suffix: block_index finds those runs once.
+BLOCK_RULE_SUFFIXES = (LLM_FFN_EXPS_REGEX, LLM_FFN_DENSE_REGEX)
+
+
+def block_rule(rx: str) -> tuple[str, str] | None:
+    r"""(suffix, block digits) for an -ot regex of the form blk\.DIGITS + one of BLOCK_RULE_SUFFIXES, else None."""
+    if not rx.startswith("blk\\."):
+        return None
+    for suffix in BLOCK_RULE_SUFFIXES:
+        digits = rx[5:-len(suffix)] if rx.endswith(suffix) else ""
+        if digits.isascii() and digits.isdigit():
+            return suffix, digits
+    return None
+
+
+def block_index(names: Sequence[str], suffix: str) -> dict[str, frozenset[str]]:
+    r"""For each digit run N: the names in which re.search(rf"blk\.{N}{suffix}") finds a match."""
+    finder = re.compile(rf"(?=blk\.(\d+){suffix})")
+    index: dict[str, set[str]] = {}
+    for name in names:
+        for m in finder.finditer(name):
+            index.setdefault(m.group(1), set()).add(name)
+    return {k: frozenset(v) for k, v in index.items()}
 
 
 def override_target(name: str, rules: tuple[tuple[str, str], ...]) -> str | None:

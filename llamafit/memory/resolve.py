@@ -220,9 +220,31 @@ def _flash_attn(cfg: LaunchConfig, facts: ModelFacts, type_v: GGMLType,
     return mode != "off", notes
 
 
+_BLOCK_CHECKS: dict[tuple[int, GGMLType, GGMLType, bool], tuple[ModelFacts, str | None]] = {}
+
+
 def _check_block_sizes(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn: bool) -> None:
     """llama_init_from_model: with flash attention a quantized block must divide every head size;
-    without it ggml_row_size still needs whole blocks in each K row."""
+    without it ggml_row_size still needs whole blocks in each K row. Once per model and KV choice."""
+    key = (id(facts), tk, tv, flash_attn)
+    hit = _BLOCK_CHECKS.get(key)
+    if hit is None or hit[0] is not facts:
+        if len(_BLOCK_CHECKS) >= 256:
+            _BLOCK_CHECKS.clear()
+        hit = _BLOCK_CHECKS[key] = (facts, _block_size_error(facts, tk, tv, flash_attn))  # keeps facts (its id) alive
+    if hit[1] is not None:
+        raise ConfigError(hit[1])
+
+
+def _block_size_error(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn: bool) -> str | None:
+    try:
+        _check_each_block(facts, tk, tv, flash_attn)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def _check_each_block(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn: bool) -> None:
     for il in range(facts.n_layer):
         swa = facts.swa.is_swa[il]
         heads = (("K", tk, facts.n_embd_head_k_swa if swa else facts.n_embd_head_k),
