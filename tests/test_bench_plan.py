@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from tests.support import ROOT
 
 
 @pytest.mark.slow
