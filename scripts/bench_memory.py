@@ -7,7 +7,7 @@ and of resolve + estimate, for the real Gemma 3 270M and for a synthetic 100-lay
 Accuracy: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json (real llama.cpp loads,
 scripts/calibrate.py), predicted vs measured per buffer kind and model class: the largest
 relative error, and the mean. Then the public GPU-log corpus (fixtures/calibration/gpu-corpus.jsonl,
-tests/test_gpu_corpus.py): error per buffer kind and class, and the targets of issue #12.
+tests/memory/test_gpu_corpus.py): error per buffer kind and class, and the targets of issue #12.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def speed(path: Path, seconds: float) -> None:
 
 
 def accuracy() -> None:
-    from tests.test_memory_calibration import ROWS, predicted
+    from tests.memory.test_memory_calibration import ROWS, predicted
 
     errors: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in ROWS:
@@ -104,7 +104,7 @@ def accuracy() -> None:
         worst = max(errs, key=abs)
         print(f"{cls:<28}{kind:<11}{len(errs):>5}{abs(worst):>10.2%}{sum(errs) / len(errs):>+10.2%}")
     print(f"({len(ROWS)} measured loads; values under 4 MiB (compute: 0.1 MiB) are left out, as llama.cpp "
-          "prints them to 0.01 MiB; weights vs the CPU_Mapped buffer; tests/test_memory_calibration.py checks "
+          "prints them to 0.01 MiB; weights vs the CPU_Mapped buffer; tests/memory/test_memory_calibration.py checks "
           "every row within print precision)")
 
 
@@ -113,7 +113,7 @@ def gpu_accuracy() -> None:
     and the issue's targets with whether each is met."""
     from statistics import median
 
-    from tests.test_gpu_corpus import MIB, PRINTED, ROWS, compared, is_host
+    from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, compared, is_host
 
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
     kv_exact = kv_total = 0

@@ -313,7 +313,7 @@ def http(tally: Tally, rounds: int, port_base: int = PORTS.start) -> None:
     ports = itertools.cycle(range(port_base, port_base + len(PORTS)))  # each server gone before its port comes round
     for mode in MODES:
         if mode == "cross-redir":
-            continue  # needs request headers to matter; covered by tests/test_hostile.py
+            continue  # needs request headers to matter; covered by tests/cli/test_hostile.py
         if mode == "empty-vocab":
             continue  # a well-formed (vocabulary-only) header, not refused: its cost is bench_hostile.py's
         for _ in range(rounds):

@@ -1,6 +1,6 @@
 """Write deliberately broken GGUF files to fixtures/broken/ (deterministic).
 
-Each file breaks one rule that llama.cpp's gguf.cpp checks; tests/test_broken_fixtures.py expects
+Each file breaks one rule that llama.cpp's gguf.cpp checks; tests/cli/test_cli_broken.py expects
 a one-line `Error: …` naming the file, the byte offset and the defect for each. The files are
 built byte by byte (struct), because gguf.GGUFWriter refuses to write most of them.
 

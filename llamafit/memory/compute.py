@@ -18,7 +18,7 @@ them (E = n_embd, Q = n_head * head_k rows of T F32 values):
 The tensor lists were read off llama.cpp's reserve graphs (GGML_SCHED_DEBUG=2) and replayed through
 a copy of ggml-alloc.c's allocator (not shipped) at real model sizes; the hole rules and the SSM
 slack are fitted to the measured table fixtures/calibration/llama-cpp-0c1e570-cpu.json
-(tests/test_compute.py). Known limits: the logits can land a few E rows higher when the last FFN
+(tests/memory/test_compute.py). Known limits: the logits can land a few E rows higher when the last FFN
 fits a low hole (Mistral-Nemo shapes with n_outputs = n_ubatch: about -13 %); with 1 < n_outputs <
 n_tokens (speculative decoding) the logits land above the last FFN's base (_logits_on_top); SSM layers +-5 %.
 """
@@ -487,7 +487,7 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
             lookups *= 2
         # the copies of the mixed branch's sources, freed after its DUP/SET_ROWS: counted whole, they bound the
         # DUP that stays and the holes they leave below the layers (Vulkan0 grid: exact to one n_embd row over;
-        # Gemma 3 1B 0.4% under, tests/test_device_calibration.py)
+        # Gemma 3 1B 0.4% under, tests/memory/test_device_calibration.py)
         dev_inputs += copies
         host = host_inputs + lookups
         if not s.kv_on_device:
@@ -614,7 +614,8 @@ def _output_on_host(f: ModelFacts, base: ComputeSettings) -> int:
     """The host's buffer when the GPU holding the output layer refuses the lm_head (_logits_fit): the CPU's
     output peak, where result_norm's rows arrive as a split input copy below the logits (with a pooling input
     pinned too, compute._pinned_output leaves them out). Measured on Vulkan0 (lavapipe, b11434, Gemma 3 270M
-    --embeddings, 512 outputs: tests/test_vulkan_devices.py); the output weight, if on the GPU, is not counted."""
+    --embeddings, 512 outputs: tests/machine/test_vulkan_devices.py); the output weight, if on the GPU, is not
+    counted."""
     s = replace(base, layers=(), holds_output=True, holds_input=False)
     rows = _pad(F32 * f.n_embd * s.n_out, ALIGNMENT["cpu"]) if s.pooling != "none" else 0
     return predict_compute(f, s).device + rows
@@ -629,7 +630,7 @@ def _vk_refuses_quantized_k(f: ModelFacts, rc: ResolvedConfig, backend: str) -> 
     product was: the device buffer keeps its KQ term, the host gains the attention's share (_kq_on_host, an
     upper bound). Measured on Vulkan0 (lavapipe, b11434, Llama 3.2 1B shape, -c 1024 -fa off -ctk q8_0):
     Vulkan_Host 20.01 -> 76.03 MiB (llamafit 101.56), Vulkan0 84.01 -> 82.03 (llamafit 92.03);
-    tests/test_vulkan_devices.py. llama.cpp#12728 (b5040 era, DeepSeek-V2) reports Vulkan0 growing by one
+    tests/machine/test_vulkan_devices.py. llama.cpp#12728 (b5040 era, DeepSeek-V2) reports Vulkan0 growing by one
     more KQ there (2066 MiB asked vs 1174 with f16): soft_max not in place over the copy at that build,
     not modelled (no source of that build at hand)."""
     if backend != "vulkan" or rc.flash_attn or not rc.type_k.is_quantized:

@@ -20,7 +20,7 @@ CLIP; clip_graph::build_vit): with n_pos patches, E = n_embd x n_pos and F = n_f
 the reserve's peak is at the FFN up-projection, 3E + F (layer input, attention residual, normed
 input, FFN activations), and without flash attention at the attention soft_max, 6E + the KQ
 matrix (n_pos² x n_head F32). Both measured exact (121.25 and 1132.00 MiB) on a Gemma 3 4B-shape
-projector with the real llama-server (tests/test_side_models.py); other layouts (Qwen-VL window
+projector with the real llama-server (tests/memory/test_side_models.py); other layouts (Qwen-VL window
 attention, pixel shuffles, audio encoders) are estimated with the same formula, unverified.
 """
 

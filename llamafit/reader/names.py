@@ -1,5 +1,5 @@
 """Names the gguf package gives to header values, written out so that reading a model imports only
-the standard library (tests/test_ggml_types.py compares them with gguf 0.19's constants).
+the standard library (tests/reader/test_ggml_types.py compares them with gguf 0.19's constants).
 
 FILE_TYPES: `general.file_type` (llama.cpp: include/llama.h enum llama_ftype), named as llama.cpp
 prints them, without the MOSTLY_/ALL_ prefix. ARCH_NAMES: gguf's MODEL_ARCH_NAMES (llama.cpp:

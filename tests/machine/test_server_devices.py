@@ -1,5 +1,5 @@
 """Issue #28: the devices, the identity and the dry run of the llama-server that will run (fast part:
-recorded answers; tests/test_server_devices_e2e.py starts the real servers)."""
+recorded answers; tests/machine/test_server_devices_e2e.py starts the real servers)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Tests of the commands through the CLI (llamafit/cli.py, commands/, report/)."""

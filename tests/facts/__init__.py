@@ -1,0 +1,1 @@
+"""Tests of llamafit/facts (and what drives it end to end)."""

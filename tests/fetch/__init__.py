@@ -1,0 +1,1 @@
+"""Tests of llamafit/fetch (and what drives it end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of llamafit/fit (and what drives it end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of llamafit/machine (and what drives it end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of llamafit/memory (and what drives it end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of llamafit/reader (and what drives it end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of llamafit/server (and what drives it end to end)."""
