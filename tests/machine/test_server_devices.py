@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.support import DATA
 
 from llamafit.cli import cli
 from llamafit.commands.run import devices_mismatch, unplanned_devices
@@ -23,7 +24,7 @@ from llamafit.server.find import build_identity, version_identity
 from llamafit.server.fit_check import Estimate, parse_fit_print, question
 
 MIB = 1 << 20
-DATA = Path(__file__).parent / "data" / "vulkaninfo"
+VULKANINFO = DATA / "vulkaninfo"
 LAVAPIPE = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free)"
 
 
@@ -82,7 +83,7 @@ def test_a_cpu_only_server_beside_a_gpu_plans_for_the_cpu() -> None:
 def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_unknown(with_vulkaninfo: bool) -> None:
     listed = parse_list_devices(f"Available devices:\n{LAVAPIPE}\n")
     assert listed is not None
-    vk = parse_vulkaninfo((DATA / "lavapipe-llvm15.txt").read_text()) if with_vulkaninfo else None
+    vk = parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text()) if with_vulkaninfo else None
     hw = server_hardware(listed, Hardware((), HOST, "none"), vk, "llama-server")
     (g,) = hw.gpus
     assert (g.spec.name, g.spec.backend, g.spec.total_bytes) == ("Vulkan0", "vulkan", 2048 * MIB)

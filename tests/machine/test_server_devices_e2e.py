@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support import needs_demo, needs_llama_server
+from tests.support import QWEN, needs_demo, needs_llama_server
 from tests.support.llamafit_run import Run, gone
 
 from llamafit.memory.calibration import compute_correction, parse_records
@@ -114,7 +114,7 @@ def test_a_header_only_model_is_asked_through_a_sparse_stand_in(only_vulkan: dic
         head = tmp_path / "header-only.gguf"
         head.write_bytes(full.read_bytes()[: read_model(str(full)).shards[0].data_offset])
     else:
-        head = Path(__file__).parent.parent / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
+        head = QWEN
     done = _llamafit(only_vulkan, "plan", str(head), "--json")
     check = json.loads(done.stdout)["llama_cpp_check"]
     if not tokenizer:
