@@ -17,7 +17,7 @@ from threading import Thread
 import pytest
 from tests.support import FIXTURES
 from tests.support.llamafit_run import Run, gone
-from tests.support import NEW_HELP, NEW_VERSION
+from tests.support import CPU_ONLY_DEVICES, NEW_HELP, NEW_VERSION
 
 # `llamafit run` as a process, waiting out its stop and kill grace periods (seconds each)
 pytestmark = pytest.mark.slow
@@ -61,6 +61,7 @@ def stand_in(where: Path, *, serve: str, on_help: str | None = None) -> Path:
     exe.write_text(f"#!{sys.executable}\nimport sys\n"
                    f"if sys.argv[1] == '--version':\n    sys.stderr.write({NEW_VERSION!r})\n"
                    f"elif sys.argv[1] == '--help':\n{help_part}    sys.stdout.write({NEW_HELP!r})\n"
+                   f"elif sys.argv[1] == '--list-devices':\n    sys.stdout.write({CPU_ONLY_DEVICES!r})\n"
                    f"else:\n    exec({serve!r})\n")  # fmt: skip
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
@@ -182,7 +183,7 @@ TIED = str(FIXTURES / "tied-llama.gguf")
 _RACE = """#!{python}
 import os, subprocess, sys, time, urllib.request
 real = {real!r}
-if sys.argv[1] in ("--version", "--help"):
+if sys.argv[1] in ("--version", "--help", "--list-devices"):
     os.execv(real, [real, *sys.argv[1:]])
 port = sys.argv[sys.argv.index("--port") + 1]
 # the foreign server takes the port after llamafit's check and before the child binds it (a race)

