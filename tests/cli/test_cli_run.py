@@ -65,7 +65,7 @@ Command    {server} \\
     assert as_json["server"] == {"kind": "llama-server", "path": str(server), "source": "--server", "build": None,
                                  "version": "version: 0.6.0-dev (build 0, commit unknown)", "notes": [],
                                  "identity": build_identity(str(server), as_json["server"]["version"]),
-                                 "devices": None,  # the stand-in answers --list-devices with nothing
+                                 "devices": [],  # the stand-in answers --list-devices as a CPU-only build does
                                  "why": f"llama-server from --server: {server}"}  # fmt: skip
 
 
