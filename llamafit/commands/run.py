@@ -42,7 +42,7 @@ from .prepare import Prepared, Request, prepare
 from ..server.find import ServerChoice, ServerRefused
 from ..fit.side_plan import launch_tokens
 from ..fit.solver import Choice, Policy
-from ..units import MIB
+from ..units import GIB, MIB
 
 if TYPE_CHECKING:
     from ..fit.retreat import Retreat
@@ -70,7 +70,7 @@ LOAD_TIMEOUT_PER_GIB_S = 30  # reading weights at 35 MB/s: a slow disk or networ
 
 def default_load_timeout(file_bytes: int) -> int:
     """How long to wait for a server to become healthy before giving up: grows with the model."""
-    return LOAD_TIMEOUT_BASE_S + LOAD_TIMEOUT_PER_GIB_S * file_bytes // (1 << 30)
+    return LOAD_TIMEOUT_BASE_S + LOAD_TIMEOUT_PER_GIB_S * file_bytes // GIB
 
 
 def parse_load_timeout(text: str | None) -> float | None:
@@ -526,7 +526,7 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
                          "which downloads it with -mu")  # fmt: skip
-    if not opts.dry_run and p.facts.incomplete and not p.facts.path.startswith(("http://", "https://")):
+    if not opts.dry_run and p.facts.incomplete and not is_url(p.facts.path):
         raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
     report, result = render_plan(p, policy, with_command=False)
     if opts.dry_run:

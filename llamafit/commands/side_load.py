@@ -14,7 +14,9 @@ from ..errors import InputError
 from ..facts.hparams import ModelFacts, build_facts
 from ..findings import Notice
 from ..memory.model import MemoryModel
-from ..memory.projector import ProjectorFacts, best_sibling, is_projector, local_mmproj, projector_facts
+from ..paths import is_url
+from ..fetch.stores import best_sibling, local_mmproj
+from ..memory.projector import ProjectorFacts, is_projector, projector_facts
 from ..server.flags import ParsedServerArgs
 from ..memory.side_models import BUILD_UNIFIED_DRAFT, SidePlan, parse_side_flags, vocab_info, vocab_mismatch
 
@@ -115,7 +117,7 @@ def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[
     m = _HF_RESOLVE.match(model_path)
     if m:
         return _find_remote_mmproj(m, env or {})
-    if model_path.startswith(("http://", "https://")):
+    if is_url(model_path):
         raise InputError(f"--mmproj auto: {model_path} is not in a Hugging Face repository; give --mmproj URL")
     ollama = _ollama_projector(model_path)
     if ollama is not None:

@@ -21,7 +21,6 @@ from ..machine.devices import DeviceSpec
 from .search import Target
 from .solver import DEFAULT_MIN_CTX, Choice, NoFit, Policy, solve
 
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)

@@ -22,17 +22,16 @@ Efficiency factors and their sources live in EFFICIENCY; `scripts/bench_speed.py
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..facts.tensor_names import is_expert
 from ..machine.devices import DeviceSpec
 from ..memory.kv import layer_cell_bytes, pad
 from ..memory.model import MemoryModel, _active_gpus, _buffer_device
 from ..memory.placement import CPU, LayerMap, tensor_layer
 from ..memory.resolve import ResolvedConfig
 
-_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 KV_PAD = 256  # llama_kv_cache::get_padding → n_kv is a multiple of 256 cells
 PP_TOKENS = 512  # prompt figures are for llama-bench's pp512
 
@@ -290,7 +289,7 @@ def _read_tensors(model: MemoryModel) -> tuple[tuple[str, int | None, int, int, 
         else:
             continue
         n = elements.get(name, 0)
-        if _EXPS.search(name):
+        if is_expert(name):
             raw, n = raw * share[0] // share[1], n * share[0] // share[1]
         out.append((name, block, raw, n, types.get(name, 0)))
     return tuple(out)

@@ -1,5 +1,5 @@
-"""Multimodal projectors (mmproj GGUFs, `general.architecture` = clip): facts, memory, and which
-file llama.cpp would pick. Pure. Sources at llama.cpp 0c1e570, tools/mtmd:
+"""Multimodal projectors (mmproj GGUFs, `general.architecture` = clip): facts and memory (which
+file llama.cpp would pick is fetch/stores.py best_sibling). Pure. Sources at llama.cpp 0c1e570, tools/mtmd:
 
 - Weights (clip.cpp clip_model_loader::load_tensors): every tensor in one buffer on the clip
   backend: the first GPU (ggml_backend_init_by_type GPU, else IGPU; -mmdev picks one) unless
@@ -11,9 +11,6 @@ file llama.cpp would pick. Pure. Sources at llama.cpp 0c1e570, tools/mtmd:
   attention: -fa auto tries it and keeps it where the backend supports it (clip.cpp warmup).
 - llama-server (tools/server/server-context.cpp load_model) adds mtmd_get_memory_usage (weights
   + warmup compute per device) to --fit's margin of that device, so llama.cpp's own fit leaves it free.
-- `--mmproj-auto` with -hf (common/download.cpp find_best_sibling): among the repo's .gguf files
-  whose path contains "mmproj", the one in the deepest directory shared with the model, then the
-  closest quantization bits to the model's tag.
 
 Encoder compute, for the standard ViT layout (separate Q/K/V with biases, GELU FFN: SigLIP,
 CLIP; clip_graph::build_vit): with n_pos patches, E = n_embd x n_pos and F = n_ff x n_pos F32 rows,
@@ -27,8 +24,6 @@ attention, pixel shuffles, audio encoders) are estimated with the same formula, 
 from __future__ import annotations
 
 import math
-import posixpath
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -199,53 +194,3 @@ def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpu
     if on_gpu:
         rows.append(SideDeviceUsage(host.name, 0, 0, encoder_host_input(p, image_px=warm), 0))
     return SideUsage("mmproj", p.path, tuple(rows), 0, details)
-
-
-# --- which file: next to the model, or llama.cpp's -hf rule ---------------------------------------
-
-_SPLIT = re.compile(r"^(.+)-(\d{5})-of-(\d{5})$", re.IGNORECASE)
-_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
-
-
-def quant_bits(path: str) -> int:
-    """common/download.cpp extract_quant_bits: Q4_K_M → 4, F16 → 16, none → 0."""
-    prefix = path.removesuffix(".gguf")
-    m = _SPLIT.match(prefix)
-    if m:
-        prefix = m.group(1)
-    t = _TAG.search(prefix)
-    digits = re.search(r"\d+", t.group(1)) if t else None
-    return int(digits.group(0)) if digits else 0
-
-
-def best_sibling(files: Sequence[str], model: str, keyword: str = "mmproj", tag: str = "") -> str | None:
-    """common/download.cpp find_best_sibling: the .gguf containing `keyword` in the deepest directory
-    shared with `model` (it must lie in one of the model's parent directories), then an exact `-TAG.`
-    match, then the closest quantization bits to the tag's (or the model's)."""
-    model_parts = model.split("/")
-    digits = re.search(r"\d+", tag)
-    model_bits = (int(digits.group(0)) if digits else 0) if tag else quant_bits(model)
-    best: tuple[int, bool, int] | None = None
-    chosen = None
-    for f in files:
-        if not f.endswith(".gguf") or keyword not in f:
-            continue
-        sib_parts = f.split("/")
-        depth = 0
-        while depth < len(model_parts) - 1 and depth < len(sib_parts) - 1 and model_parts[depth] == sib_parts[depth]:
-            depth += 1
-        if depth != len(sib_parts) - 1:  # the sibling's directory must be a prefix of the model's
-            continue
-        exact = bool(tag) and f"-{tag.upper()}." in f.upper()
-        diff = abs(quant_bits(f) - model_bits)
-        if (best is None or depth > best[0] or (depth == best[0] and exact and not best[1])
-                or (depth == best[0] and exact == best[1] and diff < best[2])):  # fmt: skip
-            best, chosen = (depth, exact, diff), f
-    return chosen
-
-
-def local_mmproj(model_path: str, names: Sequence[str]) -> str | None:
-    """`--mmproj auto` for a local model: mmproj*.gguf among `names` (the model's directory), by the
-    same rule as -hf (closest quantization to the model's)."""
-    found = [n for n in names if posixpath.basename(n).lower().startswith("mmproj") and n.endswith(".gguf")]
-    return best_sibling(found, posixpath.basename(model_path)) if found else None

@@ -23,7 +23,7 @@ from llamafit.server.find import build_identity, version_identity
 from llamafit.server.fit_check import Estimate, parse_fit_print, question
 
 MIB = 1 << 20
-DATA = Path(__file__).parent / "data" / "vulkaninfo"
+DATA = Path(__file__).parents[1] / "data" / "vulkaninfo"
 LAVAPIPE = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free)"
 
 

@@ -225,20 +225,6 @@ def test_dynamic_projector_warmup_and_worst_case() -> None:
     assert image_px_for_tokens(p, 4096) == 64 * 14 * 2
 
 
-@pytest.mark.parametrize("files, model, tag, expected", [
-    (["mmproj-F16.gguf", "mmproj-Q8_0.gguf", "m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "", "mmproj-Q8_0.gguf"),
-    (["mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "m-F16.gguf", "", "mmproj-F16.gguf"),
-    (["vision/mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "m-Q4_K_M.gguf", "", "mmproj-Q8_0.gguf"),  # not in a subdir
-    (["q4/mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "q4/m-Q4_K_M.gguf", "", "q4/mmproj-F16.gguf"),  # deeper wins
-    (["mmproj-F16.gguf", "mmproj-BF16.gguf"], "m-Q4_K_M.gguf", "BF16", "mmproj-BF16.gguf"),  # exact tag
-    (["m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "", None),
-])  # fmt: skip
-def test_best_sibling_follows_llama_cpp_hf_rule(files: list[str], model: str, tag: str, expected: str | None) -> None:
-    from llamafit.memory.projector import best_sibling
-
-    assert best_sibling(files, model, tag=tag) == expected
-
-
 def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> None:
     import os
     import shutil
