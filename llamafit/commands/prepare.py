@@ -35,7 +35,7 @@ from ..fit.search import Target
 from ..fit.speed import SpeedInputs
 from ..server.flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
 from .side_load import load_side_plan
-from ..memory.side_models import MODELLED
+from ..server.side_flags import MODELLED
 from ..units import MIB
 
 if TYPE_CHECKING:

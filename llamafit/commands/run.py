@@ -40,7 +40,7 @@ from ..report.run import (
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
 from .prepare import Prepared, Request, prepare
 from ..server.find import ServerChoice, ServerRefused
-from ..fit.side_plan import launch_tokens
+from ..server.side_flags import launch_tokens
 from ..fit.solver import Choice, Policy
 from ..units import GIB, MIB
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 from ..paths import is_url
 from .prepare import Prepared, Report, Request, prepare
 from ..fit.search import STEP
-from ..fit.side_plan import launch_tokens
+from ..server.side_flags import launch_tokens
 from ..fit.solver import Choice, Policy
 from ..units import MIB
 

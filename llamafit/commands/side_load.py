@@ -18,7 +18,8 @@ from ..paths import is_url
 from ..fetch.stores import best_sibling, local_mmproj
 from ..memory.projector import ProjectorFacts, is_projector, projector_facts
 from ..server.flags import ParsedServerArgs
-from ..memory.side_models import BUILD_UNIFIED_DRAFT, SidePlan, parse_side_flags, vocab_info, vocab_mismatch
+from ..memory.side_models import BUILD_UNIFIED_DRAFT, SidePlan, vocab_info, vocab_mismatch
+from ..server.side_flags import parse_side_flags
 
 
 def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts: ModelFacts,

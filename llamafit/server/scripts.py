@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from llamafit.errors import InputError
 from llamafit.safe_text import printable
-from llamafit.server.flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
+from llamafit.server.flags import arity, flag_groups
 
 KINDS = ("sh", "systemd", "llama-swap", "models-ini", "docker")
 DOCKER_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"  # its entrypoint is llama-server
@@ -28,7 +28,6 @@ DOCKER_BACKENDS = {
     "vulkan": ("ghcr.io/ggml-org/llama.cpp:server-vulkan", "--device /dev/dri"),
 }
 
-_ARITY = {**dict.fromkeys(NO_VALUE, 0), **dict.fromkeys(ONE_VALUE, 1), **dict.fromkeys(TWO_VALUES, 2)}
 _CTX = frozenset({"-c", "--ctx-size"})
 _PATH_FLAGS = frozenset({"-m", "--model", "-mm", "--mmproj", "-md", "--model-draft", "--spec-draft-model"})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -88,15 +87,7 @@ def _canon(flag: str) -> str:
 
 def _groups(args: Sequence[str]) -> list[Group]:
     """Server arguments as flags with their values (arity from arg.cpp; unknown: no value)."""
-    out: list[Group] = []
-    i = 0
-    while i < len(args):
-        end = i + 1 + _ARITY.get(_canon(args[i]), 0)
-        if end > len(args):
-            raise InputError(f"{args[i]} expects a value, but nothing follows it")
-        out.append((args[i], tuple(args[i + 1 : end])))
-        i = end
-    return out
+    return list(flag_groups(args, lambda flag, _: arity(_canon(flag)) or 0, strict=True))
 
 
 def _set_value(groups: list[Group], flags: frozenset[str], value: str) -> bool:
@@ -345,7 +336,7 @@ def _ini_options(spec: LaunchSpec) -> dict[str, str]:
         canon = _canon(flag)
         if canon in _ROUTER_OWNED:
             continue
-        if canon not in _ARITY or len(values) > 1:
+        if arity(canon) is None or len(values) > 1:
             raise InputError(f"{flag}: a models.ini preset cannot carry this argument")
         key = _INI_KEYS.get(canon, canon.lstrip("-"))
         value = values[0] if values else "true"  # a switch (its "no-" spelling reads true too)
