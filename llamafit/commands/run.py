@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
+from ..version import __version__
 from ..memory.calibration import incomplete
 from ..report.check import check_lines, config_json
 from .plan import render_plan
+from .run_verify import try_record
 from ..server.argv import server_argv
 from ..safe_text import printable
 from ..errors import InputError
-from ..report.layout import command_lines, paint, server_lines, use_colour, wrap_line, wrap_text
+from ..report.colour import paint, use_colour
+from ..report.layout import command_lines, server_lines, wrap_line, wrap_text
 from ..memory.model import Breakdown
 from ..paths import calibration_path, is_url
 from ..fit.explain import PlanResult
@@ -31,8 +33,6 @@ from ..report.run import (
     given_up_lines,
     not_recorded_line,
     ready_lines,
-    record_error_line,
-    recorded_line,
     retry_lines,
     served_what,
     unplanned_devices_line,
@@ -236,15 +236,6 @@ def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None
     ended = {"ready": event.ready, "exit_code": event.code, "signal": event.signal, "signal_name": event.signal_name,
              "failure": event.diagnosis}  # fmt: skip
     append_line(path, json.dumps(run_entry(launch, p, "failed") | {"exit": ended}))
-
-
-def try_record(path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]) -> None:
-    """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
-    try:
-        write(path)
-        say(recorded_line(what, path))
-    except OSError as e:
-        say(record_error_line(path, e))
 
 
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,

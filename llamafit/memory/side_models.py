@@ -39,6 +39,7 @@ from .config import NGL_AUTO, LaunchConfig
 from ..errors import InputError
 from ..reader.ggml_types import GGMLType
 from .placement import CPU, cuda_alloc_size, override_target, tensor_layer
+from .projector import encoder_compute, encoder_host_input, image_px_for_tokens
 from .resolve import build_of
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from ..facts.hparams import ModelFacts
     from ..findings import Notice
     from .model import Breakdown, MemoryModel
-    from .projector import ProjectorFacts
+    from ..facts.projector import ProjectorFacts
     from .resolve import ResolvedConfig
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
@@ -232,8 +233,6 @@ class SidePlan:
         if self.flags.mtp and main.facts.n_layer_nextn:
             out.append(mtp_usage(main.facts, self.flags, rc, lmap_layers, gpus, host))
         if self.projector is not None:
-            from .projector import projector_usage
-
             out.append(projector_usage(self.projector, self.flags, rc, gpus, host))
         return tuple(out)
 
@@ -346,3 +345,26 @@ def attach(b: Breakdown, usages: Sequence[SideUsage]) -> Breakdown:
     for d in b.devices:
         rows.append(replace(d, side_bytes=d.side_bytes + sum(u.on(d.name) for u in usages)))
     return replace(b, devices=tuple(rows), side_models=b.side_models + tuple(usages))
+
+
+def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpus: Sequence[DeviceSpec],
+                    host: DeviceSpec) -> SideUsage:  # fmt: skip
+    """Weights and the warmup compute buffer on the clip backend; details carry the worst case."""
+    on_gpu = flags.mmproj_offload and bool(gpus)
+    device = gpus[0].name if on_gpu else host.name
+    warm = p.warmup_image_size()
+    backend = gpus[0].backend if on_gpu else host.backend
+    compute = encoder_compute(p, image_px=warm, flash_attn=rc.flash_attn, backend=backend)
+    max_tokens = p.max_image_tokens(flags.image_max_tokens)
+    worst_px = image_px_for_tokens(p, max_tokens) if max_tokens else warm
+    worst = encoder_compute(p, image_px=worst_px, flash_attn=rc.flash_attn, backend=backend)
+    details: tuple[tuple[str, int | str], ...] = (
+        ("projector_type", p.projector_type), ("device", device), ("offload", "on" if flags.mmproj_offload else "off"),
+        ("flash_attn", "on" if rc.flash_attn else "off"),
+        ("warmup_image_px", warm), ("worst_image_px", worst_px), ("worst_compute_bytes", worst),
+        ("image_max_tokens", max_tokens or 0),
+    )  # fmt: skip
+    rows = [SideDeviceUsage(device, p.weights_bytes, 0, compute, 0)]
+    if on_gpu:
+        rows.append(SideDeviceUsage(host.name, 0, 0, encoder_host_input(p, image_px=warm), 0))
+    return SideUsage("mmproj", p.path, tuple(rows), 0, details)

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..fit.listing import Row
-from ..commands.ls import Listing
 from ..safe_text import printable
 from ..units import GIB, MIB
+
+
+
+class _Place(Protocol):  # fetch.stores.Root
+    @property
+    def store(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+
+
+class _Note(_Place, Protocol):  # fetch.stores.Note
+    @property
+    def code(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+
+
+class Listing(Protocol):
+    """What `llamafit ls` found (commands.ls.Listing): the rows, the stores looked in, the notes."""
+
+    @property
+    def rows(self) -> Sequence[Row]: ...
+    @property
+    def notes(self) -> Sequence[_Note]: ...
+    @property
+    def roots(self) -> Sequence[_Place]: ...
+
 
 _COLS = (("NAME", 13), ("STORE", 9), ("ARCH", 8), ("QUANT", 6), ("SIZE", 5), ("TRAIN", 5), ("CTX/SLOT", 9),
          ("TOK/S", 7), ("HERE", 10))  # fmt: skip

@@ -148,7 +148,7 @@ def small_projector(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _projector(path: str):
     from llamafit.fetch.model_source import open_model
-    from llamafit.memory.projector import projector_facts
+    from llamafit.facts.projector import projector_facts
 
     m = open_model(path, {})
     return projector_facts(m.path, m.metadata, m.tensors)
@@ -172,14 +172,16 @@ def test_projector_facts(small_projector: str) -> None:
     (448, False, 6 * 1024 * 1152 * 4 + 1024 * 1024 * 16 * 4),
 ])  # fmt: skip
 def test_encoder_compute_gemma3_4b_shape(image_px: int, flash_attn: bool, expected: int) -> None:
-    from llamafit.memory.projector import ProjectorFacts, encoder_compute
+    from llamafit.facts.projector import ProjectorFacts
+    from llamafit.memory.projector import encoder_compute
 
     p = ProjectorFacts("x", "gemma3", ("vision",), 896, 14, 1152, 4304, 27, 16, 2560, 4, 0, 0)
     assert encoder_compute(p, image_px=image_px, flash_attn=flash_attn) == expected
 
 
 def test_dynamic_projector_warmup_and_worst_case() -> None:
-    from llamafit.memory.projector import ProjectorFacts, image_px_for_tokens
+    from llamafit.facts.projector import ProjectorFacts
+    from llamafit.memory.projector import image_px_for_tokens
 
     p = ProjectorFacts("x", "qwen2.5vl_merger", ("vision",), 560, 14, 1280, 3420, 32, 16, 3584, 2, 0, 0)
     assert p.warmup_image_size() == 46 * 14 * 2
