@@ -25,7 +25,7 @@ from .devices import (
     parse_size,
 )
 from ..errors import InputError
-from ..units import GIB
+from ..units import GIB, MIB
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
 _AMD_VENDOR = "0x1002"
@@ -338,7 +338,7 @@ def _size_or_none(item: str) -> int | None:
         return None
 
 
-MIN_GPU_BYTES = 1 << 20
+MIN_GPU_BYTES = MIB
 
 
 def _no_unit_hint(item: str) -> str:
