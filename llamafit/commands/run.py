@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..version import __version__
 from ..memory.calibration import incomplete
-from ..report.check import check_lines, config_json
+from ..report.check import check_lines
+from ..report.json_parts import config_json
 from .plan import render_plan
 from .run_verify import try_record
 from ..server.argv import server_argv

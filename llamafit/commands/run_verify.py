@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..version import __version__
 from ..safe_io import append_line
-from ..report.check import config_json
+from ..report.json_parts import config_json
 from .prepare import Prepared
 from ..report.run import record_error_line, recorded_line, verify_error_line, verify_start_line
 from ..server.supervise import VerifyProgress
