@@ -16,11 +16,7 @@ The names in `__all__` are imported on first use, so `import llamafit` stays che
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
-
-__version__ = "0.1.0"
 
 # The llama.cpp whose rules llamafit mirrors: llama-cpp-python 0.3.36's vendor/llama.cpp. A rule cites
 # its source at this commit as `llama.cpp: <path> <function or symbol>` (e.g. `# llama.cpp:
@@ -28,6 +24,7 @@ __version__ = "0.1.0"
 LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 _API = {
+    "__version__": "version",
     "read_model": "reader.model",  # a GGUF's header(s), any shard of a split model
     "open_model": "fetch.model_source",  # also http(s) URLs and Hugging Face names (only the header is read)
     "build_facts": "facts.hparams",
@@ -74,20 +71,8 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-class _Package(types.ModuleType):
-    """`llamafit.plan` and `llamafit.resolve` are API functions that share their names with the
-    modules that define them: importing those modules must not replace the functions."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _API and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
 if TYPE_CHECKING:
+    from .version import __version__
     from .api import breakdown_text, make_target
     from .server.argv import server_argv
     from .memory.config import LaunchConfig, with_given

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import __version__
+from .version import __version__
 from .errors import LlamafitError
 from .safe_text import printable
 
@@ -83,7 +83,7 @@ def echo_report(text: str, *, err: bool = False) -> None:
     import os
     import sys
 
-    from .report.layout import paint, use_colour
+    from .report.colour import paint, use_colour
 
     colour = use_colour((sys.stderr if err else sys.stdout).isatty(), os.environ)
     click.echo(paint(text) if colour else text, err=err)
@@ -115,7 +115,7 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
 
     from .facts.hparams import build_facts
     from .commands.prepare import load_model
-    from .memory.projector import is_projector, projector_facts
+    from .facts.projector import is_projector, projector_facts
 
     gguf = load_model(model, demo=demo, hf_repo=None, env=os.environ)
     if is_projector(gguf.metadata):  # an mmproj file: shown as a projector

@@ -22,5 +22,6 @@ def calibration_path(env: Mapping[str, str]) -> str:
 
 
 def is_url(model_path: str) -> bool:
-    """An http(s) URL (a remote model: only its header is read; llama-server downloads it with -mu)."""
+    """An http(s) URL: a remote model (only its header is read; llama-server downloads it with -mu), or a
+    running server's address (`check --verify`)."""
     return model_path.startswith(("http://", "https://"))

@@ -57,10 +57,10 @@ from llamafit.fit.speed import (  # noqa: E402
     EFFICIENCY,
     KV_PAD,
     Efficiency,
-    Rate,
     SpeedInputs,
     estimate_at,
 )
+from llamafit.machine.rates import Rate  # noqa: E402
 
 PUBLIC = ROOT / "fixtures" / "speed" / "public-llama-bench.csv"
 FIXTURES = ("dense-llama.gguf", "moe-qwen3.gguf", "swa-gemma3.gguf")

@@ -1,11 +1,19 @@
-"""The package's layers (README, Development): which subpackage may import which, and a core
-(reader, facts, memory, fit) that imports no edge library. Written by the layout move (issue #9)."""
+"""The package's layers (README, "How the code is laid out"): which unit (a subpackage or a root
+module) may import which, no import cycle between modules, and a core (reader, facts, memory, fit)
+that imports no edge library. Written by the layout move (issue #9), made strict by issue #24.
+
+Every import counts: module level, inside functions, under TYPE_CHECKING (a type is a dependency
+too), and `importlib.import_module("llamafit.…")` with a literal name. The cycle check leaves out
+the TYPE_CHECKING imports (they never run). The checks are functions of a package directory, so
+the tests at the end plant each kind of violation in a copy of the package and see it caught."""
 
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,42 +22,36 @@ from tests.support import ROOT
 PACKAGE = ROOT / "llamafit"
 CORE = ("reader", "facts", "memory", "fit")
 EDGE_LIBRARIES = ("click", "psutil", "pynvml", "subprocess", "huggingface_hub", "numpy")
-BASE = {"errors", "units", "findings", "safe_text"}
-# What each unit may import (a subpackage, or a root module such as errors). Units not named here
-# (cli, api, __init__, __main__, and modules added later at the root) are not constrained.
+BASE = {"errors", "units", "findings", "safe_text", "version"}
+_CORE = BASE | {"reader", "facts", "machine", "memory", "fit"}
+_ALL_BUT_CLI = _CORE | {"paths", "safe_io", "fetch", "server", "report", "commands", "api", "__init__"}
+# What each unit may import besides itself. Every folder and root module of the package has an entry:
+# a unit not named here fails the test (say where a new one sits before it is used).
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "units": set(),
     "findings": set(),
     "safe_text": set(),
-    "safe_io": BASE,
+    "version": set(),
     "paths": set(),
+    "safe_io": BASE,
     "reader": BASE,
     "facts": BASE | {"reader"},
     "machine": BASE | {"safe_io"},  # the host probe's cache
     "memory": BASE | {"reader", "facts", "machine"},
     "fit": BASE | {"reader", "facts", "machine", "memory"},
-    "fetch": BASE | {"reader", "paths", "safe_io", "__init__"},
+    "fetch": BASE | {"reader", "paths", "safe_io"},
     "server": BASE | {"reader", "memory", "paths", "safe_io"},
     "report": BASE | {"reader", "facts", "machine", "memory", "fit", "server"},
-    "commands": BASE | {"reader", "facts", "machine", "memory", "fit", "fetch", "server", "report", "paths",
-                        "safe_io", "__init__"},
+    "commands": _CORE | {"fetch", "server", "report", "paths", "safe_io"},
+    "api": _CORE | {"report", "server"},  # the library's helpers: no command, no CLI
+    "__init__": _ALL_BUT_CLI - {"__init__", "commands"},  # the lazy public API
+    "cli": _ALL_BUT_CLI,
+    "__main__": {"cli"},
 }
-# Module-to-module edges that cross the layers today, each with what would remove it.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ('llamafit.fit.listing', 'llamafit.fetch.stores'):
-        "an ls row carries the store's Found record: pass its fields instead",
-    ('llamafit.memory.side_models', 'llamafit.server.flag_table'):
-        "the side flags' arity comes from llama-server's flag table: parse them in server.flags",
-    ('llamafit.fit.side_plan', 'llamafit.server.flag_table'):
-        'the same: take the side flags parsed',
-    ('llamafit.machine.host_probe', 'llamafit.fit.speed'):
-        "the probe's cached record is a speed-model type: move that dataclass into machine",
-    ('llamafit.fit.many', 'llamafit.server.scripts'):
-        'many-model packing builds launch specs: return plain entries and let commands.script build them',
-    ('llamafit.report.ls', 'llamafit.commands.ls'):
-        "the ls report renders commands.ls's Listing: move Listing into fit.listing",
-}
+# Module-to-module edges allowed across the layers, each with what would remove it. Empty, and an
+# entry that no longer occurs fails too.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def _unit(module: str) -> str:
@@ -58,69 +60,235 @@ def _unit(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _module_of(path: Path) -> str:
-    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+def _module_of(path: Path, package: Path) -> str:
+    rel = path.relative_to(package.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _imports(path: Path) -> list[tuple[str, int]]:
-    """(absolute module, line) of every import in the file, function-level ones included."""
-    module = _module_of(path)
-    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Lines of the statements under `if TYPE_CHECKING:`."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return lines
+
+
+def _imports(path: Path, package: Path) -> Iterator[tuple[str, int, bool]]:
+    """(absolute module, line, runs) of every import in the file; runs is False under TYPE_CHECKING.
+    `from pkg import name` names the module pkg.name where that is a module of the package."""
+    module = _module_of(path, package)
+    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    tree = ast.parse(path.read_text())
+    typing_only = _type_checking_lines(tree)
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        runs = line not in typing_only
         if isinstance(node, ast.Import):
-            found += [(a.name, node.lineno) for a in node.names]
+            for a in node.names:
+                yield a.name, line, runs
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[: len(package) - node.level + 1]
+                base = here[: len(here) - node.level + 1]
                 target = ".".join([*base, *([node.module] if node.module else [])])
-                if node.module is None and len(base) == 1:  # from . import x: x may be a module
-                    found += [(f"{target}.{a.name}", node.lineno) for a in node.names]
-                    continue
-                found.append((target, node.lineno))
             else:
-                found.append((node.module or "", node.lineno))
+                target = node.module or ""
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                yield (sub if _exists(sub, package) else target), line, runs
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            yield node.args[0].value, line, runs
+
+
+def _exists(module: str, package: Path) -> bool:
+    parts = module.split(".")
+    if parts[0] != package.name:
+        return False
+    base = package.parent.joinpath(*parts)
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _files(package: Path) -> list[Path]:
+    return sorted(package.rglob("*.py"))
+
+
+def upward_imports(package: Path, exceptions: dict[tuple[str, str], str]) -> list[str]:
+    """Imports that go up (or sideways) in the layer table, units missing from it, and stale exceptions."""
+    wrong: list[str] = []
+    seen = set()
+    for path in _files(package):
+        module = _module_of(path, package)
+        unit = _unit(module)
+        if unit not in MAY_IMPORT:
+            wrong.append(f"{module}: {unit} has no entry in MAY_IMPORT")
+            continue
+        for target, line, _ in _imports(path, package):
+            if target.split(".")[0] != package.name:
+                continue
+            to = _unit(target)
+            if to == unit or to in MAY_IMPORT[unit]:
+                continue
+            if (module, target) in exceptions:
+                seen.add((module, target))
+                continue
+            found = f"{module} line {line} imports {target} ({unit} → {to})"
+            if found not in wrong:
+                wrong.append(found)
+    wrong += [f"stale exception: {m} no longer imports {t}" for m, t in exceptions if (m, t) not in seen]
+    return wrong
+
+
+def module_cycles(package: Path) -> list[list[str]]:
+    """Cycles of the module graph (strongly connected components of more than one module, or a
+    module that imports itself), from the imports that run."""
+    graph: dict[str, set[str]] = {}
+    for path in _files(package):
+        module = _module_of(path, package)
+        graph[module] = {t for t, _, runs in _imports(path, package) if runs and _exists(t, package)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
     return found
 
 
-FILES = sorted(PACKAGE.rglob("*.py"))
+def test_every_import_goes_down_the_layers() -> None:
+    assert upward_imports(PACKAGE, EXCEPTIONS) == []
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_imports_go_down_the_layers(path: Path) -> None:
-    module = _module_of(path)
-    unit = _unit(module)
-    if unit not in MAY_IMPORT:
-        return
-    wrong = []
-    for target, line in _imports(path):
-        if not target.startswith("llamafit"):
-            continue
-        to = _unit(target)
-        if target == "llamafit.__version__" or target.startswith("llamafit.__"):
-            to = "__init__"
-        if to == unit or to in MAY_IMPORT[unit] or (module, target) in EXCEPTIONS:
-            continue
-        if (module, target.rsplit(".", 1)[0]) in EXCEPTIONS:
-            continue
-        wrong.append(f"line {line}: {module} imports {target}")
-    assert wrong == []
+def test_no_module_import_cycle() -> None:
+    assert module_cycles(PACKAGE) == []
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if _unit(_module_of(p)) in CORE or p.stem in BASE],
-                         ids=lambda p: str(p.relative_to(PACKAGE)))  # fmt: skip
+def test_the_layer_table_is_acyclic() -> None:
+    """No two units may import each other, directly or around a loop: zero upward imports then
+    means zero cycles between folders."""
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(u: str, path: tuple[str, ...]) -> None:
+        assert state.get(u) != 1, f"the layer table has a cycle: {' → '.join((*path, u))}"
+        if state.get(u) == 2:
+            return
+        state[u] = 1
+        for v in sorted(MAY_IMPORT[u]):
+            visit(v, (*path, u))
+        state[u] = 2
+        order.append(u)
+
+    for u in sorted(MAY_IMPORT):
+        visit(u, ())
+    assert sorted(order) == sorted(MAY_IMPORT)
+
+
+def test_every_unit_of_the_package_is_in_the_table() -> None:
+    units = {_unit(_module_of(p, PACKAGE)) for p in _files(PACKAGE)}
+    assert units == set(MAY_IMPORT)
+
+
+@pytest.mark.parametrize("path", [p for p in _files(PACKAGE) if _unit(_module_of(p, PACKAGE)) in CORE
+                                  or p.stem in BASE], ids=lambda p: str(p.relative_to(PACKAGE)))  # fmt: skip
 def test_the_core_imports_no_edge_library(path: Path) -> None:
-    edges = [t for t, _ in _imports(path) if t.split(".")[0] in EDGE_LIBRARIES]
+    edges = [t for t, _, _ in _imports(path, PACKAGE) if t.split(".")[0] in EDGE_LIBRARIES]
     assert edges == []
 
 
 def test_loading_the_core_loads_no_edge_library() -> None:
-    modules = sorted(_module_of(p) for p in FILES if _unit(_module_of(p)) in CORE)
+    modules = sorted(_module_of(p, PACKAGE) for p in _files(PACKAGE) if _unit(_module_of(p, PACKAGE)) in CORE)
     code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
             f"print(sorted(m for m in {EDGE_LIBRARIES!r} if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "[]\n"
+
+
+# --- the checks catch what they are for: each violation planted in a copy of the package -------------
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("layers") / "llamafit"
+    shutil.copytree(PACKAGE, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def _planted(copy: Path, rel: str, text: str) -> Path:
+    path = copy / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_the_copy_is_clean(copy: Path) -> None:
+    assert (upward_imports(copy, {}), module_cycles(copy)) == ([], [])
+
+
+@pytest.mark.parametrize("rel, text, expected", [
+    ("newfolder/__init__.py", "", "llamafit.newfolder: newfolder has no entry in MAY_IMPORT"),
+    ("newfolder/x.py", "from ..cli import main\n", "llamafit.newfolder.x: newfolder has no entry in MAY_IMPORT"),
+    ("extra.py", "", "llamafit.extra: extra has no entry in MAY_IMPORT"),
+    ("api.py", "from .commands import plan\n", "llamafit.api line 1 imports llamafit.commands.plan (api → commands)"),
+    ("fit/x.py", "def f():\n    import importlib\n    return importlib.import_module('llamafit.server.flags')\n",
+     "llamafit.fit.x line 3 imports llamafit.server.flags (fit → server)"),
+    ("memory/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..fit.solver import Choice\n",
+     "llamafit.memory.x line 3 imports llamafit.fit.solver (memory → fit)"),
+])  # fmt: skip
+def test_a_planted_upward_import_is_caught(copy: Path, rel: str, text: str, expected: str) -> None:
+    path = copy / rel
+    old = path.read_text() if path.exists() else None
+    _planted(copy, rel, text)
+    try:
+        assert expected in upward_imports(copy, {})
+    finally:
+        if old is None:
+            path.unlink()
+        else:
+            path.write_text(old)
+
+
+def test_a_planted_cycle_inside_a_folder_is_caught(copy: Path) -> None:
+    a = _planted(copy, "fit/cyc_a.py", "from . import cyc_b\n")
+    b = _planted(copy, "fit/cyc_b.py", "def f():\n    from .cyc_a import g\n    return g\n")
+    try:
+        assert module_cycles(copy) == [["llamafit.fit.cyc_a", "llamafit.fit.cyc_b"]]
+        assert upward_imports(copy, {}) == []  # the layers alone do not see it
+    finally:
+        a.unlink()
+        b.unlink()
+
+
+def test_a_stale_exception_fails(copy: Path) -> None:
+    stale = {("llamafit.fit.solver", "llamafit.server.flags"): "once needed"}
+    assert upward_imports(copy, stale) == [
+        "stale exception: llamafit.fit.solver no longer imports llamafit.server.flags"]

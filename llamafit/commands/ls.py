@@ -20,18 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from ..version import __version__
 from ..memory.config import LaunchConfig
 from ..machine.devices import DeviceSpec
 from ..errors import LlamafitError
 from ..safe_text import printable
 from ..facts.hparams import ModelFacts, build_facts
 from ..fetch.local_headers import read_local_model, validator
-from ..fit.listing import Row, best_possible, fit_model, row_for, sort_rows
+from ..fit.listing import Fit, Row, best_possible, fit_model, sort_rows
 from ..fetch.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
 from ..paths import cache_dir
 from ..fit.speed import SpeedInputs
-from ..memory.projector import is_projector, projector_facts
+from ..facts.projector import is_projector, projector_facts
 from ..memory.side_models import SideFlags, SidePlan
 from ..fetch.store_scan import root_for_path, scan, this_machine_roots
 from ..fetch.stores import Found, Note, Root, gguf_kind
@@ -87,6 +87,13 @@ class Listing:
     rows: tuple[Row, ...]
     notes: tuple[Note, ...]
     roots: tuple[Root, ...]
+
+
+def _row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:
+    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all shards),
+    which is the file size of a whole download and still the model's size for a header-only file."""
+    return Row(found.name, found.store, found.ref, found.path, len(found.shards), found.mmproj, facts.architecture,
+               facts.file_type, size_bytes, facts.n_ctx_train, fit)  # fmt: skip
 
 
 def roots_for(paths: Sequence[str], env: Mapping[str, str]) -> list[Root]:
@@ -188,7 +195,7 @@ def _computed(found: Found, identity: str | None, machine: Machine, cfg: LaunchC
         return _save(identity, machine, ready)
     fit = fit_model(ready.facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
                     engine=machine.engine, build=machine.build, speed=machine.speed, side=ready.side)  # fmt: skip
-    return _save(identity, machine, row_for(found, ready.facts, fit, ready.size_bytes))
+    return _save(identity, machine, _row_for(found, ready.facts, fit, ready.size_bytes))
 
 
 def lookup(found: Sequence[Found], machine: Machine) -> list[Looked]:

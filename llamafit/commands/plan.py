@@ -14,7 +14,7 @@ from ..findings import Notice
 from ..fit.plan_speed import speed_band
 from ..fit.presets import DEFAULT_TURN, PresetEffect, min_ctx_for, preset_config, preset_effect
 from ..report.layout import wrap_line
-from ..fit.side_plan import launch_tokens
+from ..server.side_flags import launch_tokens
 from ..fit.solver import Policy
 from ..memory.config import LaunchConfig
 from ..machine.gpu_processes import GpuProcess, others_in_use, tokens_for

@@ -35,7 +35,7 @@ from ..fit.search import Target
 from ..fit.speed import SpeedInputs
 from ..server.flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
 from .side_load import load_side_plan
-from ..memory.side_models import MODELLED
+from ..server.side_flags import MODELLED
 from ..units import MIB
 
 if TYPE_CHECKING:
@@ -295,7 +295,8 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
                           _rpc_query(env), listing)
     check_override_devices(parsed.config.override_tensor, devices)
-    side = load_side_plan(parsed, gguf.metadata, facts, env, auto_mmproj=request.auto_mmproj, build=request.build)
+    side = load_side_plan(parsed, gguf.metadata, facts, env, load_model=load_model, auto_mmproj=request.auto_mmproj,
+                          build=request.build)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
                     side=side)  # fmt: skip
     # calibration is keyed by the server's identity when the plan is for its own devices (issue #28)

@@ -20,7 +20,7 @@ from .script import plan_entries
 from ..server.argv import display
 from ..errors import InputError
 from ..server.launcher import child_env, forwarding_signals, free_port, start, wait_healthy
-from ..fit.many import Entry, max_at_once, render_models_ini_many
+from ..server.scripts import Entry, max_at_once, render_models_ini_many
 from ..paths import cache_dir
 from .prepare import Request
 from ..server.find import adapt_argv, find_server

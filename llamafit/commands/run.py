@@ -13,14 +13,17 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
+from ..version import __version__
 from ..memory.calibration import incomplete
-from ..report.check import check_lines, config_json
+from ..report.check import check_lines
+from ..report.json_parts import config_json
 from .plan import render_plan
+from .run_verify import try_record
 from ..server.argv import server_argv
 from ..safe_text import printable
 from ..errors import InputError
-from ..report.layout import command_lines, paint, server_lines, use_colour, wrap_line, wrap_text
+from ..report.colour import paint, use_colour
+from ..report.layout import command_lines, server_lines, wrap_line, wrap_text
 from ..memory.model import Breakdown
 from ..paths import calibration_path, is_url
 from ..fit.explain import PlanResult
@@ -31,8 +34,6 @@ from ..report.run import (
     given_up_lines,
     not_recorded_line,
     ready_lines,
-    record_error_line,
-    recorded_line,
     retry_lines,
     served_what,
     unplanned_devices_line,
@@ -40,9 +41,9 @@ from ..report.run import (
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
 from .prepare import Prepared, Request, prepare
 from ..server.find import ServerChoice, ServerRefused
-from ..fit.side_plan import launch_tokens
+from ..server.side_flags import launch_tokens
 from ..fit.solver import Choice, Policy
-from ..units import MIB
+from ..units import GIB, MIB
 
 if TYPE_CHECKING:
     from ..fit.retreat import Retreat
@@ -70,7 +71,7 @@ LOAD_TIMEOUT_PER_GIB_S = 30  # reading weights at 35 MB/s: a slow disk or networ
 
 def default_load_timeout(file_bytes: int) -> int:
     """How long to wait for a server to become healthy before giving up: grows with the model."""
-    return LOAD_TIMEOUT_BASE_S + LOAD_TIMEOUT_PER_GIB_S * file_bytes // (1 << 30)
+    return LOAD_TIMEOUT_BASE_S + LOAD_TIMEOUT_PER_GIB_S * file_bytes // GIB
 
 
 def parse_load_timeout(text: str | None) -> float | None:
@@ -236,15 +237,6 @@ def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None
     ended = {"ready": event.ready, "exit_code": event.code, "signal": event.signal, "signal_name": event.signal_name,
              "failure": event.diagnosis}  # fmt: skip
     append_line(path, json.dumps(run_entry(launch, p, "failed") | {"exit": ended}))
-
-
-def try_record(path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]) -> None:
-    """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
-    try:
-        write(path)
-        say(recorded_line(what, path))
-    except OSError as e:
-        say(record_error_line(path, e))
 
 
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
@@ -526,7 +518,7 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
                          "which downloads it with -mu")  # fmt: skip
-    if not opts.dry_run and p.facts.incomplete and not p.facts.path.startswith(("http://", "https://")):
+    if not opts.dry_run and p.facts.incomplete and not is_url(p.facts.path):
         raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
     report, result = render_plan(p, policy, with_command=False)
     if opts.dry_run:

@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
+from ..version import __version__
 from ..safe_io import append_line
-from ..report.check import config_json
+from ..report.json_parts import config_json
 from .prepare import Prepared
-from ..report.run import verify_error_line, verify_start_line
+from ..report.run import record_error_line, recorded_line, verify_error_line, verify_start_line
 from ..server.supervise import VerifyProgress
 from ..server.verify import VerifyError, VerifyResult, verify, verify_lines
 
@@ -24,6 +24,15 @@ if TYPE_CHECKING:
     from ..server.launcher import Child
     from ..server.log import LogWatcher, ServedRequest
     from .run import Launch
+
+
+def try_record(path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]) -> None:
+    """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
+    try:
+        write(path)
+        say(recorded_line(what, path))
+    except OSError as e:
+        say(record_error_line(path, e))
 
 
 @dataclass(frozen=True)
@@ -161,8 +170,6 @@ def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepare
         for line in verify_lines(result):
             say(line)
         speed = speed_record(p, launch.choice, env, result) if result.ok and not died else None
-        from .run import try_record
-
         shown = result if not (died or oom) else _failed(result, failure, oom)
         try_record(path, partial(record_verify, p=p, launch=launch, result=shown, speed=speed), "the verification", say)
     return Outcome(result, oom, failure if (died or oom or (result and not result.ok)) else None)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 from ..paths import is_url
 from .prepare import Prepared, Report, Request, prepare
 from ..fit.search import STEP
-from ..fit.side_plan import launch_tokens
+from ..server.side_flags import launch_tokens
 from ..fit.solver import Choice, Policy
 from ..units import MIB
 
@@ -140,7 +140,8 @@ def plan_entries(policy: Policy, request: Request, models: list[str],
                  server: str) -> tuple[list[Any], list[list[str]], list[str]]:  # fmt: skip
     """Each model (directories expanded to the models in them) planned within the set it shares the
     GPUs with (llamafit.fit.many): its Entry, the sets, and the models nothing fits for."""
-    from ..fit.many import Entry, plan_many
+    from ..fit.many import plan_many
+    from ..server.scripts import Entry
     from ..fetch.refs import ollama_found
     from ..fetch.store_scan import root_for_path, scan
 
@@ -185,7 +186,7 @@ def _with_mmproj(request: Request, model: str, mmproj: str | None) -> Request:
 
 def script_many(policy: Policy, request: Request, models: list[str], opts: ScriptOptions) -> tuple[Report, str | None]:
     """One llama-swap config or router preset file for many models, each fitted (llamafit.fit.many)."""
-    from ..fit.many import render_llama_swap_many, render_models_ini_many
+    from ..server.scripts import render_llama_swap_many, render_models_ini_many
 
     entries, sets, unfit = plan_entries(policy, request, models, opts.server or "llama-server")
     data = {"sets": sets, "unfit": unfit}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -14,18 +14,24 @@ from ..errors import InputError
 from ..facts.hparams import ModelFacts, build_facts
 from ..findings import Notice
 from ..memory.model import MemoryModel
-from ..memory.projector import ProjectorFacts, best_sibling, is_projector, local_mmproj, projector_facts
+from ..reader.model import GGUFModel
+from ..paths import is_url
+from ..fetch.stores import best_sibling, local_mmproj
+from ..facts.projector import ProjectorFacts, is_projector, projector_facts
 from ..server.flags import ParsedServerArgs
-from ..memory.side_models import BUILD_UNIFIED_DRAFT, SidePlan, parse_side_flags, vocab_info, vocab_mismatch
+from ..memory.side_models import BUILD_UNIFIED_DRAFT, SidePlan, vocab_info, vocab_mismatch
+from ..server.side_flags import parse_side_flags
+
+# prepare.load_model: (reference, demo=, hf_repo=, env=) → the model's header(s)
+LoadModel = Callable[..., GGUFModel]
 
 
 def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts: ModelFacts,
-                   env: Mapping[str, str], *, auto_mmproj: bool = False,
+                   env: Mapping[str, str], *, load_model: LoadModel, auto_mmproj: bool = False,
                    build: int | None = None) -> SidePlan | None:  # fmt: skip
     """The side models of this launch, read and checked; None when there are none. With `auto_mmproj`
-    (plan, run, script) a projector found next to the model is used unless --no-mmproj says not to."""
-    from .prepare import load_model
-
+    (plan, run, script) a projector found next to the model is used unless --no-mmproj says not to.
+    `load_model` reads a model reference's header (prepare.load_model)."""
     flags = parse_side_flags((*parsed.passthrough, *parsed.unknown), env)  # -cd: a flag of older builds
     notes: list[Notice] = []
     defaulted = auto_mmproj and flags.mmproj is None and not flags.no_mmproj and _has_mmproj_next_to(facts.path, env)
@@ -52,7 +58,7 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
     projector = None
     if flags.mmproj and not flags.no_mmproj:
         try:
-            projector, why = load_projector(flags.mmproj, model_path=facts.path, env=env)
+            projector, why = load_projector(flags.mmproj, model_path=facts.path, env=env, load_model=load_model)
             if projector.projection_dim and projector.projection_dim != facts.n_embd:
                 raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and "
                                  f"mmproj (n_embd = {projector.projection_dim}): llama-server refuses this pair "
@@ -82,11 +88,10 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def load_projector(spec: str, *, model_path: str, env: Mapping[str, str]) -> tuple[ProjectorFacts, str | None]:
+def load_projector(spec: str, *, model_path: str, env: Mapping[str, str],
+                   load_model: LoadModel) -> tuple[ProjectorFacts, str | None]:  # fmt: skip
     """The projector named by --mmproj (a path, URL, hf: reference, or "auto"), and why it was picked
     when llamafit picked it."""
-    from .prepare import load_model
-
     why = None
     if spec == "auto":
         spec, why = find_mmproj(model_path, env)
@@ -115,7 +120,7 @@ def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[
     m = _HF_RESOLVE.match(model_path)
     if m:
         return _find_remote_mmproj(m, env or {})
-    if model_path.startswith(("http://", "https://")):
+    if is_url(model_path):
         raise InputError(f"--mmproj auto: {model_path} is not in a Hugging Face repository; give --mmproj URL")
     ollama = _ollama_projector(model_path)
     if ollama is not None:

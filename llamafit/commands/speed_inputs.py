@@ -17,7 +17,8 @@ from ..errors import InputError
 from ..machine import catalog as gpu_catalog
 from ..machine.devices import DeviceSpec
 from ..machine.hardware import GPUInfo
-from ..fit.speed import Rate, SpeedInputs
+from ..fit.speed import SpeedInputs
+from ..machine.rates import Rate
 
 # Dense FP16 tensor-core TFLOPS per device from the makers' spec sheets (Apple: FP32 GPU TFLOPS).
 # Prompt speed is a rough estimate; these only scale it.

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import click
 
 from ..errors import InputError
+from ..paths import is_url
 from ..report.run import progress_line
 from ..server.verify import VerifyError, server_slots, verify, verify_lines
 
@@ -15,7 +16,7 @@ from ..server.verify import VerifyError, server_slots, verify, verify_lines
 def check_verify(url: str, *, as_json: bool, env: Mapping[str, str]) -> int:
     """0: the server answered a full-context request; 1: it failed; bad input raises InputError (exit 2)."""
     url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
+    if not is_url(url):  # the same http(s) test, here for a server's URL
         raise InputError(f"--verify needs the server's http(s) URL, e.g. http://127.0.0.1:8080 (got {url!r})")
     key = env.get("LLAMA_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}

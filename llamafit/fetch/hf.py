@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
+from ..reader.names import split_info
 from .remote import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, LOGIN_HINT, RemoteUnreachable, one_line
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_REVISION = "main"
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")  # llama.cpp's choice when `-hf` has no :quant
 _NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")  # gguf_filename_is_model
-_SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})  # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _REPO_PART = re.compile(r"\w[\w.-]*", re.ASCII)  # huggingface_hub validate_repo_id, in short
@@ -115,24 +115,6 @@ def parse_repo_spec(spec: str) -> RepoSpec:
 
 def resolve_url(endpoint: str, repo: str, revision: str, path: str) -> str:
     return f"{endpoint}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/{urllib.parse.quote(path)}"
-
-
-@dataclass(frozen=True)
-class SplitInfo:
-    """llama.cpp's gguf_split_info: `prefix-00002-of-00003.gguf` is (prefix, 2, 3)."""
-
-    prefix: str
-    index: int
-    count: int
-
-
-def split_info(path: str) -> SplitInfo | None:
-    """None when the name does not end in `.gguf`."""
-    if not path.endswith(".gguf"):
-        return None
-    prefix = path[: -len(".gguf")]
-    m = _SPLIT.match(prefix)
-    return SplitInfo(m.group(1), int(m.group(2)), int(m.group(3))) if m else SplitInfo(prefix, 1, 1)
 
 
 def is_model_file(path: str) -> bool:

@@ -51,10 +51,11 @@ from .remote import (
 )
 from ..safe_io import SMALL_FILE, read_regular, write_atomic
 from ..reader.source import ByteSource, BytesSource
+from ..units import GIB
 
 Progress = Callable[[int], None]
 _FORMAT = 1  # bump when the cache layout changes
-MAX_HEADER_BYTES = 1 << 30  # a cached header larger than this is not ours
+MAX_HEADER_BYTES = GIB  # a cached header larger than this is not ours
 
 
 def open_model(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
-from .. import __version__
+from ..version import __version__
 from ..errors import InputError
 
 DEFAULT_TIMEOUT = 30.0  # seconds, for each connect and each read from the socket

@@ -11,6 +11,7 @@ import os
 import platform
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..reader.names import split_info
 from ..safe_io import SMALL_FILE, read_regular
 from .stores import (
     Found,
@@ -144,9 +145,8 @@ def _plain(top: str, files: Sequence[str], store: str, notes: list[Note], base: 
     out = []
     for g in groups:
         shards = tuple(os.path.join(top, s) for s in g.shards)
-        name = g.shards[0].removesuffix(".gguf")
-        if len(g.shards) > 1:
-            name = name.rsplit("-", 3)[0]  # `x-00001-of-00003` → `x`
+        info = split_info(g.shards[0])  # `x-00001-of-00003.gguf` → `x`
+        name = info.prefix if info else g.shards[0]
         name = f"{base}/{name}" if base else name
         out.append(Found(store, name, shards[0], shards, os.path.join(top, g.mmproj) if g.mmproj else None))
     return out

@@ -26,11 +26,13 @@ when that tag picks the file back (llama.cpp's -hf rule), else `org/repo/path/fi
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .hf import find_best_model, is_model_file, split_info
+from ..reader.names import quant_bits, split_info, tag_bits
+from .hf import find_best_model, is_model_file
 
 OLLAMA_REGISTRY = "registry.ollama.ai"
 OLLAMA_NAMESPACE = "library"
@@ -38,7 +40,6 @@ OLLAMA_MODEL = "application/vnd.ollama.image.model"
 OLLAMA_PROJECTOR = "application/vnd.ollama.image.projector"
 OLLAMA_ADAPTER = "application/vnd.ollama.image.adapter"
 STORES = ("hf", "llama.cpp", "ollama", "lmstudio", "dir")
-_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)  # download.cpp get_gguf_split_info re_tag
 
 
 @dataclass(frozen=True)
@@ -139,10 +140,7 @@ def default_roots(env: Mapping[str, str], home: str, system: str) -> list[Root]:
 def file_tag(path: str) -> str:
     """llama.cpp's tag of a GGUF name: `…-Q4_K_M.gguf` → `Q4_K_M` (uppercased; split suffix dropped)."""
     info = split_info(path)
-    if info is None:
-        return ""
-    m = _TAG.search(info.prefix)
-    return m.group(1).upper() if m else ""
+    return info.tag if info else ""
 
 
 def repo_name(repo: str, path: str, files: Sequence[str]) -> str:
@@ -211,28 +209,34 @@ class FileGroup:
     mmproj: str | None
 
 
-def _quant_bits(path: str) -> int:
-    """download.cpp extract_quant_bits: the first number in the tag (Q4_K_M → 4, F16 → 16)."""
-    m = re.search(r"\d+", file_tag(path))
-    return int(m.group()) if m else 0
-
-
-def best_mmproj(files: Sequence[str], model: str) -> str | None:
-    """download.cpp find_best_sibling(files, model, "mmproj"): a sibling in the model's directory
-    or above, the deepest first, then the closest quantization."""
+def best_sibling(files: Sequence[str], model: str, keyword: str = "mmproj", tag: str = "") -> str | None:
+    """common/download.cpp find_best_sibling: among the .gguf files whose path contains `keyword`
+    and whose directory is the model's or one above it, the deepest directory first, then an exact
+    `-TAG.` match (case-insensitive), then the closest quantization bits to the tag's (or, without
+    a tag, the model's); the first of equals."""
     model_dir = model.split("/")[:-1]
-    best: tuple[int, int] | None = None
-    found = None
+    model_bits = tag_bits(tag.upper()) if tag else quant_bits(model)
+    best: tuple[int, bool, int] | None = None
+    chosen = None
     for f in files:
-        if not f.endswith(".gguf") or "mmproj" not in f:
+        if not f.endswith(".gguf") or keyword not in f:
             continue
         sib_dir = f.split("/")[:-1]
-        if model_dir[: len(sib_dir)] != sib_dir:
+        if model_dir[: len(sib_dir)] != sib_dir:  # the sibling's directory must be a prefix of the model's
             continue
-        key = (-len(sib_dir), abs(_quant_bits(f) - _quant_bits(model)))
-        if best is None or key < best:
-            best, found = key, f
-    return found
+        depth, diff = len(sib_dir), abs(quant_bits(f) - model_bits)
+        exact = bool(tag) and f"-{tag.upper()}." in f.upper()
+        if (best is None or depth > best[0] or (depth == best[0] and exact and not best[1])
+                or (depth == best[0] and exact == best[1] and diff < best[2])):  # fmt: skip
+            best, chosen = (depth, exact, diff), f
+    return chosen
+
+
+def local_mmproj(model_path: str, names: Sequence[str]) -> str | None:
+    """`--mmproj auto` for a local model: mmproj*.gguf among `names` (the model's directory), by the
+    same rule as -hf (closest quantization to the model's)."""
+    found = [n for n in names if posixpath.basename(n).lower().startswith("mmproj") and n.endswith(".gguf")]
+    return best_sibling(found, posixpath.basename(model_path)) if found else None
 
 
 def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, str, str]]]:
@@ -246,7 +250,7 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
         if info is None or not is_model_file(f):
             continue
         if info.count <= 1:
-            groups.append(FileGroup((f,), best_mmproj(files, f)))
+            groups.append(FileGroup((f,), best_sibling(files, f)))
         else:
             by_split.setdefault((info.prefix, info.count), {})[info.index] = f
     for (_, count), shards in sorted(by_split.items()):
@@ -256,7 +260,7 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
             problems.append((first, "missing-shard", f"shard {missing[0]} of {count} is missing"))
             continue
         ordered = tuple(shards[i] for i in range(1, count + 1))
-        groups.append(FileGroup(ordered, best_mmproj(files, ordered[0])))
+        groups.append(FileGroup(ordered, best_sibling(files, ordered[0])))
     return sorted(groups, key=lambda g: g.shards[0]), problems
 
 

@@ -23,7 +23,6 @@ from .search import Target
 from ..memory.side_models import SidePlan
 from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve
 from .speed import SpeedInputs
-from ..fetch.stores import Found
 
 VERDICTS = ("fits", "offload", "needs", "no-fit")  # sort order: best first
 
@@ -107,13 +106,6 @@ def best_possible(row: Row) -> bool:
     these bytes still fit (ls_cli reuses such a row on a CPU-only machine whose free RAM changed)."""
     f = row.fit
     return f.verdict == "fits" and f.ctx == row.n_ctx_train and f.type_k == f.type_v == "f16"
-
-
-def row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:
-    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all shards),
-    which is the file size of a whole download and still the model's size for a header-only file."""
-    return Row(found.name, found.store, found.ref, found.path, len(found.shards), found.mmproj, facts.architecture,
-               facts.file_type, size_bytes, facts.n_ctx_train, fit)  # fmt: skip
 
 
 def sort_rows(rows: Sequence[Row]) -> list[Row]:

@@ -1,5 +1,5 @@
-"""Many models on one machine: which fit on the GPUs together, each one's fitted flags, and the
-llama-swap config / llama-server router presets that serve them.
+"""Many models on one machine: which fit on the GPUs together and each one's fitted flags (the
+llama-swap config and router presets that serve them are server/scripts.py's).
 
 Packing (the GPUs; on a machine without GPUs, host RAM): each model's footprint at its minimum
 context (min(4096, trained), every layer it can place) is packed first-fit-decreasing into sets
@@ -21,7 +21,6 @@ from ..machine.devices import DeviceSpec
 from .search import Target
 from .solver import DEFAULT_MIN_CTX, Choice, NoFit, Policy, solve
 
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -123,76 +122,3 @@ def plan_many(names: Sequence[str], targets: Sequence[Target], cfgs: Sequence[La
         if members:
             sets.append(tuple(members))
     return Packing(tuple(sets), tuple(unfit))
-
-
-# --- configs (pure text) ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Entry:
-    name: str
-    argv: tuple[str, ...]  # argv[0] the server program
-    gpu_mib: tuple[tuple[str, int], ...]
-    n_ctx: int
-
-
-def swap_groups(sets: Sequence[Sequence[str]]) -> list[tuple[str, bool, list[str]]]:
-    """(group name, swap, members): sets of two or more run together, the rest swap."""
-    groups = [(f"together-{i + 1}", False, list(s)) for i, s in enumerate(x for x in sets if len(x) > 1)]
-    singles = [s[0] for s in sets if len(s) == 1]
-    return groups + ([("swap", True, singles)] if singles else [])
-
-
-def render_llama_swap_many(entries: Sequence[Entry], sets: Sequence[Sequence[str]], *, host: str = "127.0.0.1") -> str:
-    """One llama-swap config.yaml (its documented schema: macros, models.<id>.cmd/proxy/ttl/metadata,
-    groups.<id>.swap/exclusive/members); llama-swap assigns ${PORT}."""
-    import shlex
-
-    from ..server.scripts import LaunchSpec, _launch_groups, _lines, _Raw, _yaml_str
-
-    programs = sorted({e.argv[0] for e in entries})
-    macros = {p: f"server{i + 1}" if len(programs) > 1 else "llama-server" for i, p in enumerate(programs)}
-    lines = ["# llama-swap config written by llamafit: every model fitted; groups from the GPU memory each needs",
-             "macros:"]  # fmt: skip
-    lines += [f"  {_yaml_str(m)}: {_yaml_str(p)}" for p, m in macros.items()]
-    lines.append("models:")
-    for e in entries:
-        spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, host=host)
-        for text in e.argv:
-            if "${" in text:
-                from ..errors import InputError
-
-                raise InputError(f"{text!r}: llama-swap would read its '${{' as a macro")
-        groups = _launch_groups(spec, host, _Raw("${PORT}"))
-        cmd = " ".join([f"${{{macros[e.argv[0]]}}}", *_lines(groups, shlex.quote)])
-        lines += [f"  {_yaml_str(e.name)}:", f"    cmd: {_yaml_str(cmd)}",
-                  f"    proxy: {_yaml_str(f'http://{host}:${{PORT}}')}", "    ttl: 0", "    metadata:",
-                  f"      n_ctx: {e.n_ctx}", "      predicted_mib:" + ("" if e.gpu_mib else " {}")]  # fmt: skip
-        lines += [f"        {_yaml_str(d)}: {mib}" for d, mib in e.gpu_mib]
-    lines.append("groups:")
-    for name, swap, members in swap_groups(sets):
-        lines += [f"  {_yaml_str(name)}:", f"    swap: {'true' if swap else 'false'}", "    exclusive: true",
-                  "    members:", *(f"      - {_yaml_str(m)}" for m in members)]  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
-def render_models_ini_many(entries: Sequence[Entry], sets: Sequence[Sequence[str]]) -> str:
-    """A router preset file (`llama-server --models-preset FILE`): one fitted section per model;
-    which models fit at once in the comments (run the router with --models-max as said there)."""
-    from ..server.scripts import LaunchSpec, render_models_ini
-
-    together = [s for s in sets if len(s) > 1]
-    head = ["; llama-server router presets written by llamafit: each section fitted",
-            "; fit in memory at once: " + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
-            f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}", ""]  # fmt: skip
-    body = []
-    for e in entries:
-        spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, predicted_mib=e.gpu_mib)
-        body.append(render_models_ini(spec))
-    return "\n".join(head) + "\n".join(body)
-
-
-def max_at_once(sets: Sequence[Sequence[str]]) -> int:
-    """--models-max for the router: everything when all fit in one set, else one at a time (the
-    router evicts by count, not by memory)."""
-    return len(sets[0]) if len(sets) == 1 else 1

@@ -20,17 +20,16 @@ empty context: an upper bound, as verifying n+1 tokens is taken as memory-bound 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..facts.hparams import ModelFacts
+from ..facts.tensor_names import is_expert
 from ..memory.placement import tensor_layer
 
 # acceptance rates public llama-server MTP runs reported (accepted / drafted, llama.cpp's mtp-bench):
 # 0.59-0.85 over nine prompts (Qwen3.6, --spec-draft-n-max 2, PR #23269 thread, 2026-05-19)
 ACCEPTANCE = (0.59, 0.85)
 DRAFT_N_MAX = 3  # common/common.h common_params_speculative_draft::n_max
-_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +54,7 @@ def _reads(facts: ModelFacts, *, tokens: int) -> tuple[int, int]:
     n_nextn = max(facts.n_layer_all - facts.n_layer, 1)
     for t in facts.tensors:
         il = tensor_layer(t.name)
-        exps = bool(_EXPS.search(t.name))
+        exps = is_expert(t.name)
         if il is None:
             if t.name.startswith(("output.", "output_norm.")):
                 target += t.n_bytes

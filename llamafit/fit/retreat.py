@@ -18,8 +18,9 @@ from .explain import PlanResult, plan
 from .search import STEP, Target
 from .solver import Choice, Policy
 from .speed import SpeedInputs
+from ..units import MIB
 
-MIN_STEP = 1 << 20  # at least 1 MiB less each try; a tenth of the footprint on big devices
+MIN_STEP = MIB  # at least 1 MiB less each try; a tenth of the footprint on big devices
 _CUDA_DEVICE = re.compile(r"on device (\d+)")
 
 

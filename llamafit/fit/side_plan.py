@@ -6,12 +6,11 @@ Pure: the memory model and the searches of search.py, nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..memory.config import LaunchConfig
 from .search import Target, max_context
-from ..memory.side_models import SIDE_FLAGS, SidePlan, SideUsage
+from ..memory.side_models import SidePlan
 
 # the order in which side models give way (--no-mmproj-offload keeps the projector working)
 STEPS = ("mmproj_to_cpu", "drop_mmproj", "drop_draft", "drop_mtp")
@@ -62,40 +61,3 @@ def applicable(side: SidePlan, step: str) -> bool:
     if step == "mmproj_to_cpu":
         return side.projector is not None and side.flags.mmproj_offload and "mmproj_offload" not in side.flags.given
     return step.removeprefix("drop_") in _kinds(side)
-
-
-def launch_tokens(passthrough: Sequence[str], resident: Sequence[SideUsage]) -> list[str]:
-    """The llama-server flags to launch with, from the user's and the side models the plan keeps
-    (a breakdown's side_models): `--mmproj auto` resolved to the file, --no-mmproj-offload added when
-    the plan moved the projector to the CPU, the flags of side models the plan left out removed."""
-    from ..server.flag_table import ONE_VALUE
-
-    kinds = {u.kind: u for u in resident}
-    proj, draft = kinds.get("mmproj"), kinds.get("draft")
-    out: list[str] = []
-    i = 0
-    while i < len(passthrough):
-        flag = passthrough[i]
-        n = 1 if flag in ONE_VALUE else 0
-        group = list(passthrough[i : i + 1 + n])
-        i += 1 + n
-        if flag not in SIDE_FLAGS:
-            out += group
-        elif flag in ("-mm", "--mmproj", "-mmu", "--mmproj-url"):
-            if proj is not None:
-                out += [flag, proj.path] if group[1:] == ["auto"] else group
-        elif flag in ("--mmproj-offload", "--no-mmproj-offload", "--image-min-tokens", "--image-max-tokens"):
-            if proj is not None:
-                out += group
-        elif flag == "--spec-type":
-            kept = [t for t in group[1].split(",") if t != "draft-mtp" or "mtp" in kinds]
-            out += ["--spec-type", ",".join(kept)] if kept else []
-        elif draft is not None:  # the draft model's own flags
-            out += group
-    if proj is not None and not any(f in out for f in ("-mm", "--mmproj", "-mmu", "--mmproj-url")):
-        out += ["--mmproj", proj.path]  # found next to the model (plan, run and script use it by default)
-    if proj is not None and dict(proj.details).get("offload") == "off" and "--no-mmproj-offload" not in out:
-        out.append("--no-mmproj-offload")
-    if "mtp" in kinds and "--spec-type" not in out:  # turned on by the plan (--prefer speed, explain._auto_mtp)
-        out += ["--spec-type", "draft-mtp"]
-    return out

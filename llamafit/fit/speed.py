@@ -22,27 +22,19 @@ Efficiency factors and their sources live in EFFICIENCY; `scripts/bench_speed.py
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..facts.tensor_names import is_expert
 from ..machine.devices import DeviceSpec
+from ..machine.rates import AttentionRate, KernelRate, Rate
 from ..memory.kv import layer_cell_bytes, pad
 from ..memory.model import MemoryModel, _active_gpus, _buffer_device
 from ..memory.placement import CPU, LayerMap, tensor_layer
 from ..memory.resolve import ResolvedConfig
 
-_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 KV_PAD = 256  # llama_kv_cache::get_padding → n_kv is a multiple of 256 cells
 PP_TOKENS = 512  # prompt figures are for llama-bench's pp512
-
-
-@dataclass(frozen=True, slots=True)
-class Rate:
-    """A measured or catalogued rate (bytes/s or FLOP/s) and where it came from."""
-
-    value: float
-    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,27 +87,6 @@ EFFICIENCY: dict[str, Efficiency] = {
     "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench_speed.py)"),
 }
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
-
-
-@dataclass(frozen=True, slots=True)
-class KernelRate:
-    """What one CPU thread multiplies by weights of one ggml type, in FLOP/s, measured with llama.cpp's
-    own kernels (machine/kernel_probe.py): `decode` a matrix-vector product (one token), `prompt` a
-    512-column matrix product (a prompt ubatch)."""
-
-    ggml_type: int
-    decode: float
-    prompt: float
-
-
-@dataclass(frozen=True, slots=True)
-class AttentionRate:
-    """What one CPU thread reaches in llama.cpp's flash attention over an F16 cache
-    (ggml_flash_attn_ext; machine/kernel_probe.py), in FLOP/s counted as 2 x n_head x (head_k + head_v)
-    per cell and query: `decode` one query per head, `prompt` a 512-query batch."""
-
-    decode: float
-    prompt: float
 
 
 @dataclass(frozen=True)
@@ -290,7 +261,7 @@ def _read_tensors(model: MemoryModel) -> tuple[tuple[str, int | None, int, int, 
         else:
             continue
         n = elements.get(name, 0)
-        if _EXPS.search(name):
+        if is_expert(name):
             raw, n = raw * share[0] // share[1], n * share[0] // share[1]
         out.append((name, block, raw, n, types.get(name, 0)))
     return tuple(out)

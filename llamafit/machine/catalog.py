@@ -14,9 +14,8 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..units import MIB as _MiB
+from ..units import GIB, MIB
 
-_GiB = 1 << 30
 _GB_S = 10**9
 _VENDOR_BACKEND = {"nvidia": "cuda", "amd": "rocm", "apple": "metal", "mesa": "vulkan"}
 
@@ -25,8 +24,8 @@ def metal_working_set(ram_bytes: int, wired_limit_mb: int = 0) -> int:
     """Metal's recommendedMaxWorkingSetSize on Apple Silicon: `iogpu.wired_limit_mb` when set,
     else about 2/3 of RAM up to 36 GiB and 3/4 above (16 GiB → 10922.67 MiB, 96 GiB → 72 GiB)."""
     if wired_limit_mb > 0:
-        return min(wired_limit_mb * _MiB, ram_bytes)
-    return ram_bytes * 2 // 3 if ram_bytes <= 36 * _GiB else ram_bytes * 3 // 4
+        return min(wired_limit_mb * MIB, ram_bytes)
+    return ram_bytes * 2 // 3 if ram_bytes <= 36 * GIB else ram_bytes * 3 // 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +53,7 @@ class CatalogEntry:
 
 
 def _e(key: str, name: str, vendor: str, gib: int, gb_s: float, devices: int = 1) -> CatalogEntry:
-    return CatalogEntry(key, name, vendor, gib * _GiB, int(gb_s * _GB_S), devices)
+    return CatalogEntry(key, name, vendor, gib * GIB, int(gb_s * _GB_S), devices)
 
 
 CATALOG: tuple[CatalogEntry, ...] = (
@@ -102,7 +101,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
     _e("m3-ultra-512gb", "Apple M3 Ultra", "apple", 512, 819),
     # Mesa's software Vulkan device (llama.cpp: GGML_VK_VISIBLE_DEVICES=0): a 2 GiB heap and
     # maxStorageBufferRange 128 MiB (vulkaninfo, Mesa 22.3 / LLVM 15); bandwidth: host RAM, nominal
-    CatalogEntry("lavapipe", "llvmpipe", "mesa", 2 * _GiB, 20 * _GB_S, 1, 128 << 20),
+    CatalogEntry("lavapipe", "llvmpipe", "mesa", 2 * GIB, 20 * _GB_S, 1, 128 << 20),
 )
 
 # Unambiguous other spellings → canonical key.

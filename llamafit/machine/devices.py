@@ -6,10 +6,11 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..units import GIB, KIB, MIB
 
 BACKEND_DEVICE_PREFIX = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "MTL", "cpu": "CPU"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_UNITS = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": GIB << 10}
 MAX_SIZE = 1 << 60  # 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
 
 

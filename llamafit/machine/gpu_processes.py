@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..units import MIB
 from .hardware import GPUInfo
 
 # "more than a few hundred MiB": below this, what other processes hold on a device is not worth a line
@@ -106,5 +107,5 @@ def tokens_for(used_bytes: int, mib_per_1000_tokens: float | None, room_tokens: 
     (what is left up to the wanted context); None without a marginal cost."""
     if not mib_per_1000_tokens or mib_per_1000_tokens <= 0:
         return None
-    tokens = int(used_bytes / (mib_per_1000_tokens * (1 << 20)) * 1000)
+    tokens = int(used_bytes / (mib_per_1000_tokens * MIB) * 1000)
     return max(min(tokens, room_tokens), 0)

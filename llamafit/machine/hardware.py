@@ -25,6 +25,7 @@ from .devices import (
     parse_size,
 )
 from ..errors import InputError
+from ..units import GIB, MIB
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
 _AMD_VENDOR = "0x1002"
@@ -308,7 +309,7 @@ def _catalog_gpus(entry: gpu_catalog.CatalogEntry) -> list[GPUInfo]:
 
 
 def _sized_gpu(size: int) -> GPUInfo:
-    return GPUInfo(DeviceSpec("", "gpu", "", size, size), f"{size / (1 << 30):g} GiB GPU", 0)
+    return GPUInfo(DeviceSpec("", "gpu", "", size, size), f"{size / GIB:g} GiB GPU", 0)
 
 
 MAX_GPUS = 16  # ggml-cuda's GGML_CUDA_MAX_DEVICES
@@ -337,7 +338,7 @@ def _size_or_none(item: str) -> int | None:
         return None
 
 
-MIN_GPU_BYTES = 1 << 20
+MIN_GPU_BYTES = MIB
 
 
 def _no_unit_hint(item: str) -> str:

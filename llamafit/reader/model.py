@@ -8,7 +8,6 @@ the first shard, tensors from all of them.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,10 +15,8 @@ from typing import Any
 
 from ..errors import GGUFError
 from .header import GGUFHeader, TensorInfo, read_header
+from .names import shard_name, split_info
 from .source import ByteSource, FileSource
-
-_SPLIT_NAME = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-
 
 @dataclass(frozen=True)
 class GGUFModel:
@@ -54,14 +51,14 @@ class GGUFModel:
 
 def shard_paths(path: str) -> list[str]:
     """Every shard's path given any one of them; a single path when the name is not a split name."""
-    m = _SPLIT_NAME.match(path)
-    if not m:
+    info = split_info(path)  # a split name exactly as llama_split_path writes it (llama_split_prefix)
+    if info is None or path != shard_name(info.prefix, info.index, info.count):
         return [path]
-    count, no = int(m.group("count")), int(m.group("no"))
+    count, no = info.count, info.index
     if not 1 <= no <= count:
         raise GGUFError(path, None, f"the name says shard {no} of {count}; split models number their shards "
                         "1 to N (-00001-of-0000N.gguf)")  # fmt: skip
-    return [f"{m.group('prefix')}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+    return [shard_name(info.prefix, i, count) for i in range(1, count + 1)]
 
 
 def _check_shard(header: GGUFHeader, index: int, count: int) -> None:

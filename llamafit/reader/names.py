@@ -1,12 +1,62 @@
 """Names the gguf package gives to header values, written out so that reading a model imports only
 the standard library (tests/reader/test_ggml_types.py compares them with gguf 0.19's constants).
 
+File names (split_info, quant_bits, shard_name): how llama.cpp reads a GGUF file's name, the
+split suffix and the quantization tag (common/download.cpp get_gguf_split_info, extract_quant_bits;
+src/llama.cpp llama_split_path and llama_split_prefix for the shards the loader opens).
+
 FILE_TYPES: `general.file_type` (llama.cpp: include/llama.h enum llama_ftype), named as llama.cpp
 prints them, without the MOSTLY_/ALL_ prefix. ARCH_NAMES: gguf's MODEL_ARCH_NAMES (llama.cpp:
 src/llama-arch.cpp LLM_ARCH_NAMES).
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# common/download.cpp get_gguf_split_info: re_split over the name less `.gguf`, re_tag over the prefix
+_SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
+_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    """llama.cpp's gguf_split_info: `dir/m-Q4_K_M-00002-of-00003.gguf` is (`dir/m-Q4_K_M`, `Q4_K_M`, 2, 3)."""
+
+    prefix: str  # the tag included
+    index: int
+    count: int
+    tag: str = ""  # uppercased; "" when the name has none
+
+
+def split_info(path: str) -> SplitInfo | None:
+    """common/download.cpp get_gguf_split_info; None when the name does not end in `.gguf`."""
+    if not path.endswith(".gguf"):
+        return None
+    prefix, index, count = path[: -len(".gguf")], 1, 1
+    m = _SPLIT.match(prefix)
+    if m:
+        prefix, index, count = m.group(1), int(m.group(2)), int(m.group(3))
+    t = _TAG.search(prefix)
+    return SplitInfo(prefix, index, count, t.group(1).upper() if t else "")
+
+
+def tag_bits(tag: str) -> int:
+    """The number that starts at a tag's first digit: Q4_K_M → 4, F16 → 16, NVFP4 → 4, none → 0."""
+    m = re.search(r"[0-9]+", tag)
+    return int(m.group()) if m else 0
+
+
+def quant_bits(path: str) -> int:
+    """common/download.cpp extract_quant_bits: the bits of the file name's tag (0 without one)."""
+    info = split_info(path)
+    return tag_bits(info.tag) if info else 0
+
+
+def shard_name(prefix: str, no: int, count: int) -> str:
+    """src/llama.cpp llama_split_path: `prefix-%05d-of-%05d.gguf` (no counts from 1 here)."""
+    return f"{prefix}-{no:05d}-of-{count:05d}.gguf"
 
 FILE_TYPES = {
     0: "F32",

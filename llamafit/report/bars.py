@@ -73,7 +73,7 @@ def bar_lines(b: Breakdown, width: int = BAR) -> list[str]:
 
 
 def paint_bars(line: str) -> str:
-    """A bar line with each part's letters on its colour (only on a terminal: report/layout.paint)."""
+    """A bar line with each part's letters on its colour (only on a terminal: report/colour.paint)."""
     start, end = line.find("["), line.find("]")
     if start < 0 or end < start:
         return line

@@ -5,10 +5,11 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+from ..units import GIB
+
 if TYPE_CHECKING:  # values only: the edge module is not imported here
     from ..machine.hardware import GPUInfo, Hardware
 
-_GiB = 1 << 30
 
 
 def _gpu_json(g: GPUInfo) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def gpus_json(hw: Hardware, server: Hardware | None = None, path: str | None = N
 
 
 def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / _GiB:.1f} GiB"
+    return "?" if n is None else f"{n / GIB:.1f} GiB"
 
 
 def _bandwidth(n: int | None) -> str:
@@ -99,6 +100,6 @@ def catalog_text() -> str:
     lines = [f"{'GPU':<16}{'memory':>8}{'bandwidth':>12}   --gpu NAME, 2xNAME, or a size (24GiB)"]
     for e in CATALOG:
         devices = f" x{e.devices}" if e.devices > 1 else ""
-        memory = f"{e.vram_bytes / (1 << 30):g} GiB"
+        memory = f"{e.vram_bytes / GIB:g} GiB"
         lines.append(f"{e.key:<16}{memory:>8}{e.bandwidth_bytes_per_s / 1e9:>7,.0f} GB/s{devices}")
     return "\n".join(lines)

@@ -9,7 +9,8 @@ from ..safe_text import printable
 from ..facts.hparams import ModelFacts
 from ..reader.ggml_types import GGMLType
 from ..memory.kv import kv_cell_cost, swa_cells
-from ..memory.projector import ProjectorFacts, encoder_compute
+from ..facts.projector import ProjectorFacts
+from ..memory.projector import encoder_compute
 
 SCHEMA = "llamafit.inspect/1"
 KV_TYPES = ("f16", "q8_0", "q4_0")

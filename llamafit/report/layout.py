@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 WIDTH = 80
 LABEL = 11
@@ -65,25 +65,3 @@ def server_lines(why: str) -> list[str]:
     if sep and path.startswith("/"):
         return [f"Server     {head}:", " " * LABEL + path]
     return wrap_line(f"Server     {why}")
-
-
-def use_colour(is_tty: bool, env: Mapping[str, str]) -> bool:
-    return is_tty and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
-
-
-_COLOURS = (("Verdict    does not fit", "31"), ("Verdict    fits", "32"), ("Warning    ", "33"), ("Failed     ", "31"))
-
-
-def paint(text: str) -> str:
-    """The verdict green (fits) or red (does not fit), warnings yellow, failures red: whole lines."""
-    from .bars import is_bar_line, paint_bars
-
-    out, code = [], None
-    for line in text.split("\n"):
-        if is_bar_line(line):  # a memory bar (bars.py): each part on its colour
-            out.append(paint_bars(line))
-            continue
-        if not line.startswith(" " * LABEL):  # a continuation keeps its first line's colour
-            code = next((c for prefix, c in _COLOURS if line.startswith(prefix)), None)
-        out.append(f"\x1b[{code}m{line}\x1b[0m" if code else line)
-    return "\n".join(out)

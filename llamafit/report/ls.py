@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from ..fit.listing import Row
-from ..commands.ls import Listing
 from ..safe_text import printable
+from ..units import GIB, MIB
 
-GIB = 1 << 30
+
+
+class _Place(Protocol):  # fetch.stores.Root
+    @property
+    def store(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+
+
+class _Note(_Place, Protocol):  # fetch.stores.Note
+    @property
+    def code(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+
+
+class Listing(Protocol):
+    """What `llamafit ls` found (commands.ls.Listing): the rows, the stores looked in, the notes."""
+
+    @property
+    def rows(self) -> Sequence[Row]: ...
+    @property
+    def notes(self) -> Sequence[_Note]: ...
+    @property
+    def roots(self) -> Sequence[_Place]: ...
+
+
 _COLS = (("NAME", 13), ("STORE", 9), ("ARCH", 8), ("QUANT", 6), ("SIZE", 5), ("TRAIN", 5), ("CTX/SLOT", 9),
          ("TOK/S", 7), ("HERE", 10))  # fmt: skip
 _RIGHT = {"SIZE", "TRAIN", "TOK/S"}
@@ -95,7 +122,7 @@ def row_lines(row: Row) -> list[str]:
     if row.mmproj:  # the paired projector: counted in the fit, or why not
         b, line = row.fit.mmproj_bytes, f"{'':{_COLS[0][1]}} + {printable(row.mmproj.rsplit('/', 1)[-1])}"
         if b is not None:
-            line += f" ({b / (1 << 20):,.0f} MiB counted)"
+            line += f" ({b / MIB:,.0f} MiB counted)"
         elif row.fit.verdict in ("fits", "offload"):
             line += " (not counted: llama-server would refuse it)"
         lines.append(_clip(line))

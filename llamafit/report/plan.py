@@ -6,14 +6,8 @@ import textwrap
 from typing import Any
 
 from ..safe_text import printable
-from .check import (
-    config_json,
-    device_json,
-    model_json,
-    notice_line,
-    notices_json,
-    side_models_json,
-)
+from .check import notice_line, notices_json
+from .json_parts import config_json, device_json, model_json, side_models_json
 from ..machine.devices import DeviceSpec
 from ..facts.hparams import ModelFacts
 from ..findings import SpeedOption, Verdict

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError, LlamafitError
 from ..paths import cache_dir
-from .flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
+from .flags import arity, flag_groups
 
 VERSION_TIMEOUT_S = 10.0
 HELP_TIMEOUT_S = 20.0
@@ -375,11 +375,14 @@ def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
 
 
 def _arity(flag: str, dialect: Dialect, rest: Sequence[str]) -> int:
-    if flag in TWO_VALUES:
+    if not flag.startswith("-") or len(flag) < 2:
+        return 0  # a stray value: left where it was
+    known = arity(flag)
+    if known == 2:
         return 2
-    if flag in ONE_VALUE or flag in dialect.valued:
+    if known == 1 or flag in dialect.valued:
         return 1
-    if flag in NO_VALUE or flag in dialect.flags:
+    if known == 0 or flag in dialect.flags:
         return 0
     return 1 if rest and not rest[0].startswith("-") else 0  # unknown to both: a guess
 
@@ -434,17 +437,9 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
 def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[str]]:
     """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values unchanged."""
     out, notes = list(argv[:1]), list[str]()
-    i = 1
-    while i < len(argv):
-        token = argv[i]
-        if not token.startswith("-") or len(token) < 2:
-            out.append(token)  # a stray value: leave it where it was
-            i += 1
-            continue
-        n = _arity(token, dialect, argv[i + 1 :])
-        values = list(argv[i + 1 : i + 1 + n])
-        out += _rewrite(token, values, dialect, notes)
-        i += 1 + n
+    for token, values in flag_groups(argv[1:], lambda flag, rest: _arity(flag, dialect, rest)):
+        stray = not token.startswith("-") or len(token) < 2
+        out += [token] if stray else _rewrite(token, list(values), dialect, notes)
     return out, notes
 
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .find import _arity, parse_help
+from .flags import flag_groups
 
 FIT_TIMEOUT_S = 120.0
 TOOL = "llama-fit-params"
@@ -69,16 +70,12 @@ def question(argv: Sequence[str], tool_help: str) -> tuple[list[str], list[str]]
     dialect = parse_help(tool_help)
     out: list[str] = []
     missing: list[str] = []
-    i = 1
-    while i < len(argv):
-        token = argv[i]
-        n = _arity(token, dialect, argv[i + 1 :]) if token.startswith("-") else 0
+    for token, values in flag_groups(argv[1:], lambda flag, rest: _arity(flag, dialect, rest)):
         if token.startswith("-") and token not in _DROP:
             if dialect.has(token):
-                out += [token, *argv[i + 1 : i + 1 + n]]
+                out += [token, *values]
             else:
                 missing.append(token)
-        i += 1 + n
     return out, missing
 
 

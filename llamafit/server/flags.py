@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,6 +224,31 @@ _OPTS = (
 )
 _BY_FLAG = {flag: opt for opt in _OPTS for flag in opt.flags + opt.negs}
 _ARITY = {**dict.fromkeys(NO_VALUE, 0), **dict.fromkeys(ONE_VALUE, 1), **dict.fromkeys(TWO_VALUES, 2)}
+
+
+def arity(flag: str) -> int | None:
+    """How many values llama-server's `flag` takes (common/arg.cpp, as flag_table.py lists it); None
+    for a flag it does not have. The spelling as given: `--long_name` is canonicalised by the caller."""
+    return _ARITY.get(flag)
+
+
+def _known_or_none(flag: str, rest: Sequence[str]) -> int:
+    return _ARITY.get(flag, 0)
+
+
+def flag_groups(tokens: Sequence[str], arity_of: Callable[[str, Sequence[str]], int] = _known_or_none, *,
+                strict: bool = False) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """Each flag of `tokens` with the values it takes, left to right: a value is the next token
+    whatever it starts with (common/arg.cpp). `arity_of(flag, rest)` says how many (default: llama-
+    server's arity, none for an unknown flag). A flag whose values are missing raises InputError when
+    `strict`, else comes with the values there are."""
+    i = 0
+    while i < len(tokens):
+        end = i + 1 + arity_of(tokens[i], tokens[i + 1 :])
+        if strict and end > len(tokens):
+            raise InputError(f"{tokens[i]} expects a value, but nothing follows it")
+        yield tokens[i], tuple(tokens[i + 1 : end])
+        i = end
 
 # The spellings that -lm replaced (PR #20834; gone at 0c1e570), as changes to (mmap, mlock, dio)
 _RETIRED_LOAD = {

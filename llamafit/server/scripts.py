@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from llamafit.errors import InputError
 from llamafit.safe_text import printable
-from llamafit.server.flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
+from llamafit.server.flags import arity, flag_groups
 
 KINDS = ("sh", "systemd", "llama-swap", "models-ini", "docker")
 DOCKER_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"  # its entrypoint is llama-server
@@ -28,7 +28,6 @@ DOCKER_BACKENDS = {
     "vulkan": ("ghcr.io/ggml-org/llama.cpp:server-vulkan", "--device /dev/dri"),
 }
 
-_ARITY = {**dict.fromkeys(NO_VALUE, 0), **dict.fromkeys(ONE_VALUE, 1), **dict.fromkeys(TWO_VALUES, 2)}
 _CTX = frozenset({"-c", "--ctx-size"})
 _PATH_FLAGS = frozenset({"-m", "--model", "-mm", "--mmproj", "-md", "--model-draft", "--spec-draft-model"})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -88,15 +87,7 @@ def _canon(flag: str) -> str:
 
 def _groups(args: Sequence[str]) -> list[Group]:
     """Server arguments as flags with their values (arity from arg.cpp; unknown: no value)."""
-    out: list[Group] = []
-    i = 0
-    while i < len(args):
-        end = i + 1 + _ARITY.get(_canon(args[i]), 0)
-        if end > len(args):
-            raise InputError(f"{args[i]} expects a value, but nothing follows it")
-        out.append((args[i], tuple(args[i + 1 : end])))
-        i = end
-    return out
+    return list(flag_groups(args, lambda flag, _: arity(_canon(flag)) or 0, strict=True))
 
 
 def _set_value(groups: list[Group], flags: frozenset[str], value: str) -> bool:
@@ -345,7 +336,7 @@ def _ini_options(spec: LaunchSpec) -> dict[str, str]:
         canon = _canon(flag)
         if canon in _ROUTER_OWNED:
             continue
-        if canon not in _ARITY or len(values) > 1:
+        if arity(canon) is None or len(values) > 1:
             raise InputError(f"{flag}: a models.ini preset cannot carry this argument")
         key = _INI_KEYS.get(canon, canon.lstrip("-"))
         value = values[0] if values else "true"  # a switch (its "no-" spelling reads true too)
@@ -444,3 +435,68 @@ def _check_expressible(kind: str, spec: LaunchSpec) -> None:
         if kind != "sh" and any("\udc80" <= c <= "\udcff" for c in word):
             raise InputError(f"{kind} output refused: {printable(word)} is not valid UTF-8, which {kind} files "
                              "must be; rename it (or use --format sh)")  # fmt: skip
+
+
+# --- many models: a llama-swap config and router presets (fit/many.py packs the sets) ---------
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    argv: tuple[str, ...]  # argv[0] the server program
+    gpu_mib: tuple[tuple[str, int], ...]
+    n_ctx: int
+
+
+def swap_groups(sets: Sequence[Sequence[str]]) -> list[tuple[str, bool, list[str]]]:
+    """(group name, swap, members): sets of two or more run together, the rest swap."""
+    groups = [(f"together-{i + 1}", False, list(s)) for i, s in enumerate(x for x in sets if len(x) > 1)]
+    singles = [s[0] for s in sets if len(s) == 1]
+    return groups + ([("swap", True, singles)] if singles else [])
+
+
+def render_llama_swap_many(entries: Sequence[Entry], sets: Sequence[Sequence[str]], *, host: str = "127.0.0.1") -> str:
+    """One llama-swap config.yaml (its documented schema: macros, models.<id>.cmd/proxy/ttl/metadata,
+    groups.<id>.swap/exclusive/members); llama-swap assigns ${PORT}."""
+    programs = sorted({e.argv[0] for e in entries})
+    macros = {p: f"server{i + 1}" if len(programs) > 1 else "llama-server" for i, p in enumerate(programs)}
+    lines = ["# llama-swap config written by llamafit: every model fitted; groups from the GPU memory each needs",
+             "macros:"]  # fmt: skip
+    lines += [f"  {_yaml_str(m)}: {_yaml_str(p)}" for p, m in macros.items()]
+    lines.append("models:")
+    for e in entries:
+        spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, host=host)
+        for text in e.argv:
+            if "${" in text:
+                raise InputError(f"{text!r}: llama-swap would read its '${{' as a macro")
+        groups = _launch_groups(spec, host, _Raw("${PORT}"))
+        cmd = " ".join([f"${{{macros[e.argv[0]]}}}", *_lines(groups, shlex.quote)])
+        lines += [f"  {_yaml_str(e.name)}:", f"    cmd: {_yaml_str(cmd)}",
+                  f"    proxy: {_yaml_str(f'http://{host}:${{PORT}}')}", "    ttl: 0", "    metadata:",
+                  f"      n_ctx: {e.n_ctx}", "      predicted_mib:" + ("" if e.gpu_mib else " {}")]  # fmt: skip
+        lines += [f"        {_yaml_str(d)}: {mib}" for d, mib in e.gpu_mib]
+    lines.append("groups:")
+    for name, swap, members in swap_groups(sets):
+        lines += [f"  {_yaml_str(name)}:", f"    swap: {'true' if swap else 'false'}", "    exclusive: true",
+                  "    members:", *(f"      - {_yaml_str(m)}" for m in members)]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_models_ini_many(entries: Sequence[Entry], sets: Sequence[Sequence[str]]) -> str:
+    """A router preset file (`llama-server --models-preset FILE`): one fitted section per model;
+    which models fit at once in the comments (run the router with --models-max as said there)."""
+    together = [s for s in sets if len(s) > 1]
+    head = ["; llama-server router presets written by llamafit: each section fitted",
+            "; fit in memory at once: " + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
+            f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}", ""]  # fmt: skip
+    body = []
+    for e in entries:
+        spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, predicted_mib=e.gpu_mib)
+        body.append(render_models_ini(spec))
+    return "\n".join(head) + "\n".join(body)
+
+
+def max_at_once(sets: Sequence[Sequence[str]]) -> int:
+    """--models-max for the router: everything when all fit in one set, else one at a time (the
+    router evicts by count, not by memory)."""
+    return len(sets[0]) if len(sets) == 1 else 1

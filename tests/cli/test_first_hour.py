@@ -386,7 +386,7 @@ def test_device_table() -> None:
      (True, {"TERM": "dumb"}, False)],
 )  # fmt: skip
 def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: bool) -> None:
-    from llamafit.report.layout import paint, use_colour
+    from llamafit.report.colour import paint, use_colour
 
     text = "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short by 1 MiB\nModel  x"
     painted = paint(text) if use_colour(tty, env) else text

@@ -173,7 +173,7 @@ def test_vs_pick_text_keeps_what_fits() -> None:
 
 
 def test_bars_are_coloured_only_on_a_terminal() -> None:
-    from llamafit.report.layout import paint
+    from llamafit.report.colour import paint
 
     line = "CUDA0      [WWKC....] 1,446/24,576 MiB"
     assert paint(line) == ("CUDA0      [\x1b[44mWW\x1b[0m\x1b[45mK\x1b[0m\x1b[43mC\x1b[0m....] "

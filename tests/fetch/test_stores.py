@@ -30,7 +30,7 @@ from llamafit.fetch.store_scan import (
 from llamafit.fetch.stores import (
     Found,
     Root,
-    best_mmproj,
+    best_sibling,
     default_roots,
     file_tag,
     group_files,
@@ -129,10 +129,27 @@ def test_group_files_splits_and_mmproj() -> None:
     assert problems == [("broken-00001-of-00003.gguf", "missing-shard", "shard 2 of 3 is missing")]
 
 
-def test_best_mmproj_prefers_the_models_own_directory() -> None:
-    files = ["mmproj-F16.gguf", "q4/mmproj-F16.gguf", "q4/m-Q4_K_M.gguf", "other/mmproj-F16.gguf"]
-    assert best_mmproj(files, "q4/m-Q4_K_M.gguf") == "q4/mmproj-F16.gguf"
-    assert best_mmproj(files, "m.gguf") == "mmproj-F16.gguf"
+_NESTED = ["mmproj-F16.gguf", "q4/mmproj-F16.gguf", "q4/m-Q4_K_M.gguf", "other/mmproj-F16.gguf"]
+
+
+@pytest.mark.parametrize("files, model, keyword, tag, expected", [
+    (["mmproj-F16.gguf", "mmproj-Q8_0.gguf", "m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "mmproj", "", "mmproj-Q8_0.gguf"),
+    (["mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "m-F16.gguf", "mmproj", "", "mmproj-F16.gguf"),
+    (["vision/mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "m-Q4_K_M.gguf", "mmproj", "", "mmproj-Q8_0.gguf"),  # no subdir
+    (["q4/mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "q4/m-Q4_K_M.gguf", "mmproj", "", "q4/mmproj-F16.gguf"),  # deeper
+    (_NESTED, "q4/m-Q4_K_M.gguf", "mmproj", "", "q4/mmproj-F16.gguf"),
+    (_NESTED, "m.gguf", "mmproj", "", "mmproj-F16.gguf"),
+    (["mmproj-F16.gguf", "mmproj-BF16.gguf"], "m-Q4_K_M.gguf", "mmproj", "BF16", "mmproj-BF16.gguf"),  # exact tag
+    (["mmproj-F16.gguf", "mmproj-BF16.gguf"], "m-Q4_K_M.gguf", "mmproj", "bf16", "mmproj-BF16.gguf"),  # any case
+    (["mtp-Q8_0.gguf", "mtp-Q4_K_M.gguf", "mmproj-Q4_0.gguf"], "m-Q4_K_M.gguf", "mtp-", "Q8_0", "mtp-Q8_0.gguf"),
+    (["mmproj-Q8_0.gguf", "mmproj-Q4_0.gguf"], "m-Q4_K_M.gguf", "mmproj", "", "mmproj-Q4_0.gguf"),  # closest bits
+    (["mmproj-Q4_0.gguf", "mmproj-Q4_1.gguf"], "m-Q4_K_M.gguf", "mmproj", "", "mmproj-Q4_0.gguf"),  # first of equals
+    (["mmproj.bin", "m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "mmproj", "", None),
+])  # fmt: skip
+def test_best_sibling_is_llama_cpps(files: list[str], model: str, keyword: str, tag: str,
+                                    expected: str | None) -> None:
+    """common/download.cpp find_best_sibling, the one rule behind mmproj pairing and --mmproj auto."""
+    assert best_sibling(files, model, keyword, tag) == expected
 
 
 # --- real layouts, broken ones side by side ---------------------------------------------------

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from tests.support import FIXTURES
 
 from llamafit.cli import cli
-from llamafit.fit.many import pack, shares, swap_groups
+from llamafit.fit.many import pack, shares
+from llamafit.server.scripts import swap_groups
 
 jsonschema = pytest.importorskip("jsonschema", reason="the test extra's jsonschema checks llama-swap's schema")
 

@@ -15,7 +15,8 @@ from llamafit.findings import Notice
 from llamafit.fit.explain import plan, smallest_gpu_for
 from llamafit.report.plan import verdict_text
 from llamafit.fit.solver import Policy, solve
-from llamafit.fit.speed import Efficiency, Rate, SpeedInputs, estimate
+from llamafit.fit.speed import Efficiency, SpeedInputs, estimate
+from llamafit.machine.rates import Rate
 
 GB_S = 10**9
 

@@ -15,7 +15,8 @@ from llamafit.reader.model import read_model
 from llamafit.memory.model import MemoryModel
 from llamafit.memory.placement import layer_map
 from llamafit.memory.resolve import resolve
-from llamafit.fit.speed import AttentionRate, Efficiency, KernelRate, Rate, SpeedInputs, estimate
+from llamafit.fit.speed import Efficiency, SpeedInputs, estimate
+from llamafit.machine.rates import AttentionRate, KernelRate, Rate
 from llamafit.fit.speed_calibration import calibrate
 
 MODEL = MemoryModel(build_facts(read_model(str(FIXTURES / "dense-llama.gguf"))))

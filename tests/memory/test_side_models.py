@@ -8,49 +8,11 @@ from pathlib import Path
 import pytest
 from tests.support import FIXTURES
 
-from llamafit.errors import InputError
 from llamafit.memory.side_models import (
     SideFlags,
     VocabInfo,
-    parse_side_flags,
-    side_flag_tokens,
     vocab_mismatch,
 )
-
-
-@pytest.mark.parametrize("tokens, env, expected", [
-    (["-md", "d.gguf", "-ngld", "12", "-ctkd", "q8_0", "-ctvd", "q8_0"], {},
-     SideFlags(draft_model="d.gguf", draft_ngl=12, draft_type_k="q8_0", draft_type_v="q8_0")),
-    (["--spec-draft-model", "d.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "8"], {},
-     SideFlags(draft_model="d.gguf", spec_types=("draft-simple",), draft_n_max=8)),
-    (["-devd", "CUDA1", "-otd", "exps=CPU", "-t", "8"], {},
-     SideFlags(draft_devices=("CUDA1",), draft_overrides=(("exps", "CPU"),))),
-    (["--spec-type", "draft-mtp,ngram-mod"], {}, SideFlags(spec_types=("draft-mtp", "ngram-mod"))),
-    ([], {"LLAMA_ARG_SPEC_DRAFT_MODEL": "e.gguf", "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "all"},
-     SideFlags(draft_model="e.gguf", draft_ngl=-2)),
-    (["--mmproj", "p.gguf", "--no-mmproj-offload", "--image-max-tokens", "1024"], {},
-     SideFlags(mmproj="p.gguf", mmproj_offload=False, image_max_tokens=1024)),
-])  # fmt: skip
-def test_parse_side_flags(tokens: list[str], env: dict[str, str], expected: SideFlags) -> None:
-    got = parse_side_flags(tokens, env)
-    assert got == SideFlags(**{**{f: getattr(expected, f) for f in expected.__slots__ if f != "given"},
-                               "given": got.given})  # fmt: skip
-
-
-@pytest.mark.parametrize("tokens, message", [
-    (["-md"], "-md expects a value, but nothing follows it"),
-    (["-ctkd", "q3_k"], "-ctkd expects one of"),
-    (["--spec-type", "draft-magic"], "unknown speculative type 'draft-magic'"),
-    (["-ngld", "x"], "-ngld expects an integer, got 'x'"),
-])  # fmt: skip
-def test_parse_side_flags_refuses(tokens: list[str], message: str) -> None:
-    with pytest.raises(InputError, match=message.replace("(", r"\(")):
-        parse_side_flags(tokens)
-
-
-def test_side_flag_tokens_keeps_side_flags_in_order() -> None:
-    tokens = ["-t", "4", "-md", "d.gguf", "--no-mmproj-offload", "--temp", "0.1", "-ngld", "99", "--mmproj", "p.gguf"]
-    assert side_flag_tokens(tokens) == ["-md", "d.gguf", "--no-mmproj-offload", "-ngld", "99", "--mmproj", "p.gguf"]
 
 
 @pytest.mark.parametrize("flags, n_batch, n_parallel, expected", [
@@ -186,7 +148,7 @@ def small_projector(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _projector(path: str):
     from llamafit.fetch.model_source import open_model
-    from llamafit.memory.projector import projector_facts
+    from llamafit.facts.projector import projector_facts
 
     m = open_model(path, {})
     return projector_facts(m.path, m.metadata, m.tensors)
@@ -210,33 +172,21 @@ def test_projector_facts(small_projector: str) -> None:
     (448, False, 6 * 1024 * 1152 * 4 + 1024 * 1024 * 16 * 4),
 ])  # fmt: skip
 def test_encoder_compute_gemma3_4b_shape(image_px: int, flash_attn: bool, expected: int) -> None:
-    from llamafit.memory.projector import ProjectorFacts, encoder_compute
+    from llamafit.facts.projector import ProjectorFacts
+    from llamafit.memory.projector import encoder_compute
 
     p = ProjectorFacts("x", "gemma3", ("vision",), 896, 14, 1152, 4304, 27, 16, 2560, 4, 0, 0)
     assert encoder_compute(p, image_px=image_px, flash_attn=flash_attn) == expected
 
 
 def test_dynamic_projector_warmup_and_worst_case() -> None:
-    from llamafit.memory.projector import ProjectorFacts, image_px_for_tokens
+    from llamafit.facts.projector import ProjectorFacts
+    from llamafit.memory.projector import image_px_for_tokens
 
     p = ProjectorFacts("x", "qwen2.5vl_merger", ("vision",), 560, 14, 1280, 3420, 32, 16, 3584, 2, 0, 0)
     assert p.warmup_image_size() == 46 * 14 * 2
     assert p.max_image_tokens(None) == 4096 and p.max_image_tokens(1024) == 1024
     assert image_px_for_tokens(p, 4096) == 64 * 14 * 2
-
-
-@pytest.mark.parametrize("files, model, tag, expected", [
-    (["mmproj-F16.gguf", "mmproj-Q8_0.gguf", "m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "", "mmproj-Q8_0.gguf"),
-    (["mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "m-F16.gguf", "", "mmproj-F16.gguf"),
-    (["vision/mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "m-Q4_K_M.gguf", "", "mmproj-Q8_0.gguf"),  # not in a subdir
-    (["q4/mmproj-F16.gguf", "mmproj-Q8_0.gguf"], "q4/m-Q4_K_M.gguf", "", "q4/mmproj-F16.gguf"),  # deeper wins
-    (["mmproj-F16.gguf", "mmproj-BF16.gguf"], "m-Q4_K_M.gguf", "BF16", "mmproj-BF16.gguf"),  # exact tag
-    (["m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "", None),
-])  # fmt: skip
-def test_best_sibling_follows_llama_cpp_hf_rule(files: list[str], model: str, tag: str, expected: str | None) -> None:
-    from llamafit.memory.projector import best_sibling
-
-    assert best_sibling(files, model, tag=tag) == expected
 
 
 def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> None:
@@ -287,29 +237,6 @@ def test_inspect_shows_a_projector(small_projector: str) -> None:
 
 
 # --- planning and launching with side models --------------------------------------------------
-
-def _usage(kind: str, path: str, **details: int | str):
-    from llamafit.memory.side_models import SideDeviceUsage, SideUsage
-
-    return SideUsage(kind, path, (SideDeviceUsage("CPU", 1, 0, 0, 0),), 0, tuple(details.items()))
-
-
-@pytest.mark.parametrize("tokens, resident, expected", [
-    (["--mmproj", "auto", "-t", "4"], [("mmproj", "/m/mmproj-F16.gguf", {"offload": "on"})],
-     ["--mmproj", "/m/mmproj-F16.gguf", "-t", "4"]),
-    (["--mmproj", "p.gguf", "--image-max-tokens", "512"], [("mmproj", "p.gguf", {"offload": "off"})],
-     ["--mmproj", "p.gguf", "--image-max-tokens", "512", "--no-mmproj-offload"]),
-    (["--mmproj", "p.gguf", "--image-max-tokens", "512", "--temp", "0"], [], ["--temp", "0"]),  # dropped
-    (["-md", "d.gguf", "-ngld", "99", "--spec-type", "draft-simple"], [],
-     ["--spec-type", "draft-simple"]),  # the draft dropped; the type stays (llama-server ignores it without one)
-    (["--spec-type", "draft-mtp,ngram-mod"], [], ["--spec-type", "ngram-mod"]),
-    (["--spec-type", "draft-mtp"], [("mtp", "m.gguf", {})], ["--spec-type", "draft-mtp"]),
-    (["-md", "d.gguf", "-ctkd", "q8_0"], [("draft", "d.gguf", {})], ["-md", "d.gguf", "-ctkd", "q8_0"]),
-])  # fmt: skip
-def test_launch_tokens(tokens: list[str], resident: list, expected: list[str]) -> None:
-    from llamafit.fit.side_plan import launch_tokens
-
-    assert launch_tokens(tokens, [_usage(k, p, **d) for k, p, d in resident]) == expected
 
 
 def _invoke(*args: str):

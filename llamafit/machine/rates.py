@@ -1,0 +1,35 @@
+"""Rates of a machine, measured or catalogued: what the host probe records (host_probe.py,
+kernel_probe.py) and the speed model (fit/speed.py) reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A measured or catalogued rate (bytes/s or FLOP/s) and where it came from."""
+
+    value: float
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class KernelRate:
+    """What one CPU thread multiplies by weights of one ggml type, in FLOP/s, measured with llama.cpp's
+    own kernels (machine/kernel_probe.py): `decode` a matrix-vector product (one token), `prompt` a
+    512-column matrix product (a prompt ubatch)."""
+
+    ggml_type: int
+    decode: float
+    prompt: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionRate:
+    """What one CPU thread reaches in llama.cpp's flash attention over an F16 cache
+    (ggml_flash_attn_ext; machine/kernel_probe.py), in FLOP/s counted as 2 x n_head x (head_k + head_v)
+    per cell and query: `decode` one query per head, `prompt` a 512-query batch."""
+
+    decode: float
+    prompt: float
