@@ -101,27 +101,27 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray) -> None:
         raise
 
 
-def install(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
-    """Move a file llamafit wrote privately (in `path`'s directory) into place: os.replace, refusing a
-    symbolic link or anything but a regular file where it goes."""
+def _refuse_unless_regular(path: str | os.PathLike[str]) -> None:
+    """Where `path` exists, it must be a regular file, not a symbolic link (UnsafeFile otherwise)."""
     with contextlib.suppress(FileNotFoundError):
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode):
             raise UnsafeFile(0, "is a symbolic link", str(path))
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeFile(0, "is not a regular file", str(path))
+
+
+def install(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Move a file llamafit wrote privately (in `path`'s directory) into place: os.replace, refusing a
+    symbolic link or anything but a regular file where it goes."""
+    _refuse_unless_regular(path)
     os.replace(tmp, path)
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> None:
     """Append one line to a regular file (created 0600), never through a symlink, a FIFO or a device."""
     private_dir(os.path.dirname(os.fspath(path)) or ".")
-    with contextlib.suppress(FileNotFoundError):
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            raise UnsafeFile(0, "is a symbolic link", str(path))
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(0, "is not a regular file", str(path))
+    _refuse_unless_regular(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _NONBLOCK, 0o600)
     except OSError:
