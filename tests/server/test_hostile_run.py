@@ -19,6 +19,8 @@ from tests.support import FIXTURES
 from tests.support.llamafit_run import Run, gone
 from tests.support import CPU_ONLY_DEVICES, NEW_HELP, NEW_VERSION
 
+from llamafit.server.launcher import STOP_GRACE_S
+
 # `llamafit run` as a process, waiting out its stop and kill grace periods (seconds each)
 pytestmark = pytest.mark.slow
 DENSE = str(FIXTURES / "dense-llama.gguf")
@@ -75,18 +77,29 @@ def env(tmp_path: Path) -> dict[str, str]:
     return e
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_server_ignoring_stop_signals_is_killed_and_llamafit_exits(env: dict[str, str], tmp_path: Path,
-                                                                     sig: int) -> None:  # fmt: skip
-    exe = stand_in(tmp_path / "srv", serve=_SERVE)
-    run = Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", "auto", "--server", str(exe), env=env)
+def test_a_server_ignoring_stop_signals_is_killed_and_llamafit_exits(env: dict[str, str], tmp_path: Path) -> None:
+    """SIGINT to one llamafit, SIGTERM to another, at once: each waits out the grace periods (15 s) while its
+    server ignores the forwarded stop, then kills it and exits."""
+    runs = {sig: Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", "auto", "--server",
+                     str(stand_in(tmp_path / f"srv{int(sig)}", serve=_SERVE)), env=env)
+            for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    pids: dict[int, int] = {}
     try:
-        run.wait_for("Ready", timeout=60)
-        pid = run.child_pid()
+        for sig, run in runs.items():
+            run.wait_for("Ready", timeout=60)
+            pids[sig] = run.child_pid()
     finally:
-        code = run.finish(sig, timeout=60)
-    assert code in (0, 130, 143)
-    assert gone(pid)
+        for sig, run in runs.items():
+            run.proc.send_signal(sig)  # one stop each: a second one would escalate at once
+        started = time.monotonic()
+        codes = {sig: run.proc.wait(60) for sig, run in runs.items()}
+        took = time.monotonic() - started
+        for run in runs.values():
+            if run.proc.poll() is None:
+                run.proc.kill()
+    assert all(code in (0, 130, 143) for code in codes.values()), codes
+    assert took >= STOP_GRACE_S  # the servers ignored the forwarded stop: killed after the grace period
+    assert all(gone(pid) for pid in pids.values())
 
 
 def test_sigterm_during_the_help_probe_kills_the_probe(env: dict[str, str], tmp_path: Path) -> None:
