@@ -69,14 +69,6 @@ def stand_in(where: Path, *, serve: str, on_help: str | None = None) -> Path:
     return exe
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e.update(LLAMAFIT_CACHE_DIR=str(tmp_path / "cache"), LLAMAFIT_CALIBRATION=str(tmp_path / "calibration.jsonl"))
-    e.pop("LLAMA_SERVER", None)
-    return e
-
-
 def test_a_server_ignoring_stop_signals_is_killed_and_llamafit_exits(env: dict[str, str], tmp_path: Path) -> None:
     """SIGINT to one llamafit, SIGTERM to another, at once: each waits out the grace periods (15 s) while its
     server ignores the forwarded stop, then kills it and exits."""

@@ -35,14 +35,6 @@ def assert_checks_within_bounds(lines: list[str]) -> None:
     assert abs(predicted - reported) <= 0.05 * reported + 0.5
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e.update(LLAMAFIT_CACHE_DIR=str(tmp_path / "cache"), LLAMAFIT_CALIBRATION=str(tmp_path / "calibration.jsonl"))
-    e.pop("LLAMA_SERVER", None)
-    return e
-
-
 @needs_llama_server
 def test_real_llama_server_runs_checks_itself_and_stops(env: dict[str, str], tmp_path: Path) -> None:
     run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--ctx", "4096", env=env)

@@ -23,14 +23,6 @@ pytestmark = pytest.mark.slow
 VULKAN_SERVER = ROOT / "build" / "llama-vulkan-rpc" / "bin" / "llama-server"
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e.update(LLAMAFIT_CACHE_DIR=str(tmp_path / "cache"), LLAMAFIT_CALIBRATION=str(tmp_path / "calibration.jsonl"))
-    e.pop("LLAMA_SERVER", None)
-    return e
-
-
 def _serve(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=env)  # fmt: skip
