@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from tests.support.scripts import script
-from tests.support.store_layouts import MODEL, MOE, small_projector
+from tests.support.store_layouts import MODEL, MOE, count_header_reads, small_projector
 
 from llamafit.cli import cli
 
@@ -191,19 +191,11 @@ def test_cpu_only_rows_survive_a_change_of_free_ram_while_they_still_hold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from llamafit.machine import devices
-    from llamafit.commands import ls as ls_cli
 
     (tmp_path / "m.gguf").symlink_to(MODEL)
     free = {"bytes": 16 << 30}
     monkeypatch.setattr("llamafit.commands.prepare._default_host", lambda: devices.host(32 << 30, free["bytes"]))
-    reads: list[str] = []
-    real = ls_cli.read_local_model
-
-    def counting(path: str) -> object:
-        reads.append(path)
-        return real(path)
-
-    monkeypatch.setattr(ls_cli, "read_local_model", counting)
+    reads = count_header_reads(monkeypatch)
 
     def fit() -> dict:
         result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "cpu", "--json"])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support.store_layouts import MODEL
+from tests.support.store_layouts import MODEL, count_header_reads
 
 from llamafit.cli import cli
 from llamafit.commands import ls as ls_cli
@@ -64,14 +64,7 @@ def test_an_edited_memory_model_does_not_serve_cached_rows(package_copy: Path, t
     models = tmp_path / "models"
     models.mkdir()
     (models / "m.gguf").symlink_to(MODEL)
-    reads: list[str] = []
-    real = ls_cli.read_local_model
-
-    def counting(path: str) -> object:
-        reads.append(path)
-        return real(path)
-
-    monkeypatch.setattr(ls_cli, "read_local_model", counting)
+    reads = count_header_reads(monkeypatch)
 
     def ls() -> dict:
         result = CliRunner().invoke(cli, ["ls", str(models), "--gpu", "8GiB", "--json"])

@@ -148,3 +148,19 @@ def every_store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     lmstudio_model(lms, "acme", "adapters", {"style-lora.gguf": lora(tmp_path / "l.gguf"),
                                              "ggml-vocab-llama.gguf": vocab_only(tmp_path / "v.gguf")})  # fmt: skip
     return h
+
+
+def count_header_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths `ls` reads a model header from (commands/ls.read_local_model), in order: the list grows
+    as the test runs `ls` (a cached row reads none)."""
+    from llamafit.commands import ls as ls_cli
+
+    reads: list[str] = []
+    real = ls_cli.read_local_model
+
+    def counting(path: str) -> object:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(ls_cli, "read_local_model", counting)
+    return reads
