@@ -1,0 +1,57 @@
+"""A ggml compute graph as plain data: the fields of struct ggml_tensor and struct ggml_cgraph
+(ggml/include/ggml.h, ggml/src/ggml-impl.h) that ggml_backend_sched_split_graph
+(ggml/src/ggml-backend.cpp) and ggml_gallocr_alloc_graph_impl (ggml/src/ggml-alloc.c) read.
+
+A graph is a flat tuple of tensors referenced by index: sources, views' sources, and the graph's
+leaf and node lists (ggml_cgraph.leafs / .nodes, in graph order) are indexes into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# enum ggml_tensor_flag (ggml/include/ggml.h)
+FLAG_INPUT = 1
+FLAG_OUTPUT = 2
+FLAG_PARAM = 4
+FLAG_LOSS = 8
+FLAG_COMPUTE = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """One struct ggml_tensor."""
+
+    name: str
+    op: str  # ggml_op_name: "NONE", "MUL_MAT", "VIEW", "UNARY", "GLU", ...
+    type: str  # ggml_type_name: "f32", "f16", "q4_K", ...
+    ne: tuple[int, int, int, int]
+    nb: tuple[int, int, int, int]
+    nbytes: int  # ggml_nbytes
+    flags: int = 0
+    src: tuple[int | None, ...] = ()
+    view_src: int | None = None
+    view_offs: int = 0
+    data: bool = False  # already has memory (weights, the KV cache): the allocator skips it
+    buffer: str | None = None  # the buffer holding it when data is set ("CPU", "Vulkan0", ...)
+    desc: str = ""  # ggml_op_desc: unary and GLU ops by their own name ("SILU", "SWIGLU")
+
+    @property
+    def is_input(self) -> bool:
+        return bool(self.flags & FLAG_INPUT)
+
+    @property
+    def is_output(self) -> bool:
+        return bool(self.flags & FLAG_OUTPUT)
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """One struct ggml_cgraph, with the buffer id of each leaf and node when the scheduler has
+    assigned them (the node_buffer_ids / leaf_buffer_ids of ggml_gallocr_reserve_n)."""
+
+    tensors: tuple[Tensor, ...]
+    leafs: tuple[int, ...]
+    nodes: tuple[int, ...]
+    leaf_buffer_ids: tuple[int, ...] | None = None
+    node_buffer_ids: tuple[int, ...] | None = None
