@@ -34,6 +34,9 @@ class DeviceSpec:
     # the driver's share of this GPU that no llama.cpp buffer reports (CUDA context, cuBLAS
     # workspace; cuda_overhead_bytes); 0 where unknown. The CUDA VMM pool stays in the reserve.
     overhead_bytes: int = 0
+    # the host's CPU features that select repacked weight layouts, named after ggml's ggml_cpu_has_*
+    # (avx2, avx512, neon, matmul_int8, dotprod, sve; memory/repack.py); empty: none known
+    cpu_features: frozenset[str] = frozenset()
 
     @property
     def usable_bytes(self) -> int | None:
@@ -56,8 +59,10 @@ def parse_size(text: str) -> int:
     return int(float(digits) * _UNITS[unit])
 
 
-def host(total_bytes: int | None, available_bytes: int | None) -> DeviceSpec:
-    return DeviceSpec("CPU", "host", "cpu", total_bytes, available_bytes)
+def host(
+    total_bytes: int | None, available_bytes: int | None, cpu_features: frozenset[str] = frozenset()
+) -> DeviceSpec:
+    return DeviceSpec("CPU", "host", "cpu", total_bytes, available_bytes, cpu_features=cpu_features)
 
 
 # CUDA per-GPU overhead that no ggml buffer reports (issue #12, rule 3). The cuBLAS workspace is

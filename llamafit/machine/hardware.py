@@ -8,6 +8,7 @@ with recorded values. `--gpu`, `--use` and `--rpc` parsing live here too, next t
 from __future__ import annotations
 
 import os
+import platform
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -61,11 +62,33 @@ class _Skip(Exception):
 
 
 def detect_host() -> DeviceSpec:
-    """Host RAM from psutil: total and available."""
+    """Host RAM from psutil (total and available) and the CPU features repacked weights need."""
     import psutil
 
     vm = psutil.virtual_memory()
-    return host(int(vm.total), int(vm.available))
+    return host(int(vm.total), int(vm.available), cpu_features())
+
+
+# /proc/cpuinfo flag -> ggml_cpu_has_* name (ggml/src/ggml-cpu/ggml-cpu.c). llama.cpp's prebuilt CPU
+# backends load the variant the CPU supports (GGML_CPU_ALL_VARIANTS), so the CPU's own flags decide.
+# SVE is left out: its repacked layout also needs a 256-bit vector length, which cpuinfo does not say.
+_CPU_FLAGS = {"avx2": "avx2", "avx512f": "avx512", "asimd": "neon", "asimddp": "dotprod", "i8mm": "matmul_int8"}
+
+
+def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The features of memory/repack.py this CPU has: from cpuinfo's flags (x86) or Features (Arm);
+    Apple silicon (no cpuinfo) has NEON and the dot product everywhere."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(_CPU_FLAGS[w] for w in value.split() if w in _CPU_FLAGS)
+    except OSError:
+        pass
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        return frozenset({"neon", "dotprod"})
+    return frozenset()
 
 
 # ---- visibility (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES) ----

@@ -50,6 +50,8 @@ class LaunchConfig:
     pooling: str = ""  # --pooling none|mean|cls|last|rank ("": the GGUF's <arch>.pooling_type); --rerank: rank
     op_offload: bool = True  # --no-op-offload turns it off (common/arg.cpp: params.no_op_offload)
     op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH (ggml-cuda.cu / ggml-vulkan.cpp device init)
+    repack: bool = True  # --repack / -nr --no-repack (common_params::no_extra_bufts): CPU_REPACK weights
+    no_host: bool = False  # --no-host: no GPU host buffer type ahead of the CPU's extra ones
     fit: bool = True  # -fit on|off
     fit_target_mib: tuple[int, ...] = (1024,)  # -fitt
     given: frozenset[str] = field(default=frozenset())  # which fields the user set explicitly

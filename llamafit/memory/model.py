@@ -40,6 +40,7 @@ from .placement import (
     split_points,
     tensor_layer,
 )
+from .repack import repacked_bytes
 from .resolve import ConfigError, ResolvedConfig, since
 from ..facts.tensor_names import is_dense_ffn, is_expert, is_output_layer
 from ..units import MIB
@@ -57,6 +58,9 @@ MEMO_SIZE = 4096  # MemoryModel._remember: entries per model before it starts ov
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
+# backends whose devices have a host buffer type (ggml_backend_dev_host_buffer_type: ggml-cuda.cu,
+# ggml-vulkan.cpp, ggml-sycl.cpp); Metal's and RPC's are NULL
+HOST_BUFFER_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,7 @@ class DeviceUsage:
     overhead_bytes: int = 0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
     pinned_bytes: int = 0  # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
     side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
+    repack_bytes: int = 0  # host only: the part of weights_bytes in the CPU_REPACK buffer (repack.py)
 
     @property
     def used_bytes(self) -> int:
@@ -238,7 +243,9 @@ class MemoryModel:
         lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus),
                          since("ngl_output_first", rc.build))  # fmt: skip
         weights = self._weights(rc, lmap, gpus)
-        self._keep_oversized_on_host(weights, rc, lmap, gpus)
+        moved = self._keep_oversized_on_host(weights, rc, lmap, gpus)
+        repack = self._repack(rc, lmap, gpus, host.cpu_features, moved)
+        weights[CPU] += repack
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
         compute = compute_for_devices(self.facts, rc, lmap, gpus)
         self._op_offload(compute, rc, lmap, gpus)
@@ -262,7 +269,8 @@ class MemoryModel:
             # too (load_tensors: cpu_buft_list starts with the host buffer type of the first device)
             pinned = compute[CPU] + output + (0 if mapped else weights[CPU])
         rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
-                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned))  # fmt: skip
+                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned,
+                                repack_bytes=repack))  # fmt: skip
         return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
 
     def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[float, ...]:
@@ -293,11 +301,12 @@ class MemoryModel:
         return out
 
     def _keep_oversized_on_host(self, out: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
-                                gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
-        """Move to the host each weight whose probe op exceeds its device's max_tensor_bytes."""
+                                gpus: Sequence[DeviceSpec]) -> tuple[str, ...]:  # fmt: skip
+        """Move to the host each weight whose probe op exceeds its device's max_tensor_bytes; their names."""
         limits = [g.max_tensor_bytes for g in gpus if g.max_tensor_bytes is not None]
+        moved: list[str] = []
         if not limits:
-            return
+            return ()
         smallest = min(limits)
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
         rules = rc.all_overrides if rc.overrides else ()
@@ -318,8 +327,73 @@ class MemoryModel:
             if limit is None or probe <= limit:
                 continue
             out[dev] -= padded if gpus[dev].backend in PADDED_BACKENDS else raw
+            moved.append(name)
             if not (il is None and name.endswith("(tied)") and mapped):
                 out[CPU] += raw  # a mapped tied copy shares token_embd's pages (one CPU_Mapped range)
+        return tuple(moved)
+
+    def _repack(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
+                features: frozenset[str], moved: tuple[str, ...]) -> int:  # fmt: skip
+        """The CPU_REPACK buffer (memory/repack.py): host weights with a repacked layout for this CPU.
+
+        src/llama-model.cpp make_cpu_buft_list puts the first GPU host buffer type (CUDA_Host,
+        Vulkan_Host, ...; not with --no-host) ahead of the CPU's extra buffer types, and
+        select_weight_buft takes it for every host weight its GPU can run the op of; with mmap it then
+        becomes the plain CPU buffer (llama-model-loader.cpp create_tensor: "avoid using a host buffer
+        when using mmap"). So with such a GPU only the weights its device rejects (over its tensor
+        limit: `moved`) are repacked; without one (CPU only, RPC, Metal) every host weight may be.
+        An -ot rule to CPU considers the extra buffer types too (create_tensor's overrides)."""
+        if not rc.repack or not features:
+            return 0
+        sizes = self._repack_sizes(features)
+        if not sizes:
+            return 0
+        host_buft = not rc.no_host and any(g.backend in HOST_BUFFER_BACKENDS for g in gpus)
+        if host_buft:
+            return sum(sizes.get(name, 0) for name in moved)
+        key = ("repack", lmap, rc.all_overrides, tuple(g.name for g in gpus), features)
+        return self.remember(key, lambda: self._repack_on_host(rc, lmap, gpus, sizes))
+
+    def _repack_sizes(self, features: frozenset[str]) -> dict[str, int]:
+        """Per weight name, its CPU_REPACK bytes on a CPU with `features` (only weights that repack);
+        a tied output's copy of token_embd is "output.weight(tied)", probed as the output it is."""
+        def make() -> dict[str, int]:
+            types = {t.name: t for t in self.facts.tensors}
+            out = {}
+            for name, raw, _padded in self.tensors:
+                t = types[name]
+                size = repacked_bytes(name, GGMLType.of(t.ggml_type).name, t.shape, raw, features)
+                if size:
+                    out[name] = size
+            embd = types.get("token_embd.weight")
+            if self.tied_raw and embd is not None:
+                size = repacked_bytes("output.weight", GGMLType.of(embd.ggml_type).name, embd.shape, self.tied_raw,
+                                      features)  # fmt: skip
+                if size:
+                    out["output.weight(tied)"] = size
+            return out
+
+        return self.remember(("repack sizes", features), make)
+
+    def _repack_on_host(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
+                        sizes: dict[str, int]) -> int:  # fmt: skip
+        names = {g.name.lower(): i for i, g in enumerate(gpus)}
+        targets = self.override_targets(rc.all_overrides) if rc.all_overrides else {}
+        total = 0
+        for name, size in sizes.items():
+            tied = name.endswith("(tied)")
+            il = None if tied else tensor_layer(name)
+            if il is not None and il < self.facts.n_layer_all:
+                dev = lmap.layers[il]
+            elif tied or is_output_layer(name):
+                dev = lmap.output
+            else:
+                dev = CPU
+            target = None if tied else targets.get(name)
+            if target is not None:
+                dev = _buffer_device(target, names)
+            total += size if dev == CPU else 0
+        return total
 
     def _op_offload(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
                     gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip

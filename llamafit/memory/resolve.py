@@ -151,6 +151,8 @@ class ResolvedConfig:
     build: int | None = None  # the llama.cpp build whose rules apply (None: the current one)
     embeddings: bool = False  # cparams.embeddings (--embeddings): build_pooling adds the pooling layer
     pooling: str = "none"  # cparams.pooling_type as POOLING_TYPES names it (the GGUF's when not given)
+    repack: bool = True  # the CPU's extra buffer types (CPU_REPACK) are in use (memory/repack.py)
+    no_host: bool = False  # --no-host: GPUs' host buffer types are left out of the CPU's list
 
     @property
     def all_overrides(self) -> tuple[tuple[str, str], ...]:
@@ -324,6 +326,7 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
         tensor_split=cfg.tensor_split,
         split_mode=cfg.split_mode, main_gpu=cfg.main_gpu, load_mode=cfg.load_mode,
         cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20, warnings=tuple(notes), op_offload=cfg.op_offload,
+        repack=cfg.repack, no_host=cfg.no_host,
         op_offload_min_batch=cfg.op_offload_min_batch if since("op_offload_env", build) else OP_OFFLOAD_MIN_BATCH,
         build=build, embeddings=cfg.embeddings, pooling=_pooling(cfg, facts),
     )  # fmt: skip

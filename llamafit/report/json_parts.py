@@ -55,6 +55,7 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
         "reserve_bytes": d.reserve_bytes,
         "overhead_bytes": d.overhead_bytes,
         "pinned_bytes": d.pinned_bytes,
+        "repack_bytes": d.repack_bytes,
         "side_bytes": d.side_bytes,
         "used_bytes": d.used_bytes,
         "free_after_bytes": d.free_after_bytes,

@@ -205,6 +205,8 @@ _OPTS = (
     _Opt("swa_full", ("--swa-full",), "LLAMA_ARG_SWA_FULL"),
     _Opt("kv_offload", ("-kvo", "--kv-offload"), "LLAMA_ARG_KV_OFFLOAD", negs=("-nkvo", "--no-kv-offload")),
     _Opt("op_offload", ("--op-offload",), "", negs=("--no-op-offload",)),  # no environment variable
+    _Opt("repack", ("--repack",), "LLAMA_ARG_REPACK", negs=("-nr", "--no-repack")),
+    _Opt("no_host", ("--no-host",), "LLAMA_ARG_NO_HOST"),
     _Opt("embeddings", ("--embedding", "--embeddings"), "LLAMA_ARG_EMBEDDINGS"),
     _Opt("pooling", ("--pooling",), "LLAMA_ARG_POOLING", _one_of(POOLING_TYPES)),
     _Opt("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE"),
