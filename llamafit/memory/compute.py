@@ -733,6 +733,12 @@ def compute_for_devices(
     copies = _pipeline_copies(f, rc, lmap, gpus)
     for d, spec in enumerate(gpus):
         layers = _layers_on(f, lmap, d)
+        if not layers and lmap.output != d:
+            # no node of the graph runs here (graph inputs go to the CPU backend: ggml-backend.cpp
+            # ggml_backend_sched_backend_id_from_cur), so ggml_gallocr_reserve_n sizes this backend's
+            # buffer 0; op offload of host weights may still use it (model._op_offload adds that)
+            out[d] = 0
+            continue
         refused = lmap.output == d and not _logits_fit(f, rc, spec.max_tensor_bytes)
         s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d and not refused,
                     holds_input=bool(lmap.layers) and lmap.layers[0] == d)
