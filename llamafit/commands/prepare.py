@@ -137,6 +137,9 @@ class Prepared:
     env: Mapping[str, str] = field(default_factory=dict)
     llama_check: bool = False  # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
     llama_adjusted: bool = False  # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
+    # what llama.cpp's estimate showed earlier for this build and these devices, applied before the
+    # solve (llama_record.with_recorded): the `llama_cpp_recorded` JSON; None when nothing applied
+    llama_recorded: dict[str, Any] | None = None
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
@@ -310,7 +313,9 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env,
                                       passthrough=parsed.passthrough,
                                       bandwidth=request.machine.bandwidth_gbps))  # fmt: skip
-    return with_calibration(p, env)
+    from .llama_record import with_recorded
+
+    return with_recorded(with_calibration(p, env))
 
 
 def local_server(env: Mapping[str, str]) -> ServerChoice | None:
@@ -433,6 +438,7 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         warnings.append(Notice("ngl_without_gpu"))
     if p.hardware.source in ("llama-server", "vulkaninfo"):  # the server's devices against detection (issue #28)
         warnings += [Notice("server_devices", {"message": n}) for n in p.hardware.notes]
+    warnings += recorded_notices(p.llama_recorded)
     if p.calibration:
         warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
                                                "runs": p.calibration.runs, "architecture": p.calibration.architecture,
@@ -441,6 +447,22 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
     if p.calibration_issue:
         warnings.append(p.calibration_issue)
     return warnings
+
+
+def recorded_notices(recorded: Mapping[str, Any] | None) -> list[Notice | str]:
+    """llama_cpp_recorded {device, room_bytes, kinds, max_tensor_bytes, checked}: per device, what
+    the plan took from llama.cpp's earlier estimate for this build (llama_record.with_recorded)."""
+    if not recorded:
+        return []
+    room = {r["device"]: r["bytes"] for r in recorded["room"]}
+    limits = {t["device"]: t["max_tensor_bytes"] for t in recorded["tensor_limits"]}
+    out: list[Notice | str] = []
+    for name in dict.fromkeys([*limits, *room]):
+        kinds = [d["kind"] for d in recorded["differences"] if d["device"] == name and d["applied"]]
+        data = {"device": name, "room_bytes": room.get(name, 0), "kinds": kinds,
+                "max_tensor_bytes": limits.get(name), "checked": recorded["checked"]}  # fmt: skip
+        out.append(Notice("llama_cpp_recorded", data))
+    return out
 
 
 def warnings_for(p: Prepared, rc: ResolvedConfig | None) -> list[Notice | str]:
