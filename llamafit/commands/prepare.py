@@ -39,6 +39,7 @@ from ..server.side_flags import MODELLED
 from ..units import MIB
 
 if TYPE_CHECKING:
+    from ..machine.server_devices import Listing
     from ..server.find import ServerChoice
 
 
@@ -140,6 +141,7 @@ class Prepared:
     # what llama.cpp's estimate showed earlier for this build and these devices, applied before the
     # solve (llama_record.with_recorded): the `llama_cpp_recorded` JSON; None when nothing applied
     llama_recorded: dict[str, Any] | None = None
+    server_listing: Listing | None = None  # the server's --list-devices, when prepare asked it
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
@@ -200,17 +202,20 @@ def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
 ServerDevicesFn = Callable[[Mapping[str, str], Hardware], "Hardware | None"]
 
 
-def server_devices_for(path: str | None) -> ServerDevicesFn:
+def server_devices_for(path: str | None, asked: list[Listing] | None = None) -> ServerDevicesFn:
     """The devices `path --list-devices` reports, with what detection and vulkaninfo add
-    (machine/server_devices.py); None when there is no server or it gives no list."""
+    (machine/server_devices.py); None when there is no server or it gives no list. The answer is
+    appended to `asked` (the command asks once: run's records take it from there)."""
 
     def devices(env: Mapping[str, str], detected: Hardware) -> Hardware | None:
         if path is None:
             return None
-        from ..machine.server_devices import list_devices, server_hardware
+        from ..machine.server_devices import Listing, list_devices, server_hardware
         from ..machine.vulkan import vulkaninfo_devices
 
         listed = list_devices(path, env)
+        if asked is not None:
+            asked.append(Listing(path, listed))
         if listed is None:
             return None
         vulkan = vulkaninfo_devices(env) if any(d.backend == "vulkan" for d in listed) else ()
@@ -294,7 +299,9 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     if server is None and detect_fn is None:
         server = local_server(env)
     binary = server.binary if server is not None else None
-    listing = server_devices_for(binary.path if binary else None) if detect_fn is None else None
+    asked: list[Listing] = []
+    path = binary.path if binary else None
+    listing = server_devices_for(path, asked) if detect_fn is None else None
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
                           _rpc_query(env), listing)
     check_override_devices(parsed.config.override_tensor, devices)
@@ -306,6 +313,7 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     identity = binary.identity if binary is not None and hw.source == "llama-server" else None
     p = Prepared(parsed, facts, target, hw, server=server, server_identity=identity, env=env,
                  llama_check=request.llama_check)  # fmt: skip
+    p = replace(p, server_listing=asked[-1] if asked else None)
     if server is not None:
         p = for_server(p, server)
     from .speed_inputs import machine_speed
