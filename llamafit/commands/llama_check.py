@@ -26,9 +26,14 @@ from ..units import MIB
 from .prepare import Prepared
 
 
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
 def _progress(text: str | None) -> None:
-    """One line on stderr while llama.cpp answers, on a terminal only."""
-    if not sys.stderr.isatty():
+    """One line on stderr while llama.cpp answers, on a terminal only (as `ls` shows its
+    progress): written with a carriage return, cleared (`\r\033[K`) when the answer is in."""
+    if not stderr_is_tty():
         return
     sys.stderr.write(f"\r{text}" if text else "\r\033[K")
     sys.stderr.flush()

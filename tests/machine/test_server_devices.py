@@ -358,6 +358,23 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
     assert other_card == other_build == (1, 0, None, [])
 
 
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_shows_while_llama_cpp_answers_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tty: bool
+) -> None:
+    from tests.support import DENSE
+
+    from llamafit.commands import llama_check
+
+    monkeypatch.setattr(llama_check, "stderr_is_tty", lambda: tty)
+    server = _fake_build(tmp_path / "bin", 0)
+    env = {"LLAMA_SERVER": str(server), "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")}
+    result = CliRunner(env=env).invoke(cli, ["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB"])
+    assert result.exit_code == 0, result.output
+    shown = "\rasking llama.cpp (llama-fit-params) about this config…\r\033[K"
+    assert result.stderr == (shown if tty else "")
+
+
 def test_a_damaged_record_is_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from llamafit.commands.llama_record import load, record_path, store
 
