@@ -48,7 +48,7 @@ def _recorded_text(d: dict[str, Any]) -> str:
     if d.get("room_bytes"):
         what = " and ".join(_ROOM_FOR.get(k, k) for k in d["kinds"]) or "buffers"
         parts.append(f"{d['room_bytes'] / MIB:,.0f} MiB more room for {what}")
-    tail = "" if d.get("checked") else "; not asked again (--no-llama-check)"
+    tail = "" if d.get("checked") else "; llama.cpp not asked this time"
     return (
         f"{d['device']}: planned with {' and '.join(parts)}, as llama.cpp's own estimate for this "
         f"build showed before{tail}"

@@ -349,7 +349,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
             ("context", 0, False),
             ("compute", 2869120, False),
         ]
-        tail = "" if checked else "; not asked again (--no-llama-check)"
+        tail = "" if checked else "; llama.cpp not asked this time"
         assert notes == [f"{RECORDED_NOTE} for this build showed before{tail}"]
 
     other_card = planned(env | {"FAKE_CUDA0_MIB": "32"}, "--no-llama-check")

@@ -59,7 +59,7 @@ def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(
     assert notes == ["Vulkan0: llama.cpp keeps 170 MiB of weights off it (a tensor limit; no vulkaninfo): planned "
                      "with a 128 MiB limit"]  # fmt: skip
     # the limit is recorded for this build and device: later plans start from it, unchecked too
-    for flags, tail in ((["--no-llama-check"], "; not asked again (--no-llama-check)"), ([], "")):
+    for flags, tail in ((["--no-llama-check"], "; llama.cpp not asked this time"), ([], "")):
         again = json.loads(_llamafit(only_vulkan, "plan", str(demo_path), "--json", *flags).stdout)
         assert ("llama_cpp_check" in again) == (not flags)
         codes = ("server_devices", "llama_cpp_recorded")
