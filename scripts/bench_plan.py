@@ -148,18 +148,19 @@ def llama_check_table(repeat: int) -> int:
         env.pop("LLAMA_SERVER", None)
         record = tmp / "cache" / "llama-check"
         wall_seconds(cli(["plan", "--demo"]), env)  # warm: the demo, the server's dialect, identity
-        best: dict[tuple[str, bool], float] = {}
-        for recorded in (False, True):
-            for check in (False, True):
-                runs = []
-                for _ in range(repeat):
+        runs: dict[tuple[str, bool], list[float]] = {}
+        for _ in range(repeat):  # the four cases in turn: a busy machine slows them alike
+            for recorded in (False, True):
+                for check in (False, True):
                     if not recorded:
                         shutil.rmtree(record, ignore_errors=True)
                     elif not record.exists():
                         wall_seconds(cli(["plan", "--demo"]), env)  # the check records it
                     flags = [] if check else ["--no-llama-check"]
-                    runs.append(wall_seconds(cli(["plan", "--demo", *flags]), env))
-                best[("recorded" if recorded else "none"), check] = min(runs)
+                    key = ("recorded" if recorded else "none"), check
+                    took = wall_seconds(cli(["plan", "--demo", *flags]), env)
+                    runs.setdefault(key, []).append(took)
+        best = {key: min(v) for key, v in runs.items()}
     print("plan --demo on Vulkan0 (the Vulkan llama-server on PATH, no vulkaninfo): wall s,")
     print(f"best of {repeat}")
     print(f"{'':<30} {'--no-llama-check':>16} {'check':>7} {'more':>7}")
