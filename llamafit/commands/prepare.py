@@ -470,8 +470,8 @@ def recorded_notices(recorded: Mapping[str, Any] | None) -> list[Notice | str]:
     out: list[Notice | str] = []
     for name in dict.fromkeys([*limits, *room]):
         kinds = [d["kind"] for d in recorded["differences"] if d["device"] == name and d["applied"]]
-        data = {"device": name, "room_bytes": room.get(name, 0), "kinds": kinds,
-                "max_tensor_bytes": limits.get(name), "checked": recorded["checked"]}  # fmt: skip
+        data = {"device": name, "room_bytes": room.get(name, 0), "kinds": kinds}
+        data |= {"max_tensor_bytes": limits.get(name), "checked": recorded["checked"]}
         out.append(Notice("llama_cpp_recorded", data))
     return out
 
