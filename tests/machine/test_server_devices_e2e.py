@@ -69,6 +69,15 @@ def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(
         ]
         limits = again["llama_cpp_recorded"]["tensor_limits"]
         assert [(t["device"], t["max_tensor_bytes"]) for t in limits] == [("Vulkan0", 128 * MIB)]
+        # with the limit, llama.cpp's weights and KV on Vulkan0 are llamafit's to the printed MiB:
+        # recorded (the re-solve's check), no room taken
+        diffs = again["llama_cpp_recorded"]["differences"]
+        assert [(d["device"], d["kind"], d["applied"]) for d in diffs] == [
+            ("Vulkan0", "model", False),
+            ("Vulkan0", "context", False),
+            ("Vulkan0", "compute", False),
+        ]
+        assert abs(diffs[0]["bytes"]) < MIB and abs(diffs[1]["bytes"]) < MIB
         # the first solve is the pick the re-solve gave: the same config and Vulkan0 buffers
         assert (again["config"], again["devices"][0]) == (plan["config"], vk)
 
