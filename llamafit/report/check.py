@@ -104,7 +104,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
                                  "and will page from disk (slow)"),
-    "llama_cpp_recorded": lambda d: _recorded_text(d),
+    "llama_cpp_recorded": _recorded_text,
     "gpu_in_use": lambda d: (f"{d['device']}: other processes use {d['used_bytes'] // MIB:,} MiB ("
                              + ", ".join(f"{q['name']} {q['used_bytes'] // MIB:,}" for q in d["processes"][:3])
                              + (", …" if len(d["processes"]) > 3 else "") + ")"
