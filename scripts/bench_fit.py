@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="plan with --gpu/--backend/--rpc SIZE instead of the llama-server on PATH")
     args = ap.parse_args(argv)
     AS_USER[0] = not args.given_devices
+    device_lab.stop_on_signals()  # SIGTERM too stops the servers and workers started
     if device_lab.bin_dir() is None:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
         return 2

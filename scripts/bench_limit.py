@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state", type=Path, default=Path("bench_limit_state.json"), help="rows so far (resumable)")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
     args = ap.parse_args(argv)
+    device_lab.stop_on_signals()  # SIGTERM too stops the server being bisected
     if device_lab.bin_dir() is None:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
         return 2

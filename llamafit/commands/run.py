@@ -40,7 +40,7 @@ from ..report.run import (
 )
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
 from .prepare import Prepared, Request, prepare
-from ..server.find import ServerChoice, ServerRefused
+from ..server.find import ServerChoice, ServerPathError, ServerRefused
 from ..server.side_flags import launch_tokens
 from ..fit.solver import Choice, Policy
 from ..units import GIB, MIB
@@ -138,7 +138,7 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
                                              server=binary.path), binary.dialect)  # fmt: skip
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
                 "version": binary.version_line, "identity": binary.identity, "notes": notes,
-                "devices": reported_devices(binary.path, p.env)}  # fmt: skip
+                "devices": reported_devices(binary.path, p)}  # fmt: skip
     else:
         from ..server.embedded import embedded_argv, embedded_notes
 
@@ -173,14 +173,29 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
     return rows
 
 
-def reported_devices(path: str, env: Mapping[str, str]) -> list[dict[str, Any]] | None:
-    """The devices the server itself lists (--list-devices), for the records: None when it lists none."""
+def reported_devices(path: str, p: Prepared) -> list[dict[str, Any]] | None:
+    """The devices the server itself lists (--list-devices), for the records: None when it lists
+    none. The answer prepare had (p.server_listing) when it asked the same binary: asked once."""
     from ..machine.server_devices import list_devices
 
-    listed = list_devices(path, env)
+    had = p.server_listing
+    listed = had.devices if had is not None and had.server == path else list_devices(path, p.env)
     if listed is None:
         return None
     return [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in listed]
+
+
+def with_listing(p: Prepared) -> Prepared:
+    """The server's --list-devices answer kept for every launch's record (retries too): the one
+    prepare had, else asked here once (a plan for given devices, --gpu, does not ask it)."""
+    binary = p.server.binary if p.server is not None else None
+    if binary is None or (p.server_listing is not None and p.server_listing.server == binary.path):
+        return p
+    from dataclasses import replace
+
+    from ..machine.server_devices import Listing, list_devices
+
+    return replace(p, server_listing=Listing(binary.path, list_devices(binary.path, p.env)))
 
 
 def devices_mismatch(reported: list[dict[str, Any]] | None, planned: list[str]) -> str | None:
@@ -502,12 +517,13 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     try:
         server: ServerChoice | None = server_for(opts, request.env)
     except InputError as e:
-        if not opts.dry_run or isinstance(e, ServerRefused):  # a binary that is not llama-server: refused
+        refused = isinstance(e, (ServerRefused, ServerPathError))  # not llama-server, or no program
+        if not opts.dry_run or refused:
             raise
         server, missing = None, str(e)  # a dry run still shows the plan
     say = _say_to_stderr()
     _say_if_probing(request.env, say)
-    p = prepare(request, server=server)
+    p = with_listing(prepare(request, server=server))
     if server is None:
         report, result = render_plan(p, policy, with_command=False)
         why = missing.removeprefix("no llama-server found")

@@ -85,3 +85,56 @@ def tensor_limit_candidates(tensor_bytes: Sequence[int], limit: int = 8) -> tupl
             if bound not in out:
                 out.append(bound)
     return tuple(out)
+
+
+# ---- the difference, recorded per build and device (issue #28) ----
+
+KINDS = ("model", "context", "compute")  # the columns of llama.cpp's estimate (common_fit_print)
+# the kinds where llama.cpp's larger figure wins: its loader sizes weights and KV/recurrent state
+# exactly (llama_model_loader, llama_kv_cache); its compute is the worst-case graph of
+# llama_get_device_memory_data, which no llama-server reserves (logits_quirk_bytes)
+ROOM_KINDS = ("model", "context")
+PRINT_SLACK_BYTES = MIB  # one printed column is whole MiB, rounded down
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """llama.cpp's figure less llamafit's for one buffer kind on one device (bytes; negative where
+    llamafit's is the larger)."""
+
+    device: str
+    kind: str  # one of KINDS
+    bytes: int
+
+    @property
+    def room_bytes(self) -> int:
+        """The room a plan keeps for it: llama.cpp's larger figure, in a kind where it wins, beyond
+        the print precision of one column; 0 otherwise."""
+        return self.bytes if self.kind in ROOM_KINDS and self.bytes > PRINT_SLACK_BYTES else 0
+
+
+def differences(
+    rows: Sequence[tuple[str, int, int, int]], breakdown: Breakdown, gpus: Sequence[str]
+) -> tuple[Difference, ...]:
+    """Per GPU in `gpus` that llama.cpp printed, the difference per kind: its (device, model MiB,
+    context MiB, compute MiB) rows against llamafit's weights, KV + recurrent state, and compute +
+    output of the same question."""
+    ours = {d.name: d for d in breakdown.devices}
+    out = []
+    for name, model, context, compute in rows:
+        d = ours.get(name)
+        if d is None or name not in gpus:
+            continue
+        mine = (d.weights_bytes, d.kv_bytes + d.recurrent_bytes, d.compute_bytes + d.output_bytes)
+        for kind, theirs, own in zip(KINDS, (model, context, compute), mine, strict=True):
+            out.append(Difference(name, kind, theirs * MIB - own))
+    return tuple(out)
+
+
+def room_per_device(diffs: Sequence[Difference]) -> dict[str, int]:
+    """The room each device keeps for llama.cpp's larger figures (Difference.room_bytes, summed)."""
+    out: dict[str, int] = {}
+    for d in diffs:
+        if d.room_bytes:
+            out[d.device] = out.get(d.device, 0) + d.room_bytes
+    return out

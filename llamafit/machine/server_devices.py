@@ -67,6 +67,15 @@ def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One `--list-devices` answer of one binary: asked once per command (prepare), kept for the
+    records of `run` (commands/run.py reported_devices)."""
+
+    server: str
+    devices: tuple[ListedDevice, ...] | None  # None: it gives no list
+
+
 def list_devices(server: str, env: Mapping[str, str],
                  timeout_s: float = LIST_TIMEOUT_S) -> tuple[ListedDevice, ...] | None:  # fmt: skip
     """What `server --list-devices` reports under `env` (the variables that pick devices:

@@ -37,6 +37,24 @@ def side_lines(b: Breakdown) -> list[str]:
     return lines
 
 
+_ROOM_FOR = {"model": "weights", "context": "KV"}
+
+
+def _recorded_text(d: dict[str, Any]) -> str:
+    """llama_cpp_recorded: what a plan took from llama.cpp's earlier estimate for this build."""
+    parts = []
+    if d.get("max_tensor_bytes"):
+        parts.append(f"a {d['max_tensor_bytes'] // MIB:,} MiB tensor limit")
+    if d.get("room_bytes"):
+        what = " and ".join(_ROOM_FOR.get(k, k) for k in d["kinds"]) or "buffers"
+        parts.append(f"{d['room_bytes'] / MIB:,.0f} MiB more room for {what}")
+    tail = "" if d.get("checked") else "; llama.cpp not asked this time"
+    return (
+        f"{d['device']}: planned with {' and '.join(parts)}, as llama.cpp's own estimate for this "
+        f"build showed before{tail}"
+    )
+
+
 _EXTRA_MODEL = {"mmproj": "a multimodal projector", "draft": "a draft model", "lora": "a LoRA adapter"}
 
 _SIDE_STEP = {"mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
@@ -86,6 +104,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
     "host_ram_short": lambda d: (f"host RAM: this plan uses {d['used_bytes'] // MIB:,} MiB on the host but "
                                  f"{d['usable_bytes'] // MIB:,} MiB is available; the CPU weights are memory-mapped "
                                  "and will page from disk (slow)"),
+    "llama_cpp_recorded": _recorded_text,
     "gpu_in_use": lambda d: (f"{d['device']}: other processes use {d['used_bytes'] // MIB:,} MiB ("
                              + ", ".join(f"{q['name']} {q['used_bytes'] // MIB:,}" for q in d["processes"][:3])
                              + (", …" if len(d["processes"]) > 3 else "") + ")"
@@ -97,6 +116,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
 
 # information, not a risk: printed as `Note`
 NOTE_CODES = frozenset({"calibration", "from_environment", "mtp_auto", "mtp_no_room", "gpu_in_use", "server_devices"})
+NOTE_CODES |= {"llama_cpp_recorded"}
 
 
 def notice_line(warning: Notice | str) -> str:

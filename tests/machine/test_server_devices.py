@@ -3,6 +3,7 @@ recorded answers; tests/machine/test_server_devices_e2e.py starts the real serve
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -237,18 +238,20 @@ def test_a_server_that_does_not_answer_like_llama_server_is_refused() -> None:
                              "(exit 0)\n")  # fmt: skip
 
 
-def _fake_build(where: Path, extra_model_mib: int) -> Path:
-    """A llama-server that lists one 16 MiB CUDA0, and a llama-fit-params beside it whose estimate is
-    llamafit's for the dense fixture (KV 512 bytes a token) plus `extra_model_mib` of weights."""
+def _fake_build(where: Path, extra_model_mib: int, build: str = "") -> Path:
+    """A llama-server that lists one CUDA0 of $FAKE_CUDA0_MIB (16 MiB unless set), and a
+    llama-fit-params beside it whose estimate is llamafit's for the dense fixture (KV 512 bytes a
+    token) plus `extra_model_mib` of weights; `build` makes another build (another content hash)."""
     from tests.support import NEW_HELP, NEW_VERSION
 
     server = _exe(where, "fake")
     server.write_text(
-        f"#!{sys.executable}\nimport sys\n"
+        f"#!{sys.executable}\nimport os, sys\n# {build}\n"
         f"if sys.argv[1] == '--version':\n    sys.stderr.write({NEW_VERSION!r})\n"
         f"elif sys.argv[1] == '--help':\n    sys.stdout.write({NEW_HELP!r})\n"
-        "elif sys.argv[1] == '--list-devices':\n"
-        "    print('Available devices:')\n    print('  CUDA0: NVIDIA GeForce RTX 4090 (16 MiB, 16 MiB free)')\n"
+        "elif sys.argv[1] == '--list-devices':\n    mib = os.environ.get('FAKE_CUDA0_MIB', '16')\n"
+        "    print('Available devices:')\n"
+        "    print(f'  CUDA0: NVIDIA GeForce RTX 4090 ({mib} MiB, {mib} MiB free)')\n"
     )  # fmt: skip
     tool = where / "llama-fit-params"
     tool.write_text(
@@ -282,6 +285,129 @@ def test_llama_cpp_s_larger_weights_win(tmp_path: Path, monkeypatch: pytest.Monk
     notes = [w["text"] for w in plan["warnings"] if w["code"] == "server_devices"]
     assert notes == ([] if extra == 0 else ["CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than "
                                             "llamafit's: planned with that much more room"])  # fmt: skip
+
+
+def _plan_dense(env: dict[str, str], *flags: str) -> dict:
+    from tests.support import DENSE
+
+    argv = ["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB", "--json", *flags]
+    result = CliRunner(env=env).invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+RECORDED_NOTE = "CUDA0: planned with 4 MiB more room for weights, as llama.cpp's own estimate"
+
+
+def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first plan re-solves with llama.cpp's 4 MiB more weights and records it; later plans of
+    the same build and device start from it (one solve), with --no-llama-check too; another
+    build or another card behind the same name does not."""
+    from llamafit.commands import plan as plan_command
+    from llamafit.commands.llama_record import load
+
+    solves = []
+    real = plan_command.plan
+    monkeypatch.setattr(plan_command, "plan", lambda *a, **k: solves.append(1) or real(*a, **k))
+    server = _fake_build(tmp_path / "bin", 4)
+    cache, calibration = str(tmp_path / "cache"), str(tmp_path / "none.jsonl")
+    env = {"LLAMA_SERVER": str(server), "LLAMAFIT_CACHE_DIR": cache}
+    env["LLAMAFIT_CALIBRATION"] = calibration
+    room = 4 * MIB - 233472  # llama.cpp's model column over llamafit's 228 KiB of weights
+
+    def planned(env: dict[str, str], *flags: str) -> tuple[int, int, dict | None, list[str]]:
+        solves.clear()
+        plan = _plan_dense(env, *flags)
+        codes = ("llama_cpp_recorded", "server_devices")
+        notes = [w["text"] for w in plan["warnings"] if w["code"] in codes]
+        overhead = plan["devices"][0]["overhead_bytes"]
+        return len(solves), overhead, plan.get("llama_cpp_recorded"), notes
+
+    solved = "CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than llamafit's"
+    assert planned(env) == (2, room, None, [f"{solved}: planned with that much more room"])
+    identity = build_identity(str(server), "version: 0.6.0-dev (build 0, commit unknown)")
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", cache)
+    entries = load(identity)
+    device = ("CUDA0", "NVIDIA GeForce RTX 4090", 16 * MIB, "llama:188992:267776")
+    assert [(e["device"], e["card"], e["total_bytes"], e["model"]) for e in entries] == [device] * 3
+    assert [(e["kind"], e["bytes"], e["agrees"], e["config"]["n_ctx"]) for e in entries] == [
+        ("model", room, False, 4096),
+        ("context", 0, False, 4096),
+        ("compute", 2869120, False, 4096),
+    ]
+
+    for flags, checked in (((), True), (("--no-llama-check",), False)):
+        n, overhead, recorded, notes = planned(env, *flags)
+        assert (n, overhead) == (1, room)  # the first solve is already right: no re-solve
+        assert recorded is not None
+        shown = [recorded[k] for k in ("build", "checked", "room", "tensor_limits")]
+        assert shown == [identity, checked, [{"device": "CUDA0", "bytes": room}], []]
+        assert [(d["kind"], d["bytes"], d["applied"]) for d in recorded["differences"]] == [
+            ("model", room, True),
+            ("context", 0, False),
+            ("compute", 2869120, False),
+        ]
+        tail = "" if checked else "; llama.cpp not asked this time"
+        assert notes == [f"{RECORDED_NOTE} for this build showed before{tail}"]
+
+    other_card = planned(env | {"FAKE_CUDA0_MIB": "32"}, "--no-llama-check")
+    another = _fake_build(tmp_path / "bin2", 4, build="another")
+    other_build = planned(env | {"LLAMA_SERVER": str(another)}, "--no-llama-check")
+    assert other_card == other_build == (1, 0, None, [])
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_shows_while_llama_cpp_answers_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tty: bool
+) -> None:
+    from tests.support import DENSE
+
+    from llamafit.commands import llama_check
+
+    monkeypatch.setattr(llama_check, "stderr_is_tty", lambda: tty)
+    server = _fake_build(tmp_path / "bin", 0)
+    env = {"LLAMA_SERVER": str(server), "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")}
+    result = CliRunner(env=env).invoke(cli, ["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB"])
+    assert result.exit_code == 0, result.output
+    shown = "\rasking llama.cpp (llama-fit-params) about this config…\r\033[K"
+    assert result.stderr == (shown if tty else "")
+
+
+def test_a_damaged_record_is_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llamafit.commands.llama_record import load, record_path, store
+
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path))
+    good = {"device": "CUDA0", "card": None, "total_bytes": 0, "model": "m", "kind": "model"}
+    good["bytes"] = 5
+    limit = {"device": "Vulkan0", "card": "lavapipe", "total_bytes": 1, "max_tensor_bytes": 1 << 27}
+    bad = [
+        {"device": "CUDA0", "kind": "weights", "bytes": 5, "model": "m"},
+        {"device": "CUDA0", "kind": "model", "bytes": 1.5, "model": "m"},
+        {"device": 1, "max_tensor_bytes": 1},
+        {"device": "Vulkan0", "max_tensor_bytes": True},
+        [],
+    ]
+    path = Path(record_path("b1"))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"format": 1, "identity": "b1", "entries": [good, *bad, limit]}))
+    assert load("b1") == [good, limit] and load("b2") == []
+    for text in (
+        "not json",
+        "[]",
+        '{"format": 2, "identity": "b1", "entries": []}',
+        json.dumps({"format": 1, "identity": "b2", "entries": [good]}),
+    ):
+        path.write_text(text)
+        assert load("b1") == []
+    path.unlink()
+    elsewhere = tmp_path / "elsewhere.json"
+    path.symlink_to(elsewhere)
+    elsewhere.write_text(json.dumps({"format": 1, "identity": "b1", "entries": [good]}))
+    assert load("b1") == []
+    store("b1", [limit])  # a link in its place is never followed: not written (write_atomic)
+    assert path.is_symlink() and json.loads(elsewhere.read_text())["entries"] == [good]
 
 
 def test_the_speed_estimate_uses_the_bandwidth_of_the_card_the_server_names() -> None:

@@ -38,7 +38,10 @@ def _llamafit(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
                           timeout=300, check=False)  # fmt: skip
 
 
-def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(only_vulkan: dict[str, str], demo_path: Path) -> None:
+def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(
+    only_vulkan: dict[str, str], demo_path: Path, tmp_path: Path
+) -> None:
+    only_vulkan = only_vulkan | {"LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")}  # none recorded yet
     done = _llamafit(only_vulkan, "plan", str(demo_path), "--json")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
@@ -55,8 +58,28 @@ def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(only_vulkan: dict[st
     notes = [w["text"] for w in plan["warnings"] if w["code"] == "server_devices"]
     assert notes == ["Vulkan0: llama.cpp keeps 170 MiB of weights off it (a tensor limit; no vulkaninfo): planned "
                      "with a 128 MiB limit"]  # fmt: skip
-    off = json.loads(_llamafit(only_vulkan, "plan", str(demo_path), "--json", "--no-llama-check").stdout)
-    assert "llama_cpp_check" not in off
+    # the limit is recorded for this build and device: later plans start from it, unchecked too
+    for flags, tail in ((["--no-llama-check"], "; llama.cpp not asked this time"), ([], "")):
+        again = json.loads(_llamafit(only_vulkan, "plan", str(demo_path), "--json", *flags).stdout)
+        assert ("llama_cpp_check" in again) == (not flags)
+        codes = ("server_devices", "llama_cpp_recorded")
+        assert [w["text"] for w in again["warnings"] if w["code"] in codes] == [
+            "Vulkan0: planned with a 128 MiB tensor limit, as llama.cpp's own estimate for this "
+            f"build showed before{tail}"
+        ]
+        limits = again["llama_cpp_recorded"]["tensor_limits"]
+        assert [(t["device"], t["max_tensor_bytes"]) for t in limits] == [("Vulkan0", 128 * MIB)]
+        # with the limit, llama.cpp's weights and KV on Vulkan0 are llamafit's to the printed MiB:
+        # recorded (the re-solve's check), no room taken
+        diffs = again["llama_cpp_recorded"]["differences"]
+        assert [(d["device"], d["kind"], d["applied"]) for d in diffs] == [
+            ("Vulkan0", "model", False),
+            ("Vulkan0", "context", False),
+            ("Vulkan0", "compute", False),
+        ]
+        assert abs(diffs[0]["bytes"]) < MIB and abs(diffs[1]["bytes"]) < MIB
+        # the first solve is the pick the re-solve gave: the same config and Vulkan0 buffers
+        assert (again["config"], again["devices"][0]) == (plan["config"], vk)
 
 
 def _run_once(env: dict[str, str], model: Path, server: str) -> list[str]:

