@@ -288,7 +288,8 @@ def server_flags(req: dict) -> tuple[str, ...]:
     """A grid row (model_grid) as llama-server flags; None-free, every memory flag explicit."""
     flags = ["--fit", "off", "-c", str(req["n_ctx"]), "-fa", "on" if req["flash_attn"] else "off",
              "-b", str(max(512, req["n_ubatch"])), "-ub", str(req["n_ubatch"]), "-ctk", req["type_k"],
-             "-ctv", req["type_v"], "-np", str(req["n_seq_max"]), "-kvu" if req["kv_unified"] else "-no-kvu"]  # fmt: skip
+             "-ctv", req["type_v"], "-np", str(req["n_seq_max"])]  # fmt: skip
+    flags.append("-kvu" if req["kv_unified"] else "-no-kvu")
     if req["swa_full"]:
         flags.append("--swa-full")
     return tuple(flags)
