@@ -247,8 +247,10 @@ def server_log(binary: str, path: str, flags: tuple[str, ...],
             if rec.get("type") == "fit_memory_breakdown":
                 breakdowns.append(rec["data"])
             msgs.append(rec.get("msg", ""))
-            if "listening on http" in msgs[-1]:
-                proc.send_signal(signal.SIGINT)  # graceful: the exit breakdown is printed
+            if "all slots are idle" in msgs[-1]:
+                # graceful: the exit breakdown is printed. Not at "listening on": b11434 ignores a
+                # signal that arrives before its slots are up, and the start then hangs to the watchdog
+                proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     finally:
         watchdog.cancel()
