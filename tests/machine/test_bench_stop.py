@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.support import ROOT
 
 CHILD = """
