@@ -55,7 +55,7 @@ __all__ = [
     "Breakdown", "DeviceSpec", "host", "LaunchConfig", "with_given", "resolve", "Target",
     "make_target", "Policy", "Choice", "NoFit", "solve", "plan", "PlanResult", "Verdict", "breakdown_text",
     "verdict_text", "server_argv", "LlamafitError",
-]  # fmt: skip
+]
 
 
 def __getattr__(name: str) -> Any:

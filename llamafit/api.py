@@ -16,7 +16,7 @@ from .units import GIB
 
 def make_target(facts: ModelFacts, gpus: str | tuple[DeviceSpec, ...] = "cpu", *, host_bytes: int = 64 * GIB,
                 engine: str = "llama-server", build: int | None = None, reserve_bytes: int = GIB,
-                backend: str = "cuda") -> Target:  # fmt: skip
+                backend: str = "cuda") -> Target:
     """The problem `solve` and `plan` work on: this model on these GPUs (what `--gpu` takes:
     `"24GiB,12GiB"`, `"2xrtx4090"`, `"cpu"`; or DeviceSpec values) with `host_bytes` of host RAM,
     by `engine`'s rules (llama.cpp build `build`, None: the pinned one), keeping `reserve_bytes`

@@ -30,7 +30,7 @@ class _Group(click.Group):
     """Turns any LlamafitError into a one-line `Error: …` and exit code 2 (no traceback)."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:  # fmt: skip
+                     **extra: Any) -> click.Context:
         try:  # `llamafit --bogus`: the group's own options
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as e:
@@ -157,7 +157,7 @@ def _engine_options(f: Any) -> Any:
                      help="Do not ask llama.cpp's own dry run (llama-fit-params) about the config."),
         json_option,
         click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"),
-    ]  # fmt: skip
+    ]
     for option in reversed(options):
         f = option(f)
     return f
@@ -165,7 +165,7 @@ def _engine_options(f: Any) -> Any:
 
 def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
              use: str, rpc: str | None, ram: str | None, command_line: str | None,
-             args: tuple[str, ...], no_llama_check: bool = True) -> Request:  # fmt: skip
+             args: tuple[str, ...], no_llama_check: bool = True) -> Request:
     """The options of _engine_options as one typed value."""
     import os
 
@@ -182,7 +182,7 @@ def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | N
         model=ModelRef(model, demo, tuple(server_args), command_line),
         machine=MachineSpec(gpu_spec, backend, use, rpc, reserve_mib << 20, ram),
         engine=engine, build=llama_build, env=dict(os.environ), llama_check=not no_llama_check,
-    )  # fmt: skip
+    )
 
 
 @cli.command()
@@ -230,7 +230,7 @@ def _policy_options(f: Any) -> Any:
         click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
         click.option("--drop-side-models", "drop_side", is_flag=True,
                      help="When nothing fits with them, leave out the projector, draft model or MTP context."),
-    ]  # fmt: skip
+    ]
     for option in reversed(options):
         f = option(f)
     return f
@@ -246,7 +246,7 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     policy = Policy(prefer=prefer, ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
                     ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"),
                     drop_side=options.pop("drop_side"), preset=preset,
-                    ubatches=preset.ubatches if preset else None)  # fmt: skip
+                    ubatches=preset.ubatches if preset else None)
     from dataclasses import replace
 
     request = replace(_request(**{k: v for k, v in options.items() if k != "bandwidth"}), auto_mmproj=True)
@@ -317,7 +317,7 @@ def _port(value: str) -> int | None:
 @_policy_options
 @_engine_options
 def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        load_timeout: str | None, router: bool, verify: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
+        load_timeout: str | None, router: bool, verify: bool, as_json: bool, **options: Any) -> None:
     """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
 
     \b
@@ -329,13 +329,13 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 
     policy, request = _split_policy(options)
     opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
-                      verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout), verify=verify)  # fmt: skip
+                      verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout), verify=verify)
     if router:
         from .commands.router import router_models, router_command
 
         request, models = router_models(replace(request, llama_check=False))
         raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
-                                        request.env))  # fmt: skip
+                                        request.env))
     raise SystemExit(run_command(request, policy, opts, as_json=as_json))
 
 
@@ -352,7 +352,7 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
 @_policy_options
 @_engine_options
 def script(kind: str, output: str | None, guard: bool, host: str, port: int, name: str | None, server: str | None,
-           as_json: bool, **options: Any) -> None:  # fmt: skip
+           as_json: bool, **options: Any) -> None:
     """Write the fitted launch as a reusable config: sh, systemd, llama-swap, models.ini or docker.
 
     \b
@@ -368,7 +368,7 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
     policy, request = _split_policy(options)
     request = replace(request, llama_check=False)  # a script is for later, maybe elsewhere: no dry run here
     report, text = script_text(request, policy, ScriptOptions(kind, host, port, name, server, guard),
-                               warn=lambda m: click.echo(f"Warning: {m}", err=True))  # fmt: skip
+                               warn=lambda m: click.echo(f"Warning: {m}", err=True))
     if text is None:  # nothing fits: the plan says why, and nothing is written
         echo_report(report.text, err=True)
         raise SystemExit(EXIT_DOES_NOT_FIT)
@@ -456,7 +456,7 @@ def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: 
     from .commands.ls import ls_command
 
     raise SystemExit(ls_command(paths, gpu_spec=gpu_spec, backend=backend, reserve_bytes=reserve_mib << 20, use=use,
-                                env=os.environ, as_json=as_json, echo=click.echo))  # fmt: skip
+                                env=os.environ, as_json=as_json, echo=click.echo))
 
 
 @cli.command()

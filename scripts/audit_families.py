@@ -44,7 +44,7 @@ def gptneox(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int =
     f = Fixture("audit-gptneox.gguf", "gptneox", 101)
     f.general("audit gptneox", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     rope_dim=n_embd // n_head // 4)  # fmt: skip
+                     rope_dim=n_embd // n_head // 4)
     f.w.add_bool("gptneox.use_parallel_residual", True)
     f.w.add_layer_norm_eps(1e-5)
     f.tensor("token_embd.weight", (n_embd, N_VOCAB))
@@ -97,7 +97,7 @@ def starcoder2(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: in
     f = Fixture("audit-starcoder2.gguf", "starcoder2", 104)
     f.general("audit starcoder2", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     rope_dim=n_embd // n_head)  # fmt: skip
+                     rope_dim=n_embd // n_head)
     f.w.add_layer_norm_eps(1e-5)
     f.tensor("token_embd.weight", (n_embd, N_VOCAB))
     _norm_b(f, "output_norm", n_embd)
@@ -122,7 +122,7 @@ def command_r(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int
     f = Fixture("audit-command-r.gguf", "command-r", 105)
     f.general("audit command-r", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     rope_dim=n_embd // n_head)  # fmt: skip
+                     rope_dim=n_embd // n_head)
     f.w.add_layer_norm_eps(1e-5)
     f.w.add_logit_scale(0.0625)
     embeddings(f, n_embd, N_VOCAB, tied=True)
@@ -137,7 +137,7 @@ def llama(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2
     f = Fixture("audit-llama.gguf", "llama", 102)
     f.general("audit llama", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     rope_dim=n_embd // n_head)  # fmt: skip
+                     rope_dim=n_embd // n_head)
     embeddings(f, n_embd, N_VOCAB, tied=False)
     for i in range(n_layer):
         attention(f, i, n_embd, n_head, n_head, n_embd // n_head)
@@ -152,7 +152,7 @@ def glm4(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2)
     f.general("audit glm4", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
     head = n_embd // n_head
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     key_len=head, value_len=head, rope_dim=head // 2)  # fmt: skip
+                     key_len=head, value_len=head, rope_dim=head // 2)
     embeddings(f, n_embd, N_VOCAB, tied=False)
     for i in range(n_layer):
         p = f"blk.{i}."
@@ -176,7 +176,7 @@ def measure(path: Path) -> list[tuple[tuple[int, bool, int], float]]:
     from calibrate import parse_log, run_child
 
     configs = [{"n_ctx": c, "flash_attn": fa, "type_k": "f16", "type_v": "f16", "n_ubatch": ub, "n_seq_max": 1,
-                "kv_unified": False, "swa_full": True, "n_outputs_max": 1} for c, fa, ub in SETTINGS]  # fmt: skip
+                "kv_unified": False, "swa_full": True, "n_outputs_max": 1} for c, fa, ub in SETTINGS]
     out = []
     for setting, log in zip(SETTINGS, run_child(str(path), configs), strict=True):
         if log is None:
@@ -209,12 +209,12 @@ def main() -> None:
                 pred = predicted(path, c, fa, ub) / (1 << 20)
                 print(f"{name:<28}{c:>7}{int(fa):>4}{ub:>5}{mib:>15.2f}{pred:>11.2f}{pred / mib - 1:>+9.1%}")
                 rows.append({"family": name, "builder": build.__name__, "n_ctx": c, "flash_attn": fa, "n_ubatch": ub,
-                             "n_outputs_max": 1, "compute_mib": mib})  # fmt: skip
+                             "n_outputs_max": 1, "compute_mib": mib})
     if "--write" in sys.argv:
         doc = {"llama_cpp_commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
                "backend": "CPU (llama-cpp-python 0.3.36)",
                "notes": "CPU compute buffer (MiB, as llama.cpp prints it) of tiny real models built by "
-                        "scripts/audit_families.py, one per graph family", "rows": rows}  # fmt: skip
+                        "scripts/audit_families.py, one per graph family", "rows": rows}
         OUT.write_text(json.dumps(doc, indent=1) + "\n")
         print(OUT)
 

@@ -55,7 +55,7 @@ def main() -> int:
             real = measured(path, flags)
             pred = predicted(path, flags) / MIB
             shown = (f"{real:8.2f} {pred:9.2f} {pred - real:+7.3f}" if real is not None
-                     else f"{'refused':>8s} {pred:9.2f}")  # fmt: skip
+                     else f"{'refused':>8s} {pred:9.2f}")
             print(f"{key:12s} {flags:48s} {shown}")
     print("(MiB; llama-server prints two decimals)")
     return 0

@@ -113,7 +113,7 @@ def llamafit_plan(model: Path, margin: int) -> list[str]:
         machine = (["--gpu", "cpu", "--rpc", ",".join(f"{ep}={DEVICE_MIB}MiB" for ep in RPC)] if RPC
                    else ["--backend", "vulkan", "--gpu", f"{DEVICE_MIB}MiB"])
     proc = subprocess.run([sys.executable, "-m", "llamafit", "plan", str(model), *machine, "--reserve", str(margin),
-                           "--json"], capture_output=True, text=True, env=env, check=False)  # fmt: skip
+                           "--json"], capture_output=True, text=True, env=env, check=False)
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         return []
     cmd = json.loads(proc.stdout).get("command") or []
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace) -> int:
     rows: list[Row] = []
     print(f"{'model':<20} {'margin':>6} {'budget':>6} | {'llama.cpp --fit: -c  -ngl    KV':<31} {'MiB':>7} ok"
-          f" | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok")  # fmt: skip
+          f" | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok")
     with tempfile.TemporaryDirectory(prefix="bench-fit-") as tmp:
         margins = [int(m) for m in args.margins.split(",")] if args.margins else MARGINS
         for name, path in models(Path(tmp), args.quick):
@@ -218,12 +218,12 @@ def _bench(args: argparse.Namespace) -> int:
                 row = Row(name, margin, DEVICE_MIB - margin, fit_side, lf_side)
                 rows.append(row)
                 print(f"{name:<20} {margin:>6} {row.budget_mib:>6} | {_fmt_side(row, row.fit):>39} | "
-                      f"{_fmt_side(row, row.llamafit):>33}", flush=True)  # fmt: skip
+                      f"{_fmt_side(row, row.llamafit):>33}", flush=True)
     behind = [r for r in rows if (r.llamafit.n_ctx or 0) < (r.fit.n_ctx or 0) and r.within(r.fit)]
     over = [r for r in rows if r.within(r.llamafit) is False]
     beaten = [r for r in rows if dominated(r)]
     print(f"\nllamafit behind llama.cpp's --fit: {len(behind)} of {len(rows)} rows; dominated: {len(beaten)}; "
-          f"over budget: {len(over)}")  # fmt: skip
+          f"over budget: {len(over)}")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n", encoding="utf-8")
     return 0

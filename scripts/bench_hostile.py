@@ -52,7 +52,7 @@ def worker(mode: str, reads: int) -> None:
 
     out = {}
     server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "hostile_http.py"), mode, "0", "600"],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
@@ -67,7 +67,7 @@ def worker(mode: str, reads: int) -> None:
         server.wait()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out[mode] = {"first": rss[0], "last": rss[-1], "peak": peak, "median_s": statistics.median(times),
-                 "max_s": max(times), "exit_codes": sorted(codes)}  # fmt: skip
+                 "max_s": max(times), "exit_codes": sorted(codes)}
     print(json.dumps(out))
 
 
@@ -99,10 +99,10 @@ def side(code: Path, reads: int, cache: Path) -> dict:
     out = {}
     for mode in MODES:
         done = subprocess.run([sys.executable, __file__, "--worker", mode, "--reads", str(reads)], env=env,
-                              check=True, capture_output=True, text=True)  # fmt: skip
+                              check=True, capture_output=True, text=True)
         out.update(json.loads(done.stdout.strip().splitlines()[-1]))
     done = subprocess.run([sys.executable, __file__, "--worker", "plan", "--reads", str(reads)], env=env,
-                          check=True, capture_output=True, text=True)  # fmt: skip
+                          check=True, capture_output=True, text=True)
     out["plans"] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="llamafit-bench-hostile-") as tmp:
         sides = {f"before ({a.before})": side(unpack(a.before, Path(tmp)), a.reads, Path(tmp) / "cache-before"),
-                 "after (this tree)": side(ROOT, a.reads, Path(tmp) / "cache-after")}  # fmt: skip
+                 "after (this tree)": side(ROOT, a.reads, Path(tmp) / "cache-after")}
     print(f"{a.reads} hostile remote reads per mode in one process (`inspect URL`), RSS in MB")
     print(f"{'side':<20} {'mode':<11} {'first':>6} {'last':>6} {'peak':>6} {'median':>8} {'slowest':>8}  exit")
     ok = True
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES:
             r = result[mode]
             print(f"{name:<20} {mode:<11} {r['first']:6.0f} {r['last']:6.0f} {r['peak']:6.0f} "
-                  f"{r['median_s']:7.2f}s {r['max_s']:7.2f}s  {r['exit_codes']}")  # fmt: skip
+                  f"{r['median_s']:7.2f}s {r['max_s']:7.2f}s  {r['exit_codes']}")
         ok = all(result[m]["peak"] < 200 for m in MODES)  # the last side: this tree
     print(f"\n`plan` time, {a.reads} runs after a warm-up, in one process")
     print(f"{'side':<20} {'plan':<44} {'median':>8} {'slowest':>8}")

@@ -81,7 +81,7 @@ def trained_ctx(model: Path) -> int:
 
     env = dict(bench_fit._env(), PYTHONPATH=str(device_lab.ROOT))
     out = subprocess.run([sys.executable, "-m", "llamafit", "inspect", str(model), "--json"], capture_output=True,
-                         text=True, env=env, check=True)  # fmt: skip
+                         text=True, env=env, check=True)
     return int(json.loads(out.stdout)["n_ctx_train"])
 
 
@@ -112,17 +112,17 @@ def main(argv: list[str] | None = None) -> int:
                     plan = bench_fit.llamafit_plan(path, margin)
                     if "-c" not in plan:
                         state[key] = {"model": name, "margin": margin, "budget": budget, "ours": None,
-                                      "largest": None, "starts": 0}  # fmt: skip
+                                      "largest": None, "starts": 0}
                     else:
                         best, starts = largest(path, plan, budget, trained)
                         state[key] = {"model": name, "margin": margin, "budget": budget,
                                       "ours": int(plan[plan.index("-c") + 1]), "largest": best, "starts": starts,
-                                      "args": plan}  # fmt: skip
+                                      "args": plan}
                     args.state.write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
                 r = state[key]
                 share = "-" if not r["ours"] or not r["largest"] else f"{r['ours'] / r['largest']:.3f}"
                 print(f"{name:<20} {margin:>6} {r['budget']:>6} | {r['ours'] or '-':>11} {r['largest'] or '-':>10} "
-                      f"{share:>6} {r['starts']:>6}", flush=True)  # fmt: skip
+                      f"{share:>6} {r['starts']:>6}", flush=True)
     rows = list(state.values())
     shares = [r["ours"] / r["largest"] for r in rows if r["ours"] and r["largest"]]
     over = [r for r in rows if r["ours"] and r["largest"] is not None and r["ours"] > r["largest"]]

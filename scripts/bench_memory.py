@@ -77,7 +77,7 @@ def speed(path: Path, seconds: float) -> None:
     est = rate(lambda: mm.estimate(rc, GPUS, HOST), seconds)
     full = rate(lambda: mm.estimate(resolve(replace(cfg, n_ctx=16384), mm.facts), GPUS, HOST), seconds)
     print(f"{path.name:<36} estimate {est:>9,.0f}/s ({1e6 / est:6.1f} us)   "
-          f"resolve+estimate {full:>9,.0f}/s ({1e6 / full:6.1f} us)")  # fmt: skip
+          f"resolve+estimate {full:>9,.0f}/s ({1e6 / full:6.1f} us)")
 
 
 def accuracy() -> None:
@@ -155,7 +155,7 @@ def gpu_accuracy() -> None:
     if awaiting and modelled:
         print(f"  without the {len(awaiting)} rows awaiting a rule (see their 'awaits'): GPU compute "
               f"median |err| {median(abs(e) for e in modelled):.2%}, worst {max(modelled, key=abs):+.2%} "
-              f"({len(modelled)} buffers)")  # fmt: skip
+              f"({len(modelled)} buffers)")
     print(f"(values in MiB as the logs print them; 1 MiB = {MIB} bytes; host compute = CUDA_Host/ROCm_Host/"
           "Vulkan_Host buffers and Metal's CPU buffer: the graph inputs, reported apart; at partial offload op offload "
           "runs the host layers on the GPU, so the host keeps little more than the inputs)")

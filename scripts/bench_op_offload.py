@@ -44,7 +44,7 @@ GRID: tuple[tuple[str, tuple[str, ...]], ...] = (
     *(("qwen3-8b", ("-c", "4096", "-ngl", "6", "-ub", ub)) for ub in ("128", "512")),  # untied output on the host
     ("deepseek-v2-lite", ("-c", "4096", "-ngl", "0", "-ub", "512")),  # experts over the storage range: host ops
     ("gpt-oss-20b", ("-c", "4096", "-ngl", "99", "-ot", "exps=CPU", "-ub", "512")),
-)  # fmt: skip
+)
 
 
 def predict(path: Path, flags: list[str]) -> dict[str, int]:
@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         err = p_gpu / real - 1
         errors.append(err)
         rows.append({"model": key, "flags": flags, "real_mib": {"Vulkan0": real, "Vulkan_Host": host},
-                     "predicted_bytes": {"Vulkan0": pred["Vulkan0"], "CPU": pred["CPU"]}})  # fmt: skip
+                     "predicted_bytes": {"Vulkan0": pred["Vulkan0"], "CPU": pred["CPU"]}})
         print(f"{key:18s} {' '.join(extra):44s} {real:12.2f} {p_gpu:8.2f} {100 * err:+6.1f}%   "
-              f"{host:9.2f} {p_host:7.2f}", flush=True)  # fmt: skip
+              f"{host:9.2f} {p_host:7.2f}", flush=True)
     if errors:
         print(f"\nVulkan0 compute over {len(errors)} starts: worst under {100 * min(min(errors), 0):+.1f}%, "
               f"median {100 * statistics.median(errors):+.1f}%, worst over {100 * max(errors):+.1f}%")

@@ -60,15 +60,15 @@ def imported_modules(args: list[str], env: dict[str, str], tmp: Path) -> list[st
     code = ("import atexit, runpy, sys\n"
             f"atexit.register(lambda: open({str(out)!r}, 'w').write('\\n'.join(sorted(sys.modules))))\n"
             f"sys.argv = ['llamafit', *{args!r}]\n"
-            "runpy.run_module('llamafit', run_name='__main__')\n")  # fmt: skip
+            "runpy.run_module('llamafit', run_name='__main__')\n")
     subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)  # fmt: skip
+                   stderr=subprocess.DEVNULL, check=False)
     return [m for m in out.read_text().split() if m not in ("__main__", "__mp_main__")]
 
 
 def _imports(modules: list[str]) -> str:
     return (f"import importlib, os, sys\nfor m in {modules!r}:\n"
-            "    try:\n        importlib.import_module(m)\n    except Exception:\n        pass\n")  # fmt: skip
+            "    try:\n        importlib.import_module(m)\n    except Exception:\n        pass\n")
 
 
 def baseline_argv(modules: list[str]) -> list[str]:
@@ -83,7 +83,7 @@ def timed_argv(modules: list[str], args: list[str], out: Path) -> list[str]:
         f"sys.argv = ['llamafit', *{args!r}]\n"
         "t = resource.getrusage(resource.RUSAGE_SELF)\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
         "u = resource.getrusage(resource.RUSAGE_SELF)\n"
-        f"open({str(out)!r}, 'w').write(repr(u.ru_utime - t.ru_utime + u.ru_stime - t.ru_stime))\n")  # fmt: skip
+        f"open({str(out)!r}, 'w').write(repr(u.ru_utime - t.ru_utime + u.ru_stime - t.ru_stime))\n")
     return [sys.executable, "-c", code]
 
 
@@ -119,16 +119,16 @@ def main() -> int:
         shapes = tmp / "shapes"
         shapes.mkdir()
         subprocess.run([sys.executable, str(ROOT / "scripts" / "make_shape_header.py"), "--all", str(shapes)],
-                       cwd=ROOT / "scripts", check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+                       cwd=ROOT / "scripts", check=True, stdout=subprocess.DEVNULL)
         env = _env(tmp)
         table = [(label, a) for label, a in rows(shapes)
-                 if (label in GUARD_ROWS if args.guard else args.only in label)]  # fmt: skip
+                 if (label in GUARD_ROWS if args.guard else args.only in label)]
         heavy = [str(shapes / f"{Q235}.gguf"), "--gpu", "24GiB,24GiB", "--ram", "64GiB"]
         # the modules of both commands (finding them also warms the bytecode cache)
         modules = sorted({m for cmd in ("plan", "check") for m in imported_modules([cmd, *heavy], env, tmp)})
         baseline = baseline_argv(modules)
         print(f"CPU ms, best of {args.repeat}. plan, check: the child's own CPU time less the baseline child's "
-              "(imports only);\nin-child: what the command took in a child that had done those imports")  # fmt: skip
+              "(imports only);\nin-child: what the command took in a child that had done those imports")
         print(f"{'model':<34} {'plan':>6} {'check':>6} {'baseline':>9} {'in-child:':>10} {'plan':>5} {'check':>6}")
         worst = {"plan": 0.0, "check": 0.0, "plan_in": 0.0, "check_in": 0.0}
         bases = []
@@ -147,9 +147,9 @@ def main() -> int:
             for k, v in figures.items():
                 worst[k] = max(worst[k], v)
             print(f"{label:<34} {figures['plan'] * 1e3:6.0f} {figures['check'] * 1e3:6.0f} {base * 1e3:9.0f} "
-                  f"{'':>10} {figures['plan_in'] * 1e3:5.0f} {figures['check_in'] * 1e3:6.0f}")  # fmt: skip
+                  f"{'':>10} {figures['plan_in'] * 1e3:5.0f} {figures['check_in'] * 1e3:6.0f}")
         print(f"{'worst':<34} {worst['plan'] * 1e3:6.0f} {worst['check'] * 1e3:6.0f} {max(bases) * 1e3:9.0f} "
-              f"{'':>10} {worst['plan_in'] * 1e3:5.0f} {worst['check_in'] * 1e3:6.0f}")  # fmt: skip
+              f"{'':>10} {worst['plan_in'] * 1e3:5.0f} {worst['check_in'] * 1e3:6.0f}")
         if args.guard:
             ok = True
             for cmd, limit in (("plan", GUARD_PLAN), ("check", GUARD_CHECK)):
@@ -161,7 +161,7 @@ def main() -> int:
         for cmd, target in (("plan", PLAN_TARGET), ("check", CHECK_TARGET)):
             for how, figure in (("above the baseline", worst[cmd]), ("in-child", worst[cmd + "_in"])):
                 print(f"target: {cmd} at most {target * 1e3:.0f} ms above start-up and imports on every row, "
-                      f"{how}: {'met' if figure <= target else 'not met'} (worst {figure * 1e3:.0f} ms)")  # fmt: skip
+                      f"{how}: {'met' if figure <= target else 'not met'} (worst {figure * 1e3:.0f} ms)")
     return 0
 
 

@@ -42,7 +42,7 @@ def main() -> int:
             rows[(mode, name)] = mem
             reported = ", ".join(f"{b} {v:.2f}" for b, v in bufs)
             print(f"{mode + ' ' + name:<26}{mem['Rss']:>8.1f}{mem['Pss']:>8.1f}{mem['Pss_File']:>8.1f}"
-                  f"{mem['Pss_Anon']:>8.1f}   {reported}")  # fmt: skip
+                  f"{mem['Pss_Anon']:>8.1f}   {reported}")
     for mode in ("mmap", "no-mmap"):
         a, b = rows[(mode, "alone")], rows[(mode, "-md the same file")]
         print(f"{mode}: the draft adds {b['Pss'] - a['Pss']:,.1f} MiB (Pss; file-backed "

@@ -62,7 +62,7 @@ def bench(path: Path, gpu: str, repeat: int) -> None:
     t_solve, n_solve = best(lambda t: solve(t, cfg, policy), new_target, repeat)
     t_plan, n_plan = best(lambda t: plan(t, cfg, policy), new_target, repeat)
     print(f"{path.name:<36} --gpu {gpu:<12} solve {t_solve * 1e3:7.1f} ms ({n_solve:4d} evaluations)   "
-          f"plan {t_plan * 1e3:7.1f} ms ({n_plan:4d} evaluations)")  # fmt: skip
+          f"plan {t_plan * 1e3:7.1f} ms ({n_plan:4d} evaluations)")
 
 
 def main() -> None:
@@ -73,7 +73,7 @@ def main() -> None:
         synthetic = synthetic_100_layers(Path(tmp))
         for path, gpu in ((ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", "24GiB"),
                           (ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", "16GiB"),
-                          (synthetic, "24GiB,24GiB")):  # fmt: skip
+                          (synthetic, "24GiB,24GiB")):
             bench(path, gpu, args.repeat)
 
 

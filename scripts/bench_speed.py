@@ -79,9 +79,9 @@ def find_bench(explicit: str | None) -> str | None:
 
 
 def llama_bench(bench: str, model: str, *, depth: int, threads: int, n_prompt: int, n_gen: int, reps: int,
-                extra: list[str]) -> list[dict]:  # fmt: skip
+                extra: list[str]) -> list[dict]:
     cmd = [bench, "-m", model, "-p", str(n_prompt), "-n", str(n_gen), "-d", str(depth), "-t", str(threads),
-           "-r", str(reps), "-o", "json", *extra]  # fmt: skip
+           "-r", str(reps), "-o", "json", *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
     return json.loads(out.stdout)
 
@@ -109,7 +109,7 @@ def mean_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
     out = dict(records[0])
     n = len(records)
     out["bandwidth_by_threads"] = [[c, sum(r["bandwidth_by_threads"][i][1] for r in records) / n]
-                                   for i, (c, _) in enumerate(records[0]["bandwidth_by_threads"])]  # fmt: skip
+                                   for i, (c, _) in enumerate(records[0]["bandwidth_by_threads"])]
     out["bandwidth_bytes_per_s"] = sum(r["bandwidth_bytes_per_s"] for r in records) / n
     out["flops"] = sum(r["flops"] for r in records) / n
     names = set.intersection(*(set(r["kernels"]) for r in records))
@@ -127,7 +127,7 @@ def probe_inputs(threads: int, records: list[dict]) -> SpeedInputs:  # type: ign
     return SpeedInputs((), (), Rate(float(rec["bandwidth_bytes_per_s"]), "probe"),  # type: ignore[arg-type]
                        Rate(float(rec["flops"]), "probe"), host_bandwidth_by_threads=curve,  # type: ignore[arg-type]
                        n_threads=threads, host_flops_threads=int(rec["flops_threads"]),  # type: ignore[call-overload]
-                       cpu_kernels=_kernels(rec["kernels"]), cpu_attention=_attention(rec["kernels"]))  # fmt: skip
+                       cpu_kernels=_kernels(rec["kernels"]), cpu_attention=_attention(rec["kernels"]))
 
 
 def local(args: argparse.Namespace) -> list[float]:
@@ -144,12 +144,12 @@ def local(args: argparse.Namespace) -> list[float]:
     ncpu = max(os.cpu_count() or 1, 1)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency in use: "
-          f"{EFFICIENCY['cpu']}")  # fmt: skip
+          f"{EFFICIENCY['cpu']}")
     print(f"Local      {args.reps} pairs per row: the host probe, one llama-bench repetition, the probe again; each "
           "repetition is estimated from the mean of the probes around it (this machine is shared: its bandwidth "
-          "moves between runs); the row shows the medians and the median of the pairs' errors")  # fmt: skip
+          "moves between runs); the row shows the medians and the median of the pairs' errors")
     print(f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}{'error':>7}"
-          f"{'spread':>11}{'  implied':<10}")  # fmt: skip
+          f"{'spread':>11}{'  implied':<10}")
     errors: list[float] = []
     implied: dict[str, list[float]] = {"generation": [], "attention": [], "prompt attention": [],
                                        "prompt (measured/estimated)": []}
@@ -168,7 +168,7 @@ def local(args: argparse.Namespace) -> list[float]:
                 for _ in range(args.reps):
                     before = after
                     rows = llama_bench(bench, path, depth=depth, threads=threads, n_prompt=args.n_prompt,
-                                       n_gen=args.n_gen, reps=1, extra=args.extra)  # fmt: skip
+                                       n_gen=args.n_gen, reps=1, extra=args.extra)
                     after = probe()
                     inputs = probe_inputs(threads, [before, after])
                     for r in rows:
@@ -181,7 +181,7 @@ def local(args: argparse.Namespace) -> list[float]:
                         pairs.setdefault(test, []).append((
                             float(est[0] if gen else est[1]),  # type: ignore[arg-type]
                             float(r["avg_ts"]), inputs.host_bandwidth_at().value, float(est[2]),
-                            _fa_rate(inputs, "decode" if gen else "prompt")))  # fmt: skip
+                            _fa_rate(inputs, "decode" if gen else "prompt")))
                 for test, got in pairs.items():
                     gen = test.startswith("tg")
                     guess, measured = (statistics.median(x[i] for x in got) for i in (0, 1))
@@ -228,9 +228,9 @@ def local(args: argparse.Namespace) -> list[float]:
         median = statistics.median(errors)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(f"Local      generation: {len(errors)} rows, median error {median:+.0%}, worst {worst:+.0%} "
-              f"(target ±20% at every depth: {met}); load average {load:.1f} at the end")  # fmt: skip
+              f"(target ±20% at every depth: {met}); load average {load:.1f} at the end")
         print("Local      implied cpu figures (medians): " + ", ".join(
-            f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v))  # fmt: skip
+            f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v))
     return errors
 
 
@@ -267,7 +267,7 @@ def public() -> float | None:
         achieved.append(float(row["tg"]) * (w + kv) / _bandwidth(row))
     print(f"\nPublic     {len(rows)} results from {PUBLIC.relative_to(ROOT)}")
     print(f"{'device':<22}{'backend':<8}{'model':<20}{'quant':<8}{'GB/s':>6}{'estimate':>9}{'measured':>9}"
-          f"{'error':>7}{'loo':>7}{'eff':>6}")  # fmt: skip
+          f"{'error':>7}{'loo':>7}{'eff':>6}")
     errors, loo_errors = [], []
     for i, row in enumerate(rows):
         w, kv = _public_bytes(row)
@@ -280,17 +280,17 @@ def public() -> float | None:
         errors.append(est / measured - 1)
         loo_errors.append(loo / measured - 1)
         print(f"{row['device'][:21]:<22}{row['backend']:<8}{row['model'][:19]:<20}{row['quant']:<8}{bw / 1e9:>6.0f}"
-              f"{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}")  # fmt: skip
+              f"{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}")
     med = statistics.median(abs(e) for e in errors)
     met = "met" if med <= 0.2 else "NOT met"
     loo = statistics.median(abs(e) for e in loo_errors)
     print(f"Public     generation: median |error| {med:.0%} with EFFICIENCY (target <= 20%: {met}); "
-          f"leave-one-out median |error| {loo:.0%}")  # fmt: skip
+          f"leave-one-out median |error| {loo:.0%}")
     for backend in sorted({r["backend"] for r in rows}):
         vals = [a for a, r in zip(achieved, rows, strict=True) if r["backend"] == backend]
         held = EFFICIENCY.get(backend, Efficiency(0, 0, "")).generation
         print(f"Public     implied {backend} generation efficiency: median {statistics.median(vals):.2f} "
-              f"over {len(vals)} (EFFICIENCY holds {held:.2f})")  # fmt: skip
+              f"over {len(vals)} (EFFICIENCY holds {held:.2f})")
     return med
 
 
@@ -321,7 +321,7 @@ def shapes(args: argparse.Namespace) -> list[float]:
             for threads in args.threads:
                 before = probe()
                 rows = llama_bench(bench, path, depth=0, threads=threads, n_prompt=args.n_prompt, n_gen=0, reps=1,
-                                   extra=args.extra)  # fmt: skip
+                                   extra=args.extra)
                 inputs = probe_inputs(threads, [before, probe()])
                 est = estimate_at(model, rc, (), inputs, 0)
                 for r in rows:
@@ -331,7 +331,7 @@ def shapes(args: argparse.Namespace) -> list[float]:
                     best = max([float(x) for x in r.get("samples_ts") or []] or [mean])
                     errors.append(est[1] / best - 1)
                     print(f"{key[:27]:<28}{threads:>2}{'pp' + str(r['n_prompt']):>6}{est[1]:>9.1f}{mean:>8.1f}"
-                          f"{best:>8.1f}{errors[-1]:>+7.0%}")  # fmt: skip
+                          f"{best:>8.1f}{errors[-1]:>+7.0%}")
     if errors:
         print(f"Shapes     prompt: {len(errors)} runs, median error {statistics.median(errors):+.0%}")
     return errors
@@ -348,7 +348,7 @@ def main() -> int:
     ap.add_argument("--no-fixtures", action="store_true")
     ap.add_argument("--public-only", action="store_true")
     ap.add_argument("--shapes", default="", help="real-shape models for prompt speed (make_shapes.py keys, e.g. "
-                    "llama3.2-1b,gemma3-1b)")  # fmt: skip
+                    "llama3.2-1b,gemma3-1b)")
     ap.add_argument("--shapes-only", action="store_true", help="only the real-shape prompt runs")
     ap.add_argument("extra", nargs="*", help="more llama-bench flags after --, e.g. -- -ngl 0 -fa 1")
     args = ap.parse_args()

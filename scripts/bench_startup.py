@@ -49,7 +49,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "llamafit")], env=env, check=True)
         cases = {"python -c pass": [sys.executable, "-c", "pass"],
                  "import llamafit": [sys.executable, "-c", "import llamafit"],
-                 "llamafit --help": [sys.executable, "-m", "llamafit", "--help"]}  # fmt: skip
+                 "llamafit --help": [sys.executable, "-m", "llamafit", "--help"]}
         best = {name: min((timed(cmd, env) for _ in range(args.repeat)), key=lambda t: t[0])
                 for name, cmd in cases.items()}
         base_wall, base_cpu = best["python -c pass"]

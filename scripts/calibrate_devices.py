@@ -64,12 +64,12 @@ KINDS = (("model", "weights_bytes"), ("KV", "kv_bytes"), ("compute", "compute_by
 
 def predict(path: Path, flags: tuple[str, ...], machine: list[str], env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "llamafit", "check", str(path), *machine, "--reserve", "0", "--json",
-                           "--", *flags], capture_output=True, text=True, env=env, check=False)  # fmt: skip
+                           "--", *flags], capture_output=True, text=True, env=env, check=False)
     return {d["name"]: {k: d[k] for _, k in KINDS} for d in json.loads(proc.stdout)["devices"]}
 
 
 def run(backend: str, cases: tuple[tuple[str, tuple[str, ...]], ...], paths: dict[str, Path],
-        rpc: list[str] | None) -> list[dict[str, Any]]:  # fmt: skip
+        rpc: list[str] | None) -> list[dict[str, Any]]:
     rows = []
     env = dict(os.environ, PYTHONPATH=str(device_lab.ROOT))
     if rpc:
@@ -84,7 +84,7 @@ def run(backend: str, cases: tuple[tuple[str, tuple[str, ...]], ...], paths: dic
         flags = (*flags, *BASE)
         got = device_lab.load(paths[model], (*extra, *flags), env=env)
         row = {"backend": backend, "model": model, "flags": list(flags), "ok": got.ok, "reported_mib": got.buffers,
-               "predicted_bytes": predict(paths[model], flags, machine, env)}  # fmt: skip
+               "predicted_bytes": predict(paths[model], flags, machine, env)}
         rows.append(row)
         print(json.dumps({k: row[k] for k in ("backend", "model", "flags", "ok")}), flush=True)
     return rows
@@ -99,7 +99,7 @@ def device_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, float, 
                 continue
             for kind, key in KINDS:
                 out.append((row["backend"], dev, kind, row["reported_mib"].get(kind, {}).get(dev, 0.0),
-                            round(pred[key] / (1 << 20), 2)))  # fmt: skip
+                            round(pred[key] / (1 << 20), 2)))
     return out
 
 
@@ -111,11 +111,11 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         for kind, _ in KINDS:
             errs = [(pred - real) / real for b, _, k, real, pred in points if b == backend and k == kind and real > 0]
             exact = sum(1 for b, _, k, real, pred in points
-                        if b == backend and k == kind and real > 0 and abs(real - pred) <= 0.011)  # fmt: skip
+                        if b == backend and k == kind and real > 0 and abs(real - pred) <= 0.011)
             if errs:
                 median = statistics.median(abs(e) for e in errs)
                 lines.append(f"{backend:<8} {kind:<8} {len(errs):>4} {exact:>5} {median:>10.1%}"
-                             f" {min(min(errs), 0):>11.1%} {max(max(errs), 0):>10.1%}")  # fmt: skip
+                             f" {min(min(errs), 0):>11.1%} {max(max(errs), 0):>10.1%}")
     return lines
 
 
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             row["predicted_bytes"][f"RPC#{i}"] = row["predicted_bytes"].pop(name)
         row["flags"] = [f for f in row["flags"]]
     doc = {"build": BUILD, "note": "RPC devices are stored as RPC#i (worker i); the shapes come from "
-           "fixtures/shapes/shapes.json", "rows": rows}  # fmt: skip
+           "fixtures/shapes/shapes.json", "rows": rows}
     args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print("\n".join(summary(rows)))
     return 0

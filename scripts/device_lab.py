@@ -25,7 +25,7 @@ from llamafit.server.log import LogWatcher  # noqa: E402
 
 BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
 PORTS = range(int(os.environ.get("LLAMAFIT_LAB_PORT_LO", "18100")),
-              int(os.environ.get("LLAMAFIT_LAB_PORT_HI", "18200")))  # fmt: skip
+              int(os.environ.get("LLAMAFIT_LAB_PORT_HI", "18200")))
 
 
 def bin_dir() -> Path | None:
@@ -92,11 +92,11 @@ def serve(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")
     port = free_port()
     argv = [str(folder / binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-lv", "4",
-            "--no-warmup", "--fit", "off", *flags]  # fmt: skip
+            "--no-warmup", "--fit", "off", *flags]
     watcher = LogWatcher()
     lines: list[str] = []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env if env is not None else vk_env(), start_new_session=True)  # fmt: skip
+                            env=env if env is not None else vk_env(), start_new_session=True)
     done = threading.Event()
 
     def pump() -> None:
@@ -130,7 +130,7 @@ def run_tool(args: Sequence[str], *, env: dict[str, str] | None = None, timeout_
     if folder is None:
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")
     proc = subprocess.run([str(folder / args[0]), *args[1:]], capture_output=True, text=True,
-                          env=env if env is not None else vk_env(), timeout=timeout_s, check=False)  # fmt: skip
+                          env=env if env is not None else vk_env(), timeout=timeout_s, check=False)
     return proc.stdout + proc.stderr
 
 
@@ -149,7 +149,7 @@ def rpc_workers(n: int = 2, device: str = "CPU") -> Iterator[list[str]]:
             argv = [str(folder / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port), "-d", device]
             env = vk_env("0" if device.startswith("Vulkan") else None)
             procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          env=env, start_new_session=True))  # fmt: skip
+                                          env=env, start_new_session=True))
             endpoints.append(f"127.0.0.1:{port}")
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:

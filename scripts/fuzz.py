@@ -54,16 +54,16 @@ WAIT_S = 10.0  # of wall time: a case that waits this long (a FIFO, a lock) is o
 STOP_S = 20.0
 PORTS = range(18400, 18420)  # this campaign's loopback range
 SEEDS = ["dense-llama.gguf", "swa-gemma3.gguf", "moe-qwen3.gguf", "nextn-glm4moe.gguf", "mla-deepseek2.gguf",
-         "recurrent-mamba2.gguf", "hybrid-granite.gguf", "per-layer-kv.gguf", "swa-gptoss.gguf"]  # fmt: skip
+         "recurrent-mamba2.gguf", "hybrid-granite.gguf", "per-layer-kv.gguf", "swa-gptoss.gguf"]
 # Head and embedding sizes that describe no model (issue #23: a key head size of 0 looped forever in
 # _rot_inputs with a quantized K cache): each key at each value, on every seed architecture.
 SIZE_KEYS = ["embedding_length", "attention.head_count", "attention.head_count_kv", "attention.key_length",
-             "attention.value_length", "attention.key_length_swa", "attention.value_length_swa"]  # fmt: skip
+             "attention.value_length", "attention.key_length_swa", "attention.value_length_swa"]
 SIZE_VALUES = [0, 1, 2**31 - 1, None]  # None: the key removed
 BIG = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
 HOSTILE_INTS = [(5, -1), (4, 0), (4, 1), (4, 3), (4, 4097), (4, 2**32 - 1), (11, -(2**63)), (10, 2**64 - 1)]
 HOSTILE_STRINGS = ["", "\x1b[2J\x1b]0;pwned\x07", "a" * 70000, "\udcff".encode("utf-8", "surrogatepass").decode(
-    "utf-8", "replace"), "llama\nEvil: 1", "../../etc/passwd"]  # fmt: skip
+    "utf-8", "replace"), "llama\nEvil: 1", "../../etc/passwd"]
 
 
 class Stop(Exception):
@@ -126,7 +126,7 @@ def mutate(rng: random.Random, data: bytes, keys: list[tuple[str, object]]) -> b
 
 
 def timed(tally: Tally, family: str, label: str, fn: Callable[[], None], bound: float = HANG_S,
-          clock: str = "cpu") -> None:  # fmt: skip
+          clock: str = "cpu") -> None:
     """Run one case. `bound` is on this process's CPU time (`clock` "cpu": work such as an endless loop,
     which a shared, overloaded machine does not inflate; and WAIT_S of wall time for a case that waits)
     or on wall time ("wall": the http family, which waits on a server); a case blocked for STOP_S of wall
@@ -153,7 +153,7 @@ def timed(tally: Tally, family: str, label: str, fn: Callable[[], None], bound: 
 
 
 def cli(tally: Tally, family: str, label: str, args: list[str], env: dict[str, str] | None = None,
-        bound: float = HANG_S, clock: str = "cpu") -> None:  # fmt: skip
+        bound: float = HANG_S, clock: str = "cpu") -> None:
     from click.testing import CliRunner
 
     from llamafit.cli import cli as main
@@ -245,18 +245,18 @@ def sizes(tally: Tally, seeds: dict[str, bytes], tmp: Path) -> None:
                 path = tmp / "sizes.gguf"
                 path.write_bytes(drop(header, full) if value is None else patch(header, full, 4, value))
                 for args in (["check", str(path), "--gpu", "8GiB", "--", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"],
-                             ["plan", str(path), "--gpu", "8GiB"]):  # fmt: skip
+                             ["plan", str(path), "--gpu", "8GiB"]):
                     cli(tally, "sizes", f"{args[0]} {name} {key}={value}", args)
 
 
 NUMBERS = ["0", "-1", "1", "255", "256", "2147483647", "2147483648", "-2147483649", "9" * 30, "9" * 5000, "1e9",
-           "0x10", " 12 ", "+5", "", "nan", "inf", "١٢", "12abc"]  # fmt: skip
+           "0x10", " 12 ", "+5", "", "nan", "inf", "١٢", "12abc"]
 SIZES = ["0", "0GiB", "0.0000001GiB", "24", "24GiB", "9" * 400 + "GiB", "-1GiB", "1.5T", "1e3GiB", "GiB", "24 GiB",
-         "24GiB,", ",", "2x" + "9" * 50, "rtx4090", "99xrtx4090", "cpu,24GiB"]  # fmt: skip
+         "24GiB,", ",", "2x" + "9" * 50, "rtx4090", "99xrtx4090", "cpu,24GiB"]
 REGEXES = ["(((", "[", "(.*)*(.*)*x", "(a|a)*x", "(?i)blk", "\\Ablk", "blk.*+", "blk\\.\\d+", "", ".*.*.*.*x",
-           "(" * 500, "a{99999999999}", "\\c", "[z-a]", "blk\\.(1[0-9])\\.ffn_.*_exps"]  # fmt: skip
+           "(" * 500, "a{99999999999}", "\\c", "[z-a]", "blk\\.(1[0-9])\\.ffn_.*_exps"]
 FLAGS = ["-c", "-ngl", "-b", "-ub", "-np", "-ncmoe", "-mg", "-cram", "-fitt", "-ts", "-ctk", "-fa", "-sm", "--rpc",
-         "-dev", "-lm"]  # fmt: skip
+         "-dev", "-lm"]
 
 
 def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
@@ -291,7 +291,7 @@ def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
             args = ["plan", model, "--gpu", "8GiB", "--rpc", f"h:{rng.choice(NUMBERS + ['²'])}=1GiB"]
         else:
             env = {"LLAMA_ARG_" + rng.choice(["CTX_SIZE", "N_GPU_LAYERS", "BATCH", "OVERRIDE_TENSOR", "N_PARALLEL"]):
-                   rng.choice(NUMBERS + REGEXES)}  # fmt: skip
+                   rng.choice(NUMBERS + REGEXES)}
             args = ["plan", model, "--gpu", "8GiB"]
         cli(tally, "cmdline", " ".join(a[:40] for a in args[2:]) + (f" {env}"[:60] if env else ""), args, env)
     names = [f"{n}.gguf" for n in ("m-00000-of-00000", "m-00002-of-00001", "a\x1b[31mb", "t\tx")]
@@ -318,7 +318,7 @@ def http(tally: Tally, rounds: int, port_base: int = PORTS.start) -> None:
             continue  # a well-formed (vocabulary-only) header, not refused: its cost is bench_hostile.py's
         for _ in range(rounds):
             server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "hostile_http.py"), mode,
-                                       str(next(ports)), "60"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+                                       str(next(ports)), "60"], stdout=subprocess.PIPE, text=True)
             try:
                 assert server.stdout is not None
                 url = server.stdout.readline().strip()
@@ -346,7 +346,7 @@ def report(tally: Tally, elapsed: float) -> bool:
     print(f"multi-line errs  {len(tally.multi_line)}")
     print(f"time             {elapsed:,.0f} s")
     for title, items in (("TRACEBACK", tally.tracebacks), ("HANG", tally.hangs), ("EXIT", tally.bad_exits),
-                         ("MULTI-LINE", tally.multi_line)):  # fmt: skip
+                         ("MULTI-LINE", tally.multi_line)):
         for item in items[:10]:
             print(f"--- {title}: {item}")
     ok = not (tally.tracebacks or tally.hangs or tally.bad_exits or tally.multi_line) and peak_mb < 200
@@ -360,7 +360,7 @@ def run(cases: int, seed: int, only: str | None = None, port_base: int = PORTS.s
 
     previous = signal.signal(signal.SIGALRM, stop)
     saved = {k: os.environ.get(k) for k in ("LLAMAFIT_CACHE_DIR", "LLAMAFIT_CALIBRATION", "LLAMAFIT_HOST_BANDWIDTH",
-                                            "LLAMAFIT_HOST_FLOPS")}  # fmt: skip
+                                            "LLAMAFIT_HOST_FLOPS")}
     try:
         return _run(cases, seed, only, port_base)
     finally:

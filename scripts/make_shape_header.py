@@ -47,7 +47,7 @@ def _attention(s: dict[str, Any], i: int) -> list[tuple[str, list[int], str]]:
                 (p + "attn_q_b.weight", [qlora, nh * hk], t), (p + "attn_kv_a_mqa.weight", [e, lora + rope], t),
                 (p + "attn_kv_a_norm.weight", [lora], "f32"),
                 (p + "attn_kv_b.weight", [lora, nh * (hk - rope + hv)], t),
-                (p + "attn_output.weight", [nh * hv, e], t)]  # fmt: skip
+                (p + "attn_output.weight", [nh * hv, e], t)]
     if s.get("fused_qkv"):  # gptneox, phi2, bloom...: one attn_qkv matrix (build_qkv splits it in views)
         width = nh * hk + 2 * nkv * hk
         out = [(p + "attn_qkv.weight", [e, width], t), (p + "attn_output.weight", [nh * hv, e], t)]
@@ -55,10 +55,10 @@ def _attention(s: dict[str, Any], i: int) -> list[tuple[str, list[int], str]]:
             out += [(p + "attn_qkv.bias", [width], "f32"), (p + "attn_output.bias", [e], "f32")]
         return out
     out = [(p + "attn_q.weight", [e, nh * hk], t), (p + "attn_k.weight", [e, nkv * hk], t),
-           (p + "attn_v.weight", [e, nkv * hv], t), (p + "attn_output.weight", [nh * hv, e], t)]  # fmt: skip
+           (p + "attn_v.weight", [e, nkv * hv], t), (p + "attn_output.weight", [nh * hv, e], t)]
     if s.get("qkv_bias"):
         out += [(p + "attn_q.bias", [nh * hk], "f32"), (p + "attn_k.bias", [nkv * hk], "f32"),
-                (p + "attn_v.bias", [nkv * hv], "f32")]  # fmt: skip
+                (p + "attn_v.bias", [nkv * hv], "f32")]
     if s.get("qk_norm"):
         out += [(p + "attn_q_norm.weight", [hk], "f32"), (p + "attn_k_norm.weight", [hk], "f32")]
     return out
@@ -70,11 +70,11 @@ def _ffn(s: dict[str, Any], i: int) -> list[tuple[str, list[int], str]]:
     if moe and i >= moe.get("lead_dense", 0):
         n, ff, x = moe["n_expert"], moe["n_ff_exp"], moe.get("exps_type", t)  # gpt-oss: MXFP4 experts
         out = [(p + "ffn_gate_inp.weight", [e, n], "f32"), (p + "ffn_gate_exps.weight", [e, ff, n], x),
-               (p + "ffn_up_exps.weight", [e, ff, n], x), (p + "ffn_down_exps.weight", [ff, e, n], x)]  # fmt: skip
+               (p + "ffn_up_exps.weight", [e, ff, n], x), (p + "ffn_down_exps.weight", [ff, e, n], x)]
         if moe.get("n_shared"):
             sh = ff * moe["n_shared"]
             out += [(p + "ffn_gate_shexp.weight", [e, sh], t), (p + "ffn_up_shexp.weight", [e, sh], t),
-                    (p + "ffn_down_shexp.weight", [sh, e], t)]  # fmt: skip
+                    (p + "ffn_down_shexp.weight", [sh, e], t)]
         return out
     ff = s["n_ff"]
     if s.get("fused_up"):  # glm4, phi3: the gate fused into ffn_up, 2 x n_ff wide (src/models/glm4.cpp)
@@ -125,12 +125,12 @@ def header(s: dict[str, Any]) -> bytes:
            kv(f"{a}.attention.value_length", T_UINT32, s["head_v"]),
            kv(f"{a}.attention.layer_norm_rms_epsilon", T_FLOAT32, 1e-6),
            kv(f"{a}.vocab_size", T_UINT32, s["n_vocab"]), kv("tokenizer.ggml.model", T_STRING, "gpt2"),
-           kv("tokenizer.ggml.token_type", T_ARRAY, (T_UINT32, []))]  # fmt: skip
+           kv("tokenizer.ggml.token_type", T_ARRAY, (T_UINT32, []))]
     moe = s.get("moe")
     if moe:
         kvs += [kv(f"{a}.expert_count", T_UINT32, moe["n_expert"]),
                 kv(f"{a}.expert_used_count", T_UINT32, moe["n_used"]),
-                kv(f"{a}.expert_feed_forward_length", T_UINT32, moe["n_ff_exp"])]  # fmt: skip
+                kv(f"{a}.expert_feed_forward_length", T_UINT32, moe["n_ff_exp"])]
         if moe.get("n_shared"):
             kvs.append(kv(f"{a}.expert_shared_count", T_UINT32, moe["n_shared"]))
         if moe.get("lead_dense"):
@@ -140,7 +140,7 @@ def header(s: dict[str, Any]) -> bytes:
     if a == "deepseek2":
         kvs += [kv(f"{a}.attention.q_lora_rank", T_UINT32, s["q_lora_rank"]),
                 kv(f"{a}.attention.kv_lora_rank", T_UINT32, s["kv_lora_rank"]),
-                kv(f"{a}.rope.dimension_count", T_UINT32, s["rope_dim"])]  # fmt: skip
+                kv(f"{a}.rope.dimension_count", T_UINT32, s["rope_dim"])]
     infos, offset = [], 0
     for name, shape, t in tensors(s):
         infos.append(tensor_info(name, shape, TYPES[t][0], offset))

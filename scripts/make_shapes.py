@@ -123,7 +123,7 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
     n_layer, n_embd, n_vocab = spec["n_layer"], spec["n_embd"], spec["n_vocab"]
     f = ShapeFixture(f"{spec['key']}.gguf", arch, 0, mix=spec["mix"], n_layer=n_layer, tied=spec["tied"])
     ftype = {"q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-             "mxfp4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE}[spec["mix"]]  # fmt: skip
+             "mxfp4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE}[spec["mix"]]
     f.w.add_name(spec["name"])
     f.w.add_file_type(int(ftype))
     f.w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -142,7 +142,7 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
         n_kv = spec["n_head_kv"]
         transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=spec["n_ff"], n_head=n_head, n_head_kv=n_kv,
                          key_len=head if explicit_head else None, value_len=head if explicit_head else None,
-                         rope_dim=None if explicit_head else head, eps=1e-6)  # fmt: skip
+                         rope_dim=None if explicit_head else head, eps=1e-6)
         f.w.kv_data[0].pop(f"{arch}.rope.freq_base", None)  # transformer_keys wrote the default
         f.w.add_rope_freq_base(spec["rope_theta"])
         if "sliding_window" in spec:
@@ -189,7 +189,7 @@ def _deepseek2(f: ShapeFixture, s: dict[str, Any]) -> None:
     q_lora, kv_lora, rope = s["q_lora_rank"], s["kv_lora_rank"], s["rope_dim"]
     nope, v_head = s["nope_dim"], s["v_head_dim"]
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=s["n_ff"], n_head=n_head, n_head_kv=1,
-                     key_len=kv_lora + rope, value_len=kv_lora, rope_dim=rope, eps=1e-6)  # fmt: skip
+                     key_len=kv_lora + rope, value_len=kv_lora, rope_dim=rope, eps=1e-6)
     f.w.add_key_length_mla(nope + rope)
     f.w.add_value_length_mla(v_head)
     if q_lora:
@@ -255,7 +255,7 @@ def _gemma3n(f: ShapeFixture, s: dict[str, Any]) -> None:
     n_kv, head, n_ff = s["n_head_kv"], s["head_dim"], s["n_ff"]
     altup, laurel, n_altup = 256, 64, 4
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_kv,
-                     key_len=head, value_len=head, eps=1e-6)  # fmt: skip
+                     key_len=head, value_len=head, eps=1e-6)
     f.w.kv_data[0].pop("gemma3n.rope.freq_base", None)
     f.w.add_rope_freq_base(s["rope_theta"])
     f.w.add_sliding_window(s["sliding_window"])
@@ -273,7 +273,7 @@ def _gemma3n(f: ShapeFixture, s: dict[str, Any]) -> None:
         for norm, n in (("attn_q_norm", head), ("attn_k_norm", head), ("post_attention_norm", n_embd),
                         ("ffn_norm", n_embd), ("post_ffw_norm", n_embd), ("post_norm", n_embd),
                         ("altup_correct_scale", n_embd), ("altup_router_norm", n_embd),
-                        ("laurel_post_norm", n_embd)):  # fmt: skip
+                        ("laurel_post_norm", n_embd)):
             f.norm(f"{p}{norm}.weight", n)
         f.tensor(p + "ffn_gate.weight", (n_embd, n_ff))
         f.tensor(p + "ffn_up.weight", (n_embd, n_ff))

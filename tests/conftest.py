@@ -22,7 +22,7 @@ from tests.support import HAS_DEMO, HOST, VK_RPC_BIN_ENV, vulkan_rpc_bin_dir
 SLOW_FIXTURES = frozenset({"vk_rpc_bin", "vulkan0"})
 # Programs of llama.cpp and the machine probes, and what marks a Python child that loads llama-cpp-python.
 LLAMA_PROGRAMS = frozenset({"llama-server", "llama-cli", "llama-bench", "llama-fit-params", "ggml-rpc-server",
-                            "rpc-server", "vulkaninfo", "nvidia-smi"})  # fmt: skip
+                            "rpc-server", "vulkaninfo", "nvidia-smi"})
 LLAMA_PYTHON = re.compile(r"^(llama_cpp\b|llamafit\.server\.embedded_main$|llamafit\.machine\.kernel_probe$)"
                           r"|\b(import[^\n;]*\bllama_cpp\b|from llama_cpp\b)")  # a -m module, or -c code importing it
 
@@ -137,7 +137,7 @@ def vulkan0(vk_rpc_bin: Path) -> Path:
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
     try:
         out = subprocess.run([str(vk_rpc_bin / "llama-server"), "--list-devices"], capture_output=True, text=True,
-                             env=env, timeout=60)  # fmt: skip
+                             env=env, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"llama-server --list-devices failed: {exc}")
     if "Vulkan0:" not in out.stdout + out.stderr:

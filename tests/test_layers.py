@@ -219,7 +219,7 @@ def test_every_unit_of_the_package_is_in_the_table() -> None:
 
 
 @pytest.mark.parametrize("path", [p for p in _files(PACKAGE) if _unit(_module_of(p, PACKAGE)) in CORE
-                                  or p.stem in BASE], ids=lambda p: str(p.relative_to(PACKAGE)))  # fmt: skip
+                                  or p.stem in BASE], ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_core_imports_no_edge_library(path: Path) -> None:
     edges = [t for t, _, _ in _imports(path, PACKAGE) if t.split(".")[0] in EDGE_LIBRARIES]
     assert edges == []
@@ -228,7 +228,7 @@ def test_the_core_imports_no_edge_library(path: Path) -> None:
 def test_loading_the_core_loads_no_edge_library() -> None:
     modules = sorted(_module_of(p, PACKAGE) for p in _files(PACKAGE) if _unit(_module_of(p, PACKAGE)) in CORE)
     code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
-            f"print(sorted(m for m in {EDGE_LIBRARIES!r} if m in sys.modules))")  # fmt: skip
+            f"print(sorted(m for m in {EDGE_LIBRARIES!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "[]\n"
 
@@ -263,7 +263,7 @@ def test_the_copy_is_clean(copy: Path) -> None:
      "llamafit.fit.x line 3 imports llamafit.server.flags (fit → server)"),
     ("memory/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..fit.solver import Choice\n",
      "llamafit.memory.x line 3 imports llamafit.fit.solver (memory → fit)"),
-])  # fmt: skip
+])
 def test_a_planted_upward_import_is_caught(copy: Path, rel: str, text: str, expected: str) -> None:
     path = copy / rel
     old = path.read_text() if path.exists() else None

@@ -77,11 +77,11 @@ def clear(path: str, kind: str | None = None) -> Cleared:
         return Cleared(0, 0, False)
     except OSError as e:
         raise LlamafitError(f"{path} {e.strerror or e}: not cleared (llamafit removes only its own regular "
-                            "calibration file)") from e  # fmt: skip
+                            "calibration file)") from e
     lines = data.decode("utf-8", "replace").splitlines()
     if not _ours(lines):
         raise LlamafitError(f"{path} does not hold llamafit's calibration records: not cleared (remove it "
-                            "yourself if it is yours)")  # fmt: skip
+                            "yourself if it is yours)")
     records = parse_records(lines)
     try:
         if kind is None:

@@ -27,7 +27,7 @@ def _progress(text: str | None) -> None:
 
 
 def _same_question(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
-                   breakdown: Breakdown) -> tuple[LaunchConfig, ResolvedConfig, Breakdown, list[str]]:  # fmt: skip
+                   breakdown: Breakdown) -> tuple[LaunchConfig, ResolvedConfig, Breakdown, list[str]]:
     """The config llama-fit-params can be asked (it has no -kvu: several unified slots are asked as
     separate streams) and llamafit's breakdown for exactly that."""
     if not (rc.kv_unified and rc.n_seq_max > 1):
@@ -81,7 +81,7 @@ def llama_cpp_check(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdow
 
 
 def _asked(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakdown, tool: str, model: str,
-           base: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+           base: dict[str, Any]) -> dict[str, Any]:
     from ..server.fit_check import TOOL, ask
 
     asked, arc, ab, notes = _same_question(p, cfg, rc, breakdown)
@@ -102,12 +102,12 @@ def _asked(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakd
     base["context_mib"] = {names[r.device]: r.context_mib for r in rows}
     devices = [{"device": c.device, "mib": c.llama_mib, "llamafit_mib": c.llamafit_mib, "judged": c.judged,
                 "agrees": c.agrees} | ({"logits_quirk_mib": c.quirk_mib} if c.agrees and not c.close else {})
-               for c in checks]  # fmt: skip
+               for c in checks]
     return base | {"path": tool, "devices": devices, "agrees": agrees(checks), "notes": notes}
 
 
 def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
-                       check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:  # fmt: skip
+                       check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:
     """When llama.cpp put less model on a Vulkan device of unknown tensor limit than llamafit did,
     the limit that reproduces llama.cpp's placement (tensor_limit_candidates), and the prepared
     problem with it; None when there is nothing to learn."""
@@ -141,14 +141,14 @@ def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
     if not learned:
         return None
     hw_gpus = tuple(replace(g, spec=gpus[[d.name for d in gpus].index(g.spec.name)])
-                    if g.spec.name in [d.name for d in gpus] else g for g in p.hardware.gpus)  # fmt: skip
+                    if g.spec.name in [d.name for d in gpus] else g for g in p.hardware.gpus)
     kept = tuple(n for n in p.hardware.notes if "vulkaninfo" not in n)
     hardware = replace(p.hardware, gpus=hw_gpus, notes=kept + tuple(learned))
     return replace(p, target=replace(t, gpus=tuple(gpus)), hardware=hardware), learned
 
 
 def larger_wins(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
-                check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:  # fmt: skip
+                check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:
     """Where llama.cpp's estimate holds more weights or KV/recurrent state on a GPU than llamafit's
     (the buffers its loader sizes exactly: llama_model_loader, llama_kv_cache), the plan keeps that
     much more room there (the device's overhead_bytes) and is solved again; None when it does not.
@@ -171,7 +171,7 @@ def larger_wins(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
         if more > 1.0:  # beyond the print precision of one column
             gpus[i] = replace(g, overhead_bytes=g.overhead_bytes + int(more * MIB))
             notes.append(f"{g.name}: llama.cpp's own estimate holds {more:,.0f} MiB more weights and KV than "
-                         "llamafit's: planned with that much more room")  # fmt: skip
+                         "llamafit's: planned with that much more room")
     if not notes:
         return None
     hardware = replace(p.hardware, notes=p.hardware.notes + tuple(notes))

@@ -93,7 +93,7 @@ def _row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:
     """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all shards),
     which is the file size of a whole download and still the model's size for a header-only file."""
     return Row(found.name, found.store, found.ref, found.path, len(found.shards), found.mmproj, facts.architecture,
-               facts.file_type, size_bytes, facts.n_ctx_train, fit)  # fmt: skip
+               facts.file_type, size_bytes, facts.n_ctx_train, fit)
 
 
 def roots_for(paths: Sequence[str], env: Mapping[str, str]) -> list[Root]:
@@ -136,7 +136,7 @@ def _cached(found: Found, identity: str | None, machine: Machine) -> Row | Note 
             return None
     # the name and reference are the store's, not the file's: take them from this scan
     return Row(found.name, found.store, found.ref, found.path, row.n_shards, found.mmproj, row.arch, row.quant,
-               row.size_bytes, row.n_ctx_train, row.fit)  # fmt: skip
+               row.size_bytes, row.n_ctx_train, row.fit)
 
 
 def _load_json_file(path: str) -> dict[str, Any] | None:
@@ -194,7 +194,7 @@ def _computed(found: Found, identity: str | None, machine: Machine, cfg: LaunchC
     if isinstance(ready, Note):
         return _save(identity, machine, ready)
     fit = fit_model(ready.facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
-                    engine=machine.engine, build=machine.build, speed=machine.speed, side=ready.side)  # fmt: skip
+                    engine=machine.engine, build=machine.build, speed=machine.speed, side=ready.side)
     return _save(identity, machine, _row_for(found, ready.facts, fit, ready.size_bytes))
 
 
@@ -235,7 +235,7 @@ def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
 def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
             on_row: Callable[[int, int, Row | Note], None] | None = None,
             found: tuple[list[Found], list[Note]] | None = None,
-            looked: Sequence[Looked] | None = None) -> Listing:  # fmt: skip
+            looked: Sequence[Looked] | None = None) -> Listing:
     """Every model's row, sorted (ls.sort_rows), and every note; `on_row` sees each as it comes.
     `looked`: lookup(found models) when the caller has it already."""
     models, notes = found if found is not None else scan(roots)
@@ -295,7 +295,7 @@ def machine_for(spec: Any, env: Mapping[str, str]) -> Machine:
 
 
 def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, reserve_bytes: int, use: str,
-               env: Mapping[str, str], as_json: bool, echo: Callable[[str], None]) -> int:  # fmt: skip
+               env: Mapping[str, str], as_json: bool, echo: Callable[[str], None]) -> int:
     """The whole command: exit 0 when at least one model fits, 1 when none does."""
     from ..report.plan import hardware_json
     from .prepare import MachineSpec
@@ -321,7 +321,7 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
         from ..report.ls import to_json
 
         echo(json.dumps(to_json(result, machine={"devices": hardware_json(m.gpus, m.host),
-                                                  "reserve_bytes": reserve_bytes}), indent=2))  # fmt: skip
+                                                  "reserve_bytes": reserve_bytes}), indent=2))
     elif not stream:
         from ..report.ls import to_text
 

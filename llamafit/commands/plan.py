@@ -21,7 +21,7 @@ from ..machine.gpu_processes import GpuProcess, others_in_use, tokens_for
 
 
 def run_plan(request: Request, policy: Policy, *, html_path: str | None = None,
-             processes: tuple[GpuProcess, ...] | None = None) -> Report:  # fmt: skip
+             processes: tuple[GpuProcess, ...] | None = None) -> Report:
     """Plan for the request. On detected GPUs with `--use free`, other processes' GPU memory (NVML;
     `processes` given: those) is named, with the context closing them would give. `html_path`: the
     page too (report/html.py)."""
@@ -65,7 +65,7 @@ def wrap_lines(lines: list[str]) -> list[str]:
 
 
 def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, processes: tuple[GpuProcess, ...] = (),
-                user_cfg: LaunchConfig | None = None) -> tuple[Report, PlanResult]:  # fmt: skip
+                user_cfg: LaunchConfig | None = None) -> tuple[Report, PlanResult]:
     """Solve for a prepared model and machine; the report and the result (with every warning).
     `run` prints the command it runs itself (host, port and log flags added), so its text leaves
     the planned one out."""
@@ -79,7 +79,7 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, proce
         learned = learn_tensor_limit(p, c.cfg, c.rc, llama) or larger_wins(p, c.cfg, c.rc, llama)
         if learned:  # planned again with llama.cpp's placement, or its larger weights and KV
             return render_plan(replace(learned[0], llama_adjusted=True), asked, with_command=with_command,
-                               processes=processes, user_cfg=user_cfg)  # fmt: skip
+                               processes=processes, user_cfg=user_cfg)
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())
     passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + side_flags
@@ -90,13 +90,13 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, proce
     effect: PresetEffect | None = None
     if policy.preset is not None:
         effect = preset_effect(policy.preset, policy.min_ctx or 0, c.cfg if c else user_cfg, user_cfg,
-                               p.target.evaluate, c.breakdown if c else None)  # fmt: skip
+                               p.target.evaluate, c.breakdown if c else None)
     turn = policy.preset.turn if policy.preset else DEFAULT_TURN
     band = speed_band(p.target, c, p.speed, turn) if c and p.speed and result.speed else None
     data = plan_report.to_json(p.facts, result, argv, hardware, band=band, preset=effect)
     device_lines = check_report.device_lines(c.breakdown) + bar_lines(c.breakdown) if c else []
     text = plan_report.to_text(p.facts, result, argv if with_command else [], hardware, device_lines, band=band,
-                               preset=effect)  # fmt: skip
+                               preset=effect)
     if llama is not None:  # llama.cpp's own dry run of the chosen config (issue #28)
         data["llama_cpp_check"] = llama
         text = "\n".join([text, *wrap_lines(check_report.llama_check_lines(llama))])
@@ -113,5 +113,5 @@ def _others(processes: tuple[GpuProcess, ...], result: PlanResult) -> list[Notic
         procs = [{"pid": q.pid, "name": q.name, "used_bytes": q.used_bytes} for q in o.processes]
         tokens = tokens_for(o.used_bytes, result.mib_per_1000_tokens, room) if c else None
         out.append(Notice("gpu_in_use", {"device": o.device, "used_bytes": o.used_bytes, "processes": procs,
-                                         "tokens": tokens}))  # fmt: skip
+                                         "tokens": tokens}))
     return out

@@ -75,5 +75,5 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
                 break
             lo, mid, high = (t[0] for t in tps if t is not None)
             out["speed_by_context"].append([fill, round(lo * (1 - GENERATION_BAND), 2), round(mid, 2),
-                                            round(high * (1 + GENERATION_BAND), 2)])  # fmt: skip
+                                            round(high * (1 + GENERATION_BAND), 2)])
     return out

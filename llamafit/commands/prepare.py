@@ -180,7 +180,7 @@ def _with_limits(gpus: tuple[GPUInfo, ...], local: tuple[DeviceSpec, ...]) -> tu
         replace(g, spec=replace(g.spec, max_tensor_bytes=local[i].max_tensor_bytes))
         if i < len(local) and g.spec.backend == "vulkan" and g.spec.max_tensor_bytes is None else g
         for i, g in enumerate(gpus)
-    )  # fmt: skip
+    )
 
 
 def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
@@ -218,7 +218,7 @@ def server_devices_for(path: str | None) -> ServerDevicesFn:
 
 def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
             vulkan_fn: VulkanFn = _no_vulkan, rpc_query: RpcQuery | None = None,
-            server_devices: ServerDevicesFn | None = None) -> tuple[Hardware, tuple[DeviceSpec, ...]]:  # fmt: skip
+            server_devices: ServerDevicesFn | None = None) -> tuple[Hardware, tuple[DeviceSpec, ...]]:
     """--gpu (sizes, catalog names, cpu), else the devices of the llama-server that will run (its
     own `--list-devices`, with detection's facts), else detection; --rpc workers come first, as
     llama.cpp orders them; --ram replaces the host's memory.
@@ -231,7 +231,7 @@ def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_f
     passed_over: tuple[str, ...] = ()
     if served is not None and spec.backend == "vulkan" and not any(g.spec.backend == "vulkan" for g in served.gpus):
         passed_over = ("--backend vulkan: the llama-server found lists no Vulkan device (a build without Vulkan?); "
-                       "planned for vulkaninfo's devices",)  # fmt: skip
+                       "planned for vulkaninfo's devices",)
         served = None
     vk = vulkan_fn(env) if spec.backend == "vulkan" and served is None else ()
     if served is not None:
@@ -270,7 +270,7 @@ def refuse_non_model(gguf: GGUFModel, name: str) -> None:
 
 
 def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: HostFn | None = None,
-            detect_fn: DetectFn | None = None) -> Prepared:  # fmt: skip
+            detect_fn: DetectFn | None = None) -> Prepared:
     """The model, flags and devices of `request`, planned by the rules of `server` (when one will
     run), with the calibration file's correction applied."""
     ref, env = request.model, request.env
@@ -298,18 +298,18 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     side = load_side_plan(parsed, gguf.metadata, facts, env, load_model=load_model, auto_mmproj=request.auto_mmproj,
                           build=request.build)
     target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
-                    side=side)  # fmt: skip
+                    side=side)
     # calibration is keyed by the server's identity when the plan is for its own devices (issue #28)
     identity = binary.identity if binary is not None and hw.source == "llama-server" else None
     p = Prepared(parsed, facts, target, hw, server=server, server_identity=identity, env=env,
-                 llama_check=request.llama_check)  # fmt: skip
+                 llama_check=request.llama_check)
     if server is not None:
         p = for_server(p, server)
     from .speed_inputs import machine_speed
 
     p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env,
                                       passthrough=parsed.passthrough,
-                                      bandwidth=request.machine.bandwidth_gbps))  # fmt: skip
+                                      bandwidth=request.machine.bandwidth_gbps))
     return with_calibration(p, env)
 
 
@@ -370,11 +370,11 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
         p = replace(p, calibration_issue=issue)
     devices = [(d.name, d.backend) for d in p.target.gpus]
     found = compute_correction(records, devices=devices, build=p.target.build, architecture=p.facts.architecture,
-                               identity=p.server_identity)  # fmt: skip
+                               identity=p.server_identity)
     if found is None or found.is_identity:
         return p
     return replace(p, target=replace(p.target, compute_scale=found.compute_scale),
-                   calibration=replace(found, source=path))  # fmt: skip
+                   calibration=replace(found, source=path))
 
 
 _SHOWN = [False]  # a progress line is open on stderr
@@ -413,7 +413,7 @@ def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mappi
 
 # Flags that add memory llamafit does not model: they are passed through, and said so.
 _EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmproj-url": "mmproj",
-                 "-md": "draft", "--model-draft": "draft", "--lora": "lora", "--lora-scaled": "lora"}  # fmt: skip
+                 "-md": "draft", "--model-draft": "draft", "--lora": "lora", "--lora-scaled": "lora"}
 
 
 def flag_warnings(p: Prepared) -> list[Notice | str]:
@@ -437,7 +437,7 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
                                                "runs": p.calibration.runs, "architecture": p.calibration.architecture,
                                                "devices": [n for n, _ in p.calibration.devices],
-                                               "source": p.calibration.source}))  # fmt: skip
+                                               "source": p.calibration.source}))
     if p.calibration_issue:
         warnings.append(p.calibration_issue)
     return warnings

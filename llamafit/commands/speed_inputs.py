@@ -30,7 +30,7 @@ GPU_TFLOPS: dict[str, float] = {
     "h100-nvl": 835, "h200": 989, "rx7900xtx": 123, "mi210": 181, "mi250": 181, "mi300x": 1307,
     "m1-max-64gb": 10.4, "m2-max-96gb": 13.6, "m3-max-128gb": 16.4, "m4-max-128gb": 18.4, "m2-ultra-192gb": 27.2,
     "m3-ultra-512gb": 28.2,
-}  # fmt: skip
+}
 
 
 def _catalog_entry(name: str) -> gpu_catalog.CatalogEntry | None:
@@ -100,7 +100,7 @@ def threads_given(passthrough: Sequence[str], env: Mapping[str, str], n_cpu: int
     """llama-server's -t/--threads (or $LLAMA_ARG_THREADS when no flag gives it; the last flag wins),
     as common/arg.cpp applies it: a value <= 0 means every CPU (hardware_concurrency); None: not given."""
     raw = next((passthrough[i + 1] for i in range(len(passthrough) - 2, -1, -1)
-                if passthrough[i] in ("-t", "--threads")), env.get("LLAMA_ARG_THREADS"))  # fmt: skip
+                if passthrough[i] in ("-t", "--threads")), env.get("LLAMA_ARG_THREADS"))
     if raw is None:
         return None
     try:
@@ -111,7 +111,7 @@ def threads_given(passthrough: Sequence[str], env: Mapping[str, str], n_cpu: int
 
 
 def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapping[str, str],
-                 cache: Path, threads: int | None = None, *, assume: bool = False) -> SpeedInputs:  # fmt: skip
+                 cache: Path, threads: int | None = None, *, assume: bool = False) -> SpeedInputs:
     """Per device of the target (RPC workers first: unknown), and the host from the probe, read at
     `threads` (default: llama.cpp's, one per physical core)."""
     from ..machine.host_probe import host_rates, llama_threads
@@ -123,7 +123,7 @@ def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapp
     host = host_rates(env, cache)
     inputs = SpeedInputs(bws, flops, host.bandwidth, host.flops, host_bandwidth_by_threads=host.bandwidth_by_threads,
                          n_threads=threads or llama_threads(), host_flops_threads=host.flops_threads,
-                         cpu_kernels=host.kernels, cpu_attention=host.attention)  # fmt: skip
+                         cpu_kernels=host.kernels, cpu_attention=host.attention)
     return with_assumptions(inputs, n_rpc, infos) if assume else inputs
 
 
@@ -142,12 +142,12 @@ def with_assumptions(inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo]) 
     if not any(bw_ranges):
         return inputs
     return replace(inputs, gpu_bandwidth=tuple(bws), gpu_flops=tuple(flops), gpu_bandwidth_range=tuple(bw_ranges),
-                   gpu_flops_range=tuple(flops_ranges))  # fmt: skip
+                   gpu_flops_range=tuple(flops_ranges))
 
 
 def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architecture: str, env: Mapping[str, str],
                   calibrated: bool = True, passthrough: Sequence[str] = (),
-                  bandwidth: Sequence[float] = ()) -> SpeedInputs:  # fmt: skip
+                  bandwidth: Sequence[float] = ()) -> SpeedInputs:
     """The speed model's inputs for this machine: device rates, the host probe at the threads
     llama-server will use (-t in `passthrough`), and (calibrated) the generation efficiency learned
     from earlier measured runs (run --verify, and each served run) of this model family here."""

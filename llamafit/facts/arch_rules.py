@@ -17,7 +17,7 @@ HYBRID_ARCHS = frozenset(
         "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next",
         "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01",
     }
-)  # fmt: skip
+)
 
 # How a hybrid marks its recurrent layers (src/models/<arch>.cpp load_arch_hparams).
 RECR_IF_NO_KV_HEADS = frozenset(
@@ -33,7 +33,7 @@ NO_MEMORY_ARCHS = frozenset(
         "bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert", "eurobert",
         "wavtokenizer-dec", "modern-bert", "gemma-embedding", "dream", "llada", "llada-moe", "rnd1",
     }
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, slots=True)

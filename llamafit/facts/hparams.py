@@ -152,7 +152,7 @@ def _file_type_label(meta: Metadata, model: GGUFModel) -> str:
 
 
 def _recurrent_layers(meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[int, ...],
-                      ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
+                      ff: tuple[int, ...]) -> tuple[bool, ...]:
     """is_recr per layer by the arch's rule (src/models/<arch>.cpp load_arch_hparams)."""
     arch = meta.arch
     layers = range(n_layer_all)
@@ -362,7 +362,7 @@ def _check_counts(meta: Metadata, n_layer_all: int) -> None:
 
 
 def _has_kv(arch: str, causal: bool, n_layer: int, kv_end: int, is_recr: tuple[bool, ...],
-            n_ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
+            n_ff: tuple[int, ...]) -> tuple[bool, ...]:
     """Per layer: does it own a K/V cache in the main context (layers below kv_end, not recurrent
     unless the arch also attends there; nemotron-h: MLP layers hold none)."""
     if not causal or arch in R.RECURRENT_ARCHS:
@@ -380,7 +380,7 @@ def _arch_warnings(arch: str) -> list[str]:
     warnings = []
     if arch not in _known_archs():
         warnings.append(f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
-                        "(full attention on every layer, no recurrent state)")  # fmt: skip
+                        "(full attention on every layer, no recurrent state)")
     if arch in R.UNMODELLED_CACHES:
         cache = R.UNMODELLED_CACHES[arch]
         warnings.append(f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound")
@@ -395,7 +395,7 @@ def _layer_counts(meta: Metadata) -> tuple[int, int]:
     n_nextn = meta.get_int("{arch}.nextn_predict_layers", 0)
     if n_nextn >= n_layer_all:
         raise ModelFactsError(f"{meta.path}: key {meta.key('{arch}.nextn_predict_layers')} = {n_nextn} leaves no "
-                              f"layer of block_count {n_layer_all} to run")  # fmt: skip
+                              f"layer of block_count {n_layer_all} to run")
     return n_layer_all, n_nextn
 
 
@@ -410,7 +410,7 @@ def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
 def _known_archs() -> frozenset[str]:
     """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp 0c1e570)."""
     ours = (R.RECURRENT_ARCHS | R.HYBRID_ARCHS | R.NO_MEMORY_ARCHS | R.MLA_CAPABLE_ARCHS
-            | frozenset(R.SWA_RULES) | frozenset(R.UNMODELLED_CACHES))  # fmt: skip
+            | frozenset(R.SWA_RULES) | frozenset(R.UNMODELLED_CACHES))
     return ARCH_NAMES | ours
 
 

@@ -108,4 +108,4 @@ def projector_facts(path: str, metadata: Mapping[str, Any], tensors: Sequence[Te
         n_head=_u32(metadata, f"clip.{prefix}.attention.head_count"),
         projection_dim=_u32(metadata, f"clip.{prefix}.projection_dim"), n_merge=n_merge,
         weights_bytes=sum(t.n_bytes for t in tensors), n_tensors=len(tensors),
-    )  # fmt: skip
+    )

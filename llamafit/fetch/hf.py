@@ -217,7 +217,7 @@ def list_repo(settings: HfSettings, repo: str, revision: str = DEFAULT_REVISION,
     url = api_url(settings.endpoint, _check_repo(repo, repo), revision)
     where = f"{settings.endpoint}/{repo} (revision {revision})"
     answer = request("GET", url, {**auth_headers(settings.token), "Accept": "application/json"}, timeout,
-                     deadline=DEFAULT_DEADLINE)  # fmt: skip
+                     deadline=DEFAULT_DEADLINE)
     try:
         if answer.status >= 300:
             raise _api_error(where, answer.status, getattr(answer.body, "reason", ""))

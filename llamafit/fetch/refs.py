@@ -66,7 +66,7 @@ def ollama_found(ref: str, env: Mapping[str, str]) -> Found:
         for n in notes:
             if n.code == "missing-blob" and n.detail.startswith(f"{ref}:"):
                 raise InputError(f"ollama:{ref}: the manifest names a blob that is missing ({n.path}); "
-                                 f"pull it again: ollama pull {ref}")  # fmt: skip
+                                 f"pull it again: ollama pull {ref}")
     have = ", ".join(sorted(names)) or "none"
     raise InputError(f"ollama:{ref}: no such model in {' or '.join(searched)} (models there: {have})")
 

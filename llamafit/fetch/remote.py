@@ -327,7 +327,7 @@ class HttpRangeSource:
         self._t0 = self._t0 or time.monotonic()
         if n > self.read_budget:
             raise InputError(f"{self.url}: the header would need more than {self.max_bytes:,} bytes; "
-                             "not a plausible GGUF header (refusing to read more)")  # fmt: skip
+                             "not a plausible GGUF header (refusing to read more)")
         headers = {**self._headers, "Range": range_header(offset, n), "Accept-Encoding": "identity"}
         timeout = min(self.timeout, max(self._left(), 0.001))
         answer = request("GET", self._location, headers_for(self._location, self.url, headers), timeout,
@@ -372,7 +372,7 @@ class HttpRangeSource:
         self._head = self._body(answer, self.max_bytes + 1)
         if len(self._head) > self.max_bytes:
             raise InputError(f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} bytes; "
-                             "download it and pass the local path")  # fmt: skip
+                             "download it and pass the local path")
         self._size = len(self._head)
         self.validator = validator_of(answer.headers)
 
@@ -405,7 +405,7 @@ class HttpRangeSource:
             while limit is None or got < limit:
                 if self._left() <= 0:
                     raise RemoteUnreachable(f"{self.url}: gave up after {self.deadline:g} s "
-                                            f"({self.bytes_transferred:,} bytes received)")  # fmt: skip
+                                            f"({self.bytes_transferred:,} bytes received)")
                 chunk = read(_CHUNK if limit is None else min(_CHUNK, limit - got))
                 if not chunk:
                     break

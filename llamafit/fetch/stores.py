@@ -76,7 +76,7 @@ class Note:
 
 
 NOTE_CODES = ("dangling-symlink", "missing-blob", "partial-download", "unreadable", "bad-manifest",
-              "missing-shard", "lora-adapter", "vocab-only", "imatrix", "unreadable-header")  # fmt: skip
+              "missing-shard", "lora-adapter", "vocab-only", "imatrix", "unreadable-header")
 
 
 # --- where the stores are -----------------------------------------------------------------
@@ -121,7 +121,7 @@ def lmstudio_dirs(home: str) -> list[str]:
 def default_roots(env: Mapping[str, str], home: str, system: str) -> list[Root]:
     """Every store's directory on this machine, duplicates (same path) dropped."""
     roots = [Root("hf", hf_hub_cache(env, home)), Root("llama.cpp", llama_hf_cache(env, home)),
-             Root("llama.cpp", llama_flat_cache(env, home, system))]  # fmt: skip
+             Root("llama.cpp", llama_flat_cache(env, home, system))]
     roots += [Root("ollama", d) for d in ollama_dirs(env, home)]
     roots += [Root("lmstudio", d) for d in lmstudio_dirs(home)]
     seen: set[str] = set()
@@ -227,7 +227,7 @@ def best_sibling(files: Sequence[str], model: str, keyword: str = "mmproj", tag:
         depth, diff = len(sib_dir), abs(quant_bits(f) - model_bits)
         exact = bool(tag) and f"-{tag.upper()}." in f.upper()
         if (best is None or depth > best[0] or (depth == best[0] and exact and not best[1])
-                or (depth == best[0] and exact == best[1] and diff < best[2])):  # fmt: skip
+                or (depth == best[0] and exact == best[1] and diff < best[2])):
             best, chosen = (depth, exact, diff), f
     return chosen
 

@@ -61,7 +61,7 @@ def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[
     one = replace(target, gpus=(big,))
     n_all = target.model.facts.n_layer_all + 1
     full = replace(cfg, n_ctx=per_slot * streams(one, cfg), n_gpu_layers=n_all, n_cpu_moe=0, cpu_moe=False,
-                   tensor_split=())  # fmt: skip
+                   tensor_split=())
     evaluated = one.evaluate(full)
     if evaluated is None:
         return None
@@ -73,7 +73,7 @@ def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[
 
 
 def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int,
-              speed: SpeedInputs | None = None) -> list[Tradeoff]:  # fmt: skip
+              speed: SpeedInputs | None = None) -> list[Tradeoff]:
     """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its speed."""
     rows = []
     for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
@@ -82,7 +82,7 @@ def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: i
         best = max_context(target, cfg, hi, lo)
         est = speed_of(target, replace(cfg, n_ctx=best * streams(target, cfg)), speed) if speed and best else None
         rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, best,
-                             est.generation_tps if est else None))  # fmt: skip
+                             est.generation_tps if est else None))
     return rows
 
 
@@ -118,7 +118,7 @@ def _placement(target: Target, rc: ResolvedConfig, n_all: int) -> str:
 
 
 def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float | None,
-             per_layer: float | None) -> Verdict:  # fmt: skip
+             per_layer: float | None) -> Verdict:
     facts = target.model.facts
     rc = choice.rc
     n_all = facts.n_layer_all + 1
@@ -128,7 +128,7 @@ def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float
         blocks = int(-(-more // per_layer))
     return Verdict(True, lo, hi, hi == facts.n_ctx_train, choice.ctx, _placement(target, rc, n_all), n_all,
                    rc.n_gpu_layers, rc.n_cpu_moe, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
-                   more, per_layer if more is not None else None, blocks)  # fmt: skip
+                   more, per_layer if more is not None else None, blocks)
 
 
 def _full_context_tps(target: Target, choice: Choice, speed: SpeedInputs) -> float | None:
@@ -155,7 +155,7 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
         need = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
         name = need[0] if need else None
         verdict = Verdict(False, lo, hi, hi == target.model.facts.n_ctx_train, smallest_gpu=name, cause=e.cause,
-                          pinned_ngl=e.pinned_ngl)  # fmt: skip
+                          pinned_ngl=e.pinned_ngl)
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
     mtp_target, mtp_note = _auto_mtp(target, cfg, policy, choice)
     if mtp_target is not None and mtp_note is not None:
@@ -173,7 +173,7 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
     est = choice_speed(target, choice, speed) if speed else None
     if est is not None and speed is not None:
         verdict = replace(verdict, generation_tps=est.generation_tps,
-                          speed_options=tuple(speed_options(target, choice, hi, speed)))  # fmt: skip
+                          speed_options=tuple(speed_options(target, choice, hi, speed)))
     card = None
     partial = bool(target.gpus) and choice.rc.n_gpu_layers < target.model.facts.n_layer_all + 1
     if choice.ctx < hi or partial or choice.rc.n_cpu_moe:
@@ -192,7 +192,7 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
     side = target.side
     mtp = mtp_effect(target.model.facts, side.flags.draft_n_max) if side and side.flags.mtp else None
     return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est, costs,
-                      target.side, mtp=mtp)  # fmt: skip
+                      target.side, mtp=mtp)
 
 
 def _auto_mtp(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> tuple[Target | None, Notice | None]:
@@ -205,7 +205,7 @@ def _auto_mtp(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice)
     flags = side.flags if side else SideFlags()
     if (policy.prefer != "speed" or not facts.n_layer_nextn or target.engine != "llama-server"
             or not since("draft_mtp", target.build) or flags.mtp or "spec_types" in flags.given or flags.draft_model):
-        return None, None  # fmt: skip
+        return None, None
     with_mtp = replace(flags, spec_types=(*flags.spec_types, "draft-mtp"))
     trial = replace(target, side=replace(side, flags=with_mtp) if side else SidePlan(with_mtp))
     try:
@@ -236,7 +236,7 @@ def _projector_off_the_gpu(target: Target, cfg: LaunchConfig, policy: Policy, ch
 
 
 def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy,
-                         speed: SpeedInputs | None) -> tuple[PlanResult | None, list[Notice | str]]:  # fmt: skip
+                         speed: SpeedInputs | None) -> tuple[PlanResult | None, list[Notice | str]]:
     """Nothing fits with the side models: the projector to the CPU first (it keeps working), then, with
     --drop-side-models, each side model left out in turn (side_plan.STEPS). Without --drop-side-models
     the drops that would fit are said as notices (side_way_out {step, ctx}) instead."""

@@ -73,7 +73,7 @@ class Row:
 def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...], host: DeviceSpec, *,
               reserve_bytes: int, engine: str = "llama-server", build: int | None = None,
               policy: Policy | None = None, speed: SpeedInputs | None = None,
-              side: SidePlan | None = None) -> Fit:  # fmt: skip
+              side: SidePlan | None = None) -> Fit:
     """`side`: the paired projector (side_models.SidePlan), resident next to the model in every config tried."""
     target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes, side=side)
     n_layers = facts.n_layer_all + 1
@@ -87,7 +87,7 @@ def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...]
             found = smallest_gpu_for(target, replace(cfg, type_k=kv, type_v=kv, flash_attn="on"), lo)
             if found:
                 return Fit("needs", ctx=lo, type_k=kv, type_v=kv, flash_attn=True, n_layers=n_layers,
-                           need_bytes=found[1])  # fmt: skip
+                           need_bytes=found[1])
         return Fit("no-fit", n_layers=n_layers)
     rc = c.rc
     full = not gpus or (rc.n_gpu_layers >= n_layers and not rc.n_cpu_moe and not rc.cpu_moe)
@@ -97,7 +97,7 @@ def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...]
     return Fit("fits" if full else "offload", c.ctx, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
                min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes,
                generation_tps=[round(x, 2) for x in est.generation_tps] if est else None,
-               host_bytes=c.breakdown.devices[-1].used_bytes, mmproj_bytes=mmproj)  # fmt: skip
+               host_bytes=c.breakdown.devices[-1].used_bytes, mmproj_bytes=mmproj)
 
 
 def best_possible(row: Row) -> bool:

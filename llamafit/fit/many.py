@@ -102,7 +102,7 @@ class Packing:
 
 
 def plan_many(names: Sequence[str], targets: Sequence[Target], cfgs: Sequence[LaunchConfig],
-              policy: Policy) -> Packing:  # fmt: skip
+              policy: Policy) -> Packing:
     """Pack the models into sets that fit together and solve each member within its share."""
     caps = capacities(pool(targets[0]), targets[0].reserve_bytes) if targets else ()
     fps = [footprint(t, c) for t, c in zip(targets, cfgs, strict=True)]

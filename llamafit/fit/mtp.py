@@ -73,7 +73,7 @@ def _reads(facts: ModelFacts, *, tokens: int) -> tuple[int, int]:
 
 
 def mtp_effect(facts: ModelFacts, n_draft: int = DRAFT_N_MAX,
-               acceptance: tuple[float, float] = ACCEPTANCE) -> MtpEffect:  # fmt: skip
+               acceptance: tuple[float, float] = ACCEPTANCE) -> MtpEffect:
     one, draft = _reads(facts, tokens=1)
     verify, _ = _reads(facts, tokens=n_draft + 1)
     step = verify + n_draft * draft

@@ -11,7 +11,7 @@ from .search import Target, max_context, max_gpu_layers, streams
 from .solver import Choice
 from .presets import Turn
 from .speed import (GENERATION_BAND, PP_TOKENS, PROMPT_BAND, SpeedBand, SpeedEstimate, SpeedInputs, band, estimate,
-                    estimate_turn, with_rates)  # fmt: skip
+                    estimate_turn, with_rates)
 
 
 def speed_of(target: Target, cfg: LaunchConfig, inputs: SpeedInputs) -> SpeedEstimate | None:
@@ -59,9 +59,9 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
     depth = max(context + prompt_tokens // 2 - PP_TOKENS // 2, 0)  # _prompt_tps adds half a pp512 batch
     ends = [with_rates(inputs, 0), with_rates(inputs, 1)]
     assumed = any(r is not None for r in inputs.gpu_bandwidth_range) or any(r is not None for r in
-                                                                             inputs.gpu_flops_range)  # fmt: skip
+                                                                             inputs.gpu_flops_range)
     got = estimate_turn(target.model, choice.rc, choice.breakdown.layer_devices, target.gpus,
-                        ends if assumed else ends[:1], context + prompt_tokens + generated // 2, depth)  # fmt: skip
+                        ends if assumed else ends[:1], context + prompt_tokens + generated // 2, depth)
     if any(g is None for g in got):
         return None
     lo, hi = (got[0], got[-1])
@@ -72,7 +72,7 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
                    prompt_tokens / (lo[2] * (1 - PROMPT_BAND)) + generated / (lo[1] * (1 - GENERATION_BAND)))
     low, high = lo[0], hi[0]
     prompt = None if low.prompt_tps is None or high.prompt_tps is None else band(low.prompt_tps, high.prompt_tps,
-                                                                                  PROMPT_BAND)  # fmt: skip
+                                                                                  PROMPT_BAND)
     return SpeedBand(band(low.generation_tps[1], high.generation_tps[1], GENERATION_BAND),
                      band(low.generation_tps[0], high.generation_tps[0], GENERATION_BAND), prompt, seconds,
                      (context, prompt_tokens, generated), any(r is not None for r in inputs.gpu_bandwidth_range))

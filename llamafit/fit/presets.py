@@ -98,7 +98,7 @@ class PresetEffect:
 
 def preset_effect(preset: Preset, min_ctx: int, cfg: LaunchConfig, user_cfg: LaunchConfig,
                   evaluate: Callable[[LaunchConfig], tuple[ResolvedConfig, Breakdown] | None],
-                  chosen: Breakdown | None) -> PresetEffect:  # fmt: skip
+                  chosen: Breakdown | None) -> PresetEffect:
     """`cfg` is the chosen config; `user_cfg` the user's flags (whether -np was theirs)."""
     if chosen is None or "n_parallel" in user_cfg.given or preset.n_parallel != 1:
         return PresetEffect(preset, min_ctx, None, None)  # serve's N slots are for N users: no saving to state

@@ -55,7 +55,7 @@ def _changes(a: Choice, b: Choice) -> tuple[tuple[str, str, str], ...]:
     fields = (("-c", lambda c: c.rc.n_ctx), ("-ngl", lambda c: c.rc.n_gpu_layers),
               ("--n-cpu-moe", lambda c: c.rc.n_cpu_moe), ("-ctk", lambda c: c.rc.type_k.name.lower()),
               ("-ctv", lambda c: c.rc.type_v.name.lower()), ("-fa", lambda c: "on" if c.rc.flash_attn else "off"),
-              ("-ub", lambda c: c.rc.n_ubatch))  # fmt: skip
+              ("-ub", lambda c: c.rc.n_ubatch))
     return tuple((flag, str(get(a)), str(get(b))) for flag, get in fields if get(a) != get(b))
 
 
@@ -74,7 +74,7 @@ def _capped(spec: DeviceSpec, limit: int) -> DeviceSpec:
 
 
 def retreat(target: Target, cfg: LaunchConfig, policy: Policy, last: Choice, device: str | None,
-            speed: SpeedInputs | None = None) -> Retreat | None:  # fmt: skip
+            speed: SpeedInputs | None = None) -> Retreat | None:
     """A plan whose footprint on `device` (None: the most loaded device of `last`) is strictly
     smaller than `last`'s; None when nothing smaller fits."""
     names = [d.name for d in last.breakdown.devices]

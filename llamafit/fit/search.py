@@ -35,22 +35,22 @@ class Target:
     # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches, trade-offs,
     # marginal costs); each Target (dataclasses.replace makes a new one) starts empty
     _evaluated: dict[LaunchConfig, tuple[ResolvedConfig, Breakdown] | None] = field(
-        default_factory=dict, init=False, repr=False, compare=False)  # fmt: skip
+        default_factory=dict, init=False, repr=False, compare=False)
     # max_context's bracket per config (n_ctx 0): (the largest n_ctx known to fit, the smallest known not to);
     # the model is monotone in the context, so what one search learned bounds every later one
     _brackets: dict[LaunchConfig, tuple[int, int | None]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)  # fmt: skip
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
         """Bytes per device for a resolved config, side models included."""
         if self.side is not None:
             rc = self.side.main_rc(rc, build=self.build)
         b = self.model.estimate(rc, self.gpus, self.host, reserve_bytes=self.reserve_bytes,
-                                compute_scale=self.compute_scale)  # fmt: skip
+                                compute_scale=self.compute_scale)
         if self.side is None:
             return b
         return attach(b, self.side.usages(cfg, rc, self.model, b.layer_devices.layers, self.gpus, self.host,
-                                          build=self.build, main_host_weights=b.devices[-1].weights_bytes))  # fmt: skip
+                                          build=self.build, main_host_weights=b.devices[-1].weights_bytes))
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
         """The resolved config and its breakdown, or None where llama.cpp would reject it."""

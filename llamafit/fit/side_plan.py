@@ -37,7 +37,7 @@ def _kinds(side: SidePlan) -> list[str]:
 
 
 def context_costs(target: Target, cfg: LaunchConfig, ctx: int, hi: int,
-                  side_bytes: dict[str, int]) -> tuple[SideCost, ...]:  # fmt: skip
+                  side_bytes: dict[str, int]) -> tuple[SideCost, ...]:
     """For each side model: the largest per-slot context without it (everything else as chosen), minus `ctx`."""
     side = target.side
     if side is None:

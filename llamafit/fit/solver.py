@@ -41,7 +41,7 @@ class NoFit(InputError):
     def __init__(self, min_ctx: int, cause: str = "none", pinned_ngl: int | None = None) -> None:
         self.min_ctx, self.cause, self.pinned_ngl = min_ctx, cause, pinned_ngl
         how = {"pinned_ngl": f", with -ngl {pinned_ngl} as pinned and the smallest KV cache",
-               "offloaded": ", even with layers on the CPU and the smallest KV cache"}.get(cause, "")  # fmt: skip
+               "offloaded": ", even with layers on the CPU and the smallest KV cache"}.get(cause, "")
         super().__init__(f"no configuration fits {min_ctx:,} tokens per slot on this machine{how}")
 
 
@@ -146,7 +146,7 @@ def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int
         return None
     ngl = largest(0, facts.n_layer_all + 1,
                   lambda k: _reaches(target, [replace(c, n_gpu_layers=k, n_cpu_moe=full.n_cpu_moe) for c in compact],
-                                     need, mult))  # fmt: skip
+                                     need, mult))
     return None if ngl is None else replace(full, n_gpu_layers=ngl)
 
 
@@ -208,7 +208,7 @@ def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> Non
     if all(target.evaluate(replace(o, n_ctx=STEP)) is None for o in options):
         pinned = [replace(o, n_ctx=STEP) for o in options[:1]]
         fixed = replace(cfg, n_ctx=STEP, flash_attn=policy.fa or cfg.flash_attn,
-                        type_k=policy.kv or cfg.type_k, type_v=policy.kv or cfg.type_v)  # fmt: skip
+                        type_k=policy.kv or cfg.type_k, type_v=policy.kv or cfg.type_v)
         for candidate in [*pinned, fixed]:  # raises llama.cpp's own reason (ConfigError)
             resolve(candidate, target.model.facts, engine=target.engine, build=target.build)
 

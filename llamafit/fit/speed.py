@@ -210,7 +210,7 @@ def with_rates(inputs: SpeedInputs, end: int) -> SpeedInputs:
                                      strict=True))
     flops = tuple(Rate(r[end], f.source) if f is not None and r is not None else f
                   for f, r in zip(inputs.gpu_flops, _ranges(inputs.gpu_flops_range, inputs.gpu_flops), strict=True))
-    return replace(inputs, gpu_bandwidth=bws, gpu_flops=flops)  # fmt: skip
+    return replace(inputs, gpu_bandwidth=bws, gpu_flops=flops)
 
 
 def _ranges(ranges: Sequence[tuple[float, float] | None], rates: Sequence[object]) -> list[tuple[float, float] | None]:
@@ -238,7 +238,7 @@ class _Reads:
 def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
     """What each device reads per token, once per placement and KV choice (memoized on the model; read only)."""
     key = ("speed_reads", lmap, rc.all_overrides, rc.type_k, rc.type_v, rc.flash_attn, rc.kv_offload,
-           tuple(g.name for g in gpus))  # fmt: skip
+           tuple(g.name for g in gpus))
     return model.remember(key, lambda: _count_reads(model, rc, lmap, gpus))
 
 
@@ -323,7 +323,7 @@ def _padding(dev: int, flash_attn: bool) -> int:
 
 
 def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fills: tuple[int, int],
-                 n_swa: int, flash_attn: bool) -> list[DeviceRead] | None:  # fmt: skip
+                 n_swa: int, flash_attn: bool) -> list[DeviceRead] | None:
     rows = []
     for dev in [*range(len(gpus)), CPU]:
         p = _padding(dev, flash_attn)
@@ -355,14 +355,14 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
             seconds = [max(weights, matmul) + max(k, a) for k, a in zip(reads, attn, strict=True)]
             bound, charged = ("compute" if matmul > weights else "memory"), attn_rate
         rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
-                               eff.source, (seconds[0], seconds[1]), bound, charged))  # fmt: skip
+                               eff.source, (seconds[0], seconds[1]), bound, charged))
     return rows
 
 
 def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int, padding: int = KV_PAD) -> int:
     """Attention FLOPs of one token that sees `fill` cells (SWA layers at most their window)."""
     return (r.attn_cell[dev] * _cells(fill, n_swa, False, padding)
-            + r.attn_swa_cell[dev] * _cells(fill, n_swa, True, padding))  # fmt: skip
+            + r.attn_swa_cell[dev] * _cells(fill, n_swa, True, padding))
 
 
 def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decode") -> float | None:
@@ -396,7 +396,7 @@ def _seconds(rows: Sequence[DeviceRead], full: bool) -> float:
 
 
 def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
-             inputs: SpeedInputs) -> SpeedEstimate | None:  # fmt: skip
+             inputs: SpeedInputs) -> SpeedEstimate | None:
     """Tokens/s for one resolved configuration, from an empty context to a full slot; None when a
     device that holds data has no known bandwidth (an RPC worker)."""
     gpus = _active_gpus(rc, gpus)
@@ -409,12 +409,12 @@ def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Seque
     total_empty = sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
     total_full = sum(d.weight_bytes + d.kv_bytes_full for d in rows)
     return SpeedEstimate((1 / t_full, 1 / t_empty), prompt, (total_empty, total_full), sum(r.flops.values()),
-                         rc.n_ctx_seq, tuple(rows), source, inputs.calibrated, inputs.n_threads)  # fmt: skip
+                         rc.n_ctx_seq, tuple(rows), source, inputs.calibrated, inputs.n_threads)
 
 
 def estimate_turn(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
                   inputs: Sequence[SpeedInputs], gen_fill: int, prompt_depth: int,
-                  ) -> list[tuple[SpeedEstimate, float, float | None] | None]:  # fmt: skip
+                  ) -> list[tuple[SpeedEstimate, float, float | None] | None]:
     """For each of `inputs`: the estimate (as `estimate`), generation tokens/s at `gen_fill` cells and
     prompt tokens/s after `prompt_depth` (as `estimate_at`), reading the model's tensors once."""
     gpus = _active_gpus(rc, gpus)
@@ -432,13 +432,13 @@ def estimate_turn(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: 
                             (sum(d.weight_bytes + d.kv_bytes_empty for d in rows),
                              sum(d.weight_bytes + d.kv_bytes_full for d in rows)),
                             sum(r.flops.values()), rc.n_ctx_seq, tuple(rows), source, i.calibrated,
-                            i.n_threads)  # fmt: skip
+                            i.n_threads)
         out.append((est, 1 / _seconds(at, False), _prompt_tps(r, rc, gpus, i, depth=prompt_depth, n_swa=n_swa)[0]))
     return out
 
 
 def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fill: int,
-                lmap: LayerMap | None = None) -> tuple[float, float | None, int] | None:  # fmt: skip
+                lmap: LayerMap | None = None) -> tuple[float, float | None, int] | None:
     """(generation tokens/s, prompt tokens/s, bytes per generated token) with `fill` cells in use —
     what llama-bench's tgN at -d D measures with fill = D + N/2. Without lmap: everything on the CPU."""
     from ..memory.placement import layer_map
@@ -454,7 +454,7 @@ def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpe
 
 
 def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs,
-                depth: int = 0, n_swa: int = 0) -> tuple[float | None, str]:  # fmt: skip
+                depth: int = 0, n_swa: int = 0) -> tuple[float | None, str]:
     """pp512 after `depth` cells: FLOPs over throughput, plus PCIe copies of host weights per ubatch."""
     attn = r.attn_flops_cell * (depth + PP_TOKENS // 2)  # the average token sees half the prompt
     if not gpus:

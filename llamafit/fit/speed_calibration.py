@@ -71,7 +71,7 @@ def _why_not(speed: dict[str, Any]) -> str | None:
     """Why a run's timings must not count, or None when they may."""
     measured, estimated, eff = (speed.get(k) for k in ("generation_tps", "estimated_generation_tps", "efficiency"))
     if not (_num(measured) and _num(estimated) and _num(eff) and 0 < measured < 1e9 and 0 < estimated < 1e9
-            and 0 < eff < 1e9):  # fmt: skip
+            and 0 < eff < 1e9):
         return "damaged"
     if not MIN_RATIO <= measured / estimated <= MAX_RATIO:
         return "implausible"
@@ -112,12 +112,12 @@ def speed_scales(records: Iterable[dict[str, Any]]) -> list[SpeedScale]:
         requests, tokens = _evidence(r, speed)
         ratios[key].append(speed["generation_tps"] / speed["estimated_generation_tps"])
         out[key] = replace(s, runs=s.runs + 1, requests=s.requests + requests,
-                           generated_tokens=s.generated_tokens + tokens)  # fmt: skip
+                           generated_tokens=s.generated_tokens + tokens)
     return [replace(s, median=statistics.median(ratios[k]) if ratios[k] else None) for k, s in out.items()]
 
 
 def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str,
-              architecture: str) -> SpeedInputs:  # fmt: skip
+              architecture: str) -> SpeedInputs:
     """Inputs with the generation efficiency learned from earlier measured runs, when they hold enough evidence."""
     notes = []
     for s in speed_scales(records):
@@ -125,11 +125,11 @@ def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine
             continue
         base = inputs.efficiency_for(s.backend)
         source = (f"{base.source}, x {ratio:.2f}: the median of {s.runs} measured run(s) of {architecture} here"
-                  + (" (clamped)" if ratio != s.median else ""))  # fmt: skip
+                  + (" (clamped)" if ratio != s.median else ""))
         scaled = Efficiency(base.generation * ratio, base.prompt, source, base.decode and base.decode * ratio,
-                            base.attention and base.attention * ratio)  # fmt: skip
+                            base.attention and base.attention * ratio)
         inputs = with_efficiency(inputs, s.backend, scaled)
         notes.append(f"{s.backend} generation speed x {ratio:.2f}, measured by {s.runs} run(s) of {architecture} "
                      f"on this machine ({s.requests:,} requests, {s.generated_tokens:,} tokens; "
-                     "llamafit calibration show)")  # fmt: skip
+                     "llamafit calibration show)")
     return replace(inputs, calibrated="; ".join(notes)) if notes else inputs

@@ -390,7 +390,7 @@ def parse_gpu_option(spec: str, *, backend: str = "cuda") -> tuple[GPUInfo, ...]
         replace(g, index=i, spec=replace(g.spec, name=f"{prefix}{i}", backend=chosen),
                 unified=g.unified or chosen == "metal")
         for i, g in enumerate(gpus)
-    )  # fmt: skip
+    )
 
 
 def given(gpus: tuple[GPUInfo, ...], host_spec: DeviceSpec) -> Hardware:
@@ -447,7 +447,7 @@ def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSp
             total, free = answers[endpoint]
         else:
             raise InputError(f"--rpc {endpoint}: cannot ask the worker for its memory (no llama-server with RPC, "
-                             "or the worker does not answer); give its size: host:port=SIZE")  # fmt: skip
+                             "or the worker does not answer); give its size: host:port=SIZE")
         workers.append(DeviceSpec(f"RPC0[{endpoint}]", "gpu", "rpc", total, free))
     return tuple(workers)
 

@@ -142,7 +142,7 @@ def probe() -> dict[str, object]:
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {"kernels": measure_kernels(), "schema": SCHEMA, "machine": machine_key(), "time": when,
             "bandwidth_bytes_per_s": max(v for _, v in by_threads), "bandwidth_by_threads": by_threads,
-            "flops": measure_flops(), "flops_threads": n_cpu}  # fmt: skip
+            "flops": measure_flops(), "flops_threads": n_cpu}
 
 
 def measure_kernels() -> dict[str, list[float]]:
@@ -156,7 +156,7 @@ def measure_kernels() -> dict[str, list[float]]:
     try:
         out = subprocess.run([sys.executable, "-m", "llamafit.machine.kernel_probe"], capture_output=True,
                              timeout=KERNEL_PROBE_TIMEOUT_S, check=False,
-                             env={**os.environ, PARENT_ENV: str(os.getpid())})  # fmt: skip
+                             env={**os.environ, PARENT_ENV: str(os.getpid())})
         found = json.loads(out.stdout.decode("utf-8", "replace") or "{}")
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return {}
@@ -190,13 +190,13 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
             import sys
 
             sys.stderr.write(f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are kept "
-                             f"in {fallback.parent}\n")  # once: later runs read them there  # fmt: skip
+                             f"in {fallback.parent}\n")  # once: later runs read them there
     source = f"measured by the host probe ({record.get('time', '?')})"
     curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
     return HostRates(bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
                      flops or Rate(_number(record["flops"]), source), curve,
                      0 if flops else int(_number(record["flops_threads"])),
-                     _kernels(record.get("kernels")), _attention(record.get("kernels")))  # fmt: skip
+                     _kernels(record.get("kernels")), _attention(record.get("kernels")))
 
 
 def _kernels(value: object) -> tuple[KernelRate, ...]:
@@ -205,7 +205,7 @@ def _kernels(value: object) -> tuple[KernelRate, ...]:
     if not isinstance(value, dict):
         return ()
     return tuple(KernelRate(TYPES[name], float(r[0]), float(r[1])) for name, r in sorted(value.items())
-                 if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]))  # fmt: skip
+                 if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]))
 
 
 def _attention(value: object) -> AttentionRate | None:
@@ -231,7 +231,7 @@ def _read(path: Path) -> dict[str, object] | None:
     ok = (isinstance(record, dict) and record.get("schema") == SCHEMA
           and all(_rate(record.get(k)) for k in ("bandwidth_bytes_per_s", "flops"))
           and _count(record.get("flops_threads")) and _curve(record.get("bandwidth_by_threads"))
-          and isinstance(record.get("kernels"), dict))  # fmt: skip
+          and isinstance(record.get("kernels"), dict))
     return record if ok else None
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 # ggml_type values (ggml/include/ggml.h, enum ggml_type) of the types measured
 TYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_K": 12, "q5_K": 13, "q6_K": 14, "bf16": 30,
-                         "mxfp4": 39}  # fmt: skip
+                         "mxfp4": 39}
 # decode: a 2048 x 4096 weight (a few MiB: in the caches); prompt: 128 x 4096 by 512 columns; the best
 # of several rounds, so that on a busy machine one that ran undisturbed counts. Every row length is a
 # multiple of 256, as every type's block needs (ggml aborts otherwise)
@@ -82,7 +82,7 @@ def _libs() -> tuple[Any, Any]:
         (base, "ggml_backend_graph_compute", _int, [_vp, _vp]),
         (cpu, "ggml_backend_cpu_init", _vp, []), (cpu, "ggml_backend_cpu_set_n_threads", None, [_vp, _int]),
         (cpu, "ggml_backend_cpu_reg", _vp, []), (cpu, "ggml_backend_cpu_buffer_type", _vp, []),
-    ]  # fmt: skip
+    ]
     for lib, name, restype, argtypes in sigs:
         try:
             fn = getattr(lib, name)
@@ -107,7 +107,7 @@ def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
 
 
 def _best_seconds(base: Any, cpu: Any, backend: int, ctx: int, out: int, inputs: Sequence[int], threads: int,
-                  rounds: int) -> float:  # fmt: skip
+                  rounds: int) -> float:
     """Zero `inputs` (a repack buffer repacks a weight as it is set), build the graph of `out` in ctx, then
     compute it on `threads` threads: a warm-up, then the fastest of `rounds`, in seconds."""
     for t in inputs:
@@ -189,7 +189,7 @@ def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 
 
 
 def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
-                  ) -> dict[str, dict[str, float]]:  # fmt: skip
+                  ) -> dict[str, dict[str, float]]:
     """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread, and the same for ATTENTION (flash
     attention over an F16 cache); types ggml cannot multiply are left out.
     ggml's own log (it reports each repack) is silenced meanwhile and restored after."""
@@ -207,7 +207,7 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
                 progress(name)
             try:
                 out[name] = {"decode": measure(TYPES[name], 1, N_DECODE, K_DECODE, 1, ROUNDS_DECODE),
-                             "prompt": measure(TYPES[name], BATCH, N_PROMPT, K_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
+                             "prompt": measure(TYPES[name], BATCH, N_PROMPT, K_PROMPT, 1, ROUNDS_PROMPT)}
             except ProbeUnavailable:
                 if not out and name == types[0]:
                     raise
@@ -215,7 +215,7 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
             progress(ATTENTION)
         try:
             out[ATTENTION] = {"decode": measure_attention(1, FA_CELLS_DECODE, 1, ROUNDS_DECODE),
-                              "prompt": measure_attention(BATCH, FA_CELLS_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
+                              "prompt": measure_attention(BATCH, FA_CELLS_PROMPT, 1, ROUNDS_PROMPT)}
         except ProbeUnavailable:
             pass
     finally:

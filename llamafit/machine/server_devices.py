@@ -29,7 +29,7 @@ _LINE = re.compile(r"^\s*([A-Za-z_]+)(\d+)(\[[^\]]*\])?: (.*) \((\d+) MiB, (\d+)
 # device-name prefix → backend (ggml-cuda: CUDA, ggml-cuda built for HIP: ROCm, ggml-vulkan: Vulkan,
 # ggml-metal: MTL, ggml-rpc: RPC, ggml-sycl: SYCL, ggml-cann: CANN, ggml-opencl: GPUOpenCL)
 PREFIX_BACKEND = {"CUDA": "cuda", "ROCm": "rocm", "Vulkan": "vulkan", "MTL": "metal", "RPC": "rpc",
-                  "SYCL": "sycl", "CANN": "cann", "GPUOpenCL": "opencl"}  # fmt: skip
+                  "SYCL": "sycl", "CANN": "cann", "GPUOpenCL": "opencl"}
 # listed devices that are no memory pool of their own: BLAS (ggml-blas: an accelerator on host memory)
 _NOT_A_POOL = ("BLAS",)
 
@@ -68,12 +68,12 @@ def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
 
 
 def list_devices(server: str, env: Mapping[str, str],
-                 timeout_s: float = LIST_TIMEOUT_S) -> tuple[ListedDevice, ...] | None:  # fmt: skip
+                 timeout_s: float = LIST_TIMEOUT_S) -> tuple[ListedDevice, ...] | None:
     """What `server --list-devices` reports under `env` (the variables that pick devices:
     GGML_VK_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, … pass through); None when it gives no list."""
     try:
         proc = subprocess.run([server, "--list-devices"], capture_output=True, text=True, errors="replace",
-                              timeout=timeout_s, env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+                              timeout=timeout_s, env=dict(env), stdin=subprocess.DEVNULL, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_list_devices(proc.stdout + proc.stderr)
@@ -92,19 +92,19 @@ def _enrich(gpu: GPUInfo, detected: Sequence[GPUInfo], notes: list[str]) -> GPUI
         if same is None:
             return gpu
         return replace(gpu, bandwidth_bytes_per_s=same.bandwidth_bytes_per_s, driver=same.driver,
-                       pci_bus_id=same.pci_bus_id, uuid=same.uuid)  # fmt: skip
+                       pci_bus_id=same.pci_bus_id, uuid=same.uuid)
     ours, theirs = gpu.spec.total_bytes or 0, same.spec.total_bytes or 0
     if same.name != gpu.name or abs(ours - theirs) >= 2 << 20:  # the list prints whole MiB
         notes.append(f"{gpu.spec.name}: llama-server reports {gpu.name} ({_mib(ours)}), detection "
-                     f"{same.name} ({_mib(theirs)}); the plan uses the server's device")  # fmt: skip
+                     f"{same.name} ({_mib(theirs)}); the plan uses the server's device")
         return gpu
     spec = replace(gpu.spec, total_bytes=same.spec.total_bytes, free_bytes=same.spec.free_bytes,
-                   overhead_bytes=same.spec.overhead_bytes)  # fmt: skip
+                   overhead_bytes=same.spec.overhead_bytes)
     return replace(same, spec=spec, index=gpu.index)
 
 
 def server_hardware(listed: Sequence[ListedDevice], detected: Hardware, vulkan: Sequence[VulkanDevice] | None,
-                    server: str) -> Hardware:  # fmt: skip
+                    server: str) -> Hardware:
     """The server's devices as the plan's GPUs, with what detection adds; a note where they disagree.
 
     `vulkan`: vulkaninfo's devices in llama.cpp's order (llama_order), None when vulkaninfo is absent:
@@ -131,5 +131,5 @@ def server_hardware(listed: Sequence[ListedDevice], detected: Hardware, vulkan: 
     if len(detected.gpus) > len(local) and not any(g.spec.backend == "vulkan" for g in gpus):
         names = ", ".join(g.spec.name for g in detected.gpus)
         notes.append(f"{detected.source} finds {names}, which this llama-server does not list (a build without "
-                     "that backend): planned without them")  # fmt: skip
+                     "that backend): planned without them")
     return Hardware(tuple(gpus), detected.host, "llama-server", tuple(notes))

@@ -81,7 +81,7 @@ def parse_vulkaninfo(text: str) -> tuple[VulkanDevice, ...]:
             _int(fields["maxBufferSize"]) if "maxBufferSize" in fields else None,
             _int(fields["maxMemoryAllocationSize"]) if "maxMemoryAllocationSize" in fields else None,
             "VK_EXT_shader_64bit_indexing" in "\n".join(lines),
-        ))  # fmt: skip
+        ))
     return tuple(out)
 
 
@@ -97,7 +97,7 @@ def llama_order(devices: tuple[VulkanDevice, ...], env: Mapping[str, str]) -> tu
 
 def device_specs(devices: tuple[VulkanDevice, ...]) -> tuple[DeviceSpec, ...]:
     return tuple(DeviceSpec(f"Vulkan{i}", "gpu", "vulkan", d.heap_bytes, d.heap_bytes, d.max_tensor_bytes)
-                 for i, d in enumerate(devices))  # fmt: skip
+                 for i, d in enumerate(devices))
 
 
 def detect_vulkan(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...]:

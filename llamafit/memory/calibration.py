@@ -44,7 +44,7 @@ def incomplete(rows: Iterable[dict[str, Any]], gpus: Sequence[str]) -> tuple[str
             return "nothing_on_gpu", (g,)
     missing = tuple(f"{r.get('device')} {r.get('kind')}" for r in rows
                     if _num(r, "predicted_mib") >= 0.01 and _num(r, "actual_mib") <= 0
-                    and r.get("kind") != "output")  # fmt: skip
+                    and r.get("kind") != "output")
     return ("not_reported", missing) if missing else None
 
 
@@ -69,7 +69,7 @@ def record_problem(record: Any) -> str | None:
         return "not a JSON object"
     server = record.get("server", {})
     if server is not None and (not isinstance(server, dict) or not isinstance(server.get("build"), (int, type(None)))
-                               or isinstance(server.get("build"), bool)):  # fmt: skip
+                               or isinstance(server.get("build"), bool)):
         return "server is not an object with an integer build"
     hardware = record.get("hardware", [])
     if not isinstance(hardware, list) or not all(isinstance(d, dict) for d in hardware):
@@ -139,14 +139,14 @@ def same_server(record: dict[str, Any], *, build: int | None, identity: str | No
 
 def compute_correction(records: Iterable[dict[str, Any]], *, devices: Sequence[tuple[str, str]],
                        build: int | None, architecture: str | None = None,
-                       identity: str | None = None) -> Correction | None:  # fmt: skip
+                       identity: str | None = None) -> Correction | None:
     """Median reported/predicted compute ratio over complete runs of the same server (same_server),
     devices and (when given) model architecture."""
     ratios: list[float] = []
     runs = 0
     for r in records:
         if (not is_memory_record(r) or not same_server(r, build=build, identity=identity)
-                or _devices_of(r) != list(devices)):  # fmt: skip
+                or _devices_of(r) != list(devices)):
             continue
         if architecture is not None and r.get("architecture") != architecture:
             continue

@@ -170,13 +170,13 @@ def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
     starcoder load, or ALiBi: bloom, mpt) — build_qkv in src/llama-graph.cpp."""
     no_rope = f.architecture in ("bloom", "mpt", "jais") or any(t.name == "position_embd.weight" for t in f.tensors)
     return {il: no_rope for t in f.tensors
-            if t.name.endswith(".attn_qkv.weight") and (il := block_index(t.name)) is not None}  # fmt: skip
+            if t.name.endswith(".attn_qkv.weight") and (il := block_index(t.name)) is not None}
 
 
 def _signature(f: ModelFacts, il: int) -> tuple:
     """Everything a layer's candidate peaks depend on (see _layer_peak)."""
     return (f.n_head[il], f.n_head_kv[il], f.n_ff[il], f.swa.is_swa[il], f.is_recurrent[il], f.has_kv[il],
-            il < f.n_layer, _is_moe(f, il), f.n_embd_k_gqa(il), f.n_embd_v_gqa(il))  # fmt: skip
+            il < f.n_layer, _is_moe(f, il), f.n_embd_k_gqa(il), f.n_embd_v_gqa(il))
 
 
 
@@ -461,7 +461,7 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     inputs = input_bytes(f, s)
     layers = _on_device(f, s)
     peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device and s.kq_on_device) for il in layers),
-                     default=(0, "none"))  # fmt: skip
+                     default=(0, "none"))
     host_inputs = 0
     mixed = _mixed_inputs(f, s) if s.mixed_input else (0, 0, 0)
     dup, copies = (mixed[1], mixed[2]) if s.holds_input else (0, 0)
@@ -479,7 +479,7 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
                          if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
                          and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16"))
                          and (s.kq_on_device or not k.startswith("kq_mask"))
-                         and (s.holds_output or k not in ("inp_mean", "inp_cls")))  # fmt: skip
+                         and (s.holds_output or k not in ("inp_mean", "inp_cls")))
         host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
         lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
         if s.mixed_input:
@@ -643,7 +643,7 @@ def _kq_on_host(f: ModelFacts, rc: ResolvedConfig, s: ComputeSettings) -> int:
     copies of the layer's K and V cache views (split inputs from the GPU's KV buffer), for the largest layer."""
     return max((_attention(f, s, il) + layer_cell_bytes(f, il, rc.type_k, rc.type_v, flash_attn=False)
                 * _cells(f, s, il) * s.n_stream for il in _on_device(f, s) if _has_attention(f, il)),
-               default=0)  # fmt: skip
+               default=0)
 
 
 def _copies_extra(f: ModelFacts, s: ComputeSettings, copies: int) -> int:
@@ -679,7 +679,7 @@ def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
         mixed_input=since("mixed_batch", rc.build) and f.architecture not in NO_MIXED_BATCH_ARCHS,
         attn_rot=since("attn_rot", rc.build), pooling=rc.pooling if rc.embeddings else "none",
         pooling_per_seq=since("pooling_per_seq", rc.build),
-    )  # fmt: skip
+    )
 
 
 # Backends whose device has an offload_op hook that takes host-weight ops of a large batch:
@@ -701,7 +701,7 @@ def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...
     left on the CPU). The weights and the K/V views arrive as split inputs: the caller adds those.
     `attention` False: the device refuses the KQ product (too large), so attention stays on the host."""
     s = replace(_base_settings(f, rc), backend=_kind(backend), layers=layers, holds_output=False,
-                holds_input=False, kv_on_device=attention)  # fmt: skip
+                holds_input=False, kv_on_device=attention)
     return predict_compute(f, s).device
 
 

@@ -63,7 +63,7 @@ def engine_defaults(engine: str) -> LaunchConfig:
         # llama_cpp.Llama(): n_ctx=512, n_batch=512, n_ubatch=512, n_gpu_layers=0, flash_attn
         # False, swa_full True (libllama's default), one sequence, no server prompt cache.
         return LaunchConfig(n_ctx=512, flash_attn="off", n_gpu_layers=0, n_batch=512, n_parallel=1,
-                            swa_full=True, cache_ram_mib=0, fit=False)  # fmt: skip
+                            swa_full=True, cache_ram_mib=0, fit=False)
     if engine == "llama-cli":
         return LaunchConfig(n_parallel=1, cache_ram_mib=0)
     raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")

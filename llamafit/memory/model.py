@@ -80,7 +80,7 @@ class DeviceUsage:
     @property
     def used_bytes(self) -> int:
         return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
-                + self.output_bytes + self.reserve_bytes + self.overhead_bytes + self.side_bytes)  # fmt: skip
+                + self.output_bytes + self.reserve_bytes + self.overhead_bytes + self.side_bytes)
 
     @property
     def free_after_bytes(self) -> int | None:
@@ -110,7 +110,7 @@ class Breakdown:
     def short(self) -> tuple[tuple[DeviceUsage, int], ...]:
         """(device, bytes short) for every device that cannot hold what it must."""
         return tuple((d, self.hard_bytes(d) - d.usable_bytes) for d in self.devices
-                     if d.usable_bytes is not None and self.hard_bytes(d) > d.usable_bytes)  # fmt: skip
+                     if d.usable_bytes is not None and self.hard_bytes(d) > d.usable_bytes)
 
     @property
     def fits(self) -> bool:
@@ -211,7 +211,7 @@ class MemoryModel:
         # per probe, its name's classes (the tensor-name regexes run once per model, not per estimate):
         # routed expert, dense FFN, an expert's ffn_down (_displaced), placed with the output layer
         self._classes = [(is_expert(name), is_dense_ffn(name), is_expert(name) and "down" in name,
-                          is_output_layer(name) or name.endswith("(tied)")) for _, name, *_ in self.probes]  # fmt: skip
+                          is_output_layer(name) or name.endswith("(tied)")) for _, name, *_ in self.probes]
         self._memo: dict[tuple[object, ...], object] = {}  # what depends on the placement, not on the context
         probe_names = [n for _, name, *_ in self.probes for n in (name, name.removesuffix("(tied)"))]
         self._names = tuple(dict.fromkeys([n for n, _, _ in self.tensors] + probe_names))  # what -ot rules meet
@@ -219,24 +219,24 @@ class MemoryModel:
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
     def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool,
-                    v_less_mla: bool = True) -> tuple[list[int], list[int]]:  # fmt: skip
+                    v_less_mla: bool = True) -> tuple[list[int], list[int]]:
         """Prefix sums over blocks of KV bytes per cell: (full-attention layers, SWA layers)."""
         cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn, v_less_mla=v_less_mla)
-                 for il in range(self.facts.n_layer_all)]  # fmt: skip
+                 for il in range(self.facts.n_layer_all)]
         swa = self.facts.swa.is_swa
         return (_prefix([b if not swa[il] else 0 for il, b in enumerate(cells)]),
-                _prefix([b if swa[il] else 0 for il, b in enumerate(cells)]))  # fmt: skip
+                _prefix([b if swa[il] else 0 for il, b in enumerate(cells)]))
 
     def _sum(self, col: int, a: int, b: int) -> int:
         p = self.prefix[col]
         return p[b] - p[a] if b > a else 0
 
     def estimate(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
-                 reserve_bytes: int = DEFAULT_RESERVE_BYTES, compute_scale: float = 1.0) -> Breakdown:  # fmt: skip
+                 reserve_bytes: int = DEFAULT_RESERVE_BYTES, compute_scale: float = 1.0) -> Breakdown:
         """Bytes per device for this configuration (GPUs in order, then the host)."""
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus),
-                         since("ngl_output_first", rc.build))  # fmt: skip
+                         since("ngl_output_first", rc.build))
         weights = self._weights(rc, lmap, gpus)
         self._keep_oversized_on_host(weights, rc, lmap, gpus)
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
@@ -249,7 +249,7 @@ class MemoryModel:
         rows = []
         for d, spec in enumerate(gpus):
             rows.append(DeviceUsage(spec.name, "gpu", spec.total_bytes, spec.usable_bytes, weights[d], kv[d], rs[d],
-                                    compute[d], 0, reserve_bytes, spec.overhead_bytes))  # fmt: skip
+                                    compute[d], 0, reserve_bytes, spec.overhead_bytes))
         host_reserve = 0 if gpus else reserve_bytes
         host_usable = host.usable_bytes
         if host_usable is not None and any(g.backend == "metal" for g in gpus):
@@ -262,7 +262,7 @@ class MemoryModel:
             # too (load_tensors: cpu_buft_list starts with the host buffer type of the first device)
             pinned = compute[CPU] + output + (0 if mapped else weights[CPU])
         rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
-                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned))  # fmt: skip
+                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned))
         return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
 
     def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[float, ...]:
@@ -293,7 +293,7 @@ class MemoryModel:
         return out
 
     def _keep_oversized_on_host(self, out: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
-                                gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+                                gpus: Sequence[DeviceSpec]) -> None:
         """Move to the host each weight whose probe op exceeds its device's max_tensor_bytes."""
         limits = [g.max_tensor_bytes for g in gpus if g.max_tensor_bytes is not None]
         if not limits:
@@ -322,7 +322,7 @@ class MemoryModel:
                 out[CPU] += raw  # a mapped tied copy shares token_embd's pages (one CPU_Mapped range)
 
     def _op_offload(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
-                    gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+                    gpus: Sequence[DeviceSpec]) -> None:
         """Room in the first offloading GPU's compute buffer for the host-weight ops it takes over.
 
         ggml/src/ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1 of
@@ -349,7 +349,7 @@ class MemoryModel:
         the same way, with the output matrix's copy, the normed rows and the logits in the GPU's buffer.
         """
         if not rc.op_offload or not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn
-                                     or lmap.output == CPU or CPU in lmap.layers):  # fmt: skip
+                                     or lmap.output == CPU or CPU in lmap.layers):
             return  # every weight is on a GPU: nothing to offload
         threshold = max(rc.op_offload_min_batch, 1)
         b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
@@ -375,7 +375,7 @@ class MemoryModel:
                 deltas = self._cell_deltas(layers, rc.type_k, rc.type_v, rc.flash_attn)
                 views = max(f * rc.n_ctx_seq + w * rc.n_swa_cells for f, w in deltas) * rc.n_stream
             need = max(need, op_offload_compute(self.facts, rc, layers, gpus[b].backend, attention=attention)
-                       + weight + views + e_rows)  # fmt: skip
+                       + weight + views + e_rows)
         elif weight:  # the GPU's own layers read the copy (-ot exps=CPU, --n-cpu-moe)
             need += weight + product + e_rows
         if output:  # at the lm_head: the matrix's copy, result_norm and the logits [n_vocab, n_outputs] F32
@@ -391,7 +391,7 @@ class MemoryModel:
             compute[CPU] = max(min(compute[CPU], host), output_refused_host(self.facts, rc, lmap, gpus))
 
     def _offload_scan(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
-                      limit: int | None, layers_on: bool, outputs_on: bool) -> _OffloadScan:  # fmt: skip
+                      limit: int | None, layers_on: bool, outputs_on: bool) -> _OffloadScan:
         """The weights op offload copies to the GPU, for one placement: (the largest host weight a GPU op reads,
         the smallest routed ffn_down among them or None, the host layers whose ops the GPU runs, whether a
         host layer's weight is refused by the GPU (too large), the host output matrix's bytes)."""
@@ -410,7 +410,7 @@ class MemoryModel:
                         host_layers.append(il)
                 else:
                     found = (fixed, exp if il < n_moe else None, dense if il < n_cpu_ffn else None,
-                             both if il < n_moe or il < n_cpu_ffn else None)  # fmt: skip
+                             both if il < n_moe or il < n_cpu_ffn else None)
                 for part in found:
                     if part:
                         weight = max(weight, part[0])
@@ -446,7 +446,7 @@ class MemoryModel:
                 continue
             expert, dense, expert_down, _with_output = self._classes[i]
             kinds = [FIXED] if on_cpu else [FREE] + (
-                [BOTH] if expert and dense else [EXP] if expert else [DENSE] if dense else [])  # fmt: skip
+                [BOTH] if expert and dense else [EXP] if expert else [DENSE] if dense else [])
             for kind in kinds:
                 part = parts[il][kind]
                 small = raw if expert_down else None
@@ -491,7 +491,7 @@ class MemoryModel:
         return frozenset(n for n in self._names if found.search(n))
 
     def _cell_deltas(self, layers: tuple[int, ...], type_k: GGMLType, type_v: GGMLType,
-                     flash_attn: bool) -> tuple[tuple[int, int], ...]:  # fmt: skip
+                     flash_attn: bool) -> tuple[tuple[int, int], ...]:
         """The distinct (full-attention, SWA) KV bytes per cell of these layers."""
         def make() -> tuple[tuple[int, int], ...]:
             full, swa = self.cell_prefix(type_k, type_v, flash_attn)
@@ -539,7 +539,7 @@ class MemoryModel:
         return grow
 
     def _host_ops_of_gpu_layers(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
-                                gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+                                gpus: Sequence[DeviceSpec]) -> None:
         """GPU layers whose FFN weights stay in host memory (-ot ...=CPU, --n-cpu-moe, --n-cpu-ffn) when no GPU
         takes their ops (--no-op-offload, a batch under the threshold, no offloading backend): pass 1 of
         ggml_backend_sched_split_graph leaves each such op on the CPU with its weight, and the expansion
@@ -560,16 +560,16 @@ class MemoryModel:
             compute[CPU] = max(compute[CPU], host_ffn_compute(self.facts, rc, layers))
 
     def _host_ffn_layers(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
-                         taken: bool, limit: int | None) -> tuple[int, ...]:  # fmt: skip
+                         taken: bool, limit: int | None) -> tuple[int, ...]:
         """The GPU layers whose host-resident FFN weights' ops stay on the CPU."""
         kinds = self.remember(("host_ffn_kinds", rules, taken, limit),
-                              lambda: self._host_ffn_kinds(rules, taken, limit))  # fmt: skip
+                              lambda: self._host_ffn_kinds(rules, taken, limit))
         return tuple(il for il, k in enumerate(kinds) if k and lmap.layers[il] != CPU and (
             FIXED in k or (EXP in k and il < n_moe) or (DENSE in k and il < n_cpu_ffn)
-            or (BOTH in k and (il < n_moe or il < n_cpu_ffn))))  # fmt: skip
+            or (BOTH in k and (il < n_moe or il < n_cpu_ffn))))
 
     def _host_ffn_kinds(self, rules: tuple[tuple[str, str], ...], taken: bool,
-                        limit: int | None) -> tuple[frozenset[int], ...]:  # fmt: skip
+                        limit: int | None) -> tuple[frozenset[int], ...]:
         """Per block (< n_layer): the kinds (FIXED: an -ot rule puts it on the CPU; else EXP, DENSE, BOTH) of its
         weights whose ops no GPU takes (all of them unless `taken`; then those whose probe op is over `limit`)."""
         targets = self._targets(rules)[0] if rules else None

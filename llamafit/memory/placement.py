@@ -142,7 +142,7 @@ def check_override_regex(rx: str) -> re.Pattern[str]:
         raise InputError(f"-ot regex '{shown}' is too expensive to match ({why}: exponential backtracking)")
     if count > MAX_UNBOUNDED_REPEATS:
         raise InputError(f"-ot regex '{shown}' is too expensive to match ({count} unbounded repeats; "
-                         f"at most {MAX_UNBOUNDED_REPEATS})")  # fmt: skip
+                         f"at most {MAX_UNBOUNDED_REPEATS})")
     return compiled
 
 

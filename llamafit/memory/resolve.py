@@ -203,7 +203,7 @@ def _context(cfg: LaunchConfig, facts: ModelFacts, engine: str, n_seq: int, unif
 
 
 def _flash_attn(cfg: LaunchConfig, facts: ModelFacts, type_v: GGMLType,
-                build: int | None = None) -> tuple[bool, list[str]]:  # fmt: skip
+                build: int | None = None) -> tuple[bool, list[str]]:
     """-fa auto stays on where the backend supports it (CPU, CUDA, Metal, Vulkan); llama_init_from_model
     forces it off for Grok and on for a quantized V cache. Before PR #15434 there was no auto: off."""
     notes = []
@@ -248,11 +248,11 @@ def _check_each_block(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn:
     for il in range(facts.n_layer):
         swa = facts.swa.is_swa[il]
         heads = (("K", tk, facts.n_embd_head_k_swa if swa else facts.n_embd_head_k),
-                 ("V", tv, facts.n_embd_head_v_swa if swa else facts.n_embd_head_v))  # fmt: skip
+                 ("V", tv, facts.n_embd_head_v_swa if swa else facts.n_embd_head_v))
         for which, t, head in heads:
             if flash_attn and t.is_quantized and head % t.block_size:
                 raise ConfigError(f"{which} cache type {t.name.lower()} with block size {t.block_size} "
-                                  f"does not divide n_embd_head_{which.lower()}={head}")  # fmt: skip
+                                  f"does not divide n_embd_head_{which.lower()}={head}")
         if not flash_attn and facts.has_kv[il] and facts.n_embd_k_gqa(il) % tk.block_size:
             raise ConfigError(f"K cache type {tk.name.lower()} does not divide the K row of layer {il}")
 
@@ -286,7 +286,7 @@ def _outputs(engine: str, build: int | None, n_batch: int, n_seq: int, *, embedd
 
 
 def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server",
-            build: int | None = None) -> ResolvedConfig:  # fmt: skip
+            build: int | None = None) -> ResolvedConfig:
     """The configuration llama.cpp would run, or ConfigError where it would refuse to start."""
     type_k, type_v = _kv_type(cfg.type_k, "K"), _kv_type(cfg.type_v, "V")
     if facts.mla is not None and type_k != type_v:
@@ -310,7 +310,7 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
     swa = 0
     if facts.swa.swa_type != "none":
         swa = swa_cells(n_ctx_seq, facts.swa.n_swa, n_seq, n_ubatch, unified=unified, swa_full=cfg.swa_full,
-                        pad_to=_padding(build, flash_attn))  # fmt: skip
+                        pad_to=_padding(build, flash_attn))
     if n_ctx_seq > facts.n_ctx_train:
         notes.append(f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({facts.n_ctx_train}): possible training context overflow")
     return ResolvedConfig(
@@ -326,4 +326,4 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
         cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20, warnings=tuple(notes), op_offload=cfg.op_offload,
         op_offload_min_batch=cfg.op_offload_min_batch if since("op_offload_env", build) else OP_OFFLOAD_MIN_BATCH,
         build=build, embeddings=cfg.embeddings, pooling=_pooling(cfg, facts),
-    )  # fmt: skip
+    )

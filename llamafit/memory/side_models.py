@@ -59,7 +59,7 @@ PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 
 NGRAM_N_MAX = {"ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48, "ngram-mod": 64, "ngram-cache": 8}
 SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
-              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")  # fmt: skip
+              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +101,7 @@ class SideFlags:
         """common_speculative_n_max (common/speculative.cpp): the most tokens any asked type drafts."""
         sizes = {**NGRAM_N_MAX, **dict(self.ngram_n_max)}
         return max((self.draft_n_max if t.startswith("draft-") else sizes.get(t, 0) for t in self.spec_types),
-                   default=0)  # fmt: skip
+                   default=0)
 
     def main_outputs(self, n_batch: int, n_parallel: int) -> int | None:
         """The main context's n_outputs_max with speculation (tools/server/server-context.cpp
@@ -131,7 +131,7 @@ def vocab_info(metadata: Mapping[str, Any], n_vocab: int) -> VocabInfo:
 
     return VocabInfo(get("tokenizer.ggml.model", str), n_vocab, get("tokenizer.ggml.bos_token_id", int),
                      get("tokenizer.ggml.eos_token_id", int), get("tokenizer.ggml.add_bos_token", bool),
-                     get("tokenizer.ggml.add_eos_token", bool))  # fmt: skip
+                     get("tokenizer.ggml.add_eos_token", bool))
 
 
 def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
@@ -146,7 +146,7 @@ def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
     diff = abs(target.n_vocab - draft.n_vocab)
     if diff > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
         return (f"vocab sizes differ by {diff} (target {target.n_vocab}, draft {draft.n_vocab}; "
-                f"at most {SPEC_VOCAB_MAX_SIZE_DIFFERENCE})")  # fmt: skip
+                f"at most {SPEC_VOCAB_MAX_SIZE_DIFFERENCE})")
     return None
 
 
@@ -212,7 +212,7 @@ class SidePlan:
         return replace(cfg, n_ctx=rc.n_ctx, type_k=fl.draft_type_k, type_v=fl.draft_type_v, n_gpu_layers=fl.draft_ngl,
                        override_tensor=fl.draft_overrides, cpu_moe=fl.draft_cpu_moe, n_cpu_moe=fl.draft_n_cpu_moe,
                        n_cpu_ffn=0, n_parallel=rc.n_seq_max, kv_unified=rc.kv_unified, fit=False,
-                       cache_ram_mib=0)  # fmt: skip
+                       cache_ram_mib=0)
 
     def main_rc(self, rc: ResolvedConfig, *, build: int | None) -> ResolvedConfig:
         """The main context as llama-server creates it next to these side models (more outputs)."""
@@ -220,13 +220,13 @@ class SidePlan:
 
         n_out = self.flags.main_outputs(rc.n_batch, rc.n_seq_max)
         if (n_out is None or rc.engine != "llama-server" or rc.n_outputs_max == rc.n_batch  # embeddings: n_batch
-                or (build is not None and build < BUILD_SERVER_OUTPUT_LIMIT)):  # fmt: skip
+                or (build is not None and build < BUILD_SERVER_OUTPUT_LIMIT)):
             return rc
         return replace(rc, n_outputs_max=n_out)
 
     def usages(self, cfg: LaunchConfig, rc: ResolvedConfig, main: MemoryModel, lmap_layers: tuple[int, ...],
                gpus: Sequence[DeviceSpec], host: DeviceSpec, *, build: int | None,
-               main_host_weights: int = 0) -> tuple[SideUsage, ...]:  # fmt: skip
+               main_host_weights: int = 0) -> tuple[SideUsage, ...]:
         out = []
         if self.draft is not None:
             out.append(draft_usage(self, cfg, rc, gpus, host, build=build, main_host_weights=main_host_weights))
@@ -247,7 +247,7 @@ def _draft_gpus(devices: tuple[str, ...], gpus: Sequence[DeviceSpec]) -> list[De
     missing = [d for d in devices if d.lower() not in names]
     if missing:
         raise InputError(f"-devd {','.join(devices)}: no device named {missing[0]} (devices: "
-                         f"{', '.join(g.name for g in gpus) or 'none'})")  # fmt: skip
+                         f"{', '.join(g.name for g in gpus) or 'none'})")
     return [names[d.lower()] for d in devices]
 
 
@@ -267,7 +267,7 @@ def shared_host_weights(plan: SidePlan, rc: ResolvedConfig, draft_host: int, mai
 
 
 def draft_usage(plan: SidePlan, cfg: LaunchConfig, rc: ResolvedConfig, gpus: Sequence[DeviceSpec],
-                host: DeviceSpec, *, build: int | None, main_host_weights: int = 0) -> SideUsage:  # fmt: skip
+                host: DeviceSpec, *, build: int | None, main_host_weights: int = 0) -> SideUsage:
     """The draft model's weights and its context (KV, compute, output) per device; host weights the
     target already maps from the same file are not counted again (shared_host_weights)."""
     from .resolve import resolve
@@ -284,18 +284,18 @@ def draft_usage(plan: SidePlan, cfg: LaunchConfig, rc: ResolvedConfig, gpus: Seq
     shared = shared_host_weights(plan, rc, b.devices[-1].weights_bytes, main_host_weights)
     devs = tuple(SideDeviceUsage(d.name, d.weights_bytes - (shared if d.kind == "host" else 0),
                                  copies * (d.kv_bytes + d.recurrent_bytes), copies * d.compute_bytes,
-                                 copies * d.output_bytes) for d in b.devices)  # fmt: skip
+                                 copies * d.output_bytes) for d in b.devices)
     details: tuple[tuple[str, int | str], ...] = (("contexts", copies), ("n_ctx_seq", drc.n_ctx_seq),
                                                    ("n_stream", drc.n_stream),
                                                    ("n_gpu_layers", drc.n_gpu_layers),
                                                    ("type_k", drc.type_k.name.lower()),
                                                    ("type_v", drc.type_v.name.lower()),
-                                                   ("shared_weights_bytes", shared))  # fmt: skip
+                                                   ("shared_weights_bytes", shared))
     return SideUsage("draft", plan.draft_path or plan.draft.facts.path, devs, drc.n_ctx * copies, details)
 
 
 def mtp_usage(facts: ModelFacts, flags: SideFlags, rc: ResolvedConfig, lmap_layers: tuple[int, ...],
-              gpus: Sequence[DeviceSpec], host: DeviceSpec) -> SideUsage:  # fmt: skip
+              gpus: Sequence[DeviceSpec], host: DeviceSpec) -> SideUsage:
     """--spec-type draft-mtp: the NextN blocks' weights (loaded with load_mtp) on their block's device,
     and the MTP context: KV of the NextN layers only (cells as the main context's), its compute
     buffer and output buffer (on the host, as the main context's)."""
@@ -329,7 +329,7 @@ def mtp_usage(facts: ModelFacts, flags: SideFlags, rc: ResolvedConfig, lmap_laye
         kv[name_of(dev)] += (k + v) * cells
     s = ComputeSettings(n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_seq_max, flash_attn=rc.flash_attn,
                         n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=flags.draft_type_k,
-                        type_v=flags.draft_type_v)  # fmt: skip
+                        type_v=flags.draft_type_v)
     dev = lmap_layers[facts.n_layer] if facts.n_layer < len(lmap_layers) else CPU
     compute[name_of(dev)] += nextn_compute(facts, s)
     output = facts.n_vocab * max(rc.n_seq_max, 1) * 4
@@ -348,7 +348,7 @@ def attach(b: Breakdown, usages: Sequence[SideUsage]) -> Breakdown:
 
 
 def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpus: Sequence[DeviceSpec],
-                    host: DeviceSpec) -> SideUsage:  # fmt: skip
+                    host: DeviceSpec) -> SideUsage:
     """Weights and the warmup compute buffer on the clip backend; details carry the worst case."""
     on_gpu = flags.mmproj_offload and bool(gpus)
     device = gpus[0].name if on_gpu else host.name
@@ -363,7 +363,7 @@ def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpu
         ("flash_attn", "on" if rc.flash_attn else "off"),
         ("warmup_image_px", warm), ("worst_image_px", worst_px), ("worst_compute_bytes", worst),
         ("image_max_tokens", max_tokens or 0),
-    )  # fmt: skip
+    )
     rows = [SideDeviceUsage(device, p.weights_bytes, 0, compute, 0)]
     if on_gpu:
         rows.append(SideDeviceUsage(host.name, 0, 0, encoder_host_input(p, image_px=warm), 0))

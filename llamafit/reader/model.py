@@ -57,7 +57,7 @@ def shard_paths(path: str) -> list[str]:
     count, no = info.count, info.index
     if not 1 <= no <= count:
         raise GGUFError(path, None, f"the name says shard {no} of {count}; split models number their shards "
-                        "1 to N (-00001-of-0000N.gguf)")  # fmt: skip
+                        "1 to N (-00001-of-0000N.gguf)")
     return [shard_name(info.prefix, i, count) for i in range(1, count + 1)]
 
 

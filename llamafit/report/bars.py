@@ -22,7 +22,7 @@ _COLOUR = {"W": "44", "K": "45", "C": "43", "R": "47", ".": "0"}  # background c
 
 def _parts(d: DeviceUsage) -> list[int]:
     used = [d.weights_bytes + d.side_bytes, d.kv_bytes + d.recurrent_bytes, d.compute_bytes + d.output_bytes,
-            d.reserve_bytes + d.overhead_bytes]  # fmt: skip
+            d.reserve_bytes + d.overhead_bytes]
     free = max((d.usable_bytes or 0) - sum(used), 0)
     return [*used, free]
 

@@ -29,11 +29,11 @@ def side_lines(b: Breakdown) -> list[str]:
     lines = []
     for u in b.side_models:
         lines.append(f"Side       {_SIDE_NAMES.get(u.kind, u.kind)} {os.path.basename(u.path)} "
-                     f"({_mib(u.total_bytes)} MiB, in the rows above)")  # fmt: skip
+                     f"({_mib(u.total_bytes)} MiB, in the rows above)")
         for d in u.devices:
             if d.total_bytes:
                 lines.append(f"             {d.name}: weights {_mib(d.weights_bytes)} + KV {_mib(d.kv_bytes)} + "
-                             f"compute {_mib(d.compute_bytes)} + output {_mib(d.output_bytes)} MiB")  # fmt: skip
+                             f"compute {_mib(d.compute_bytes)} + output {_mib(d.output_bytes)} MiB")
     return lines
 
 
@@ -92,7 +92,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
                              + (f"; closing them would give about {d['tokens']:,} more tokens per slot"
                                 if d.get("tokens") else "")
                              + "; --use total plans for the idle card"),
-}  # fmt: skip
+}
 
 
 # information, not a risk: printed as `Note`
@@ -148,7 +148,7 @@ def ways_out_json(ways_out: Sequence[WayOut]) -> list[dict[str, Any]]:
 
 
 def to_json(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Sequence[Notice | str],
-            ways_out: Sequence[WayOut], extra: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+            ways_out: Sequence[WayOut], extra: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "model": model_json(facts),
@@ -197,7 +197,7 @@ def verdict(b: Breakdown) -> str:
 
 
 def to_text(facts: ModelFacts, rc: ResolvedConfig, b: Breakdown, *, warnings: Sequence[Notice | str],
-            ways_out: Sequence[WayOut]) -> str:  # fmt: skip
+            ways_out: Sequence[WayOut]) -> str:
     if rc.n_seq_max <= 1:
         slots = f"{rc.n_ctx:,} tokens, 1 request at a time"
     elif rc.kv_unified:
@@ -240,7 +240,7 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
         return []
     if data.get("skipped"):
         return textwrap.wrap(f"check skipped: {data['skipped']}", 80, initial_indent=f"{'llama.cpp':<11}",
-                             subsequent_indent=" " * 11)  # fmt: skip
+                             subsequent_indent=" " * 11)
     lines = []
     for i, d in enumerate(data["devices"]):
         head = f"{'llama.cpp':<11}{data['tool']}: " if i == 0 else " " * 11
@@ -248,10 +248,10 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
         if d.get("logits_quirk_mib") and d["judged"]:  # fit/llama_check.py logits_quirk_bytes
             verdict = f"agrees less its {d['logits_quirk_mib']:,.0f} MiB of worst-case logits"
         lines += textwrap.wrap(f"{head}{d['device']} {d['mib']:,.0f} MiB, llamafit {d['llamafit_mib']:,.1f} "
-                               f"({verdict})", 80, subsequent_indent=" " * 13)  # fmt: skip
+                               f"({verdict})", 80, subsequent_indent=" " * 13)
     lines += [w for n in data.get("notes", []) for w in textwrap.wrap(n, 80, initial_indent=" " * 11,
                                                                       subsequent_indent=" " * 11)]
     if data["agrees"] is False:
         lines.append(f"{'Warning':<11}llama.cpp's own estimate differs from llamafit's beyond 5 %: a real start "
-                     "decides (llamafit run)")  # fmt: skip
+                     "decides (llamafit run)")
     return lines

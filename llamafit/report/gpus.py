@@ -31,7 +31,7 @@ def _gpu_json(g: GPUInfo) -> dict[str, Any]:
 
 
 def gpus_json(hw: Hardware, server: Hardware | None = None, path: str | None = None,
-              identity: str | None = None) -> dict[str, Any]:  # fmt: skip
+              identity: str | None = None) -> dict[str, Any]:
     """Detection's GPUs; with `server` (the devices the llama-server at `path` lists, with
     detection's facts: server_devices.py) a `llama_server` object: what plans use."""
     data = {
@@ -42,7 +42,7 @@ def gpus_json(hw: Hardware, server: Hardware | None = None, path: str | None = N
     }
     if server is not None:
         data["llama_server"] = {"path": path, "identity": identity, "devices": [_gpu_json(g) for g in server.gpus],
-                                "notes": list(server.notes)}  # fmt: skip
+                                "notes": list(server.notes)}
     return data
 
 
@@ -57,7 +57,7 @@ def _bandwidth(n: int | None) -> str:
 def _row(g: GPUInfo) -> list[str]:
     where = "" if g.physical_index is None else f"GPU {g.physical_index}"
     return [g.spec.name, g.name, _gib(g.spec.total_bytes), _gib(g.spec.free_bytes), _gib(g.used_bytes),
-            _bandwidth(g.bandwidth_bytes_per_s), where, g.pci_bus_id or "", g.uuid or ""]  # fmt: skip
+            _bandwidth(g.bandwidth_bytes_per_s), where, g.pci_bus_id or "", g.uuid or ""]
 
 
 def _table(rows: list[list[str]]) -> list[str]:

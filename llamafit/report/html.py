@@ -16,7 +16,7 @@ from typing import Any
 
 _PARTS = (("weights", "#4c72b0", ("weights_bytes",)), ("KV", "#b04ca6", ("kv_bytes", "recurrent_bytes")),
           ("compute", "#d9a521", ("compute_bytes", "output_bytes")),
-          ("reserve", "#9a9a9a", ("reserve_bytes", "overhead_bytes")))  # fmt: skip
+          ("reserve", "#9a9a9a", ("reserve_bytes", "overhead_bytes")))
 _FREE = "#e8efe8"
 _SERIES = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
 _W, _H, _PAD, _LEGEND = 900, 300, 60, 170  # the page's charts: width, height, left margin, legend column
@@ -46,17 +46,17 @@ def _device_bar(d: dict[str, Any], width: int = _W - _PAD - 160) -> str:
     size = f"{_mib(used)} of {_mib(usable)} MiB" if usable is not None else f"{_mib(used)} MiB"
     return (f'<svg class="bar" width="{_W}" height="44" role="img" aria-label="{escape(d["name"])} memory">'
             f'<text x="0" y="27" font-size="13">{escape(d["name"])}</text>{"".join(rects)}'
-            f'<text x="{_PAD + width + 6}" y="27" font-size="11">{size}</text></svg>')  # fmt: skip
+            f'<text x="{_PAD + width + 6}" y="27" font-size="11">{size}</text></svg>')
 
 
 def _memory_table(devices: Sequence[dict[str, Any]]) -> str:
     keys = ("usable_bytes", "weights_bytes", "kv_bytes", "recurrent_bytes", "compute_bytes", "output_bytes",
-            "reserve_bytes", "overhead_bytes", "used_bytes", "free_after_bytes")  # fmt: skip
+            "reserve_bytes", "overhead_bytes", "used_bytes", "free_after_bytes")
     head = "".join(f"<th>{escape(k.removesuffix('_bytes').replace('_', ' '))}</th>" for k in keys)
     rows = []
     for d in devices:
         cells = "".join(f'<td data-key="{k}" data-bytes="{"" if d.get(k) is None else d[k]}">'
-                        f'{"-" if d.get(k) is None else _mib(d[k])}</td>' for k in keys)  # fmt: skip
+                        f'{"-" if d.get(k) is None else _mib(d[k])}</td>' for k in keys)
         rows.append(f'<tr data-device="{escape(d["name"])}"><th>{escape(d["name"])}</th>{cells}</tr>')
     return f'<table id="memory"><tr><th>MiB</th>{head}</tr>{"".join(rows)}</table>'
 
@@ -74,7 +74,7 @@ def _ticks(hi: float, n: int = 5) -> list[float]:
 
 def _chart(chart_id: str, series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]], x_label: str,
            y_label: str, band: Sequence[tuple[float, float, float]] = (),
-           x_max: float | None = None) -> str:  # fmt: skip
+           x_max: float | None = None) -> str:
     """A line chart: each series a polyline with a circle per point (data-x, data-y), an optional band
     (x, low, high) under them, axes from 0 (x to `x_max` when given) with five ticks each, the legend
     to the right of the plot."""
@@ -116,7 +116,7 @@ def _speed_table(speed: dict[str, Any] | None) -> str:
     if not speed:
         return "<p>No speed estimate: a device's bandwidth is unknown.</p>"
     rows = [("generation, full context", "generation_tps_full"), ("generation, empty context", "generation_tps_empty"),
-            ("prompt (pp512)", "prompt_tps_band")]  # fmt: skip
+            ("prompt (pp512)", "prompt_tps_band")]
     out = ['<table id="speed"><tr><th></th><th>low</th><th>high</th></tr>']
     for label, key in rows:
         pair = speed.get(key)
@@ -151,7 +151,7 @@ def plan_page(data: dict[str, Any], curves: dict[str, Any]) -> str:
     legend += f'<span style="background:{_FREE}"></span>free'
     layers = [(f"{s['type_k']}/{s['type_v']} fa {s['flash_attn']}", _SERIES[i % len(_SERIES)],
                [(k, ctx) for k, ctx in s["points"] if ctx is not None])
-              for i, s in enumerate(curves.get("context_by_layers", []))]  # fmt: skip
+              for i, s in enumerate(curves.get("context_by_layers", []))]
     speed_pts = curves.get("speed_by_context", [])
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{escape(title)}</title>",
@@ -164,7 +164,7 @@ def plan_page(data: dict[str, Any], curves: dict[str, Any]) -> str:
         "<h2>Memory per device</h2>", f'<p class="legend">{legend}</p>',
         *(_device_bar(d) for d in data["devices"]),
         _memory_table(data["devices"]) if data["devices"] else "<p>Nothing fits: the verdict says what would.</p>",
-    ]  # fmt: skip
+    ]
     if layers:
         parts += ["<h2>Context against layers on the GPU</h2>",
                   _chart("context-by-layers", layers, "layers on the GPU (-ngl)", "largest context per slot",

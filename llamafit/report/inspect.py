@@ -140,7 +140,7 @@ def projector_json(p: ProjectorFacts) -> dict[str, Any]:
         "encoder_compute_bytes": {"flash_attn_on": encoder_compute(p, image_px=p.warmup_image_size(), flash_attn=True),
                                   "flash_attn_off": encoder_compute(p, image_px=p.warmup_image_size(),
                                                                     flash_attn=False)},
-    }  # fmt: skip
+    }
 
 
 def projector_text(p: ProjectorFacts) -> str:
@@ -155,5 +155,5 @@ def projector_text(p: ProjectorFacts) -> str:
         f"Weights    {_mib(p.weights_bytes)} in {p.n_tensors} tensors",
         (f"Compute    {_mib(encoder_compute(p, image_px=warm, flash_attn=True))} at warmup with flash attention, "
          f"{_mib(encoder_compute(p, image_px=warm, flash_attn=False))} without"),
-    ]  # fmt: skip
+    ]
     return "\n".join(lines)

@@ -68,7 +68,7 @@ def side_models_json(b: Breakdown) -> list[dict[str, Any]]:
              "devices": [{"name": d.name, "weights_bytes": d.weights_bytes, "kv_bytes": d.kv_bytes,
                           "compute_bytes": d.compute_bytes, "output_bytes": d.output_bytes,
                           "total_bytes": d.total_bytes} for d in u.devices if d.total_bytes]}
-            for u in b.side_models]  # fmt: skip
+            for u in b.side_models]
 
 
 def model_json(facts: ModelFacts) -> dict[str, Any]:

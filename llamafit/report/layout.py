@@ -25,7 +25,7 @@ def wrap_line(line: str, width: int = WIDTH) -> list[str]:
     if line.endswith(" \\"):  # a command line (command_lines) already wrapped as shell continuations
         return [line]
     return textwrap.wrap(line[LABEL:], width, initial_indent=line[:LABEL], subsequent_indent=" " * LABEL,
-                         break_long_words=False, break_on_hyphens=False)  # fmt: skip
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def wrap_text(text: str, width: int = WIDTH) -> str:

@@ -37,7 +37,7 @@ class Listing(Protocol):
 
 
 _COLS = (("NAME", 13), ("STORE", 9), ("ARCH", 8), ("QUANT", 6), ("SIZE", 5), ("TRAIN", 5), ("CTX/SLOT", 9),
-         ("TOK/S", 7), ("HERE", 10))  # fmt: skip
+         ("TOK/S", 7), ("HERE", 10))
 _RIGHT = {"SIZE", "TRAIN", "TOK/S"}
 
 
@@ -91,7 +91,7 @@ def _speed(row: Row) -> str:
 def _cells(row: Row) -> list[str]:
     """Names, architectures and quant tags come from stores and model files: escaped (safe_text)."""
     return [printable(row.name), printable(row.store), printable(row.arch), printable(row.quant),
-            gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row), _speed(row), here(row)]  # fmt: skip
+            gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row), _speed(row), here(row)]
 
 
 def _line(cells: list[str]) -> str:
@@ -131,12 +131,12 @@ def row_lines(row: Row) -> list[str]:
 
 _LEGEND_GPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
                "on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's",
-               "memory for a 4k context (every layer, q8_0 KV)."]  # fmt: skip
+               "memory for a 4k context (every layer, q8_0 KV)."]
 _LEGEND_CPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model",
                "and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not",
-               "even a 4k context does."]  # fmt: skip
+               "even a 4k context does."]
 _LEGEND_SPEED = ["TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`",
-                 "shows how; - = a device's bandwidth is unknown)."]  # fmt: skip
+                 "shows how; - = a device's bandwidth is unknown)."]
 
 
 def footer_lines(listing: Listing, home: str = "", *, gpus: bool = True) -> list[str]:

@@ -99,9 +99,9 @@ def _speed_cost(now: float, o: SpeedOption) -> str:
     if o.code == "fewer_gpu_layers":
         trend = "drops" if then < now else "rises"
         return (f"; -ngl {o.n_gpu_layers} fits {o.ctx_per_slot:,} tokens but generation {trend} from "
-                f"~{tps_text(now)} to ~{tps_text(then)} tokens/s")  # fmt: skip
+                f"~{tps_text(now)} to ~{tps_text(then)} tokens/s")
     return (f"; all layers on the GPU would generate ~{tps_text(then)} tokens/s (now ~{tps_text(now)}) "
-            f"but fit only {o.ctx_per_slot:,} tokens")  # fmt: skip
+            f"but fit only {o.ctx_per_slot:,} tokens")
 
 
 def _pair(p: tuple[float, float] | None) -> list[float] | None:
@@ -151,11 +151,11 @@ def verdict_json(v: Verdict, preset: PresetEffect | None = None) -> dict[str, An
 
 def hardware_json(gpus: tuple[DeviceSpec, ...], host: DeviceSpec) -> list[dict[str, Any]]:
     return [{"name": d.name, "kind": d.kind, "backend": d.backend, "total_bytes": d.total_bytes,
-             "usable_bytes": d.usable_bytes} for d in (*gpus, host)]  # fmt: skip
+             "usable_bytes": d.usable_bytes} for d in (*gpus, host)]
 
 
 def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]], *,
-            band: SpeedBand | None = None, preset: PresetEffect | None = None) -> dict[str, Any]:  # fmt: skip
+            band: SpeedBand | None = None, preset: PresetEffect | None = None) -> dict[str, Any]:
     c = result.choice
     return {
         "schema": SCHEMA,
@@ -217,13 +217,13 @@ def band_json(band: SpeedBand | None) -> dict[str, Any]:
     """The bands of `speed` (README "plan --json"): [low, high] each; null without an estimate."""
     if band is None:
         return {"generation_tps_empty": None, "generation_tps_full": None, "prompt_tps_band": None,
-                "turn": None, "assumed": False}  # fmt: skip
+                "turn": None, "assumed": False}
     context, prompt, generated = band.turn
     return {"generation_tps_empty": _pair(band.generation_empty), "generation_tps_full": _pair(band.generation_full),
             "prompt_tps_band": _pair(band.prompt),
             "turn": {"context": context, "prompt": prompt, "generated": generated,
                      "seconds": _pair(band.turn_seconds)},
-            "assumed": band.assumed}  # fmt: skip
+            "assumed": band.assumed}
 
 
 def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict[str, Any] | None:
@@ -249,7 +249,7 @@ def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict
                          "attention_flops_per_s": None if d.attention_rate is None else round(d.attention_rate)}
                         for d in est.devices],
         },
-    }  # fmt: skip
+    }
 
 
 def _range(p: tuple[float, float]) -> str:
@@ -280,11 +280,11 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
 def _indented(text: str) -> list[str]:
     """A line under the label column, wrapped at 80 with its continuation indented two more."""
     return textwrap.wrap(text, WIDTH, initial_indent=" " * LABEL, subsequent_indent=" " * (LABEL + 2),
-                         break_long_words=False, break_on_hyphens=False)  # fmt: skip
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def speed_lines(est: SpeedEstimate | None, band: SpeedBand | None = None, preset: PresetEffect | None = None,
-                ) -> list[str]:  # fmt: skip
+                ) -> list[str]:
     if est is None:
         return []
     low, high = est.generation_tps
@@ -317,7 +317,7 @@ def _hw_line(d: dict[str, Any]) -> str:
 
 def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
             device_lines: list[str], *, band: SpeedBand | None = None, preset: PresetEffect | None = None,
-            ) -> str:  # fmt: skip
+            ) -> str:
     lines = [
         f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
         f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
@@ -334,7 +334,7 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
             tokens = per_layer / per_tokens * 1000
             line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
             line += (f"about {tokens:,.0f} tokens" if tokens <= facts.n_ctx_train
-                     else f"more than the trained {facts.n_ctx_train:,} tokens")  # fmt: skip
+                     else f"more than the trained {facts.n_ctx_train:,} tokens")
         lines.append(line)
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines += speed_lines(result.speed, band, preset)
@@ -353,12 +353,12 @@ def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
     why = not same and result.choice is not None
     lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
              f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"
-             + ("  tokens/s" * speed) + ("  vs the pick" * why)]  # fmt: skip
+             + ("  tokens/s" * speed) + ("  vs the pick" * why)]
     for t in rows[:1] if same else rows:
         ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
         offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
         line = (f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}"
-                + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
+                + (f"{_tps(t.generation_tps):>10}" if speed else ""))
         lines.append(line + (f"  {vs_pick_text(vs_pick(t, result.verdict), 80 - len(line) - 2)}" if why else ""))
     if same:
         lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
@@ -373,14 +373,14 @@ def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
         return None
     fa = "on" if v.flash_attn else "off"
     pick = ((t.flash_attn, t.type_k, t.type_v, t.n_gpu_layers, t.n_cpu_moe)
-            == (fa, v.type_k, v.type_v, v.n_gpu_layers, v.n_cpu_moe))  # fmt: skip
+            == (fa, v.type_k, v.type_v, v.n_gpu_layers, v.n_cpu_moe))
     tps = None
     if t.generation_tps is not None and v.generation_tps is not None:
         tps = round(t.generation_tps[0] - v.generation_tps[0], 2)
     return {"pick": pick, "context_delta": None if t.max_ctx is None else t.max_ctx - v.ctx_per_slot,
             "generation_tps_delta": tps, "flash_attn": None if t.flash_attn == fa else t.flash_attn,
             "type_k": None if t.type_k == v.type_k else t.type_k, "type_v": None if t.type_v == v.type_v else t.type_v,
-            "n_gpu_layers_delta": t.n_gpu_layers - v.n_gpu_layers or None}  # fmt: skip
+            "n_gpu_layers_delta": t.n_gpu_layers - v.n_gpu_layers or None}
 
 
 def vs_pick_text(d: dict[str, Any] | None, width: int) -> str:
@@ -414,7 +414,7 @@ def vs_pick_text(d: dict[str, Any] | None, width: int) -> str:
 
 
 def serving_line(model: str, *, n_ctx: int, n_seq: int, kv_unified: bool, gpu_weights_bytes: int,
-                 cpu_weights_bytes: int, url: str) -> str:  # fmt: skip
+                 cpu_weights_bytes: int, url: str) -> str:
     """`run`'s one line after Ready, like `ollama ps`: model, context and slots, where the weights are, URL."""
     if n_seq <= 1:
         ctx = f"{n_ctx:,} tokens, 1 request at a time"

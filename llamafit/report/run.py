@@ -18,7 +18,7 @@ SIGNAL_CAUSES = {
     "SIGBUS": "a memory-mapped model file became unreadable (truncated, or its disk went away)",
     "SIGILL": "this build uses CPU instructions this machine lacks",
     "SIGFPE": "a crash (arithmetic error) in llama-server",
-}  # fmt: skip
+}
 
 
 def _duration(seconds: float) -> str:
@@ -55,7 +55,7 @@ def retry_lines(back: Retreat, failure: str, *, at_full_context: bool) -> list[s
     changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
     where = f"at full context on {back.device}" if at_full_context else f"on {back.device} while loading"
     return [f"Retry      out of memory {where} ({failure}); next try uses "
-            f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}"]  # fmt: skip
+            f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}"]
 
 
 def given_up_lines(failure: str | None, *, smaller_tried: bool) -> list[str]:
@@ -68,7 +68,7 @@ def timeout_lines(e: LoadTimedOut) -> list[str]:
     line = f"Failed     the server was not healthy after {shown} s (--load-timeout {shown})"
     if e.phase == "warming up":
         return [line, "Hint       it was still warming up (a first run compiles the backend's kernels): "
-                      "skip the warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]  # fmt: skip
+                      "skip the warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]
     return [line]
 
 
@@ -108,14 +108,14 @@ def not_recorded_line(reason: str, what: tuple[str, ...]) -> str:
     """Why the load's predicted-vs-reported rows are not calibration (memory/calibration.incomplete)."""
     if reason == "nothing_on_gpu":
         return (f"Warning    the server put nothing on {what[0]}, which the plan used: is this a CPU-only build? "
-                "(not recorded for calibration)")  # fmt: skip
+                "(not recorded for calibration)")
     return f"Note       not recorded for calibration: the server did not report {', '.join(what)}"
 
 
 def unplanned_devices_line(devices: list[str], planned: list[str]) -> str:
     """The server put buffers on devices the plan did not have (issue #28): its figures are not calibration."""
     return (f"Mismatch   the server put buffers on {', '.join(devices)}, which the plan did not have (planned: "
-            f"{', '.join(planned) or 'CPU only'}); not recorded for calibration")  # fmt: skip
+            f"{', '.join(planned) or 'CPU only'}); not recorded for calibration")
 
 
 def devices_mismatch_line(why: str) -> str:
@@ -143,8 +143,8 @@ def record_error_line(path: str, error: OSError) -> str:
 def served_what(speed: dict[str, float]) -> str:
     """What a "serve" record holds, for its Recorded line."""
     return (f"{speed['requests']:.0f} request(s) generating ~{speed['generation_tps']:.1f} tokens/s "
-            f"(estimated ~{speed['estimated_generation_tps']:.1f})")  # fmt: skip
+            f"(estimated ~{speed['estimated_generation_tps']:.1f})")
 
 
 HOST_PROBE_LINE = ("Measuring  this machine's memory bandwidth and CPU throughput for the speed estimate "
-                   "(once: later runs read it from the cache)")  # fmt: skip
+                   "(once: later runs read it from the cache)")

@@ -37,7 +37,7 @@ from ..memory.resolve import ResolvedConfig
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}  # enum llama_split_mode (include/llama.h)
 # --load-mode → (use_mmap, use_mlock); llama.py picks LLAMA_LOAD_MODE_* from the pair
 LOAD_MODES = {"auto": (True, False), "mmap": (True, False), "none": (False, False), "mlock": (False, True),
-              "mmap+mlock": (True, True), "dio": (False, False)}  # fmt: skip
+              "mmap+mlock": (True, True), "dio": (False, False)}
 
 
 def _bool(value: bool) -> str:
@@ -45,14 +45,14 @@ def _bool(value: bool) -> str:
 
 
 def embedded_argv(model_path: str, rc: ResolvedConfig, *, host: str, port: int,
-                  python: str = sys.executable) -> list[str]:  # fmt: skip
+                  python: str = sys.executable) -> list[str]:
     """`python -m llama_cpp.server …` for this configuration (llama-cpp-python 0.3.36 setting names)."""
     use_mmap, use_mlock = LOAD_MODES.get(rc.load_mode, (True, False))
     argv = [python, "-m", "llamafit.server.embedded_main", "--model", model_path,
             "--n_ctx", str(rc.n_ctx), "--n_gpu_layers", str(rc.n_gpu_layers),
             "--flash_attn", _bool(rc.flash_attn), "--type_k", str(rc.type_k.id), "--type_v", str(rc.type_v.id),
             "--n_batch", str(rc.n_batch), "--n_ubatch", str(rc.n_ubatch), "--offload_kqv", _bool(rc.kv_offload),
-            "--use_mmap", _bool(use_mmap), "--use_mlock", _bool(use_mlock)]  # fmt: skip
+            "--use_mmap", _bool(use_mmap), "--use_mlock", _bool(use_mlock)]
     if rc.split_mode != "layer":
         argv += ["--split_mode", str(SPLIT_MODES[rc.split_mode]), "--main_gpu", str(rc.main_gpu)]
     if rc.tensor_split:

@@ -52,7 +52,7 @@ KV_UNIFIED = frozenset({"-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"})
 _TRUTHY = ("on", "enabled", "true", "1")  # common_arg_utils::is_truthy (common/arg.cpp)
 # --load-mode value → the flags of builds before PR #20834 (llama_model_params use_mmap/use_mlock)
 _OLD_LOAD_FLAGS = {"auto": [], "mmap": [], "none": ["--no-mmap"], "mlock": ["--no-mmap", "--mlock"],
-                   "mmap+mlock": ["--mlock"], "dio": ["--direct-io"]}  # fmt: skip
+                   "mmap+mlock": ["--mlock"], "dio": ["--direct-io"]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +310,7 @@ def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> subpro
 
         return subprocess.run([path, flag], capture_output=True, text=True, errors="replace", timeout=timeout,
                               env=dict(env), stdin=subprocess.DEVNULL, check=False,
-                              preexec_fn=die_with_parent())  # fmt: skip
+                              preexec_fn=die_with_parent())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServerProbeError(f"{flag} failed: {exc}") from exc
 
@@ -346,7 +346,7 @@ def _store(file: str | None, path: str, build: int | None, version_line: str, di
     if file is None:
         return
     record = {"format": CACHE_FORMAT, "path": os.path.realpath(path), "build": build,
-              "version_line": version_line, **dialect.to_json()}  # fmt: skip
+              "version_line": version_line, **dialect.to_json()}
     from ..safe_io import write_atomic
 
     try:

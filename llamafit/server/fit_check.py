@@ -31,7 +31,7 @@ _ROW = re.compile(r"^(\S+) (\d+) (\d+) (\d+)\s*$")
 # llama-server flags that do not reach llama-fit-params (no memory, or llama-server's own)
 _DROP = frozenset({"--host", "--port", "--fit", "-fit", "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified",
                    "-lv", "--verbosity", "--log-verbosity", "--no-warmup", "-fitt", "--fit-target", "-fitc",
-                   "--fit-ctx"})  # fmt: skip
+                   "--fit-ctx"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ _ASKED: dict[tuple[str, ...], tuple[tuple[Estimate, ...], str | None]] = {}  # t
 
 
 def ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
-        timeout_s: float = FIT_TIMEOUT_S) -> tuple[tuple[Estimate, ...], str | None]:  # fmt: skip
+        timeout_s: float = FIT_TIMEOUT_S) -> tuple[tuple[Estimate, ...], str | None]:
     """(rows, None), or ((), why) when the tool fails. One question is asked once per process (a
     plan re-solved after learning a tensor limit usually asks the same again: 0.7-2.5 s each)."""
     key = (tool, *flags, *(f"{k}={v}" for k, v in sorted(env.items()) if k.endswith("VISIBLE_DEVICES")))
@@ -93,16 +93,16 @@ def ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
 
 
 def _ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
-         timeout_s: float) -> tuple[tuple[Estimate, ...], str | None]:  # fmt: skip
+         timeout_s: float) -> tuple[tuple[Estimate, ...], str | None]:
     try:
         helped = subprocess.run([tool, "--help"], capture_output=True, text=True, errors="replace", timeout=30,
-                                env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+                                env=dict(env), stdin=subprocess.DEVNULL, check=False)
         asked, missing = question(flags, helped.stdout + helped.stderr)
         if missing:
             return (), f"this build's {TOOL} has no {', '.join(missing)}: it cannot be asked the same question"
         argv = [tool, *asked, "-fitp", "on", "-fit", "off"]
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                              env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+                              env=dict(env), stdin=subprocess.DEVNULL, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return (), f"{TOOL} failed: {e}"
     rows = parse_fit_print(proc.stdout)

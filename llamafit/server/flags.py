@@ -255,13 +255,13 @@ _RETIRED_LOAD = {
     "--mmap": (True, None, None), "--no-mmap": (False, None, None), "--mlock": (None, True, None),
     "-dio": (None, None, True), "--direct-io": (None, None, True),
     "-ndio": (None, None, False), "--no-direct-io": (None, None, False),
-}  # fmt: skip
+}
 RETIRED_LOAD_FLAGS = frozenset(_RETIRED_LOAD)  # fine for builds before PR #20834
 # each load mode as (mmap, mlock, dio); mmap None is auto (mmap where every device allows it)
 _LOAD_PARTS = {
     "auto": (None, False, False), "none": (False, False, False), "mmap": (True, False, False),
     "mlock": (False, True, False), "mmap+mlock": (True, True, False), "dio": (None, False, True),
-}  # fmt: skip
+}
 
 
 def _retired_load_mode(current: str, flag: str) -> str:

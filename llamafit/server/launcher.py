@@ -56,7 +56,7 @@ def ensure_port_free(host: str, port: int) -> None:
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             if e.errno == errno.EADDRINUSE:
                 raise InputError(f"--port {port}: {where} is already in use; stop what listens there or use "
-                                 "--port auto") from e  # fmt: skip
+                                 "--port auto") from e
             raise InputError(f"--port {port}: cannot listen on {where} ({e.strerror or e})") from e
 
 
@@ -85,7 +85,7 @@ class Child:
         """SIGINT (twice), then SIGTERM, then SIGKILL: the child is gone when this returns."""
         # llama-server sometimes ignores a SIGINT that arrives just as it starts listening: ask twice
         for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 5.0),
-                          (signal.SIGKILL, 5.0)):  # fmt: skip
+                          (signal.SIGKILL, 5.0)):
             if self.proc.poll() is not None:
                 break
             with contextlib.suppress(ProcessLookupError):
@@ -98,13 +98,13 @@ class Child:
 
 
 def start(argv: Sequence[str], env: Mapping[str, str], watcher: Watcher,
-          echo: Callable[[str], None] | None = None) -> Child:  # fmt: skip
+          echo: Callable[[str], None] | None = None) -> Child:
     """Start the server; its log lines go to the watcher (and `echo`, for --verbose)."""
     use_deathsig = sys.platform.startswith("linux")
     proc = subprocess.Popen(
         list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         errors="replace", bufsize=1, env=dict(env), preexec_fn=_die_with_parent if use_deathsig else None,
-    )  # fmt: skip
+    )
     child = Child(proc)
 
     def pump() -> None:
@@ -145,7 +145,7 @@ def server_props(url: str, headers: Mapping[str, str] | None = None, timeout: fl
 
 
 def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[], bool],
-                 headers: Mapping[str, str] | None = None, tick: Callable[[], None] | None = None) -> bool:  # fmt: skip
+                 headers: Mapping[str, str] | None = None, tick: Callable[[], None] | None = None) -> bool:
     """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time runs out.
     `tick` runs between polls (progress reporting)."""
     deadline = time.monotonic() + timeout_s

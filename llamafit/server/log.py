@@ -179,14 +179,14 @@ def _row(data: dict[str, object]) -> BreakdownRow:
         kind=str(data.get("kind", "")), name=str(data.get("name", "")), model=num("model") or 0,
         context=num("context") or 0, compute=num("compute") or 0, self_mib=num("self") or 0,
         free=num("free"), total=num("total"), unaccounted=num("unaccounted"),
-    )  # fmt: skip
+    )
 
 
 def _table_row(msg: str) -> BreakdownRow | None:
     if m := _TABLE_DEVICE.search(msg):
         g = {k: int(v) for k, v in m.groupdict().items() if k != "name"}
         return BreakdownRow("device", m["name"], g["model"], g["context"], g["compute"], g["self"],
-                            g["free"], g["total"], g["unaccounted"])  # fmt: skip
+                            g["free"], g["total"], g["unaccounted"])
     if m := _TABLE_HOST.search(msg):
         kind = "host" if m["name"] == "Host" else "buffer_type"
         return BreakdownRow(kind, m["name"], int(m["model"]), int(m["context"]), int(m["compute"]), int(m["self"]))
@@ -268,7 +268,7 @@ class LogWatcher:
             del self._timing[task]
             del self._served[: max(len(self._served) - MAX_SERVED + 1, 0)]
             self._served.append(ServedRequest(task, int(part["prompt_n"]), part["prompt_ms"], int(part["gen_n"]),
-                                              part["gen_ms"], int(part["n_tokens"])))  # fmt: skip
+                                              part["gen_ms"], int(part["n_tokens"])))
 
     def _outranks(self, found: Failure) -> bool:
         return self._failure is None or _RANK[found.kind] > _RANK[self._failure.kind]
@@ -283,7 +283,7 @@ class LogWatcher:
             size, cells, layers, seqs, streams, tk, k, tv, v = m.groups()
             n_stream = int(streams) if streams else None
             self._kv.append(KvCache(float(size), int(cells), int(layers), int(seqs), n_stream, tk, float(k), tv,
-                                    float(v), self._role))  # fmt: skip
+                                    float(v), self._role))
         elif "recurrent" in msg and (m := _RS.search(msg)):
             self._rs.append(RecurrentCache(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))))
 

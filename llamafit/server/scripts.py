@@ -325,7 +325,7 @@ _INI_KEYS = {
     **dict.fromkeys(("-otd", "--spec-draft-override-tensor"), "override-tensor-draft"),
     **dict.fromkeys(("-ncmoed", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe"), "n-cpu-moe-draft"),
     **dict.fromkeys(("-cmoed", "--spec-draft-cpu-moe"), "cpu-moe-draft"), "-cd": "ctx-size-draft",
-}  # fmt: skip
+}
 _ROUTER_OWNED = frozenset({"--host", "--port", "-a", "--alias"})  # server-models.cpp update_args
 _INI_BAD_VALUE = re.compile(r"[;#]|^[ \t]|[ \t]$")  # preset.cpp's parser ends a value there
 
@@ -383,7 +383,7 @@ def render_docker(spec: LaunchSpec, *, image: str | None = None) -> str:
     the official one for the backend unless `image` says)."""
     if spec.backend not in DOCKER_BACKENDS:
         raise InputError(f"docker containers cannot use {'Metal' if spec.backend == 'metal' else spec.backend}: "
-                         "use --format sh")  # fmt: skip
+                         "use --format sh")
     default_image, devices = DOCKER_BACKENDS[spec.backend]
     if not posixpath.isabs(spec.model_path):
         raise InputError(f"{spec.model_path}: docker needs an absolute model path to mount")
@@ -431,10 +431,10 @@ def _check_expressible(kind: str, spec: LaunchSpec) -> None:
     for word in words:
         if bad := next((c for c in word if unicodedata.category(c) == "Cc"), None):
             raise InputError(f"{kind} output refused: {printable(word)} contains the control character "
-                             f"{printable(bad)}; rename it")  # fmt: skip
+                             f"{printable(bad)}; rename it")
         if kind != "sh" and any("\udc80" <= c <= "\udcff" for c in word):
             raise InputError(f"{kind} output refused: {printable(word)} is not valid UTF-8, which {kind} files "
-                             "must be; rename it (or use --format sh)")  # fmt: skip
+                             "must be; rename it (or use --format sh)")
 
 
 # --- many models: a llama-swap config and router presets (fit/many.py packs the sets) ---------
@@ -461,7 +461,7 @@ def render_llama_swap_many(entries: Sequence[Entry], sets: Sequence[Sequence[str
     programs = sorted({e.argv[0] for e in entries})
     macros = {p: f"server{i + 1}" if len(programs) > 1 else "llama-server" for i, p in enumerate(programs)}
     lines = ["# llama-swap config written by llamafit: every model fitted; groups from the GPU memory each needs",
-             "macros:"]  # fmt: skip
+             "macros:"]
     lines += [f"  {_yaml_str(m)}: {_yaml_str(p)}" for p, m in macros.items()]
     lines.append("models:")
     for e in entries:
@@ -473,12 +473,12 @@ def render_llama_swap_many(entries: Sequence[Entry], sets: Sequence[Sequence[str
         cmd = " ".join([f"${{{macros[e.argv[0]]}}}", *_lines(groups, shlex.quote)])
         lines += [f"  {_yaml_str(e.name)}:", f"    cmd: {_yaml_str(cmd)}",
                   f"    proxy: {_yaml_str(f'http://{host}:${{PORT}}')}", "    ttl: 0", "    metadata:",
-                  f"      n_ctx: {e.n_ctx}", "      predicted_mib:" + ("" if e.gpu_mib else " {}")]  # fmt: skip
+                  f"      n_ctx: {e.n_ctx}", "      predicted_mib:" + ("" if e.gpu_mib else " {}")]
         lines += [f"        {_yaml_str(d)}: {mib}" for d, mib in e.gpu_mib]
     lines.append("groups:")
     for name, swap, members in swap_groups(sets):
         lines += [f"  {_yaml_str(name)}:", f"    swap: {'true' if swap else 'false'}", "    exclusive: true",
-                  "    members:", *(f"      - {_yaml_str(m)}" for m in members)]  # fmt: skip
+                  "    members:", *(f"      - {_yaml_str(m)}" for m in members)]
     return "\n".join(lines) + "\n"
 
 
@@ -488,7 +488,7 @@ def render_models_ini_many(entries: Sequence[Entry], sets: Sequence[Sequence[str
     together = [s for s in sets if len(s) > 1]
     head = ["; llama-server router presets written by llamafit: each section fitted",
             "; fit in memory at once: " + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
-            f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}", ""]  # fmt: skip
+            f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}", ""]
     body = []
     for e in entries:
         spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, predicted_mib=e.gpu_mib)

@@ -39,7 +39,7 @@ _IMAGE_MAX = ("--image-max-tokens",)
 SIDE_FLAGS = frozenset(_DRAFT_MODEL + _DRAFT_NGL + _DRAFT_DEV + _DRAFT_CTK + _DRAFT_CTV + _DRAFT_OT + _DRAFT_NCMOE
                        + _DRAFT_CMOE + _DRAFT_CTX + _SPEC_TYPE + _DRAFT_N_MAX + tuple(_NGRAM_SIZE) + _MMPROJ
                        + _MMPROJ_URL + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + _IMAGE_MIN
-                       + _IMAGE_MAX)  # fmt: skip
+                       + _IMAGE_MAX)
 MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)  # side models counted (others are warned about)
 _VALUELESS = frozenset(_DRAFT_CMOE + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + ("--mmproj-auto",))
 # LLAMA_ARG_* variables of these flags (common/arg.cpp set_env), applied before the flags
@@ -47,7 +47,7 @@ _ENV = {"LLAMA_ARG_SPEC_DRAFT_MODEL": "draft_model", "LLAMA_ARG_N_GPU_LAYERS_DRA
         "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K": "draft_type_k", "LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V": "draft_type_v",
         "LLAMA_ARG_SPEC_TYPE": "spec_types", "LLAMA_ARG_MMPROJ": "mmproj", "LLAMA_ARG_MMPROJ_URL": "mmproj",
         "LLAMA_ARG_IMAGE_MIN_TOKENS": "image_min_tokens", "LLAMA_ARG_IMAGE_MAX_TOKENS": "image_max_tokens",
-        "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE": "draft_n_cpu_moe", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "draft_n_max"}  # fmt: skip
+        "LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE": "draft_n_cpu_moe", "LLAMA_ARG_SPEC_DRAFT_N_MAX": "draft_n_max"}
 
 
 def _int(value: str, who: str) -> int:
@@ -98,7 +98,7 @@ _BY_FLAG: dict[str, str] = {
     **dict.fromkeys(_SPEC_TYPE, "spec_types"), **dict.fromkeys(_DRAFT_N_MAX, "draft_n_max"),
     **dict.fromkeys(_NGRAM_SIZE, "ngram_n_max"), **dict.fromkeys(_MMPROJ + _MMPROJ_URL, "mmproj"),
     **dict.fromkeys(_IMAGE_MIN, "image_min_tokens"), **dict.fromkeys(_IMAGE_MAX, "image_max_tokens"),
-}  # fmt: skip
+}
 
 
 def parse_side_flags(tokens: Sequence[str], env: Mapping[str, str] | None = None) -> SideFlags:

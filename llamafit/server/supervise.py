@@ -152,7 +152,7 @@ class SlotsWatch:
     """While a long request runs, poll GET /slots and emit VerifyProgress every `every_s` (a thread)."""
 
     def __init__(self, url: str, headers: Mapping[str, str], planned: int, emit: Callable[[VerifyProgress], None],
-                 every_s: float = VERIFY_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 every_s: float = VERIFY_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._url, self._headers, self._planned, self._emit = url.rstrip("/") + "/slots", dict(headers), planned, emit
         self._every, self._clock = every_s, clock
         self._done = threading.Event()

@@ -29,7 +29,7 @@ from .supervise import SlotsWatch, VerifyProgress
 N_PREDICT = 16
 _WORDS = ("memory", "context", "layer", "token", "river", "mountain", "quiet", "number", "seven", "green", "window",
           "system", "because", "although", "answer", "question", "garden", "engine", "paper", "light", "under",
-          "between", "simple", "history", "market", "winter", "signal", "travel", "doctor", "music")  # fmt: skip
+          "between", "simple", "history", "market", "winter", "signal", "travel", "doctor", "music")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class VerifyResult:
                 "device_memory": [{"device": d.device, "used_bytes": d.used_bytes, "source": d.source}
                                   for d in self.device_memory],
                 "device_memory_note": self.device_memory_note, "host_rss_bytes": self.host_rss_bytes,
-                "failure": self.failure, "oom": self.oom}  # fmt: skip
+                "failure": self.failure, "oom": self.oom}
 
 
 class VerifyError(Exception):
@@ -73,7 +73,7 @@ class VerifyError(Exception):
 
 def _post(url: str, body: dict[str, Any], headers: Mapping[str, str], timeout: float) -> dict[str, Any]:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", **headers})  # fmt: skip
+                                 headers={"Content-Type": "application/json", **headers})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         data = json.loads(r.read(64 << 20))
     if not isinstance(data, dict):
@@ -157,7 +157,7 @@ def host_rss(pid: int | None) -> int | None:
 
 def verify(url: str, *, headers: Mapping[str, str] | None = None, pid: int | None = None, n_ctx_slot: int | None = None,
            n_predict: int = N_PREDICT, timeout_s: float | None = None,
-           progress: Callable[[VerifyProgress], None] | None = None) -> VerifyResult:  # fmt: skip
+           progress: Callable[[VerifyProgress], None] | None = None) -> VerifyResult:
     """Fill one slot's context and generate; never raises for a server that fails (the result says).
     `progress` gets the server's progress (GET /slots) every 10 s while the request runs."""
     headers = dict(headers or {})
@@ -190,7 +190,7 @@ def verify(url: str, *, headers: Mapping[str, str] | None = None, pid: int | Non
     return VerifyResult(failure is None, n_ctx, int(num("prompt_n") or 0) + int(num("cache_n") or 0),
                         int(num("predicted_n") or 0), None if prompt_ms is None else prompt_ms / 1000,
                         num("prompt_per_second"), num("predicted_per_second"), wall, devices, note, host_rss(pid),
-                        failure, oom, dict(timings))  # fmt: skip
+                        failure, oom, dict(timings))
 
 
 def verify_lines(r: VerifyResult) -> list[str]:
@@ -202,7 +202,7 @@ def verify_lines(r: VerifyResult) -> list[str]:
         )
         if r.ttft_s is not None and r.prompt_tps and r.generation_tps:
             lines.append(f"           time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s prompt); "
-                         f"generation {r.generation_tps:,.1f} tokens/s at a full context")  # fmt: skip
+                         f"generation {r.generation_tps:,.1f} tokens/s at a full context")
     else:
         lines.append(f"Failed     the full-context request: {r.failure}")
     for d in r.device_memory:

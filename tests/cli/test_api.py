@@ -24,7 +24,7 @@ CPU        65,536     418       0      0      72       2       0     492  65,044
         "maximum")
     assert lf.server_argv(facts.path, result.choice.cfg, result.choice.rc)[3:] == [
         "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-b", "2048", "-ub", "512",
-        "--fit", "off"]  # fmt: skip
+        "--fit", "off"]
 
 
 def test_solve_check_a_config_and_catch_no_fit() -> None:
@@ -37,7 +37,7 @@ def test_solve_check_a_config_and_catch_no_fit() -> None:
     assert lf.MemoryModel(facts).estimate(rc, target.gpus, target.host).fits
     try:
         lf.solve(lf.make_target(facts, "2GiB"), lf.with_given(lf.LaunchConfig(), n_gpu_layers=65),
-                 lf.Policy(min_ctx=32768))  # fmt: skip
+                 lf.Policy(min_ctx=32768))
     except lf.NoFit as e:
         assert (e.min_ctx, e.cause, e.pinned_ngl) == (32768, "pinned_ngl", 65)
     else:
@@ -59,12 +59,12 @@ def test_make_target_reads_gpus_the_way_the_gpu_option_does() -> None:
     facts = lf.build_facts(lf.read_model(QWEN))
     sized = lf.make_target(facts, "24GiB,12G").gpus
     assert [(g.name, g.kind, g.backend, g.total_bytes, g.free_bytes) for g in sized] == [
-        ("CUDA0", "gpu", "cuda", 24 << 30, 24 << 30), ("CUDA1", "gpu", "cuda", 12 << 30, 12 << 30)]  # fmt: skip
+        ("CUDA0", "gpu", "cuda", 24 << 30, 24 << 30), ("CUDA1", "gpu", "cuda", 12 << 30, 12 << 30)]
     assert [g.name for g in lf.make_target(facts, "8GiB", backend="vulkan").gpus] == ["Vulkan0"]
     assert lf.make_target(facts, "cpu").gpus == ()
     assert lf.make_target(facts, "2xrtx4090").gpus == device_specs(parse_gpu_option("2xrtx4090"))
     for spec, message in [("24", "--gpu 24 has no unit; did you mean 24GiB?"),
-                          ("24GiB", "unknown backend 'cpu'; expected one of cuda, rocm, vulkan, metal")]:  # fmt: skip
+                          ("24GiB", "unknown backend 'cpu'; expected one of cuda, rocm, vulkan, metal")]:
         try:
             lf.make_target(facts, spec, backend="cpu" if spec == "24GiB" else "cuda")
         except lf.LlamafitError as e:

@@ -30,7 +30,7 @@ def test_fits_with_json_shape() -> None:
     gpu = d["devices"][0]
     assert gpu["kv_bytes"] == 4 * 128 * 4096  # 4 layers x (K+V 2x16 heads f16) per cell
     assert gpu["used_bytes"] == sum(gpu[k] for k in ("weights_bytes", "kv_bytes", "recurrent_bytes",
-                                                      "compute_bytes", "output_bytes", "reserve_bytes"))  # fmt: skip
+                                                      "compute_bytes", "output_bytes", "reserve_bytes"))
     assert gpu["free_after_bytes"] == 8 * 2**30 - gpu["used_bytes"]
     assert d["ways_out"] == [] and d["unknown_flags"] == []
 
@@ -41,10 +41,10 @@ def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     lines = result.stdout.splitlines()
     verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))  # the Model line may wrap
     assert lines[verdict : verdict + 2] == ["Verdict    does not fit: CUDA0 short by 23 MiB",
-                          "Way out    16,640 tokens per slot fit with the current settings"]  # fmt: skip
+                          "Way out    16,640 tokens per slot fit with the current settings"]
     d = json.loads(check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768").stdout)
     assert d["ways_out"] == [{"code": "context", "context_per_slot": 16640,
-                              "text": "16,640 tokens per slot fit with the current settings"}]  # fmt: skip
+                              "text": "16,640 tokens per slot fit with the current settings"}]
 
 
 def test_pasted_command_line_and_env() -> None:
@@ -75,7 +75,7 @@ def test_cpu_only() -> None:
         ([str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"],
          f"Error: {FIXTURES / 'broken' / 'empty.gguf'}: the file is empty"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     result = check(*args)
     assert result.exit_code == 2
@@ -105,7 +105,7 @@ def test_unmodelled_extra_models_are_flagged() -> None:
          "text": "--lora: a LoRA adapter is loaded too; its memory is not in this prediction"},
         {"code": "devices_not_modelled", "text": "-dev/--rpc among the llama-server flags are passed on but not "
          "modelled: describe the devices to llamafit with --gpu and --rpc"},
-    ]  # fmt: skip
+    ]
 
 
 def test_the_whole_text_when_it_does_not_fit(fixed_host) -> None:

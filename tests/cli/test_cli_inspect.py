@@ -52,7 +52,7 @@ KV cache per 1,000 tokens (one sequence, flash attention on):
                                 "1 NextN/MTP layer(s), not loaded by default"]),
         ("dense-llama.gguf", []),
     ],
-)  # fmt: skip
+)
 def test_notes_per_model_class(name: str, notes: list[str]) -> None:
     out = run("inspect", str(FIXTURES / name)).stdout
     assert [line[15:] for line in out.splitlines() if line.startswith("Note ")] == notes
@@ -101,7 +101,7 @@ def test_missing_shard_is_a_clear_error(tmp_path: Path) -> None:
     result = run("inspect", str(tmp_path / "split-llama-00001-of-00003.gguf"))
     missing = tmp_path / "split-llama-00002-of-00003.gguf"
     assert (result.exit_code, result.stderr) == (
-        2, f"Error: {missing}: shard of split model split-llama-00001-of-00003.gguf is missing\n")  # fmt: skip
+        2, f"Error: {missing}: shard of split model split-llama-00001-of-00003.gguf is missing\n")
 
 
 def test_renamed_shard_cannot_find_its_siblings(tmp_path: Path) -> None:
@@ -110,13 +110,13 @@ def test_renamed_shard_cannot_find_its_siblings(tmp_path: Path) -> None:
     result = run("inspect", str(renamed))
     assert result.exit_code == 2
     assert result.stderr == (f"Error: {renamed}: is one shard of 3 but its name does not end in "
-                             "-NNNNN-of-NNNNN.gguf, so the other shards cannot be found\n")  # fmt: skip
+                             "-NNNNN-of-NNNNN.gguf, so the other shards cannot be found\n")
 
 
 def test_python_dash_m_prints_what_the_command_prints() -> None:
     model = str(FIXTURES / "dense-llama.gguf")
     out = subprocess.run([sys.executable, "-m", "llamafit", "inspect", model], capture_output=True, text=True,
-                         check=True).stdout  # fmt: skip
+                         check=True).stdout
     assert out == run("inspect", model).stdout
 
 

@@ -22,7 +22,7 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
     d = json.loads(result.stdout)
     assert d["schema"] == "llamafit.plan/2" and d["fits"] is True
     assert d["command"] == ["llama-server", "-m", QWEN, "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk", "q8_0",
-                            "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]  # fmt: skip
+                            "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]
     assert d["config"]["n_ctx"] == 32768 and d["context_per_slot"] == 32768
     assert [h["name"] for h in d["hardware"]] == ["CUDA0", "CPU"]
     rows = {(t["flash_attn"], t["type_k"], t["type_v"]): t["max_ctx"] for t in d["tradeoffs"]}
@@ -34,7 +34,7 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "speed_options": [], "smallest_gpu": None, "cause": None, "pinned_ngl": None, "preset": None,
         "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the "
                 "trained maximum",
-    }  # fmt: skip
+    }
     assert 130 < d["mib_per_1000_tokens"] < 140  # 136 KiB per token of q8_0 KV, plus the compute slope
 
 

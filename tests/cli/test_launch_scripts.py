@@ -42,7 +42,7 @@ SPEC = LaunchSpec(
     llama_build="b1234",
     n_ctx=32768,
     ladder=((32768, (20000,)), (16384, (15000,)), (4096, (9000,))),
-)  # fmt: skip
+)
 
 ARGS = """\
   -m '/models/My Model.gguf' \\
@@ -133,7 +133,7 @@ docker run --rm --gpus all \\
   --port 8080
 """
 EXPECTED = {"sh": SH_TEXT, "systemd": SYSTEMD_TEXT, "llama-swap": SWAP_TEXT, "models-ini": INI_TEXT,
-            "docker": DOCKER_TEXT}  # fmt: skip
+            "docker": DOCKER_TEXT}
 
 HOSTILE = [
     "/models/My Model.gguf",
@@ -188,7 +188,7 @@ def test_a_line_break_or_nul_is_refused(bad: str) -> None:
     [{"argv": ()}, {"port": 0}, {"port": 65536}, {"env": (("1X", "a"),)}, {"env": (("A B", "a"),)},
      {"ladder": ((0, (10,)),)}, {"ladder": ((10, ()),)}, {"ladder": ((10, (-1,)),)},
      {"ladder": ((20, (10, 10)), (10, (10,)))}],
-)  # fmt: skip
+)
 def test_an_unusable_spec_is_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError):
         replace(SPEC, **changes)
@@ -277,7 +277,7 @@ def fake_nvidia_smi(folder: Path, output: str) -> Path:
     ("free", "context"),
     [("80000\\n", 32768), ("20000\\n", 32768), ("19999\\n", 16384),
      ("9000\\n", 4096), ("  12000\\n", 4096)],
-)  # fmt: skip
+)
 def test_guard_steps_down_the_ladder(free: str, context: int, server: tuple[str, Path], tmp_path: Path) -> None:
     program, record = server
     spec = spec_for(HOSTILE[1], program)
@@ -288,7 +288,7 @@ def test_guard_steps_down_the_ladder(free: str, context: int, server: tuple[str,
     assert isinstance(argv, list)
     assert argv == list(launch_argv(replace(spec, argv=_with_ctx(spec.argv, context)))[1:])
     assert (tools / "args").read_text().split() == [
-        "--query-gpu=memory.free", "--format=csv,noheader,nounits", "--id=0"]  # fmt: skip
+        "--query-gpu=memory.free", "--format=csv,noheader,nounits", "--id=0"]
 
 
 def _with_ctx(argv: tuple[str, ...], context: int) -> tuple[str, ...]:
@@ -302,7 +302,7 @@ TWO_GPUS = ((32768, (12000, 8000)), (16384, (9000, 6000)), (4096, (5000, 4000)))
 @pytest.mark.parametrize(
     ("free", "context"),
     [("12000\\n8000\\n", 32768), ("20000\\n7999\\n", 16384), ("8999\\n20000\\n", 4096), ("5000\\n4000\\n", 4096)],
-)  # fmt: skip
+)
 def test_guard_checks_each_gpu(free: str, context: int, server: tuple[str, Path], tmp_path: Path) -> None:
     """The second and third readings total more than the 20000 MiB the planned context needs, but one GPU is short."""
     program, record = server
@@ -318,7 +318,7 @@ def test_guard_checks_each_gpu(free: str, context: int, server: tuple[str, Path]
     ("free", "short"),
     [("30000\\n3999\\n", "CUDA1 has 3999 MiB free, needs 4000 MiB"),
      ("4999\\n30000\\n", "CUDA0 has 4999 MiB free, needs 5000 MiB")],
-)  # fmt: skip
+)
 def test_guard_names_the_short_gpu(free: str, short: str, server: tuple[str, Path], tmp_path: Path) -> None:
     program, record = server
     spec = replace(spec_for(MODEL, program), ladder=TWO_GPUS)
@@ -417,7 +417,7 @@ def test_systemd_refuses_a_program_it_would_misread(program: str) -> None:
 def test_llama_swap_yaml_round_trips(model: str) -> None:
     yaml = pytest.importorskip("yaml")  # PyYAML: the test extra
     spec = replace(spec_for(model), env=(("CUDA_VISIBLE_DEVICES", "0,1"), ("X", 'q"\\ü')),
-                   predicted_mib=(("CUDA0", 1), ("CUDA1: x", 2)), name="it's: \"m\" #1")  # fmt: skip
+                   predicted_mib=(("CUDA0", 1), ("CUDA1: x", 2)), name="it's: \"m\" #1")
     entry = yaml.safe_load(render_llama_swap(spec))["models"][spec.name]
     assert set(entry) == {"cmd", "env", "metadata"}
     assert "--port ${PORT}" in entry["cmd"]
@@ -456,13 +456,13 @@ def ini_section(text: str, name: str) -> dict[str, str]:
 def test_models_ini_round_trips(model: str) -> None:
     argv = ("llama-server", "--model", model, "--ctx_size", "4096", "-ngl", "all", "-ot", r"blk\.1\.=CPU",
             "--host", "0.0.0.0", "--port", "1", "-a", "x", "-ot", "exps=CPU", "-nkvo", "-ts", "3,1",
-            "-np", "1", "-b", "2048", "--n-cpu-moe", "3", "-fa", "auto", "--jinja", "--fit", "on")  # fmt: skip
+            "-np", "1", "-b", "2048", "--n-cpu-moe", "3", "-fa", "auto", "--jinja", "--fit", "on")
     spec = replace(SPEC, argv=argv, model_path=model, name="org/Model-GGUF:Q4_K_M")
     assert ini_section(render_models_ini(spec), spec.name) == {
         "model": model, "ctx-size": "4096", "n-gpu-layers": "all", "override-tensor": r"blk\.1\.=CPU,exps=CPU",
         "no-kv-offload": "true", "tensor-split": "3,1", "parallel": "1", "batch-size": "2048", "n-cpu-moe": "3",
         "flash-attn": "auto", "jinja": "true", "fit": "on",
-    }  # fmt: skip
+    }
 
 
 def test_models_ini_simple_plan_parses() -> None:
@@ -474,7 +474,7 @@ def test_models_ini_simple_plan_parses() -> None:
     [{"argv": ("s", "-m", "/m/a;b.gguf")}, {"argv": ("s", "-m", "/m/a#b.gguf")}, {"argv": ("s", "-m", " /m")},
      {"argv": ("s", "--made-up", "1")}, {"argv": ("s", "--control-vector-layer-range", "1", "2")},
      {"name": "a]b"}, {"name": "*"}, {"name": " x"}, {"name": ""}],
-)  # fmt: skip
+)
 def test_models_ini_refuses_what_it_cannot_hold(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError):
         render_models_ini(replace(SPEC, **changes))
@@ -504,7 +504,7 @@ def test_docker_rewrites_model_paths_into_the_mount(model: str) -> None:
     words = docker_argv(render_docker(spec, image="my/image:tag"))
     assert words[: words.index("my/image:tag") + 1] == [
         "docker", "run", "--rm", "--gpus", "all", "-p", "127.0.0.1:8080:8080", "-v", f"{folder}:/models:ro",
-        "-e", "CUDA_VISIBLE_DEVICES=0", "my/image:tag"]  # fmt: skip
+        "-e", "CUDA_VISIBLE_DEVICES=0", "my/image:tag"]
     inside = spec_for(f"/models/{model.rsplit('/', 1)[1]}")
     inside = replace(inside, argv=(*inside.argv, "--mmproj", "/models/sub/mmproj.gguf"))
     assert words[words.index("my/image:tag") + 1 :] == list(launch_argv(inside, "0.0.0.0")[1:])
@@ -514,7 +514,7 @@ def test_docker_rewrites_model_paths_into_the_mount(model: str) -> None:
     "changes",
     [{"model_path": "rel/m.gguf"}, {"argv": (*SPEC.argv, "--mmproj", "/elsewhere/mm.gguf")},
      {"model_path": "/a:b/m.gguf", "argv": ("s", "-m", "/a:b/m.gguf")}, {"host": "/run/llama.sock"}],
-)  # fmt: skip
+)
 def test_docker_refuses_what_the_container_cannot_see(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError):
         render_docker(replace(SPEC, **changes))

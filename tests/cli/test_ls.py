@@ -70,7 +70,7 @@ def test_ls_json_keys(home: Path) -> None:
     assert sorted(data) == ["machine", "models", "notes", "stores"]
     first = data["models"][0]
     assert sorted(first) == ["arch", "fit", "mmproj", "n_ctx_train", "n_shards", "name", "path", "quant", "ref",
-                             "size_bytes", "store"]  # fmt: skip
+                             "size_bytes", "store"]
     assert first["name"] == "lmstudio-community/gemma-GGUF:F16"
     assert first["ref"] == "lmstudio:lmstudio-community/gemma-GGUF:F16"
     assert first["fit"]["verdict"] == "fits" and first["fit"]["ctx"] == 32768 and first["fit"]["type_k"] == "f16"
@@ -117,13 +117,13 @@ def test_second_ls_reads_no_header(home: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from llamafit.commands import ls as ls_cli
 
     monkeypatch.setattr(ls_cli, "stderr_is_tty", lambda: True)
     def ls() -> int:
         return ls_cli.ls_command([], gpu_spec="8GiB", backend="cuda", reserve_bytes=1 << 30, use="free",
-                                 env=os.environ, as_json=False, echo=print)  # fmt: skip
+                                 env=os.environ, as_json=False, echo=print)
 
     assert ls() == 0
     out, err = capsys.readouterr()
@@ -150,9 +150,9 @@ def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypat
 
 
 @pytest.mark.parametrize("gpu, verdict, speed", [("rtx4080", "offload", True), ("rtx4090", "fits", True),
-                                                 ("16GiB", "offload", False)])  # fmt: skip
+                                                 ("16GiB", "offload", False)])
 def test_ls_speed_estimate_where_the_bandwidth_is_known(gpu: str, verdict: str, speed: bool,
-                                                        tmp_path: Path) -> None:  # fmt: skip
+                                                        tmp_path: Path) -> None:
     (tmp_path / "q.gguf").symlink_to(MODEL.parent / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
     result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", gpu, "--json"])
     fit = json.loads(result.output)["models"][0]["fit"]
@@ -176,7 +176,7 @@ def test_ls_text_shows_the_speed_range_of_catalog_gpus(tmp_path: Path) -> None:
     ([21.4, 41.2], "21-41"), ([4.21, 9.4], "4.2-9.4"), ([9.96, 9.96], "10"), ([120.0, 185.4], "120-185"),
     ([999.4, 1930.0], "~1.9k"), ([3900.0, 40100.0], "~40k"), ([1.2e6, 1.746e6], "~1.7M"), ([5.0, 5.0], "5.0"),
     (None, "-"),
-])  # fmt: skip
+])
 def test_ls_speed_cell(tps: list[float] | None, text: str) -> None:
     from llamafit.fit.listing import Fit, Row
     from llamafit.report.ls import _speed

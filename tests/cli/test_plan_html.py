@@ -53,7 +53,7 @@ def test_the_page_reads_back_as_the_json(tmp_path: Path, fixed_host) -> None:
     assert [(a["data-part"], int(a["data-bytes"] or 0)) for a in bars[:5]] == [
         ("weights", gpu["weights_bytes"]), ("KV", gpu["kv_bytes"] + gpu["recurrent_bytes"]),
         ("compute", gpu["compute_bytes"] + gpu["output_bytes"]), ("reserve", gpu["reserve_bytes"]),
-        ("free", gpu["free_after_bytes"])]  # fmt: skip
+        ("free", gpu["free_after_bytes"])]
     context = next(a for tag, a in el if a.get("id") == "context")
     assert context["data-value"] == str(data["context_per_slot"]) == "7168"
     # the context curves pass through the pick: q4_0/q4_0 at -ngl 52 reaches 7,168
@@ -66,7 +66,7 @@ def test_the_page_reads_back_as_the_json(tmp_path: Path, fixed_host) -> None:
     # speed: the band's numbers, and the curve starts at the empty context's estimate
     speed = data["speed"]
     rows = {a["data-key"]: [float(b["data-value"]) for _, b in _cells(el, a)] for tag, a in el
-            if tag == "tr" and a.get("data-key")}  # fmt: skip
+            if tag == "tr" and a.get("data-key")}
     assert rows["generation_tps_full"] == speed["generation_tps_full"]
     assert rows["generation_tps_empty"] == speed["generation_tps_empty"]
     assert rows["prompt_tps_band"] == speed["prompt_tps_band"]
@@ -160,7 +160,7 @@ def test_chromium_renders_the_page(tmp_path: Path, fixed_host) -> None:
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
                     f"--screenshot={shot}", "--window-size=1000,1400", (tmp_path / "plan.html").as_uri()],
-                   check=True, capture_output=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})  # fmt: skip
+                   check=True, capture_output=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
     width, height, rows = _pixels(shot.read_bytes())
     assert (width, height) == (1000, 1400)
     bpp = len(rows[0]) // width

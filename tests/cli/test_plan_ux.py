@@ -19,7 +19,7 @@ GPTOSS = str(FIXTURES / "swa-gptoss.gguf")  # trained 131,072 tokens, SWA layers
 def plan_json(*args: str) -> dict:
     """plan --json (before any `--`: what follows it is llama-server's)."""
     mine, dash, server = (args[: args.index("--")], ["--"], args[args.index("--") + 1 :]) if "--" in args else (
-        args, [], ())  # fmt: skip
+        args, [], ())
     result = CliRunner().invoke(cli, ["plan", *mine, "--json", *dash, *server])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
@@ -35,7 +35,7 @@ def test_a_gpu_given_by_size_gets_the_median_of_its_catalog_cards_and_their_rang
     gpu = speed["inputs"]["devices"][0]
     assert (gpu["bandwidth_bytes_per_s"], gpu["bandwidth_source"]) == (936 * 10**9, (
         "assumed: the median of 5 catalog cards with 24 GiB (300-1,008 GB/s); --bandwidth GB/s or a catalog name "
-        "(--gpu rtx4090) gives the card's own"))  # fmt: skip
+        "(--gpu rtx4090) gives the card's own"))
     empty, full = speed["inputs"]["bytes_per_token"]
     assert speed["generation_tps"] == [round(936e9 * 0.62 / full, 2), round(936e9 * 0.62 / empty, 2)]
     # the band: the slowest card with the model's error below, the fastest with it above
@@ -61,7 +61,7 @@ def test_a_catalog_card_has_a_band_of_the_models_error_only() -> None:
     ("24GiB", "500", "--bandwidth 500 GB/s"),
     ("rtx4090", "1500", "--bandwidth 1500 GB/s"),  # it replaces the catalog's too
     ("24GiB", "800GB/s", "--bandwidth 800 GB/s"),
-])  # fmt: skip
+])
 def test_bandwidth_gives_a_gpus_own(gpu: str, bandwidth: str, source: str) -> None:
     speed = plan_json(str(QWEN), "--gpu", gpu, "--bandwidth", bandwidth)["speed"]
     dev = speed["inputs"]["devices"][0]
@@ -80,7 +80,7 @@ def test_bandwidth_gives_a_gpus_own(gpu: str, bandwidth: str, source: str) -> No
                                            "users)"),
     (["--gpu", "24GiB", "--for", "chat:2"], "--for chat:2: only serve takes a number of users, 1-256 (serve:8)"),
     (["--gpu", "24GiB", "--for", "serve:0"], "--for serve:0: only serve takes a number of users, 1-256 (serve:8)"),
-])  # fmt: skip
+])
 def test_bad_bandwidth_and_preset_are_bad_input(args: list[str], error: str) -> None:
     result = CliRunner().invoke(cli, ["plan", str(QWEN), *args])
     assert (result.exit_code, result.stderr) == (2, f"Error: {error}\n")
@@ -120,7 +120,7 @@ def test_chat_and_agent_are_one_slot_at_the_trained_maximum_of_the_demo(preset: 
     ("long", 62720, "1", "128", "5", "for long (1 slot, the trained maximum first, at least 32,768 tokens per "
                                      "slot): fits 62,720"),
     ("serve:3", 28160, "3", "128", "5", "for serve:3 (3 slots, at least 8,192 tokens per slot): fits 28,160"),
-])  # fmt: skip
+])
 def test_presets_on_a_small_gpu(preset: str | None, ctx: int, np: str | None, ub: str, ngl: str, text: str) -> None:
     d = plan_json(GPTOSS, "--gpu", "1064MiB", *(["--for", preset] if preset else []))
     command = d["command"]
@@ -151,12 +151,12 @@ def test_trade_off_rows_say_what_they_change_against_the_pick(fixed_host) -> Non
     rows = {(t["flash_attn"], t["type_k"], t["type_v"]): t for t in d["tradeoffs"]}
     pick = rows[("on", "q4_0", "q4_0")]
     assert pick["vs_pick"] == {"pick": True, "context_delta": 0, "generation_tps_delta": 0.0, "flash_attn": None,
-                               "type_k": None, "type_v": None, "n_gpu_layers_delta": None}  # fmt: skip
+                               "type_k": None, "type_v": None, "n_gpu_layers_delta": None}
     f16 = rows[("off", "f16", "f16")]
     assert f16["vs_pick"] == {
         "pick": False, "context_delta": 1792 - 7168,
         "generation_tps_delta": round(f16["generation_tps"][0] - pick["generation_tps"][0], 2),
-        "flash_attn": "off", "type_k": "f16", "type_v": "f16", "n_gpu_layers_delta": None}  # fmt: skip
+        "flash_attn": "off", "type_k": "f16", "type_v": "f16", "n_gpu_layers_delta": None}
     assert f16["vs_pick"]["generation_tps_delta"] > 0
 
 
@@ -164,7 +164,7 @@ def test_vs_pick_text_keeps_what_fits() -> None:
     from llamafit.report.plan import vs_pick_text
 
     d = {"pick": False, "context_delta": -8192, "generation_tps_delta": 33.4, "flash_attn": None, "type_k": "q8_0",
-         "type_v": None, "n_gpu_layers_delta": -2}  # fmt: skip
+         "type_v": None, "n_gpu_layers_delta": -2}
     assert vs_pick_text(d, 60) == "-8,192 ctx, +33 t/s, K q8_0, -2 layers"
     assert vs_pick_text(d, 24) == "-8,192 ctx, +33 t/s"
     assert vs_pick_text({**d, "context_delta": None}, 24) == "no fit, +33 t/s, K q8_0"
@@ -177,7 +177,7 @@ def test_bars_are_coloured_only_on_a_terminal() -> None:
 
     line = "CUDA0      [WWKC....] 1,446/24,576 MiB"
     assert paint(line) == ("CUDA0      [\x1b[44mWW\x1b[0m\x1b[45mK\x1b[0m\x1b[43mC\x1b[0m....] "
-                           "1,446/24,576 MiB")  # fmt: skip
+                           "1,446/24,576 MiB")
     text = CliRunner().invoke(cli, ["plan", str(QWEN), "--gpu", "24GiB"]).stdout  # not a terminal
     assert "\x1b[" not in text and "CUDA0      [" in text
 

@@ -45,7 +45,7 @@ FIXTURE_FACTS = {
                         [], 0, [], [0, 1, 2], True, 29, 698880, "Q8_0"),
     "split-llama-00002-of-00003.gguf": ("llama", 4, 0, 64, 320, 16384, (4,) * 4, (4,) * 4, (16, 16), (192,) * 4,
                                         [], 0, [], [0, 1, 2, 3], False, 39, 510208, "F16"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize(("name", "expected"), FIXTURE_FACTS.items(), ids=list(FIXTURE_FACTS))
@@ -56,7 +56,7 @@ def test_fixture_facts(name: str, expected: tuple) -> None:
         f.n_head_kv, (f.n_embd_head_k, f.n_embd_head_v), f.n_ff, layers(f.swa.is_swa), f.swa.n_swa,
         layers(f.is_recurrent), layers(f.has_kv), f.tied_embeddings, f.n_tensors, f.weights.total_bytes,
         f.file_type,
-    )  # fmt: skip
+    )
     assert got == expected
     assert f.warnings == ()
     assert f.n_merges == 62

@@ -60,7 +60,7 @@ def test_fixture_kv_matches_llama_cpp(name: str) -> None:
             got = rs_lines(log)
             assert len(got) == 1 and got[0].cells == 1
             assert (got[0].r_mib, got[0].s_mib) == (pytest.approx(want.r_mib, abs=0.0051),
-                                                    pytest.approx(want.s_mib, abs=0.0051))  # fmt: skip
+                                                    pytest.approx(want.s_mib, abs=0.0051))
         else:
             assert rs_lines(log) == []
 

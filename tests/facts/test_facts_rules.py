@@ -48,7 +48,7 @@ def swa_layers(f: ModelFacts) -> list[int]:
         ("exaone4", 64, {}, "standard", 4096, [il for il in range(64) if il % 4 != 3]),
         ("exaone4", 30, {"ARCH__attention__sliding_window": 4096}, "none", 0, []),
     ],
-)  # fmt: skip
+)
 def test_swa_rules(arch: str, n_layer: int, keys: dict, swa_type: str, n_swa: int, expected: list[int]) -> None:
     f = facts(arch, n_layer, **keys)
     assert (f.swa.swa_type, f.swa.n_swa, swa_layers(f)) == (swa_type, n_swa, expected)
@@ -71,7 +71,7 @@ def test_nextn_layers_are_never_swa() -> None:
         ("falcon-h1", {}, list(range(8)), list(range(8))),  # attention and SSM on every layer
         ("mamba2", {}, list(range(8)), []),
     ],
-)  # fmt: skip
+)
 def test_recurrent_layer_rules(arch: str, keys: dict, recurrent: list[int], kv: list[int]) -> None:
     f = facts(arch, 8, **keys)
     assert [il for il, r in enumerate(f.is_recurrent) if r] == recurrent
@@ -86,7 +86,7 @@ def test_recurrent_layer_rules(arch: str, keys: dict, recurrent: list[int], kv: 
                         "ARCH__attention__sliding_window_pattern": [True] * 35}, 20),
         ("llama", 8, {}, 8),
     ],
-)  # fmt: skip
+)
 def test_layers_without_their_own_kv(arch: str, n_layer: int, keys: dict, kv_from_start: int) -> None:
     f = facts(arch, n_layer, **keys)
     assert f.n_layer_kv_from_start == kv_from_start
@@ -96,10 +96,10 @@ def test_layers_without_their_own_kv(arch: str, n_layer: int, keys: dict, kv_fro
 def test_mla_and_legacy_mla() -> None:
     mla = facts("deepseek2", 4, ARCH__attention__kv_lora_rank=512, ARCH__attention__key_length=576,
                 ARCH__attention__value_length=512, ARCH__attention__key_length_mla=192,
-                ARCH__attention__value_length_mla=128, ARCH__attention__head_count_kv=1)  # fmt: skip
+                ARCH__attention__value_length_mla=128, ARCH__attention__head_count_kv=1)
     assert mla.mla is not None and mla.n_embd_k_gqa(0) == 576 and mla.warnings == ()
     legacy = facts("deepseek2", 4, ARCH__attention__kv_lora_rank=512, ARCH__attention__key_length=192,
-                   ARCH__attention__value_length=128)  # fmt: skip
+                   ARCH__attention__value_length=128)
     assert legacy.mla is None
     assert legacy.n_embd_k_gqa(0) == 192 * 4
     assert "converted before llama.cpp's MLA support" in legacy.warnings[0]
@@ -114,7 +114,7 @@ def test_unknown_architecture_gets_generic_facts_and_a_warning() -> None:
     f = facts("frobnicator", 4, ARCH__attention__head_count_kv=2)
     assert f.n_embd_k_gqa(0) == 128 and sum(f.has_kv) == 4
     assert f.warnings == ("architecture 'frobnicator' is unknown to this llamafit: facts come from the generic "
-                          "keys (full attention on every layer, no recurrent state)",)  # fmt: skip
+                          "keys (full attention on every layer, no recurrent state)",)
 
 
 def test_per_layer_value_widths_and_v_max() -> None:
@@ -132,7 +132,7 @@ def test_per_layer_value_widths_and_v_max() -> None:
          "key llama.nextn_predict_layers = 9 leaves no layer of block_count 4 to run"),
         ({"ARCH__embedding_length": "wide"}, "key llama.embedding_length has type str, expected int"),
     ],
-)  # fmt: skip
+)
 def test_bad_metadata(keys: dict, message: str) -> None:
     with pytest.raises(ModelFactsError, match=message):
         facts("llama", 4, **keys)
@@ -141,4 +141,4 @@ def test_bad_metadata(keys: dict, message: str) -> None:
 def test_unmodelled_special_caches_are_named() -> None:
     f = facts("deepseek4", 4)
     assert f.warnings[0] == ("the compressed per-sequence cache (llama_kv_cache_dsv4) of 'deepseek4' is not modelled: "
-                             "KV predictions are a lower bound")  # fmt: skip
+                             "KV predictions are a lower bound")

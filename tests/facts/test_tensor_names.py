@@ -18,13 +18,13 @@ from llamafit.facts.tensor_names import is_dense_ffn, is_expert, split_block
     ("blk.0.ffn_gate.weight", False, True),
     ("blk.0.attn_q.weight", False, False),
     ("token_embd.weight", False, False),
-])  # fmt: skip
+])
 def test_expert_and_dense_ffn_names(name: str, expert: bool, dense: bool) -> None:
     assert (is_expert(name), is_dense_ffn(name)) == (expert, dense)
 
 
 @pytest.mark.parametrize("name, expected", [
     ("blk.12.attn_q.weight", (12, "attn_q.weight")), ("output.weight", None), ("blk.x.attn_q.weight", None),
-])  # fmt: skip
+])
 def test_split_block(name: str, expected: tuple[int, str] | None) -> None:
     assert split_block(name) == expected

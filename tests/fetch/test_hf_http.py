@@ -112,7 +112,7 @@ def publish(hub_site: Site, cdn_url: str, cdn_site: Site, repo: str, files: dict
 
 
 def test_hf_reads_over_plain_http_without_huggingface_hub(servers: tuple[str, Site, str, Site],
-                                                          tmp_path: Path) -> None:  # fmt: skip
+                                                          tmp_path: Path) -> None:
     """A fresh process where huggingface_hub cannot be imported: the token comes from the file
     `huggingface-cli login` writes, goes to the Hub's API and resolve URLs, never to the CDN."""
     hub_url, hub_site, cdn_url, cdn_site = servers
@@ -122,7 +122,7 @@ def test_hf_reads_over_plain_http_without_huggingface_hub(servers: tuple[str, Si
     (hf_home / "token").write_text(TOKEN + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
     env.update(HF_ENDPOINT=hub_url, HF_HOME=str(hf_home), LLAMAFIT_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=str(ROOT))  # fmt: skip
+               PYTHONPATH=str(ROOT))
     code = ("import os, sys; sys.modules['huggingface_hub'] = None\n"
             "from llamafit.fetch.model_source import open_model\n"
             "m = open_model('hf:acme/tiny-GGUF:Q8_0', os.environ)\n"
@@ -133,7 +133,7 @@ def test_hf_reads_over_plain_http_without_huggingface_hub(servers: tuple[str, Si
     assert done.stdout.split() == [str(n), f"{hub_url}/acme/tiny-GGUF/resolve/main/tiny-Q8_0.gguf", "None"]
     # the listing, then the file the tag picks at the listing's commit
     assert [p for p, _ in hub_site.seen] == ["/api/models/acme/tiny-GGUF/revision/main",
-                                             f"/acme/tiny-GGUF/resolve/{COMMIT}/tiny-Q8_0.gguf"]  # fmt: skip
+                                             f"/acme/tiny-GGUF/resolve/{COMMIT}/tiny-Q8_0.gguf"]
     assert {a for p, a in hub_site.seen} == {f"Bearer {TOKEN}"}
     assert cdn_site.seen and {a for _, a in cdn_site.seen} == {None}
 
@@ -143,7 +143,7 @@ def test_hf_reads_over_plain_http_without_huggingface_hub(servers: tuple[str, Si
     ({"XDG_CACHE_HOME": "/x"}, "/x/huggingface/token"),
     ({"HF_HOME": "/h", "XDG_CACHE_HOME": "/x"}, "/h/token"),
     ({"HF_TOKEN_PATH": "/t/tok", "HF_HOME": "/h"}, "/t/tok"),
-])  # fmt: skip
+])
 def test_token_path_follows_huggingface_hub(env: dict[str, str], path: str) -> None:
     assert token_path(env, "/home/u") == path
 
@@ -151,18 +151,18 @@ def test_token_path_follows_huggingface_hub(env: dict[str, str], path: str) -> N
 def test_token_path_agrees_with_huggingface_hub_constants(tmp_path: Path) -> None:
     """The reference: huggingface_hub (the test extra) read in a process with only these variables."""
     envs = ({}, {"HF_HOME": str(tmp_path / "h")}, {"XDG_CACHE_HOME": str(tmp_path)},
-            {"HF_TOKEN_PATH": str(tmp_path / "t"), "HF_HOME": str(tmp_path / "h")})  # fmt: skip
+            {"HF_TOKEN_PATH": str(tmp_path / "t"), "HF_HOME": str(tmp_path / "h")})
     for env in envs:
         full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), **env}
         out = subprocess.run([sys.executable, "-c", "import huggingface_hub.constants as c; print(c.HF_TOKEN_PATH)"],
-                             env=full, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+                             env=full, capture_output=True, text=True, check=True).stdout.strip()
         assert token_path(full, full["HOME"]) == out
 
 
 @pytest.mark.parametrize(("content", "token"), [
     (b"hf_abc\n", "hf_abc"), (b"  hf_abc  ", "hf_abc"), (b"", None), (b"\n", None),
     (b"hf_a\nhf_b\n", None), (b"\xff\xfe", None), (None, None), ("dir", None),
-])  # fmt: skip
+])
 def test_token_file(content: bytes | str | None, token: str | None, tmp_path: Path) -> None:
     path = tmp_path / "token"
     if content == "dir":
@@ -176,7 +176,7 @@ def test_hf_token_prefers_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "token").write_text("hf_file")
     monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "token"))
     assert (hf.hf_token({"HF_TOKEN": "hf_env"}), hf.hf_token({"HUGGING_FACE_HUB_TOKEN": "hf_old"}),
-            hf.hf_token({})) == ("hf_env", "hf_old", "hf_file")  # fmt: skip
+            hf.hf_token({})) == ("hf_env", "hf_old", "hf_file")
 
 
 def settings(url: str, token: str | None = None) -> HfSettings:
@@ -199,7 +199,7 @@ def test_listing_at_a_revision_quotes_it_and_follows_a_renamed_repo(servers: tup
     (403, ["HTTP 403", "does not exist or is gated or private"]),
     (404, ["HTTP 404: no such repository or revision"]),
     (500, ["HTTP 500"]),
-])  # fmt: skip
+])
 def test_listing_errors_are_one_line(status: int, words: list[str], servers: tuple[str, Site, str, Site]) -> None:
     hub_url, hub_site, _, _ = servers
     hub_site.routes["/api/models/acme/x/revision/main"] = Route(status)
@@ -217,7 +217,7 @@ def test_listing_errors_are_one_line(status: int, words: list[str], servers: tup
     (b'{"siblings": [{"rfilename": 7}]}', "the Hub's file list is malformed"),
     (b'{"siblings": ["a.gguf"]}', "the Hub's file list is malformed"),
     (b"[" * 100_000, "the Hub's answer is not JSON"),
-])  # fmt: skip
+])
 def test_a_broken_listing_is_one_line(body: bytes, error: str) -> None:
     with pytest.raises(InputError) as e:
         parse_listing("acme/x", "main", body, "HUB")
@@ -228,7 +228,7 @@ def test_a_broken_listing_is_one_line(body: bytes, error: str) -> None:
     (b'{"sha": "' + COMMIT.encode() + b'", "siblings": []}', COMMIT),
     (b'{"siblings": []}', "main"),  # no commit: the revision names it
     (b'{"sha": "../../x", "siblings": []}', "main"),  # it goes into URLs: a commit or nothing
-])  # fmt: skip
+])
 def test_the_listing_commit(body: bytes, commit: str) -> None:
     assert parse_listing("acme/x", "main", body, "HUB").commit == commit
 
@@ -242,7 +242,7 @@ def test_a_huge_listing_is_refused(servers: tuple[str, Site, str, Site], monkeyp
 
 
 def test_a_dribbled_listing_is_given_up_at_the_deadline(servers: tuple[str, Site, str, Site],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     hub_url, hub_site, _, _ = servers
     monkeypatch.setattr(hf, "DEFAULT_DEADLINE", 1.0)
     hub_site.routes["/api/models/acme/x/revision/main"] = Route(200, {}, b'{"siblings": []}' + b" " * 100, drip=0.1)
@@ -263,6 +263,6 @@ def test_repository_names_that_are_not_names_are_refused(spec: str) -> None:
     ("hf:unsloth/gemma-3-270m-it-GGUF:Q4_K_M", "unsloth/gemma-3-270m-it-GGUF", "Q4_K_M"),
     ("_org/repo.v2_x", "_org/repo.v2_x", ""),
     ("hf:a/b:", "a/b", ""),
-])  # fmt: skip
+])
 def test_repository_names(spec: str, repo: str, tag: str) -> None:
     assert hf.parse_repo_spec(spec) == hf.RepoSpec(repo, tag)

@@ -26,7 +26,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     ("hf:acme/tiny-GGUF:Q8_0", "/tiny-Q8_0.gguf"),
     ("hf:acme/tiny-GGUF", "/tiny-Q8_0.gguf"),
     ("hf:acme/tiny-GGUF:llama", "/split-llama-00001-of-00003.gguf"),
-])  # fmt: skip
+])
 def test_references_resolve_to_local_files(ref: str, path_end: str, home: Path, offline: None) -> None:
     result = CliRunner().invoke(cli, ["plan", ref, "--gpu", "8GiB", "--json"])
     assert result.exit_code == 0, result.output
@@ -37,7 +37,7 @@ def test_references_resolve_to_local_files(ref: str, path_end: str, home: Path, 
 
 @pytest.mark.parametrize("command", [["inspect"], ["check", "--gpu", "8GiB"], ["script", "--gpu", "8GiB"],
                                      pytest.param(["run", "--dry-run", "--gpu", "8GiB", "--port", "18700"],
-                                                  marks=needs_llama_server)])  # fmt: skip
+                                                  marks=needs_llama_server)])
 def test_every_command_takes_a_reference(command: list[str], home: Path, offline: None) -> None:
     result = CliRunner().invoke(cli, [*command, "ollama:moe:tiny"])
     assert result.exit_code == 0, result.output
@@ -51,7 +51,7 @@ def test_every_command_takes_a_reference(command: list[str], home: Path, offline
                               "{home}/.cache/lm-studio/models")),
     ("lmstudio:lmstudio-community/gemma-GGUF:Q2_K",
      "lmstudio-community/gemma-GGUF: no GGUF file matching the tag 'Q2_K' (GGUF files: gemma-F16.gguf)"),
-])  # fmt: skip
+])
 def test_bad_references_are_one_line(ref: str, message: str, home: Path, offline: None) -> None:
     result = CliRunner().invoke(cli, ["inspect", ref])
     assert result.exit_code == 2

@@ -691,7 +691,7 @@ def test_header_prefix_zero_fills_what_was_not_read() -> None:
     ([(3, bytearray(b"xyz"))], 4, b"\0\0\0x"),
     ([(9, bytearray(b"q")), (0, b"a")], 4, b"a\0\0\0"),  # a read past the prefix is not the base
     ([], 3, b"\0\0\0"),
-])  # fmt: skip
+])
 def test_header_prefix_table(chunks: list[tuple[int, bytes]], n: int, prefix: bytes) -> None:
     assert (header_prefix(chunks, n), chunks) == (prefix, [])
 
@@ -717,7 +717,7 @@ def test_header_prefix_holds_the_header_once(kind: type) -> None:
 
 
 def test_cli_reads_urls_hf_files_and_dash_hf(plain: tuple[str, Site], hub: Hub,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
     from llamafit.cli import cli
@@ -728,7 +728,7 @@ def test_cli_reads_urls_hf_files_and_dash_hf(plain: tuple[str, Site], hub: Hub,
     assert json.loads(result.stdout)["n_tensors"] == 39
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     by_flag = CliRunner().invoke(cli, ["check", "--gpu", "8GiB", "--json", "--", "-hf", "acme/tiny-GGUF:q8_0",
-                                       "-c", "2048"])  # fmt: skip
+                                       "-c", "2048"])
     assert by_flag.exit_code == 0, by_flag.output
     assert json.loads(by_flag.stdout)["model"]["path"].endswith("/tiny-Q8_0.gguf")
     plan = CliRunner().invoke(cli, ["plan", "hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf", "--gpu", "8GiB", "--json"])
@@ -744,6 +744,6 @@ def test_run_dry_run_passes_a_remote_model_as_model_url(plain: tuple[str, Site])
 
     url = f"{plain[0]}/m/dense-llama.gguf"
     result = CliRunner().invoke(cli, ["run", url, "--gpu", "cpu", "--dry-run", "--json", "--ctx", "2048",
-                                      "--server", "embedded"])  # fmt: skip
+                                      "--server", "embedded"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["command"][1:3] == ["-mu", url]

@@ -51,7 +51,7 @@ TIED = MODEL.parent / "tied-llama.gguf"
     ({"HF_HOME": "/h", "XDG_CACHE_HOME": "/x"}, "/h/hub"),
     ({"HUGGINGFACE_HUB_CACHE": "/old", "HF_HOME": "/h"}, "/old"),
     ({"HF_HUB_CACHE": "/new", "HUGGINGFACE_HUB_CACHE": "/old"}, "/new"),
-])  # fmt: skip
+])
 def test_hf_hub_cache_follows_huggingface_hub(env: dict[str, str], expected: str) -> None:
     assert hf_hub_cache(env, HOME) == expected
 
@@ -74,7 +74,7 @@ def test_hf_hub_cache_agrees_with_huggingface_hub_constants(tmp_path: Path) -> N
     ({}, "Darwin", "/home/u/Library/Caches/llama.cpp"),
     ({"LOCALAPPDATA": "C:/L"}, "Windows", "C:/L/llama.cpp"),
     ({"LLAMA_CACHE": "/l", "XDG_CACHE_HOME": "/x"}, "Linux", "/l"),
-])  # fmt: skip
+])
 def test_llama_cpp_flat_cache_per_os(env: dict[str, str], system: str, expected: str) -> None:
     assert llama_flat_cache(env, HOME, system) == expected
 
@@ -91,7 +91,7 @@ def test_default_roots_with_llama_cache_set() -> None:
     ("sub/x-IQ4_XS-00001-of-00002.gguf", "IQ4_XS"),
     ("plain.gguf", ""),
     ("readme.md", ""),
-])  # fmt: skip
+])
 def test_file_tag_is_llama_cpps(path: str, tag: str) -> None:
     assert file_tag(path) == tag
 
@@ -108,7 +108,7 @@ def test_repo_name_round_trips_through_the_quant_rule() -> None:
     (("registry.ollama.ai", "library", "qwen2.5", "32b"), "qwen2.5:32b"),
     (("registry.ollama.ai", "jmorgan", "tiny", "latest"), "jmorgan/tiny:latest"),
     (("hf.co", "bartowski", "Llama-3.2-1B-GGUF", "Q4_K_M"), "hf.co/bartowski/Llama-3.2-1B-GGUF:Q4_K_M"),
-])  # fmt: skip
+])
 def test_ollama_names_round_trip(parts: tuple[str, str, str, str], name: str) -> None:
     assert ollama_name(*parts) == name
     assert parse_ollama_ref(name) == parts
@@ -145,7 +145,7 @@ _NESTED = ["mmproj-F16.gguf", "q4/mmproj-F16.gguf", "q4/m-Q4_K_M.gguf", "other/m
     (["mmproj-Q8_0.gguf", "mmproj-Q4_0.gguf"], "m-Q4_K_M.gguf", "mmproj", "", "mmproj-Q4_0.gguf"),  # closest bits
     (["mmproj-Q4_0.gguf", "mmproj-Q4_1.gguf"], "m-Q4_K_M.gguf", "mmproj", "", "mmproj-Q4_0.gguf"),  # first of equals
     (["mmproj.bin", "m-Q4_K_M.gguf"], "m-Q4_K_M.gguf", "mmproj", "", None),
-])  # fmt: skip
+])
 def test_best_sibling_is_llama_cpps(files: list[str], model: str, keyword: str, tag: str,
                                     expected: str | None) -> None:
     """common/download.cpp find_best_sibling, the one rule behind mmproj pairing and --mmproj auto."""
@@ -161,7 +161,7 @@ def test_hub_cache_as_huggingface_hub_reads_it(tmp_path: Path) -> None:
     cache = tmp_path / "hub"
     proj = mmproj(tmp_path / "mmproj.gguf")
     hf_repo(cache, "acme/tiny-GGUF", {"tiny-Q8_0.gguf": MODEL, "mmproj-tiny-F16.gguf": proj,
-                                      **{p.name: p for p in SPLIT}})  # fmt: skip
+                                      **{p.name: p for p in SPLIT}})
     broken = hf_repo(cache, "acme/broken-GGUF", {"b-Q4_0.gguf": MOE})
     gone = next((broken / "blobs").iterdir())
     gone.unlink()  # the snapshot link now dangles

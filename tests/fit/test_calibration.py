@@ -13,7 +13,7 @@ def record(build, hardware, predicted, actual, scale=1.0):
     return {"server": {"build": build}, "hardware": [{"name": n, "backend": b} for n, b in hardware],
             "compute_scale": scale,
             "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": predicted, "actual_mib": actual},
-                        {"device": "CUDA0", "kind": "KV", "predicted_mib": 100.0, "actual_mib": 100.0}]}  # fmt: skip
+                        {"device": "CUDA0", "kind": "KV", "predicted_mib": 100.0, "actual_mib": 100.0}]}
 
 
 GPU = [("CUDA0", "cuda")]
@@ -30,7 +30,7 @@ GPU = [("CUDA0", "cuda")]
         ([record(9500, GPU, 110.0, 121.0, scale=1.1)], Correction(1.21, 1)),  # undo the correction applied then
         ([record(9500, GPU, 100.0, 900.0)], Correction(2.0, 1)),  # clamped
     ],
-)  # fmt: skip
+)
 def test_compute_correction(records: list, expected: Correction | None) -> None:
     got = compute_correction(records, devices=GPU, build=9500)
     if expected is None:

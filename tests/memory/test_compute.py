@@ -54,19 +54,19 @@ def settings_of(f: ModelFacts, row: dict) -> ComputeSettings:
     n_swa = 0
     if f.swa.swa_type != "none":
         n_swa = swa_cells(s["n_ctx_seq"], f.swa.n_swa, s["n_seq_max"], s["n_ubatch"],
-                          unified=s["kv_unified"], swa_full=s["swa_full"])  # fmt: skip
+                          unified=s["kv_unified"], swa_full=s["swa_full"])
     return ComputeSettings(
         n_ctx_seq=s["n_ctx_seq"], n_ubatch=s["n_ubatch"], n_outputs=s["n_outputs_max"], flash_attn=s["flash_attn"],
         n_swa_seq=n_swa, n_stream=n_stream, n_seq_max=s["n_seq_max"], type_k=s["type_k"], type_v=s["type_v"],
         mixed_input=False,  # the table is llama.cpp 0c1e570 (b9512), before the mixed input branch (b11400)
-    )  # fmt: skip
+    )
 
 
 def row_id(i: int, row: dict) -> str:
     s = row["settings"]
     return (f"{i:03d}-{row['engine']}-{Path(row['model']).name.removesuffix('.gguf')}-c{s['n_ctx']}-ub{s['n_ubatch']}"
             f"-fa{int(s['flash_attn'])}-np{s['n_seq_max']}{'u' if s['kv_unified'] else ''}-out{s['n_outputs_max']}"
-            f"-{s['type_k']}.{s['type_v']}{'-swafull' if s['swa_full'] else ''}")  # fmt: skip
+            f"-{s['type_k']}.{s['type_v']}{'-swafull' if s['swa_full'] else ''}")
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row_id(i, r) for i, r in enumerate(ROWS)])
@@ -92,7 +92,7 @@ def qwen3() -> ModelFacts:
 
 def cuda(**kw: object) -> ComputeSettings:
     base = dict(n_ctx_seq=8192, n_ubatch=512, n_outputs=4, flash_attn=True, backend="cuda",
-                type_k="q8_0", type_v="q8_0")  # fmt: skip
+                type_k="q8_0", type_v="q8_0")
     return ComputeSettings(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -195,14 +195,14 @@ def test_compute_for_devices_follows_the_layer_map() -> None:
 # ---- live llama.cpp: reloading stored rows must reproduce them ---------------------------------
 
 REQUEST = ("n_ctx", "flash_attn", "type_k", "type_v", "n_ubatch", "n_seq_max", "kv_unified", "swa_full",
-           "n_outputs_max")  # fmt: skip
+           "n_outputs_max")
 
 
 def stored_row(model: str, **want: object) -> dict:
     for row in ROWS:
         if row["engine"] == "llama-cpp-python" and row["model"] == model and all(
             row["settings"][k] == v for k, v in want.items()
-        ):  # fmt: skip
+        ):
             return row
     raise LookupError(f"the table has no {model} row with {want}")
 
@@ -246,7 +246,7 @@ def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
     pp = compute_for_devices(f, rc, lmap, two)
     no_pp = compute_for_devices(f, dataclasses.replace(rc, n_cpu_moe=1), lmap, two)
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True, backend="cuda",
-                        layers=(0, 1, 2), holds_output=False, holds_input=True)  # fmt: skip
+                        layers=(0, 1, 2), holds_output=False, holds_input=True)
     e, mixed = 4 * f.n_embd * 512, 2 * 4 * f.n_embd * 512 + 8 * 512
     # every split input x 4 (kept: input + output flags), the hidden state's copy no longer reused by the
     # residual (one n_embd row), and on the GPU running block 0 the mixed copies x 4 plus its DUP's row
@@ -280,7 +280,7 @@ def test_rotation_inputs_of_a_quantized_cache(name: str, head_k: int, head_v: in
                                               rot: bool, expected: dict[str, int]) -> None:
     f = _heads(name, head_k, head_v)
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=True, type_k=type_k, type_v=type_v,
-                        attn_rot=rot)  # fmt: skip
+                        attn_rot=rot)
     got = {k: v for k, v in input_bytes(f, s).items() if "_rot" in k}
     assert got == expected
 

@@ -102,14 +102,14 @@ def test_weights_and_kv_exact(row: dict[str, Any], paths: dict[str, Path]) -> No
 def _rows(gaps: dict[str, str]) -> list[Any]:
     """Every row, those named in `gaps` as strict xfails with their cause."""
     return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=gaps[_id(r)])) if _id(r) in gaps else r
-            for r in ROWS]  # fmt: skip
+            for r in ROWS]
 
 
 def _gpu_compute(row: dict[str, Any], paths: dict[str, Path]) -> list[tuple[str, float, float]]:
     """(device, predicted MiB, reported MiB) of each GPU-side compute buffer the row reports."""
     pred = _predict(row, paths[row["model"]])
     return [(dev, p["compute_bytes"] / (1 << 20), real) for dev, p in pred.items()
-            if dev != "CPU" and (real := row["reported_mib"].get("compute", {}).get(dev))]  # fmt: skip
+            if dev != "CPU" and (real := row["reported_mib"].get("compute", {}).get(dev))]
 
 
 @pytest.mark.parametrize("row", _rows(COMPUTE_GAPS), ids=[_id(r) for r in ROWS])

@@ -36,7 +36,7 @@ PRINTED = 0.01 * MIB  # llama-server prints two decimals
     (["--rerank"], {}, True, "rank"),
     (["--reranking", "--pooling", "last"], {}, True, "last"),  # a later --pooling wins, as in arg.cpp
     ([], {"LLAMA_ARG_EMBEDDINGS": "1", "LLAMA_ARG_POOLING": "none"}, True, "none"),
-])  # fmt: skip
+])
 def test_flags(argv: list[str], env: dict[str, str], embeddings: bool, pooling: str) -> None:
     cfg = parse_server_args(argv, env).config
     assert (cfg.embeddings, cfg.pooling) == (embeddings, pooling)
@@ -60,9 +60,9 @@ def llama():  # type: ignore[no-untyped-def]
     (LaunchConfig(pooling="cls"), -1, None, 2048, "cls"),  # a pooling without --embeddings: n_batch too
     (LaunchConfig(pooling="none"), -1, None, 4, "none"),
     (LaunchConfig(embeddings=True, n_batch=512), 3, 9000, 512, "last"),  # before PR #23861: n_batch anyway
-])  # fmt: skip
+])
 def test_resolve(llama, cfg: LaunchConfig, gguf_pooling: int, build: int | None, n_outputs_max: int,
-                 pooling: str) -> None:  # fmt: skip
+                 pooling: str) -> None:
     rc = resolve(replace(cfg, n_ctx=4096), replace(llama, pooling_type=gguf_pooling), build=build)
     assert (rc.n_outputs_max, rc.pooling, rc.embeddings) == (n_outputs_max, pooling, cfg.embeddings)
 
@@ -73,7 +73,7 @@ def test_resolve(llama, cfg: LaunchConfig, gguf_pooling: int, build: int | None,
     ("rank", None, "inp_cls", 32),  # n_seq_max I32, padded to the CPU's 32
     ("cls", 5618, "inp_cls", 512 * 4),
     ("none", None, None, 0),
-])  # fmt: skip
+])
 def test_pooling_inputs(llama, pooling: str, build: int | None, name: str | None, size: int) -> None:
     rc = resolve(LaunchConfig(n_ctx=4096, embeddings=True, pooling=pooling, n_ubatch=512), llama, build=build)
     inputs = compute.input_bytes(llama, compute._base_settings(llama, rc))

@@ -55,7 +55,7 @@ def _gemma3n(path: Path) -> Path:
             n *= d
         offset += -(-n * (2 if t == F16 else 4) // 32) * 32
     path.write_bytes(gguf(kvs, infos))
-    return path  # fmt: skip
+    return path
 
 
 @pytest.mark.parametrize(("name", "output", "layer"), [
@@ -63,7 +63,7 @@ def _gemma3n(path: Path) -> Path:
     ("output_norm.weight", True, None), ("per_layer_model_proj.weight", False, 0),
     ("per_layer_proj_norm.weight", False, 0), ("per_layer_token_embd.weight", False, None),
     ("token_embd.weight", False, None), ("blk.3.altup_proj.weight", False, 3),
-])  # fmt: skip
+])
 def test_where_tensors_outside_the_blocks_live(name: str, output: bool, layer: int | None) -> None:
     assert (is_output_layer(name), layer_of(name)) == (output, layer)
 
@@ -79,7 +79,7 @@ TIED = E * V * 2  # no output.weight: the output layer's copy of token_embd (TEN
     (L + 1, ALTUP_BYTES + PROJ_BYTES + NORMS + TIED, INPUT),  # everything but the inputs on the GPU
     (1, ALTUP_BYTES + E * 4 + TIED, INPUT + PROJ_BYTES + L * E * 4),  # -ngl 1: only the output layer
     (0, 0, INPUT + ALTUP_BYTES + PROJ_BYTES + NORMS),
-])  # fmt: skip
+])
 def test_weights_per_device(tmp_path: Path, ngl: int, gpu: int, cpu: int) -> None:
     mm = MemoryModel(build_facts(read_model(_gemma3n(tmp_path / "g3n.gguf"))))
     rc = resolve(LaunchConfig(n_ctx=4096, n_parallel=1, n_gpu_layers=ngl, fit=False), mm.facts)

@@ -63,7 +63,7 @@ def predicted(row: dict) -> Breakdown:
                        tensor_split=tuple(float(x) for x in s.get("tensor_split", ())), fit=False,
                        split_mode=s.get("split_mode", "layer"), embeddings=s.get("embeddings", False),
                        pooling=s.get("pooling", ""),
-                       cache_ram_mib=0)  # fmt: skip
+                       cache_ram_mib=0)
     rc = resolve(cfg, mm.facts, engine="llama-server", build=row["build"])
     gpus = [DeviceSpec(name, "gpu", row["backend"]) for name in row["gpus"]]
     return mm.estimate(rc, gpus, HOST, reserve_bytes=0)
@@ -113,7 +113,7 @@ def test_weights_within_half_percent(row: dict) -> None:
 def _awaiting(rows: list[dict]) -> list:
     """Rows whose compute needs a rule another branch brings are strict xfails: they flip when it lands."""
     return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits"])) if r.get("awaits") else r
-            for r in rows]  # fmt: skip
+            for r in rows]
 
 
 @pytest.mark.parametrize("row", _awaiting(ROWS), ids=[r["id"] for r in ROWS])
@@ -126,7 +126,7 @@ def test_gpu_compute_within_tolerance(row: dict) -> None:
 
 MODELLED = [r for r in ROWS if not r.get("awaits")]
 _HOST = [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits_host"])) if r.get("awaits_host") else r
-         for r in MODELLED]  # fmt: skip
+         for r in MODELLED]
 
 
 @pytest.mark.parametrize("row", _HOST, ids=[r["id"] for r in MODELLED])
@@ -163,7 +163,7 @@ def test_overhead_is_a_term_apart_from_the_reserve() -> None:
     rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"])
     plain = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=512 * MIB).devices[0]
     withctx = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda", overhead_bytes=260 * MIB)], HOST,
-                          reserve_bytes=512 * MIB).devices[0]  # fmt: skip
+                          reserve_bytes=512 * MIB).devices[0]
     assert (plain.overhead_bytes, withctx.overhead_bytes) == (0, 260 * MIB)
     assert withctx.reserve_bytes == plain.reserve_bytes == 512 * MIB
     assert withctx.used_bytes - plain.used_bytes == 260 * MIB
@@ -210,7 +210,7 @@ QWEN3 = "qwen3-30b-a3b"
         (5913, 8192, "off", 4, (8192, 2048, 4, False, False)),  # PR #14363: one KV stream per sequence
         (5912, 8192, "off", 4, (8192, 8192, 4, True, False)),  # before: one unified cache for all sequences
     ],
-)  # fmt: skip
+)
 def test_context_rules_by_build(build: int | None, n_ctx: int, fa: str, np: int, expected: tuple) -> None:
     mm = model(QWEN3)
     rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn=fa, n_parallel=np, fit=False), mm.facts, build=build)
@@ -231,7 +231,7 @@ def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
 
     f = model(QWEN3).facts
     s = ComputeSettings(n_ctx_seq=65536, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0",
-                        backend="cuda", holds_output=False)  # fmt: skip
+                        backend="cuda", holds_output=False)
     with_copies = predict_compute(f, s)
     without = predict_compute(f, replace(s, fa_f16_in_buffer=False))
     assert fa_f16_extra(f, s, 0) == 128 * MIB and fa_f16_extra(f, replace(s, fa_f16_in_buffer=False), 0) == 0
@@ -254,7 +254,7 @@ def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
     (None, {"inp_tokens", "inp_embd", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),
     (7749, {"inp_tokens", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),  # before PR #18898
     (6089, {"inp_tokens", "inp_pos", "out_ids", "kq_mask0"}),  # before PR #14959: no set_rows indices
-])  # fmt: skip
+])
 def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
     """The host buffer of a full offload holds the graph inputs: which exist depends on the build (the
     pythia CI logs at b4343 show 9.01 MiB = F32 mask 2048 x 512 + the embedding rows, nothing else)."""
@@ -262,7 +262,7 @@ def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
 
     f = model(QWEN3).facts
     s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=512, flash_attn=False, backend="cuda",
-                        kv_idxs=since("kv_set_rows", build), inp_embd_input=since("inp_embd_both", build))  # fmt: skip
+                        kv_idxs=since("kv_set_rows", build), inp_embd_input=since("inp_embd_both", build))
     assert set(input_bytes(f, s)) == keys
 
 
@@ -288,7 +288,7 @@ def test_flash_attention_mask_was_f32_before_pr_23764(build: int | None, host_mi
 
     f = model(QWEN3).facts
     s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=1, flash_attn=True, backend="cuda",
-                        mask_f16_input=since("fa_mask_f16", build))  # fmt: skip
+                        mask_f16_input=since("fa_mask_f16", build))
     inputs = input_bytes(f, s)
     assert inputs["kq_mask0"] == host_mib * MIB
     assert inputs.get("kq_mask_f16_0", inputs["kq_mask0"]) == device_mib * MIB
@@ -302,13 +302,13 @@ def test_flash_attention_mask_was_f32_before_pr_23764(build: int | None, host_mi
     ("rocm", 5400, False),  # issue #13545: -sm row over two Vega 20
     ("rocm", None, True),  # ROCm builds ggml-cuda (HIP): the same buffer types
     ("vulkan", None, False),
-])  # fmt: skip
+])
 def test_row_split_on_cuda_until_b9890(backend: str, build: int | None, refused: bool) -> None:
     from llamafit.memory.resolve import ConfigError
 
     mm = model(QWEN3)
     rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, split_mode="row", tensor_split=(1.0, 1.0),
-                              fit=False), mm.facts, build=build)  # fmt: skip
+                              fit=False), mm.facts, build=build)
     gpus = [DeviceSpec(f"{backend.upper()}{i}", "gpu", backend) for i in range(2)]
     if refused:
         with pytest.raises(ConfigError, match="does not support split buffers"):

@@ -67,7 +67,7 @@ def test_tied_output_duplicates_token_embd_on_the_gpu() -> None:
     mm = model("tied-llama.gguf")
     gpu, cpu = estimate(mm, SERVER).devices
     assert gpu.weights_bytes == padded(mm, names(mm, lambda n: n != "token_embd.weight")) + padded(
-        mm, {"token_embd.weight"})  # fmt: skip
+        mm, {"token_embd.weight"})
     assert cpu.weights_bytes == raw(mm, {"token_embd.weight"})
 
 
@@ -76,7 +76,7 @@ def test_nextn_block_is_not_loaded() -> None:
     gpu, cpu = estimate(mm, SERVER).devices
     loaded = names(mm, lambda n: not n.startswith("blk.3."))
     assert gpu.weights_bytes + cpu.weights_bytes == padded(mm, loaded - {"token_embd.weight"}) + raw(
-        mm, {"token_embd.weight"})  # fmt: skip
+        mm, {"token_embd.weight"})
     assert gpu.kv_bytes == 3 * (2 * 2 * 32 * 2) * 65536  # 3 KV layers of 2 heads x 32, f16, n_ctx_train
 
 
@@ -152,7 +152,7 @@ def test_cpu_only_holds_everything_on_the_host() -> None:
     ({"split_mode": "row"}, "does not support split buffers"),
     ({"split_mode": "none", "main_gpu": 3}, "--main-gpu 3 is not one of the 1 GPU"),
     ({"override_tensor": (("ffn", "CUDA7"),)}, "unknown buffer type 'CUDA7'"),
-])  # fmt: skip
+])
 def test_rejected_placements(flags: dict, message: str) -> None:
     with pytest.raises(ConfigError if "split" in str(flags) or "main" in str(flags) else ValueError, match=message):
         estimate(model("dense-llama.gguf"), replace(SERVER, **flags))

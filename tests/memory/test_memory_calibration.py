@@ -44,7 +44,7 @@ def predicted(row: dict) -> Breakdown:
         cfg = replace(engine_defaults("llama-cpp-python"), n_ctx=s["n_ctx"], n_batch=s["n_batch"],
                       n_ubatch=s["n_ubatch"], n_parallel=s["n_seq_max"], kv_unified=s["kv_unified"],
                       flash_attn="on" if s["flash_attn"] else "off", type_k=s["type_k"], type_v=s["type_v"],
-                      swa_full=s["swa_full"])  # fmt: skip
+                      swa_full=s["swa_full"])
         rc = replace(resolve(cfg, mm.facts, engine="llama-cpp-python", build=PINNED_BUILD),
                      n_outputs_max=s["n_outputs_max"])
     for key in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "kv_unified", "n_outputs_max"):
@@ -59,7 +59,7 @@ def row_id(i: int, row: dict) -> str:
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, marks=needs_demo) if r["model"].startswith("demo:") else r
-                                 for r in ROWS], ids=[row_id(i, r) for i, r in enumerate(ROWS)])  # fmt: skip
+                                 for r in ROWS], ids=[row_id(i, r) for i, r in enumerate(ROWS)])
 def test_row(row: dict) -> None:
     (cpu,) = predicted(row).devices
     m = row["measured"]

@@ -20,7 +20,7 @@ BASE = ["-c", "4096", "-np", "1", "--no-repack"]
 
 def _compute(path: Path, flags: list[str], env: dict[str, str] | None = None) -> dict[str, int]:
     res = CliRunner(env=env).invoke(cli, ["check", str(path), "--gpu", "lavapipe", "--reserve", "0", "--json",
-                                          "--", *flags])  # fmt: skip
+                                          "--", *flags])
     assert res.exit_code == 0, res.output
     return {d["name"]: d["compute_bytes"] for d in json.loads(res.stdout)["devices"]}
 
@@ -53,7 +53,7 @@ def test_predicted_gpu_compute(shapes_dir: Path, flags: list[str], env: dict[str
 # the switch and the env override behave as the source says.
 LIVE = [["-ngl", "0"], ["-ngl", "0", "-ub", "32"], ["-ngl", "0", "-ub", "31"], ["-ngl", "0", "--no-op-offload"],
         ["-ngl", "4"], ["-ngl", "0", "-fa", "off", "-ub", "128"],
-        ["-ngl", "0", "-ub", "2048", "-b", "2048"]]  # fmt: skip
+        ["-ngl", "0", "-ub", "2048", "-b", "2048"]]
 
 
 @pytest.mark.parametrize("flags", LIVE, ids=[" ".join(f) for f in LIVE])
@@ -72,7 +72,7 @@ def test_vulkan0_compute_within_prediction(vulkan0: Path, shapes_dir: Path, flag
 # peak plus the largest expert copy (ffn_down_exps Q6_K, 13.125 MiB) and two n_embd rows; from -ub 1024 the
 # copy fits the freed gate/up products and displaces the down product [1024, 8, T] F32 on top.
 MOE_LIVE = [["-ot", "exps=CPU", "-ub", "2048", "-b", "2048"], ["-ot", "exps=CPU", "-ub", "1024"],
-            ["-ot", "exps=CPU", "-ub", "32"]]  # fmt: skip
+            ["-ot", "exps=CPU", "-ub", "32"]]
 
 
 @pytest.mark.parametrize("flags", MOE_LIVE, ids=[" ".join(f) for f in MOE_LIVE])
@@ -120,7 +120,7 @@ def test_host_output_layer_offloaded_with_its_logits(build: int | None, lm_head_
 
     f = model("qwen3-0.6b").facts
     rc = resolve(LaunchConfig(n_ctx=4096, n_ubatch=512, n_parallel=1, n_gpu_layers=0, flash_attn="off", fit=False),
-                 f, engine="llama-server", build=build)  # fmt: skip
+                 f, engine="llama-server", build=build)
     layer = op_offload_compute(f, rc, (0,), "cuda") + 3072 * 1024 * 2 + 4096 * 2048 * 2 + 2 * 1024 * 512 * 4
     host = op_offload_host_compute(f, rc, "cuda", output=not lm_head_on_gpu) + QWEN3_06B_KCUR_VCUR
     assert _estimate("qwen3-0.6b", build, 0) == (max(layer, QWEN3_06B_LM_HEAD) if lm_head_on_gpu else layer, host)

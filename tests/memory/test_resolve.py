@@ -41,11 +41,11 @@ def fields(rc, *names):
     ],
     ids=["server-defaults", "np3", "np3-kvu", "pad-1000", "batch-caps", "np2-no-c-fit", "build-9000",
          "llama-cpp-python", "build-6000-pad32"],
-)  # fmt: skip
+)
 def test_context_slots_batches(cfg: LaunchConfig, engine: str, build: int | None, expected: tuple) -> None:
     rc = resolve(cfg, GEMMA, engine=engine, build=build)
     names = ("n_ctx", "n_ctx_seq", "n_seq_max", "n_stream", "kv_unified", "n_batch", "n_ubatch", "n_outputs_max",
-             "n_swa_cells")  # fmt: skip
+             "n_swa_cells")
     assert fields(rc, *names) == expected
 
 
@@ -74,7 +74,7 @@ def test_flash_attention_rules(cfg: LaunchConfig, facts, flash_attn: bool, warni
         (replace(SERVER, type_k="q9_9"), GEMMA, "unsupported cache type K 'q9_9'; allowed: f32, f16, bf16"),
         (replace(SERVER, n_ctx=-5), GEMMA, "invalid context size -5"),
     ],
-)  # fmt: skip
+)
 def test_rejected_like_llama_cpp(cfg: LaunchConfig, facts, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve(cfg, facts)

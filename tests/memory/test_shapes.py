@@ -69,7 +69,7 @@ def test_shapes_are_deterministic(tmp_path: Path, shapes_dir: Path) -> None:
 
 def _predicted(path: Path, gpu: str, flags: list[str]) -> dict[str, dict[str, int]]:
     res = CliRunner().invoke(cli, ["check", str(path), "--gpu", gpu, "--backend", "vulkan", "--reserve", "0",
-                                   "--json", "--", *flags])  # fmt: skip
+                                   "--json", "--", *flags])
     assert res.exit_code in (0, 1), res.output
     return {d["name"]: d for d in json.loads(res.stdout)["devices"]}
 

@@ -22,7 +22,7 @@ from llamafit.memory.side_models import (
     (SideFlags(spec_types=("ngram-mod",)), 2048, 4, 260),
     (SideFlags(spec_types=("ngram-mod",)), 128, 4, 128),  # capped at n_batch
     (SideFlags(spec_types=("none",)), 2048, 4, None),
-])  # fmt: skip
+])
 def test_main_outputs_with_speculation(flags: SideFlags, n_batch: int, n_parallel: int, expected: int | None) -> None:
     assert flags.main_outputs(n_batch, n_parallel) == expected
 
@@ -38,7 +38,7 @@ _V = VocabInfo("llama", 32000, 1, 2, True, False)
     (VocabInfo("gpt2", 32000, 1, 2, True, False), "vocab type differs (target llama, draft gpt2)"),
     (VocabInfo("llama", 32000, 0, 2, True, False), "BOS differs (target add True id 1, draft add True id 0)"),
     (VocabInfo("llama", 32000, 1, 3, True, True), "EOS differs (target add False id 2, draft add True id 3)"),
-])  # fmt: skip
+])
 def test_vocab_mismatch(draft: VocabInfo, expected: str | None) -> None:
     assert vocab_mismatch(_V, draft) == expected
 
@@ -75,7 +75,7 @@ def test_mtp_without_nextn_layers_is_bad_input() -> None:
     from llamafit.cli import cli
 
     result = CliRunner().invoke(cli, ["check", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--",
-                                       "--spec-type", "draft-mtp"])  # fmt: skip
+                                       "--spec-type", "draft-mtp"])
     assert result.exit_code == 2
     assert "has no NextN/MTP layers" in result.output
 
@@ -98,7 +98,7 @@ def test_draft_on_gpu_and_devd_none() -> None:
 @pytest.mark.parametrize("case_name", ["gemma3-270m draft np1", "gemma3-270m draft np4", "gemma3-270m draft np4 n7",
                                        "gemma3-270m draft np1 n15", "gemma3-270m mmproj fa on",
                                        "gemma3-270m mmproj fa off",
-                                       "nextn-glm4moe mtp np4"])  # fmt: skip
+                                       "nextn-glm4moe mtp np4"])
 def test_side_models_against_real_llama_server(case_name: str) -> None:
     """The draft/MTP context as exact as the main context: KV, output and weights to print precision,
     draft compute equal to the main context's own prediction error (the model is the same code)."""
@@ -143,7 +143,7 @@ def small_projector(tmp_path_factory: pytest.TempPathFactory) -> str:
 
     d = tmp_path_factory.mktemp("proj")
     return str(write_gemma3_projector(d / "mmproj-small-f16.gguf", projection_dim=640, n_layer=2, n_embd=64, n_ff=128,
-                                      n_head=4, image_size=224, patch_size=14))  # fmt: skip
+                                      n_head=4, image_size=224, patch_size=14))
 
 
 def _projector(path: str):
@@ -170,7 +170,7 @@ def test_projector_facts(small_projector: str) -> None:
     (896, True, 3 * 4096 * 1152 * 4 + 4096 * 4304 * 4),  # 121.25 MiB, measured
     (896, False, 6 * 4096 * 1152 * 4 + 4096 * 4096 * 16 * 4),  # 1132.00 MiB, measured
     (448, False, 6 * 1024 * 1152 * 4 + 1024 * 1024 * 16 * 4),
-])  # fmt: skip
+])
 def test_encoder_compute_gemma3_4b_shape(image_px: int, flash_attn: bool, expected: int) -> None:
     from llamafit.facts.projector import ProjectorFacts
     from llamafit.memory.projector import encoder_compute
@@ -207,7 +207,7 @@ def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> N
     assert on["devices"][0]["side_bytes"] == gpu["total_bytes"]
     assert any(w["code"] == "mmproj_found" for w in on["warnings"])
     off = _check_json(str(model), "--gpu", "4GiB", "--", "-c", "4096", "-np", "1", "--mmproj", "auto",
-                      "--no-mmproj-offload")  # fmt: skip
+                      "--no-mmproj-offload")
     assert [d["name"] for d in off["side_models"][0]["devices"]] == ["CPU"]
 
 
@@ -217,7 +217,7 @@ def test_mmproj_for_another_text_model_is_bad_input(small_projector: str) -> Non
     from llamafit.cli import cli
 
     result = CliRunner().invoke(cli, ["check", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--",
-                                      "--mmproj", small_projector])  # fmt: skip
+                                      "--mmproj", small_projector])
     assert result.exit_code == 2
     assert "mismatch between text model (n_embd = 64) and mmproj (n_embd = 640)" in result.output
 
@@ -260,7 +260,7 @@ def test_plan_moves_the_projector_to_the_cpu_then_drops_it(small_projector: str)
 
     proj = Path(small_projector).with_name("mmproj-64.gguf")
     write_gemma3_projector(proj, projection_dim=64, n_layer=2, n_embd=64, n_ff=128, n_head=4, image_size=896,
-                           patch_size=14)  # 4,096 patches: a 4.8 MiB encoder buffer with FA  # fmt: skip
+                           patch_size=14)  # 4,096 patches: a 4.8 MiB encoder buffer with FA
     args = ["plan", model, "--gpu", "1028MiB", "--json", "--min-ctx", "4096", "--", "--mmproj", str(proj), "-ngl", "99"]
     d = json.loads(_invoke(*args).stdout)
     assert d["fits"] and d["side_steps"] == ["mmproj_to_cpu"]
@@ -287,7 +287,7 @@ def test_plan_says_what_a_side_model_costs_in_context() -> None:
 def test_scripts_carry_the_side_model_flags(fmt: str) -> None:
     model = str(FIXTURES / "dense-llama.gguf")
     result = _invoke("script", model, "--gpu", "8GiB", "--format", fmt, "--name", "d", "--", "-md", model,
-                     "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")  # fmt: skip
+                     "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")
     assert result.exit_code == 0, result.output
     if fmt == "models-ini":  # keys without dashes
         wanted: tuple[str, ...] = (f"model-draft = {model}", "n-gpu-layers-draft = 99", "spec-type = draft-simple",
@@ -353,7 +353,7 @@ def test_older_builds_give_every_slot_its_own_draft_context() -> None:
     new = _check_json(model, "--gpu", "cpu", "--", "-c", "4096", "-np", "4", "-md", model)
     old = _check_json(model, "--gpu", "cpu", "--llama-build", "8000", "--", "-c", "4096", "-np", "4", "-md", model)
     cd = _check_json(model, "--gpu", "cpu", "--llama-build", "8000", "--", "-c", "4096", "-np", "4", "-md", model,
-                     "-cd", "512")  # fmt: skip
+                     "-cd", "512")
     [n], [o], [c] = new["side_models"], old["side_models"], cd["side_models"]
     assert (n["details"]["contexts"], n["n_ctx"]) == (1, 4096)
     assert (o["details"]["contexts"], o["n_ctx"], o["details"]["n_ctx_seq"]) == (4, 4096, 1024)
@@ -370,7 +370,7 @@ def test_plan_says_when_the_projector_keeps_layers_off_the_gpu() -> None:
     from llamafit.fetch.demo import demo_model_path
 
     d = json.loads(_invoke("plan", str(demo_model_path()), "--gpu", "2GiB", "--json", "--", "-np", "1",
-                           "--mmproj", projector_path()).stdout)  # fmt: skip
+                           "--mmproj", projector_path()).stdout)
     assert d["fits"] and d["config"]["n_gpu_layers"] < 19 and d["side_steps"] == []
     note = next(w for w in d["warnings"] if w["code"] == "mmproj_offload_costs")
     assert (note["n_gpu_layers"], note["ctx"]) == (19, 32768)
@@ -379,13 +379,13 @@ def test_plan_says_when_the_projector_keeps_layers_off_the_gpu() -> None:
 @pytest.mark.parametrize("drop, fits, steps, codes", [
     (False, False, [], ["draft_without_spec_type", "side_way_out"]),
     (True, True, ["drop_draft"], ["draft_without_spec_type", "side_step"]),
-])  # fmt: skip
+])
 def test_drop_side_models_only_when_asked(drop: bool, fits: bool, steps: list[str], codes: list[str]) -> None:
     import json
 
     model = str(FIXTURES / "dense-llama.gguf")
     args = ["plan", model, "--gpu", "1030MiB", "--ctx", "4096", "--json", *(["--drop-side-models"] if drop else []),
-            "--", "-md", model, "-ngl", "99", "-np", "1"]  # fmt: skip
+            "--", "-md", model, "-ngl", "99", "-np", "1"]
     d = json.loads(_invoke(*args).stdout)
     assert (d["fits"], d["side_steps"], [w["code"] for w in d["warnings"]]) == (fits, steps, codes)
     if not drop:
@@ -465,10 +465,10 @@ def _ollama_store(root: Path, model: Path, projector: Path | None) -> str:
     (True, ["--mmproj", "auto"], "found"),
     (False, [], "none"),  # nothing to find: no projector, no warning
     (False, ["--mmproj", "auto"], "Error: --mmproj auto: the Ollama manifest of vis:270m has no projector layer"),
-])  # fmt: skip
+])
 def test_mmproj_auto_takes_the_ollama_projector_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       with_projector: bool, mmproj_flag: list[str],
-                                                      outcome: str) -> None:  # fmt: skip
+                                                      outcome: str) -> None:
     import json
 
     from tests.support.side_cases import projector_path
@@ -528,9 +528,9 @@ def test_the_ollama_projector_loads_in_the_real_llama_server(tmp_path: Path, mon
     ("copy", [], "cpu", 0),  # the same bytes in another file: its own pages
     ("same", ["-ngl", "99", "-ngld", "0"], "8GiB", "main"),  # the target's host part (token_embd) is shared
     ("same", ["-otd", "ffn=CPU"], "cpu", 0),  # override rules: no sharing assumed
-])  # fmt: skip
+])
 def test_a_draft_of_the_same_file_shares_mapped_weights(tmp_path: Path, draft: str, flags: list[str], gpu: str,
-                                                        shared: int | str) -> None:  # fmt: skip
+                                                        shared: int | str) -> None:
     import shutil
 
     model = FIXTURES / "dense-llama.gguf"
@@ -540,7 +540,7 @@ def test_a_draft_of_the_same_file_shares_mapped_weights(tmp_path: Path, draft: s
     elif draft == "copy":
         shutil.copyfile(model, other)
     d = _check_json(str(model), "--gpu", gpu, "--", "-np", "1", "-c", "1024", "-md", str(other), "--spec-type",
-                    "draft-simple", *flags)  # fmt: skip
+                    "draft-simple", *flags)
     [side] = d["side_models"]
     main_host = d["devices"][-1]["weights_bytes"]
     assert side["details"]["shared_weights_bytes"] == (main_host if shared == "main" else shared)
@@ -568,7 +568,7 @@ def test_the_real_llama_server_maps_a_same_file_draft_once() -> None:
     assert abs(both["Pss_File"] - alone["Pss_File"]) < 23.5  # ...resident once (235 MiB more if counted twice;
     # a few MiB of page-cache churn on a busy machine is noise)
     d = _check_json(model, "--gpu", "cpu", "--", "-np", "1", "-c", "4096", "-md", model, "--spec-type",
-                    "draft-simple")  # fmt: skip
+                    "draft-simple")
     [side] = d["side_models"]
     assert side["devices"][0]["weights_bytes"] == 0
     assert round(side["details"]["shared_weights_bytes"] / 2**20, 2) == 235.16

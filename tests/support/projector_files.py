@@ -22,7 +22,7 @@ def _pad(n: int) -> int:
 
 def write_gemma3_projector(path: Path, *, projection_dim: int, n_layer: int = 27, n_embd: int = 1152,
                            n_ff: int = 4304, n_head: int = 16, image_size: int = 896,
-                           patch_size: int = 14, f32_tensors: tuple[str, ...] = ()) -> Path:  # fmt: skip
+                           patch_size: int = 14, f32_tensors: tuple[str, ...] = ()) -> Path:
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_string("general.name", "gemma-3 siglip projector (zeros)")
     w.add_uint32("general.file_type", 1)
@@ -100,7 +100,7 @@ def predict_mmproj_row(row: dict, tmp_dir: Path) -> dict[str, dict[str, float]]:
     path = write_gemma3_projector(
         tmp_dir / f"{row['id']}.gguf", projection_dim=s["projection_dim"], n_layer=s["n_layer"], n_embd=s["n_embd"],
         n_ff=s["n_ff"], n_head=s["n_head"], image_size=s["image_size"], patch_size=s["patch_size"],
-        f32_tensors=tuple(s.get("f32_tensors", ())))  # fmt: skip
+        f32_tensors=tuple(s.get("f32_tensors", ())))
     m = open_model(str(path), {})
     p = projector_facts(m.path, m.metadata, m.tensors)
     assert p.n_tensors == s["n_tensors"]

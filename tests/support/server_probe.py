@@ -118,7 +118,7 @@ def _smaps(pid: int) -> dict[str, float]:
 
 
 def resident_memory(binary: str, args: list[str], port: int | None = None,
-                    timeout: float = 180.0) -> tuple[dict[str, float], list[tuple[str, float]]]:  # fmt: skip
+                    timeout: float = 180.0) -> tuple[dict[str, float], list[tuple[str, float]]]:
     """Start llama-server (with its warmup, which touches every weight), and once it listens read its
     /proc/PID/smaps_rollup in MiB (Rss, Pss, Pss_File, Pss_Anon: Pss counts a page mapped twice once);
     also the model buffers it printed. The server is stopped before returning."""

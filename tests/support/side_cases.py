@@ -32,9 +32,9 @@ CASES = (
     Case("gemma3-270m draft np1", "demo", ("-np", "1", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
     Case("gemma3-270m draft np4", "demo", ("-np", "4", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple")),
     Case("gemma3-270m draft np4 n7", "demo", ("-np", "4", "-c", "4096", "-md", "{model}", "--spec-type", "draft-simple",
-                                           "--spec-draft-n-max", "7")),  # fmt: skip
+                                           "--spec-draft-n-max", "7")),
     Case("gemma3-270m draft np1 n15", "demo", ("-np", "1", "-c", "4096", "-md", "{model}", "--spec-type",
-                                            "draft-simple", "--spec-draft-n-max", "15")),  # fmt: skip
+                                            "draft-simple", "--spec-draft-n-max", "15")),
     Case("gemma3-270m mmproj fa on", "demo", ("-np", "1", "-c", "4096", "--mmproj", "{mmproj}", "-fa", "on"), True),
     Case("gemma3-270m mmproj fa off", "demo", ("-np", "1", "-c", "4096", "--mmproj", "{mmproj}", "-fa", "off"), True),
     Case("nextn-glm4moe mtp np1", "nextn-glm4moe.gguf", ("-np", "1", "-c", "1024", "--spec-type", "draft-mtp")),
@@ -72,7 +72,7 @@ def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
     path = model_path(case)
     flags = _flags(case, path)
     request = Request(ModelRef(path, server_args=tuple(flags)), MachineSpec(gpu_spec="cpu", reserve_bytes=0),
-                      env=dict(os.environ))  # fmt: skip
+                      env=dict(os.environ))
     p = prepare(request, host_fn=lambda: HOST)
     t: Target = p.target
     rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
@@ -80,13 +80,13 @@ def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
     b = t.breakdown(p.parsed.config, rc)
     d = b.devices[-1]
     main = {"model": d.weights_bytes / MIB, "KV": d.kv_bytes / MIB, "compute": d.compute_bytes / MIB,
-            "output": d.output_bytes / MIB}  # fmt: skip
+            "output": d.output_bytes / MIB}
     u = b.side_models[0].devices[-1]
     # the buffer llama-server prints maps the whole draft: the part shared with the target's mapping included
     shared = dict(b.side_models[0].details).get("shared_weights_bytes", 0)
     assert isinstance(shared, int)
     side = {"model": (u.weights_bytes + shared) / MIB, "KV": u.kv_bytes / MIB, "compute": u.compute_bytes / MIB,
-            "output": u.output_bytes / MIB}  # fmt: skip
+            "output": u.output_bytes / MIB}
     return main, side
 
 

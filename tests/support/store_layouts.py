@@ -123,7 +123,7 @@ SPLIT = [FIXTURES / f"split-llama-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
 def small_projector(path: Path) -> Path:
     """A SigLIP projector llama-server loads, for dense-llama (n_embd 64): 2 blocks of 256."""
     return write_gemma3_projector(path, projection_dim=64, n_layer=2, n_embd=256, n_ff=1024, n_head=4,
-                                  image_size=224)  # fmt: skip
+                                  image_size=224)
 
 
 def every_store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -146,7 +146,7 @@ def every_store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     lms = h / ".lmstudio" / "models"
     lmstudio_model(lms, "lmstudio-community", "gemma-GGUF", {"gemma-F16.gguf": MODEL.parent / "swa-gemma3.gguf"})
     lmstudio_model(lms, "acme", "adapters", {"style-lora.gguf": lora(tmp_path / "l.gguf"),
-                                             "ggml-vocab-llama.gguf": vocab_only(tmp_path / "v.gguf")})  # fmt: skip
+                                             "ggml-vocab-llama.gguf": vocab_only(tmp_path / "v.gguf")})
     return h
 
 
