@@ -51,10 +51,32 @@ _API = {
     "LlamafitError": "errors",
 }
 __all__ = [
-    "LLAMA_CPP_COMMIT", "__version__", "read_model", "open_model", "build_facts", "ModelFacts", "MemoryModel",
-    "Breakdown", "DeviceSpec", "host", "LaunchConfig", "with_given", "resolve", "Target",
-    "make_target", "Policy", "Choice", "NoFit", "solve", "plan", "PlanResult", "Verdict", "breakdown_text",
-    "verdict_text", "server_argv", "LlamafitError",
+    "LLAMA_CPP_COMMIT",
+    "__version__",
+    "read_model",
+    "open_model",
+    "build_facts",
+    "ModelFacts",
+    "MemoryModel",
+    "Breakdown",
+    "DeviceSpec",
+    "host",
+    "LaunchConfig",
+    "with_given",
+    "resolve",
+    "Target",
+    "make_target",
+    "Policy",
+    "Choice",
+    "NoFit",
+    "solve",
+    "plan",
+    "PlanResult",
+    "Verdict",
+    "breakdown_text",
+    "verdict_text",
+    "server_argv",
+    "LlamafitError",
 ]
 
 
@@ -72,19 +94,19 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .version import __version__
     from .api import breakdown_text, make_target
-    from .server.argv import server_argv
-    from .memory.config import LaunchConfig, with_given
-    from .machine.devices import DeviceSpec, host
     from .errors import LlamafitError
     from .facts.hparams import ModelFacts, build_facts
-    from .findings import Verdict
-    from .reader.model import read_model
-    from .memory.model import Breakdown, MemoryModel
     from .fetch.model_source import open_model
+    from .findings import Verdict
     from .fit.explain import PlanResult, plan
-    from .report.plan import verdict_text
-    from .memory.resolve import resolve
     from .fit.search import Target
     from .fit.solver import Choice, NoFit, Policy, solve
+    from .machine.devices import DeviceSpec, host
+    from .memory.config import LaunchConfig, with_given
+    from .memory.model import Breakdown, MemoryModel
+    from .memory.resolve import resolve
+    from .reader.model import read_model
+    from .report.plan import verdict_text
+    from .server.argv import server_argv
+    from .version import __version__

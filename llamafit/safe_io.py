@@ -32,8 +32,9 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = Fal
     return read_regular_stat(path, limit, follow=follow)[0]
 
 
-def read_regular_stat(path: str | os.PathLike[str], limit: int, *,
-                      follow: bool = False) -> tuple[bytes, os.stat_result]:
+def read_regular_stat(
+    path: str | os.PathLike[str], limit: int, *, follow: bool = False
+) -> tuple[bytes, os.stat_result]:
     """read_regular, and the file's stat (to remove exactly the file that was read: remove_read)."""
     flags = os.O_RDONLY | _NONBLOCK | (0 if follow else _NOFOLLOW)
     try:

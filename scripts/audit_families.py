@@ -29,7 +29,10 @@ from make_fixtures import Fixture, attention, dense_ffn, embeddings, transformer
 
 N_VOCAB = 320
 SETTINGS = [  # (n_ctx, flash_attn, n_ubatch)
-    (512, True, 512), (2048, True, 512), (512, False, 512), (2048, False, 128),
+    (512, True, 512),
+    (2048, True, 512),
+    (512, False, 512),
+    (2048, False, 128),
 ]
 
 
@@ -43,8 +46,15 @@ def gptneox(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int =
     parallel residual (use_parallel_residual)."""
     f = Fixture("audit-gptneox.gguf", "gptneox", 101)
     f.general("audit gptneox", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     rope_dim=n_embd // n_head // 4)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head,
+        rope_dim=n_embd // n_head // 4,
+    )
     f.w.add_bool("gptneox.use_parallel_residual", True)
     f.w.add_layer_norm_eps(1e-5)
     f.tensor("token_embd.weight", (n_embd, N_VOCAB))
@@ -96,8 +106,15 @@ def starcoder2(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: in
     residual, GELU FFN without a gate."""
     f = Fixture("audit-starcoder2.gguf", "starcoder2", 104)
     f.general("audit starcoder2", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     rope_dim=n_embd // n_head)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head,
+        rope_dim=n_embd // n_head,
+    )
     f.w.add_layer_norm_eps(1e-5)
     f.tensor("token_embd.weight", (n_embd, N_VOCAB))
     _norm_b(f, "output_norm", n_embd)
@@ -121,8 +138,15 @@ def command_r(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int
     tied output."""
     f = Fixture("audit-command-r.gguf", "command-r", 105)
     f.general("audit command-r", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     rope_dim=n_embd // n_head)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head,
+        rope_dim=n_embd // n_head,
+    )
     f.w.add_layer_norm_eps(1e-5)
     f.w.add_logit_scale(0.0625)
     embeddings(f, n_embd, N_VOCAB, tied=True)
@@ -136,8 +160,15 @@ def llama(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2
     """The reference block (gated SwiGLU FFN, separate Q/K/V), same sizes."""
     f = Fixture("audit-llama.gguf", "llama", 102)
     f.general("audit llama", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     rope_dim=n_embd // n_head)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head,
+        rope_dim=n_embd // n_head,
+    )
     embeddings(f, n_embd, N_VOCAB, tied=False)
     for i in range(n_layer):
         attention(f, i, n_embd, n_head, n_head, n_embd // n_head)
@@ -151,8 +182,17 @@ def glm4(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2)
     f = Fixture("audit-glm4.gguf", "glm4", 106)
     f.general("audit glm4", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
     head = n_embd // n_head
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head,
-                     key_len=head, value_len=head, rope_dim=head // 2)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head,
+        key_len=head,
+        value_len=head,
+        rope_dim=head // 2,
+    )
     embeddings(f, n_embd, N_VOCAB, tied=False)
     for i in range(n_layer):
         p = f"blk.{i}."
@@ -166,8 +206,11 @@ def glm4(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2)
 
 
 FAMILIES: dict[str, Callable[[], Fixture]] = {
-    "llama (gated FFN)": llama, "gptneox (GELU, parallel)": gptneox, "gpt2 (GELU, sequential)": gpt2,
-    "starcoder2 (GELU, q/k/v)": starcoder2, "command-r (parallel, GLU)": command_r,
+    "llama (gated FFN)": llama,
+    "gptneox (GELU, parallel)": gptneox,
+    "gpt2 (GELU, sequential)": gpt2,
+    "starcoder2 (GELU, q/k/v)": starcoder2,
+    "command-r (parallel, GLU)": command_r,
     "glm4 (gate fused into up)": glm4,
 }
 
@@ -175,8 +218,20 @@ FAMILIES: dict[str, Callable[[], Fixture]] = {
 def measure(path: Path) -> list[tuple[tuple[int, bool, int], float]]:
     from calibrate import parse_log, run_child
 
-    configs = [{"n_ctx": c, "flash_attn": fa, "type_k": "f16", "type_v": "f16", "n_ubatch": ub, "n_seq_max": 1,
-                "kv_unified": False, "swa_full": True, "n_outputs_max": 1} for c, fa, ub in SETTINGS]
+    configs = [
+        {
+            "n_ctx": c,
+            "flash_attn": fa,
+            "type_k": "f16",
+            "type_v": "f16",
+            "n_ubatch": ub,
+            "n_seq_max": 1,
+            "kv_unified": False,
+            "swa_full": True,
+            "n_outputs_max": 1,
+        }
+        for c, fa, ub in SETTINGS
+    ]
     out = []
     for setting, log in zip(SETTINGS, run_child(str(path), configs), strict=True):
         if log is None:
@@ -187,12 +242,14 @@ def measure(path: Path) -> list[tuple[tuple[int, bool, int], float]]:
 
 
 def predicted(path: Path, n_ctx: int, fa: bool, ub: int) -> int:
-    from llamafit.memory.compute import ComputeSettings, predict_compute
     from llamafit.facts.hparams import build_facts
+    from llamafit.memory.compute import ComputeSettings, predict_compute
     from llamafit.reader.model import read_model
 
     f = build_facts(read_model(path))
-    s = ComputeSettings(n_ctx_seq=n_ctx, n_ubatch=ub, n_outputs=1, flash_attn=fa, mixed_input=False)  # 0c1e570: b9512
+    s = ComputeSettings(
+        n_ctx_seq=n_ctx, n_ubatch=ub, n_outputs=1, flash_attn=fa, mixed_input=False
+    )  # 0c1e570: b9512
     return predict_compute(f, s).device
 
 
@@ -201,20 +258,36 @@ OUT = ROOT / "fixtures" / "calibration" / "families-0c1e570-cpu.json"
 
 def main() -> None:
     rows = []
-    print(f"{'family':<28}{'n_ctx':>7}{'fa':>4}{'ub':>5}{'llama.cpp MiB':>15}{'predicted':>11}{'error':>9}")
+    print(
+        f"{'family':<28}{'n_ctx':>7}{'fa':>4}{'ub':>5}{'llama.cpp MiB':>15}{'predicted':>11}{'error':>9}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name, build in FAMILIES.items():
             (path,) = build().write(Path(tmp))
             for (c, fa, ub), mib in measure(path):
                 pred = predicted(path, c, fa, ub) / (1 << 20)
-                print(f"{name:<28}{c:>7}{int(fa):>4}{ub:>5}{mib:>15.2f}{pred:>11.2f}{pred / mib - 1:>+9.1%}")
-                rows.append({"family": name, "builder": build.__name__, "n_ctx": c, "flash_attn": fa, "n_ubatch": ub,
-                             "n_outputs_max": 1, "compute_mib": mib})
+                print(
+                    f"{name:<28}{c:>7}{int(fa):>4}{ub:>5}{mib:>15.2f}{pred:>11.2f}{pred / mib - 1:>+9.1%}"
+                )
+                rows.append(
+                    {
+                        "family": name,
+                        "builder": build.__name__,
+                        "n_ctx": c,
+                        "flash_attn": fa,
+                        "n_ubatch": ub,
+                        "n_outputs_max": 1,
+                        "compute_mib": mib,
+                    }
+                )
     if "--write" in sys.argv:
-        doc = {"llama_cpp_commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
-               "backend": "CPU (llama-cpp-python 0.3.36)",
-               "notes": "CPU compute buffer (MiB, as llama.cpp prints it) of tiny real models built by "
-                        "scripts/audit_families.py, one per graph family", "rows": rows}
+        doc = {
+            "llama_cpp_commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
+            "backend": "CPU (llama-cpp-python 0.3.36)",
+            "notes": "CPU compute buffer (MiB, as llama.cpp prints it) of tiny real models built by "
+            "scripts/audit_families.py, one per graph family",
+            "rows": rows,
+        }
         OUT.write_text(json.dumps(doc, indent=1) + "\n")
         print(OUT)
 

@@ -49,13 +49,18 @@ def shape(key: str, folder: Path) -> Path:
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="llamafit-gemma3n-") as tmp:
-        print(f"{'shape':12s} {'llama-server flags (CPU)':48s} {'real':>8s} {'llamafit':>9s} {'diff':>7s}")
+        print(
+            f"{'shape':12s} {'llama-server flags (CPU)':48s} {'real':>8s} {'llamafit':>9s} {'diff':>7s}"
+        )
         for key, flags in CASES:
             path = str(shape(key, Path(tmp)))
             real = measured(path, flags)
             pred = predicted(path, flags) / MIB
-            shown = (f"{real:8.2f} {pred:9.2f} {pred - real:+7.3f}" if real is not None
-                     else f"{'refused':>8s} {pred:9.2f}")
+            shown = (
+                f"{real:8.2f} {pred:9.2f} {pred - real:+7.3f}"
+                if real is not None
+                else f"{'refused':>8s} {pred:9.2f}"
+            )
             print(f"{key:12s} {flags:48s} {shown}")
     print("(MiB; llama-server prints two decimals)")
     return 0

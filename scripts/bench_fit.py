@@ -40,7 +40,9 @@ import make_shapes
 DEVICE_MIB = 2048
 MARGINS = (1024, 1536, 1800, 1900, 1948)
 SHAPES = ("llama3.2-1b", "gemma3-1b", "granite3-1b-a400m")
-RPC: list[str] = []  # --rpc: the workers' endpoints (fresh workers for each llama.cpp run, see _workers)
+RPC: list[
+    str
+] = []  # --rpc: the workers' endpoints (fresh workers for each llama.cpp run, see _workers)
 
 
 @contextmanager
@@ -92,7 +94,9 @@ def _ctx(args: list[str]) -> int | None:
 
 
 def fit_params(model: Path, margin: int) -> list[str]:
-    out = device_lab.run_tool(["llama-fit-params", *_rpc_args(), "-m", str(model), "-fitt", str(margin)], env=_env())
+    out = device_lab.run_tool(
+        ["llama-fit-params", *_rpc_args(), "-m", str(model), "-fitt", str(margin)], env=_env()
+    )
     lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
     return shlex.split(lines[-1]) if lines else []  # -ot "…" comes quoted
 
@@ -110,10 +114,28 @@ def llamafit_plan(model: Path, margin: int) -> list[str]:
         env.pop("LLAMA_SERVER", None)
         machine = ["--rpc", ",".join(RPC)] if RPC else []
     else:
-        machine = (["--gpu", "cpu", "--rpc", ",".join(f"{ep}={DEVICE_MIB}MiB" for ep in RPC)] if RPC
-                   else ["--backend", "vulkan", "--gpu", f"{DEVICE_MIB}MiB"])
-    proc = subprocess.run([sys.executable, "-m", "llamafit", "plan", str(model), *machine, "--reserve", str(margin),
-                           "--json"], capture_output=True, text=True, env=env, check=False)
+        machine = (
+            ["--gpu", "cpu", "--rpc", ",".join(f"{ep}={DEVICE_MIB}MiB" for ep in RPC)]
+            if RPC
+            else ["--backend", "vulkan", "--gpu", f"{DEVICE_MIB}MiB"]
+        )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llamafit",
+            "plan",
+            str(model),
+            *machine,
+            "--reserve",
+            str(margin),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         return []
     cmd = json.loads(proc.stdout).get("command") or []
@@ -129,9 +151,14 @@ def start(model: Path, args: list[str]) -> Side:
     if not args:
         return Side(args, None, None, False, "no config")
     got = device_lab.load(model, [*_rpc_args(), *args], env=_env())
-    devices = [f"RPC0[{ep}]" for ep in RPC] if RPC else ["Vulkan0"]  # each worker's device 0, as llama-server names it
-    used = max(round(sum(kinds.get(d, 0.0) for kinds in got.buffers.values()), 2) for d in devices) \
-        if got.buffers else None  # the fullest device
+    devices = (
+        [f"RPC0[{ep}]" for ep in RPC] if RPC else ["Vulkan0"]
+    )  # each worker's device 0, as llama-server names it
+    used = (
+        max(round(sum(kinds.get(d, 0.0) for kinds in got.buffers.values()), 2) for d in devices)
+        if got.buffers
+        else None
+    )  # the fullest device
     return Side(args, _ctx(args), used, got.ok, got.failure)
 
 
@@ -148,7 +175,9 @@ N_LAYERS: dict[str, int] = {}  # model name → its blocks + 1 (the output layer
 
 
 def _ngl(s: Side, n_all: int) -> int:
-    value = s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "all"  # llama.cpp's default: all
+    value = (
+        s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "all"
+    )  # llama.cpp's default: all
     return n_all if value in ("all", "auto", "-1") else min(int(value), n_all)
 
 
@@ -158,7 +187,10 @@ def dominated(row: Row) -> bool:
     if not row.within(row.fit):
         return False
     n_all = N_LAYERS.get(row.model, 10**6)
-    fit, ours = (row.fit.n_ctx or 0, _ngl(row.fit, n_all)), (row.llamafit.n_ctx or 0, _ngl(row.llamafit, n_all))
+    fit, ours = (
+        (row.fit.n_ctx or 0, _ngl(row.fit, n_all)),
+        (row.llamafit.n_ctx or 0, _ngl(row.llamafit, n_all)),
+    )
     return fit[0] >= ours[0] and fit[1] >= ours[1] and fit != ours
 
 
@@ -179,24 +211,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the demo and one shape, two margins")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
     ap.add_argument("--only", help="one model: the demo's name or a shape key")
-    ap.add_argument("--margins", help="comma-separated margins in MiB (default: 1024,1536,1800,1900,1948)")
-    ap.add_argument("--rpc", action="store_true", help="over two RPC workers serving lavapipe (2 GiB each)")
-    ap.add_argument("--given-devices", action="store_true",
-                    help="plan with --gpu/--backend/--rpc SIZE instead of the llama-server on PATH")
+    ap.add_argument(
+        "--margins", help="comma-separated margins in MiB (default: 1024,1536,1800,1900,1948)"
+    )
+    ap.add_argument(
+        "--rpc", action="store_true", help="over two RPC workers serving lavapipe (2 GiB each)"
+    )
+    ap.add_argument(
+        "--given-devices",
+        action="store_true",
+        help="plan with --gpu/--backend/--rpc SIZE instead of the llama-server on PATH",
+    )
     args = ap.parse_args(argv)
     AS_USER[0] = not args.given_devices
     if device_lab.bin_dir() is None:
-        print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
+        print(
+            "the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr
+        )
         return 2
     if args.rpc:
-        RPC[:] = ["127.0.0.1:1", "127.0.0.1:2"]  # placeholders for planning; each run gets fresh workers
+        RPC[:] = [
+            "127.0.0.1:1",
+            "127.0.0.1:2",
+        ]  # placeholders for planning; each run gets fresh workers
     return _bench(args)
 
 
 def _bench(args: argparse.Namespace) -> int:
     rows: list[Row] = []
-    print(f"{'model':<20} {'margin':>6} {'budget':>6} | {'llama.cpp --fit: -c  -ngl    KV':<31} {'MiB':>7} ok"
-          f" | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok")
+    print(
+        f"{'model':<20} {'margin':>6} {'budget':>6} | {'llama.cpp --fit: -c  -ngl    KV':<31} {'MiB':>7} ok"
+        f" | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-fit-") as tmp:
         margins = [int(m) for m in args.margins.split(",")] if args.margins else MARGINS
         for name, path in models(Path(tmp), args.quick):
@@ -211,21 +257,30 @@ def _bench(args: argparse.Namespace) -> int:
                     fit_args = fit_params(path, margin)
                 with _workers(rpc):
                     fit_side = start(path, fit_args)
-                with _workers(rpc and AS_USER[0]):  # as a user: real workers answer for their memory
+                with _workers(
+                    rpc and AS_USER[0]
+                ):  # as a user: real workers answer for their memory
                     lf_args = llamafit_plan(path, margin)
                 with _workers(rpc):
                     lf_side = start(path, lf_args)
                 row = Row(name, margin, DEVICE_MIB - margin, fit_side, lf_side)
                 rows.append(row)
-                print(f"{name:<20} {margin:>6} {row.budget_mib:>6} | {_fmt_side(row, row.fit):>39} | "
-                      f"{_fmt_side(row, row.llamafit):>33}", flush=True)
+                print(
+                    f"{name:<20} {margin:>6} {row.budget_mib:>6} | {_fmt_side(row, row.fit):>39} | "
+                    f"{_fmt_side(row, row.llamafit):>33}",
+                    flush=True,
+                )
     behind = [r for r in rows if (r.llamafit.n_ctx or 0) < (r.fit.n_ctx or 0) and r.within(r.fit)]
     over = [r for r in rows if r.within(r.llamafit) is False]
     beaten = [r for r in rows if dominated(r)]
-    print(f"\nllamafit behind llama.cpp's --fit: {len(behind)} of {len(rows)} rows; dominated: {len(beaten)}; "
-          f"over budget: {len(over)}")
+    print(
+        f"\nllamafit behind llama.cpp's --fit: {len(behind)} of {len(rows)} rows; dominated: {len(beaten)}; "
+        f"over budget: {len(over)}"
+    )
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps([asdict(r) for r in rows], indent=1) + "\n", encoding="utf-8"
+        )
     return 0
 
 

@@ -33,7 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("long-vocab", "huge-vocab", "empty-vocab")
-BEFORE = "4aee539"  # the last commit before the fix (the reference cycle, the copies, the late refusal)
+BEFORE = (
+    "4aee539"  # the last commit before the fix (the reference cycle, the copies, the late refusal)
+)
 
 
 def _rss_mb() -> float:
@@ -51,8 +53,11 @@ def worker(mode: str, reads: int) -> None:
     from llamafit.cli import cli
 
     out = {}
-    server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "hostile_http.py"), mode, "0", "600"],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "hostile_http.py"), mode, "0", "600"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
@@ -66,12 +71,22 @@ def worker(mode: str, reads: int) -> None:
         server.kill()
         server.wait()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out[mode] = {"first": rss[0], "last": rss[-1], "peak": peak, "median_s": statistics.median(times),
-                 "max_s": max(times), "exit_codes": sorted(codes)}
+    out[mode] = {
+        "first": rss[0],
+        "last": rss[-1],
+        "peak": peak,
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "exit_codes": sorted(codes),
+    }
     print(json.dumps(out))
 
 
-PLANS = (("recurrent-mamba2.gguf", "24GiB,12GiB"), ("recurrent-mamba2.gguf", "8GiB"), ("dense-llama.gguf", "8GiB"))
+PLANS = (
+    ("recurrent-mamba2.gguf", "24GiB,12GiB"),
+    ("recurrent-mamba2.gguf", "8GiB"),
+    ("dense-llama.gguf", "8GiB"),
+)
 
 
 def plan_worker(reads: int) -> None:
@@ -90,26 +105,47 @@ def plan_worker(reads: int) -> None:
             t0 = time.perf_counter()
             code = CliRunner().invoke(cli, args).exit_code
             times.append(time.perf_counter() - t0)
-        out[f"{name} --gpu {gpu}"] = {"median_s": statistics.median(times), "max_s": max(times), "exit": code}
+        out[f"{name} --gpu {gpu}"] = {
+            "median_s": statistics.median(times),
+            "max_s": max(times),
+            "exit": code,
+        }
     print(json.dumps(out))
 
 
 def side(code: Path, reads: int, cache: Path) -> dict:
-    env = {**os.environ, "BENCH_CODE": str(code), "LLAMAFIT_CACHE_DIR": str(cache), "PYTHONPATH": str(code)}
+    env = {
+        **os.environ,
+        "BENCH_CODE": str(code),
+        "LLAMAFIT_CACHE_DIR": str(cache),
+        "PYTHONPATH": str(code),
+    }
     out = {}
     for mode in MODES:
-        done = subprocess.run([sys.executable, __file__, "--worker", mode, "--reads", str(reads)], env=env,
-                              check=True, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", mode, "--reads", str(reads)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         out.update(json.loads(done.stdout.strip().splitlines()[-1]))
-    done = subprocess.run([sys.executable, __file__, "--worker", "plan", "--reads", str(reads)], env=env,
-                          check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", "plan", "--reads", str(reads)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     out["plans"] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
 
 
 def unpack(rev: str, into: Path) -> Path:
     archive = into / "src.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), rev, "llamafit"], check=True)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "-o", str(archive), rev, "llamafit"], check=True
+    )
     with tarfile.open(archive) as tar:
         tar.extractall(into / "code")
     return into / "code"
@@ -117,24 +153,36 @@ def unpack(rev: str, into: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reads", type=int, default=10, help="reads of each hostile mode in one process")
-    ap.add_argument("--before", default=BEFORE, help="the commit to compare with (default %(default)s)")
+    ap.add_argument(
+        "--reads", type=int, default=10, help="reads of each hostile mode in one process"
+    )
+    ap.add_argument(
+        "--before", default=BEFORE, help="the commit to compare with (default %(default)s)"
+    )
     ap.add_argument("--worker", choices=[*MODES, "plan"], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         plan_worker(a.reads) if a.worker == "plan" else worker(a.worker, a.reads)
         return 0
     with tempfile.TemporaryDirectory(prefix="llamafit-bench-hostile-") as tmp:
-        sides = {f"before ({a.before})": side(unpack(a.before, Path(tmp)), a.reads, Path(tmp) / "cache-before"),
-                 "after (this tree)": side(ROOT, a.reads, Path(tmp) / "cache-after")}
+        sides = {
+            f"before ({a.before})": side(
+                unpack(a.before, Path(tmp)), a.reads, Path(tmp) / "cache-before"
+            ),
+            "after (this tree)": side(ROOT, a.reads, Path(tmp) / "cache-after"),
+        }
     print(f"{a.reads} hostile remote reads per mode in one process (`inspect URL`), RSS in MB")
-    print(f"{'side':<20} {'mode':<11} {'first':>6} {'last':>6} {'peak':>6} {'median':>8} {'slowest':>8}  exit")
+    print(
+        f"{'side':<20} {'mode':<11} {'first':>6} {'last':>6} {'peak':>6} {'median':>8} {'slowest':>8}  exit"
+    )
     ok = True
     for name, result in sides.items():
         for mode in MODES:
             r = result[mode]
-            print(f"{name:<20} {mode:<11} {r['first']:6.0f} {r['last']:6.0f} {r['peak']:6.0f} "
-                  f"{r['median_s']:7.2f}s {r['max_s']:7.2f}s  {r['exit_codes']}")
+            print(
+                f"{name:<20} {mode:<11} {r['first']:6.0f} {r['last']:6.0f} {r['peak']:6.0f} "
+                f"{r['median_s']:7.2f}s {r['max_s']:7.2f}s  {r['exit_codes']}"
+            )
         ok = all(result[m]["peak"] < 200 for m in MODES)  # the last side: this tree
     print(f"\n`plan` time, {a.reads} runs after a warm-up, in one process")
     print(f"{'side':<20} {'plan':<44} {'median':>8} {'slowest':>8}")

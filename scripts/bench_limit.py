@@ -50,7 +50,9 @@ def _fits(model: Path, args: list[str], budget: int, cache: dict[int, bool]) -> 
         if side.started and side.device_mib is not None:
             cache[n_ctx] = side.device_mib <= budget
             break
-        print(f"  (-c {n_ctx}: the start failed: {side.failure}; again)", file=sys.stderr, flush=True)
+        print(
+            f"  (-c {n_ctx}: the start failed: {side.failure}; again)", file=sys.stderr, flush=True
+        )
     return cache.setdefault(n_ctx, False)
 
 
@@ -80,25 +82,40 @@ def trained_ctx(model: Path) -> int:
     import subprocess
 
     env = dict(bench_fit._env(), PYTHONPATH=str(device_lab.ROOT))
-    out = subprocess.run([sys.executable, "-m", "llamafit", "inspect", str(model), "--json"], capture_output=True,
-                         text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "llamafit", "inspect", str(model), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return int(json.loads(out.stdout)["n_ctx_train"])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--all", action="store_true", help="every real shape of bench_fit, not just the first")
+    ap.add_argument(
+        "--all", action="store_true", help="every real shape of bench_fit, not just the first"
+    )
     ap.add_argument("--only", help="one model: the demo's name or a shape key (implies --all)")
-    ap.add_argument("--margins", help="comma-separated margins in MiB (default: 1024,1536,1800,1948)")
-    ap.add_argument("--state", type=Path, default=Path("bench_limit_state.json"), help="rows so far (resumable)")
+    ap.add_argument(
+        "--margins", help="comma-separated margins in MiB (default: 1024,1536,1800,1948)"
+    )
+    ap.add_argument(
+        "--state", type=Path, default=Path("bench_limit_state.json"), help="rows so far (resumable)"
+    )
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
     args = ap.parse_args(argv)
     if device_lab.bin_dir() is None:
-        print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
+        print(
+            "the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr
+        )
         return 2
     state: dict[str, dict] = json.loads(args.state.read_text()) if args.state.is_file() else {}
     margins = [int(m) for m in args.margins.split(",")] if args.margins else list(MARGINS)
-    print(f"{'model':<20} {'margin':>6} {'budget':>6} | {'llamafit -c':>11} {'largest -c':>10} {'share':>6} starts")
+    print(
+        f"{'model':<20} {'margin':>6} {'budget':>6} | {'llamafit -c':>11} {'largest -c':>10} {'share':>6} starts"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-limit-") as tmp:
         chosen = bench_fit.models(Path(tmp), quick=not (args.all or args.only))
         for name, path in chosen:
@@ -111,23 +128,42 @@ def main(argv: list[str] | None = None) -> int:
                     budget = bench_fit.DEVICE_MIB - margin
                     plan = bench_fit.llamafit_plan(path, margin)
                     if "-c" not in plan:
-                        state[key] = {"model": name, "margin": margin, "budget": budget, "ours": None,
-                                      "largest": None, "starts": 0}
+                        state[key] = {
+                            "model": name,
+                            "margin": margin,
+                            "budget": budget,
+                            "ours": None,
+                            "largest": None,
+                            "starts": 0,
+                        }
                     else:
                         best, starts = largest(path, plan, budget, trained)
-                        state[key] = {"model": name, "margin": margin, "budget": budget,
-                                      "ours": int(plan[plan.index("-c") + 1]), "largest": best, "starts": starts,
-                                      "args": plan}
+                        state[key] = {
+                            "model": name,
+                            "margin": margin,
+                            "budget": budget,
+                            "ours": int(plan[plan.index("-c") + 1]),
+                            "largest": best,
+                            "starts": starts,
+                            "args": plan,
+                        }
                     args.state.write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
                 r = state[key]
-                share = "-" if not r["ours"] or not r["largest"] else f"{r['ours'] / r['largest']:.3f}"
-                print(f"{name:<20} {margin:>6} {r['budget']:>6} | {r['ours'] or '-':>11} {r['largest'] or '-':>10} "
-                      f"{share:>6} {r['starts']:>6}", flush=True)
+                share = (
+                    "-" if not r["ours"] or not r["largest"] else f"{r['ours'] / r['largest']:.3f}"
+                )
+                print(
+                    f"{name:<20} {margin:>6} {r['budget']:>6} | {r['ours'] or '-':>11} {r['largest'] or '-':>10} "
+                    f"{share:>6} {r['starts']:>6}",
+                    flush=True,
+                )
     rows = list(state.values())
     shares = [r["ours"] / r["largest"] for r in rows if r["ours"] and r["largest"]]
     over = [r for r in rows if r["ours"] and r["largest"] is not None and r["ours"] > r["largest"]]
     if shares:
-        print(f"\nlowest share {min(shares):.3f} over {len(shares)} rows; over the largest that fits: {len(over)}")
+        print(
+            f"\nlowest share {min(shares):.3f} over {len(shares)} rows; over the largest that fits: {len(over)}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -44,7 +44,12 @@ def headers() -> list[tuple[str, bytes]]:
     from make_shape_header import header, load_specs
 
     out = [(name, header(spec)) for name, spec in load_specs().items()]
-    out.append(("qwen2.5-32b-like", (FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf").read_bytes()))
+    out.append(
+        (
+            "qwen2.5-32b-like",
+            (FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf").read_bytes(),
+        )
+    )
     out += [(name, (FIXTURES / f"{name}.gguf").read_bytes()) for name in SMALL]
     return out
 
@@ -80,21 +85,30 @@ def evict(hub: Path) -> None:
             os.close(fd)
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess[bytes]]:
+def timed(
+    cmd: list[str], env: dict[str, str]
+) -> tuple[float, float, subprocess.CompletedProcess[bytes]]:
     """Wall and CPU (user + system of the child) seconds."""
     before = os.times()
     t0 = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, check=False)
     wall = time.perf_counter() - t0
     after = os.times()
-    return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system), done
+    return (
+        wall,
+        (after.children_user - before.children_user)
+        + (after.children_system - before.children_system),
+        done,
+    )
 
 
 def seed_probe(cache: Path, env: dict[str, str]) -> float:
     """Measure the host once (machine/host_probe.py caches it per machine for every command, as a
     user's first `plan` or `run` would), so that `cold` is the listing's own cost. Its seconds."""
-    code = ("import os, pathlib; from llamafit.machine.host_probe import host_rates; "
-            "host_rates(os.environ, pathlib.Path(os.environ['LLAMAFIT_CACHE_DIR']))")
+    code = (
+        "import os, pathlib; from llamafit.machine.host_probe import host_rates; "
+        "host_rates(os.environ, pathlib.Path(os.environ['LLAMAFIT_CACHE_DIR']))"
+    )
     wall, _, done = timed([sys.executable, "-c", code], {**env, "LLAMAFIT_CACHE_DIR": str(cache)})
     if done.returncode:
         sys.exit(f"the host probe failed: {done.stderr.decode()[-2000:]}")
@@ -138,16 +152,26 @@ def main() -> None:
     try:
         hub = work / "hub"
         build_hub(hub, args.n)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(hub), "HOME": str(work / "home"),
-               "LLAMA_CACHE": str(work / "llama.cpp"), "OLLAMA_MODELS": str(work / "ollama")}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "HF_HUB_CACHE": str(hub),
+            "HOME": str(work / "home"),
+            "LLAMA_CACHE": str(work / "llama.cpp"),
+            "OLLAMA_MODELS": str(work / "ollama"),
+        }
         env.pop("XDG_CACHE_HOME", None)
         # bytecode compiled once, as `pip install` leaves it (not into the checkout)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "llamafit")], env=env, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(ROOT / "llamafit")], env=env, check=True
+        )
         ls = [sys.executable, "-m", "llamafit", "ls", "--gpu", args.gpu, "--json"]
         probe_s = seed_probe(work / "probe", env)
-        start, start_cpu = min(timed([sys.executable, "-c", "pass"], env)[:2] for _ in range(max(args.repeat, 3)))
+        start, start_cpu = min(
+            timed([sys.executable, "-c", "pass"], env)[:2] for _ in range(max(args.repeat, 3))
+        )
         runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
         rows = -1
         for r in range(args.repeat):
@@ -159,21 +183,31 @@ def main() -> None:
                     evict(hub)
                 wall, cpu, done = timed(ls, env)
                 if done.returncode not in (0, 1):
-                    sys.exit(f"llamafit ls failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+                    sys.exit(
+                        f"llamafit ls failed ({done.returncode}): {done.stderr.decode()[-2000:]}"
+                    )
                 rows = len(json.loads(done.stdout)["models"])
                 runs[label].append((wall - start, cpu - start_cpu))
-        print(f"llamafit ls --gpu {args.gpu} over a hub cache of {args.n} models ({rows} listed), "
-              f"{os.cpu_count()} CPUs; Python start-up {start * 1000:.0f} ms; best of {args.repeat}")
-        print(f"  (the host probe, measured once per machine and shared by every command, took {probe_s:.1f} s "
-              "before these runs)")
+        print(
+            f"llamafit ls --gpu {args.gpu} over a hub cache of {args.n} models ({rows} listed), "
+            f"{os.cpu_count()} CPUs; Python start-up {start * 1000:.0f} ms; best of {args.repeat}"
+        )
+        print(
+            f"  (the host probe, measured once per machine and shared by every command, took {probe_s:.1f} s "
+            "before these runs)"
+        )
         print(f"  above start-up: {'wall':>9s} {'CPU':>9s} {'target':>8s} (wall)")
         for label, got in runs.items():
             wall, cpu = min(got)
             met = "met" if wall <= TARGETS[label] else "NOT met"
             print(f"  {label:15s} {wall:9.2f} s {cpu:7.2f} s {TARGETS[label]:6.1f} s  {met}")
         reads = header_reads(hub, work, args.repeat)
-        print(f"  the {args.n} headers alone, read "
-              + ", ".join(f"{f'on {n} threads' if n else 'one at a time'} {t:.2f} s" for n, t in reads.items()))
+        print(
+            f"  the {args.n} headers alone, read "
+            + ", ".join(
+                f"{f'on {n} threads' if n else 'one at a time'} {t:.2f} s" for n, t in reads.items()
+            )
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llamafit.memory.config import LaunchConfig  # noqa: E402
+from llamafit.facts.hparams import build_facts  # noqa: E402
 from llamafit.machine.devices import host  # noqa: E402
 from llamafit.machine.hardware import gpu_specs  # noqa: E402  # noqa: E402
-from llamafit.facts.hparams import build_facts  # noqa: E402
-from llamafit.reader.model import read_model  # noqa: E402
+from llamafit.memory.config import LaunchConfig  # noqa: E402
 from llamafit.memory.model import MemoryModel  # noqa: E402
 from llamafit.memory.resolve import resolve  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
 
 HOST = host(128 << 30, 96 << 30)
 GPUS = gpu_specs("24GiB,24GiB")
@@ -52,7 +52,16 @@ def synthetic_100_layers(directory: Path) -> Path:
     t = np.zeros((1, 32), dtype=np.float32)
     w.add_tensor("token_embd.weight", t)
     for il in range(100):
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_up", "ffn_gate", "ffn_down", "attn_norm"):
+        for name in (
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_up",
+            "ffn_gate",
+            "ffn_down",
+            "attn_norm",
+        ):
             w.add_tensor(f"blk.{il}.{name}.weight", t)
     w.add_tensor("output.weight", t)
     w.write_header_to_file()
@@ -75,9 +84,13 @@ def speed(path: Path, seconds: float) -> None:
     cfg = LaunchConfig(n_ctx=32768, n_gpu_layers=60)
     rc = resolve(cfg, mm.facts)
     est = rate(lambda: mm.estimate(rc, GPUS, HOST), seconds)
-    full = rate(lambda: mm.estimate(resolve(replace(cfg, n_ctx=16384), mm.facts), GPUS, HOST), seconds)
-    print(f"{path.name:<36} estimate {est:>9,.0f}/s ({1e6 / est:6.1f} us)   "
-          f"resolve+estimate {full:>9,.0f}/s ({1e6 / full:6.1f} us)")
+    full = rate(
+        lambda: mm.estimate(resolve(replace(cfg, n_ctx=16384), mm.facts), GPUS, HOST), seconds
+    )
+    print(
+        f"{path.name:<36} estimate {est:>9,.0f}/s ({1e6 / est:6.1f} us)   "
+        f"resolve+estimate {full:>9,.0f}/s ({1e6 / full:6.1f} us)"
+    )
 
 
 def accuracy() -> None:
@@ -102,10 +115,14 @@ def accuracy() -> None:
     print(f"\n{'model class':<28}{'buffer':<11}{'rows':>5}{'max |err|':>11}{'mean err':>10}")
     for (cls, kind), errs in sorted(errors.items()):
         worst = max(errs, key=abs)
-        print(f"{cls:<28}{kind:<11}{len(errs):>5}{abs(worst):>10.2%}{sum(errs) / len(errs):>+10.2%}")
-    print(f"({len(ROWS)} measured loads; values under 4 MiB (compute: 0.1 MiB) are left out, as llama.cpp "
-          "prints them to 0.01 MiB; weights vs the CPU_Mapped buffer; tests/memory/test_memory_calibration.py checks "
-          "every row within print precision)")
+        print(
+            f"{cls:<28}{kind:<11}{len(errs):>5}{abs(worst):>10.2%}{sum(errs) / len(errs):>+10.2%}"
+        )
+    print(
+        f"({len(ROWS)} measured loads; values under 4 MiB (compute: 0.1 MiB) are left out, as llama.cpp "
+        "prints them to 0.01 MiB; weights vs the CPU_Mapped buffer; tests/memory/test_memory_calibration.py checks "
+        "every row within print precision)"
+    )
 
 
 def gpu_accuracy() -> None:
@@ -138,7 +155,9 @@ def gpu_accuracy() -> None:
     print(f"{'buffer':<14}{'class':<10}{'n':>4}{'median |err|':>14}{'worst err':>11}")
     for (kind, cls), errs in sorted(groups.items()):
         worst = max(errs, key=abs)
-        print(f"{kind:<14}{cls:<10}{len(errs):>4}{median(abs(e) for e in errs):>14.2%}{worst:>+11.2%}")
+        print(
+            f"{kind:<14}{cls:<10}{len(errs):>4}{median(abs(e) for e in errs):>14.2%}{worst:>+11.2%}"
+        )
     med = median(abs(e) for e in gpu_compute) if gpu_compute else float("nan")
     worst = max((abs(e) for e in gpu_compute), default=float("nan"))
     partial_rows = sum("partial" in r["classes"] for r in ROWS)
@@ -146,33 +165,44 @@ def gpu_accuracy() -> None:
         (f"KV exact on every row ({kv_exact}/{kv_total} buffers)", kv_exact == kv_total),
         (f"GPU compute median |err| <= 5% ({med:.2%})", med <= 0.05),
         (f"GPU compute worst |err| <= 20% ({worst:.2%})", worst <= 0.20),
-        (f"no partial-offload GPU compute under by > 10% ({partial_rows} partial rows"
-         + (f"; {', '.join(partial_under)})" if partial_under else ")"), not partial_under and partial_rows > 0),
+        (
+            f"no partial-offload GPU compute under by > 10% ({partial_rows} partial rows"
+            + (f"; {', '.join(partial_under)})" if partial_under else ")"),
+            not partial_under and partial_rows > 0,
+        ),
     ]
     for text, met in targets:
         print(f"  [{'met' if met else 'NOT MET'}] {text}")
     awaiting = [r["id"] for r in ROWS if r.get("awaits")]
     if awaiting and modelled:
-        print(f"  without the {len(awaiting)} rows awaiting a rule (see their 'awaits'): GPU compute "
-              f"median |err| {median(abs(e) for e in modelled):.2%}, worst {max(modelled, key=abs):+.2%} "
-              f"({len(modelled)} buffers)")
-    print(f"(values in MiB as the logs print them; 1 MiB = {MIB} bytes; host compute = CUDA_Host/ROCm_Host/"
-          "Vulkan_Host buffers and Metal's CPU buffer: the graph inputs, reported apart; at partial offload op offload "
-          "runs the host layers on the GPU, so the host keeps little more than the inputs)")
+        print(
+            f"  without the {len(awaiting)} rows awaiting a rule (see their 'awaits'): GPU compute "
+            f"median |err| {median(abs(e) for e in modelled):.2%}, worst {max(modelled, key=abs):+.2%} "
+            f"({len(modelled)} buffers)"
+        )
+    print(
+        f"(values in MiB as the logs print them; 1 MiB = {MIB} bytes; host compute = CUDA_Host/ROCm_Host/"
+        "Vulkan_Host buffers and Metal's CPU buffer: the graph inputs, reported apart; at partial offload op offload "
+        "runs the host layers on the GPU, so the host keeps little more than the inputs)"
+    )
 
 
 def mmproj_corpus() -> None:
     """Projectors against public logs (fixtures/calibration/mmproj-corpus.jsonl): every row and buffer."""
     from tests.support.projector_files import mmproj_corpus_rows, predict_mmproj_row
 
-    print(f"\n{'mmproj public log':<46}{'buffer':<9}{'device':<8}{'logged':>9}{'llamafit':>10}{'err':>8}")
+    print(
+        f"\n{'mmproj public log':<46}{'buffer':<9}{'device':<8}{'logged':>9}{'llamafit':>10}{'err':>8}"
+    )
     with tempfile.TemporaryDirectory() as d:
         for row in mmproj_corpus_rows():
             pred = predict_mmproj_row(row, Path(d))
             for kind, logged in row["measured"].items():
                 for dev, mib in logged.items():
                     got = pred[kind].get(dev, 0.0)
-                    print(f"{row['id']:<46}{kind:<9}{dev:<8}{mib:>9.2f}{got:>10.2f}{(got - mib) / mib:>8.1%}")
+                    print(
+                        f"{row['id']:<46}{kind:<9}{dev:<8}{mib:>9.2f}{got:>10.2f}{(got - mib) / mib:>8.1%}"
+                    )
 
 
 def side_accuracy() -> None:
@@ -193,19 +223,29 @@ def side_accuracy() -> None:
             err = pred - rep
             if (part, kind) not in worst or abs(err) > abs(worst[(part, kind)][0]):
                 worst[(part, kind)] = (err, pred, rep)
-    print(f"\n{'side model':<12}{'buffer':<9}{'cases':>6}{'max |err| MiB':>15}{'rel':>8}   (real llama-server, CPU)")
+    print(
+        f"\n{'side model':<12}{'buffer':<9}{'cases':>6}{'max |err| MiB':>15}{'rel':>8}   (real llama-server, CPU)"
+    )
     for (part, kind), (err, _pred, rep) in sorted(worst.items()):
-        n = sum(1 for c in CASES if ("mmproj" if c.projector else "mtp" if "draft-mtp" in c.flags else "draft") == part)
+        n = sum(
+            1
+            for c in CASES
+            if ("mmproj" if c.projector else "mtp" if "draft-mtp" in c.flags else "draft") == part
+        )
         rel = f"{abs(err) / rep:.1%}" if rep else "-"
         print(f"{part:<12}{kind:<9}{n:>6}{abs(err):>15.2f}{rel:>8}")
-    print("(scripts/bench_side_models.py prints every row; a draft's compute error is its model's own, as for the "
-          "main context)")
+    print(
+        "(scripts/bench_side_models.py prints every row; a draft's compute error is its model's own, as for the "
+        "main context)"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=1.0, help="time per speed measurement")
-    ap.add_argument("--no-side", action="store_true", help="skip the side-model accuracy (starts llama-server)")
+    ap.add_argument(
+        "--no-side", action="store_true", help="skip the side-model accuracy (starts llama-server)"
+    )
     args = ap.parse_args()
     from llamafit.fetch.demo import demo_model_path
 

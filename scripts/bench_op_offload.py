@@ -24,7 +24,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import device_lab
 import make_shapes
-
 from click.testing import CliRunner
 
 from llamafit.cli import cli
@@ -33,23 +32,42 @@ BASE = ("-np", "1", "--no-repack")
 _UB = ("32", "64", "128", "256", "512", "1024", "2048")
 GRID: tuple[tuple[str, tuple[str, ...]], ...] = (
     *(("llama3.2-1b", ("-c", "4096", "-ngl", "0", "-ub", ub, "-b", "2048")) for ub in _UB),
-    *(("llama3.2-1b", ("-c", "16384", "-ngl", "0", "-ub", ub, "-b", "2048")) for ub in ("32", "128", "512", "2048")),
-    *(("llama3.2-1b", ("-c", "4096", "-ngl", "0", "-fa", "off", "-ub", ub))
-      for ub in ("32", "64", "128", "256", "512")),
+    *(
+        ("llama3.2-1b", ("-c", "16384", "-ngl", "0", "-ub", ub, "-b", "2048"))
+        for ub in ("32", "128", "512", "2048")
+    ),
+    *(
+        ("llama3.2-1b", ("-c", "4096", "-ngl", "0", "-fa", "off", "-ub", ub))
+        for ub in ("32", "64", "128", "256", "512")
+    ),
     ("llama3.2-1b", ("-c", "4096", "-ngl", "4", "-ub", "128")),
-    *(("granite3-1b-a400m", ("-c", "4096", "-ngl", "99", "-ot", "exps=CPU", "-ub", ub, "-b", "2048"))
-      for ub in ("32", "128", "512", "1024", "2048")),
-    *(("granite3-1b-a400m", ("-c", "4096", "-ngl", "0", "-ub", ub, "-b", "2048")) for ub in ("32", "512", "2048")),
+    *(
+        (
+            "granite3-1b-a400m",
+            ("-c", "4096", "-ngl", "99", "-ot", "exps=CPU", "-ub", ub, "-b", "2048"),
+        )
+        for ub in ("32", "128", "512", "1024", "2048")
+    ),
+    *(
+        ("granite3-1b-a400m", ("-c", "4096", "-ngl", "0", "-ub", ub, "-b", "2048"))
+        for ub in ("32", "512", "2048")
+    ),
     *(("gemma3-1b", ("-c", "4096", "-ngl", "0", "-ub", ub)) for ub in ("32", "512")),  # SWA
-    *(("qwen3-8b", ("-c", "4096", "-ngl", "6", "-ub", ub)) for ub in ("128", "512")),  # untied output on the host
-    ("deepseek-v2-lite", ("-c", "4096", "-ngl", "0", "-ub", "512")),  # experts over the storage range: host ops
+    *(
+        ("qwen3-8b", ("-c", "4096", "-ngl", "6", "-ub", ub)) for ub in ("128", "512")
+    ),  # untied output on the host
+    (
+        "deepseek-v2-lite",
+        ("-c", "4096", "-ngl", "0", "-ub", "512"),
+    ),  # experts over the storage range: host ops
     ("gpt-oss-20b", ("-c", "4096", "-ngl", "99", "-ot", "exps=CPU", "-ub", "512")),
 )
 
 
 def predict(path: Path, flags: list[str]) -> dict[str, int]:
     res = CliRunner(env={"GGML_VK_VISIBLE_DEVICES": None}).invoke(
-        cli, ["check", str(path), "--gpu", "lavapipe", "--reserve", "0", "--json", "--", *flags])
+        cli, ["check", str(path), "--gpu", "lavapipe", "--reserve", "0", "--json", "--", *flags]
+    )
     return {d["name"]: d["compute_bytes"] for d in json.loads(res.stdout)["devices"]}
 
 
@@ -58,12 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
     if device_lab.bin_dir() is None:
-        print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
+        print(
+            "the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr
+        )
         return 2
     folder = Path(tempfile.mkdtemp(prefix="llamafit-op-offload-"))
     rows, errors = [], []
-    print(f"{'model':18s} {'flags':44s} {'Vulkan0 real':>12s} {'pred':>8s} {'err':>7s}   "
-          f"{'host real':>9s} {'pred':>7s}")
+    print(
+        f"{'model':18s} {'flags':44s} {'Vulkan0 real':>12s} {'pred':>8s} {'err':>7s}   "
+        f"{'host real':>9s} {'pred':>7s}"
+    )
     for key, extra in GRID:
         path = make_shapes.write_shape(key, folder)
         flags = [*BASE, *extra]
@@ -76,13 +98,24 @@ def main(argv: list[str] | None = None) -> int:
         p_gpu, p_host = pred["Vulkan0"] / (1 << 20), pred["CPU"] / (1 << 20)
         err = p_gpu / real - 1
         errors.append(err)
-        rows.append({"model": key, "flags": flags, "real_mib": {"Vulkan0": real, "Vulkan_Host": host},
-                     "predicted_bytes": {"Vulkan0": pred["Vulkan0"], "CPU": pred["CPU"]}})
-        print(f"{key:18s} {' '.join(extra):44s} {real:12.2f} {p_gpu:8.2f} {100 * err:+6.1f}%   "
-              f"{host:9.2f} {p_host:7.2f}", flush=True)
+        rows.append(
+            {
+                "model": key,
+                "flags": flags,
+                "real_mib": {"Vulkan0": real, "Vulkan_Host": host},
+                "predicted_bytes": {"Vulkan0": pred["Vulkan0"], "CPU": pred["CPU"]},
+            }
+        )
+        print(
+            f"{key:18s} {' '.join(extra):44s} {real:12.2f} {p_gpu:8.2f} {100 * err:+6.1f}%   "
+            f"{host:9.2f} {p_host:7.2f}",
+            flush=True,
+        )
     if errors:
-        print(f"\nVulkan0 compute over {len(errors)} starts: worst under {100 * min(min(errors), 0):+.1f}%, "
-              f"median {100 * statistics.median(errors):+.1f}%, worst over {100 * max(errors):+.1f}%")
+        print(
+            f"\nVulkan0 compute over {len(errors)} starts: worst under {100 * min(min(errors), 0):+.1f}%, "
+            f"median {100 * statistics.median(errors):+.1f}%, worst over {100 * max(errors):+.1f}%"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     return 0 if errors and min(errors) >= -0.0005 else 1

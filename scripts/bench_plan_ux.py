@@ -44,10 +44,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     repeat = ap.parse_args().repeat
-    env = {**os.environ, "LLAMAFIT_HOST_BANDWIDTH": os.environ.get("LLAMAFIT_HOST_BANDWIDTH", "50e9")}
-    print(f"{'case':<22}{'plan()':>9}{'+band':>9}{'+preset':>9}{'--html':>9}  (ms, best of {repeat})")
-    for label, gpu, preset in (("rtx4080", "rtx4080", None), ("24GiB", "24GiB", None),
-                               ("24GiB --for agent", "24GiB", "agent")):
+    env = {
+        **os.environ,
+        "LLAMAFIT_HOST_BANDWIDTH": os.environ.get("LLAMAFIT_HOST_BANDWIDTH", "50e9"),
+    }
+    print(
+        f"{'case':<22}{'plan()':>9}{'+band':>9}{'+preset':>9}{'--html':>9}  (ms, best of {repeat})"
+    )
+    for label, gpu, preset in (
+        ("rtx4080", "rtx4080", None),
+        ("24GiB", "24GiB", None),
+        ("24GiB --for agent", "24GiB", "agent"),
+    ):
         print(f"{label:<22}" + "".join(f"{t:>9.1f}" for t in case(gpu, preset, env, repeat)))
 
 
@@ -55,19 +63,30 @@ def case(gpu: str, preset: str | None, env: dict[str, str], repeat: int) -> list
     """[plan(), speed_band, preset_effect, curves] in ms for one machine and preset."""
     p0 = prepare(Request(ModelRef(QWEN), MachineSpec(gpu), env=env))
     chosen = preset_named(preset) if preset else None
-    policy0 = Policy(preset=chosen, ubatches=chosen.ubatches if chosen else None,
-                     prefer=chosen.prefer if chosen else "speed")
+    policy0 = Policy(
+        preset=chosen,
+        ubatches=chosen.ubatches if chosen else None,
+        prefer=chosen.prefer if chosen else "speed",
+    )
     p, policy = with_preset(p0, policy0)
     result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c, speed = result.choice, p.speed
     assert c is not None and speed is not None
-    times = [best(lambda: plan(p.target, p.parsed.config, policy, speed=speed), repeat),
-             best(lambda: speed_band(p.target, c, speed, DEFAULT_TURN), repeat), 0.0,
-             best(lambda: curves(p, result, policy), repeat)]
+    times = [
+        best(lambda: plan(p.target, p.parsed.config, policy, speed=speed), repeat),
+        best(lambda: speed_band(p.target, c, speed, DEFAULT_TURN), repeat),
+        0.0,
+        best(lambda: curves(p, result, policy), repeat),
+    ]
     if chosen is not None:
-        times[2] = best(lambda: preset_effect(chosen, policy.min_ctx or 0, c.cfg, p0.parsed.config, p.target.evaluate,
-                                              c.breakdown), repeat)
+        times[2] = best(
+            lambda: preset_effect(
+                chosen, policy.min_ctx or 0, c.cfg, p0.parsed.config, p.target.evaluate, c.breakdown
+            ),
+            repeat,
+        )
     return times
+
 
 if __name__ == "__main__":
     main()

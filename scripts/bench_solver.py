@@ -21,15 +21,15 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_memory import synthetic_100_layers  # noqa: E402
 
-from llamafit.memory.config import LaunchConfig  # noqa: E402
-from llamafit.machine.devices import host  # noqa: E402
-from llamafit.machine.hardware import gpu_specs  # noqa: E402  # noqa: E402
 from llamafit.facts.hparams import build_facts  # noqa: E402
-from llamafit.reader.model import read_model  # noqa: E402
-from llamafit.memory.model import MemoryModel  # noqa: E402
 from llamafit.fit.explain import plan  # noqa: E402
 from llamafit.fit.search import Target  # noqa: E402
 from llamafit.fit.solver import Policy, solve  # noqa: E402
+from llamafit.machine.devices import host  # noqa: E402
+from llamafit.machine.hardware import gpu_specs  # noqa: E402  # noqa: E402
+from llamafit.memory.config import LaunchConfig  # noqa: E402
+from llamafit.memory.model import MemoryModel  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
 
 
 class Counting(MemoryModel):
@@ -56,13 +56,22 @@ def bench(path: Path, gpu: str, repeat: int) -> None:
     facts = build_facts(read_model(path))
 
     def new_target() -> Target:
-        return Target(Counting(facts), "llama-server", None, gpu_specs(gpu), host(128 << 30, 96 << 30), 1 << 30)
+        return Target(
+            Counting(facts),
+            "llama-server",
+            None,
+            gpu_specs(gpu),
+            host(128 << 30, 96 << 30),
+            1 << 30,
+        )
 
     cfg, policy = LaunchConfig(), Policy()
     t_solve, n_solve = best(lambda t: solve(t, cfg, policy), new_target, repeat)
     t_plan, n_plan = best(lambda t: plan(t, cfg, policy), new_target, repeat)
-    print(f"{path.name:<36} --gpu {gpu:<12} solve {t_solve * 1e3:7.1f} ms ({n_solve:4d} evaluations)   "
-          f"plan {t_plan * 1e3:7.1f} ms ({n_plan:4d} evaluations)")
+    print(
+        f"{path.name:<36} --gpu {gpu:<12} solve {t_solve * 1e3:7.1f} ms ({n_solve:4d} evaluations)   "
+        f"plan {t_plan * 1e3:7.1f} ms ({n_plan:4d} evaluations)"
+    )
 
 
 def main() -> None:
@@ -71,9 +80,11 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         synthetic = synthetic_100_layers(Path(tmp))
-        for path, gpu in ((ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", "24GiB"),
-                          (ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", "16GiB"),
-                          (synthetic, "24GiB,24GiB")):
+        for path, gpu in (
+            (ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", "24GiB"),
+            (ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf", "16GiB"),
+            (synthetic, "24GiB,24GiB"),
+        ):
             bench(path, gpu, args.repeat)
 
 

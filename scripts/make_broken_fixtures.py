@@ -31,7 +31,19 @@ def value(vtype: int, v: Any) -> bytes:
     if vtype == T_ARRAY:
         itype, items = v
         return struct.pack("<IQ", itype, len(items)) + b"".join(value(itype, i) for i in items)
-    fmt = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}[vtype]
+    fmt = {
+        0: "B",
+        1: "b",
+        2: "H",
+        3: "h",
+        4: "I",
+        5: "i",
+        6: "f",
+        7: "?",
+        10: "Q",
+        11: "q",
+        12: "d",
+    }[vtype]
     return struct.pack("<" + fmt, v)
 
 
@@ -40,8 +52,11 @@ def kv(key: str, vtype: int, v: Any) -> bytes:
 
 
 def tensor_info(name: str, dims: Sequence[int], ggml_type: int, offset: int) -> bytes:
-    return gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack(
-        "<IQ", ggml_type, offset
+    return (
+        gstr(name)
+        + struct.pack("<I", len(dims))
+        + b"".join(struct.pack("<Q", d) for d in dims)
+        + struct.pack("<IQ", ggml_type, offset)
     )
 
 
@@ -67,7 +82,9 @@ def gguf(
 ) -> bytes:
     """A GGUF file; counts default to the lists' lengths, data is placed after alignment padding."""
     head = magic + struct.pack("<I", version)
-    head += struct.pack("<QQ", len(tensors) if n_tensors is None else n_tensors, len(kvs) if n_kv is None else n_kv)
+    head += struct.pack(
+        "<QQ", len(tensors) if n_tensors is None else n_tensors, len(kvs) if n_kv is None else n_kv
+    )
     head += b"".join(kvs) + b"".join(tensors)
     if data:
         head += b"\0" * (-len(head) % alignment)
@@ -100,19 +117,31 @@ BROKEN: dict[str, Callable[[], bytes]] = {
     "huge-string": _huge_string,
     "huge-tensor-count": lambda: gguf(n_tensors=1 << 40),
     "huge-kv-count": lambda: gguf(n_kv=1 << 40),
-    "huge-array": lambda: gguf([*BASE_KVS, gstr("test.arr") + struct.pack("<IIQ", T_ARRAY, T_UINT32, 1 << 62)]),
+    "huge-array": lambda: gguf(
+        [*BASE_KVS, gstr("test.arr") + struct.pack("<IIQ", T_ARRAY, T_UINT32, 1 << 62)]
+    ),
     "unknown-value-type": lambda: gguf([*BASE_KVS, gstr("test.x") + struct.pack("<II", 13, 0)]),
-    "unknown-tensor-type": lambda: gguf(tensors=[tensor_info("blk.0.w", [32], 4, 0)], data=b"\0" * 128),
+    "unknown-tensor-type": lambda: gguf(
+        tensors=[tensor_info("blk.0.w", [32], 4, 0)], data=b"\0" * 128
+    ),
     "duplicate-key": lambda: gguf([*BASE_KVS, kv("llama.block_count", T_UINT32, 2)]),
     "duplicate-tensor": lambda: gguf(tensors=_ONE_TENSOR * 2, data=b"\0" * 256),
     "data-out-of-bounds": lambda: _GOOD[:-100],
-    "bad-tensor-offset": lambda: gguf(tensors=[tensor_info("blk.0.w", [32], GGML_F32, 64)], data=b"\0" * 256),
-    "too-many-dims": lambda: gguf(tensors=[tensor_info("blk.0.w", [1, 1, 1, 1, 32], GGML_F32, 0)], data=b"\0" * 128),
+    "bad-tensor-offset": lambda: gguf(
+        tensors=[tensor_info("blk.0.w", [32], GGML_F32, 64)], data=b"\0" * 256
+    ),
+    "too-many-dims": lambda: gguf(
+        tensors=[tensor_info("blk.0.w", [1, 1, 1, 1, 32], GGML_F32, 0)], data=b"\0" * 128
+    ),
     "bad-alignment": lambda: gguf([*BASE_KVS, kv("general.alignment", T_UINT32, 48)]),
-    "bad-block-size": lambda: gguf(tensors=[tensor_info("blk.0.w", [10], GGML_Q4_0, 0)], data=b"\0" * 128),
+    "bad-block-size": lambda: gguf(
+        tensors=[tensor_info("blk.0.w", [10], GGML_Q4_0, 0)], data=b"\0" * 128
+    ),
     "nested-too-deep": lambda: _nested(12),
     "missing-block-count": lambda: gguf([k for k in BASE_KVS if b"block_count" not in k]),
-    "wrong-array-length": lambda: gguf([*BASE_KVS, kv("llama.attention.head_count_kv", T_ARRAY, (T_INT32, [1, 1, 1]))]),
+    "wrong-array-length": lambda: gguf(
+        [*BASE_KVS, kv("llama.attention.head_count_kv", T_ARRAY, (T_INT32, [1, 1, 1]))]
+    ),
 }
 
 

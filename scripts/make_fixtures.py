@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 import gguf
+import numpy as np
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import quantize
 
@@ -53,8 +52,11 @@ MIN_VOCAB = 256 + N_MERGES + 2  # bytes + merges + bos/eos = 320
 
 def _byte_symbols() -> list[str]:
     """GPT-2's bytes_to_unicode table: one printable symbol per byte value."""
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-                 + list(range(ord("®"), ord("ÿ") + 1)))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):
@@ -87,6 +89,7 @@ def add_tokenizer(w: gguf.GGUFWriter, n_vocab: int) -> None:
 # --------------------------------------------------------------------------
 # Model writer helper
 # --------------------------------------------------------------------------
+
 
 @dataclass
 class Fixture:
@@ -127,7 +130,9 @@ class Fixture:
             self.w.add_array(name, list(value))
 
     # ---- tensors -------------------------------------------------------------
-    def tensor(self, name: str, ne: tuple[int, ...], qtype: QT = QT.F16, fill: str = "rand") -> None:
+    def tensor(
+        self, name: str, ne: tuple[int, ...], qtype: QT = QT.F16, fill: str = "rand"
+    ) -> None:
         """Add tensor `name` with ggml shape `ne` (ne[0] = row length).
 
         fill: "rand" (N(0, WEIGHT_SCALE)), "ones", "zeros" or "neg" (negative, for ssm_a).
@@ -169,17 +174,33 @@ class Fixture:
 # Shared building blocks (tensor groups)
 # --------------------------------------------------------------------------
 
-def embeddings(f: Fixture, n_embd: int, n_vocab: int, *, tied: bool,
-               embd_type: QT = QT.F16, out_type: QT = QT.F16) -> None:
+
+def embeddings(
+    f: Fixture,
+    n_embd: int,
+    n_vocab: int,
+    *,
+    tied: bool,
+    embd_type: QT = QT.F16,
+    out_type: QT = QT.F16,
+) -> None:
     f.tensor("token_embd.weight", (n_embd, n_vocab), embd_type)
     f.norm("output_norm.weight", n_embd)
     if not tied:
         f.tensor("output.weight", (n_embd, n_vocab), out_type)
 
 
-def attention(f: Fixture, i: int, n_embd: int, n_head: int, n_head_kv: int,
-              head_k: int, head_v: int | None = None, qtype: QT = QT.F16,
-              bias: bool = False) -> None:
+def attention(
+    f: Fixture,
+    i: int,
+    n_embd: int,
+    n_head: int,
+    n_head_kv: int,
+    head_k: int,
+    head_v: int | None = None,
+    qtype: QT = QT.F16,
+    bias: bool = False,
+) -> None:
     """attn_norm + separate Q/K/V/O projections."""
     head_v = head_k if head_v is None else head_v
     p = f"blk.{i}."
@@ -194,7 +215,9 @@ def attention(f: Fixture, i: int, n_embd: int, n_head: int, n_head_kv: int,
         f.tensor(p + "attn_v.bias", (n_head_kv * head_v,))
 
 
-def dense_ffn(f: Fixture, i: int, n_embd: int, n_ff: int, qtype: QT = QT.F16, norm: bool = True) -> None:
+def dense_ffn(
+    f: Fixture, i: int, n_embd: int, n_ff: int, qtype: QT = QT.F16, norm: bool = True
+) -> None:
     p = f"blk.{i}."
     if norm:
         f.norm(p + "ffn_norm.weight", n_embd)
@@ -203,8 +226,15 @@ def dense_ffn(f: Fixture, i: int, n_embd: int, n_ff: int, qtype: QT = QT.F16, no
     f.tensor(p + "ffn_down.weight", (n_ff, n_embd), qtype)
 
 
-def moe_ffn(f: Fixture, i: int, n_embd: int, n_ff_exp: int, n_expert: int,
-            qtype: QT = QT.F16, bias: bool = False) -> None:
+def moe_ffn(
+    f: Fixture,
+    i: int,
+    n_embd: int,
+    n_ff_exp: int,
+    n_expert: int,
+    qtype: QT = QT.F16,
+    bias: bool = False,
+) -> None:
     """Router + stacked experts (ffn_{gate,up,down}_exps); no ffn_norm."""
     p = f"blk.{i}."
     f.tensor(p + "ffn_gate_inp.weight", (n_embd, n_expert), QT.F32)
@@ -225,8 +255,16 @@ def shared_expert(f: Fixture, i: int, n_embd: int, n_ff_shexp: int, qtype: QT = 
     f.tensor(p + "ffn_down_shexp.weight", (n_ff_shexp, n_embd), qtype)
 
 
-def mamba2_mixer(f: Fixture, i: int, n_embd: int, d_inner: int, d_state: int,
-                 n_group: int, n_ssm_head: int, d_conv: int) -> None:
+def mamba2_mixer(
+    f: Fixture,
+    i: int,
+    n_embd: int,
+    d_inner: int,
+    d_state: int,
+    n_group: int,
+    n_ssm_head: int,
+    d_conv: int,
+) -> None:
     """Mamba-2 SSM block tensors (as in llama.cpp's mamba2 / granitehybrid loaders)."""
     p = f"blk.{i}."
     conv_dim = d_inner + 2 * n_group * d_state
@@ -240,7 +278,9 @@ def mamba2_mixer(f: Fixture, i: int, n_embd: int, d_inner: int, d_state: int,
     f.tensor(p + "ssm_out.weight", (d_inner, n_embd))
 
 
-def ssm_keys(f: Fixture, d_conv: int, d_inner: int, d_state: int, n_ssm_head: int, n_group: int) -> None:
+def ssm_keys(
+    f: Fixture, d_conv: int, d_inner: int, d_state: int, n_ssm_head: int, n_group: int
+) -> None:
     f.key("ssm.conv_kernel", d_conv)
     f.key("ssm.inner_size", d_inner)
     f.key("ssm.state_size", d_state)
@@ -248,9 +288,19 @@ def ssm_keys(f: Fixture, d_conv: int, d_inner: int, d_state: int, n_ssm_head: in
     f.key("ssm.group_count", n_group)
 
 
-def transformer_keys(f: Fixture, *, n_layer: int, n_embd: int, n_ff, n_head, n_head_kv,
-                     key_len: int | None = None, value_len: int | None = None,
-                     rope_dim: int | None = None, eps: float = 1e-5) -> None:
+def transformer_keys(
+    f: Fixture,
+    *,
+    n_layer: int,
+    n_embd: int,
+    n_ff,
+    n_head,
+    n_head_kv,
+    key_len: int | None = None,
+    value_len: int | None = None,
+    rope_dim: int | None = None,
+    eps: float = 1e-5,
+) -> None:
     f.w.add_block_count(n_layer)
     f.w.add_embedding_length(n_embd)
     f.w.add_feed_forward_length(n_ff)
@@ -270,16 +320,47 @@ def transformer_keys(f: Fixture, *, n_layer: int, n_embd: int, n_ff, n_head, n_h
 # Fixtures (one function each)
 # --------------------------------------------------------------------------
 
-def _llama(file_name: str, name: str, *, seed: int, n_layer: int, n_embd: int, n_head: int,
-           n_head_kv: int, n_ff: int, n_vocab: int, ctx: int, tied: bool,
-           ffn_type: QT, embd_type: QT, split_max_tensors: int = 0) -> Fixture:
+
+def _llama(
+    file_name: str,
+    name: str,
+    *,
+    seed: int,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    n_head_kv: int,
+    n_ff: int,
+    n_vocab: int,
+    ctx: int,
+    tied: bool,
+    ffn_type: QT,
+    embd_type: QT,
+    split_max_tensors: int = 0,
+) -> Fixture:
     """Plain Llama (dense GQA), shared by dense-llama, tied-llama and split-llama."""
-    f = Fixture(file_name, "llama", seed, split_max_tensors=split_max_tensors,
-                kv_layers=list(range(n_layer)))
-    ftype = gguf.LlamaFileType.MOSTLY_Q8_0 if QT.Q8_0 in (ffn_type, embd_type) else gguf.LlamaFileType.MOSTLY_F16
+    f = Fixture(
+        file_name,
+        "llama",
+        seed,
+        split_max_tensors=split_max_tensors,
+        kv_layers=list(range(n_layer)),
+    )
+    ftype = (
+        gguf.LlamaFileType.MOSTLY_Q8_0
+        if QT.Q8_0 in (ffn_type, embd_type)
+        else gguf.LlamaFileType.MOSTLY_F16
+    )
     f.general(name, ftype, n_vocab, ctx)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
-                     n_head_kv=n_head_kv, rope_dim=n_embd // n_head)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        rope_dim=n_embd // n_head,
+    )
     f.w.add_vocab_size(n_vocab)
     embeddings(f, n_embd, n_vocab, tied=tied, embd_type=embd_type, out_type=ffn_type)
     for i in range(n_layer):
@@ -289,22 +370,59 @@ def _llama(file_name: str, name: str, *, seed: int, n_layer: int, n_embd: int, n
 
 
 def dense_llama() -> Fixture:
-    return _llama("dense-llama.gguf", "fixture dense llama", seed=1, n_layer=4, n_embd=64,
-                  n_head=4, n_head_kv=2, n_ff=128, n_vocab=320, ctx=4096, tied=False,
-                  ffn_type=QT.Q8_0, embd_type=QT.F16)
+    return _llama(
+        "dense-llama.gguf",
+        "fixture dense llama",
+        seed=1,
+        n_layer=4,
+        n_embd=64,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=128,
+        n_vocab=320,
+        ctx=4096,
+        tied=False,
+        ffn_type=QT.Q8_0,
+        embd_type=QT.F16,
+    )
 
 
 def tied_llama() -> Fixture:
-    return _llama("tied-llama.gguf", "fixture tied llama", seed=10, n_layer=3, n_embd=96,
-                  n_head=6, n_head_kv=6, n_ff=256, n_vocab=320, ctx=2048, tied=True,
-                  ffn_type=QT.F16, embd_type=QT.Q8_0)
+    return _llama(
+        "tied-llama.gguf",
+        "fixture tied llama",
+        seed=10,
+        n_layer=3,
+        n_embd=96,
+        n_head=6,
+        n_head_kv=6,
+        n_ff=256,
+        n_vocab=320,
+        ctx=2048,
+        tied=True,
+        ffn_type=QT.F16,
+        embd_type=QT.Q8_0,
+    )
 
 
 def split_llama() -> Fixture:
     # 4 layers x 9 tensors + 3 = 39 tensors -> 13 per shard -> exactly 3 shards
-    return _llama("split-llama.gguf", "fixture split llama", seed=11, n_layer=4, n_embd=64,
-                  n_head=4, n_head_kv=4, n_ff=192, n_vocab=320, ctx=16384, tied=False,
-                  ffn_type=QT.F16, embd_type=QT.F16, split_max_tensors=13)
+    return _llama(
+        "split-llama.gguf",
+        "fixture split llama",
+        seed=11,
+        n_layer=4,
+        n_embd=64,
+        n_head=4,
+        n_head_kv=4,
+        n_ff=192,
+        n_vocab=320,
+        ctx=16384,
+        tied=False,
+        ffn_type=QT.F16,
+        embd_type=QT.F16,
+        split_max_tensors=13,
+    )
 
 
 def per_layer_kv() -> Fixture:
@@ -317,13 +435,25 @@ def per_layer_kv() -> Fixture:
     n_head = [4, 4, 2, 4, 4]
     n_head_kv = [2, 1, 2, 4, 0]
     n_ff = [128, 96, 128, 64, 128]
-    f = Fixture("per-layer-kv.gguf", "deci", seed=2, kv_layers=list(range(n_layer)),
-                notes="layer 4: n_head_kv=0 -> 'linear attention' (attn_output only, no K/V "
-                      "projections); it is still a KV-cache layer with 0-wide K (and V padded "
-                      "to the widest layer when FA is off; with FA on V = 147456 B at n_ctx 512)")
+    f = Fixture(
+        "per-layer-kv.gguf",
+        "deci",
+        seed=2,
+        kv_layers=list(range(n_layer)),
+        notes="layer 4: n_head_kv=0 -> 'linear attention' (attn_output only, no K/V "
+        "projections); it is still a KV-cache layer with 0-wide K (and V padded "
+        "to the widest layer when FA is off; with FA on V = 147456 B at n_ctx 512)",
+    )
     f.general("fixture per-layer kv deci", gguf.LlamaFileType.MOSTLY_Q4_0, 384, 8192)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
-                     n_head_kv=n_head_kv, rope_dim=head)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        rope_dim=head,
+    )
     f.w.add_vocab_size(384)
     embeddings(f, n_embd, 384, tied=False)
     for i in range(n_layer):
@@ -339,11 +469,25 @@ def per_layer_kv() -> Fixture:
 def swa_gemma3() -> Fixture:
     """gemma3 with sliding_window and the default pattern period 6 (5 SWA : 1 full)."""
     n_layer, n_embd, n_head, n_head_kv, head, n_ff = 7, 64, 4, 2, 32, 128
-    f = Fixture("swa-gemma3.gguf", "gemma3", seed=3, kv_layers=list(range(n_layer)),
-                swa_layers=[i for i in range(n_layer) if i % 6 < 5])
+    f = Fixture(
+        "swa-gemma3.gguf",
+        "gemma3",
+        seed=3,
+        kv_layers=list(range(n_layer)),
+        swa_layers=[i for i in range(n_layer) if i % 6 < 5],
+    )
     f.general("fixture swa gemma3", gguf.LlamaFileType.MOSTLY_F16, 512, 32768)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
-                     n_head_kv=n_head_kv, key_len=head, value_len=head, eps=1e-6)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        key_len=head,
+        value_len=head,
+        eps=1e-6,
+    )
     f.w.add_sliding_window(128)
     f.w.add_rope_freq_base_swa(10000.0)
     embeddings(f, n_embd, 512, tied=True)
@@ -362,11 +506,24 @@ def swa_gptoss() -> Fixture:
     """gpt-oss: MoE (MXFP4 experts, biases), attention sinks, SWA period 2."""
     n_layer, n_embd, n_head, n_head_kv, head = 4, 64, 4, 2, 32
     n_expert, n_expert_used, n_ff_exp = 4, 2, 64
-    f = Fixture("swa-gptoss.gguf", "gpt-oss", seed=4, kv_layers=list(range(n_layer)),
-                swa_layers=[i for i in range(n_layer) if i % 2 == 0])
+    f = Fixture(
+        "swa-gptoss.gguf",
+        "gpt-oss",
+        seed=4,
+        kv_layers=list(range(n_layer)),
+        swa_layers=[i for i in range(n_layer) if i % 2 == 0],
+    )
     f.general("fixture swa gpt-oss", gguf.LlamaFileType.MOSTLY_MXFP4_MOE, 448, 131072)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff_exp, n_head=n_head,
-                     n_head_kv=n_head_kv, key_len=head, value_len=head)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff_exp,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        key_len=head,
+        value_len=head,
+    )
     f.w.add_sliding_window(128)
     f.w.add_expert_count(n_expert)
     f.w.add_expert_used_count(n_expert_used)
@@ -387,11 +544,26 @@ def mla_deepseek2() -> Fixture:
     n_layer, n_embd, n_head = 3, 64, 4
     q_lora, kv_lora, rope, nope, v_head = 32, 32, 16, 32, 32
     n_ff, n_expert, n_expert_used, n_ff_exp = 128, 4, 2, 32
-    f = Fixture("mla-deepseek2.gguf", "deepseek2", seed=5, kv_layers=list(range(n_layer)),
-                notes="layer 0 dense FFN, layers 1-2 MoE + 1 shared expert")
+    f = Fixture(
+        "mla-deepseek2.gguf",
+        "deepseek2",
+        seed=5,
+        kv_layers=list(range(n_layer)),
+        notes="layer 0 dense FFN, layers 1-2 MoE + 1 shared expert",
+    )
     f.general("fixture mla deepseek2", gguf.LlamaFileType.MOSTLY_Q8_0, 352, 163840)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=1,
-                     key_len=kv_lora + rope, value_len=kv_lora, rope_dim=rope, eps=1e-6)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=1,
+        key_len=kv_lora + rope,
+        value_len=kv_lora,
+        rope_dim=rope,
+        eps=1e-6,
+    )
     f.w.add_key_length_mla(nope + rope)
     f.w.add_value_length_mla(v_head)
     f.w.add_q_lora_rank(q_lora)
@@ -433,10 +605,17 @@ def hybrid_granite() -> Fixture:
     n_head_kv = [0, 0, 2, 0, 0, 2]
     d_conv, d_inner, d_state, n_group, n_ssm_head = 4, 2 * n_embd, 16, 1, 8
     attn = [i for i in range(n_layer) if n_head_kv[i] > 0]
-    f = Fixture("hybrid-granite.gguf", "granitehybrid", seed=6, kv_layers=attn,
-                recurrent_layers=[i for i in range(n_layer) if n_head_kv[i] == 0])
+    f = Fixture(
+        "hybrid-granite.gguf",
+        "granitehybrid",
+        seed=6,
+        kv_layers=attn,
+        recurrent_layers=[i for i in range(n_layer) if n_head_kv[i] == 0],
+    )
     f.general("fixture hybrid granite", gguf.LlamaFileType.MOSTLY_F16, 320, 524288)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head_kv)
+    transformer_keys(
+        f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head_kv
+    )
     ssm_keys(f, d_conv, d_inner, d_state, n_ssm_head, n_group)
     f.w.add_rope_scaling_finetuned(False)  # Granite-4.0-H: no RoPE
     f.w.add_embedding_scale(12.0)
@@ -479,8 +658,17 @@ def moe_qwen3() -> Fixture:
     n_expert, n_expert_used, n_ff_exp = 8, 2, 32
     f = Fixture("moe-qwen3.gguf", "qwen3moe", seed=8, kv_layers=list(range(n_layer)))
     f.general("fixture moe qwen3", gguf.LlamaFileType.MOSTLY_Q8_0, 416, 40960)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=192, n_head=n_head,
-                     n_head_kv=n_head_kv, key_len=head, value_len=head, eps=1e-6)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=192,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        key_len=head,
+        value_len=head,
+        eps=1e-6,
+    )
     f.w.add_expert_count(n_expert)
     f.w.add_expert_used_count(n_expert_used)
     f.w.add_expert_feed_forward_length(n_ff_exp)
@@ -500,12 +688,26 @@ def nextn_glm4moe() -> Fixture:
     n_trunk, n_embd, n_head, n_head_kv, head, rope = 3, 64, 4, 2, 32, 16
     n_ff, n_expert, n_expert_used, n_ff_exp, n_vocab = 128, 4, 2, 32, 400
     n_layer = n_trunk + 1
-    f = Fixture("nextn-glm4moe.gguf", "glm4moe", seed=9, kv_layers=list(range(n_trunk)),
-                notes=f"layer 0 dense FFN, layers 1-{n_layer - 1} MoE + 1 shared expert; "
-                      f"blk.{n_trunk} is the NextN block (skipped unless MTP is loaded)")
+    f = Fixture(
+        "nextn-glm4moe.gguf",
+        "glm4moe",
+        seed=9,
+        kv_layers=list(range(n_trunk)),
+        notes=f"layer 0 dense FFN, layers 1-{n_layer - 1} MoE + 1 shared expert; "
+        f"blk.{n_trunk} is the NextN block (skipped unless MTP is loaded)",
+    )
     f.general("fixture nextn glm4moe", gguf.LlamaFileType.MOSTLY_Q4_0, n_vocab, 65536)
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head,
-                     n_head_kv=n_head_kv, key_len=head, value_len=head, rope_dim=rope)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        key_len=head,
+        value_len=head,
+        rope_dim=rope,
+    )
     f.w.add_nextn_predict_layers(1)
     f.w.add_leading_dense_block_count(1)
     f.w.add_expert_count(n_expert)
@@ -537,8 +739,17 @@ def nextn_glm4moe() -> Fixture:
 
 
 FIXTURES: list[Callable[[], Fixture]] = [
-    dense_llama, per_layer_kv, swa_gemma3, swa_gptoss, mla_deepseek2, hybrid_granite,
-    recurrent_mamba2, moe_qwen3, nextn_glm4moe, tied_llama, split_llama,
+    dense_llama,
+    per_layer_kv,
+    swa_gemma3,
+    swa_gptoss,
+    mla_deepseek2,
+    hybrid_granite,
+    recurrent_mamba2,
+    moe_qwen3,
+    nextn_glm4moe,
+    tied_llama,
+    split_llama,
 ]
 
 
@@ -550,6 +761,7 @@ FIXTURES: list[Callable[[], Fixture]] = [
 # log lines from these numbers (same printf formats as llama.cpp) and checks
 # that they appear on stderr.
 # --------------------------------------------------------------------------
+
 
 def _mib(n: int) -> float:
     return float(np.float32(n) / np.float32(1024 * 1024))  # llama.cpp prints (float)bytes / MiB
@@ -566,13 +778,17 @@ class KVCache:
     label: str = "KV cache"
 
     def line(self) -> str:
-        return (f"llama_kv_cache: size = {_mib(self.k_bytes + self.v_bytes):7.2f} MiB "
-                f"({self.cells:6d} cells, {self.layers:3d} layers,  1/1 seqs), "
-                f"K (f16): {_mib(self.k_bytes):7.2f} MiB, V (f16): {_mib(self.v_bytes):7.2f} MiB")
+        return (
+            f"llama_kv_cache: size = {_mib(self.k_bytes + self.v_bytes):7.2f} MiB "
+            f"({self.cells:6d} cells, {self.layers:3d} layers,  1/1 seqs), "
+            f"K (f16): {_mib(self.k_bytes):7.2f} MiB, V (f16): {_mib(self.v_bytes):7.2f} MiB"
+        )
 
     def describe(self) -> str:
-        return (f"{self.label}: {self.cells} cells, {self.layers} layers, "
-                f"K {self.k_bytes} B, V {self.v_bytes} B")
+        return (
+            f"{self.label}: {self.cells} cells, {self.layers} layers, "
+            f"K {self.k_bytes} B, V {self.v_bytes} B"
+        )
 
 
 @dataclass(frozen=True)
@@ -584,24 +800,30 @@ class RSCache:
     s_bytes: int
 
     def line(self) -> str:
-        return (f"llama_memory_recurrent: size = {_mib(self.r_bytes + self.s_bytes):7.2f} MiB "
-                f"({1:6d} cells, {self.layers:3d} layers,  1 seqs  0 rs_seq), "
-                f"R (f32): {_mib(self.r_bytes):7.2f} MiB, S (f32): {_mib(self.s_bytes):7.2f} MiB, "
-                f"P (f32): {0.0:7.2f} MiB")
+        return (
+            f"llama_memory_recurrent: size = {_mib(self.r_bytes + self.s_bytes):7.2f} MiB "
+            f"({1:6d} cells, {self.layers:3d} layers,  1 seqs  0 rs_seq), "
+            f"R (f32): {_mib(self.r_bytes):7.2f} MiB, S (f32): {_mib(self.s_bytes):7.2f} MiB, "
+            f"P (f32): {0.0:7.2f} MiB"
+        )
 
     def describe(self) -> str:
         return f"recurrent state: 1 cell (1 seq), R {self.r_bytes} B, S {self.s_bytes} B"
 
 
-ISWA_FULL = ("llama_kv_cache_iswa: using full-size SWA cache "
-             "(ref: https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)")
+ISWA_FULL = (
+    "llama_kv_cache_iswa: using full-size SWA cache "
+    "(ref: https://github.com/ggml-org/llama.cpp/pull/13194#issuecomment-2868343055)"
+)
 ISWA_BASE = "llama_kv_cache_iswa: creating non-SWA KV cache, size = 512 cells"
 ISWA_SWA = "llama_kv_cache_iswa: creating     SWA KV cache, size = 512 cells"
 
 
 def _v_pad(width: int) -> str:
-    return ("llama_kv_cache: the V embeddings have different sizes across layers and FA is not "
-            f"enabled - padding V cache to {width}")
+    return (
+        "llama_kv_cache: the V embeddings have different sizes across layers and FA is not "
+        f"enabled - padding V cache to {width}"
+    )
 
 
 # K bytes = sum over cache layers of n_head_kv*head_k * 2 B * 512 cells (V likewise).
@@ -609,10 +831,20 @@ EXPECTED: dict[str, list[KVCache | RSCache | str]] = {
     "dense-llama.gguf": [KVCache(512, 4, 131072, 131072)],
     # K: (32+16+32+64+0)*2*512; V padded to 64 wide for all 5 layers (FA off)
     "per-layer-kv.gguf": [_v_pad(64), KVCache(512, 5, 147456, 327680)],
-    "swa-gemma3.gguf": [ISWA_FULL, ISWA_BASE, KVCache(512, 1, 65536, 65536, "non-SWA KV cache"),
-                        ISWA_SWA, KVCache(512, 6, 393216, 393216, "SWA KV cache")],
-    "swa-gptoss.gguf": [ISWA_FULL, ISWA_BASE, KVCache(512, 2, 131072, 131072, "non-SWA KV cache"),
-                        ISWA_SWA, KVCache(512, 2, 131072, 131072, "SWA KV cache")],
+    "swa-gemma3.gguf": [
+        ISWA_FULL,
+        ISWA_BASE,
+        KVCache(512, 1, 65536, 65536, "non-SWA KV cache"),
+        ISWA_SWA,
+        KVCache(512, 6, 393216, 393216, "SWA KV cache"),
+    ],
+    "swa-gptoss.gguf": [
+        ISWA_FULL,
+        ISWA_BASE,
+        KVCache(512, 2, 131072, 131072, "non-SWA KV cache"),
+        ISWA_SWA,
+        KVCache(512, 2, 131072, 131072, "SWA KV cache"),
+    ],
     # MLA: K row = kv_lora + rope = 48, no V
     "mla-deepseek2.gguf": [KVCache(512, 3, 147456, 0)],
     # R = 3*(128+2*1*16)*4 B, S = 16*128*4 B, per recurrent layer (4 of them)
@@ -633,6 +865,7 @@ def expected_lines(file_name: str) -> list[str]:
 # --------------------------------------------------------------------------
 # README (table read back from the written files)
 # --------------------------------------------------------------------------
+
 
 def _read_fixture(paths: list[Path]) -> tuple[dict, list, list[int]]:
     """KV dict (first shard), tensors (all shards) and tensor count per shard."""
@@ -670,26 +903,36 @@ def _head_dims(k: Callable[[str], object]) -> str:
 def _ffn(k: Callable[[str], object]) -> str:
     text = f"n_ff {_fmt(k('feed_forward_length'))}"
     if k("expert_count"):
-        text += (f"; experts {k('expert_count')} used {k('expert_used_count')} "
-                 f"shared {k('expert_shared_count') or 0}, n_ff_exp {k('expert_feed_forward_length')}")
+        text += (
+            f"; experts {k('expert_count')} used {k('expert_used_count')} "
+            f"shared {k('expert_shared_count') or 0}, n_ff_exp {k('expert_feed_forward_length')}"
+        )
         if k("leading_dense_block_count"):
             text += f", dense lead {k('leading_dense_block_count')}"
     return text
 
 
-def _special(f: Fixture, k: Callable[[str], object], paths: list[Path], shard_sizes: list[int]) -> str:
+def _special(
+    f: Fixture, k: Callable[[str], object], paths: list[Path], shard_sizes: list[int]
+) -> str:
     """SWA / MLA / SSM / rope / split details of one fixture."""
     parts = []
     if k("attention.sliding_window") is not None:
-        parts.append(f"SWA window {k('attention.sliding_window')}, SWA layers {_layers(f.swa_layers)}")
+        parts.append(
+            f"SWA window {k('attention.sliding_window')}, SWA layers {_layers(f.swa_layers)}"
+        )
     if k("attention.key_length_mla") is not None:
-        parts.append(f"MLA kv_lora_rank {k('attention.kv_lora_rank')}, q_lora_rank {k('attention.q_lora_rank')}, "
-                     f"key_length_mla {k('attention.key_length_mla')}, "
-                     f"value_length_mla {k('attention.value_length_mla')}")
+        parts.append(
+            f"MLA kv_lora_rank {k('attention.kv_lora_rank')}, q_lora_rank {k('attention.q_lora_rank')}, "
+            f"key_length_mla {k('attention.key_length_mla')}, "
+            f"value_length_mla {k('attention.value_length_mla')}"
+        )
     if k("ssm.inner_size") is not None:
-        parts.append(f"SSM d_conv {k('ssm.conv_kernel')}, d_inner {k('ssm.inner_size')}, "
-                     f"d_state {k('ssm.state_size')}, n_group {k('ssm.group_count')}, "
-                     f"dt_rank {k('ssm.time_step_rank')}; recurrent layers {_layers(f.recurrent_layers)}")
+        parts.append(
+            f"SSM d_conv {k('ssm.conv_kernel')}, d_inner {k('ssm.inner_size')}, "
+            f"d_state {k('ssm.state_size')}, n_group {k('ssm.group_count')}, "
+            f"dt_rank {k('ssm.time_step_rank')}; recurrent layers {_layers(f.recurrent_layers)}"
+        )
     if k("rope.dimension_count") is not None:
         parts.append(f"rope dim {k('rope.dimension_count')}")
     if len(paths) > 1:
@@ -706,16 +949,28 @@ def _row(f: Fixture, paths: list[Path]) -> str:
         return kv.get(f"{f.arch}.{suffix}")
 
     names = {t.name for t in tensors}
-    types = ", ".join(f"{t} ×{c}" for t, c in sorted(Counter(t.tensor_type.name for t in tensors).items()))
+    types = ", ".join(
+        f"{t} ×{c}" for t, c in sorted(Counter(t.tensor_type.name for t in tensors).items())
+    )
     ftype = gguf.LlamaFileType(kv["general.file_type"]).name
     nextn = f" (nextn {k('nextn_predict_layers')})" if k("nextn_predict_layers") else ""
     cells = [
-        " + ".join(f"`{p.name}`" for p in paths), f"`{f.arch}`", f"{k('block_count')}{nextn}",
-        str(k("embedding_length")), _fmt(k("attention.head_count")), _fmt(k("attention.head_count_kv")),
-        _head_dims(k), _ffn(k), _special(f, k, paths, shard_sizes),
-        str(len(kv["tokenizer.ggml.tokens"])), str(k("context_length")),
-        "untied" if "output.weight" in names else "tied", str(len(tensors)),
-        f"{ftype}: {types}", str(sum(int(t.n_bytes) for t in tensors)), _layers(f.kv_layers),
+        " + ".join(f"`{p.name}`" for p in paths),
+        f"`{f.arch}`",
+        f"{k('block_count')}{nextn}",
+        str(k("embedding_length")),
+        _fmt(k("attention.head_count")),
+        _fmt(k("attention.head_count_kv")),
+        _head_dims(k),
+        _ffn(k),
+        _special(f, k, paths, shard_sizes),
+        str(len(kv["tokenizer.ggml.tokens"])),
+        str(k("context_length")),
+        "untied" if "output.weight" in names else "tied",
+        str(len(tensors)),
+        f"{ftype}: {types}",
+        str(sum(int(t.n_bytes) for t in tensors)),
+        _layers(f.kv_layers),
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -723,7 +978,9 @@ def _row(f: Fixture, paths: list[Path]) -> str:
 def _load_detail(file_name: str) -> str:
     lines = [f"- `{file_name}`:"]
     for e in EXPECTED.get(file_name, []):
-        lines.append(f"  - `{e}`" if isinstance(e, str) else f"  - {e.describe()}:\n    `{e.line()}`")
+        lines.append(
+            f"  - `{e}`" if isinstance(e, str) else f"  - {e.describe()}:\n    `{e.line()}`"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -780,6 +1037,7 @@ def write_readme(out_dir: Path, built: list[tuple[Fixture, list[Path]]]) -> Path
 # Entry points
 # --------------------------------------------------------------------------
 
+
 def write_all(out_dir: Path) -> list[Path]:
     """Write every fixture (and README.md) into out_dir; return the .gguf paths."""
     out_dir = Path(out_dir)
@@ -809,8 +1067,12 @@ def verify(paths: list[Path]) -> bool:
     for path in paths:
         if "-of-" in path.name and "-00001-of-" not in path.name:
             continue  # later shards are loaded through the first one
-        proc = subprocess.run([sys.executable, "-c", _LOAD_SCRIPT, str(path)],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", _LOAD_SCRIPT, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         seen = [ln.strip() for ln in proc.stderr.splitlines() if ln.startswith(_LOG_PREFIXES)]
         loaded = proc.returncode == 0 and "COMPLETION_OK" in proc.stdout
         missing = [ln for ln in expected_lines(path.name) if ln not in seen]
@@ -830,8 +1092,11 @@ def verify(paths: list[Path]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", nargs="?", type=Path, default=DEFAULT_OUT_DIR)
-    ap.add_argument("--verify", action="store_true",
-                    help="load every fixture with llama-cpp-python and check the KV/RS log lines")
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help="load every fixture with llama-cpp-python and check the KV/RS log lines",
+    )
     args = ap.parse_args(argv)
     paths = write_all(args.out_dir)
     for p in paths:

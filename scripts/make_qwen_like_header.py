@@ -80,7 +80,12 @@ def header() -> bytes:
 
 
 if __name__ == "__main__":
-    default = Path(__file__).resolve().parent.parent / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
+    default = (
+        Path(__file__).resolve().parent.parent
+        / "fixtures"
+        / "header-only"
+        / "qwen2.5-32b-like-q4_k_m.gguf"
+    )
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     out.write_bytes(header())
     print(out)

@@ -76,7 +76,9 @@ class ShapeFixture(Fixture):
         """The tensors Q4_K_M keeps at Q6_K (llama.cpp: src/llama-quant.cpp llama_tensor_get_type)."""
         if name == "output.weight" or (self.tied and name == "token_embd.weight"):
             return True
-        return role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(_layer(name), self.n_layer)
+        return role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(
+            _layer(name), self.n_layer
+        )
 
     def qtype(self, name: str, ne: tuple[int, ...]) -> QT:
         role = name.rsplit(".", 1)[0].split(".")[-1]
@@ -95,7 +97,9 @@ class ShapeFixture(Fixture):
                 t = QT.F16
         return t
 
-    def tensor(self, name: str, ne: tuple[int, ...], qtype: QT = QT.F16, fill: str = "rand") -> None:
+    def tensor(
+        self, name: str, ne: tuple[int, ...], qtype: QT = QT.F16, fill: str = "rand"
+    ) -> None:
         t = QT.F32 if len(ne) == 1 or qtype == QT.F32 else self.qtype(name, ne)
         block, size = gguf.GGML_QUANT_SIZES[t]
         n = 1
@@ -121,9 +125,14 @@ class ShapeFixture(Fixture):
 def build(spec: dict[str, Any]) -> ShapeFixture:
     fam, arch = spec["family"], spec["arch"]
     n_layer, n_embd, n_vocab = spec["n_layer"], spec["n_embd"], spec["n_vocab"]
-    f = ShapeFixture(f"{spec['key']}.gguf", arch, 0, mix=spec["mix"], n_layer=n_layer, tied=spec["tied"])
-    ftype = {"q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-             "mxfp4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE}[spec["mix"]]
+    f = ShapeFixture(
+        f"{spec['key']}.gguf", arch, 0, mix=spec["mix"], n_layer=n_layer, tied=spec["tied"]
+    )
+    ftype = {
+        "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+        "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+        "mxfp4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE,
+    }[spec["mix"]]
     f.w.add_name(spec["name"])
     f.w.add_file_type(int(ftype))
     f.w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -140,9 +149,18 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
         _gemma3n(f, spec)
     else:
         n_kv = spec["n_head_kv"]
-        transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=spec["n_ff"], n_head=n_head, n_head_kv=n_kv,
-                         key_len=head if explicit_head else None, value_len=head if explicit_head else None,
-                         rope_dim=None if explicit_head else head, eps=1e-6)
+        transformer_keys(
+            f,
+            n_layer=n_layer,
+            n_embd=n_embd,
+            n_ff=spec["n_ff"],
+            n_head=n_head,
+            n_head_kv=n_kv,
+            key_len=head if explicit_head else None,
+            value_len=head if explicit_head else None,
+            rope_dim=None if explicit_head else head,
+            eps=1e-6,
+        )
         f.w.kv_data[0].pop(f"{arch}.rope.freq_base", None)  # transformer_keys wrote the default
         f.w.add_rope_freq_base(spec["rope_theta"])
         if "sliding_window" in spec:
@@ -160,7 +178,15 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
         embeddings(f, n_embd, n_vocab, tied=spec["tied"])
         for i in range(n_layer):
             p = f"blk.{i}."
-            attention(f, i, n_embd, n_head, n_kv, head, bias=spec.get("qkv_bias", False) or fam == "gptoss")
+            attention(
+                f,
+                i,
+                n_embd,
+                n_head,
+                n_kv,
+                head,
+                bias=spec.get("qkv_bias", False) or fam == "gptoss",
+            )
             if spec.get("qk_norm") or fam == "gemma3":
                 f.norm(p + "attn_q_norm.weight", head)
                 f.norm(p + "attn_k_norm.weight", head)
@@ -188,8 +214,18 @@ def _deepseek2(f: ShapeFixture, s: dict[str, Any]) -> None:
     n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
     q_lora, kv_lora, rope = s["q_lora_rank"], s["kv_lora_rank"], s["rope_dim"]
     nope, v_head = s["nope_dim"], s["v_head_dim"]
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=s["n_ff"], n_head=n_head, n_head_kv=1,
-                     key_len=kv_lora + rope, value_len=kv_lora, rope_dim=rope, eps=1e-6)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=s["n_ff"],
+        n_head=n_head,
+        n_head_kv=1,
+        key_len=kv_lora + rope,
+        value_len=kv_lora,
+        rope_dim=rope,
+        eps=1e-6,
+    )
     f.w.add_key_length_mla(nope + rope)
     f.w.add_value_length_mla(v_head)
     if q_lora:
@@ -230,7 +266,9 @@ def _granitehybrid(f: ShapeFixture, s: dict[str, Any]) -> None:
     n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
     attn = set(s["attn_layers"])
     n_head_kv = [s["n_head_kv_attn"] if i in attn else 0 for i in range(n_layer)]
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=s["n_ff"], n_head=n_head, n_head_kv=n_head_kv)
+    transformer_keys(
+        f, n_layer=n_layer, n_embd=n_embd, n_ff=s["n_ff"], n_head=n_head, n_head_kv=n_head_kv
+    )
     ssm_keys(f, s["d_conv"], s["d_inner"], s["d_state"], s["n_ssm_head"], s["n_group"])
     f.w.add_rope_scaling_finetuned(False)
     f.w.add_embedding_scale(12.0)
@@ -243,7 +281,9 @@ def _granitehybrid(f: ShapeFixture, s: dict[str, Any]) -> None:
             attention(f, i, n_embd, n_head, n_head_kv[i], n_embd // n_head)
         else:
             f.norm(f"blk.{i}.attn_norm.weight", n_embd)
-            mamba2_mixer(f, i, n_embd, s["d_inner"], s["d_state"], s["n_group"], s["n_ssm_head"], s["d_conv"])
+            mamba2_mixer(
+                f, i, n_embd, s["d_inner"], s["d_state"], s["n_group"], s["n_ssm_head"], s["d_conv"]
+            )
         dense_ffn(f, i, n_embd, s["n_ff"])
 
 
@@ -254,8 +294,17 @@ def _gemma3n(f: ShapeFixture, s: dict[str, Any]) -> None:
     n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
     n_kv, head, n_ff = s["n_head_kv"], s["head_dim"], s["n_ff"]
     altup, laurel, n_altup = 256, 64, 4
-    transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_kv,
-                     key_len=head, value_len=head, eps=1e-6)
+    transformer_keys(
+        f,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_kv,
+        key_len=head,
+        value_len=head,
+        eps=1e-6,
+    )
     f.w.kv_data[0].pop("gemma3n.rope.freq_base", None)
     f.w.add_rope_freq_base(s["rope_theta"])
     f.w.add_sliding_window(s["sliding_window"])
@@ -270,10 +319,17 @@ def _gemma3n(f: ShapeFixture, s: dict[str, Any]) -> None:
     for i in range(n_layer):
         p = f"blk.{i}."
         attention(f, i, n_embd, n_head, n_kv, head)
-        for norm, n in (("attn_q_norm", head), ("attn_k_norm", head), ("post_attention_norm", n_embd),
-                        ("ffn_norm", n_embd), ("post_ffw_norm", n_embd), ("post_norm", n_embd),
-                        ("altup_correct_scale", n_embd), ("altup_router_norm", n_embd),
-                        ("laurel_post_norm", n_embd)):
+        for norm, n in (
+            ("attn_q_norm", head),
+            ("attn_k_norm", head),
+            ("post_attention_norm", n_embd),
+            ("ffn_norm", n_embd),
+            ("post_ffw_norm", n_embd),
+            ("post_norm", n_embd),
+            ("altup_correct_scale", n_embd),
+            ("altup_router_norm", n_embd),
+            ("laurel_post_norm", n_embd),
+        ):
             f.norm(f"{p}{norm}.weight", n)
         f.tensor(p + "ffn_gate.weight", (n_embd, n_ff))
         f.tensor(p + "ffn_up.weight", (n_embd, n_ff))

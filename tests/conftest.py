@@ -21,17 +21,31 @@ from tests.support import HAS_DEMO, HOST, VK_RPC_BIN_ENV, vulkan_rpc_bin_dir
 # Fixtures that start llama.cpp (or load a model with it): every test using one is slow.
 SLOW_FIXTURES = frozenset({"vk_rpc_bin", "vulkan0"})
 # Programs of llama.cpp and the machine probes, and what marks a Python child that loads llama-cpp-python.
-LLAMA_PROGRAMS = frozenset({"llama-server", "llama-cli", "llama-bench", "llama-fit-params", "ggml-rpc-server",
-                            "rpc-server", "vulkaninfo", "nvidia-smi"})
-LLAMA_PYTHON = re.compile(r"^(llama_cpp\b|llamafit\.server\.embedded_main$|llamafit\.machine\.kernel_probe$)"
-                          r"|\b(import[^\n;]*\bllama_cpp\b|from llama_cpp\b)")  # a -m module, or -c code importing it
+LLAMA_PROGRAMS = frozenset(
+    {
+        "llama-server",
+        "llama-cli",
+        "llama-bench",
+        "llama-fit-params",
+        "ggml-rpc-server",
+        "rpc-server",
+        "vulkaninfo",
+        "nvidia-smi",
+    }
+)
+LLAMA_PYTHON = re.compile(
+    r"^(llama_cpp\b|llamafit\.server\.embedded_main$|llamafit\.machine\.kernel_probe$)"
+    r"|\b(import[^\n;]*\bllama_cpp\b|from llama_cpp\b)"
+)  # a -m module, or -c code importing it
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`slow` for tests using a server-starting fixture; `llama` (the old marker) is an alias of `slow`."""
     for item in items:
-        if item.get_closest_marker("llama") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if item.get_closest_marker("llama") or SLOW_FIXTURES & set(
+            getattr(item, "fixturenames", ())
+        ):
             item.add_marker(pytest.mark.slow)
 
 
@@ -44,7 +58,11 @@ def _starts_llama_cpp(args: object) -> str | None:
         return None
     exe = Path(argv[0])
     # a probe of the build or of its devices is quick (no model loads; --list-devices: issue #28)
-    if exe.name in LLAMA_PROGRAMS and not set(argv[1:]) <= {"--version", "--help", "--list-devices"}:
+    if exe.name in LLAMA_PROGRAMS and not set(argv[1:]) <= {
+        "--version",
+        "--help",
+        "--list-devices",
+    }:
         try:
             with open(exe if exe.is_absolute() or "/" in argv[0] else _which(argv[0]), "rb") as f:
                 return exe.name if f.read(4) == b"\x7fELF" else None
@@ -65,7 +83,9 @@ _UNMARKED = "starts {} without @pytest.mark.slow (tests/conftest.py)"
 
 
 @pytest.fixture(autouse=True)
-def _slow_is_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _slow_is_marked(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
     """A test not marked slow fails when it starts llama.cpp, naming what it started (nothing starts)."""
     if request.node.get_closest_marker("slow"):
         yield
@@ -114,10 +134,14 @@ def demo_path(demo_path_if_installed: Path | None) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolated_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Never touch the developer's cache directory."""
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "llamafit-cache"))
-    monkeypatch.setenv("LLAMAFIT_HOST_BANDWIDTH", "50e9")  # the speed model's host probe, pinned (host_probe.py)
+    monkeypatch.setenv(
+        "LLAMAFIT_HOST_BANDWIDTH", "50e9"
+    )  # the speed model's host probe, pinned (host_probe.py)
     monkeypatch.setenv("LLAMAFIT_HOST_FLOPS", "200e9")
 
 
@@ -136,8 +160,13 @@ def vulkan0(vk_rpc_bin: Path) -> Path:
     """The Vulkan/RPC bin folder, once `llama-server --list-devices` really lists Vulkan0."""
     env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
     try:
-        out = subprocess.run([str(vk_rpc_bin / "llama-server"), "--list-devices"], capture_output=True, text=True,
-                             env=env, timeout=60)
+        out = subprocess.run(
+            [str(vk_rpc_bin / "llama-server"), "--list-devices"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"llama-server --list-devices failed: {exc}")
     if "Vulkan0:" not in out.stdout + out.stderr:

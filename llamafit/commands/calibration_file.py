@@ -19,7 +19,10 @@ from ..memory.calibration import parse_records, record_problem
 from ..paths import calibration_path
 from ..safe_io import CALIBRATION_FILE, read_regular, read_regular_stat, remove_read, write_atomic
 
-SPEED_KINDS = ("verify", "serve")  # the speed model's records (run_verify.py); the rest are memory records
+SPEED_KINDS = (
+    "verify",
+    "serve",
+)  # the speed model's records (run_verify.py); the rest are memory records
 KINDS = ("memory", "speed")
 
 
@@ -76,12 +79,16 @@ def clear(path: str, kind: str | None = None) -> Cleared:
     except FileNotFoundError:
         return Cleared(0, 0, False)
     except OSError as e:
-        raise LlamafitError(f"{path} {e.strerror or e}: not cleared (llamafit removes only its own regular "
-                            "calibration file)") from e
+        raise LlamafitError(
+            f"{path} {e.strerror or e}: not cleared (llamafit removes only its own regular "
+            "calibration file)"
+        ) from e
     lines = data.decode("utf-8", "replace").splitlines()
     if not _ours(lines):
-        raise LlamafitError(f"{path} does not hold llamafit's calibration records: not cleared (remove it "
-                            "yourself if it is yours)")
+        raise LlamafitError(
+            f"{path} does not hold llamafit's calibration records: not cleared (remove it "
+            "yourself if it is yours)"
+        )
     records = parse_records(lines)
     try:
         if kind is None:

@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..memory.calibration import Correction, compute_correction, parse_records
-from ..fetch.demo import resolve_model_arg
-from ..machine.devices import DeviceSpec
 from ..errors import InputError, LlamafitError
 from ..facts.hparams import ModelFacts, build_facts
+from ..fetch.demo import resolve_model_arg
 from ..findings import Notice, as_notice
-from ..reader.model import GGUFModel
+from ..fit.search import Target
+from ..fit.speed import SpeedInputs
+from ..machine.devices import DeviceSpec
 from ..machine.hardware import (
     GPUInfo,
     Hardware,
@@ -28,19 +28,18 @@ from ..machine.hardware import (
     parse_gpu_option,
     parse_rpc_option,
 )
+from ..memory.calibration import Correction, compute_correction, parse_records
 from ..memory.model import MemoryModel, check_override_devices
-from ..paths import calibration_path
 from ..memory.resolve import ResolvedConfig
-from ..fit.search import Target
-from ..fit.speed import SpeedInputs
+from ..paths import calibration_path
+from ..reader.model import GGUFModel
 from ..server.flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
-from .side_load import load_side_plan
 from ..server.side_flags import MODELLED
 from ..units import MIB
+from .side_load import load_side_plan
 
 if TYPE_CHECKING:
     from ..server.find import ServerChoice
-
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,9 @@ class MachineSpec:
     rpc: str | None = None
     reserve_bytes: int = 1024 * MIB
     ram: str | None = None  # --ram SIZE: another machine's host memory instead of what is free here
-    bandwidth_gbps: tuple[float, ...] = ()  # --bandwidth GB/s: each GPU's memory bandwidth (one value: every GPU)
+    bandwidth_gbps: tuple[
+        float, ...
+    ] = ()  # --bandwidth GB/s: each GPU's memory bandwidth (one value: every GPU)
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,12 @@ class Request:
     engine: str = "llama-server"
     build: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    auto_mmproj: bool = False  # plan, run, script: a projector next to the model is used (--no-mmproj: not)
-    llama_check: bool = False  # plan, check, run: llama.cpp's own dry run beside ours (--no-llama-check: not)
+    auto_mmproj: bool = (
+        False  # plan, run, script: a projector next to the model is used (--no-mmproj: not)
+    )
+    llama_check: bool = (
+        False  # plan, check, run: llama.cpp's own dry run beside ours (--no-llama-check: not)
+    )
 
 
 @dataclass(frozen=True)
@@ -129,14 +134,24 @@ class Prepared:
     facts: ModelFacts
     target: Target
     hardware: Hardware
-    calibration: Correction | None = None  # the correction applied from the calibration file, if any
+    calibration: Correction | None = (
+        None  # the correction applied from the calibration file, if any
+    )
     speed: SpeedInputs | None = None  # the speed model's machine side (speed_inputs.machine_speed)
     calibration_issue: Notice | None = None  # damaged records skipped, or a file not read
-    server: ServerChoice | None = None  # the server that will run (run's choice, or the one found here)
-    server_identity: str | None = None  # its build identity when the plan is for its devices (calibration key)
+    server: ServerChoice | None = (
+        None  # the server that will run (run's choice, or the one found here)
+    )
+    server_identity: str | None = (
+        None  # its build identity when the plan is for its devices (calibration key)
+    )
     env: Mapping[str, str] = field(default_factory=dict)
-    llama_check: bool = False  # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
-    llama_adjusted: bool = False  # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
+    llama_check: bool = (
+        False  # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
+    )
+    llama_adjusted: bool = (
+        False  # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
+    )
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
@@ -178,7 +193,8 @@ def _with_limits(gpus: tuple[GPUInfo, ...], local: tuple[DeviceSpec, ...]) -> tu
     """GPUs given by size take the tensor limit of the local Vulkan device with the same number."""
     return tuple(
         replace(g, spec=replace(g.spec, max_tensor_bytes=local[i].max_tensor_bytes))
-        if i < len(local) and g.spec.backend == "vulkan" and g.spec.max_tensor_bytes is None else g
+        if i < len(local) and g.spec.backend == "vulkan" and g.spec.max_tensor_bytes is None
+        else g
         for i, g in enumerate(gpus)
     )
 
@@ -216,9 +232,15 @@ def server_devices_for(path: str | None) -> ServerDevicesFn:
     return devices
 
 
-def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_fn: DetectFn,
-            vulkan_fn: VulkanFn = _no_vulkan, rpc_query: RpcQuery | None = None,
-            server_devices: ServerDevicesFn | None = None) -> tuple[Hardware, tuple[DeviceSpec, ...]]:
+def machine(
+    spec: MachineSpec,
+    env: Mapping[str, str],
+    host_fn: HostFn,
+    detect_fn: DetectFn,
+    vulkan_fn: VulkanFn = _no_vulkan,
+    rpc_query: RpcQuery | None = None,
+    server_devices: ServerDevicesFn | None = None,
+) -> tuple[Hardware, tuple[DeviceSpec, ...]]:
     """--gpu (sizes, catalog names, cpu), else the devices of the llama-server that will run (its
     own `--list-devices`, with detection's facts), else detection; --rpc workers come first, as
     llama.cpp orders them; --ram replaces the host's memory.
@@ -227,21 +249,39 @@ def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_f
     and the tensor-size limit, in llama.cpp's order: vulkan_info.py) when it finds any.
     """
     ram_host = parse_ram_option(spec.ram) if spec.ram is not None else None
-    served = server_devices(env, detect_fn(env)) if server_devices is not None and spec.gpu_spec is None else None
+    served = (
+        server_devices(env, detect_fn(env))
+        if server_devices is not None and spec.gpu_spec is None
+        else None
+    )
     passed_over: tuple[str, ...] = ()
-    if served is not None and spec.backend == "vulkan" and not any(g.spec.backend == "vulkan" for g in served.gpus):
-        passed_over = ("--backend vulkan: the llama-server found lists no Vulkan device (a build without Vulkan?); "
-                       "planned for vulkaninfo's devices",)
+    if (
+        served is not None
+        and spec.backend == "vulkan"
+        and not any(g.spec.backend == "vulkan" for g in served.gpus)
+    ):
+        passed_over = (
+            "--backend vulkan: the llama-server found lists no Vulkan device (a build without Vulkan?); "
+            "planned for vulkaninfo's devices",
+        )
         served = None
     vk = vulkan_fn(env) if spec.backend == "vulkan" and served is None else ()
     if served is not None:
         hw = served
     elif vk and spec.gpu_spec is None:
-        hw = Hardware(tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)), host_fn(), "vulkaninfo", passed_over)
+        hw = Hardware(
+            tuple(GPUInfo(d, d.name, i) for i, d in enumerate(vk)),
+            host_fn(),
+            "vulkaninfo",
+            passed_over,
+        )
     elif spec.gpu_spec is None:
         hw = detect_fn(env)
     else:
-        hw = given(_with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk), ram_host or host_fn())
+        hw = given(
+            _with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk),
+            ram_host or host_fn(),
+        )
     if ram_host is not None:
         hw = replace(hw, host=ram_host)
     use = spec.use if spec.gpu_spec is None else "total"
@@ -252,7 +292,7 @@ def machine(spec: MachineSpec, env: Mapping[str, str], host_fn: HostFn, detect_f
 # what llama-server would make of a GGUF that is not a model (fetch.stores.gguf_kind), and what to give instead
 NOT_A_MODEL = {
     "vocab": "has no tensors: a tokenizer-only GGUF (like llama.cpp's models/ggml-vocab-*.gguf) that llama-server "
-             "cannot load; give the model's own GGUF",
+    "cannot load; give the model's own GGUF",
     "adapter": "is a LoRA adapter, not a model; give the base model and the adapter with -- --lora ADAPTER",
     "imatrix": "is an importance matrix (llama-imatrix output), not a model; give the model's GGUF",
     "mmproj": "is a multimodal projector, not a model; give the model and the projector with -- --mmproj PROJECTOR",
@@ -269,13 +309,22 @@ def refuse_non_model(gguf: GGUFModel, name: str) -> None:
         raise InputError(f"{name} {NOT_A_MODEL[kind]}")
 
 
-def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: HostFn | None = None,
-            detect_fn: DetectFn | None = None) -> Prepared:
+def prepare(
+    request: Request,
+    *,
+    server: ServerChoice | None = None,
+    host_fn: HostFn | None = None,
+    detect_fn: DetectFn | None = None,
+) -> Prepared:
     """The model, flags and devices of `request`, planned by the rules of `server` (when one will
     run), with the calibration file's correction applied."""
     ref, env = request.model, request.env
-    parsed = parse_server_args(_server_argv(ref.command_line, ref.server_args), env, engine=request.engine)
-    if parsed.unknown and request.build is None:  # it would not start: no verdict for a command that cannot run
+    parsed = parse_server_args(
+        _server_argv(ref.command_line, ref.server_args), env, engine=request.engine
+    )
+    if (
+        parsed.unknown and request.build is None
+    ):  # it would not start: no verdict for a command that cannot run
         raise InputError(refused_message(parsed.unknown))
     model = ref.model
     if model is None and not ref.demo:
@@ -287,29 +336,68 @@ def prepare(request: Request, *, server: ServerChoice | None = None, host_fn: Ho
     gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
     refuse_non_model(gguf, model or parsed.hf_repo or "the model")
     facts = build_facts(gguf)
-    vulkan_fn = _default_vulkan if detect_fn is None else _no_vulkan  # an injected detection stands alone
+    vulkan_fn = (
+        _default_vulkan if detect_fn is None else _no_vulkan
+    )  # an injected detection stands alone
     if server is None and detect_fn is None:
         server = local_server(env)
     binary = server.binary if server is not None else None
     listing = server_devices_for(binary.path if binary else None) if detect_fn is None else None
-    hw, devices = machine(request.machine, env, host_fn or _default_host, detect_fn or _default_detect, vulkan_fn,
-                          _rpc_query(env), listing)
+    hw, devices = machine(
+        request.machine,
+        env,
+        host_fn or _default_host,
+        detect_fn or _default_detect,
+        vulkan_fn,
+        _rpc_query(env),
+        listing,
+    )
     check_override_devices(parsed.config.override_tensor, devices)
-    side = load_side_plan(parsed, gguf.metadata, facts, env, load_model=load_model, auto_mmproj=request.auto_mmproj,
-                          build=request.build)
-    target = Target(MemoryModel(facts), request.engine, request.build, devices, hw.host, request.machine.reserve_bytes,
-                    side=side)
+    side = load_side_plan(
+        parsed,
+        gguf.metadata,
+        facts,
+        env,
+        load_model=load_model,
+        auto_mmproj=request.auto_mmproj,
+        build=request.build,
+    )
+    target = Target(
+        MemoryModel(facts),
+        request.engine,
+        request.build,
+        devices,
+        hw.host,
+        request.machine.reserve_bytes,
+        side=side,
+    )
     # calibration is keyed by the server's identity when the plan is for its own devices (issue #28)
     identity = binary.identity if binary is not None and hw.source == "llama-server" else None
-    p = Prepared(parsed, facts, target, hw, server=server, server_identity=identity, env=env,
-                 llama_check=request.llama_check)
+    p = Prepared(
+        parsed,
+        facts,
+        target,
+        hw,
+        server=server,
+        server_identity=identity,
+        env=env,
+        llama_check=request.llama_check,
+    )
     if server is not None:
         p = for_server(p, server)
     from .speed_inputs import machine_speed
 
-    p = replace(p, speed=machine_speed(p.target.gpus, hw.gpus, facts.architecture, env,
-                                      passthrough=parsed.passthrough,
-                                      bandwidth=request.machine.bandwidth_gbps))
+    p = replace(
+        p,
+        speed=machine_speed(
+            p.target.gpus,
+            hw.gpus,
+            facts.architecture,
+            env,
+            passthrough=parsed.passthrough,
+            bandwidth=request.machine.bandwidth_gbps,
+        ),
+    )
     return with_calibration(p, env)
 
 
@@ -323,7 +411,11 @@ def local_server(env: Mapping[str, str]) -> ServerChoice | None:
         binary = find_server(None, env)
     except LlamafitError:
         return None
-    return ServerChoice("llama-server", binary, f"llama-server from {binary.source}") if binary else None
+    return (
+        ServerChoice("llama-server", binary, f"llama-server from {binary.source}")
+        if binary
+        else None
+    )
 
 
 def for_server(p: Prepared, server: ServerChoice) -> Prepared:
@@ -334,13 +426,25 @@ def for_server(p: Prepared, server: ServerChoice) -> Prepared:
         return p
     from ..memory.config import with_given
 
-    cfg = with_given(p.parsed.config, n_parallel=1, kv_unified=False, swa_full=True, cache_ram_mib=0,
-                     cpu_moe=False, n_cpu_moe=0, n_cpu_ffn=0, override_tensor=())  # it has no -ot / --n-cpu-moe
+    cfg = with_given(
+        p.parsed.config,
+        n_parallel=1,
+        kv_unified=False,
+        swa_full=True,
+        cache_ram_mib=0,
+        cpu_moe=False,
+        n_cpu_moe=0,
+        n_cpu_ffn=0,
+        override_tensor=(),
+    )  # it has no -ot / --n-cpu-moe
     from ..memory.resolve import PINNED_BUILD
 
     build = PINNED_BUILD if p.target.build is None else p.target.build  # the llama.cpp it vendors
-    return replace(p, parsed=replace(p.parsed, config=cfg),
-                   target=replace(p.target, engine="llama-cpp-python", build=build))
+    return replace(
+        p,
+        parsed=replace(p.parsed, config=cfg),
+        target=replace(p.target, engine="llama-cpp-python", build=build),
+    )
 
 
 def with_server_build(p: Prepared, server: ServerChoice) -> Prepared:
@@ -361,20 +465,32 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
         text = read_regular(path, CALIBRATION_FILE).decode("utf-8", errors="replace")
     except FileNotFoundError:  # none yet: plan without corrections
         return p
-    except OSError as e:  # unreadable, a FIFO, a link, too large: plan without corrections, and say so
+    except (
+        OSError
+    ) as e:  # unreadable, a FIFO, a link, too large: plan without corrections, and say so
         unread = Notice("calibration_unread", {"path": path, "reason": e.strerror or str(e)})
         return replace(p, calibration_issue=unread)
     records = parse_records(text.splitlines(), skipped)
     if skipped:
-        issue = Notice("calibration_skipped", {"path": path, "count": len(skipped), "reason": skipped[0]})
+        issue = Notice(
+            "calibration_skipped", {"path": path, "count": len(skipped), "reason": skipped[0]}
+        )
         p = replace(p, calibration_issue=issue)
     devices = [(d.name, d.backend) for d in p.target.gpus]
-    found = compute_correction(records, devices=devices, build=p.target.build, architecture=p.facts.architecture,
-                               identity=p.server_identity)
+    found = compute_correction(
+        records,
+        devices=devices,
+        build=p.target.build,
+        architecture=p.facts.architecture,
+        identity=p.server_identity,
+    )
     if found is None or found.is_identity:
         return p
-    return replace(p, target=replace(p.target, compute_scale=found.compute_scale),
-                   calibration=replace(found, source=path))
+    return replace(
+        p,
+        target=replace(p.target, compute_scale=found.compute_scale),
+        calibration=replace(found, source=path),
+    )
 
 
 _SHOWN = [False]  # a progress line is open on stderr
@@ -398,7 +514,9 @@ def _end_progress() -> None:
         sys.stderr.flush()
 
 
-def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]) -> GGUFModel:
+def load_model(
+    model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]
+) -> GGUFModel:
     """A local path, `demo`, an http(s) URL, `hf://org/repo/file.gguf`, or `hf:org/repo[:quant]`
     (also llama-server's `-hf org/repo:quant` among the flags): only the header is read."""
     from ..fetch.model_source import open_hf_repo, open_model
@@ -412,14 +530,24 @@ def load_model(model: str | None, *, demo: bool, hf_repo: str | None, env: Mappi
 
 
 # Flags that add memory llamafit does not model: they are passed through, and said so.
-_EXTRA_MODELS = {"-mm": "mmproj", "--mmproj": "mmproj", "-mmu": "mmproj", "--mmproj-url": "mmproj",
-                 "-md": "draft", "--model-draft": "draft", "--lora": "lora", "--lora-scaled": "lora"}
+_EXTRA_MODELS = {
+    "-mm": "mmproj",
+    "--mmproj": "mmproj",
+    "-mmu": "mmproj",
+    "--mmproj-url": "mmproj",
+    "-md": "draft",
+    "--model-draft": "draft",
+    "--lora": "lora",
+    "--lora-scaled": "lora",
+}
 
 
 def flag_warnings(p: Prepared) -> list[Notice | str]:
     """What the flags and the calibration file add that the prediction does not show."""
     # unknown flags are an error (prepare) unless --llama-build names another build, whose flags differ
-    warnings: list[Notice | str] = [Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown if u.startswith("-")]
+    warnings: list[Notice | str] = [
+        Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown if u.startswith("-")
+    ]
     if p.parsed.env_used:  # llama-server reads LLAMA_ARG_*; so did the plan
         warnings.append(Notice("from_environment", {"names": sorted(p.parsed.env_used)}))
     warnings += list(p.target.side.notes) if p.target.side else []
@@ -431,13 +559,24 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         warnings.append(Notice("devices_not_modelled"))
     if not p.target.gpus and "n_gpu_layers" in p.parsed.config.given:
         warnings.append(Notice("ngl_without_gpu"))
-    if p.hardware.source in ("llama-server", "vulkaninfo"):  # the server's devices against detection (issue #28)
+    if p.hardware.source in (
+        "llama-server",
+        "vulkaninfo",
+    ):  # the server's devices against detection (issue #28)
         warnings += [Notice("server_devices", {"message": n}) for n in p.hardware.notes]
     if p.calibration:
-        warnings.append(Notice("calibration", {"compute_scale": p.calibration.compute_scale,
-                                               "runs": p.calibration.runs, "architecture": p.calibration.architecture,
-                                               "devices": [n for n, _ in p.calibration.devices],
-                                               "source": p.calibration.source}))
+        warnings.append(
+            Notice(
+                "calibration",
+                {
+                    "compute_scale": p.calibration.compute_scale,
+                    "runs": p.calibration.runs,
+                    "architecture": p.calibration.architecture,
+                    "devices": [n for n, _ in p.calibration.devices],
+                    "source": p.calibration.source,
+                },
+            )
+        )
     if p.calibration_issue:
         warnings.append(p.calibration_issue)
     return warnings

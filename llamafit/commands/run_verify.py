@@ -6,18 +6,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..version import __version__
-from ..safe_io import append_line
 from ..report.json_parts import config_json
-from .prepare import Prepared
 from ..report.run import record_error_line, recorded_line, verify_error_line, verify_start_line
+from ..safe_io import append_line
 from ..server.supervise import VerifyProgress
 from ..server.verify import VerifyError, VerifyResult, verify, verify_lines
+from ..version import __version__
+from .prepare import Prepared
 
 if TYPE_CHECKING:
     from ..fit.solver import Choice
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from .run import Launch
 
 
-def try_record(path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]) -> None:
+def try_record(
+    path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]
+) -> None:
     """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
     try:
         write(path)
@@ -42,25 +44,46 @@ class Outcome:
     failure: str | None
 
 
-def speed_record(p: Prepared, choice: Choice, env: Mapping[str, str], result: VerifyResult) -> dict[str, Any] | None:
+def speed_record(
+    p: Prepared, choice: Choice, env: Mapping[str, str], result: VerifyResult
+) -> dict[str, Any] | None:
     """What the speed model predicted at this fill next to what the server measured."""
-    from ..machine.host_probe import machine_key
     from ..fit.speed import estimate_at
+    from ..machine.host_probe import machine_key
     from .speed_inputs import machine_speed
 
     if not result.generation_tps:
         return None
-    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False,
-                           passthrough=p.parsed.passthrough)
-    est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, result.n_prompt,
-                      choice.breakdown.layer_devices)
+    inputs = machine_speed(
+        p.target.gpus,
+        p.hardware.gpus,
+        p.facts.architecture,
+        env,
+        calibrated=False,
+        passthrough=p.parsed.passthrough,
+    )
+    est = estimate_at(
+        p.target.model,
+        choice.rc,
+        p.target.gpus,
+        inputs,
+        result.n_prompt,
+        choice.breakdown.layer_devices,
+    )
     if est is None:
         return None
     slowest = _slowest(p, choice)
-    return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": slowest, "fill": result.n_prompt,
-            "generation_tps": result.generation_tps, "prompt_tps": result.prompt_tps,
-            "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(slowest).generation,
-            **machine_load()}
+    return {
+        "machine": machine_key(),
+        "architecture": p.facts.architecture,
+        "backend": slowest,
+        "fill": result.n_prompt,
+        "generation_tps": result.generation_tps,
+        "prompt_tps": result.prompt_tps,
+        "estimated_generation_tps": est[0],
+        "efficiency": inputs.efficiency_for(slowest).generation,
+        **machine_load(),
+    }
 
 
 def machine_load() -> dict[str, Any]:
@@ -83,62 +106,125 @@ def served_speed(served: Sequence[ServedRequest], min_tokens: int = 8) -> dict[s
     n_gen = sum(r.generated_tokens for r in gen)
     fill = sum((r.n_tokens - r.generated_tokens / 2) * r.generated_tokens for r in gen) / n_gen
     prompts = [r for r in served if r.prompt_tokens >= min_tokens and r.prompt_ms > 0]
-    prompt_tps = (sum(r.prompt_tokens for r in prompts) / sum(r.prompt_ms for r in prompts) * 1e3) if prompts else None
-    return {"generation_tps": n_gen / sum(r.generation_ms for r in gen) * 1e3, "prompt_tps": prompt_tps,
-            "fill": max(round(fill), 0), "requests": len(gen), "generated_tokens": n_gen}
+    prompt_tps = (
+        (sum(r.prompt_tokens for r in prompts) / sum(r.prompt_ms for r in prompts) * 1e3)
+        if prompts
+        else None
+    )
+    return {
+        "generation_tps": n_gen / sum(r.generation_ms for r in gen) * 1e3,
+        "prompt_tps": prompt_tps,
+        "fill": max(round(fill), 0),
+        "requests": len(gen),
+        "generated_tokens": n_gen,
+    }
 
 
-def served_record(p: Prepared, choice: Choice, env: Mapping[str, str],
-                  served: Sequence[ServedRequest]) -> dict[str, Any] | None:
+def served_record(
+    p: Prepared, choice: Choice, env: Mapping[str, str], served: Sequence[ServedRequest]
+) -> dict[str, Any] | None:
     """The speed record of a server's whole run (kind "serve"): its timings next to the estimate at their fill."""
-    from ..machine.host_probe import machine_key
     from ..fit.speed import estimate_at
+    from ..machine.host_probe import machine_key
     from .speed_inputs import machine_speed
 
     measured = served_speed(served)
     if measured is None:
         return None
-    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False,
-                           passthrough=p.parsed.passthrough)
-    est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, int(measured["fill"]),
-                      choice.breakdown.layer_devices)
+    inputs = machine_speed(
+        p.target.gpus,
+        p.hardware.gpus,
+        p.facts.architecture,
+        env,
+        calibrated=False,
+        passthrough=p.parsed.passthrough,
+    )
+    est = estimate_at(
+        p.target.model,
+        choice.rc,
+        p.target.gpus,
+        inputs,
+        int(measured["fill"]),
+        choice.breakdown.layer_devices,
+    )
     if est is None:
         return None
     backend = _slowest(p, choice)
-    return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": backend,
-            "fill": int(measured["fill"]), "requests": int(measured["requests"]),
-            "generated_tokens": int(measured["generated_tokens"]),
-            "generation_tps": measured["generation_tps"], "prompt_tps": measured["prompt_tps"],
-            "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(backend).generation,
-            "source": "the server's log: print_timings of each finished request", **machine_load()}
+    return {
+        "machine": machine_key(),
+        "architecture": p.facts.architecture,
+        "backend": backend,
+        "fill": int(measured["fill"]),
+        "requests": int(measured["requests"]),
+        "generated_tokens": int(measured["generated_tokens"]),
+        "generation_tps": measured["generation_tps"],
+        "prompt_tps": measured["prompt_tps"],
+        "estimated_generation_tps": est[0],
+        "efficiency": inputs.efficiency_for(backend).generation,
+        "source": "the server's log: print_timings of each finished request",
+        **machine_load(),
+    }
 
 
 def record_served(path: str, p: Prepared, launch: Launch, speed: dict[str, Any]) -> None:
-    entry = {"kind": "serve", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "llamafit": __version__,
-             "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
-             "config": config_json(launch.choice.rc),
-             "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
-             "speed": speed}
+    entry = {
+        "kind": "serve",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "llamafit": __version__,
+        "server": launch.server_info,
+        "model": p.facts.path,
+        "architecture": p.facts.architecture,
+        "config": config_json(launch.choice.rc),
+        "hardware": [
+            {"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes}
+            for d in p.target.gpus
+        ],
+        "speed": speed,
+    }
     append_line(path, json.dumps(entry))  # never through a link, FIFO or device (safe_io.py)
 
 
 def _slowest(p: Prepared, choice: Choice) -> str:
     backends = [d.backend for d in p.target.gpus] or ["cpu"]
-    return "cpu" if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus else backends[0]
+    return (
+        "cpu"
+        if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus
+        else backends[0]
+    )
 
 
-def record_verify(path: str, p: Prepared, launch: Launch, result: VerifyResult, speed: dict[str, Any] | None) -> None:
-    entry = {"kind": "verify", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "llamafit": __version__,
-             "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
-             "config": config_json(launch.choice.rc),
-             "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
-             "verify": result.as_json(), "speed": speed}
+def record_verify(
+    path: str, p: Prepared, launch: Launch, result: VerifyResult, speed: dict[str, Any] | None
+) -> None:
+    entry = {
+        "kind": "verify",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "llamafit": __version__,
+        "server": launch.server_info,
+        "model": p.facts.path,
+        "architecture": p.facts.architecture,
+        "config": config_json(launch.choice.rc),
+        "hardware": [
+            {"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes}
+            for d in p.target.gpus
+        ],
+        "verify": result.as_json(),
+        "speed": speed,
+    }
     append_line(path, json.dumps(entry))
 
 
-def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
-                   say: Callable[[str], None], path: str, stopped: Callable[[], bool] = lambda: False,
-                   emit: Callable[[VerifyProgress], None] | None = None) -> Outcome:
+def verify_running(
+    child: Child,
+    watcher: LogWatcher,
+    launch: Launch,
+    p: Prepared,
+    env: Mapping[str, str],
+    say: Callable[[str], None],
+    path: str,
+    stopped: Callable[[], bool] = lambda: False,
+    emit: Callable[[VerifyProgress], None] | None = None,
+) -> Outcome:
     """Send the full-context request to the server we started. Only out of memory (the server's own
     out-of-memory line, or its answer saying so) asks for a retry; a stop (`stopped()`) is a stop: no
     retry and no record; a server that died otherwise is left to the caller to report."""
@@ -149,7 +235,9 @@ def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepare
     result: VerifyResult | None = None
     failure: str | None = None
     try:
-        result = verify(launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx, progress=emit)
+        result = verify(
+            launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx, progress=emit
+        )
         failure = result.failure
     except VerifyError as e:
         if stopped():
@@ -161,17 +249,26 @@ def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepare
     if failure is not None:
         _settle(child)
     if stopped():
-        return Outcome(result, False, None)  # the request failed because the server was asked to stop
+        return Outcome(
+            result, False, None
+        )  # the request failed because the server was asked to stop
     died = child.proc.poll() is not None
     oom = watcher.is_oom or (result is not None and result.oom)
     if died or oom:
-        failure = watcher.failure or failure or f"the server exited with code {child.proc.returncode}"
+        failure = (
+            watcher.failure or failure or f"the server exited with code {child.proc.returncode}"
+        )
     if result is not None:
         for line in verify_lines(result):
             say(line)
         speed = speed_record(p, launch.choice, env, result) if result.ok and not died else None
         shown = result if not (died or oom) else _failed(result, failure, oom)
-        try_record(path, partial(record_verify, p=p, launch=launch, result=shown, speed=speed), "the verification", say)
+        try_record(
+            path,
+            partial(record_verify, p=p, launch=launch, result=shown, speed=speed),
+            "the verification",
+            say,
+        )
     return Outcome(result, oom, failure if (died or oom or (result and not result.ok)) else None)
 
 

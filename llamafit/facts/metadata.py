@@ -62,14 +62,18 @@ class Metadata:
         value = self.kv.get(self.key(name))
         return len(value) if isinstance(value, (list, SkippedArray)) else 0
 
-    def per_layer(self, name: str, n_layer: int, default: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    def per_layer(
+        self, name: str, n_layer: int, default: tuple[int, ...] | None
+    ) -> tuple[int, ...] | None:
         """get_key_or_arr: a scalar for every layer, or an array of exactly n_layer values."""
         key = self.key(name)
         if key not in self.kv:
             return default
         value = self.kv[key]
         if isinstance(value, SkippedArray):
-            raise ModelFactsError(f"{self.path}: key {key} is an array of {value.count} values; expected {n_layer}")
+            raise ModelFactsError(
+                f"{self.path}: key {key} is an array of {value.count} values; expected {n_layer}"
+            )
         if isinstance(value, list):
             if len(value) != n_layer:
                 raise ModelFactsError(
@@ -79,7 +83,9 @@ class Metadata:
                 raise ModelFactsError(f"{self.path}: key {key} must hold integers")
             return tuple(int(self._count(name, v)) for v in value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ModelFactsError(f"{self.path}: key {key} must be an integer or an array of integers")
+            raise ModelFactsError(
+                f"{self.path}: key {key} must be an integer or an array of integers"
+            )
         return (self._count(name, value),) * n_layer
 
 

@@ -43,11 +43,28 @@ def block_index(name: str) -> int | None:
 # LLM_TENSOR_INFOS, src/llama-arch.cpp; llama_model_loader::create_tensor takes buft_list_output for them):
 # besides output and output_norm, Gemma 3n's AltUp projections, classifier heads, the embedding models'
 # dense layers, encoder/decoder output norms.
-OUTPUT_LAYER_TENSORS = frozenset({
-    "output", "output_norm", "altup_proj", "altup_unembd_proj", "cls", "cls.norm", "cls.output", "dense_2",
-    "dense_3", "enc.output_norm", "dec.output_norm", "output_res_score", "output_hc_base", "output_hc_down",
-    "output_hc_fn", "output_hc_norm", "output_hc_scale", "output_hc_up",
-})
+OUTPUT_LAYER_TENSORS = frozenset(
+    {
+        "output",
+        "output_norm",
+        "altup_proj",
+        "altup_unembd_proj",
+        "cls",
+        "cls.norm",
+        "cls.output",
+        "dense_2",
+        "dense_3",
+        "enc.output_norm",
+        "dec.output_norm",
+        "output_res_score",
+        "output_hc_base",
+        "output_hc_down",
+        "output_hc_fn",
+        "output_hc_norm",
+        "output_hc_scale",
+        "output_hc_up",
+    }
+)
 # LLM_TENSOR_LAYER_REPEATING tensors named without a block number but created for block 0, so they live on
 # layer 0's device (src/models/gemma3n.cpp: tn(LLM_TENSOR_PER_LAYER_MODEL_PROJ, "weight", 0); the
 # per-layer buffer list is pimpl->dev_layer.at(tn.bid) in llama_model::create_tensor, src/llama-model.cpp).

@@ -72,8 +72,9 @@ def _reads(facts: ModelFacts, *, tokens: int) -> tuple[int, int]:
     return target, draft // n_nextn + (next_head // n_nextn if next_head else head)
 
 
-def mtp_effect(facts: ModelFacts, n_draft: int = DRAFT_N_MAX,
-               acceptance: tuple[float, float] = ACCEPTANCE) -> MtpEffect:
+def mtp_effect(
+    facts: ModelFacts, n_draft: int = DRAFT_N_MAX, acceptance: tuple[float, float] = ACCEPTANCE
+) -> MtpEffect:
     one, draft = _reads(facts, tokens=1)
     verify, _ = _reads(facts, tokens=n_draft + 1)
     step = verify + n_draft * draft
@@ -81,4 +82,6 @@ def mtp_effect(facts: ModelFacts, n_draft: int = DRAFT_N_MAX,
     def speedup(r: float) -> float:
         return (1 + r * n_draft) * one / step if step else 1.0
 
-    return MtpEffect(n_draft, one, verify, draft, acceptance, (speedup(acceptance[0]), speedup(acceptance[1])))
+    return MtpEffect(
+        n_draft, one, verify, draft, acceptance, (speedup(acceptance[0]), speedup(acceptance[1]))
+    )

@@ -64,11 +64,15 @@ def preset_named(spec: str) -> Preset:
     name, _, users = spec.strip().lower().partition(":")
     preset = PRESETS.get(name)
     if preset is None:
-        raise InputError(f"--for {spec}: one of {', '.join(PRESETS)} (serve:N for N concurrent users)")
+        raise InputError(
+            f"--for {spec}: one of {', '.join(PRESETS)} (serve:N for N concurrent users)"
+        )
     if not users:
         return preset
     if name != "serve" or not users.isdigit() or not 1 <= int(users) <= MAX_USERS:
-        raise InputError(f"--for {spec}: only serve takes a number of users, 1-{MAX_USERS} (serve:8)")
+        raise InputError(
+            f"--for {spec}: only serve takes a number of users, 1-{MAX_USERS} (serve:8)"
+        )
     return replace(preset, n_parallel=int(users))
 
 
@@ -96,12 +100,19 @@ class PresetEffect:
     n_parallel_auto: int | None  # the slots -np auto would make (llama-server: 4)
 
 
-def preset_effect(preset: Preset, min_ctx: int, cfg: LaunchConfig, user_cfg: LaunchConfig,
-                  evaluate: Callable[[LaunchConfig], tuple[ResolvedConfig, Breakdown] | None],
-                  chosen: Breakdown | None) -> PresetEffect:
+def preset_effect(
+    preset: Preset,
+    min_ctx: int,
+    cfg: LaunchConfig,
+    user_cfg: LaunchConfig,
+    evaluate: Callable[[LaunchConfig], tuple[ResolvedConfig, Breakdown] | None],
+    chosen: Breakdown | None,
+) -> PresetEffect:
     """`cfg` is the chosen config; `user_cfg` the user's flags (whether -np was theirs)."""
     if chosen is None or "n_parallel" in user_cfg.given or preset.n_parallel != 1:
-        return PresetEffect(preset, min_ctx, None, None)  # serve's N slots are for N users: no saving to state
+        return PresetEffect(
+            preset, min_ctx, None, None
+        )  # serve's N slots are for N users: no saving to state
     auto = replace(cfg, n_parallel=N_PARALLEL_AUTO, given=cfg.given - {"n_parallel"})
     evaluated = evaluate(auto)
     if evaluated is None:

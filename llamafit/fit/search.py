@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..memory.config import LaunchConfig
-from ..machine.devices import DeviceSpec
 from ..errors import InputError
+from ..machine.devices import DeviceSpec
+from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown, MemoryModel
 from ..memory.resolve import ResolvedConfig, resolve
 from ..memory.side_models import SidePlan, attach
@@ -31,26 +31,46 @@ class Target:
     host: DeviceSpec
     reserve_bytes: int
     compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
-    side: SidePlan | None = None  # draft model, MTP context, projector: resident next to the main model
+    side: SidePlan | None = (
+        None  # draft model, MTP context, projector: resident next to the main model
+    )
     # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches, trade-offs,
     # marginal costs); each Target (dataclasses.replace makes a new one) starts empty
     _evaluated: dict[LaunchConfig, tuple[ResolvedConfig, Breakdown] | None] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     # max_context's bracket per config (n_ctx 0): (the largest n_ctx known to fit, the smallest known not to);
     # the model is monotone in the context, so what one search learned bounds every later one
     _brackets: dict[LaunchConfig, tuple[int, int | None]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
         """Bytes per device for a resolved config, side models included."""
         if self.side is not None:
             rc = self.side.main_rc(rc, build=self.build)
-        b = self.model.estimate(rc, self.gpus, self.host, reserve_bytes=self.reserve_bytes,
-                                compute_scale=self.compute_scale)
+        b = self.model.estimate(
+            rc,
+            self.gpus,
+            self.host,
+            reserve_bytes=self.reserve_bytes,
+            compute_scale=self.compute_scale,
+        )
         if self.side is None:
             return b
-        return attach(b, self.side.usages(cfg, rc, self.model, b.layer_devices.layers, self.gpus, self.host,
-                                          build=self.build, main_host_weights=b.devices[-1].weights_bytes))
+        return attach(
+            b,
+            self.side.usages(
+                cfg,
+                rc,
+                self.model,
+                b.layer_devices.layers,
+                self.gpus,
+                self.host,
+                build=self.build,
+                main_host_weights=b.devices[-1].weights_bytes,
+            ),
+        )
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
         """The resolved config and its breakdown, or None where llama.cpp would reject it."""
@@ -119,4 +139,6 @@ def max_context(target: Target, cfg: LaunchConfig, ctx_max: int, ctx_min: int = 
 
 def max_gpu_layers(target: Target, cfg: LaunchConfig) -> int | None:
     """Most -ngl (output layer counted) with cfg's context that fits; None if not even -ngl 0."""
-    return largest(0, target.model.facts.n_layer_all + 1, lambda k: target.fits(replace(cfg, n_gpu_layers=k)))
+    return largest(
+        0, target.model.facts.n_layer_all + 1, lambda k: target.fits(replace(cfg, n_gpu_layers=k))
+    )

@@ -81,9 +81,15 @@ EFFICIENCY: dict[str, Efficiency] = {
         attention_kernel=0.6,
         prompt_attention_kernel=0.6,
     ),
-    "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
-    "rocm": Efficiency(0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"),
-    "metal": Efficiency(0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench_speed.py)"),
+    "cuda": Efficiency(
+        0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"
+    ),
+    "rocm": Efficiency(
+        0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"
+    ),
+    "metal": Efficiency(
+        0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench_speed.py)"
+    ),
     "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench_speed.py)"),
 }
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
@@ -109,7 +115,9 @@ class SpeedInputs:
     host_bandwidth_by_threads: tuple[tuple[int, float], ...] = ()
     n_threads: int = 0
     host_flops_threads: int = 0
-    cpu_kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type, one thread each
+    cpu_kernels: tuple[
+        KernelRate, ...
+    ] = ()  # llama.cpp's matrix kernels per weight type, one thread each
     cpu_attention: AttentionRate | None = None  # llama.cpp's flash attention kernel, one thread
     # per GPU, (low, high) bytes/s and FLOP/s where the rate is an assumption rather than known (a GPU
     # given by size: the catalog cards of that size); the point rates above lie between them
@@ -118,7 +126,11 @@ class SpeedInputs:
 
     def efficiency_for(self, backend: str) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
-        return table.get(backend) or table.get("cpu" if backend == "cpu" else "vulkan") or EFFICIENCY["vulkan"]
+        return (
+            table.get(backend)
+            or table.get("cpu" if backend == "cpu" else "vulkan")
+            or EFFICIENCY["vulkan"]
+        )
 
     def host_bandwidth_at(self) -> Rate:
         """The host's bandwidth with n_threads threads reading: the probe's figure at that count, linear
@@ -165,7 +177,9 @@ class DeviceRead:
     efficiency_source: str
     seconds: tuple[float, float] = (0.0, 0.0)  # per token: empty, full context
     bound: str = "memory"  # memory | compute (at an empty context)
-    attention_rate: float | None = None  # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
+    attention_rate: float | None = (
+        None  # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
+    )
 
 
 @dataclass(frozen=True)
@@ -205,15 +219,26 @@ class SpeedBand:
 
 def with_rates(inputs: SpeedInputs, end: int) -> SpeedInputs:
     """`inputs` with each assumed GPU rate at the low (end 0) or the high (end 1) end of its range."""
-    bws = tuple(Rate(r[end], bw.source) if bw is not None and r is not None else bw
-                for bw, r in zip(inputs.gpu_bandwidth, _ranges(inputs.gpu_bandwidth_range, inputs.gpu_bandwidth),
-                                     strict=True))
-    flops = tuple(Rate(r[end], f.source) if f is not None and r is not None else f
-                  for f, r in zip(inputs.gpu_flops, _ranges(inputs.gpu_flops_range, inputs.gpu_flops), strict=True))
+    bws = tuple(
+        Rate(r[end], bw.source) if bw is not None and r is not None else bw
+        for bw, r in zip(
+            inputs.gpu_bandwidth,
+            _ranges(inputs.gpu_bandwidth_range, inputs.gpu_bandwidth),
+            strict=True,
+        )
+    )
+    flops = tuple(
+        Rate(r[end], f.source) if f is not None and r is not None else f
+        for f, r in zip(
+            inputs.gpu_flops, _ranges(inputs.gpu_flops_range, inputs.gpu_flops), strict=True
+        )
+    )
     return replace(inputs, gpu_bandwidth=bws, gpu_flops=flops)
 
 
-def _ranges(ranges: Sequence[tuple[float, float] | None], rates: Sequence[object]) -> list[tuple[float, float] | None]:
+def _ranges(
+    ranges: Sequence[tuple[float, float] | None], rates: Sequence[object]
+) -> list[tuple[float, float] | None]:
     return [ranges[i] if i < len(ranges) else None for i in range(len(rates))]
 
 
@@ -226,19 +251,33 @@ class _Reads:
     weights: dict[int, int]
     flops: dict[int, int]  # 2 x active weight elements, per device holding them
     flops_by_type: dict[int, dict[int, int]]  # the same, per device and ggml type
-    output_by_type: dict[int, dict[int, int]]  # the output matrix's share: only tokens with logits compute it
+    output_by_type: dict[
+        int, dict[int, int]
+    ]  # the output matrix's share: only tokens with logits compute it
     kv_cell: dict[int, int]  # bytes per filled cell, full-attention layers
     swa_cell: dict[int, int]
     state: dict[int, int]  # recurrent state bytes (read + written)
     attn_flops_cell: int  # attention FLOPs per token per filled cell (all layers)
-    attn_cell: dict[int, int]  # attention FLOPs per filled cell, full-attention layers, by the KV's device
+    attn_cell: dict[
+        int, int
+    ]  # attention FLOPs per filled cell, full-attention layers, by the KV's device
     attn_swa_cell: dict[int, int]
 
 
-def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
+def _reads(
+    model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> _Reads:
     """What each device reads per token, once per placement and KV choice (memoized on the model; read only)."""
-    key = ("speed_reads", lmap, rc.all_overrides, rc.type_k, rc.type_v, rc.flash_attn, rc.kv_offload,
-           tuple(g.name for g in gpus))
+    key = (
+        "speed_reads",
+        lmap,
+        rc.all_overrides,
+        rc.type_k,
+        rc.type_v,
+        rc.flash_attn,
+        rc.kv_offload,
+        tuple(g.name for g in gpus),
+    )
     return model.remember(key, lambda: _count_reads(model, rc, lmap, gpus))
 
 
@@ -267,7 +306,9 @@ def _read_tensors(model: MemoryModel) -> tuple[tuple[str, int | None, int, int, 
     return tuple(out)
 
 
-def _count_reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
+def _count_reads(
+    model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> _Reads:
     facts = model.facts
     devs = [CPU, *range(len(gpus))]
     weights, flops = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
@@ -322,12 +363,22 @@ def _padding(dev: int, flash_attn: bool) -> int:
     return 1 if dev == CPU and flash_attn else KV_PAD
 
 
-def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fills: tuple[int, int],
-                 n_swa: int, flash_attn: bool) -> list[DeviceRead] | None:
+def _device_rows(
+    r: _Reads,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+    fills: tuple[int, int],
+    n_swa: int,
+    flash_attn: bool,
+) -> list[DeviceRead] | None:
     rows = []
     for dev in [*range(len(gpus)), CPU]:
         p = _padding(dev, flash_attn)
-        kv = [r.kv_cell[dev] * _cells(n, n_swa, False, p) + r.swa_cell[dev] * _cells(n, n_swa, True, p) for n in fills]
+        kv = [
+            r.kv_cell[dev] * _cells(n, n_swa, False, p)
+            + r.swa_cell[dev] * _cells(n, n_swa, True, p)
+            for n in fills
+        ]
         w = r.weights[dev] + r.state[dev]
         if not (w or kv[1]):
             continue
@@ -335,16 +386,25 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
         if dev == CPU:
             bw, backend = inputs.host_bandwidth_at(), "cpu"
         else:
-            bw, backend = (inputs.gpu_bandwidth[dev] if dev < len(inputs.gpu_bandwidth) else None), gpus[dev].backend
+            bw, backend = (
+                (inputs.gpu_bandwidth[dev] if dev < len(inputs.gpu_bandwidth) else None),
+                gpus[dev].backend,
+            )
         if bw is None:
             return None
         eff = inputs.efficiency_for(backend)
         memory = [(w + k) / (bw.value * eff.generation) for k in kv]
         seconds, bound, charged = memory, "memory", None
-        attn_rate = _attention_rate(inputs, eff.attention_kernel) or inputs.host_flops_at().value * (eff.attention or 0)
-        if dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate:  # arithmetic bounds a token too
+        attn_rate = _attention_rate(
+            inputs, eff.attention_kernel
+        ) or inputs.host_flops_at().value * (eff.attention or 0)
+        if (
+            dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate
+        ):  # arithmetic bounds a token too
             rate = inputs.host_flops_at().value
-            matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
+            matmul = _matmul_seconds(
+                r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0)
+            )
             weights = w / (bw.value * eff.generation)
             reads = [k / (bw.value * eff.generation) for k in kv]  # the cache's filled cells
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
@@ -354,15 +414,29 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
             # over them, the longer of the two again
             seconds = [max(weights, matmul) + max(k, a) for k, a in zip(reads, attn, strict=True)]
             bound, charged = ("compute" if matmul > weights else "memory"), attn_rate
-        rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
-                               eff.source, (seconds[0], seconds[1]), bound, charged))
+        rows.append(
+            DeviceRead(
+                "CPU" if dev == CPU else gpus[dev].name,
+                backend,
+                w,
+                kv[0],
+                kv[1],
+                bw,
+                eff.generation,
+                eff.source,
+                (seconds[0], seconds[1]),
+                bound,
+                charged,
+            )
+        )
     return rows
 
 
 def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int, padding: int = KV_PAD) -> int:
     """Attention FLOPs of one token that sees `fill` cells (SWA layers at most their window)."""
-    return (r.attn_cell[dev] * _cells(fill, n_swa, False, padding)
-            + r.attn_swa_cell[dev] * _cells(fill, n_swa, True, padding))
+    return r.attn_cell[dev] * _cells(fill, n_swa, False, padding) + r.attn_swa_cell[dev] * _cells(
+        fill, n_swa, True, padding
+    )
 
 
 def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decode") -> float | None:
@@ -372,10 +446,16 @@ def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decod
     fa = inputs.cpu_attention
     if fa is None or not share:
         return None
-    return (fa.decode if kind == "decode" else fa.prompt) * (inputs.n_threads or inputs.host_flops_threads or 1) * share
+    return (
+        (fa.decode if kind == "decode" else fa.prompt)
+        * (inputs.n_threads or inputs.host_flops_threads or 1)
+        * share
+    )
 
 
-def _matmul_seconds(flops_by_type: Mapping[int, int], inputs: SpeedInputs, kind: str, fallback: float) -> float:
+def _matmul_seconds(
+    flops_by_type: Mapping[int, int], inputs: SpeedInputs, kind: str, fallback: float
+) -> float:
     """Seconds the CPU's matrix products take: per weight type, its FLOPs over the kernel's measured rate
     x the threads; a type the kernel probe did not measure at `fallback` FLOP/s (the BLAS rate x an
     efficiency; 0: not counted)."""
@@ -395,8 +475,13 @@ def _seconds(rows: Sequence[DeviceRead], full: bool) -> float:
     return sum(d.seconds[1] if full else d.seconds[0] for d in rows)
 
 
-def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
-             inputs: SpeedInputs) -> SpeedEstimate | None:
+def estimate(
+    model: MemoryModel,
+    rc: ResolvedConfig,
+    lmap: LayerMap,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+) -> SpeedEstimate | None:
     """Tokens/s for one resolved configuration, from an empty context to a full slot; None when a
     device that holds data has no known bandwidth (an RPC worker)."""
     gpus = _active_gpus(rc, gpus)
@@ -408,13 +493,28 @@ def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Seque
     prompt, source = _prompt_tps(r, rc, gpus, inputs, n_swa=model.facts.swa.n_swa)
     total_empty = sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
     total_full = sum(d.weight_bytes + d.kv_bytes_full for d in rows)
-    return SpeedEstimate((1 / t_full, 1 / t_empty), prompt, (total_empty, total_full), sum(r.flops.values()),
-                         rc.n_ctx_seq, tuple(rows), source, inputs.calibrated, inputs.n_threads)
+    return SpeedEstimate(
+        (1 / t_full, 1 / t_empty),
+        prompt,
+        (total_empty, total_full),
+        sum(r.flops.values()),
+        rc.n_ctx_seq,
+        tuple(rows),
+        source,
+        inputs.calibrated,
+        inputs.n_threads,
+    )
 
 
-def estimate_turn(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
-                  inputs: Sequence[SpeedInputs], gen_fill: int, prompt_depth: int,
-                  ) -> list[tuple[SpeedEstimate, float, float | None] | None]:
+def estimate_turn(
+    model: MemoryModel,
+    rc: ResolvedConfig,
+    lmap: LayerMap,
+    gpus: Sequence[DeviceSpec],
+    inputs: Sequence[SpeedInputs],
+    gen_fill: int,
+    prompt_depth: int,
+) -> list[tuple[SpeedEstimate, float, float | None] | None]:
     """For each of `inputs`: the estimate (as `estimate`), generation tokens/s at `gen_fill` cells and
     prompt tokens/s after `prompt_depth` (as `estimate_at`), reading the model's tensors once."""
     gpus = _active_gpus(rc, gpus)
@@ -428,17 +528,38 @@ def estimate_turn(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: 
             out.append(None)
             continue
         prompt, source = _prompt_tps(r, rc, gpus, i, n_swa=n_swa)
-        est = SpeedEstimate((1 / _seconds(rows, True), 1 / _seconds(rows, False)), prompt,
-                            (sum(d.weight_bytes + d.kv_bytes_empty for d in rows),
-                             sum(d.weight_bytes + d.kv_bytes_full for d in rows)),
-                            sum(r.flops.values()), rc.n_ctx_seq, tuple(rows), source, i.calibrated,
-                            i.n_threads)
-        out.append((est, 1 / _seconds(at, False), _prompt_tps(r, rc, gpus, i, depth=prompt_depth, n_swa=n_swa)[0]))
+        est = SpeedEstimate(
+            (1 / _seconds(rows, True), 1 / _seconds(rows, False)),
+            prompt,
+            (
+                sum(d.weight_bytes + d.kv_bytes_empty for d in rows),
+                sum(d.weight_bytes + d.kv_bytes_full for d in rows),
+            ),
+            sum(r.flops.values()),
+            rc.n_ctx_seq,
+            tuple(rows),
+            source,
+            i.calibrated,
+            i.n_threads,
+        )
+        out.append(
+            (
+                est,
+                1 / _seconds(at, False),
+                _prompt_tps(r, rc, gpus, i, depth=prompt_depth, n_swa=n_swa)[0],
+            )
+        )
     return out
 
 
-def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fill: int,
-                lmap: LayerMap | None = None) -> tuple[float, float | None, int] | None:
+def estimate_at(
+    model: MemoryModel,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+    fill: int,
+    lmap: LayerMap | None = None,
+) -> tuple[float, float | None, int] | None:
     """(generation tokens/s, prompt tokens/s, bytes per generated token) with `fill` cells in use —
     what llama-bench's tgN at -d D measures with fill = D + N/2. Without lmap: everything on the CPU."""
     from ..memory.placement import layer_map
@@ -453,8 +574,14 @@ def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpe
     return 1 / _seconds(rows, False), prompt, sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
 
 
-def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs,
-                depth: int = 0, n_swa: int = 0) -> tuple[float | None, str]:
+def _prompt_tps(
+    r: _Reads,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+    depth: int = 0,
+    n_swa: int = 0,
+) -> tuple[float | None, str]:
     """pp512 after `depth` cells: FLOPs over throughput, plus PCIe copies of host weights per ubatch."""
     attn = r.attn_flops_cell * (depth + PP_TOKENS // 2)  # the average token sees half the prompt
     if not gpus:
@@ -470,12 +597,17 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
         t = _matmul_seconds(weights, inputs, "prompt", flops.value * eff.prompt)
         attn_rate = _attention_rate(inputs, eff.prompt_attention_kernel, "prompt")
         if attn_rate:
-            t += _attn_flops(r, CPU, depth + PP_TOKENS // 2, n_swa, _padding(CPU, rc.flash_attn)) / attn_rate
+            t += (
+                _attn_flops(r, CPU, depth + PP_TOKENS // 2, n_swa, _padding(CPU, rc.flash_attn))
+                / attn_rate
+            )
         else:
             t += attn / (flops.value * eff.prompt)
         n = inputs.n_threads or inputs.host_flops_threads or 1
-        return 1 / t, (f"llama.cpp's matrix kernels per weight type, measured here x {n} thread{'s' if n > 1 else ''} "
-                       f"({eff.source})")
+        return 1 / t, (
+            f"llama.cpp's matrix kernels per weight type, measured here x {n} thread{'s' if n > 1 else ''} "
+            f"({eff.source})"
+        )
     flops0 = inputs.gpu_flops[0] if inputs.gpu_flops else None
     if flops0 is None or any(f is None for f in inputs.gpu_flops):
         return None, "GPU throughput unknown"
@@ -488,7 +620,9 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
         work = r.flops[dev] + (r.flops[CPU] if dev == 0 else 0) + attn * (dev == 0)
         t += work / (f.value * eff.prompt)
     ub = max(min(rc.n_ubatch, PP_TOKENS), 1)
-    copy = r.weights[CPU] / inputs.pcie.value / ub  # op offload: host weights cross PCIe once per ubatch
+    copy = (
+        r.weights[CPU] / inputs.pcie.value / ub
+    )  # op offload: host weights cross PCIe once per ubatch
     t += copy
     eff0 = inputs.efficiency_for(gpus[0].backend)
     note = f"; host weights over PCIe ({inputs.pcie.source})" if r.weights[CPU] else ""

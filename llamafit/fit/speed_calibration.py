@@ -40,7 +40,9 @@ class SpeedScale:
     requests: int = 0
     generated_tokens: int = 0
     median: float | None = None  # measured / estimated over the runs that count, before clamping
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> runs: "overloaded", "load_unknown", …
+    skipped: dict[str, int] = field(
+        default_factory=dict
+    )  # reason -> runs: "overloaded", "load_unknown", …
 
     @property
     def enough(self) -> bool:
@@ -69,9 +71,17 @@ def _speed_of(record: dict[str, Any]) -> dict[str, Any] | None:
 
 def _why_not(speed: dict[str, Any]) -> str | None:
     """Why a run's timings must not count, or None when they may."""
-    measured, estimated, eff = (speed.get(k) for k in ("generation_tps", "estimated_generation_tps", "efficiency"))
-    if not (_num(measured) and _num(estimated) and _num(eff) and 0 < measured < 1e9 and 0 < estimated < 1e9
-            and 0 < eff < 1e9):
+    measured, estimated, eff = (
+        speed.get(k) for k in ("generation_tps", "estimated_generation_tps", "efficiency")
+    )
+    if not (
+        _num(measured)
+        and _num(estimated)
+        and _num(eff)
+        and 0 < measured < 1e9
+        and 0 < estimated < 1e9
+        and 0 < eff < 1e9
+    ):
         return "damaged"
     if not MIN_RATIO <= measured / estimated <= MAX_RATIO:
         return "implausible"
@@ -111,25 +121,42 @@ def speed_scales(records: Iterable[dict[str, Any]]) -> list[SpeedScale]:
             continue
         requests, tokens = _evidence(r, speed)
         ratios[key].append(speed["generation_tps"] / speed["estimated_generation_tps"])
-        out[key] = replace(s, runs=s.runs + 1, requests=s.requests + requests,
-                           generated_tokens=s.generated_tokens + tokens)
-    return [replace(s, median=statistics.median(ratios[k]) if ratios[k] else None) for k, s in out.items()]
+        out[key] = replace(
+            s,
+            runs=s.runs + 1,
+            requests=s.requests + requests,
+            generated_tokens=s.generated_tokens + tokens,
+        )
+    return [
+        replace(s, median=statistics.median(ratios[k]) if ratios[k] else None)
+        for k, s in out.items()
+    ]
 
 
-def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str,
-              architecture: str) -> SpeedInputs:
+def calibrate(
+    inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str, architecture: str
+) -> SpeedInputs:
     """Inputs with the generation efficiency learned from earlier measured runs, when they hold enough evidence."""
     notes = []
     for s in speed_scales(records):
         if s.machine != machine or s.architecture != architecture or (ratio := s.scale) is None:
             continue
         base = inputs.efficiency_for(s.backend)
-        source = (f"{base.source}, x {ratio:.2f}: the median of {s.runs} measured run(s) of {architecture} here"
-                  + (" (clamped)" if ratio != s.median else ""))
-        scaled = Efficiency(base.generation * ratio, base.prompt, source, base.decode and base.decode * ratio,
-                            base.attention and base.attention * ratio)
+        source = (
+            f"{base.source}, x {ratio:.2f}: the median of {s.runs} measured run(s) of {architecture} here"
+            + (" (clamped)" if ratio != s.median else "")
+        )
+        scaled = Efficiency(
+            base.generation * ratio,
+            base.prompt,
+            source,
+            base.decode and base.decode * ratio,
+            base.attention and base.attention * ratio,
+        )
         inputs = with_efficiency(inputs, s.backend, scaled)
-        notes.append(f"{s.backend} generation speed x {ratio:.2f}, measured by {s.runs} run(s) of {architecture} "
-                     f"on this machine ({s.requests:,} requests, {s.generated_tokens:,} tokens; "
-                     "llamafit calibration show)")
+        notes.append(
+            f"{s.backend} generation speed x {ratio:.2f}, measured by {s.runs} run(s) of {architecture} "
+            f"on this machine ({s.requests:,} requests, {s.generated_tokens:,} tokens; "
+            "llamafit calibration show)"
+        )
     return replace(inputs, calibrated="; ".join(notes)) if notes else inputs

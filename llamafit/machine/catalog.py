@@ -36,7 +36,9 @@ class CatalogEntry:
     vram_bytes: int  # per device; Apple: the unified RAM
     bandwidth_bytes_per_s: int  # per device
     devices: int = 1  # MI250: two GCDs, each its own device to ROCm
-    max_tensor_bytes: int | None = None  # the device's tensor-size limit (DeviceSpec.max_tensor_bytes)
+    max_tensor_bytes: int | None = (
+        None  # the device's tensor-size limit (DeviceSpec.max_tensor_bytes)
+    )
 
     @property
     def backend(self) -> str:
@@ -144,12 +146,22 @@ def lookup(name: str) -> CatalogEntry:
     if entry is not None:
         return entry
     matches = close_matches(name)
-    hint = f"did you mean {', '.join(matches)}?" if matches else f"known: {', '.join(e.key for e in CATALOG)}"
+    hint = (
+        f"did you mean {', '.join(matches)}?"
+        if matches
+        else f"known: {', '.join(e.key for e in CATALOG)}"
+    )
     raise InputError(f"unknown GPU '{name.strip()}'; {hint} (or give a size such as 24GiB)")
 
 
-def smallest_fitting(need_bytes: int, *, vendors: tuple[str, ...] | None = None) -> CatalogEntry | None:
+def smallest_fitting(
+    need_bytes: int, *, vendors: tuple[str, ...] | None = None
+) -> CatalogEntry | None:
     """The card with the least usable memory (per device) that holds `need_bytes`; ties → faster memory."""
-    fits = [e for e in CATALOG if e.usable_bytes >= need_bytes
-            and (e.vendor in vendors if vendors is not None else e.vendor != "mesa")]  # no card to buy
+    fits = [
+        e
+        for e in CATALOG
+        if e.usable_bytes >= need_bytes
+        and (e.vendor in vendors if vendors is not None else e.vendor != "mesa")
+    ]  # no card to buy
     return min(fits, key=lambda e: (e.usable_bytes, -e.bandwidth_bytes_per_s), default=None)

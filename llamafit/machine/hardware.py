@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
+from ..units import GIB, MIB
 from . import catalog as gpu_catalog
 from .devices import (
     BACKEND_DEVICE_PREFIX,
@@ -24,8 +26,6 @@ from .devices import (
     host,
     parse_size,
 )
-from ..errors import InputError
-from ..units import GIB, MIB
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
 _AMD_VENDOR = "0x1002"
@@ -75,11 +75,17 @@ def _entry_index(entry: str, uuids: Sequence[str | None]) -> int | None:
     if entry.isascii() and entry.isdigit():  # not '²', which isdigit() accepts and int() refuses
         return int(entry) if len(entry) <= 9 and int(entry) < len(uuids) else None
     want = entry.lower()
-    hits = [i for i, u in enumerate(uuids) if u and want.startswith("gpu-") and u.lower().startswith(want)]
+    hits = [
+        i
+        for i, u in enumerate(uuids)
+        if u and want.startswith("gpu-") and u.lower().startswith(want)
+    ]
     return hits[0] if len(hits) == 1 else None
 
 
-def visible_indices(var: str, value: str | None, uuids: Sequence[str | None]) -> tuple[tuple[int, ...], str | None]:
+def visible_indices(
+    var: str, value: str | None, uuids: Sequence[str | None]
+) -> tuple[tuple[int, ...], str | None]:
     """Indices a `*_VISIBLE_DEVICES` value keeps, in its order, and a note when it drops some.
 
     Like the CUDA/HIP runtimes: unset → all; empty or "-1" → none; indices or unique `GPU-` UUID
@@ -92,7 +98,9 @@ def visible_indices(var: str, value: str | None, uuids: Sequence[str | None]) ->
         i = _entry_index(entry, uuids)
         if i is None or i in kept:
             if entry and entry != "-1":
-                return tuple(kept), f"{var}={value}: '{entry}' names no GPU here; it and the rest are ignored"
+                return tuple(
+                    kept
+                ), f"{var}={value}: '{entry}' names no GPU here; it and the rest are ignored"
             break
         kept.append(i)
     return tuple(kept), None
@@ -100,7 +108,8 @@ def visible_indices(var: str, value: str | None, uuids: Sequence[str | None]) ->
 
 def _renamed(gpus: Sequence[GPUInfo], order: Sequence[int], prefix: str) -> tuple[GPUInfo, ...]:
     return tuple(
-        replace(gpus[p], index=i, spec=replace(gpus[p].spec, name=f"{prefix}{i}")) for i, p in enumerate(order)
+        replace(gpus[p], index=i, spec=replace(gpus[p].spec, name=f"{prefix}{i}"))
+        for i, p in enumerate(order)
     )
 
 
@@ -128,8 +137,14 @@ def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
         cc_major: int | None = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
     except (nvml.NVMLError, AttributeError):
         cc_major = None
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free),
-                      overhead_bytes=cuda_overhead_bytes(cc_major))
+    spec = DeviceSpec(
+        f"CUDA{i}",
+        "gpu",
+        "cuda",
+        int(mem.total),
+        int(mem.free),
+        overhead_bytes=cuda_overhead_bytes(cc_major),
+    )
     return GPUInfo(
         spec=spec,
         name=_text(nvml.nvmlDeviceGetName(handle)),
@@ -168,7 +183,9 @@ def _nvml_gpus(nvml: Any, env: Mapping[str, str]) -> tuple[tuple[GPUInfo, ...], 
         raise _Skip(f"nvml: {e}") from e
     if not found:
         raise _Skip("nvml: no NVIDIA GPU")
-    order, note = visible_indices("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"), [g.uuid for g in found])
+    order, note = visible_indices(
+        "CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"), [g.uuid for g in found]
+    )
     notes = [note] if note else []
     if len({found[i].name for i in order}) > 1 and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
         notes.append(_ORDER_NOTE)
@@ -212,7 +229,10 @@ def _sysfs_gpus(root: str | Path, env: Mapping[str, str]) -> tuple[tuple[GPUInfo
     drm = Path(root) / "class" / "drm"
     if not drm.is_dir():
         raise _Skip(f"sysfs: no {drm}")
-    cards = sorted((p for p in drm.iterdir() if re.fullmatch(r"card\d+", p.name)), key=lambda p: int(p.name[4:]))
+    cards = sorted(
+        (p for p in drm.iterdir() if re.fullmatch(r"card\d+", p.name)),
+        key=lambda p: int(p.name[4:]),
+    )
     found: list[GPUInfo] = []
     for card in cards:
         gpu = _amd_card(card / "device", len(found))
@@ -238,7 +258,9 @@ def run_sysctl(name: str) -> str | None:
     import subprocess
 
     try:
-        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
@@ -256,7 +278,9 @@ def _sysctl_gpus(sysctl: Sysctl | None) -> tuple[tuple[GPUInfo, ...], list[str]]
         raise _Skip("sysctl: no hw.memsize")
     limit_mb = int(sysctl("iogpu.wired_limit_mb") or 0)
     usable = gpu_catalog.metal_working_set(ram, limit_mb)
-    how = f"iogpu.wired_limit_mb={limit_mb}" if limit_mb > 0 else "2/3 of RAM up to 36 GiB, 3/4 above"
+    how = (
+        f"iogpu.wired_limit_mb={limit_mb}" if limit_mb > 0 else "2/3 of RAM up to 36 GiB, 3/4 above"
+    )
     gpu = GPUInfo(
         spec=DeviceSpec("MTL0", "gpu", "metal", usable, usable),
         name=sysctl("machdep.cpu.brand_string") or "Apple Silicon",
@@ -304,7 +328,13 @@ def detect(
 def _catalog_gpus(entry: gpu_catalog.CatalogEntry) -> list[GPUInfo]:
     usable = entry.usable_bytes
     spec = DeviceSpec("", "gpu", entry.backend, usable, usable, entry.max_tensor_bytes)
-    one = GPUInfo(spec, entry.name, 0, bandwidth_bytes_per_s=entry.bandwidth_bytes_per_s, unified=entry.unified)
+    one = GPUInfo(
+        spec,
+        entry.name,
+        0,
+        bandwidth_bytes_per_s=entry.bandwidth_bytes_per_s,
+        unified=entry.unified,
+    )
     return [one] * entry.devices
 
 
@@ -321,7 +351,9 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
     for part in (p.strip() for p in spec.split(",")):
         if part:
             m = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", part, re.IGNORECASE)
-            count = (int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1) if m else 1  # no 4,300-digit int()
+            count = (
+                (int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1) if m else 1
+            )  # no 4,300-digit int()
             items.append((m.group(2), count) if m else (part, 1))
     if any(not 1 <= count <= MAX_GPUS for _, count in items):
         shown = spec if len(spec) <= 40 else spec[:39] + "…"
@@ -351,7 +383,9 @@ def _no_unit_hint(item: str) -> str:
 
 def _item_gpus(item: str) -> list[GPUInfo]:
     if re.fullmatch(r"\d+(\.\d+)?", item.strip()):
-        raise InputError(f"--gpu {item.strip()} has no unit; did you mean {_no_unit_hint(item.strip())}?")
+        raise InputError(
+            f"--gpu {item.strip()} has no unit; did you mean {_no_unit_hint(item.strip())}?"
+        )
     size = _size_or_none(item)
     if size is None:
         return _catalog_gpus(gpu_catalog.lookup(item))  # unknown → InputError with close matches
@@ -368,7 +402,9 @@ def _list_backend(gpus: Sequence[GPUInfo], backend: str) -> str:
     if backend == "vulkan" or not native:
         return backend
     if len(native) > 1:
-        raise InputError(f"--gpu mixes {' and '.join(native)} cards; one llama.cpp build drives one GPU backend")
+        raise InputError(
+            f"--gpu mixes {' and '.join(native)} cards; one llama.cpp build drives one GPU backend"
+        )
     return native[0]
 
 
@@ -379,16 +415,24 @@ def parse_gpu_option(spec: str, *, backend: str = "cuda") -> tuple[GPUInfo, ...]
     """
     if spec.strip().lower() == "cpu":
         return ()
-    gpus = [g for item, count in _option_items(spec) for _ in range(count) for g in _item_gpus(item)]
+    gpus = [
+        g for item, count in _option_items(spec) for _ in range(count) for g in _item_gpus(item)
+    ]
     if not gpus:
-        raise InputError("--gpu needs at least one size or GPU name, e.g. --gpu 24GiB or --gpu rtx4090")
+        raise InputError(
+            "--gpu needs at least one size or GPU name, e.g. --gpu 24GiB or --gpu rtx4090"
+        )
     chosen = _list_backend(gpus, backend)
     if chosen == "metal" and len(gpus) > 1:
         raise InputError("Metal drives one GPU (MTL0); give one Apple Silicon machine to --gpu")
     prefix = BACKEND_DEVICE_PREFIX[chosen]
     return tuple(
-        replace(g, index=i, spec=replace(g.spec, name=f"{prefix}{i}", backend=chosen),
-                unified=g.unified or chosen == "metal")
+        replace(
+            g,
+            index=i,
+            spec=replace(g.spec, name=f"{prefix}{i}", backend=chosen),
+            unified=g.unified or chosen == "metal",
+        )
         for i, g in enumerate(gpus)
     )
 
@@ -431,7 +475,9 @@ def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSp
         hostname, colon, port = endpoint.rpartition(":")
         if not colon or not hostname or not _port_number(port):
             shown = part if len(part) <= 40 else part[:39] + "…"
-            raise InputError(f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{shown}'")
+            raise InputError(
+                f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{shown}'"
+            )
         items.append((endpoint, size if eq else None))
     if not items:
         raise InputError("--rpc needs at least one host:port[=SIZE]")
@@ -446,8 +492,10 @@ def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSp
         elif endpoint in answers:
             total, free = answers[endpoint]
         else:
-            raise InputError(f"--rpc {endpoint}: cannot ask the worker for its memory (no llama-server with RPC, "
-                             "or the worker does not answer); give its size: host:port=SIZE")
+            raise InputError(
+                f"--rpc {endpoint}: cannot ask the worker for its memory (no llama-server with RPC, "
+                "or the worker does not answer); give its size: host:port=SIZE"
+            )
         workers.append(DeviceSpec(f"RPC0[{endpoint}]", "gpu", "rpc", total, free))
     return tuple(workers)
 

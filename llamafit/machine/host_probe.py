@@ -27,7 +27,9 @@ from .rates import AttentionRate, KernelRate, Rate
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
 KERNEL_PROBE_TIMEOUT_S = 120
-SCHEMA = "llamafit.host-probe/4"  # /3: the bandwidth without BLAS threads; /4: flash attention measured
+SCHEMA = (
+    "llamafit.host-probe/4"  # /3: the bandwidth without BLAS threads; /4: flash attention measured
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,9 @@ class HostRates:
     flops: Rate
     bandwidth_by_threads: tuple[tuple[int, float], ...] = ()  # (threads, bytes/s), ascending
     flops_threads: int = 0  # the threads `flops` was measured with (0: unknown)
-    kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type (kernel_probe.py)
+    kernels: tuple[
+        KernelRate, ...
+    ] = ()  # llama.cpp's matrix kernels per weight type (kernel_probe.py)
     attention: AttentionRate | None = None  # llama.cpp's flash attention kernel (kernel_probe.py)
 
 
@@ -60,7 +64,9 @@ def llama_threads(sys_root: str = "/sys/devices/system/cpu") -> int:
     cpu = 0
     while True:
         try:
-            with open(f"{sys_root}/cpu{cpu}/topology/thread_siblings", encoding="ascii", errors="replace") as f:
+            with open(
+                f"{sys_root}/cpu{cpu}/topology/thread_siblings", encoding="ascii", errors="replace"
+            ) as f:
                 siblings.add(f.readline().strip())
         except OSError:
             break
@@ -76,7 +82,9 @@ def machine_key() -> str:
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
+            )
     except OSError:
         pass
     try:
@@ -140,9 +148,16 @@ def probe() -> dict[str, object]:
     for n in thread_counts(n_cpu):  # more threads never read slower: a count that did was disturbed
         by_threads.append([n, max(measure_bandwidth(n), by_threads[-1][1] if by_threads else 0.0)])
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"kernels": measure_kernels(), "schema": SCHEMA, "machine": machine_key(), "time": when,
-            "bandwidth_bytes_per_s": max(v for _, v in by_threads), "bandwidth_by_threads": by_threads,
-            "flops": measure_flops(), "flops_threads": n_cpu}
+    return {
+        "kernels": measure_kernels(),
+        "schema": SCHEMA,
+        "machine": machine_key(),
+        "time": when,
+        "bandwidth_bytes_per_s": max(v for _, v in by_threads),
+        "bandwidth_by_threads": by_threads,
+        "flops": measure_flops(),
+        "flops_threads": n_cpu,
+    }
 
 
 def measure_kernels() -> dict[str, list[float]]:
@@ -154,15 +169,23 @@ def measure_kernels() -> dict[str, list[float]]:
     from .kernel_probe import PARENT_ENV
 
     try:
-        out = subprocess.run([sys.executable, "-m", "llamafit.machine.kernel_probe"], capture_output=True,
-                             timeout=KERNEL_PROBE_TIMEOUT_S, check=False,
-                             env={**os.environ, PARENT_ENV: str(os.getpid())})
+        out = subprocess.run(
+            [sys.executable, "-m", "llamafit.machine.kernel_probe"],
+            capture_output=True,
+            timeout=KERNEL_PROBE_TIMEOUT_S,
+            check=False,
+            env={**os.environ, PARENT_ENV: str(os.getpid())},
+        )
         found = json.loads(out.stdout.decode("utf-8", "replace") or "{}")
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return {}
     if not isinstance(found, dict) or out.returncode != 0:
         return {}
-    return {k: v for k, v in found.items() if isinstance(v, list) and len(v) == 2 and all(_rate(x) for x in v)}
+    return {
+        k: v
+        for k, v in found.items()
+        if isinstance(v, list) and len(v) == 2 and all(_rate(x) for x in v)
+    }
 
 
 def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
@@ -181,22 +204,38 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
         return HostRates(bw, flops)
     path, fallback = cache / "host-probe.json", _fallback()
     record = _read(path)
-    if (record is None or record.get("machine") != machine_key()) and fallback is not None and _unwritable(cache):
-        record = _read(fallback)  # kept there by an earlier run that could not write the cache either
+    if (
+        (record is None or record.get("machine") != machine_key())
+        and fallback is not None
+        and _unwritable(cache)
+    ):
+        record = _read(
+            fallback
+        )  # kept there by an earlier run that could not write the cache either
     if record is None or record.get("machine") != machine_key():
         record = probe()
         problem = _write(path, record)
-        if problem is not None and fallback is not None and _write(fallback, record, owned=True) is None:
+        if (
+            problem is not None
+            and fallback is not None
+            and _write(fallback, record, owned=True) is None
+        ):
             import sys
 
-            sys.stderr.write(f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are kept "
-                             f"in {fallback.parent}\n")  # once: later runs read them there
+            sys.stderr.write(
+                f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are kept "
+                f"in {fallback.parent}\n"
+            )  # once: later runs read them there
     source = f"measured by the host probe ({record.get('time', '?')})"
     curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
-    return HostRates(bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
-                     flops or Rate(_number(record["flops"]), source), curve,
-                     0 if flops else int(_number(record["flops_threads"])),
-                     _kernels(record.get("kernels")), _attention(record.get("kernels")))
+    return HostRates(
+        bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
+        flops or Rate(_number(record["flops"]), source),
+        curve,
+        0 if flops else int(_number(record["flops_threads"])),
+        _kernels(record.get("kernels")),
+        _attention(record.get("kernels")),
+    )
 
 
 def _kernels(value: object) -> tuple[KernelRate, ...]:
@@ -204,8 +243,11 @@ def _kernels(value: object) -> tuple[KernelRate, ...]:
 
     if not isinstance(value, dict):
         return ()
-    return tuple(KernelRate(TYPES[name], float(r[0]), float(r[1])) for name, r in sorted(value.items())
-                 if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]))
+    return tuple(
+        KernelRate(TYPES[name], float(r[0]), float(r[1]))
+        for name, r in sorted(value.items())
+        if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1])
+    )
 
 
 def _attention(value: object) -> AttentionRate | None:
@@ -225,13 +267,19 @@ def _read(path: Path) -> dict[str, object] | None:
     from ..safe_io import read_regular
 
     try:  # a small regular file only: never a link, FIFO or device
-        record = json.loads(read_regular(path, 16384).decode("utf-8"), parse_constant=lambda c: None)
+        record = json.loads(
+            read_regular(path, 16384).decode("utf-8"), parse_constant=lambda c: None
+        )
     except (OSError, ValueError, RecursionError):
         return None
-    ok = (isinstance(record, dict) and record.get("schema") == SCHEMA
-          and all(_rate(record.get(k)) for k in ("bandwidth_bytes_per_s", "flops"))
-          and _count(record.get("flops_threads")) and _curve(record.get("bandwidth_by_threads"))
-          and isinstance(record.get("kernels"), dict))
+    ok = (
+        isinstance(record, dict)
+        and record.get("schema") == SCHEMA
+        and all(_rate(record.get(k)) for k in ("bandwidth_bytes_per_s", "flops"))
+        and _count(record.get("flops_threads"))
+        and _curve(record.get("bandwidth_by_threads"))
+        and isinstance(record.get("kernels"), dict)
+    )
     return record if ok else None
 
 
@@ -267,7 +315,11 @@ def _fallback() -> Path | None:
     import tempfile
 
     getuid = getattr(os, "getuid", None)
-    return None if getuid is None else Path(tempfile.gettempdir()) / f"llamafit-{getuid()}" / "host-probe.json"
+    return (
+        None
+        if getuid is None
+        else Path(tempfile.gettempdir()) / f"llamafit-{getuid()}" / "host-probe.json"
+    )
 
 
 def _write(path: Path, record: dict[str, object], owned: bool = False) -> str | None:

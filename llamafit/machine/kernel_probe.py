@@ -33,8 +33,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 # ggml_type values (ggml/include/ggml.h, enum ggml_type) of the types measured
-TYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_K": 12, "q5_K": 13, "q6_K": 14, "bf16": 30,
-                         "mxfp4": 39}
+TYPES: dict[str, int] = {
+    "f16": 1,
+    "q4_0": 2,
+    "q5_0": 6,
+    "q8_0": 8,
+    "q4_K": 12,
+    "q5_K": 13,
+    "q6_K": 14,
+    "bf16": 30,
+    "mxfp4": 39,
+}
 # decode: a 2048 x 4096 weight (a few MiB: in the caches); prompt: 128 x 4096 by 512 columns; the best
 # of several rounds, so that on a busy machine one that ran undisturbed counts. Every row length is a
 # multiple of 256, as every type's block needs (ggml aborts otherwise)
@@ -48,7 +57,11 @@ _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_s
 
 
 class _InitParams(ctypes.Structure):
-    _fields_ = [("mem_size", _sz), ("mem_buffer", _vp), ("no_alloc", ctypes.c_bool)]  # ggml_init_params
+    _fields_ = [
+        ("mem_size", _sz),
+        ("mem_buffer", _vp),
+        ("no_alloc", ctypes.c_bool),
+    ]  # ggml_init_params
 
 
 class ProbeUnavailable(Exception):
@@ -67,21 +80,34 @@ def _libs() -> tuple[Any, Any]:
     except OSError as e:
         raise ProbeUnavailable(f"ggml libraries not found in {libdir} ({e})") from e
     sigs: list[tuple[Any, str, Any, list[Any]]] = [
-        (base, "ggml_init", _vp, [_InitParams]), (base, "ggml_free", None, [_vp]),
-        (base, "ggml_new_tensor_2d", _vp, [_vp, _int, _i64, _i64]), (base, "ggml_mul_mat", _vp, [_vp, _vp, _vp]),
+        (base, "ggml_init", _vp, [_InitParams]),
+        (base, "ggml_free", None, [_vp]),
+        (base, "ggml_new_tensor_2d", _vp, [_vp, _int, _i64, _i64]),
+        (base, "ggml_mul_mat", _vp, [_vp, _vp, _vp]),
         (base, "ggml_new_tensor_3d", _vp, [_vp, _int, _i64, _i64, _i64]),
-        (base, "ggml_flash_attn_ext", _vp, [_vp, _vp, _vp, _vp, _vp, ctypes.c_float, ctypes.c_float, ctypes.c_float]),
-        (base, "ggml_new_graph", _vp, [_vp]), (base, "ggml_build_forward_expand", None, [_vp, _vp]),
-        (base, "ggml_nbytes", _sz, [_vp]), (base, "ggml_tensor_overhead", _sz, []),
+        (
+            base,
+            "ggml_flash_attn_ext",
+            _vp,
+            [_vp, _vp, _vp, _vp, _vp, ctypes.c_float, ctypes.c_float, ctypes.c_float],
+        ),
+        (base, "ggml_new_graph", _vp, [_vp]),
+        (base, "ggml_build_forward_expand", None, [_vp, _vp]),
+        (base, "ggml_nbytes", _sz, [_vp]),
+        (base, "ggml_tensor_overhead", _sz, []),
         (base, "ggml_graph_overhead", _sz, []),
         (base, "ggml_backend_alloc_ctx_tensors_from_buft", _vp, [_vp, _vp]),
-        (base, "ggml_backend_buffer_free", None, [_vp]), (base, "ggml_backend_tensor_set", None, [_vp, _vp, _sz, _sz]),
+        (base, "ggml_backend_buffer_free", None, [_vp]),
+        (base, "ggml_backend_tensor_set", None, [_vp, _vp, _sz, _sz]),
         (base, "ggml_backend_reg_dev_get", _vp, [_vp, _sz]),
         (base, "ggml_backend_reg_get_proc_address", _vp, [_vp, ctypes.c_char_p]),
-        (base, "ggml_backend_dev_supports_op", ctypes.c_bool, [_vp, _vp]), (base, "ggml_backend_free", None, [_vp]),
+        (base, "ggml_backend_dev_supports_op", ctypes.c_bool, [_vp, _vp]),
+        (base, "ggml_backend_free", None, [_vp]),
         (base, "ggml_backend_graph_compute", _int, [_vp, _vp]),
-        (cpu, "ggml_backend_cpu_init", _vp, []), (cpu, "ggml_backend_cpu_set_n_threads", None, [_vp, _int]),
-        (cpu, "ggml_backend_cpu_reg", _vp, []), (cpu, "ggml_backend_cpu_buffer_type", _vp, []),
+        (cpu, "ggml_backend_cpu_init", _vp, []),
+        (cpu, "ggml_backend_cpu_set_n_threads", None, [_vp, _int]),
+        (cpu, "ggml_backend_cpu_reg", _vp, []),
+        (cpu, "ggml_backend_cpu_buffer_type", _vp, []),
     ]
     for lib, name, restype, argtypes in sigs:
         try:
@@ -94,7 +120,9 @@ def _libs() -> tuple[Any, Any]:
 
 def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
     """The CPU device's extra buffer types (repack, AMX, KleidiAI), NULL-terminated, in llama.cpp's order."""
-    addr = base.ggml_backend_reg_get_proc_address(cpu.ggml_backend_cpu_reg(), b"ggml_backend_dev_get_extra_bufts")
+    addr = base.ggml_backend_reg_get_proc_address(
+        cpu.ggml_backend_cpu_reg(), b"ggml_backend_dev_get_extra_bufts"
+    )
     if not addr:
         return []
     fn = ctypes.CFUNCTYPE(ctypes.POINTER(_vp), _vp)(addr)
@@ -106,8 +134,16 @@ def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
     return out
 
 
-def _best_seconds(base: Any, cpu: Any, backend: int, ctx: int, out: int, inputs: Sequence[int], threads: int,
-                  rounds: int) -> float:
+def _best_seconds(
+    base: Any,
+    cpu: Any,
+    backend: int,
+    ctx: int,
+    out: int,
+    inputs: Sequence[int],
+    threads: int,
+    rounds: int,
+) -> float:
     """Zero `inputs` (a repack buffer repacks a weight as it is set), build the graph of `out` in ctx, then
     compute it on `threads` threads: a warm-up, then the fastest of `rounds`, in seconds."""
     for t in inputs:
@@ -125,7 +161,9 @@ def _best_seconds(base: Any, cpu: Any, backend: int, ctx: int, out: int, inputs:
     return best
 
 
-def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rounds: int = 3) -> float:
+def measure(
+    type_id: int, columns: int, rows: int, k: int, threads: int = 1, rounds: int = 3
+) -> float:
     """FLOP/s of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) on `threads` threads."""
     base, cpu = _libs()
     dev = base.ggml_backend_reg_dev_get(cpu.ggml_backend_cpu_reg(), 0)
@@ -135,8 +173,14 @@ def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rou
     ctxs: list[int] = []
     buffers: list[int] = []
     try:
-        for buft in [*_extra_bufts(base, cpu, dev), plain]:  # a fresh context per try: tensors keep their data
-            ctx_w, ctx_io = base.ggml_init(_InitParams(meta, None, True)), base.ggml_init(_InitParams(meta, None, True))
+        for buft in [
+            *_extra_bufts(base, cpu, dev),
+            plain,
+        ]:  # a fresh context per try: tensors keep their data
+            ctx_w, ctx_io = (
+                base.ggml_init(_InitParams(meta, None, True)),
+                base.ggml_init(_InitParams(meta, None, True)),
+            )
             ctxs += [ctx_w, ctx_io]
             w = base.ggml_new_tensor_2d(ctx_w, type_id, k, rows)
             x = base.ggml_new_tensor_2d(ctx_io, 0, k, columns)
@@ -152,7 +196,9 @@ def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rou
         if not io:
             raise ProbeUnavailable("could not allocate the activations")
         buffers.append(io)
-        best = _best_seconds(base, cpu, backend, ctx_io, y, (w, x), threads, rounds)  # a repack buffer repacks
+        best = _best_seconds(
+            base, cpu, backend, ctx_io, y, (w, x), threads, rounds
+        )  # a repack buffer repacks
         return 2 * k * rows * columns / best
     finally:
         for b in buffers:
@@ -188,15 +234,19 @@ def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 
         base.ggml_free(ctx)
 
 
-def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
-                  ) -> dict[str, dict[str, float]]:
+def measure_types(
+    types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
+) -> dict[str, dict[str, float]]:
     """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread, and the same for ATTENTION (flash
     attention over an F16 cache); types ggml cannot multiply are left out.
     ggml's own log (it reports each repack) is silenced meanwhile and restored after."""
     base, _ = _libs()
     log_fn = ctypes.CFUNCTYPE(None, _int, ctypes.c_char_p, _vp)
     old_cb, old_ud = _vp(), _vp()
-    base.ggml_log_get.argtypes, base.ggml_log_set.argtypes = [ctypes.POINTER(_vp), ctypes.POINTER(_vp)], [_vp, _vp]
+    base.ggml_log_get.argtypes, base.ggml_log_set.argtypes = (
+        [ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
+        [_vp, _vp],
+    )
     base.ggml_log_get(ctypes.byref(old_cb), ctypes.byref(old_ud))
     quiet = log_fn(lambda level, text, ud: None)
     base.ggml_log_set(ctypes.cast(quiet, _vp), None)
@@ -206,16 +256,20 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
             if progress:
                 progress(name)
             try:
-                out[name] = {"decode": measure(TYPES[name], 1, N_DECODE, K_DECODE, 1, ROUNDS_DECODE),
-                             "prompt": measure(TYPES[name], BATCH, N_PROMPT, K_PROMPT, 1, ROUNDS_PROMPT)}
+                out[name] = {
+                    "decode": measure(TYPES[name], 1, N_DECODE, K_DECODE, 1, ROUNDS_DECODE),
+                    "prompt": measure(TYPES[name], BATCH, N_PROMPT, K_PROMPT, 1, ROUNDS_PROMPT),
+                }
             except ProbeUnavailable:
                 if not out and name == types[0]:
                     raise
         if progress:
             progress(ATTENTION)
         try:
-            out[ATTENTION] = {"decode": measure_attention(1, FA_CELLS_DECODE, 1, ROUNDS_DECODE),
-                              "prompt": measure_attention(BATCH, FA_CELLS_PROMPT, 1, ROUNDS_PROMPT)}
+            out[ATTENTION] = {
+                "decode": measure_attention(1, FA_CELLS_DECODE, 1, ROUNDS_DECODE),
+                "prompt": measure_attention(BATCH, FA_CELLS_PROMPT, 1, ROUNDS_PROMPT),
+            }
         except ProbeUnavailable:
             pass
     finally:
@@ -224,7 +278,9 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PARENT_ENV = "LLAMAFIT_PROBE_PARENT"  # host_probe's pid, to catch a parent that died before prctl ran
+PARENT_ENV = (
+    "LLAMAFIT_PROBE_PARENT"  # host_probe's pid, to catch a parent that died before prctl ran
+)
 
 
 def die_with_parent() -> None:

@@ -24,12 +24,19 @@ def parse_list_devices(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def query_workers(server: str, endpoints: Sequence[str], env: Mapping[str, str],
-                  timeout_s: float = 30.0) -> dict[str, tuple[int, int]]:
+def query_workers(
+    server: str, endpoints: Sequence[str], env: Mapping[str, str], timeout_s: float = 30.0
+) -> dict[str, tuple[int, int]]:
     """Memory of each reachable worker; unreachable ones are missing from the answer."""
     try:
-        proc = subprocess.run([server, "--rpc", ",".join(endpoints), "--list-devices"], capture_output=True,
-                              text=True, timeout=timeout_s, env=dict(env), check=False)
+        proc = subprocess.run(
+            [server, "--rpc", ",".join(endpoints), "--list-devices"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=dict(env),
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return parse_list_devices(proc.stdout + proc.stderr)

@@ -75,17 +75,28 @@ def parse_vulkaninfo(text: str) -> tuple[VulkanDevice, ...]:
                 in_heaps = True
             elif in_heaps and (m := _HEAP.match(line)) and heap is None:
                 heap = int(m.group(1))
-        out.append(VulkanDevice(
-            index, fields.get("deviceName", f"GPU{index}"), fields.get("deviceType", ""), heap,
-            _int(fields["maxStorageBufferRange"]) if "maxStorageBufferRange" in fields else None,
-            _int(fields["maxBufferSize"]) if "maxBufferSize" in fields else None,
-            _int(fields["maxMemoryAllocationSize"]) if "maxMemoryAllocationSize" in fields else None,
-            "VK_EXT_shader_64bit_indexing" in "\n".join(lines),
-        ))
+        out.append(
+            VulkanDevice(
+                index,
+                fields.get("deviceName", f"GPU{index}"),
+                fields.get("deviceType", ""),
+                heap,
+                _int(fields["maxStorageBufferRange"])
+                if "maxStorageBufferRange" in fields
+                else None,
+                _int(fields["maxBufferSize"]) if "maxBufferSize" in fields else None,
+                _int(fields["maxMemoryAllocationSize"])
+                if "maxMemoryAllocationSize" in fields
+                else None,
+                "VK_EXT_shader_64bit_indexing" in "\n".join(lines),
+            )
+        )
     return tuple(out)
 
 
-def llama_order(devices: tuple[VulkanDevice, ...], env: Mapping[str, str]) -> tuple[VulkanDevice, ...]:
+def llama_order(
+    devices: tuple[VulkanDevice, ...], env: Mapping[str, str]
+) -> tuple[VulkanDevice, ...]:
     """Vulkan0, Vulkan1, … as ggml_vk_instance_init numbers them."""
     by_index = {d.index: d for d in devices}
     visible = env.get("GGML_VK_VISIBLE_DEVICES")
@@ -96,8 +107,10 @@ def llama_order(devices: tuple[VulkanDevice, ...], env: Mapping[str, str]) -> tu
 
 
 def device_specs(devices: tuple[VulkanDevice, ...]) -> tuple[DeviceSpec, ...]:
-    return tuple(DeviceSpec(f"Vulkan{i}", "gpu", "vulkan", d.heap_bytes, d.heap_bytes, d.max_tensor_bytes)
-                 for i, d in enumerate(devices))
+    return tuple(
+        DeviceSpec(f"Vulkan{i}", "gpu", "vulkan", d.heap_bytes, d.heap_bytes, d.max_tensor_bytes)
+        for i, d in enumerate(devices)
+    )
 
 
 def detect_vulkan(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...]:
@@ -105,14 +118,18 @@ def detect_vulkan(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[Vulk
     return vulkaninfo_devices(env, timeout_s) or ()
 
 
-def vulkaninfo_devices(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...] | None:
+def vulkaninfo_devices(
+    env: Mapping[str, str], timeout_s: float = 30.0
+) -> tuple[VulkanDevice, ...] | None:
     """Like detect_vulkan, but None when vulkaninfo is not on env's PATH or fails (not installed:
     the caller says so), () when it runs and finds nothing."""
     tool = shutil.which("vulkaninfo", path=env.get("PATH"))
     if tool is None:
         return None
     try:
-        proc = subprocess.run([tool], capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False)
+        proc = subprocess.run(
+            [tool], capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     found = parse_vulkaninfo(proc.stdout)

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
-from ..reader.ggml_types import GGMLType
 from ..facts.tensor_names import LLM_FFN_DENSE_REGEX, LLM_FFN_EXPS_REGEX, layer_of
+from ..reader.ggml_types import GGMLType
 from ..units import pad
 
 CPU = -1  # device index of the host
@@ -71,7 +71,9 @@ def split_points(fractions: Sequence[float]) -> tuple[float, ...]:
 
 
 @lru_cache(maxsize=1024)
-def layer_map(n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...], output_first: bool = True) -> LayerMap:
+def layer_map(
+    n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...], output_first: bool = True
+) -> LayerMap:
     """get_layer_buft_list for every block and the output layer (index n_layer_all). `output_first`
     False: builds before PR #18148 started at n_layer - ngl, so the output layer went last (ngl > n_layer)."""
     if not points:
@@ -100,7 +102,9 @@ def cuda_alloc_size(t_type: GGMLType, shape: Sequence[int], n_bytes: int) -> int
 # the common part the same way; what only Python accepts is refused rather than silently reinterpreted.
 _PY_ONLY = re.compile(r"\\[AZzGNpPUaeEgkK]|\(\?[^:=!]|[*+?}]\+")
 _ESCAPE_PAIRS = re.compile(r"\\.")
-MAX_UNBOUNDED_REPEATS = 3  # `.*` and friends per pattern: tensor names are short, 4 already costs ms each
+MAX_UNBOUNDED_REPEATS = (
+    3  # `.*` and friends per pattern: tensor names are short, 4 already costs ms each
+)
 
 
 def _repeats(tree: Any, inside: bool) -> tuple[int, str | None]:
@@ -129,20 +133,28 @@ def check_override_regex(rx: str) -> re.Pattern[str]:
     from re import _parser  # type: ignore[attr-defined]
 
     shown = rx if len(rx) <= 60 else rx[:59] + "…"
-    bare = _ESCAPE_PAIRS.sub(lambda m: m.group(0) if m.group(0)[1] in "AZzGNpPUaeEgkK" else "__", rx)
+    bare = _ESCAPE_PAIRS.sub(
+        lambda m: m.group(0) if m.group(0)[1] in "AZzGNpPUaeEgkK" else "__", rx
+    )
     found = _PY_ONLY.search(bare)
     if found:
-        raise InputError(f"-ot regex '{shown}': '{found.group(0)}' is not std::regex (ECMAScript) syntax")
+        raise InputError(
+            f"-ot regex '{shown}': '{found.group(0)}' is not std::regex (ECMAScript) syntax"
+        )
     try:
         compiled = re.compile(rx)
         count, why = _repeats(_parser.parse(rx), False)
     except (re.error, RecursionError, OverflowError) as e:
         raise InputError(f"-ot regex '{shown}' is invalid: {e}") from None
     if why:
-        raise InputError(f"-ot regex '{shown}' is too expensive to match ({why}: exponential backtracking)")
+        raise InputError(
+            f"-ot regex '{shown}' is too expensive to match ({why}: exponential backtracking)"
+        )
     if count > MAX_UNBOUNDED_REPEATS:
-        raise InputError(f"-ot regex '{shown}' is too expensive to match ({count} unbounded repeats; "
-                         f"at most {MAX_UNBOUNDED_REPEATS})")
+        raise InputError(
+            f"-ot regex '{shown}' is too expensive to match ({count} unbounded repeats; "
+            f"at most {MAX_UNBOUNDED_REPEATS})"
+        )
     return compiled
 
 
@@ -168,7 +180,7 @@ def block_rule(rx: str) -> tuple[str, str] | None:
     if not rx.startswith("blk\\."):
         return None
     for suffix in BLOCK_RULE_SUFFIXES:
-        digits = rx[5:-len(suffix)] if rx.endswith(suffix) else ""
+        digits = rx[5 : -len(suffix)] if rx.endswith(suffix) else ""
         if digits.isascii() and digits.isdigit():
             return suffix, digits
     return None

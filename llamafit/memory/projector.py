@@ -43,7 +43,9 @@ F32 = 4
 REORDERING_BACKENDS = frozenset({"vulkan"})
 
 
-def encoder_compute(p: ProjectorFacts, *, image_px: int, flash_attn: bool, backend: str = "cpu") -> int:
+def encoder_compute(
+    p: ProjectorFacts, *, image_px: int, flash_attn: bool, backend: str = "cpu"
+) -> int:
     """The encoder's compute buffer for one square image of `image_px` on `backend` (see the module
     doc): with flash attention the FFN peak 3E + F, plus one E on a REORDERING_BACKENDS backend;
     without flash attention the KQ product's placement depends on the device's largest allocation,

@@ -37,7 +37,9 @@ class GGMLType:
     def row_size(self, n: int) -> int:
         """Bytes of a row of n elements (ggml_row_size asserts n % block_size == 0)."""
         if n % self.block_size:
-            raise ValueError(f"{n} elements is not a multiple of {self.name}'s block size {self.block_size}")
+            raise ValueError(
+                f"{n} elements is not a multiple of {self.name}'s block size {self.block_size}"
+            )
         return n // self.block_size * self.type_size
 
 

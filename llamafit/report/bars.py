@@ -21,8 +21,12 @@ _COLOUR = {"W": "44", "K": "45", "C": "43", "R": "47", ".": "0"}  # background c
 
 
 def _parts(d: DeviceUsage) -> list[int]:
-    used = [d.weights_bytes + d.side_bytes, d.kv_bytes + d.recurrent_bytes, d.compute_bytes + d.output_bytes,
-            d.reserve_bytes + d.overhead_bytes]
+    used = [
+        d.weights_bytes + d.side_bytes,
+        d.kv_bytes + d.recurrent_bytes,
+        d.compute_bytes + d.output_bytes,
+        d.reserve_bytes + d.overhead_bytes,
+    ]
     free = max((d.usable_bytes or 0) - sum(used), 0)
     return [*used, free]
 
@@ -91,4 +95,8 @@ def paint_bars(line: str) -> str:
 def is_bar_line(line: str) -> bool:
     start = line.find("[", LABEL - 1)
     end = line.find("]", start + 1)
-    return start == LABEL and end > start and set(line[start + 1 : end]) <= {ch for ch, _ in PARTS} | {"|"}
+    return (
+        start == LABEL
+        and end > start
+        and set(line[start + 1 : end]) <= {ch for ch, _ in PARTS} | {"|"}
+    )

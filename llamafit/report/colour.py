@@ -13,7 +13,12 @@ def use_colour(is_tty: bool, env: Mapping[str, str]) -> bool:
     return is_tty and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
 
 
-_COLOURS = (("Verdict    does not fit", "31"), ("Verdict    fits", "32"), ("Warning    ", "33"), ("Failed     ", "31"))
+_COLOURS = (
+    ("Verdict    does not fit", "31"),
+    ("Verdict    fits", "32"),
+    ("Warning    ", "33"),
+    ("Failed     ", "31"),
+)
 
 
 def paint(text: str) -> str:

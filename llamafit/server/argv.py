@@ -12,16 +12,37 @@ import shlex
 from collections.abc import Sequence
 
 from ..memory.config import N_PARALLEL_AUTO, LaunchConfig
-from ..paths import is_url
 from ..memory.resolve import ResolvedConfig
+from ..paths import is_url
 
 
-def server_argv(model_path: str, cfg: LaunchConfig, rc: ResolvedConfig, *, passthrough: Sequence[str] = (),
-                server: str = "llama-server") -> list[str]:
+def server_argv(
+    model_path: str,
+    cfg: LaunchConfig,
+    rc: ResolvedConfig,
+    *,
+    passthrough: Sequence[str] = (),
+    server: str = "llama-server",
+) -> list[str]:
     model = ["-mu", model_path] if is_url(model_path) else ["-m", model_path]
-    argv = [server, *model, "-c", str(cfg.n_ctx), "-ngl", str(rc.n_gpu_layers),
-            "-fa", "on" if rc.flash_attn else "off", "-ctk", rc.type_k.name.lower(), "-ctv", rc.type_v.name.lower(),
-            "-b", str(rc.n_batch), "-ub", str(rc.n_ubatch)]
+    argv = [
+        server,
+        *model,
+        "-c",
+        str(cfg.n_ctx),
+        "-ngl",
+        str(rc.n_gpu_layers),
+        "-fa",
+        "on" if rc.flash_attn else "off",
+        "-ctk",
+        rc.type_k.name.lower(),
+        "-ctv",
+        rc.type_v.name.lower(),
+        "-b",
+        str(rc.n_batch),
+        "-ub",
+        str(rc.n_ubatch),
+    ]
     if cfg.n_parallel != N_PARALLEL_AUTO:
         argv += ["-np", str(cfg.n_parallel)]
         argv += ["-kvu"] if cfg.kv_unified else []

@@ -51,8 +51,14 @@ FIT_OPTIONS = frozenset({"-fitt", "--fit-target", "-fitc", "--fit-ctx"})
 KV_UNIFIED = frozenset({"-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"})
 _TRUTHY = ("on", "enabled", "true", "1")  # common_arg_utils::is_truthy (common/arg.cpp)
 # --load-mode value → the flags of builds before PR #20834 (llama_model_params use_mmap/use_mlock)
-_OLD_LOAD_FLAGS = {"auto": [], "mmap": [], "none": ["--no-mmap"], "mlock": ["--no-mmap", "--mlock"],
-                   "mmap+mlock": ["--mlock"], "dio": ["--direct-io"]}
+_OLD_LOAD_FLAGS = {
+    "auto": [],
+    "mmap": [],
+    "none": ["--no-mmap"],
+    "mlock": ["--no-mmap", "--mlock"],
+    "mmap+mlock": ["--mlock"],
+    "dio": ["--direct-io"],
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +66,9 @@ class Dialect:
     """The flags one llama-server build lists in --help, and what follows from them."""
 
     flags: frozenset[str]  # every spelling, short and long
-    valued: frozenset[str]  # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
+    valued: frozenset[
+        str
+    ]  # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
     fa_value: bool  # `-fa, --flash-attn [on|off|auto]`; False for the bare switch of older builds
 
     def has(self, *spellings: str) -> bool:
@@ -95,14 +103,20 @@ class Dialect:
         return self.has("--log-jsonl")
 
     def to_json(self) -> dict[str, object]:
-        return {"flags": sorted(self.flags), "valued": sorted(self.valued), "fa_value": self.fa_value}
+        return {
+            "flags": sorted(self.flags),
+            "valued": sorted(self.valued),
+            "fa_value": self.fa_value,
+        }
 
     @staticmethod
     def from_json(data: Mapping[str, object]) -> Dialect:
         flags, valued = data["flags"], data["valued"]
         if not isinstance(flags, list) or not isinstance(valued, list):
             raise ValueError("malformed dialect record")
-        return Dialect(frozenset(map(str, flags)), frozenset(map(str, valued)), bool(data["fa_value"]))
+        return Dialect(
+            frozenset(map(str, flags)), frozenset(map(str, valued)), bool(data["fa_value"])
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +243,9 @@ def find_server(explicit: str | None, env: Mapping[str, str]) -> ServerBinary | 
         build, version_line, dialect = probe(path, env)
     except ServerProbeError as e:  # --server /bin/ls: bad input, one line
         raise ServerRefused(f"{source} {path} does not answer like llama-server: {e.why}") from e
-    return ServerBinary(path, source, build, version_line, dialect, build_identity(path, version_line))
+    return ServerBinary(
+        path, source, build, version_line, dialect, build_identity(path, version_line)
+    )
 
 
 # -- identity: one server, one name ----------------------------------------------------------
@@ -258,7 +274,11 @@ def _signature(files: Sequence[str]) -> str | None:
         except OSError:
             continue
         parts.append(f"{f}\0{st.st_size}\0{st.st_mtime_ns}")
-    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32] if parts else None
+    return (
+        hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        if parts
+        else None
+    )
 
 
 def content_hash(files: Sequence[str]) -> str:
@@ -288,7 +308,11 @@ def build_identity(path: str, version_line: str) -> str:
     if cache:
         try:
             data = json.loads(read_regular(cache, SMALL_FILE))
-            if isinstance(data, dict) and data.get("format") == IDENTITY_FORMAT and isinstance(data.get("hash"), str):
+            if (
+                isinstance(data, dict)
+                and data.get("format") == IDENTITY_FORMAT
+                and isinstance(data.get("hash"), str)
+            ):
                 return str(data["hash"])
         except (OSError, ValueError):
             pass
@@ -304,13 +328,23 @@ def build_identity(path: str, version_line: str) -> str:
 # -- probing, cached -------------------------------------------------------------------------
 
 
-def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+def _run(
+    path: str, flag: str, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
     try:
         from .launcher import die_with_parent
 
-        return subprocess.run([path, flag], capture_output=True, text=True, errors="replace", timeout=timeout,
-                              env=dict(env), stdin=subprocess.DEVNULL, check=False,
-                              preexec_fn=die_with_parent())
+        return subprocess.run(
+            [path, flag],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            check=False,
+            preexec_fn=die_with_parent(),
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServerProbeError(f"{flag} failed: {exc}") from exc
 
@@ -321,7 +355,9 @@ def _cache_file(path: str) -> str | None:
         st = os.stat(real)
     except OSError:
         return None
-    key = hashlib.sha256(f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    key = hashlib.sha256(
+        f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode("utf-8", "surrogateescape")
+    ).hexdigest()[:32]
     return os.path.join(cache_dir(), "server-dialects", f"{key}.json")
 
 
@@ -342,11 +378,18 @@ def _load_cached(file: str | None) -> tuple[int | None, str, Dialect] | None:
         return None
 
 
-def _store(file: str | None, path: str, build: int | None, version_line: str, dialect: Dialect) -> None:
+def _store(
+    file: str | None, path: str, build: int | None, version_line: str, dialect: Dialect
+) -> None:
     if file is None:
         return
-    record = {"format": CACHE_FORMAT, "path": os.path.realpath(path), "build": build,
-              "version_line": version_line, **dialect.to_json()}
+    record = {
+        "format": CACHE_FORMAT,
+        "path": os.path.realpath(path),
+        "build": build,
+        "version_line": version_line,
+        **dialect.to_json(),
+    }
     from ..safe_io import write_atomic
 
     try:
@@ -361,12 +404,18 @@ def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
     if cached := _load_cached(file):
         return cached
     version = _run(path, "--version", env, VERSION_TIMEOUT_S)
-    build, version_line = parse_version(version.stdout + version.stderr)  # 0c1e570 prints it on stderr
+    build, version_line = parse_version(
+        version.stdout + version.stderr
+    )  # 0c1e570 prints it on stderr
     shown = _run(path, "--help", env, HELP_TIMEOUT_S)
     dialect = parse_help(shown.stdout + shown.stderr)
     missing = [f for f in SERVER_FLAGS if not dialect.has(*f)]
-    if missing:  # `ls --help` lists -m and -c, never --port (issue #23: --server /bin/ls was accepted)
-        raise ServerProbeError(f"its --help lists no {', '.join(f[-1] for f in missing)} (exit {shown.returncode})")
+    if (
+        missing
+    ):  # `ls --help` lists -m and -c, never --port (issue #23: --server /bin/ls was accepted)
+        raise ServerProbeError(
+            f"its --help lists no {', '.join(f[-1] for f in missing)} (exit {shown.returncode})"
+        )
     _store(file, path, build, version_line, dialect)
     return build, version_line, dialect
 
@@ -391,7 +440,9 @@ def _load_mode(value: str, dialect: Dialect, notes: list[str]) -> list[str]:
     if dialect.load_mode:
         return ["--load-mode", value]
     if not dialect.mmap_flags:
-        notes.append(f"--load-mode {value}: this build lists neither --load-mode nor --no-mmap; kept as is")
+        notes.append(
+            f"--load-mode {value}: this build lists neither --load-mode nor --no-mmap; kept as is"
+        )
         return ["--load-mode", value]
     wanted = _OLD_LOAD_FLAGS.get(value)
     if wanted is None:
@@ -400,7 +451,9 @@ def _load_mode(value: str, dialect: Dialect, notes: list[str]) -> list[str]:
     kept = [f for f in wanted if f in dialect.flags or (f == "--direct-io" and dialect.has("-dio"))]
     if value == "dio" and not kept:
         kept = ["--no-mmap"]  # direct I/O reads without mapping; the nearest older form
-    notes.append(f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates --load-mode)")
+    notes.append(
+        f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates --load-mode)"
+    )
     return kept
 
 
@@ -413,7 +466,9 @@ def _flash_attn(flag: str, value: str, dialect: Dialect, notes: list[str]) -> li
     if value in _TRUTHY:
         notes.append(f"{flag} {value} → -fa (this build's -fa is a bare switch)")
         return ["-fa"]
-    notes.append(f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off without it")
+    notes.append(
+        f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off without it"
+    )
     return []
 
 
@@ -427,7 +482,9 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
         notes.append(f"{' '.join([flag, *values])} dropped: this build has no built-in --fit")
         return []
     if flag in KV_UNIFIED and not dialect.kv_unified:
-        notes.append(f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)")
+        notes.append(
+            f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)"
+        )
         return []
     if flag not in dialect.flags:
         notes.append(f"{flag} is not listed by this build's --help; kept as is")

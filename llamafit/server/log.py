@@ -50,10 +50,16 @@ _OOM = re.compile(
     r"|failed to allocate (?:\S+ )?(?:buffer|compute|memory)|unable to allocate \S+ buffer",
     re.IGNORECASE,
 )
-_MISSING = re.compile(r"failed to open .*No such file|No such file or directory|Model path does not exist")
-_BAD_FLAG = re.compile(r"error: invalid argument: (\S+)|unknown argument:? (\S+)|unrecognized arguments?: (\S+)")
+_MISSING = re.compile(
+    r"failed to open .*No such file|No such file or directory|Model path does not exist"
+)
+_BAD_FLAG = re.compile(
+    r"error: invalid argument: (\S+)|unknown argument:? (\S+)|unrecognized arguments?: (\S+)"
+)
 # common/arg.cpp: `error while handling argument "-fa": error: unknown value for --flash-attn: 'xx'`
-_BAD_VALUE = re.compile(r"error while handling argument \"([^\"]+)\": (?:error: )?(.*)", re.IGNORECASE)
+_BAD_VALUE = re.compile(
+    r"error while handling argument \"([^\"]+)\": (?:error: )?(.*)", re.IGNORECASE
+)
 _PORT = re.compile(r"couldn't bind|address already in use|EADDRINUSE|\[Errno 98\]", re.IGNORECASE)
 _LOAD = re.compile(
     r"error loading model|failed to load model|exiting due to model loading error"
@@ -87,7 +93,9 @@ class KvCache:
     k_mib: float
     type_v: str
     v_mib: float
-    role: str | None = None  # "non-SWA" / "SWA" inside an iSWA cache (llama_kv_cache_iswa), else None
+    role: str | None = (
+        None  # "non-SWA" / "SWA" inside an iSWA cache (llama_kv_cache_iswa), else None
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +130,18 @@ class Failure:
     line: str  # the log line it came from, prefix removed
 
 
-_JSON_LEVELS = {"info": "I", "warn": "W", "error": "E", "debug": "D", "trace": "T"}  # common/log.cpp
-_QUIET_LEVELS = ("I", "D", "T")  # failures are logged as E (or W), or without a prefix (argument errors)
+_JSON_LEVELS = {
+    "info": "I",
+    "warn": "W",
+    "error": "E",
+    "debug": "D",
+    "trace": "T",
+}  # common/log.cpp
+_QUIET_LEVELS = (
+    "I",
+    "D",
+    "T",
+)  # failures are logged as E (or W), or without a prefix (argument errors)
 _RANK = {"oom": 2, "model_missing": 2, "bad_flag": 2, "port_in_use": 2, "load_failed": 1}
 
 
@@ -176,20 +194,37 @@ def _row(data: dict[str, object]) -> BreakdownRow:
         return int(value) if isinstance(value, (int, float)) else None
 
     return BreakdownRow(
-        kind=str(data.get("kind", "")), name=str(data.get("name", "")), model=num("model") or 0,
-        context=num("context") or 0, compute=num("compute") or 0, self_mib=num("self") or 0,
-        free=num("free"), total=num("total"), unaccounted=num("unaccounted"),
+        kind=str(data.get("kind", "")),
+        name=str(data.get("name", "")),
+        model=num("model") or 0,
+        context=num("context") or 0,
+        compute=num("compute") or 0,
+        self_mib=num("self") or 0,
+        free=num("free"),
+        total=num("total"),
+        unaccounted=num("unaccounted"),
     )
 
 
 def _table_row(msg: str) -> BreakdownRow | None:
     if m := _TABLE_DEVICE.search(msg):
         g = {k: int(v) for k, v in m.groupdict().items() if k != "name"}
-        return BreakdownRow("device", m["name"], g["model"], g["context"], g["compute"], g["self"],
-                            g["free"], g["total"], g["unaccounted"])
+        return BreakdownRow(
+            "device",
+            m["name"],
+            g["model"],
+            g["context"],
+            g["compute"],
+            g["self"],
+            g["free"],
+            g["total"],
+            g["unaccounted"],
+        )
     if m := _TABLE_HOST.search(msg):
         kind = "host" if m["name"] == "Host" else "buffer_type"
-        return BreakdownRow(kind, m["name"], int(m["model"]), int(m["context"]), int(m["compute"]), int(m["self"]))
+        return BreakdownRow(
+            kind, m["name"], int(m["model"]), int(m["context"]), int(m["compute"]), int(m["self"])
+        )
     return None
 
 
@@ -262,13 +297,23 @@ class LogWatcher:
             return
         task = int(m.group(1))
         part = self._timing[task]
-        if len(self._timing) > MAX_PENDING:  # tasks that never finish (cancelled): forget the oldest
+        if (
+            len(self._timing) > MAX_PENDING
+        ):  # tasks that never finish (cancelled): forget the oldest
             del self._timing[next(iter(self._timing))]
         if {"prompt_ms", "gen_ms", "n_tokens"} <= part.keys():
             del self._timing[task]
             del self._served[: max(len(self._served) - MAX_SERVED + 1, 0)]
-            self._served.append(ServedRequest(task, int(part["prompt_n"]), part["prompt_ms"], int(part["gen_n"]),
-                                              part["gen_ms"], int(part["n_tokens"])))
+            self._served.append(
+                ServedRequest(
+                    task,
+                    int(part["prompt_n"]),
+                    part["prompt_ms"],
+                    int(part["gen_n"]),
+                    part["gen_ms"],
+                    int(part["n_tokens"]),
+                )
+            )
 
     def _outranks(self, found: Failure) -> bool:
         return self._failure is None or _RANK[found.kind] > _RANK[self._failure.kind]
@@ -282,10 +327,24 @@ class LogWatcher:
         elif m := _KV.search(msg):
             size, cells, layers, seqs, streams, tk, k, tv, v = m.groups()
             n_stream = int(streams) if streams else None
-            self._kv.append(KvCache(float(size), int(cells), int(layers), int(seqs), n_stream, tk, float(k), tv,
-                                    float(v), self._role))
+            self._kv.append(
+                KvCache(
+                    float(size),
+                    int(cells),
+                    int(layers),
+                    int(seqs),
+                    n_stream,
+                    tk,
+                    float(k),
+                    tv,
+                    float(v),
+                    self._role,
+                )
+            )
         elif "recurrent" in msg and (m := _RS.search(msg)):
-            self._rs.append(RecurrentCache(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))))
+            self._rs.append(
+                RecurrentCache(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)))
+            )
 
     def _phase(self, msg: str) -> None:
         if self._url is not None:

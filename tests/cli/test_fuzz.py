@@ -4,12 +4,16 @@ every failure one line. Timing and RSS targets are the script's to print, not a 
 from __future__ import annotations
 
 import pytest
+
 from tests.support.scripts import script
+
 run = script("fuzz").run
 
 
 @pytest.mark.parametrize("family", ["header-api", "header-cli", "cmdline"])
-def test_seeded_fuzz_subset_meets_the_targets(family: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_seeded_fuzz_subset_meets_the_targets(
+    family: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     tally, _ = run(60, seed=16, only=family)
     assert sum(tally.cases.values()) > 0
     assert (tally.tracebacks, tally.bad_exits, tally.multi_line) == ([], [], [])

@@ -10,13 +10,19 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.support import ROOT
 
 
 @pytest.mark.slow
 def test_bench_plan_guard_holds() -> None:
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_plan.py"), "--guard", "--repeat", "2"],
-                         capture_output=True, text=True, timeout=900, check=False)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_plan.py"), "--guard", "--repeat", "2"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     guards = [line for line in out.stdout.splitlines() if line.startswith("guard: ")]
     assert [g.split()[1] for g in guards] == ["plan", "check"], out.stdout

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from llamafit.errors import InputError
-from llamafit.machine.catalog import CATALOG, close_matches, lookup, metal_working_set, normalize, smallest_fitting
+from llamafit.machine.catalog import (
+    CATALOG,
+    close_matches,
+    lookup,
+    metal_working_set,
+    normalize,
+    smallest_fitting,
+)
 
 GiB = 1 << 30
 
@@ -40,7 +47,12 @@ def test_catalog_has_required_cards_with_unique_spellings() -> None:
 )
 def test_lookup(spelling: str, key: str, vram: int, bandwidth: int, backend: str) -> None:
     e = lookup(spelling)
-    assert (e.key, e.vram_bytes, e.bandwidth_bytes_per_s, e.backend) == (key, vram, bandwidth, backend)
+    assert (e.key, e.vram_bytes, e.bandwidth_bytes_per_s, e.backend) == (
+        key,
+        vram,
+        bandwidth,
+        backend,
+    )
 
 
 @pytest.mark.parametrize(
@@ -77,11 +89,20 @@ def test_metal_working_set(ram: int, wired_limit_mb: int, expected: int) -> None
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("rtx4091", "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
-                    "(or give a size such as 24GiB)"),
-        ("a100", "unknown GPU 'a100'; did you mean a100-40gb, a100-80gb? (or give a size such as 24GiB)"),
+        (
+            "rtx4091",
+            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
+            "(or give a size such as 24GiB)",
+        ),
+        (
+            "a100",
+            "unknown GPU 'a100'; did you mean a100-40gb, a100-80gb? (or give a size such as 24GiB)",
+        ),
         ("4090", "unknown GPU '4090'; did you mean rtx4090? (or give a size such as 24GiB)"),
-        ("H10", "unknown GPU 'H10'; did you mean h100, h100-pcie, h100-nvl? (or give a size such as 24GiB)"),
+        (
+            "H10",
+            "unknown GPU 'H10'; did you mean h100, h100-pcie, h100-nvl? (or give a size such as 24GiB)",
+        ),
         ("mi3000x", "unknown GPU 'mi3000x'; did you mean mi300x? (or give a size such as 24GiB)"),
     ],
 )

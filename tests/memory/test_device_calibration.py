@@ -12,27 +12,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support import ROOT
-from tests.support.scripts import script
 from click.testing import CliRunner
 
 from llamafit.cli import cli
+from tests.support import ROOT
+from tests.support.scripts import script
 
 make_shapes = script("make_shapes")
 
 TABLE = ROOT / "fixtures" / "calibration" / "devices-vulkan-rpc.json"
 if not TABLE.is_file():
-    pytest.skip("no device calibration table yet (python scripts/calibrate_devices.py)", allow_module_level=True)
+    pytest.skip(
+        "no device calibration table yet (python scripts/calibrate_devices.py)",
+        allow_module_level=True,
+    )
 DOC = json.loads(TABLE.read_text(encoding="utf-8"))
 ROWS = [r for r in DOC["rows"] if r["ok"]]
 # the two loopback workers reported 24105 MiB each; only their ratio shapes the split
 RPC = "127.0.0.1:1=24105MiB,127.0.0.1:2=24105MiB"
 KINDS = (("model", "weights_bytes"), ("KV", "kv_bytes"), ("compute", "compute_bytes"))
-_HOLE_OVER = ("GPU FFN peak one Q row (n_head x head_k x T F32) over: the CPU-fitted hole below ffn_inp is "
-              "smaller on a GPU whose split inputs shift the layout (conservative: over, never under)")
-_OP_OFFLOAD_OVER = ("op offload: an upper bound (model._op_offload: a host layer's activations + its largest "
-                    "weight copy + its K/V views + two n_embd rows), never under on scripts/bench_op_offload.py's "
-                    "grid; over where ggml-alloc reuses the copies' holes (+7 to +61 %)")
+_HOLE_OVER = (
+    "GPU FFN peak one Q row (n_head x head_k x T F32) over: the CPU-fitted hole below ffn_inp is "
+    "smaller on a GPU whose split inputs shift the layout (conservative: over, never under)"
+)
+_OP_OFFLOAD_OVER = (
+    "op offload: an upper bound (model._op_offload: a host layer's activations + its largest "
+    "weight copy + its K/V views + two n_embd rows), never under on scripts/bench_op_offload.py's "
+    "grid; over where ggml-alloc reuses the copies' holes (+7 to +61 %)"
+)
 # row id → why its compute prediction is off by more than 5% (measured; see scripts/calibrate_devices.py)
 COMPUTE_GAPS: dict[str, str] = {
     "vulkan:demo:-ngl 10 -c 8192 -np 1 --no-repack": _OP_OFFLOAD_OVER,  # was 9 % under before op offload's bound
@@ -47,7 +54,8 @@ COMPUTE_GAPS: dict[str, str] = {
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -ub 128 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -fa off --no-repack": (
         "KQ (256 MiB) over lavapipe's maxStorageBufferRange runs on the CPU (compute.kq_fits); the op-offload "
-        "bound over the host layers leaves Vulkan0 5.7% over"),
+        "bound over the host layers leaves Vulkan0 5.7% over"
+    ),
     "rpc:demo:-ngl 10 -c 8192 -np 1 --no-repack": "RPC workers at partial offload: 14% over",
     "vulkan:demo:-ngl 99 -c 4096 -np 1 --no-repack": _HOLE_OVER,
     "vulkan:demo:-ngl 99 -c 8192 -np 4 --no-repack": _HOLE_OVER,
@@ -72,9 +80,12 @@ def paths(tmp_path_factory: pytest.TempPathFactory, demo_path: Path) -> dict[str
 
 
 def _predict(row: dict[str, Any], path: Path) -> dict[str, dict[str, int]]:
-    machine = ["--gpu", "lavapipe"] if row["backend"] == "vulkan" else ["--gpu", "cpu", "--rpc", RPC]
+    machine = (
+        ["--gpu", "lavapipe"] if row["backend"] == "vulkan" else ["--gpu", "cpu", "--rpc", RPC]
+    )
     res = CliRunner(env={"GGML_VK_VISIBLE_DEVICES": None}).invoke(
-        cli, ["check", str(path), *machine, "--reserve", "0", "--json", "--", *row["flags"]])
+        cli, ["check", str(path), *machine, "--reserve", "0", "--json", "--", *row["flags"]]
+    )
     assert res.exit_code in (0, 1), res.output
     devices = json.loads(res.stdout)["devices"]
     rpc = [d for d in devices if d["name"].startswith("RPC")]
@@ -101,15 +112,22 @@ def test_weights_and_kv_exact(row: dict[str, Any], paths: dict[str, Path]) -> No
 
 def _rows(gaps: dict[str, str]) -> list[Any]:
     """Every row, those named in `gaps` as strict xfails with their cause."""
-    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=gaps[_id(r)])) if _id(r) in gaps else r
-            for r in ROWS]
+    return [
+        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=gaps[_id(r)]))
+        if _id(r) in gaps
+        else r
+        for r in ROWS
+    ]
 
 
 def _gpu_compute(row: dict[str, Any], paths: dict[str, Path]) -> list[tuple[str, float, float]]:
     """(device, predicted MiB, reported MiB) of each GPU-side compute buffer the row reports."""
     pred = _predict(row, paths[row["model"]])
-    return [(dev, p["compute_bytes"] / (1 << 20), real) for dev, p in pred.items()
-            if dev != "CPU" and (real := row["reported_mib"].get("compute", {}).get(dev))]
+    return [
+        (dev, p["compute_bytes"] / (1 << 20), real)
+        for dev, p in pred.items()
+        if dev != "CPU" and (real := row["reported_mib"].get("compute", {}).get(dev))
+    ]
 
 
 @pytest.mark.parametrize("row", _rows(COMPUTE_GAPS), ids=[_id(r) for r in ROWS])

@@ -9,15 +9,15 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from tests.support import FIXTURES, ROOT, needs_demo
 
-from llamafit.memory.config import engine_defaults
-from llamafit.machine.devices import host
 from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import read_model
+from llamafit.machine.devices import host
+from llamafit.memory.config import engine_defaults
 from llamafit.memory.model import Breakdown, MemoryModel
 from llamafit.memory.resolve import PINNED_BUILD, resolve
+from llamafit.reader.model import read_model
 from llamafit.server.flags import parse_server_args
+from tests.support import FIXTURES, ROOT, needs_demo
 
 ROWS = json.loads((FIXTURES / "calibration" / "llama-cpp-0c1e570-cpu.json").read_text())["rows"]
 MIB = 1 << 20
@@ -41,25 +41,50 @@ def predicted(row: dict) -> Breakdown:
         cfg = parse_server_args(row["flags"], {}).config
         rc = resolve(cfg, mm.facts, engine="llama-server", build=PINNED_BUILD)
     else:
-        cfg = replace(engine_defaults("llama-cpp-python"), n_ctx=s["n_ctx"], n_batch=s["n_batch"],
-                      n_ubatch=s["n_ubatch"], n_parallel=s["n_seq_max"], kv_unified=s["kv_unified"],
-                      flash_attn="on" if s["flash_attn"] else "off", type_k=s["type_k"], type_v=s["type_v"],
-                      swa_full=s["swa_full"])
-        rc = replace(resolve(cfg, mm.facts, engine="llama-cpp-python", build=PINNED_BUILD),
-                     n_outputs_max=s["n_outputs_max"])
-    for key in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "kv_unified", "n_outputs_max"):
-        assert getattr(rc, key) == s[key], key  # the resolution itself matches what llama.cpp logged
+        cfg = replace(
+            engine_defaults("llama-cpp-python"),
+            n_ctx=s["n_ctx"],
+            n_batch=s["n_batch"],
+            n_ubatch=s["n_ubatch"],
+            n_parallel=s["n_seq_max"],
+            kv_unified=s["kv_unified"],
+            flash_attn="on" if s["flash_attn"] else "off",
+            type_k=s["type_k"],
+            type_v=s["type_v"],
+            swa_full=s["swa_full"],
+        )
+        rc = replace(
+            resolve(cfg, mm.facts, engine="llama-cpp-python", build=PINNED_BUILD),
+            n_outputs_max=s["n_outputs_max"],
+        )
+    for key in (
+        "n_ctx",
+        "n_ctx_seq",
+        "n_batch",
+        "n_ubatch",
+        "n_seq_max",
+        "kv_unified",
+        "n_outputs_max",
+    ):
+        assert getattr(rc, key) == s[key], (
+            key
+        )  # the resolution itself matches what llama.cpp logged
     return mm.estimate(rc, (), HOST)
 
 
 def row_id(i: int, row: dict) -> str:
     s = row["settings"]
     name = row["model"].rsplit("/", 1)[-1].removesuffix(".gguf")
-    return f"{i:03d}-{row['engine']}-{name}-c{s['n_ctx']}-fa{int(s['flash_attn'])}-np{s['n_seq_max']}"
+    return (
+        f"{i:03d}-{row['engine']}-{name}-c{s['n_ctx']}-fa{int(s['flash_attn'])}-np{s['n_seq_max']}"
+    )
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, marks=needs_demo) if r["model"].startswith("demo:") else r
-                                 for r in ROWS], ids=[row_id(i, r) for i, r in enumerate(ROWS)])
+@pytest.mark.parametrize(
+    "row",
+    [pytest.param(r, marks=needs_demo) if r["model"].startswith("demo:") else r for r in ROWS],
+    ids=[row_id(i, r) for i, r in enumerate(ROWS)],
+)
 def test_row(row: dict) -> None:
     (cpu,) = predicted(row).devices
     m = row["measured"]
@@ -68,7 +93,9 @@ def test_row(row: dict) -> None:
     # skips them only where they lie at its ends. So mapped <= loaded weights <= mapped + repack.
     mapped = m["model_buffers"]["CPU_Mapped"] * MIB
     repack = m["model_buffers"].get("CPU_REPACK", 0.0) * MIB
-    slack = max(0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards)  # a line per shard
+    slack = max(
+        0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards
+    )  # a line per shard
     assert mapped - slack <= cpu.weights_bytes <= mapped + repack + slack
     if not repack:
         assert abs(cpu.weights_bytes - mapped) <= slack

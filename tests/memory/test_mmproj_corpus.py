@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tests.support.projector_files import mmproj_corpus_rows, predict_mmproj_row
 
 ROWS = mmproj_corpus_rows()

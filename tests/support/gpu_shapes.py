@@ -7,12 +7,11 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from tests.support.scripts import script
-
 from llamafit.facts.hparams import build_facts
 from llamafit.machine.devices import host
 from llamafit.memory.model import MemoryModel
 from llamafit.reader.model import read_model
+from tests.support.scripts import script
 
 HOST = host(256 << 30, 200 << 30)
 _DIR = Path(tempfile.mkdtemp(prefix="llamafit-gpu-shapes-"))
@@ -23,4 +22,6 @@ def model(shape: str) -> MemoryModel:
     """The memory model of a corpus shape, from its header-only GGUF."""
     make_shape_header = script("make_shape_header")
 
-    return MemoryModel(build_facts(read_model(make_shape_header.write(shape, _DIR / f"{shape}.gguf"))))
+    return MemoryModel(
+        build_facts(read_model(make_shape_header.write(shape, _DIR / f"{shape}.gguf")))
+    )

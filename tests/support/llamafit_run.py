@@ -15,8 +15,13 @@ class Run:
     """`python -m llamafit run …` as a real process, its stderr read until a line appears."""
 
     def __init__(self, *args: str, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llamafit", "run", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
 
     def wait_for(self, prefix: str, timeout: float = 120.0) -> str:
@@ -43,7 +48,9 @@ class Run:
                 self.proc.kill()
 
 
-CHECK_ROW = re.compile(r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$")  # a `Check` table row
+CHECK_ROW = re.compile(
+    r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$"
+)  # a `Check` table row
 
 
 def unwrapped(lines: list[str]) -> list[str]:

@@ -15,11 +15,17 @@ _LAB: dict[tuple[object, ...], Any] = {}
 _COMPUTE: dict[tuple[str, str], float | None] = {}
 
 
-def lab_load(model: Path | str, flags: Sequence[str], *, env: Mapping[str, str] | None = None) -> Any:
+def lab_load(
+    model: Path | str, flags: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> Any:
     """scripts/device_lab.py's `load` (the Vulkan/RPC llama-server, -lv 4, --no-warmup): what it reported."""
     lab = script("device_lab")
     seen = lab.vk_env() if env is None else env  # device_lab's default: Vulkan0 visible
-    key = (str(model), tuple(flags), tuple(sorted((k, v) for k, v in seen.items() if k.startswith(LLAMA_ENV))))
+    key = (
+        str(model),
+        tuple(flags),
+        tuple(sorted((k, v) for k, v in seen.items() if k.startswith(LLAMA_ENV))),
+    )
     if key not in _LAB:
         _LAB[key] = lab.load(model, list(flags), env=None if env is None else dict(env))
     return _LAB[key]
