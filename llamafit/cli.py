@@ -118,7 +118,8 @@ def json_option(f: Any) -> Any:
 @model_argument
 @json_option
 def inspect(model: str | None, demo: bool, as_json: bool) -> None:
-    """What a GGUF file says about its model: layers, heads, SWA/MLA/recurrent/MoE, weights, KV cost.
+    """What a GGUF file says about its model: layers, heads, SWA/MLA/recurrent/MoE, weights, KV
+    cost.
 
     \b
     llamafit inspect model.gguf
@@ -308,7 +309,8 @@ def _policy_options(f: Any) -> Any:
         click.option(
             "--bandwidth",
             metavar="GB/S[,GB/S…]",
-            help="Each GPU's memory bandwidth in GB/s, for the speed estimate (a GPU given by size).",
+            help="Each GPU's memory bandwidth in GB/s, for the speed estimate (a GPU given by "
+            "size).",
         ),
         click.option(
             "--ctx-max",
@@ -336,7 +338,8 @@ def _policy_options(f: Any) -> Any:
             "--drop-side-models",
             "drop_side",
             is_flag=True,
-            help="When nothing fits with them, leave out the projector, draft model or MTP context.",
+            help="When nothing fits with them, leave out the projector, draft model or MTP "
+            "context.",
         ),
     ]
     for option in reversed(options):
@@ -399,7 +402,8 @@ def _bandwidth(value: str | None) -> tuple[float, ...]:
     help="Also write the plan as one self-contained page (memory, context, speed) to this file.",
 )
 def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
-    """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none fits.
+    """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none
+    fits.
 
     Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub, -ts) is solved.
 
@@ -472,7 +476,8 @@ def run(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
+    """Plan, then start llama-server with the config that fits; check it against the server's own
+    numbers.
 
     \b
     llamafit run --demo
@@ -525,7 +530,8 @@ def run(
 @click.option(
     "--server",
     metavar="PATH",
-    help="The llama-server program the script runs (default: the one run would find, else llama-server).",
+    help="The llama-server program the script runs (default: the one run would find, else "
+    "llama-server).",
 )
 @_policy_options
 @_engine_options
@@ -582,7 +588,8 @@ def script(
 
 
 def _check_output_dir(output: str) -> None:
-    """`-o` into a directory that does not exist (or is a file) is bad input, said before planning."""
+    """`-o` into a directory that does not exist (or is a file) is bad input, said before
+    planning."""
     parent = Path(output).parent
     if not parent.is_dir():
         raise LlamafitError(f"-o {output}: no such directory {parent}")
@@ -596,7 +603,8 @@ def calibration() -> None:
 @calibration.command("show")
 @json_option
 def calibration_show(as_json: bool) -> None:
-    """Every scale earlier runs give plans: compute buffers per setup, generation speed per model family."""
+    """Every scale earlier runs give plans: compute buffers per setup, generation speed per model
+    family."""
     import os
 
     from .commands.calibration_file import read_records
@@ -619,7 +627,8 @@ def calibration_show(as_json: bool) -> None:
     help="Drop only these records: memory (compute-buffer scales) or speed (generation speed).",
 )
 def calibration_clear(kind: str | None) -> None:
-    """Delete the calibration file (or one kind of record): later plans use the models as derived."""
+    """Delete the calibration file (or one kind of record): later plans use the models as
+    derived."""
     import os
 
     from .commands.calibration_file import clear
@@ -669,7 +678,8 @@ def ls(
     use: str,
     as_json: bool,
 ) -> None:
-    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits here.
+    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits
+    here.
 
     \b
     llamafit ls
@@ -696,7 +706,8 @@ def ls(
 @cli.command()
 @json_option
 def gpus(as_json: bool) -> None:
-    """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from where."""
+    """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from
+    where."""
     import os
 
     from .commands.prepare import local_server, server_devices_for

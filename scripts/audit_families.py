@@ -4,11 +4,11 @@
     python scripts/audit_families.py --write    # also writes fixtures/calibration/families-0c1e570-cpu.json
 
 For each family whose graph differs from the llama-style block the compute model was fitted on
-(FFN without a gate, fused QKV, parallel attention/FFN, gate fused into up, ...), a tiny real model is written with
-scripts/make_fixtures.py's building blocks (random weights, a real tokenizer) and loaded with
-llama-cpp-python (llama.cpp 0c1e570, CPU backend: one buffer holds the whole graph) over a few
-settings chosen so the FFN or the attention sets the peak (n_outputs_max 1: the logits stay small).
-It prints llama.cpp's compute buffer next to predict_compute's and the error.
+(FFN without a gate, fused QKV, parallel attention/FFN, gate fused into up, ...), a tiny real model
+is written with scripts/make_fixtures.py's building blocks (random weights, a real tokenizer) and
+loaded with llama-cpp-python (llama.cpp 0c1e570, CPU backend: one buffer holds the whole graph) over
+a few settings chosen so the FFN or the attention sets the peak (n_outputs_max 1: the logits stay
+small). It prints llama.cpp's compute buffer next to predict_compute's and the error.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def gptneox(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int =
 
 
 def gpt2(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2) -> Fixture:
-    """src/models/gpt2.cpp: learned positions, LayerNorm with bias, fused attn_qkv, sequential residual
-    (ffn_inp = attn_out + inpL), GELU FFN without a gate."""
+    """src/models/gpt2.cpp: learned positions, LayerNorm with bias, fused attn_qkv, sequential
+    residual (ffn_inp = attn_out + inpL), GELU FFN without a gate."""
     f = Fixture("audit-gpt2.gguf", "gpt2", 103)
     f.general("audit gpt2", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
     transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head)
@@ -134,8 +134,8 @@ def starcoder2(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: in
 
 
 def command_r(n_embd: int = 256, n_ff: int = 2048, n_head: int = 4, n_layer: int = 2) -> Fixture:
-    """src/models/command-r.cpp: one LayerNorm feeds attention and a gated FFN in parallel (no ffn_norm),
-    tied output."""
+    """src/models/command-r.cpp: one LayerNorm feeds attention and a gated FFN in parallel (no
+    ffn_norm), tied output."""
     f = Fixture("audit-command-r.gguf", "command-r", 105)
     f.general("audit command-r", gguf.LlamaFileType.MOSTLY_F16, N_VOCAB, 4096)
     transformer_keys(
@@ -259,7 +259,8 @@ OUT = ROOT / "fixtures" / "calibration" / "families-0c1e570-cpu.json"
 def main() -> None:
     rows = []
     print(
-        f"{'family':<28}{'n_ctx':>7}{'fa':>4}{'ub':>5}{'llama.cpp MiB':>15}{'predicted':>11}{'error':>9}"
+        f"{'family':<28}{'n_ctx':>7}{'fa':>4}{'ub':>5}{'llama.cpp MiB':>15}{'predicted':>11}"
+        f"{'error':>9}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for name, build in FAMILIES.items():
@@ -267,7 +268,8 @@ def main() -> None:
             for (c, fa, ub), mib in measure(path):
                 pred = predicted(path, c, fa, ub) / (1 << 20)
                 print(
-                    f"{name:<28}{c:>7}{int(fa):>4}{ub:>5}{mib:>15.2f}{pred:>11.2f}{pred / mib - 1:>+9.1%}"
+                    f"{name:<28}{c:>7}{int(fa):>4}{ub:>5}{mib:>15.2f}{pred:>11.2f}"
+                    f"{pred / mib - 1:>+9.1%}"
                 )
                 rows.append(
                     {

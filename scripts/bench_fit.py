@@ -7,13 +7,15 @@ For each model and margin M (MiB kept free; the budget is 2048 - M on Vulkan0):
   - each chosen config is started with llama-server (--no-warmup, -lv 4, --fit off) and the
     device's real buffer totals are read from its log.
 Prints one row per case, side by side, with "within budget" columns; --json writes the rows.
-With --rpc the same comparison runs over two ggml-rpc-server workers on loopback, each serving a lavapipe
-Vulkan0 (2 GiB): no local GPU, the budget is per worker, and a row is within budget when both are.
+With --rpc the same comparison runs over two ggml-rpc-server workers on loopback, each serving a
+lavapipe Vulkan0 (2 GiB): no local GPU, the budget is per worker, and a row is within budget when
+both are.
 
     GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_fit.py [--quick] [--rpc] [--given-devices] [--json OUT]
 
-By default llamafit plans as a user would have it: the llama-server of the build on PATH, no --gpu or
---backend (its own devices; RPC workers' memory asked through it). --given-devices describes them instead.
+By default llamafit plans as a user would have it: the llama-server of the build on PATH, no --gpu
+or --backend (its own devices; RPC workers' memory asked through it). --given-devices describes them
+instead.
 
 Models: the real Gemma 3 270M (the demo) and real-shape zero-weight models (scripts/make_shapes.py)
 written into a temporary folder: dense (Llama 3.2 1B), SWA (Gemma 3 1B), MoE (Granite 3.0 1B-A400M).
@@ -47,7 +49,8 @@ RPC: list[
 
 @contextmanager
 def _workers(rpc: bool) -> Iterator[None]:
-    """Fresh RPC workers for one llama.cpp run: a fit-params probe or a start that fails can take a worker down."""
+    """Fresh RPC workers for one llama.cpp run: a fit-params probe or a start that fails can take a
+    worker down."""
     if not rpc:
         yield
         return
@@ -240,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace) -> int:
     rows: list[Row] = []
     print(
-        f"{'model':<20} {'margin':>6} {'budget':>6} | {'llama.cpp --fit: -c  -ngl    KV':<31} {'MiB':>7} ok"
-        f" | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok"
+        f"{'model':<20} {'margin':>6} {'budget':>6} | {'llama.cpp --fit: -c  -ngl    KV':<31} "
+        f"{'MiB':>7} ok | {'llamafit: -c  -ngl    KV':<25} {'MiB':>7} ok"
     )
     with tempfile.TemporaryDirectory(prefix="bench-fit-") as tmp:
         margins = [int(m) for m in args.margins.split(",")] if args.margins else MARGINS
@@ -274,8 +277,8 @@ def _bench(args: argparse.Namespace) -> int:
     over = [r for r in rows if r.within(r.llamafit) is False]
     beaten = [r for r in rows if dominated(r)]
     print(
-        f"\nllamafit behind llama.cpp's --fit: {len(behind)} of {len(rows)} rows; dominated: {len(beaten)}; "
-        f"over budget: {len(over)}"
+        f"\nllamafit behind llama.cpp's --fit: {len(behind)} of {len(rows)} rows; dominated: "
+        f"{len(beaten)}; over budget: {len(over)}"
     )
     if args.json:
         args.json.write_text(

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Memory and time of hostile remote reads, this tree side by side with an earlier commit (issue #16).
+"""Memory and time of hostile remote reads, this tree side by side with an earlier commit (issue
+#16).
 
     python scripts/bench_hostile.py                    # 10 reads of each hostile mode, vs 4aee539
     python scripts/bench_hostile.py --reads 30 --before main
@@ -9,8 +10,9 @@ unpacked with `git archive`); the hostile servers are this tree's scripts/hostil
 process of its own so that their memory is not counted. Every read goes through the CLI
 (`inspect URL` under click's CliRunner), as scripts/fuzz.py's http family does.
 
-Printed per side and mode (each in a process of its own): RSS after the first and the last read, peak
-RSS of the process (its high-water mark, imports included), and the median and slowest read time.
+Printed per side and mode (each in a process of its own): RSS after the first and the last read,
+peak RSS of the process (its high-water mark, imports included), and the median and slowest read
+time.
   long-vocab  a plausible vocabulary of 1,000-byte tokens: the read stops at the 64 MiB header budget
   huge-vocab  a 2**40-token vocabulary: refused before reading (now) or after walking 64 MiB (before)
   empty-vocab 8,000,000 empty tokens inside the budget: the most strings a read can make llamafit walk
@@ -44,7 +46,8 @@ def _rss_mb() -> float:
 
 
 def worker(mode: str, reads: int) -> None:
-    """Runs in a process of its own per side and mode: llamafit comes from BENCH_CODE (first on sys.path)."""
+    """Runs in a process of its own per side and mode: llamafit comes from BENCH_CODE (first on
+    sys.path)."""
     import resource
 
     sys.path.insert(0, os.environ["BENCH_CODE"])
@@ -90,7 +93,8 @@ PLANS = (
 
 
 def plan_worker(reads: int) -> None:
-    """The time of `plan` (after one untimed warm-up plan per model) for PLANS, median and slowest."""
+    """The time of `plan` (after one untimed warm-up plan per model) for PLANS, median and
+    slowest."""
     sys.path.insert(0, os.environ["BENCH_CODE"])
     from click.testing import CliRunner
 
@@ -173,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         }
     print(f"{a.reads} hostile remote reads per mode in one process (`inspect URL`), RSS in MB")
     print(
-        f"{'side':<20} {'mode':<11} {'first':>6} {'last':>6} {'peak':>6} {'median':>8} {'slowest':>8}  exit"
+        f"{'side':<20} {'mode':<11} {'first':>6} {'last':>6} {'peak':>6} {'median':>8} "
+        f"{'slowest':>8}  exit"
     )
     ok = True
     for name, result in sides.items():

@@ -37,7 +37,8 @@ def _with_ctx(args: list[str], n_ctx: int) -> list[str]:
     return out
 
 
-TRIES = 3  # a start that fails for another reason than memory (a port taken, a timeout under load) is retried
+# a start that fails for another reason than memory (a port taken, a timeout under load) is retried
+TRIES = 3
 
 
 def _fits(model: Path, args: list[str], budget: int, cache: dict[int, bool]) -> bool:
@@ -57,7 +58,8 @@ def _fits(model: Path, args: list[str], budget: int, cache: dict[int, bool]) -> 
 
 
 def largest(model: Path, args: list[str], budget: int, trained: int) -> tuple[int, int]:
-    """(the largest -c, a multiple of STEP up to `trained`, that starts within the budget; starts made)."""
+    """(the largest -c, a multiple of STEP up to `trained`, that starts within the budget; starts
+    made)."""
     cache: dict[int, bool] = {}
     ours = int(args[args.index("-c") + 1])
     lo = ours if _fits(model, args, budget, cache) else 0
@@ -114,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     state: dict[str, dict] = json.loads(args.state.read_text()) if args.state.is_file() else {}
     margins = [int(m) for m in args.margins.split(",")] if args.margins else list(MARGINS)
     print(
-        f"{'model':<20} {'margin':>6} {'budget':>6} | {'llamafit -c':>11} {'largest -c':>10} {'share':>6} starts"
+        f"{'model':<20} {'margin':>6} {'budget':>6} | {'llamafit -c':>11} {'largest -c':>10} "
+        f"{'share':>6} starts"
     )
     with tempfile.TemporaryDirectory(prefix="bench-limit-") as tmp:
         chosen = bench_fit.models(Path(tmp), quick=not (args.all or args.only))
@@ -153,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                     "-" if not r["ours"] or not r["largest"] else f"{r['ours'] / r['largest']:.3f}"
                 )
                 print(
-                    f"{name:<20} {margin:>6} {r['budget']:>6} | {r['ours'] or '-':>11} {r['largest'] or '-':>10} "
-                    f"{share:>6} {r['starts']:>6}",
+                    f"{name:<20} {margin:>6} {r['budget']:>6} | {r['ours'] or '-':>11} "
+                    f"{r['largest'] or '-':>10} {share:>6} {r['starts']:>6}",
                     flush=True,
                 )
     rows = list(state.values())
@@ -162,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     over = [r for r in rows if r["ours"] and r["largest"] is not None and r["ours"] > r["largest"]]
     if shares:
         print(
-            f"\nlowest share {min(shares):.3f} over {len(shares)} rows; over the largest that fits: {len(over)}"
+            f"\nlowest share {min(shares):.3f} over {len(shares)} rows; over the largest that "
+            f"fits: {len(over)}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")

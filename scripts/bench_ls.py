@@ -55,7 +55,8 @@ def headers() -> list[tuple[str, bytes]]:
 
 
 def build_hub(hub: Path, n: int) -> None:
-    """N repositories `bench/<name>-<i>-GGUF` holding `<name>-Q4_K_M.gguf`, as huggingface_hub lays them out."""
+    """N repositories `bench/<name>-<i>-GGUF` holding `<name>-Q4_K_M.gguf`, as huggingface_hub lays
+    them out."""
     shapes = headers()
     for i in range(n):
         name, data = shapes[i % len(shapes)]
@@ -193,8 +194,8 @@ def main() -> None:
             f"{os.cpu_count()} CPUs; Python start-up {start * 1000:.0f} ms; best of {args.repeat}"
         )
         print(
-            f"  (the host probe, measured once per machine and shared by every command, took {probe_s:.1f} s "
-            "before these runs)"
+            "  (the host probe, measured once per machine and shared by every command, took "
+            f"{probe_s:.1f} s before these runs)"
         )
         print(f"  above start-up: {'wall':>9s} {'CPU':>9s} {'target':>8s} (wall)")
         for label, got in runs.items():

@@ -119,15 +119,15 @@ def accuracy() -> None:
             f"{cls:<28}{kind:<11}{len(errs):>5}{abs(worst):>10.2%}{sum(errs) / len(errs):>+10.2%}"
         )
     print(
-        f"({len(ROWS)} measured loads; values under 4 MiB (compute: 0.1 MiB) are left out, as llama.cpp "
-        "prints them to 0.01 MiB; weights vs the CPU_Mapped buffer; tests/memory/test_memory_calibration.py checks "
-        "every row within print precision)"
+        f"({len(ROWS)} measured loads; values under 4 MiB (compute: 0.1 MiB) are left out, as "
+        "llama.cpp prints them to 0.01 MiB; weights vs the CPU_Mapped buffer; "
+        "tests/memory/test_memory_calibration.py checks every row within print precision)"
     )
 
 
 def gpu_accuracy() -> None:
-    """The public GPU-log corpus (fixtures/calibration/gpu-corpus.jsonl): error per buffer kind and class,
-    and the issue's targets with whether each is met."""
+    """The public GPU-log corpus (fixtures/calibration/gpu-corpus.jsonl): error per buffer kind and
+    class, and the issue's targets with whether each is met."""
     from statistics import median
 
     from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, compared, is_host
@@ -176,23 +176,26 @@ def gpu_accuracy() -> None:
     awaiting = [r["id"] for r in ROWS if r.get("awaits")]
     if awaiting and modelled:
         print(
-            f"  without the {len(awaiting)} rows awaiting a rule (see their 'awaits'): GPU compute "
-            f"median |err| {median(abs(e) for e in modelled):.2%}, worst {max(modelled, key=abs):+.2%} "
-            f"({len(modelled)} buffers)"
+            f"  without the {len(awaiting)} rows awaiting a rule (see their 'awaits'): GPU "
+            f"compute median |err| {median(abs(e) for e in modelled):.2%}, worst "
+            f"{max(modelled, key=abs):+.2%} ({len(modelled)} buffers)"
         )
     print(
-        f"(values in MiB as the logs print them; 1 MiB = {MIB} bytes; host compute = CUDA_Host/ROCm_Host/"
-        "Vulkan_Host buffers and Metal's CPU buffer: the graph inputs, reported apart; at partial offload op offload "
-        "runs the host layers on the GPU, so the host keeps little more than the inputs)"
+        f"(values in MiB as the logs print them; 1 MiB = {MIB} bytes; host compute = "
+        "CUDA_Host/ROCm_Host/Vulkan_Host buffers and Metal's CPU buffer: the graph inputs, "
+        "reported apart; at partial offload op offload runs the host layers on the GPU, so the "
+        "host keeps little more than the inputs)"
     )
 
 
 def mmproj_corpus() -> None:
-    """Projectors against public logs (fixtures/calibration/mmproj-corpus.jsonl): every row and buffer."""
+    """Projectors against public logs (fixtures/calibration/mmproj-corpus.jsonl): every row and
+    buffer."""
     from tests.support.projector_files import mmproj_corpus_rows, predict_mmproj_row
 
     print(
-        f"\n{'mmproj public log':<46}{'buffer':<9}{'device':<8}{'logged':>9}{'llamafit':>10}{'err':>8}"
+        f"\n{'mmproj public log':<46}{'buffer':<9}{'device':<8}{'logged':>9}{'llamafit':>10}"
+        f"{'err':>8}"
     )
     with tempfile.TemporaryDirectory() as d:
         for row in mmproj_corpus_rows():
@@ -201,12 +204,14 @@ def mmproj_corpus() -> None:
                 for dev, mib in logged.items():
                     got = pred[kind].get(dev, 0.0)
                     print(
-                        f"{row['id']:<46}{kind:<9}{dev:<8}{mib:>9.2f}{got:>10.2f}{(got - mib) / mib:>8.1%}"
+                        f"{row['id']:<46}{kind:<9}{dev:<8}{mib:>9.2f}{got:>10.2f}"
+                        f"{(got - mib) / mib:>8.1%}"
                     )
 
 
 def side_accuracy() -> None:
-    """Side models (draft, MTP, projector) against the real llama-server: the largest error per kind."""
+    """Side models (draft, MTP, projector) against the real llama-server: the largest error per
+    kind."""
     from tests.support.server_probe import server_binary
     from tests.support.side_cases import CASES, run_case
 
@@ -224,7 +229,8 @@ def side_accuracy() -> None:
             if (part, kind) not in worst or abs(err) > abs(worst[(part, kind)][0]):
                 worst[(part, kind)] = (err, pred, rep)
     print(
-        f"\n{'side model':<12}{'buffer':<9}{'cases':>6}{'max |err| MiB':>15}{'rel':>8}   (real llama-server, CPU)"
+        f"\n{'side model':<12}{'buffer':<9}{'cases':>6}{'max |err| MiB':>15}{'rel':>8}   "
+        "(real llama-server, CPU)"
     )
     for (part, kind), (err, _pred, rep) in sorted(worst.items()):
         n = sum(
@@ -235,8 +241,8 @@ def side_accuracy() -> None:
         rel = f"{abs(err) / rep:.1%}" if rep else "-"
         print(f"{part:<12}{kind:<9}{n:>6}{abs(err):>15.2f}{rel:>8}")
     print(
-        "(scripts/bench_side_models.py prints every row; a draft's compute error is its model's own, as for the "
-        "main context)"
+        "(scripts/bench_side_models.py prints every row; a draft's compute error is its model's "
+        "own, as for the main context)"
     )
 
 

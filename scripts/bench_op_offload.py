@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Op offload on a real device: what Vulkan0 (lavapipe) reserves when it takes host-weight ops, against
-llamafit's prediction (memory/model.py MemoryModel._op_offload), on the real-shape sparse models.
+"""Op offload on a real device: what Vulkan0 (lavapipe) reserves when it takes host-weight ops,
+against llamafit's prediction (memory/model.py MemoryModel._op_offload), on the real-shape sparse
+models.
 
     GGML_VK_VISIBLE_DEVICES=0 python scripts/bench_op_offload.py [--json OUT]
 
-The grid crosses the batch threshold (GGML_OP_OFFLOAD_MIN_BATCH, 32) and the sizes where the copies stop
-fitting the activations' holes: -ub 32..2048, two context sizes (the K/V views grow with it), flash
-attention on and off (off: the KQ product joins the GPU until it passes the device's storage range),
-whole host layers (-ngl 0) and host experts under GPU layers (-ot exps=CPU). Prints one line per start
-(MiB, real vs predicted, for Vulkan0 and Vulkan_Host) and the worst and median errors of Vulkan0.
-Servers run on loopback from LLAMAFIT_LAB_PORT_LO..HI (device_lab.py) and are stopped after each load.
+The grid crosses the batch threshold (GGML_OP_OFFLOAD_MIN_BATCH, 32) and the sizes where the copies
+stop fitting the activations' holes: -ub 32..2048, two context sizes (the K/V views grow with it),
+flash attention on and off (off: the KQ product joins the GPU until it passes the device's storage
+range), whole host layers (-ngl 0) and host experts under GPU layers (-ot exps=CPU). Prints one line
+per start (MiB, real vs predicted, for Vulkan0 and Vulkan_Host) and the worst and median errors of
+Vulkan0. Servers run on loopback from LLAMAFIT_LAB_PORT_LO..HI (device_lab.py) and are stopped after
+each load.
 """
 
 from __future__ import annotations
@@ -113,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     if errors:
         print(
-            f"\nVulkan0 compute over {len(errors)} starts: worst under {100 * min(min(errors), 0):+.1f}%, "
-            f"median {100 * statistics.median(errors):+.1f}%, worst over {100 * max(errors):+.1f}%"
+            f"\nVulkan0 compute over {len(errors)} starts: worst under "
+            f"{100 * min(min(errors), 0):+.1f}%, median {100 * statistics.median(errors):+.1f}%, "
+            f"worst over {100 * max(errors):+.1f}%"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")

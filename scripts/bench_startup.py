@@ -31,7 +31,8 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def distributions(work: Path) -> list[str]:
-    """`pip install .` into a fresh venv: every distribution it holds but pip's own (pip, setuptools)."""
+    """`pip install .` into a fresh venv: every distribution it holds but pip's own (pip,
+    setuptools)."""
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
@@ -70,13 +71,14 @@ def main() -> None:
         }
         base_wall, base_cpu = best["python -c pass"]
         print(
-            f"start-up, best of {args.repeat} ({os.cpu_count()} CPUs): bare Python {base_wall * 1000:.0f} ms wall, "
-            f"{base_cpu * 1000:.0f} ms CPU"
+            f"start-up, best of {args.repeat} ({os.cpu_count()} CPUs): bare Python "
+            f"{base_wall * 1000:.0f} ms wall, {base_cpu * 1000:.0f} ms CPU"
         )
         for name in ("import llamafit", "llamafit --help"):
             wall, cpu = best[name]
             print(
-                f"  {name:16s} +{(wall - base_wall) * 1000:5.0f} ms wall  +{(cpu - base_cpu) * 1000:5.0f} ms CPU"
+                f"  {name:16s} +{(wall - base_wall) * 1000:5.0f} ms wall  "
+                f"+{(cpu - base_cpu) * 1000:5.0f} ms CPU"
             )
         if args.venv:
             names = distributions(Path(tmp))

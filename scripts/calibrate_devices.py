@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Device calibration grid: what real llama.cpp allocates on Vulkan0 (lavapipe) and on 2 RPC workers,
-against llamafit's prediction for the same flags. Writes fixtures/calibration/devices-vulkan-rpc.json
-(one row per start: flags, reported MiB per buffer, predicted bytes) and prints the error per backend
-and buffer kind.
+"""Device calibration grid: what real llama.cpp allocates on Vulkan0 (lavapipe) and on 2 RPC
+workers, against llamafit's prediction for the same flags. Writes
+fixtures/calibration/devices-vulkan-rpc.json (one row per start: flags, reported MiB per buffer,
+predicted bytes) and prints the error per backend and buffer kind.
 
     GGML_VK_VISIBLE_DEVICES=0 python scripts/calibrate_devices.py [--out PATH]
 
@@ -123,7 +123,8 @@ def run(
 
 
 def device_rows(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, float, float]]:
-    """(backend, device, kind, reported MiB, predicted MiB) for every GPU-side buffer of every row."""
+    """(backend, device, kind, reported MiB, predicted MiB) for every GPU-side buffer of every
+    row."""
     out = []
     for row in rows:
         for dev, pred in row["predicted_bytes"].items():

@@ -37,7 +37,8 @@ def block_after(readme: str, marker: str) -> str:
 
 
 def main_argv(command: str, *, with_install: bool, port: int | None) -> list[str]:
-    """The README's main command as argv: the part after `&&` unless with_install (then the whole line in sh)."""
+    """The README's main command as argv: the part after `&&` unless with_install (then the whole
+    line in sh)."""
     if with_install:
         line = command + (f" --port {port}" if port else "")
         return ["sh", "-c", line]

@@ -1,4 +1,5 @@
-"""Start real llama.cpp processes (Vulkan0 on lavapipe, RPC workers on loopback) and read their buffers.
+"""Start real llama.cpp processes (Vulkan0 on lavapipe, RPC workers on loopback) and read their
+buffers.
 
 Shared by tests/, scripts/calibrate.py --devices and scripts/bench_fit.py. Loopback only; every
 process started here is stopped here.
@@ -37,7 +38,8 @@ def bin_dir() -> Path | None:
 
 
 def vk_env(visible: str | None = "0") -> dict[str, str]:
-    """lavapipe is a CPU-type Vulkan device: llama.cpp skips it unless GGML_VK_VISIBLE_DEVICES names it."""
+    """lavapipe is a CPU-type Vulkan device: llama.cpp skips it unless GGML_VK_VISIBLE_DEVICES names
+    it."""
     env = dict(os.environ)
     env.pop("GGML_VK_VISIBLE_DEVICES", None)
     if visible is not None:
@@ -82,7 +84,8 @@ def load(
 ) -> Loaded:
     """Start llama-server (-lv 4, --no-warmup) on loopback, wait until it listens or fails, stop it.
 
-    A start that fails on its port (another process took it between the probe and the bind) is retried."""
+    A start that fails on its port (another process took it between the probe and the bind) is
+    retried."""
     for _ in range(3):
         with serve(model, flags, env=env, timeout_s=timeout_s, binary=binary) as (loaded, _port):
             pass
@@ -102,7 +105,8 @@ def serve(
     timeout_s: float = 180,
     binary: str = "llama-server",
 ) -> Iterator[tuple[Loaded, int]]:
-    """llama-server (-lv 4, --no-warmup) on loopback, running while the block runs: (what it reported, port)."""
+    """llama-server (-lv 4, --no-warmup) on loopback, running while the block runs: (what it
+    reported, port)."""
     folder = bin_dir()
     if folder is None:
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")
@@ -162,7 +166,8 @@ def serve(
 def run_tool(
     args: Sequence[str], *, env: dict[str, str] | None = None, timeout_s: float = 300
 ) -> str:
-    """Run a one-shot tool from the build (llama-fit-params, llama-server --list-devices): its output."""
+    """Run a one-shot tool from the build (llama-fit-params, llama-server --list-devices): its
+    output."""
     folder = bin_dir()
     if folder is None:
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")
@@ -179,8 +184,8 @@ def run_tool(
 
 @contextmanager
 def rpc_workers(n: int = 2, device: str = "CPU") -> Iterator[list[str]]:
-    """Start n ggml-rpc-server workers on 127.0.0.1 serving `device` (CPU, or Vulkan0: lavapipe, 2 GiB each);
-    yield their host:port endpoints."""
+    """Start n ggml-rpc-server workers on 127.0.0.1 serving `device` (CPU, or Vulkan0: lavapipe, 2
+    GiB each); yield their host:port endpoints."""
     folder = bin_dir()
     if folder is None:
         raise RuntimeError("the Vulkan/RPC llama.cpp build is absent")

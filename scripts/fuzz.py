@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fuzz and fault campaign for llamafit (issue #16): hostile headers, command lines and HTTP servers.
+"""Fuzz and fault campaign for llamafit (issue #16): hostile headers, command lines and HTTP
+servers.
 
     python scripts/fuzz.py                  # default: ~2,000 cases, a few minutes on 2 cores
     python scripts/fuzz.py --cases 20000    # the long run
@@ -15,9 +16,9 @@ Five families, all in this process (CLI through click's CliRunner, so every case
   http         hostile loopback servers (scripts/hostile_http.py) through `inspect URL`
 
 Printed: cases, tracebacks (any exception that is not a one-line `Error:` with exit 2), hangs over
-1 s of CPU time or 10 s of wall time (a case over 20 s is stopped and counted; CPU time, because on a
-shared 2-core machine a plan's wall time varies tenfold with the load; the slowest wall time is printed
-too), peak RSS, exit codes other than 0/1/2, and
+1 s of CPU time or 10 s of wall time (a case over 20 s is stopped and counted; CPU time, because on
+a shared 2-core machine a plan's wall time varies tenfold with the load; the slowest wall time is
+printed too), peak RSS, exit codes other than 0/1/2, and
 multi-line errors. Targets: 0 tracebacks, 0 hangs, peak RSS < 200 MB, every failure one line with
 exit 2. Exit status 0 when every target is met, 1 otherwise.
 """
@@ -50,7 +51,8 @@ from hostile_http import MODES  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 HANG_S = 1.0  # of CPU time: a case that works this long is a finding
-WAIT_S = 10.0  # of wall time: a case that waits this long (a FIFO, a lock) is one too, on any machine load
+# of wall time: a case that waits this long (a FIFO, a lock) is one too, on any machine load
+WAIT_S = 10.0
 STOP_S = 20.0
 PORTS = range(18400, 18420)  # this campaign's loopback range
 SEEDS = [
@@ -164,10 +166,10 @@ def timed(
     bound: float = HANG_S,
     clock: str = "cpu",
 ) -> None:
-    """Run one case. `bound` is on this process's CPU time (`clock` "cpu": work such as an endless loop,
-    which a shared, overloaded machine does not inflate; and WAIT_S of wall time for a case that waits)
-    or on wall time ("wall": the http family, which waits on a server); a case blocked for STOP_S of wall
-    time is stopped either way."""
+    """Run one case. `bound` is on this process's CPU time (`clock` "cpu": work such as an endless
+    loop, which a shared, overloaded machine does not inflate; and WAIT_S of wall time for a case
+    that waits) or on wall time ("wall": the http family, which waits on a server); a case blocked
+    for STOP_S of wall time is stopped either way."""
     tally.cases[family] += 1
     outer = signal.getitimer(signal.ITIMER_REAL)[0]  # a case inside a case (header-api's deep plan)
     signal.setitimer(signal.ITIMER_REAL, min(STOP_S, outer) if outer else STOP_S)
@@ -231,7 +233,8 @@ def cli(
 
 
 def warm_up(tmp: Path) -> None:
-    """One untimed plan per seed model and one of each command: imports and first-call caches are not hangs."""
+    """One untimed plan per seed model and one of each command: imports and first-call caches are
+    not hangs."""
     from click.testing import CliRunner
 
     from llamafit.cli import cli as main
@@ -298,7 +301,8 @@ def header_cli(
 
 
 def sizes(tally: Tally, seeds: dict[str, bytes], tmp: Path) -> None:
-    """Every SIZE_KEYS x SIZE_VALUES on every seed through `check -ctk q8_0` (the quantized-K path) and `plan`."""
+    """Every SIZE_KEYS x SIZE_VALUES on every seed through `check -ctk q8_0` (the quantized-K path)
+    and `plan`."""
     from llamafit.reader.header import read_header
     from llamafit.reader.source import BytesSource
 
@@ -499,7 +503,8 @@ def http(tally: Tally, rounds: int, port_base: int = PORTS.start) -> None:
         if mode == "cross-redir":
             continue  # needs request headers to matter; covered by tests/cli/test_hostile.py
         if mode == "empty-vocab":
-            continue  # a well-formed (vocabulary-only) header, not refused: its cost is bench_hostile.py's
+            # a well-formed (vocabulary-only) header, not refused: its cost is bench_hostile.py's
+            continue
         for _ in range(rounds):
             server = subprocess.Popen(
                 [
@@ -535,15 +540,16 @@ def report(tally: Tally, elapsed: float) -> bool:
     print(f"exit codes       {dict(sorted(tally.exits.items()))}")
     print(f"tracebacks       {len(tally.tracebacks)}")
     print(
-        f"hangs            {len(tally.hangs)} (over {HANG_S:g} s of CPU or {WAIT_S:g} s wall; http: over its "
-        f"{HTTP_DEADLINE:g} s deadline + {HANG_S:g} s wall)"
+        f"hangs            {len(tally.hangs)} (over {HANG_S:g} s of CPU or {WAIT_S:g} s wall; "
+        f"http: over its {HTTP_DEADLINE:g} s deadline + {HANG_S:g} s wall)"
     )
     print(
-        f"slowest case     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest.items())} (CPU; http wall)"
+        f"slowest case     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest.items())} "
+        "(CPU; http wall)"
     )
     print(
-        f"slowest wall     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest_wall.items())} (this machine's "
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+        f"slowest wall     {', '.join(f'{k} {v:.2f} s' for k, v in tally.slowest_wall.items())} "
+        f"(this machine's load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
     )
     print(f"peak RSS         {peak_mb:,.0f} MB")
     print(f"bad exit codes   {len(tally.bad_exits)}")
@@ -599,8 +605,8 @@ def _run(cases: int, seed: int, only: str | None, port_base: int) -> tuple[Tally
     with tempfile.TemporaryDirectory(prefix="llamafit-fuzz-") as tmp:
         os.environ["LLAMAFIT_CACHE_DIR"] = os.path.join(tmp, "cache")
         os.environ.pop("LLAMAFIT_CALIBRATION", None)
-        # the speed model's host probe (256 MiB, once per fresh cache) is no hostile input: fixed figures
-        # keep it out of the peak RSS measured here
+        # the speed model's host probe (256 MiB, once per fresh cache) is no hostile input: fixed
+        # figures keep it out of the peak RSS measured here
         os.environ.update(LLAMAFIT_HOST_BANDWIDTH="50e9", LLAMAFIT_HOST_FLOPS="1e12")
         seeds = headers()
         warm_up(Path(tmp))

@@ -1,4 +1,5 @@
-"""Patch one metadata key of a GGUF header in place (any value type): hostile-header tests and scripts/fuzz.py."""
+"""Patch one metadata key of a GGUF header in place (any value type): hostile-header tests and
+scripts/fuzz.py."""
 
 from __future__ import annotations
 

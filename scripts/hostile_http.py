@@ -193,8 +193,8 @@ def hostile_server(
 
 
 def main() -> None:
-    """`python scripts/hostile_http.py MODE PORT [SECONDS]`: serve in a process of its own (so that its
-    memory is not counted as the client's), print the URL, stop after SECONDS (default 60)."""
+    """`python scripts/hostile_http.py MODE PORT [SECONDS]`: serve in a process of its own (so that
+    its memory is not counted as the client's), print the URL, stop after SECONDS (default 60)."""
     import sys
 
     mode, port = sys.argv[1], int(sys.argv[2])

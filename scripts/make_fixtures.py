@@ -923,8 +923,8 @@ def _special(
         )
     if k("attention.key_length_mla") is not None:
         parts.append(
-            f"MLA kv_lora_rank {k('attention.kv_lora_rank')}, q_lora_rank {k('attention.q_lora_rank')}, "
-            f"key_length_mla {k('attention.key_length_mla')}, "
+            f"MLA kv_lora_rank {k('attention.kv_lora_rank')}, q_lora_rank "
+            f"{k('attention.q_lora_rank')}, key_length_mla {k('attention.key_length_mla')}, "
             f"value_length_mla {k('attention.value_length_mla')}"
         )
     if k("ssm.inner_size") is not None:

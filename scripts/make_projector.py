@@ -2,7 +2,8 @@
 
     python scripts/make_projector.py OUT.gguf --projection-dim 640 [--layers 27]
 
---projection-dim must equal the text model's n_embd (mtmd checks it): 640 for Gemma 3 270M, 2560 for 4B.
+--projection-dim must equal the text model's n_embd (mtmd checks it): 640 for Gemma 3 270M, 2560 for
+4B.
 """
 
 from __future__ import annotations

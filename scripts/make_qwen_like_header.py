@@ -1,8 +1,8 @@
-"""Write fixtures/header-only/qwen2.5-32b-like-q4_k_m.gguf: a header-only GGUF shaped like Qwen2.5-32B-Instruct
-Q4_K_M (64 blocks, 40 heads, 8 KV heads, head dim 128, n_embd 5120, n_ff 27648, vocab 152,064,
-context 32,768), with llama.cpp's Q4_K_M type mix (Q6_K for attn_v and ffn_down in the layers
-llama-quant.cpp's use_more_bits picks, Q6_K output). No tensor data: only the header, which is
-all llamafit reads (the way a remote read sees a model).
+"""Write fixtures/header-only/qwen2.5-32b-like-q4_k_m.gguf: a header-only GGUF shaped like
+Qwen2.5-32B-Instruct Q4_K_M (64 blocks, 40 heads, 8 KV heads, head dim 128, n_embd 5120, n_ff 27648,
+vocab 152,064, context 32,768), with llama.cpp's Q4_K_M type mix (Q6_K for attn_v and ffn_down in
+the layers llama-quant.cpp's use_more_bits picks, Q6_K output). No tensor data: only the header,
+which is all llamafit reads (the way a remote read sees a model).
 
     python scripts/make_qwen_like_header.py [OUT]
 """

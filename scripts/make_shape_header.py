@@ -1,4 +1,5 @@
-"""Rebuild a public log's model shape as a header-only GGUF (no tensor data, as a remote read sees it).
+"""Rebuild a public log's model shape as a header-only GGUF (no tensor data, as a remote read sees
+it).
 
 Specs live in fixtures/calibration/gpu-shapes.json: one entry per model of the GPU corpus
 (fixtures/calibration/gpu-corpus.jsonl), with the hyperparameters the log's print_info lines show

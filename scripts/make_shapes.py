@@ -65,7 +65,8 @@ def _layer(name: str) -> int:
 
 @dataclass
 class ShapeFixture(Fixture):
-    """A Fixture that records tensor infos only; write() extends the file to full size with zeros."""
+    """A Fixture that records tensor infos only; write() extends the file to full size with
+    zeros."""
 
     mix: str = "q4_k_m"
     n_layer: int = 0
@@ -73,7 +74,8 @@ class ShapeFixture(Fixture):
     data_bytes: int = field(default=0, init=False)
 
     def _more_bits(self, name: str, role: str) -> bool:
-        """The tensors Q4_K_M keeps at Q6_K (llama.cpp: src/llama-quant.cpp llama_tensor_get_type)."""
+        """The tensors Q4_K_M keeps at Q6_K
+        (llama.cpp: src/llama-quant.cpp llama_tensor_get_type)."""
         if name == "output.weight" or (self.tied and name == "token_embd.weight"):
             return True
         return role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(
@@ -210,7 +212,8 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
 
 
 def _deepseek2(f: ShapeFixture, s: dict[str, Any]) -> None:
-    """DeepSeek-V2(-Lite): MLA as the current converter writes it (MQA view: attn_k_b / attn_v_b)."""
+    """DeepSeek-V2(-Lite): MLA as the current converter writes it (MQA view: attn_k_b /
+    attn_v_b)."""
     n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
     q_lora, kv_lora, rope = s["q_lora_rank"], s["kv_lora_rank"], s["rope_dim"]
     nope, v_head = s["nope_dim"], s["v_head_dim"]
@@ -288,9 +291,10 @@ def _granitehybrid(f: ShapeFixture, s: dict[str, Any]) -> None:
 
 
 def _gemma3n(f: ShapeFixture, s: dict[str, Any]) -> None:
-    """Gemma 3n (src/models/gemma3n.cpp load_arch_tensors): per-layer inputs, AltUp, LAuReL. llama.cpp reads
-    n_altup, laurel_rank and n_embd_altup from no key (llama_hparams defaults 4, 64, 256, which the real
-    checkpoints use); the SWA pattern defaults to 5 and the first 20 layers own the KV cache (hard-coded)."""
+    """Gemma 3n (src/models/gemma3n.cpp load_arch_tensors): per-layer inputs, AltUp, LAuReL.
+    llama.cpp reads n_altup, laurel_rank and n_embd_altup from no key (llama_hparams defaults 4, 64,
+    256, which the real checkpoints use); the SWA pattern defaults to 5 and the first 20 layers own
+    the KV cache (hard-coded)."""
     n_layer, n_embd, n_head, n_vocab = s["n_layer"], s["n_embd"], s["n_head"], s["n_vocab"]
     n_kv, head, n_ff = s["n_head_kv"], s["head_dim"], s["n_ff"]
     altup, laurel, n_altup = 256, 64, 4

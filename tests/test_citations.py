@@ -1,5 +1,5 @@
-"""One llama.cpp commit: every short hash in the package and the measured table is LLAMA_CPP_COMMIT's,
-and every `llama.cpp:` citation names a file of the source tree and a symbol."""
+"""One llama.cpp commit: every short hash in the package and the measured table is
+LLAMA_CPP_COMMIT's, and every `llama.cpp:` citation names a file of the source tree and a symbol."""
 
 from __future__ import annotations
 

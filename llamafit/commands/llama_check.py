@@ -1,6 +1,7 @@
 """Ask the llama.cpp that will run about the chosen config before anything loads (issue #28):
 llama-fit-params beside the server, on the server's own devices, with every flag that changes
-memory given explicitly; its figures beside llamafit's (fit/llama_check.py) for plan, check and run."""
+memory given explicitly; its figures beside llamafit's (fit/llama_check.py) for plan, check and
+run."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def _same_question(
 
 def _our_names(theirs: list[str], rpc: list[str]) -> dict[str, str]:
     """llama-fit-params' device names → llamafit's: Host is the CPU; its RPC0, RPC1… (one device per
-    --rpc worker, in order: ggml-rpc.cpp ggml_backend_rpc_add_server) are our RPC0[host:port] in order."""
+    --rpc worker, in order: ggml-rpc.cpp ggml_backend_rpc_add_server) are our RPC0[host:port] in
+    order."""
     out = {}
     k = 0
     for name in theirs:
@@ -170,8 +172,9 @@ def learn_tensor_limit(
             if abs(mine - theirs) <= 1:
                 gpus = list(trial)
                 learned.append(
-                    f"{name}: llama.cpp keeps {ours[name].weights_bytes / MIB - mine:,.0f} MiB of weights "
-                    f"off it (a tensor limit; no vulkaninfo): planned with a {bound // MIB:,} MiB limit"
+                    f"{name}: llama.cpp keeps {ours[name].weights_bytes / MIB - mine:,.0f} MiB of "
+                    "weights off it (a tensor limit; no vulkaninfo): planned with a "
+                    f"{bound // MIB:,} MiB limit"
                 )
                 break
     if not learned:
@@ -214,8 +217,8 @@ def larger_wins(
         if more > 1.0:  # beyond the print precision of one column
             gpus[i] = replace(g, overhead_bytes=g.overhead_bytes + int(more * MIB))
             notes.append(
-                f"{g.name}: llama.cpp's own estimate holds {more:,.0f} MiB more weights and KV than "
-                "llamafit's: planned with that much more room"
+                f"{g.name}: llama.cpp's own estimate holds {more:,.0f} MiB more weights and KV "
+                "than llamafit's: planned with that much more room"
             )
     if not notes:
         return None

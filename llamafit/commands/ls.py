@@ -1,11 +1,13 @@
-"""`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each, report.
+"""`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each,
+report.
 
 Two caches make a second listing cheap: local headers (llamafit.fetch.local_headers: path, size and
 mtime) and the rows themselves, keyed by every file's identity, llamafit's own source (_code_key)
 and the machine the fit was computed for (the GPUs as given or detected; the host only on a
 machine without GPUs, since with GPUs the fit depends on them alone: search.Target.fits). On a
 machine without GPUs the free RAM changes between runs: a row is reused when it was computed with
-the same free RAM, or when it is the best the policy can do (ls.best_possible) and its bytes still fit.
+the same free RAM, or when it is the best the policy can do (ls.best_possible) and its bytes still
+fit.
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ class Listing:
 
 
 def _row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:
-    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all shards),
-    which is the file size of a whole download and still the model's size for a header-only file."""
+    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all
+    shards), which is the file size of a whole download and still the model's size for a header-only
+    file."""
     return Row(
         found.name,
         found.store,
@@ -271,7 +274,8 @@ class Looked:
 def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
     """The projector a store pairs with the model, as llama-server would load it with `--mmproj`
     (on the GPU: --mmproj-offload is the default); None when there is none or llama-server would
-    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd: mtmd.cpp)."""
+    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd:
+    mtmd.cpp)."""
     if not path:
         return None
     try:

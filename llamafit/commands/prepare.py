@@ -261,8 +261,8 @@ def machine(
         and not any(g.spec.backend == "vulkan" for g in served.gpus)
     ):
         passed_over = (
-            "--backend vulkan: the llama-server found lists no Vulkan device (a build without Vulkan?); "
-            "planned for vulkaninfo's devices",
+            "--backend vulkan: the llama-server found lists no Vulkan device (a build without "
+            "Vulkan?); planned for vulkaninfo's devices",
         )
         served = None
     vk = vulkan_fn(env) if spec.backend == "vulkan" and served is None else ()
@@ -289,19 +289,22 @@ def machine(
     return hw, fit_devices(hw.gpus, use=use, rpc=rpc)
 
 
-# what llama-server would make of a GGUF that is not a model (fetch.stores.gguf_kind), and what to give instead
+# what llama-server would make of a GGUF that is not a model (fetch.stores.gguf_kind), and what to
+# give instead
 NOT_A_MODEL = {
-    "vocab": "has no tensors: a tokenizer-only GGUF (like llama.cpp's models/ggml-vocab-*.gguf) that llama-server "
-    "cannot load; give the model's own GGUF",
-    "adapter": "is a LoRA adapter, not a model; give the base model and the adapter with -- --lora ADAPTER",
+    "vocab": "has no tensors: a tokenizer-only GGUF (like llama.cpp's models/ggml-vocab-*.gguf) that "
+    "llama-server cannot load; give the model's own GGUF",
+    "adapter": "is a LoRA adapter, not a model; give the base model and the adapter with -- --lora "
+    "ADAPTER",
     "imatrix": "is an importance matrix (llama-imatrix output), not a model; give the model's GGUF",
-    "mmproj": "is a multimodal projector, not a model; give the model and the projector with -- --mmproj PROJECTOR",
+    "mmproj": "is a multimodal projector, not a model; give the model and the projector with -- "
+    "--mmproj PROJECTOR",
 }
 
 
 def refuse_non_model(gguf: GGUFModel, name: str) -> None:
-    """Bad input, one line: a GGUF llama-server would not load as its model (issue #16: a tokenizer-only file
-    used to be planned as a model with no weights)."""
+    """Bad input, one line: a GGUF llama-server would not load as its model (issue #16: a
+    tokenizer-only file used to be planned as a model with no weights)."""
     from ..fetch.stores import gguf_kind
 
     kind = gguf_kind(gguf.metadata, len(gguf.tensors))
@@ -420,7 +423,8 @@ def local_server(env: Mapping[str, str]) -> ServerChoice | None:
 
 def for_server(p: Prepared, server: ServerChoice) -> Prepared:
     """Plan by the rules of the server that will run: its build, and for llama-cpp-python's embedded
-    server its own (one sequence, full-size SWA caches, n_batch outputs reserved, no prompt cache)."""
+    server its own (one sequence, full-size SWA caches, n_batch outputs reserved, no prompt
+    cache)."""
     p = with_server_build(p, server)
     if server.kind != "embedded":
         return p
@@ -448,7 +452,8 @@ def for_server(p: Prepared, server: ServerChoice) -> Prepared:
 
 
 def with_server_build(p: Prepared, server: ServerChoice) -> Prepared:
-    """The memory model follows the build of the server that will run (unless --llama-build says)."""
+    """The memory model follows the build of the server that will run (unless --llama-build
+    says)."""
     binary = server.binary
     if binary is None or binary.build is None or p.target.build is not None:
         return p
@@ -544,7 +549,8 @@ _EXTRA_MODELS = {
 
 def flag_warnings(p: Prepared) -> list[Notice | str]:
     """What the flags and the calibration file add that the prediction does not show."""
-    # unknown flags are an error (prepare) unless --llama-build names another build, whose flags differ
+    # unknown flags are an error (prepare) unless --llama-build names another build, whose flags
+    # differ
     warnings: list[Notice | str] = [
         Notice("unknown_flag", {"flag": u}) for u in p.parsed.unknown if u.startswith("-")
     ]

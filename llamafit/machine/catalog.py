@@ -132,7 +132,8 @@ def find(name: str) -> CatalogEntry | None:
 
 
 def close_matches(name: str, limit: int = 5) -> list[str]:
-    """Catalog keys that look like `name`: those containing it, else similar spellings (closest first)."""
+    """Catalog keys that look like `name`: those containing it, else similar spellings (closest
+    first)."""
     norm = normalize(name)
     by_norm = {normalize(e.key): e.key for e in CATALOG}
     containing = [key for n, key in by_norm.items() if norm and norm in n]
@@ -157,7 +158,8 @@ def lookup(name: str) -> CatalogEntry:
 def smallest_fitting(
     need_bytes: int, *, vendors: tuple[str, ...] | None = None
 ) -> CatalogEntry | None:
-    """The card with the least usable memory (per device) that holds `need_bytes`; ties → faster memory."""
+    """The card with the least usable memory (per device) that holds `need_bytes`; ties → faster
+    memory."""
     fits = [
         e
         for e in CATALOG

@@ -83,7 +83,8 @@ CUBLAS_WORKSPACE_HOPPER_BYTES = 32 << 20
 
 
 def cuda_overhead_bytes(cc_major: int | None) -> int:
-    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None: unknown)."""
+    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None:
+    unknown)."""
     hopper = cc_major is not None and cc_major >= 9
     return CUDA_CONTEXT_BYTES + (
         CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES

@@ -1,4 +1,5 @@
-"""Host memory bandwidth and matrix throughput, measured once and cached (an edge: numpy, threads, files).
+"""Host memory bandwidth and matrix throughput, measured once and cached (an edge: numpy, threads,
+files).
 
 Generation on the CPU is memory-bound, so the speed model needs the host's bandwidth; assuming one
 (DDR5 dual channel: 60 GB/s) is wrong by 2-10x between a laptop and a server. The probe reads a
@@ -97,9 +98,10 @@ def machine_key() -> str:
 def measure_bandwidth(n_threads: int | None = None) -> float:
     """Bytes/s read by n_threads (default: every CPU) reducing PROBE_BYTES, best of ROUNDS.
 
-    Only numpy's own loops, one part per thread (an integer max-reduction releases the GIL and runs on
-    the calling thread). Not a BLAS dot product: BLAS runs it on its own thread pool, so a "1 thread"
-    figure read every core's bandwidth (on a 2-core VM 36 GB/s where one thread reads 23)."""
+    Only numpy's own loops, one part per thread (an integer max-reduction releases the GIL and runs
+    on the calling thread). Not a BLAS dot product: BLAS runs it on its own thread pool, so a "1
+    thread" figure read every core's bandwidth (on a 2-core VM 36 GB/s where one thread reads
+    23)."""
     import numpy as np
 
     n = max(1, n_threads or os.cpu_count() or 1)
@@ -161,8 +163,8 @@ def probe() -> dict[str, object]:
 
 
 def measure_kernels() -> dict[str, list[float]]:
-    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a child process (a ggml
-    abort or hang costs only the kernel figures); empty when it fails."""
+    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a
+    child process (a ggml abort or hang costs only the kernel figures); empty when it fails."""
     import subprocess
     import sys
 
@@ -189,7 +191,8 @@ def measure_kernels() -> dict[str, list[float]]:
 
 
 def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
-    """host_rates will run the probe (seconds of work): neither the environment nor the cache has the rates."""
+    """host_rates will run the probe (seconds of work): neither the environment nor the cache has
+    the rates."""
     if _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH") and _env_rate(env, "LLAMAFIT_HOST_FLOPS"):
         return False
     record = _read(cache / "host-probe.json")
@@ -197,8 +200,8 @@ def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
 
 
 def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
-    """Memory bandwidth (per thread count) and float32 throughput of this host: from the environment,
-    the cache, or the probe."""
+    """Memory bandwidth (per thread count) and float32 throughput of this host: from the
+    environment, the cache, or the probe."""
     bw, flops = _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH"), _env_rate(env, "LLAMAFIT_HOST_FLOPS")
     if bw and flops:
         return HostRates(bw, flops)
@@ -223,8 +226,8 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
             import sys
 
             sys.stderr.write(
-                f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are kept "
-                f"in {fallback.parent}\n"
+                f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are "
+                f"kept in {fallback.parent}\n"
             )  # once: later runs read them there
     source = f"measured by the host probe ({record.get('time', '?')})"
     curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
@@ -310,8 +313,8 @@ def _unwritable(cache: Path) -> bool:
 
 
 def _fallback() -> Path | None:
-    """Where the probe's figures go when the cache cannot be written: a private directory of this user
-    under the system's temporary directory (POSIX only)."""
+    """Where the probe's figures go when the cache cannot be written: a private directory of this
+    user under the system's temporary directory (POSIX only)."""
     import tempfile
 
     getuid = getattr(os, "getuid", None)
@@ -323,8 +326,9 @@ def _fallback() -> Path | None:
 
 
 def _write(path: Path, record: dict[str, object], owned: bool = False) -> str | None:
-    """Best effort, through safe_io (0700 directory, atomic replace, no link followed): why it could not
-    be written, or None. `owned`: the directory must also be this user's alone (a shared /tmp)."""
+    """Best effort, through safe_io (0700 directory, atomic replace, no link followed): why it could
+    not be written, or None. `owned`: the directory must also be this user's alone (a shared
+    /tmp)."""
     import stat
 
     from ..safe_io import private_dir, write_atomic

@@ -65,8 +65,8 @@ def _num(row: dict[str, Any], key: str) -> float:
 
 
 def is_memory_record(record: dict[str, Any]) -> bool:
-    """A record of predicted vs reported buffers (no "kind"); the speed records ("verify", "serve") and
-    failed runs ("failed") are not."""
+    """A record of predicted vs reported buffers (no "kind"); the speed records ("verify", "serve")
+    and failed runs ("failed") are not."""
     return record.get("kind") is None
 
 

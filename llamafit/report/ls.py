@@ -96,8 +96,8 @@ def rate(tps: float) -> str:
 
 
 def _speed(row: Row) -> str:
-    """Generation tokens/s, full context to empty ("21-41"); the empty context's alone ("~1.9k") where the
-    range does not fit; "-" without an estimate (a GPU given by size has no bandwidth)."""
+    """Generation tokens/s, full context to empty ("21-41"); the empty context's alone ("~1.9k")
+    where the range does not fit; "-" without an estimate (a GPU given by size has no bandwidth)."""
     tps = row.fit.generation_tps
     if not tps or row.fit.verdict not in ("fits", "offload"):
         return "-"
@@ -178,7 +178,8 @@ _LEGEND_SPEED = [
 
 
 def footer_lines(listing: Listing, home: str = "", *, gpus: bool = True) -> list[str]:
-    """The notes and the legend; `gpus`: whether the machine has GPUs (the legend is worded by it)."""
+    """The notes and the legend; `gpus`: whether the machine has GPUs (the legend is worded by
+    it)."""
     lines = (
         []
         if listing.rows

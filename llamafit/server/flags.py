@@ -270,7 +270,8 @@ _ARITY = {
 
 def arity(flag: str) -> int | None:
     """How many values llama-server's `flag` takes (common/arg.cpp, as flag_table.py lists it); None
-    for a flag it does not have. The spelling as given: `--long_name` is canonicalised by the caller."""
+    for a flag it does not have. The spelling as given: `--long_name` is canonicalised by the
+    caller."""
     return _ARITY.get(flag)
 
 
@@ -286,8 +287,8 @@ def flag_groups(
 ) -> Iterator[tuple[str, tuple[str, ...]]]:
     """Each flag of `tokens` with the values it takes, left to right: a value is the next token
     whatever it starts with (common/arg.cpp). `arity_of(flag, rest)` says how many (default: llama-
-    server's arity, none for an unknown flag). A flag whose values are missing raises InputError when
-    `strict`, else comes with the values there are."""
+    server's arity, none for an unknown flag). A flag whose values are missing raises InputError
+    when `strict`, else comes with the values there are."""
     i = 0
     while i < len(tokens):
         end = i + 1 + arity_of(tokens[i], tokens[i + 1 :])
@@ -459,7 +460,8 @@ def _closest_flag(flag: str) -> str | None:
 
 
 def refused_message(unknown: Sequence[str]) -> str:
-    """Why llama-server would not start with these flags (ParsedServerArgs.unknown), with the fix."""
+    """Why llama-server would not start with these flags (ParsedServerArgs.unknown), with the
+    fix."""
     token = next((t for t in unknown if t.startswith("-")), unknown[0])
     flag, eq, value = token.partition("=")
     if eq and flag in _ARITY:

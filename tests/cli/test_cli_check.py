@@ -90,7 +90,8 @@ def test_cpu_only() -> None:
     [
         (
             [DENSE, "--gpu", "lots"],
-            f"Error: unknown GPU 'lots'; known: {', '.join(e.key for e in CATALOG)} (or give a size such as 24GiB)",
+            f"Error: unknown GPU 'lots'; known: {', '.join(e.key for e in CATALOG)} (or give "
+            "a size such as 24GiB)",
         ),
         (
             [DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off"],
@@ -98,7 +99,8 @@ def test_cpu_only() -> None:
         ),
         (
             [DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"],
-            "Error: -ctk expects one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, got 'q3_k'",
+            "Error: -ctk expects one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, "
+            "got 'q3_k'",
         ),
         (
             [str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"],

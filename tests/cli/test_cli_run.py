@@ -110,7 +110,8 @@ def test_json_needs_dry_run(tmp_path: Path) -> None:
 def test_run_solves_the_plan_once(
     mode: list[str], tmp_path: Path, fixed_host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """--dry-run, and a launch (the stand-in server exits at once, so there is no out-of-memory retry)."""
+    """--dry-run, and a launch (the stand-in server exits at once, so there is no out-of-memory
+    retry)."""
     from llamafit.fit import explain
 
     calls: list[int] = []

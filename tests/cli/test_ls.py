@@ -360,7 +360,8 @@ def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
 
 
 def hostile_store(d: Path) -> Path:
-    """A store whose file names and model text carry terminal escapes, newlines and bell characters."""
+    """A store whose file names and model text carry terminal escapes, newlines and bell
+    characters."""
     patch = script("gguf_patch").patch
 
     d.mkdir(parents=True)

@@ -1,5 +1,5 @@
-"""`plan --html FILE` (issue #25): one self-contained page whose numbers read back as plan --json's, and
-that headless chromium renders to a picture that is not blank."""
+"""`plan --html FILE` (issue #25): one self-contained page whose numbers read back as plan --json's,
+and that headless chromium renders to a picture that is not blank."""
 
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ def layers(flags: tuple[bool, ...]) -> list[int]:
     return [il for il, f in enumerate(flags) if f]
 
 
-# file: (arch, n_layer_all, n_layer_nextn, n_embd, n_vocab, n_ctx_train, n_head, n_head_kv, head k/v, n_ff,
+# file: (arch, n_layer_all, n_layer_nextn, n_embd, n_vocab, n_ctx_train, n_head, n_head_kv, head
+# k/v, n_ff,
 #        SWA layers, n_swa, recurrent layers, KV layers, tied, n_tensors, weight bytes, file_type)
 FIXTURE_FACTS = {
     "dense-llama.gguf": (

@@ -427,8 +427,8 @@ def test_http_errors_are_one_line(path: str, words: list[str], plain: tuple[str,
 
 
 def test_timeout_is_one_line(plain: tuple[str, Site]) -> None:
-    """The server holds the answer until the client has given up: only the client's timeout can end the
-    read (no wall-clock bound, which a busy machine breaks)."""
+    """The server holds the answer until the client has given up: only the client's timeout can end
+    the read (no wall-clock bound, which a busy machine breaks)."""
     url, site = plain
     try:
         with pytest.raises(RemoteUnreachable) as e:
@@ -467,7 +467,8 @@ def test_progress_reports_bytes_so_far(plain: tuple[str, Site], demo_path: Path)
     assert seen and seen == sorted(seen) and seen[-1] == src.bytes_transferred
 
 
-# --- memory over repeated reads (issue #16: RSS grew over repeated 64 MiB hostile reads) ---------------
+# --- memory over repeated reads (issue #16: RSS grew over repeated 64 MiB hostile reads)
+# ---------------
 
 
 @pytest.mark.parametrize(
@@ -561,7 +562,8 @@ def test_a_remote_read_is_not_copied_after_it_arrives(offset: int, n: int) -> No
     assert (len(data), peak < 1.5 * n) == (n, True)
 
 
-# --- Hugging Face ------------------------------------------------------------------------------------
+# --- Hugging Face
+# ------------------------------------------------------------------------------------
 
 
 def test_hf_repo_default_tag_reads_gemma(hub: Hub, demo_path: Path) -> None:
@@ -658,7 +660,8 @@ def test_hf_gated_repo_needs_the_token_and_it_stays_on_the_hub(hub: Hub) -> None
 
 
 def test_hf_resolve_url_token_and_cache(hub: Hub) -> None:
-    """A plain resolve URL on the Hub gets the token; its HEAD stops at the Hub's 302 (X-Linked-Etag)."""
+    """A plain resolve URL on the Hub gets the token; its HEAD stops at the Hub's 302
+    (X-Linked-Etag)."""
     url = f"{hub.url}/acme/gated-GGUF/resolve/main/gated-Q4_K_M.gguf"
     env = {**hub.env, "HF_TOKEN": TOKEN}
     first = open_model(url, env)
@@ -675,7 +678,8 @@ def test_hf_unreachable_hub_without_cache() -> None:
     assert "not cached" in one_line_error(e)
 
 
-# --- pure parts ----------------------------------------------------------------------------------------
+# --- pure parts
+# ----------------------------------------------------------------------------------------
 
 
 def test_find_best_model_follows_llama_cpp() -> None:

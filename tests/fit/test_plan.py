@@ -1,4 +1,5 @@
-"""The honest verdict: the smallest catalog GPU, the speed cost of CPU layers, bytes read per token."""
+"""The honest verdict: the smallest catalog GPU, the speed cost of CPU layers, bytes read per
+token."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def inputs(gpu_bw: int | None, host_bw: int = 60 * GB_S) -> SpeedInputs:
 
 def test_speed_estimate_is_bytes_over_bandwidth() -> None:
     """Time per token = Σ (weights + KV in use) / bandwidth per device, from an empty context (one
-    256-cell block on a GPU; one cell on the CPU, whose flash attention skips masked cells) to a full
-    slot; weights cross-checked against memory.py's own per-device sum."""
+    256-cell block on a GPU; one cell on the CPU, whose flash attention skips masked cells) to a
+    full slot; weights cross-checked against memory.py's own per-device sum."""
     t = target(QWEN, "16GiB")
     choice = solve(t, LaunchConfig(), Policy())
     lmap, facts = choice.breakdown.layer_devices, t.model.facts
@@ -104,8 +105,8 @@ def test_verdicts() -> None:
     now, then = partial.speed.generation_tps[0], option.generation_tps[0]
     assert then < now
     assert (
-        f"; -ngl {option.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now:.1f} to ~{then:.1f} "
-        "tokens/s"
+        f"; -ngl {option.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now:.1f} to "
+        f"~{then:.1f} tokens/s"
     ) in verdict_text(partial.verdict)
     none = plan(
         target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192)
@@ -117,9 +118,9 @@ def test_verdicts() -> None:
         8192,
     )
     assert verdict_text(none.verdict) == (
-        "does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 as pinned and the "
-        "smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 KV and every layer is NVIDIA GeForce "
-        "RTX 3090 Ti (24 GiB)"
+        "does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 "
+        "as pinned and the smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 "
+        "KV and every layer is NVIDIA GeForce RTX 3090 Ti (24 GiB)"
     )
 
 

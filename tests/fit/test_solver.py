@@ -33,9 +33,10 @@ def summary(choice) -> tuple:
 
 def test_qwen_32b_on_24gib_by_hand() -> None:
     """Qwen2.5-32B Q4_K_M on a 24 GiB card: 18,508 MiB of weights on the GPU (all but token_embd,
-    CUDA-padded), 1,024 MiB reserve, ~234 MiB compute. f16 KV costs 256 KiB per token, so f16 reaches
-    only (24,576 - 1,024 - 18,508 - 234) MiB / 0.25 MiB ≈ 19,240 → 19,200 tokens; q8_0 (136 KiB per
-    token, 4,352 MiB for 32,768 tokens) reaches the trained 32,768 — the most precise KV that does."""
+    CUDA-padded), 1,024 MiB reserve, ~234 MiB compute. f16 KV costs 256 KiB per token, so f16
+    reaches only (24,576 - 1,024 - 18,508 - 234) MiB / 0.25 MiB ≈ 19,240 → 19,200 tokens; q8_0 (136
+    KiB per token, 4,352 MiB for 32,768 tokens) reaches the trained 32,768 — the most precise KV
+    that does."""
     t = target(QWEN, "24GiB")
     choice = solve(t, LaunchConfig(), Policy())
     assert summary(choice) == (32768, 65, 0, "on", "q8_0", "q8_0", 512)
@@ -87,9 +88,10 @@ def test_moe_experts_go_to_the_cpu_before_layers() -> None:
         FIXTURES / "moe-qwen3.gguf", "1026200K", reserve=1000 * MIB
     )  # a few MiB for the model
     choice = solve(t, LaunchConfig(), Policy(ctx=2048))
-    # every block's experts on the CPU first (each host expert tensor is copied into the GPU's compute buffer
-    # for its op: op offload, MemoryModel._op_offload, so moving experts frees less than their size), then
-    # block 0 (which also takes the mixed input branch's split-input copies off the GPU)
+    # every block's experts on the CPU first (each host expert tensor is copied into the GPU's
+    # compute buffer for its op: op offload, MemoryModel._op_offload, so moving experts frees less
+    # than their size), then block 0 (which also takes the mixed input branch's split-input copies
+    # off the GPU)
     assert summary(choice) == (2048, 4, 4, "on", "q4_0", "q4_0", 128)
     assert not t.fits(
         replace(choice.cfg, n_gpu_layers=5)
@@ -170,13 +172,13 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
     )  # op offload: room for one host weight
 
 
-# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and rules out
-# combos by a bound rather than searching each (issue #26) ----
+# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and
+# rules out combos by a bound rather than searching each (issue #26) ----
 
 
 def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: int):  # type: ignore[no-untyped-def]
-    """The pick by searching every combo (the rule _best_combo must keep): the first combo reaching the
-    best context (quality: the first reaching any)."""
+    """The pick by searching every combo (the rule _best_combo must keep): the first combo reaching
+    the best context (quality: the first reaching any)."""
     from llamafit.fit.search import max_context
     from llamafit.fit.solver import combos
 

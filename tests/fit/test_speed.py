@@ -1,4 +1,5 @@
-"""The speed model's pure parts: the CPU's arithmetic bound, calibration from verified runs, the probe's cache."""
+"""The speed model's pure parts: the CPU's arithmetic bound, calibration from verified runs, the
+probe's cache."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ LMAP = layer_map(MODEL.facts.n_layer_all, 0, ())
 def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention(
     flash_attn: str, empty_cells: int
 ) -> None:
-    """The CPU's flash attention skips masked cells: an empty context attends over 1 cell, not a 256-cell block."""
+    """The CPU's flash attention skips masked cells: an empty context attends over 1 cell, not a
+    256-cell block."""
     rc = resolve(
         LaunchConfig(n_ctx=4096, flash_attn=flash_attn), MODEL.facts, engine="llama-server"
     )
@@ -62,7 +64,8 @@ def record(
     backend: object = "cpu",
     kind: str = "serve",
 ) -> dict[str, object]:
-    """A served run with enough evidence on an idle machine (speed_calibration.py's rules: test_hostile_campaign.py)."""
+    """A served run with enough evidence on an idle machine (speed_calibration.py's rules:
+    test_hostile_campaign.py)."""
     return {
         "kind": kind,
         "speed": {
@@ -118,8 +121,8 @@ def test_calibration_scales_the_slowest_backend_by_measured_over_estimated(
     )
     assert (
         out.calibrated
-        == f"cpu generation speed x {scale:.2f}, measured by {runs} run(s) of llama on this machine "
-        f"({8 * runs:,} requests, {1024 * runs:,} tokens; llamafit calibration show)"
+        == f"cpu generation speed x {scale:.2f}, measured by {runs} run(s) of llama on this "
+        f"machine ({8 * runs:,} requests, {1024 * runs:,} tokens; llamafit calibration show)"
     )
 
 
@@ -200,8 +203,9 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
 
 @pytest.mark.slow  # measures this machine
 def test_one_thread_bandwidth_runs_on_one_thread() -> None:
-    """The probe's 1-thread figure is one thread reading: the process's CPU time stays at its wall time
-    (a BLAS dot product ran on every core, so "1 thread" read the whole machine's bandwidth)."""
+    """The probe's 1-thread figure is one thread reading: the process's CPU time stays at its wall
+    time (a BLAS dot product ran on every core, so "1 thread" read the whole machine's
+    bandwidth)."""
     import os
     import time
 
@@ -356,11 +360,11 @@ def test_llama_threads_counts_physical_cores(
 
 
 def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
-    """With llama.cpp's kernel rates, each weight type's FLOPs go at its own rate x the threads, and the
-    weights' streaming time overlaps them (the longer counts); attention goes at the flash attention
-    kernel's rate x the threads x its share, overlapping the cache's reads (the longer counts); a prompt
-    leaves out the output matrix (logits for its last token only); a type without a rate falls back to
-    the BLAS rate x the efficiency."""
+    """With llama.cpp's kernel rates, each weight type's FLOPs go at its own rate x the threads, and
+    the weights' streaming time overlaps them (the longer counts); attention goes at the flash
+    attention kernel's rate x the threads x its share, overlapping the cache's reads (the longer
+    counts); a prompt leaves out the output matrix (logits for its last token only); a type without
+    a rate falls back to the BLAS rate x the efficiency."""
     facts = MODEL.facts
     types = {t.name: t.ggml_type for t in facts.tensors}
     flops: dict[int, int] = {}
@@ -437,12 +441,14 @@ def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
 
 
 _T0 = [
-    "0.12.582.979 I slot print_timing: id  0 | task 0 | prompt eval time =     859.18 ms /     5 tokens (  171.84 ms "
-    "per token,     5.82 tokens per second)",
-    "0.12.582.993 I slot print_timing: id  0 | task 0 |        eval time =    6396.08 ms /    24 tokens (  278.09 ms "
-    "per token,     3.60 tokens per second)",
-    "0.12.582.994 I slot print_timing: id  0 | task 0 |       total time =    7255.26 ms /    29 tokens",
-    "0.12.583.054 I slot      release: id  0 | task 0 | stop processing: n_tokens = 28, truncated = 0",
+    "0.12.582.979 I slot print_timing: id  0 | task 0 | prompt eval time =     859.18 ms /     5 "
+    "tokens (  171.84 ms per token,     5.82 tokens per second)",
+    "0.12.582.993 I slot print_timing: id  0 | task 0 |        eval time =    6396.08 ms /    24 "
+    "tokens (  278.09 ms per token,     3.60 tokens per second)",
+    "0.12.582.994 I slot print_timing: id  0 | task 0 |       total time =    7255.26 ms /    "
+    "29 tokens",
+    "0.12.583.054 I slot      release: id  0 | task 0 | stop processing: n_tokens = 28, "
+    "truncated = 0",
 ]
 _T26 = [x.replace("task 0 |", "task 26 |") for x in _T0]
 

@@ -29,7 +29,8 @@ class FakeNvmlError(Exception):
 
 
 class FakeNvml:
-    """The part of pynvml gpu_processes calls: per physical index, compute and graphics processes."""
+    """The part of pynvml gpu_processes calls: per physical index, compute and graphics
+    processes."""
 
     NVMLError = FakeNvmlError
 
@@ -94,7 +95,8 @@ GPUS = (
 @pytest.mark.parametrize(
     ("nvml", "expected"),
     [
-        # one process in both lists counts once (its larger figure); this process is left out; NVML's name is a path
+        # one process in both lists counts once (its larger figure); this process is left out;
+        # NVML's name is a path
         (
             FakeNvml(
                 {1: [(100, 900 * MIB), (42, 5000 * MIB)], 0: [(200, 300 * MIB)]},
@@ -203,8 +205,9 @@ def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> 
         ],
         "tokens": tokens,
         "text": (
-            f"CUDA0: other processes use 2,310 MiB (python3 1,500, firefox 700, Xorg 60, …); closing them would "
-            f"give about {tokens:,} more tokens per slot; --use total plans for the idle card"
+            "CUDA0: other processes use 2,310 MiB (python3 1,500, firefox 700, Xorg 60, …); "
+            f"closing them would give about {tokens:,} more tokens per slot; --use total plans "
+            "for the idle card"
         ),
     }
     assert report.text.splitlines()[-3:] == [

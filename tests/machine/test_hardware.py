@@ -143,7 +143,10 @@ def _cuda(i: int, rec: RecordedGPU, physical: int, bandwidth: int | None) -> GPU
 
 BW_4090 = 48 * 10501 * 10**6 * 2  # 384-bit × 10501 MHz × 2 = 1008.096 GB/s
 BW_3060 = 24 * 7501 * 10**6 * 2  # 360.048 GB/s
-ORDER_NOTE = "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in PCI order"
+ORDER_NOTE = (
+    "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in "
+    "PCI order"
+)
 
 
 @pytest.mark.parametrize(
@@ -594,8 +597,10 @@ def test_gpus_json() -> None:
         (
             REPORT_HW,
             "1 GPU (source: nvml, driver 550.54.15):\n"
-            "  device  name                     total     free      used     bandwidth  index  pci bus id        uuid\n"
-            "  CUDA1   NVIDIA GeForce RTX 3060  12.0 GiB  11.7 GiB  0.3 GiB  360 GB/s   GPU 1  00000000:02:00.0"
+            "  device  name                     total     free      used     bandwidth  index  "
+            "pci bus id        uuid\n"
+            "  CUDA1   NVIDIA GeForce RTX 3060  12.0 GiB  11.7 GiB  0.3 GiB  360 GB/s   GPU 1  "
+            "00000000:02:00.0"
             "  GPU-bbbb1111-2222-3333-4444-555566667777\n"
             "Host RAM: 64.0 GiB total, 48.0 GiB available\n"
             "note: sysfs: not tried",

@@ -1,5 +1,5 @@
-"""RPC for real: two ggml-rpc-server workers on loopback, llamafit's per-device prediction against the
-RPC0[…] buffer lines llama-server prints, and the workers' memory asked with --list-devices."""
+"""RPC for real: two ggml-rpc-server workers on loopback, llamafit's per-device prediction against
+the RPC0[…] buffer lines llama-server prints, and the workers' memory asked with --list-devices."""
 
 from __future__ import annotations
 

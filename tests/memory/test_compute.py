@@ -77,16 +77,18 @@ def settings_of(f: ModelFacts, row: dict) -> ComputeSettings:
         n_seq_max=s["n_seq_max"],
         type_k=s["type_k"],
         type_v=s["type_v"],
-        mixed_input=False,  # the table is llama.cpp 0c1e570 (b9512), before the mixed input branch (b11400)
+        # the table is llama.cpp 0c1e570 (b9512), before the mixed input branch (b11400)
+        mixed_input=False,
     )
 
 
 def row_id(i: int, row: dict) -> str:
     s = row["settings"]
     return (
-        f"{i:03d}-{row['engine']}-{Path(row['model']).name.removesuffix('.gguf')}-c{s['n_ctx']}-ub{s['n_ubatch']}"
-        f"-fa{int(s['flash_attn'])}-np{s['n_seq_max']}{'u' if s['kv_unified'] else ''}-out{s['n_outputs_max']}"
-        f"-{s['type_k']}.{s['type_v']}{'-swafull' if s['swa_full'] else ''}"
+        f"{i:03d}-{row['engine']}-{Path(row['model']).name.removesuffix('.gguf')}-c{s['n_ctx']}-ub"
+        f"{s['n_ubatch']}-fa{int(s['flash_attn'])}-np{s['n_seq_max']}"
+        f"{'u' if s['kv_unified'] else ''}-out{s['n_outputs_max']}-{s['type_k']}.{s['type_v']}"
+        f"{'-swafull' if s['swa_full'] else ''}"
     )
 
 
@@ -175,7 +177,8 @@ def test_cuda_device_and_host_split() -> None:
     at_fa = 2 * e + 4 * 128 * t + 4 * 128 * t + fa_f16_extra(f, s, 0)
     assert est.peak == "attention"
     # the GPU holds no token ids and no never-read inp_embd (input leafs stay on the CPU backend)
-    # ... and, running block 0, the copies of the mixed branch's inp_mixed_embd, token lookup and slots
+    # ... and, running block 0, the copies of the mixed branch's inp_mixed_embd, token lookup and
+    # slots
     assert (
         est.device
         == sum(inputs.values()) - inputs["inp_tokens"] - inputs["inp_embd"] + at_fa + 2 * e + 8 * t
@@ -185,7 +188,8 @@ def test_cuda_device_and_host_split() -> None:
         == est.device - 2 * e - 8 * t
     )
     # host: every graph input plus the embedding rows (token_embd stays on the CPU), and the mixed
-    # token/embedding branch (PR #29622): its I32 tokens, I64 slots, n_embd x T input and second lookup
+    # token/embedding branch (PR #29622): its I32 tokens, I64 slots, n_embd x T input and second
+    # lookup
     assert est.host == sum(inputs.values()) + e + (4 * t + 8 * t + 2 * e)
     assert est.host_inputs == est.host - 2 * e
     old_build = dataclasses.replace(s, mixed_input=False)
@@ -226,11 +230,13 @@ def test_compute_for_devices_follows_the_layer_map() -> None:
     )
     gpu = predict_compute(f, dataclasses.replace(s, backend="cuda", holds_input=True))
     assert full == {0: gpu.device, CPU: gpu.host}
-    # the GPU running block 0 takes the mixed branch's copies: inp_mixed_embd, its token lookup, the slots
+    # the GPU running block 0 takes the mixed branch's copies: inp_mixed_embd, its token lookup, the
+    # slots
     t, e = 512, 4 * f.n_embd * 512
     not_first = dataclasses.replace(s, backend="cuda", holds_input=False)
     assert gpu.device - predict_compute(f, not_first).device == 2 * e + 8 * t
-    # on the CPU running block 0, the mixed branch's DUP stays (the SET_ROWS view of it is never read)
+    # on the CPU running block 0, the mixed branch's DUP stays (the SET_ROWS view of it is never
+    # read)
     cpu_first = (
         predict_compute(f, s).device
         - predict_compute(f, dataclasses.replace(s, holds_input=False)).device
@@ -336,14 +342,16 @@ def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
         holds_input=True,
     )
     e, mixed = 4 * f.n_embd * 512, 2 * 4 * f.n_embd * 512 + 8 * 512
-    # every split input x 4 (kept: input + output flags), the hidden state's copy no longer reused by the
-    # residual (one n_embd row), and on the GPU running block 0 the mixed copies x 4 plus its DUP's row
+    # every split input x 4 (kept: input + output flags), the hidden state's copy no longer reused
+    # by the residual (one n_embd row), and on the GPU running block 0 the mixed copies x 4 plus its
+    # DUP's row
     assert pp[0] - no_pp[0] == 3 * _split_inputs(f, s) + e + 3 * mixed + e
     s1 = dataclasses.replace(s, layers=(3, 4), holds_output=True, holds_input=False)
     assert pp[1] - no_pp[1] == 3 * _split_inputs(f, s1) + e
 
 
-# ---- Hadamard rotation inputs of a quantized KV cache (PR #21038, llama_kv_cache ctor) ----------------
+# ---- Hadamard rotation inputs of a quantized KV cache (PR #21038, llama_kv_cache ctor)
+# ----------------
 def _heads(name: str, k: int, v: int) -> ModelFacts:
     f = _facts(str(FIXTURES / name))
     return dataclasses.replace(
@@ -431,9 +439,10 @@ def test_mla_cache_rotates_keys_only() -> None:
 
 
 def test_mla_q_lora_hole_makes_flash_attention_rows_exact() -> None:
-    """deepseek2 with a low-rank Q: the freed q_a rows [q_lora_rank, n_tokens] F32 stay a hole below the FFN
-    (src/models/deepseek2.cpp). With flash attention the FFN sets the peak, and every such row of the table
-    is then exact to its printed 0.0001 MiB (they were q_lora_rank x n_tokens x 4 bytes under)."""
+    """deepseek2 with a low-rank Q: the freed q_a rows [q_lora_rank, n_tokens] F32 stay a hole below
+    the FFN (src/models/deepseek2.cpp). With flash attention the FFN sets the peak, and every such
+    row of the table is then exact to its printed 0.0001 MiB (they were q_lora_rank x n_tokens x 4
+    bytes under)."""
     rows = [r for r in ROWS if "mla" in r["model"] and r["settings"]["flash_attn"]]
     assert len(rows) >= 8
     f = model_facts(rows[0]["model"])
@@ -445,7 +454,8 @@ def test_mla_q_lora_hole_makes_flash_attention_rows_exact() -> None:
         )
 
 
-# ---- a KQ product over the device's tensor limit runs on the host (ggml_backend_vk_device_supports_op) ----
+# ---- a KQ product over the device's tensor limit runs on the host
+# (ggml_backend_vk_device_supports_op) ----
 KQ_BYTES = 4 * 4096 * 512 * 4  # n_kv x n_tokens x n_head F32
 
 
@@ -471,7 +481,8 @@ def test_kq_over_the_tensor_limit_moves_attention_to_the_host(
     t, kq = 512, 4 * 4096 * 512 * 4
     moved = dataclasses.replace(s, kq_on_device=False)
     assert got[0] == predict_compute(f, moved).device < predict_compute(f, s).device - kq + 1
-    # the host runs that attention (2 n_embd rows, Q twice, KQ) and holds copies of one layer's K and V views
+    # the host runs that attention (2 n_embd rows, Q twice, KQ) and holds copies of one layer's K
+    # and V views
     attention = 2 * 4 * 64 * t + 2 * 4 * 4 * 16 * t + kq
     views = (2 * 16 * 2 + 2 * 16 * 2) * 4096
     assert got[CPU] == predict_compute(f, moved).host + attention + views

@@ -26,7 +26,8 @@ def fields(rc, *names):
 @pytest.mark.parametrize(
     ("cfg", "engine", "build", "expected"),
     [
-        # (n_ctx, n_ctx_seq, n_seq_max, n_stream, kv_unified, n_batch, n_ubatch, n_outputs_max, n_swa_cells)
+        # (n_ctx, n_ctx_seq, n_seq_max, n_stream, kv_unified, n_batch, n_ubatch, n_outputs_max,
+        # n_swa_cells)
         (
             SERVER,
             "llama-server",

@@ -141,8 +141,9 @@ def test_draft_on_gpu_and_devd_none() -> None:
     ],
 )
 def test_side_models_against_real_llama_server(case_name: str) -> None:
-    """The draft/MTP context as exact as the main context: KV, output and weights to print precision,
-    draft compute equal to the main context's own prediction error (the model is the same code)."""
+    """The draft/MTP context as exact as the main context: KV, output and weights to print
+    precision, draft compute equal to the main context's own prediction error (the model is the same
+    code)."""
     from tests.support.server_probe import server_binary
     from tests.support.side_cases import CASES, run_case
 
@@ -163,11 +164,12 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
     if side == "draft":
         assert rows[("draft", "model")][0] == pytest.approx(rows[("draft", "model")][1], abs=0.011)
         d_pred, d_rep = rows[("draft", "compute")]
-        # the main context's own error on Gemma 3 270M (CPU, b11434): +0.74 MiB, the mixed branch's DUP
-        # (n_embd x 512 F32, 1.25 MiB) counted whole where part of it lands in a free hole
+        # the main context's own error on Gemma 3 270M (CPU, b11434): +0.74 MiB, the mixed branch's
+        # DUP (n_embd x 512 F32, 1.25 MiB) counted whole where part of it lands in a free hole
         assert d_rep == pytest.approx(d_pred - 0.74, abs=0.011)
-        # the main context reserves n_parallel x (1 + n_draft) outputs (4 to 32 here): its logits land above
-        # the FFN's base (compute._logits_on_top), and its error is the draft's (before that rule: 4 to 20 MiB under)
+        # the main context reserves n_parallel x (1 + n_draft) outputs (4 to 32 here): its logits
+        # land above the FFN's base (compute._logits_on_top), and its error is the draft's (before
+        # that rule: 4 to 20 MiB under)
         m_pred, m_rep = rows[("main", "compute")]
         assert m_rep == pytest.approx(m_pred - 0.74, abs=0.011)
     else:  # the NextN weights are loaded into the main model buffer
@@ -217,7 +219,8 @@ def test_projector_facts(small_projector: str) -> None:
         p.projection_dim,
     ) == ("gemma3", ("vision",), 224, 14, 4, 640)
     assert (p.n_layer, p.n_embd, p.n_ff, p.n_head, p.n_tensors) == (2, 64, 128, 4, 3 + 2 * 16 + 4)
-    # patch 64x3x14x14 f16 + bias, position 256x64 f16, per block 4x(64x64 f16 + 64 f32) + norms + FFN, post_ln, proj
+    # patch 64x3x14x14 f16 + bias, position 256x64 f16, per block 4x(64x64 f16 + 64 f32) + norms +
+    # FFN, post_ln, proj
     block = 4 * (64 * 64 * 2 + 64 * 4) + 4 * 64 * 4 + 128 * 64 * 2 + 128 * 4 + 64 * 128 * 2 + 64 * 4
     top = 64 * 3 * 14 * 14 * 2 + 64 * 4 + 256 * 64 * 2  # patch weight and bias, position embeddings
     assert p.weights_bytes == top + 2 * block + 2 * 64 * 4 + 64 * 640 * 2 + 64 * 4
@@ -320,7 +323,8 @@ def test_inspect_shows_a_projector(small_projector: str) -> None:
     assert result.output.splitlines()[:3] == [
         f"Projector  {small_projector} (gemma3, vision)",
         "Image      224 px, patch 14 px, merge 4: warmup 224 px = 16 tokens",
-        "Encoder    2 blocks, n_embd 64, n_ff 128, 4 heads; projection dim 640 (the text model's n_embd)",
+        "Encoder    2 blocks, n_embd 64, n_ff 128, 4 heads; projection dim 640 (the text "
+        "model's n_embd)",
     ]
 
 
@@ -392,8 +396,8 @@ def test_plan_says_what_a_side_model_costs_in_context() -> None:
     text = _invoke(*args, "--", "-md", model, "-ngl", "99", "-np", "1").stdout
     mib = f"{cost['bytes'] / 2**20:,.0f}"
     assert (
-        f"Side       the draft model ({mib} MiB) costs {cost['tokens']:,} tokens of context per slot"
-        in text
+        f"Side       the draft model ({mib} MiB) costs {cost['tokens']:,} tokens of context "
+        "per slot" in text
     )
 
 
@@ -611,11 +615,12 @@ def test_drop_side_models_only_when_asked(
 def test_projector_on_a_real_vulkan_device(
     vulkan0: Path, graph_optimize: bool, over: float
 ) -> None:
-    """The projector on the first GPU (lavapipe's Vulkan0): weights and encoder compute there, the input
-    image in a CPU buffer, as predicted. The flash-attention encoder's extra n_embd x n_pos F32 tensor
-    (1,152 x 4,096 x 4 B = 18 MiB) is ggml_vk_graph_optimize's: without it (GGML_VK_DISABLE_GRAPH_OPTIMIZE)
-    the buffer is the CPU rule's, as CUDA and Metal print (projector.REORDERING_BACKENDS); that variable
-    is not modelled, so the prediction is then 18 MiB over."""
+    """The projector on the first GPU (lavapipe's Vulkan0): weights and encoder compute there, the
+    input image in a CPU buffer, as predicted. The flash-attention encoder's extra n_embd x n_pos
+    F32 tensor (1,152 x 4,096 x 4 B = 18 MiB) is ggml_vk_graph_optimize's: without it
+    (GGML_VK_DISABLE_GRAPH_OPTIMIZE) the buffer is the CPU rule's, as CUDA and Metal print
+    (projector.REORDERING_BACKENDS); that variable is not modelled, so the prediction is then 18 MiB
+    over."""
     import os
 
     from llamafit.fetch.demo import demo_model_path
@@ -644,7 +649,8 @@ def test_projector_on_a_real_vulkan_device(
 
 @functools.cache
 def _sha256(path: Path) -> str:
-    """A blob's name (the demo model and the projector are hundreds of MB: hashed once per session)."""
+    """A blob's name (the demo model and the projector are hundreds of MB: hashed once per
+    session)."""
     import hashlib
 
     digest = hashlib.sha256()
@@ -655,8 +661,8 @@ def _sha256(path: Path) -> str:
 
 
 def _ollama_store(root: Path, model: Path, projector: Path | None) -> str:
-    """An Ollama store (schema v2 manifest, sha256 blobs) holding `model` as library/vis:270m, with a
-    projector layer when given; the blobs are links to the files (the real 270M is 250 MB)."""
+    """An Ollama store (schema v2 manifest, sha256 blobs) holding `model` as library/vis:270m, with
+    a projector layer when given; the blobs are links to the files (the real 270M is 250 MB)."""
     import json
 
     layers = []
@@ -822,7 +828,8 @@ def test_a_draft_of_the_same_file_shares_mapped_weights(
     [side] = d["side_models"]
     main_host = d["devices"][-1]["weights_bytes"]
     assert side["details"]["shared_weights_bytes"] == (main_host if shared == "main" else shared)
-    # every case keeps all the draft's weights on the host (-ngld 0, or no GPU): what it still counts there
+    # every case keeps all the draft's weights on the host (-ngld 0, or no GPU): what it still
+    # counts there
     whole = _check_json(str(model), "--gpu", "cpu", "--", "-np", "1", "-c", "1024")["devices"][-1][
         "weights_bytes"
     ]

@@ -25,7 +25,8 @@ DENSE = str(FIXTURES / "dense-llama.gguf")
 
 
 def assert_checks_within_bounds(lines: list[str]) -> None:
-    """The printed predicted-vs-reported rows: KV and output exact to print precision, compute within 5 %."""
+    """The printed predicted-vs-reported rows: KV and output exact to print precision, compute
+    within 5 %."""
     checks = [x.split() for x in lines if x.startswith(" " * 11) and x.split()[0] == "CPU"]
     kinds = {c[1]: (float(c[2].replace(",", "")), float(c[3].replace(",", ""))) for c in checks}
     for kind in ("KV", "output"):  # an output buffer under 0.005 MiB is not printed
@@ -110,8 +111,8 @@ def test_a_gpu_plan_on_a_cpu_only_server_warns_records_nothing_and_dies_with_lla
     )  # where the server put the weights, not the plan's CUDA0 (#23 item 6)
     warning = next(line for line in lines if line.startswith("Warning"))
     assert warning == (
-        "Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only build? "
-        "(not recorded for calibration)"
+        "Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only "
+        "build? (not recorded for calibration)"
     )
     assert not (tmp_path / "calibration.jsonl").exists()
 
@@ -253,8 +254,8 @@ def test_out_of_memory_is_retried_three_times_then_explained(
 
 def _slow_loading_server(tmp_path: Path) -> Path:
     """A llama-server stand-in for the one case a real build cannot be made to hit on demand: a load
-    that outlasts the stop request. Like llama-server's signal_handler (tools/server/server.cpp), the
-    first SIGINT/SIGTERM only sets a flag; a second one exits at once."""
+    that outlasts the stop request. Like llama-server's signal_handler (tools/server/server.cpp),
+    the first SIGINT/SIGTERM only sets a flag; a second one exits at once."""
     from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
@@ -263,8 +264,10 @@ def _slow_loading_server(tmp_path: Path) -> Path:
         + (
             "else:\n    import signal, time\n    seen = []\n"
             "    def handler(sig, frame):\n        if seen: sys.exit(1)\n        seen.append(sig)\n"
-            "    signal.signal(signal.SIGINT, handler)\n    signal.signal(signal.SIGTERM, handler)\n"
-            "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
+            "    signal.signal(signal.SIGINT, handler)\n    signal.signal(signal.SIGTERM, "
+            "handler)\n"
+            "    print('llama_model_loader: loaded meta data with 26 key-value pairs', "
+            "flush=True)\n"
             "    for _ in range(600):\n        time.sleep(0.1)\n"
         )
     )
@@ -362,7 +365,8 @@ def test_load_timeout_stops_a_server_that_never_gets_healthy(
     assert gone(pid)
 
 
-# ---- after Ready (issue #23): a server killed by a signal is named; a warm-up that times out has a way out ----
+# ---- after Ready (issue #23): a server killed by a signal is named; a warm-up that times out has a
+# way out ----
 
 
 @needs_demo
@@ -406,8 +410,9 @@ def test_a_server_killed_after_ready_is_named_and_recorded(
 
 
 def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_path: Path) -> None:
-    """A Vulkan build compiling its shaders in warm-up outlasts --load-timeout (a stand-in: the real one
-    takes minutes): the last phase is warming up, and the hint names `-- --no-warmup` and --load-timeout."""
+    """A Vulkan build compiling its shaders in warm-up outlasts --load-timeout (a stand-in: the real
+    one takes minutes): the last phase is warming up, and the hint names `-- --no-warmup` and
+    --load-timeout."""
     from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
@@ -415,8 +420,10 @@ def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_pat
         exe.read_text()
         + (
             "else:\n    import time\n"
-            "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
-            "    print('0.00.500.000 W common_init_from_params: warming up the model with an empty run - please wait '"
+            "    print('llama_model_loader: loaded meta data with 26 key-value pairs', "
+            "flush=True)\n"
+            "    print('0.00.500.000 W common_init_from_params: warming up the model with an "
+            "empty run - please wait '"
             "'... (--no-warmup to disable)', flush=True)\n"
             "    time.sleep(60)\n"
         )
@@ -456,7 +463,8 @@ def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_pat
 def test_the_first_run_on_a_machine_says_it_measures_it_once(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    """The host probe (seconds of silence otherwise, #23 item 5): said before it runs, and only the first time."""
+    """The host probe (seconds of silence otherwise, #23 item 5): said before it runs, and only the
+    first time."""
     from llamafit.report.run import HOST_PROBE_LINE
 
     for key in ("LLAMAFIT_HOST_BANDWIDTH", "LLAMAFIT_HOST_FLOPS"):

@@ -1,4 +1,5 @@
-"""llama-server's own flags and LLAMA_ARG_* variables (common/arg.cpp at 0c1e570) into a LaunchConfig."""
+"""llama-server's own flags and LLAMA_ARG_* variables (common/arg.cpp at 0c1e570) into a
+LaunchConfig."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`python -m llamafit run …` as a real process for the end-to-end tests: its stderr read line by line
-until a prefix appears, stopped by a signal; `gone` waits until a pid has exited."""
+"""`python -m llamafit run …` as a real process for the end-to-end tests: its stderr read line by
+line until a prefix appears, stopped by a signal; `gone` waits until a pid has exited."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """scripts/ as modules, for the tests that exercise a script's functions: `script("make_shapes")`
-imports scripts/make_shapes.py once per session. The scripts import each other by bare name, so their
-folder is appended to sys.path (after everything else: a script never shadows an installed module)
-when the first one is loaded. Test files name each script they use here, not on sys.path."""
+imports scripts/make_shapes.py once per session. The scripts import each other by bare name, so
+their folder is appended to sys.path (after everything else: a script never shadows an installed
+module) when the first one is loaded. Test files name each script they use here, not on sys.path."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Side-model cases shared by tests/memory/test_side_models.py and scripts/bench_side_models.py: a launch,
-llamafit's prediction for it and the real llama-server's reported buffers, side by side."""
+"""Side-model cases shared by tests/memory/test_side_models.py and scripts/bench_side_models.py: a
+launch, llamafit's prediction for it and the real llama-server's reported buffers, side by side."""
 
 from __future__ import annotations
 
@@ -148,7 +148,8 @@ def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
         "output": d.output_bytes / MIB,
     }
     u = b.side_models[0].devices[-1]
-    # the buffer llama-server prints maps the whole draft: the part shared with the target's mapping included
+    # the buffer llama-server prints maps the whole draft: the part shared with the target's mapping
+    # included
     shared = dict(b.side_models[0].details).get("shared_weights_bytes", 0)
     assert isinstance(shared, int)
     side = {
@@ -169,7 +170,8 @@ def reported(binary: str, case: Case) -> tuple[Part, Part]:
 
 
 def _model_mib(part: Part, *, mtp_weights: bool) -> float:
-    # CPU_REPACK holds repacked copies the header does not describe (the main prediction leaves them out too)
+    # CPU_REPACK holds repacked copies the header does not describe (the main prediction leaves them
+    # out too)
     return part.mib.get("model:CPU_Mapped", part.mib.get("model", 0.0)) if not mtp_weights else 0.0
 
 
