@@ -718,12 +718,9 @@ def gpus(as_json: bool) -> None:
     server = local_server(os.environ)  # the devices of the llama-server that would run (issue #28)
     binary = server.binary if server is not None else None
     seen = server_devices_for(binary.path)(os.environ, hw) if binary is not None else None
-    data = gpus_json(hw, seen, binary.path if binary else None, binary.identity if binary else None)
-    click.echo(
-        json.dumps(data, indent=2)
-        if as_json
-        else gpus_text(hw, seen, binary.path if binary else None)
-    )
+    path = binary.path if binary else None
+    data = gpus_json(hw, seen, path, binary.identity if binary else None)
+    click.echo(json.dumps(data, indent=2) if as_json else gpus_text(hw, seen, path))
 
 
 def main() -> None:

@@ -83,12 +83,10 @@ class Verdict:
     more_gpu_mib: float | None = None  # GPU memory the missing context would need
     mib_per_layer: float | None = None  # freed per block moved to the CPU
     blocks_to_cpu: int | None = None  # blocks to move for more_gpu_mib
-    generation_tps: tuple[float, float] | None = (
-        None  # the choice's speed: full, empty context (speed.py)
-    )
+    # the choice's speed: full, empty context (speed.py)
+    generation_tps: tuple[float, float] | None = None
     speed_options: tuple[SpeedOption, ...] = ()  # other offloads and their speed
-    smallest_gpu: str | None = (
-        None  # the catalog card that would hold ctx_wanted (or ctx_min, no fit)
-    )
+    # the catalog card that would hold ctx_wanted (or ctx_min, no fit)
+    smallest_gpu: str | None = None
     cause: str | None = None
     pinned_ngl: int | None = None

@@ -199,7 +199,9 @@ def dominated(row: Row) -> bool:
 
 def _fmt_side(row: Row, s: Side) -> str:
     within = row.within(s)
-    mark = "-" if within is None else ("yes" if within else "NO")
+    mark = "-"
+    if within is not None:
+        mark = "yes" if within else "NO"
     used = "-" if s.device_mib is None else f"{s.device_mib:7.1f}"
     ngl = s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "-"
     kv = s.args[s.args.index("-ctk") + 1] if "-ctk" in s.args else "f16"

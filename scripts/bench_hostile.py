@@ -35,9 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("long-vocab", "huge-vocab", "empty-vocab")
-BEFORE = (
-    "4aee539"  # the last commit before the fix (the reference cycle, the copies, the late refusal)
-)
+# the last commit before the fix (the reference cycle, the copies, the late refusal)
+BEFORE = "4aee539"
 
 
 def _rss_mb() -> float:

@@ -233,11 +233,7 @@ def side_accuracy() -> None:
         "(real llama-server, CPU)"
     )
     for (part, kind), (err, _pred, rep) in sorted(worst.items()):
-        n = sum(
-            1
-            for c in CASES
-            if ("mmproj" if c.projector else "mtp" if "draft-mtp" in c.flags else "draft") == part
-        )
+        n = sum(1 for c in CASES if c.side == part)
         rel = f"{abs(err) / rep:.1%}" if rep else "-"
         print(f"{part:<12}{kind:<9}{n:>6}{abs(err):>15.2f}{rel:>8}")
     print(

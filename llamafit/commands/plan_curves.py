@@ -22,9 +22,8 @@ from ..fit.speed import GENERATION_BAND, estimate_at, with_rates
 from ..memory.config import LaunchConfig
 from .prepare import Prepared
 
-POINTS = (
-    12  # -ngl values and fills per curve: enough for a curve, bounded work for a 100-layer model
-)
+# -ngl values and fills per curve: enough for a curve, bounded work for a 100-layer model
+POINTS = 12
 
 
 def _spread(n: int, points: int = POINTS) -> list[int]:

@@ -79,12 +79,10 @@ class Request:
     engine: str = "llama-server"
     build: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    auto_mmproj: bool = (
-        False  # plan, run, script: a projector next to the model is used (--no-mmproj: not)
-    )
-    llama_check: bool = (
-        False  # plan, check, run: llama.cpp's own dry run beside ours (--no-llama-check: not)
-    )
+    # plan, run, script: a projector next to the model is used (--no-mmproj: not)
+    auto_mmproj: bool = False
+    # plan, check, run: llama.cpp's own dry run beside ours (--no-llama-check: not)
+    llama_check: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,24 +132,19 @@ class Prepared:
     facts: ModelFacts
     target: Target
     hardware: Hardware
-    calibration: Correction | None = (
-        None  # the correction applied from the calibration file, if any
-    )
+    # the correction applied from the calibration file, if any
+    calibration: Correction | None = None
     speed: SpeedInputs | None = None  # the speed model's machine side (speed_inputs.machine_speed)
     calibration_issue: Notice | None = None  # damaged records skipped, or a file not read
-    server: ServerChoice | None = (
-        None  # the server that will run (run's choice, or the one found here)
-    )
-    server_identity: str | None = (
-        None  # its build identity when the plan is for its devices (calibration key)
-    )
+    # the server that will run (run's choice, or the one found here)
+    server: ServerChoice | None = None
+    # its build identity when the plan is for its devices (calibration key)
+    server_identity: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    llama_check: bool = (
-        False  # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
-    )
-    llama_adjusted: bool = (
-        False  # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
-    )
+    # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
+    llama_check: bool = False
+    # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
+    llama_adjusted: bool = False
 
 
 def _default_detect(env: Mapping[str, str]) -> Hardware:
@@ -345,7 +338,9 @@ def prepare(
     if server is None and detect_fn is None:
         server = local_server(env)
     binary = server.binary if server is not None else None
-    listing = server_devices_for(binary.path if binary else None) if detect_fn is None else None
+    listing = None
+    if detect_fn is None:
+        listing = server_devices_for(binary.path if binary else None)
     hw, devices = machine(
         request.machine,
         env,

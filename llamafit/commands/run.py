@@ -76,9 +76,8 @@ class RunOptions:
 
 
 LOAD_TIMEOUT_BASE_S = 120  # starting the process, backends, warm-up
-LOAD_TIMEOUT_PER_GIB_S = (
-    30  # reading weights at 35 MB/s: a slow disk or network share, with room to spare
-)
+# reading weights at 35 MB/s: a slow disk or network share, with room to spare
+LOAD_TIMEOUT_PER_GIB_S = 30
 
 
 def default_load_timeout(file_bytes: int) -> int:
@@ -496,9 +495,8 @@ def _ours(watcher: LogWatcher, child: Child, port: int, wait_s: float = 5.0) -> 
         return False
 
 
-PROPS_PROBES = (
-    16  # two llama-servers with --reuse-port share a port, each connection to either at random
-)
+# two llama-servers with --reuse-port share a port, each connection to either at random
+PROPS_PROBES = 16
 
 
 def _foreign_props(launch: Launch, headers: Mapping[str, str]) -> str | None:

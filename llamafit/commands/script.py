@@ -90,9 +90,8 @@ class ScriptOptions:
     host: str = "127.0.0.1"
     port: int = 8080
     name: str | None = None  # llama-swap / models.ini model name (default: the file name)
-    server: str | None = (
-        None  # the llama-server program the script runs (default: the one `run` would find)
-    )
+    # the llama-server program the script runs (default: the one `run` would find)
+    server: str | None = None
     guard: bool = False  # sh: check free VRAM at start and step down a context ladder
 
 

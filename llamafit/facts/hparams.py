@@ -27,9 +27,8 @@ class MLAFacts:
     kv_lora_rank: int
     key_length_mla: int
     value_length_mla: int
-    q_lora_rank: int = (
-        0  # {arch}.attention.q_lora_rank (hparams.n_lora_q); 0: Q without the low-rank pair
-    )
+    # {arch}.attention.q_lora_rank (hparams.n_lora_q); 0: Q without the low-rank pair
+    q_lora_rank: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +100,8 @@ class ModelFacts:
     # attention and FFN read the same block input, their outputs summed (gptneox
     # use_parallel_residual)
     parallel_residual: bool = False
-    data_end_bytes: int = (
-        0  # where the last shard's tensor data ends, summed over shards (0: unknown)
-    )
+    # where the last shard's tensor data ends, summed over shards (0: unknown)
+    data_end_bytes: int = 0
     has_chat_template: bool = True  # tokenizer.chat_template is set
     # <arch>.pooling_type (llama_hparams::pooling_type, enum llama_pooling_type): -1 unspecified, 0
     # none, 1 mean, 2 cls, 3 last, 4 rank; what llama_context uses when --pooling is not given

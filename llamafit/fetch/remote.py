@@ -311,9 +311,8 @@ class HttpRangeSource:
         self._headers = dict(headers or {})
         self._location = url  # after the first redirect chain: the final URL (a CDN's)
         self._size: int | None = None
-        self._head: bytes | bytearray = (
-            b""  # the first answer's bytes (the whole file when Range is ignored)
-        )
+        # the first answer's bytes (the whole file when Range is ignored)
+        self._head: bytes | bytearray = b""
         self._t0 = 0.0
 
     @property

@@ -46,9 +46,8 @@ class PlanResult:
     side_costs: tuple[SideCost, ...] = ()  # what each side model costs in context (side_plan.py)
     side: SidePlan | None = None  # the side models the plan keeps (after side_steps)
     side_steps: tuple[str, ...] = ()  # side_plan.STEPS taken to fit
-    mtp: MtpEffect | None = (
-        None  # with MTP self-speculation in the plan: its expected effect (mtp.py)
-    )
+    # with MTP self-speculation in the plan: its expected effect (mtp.py)
+    mtp: MtpEffect | None = None
 
 
 def smallest_gpu_for(

@@ -43,13 +43,11 @@ class Fit:
     gpu_bytes: int | None = None  # on the GPUs together
     need_bytes: int | None = None
     error: str | None = None
-    generation_tps: list[float] | None = (
-        None  # speed.py: [full context, empty context]; None: a bandwidth unknown
-    )
+    # speed.py: [full context, empty context]; None: a bandwidth unknown
+    generation_tps: list[float] | None = None
     host_bytes: int | None = None  # on the host (the reserve included on a machine without GPUs)
-    mmproj_bytes: int | None = (
-        None  # the paired projector's weights and encoder compute, counted in the fit
-    )
+    # the paired projector's weights and encoder compute, counted in the fit
+    mmproj_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,8 @@ class Target:
     host: DeviceSpec
     reserve_bytes: int
     compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
-    side: SidePlan | None = (
-        None  # draft model, MTP context, projector: resident next to the main model
-    )
+    # draft model, MTP context, projector: resident next to the main model
+    side: SidePlan | None = None
     # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches,
     # trade-offs, marginal costs); each Target (dataclasses.replace makes a new one) starts empty
     _evaluated: dict[LaunchConfig, tuple[ResolvedConfig, Breakdown] | None] = field(

@@ -180,9 +180,8 @@ class DeviceRead:
     efficiency_source: str
     seconds: tuple[float, float] = (0.0, 0.0)  # per token: empty, full context
     bound: str = "memory"  # memory | compute (at an empty context)
-    attention_rate: float | None = (
-        None  # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
-    )
+    # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
+    attention_rate: float | None = None
 
 
 @dataclass(frozen=True)

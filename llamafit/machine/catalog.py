@@ -36,9 +36,8 @@ class CatalogEntry:
     vram_bytes: int  # per device; Apple: the unified RAM
     bandwidth_bytes_per_s: int  # per device
     devices: int = 1  # MI250: two GCDs, each its own device to ROCm
-    max_tensor_bytes: int | None = (
-        None  # the device's tensor-size limit (DeviceSpec.max_tensor_bytes)
-    )
+    # the device's tensor-size limit (DeviceSpec.max_tensor_bytes)
+    max_tensor_bytes: int | None = None
 
     @property
     def backend(self) -> str:

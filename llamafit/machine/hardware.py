@@ -356,9 +356,9 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
     for part in (p.strip() for p in spec.split(",")):
         if part:
             m = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", part, re.IGNORECASE)
-            count = (
-                (int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1) if m else 1
-            )  # no 4,300-digit int()
+            count = 1
+            if m:  # no 4,300-digit int()
+                count = int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1
             items.append((m.group(2), count) if m else (part, 1))
     if any(not 1 <= count <= MAX_GPUS for _, count in items):
         shown = spec if len(spec) <= 40 else spec[:39] + "…"

@@ -28,9 +28,8 @@ from .rates import AttentionRate, KernelRate, Rate
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
 KERNEL_PROBE_TIMEOUT_S = 120
-SCHEMA = (
-    "llamafit.host-probe/4"  # /3: the bandwidth without BLAS threads; /4: flash attention measured
-)
+# /3: the bandwidth without BLAS threads; /4: flash attention measured
+SCHEMA = "llamafit.host-probe/4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +74,9 @@ def llama_threads(sys_root: str = "/sys/devices/system/cpu") -> int:
     if siblings:
         return len(siblings)
     n = os.cpu_count() or 0
-    return (n if n <= 4 else n // 2) if n > 0 else 4
+    if n <= 0:
+        return 4
+    return n if n <= 4 else n // 2
 
 
 def machine_key() -> str:

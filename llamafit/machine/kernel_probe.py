@@ -282,9 +282,8 @@ def measure_types(
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PARENT_ENV = (
-    "LLAMAFIT_PROBE_PARENT"  # host_probe's pid, to catch a parent that died before prctl ran
-)
+# host_probe's pid, to catch a parent that died before prctl ran
+PARENT_ENV = "LLAMAFIT_PROBE_PARENT"
 
 
 def die_with_parent() -> None:

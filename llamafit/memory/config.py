@@ -47,13 +47,11 @@ class LaunchConfig:
     load_mode: str = "auto"  # -lm (older builds: --mmap/--no-mmap, --mlock)
     cache_ram_mib: int = 8192  # -cram: the server's prompt cache in host RAM
     embeddings: bool = False  # --embedding(s) / --rerank (common_params::embedding)
-    pooling: str = (
-        ""  # --pooling none|mean|cls|last|rank ("": the GGUF's <arch>.pooling_type); --rerank: rank
-    )
+    # --pooling none|mean|cls|last|rank ("": the GGUF's <arch>.pooling_type); --rerank: rank
+    pooling: str = ""
     op_offload: bool = True  # --no-op-offload turns it off (common/arg.cpp: params.no_op_offload)
-    op_offload_min_batch: int = (
-        32  # GGML_OP_OFFLOAD_MIN_BATCH (ggml-cuda.cu / ggml-vulkan.cpp device init)
-    )
+    # GGML_OP_OFFLOAD_MIN_BATCH (ggml-cuda.cu / ggml-vulkan.cpp device init)
+    op_offload_min_batch: int = 32
     fit: bool = True  # -fit on|off
     fit_target_mib: tuple[int, ...] = (1024,)  # -fitt
     given: frozenset[str] = field(default=frozenset())  # which fields the user set explicitly

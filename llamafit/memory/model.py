@@ -53,6 +53,17 @@ _T = TypeVar("_T")
 _OffloadScan = tuple[int, int | None, tuple[int, ...], bool, int]
 # per block, op offload's kinds of weights (MemoryModel._offload_parts, _host_ffn_kinds)
 FIXED, FREE, EXP, DENSE, BOTH = range(5)
+
+
+def _ffn_kind(expert: bool, dense: bool) -> int | None:
+    """The part of a layer's FFN weights: BOTH, EXP or DENSE; None for a layer with neither."""
+    if expert and dense:
+        return BOTH
+    if expert:
+        return EXP
+    return DENSE if dense else None
+
+
 _OffloadParts = tuple[
     tuple[tuple[tuple[int, int | None] | None, ...], ...], frozenset[int], int, int
 ]
@@ -78,12 +89,10 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
-    overhead_bytes: int = (
-        0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
-    )
-    pinned_bytes: int = (
-        0  # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
-    )
+    # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
+    overhead_bytes: int = 0
+    # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
+    pinned_bytes: int = 0
     side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
 
     @property
@@ -415,7 +424,10 @@ class MemoryModel:
             if targets is not None and targets[i] is not None:
                 continue  # an override names its buffer type; llama.cpp does not probe it
             expert, dense, _down, with_output = self._classes[i]
-            dev = lmap.layers[il] if il is not None else lmap.output if with_output else CPU
+            if il is not None:
+                dev = lmap.layers[il]
+            else:
+                dev = lmap.output if with_output else CPU
             if dev == CPU or (
                 il is not None and ((expert and il < n_moe) or (dense and il < rc.n_cpu_ffn))
             ):
@@ -551,7 +563,9 @@ class MemoryModel:
         )
         # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
         refused = any(lmap.layers[il] == CPU for il in refused_layers)
-        output = max(out_fixed, out_free if lmap.output == CPU else 0) if outputs_on else 0
+        output = 0
+        if outputs_on:
+            output = max(out_fixed, out_free if lmap.output == CPU else 0)
         weight, down, host_layers = 0, None, []
         found: tuple[tuple[int, int | None] | None, ...]
         if layers_on:
@@ -608,25 +622,22 @@ class MemoryModel:
             if il >= self.facts.n_layer_all or (target is not None and not on_cpu):
                 continue
             expert, dense, expert_down, _with_output = self._classes[i]
-            kinds = (
-                [FIXED]
-                if on_cpu
-                else [FREE]
-                + ([BOTH] if expert and dense else [EXP] if expert else [DENSE] if dense else [])
-            )
+            kinds = [FIXED]
+            if not on_cpu:
+                ffn = _ffn_kind(expert, dense)
+                kinds = [FREE] if ffn is None else [FREE, ffn]
             for kind in kinds:
                 part = parts[il][kind]
                 small = raw if expert_down else None
                 if part is None:
                     parts[il][kind] = (raw, small)
                 else:
-                    least = (
-                        part[1]
-                        if small is None
-                        else small
-                        if part[1] is None
-                        else min(part[1], small)
-                    )
+                    if small is None:
+                        least = part[1]
+                    elif part[1] is None:
+                        least = small
+                    else:
+                        least = min(part[1], small)
                     parts[il][kind] = (max(part[0], raw), least)
         return tuple(tuple(p) for p in parts), frozenset(refused), out_fixed, out_free
 
@@ -813,8 +824,8 @@ class MemoryModel:
             expert, dense, _down, _with_output = self._classes[i]
             if target is not None and target.upper().startswith("CPU"):
                 kinds[il].add(FIXED)
-            elif target is None and (expert or dense):
-                kinds[il].add(BOTH if expert and dense else EXP if expert else DENSE)
+            elif target is None and (ffn := _ffn_kind(expert, dense)) is not None:
+                kinds[il].add(ffn)
         return tuple(frozenset(k) for k in kinds)
 
     def _displaced(self, raw: int | None, n_tokens: int) -> int:

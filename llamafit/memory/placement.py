@@ -105,9 +105,8 @@ def cuda_alloc_size(t_type: GGMLType, shape: Sequence[int], n_bytes: int) -> int
 # reinterpreted.
 _PY_ONLY = re.compile(r"\\[AZzGNpPUaeEgkK]|\(\?[^:=!]|[*+?}]\+")
 _ESCAPE_PAIRS = re.compile(r"\\.")
-MAX_UNBOUNDED_REPEATS = (
-    3  # `.*` and friends per pattern: tensor names are short, 4 already costs ms each
-)
+# `.*` and friends per pattern: tensor names are short, 4 already costs ms each
+MAX_UNBOUNDED_REPEATS = 3
 
 
 def _repeats(tree: Any, inside: bool) -> tuple[int, str | None]:

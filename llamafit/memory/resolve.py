@@ -20,9 +20,8 @@ from .kv import pad, swa_cells
 
 # llama.cpp: tools/server/server.cpp llama_server (n_parallel < 0: 4 slots, kv_unified = true)
 SERVER_AUTO_SLOTS = 4
-OP_OFFLOAD_MIN_BATCH = (
-    32  # ggml-cuda.cu / ggml-vulkan.cpp device init: the threshold without the env variable
-)
+# ggml-cuda.cu / ggml-vulkan.cpp device init: the threshold without the env variable
+OP_OFFLOAD_MIN_BATCH = 32
 LLAMA_MAX_SEQ = 256  # src/llama-cparams.h
 
 
@@ -268,17 +267,14 @@ class ResolvedConfig:
     load_mode: str
     cache_ram_bytes: int
     warnings: tuple[str, ...]
-    op_offload: bool = (
-        True  # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
-    )
+    # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
+    op_offload: bool = True
     op_offload_min_batch: int = 32  # a GPU takes a host-weight op whose batch is at least this
     build: int | None = None  # the llama.cpp build whose rules apply (None: the current one)
-    embeddings: bool = (
-        False  # cparams.embeddings (--embeddings): build_pooling adds the pooling layer
-    )
-    pooling: str = (
-        "none"  # cparams.pooling_type as POOLING_TYPES names it (the GGUF's when not given)
-    )
+    # cparams.embeddings (--embeddings): build_pooling adds the pooling layer
+    embeddings: bool = False
+    # cparams.pooling_type as POOLING_TYPES names it (the GGUF's when not given)
+    pooling: str = "none"
 
     @property
     def all_overrides(self) -> tuple[tuple[str, str], ...]:
@@ -464,11 +460,9 @@ def resolve(
     n_ubatch = min(n_batch, cfg.n_ubatch)
     n_ctx = pad(n_ctx, _padding(build, flash_attn))
     # per-stream padding came with PR #17046; before, n_ctx_seq = n_ctx / n_seq_max
-    n_ctx_seq = (
-        n_ctx
-        if unified
-        else (pad(n_ctx // n_seq, 256) if since("ctx_pad_256", build) else n_ctx // n_seq)
-    )
+    n_ctx_seq = n_ctx
+    if not unified:
+        n_ctx_seq = pad(n_ctx // n_seq, 256) if since("ctx_pad_256", build) else n_ctx // n_seq
     if n_ctx_seq == 0:
         raise ConfigError("n_ctx_seq == 0: the context is smaller than one cell per slot")
     n_stream = 1 if unified else n_seq

@@ -231,9 +231,8 @@ class SidePlan:
     notes: tuple[
         Notice, ...
     ] = ()  # draft_incompatible {reason}, draft_without_spec_type, draft_ctx_ignored
-    draft_same_file: bool = (
-        False  # -md names the target's own file (side_load.py: os.path.samefile)
-    )
+    # -md names the target's own file (side_load.py: os.path.samefile)
+    draft_same_file: bool = False
 
     def dropping(self, kind: str) -> SidePlan | None:
         """This plan without one kind of side model ("mmproj", "draft", "mtp"); None when nothing is
@@ -433,11 +432,9 @@ def mtp_usage(
     v_max = max((facts.n_embd_v_gqa(il) for il in nextn), default=0)
     for il in nextn:
         k = tk.row_size(facts.n_embd_k_gqa(il))
-        v = (
-            0
-            if facts.mla is not None
-            else tv.row_size(facts.n_embd_v_gqa(il) if rc.flash_attn else v_max)
-        )
+        v = 0
+        if facts.mla is None:
+            v = tv.row_size(facts.n_embd_v_gqa(il) if rc.flash_attn else v_max)
         dev = lmap_layers[il] if rc.kv_offload and il < len(lmap_layers) else CPU
         kv[name_of(dev)] += (k + v) * cells
     s = ComputeSettings(

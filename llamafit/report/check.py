@@ -330,9 +330,9 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
     lines = []
     for i, d in enumerate(data["devices"]):
         head = f"{'llama.cpp':<11}{data['tool']}: " if i == 0 else " " * 11
-        verdict = (
-            ("agrees" if d["agrees"] else "DIFFERS") if d["judged"] else "host: shown, not judged"
-        )
+        verdict = "host: shown, not judged"
+        if d["judged"]:
+            verdict = "agrees" if d["agrees"] else "DIFFERS"
         if d.get("logits_quirk_mib") and d["judged"]:  # fit/llama_check.py logits_quirk_bytes
             verdict = f"agrees less its {d['logits_quirk_mib']:,.0f} MiB of worst-case logits"
         lines += textwrap.wrap(

@@ -50,13 +50,9 @@ _RIGHT = {"SIZE", "TRAIN", "TOK/S"}
 
 
 def tokens(n: int) -> str:
-    return (
-        f"{n // 1024}k"
-        if n % 1024 == 0 and n >= 1024
-        else f"{n / 1024:.1f}k"
-        if n >= 1024
-        else str(n)
-    )
+    if n < 1024:
+        return str(n)
+    return f"{n // 1024}k" if n % 1024 == 0 else f"{n / 1024:.1f}k"
 
 
 def gib(n: int) -> str:

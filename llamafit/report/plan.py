@@ -350,7 +350,9 @@ def _range(p: tuple[float, float]) -> str:
 
 
 def _seconds(x: float) -> str:
-    return f"{x:.2f}" if x < 1 else f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+    if x < 1:
+        return f"{x:.2f}"
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
 
 
 def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> list[str]:
@@ -426,13 +428,9 @@ def _short(source: str) -> str:
 
 
 def _tps(p: tuple[float, float] | None) -> str:
-    return (
-        "-"
-        if p is None
-        else f"{tps_text(p[0])}-{tps_text(p[1])}"
-        if p[1] < 100
-        else f"{p[0]:,.0f}+"
-    )
+    if p is None:
+        return "-"
+    return f"{tps_text(p[0])}-{tps_text(p[1])}" if p[1] < 100 else f"{p[0]:,.0f}+"
 
 
 def _hw_line(d: dict[str, Any]) -> str:
@@ -602,5 +600,7 @@ def serving_line(
         ctx = f"{n_seq} slots of {n_ctx // n_seq:,} tokens"
     total = gpu_weights_bytes + cpu_weights_bytes
     gpu = round(100 * gpu_weights_bytes / total) if total else 0
-    where = "100% GPU" if gpu == 100 else "100% CPU" if gpu == 0 else f"{gpu}%/{100 - gpu}% GPU/CPU"
+    where = f"{gpu}%/{100 - gpu}% GPU/CPU"
+    if gpu in (0, 100):
+        where = "100% GPU" if gpu == 100 else "100% CPU"
     return f"Serving    {model}, {ctx}, {where}, {url}"

@@ -84,9 +84,8 @@ class Child:
     proc: subprocess.Popen[str]
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=40))
     reader: threading.Thread | None = None
-    stop_requested: bool = (
-        False  # a SIGINT/SIGTERM to llamafit was forwarded (and may be escalated)
-    )
+    # a SIGINT/SIGTERM to llamafit was forwarded (and may be escalated)
+    stop_requested: bool = False
 
     def stop(self) -> int:
         """SIGINT (twice), then SIGTERM, then SIGKILL: the child is gone when this returns."""

@@ -97,9 +97,8 @@ class KvCache:
     k_mib: float
     type_v: str
     v_mib: float
-    role: str | None = (
-        None  # "non-SWA" / "SWA" inside an iSWA cache (llama_kv_cache_iswa), else None
-    )
+    # "non-SWA" / "SWA" inside an iSWA cache (llama_kv_cache_iswa), else None
+    role: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

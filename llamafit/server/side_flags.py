@@ -202,7 +202,9 @@ def _side_arity(flag: str, rest: Sequence[str]) -> int:
 
 
 def _carried_arity(flag: str, rest: Sequence[str]) -> int:
-    return 0 if flag in _VALUELESS else 1 if flag in SIDE_FLAGS else arity(flag) or 0
+    if flag in _VALUELESS:
+        return 0
+    return 1 if flag in SIDE_FLAGS else arity(flag) or 0
 
 
 def launch_tokens(passthrough: Sequence[str], resident: Sequence[SideUsage]) -> list[str]:

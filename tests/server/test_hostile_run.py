@@ -341,9 +341,9 @@ def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(
             timeout=180,
         )
     finally:
-        pids = (
-            [foreign.pid] if foreign else ([int(pid_file.read_text())] if pid_file.exists() else [])
-        )
+        pids = [foreign.pid] if foreign else []
+        if not foreign and pid_file.exists():
+            pids = [int(pid_file.read_text())]
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         if foreign:

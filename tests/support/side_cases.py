@@ -24,9 +24,15 @@ class Case:
     name: str
     model: str  # "demo" or a fixture name
     flags: tuple[str, ...]
-    projector: bool = (
-        False  # "{mmproj}" in flags: a Gemma 3 4B-shape projector for the 270M (n_embd 640)
-    )
+    # "{mmproj}" in flags: a Gemma 3 4B-shape projector for the 270M (n_embd 640)
+    projector: bool = False
+
+    @property
+    def side(self) -> str:
+        """The side model's part: mmproj, mtp (a draft-mtp context) or draft."""
+        if self.projector:
+            return "mmproj"
+        return "mtp" if "draft-mtp" in self.flags else "draft"
 
 
 CASES = (
@@ -180,7 +186,7 @@ def run_case(binary: str, case: Case) -> list[tuple[str, str, float, float]]:
     pred_main, pred_side = predicted(case)
     rep_main, rep_side = reported(binary, case)
     mtp = "draft-mtp" in case.flags
-    side = "mmproj" if case.projector else "mtp" if mtp else "draft"
+    side = case.side
     rows = []
     for part, pred, rep in (("main", pred_main, rep_main), (side, pred_side, rep_side)):
         for kind in ("model", "KV", "compute", "output"):
