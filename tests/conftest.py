@@ -182,8 +182,8 @@ def vulkan0(vk_rpc_bin: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def shapes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder where tests write real-shape models (scripts/make_shapes.py: sparse files, no
-    disk)."""
+    """A folder where tests write real-shape models (scripts/fixtures/make_shapes.py: sparse files,
+    no disk)."""
     return tmp_path_factory.mktemp("shapes")
 
 

@@ -12,7 +12,7 @@ import pytest
 from llamafit import LLAMA_CPP_COMMIT
 from tests.support import FIXTURES, ROOT
 
-SOURCES = sorted([*(ROOT / "llamafit").rglob("*.py"), *(ROOT / "scripts").glob("*.py")])
+SOURCES = sorted([*(ROOT / "llamafit").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")])
 TAG = re.compile(
     r"llama\.cpp: ((?:src|common|ggml|tools|include)/[\w./-]+\.(?:cpp|h|c|cu|cuh|m)) (\S+)"
 )

@@ -214,7 +214,8 @@ class _Ready:
 
 def _prepare(found: Found) -> _Ready | Note:
     """Read the header (and the paired projector's): the I/O part of a row. One model at a time:
-    reading them on threads ahead of the fits measured no gain on 2 cores (scripts/bench_ls.py)."""
+    reading them on threads ahead of the fits measured no gain on 2 cores
+    (scripts/bench/bench_ls.py)."""
     try:
         model = read_local_model(found.path)
         kind = gguf_kind(model.metadata, len(model.tensors))

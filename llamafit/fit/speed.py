@@ -17,8 +17,8 @@ too (ggml_backend_sched op offload, ggml/src/ggml-backend.cpp: batch >= 32), cop
 over PCIe once per ubatch. Figures are for a 512-token prompt into an empty context (llama-bench's
 pp512).
 
-Efficiency factors and their sources live in EFFICIENCY; `scripts/bench_speed.py` measures them
-(llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
+Efficiency factors and their sources live in EFFICIENCY; `scripts/bench/bench_speed.py` measures
+them (llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
 """
 
 from __future__ import annotations
@@ -60,38 +60,38 @@ class Efficiency:
     prompt_attention_kernel: float | None = None
 
 
-# Measured by scripts/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M Q4_K_M, 1
-# and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD EPYC Zen 4),
-# against the host probe read at the same thread count around each run. generation: the achieved
-# share of the probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50 (the public
-# CPU row implies 0.61; 0.54 held). attention_kernel: the share of the probe's flash attention rate
-# that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs, median 0.6
-# (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise for pp512:
-# 0.33-0.98 over 8 runs, median 0.6. decode / attention / prompt are for a host without the kernel
-# probe (BLAS fallback). cuda/metal/rocm/vulkan: the median achieved/roofline ratio over the public
-# llama-bench results in fixtures/speed/public-llama-bench.csv (README "How fast").
+# Measured by scripts/bench/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M
+# Q4_K_M, 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD
+# EPYC Zen 4), against the host probe read at the same thread count around each run. generation: the
+# achieved share of the probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50
+# (the public CPU row implies 0.61; 0.54 held). attention_kernel: the share of the probe's flash
+# attention rate that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs,
+# median 0.6 (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
+# for pp512: 0.33-0.98 over 8 runs, median 0.6. decode / attention / prompt are for a host without
+# the kernel probe (BLAS fallback). cuda/metal/rocm/vulkan: the median achieved/roofline ratio over
+# the public llama-bench results in fixtures/speed/public-llama-bench.csv (README "How fast").
 EFFICIENCY: dict[str, Efficiency] = {
     # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
     # attention (F16 K/V, softmax, one token) reaches a tenth of it
     "cpu": Efficiency(
         0.54,
         3.0,
-        "llama-bench vs the host probe on two 2-core x86 VMs (scripts/bench_speed.py)",
+        "llama-bench vs the host probe on two 2-core x86 VMs (scripts/bench/bench_speed.py)",
         decode=0.74,
         attention=0.09,
         attention_kernel=0.6,
         prompt_attention_kernel=0.6,
     ),
     "cuda": Efficiency(
-        0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"
+        0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench/bench_speed.py)"
     ),
     "rocm": Efficiency(
-        0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"
+        0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench/bench_speed.py)"
     ),
     "metal": Efficiency(
-        0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench_speed.py)"
+        0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench/bench_speed.py)"
     ),
-    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench_speed.py)"),
+    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench/bench_speed.py)"),
 }
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
 
@@ -198,9 +198,9 @@ class SpeedEstimate:
 
 
 # How far a measured speed may lie from the estimate, as a share of it (the band `speed` reports;
-# README "How fast", scripts/bench_speed.py): generation +-20 %, the target the CPU runs met at
-# every depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough: the
-# CPU's pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
+# README "How fast", scripts/bench/bench_speed.py): generation +-20 %, the target the CPU runs met
+# at every depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough:
+# the CPU's pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
 GENERATION_BAND = 0.2
 PROMPT_BAND = 0.4
 

@@ -469,11 +469,12 @@ class MemoryModel:
         on the GPU, attention included unless its KQ product is over the device's tensor limit), its
         largest weight copy, its K/V views, and two n_embd x n_tokens F32 rows of the holes those
         short-lived copies leave between the activations. An upper bound, not the allocator's
-        replay: measured on Vulkan0 (scripts/bench_op_offload.py, 25 starts) never under, median +14
-        %; the Granite 1B-A400M shape stacks copy and views (-ngl 0 -ub 32: 22.00 MiB real, 23.50
-        predicted), the Llama 3.2 1B shape finds the mask a lower hole (+45 %). The output layer on
-        the host: the lm_head matmul (batch = the reserve graph's n_outputs) is taken the same way,
-        with the output matrix's copy, the normed rows and the logits in the GPU's buffer.
+        replay: measured on Vulkan0 (scripts/bench/bench_op_offload.py, 25 starts) never under,
+        median +14 %; the Granite 1B-A400M shape stacks copy and views (-ngl 0 -ub 32: 22.00 MiB
+        real, 23.50 predicted), the Llama 3.2 1B shape finds the mask a lower hole (+45 %). The
+        output layer on the host: the lm_head matmul (batch = the reserve graph's n_outputs) is
+        taken the same way, with the output matrix's copy, the normed rows and the logits in the
+        GPU's buffer.
         """
         if not rc.op_offload or not (
             rc.overrides
@@ -736,8 +737,8 @@ class MemoryModel:
         (ggml_dyn_tallocr_alloc); only a copy that no longer fits grows the buffer. Measured: the
         host buffer is the inputs alone whenever n_embd_k + n_embd_v <= n_embd (Qwen3-4B b5285,
         Mistral-Nemo b8133 on CUDA; Qwen3-235B b5398, Qwen2.5-3B b8179, Llama 3.2 1B b8319 on
-        Vulkan; the 23 host-layer lavapipe starts of scripts/bench_op_offload.py, 1..8 MiB over
-        before), and one V row more for Qwen3-0.6B (k = v = n_embd, the Jetson row)."""
+        Vulkan; the 23 host-layer lavapipe starts of scripts/bench/bench_op_offload.py, 1..8 MiB
+        over before), and one V row more for Qwen3-0.6B (k = v = n_embd, the Jetson row)."""
         hole, grow = 4 * n_tokens * self.facts.n_embd, 0
         for rows in (
             4 * n_tokens * self.facts.n_embd_k_gqa(il),

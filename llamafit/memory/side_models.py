@@ -329,7 +329,7 @@ def shared_host_weights(plan: SidePlan, rc: ResolvedConfig, draft_host: int, mai
     the weights memory-mapped (-lm auto/mmap), both llama_model loads map the same file (llama_mmap,
     src/llama-mmap.cpp) and their CPU_Mapped tensors share the page cache's pages; the smaller of
     the two host sets, nested as -ngl/-ngld place the last layers first (an -ot/-otd or --cpu-moe
-    rule on either side: none counted shared). Measured (scripts/bench_same_draft.py, the real
+    rule on either side: none counted shared). Measured (scripts/bench/bench_same_draft.py, the real
     llama-server with Gemma 3 270M as its own draft): mmap +0.0 MiB file-backed Pss; --load-mode
     none +309 MiB, twice."""
     fl = plan.flags

@@ -653,7 +653,7 @@ def test_unified_kv_and_recurrent_models_are_said_plainly() -> None:
     assert "no KV cache (recurrent)" in mamba
 
 
-# ---- the README's main command and first request, as scripts/check_readme.py runs them ----
+# ---- the README's main command and first request, as scripts/audit/check_readme.py runs them ----
 
 
 def test_readme_main_command_and_first_request_parse() -> None:

@@ -621,7 +621,7 @@ def test_terminal_escapes_from_a_model_are_printed_escaped(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("flag", ["-ncmoe", "-ncffn"])
 def test_cpu_moe_and_ffn_counts_beyond_the_model_are_bounded(flag: str) -> None:
-    """Found by scripts/fuzz.py: -ncmoe 2147483647 built 2**31 override rules (minutes,
+    """Found by scripts/fuzz/fuzz.py: -ncmoe 2147483647 built 2**31 override rules (minutes,
     gigabytes)."""
     code, out, err = _invoke("check", _M, "--gpu", "8GiB", "--", flag, "2147483647")
     assert (code, err) == (0, "")

@@ -542,7 +542,13 @@ def test_a_remote_read_is_not_copied_after_it_arrives(offset: int, n: int) -> No
 
     # the server in a process of its own: its memory is not traced here
     server = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "hostile_http.py"), "huge-vocab", "0", "60"],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "fuzz" / "hostile_http.py"),
+            "huge-vocab",
+            "0",
+            "60",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -146,7 +146,7 @@ def test_qwen_header_fixture_regenerates_identically(tmp_path: Path) -> None:
     import sys
 
     out = tmp_path / "q.gguf"
-    script = ROOT / "scripts" / "make_qwen_like_header.py"
+    script = ROOT / "scripts" / "fixtures" / "make_qwen_like_header.py"
     subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
     assert out.read_bytes() == QWEN.read_bytes()
 

@@ -1,9 +1,10 @@
 """The compute-buffer model against what llama.cpp reserved.
 
-Table-driven: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json (scripts/calibrate.py)
-must be predicted within 5 %. The GPU-only rules (CUDA's F16 K/V copies with flash attention, the
-device/host split) cannot be measured on a CPU and are checked by exact arithmetic. The `llama`
-tests reload a few models with the installed llama.cpp, so a different build shows up.
+Table-driven: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json
+(scripts/calibration/calibrate.py) must be predicted within 5 %. The GPU-only rules (CUDA's F16 K/V
+copies with flash attention, the device/host split) cannot be measured on a CPU and are checked by
+exact arithmetic. The `llama` tests reload a few models with the installed llama.cpp, so a different
+build shows up.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The committed Vulkan0 / RPC calibration rows (scripts/calibrate_devices.py) against the memory
-model.
+"""The committed Vulkan0 / RPC calibration rows (scripts/calibration/calibrate_devices.py) against
+the memory model.
 
 Each row is what real llama-server reported for one start; the prediction is recomputed here from
 the same model shape and flags. Weights and KV must be exact per device; compute within 5%, except
@@ -24,7 +24,7 @@ make_shapes = script("make_shapes")
 TABLE = ROOT / "fixtures" / "calibration" / "devices-vulkan-rpc.json"
 if not TABLE.is_file():
     pytest.skip(
-        "no device calibration table yet (python scripts/calibrate_devices.py)",
+        "no device calibration table yet (python scripts/calibration/calibrate_devices.py)",
         allow_module_level=True,
     )
 DOC = json.loads(TABLE.read_text(encoding="utf-8"))
@@ -38,11 +38,12 @@ _HOLE_OVER = (
 )
 _OP_OFFLOAD_OVER = (
     "op offload: an upper bound (model._op_offload: a host layer's activations + its largest "
-    "weight copy + its K/V views + two n_embd rows), never under on scripts/bench_op_offload.py's "
-    "grid; over where ggml-alloc reuses the copies' holes (+7 to +61 %)"
+    "weight copy + its K/V views + two n_embd rows), never under on "
+    "scripts/bench/bench_op_offload.py's grid; over where ggml-alloc reuses the copies' holes (+7 "
+    "to +61 %)"
 )
 # row id → why its compute prediction is off by more than 5% (measured; see
-# scripts/calibrate_devices.py)
+# scripts/calibration/calibrate_devices.py)
 COMPUTE_GAPS: dict[str, str] = {
     # was 9 % under before op offload's bound
     "vulkan:demo:-ngl 10 -c 8192 -np 1 --no-repack": _OP_OFFLOAD_OVER,

@@ -5,7 +5,7 @@ tools/server/server-context.cpp server_output_limits keeps n_batch outputs with 
 token's logits are reserved); llm_graph_context::build_pooling (src/llama-graph.cpp) adds the
 pooling inputs (inp_mean n_tokens x n_seqs F32, inp_cls n_seqs I32; n_tokens wide before PR #14217);
 the logits land above the tensors alive from the start of the graph (compute._pinned_output). The
-real llama-server rows are scripts/audit_embeddings.py's.
+real llama-server rows are scripts/audit/audit_embeddings.py's.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Graph terms per architecture family against real llama.cpp (0c1e570, CPU backend: one buffer
-holds the whole reserve graph): tiny real models built by scripts/audit_families.py, their compute
-buffers stored in fixtures/calibration/families-0c1e570-cpu.json. Gate-less GELU FFNs (gptneox,
-gpt2, starcoder2), fused QKV with and without RoPE, parallel attention/FFN blocks (gptneox,
-command-r), a gate fused into ffn_up (glm4) next to the gated llama block."""
+holds the whole reserve graph): tiny real models built by scripts/audit/audit_families.py, their
+compute buffers stored in fixtures/calibration/families-0c1e570-cpu.json. Gate-less GELU FFNs
+(gptneox, gpt2, starcoder2), fused QKV with and without RoPE, parallel attention/FFN blocks
+(gptneox, command-r), a gate fused into ffn_up (glm4) next to the gated llama block."""
 
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ def test_weights_per_device(tmp_path: Path, ngl: int, gpu: int, cpu: int) -> Non
     assert (bd.devices[0].weights_bytes, bd.devices[-1].weights_bytes) == (gpu, cpu)
 
 
-# --- the compute buffer against the real llama-server (scripts/audit_gemma3n.py)
+# --- the compute buffer against the real llama-server (scripts/audit/audit_gemma3n.py)
 # -------------------------
 
 

@@ -3,10 +3,10 @@
 
 Each row is one log (its URL, build, flags and the buffer sizes it printed per device); its model is
 rebuilt as a header-only GGUF from fixtures/calibration/gpu-shapes.json
-(scripts/make_shape_header.py) and run through resolve → estimate with the row's build (the
+(scripts/fixtures/make_shape_header.py) and run through resolve → estimate with the row's build (the
 --llama-build rules). Checks: KV per device exact to the print precision; weights per device within
 0.5 % where the log pins the tensor types; compute per device within the corpus tolerance
-(COMPUTE_TOLERANCE), the figures of scripts/bench_memory.py.
+(COMPUTE_TOLERANCE), the figures of scripts/bench/bench_memory.py.
 """
 
 from __future__ import annotations

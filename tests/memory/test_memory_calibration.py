@@ -1,6 +1,7 @@
 """The whole memory model (resolve → estimate) against every measured llama.cpp load in
-fixtures/calibration (scripts/calibrate.py): weights within 0.5 %, KV and recurrent state exact
-to the precision llama.cpp prints (0.01 MiB per number), compute within 5 %, output exact."""
+fixtures/calibration (scripts/calibration/calibrate.py): weights within 0.5 %, KV and recurrent
+state exact to the precision llama.cpp prints (0.01 MiB per number), compute within 5 %, output
+exact."""
 
 from __future__ import annotations
 

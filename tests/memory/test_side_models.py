@@ -838,8 +838,9 @@ def test_a_draft_of_the_same_file_shares_mapped_weights(
 
 @pytest.mark.slow
 def test_the_real_llama_server_maps_a_same_file_draft_once() -> None:
-    """scripts/bench_same_draft.py's mmap rows: -md the target's own file adds no file-backed memory
-    (the draft's 235 MiB of CPU_Mapped weights are the target's pages), as llamafit counts it."""
+    """scripts/bench/bench_same_draft.py's mmap rows: -md the target's own file adds no file-backed
+    memory (the draft's 235 MiB of CPU_Mapped weights are the target's pages), as llamafit counts
+    it."""
     from llamafit.fetch.demo import demo_model_path
     from tests.support.server_probe import resident_memory, server_binary
 

@@ -18,8 +18,8 @@ _COMPUTE: dict[tuple[str, str], float | None] = {}
 def lab_load(
     model: Path | str, flags: Sequence[str], *, env: Mapping[str, str] | None = None
 ) -> Any:
-    """scripts/device_lab.py's `load` (the Vulkan/RPC llama-server, -lv 4, --no-warmup): what it
-    reported."""
+    """scripts/calibration/device_lab.py's `load` (the Vulkan/RPC llama-server, -lv 4, --no-warmup):
+    what it reported."""
     lab = script("device_lab")
     seen = lab.vk_env() if env is None else env  # device_lab's default: Vulkan0 visible
     key = (
@@ -33,7 +33,7 @@ def lab_load(
 
 
 def cpu_compute_mib(model: str, flags: str) -> float | None:
-    """scripts/audit_embeddings.py's `measured`: the CPU compute buffer (MiB) llama-server
+    """scripts/audit/audit_embeddings.py's `measured`: the CPU compute buffer (MiB) llama-server
     printed."""
     key = (model, flags)
     if key not in _COMPUTE:

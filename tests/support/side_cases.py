@@ -1,5 +1,6 @@
-"""Side-model cases shared by tests/memory/test_side_models.py and scripts/bench_side_models.py: a
-launch, llamafit's prediction for it and the real llama-server's reported buffers, side by side."""
+"""Side-model cases shared by tests/memory/test_side_models.py and
+scripts/bench/bench_side_models.py: a launch, llamafit's prediction for it and the real
+llama-server's reported buffers, side by side."""
 
 from __future__ import annotations
 
