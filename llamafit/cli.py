@@ -243,7 +243,8 @@ def _request(
     """The options of _engine_options as one typed value."""
     import os
 
-    from .commands.prepare import MachineSpec, ModelRef, Request, split_model_argument
+    from .commands.prepare import ModelRef, Request, split_model_argument
+    from .machine.pick import MachineSpec
 
     if gpu_spec is not None and gpu_spec.strip().lower() == "help":
         from .report.gpus import catalog_text
@@ -710,17 +711,10 @@ def gpus(as_json: bool) -> None:
     where."""
     import os
 
-    from .commands.prepare import local_server, server_devices_for
-    from .machine.hardware import detect
-    from .report.gpus import gpus_json, gpus_text
+    from .commands.gpus import run_gpus
 
-    hw = detect()
-    server = local_server(os.environ)  # the devices of the llama-server that would run (issue #28)
-    binary = server.binary if server is not None else None
-    seen = server_devices_for(binary.path)(os.environ, hw) if binary is not None else None
-    path = binary.path if binary else None
-    data = gpus_json(hw, seen, path, binary.identity if binary else None)
-    click.echo(json.dumps(data, indent=2) if as_json else gpus_text(hw, seen, path))
+    report = run_gpus(os.environ)
+    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
 
 
 def main() -> None:

@@ -115,9 +115,9 @@ def _slow_is_marked(
 @pytest.fixture
 def fixed_host(monkeypatch: pytest.MonkeyPatch) -> DeviceSpec:
     """Commands see HOST as this machine's RAM (not the free memory of the moment)."""
-    from llamafit.commands import prepare
+    from llamafit.machine import pick
 
-    monkeypatch.setattr(prepare, "_default_host", lambda: HOST)
+    monkeypatch.setattr(pick, "default_host", lambda: HOST)
     return HOST
 
 

@@ -6,7 +6,6 @@ run."""
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from typing import Any
 
@@ -15,16 +14,9 @@ from ..memory.config import LaunchConfig, with_given
 from ..memory.model import Breakdown
 from ..memory.resolve import ResolvedConfig, resolve
 from ..paths import is_url
+from ..report.progress import status_line
 from ..server.argv import server_argv
 from .prepare import Prepared
-
-
-def _progress(text: str | None) -> None:
-    """One line on stderr while llama.cpp answers, on a terminal only."""
-    if not sys.stderr.isatty():
-        return
-    sys.stderr.write(f"\r{text}" if text else "\r\033[K")
-    sys.stderr.flush()
 
 
 def _same_question(
@@ -106,14 +98,13 @@ def _asked(
     asked, arc, ab, notes = _same_question(p, cfg, rc, breakdown)
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     argv = server_argv(model, asked, arc) + ["-np", str(arc.n_seq_max)]
-    argv += (
-        ["--rpc", ",".join(rpc)] if rpc and not asked.rpc else []
-    )  # the workers, as render_plan passes them
-    _progress(f"asking llama.cpp ({TOOL}) about this config…")
+    if rpc and not asked.rpc:  # the workers, as render_plan passes them
+        argv += ["--rpc", ",".join(rpc)]
+    status_line(f"asking llama.cpp ({TOOL}) about this config…")  # on a terminal only
     try:
         rows, failed = ask(tool, argv, p.env)
     finally:
-        _progress(None)
+        status_line(None)
     if failed:
         return base | {"skipped": failed}
     names = _our_names(

@@ -347,11 +347,10 @@ def stderr_is_tty() -> bool:
 
 
 def machine_for(spec: Any, env: Mapping[str, str]) -> Machine:
-    """The machine of a prepare.MachineSpec (--gpu or detection), with the speed model's inputs."""
-    from .prepare import _default_detect, _default_host
-    from .prepare import machine as find_machine
+    """The machine of a MachineSpec (--gpu or detection), with the speed model's inputs."""
+    from ..machine import pick
 
-    hw, devices = find_machine(spec, env, _default_host, _default_detect)
+    hw, devices = pick.pick_devices(spec, env, pick.default_host, pick.default_detect)
     from .speed_inputs import speed_inputs
 
     return Machine(
@@ -371,9 +370,9 @@ def ls_command(
     echo: Callable[[str], None],
 ) -> int:
     """The whole command: exit 0 when at least one model fits, 1 when none does."""
+    from ..machine.pick import MachineSpec
     from ..report.plan import hardware_json
     from ..server.flags import parse_server_args
-    from .prepare import MachineSpec
 
     m = machine_for(
         MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes), env

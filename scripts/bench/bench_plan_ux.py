@@ -22,11 +22,12 @@ sys.path.insert(0, str(ROOT))
 
 from llamafit.commands.plan import with_preset  # noqa: E402
 from llamafit.commands.plan_curves import curves  # noqa: E402
-from llamafit.commands.prepare import MachineSpec, ModelRef, Request, prepare  # noqa: E402
+from llamafit.commands.prepare import ModelRef, Request, prepare  # noqa: E402
 from llamafit.fit.explain import plan  # noqa: E402
 from llamafit.fit.plan_speed import speed_band  # noqa: E402
 from llamafit.fit.presets import DEFAULT_TURN, preset_effect, preset_named  # noqa: E402
 from llamafit.fit.solver import Policy  # noqa: E402
+from llamafit.machine.pick import MachineSpec  # noqa: E402
 
 QWEN = str(ROOT / "fixtures" / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
 

@@ -116,16 +116,16 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
 
 
 def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit.commands import prepare as prepare_module
+    from llamafit.machine import pick
     from llamafit.machine.devices import DeviceSpec, host
     from llamafit.machine.hardware import GPUInfo, Hardware
+    from llamafit.server import find
 
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 8 << 30, 6 << 30), "Test GPU", 0)
     fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")
-    monkeypatch.setattr(prepare_module, "_default_detect", lambda env: fake)
-    monkeypatch.setattr(
-        prepare_module, "local_server", lambda env: None
-    )  # no llama-server: detection is the default
+    monkeypatch.setattr(pick, "default_detect", lambda env: fake)
+    # no llama-server: detection is the default
+    monkeypatch.setattr(find, "local_server", lambda env: None)
     d = json.loads(check(DENSE, "--json", "--", "-c", "4096").stdout)
     assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [
         ("CUDA0", 6 << 30),

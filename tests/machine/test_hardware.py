@@ -640,12 +640,11 @@ def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatc
         bandwidth_bytes_per_s=1008 * 10**9,
     )
     found = Hardware((gpu,), host(64 << 30, 32 << 30), "nvml")
-    from llamafit.commands import prepare
+    from llamafit.server import find
 
     monkeypatch.setattr(hardware, "detect", lambda *a, **k: found)
-    monkeypatch.setattr(
-        prepare, "local_server", lambda env: None
-    )  # no llama-server here: detection alone
+    # no llama-server here: detection alone
+    monkeypatch.setattr(find, "local_server", lambda env: None)
     as_json = CliRunner().invoke(cli, ["gpus", "--json"])
     as_text = CliRunner().invoke(cli, ["gpus"])
     assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, gpus_json(found))

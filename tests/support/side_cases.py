@@ -9,9 +9,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamafit.commands.prepare import MachineSpec, ModelRef, Request, prepare
+from llamafit.commands.prepare import ModelRef, Request, prepare
 from llamafit.fit.search import Target
 from llamafit.machine.devices import host
+from llamafit.machine.pick import MachineSpec
 from llamafit.memory.resolve import resolve
 from tests.support import FIXTURES
 from tests.support.server_probe import Part, server_log, split_parts
