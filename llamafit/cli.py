@@ -560,9 +560,8 @@ def script(
     if output:
         _check_output_dir(output)
     policy, request = _split_policy(options)
-    request = replace(
-        request, llama_check=False
-    )  # a script is for later, maybe elsewhere: no dry run here
+    # a script is for later, maybe elsewhere: no dry run here
+    request = replace(request, llama_check=False)
     report, text = script_text(
         request,
         policy,
@@ -574,18 +573,16 @@ def script(
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
         try:
-            Path(output).write_bytes(
-                text.encode("utf-8", "surrogateescape")
-            )  # a non-UTF-8 path's bytes, as given
+            # a non-UTF-8 path's bytes, as given
+            Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))
             if kind == "sh":
                 Path(output).chmod(0o755)
         except OSError as e:
             raise LlamafitError(f"-o {output}: {e.strerror or e}") from e
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(
-            text.encode("utf-8", "surrogateescape"), nl=False
-        )  # bytes: click strips nothing from them
+        # bytes: click strips nothing from them
+        click.echo(text.encode("utf-8", "surrogateescape"), nl=False)
 
 
 def _check_output_dir(output: str) -> None:

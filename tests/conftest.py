@@ -35,10 +35,11 @@ LLAMA_PROGRAMS = frozenset(
         "nvidia-smi",
     }
 )
+# a -m module, or -c code importing it
 LLAMA_PYTHON = re.compile(
     r"^(llama_cpp\b|llamafit\.server\.embedded_main$|llamafit\.machine\.kernel_probe$)"
     r"|\b(import[^\n;]*\bllama_cpp\b|from llama_cpp\b)"
-)  # a -m module, or -c code importing it
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
@@ -144,9 +145,8 @@ def _isolated_cache(
 ) -> None:
     """Never touch the developer's cache directory."""
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "llamafit-cache"))
-    monkeypatch.setenv(
-        "LLAMAFIT_HOST_BANDWIDTH", "50e9"
-    )  # the speed model's host probe, pinned (host_probe.py)
+    # the speed model's host probe, pinned (host_probe.py)
+    monkeypatch.setenv("LLAMAFIT_HOST_BANDWIDTH", "50e9")
     monkeypatch.setenv("LLAMAFIT_HOST_FLOPS", "200e9")
 
 

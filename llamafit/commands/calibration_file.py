@@ -20,10 +20,11 @@ from ..memory.calibration import parse_records, record_problem
 from ..paths import calibration_path
 from ..safe_io import CALIBRATION_FILE, read_regular, read_regular_stat, remove_read, write_atomic
 
+# the speed model's records (run_verify.py); the rest are memory records
 SPEED_KINDS = (
     "verify",
     "serve",
-)  # the speed model's records (run_verify.py); the rest are memory records
+)
 KINDS = ("memory", "speed")
 
 

@@ -72,9 +72,8 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             base = replace(c.cfg, type_k=type_k, type_v=type_v, flash_attn=fa)
             if target.evaluate(replace(base, n_ctx=256)) is None:
                 continue  # llama.cpp refuses this type for this model
-            layers = sorted(
-                {*_spread(n_all), c.rc.n_gpu_layers}
-            )  # the curves pass through the pick
+            # the curves pass through the pick
+            layers = sorted({*_spread(n_all), c.rc.n_gpu_layers})
             points = _curve(partial(_ctx_at, target, base, hi), layers, hi)
             out["context_by_layers"].append(
                 {"type_k": type_k, "type_v": type_v, "flash_attn": fa, "points": points}

@@ -254,6 +254,7 @@ def for_server(p: Prepared, server: ServerChoice) -> Prepared:
         return p
     from ..memory.config import with_given
 
+    # it has no -ot / --n-cpu-moe
     cfg = with_given(
         p.parsed.config,
         n_parallel=1,
@@ -264,7 +265,7 @@ def for_server(p: Prepared, server: ServerChoice) -> Prepared:
         n_cpu_moe=0,
         n_cpu_ffn=0,
         override_tensor=(),
-    )  # it has no -ot / --n-cpu-moe
+    )
     from ..memory.resolve import PINNED_BUILD
 
     build = PINNED_BUILD if p.target.build is None else p.target.build  # the llama.cpp it vendors

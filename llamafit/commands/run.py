@@ -595,9 +595,8 @@ def _serve(
         sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
         sum(d.weights_bytes for d in b.devices if d.kind == "host"),
     )
-    gpu_bytes, cpu_bytes = (
-        reported_weights(b, watcher.buffers) or planned
-    )  # where the server put them
+    # where the server put them
+    gpu_bytes, cpu_bytes = reported_weights(b, watcher.buffers) or planned
     say(
         serving_line(
             f"{p.facts.architecture} {p.facts.file_type}",
@@ -649,9 +648,8 @@ def _serve(
         )
         if outcome.retry:
             raise VerifyFailed(outcome.failure)
-    verified = len(
-        watcher.served
-    )  # --verify's own request has its "verify" record: not counted again
+    # --verify's own request has its "verify" record: not counted again
+    verified = len(watcher.served)
     code = child.proc.wait()
     child.stop()  # the log reader reaches the end: the tail is whole
     _record_served(watcher, launch, p, env, say, skip=verified)

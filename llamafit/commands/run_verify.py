@@ -253,9 +253,8 @@ def verify_running(
     if failure is not None:
         _settle(child)
     if stopped():
-        return Outcome(
-            result, False, None
-        )  # the request failed because the server was asked to stop
+        # the request failed because the server was asked to stop
+        return Outcome(result, False, None)
     died = child.proc.poll() is not None
     oom = watcher.is_oom or (result is not None and result.oom)
     if died or oom:

@@ -45,9 +45,8 @@ def _for_dialect(argv: list[str], server: str | None, env: Mapping[str, str]) ->
         return argv  # a program for another machine: llama.cpp 0c1e570's flags
     from ..server.find import adapt_argv, find_server
 
-    binary = find_server(
-        server, env
-    )  # a local program that is not llama-server is refused (InputError)
+    # a local program that is not llama-server is refused (InputError)
+    binary = find_server(server, env)
     return argv if binary is None else adapt_argv(argv, binary.dialect)[0]
 
 
@@ -59,9 +58,8 @@ def _local_choice(server: str | None, env: Mapping[str, str]) -> ServerChoice | 
     from ..server.find import ServerChoice as Choice
     from ..server.find import find_server
 
-    binary = find_server(
-        server, env
-    )  # a local program that is not llama-server is refused (InputError)
+    # a local program that is not llama-server is refused (InputError)
+    binary = find_server(server, env)
     return (
         Choice("llama-server", binary, f"llama-server from --server: {server}") if binary else None
     )
@@ -117,9 +115,8 @@ def script_text(
     if opts.guard and not p.target.gpus:
         raise InputError("--guard checks free GPU memory, and this plan uses no GPU")
     remote = is_url(p.facts.path)
-    model_path = (
-        p.facts.path if remote else os.path.abspath(p.facts.path)
-    )  # a script runs from anywhere
+    # a script runs from anywhere
+    model_path = p.facts.path if remote else os.path.abspath(p.facts.path)
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models)
     argv = _for_dialect(
         server_argv(
@@ -190,9 +187,8 @@ def plan_entries(
     for arg in models:
         if os.path.isdir(arg):
             found, _ = scan([root_for_path(arg)])
-            named += [
-                (f.name, f.path, f.mmproj) for f in found
-            ]  # the file: the store may not be the default one
+            # the file: the store may not be the default one
+            named += [(f.name, f.path, f.mmproj) for f in found]
         # an Ollama projector is a blob: only the manifest pairs it (beside a file, --mmproj auto
         # finds it)
         else:

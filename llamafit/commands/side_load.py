@@ -39,9 +39,8 @@ def load_side_plan(
     """The side models of this launch, read and checked; None when there are none. With
     `auto_mmproj` (plan, run, script) a projector found next to the model is used unless --no-mmproj
     says not to. `load_model` reads a model reference's header (prepare.load_model)."""
-    flags = parse_side_flags(
-        (*parsed.passthrough, *parsed.unknown), env
-    )  # -cd: a flag of older builds
+    # -cd: a flag of older builds
+    flags = parse_side_flags((*parsed.passthrough, *parsed.unknown), env)
     notes: list[Notice] = []
     defaulted = (
         auto_mmproj
@@ -90,9 +89,8 @@ def load_side_plan(
         except InputError as e:
             if not defaulted:
                 raise
-            notes.append(
-                Notice("mmproj_skipped", {"reason": str(e)})
-            )  # found by default: not worth failing for
+            # found by default: not worth failing for
+            notes.append(Notice("mmproj_skipped", {"reason": str(e)}))
             flags = replace(flags, mmproj=None)
             return (
                 SidePlan(

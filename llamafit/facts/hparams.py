@@ -94,9 +94,8 @@ class ModelFacts:
     causal: bool
     weights: WeightFacts
     warnings: tuple[str, ...]
-    tensors: tuple[TensorInfo, ...] = field(
-        default=(), repr=False
-    )  # for -ot rules and CUDA padding
+    # for -ot rules and CUDA padding
+    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)
     # attention and FFN read the same block input, their outputs summed (gptneox
     # use_parallel_residual)
     parallel_residual: bool = False

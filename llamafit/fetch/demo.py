@@ -44,9 +44,8 @@ def demo_model_path(directory: Path | None = None) -> Path:
         pass
     import sys
 
-    sys.stderr.write(
-        "Preparing demo model… (first use: assembling it into the cache)\n"
-    )  # a few seconds
+    # a few seconds
+    sys.stderr.write("Preparing demo model… (first use: assembling it into the cache)\n")
     sys.stderr.flush()
     try:
         private_dir(cache)

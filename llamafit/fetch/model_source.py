@@ -321,9 +321,8 @@ def header_prefix(chunks: list[tuple[int, bytes | bytearray]], n: int) -> bytear
         out += bytes(n - len(out))
     else:
         out = bytearray(n)
-    view = memoryview(
-        out
-    )  # memoryview to memoryview: one memcpy (bytearray slice assignment copies first)
+    # memoryview to memoryview: one memcpy (bytearray slice assignment copies first)
+    view = memoryview(out)
     while chunks:
         offset, data = chunks.pop()
         if offset < n:

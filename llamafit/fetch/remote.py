@@ -29,10 +29,11 @@ DEFAULT_TIMEOUT = 30.0  # seconds, for each connect and each read from the socke
 FIRST_WINDOW = 1 << 10  # the parser's first read: even a 1 KiB header costs < 2x its size
 MAX_REDIRECTS = 10  # from a Hugging Face URL (resolve -> CDN takes 1-2)
 OTHER_REDIRECTS = 3  # from any other URL: a few, then an error naming where it was sent
+# and their subdomains (cdn-lfs.hf.co, cas-bridge.xethub.hf.co)
 HF_HOSTS = (
     "huggingface.co",
     "hf.co",
-)  # and their subdomains (cdn-lfs.hf.co, cas-bridge.xethub.hf.co)
+)
 # The largest header llamafit will read: 262k-token vocabularies with merges take ~20 MiB, the
 # largest tensor lists well under 1 MiB. A header "needing" more is a lie of the server or file.
 MAX_HEADER_BYTES = 64 << 20
@@ -448,9 +449,8 @@ class HttpRangeSource:
         The buffer grows in place (realloc) and is returned as it is: no copy of the whole."""
         out = bytearray() if out is None else out
         got = 0
-        read = getattr(
-            answer.body, "read1", answer.body.read
-        )  # one recv at a time: the deadline holds
+        # one recv at a time: the deadline holds
+        read = getattr(answer.body, "read1", answer.body.read)
         try:
             while limit is None or got < limit:
                 if self._left() <= 0:

@@ -74,9 +74,8 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
     prompt_tokens = max(min(turn.prompt, n - 1), 1)
     context = max(min(turn.context, n - prompt_tokens - turn.generated), 0)
     generated = max(min(turn.generated, n - context - prompt_tokens), 0)
-    depth = max(
-        context + prompt_tokens // 2 - PP_TOKENS // 2, 0
-    )  # _prompt_tps adds half a pp512 batch
+    # _prompt_tps adds half a pp512 batch
+    depth = max(context + prompt_tokens // 2 - PP_TOKENS // 2, 0)
     ends = [with_rates(inputs, 0), with_rates(inputs, 1)]
     assumed = any(r is not None for r in inputs.gpu_bandwidth_range) or any(
         r is not None for r in inputs.gpu_flops_range

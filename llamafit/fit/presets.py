@@ -111,9 +111,8 @@ def preset_effect(
 ) -> PresetEffect:
     """`cfg` is the chosen config; `user_cfg` the user's flags (whether -np was theirs)."""
     if chosen is None or "n_parallel" in user_cfg.given or preset.n_parallel != 1:
-        return PresetEffect(
-            preset, min_ctx, None, None
-        )  # serve's N slots are for N users: no saving to state
+        # serve's N slots are for N users: no saving to state
+        return PresetEffect(preset, min_ctx, None, None)
     auto = replace(cfg, n_parallel=N_PARALLEL_AUTO, given=cfg.given - {"n_parallel"})
     evaluated = evaluate(auto)
     if evaluated is None:

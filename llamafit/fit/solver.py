@@ -103,9 +103,8 @@ def _ub_options(cfg: LaunchConfig, ubatches: tuple[int, ...] | None = None) -> l
         return [cfg.n_ubatch]
     if not ubatches:
         return list(UBATCHES)
-    return [ub for ub in ubatches if ub <= cfg.n_batch] or [
-        cfg.n_batch
-    ]  # -ub above -b: llama.cpp clamps it
+    # -ub above -b: llama.cpp clamps it
+    return [ub for ub in ubatches if ub <= cfg.n_batch] or [cfg.n_batch]
 
 
 def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:

@@ -255,16 +255,14 @@ class _Reads:
     weights: dict[int, int]
     flops: dict[int, int]  # 2 x active weight elements, per device holding them
     flops_by_type: dict[int, dict[int, int]]  # the same, per device and ggml type
-    output_by_type: dict[
-        int, dict[int, int]
-    ]  # the output matrix's share: only tokens with logits compute it
+    # the output matrix's share: only tokens with logits compute it
+    output_by_type: dict[int, dict[int, int]]
     kv_cell: dict[int, int]  # bytes per filled cell, full-attention layers
     swa_cell: dict[int, int]
     state: dict[int, int]  # recurrent state bytes (read + written)
     attn_flops_cell: int  # attention FLOPs per token per filled cell (all layers)
-    attn_cell: dict[
-        int, int
-    ]  # attention FLOPs per filled cell, full-attention layers, by the KV's device
+    # attention FLOPs per filled cell, full-attention layers, by the KV's device
+    attn_cell: dict[int, int]
     attn_swa_cell: dict[int, int]
 
 
@@ -630,9 +628,8 @@ def _prompt_tps(
         work = r.flops[dev] + (r.flops[CPU] if dev == 0 else 0) + attn * (dev == 0)
         t += work / (f.value * eff.prompt)
     ub = max(min(rc.n_ubatch, PP_TOKENS), 1)
-    copy = (
-        r.weights[CPU] / inputs.pcie.value / ub
-    )  # op offload: host weights cross PCIe once per ubatch
+    # op offload: host weights cross PCIe once per ubatch
+    copy = r.weights[CPU] / inputs.pcie.value / ub
     t += copy
     eff0 = inputs.efficiency_for(gpus[0].backend)
     note = f"; host weights over PCIe ({inputs.pcie.source})" if r.weights[CPU] else ""

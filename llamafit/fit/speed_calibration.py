@@ -41,9 +41,8 @@ class SpeedScale:
     requests: int = 0
     generated_tokens: int = 0
     median: float | None = None  # measured / estimated over the runs that count, before clamping
-    skipped: dict[str, int] = field(
-        default_factory=dict
-    )  # reason -> runs: "overloaded", "load_unknown", …
+    # reason -> runs: "overloaded", "load_unknown", …
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def enough(self) -> bool:

@@ -159,10 +159,11 @@ def smallest_fitting(
 ) -> CatalogEntry | None:
     """The card with the least usable memory (per device) that holds `need_bytes`; ties → faster
     memory."""
+    # no card to buy
     fits = [
         e
         for e in CATALOG
         if e.usable_bytes >= need_bytes
         and (e.vendor in vendors if vendors is not None else e.vendor != "mesa")
-    ]  # no card to buy
+    ]
     return min(fits, key=lambda e: (e.usable_bytes, -e.bandwidth_bytes_per_s), default=None)

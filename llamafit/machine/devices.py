@@ -17,9 +17,8 @@ BACKEND_DEVICE_PREFIX = {
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": GIB << 10}
-MAX_SIZE = (
-    1 << 60
-)  # 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+# 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+MAX_SIZE = 1 << 60
 
 
 class SizeTooLarge(InputError):

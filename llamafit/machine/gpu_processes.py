@@ -83,9 +83,8 @@ def gpu_processes(
                 for p in fn(handle) if fn else ():
                     n = getattr(p, "usedGpuMemory", None)
                     if p.pid != own and isinstance(n, int) and n > 0:
-                        used[p.pid] = max(
-                            used.get(p.pid, 0), n
-                        )  # a process in both lists counts once
+                        # a process in both lists counts once
+                        used[p.pid] = max(used.get(p.pid, 0), n)
             found += [
                 GpuProcess(g.spec.name, pid, _process_name(nvml, pid), n) for pid, n in used.items()
             ]

@@ -213,9 +213,8 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
         and fallback is not None
         and _unwritable(cache)
     ):
-        record = _read(
-            fallback
-        )  # kept there by an earlier run that could not write the cache either
+        # kept there by an earlier run that could not write the cache either
+        record = _read(fallback)
     if record is None or record.get("machine") != machine_key():
         record = probe()
         problem = _write(path, record)
@@ -226,10 +225,11 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
         ):
             import sys
 
+            # once: later runs read them there
             sys.stderr.write(
                 f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are "
                 f"kept in {fallback.parent}\n"
-            )  # once: later runs read them there
+            )
     source = f"measured by the host probe ({record.get('time', '?')})"
     curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
     return HostRates(

@@ -57,11 +57,12 @@ _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_s
 
 
 class _InitParams(ctypes.Structure):
+    # ggml_init_params
     _fields_ = [
         ("mem_size", _sz),
         ("mem_buffer", _vp),
         ("no_alloc", ctypes.c_bool),
-    ]  # ggml_init_params
+    ]
 
 
 class ProbeUnavailable(Exception):
@@ -200,9 +201,8 @@ def measure(
         if not io:
             raise ProbeUnavailable("could not allocate the activations")
         buffers.append(io)
-        best = _best_seconds(
-            base, cpu, backend, ctx_io, y, (w, x), threads, rounds
-        )  # a repack buffer repacks
+        # a repack buffer repacks
+        best = _best_seconds(base, cpu, backend, ctx_io, y, (w, x), threads, rounds)
         return 2 * k * rows * columns / best
     finally:
         for b in buffers:

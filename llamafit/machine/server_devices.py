@@ -113,9 +113,8 @@ def _enrich(gpu: GPUInfo, detected: Sequence[GPUInfo], notes: list[str]) -> GPUI
     overhead."""
     same = next((d for d in detected if d.spec.name == gpu.spec.name), None)
     if same is None:
-        same = next(
-            (d for d in detected if d.name == gpu.name), None
-        )  # a Vulkan build on the same card
+        # a Vulkan build on the same card
+        same = next((d for d in detected if d.name == gpu.name), None)
         if same is None:
             return gpu
         return replace(

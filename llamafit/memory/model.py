@@ -70,9 +70,8 @@ _OffloadParts = tuple[
 MEMO_SIZE = 4096  # MemoryModel._remember: entries per model before it starts over
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
-PADDED_BACKENDS = frozenset(
-    {"cuda", "rocm"}
-)  # ggml-cuda (HIP too): row padding + 128-byte alignment
+# ggml-cuda (HIP too): row padding + 128-byte alignment
+PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,9 +265,8 @@ class MemoryModel:
         probe_names = [
             n for _, name, *_ in self.probes for n in (name, name.removesuffix("(tied)"))
         ]
-        self._names = tuple(
-            dict.fromkeys([n for n, _, _ in self.tensors] + probe_names)
-        )  # what -ot rules meet
+        # what -ot rules meet
+        self._names = tuple(dict.fromkeys([n for n, _, _ in self.tensors] + probe_names))
         self.recurrent_prefix = _prefix(
             [int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)]
         )
@@ -319,9 +317,8 @@ class MemoryModel:
         self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
         if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
             compute = {d: int(v * compute_scale) for d, v in compute.items()}
-        output = (
-            self.facts.n_vocab * max(rc.n_seq_max, 1) * 4
-        )  # output_reserve(n_seq_max): F32 logits
+        # output_reserve(n_seq_max): F32 logits
+        output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4
         rows = []
         for d, spec in enumerate(gpus):
             rows.append(
@@ -342,9 +339,8 @@ class MemoryModel:
         host_reserve = 0 if gpus else reserve_bytes
         host_usable = host.usable_bytes
         if host_usable is not None and any(g.backend == "metal" for g in gpus):
-            host_usable -= sum(
-                r.used_bytes for r in rows
-            )  # unified memory: the GPU's share is host RAM too
+            # unified memory: the GPU's share is host RAM too
+            host_usable -= sum(r.used_bytes for r in rows)
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
         pinned = 0
         if any(g.backend in PADDED_BACKENDS for g in gpus):
@@ -857,9 +853,8 @@ class MemoryModel:
             moved = self._sum(EXPERTS, a, min(b, n_moe)) if dev != CPU else 0
             out[dev] += int((self._sum(EXPERTS, a, b) - moved) * share)
             out[CPU] += int(moved * share)
-        out[lmap.output] += (
-            self.output_raw + self.tied_raw
-        )  # a tied output reads token_embd as its matrix
+        # a tied output reads token_embd as its matrix
+        out[lmap.output] += self.output_raw + self.tied_raw
         return out
 
     def _add_output(self, out: dict[int, int], dev: int, pad: bool) -> None:

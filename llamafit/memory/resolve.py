@@ -326,9 +326,8 @@ def _context(cfg: LaunchConfig, facts: ModelFacts, engine: str, n_seq: int, unif
     if cfg.n_ctx:
         return cfg.n_ctx
     if engine == "llama-server" and cfg.fit and not unified:
-        return (
-            facts.n_ctx_train * n_seq
-        )  # common/fit.cpp step 0: n_ctx 0 (given or not) → n_ctx_train per stream
+        # common/fit.cpp step 0: n_ctx 0 (given or not) → n_ctx_train per stream
+        return facts.n_ctx_train * n_seq
     return facts.n_ctx_train
 
 
@@ -364,10 +363,11 @@ def _check_block_sizes(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn
     if hit is None or hit[0] is not facts:
         if len(_BLOCK_CHECKS) >= 256:
             _BLOCK_CHECKS.clear()
+        # keeps facts (its id) alive
         hit = _BLOCK_CHECKS[key] = (
             facts,
             _block_size_error(facts, tk, tv, flash_attn),
-        )  # keeps facts (its id) alive
+        )
     if hit[1] is not None:
         raise ConfigError(hit[1])
 

@@ -23,12 +23,13 @@ _PARTS = (
 )
 _FREE = "#e8efe8"
 _SERIES = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
+# the page's charts: width, height, left margin, legend column
 _W, _H, _PAD, _LEGEND = (
     900,
     300,
     60,
     170,
-)  # the page's charts: width, height, left margin, legend column
+)
 
 
 def _mib(n: int | float) -> str:

@@ -36,12 +36,13 @@ import sys
 
 from ..memory.resolve import ResolvedConfig
 
+# enum llama_split_mode (include/llama.h)
 SPLIT_MODES = {
     "none": 0,
     "layer": 1,
     "row": 2,
     "tensor": 3,
-}  # enum llama_split_mode (include/llama.h)
+}
 # --load-mode → (use_mmap, use_mlock); llama.py picks LLAMA_LOAD_MODE_* from the pair
 LOAD_MODES = {
     "auto": (True, False),

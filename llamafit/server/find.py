@@ -70,9 +70,8 @@ class Dialect:
     """The flags one llama-server build lists in --help, and what follows from them."""
 
     flags: frozenset[str]  # every spelling, short and long
-    valued: frozenset[
-        str
-    ]  # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
+    # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
+    valued: frozenset[str]
     fa_value: bool  # `-fa, --flash-attn [on|off|auto]`; False for the bare switch of older builds
 
     def has(self, *spellings: str) -> bool:
@@ -412,9 +411,8 @@ def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
     if cached := _load_cached(file):
         return cached
     version = _run(path, "--version", env, VERSION_TIMEOUT_S)
-    build, version_line = parse_version(
-        version.stdout + version.stderr
-    )  # 0c1e570 prints it on stderr
+    # 0c1e570 prints it on stderr
+    build, version_line = parse_version(version.stdout + version.stderr)
     shown = _run(path, "--help", env, HELP_TIMEOUT_S)
     dialect = parse_help(shown.stdout + shown.stderr)
     missing = [f for f in SERVER_FLAGS if not dialect.has(*f)]

@@ -161,9 +161,8 @@ def _ask(
     return rows, None
 
 
-STAND_IN_HEADER_LIMIT = (
-    64 << 20
-)  # a header-only GGUF (metadata, tokenizer, tensor infos) is far smaller
+# a header-only GGUF (metadata, tokenizer, tensor infos) is far smaller
+STAND_IN_HEADER_LIMIT = 64 << 20
 
 
 def stand_in(

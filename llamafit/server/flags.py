@@ -42,9 +42,8 @@ class ParsedServerArgs:
     config: LaunchConfig  # memory-relevant values over the engine's defaults, `given` recorded
     model: str | None  # -m/--model (or LLAMA_ARG_MODEL)
     hf_repo: str | None  # -hf/-hfr/--hf-repo (or LLAMA_ARG_HF_REPO), not resolved here
-    passthrough: tuple[
-        str, ...
-    ]  # known flags that do not affect memory, verbatim with their values
+    # known flags that do not affect memory, verbatim with their values
+    passthrough: tuple[str, ...]
     unknown: tuple[str, ...]  # what this llama-server would refuse, verbatim, in order
     env_used: tuple[str, ...]  # the LLAMA_ARG_* variables that took effect
 

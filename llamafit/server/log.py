@@ -134,18 +134,20 @@ class Failure:
     line: str  # the log line it came from, prefix removed
 
 
+# common/log.cpp
 _JSON_LEVELS = {
     "info": "I",
     "warn": "W",
     "error": "E",
     "debug": "D",
     "trace": "T",
-}  # common/log.cpp
+}
+# failures are logged as E (or W), or without a prefix (argument errors)
 _QUIET_LEVELS = (
     "I",
     "D",
     "T",
-)  # failures are logged as E (or W), or without a prefix (argument errors)
+)
 _RANK = {"oom": 2, "model_missing": 2, "bad_flag": 2, "port_in_use": 2, "load_failed": 1}
 
 

@@ -89,9 +89,8 @@ class _Raw(str):
 
 
 def _canon(flag: str) -> str:
-    return (
-        flag.replace("_", "-") if flag.startswith("--") else flag
-    )  # arg.cpp does this to "--" flags
+    # arg.cpp does this to "--" flags
+    return flag.replace("_", "-") if flag.startswith("--") else flag
 
 
 def _groups(args: Sequence[str]) -> list[Group]:

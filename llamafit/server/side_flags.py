@@ -62,9 +62,8 @@ SIDE_FLAGS = frozenset(
     + _IMAGE_MIN
     + _IMAGE_MAX
 )
-MODELLED = frozenset(
-    _DRAFT_MODEL + _MMPROJ + _MMPROJ_URL
-)  # side models counted (others are warned about)
+# side models counted (others are warned about)
+MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)
 _VALUELESS = frozenset(
     _DRAFT_CMOE + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + ("--mmproj-auto",)
 )
@@ -236,10 +235,11 @@ def launch_tokens(passthrough: Sequence[str], resident: Sequence[SideUsage]) -> 
         elif draft is not None:  # the draft model's own flags
             out += group
     if proj is not None and not any(f in out for f in ("-mm", "--mmproj", "-mmu", "--mmproj-url")):
+        # found next to the model (plan, run and script use it by default)
         out += [
             "--mmproj",
             proj.path,
-        ]  # found next to the model (plan, run and script use it by default)
+        ]
     if (
         proj is not None
         and dict(proj.details).get("offload") == "off"

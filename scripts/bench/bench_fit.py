@@ -156,14 +156,14 @@ def start(model: Path, args: list[str]) -> Side:
     if not args:
         return Side(args, None, None, False, "no config")
     got = device_lab.load(model, [*_rpc_args(), *args], env=_env())
-    devices = (
-        [f"RPC0[{ep}]" for ep in RPC] if RPC else ["Vulkan0"]
-    )  # each worker's device 0, as llama-server names it
+    # each worker's device 0, as llama-server names it
+    devices = [f"RPC0[{ep}]" for ep in RPC] if RPC else ["Vulkan0"]
+    # the fullest device
     used = (
         max(round(sum(kinds.get(d, 0.0) for kinds in got.buffers.values()), 2) for d in devices)
         if got.buffers
         else None
-    )  # the fullest device
+    )
     return Side(args, _ctx(args), used, got.ok, got.failure)
 
 
@@ -180,9 +180,8 @@ N_LAYERS: dict[str, int] = {}  # model name → its blocks + 1 (the output layer
 
 
 def _ngl(s: Side, n_all: int) -> int:
-    value = (
-        s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "all"
-    )  # llama.cpp's default: all
+    # llama.cpp's default: all
+    value = s.args[s.args.index("-ngl") + 1] if "-ngl" in s.args else "all"
     return n_all if value in ("all", "auto", "-1") else min(int(value), n_all)
 
 
@@ -237,10 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     if args.rpc:
+        # placeholders for planning; each run gets fresh workers
         RPC[:] = [
             "127.0.0.1:1",
             "127.0.0.1:2",
-        ]  # placeholders for planning; each run gets fresh workers
+        ]
     return _bench(args)
 
 

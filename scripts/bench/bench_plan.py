@@ -43,6 +43,7 @@ GUARD_ROWS = (
 
 def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    # no host probe: pinned rates
     env.update(
         PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
         PYTHONPYCACHEPREFIX=str(tmp / "pyc"),
@@ -50,7 +51,7 @@ def _env(tmp: Path) -> dict[str, str]:
         LLAMAFIT_CALIBRATION=str(tmp / "calibration.jsonl"),
         LLAMAFIT_HOST_BANDWIDTH="50e9",
         LLAMAFIT_HOST_FLOPS="200e9",
-    )  # no host probe: pinned rates
+    )
     return env
 
 
@@ -187,9 +188,8 @@ def main() -> int:
         worst = {"plan": 0.0, "check": 0.0, "plan_in": 0.0, "check_in": 0.0}
         bases = []
         for label, a in table:
-            cpu_seconds(
-                cli(["check", *a, "--ram", "64GiB"]), env
-            )  # warm: the demo's first use assembles it
+            # warm: the demo's first use assembles it
+            cpu_seconds(cli(["check", *a, "--ram", "64GiB"]), env)
             runs: dict[str, list[float]] = {
                 "base": [],
                 "plan": [],

@@ -78,12 +78,12 @@ def main() -> None:
     ap.add_argument("--skip-ggufreader", action="store_true", help="time llamafit's reader only")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        spm = write_synthetic(
-            Path(tmp) / "synthetic-262k-vocab.gguf", merges=0
-        )  # SPM-like, as Gemma 3
+        # SPM-like, as Gemma 3
+        spm = write_synthetic(Path(tmp) / "synthetic-262k-vocab.gguf", merges=0)
+        # BPE-like
         bpe = write_synthetic(
             Path(tmp) / "synthetic-262k-vocab-131k-merges.gguf", merges=N_VOCAB // 2
-        )  # BPE-like
+        )
         for path in (demo_model_path(), spm, bpe):
             bench(path, args.repeat, not args.skip_ggufreader)
     print(f"best of {args.repeat} reads (llamafit), 1 read (GGUFReader)")

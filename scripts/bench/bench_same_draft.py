@@ -40,9 +40,8 @@ def main() -> int:
     rows = {}
     for mode, extra in (("mmap", []), ("no-mmap", ["--load-mode", "none"])):
         for name, flags in (("alone", []), ("-md the same file", draft)):
-            mem, bufs = resident_memory(
-                binary, [*base, *extra, *flags], port + len(rows)
-            )  # a fresh port per start
+            # a fresh port per start
+            mem, bufs = resident_memory(binary, [*base, *extra, *flags], port + len(rows))
             rows[(mode, name)] = mem
             reported = ", ".join(f"{b} {v:.2f}" for b, v in bufs)
             print(

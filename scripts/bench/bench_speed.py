@@ -324,12 +324,10 @@ def _public_bytes(row: dict[str, str]) -> tuple[float, float]:
     size = float(row["size_gib"]) * 2**30
     per_param = size / (float(row["params_b"]) * 1e9)
     embd = int(row["n_vocab"]) * int(row["n_embd"]) * per_param
-    weights = (
-        size if row["tied"] == "1" else size - embd
-    )  # token_embd is a lookup unless it is the output too
-    kv = (
-        int(row["n_layer"]) * 2 * int(row["kv_width"]) * 2 * KV_PAD
-    )  # K and V, f16, 64 cells padded to 256
+    # token_embd is a lookup unless it is the output too
+    weights = size if row["tied"] == "1" else size - embd
+    # K and V, f16, 64 cells padded to 256
+    kv = int(row["n_layer"]) * 2 * int(row["kv_width"]) * 2 * KV_PAD
     return weights, kv
 
 

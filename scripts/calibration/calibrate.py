@@ -149,9 +149,8 @@ def run_child(path: str, configs: list[dict]) -> list[str | None]:
             timeout=900,
         )
         head, *parts = re.split(r"\n=== CONFIG \d+\n", proc.stderr)
-        model_lines = "".join(
-            m[0] + "\n" for m in _BUF.finditer(head)
-        )  # load_tensors: ... model buffer size
+        # load_tensors: ... model buffer size
+        model_lines = "".join(m[0] + "\n" for m in _BUF.finditer(head))
         for i, part in enumerate(parts):
             crashed = proc.returncode != 0 and i == len(parts) - 1
             logs.append(None if crashed or "\n=== FAILED" in part else model_lines + part)

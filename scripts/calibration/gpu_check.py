@@ -334,9 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             + "\n"
         )
-        os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(
-            build / "bin"
-        )  # device_lab runs binaries from there
+        # device_lab runs binaries from there
+        os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(build / "bin")
         for rec in records(work / "shapes", gpu, start + args.budget_s - 60):
             out.write(json.dumps(rec) + "\n")
             out.flush()

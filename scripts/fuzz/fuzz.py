@@ -495,9 +495,8 @@ def http(tally: Tally, rounds: int, port_base: int = PORTS.start) -> None:
     from llamafit.fetch import remote
 
     remote.DEFAULT_DEADLINE = HTTP_DEADLINE
-    ports = itertools.cycle(
-        range(port_base, port_base + len(PORTS))
-    )  # each server gone before its port comes round
+    # each server gone before its port comes round
+    ports = itertools.cycle(range(port_base, port_base + len(PORTS)))
     for mode in MODES:
         if mode == "cross-redir":
             continue  # needs request headers to matter; covered by tests/cli/test_hostile.py

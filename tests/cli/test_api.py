@@ -49,13 +49,13 @@ def test_solve_check_a_config_and_catch_no_fit() -> None:
     facts = lf.build_facts(lf.read_model(QWEN))
     target = lf.make_target(facts, "12GiB")
     choice = lf.solve(target, lf.LaunchConfig(), lf.Policy(kv="q4_0", ctx=4096))
+    # op offload: room for one host weight
     assert (choice.ctx, choice.rc.n_gpu_layers) == (
         4096,
         37,
-    )  # op offload: room for one host weight
-    assert not target.fits(
-        lf.with_given(choice.cfg, n_gpu_layers=choice.rc.n_gpu_layers + 1)
-    )  # and no more
+    )
+    # and no more
+    assert not target.fits(lf.with_given(choice.cfg, n_gpu_layers=choice.rc.n_gpu_layers + 1))
     rc = lf.resolve(choice.cfg, facts)
     assert lf.MemoryModel(facts).estimate(rc, target.gpus, target.host).fits
     try:

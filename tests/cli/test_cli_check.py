@@ -48,9 +48,8 @@ def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    verdict = next(
-        i for i, line in enumerate(lines) if line.startswith("Verdict")
-    )  # the Model line may wrap
+    # the Model line may wrap
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))
     assert lines[verdict : verdict + 2] == [
         "Verdict    does not fit: CUDA0 short by 23 MiB",
         "Way out    16,640 tokens per slot fit with the current settings",

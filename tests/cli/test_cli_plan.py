@@ -70,9 +70,8 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash "
         "attention on — the trained maximum",
     }
-    assert (
-        130 < d["mib_per_1000_tokens"] < 140
-    )  # 136 KiB per token of q8_0 KV, plus the compute slope
+    # 136 KiB per token of q8_0 KV, plus the compute slope
+    assert 130 < d["mib_per_1000_tokens"] < 140
 
 
 def test_pinned_flags_after_double_dash_are_kept_and_passed_through() -> None:

@@ -127,6 +127,5 @@ def test_run_solves_the_plan_once(
     assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
     assert len(calls) == 1
     last_call = (tmp_path / "bin" / "calls.log").read_text().splitlines()[-1]
-    assert last_call == (
-        "--list-devices" if mode == ["--dry-run"] else "-m"
-    )  # the launch started the stand-in
+    # the launch started the stand-in
+    assert last_call == ("--list-devices" if mode == ["--dry-run"] else "-m")

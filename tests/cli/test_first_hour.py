@@ -236,9 +236,8 @@ def test_the_scale_is_a_note_with_its_source_only_for_the_same_model_class(tmp_p
         f"on CUDA0 ({tmp_path / 'calibration.jsonl'})"
     )
     assert unwrapped(text).splitlines()[-1] == note
-    assert (
-        "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
-    )  # qwen2
+    # qwen2
+    assert "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
     exact = _with_records(tmp_path, EXACT_GPU)
     assert "Note" not in invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=exact).stdout
 
@@ -443,9 +442,8 @@ def test_output_fits_80_columns(args: list[str]) -> None:
         if "/" in arg:
             output = output.replace(arg, "model.gguf")
     lines = [line.removesuffix(" \\") for line in output.splitlines()]
-    long = [
-        line for line in lines if len(line) > 80 and " " in line[11:].strip()
-    ]  # one long path may
+    # one long path may
+    long = [line for line in lines if len(line) > 80 and " " in line[11:].strip()]
     assert long == []
 
 

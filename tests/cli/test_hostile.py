@@ -369,10 +369,11 @@ def test_cache_writes_are_private_and_never_follow_a_planted_link(tmp_path: Path
     with pytest.raises(UnsafeFile, match="is a symbolic link"):
         write_atomic(cache / "b.json", b"{}")
     assert victim.read_text() == "theirs\n"
+    # no temp file left behind
     assert sorted(p.name for p in cache.iterdir()) == [
         "a.json",
         "b.json",
-    ]  # no temp file left behind
+    ]
 
 
 @pytest.mark.parametrize(

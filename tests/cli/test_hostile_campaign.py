@@ -226,10 +226,11 @@ def test_a_server_path_that_is_not_utf8_is_probed_and_cached(
     odd = os.fsdecode(os.fsencode(tmp_path / "bin") + b"/srv\xff")
     os.rename(exe, odd)
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path / "cache"))
+    # probed, then read from the dialect cache
     first, second = (
         probe(odd, os.environ),
         probe(odd, os.environ),
-    )  # probed, then read from the dialect cache
+    )
     assert first == second and first[1].startswith("version: 0.6.0-dev")
     assert (tmp_path / "bin" / "calls.log").read_text() == "--version\n--help\n"
     assert len(os.listdir(tmp_path / "cache" / "server-dialects")) == 1
@@ -390,9 +391,8 @@ def _plant(tmp_path: Path, what: str) -> Path:
         os.mkfifo(path)
     elif what == "device":
         try:
-            os.mknod(
-                path, 0o600 | stat.S_IFCHR, os.makedev(1, 3)
-            )  # /dev/null's numbers, in tmp_path
+            # /dev/null's numbers, in tmp_path
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
         except PermissionError:
             pytest.skip("creating a device node needs root")
     elif what == "link":
@@ -553,9 +553,8 @@ def test_the_demo_model_is_assembled_once_then_trusted_by_its_stamp(
 
     first, second = demo_model_path(tmp_path), demo_model_path(tmp_path)
     assert first == second and first.read_bytes() == b"GGUF demo" and len(small_demo) == 1
-    assert (
-        small_demo[0].parent != tmp_path
-    )  # assembled in a private directory, then moved into place
+    # assembled in a private directory, then moved into place
+    assert small_demo[0].parent != tmp_path
 
 
 # ---- the host probe: an unwritable cache does not repeat it; its kernel probe dies with llamafit

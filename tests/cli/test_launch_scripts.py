@@ -31,9 +31,8 @@ from llamafit.server.scripts import (
 )
 
 SH = shutil.which("sh") or "/bin/sh"
-SHELLS = sorted(
-    {SH, *filter(None, map(shutil.which, ("dash", "bash", "busybox")))}
-)  # busybox: via "sh"
+# busybox: via "sh"
+SHELLS = sorted({SH, *filter(None, map(shutil.which, ("dash", "bash", "busybox")))})
 MODEL = "/models/My Model.gguf"
 SPEC = LaunchSpec(
     argv=(
@@ -445,9 +444,8 @@ def test_guard_keeps_the_planned_context_without_a_reading(
     if output is not None:
         fake_nvidia_smi(tools, output)
         (tools / "awk").symlink_to(shutil.which("awk") or "/usr/bin/awk")
-    done = sh_run(
-        render_sh(spec, guard=True), tmp_path, path=str(tools)
-    )  # no real nvidia-smi either
+    # no real nvidia-smi either
+    done = sh_run(render_sh(spec, guard=True), tmp_path, path=str(tools))
     assert done.returncode == 0, done.stderr
     assert recorded(record)["argv"] == list(launch_argv(spec)[1:])
     assert re.fullmatch(

@@ -72,9 +72,8 @@ def test_the_page_reads_back_as_the_json(tmp_path: Path, fixed_host) -> None:
     for t in data["tradeoffs"]:  # each K/V curve at the pick's -ngl is its trade-off row
         if t["flash_attn"] == "on":
             assert points[(f"{t['type_k']}/{t['type_v']} fa on", "52")] == str(t["max_ctx"])
-    assert (
-        points[("q4_0/q4_0 fa on", "0")] == "32768" and ("f16/f16 fa on", "59") not in points
-    )  # none fits
+    # none fits
+    assert points[("q4_0/q4_0 fa on", "0")] == "32768" and ("f16/f16 fa on", "59") not in points
     # speed: the band's numbers, and the curve starts at the empty context's estimate
     speed = data["speed"]
     rows = {

@@ -241,9 +241,8 @@ def test_the_users_flags_win_over_the_preset() -> None:
     )
     command = d["command"]
     assert (command[command.index("-np") + 1], command[command.index("-ub") + 1]) == ("2", "256")
-    assert (
-        d["preset"]["min_ctx"] == 8192 and d["preset"]["saved_bytes"] is None
-    )  # -np was the user's
+    # -np was the user's
+    assert d["preset"]["min_ctx"] == 8192 and d["preset"]["saved_bytes"] is None
     assert d["verdict"]["text"].startswith(
         "for agent (1 slot, at least 8,192 tokens per slot rather than 65,536): "
     )

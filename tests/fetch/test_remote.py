@@ -43,9 +43,8 @@ from tests.support.scripts import script
 SHA = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "hf_good"
 SPLIT = [FIXTURES / f"split-llama-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
-HEADER_ONLY = (
-    FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
-)  # stops before its tensor data
+# stops before its tensor data
+HEADER_ONLY = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 SINGLE = [*sorted(p for p in FIXTURES.glob("*.gguf") if "-of-" not in p.name), HEADER_ONLY]
 
 
@@ -69,9 +68,8 @@ class Site:
     redirects: dict[str, str] = field(default_factory=dict)
     json: dict[str, object] = field(default_factory=dict)
     status: dict[str, int] = field(default_factory=dict)
-    held: dict[str, threading.Event] = field(
-        default_factory=dict
-    )  # path -> answered once the event is set
+    # path -> answered once the event is set
+    held: dict[str, threading.Event] = field(default_factory=dict)
     auth: dict[str, str] = field(default_factory=dict)  # path prefix -> required Authorization
     extra: dict[str, dict[str, str]] = field(default_factory=dict)  # path -> extra headers
     hits: list[Hit] = field(default_factory=list)
@@ -260,9 +258,8 @@ def plain_server(demo_path_if_installed: Path | None) -> Iterator[tuple[str, Sit
 @pytest.fixture
 def plain(plain_server: tuple[str, Site], fresh_cache: Path) -> tuple[str, Site]:
     plain_server[1].hits.clear()
-    plain_server[1].held["/slow.gguf"] = (
-        threading.Event()
-    )  # /slow.gguf answers only when a test sets it
+    # /slow.gguf answers only when a test sets it
+    plain_server[1].held["/slow.gguf"] = threading.Event()
     return plain_server
 
 
@@ -353,9 +350,8 @@ def test_cache_makes_the_second_open_free_and_works_offline(
     )
     site.hits.clear()
     assert_same(open_model(arg, {}), first)
-    assert site.sent() == 0 and [h.method for h in site.hits] == [
-        "HEAD"
-    ]  # revalidated by ETag only
+    # revalidated by ETag only
+    assert site.sent() == 0 and [h.method for h in site.hits] == ["HEAD"]
     site.hits.clear()
     assert_same(open_model(arg, {"HF_HUB_OFFLINE": "1"}), first)
     assert site.hits == []
@@ -704,9 +700,8 @@ def test_find_best_model_follows_llama_cpp() -> None:
     assert find_best_model(files, "Q5_K_M") == "model.Q5_K_M.gguf"  # `.` after the tag counts too
     assert find_best_model(files, "Q4_K") is None  # the tag must end at `.` or `-`
     assert find_best_model(files, "Q6_K") is None
-    assert (
-        find_best_model(["a-F16.gguf", "b.gguf"], "") == "a-F16.gguf"
-    )  # no default tag: first model
+    # no default tag: first model
+    assert find_best_model(["a-F16.gguf", "b.gguf"], "") == "a-F16.gguf"
     assert split_files(files, "sub/model-Q4_K_M-00001-of-00002.gguf") == [
         "sub/model-Q4_K_M-00001-of-00002.gguf",
         "sub/model-Q4_K_M-00002-of-00002.gguf",

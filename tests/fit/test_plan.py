@@ -28,9 +28,8 @@ def test_smallest_gpu_for_the_trained_context() -> None:
     assert 23 << 30 < need <= 24 << 30
 
 
-ONE = {
-    b: Efficiency(1.0, 1.0, "test") for b in ("cpu", "cuda")
-}  # bytes over bandwidth, nothing else
+# bytes over bandwidth, nothing else
+ONE = {b: Efficiency(1.0, 1.0, "test") for b in ("cpu", "cuda")}
 
 
 def inputs(gpu_bw: int | None, host_bw: int = 60 * GB_S) -> SpeedInputs:
@@ -67,9 +66,8 @@ def test_speed_estimate_is_bytes_over_bandwidth() -> None:
             (read[0] + kv[0] * n_gpu) / (288 * GB_S) + (read[CPU] + kv[1] * n_cpu) / (60 * GB_S)
         )
         assert est.generation_tps[which] == pytest.approx(expected, rel=1e-12)
-    assert (
-        estimate(t.model, choice.rc, lmap, t.gpus, inputs(None)) is None
-    )  # no bandwidth known: no estimate
+    # no bandwidth known: no estimate
+    assert estimate(t.model, choice.rc, lmap, t.gpus, inputs(None)) is None
 
 
 def layer_kv(facts, rc, il: int) -> int:  # type: ignore[no-untyped-def]
@@ -85,9 +83,8 @@ def test_moe_tokens_read_only_the_active_experts() -> None:
     facts = t.model.facts
     experts = sum(tt.n_bytes for tt in facts.tensors if "_exps." in tt.name)
     embd = sum(tt.n_bytes for tt in facts.tensors if tt.name == "token_embd.weight")
-    assert (
-        read[0] == facts.weights.total_bytes - embd - experts + experts * 2 // 8
-    )  # 2 of 8 experts per token
+    # 2 of 8 experts per token
+    assert read[0] == facts.weights.total_bytes - embd - experts + experts * 2 // 8
 
 
 def test_verdicts() -> None:

@@ -40,9 +40,8 @@ def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention(
     assert d.bound == "memory" and d.seconds[0] == (d.weight_bytes + d.kv_bytes_empty) / 1e9
     cell_bytes = (d.kv_bytes_full - d.kv_bytes_empty) // (4096 - empty_cells)
     assert d.kv_bytes_empty == cell_bytes * empty_cells
-    slow = estimate(
-        MODEL, rc, LMAP, (), cpu(1e12, 1e6, decode=1.0, attention=1.0)
-    )  # 1 MFLOP/s: arithmetic wins
+    # 1 MFLOP/s: arithmetic wins
+    slow = estimate(MODEL, rc, LMAP, (), cpu(1e12, 1e6, decode=1.0, attention=1.0))
     assert slow is not None and slow.devices[0].bound == "compute"
     flops = slow.flops_per_token
     facts = MODEL.facts
@@ -194,11 +193,12 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     ) == (51.2e9, (), 34e9, 3)  # a given bandwidth holds at every thread count
     assert json.loads((tmp_path / "host-probe.json").read_text())["bandwidth_bytes_per_s"] == 12e9
     monkeypatch.setattr(host_probe, "measure_bandwidth", lambda n=None: {1: 6e9, 2: 5e9, 3: 9e9}[n])
+    # 2 threads: disturbed
     assert host_probe.probe()["bandwidth_by_threads"] == [
         [1, 6e9],
         [2, 6e9],
         [3, 9e9],
-    ]  # 2 threads: disturbed
+    ]
 
 
 @pytest.mark.slow  # measures this machine
@@ -211,9 +211,8 @@ def test_one_thread_bandwidth_runs_on_one_thread() -> None:
 
     from llamafit.machine import host_probe
 
-    host_probe.measure_bandwidth(
-        1
-    )  # numpy's import starts BLAS's threads, which spin a while: not measured
+    # numpy's import starts BLAS's threads, which spin a while: not measured
+    host_probe.measure_bandwidth(1)
     cpu0, wall0 = sum(os.times()[:2]), time.perf_counter()
     host_probe.measure_bandwidth(1)
     cpu, wall = sum(os.times()[:2]) - cpu0, time.perf_counter() - wall0
@@ -372,9 +371,8 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
         if t.name != "token_embd.weight":  # a row lookup; the fixture's output is its own matrix
             flops[t.ggml_type] = flops.get(t.ggml_type, 0) + 2 * t.n_elements
     out = 2 * next(t.n_elements for t in facts.tensors if t.name == "output.weight")
-    assert (
-        set(flops) == {0, 1, 8} and types["output.weight"] == 8
-    )  # F32 norms, F16 and Q8_0 matrices
+    # F32 norms, F16 and Q8_0 matrices
+    assert set(flops) == {0, 1, 8} and types["output.weight"] == 8
     kernels = tuple(KernelRate(k, 1e6 * (k + 1), 2e6 * (k + 1)) for k in flops if k != 0)
     eff = {
         "cpu": Efficiency(
@@ -401,26 +399,25 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     est = estimate(MODEL, RC, LMAP, (), inputs)
     assert est is not None and est.devices[0].bound == "compute"
     rate = {k: 1e6 * (k + 1) * 2 for k in flops}  # two threads
-    matmul = sum(
-        n / (rate[k] if k else 8e6 * 0.25) for k, n in flops.items()
-    )  # F32 norms: no kernel rate
+    # F32 norms: no kernel rate
+    matmul = sum(n / (rate[k] if k else 8e6 * 0.25) for k, n in flops.items())
     attn_cell = sum(
         2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v)
         for il in range(facts.n_layer)
     )
     fa_rate, fa_prompt = 3e6 * 2, 5e6 * 2  # the flash attention kernel x two threads
     d = est.devices[0]
+    # each op: its reads overlap its arithmetic
     weights, kv = (
         d.weight_bytes / 1e15,
         d.kv_bytes_empty / 1e15,
-    )  # each op: its reads overlap its arithmetic
+    )
     expected = max(weights, matmul) + max(kv, attn_cell / (fa_rate * 0.5))
     assert 1 / est.generation_tps[1] == pytest.approx(expected, rel=1e-12)
     prompt_flops = dict(flops)
     prompt_flops[types["output.weight"]] -= out
-    pp = sum(
-        n / (rate[k] * 2 if k else 8e6 * 0.5) for k, n in prompt_flops.items()
-    )  # prompt: 2x decode's rate
+    # prompt: 2x decode's rate
+    pp = sum(n / (rate[k] * 2 if k else 8e6 * 0.5) for k, n in prompt_flops.items())
     assert 1 / est.prompt_tps == pytest.approx(pp + attn_cell * 256 / (fa_prompt * 0.25), rel=1e-12)
     assert (
         est.prompt_source

@@ -86,10 +86,11 @@ def gpu(name: str, physical: int | None) -> GPUInfo:
     )
 
 
+# CUDA_VISIBLE_DEVICES=1,0: llama.cpp's order is not NVML's
 GPUS = (
     gpu("CUDA0", 1),
     gpu("CUDA1", 0),
-)  # CUDA_VISIBLE_DEVICES=1,0: llama.cpp's order is not NVML's
+)
 
 
 @pytest.mark.parametrize(
@@ -186,9 +187,8 @@ def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> 
         k: os.environ[k]
         for k in ("LLAMAFIT_CACHE_DIR", "LLAMAFIT_HOST_BANDWIDTH", "LLAMAFIT_HOST_FLOPS")
     }
-    request = Request(
-        ModelRef(str(QWEN)), MachineSpec("rtx4080"), env=env
-    )  # the host's rates pinned (conftest)
+    # the host's rates pinned (conftest)
+    request = Request(ModelRef(str(QWEN)), MachineSpec("rtx4080"), env=env)
     report = run_plan(request, Policy(), processes=procs)
     (notice,) = [w for w in report.json["warnings"] if w["code"] == "gpu_in_use"]
     per_1000 = report.json["mib_per_1000_tokens"]

@@ -255,9 +255,8 @@ def sysfs(tmp_path: Path) -> Path:
     _card(tmp_path, "card0", MI210)
     _card(tmp_path, "card1", NVIDIA_CARD)  # another vendor: ignored
     _card(tmp_path, "card2", RX7900)
-    _card(
-        tmp_path, "card10", {"vendor": "0x1002"}
-    )  # no VRAM files (e.g. a display-only GPU): ignored
+    # no VRAM files (e.g. a display-only GPU): ignored
+    _card(tmp_path, "card10", {"vendor": "0x1002"})
     (tmp_path / "class" / "drm" / "card0-DP-1").mkdir()  # connectors and render nodes: ignored
     (tmp_path / "class" / "drm" / "renderD128").mkdir()
     return tmp_path
@@ -521,12 +520,13 @@ def test_parse_rpc_and_device_order() -> None:
         DeviceSpec("RPC0[[::1]:50053]", "gpu", "rpc", 12 * GiB, 12 * GiB),  # device 0 of its worker
     )
     names = [s.name for s in fit_devices(DETECTED, use="total", rpc=rpc)]
+    # RPC first, as llama.cpp
     assert names == [
         "RPC0[192.168.1.5:50052]",
         "RPC0[[::1]:50053]",
         "CUDA0",
         "CUDA1",
-    ]  # RPC first, as llama.cpp
+    ]
 
 
 def test_rpc_workers_without_a_size_are_asked() -> None:

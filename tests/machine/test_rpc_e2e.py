@@ -69,9 +69,8 @@ def test_predicted_rpc_buffers_match_the_workers(
     pred = {d["name"]: d for d in json.loads(res.stdout)["devices"]}
     names = [f"RPC0[{e}]" for e in workers]
     assert list(pred) == [*names, "CPU"]
-    assert all(
-        pred[n]["total_bytes"] > 0 for n in names
-    )  # asked: llama-server --rpc … --list-devices
+    # asked: llama-server --rpc … --list-devices
+    assert all(pred[n]["total_bytes"] > 0 for n in names)
     got = lab_load(demo_path, ["--rpc", ",".join(workers), *flags], env=device_lab.vk_env(None))
     assert got.ok, got.failure
     for n in names:

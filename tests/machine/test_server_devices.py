@@ -175,13 +175,11 @@ def test_two_builds_that_say_unknown_get_two_identities(
     first = build_identity(str(cpu), unknown)
     assert first.startswith("sha256:") and len(first) == 23
     assert build_identity(str(vulkan), unknown) != first
-    assert (
-        len(os.listdir(tmp_path / "cache" / "server-identity")) == 2
-    )  # cached by path, size and mtime
+    # cached by path, size and mtime
+    assert len(os.listdir(tmp_path / "cache" / "server-identity")) == 2
     assert build_identity(str(cpu), unknown) == first
-    (tmp_path / "cpu" / "libggml-base.so").write_bytes(
-        b"another build"
-    )  # a library changed: hashed again
+    # a library changed: hashed again
+    (tmp_path / "cpu" / "libggml-base.so").write_bytes(b"another build")
     assert build_identity(str(cpu), unknown) != first
     assert build_identity(str(cpu), "version: 8763 (ff5ef8278)") == "b8763-ff5ef8278"
 
@@ -421,9 +419,8 @@ def test_llama_cpp_s_larger_weights_win(
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     gpu = plan["devices"][0]
-    room = (
-        extra and extra * MIB - gpu["weights_bytes"]
-    )  # its model column over llamafit's 228 KiB of weights
+    # its model column over llamafit's 228 KiB of weights
+    room = extra and extra * MIB - gpu["weights_bytes"]
     assert (gpu["name"], gpu["total_bytes"], gpu["overhead_bytes"], gpu["weights_bytes"]) == (
         "CUDA0",
         16 * MIB,

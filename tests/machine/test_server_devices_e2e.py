@@ -129,9 +129,8 @@ def test_the_vulkan_and_cpu_servers_never_share_calibration(
     rows = [x.split() for x in vk_lines if x.startswith(" " * 11) and x.split()[:1] == ["Vulkan0"]]
     assert {r[1] for r in rows} >= {"model", "KV", "compute"}
     model = next(r for r in rows if r[1] == "model")
-    assert (
-        model[2] == model[3]
-    )  # the Check table: predicted model bytes on Vulkan0 as the server reports them
+    # the Check table: predicted model bytes on Vulkan0 as the server reports them
+    assert model[2] == model[3]
     assert not any(x.startswith("Mismatch") for x in vk_lines)
     cpu_lines = _run_once(only_vulkan, demo_path, cpu_server)
     assert not any(x.startswith("Check") and "Vulkan0" in x for x in cpu_lines)
@@ -189,6 +188,5 @@ def test_a_header_only_model_is_asked_through_a_sparse_stand_in(
     assert (
         check["agrees"] is True and abs(vk["mib"] - vk["llamafit_mib"]) <= 0.05 * vk["llamafit_mib"]
     )
-    assert not list(
-        Path(os.environ.get("TMPDIR", "/tmp")).glob("llamafit-stand-in-*")
-    )  # removed after use
+    # removed after use
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("llamafit-stand-in-*"))

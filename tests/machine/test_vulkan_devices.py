@@ -99,6 +99,7 @@ def _check(args: list[str], env: dict[str, str | None] | None = None) -> dict[st
 def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
     got = _check(["--demo", "--gpu", "lavapipe", "--", "-ngl", "99", "-c", "4096", "-np", "1"])
     assert (got["Vulkan0"]["weights_bytes"], got["CPU"]["weights_bytes"]) == (68329984, 178257920)
+    # lavapipe hidden, as llama.cpp hides CPU-type devices
     big = _check(
         [
             "--demo",
@@ -115,10 +116,9 @@ def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
             "1",
         ],
         env={"GGML_VK_VISIBLE_DEVICES": None},
-    )  # lavapipe hidden, as llama.cpp hides CPU-type devices
-    assert (
-        big["Vulkan0"]["weights_bytes"] == 68329984 + 178257920
-    )  # no limit known: the copy goes along
+    )
+    # no limit known: the copy goes along
+    assert big["Vulkan0"]["weights_bytes"] == 68329984 + 178257920
 
 
 def test_a_sized_vulkan_gpu_takes_the_local_device_limit(vulkan0: Path) -> None:
@@ -228,6 +228,5 @@ def test_embeddings_logits_over_the_tensor_limit_run_on_the_host(
     pred = _check([str(demo_path), "--gpu", "lavapipe", "--", *args])
     assert _mib(pred["CPU"]["compute_bytes"]) == host
     assert abs(got.get("compute", "Vulkan_Host") - host) <= 0.011
-    assert (
-        got.get("compute", "Vulkan0") <= _mib(pred["Vulkan0"]["compute_bytes"]) < 64
-    )  # no logits on the device
+    # no logits on the device
+    assert got.get("compute", "Vulkan0") <= _mib(pred["Vulkan0"]["compute_bytes"]) < 64

@@ -137,12 +137,10 @@ def test_cuda_f16_copies_of_quantized_k_and_v() -> None:
     assert fa_f16_extra(f, cuda(), 0) == 2 * 64 * 8192 + 2 * 64 * 8192
     assert fa_f16_extra(f, cuda(type_v="f16"), 0) == 2 * 64 * 8192
     assert fa_f16_extra(f, cuda(type_k="f16"), 0) == 2 * 64 * 8192
-    assert (
-        fa_f16_extra(f, cuda(type_k="bf16", type_v="f16"), 0) == 2 * 64 * 8192
-    )  # any non-F16 type
-    assert fa_f16_extra(f, cuda(n_stream=4, n_ctx_seq=2048), 0) == 2 * (
-        2 * 64 * 2048 * 4
-    )  # every stream
+    # any non-F16 type
+    assert fa_f16_extra(f, cuda(type_k="bf16", type_v="f16"), 0) == 2 * 64 * 8192
+    # every stream
+    assert fa_f16_extra(f, cuda(n_stream=4, n_ctx_seq=2048), 0) == 2 * (2 * 64 * 2048 * 4)
 
 
 def test_no_f16_copies_without_need() -> None:
@@ -219,9 +217,8 @@ def test_layers_and_output_placement() -> None:
 
 def test_compute_for_devices_follows_the_layer_map() -> None:
     f = _facts(str(FIXTURES / "dense-llama.gguf"))
-    rc = resolve(
-        LaunchConfig(n_ctx=4096, flash_attn="on"), f
-    )  # llama-server: 4 slots, unified, 4 outputs
+    # llama-server: 4 slots, unified, 4 outputs
+    rc = resolve(LaunchConfig(n_ctx=4096, flash_attn="on"), f)
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True)
     assert compute_for_devices(f, rc, layer_map(f.n_layer_all, 0, ()), []) == {
         CPU: predict_compute(f, s).device
@@ -430,9 +427,8 @@ def test_rotation_inputs_of_a_quantized_cache(
 
 def test_mla_cache_rotates_keys_only() -> None:
     f = _facts(str(FIXTURES / "mla-deepseek2.gguf"))
-    f = dataclasses.replace(
-        f, n_embd_head_k=576, n_embd_head_v=512
-    )  # DeepSeek-V2's MQA cache: 512 + 64 rope
+    # DeepSeek-V2's MQA cache: 512 + 64 rope
+    f = dataclasses.replace(f, n_embd_head_k=576, n_embd_head_v=512)
     s = ComputeSettings(
         n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0"
     )

@@ -49,13 +49,14 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 )
 def test_family_compute(row: dict, tmp: Path) -> None:
     f = facts(row["builder"], tmp)
+    # 0c1e570 (b9512): before b11400
     s = ComputeSettings(
         n_ctx_seq=row["n_ctx"],
         n_ubatch=row["n_ubatch"],
         n_outputs=row["n_outputs_max"],
         flash_attn=row["flash_attn"],
         mixed_input=False,
-    )  # 0c1e570 (b9512): before b11400
+    )
     measured = row["compute_mib"] * MIB
     tol = TOLERANCE.get((row["family"], row["n_ctx"], row["flash_attn"]), 0.0)
     assert abs(predict_compute(f, s).device - measured) <= max(tol * measured, 0.005 * MIB)

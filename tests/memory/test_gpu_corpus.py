@@ -30,9 +30,8 @@ from tests.support.scripts import script
 CORPUS = FIXTURES / "calibration" / "gpu-corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
 MIB = 1 << 20
-PRINTED = (
-    0.005 * MIB + 1
-)  # two decimals (a value on the half, 644.875 printed 644.88, plus the byte rounding)
+# two decimals (a value on the half, 644.875 printed 644.88, plus the byte rounding)
+PRINTED = 0.005 * MIB + 1
 COMPUTE_TOLERANCE = 0.20  # the worst-case target for compute buffers
 
 
@@ -102,9 +101,8 @@ def classes(row: dict, facts: ModelFacts | None = None) -> list[str]:
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_kv_exact(row: dict) -> None:
-    precision = (
-        row.get("precision_mib", 0.01) * MIB
-    )  # two decimals, or whole MiB (breakdown tables, truncated)
+    # two decimals, or whole MiB (breakdown tables, truncated)
+    precision = row.get("precision_mib", 0.01) * MIB
     for c in compared(row):
         if c.kind == "kv":
             assert (
@@ -195,9 +193,8 @@ def test_cuda_overhead_is_context_plus_cublas_workspace(
 ) -> None:
     from llamafit.machine.devices import cuda_overhead_bytes
 
-    assert (
-        cuda_overhead_bytes(cc_major) == expected_mib * MIB
-    )  # 256 MiB context + 4 MiB (32 MiB Hopper on)
+    # 256 MiB context + 4 MiB (32 MiB Hopper on)
+    assert cuda_overhead_bytes(cc_major) == expected_mib * MIB
 
 
 def test_overhead_is_a_term_apart_from_the_reserve() -> None:
@@ -348,10 +345,11 @@ def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
         fa_f16_extra(f, s, 0) == 128 * MIB
         and fa_f16_extra(f, replace(s, fa_f16_in_buffer=False), 0) == 0
     )
+    # 128 MiB lift the attention peak over the FFN
     assert (with_copies.peak, without.peak) == (
         "attention",
         "moe",
-    )  # 128 MiB lift the attention peak over the FFN
+    )
 
 
 def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:

@@ -67,9 +67,8 @@ def predicted(row: dict) -> Breakdown:
         "kv_unified",
         "n_outputs_max",
     ):
-        assert getattr(rc, key) == s[key], (
-            key
-        )  # the resolution itself matches what llama.cpp logged
+        # the resolution itself matches what llama.cpp logged
+        assert getattr(rc, key) == s[key], key
     return mm.estimate(rc, (), HOST)
 
 
@@ -94,9 +93,8 @@ def test_row(row: dict) -> None:
     # skips them only where they lie at its ends. So mapped <= loaded weights <= mapped + repack.
     mapped = m["model_buffers"]["CPU_Mapped"] * MIB
     repack = m["model_buffers"].get("CPU_REPACK", 0.0) * MIB
-    slack = max(
-        0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards
-    )  # a line per shard
+    # a line per shard
+    slack = max(0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards)
     assert mapped - slack <= cpu.weights_bytes <= mapped + repack + slack
     if not repack:
         assert abs(cpu.weights_bytes - mapped) <= slack

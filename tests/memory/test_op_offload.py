@@ -128,12 +128,10 @@ def _estimate(shape: str, build: int | None, ngl: int, backend: str = "cuda") ->
 
 
 QWEN3_06B_OUT = 151936 * 1024 // 256 * 210  # output.weight Q6_K (the Jetson log's file)
-QWEN3_06B_LM_HEAD = QWEN3_06B_OUT + 4 * 512 * (
-    151936 + 2 * 1024
-)  # the copy, the logits and two normed rows
-QWEN3_06B_KCUR_VCUR = (
-    4 * 512 * 1024
-)  # the host SET_ROWS read copies of Kcur and Vcur: K fits the freed token rows
+# the copy, the logits and two normed rows
+QWEN3_06B_LM_HEAD = QWEN3_06B_OUT + 4 * 512 * (151936 + 2 * 1024)
+# the host SET_ROWS read copies of Kcur and Vcur: K fits the freed token rows
+QWEN3_06B_KCUR_VCUR = 4 * 512 * 1024
 
 
 @pytest.mark.parametrize(("build", "lm_head_on_gpu"), [(5489, True), (None, False)])
@@ -171,9 +169,8 @@ def test_host_output_layer_offloaded_with_its_logits(
         max(layer, QWEN3_06B_LM_HEAD) if lm_head_on_gpu else layer,
         host,
     )
-    assert (
-        QWEN3_06B_LM_HEAD > layer
-    )  # so the Jetson log's 422.92 MiB is the lm_head's (422.46 predicted)
+    # so the Jetson log's 422.92 MiB is the lm_head's (422.46 predicted)
+    assert QWEN3_06B_LM_HEAD > layer
 
 
 # The copies of a host layer's Kcur and Vcur (n_tokens F32 rows each) that the host's SET_ROWS reads
@@ -287,9 +284,8 @@ def test_host_runs_the_ffn_no_gpu_takes(vulkan0: Path, shapes_dir: Path, flags: 
     assert got.ok, got.failure
     real = got.get("compute", "Vulkan_Host")
     pred = _host_compute(path, [*BASE, "-ngl", "99", *flags]) / (1 << 20)
-    assert (
-        real <= pred + 0.01 and pred <= 1.2 * real + 0.25
-    )  # never under, and not the whole model's buffer
+    # never under, and not the whole model's buffer
+    assert real <= pred + 0.01 and pred <= 1.2 * real + 0.25
 
 
 def test_host_keeps_the_ops_the_gpu_refuses(shapes_dir: Path) -> None:

@@ -12,9 +12,8 @@ from llamafit.memory.resolve import ConfigError, resolve
 from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 
-GEMMA = build_facts(
-    read_model(FIXTURES / "swa-gemma3.gguf")
-)  # n_ctx_train 32768, 7 layers, window 128
+# n_ctx_train 32768, 7 layers, window 128
+GEMMA = build_facts(read_model(FIXTURES / "swa-gemma3.gguf"))
 MLA = build_facts(read_model(FIXTURES / "mla-deepseek2.gguf"))
 SERVER = LaunchConfig()
 

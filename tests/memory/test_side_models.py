@@ -269,9 +269,8 @@ def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> N
     )
     [side] = on["side_models"]
     assert side["kind"] == "mmproj" and side["path"] == str(tmp_path / "mmproj-small-f16.gguf")
-    gpu, cpu = side[
-        "devices"
-    ]  # weights and encoder on the first GPU; the input image in a CPU buffer
+    # weights and encoder on the first GPU; the input image in a CPU buffer
+    gpu, cpu = side["devices"]
     assert (gpu["name"], cpu["name"]) == (on["devices"][0]["name"], "CPU")
     assert (cpu["weights_bytes"], cpu["compute_bytes"]) == (0, 4 * 3 * 224 * 224)
     assert on["devices"][0]["side_bytes"] == gpu["total_bytes"]
@@ -351,6 +350,7 @@ def test_plan_moves_the_projector_to_the_cpu_then_drops_it(small_projector: str)
     from tests.support.projector_files import write_gemma3_projector
 
     proj = Path(small_projector).with_name("mmproj-64.gguf")
+    # 4,096 patches: a 4.8 MiB encoder buffer with FA
     write_gemma3_projector(
         proj,
         projection_dim=64,
@@ -360,7 +360,7 @@ def test_plan_moves_the_projector_to_the_cpu_then_drops_it(small_projector: str)
         n_head=4,
         image_size=896,
         patch_size=14,
-    )  # 4,096 patches: a 4.8 MiB encoder buffer with FA
+    )
     args = [
         "plan",
         model,
@@ -425,12 +425,13 @@ def test_scripts_carry_the_side_model_flags(fmt: str) -> None:
     )
     assert result.exit_code == 0, result.output
     if fmt == "models-ini":  # keys without dashes
+        # common_preset::to_ini's keys
         wanted: tuple[str, ...] = (
             f"model-draft = {model}",
             "n-gpu-layers-draft = 99",
             "spec-type = draft-simple",
             "cache-type-k-draft = q8_0",
-        )  # common_preset::to_ini's keys
+        )
     else:
         wanted = ("-md", "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")
     for token in wanted:
@@ -447,9 +448,8 @@ def test_check_accepts_a_pasted_command_with_side_models() -> None:
     d = json.loads(_invoke("check", "--gpu", "cpu", "--json", "--cmd", line).stdout)
     [side] = d["side_models"]
     assert side["kind"] == "mtp"
-    assert side["devices"][0]["kv_bytes"] == 1024 * 2 * (
-        2 * 34
-    )  # K and V rows of 64 q8_0 values: 2 blocks of 34 bytes
+    # K and V rows of 64 q8_0 values: 2 blocks of 34 bytes
+    assert side["devices"][0]["kv_bytes"] == 1024 * 2 * (2 * 34)
 
 
 def test_plan_uses_a_projector_next_to_the_model_by_default(
@@ -477,9 +477,8 @@ def test_plan_uses_a_projector_next_to_the_model_by_default(
         ).stdout
     )
     assert without["side_models"] == [] and "--mmproj" not in without["command"]
-    checked = _check_json(
-        str(model), "--gpu", "8GiB", "--", "-np", "1"
-    )  # check keeps to the flags given
+    # check keeps to the flags given
+    checked = _check_json(str(model), "--gpu", "8GiB", "--", "-np", "1")
     assert checked["side_models"] == []
 
 
@@ -537,9 +536,8 @@ def test_older_builds_give_every_slot_its_own_draft_context() -> None:
     [n], [o], [c] = new["side_models"], old["side_models"], cd["side_models"]
     assert (n["details"]["contexts"], n["n_ctx"]) == (1, 4096)
     assert (o["details"]["contexts"], o["n_ctx"], o["details"]["n_ctx_seq"]) == (4, 4096, 1024)
-    assert (
-        o["devices"][0]["kv_bytes"] == n["devices"][0]["kv_bytes"]
-    )  # 4 x 1,024 cells = 4,096 cells
+    # 4 x 1,024 cells = 4,096 cells
+    assert o["devices"][0]["kv_bytes"] == n["devices"][0]["kv_bytes"]
     assert (c["n_ctx"], c["devices"][0]["kv_bytes"]) == (4 * 512, n["devices"][0]["kv_bytes"] // 2)
     assert not any(w["code"] == "draft_ctx_ignored" for w in cd["warnings"])
 
@@ -854,9 +852,8 @@ def test_the_real_llama_server_maps_a_same_file_draft_once() -> None:
     assert [b for b in bufs if b[0] == "CPU_Mapped"] == [
         ("CPU_Mapped", 235.16)
     ] * 2  # mapped twice...
-    assert (
-        abs(both["Pss_File"] - alone["Pss_File"]) < 23.5
-    )  # ...resident once (235 MiB more if counted twice;
+    # ...resident once (235 MiB more if counted twice;
+    assert abs(both["Pss_File"] - alone["Pss_File"]) < 23.5
     # a few MiB of page-cache churn on a busy machine is noise)
     d = _check_json(
         model,

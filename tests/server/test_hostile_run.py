@@ -106,9 +106,8 @@ def test_a_server_ignoring_stop_signals_is_killed_and_llamafit_exits(
             if run.proc.poll() is None:
                 run.proc.kill()
     assert all(code in (0, 130, 143) for code in codes.values()), codes
-    assert (
-        took >= STOP_GRACE_S
-    )  # the servers ignored the forwarded stop: killed after the grace period
+    # the servers ignored the forwarded stop: killed after the grace period
+    assert took >= STOP_GRACE_S
     assert all(gone(pid) for pid in pids.values())
 
 
@@ -358,9 +357,8 @@ def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(
         f"{TIED}, llamafit started {DENSE}); stop it or use --port auto",
     }
     assert out.stderr.splitlines()[-1] == expected[when]
-    assert (
-        PROPS_PROBES >= 16
-    )  # a miss needs every probe to reach our child: 1 in 65,536 with two servers
+    # a miss needs every probe to reach our child: 1 in 65,536 with two servers
+    assert PROPS_PROBES >= 16
     started = [
         int(x.split()[2].rstrip(";")) for x in out.stderr.splitlines() if x.startswith("Started")
     ]

@@ -71,9 +71,8 @@ def test_real_llama_server_runs_checks_itself_and_stops(
     assert (speed["architecture"], speed["backend"], speed["requests"]) == ("llama", "cpu", 1)
     log_ms = round(timings["predicted_ms"], 2)  # the log prints the same time to 0.01 ms
     assert speed["generation_tps"] == pytest.approx(timings["predicted_n"] / log_ms * 1e3, rel=1e-6)
-    assert (
-        speed["fill"] == timings["prompt_n"] + timings["cache_n"] + 16 // 2 - 1
-    )  # the last token is not stored
+    # the last token is not stored
+    assert speed["fill"] == timings["prompt_n"] + timings["cache_n"] + 16 // 2 - 1
     assert speed["estimated_generation_tps"] > 0
     assert run.proc.stderr is not None
     rest = run.proc.stderr.read().splitlines()
@@ -106,9 +105,8 @@ def test_a_gpu_plan_on_a_cpu_only_server_warns_records_nothing_and_dies_with_lla
     assert gone(pid)  # the server dies with llamafit
     lines = unwrapped(run.lines)
     serving = next(line for line in lines if line.startswith("Serving"))
-    assert (
-        ", 100% CPU, " in serving
-    )  # where the server put the weights, not the plan's CUDA0 (#23 item 6)
+    # where the server put the weights, not the plan's CUDA0 (#23 item 6)
+    assert ", 100% CPU, " in serving
     warning = next(line for line in lines if line.startswith("Warning"))
     assert warning == (
         "Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only "
@@ -138,9 +136,8 @@ def test_demo_on_the_embedded_server_answers_a_completion(env: dict[str, str]) -
         code = run.finish()
     assert code == 0
     assert gone(pid)
-    assert_checks_within_bounds(
-        run.lines
-    )  # planned by llama-cpp-python's rules: n_batch outputs, one sequence
+    # planned by llama-cpp-python's rules: n_batch outputs, one sequence
+    assert_checks_within_bounds(run.lines)
 
 
 @needs_llama_server

@@ -85,9 +85,8 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(
     speed = record["speed"]
     assert speed["architecture"] == "gemma3" and speed["backend"] == "cpu" and speed["fill"] == 1008
     assert speed["generation_tps"] > 0 and speed["estimated_generation_tps"] > 0
-    assert (
-        speed["cpus"] >= 1 and speed["load_average"] >= 0
-    )  # a run on an overloaded machine will not count
+    # a run on an overloaded machine will not count
+    assert speed["cpus"] >= 1 and speed["load_average"] >= 0
     # one verify request (16 tokens) is not evidence enough to scale a later plan
     # (speed_calibration.py); `calibration show` lists it, counted or not and why
     argv = [
@@ -155,9 +154,8 @@ def test_verify_shows_progress_and_ctrl_c_stops_it_without_a_retry(
     assert sum(x.startswith("Started") for x in lines) == 1
     assert not [x for x in lines if x.startswith(("Retry", "Failed", "Verified"))], lines
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
-    assert [r.get("kind") for r in records] == [
-        None
-    ]  # the load's calibration only: no verification recorded
+    # the load's calibration only: no verification recorded
+    assert [r.get("kind") for r in records] == [None]
 
 
 def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_path: Path) -> None:
@@ -312,9 +310,8 @@ def test_out_of_memory_at_full_context_is_recorded_and_retried(
     retries = [x for x in lines if x.startswith("Retry")]
     assert started >= 2 and len(retries) == started - 1, out.stderr
     assert all(r.startswith("Retry      out of memory at full context on CPU") for r in retries)
-    assert all(
-        " MiB less there: " in r for r in retries
-    )  # each try plans a strictly smaller footprint
+    # each try plans a strictly smaller footprint
+    assert all(" MiB less there: " in r for r in retries)
     assert lines[-1].startswith("Failed     out of memory")
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
     verifies = [r for r in records if r.get("kind") == "verify"]
@@ -376,8 +373,9 @@ def test_a_server_killed_during_verify_is_named_not_retried(
     path = tmp_path / "calibration.jsonl"
     assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
     records = [json.loads(x) for x in path.read_text().splitlines()]
+    # the stand-in reports no buffers: no load record
     assert [r.get("kind") for r in records] == [
         "verify",
         "failed",
-    ]  # the stand-in reports no buffers: no load record
+    ]
     assert not records[0]["verify"]["ok"] and not records[0]["verify"]["oom"]

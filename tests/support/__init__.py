@@ -25,9 +25,8 @@ DATA = TESTS / "data"  # recorded logs and tool outputs the tests read
 FIXTURES = ROOT / "fixtures"
 BROKEN = FIXTURES / "broken"
 DENSE = FIXTURES / "dense-llama.gguf"
-QWEN = (
-    FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
-)  # Qwen2.5-32B Q4_K_M's header, no weights
+# Qwen2.5-32B Q4_K_M's header, no weights
+QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 GIB = 1 << 30
 HOST = host(64 * GIB, 48 * GIB)  # the host of `target` and `fixed_host`
 _MODELS: dict[Path, MemoryModel] = {}

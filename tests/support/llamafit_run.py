@@ -48,9 +48,8 @@ class Run:
                 self.proc.kill()
 
 
-CHECK_ROW = re.compile(
-    r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$"
-)  # a `Check` table row
+# a `Check` table row
+CHECK_ROW = re.compile(r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$")
 
 
 def unwrapped(lines: list[str]) -> list[str]:

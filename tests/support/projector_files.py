@@ -55,9 +55,8 @@ def write_gemma3_projector(
 
     def tensor(name: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType = F16) -> None:
         nonlocal total
-        qtype = (
-            F32 if name in f32_tensors else qtype
-        )  # converters keep some tensors F32 (see the mmproj corpus)
+        # converters keep some tensors F32 (see the mmproj corpus)
+        qtype = F32 if name in f32_tensors else qtype
         nbytes = int(np.prod(shape)) * (2 if qtype == F16 else 4)
         w.add_tensor_info(
             name,
