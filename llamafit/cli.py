@@ -284,7 +284,9 @@ def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
 
         from .commands.verify import check_verify
 
-        raise SystemExit(check_verify(verify_url, as_json=as_json, env=os.environ))
+        said = check_verify(verify_url, env=os.environ, say=lambda s: click.echo(s, err=True))
+        click.echo(json.dumps(said.json, indent=2) if as_json else said.text)
+        raise SystemExit(0 if said.fits else 1)
     from .commands.check import run_check
 
     report = run_check(_request(**options))
@@ -507,7 +509,11 @@ def run(
                 request, policy, models, opts, lambda line: click.echo(line, err=True), request.env
             )
         )
-    raise SystemExit(run_command(request, policy, opts, as_json=as_json))
+    outcome = run_command(request, policy, opts, as_json=as_json)
+    if outcome.report is not None:  # the plan, when no server started
+        said = outcome.report
+        click.echo(json.dumps(said.json, indent=2) if as_json else said.text)
+    raise SystemExit(outcome.code)
 
 
 @cli.command()

@@ -52,7 +52,7 @@ from ..server.supervise import (
 from ..units import GIB, MIB
 from ..version import __version__
 from .plan import render_plan
-from .prepare import Prepared, Request, prepare
+from .prepare import Prepared, Report, Request, prepare
 from .run_verify import try_record
 
 if TYPE_CHECKING:
@@ -694,11 +694,18 @@ def _record_served(
     )
 
 
-def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
-    """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or
-    launch."""
-    import click
+@dataclass(frozen=True)
+class RunOutcome:
+    """How `run` ended: its exit code, and the plan cli.py prints when no server started (none
+    found, or --dry-run); a launch says everything on stderr as it happens."""
 
+    code: int
+    report: Report | None = None
+
+
+def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> RunOutcome:
+    """Prepare like plan (by the rules of the server that will run), then dry-run (the plan and
+    the command, returned) or launch (said on stderr)."""
     try:
         server: ServerChoice | None = server_for(opts, request.env)
     except InputError as e:
@@ -714,8 +721,8 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         report, result = render_plan(p, policy, with_command=False)
         why = missing.removeprefix("no llama-server found")
         text = "\n".join([report.text, *wrap_line(f"Server     none found{why}")])
-        click.echo(json.dumps(report.json | {"server": None}, indent=2) if as_json else text)
-        return 0 if result.choice else 1
+        fits = result.choice is not None
+        return RunOutcome(0 if fits else 1, Report(fits, report.json | {"server": None}, text))
     if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(
             f"{p.facts.path} is remote and the embedded server cannot download it: download it "
@@ -726,11 +733,12 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
     report, result = render_plan(p, policy, with_command=False)
     if opts.dry_run:
-        return _dry_run(p, result, report.json, report.text, opts, server, as_json)
+        dry = _dry_run(p, result, report.json, report.text, opts, server)
+        return RunOutcome(0 if dry.fits else 1, dry)
     if as_json:
         raise InputError("--json needs --dry-run (a running server prints its progress as text)")
     say(report.text)
-    return launch_and_watch(p, policy, opts, request.env, server, result, say)
+    return RunOutcome(launch_and_watch(p, policy, opts, request.env, server, result, say))
 
 
 def _say_if_probing(env: Mapping[str, str], say: Callable[[str], None]) -> None:
@@ -750,10 +758,8 @@ def _dry_run(
     text: str,
     opts: RunOptions,
     server: ServerChoice,
-    as_json: bool,
-) -> int:
-    import click
-
+) -> Report:
+    """The plan with the server and the command it would start."""
     from ..server.launcher import free_port
 
     if result.choice is not None:
@@ -762,8 +768,7 @@ def _dry_run(
         data["server"] = launch.server_info | {"why": launch.why}
         data["run_command"] = launch.argv
         text = "\n".join([text, *server_lines(launch.why), *command_lines("Command", launch.argv)])
-    click.echo(json.dumps(data, indent=2) if as_json else text)
-    return 0 if result.choice else 1
+    return Report(result.choice is not None, data, text)
 
 
 def _say_to_stderr() -> Callable[[str], None]:
