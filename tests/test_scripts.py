@@ -1,6 +1,6 @@
-"""scripts/ is grouped by purpose (issue #24): every script sits in a group folder (a package, so that
-scripts import each other as `scripts.GROUP.NAME`), each name once, and the README's "Scripts"
-section lists every group with one line per script."""
+"""scripts/ is grouped by purpose (issue #24): every script sits in a group folder (a package, so
+that scripts import each other as `scripts.GROUP.NAME`), each name once, and the README's
+"Scripts" section lists every group with one line per script."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def scripts_in(root: Path) -> set[tuple[str, str]]:
 
 def listed(readme: str) -> set[tuple[str, str]]:
     """(group, name) of each script the README's "### Scripts" section lists: a line
-    "- `scripts/GROUP/`: …" opens a group, and "  - `NAME.py`: …" lines under it name its scripts."""
+    "- `scripts/GROUP/`: …" opens a group, and "  - `NAME.py`: …" lines under it name its
+    scripts."""
     section = readme.split("\n### Scripts\n", 1)[1].split("\n### ", 1)[0]
     out = set()
     group = None

@@ -131,8 +131,8 @@ def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
 # what llama-server would make of a GGUF that is not a model (fetch.stores.gguf_kind), and what to
 # give instead
 NOT_A_MODEL = {
-    "vocab": "has no tensors: a tokenizer-only GGUF (like llama.cpp's models/ggml-vocab-*.gguf) that "
-    "llama-server cannot load; give the model's own GGUF",
+    "vocab": "has no tensors: a tokenizer-only GGUF (like llama.cpp's models/ggml-vocab-*.gguf) "
+    "that llama-server cannot load; give the model's own GGUF",
     "adapter": "is a LoRA adapter, not a model; give the base model and the adapter with -- --lora "
     "ADAPTER",
     "imatrix": "is an importance matrix (llama-imatrix output), not a model; give the model's GGUF",

@@ -1,7 +1,8 @@
 """Graph terms per architecture family: real llama.cpp compute buffers vs llamafit's prediction.
 
-    python scripts/audit/audit_families.py          # tiny real models in a temp dir, each on the CPU
-    python scripts/audit/audit_families.py --write  # and fixtures/calibration/families-0c1e570-cpu.json
+    python scripts/audit/audit_families.py  # tiny real models in a temp dir, each on the CPU
+    # the same, and writes fixtures/calibration/families-0c1e570-cpu.json:
+    python scripts/audit/audit_families.py --write
 
 For each family whose graph differs from the llama-style block the compute model was fitted on
 (FFN without a gate, fused QKV, parallel attention/FFN, gate fused into up, ...), a tiny real model
@@ -292,8 +293,8 @@ def main() -> None:
         doc = {
             "llama_cpp_commit": "0c1e57098bba43ac29e6e3b677cdceebdd22334f",
             "backend": "CPU (llama-cpp-python 0.3.36)",
-            "notes": "CPU compute buffer (MiB, as llama.cpp prints it) of tiny real models built by "
-            "scripts/audit/audit_families.py, one per graph family",
+            "notes": "CPU compute buffer (MiB, as llama.cpp prints it) of tiny real models "
+            "built by scripts/audit/audit_families.py, one per graph family",
             "rows": rows,
         }
         OUT.write_text(json.dumps(doc, indent=1) + "\n")

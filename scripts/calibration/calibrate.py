@@ -1,6 +1,7 @@
 """Measure what real llama.cpp allocates over a grid of settings; write the calibration table.
 
-    python scripts/calibration/calibrate.py  # writes fixtures/calibration/llama-cpp-0c1e570-cpu.json
+    # writes fixtures/calibration/llama-cpp-0c1e570-cpu.json:
+    python scripts/calibration/calibrate.py
     python scripts/calibration/calibrate.py --quick  # a few rows only, printed (no file written)
 
 Every fixture class and the demo Gemma 3 270M is loaded with llama-cpp-python's low-level API
@@ -397,8 +398,8 @@ def header(server_version: str, refused: list[dict]) -> dict:
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, CPU backend "
         "only",
-        "notes": "MiB values as llama.cpp logs them (compute: exit line, 4 decimals, where printed). "
-        "llama-cpp-python rows: low-level API, n_batch = max(512, n_ubatch), n_outputs_max 0 "
+        "notes": "MiB values as llama.cpp logs them (compute: exit line, 4 decimals, where "
+        "printed). llama-cpp-python rows: low-level API, n_batch = max(512, n_ubatch), n_outputs_max 0 "
         "= n_batch.",
         "refused": refused,
     }
