@@ -18,15 +18,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# The llama.cpp whose rules llamafit mirrors: llama-cpp-python 0.3.36's vendor/llama.cpp. A rule cites
-# its source at this commit as `llama.cpp: <path> <function or symbol>` (e.g. `# llama.cpp:
+# The llama.cpp whose rules llamafit mirrors: llama-cpp-python 0.3.36's vendor/llama.cpp. A rule
+# cites its source at this commit as `llama.cpp: <path> <function or symbol>` (e.g. `# llama.cpp:
 # src/llama-context.cpp llama_context::output_reserve`); "0c1e570" in a docstring is this commit.
 LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 _API = {
     "__version__": "version",
     "read_model": "reader.model",  # a GGUF's header(s), any shard of a split model
-    "open_model": "fetch.model_source",  # also http(s) URLs and Hugging Face names (only the header is read)
+    # also http(s) URLs and Hugging Face names (only the header is read)
+    "open_model": "fetch.model_source",
     "build_facts": "facts.hparams",
     "ModelFacts": "facts.hparams",
     "MemoryModel": "memory.model",
@@ -34,7 +35,8 @@ _API = {
     "DeviceSpec": "machine.devices",
     "host": "machine.devices",
     "LaunchConfig": "memory.config",
-    "with_given": "memory.config",  # a LaunchConfig with values pinned as if given as llama-server flags
+    # a LaunchConfig with values pinned as if given as llama-server flags
+    "with_given": "memory.config",
     "resolve": "memory.resolve",
     "Target": "fit.search",
     "make_target": "api",

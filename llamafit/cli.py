@@ -118,7 +118,8 @@ def json_option(f: Any) -> Any:
 @model_argument
 @json_option
 def inspect(model: str | None, demo: bool, as_json: bool) -> None:
-    """What a GGUF file says about its model: layers, heads, SWA/MLA/recurrent/MoE, weights, KV cost.
+    """What a GGUF file says about its model: layers, heads, SWA/MLA/recurrent/MoE, weights, KV
+    cost.
 
     \b
     llamafit inspect model.gguf
@@ -242,7 +243,8 @@ def _request(
     """The options of _engine_options as one typed value."""
     import os
 
-    from .commands.prepare import MachineSpec, ModelRef, Request, split_model_argument
+    from .commands.prepare import ModelRef, Request, split_model_argument
+    from .machine.pick import MachineSpec
 
     if gpu_spec is not None and gpu_spec.strip().lower() == "help":
         from .report.gpus import catalog_text
@@ -282,7 +284,9 @@ def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
 
         from .commands.verify import check_verify
 
-        raise SystemExit(check_verify(verify_url, as_json=as_json, env=os.environ))
+        said = check_verify(verify_url, env=os.environ, say=lambda s: click.echo(s, err=True))
+        click.echo(json.dumps(said.json, indent=2) if as_json else said.text)
+        raise SystemExit(0 if said.fits else 1)
     from .commands.check import run_check
 
     report = run_check(_request(**options))
@@ -308,7 +312,8 @@ def _policy_options(f: Any) -> Any:
         click.option(
             "--bandwidth",
             metavar="GB/S[,GB/S…]",
-            help="Each GPU's memory bandwidth in GB/s, for the speed estimate (a GPU given by size).",
+            help="Each GPU's memory bandwidth in GB/s, for the speed estimate (a GPU given by "
+            "size).",
         ),
         click.option(
             "--ctx-max",
@@ -336,7 +341,8 @@ def _policy_options(f: Any) -> Any:
             "--drop-side-models",
             "drop_side",
             is_flag=True,
-            help="When nothing fits with them, leave out the projector, draft model or MTP context.",
+            help="When nothing fits with them, leave out the projector, draft model or MTP "
+            "context.",
         ),
     ]
     for option in reversed(options):
@@ -399,7 +405,8 @@ def _bandwidth(value: str | None) -> tuple[float, ...]:
     help="Also write the plan as one self-contained page (memory, context, speed) to this file.",
 )
 def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
-    """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none fits.
+    """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none
+    fits.
 
     Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub, -ts) is solved.
 
@@ -472,7 +479,8 @@ def run(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
+    """Plan, then start llama-server with the config that fits; check it against the server's own
+    numbers.
 
     \b
     llamafit run --demo
@@ -501,7 +509,11 @@ def run(
                 request, policy, models, opts, lambda line: click.echo(line, err=True), request.env
             )
         )
-    raise SystemExit(run_command(request, policy, opts, as_json=as_json))
+    outcome = run_command(request, policy, opts, as_json=as_json)
+    if outcome.report is not None:  # the plan, when no server started
+        said = outcome.report
+        click.echo(json.dumps(said.json, indent=2) if as_json else said.text)
+    raise SystemExit(outcome.code)
 
 
 @cli.command()
@@ -525,7 +537,8 @@ def run(
 @click.option(
     "--server",
     metavar="PATH",
-    help="The llama-server program the script runs (default: the one run would find, else llama-server).",
+    help="The llama-server program the script runs (default: the one run would find, else "
+    "llama-server).",
 )
 @_policy_options
 @_engine_options
@@ -553,9 +566,8 @@ def script(
     if output:
         _check_output_dir(output)
     policy, request = _split_policy(options)
-    request = replace(
-        request, llama_check=False
-    )  # a script is for later, maybe elsewhere: no dry run here
+    # a script is for later, maybe elsewhere: no dry run here
+    request = replace(request, llama_check=False)
     report, text = script_text(
         request,
         policy,
@@ -567,22 +579,21 @@ def script(
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
         try:
-            Path(output).write_bytes(
-                text.encode("utf-8", "surrogateescape")
-            )  # a non-UTF-8 path's bytes, as given
+            # a non-UTF-8 path's bytes, as given
+            Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))
             if kind == "sh":
                 Path(output).chmod(0o755)
         except OSError as e:
             raise LlamafitError(f"-o {output}: {e.strerror or e}") from e
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(
-            text.encode("utf-8", "surrogateescape"), nl=False
-        )  # bytes: click strips nothing from them
+        # bytes: click strips nothing from them
+        click.echo(text.encode("utf-8", "surrogateescape"), nl=False)
 
 
 def _check_output_dir(output: str) -> None:
-    """`-o` into a directory that does not exist (or is a file) is bad input, said before planning."""
+    """`-o` into a directory that does not exist (or is a file) is bad input, said before
+    planning."""
     parent = Path(output).parent
     if not parent.is_dir():
         raise LlamafitError(f"-o {output}: no such directory {parent}")
@@ -596,7 +607,8 @@ def calibration() -> None:
 @calibration.command("show")
 @json_option
 def calibration_show(as_json: bool) -> None:
-    """Every scale earlier runs give plans: compute buffers per setup, generation speed per model family."""
+    """Every scale earlier runs give plans: compute buffers per setup, generation speed per model
+    family."""
     import os
 
     from .commands.calibration_file import read_records
@@ -619,7 +631,8 @@ def calibration_show(as_json: bool) -> None:
     help="Drop only these records: memory (compute-buffer scales) or speed (generation speed).",
 )
 def calibration_clear(kind: str | None) -> None:
-    """Delete the calibration file (or one kind of record): later plans use the models as derived."""
+    """Delete the calibration file (or one kind of record): later plans use the models as
+    derived."""
     import os
 
     from .commands.calibration_file import clear
@@ -669,7 +682,8 @@ def ls(
     use: str,
     as_json: bool,
 ) -> None:
-    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits here.
+    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits
+    here.
 
     \b
     llamafit ls
@@ -696,23 +710,14 @@ def ls(
 @cli.command()
 @json_option
 def gpus(as_json: bool) -> None:
-    """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from where."""
+    """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from
+    where."""
     import os
 
-    from .commands.prepare import local_server, server_devices_for
-    from .machine.hardware import detect
-    from .report.gpus import gpus_json, gpus_text
+    from .commands.gpus import run_gpus
 
-    hw = detect()
-    server = local_server(os.environ)  # the devices of the llama-server that would run (issue #28)
-    binary = server.binary if server is not None else None
-    seen = server_devices_for(binary.path)(os.environ, hw) if binary is not None else None
-    data = gpus_json(hw, seen, binary.path if binary else None, binary.identity if binary else None)
-    click.echo(
-        json.dumps(data, indent=2)
-        if as_json
-        else gpus_text(hw, seen, binary.path if binary else None)
-    )
+    report = run_gpus(os.environ)
+    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
-"""One llama.cpp commit: every short hash in the package and the measured table is LLAMA_CPP_COMMIT's,
-and every `llama.cpp:` citation names a file of the source tree and a symbol."""
+"""One llama.cpp commit: every short hash in the package and the measured table is
+LLAMA_CPP_COMMIT's, and every `llama.cpp:` citation names a file of the source tree and a symbol."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from llamafit import LLAMA_CPP_COMMIT
 from tests.support import FIXTURES, ROOT
 
-SOURCES = sorted([*(ROOT / "llamafit").rglob("*.py"), *(ROOT / "scripts").glob("*.py")])
+SOURCES = sorted([*(ROOT / "llamafit").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")])
 TAG = re.compile(
     r"llama\.cpp: ((?:src|common|ggml|tools|include)/[\w./-]+\.(?:cpp|h|c|cu|cuh|m)) (\S+)"
 )

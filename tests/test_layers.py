@@ -35,8 +35,8 @@ _ALL_BUT_CLI = _CORE | {
     "api",
     "__init__",
 }
-# What each unit may import besides itself. Every folder and root module of the package has an entry:
-# a unit not named here fails the test (say where a new one sits before it is used).
+# What each unit may import besides itself. Every folder and root module of the package has an
+# entry: a unit not named here fails the test (say where a new one sits before it is used).
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "units": set(),
@@ -133,7 +133,8 @@ def _files(package: Path) -> list[Path]:
 
 
 def upward_imports(package: Path, exceptions: dict[tuple[str, str], str]) -> list[str]:
-    """Imports that go up (or sideways) in the layer table, units missing from it, and stale exceptions."""
+    """Imports that go up (or sideways) in the layer table, units missing from it, and stale
+    exceptions."""
     wrong: list[str] = []
     seen = set()
     for path in _files(package):
@@ -261,7 +262,8 @@ def test_loading_the_core_loads_no_edge_library() -> None:
     assert out == "[]\n"
 
 
-# --- the checks catch what they are for: each violation planted in a copy of the package -------------
+# --- the checks catch what they are for: each violation planted in a copy of the package
+# -------------
 
 
 @pytest.fixture(scope="module")
@@ -299,12 +301,14 @@ def test_the_copy_is_clean(copy: Path) -> None:
         ),
         (
             "fit/x.py",
-            "def f():\n    import importlib\n    return importlib.import_module('llamafit.server.flags')\n",
+            "def f():\n    import importlib\n    return "
+            "importlib.import_module('llamafit.server.flags')\n",
             "llamafit.fit.x line 3 imports llamafit.server.flags (fit → server)",
         ),
         (
             "memory/x.py",
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..fit.solver import Choice\n",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..fit.solver "
+            "import Choice\n",
             "llamafit.memory.x line 3 imports llamafit.fit.solver (memory → fit)",
         ),
     ],

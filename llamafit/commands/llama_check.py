@@ -1,6 +1,7 @@
 """Ask the llama.cpp that will run about the chosen config before anything loads (issue #28):
 llama-fit-params beside the server, on the server's own devices, with every flag that changes
-memory given explicitly; its figures beside llamafit's (fit/llama_check.py) for plan, check and run."""
+memory given explicitly; its figures beside llamafit's (fit/llama_check.py) for plan, check and
+run."""
 
 from __future__ import annotations
 
@@ -21,22 +22,15 @@ from ..memory.config import LaunchConfig, with_given
 from ..memory.model import Breakdown
 from ..memory.resolve import ResolvedConfig, resolve
 from ..paths import is_url
+from ..report.progress import status_line
 from ..server.argv import server_argv
 from ..units import MIB
 from .prepare import Prepared
 
 
 def stderr_is_tty() -> bool:
+    """Whether stderr is a terminal: the progress line is shown only there (tests set it)."""
     return sys.stderr.isatty()
-
-
-def _progress(text: str | None) -> None:
-    """One line on stderr while llama.cpp answers, on a terminal only (as `ls` shows its
-    progress): written with a carriage return, cleared (`\r\033[K`) when the answer is in."""
-    if not stderr_is_tty():
-        return
-    sys.stderr.write(f"\r{text}" if text else "\r\033[K")
-    sys.stderr.flush()
 
 
 def _same_question(
@@ -59,7 +53,8 @@ def _same_question(
 
 def _our_names(theirs: list[str], rpc: list[str]) -> dict[str, str]:
     """llama-fit-params' device names → llamafit's: Host is the CPU; its RPC0, RPC1… (one device per
-    --rpc worker, in order: ggml-rpc.cpp ggml_backend_rpc_add_server) are our RPC0[host:port] in order."""
+    --rpc worker, in order: ggml-rpc.cpp ggml_backend_rpc_add_server) are our RPC0[host:port] in
+    order."""
     out = {}
     k = 0
     for name in theirs:
@@ -117,14 +112,14 @@ def _asked(
     asked, arc, ab, notes = _same_question(p, cfg, rc, breakdown)
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     argv = server_argv(model, asked, arc) + ["-np", str(arc.n_seq_max)]
-    argv += (
-        ["--rpc", ",".join(rpc)] if rpc and not asked.rpc else []
-    )  # the workers, as render_plan passes them
-    _progress(f"asking llama.cpp ({TOOL}) about this config…")
+    if rpc and not asked.rpc:  # the workers, as render_plan passes them
+        argv += ["--rpc", ",".join(rpc)]
+    tty = stderr_is_tty()  # the line shows on a terminal only
+    status_line(f"asking llama.cpp ({TOOL}) about this config…", tty=tty)
     try:
         rows, failed = ask(tool, argv, p.env)
     finally:
-        _progress(None)
+        status_line(None, tty=tty)
     if failed:
         return base | {"skipped": failed}
     names = _our_names(
@@ -195,8 +190,9 @@ def learn_tensor_limit(
             if abs(mine - theirs) <= 1:
                 gpus, limits[name] = list(trial), bound
                 learned.append(
-                    f"{name}: llama.cpp keeps {ours[name].weights_bytes / MIB - mine:,.0f} MiB of weights "
-                    f"off it (a tensor limit; no vulkaninfo): planned with a {bound // MIB:,} MiB limit"
+                    f"{name}: llama.cpp keeps {ours[name].weights_bytes / MIB - mine:,.0f} MiB of "
+                    "weights off it (a tensor limit; no vulkaninfo): planned with a "
+                    f"{bound // MIB:,} MiB limit"
                 )
                 break
     if not learned:
@@ -241,8 +237,8 @@ def larger_wins(
         if more > PRINT_SLACK_BYTES:
             gpus[i] = replace(g, overhead_bytes=g.overhead_bytes + more)
             notes.append(
-                f"{g.name}: llama.cpp's own estimate holds {more / MIB:,.0f} MiB more weights and "
-                "KV than llamafit's: planned with that much more room"
+                f"{g.name}: llama.cpp's own estimate holds {more / MIB:,.0f} MiB more weights "
+                "and KV than llamafit's: planned with that much more room"
             )
     if not notes:
         return None

@@ -1,11 +1,13 @@
-"""`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each, report.
+"""`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each,
+report.
 
 Two caches make a second listing cheap: local headers (llamafit.fetch.local_headers: path, size and
 mtime) and the rows themselves, keyed by every file's identity, llamafit's own source (_code_key)
 and the machine the fit was computed for (the GPUs as given or detected; the host only on a
 machine without GPUs, since with GPUs the fit depends on them alone: search.Target.fits). On a
 machine without GPUs the free RAM changes between runs: a row is reused when it was computed with
-the same free RAM, or when it is the best the policy can do (ls.best_possible) and its bytes still fit.
+the same free RAM, or when it is the best the policy can do (ls.best_possible) and its bytes still
+fit.
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ class Listing:
 
 
 def _row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:
-    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all shards),
-    which is the file size of a whole download and still the model's size for a header-only file."""
+    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all
+    shards), which is the file size of a whole download and still the model's size for a header-only
+    file."""
     return Row(
         found.name,
         found.store,
@@ -211,7 +214,8 @@ class _Ready:
 
 def _prepare(found: Found) -> _Ready | Note:
     """Read the header (and the paired projector's): the I/O part of a row. One model at a time:
-    reading them on threads ahead of the fits measured no gain on 2 cores (scripts/bench_ls.py)."""
+    reading them on threads ahead of the fits measured no gain on 2 cores
+    (scripts/bench/bench_ls.py)."""
     try:
         model = read_local_model(found.path)
         kind = gguf_kind(model.metadata, len(model.tensors))
@@ -271,7 +275,8 @@ class Looked:
 def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
     """The projector a store pairs with the model, as llama-server would load it with `--mmproj`
     (on the GPU: --mmproj-offload is the default); None when there is none or llama-server would
-    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd: mtmd.cpp)."""
+    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd:
+    mtmd.cpp)."""
     if not path:
         return None
     try:
@@ -342,11 +347,10 @@ def stderr_is_tty() -> bool:
 
 
 def machine_for(spec: Any, env: Mapping[str, str]) -> Machine:
-    """The machine of a prepare.MachineSpec (--gpu or detection), with the speed model's inputs."""
-    from .prepare import _default_detect, _default_host
-    from .prepare import machine as find_machine
+    """The machine of a MachineSpec (--gpu or detection), with the speed model's inputs."""
+    from ..machine import pick
 
-    hw, devices = find_machine(spec, env, _default_host, _default_detect)
+    hw, devices = pick.pick_devices(spec, env, pick.default_host, pick.default_detect)
     from .speed_inputs import speed_inputs
 
     return Machine(
@@ -366,9 +370,9 @@ def ls_command(
     echo: Callable[[str], None],
 ) -> int:
     """The whole command: exit 0 when at least one model fits, 1 when none does."""
+    from ..machine.pick import MachineSpec
     from ..report.plan import hardware_json
     from ..server.flags import parse_server_args
-    from .prepare import MachineSpec
 
     m = machine_for(
         MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes), env

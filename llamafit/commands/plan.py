@@ -143,8 +143,9 @@ def render_plan(
 
 
 def _others(processes: tuple[GpuProcess, ...], result: PlanResult) -> list[Notice | str]:
-    """gpu_in_use {device, used_bytes, processes [{pid, name, used_bytes}], tokens}: other processes hold
-    memory on a GPU planned with what is free; `tokens`: the context per slot closing them would add."""
+    """gpu_in_use {device, used_bytes, processes [{pid, name, used_bytes}], tokens}: other processes
+    hold memory on a GPU planned with what is free; `tokens`: the context per slot closing them
+    would add."""
     c = result.choice
     room = max(result.verdict.ctx_wanted - c.ctx, 0) if c else 0
     out: list[Notice | str] = []

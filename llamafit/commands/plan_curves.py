@@ -1,4 +1,5 @@
-"""The data behind `plan --html`'s curves (only when a page is asked for: this is extra solver work).
+"""The data behind `plan --html`'s curves (only when a page is asked for: this is extra solver
+work).
 
 - context against layers on the GPU: for each K/V type (flash attention on where the type needs it,
   the chosen -ub, experts as chosen), the largest context per slot at up to `POINTS` -ngl values
@@ -21,9 +22,8 @@ from ..fit.speed import GENERATION_BAND, estimate_at, with_rates
 from ..memory.config import LaunchConfig
 from .prepare import Prepared
 
-POINTS = (
-    12  # -ngl values and fills per curve: enough for a curve, bounded work for a 100-layer model
-)
+# -ngl values and fills per curve: enough for a curve, bounded work for a 100-layer model
+POINTS = 12
 
 
 def _spread(n: int, points: int = POINTS) -> list[int]:
@@ -40,8 +40,8 @@ def _ctx_at(target: Target, base: LaunchConfig, hi: int, n_gpu_layers: int) -> i
 def _curve(
     ctx_at: Callable[[int], int | None], layers: list[int], hi: int
 ) -> list[list[int | None]]:
-    """[[n_gpu_layers, largest context]…], from the most layers down: fewer layers on the GPU leave it
-    more room, so once one reaches the most asked for (`hi`), every smaller count does too."""
+    """[[n_gpu_layers, largest context]…], from the most layers down: fewer layers on the GPU leave
+    it more room, so once one reaches the most asked for (`hi`), every smaller count does too."""
     out: list[list[int | None]] = []
     reached = False
     for k in sorted(layers, reverse=True):
@@ -52,8 +52,9 @@ def _curve(
 
 
 def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
-    """{"context_by_layers": [{type_k, type_v, flash_attn, points: [[n_gpu_layers, context or null]…]}…],
-    "speed_by_context": [[fill, low, estimate, high]…]} (empty lists where they do not apply)."""
+    """{"context_by_layers": [{type_k, type_v, flash_attn, points: [[n_gpu_layers, context or
+    null]…]}…], "speed_by_context": [[fill, low, estimate, high]…]} (empty lists where they do not
+    apply)."""
     c = result.choice
     out: dict[str, Any] = {"context_by_layers": [], "speed_by_context": []}
     if c is None:
@@ -71,9 +72,8 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             base = replace(c.cfg, type_k=type_k, type_v=type_v, flash_attn=fa)
             if target.evaluate(replace(base, n_ctx=256)) is None:
                 continue  # llama.cpp refuses this type for this model
-            layers = sorted(
-                {*_spread(n_all), c.rc.n_gpu_layers}
-            )  # the curves pass through the pick
+            # the curves pass through the pick
+            layers = sorted({*_spread(n_all), c.rc.n_gpu_layers})
             points = _curve(partial(_ctx_at, target, base, hi), layers, hi)
             out["context_by_layers"].append(
                 {"type_k": type_k, "type_v": type_v, "flash_attn": fa, "points": points}

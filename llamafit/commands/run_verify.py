@@ -1,5 +1,5 @@
-"""`run --verify` glue: after Ready, fill the planned context (verify.py), report, record the timings
-for the speed model, and say whether an out-of-memory means retrying with a safer plan."""
+"""`run --verify` glue: after Ready, fill the planned context (verify.py), report, record the
+timings for the speed model, and say whether an out-of-memory means retrying with a safer plan."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 def try_record(
     path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]
 ) -> None:
-    """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
+    """Recording is a side job: a calibration file that cannot be written never stops a healthy
+    server."""
     try:
         write(path)
         say(recorded_line(what, path))
@@ -87,8 +88,9 @@ def speed_record(
 
 
 def machine_load() -> dict[str, Any]:
-    """The 1-minute load average and the CPU count when a run is recorded: a run on an overloaded machine
-    (load above the CPUs) does not calibrate the speed model (speed_calibration.py). None where unknown."""
+    """The 1-minute load average and the CPU count when a run is recorded: a run on an overloaded
+    machine (load above the CPUs) does not calibrate the speed model (speed_calibration.py). None
+    where unknown."""
     try:
         load: float | None = round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):  # Windows; no /proc/loadavg
@@ -97,9 +99,10 @@ def machine_load() -> dict[str, Any]:
 
 
 def served_speed(served: Sequence[ServedRequest], min_tokens: int = 8) -> dict[str, Any] | None:
-    """What the server's own timings of the requests it served say: generation tokens/s over every request
-    that generated at least `min_tokens` (total tokens over total time), prompt tokens/s likewise over
-    prompts of at least `min_tokens` evaluated tokens, and the average fill a generated token saw."""
+    """What the server's own timings of the requests it served say: generation tokens/s over every
+    request that generated at least `min_tokens` (total tokens over total time), prompt tokens/s
+    likewise over prompts of at least `min_tokens` evaluated tokens, and the average fill a
+    generated token saw."""
     gen = [r for r in served if r.generated_tokens >= min_tokens and r.generation_ms > 0]
     if not gen:
         return None
@@ -123,7 +126,8 @@ def served_speed(served: Sequence[ServedRequest], min_tokens: int = 8) -> dict[s
 def served_record(
     p: Prepared, choice: Choice, env: Mapping[str, str], served: Sequence[ServedRequest]
 ) -> dict[str, Any] | None:
-    """The speed record of a server's whole run (kind "serve"): its timings next to the estimate at their fill."""
+    """The speed record of a server's whole run (kind "serve"): its timings next to the estimate at
+    their fill."""
     from ..fit.speed import estimate_at
     from ..machine.host_probe import machine_key
     from .speed_inputs import machine_speed
@@ -226,8 +230,8 @@ def verify_running(
     emit: Callable[[VerifyProgress], None] | None = None,
 ) -> Outcome:
     """Send the full-context request to the server we started. Only out of memory (the server's own
-    out-of-memory line, or its answer saying so) asks for a retry; a stop (`stopped()`) is a stop: no
-    retry and no record; a server that died otherwise is left to the caller to report."""
+    out-of-memory line, or its answer saying so) asks for a retry; a stop (`stopped()`) is a stop:
+    no retry and no record; a server that died otherwise is left to the caller to report."""
     key = next(iter(launch.env.values()), None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     n_ctx = launch.choice.rc.n_ctx_seq
@@ -249,9 +253,8 @@ def verify_running(
     if failure is not None:
         _settle(child)
     if stopped():
-        return Outcome(
-            result, False, None
-        )  # the request failed because the server was asked to stop
+        # the request failed because the server was asked to stop
+        return Outcome(result, False, None)
     died = child.proc.poll() is not None
     oom = watcher.is_oom or (result is not None and result.oom)
     if died or oom:
@@ -273,9 +276,10 @@ def verify_running(
 
 
 def _settle(child: Child, grace_s: float = 3.0) -> None:
-    """After a failed request, let a dying server finish: wait for it to exit (a bounded grace), then for the
-    log reader to reach the end of its output, so that the watcher has seen the out-of-memory line before
-    it is asked (the connection can close before the server's last log line is read)."""
+    """After a failed request, let a dying server finish: wait for it to exit (a bounded grace),
+    then for the log reader to reach the end of its output, so that the watcher has seen the
+    out-of-memory line before it is asked (the connection can close before the server's last log
+    line is read)."""
     import subprocess
 
     try:

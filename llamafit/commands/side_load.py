@@ -36,12 +36,11 @@ def load_side_plan(
     auto_mmproj: bool = False,
     build: int | None = None,
 ) -> SidePlan | None:
-    """The side models of this launch, read and checked; None when there are none. With `auto_mmproj`
-    (plan, run, script) a projector found next to the model is used unless --no-mmproj says not to.
-    `load_model` reads a model reference's header (prepare.load_model)."""
-    flags = parse_side_flags(
-        (*parsed.passthrough, *parsed.unknown), env
-    )  # -cd: a flag of older builds
+    """The side models of this launch, read and checked; None when there are none. With
+    `auto_mmproj` (plan, run, script) a projector found next to the model is used unless --no-mmproj
+    says not to. `load_model` reads a model reference's header (prepare.load_model)."""
+    # -cd: a flag of older builds
+    flags = parse_side_flags((*parsed.passthrough, *parsed.unknown), env)
     notes: list[Notice] = []
     defaulted = (
         auto_mmproj
@@ -90,9 +89,8 @@ def load_side_plan(
         except InputError as e:
             if not defaulted:
                 raise
-            notes.append(
-                Notice("mmproj_skipped", {"reason": str(e)})
-            )  # found by default: not worth failing for
+            # found by default: not worth failing for
+            notes.append(Notice("mmproj_skipped", {"reason": str(e)}))
             flags = replace(flags, mmproj=None)
             return (
                 SidePlan(
@@ -129,8 +127,8 @@ def _same_file(a: str, b: str) -> bool:
 def load_projector(
     spec: str, *, model_path: str, env: Mapping[str, str], load_model: LoadModel
 ) -> tuple[ProjectorFacts, str | None]:
-    """The projector named by --mmproj (a path, URL, hf: reference, or "auto"), and why it was picked
-    when llamafit picked it."""
+    """The projector named by --mmproj (a path, URL, hf: reference, or "auto"), and why it was
+    picked when llamafit picked it."""
     why = None
     if spec == "auto":
         spec, why = find_mmproj(model_path, env)
@@ -157,9 +155,9 @@ _HF_RESOLVE = re.compile(
 
 
 def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """`--mmproj auto`: for a model from a Hugging Face repo, llama.cpp's -hf rule over the repo's files
-    (common/download.cpp find_best_sibling: the same or a parent directory, the closest quantization);
-    for a local model, mmproj*.gguf in its directory by the same rule."""
+    """`--mmproj auto`: for a model from a Hugging Face repo, llama.cpp's -hf rule over the repo's
+    files (common/download.cpp find_best_sibling: the same or a parent directory, the closest
+    quantization); for a local model, mmproj*.gguf in its directory by the same rule."""
     m = _HF_RESOLVE.match(model_path)
     if m:
         return _find_remote_mmproj(m, env or {})
@@ -191,10 +189,10 @@ _OLLAMA_BLOB = re.compile(r"^sha256-[0-9a-f]{64}$")
 
 
 def _ollama_projector(model_path: str) -> tuple[str, str] | None:
-    """A model blob of an Ollama store (<root>/blobs/sha256-<hex>, what `ollama:NAME` resolves to): the
-    projector layer (application/vnd.ollama.image.projector) of a manifest whose model layer is this
-    blob; None when the path is not such a blob. Ollama keeps the projector as its own blob, never
-    next to the model under an mmproj name."""
+    """A model blob of an Ollama store (<root>/blobs/sha256-<hex>, what `ollama:NAME` resolves to):
+    the projector layer (application/vnd.ollama.image.projector) of a manifest whose model layer is
+    this blob; None when the path is not such a blob. Ollama keeps the projector as its own blob,
+    never next to the model under an mmproj name."""
     from ..fetch.store_scan import scan_ollama
 
     path = os.path.abspath(model_path)

@@ -1,4 +1,5 @@
-"""The machine side of the speed model: bandwidth and throughput per device, with where each came from.
+"""The machine side of the speed model: bandwidth and throughput per device, with where each came
+from.
 
 GPU memory bandwidth: NVML's (bus width x memory clock) or the catalog entry for the card's name;
 GPU throughput: the maker's dense FP16 tensor TFLOPS (Apple: FP32 GPU TFLOPS) below, for the catalog
@@ -91,8 +92,8 @@ def gpu_rates(info: GPUInfo) -> tuple[Rate | None, Rate | None]:
 def assumed_rates(
     info: GPUInfo,
 ) -> tuple[Rate, tuple[float, float], Rate | None, tuple[float, float] | None] | None:
-    """A GPU given by size has no bandwidth of its own: assume the median of the catalog cards of its
-    backend with that memory (the nearest size when none has it exactly), and say their range —
+    """A GPU given by size has no bandwidth of its own: assume the median of the catalog cards of
+    its backend with that memory (the nearest size when none has it exactly), and say their range —
     (bandwidth, its range, throughput, its range). None for a card the catalog names."""
     if _catalog_entry(info.name) is not None or info.bandwidth_bytes_per_s:
         return None
@@ -132,7 +133,8 @@ _BACKEND_VENDORS = {
 def with_bandwidth(
     inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo], given: Sequence[float]
 ) -> SpeedInputs:
-    """Per GPU, what `--bandwidth` gives (GB/s; one value for every GPU) in place of the catalog's or an assumption."""
+    """Per GPU, what `--bandwidth` gives (GB/s; one value for every GPU) in place of the catalog's
+    or an assumption."""
     if not given:
         return inputs
     values = list(given) if len(given) > 1 else [given[0]] * len(infos)
@@ -149,8 +151,9 @@ def with_bandwidth(
 
 
 def threads_given(passthrough: Sequence[str], env: Mapping[str, str], n_cpu: int) -> int | None:
-    """llama-server's -t/--threads (or $LLAMA_ARG_THREADS when no flag gives it; the last flag wins),
-    as common/arg.cpp applies it: a value <= 0 means every CPU (hardware_concurrency); None: not given."""
+    """llama-server's -t/--threads (or $LLAMA_ARG_THREADS when no flag gives it; the last flag
+    wins), as common/arg.cpp applies it: a value <= 0 means every CPU (hardware_concurrency); None:
+    not given."""
     raw = next(
         (
             passthrough[i + 1]

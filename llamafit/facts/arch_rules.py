@@ -49,9 +49,8 @@ RECR_IF_NO_KV_HEADS = frozenset(
     }
 )
 RECR_IF_NO_KV_HEADS_AND_NO_FFN = frozenset({"nemotron_h", "nemotron_h_moe"})  # nemotron-h.cpp
-RECR_BY_INTERVAL = frozenset(
-    {"qwen3next", "qwen35", "qwen35moe", "qwen4exp", "minimax-01"}
-)  # default 4
+# default 4
+RECR_BY_INTERVAL = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4exp", "minimax-01"})
 RECR_AND_ATTENTION_EVERY_LAYER = frozenset({"falcon-h1"})  # falcon-h1.cpp: is_recr on all layers
 
 # src/llama-model.cpp create_memory(): res = nullptr, no KV cache at all.

@@ -27,9 +27,8 @@ class MLAFacts:
     kv_lora_rank: int
     key_length_mla: int
     value_length_mla: int
-    q_lora_rank: int = (
-        0  # {arch}.attention.q_lora_rank (hparams.n_lora_q); 0: Q without the low-rank pair
-    )
+    # {arch}.attention.q_lora_rank (hparams.n_lora_q); 0: Q without the low-rank pair
+    q_lora_rank: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +94,16 @@ class ModelFacts:
     causal: bool
     weights: WeightFacts
     warnings: tuple[str, ...]
-    tensors: tuple[TensorInfo, ...] = field(
-        default=(), repr=False
-    )  # for -ot rules and CUDA padding
-    # attention and FFN read the same block input, their outputs summed (gptneox use_parallel_residual)
+    # for -ot rules and CUDA padding
+    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)
+    # attention and FFN read the same block input, their outputs summed (gptneox
+    # use_parallel_residual)
     parallel_residual: bool = False
-    data_end_bytes: int = (
-        0  # where the last shard's tensor data ends, summed over shards (0: unknown)
-    )
+    # where the last shard's tensor data ends, summed over shards (0: unknown)
+    data_end_bytes: int = 0
     has_chat_template: bool = True  # tokenizer.chat_template is set
-    # <arch>.pooling_type (llama_hparams::pooling_type, enum llama_pooling_type): -1 unspecified, 0 none, 1 mean,
-    # 2 cls, 3 last, 4 rank; what llama_context uses when --pooling is not given
+    # <arch>.pooling_type (llama_hparams::pooling_type, enum llama_pooling_type): -1 unspecified, 0
+    # none, 1 mean, 2 cls, 3 last, 4 rank; what llama_context uses when --pooling is not given
     pooling_type: int = -1
 
     @property
@@ -115,8 +113,8 @@ class ModelFacts:
         if self.file_size >= self.data_end_bytes:
             return None
         return (
-            f"the file is {self.file_size:,} bytes but its tensors need {self.data_end_bytes / 1e9:,.1f} GB: "
-            "incomplete download?"
+            f"the file is {self.file_size:,} bytes but its tensors need "
+            f"{self.data_end_bytes / 1e9:,.1f} GB: incomplete download?"
         )
 
     @property
@@ -223,7 +221,8 @@ def _moe_facts(meta: Metadata, n_layer_all: int) -> MoEFacts | None:
 
 
 def _mla_facts(meta: Metadata, warnings: list[str]) -> MLAFacts | None:
-    """hparams.is_mla(): both key_length_mla and value_length_mla present (src/models/deepseek2.cpp)."""
+    """hparams.is_mla(): both key_length_mla and value_length_mla present
+    (src/models/deepseek2.cpp)."""
     if meta.has("{arch}.attention.key_length_mla") and meta.has(
         "{arch}.attention.value_length_mla"
     ):
@@ -242,7 +241,8 @@ def _mla_facts(meta: Metadata, warnings: list[str]) -> MLAFacts | None:
 
 
 def _n_layer_kv_from_start(meta: Metadata, n_layer_all: int) -> int:
-    """Layers at or after this index reuse an earlier layer's KV (src/models/gemma3n.cpp, gemma4.cpp)."""
+    """Layers at or after this index reuse an earlier layer's KV (src/models/gemma3n.cpp,
+    gemma4.cpp)."""
     if meta.arch in R.KV_FROM_START_FIXED:
         return min(R.KV_FROM_START_FIXED[meta.arch], n_layer_all)
     if meta.arch in R.KV_FROM_START_SHARED_KEY:
@@ -251,7 +251,8 @@ def _n_layer_kv_from_start(meta: Metadata, n_layer_all: int) -> int:
 
 
 def _n_vocab(meta: Metadata, model: GGUFModel) -> int:
-    """llama_vocab's token count; files without a vocabulary fall back to vocab_size or token_embd."""
+    """llama_vocab's token count; files without a vocabulary fall back to vocab_size or
+    token_embd."""
     n = meta.count("tokenizer.ggml.tokens") or meta.get_int("{arch}.vocab_size", 0)
     if n:
         return int(n)
@@ -260,7 +261,8 @@ def _n_vocab(meta: Metadata, model: GGUFModel) -> int:
 
 
 def build_facts(model: GGUFModel) -> ModelFacts:
-    """Derive ModelFacts from a parsed GGUF model (all shards), as llama_model::load_hparams does."""
+    """Derive ModelFacts from a parsed GGUF model (all shards), as llama_model::load_hparams
+    does."""
     warnings: list[str] = []
     arch = model.metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
@@ -328,7 +330,8 @@ def _check_head_sizes(meta: Metadata, f: ModelFacts) -> None:
     """Every layer that attends (a KV cache, KV heads) needs key and value heads of at least one
     element: llama_model::load_hparams (src/llama-model.cpp) divides embedding_length by head_count
     of layer 0 (n_embd_head_k = n_embd / n_head()) unless attention.key_length / value_length say,
-    and a width of 0 describes no model (a head_count of 0, missing, or larger than embedding_length)."""
+    and a width of 0 describes no model (a head_count of 0, missing, or larger than
+    embedding_length)."""
     for il in range(f.n_layer_all):
         if not (f.has_kv[il] and f.n_head_kv[il]):
             continue
@@ -353,15 +356,18 @@ def _check_head_sizes(meta: Metadata, f: ModelFacts) -> None:
                 given = named if meta.has(named) else f"{{arch}}.attention.{key}"
                 why = f"key {meta.key(given)} = {meta.get_int(given)} must be at least 1"
             else:
-                why = f"key {heads} = {f.n_head[0]} with embedding_length {f.n_embd} gives a {what} head size of 0"
+                why = (
+                    f"key {heads} = {f.n_head[0]} with embedding_length {f.n_embd} gives a {what} "
+                    "head size of 0"
+                )
             raise ModelFactsError(
                 f"{meta.path}: {why}, yet layer {il} has {f.n_head_kv[il]} KV head(s)"
             )
 
 
 def _check_counts(meta: Metadata, n_layer_all: int) -> None:
-    """The asserts of llama_model::load_hparams (src/llama-model.cpp) and the indexes our facts take:
-    one error naming the key and its value, instead of a crash later."""
+    """The asserts of llama_model::load_hparams (src/llama-model.cpp) and the indexes our facts
+    take: one error naming the key and its value, instead of a crash later."""
 
     def bad(name: str, value: int, why: str) -> ModelFactsError:
         return ModelFactsError(f"{meta.path}: key {meta.key(name)} = {value} {why}")
@@ -446,7 +452,8 @@ def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
 
 
 def _known_archs() -> frozenset[str]:
-    """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp 0c1e570)."""
+    """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp
+    0c1e570)."""
     ours = (
         R.RECURRENT_ARCHS
         | R.HYBRID_ARCHS

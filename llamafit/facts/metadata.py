@@ -36,7 +36,8 @@ class Metadata:
         return value
 
     def _count(self, name: str, value: Any) -> Any:
-        """llama.cpp reads counts and sizes as uint32 (llama_model_loader::get_key): refuse the rest."""
+        """llama.cpp reads counts and sizes as uint32 (llama_model_loader::get_key): refuse the
+        rest."""
         if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= UINT32_MAX:
             what = "negative" if value < 0 else "larger than a 32-bit count"
             raise ModelFactsError(f"{self.path}: key {self.key(name)} = {value} is {what}")
@@ -77,7 +78,8 @@ class Metadata:
         if isinstance(value, list):
             if len(value) != n_layer:
                 raise ModelFactsError(
-                    f"{self.path}: key {key} has wrong array length; expected {n_layer}, got {len(value)}"
+                    f"{self.path}: key {key} has wrong array length; expected {n_layer}, got "
+                    f"{len(value)}"
                 )
             if not all(isinstance(v, (int, bool)) for v in value):
                 raise ModelFactsError(f"{self.path}: key {key} must hold integers")

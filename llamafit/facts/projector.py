@@ -67,7 +67,8 @@ class ProjectorFacts:
         return TOKEN_LIMITS.get(self.projector_type, TokenLimits(n_merge=self.n_merge))
 
     def warmup_image_size(self) -> int:
-        """clip_hparams.warmup_image_size after load_hparams (set_warmup_n_tokens where the type sets it)."""
+        """clip_hparams.warmup_image_size after load_hparams (set_warmup_n_tokens where the type
+        sets it)."""
         lim = self.limits
         if lim.warmup_tokens is None:
             return self.image_size

@@ -34,6 +34,7 @@ from .remote import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, LOGIN_HINT, RemoteUnreach
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_REVISION = "main"
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")  # llama.cpp's choice when `-hf` has no :quant
+# gguf_filename_is_model
 _NOT_MODELS = (
     "mmproj",
     "imatrix",
@@ -41,13 +42,12 @@ _NOT_MODELS = (
     "eagle3-",
     "dflash-",
     "dspark-",
-)  # gguf_filename_is_model
+)
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})  # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _REPO_PART = re.compile(r"\w[\w.-]*", re.ASCII)  # huggingface_hub validate_repo_id, in short
-MAX_LISTING_BYTES = (
-    32 << 20
-)  # a model's API answer: ~100 bytes per file; the largest repos hold ~10k files
+# a model's API answer: ~100 bytes per file; the largest repos hold ~10k files
+MAX_LISTING_BYTES = 32 << 20
 
 
 # --- pure: names, settings, the quant rule ---------------------------------------------------
@@ -92,7 +92,8 @@ def is_offline(env: Mapping[str, str]) -> bool:
 
 
 def _check_repo(repo: str, arg: str) -> str:
-    """`org/repo`, each part of letters, digits, `.`, `_`, `-` (it goes into a URL path as it is)."""
+    """`org/repo`, each part of letters, digits, `.`, `_`, `-` (it goes into a URL path as it
+    is)."""
     parts = repo.split("/")
     if len(parts) != 2 or not all(_REPO_PART.fullmatch(p) and ".." not in p for p in parts):
         raise InputError(f"{arg}: expected a Hugging Face repository as org/repo")
@@ -123,7 +124,10 @@ def parse_repo_spec(spec: str) -> RepoSpec:
 
 
 def resolve_url(endpoint: str, repo: str, revision: str, path: str) -> str:
-    return f"{endpoint}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/{urllib.parse.quote(path)}"
+    return (
+        f"{endpoint}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
+        f"{urllib.parse.quote(path)}"
+    )
 
 
 def is_model_file(path: str) -> bool:

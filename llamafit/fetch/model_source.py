@@ -66,7 +66,8 @@ def open_model(
     timeout: float = DEFAULT_TIMEOUT,
 ) -> GGUFModel:
     """A model's headers from a local path, an http(s) URL, `hf://…` or `hf:org/repo[:quant]`, or a
-    store reference (`ollama:…`, `lmstudio:…`; `hf:…` from the local hub cache first: llamafit.fetch.refs)."""
+    store reference (`ollama:…`, `lmstudio:…`; `hf:…` from the local hub cache first:
+    llamafit.fetch.refs)."""
     from .refs import local_path
 
     if (local := local_path(arg, env)) is not None:
@@ -123,8 +124,8 @@ def open_hf_repo(
     timeout: float = DEFAULT_TIMEOUT,
 ) -> GGUFModel:
     """`org/repo[:quant]` as llama-server's `-hf` takes it (`hf:` prefix optional): the file the
-    quant tag picks (llama.cpp's rule, see llamafit.fetch.hf) and all its shards; from the local hub cache
-    when they are all there (llamafit.fetch.refs)."""
+    quant tag picks (llama.cpp's rule, see llamafit.fetch.hf) and all its shards; from the local hub
+    cache when they are all there (llamafit.fetch.refs)."""
     from .refs import hf_cached_path
 
     if (local := hf_cached_path(spec, env)) is not None:
@@ -320,9 +321,8 @@ def header_prefix(chunks: list[tuple[int, bytes | bytearray]], n: int) -> bytear
         out += bytes(n - len(out))
     else:
         out = bytearray(n)
-    view = memoryview(
-        out
-    )  # memoryview to memoryview: one memcpy (bytearray slice assignment copies first)
+    # memoryview to memoryview: one memcpy (bytearray slice assignment copies first)
+    view = memoryview(out)
     while chunks:
         offset, data = chunks.pop()
         if offset < n:

@@ -35,7 +35,8 @@ def _home(env: Mapping[str, str]) -> str:
 
 
 def local_path(arg: str, env: Mapping[str, str]) -> str | None:
-    """The local file a store reference names; None when `arg` is not one (or, for hf:, not cached)."""
+    """The local file a store reference names; None when `arg` is not one (or, for hf:, not
+    cached)."""
     if arg.startswith("ollama:"):
         return ollama_path(arg.removeprefix("ollama:"), env)
     if arg.startswith("lmstudio:"):
@@ -50,7 +51,8 @@ def ollama_path(ref: str, env: Mapping[str, str]) -> str:
 
 
 def ollama_found(ref: str, env: Mapping[str, str]) -> Found:
-    """The Ollama model `ref` names, with the projector its manifest pairs with it (Found.mmproj)."""
+    """The Ollama model `ref` names, with the projector its manifest pairs with it
+    (Found.mmproj)."""
     try:
         parts = parse_ollama_ref(ref)
     except ValueError:

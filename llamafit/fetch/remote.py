@@ -29,10 +29,11 @@ DEFAULT_TIMEOUT = 30.0  # seconds, for each connect and each read from the socke
 FIRST_WINDOW = 1 << 10  # the parser's first read: even a 1 KiB header costs < 2x its size
 MAX_REDIRECTS = 10  # from a Hugging Face URL (resolve -> CDN takes 1-2)
 OTHER_REDIRECTS = 3  # from any other URL: a few, then an error naming where it was sent
+# and their subdomains (cdn-lfs.hf.co, cas-bridge.xethub.hf.co)
 HF_HOSTS = (
     "huggingface.co",
     "hf.co",
-)  # and their subdomains (cdn-lfs.hf.co, cas-bridge.xethub.hf.co)
+)
 # The largest header llamafit will read: 262k-token vocabularies with merges take ~20 MiB, the
 # largest tensor lists well under 1 MiB. A header "needing" more is a lie of the server or file.
 MAX_HEADER_BYTES = 64 << 20
@@ -311,9 +312,8 @@ class HttpRangeSource:
         self._headers = dict(headers or {})
         self._location = url  # after the first redirect chain: the final URL (a CDN's)
         self._size: int | None = None
-        self._head: bytes | bytearray = (
-            b""  # the first answer's bytes (the whole file when Range is ignored)
-        )
+        # the first answer's bytes (the whole file when Range is ignored)
+        self._head: bytes | bytearray = b""
         self._t0 = 0.0
 
     @property
@@ -329,7 +329,8 @@ class HttpRangeSource:
         return max(self.max_bytes + self.first_window - self.bytes_transferred, 0)
 
     def read(self, offset: int, n: int) -> bytes | bytearray:
-        """The bytes in one buffer, never copied after they arrive (a 64 MiB window costs 64 MiB)."""
+        """The bytes in one buffer, never copied after they arrive (a 64 MiB window costs 64
+        MiB)."""
         n = min(n, self.size - offset)
         if n <= 0:
             return b""
@@ -411,14 +412,15 @@ class HttpRangeSource:
         self._head = self._body(answer, self.max_bytes + 1)
         if len(self._head) > self.max_bytes:
             raise InputError(
-                f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} bytes; "
-                "download it and pass the local path"
+                f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} "
+                "bytes; download it and pass the local path"
             )
         self._size = len(self._head)
         self.validator = validator_of(answer.headers)
 
     def _fetch(self, offset: int, n: int, have: bytes | bytearray = b"") -> bytearray:
-        """Bytes [offset, offset+n), of which the first len(have) are `have`: one request for the rest."""
+        """Bytes [offset, offset+n), of which the first len(have) are `have`: one request for the
+        rest."""
         start, want = offset + len(have), n - len(have)
         answer = self._get(start, want)
         try:
@@ -447,9 +449,8 @@ class HttpRangeSource:
         The buffer grows in place (realloc) and is returned as it is: no copy of the whole."""
         out = bytearray() if out is None else out
         got = 0
-        read = getattr(
-            answer.body, "read1", answer.body.read
-        )  # one recv at a time: the deadline holds
+        # one recv at a time: the deadline holds
+        read = getattr(answer.body, "read1", answer.body.read)
         try:
             while limit is None or got < limit:
                 if self._left() <= 0:

@@ -299,7 +299,8 @@ def this_machine_roots(env: Mapping[str, str]) -> list[Root]:
 
 
 def scan(roots: Sequence[Root]) -> tuple[list[Found], list[Note]]:
-    """Every store's models (the same file found twice, e.g. a hub cache shared by llama.cpp, once)."""
+    """Every store's models (the same file found twice, e.g. a hub cache shared by llama.cpp,
+    once)."""
     found: list[Found] = []
     notes: list[Note] = []
     seen: set[str] = set()

@@ -156,13 +156,15 @@ def default_roots(env: Mapping[str, str], home: str, system: str) -> list[Root]:
 
 
 def file_tag(path: str) -> str:
-    """llama.cpp's tag of a GGUF name: `…-Q4_K_M.gguf` → `Q4_K_M` (uppercased; split suffix dropped)."""
+    """llama.cpp's tag of a GGUF name: `…-Q4_K_M.gguf` → `Q4_K_M` (uppercased; split suffix
+    dropped)."""
     info = split_info(path)
     return info.tag if info else ""
 
 
 def repo_name(repo: str, path: str, files: Sequence[str]) -> str:
-    """`repo:TAG` when llama.cpp's -hf rule picks `path` back from `files` with that tag, else `repo/path`."""
+    """`repo:TAG` when llama.cpp's -hf rule picks `path` back from `files` with that tag, else
+    `repo/path`."""
     tag = file_tag(path)
     if tag and find_best_model(files, tag) == path:
         return f"{repo}:{tag}"
@@ -177,7 +179,8 @@ def ollama_name(registry: str, namespace: str, model: str, tag: str) -> str:
 
 
 def parse_ollama_ref(ref: str) -> tuple[str, str, str, str]:
-    """`[registry/][namespace/]model[:tag]` → (registry, namespace, model, tag), Ollama's defaults filled."""
+    """`[registry/][namespace/]model[:tag]` → (registry, namespace, model, tag), Ollama's defaults
+    filled."""
     name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
     parts = name.split("/")
     if not all(parts) or len(parts) > 3:
@@ -227,7 +230,8 @@ def ollama_layers(manifest: object) -> OllamaLayers | None:
 
 @dataclass(frozen=True)
 class FileGroup:
-    """A model's files in one folder: its shards (relative paths) and the mmproj llama.cpp would pair."""
+    """A model's files in one folder: its shards (relative paths) and the mmproj llama.cpp would
+    pair."""
 
     shards: tuple[str, ...]
     mmproj: str | None
@@ -305,7 +309,8 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
 
 def gguf_kind(metadata: Mapping[str, object], n_tensors: int) -> str:
     """`model`, `mmproj`, `adapter` (a LoRA), `imatrix` or `vocab` (a tokenizer-only file such as
-    llama.cpp's models/ggml-vocab-*.gguf), from general.type (gguf-py's GGUFType) and the tensor count."""
+    llama.cpp's models/ggml-vocab-*.gguf), from general.type (gguf-py's GGUFType) and the tensor
+    count."""
     gtype = metadata.get("general.type")
     if gtype == "adapter" or "adapter.type" in metadata:
         return "adapter"

@@ -46,9 +46,8 @@ class PlanResult:
     side_costs: tuple[SideCost, ...] = ()  # what each side model costs in context (side_plan.py)
     side: SidePlan | None = None  # the side models the plan keeps (after side_steps)
     side_steps: tuple[str, ...] = ()  # side_plan.STEPS taken to fit
-    mtp: MtpEffect | None = (
-        None  # with MTP self-speculation in the plan: its expected effect (mtp.py)
-    )
+    # with MTP self-speculation in the plan: its expected effect (mtp.py)
+    mtp: MtpEffect | None = None
 
 
 def smallest_gpu_for(
@@ -90,7 +89,8 @@ def tradeoffs(
     hi: int,
     speed: SpeedInputs | None = None,
 ) -> list[Tradeoff]:
-    """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its speed."""
+    """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its
+    speed."""
     rows = []
     for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
@@ -136,7 +136,8 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
         else None
     )
     if per_layer is not None and per_layer <= 0:
-        per_layer = None  # the first block on the host brings op offload's copies to the GPU: nothing to buy
+        # the first block on the host brings op offload's copies to the GPU: nothing to buy
+        per_layer = None
     return per_tokens, per_layer
 
 
@@ -283,11 +284,12 @@ def plan(
 def _auto_mtp(
     target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice
 ) -> tuple[Target | None, Notice | None]:
-    """--prefer speed on a model with NextN blocks, no --spec-type and no draft model given, a llama-server
-    build with draft-mtp (resolve rule draft_mtp): the plan with MTP self-speculation on, when it keeps
-    the offload of the plan without it (a layer moved to the CPU costs more than drafting gains).
-    Returns (the target with MTP, mtp_auto {n_draft}) or (None, mtp_no_room {n_gpu_layers, n_cpu_moe}
-    where MTP would move layers) or (None, None) where it does not apply."""
+    """--prefer speed on a model with NextN blocks, no --spec-type and no draft model given, a
+    llama-server build with draft-mtp (resolve rule draft_mtp): the plan with MTP self-speculation
+    on, when it keeps the offload of the plan without it (a layer moved to the CPU costs more than
+    drafting gains). Returns (the target with MTP, mtp_auto {n_draft}) or (None, mtp_no_room
+    {n_gpu_layers, n_cpu_moe} where MTP would move layers) or (None, None) where it does not
+    apply."""
     side, facts = target.side, target.model.facts
     flags = side.flags if side else SideFlags()
     if (
@@ -322,8 +324,8 @@ def _auto_mtp(
 def _projector_off_the_gpu(
     target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice
 ) -> Notice | None:
-    """Layers on the CPU while the projector sits on the GPU: would --no-mmproj-offload put more layers
-    (or more context) on the GPU? Said, not applied: the encoder then runs on the CPU."""
+    """Layers on the CPU while the projector sits on the GPU: would --no-mmproj-offload put more
+    layers (or more context) on the GPU? Said, not applied: the encoder then runs on the CPU."""
     side = target.side
     if side is None or not target.gpus or not applicable(side, "mmproj_to_cpu"):
         return None
@@ -344,9 +346,10 @@ def _projector_off_the_gpu(
 def _without_side_models(
     target: Target, cfg: LaunchConfig, policy: Policy, speed: SpeedInputs | None
 ) -> tuple[PlanResult | None, list[Notice | str]]:
-    """Nothing fits with the side models: the projector to the CPU first (it keeps working), then, with
-    --drop-side-models, each side model left out in turn (side_plan.STEPS). Without --drop-side-models
-    the drops that would fit are said as notices (side_way_out {step, ctx}) instead."""
+    """Nothing fits with the side models: the projector to the CPU first (it keeps working), then,
+    with --drop-side-models, each side model left out in turn (side_plan.STEPS). Without
+    --drop-side-models the drops that would fit are said as notices (side_way_out {step, ctx})
+    instead."""
     side, steps = target.side, list[str]()
     ways: list[Notice | str] = []
     if side is None:

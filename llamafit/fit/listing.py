@@ -43,13 +43,11 @@ class Fit:
     gpu_bytes: int | None = None  # on the GPUs together
     need_bytes: int | None = None
     error: str | None = None
-    generation_tps: list[float] | None = (
-        None  # speed.py: [full context, empty context]; None: a bandwidth unknown
-    )
+    # speed.py: [full context, empty context]; None: a bandwidth unknown
+    generation_tps: list[float] | None = None
     host_bytes: int | None = None  # on the host (the reserve included on a machine without GPUs)
-    mmproj_bytes: int | None = (
-        None  # the paired projector's weights and encoder compute, counted in the fit
-    )
+    # the paired projector's weights and encoder compute, counted in the fit
+    mmproj_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +85,8 @@ def fit_model(
     speed: SpeedInputs | None = None,
     side: SidePlan | None = None,
 ) -> Fit:
-    """`side`: the paired projector (side_models.SidePlan), resident next to the model in every config tried."""
+    """`side`: the paired projector (side_models.SidePlan), resident next to the model in every
+    config tried."""
     target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes, side=side)
     n_layers = facts.n_layer_all + 1
     try:
@@ -135,13 +134,15 @@ def fit_model(
 
 
 def best_possible(row: Row) -> bool:
-    """The policy's objective is reached in full: every layer placed, the trained context, f16 K and V.
-    On a host with more free memory the solver can do no better, so the answer stands wherever
-    these bytes still fit (ls_cli reuses such a row on a CPU-only machine whose free RAM changed)."""
+    """The policy's objective is reached in full: every layer placed, the trained context, f16 K and
+    V. On a host with more free memory the solver can do no better, so the answer stands wherever
+    these bytes still fit (ls_cli reuses such a row on a CPU-only machine whose free RAM
+    changed)."""
     f = row.fit
     return f.verdict == "fits" and f.ctx == row.n_ctx_train and f.type_k == f.type_v == "f16"
 
 
 def sort_rows(rows: Sequence[Row]) -> list[Row]:
-    """Best verdict first; within one, the largest model first (what this machine can run at its best)."""
+    """Best verdict first; within one, the largest model first (what this machine can run at its
+    best)."""
     return sorted(rows, key=lambda r: (VERDICTS.index(r.fit.verdict), -r.size_bytes, r.name))

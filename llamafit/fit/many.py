@@ -89,7 +89,8 @@ def shares(members: Sequence[tuple[int, ...]], caps: tuple[int, ...]) -> list[tu
 
 
 def with_budget(target: Target, budget: tuple[int, ...]) -> Target:
-    """The same machine with each pooled device's usable memory cut to `budget` (plus the reserve)."""
+    """The same machine with each pooled device's usable memory cut to `budget` (plus the
+    reserve)."""
     cut = tuple(
         replace(g, free_bytes=b + target.reserve_bytes)
         for g, b in zip(pool(target), budget, strict=True)

@@ -39,8 +39,9 @@ def choice_speed(target: Target, choice: Choice, inputs: SpeedInputs) -> SpeedEs
 def speed_options(
     target: Target, choice: Choice, hi: int, inputs: SpeedInputs
 ) -> list[SpeedOption]:
-    """With a GPU: the full context with fewer layers on the GPU (when the choice stops short of it),
-    and all layers on the GPU at the context they allow (when the choice keeps some on the CPU)."""
+    """With a GPU: the full context with fewer layers on the GPU (when the choice stops short of
+    it), and all layers on the GPU at the context they allow (when the choice keeps some on the
+    CPU)."""
     if not target.gpus:
         return []
     out = []
@@ -65,16 +66,16 @@ def speed_options(
 
 
 def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) -> SpeedBand | None:
-    """The chosen config's speeds as [low, high] bands (speed.SpeedBand), and the seconds of one `turn`.
-    Low: every assumed rate at the low end of its range and the model's error below; high: the other
-    way. The choice only (no per-candidate work), its tensors read once (speed.estimate_turn)."""
+    """The chosen config's speeds as [low, high] bands (speed.SpeedBand), and the seconds of one
+    `turn`. Low: every assumed rate at the low end of its range and the model's error below; high:
+    the other way. The choice only (no per-candidate work), its tensors read once
+    (speed.estimate_turn)."""
     n = choice.rc.n_ctx_seq
     prompt_tokens = max(min(turn.prompt, n - 1), 1)
     context = max(min(turn.context, n - prompt_tokens - turn.generated), 0)
     generated = max(min(turn.generated, n - context - prompt_tokens), 0)
-    depth = max(
-        context + prompt_tokens // 2 - PP_TOKENS // 2, 0
-    )  # _prompt_tps adds half a pp512 batch
+    # _prompt_tps adds half a pp512 batch
+    depth = max(context + prompt_tokens // 2 - PP_TOKENS // 2, 0)
     ends = [with_rates(inputs, 0), with_rates(inputs, 1)]
     assumed = any(r is not None for r in inputs.gpu_bandwidth_range) or any(
         r is not None for r in inputs.gpu_flops_range

@@ -47,9 +47,8 @@ class Retreat:
     after_bytes: int
     ctx_before: int
     ctx_after: int
-    changes: tuple[
-        tuple[str, str, str], ...
-    ]  # (flag, before, after) of what the next try runs differently
+    # (flag, before, after) of what the next try runs differently
+    changes: tuple[tuple[str, str, str], ...]
 
 
 def _changes(a: Choice, b: Choice) -> tuple[tuple[str, str, str], ...]:

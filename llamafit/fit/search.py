@@ -31,16 +31,16 @@ class Target:
     host: DeviceSpec
     reserve_bytes: int
     compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
-    side: SidePlan | None = (
-        None  # draft model, MTP context, projector: resident next to the main model
-    )
-    # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches, trade-offs,
-    # marginal costs); each Target (dataclasses.replace makes a new one) starts empty
+    # draft model, MTP context, projector: resident next to the main model
+    side: SidePlan | None = None
+    # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches,
+    # trade-offs, marginal costs); each Target (dataclasses.replace makes a new one) starts empty
     _evaluated: dict[LaunchConfig, tuple[ResolvedConfig, Breakdown] | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-    # max_context's bracket per config (n_ctx 0): (the largest n_ctx known to fit, the smallest known not to);
-    # the model is monotone in the context, so what one search learned bounds every later one
+    # max_context's bracket per config (n_ctx 0): (the largest n_ctx known to fit, the smallest
+    # known not to); the model is monotone in the context, so what one search learned bounds every
+    # later one
     _brackets: dict[LaunchConfig, tuple[int, int | None]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -88,8 +88,8 @@ class Target:
         return result
 
     def fits(self, cfg: LaunchConfig) -> bool:
-        """Every device holds its share (Breakdown.fits: with GPUs, only the host's mmap'd weights may
-        page; the plan warns when they would)."""
+        """Every device holds its share (Breakdown.fits: with GPUs, only the host's mmap'd weights
+        may page; the plan warns when they would)."""
         result = self.evaluate(cfg)
         return result is not None and result[1].fits
 
@@ -108,7 +108,8 @@ def largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
 
 
 def streams(target: Target, cfg: LaunchConfig) -> int:
-    """How many per-slot streams -c is divided into: n_parallel without a unified KV cache, else 1."""
+    """How many per-slot streams -c is divided into: n_parallel without a unified KV cache, else
+    1."""
     result = target.evaluate(replace(cfg, n_ctx=STEP))
     return result[0].n_stream if result is not None else 1
 

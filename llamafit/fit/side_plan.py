@@ -1,5 +1,6 @@
-"""Planning with side models resident: what each costs in context, and the steps that make a launch fit
-when the side models are the reason it does not (move the projector to the CPU first, then drop).
+"""Planning with side models resident: what each costs in context, and the steps that make a launch
+fit when the side models are the reason it does not (move the projector to the CPU first, then
+drop).
 
 Pure: the memory model and the searches of search.py, nothing else.
 """
@@ -39,7 +40,8 @@ def _kinds(side: SidePlan) -> list[str]:
 def context_costs(
     target: Target, cfg: LaunchConfig, ctx: int, hi: int, side_bytes: dict[str, int]
 ) -> tuple[SideCost, ...]:
-    """For each side model: the largest per-slot context without it (everything else as chosen), minus `ctx`."""
+    """For each side model: the largest per-slot context without it (everything else as chosen),
+    minus `ctx`."""
     side = target.side
     if side is None:
         return ()
@@ -51,7 +53,8 @@ def context_costs(
 
 
 def apply_step(side: SidePlan, step: str) -> SidePlan | None:
-    """The side models after one step of STEPS (None: none left); the same plan where it does not apply."""
+    """The side models after one step of STEPS (None: none left); the same plan where it does not
+    apply."""
     if step == "mmproj_to_cpu":
         return (
             replace(side, flags=replace(side.flags, mmproj_offload=False))

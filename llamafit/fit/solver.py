@@ -103,9 +103,8 @@ def _ub_options(cfg: LaunchConfig, ubatches: tuple[int, ...] | None = None) -> l
         return [cfg.n_ubatch]
     if not ubatches:
         return list(UBATCHES)
-    return [ub for ub in ubatches if ub <= cfg.n_batch] or [
-        cfg.n_batch
-    ]  # -ub above -b: llama.cpp clamps it
+    # -ub above -b: llama.cpp clamps it
+    return [ub for ub in ubatches if ub <= cfg.n_batch] or [cfg.n_batch]
 
 
 def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
@@ -185,8 +184,9 @@ def _best_combo(
     top = hi // STEP * STEP  # the most max_context can return
     options = list(combos(base, policy))
     if policy.prefer != "quality":
-        # the largest context first, the most compact combos first: by monotonicity one evaluation at the best
-        # so far + STEP rules a combo out; then the first combo (in order) that reaches it (issue #26)
+        # the largest context first, the most compact combos first: by monotonicity one evaluation
+        # at the best so far + STEP rules a combo out; then the first combo (in order) that reaches
+        # it (issue #26)
         most = 0
         for c in reversed(options):
             most = max_context(target, c, hi, most + STEP if most else lo) or most
@@ -200,9 +200,9 @@ def _best_combo(
         ctx = max_context(target, c, hi, lo)
         if ctx:
             reached.append((c, ctx))
-            # the pick is the first combo reaching the best context (quality: the first reaching any):
-            # once one reaches the top, no later combo can be picked, so none is searched (issue #16:
-            # a recurrent model reaches it with every KV type, and searched them all)
+            # the pick is the first combo reaching the best context (quality: the first reaching
+            # any): once one reaches the top, no later combo can be picked, so none is searched
+            # (issue #16: a recurrent model reaches it with every KV type, and searched them all)
             if policy.prefer == "quality" or ctx == top:
                 break
     if not reached:
@@ -237,7 +237,8 @@ def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]
 
 
 def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> None:
-    """When every allowed combination is one llama.cpp refuses, say why (as check does), not "no fit"."""
+    """When every allowed combination is one llama.cpp refuses, say why (as check does), not "no
+    fit"."""
     options = list(combos(cfg, policy))
     if all(target.evaluate(replace(o, n_ctx=STEP)) is None for o in options):
         pinned = [replace(o, n_ctx=STEP) for o in options[:1]]

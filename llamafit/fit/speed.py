@@ -10,14 +10,15 @@ an efficiency measured for its backend). Bytes read per token:
   padded to 256 cells as llama_kv_cache::get_n_kv does; recurrent state read and written once;
 - the range: an empty context (fastest) to a full slot (slowest).
 
-Prompt processing at large batches is compute-bound (rough): 2 FLOPs per active weight per token plus
-attention (2 x n_head x (head_k + head_v) per cell in use), over the device's throughput x a measured
-efficiency. With a GPU, llama.cpp runs large batches of host-resident weights on the GPU too
-(ggml_backend_sched op offload, ggml/src/ggml-backend.cpp: batch >= 32), copying those weights over
-PCIe once per ubatch. Figures are for a 512-token prompt into an empty context (llama-bench's pp512).
+Prompt processing at large batches is compute-bound (rough): 2 FLOPs per active weight per token
+plus attention (2 x n_head x (head_k + head_v) per cell in use), over the device's throughput x a
+measured efficiency. With a GPU, llama.cpp runs large batches of host-resident weights on the GPU
+too (ggml_backend_sched op offload, ggml/src/ggml-backend.cpp: batch >= 32), copying those weights
+over PCIe once per ubatch. Figures are for a 512-token prompt into an empty context (llama-bench's
+pp512).
 
-Efficiency factors and their sources live in EFFICIENCY; `scripts/bench_speed.py` measures them
-(llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
+Efficiency factors and their sources live in EFFICIENCY; `scripts/bench/bench_speed.py` measures
+them (llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ PP_TOKENS = 512  # prompt figures are for llama-bench's pp512
 
 @dataclass(frozen=True, slots=True)
 class Efficiency:
-    """Achieved / roofline, per backend: generation (of the memory bandwidth) and prompt (of the FLOP
-    rate). On the CPU a token is also bounded by arithmetic: `decode` is the share of the host's FLOP
-    rate its matrix-vector products reach, `attention` the share attention over the cache reaches
-    (F16 K/V, softmax: far below matrix speed). None: not modelled (GPUs: memory-bound). With the
-    kernel probe's figures the CPU uses those instead of `decode`, and `attention_kernel` /
-    `prompt_attention_kernel` (shares of the flash attention kernel's measured rate) instead of
-    `attention`."""
+    """Achieved / roofline, per backend: generation (of the memory bandwidth) and prompt (of the
+    FLOP rate). On the CPU a token is also bounded by arithmetic: `decode` is the share of the
+    host's FLOP rate its matrix-vector products reach, `attention` the share attention over the
+    cache reaches (F16 K/V, softmax: far below matrix speed). None: not modelled (GPUs:
+    memory-bound). With the kernel probe's figures the CPU uses those instead of `decode`, and
+    `attention_kernel` / `prompt_attention_kernel` (shares of the flash attention kernel's measured
+    rate) instead of `attention`."""
 
     generation: float
     prompt: float
@@ -53,44 +54,44 @@ class Efficiency:
     decode: float | None = None
     attention: float | None = None
     # with llama.cpp's kernels measured (kernel_probe.py): the share of the flash attention kernel's
-    # rate (ggml_flash_attn_ext, one query / a 512-query batch, in the caches) that attention over the
-    # cache reaches in a real run, generating a token and in a prompt
+    # rate (ggml_flash_attn_ext, one query / a 512-query batch, in the caches) that attention over
+    # the cache reaches in a real run, generating a token and in a prompt
     attention_kernel: float | None = None
     prompt_attention_kernel: float | None = None
 
 
-# Measured by scripts/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M Q4_K_M, 1 and
-# 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD EPYC Zen 4), against
-# the host probe read at the same thread count around each run. generation: the achieved share of the
-# probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50 (the public CPU row implies
-# 0.61; 0.54 held). attention_kernel: the share of the probe's flash attention rate that attention
-# reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs, median 0.6 (the Intel VM about
-# 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise for pp512: 0.33-0.98 over 8 runs,
-# median 0.6. decode / attention / prompt are for a host without the kernel probe (BLAS fallback).
-# cuda/metal/rocm/vulkan: the median achieved/roofline ratio over the public llama-bench results in
-# fixtures/speed/public-llama-bench.csv (README "How fast").
+# Measured by scripts/bench/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M
+# Q4_K_M, 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD
+# EPYC Zen 4), against the host probe read at the same thread count around each run. generation: the
+# achieved share of the probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50
+# (the public CPU row implies 0.61; 0.54 held). attention_kernel: the share of the probe's flash
+# attention rate that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs,
+# median 0.6 (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
+# for pp512: 0.33-0.98 over 8 runs, median 0.6. decode / attention / prompt are for a host without
+# the kernel probe (BLAS fallback). cuda/metal/rocm/vulkan: the median achieved/roofline ratio over
+# the public llama-bench results in fixtures/speed/public-llama-bench.csv (README "How fast").
 EFFICIENCY: dict[str, Efficiency] = {
     # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
     # attention (F16 K/V, softmax, one token) reaches a tenth of it
     "cpu": Efficiency(
         0.54,
         3.0,
-        "llama-bench vs the host probe on two 2-core x86 VMs (scripts/bench_speed.py)",
+        "llama-bench vs the host probe on two 2-core x86 VMs (scripts/bench/bench_speed.py)",
         decode=0.74,
         attention=0.09,
         attention_kernel=0.6,
         prompt_attention_kernel=0.6,
     ),
     "cuda": Efficiency(
-        0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"
+        0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench/bench_speed.py)"
     ),
     "rocm": Efficiency(
-        0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"
+        0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench/bench_speed.py)"
     ),
     "metal": Efficiency(
-        0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench_speed.py)"
+        0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench/bench_speed.py)"
     ),
-    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench_speed.py)"),
+    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench/bench_speed.py)"),
 }
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
 
@@ -119,8 +120,8 @@ class SpeedInputs:
         KernelRate, ...
     ] = ()  # llama.cpp's matrix kernels per weight type, one thread each
     cpu_attention: AttentionRate | None = None  # llama.cpp's flash attention kernel, one thread
-    # per GPU, (low, high) bytes/s and FLOP/s where the rate is an assumption rather than known (a GPU
-    # given by size: the catalog cards of that size); the point rates above lie between them
+    # per GPU, (low, high) bytes/s and FLOP/s where the rate is an assumption rather than known (a
+    # GPU given by size: the catalog cards of that size); the point rates above lie between them
     gpu_bandwidth_range: tuple[tuple[float, float] | None, ...] = ()
     gpu_flops_range: tuple[tuple[float, float] | None, ...] = ()
 
@@ -133,8 +134,9 @@ class SpeedInputs:
         )
 
     def host_bandwidth_at(self) -> Rate:
-        """The host's bandwidth with n_threads threads reading: the probe's figure at that count, linear
-        between two measured counts, the last one past them (saturated); every core's without a curve."""
+        """The host's bandwidth with n_threads threads reading: the probe's figure at that count,
+        linear between two measured counts, the last one past them (saturated); every core's without
+        a curve."""
         points, n = self.host_bandwidth_by_threads, self.n_threads
         if not points or n <= 0:
             return self.host_bandwidth
@@ -142,7 +144,8 @@ class SpeedInputs:
         return Rate(value, f"{self.host_bandwidth.source}, {n} thread{'s' if n > 1 else ''}")
 
     def host_flops_at(self) -> Rate:
-        """The host's FLOP rate with n_threads threads: the measured rate x n_threads / its threads."""
+        """The host's FLOP rate with n_threads threads: the measured rate x n_threads / its
+        threads."""
         n, measured = self.n_threads, self.host_flops_threads
         if n <= 0 or measured <= 0 or n == measured:
             return self.host_flops
@@ -177,9 +180,8 @@ class DeviceRead:
     efficiency_source: str
     seconds: tuple[float, float] = (0.0, 0.0)  # per token: empty, full context
     bound: str = "memory"  # memory | compute (at an empty context)
-    attention_rate: float | None = (
-        None  # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
-    )
+    # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
+    attention_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -196,18 +198,19 @@ class SpeedEstimate:
 
 
 # How far a measured speed may lie from the estimate, as a share of it (the band `speed` reports;
-# README "How fast", scripts/bench_speed.py): generation +-20 %, the target the CPU runs met at every
-# depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough: the CPU's
-# pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
+# README "How fast", scripts/bench/bench_speed.py): generation +-20 %, the target the CPU runs met
+# at every depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough:
+# the CPU's pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
 GENERATION_BAND = 0.2
 PROMPT_BAND = 0.4
 
 
 @dataclass(frozen=True, slots=True)
 class SpeedBand:
-    """[low, high] of each figure: the model's error (GENERATION_BAND, PROMPT_BAND) around the estimate
-    at the lowest and the highest assumed rates. `turn_seconds`: one turn (presets.Turn) — its prompt
-    read at the prompt rate after `context` cells, its tokens generated at the fill they end at."""
+    """[low, high] of each figure: the model's error (GENERATION_BAND, PROMPT_BAND) around the
+    estimate at the lowest and the highest assumed rates. `turn_seconds`: one turn (presets.Turn) —
+    its prompt read at the prompt rate after `context` cells, its tokens generated at the fill they
+    end at."""
 
     generation_empty: tuple[float, float]
     generation_full: tuple[float, float]
@@ -218,7 +221,8 @@ class SpeedBand:
 
 
 def with_rates(inputs: SpeedInputs, end: int) -> SpeedInputs:
-    """`inputs` with each assumed GPU rate at the low (end 0) or the high (end 1) end of its range."""
+    """`inputs` with each assumed GPU rate at the low (end 0) or the high (end 1) end of its
+    range."""
     bws = tuple(
         Rate(r[end], bw.source) if bw is not None and r is not None else bw
         for bw, r in zip(
@@ -251,23 +255,22 @@ class _Reads:
     weights: dict[int, int]
     flops: dict[int, int]  # 2 x active weight elements, per device holding them
     flops_by_type: dict[int, dict[int, int]]  # the same, per device and ggml type
-    output_by_type: dict[
-        int, dict[int, int]
-    ]  # the output matrix's share: only tokens with logits compute it
+    # the output matrix's share: only tokens with logits compute it
+    output_by_type: dict[int, dict[int, int]]
     kv_cell: dict[int, int]  # bytes per filled cell, full-attention layers
     swa_cell: dict[int, int]
     state: dict[int, int]  # recurrent state bytes (read + written)
     attn_flops_cell: int  # attention FLOPs per token per filled cell (all layers)
-    attn_cell: dict[
-        int, int
-    ]  # attention FLOPs per filled cell, full-attention layers, by the KV's device
+    # attention FLOPs per filled cell, full-attention layers, by the KV's device
+    attn_cell: dict[int, int]
     attn_swa_cell: dict[int, int]
 
 
 def _reads(
     model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
 ) -> _Reads:
-    """What each device reads per token, once per placement and KV choice (memoized on the model; read only)."""
+    """What each device reads per token, once per placement and KV choice (memoized on the model;
+    read only)."""
     key = (
         "speed_reads",
         lmap,
@@ -282,9 +285,9 @@ def _reads(
 
 
 def _read_tensors(model: MemoryModel) -> tuple[tuple[str, int | None, int, int, int], ...]:
-    """(name, block or None for the output layer, bytes read, elements, ggml type) of each weight a token
-    reads (of the routed experts the n_expert_used / n_expert share), once per model. token_embd and the other
-    inputs are left out: a lookup of one row per token."""
+    """(name, block or None for the output layer, bytes read, elements, ggml type) of each weight a
+    token reads (of the routed experts the n_expert_used / n_expert share), once per model.
+    token_embd and the other inputs are left out: a lookup of one row per token."""
     facts = model.facts
     moe = facts.moe
     share = (moe.n_expert_used, moe.n_expert) if moe and moe.n_expert else (1, 1)
@@ -353,9 +356,10 @@ def _count_reads(
 
 
 def _cells(n: int, n_swa: int, swa: bool, padding: int = KV_PAD) -> int:
-    """KV cells a token attends over at fill n: llama_kv_cache::get_n_kv pads the used cells to 256. The
-    CPU's flash attention skips the masked ones (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16_one_chunk:
-    `if (mv == -INFINITY) continue;`), so there padding=1: only the filled cells (an SWA layer's window)."""
+    """KV cells a token attends over at fill n: llama_kv_cache::get_n_kv pads the used cells to 256.
+    The CPU's flash attention skips the masked ones (ggml-cpu/ops.cpp,
+    ggml_compute_forward_flash_attn_ext_f16_one_chunk: `if (mv == -INFINITY) continue;`), so there
+    padding=1: only the filled cells (an SWA layer's window)."""
     return pad(max(min(n, n_swa) if swa else n, 1), padding)
 
 
@@ -409,9 +413,9 @@ def _device_rows(
             reads = [k / (bw.value * eff.generation) for k in kv]  # the cache's filled cells
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
             # each op is bound by its own resource: the matrix products stream the weights while the
-            # kernel computes (the hardware prefetcher keeps reading), so they take the longer of the two;
-            # attention (ggml_flash_attn_ext, its own op) reads the cache's filled cells while it computes
-            # over them, the longer of the two again
+            # kernel computes (the hardware prefetcher keeps reading), so they take the longer of
+            # the two; attention (ggml_flash_attn_ext, its own op) reads the cache's filled cells
+            # while it computes over them, the longer of the two again
             seconds = [max(weights, matmul) + max(k, a) for k, a in zip(reads, attn, strict=True)]
             bound, charged = ("compute" if matmul > weights else "memory"), attn_rate
         rows.append(
@@ -440,9 +444,10 @@ def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int, padding: int = KV_PA
 
 
 def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decode") -> float | None:
-    """FLOP/s of attention over the cache on the CPU: `share` of what llama.cpp's flash attention kernel
-    reached in the probe (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query per head
-    while generating, the tiled path for a prompt batch) x the threads; None without that figure."""
+    """FLOP/s of attention over the cache on the CPU: `share` of what llama.cpp's flash attention
+    kernel reached in the probe (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one
+    query per head while generating, the tiled path for a prompt batch) x the threads; None without
+    that figure."""
     fa = inputs.cpu_attention
     if fa is None or not share:
         return None
@@ -456,9 +461,9 @@ def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decod
 def _matmul_seconds(
     flops_by_type: Mapping[int, int], inputs: SpeedInputs, kind: str, fallback: float
 ) -> float:
-    """Seconds the CPU's matrix products take: per weight type, its FLOPs over the kernel's measured rate
-    x the threads; a type the kernel probe did not measure at `fallback` FLOP/s (the BLAS rate x an
-    efficiency; 0: not counted)."""
+    """Seconds the CPU's matrix products take: per weight type, its FLOPs over the kernel's measured
+    rate x the threads; a type the kernel probe did not measure at `fallback` FLOP/s (the BLAS rate
+    x an efficiency; 0: not counted)."""
     rates = {k.ggml_type: k.decode if kind == "decode" else k.prompt for k in inputs.cpu_kernels}
     threads = inputs.n_threads or inputs.host_flops_threads or 1
     t = 0.0
@@ -515,8 +520,9 @@ def estimate_turn(
     gen_fill: int,
     prompt_depth: int,
 ) -> list[tuple[SpeedEstimate, float, float | None] | None]:
-    """For each of `inputs`: the estimate (as `estimate`), generation tokens/s at `gen_fill` cells and
-    prompt tokens/s after `prompt_depth` (as `estimate_at`), reading the model's tensors once."""
+    """For each of `inputs`: the estimate (as `estimate`), generation tokens/s at `gen_fill` cells
+    and prompt tokens/s after `prompt_depth` (as `estimate_at`), reading the model's tensors
+    once."""
     gpus = _active_gpus(rc, gpus)
     r = _reads(model, rc, lmap, gpus)
     n_swa = model.facts.swa.n_swa
@@ -561,7 +567,8 @@ def estimate_at(
     lmap: LayerMap | None = None,
 ) -> tuple[float, float | None, int] | None:
     """(generation tokens/s, prompt tokens/s, bytes per generated token) with `fill` cells in use —
-    what llama-bench's tgN at -d D measures with fill = D + N/2. Without lmap: everything on the CPU."""
+    what llama-bench's tgN at -d D measures with fill = D + N/2. Without lmap: everything on the
+    CPU."""
     from ..memory.placement import layer_map
 
     gpus = _active_gpus(rc, gpus)
@@ -582,7 +589,8 @@ def _prompt_tps(
     depth: int = 0,
     n_swa: int = 0,
 ) -> tuple[float | None, str]:
-    """pp512 after `depth` cells: FLOPs over throughput, plus PCIe copies of host weights per ubatch."""
+    """pp512 after `depth` cells: FLOPs over throughput, plus PCIe copies of host weights per
+    ubatch."""
     attn = r.attn_flops_cell * (depth + PP_TOKENS // 2)  # the average token sees half the prompt
     if not gpus:
         eff = inputs.efficiency_for("cpu")
@@ -605,8 +613,8 @@ def _prompt_tps(
             t += attn / (flops.value * eff.prompt)
         n = inputs.n_threads or inputs.host_flops_threads or 1
         return 1 / t, (
-            f"llama.cpp's matrix kernels per weight type, measured here x {n} thread{'s' if n > 1 else ''} "
-            f"({eff.source})"
+            f"llama.cpp's matrix kernels per weight type, measured here x {n} "
+            f"thread{'s' if n > 1 else ''} ({eff.source})"
         )
     flops0 = inputs.gpu_flops[0] if inputs.gpu_flops else None
     if flops0 is None or any(f is None for f in inputs.gpu_flops):
@@ -620,9 +628,8 @@ def _prompt_tps(
         work = r.flops[dev] + (r.flops[CPU] if dev == 0 else 0) + attn * (dev == 0)
         t += work / (f.value * eff.prompt)
     ub = max(min(rc.n_ubatch, PP_TOKENS), 1)
-    copy = (
-        r.weights[CPU] / inputs.pcie.value / ub
-    )  # op offload: host weights cross PCIe once per ubatch
+    # op offload: host weights cross PCIe once per ubatch
+    copy = r.weights[CPU] / inputs.pcie.value / ub
     t += copy
     eff0 = inputs.efficiency_for(gpus[0].backend)
     note = f"; host weights over PCIe ({inputs.pcie.source})" if r.weights[CPU] else ""

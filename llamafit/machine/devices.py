@@ -17,9 +17,8 @@ BACKEND_DEVICE_PREFIX = {
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": GIB << 10}
-MAX_SIZE = (
-    1 << 60
-)  # 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+# 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+MAX_SIZE = 1 << 60
 
 
 class SizeTooLarge(InputError):
@@ -88,7 +87,8 @@ CUBLAS_WORKSPACE_HOPPER_BYTES = 32 << 20
 
 
 def cuda_overhead_bytes(cc_major: int | None) -> int:
-    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None: unknown)."""
+    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None:
+    unknown)."""
     hopper = cc_major is not None and cc_major >= 9
     return CUDA_CONTEXT_BYTES + (
         CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES

@@ -16,8 +16,9 @@ from typing import Any
 from ..units import MIB
 from .hardware import GPUInfo
 
-# "more than a few hundred MiB": below this, what other processes hold on a device is not worth a line
-# (a desktop's compositor holds tens of MiB; a browser with hardware acceleration a few hundred)
+# "more than a few hundred MiB": below this, what other processes hold on a device is not worth a
+# line (a desktop's compositor holds tens of MiB; a browser with hardware acceleration a few
+# hundred)
 MIN_OTHERS_BYTES = 300 << 20
 
 
@@ -53,7 +54,8 @@ def _process_name(nvml: Any, pid: int) -> str:
 def gpu_processes(
     gpus: Sequence[GPUInfo], nvml: Any = None, own_pid: int | None = None
 ) -> tuple[GpuProcess, ...]:
-    """Every process NVML lists on the detected GPUs (not this one), with its memory; () without NVML."""
+    """Every process NVML lists on the detected GPUs (not this one), with its memory; () without
+    NVML."""
     if nvml is None:
         try:
             import importlib
@@ -81,9 +83,8 @@ def gpu_processes(
                 for p in fn(handle) if fn else ():
                     n = getattr(p, "usedGpuMemory", None)
                     if p.pid != own and isinstance(n, int) and n > 0:
-                        used[p.pid] = max(
-                            used.get(p.pid, 0), n
-                        )  # a process in both lists counts once
+                        # a process in both lists counts once
+                        used[p.pid] = max(used.get(p.pid, 0), n)
             found += [
                 GpuProcess(g.spec.name, pid, _process_name(nvml, pid), n) for pid, n in used.items()
             ]
@@ -118,8 +119,8 @@ def others_in_use(
 
 
 def tokens_for(used_bytes: int, mib_per_1000_tokens: float | None, room_tokens: int) -> int | None:
-    """The context per slot `used_bytes` more would buy at the plan's marginal cost, at most `room_tokens`
-    (what is left up to the wanted context); None without a marginal cost."""
+    """The context per slot `used_bytes` more would buy at the plan's marginal cost, at most
+    `room_tokens` (what is left up to the wanted context); None without a marginal cost."""
     if not mib_per_1000_tokens or mib_per_1000_tokens <= 0:
         return None
     tokens = int(used_bytes / (mib_per_1000_tokens * MIB) * 1000)

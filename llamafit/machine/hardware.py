@@ -30,7 +30,10 @@ from .devices import (
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
 _AMD_VENDOR = "0x1002"
-_ORDER_NOTE = "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in PCI order"
+_ORDER_NOTE = (
+    "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in "
+    "PCI order"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +273,8 @@ def _sysfs_gpus(root: str | Path, env: Mapping[str, str]) -> tuple[tuple[GPUInfo
         raise _Skip("sysfs: no AMD GPU with mem_info_vram_total")
     notes: list[str] = []
     order: Sequence[int] = range(len(found))
-    # ROCR picks first, then HIP (or CUDA_VISIBLE_DEVICES, which HIP also reads) indexes what is left.
+    # ROCR picks first, then HIP (or CUDA_VISIBLE_DEVICES, which HIP also reads) indexes what is
+    # left.
     hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in env else "CUDA_VISIBLE_DEVICES"
     for var in ("ROCR_VISIBLE_DEVICES", hip_var):
         picked, note = visible_indices(var, env.get(var), [found[i].uuid for i in order])
@@ -333,7 +337,8 @@ def detect(
 ) -> Hardware:
     """GPUs from the first source that has any (nvml, sysfs, sysctl), the host always.
 
-    `nvml`: a pynvml-like module (None: import pynvml); `sysctl`: a runner (None: `sysctl -n` on macOS).
+    `nvml`: a pynvml-like module (None: import pynvml); `sysctl`: a runner (None: `sysctl -n` on
+    macOS).
     """
     sources: list[tuple[str, Callable[[], tuple[tuple[GPUInfo, ...], list[str]]]]] = [
         ("nvml", lambda: _nvml_gpus(nvml, env)),
@@ -380,9 +385,9 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
     for part in (p.strip() for p in spec.split(",")):
         if part:
             m = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", part, re.IGNORECASE)
-            count = (
-                (int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1) if m else 1
-            )  # no 4,300-digit int()
+            count = 1
+            if m:  # no 4,300-digit int()
+                count = int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1
             items.append((m.group(2), count) if m else (part, 1))
     if any(not 1 <= count <= MAX_GPUS for _, count in items):
         shown = spec if len(spec) <= 40 else spec[:39] + "…"
@@ -438,7 +443,8 @@ def _list_backend(gpus: Sequence[GPUInfo], backend: str) -> str:
 
 
 def parse_gpu_option(spec: str, *, backend: str = "cuda") -> tuple[GPUInfo, ...]:
-    """`--gpu`: sizes (`24GiB,12G`), catalog names (`rtx4090,rtx3060-12gb`, `2xh100`), a mix, or `cpu`.
+    """`--gpu`: sizes (`24GiB,12G`), catalog names (`rtx4090,rtx3060-12gb`, `2xh100`), a mix, or
+    `cpu`.
 
     `backend` names the size-given GPUs; catalog cards keep their own (except under vulkan).
     """
@@ -472,7 +478,8 @@ def given(gpus: tuple[GPUInfo, ...], host_spec: DeviceSpec) -> Hardware:
 
 
 def device_specs(gpus: Sequence[GPUInfo], use: str = "free") -> tuple[DeviceSpec, ...]:
-    """`--use free` (default: what is free now) or `--use total` (the whole card, as if nothing else ran)."""
+    """`--use free` (default: what is free now) or `--use total` (the whole card, as if nothing else
+    ran)."""
     if use not in ("free", "total"):
         raise InputError(f"--use must be free or total, not '{use}'")
     if use == "free":
@@ -481,7 +488,8 @@ def device_specs(gpus: Sequence[GPUInfo], use: str = "free") -> tuple[DeviceSpec
 
 
 def gpu_specs(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
-    """The devices a `--gpu` value gives (each GPU's free memory), e.g. `24GiB,12GiB` → CUDA0, CUDA1."""
+    """The devices a `--gpu` value gives (each GPU's free memory), e.g. `24GiB,12GiB` → CUDA0,
+    CUDA1."""
     return device_specs(parse_gpu_option(spec, backend=backend))
 
 
@@ -494,10 +502,11 @@ RpcQuery = Callable[[Sequence[str]], "dict[str, tuple[int, int]]"]
 
 
 def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSpec, ...]:
-    """`--rpc host:port=24GiB[,host:port]` → one device per worker, named as llama.cpp names its buffers:
-    `RPC0[host:port]` (ggml-rpc.cpp ggml_backend_rpc_buffer_type: "RPC" + the device's index on that
-    worker + "[endpoint]"; one device per worker). A worker given without a size is asked through
-    `query` (llama-server --rpc … --list-devices: rpc_info.py), which reports its free memory."""
+    """`--rpc host:port=24GiB[,host:port]` → one device per worker, named as llama.cpp names its
+    buffers: `RPC0[host:port]` (ggml-rpc.cpp ggml_backend_rpc_buffer_type: "RPC" + the device's
+    index on that worker + "[endpoint]"; one device per worker). A worker given without a size is
+    asked through `query` (llama-server --rpc … --list-devices: rpc_info.py), which reports its free
+    memory."""
     items: list[tuple[str, str | None]] = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         endpoint, eq, size = part.rpartition("=") if "=" in part else (part, "", "")
@@ -522,8 +531,8 @@ def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSp
             total, free = answers[endpoint]
         else:
             raise InputError(
-                f"--rpc {endpoint}: cannot ask the worker for its memory (no llama-server with RPC, "
-                "or the worker does not answer); give its size: host:port=SIZE"
+                f"--rpc {endpoint}: cannot ask the worker for its memory (no llama-server with "
+                "RPC, or the worker does not answer); give its size: host:port=SIZE"
             )
         workers.append(DeviceSpec(f"RPC0[{endpoint}]", "gpu", "rpc", total, free))
     return tuple(workers)

@@ -1,4 +1,5 @@
-"""Host memory bandwidth and matrix throughput, measured once and cached (an edge: numpy, threads, files).
+"""Host memory bandwidth and matrix throughput, measured once and cached (an edge: numpy, threads,
+files).
 
 Generation on the CPU is memory-bound, so the speed model needs the host's bandwidth; assuming one
 (DDR5 dual channel: 60 GB/s) is wrong by 2-10x between a laptop and a server. The probe reads a
@@ -27,9 +28,8 @@ from .rates import AttentionRate, KernelRate, Rate
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
 KERNEL_PROBE_TIMEOUT_S = 120
-SCHEMA = (
-    "llamafit.host-probe/4"  # /3: the bandwidth without BLAS threads; /4: flash attention measured
-)
+# /3: the bandwidth without BLAS threads; /4: flash attention measured
+SCHEMA = "llamafit.host-probe/4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,9 @@ def llama_threads(sys_root: str = "/sys/devices/system/cpu") -> int:
     if siblings:
         return len(siblings)
     n = os.cpu_count() or 0
-    return (n if n <= 4 else n // 2) if n > 0 else 4
+    if n <= 0:
+        return 4
+    return n if n <= 4 else n // 2
 
 
 def machine_key() -> str:
@@ -97,9 +99,10 @@ def machine_key() -> str:
 def measure_bandwidth(n_threads: int | None = None) -> float:
     """Bytes/s read by n_threads (default: every CPU) reducing PROBE_BYTES, best of ROUNDS.
 
-    Only numpy's own loops, one part per thread (an integer max-reduction releases the GIL and runs on
-    the calling thread). Not a BLAS dot product: BLAS runs it on its own thread pool, so a "1 thread"
-    figure read every core's bandwidth (on a 2-core VM 36 GB/s where one thread reads 23)."""
+    Only numpy's own loops, one part per thread (an integer max-reduction releases the GIL and runs
+    on the calling thread). Not a BLAS dot product: BLAS runs it on its own thread pool, so a "1
+    thread" figure read every core's bandwidth (on a 2-core VM 36 GB/s where one thread reads
+    23)."""
     import numpy as np
 
     n = max(1, n_threads or os.cpu_count() or 1)
@@ -161,8 +164,8 @@ def probe() -> dict[str, object]:
 
 
 def measure_kernels() -> dict[str, list[float]]:
-    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a child process (a ggml
-    abort or hang costs only the kernel figures); empty when it fails."""
+    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a
+    child process (a ggml abort or hang costs only the kernel figures); empty when it fails."""
     import subprocess
     import sys
 
@@ -189,7 +192,8 @@ def measure_kernels() -> dict[str, list[float]]:
 
 
 def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
-    """host_rates will run the probe (seconds of work): neither the environment nor the cache has the rates."""
+    """host_rates will run the probe (seconds of work): neither the environment nor the cache has
+    the rates."""
     if _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH") and _env_rate(env, "LLAMAFIT_HOST_FLOPS"):
         return False
     record = _read(cache / "host-probe.json")
@@ -197,8 +201,8 @@ def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
 
 
 def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
-    """Memory bandwidth (per thread count) and float32 throughput of this host: from the environment,
-    the cache, or the probe."""
+    """Memory bandwidth (per thread count) and float32 throughput of this host: from the
+    environment, the cache, or the probe."""
     bw, flops = _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH"), _env_rate(env, "LLAMAFIT_HOST_FLOPS")
     if bw and flops:
         return HostRates(bw, flops)
@@ -209,9 +213,8 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
         and fallback is not None
         and _unwritable(cache)
     ):
-        record = _read(
-            fallback
-        )  # kept there by an earlier run that could not write the cache either
+        # kept there by an earlier run that could not write the cache either
+        record = _read(fallback)
     if record is None or record.get("machine") != machine_key():
         record = probe()
         problem = _write(path, record)
@@ -222,10 +225,11 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
         ):
             import sys
 
+            # once: later runs read them there
             sys.stderr.write(
-                f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are kept "
-                f"in {fallback.parent}\n"
-            )  # once: later runs read them there
+                f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are "
+                f"kept in {fallback.parent}\n"
+            )
     source = f"measured by the host probe ({record.get('time', '?')})"
     curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
     return HostRates(
@@ -310,8 +314,8 @@ def _unwritable(cache: Path) -> bool:
 
 
 def _fallback() -> Path | None:
-    """Where the probe's figures go when the cache cannot be written: a private directory of this user
-    under the system's temporary directory (POSIX only)."""
+    """Where the probe's figures go when the cache cannot be written: a private directory of this
+    user under the system's temporary directory (POSIX only)."""
     import tempfile
 
     getuid = getattr(os, "getuid", None)
@@ -323,8 +327,9 @@ def _fallback() -> Path | None:
 
 
 def _write(path: Path, record: dict[str, object], owned: bool = False) -> str | None:
-    """Best effort, through safe_io (0700 directory, atomic replace, no link followed): why it could not
-    be written, or None. `owned`: the directory must also be this user's alone (a shared /tmp)."""
+    """Best effort, through safe_io (0700 directory, atomic replace, no link followed): why it could
+    not be written, or None. `owned`: the directory must also be this user's alone (a shared
+    /tmp)."""
     import stat
 
     from ..safe_io import private_dir, write_atomic

@@ -1,5 +1,5 @@
-"""The CPU's matrix throughput per quantization type, measured with llama.cpp's own kernels (an edge:
-ctypes into the ggml libraries llama-cpp-python ships; cached with the host probe).
+"""The CPU's matrix throughput per quantization type, measured with llama.cpp's own kernels (an
+edge: ctypes into the ggml libraries llama-cpp-python ships; cached with the host probe).
 
 A float32 BLAS product says little about how fast llama.cpp multiplies by Q4_K or Q8_0 weights: each
 type has its own dot-product kernel, and on x86 with AVX2 (ARM with i8mm/dotprod) Q4_0 and Q4_K
@@ -14,14 +14,14 @@ plain CPU buffer. The figure kept is the best of a few rounds, in FLOP/s per thr
 columns / seconds). The weight (a few MiB) stays in the caches: this measures arithmetic; memory
 bandwidth is host_probe's.
 
-Attention over the cache is its own kernel: ggml_flash_attn_ext with F16 K and V (llama.cpp's default
-cache type; ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query row per head runs
-ggml_compute_forward_flash_attn_ext_f16_one_chunk, a dot product with each cached K row, an online
-softmax and a multiply-add of each V row; a batch of queries takes the tiled path). Its speed per cell
-depends on the CPU far more than a matrix product's (expf per cell, F16 V accumulated in F16), so it is
-measured too, at one GQA shape (head size 128, 8 query heads over 2 KV heads): `decode` one query
-over 4096 cells, `prompt` 512 queries over 512 cells, in FLOP/s per thread counted as the speed model
-counts them (2 x n_head x (head_k + head_v) per cell and query).
+Attention over the cache is its own kernel: ggml_flash_attn_ext with F16 K and V (llama.cpp's
+default cache type; ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query row per
+head runs ggml_compute_forward_flash_attn_ext_f16_one_chunk, a dot product with each cached K row,
+an online softmax and a multiply-add of each V row; a batch of queries takes the tiled path). Its
+speed per cell depends on the CPU far more than a matrix product's (expf per cell, F16 V accumulated
+in F16), so it is measured too, at one GQA shape (head size 128, 8 query heads over 2 KV heads):
+`decode` one query over 4096 cells, `prompt` 512 queries over 512 cells, in FLOP/s per thread
+counted as the speed model counts them (2 x n_head x (head_k + head_v) per cell and query).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ TYPES: dict[str, int] = {
     "bf16": 30,
     "mxfp4": 39,
 }
-# decode: a 2048 x 4096 weight (a few MiB: in the caches); prompt: 128 x 4096 by 512 columns; the best
-# of several rounds, so that on a busy machine one that ran undisturbed counts. Every row length is a
-# multiple of 256, as every type's block needs (ggml aborts otherwise)
+# decode: a 2048 x 4096 weight (a few MiB: in the caches); prompt: 128 x 4096 by 512 columns; the
+# best of several rounds, so that on a busy machine one that ran undisturbed counts. Every row
+# length is a multiple of 256, as every type's block needs (ggml aborts otherwise)
 K_DECODE, N_DECODE, K_PROMPT, N_PROMPT, BATCH = 4096, 2048, 4096, 128, 512
 ROUNDS_DECODE, ROUNDS_PROMPT = 12, 8
 # flash attention: head size, query heads, KV heads; cells for one query / for a 512-query batch
@@ -57,15 +57,17 @@ _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_s
 
 
 class _InitParams(ctypes.Structure):
+    # ggml_init_params
     _fields_ = [
         ("mem_size", _sz),
         ("mem_buffer", _vp),
         ("no_alloc", ctypes.c_bool),
-    ]  # ggml_init_params
+    ]
 
 
 class ProbeUnavailable(Exception):
-    """The ggml libraries are missing or lack a function: the speed model falls back to the BLAS rate."""
+    """The ggml libraries are missing or lack a function: the speed model falls back to the BLAS
+    rate."""
 
 
 def _libs() -> tuple[Any, Any]:
@@ -119,7 +121,8 @@ def _libs() -> tuple[Any, Any]:
 
 
 def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
-    """The CPU device's extra buffer types (repack, AMX, KleidiAI), NULL-terminated, in llama.cpp's order."""
+    """The CPU device's extra buffer types (repack, AMX, KleidiAI), NULL-terminated, in llama.cpp's
+    order."""
     addr = base.ggml_backend_reg_get_proc_address(
         cpu.ggml_backend_cpu_reg(), b"ggml_backend_dev_get_extra_bufts"
     )
@@ -144,8 +147,9 @@ def _best_seconds(
     threads: int,
     rounds: int,
 ) -> float:
-    """Zero `inputs` (a repack buffer repacks a weight as it is set), build the graph of `out` in ctx, then
-    compute it on `threads` threads: a warm-up, then the fastest of `rounds`, in seconds."""
+    """Zero `inputs` (a repack buffer repacks a weight as it is set), build the graph of `out` in
+    ctx, then compute it on `threads` threads: a warm-up, then the fastest of `rounds`, in
+    seconds."""
     for t in inputs:
         n = base.ggml_nbytes(t)
         base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
@@ -164,7 +168,8 @@ def _best_seconds(
 def measure(
     type_id: int, columns: int, rows: int, k: int, threads: int = 1, rounds: int = 3
 ) -> float:
-    """FLOP/s of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) on `threads` threads."""
+    """FLOP/s of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) on `threads`
+    threads."""
     base, cpu = _libs()
     dev = base.ggml_backend_reg_dev_get(cpu.ggml_backend_cpu_reg(), 0)
     meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
@@ -196,9 +201,8 @@ def measure(
         if not io:
             raise ProbeUnavailable("could not allocate the activations")
         buffers.append(io)
-        best = _best_seconds(
-            base, cpu, backend, ctx_io, y, (w, x), threads, rounds
-        )  # a repack buffer repacks
+        # a repack buffer repacks
+        best = _best_seconds(base, cpu, backend, ctx_io, y, (w, x), threads, rounds)
         return 2 * k * rows * columns / best
     finally:
         for b in buffers:
@@ -209,8 +213,8 @@ def measure(
 
 
 def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 3) -> float:
-    """FLOP/s of ggml_flash_attn_ext (F32 queries, F16 K and V, no mask) over `cells` cached cells for
-    `queries` query rows per head, at the FA_* shape, on `threads` threads."""
+    """FLOP/s of ggml_flash_attn_ext (F32 queries, F16 K and V, no mask) over `cells` cached cells
+    for `queries` query rows per head, at the FA_* shape, on `threads` threads."""
     base, cpu = _libs()
     meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
     plain = cpu.ggml_backend_cpu_buffer_type()
@@ -278,14 +282,14 @@ def measure_types(
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PARENT_ENV = (
-    "LLAMAFIT_PROBE_PARENT"  # host_probe's pid, to catch a parent that died before prctl ran
-)
+# host_probe's pid, to catch a parent that died before prctl ran
+PARENT_ENV = "LLAMAFIT_PROBE_PARENT"
 
 
 def die_with_parent() -> None:
-    """On Linux: SIGKILL this probe when llamafit dies, however it dies (SIGTERM during the first-run host
-    probe left it running); exit now if llamafit is already gone (its pid is in $LLAMAFIT_PROBE_PARENT)."""
+    """On Linux: SIGKILL this probe when llamafit dies, however it dies (SIGTERM during the
+    first-run host probe left it running); exit now if llamafit is already gone (its pid is in
+    $LLAMAFIT_PROBE_PARENT)."""
     import ctypes
     import os
     import signal
@@ -303,8 +307,9 @@ def die_with_parent() -> None:
 
 
 def main() -> int:
-    """`python -m llamafit.machine.kernel_probe`: the figures as JSON on stdout (host_probe runs this in a
-    child process, so that a ggml abort cannot take llamafit down; it dies with llamafit)."""
+    """`python -m llamafit.machine.kernel_probe`: the figures as JSON on stdout (host_probe runs
+    this in a child process, so that a ggml abort cannot take llamafit down; it dies with
+    llamafit)."""
     import json
     import sys
 

@@ -16,7 +16,8 @@ _LINE = re.compile(r"^\s*RPC\d+: (\S+) \((\d+) MiB, (\d+) MiB free\)")
 
 
 def parse_list_devices(text: str) -> dict[str, tuple[int, int]]:
-    """endpoint → (total bytes, free bytes) from `--list-devices` output (first device per worker)."""
+    """endpoint → (total bytes, free bytes) from `--list-devices` output (first device per
+    worker)."""
     out: dict[str, tuple[int, int]] = {}
     for line in text.splitlines():
         if m := _LINE.match(line):

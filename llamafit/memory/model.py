@@ -49,19 +49,30 @@ if TYPE_CHECKING:
     from .side_models import SideUsage
 
 _T = TypeVar("_T")
-# (largest host weight op offload copies, smallest routed ffn_down among them, host layers, refused, output)
+# (largest host weight op offload copies, smallest routed ffn_down among them, host layers, refused,
+# output)
 _OffloadScan = tuple[int, int | None, tuple[int, ...], bool, int]
 # per block, op offload's kinds of weights (MemoryModel._offload_parts, _host_ffn_kinds)
 FIXED, FREE, EXP, DENSE, BOTH = range(5)
+
+
+def _ffn_kind(expert: bool, dense: bool) -> int | None:
+    """The part of a layer's FFN weights: BOTH, EXP or DENSE; None for a layer with neither."""
+    if expert and dense:
+        return BOTH
+    if expert:
+        return EXP
+    return DENSE if dense else None
+
+
 _OffloadParts = tuple[
     tuple[tuple[tuple[int, int | None] | None, ...], ...], frozenset[int], int, int
 ]
 MEMO_SIZE = 4096  # MemoryModel._remember: entries per model before it starts over
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
-PADDED_BACKENDS = frozenset(
-    {"cuda", "rocm"}
-)  # ggml-cuda (HIP too): row padding + 128-byte alignment
+# ggml-cuda (HIP too): row padding + 128-byte alignment
+PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 # backends whose devices have a host buffer type (ggml_backend_dev_host_buffer_type: ggml-cuda.cu,
 # ggml-vulkan.cpp, ggml-sycl.cpp); Metal's and RPC's are NULL
 HOST_BUFFER_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
@@ -81,12 +92,10 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
-    overhead_bytes: int = (
-        0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
-    )
-    pinned_bytes: int = (
-        0  # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
-    )
+    # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
+    overhead_bytes: int = 0
+    # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
+    pinned_bytes: int = 0
     side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
     repack_bytes: int = (
         0  # host only: the part of weights_bytes in the CPU_REPACK buffer (repack.py)
@@ -229,7 +238,8 @@ class MemoryModel:
             self.tied_padded = cuda_alloc_size(
                 GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes
             )
-        # weights whose probe op is large, largest first (only these can meet a device's tensor limit)
+        # weights whose probe op is large, largest first (only these can meet a device's tensor
+        # limit)
         used = facts.moe.n_expert_used if facts.moe else 1
         shapes = {t.name: t.shape for t in facts.tensors}
         probes = []
@@ -244,8 +254,9 @@ class MemoryModel:
                 name, il, raw, padded = "output.weight(tied)", None, self.tied_raw, self.tied_padded
             probes.append((probe, name, il, raw, padded))
         self.probes = sorted(probes, reverse=True)
-        # per probe, its name's classes (the tensor-name regexes run once per model, not per estimate):
-        # routed expert, dense FFN, an expert's ffn_down (_displaced), placed with the output layer
+        # per probe, its name's classes (the tensor-name regexes run once per model, not per
+        # estimate): routed expert, dense FFN, an expert's ffn_down (_displaced), placed with the
+        # output layer
         self._classes = [
             (
                 is_expert(name),
@@ -261,9 +272,8 @@ class MemoryModel:
         probe_names = [
             n for _, name, *_ in self.probes for n in (name, name.removesuffix("(tied)"))
         ]
-        self._names = tuple(
-            dict.fromkeys([n for n, _, _ in self.tensors] + probe_names)
-        )  # what -ot rules meet
+        # what -ot rules meet
+        self._names = tuple(dict.fromkeys([n for n, _, _ in self.tensors] + probe_names))
         self.recurrent_prefix = _prefix(
             [int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)]
         )
@@ -316,9 +326,8 @@ class MemoryModel:
         self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
         if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
             compute = {d: int(v * compute_scale) for d, v in compute.items()}
-        output = (
-            self.facts.n_vocab * max(rc.n_seq_max, 1) * 4
-        )  # output_reserve(n_seq_max): F32 logits
+        # output_reserve(n_seq_max): F32 logits
+        output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4
         rows = []
         for d, spec in enumerate(gpus):
             rows.append(
@@ -339,15 +348,15 @@ class MemoryModel:
         host_reserve = 0 if gpus else reserve_bytes
         host_usable = host.usable_bytes
         if host_usable is not None and any(g.backend == "metal" for g in gpus):
-            host_usable -= sum(
-                r.used_bytes for r in rows
-            )  # unified memory: the GPU's share is host RAM too
+            # unified memory: the GPU's share is host RAM too
+            host_usable -= sum(r.used_bytes for r in rows)
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
         pinned = 0
         if any(g.backend in PADDED_BACKENDS for g in gpus):
-            # the CPU backend's compute buffer and the output buffer use the first GPU's host buffer type
-            # (llama_context ctor / output_reserve, src/llama-context.cpp); unmapped CPU weights go there
-            # too (load_tensors: cpu_buft_list starts with the host buffer type of the first device)
+            # the CPU backend's compute buffer and the output buffer use the first GPU's host buffer
+            # type (llama_context ctor / output_reserve, src/llama-context.cpp); unmapped CPU
+            # weights go there too (load_tensors: cpu_buft_list starts with the host buffer type of
+            # the first device)
             pinned = compute[CPU] + output + (0 if mapped else weights[CPU])
         rows.append(
             DeviceUsage(
@@ -422,7 +431,10 @@ class MemoryModel:
             if targets is not None and targets[i] is not None:
                 continue  # an override names its buffer type; llama.cpp does not probe it
             expert, dense, _down, with_output = self._classes[i]
-            dev = lmap.layers[il] if il is not None else lmap.output if with_output else CPU
+            if il is not None:
+                dev = lmap.layers[il]
+            else:
+                dev = lmap.output if with_output else CPU
             if dev == CPU or (
                 il is not None and ((expert and il < n_moe) or (dense and il < rc.n_cpu_ffn))
             ):
@@ -524,27 +536,30 @@ class MemoryModel:
         """Room in the first offloading GPU's compute buffer for the host-weight ops it takes over.
 
         ggml/src/ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1 of
-        ggml_backend_sched_split_graph): an op reading a weight in a host buffer goes to the first backend
-        that supports it (supports_op: Vulkan rejects a src or dst over maxStorageBufferRange) and whose
-        offload_op accepts its batch (ggml_backend_{cuda,vk}_device_offload_op: get_op_batch_size =
-        ne[1] of MUL_MAT, ne[2] of MUL_MAT_ID, rows otherwise, 0 for GET_ROWS; at least
-        op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH). Pass 2 expands the GPU over the
-        neighbours (norms, RoPE, FLASH_ATTN_EXT or the KQ product and soft_max), so a host layer runs on
-        the GPU whole; only the SET_ROWS into the host KV cache stays (its destination is pre-allocated).
-        Pass 5 copies each host weight in as a split input at the start of its own split (need_new_split)
-        and ggml-alloc frees the copy after its one reader; the layer's K/V cache views are copied in for
-        the attention the same way, and with them, once, the KQ mask's copy, which later layers reuse and
-        so stays alive to the last attention. ggml_dyn_tallocr_alloc places blocks best-fit and grows only
-        the last one: when no hole below fits the mask, it lands above the first layer's K/V views and
-        their space stays a hole under it, below every later weight copy that does not fit there. So the
-        GPU's buffer holds: the activations of one host layer (run on the GPU, attention included unless
-        its KQ product is over the device's tensor limit), its largest weight copy, its K/V views, and two
-        n_embd x n_tokens F32 rows of the holes those short-lived copies leave between the activations.
-        An upper bound, not the allocator's replay: measured on Vulkan0 (scripts/bench_op_offload.py, 25
-        starts) never under, median +14 %; the Granite 1B-A400M shape stacks copy and views (-ngl 0 -ub 32:
-        22.00 MiB real, 23.50 predicted), the Llama 3.2 1B shape finds the mask a lower hole (+45 %).
-        The output layer on the host: the lm_head matmul (batch = the reserve graph's n_outputs) is taken
-        the same way, with the output matrix's copy, the normed rows and the logits in the GPU's buffer.
+        ggml_backend_sched_split_graph): an op reading a weight in a host buffer goes to the first
+        backend that supports it (supports_op: Vulkan rejects a src or dst over
+        maxStorageBufferRange) and whose offload_op accepts its batch
+        (ggml_backend_{cuda,vk}_device_offload_op: get_op_batch_size = ne[1] of MUL_MAT, ne[2] of
+        MUL_MAT_ID, rows otherwise, 0 for GET_ROWS; at least op_offload_min_batch_size, 32 unless
+        GGML_OP_OFFLOAD_MIN_BATCH). Pass 2 expands the GPU over the neighbours (norms, RoPE,
+        FLASH_ATTN_EXT or the KQ product and soft_max), so a host layer runs on the GPU whole; only
+        the SET_ROWS into the host KV cache stays (its destination is pre-allocated). Pass 5 copies
+        each host weight in as a split input at the start of its own split (need_new_split) and
+        ggml-alloc frees the copy after its one reader; the layer's K/V cache views are copied in
+        for the attention the same way, and with them, once, the KQ mask's copy, which later layers
+        reuse and so stays alive to the last attention. ggml_dyn_tallocr_alloc places blocks
+        best-fit and grows only the last one: when no hole below fits the mask, it lands above the
+        first layer's K/V views and their space stays a hole under it, below every later weight copy
+        that does not fit there. So the GPU's buffer holds: the activations of one host layer (run
+        on the GPU, attention included unless its KQ product is over the device's tensor limit), its
+        largest weight copy, its K/V views, and two n_embd x n_tokens F32 rows of the holes those
+        short-lived copies leave between the activations. An upper bound, not the allocator's
+        replay: measured on Vulkan0 (scripts/bench/bench_op_offload.py, 25 starts) never under,
+        median +14 %; the Granite 1B-A400M shape stacks copy and views (-ngl 0 -ub 32: 22.00 MiB
+        real, 23.50 predicted), the Llama 3.2 1B shape finds the mask a lower hole (+45 %). The
+        output layer on the host: the lm_head matmul (batch = the reserve graph's n_outputs) is
+        taken the same way, with the output matrix's copy, the normed rows and the logits in the
+        GPU's buffer.
         """
         if not rc.op_offload or not (
             rc.overrides
@@ -625,15 +640,18 @@ class MemoryModel:
         layers_on: bool,
         outputs_on: bool,
     ) -> _OffloadScan:
-        """The weights op offload copies to the GPU, for one placement: (the largest host weight a GPU op reads,
-        the smallest routed ffn_down among them or None, the host layers whose ops the GPU runs, whether a
-        host layer's weight is refused by the GPU (too large), the host output matrix's bytes)."""
+        """The weights op offload copies to the GPU, for one placement: (the largest host weight a
+        GPU op reads, the smallest routed ffn_down among them or None, the host layers whose ops the
+        GPU runs, whether a host layer's weight is refused by the GPU (too large), the host output
+        matrix's bytes)."""
         parts, refused_layers, out_fixed, out_free = self.remember(
             ("offload_parts", rules, limit), lambda: self._offload_parts(rules, limit)
         )
         # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
         refused = any(lmap.layers[il] == CPU for il in refused_layers)
-        output = max(out_fixed, out_free if lmap.output == CPU else 0) if outputs_on else 0
+        output = 0
+        if outputs_on:
+            output = max(out_fixed, out_free if lmap.output == CPU else 0)
         weight, down, host_layers = 0, None, []
         found: tuple[tuple[int, int | None] | None, ...]
         if layers_on:
@@ -659,11 +677,12 @@ class MemoryModel:
     def _offload_parts(
         self, rules: tuple[tuple[str, str], ...], limit: int | None
     ) -> _OffloadParts:
-        """The weights a GPU's ops may read (probe op within `limit`), once per rule set and limit: per block
-        (up to n_layer_all), (largest bytes, smallest routed ffn_down bytes or None) of those an -ot rule puts
-        on the CPU, of those no rule places (on the host with a host layer), and of these the routed experts,
-        the dense FFN matrices, and the ones that are both; the blocks (< n_layer) with a weight over the
-        limit; the largest output matrix an -ot rule puts on the CPU, and the largest no rule places."""
+        """The weights a GPU's ops may read (probe op within `limit`), once per rule set and limit:
+        per block (up to n_layer_all), (largest bytes, smallest routed ffn_down bytes or None) of
+        those an -ot rule puts on the CPU, of those no rule places (on the host with a host layer),
+        and of these the routed experts, the dense FFN matrices, and the ones that are both; the
+        blocks (< n_layer) with a weight over the limit; the largest output matrix an -ot rule puts
+        on the CPU, and the largest no rule places."""
         targets = self._targets(rules)[1] if rules else None
         parts: list[list[tuple[int, int | None] | None]] = [
             [None] * 5 for _ in range(self.facts.n_layer_all)
@@ -689,32 +708,30 @@ class MemoryModel:
             if il >= self.facts.n_layer_all or (target is not None and not on_cpu):
                 continue
             expert, dense, expert_down, _with_output = self._classes[i]
-            kinds = (
-                [FIXED]
-                if on_cpu
-                else [FREE]
-                + ([BOTH] if expert and dense else [EXP] if expert else [DENSE] if dense else [])
-            )
+            kinds = [FIXED]
+            if not on_cpu:
+                ffn = _ffn_kind(expert, dense)
+                kinds = [FREE] if ffn is None else [FREE, ffn]
             for kind in kinds:
                 part = parts[il][kind]
                 small = raw if expert_down else None
                 if part is None:
                     parts[il][kind] = (raw, small)
                 else:
-                    least = (
-                        part[1]
-                        if small is None
-                        else small
-                        if part[1] is None
-                        else min(part[1], small)
-                    )
+                    if small is None:
+                        least = part[1]
+                    elif part[1] is None:
+                        least = small
+                    else:
+                        least = min(part[1], small)
                     parts[il][kind] = (max(part[0], raw), least)
         return tuple(tuple(p) for p in parts), frozenset(refused), out_fixed, out_free
 
     def _targets(
         self, rules: tuple[tuple[str, str], ...]
     ) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
-        """The -ot buffer type of each probe's tensor, by its name and by its name without "(tied)"."""
+        """The -ot buffer type of each probe's tensor, by its name and by its name without
+        "(tied)"."""
 
         def make() -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
             found = self.override_targets(rules)
@@ -726,9 +743,10 @@ class MemoryModel:
         return self.remember(("targets", rules), make)
 
     def override_targets(self, rules: tuple[tuple[str, str], ...]) -> dict[str, str | None]:
-        """placement.override_target for every tensor name (and each probe's name, with and without "(tied)")
-        under these rules, once per rule set: each rule's matches are found once per model (the rules that
-        --n-cpu-moe / --n-cpu-ffn write, one per block, from an index of the block numbers in the names)."""
+        """placement.override_target for every tensor name (and each probe's name, with and without
+        "(tied)") under these rules, once per rule set: each rule's matches are found once per model
+        (the rules that --n-cpu-moe / --n-cpu-ffn write, one per block, from an index of the block
+        numbers in the names)."""
 
         def make() -> dict[str, str | None]:
             out: dict[str, str | None] = dict.fromkeys(self._names)
@@ -792,17 +810,19 @@ class MemoryModel:
         return value
 
     def _kv_row_copies(self, n_tokens: int, il: int) -> int:
-        """What the host's buffer grows by for the copies of a host layer's Kcur and Vcur (F32, n_tokens rows)
-        that the SET_ROWS into its host cache reads, once a GPU runs the rest of the layer (op offload).
+        """What the host's buffer grows by for the copies of a host layer's Kcur and Vcur (F32,
+        n_tokens rows) that the SET_ROWS into its host cache reads, once a GPU runs the rest of the
+        layer (op offload).
 
-        ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp) adds each split input to the graph copy
-        as a view of its source (input_dep, "so that it is not freed before the copy is done") followed by
-        the copy: the token rows' GET_ROWS result on the host (n_embd x n_tokens F32) is freed once the first
-        GPU split has copied it in, and the later host split that writes the cache allocates its two copies
-        at its start, best-fit into that hole (ggml_dyn_tallocr_alloc); only a copy that no longer fits
-        grows the buffer. Measured: the host buffer is the inputs alone whenever n_embd_k + n_embd_v <=
-        n_embd (Qwen3-4B b5285, Mistral-Nemo b8133 on CUDA; Qwen3-235B b5398, Qwen2.5-3B b8179, Llama 3.2
-        1B b8319 on Vulkan; the 23 host-layer lavapipe starts of scripts/bench_op_offload.py, 1..8 MiB
+        ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp) adds each split input to the
+        graph copy as a view of its source (input_dep, "so that it is not freed before the copy is
+        done") followed by the copy: the token rows' GET_ROWS result on the host (n_embd x n_tokens
+        F32) is freed once the first GPU split has copied it in, and the later host split that
+        writes the cache allocates its two copies at its start, best-fit into that hole
+        (ggml_dyn_tallocr_alloc); only a copy that no longer fits grows the buffer. Measured: the
+        host buffer is the inputs alone whenever n_embd_k + n_embd_v <= n_embd (Qwen3-4B b5285,
+        Mistral-Nemo b8133 on CUDA; Qwen3-235B b5398, Qwen2.5-3B b8179, Llama 3.2 1B b8319 on
+        Vulkan; the 23 host-layer lavapipe starts of scripts/bench/bench_op_offload.py, 1..8 MiB
         over before), and one V row more for Qwen3-0.6B (k = v = n_embd, the Jetson row)."""
         hole, grow = 4 * n_tokens * self.facts.n_embd, 0
         for rows in (
@@ -822,12 +842,13 @@ class MemoryModel:
         lmap: LayerMap,
         gpus: Sequence[DeviceSpec],
     ) -> None:
-        """GPU layers whose FFN weights stay in host memory (-ot ...=CPU, --n-cpu-moe, --n-cpu-ffn) when no GPU
-        takes their ops (--no-op-offload, a batch under the threshold, no offloading backend): pass 1 of
-        ggml_backend_sched_split_graph leaves each such op on the CPU with its weight, and the expansion
-        passes give the CPU the unassigned ops between them (the GLU), so the host's compute buffer holds
-        that FFN's activations besides the graph inputs (granite3 shape, -ot exps=CPU --no-op-offload
-        -ub 2048 on Vulkan0: 128.07 MiB Vulkan_Host, the inputs alone 32)."""
+        """GPU layers whose FFN weights stay in host memory (-ot ...=CPU, --n-cpu-moe, --n-cpu-ffn)
+        when no GPU takes their ops (--no-op-offload, a batch under the threshold, no offloading
+        backend): pass 1 of ggml_backend_sched_split_graph leaves each such op on the CPU with its
+        weight, and the expansion passes give the CPU the unassigned ops between them (the GLU), so
+        the host's compute buffer holds that FFN's activations besides the graph inputs (granite3
+        shape, -ot exps=CPU --no-op-offload -ub 2048 on Vulkan0: 128.07 MiB Vulkan_Host, the inputs
+        alone 32)."""
         if not gpus or not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn):
             return
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
@@ -873,8 +894,9 @@ class MemoryModel:
     def _host_ffn_kinds(
         self, rules: tuple[tuple[str, str], ...], taken: bool, limit: int | None
     ) -> tuple[frozenset[int], ...]:
-        """Per block (< n_layer): the kinds (FIXED: an -ot rule puts it on the CPU; else EXP, DENSE, BOTH) of its
-        weights whose ops no GPU takes (all of them unless `taken`; then those whose probe op is over `limit`)."""
+        """Per block (< n_layer): the kinds (FIXED: an -ot rule puts it on the CPU; else EXP, DENSE,
+        BOTH) of its weights whose ops no GPU takes (all of them unless `taken`; then those whose
+        probe op is over `limit`)."""
         targets = self._targets(rules)[0] if rules else None
         kinds: list[set[int]] = [set() for _ in range(self.facts.n_layer)]
         for i, (probe, _name, il, _raw, _padded) in enumerate(self.probes):
@@ -888,16 +910,17 @@ class MemoryModel:
             expert, dense, _down, _with_output = self._classes[i]
             if target is not None and target.upper().startswith("CPU"):
                 kinds[il].add(FIXED)
-            elif target is None and (expert or dense):
-                kinds[il].add(BOTH if expert and dense else EXP if expert else DENSE)
+            elif target is None and (ffn := _ffn_kind(expert, dense)) is not None:
+                kinds[il].add(ffn)
         return tuple(frozenset(k) for k in kinds)
 
     def _displaced(self, raw: int | None, n_tokens: int) -> int:
         """`raw`: the smallest host-resident routed ffn_down op offload copies (None: none).
         A routed expert's ffn_down copy is allocated at the start of its split, when the gate and up
-        products [n_ff_exp, n_expert_used, n_tokens] F32 are freed: best-fit (ggml_dyn_tallocr_alloc) puts
-        a copy no larger than that block into it, and the down product [n_embd, n_expert_used, n_tokens],
-        which would have reused the block (compute._moe_ffn), lands on top instead."""
+        products [n_ff_exp, n_expert_used, n_tokens] F32 are freed: best-fit
+        (ggml_dyn_tallocr_alloc) puts a copy no larger than that block into it, and the down product
+        [n_embd, n_expert_used, n_tokens], which would have reused the block (compute._moe_ffn),
+        lands on top instead."""
         moe = self.facts.moe
         if moe is None or raw is None:
             return 0
@@ -919,9 +942,8 @@ class MemoryModel:
             moved = self._sum(EXPERTS, a, min(b, n_moe)) if dev != CPU else 0
             out[dev] += int((self._sum(EXPERTS, a, b) - moved) * share)
             out[CPU] += int(moved * share)
-        out[lmap.output] += (
-            self.output_raw + self.tied_raw
-        )  # a tied output reads token_embd as its matrix
+        # a tied output reads token_embd as its matrix
+        out[lmap.output] += self.output_raw + self.tied_raw
         return out
 
     def _add_output(self, out: dict[int, int], dev: int, pad: bool) -> None:
@@ -932,7 +954,8 @@ class MemoryModel:
     def _weights_by_tensor(
         self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
     ) -> dict[int, int]:
-        """Slow path for user -ot rules: every tensor through the override list (once per placement)."""
+        """Slow path for user -ot rules: every tensor through the override list (once per
+        placement)."""
         key = ("weights", lmap, rc.all_overrides, tuple((g.name, g.backend) for g in gpus))
         return dict(self.remember(key, lambda: self._tensor_weights(rc, lmap, gpus)))
 
@@ -1001,7 +1024,8 @@ def _buffer_device(buft: str, names: dict[str, int]) -> int:
         if key == name or key.startswith(name + "_"):
             return i
     raise InputError(
-        f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, {', '.join(names) or 'none'})"
+        f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, "
+        f"{', '.join(names) or 'none'})"
     )
 
 
@@ -1013,9 +1037,9 @@ def check_override_devices(rules: Sequence[tuple[str, str]], gpus: Sequence[Devi
 
 
 def _active_gpus(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:
-    """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366) and from
-    b9890 on (BUILD_RULES cuda_no_split_buffers); older builds split the matrices by rows and KV and compute by
-    layer, as -sm layer does (PR #10026)."""
+    """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366) and
+    from b9890 on (BUILD_RULES cuda_no_split_buffers); older builds split the matrices by rows and
+    KV and compute by layer, as -sm layer does (PR #10026)."""
     if rc.split_mode == "none" and gpus:
         if not 0 <= rc.main_gpu < len(gpus):
             raise ConfigError(f"--main-gpu {rc.main_gpu} is not one of the {len(gpus)} GPU(s)")

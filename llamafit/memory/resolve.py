@@ -20,9 +20,8 @@ from .kv import pad, swa_cells
 
 # llama.cpp: tools/server/server.cpp llama_server (n_parallel < 0: 4 slots, kv_unified = true)
 SERVER_AUTO_SLOTS = 4
-OP_OFFLOAD_MIN_BATCH = (
-    32  # ggml-cuda.cu / ggml-vulkan.cpp device init: the threshold without the env variable
-)
+# ggml-cuda.cu / ggml-vulkan.cpp device init: the threshold without the env variable
+OP_OFFLOAD_MIN_BATCH = 32
 LLAMA_MAX_SEQ = 256  # src/llama-cparams.h
 
 
@@ -31,7 +30,8 @@ class BuildRule:
     """One memory-relevant behaviour of llama.cpp that changed, keyed by the first build with it."""
 
     key: str
-    build: int  # first llama.cpp build (bNNNN) with the new behaviour; estimates are marked in `change`
+    # first llama.cpp build (bNNNN) with the new behaviour; estimates are marked in `change`
+    build: int
     pr: int  # ggml-org/llama.cpp pull request
     merged: str  # merge date
     change: str
@@ -47,28 +47,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         5700,
         14217,
         "2025-06 (b5700 estimate)",
-        "embeddings pooling inputs are per "
-        "sequence: inp_mean n_tokens x n_seqs F32, inp_cls n_seqs I32 (before: n_tokens x n_tokens and "
-        "n_tokens; llm_graph_context::build_inp_mean, src/llama-graph.cpp)",
+        "embeddings pooling inputs are per sequence: inp_mean n_tokens x n_seqs F32, inp_cls "
+        "n_seqs I32 (before: n_tokens x n_tokens and n_tokens; llm_graph_context::build_inp_mean, "
+        "src/llama-graph.cpp)",
     ),
     BuildRule(
         "kv_streams",
         5913,
         14363,
         "2025-07-16",
-        "the KV cache can be split into one stream per sequence "
-        "(kv_unified = false, the default of libllama and llama-server); before, every sequence shared one "
-        "unified buffer of n_ctx cells and the reserve graph attends over all of them (b5913: issue #14847, "
-        "its seq_to_stream assert)",
+        "the KV cache can be split into one stream per sequence (kv_unified = false, the default "
+        "of libllama and llama-server); before, every sequence shared one unified buffer of n_ctx "
+        "cells and the reserve graph attends over all of them (b5913: issue #14847, its "
+        "seq_to_stream assert)",
     ),
     BuildRule(
         "kv_set_rows",
         6090,
         14959,
         "2025-08 (after 08-01)",
-        "KV writes through ggml_set_rows by default: "
-        "K/V row-index graph inputs (before: views + ggml_cpy, no index inputs; PR #14285 added it behind "
-        "LLAMA_SET_ROWS=1)",
+        "KV writes through ggml_set_rows by default: K/V row-index graph inputs (before: views + "
+        "ggml_cpy, no index inputs; PR #14285 added it behind LLAMA_SET_ROWS=1)",
     ),
     BuildRule(
         "fa_auto",
@@ -99,8 +98,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         6980,
         17046,
         "2025-11-06",
-        "n_ctx, n_ctx_seq (per stream) and the SWA cache are padded "
-        "to 256 again, for every backend (before #16812: n_ctx only, per stream n_ctx / n_seq unpadded)",
+        "n_ctx, n_ctx_seq (per stream) and the SWA cache are padded to 256 again, for every "
+        "backend (before #16812: n_ctx only, per stream n_ctx / n_seq unpadded)",
     ),
     BuildRule(
         "np_auto_unified",
@@ -122,8 +121,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         7590,
         18535,
         "2026-01 (b7590 estimate)",
-        "GGML_OP_OFFLOAD_MIN_BATCH sets the batch "
-        "from which a GPU takes host-weight ops (before: 32 hard-coded in each backend's offload_op)",
+        "GGML_OP_OFFLOAD_MIN_BATCH sets the batch from which a GPU takes host-weight ops (before: "
+        "32 hard-coded in each backend's offload_op)",
     ),
     BuildRule(
         "inp_embd_both",
@@ -146,9 +145,9 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         8500,
         21038,
         "2026-04-01 (b8500 estimate)",
-        "a quantized K (V) cache is stored "
-        "Hadamard-rotated: F32 rotation matrices attn_inp_k_rot (n_rot_k^2) and attn_inp_v_rot (64^2) per cache "
-        "are graph inputs (llama_kv_cache::build_input_k_rot)",
+        "a quantized K (V) cache is stored Hadamard-rotated: F32 rotation matrices attn_inp_k_rot "
+        "(n_rot_k^2) and attn_inp_v_rot (64^2) per cache are graph inputs "
+        "(llama_kv_cache::build_input_k_rot)",
     ),
     BuildRule(
         "unified_draft",
@@ -195,25 +194,26 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         9890,
         24216,
         "2026-07 (b9890, commit 74976e1)",
-        "-sm row is refused on "
-        "CUDA/ROCm ('device CUDA0 does not support split buffers', llama_model::load_tensors): PR #24216 "
-        "'CUDA: remove -sm row' drops the CUDA split buffer type (before: matrices split by rows over the "
-        "GPUs, KV and compute by layer); issue #25884 bisects the refusal to commit 74976e1 = b9890",
+        "-sm row is refused on CUDA/ROCm ('device CUDA0 does not support split buffers', "
+        "llama_model::load_tensors): PR #24216 'CUDA: remove -sm row' drops the CUDA split buffer "
+        "type (before: matrices split by rows over the GPUs, KV and compute by layer); issue "
+        "#25884 bisects the refusal to commit 74976e1 = b9890",
     ),
     BuildRule(
         "mixed_batch",
         11400,
         29622,
         "2026-10-05",
-        "the graph also holds a third, mixed token/embedding "
-        "input branch (inp_mixed_tokens, inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); "
-        "on a GPU holding block 0 the scheduler copies three of them into its compute buffer",
+        "the graph also holds a third, mixed token/embedding input branch (inp_mixed_tokens, "
+        "inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); on a GPU holding "
+        "block 0 the scheduler copies three of them into its compute buffer",
     ),
 )
 _RULES = {r.key: r for r in BUILD_RULES}
 
 
-# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build 9512
+# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build
+# 9512
 PINNED_BUILD = 9512
 
 
@@ -267,23 +267,21 @@ class ResolvedConfig:
     load_mode: str
     cache_ram_bytes: int
     warnings: tuple[str, ...]
-    op_offload: bool = (
-        True  # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
-    )
+    # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
+    op_offload: bool = True
     op_offload_min_batch: int = 32  # a GPU takes a host-weight op whose batch is at least this
     build: int | None = None  # the llama.cpp build whose rules apply (None: the current one)
-    embeddings: bool = (
-        False  # cparams.embeddings (--embeddings): build_pooling adds the pooling layer
-    )
-    pooling: str = (
-        "none"  # cparams.pooling_type as POOLING_TYPES names it (the GGUF's when not given)
-    )
+    # cparams.embeddings (--embeddings): build_pooling adds the pooling layer
+    embeddings: bool = False
+    # cparams.pooling_type as POOLING_TYPES names it (the GGUF's when not given)
+    pooling: str = "none"
     repack: bool = True  # the CPU's extra buffer types (CPU_REPACK) are in use (memory/repack.py)
     no_host: bool = False  # --no-host: GPUs' host buffer types are left out of the CPU's list
 
     @property
     def all_overrides(self) -> tuple[tuple[str, str], ...]:
-        """Every tensor override in llama.cpp's order: -ot, then the MoE/FFN shortcuts (common/common.h)."""
+        """Every tensor override in llama.cpp's order: -ot, then the MoE/FFN shortcuts
+        (common/common.h)."""
         rules = list(self.overrides)
         if self.cpu_moe:
             rules.append((LLM_FFN_EXPS_REGEX, "CPU"))
@@ -314,7 +312,8 @@ def _slots(cfg: LaunchConfig, engine: str, build: int | None = None) -> tuple[in
 
 
 def _padding(build: int | None, flash_attn: bool) -> int:
-    """n_ctx padding by build: 256 (PR #17046), none (PR #16812), else 256 with FA and 32 without."""
+    """n_ctx padding by build: 256 (PR #17046), none (PR #16812), else 256 with FA and 32
+    without."""
     if since("ctx_pad_256", build):
         return 256
     if since("no_ctx_padding", build):
@@ -329,17 +328,17 @@ def _context(cfg: LaunchConfig, facts: ModelFacts, engine: str, n_seq: int, unif
     if cfg.n_ctx:
         return cfg.n_ctx
     if engine == "llama-server" and cfg.fit and not unified:
-        return (
-            facts.n_ctx_train * n_seq
-        )  # common/fit.cpp step 0: n_ctx 0 (given or not) → n_ctx_train per stream
+        # common/fit.cpp step 0: n_ctx 0 (given or not) → n_ctx_train per stream
+        return facts.n_ctx_train * n_seq
     return facts.n_ctx_train
 
 
 def _flash_attn(
     cfg: LaunchConfig, facts: ModelFacts, type_v: GGMLType, build: int | None = None
 ) -> tuple[bool, list[str]]:
-    """-fa auto stays on where the backend supports it (CPU, CUDA, Metal, Vulkan); llama_init_from_model
-    forces it off for Grok and on for a quantized V cache. Before PR #15434 there was no auto: off."""
+    """-fa auto stays on where the backend supports it (CPU, CUDA, Metal, Vulkan);
+    llama_init_from_model forces it off for Grok and on for a quantized V cache. Before PR #15434
+    there was no auto: off."""
     notes = []
     mode = cfg.flash_attn
     if mode == "auto" and not since("fa_auto", build):
@@ -359,16 +358,18 @@ _BLOCK_CHECKS: dict[tuple[int, GGMLType, GGMLType, bool], tuple[ModelFacts, str 
 
 def _check_block_sizes(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn: bool) -> None:
     """llama_init_from_model: with flash attention a quantized block must divide every head size;
-    without it ggml_row_size still needs whole blocks in each K row. Once per model and KV choice."""
+    without it ggml_row_size still needs whole blocks in each K row. Once per model and KV
+    choice."""
     key = (id(facts), tk, tv, flash_attn)
     hit = _BLOCK_CHECKS.get(key)
     if hit is None or hit[0] is not facts:
         if len(_BLOCK_CHECKS) >= 256:
             _BLOCK_CHECKS.clear()
+        # keeps facts (its id) alive
         hit = _BLOCK_CHECKS[key] = (
             facts,
             _block_size_error(facts, tk, tv, flash_attn),
-        )  # keeps facts (its id) alive
+        )
     if hit[1] is not None:
         raise ConfigError(hit[1])
 
@@ -417,8 +418,8 @@ def _n_gpu_layers(cfg: LaunchConfig, facts: ModelFacts, build: int | None = None
 
 
 def _pooling(cfg: LaunchConfig, facts: ModelFacts) -> str:
-    """llama_context::llama_context (src/llama-context.cpp): an unspecified pooling type takes the model's
-    (llama_hparams::pooling_type), and none when the model has none either."""
+    """llama_context::llama_context (src/llama-context.cpp): an unspecified pooling type takes the
+    model's (llama_hparams::pooling_type), and none when the model has none either."""
     if cfg.pooling:
         return cfg.pooling
     return POOLING_TYPES[facts.pooling_type] if facts.pooling_type >= 0 else "none"
@@ -427,9 +428,10 @@ def _pooling(cfg: LaunchConfig, facts: ModelFacts) -> str:
 def _outputs(
     engine: str, build: int | None, n_batch: int, n_seq: int, *, embeddings: bool = False
 ) -> int:
-    """n_outputs_max: llama-server and llama-cli (from PR #23861) min(n_batch, n_parallel); otherwise n_batch.
-    server_output_limits (tools/server/server-context.cpp) keeps n_batch for embeddings (--embeddings, or a
-    --pooling other than none): every token of the batch is an output."""
+    """n_outputs_max: llama-server and llama-cli (from PR #23861) min(n_batch, n_parallel);
+    otherwise n_batch. server_output_limits (tools/server/server-context.cpp) keeps n_batch for
+    embeddings (--embeddings, or a --pooling other than none): every token of the batch is an
+    output."""
     # llama-cli at 0c1e570 runs llama_server in a thread (tools/cli/cli-server.h): the same limit
     if (
         engine in ("llama-server", "llama-cli")
@@ -460,11 +462,9 @@ def resolve(
     n_ubatch = min(n_batch, cfg.n_ubatch)
     n_ctx = pad(n_ctx, _padding(build, flash_attn))
     # per-stream padding came with PR #17046; before, n_ctx_seq = n_ctx / n_seq_max
-    n_ctx_seq = (
-        n_ctx
-        if unified
-        else (pad(n_ctx // n_seq, 256) if since("ctx_pad_256", build) else n_ctx // n_seq)
-    )
+    n_ctx_seq = n_ctx
+    if not unified:
+        n_ctx_seq = pad(n_ctx // n_seq, 256) if since("ctx_pad_256", build) else n_ctx // n_seq
     if n_ctx_seq == 0:
         raise ConfigError("n_ctx_seq == 0: the context is smaller than one cell per slot")
     n_stream = 1 if unified else n_seq
@@ -482,7 +482,8 @@ def resolve(
         )
     if n_ctx_seq > facts.n_ctx_train:
         notes.append(
-            f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({facts.n_ctx_train}): possible training context overflow"
+            f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({facts.n_ctx_train}): possible training "
+            "context overflow"
         )
     return ResolvedConfig(
         engine=engine,

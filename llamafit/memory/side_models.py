@@ -51,9 +51,10 @@ if TYPE_CHECKING:
     from .resolve import ResolvedConfig
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
-# [ver] PR #22787/#22838 (merged 2026-05-08) replaced the per-slot draft contexts (n_ctx = the slot's
-# cells or -cd, one sequence, n_batch = n_ctx; PR #10586) with one unified draft context. b9181 is
-# ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it (resolve.BUILD_RULES).
+# [ver] PR #22787/#22838 (merged 2026-05-08) replaced the per-slot draft contexts (n_ctx = the
+# slot's cells or -cd, one sequence, n_batch = n_ctx; PR #10586) with one unified draft context.
+# b9181 is ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it
+# (resolve.BUILD_RULES).
 BUILD_UNIFIED_DRAFT = build_of("unified_draft")
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 
@@ -115,7 +116,8 @@ class SideFlags:
         return bool(self.draft_model or self.speculative or (self.mmproj and not self.no_mmproj))
 
     def n_draft_max(self) -> int:
-        """common_speculative_n_max (common/speculative.cpp): the most tokens any asked type drafts."""
+        """common_speculative_n_max (common/speculative.cpp): the most tokens any asked type
+        drafts."""
         sizes = {**NGRAM_N_MAX, **dict(self.ngram_n_max)}
         return max(
             (
@@ -162,14 +164,20 @@ def vocab_info(metadata: Mapping[str, Any], n_vocab: int) -> VocabInfo:
 
 
 def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
-    """Why llama-server would refuse this draft for this target ("the target and draft vocabs are not
-    compatible"), or None. Token texts are not compared (the header reader skips them)."""
+    """Why llama-server would refuse this draft for this target ("the target and draft vocabs are
+    not compatible"), or None. Token texts are not compared (the header reader skips them)."""
     if target.model != draft.model:
         return f"vocab type differs (target {target.model}, draft {draft.model})"
     if target.add_bos != draft.add_bos or (target.add_bos and target.bos != draft.bos):
-        return f"BOS differs (target add {target.add_bos} id {target.bos}, draft add {draft.add_bos} id {draft.bos})"
+        return (
+            f"BOS differs (target add {target.add_bos} id {target.bos}, draft add {draft.add_bos} "
+            f"id {draft.bos})"
+        )
     if target.add_eos != draft.add_eos or (target.add_eos and target.eos != draft.eos):
-        return f"EOS differs (target add {target.add_eos} id {target.eos}, draft add {draft.add_eos} id {draft.eos})"
+        return (
+            f"EOS differs (target add {target.add_eos} id {target.eos}, draft add {draft.add_eos} "
+            f"id {draft.eos})"
+        )
     diff = abs(target.n_vocab - draft.n_vocab)
     if diff > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
         return (
@@ -223,12 +231,12 @@ class SidePlan:
     notes: tuple[
         Notice, ...
     ] = ()  # draft_incompatible {reason}, draft_without_spec_type, draft_ctx_ignored
-    draft_same_file: bool = (
-        False  # -md names the target's own file (side_load.py: os.path.samefile)
-    )
+    # -md names the target's own file (side_load.py: os.path.samefile)
+    draft_same_file: bool = False
 
     def dropping(self, kind: str) -> SidePlan | None:
-        """This plan without one kind of side model ("mmproj", "draft", "mtp"); None when nothing is left."""
+        """This plan without one kind of side model ("mmproj", "draft", "mtp"); None when nothing is
+        left."""
         flags = self.flags
         if kind == "mmproj":
             plan = replace(self, projector=None, flags=replace(flags, mmproj=None, no_mmproj=True))
@@ -317,12 +325,13 @@ def _draft_gpus(devices: tuple[str, ...], gpus: Sequence[DeviceSpec]) -> list[De
 
 
 def shared_host_weights(plan: SidePlan, rc: ResolvedConfig, draft_host: int, main_host: int) -> int:
-    """The draft's host weights that take no memory of their own: with -md the target's own file and the
-    weights memory-mapped (-lm auto/mmap), both llama_model loads map the same file (llama_mmap,
-    src/llama-mmap.cpp) and their CPU_Mapped tensors share the page cache's pages; the smaller of the two
-    host sets, nested as -ngl/-ngld place the last layers first (an -ot/-otd or --cpu-moe rule on either
-    side: none counted shared). Measured (scripts/bench_same_draft.py, the real llama-server with
-    Gemma 3 270M as its own draft): mmap +0.0 MiB file-backed Pss; --load-mode none +309 MiB, twice."""
+    """The draft's host weights that take no memory of their own: with -md the target's own file and
+    the weights memory-mapped (-lm auto/mmap), both llama_model loads map the same file (llama_mmap,
+    src/llama-mmap.cpp) and their CPU_Mapped tensors share the page cache's pages; the smaller of
+    the two host sets, nested as -ngl/-ngld place the last layers first (an -ot/-otd or --cpu-moe
+    rule on either side: none counted shared). Measured (scripts/bench/bench_same_draft.py, the real
+    llama-server with Gemma 3 270M as its own draft): mmap +0.0 MiB file-backed Pss; --load-mode
+    none +309 MiB, twice."""
     fl = plan.flags
     mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
     rules = rc.all_overrides or fl.draft_overrides or fl.draft_cpu_moe or fl.draft_n_cpu_moe
@@ -389,9 +398,9 @@ def mtp_usage(
     gpus: Sequence[DeviceSpec],
     host: DeviceSpec,
 ) -> SideUsage:
-    """--spec-type draft-mtp: the NextN blocks' weights (loaded with load_mtp) on their block's device,
-    and the MTP context: KV of the NextN layers only (cells as the main context's), its compute
-    buffer and output buffer (on the host, as the main context's)."""
+    """--spec-type draft-mtp: the NextN blocks' weights (loaded with load_mtp) on their block's
+    device, and the MTP context: KV of the NextN layers only (cells as the main context's), its
+    compute buffer and output buffer (on the host, as the main context's)."""
     names = [g.name for g in gpus] + [host.name]
     weights, kv, compute = dict.fromkeys(names, 0), dict.fromkeys(names, 0), dict.fromkeys(names, 0)
 
@@ -423,11 +432,9 @@ def mtp_usage(
     v_max = max((facts.n_embd_v_gqa(il) for il in nextn), default=0)
     for il in nextn:
         k = tk.row_size(facts.n_embd_k_gqa(il))
-        v = (
-            0
-            if facts.mla is not None
-            else tv.row_size(facts.n_embd_v_gqa(il) if rc.flash_attn else v_max)
-        )
+        v = 0
+        if facts.mla is None:
+            v = tv.row_size(facts.n_embd_v_gqa(il) if rc.flash_attn else v_max)
         dev = lmap_layers[il] if rc.kv_offload and il < len(lmap_layers) else CPU
         kv[name_of(dev)] += (k + v) * cells
     s = ComputeSettings(

@@ -52,9 +52,8 @@ class GGUFModel:
 
 def shard_paths(path: str) -> list[str]:
     """Every shard's path given any one of them; a single path when the name is not a split name."""
-    info = split_info(
-        path
-    )  # a split name exactly as llama_split_path writes it (llama_split_prefix)
+    # a split name exactly as llama_split_path writes it (llama_split_prefix)
+    info = split_info(path)
     if info is None or path != shard_name(info.prefix, info.index, info.count):
         return [path]
     count, no = info.count, info.index

@@ -15,14 +15,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# common/download.cpp get_gguf_split_info: re_split over the name less `.gguf`, re_tag over the prefix
+# common/download.cpp get_gguf_split_info: re_split over the name less `.gguf`, re_tag over the
+# prefix
 _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class SplitInfo:
-    """llama.cpp's gguf_split_info: `dir/m-Q4_K_M-00002-of-00003.gguf` is (`dir/m-Q4_K_M`, `Q4_K_M`, 2, 3)."""
+    """llama.cpp's gguf_split_info: `dir/m-Q4_K_M-00002-of-00003.gguf` is (`dir/m-Q4_K_M`, `Q4_K_M`,
+    2, 3)."""
 
     prefix: str  # the tag included
     index: int

@@ -32,7 +32,8 @@ def _parts(d: DeviceUsage) -> list[int]:
 
 
 def _columns(sizes: Sequence[int], width: int) -> list[int]:
-    """Columns per part, proportional, each part that is not zero at least one, summing to `width`."""
+    """Columns per part, proportional, each part that is not zero at least one, summing to
+    `width`."""
     total = sum(sizes)
     if total <= 0:
         return [0] * (len(sizes) - 1) + [width]
@@ -77,7 +78,8 @@ def bar_lines(b: Breakdown, width: int = BAR) -> list[str]:
 
 
 def paint_bars(line: str) -> str:
-    """A bar line with each part's letters on its colour (only on a terminal: report/colour.paint)."""
+    """A bar line with each part's letters on its colour (only on a terminal:
+    report/colour.paint)."""
     start, end = line.find("["), line.find("]")
     if start < 0 or end < start:
         return line

@@ -25,8 +25,9 @@ SKIP_WORDS = {
 
 
 def summary(records: Iterable[dict[str, Any]], path: str, damaged: int = 0) -> dict[str, Any]:
-    """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan would use;
-    per (machine, architecture, backend): the speed runs that count, their evidence and the speed scale."""
+    """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan
+    would use; per (machine, architecture, backend): the speed runs that count, their evidence and
+    the speed scale."""
     records = list(records)
     groups: dict[
         tuple[Any, tuple[tuple[str, str], ...], str, str | None], list[dict[str, Any]]
@@ -88,7 +89,10 @@ def summary(records: Iterable[dict[str, Any]], path: str, damaged: int = 0) -> d
 
 def to_text(data: dict[str, Any]) -> str:
     if not data["setups"] and not data.get("speed"):
-        return f"No calibration recorded yet ({data['path']}); `llamafit run` records each healthy start."
+        return (
+            f"No calibration recorded yet ({data['path']}); `llamafit run` records each healthy "
+            "start."
+        )
     lines = [f"Calibration {data['path']}"]
     if data["setups"]:
         lines += [
@@ -108,14 +112,15 @@ def to_text(data: dict[str, Any]) -> str:
         lines += [
             f"Generation speed (scale in use once runs hold {need['requests']} requests and "
             f"{need['generated_tokens']:,} tokens)",
-            f"  {'model':<12}{'backend':<9}{'runs':>5}{'requests':>9}{'tokens':>9}{'median':>8}  scale",
+            f"  {'model':<12}{'backend':<9}{'runs':>5}{'requests':>9}{'tokens':>9}"
+            f"{'median':>8}  scale",
         ]
         for s in data["speed"]:
             median = "-" if s["median"] is None else f"{s['median']:.3f}"
             scale = "-" if s["speed_scale"] is None else f"{s['speed_scale']:.3f}"
             lines.append(
-                f"  {s['architecture'][:11]:<12}{s['backend'][:8]:<9}{s['runs']:>5}{s['requests']:>9,}"
-                f"{s['generated_tokens']:>9,}{median:>8}  {scale}"
+                f"  {s['architecture'][:11]:<12}{s['backend'][:8]:<9}{s['runs']:>5}"
+                f"{s['requests']:>9,}{s['generated_tokens']:>9,}{median:>8}  {scale}"
             )
             if s["skipped"]:
                 lines.append(

@@ -1,4 +1,5 @@
-"""`llamafit check`: the per-device breakdown and verdict as stable JSON and as text (MiB here only)."""
+"""`llamafit check`: the per-device breakdown and verdict as stable JSON and as text (MiB here
+only)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ _SIDE_NAMES = {"draft": "draft model", "mtp": "MTP context", "mmproj": "projecto
 
 
 def side_lines(b: Breakdown) -> list[str]:
-    """`Side       draft model x.gguf: CPU 285 MiB (weights 235 + KV 27 + compute 23 + output 1)`."""
+    """`Side       draft model x.gguf: CPU 285 MiB (weights 235 + KV 27 + compute 23 + output
+    1)`."""
     lines = []
     for u in b.side_models:
         lines.append(
@@ -34,8 +36,9 @@ def side_lines(b: Breakdown) -> list[str]:
         for d in u.devices:
             if d.total_bytes:
                 lines.append(
-                    f"             {d.name}: weights {_mib(d.weights_bytes)} + KV {_mib(d.kv_bytes)} + "
-                    f"compute {_mib(d.compute_bytes)} + output {_mib(d.output_bytes)} MiB"
+                    f"             {d.name}: weights {_mib(d.weights_bytes)} + KV "
+                    f"{_mib(d.kv_bytes)} + compute {_mib(d.compute_bytes)} + output "
+                    f"{_mib(d.output_bytes)} MiB"
                 )
     return lines
 
@@ -65,7 +68,8 @@ _EXTRA_MODEL = {
 }
 
 _SIDE_STEP = {
-    "mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it on the GPU",
+    "mmproj_to_cpu": "the projector runs on the CPU (--no-mmproj-offload): nothing fits with it "
+    "on the GPU",
     "drop_mmproj": "the projector is left out (--drop-side-models): nothing fits with it",
     "drop_draft": "the draft model is left out (--drop-side-models): nothing fits with it",
     "drop_mtp": "MTP is left out (--drop-side-models): nothing fits with it",
@@ -203,7 +207,8 @@ def way_out_text(w: WayOut) -> str:
 
 
 def ways_out_json(ways_out: Sequence[WayOut]) -> list[dict[str, Any]]:
-    """Each way out as {code, type_k/type_v, n_ctx, context_per_slot, n_gpu_layers (those that apply), text}."""
+    """Each way out as {code, type_k/type_v, n_ctx, context_per_slot, n_gpu_layers (those that
+    apply), text}."""
     out = []
     for w in ways_out:
         d: dict[str, Any] = {"code": w.code}
@@ -251,7 +256,10 @@ NAME_WIDTH = 9  # a longer device name (RPC0[host:port]) gets its own row, its n
 
 def device_lines(b: Breakdown) -> list[str]:
     """The breakdown as a table of MiB, one row per device, within 80 columns."""
-    head = f"{'(MiB)':<{NAME_WIDTH}}{'usable':>8}{'weights':>8}{'KV':>8}{'RS':>7}{'compute':>8}{'output':>8}"
+    head = (
+        f"{'(MiB)':<{NAME_WIDTH}}{'usable':>8}{'weights':>8}{'KV':>8}{'RS':>7}{'compute':>8}"
+        f"{'output':>8}"
+    )
     lines = [head + f"{'reserve':>8}{'used':>8}{'left':>8}"]
     for d in b.devices:
         name = d.name
@@ -259,9 +267,10 @@ def device_lines(b: Breakdown) -> list[str]:
             lines.append(name)
             name = ""
         lines.append(
-            f"{name:<{NAME_WIDTH}}{_mib(d.usable_bytes):>8}{_mib(d.weights_bytes):>8}{_mib(d.kv_bytes):>8}"
-            f"{_mib(d.recurrent_bytes):>7}{_mib(d.compute_bytes):>8}{_mib(d.output_bytes):>8}"
-            f"{_mib(d.reserve_bytes):>8}{_mib(d.used_bytes):>8}{_mib(d.free_after_bytes):>8}"
+            f"{name:<{NAME_WIDTH}}{_mib(d.usable_bytes):>8}{_mib(d.weights_bytes):>8}"
+            f"{_mib(d.kv_bytes):>8}{_mib(d.recurrent_bytes):>7}{_mib(d.compute_bytes):>8}"
+            f"{_mib(d.output_bytes):>8}{_mib(d.reserve_bytes):>8}{_mib(d.used_bytes):>8}"
+            f"{_mib(d.free_after_bytes):>8}"
         )
     return lines
 
@@ -292,8 +301,10 @@ def to_text(
     if not any(facts.has_kv):
         slots += "; no KV cache (recurrent)"
     lines = [
-        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
-        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
+        # the path alone: the wrapping of what follows never depends on it
+        f"Model      {printable(facts.path)}",
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained "
+        f"{facts.n_ctx_train:,} tokens",
         f"Config     -c {rc.n_ctx} ({slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}",
@@ -313,12 +324,14 @@ def to_text(
 
 
 def check_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """`llamafit run`'s table of predicted vs reported MiB (cmd_run.actual_vs_predicted rows), non-zero rows."""
+    """`llamafit run`'s table of predicted vs reported MiB (cmd_run.actual_vs_predicted rows),
+    non-zero rows."""
     lines = [f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)"]
     for r in rows:
         if r["predicted_mib"] or r["actual_mib"]:
             lines.append(
-                f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}{r['actual_mib']:>11,.2f}"
+                f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}"
+                f"{r['actual_mib']:>11,.2f}"
             )
     return lines
 
@@ -337,9 +350,9 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
     lines = []
     for i, d in enumerate(data["devices"]):
         head = f"{'llama.cpp':<11}{data['tool']}: " if i == 0 else " " * 11
-        verdict = (
-            ("agrees" if d["agrees"] else "DIFFERS") if d["judged"] else "host: shown, not judged"
-        )
+        verdict = "host: shown, not judged"
+        if d["judged"]:
+            verdict = "agrees" if d["agrees"] else "DIFFERS"
         if d.get("logits_quirk_mib") and d["judged"]:  # fit/llama_check.py logits_quirk_bytes
             verdict = f"agrees less its {d['logits_quirk_mib']:,.0f} MiB of worst-case logits"
         lines += textwrap.wrap(
@@ -355,7 +368,7 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
     ]
     if data["agrees"] is False:
         lines.append(
-            f"{'Warning':<11}llama.cpp's own estimate differs from llamafit's beyond 5 %: a real start "
-            "decides (llamafit run)"
+            f"{'Warning':<11}llama.cpp's own estimate differs from llamafit's beyond 5 %: a real "
+            "start decides (llamafit run)"
         )
     return lines

@@ -22,7 +22,8 @@ _COLOURS = (
 
 
 def paint(text: str) -> str:
-    """The verdict green (fits) or red (does not fit), warnings yellow, failures red: whole lines."""
+    """The verdict green (fits) or red (does not fit), warnings yellow, failures red: whole
+    lines."""
     out, code = [], None
     for line in text.split("\n"):
         if is_bar_line(line):  # a memory bar (bars.py): each part on its colour

@@ -96,7 +96,8 @@ def gpus_text(hw: Hardware, server: Hardware | None = None, path: str | None = N
     lines = [_headline(hw)]
     if server is not None and server.gpus and not hw.gpus:
         lines = [
-            f"No GPU found by detection (source: {hw.source}); the llama-server sees {len(server.gpus)}:"
+            f"No GPU found by detection (source: {hw.source}); the llama-server sees "
+            f"{len(server.gpus)}:"
         ]
     header = ["device", "name", "total", "free", "used", "bandwidth", "index", "pci bus id", "uuid"]
     if hw.gpus:

@@ -1,4 +1,5 @@
-"""`plan --html FILE`: the plan as one self-contained page (inline SVG and CSS; no scripts, no network).
+"""`plan --html FILE`: the plan as one self-contained page (inline SVG and CSS; no scripts, no
+network).
 
 Sections: the verdict and the command (ready to copy); each device's memory as a stacked bar with
 its numbers (the same parts as the terminal's bars.py); the largest context against the layers on
@@ -22,12 +23,13 @@ _PARTS = (
 )
 _FREE = "#e8efe8"
 _SERIES = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
+# the page's charts: width, height, left margin, legend column
 _W, _H, _PAD, _LEGEND = (
     900,
     300,
     60,
     170,
-)  # the page's charts: width, height, left margin, legend column
+)
 
 
 def _mib(n: int | float) -> str:
@@ -39,7 +41,8 @@ def _num(x: float) -> str:
 
 
 def _device_bar(d: dict[str, Any], width: int = _W - _PAD - 160) -> str:
-    """One device: an SVG stacked bar over its usable memory (or what is used, when that is more)."""
+    """One device: an SVG stacked bar over its usable memory (or what is used, when that is
+    more)."""
     parts = [(name, colour, sum(int(d.get(k) or 0) for k in keys)) for name, colour, keys in _PARTS]
     parts[0] = (parts[0][0], parts[0][1], parts[0][2] + int(d.get("side_bytes") or 0))
     used = sum(n for _, _, n in parts)
@@ -55,8 +58,8 @@ def _device_bar(d: dict[str, Any], width: int = _W - _PAD - 160) -> str:
         x += w
     size = f"{_mib(used)} of {_mib(usable)} MiB" if usable is not None else f"{_mib(used)} MiB"
     return (
-        f'<svg class="bar" width="{_W}" height="44" role="img" aria-label="{escape(d["name"])} memory">'
-        f'<text x="0" y="27" font-size="13">{escape(d["name"])}</text>{"".join(rects)}'
+        f'<svg class="bar" width="{_W}" height="44" role="img" aria-label="{escape(d["name"])} '
+        f'memory"><text x="0" y="27" font-size="13">{escape(d["name"])}</text>{"".join(rects)}'
         f'<text x="{_PAD + width + 6}" y="27" font-size="11">{size}</text></svg>'
     )
 
@@ -94,7 +97,8 @@ def _scale(lo: float, hi: float, out_lo: float, out_hi: float) -> Any:
 
 
 def _ticks(hi: float, n: int = 5) -> list[float]:
-    """n + 1 ticks from 0 to `hi`; whole numbers when the axis counts things (hi a whole number above n)."""
+    """n + 1 ticks from 0 to `hi`; whole numbers when the axis counts things (hi a whole number
+    above n)."""
     ticks = [hi * i / n for i in range(n + 1)]
     return sorted({float(round(t)) for t in ticks}) if hi > n and float(hi).is_integer() else ticks
 
@@ -107,9 +111,9 @@ def _chart(
     band: Sequence[tuple[float, float, float]] = (),
     x_max: float | None = None,
 ) -> str:
-    """A line chart: each series a polyline with a circle per point (data-x, data-y), an optional band
-    (x, low, high) under them, axes from 0 (x to `x_max` when given) with five ticks each, the legend
-    to the right of the plot."""
+    """A line chart: each series a polyline with a circle per point (data-x, data-y), an optional
+    band (x, low, high) under them, axes from 0 (x to `x_max` when given) with five ticks each, the
+    legend to the right of the plot."""
     xs = (
         [x for _, _, pts in series for x, _ in pts]
         + [b[0] for b in band]
@@ -122,18 +126,21 @@ def _chart(
     sx = _scale(0, max(xs) or 1, _PAD, right)
     sy = _scale(0, (max(ys) or 1) * 1.05, _H - 40, 10)
     out = [
-        f'<svg id="{chart_id}" width="{_W}" height="{_H + 30}" role="img" aria-label="{escape(y_label)}">'
+        f'<svg id="{chart_id}" width="{_W}" height="{_H + 30}" role="img" '
+        f'aria-label="{escape(y_label)}">'
     ]
     out.append(f'<line x1="{_PAD}" y1="{_H - 40}" x2="{right}" y2="{_H - 40}" stroke="#333"/>')
     out.append(f'<line x1="{_PAD}" y1="10" x2="{_PAD}" y2="{_H - 40}" stroke="#333"/>')
     for t in _ticks(max(xs) or 1):
         out.append(
-            f'<text x="{sx(t):.1f}" y="{_H - 22}" font-size="11" text-anchor="middle">{_num(t)}</text>'
+            f'<text x="{sx(t):.1f}" y="{_H - 22}" font-size="11" '
+            f'text-anchor="middle">{_num(t)}</text>'
         )
     for t in _ticks(float(max(ys) or 1)):
         out.append(
-            f'<text x="{_PAD - 6}" y="{sy(t) + 4:.1f}" font-size="11" text-anchor="end">{_num(t)}</text>'
-            f'<line x1="{_PAD}" y1="{sy(t):.1f}" x2="{right}" y2="{sy(t):.1f}" stroke="#ddd"/>'
+            f'<text x="{_PAD - 6}" y="{sy(t) + 4:.1f}" font-size="11" '
+            f'text-anchor="end">{_num(t)}</text><line x1="{_PAD}" y1="{sy(t):.1f}" x2="{right}" '
+            f'y2="{sy(t):.1f}" stroke="#ddd"/>'
         )
     out.append(
         f'<text x="{(_PAD + right) / 2}" y="{_H - 4}" font-size="12" text-anchor="middle">'
@@ -153,8 +160,8 @@ def _chart(
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
         out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2.5"/>')
         out += [
-            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="{colour}" data-series="{escape(name)}" '
-            f'data-x="{x:g}" data-y="{y:g}"/>'
+            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="{colour}" '
+            f'data-series="{escape(name)}" data-x="{x:g}" data-y="{y:g}"/>'
             for x, y in pts
         ]
         out.append(
@@ -178,16 +185,17 @@ def _speed_table(speed: dict[str, Any] | None) -> str:
         pair = speed.get(key)
         if pair:
             out.append(
-                f'<tr data-key="{key}"><th>{label} (tokens/s)</th><td data-value="{pair[0]}">{_num(pair[0])}'
-                f'</td><td data-value="{pair[1]}">{_num(pair[1])}</td></tr>'
+                f'<tr data-key="{key}"><th>{label} (tokens/s)</th><td '
+                f'data-value="{pair[0]}">{_num(pair[0])}</td><td data-value="{pair[1]}">'
+                f"{_num(pair[1])}</td></tr>"
             )
     turn = speed.get("turn")
     if turn and turn.get("seconds"):
         s = turn["seconds"]
         out.append(
-            f'<tr data-key="turn_seconds"><th>one turn: {turn["prompt"]:,} tokens in, {turn["generated"]:,} '
-            f'out, {turn["context"]:,} already in the context (s)</th><td data-value="{s[0]}">{s[0]:.1f}</td>'
-            f'<td data-value="{s[1]}">{s[1]:.1f}</td></tr>'
+            f'<tr data-key="turn_seconds"><th>one turn: {turn["prompt"]:,} tokens in, '
+            f"{turn['generated']:,} out, {turn['context']:,} already in the context (s)</th><td "
+            f'data-value="{s[0]}">{s[0]:.1f}</td><td data-value="{s[1]}">{s[1]:.1f}</td></tr>'
         )
     out.append("</table>")
     sources = "".join(

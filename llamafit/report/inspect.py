@@ -105,7 +105,8 @@ def to_text(facts: ModelFacts) -> str:
     lines = [
         f"Model          {printable(f.path)}",
         f"Name           {printable(f.name) or '-'}",
-        f"Architecture   {printable(f.architecture)}, {f.file_type}, {f.n_params / 1e6:,.1f} M parameters",
+        f"Architecture   {printable(f.architecture)}, {f.file_type}, {f.n_params / 1e6:,.1f} "
+        "M parameters",
         f"Size           {_mib(f.file_size)} in {f.n_shards} file(s), {f.n_tensors} tensors",
         f"Layers         {f.n_layer_all}"
         + (f" ({f.n_layer} + {f.n_layer_nextn} NextN)" if f.n_layer_nextn else ""),
@@ -129,7 +130,8 @@ def to_text(facts: ModelFacts) -> str:
             lines.append(f"  {t:<6} {'(block size does not divide the head size)':>46}")
             continue
         lines.append(
-            f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} {_mib(c['swa_max_bytes']):>14}"
+            f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} "
+            f"{_mib(c['swa_max_bytes']):>14}"
         )
     lines += [
         f"Warning        {printable(msg)}"
@@ -172,8 +174,8 @@ def projector_text(p: ProjectorFacts) -> str:
     tokens = (warm // max(p.patch_size * p.n_merge, 1)) ** 2
     lines = [
         f"Projector  {p.path} ({p.projector_type}, {'+'.join(p.modalities)})",
-        f"Image      {p.image_size} px, patch {p.patch_size} px, merge {p.n_merge}: warmup {warm} px = "
-        f"{tokens:,} tokens"
+        f"Image      {p.image_size} px, patch {p.patch_size} px, merge {p.n_merge}: warmup {warm} "
+        f"px = {tokens:,} tokens"
         + (f", up to {p.limits.max_tokens:,} tokens" if p.limits.max_tokens else ""),
         (
             f"Encoder    {p.n_layer} blocks, n_embd {p.n_embd}, n_ff {p.n_ff}, {p.n_head} heads; "
@@ -181,8 +183,9 @@ def projector_text(p: ProjectorFacts) -> str:
         ),
         f"Weights    {_mib(p.weights_bytes)} in {p.n_tensors} tensors",
         (
-            f"Compute    {_mib(encoder_compute(p, image_px=warm, flash_attn=True))} at warmup with flash attention, "
-            f"{_mib(encoder_compute(p, image_px=warm, flash_attn=False))} without"
+            f"Compute    {_mib(encoder_compute(p, image_px=warm, flash_attn=True))} at warmup "
+            f"with flash attention, {_mib(encoder_compute(p, image_px=warm, flash_attn=False))} "
+            "without"
         ),
     ]
     return "\n".join(lines)

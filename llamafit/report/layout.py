@@ -46,9 +46,9 @@ def wrap_text(text: str, width: int = WIDTH) -> str:
 
 
 def command_lines(label: str, argv: Sequence[str], width: int = WIDTH) -> list[str]:
-    """`label` + the shell-quoted argv, continued with ` \\` under the text; a flag stays with its value.
-    A command that needs wrapping puts the program and the model (`-m`/`-mu` PATH) on lines of their
-    own, so that how the flags wrap never depends on where the files are."""
+    """`label` + the shell-quoted argv, continued with ` \\` under the text; a flag stays with its
+    value. A command that needs wrapping puts the program and the model (`-m`/`-mu` PATH) on lines
+    of their own, so that how the flags wrap never depends on where the files are."""
     words = [shlex.quote(a) for a in argv]
     one = f"{label:<{LABEL}}" + " ".join(words)
     if len(one) <= width:

@@ -50,13 +50,9 @@ _RIGHT = {"SIZE", "TRAIN", "TOK/S"}
 
 
 def tokens(n: int) -> str:
-    return (
-        f"{n // 1024}k"
-        if n % 1024 == 0 and n >= 1024
-        else f"{n / 1024:.1f}k"
-        if n >= 1024
-        else str(n)
-    )
+    if n < 1024:
+        return str(n)
+    return f"{n // 1024}k" if n % 1024 == 0 else f"{n / 1024:.1f}k"
 
 
 def gib(n: int) -> str:
@@ -96,8 +92,8 @@ def rate(tps: float) -> str:
 
 
 def _speed(row: Row) -> str:
-    """Generation tokens/s, full context to empty ("21-41"); the empty context's alone ("~1.9k") where the
-    range does not fit; "-" without an estimate (a GPU given by size has no bandwidth)."""
+    """Generation tokens/s, full context to empty ("21-41"); the empty context's alone ("~1.9k")
+    where the range does not fit; "-" without an estimate (a GPU given by size has no bandwidth)."""
     tps = row.fit.generation_tps
     if not tps or row.fit.verdict not in ("fits", "offload"):
         return "-"
@@ -178,7 +174,8 @@ _LEGEND_SPEED = [
 
 
 def footer_lines(listing: Listing, home: str = "", *, gpus: bool = True) -> list[str]:
-    """The notes and the legend; `gpus`: whether the machine has GPUs (the legend is worded by it)."""
+    """The notes and the legend; `gpus`: whether the machine has GPUs (the legend is worded by
+    it)."""
     lines = (
         []
         if listing.rows

@@ -39,7 +39,10 @@ def _no_fit_text(v: Verdict) -> str:
     elif v.cause == "offloaded":
         text += ", even with layers on the CPU and the smallest KV cache"
     if v.smallest_gpu:
-        text += f"; the smallest GPU that holds {v.ctx_min:,} tokens with q8_0 KV and every layer is {v.smallest_gpu}"
+        text += (
+            f"; the smallest GPU that holds {v.ctx_min:,} tokens with q8_0 KV and every layer is "
+            f"{v.smallest_gpu}"
+        )
     return text
 
 
@@ -69,19 +72,23 @@ def _preset_tail(e: PresetEffect | None) -> str:
         return ""
     what = "saves" if e.saved_bytes >= 0 else "costs"
     return (
-        f"; -np {e.preset.n_parallel} instead of llama-server's {e.n_parallel_auto} automatic slots {what} "
-        f"{mib:,.0f} MiB"
+        f"; -np {e.preset.n_parallel} instead of llama-server's {e.n_parallel_auto} automatic "
+        f"slots {what} {mib:,.0f} MiB"
     )
 
 
 def verdict_text(v: Verdict, preset: PresetEffect | None = None) -> str:
-    """The verdict as one sentence (the `Verdict` line of plan and run); with --for, naming the preset."""
+    """The verdict as one sentence (the `Verdict` line of plan and run); with --for, naming the
+    preset."""
     if preset is not None:
         return f"{preset_text(preset)}: {verdict_text(v)}{_preset_tail(preset)}"
     if not v.fits:
         return _no_fit_text(v)
     fa = "on" if v.flash_attn else "off"
-    text = f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV, flash attention {fa}"
+    text = (
+        f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV, "
+        f"flash attention {fa}"
+    )
     if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
         text += " — the trained maximum" if v.trained_max else ""
     elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
@@ -91,7 +98,10 @@ def verdict_text(v: Verdict, preset: PresetEffect | None = None) -> str:
     if v.generation_tps is not None:
         text += "".join(_speed_cost(v.generation_tps[0], o) for o in v.speed_options)
     if v.smallest_gpu:
-        text += f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is {v.smallest_gpu}"
+        text += (
+            f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is "
+            f"{v.smallest_gpu}"
+        )
     return text
 
 
@@ -120,7 +130,8 @@ def _pair(p: tuple[float, float] | None) -> list[float] | None:
 
 
 def preset_json(e: PresetEffect | None) -> dict[str, Any] | None:
-    """`preset`: --for's name, slots, floor per slot, -ub values tried, and the bytes its -np saved."""
+    """`preset`: --for's name, slots, floor per slot, -ub values tried, and the bytes its -np
+    saved."""
     if e is None:
         return None
     p = e.preset
@@ -253,9 +264,10 @@ def mtp_lines(m: MtpEffect | None) -> list[str]:
         return []
     lo, hi = m.acceptance
     return [
-        f"MTP        generation up to x{m.speedup[0]:.2f}-x{m.speedup[1]:.2f} at {lo:.0%}-{hi:.0%} of "
-        f"{m.n_draft} drafted tokens accepted (a draft pass reads {m.draft_bytes / 2**20:,.1f} MiB, "
-        f"the verify batch {m.verify_bytes / 2**20:,.1f} MiB, one token {m.target_bytes / 2**20:,.1f} MiB)"
+        f"MTP        generation up to x{m.speedup[0]:.2f}-x{m.speedup[1]:.2f} at "
+        f"{lo:.0%}-{hi:.0%} of {m.n_draft} drafted tokens accepted (a draft pass reads "
+        f"{m.draft_bytes / 2**20:,.1f} MiB, the verify batch {m.verify_bytes / 2**20:,.1f} MiB, "
+        f"one token {m.target_bytes / 2**20:,.1f} MiB)"
     ]
 
 
@@ -296,8 +308,8 @@ def band_json(band: SpeedBand | None) -> dict[str, Any]:
 
 
 def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict[str, Any] | None:
-    """`speed`: generation_tps [full context, empty context], prompt_tps (rough), their bands, one turn's
-    seconds, and every input with its source."""
+    """`speed`: generation_tps [full context, empty context], prompt_tps (rough), their bands, one
+    turn's seconds, and every input with its source."""
     if est is None:
         return None
     return {
@@ -338,7 +350,9 @@ def _range(p: tuple[float, float]) -> str:
 
 
 def _seconds(x: float) -> str:
-    return f"{x:.2f}" if x < 1 else f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+    if x < 1:
+        return f"{x:.2f}"
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
 
 
 def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> list[str]:
@@ -346,7 +360,10 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
     if band is None:
         return []
     prompt = f"; prompt {_range(band.prompt)}" if band.prompt else ""
-    likely = f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} empty{prompt} tokens/s"
+    likely = (
+        f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} "
+        f"empty{prompt} tokens/s"
+    )
     if band.assumed:
         likely += " (assumed bandwidth)"
     texts = [likely]
@@ -354,8 +371,8 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
         context, prompt_tokens, generated = band.turn
         name = preset.preset.name if preset else "chat"
         texts.append(
-            f"one {name} turn (read {prompt_tokens:,} tokens, write {generated:,}, after {context:,}): "
-            f"{_seconds(band.turn_seconds[0])}-{_seconds(band.turn_seconds[1])} s"
+            f"one {name} turn (read {prompt_tokens:,} tokens, write {generated:,}, after "
+            f"{context:,}): {_seconds(band.turn_seconds[0])}-{_seconds(band.turn_seconds[1])} s"
         )
     return [line for t in texts for line in _indented(t)]
 
@@ -384,11 +401,15 @@ def speed_lines(
         "" if est.prompt_tps is None else f"; prompt ~{tps_text(est.prompt_tps)} tokens/s (rough)"
     )
     lines = [
-        f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty context){prompt}"
+        f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty "
+        f"context){prompt}"
     ]
     lines += band_lines(band, preset)
     for d in est.devices:
-        read = f"{(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
+        read = (
+            f"{(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-"
+            f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
+        )
         rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
         lines += _indented(f"{d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
@@ -407,13 +428,9 @@ def _short(source: str) -> str:
 
 
 def _tps(p: tuple[float, float] | None) -> str:
-    return (
-        "-"
-        if p is None
-        else f"{tps_text(p[0])}-{tps_text(p[1])}"
-        if p[1] < 100
-        else f"{p[0]:,.0f}+"
-    )
+    if p is None:
+        return "-"
+    return f"{tps_text(p[0])}-{tps_text(p[1])}" if p[1] < 100 else f"{p[0]:,.0f}+"
 
 
 def _hw_line(d: dict[str, Any]) -> str:
@@ -432,8 +449,10 @@ def to_text(
     preset: PresetEffect | None = None,
 ) -> str:
     lines = [
-        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
-        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
+        # the path alone: the wrapping of what follows never depends on it
+        f"Model      {printable(facts.path)}",
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained "
+        f"{facts.n_ctx_train:,} tokens",
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
@@ -465,8 +484,9 @@ def to_text(
 
 
 def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
-    """The trade-off table: -ngl/cpu-moe columns only with a GPU, tokens/s where bandwidths are known;
-    when every row reaches the same context at the same offload and speed, one row says it for all."""
+    """The trade-off table: -ngl/cpu-moe columns only with a GPU, tokens/s where bandwidths are
+    known; when every row reaches the same context at the same offload and speed, one row says it
+    for all."""
     rows = list(result.tradeoffs)
     speed = any(t.generation_tps for t in rows)  # the column only where bandwidths are known
     same = (
@@ -501,9 +521,10 @@ def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
 
 
 def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
-    """What a trade-off row changes against the pick (`tradeoffs[].vs_pick`): `pick` (this row is the
-    choice), `context_delta` (tokens per slot; null when either reaches none), `generation_tps_delta` (at
-    each one's full context; null without speeds), and the settings that differ (null: the same)."""
+    """What a trade-off row changes against the pick (`tradeoffs[].vs_pick`): `pick` (this row is
+    the choice), `context_delta` (tokens per slot; null when either reaches none),
+    `generation_tps_delta` (at each one's full context; null without speeds), and the settings that
+    differ (null: the same)."""
     if not v.fits or v.ctx_per_slot is None:
         return None
     fa = "on" if v.flash_attn else "off"
@@ -529,7 +550,8 @@ def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
 
 
 def vs_pick_text(d: dict[str, Any] | None, width: int) -> str:
-    """`pick`, or what the row changes: `-8,192 ctx, +33 t/s, K quantized` (as much as fits `width`)."""
+    """`pick`, or what the row changes: `-8,192 ctx, +33 t/s, K quantized` (as much as fits
+    `width`)."""
     if d is None:
         return ""
     if d["pick"]:
@@ -568,7 +590,8 @@ def serving_line(
     cpu_weights_bytes: int,
     url: str,
 ) -> str:
-    """`run`'s one line after Ready, like `ollama ps`: model, context and slots, where the weights are, URL."""
+    """`run`'s one line after Ready, like `ollama ps`: model, context and slots, where the weights
+    are, URL."""
     if n_seq <= 1:
         ctx = f"{n_ctx:,} tokens, 1 request at a time"
     elif kv_unified:
@@ -577,5 +600,7 @@ def serving_line(
         ctx = f"{n_seq} slots of {n_ctx // n_seq:,} tokens"
     total = gpu_weights_bytes + cpu_weights_bytes
     gpu = round(100 * gpu_weights_bytes / total) if total else 0
-    where = "100% GPU" if gpu == 100 else "100% CPU" if gpu == 0 else f"{gpu}%/{100 - gpu}% GPU/CPU"
+    where = f"{gpu}%/{100 - gpu}% GPU/CPU"
+    if gpu in (0, 100):
+        where = "100% GPU" if gpu == 100 else "100% CPU"
     return f"Serving    {model}, {ctx}, {where}, {url}"

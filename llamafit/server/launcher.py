@@ -47,7 +47,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def ensure_port_free(host: str, port: int) -> None:
     """Refuse a port something already listens on: a server already there would answer /health for
-    ours. SO_REUSEADDR as cpp-httplib and uvicorn set it, so a port in TIME_WAIT still counts as free."""
+    ours. SO_REUSEADDR as cpp-httplib and uvicorn set it, so a port in TIME_WAIT still counts as
+    free."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -64,13 +65,15 @@ def ensure_port_free(host: str, port: int) -> None:
 
 def _die_with_parent() -> None:
     """In the child before exec: ask Linux to SIGKILL it when llamafit dies, however it dies (a
-    server that ignores SIGTERM too: llamafit's own SIGINT/SIGTERM are forwarded, then escalated)."""
+    server that ignores SIGTERM too: llamafit's own SIGINT/SIGTERM are forwarded, then
+    escalated)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def die_with_parent() -> Callable[[], None] | None:
-    """preexec_fn for any child llamafit starts (servers, --help probes): on Linux, dies with llamafit."""
+    """preexec_fn for any child llamafit starts (servers, --help probes): on Linux, dies with
+    llamafit."""
     return _die_with_parent if sys.platform.startswith("linux") else None
 
 
@@ -81,13 +84,13 @@ class Child:
     proc: subprocess.Popen[str]
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=40))
     reader: threading.Thread | None = None
-    stop_requested: bool = (
-        False  # a SIGINT/SIGTERM to llamafit was forwarded (and may be escalated)
-    )
+    # a SIGINT/SIGTERM to llamafit was forwarded (and may be escalated)
+    stop_requested: bool = False
 
     def stop(self) -> int:
         """SIGINT (twice), then SIGTERM, then SIGKILL: the child is gone when this returns."""
-        # llama-server sometimes ignores a SIGINT that arrives just as it starts listening: ask twice
+        # llama-server sometimes ignores a SIGINT that arrives just as it starts listening: ask
+        # twice
         for sig, wait in (
             (signal.SIGINT, 5.0),
             (signal.SIGINT, STOP_GRACE_S),
@@ -178,8 +181,8 @@ def wait_healthy(
     headers: Mapping[str, str] | None = None,
     tick: Callable[[], None] | None = None,
 ) -> bool:
-    """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time runs out.
-    `tick` runs between polls (progress reporting)."""
+    """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time
+    runs out. `tick` runs between polls (progress reporting)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if tick:
@@ -229,7 +232,8 @@ def forwarding_signals(child: Child) -> Iterator[StopRequest]:
 
 
 def _escalate(proc: subprocess.Popen[str]) -> None:
-    """After a forwarded stop: SIGTERM after STOP_GRACE_S, SIGKILL 5 s later, unless it has exited."""
+    """After a forwarded stop: SIGTERM after STOP_GRACE_S, SIGKILL 5 s later, unless it has
+    exited."""
     for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(wait)

@@ -1,4 +1,5 @@
-"""Read a starting server's log, line by line: buffer sizes, KV caches, progress, readiness, failure.
+"""Read a starting server's log, line by line: buffer sizes, KV caches, progress, readiness,
+failure.
 
 Understands llama-server (llama.cpp 0c1e570 and later: `M.SS.mmm.uuu L ` prefix from common/log.cpp,
 libllama INFO lines only at `-lv 4`; `--log-jsonl` objects on stdout; older builds' plain lines and
@@ -7,10 +8,11 @@ lines on stderr, then uvicorn's `INFO:     Uvicorn running on http://…`). Pure
 
 Formats (llama.cpp 0c1e570): src/llama-model.cpp `load_tensors: %12s model buffer size = %8.2f MiB`,
 src/llama-context.cpp `llama_context: %10s  output buffer size = …` and `sched_reserve: %10s compute
-buffer size = …`, src/llama-kv-cache.cpp `llama_kv_cache: %10s KV buffer size = …` and `llama_kv_cache:
-size = %7.2f MiB (%6u cells, %3d layers, %2u/%u seqs), K (%s): %7.2f MiB, V (%s): %7.2f MiB`,
-src/llama-memory-recurrent.cpp `… RS buffer size = …`, tools/server/server.cpp `listening on %s`,
-common/fit.cpp `common_memory_breakdown_print` and its `fit_memory_breakdown` JSON twin.
+buffer size = …`, src/llama-kv-cache.cpp `llama_kv_cache: %10s KV buffer size = …` and
+`llama_kv_cache: size = %7.2f MiB (%6u cells, %3d layers, %2u/%u seqs), K (%s): %7.2f MiB, V (%s):
+%7.2f MiB`, src/llama-memory-recurrent.cpp `… RS buffer size = …`, tools/server/server.cpp
+`listening on %s`, common/fit.cpp `common_memory_breakdown_print` and its `fit_memory_breakdown`
+JSON twin.
 """
 
 from __future__ import annotations
@@ -35,19 +37,20 @@ _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 # loop` (2024-25); uvicorn: `Uvicorn running on http://… (Press CTRL+C to quit)`
 _READY = re.compile(r"(?:listening on|Uvicorn running on) (\S+)")
 _TABLE_DEVICE = re.compile(
-    r"\|\s+- (?P<name>.+?)\s+\|\s+(?P<total>\d+) = +(?P<free>\d+) \+ \((?P<self>\d+) = +(?P<model>\d+) \+ +"
-    r"(?P<context>\d+) \+ +(?P<compute>\d+)\) \+ +(?P<unaccounted>-?\d+) *\|"
+    r"\|\s+- (?P<name>.+?)\s+\|\s+(?P<total>\d+) = +(?P<free>\d+) \+ \((?P<self>\d+) = "
+    r"+(?P<model>\d+) \+ +(?P<context>\d+) \+ +(?P<compute>\d+)\) \+ +(?P<unaccounted>-?\d+) *\|"
 )
 _TABLE_HOST = re.compile(
-    r"\|\s+- (?P<name>.+?)\s+\|\s+(?P<self>\d+) = +(?P<model>\d+) \+ +(?P<context>\d+) \+ +(?P<compute>\d+) *\|"
+    r"\|\s+- (?P<name>.+?)\s+\|\s+(?P<self>\d+) = +(?P<model>\d+) \+ +(?P<context>\d+) \+ "
+    r"+(?P<compute>\d+) *\|"
 )
 
 # One-line failure diagnoses, most specific first; the rank lets a specific cause found later
 # (e.g. the cudaMalloc line) win over a generic "failed to load model" found earlier.
 _OOM = re.compile(
-    r"out of memory|OutOfMemory|out of device memory|ErrorOutOf(?:Device|Host)Memory|insufficient memory"
-    r"|(?:cuda|hip)Malloc failed|std::bad_alloc|Device memory allocation of size \d+ failed"
-    r"|failed to allocate (?:\S+ )?(?:buffer|compute|memory)|unable to allocate \S+ buffer",
+    r"out of memory|OutOfMemory|out of device memory|ErrorOutOf(?:Device|Host)Memory|insufficient "
+    r"memory|(?:cuda|hip)Malloc failed|std::bad_alloc|Device memory allocation of size \d+ "
+    r"failed|failed to allocate (?:\S+ )?(?:buffer|compute|memory)|unable to allocate \S+ buffer",
     re.IGNORECASE,
 )
 _MISSING = re.compile(
@@ -82,7 +85,8 @@ _PHASES = (
 
 @dataclass(frozen=True, slots=True)
 class KvCache:
-    """One `llama_kv_cache: size = …` line: per-stream cells, attention layers, sequences/streams."""
+    """One `llama_kv_cache: size = …` line: per-stream cells, attention layers,
+    sequences/streams."""
 
     size_mib: float
     cells: int
@@ -93,9 +97,8 @@ class KvCache:
     k_mib: float
     type_v: str
     v_mib: float
-    role: str | None = (
-        None  # "non-SWA" / "SWA" inside an iSWA cache (llama_kv_cache_iswa), else None
-    )
+    # "non-SWA" / "SWA" inside an iSWA cache (llama_kv_cache_iswa), else None
+    role: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,8 @@ class RecurrentCache:
 
 @dataclass(frozen=True, slots=True)
 class BreakdownRow:
-    """A row of common_memory_breakdown_print (MiB, truncated); free/total/unaccounted for devices only."""
+    """A row of common_memory_breakdown_print (MiB, truncated); free/total/unaccounted for devices
+    only."""
 
     kind: str  # "device" | "host" | "buffer_type"
     name: str
@@ -130,22 +134,25 @@ class Failure:
     line: str  # the log line it came from, prefix removed
 
 
+# common/log.cpp
 _JSON_LEVELS = {
     "info": "I",
     "warn": "W",
     "error": "E",
     "debug": "D",
     "trace": "T",
-}  # common/log.cpp
+}
+# failures are logged as E (or W), or without a prefix (argument errors)
 _QUIET_LEVELS = (
     "I",
     "D",
     "T",
-)  # failures are logged as E (or W), or without a prefix (argument errors)
+)
 _RANK = {"oom": 2, "model_missing": 2, "bad_flag": 2, "port_in_use": 2, "load_failed": 1}
 
 
-# tools/server/server-context.cpp, server_slot::print_timings and the slot's release ("stop processing")
+# tools/server/server-context.cpp, server_slot::print_timings and the slot's release ("stop
+# processing")
 _TIMING = re.compile(r"\btask (\d+) \| +(prompt eval|eval) time = +([\d.]+) ms / +(\d+) tokens")
 MAX_PENDING, MAX_SERVED = 64, 4096  # a long-running server keeps only its latest requests' timings
 _RELEASE = re.compile(r"\btask (\d+) \| stop processing: n_tokens = (\d+)")
@@ -272,7 +279,8 @@ class LogWatcher:
         return True
 
     def _message(self, msg: str, level: str | None) -> None:
-        # D lines come from --fit's dry-run probes (common/fit.cpp demotes them); they would count twice
+        # D lines come from --fit's dry-run probes (common/fit.cpp demotes them); they would count
+        # twice
         if level != "D":
             self._sizes(msg)
         self._phase(msg)
@@ -357,7 +365,8 @@ class LogWatcher:
                 self._progress = phase
 
     def _breakdown(self, msg: str) -> None:
-        """Text tables (common_memory_breakdown_print); with --log-jsonl the JSON twin is used instead."""
+        """Text tables (common_memory_breakdown_print); with --log-jsonl the JSON twin is used
+        instead."""
         if "memory_breakdown_print" not in msg or self._jsonl:
             return
         if "memory breakdown [MiB]" in msg:

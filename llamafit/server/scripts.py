@@ -66,7 +66,8 @@ class LaunchSpec:
         for context, mib in self.ladder:
             if context <= 0 or not mib or min(mib) < 0 or len(mib) != len(self.ladder[0][1]):
                 raise InputError(
-                    f"context ladder rung ({context}, {mib} MiB) is not a context and a size per GPU"
+                    f"context ladder rung ({context}, {mib} MiB) is not a context and a size "
+                    "per GPU"
                 )
         for text in _texts(self):
             if any(ch in text for ch in _BREAKS):
@@ -88,9 +89,8 @@ class _Raw(str):
 
 
 def _canon(flag: str) -> str:
-    return (
-        flag.replace("_", "-") if flag.startswith("--") else flag
-    )  # arg.cpp does this to "--" flags
+    # arg.cpp does this to "--" flags
+    return flag.replace("_", "-") if flag.startswith("--") else flag
 
 
 def _groups(args: Sequence[str]) -> list[Group]:
@@ -131,21 +131,27 @@ def _summary(spec: LaunchSpec, comment: str) -> str:
     devices = ", ".join(f"{device} {mib} MiB" for device, mib in spec.predicted_mib) or "none"
     build = spec.llama_build or "unknown"
     return (
-        f"{comment} Planned by llamafit for {spec.name}: context {spec.n_ctx}, llama.cpp build {build}.\n"
+        f"{comment} Planned by llamafit for {spec.name}: context {spec.n_ctx}, llama.cpp build "
+        f"{build}.\n"
         f"{comment} Predicted GPU memory: {devices}.\n"
     )
 
 
 def _plain_or(text: str, placeholder: str) -> str:
-    """`text` when it is safe inside a one-line comment (letters, digits, . _ : -), else a placeholder."""
+    """`text` when it is safe inside a one-line comment (letters, digits, . _ : -), else a
+    placeholder."""
     return text if re.fullmatch(r"[\w.:-]+", text, flags=re.ASCII) else placeholder
 
 
 def _verify_hint(spec: LaunchSpec, comment: str) -> str:
-    """How to prove the deployed server survives a prompt that fills its context (README: "verified")."""
+    """How to prove the deployed server survives a prompt that fills its context (README:
+    "verified")."""
     host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
     host = f"[{host}]" if ":" in host else host
-    return f"{comment} After it starts, prove a full context once: llamafit check --verify http://{host}:{spec.port}\n"
+    return (
+        f"{comment} After it starts, prove a full context once: llamafit check --verify "
+        f"http://{host}:{spec.port}\n"
+    )
 
 
 # --- POSIX sh -------------------------------------------------------------------------------
@@ -158,10 +164,10 @@ if [ -z "${{LLAMAFIT_HOST:-}}" ]; then LLAMAFIT_HOST={host}; fi
 if [ -z "${{LLAMAFIT_PORT:-}}" ]; then LLAMAFIT_PORT={port}; fi
 """
 
-# The ladder's MiB are per GPU, in the plan's order (CUDA0, CUDA1, …: CUDA_VISIBLE_DEVICES's order), so
-# the guard reads one free figure per GPU the server sees: nvidia-smi --id takes CUDA_VISIBLE_DEVICES's
-# indices or UUIDs and prints them in its own order (PCI order, as CUDA does with
-# CUDA_DEVICE_ORDER=PCI_BUS_ID). A rung fits only when every GPU has its share free.
+# The ladder's MiB are per GPU, in the plan's order (CUDA0, CUDA1, …: CUDA_VISIBLE_DEVICES's order),
+# so the guard reads one free figure per GPU the server sees: nvidia-smi --id takes
+# CUDA_VISIBLE_DEVICES's indices or UUIDs and prints them in its own order (PCI order, as CUDA does
+# with CUDA_DEVICE_ORDER=PCI_BUS_ID). A rung fits only when every GPU has its share free.
 _SH_GUARD = """
 # Guard: the largest planned context whose memory fits the free memory of every GPU (those of
 # CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists). Once the server is up, prove it survives
@@ -211,7 +217,8 @@ def _guard(spec: LaunchSpec, groups: list[Group]) -> str:
     _set_value(groups, _CTX, _Raw('"$LLAMAFIT_CTX"'))
     ladder = [(ctx, " ".join(map(str, mib))) for ctx, mib in sorted(spec.ladder, reverse=True)]
     rungs = "\n".join(
-        f'  {"elif" if i else "if"} [ -z "$(llamafit_short {shlex.quote(mib)})" ]; then LLAMAFIT_CTX={ctx}'
+        f'  {"elif" if i else "if"} [ -z "$(llamafit_short {shlex.quote(mib)})" ]; then '
+        f"LLAMAFIT_CTX={ctx}"
         for i, (ctx, mib) in enumerate(ladder)
     )
     ctx, mib = ladder[-1]
@@ -304,7 +311,8 @@ def render_llama_swap(spec: LaunchSpec) -> str:
     lines = [
         "# llama-swap model entry written by llamafit; merge it into the models: of config.yaml",
         "# After deploying, prove a full context once through llama-swap's upstream route:",
-        f"#   llamafit check --verify http://LLAMA_SWAP_HOST:PORT/upstream/{_plain_or(spec.name, 'MODEL')}",
+        "#   llamafit check --verify http://LLAMA_SWAP_HOST:PORT/upstream/"
+        f"{_plain_or(spec.name, 'MODEL')}",
         "models:",
         f"  {_yaml_str(spec.name)}:",
         f"    cmd: {_yaml_str(cmd)}",
@@ -386,7 +394,8 @@ def _ini_options(spec: LaunchSpec) -> dict[str, str]:
 
 
 def render_models_ini(spec: LaunchSpec) -> str:
-    """A `[name]` section for `llama-server --models-preset FILE` (the router owns host and port)."""
+    """A `[name]` section for `llama-server --models-preset FILE` (the router owns host and
+    port)."""
     if (
         not spec.name.strip()
         or spec.name != spec.name.strip()
@@ -523,14 +532,16 @@ def swap_groups(sets: Sequence[Sequence[str]]) -> list[tuple[str, bool, list[str
 def render_llama_swap_many(
     entries: Sequence[Entry], sets: Sequence[Sequence[str]], *, host: str = "127.0.0.1"
 ) -> str:
-    """One llama-swap config.yaml (its documented schema: macros, models.<id>.cmd/proxy/ttl/metadata,
-    groups.<id>.swap/exclusive/members); llama-swap assigns ${PORT}."""
+    """One llama-swap config.yaml (its documented schema: macros,
+    models.<id>.cmd/proxy/ttl/metadata, groups.<id>.swap/exclusive/members); llama-swap assigns
+    ${PORT}."""
     programs = sorted({e.argv[0] for e in entries})
     macros = {
         p: f"server{i + 1}" if len(programs) > 1 else "llama-server" for i, p in enumerate(programs)
     }
     lines = [
-        "# llama-swap config written by llamafit: every model fitted; groups from the GPU memory each needs",
+        "# llama-swap config written by llamafit: every model fitted; groups from the GPU "
+        "memory each needs",
         "macros:",
     ]
     lines += [f"  {_yaml_str(m)}: {_yaml_str(p)}" for p, m in macros.items()]

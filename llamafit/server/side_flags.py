@@ -26,7 +26,8 @@ _DRAFT_CMOE = ("-cmoed", "--cpu-moe-draft", "--spec-draft-cpu-moe")
 _DRAFT_CTX = ("-cd", "--ctx-size-draft")  # older builds only
 _SPEC_TYPE = ("--spec-type",)
 _DRAFT_N_MAX = ("--spec-draft-n-max",)  # --draft-max/--draft-n are accepted and ignored at 0c1e570
-# --spec-ngram-*-size-m and -n-max: the most tokens each ngram speculator drafts (common/common.h defaults)
+# --spec-ngram-*-size-m and -n-max: the most tokens each ngram speculator drafts (common/common.h
+# defaults)
 _NGRAM_SIZE = {
     "--spec-ngram-simple-size-m": "ngram-simple",
     "--spec-ngram-map-k-size-m": "ngram-map-k",
@@ -61,9 +62,8 @@ SIDE_FLAGS = frozenset(
     + _IMAGE_MIN
     + _IMAGE_MAX
 )
-MODELLED = frozenset(
-    _DRAFT_MODEL + _MMPROJ + _MMPROJ_URL
-)  # side models counted (others are warned about)
+# side models counted (others are warned about)
+MODELLED = frozenset(_DRAFT_MODEL + _MMPROJ + _MMPROJ_URL)
 _VALUELESS = frozenset(
     _DRAFT_CMOE + _NO_MMPROJ + _MMPROJ_OFFLOAD + _NO_MMPROJ_OFFLOAD + ("--mmproj-auto",)
 )
@@ -149,8 +149,9 @@ _BY_FLAG: dict[str, str] = {
 
 
 def parse_side_flags(tokens: Sequence[str], env: Mapping[str, str] | None = None) -> SideFlags:
-    """The side-model flags among llama-server's flags (the parser's passthrough list, or a whole argv;
-    other flags are skipped with the value they take). The environment applies first, flags after."""
+    """The side-model flags among llama-server's flags (the parser's passthrough list, or a whole
+    argv; other flags are skipped with the value they take). The environment applies first, flags
+    after."""
     values: dict[str, Any] = {}
     for name, key in _ENV.items():
         if env and name in env:
@@ -194,18 +195,22 @@ def side_flag_tokens(tokens: Sequence[str]) -> list[str]:
 
 
 def _side_arity(flag: str, rest: Sequence[str]) -> int:
-    """A side flag takes the value it is given (-cd of older builds too); others llama-server's arity."""
+    """A side flag takes the value it is given (-cd of older builds too); others llama-server's
+    arity."""
     return 1 if flag in _BY_FLAG or flag in _DRAFT_DEV or flag in _DRAFT_OT else arity(flag) or 0
 
 
 def _carried_arity(flag: str, rest: Sequence[str]) -> int:
-    return 0 if flag in _VALUELESS else 1 if flag in SIDE_FLAGS else arity(flag) or 0
+    if flag in _VALUELESS:
+        return 0
+    return 1 if flag in SIDE_FLAGS else arity(flag) or 0
 
 
 def launch_tokens(passthrough: Sequence[str], resident: Sequence[SideUsage]) -> list[str]:
     """The llama-server flags to launch with, from the user's and the side models the plan keeps
-    (a breakdown's side_models): `--mmproj auto` resolved to the file, --no-mmproj-offload added when
-    the plan moved the projector to the CPU, the flags of side models the plan left out removed."""
+    (a breakdown's side_models): `--mmproj auto` resolved to the file, --no-mmproj-offload added
+    when the plan moved the projector to the CPU, the flags of side models the plan left out
+    removed."""
     kinds = {u.kind: u for u in resident}
     proj, draft = kinds.get("mmproj"), kinds.get("draft")
     out: list[str] = []
@@ -230,10 +235,11 @@ def launch_tokens(passthrough: Sequence[str], resident: Sequence[SideUsage]) -> 
         elif draft is not None:  # the draft model's own flags
             out += group
     if proj is not None and not any(f in out for f in ("-mm", "--mmproj", "-mmu", "--mmproj-url")):
+        # found next to the model (plan, run and script use it by default)
         out += [
             "--mmproj",
             proj.path,
-        ]  # found next to the model (plan, run and script use it by default)
+        ]
     if (
         proj is not None
         and dict(proj.details).get("offload") == "off"

@@ -3,8 +3,8 @@
 Supervision returns events; `report/run.py` words them. The events: `Started` (the pid), `Phase`
 (the loading phase the log shows), `LoadTimedOut` (with the phase it was in), `VerifyProgress`
 (tokens done of planned during `run --verify`, from the server's GET /slots), `Exited` (the exit
-code, or the signal that killed it, with the last lines of its log) and `Stopped` (llamafit was asked
-to stop: SIGINT or SIGTERM).
+code, or the signal that killed it, with the last lines of its log) and `Stopped` (llamafit was
+asked to stop: SIGINT or SIGTERM).
 """
 
 from __future__ import annotations
@@ -116,9 +116,10 @@ def phase_events(
     return tick
 
 
-# --- run --verify: progress from the server's GET /slots ---------------------------------------------
-# tools/server/server-context.cpp server_slot::to_json: each slot's is_processing, n_prompt_tokens_processed
-# (the prompt tokens whose batches are done) and next_token[0].n_decoded (tokens generated)
+# --- run --verify: progress from the server's GET /slots
+# --------------------------------------------- tools/server/server-context.cpp
+# server_slot::to_json: each slot's is_processing, n_prompt_tokens_processed (the prompt tokens
+# whose batches are done) and next_token[0].n_decoded (tokens generated)
 
 
 def slot_progress(slots: object) -> int | None:
@@ -155,7 +156,8 @@ VERIFY_EVERY_S = 10.0
 
 
 class SlotsWatch:
-    """While a long request runs, poll GET /slots and emit VerifyProgress every `every_s` (a thread)."""
+    """While a long request runs, poll GET /slots and emit VerifyProgress every `every_s` (a
+    thread)."""
 
     def __init__(
         self,

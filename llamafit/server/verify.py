@@ -1,13 +1,14 @@
-"""`--verify`: prove a running llama-server survives a prompt that fills the planned context (an edge:
-HTTP to the server on loopback, NVML/sysfs for device memory).
+"""`--verify`: prove a running llama-server survives a prompt that fills the planned context (an
+edge: HTTP to the server on loopback, NVML/sysfs for device memory).
 
 After the server is Ready, one request sends a prompt of exactly `n_ctx_slot - n_predict` tokens
-(token ids from the server's own /tokenize of generated text, so no tokenizer guesswork) and asks for
-`n_predict` more. This is when llama.cpp first uses the whole KV cache and its largest attention
+(token ids from the server's own /tokenize of generated text, so no tokenizer guesswork) and asks
+for `n_predict` more. This is when llama.cpp first uses the whole KV cache and its largest attention
 buffers: allocation failures the load did not show (the CUDA pool, cuBLAS workspaces, a driver that
 overcommitted) appear here. Measured: the server's timings (time to first token = its prompt time,
 prompt and generation tokens/s), the device memory in use where the driver tells (NVML per process,
-amdgpu sysfs per card), the server's resident host memory, and whether it is still alive and healthy.
+amdgpu sysfs per card), the server's resident host memory, and whether it is still alive and
+healthy.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def filler_tokens(url: str, n: int, headers: Mapping[str, str]) -> list[int]:
 def device_memory(
     pid: int | None, sysfs: str = "/sys/class/drm"
 ) -> tuple[tuple[DeviceMemory, ...], str | None]:
-    """Device memory in use: NVML's per-process figure for `pid`, else amdgpu's per card; (readings, why none)."""
+    """Device memory in use: NVML's per-process figure for `pid`, else amdgpu's per card; (readings,
+    why none)."""
     found: list[DeviceMemory] = []
     try:
         import pynvml
@@ -200,7 +202,8 @@ def device_memory(
         return tuple(found), None
     return (
         (),
-        "no GPU memory reading: neither NVML nor amdgpu sysfs reports a device (CPU only or another driver)",
+        "no GPU memory reading: neither NVML nor amdgpu sysfs reports a device (CPU only or "
+        "another driver)",
     )
 
 
@@ -250,7 +253,10 @@ def verify(
         with watch:
             data = _post(url + "/completion", body, headers, timeout_s or max(300.0, n_prompt / 10))
     except urllib.error.HTTPError as e:
-        failure = f"the server answered HTTP {e.code}: {e.read(2000).decode('utf-8', 'replace').strip()[:300]}"
+        failure = (
+            f"the server answered HTTP {e.code}: "
+            f"{e.read(2000).decode('utf-8', 'replace').strip()[:300]}"
+        )
     except (OSError, ValueError) as e:
         failure = f"no answer to the full-context request ({e})"
     wall = time.monotonic() - t0
@@ -289,12 +295,13 @@ def verify_lines(r: VerifyResult) -> list[str]:
     lines = []
     if r.ok:
         lines.append(
-            f"Verified   {r.n_prompt:,} prompt tokens + {r.n_predicted} generated in a {r.n_ctx_slot:,}-token slot"
+            f"Verified   {r.n_prompt:,} prompt tokens + {r.n_predicted} generated in a "
+            f"{r.n_ctx_slot:,}-token slot"
         )
         if r.ttft_s is not None and r.prompt_tps and r.generation_tps:
             lines.append(
-                f"           time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s prompt); "
-                f"generation {r.generation_tps:,.1f} tokens/s at a full context"
+                f"           time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s "
+                f"prompt); generation {r.generation_tps:,.1f} tokens/s at a full context"
             )
     else:
         lines.append(f"Failed     the full-context request: {r.failure}")

@@ -22,8 +22,8 @@ CUDA0      24,576  18,508   4,352      0     244       0   1,024  24,128     448
 CPU        65,536     418       0      0      72       2       0     492  65,044"""
     )
     assert lf.verdict_text(result.verdict) == (
-        "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the trained "
-        "maximum"
+        "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on "
+        "— the trained maximum"
     )
     assert lf.server_argv(facts.path, result.choice.cfg, result.choice.rc)[3:] == [
         "-c",
@@ -49,13 +49,13 @@ def test_solve_check_a_config_and_catch_no_fit() -> None:
     facts = lf.build_facts(lf.read_model(QWEN))
     target = lf.make_target(facts, "12GiB")
     choice = lf.solve(target, lf.LaunchConfig(), lf.Policy(kv="q4_0", ctx=4096))
+    # op offload: room for one host weight
     assert (choice.ctx, choice.rc.n_gpu_layers) == (
         4096,
         37,
-    )  # op offload: room for one host weight
-    assert not target.fits(
-        lf.with_given(choice.cfg, n_gpu_layers=choice.rc.n_gpu_layers + 1)
-    )  # and no more
+    )
+    # and no more
+    assert not target.fits(lf.with_given(choice.cfg, n_gpu_layers=choice.rc.n_gpu_layers + 1))
     rc = lf.resolve(choice.cfg, facts)
     assert lf.MemoryModel(facts).estimate(rc, target.gpus, target.host).fits
     try:
@@ -81,7 +81,8 @@ def test_all_names_resolve_and_import_llamafit_stays_cheap() -> None:
 
 
 def test_make_target_reads_gpus_the_way_the_gpu_option_does() -> None:
-    """One parser for `--gpu` and the API's GPU string: sizes, catalog names, counts, the same errors."""
+    """One parser for `--gpu` and the API's GPU string: sizes, catalog names, counts, the same
+    errors."""
     from llamafit.machine.hardware import device_specs, parse_gpu_option
 
     facts = lf.build_facts(lf.read_model(QWEN))

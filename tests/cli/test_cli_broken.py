@@ -17,7 +17,8 @@ CASES = [
     ("bad-alignment", " at byte 251: general.alignment 48 is not a power of 2"),
     (
         "bad-block-size",
-        " at byte 218: tensor 'blk.0.w' of type Q4_0 has 10 elements per row, not a multiple of the block size 32",
+        " at byte 218: tensor 'blk.0.w' of type Q4_0 has 10 elements per row, not a multiple "
+        "of the block size 32",
     ),
     ("bad-tensor-offset", " at byte 257: tensor 'blk.0.w' has data offset 64, expected 0"),
     (
@@ -26,14 +27,16 @@ CASES = [
     ),
     (
         "data-out-of-bounds",
-        " at byte 288: tensor data out of bounds: 'blk.0.attn_norm.weight' ends at byte 416 but the file has 316 bytes",
+        " at byte 288: tensor data out of bounds: 'blk.0.attn_norm.weight' ends at byte 416 "
+        "but the file has 316 bytes",
     ),
     ("duplicate-key", " at byte 218: duplicate key 'llama.block_count'"),
     ("duplicate-tensor", " at byte 272: duplicate tensor name 'blk.0.attn_norm.weight'"),
     ("empty", ": the file is empty"),
     (
         "huge-array",
-        " at byte 238: array of 4611686018427387904 items in the value of 'test.arr' exceeds the 0 bytes left",
+        " at byte 238: array of 4611686018427387904 items in the value of 'test.arr' exceeds "
+        "the 0 bytes left",
     ),
     (
         "huge-kv-count",
@@ -41,7 +44,8 @@ CASES = [
     ),
     (
         "huge-string",
-        " at byte 242: string length 9223372036854775808 in the value of 'general.name' exceeds the 1 bytes left",
+        " at byte 242: string length 9223372036854775808 in the value of 'general.name' "
+        "exceeds the 1 bytes left",
     ),
     (
         "huge-tensor-count",
@@ -53,7 +57,8 @@ CASES = [
     ("too-many-dims", " at byte 218: tensor 'blk.0.w' has 5 dimensions (at most 4)"),
     (
         "truncated-in-kv",
-        " at byte 214: file ends while reading the value of 'llama.attention.head_count' (1 bytes left)",
+        " at byte 214: file ends while reading the value of 'llama.attention.head_count' (1 "
+        "bytes left)",
     ),
     (
         "truncated-in-tensor-info",

@@ -48,9 +48,8 @@ def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    verdict = next(
-        i for i, line in enumerate(lines) if line.startswith("Verdict")
-    )  # the Model line may wrap
+    # the Model line may wrap
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))
     assert lines[verdict : verdict + 2] == [
         "Verdict    does not fit: CUDA0 short by 23 MiB",
         "Way out    16,640 tokens per slot fit with the current settings",
@@ -90,7 +89,8 @@ def test_cpu_only() -> None:
     [
         (
             [DENSE, "--gpu", "lots"],
-            f"Error: unknown GPU 'lots'; known: {', '.join(e.key for e in CATALOG)} (or give a size such as 24GiB)",
+            f"Error: unknown GPU 'lots'; known: {', '.join(e.key for e in CATALOG)} (or give "
+            "a size such as 24GiB)",
         ),
         (
             [DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off"],
@@ -98,7 +98,8 @@ def test_cpu_only() -> None:
         ),
         (
             [DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"],
-            "Error: -ctk expects one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, got 'q3_k'",
+            "Error: -ctk expects one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, "
+            "got 'q3_k'",
         ),
         (
             [str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"],
@@ -114,16 +115,16 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
 
 
 def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit.commands import prepare as prepare_module
+    from llamafit.machine import pick
     from llamafit.machine.devices import DeviceSpec, host
     from llamafit.machine.hardware import GPUInfo, Hardware
+    from llamafit.server import find
 
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 8 << 30, 6 << 30), "Test GPU", 0)
     fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")
-    monkeypatch.setattr(prepare_module, "_default_detect", lambda env: fake)
-    monkeypatch.setattr(
-        prepare_module, "local_server", lambda env: None
-    )  # no llama-server: detection is the default
+    monkeypatch.setattr(pick, "default_detect", lambda env: fake)
+    # no llama-server: detection is the default
+    monkeypatch.setattr(find, "local_server", lambda env: None)
     d = json.loads(check(DENSE, "--json", "--", "-c", "4096").stdout)
     assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [
         ("CUDA0", 6 << 30),

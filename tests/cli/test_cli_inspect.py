@@ -94,9 +94,8 @@ def test_json_for_the_real_gemma(demo_path: Path) -> None:
         "bytes_per_token_full": 3072,
         "bytes_per_token_swa": 15360,
     }
-    assert (
-        d["kv_cost_per_1000_tokens"]["q8_0"]["bytes_per_token_full"] == 3 * 2 * 272
-    )  # 8 blocks of 34 bytes
+    # 8 blocks of 34 bytes
+    assert d["kv_cost_per_1000_tokens"]["q8_0"]["bytes_per_token_full"] == 3 * 2 * 272
     assert d["weights"]["total_bytes"] == 246587904
     assert (
         sum(d["weights"]["by_role"].values())

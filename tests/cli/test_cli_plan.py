@@ -67,12 +67,11 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "cause": None,
         "pinned_ngl": None,
         "preset": None,
-        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the "
-        "trained maximum",
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash "
+        "attention on — the trained maximum",
     }
-    assert (
-        130 < d["mib_per_1000_tokens"] < 140
-    )  # 136 KiB per token of q8_0 KV, plus the compute slope
+    # 136 KiB per token of q8_0 KV, plus the compute slope
+    assert 130 < d["mib_per_1000_tokens"] < 140
 
 
 def test_pinned_flags_after_double_dash_are_kept_and_passed_through() -> None:
@@ -103,7 +102,8 @@ def test_bad_policy_input_is_exit_2() -> None:
 
 
 def test_plan_json_speed_for_a_catalog_card() -> None:
-    """A catalog card has a bandwidth: speed.generation_tps [full, empty], prompt_tps, inputs with sources."""
+    """A catalog card has a bandwidth: speed.generation_tps [full, empty], prompt_tps, inputs with
+    sources."""
     d = json.loads(plan(QWEN, "--gpu", "rtx4090", "--json").stdout)
     speed = d["speed"]
     low, high = speed["generation_tps"]

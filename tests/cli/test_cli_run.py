@@ -110,7 +110,8 @@ def test_json_needs_dry_run(tmp_path: Path) -> None:
 def test_run_solves_the_plan_once(
     mode: list[str], tmp_path: Path, fixed_host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """--dry-run, and a launch (the stand-in server exits at once, so there is no out-of-memory retry)."""
+    """--dry-run, and a launch (the stand-in server exits at once, so there is no out-of-memory
+    retry)."""
     from llamafit.fit import explain
 
     calls: list[int] = []
@@ -126,9 +127,8 @@ def test_run_solves_the_plan_once(
     assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
     assert len(calls) == 1
     last_call = (tmp_path / "bin" / "calls.log").read_text().splitlines()[-1]
-    assert last_call == (
-        "--list-devices" if mode == ["--dry-run"] else "-m"
-    )  # the launch started the stand-in
+    # the launch started the stand-in
+    assert last_call == ("--list-devices" if mode == ["--dry-run"] else "-m")
 
 
 @pytest.mark.parametrize("mode", [["--dry-run"], ["--port", "18902"]])

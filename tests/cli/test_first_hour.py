@@ -232,13 +232,12 @@ def test_the_scale_is_a_note_with_its_source_only_for_the_same_model_class(tmp_p
     env = _with_records(tmp_path, GOOD_GPU)
     text = invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
     note = (
-        f"Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models on "
-        f"CUDA0 ({tmp_path / 'calibration.jsonl'})"
+        "Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models "
+        f"on CUDA0 ({tmp_path / 'calibration.jsonl'})"
     )
     assert unwrapped(text).splitlines()[-1] == note
-    assert (
-        "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
-    )  # qwen2
+    # qwen2
+    assert "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
     exact = _with_records(tmp_path, EXACT_GPU)
     assert "Note" not in invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=exact).stdout
 
@@ -389,7 +388,8 @@ def test_a_port_in_use_is_exit_2_before_anything_starts() -> None:
         result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--port", str(port))
     assert (result.exit_code, result.stderr.splitlines()[-1]) == (
         2,
-        f"Error: --port {port}: 127.0.0.1:{port} is already in use; stop what listens there or use --port auto",
+        f"Error: --port {port}: 127.0.0.1:{port} is already in use; stop what listens there "
+        "or use --port auto",
     )
     assert "Started" not in result.output
 
@@ -442,9 +442,8 @@ def test_output_fits_80_columns(args: list[str]) -> None:
         if "/" in arg:
             output = output.replace(arg, "model.gguf")
     lines = [line.removesuffix(" \\") for line in output.splitlines()]
-    long = [
-        line for line in lines if len(line) > 80 and " " in line[11:].strip()
-    ]  # one long path may
+    # one long path may
+    long = [line for line in lines if len(line) > 80 and " " in line[11:].strip()]
     assert long == []
 
 
@@ -510,7 +509,10 @@ def test_device_table() -> None:
 def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: bool) -> None:
     from llamafit.report.colour import paint, use_colour
 
-    text = "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short by 1 MiB\nModel  x"
+    text = (
+        "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short "
+        "by 1 MiB\nModel  x"
+    )
     painted = paint(text) if use_colour(tty, env) else text
     assert ("\x1b[" in painted) == coloured
     if coloured:
@@ -649,7 +651,7 @@ def test_unified_kv_and_recurrent_models_are_said_plainly() -> None:
     assert "no KV cache (recurrent)" in mamba
 
 
-# ---- the README's main command and first request, as scripts/check_readme.py runs them ----
+# ---- the README's main command and first request, as scripts/audit/check_readme.py runs them ----
 
 
 def test_readme_main_command_and_first_request_parse() -> None:

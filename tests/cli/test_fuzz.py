@@ -1,5 +1,6 @@
-"""A small seeded subset of scripts/fuzz.py (issue #16): no tracebacks, no exit codes beyond 0/1/2,
-every failure one line. Timing and RSS targets are the script's to print, not a unit test's."""
+"""A small seeded subset of scripts/fuzz/fuzz.py (issue #16): no tracebacks, no exit codes beyond
+0/1/2, every failure one line. Timing and RSS targets are the script's to print, not a unit
+test's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Hostile input (issue #16): each finding reproduced, each failure one line `Error: …` and exit 2."""
+"""Hostile input (issue #16): each finding reproduced, each failure one line `Error: …` and exit
+2."""
 
 from __future__ import annotations
 
@@ -155,7 +156,8 @@ NUMBER_CASES = [
     (
         ["plan", _M, "--gpu", "8GiB", "--ctx", "99999999999"],
         {},
-        "Error: Invalid value for '--ctx': 99999999999 is not in the range 256<=x<=2147483647 (see cli plan -h)\n",
+        "Error: Invalid value for '--ctx': 99999999999 is not in the range 256<=x<=2147483647 "
+        "(see cli plan -h)\n",
     ),
     (
         ["plan", _M, "--gpu", "8GiB", "--rpc", "h:1=1GiB,h:1=2GiB"],
@@ -216,13 +218,14 @@ OT_CASES = [
     (
         "(blk|ffn)+x=CPU",
         (
-            "Error: -ot regex '(blk|ffn)+x' is too expensive to match (alternatives inside a quantified "
-            "group: exponential backtracking)\n"
+            "Error: -ot regex '(blk|ffn)+x' is too expensive to match (alternatives inside a "
+            "quantified group: exponential backtracking)\n"
         ),
     ),
     (
         ".*a.*b.*c.*d=CPU",
-        "Error: -ot regex '.*a.*b.*c.*d' is too expensive to match (4 unbounded repeats; at most 3)\n",
+        "Error: -ot regex '.*a.*b.*c.*d' is too expensive to match (4 unbounded repeats; at "
+        "most 3)\n",
     ),
     ("(?i)BLK=CPU", "Error: -ot regex '(?i)BLK': '(?i' is not std::regex (ECMAScript) syntax\n"),
     (r"\Ablk=CPU", "Error: -ot regex '\\Ablk': '\\A' is not std::regex (ECMAScript) syntax\n"),
@@ -296,8 +299,8 @@ def test_a_damaged_calibration_record_is_skipped_with_a_note(
     assert (code, err) == (0, "")
     text = " ".join(out.split())
     assert (
-        f"compute buffers scaled by 1.100: the median of 1 earlier run of llama models on CUDA0 ({path})"
-        in text
+        "compute buffers scaled by 1.100: the median of 1 earlier run of llama models on "
+        f"CUDA0 ({path})" in text
     )
     assert f"calibration: skipped 1 damaged record(s) in {path} ({problem})" in text
 
@@ -366,10 +369,11 @@ def test_cache_writes_are_private_and_never_follow_a_planted_link(tmp_path: Path
     with pytest.raises(UnsafeFile, match="is a symbolic link"):
         write_atomic(cache / "b.json", b"{}")
     assert victim.read_text() == "theirs\n"
+    # no temp file left behind
     assert sorted(p.name for p in cache.iterdir()) == [
         "a.json",
         "b.json",
-    ]  # no temp file left behind
+    ]
 
 
 @pytest.mark.parametrize(
@@ -429,8 +433,8 @@ def test_api_key_file_is_a_small_regular_file(tmp_path: Path, kind: str) -> None
     [  # a budget the header cannot fit in fails before the read; one it might fit in, at the budget
         (
             "huge-vocab",
-            "at byte 263: the value of 'tokenizer.ggml.tokens' needs at least 8,796,093,022,208 more "
-            "bytes, more than the 67,108,864 bytes left of this source's header budget",
+            "at byte 263: the value of 'tokenizer.ggml.tokens' needs at least 8,796,093,022,208 "
+            "more bytes, more than the 67,108,864 bytes left of this source's header budget",
             1024,
             1,
         ),
@@ -590,7 +594,8 @@ def test_systemd_refuses_a_tab_in_the_server_path() -> None:
     )
     assert (code, err) == (
         2,
-        "Error: systemd output refused: /opt/a\\tb/llama-server contains the control character \\t; rename it\n",
+        "Error: systemd output refused: /opt/a\\tb/llama-server contains the control "
+        "character \\t; rename it\n",
     )
 
 
@@ -617,7 +622,8 @@ def test_terminal_escapes_from_a_model_are_printed_escaped(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("flag", ["-ncmoe", "-ncffn"])
 def test_cpu_moe_and_ffn_counts_beyond_the_model_are_bounded(flag: str) -> None:
-    """Found by scripts/fuzz.py: -ncmoe 2147483647 built 2**31 override rules (minutes, gigabytes)."""
+    """Found by scripts/fuzz/fuzz.py: -ncmoe 2147483647 built 2**31 override rules (minutes,
+    gigabytes)."""
     code, out, err = _invoke("check", _M, "--gpu", "8GiB", "--", flag, "2147483647")
     assert (code, err) == (0, "")
     assert "Verdict" in out

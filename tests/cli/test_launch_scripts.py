@@ -1,4 +1,5 @@
-"""Launch configs: exact text for a simple plan, and round trips through the real consumers' syntax."""
+"""Launch configs: exact text for a simple plan, and round trips through the real consumers'
+syntax."""
 
 from __future__ import annotations
 
@@ -30,9 +31,8 @@ from llamafit.server.scripts import (
 )
 
 SH = shutil.which("sh") or "/bin/sh"
-SHELLS = sorted(
-    {SH, *filter(None, map(shutil.which, ("dash", "bash", "busybox")))}
-)  # busybox: via "sh"
+# busybox: via "sh"
+SHELLS = sorted({SH, *filter(None, map(shutil.which, ("dash", "bash", "busybox")))})
 MODEL = "/models/My Model.gguf"
 SPEC = LaunchSpec(
     argv=(
@@ -367,7 +367,8 @@ TWO_GPUS = ((32768, (12000, 8000)), (16384, (9000, 6000)), (4096, (5000, 4000)))
 def test_guard_checks_each_gpu(
     free: str, context: int, server: tuple[str, Path], tmp_path: Path
 ) -> None:
-    """The second and third readings total more than the 20000 MiB the planned context needs, but one GPU is short."""
+    """The second and third readings total more than the 20000 MiB the planned context needs, but
+    one GPU is short."""
     program, record = server
     spec = replace(spec_for(MODEL, program), env=(), ladder=TWO_GPUS)
     tools = fake_nvidia_smi(tmp_path / "tools", free)
@@ -409,7 +410,10 @@ def test_guard_keeps_the_planned_context_when_the_gpus_differ_from_the_plan(
     assert done.returncode == 0, done.stderr
     assert recorded(record)["argv"] == list(launch_argv(spec)[1:])
     count = free.count("\\n")
-    expected = f"llamafit: nvidia-smi lists {count} GPUs, the plan has 2; keeping the planned context 32768\n"
+    expected = (
+        f"llamafit: nvidia-smi lists {count} GPUs, the plan has 2; keeping the planned context "
+        "32768\n"
+    )
     assert done.stderr == expected
 
 
@@ -440,9 +444,8 @@ def test_guard_keeps_the_planned_context_without_a_reading(
     if output is not None:
         fake_nvidia_smi(tools, output)
         (tools / "awk").symlink_to(shutil.which("awk") or "/usr/bin/awk")
-    done = sh_run(
-        render_sh(spec, guard=True), tmp_path, path=str(tools)
-    )  # no real nvidia-smi either
+    # no real nvidia-smi either
+    done = sh_run(render_sh(spec, guard=True), tmp_path, path=str(tools))
     assert done.returncode == 0, done.stderr
     assert recorded(record)["argv"] == list(launch_argv(spec)[1:])
     assert re.fullmatch(

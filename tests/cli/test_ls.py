@@ -255,7 +255,7 @@ def test_cpu_only_rows_survive_a_change_of_free_ram_while_they_still_hold(
     (tmp_path / "m.gguf").symlink_to(MODEL)
     free = {"bytes": 16 << 30}
     monkeypatch.setattr(
-        "llamafit.commands.prepare._default_host", lambda: devices.host(32 << 30, free["bytes"])
+        "llamafit.machine.pick.default_host", lambda: devices.host(32 << 30, free["bytes"])
     )
     reads = count_header_reads(monkeypatch)
 
@@ -292,7 +292,7 @@ def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(
 
     (tmp_path / "m.gguf").symlink_to(MODEL)
     monkeypatch.setattr(
-        "llamafit.commands.prepare._default_host", lambda: devices.host(32 << 30, 16 << 30)
+        "llamafit.machine.pick.default_host", lambda: devices.host(32 << 30, 16 << 30)
     )
     result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "cpu"])
     assert result.exit_code == 0, result.output
@@ -360,7 +360,8 @@ def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
 
 
 def hostile_store(d: Path) -> Path:
-    """A store whose file names and model text carry terminal escapes, newlines and bell characters."""
+    """A store whose file names and model text carry terminal escapes, newlines and bell
+    characters."""
     patch = script("gguf_patch").patch
 
     d.mkdir(parents=True)

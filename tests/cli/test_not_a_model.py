@@ -1,5 +1,6 @@
-"""A GGUF that is not a model (a tokenizer-only file, a LoRA adapter, a projector) given as the model:
-one line, exit 2, for every command that plans (issue #16: a tokenizer-only file used to be planned)."""
+"""A GGUF that is not a model (a tokenizer-only file, a LoRA adapter, a projector) given as the
+model: one line, exit 2, for every command that plans (issue #16: a tokenizer-only file used to be
+planned)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ CASES: list[tuple[str, Callable[[Path], Path], str]] = [
     (
         "adapter",
         lora,
-        "is a LoRA adapter, not a model; give the base model and the adapter with -- --lora ADAPTER",
+        "is a LoRA adapter, not a model; give the base model and the adapter with -- --lora "
+        "ADAPTER",
     ),
     (
         "mmproj",

@@ -1,5 +1,5 @@
-"""`plan --html FILE` (issue #25): one self-contained page whose numbers read back as plan --json's, and
-that headless chromium renders to a picture that is not blank."""
+"""`plan --html FILE` (issue #25): one self-contained page whose numbers read back as plan --json's,
+and that headless chromium renders to a picture that is not blank."""
 
 from __future__ import annotations
 
@@ -72,9 +72,8 @@ def test_the_page_reads_back_as_the_json(tmp_path: Path, fixed_host) -> None:
     for t in data["tradeoffs"]:  # each K/V curve at the pick's -ngl is its trade-off row
         if t["flash_attn"] == "on":
             assert points[(f"{t['type_k']}/{t['type_v']} fa on", "52")] == str(t["max_ctx"])
-    assert (
-        points[("q4_0/q4_0 fa on", "0")] == "32768" and ("f16/f16 fa on", "59") not in points
-    )  # none fits
+    # none fits
+    assert points[("q4_0/q4_0 fa on", "0")] == "32768" and ("f16/f16 fa on", "59") not in points
     # speed: the band's numbers, and the curve starts at the empty context's estimate
     speed = data["speed"]
     rows = {
@@ -163,7 +162,11 @@ def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
             elif kind == 4:
                 p = a + b - c
                 pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+                if pa <= pb and pa <= pc:
+                    pred = a
+                else:
+                    pred = b if pb <= pc else c
+                line[i] = (line[i] + pred) & 255
         rows.append(bytes(line))
         prev = line
     return width, height, rows

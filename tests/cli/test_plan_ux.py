@@ -1,5 +1,6 @@
-"""What users see in `plan` (issue #25): a speed with its band for every plan (an assumption, labelled,
-for a GPU given by size; --bandwidth), presets (--for), why each trade-off row lost, and the bars."""
+"""What users see in `plan` (issue #25): a speed with its band for every plan (an assumption,
+labelled, for a GPU given by size; --bandwidth), presets (--for), why each trade-off row lost, and
+the bars."""
 
 from __future__ import annotations
 
@@ -33,14 +34,15 @@ def _band(low: float, high: float, share: float) -> list[float]:
 
 
 def test_a_gpu_given_by_size_gets_the_median_of_its_catalog_cards_and_their_range() -> None:
-    """24 GiB CUDA cards in the catalog: L4 300, A10 600, RTX 3090 936, RTX 3090 Ti and 4090 1,008 GB/s."""
+    """24 GiB CUDA cards in the catalog: L4 300, A10 600, RTX 3090 936, RTX 3090 Ti and 4090 1,008
+    GB/s."""
     speed = plan_json(str(QWEN), "--gpu", "24GiB")["speed"]
     gpu = speed["inputs"]["devices"][0]
     assert (gpu["bandwidth_bytes_per_s"], gpu["bandwidth_source"]) == (
         936 * 10**9,
         (
-            "assumed: the median of 5 catalog cards with 24 GiB (300-1,008 GB/s); --bandwidth GB/s or a catalog name "
-            "(--gpu rtx4090) gives the card's own"
+            "assumed: the median of 5 catalog cards with 24 GiB (300-1,008 GB/s); --bandwidth "
+            "GB/s or a catalog name (--gpu rtx4090) gives the card's own"
         ),
     )
     empty, full = speed["inputs"]["bytes_per_token"]
@@ -157,7 +159,8 @@ def test_chat_and_agent_are_one_slot_at_the_trained_maximum_of_the_demo(preset: 
     # llama-server's automatic 4 slots would keep 4 windows of SWA cache for one user
     assert d["preset"]["n_parallel_auto"] == 4 and d["preset"]["saved_bytes"] > 0
     assert d["verdict"]["text"].endswith(
-        f"; -np 1 instead of llama-server's 4 automatic slots saves {d['preset']['saved_bytes'] / 2**20:,.0f} MiB"
+        "; -np 1 instead of llama-server's 4 automatic slots saves "
+        f"{d['preset']['saved_bytes'] / 2**20:,.0f} MiB"
     )
 
 
@@ -238,16 +241,16 @@ def test_the_users_flags_win_over_the_preset() -> None:
     )
     command = d["command"]
     assert (command[command.index("-np") + 1], command[command.index("-ub") + 1]) == ("2", "256")
-    assert (
-        d["preset"]["min_ctx"] == 8192 and d["preset"]["saved_bytes"] is None
-    )  # -np was the user's
+    # -np was the user's
+    assert d["preset"]["min_ctx"] == 8192 and d["preset"]["saved_bytes"] is None
     assert d["verdict"]["text"].startswith(
         "for agent (1 slot, at least 8,192 tokens per slot rather than 65,536): "
     )
 
 
 def test_trade_off_rows_say_what_they_change_against_the_pick(fixed_host) -> None:
-    """rtx4080: q4_0/q4_0 reaches 7,168 tokens with 13 layers on the CPU; each other row less, a little faster."""
+    """rtx4080: q4_0/q4_0 reaches 7,168 tokens with 13 layers on the CPU; each other row less, a
+    little faster."""
     d = plan_json(str(QWEN), "--gpu", "rtx4080")
     rows = {(t["flash_attn"], t["type_k"], t["type_v"]): t for t in d["tradeoffs"]}
     pick = rows[("on", "q4_0", "q4_0")]

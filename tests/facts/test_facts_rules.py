@@ -1,4 +1,5 @@
-"""Per-architecture rules on synthetic metadata (no tensors needed): SWA, recurrence, shared KV, MLA."""
+"""Per-architecture rules on synthetic metadata (no tensors needed): SWA, recurrence, shared KV,
+MLA."""
 
 from __future__ import annotations
 

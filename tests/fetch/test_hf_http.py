@@ -185,7 +185,8 @@ def test_token_path_follows_huggingface_hub(env: dict[str, str], path: str) -> N
 
 
 def test_token_path_agrees_with_huggingface_hub_constants(tmp_path: Path) -> None:
-    """The reference: huggingface_hub (the test extra) read in a process with only these variables."""
+    """The reference: huggingface_hub (the test extra) read in a process with only these
+    variables."""
     envs = (
         {},
         {"HF_HOME": str(tmp_path / "h")},

@@ -62,13 +62,14 @@ def test_every_command_takes_a_reference(command: list[str], home: Path, offline
         (
             "ollama:nope:1b",
             (
-                "ollama:nope:1b: no such model in {home}/.ollama/models or /usr/share/ollama/.ollama/models "
-                "(models there: moe:tiny)"
+                "ollama:nope:1b: no such model in {home}/.ollama/models or "
+                "/usr/share/ollama/.ollama/models (models there: moe:tiny)"
             ),
         ),
         (
             "ollama:gone",
-            "ollama:gone: the manifest names a blob that is missing ({home}/.ollama/models/blobs/sha256-",
+            "ollama:gone: the manifest names a blob that is missing "
+            "({home}/.ollama/models/blobs/sha256-",
         ),
         (
             "lmstudio:acme/nothing",
@@ -79,7 +80,8 @@ def test_every_command_takes_a_reference(command: list[str], home: Path, offline
         ),
         (
             "lmstudio:lmstudio-community/gemma-GGUF:Q2_K",
-            "lmstudio-community/gemma-GGUF: no GGUF file matching the tag 'Q2_K' (GGUF files: gemma-F16.gguf)",
+            "lmstudio-community/gemma-GGUF: no GGUF file matching the tag 'Q2_K' (GGUF files: "
+            "gemma-F16.gguf)",
         ),
     ],
 )

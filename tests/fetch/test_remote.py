@@ -43,9 +43,8 @@ from tests.support.scripts import script
 SHA = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "hf_good"
 SPLIT = [FIXTURES / f"split-llama-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
-HEADER_ONLY = (
-    FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
-)  # stops before its tensor data
+# stops before its tensor data
+HEADER_ONLY = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 SINGLE = [*sorted(p for p in FIXTURES.glob("*.gguf") if "-of-" not in p.name), HEADER_ONLY]
 
 
@@ -69,9 +68,8 @@ class Site:
     redirects: dict[str, str] = field(default_factory=dict)
     json: dict[str, object] = field(default_factory=dict)
     status: dict[str, int] = field(default_factory=dict)
-    held: dict[str, threading.Event] = field(
-        default_factory=dict
-    )  # path -> answered once the event is set
+    # path -> answered once the event is set
+    held: dict[str, threading.Event] = field(default_factory=dict)
     auth: dict[str, str] = field(default_factory=dict)  # path prefix -> required Authorization
     extra: dict[str, dict[str, str]] = field(default_factory=dict)  # path -> extra headers
     hits: list[Hit] = field(default_factory=list)
@@ -260,9 +258,8 @@ def plain_server(demo_path_if_installed: Path | None) -> Iterator[tuple[str, Sit
 @pytest.fixture
 def plain(plain_server: tuple[str, Site], fresh_cache: Path) -> tuple[str, Site]:
     plain_server[1].hits.clear()
-    plain_server[1].held["/slow.gguf"] = (
-        threading.Event()
-    )  # /slow.gguf answers only when a test sets it
+    # /slow.gguf answers only when a test sets it
+    plain_server[1].held["/slow.gguf"] = threading.Event()
     return plain_server
 
 
@@ -353,9 +350,8 @@ def test_cache_makes_the_second_open_free_and_works_offline(
     )
     site.hits.clear()
     assert_same(open_model(arg, {}), first)
-    assert site.sent() == 0 and [h.method for h in site.hits] == [
-        "HEAD"
-    ]  # revalidated by ETag only
+    # revalidated by ETag only
+    assert site.sent() == 0 and [h.method for h in site.hits] == ["HEAD"]
     site.hits.clear()
     assert_same(open_model(arg, {"HF_HUB_OFFLINE": "1"}), first)
     assert site.hits == []
@@ -427,8 +423,8 @@ def test_http_errors_are_one_line(path: str, words: list[str], plain: tuple[str,
 
 
 def test_timeout_is_one_line(plain: tuple[str, Site]) -> None:
-    """The server holds the answer until the client has given up: only the client's timeout can end the
-    read (no wall-clock bound, which a busy machine breaks)."""
+    """The server holds the answer until the client has given up: only the client's timeout can end
+    the read (no wall-clock bound, which a busy machine breaks)."""
     url, site = plain
     try:
         with pytest.raises(RemoteUnreachable) as e:
@@ -467,7 +463,8 @@ def test_progress_reports_bytes_so_far(plain: tuple[str, Site], demo_path: Path)
     assert seen and seen == sorted(seen) and seen[-1] == src.bytes_transferred
 
 
-# --- memory over repeated reads (issue #16: RSS grew over repeated 64 MiB hostile reads) ---------------
+# --- memory over repeated reads (issue #16: RSS grew over repeated 64 MiB hostile reads)
+# ---------------
 
 
 @pytest.mark.parametrize(
@@ -541,7 +538,13 @@ def test_a_remote_read_is_not_copied_after_it_arrives(offset: int, n: int) -> No
 
     # the server in a process of its own: its memory is not traced here
     server = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "hostile_http.py"), "huge-vocab", "0", "60"],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "fuzz" / "hostile_http.py"),
+            "huge-vocab",
+            "0",
+            "60",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -561,7 +564,8 @@ def test_a_remote_read_is_not_copied_after_it_arrives(offset: int, n: int) -> No
     assert (len(data), peak < 1.5 * n) == (n, True)
 
 
-# --- Hugging Face ------------------------------------------------------------------------------------
+# --- Hugging Face
+# ------------------------------------------------------------------------------------
 
 
 def test_hf_repo_default_tag_reads_gemma(hub: Hub, demo_path: Path) -> None:
@@ -658,7 +662,8 @@ def test_hf_gated_repo_needs_the_token_and_it_stays_on_the_hub(hub: Hub) -> None
 
 
 def test_hf_resolve_url_token_and_cache(hub: Hub) -> None:
-    """A plain resolve URL on the Hub gets the token; its HEAD stops at the Hub's 302 (X-Linked-Etag)."""
+    """A plain resolve URL on the Hub gets the token; its HEAD stops at the Hub's 302
+    (X-Linked-Etag)."""
     url = f"{hub.url}/acme/gated-GGUF/resolve/main/gated-Q4_K_M.gguf"
     env = {**hub.env, "HF_TOKEN": TOKEN}
     first = open_model(url, env)
@@ -675,7 +680,8 @@ def test_hf_unreachable_hub_without_cache() -> None:
     assert "not cached" in one_line_error(e)
 
 
-# --- pure parts ----------------------------------------------------------------------------------------
+# --- pure parts
+# ----------------------------------------------------------------------------------------
 
 
 def test_find_best_model_follows_llama_cpp() -> None:
@@ -694,9 +700,8 @@ def test_find_best_model_follows_llama_cpp() -> None:
     assert find_best_model(files, "Q5_K_M") == "model.Q5_K_M.gguf"  # `.` after the tag counts too
     assert find_best_model(files, "Q4_K") is None  # the tag must end at `.` or `-`
     assert find_best_model(files, "Q6_K") is None
-    assert (
-        find_best_model(["a-F16.gguf", "b.gguf"], "") == "a-F16.gguf"
-    )  # no default tag: first model
+    # no default tag: first model
+    assert find_best_model(["a-F16.gguf", "b.gguf"], "") == "a-F16.gguf"
     assert split_files(files, "sub/model-Q4_K_M-00001-of-00002.gguf") == [
         "sub/model-Q4_K_M-00001-of-00002.gguf",
         "sub/model-Q4_K_M-00002-of-00002.gguf",

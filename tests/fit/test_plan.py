@@ -1,4 +1,5 @@
-"""The honest verdict: the smallest catalog GPU, the speed cost of CPU layers, bytes read per token."""
+"""The honest verdict: the smallest catalog GPU, the speed cost of CPU layers, bytes read per
+token."""
 
 from __future__ import annotations
 
@@ -27,9 +28,8 @@ def test_smallest_gpu_for_the_trained_context() -> None:
     assert 23 << 30 < need <= 24 << 30
 
 
-ONE = {
-    b: Efficiency(1.0, 1.0, "test") for b in ("cpu", "cuda")
-}  # bytes over bandwidth, nothing else
+# bytes over bandwidth, nothing else
+ONE = {b: Efficiency(1.0, 1.0, "test") for b in ("cpu", "cuda")}
 
 
 def inputs(gpu_bw: int | None, host_bw: int = 60 * GB_S) -> SpeedInputs:
@@ -44,8 +44,8 @@ def inputs(gpu_bw: int | None, host_bw: int = 60 * GB_S) -> SpeedInputs:
 
 def test_speed_estimate_is_bytes_over_bandwidth() -> None:
     """Time per token = Σ (weights + KV in use) / bandwidth per device, from an empty context (one
-    256-cell block on a GPU; one cell on the CPU, whose flash attention skips masked cells) to a full
-    slot; weights cross-checked against memory.py's own per-device sum."""
+    256-cell block on a GPU; one cell on the CPU, whose flash attention skips masked cells) to a
+    full slot; weights cross-checked against memory.py's own per-device sum."""
     t = target(QWEN, "16GiB")
     choice = solve(t, LaunchConfig(), Policy())
     lmap, facts = choice.breakdown.layer_devices, t.model.facts
@@ -66,9 +66,8 @@ def test_speed_estimate_is_bytes_over_bandwidth() -> None:
             (read[0] + kv[0] * n_gpu) / (288 * GB_S) + (read[CPU] + kv[1] * n_cpu) / (60 * GB_S)
         )
         assert est.generation_tps[which] == pytest.approx(expected, rel=1e-12)
-    assert (
-        estimate(t.model, choice.rc, lmap, t.gpus, inputs(None)) is None
-    )  # no bandwidth known: no estimate
+    # no bandwidth known: no estimate
+    assert estimate(t.model, choice.rc, lmap, t.gpus, inputs(None)) is None
 
 
 def layer_kv(facts, rc, il: int) -> int:  # type: ignore[no-untyped-def]
@@ -84,9 +83,8 @@ def test_moe_tokens_read_only_the_active_experts() -> None:
     facts = t.model.facts
     experts = sum(tt.n_bytes for tt in facts.tensors if "_exps." in tt.name)
     embd = sum(tt.n_bytes for tt in facts.tensors if tt.name == "token_embd.weight")
-    assert (
-        read[0] == facts.weights.total_bytes - embd - experts + experts * 2 // 8
-    )  # 2 of 8 experts per token
+    # 2 of 8 experts per token
+    assert read[0] == facts.weights.total_bytes - embd - experts + experts * 2 // 8
 
 
 def test_verdicts() -> None:
@@ -104,8 +102,8 @@ def test_verdicts() -> None:
     now, then = partial.speed.generation_tps[0], option.generation_tps[0]
     assert then < now
     assert (
-        f"; -ngl {option.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now:.1f} to ~{then:.1f} "
-        "tokens/s"
+        f"; -ngl {option.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now:.1f} to "
+        f"~{then:.1f} tokens/s"
     ) in verdict_text(partial.verdict)
     none = plan(
         target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192)
@@ -117,9 +115,9 @@ def test_verdicts() -> None:
         8192,
     )
     assert verdict_text(none.verdict) == (
-        "does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 as pinned and the "
-        "smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 KV and every layer is NVIDIA GeForce "
-        "RTX 3090 Ti (24 GiB)"
+        "does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 "
+        "as pinned and the smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 "
+        "KV and every layer is NVIDIA GeForce RTX 3090 Ti (24 GiB)"
     )
 
 

@@ -1,4 +1,5 @@
-"""OOM retries retreat (issue #16): each try strictly smaller on the device that failed, and says what it gave up."""
+"""OOM retries retreat (issue #16): each try strictly smaller on the device that failed, and says
+what it gave up."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ NAMES = ["CUDA0", "CUDA1", "CPU"]
         ("ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 123", "CUDA0"),
         ("ggml_aligned_malloc: insufficient memory (attempted to allocate 43945.31 MB)", "CPU"),
         (
-            "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 46080000000",
+            "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size "
+            "46080000000",
             "CPU",
         ),
         ("failed to initialize the context", None),

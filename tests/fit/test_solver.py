@@ -33,18 +33,18 @@ def summary(choice) -> tuple:
 
 def test_qwen_32b_on_24gib_by_hand() -> None:
     """Qwen2.5-32B Q4_K_M on a 24 GiB card: 18,508 MiB of weights on the GPU (all but token_embd,
-    CUDA-padded), 1,024 MiB reserve, ~234 MiB compute. f16 KV costs 256 KiB per token, so f16 reaches
-    only (24,576 - 1,024 - 18,508 - 234) MiB / 0.25 MiB ≈ 19,240 → 19,200 tokens; q8_0 (136 KiB per
-    token, 4,352 MiB for 32,768 tokens) reaches the trained 32,768 — the most precise KV that does."""
+    CUDA-padded), 1,024 MiB reserve, ~234 MiB compute. f16 KV costs 256 KiB per token, so f16
+    reaches only (24,576 - 1,024 - 18,508 - 234) MiB / 0.25 MiB ≈ 19,240 → 19,200 tokens; q8_0 (136
+    KiB per token, 4,352 MiB for 32,768 tokens) reaches the trained 32,768 — the most precise KV
+    that does."""
     t = target(QWEN, "24GiB")
     choice = solve(t, LaunchConfig(), Policy())
     assert summary(choice) == (32768, 65, 0, "on", "q8_0", "q8_0", 512)
     gpu = choice.breakdown.devices[0]
     assert gpu.kv_bytes == 64 * 2 * 8 * 128 * 34 // 32 * 32768  # 136 KiB per token
     assert gpu.weights_bytes // MIB == 18508
-    f16 = solve(
-        t, LaunchConfig(), Policy(kv="f16")
-    )  # a smaller -ub shrinks compute: 512 more tokens
+    # a smaller -ub shrinks compute: 512 more tokens
+    f16 = solve(t, LaunchConfig(), Policy(kv="f16"))
     assert summary(f16) == (19712, 65, 0, "on", "f16", "f16", 256)  # -ub 128 reaches no further
     f16_ub512 = solve(t, with_given(LaunchConfig(), n_ubatch=512), Policy(kv="f16"))
     assert summary(f16_ub512) == (19200, 65, 0, "on", "f16", "f16", 512)
@@ -52,6 +52,7 @@ def test_qwen_32b_on_24gib_by_hand() -> None:
 
 def test_qwen_32b_on_16gib_moves_layers_to_the_cpu() -> None:
     choice = solve(target(QWEN, "16GiB"), LaunchConfig(), Policy())
+    # op offload: the 53rd layer no longer fits
     assert summary(choice) == (
         7168,
         52,
@@ -60,7 +61,7 @@ def test_qwen_32b_on_16gib_moves_layers_to_the_cpu() -> None:
         "q4_0",
         "q4_0",
         128,
-    )  # op offload: the 53rd layer no longer fits
+    )
 
 
 def test_prefer_quality_keeps_f16() -> None:
@@ -83,17 +84,16 @@ def test_fixed_context_and_impossible_minimum() -> None:
 
 
 def test_moe_experts_go_to_the_cpu_before_layers() -> None:
-    t = target(
-        FIXTURES / "moe-qwen3.gguf", "1026200K", reserve=1000 * MIB
-    )  # a few MiB for the model
+    # a few MiB for the model
+    t = target(FIXTURES / "moe-qwen3.gguf", "1026200K", reserve=1000 * MIB)
     choice = solve(t, LaunchConfig(), Policy(ctx=2048))
-    # every block's experts on the CPU first (each host expert tensor is copied into the GPU's compute buffer
-    # for its op: op offload, MemoryModel._op_offload, so moving experts frees less than their size), then
-    # block 0 (which also takes the mixed input branch's split-input copies off the GPU)
+    # every block's experts on the CPU first (each host expert tensor is copied into the GPU's
+    # compute buffer for its op: op offload, MemoryModel._op_offload, so moving experts frees less
+    # than their size), then block 0 (which also takes the mixed input branch's split-input copies
+    # off the GPU)
     assert summary(choice) == (2048, 4, 4, "on", "q4_0", "q4_0", 128)
-    assert not t.fits(
-        replace(choice.cfg, n_gpu_layers=5)
-    )  # every block's experts moved, all layers: too much
+    # every block's experts moved, all layers: too much
+    assert not t.fits(replace(choice.cfg, n_gpu_layers=5))
 
 
 FIT_MODELS = [
@@ -144,7 +144,7 @@ def test_qwen_header_fixture_regenerates_identically(tmp_path: Path) -> None:
     import sys
 
     out = tmp_path / "q.gguf"
-    script = ROOT / "scripts" / "make_qwen_like_header.py"
+    script = ROOT / "scripts" / "fixtures" / "make_qwen_like_header.py"
     subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
     assert out.read_bytes() == QWEN.read_bytes()
 
@@ -159,6 +159,7 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
     """12 GiB GPU, 16 GiB host: some -ngl fit the GPU while the host holds the rest (mmap'd)."""
     t = replace(target(QWEN, "12GiB"), host=host(16 << 30, 16 << 30))
     choice = solve(t, LaunchConfig(), Policy(kv="q4_0", ctx=4096))
+    # op offload: room for one host weight
     assert summary(choice) == (
         4096,
         37,
@@ -167,16 +168,16 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
         "q4_0",
         "q4_0",
         512,
-    )  # op offload: room for one host weight
+    )
 
 
-# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and rules out
-# combos by a bound rather than searching each (issue #26) ----
+# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and
+# rules out combos by a bound rather than searching each (issue #26) ----
 
 
 def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: int):  # type: ignore[no-untyped-def]
-    """The pick by searching every combo (the rule _best_combo must keep): the first combo reaching the
-    best context (quality: the first reaching any)."""
+    """The pick by searching every combo (the rule _best_combo must keep): the first combo reaching
+    the best context (quality: the first reaching any)."""
     from llamafit.fit.search import max_context
     from llamafit.fit.solver import combos
 

@@ -1,4 +1,5 @@
-"""The speed model's pure parts: the CPU's arithmetic bound, calibration from verified runs, the probe's cache."""
+"""The speed model's pure parts: the CPU's arithmetic bound, calibration from verified runs, the
+probe's cache."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ LMAP = layer_map(MODEL.facts.n_layer_all, 0, ())
 def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention(
     flash_attn: str, empty_cells: int
 ) -> None:
-    """The CPU's flash attention skips masked cells: an empty context attends over 1 cell, not a 256-cell block."""
+    """The CPU's flash attention skips masked cells: an empty context attends over 1 cell, not a
+    256-cell block."""
     rc = resolve(
         LaunchConfig(n_ctx=4096, flash_attn=flash_attn), MODEL.facts, engine="llama-server"
     )
@@ -38,9 +40,8 @@ def test_cpu_token_time_is_the_slower_of_memory_and_arithmetic_plus_attention(
     assert d.bound == "memory" and d.seconds[0] == (d.weight_bytes + d.kv_bytes_empty) / 1e9
     cell_bytes = (d.kv_bytes_full - d.kv_bytes_empty) // (4096 - empty_cells)
     assert d.kv_bytes_empty == cell_bytes * empty_cells
-    slow = estimate(
-        MODEL, rc, LMAP, (), cpu(1e12, 1e6, decode=1.0, attention=1.0)
-    )  # 1 MFLOP/s: arithmetic wins
+    # 1 MFLOP/s: arithmetic wins
+    slow = estimate(MODEL, rc, LMAP, (), cpu(1e12, 1e6, decode=1.0, attention=1.0))
     assert slow is not None and slow.devices[0].bound == "compute"
     flops = slow.flops_per_token
     facts = MODEL.facts
@@ -62,7 +63,8 @@ def record(
     backend: object = "cpu",
     kind: str = "serve",
 ) -> dict[str, object]:
-    """A served run with enough evidence on an idle machine (speed_calibration.py's rules: test_hostile_campaign.py)."""
+    """A served run with enough evidence on an idle machine (speed_calibration.py's rules:
+    test_hostile_campaign.py)."""
     return {
         "kind": kind,
         "speed": {
@@ -118,8 +120,8 @@ def test_calibration_scales_the_slowest_backend_by_measured_over_estimated(
     )
     assert (
         out.calibrated
-        == f"cpu generation speed x {scale:.2f}, measured by {runs} run(s) of llama on this machine "
-        f"({8 * runs:,} requests, {1024 * runs:,} tokens; llamafit calibration show)"
+        == f"cpu generation speed x {scale:.2f}, measured by {runs} run(s) of llama on this "
+        f"machine ({8 * runs:,} requests, {1024 * runs:,} tokens; llamafit calibration show)"
     )
 
 
@@ -191,25 +193,26 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     ) == (51.2e9, (), 34e9, 3)  # a given bandwidth holds at every thread count
     assert json.loads((tmp_path / "host-probe.json").read_text())["bandwidth_bytes_per_s"] == 12e9
     monkeypatch.setattr(host_probe, "measure_bandwidth", lambda n=None: {1: 6e9, 2: 5e9, 3: 9e9}[n])
+    # 2 threads: disturbed
     assert host_probe.probe()["bandwidth_by_threads"] == [
         [1, 6e9],
         [2, 6e9],
         [3, 9e9],
-    ]  # 2 threads: disturbed
+    ]
 
 
 @pytest.mark.slow  # measures this machine
 def test_one_thread_bandwidth_runs_on_one_thread() -> None:
-    """The probe's 1-thread figure is one thread reading: the process's CPU time stays at its wall time
-    (a BLAS dot product ran on every core, so "1 thread" read the whole machine's bandwidth)."""
+    """The probe's 1-thread figure is one thread reading: the process's CPU time stays at its wall
+    time (a BLAS dot product ran on every core, so "1 thread" read the whole machine's
+    bandwidth)."""
     import os
     import time
 
     from llamafit.machine import host_probe
 
-    host_probe.measure_bandwidth(
-        1
-    )  # numpy's import starts BLAS's threads, which spin a while: not measured
+    # numpy's import starts BLAS's threads, which spin a while: not measured
+    host_probe.measure_bandwidth(1)
     cpu0, wall0 = sum(os.times()[:2]), time.perf_counter()
     host_probe.measure_bandwidth(1)
     cpu, wall = sum(os.times()[:2]) - cpu0, time.perf_counter() - wall0
@@ -356,11 +359,11 @@ def test_llama_threads_counts_physical_cores(
 
 
 def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
-    """With llama.cpp's kernel rates, each weight type's FLOPs go at its own rate x the threads, and the
-    weights' streaming time overlaps them (the longer counts); attention goes at the flash attention
-    kernel's rate x the threads x its share, overlapping the cache's reads (the longer counts); a prompt
-    leaves out the output matrix (logits for its last token only); a type without a rate falls back to
-    the BLAS rate x the efficiency."""
+    """With llama.cpp's kernel rates, each weight type's FLOPs go at its own rate x the threads, and
+    the weights' streaming time overlaps them (the longer counts); attention goes at the flash
+    attention kernel's rate x the threads x its share, overlapping the cache's reads (the longer
+    counts); a prompt leaves out the output matrix (logits for its last token only); a type without
+    a rate falls back to the BLAS rate x the efficiency."""
     facts = MODEL.facts
     types = {t.name: t.ggml_type for t in facts.tensors}
     flops: dict[int, int] = {}
@@ -368,9 +371,8 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
         if t.name != "token_embd.weight":  # a row lookup; the fixture's output is its own matrix
             flops[t.ggml_type] = flops.get(t.ggml_type, 0) + 2 * t.n_elements
     out = 2 * next(t.n_elements for t in facts.tensors if t.name == "output.weight")
-    assert (
-        set(flops) == {0, 1, 8} and types["output.weight"] == 8
-    )  # F32 norms, F16 and Q8_0 matrices
+    # F32 norms, F16 and Q8_0 matrices
+    assert set(flops) == {0, 1, 8} and types["output.weight"] == 8
     kernels = tuple(KernelRate(k, 1e6 * (k + 1), 2e6 * (k + 1)) for k in flops if k != 0)
     eff = {
         "cpu": Efficiency(
@@ -397,26 +399,25 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     est = estimate(MODEL, RC, LMAP, (), inputs)
     assert est is not None and est.devices[0].bound == "compute"
     rate = {k: 1e6 * (k + 1) * 2 for k in flops}  # two threads
-    matmul = sum(
-        n / (rate[k] if k else 8e6 * 0.25) for k, n in flops.items()
-    )  # F32 norms: no kernel rate
+    # F32 norms: no kernel rate
+    matmul = sum(n / (rate[k] if k else 8e6 * 0.25) for k, n in flops.items())
     attn_cell = sum(
         2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v)
         for il in range(facts.n_layer)
     )
     fa_rate, fa_prompt = 3e6 * 2, 5e6 * 2  # the flash attention kernel x two threads
     d = est.devices[0]
+    # each op: its reads overlap its arithmetic
     weights, kv = (
         d.weight_bytes / 1e15,
         d.kv_bytes_empty / 1e15,
-    )  # each op: its reads overlap its arithmetic
+    )
     expected = max(weights, matmul) + max(kv, attn_cell / (fa_rate * 0.5))
     assert 1 / est.generation_tps[1] == pytest.approx(expected, rel=1e-12)
     prompt_flops = dict(flops)
     prompt_flops[types["output.weight"]] -= out
-    pp = sum(
-        n / (rate[k] * 2 if k else 8e6 * 0.5) for k, n in prompt_flops.items()
-    )  # prompt: 2x decode's rate
+    # prompt: 2x decode's rate
+    pp = sum(n / (rate[k] * 2 if k else 8e6 * 0.5) for k, n in prompt_flops.items())
     assert 1 / est.prompt_tps == pytest.approx(pp + attn_cell * 256 / (fa_prompt * 0.25), rel=1e-12)
     assert (
         est.prompt_source
@@ -437,12 +438,14 @@ def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
 
 
 _T0 = [
-    "0.12.582.979 I slot print_timing: id  0 | task 0 | prompt eval time =     859.18 ms /     5 tokens (  171.84 ms "
-    "per token,     5.82 tokens per second)",
-    "0.12.582.993 I slot print_timing: id  0 | task 0 |        eval time =    6396.08 ms /    24 tokens (  278.09 ms "
-    "per token,     3.60 tokens per second)",
-    "0.12.582.994 I slot print_timing: id  0 | task 0 |       total time =    7255.26 ms /    29 tokens",
-    "0.12.583.054 I slot      release: id  0 | task 0 | stop processing: n_tokens = 28, truncated = 0",
+    "0.12.582.979 I slot print_timing: id  0 | task 0 | prompt eval time =     859.18 ms /     5 "
+    "tokens (  171.84 ms per token,     5.82 tokens per second)",
+    "0.12.582.993 I slot print_timing: id  0 | task 0 |        eval time =    6396.08 ms /    24 "
+    "tokens (  278.09 ms per token,     3.60 tokens per second)",
+    "0.12.582.994 I slot print_timing: id  0 | task 0 |       total time =    7255.26 ms /    "
+    "29 tokens",
+    "0.12.583.054 I slot      release: id  0 | task 0 | stop processing: n_tokens = 28, "
+    "truncated = 0",
 ]
 _T26 = [x.replace("task 0 |", "task 26 |") for x in _T0]
 

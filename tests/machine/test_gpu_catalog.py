@@ -1,4 +1,5 @@
-"""The built-in GPU catalog: lookup spelling, close matches, Metal working set, smallest fitting card."""
+"""The built-in GPU catalog: lookup spelling, close matches, Metal working set, smallest fitting
+card."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from llamafit.machine.catalog import (
 GiB = 1 << 30
 
 REQUIRED = (
-    "rtx3060-12gb rtx3070 rtx3080-10gb rtx3090 rtx4060-8gb rtx4060ti-16gb rtx4070 rtx4080 rtx4090 rtx5090 "
-    "a10 a100-40gb a100-80gb h100 h100-nvl h200 l4 l40s t4 v100-32gb mi210 mi250 mi300x "
+    "rtx3060-12gb rtx3070 rtx3080-10gb rtx3090 rtx4060-8gb rtx4060ti-16gb rtx4070 rtx4080 rtx4090 "
+    "rtx5090 a10 a100-40gb a100-80gb h100 h100-nvl h200 l4 l40s t4 v100-32gb mi210 mi250 mi300x "
     "m2-max-96gb m3-max-128gb m4-max-128gb m2-ultra-192gb"
 ).split()
 
@@ -101,7 +102,8 @@ def test_metal_working_set(ram: int, wired_limit_mb: int, expected: int) -> None
         ("4090", "unknown GPU '4090'; did you mean rtx4090? (or give a size such as 24GiB)"),
         (
             "H10",
-            "unknown GPU 'H10'; did you mean h100, h100-pcie, h100-nvl? (or give a size such as 24GiB)",
+            "unknown GPU 'H10'; did you mean h100, h100-pcie, h100-nvl? (or give a size such "
+            "as 24GiB)",
         ),
         ("mi3000x", "unknown GPU 'mi3000x'; did you mean mi300x? (or give a size such as 24GiB)"),
     ],

@@ -1,4 +1,5 @@
-"""The non-GPU parts of scripts/gpu_check.py (the CUDA check has not run on a GPU yet)."""
+"""The non-GPU parts of scripts/calibration/gpu_check.py (the CUDA check has not run on a GPU
+yet)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_grid_covers_the_axes_and_known_shapes() -> None:
 
 def test_dry_run_prints_the_plan() -> None:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--dry-run"],
+        [sys.executable, str(ROOT / "scripts" / "calibration" / "gpu_check.py"), "--dry-run"],
         capture_output=True,
         text=True,
         check=True,

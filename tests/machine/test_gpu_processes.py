@@ -29,7 +29,8 @@ class FakeNvmlError(Exception):
 
 
 class FakeNvml:
-    """The part of pynvml gpu_processes calls: per physical index, compute and graphics processes."""
+    """The part of pynvml gpu_processes calls: per physical index, compute and graphics
+    processes."""
 
     NVMLError = FakeNvmlError
 
@@ -85,16 +86,18 @@ def gpu(name: str, physical: int | None) -> GPUInfo:
     )
 
 
+# CUDA_VISIBLE_DEVICES=1,0: llama.cpp's order is not NVML's
 GPUS = (
     gpu("CUDA0", 1),
     gpu("CUDA1", 0),
-)  # CUDA_VISIBLE_DEVICES=1,0: llama.cpp's order is not NVML's
+)
 
 
 @pytest.mark.parametrize(
     ("nvml", "expected"),
     [
-        # one process in both lists counts once (its larger figure); this process is left out; NVML's name is a path
+        # one process in both lists counts once (its larger figure); this process is left out;
+        # NVML's name is a path
         (
             FakeNvml(
                 {1: [(100, 900 * MIB), (42, 5000 * MIB)], 0: [(200, 300 * MIB)]},
@@ -170,8 +173,9 @@ def test_tokens_for(used: int, per_1000: float | None, room: int, tokens: int | 
 def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> None:
     """QWEN on an RTX 4080 reaches 7,168 of 32,768 tokens at 57.4 MiB per 1,000 tokens."""
     from llamafit.commands.plan import run_plan
-    from llamafit.commands.prepare import MachineSpec, ModelRef, Request
+    from llamafit.commands.prepare import ModelRef, Request
     from llamafit.fit.solver import Policy
+    from llamafit.machine.pick import MachineSpec
 
     procs = (
         GpuProcess("CUDA0", 11, "firefox", 700 * MIB),
@@ -183,9 +187,8 @@ def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> 
         k: os.environ[k]
         for k in ("LLAMAFIT_CACHE_DIR", "LLAMAFIT_HOST_BANDWIDTH", "LLAMAFIT_HOST_FLOPS")
     }
-    request = Request(
-        ModelRef(str(QWEN)), MachineSpec("rtx4080"), env=env
-    )  # the host's rates pinned (conftest)
+    # the host's rates pinned (conftest)
+    request = Request(ModelRef(str(QWEN)), MachineSpec("rtx4080"), env=env)
     report = run_plan(request, Policy(), processes=procs)
     (notice,) = [w for w in report.json["warnings"] if w["code"] == "gpu_in_use"]
     per_1000 = report.json["mib_per_1000_tokens"]
@@ -203,8 +206,9 @@ def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> 
         ],
         "tokens": tokens,
         "text": (
-            f"CUDA0: other processes use 2,310 MiB (python3 1,500, firefox 700, Xorg 60, …); closing them would "
-            f"give about {tokens:,} more tokens per slot; --use total plans for the idle card"
+            "CUDA0: other processes use 2,310 MiB (python3 1,500, firefox 700, Xorg 60, …); "
+            f"closing them would give about {tokens:,} more tokens per slot; --use total plans "
+            "for the idle card"
         ),
     }
     assert report.text.splitlines()[-3:] == [

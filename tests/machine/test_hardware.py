@@ -143,7 +143,10 @@ def _cuda(i: int, rec: RecordedGPU, physical: int, bandwidth: int | None) -> GPU
 
 BW_4090 = 48 * 10501 * 10**6 * 2  # 384-bit × 10501 MHz × 2 = 1008.096 GB/s
 BW_3060 = 24 * 7501 * 10**6 * 2  # 360.048 GB/s
-ORDER_NOTE = "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in PCI order"
+ORDER_NOTE = (
+    "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in "
+    "PCI order"
+)
 
 
 @pytest.mark.parametrize(
@@ -252,9 +255,8 @@ def sysfs(tmp_path: Path) -> Path:
     _card(tmp_path, "card0", MI210)
     _card(tmp_path, "card1", NVIDIA_CARD)  # another vendor: ignored
     _card(tmp_path, "card2", RX7900)
-    _card(
-        tmp_path, "card10", {"vendor": "0x1002"}
-    )  # no VRAM files (e.g. a display-only GPU): ignored
+    # no VRAM files (e.g. a display-only GPU): ignored
+    _card(tmp_path, "card10", {"vendor": "0x1002"})
     (tmp_path / "class" / "drm" / "card0-DP-1").mkdir()  # connectors and render nodes: ignored
     (tmp_path / "class" / "drm" / "renderD128").mkdir()
     return tmp_path
@@ -518,12 +520,13 @@ def test_parse_rpc_and_device_order() -> None:
         DeviceSpec("RPC0[[::1]:50053]", "gpu", "rpc", 12 * GiB, 12 * GiB),  # device 0 of its worker
     )
     names = [s.name for s in fit_devices(DETECTED, use="total", rpc=rpc)]
+    # RPC first, as llama.cpp
     assert names == [
         "RPC0[192.168.1.5:50052]",
         "RPC0[[::1]:50053]",
         "CUDA0",
         "CUDA1",
-    ]  # RPC first, as llama.cpp
+    ]
 
 
 def test_rpc_workers_without_a_size_are_asked() -> None:
@@ -594,8 +597,10 @@ def test_gpus_json() -> None:
         (
             REPORT_HW,
             "1 GPU (source: nvml, driver 550.54.15):\n"
-            "  device  name                     total     free      used     bandwidth  index  pci bus id        uuid\n"
-            "  CUDA1   NVIDIA GeForce RTX 3060  12.0 GiB  11.7 GiB  0.3 GiB  360 GB/s   GPU 1  00000000:02:00.0"
+            "  device  name                     total     free      used     bandwidth  index  "
+            "pci bus id        uuid\n"
+            "  CUDA1   NVIDIA GeForce RTX 3060  12.0 GiB  11.7 GiB  0.3 GiB  360 GB/s   GPU 1  "
+            "00000000:02:00.0"
             "  GPU-bbbb1111-2222-3333-4444-555566667777\n"
             "Host RAM: 64.0 GiB total, 48.0 GiB available\n"
             "note: sysfs: not tried",
@@ -635,12 +640,11 @@ def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatc
         bandwidth_bytes_per_s=1008 * 10**9,
     )
     found = Hardware((gpu,), host(64 << 30, 32 << 30), "nvml")
-    from llamafit.commands import prepare
+    from llamafit.server import find
 
     monkeypatch.setattr(hardware, "detect", lambda *a, **k: found)
-    monkeypatch.setattr(
-        prepare, "local_server", lambda env: None
-    )  # no llama-server here: detection alone
+    # no llama-server here: detection alone
+    monkeypatch.setattr(find, "local_server", lambda env: None)
     as_json = CliRunner().invoke(cli, ["gpus", "--json"])
     as_text = CliRunner().invoke(cli, ["gpus"])
     assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, gpus_json(found))

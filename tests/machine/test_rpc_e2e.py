@@ -1,5 +1,5 @@
-"""RPC for real: two ggml-rpc-server workers on loopback, llamafit's per-device prediction against the
-RPC0[…] buffer lines llama-server prints, and the workers' memory asked with --list-devices."""
+"""RPC for real: two ggml-rpc-server workers on loopback, llamafit's per-device prediction against
+the RPC0[…] buffer lines llama-server prints, and the workers' memory asked with --list-devices."""
 
 from __future__ import annotations
 
@@ -69,9 +69,8 @@ def test_predicted_rpc_buffers_match_the_workers(
     pred = {d["name"]: d for d in json.loads(res.stdout)["devices"]}
     names = [f"RPC0[{e}]" for e in workers]
     assert list(pred) == [*names, "CPU"]
-    assert all(
-        pred[n]["total_bytes"] > 0 for n in names
-    )  # asked: llama-server --rpc … --list-devices
+    # asked: llama-server --rpc … --list-devices
+    assert all(pred[n]["total_bytes"] > 0 for n in names)
     got = lab_load(demo_path, ["--rpc", ",".join(workers), *flags], env=device_lab.vk_env(None))
     assert got.ok, got.failure
     for n in names:

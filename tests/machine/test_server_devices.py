@@ -1,5 +1,5 @@
-"""Issue #28: the devices, the identity and the dry run of the llama-server that will run (fast part:
-recorded answers; tests/machine/test_server_devices_e2e.py starts the real servers)."""
+"""Issue #28: the devices, the identity and the dry run of the llama-server that will run (fast
+part: recorded answers; tests/machine/test_server_devices_e2e.py starts the real servers)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ LAVAPIPE = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free
         ),
         ("Available devices:\n  (none)\n", ()),
         (
-            "Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)\n  MTL0: Apple M2 Max (73728 MiB, 73728 MiB free)\n",
+            "Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)\n"
+            "  MTL0: Apple M2 Max (73728 MiB, 73728 MiB free)\n",
             (ListedDevice("MTL0", "metal", "Apple M2 Max", 73728 * MIB, 73728 * MIB),),
         ),
         (
@@ -137,8 +138,8 @@ def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_un
         ()
         if with_vulkaninfo
         else (
-            "Vulkan0: the largest tensor it can use is unknown without vulkaninfo (apt install vulkan-tools); the "
-            "llama.cpp check shows llama.cpp's own placement",
+            "Vulkan0: the largest tensor it can use is unknown without vulkaninfo (apt install "
+            "vulkan-tools); the llama.cpp check shows llama.cpp's own placement",
         )
     )
 
@@ -175,13 +176,11 @@ def test_two_builds_that_say_unknown_get_two_identities(
     first = build_identity(str(cpu), unknown)
     assert first.startswith("sha256:") and len(first) == 23
     assert build_identity(str(vulkan), unknown) != first
-    assert (
-        len(os.listdir(tmp_path / "cache" / "server-identity")) == 2
-    )  # cached by path, size and mtime
+    # cached by path, size and mtime
+    assert len(os.listdir(tmp_path / "cache" / "server-identity")) == 2
     assert build_identity(str(cpu), unknown) == first
-    (tmp_path / "cpu" / "libggml-base.so").write_bytes(
-        b"another build"
-    )  # a library changed: hashed again
+    # a library changed: hashed again
+    (tmp_path / "cpu" / "libggml-base.so").write_bytes(b"another build")
     assert build_identity(str(cpu), unknown) != first
     assert build_identity(str(cpu), "version: 8763 (ff5ef8278)") == "b8763-ff5ef8278"
 
@@ -379,7 +378,8 @@ def test_a_server_that_does_not_answer_like_llama_server_is_refused() -> None:
 def _fake_build(where: Path, extra_model_mib: int, build: str = "") -> Path:
     """A llama-server that lists one CUDA0 of $FAKE_CUDA0_MIB (16 MiB unless set), and a
     llama-fit-params beside it whose estimate is llamafit's for the dense fixture (KV 512 bytes a
-    token) plus `extra_model_mib` of weights; `build` makes another build (another content hash)."""
+    token) plus `extra_model_mib` of weights; `build` makes another build (another content
+    hash)."""
     from tests.support import NEW_HELP, NEW_VERSION
 
     server = _exe(where, "fake")
@@ -422,9 +422,8 @@ def test_llama_cpp_s_larger_weights_win(
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     gpu = plan["devices"][0]
-    room = (
-        extra and extra * MIB - gpu["weights_bytes"]
-    )  # its model column over llamafit's 228 KiB of weights
+    # its model column over llamafit's 228 KiB of weights
+    room = extra and extra * MIB - gpu["weights_bytes"]
     assert (gpu["name"], gpu["total_bytes"], gpu["overhead_bytes"], gpu["weights_bytes"]) == (
         "CUDA0",
         16 * MIB,

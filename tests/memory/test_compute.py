@@ -1,9 +1,10 @@
 """The compute-buffer model against what llama.cpp reserved.
 
-Table-driven: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json (scripts/calibrate.py)
-must be predicted within 5 %. The GPU-only rules (CUDA's F16 K/V copies with flash attention, the
-device/host split) cannot be measured on a CPU and are checked by exact arithmetic. The `llama`
-tests reload a few models with the installed llama.cpp, so a different build shows up.
+Table-driven: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json
+(scripts/calibration/calibrate.py) must be predicted within 5 %. The GPU-only rules (CUDA's F16 K/V
+copies with flash attention, the device/host split) cannot be measured on a CPU and are checked by
+exact arithmetic. The `llama` tests reload a few models with the installed llama.cpp, so a different
+build shows up.
 """
 
 from __future__ import annotations
@@ -77,16 +78,18 @@ def settings_of(f: ModelFacts, row: dict) -> ComputeSettings:
         n_seq_max=s["n_seq_max"],
         type_k=s["type_k"],
         type_v=s["type_v"],
-        mixed_input=False,  # the table is llama.cpp 0c1e570 (b9512), before the mixed input branch (b11400)
+        # the table is llama.cpp 0c1e570 (b9512), before the mixed input branch (b11400)
+        mixed_input=False,
     )
 
 
 def row_id(i: int, row: dict) -> str:
     s = row["settings"]
     return (
-        f"{i:03d}-{row['engine']}-{Path(row['model']).name.removesuffix('.gguf')}-c{s['n_ctx']}-ub{s['n_ubatch']}"
-        f"-fa{int(s['flash_attn'])}-np{s['n_seq_max']}{'u' if s['kv_unified'] else ''}-out{s['n_outputs_max']}"
-        f"-{s['type_k']}.{s['type_v']}{'-swafull' if s['swa_full'] else ''}"
+        f"{i:03d}-{row['engine']}-{Path(row['model']).name.removesuffix('.gguf')}-c{s['n_ctx']}-ub"
+        f"{s['n_ubatch']}-fa{int(s['flash_attn'])}-np{s['n_seq_max']}"
+        f"{'u' if s['kv_unified'] else ''}-out{s['n_outputs_max']}-{s['type_k']}.{s['type_v']}"
+        f"{'-swafull' if s['swa_full'] else ''}"
     )
 
 
@@ -134,12 +137,10 @@ def test_cuda_f16_copies_of_quantized_k_and_v() -> None:
     assert fa_f16_extra(f, cuda(), 0) == 2 * 64 * 8192 + 2 * 64 * 8192
     assert fa_f16_extra(f, cuda(type_v="f16"), 0) == 2 * 64 * 8192
     assert fa_f16_extra(f, cuda(type_k="f16"), 0) == 2 * 64 * 8192
-    assert (
-        fa_f16_extra(f, cuda(type_k="bf16", type_v="f16"), 0) == 2 * 64 * 8192
-    )  # any non-F16 type
-    assert fa_f16_extra(f, cuda(n_stream=4, n_ctx_seq=2048), 0) == 2 * (
-        2 * 64 * 2048 * 4
-    )  # every stream
+    # any non-F16 type
+    assert fa_f16_extra(f, cuda(type_k="bf16", type_v="f16"), 0) == 2 * 64 * 8192
+    # every stream
+    assert fa_f16_extra(f, cuda(n_stream=4, n_ctx_seq=2048), 0) == 2 * (2 * 64 * 2048 * 4)
 
 
 def test_no_f16_copies_without_need() -> None:
@@ -175,7 +176,8 @@ def test_cuda_device_and_host_split() -> None:
     at_fa = 2 * e + 4 * 128 * t + 4 * 128 * t + fa_f16_extra(f, s, 0)
     assert est.peak == "attention"
     # the GPU holds no token ids and no never-read inp_embd (input leafs stay on the CPU backend)
-    # ... and, running block 0, the copies of the mixed branch's inp_mixed_embd, token lookup and slots
+    # ... and, running block 0, the copies of the mixed branch's inp_mixed_embd, token lookup and
+    # slots
     assert (
         est.device
         == sum(inputs.values()) - inputs["inp_tokens"] - inputs["inp_embd"] + at_fa + 2 * e + 8 * t
@@ -185,7 +187,8 @@ def test_cuda_device_and_host_split() -> None:
         == est.device - 2 * e - 8 * t
     )
     # host: every graph input plus the embedding rows (token_embd stays on the CPU), and the mixed
-    # token/embedding branch (PR #29622): its I32 tokens, I64 slots, n_embd x T input and second lookup
+    # token/embedding branch (PR #29622): its I32 tokens, I64 slots, n_embd x T input and second
+    # lookup
     assert est.host == sum(inputs.values()) + e + (4 * t + 8 * t + 2 * e)
     assert est.host_inputs == est.host - 2 * e
     old_build = dataclasses.replace(s, mixed_input=False)
@@ -214,9 +217,8 @@ def test_layers_and_output_placement() -> None:
 
 def test_compute_for_devices_follows_the_layer_map() -> None:
     f = _facts(str(FIXTURES / "dense-llama.gguf"))
-    rc = resolve(
-        LaunchConfig(n_ctx=4096, flash_attn="on"), f
-    )  # llama-server: 4 slots, unified, 4 outputs
+    # llama-server: 4 slots, unified, 4 outputs
+    rc = resolve(LaunchConfig(n_ctx=4096, flash_attn="on"), f)
     s = ComputeSettings(n_ctx_seq=4096, n_ubatch=512, n_outputs=4, flash_attn=True)
     assert compute_for_devices(f, rc, layer_map(f.n_layer_all, 0, ()), []) == {
         CPU: predict_compute(f, s).device
@@ -226,11 +228,13 @@ def test_compute_for_devices_follows_the_layer_map() -> None:
     )
     gpu = predict_compute(f, dataclasses.replace(s, backend="cuda", holds_input=True))
     assert full == {0: gpu.device, CPU: gpu.host}
-    # the GPU running block 0 takes the mixed branch's copies: inp_mixed_embd, its token lookup, the slots
+    # the GPU running block 0 takes the mixed branch's copies: inp_mixed_embd, its token lookup, the
+    # slots
     t, e = 512, 4 * f.n_embd * 512
     not_first = dataclasses.replace(s, backend="cuda", holds_input=False)
     assert gpu.device - predict_compute(f, not_first).device == 2 * e + 8 * t
-    # on the CPU running block 0, the mixed branch's DUP stays (the SET_ROWS view of it is never read)
+    # on the CPU running block 0, the mixed branch's DUP stays (the SET_ROWS view of it is never
+    # read)
     cpu_first = (
         predict_compute(f, s).device
         - predict_compute(f, dataclasses.replace(s, holds_input=False)).device
@@ -336,14 +340,16 @@ def test_pipeline_parallelism_keeps_four_copies_of_split_inputs() -> None:
         holds_input=True,
     )
     e, mixed = 4 * f.n_embd * 512, 2 * 4 * f.n_embd * 512 + 8 * 512
-    # every split input x 4 (kept: input + output flags), the hidden state's copy no longer reused by the
-    # residual (one n_embd row), and on the GPU running block 0 the mixed copies x 4 plus its DUP's row
+    # every split input x 4 (kept: input + output flags), the hidden state's copy no longer reused
+    # by the residual (one n_embd row), and on the GPU running block 0 the mixed copies x 4 plus its
+    # DUP's row
     assert pp[0] - no_pp[0] == 3 * _split_inputs(f, s) + e + 3 * mixed + e
     s1 = dataclasses.replace(s, layers=(3, 4), holds_output=True, holds_input=False)
     assert pp[1] - no_pp[1] == 3 * _split_inputs(f, s1) + e
 
 
-# ---- Hadamard rotation inputs of a quantized KV cache (PR #21038, llama_kv_cache ctor) ----------------
+# ---- Hadamard rotation inputs of a quantized KV cache (PR #21038, llama_kv_cache ctor)
+# ----------------
 def _heads(name: str, k: int, v: int) -> ModelFacts:
     f = _facts(str(FIXTURES / name))
     return dataclasses.replace(
@@ -421,9 +427,8 @@ def test_rotation_inputs_of_a_quantized_cache(
 
 def test_mla_cache_rotates_keys_only() -> None:
     f = _facts(str(FIXTURES / "mla-deepseek2.gguf"))
-    f = dataclasses.replace(
-        f, n_embd_head_k=576, n_embd_head_v=512
-    )  # DeepSeek-V2's MQA cache: 512 + 64 rope
+    # DeepSeek-V2's MQA cache: 512 + 64 rope
+    f = dataclasses.replace(f, n_embd_head_k=576, n_embd_head_v=512)
     s = ComputeSettings(
         n_ctx_seq=4096, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0"
     )
@@ -431,9 +436,10 @@ def test_mla_cache_rotates_keys_only() -> None:
 
 
 def test_mla_q_lora_hole_makes_flash_attention_rows_exact() -> None:
-    """deepseek2 with a low-rank Q: the freed q_a rows [q_lora_rank, n_tokens] F32 stay a hole below the FFN
-    (src/models/deepseek2.cpp). With flash attention the FFN sets the peak, and every such row of the table
-    is then exact to its printed 0.0001 MiB (they were q_lora_rank x n_tokens x 4 bytes under)."""
+    """deepseek2 with a low-rank Q: the freed q_a rows [q_lora_rank, n_tokens] F32 stay a hole below
+    the FFN (src/models/deepseek2.cpp). With flash attention the FFN sets the peak, and every such
+    row of the table is then exact to its printed 0.0001 MiB (they were q_lora_rank x n_tokens x 4
+    bytes under)."""
     rows = [r for r in ROWS if "mla" in r["model"] and r["settings"]["flash_attn"]]
     assert len(rows) >= 8
     f = model_facts(rows[0]["model"])
@@ -445,7 +451,8 @@ def test_mla_q_lora_hole_makes_flash_attention_rows_exact() -> None:
         )
 
 
-# ---- a KQ product over the device's tensor limit runs on the host (ggml_backend_vk_device_supports_op) ----
+# ---- a KQ product over the device's tensor limit runs on the host
+# (ggml_backend_vk_device_supports_op) ----
 KQ_BYTES = 4 * 4096 * 512 * 4  # n_kv x n_tokens x n_head F32
 
 
@@ -471,7 +478,8 @@ def test_kq_over_the_tensor_limit_moves_attention_to_the_host(
     t, kq = 512, 4 * 4096 * 512 * 4
     moved = dataclasses.replace(s, kq_on_device=False)
     assert got[0] == predict_compute(f, moved).device < predict_compute(f, s).device - kq + 1
-    # the host runs that attention (2 n_embd rows, Q twice, KQ) and holds copies of one layer's K and V views
+    # the host runs that attention (2 n_embd rows, Q twice, KQ) and holds copies of one layer's K
+    # and V views
     attention = 2 * 4 * 64 * t + 2 * 4 * 4 * 16 * t + kq
     views = (2 * 16 * 2 + 2 * 16 * 2) * 4096
     assert got[CPU] == predict_compute(f, moved).host + attention + views

@@ -1,8 +1,9 @@
-"""The committed Vulkan0 / RPC calibration rows (scripts/calibrate_devices.py) against the memory model.
+"""The committed Vulkan0 / RPC calibration rows (scripts/calibration/calibrate_devices.py) against
+the memory model.
 
-Each row is what real llama-server reported for one start; the prediction is recomputed here from the
-same model shape and flags. Weights and KV must be exact per device; compute within 5%, except the
-gaps listed with their cause (they fail loudly once fixed: strict xfail).
+Each row is what real llama-server reported for one start; the prediction is recomputed here from
+the same model shape and flags. Weights and KV must be exact per device; compute within 5%, except
+the gaps listed with their cause (they fail loudly once fixed: strict xfail).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ make_shapes = script("make_shapes")
 TABLE = ROOT / "fixtures" / "calibration" / "devices-vulkan-rpc.json"
 if not TABLE.is_file():
     pytest.skip(
-        "no device calibration table yet (python scripts/calibrate_devices.py)",
+        "no device calibration table yet (python scripts/calibration/calibrate_devices.py)",
         allow_module_level=True,
     )
 DOC = json.loads(TABLE.read_text(encoding="utf-8"))
@@ -37,12 +38,15 @@ _HOLE_OVER = (
 )
 _OP_OFFLOAD_OVER = (
     "op offload: an upper bound (model._op_offload: a host layer's activations + its largest "
-    "weight copy + its K/V views + two n_embd rows), never under on scripts/bench_op_offload.py's "
-    "grid; over where ggml-alloc reuses the copies' holes (+7 to +61 %)"
+    "weight copy + its K/V views + two n_embd rows), never under on "
+    "scripts/bench/bench_op_offload.py's grid; over where ggml-alloc reuses the copies' holes (+7 "
+    "to +61 %)"
 )
-# row id → why its compute prediction is off by more than 5% (measured; see scripts/calibrate_devices.py)
+# row id → why its compute prediction is off by more than 5% (measured; see
+# scripts/calibration/calibrate_devices.py)
 COMPUTE_GAPS: dict[str, str] = {
-    "vulkan:demo:-ngl 10 -c 8192 -np 1 --no-repack": _OP_OFFLOAD_OVER,  # was 9 % under before op offload's bound
+    # was 9 % under before op offload's bound
+    "vulkan:demo:-ngl 10 -c 8192 -np 1 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 --no-op-offload --no-repack": "no op offload: 7% over",
     "vulkan:llama3.2-1b:-ngl 0 -c 4096 -np 1 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 --no-repack": _OP_OFFLOAD_OVER,
@@ -53,8 +57,8 @@ COMPUTE_GAPS: dict[str, str] = {
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -ub 32 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -ub 128 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -fa off --no-repack": (
-        "KQ (256 MiB) over lavapipe's maxStorageBufferRange runs on the CPU (compute.kq_fits); the op-offload "
-        "bound over the host layers leaves Vulkan0 5.7% over"
+        "KQ (256 MiB) over lavapipe's maxStorageBufferRange runs on the CPU (compute.kq_fits); "
+        "the op-offload bound over the host layers leaves Vulkan0 5.7% over"
     ),
     "rpc:demo:-ngl 10 -c 8192 -np 1 --no-repack": "RPC workers at partial offload: 14% over",
     "vulkan:demo:-ngl 99 -c 4096 -np 1 --no-repack": _HOLE_OVER,
@@ -104,7 +108,9 @@ def test_weights_and_kv_exact(row: dict[str, Any], paths: dict[str, Path]) -> No
     pred = _predict(row, paths[row["model"]])
     for dev, p in pred.items():
         if dev == "CPU":
-            continue  # the host's mapped range also spans other devices' tensors (llama-model.cpp mmap ranges)
+            # the host's mapped range also spans other devices' tensors (llama-model.cpp mmap
+            # ranges)
+            continue
         for kind, key in KINDS[:2]:
             real = row["reported_mib"].get(kind, {}).get(dev, 0.0)
             assert abs(real - p[key] / (1 << 20)) <= 0.011, (dev, kind)
@@ -142,7 +148,7 @@ COMPUTE_UNDER: dict[str, str] = {}
 
 @pytest.mark.parametrize("row", _rows(COMPUTE_UNDER), ids=[_id(r) for r in ROWS])
 def test_device_compute_never_under(row: dict[str, Any], paths: dict[str, Path]) -> None:
-    """The promise "never an OOM": on every GPU-side device the predicted compute buffer is at least what
-    llama.cpp reserved, up to 1% (the Gemma 3 1B rows: 0.4-0.9% under, allocator layout)."""
+    """The promise "never an OOM": on every GPU-side device the predicted compute buffer is at least
+    what llama.cpp reserved, up to 1% (the Gemma 3 1B rows: 0.4-0.9% under, allocator layout)."""
     for dev, predicted, real in _gpu_compute(row, paths):
         assert predicted >= 0.99 * real, dev

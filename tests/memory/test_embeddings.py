@@ -1,10 +1,11 @@
-"""Embeddings mode: llama-server --embeddings / --pooling / --rerank through parse → resolve → compute.
+"""Embeddings mode: llama-server --embeddings / --pooling / --rerank through parse → resolve →
+compute.
 
-tools/server/server-context.cpp server_output_limits keeps n_batch outputs with embeddings (every token's
-logits are reserved); llm_graph_context::build_pooling (src/llama-graph.cpp) adds the pooling inputs
-(inp_mean n_tokens x n_seqs F32, inp_cls n_seqs I32; n_tokens wide before PR #14217); the logits land above
-the tensors alive from the start of the graph (compute._pinned_output). The real llama-server rows are
-scripts/audit_embeddings.py's.
+tools/server/server-context.cpp server_output_limits keeps n_batch outputs with embeddings (every
+token's logits are reserved); llm_graph_context::build_pooling (src/llama-graph.cpp) adds the
+pooling inputs (inp_mean n_tokens x n_seqs F32, inp_cls n_seqs I32; n_tokens wide before PR #14217);
+the logits land above the tensors alive from the start of the graph (compute._pinned_output). The
+real llama-server rows are scripts/audit/audit_embeddings.py's.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def test_pooling_inputs(
 
 
 def test_pooling_needs_embeddings(llama) -> None:
-    """--pooling alone changes the outputs, but build_pooling returns at once without cparams.embeddings."""
+    """--pooling alone changes the outputs, but build_pooling returns at once without
+    cparams.embeddings."""
     rc = resolve(LaunchConfig(n_ctx=4096, pooling="mean"), llama)
     assert "inp_mean" not in compute.input_bytes(llama, compute._base_settings(llama, rc))
 

@@ -1,7 +1,7 @@
-"""Gemma 3n's tensors outside the blocks (src/models/gemma3n.cpp load_tensors): llama.cpp places the AltUp
-projections with the output layer (LLM_TENSOR_LAYER_OUTPUT in src/llama-arch.cpp) and the per-layer input
-projection with block 0 (created as tn(..., "weight", 0)); the per-layer token embeddings, like token_embd,
-stay with the input on the CPU."""
+"""Gemma 3n's tensors outside the blocks (src/models/gemma3n.cpp load_tensors): llama.cpp places the
+AltUp projections with the output layer (LLM_TENSOR_LAYER_OUTPUT in src/llama-arch.cpp) and the
+per-layer input projection with block 0 (created as tn(..., "weight", 0)); the per-layer token
+embeddings, like token_embd, stay with the input on the CPU."""
 
 from __future__ import annotations
 
@@ -122,7 +122,8 @@ def test_weights_per_device(tmp_path: Path, ngl: int, gpu: int, cpu: int) -> Non
     assert (bd.devices[0].weights_bytes, bd.devices[-1].weights_bytes) == (gpu, cpu)
 
 
-# --- the compute buffer against the real llama-server (scripts/audit_gemma3n.py) -------------------------
+# --- the compute buffer against the real llama-server (scripts/audit/audit_gemma3n.py)
+# -------------------------
 
 
 @pytest.fixture(scope="module")

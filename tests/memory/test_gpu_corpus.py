@@ -1,11 +1,12 @@
-"""The memory model against public llama.cpp logs from GPU machines (fixtures/calibration/gpu-corpus.jsonl).
+"""The memory model against public llama.cpp logs from GPU machines
+(fixtures/calibration/gpu-corpus.jsonl).
 
 Each row is one log (its URL, build, flags and the buffer sizes it printed per device); its model is
-rebuilt as a header-only GGUF from fixtures/calibration/gpu-shapes.json (scripts/make_shape_header.py)
-and run through resolve → estimate with the row's build (the --llama-build rules). Checks: KV per
-device exact to the print precision; weights per device within 0.5 % where the log pins the tensor
-types; compute per device within the corpus tolerance (COMPUTE_TOLERANCE), the figures of
-scripts/bench_memory.py.
+rebuilt as a header-only GGUF from fixtures/calibration/gpu-shapes.json
+(scripts/fixtures/make_shape_header.py) and run through resolve → estimate with the row's build (the
+--llama-build rules). Checks: KV per device exact to the print precision; weights per device within
+0.5 % where the log pins the tensor types; compute per device within the corpus tolerance
+(COMPUTE_TOLERANCE), the figures of scripts/bench/bench_memory.py.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from tests.support.scripts import script
 CORPUS = FIXTURES / "calibration" / "gpu-corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
 MIB = 1 << 20
-PRINTED = (
-    0.005 * MIB + 1
-)  # two decimals (a value on the half, 644.875 printed 644.88, plus the byte rounding)
+# two decimals (a value on the half, 644.875 printed 644.88, plus the byte rounding)
+PRINTED = 0.005 * MIB + 1
 COMPUTE_TOLERANCE = 0.20  # the issue's worst-case target for compute buffers
 
 
@@ -56,7 +56,9 @@ class Compared:
 def predicted(row: dict) -> Breakdown:
     mm = model(row["shape"])
     s = row["settings"]
-    fa = s["flash_attn"] if isinstance(s["flash_attn"], str) else "on" if s["flash_attn"] else "off"
+    fa = s["flash_attn"]
+    if not isinstance(fa, str):
+        fa = "on" if fa else "off"
     cfg = LaunchConfig(
         n_ctx=s["n_ctx"],
         flash_attn=fa,
@@ -99,9 +101,8 @@ def classes(row: dict, facts: ModelFacts | None = None) -> list[str]:
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_kv_exact(row: dict) -> None:
-    precision = (
-        row.get("precision_mib", 0.01) * MIB
-    )  # two decimals, or whole MiB (breakdown tables, truncated)
+    # two decimals, or whole MiB (breakdown tables, truncated)
+    precision = row.get("precision_mib", 0.01) * MIB
     for c in compared(row):
         if c.kind == "kv":
             assert (
@@ -111,7 +112,8 @@ def test_kv_exact(row: dict) -> None:
 
 
 def _pinned(row: dict) -> bool:
-    """The shape spec gives the tensor types (the log pins them): only then are weights comparable."""
+    """The shape spec gives the tensor types (the log pins them): only then are weights
+    comparable."""
     make_shape_header = script("make_shape_header")
 
     return "model" in row["measured"] and "type" in make_shape_header.load_specs()[row["shape"]]
@@ -127,7 +129,8 @@ def test_weights_within_half_percent(row: dict) -> None:
 
 
 def _awaiting(rows: list[dict]) -> list:
-    """Rows whose compute needs a rule another branch brings are strict xfails: they flip when it lands."""
+    """Rows whose compute needs a rule another branch brings are strict xfails: they flip when it
+    lands."""
     return [
         pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits"]))
         if r.get("awaits")
@@ -138,7 +141,8 @@ def _awaiting(rows: list[dict]) -> list:
 
 @pytest.mark.parametrize("row", _awaiting(ROWS), ids=[r["id"] for r in ROWS])
 def test_gpu_compute_within_tolerance(row: dict) -> None:
-    """GPU compute buffers (the host's pinned compute buffers are test_host_compute_within_tolerance's)."""
+    """GPU compute buffers (the host's pinned compute buffers are
+    test_host_compute_within_tolerance's)."""
     for c in compared(row):
         if c.kind == "compute" and not is_host(c.device):
             assert abs(c.error) <= COMPUTE_TOLERANCE, (
@@ -159,8 +163,9 @@ _HOST = [
 
 @pytest.mark.parametrize("row", _HOST, ids=[r["id"] for r in MODELLED])
 def test_host_compute_within_tolerance(row: dict) -> None:
-    """The pinned host compute buffer (CUDA_Host, ROCm_Host, Vulkan_Host; Metal's CPU): the graph inputs,
-    which changed with the build (set_rows indices, the dual embeddings input, the F16 FA mask)."""
+    """The pinned host compute buffer (CUDA_Host, ROCm_Host, Vulkan_Host; Metal's CPU): the graph
+    inputs, which changed with the build (set_rows indices, the dual embeddings input, the F16 FA
+    mask)."""
     for c in compared(row):
         if c.kind == "compute" and is_host(c.device):
             assert abs(c.error) <= COMPUTE_TOLERANCE, (
@@ -188,9 +193,8 @@ def test_cuda_overhead_is_context_plus_cublas_workspace(
 ) -> None:
     from llamafit.machine.devices import cuda_overhead_bytes
 
-    assert (
-        cuda_overhead_bytes(cc_major) == expected_mib * MIB
-    )  # 256 MiB context + 4 MiB (32 MiB Hopper on)
+    # 256 MiB context + 4 MiB (32 MiB Hopper on)
+    assert cuda_overhead_bytes(cc_major) == expected_mib * MIB
 
 
 def test_overhead_is_a_term_apart_from_the_reserve() -> None:
@@ -213,7 +217,8 @@ def test_overhead_is_a_term_apart_from_the_reserve() -> None:
     assert withctx.used_bytes - plain.used_bytes == 260 * MIB
 
 
-# --- the build-rule table (resolve.BUILD_RULES): each rule on both sides of its build ----------------------
+# --- the build-rule table (resolve.BUILD_RULES): each rule on both sides of its build
+# ----------------------
 
 
 def test_build_rules_are_one_dated_table() -> None:
@@ -233,8 +238,9 @@ def test_build_rules_are_one_dated_table() -> None:
 def test_ngl_counts_the_output_layer_first_from_pr_18148(
     output_first: bool, layers_on_gpu: int, output: int
 ) -> None:
-    """-ngl 48 on 48 blocks: now the output layer and blocks 1..47; before PR #18148 all 48 blocks and the
-    output layer on the CPU (the fit-params README's breakdown at b6895 shows the old placement)."""
+    """-ngl 48 on 48 blocks: now the output layer and blocks 1..47; before PR #18148 all 48 blocks
+    and the output layer on the CPU (the fit-params README's breakdown at b6895 shows the old
+    placement)."""
     from llamafit.memory.placement import layer_map
 
     lmap = layer_map(48, 48, (1.0,), output_first)
@@ -316,9 +322,10 @@ def test_unset_ngl_meant_cpu_only_before_pr_15434() -> None:
 
 
 def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
-    """q8_0 K/V with flash attention on CUDA: from PR #23907 the F16 copies of the whole cache are in the
-    CUDA compute buffer (2 B x n_kv x (n_embd_k_gqa + n_embd_v_gqa) = 2 x 65536 x 1024 B = 128 MiB here);
-    before, they came from the CUDA pool. A GPU without the output layer, so attention sets the peak."""
+    """q8_0 K/V with flash attention on CUDA: from PR #23907 the F16 copies of the whole cache are
+    in the CUDA compute buffer (2 B x n_kv x (n_embd_k_gqa + n_embd_v_gqa) = 2 x 65536 x 1024 B =
+    128 MiB here); before, they came from the CUDA pool. A GPU without the output layer, so
+    attention sets the peak."""
     from llamafit.memory.compute import ComputeSettings, fa_f16_extra, predict_compute
 
     f = model(QWEN3).facts
@@ -338,14 +345,16 @@ def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
         fa_f16_extra(f, s, 0) == 128 * MIB
         and fa_f16_extra(f, replace(s, fa_f16_in_buffer=False), 0) == 0
     )
+    # 128 MiB lift the attention peak over the FFN
     assert (with_copies.peak, without.peak) == (
         "attention",
         "moe",
-    )  # 128 MiB lift the attention peak over the FFN
+    )
 
 
 def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
-    """An MLA model (fixtures/mla-deepseek2.gguf: K 576 wide, V = kv_lora_rank 512): V-less from b7800."""
+    """An MLA model (fixtures/mla-deepseek2.gguf: K 576 wide, V = kv_lora_rank 512): V-less from
+    b7800."""
     from tests.support import FIXTURES as FX
 
     mm = MemoryModel(build_facts(read_model(FX / "mla-deepseek2.gguf")))
@@ -371,8 +380,9 @@ def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
     ],
 )
 def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
-    """The host buffer of a full offload holds the graph inputs: which exist depends on the build (the
-    pythia CI logs at b4343 show 9.01 MiB = F32 mask 2048 x 512 + the embedding rows, nothing else)."""
+    """The host buffer of a full offload holds the graph inputs: which exist depends on the build
+    (the pythia CI logs at b4343 show 9.01 MiB = F32 mask 2048 x 512 + the embedding rows, nothing
+    else)."""
     from llamafit.memory.compute import ComputeSettings, input_bytes
 
     f = model(QWEN3).facts
@@ -389,7 +399,8 @@ def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
 
 
 def test_pinned_host_buffers_on_cuda() -> None:
-    """CUDA_Host holds the host compute and output buffers (and unmapped CPU weights); none without CUDA/ROCm."""
+    """CUDA_Host holds the host compute and output buffers (and unmapped CPU weights); none without
+    CUDA/ROCm."""
     row = ROWS[0]
     mm = model(row["shape"])
     rc = resolve(
@@ -413,8 +424,9 @@ def test_pinned_host_buffers_on_cuda() -> None:
 def test_flash_attention_mask_was_f32_before_pr_23764(
     build: int | None, host_mib: float, device_mib: float
 ) -> None:
-    """With FA the mask input (n_kv x T) is F16 now; before PR #23764 an F32 input stayed on the host and the
-    GPU got its F16 cast (issue #13545's ROCm_Host buffer: 64 MiB F32 mask at 32768 x 512)."""
+    """With FA the mask input (n_kv x T) is F16 now; before PR #23764 an F32 input stayed on the
+    host and the GPU got its F16 cast (issue #13545's ROCm_Host buffer: 64 MiB F32 mask at 32768 x
+    512)."""
     from llamafit.memory.compute import ComputeSettings, input_bytes
 
     f = model(QWEN3).facts

@@ -79,9 +79,8 @@ def test_nextn_block_is_not_loaded() -> None:
     assert gpu.weights_bytes + cpu.weights_bytes == padded(
         mm, loaded - {"token_embd.weight"}
     ) + raw(mm, {"token_embd.weight"})
-    assert (
-        gpu.kv_bytes == 3 * (2 * 2 * 32 * 2) * 65536
-    )  # 3 KV layers of 2 heads x 32, f16, n_ctx_train
+    # 3 KV layers of 2 heads x 32, f16, n_ctx_train
+    assert gpu.kv_bytes == 3 * (2 * 2 * 32 * 2) * 65536
 
 
 @pytest.mark.parametrize(
@@ -110,9 +109,8 @@ def test_n_cpu_moe_moves_the_first_blocks_only() -> None:
 
 
 def test_two_gpus_split_layers_by_free_memory() -> None:
-    mm = model(
-        "dense-llama.gguf"
-    )  # 4 blocks + output over 2 equal GPUs: blocks 0-2 | block 3 + output
+    # 4 blocks + output over 2 equal GPUs: blocks 0-2 | block 3 + output
+    mm = model("dense-llama.gguf")
     g0, g1, cpu = estimate(mm, SERVER, TWO_GPUS).devices
     assert g0.weights_bytes == padded(
         mm, names(mm, lambda n: n.startswith(("blk.0.", "blk.1.", "blk.2.")))

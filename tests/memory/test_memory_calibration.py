@@ -1,6 +1,7 @@
 """The whole memory model (resolve → estimate) against every measured llama.cpp load in
-fixtures/calibration (scripts/calibrate.py): weights within 0.5 %, KV and recurrent state exact
-to the precision llama.cpp prints (0.01 MiB per number), compute within 5 %, output exact."""
+fixtures/calibration (scripts/calibration/calibrate.py): weights within 0.5 %, KV and recurrent
+state exact to the precision llama.cpp prints (0.01 MiB per number), compute within 5 %, output
+exact."""
 
 from __future__ import annotations
 
@@ -66,9 +67,8 @@ def predicted(row: dict) -> Breakdown:
         "kv_unified",
         "n_outputs_max",
     ):
-        assert getattr(rc, key) == s[key], (
-            key
-        )  # the resolution itself matches what llama.cpp logged
+        # the resolution itself matches what llama.cpp logged
+        assert getattr(rc, key) == s[key], key
     return mm.estimate(rc, (), HOST)
 
 
@@ -94,9 +94,8 @@ def test_row(row: dict) -> None:
     mapped = m["model_buffers"]["CPU_Mapped"] * MIB
     repack = m["model_buffers"].get("CPU_REPACK", 0.0) * MIB
     assert abs(cpu.repack_bytes - repack) <= PRINTED  # memory/repack.py: exact to print precision
-    slack = max(
-        0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards
-    )  # a line per shard
+    # a line per shard
+    slack = max(0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards)
     file_weights = cpu.weights_bytes - cpu.repack_bytes
     assert mapped - slack <= file_weights <= mapped + repack + slack
     if not repack:

@@ -12,9 +12,8 @@ from llamafit.memory.resolve import ConfigError, resolve
 from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 
-GEMMA = build_facts(
-    read_model(FIXTURES / "swa-gemma3.gguf")
-)  # n_ctx_train 32768, 7 layers, window 128
+# n_ctx_train 32768, 7 layers, window 128
+GEMMA = build_facts(read_model(FIXTURES / "swa-gemma3.gguf"))
 MLA = build_facts(read_model(FIXTURES / "mla-deepseek2.gguf"))
 SERVER = LaunchConfig()
 
@@ -26,7 +25,8 @@ def fields(rc, *names):
 @pytest.mark.parametrize(
     ("cfg", "engine", "build", "expected"),
     [
-        # (n_ctx, n_ctx_seq, n_seq_max, n_stream, kv_unified, n_batch, n_ubatch, n_outputs_max, n_swa_cells)
+        # (n_ctx, n_ctx_seq, n_seq_max, n_stream, kv_unified, n_batch, n_ubatch, n_outputs_max,
+        # n_swa_cells)
         (
             SERVER,
             "llama-server",

@@ -1,4 +1,5 @@
-"""Real-shape models (scripts/make_shapes.py): sparse full-size GGUFs that real llama.cpp loads.
+"""Real-shape models (scripts/fixtures/make_shapes.py): sparse full-size GGUFs that real llama.cpp
+loads.
 
 Every shape is generated here (no download, no disk: the data is a hole). Weights and KV that
 llama.cpp reports for them are what llamafit predicts.

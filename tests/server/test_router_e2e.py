@@ -46,7 +46,8 @@ def _router_server() -> str:
 
 
 def child_args(log: str) -> dict[str, list[str]]:
-    """name → the argv the router spawned it with (its `spawning server instance with args:` block)."""
+    """name → the argv the router spawned it with (its `spawning server instance with args:`
+    block)."""
     out: dict[str, list[str]] = {}
     name = None
     for line in log.splitlines():
@@ -96,7 +97,8 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
         while "router ready" not in log_path.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
             time.sleep(0.5)
-        # --port auto: the suite runs in parallel sessions on one machine, a fixed port would collide
+        # --port auto: the suite runs in parallel sessions on one machine, a fixed port would
+        # collide
         url = re.search(r"router ready at (http://\S+):", log_path.read_text()).group(1)  # type: ignore[union-attr]
         for name in MODELS:
             assert _post(url, name)["model"] == name
@@ -127,9 +129,10 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
 
 
 def test_router_accepts_every_key_the_presets_write(tmp_path: Path) -> None:
-    """A preset with every key llamafit writes (the fitted main flags and every side-model flag) loaded
-    by the real router: each key names the option (common/preset.cpp load_from_ini) and the child gets
-    it under that option's long spelling (common_preset::to_args), which is the key itself."""
+    """A preset with every key llamafit writes (the fitted main flags and every side-model flag)
+    loaded by the real router: each key names the option (common/preset.cpp load_from_ini) and the
+    child gets it under that option's long spelling (common_preset::to_args), which is the key
+    itself."""
     from llamafit.server.launcher import free_port
     from llamafit.server.scripts import LaunchSpec, render_models_ini
     from tests.support.projector_files import write_gemma3_projector

@@ -25,7 +25,8 @@ DENSE = str(FIXTURES / "dense-llama.gguf")
 
 
 def assert_checks_within_bounds(lines: list[str]) -> None:
-    """The printed predicted-vs-reported rows: KV and output exact to print precision, compute within 5 %."""
+    """The printed predicted-vs-reported rows: KV and output exact to print precision, compute
+    within 5 %."""
     checks = [x.split() for x in lines if x.startswith(" " * 11) and x.split()[0] == "CPU"]
     kinds = {c[1]: (float(c[2].replace(",", "")), float(c[3].replace(",", ""))) for c in checks}
     for kind in ("KV", "output"):  # an output buffer under 0.005 MiB is not printed
@@ -70,9 +71,8 @@ def test_real_llama_server_runs_checks_itself_and_stops(
     assert (speed["architecture"], speed["backend"], speed["requests"]) == ("llama", "cpu", 1)
     log_ms = round(timings["predicted_ms"], 2)  # the log prints the same time to 0.01 ms
     assert speed["generation_tps"] == pytest.approx(timings["predicted_n"] / log_ms * 1e3, rel=1e-6)
-    assert (
-        speed["fill"] == timings["prompt_n"] + timings["cache_n"] + 16 // 2 - 1
-    )  # the last token is not stored
+    # the last token is not stored
+    assert speed["fill"] == timings["prompt_n"] + timings["cache_n"] + 16 // 2 - 1
     assert speed["estimated_generation_tps"] > 0
     assert run.proc.stderr is not None
     rest = run.proc.stderr.read().splitlines()
@@ -105,13 +105,12 @@ def test_a_gpu_plan_on_a_cpu_only_server_warns_records_nothing_and_dies_with_lla
     assert gone(pid)  # the server dies with llamafit
     lines = unwrapped(run.lines)
     serving = next(line for line in lines if line.startswith("Serving"))
-    assert (
-        ", 100% CPU, " in serving
-    )  # where the server put the weights, not the plan's CUDA0 (#23 item 6)
+    # where the server put the weights, not the plan's CUDA0 (#23 item 6)
+    assert ", 100% CPU, " in serving
     warning = next(line for line in lines if line.startswith("Warning"))
     assert warning == (
-        "Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only build? "
-        "(not recorded for calibration)"
+        "Warning    the server put nothing on CUDA0, which the plan used: is this a CPU-only "
+        "build? (not recorded for calibration)"
     )
     assert not (tmp_path / "calibration.jsonl").exists()
 
@@ -137,9 +136,8 @@ def test_demo_on_the_embedded_server_answers_a_completion(env: dict[str, str]) -
         code = run.finish()
     assert code == 0
     assert gone(pid)
-    assert_checks_within_bounds(
-        run.lines
-    )  # planned by llama-cpp-python's rules: n_batch outputs, one sequence
+    # planned by llama-cpp-python's rules: n_batch outputs, one sequence
+    assert_checks_within_bounds(run.lines)
 
 
 @needs_llama_server
@@ -255,8 +253,8 @@ def test_out_of_memory_is_retried_three_times_then_explained(
 
 def _slow_loading_server(tmp_path: Path) -> Path:
     """A llama-server stand-in for the one case a real build cannot be made to hit on demand: a load
-    that outlasts the stop request. Like llama-server's signal_handler (tools/server/server.cpp), the
-    first SIGINT/SIGTERM only sets a flag; a second one exits at once."""
+    that outlasts the stop request. Like llama-server's signal_handler (tools/server/server.cpp),
+    the first SIGINT/SIGTERM only sets a flag; a second one exits at once."""
     from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
@@ -265,8 +263,10 @@ def _slow_loading_server(tmp_path: Path) -> Path:
         + (
             "else:\n    import signal, time\n    seen = []\n"
             "    def handler(sig, frame):\n        if seen: sys.exit(1)\n        seen.append(sig)\n"
-            "    signal.signal(signal.SIGINT, handler)\n    signal.signal(signal.SIGTERM, handler)\n"
-            "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
+            "    signal.signal(signal.SIGINT, handler)\n    signal.signal(signal.SIGTERM, "
+            "handler)\n"
+            "    print('llama_model_loader: loaded meta data with 26 key-value pairs', "
+            "flush=True)\n"
             "    for _ in range(600):\n        time.sleep(0.1)\n"
         )
     )
@@ -364,7 +364,8 @@ def test_load_timeout_stops_a_server_that_never_gets_healthy(
     assert gone(pid)
 
 
-# ---- after Ready (issue #23): a server killed by a signal is named; a warm-up that times out has a way out ----
+# ---- after Ready (issue #23): a server killed by a signal is named; a warm-up that times out has a
+# way out ----
 
 
 @needs_demo
@@ -408,8 +409,9 @@ def test_a_server_killed_after_ready_is_named_and_recorded(
 
 
 def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_path: Path) -> None:
-    """A Vulkan build compiling its shaders in warm-up outlasts --load-timeout (a stand-in: the real one
-    takes minutes): the last phase is warming up, and the hint names `-- --no-warmup` and --load-timeout."""
+    """A Vulkan build compiling its shaders in warm-up outlasts --load-timeout (a stand-in: the real
+    one takes minutes): the last phase is warming up, and the hint names `-- --no-warmup` and
+    --load-timeout."""
     from tests.support import NEW_HELP, NEW_VERSION, fake_server
 
     exe = fake_server(tmp_path / "srv", NEW_VERSION, NEW_HELP)
@@ -417,8 +419,10 @@ def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_pat
         exe.read_text()
         + (
             "else:\n    import time\n"
-            "    print('llama_model_loader: loaded meta data with 26 key-value pairs', flush=True)\n"
-            "    print('0.00.500.000 W common_init_from_params: warming up the model with an empty run - please wait '"
+            "    print('llama_model_loader: loaded meta data with 26 key-value pairs', "
+            "flush=True)\n"
+            "    print('0.00.500.000 W common_init_from_params: warming up the model with an "
+            "empty run - please wait '"
             "'... (--no-warmup to disable)', flush=True)\n"
             "    time.sleep(60)\n"
         )
@@ -458,7 +462,8 @@ def test_a_load_timeout_in_warm_up_says_the_way_out(env: dict[str, str], tmp_pat
 def test_the_first_run_on_a_machine_says_it_measures_it_once(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    """The host probe (seconds of silence otherwise, #23 item 5): said before it runs, and only the first time."""
+    """The host probe (seconds of silence otherwise, #23 item 5): said before it runs, and only the
+    first time."""
     from llamafit.report.run import HOST_PROBE_LINE
 
     for key in ("LLAMAFIT_HOST_BANDWIDTH", "LLAMAFIT_HOST_FLOPS"):

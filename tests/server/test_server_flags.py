@@ -1,4 +1,5 @@
-"""llama-server's own flags and LLAMA_ARG_* variables (common/arg.cpp at 0c1e570) into a LaunchConfig."""
+"""llama-server's own flags and LLAMA_ARG_* variables (common/arg.cpp at 0c1e570) into a
+LaunchConfig."""
 
 from __future__ import annotations
 
@@ -567,9 +568,8 @@ def test_flag_table_agrees_with_the_memory_options() -> None:
     for flag, opt in _BY_FLAG.items():
         assert flag in (NO_VALUE if opt.convert is None else ONE_VALUE), flag
     assert not RETIRED_LOAD_FLAGS & (NO_VALUE | ONE_VALUE), "retired at 0c1e570"
-    assert {"-p", "--prompt", "--mmap", "-fitp", "-dio"}.isdisjoint(
-        NO_VALUE | ONE_VALUE
-    )  # not llama-server's
+    # not llama-server's
+    assert {"-p", "--prompt", "--mmap", "-fitp", "-dio"}.isdisjoint(NO_VALUE | ONE_VALUE)
 
 
 @pytest.mark.parametrize(

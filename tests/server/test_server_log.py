@@ -65,9 +65,8 @@ def test_iswa_caches_are_summed_per_buffer() -> None:
 def test_hybrid_model_has_kv_and_recurrent_state() -> None:
     w = watch("llama-server-granite-hybrid.log")
     assert w.buffers["RS"] == {"CPU": 0.08} and w.buffers["KV"] == {"CPU": 1.0}
-    assert w.kv_caches == (
-        KvCache(1.0, 2048, 2, 2, 2, "f16", 0.5, "f16", 0.5),
-    )  # -np 2: two streams
+    # -np 2: two streams
+    assert w.kv_caches == (KvCache(1.0, 2048, 2, 2, 2, "f16", 0.5, "f16", 0.5),)
     assert w.recurrent_caches == (RecurrentCache(0.08, 2, 6, 2),)
 
 
@@ -82,10 +81,11 @@ def test_jsonl() -> None:
     assert w.kv_caches[0].cells == 4096
     assert w.url == "http://127.0.0.1:46045"
     host = (BreakdownRow("host", "Host", 0, 2, 5, 7),)
+    # the --fit probe's projection, then the exit table; text twins skipped
     assert w.breakdowns == (
         host,
         host,
-    )  # the --fit probe's projection, then the exit table; text twins skipped
+    )
 
 
 def test_jsonl_device_row_and_debug_lines() -> None:
@@ -119,12 +119,13 @@ def test_jsonl_device_row_and_debug_lines() -> None:
 
 def test_llama_cpp_python_server() -> None:
     w = watch("llama-cpp-python-server.log")
+    # the `~llama_context: … is 5.1387 MiB` exit line is not one
     assert w.buffers == {
         "model": {"CPU_Mapped": 0.26},
         "output": {"CPU": 0.0},
         "KV": {"CPU": 2.0},
         "compute": {"CPU": 5.14},
-    }  # the `~llama_context: … is 5.1387 MiB` exit line is not one
+    }
     assert w.kv_caches == (KvCache(2.0, 4096, 4, 1, 1, "f16", 1.0, "f16", 1.0),)
     assert w.ready and w.url == "http://127.0.0.1:44675"
 

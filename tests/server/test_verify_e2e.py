@@ -72,7 +72,8 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(
     assert verified == "Verified   1,008 prompt tokens + 16 generated in a 1,024-token slot"
     assert any("no GPU memory reading" in x for x in run.lines)  # a CPU machine: said, not hidden
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
-    # the verify request is the only one served: no "serve" record counts it a second time at the stop
+    # the verify request is the only one served: no "serve" record counts it a second time at the
+    # stop
     assert [r["kind"] for r in records if "kind" in r] == ["verify"]
     record = records[-1]
     assert (
@@ -84,11 +85,10 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(
     speed = record["speed"]
     assert speed["architecture"] == "gemma3" and speed["backend"] == "cpu" and speed["fill"] == 1008
     assert speed["generation_tps"] > 0 and speed["estimated_generation_tps"] > 0
-    assert (
-        speed["cpus"] >= 1 and speed["load_average"] >= 0
-    )  # a run on an overloaded machine will not count
-    # one verify request (16 tokens) is not evidence enough to scale a later plan (speed_calibration.py);
-    # `calibration show` lists it, counted or not and why
+    # a run on an overloaded machine will not count
+    assert speed["cpus"] >= 1 and speed["load_average"] >= 0
+    # one verify request (16 tokens) is not evidence enough to scale a later plan
+    # (speed_calibration.py); `calibration show` lists it, counted or not and why
     argv = [
         sys.executable,
         "-m",
@@ -117,9 +117,9 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(
 def test_verify_shows_progress_and_ctrl_c_stops_it_without_a_retry(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    """#23 items 2 and 3 on one real llama-server: a 32,768-token verification shows its progress from
-    /slots (per batch: -b 256 for a batch done within the first 10 s); Ctrl-C in the middle is a stop
-    (`Stopped.`, exit 0), not out of memory: no retry, no record."""
+    """#23 items 2 and 3 on one real llama-server: a 32,768-token verification shows its progress
+    from /slots (per batch: -b 256 for a batch done within the first 10 s); Ctrl-C in the middle is
+    a stop (`Stopped.`, exit 0), not out of memory: no retry, no record."""
     run = Run(
         "--demo",
         "--gpu",
@@ -154,9 +154,8 @@ def test_verify_shows_progress_and_ctrl_c_stops_it_without_a_retry(
     assert sum(x.startswith("Started") for x in lines) == 1
     assert not [x for x in lines if x.startswith(("Retry", "Failed", "Verified"))], lines
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
-    assert [r.get("kind") for r in records] == [
-        None
-    ]  # the load's calibration only: no verification recorded
+    # the load's calibration only: no verification recorded
+    assert [r.get("kind") for r in records] == [None]
 
 
 def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_path: Path) -> None:
@@ -205,8 +204,9 @@ def test_check_verify_on_the_vulkan_device(env: dict[str, str], demo_path: Path)
         )
     if os.environ.get("LLAMAFIT_VULKAN_VERIFY") != "1":
         pytest.skip(
-            "Mesa lavapipe took over 5 minutes for a 240-token prompt on the 2-core development machine; "
-            "set LLAMAFIT_VULKAN_VERIFY=1 where the Vulkan device is a real GPU (or the machine is idle)"
+            "Mesa lavapipe took over 5 minutes for a 240-token prompt on the 2-core development "
+            "machine; set LLAMAFIT_VULKAN_VERIFY=1 where the Vulkan device is a real GPU (or the "
+            "machine is idle)"
         )
     env = dict(env, GGML_VK_VISIBLE_DEVICES="0")
     probe = subprocess.run(
@@ -310,9 +310,8 @@ def test_out_of_memory_at_full_context_is_recorded_and_retried(
     retries = [x for x in lines if x.startswith("Retry")]
     assert started >= 2 and len(retries) == started - 1, out.stderr
     assert all(r.startswith("Retry      out of memory at full context on CPU") for r in retries)
-    assert all(
-        " MiB less there: " in r for r in retries
-    )  # each try plans a strictly smaller footprint
+    # each try plans a strictly smaller footprint
+    assert all(" MiB less there: " in r for r in retries)
     assert lines[-1].startswith("Failed     out of memory")
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
     verifies = [r for r in records if r.get("kind") == "verify"]
@@ -325,8 +324,8 @@ def test_a_server_killed_during_verify_is_named_not_retried(
     env: dict[str, str], tmp_path: Path
 ) -> None:
     """Only the server's own out-of-memory line means out of memory (#23 item 2): a server SIGKILLed
-    during the full-context request (what the kernel's OOM killer does) is named, recorded as failed,
-    and not retried with a smaller plan."""
+    during the full-context request (what the kernel's OOM killer does) is named, recorded as
+    failed, and not retried with a smaller plan."""
     from tests.support import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
 
     killed = "\n".join(
@@ -374,8 +373,9 @@ def test_a_server_killed_during_verify_is_named_not_retried(
     path = tmp_path / "calibration.jsonl"
     assert lines[-1] == f"Recorded   the failed run (not used for calibration) in {path}"
     records = [json.loads(x) for x in path.read_text().splitlines()]
+    # the stand-in reports no buffers: no load record
     assert [r.get("kind") for r in records] == [
         "verify",
         "failed",
-    ]  # the stand-in reports no buffers: no load record
+    ]
     assert not records[0]["verify"]["ok"] and not records[0]["verify"]["oom"]

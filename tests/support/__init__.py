@@ -25,16 +25,16 @@ DATA = TESTS / "data"  # recorded logs and tool outputs the tests read
 FIXTURES = ROOT / "fixtures"
 BROKEN = FIXTURES / "broken"
 DENSE = FIXTURES / "dense-llama.gguf"
-QWEN = (
-    FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
-)  # Qwen2.5-32B Q4_K_M's header, no weights
+# Qwen2.5-32B Q4_K_M's header, no weights
+QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 GIB = 1 << 30
 HOST = host(64 * GIB, 48 * GIB)  # the host of `target` and `fixed_host`
 _MODELS: dict[Path, MemoryModel] = {}
 
 
 def target(path: Path, gpu: str, reserve: int = GIB) -> Target:
-    """A llama-server target for the model at `path` on GPUs of these sizes (`24GiB,12GiB`), HOST RAM."""
+    """A llama-server target for the model at `path` on GPUs of these sizes (`24GiB,12GiB`), HOST
+    RAM."""
     if path not in _MODELS:
         _MODELS[path] = MemoryModel(build_facts(read_model(path)))
     return Target(_MODELS[path], "llama-server", None, gpu_specs(gpu), HOST, reserve)
@@ -98,8 +98,9 @@ CPU_ONLY_DEVICES = "Available devices:\n  (none)\n"
 def fake_server(
     where: Path, version: str, help_text: str, *, version_on_stderr: bool = True
 ) -> Path:
-    """An executable that answers --version/--help/--list-devices like a CPU-only llama-server and logs
-    each call (text appended to it may add an `else:` branch: what it does for anything else)."""
+    """An executable that answers --version/--help/--list-devices like a CPU-only llama-server and
+    logs each call (text appended to it may add an `else:` branch: what it does for anything
+    else)."""
     where.mkdir(parents=True, exist_ok=True)
     exe, calls = where / "llama-server", where / "calls.log"
     stream = "stderr" if version_on_stderr else "stdout"
@@ -131,10 +132,11 @@ needs_llama_server = pytest.mark.skipif(
 )
 
 
-# --- Real devices (issue #11): llama.cpp with the Vulkan and RPC backends ---------------------------
-# The binaries: $LLAMAFIT_VULKAN_RPC_BIN (a folder), else build/llama-vulkan-rpc/bin (what .ci/run
-# unpacks from ../shared/llama-vulkan-rpc/). Vulkan0 is Mesa's lavapipe, made visible with
-# GGML_VK_VISIBLE_DEVICES=0. Tests that need either skip with the reason when it is absent.
+# --- Real devices (issue #11): llama.cpp with the Vulkan and RPC backends
+# --------------------------- The binaries: $LLAMAFIT_VULKAN_RPC_BIN (a folder), else
+# build/llama-vulkan-rpc/bin (what .ci/run unpacks from ../shared/llama-vulkan-rpc/). Vulkan0 is
+# Mesa's lavapipe, made visible with GGML_VK_VISIBLE_DEVICES=0. Tests that need either skip with the
+# reason when it is absent.
 VK_RPC_BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
 
 

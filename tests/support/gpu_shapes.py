@@ -1,5 +1,6 @@
 """The GPU corpus's model shapes (fixtures/calibration/gpu-shapes.json) as header-only GGUFs
-(scripts/make_shape_header.py), read once per shape, and the large host the corpus rows assume."""
+(scripts/fixtures/make_shape_header.py), read once per shape, and the large host the corpus rows
+assume."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`python -m llamafit run …` as a real process for the end-to-end tests: its stderr read line by line
-until a prefix appears, stopped by a signal; `gone` waits until a pid has exited."""
+"""`python -m llamafit run …` as a real process for the end-to-end tests: its stderr read line by
+line until a prefix appears, stopped by a signal; `gone` waits until a pid has exited."""
 
 from __future__ import annotations
 
@@ -48,9 +48,8 @@ class Run:
                 self.proc.kill()
 
 
-CHECK_ROW = re.compile(
-    r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$"
-)  # a `Check` table row
+# a `Check` table row
+CHECK_ROW = re.compile(r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$")
 
 
 def unwrapped(lines: list[str]) -> list[str]:

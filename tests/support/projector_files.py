@@ -1,7 +1,8 @@
 """Write projector (mmproj) GGUFs that real llama.cpp loads: the Gemma 3 SigLIP projector with
-clip.cpp's keys and tensor names (tools/mtmd/clip-impl.h TN_*, clip_model_loader::load_tensors), at the
-real Gemma 3 4B mmproj shape (SigLIP so400m: 27 blocks, n_embd 1152, n_ff 4304, 16 heads, 896 px, 14 px
-patches) or smaller. Tensor data is a sparse run of zeros (os.truncate): llama.cpp does not check it."""
+clip.cpp's keys and tensor names (tools/mtmd/clip-impl.h TN_*, clip_model_loader::load_tensors), at
+the real Gemma 3 4B mmproj shape (SigLIP so400m: 27 blocks, n_embd 1152, n_ff 4304, 16 heads, 896
+px, 14 px patches) or smaller. Tensor data is a sparse run of zeros (os.truncate): llama.cpp does
+not check it."""
 
 from __future__ import annotations
 
@@ -54,9 +55,8 @@ def write_gemma3_projector(
 
     def tensor(name: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType = F16) -> None:
         nonlocal total
-        qtype = (
-            F32 if name in f32_tensors else qtype
-        )  # converters keep some tensors F32 (see the mmproj corpus)
+        # converters keep some tensors F32 (see the mmproj corpus)
+        qtype = F32 if name in f32_tensors else qtype
         nbytes = int(np.prod(shape)) * (2 if qtype == F16 else 4)
         w.add_tensor_info(
             name,

