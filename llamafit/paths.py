@@ -17,11 +17,12 @@ def cache_dir() -> Path:
 
 
 def calibration_path(env: Mapping[str, str]) -> str:
-    """Where `llamafit run` records predicted vs reported buffers: $LLAMAFIT_CALIBRATION, else the cache."""
+    """Where `llamafit run` records predicted vs reported buffers: $LLAMAFIT_CALIBRATION, else the
+    cache."""
     return env.get("LLAMAFIT_CALIBRATION") or os.path.join(cache_dir(), "calibration.jsonl")
 
 
 def is_url(model_path: str) -> bool:
-    """An http(s) URL: a remote model (only its header is read; llama-server downloads it with -mu), or a
-    running server's address (`check --verify`)."""
+    """An http(s) URL: a remote model (only its header is read; llama-server downloads it with -mu),
+    or a running server's address (`check --verify`)."""
     return model_path.startswith(("http://", "https://"))

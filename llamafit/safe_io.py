@@ -28,12 +28,14 @@ class UnsafeFile(OSError):
 
 
 def read_regular(path: str | os.PathLike[str], limit: int, *, follow: bool = False) -> bytes:
-    """At most `limit` bytes of a regular file; UnsafeFile for anything else (FIFO, device, link, larger)."""
+    """At most `limit` bytes of a regular file; UnsafeFile for anything else (FIFO, device, link,
+    larger)."""
     return read_regular_stat(path, limit, follow=follow)[0]
 
 
-def read_regular_stat(path: str | os.PathLike[str], limit: int, *,
-                      follow: bool = False) -> tuple[bytes, os.stat_result]:  # fmt: skip
+def read_regular_stat(
+    path: str | os.PathLike[str], limit: int, *, follow: bool = False
+) -> tuple[bytes, os.stat_result]:
     """read_regular, and the file's stat (to remove exactly the file that was read: remove_read)."""
     flags = os.O_RDONLY | _NONBLOCK | (0 if follow else _NOFOLLOW)
     try:
@@ -56,8 +58,8 @@ def read_regular_stat(path: str | os.PathLike[str], limit: int, *,
 
 
 def remove_read(path: str | os.PathLike[str], read: os.stat_result) -> None:
-    """Unlink `path` only while it is still the regular file `read` describes (same device and inode):
-    never a link, FIFO or device node put in its place since."""
+    """Unlink `path` only while it is still the regular file `read` describes (same device and
+    inode): never a link, FIFO or device node put in its place since."""
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (read.st_dev, read.st_ino):
         raise UnsafeFile(0, "was replaced while it was read", str(path))
@@ -65,7 +67,8 @@ def remove_read(path: str | os.PathLike[str], read: os.stat_result) -> None:
 
 
 def private_dir(path: str | os.PathLike[str]) -> None:
-    """Create `path` (and parents) with mode 0700; refuse a symlink or non-directory in its place."""
+    """Create `path` (and parents) with mode 0700; refuse a symlink or non-directory in its
+    place."""
     missing = []
     here = os.path.abspath(path)
     while not os.path.lexists(here):
@@ -102,7 +105,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray) -> None:
 
 
 def _refuse_unless_regular(path: str | os.PathLike[str]) -> None:
-    """Where `path` exists, it must be a regular file, not a symbolic link (UnsafeFile otherwise)."""
+    """Where `path` exists, it must be a regular file, not a symbolic link (UnsafeFile
+    otherwise)."""
     with contextlib.suppress(FileNotFoundError):
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode):
@@ -112,14 +116,15 @@ def _refuse_unless_regular(path: str | os.PathLike[str]) -> None:
 
 
 def install(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
-    """Move a file llamafit wrote privately (in `path`'s directory) into place: os.replace, refusing a
-    symbolic link or anything but a regular file where it goes."""
+    """Move a file llamafit wrote privately (in `path`'s directory) into place: os.replace, refusing
+    a symbolic link or anything but a regular file where it goes."""
     _refuse_unless_regular(path)
     os.replace(tmp, path)
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> None:
-    """Append one line to a regular file (created 0600), never through a symlink, a FIFO or a device."""
+    """Append one line to a regular file (created 0600), never through a symlink, a FIFO or a
+    device."""
     private_dir(os.path.dirname(os.fspath(path)) or ".")
     _refuse_unless_regular(path)
     try:

@@ -1,5 +1,5 @@
-"""One llama.cpp commit: every short hash in the package and the measured table is LLAMA_CPP_COMMIT's,
-and every `llama.cpp:` citation names a file of the source tree and a symbol."""
+"""One llama.cpp commit: every short hash in the package and the measured table is
+LLAMA_CPP_COMMIT's, and every `llama.cpp:` citation names a file of the source tree and a symbol."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.support import FIXTURES, ROOT
 
 from llamafit import LLAMA_CPP_COMMIT
+from tests.support import FIXTURES, ROOT
 
-SOURCES = sorted([*(ROOT / "llamafit").rglob("*.py"), *(ROOT / "scripts").glob("*.py")])
-TAG = re.compile(r"llama\.cpp: ((?:src|common|ggml|tools|include)/[\w./-]+\.(?:cpp|h|c|cu|cuh|m)) (\S+)")
+SOURCES = sorted([*(ROOT / "llamafit").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")])
+TAG = re.compile(
+    r"llama\.cpp: ((?:src|common|ggml|tools|include)/[\w./-]+\.(?:cpp|h|c|cu|cuh|m)) (\S+)"
+)
 
 
 def test_the_commit_is_a_full_sha() -> None:
@@ -28,7 +30,9 @@ def test_short_hashes_name_the_pinned_commit(path: Path) -> None:
 
 
 def test_the_measured_table_is_of_the_pinned_commit() -> None:
-    table = json.loads((FIXTURES / "calibration" / f"llama-cpp-{LLAMA_CPP_COMMIT[:7]}-cpu.json").read_text())
+    table = json.loads(
+        (FIXTURES / "calibration" / f"llama-cpp-{LLAMA_CPP_COMMIT[:7]}-cpu.json").read_text()
+    )
     assert table["llama_cpp_commit"] == LLAMA_CPP_COMMIT
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.support import ROOT
 
 PACKAGE = ROOT / "llamafit"
@@ -24,9 +25,18 @@ CORE = ("reader", "facts", "memory", "fit")
 EDGE_LIBRARIES = ("click", "psutil", "pynvml", "subprocess", "huggingface_hub", "numpy")
 BASE = {"errors", "units", "findings", "safe_text", "version"}
 _CORE = BASE | {"reader", "facts", "machine", "memory", "fit"}
-_ALL_BUT_CLI = _CORE | {"paths", "safe_io", "fetch", "server", "report", "commands", "api", "__init__"}
-# What each unit may import besides itself. Every folder and root module of the package has an entry:
-# a unit not named here fails the test (say where a new one sits before it is used).
+_ALL_BUT_CLI = _CORE | {
+    "paths",
+    "safe_io",
+    "fetch",
+    "server",
+    "report",
+    "commands",
+    "api",
+    "__init__",
+}
+# What each unit may import besides itself. Every folder and root module of the package has an
+# entry: a unit not named here fails the test (say where a new one sits before it is used).
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "units": set(),
@@ -100,8 +110,13 @@ def _imports(path: Path, package: Path) -> Iterator[tuple[str, int, bool]]:
             for a in node.names:
                 sub = f"{target}.{a.name}"
                 yield (sub if _exists(sub, package) else target), line, runs
-        elif (isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module")
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             yield node.args[0].value, line, runs
 
 
@@ -118,7 +133,8 @@ def _files(package: Path) -> list[Path]:
 
 
 def upward_imports(package: Path, exceptions: dict[tuple[str, str], str]) -> list[str]:
-    """Imports that go up (or sideways) in the layer table, units missing from it, and stale exceptions."""
+    """Imports that go up (or sideways) in the layer table, units missing from it, and stale
+    exceptions."""
     wrong: list[str] = []
     seen = set()
     for path in _files(package):
@@ -139,7 +155,9 @@ def upward_imports(package: Path, exceptions: dict[tuple[str, str], str]) -> lis
             found = f"{module} line {line} imports {target} ({unit} → {to})"
             if found not in wrong:
                 wrong.append(found)
-    wrong += [f"stale exception: {m} no longer imports {t}" for m, t in exceptions if (m, t) not in seen]
+    wrong += [
+        f"stale exception: {m} no longer imports {t}" for m, t in exceptions if (m, t) not in seen
+    ]
     return wrong
 
 
@@ -149,7 +167,9 @@ def module_cycles(package: Path) -> list[list[str]]:
     graph: dict[str, set[str]] = {}
     for path in _files(package):
         module = _module_of(path, package)
-        graph[module] = {t for t, _, runs in _imports(path, package) if runs and _exists(t, package)}
+        graph[module] = {
+            t for t, _, runs in _imports(path, package) if runs and _exists(t, package)
+        }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -218,22 +238,32 @@ def test_every_unit_of_the_package_is_in_the_table() -> None:
     assert units == set(MAY_IMPORT)
 
 
-@pytest.mark.parametrize("path", [p for p in _files(PACKAGE) if _unit(_module_of(p, PACKAGE)) in CORE
-                                  or p.stem in BASE], ids=lambda p: str(p.relative_to(PACKAGE)))  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _files(PACKAGE) if _unit(_module_of(p, PACKAGE)) in CORE or p.stem in BASE],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
 def test_the_core_imports_no_edge_library(path: Path) -> None:
     edges = [t for t, _, _ in _imports(path, PACKAGE) if t.split(".")[0] in EDGE_LIBRARIES]
     assert edges == []
 
 
 def test_loading_the_core_loads_no_edge_library() -> None:
-    modules = sorted(_module_of(p, PACKAGE) for p in _files(PACKAGE) if _unit(_module_of(p, PACKAGE)) in CORE)
-    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
-            f"print(sorted(m for m in {EDGE_LIBRARIES!r} if m in sys.modules))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    modules = sorted(
+        _module_of(p, PACKAGE) for p in _files(PACKAGE) if _unit(_module_of(p, PACKAGE)) in CORE
+    )
+    code = (
+        f"import sys\nfor m in {modules!r}: __import__(m)\n"
+        f"print(sorted(m for m in {EDGE_LIBRARIES!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out == "[]\n"
 
 
-# --- the checks catch what they are for: each violation planted in a copy of the package -------------
+# --- the checks catch what they are for: each violation planted in a copy of the package
+# -------------
 
 
 @pytest.fixture(scope="module")
@@ -254,16 +284,35 @@ def test_the_copy_is_clean(copy: Path) -> None:
     assert (upward_imports(copy, {}), module_cycles(copy)) == ([], [])
 
 
-@pytest.mark.parametrize("rel, text, expected", [
-    ("newfolder/__init__.py", "", "llamafit.newfolder: newfolder has no entry in MAY_IMPORT"),
-    ("newfolder/x.py", "from ..cli import main\n", "llamafit.newfolder.x: newfolder has no entry in MAY_IMPORT"),
-    ("extra.py", "", "llamafit.extra: extra has no entry in MAY_IMPORT"),
-    ("api.py", "from .commands import plan\n", "llamafit.api line 1 imports llamafit.commands.plan (api → commands)"),
-    ("fit/x.py", "def f():\n    import importlib\n    return importlib.import_module('llamafit.server.flags')\n",
-     "llamafit.fit.x line 3 imports llamafit.server.flags (fit → server)"),
-    ("memory/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..fit.solver import Choice\n",
-     "llamafit.memory.x line 3 imports llamafit.fit.solver (memory → fit)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "rel, text, expected",
+    [
+        ("newfolder/__init__.py", "", "llamafit.newfolder: newfolder has no entry in MAY_IMPORT"),
+        (
+            "newfolder/x.py",
+            "from ..cli import main\n",
+            "llamafit.newfolder.x: newfolder has no entry in MAY_IMPORT",
+        ),
+        ("extra.py", "", "llamafit.extra: extra has no entry in MAY_IMPORT"),
+        (
+            "api.py",
+            "from .commands import plan\n",
+            "llamafit.api line 1 imports llamafit.commands.plan (api → commands)",
+        ),
+        (
+            "fit/x.py",
+            "def f():\n    import importlib\n    return "
+            "importlib.import_module('llamafit.server.flags')\n",
+            "llamafit.fit.x line 3 imports llamafit.server.flags (fit → server)",
+        ),
+        (
+            "memory/x.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..fit.solver "
+            "import Choice\n",
+            "llamafit.memory.x line 3 imports llamafit.fit.solver (memory → fit)",
+        ),
+    ],
+)
 def test_a_planted_upward_import_is_caught(copy: Path, rel: str, text: str, expected: str) -> None:
     path = copy / rel
     old = path.read_text() if path.exists() else None
@@ -291,4 +340,5 @@ def test_a_planted_cycle_inside_a_folder_is_caught(copy: Path) -> None:
 def test_a_stale_exception_fails(copy: Path) -> None:
     stale = {("llamafit.fit.solver", "llamafit.server.flags"): "once needed"}
     assert upward_imports(copy, stale) == [
-        "stale exception: llamafit.fit.solver no longer imports llamafit.server.flags"]
+        "stale exception: llamafit.fit.solver no longer imports llamafit.server.flags"
+    ]

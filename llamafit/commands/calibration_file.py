@@ -1,10 +1,11 @@
-"""The calibration file on disk (an edge): read it bounded, append to it, clear it (all through safe_io).
+"""The calibration file on disk (an edge): read it bounded, append to it, clear it (all through
+safe_io).
 
-The file may be anything `$LLAMAFIT_CALIBRATION` names: it is read only when it is a regular file (no
-FIFO, device node or symbolic link; at most CALIBRATION_FILE bytes), appended to only when it is a
-regular file (safe_io.append_line), and removed or rewritten only when it is a regular file whose every
-line is a record llamafit writes (a JSON object of its schema; a cut-off last line is allowed), so
-that `calibration clear` never deletes a file that is not ours.
+The file may be anything `$LLAMAFIT_CALIBRATION` names: it is read only when it is a regular file
+(no FIFO, device node or symbolic link; at most CALIBRATION_FILE bytes), appended to only when it is
+a regular file (safe_io.append_line), and removed or rewritten only when it is a regular file whose
+every line is a record llamafit writes (a JSON object of its schema; a cut-off last line is
+allowed), so that `calibration clear` never deletes a file that is not ours.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from ..memory.calibration import parse_records, record_problem
 from ..paths import calibration_path
 from ..safe_io import CALIBRATION_FILE, read_regular, read_regular_stat, remove_read, write_atomic
 
-SPEED_KINDS = ("verify", "serve")  # the speed model's records (run_verify.py); the rest are memory records
+# the speed model's records (run_verify.py); the rest are memory records
+SPEED_KINDS = (
+    "verify",
+    "serve",
+)
 KINDS = ("memory", "speed")
 
 
@@ -39,7 +44,8 @@ def read_records(path: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def speed_records(env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The records the speed model calibrates from: none when the file is missing or unsafe to read."""
+    """The records the speed model calibrates from: none when the file is missing or unsafe to
+    read."""
     try:
         return read_records(calibration_path(env))[0]
     except OSError:
@@ -48,7 +54,8 @@ def speed_records(env: Mapping[str, str]) -> list[dict[str, Any]]:
 
 def _ours(lines: list[str]) -> bool:
     """Every line a record llamafit writes (the last may be cut off mid-write): a JSON object that
-    matches the schema (memory.calibration.record_problem) and holds buffers, speed or llamafit's version."""
+    matches the schema (memory.calibration.record_problem) and holds buffers, speed or llamafit's
+    version."""
     lines = [line for line in lines if line.strip()]
     for i, line in enumerate(lines):
         try:
@@ -70,18 +77,23 @@ class Cleared:
 
 def clear(path: str, kind: str | None = None) -> Cleared:
     """Drop every record (`kind` None: delete the file) or only one kind's ("memory" or "speed": the
-    file is rewritten atomically without them). Refused unless the file is a regular file of ours."""
+    file is rewritten atomically without them). Refused unless the file is a regular file of
+    ours."""
     try:
         data, st = read_regular_stat(path, CALIBRATION_FILE)
     except FileNotFoundError:
         return Cleared(0, 0, False)
     except OSError as e:
-        raise LlamafitError(f"{path} {e.strerror or e}: not cleared (llamafit removes only its own regular "
-                            "calibration file)") from e  # fmt: skip
+        raise LlamafitError(
+            f"{path} {e.strerror or e}: not cleared (llamafit removes only its own regular "
+            "calibration file)"
+        ) from e
     lines = data.decode("utf-8", "replace").splitlines()
     if not _ours(lines):
-        raise LlamafitError(f"{path} does not hold llamafit's calibration records: not cleared (remove it "
-                            "yourself if it is yours)")  # fmt: skip
+        raise LlamafitError(
+            f"{path} does not hold llamafit's calibration records: not cleared (remove it "
+            "yourself if it is yours)"
+        )
     records = parse_records(lines)
     try:
         if kind is None:

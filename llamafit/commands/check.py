@@ -3,13 +3,13 @@ beyond reading the GGUF header; the host's RAM comes in through `detect_host`)."
 
 from __future__ import annotations
 
-from ..report import check as check_report
 from ..findings import Notice
+from ..fit.ways_out import suggestions
+from ..memory.resolve import resolve
+from ..report import check as check_report
 from .llama_check import llama_cpp_check
 from .plan import wrap_lines
 from .prepare import Report, Request, prepare, warnings_for
-from ..memory.resolve import resolve
-from ..fit.ways_out import suggestions
 
 
 def run_check(request: Request) -> Report:
@@ -25,8 +25,14 @@ def run_check(request: Request) -> Report:
         host = breakdown.devices[-1]
         short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
         warnings.append(Notice("host_ram_short", short))
-    extra = {"llama_build": t.build, "unknown_flags": list(p.parsed.unknown), "passthrough": list(p.parsed.passthrough)}
-    data = check_report.to_json(p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra)
+    extra = {
+        "llama_build": t.build,
+        "unknown_flags": list(p.parsed.unknown),
+        "passthrough": list(p.parsed.passthrough),
+    }
+    data = check_report.to_json(
+        p.facts, rc, breakdown, warnings=warnings, ways_out=ways, extra=extra
+    )
     text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)
     if p.llama_recorded:  # llama.cpp's earlier estimate for this build, applied (llama_record.py)
         data["llama_cpp_recorded"] = p.llama_recorded

@@ -1,6 +1,7 @@
 """Ask the llama.cpp that will run about the chosen config before anything loads (issue #28):
 llama-fit-params beside the server, on the server's own devices, with every flag that changes
-memory given explicitly; its figures beside llamafit's (fit/llama_check.py) for plan, check and run."""
+memory given explicitly; its figures beside llamafit's (fit/llama_check.py) for plan, check and
+run."""
 
 from __future__ import annotations
 
@@ -21,26 +22,20 @@ from ..memory.config import LaunchConfig, with_given
 from ..memory.model import Breakdown
 from ..memory.resolve import ResolvedConfig, resolve
 from ..paths import is_url
+from ..report.progress import status_line
 from ..server.argv import server_argv
 from ..units import MIB
 from .prepare import Prepared
 
 
 def stderr_is_tty() -> bool:
+    """Whether stderr is a terminal: the progress line is shown only there (tests set it)."""
     return sys.stderr.isatty()
 
 
-def _progress(text: str | None) -> None:
-    """One line on stderr while llama.cpp answers, on a terminal only (as `ls` shows its
-    progress): written with a carriage return, cleared (`\r\033[K`) when the answer is in."""
-    if not stderr_is_tty():
-        return
-    sys.stderr.write(f"\r{text}" if text else "\r\033[K")
-    sys.stderr.flush()
-
-
-def _same_question(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
-                   breakdown: Breakdown) -> tuple[LaunchConfig, ResolvedConfig, Breakdown, list[str]]:  # fmt: skip
+def _same_question(
+    p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakdown
+) -> tuple[LaunchConfig, ResolvedConfig, Breakdown, list[str]]:
     """The config llama-fit-params can be asked (it has no -kvu: several unified slots are asked as
     separate streams) and llamafit's breakdown for exactly that."""
     if not (rc.kv_unified and rc.n_seq_max > 1):
@@ -49,14 +44,17 @@ def _same_question(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
     asked = with_given(cfg, kv_unified=False, n_parallel=rc.n_seq_max)
     rc2 = resolve(asked, p.facts, engine=t.engine, build=t.build)
     rc2 = t.side.main_rc(rc2, build=t.build) if t.side else rc2
-    note = (f"asked for {rc.n_seq_max} slots without -kvu ({'llama-fit-params'} has no -kvu); "
-            "llamafit's figures are for the same")
+    note = (
+        f"asked for {rc.n_seq_max} slots without -kvu ({'llama-fit-params'} has no -kvu); "
+        "llamafit's figures are for the same"
+    )
     return asked, rc2, t.breakdown(asked, rc2), [note]
 
 
 def _our_names(theirs: list[str], rpc: list[str]) -> dict[str, str]:
     """llama-fit-params' device names → llamafit's: Host is the CPU; its RPC0, RPC1… (one device per
-    --rpc worker, in order: ggml-rpc.cpp ggml_backend_rpc_add_server) are our RPC0[host:port] in order."""
+    --rpc worker, in order: ggml-rpc.cpp ggml_backend_rpc_add_server) are our RPC0[host:port] in
+    order."""
     out = {}
     k = 0
     for name in theirs:
@@ -69,11 +67,18 @@ def _our_names(theirs: list[str], rpc: list[str]) -> dict[str, str]:
     return out
 
 
-def llama_cpp_check(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakdown) -> dict[str, Any] | None:
+def llama_cpp_check(
+    p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakdown
+) -> dict[str, Any] | None:
     """The `llama_cpp_check` JSON object, or None when there is nothing to ask: off
     (--no-llama-check), a plan for given devices (--gpu), or a server that sees no GPU."""
     binary = p.server.binary if p.server is not None else None
-    if not p.llama_check or binary is None or p.hardware.source != "llama-server" or not p.target.gpus:
+    if (
+        not p.llama_check
+        or binary is None
+        or p.hardware.source != "llama-server"
+        or not p.target.gpus
+    ):
         return None
     from ..server.fit_check import TOOL, stand_in, tool_beside
 
@@ -93,22 +98,33 @@ def llama_cpp_check(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdow
         return _asked(p, cfg, rc, breakdown, tool, model, base)
 
 
-def _asked(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakdown, tool: str, model: str,
-           base: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _asked(
+    p: Prepared,
+    cfg: LaunchConfig,
+    rc: ResolvedConfig,
+    breakdown: Breakdown,
+    tool: str,
+    model: str,
+    base: dict[str, Any],
+) -> dict[str, Any]:
     from ..server.fit_check import TOOL, ask
 
     asked, arc, ab, notes = _same_question(p, cfg, rc, breakdown)
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     argv = server_argv(model, asked, arc) + ["-np", str(arc.n_seq_max)]
-    argv += ["--rpc", ",".join(rpc)] if rpc and not asked.rpc else []  # the workers, as render_plan passes them
-    _progress(f"asking llama.cpp ({TOOL}) about this config…")
+    if rpc and not asked.rpc:  # the workers, as render_plan passes them
+        argv += ["--rpc", ",".join(rpc)]
+    tty = stderr_is_tty()  # the line shows on a terminal only
+    status_line(f"asking llama.cpp ({TOOL}) about this config…", tty=tty)
     try:
         rows, failed = ask(tool, argv, p.env)
     finally:
-        _progress(None)
+        status_line(None, tty=tty)
     if failed:
         return base | {"skipped": failed}
-    names = _our_names([r.device for r in rows], [d.name for d in p.target.gpus if d.backend == "rpc"])
+    names = _our_names(
+        [r.device for r in rows], [d.name for d in p.target.gpus if d.backend == "rpc"]
+    )
     quirk = logits_quirk_bytes(p.facts.n_vocab, arc.n_ubatch, arc.n_outputs_max)
     checks = compare([(names[r.device], r.total_mib, r.model_mib) for r in rows], ab, quirk)
     base["model_mib"] = {names[r.device]: r.model_mib for r in rows}
@@ -125,14 +141,23 @@ def _asked(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, breakdown: Breakd
 
         differs = {c.device for c in checks if c.judged and not c.agrees}
         store(p.server_identity, difference_entries(p, diffs, config_json(arc), differs))
-    devices = [{"device": c.device, "mib": c.llama_mib, "llamafit_mib": c.llamafit_mib, "judged": c.judged,
-                "agrees": c.agrees} | ({"logits_quirk_mib": c.quirk_mib} if c.agrees and not c.close else {})
-               for c in checks]  # fmt: skip
+    devices = [
+        {
+            "device": c.device,
+            "mib": c.llama_mib,
+            "llamafit_mib": c.llamafit_mib,
+            "judged": c.judged,
+            "agrees": c.agrees,
+        }
+        | ({"logits_quirk_mib": c.quirk_mib} if c.agrees and not c.close else {})
+        for c in checks
+    ]
     return base | {"path": tool, "devices": devices, "agrees": agrees(checks), "notes": notes}
 
 
-def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
-                       check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:  # fmt: skip
+def learn_tensor_limit(
+    p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, check: dict[str, Any] | None
+) -> tuple[Prepared, list[str]] | None:
     """When llama.cpp put less model on a Vulkan device of unknown tensor limit than llamafit did,
     the limit that reproduces llama.cpp's placement (tensor_limit_candidates), and the prepared
     problem with it; None when there is nothing to learn."""
@@ -143,7 +168,9 @@ def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
     if not check or not check.get("model_mib"):
         return None
     t = p.target
-    unknown = [i for i, g in enumerate(t.gpus) if g.backend == "vulkan" and g.max_tensor_bytes is None]
+    unknown = [
+        i for i, g in enumerate(t.gpus) if g.backend == "vulkan" and g.max_tensor_bytes is None
+    ]
     asked, arc, ab, _ = _same_question(p, cfg, rc, t.breakdown(cfg, rc))
     ours = {d.name: d for d in ab.devices}
     learned: list[str] = []
@@ -155,13 +182,18 @@ def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
         if theirs is None or name not in ours or ours[name].weights_bytes / MIB <= theirs + 1:
             continue
         for bound in tensor_limit_candidates([x.n_bytes for x in p.facts.tensors]):
-            trial = tuple(replace(g, max_tensor_bytes=bound) if j == i else g for j, g in enumerate(gpus))
+            trial = tuple(
+                replace(g, max_tensor_bytes=bound) if j == i else g for j, g in enumerate(gpus)
+            )
             b = replace(t, gpus=trial).breakdown(asked, arc)
             mine = next(d for d in b.devices if d.name == name).weights_bytes / MIB
             if abs(mine - theirs) <= 1:
                 gpus, limits[name] = list(trial), bound
-                learned.append(f"{name}: llama.cpp keeps {ours[name].weights_bytes / MIB - mine:,.0f} MiB of weights "
-                               f"off it (a tensor limit; no vulkaninfo): planned with a {bound // MIB:,} MiB limit")
+                learned.append(
+                    f"{name}: llama.cpp keeps {ours[name].weights_bytes / MIB - mine:,.0f} MiB of "
+                    "weights off it (a tensor limit; no vulkaninfo): planned with a "
+                    f"{bound // MIB:,} MiB limit"
+                )
                 break
     if not learned:
         return None
@@ -169,15 +201,20 @@ def learn_tensor_limit(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
         from .llama_record import limit_entries, store
 
         store(p.server_identity, limit_entries(p, limits))
-    hw_gpus = tuple(replace(g, spec=gpus[[d.name for d in gpus].index(g.spec.name)])
-                    if g.spec.name in [d.name for d in gpus] else g for g in p.hardware.gpus)  # fmt: skip
+    hw_gpus = tuple(
+        replace(g, spec=gpus[[d.name for d in gpus].index(g.spec.name)])
+        if g.spec.name in [d.name for d in gpus]
+        else g
+        for g in p.hardware.gpus
+    )
     kept = tuple(n for n in p.hardware.notes if "vulkaninfo" not in n)
     hardware = replace(p.hardware, gpus=hw_gpus, notes=kept + tuple(learned))
     return replace(p, target=replace(t, gpus=tuple(gpus)), hardware=hardware), learned
 
 
-def larger_wins(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
-                check: dict[str, Any] | None) -> tuple[Prepared, list[str]] | None:  # fmt: skip
+def larger_wins(
+    p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, check: dict[str, Any] | None
+) -> tuple[Prepared, list[str]] | None:
     """Where llama.cpp's estimate holds more weights or KV/recurrent state on a GPU than llamafit's
     (the buffers its loader sizes exactly: llama_model_loader, llama_kv_cache), the plan keeps that
     much more room there (the device's overhead_bytes) and is solved again; None when it does not,
@@ -200,10 +237,12 @@ def larger_wins(p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig,
         if more > PRINT_SLACK_BYTES:
             gpus[i] = replace(g, overhead_bytes=g.overhead_bytes + more)
             notes.append(
-                f"{g.name}: llama.cpp's own estimate holds {more / MIB:,.0f} MiB more weights and "
-                "KV than llamafit's: planned with that much more room"
+                f"{g.name}: llama.cpp's own estimate holds {more / MIB:,.0f} MiB more weights "
+                "and KV than llamafit's: planned with that much more room"
             )
     if not notes:
         return None
     hardware = replace(p.hardware, notes=p.hardware.notes + tuple(notes))
-    return replace(p, target=replace(p.target, gpus=tuple(gpus)), hardware=hardware, llama_adjusted=True), notes
+    return replace(
+        p, target=replace(p.target, gpus=tuple(gpus)), hardware=hardware, llama_adjusted=True
+    ), notes

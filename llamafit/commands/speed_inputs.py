@@ -1,4 +1,5 @@
-"""The machine side of the speed model: bandwidth and throughput per device, with where each came from.
+"""The machine side of the speed model: bandwidth and throughput per device, with where each came
+from.
 
 GPU memory bandwidth: NVML's (bus width x memory clock) or the catalog entry for the card's name;
 GPU throughput: the maker's dense FP16 tensor TFLOPS (Apple: FP32 GPU TFLOPS) below, for the catalog
@@ -14,23 +15,54 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError
+from ..fit.speed import SpeedInputs
 from ..machine import catalog as gpu_catalog
 from ..machine.devices import DeviceSpec
 from ..machine.hardware import GPUInfo
-from ..fit.speed import SpeedInputs
 from ..machine.rates import Rate
 
 # Dense FP16 tensor-core TFLOPS per device from the makers' spec sheets (Apple: FP32 GPU TFLOPS).
 # Prompt speed is a rough estimate; these only scale it.
 GPU_TFLOPS: dict[str, float] = {
-    "rtx3060-12gb": 51, "rtx3070": 81, "rtx3080-10gb": 119, "rtx3090": 142, "rtx3090ti": 160, "rtx4060-8gb": 60,
-    "rtx4060ti-16gb": 88, "rtx4070": 117, "rtx4070ti-super": 177, "rtx4080": 195, "rtx4090": 330, "rtx5080": 225,
-    "rtx5090": 419, "rtx-a6000": 155, "rtx6000-ada": 364, "t4": 65, "v100-16gb": 125, "v100-32gb": 125, "a10": 125,
-    "a40": 150, "a100-40gb": 312, "a100-80gb": 312, "l4": 121, "l40s": 362, "h100": 989, "h100-pcie": 756,
-    "h100-nvl": 835, "h200": 989, "rx7900xtx": 123, "mi210": 181, "mi250": 181, "mi300x": 1307,
-    "m1-max-64gb": 10.4, "m2-max-96gb": 13.6, "m3-max-128gb": 16.4, "m4-max-128gb": 18.4, "m2-ultra-192gb": 27.2,
+    "rtx3060-12gb": 51,
+    "rtx3070": 81,
+    "rtx3080-10gb": 119,
+    "rtx3090": 142,
+    "rtx3090ti": 160,
+    "rtx4060-8gb": 60,
+    "rtx4060ti-16gb": 88,
+    "rtx4070": 117,
+    "rtx4070ti-super": 177,
+    "rtx4080": 195,
+    "rtx4090": 330,
+    "rtx5080": 225,
+    "rtx5090": 419,
+    "rtx-a6000": 155,
+    "rtx6000-ada": 364,
+    "t4": 65,
+    "v100-16gb": 125,
+    "v100-32gb": 125,
+    "a10": 125,
+    "a40": 150,
+    "a100-40gb": 312,
+    "a100-80gb": 312,
+    "l4": 121,
+    "l40s": 362,
+    "h100": 989,
+    "h100-pcie": 756,
+    "h100-nvl": 835,
+    "h200": 989,
+    "rx7900xtx": 123,
+    "mi210": 181,
+    "mi250": 181,
+    "mi300x": 1307,
+    "m1-max-64gb": 10.4,
+    "m2-max-96gb": 13.6,
+    "m3-max-128gb": 16.4,
+    "m4-max-128gb": 18.4,
+    "m2-ultra-192gb": 27.2,
     "m3-ultra-512gb": 28.2,
-}  # fmt: skip
+}
 
 
 def _catalog_entry(name: str) -> gpu_catalog.CatalogEntry | None:
@@ -49,13 +81,19 @@ def gpu_rates(info: GPUInfo) -> tuple[Rate | None, Rate | None]:
     elif info.bandwidth_bytes_per_s:
         bw = Rate(float(info.bandwidth_bytes_per_s), "NVML: memory bus width x clock")
     tflops = GPU_TFLOPS.get(entry.key) if entry else None
-    flops = Rate(tflops * 1e12, f"spec sheet: {entry.name} {tflops:g} TFLOPS") if entry and tflops else None
+    flops = (
+        Rate(tflops * 1e12, f"spec sheet: {entry.name} {tflops:g} TFLOPS")
+        if entry and tflops
+        else None
+    )
     return bw, flops
 
 
-def assumed_rates(info: GPUInfo) -> tuple[Rate, tuple[float, float], Rate | None, tuple[float, float] | None] | None:
-    """A GPU given by size has no bandwidth of its own: assume the median of the catalog cards of its
-    backend with that memory (the nearest size when none has it exactly), and say their range —
+def assumed_rates(
+    info: GPUInfo,
+) -> tuple[Rate, tuple[float, float], Rate | None, tuple[float, float] | None] | None:
+    """A GPU given by size has no bandwidth of its own: assume the median of the catalog cards of
+    its backend with that memory (the nearest size when none has it exactly), and say their range —
     (bandwidth, its range, throughput, its range). None for a card the catalog names."""
     if _catalog_entry(info.name) is not None or info.bandwidth_bytes_per_s:
         return None
@@ -65,12 +103,18 @@ def assumed_rates(info: GPUInfo) -> tuple[Rate, tuple[float, float], Rate | None
         return None
     size = info.spec.total_bytes or 0
     nearest = min(abs(e.vram_bytes - size) for e in cards)
-    same = sorted((e for e in cards if abs(e.vram_bytes - size) == nearest), key=lambda e: e.bandwidth_bytes_per_s)
+    same = sorted(
+        (e for e in cards if abs(e.vram_bytes - size) == nearest),
+        key=lambda e: e.bandwidth_bytes_per_s,
+    )
     bws = [float(e.bandwidth_bytes_per_s) for e in same]
     gib = same[0].vram_bytes / 2**30
     what = f"{len(same)} catalog card{'s' if len(same) > 1 else ''} with {gib:,.0f} GiB"
-    bw = Rate(statistics.median(bws), f"assumed: the median of {what} ({bws[0] / 1e9:,.0f}-{bws[-1] / 1e9:,.0f} GB/s); "
-                                      "--bandwidth GB/s or a catalog name (--gpu rtx4090) gives the card's own")
+    bw = Rate(
+        statistics.median(bws),
+        f"assumed: the median of {what} ({bws[0] / 1e9:,.0f}-{bws[-1] / 1e9:,.0f} GB/s); "
+        "--bandwidth GB/s or a catalog name (--gpu rtx4090) gives the card's own",
+    )
     tflops = [GPU_TFLOPS[e.key] * 1e12 for e in same if e.key in GPU_TFLOPS]
     if not tflops:
         return bw, (bws[0], bws[-1]), None, None
@@ -78,16 +122,26 @@ def assumed_rates(info: GPUInfo) -> tuple[Rate, tuple[float, float], Rate | None
     return bw, (bws[0], bws[-1]), flops, (min(tflops), max(tflops))
 
 
-_BACKEND_VENDORS = {"cuda": ("nvidia",), "rocm": ("amd",), "metal": ("apple",), "vulkan": ("nvidia", "amd")}
+_BACKEND_VENDORS = {
+    "cuda": ("nvidia",),
+    "rocm": ("amd",),
+    "metal": ("apple",),
+    "vulkan": ("nvidia", "amd"),
+}
 
 
-def with_bandwidth(inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo], given: Sequence[float]) -> SpeedInputs:
-    """Per GPU, what `--bandwidth` gives (GB/s; one value for every GPU) in place of the catalog's or an assumption."""
+def with_bandwidth(
+    inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo], given: Sequence[float]
+) -> SpeedInputs:
+    """Per GPU, what `--bandwidth` gives (GB/s; one value for every GPU) in place of the catalog's
+    or an assumption."""
     if not given:
         return inputs
     values = list(given) if len(given) > 1 else [given[0]] * len(infos)
     if len(values) != len(infos):
-        raise InputError(f"--bandwidth gives {len(values)} values for {len(infos)} GPUs: one, or one per GPU")
+        raise InputError(
+            f"--bandwidth gives {len(values)} values for {len(infos)} GPUs: one, or one per GPU"
+        )
     bws = list(inputs.gpu_bandwidth)
     ranges = list(inputs.gpu_bandwidth_range) or [None] * len(bws)
     for i, gbs in enumerate(values):
@@ -97,10 +151,17 @@ def with_bandwidth(inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo], gi
 
 
 def threads_given(passthrough: Sequence[str], env: Mapping[str, str], n_cpu: int) -> int | None:
-    """llama-server's -t/--threads (or $LLAMA_ARG_THREADS when no flag gives it; the last flag wins),
-    as common/arg.cpp applies it: a value <= 0 means every CPU (hardware_concurrency); None: not given."""
-    raw = next((passthrough[i + 1] for i in range(len(passthrough) - 2, -1, -1)
-                if passthrough[i] in ("-t", "--threads")), env.get("LLAMA_ARG_THREADS"))  # fmt: skip
+    """llama-server's -t/--threads (or $LLAMA_ARG_THREADS when no flag gives it; the last flag
+    wins), as common/arg.cpp applies it: a value <= 0 means every CPU (hardware_concurrency); None:
+    not given."""
+    raw = next(
+        (
+            passthrough[i + 1]
+            for i in range(len(passthrough) - 2, -1, -1)
+            if passthrough[i] in ("-t", "--threads")
+        ),
+        env.get("LLAMA_ARG_THREADS"),
+    )
     if raw is None:
         return None
     try:
@@ -110,8 +171,15 @@ def threads_given(passthrough: Sequence[str], env: Mapping[str, str], n_cpu: int
     return value if value > 0 else n_cpu
 
 
-def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapping[str, str],
-                 cache: Path, threads: int | None = None, *, assume: bool = False) -> SpeedInputs:  # fmt: skip
+def speed_inputs(
+    gpus: Sequence[DeviceSpec],
+    infos: Sequence[GPUInfo],
+    env: Mapping[str, str],
+    cache: Path,
+    threads: int | None = None,
+    *,
+    assume: bool = False,
+) -> SpeedInputs:
     """Per device of the target (RPC workers first: unknown), and the host from the probe, read at
     `threads` (default: llama.cpp's, one per physical core)."""
     from ..machine.host_probe import host_rates, llama_threads
@@ -121,9 +189,17 @@ def speed_inputs(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], env: Mapp
     bws = (None,) * n_rpc + tuple(r[0] for r in rates)
     flops = (None,) * n_rpc + tuple(r[1] for r in rates)
     host = host_rates(env, cache)
-    inputs = SpeedInputs(bws, flops, host.bandwidth, host.flops, host_bandwidth_by_threads=host.bandwidth_by_threads,
-                         n_threads=threads or llama_threads(), host_flops_threads=host.flops_threads,
-                         cpu_kernels=host.kernels, cpu_attention=host.attention)  # fmt: skip
+    inputs = SpeedInputs(
+        bws,
+        flops,
+        host.bandwidth,
+        host.flops,
+        host_bandwidth_by_threads=host.bandwidth_by_threads,
+        n_threads=threads or llama_threads(),
+        host_flops_threads=host.flops_threads,
+        cpu_kernels=host.kernels,
+        cpu_attention=host.attention,
+    )
     return with_assumptions(inputs, n_rpc, infos) if assume else inputs
 
 
@@ -141,13 +217,24 @@ def with_assumptions(inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo]) 
             flops[n_rpc + i], flops_ranges[n_rpc + i] = assumed[2], assumed[3]
     if not any(bw_ranges):
         return inputs
-    return replace(inputs, gpu_bandwidth=tuple(bws), gpu_flops=tuple(flops), gpu_bandwidth_range=tuple(bw_ranges),
-                   gpu_flops_range=tuple(flops_ranges))  # fmt: skip
+    return replace(
+        inputs,
+        gpu_bandwidth=tuple(bws),
+        gpu_flops=tuple(flops),
+        gpu_bandwidth_range=tuple(bw_ranges),
+        gpu_flops_range=tuple(flops_ranges),
+    )
 
 
-def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architecture: str, env: Mapping[str, str],
-                  calibrated: bool = True, passthrough: Sequence[str] = (),
-                  bandwidth: Sequence[float] = ()) -> SpeedInputs:  # fmt: skip
+def machine_speed(
+    gpus: Sequence[DeviceSpec],
+    infos: Sequence[GPUInfo],
+    architecture: str,
+    env: Mapping[str, str],
+    calibrated: bool = True,
+    passthrough: Sequence[str] = (),
+    bandwidth: Sequence[float] = (),
+) -> SpeedInputs:
     """The speed model's inputs for this machine: device rates, the host probe at the threads
     llama-server will use (-t in `passthrough`), and (calibrated) the generation efficiency learned
     from earlier measured runs (run --verify, and each served run) of this model family here."""
@@ -160,8 +247,8 @@ def machine_speed(gpus: Sequence[DeviceSpec], infos: Sequence[GPUInfo], architec
     inputs = with_bandwidth(inputs, sum(1 for d in gpus if d.backend == "rpc"), infos, bandwidth)
     if not calibrated:
         return inputs
-    from ..machine.host_probe import machine_key
     from ..fit.speed_calibration import calibrate
+    from ..machine.host_probe import machine_key
     from .calibration_file import speed_records
 
     return calibrate(inputs, speed_records(env), machine=machine_key(), architecture=architecture)

@@ -1,32 +1,33 @@
-"""`llamafit check --verify URL`: verify a llama-server that is already running (after a deployment)."""
+"""`llamafit check --verify URL`: verify a llama-server that is already running (after a
+deployment)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-
-import click
+from collections.abc import Callable, Mapping
 
 from ..errors import InputError
 from ..paths import is_url
 from ..report.run import progress_line
 from ..server.verify import VerifyError, server_slots, verify, verify_lines
+from .prepare import Report
 
 
-def check_verify(url: str, *, as_json: bool, env: Mapping[str, str]) -> int:
-    """0: the server answered a full-context request; 1: it failed; bad input raises InputError (exit 2)."""
+def check_verify(url: str, *, env: Mapping[str, str], say: Callable[[str], None]) -> Report:
+    """Whether the server answered a full-context request (Report.fits), its JSON and its text;
+    progress lines go to `say` as they come; bad input raises InputError (exit 2)."""
     url = url.rstrip("/")
     if not is_url(url):  # the same http(s) test, here for a server's URL
-        raise InputError(f"--verify needs the server's http(s) URL, e.g. http://127.0.0.1:8080 (got {url!r})")
+        raise InputError(
+            f"--verify needs the server's http(s) URL, e.g. http://127.0.0.1:8080 (got {url!r})"
+        )
     key = env.get("LLAMA_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         server_slots(url, headers)  # a llama-server at all? else the error is the only line
-        click.echo(f"Verify     {url}: a prompt that fills the context per slot, then a short generation", err=True)
-        result = verify(url, headers=headers, progress=lambda e: click.echo(progress_line(e), err=True))
+        say(f"Verify     {url}: a prompt that fills the context per slot, then a short generation")
+        result = verify(url, headers=headers, progress=lambda e: say(progress_line(e)))
     except VerifyError as e:
         raise InputError(str(e)) from None
     except OSError as e:
         raise InputError(f"{url}: no answer ({e})") from None
-    click.echo(json.dumps(result.as_json(), indent=2) if as_json else "\n".join(verify_lines(result)))
-    return 0 if result.ok else 1
+    return Report(result.ok, result.as_json(), "\n".join(verify_lines(result)))

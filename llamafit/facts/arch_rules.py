@@ -13,27 +13,65 @@ RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", 
 # src/llama-arch.cpp llm_arch_is_hybrid(): attention KV + recurrent state (llama_memory_hybrid).
 HYBRID_ARCHS = frozenset(
     {
-        "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
-        "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next",
-        "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01",
+        "jamba",
+        "falcon-h1",
+        "plamo2",
+        "granitehybrid",
+        "lfm2",
+        "lfm2moe",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "qwen3next",
+        "kimi-linear",
+        "bailingmoe3",
+        "kimi-k3",
+        "glm5-next",
+        "qwen35",
+        "qwen35moe",
+        "qwen4exp",
+        "deepseek4",
+        "minimax-01",
     }
-)  # fmt: skip
+)
 
 # How a hybrid marks its recurrent layers (src/models/<arch>.cpp load_arch_hparams).
 RECR_IF_NO_KV_HEADS = frozenset(
-    {"jamba", "granitehybrid", "lfm2", "lfm2moe", "plamo2", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next"}
+    {
+        "jamba",
+        "granitehybrid",
+        "lfm2",
+        "lfm2moe",
+        "plamo2",
+        "kimi-linear",
+        "bailingmoe3",
+        "kimi-k3",
+        "glm5-next",
+    }
 )
 RECR_IF_NO_KV_HEADS_AND_NO_FFN = frozenset({"nemotron_h", "nemotron_h_moe"})  # nemotron-h.cpp
-RECR_BY_INTERVAL = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4exp", "minimax-01"})  # default 4
+# default 4
+RECR_BY_INTERVAL = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4exp", "minimax-01"})
 RECR_AND_ATTENTION_EVERY_LAYER = frozenset({"falcon-h1"})  # falcon-h1.cpp: is_recr on all layers
 
 # src/llama-model.cpp create_memory(): res = nullptr, no KV cache at all.
 NO_MEMORY_ARCHS = frozenset(
     {
-        "bert", "jina-bert-v2", "jina-bert-v3", "nomic-bert", "nomic-bert-moe", "neo-bert", "eurobert",
-        "wavtokenizer-dec", "modern-bert", "gemma-embedding", "dream", "llada", "llada-moe", "rnd1",
+        "bert",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "neo-bert",
+        "eurobert",
+        "wavtokenizer-dec",
+        "modern-bert",
+        "gemma-embedding",
+        "dream",
+        "llada",
+        "llada-moe",
+        "rnd1",
     }
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +127,17 @@ KV_FROM_START_SHARED_KEY = frozenset({"gemma4"})
 # MLA archs whose cache is K-only when key_length_mla/value_length_mla are present
 # (src/models/deepseek2.cpp and relatives; src/llama-kv-cache.cpp has_v = !is_mla).
 MLA_CAPABLE_ARCHS = frozenset(
-    {"deepseek2", "deepseek32", "glm-dsa", "kimi-k2", "minicpm3", "plm", "mistral4", "hy_v4", "glm5-next"}
+    {
+        "deepseek2",
+        "deepseek32",
+        "glm-dsa",
+        "kimi-k2",
+        "minicpm3",
+        "plm",
+        "mistral4",
+        "hy_v4",
+        "glm5-next",
+    }
 )
 
 

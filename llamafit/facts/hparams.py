@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import arch_rules as R
 from ..errors import ModelFactsError
 from ..reader.ggml_types import GGMLType
+from ..reader.header import TensorInfo
 from ..reader.model import GGUFModel
 from ..reader.names import ARCH_NAMES, FILE_TYPES
-from ..reader.header import TensorInfo
+from . import arch_rules as R
 from .metadata import Metadata
 from .swa import SWAFacts, swa_facts
 from .weights import WeightFacts, weight_facts
@@ -27,7 +27,8 @@ class MLAFacts:
     kv_lora_rank: int
     key_length_mla: int
     value_length_mla: int
-    q_lora_rank: int = 0  # {arch}.attention.q_lora_rank (hparams.n_lora_q); 0: Q without the low-rank pair
+    # {arch}.attention.q_lora_rank (hparams.n_lora_q); 0: Q without the low-rank pair
+    q_lora_rank: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +94,16 @@ class ModelFacts:
     causal: bool
     weights: WeightFacts
     warnings: tuple[str, ...]
-    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)  # for -ot rules and CUDA padding
-    # attention and FFN read the same block input, their outputs summed (gptneox use_parallel_residual)
+    # for -ot rules and CUDA padding
+    tensors: tuple[TensorInfo, ...] = field(default=(), repr=False)
+    # attention and FFN read the same block input, their outputs summed (gptneox
+    # use_parallel_residual)
     parallel_residual: bool = False
-    data_end_bytes: int = 0  # where the last shard's tensor data ends, summed over shards (0: unknown)
+    # where the last shard's tensor data ends, summed over shards (0: unknown)
+    data_end_bytes: int = 0
     has_chat_template: bool = True  # tokenizer.chat_template is set
-    # <arch>.pooling_type (llama_hparams::pooling_type, enum llama_pooling_type): -1 unspecified, 0 none, 1 mean,
-    # 2 cls, 3 last, 4 rank; what llama_context uses when --pooling is not given
+    # <arch>.pooling_type (llama_hparams::pooling_type, enum llama_pooling_type): -1 unspecified, 0
+    # none, 1 mean, 2 cls, 3 last, 4 rank; what llama_context uses when --pooling is not given
     pooling_type: int = -1
 
     @property
@@ -108,8 +112,10 @@ class ModelFacts:
         interrupted download). Planning still works; llama.cpp would fail to load it."""
         if self.file_size >= self.data_end_bytes:
             return None
-        return (f"the file is {self.file_size:,} bytes but its tensors need {self.data_end_bytes / 1e9:,.1f} GB: "
-                "incomplete download?")
+        return (
+            f"the file is {self.file_size:,} bytes but its tensors need "
+            f"{self.data_end_bytes / 1e9:,.1f} GB: incomplete download?"
+        )
 
     @property
     def n_layer(self) -> int:
@@ -151,8 +157,9 @@ def _file_type_label(meta: Metadata, model: GGUFModel) -> str:
     return GGMLType.of(max(by_type, key=by_type.__getitem__)).name
 
 
-def _recurrent_layers(meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[int, ...],
-                      ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
+def _recurrent_layers(
+    meta: Metadata, n_layer_all: int, n_layer: int, kv: tuple[int, ...], ff: tuple[int, ...]
+) -> tuple[bool, ...]:
     """is_recr per layer by the arch's rule (src/models/<arch>.cpp load_arch_hparams)."""
     arch = meta.arch
     layers = range(n_layer_all)
@@ -214,8 +221,11 @@ def _moe_facts(meta: Metadata, n_layer_all: int) -> MoEFacts | None:
 
 
 def _mla_facts(meta: Metadata, warnings: list[str]) -> MLAFacts | None:
-    """hparams.is_mla(): both key_length_mla and value_length_mla present (src/models/deepseek2.cpp)."""
-    if meta.has("{arch}.attention.key_length_mla") and meta.has("{arch}.attention.value_length_mla"):
+    """hparams.is_mla(): both key_length_mla and value_length_mla present
+    (src/models/deepseek2.cpp)."""
+    if meta.has("{arch}.attention.key_length_mla") and meta.has(
+        "{arch}.attention.value_length_mla"
+    ):
         return MLAFacts(
             kv_lora_rank=meta.get_int("{arch}.attention.kv_lora_rank", 0),
             key_length_mla=meta.required_int("{arch}.attention.key_length_mla"),
@@ -231,7 +241,8 @@ def _mla_facts(meta: Metadata, warnings: list[str]) -> MLAFacts | None:
 
 
 def _n_layer_kv_from_start(meta: Metadata, n_layer_all: int) -> int:
-    """Layers at or after this index reuse an earlier layer's KV (src/models/gemma3n.cpp, gemma4.cpp)."""
+    """Layers at or after this index reuse an earlier layer's KV (src/models/gemma3n.cpp,
+    gemma4.cpp)."""
     if meta.arch in R.KV_FROM_START_FIXED:
         return min(R.KV_FROM_START_FIXED[meta.arch], n_layer_all)
     if meta.arch in R.KV_FROM_START_SHARED_KEY:
@@ -240,7 +251,8 @@ def _n_layer_kv_from_start(meta: Metadata, n_layer_all: int) -> int:
 
 
 def _n_vocab(meta: Metadata, model: GGUFModel) -> int:
-    """llama_vocab's token count; files without a vocabulary fall back to vocab_size or token_embd."""
+    """llama_vocab's token count; files without a vocabulary fall back to vocab_size or
+    token_embd."""
     n = meta.count("tokenizer.ggml.tokens") or meta.get_int("{arch}.vocab_size", 0)
     if n:
         return int(n)
@@ -249,7 +261,8 @@ def _n_vocab(meta: Metadata, model: GGUFModel) -> int:
 
 
 def build_facts(model: GGUFModel) -> ModelFacts:
-    """Derive ModelFacts from a parsed GGUF model (all shards), as llama_model::load_hparams does."""
+    """Derive ModelFacts from a parsed GGUF model (all shards), as llama_model::load_hparams
+    does."""
     warnings: list[str] = []
     arch = model.metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
@@ -317,31 +330,44 @@ def _check_head_sizes(meta: Metadata, f: ModelFacts) -> None:
     """Every layer that attends (a KV cache, KV heads) needs key and value heads of at least one
     element: llama_model::load_hparams (src/llama-model.cpp) divides embedding_length by head_count
     of layer 0 (n_embd_head_k = n_embd / n_head()) unless attention.key_length / value_length say,
-    and a width of 0 describes no model (a head_count of 0, missing, or larger than embedding_length)."""
+    and a width of 0 describes no model (a head_count of 0, missing, or larger than
+    embedding_length)."""
     for il in range(f.n_layer_all):
         if not (f.has_kv[il] and f.n_head_kv[il]):
             continue
         swa = f.swa.is_swa[il]
-        for what, size, key in (("key", f.n_embd_head_k_swa if swa else f.n_embd_head_k, "key_length"),
-                                ("value", f.n_embd_head_v_swa if swa else f.n_embd_head_v, "value_length")):
+        for what, size, key in (
+            ("key", f.n_embd_head_k_swa if swa else f.n_embd_head_k, "key_length"),
+            ("value", f.n_embd_head_v_swa if swa else f.n_embd_head_v, "value_length"),
+        ):
             if size >= 1:
                 continue
             named = f"{{arch}}.attention.{key}{'_swa' if swa else ''}"
             heads = meta.key("{arch}.attention.head_count")
-            if not f.n_head[0]:  # load_hparams reads key_length / value_length only when n_head() > 0
-                why = f"key {heads} = 0 on layer 0 leaves no head size" if meta.has("{arch}.attention.head_count") \
+            if not f.n_head[
+                0
+            ]:  # load_hparams reads key_length / value_length only when n_head() > 0
+                why = (
+                    f"key {heads} = 0 on layer 0 leaves no head size"
+                    if meta.has("{arch}.attention.head_count")
                     else f"key {heads} is missing, which leaves no head size"
+                )
             elif meta.has(named) or (swa and meta.has(f"{{arch}}.attention.{key}")):
                 given = named if meta.has(named) else f"{{arch}}.attention.{key}"
                 why = f"key {meta.key(given)} = {meta.get_int(given)} must be at least 1"
             else:
-                why = f"key {heads} = {f.n_head[0]} with embedding_length {f.n_embd} gives a {what} head size of 0"
-            raise ModelFactsError(f"{meta.path}: {why}, yet layer {il} has {f.n_head_kv[il]} KV head(s)")
+                why = (
+                    f"key {heads} = {f.n_head[0]} with embedding_length {f.n_embd} gives a {what} "
+                    "head size of 0"
+                )
+            raise ModelFactsError(
+                f"{meta.path}: {why}, yet layer {il} has {f.n_head_kv[il]} KV head(s)"
+            )
 
 
 def _check_counts(meta: Metadata, n_layer_all: int) -> None:
-    """The asserts of llama_model::load_hparams (src/llama-model.cpp) and the indexes our facts take:
-    one error naming the key and its value, instead of a crash later."""
+    """The asserts of llama_model::load_hparams (src/llama-model.cpp) and the indexes our facts
+    take: one error naming the key and its value, instead of a crash later."""
 
     def bad(name: str, value: int, why: str) -> ModelFactsError:
         return ModelFactsError(f"{meta.path}: key {meta.key(name)} = {value} {why}")
@@ -351,7 +377,9 @@ def _check_counts(meta: Metadata, n_layer_all: int) -> None:
             raise bad(name, 0, "must be at least 1")
     n_expert = meta.get_int("{arch}.expert_count", 0)
     if n_expert > LLAMA_MAX_EXPERTS:
-        raise bad("{arch}.expert_count", n_expert, f"exceeds LLAMA_MAX_EXPERTS ({LLAMA_MAX_EXPERTS})")
+        raise bad(
+            "{arch}.expert_count", n_expert, f"exceeds LLAMA_MAX_EXPERTS ({LLAMA_MAX_EXPERTS})"
+        )
     used = max(meta.per_layer("{arch}.expert_used_count", n_layer_all, (0,)) or (0,))
     if used > n_expert or (n_expert and not used):
         raise bad("{arch}.expert_used_count", used, f"must be 1..expert_count ({n_expert})")
@@ -361,8 +389,14 @@ def _check_counts(meta: Metadata, n_layer_all: int) -> None:
             raise bad(name, value, f"exceeds block_count ({n_layer_all})")
 
 
-def _has_kv(arch: str, causal: bool, n_layer: int, kv_end: int, is_recr: tuple[bool, ...],
-            n_ff: tuple[int, ...]) -> tuple[bool, ...]:  # fmt: skip
+def _has_kv(
+    arch: str,
+    causal: bool,
+    n_layer: int,
+    kv_end: int,
+    is_recr: tuple[bool, ...],
+    n_ff: tuple[int, ...],
+) -> tuple[bool, ...]:
     """Per layer: does it own a K/V cache in the main context (layers below kv_end, not recurrent
     unless the arch also attends there; nemotron-h: MLP layers hold none)."""
     if not causal or arch in R.RECURRENT_ARCHS:
@@ -379,11 +413,15 @@ def _arch_warnings(arch: str) -> list[str]:
     """What llamafit cannot model for this architecture."""
     warnings = []
     if arch not in _known_archs():
-        warnings.append(f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
-                        "(full attention on every layer, no recurrent state)")  # fmt: skip
+        warnings.append(
+            f"architecture '{arch}' is unknown to this llamafit: facts come from the generic keys "
+            "(full attention on every layer, no recurrent state)"
+        )
     if arch in R.UNMODELLED_CACHES:
         cache = R.UNMODELLED_CACHES[arch]
-        warnings.append(f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound")
+        warnings.append(
+            f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound"
+        )
     return warnings
 
 
@@ -391,11 +429,15 @@ def _layer_counts(meta: Metadata) -> tuple[int, int]:
     """(block_count, nextn_predict_layers), checked as llama_model::load_hparams does."""
     n_layer_all = meta.required_int("{arch}.block_count")
     if not 0 < n_layer_all <= LLAMA_MAX_LAYERS:
-        raise ModelFactsError(f"{meta.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}")
+        raise ModelFactsError(
+            f"{meta.path}: block_count {n_layer_all} is outside 1..{LLAMA_MAX_LAYERS}"
+        )
     n_nextn = meta.get_int("{arch}.nextn_predict_layers", 0)
     if n_nextn >= n_layer_all:
-        raise ModelFactsError(f"{meta.path}: key {meta.key('{arch}.nextn_predict_layers')} = {n_nextn} leaves no "
-                              f"layer of block_count {n_layer_all} to run")  # fmt: skip
+        raise ModelFactsError(
+            f"{meta.path}: key {meta.key('{arch}.nextn_predict_layers')} = {n_nextn} leaves no "
+            f"layer of block_count {n_layer_all} to run"
+        )
     return n_layer_all, n_nextn
 
 
@@ -404,13 +446,22 @@ def _head_sizes(meta: Metadata, n_embd: int, n_head0: int) -> tuple[int, int]:
     default = n_embd // n_head0 if n_head0 else 0
     if not n_head0:
         return 0, 0
-    return meta.get_int("{arch}.attention.key_length", default), meta.get_int("{arch}.attention.value_length", default)
+    return meta.get_int("{arch}.attention.key_length", default), meta.get_int(
+        "{arch}.attention.value_length", default
+    )
 
 
 def _known_archs() -> frozenset[str]:
-    """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp 0c1e570)."""
-    ours = (R.RECURRENT_ARCHS | R.HYBRID_ARCHS | R.NO_MEMORY_ARCHS | R.MLA_CAPABLE_ARCHS
-            | frozenset(R.SWA_RULES) | frozenset(R.UNMODELLED_CACHES))  # fmt: skip
+    """gguf's architecture names, plus the newer ones our per-arch tables name (llama.cpp
+    0c1e570)."""
+    ours = (
+        R.RECURRENT_ARCHS
+        | R.HYBRID_ARCHS
+        | R.NO_MEMORY_ARCHS
+        | R.MLA_CAPABLE_ARCHS
+        | frozenset(R.SWA_RULES)
+        | frozenset(R.UNMODELLED_CACHES)
+    )
     return ARCH_NAMES | ours
 
 

@@ -36,7 +36,8 @@ class Metadata:
         return value
 
     def _count(self, name: str, value: Any) -> Any:
-        """llama.cpp reads counts and sizes as uint32 (llama_model_loader::get_key): refuse the rest."""
+        """llama.cpp reads counts and sizes as uint32 (llama_model_loader::get_key): refuse the
+        rest."""
         if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= UINT32_MAX:
             what = "negative" if value < 0 else "larger than a 32-bit count"
             raise ModelFactsError(f"{self.path}: key {self.key(name)} = {value} is {what}")
@@ -62,24 +63,31 @@ class Metadata:
         value = self.kv.get(self.key(name))
         return len(value) if isinstance(value, (list, SkippedArray)) else 0
 
-    def per_layer(self, name: str, n_layer: int, default: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    def per_layer(
+        self, name: str, n_layer: int, default: tuple[int, ...] | None
+    ) -> tuple[int, ...] | None:
         """get_key_or_arr: a scalar for every layer, or an array of exactly n_layer values."""
         key = self.key(name)
         if key not in self.kv:
             return default
         value = self.kv[key]
         if isinstance(value, SkippedArray):
-            raise ModelFactsError(f"{self.path}: key {key} is an array of {value.count} values; expected {n_layer}")
+            raise ModelFactsError(
+                f"{self.path}: key {key} is an array of {value.count} values; expected {n_layer}"
+            )
         if isinstance(value, list):
             if len(value) != n_layer:
                 raise ModelFactsError(
-                    f"{self.path}: key {key} has wrong array length; expected {n_layer}, got {len(value)}"
+                    f"{self.path}: key {key} has wrong array length; expected {n_layer}, got "
+                    f"{len(value)}"
                 )
             if not all(isinstance(v, (int, bool)) for v in value):
                 raise ModelFactsError(f"{self.path}: key {key} must hold integers")
             return tuple(int(self._count(name, v)) for v in value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ModelFactsError(f"{self.path}: key {key} must be an integer or an array of integers")
+            raise ModelFactsError(
+                f"{self.path}: key {key} must be an integer or an array of integers"
+            )
         return (self._count(name, value),) * n_layer
 
 

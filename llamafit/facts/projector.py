@@ -31,7 +31,9 @@ TOKEN_LIMITS: dict[str, TokenLimits] = {
     "pixtral": TokenLimits(n_merge=1, warmup_tokens=256, min_tokens=8, max_tokens=1024),
     "kimivl": TokenLimits(n_merge=2, warmup_tokens=256, min_tokens=8, max_tokens=1024),
     "qwen2vl_merger": TokenLimits(n_merge=2, warmup_tokens=46 * 46, min_tokens=8, max_tokens=4096),
-    "qwen2.5vl_merger": TokenLimits(n_merge=2, warmup_tokens=46 * 46, min_tokens=8, max_tokens=4096),
+    "qwen2.5vl_merger": TokenLimits(
+        n_merge=2, warmup_tokens=46 * 46, min_tokens=8, max_tokens=4096
+    ),
     "qwen3vl_merger": TokenLimits(n_merge=2, warmup_tokens=46 * 46, min_tokens=8, max_tokens=4096),
     "glm4v": TokenLimits(n_merge=2, warmup_tokens=46 * 46, min_tokens=8, max_tokens=4096),
     "minimax_m3": TokenLimits(n_merge=2, warmup_tokens=16 * 16, min_tokens=8, max_tokens=576),
@@ -65,7 +67,8 @@ class ProjectorFacts:
         return TOKEN_LIMITS.get(self.projector_type, TokenLimits(n_merge=self.n_merge))
 
     def warmup_image_size(self) -> int:
-        """clip_hparams.warmup_image_size after load_hparams (set_warmup_n_tokens where the type sets it)."""
+        """clip_hparams.warmup_image_size after load_hparams (set_warmup_n_tokens where the type
+        sets it)."""
         lim = self.limits
         if lim.warmup_tokens is None:
             return self.image_size
@@ -91,21 +94,34 @@ def is_projector(metadata: Mapping[str, Any]) -> bool:
     return metadata.get("general.architecture") == "clip"
 
 
-def projector_facts(path: str, metadata: Mapping[str, Any], tensors: Sequence[TensorInfo]) -> ProjectorFacts:
+def projector_facts(
+    path: str, metadata: Mapping[str, Any], tensors: Sequence[TensorInfo]
+) -> ProjectorFacts:
     """The facts of an mmproj header (clip.cpp clip_model_loader::load_hparams)."""
-    ptype = str(metadata.get("clip.projector_type") or metadata.get("clip.vision.projector_type") or "unknown")
-    modalities = tuple(m for m in ("vision", "audio") if metadata.get(f"clip.has_{m}_encoder") is True)
+    ptype = str(
+        metadata.get("clip.projector_type")
+        or metadata.get("clip.vision.projector_type")
+        or "unknown"
+    )
+    modalities = tuple(
+        m for m in ("vision", "audio") if metadata.get(f"clip.has_{m}_encoder") is True
+    )
     prefix = "vision" if "vision" in modalities or not modalities else "audio"
     limits = TOKEN_LIMITS.get(ptype, TokenLimits())
     n_merge = _u32(metadata, "clip.vision.projector.scale_factor", limits.n_merge)
     n_merge = 4 if ptype == "gemma3" else _u32(metadata, "clip.vision.spatial_merge_size", n_merge)
     return ProjectorFacts(
-        path=path, projector_type=ptype, modalities=modalities or ("vision",),
-        image_size=_u32(metadata, "clip.vision.image_size"), patch_size=_u32(metadata, "clip.vision.patch_size", 1),
+        path=path,
+        projector_type=ptype,
+        modalities=modalities or ("vision",),
+        image_size=_u32(metadata, "clip.vision.image_size"),
+        patch_size=_u32(metadata, "clip.vision.patch_size", 1),
         n_embd=_u32(metadata, f"clip.{prefix}.embedding_length"),
         n_ff=_u32(metadata, f"clip.{prefix}.feed_forward_length"),
         n_layer=_u32(metadata, f"clip.{prefix}.block_count"),
         n_head=_u32(metadata, f"clip.{prefix}.attention.head_count"),
-        projection_dim=_u32(metadata, f"clip.{prefix}.projection_dim"), n_merge=n_merge,
-        weights_bytes=sum(t.n_bytes for t in tensors), n_tensors=len(tensors),
-    )  # fmt: skip
+        projection_dim=_u32(metadata, f"clip.{prefix}.projection_dim"),
+        n_merge=n_merge,
+        weights_bytes=sum(t.n_bytes for t in tensors),
+        n_tensors=len(tensors),
+    )

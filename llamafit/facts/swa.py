@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import arch_rules as R
 from ..errors import ModelFactsError
+from . import arch_rules as R
 from .metadata import Metadata
 
 
@@ -35,13 +35,17 @@ def _pattern(meta: Metadata, n_layer_all: int, n_layer: int, rule: R.SWARule) ->
     value = meta.kv.get(key)
     if isinstance(value, list):
         if len(value) > n_layer_all:
-            raise ModelFactsError(f"{meta.path}: {key} has {len(value)} entries for {n_layer_all} layers")
+            raise ModelFactsError(
+                f"{meta.path}: {key} has {len(value)} entries for {n_layer_all} layers"
+            )
         flags = [bool(v) for v in value] + [False] * (n_layer_all - len(value))
         return tuple(flags)
     if value is None and rule.period is None:
         raise ModelFactsError(f"{meta.path}: key not found in model: {key}")
     period = int(value) if isinstance(value, int) else int(rule.period or 0)
-    return tuple(il < n_layer and R.is_swa_layer(il, period, rule.dense_first) for il in range(n_layer_all))
+    return tuple(
+        il < n_layer and R.is_swa_layer(il, period, rule.dense_first) for il in range(n_layer_all)
+    )
 
 
 def swa_facts(meta: Metadata, n_layer_all: int, n_layer: int) -> SWAFacts:
@@ -61,7 +65,9 @@ def swa_facts(meta: Metadata, n_layer_all: int, n_layer: int) -> SWAFacts:
         return _none(n_layer_all)
     n_swa = rule.forced_window or window or rule.default_window
     if not n_swa:
-        raise ModelFactsError(f"{meta.path}: key not found in model: {meta.key('{arch}.attention.sliding_window')}")
+        raise ModelFactsError(
+            f"{meta.path}: key not found in model: {meta.key('{arch}.attention.sliding_window')}"
+        )
     return SWAFacts(rule.swa_type, int(n_swa), _pattern(meta, n_layer_all, n_layer, rule))
 
 

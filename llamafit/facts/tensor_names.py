@@ -40,17 +40,35 @@ def block_index(name: str) -> int | None:
 
 
 # Tensors outside the blocks that llama.cpp loads with the output layer (LLM_TENSOR_LAYER_OUTPUT in
-# LLM_TENSOR_INFOS, src/llama-arch.cpp; llama_model_loader::create_tensor takes buft_list_output for them):
-# besides output and output_norm, Gemma 3n's AltUp projections, classifier heads, the embedding models'
-# dense layers, encoder/decoder output norms.
-OUTPUT_LAYER_TENSORS = frozenset({
-    "output", "output_norm", "altup_proj", "altup_unembd_proj", "cls", "cls.norm", "cls.output", "dense_2",
-    "dense_3", "enc.output_norm", "dec.output_norm", "output_res_score", "output_hc_base", "output_hc_down",
-    "output_hc_fn", "output_hc_norm", "output_hc_scale", "output_hc_up",
-})  # fmt: skip
-# LLM_TENSOR_LAYER_REPEATING tensors named without a block number but created for block 0, so they live on
-# layer 0's device (src/models/gemma3n.cpp: tn(LLM_TENSOR_PER_LAYER_MODEL_PROJ, "weight", 0); the
-# per-layer buffer list is pimpl->dev_layer.at(tn.bid) in llama_model::create_tensor, src/llama-model.cpp).
+# LLM_TENSOR_INFOS, src/llama-arch.cpp; llama_model_loader::create_tensor takes buft_list_output for
+# them): besides output and output_norm, Gemma 3n's AltUp projections, classifier heads, the
+# embedding models' dense layers, encoder/decoder output norms.
+OUTPUT_LAYER_TENSORS = frozenset(
+    {
+        "output",
+        "output_norm",
+        "altup_proj",
+        "altup_unembd_proj",
+        "cls",
+        "cls.norm",
+        "cls.output",
+        "dense_2",
+        "dense_3",
+        "enc.output_norm",
+        "dec.output_norm",
+        "output_res_score",
+        "output_hc_base",
+        "output_hc_down",
+        "output_hc_fn",
+        "output_hc_norm",
+        "output_hc_scale",
+        "output_hc_up",
+    }
+)
+# LLM_TENSOR_LAYER_REPEATING tensors named without a block number but created for block 0, so they
+# live on layer 0's device (src/models/gemma3n.cpp: tn(LLM_TENSOR_PER_LAYER_MODEL_PROJ, "weight",
+# 0); the per-layer buffer list is pimpl->dev_layer.at(tn.bid) in llama_model::create_tensor,
+# src/llama-model.cpp).
 BLOCK0_TENSORS = frozenset({"per_layer_model_proj", "per_layer_proj_norm"})
 
 
@@ -64,7 +82,8 @@ def is_output_layer(name: str) -> bool:
 
 
 def layer_of(name: str) -> int | None:
-    """The block whose device holds the tensor: N of `blk.N.…`, 0 for block-0 tensors, None otherwise."""
+    """The block whose device holds the tensor: N of `blk.N.…`, 0 for block-0 tensors, None
+    otherwise."""
     found = split_block(name)
     if found:
         return found[0]

@@ -1,4 +1,5 @@
-"""Weight bytes by role and layer, from tensor names (llama.cpp's LLM_TENSOR_NAMES, src/llama-arch.cpp).
+"""Weight bytes by role and layer, from tensor names (llama.cpp's LLM_TENSOR_NAMES,
+src/llama-arch.cpp).
 
 The memory model places these per device: token_embd stays on the CPU, the output layer goes to
 a GPU first, each block follows its layer, routed experts can be moved with --cpu-moe / -ot.
@@ -16,7 +17,8 @@ from .tensor_names import is_expert, split_block
 ROLES = ("attention", "ffn", "experts", "recurrent", "norms", "other")
 
 # Routed expert matrices (tensor_names.is_expert) are exactly what --cpu-moe / --n-cpu-moe move to
-# the CPU. The router (ffn_gate_inp, exp_probs_b) and shared experts (*_shexp) stay with their layer as `ffn`.
+# the CPU. The router (ffn_gate_inp, exp_probs_b) and shared experts (*_shexp) stay with their layer
+# as `ffn`.
 _RECURRENT = re.compile(r"^(ssm_|time_mix_|channel_mix_|shortconv|conv1d|kda_|linear_attn)")
 _INPUT = re.compile(r"^(token_embd|per_layer_token_embd|token_types|position_embd)\.")
 _OUTPUT = re.compile(r"^(output|output_norm)\.")

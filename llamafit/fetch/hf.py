@@ -34,11 +34,20 @@ from .remote import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, LOGIN_HINT, RemoteUnreach
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_REVISION = "main"
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")  # llama.cpp's choice when `-hf` has no :quant
-_NOT_MODELS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")  # gguf_filename_is_model
+# gguf_filename_is_model
+_NOT_MODELS = (
+    "mmproj",
+    "imatrix",
+    "mtp-",
+    "eagle3-",
+    "dflash-",
+    "dspark-",
+)
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})  # huggingface_hub.constants.ENV_VARS_TRUE_VALUES
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _REPO_PART = re.compile(r"\w[\w.-]*", re.ASCII)  # huggingface_hub validate_repo_id, in short
-MAX_LISTING_BYTES = 32 << 20  # a model's API answer: ~100 bytes per file; the largest repos hold ~10k files
+# a model's API answer: ~100 bytes per file; the largest repos hold ~10k files
+MAX_LISTING_BYTES = 32 << 20
 
 
 # --- pure: names, settings, the quant rule ---------------------------------------------------
@@ -83,7 +92,8 @@ def is_offline(env: Mapping[str, str]) -> bool:
 
 
 def _check_repo(repo: str, arg: str) -> str:
-    """`org/repo`, each part of letters, digits, `.`, `_`, `-` (it goes into a URL path as it is)."""
+    """`org/repo`, each part of letters, digits, `.`, `_`, `-` (it goes into a URL path as it
+    is)."""
     parts = repo.split("/")
     if len(parts) != 2 or not all(_REPO_PART.fullmatch(p) and ".." not in p for p in parts):
         raise InputError(f"{arg}: expected a Hugging Face repository as org/repo")
@@ -114,11 +124,16 @@ def parse_repo_spec(spec: str) -> RepoSpec:
 
 
 def resolve_url(endpoint: str, repo: str, revision: str, path: str) -> str:
-    return f"{endpoint}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/{urllib.parse.quote(path)}"
+    return (
+        f"{endpoint}/{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
+        f"{urllib.parse.quote(path)}"
+    )
 
 
 def is_model_file(path: str) -> bool:
-    return path.endswith(".gguf") and not any(word in path.rsplit("/", 1)[-1] for word in _NOT_MODELS)
+    return path.endswith(".gguf") and not any(
+        word in path.rsplit("/", 1)[-1] for word in _NOT_MODELS
+    )
 
 
 def _first_shard_or_single(path: str) -> bool:
@@ -142,7 +157,11 @@ def split_files(files: Sequence[str], primary: str) -> list[str]:
     info = split_info(primary)
     if info is None or info.count <= 1:
         return [primary]
-    shards = [(i.index, f) for f in files if (i := split_info(f)) and (i.prefix, i.count) == (info.prefix, info.count)]
+    shards = [
+        (i.index, f)
+        for f in files
+        if (i := split_info(f)) and (i.prefix, i.count) == (info.prefix, info.count)
+    ]
     return [f for _, f in sorted(shards)]
 
 
@@ -208,24 +227,38 @@ def api_url(endpoint: str, repo: str, revision: str) -> str:
     return f"{endpoint}/api/models/{repo}/revision/{urllib.parse.quote(revision, safe='')}"
 
 
-def list_repo(settings: HfSettings, repo: str, revision: str = DEFAULT_REVISION,
-              *, timeout: float = DEFAULT_TIMEOUT) -> RepoListing:
+def list_repo(
+    settings: HfSettings,
+    repo: str,
+    revision: str = DEFAULT_REVISION,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> RepoListing:
     """The repository's files and commit at `revision` (the answer huggingface_hub's
     HfApi.model_info reads), over plain HTTP; the token only to the endpoint's own host."""
     from .remote import request
 
     url = api_url(settings.endpoint, _check_repo(repo, repo), revision)
     where = f"{settings.endpoint}/{repo} (revision {revision})"
-    answer = request("GET", url, {**auth_headers(settings.token), "Accept": "application/json"}, timeout,
-                     deadline=DEFAULT_DEADLINE)  # fmt: skip
+    answer = request(
+        "GET",
+        url,
+        {**auth_headers(settings.token), "Accept": "application/json"},
+        timeout,
+        deadline=DEFAULT_DEADLINE,
+    )
     try:
         if answer.status >= 300:
             raise _api_error(where, answer.status, getattr(answer.body, "reason", ""))
-        body = _read_body(answer.body, MAX_LISTING_BYTES + 1, time.monotonic() + DEFAULT_DEADLINE, where)
+        body = _read_body(
+            answer.body, MAX_LISTING_BYTES + 1, time.monotonic() + DEFAULT_DEADLINE, where
+        )
     finally:
         answer.close()
     if len(body) > MAX_LISTING_BYTES:
-        raise InputError(f"{where}: the listing is larger than {MAX_LISTING_BYTES:,} bytes; not a model's")
+        raise InputError(
+            f"{where}: the listing is larger than {MAX_LISTING_BYTES:,} bytes; not a model's"
+        )
     return parse_listing(repo, revision, body, where)
 
 
@@ -236,13 +269,17 @@ def _read_body(body: Any, limit: int, deadline: float, where: str) -> bytes:
     try:
         while len(out) < limit:
             if time.monotonic() > deadline:
-                raise RemoteUnreachable(f"{where}: gave up reading the listing after {DEFAULT_DEADLINE:g} s")
+                raise RemoteUnreachable(
+                    f"{where}: gave up reading the listing after {DEFAULT_DEADLINE:g} s"
+                )
             chunk = read(min(1 << 16, limit - len(out)))
             if not chunk:
                 break
             out += chunk
     except OSError as e:
-        raise RemoteUnreachable(f"{where}: the connection failed while reading the listing: {one_line(e)}") from e
+        raise RemoteUnreachable(
+            f"{where}: the connection failed while reading the listing: {one_line(e)}"
+        ) from e
     return bytes(out)
 
 
@@ -266,7 +303,9 @@ def parse_listing(repo: str, revision: str, body: bytes, where: str) -> RepoList
 
 def _api_error(where: str, status: int, reason: str) -> InputError:
     if status in (401, 403):
-        return InputError(f"{where}: HTTP {status}: the repository does not exist or is {LOGIN_HINT}")
+        return InputError(
+            f"{where}: HTTP {status}: the repository does not exist or is {LOGIN_HINT}"
+        )
     if status == 404:
         return InputError(f"{where}: HTTP 404: no such repository or revision")
     return InputError(f"{where}: HTTP {status} {one_line(reason)[:200]}".rstrip())

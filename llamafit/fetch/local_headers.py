@@ -9,7 +9,14 @@ import os
 
 from ..reader.model import GGUFModel, read_model
 from ..reader.source import ByteSource, FileSource
-from .model_source import CachedHeader, CachedSource, RecordingSource, header_prefix, load_header, save_header
+from .model_source import (
+    CachedHeader,
+    CachedSource,
+    RecordingSource,
+    header_prefix,
+    load_header,
+    save_header,
+)
 
 
 def file_key(path: str) -> str:

@@ -23,7 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..paths import cache_dir, is_url
 from ..reader.model import GGUFModel, read_model
+from ..reader.source import ByteSource, BytesSource
+from ..safe_io import SMALL_FILE, read_regular, write_atomic
+from ..units import GIB
 from .hf import (
     DEFAULT_REVISION,
     HfFile,
@@ -41,7 +45,6 @@ from .hf import (
     pick_model_files,
     resolve_url,
 )
-from ..paths import cache_dir, is_url
 from .remote import (
     DEFAULT_TIMEOUT,
     HttpRangeSource,
@@ -49,9 +52,6 @@ from .remote import (
     probe,
     same_origin,
 )
-from ..safe_io import SMALL_FILE, read_regular, write_atomic
-from ..reader.source import ByteSource, BytesSource
-from ..units import GIB
 
 Progress = Callable[[int], None]
 _FORMAT = 1  # bump when the cache layout changes
@@ -59,10 +59,15 @@ MAX_HEADER_BYTES = GIB  # a cached header larger than this is not ours
 
 
 def open_model(
-    arg: str, env: Mapping[str, str], *, progress: Progress | None = None, timeout: float = DEFAULT_TIMEOUT
+    arg: str,
+    env: Mapping[str, str],
+    *,
+    progress: Progress | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> GGUFModel:
     """A model's headers from a local path, an http(s) URL, `hf://…` or `hf:org/repo[:quant]`, or a
-    store reference (`ollama:…`, `lmstudio:…`; `hf:…` from the local hub cache first: llamafit.fetch.refs)."""
+    store reference (`ollama:…`, `lmstudio:…`; `hf:…` from the local hub cache first:
+    llamafit.fetch.refs)."""
     from .refs import local_path
 
     if (local := local_path(arg, env)) is not None:
@@ -77,7 +82,11 @@ def open_model(
 
 
 def open_url(
-    url: str, env: Mapping[str, str], *, progress: Progress | None = None, timeout: float = DEFAULT_TIMEOUT
+    url: str,
+    env: Mapping[str, str],
+    *,
+    progress: Progress | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> GGUFModel:
     """A GGUF at a plain URL (all shards of a split name); the Hub token goes only to the Hub."""
     on_hub = same_origin(url, hub_endpoint(env) + "/")
@@ -85,7 +94,9 @@ def open_url(
 
     def locate(name: str) -> _Remote:
         if is_offline(env):
-            raise RemoteUnreachable(f"{name}: offline (HF_HUB_OFFLINE is set) and its header is not cached")
+            raise RemoteUnreachable(
+                f"{name}: offline (HF_HUB_OFFLINE is set) and its header is not cached"
+            )
         info = probe(name, headers=headers, timeout=timeout)
         return _Remote(name, headers, info.validator if info else None)
 
@@ -93,7 +104,11 @@ def open_url(
 
 
 def open_hf_file(
-    ref: HfFile, env: Mapping[str, str], *, progress: Progress | None = None, timeout: float = DEFAULT_TIMEOUT
+    ref: HfFile,
+    env: Mapping[str, str],
+    *,
+    progress: Progress | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> GGUFModel:
     """`hf://org/repo/path/file.gguf[@rev]` (and its sibling shards when split)."""
     settings = hf_settings(env)
@@ -102,11 +117,15 @@ def open_hf_file(
 
 
 def open_hf_repo(
-    spec: str, env: Mapping[str, str], *, progress: Progress | None = None, timeout: float = DEFAULT_TIMEOUT
+    spec: str,
+    env: Mapping[str, str],
+    *,
+    progress: Progress | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> GGUFModel:
     """`org/repo[:quant]` as llama-server's `-hf` takes it (`hf:` prefix optional): the file the
-    quant tag picks (llama.cpp's rule, see llamafit.fetch.hf) and all its shards; from the local hub cache
-    when they are all there (llamafit.fetch.refs)."""
+    quant tag picks (llama.cpp's rule, see llamafit.fetch.hf) and all its shards; from the local hub
+    cache when they are all there (llamafit.fetch.refs)."""
     from .refs import hf_cached_path
 
     if (local := hf_cached_path(spec, env)) is not None:
@@ -120,14 +139,18 @@ def open_hf_repo(
     prefix = resolve_url(settings.endpoint, ref.repo, ref.revision, "")
     read = [urllib.parse.unquote(s.path.removeprefix(prefix)) for s in model.shards]
     if read != files:
-        raise InputError(f"{repo_spec.repo}: llama.cpp would load {files}, but the shard names give {read}")
+        raise InputError(
+            f"{repo_spec.repo}: llama.cpp would load {files}, but the shard names give {read}"
+        )
     return model
 
 
 # --- the Hub ----------------------------------------------------------------------------------
 
 
-def _hub_listing(settings: HfSettings, repo: str, revision: str, timeout: float) -> tuple[RepoListing, str | None]:
+def _hub_listing(
+    settings: HfSettings, repo: str, revision: str, timeout: float
+) -> tuple[RepoListing, str | None]:
     """The repository's files: fresh from the Hub (and cached), else the cached listing with the
     reason it could not be refreshed (offline, unreachable)."""
     cached = _load_listing(settings.endpoint, repo, revision)
@@ -161,13 +184,17 @@ def _read_hf(
         path = urllib.parse.unquote(name.removeprefix(prefix))
         if path not in listing.files:
             ggufs = ", ".join(f for f in listing.files if f.endswith(".gguf")) or "none"
-            raise InputError(f"{ref.repo}: no file {path} at revision {ref.revision} (GGUF files: {ggufs})")
+            raise InputError(
+                f"{ref.repo}: no file {path} at revision {ref.revision} (GGUF files: {ggufs})"
+            )
         if stale:
             raise RemoteUnreachable(f"{stale}; no cached header for {path}")
         url = resolve_url(settings.endpoint, ref.repo, listing.commit, path)
         return _Remote(url, auth_headers(settings.token), listing.commit)
 
-    return _read_remote(prefix + urllib.parse.quote(ref.path), locate, progress=progress, timeout=timeout)
+    return _read_remote(
+        prefix + urllib.parse.quote(ref.path), locate, progress=progress, timeout=timeout
+    )
 
 
 # --- reading through the cache ------------------------------------------------------------------
@@ -246,7 +273,9 @@ def _read_remote(
             return CachedSource(cached)
         if cached and remote.validator is not None and remote.validator == cached.validator:
             return CachedSource(cached)
-        src = HttpRangeSource(remote.url, name=name, headers=remote.headers, timeout=timeout, progress=report)
+        src = HttpRangeSource(
+            remote.url, name=name, headers=remote.headers, timeout=timeout, progress=report
+        )
         recorders[name] = (RecordingSource(src), src, remote.validator)
         return recorders[name][0]
 
@@ -292,7 +321,8 @@ def header_prefix(chunks: list[tuple[int, bytes | bytearray]], n: int) -> bytear
         out += bytes(n - len(out))
     else:
         out = bytearray(n)
-    view = memoryview(out)  # memoryview to memoryview: one memcpy (bytearray slice assignment copies first)
+    # memoryview to memoryview: one memcpy (bytearray slice assignment copies first)
+    view = memoryview(out)
     while chunks:
         offset, data = chunks.pop()
         if offset < n:
@@ -328,8 +358,18 @@ def load_header(url: str) -> CachedHeader | None:
     meta = _load_json(_cache_file("header", url, "json"))
     if not meta or meta.get("url") != url:
         return None
-    size, validator, n, digest = meta.get("size"), meta.get("validator"), meta.get("header_bytes"), meta.get("sha256")
-    if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= MAX_HEADER_BYTES or not isinstance(digest, str):
+    size, validator, n, digest = (
+        meta.get("size"),
+        meta.get("validator"),
+        meta.get("header_bytes"),
+        meta.get("sha256"),
+    )
+    if (
+        not isinstance(n, int)
+        or isinstance(n, bool)
+        or not 0 < n <= MAX_HEADER_BYTES
+        or not isinstance(digest, str)
+    ):
         return None
     try:
         prefix = read_regular(_cache_file("header", url, "gguf"), n)
@@ -344,8 +384,14 @@ def load_header(url: str) -> CachedHeader | None:
 
 def save_header(entry: CachedHeader) -> None:
     """Cache a header; the sidecar is written last (it marks the entry complete)."""
-    meta = {"format": _FORMAT, "url": entry.url, "validator": entry.validator,
-            "size": entry.size, "header_bytes": len(entry.prefix), "sha256": hashlib.sha256(entry.prefix).hexdigest()}
+    meta = {
+        "format": _FORMAT,
+        "url": entry.url,
+        "validator": entry.validator,
+        "size": entry.size,
+        "header_bytes": len(entry.prefix),
+        "sha256": hashlib.sha256(entry.prefix).hexdigest(),
+    }
     _write(_cache_file("header", entry.url, "gguf"), entry.prefix)
     _write(_cache_file("header", entry.url, "json"), json.dumps(meta, indent=1).encode())
 
@@ -365,10 +411,18 @@ def _load_listing(endpoint: str, repo: str, revision: str) -> RepoListing | None
 
 
 def _save_listing(endpoint: str, listing: RepoListing) -> None:
-    meta = {"format": _FORMAT, "endpoint": endpoint, "repo": listing.repo, "revision": listing.revision,
-            "commit": listing.commit, "files": list(listing.files)}
-    _write(_cache_file("listing", _listing_key(endpoint, listing.repo, listing.revision), "json"),
-           json.dumps(meta, indent=1).encode())
+    meta = {
+        "format": _FORMAT,
+        "endpoint": endpoint,
+        "repo": listing.repo,
+        "revision": listing.revision,
+        "commit": listing.commit,
+        "files": list(listing.files),
+    }
+    _write(
+        _cache_file("listing", _listing_key(endpoint, listing.repo, listing.revision), "json"),
+        json.dumps(meta, indent=1).encode(),
+    )
 
 
 def _load_json(path: Path) -> dict | None:

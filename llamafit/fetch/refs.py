@@ -35,7 +35,8 @@ def _home(env: Mapping[str, str]) -> str:
 
 
 def local_path(arg: str, env: Mapping[str, str]) -> str | None:
-    """The local file a store reference names; None when `arg` is not one (or, for hf:, not cached)."""
+    """The local file a store reference names; None when `arg` is not one (or, for hf:, not
+    cached)."""
     if arg.startswith("ollama:"):
         return ollama_path(arg.removeprefix("ollama:"), env)
     if arg.startswith("lmstudio:"):
@@ -50,11 +51,14 @@ def ollama_path(ref: str, env: Mapping[str, str]) -> str:
 
 
 def ollama_found(ref: str, env: Mapping[str, str]) -> Found:
-    """The Ollama model `ref` names, with the projector its manifest pairs with it (Found.mmproj)."""
+    """The Ollama model `ref` names, with the projector its manifest pairs with it
+    (Found.mmproj)."""
     try:
         parts = parse_ollama_ref(ref)
     except ValueError:
-        raise InputError(f"ollama:{ref}: expected an Ollama model name such as qwen2.5:32b") from None
+        raise InputError(
+            f"ollama:{ref}: expected an Ollama model name such as qwen2.5:32b"
+        ) from None
     searched = ollama_dirs(env, _home(env))
     names = []
     for root in searched:
@@ -65,10 +69,14 @@ def ollama_found(ref: str, env: Mapping[str, str]) -> Found:
         names += [f.name for f in found]
         for n in notes:
             if n.code == "missing-blob" and n.detail.startswith(f"{ref}:"):
-                raise InputError(f"ollama:{ref}: the manifest names a blob that is missing ({n.path}); "
-                                 f"pull it again: ollama pull {ref}")  # fmt: skip
+                raise InputError(
+                    f"ollama:{ref}: the manifest names a blob that is missing ({n.path}); "
+                    f"pull it again: ollama pull {ref}"
+                )
     have = ", ".join(sorted(names)) or "none"
-    raise InputError(f"ollama:{ref}: no such model in {' or '.join(searched)} (models there: {have})")
+    raise InputError(
+        f"ollama:{ref}: no such model in {' or '.join(searched)} (models there: {have})"
+    )
 
 
 def _same_ollama(name: str, parts: tuple[str, str, str, str]) -> bool:
@@ -85,7 +93,9 @@ def lmstudio_path(ref: str, env: Mapping[str, str]) -> str:
         if os.path.isdir(top):
             files = _gguf_files(top, "lmstudio", [])
             return os.path.join(top, pick_model_files(files, repo_spec)[0])
-    raise InputError(f"lmstudio:{ref}: no folder {repo_spec.repo} in {' or '.join(lmstudio_dirs(_home(env)))}")
+    raise InputError(
+        f"lmstudio:{ref}: no folder {repo_spec.repo} in {' or '.join(lmstudio_dirs(_home(env)))}"
+    )
 
 
 def hf_cached_path(arg: str, env: Mapping[str, str]) -> str | None:
@@ -109,11 +119,13 @@ def hf_cached_path(arg: str, env: Mapping[str, str]) -> str | None:
 
 def _snapshot(repo_dir: str) -> str | None:
     try:  # a small regular file (never a FIFO that blocks)
-        commit = read_regular(os.path.join(repo_dir, "refs", "main"), SMALL_FILE, follow=True).decode(
-            "utf-8", "replace").partition("\n")[0].strip()
+        commit = (
+            read_regular(os.path.join(repo_dir, "refs", "main"), SMALL_FILE, follow=True)
+            .decode("utf-8", "replace")
+            .partition("\n")[0]
+            .strip()
+        )
     except OSError:
         return None
     top = os.path.join(repo_dir, "snapshots", commit)
     return top if commit and os.path.isdir(top) else None
-
-

@@ -22,14 +22,18 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
-from ..version import __version__
 from ..errors import InputError
+from ..version import __version__
 
 DEFAULT_TIMEOUT = 30.0  # seconds, for each connect and each read from the socket
 FIRST_WINDOW = 1 << 10  # the parser's first read: even a 1 KiB header costs < 2x its size
 MAX_REDIRECTS = 10  # from a Hugging Face URL (resolve -> CDN takes 1-2)
 OTHER_REDIRECTS = 3  # from any other URL: a few, then an error naming where it was sent
-HF_HOSTS = ("huggingface.co", "hf.co")  # and their subdomains (cdn-lfs.hf.co, cas-bridge.xethub.hf.co)
+# and their subdomains (cdn-lfs.hf.co, cas-bridge.xethub.hf.co)
+HF_HOSTS = (
+    "huggingface.co",
+    "hf.co",
+)
 # The largest header llamafit will read: 262k-token vocabularies with merges take ~20 MiB, the
 # largest tensor lists well under 1 MiB. A header "needing" more is a lie of the server or file.
 MAX_HEADER_BYTES = 64 << 20
@@ -60,7 +64,9 @@ class ContentRange:
 
 
 # ASCII digits, at most 20 (a uint64): no 4,300-digit int() from a hostile server
-_CONTENT_RANGE = re.compile(r"bytes\s+(?:([0-9]{1,20})-([0-9]{1,20})|\*)/([0-9]{1,20}|\*)", re.IGNORECASE)
+_CONTENT_RANGE = re.compile(
+    r"bytes\s+(?:([0-9]{1,20})-([0-9]{1,20})|\*)/([0-9]{1,20}|\*)", re.IGNORECASE
+)
 
 
 def parse_content_range(value: str | None) -> ContentRange | None:
@@ -79,6 +85,7 @@ def range_header(offset: int, n: int) -> str:
 
 def same_origin(a: str, b: str) -> bool:
     """Scheme, host and port all equal (credentials may follow a redirect only then)."""
+
     def origin(url: str) -> tuple[str, str | None, int | None]:
         p = urllib.parse.urlsplit(url)
         return p.scheme, p.hostname, p.port or _DEFAULT_PORTS.get(p.scheme)
@@ -156,7 +163,9 @@ def _network_error(url: str, e: BaseException, timeout: float) -> RemoteUnreacha
     if isinstance(reason, TimeoutError) or "timed out" in str(reason):
         return RemoteUnreachable(f"{url}: timed out after {timeout:g} s")
     host = urllib.parse.urlsplit(url).netloc
-    return RemoteUnreachable(f"{url}: cannot connect to {host}: {one_line(reason) or type(e).__name__}")
+    return RemoteUnreachable(
+        f"{url}: cannot connect to {host}: {one_line(reason) or type(e).__name__}"
+    )
 
 
 def _open_within(req: urllib.request.Request, timeout: float, deadline: float | None) -> Any:
@@ -176,13 +185,17 @@ def _open_within(req: urllib.request.Request, timeout: float, deadline: float | 
     worker.start()
     worker.join(max(deadline, 0.0))
     if not box:
-        raise RemoteUnreachable(f"{req.full_url}: no answer within {deadline:g} s (the deadline for the header)")
+        raise RemoteUnreachable(
+            f"{req.full_url}: no answer within {deadline:g} s (the deadline for the header)"
+        )
     if isinstance(box[0], BaseException):
         raise box[0]
     return box[0]
 
 
-def _send(method: str, url: str, headers: Mapping[str, str], timeout: float, deadline: float | None = None) -> Answer:
+def _send(
+    method: str, url: str, headers: Mapping[str, str], timeout: float, deadline: float | None = None
+) -> Answer:
     """One request, redirects not followed; any status comes back as an Answer."""
     req = urllib.request.Request(url, method=method, headers={"User-Agent": _USER_AGENT, **headers})
     try:
@@ -233,12 +246,20 @@ class RemoteInfo:
     validator: str | None
 
 
-def probe(url: str, *, headers: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> RemoteInfo | None:
+def probe(
+    url: str, *, headers: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT
+) -> RemoteInfo | None:
     """HEAD the file: its validator (to check a cached header) and size. None when the server
     answers with an error status (the ranged GET then reports it); network failures raise."""
     # a redirect that already names the file's version (HF: X-Linked-Etag) is not followed
-    answer = request("HEAD", url, headers or {}, timeout, stop=lambda a: bool(a.headers.get("X-Linked-Etag")),
-                     deadline=DEFAULT_DEADLINE)
+    answer = request(
+        "HEAD",
+        url,
+        headers or {},
+        timeout,
+        stop=lambda a: bool(a.headers.get("X-Linked-Etag")),
+        deadline=DEFAULT_DEADLINE,
+    )
     answer.close()
     if answer.status >= 400:
         return None
@@ -291,7 +312,8 @@ class HttpRangeSource:
         self._headers = dict(headers or {})
         self._location = url  # after the first redirect chain: the final URL (a CDN's)
         self._size: int | None = None
-        self._head: bytes | bytearray = b""  # the first answer's bytes (the whole file when Range is ignored)
+        # the first answer's bytes (the whole file when Range is ignored)
+        self._head: bytes | bytearray = b""
         self._t0 = 0.0
 
     @property
@@ -307,7 +329,8 @@ class HttpRangeSource:
         return max(self.max_bytes + self.first_window - self.bytes_transferred, 0)
 
     def read(self, offset: int, n: int) -> bytes | bytearray:
-        """The bytes in one buffer, never copied after they arrive (a 64 MiB window costs 64 MiB)."""
+        """The bytes in one buffer, never copied after they arrive (a 64 MiB window costs 64
+        MiB)."""
         n = min(n, self.size - offset)
         if n <= 0:
             return b""
@@ -326,19 +349,28 @@ class HttpRangeSource:
         self.requests += 1
         self._t0 = self._t0 or time.monotonic()
         if n > self.read_budget:
-            raise InputError(f"{self.url}: the header would need more than {self.max_bytes:,} bytes; "
-                             "not a plausible GGUF header (refusing to read more)")  # fmt: skip
+            raise InputError(
+                f"{self.url}: the header would need more than {self.max_bytes:,} bytes; "
+                "not a plausible GGUF header (refusing to read more)"
+            )
         headers = {**self._headers, "Range": range_header(offset, n), "Accept-Encoding": "identity"}
         timeout = min(self.timeout, max(self._left(), 0.001))
-        answer = request("GET", self._location, headers_for(self._location, self.url, headers), timeout,
-                         deadline=self._left())
+        answer = request(
+            "GET",
+            self._location,
+            headers_for(self._location, self.url, headers),
+            timeout,
+            deadline=self._left(),
+        )
         if answer.status in (401, 403, 404, 410) and self._location != self.url:
             answer.close()  # a signed CDN URL expired: resolve again
             self._location = self.url
             return self._get(offset, n)
         if answer.status >= 400 and answer.status != 416:
             answer.close()
-            raise InputError(status_message(self.url, answer.status, getattr(answer.body, "reason", "")))
+            raise InputError(
+                status_message(self.url, answer.status, getattr(answer.body, "reason", ""))
+            )
         self._location = answer.url
         return answer
 
@@ -353,8 +385,10 @@ class HttpRangeSource:
                 self._size = 0  # an empty file
                 return
             if answer.status != 206 or cr is None or cr.start != 0 or cr.total is None:
-                raise InputError(f"{self.url}: the server's answer to a range request is unusable "
-                                 f"(HTTP {answer.status}, Content-Range {answer.headers.get('Content-Range')!r})")
+                raise InputError(
+                    f"{self.url}: the server's answer to a range request is unusable "
+                    f"(HTTP {answer.status}, Content-Range {answer.headers.get('Content-Range')!r})"
+                )
             self._size = cr.total
             self.validator = validator_of(answer.headers)
             # never more than asked, whatever Content-Range claims
@@ -366,33 +400,48 @@ class HttpRangeSource:
         """A 200 to a range request: the server would send the whole file."""
         length = answer.headers.get("Content-Length")
         if not self.allow_full_download:
-            what = f"the whole {n:,}-byte file" if (n := _length(length)) is not None else "the whole file"
-            raise InputError(f"{self.url}: the server ignores HTTP Range requests (it answered 200 with "
-                             f"{what}); refusing to download it all: download it and pass the local path")
+            what = (
+                f"the whole {n:,}-byte file"
+                if (n := _length(length)) is not None
+                else "the whole file"
+            )
+            raise InputError(
+                f"{self.url}: the server ignores HTTP Range requests (it answered 200 with "
+                f"{what}); refusing to download it all: download it and pass the local path"
+            )
         self._head = self._body(answer, self.max_bytes + 1)
         if len(self._head) > self.max_bytes:
-            raise InputError(f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} bytes; "
-                             "download it and pass the local path")  # fmt: skip
+            raise InputError(
+                f"{self.url}: the server sends the whole file, larger than {self.max_bytes:,} "
+                "bytes; download it and pass the local path"
+            )
         self._size = len(self._head)
         self.validator = validator_of(answer.headers)
 
     def _fetch(self, offset: int, n: int, have: bytes | bytearray = b"") -> bytearray:
-        """Bytes [offset, offset+n), of which the first len(have) are `have`: one request for the rest."""
+        """Bytes [offset, offset+n), of which the first len(have) are `have`: one request for the
+        rest."""
         start, want = offset + len(have), n - len(have)
         answer = self._get(start, want)
         try:
             cr = parse_content_range(answer.headers.get("Content-Range"))
             if answer.status != 206 or cr is None or cr.start != start:
-                raise InputError(f"{self.url}: the server ignored the range request for bytes "
-                                 f"{start}-{start + want - 1} (HTTP {answer.status})")
+                raise InputError(
+                    f"{self.url}: the server ignored the range request for bytes "
+                    f"{start}-{start + want - 1} (HTTP {answer.status})"
+                )
             if cr.total != self._size:
-                raise InputError(f"{self.url}: the file changed while its header was read "
-                                 f"(size {self._size} became {cr.total})")
+                raise InputError(
+                    f"{self.url}: the file changed while its header was read "
+                    f"(size {self._size} became {cr.total})"
+                )
             data = self._body(answer, want, bytearray(have))
         finally:
             answer.close()
         if len(data) != n:
-            raise RemoteUnreachable(f"{self.url}: the connection closed after {len(data) - len(have)} of {want} bytes")
+            raise RemoteUnreachable(
+                f"{self.url}: the connection closed after {len(data) - len(have)} of {want} bytes"
+            )
         return data
 
     def _body(self, answer: Answer, limit: int | None, out: bytearray | None = None) -> bytearray:
@@ -400,12 +449,15 @@ class HttpRangeSource:
         The buffer grows in place (realloc) and is returned as it is: no copy of the whole."""
         out = bytearray() if out is None else out
         got = 0
-        read = getattr(answer.body, "read1", answer.body.read)  # one recv at a time: the deadline holds
+        # one recv at a time: the deadline holds
+        read = getattr(answer.body, "read1", answer.body.read)
         try:
             while limit is None or got < limit:
                 if self._left() <= 0:
-                    raise RemoteUnreachable(f"{self.url}: gave up after {self.deadline:g} s "
-                                            f"({self.bytes_transferred:,} bytes received)")  # fmt: skip
+                    raise RemoteUnreachable(
+                        f"{self.url}: gave up after {self.deadline:g} s "
+                        f"({self.bytes_transferred:,} bytes received)"
+                    )
                 chunk = read(_CHUNK if limit is None else min(_CHUNK, limit - got))
                 if not chunk:
                     break

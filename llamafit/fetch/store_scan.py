@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..reader.names import split_info
 from ..safe_io import SMALL_FILE, read_regular
 from .stores import (
+    OLLAMA_MODEL,
     Found,
     Note,
-    OLLAMA_MODEL,
     Root,
     blob_name,
     default_roots,
@@ -101,7 +101,9 @@ def _hub_repo(repo_dir: str, store: str, notes: list[Note]) -> list[Found]:
     return _found(store, repo, top, files, notes, prefix="hf")
 
 
-def _found(store: str, repo: str, top: str, files: Sequence[str], notes: list[Note], *, prefix: str) -> list[Found]:
+def _found(
+    store: str, repo: str, top: str, files: Sequence[str], notes: list[Note], *, prefix: str
+) -> list[Found]:
     groups, problems = group_files(files)
     notes.extend(Note(store, os.path.join(top, p), code, detail) for p, code, detail in problems)
     out = []
@@ -138,7 +140,9 @@ def scan_llama_cache(root: str) -> tuple[list[Found], list[Note]]:
     return found + _plain(root, flat, "llama.cpp", notes), notes
 
 
-def _plain(top: str, files: Sequence[str], store: str, notes: list[Note], base: str = "") -> list[Found]:
+def _plain(
+    top: str, files: Sequence[str], store: str, notes: list[Note], base: str = ""
+) -> list[Found]:
     """Files named by their path below the store (split suffix and .gguf dropped)."""
     groups, problems = group_files(files)
     notes.extend(Note(store, os.path.join(top, p), code, detail) for p, code, detail in problems)
@@ -148,7 +152,9 @@ def _plain(top: str, files: Sequence[str], store: str, notes: list[Note], base: 
         info = split_info(g.shards[0])  # `x-00001-of-00003.gguf` → `x`
         name = info.prefix if info else g.shards[0]
         name = f"{base}/{name}" if base else name
-        out.append(Found(store, name, shards[0], shards, os.path.join(top, g.mmproj) if g.mmproj else None))
+        out.append(
+            Found(store, name, shards[0], shards, os.path.join(top, g.mmproj) if g.mmproj else None)
+        )
     return out
 
 
@@ -158,7 +164,9 @@ def scan_ollama(root: str) -> tuple[list[Found], list[Note]]:
     found: list[Found] = []
     blobs = os.path.join(root, "blobs")
     for e in _list(blobs, "ollama", notes):
-        if e.name.endswith("-partial") or "-partial-" in e.name:  # server/download.go: <blob>-partial[-N]
+        if (
+            e.name.endswith("-partial") or "-partial-" in e.name
+        ):  # server/download.go: <blob>-partial[-N]
             notes.append(Note("ollama", e.path, "partial-download", "unfinished pull"))
     for reg in _dirs(os.path.join(root, "manifests"), notes):
         for ns in _dirs(reg.path, notes):
@@ -186,7 +194,11 @@ def _ollama_model(manifest_path: str, name: str, blobs: str, notes: list[Note]) 
         return []
     layers = ollama_layers(manifest)
     if layers is None or layers.model is None:
-        notes.append(Note("ollama", manifest_path, "bad-manifest", f"{name}: no layer of type {OLLAMA_MODEL}"))
+        notes.append(
+            Note(
+                "ollama", manifest_path, "bad-manifest", f"{name}: no layer of type {OLLAMA_MODEL}"
+            )
+        )
         return []
     paths: list[str | None] = []
     for digest in (layers.model, layers.projector):
@@ -196,12 +208,23 @@ def _ollama_model(manifest_path: str, name: str, blobs: str, notes: list[Note]) 
         blob = blob_name(digest)
         path = os.path.join(blobs, blob) if blob else None
         if path is None or not os.path.isfile(path):
-            notes.append(Note("ollama", path or manifest_path, "missing-blob", f"{name}: its blob is missing"))
+            notes.append(
+                Note(
+                    "ollama", path or manifest_path, "missing-blob", f"{name}: its blob is missing"
+                )
+            )
             if digest == layers.model:
                 return []
         paths.append(path if path and os.path.isfile(path) else None)
     if layers.adapters:
-        notes.append(Note("ollama", manifest_path, "lora-adapter", f"{name}: its LoRA adapter layer is not modelled"))
+        notes.append(
+            Note(
+                "ollama",
+                manifest_path,
+                "lora-adapter",
+                f"{name}: its LoRA adapter layer is not modelled",
+            )
+        )
     model_path = paths[0]
     assert model_path is not None
     return [Found("ollama", name, f"ollama:{name}", (model_path,), paths[1])]
@@ -217,7 +240,14 @@ def scan_lmstudio(root: str) -> tuple[list[Found], list[Note]]:
         for repo in _list(pub.path, "lmstudio", notes):
             if _is_dir(repo):
                 files = _gguf_files(repo.path, "lmstudio", notes)
-                found += _found("lmstudio", f"{pub.name}/{repo.name}", repo.path, files, notes, prefix="lmstudio")
+                found += _found(
+                    "lmstudio",
+                    f"{pub.name}/{repo.name}",
+                    repo.path,
+                    files,
+                    notes,
+                    prefix="lmstudio",
+                )
     return found, notes
 
 
@@ -231,7 +261,9 @@ def scan_dir(root: str) -> tuple[list[Found], list[Note]]:
         by_folder.setdefault(folder, []).append(name)
     found: list[Found] = []
     for folder, names in sorted(by_folder.items()):
-        found += _plain(os.path.join(root, folder) if folder else root, names, "dir", notes, base=folder)
+        found += _plain(
+            os.path.join(root, folder) if folder else root, names, "dir", notes, base=folder
+        )
     return found, notes
 
 
@@ -249,7 +281,9 @@ def scan_root(root: Root) -> tuple[list[Found], list[Note]]:
 
 def root_for_path(path: str) -> Root:
     """What a directory given on the command line is: an Ollama store, a hub cache, or plain."""
-    if os.path.isdir(os.path.join(path, "manifests")) and os.path.isdir(os.path.join(path, "blobs")):
+    if os.path.isdir(os.path.join(path, "manifests")) and os.path.isdir(
+        os.path.join(path, "blobs")
+    ):
         return Root("ollama", path)
     try:
         with os.scandir(path) as it:
@@ -265,7 +299,8 @@ def this_machine_roots(env: Mapping[str, str]) -> list[Root]:
 
 
 def scan(roots: Sequence[Root]) -> tuple[list[Found], list[Note]]:
-    """Every store's models (the same file found twice, e.g. a hub cache shared by llama.cpp, once)."""
+    """Every store's models (the same file found twice, e.g. a hub cache shared by llama.cpp,
+    once)."""
     found: list[Found] = []
     notes: list[Note] = []
     seen: set[str] = set()

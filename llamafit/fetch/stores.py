@@ -75,8 +75,18 @@ class Note:
     detail: str = ""
 
 
-NOTE_CODES = ("dangling-symlink", "missing-blob", "partial-download", "unreadable", "bad-manifest",
-              "missing-shard", "lora-adapter", "vocab-only", "imatrix", "unreadable-header")  # fmt: skip
+NOTE_CODES = (
+    "dangling-symlink",
+    "missing-blob",
+    "partial-download",
+    "unreadable",
+    "bad-manifest",
+    "missing-shard",
+    "lora-adapter",
+    "vocab-only",
+    "imatrix",
+    "unreadable-header",
+)
 
 
 # --- where the stores are -----------------------------------------------------------------
@@ -102,7 +112,9 @@ def llama_flat_cache(env: Mapping[str, str], home: str, system: str) -> str:
     if env.get("LLAMA_CACHE"):
         return env["LLAMA_CACHE"]
     if system == "Windows":
-        return os.path.join(env.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local"), "llama.cpp")
+        return os.path.join(
+            env.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local"), "llama.cpp"
+        )
     if system == "Darwin":
         return os.path.join(home, "Library", "Caches", "llama.cpp")
     return os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), "llama.cpp")
@@ -115,13 +127,19 @@ def ollama_dirs(env: Mapping[str, str], home: str) -> list[str]:
 
 
 def lmstudio_dirs(home: str) -> list[str]:
-    return [os.path.join(home, ".lmstudio", "models"), os.path.join(home, ".cache", "lm-studio", "models")]
+    return [
+        os.path.join(home, ".lmstudio", "models"),
+        os.path.join(home, ".cache", "lm-studio", "models"),
+    ]
 
 
 def default_roots(env: Mapping[str, str], home: str, system: str) -> list[Root]:
     """Every store's directory on this machine, duplicates (same path) dropped."""
-    roots = [Root("hf", hf_hub_cache(env, home)), Root("llama.cpp", llama_hf_cache(env, home)),
-             Root("llama.cpp", llama_flat_cache(env, home, system))]  # fmt: skip
+    roots = [
+        Root("hf", hf_hub_cache(env, home)),
+        Root("llama.cpp", llama_hf_cache(env, home)),
+        Root("llama.cpp", llama_flat_cache(env, home, system)),
+    ]
     roots += [Root("ollama", d) for d in ollama_dirs(env, home)]
     roots += [Root("lmstudio", d) for d in lmstudio_dirs(home)]
     seen: set[str] = set()
@@ -138,13 +156,15 @@ def default_roots(env: Mapping[str, str], home: str, system: str) -> list[Root]:
 
 
 def file_tag(path: str) -> str:
-    """llama.cpp's tag of a GGUF name: `…-Q4_K_M.gguf` → `Q4_K_M` (uppercased; split suffix dropped)."""
+    """llama.cpp's tag of a GGUF name: `…-Q4_K_M.gguf` → `Q4_K_M` (uppercased; split suffix
+    dropped)."""
     info = split_info(path)
     return info.tag if info else ""
 
 
 def repo_name(repo: str, path: str, files: Sequence[str]) -> str:
-    """`repo:TAG` when llama.cpp's -hf rule picks `path` back from `files` with that tag, else `repo/path`."""
+    """`repo:TAG` when llama.cpp's -hf rule picks `path` back from `files` with that tag, else
+    `repo/path`."""
     tag = file_tag(path)
     if tag and find_best_model(files, tag) == path:
         return f"{repo}:{tag}"
@@ -159,7 +179,8 @@ def ollama_name(registry: str, namespace: str, model: str, tag: str) -> str:
 
 
 def parse_ollama_ref(ref: str) -> tuple[str, str, str, str]:
-    """`[registry/][namespace/]model[:tag]` → (registry, namespace, model, tag), Ollama's defaults filled."""
+    """`[registry/][namespace/]model[:tag]` → (registry, namespace, model, tag), Ollama's defaults
+    filled."""
     name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
     parts = name.split("/")
     if not all(parts) or len(parts) > 3:
@@ -192,10 +213,16 @@ def ollama_layers(manifest: object) -> OllamaLayers | None:
         return None
     by_type: dict[str, list[str]] = {}
     for layer in manifest["layers"]:
-        if isinstance(layer, dict) and isinstance(layer.get("mediaType"), str) and isinstance(layer.get("digest"), str):
+        if (
+            isinstance(layer, dict)
+            and isinstance(layer.get("mediaType"), str)
+            and isinstance(layer.get("digest"), str)
+        ):
             by_type.setdefault(layer["mediaType"], []).append(layer["digest"])
     model = by_type.get(OLLAMA_MODEL, [None])[0]
-    return OllamaLayers(model, by_type.get(OLLAMA_PROJECTOR, [None])[0], tuple(by_type.get(OLLAMA_ADAPTER, [])))
+    return OllamaLayers(
+        model, by_type.get(OLLAMA_PROJECTOR, [None])[0], tuple(by_type.get(OLLAMA_ADAPTER, []))
+    )
 
 
 # --- grouping files -----------------------------------------------------------------------------
@@ -203,13 +230,16 @@ def ollama_layers(manifest: object) -> OllamaLayers | None:
 
 @dataclass(frozen=True)
 class FileGroup:
-    """A model's files in one folder: its shards (relative paths) and the mmproj llama.cpp would pair."""
+    """A model's files in one folder: its shards (relative paths) and the mmproj llama.cpp would
+    pair."""
 
     shards: tuple[str, ...]
     mmproj: str | None
 
 
-def best_sibling(files: Sequence[str], model: str, keyword: str = "mmproj", tag: str = "") -> str | None:
+def best_sibling(
+    files: Sequence[str], model: str, keyword: str = "mmproj", tag: str = ""
+) -> str | None:
     """common/download.cpp find_best_sibling: among the .gguf files whose path contains `keyword`
     and whose directory is the model's or one above it, the deepest directory first, then an exact
     `-TAG.` match (case-insensitive), then the closest quantization bits to the tag's (or, without
@@ -222,12 +252,18 @@ def best_sibling(files: Sequence[str], model: str, keyword: str = "mmproj", tag:
         if not f.endswith(".gguf") or keyword not in f:
             continue
         sib_dir = f.split("/")[:-1]
-        if model_dir[: len(sib_dir)] != sib_dir:  # the sibling's directory must be a prefix of the model's
+        if (
+            model_dir[: len(sib_dir)] != sib_dir
+        ):  # the sibling's directory must be a prefix of the model's
             continue
         depth, diff = len(sib_dir), abs(quant_bits(f) - model_bits)
         exact = bool(tag) and f"-{tag.upper()}." in f.upper()
-        if (best is None or depth > best[0] or (depth == best[0] and exact and not best[1])
-                or (depth == best[0] and exact == best[1] and diff < best[2])):  # fmt: skip
+        if (
+            best is None
+            or depth > best[0]
+            or (depth == best[0] and exact and not best[1])
+            or (depth == best[0] and exact == best[1] and diff < best[2])
+        ):
             best, chosen = (depth, exact, diff), f
     return chosen
 
@@ -235,7 +271,11 @@ def best_sibling(files: Sequence[str], model: str, keyword: str = "mmproj", tag:
 def local_mmproj(model_path: str, names: Sequence[str]) -> str | None:
     """`--mmproj auto` for a local model: mmproj*.gguf among `names` (the model's directory), by the
     same rule as -hf (closest quantization to the model's)."""
-    found = [n for n in names if posixpath.basename(n).lower().startswith("mmproj") and n.endswith(".gguf")]
+    found = [
+        n
+        for n in names
+        if posixpath.basename(n).lower().startswith("mmproj") and n.endswith(".gguf")
+    ]
     return best_sibling(found, posixpath.basename(model_path)) if found else None
 
 
@@ -269,7 +309,8 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
 
 def gguf_kind(metadata: Mapping[str, object], n_tensors: int) -> str:
     """`model`, `mmproj`, `adapter` (a LoRA), `imatrix` or `vocab` (a tokenizer-only file such as
-    llama.cpp's models/ggml-vocab-*.gguf), from general.type (gguf-py's GGUFType) and the tensor count."""
+    llama.cpp's models/ggml-vocab-*.gguf), from general.type (gguf-py's GGUFType) and the tensor
+    count."""
     gtype = metadata.get("general.type")
     if gtype == "adapter" or "adapter.type" in metadata:
         return "adapter"

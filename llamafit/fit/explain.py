@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..memory.config import LaunchConfig
-from ..machine.devices import DeviceSpec
 from ..findings import Notice, Verdict
+from ..machine.devices import DeviceSpec
+from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown
-from .plan_speed import choice_speed, speed_of, speed_options
 from ..memory.resolve import ResolvedConfig, since
-from .search import STEP, Target, max_context, streams
 from ..memory.side_models import SideFlags, SidePlan
+from ..units import MIB
+from .mtp import MtpEffect, mtp_effect
+from .plan_speed import choice_speed, speed_of, speed_options
+from .search import STEP, Target, max_context, streams
 from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
 from .solver import Choice, NoFit, Policy, bounds, combos, solve
 from .speed import SpeedEstimate, SpeedInputs
-from .mtp import MtpEffect, mtp_effect
-from ..units import MIB
 
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
 
@@ -33,8 +33,6 @@ class Tradeoff:
     generation_tps: tuple[float, float] | None = None  # at that context: full, empty (speed.py)
 
 
-
-
 @dataclass(frozen=True)
 class PlanResult:
     choice: Choice | None
@@ -48,20 +46,31 @@ class PlanResult:
     side_costs: tuple[SideCost, ...] = ()  # what each side model costs in context (side_plan.py)
     side: SidePlan | None = None  # the side models the plan keeps (after side_steps)
     side_steps: tuple[str, ...] = ()  # side_plan.STEPS taken to fit
-    mtp: MtpEffect | None = None  # with MTP self-speculation in the plan: its expected effect (mtp.py)
+    # with MTP self-speculation in the plan: its expected effect (mtp.py)
+    mtp: MtpEffect | None = None
 
 
-def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[str | None, int] | None:
+def smallest_gpu_for(
+    target: Target, cfg: LaunchConfig, per_slot: int
+) -> tuple[str | None, int] | None:
     """The smallest catalog card (and the bytes needed) that holds `per_slot` tokens per slot with
     every layer on it, the same KV choice, and the same reserve."""
     from ..machine.catalog import smallest_fitting
 
     backend = target.gpus[0].backend if target.gpus else "cuda"
-    big = DeviceSpec("GPU0", "gpu", backend if backend in PADDED_OR_PLAIN else "cuda", 1 << 50, 1 << 50)
+    big = DeviceSpec(
+        "GPU0", "gpu", backend if backend in PADDED_OR_PLAIN else "cuda", 1 << 50, 1 << 50
+    )
     one = replace(target, gpus=(big,))
     n_all = target.model.facts.n_layer_all + 1
-    full = replace(cfg, n_ctx=per_slot * streams(one, cfg), n_gpu_layers=n_all, n_cpu_moe=0, cpu_moe=False,
-                   tensor_split=())  # fmt: skip
+    full = replace(
+        cfg,
+        n_ctx=per_slot * streams(one, cfg),
+        n_gpu_layers=n_all,
+        n_cpu_moe=0,
+        cpu_moe=False,
+        tensor_split=(),
+    )
     evaluated = one.evaluate(full)
     if evaluated is None:
         return None
@@ -72,17 +81,37 @@ def smallest_gpu_for(target: Target, cfg: LaunchConfig, per_slot: int) -> tuple[
     return f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need
 
 
-def tradeoffs(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int,
-              speed: SpeedInputs | None = None) -> list[Tradeoff]:  # fmt: skip
-    """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its speed."""
+def tradeoffs(
+    target: Target,
+    base: LaunchConfig,
+    policy: Policy,
+    lo: int,
+    hi: int,
+    speed: SpeedInputs | None = None,
+) -> list[Tradeoff]:
+    """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its
+    speed."""
     rows = []
     for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
         ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
         best = max_context(target, cfg, hi, lo)
-        est = speed_of(target, replace(cfg, n_ctx=best * streams(target, cfg)), speed) if speed and best else None
-        rows.append(Tradeoff(cfg.flash_attn, cfg.type_k, cfg.type_v, ngl, cfg.n_cpu_moe, best,
-                             est.generation_tps if est else None))  # fmt: skip
+        est = (
+            speed_of(target, replace(cfg, n_ctx=best * streams(target, cfg)), speed)
+            if speed and best
+            else None
+        )
+        rows.append(
+            Tradeoff(
+                cfg.flash_attn,
+                cfg.type_k,
+                cfg.type_v,
+                ngl,
+                cfg.n_cpu_moe,
+                best,
+                est.generation_tps if est else None,
+            )
+        )
     return rows
 
 
@@ -101,9 +130,14 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
         tokens = choice.ctx - max(STEP, choice.ctx - 4 * STEP)
         per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(smaller[1])) / tokens * 1000 / MIB
     fewer = target.evaluate(replace(choice.cfg, n_gpu_layers=max(choice.rc.n_gpu_layers - 1, 0)))
-    per_layer = (_gpu_used(choice.breakdown) - _gpu_used(fewer[1])) / MIB if fewer and choice.rc.n_gpu_layers else None
+    per_layer = (
+        (_gpu_used(choice.breakdown) - _gpu_used(fewer[1])) / MIB
+        if fewer and choice.rc.n_gpu_layers
+        else None
+    )
     if per_layer is not None and per_layer <= 0:
-        per_layer = None  # the first block on the host brings op offload's copies to the GPU: nothing to buy
+        # the first block on the host brings op offload's copies to the GPU: nothing to buy
+        per_layer = None
     return per_tokens, per_layer
 
 
@@ -117,8 +151,14 @@ def _placement(target: Target, rc: ResolvedConfig, n_all: int) -> str:
     return "layers_on_cpu"
 
 
-def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float | None,
-             per_layer: float | None) -> Verdict:  # fmt: skip
+def _verdict(
+    target: Target,
+    choice: Choice,
+    lo: int,
+    hi: int,
+    per_tokens: float | None,
+    per_layer: float | None,
+) -> Verdict:
     facts = target.model.facts
     rc = choice.rc
     n_all = facts.n_layer_all + 1
@@ -126,9 +166,23 @@ def _verdict(target: Target, choice: Choice, lo: int, hi: int, per_tokens: float
     if choice.ctx < hi and per_tokens and per_layer:
         more = (hi - choice.ctx) * per_tokens / 1000
         blocks = int(-(-more // per_layer))
-    return Verdict(True, lo, hi, hi == facts.n_ctx_train, choice.ctx, _placement(target, rc, n_all), n_all,
-                   rc.n_gpu_layers, rc.n_cpu_moe, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
-                   more, per_layer if more is not None else None, blocks)  # fmt: skip
+    return Verdict(
+        True,
+        lo,
+        hi,
+        hi == facts.n_ctx_train,
+        choice.ctx,
+        _placement(target, rc, n_all),
+        n_all,
+        rc.n_gpu_layers,
+        rc.n_cpu_moe,
+        rc.type_k.name.lower(),
+        rc.type_v.name.lower(),
+        rc.flash_attn,
+        more,
+        per_layer if more is not None else None,
+        blocks,
+    )
 
 
 def _full_context_tps(target: Target, choice: Choice, speed: SpeedInputs) -> float | None:
@@ -136,10 +190,14 @@ def _full_context_tps(target: Target, choice: Choice, speed: SpeedInputs) -> flo
     return est.generation_tps[0] if est else None
 
 
-def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None) -> PlanResult:
+def plan(
+    target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None
+) -> PlanResult:
     asked = policy
     lo, hi = bounds(target, cfg, policy)
-    if speed is not None and policy.speed_of is None:  # --prefer speed ranks candidates by the estimate
+    if (
+        speed is not None and policy.speed_of is None
+    ):  # --prefer speed ranks candidates by the estimate
         policy = replace(policy, speed_of=lambda c: _full_context_tps(target, c, speed))
     warnings: list[Notice | str] = []
     if target.gpus and target.reserve_bytes < 512 * MIB:
@@ -152,10 +210,19 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
             return fallback
         warnings += ways
         rows = tradeoffs(target, cfg, policy, STEP, hi)
-        need = smallest_gpu_for(target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo)
+        need = smallest_gpu_for(
+            target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo
+        )
         name = need[0] if need else None
-        verdict = Verdict(False, lo, hi, hi == target.model.facts.n_ctx_train, smallest_gpu=name, cause=e.cause,
-                          pinned_ngl=e.pinned_ngl)  # fmt: skip
+        verdict = Verdict(
+            False,
+            lo,
+            hi,
+            hi == target.model.facts.n_ctx_train,
+            smallest_gpu=name,
+            cause=e.cause,
+            pinned_ngl=e.pinned_ngl,
+        )
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
     mtp_target, mtp_note = _auto_mtp(target, cfg, policy, choice)
     if mtp_target is not None and mtp_note is not None:
@@ -172,8 +239,11 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)
     est = choice_speed(target, choice, speed) if speed else None
     if est is not None and speed is not None:
-        verdict = replace(verdict, generation_tps=est.generation_tps,
-                          speed_options=tuple(speed_options(target, choice, hi, speed)))  # fmt: skip
+        verdict = replace(
+            verdict,
+            generation_tps=est.generation_tps,
+            speed_options=tuple(speed_options(target, choice, hi, speed)),
+        )
     card = None
     partial = bool(target.gpus) and choice.rc.n_gpu_layers < target.model.facts.n_layer_all + 1
     if choice.ctx < hi or partial or choice.rc.n_cpu_moe:
@@ -183,48 +253,86 @@ def plan(target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInput
             verdict = replace(verdict, smallest_gpu=card)
     side_bytes: dict[str, int] = {}
     for u in choice.breakdown.side_models:
-        side_bytes[u.kind] = sum(d.total_bytes for d in u.devices if d.name in {g.name for g in target.gpus}) \
-            if target.gpus else u.total_bytes
+        side_bytes[u.kind] = (
+            sum(d.total_bytes for d in u.devices if d.name in {g.name for g in target.gpus})
+            if target.gpus
+            else u.total_bytes
+        )
     costs = context_costs(target, choice.cfg, choice.ctx, hi, side_bytes)
     faster = _projector_off_the_gpu(target, cfg, policy, choice)
     if faster is not None:
         warnings.append(faster)
     side = target.side
-    mtp = mtp_effect(target.model.facts, side.flags.draft_n_max) if side and side.flags.mtp else None
-    return PlanResult(choice, tuple(rows), per_tokens, per_layer, verdict, tuple(warnings), card, est, costs,
-                      target.side, mtp=mtp)  # fmt: skip
+    mtp = (
+        mtp_effect(target.model.facts, side.flags.draft_n_max) if side and side.flags.mtp else None
+    )
+    return PlanResult(
+        choice,
+        tuple(rows),
+        per_tokens,
+        per_layer,
+        verdict,
+        tuple(warnings),
+        card,
+        est,
+        costs,
+        target.side,
+        mtp=mtp,
+    )
 
 
-def _auto_mtp(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> tuple[Target | None, Notice | None]:
-    """--prefer speed on a model with NextN blocks, no --spec-type and no draft model given, a llama-server
-    build with draft-mtp (resolve rule draft_mtp): the plan with MTP self-speculation on, when it keeps
-    the offload of the plan without it (a layer moved to the CPU costs more than drafting gains).
-    Returns (the target with MTP, mtp_auto {n_draft}) or (None, mtp_no_room {n_gpu_layers, n_cpu_moe}
-    where MTP would move layers) or (None, None) where it does not apply."""
+def _auto_mtp(
+    target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice
+) -> tuple[Target | None, Notice | None]:
+    """--prefer speed on a model with NextN blocks, no --spec-type and no draft model given, a
+    llama-server build with draft-mtp (resolve rule draft_mtp): the plan with MTP self-speculation
+    on, when it keeps the offload of the plan without it (a layer moved to the CPU costs more than
+    drafting gains). Returns (the target with MTP, mtp_auto {n_draft}) or (None, mtp_no_room
+    {n_gpu_layers, n_cpu_moe} where MTP would move layers) or (None, None) where it does not
+    apply."""
     side, facts = target.side, target.model.facts
     flags = side.flags if side else SideFlags()
-    if (policy.prefer != "speed" or not facts.n_layer_nextn or target.engine != "llama-server"
-            or not since("draft_mtp", target.build) or flags.mtp or "spec_types" in flags.given or flags.draft_model):
-        return None, None  # fmt: skip
+    if (
+        policy.prefer != "speed"
+        or not facts.n_layer_nextn
+        or target.engine != "llama-server"
+        or not since("draft_mtp", target.build)
+        or flags.mtp
+        or "spec_types" in flags.given
+        or flags.draft_model
+    ):
+        return None, None
     with_mtp = replace(flags, spec_types=(*flags.spec_types, "draft-mtp"))
     trial = replace(target, side=replace(side, flags=with_mtp) if side else SidePlan(with_mtp))
     try:
         other = solve(trial, cfg, policy)
     except NoFit:
         other = None
-    if other is None or (other.rc.n_gpu_layers, other.rc.n_cpu_moe) != (choice.rc.n_gpu_layers, choice.rc.n_cpu_moe):
-        where = {"n_gpu_layers": other.rc.n_gpu_layers, "n_cpu_moe": other.rc.n_cpu_moe} if other else {}
+    if other is None or (other.rc.n_gpu_layers, other.rc.n_cpu_moe) != (
+        choice.rc.n_gpu_layers,
+        choice.rc.n_cpu_moe,
+    ):
+        where = (
+            {"n_gpu_layers": other.rc.n_gpu_layers, "n_cpu_moe": other.rc.n_cpu_moe}
+            if other
+            else {}
+        )
         return None, Notice("mtp_no_room", where)
     return trial, Notice("mtp_auto", {"n_draft": with_mtp.draft_n_max})
 
 
-def _projector_off_the_gpu(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Notice | None:
-    """Layers on the CPU while the projector sits on the GPU: would --no-mmproj-offload put more layers
-    (or more context) on the GPU? Said, not applied: the encoder then runs on the CPU."""
+def _projector_off_the_gpu(
+    target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice
+) -> Notice | None:
+    """Layers on the CPU while the projector sits on the GPU: would --no-mmproj-offload put more
+    layers (or more context) on the GPU? Said, not applied: the encoder then runs on the CPU."""
     side = target.side
     if side is None or not target.gpus or not applicable(side, "mmproj_to_cpu"):
         return None
-    if choice.rc.n_gpu_layers >= target.model.facts.n_layer_all + 1 and choice.ctx >= bounds(target, cfg, policy)[1]:
+    if (
+        choice.rc.n_gpu_layers >= target.model.facts.n_layer_all + 1
+        and choice.ctx >= bounds(target, cfg, policy)[1]
+    ):
         return None
     try:
         other = solve(replace(target, side=apply_step(side, "mmproj_to_cpu")), cfg, policy)
@@ -235,11 +343,13 @@ def _projector_off_the_gpu(target: Target, cfg: LaunchConfig, policy: Policy, ch
     return Notice("mmproj_offload_costs", {"n_gpu_layers": other.rc.n_gpu_layers, "ctx": other.ctx})
 
 
-def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy,
-                         speed: SpeedInputs | None) -> tuple[PlanResult | None, list[Notice | str]]:  # fmt: skip
-    """Nothing fits with the side models: the projector to the CPU first (it keeps working), then, with
-    --drop-side-models, each side model left out in turn (side_plan.STEPS). Without --drop-side-models
-    the drops that would fit are said as notices (side_way_out {step, ctx}) instead."""
+def _without_side_models(
+    target: Target, cfg: LaunchConfig, policy: Policy, speed: SpeedInputs | None
+) -> tuple[PlanResult | None, list[Notice | str]]:
+    """Nothing fits with the side models: the projector to the CPU first (it keeps working), then,
+    with --drop-side-models, each side model left out in turn (side_plan.STEPS). Without
+    --drop-side-models the drops that would fit are said as notices (side_way_out {step, ctx})
+    instead."""
     side, steps = target.side, list[str]()
     ways: list[Notice | str] = []
     if side is None:
@@ -262,5 +372,7 @@ def _without_side_models(target: Target, cfg: LaunchConfig, policy: Policy,
             continue
         result = plan(replace(target, side=side), cfg, policy, speed=speed)
         taken = tuple(Notice("side_step", {"step": s}) for s in steps)
-        return replace(result, side=side, side_steps=tuple(steps), warnings=taken + result.warnings), ways
+        return replace(
+            result, side=side, side_steps=tuple(steps), warnings=taken + result.warnings
+        ), ways
     return None, ways

@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..memory.config import LaunchConfig
-from ..machine.devices import DeviceSpec
 from ..facts.hparams import ModelFacts
+from ..machine.devices import DeviceSpec
+from ..memory.config import LaunchConfig
 from ..memory.model import MemoryModel
+from ..memory.side_models import SidePlan
 from .explain import smallest_gpu_for
 from .plan_speed import choice_speed
 from .search import Target
-from ..memory.side_models import SidePlan
 from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve
 from .speed import SpeedInputs
 
@@ -43,9 +43,11 @@ class Fit:
     gpu_bytes: int | None = None  # on the GPUs together
     need_bytes: int | None = None
     error: str | None = None
-    generation_tps: list[float] | None = None  # speed.py: [full context, empty context]; None: a bandwidth unknown
+    # speed.py: [full context, empty context]; None: a bandwidth unknown
+    generation_tps: list[float] | None = None
     host_bytes: int | None = None  # on the host (the reserve included on a machine without GPUs)
-    mmproj_bytes: int | None = None  # the paired projector's weights and encoder compute, counted in the fit
+    # the paired projector's weights and encoder compute, counted in the fit
+    mmproj_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,21 @@ class Row:
         return Row(**{**data, "fit": Fit(**data["fit"])})
 
 
-def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...], host: DeviceSpec, *,
-              reserve_bytes: int, engine: str = "llama-server", build: int | None = None,
-              policy: Policy | None = None, speed: SpeedInputs | None = None,
-              side: SidePlan | None = None) -> Fit:  # fmt: skip
-    """`side`: the paired projector (side_models.SidePlan), resident next to the model in every config tried."""
+def fit_model(
+    facts: ModelFacts,
+    cfg: LaunchConfig,
+    gpus: tuple[DeviceSpec, ...],
+    host: DeviceSpec,
+    *,
+    reserve_bytes: int,
+    engine: str = "llama-server",
+    build: int | None = None,
+    policy: Policy | None = None,
+    speed: SpeedInputs | None = None,
+    side: SidePlan | None = None,
+) -> Fit:
+    """`side`: the paired projector (side_models.SidePlan), resident next to the model in every
+    config tried."""
     target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes, side=side)
     n_layers = facts.n_layer_all + 1
     try:
@@ -84,30 +96,53 @@ def fit_model(facts: ModelFacts, cfg: LaunchConfig, gpus: tuple[DeviceSpec, ...]
             return Fit("no-fit", n_layers=n_layers)
         lo = min(DEFAULT_MIN_CTX, facts.n_ctx_train)
         for kv in ("q8_0", "f16"):  # q8_0 where its block divides the head size, else f16
-            found = smallest_gpu_for(target, replace(cfg, type_k=kv, type_v=kv, flash_attn="on"), lo)
+            found = smallest_gpu_for(
+                target, replace(cfg, type_k=kv, type_v=kv, flash_attn="on"), lo
+            )
             if found:
-                return Fit("needs", ctx=lo, type_k=kv, type_v=kv, flash_attn=True, n_layers=n_layers,
-                           need_bytes=found[1])  # fmt: skip
+                return Fit(
+                    "needs",
+                    ctx=lo,
+                    type_k=kv,
+                    type_v=kv,
+                    flash_attn=True,
+                    n_layers=n_layers,
+                    need_bytes=found[1],
+                )
         return Fit("no-fit", n_layers=n_layers)
     rc = c.rc
     full = not gpus or (rc.n_gpu_layers >= n_layers and not rc.n_cpu_moe and not rc.cpu_moe)
     gpu_bytes = sum(d.used_bytes for d in c.breakdown.devices if d.kind == "gpu") if gpus else None
     est = choice_speed(target, c, speed) if speed else None
-    mmproj = sum(u.total_bytes for u in c.breakdown.side_models if u.kind == "mmproj") if side else None
-    return Fit("fits" if full else "offload", c.ctx, rc.type_k.name.lower(), rc.type_v.name.lower(), rc.flash_attn,
-               min(rc.n_gpu_layers, n_layers), n_layers, rc.n_cpu_moe, gpu_bytes,
-               generation_tps=[round(x, 2) for x in est.generation_tps] if est else None,
-               host_bytes=c.breakdown.devices[-1].used_bytes, mmproj_bytes=mmproj)  # fmt: skip
+    mmproj = (
+        sum(u.total_bytes for u in c.breakdown.side_models if u.kind == "mmproj") if side else None
+    )
+    return Fit(
+        "fits" if full else "offload",
+        c.ctx,
+        rc.type_k.name.lower(),
+        rc.type_v.name.lower(),
+        rc.flash_attn,
+        min(rc.n_gpu_layers, n_layers),
+        n_layers,
+        rc.n_cpu_moe,
+        gpu_bytes,
+        generation_tps=[round(x, 2) for x in est.generation_tps] if est else None,
+        host_bytes=c.breakdown.devices[-1].used_bytes,
+        mmproj_bytes=mmproj,
+    )
 
 
 def best_possible(row: Row) -> bool:
-    """The policy's objective is reached in full: every layer placed, the trained context, f16 K and V.
-    On a host with more free memory the solver can do no better, so the answer stands wherever
-    these bytes still fit (ls_cli reuses such a row on a CPU-only machine whose free RAM changed)."""
+    """The policy's objective is reached in full: every layer placed, the trained context, f16 K and
+    V. On a host with more free memory the solver can do no better, so the answer stands wherever
+    these bytes still fit (ls_cli reuses such a row on a CPU-only machine whose free RAM
+    changed)."""
     f = row.fit
     return f.verdict == "fits" and f.ctx == row.n_ctx_train and f.type_k == f.type_v == "f16"
 
 
 def sort_rows(rows: Sequence[Row]) -> list[Row]:
-    """Best verdict first; within one, the largest model first (what this machine can run at its best)."""
+    """Best verdict first; within one, the largest model first (what this machine can run at its
+    best)."""
     return sorted(rows, key=lambda r: (VERDICTS.index(r.fit.verdict), -r.size_bytes, r.name))

@@ -31,8 +31,9 @@ class DeviceCheck:
 
     @property
     def close(self) -> bool:
-        return abs(self.llama_mib - self.llamafit_mib) <= max(PRINT_SLACK_MIB,
-                                                               TOLERANCE * max(self.llama_mib, self.llamafit_mib))
+        return abs(self.llama_mib - self.llamafit_mib) <= max(
+            PRINT_SLACK_MIB, TOLERANCE * max(self.llama_mib, self.llamafit_mib)
+        )
 
     @property
     def agrees(self) -> bool:
@@ -48,8 +49,9 @@ def logits_quirk_bytes(n_vocab: int, n_ubatch: int, n_outputs: int) -> int:
     return n_vocab * max(n_ubatch - n_outputs, 0) * 4
 
 
-def compare(estimates: Sequence[tuple[str, float, float]], breakdown: Breakdown,
-            quirk_bytes: int = 0) -> tuple[DeviceCheck, ...]:  # fmt: skip
+def compare(
+    estimates: Sequence[tuple[str, float, float]], breakdown: Breakdown, quirk_bytes: int = 0
+) -> tuple[DeviceCheck, ...]:
     """llama.cpp's (device, total MiB, model MiB) rows beside llamafit's total per device (weights,
     KV, recurrent state, compute, output); a device llama.cpp names that llamafit does not have is
     shown at 0. The model column must agree to its print precision (1 MiB, or 5 %); the total
@@ -58,12 +60,26 @@ def compare(estimates: Sequence[tuple[str, float, float]], breakdown: Breakdown,
     out = []
     for name, mib, model_mib in estimates:
         d = ours.get(name)
-        used = 0.0 if d is None else (d.weights_bytes + d.kv_bytes + d.recurrent_bytes + d.compute_bytes
-                                      + d.output_bytes) / MIB  # fmt: skip
+        used = (
+            0.0
+            if d is None
+            else (
+                d.weights_bytes + d.kv_bytes + d.recurrent_bytes + d.compute_bytes + d.output_bytes
+            )
+            / MIB
+        )
         weights = 0.0 if d is None else d.weights_bytes / MIB
         model_ok = abs(model_mib - weights) <= max(1.0, TOLERANCE * max(model_mib, weights))
-        out.append(DeviceCheck(name, float(mib), round(used, 2), judged=name != "CPU",
-                               quirk_mib=round(quirk_bytes / MIB, 2), model_agrees=model_ok))  # fmt: skip
+        out.append(
+            DeviceCheck(
+                name,
+                float(mib),
+                round(used, 2),
+                judged=name != "CPU",
+                quirk_mib=round(quirk_bytes / MIB, 2),
+                model_agrees=model_ok,
+            )
+        )
     return tuple(out)
 
 

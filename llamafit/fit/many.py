@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..memory.config import LaunchConfig
 from ..machine.devices import DeviceSpec
+from ..memory.config import LaunchConfig
 from .search import Target
 from .solver import DEFAULT_MIN_CTX, Choice, NoFit, Policy, solve
-
 
 
 @dataclass(frozen=True)
@@ -90,8 +89,12 @@ def shares(members: Sequence[tuple[int, ...]], caps: tuple[int, ...]) -> list[tu
 
 
 def with_budget(target: Target, budget: tuple[int, ...]) -> Target:
-    """The same machine with each pooled device's usable memory cut to `budget` (plus the reserve)."""
-    cut = tuple(replace(g, free_bytes=b + target.reserve_bytes) for g, b in zip(pool(target), budget, strict=True))
+    """The same machine with each pooled device's usable memory cut to `budget` (plus the
+    reserve)."""
+    cut = tuple(
+        replace(g, free_bytes=b + target.reserve_bytes)
+        for g, b in zip(pool(target), budget, strict=True)
+    )
     return replace(target, gpus=cut) if target.gpus else replace(target, host=cut[0])
 
 
@@ -101,8 +104,9 @@ class Packing:
     unfit: tuple[str, ...]  # names of models nothing fits for
 
 
-def plan_many(names: Sequence[str], targets: Sequence[Target], cfgs: Sequence[LaunchConfig],
-              policy: Policy) -> Packing:  # fmt: skip
+def plan_many(
+    names: Sequence[str], targets: Sequence[Target], cfgs: Sequence[LaunchConfig], policy: Policy
+) -> Packing:
     """Pack the models into sets that fit together and solve each member within its share."""
     caps = capacities(pool(targets[0]), targets[0].reserve_bytes) if targets else ()
     fps = [footprint(t, c) for t, c in zip(targets, cfgs, strict=True)]

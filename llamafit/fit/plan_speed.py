@@ -5,13 +5,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..memory.config import LaunchConfig
 from ..findings import SpeedOption
+from ..memory.config import LaunchConfig
+from .presets import Turn
 from .search import Target, max_context, max_gpu_layers, streams
 from .solver import Choice
-from .presets import Turn
-from .speed import (GENERATION_BAND, PP_TOKENS, PROMPT_BAND, SpeedBand, SpeedEstimate, SpeedInputs, band, estimate,
-                    estimate_turn, with_rates)  # fmt: skip
+from .speed import (
+    GENERATION_BAND,
+    PP_TOKENS,
+    PROMPT_BAND,
+    SpeedBand,
+    SpeedEstimate,
+    SpeedInputs,
+    band,
+    estimate,
+    estimate_turn,
+    with_rates,
+)
 
 
 def speed_of(target: Target, cfg: LaunchConfig, inputs: SpeedInputs) -> SpeedEstimate | None:
@@ -26,9 +36,12 @@ def choice_speed(target: Target, choice: Choice, inputs: SpeedInputs) -> SpeedEs
     return estimate(target.model, choice.rc, choice.breakdown.layer_devices, target.gpus, inputs)
 
 
-def speed_options(target: Target, choice: Choice, hi: int, inputs: SpeedInputs) -> list[SpeedOption]:
-    """With a GPU: the full context with fewer layers on the GPU (when the choice stops short of it),
-    and all layers on the GPU at the context they allow (when the choice keeps some on the CPU)."""
+def speed_options(
+    target: Target, choice: Choice, hi: int, inputs: SpeedInputs
+) -> list[SpeedOption]:
+    """With a GPU: the full context with fewer layers on the GPU (when the choice stops short of
+    it), and all layers on the GPU at the context they allow (when the choice keeps some on the
+    CPU)."""
     if not target.gpus:
         return []
     out = []
@@ -36,7 +49,11 @@ def speed_options(target: Target, choice: Choice, hi: int, inputs: SpeedInputs) 
     n_all = target.model.facts.n_layer_all + 1
     if choice.ctx < hi:
         ngl = max_gpu_layers(target, replace(choice.cfg, n_ctx=hi * mult))
-        est = speed_of(target, replace(choice.cfg, n_ctx=hi * mult, n_gpu_layers=ngl), inputs) if ngl else None
+        est = (
+            speed_of(target, replace(choice.cfg, n_ctx=hi * mult, n_gpu_layers=ngl), inputs)
+            if ngl
+            else None
+        )
         if ngl is not None and est is not None and ngl < choice.rc.n_gpu_layers:
             out.append(SpeedOption("fewer_gpu_layers", ngl, hi, est.generation_tps))
     if choice.rc.n_gpu_layers < n_all:
@@ -49,30 +66,54 @@ def speed_options(target: Target, choice: Choice, hi: int, inputs: SpeedInputs) 
 
 
 def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) -> SpeedBand | None:
-    """The chosen config's speeds as [low, high] bands (speed.SpeedBand), and the seconds of one `turn`.
-    Low: every assumed rate at the low end of its range and the model's error below; high: the other
-    way. The choice only (no per-candidate work), its tensors read once (speed.estimate_turn)."""
+    """The chosen config's speeds as [low, high] bands (speed.SpeedBand), and the seconds of one
+    `turn`. Low: every assumed rate at the low end of its range and the model's error below; high:
+    the other way. The choice only (no per-candidate work), its tensors read once
+    (speed.estimate_turn)."""
     n = choice.rc.n_ctx_seq
     prompt_tokens = max(min(turn.prompt, n - 1), 1)
     context = max(min(turn.context, n - prompt_tokens - turn.generated), 0)
     generated = max(min(turn.generated, n - context - prompt_tokens), 0)
-    depth = max(context + prompt_tokens // 2 - PP_TOKENS // 2, 0)  # _prompt_tps adds half a pp512 batch
+    # _prompt_tps adds half a pp512 batch
+    depth = max(context + prompt_tokens // 2 - PP_TOKENS // 2, 0)
     ends = [with_rates(inputs, 0), with_rates(inputs, 1)]
-    assumed = any(r is not None for r in inputs.gpu_bandwidth_range) or any(r is not None for r in
-                                                                             inputs.gpu_flops_range)  # fmt: skip
-    got = estimate_turn(target.model, choice.rc, choice.breakdown.layer_devices, target.gpus,
-                        ends if assumed else ends[:1], context + prompt_tokens + generated // 2, depth)  # fmt: skip
+    assumed = any(r is not None for r in inputs.gpu_bandwidth_range) or any(
+        r is not None for r in inputs.gpu_flops_range
+    )
+    got = estimate_turn(
+        target.model,
+        choice.rc,
+        choice.breakdown.layer_devices,
+        target.gpus,
+        ends if assumed else ends[:1],
+        context + prompt_tokens + generated // 2,
+        depth,
+    )
     if any(g is None for g in got):
         return None
     lo, hi = (got[0], got[-1])
     assert lo is not None and hi is not None
     seconds = None
-    if lo[2] is not None and hi[2] is not None:  # fastest: the high end's rates with the model's error above
-        seconds = (prompt_tokens / (hi[2] * (1 + PROMPT_BAND)) + generated / (hi[1] * (1 + GENERATION_BAND)),
-                   prompt_tokens / (lo[2] * (1 - PROMPT_BAND)) + generated / (lo[1] * (1 - GENERATION_BAND)))
+    if (
+        lo[2] is not None and hi[2] is not None
+    ):  # fastest: the high end's rates with the model's error above
+        seconds = (
+            prompt_tokens / (hi[2] * (1 + PROMPT_BAND))
+            + generated / (hi[1] * (1 + GENERATION_BAND)),
+            prompt_tokens / (lo[2] * (1 - PROMPT_BAND))
+            + generated / (lo[1] * (1 - GENERATION_BAND)),
+        )
     low, high = lo[0], hi[0]
-    prompt = None if low.prompt_tps is None or high.prompt_tps is None else band(low.prompt_tps, high.prompt_tps,
-                                                                                  PROMPT_BAND)  # fmt: skip
-    return SpeedBand(band(low.generation_tps[1], high.generation_tps[1], GENERATION_BAND),
-                     band(low.generation_tps[0], high.generation_tps[0], GENERATION_BAND), prompt, seconds,
-                     (context, prompt_tokens, generated), any(r is not None for r in inputs.gpu_bandwidth_range))
+    prompt = (
+        None
+        if low.prompt_tps is None or high.prompt_tps is None
+        else band(low.prompt_tps, high.prompt_tps, PROMPT_BAND)
+    )
+    return SpeedBand(
+        band(low.generation_tps[1], high.generation_tps[1], GENERATION_BAND),
+        band(low.generation_tps[0], high.generation_tps[0], GENERATION_BAND),
+        prompt,
+        seconds,
+        (context, prompt_tokens, generated),
+        any(r is not None for r in inputs.gpu_bandwidth_range),
+    )

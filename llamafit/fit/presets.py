@@ -1,8 +1,8 @@
 """What the server is for (`--for chat|agent|long|serve[:N]`), as solver policy (pure).
 
 A preset sets three things the default policy leaves to llama-server's defaults or to the largest
-context: the context floor per slot (`min_ctx`, capped at the most asked for; `long` asks for the trained
-maximum first, with --prefer context), the slots (`-np`:
+context: the context floor per slot (`min_ctx`, capped at the most asked for; `long` asks for the
+trained maximum first, with --prefer context), the slots (`-np`:
 llama-server's automatic setting makes 4 unified slots, whose SWA caches a single user pays for
 without using them: llama_context, n_seq_max x n_swa cells per SWA layer), and the ubatches tried
 (a larger `-ub` runs long prompts in fewer, bigger batches; the solver still takes a smaller one
@@ -51,7 +51,8 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "chat": Preset("chat", 16384, 1, "speed", (512, 256, 128), Turn(4096, 200, 400)),
     "agent": Preset("agent", 65536, 1, "speed", (1024, 512, 256, 128), Turn(32768, 4000, 300)),
-    # long: --prefer context, so the trained maximum first (layers move to the CPU for it), the floor after that
+    # long: --prefer context, so the trained maximum first (layers move to the CPU for it), the
+    # floor after that
     "long": Preset("long", 32768, 1, "context", (1024, 512, 256, 128), Turn(0, 32768, 500)),
     "serve": Preset("serve", 8192, 4, "speed", (512, 256, 128), Turn(2048, 200, 400)),
 }
@@ -64,11 +65,15 @@ def preset_named(spec: str) -> Preset:
     name, _, users = spec.strip().lower().partition(":")
     preset = PRESETS.get(name)
     if preset is None:
-        raise InputError(f"--for {spec}: one of {', '.join(PRESETS)} (serve:N for N concurrent users)")
+        raise InputError(
+            f"--for {spec}: one of {', '.join(PRESETS)} (serve:N for N concurrent users)"
+        )
     if not users:
         return preset
     if name != "serve" or not users.isdigit() or not 1 <= int(users) <= MAX_USERS:
-        raise InputError(f"--for {spec}: only serve takes a number of users, 1-{MAX_USERS} (serve:8)")
+        raise InputError(
+            f"--for {spec}: only serve takes a number of users, 1-{MAX_USERS} (serve:8)"
+        )
     return replace(preset, n_parallel=int(users))
 
 
@@ -96,12 +101,18 @@ class PresetEffect:
     n_parallel_auto: int | None  # the slots -np auto would make (llama-server: 4)
 
 
-def preset_effect(preset: Preset, min_ctx: int, cfg: LaunchConfig, user_cfg: LaunchConfig,
-                  evaluate: Callable[[LaunchConfig], tuple[ResolvedConfig, Breakdown] | None],
-                  chosen: Breakdown | None) -> PresetEffect:  # fmt: skip
+def preset_effect(
+    preset: Preset,
+    min_ctx: int,
+    cfg: LaunchConfig,
+    user_cfg: LaunchConfig,
+    evaluate: Callable[[LaunchConfig], tuple[ResolvedConfig, Breakdown] | None],
+    chosen: Breakdown | None,
+) -> PresetEffect:
     """`cfg` is the chosen config; `user_cfg` the user's flags (whether -np was theirs)."""
     if chosen is None or "n_parallel" in user_cfg.given or preset.n_parallel != 1:
-        return PresetEffect(preset, min_ctx, None, None)  # serve's N slots are for N users: no saving to state
+        # serve's N slots are for N users: no saving to state
+        return PresetEffect(preset, min_ctx, None, None)
     auto = replace(cfg, n_parallel=N_PARALLEL_AUTO, given=cfg.given - {"n_parallel"})
     evaluated = evaluate(auto)
     if evaluated is None:

@@ -12,13 +12,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..memory.config import LaunchConfig
 from ..machine.devices import DeviceSpec
+from ..memory.config import LaunchConfig
+from ..units import MIB
 from .explain import PlanResult, plan
 from .search import STEP, Target
 from .solver import Choice, Policy
 from .speed import SpeedInputs
-from ..units import MIB
 
 MIN_STEP = MIB  # at least 1 MiB less each try; a tenth of the footprint on big devices
 _CUDA_DEVICE = re.compile(r"on device (\d+)")
@@ -47,21 +47,29 @@ class Retreat:
     after_bytes: int
     ctx_before: int
     ctx_after: int
-    changes: tuple[tuple[str, str, str], ...]  # (flag, before, after) of what the next try runs differently
+    # (flag, before, after) of what the next try runs differently
+    changes: tuple[tuple[str, str, str], ...]
 
 
 def _changes(a: Choice, b: Choice) -> tuple[tuple[str, str, str], ...]:
     """The flags that differ between two plans, as llama-server spells them."""
-    fields = (("-c", lambda c: c.rc.n_ctx), ("-ngl", lambda c: c.rc.n_gpu_layers),
-              ("--n-cpu-moe", lambda c: c.rc.n_cpu_moe), ("-ctk", lambda c: c.rc.type_k.name.lower()),
-              ("-ctv", lambda c: c.rc.type_v.name.lower()), ("-fa", lambda c: "on" if c.rc.flash_attn else "off"),
-              ("-ub", lambda c: c.rc.n_ubatch))  # fmt: skip
+    fields = (
+        ("-c", lambda c: c.rc.n_ctx),
+        ("-ngl", lambda c: c.rc.n_gpu_layers),
+        ("--n-cpu-moe", lambda c: c.rc.n_cpu_moe),
+        ("-ctk", lambda c: c.rc.type_k.name.lower()),
+        ("-ctv", lambda c: c.rc.type_v.name.lower()),
+        ("-fa", lambda c: "on" if c.rc.flash_attn else "off"),
+        ("-ub", lambda c: c.rc.n_ubatch),
+    )
     return tuple((flag, str(get(a)), str(get(b))) for flag, get in fields if get(a) != get(b))
 
 
 def _used(choice: Choice, device: str) -> int:
     """What the plan puts on the device, its fixed reserve left out."""
-    return next((d.used_bytes - d.reserve_bytes for d in choice.breakdown.devices if d.name == device), 0)
+    return next(
+        (d.used_bytes - d.reserve_bytes for d in choice.breakdown.devices if d.name == device), 0
+    )
 
 
 def _reserve(choice: Choice, device: str) -> int:
@@ -73,8 +81,14 @@ def _capped(spec: DeviceSpec, limit: int) -> DeviceSpec:
     return replace(spec, free_bytes=limit if usable is None else min(usable, limit))
 
 
-def retreat(target: Target, cfg: LaunchConfig, policy: Policy, last: Choice, device: str | None,
-            speed: SpeedInputs | None = None) -> Retreat | None:  # fmt: skip
+def retreat(
+    target: Target,
+    cfg: LaunchConfig,
+    policy: Policy,
+    last: Choice,
+    device: str | None,
+    speed: SpeedInputs | None = None,
+) -> Retreat | None:
     """A plan whose footprint on `device` (None: the most loaded device of `last`) is strictly
     smaller than `last`'s; None when nothing smaller fits."""
     names = [d.name for d in last.breakdown.devices]
@@ -87,10 +101,19 @@ def retreat(target: Target, cfg: LaunchConfig, policy: Policy, last: Choice, dev
     smaller = replace(target, gpus=gpus, host=host)
     attempts = [policy]
     if policy.ctx is None and last.ctx > STEP:
-        attempts.append(replace(policy, ctx_max=max(STEP, (last.ctx - max(STEP, last.ctx // 4)) // STEP * STEP)))
+        attempts.append(
+            replace(policy, ctx_max=max(STEP, (last.ctx - max(STEP, last.ctx // 4)) // STEP * STEP))
+        )
     for pol in attempts:
         result = plan(smaller, cfg, pol, speed=speed)
         if result.choice is not None and _used(result.choice, device) < before:
-            return Retreat(result, device, before, _used(result.choice, device), last.ctx, result.choice.ctx,
-                           _changes(last, result.choice))
+            return Retreat(
+                result,
+                device,
+                before,
+                _used(result.choice, device),
+                last.ctx,
+                result.choice.ctx,
+                _changes(last, result.choice),
+            )
     return None

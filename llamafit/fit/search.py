@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..memory.config import LaunchConfig
-from ..machine.devices import DeviceSpec
 from ..errors import InputError
+from ..machine.devices import DeviceSpec
+from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown, MemoryModel
 from ..memory.resolve import ResolvedConfig, resolve
 from ..memory.side_models import SidePlan, attach
@@ -31,26 +31,46 @@ class Target:
     host: DeviceSpec
     reserve_bytes: int
     compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
-    side: SidePlan | None = None  # draft model, MTP context, projector: resident next to the main model
-    # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches, trade-offs,
-    # marginal costs); each Target (dataclasses.replace makes a new one) starts empty
+    # draft model, MTP context, projector: resident next to the main model
+    side: SidePlan | None = None
+    # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches,
+    # trade-offs, marginal costs); each Target (dataclasses.replace makes a new one) starts empty
     _evaluated: dict[LaunchConfig, tuple[ResolvedConfig, Breakdown] | None] = field(
-        default_factory=dict, init=False, repr=False, compare=False)  # fmt: skip
-    # max_context's bracket per config (n_ctx 0): (the largest n_ctx known to fit, the smallest known not to);
-    # the model is monotone in the context, so what one search learned bounds every later one
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    # max_context's bracket per config (n_ctx 0): (the largest n_ctx known to fit, the smallest
+    # known not to); the model is monotone in the context, so what one search learned bounds every
+    # later one
     _brackets: dict[LaunchConfig, tuple[int, int | None]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)  # fmt: skip
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
         """Bytes per device for a resolved config, side models included."""
         if self.side is not None:
             rc = self.side.main_rc(rc, build=self.build)
-        b = self.model.estimate(rc, self.gpus, self.host, reserve_bytes=self.reserve_bytes,
-                                compute_scale=self.compute_scale)  # fmt: skip
+        b = self.model.estimate(
+            rc,
+            self.gpus,
+            self.host,
+            reserve_bytes=self.reserve_bytes,
+            compute_scale=self.compute_scale,
+        )
         if self.side is None:
             return b
-        return attach(b, self.side.usages(cfg, rc, self.model, b.layer_devices.layers, self.gpus, self.host,
-                                          build=self.build, main_host_weights=b.devices[-1].weights_bytes))  # fmt: skip
+        return attach(
+            b,
+            self.side.usages(
+                cfg,
+                rc,
+                self.model,
+                b.layer_devices.layers,
+                self.gpus,
+                self.host,
+                build=self.build,
+                main_host_weights=b.devices[-1].weights_bytes,
+            ),
+        )
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
         """The resolved config and its breakdown, or None where llama.cpp would reject it."""
@@ -68,8 +88,8 @@ class Target:
         return result
 
     def fits(self, cfg: LaunchConfig) -> bool:
-        """Every device holds its share (Breakdown.fits: with GPUs, only the host's mmap'd weights may
-        page; the plan warns when they would)."""
+        """Every device holds its share (Breakdown.fits: with GPUs, only the host's mmap'd weights
+        may page; the plan warns when they would)."""
         result = self.evaluate(cfg)
         return result is not None and result[1].fits
 
@@ -88,7 +108,8 @@ def largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
 
 
 def streams(target: Target, cfg: LaunchConfig) -> int:
-    """How many per-slot streams -c is divided into: n_parallel without a unified KV cache, else 1."""
+    """How many per-slot streams -c is divided into: n_parallel without a unified KV cache, else
+    1."""
     result = target.evaluate(replace(cfg, n_ctx=STEP))
     return result[0].n_stream if result is not None else 1
 
@@ -119,4 +140,6 @@ def max_context(target: Target, cfg: LaunchConfig, ctx_max: int, ctx_min: int = 
 
 def max_gpu_layers(target: Target, cfg: LaunchConfig) -> int | None:
     """Most -ngl (output layer counted) with cfg's context that fits; None if not even -ngl 0."""
-    return largest(0, target.model.facts.n_layer_all + 1, lambda k: target.fits(replace(cfg, n_gpu_layers=k)))
+    return largest(
+        0, target.model.facts.n_layer_all + 1, lambda k: target.fits(replace(cfg, n_gpu_layers=k))
+    )

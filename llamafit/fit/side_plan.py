@@ -1,5 +1,6 @@
-"""Planning with side models resident: what each costs in context, and the steps that make a launch fit
-when the side models are the reason it does not (move the projector to the CPU first, then drop).
+"""Planning with side models resident: what each costs in context, and the steps that make a launch
+fit when the side models are the reason it does not (move the projector to the CPU first, then
+drop).
 
 Pure: the memory model and the searches of search.py, nothing else.
 """
@@ -9,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..memory.config import LaunchConfig
-from .search import Target, max_context
 from ..memory.side_models import SidePlan
+from .search import Target, max_context
 
 # the order in which side models give way (--no-mmproj-offload keeps the projector working)
 STEPS = ("mmproj_to_cpu", "drop_mmproj", "drop_draft", "drop_mtp")
@@ -36,9 +37,11 @@ def _kinds(side: SidePlan) -> list[str]:
     return kinds
 
 
-def context_costs(target: Target, cfg: LaunchConfig, ctx: int, hi: int,
-                  side_bytes: dict[str, int]) -> tuple[SideCost, ...]:  # fmt: skip
-    """For each side model: the largest per-slot context without it (everything else as chosen), minus `ctx`."""
+def context_costs(
+    target: Target, cfg: LaunchConfig, ctx: int, hi: int, side_bytes: dict[str, int]
+) -> tuple[SideCost, ...]:
+    """For each side model: the largest per-slot context without it (everything else as chosen),
+    minus `ctx`."""
     side = target.side
     if side is None:
         return ()
@@ -50,14 +53,23 @@ def context_costs(target: Target, cfg: LaunchConfig, ctx: int, hi: int,
 
 
 def apply_step(side: SidePlan, step: str) -> SidePlan | None:
-    """The side models after one step of STEPS (None: none left); the same plan where it does not apply."""
+    """The side models after one step of STEPS (None: none left); the same plan where it does not
+    apply."""
     if step == "mmproj_to_cpu":
-        return replace(side, flags=replace(side.flags, mmproj_offload=False)) if side.projector else side
+        return (
+            replace(side, flags=replace(side.flags, mmproj_offload=False))
+            if side.projector
+            else side
+        )
     kind = step.removeprefix("drop_")
     return side.dropping(kind) if kind in _kinds(side) else side
 
 
 def applicable(side: SidePlan, step: str) -> bool:
     if step == "mmproj_to_cpu":
-        return side.projector is not None and side.flags.mmproj_offload and "mmproj_offload" not in side.flags.given
+        return (
+            side.projector is not None
+            and side.flags.mmproj_offload
+            and "mmproj_offload" not in side.flags.given
+        )
     return step.removeprefix("drop_") in _kinds(side)

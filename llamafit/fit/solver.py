@@ -14,18 +14,25 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from ..memory.config import LaunchConfig
 from ..errors import InputError
+from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown
 from ..memory.resolve import ResolvedConfig, resolve
-from .search import STEP, Target, largest, max_context, streams
 from ..units import pad
+from .search import STEP, Target, largest, max_context, streams
 
 if TYPE_CHECKING:
     from .presets import Preset
 
 # K/V pairs from most to least precise (bytes per element), K never below V.
-KV_PAIRS = (("f16", "f16"), ("f16", "q8_0"), ("f16", "q4_0"), ("q8_0", "q8_0"), ("q8_0", "q4_0"), ("q4_0", "q4_0"))
+KV_PAIRS = (
+    ("f16", "f16"),
+    ("f16", "q8_0"),
+    ("f16", "q4_0"),
+    ("q8_0", "q8_0"),
+    ("q8_0", "q4_0"),
+    ("q4_0", "q4_0"),
+)
 UBATCHES = (512, 256, 128)  # llama-server's default first; smaller ones only when they buy context
 PREFER = ("speed", "context", "quality")
 # llama.cpp: common/common.h common_params::fit_params_min_ctx (--fit-ctx, default 4096): the least
@@ -40,8 +47,10 @@ class NoFit(InputError):
 
     def __init__(self, min_ctx: int, cause: str = "none", pinned_ngl: int | None = None) -> None:
         self.min_ctx, self.cause, self.pinned_ngl = min_ctx, cause, pinned_ngl
-        how = {"pinned_ngl": f", with -ngl {pinned_ngl} as pinned and the smallest KV cache",
-               "offloaded": ", even with layers on the CPU and the smallest KV cache"}.get(cause, "")  # fmt: skip
+        how = {
+            "pinned_ngl": f", with -ngl {pinned_ngl} as pinned and the smallest KV cache",
+            "offloaded": ", even with layers on the CPU and the smallest KV cache",
+        }.get(cause, "")
         super().__init__(f"no configuration fits {min_ctx:,} tokens per slot on this machine{how}")
 
 
@@ -94,7 +103,8 @@ def _ub_options(cfg: LaunchConfig, ubatches: tuple[int, ...] | None = None) -> l
         return [cfg.n_ubatch]
     if not ubatches:
         return list(UBATCHES)
-    return [ub for ub in ubatches if ub <= cfg.n_batch] or [cfg.n_batch]  # -ub above -b: llama.cpp clamps it
+    # -ub above -b: llama.cpp clamps it
+    return [ub for ub in ubatches if ub <= cfg.n_batch] or [cfg.n_batch]
 
 
 def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
@@ -110,7 +120,9 @@ def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
 def _most_compact(target: Target, cfg: LaunchConfig, policy: Policy) -> list[LaunchConfig]:
     """The combos that need the least memory per token — the last KV pair llama.cpp accepts for this
     model (a quantized block must divide the head size), each FA setting, the smallest -ub."""
-    options = [o for o in combos(cfg, policy) if target.evaluate(replace(o, n_ctx=STEP)) is not None]
+    options = [
+        o for o in combos(cfg, policy) if target.evaluate(replace(o, n_ctx=STEP)) is not None
+    ]
     if not options:
         return []
     last_kv = (options[-1].type_k, options[-1].type_v)
@@ -122,7 +134,9 @@ def _reaches(target: Target, cfgs: list[LaunchConfig], ctx: int, mult: int) -> b
     return any(target.fits(replace(c, n_ctx=ctx * mult)) for c in cfgs)
 
 
-def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int, mult: int) -> LaunchConfig | None:
+def _offload_levels(
+    target: Target, cfg: LaunchConfig, policy: Policy, need: int, mult: int
+) -> LaunchConfig | None:
     """The most offloaded config (all layers; then experts, then whole layers to the CPU) at which
     some KV choice reaches `need` tokens per slot; None when nothing does."""
     compact = _most_compact(target, cfg, policy)
@@ -138,47 +152,65 @@ def _offload_levels(target: Target, cfg: LaunchConfig, policy: Policy, need: int
         return full
     if facts.moe is not None and not _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
         n = facts.n_layer
-        kept = largest(0, n, lambda k: _reaches(target, [replace(c, n_cpu_moe=n - k) for c in compact], need, mult))
+        kept = largest(
+            0,
+            n,
+            lambda k: _reaches(target, [replace(c, n_cpu_moe=n - k) for c in compact], need, mult),
+        )
         if kept is not None:
             return replace(full, n_cpu_moe=n - kept)
         full = replace(full, n_cpu_moe=n)
     if _pinned(cfg, "n_gpu_layers"):
         return None
-    ngl = largest(0, facts.n_layer_all + 1,
-                  lambda k: _reaches(target, [replace(c, n_gpu_layers=k, n_cpu_moe=full.n_cpu_moe) for c in compact],
-                                     need, mult))  # fmt: skip
+    ngl = largest(
+        0,
+        facts.n_layer_all + 1,
+        lambda k: _reaches(
+            target,
+            [replace(c, n_gpu_layers=k, n_cpu_moe=full.n_cpu_moe) for c in compact],
+            need,
+            mult,
+        ),
+    )
     return None if ngl is None else replace(full, n_gpu_layers=ngl)
 
 
-def _best_combo(target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int) -> Choice | None:
+def _best_combo(
+    target: Target, base: LaunchConfig, policy: Policy, lo: int, hi: int
+) -> Choice | None:
     """The largest context in [lo, hi] over the combos, then the most precise combo reaching it."""
     mult = streams(target, base)
     reached: list[tuple[LaunchConfig, int]] = []
     top = hi // STEP * STEP  # the most max_context can return
     options = list(combos(base, policy))
     if policy.prefer != "quality":
-        # the largest context first, the most compact combos first: by monotonicity one evaluation at the best
-        # so far + STEP rules a combo out; then the first combo (in order) that reaches it (issue #26)
+        # the largest context first, the most compact combos first: by monotonicity one evaluation
+        # at the best so far + STEP rules a combo out; then the first combo (in order) that reaches
+        # it (issue #26)
         most = 0
         for c in reversed(options):
             most = max_context(target, c, hi, most + STEP if most else lo) or most
             if most == top:
                 break
-        reached = next(([(c, most)] for c in options if most and max_context(target, c, most, most)), [])
+        reached = next(
+            ([(c, most)] for c in options if most and max_context(target, c, most, most)), []
+        )
         options = []
     for c in options:
         ctx = max_context(target, c, hi, lo)
         if ctx:
             reached.append((c, ctx))
-            # the pick is the first combo reaching the best context (quality: the first reaching any):
-            # once one reaches the top, no later combo can be picked, so none is searched (issue #16:
-            # a recurrent model reaches it with every KV type, and searched them all)
+            # the pick is the first combo reaching the best context (quality: the first reaching
+            # any): once one reaches the top, no later combo can be picked, so none is searched
+            # (issue #16: a recurrent model reaches it with every KV type, and searched them all)
             if policy.prefer == "quality" or ctx == top:
                 break
     if not reached:
         return None
     best_ctx = max(ctx for _, ctx in reached)
-    if policy.prefer == "quality":  # the most precise combo that fits at all, at its own best context
+    if (
+        policy.prefer == "quality"
+    ):  # the most precise combo that fits at all, at its own best context
         cfg, best_ctx = reached[0]
     else:
         cfg = next(c for c, ctx in reached if ctx == best_ctx)
@@ -192,7 +224,9 @@ def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]
     """(minimum, maximum) context per slot the policy asks for."""
     facts = target.model.facts
     if policy.ctx or _pinned(cfg, "n_ctx"):
-        per_slot = policy.ctx or (cfg.n_ctx // streams(target, cfg) if cfg.n_ctx else facts.n_ctx_train)
+        per_slot = policy.ctx or (
+            cfg.n_ctx // streams(target, cfg) if cfg.n_ctx else facts.n_ctx_train
+        )
         fixed = pad(per_slot, STEP)  # llama.cpp pads the context to 256 cells
         return fixed, fixed
     hi = policy.ctx_max or facts.n_ctx_train
@@ -203,12 +237,18 @@ def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]
 
 
 def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> None:
-    """When every allowed combination is one llama.cpp refuses, say why (as check does), not "no fit"."""
+    """When every allowed combination is one llama.cpp refuses, say why (as check does), not "no
+    fit"."""
     options = list(combos(cfg, policy))
     if all(target.evaluate(replace(o, n_ctx=STEP)) is None for o in options):
         pinned = [replace(o, n_ctx=STEP) for o in options[:1]]
-        fixed = replace(cfg, n_ctx=STEP, flash_attn=policy.fa or cfg.flash_attn,
-                        type_k=policy.kv or cfg.type_k, type_v=policy.kv or cfg.type_v)  # fmt: skip
+        fixed = replace(
+            cfg,
+            n_ctx=STEP,
+            flash_attn=policy.fa or cfg.flash_attn,
+            type_k=policy.kv or cfg.type_k,
+            type_v=policy.kv or cfg.type_v,
+        )
         for candidate in [*pinned, fixed]:  # raises llama.cpp's own reason (ConfigError)
             resolve(candidate, target.model.facts, engine=target.engine, build=target.build)
 
@@ -233,14 +273,18 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
         compact = _most_compact(target, base, policy)
         split = _split_by_room(target, compact[0], hi, mult) if compact else None
         if split:
-            candidates.append(_best_combo(target, replace(base, tensor_split=split), policy, lo, hi))
+            candidates.append(
+                _best_combo(target, replace(base, tensor_split=split), policy, lo, hi)
+            )
     found = [c for c in candidates if c is not None]
     if not found:
         raise NoFit(lo)
     if policy.prefer == "quality":
         return max(found, key=lambda c: (-_precision_rank(c), c.ctx))
     speed = policy.speed_of if policy.prefer == "speed" and len(found) > 1 else None
-    return max(found, key=lambda c: (c.ctx, (speed(c) or 0.0) if speed else 0.0, -_precision_rank(c)))
+    return max(
+        found, key=lambda c: (c.ctx, (speed(c) or 0.0) if speed else 0.0, -_precision_rank(c))
+    )
 
 
 def _precision_rank(c: Choice) -> int:
@@ -248,7 +292,9 @@ def _precision_rank(c: Choice) -> int:
     return KV_PAIRS.index(pair) if pair in KV_PAIRS else len(KV_PAIRS)
 
 
-def _split_by_room(target: Target, cfg: LaunchConfig, ctx: int, mult: int) -> tuple[float, ...] | None:
+def _split_by_room(
+    target: Target, cfg: LaunchConfig, ctx: int, mult: int
+) -> tuple[float, ...] | None:
     """A tensor split that gives each GPU layers in proportion to the room it has for them.
 
     llama.cpp splits layers by free memory, but the compute buffers, the output layer and the
@@ -257,5 +303,8 @@ def _split_by_room(target: Target, cfg: LaunchConfig, ctx: int, mult: int) -> tu
     if probe is None:
         return None
     gpus = [d for d in probe[1].devices if d.kind == "gpu"]
-    room = [max((d.usable_bytes or 0) - d.compute_bytes - d.output_bytes - d.reserve_bytes, 1) for d in gpus]
+    room = [
+        max((d.usable_bytes or 0) - d.compute_bytes - d.output_bytes - d.reserve_bytes, 1)
+        for d in gpus
+    ]
     return tuple(round(r / max(room), 4) for r in room)

@@ -10,14 +10,15 @@ an efficiency measured for its backend). Bytes read per token:
   padded to 256 cells as llama_kv_cache::get_n_kv does; recurrent state read and written once;
 - the range: an empty context (fastest) to a full slot (slowest).
 
-Prompt processing at large batches is compute-bound (rough): 2 FLOPs per active weight per token plus
-attention (2 x n_head x (head_k + head_v) per cell in use), over the device's throughput x a measured
-efficiency. With a GPU, llama.cpp runs large batches of host-resident weights on the GPU too
-(ggml_backend_sched op offload, ggml/src/ggml-backend.cpp: batch >= 32), copying those weights over
-PCIe once per ubatch. Figures are for a 512-token prompt into an empty context (llama-bench's pp512).
+Prompt processing at large batches is compute-bound (rough): 2 FLOPs per active weight per token
+plus attention (2 x n_head x (head_k + head_v) per cell in use), over the device's throughput x a
+measured efficiency. With a GPU, llama.cpp runs large batches of host-resident weights on the GPU
+too (ggml_backend_sched op offload, ggml/src/ggml-backend.cpp: batch >= 32), copying those weights
+over PCIe once per ubatch. Figures are for a 512-token prompt into an empty context (llama-bench's
+pp512).
 
-Efficiency factors and their sources live in EFFICIENCY; `scripts/bench_speed.py` measures them
-(llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
+Efficiency factors and their sources live in EFFICIENCY; `scripts/bench/bench_speed.py` measures
+them (llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ PP_TOKENS = 512  # prompt figures are for llama-bench's pp512
 
 @dataclass(frozen=True, slots=True)
 class Efficiency:
-    """Achieved / roofline, per backend: generation (of the memory bandwidth) and prompt (of the FLOP
-    rate). On the CPU a token is also bounded by arithmetic: `decode` is the share of the host's FLOP
-    rate its matrix-vector products reach, `attention` the share attention over the cache reaches
-    (F16 K/V, softmax: far below matrix speed). None: not modelled (GPUs: memory-bound). With the
-    kernel probe's figures the CPU uses those instead of `decode`, and `attention_kernel` /
-    `prompt_attention_kernel` (shares of the flash attention kernel's measured rate) instead of
-    `attention`."""
+    """Achieved / roofline, per backend: generation (of the memory bandwidth) and prompt (of the
+    FLOP rate). On the CPU a token is also bounded by arithmetic: `decode` is the share of the
+    host's FLOP rate its matrix-vector products reach, `attention` the share attention over the
+    cache reaches (F16 K/V, softmax: far below matrix speed). None: not modelled (GPUs:
+    memory-bound). With the kernel probe's figures the CPU uses those instead of `decode`, and
+    `attention_kernel` / `prompt_attention_kernel` (shares of the flash attention kernel's measured
+    rate) instead of `attention`."""
 
     generation: float
     prompt: float
@@ -53,38 +54,44 @@ class Efficiency:
     decode: float | None = None
     attention: float | None = None
     # with llama.cpp's kernels measured (kernel_probe.py): the share of the flash attention kernel's
-    # rate (ggml_flash_attn_ext, one query / a 512-query batch, in the caches) that attention over the
-    # cache reaches in a real run, generating a token and in a prompt
+    # rate (ggml_flash_attn_ext, one query / a 512-query batch, in the caches) that attention over
+    # the cache reaches in a real run, generating a token and in a prompt
     attention_kernel: float | None = None
     prompt_attention_kernel: float | None = None
 
 
-# Measured by scripts/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M Q4_K_M, 1 and
-# 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD EPYC Zen 4), against
-# the host probe read at the same thread count around each run. generation: the achieved share of the
-# probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50 (the public CPU row implies
-# 0.61; 0.54 held). attention_kernel: the share of the probe's flash attention rate that attention
-# reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs, median 0.6 (the Intel VM about
-# 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise for pp512: 0.33-0.98 over 8 runs,
-# median 0.6. decode / attention / prompt are for a host without the kernel probe (BLAS fallback).
-# cuda/metal/rocm/vulkan: the median achieved/roofline ratio over the public llama-bench results in
-# fixtures/speed/public-llama-bench.csv (README "How fast").
+# Measured by scripts/bench/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M
+# Q4_K_M, 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD
+# EPYC Zen 4), against the host probe read at the same thread count around each run. generation: the
+# achieved share of the probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50
+# (the public CPU row implies 0.61; 0.54 held). attention_kernel: the share of the probe's flash
+# attention rate that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs,
+# median 0.6 (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
+# for pp512: 0.33-0.98 over 8 runs, median 0.6. decode / attention / prompt are for a host without
+# the kernel probe (BLAS fallback). cuda/metal/rocm/vulkan: the median achieved/roofline ratio over
+# the public llama-bench results in fixtures/speed/public-llama-bench.csv (README "How fast").
 EFFICIENCY: dict[str, Efficiency] = {
     # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
     # attention (F16 K/V, softmax, one token) reaches a tenth of it
     "cpu": Efficiency(
         0.54,
         3.0,
-        "llama-bench vs the host probe on two 2-core x86 VMs (scripts/bench_speed.py)",
+        "llama-bench vs the host probe on two 2-core x86 VMs (scripts/bench/bench_speed.py)",
         decode=0.74,
         attention=0.09,
         attention_kernel=0.6,
         prompt_attention_kernel=0.6,
     ),
-    "cuda": Efficiency(0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench_speed.py)"),
-    "rocm": Efficiency(0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench_speed.py)"),
-    "metal": Efficiency(0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench_speed.py)"),
-    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench_speed.py)"),
+    "cuda": Efficiency(
+        0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench/bench_speed.py)"
+    ),
+    "rocm": Efficiency(
+        0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench/bench_speed.py)"
+    ),
+    "metal": Efficiency(
+        0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench/bench_speed.py)"
+    ),
+    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench/bench_speed.py)"),
 }
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
 
@@ -109,20 +116,27 @@ class SpeedInputs:
     host_bandwidth_by_threads: tuple[tuple[int, float], ...] = ()
     n_threads: int = 0
     host_flops_threads: int = 0
-    cpu_kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type, one thread each
+    cpu_kernels: tuple[
+        KernelRate, ...
+    ] = ()  # llama.cpp's matrix kernels per weight type, one thread each
     cpu_attention: AttentionRate | None = None  # llama.cpp's flash attention kernel, one thread
-    # per GPU, (low, high) bytes/s and FLOP/s where the rate is an assumption rather than known (a GPU
-    # given by size: the catalog cards of that size); the point rates above lie between them
+    # per GPU, (low, high) bytes/s and FLOP/s where the rate is an assumption rather than known (a
+    # GPU given by size: the catalog cards of that size); the point rates above lie between them
     gpu_bandwidth_range: tuple[tuple[float, float] | None, ...] = ()
     gpu_flops_range: tuple[tuple[float, float] | None, ...] = ()
 
     def efficiency_for(self, backend: str) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
-        return table.get(backend) or table.get("cpu" if backend == "cpu" else "vulkan") or EFFICIENCY["vulkan"]
+        return (
+            table.get(backend)
+            or table.get("cpu" if backend == "cpu" else "vulkan")
+            or EFFICIENCY["vulkan"]
+        )
 
     def host_bandwidth_at(self) -> Rate:
-        """The host's bandwidth with n_threads threads reading: the probe's figure at that count, linear
-        between two measured counts, the last one past them (saturated); every core's without a curve."""
+        """The host's bandwidth with n_threads threads reading: the probe's figure at that count,
+        linear between two measured counts, the last one past them (saturated); every core's without
+        a curve."""
         points, n = self.host_bandwidth_by_threads, self.n_threads
         if not points or n <= 0:
             return self.host_bandwidth
@@ -130,7 +144,8 @@ class SpeedInputs:
         return Rate(value, f"{self.host_bandwidth.source}, {n} thread{'s' if n > 1 else ''}")
 
     def host_flops_at(self) -> Rate:
-        """The host's FLOP rate with n_threads threads: the measured rate x n_threads / its threads."""
+        """The host's FLOP rate with n_threads threads: the measured rate x n_threads / its
+        threads."""
         n, measured = self.n_threads, self.host_flops_threads
         if n <= 0 or measured <= 0 or n == measured:
             return self.host_flops
@@ -165,7 +180,8 @@ class DeviceRead:
     efficiency_source: str
     seconds: tuple[float, float] = (0.0, 0.0)  # per token: empty, full context
     bound: str = "memory"  # memory | compute (at an empty context)
-    attention_rate: float | None = None  # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
+    # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
+    attention_rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -182,18 +198,19 @@ class SpeedEstimate:
 
 
 # How far a measured speed may lie from the estimate, as a share of it (the band `speed` reports;
-# README "How fast", scripts/bench_speed.py): generation +-20 %, the target the CPU runs met at every
-# depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough: the CPU's
-# pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
+# README "How fast", scripts/bench/bench_speed.py): generation +-20 %, the target the CPU runs met
+# at every depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough:
+# the CPU's pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
 GENERATION_BAND = 0.2
 PROMPT_BAND = 0.4
 
 
 @dataclass(frozen=True, slots=True)
 class SpeedBand:
-    """[low, high] of each figure: the model's error (GENERATION_BAND, PROMPT_BAND) around the estimate
-    at the lowest and the highest assumed rates. `turn_seconds`: one turn (presets.Turn) — its prompt
-    read at the prompt rate after `context` cells, its tokens generated at the fill they end at."""
+    """[low, high] of each figure: the model's error (GENERATION_BAND, PROMPT_BAND) around the
+    estimate at the lowest and the highest assumed rates. `turn_seconds`: one turn (presets.Turn) —
+    its prompt read at the prompt rate after `context` cells, its tokens generated at the fill they
+    end at."""
 
     generation_empty: tuple[float, float]
     generation_full: tuple[float, float]
@@ -204,16 +221,28 @@ class SpeedBand:
 
 
 def with_rates(inputs: SpeedInputs, end: int) -> SpeedInputs:
-    """`inputs` with each assumed GPU rate at the low (end 0) or the high (end 1) end of its range."""
-    bws = tuple(Rate(r[end], bw.source) if bw is not None and r is not None else bw
-                for bw, r in zip(inputs.gpu_bandwidth, _ranges(inputs.gpu_bandwidth_range, inputs.gpu_bandwidth),
-                                     strict=True))
-    flops = tuple(Rate(r[end], f.source) if f is not None and r is not None else f
-                  for f, r in zip(inputs.gpu_flops, _ranges(inputs.gpu_flops_range, inputs.gpu_flops), strict=True))
-    return replace(inputs, gpu_bandwidth=bws, gpu_flops=flops)  # fmt: skip
+    """`inputs` with each assumed GPU rate at the low (end 0) or the high (end 1) end of its
+    range."""
+    bws = tuple(
+        Rate(r[end], bw.source) if bw is not None and r is not None else bw
+        for bw, r in zip(
+            inputs.gpu_bandwidth,
+            _ranges(inputs.gpu_bandwidth_range, inputs.gpu_bandwidth),
+            strict=True,
+        )
+    )
+    flops = tuple(
+        Rate(r[end], f.source) if f is not None and r is not None else f
+        for f, r in zip(
+            inputs.gpu_flops, _ranges(inputs.gpu_flops_range, inputs.gpu_flops), strict=True
+        )
+    )
+    return replace(inputs, gpu_bandwidth=bws, gpu_flops=flops)
 
 
-def _ranges(ranges: Sequence[tuple[float, float] | None], rates: Sequence[object]) -> list[tuple[float, float] | None]:
+def _ranges(
+    ranges: Sequence[tuple[float, float] | None], rates: Sequence[object]
+) -> list[tuple[float, float] | None]:
     return [ranges[i] if i < len(ranges) else None for i in range(len(rates))]
 
 
@@ -226,26 +255,39 @@ class _Reads:
     weights: dict[int, int]
     flops: dict[int, int]  # 2 x active weight elements, per device holding them
     flops_by_type: dict[int, dict[int, int]]  # the same, per device and ggml type
-    output_by_type: dict[int, dict[int, int]]  # the output matrix's share: only tokens with logits compute it
+    # the output matrix's share: only tokens with logits compute it
+    output_by_type: dict[int, dict[int, int]]
     kv_cell: dict[int, int]  # bytes per filled cell, full-attention layers
     swa_cell: dict[int, int]
     state: dict[int, int]  # recurrent state bytes (read + written)
     attn_flops_cell: int  # attention FLOPs per token per filled cell (all layers)
-    attn_cell: dict[int, int]  # attention FLOPs per filled cell, full-attention layers, by the KV's device
+    # attention FLOPs per filled cell, full-attention layers, by the KV's device
+    attn_cell: dict[int, int]
     attn_swa_cell: dict[int, int]
 
 
-def _reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
-    """What each device reads per token, once per placement and KV choice (memoized on the model; read only)."""
-    key = ("speed_reads", lmap, rc.all_overrides, rc.type_k, rc.type_v, rc.flash_attn, rc.kv_offload,
-           tuple(g.name for g in gpus))  # fmt: skip
+def _reads(
+    model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> _Reads:
+    """What each device reads per token, once per placement and KV choice (memoized on the model;
+    read only)."""
+    key = (
+        "speed_reads",
+        lmap,
+        rc.all_overrides,
+        rc.type_k,
+        rc.type_v,
+        rc.flash_attn,
+        rc.kv_offload,
+        tuple(g.name for g in gpus),
+    )
     return model.remember(key, lambda: _count_reads(model, rc, lmap, gpus))
 
 
 def _read_tensors(model: MemoryModel) -> tuple[tuple[str, int | None, int, int, int], ...]:
-    """(name, block or None for the output layer, bytes read, elements, ggml type) of each weight a token
-    reads (of the routed experts the n_expert_used / n_expert share), once per model. token_embd and the other
-    inputs are left out: a lookup of one row per token."""
+    """(name, block or None for the output layer, bytes read, elements, ggml type) of each weight a
+    token reads (of the routed experts the n_expert_used / n_expert share), once per model.
+    token_embd and the other inputs are left out: a lookup of one row per token."""
     facts = model.facts
     moe = facts.moe
     share = (moe.n_expert_used, moe.n_expert) if moe and moe.n_expert else (1, 1)
@@ -267,7 +309,9 @@ def _read_tensors(model: MemoryModel) -> tuple[tuple[str, int | None, int, int, 
     return tuple(out)
 
 
-def _count_reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> _Reads:
+def _count_reads(
+    model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> _Reads:
     facts = model.facts
     devs = [CPU, *range(len(gpus))]
     weights, flops = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
@@ -312,9 +356,10 @@ def _count_reads(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: S
 
 
 def _cells(n: int, n_swa: int, swa: bool, padding: int = KV_PAD) -> int:
-    """KV cells a token attends over at fill n: llama_kv_cache::get_n_kv pads the used cells to 256. The
-    CPU's flash attention skips the masked ones (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16_one_chunk:
-    `if (mv == -INFINITY) continue;`), so there padding=1: only the filled cells (an SWA layer's window)."""
+    """KV cells a token attends over at fill n: llama_kv_cache::get_n_kv pads the used cells to 256.
+    The CPU's flash attention skips the masked ones (ggml-cpu/ops.cpp,
+    ggml_compute_forward_flash_attn_ext_f16_one_chunk: `if (mv == -INFINITY) continue;`), so there
+    padding=1: only the filled cells (an SWA layer's window)."""
     return pad(max(min(n, n_swa) if swa else n, 1), padding)
 
 
@@ -322,12 +367,22 @@ def _padding(dev: int, flash_attn: bool) -> int:
     return 1 if dev == CPU and flash_attn else KV_PAD
 
 
-def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fills: tuple[int, int],
-                 n_swa: int, flash_attn: bool) -> list[DeviceRead] | None:  # fmt: skip
+def _device_rows(
+    r: _Reads,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+    fills: tuple[int, int],
+    n_swa: int,
+    flash_attn: bool,
+) -> list[DeviceRead] | None:
     rows = []
     for dev in [*range(len(gpus)), CPU]:
         p = _padding(dev, flash_attn)
-        kv = [r.kv_cell[dev] * _cells(n, n_swa, False, p) + r.swa_cell[dev] * _cells(n, n_swa, True, p) for n in fills]
+        kv = [
+            r.kv_cell[dev] * _cells(n, n_swa, False, p)
+            + r.swa_cell[dev] * _cells(n, n_swa, True, p)
+            for n in fills
+        ]
         w = r.weights[dev] + r.state[dev]
         if not (w or kv[1]):
             continue
@@ -335,50 +390,80 @@ def _device_rows(r: _Reads, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fil
         if dev == CPU:
             bw, backend = inputs.host_bandwidth_at(), "cpu"
         else:
-            bw, backend = (inputs.gpu_bandwidth[dev] if dev < len(inputs.gpu_bandwidth) else None), gpus[dev].backend
+            bw, backend = (
+                (inputs.gpu_bandwidth[dev] if dev < len(inputs.gpu_bandwidth) else None),
+                gpus[dev].backend,
+            )
         if bw is None:
             return None
         eff = inputs.efficiency_for(backend)
         memory = [(w + k) / (bw.value * eff.generation) for k in kv]
         seconds, bound, charged = memory, "memory", None
-        attn_rate = _attention_rate(inputs, eff.attention_kernel) or inputs.host_flops_at().value * (eff.attention or 0)
-        if dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate:  # arithmetic bounds a token too
+        attn_rate = _attention_rate(
+            inputs, eff.attention_kernel
+        ) or inputs.host_flops_at().value * (eff.attention or 0)
+        if (
+            dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate
+        ):  # arithmetic bounds a token too
             rate = inputs.host_flops_at().value
-            matmul = _matmul_seconds(r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0))
+            matmul = _matmul_seconds(
+                r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0)
+            )
             weights = w / (bw.value * eff.generation)
             reads = [k / (bw.value * eff.generation) for k in kv]  # the cache's filled cells
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
             # each op is bound by its own resource: the matrix products stream the weights while the
-            # kernel computes (the hardware prefetcher keeps reading), so they take the longer of the two;
-            # attention (ggml_flash_attn_ext, its own op) reads the cache's filled cells while it computes
-            # over them, the longer of the two again
+            # kernel computes (the hardware prefetcher keeps reading), so they take the longer of
+            # the two; attention (ggml_flash_attn_ext, its own op) reads the cache's filled cells
+            # while it computes over them, the longer of the two again
             seconds = [max(weights, matmul) + max(k, a) for k, a in zip(reads, attn, strict=True)]
             bound, charged = ("compute" if matmul > weights else "memory"), attn_rate
-        rows.append(DeviceRead("CPU" if dev == CPU else gpus[dev].name, backend, w, kv[0], kv[1], bw, eff.generation,
-                               eff.source, (seconds[0], seconds[1]), bound, charged))  # fmt: skip
+        rows.append(
+            DeviceRead(
+                "CPU" if dev == CPU else gpus[dev].name,
+                backend,
+                w,
+                kv[0],
+                kv[1],
+                bw,
+                eff.generation,
+                eff.source,
+                (seconds[0], seconds[1]),
+                bound,
+                charged,
+            )
+        )
     return rows
 
 
 def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int, padding: int = KV_PAD) -> int:
     """Attention FLOPs of one token that sees `fill` cells (SWA layers at most their window)."""
-    return (r.attn_cell[dev] * _cells(fill, n_swa, False, padding)
-            + r.attn_swa_cell[dev] * _cells(fill, n_swa, True, padding))  # fmt: skip
+    return r.attn_cell[dev] * _cells(fill, n_swa, False, padding) + r.attn_swa_cell[dev] * _cells(
+        fill, n_swa, True, padding
+    )
 
 
 def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decode") -> float | None:
-    """FLOP/s of attention over the cache on the CPU: `share` of what llama.cpp's flash attention kernel
-    reached in the probe (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query per head
-    while generating, the tiled path for a prompt batch) x the threads; None without that figure."""
+    """FLOP/s of attention over the cache on the CPU: `share` of what llama.cpp's flash attention
+    kernel reached in the probe (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one
+    query per head while generating, the tiled path for a prompt batch) x the threads; None without
+    that figure."""
     fa = inputs.cpu_attention
     if fa is None or not share:
         return None
-    return (fa.decode if kind == "decode" else fa.prompt) * (inputs.n_threads or inputs.host_flops_threads or 1) * share
+    return (
+        (fa.decode if kind == "decode" else fa.prompt)
+        * (inputs.n_threads or inputs.host_flops_threads or 1)
+        * share
+    )
 
 
-def _matmul_seconds(flops_by_type: Mapping[int, int], inputs: SpeedInputs, kind: str, fallback: float) -> float:
-    """Seconds the CPU's matrix products take: per weight type, its FLOPs over the kernel's measured rate
-    x the threads; a type the kernel probe did not measure at `fallback` FLOP/s (the BLAS rate x an
-    efficiency; 0: not counted)."""
+def _matmul_seconds(
+    flops_by_type: Mapping[int, int], inputs: SpeedInputs, kind: str, fallback: float
+) -> float:
+    """Seconds the CPU's matrix products take: per weight type, its FLOPs over the kernel's measured
+    rate x the threads; a type the kernel probe did not measure at `fallback` FLOP/s (the BLAS rate
+    x an efficiency; 0: not counted)."""
     rates = {k.ggml_type: k.decode if kind == "decode" else k.prompt for k in inputs.cpu_kernels}
     threads = inputs.n_threads or inputs.host_flops_threads or 1
     t = 0.0
@@ -395,8 +480,13 @@ def _seconds(rows: Sequence[DeviceRead], full: bool) -> float:
     return sum(d.seconds[1] if full else d.seconds[0] for d in rows)
 
 
-def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
-             inputs: SpeedInputs) -> SpeedEstimate | None:  # fmt: skip
+def estimate(
+    model: MemoryModel,
+    rc: ResolvedConfig,
+    lmap: LayerMap,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+) -> SpeedEstimate | None:
     """Tokens/s for one resolved configuration, from an empty context to a full slot; None when a
     device that holds data has no known bandwidth (an RPC worker)."""
     gpus = _active_gpus(rc, gpus)
@@ -408,15 +498,31 @@ def estimate(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Seque
     prompt, source = _prompt_tps(r, rc, gpus, inputs, n_swa=model.facts.swa.n_swa)
     total_empty = sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
     total_full = sum(d.weight_bytes + d.kv_bytes_full for d in rows)
-    return SpeedEstimate((1 / t_full, 1 / t_empty), prompt, (total_empty, total_full), sum(r.flops.values()),
-                         rc.n_ctx_seq, tuple(rows), source, inputs.calibrated, inputs.n_threads)  # fmt: skip
+    return SpeedEstimate(
+        (1 / t_full, 1 / t_empty),
+        prompt,
+        (total_empty, total_full),
+        sum(r.flops.values()),
+        rc.n_ctx_seq,
+        tuple(rows),
+        source,
+        inputs.calibrated,
+        inputs.n_threads,
+    )
 
 
-def estimate_turn(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
-                  inputs: Sequence[SpeedInputs], gen_fill: int, prompt_depth: int,
-                  ) -> list[tuple[SpeedEstimate, float, float | None] | None]:  # fmt: skip
-    """For each of `inputs`: the estimate (as `estimate`), generation tokens/s at `gen_fill` cells and
-    prompt tokens/s after `prompt_depth` (as `estimate_at`), reading the model's tensors once."""
+def estimate_turn(
+    model: MemoryModel,
+    rc: ResolvedConfig,
+    lmap: LayerMap,
+    gpus: Sequence[DeviceSpec],
+    inputs: Sequence[SpeedInputs],
+    gen_fill: int,
+    prompt_depth: int,
+) -> list[tuple[SpeedEstimate, float, float | None] | None]:
+    """For each of `inputs`: the estimate (as `estimate`), generation tokens/s at `gen_fill` cells
+    and prompt tokens/s after `prompt_depth` (as `estimate_at`), reading the model's tensors
+    once."""
     gpus = _active_gpus(rc, gpus)
     r = _reads(model, rc, lmap, gpus)
     n_swa = model.facts.swa.n_swa
@@ -428,19 +534,41 @@ def estimate_turn(model: MemoryModel, rc: ResolvedConfig, lmap: LayerMap, gpus: 
             out.append(None)
             continue
         prompt, source = _prompt_tps(r, rc, gpus, i, n_swa=n_swa)
-        est = SpeedEstimate((1 / _seconds(rows, True), 1 / _seconds(rows, False)), prompt,
-                            (sum(d.weight_bytes + d.kv_bytes_empty for d in rows),
-                             sum(d.weight_bytes + d.kv_bytes_full for d in rows)),
-                            sum(r.flops.values()), rc.n_ctx_seq, tuple(rows), source, i.calibrated,
-                            i.n_threads)  # fmt: skip
-        out.append((est, 1 / _seconds(at, False), _prompt_tps(r, rc, gpus, i, depth=prompt_depth, n_swa=n_swa)[0]))
+        est = SpeedEstimate(
+            (1 / _seconds(rows, True), 1 / _seconds(rows, False)),
+            prompt,
+            (
+                sum(d.weight_bytes + d.kv_bytes_empty for d in rows),
+                sum(d.weight_bytes + d.kv_bytes_full for d in rows),
+            ),
+            sum(r.flops.values()),
+            rc.n_ctx_seq,
+            tuple(rows),
+            source,
+            i.calibrated,
+            i.n_threads,
+        )
+        out.append(
+            (
+                est,
+                1 / _seconds(at, False),
+                _prompt_tps(r, rc, gpus, i, depth=prompt_depth, n_swa=n_swa)[0],
+            )
+        )
     return out
 
 
-def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs, fill: int,
-                lmap: LayerMap | None = None) -> tuple[float, float | None, int] | None:  # fmt: skip
+def estimate_at(
+    model: MemoryModel,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+    fill: int,
+    lmap: LayerMap | None = None,
+) -> tuple[float, float | None, int] | None:
     """(generation tokens/s, prompt tokens/s, bytes per generated token) with `fill` cells in use —
-    what llama-bench's tgN at -d D measures with fill = D + N/2. Without lmap: everything on the CPU."""
+    what llama-bench's tgN at -d D measures with fill = D + N/2. Without lmap: everything on the
+    CPU."""
     from ..memory.placement import layer_map
 
     gpus = _active_gpus(rc, gpus)
@@ -453,9 +581,16 @@ def estimate_at(model: MemoryModel, rc: ResolvedConfig, gpus: Sequence[DeviceSpe
     return 1 / _seconds(rows, False), prompt, sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
 
 
-def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], inputs: SpeedInputs,
-                depth: int = 0, n_swa: int = 0) -> tuple[float | None, str]:  # fmt: skip
-    """pp512 after `depth` cells: FLOPs over throughput, plus PCIe copies of host weights per ubatch."""
+def _prompt_tps(
+    r: _Reads,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+    depth: int = 0,
+    n_swa: int = 0,
+) -> tuple[float | None, str]:
+    """pp512 after `depth` cells: FLOPs over throughput, plus PCIe copies of host weights per
+    ubatch."""
     attn = r.attn_flops_cell * (depth + PP_TOKENS // 2)  # the average token sees half the prompt
     if not gpus:
         eff = inputs.efficiency_for("cpu")
@@ -470,12 +605,17 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
         t = _matmul_seconds(weights, inputs, "prompt", flops.value * eff.prompt)
         attn_rate = _attention_rate(inputs, eff.prompt_attention_kernel, "prompt")
         if attn_rate:
-            t += _attn_flops(r, CPU, depth + PP_TOKENS // 2, n_swa, _padding(CPU, rc.flash_attn)) / attn_rate
+            t += (
+                _attn_flops(r, CPU, depth + PP_TOKENS // 2, n_swa, _padding(CPU, rc.flash_attn))
+                / attn_rate
+            )
         else:
             t += attn / (flops.value * eff.prompt)
         n = inputs.n_threads or inputs.host_flops_threads or 1
-        return 1 / t, (f"llama.cpp's matrix kernels per weight type, measured here x {n} thread{'s' if n > 1 else ''} "
-                       f"({eff.source})")
+        return 1 / t, (
+            f"llama.cpp's matrix kernels per weight type, measured here x {n} "
+            f"thread{'s' if n > 1 else ''} ({eff.source})"
+        )
     flops0 = inputs.gpu_flops[0] if inputs.gpu_flops else None
     if flops0 is None or any(f is None for f in inputs.gpu_flops):
         return None, "GPU throughput unknown"
@@ -488,7 +628,8 @@ def _prompt_tps(r: _Reads, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], input
         work = r.flops[dev] + (r.flops[CPU] if dev == 0 else 0) + attn * (dev == 0)
         t += work / (f.value * eff.prompt)
     ub = max(min(rc.n_ubatch, PP_TOKENS), 1)
-    copy = r.weights[CPU] / inputs.pcie.value / ub  # op offload: host weights cross PCIe once per ubatch
+    # op offload: host weights cross PCIe once per ubatch
+    copy = r.weights[CPU] / inputs.pcie.value / ub
     t += copy
     eff0 = inputs.efficiency_for(gpus[0].backend)
     note = f"; host weights over PCIe ({inputs.pcie.source})" if r.weights[CPU] else ""

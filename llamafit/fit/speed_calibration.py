@@ -1,18 +1,19 @@
 """The speed model learns from earlier runs (pure): `run --verify` records what the server measured
 next to what the model estimated at that fill, and every `run` when its server stops records the
-server's own timings of the requests it served (kind "serve"; run_verify.py). For the same machine and model family
-(GGUF architecture), the generation efficiencies (memory, and on the CPU decode and attention) of the
-slowest backend are scaled by the median measured / estimated over those runs, and estimates say so.
+server's own timings of the requests it served (kind "serve"; run_verify.py). For the same machine
+and model family (GGUF architecture), the generation efficiencies (memory, and on the CPU decode and
+attention) of the slowest backend are scaled by the median measured / estimated over those runs, and
+estimates say so.
 
-One bad run must not poison later estimates (issue #23: one run of 4 short requests on a busy machine
-scaled every later estimate by x0.32-0.36), so a run counts only when
+One bad run must not poison later estimates (issue #23: one run of 4 short requests on a busy
+machine scaled every later estimate by x0.32-0.36), so a run counts only when
   - the machine was not overloaded: the 1-minute load average when it was recorded was at most the
     number of CPUs (a record without both figures, written before they were, does not count);
   - its ratio is one a machine can explain (MIN_RATIO..MAX_RATIO);
 and a scale is used only when the runs that count hold enough evidence together: at least
-MIN_REQUESTS requests and MIN_GENERATED_TOKENS generated tokens (a `run --verify` request generates 16).
-The scale is the median over the counted runs, clamped to MIN_SCALE..MAX_SCALE: no run, and no few
-runs, move an estimate by more than that."""
+MIN_REQUESTS requests and MIN_GENERATED_TOKENS generated tokens (a `run --verify` request generates
+16). The scale is the median over the counted runs, clamped to MIN_SCALE..MAX_SCALE: no run, and no
+few runs, move an estimate by more than that."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ class SpeedScale:
     requests: int = 0
     generated_tokens: int = 0
     median: float | None = None  # measured / estimated over the runs that count, before clamping
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> runs: "overloaded", "load_unknown", …
+    # reason -> runs: "overloaded", "load_unknown", …
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def enough(self) -> bool:
@@ -69,9 +71,17 @@ def _speed_of(record: dict[str, Any]) -> dict[str, Any] | None:
 
 def _why_not(speed: dict[str, Any]) -> str | None:
     """Why a run's timings must not count, or None when they may."""
-    measured, estimated, eff = (speed.get(k) for k in ("generation_tps", "estimated_generation_tps", "efficiency"))
-    if not (_num(measured) and _num(estimated) and _num(eff) and 0 < measured < 1e9 and 0 < estimated < 1e9
-            and 0 < eff < 1e9):  # fmt: skip
+    measured, estimated, eff = (
+        speed.get(k) for k in ("generation_tps", "estimated_generation_tps", "efficiency")
+    )
+    if not (
+        _num(measured)
+        and _num(estimated)
+        and _num(eff)
+        and 0 < measured < 1e9
+        and 0 < estimated < 1e9
+        and 0 < eff < 1e9
+    ):
         return "damaged"
     if not MIN_RATIO <= measured / estimated <= MAX_RATIO:
         return "implausible"
@@ -86,7 +96,8 @@ def _count(value: Any) -> int:
 
 
 def _evidence(record: dict[str, Any], speed: dict[str, Any]) -> tuple[int, int]:
-    """(requests, generated tokens) of one run: a verify record is one request of `verify.n_predicted`."""
+    """(requests, generated tokens) of one run: a verify record is one request of
+    `verify.n_predicted`."""
     if record.get("kind") == "verify":
         verify = record.get("verify")
         return 1, _count(verify.get("n_predicted") if isinstance(verify, dict) else None)
@@ -94,8 +105,8 @@ def _evidence(record: dict[str, Any], speed: dict[str, Any]) -> tuple[int, int]:
 
 
 def speed_scales(records: Iterable[dict[str, Any]]) -> list[SpeedScale]:
-    """Every (machine, architecture, backend) the speed records name, with the runs that count and why
-    the others do not, in the order first seen."""
+    """Every (machine, architecture, backend) the speed records name, with the runs that count and
+    why the others do not, in the order first seen."""
     ratios: dict[tuple[str, str, str], list[float]] = {}
     out: dict[tuple[str, str, str], SpeedScale] = {}
     for r in records:
@@ -111,25 +122,43 @@ def speed_scales(records: Iterable[dict[str, Any]]) -> list[SpeedScale]:
             continue
         requests, tokens = _evidence(r, speed)
         ratios[key].append(speed["generation_tps"] / speed["estimated_generation_tps"])
-        out[key] = replace(s, runs=s.runs + 1, requests=s.requests + requests,
-                           generated_tokens=s.generated_tokens + tokens)  # fmt: skip
-    return [replace(s, median=statistics.median(ratios[k]) if ratios[k] else None) for k, s in out.items()]
+        out[key] = replace(
+            s,
+            runs=s.runs + 1,
+            requests=s.requests + requests,
+            generated_tokens=s.generated_tokens + tokens,
+        )
+    return [
+        replace(s, median=statistics.median(ratios[k]) if ratios[k] else None)
+        for k, s in out.items()
+    ]
 
 
-def calibrate(inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str,
-              architecture: str) -> SpeedInputs:  # fmt: skip
-    """Inputs with the generation efficiency learned from earlier measured runs, when they hold enough evidence."""
+def calibrate(
+    inputs: SpeedInputs, records: Iterable[dict[str, Any]], *, machine: str, architecture: str
+) -> SpeedInputs:
+    """Inputs with the generation efficiency learned from earlier measured runs, when they hold
+    enough evidence."""
     notes = []
     for s in speed_scales(records):
         if s.machine != machine or s.architecture != architecture or (ratio := s.scale) is None:
             continue
         base = inputs.efficiency_for(s.backend)
-        source = (f"{base.source}, x {ratio:.2f}: the median of {s.runs} measured run(s) of {architecture} here"
-                  + (" (clamped)" if ratio != s.median else ""))  # fmt: skip
-        scaled = Efficiency(base.generation * ratio, base.prompt, source, base.decode and base.decode * ratio,
-                            base.attention and base.attention * ratio)  # fmt: skip
+        source = (
+            f"{base.source}, x {ratio:.2f}: the median of {s.runs} measured run(s) of "
+            f"{architecture} here" + (" (clamped)" if ratio != s.median else "")
+        )
+        scaled = Efficiency(
+            base.generation * ratio,
+            base.prompt,
+            source,
+            base.decode and base.decode * ratio,
+            base.attention and base.attention * ratio,
+        )
         inputs = with_efficiency(inputs, s.backend, scaled)
-        notes.append(f"{s.backend} generation speed x {ratio:.2f}, measured by {s.runs} run(s) of {architecture} "
-                     f"on this machine ({s.requests:,} requests, {s.generated_tokens:,} tokens; "
-                     "llamafit calibration show)")  # fmt: skip
+        notes.append(
+            f"{s.backend} generation speed x {ratio:.2f}, measured by {s.runs} run(s) of "
+            f"{architecture} on this machine ({s.requests:,} requests, {s.generated_tokens:,} "
+            "tokens; llamafit calibration show)"
+        )
     return replace(inputs, calibrated="; ".join(notes)) if notes else inputs

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..memory.config import LaunchConfig
 from ..findings import WayOut
+from ..memory.config import LaunchConfig
 from .search import Target, max_context, max_gpu_layers, streams
 
 
@@ -21,7 +21,12 @@ def suggestions(target: Target, cfg: LaunchConfig, *, n_ctx: int) -> list[WayOut
     ctx_max = max(per_slot, facts.n_ctx_train)
     out: list[WayOut] = []
     for kv in ("q8_0", "q4_0"):
-        quant = replace(cfg, type_k=kv, type_v=kv, flash_attn="on" if cfg.flash_attn == "off" else cfg.flash_attn)
+        quant = replace(
+            cfg,
+            type_k=kv,
+            type_v=kv,
+            flash_attn="on" if cfg.flash_attn == "off" else cfg.flash_attn,
+        )
         if target.fits(replace(quant, n_ctx=n_ctx)):
             out.append(WayOut("kv_full", type_kv=kv, n_ctx=n_ctx))
             break

@@ -1,2 +1,2 @@
-"""The devices: DeviceSpec values, the GPU catalog, and detection (NVML, sysfs, sysctl, vulkaninfo, RPC
-workers): an edge."""
+"""The devices: DeviceSpec values, the GPU catalog, and detection (NVML, sysfs, sysctl, vulkaninfo,
+RPC workers): an edge."""

@@ -36,7 +36,8 @@ class CatalogEntry:
     vram_bytes: int  # per device; Apple: the unified RAM
     bandwidth_bytes_per_s: int  # per device
     devices: int = 1  # MI250: two GCDs, each its own device to ROCm
-    max_tensor_bytes: int | None = None  # the device's tensor-size limit (DeviceSpec.max_tensor_bytes)
+    # the device's tensor-size limit (DeviceSpec.max_tensor_bytes)
+    max_tensor_bytes: int | None = None
 
     @property
     def backend(self) -> str:
@@ -130,7 +131,8 @@ def find(name: str) -> CatalogEntry | None:
 
 
 def close_matches(name: str, limit: int = 5) -> list[str]:
-    """Catalog keys that look like `name`: those containing it, else similar spellings (closest first)."""
+    """Catalog keys that look like `name`: those containing it, else similar spellings (closest
+    first)."""
     norm = normalize(name)
     by_norm = {normalize(e.key): e.key for e in CATALOG}
     containing = [key for n, key in by_norm.items() if norm and norm in n]
@@ -144,12 +146,24 @@ def lookup(name: str) -> CatalogEntry:
     if entry is not None:
         return entry
     matches = close_matches(name)
-    hint = f"did you mean {', '.join(matches)}?" if matches else f"known: {', '.join(e.key for e in CATALOG)}"
+    hint = (
+        f"did you mean {', '.join(matches)}?"
+        if matches
+        else f"known: {', '.join(e.key for e in CATALOG)}"
+    )
     raise InputError(f"unknown GPU '{name.strip()}'; {hint} (or give a size such as 24GiB)")
 
 
-def smallest_fitting(need_bytes: int, *, vendors: tuple[str, ...] | None = None) -> CatalogEntry | None:
-    """The card with the least usable memory (per device) that holds `need_bytes`; ties → faster memory."""
-    fits = [e for e in CATALOG if e.usable_bytes >= need_bytes
-            and (e.vendor in vendors if vendors is not None else e.vendor != "mesa")]  # no card to buy  # fmt: skip
+def smallest_fitting(
+    need_bytes: int, *, vendors: tuple[str, ...] | None = None
+) -> CatalogEntry | None:
+    """The card with the least usable memory (per device) that holds `need_bytes`; ties → faster
+    memory."""
+    # no card to buy
+    fits = [
+        e
+        for e in CATALOG
+        if e.usable_bytes >= need_bytes
+        and (e.vendor in vendors if vendors is not None else e.vendor != "mesa")
+    ]
     return min(fits, key=lambda e: (e.usable_bytes, -e.bandwidth_bytes_per_s), default=None)

@@ -8,10 +8,17 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..units import GIB, KIB, MIB
 
-BACKEND_DEVICE_PREFIX = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "MTL", "cpu": "CPU"}
+BACKEND_DEVICE_PREFIX = {
+    "cuda": "CUDA",
+    "rocm": "ROCm",
+    "vulkan": "Vulkan",
+    "metal": "MTL",
+    "cpu": "CPU",
+}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": KIB, "m": MIB, "g": GIB, "t": GIB << 10}
-MAX_SIZE = 1 << 60  # 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+# 1 EiB: far beyond any machine, small enough for exact float arithmetic downstream
+MAX_SIZE = 1 << 60
 
 
 class SizeTooLarge(InputError):
@@ -53,7 +60,9 @@ def parse_size(text: str) -> int:
         raise InputError(f"cannot read '{text}' as a memory size (examples: 24GiB, 12G, 512MiB)")
     digits, unit = m.group(1), m.group(2).lower()
     whole = digits.partition(".")[0].lstrip("0")
-    if len(whole) > 20 or int(whole or 0) * _UNITS[unit] > MAX_SIZE:  # float() would overflow to inf
+    if (
+        len(whole) > 20 or int(whole or 0) * _UNITS[unit] > MAX_SIZE
+    ):  # float() would overflow to inf
         shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:39] + "…"
         raise SizeTooLarge(f"memory size '{shown}' is too large (at most 1 EiB)")
     return int(float(digits) * _UNITS[unit])
@@ -78,6 +87,9 @@ CUBLAS_WORKSPACE_HOPPER_BYTES = 32 << 20
 
 
 def cuda_overhead_bytes(cc_major: int | None) -> int:
-    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None: unknown)."""
+    """CUDA context + cuBLAS workspace for a GPU of compute capability `cc_major` (None:
+    unknown)."""
     hopper = cc_major is not None and cc_major >= 9
-    return CUDA_CONTEXT_BYTES + (CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES)
+    return CUDA_CONTEXT_BYTES + (
+        CUBLAS_WORKSPACE_HOPPER_BYTES if hopper else CUBLAS_WORKSPACE_BYTES
+    )

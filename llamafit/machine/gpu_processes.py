@@ -16,8 +16,9 @@ from typing import Any
 from ..units import MIB
 from .hardware import GPUInfo
 
-# "more than a few hundred MiB": below this, what other processes hold on a device is not worth a line
-# (a desktop's compositor holds tens of MiB; a browser with hardware acceleration a few hundred)
+# "more than a few hundred MiB": below this, what other processes hold on a device is not worth a
+# line (a desktop's compositor holds tens of MiB; a browser with hardware acceleration a few
+# hundred)
 MIN_OTHERS_BYTES = 300 << 20
 
 
@@ -50,8 +51,11 @@ def _process_name(nvml: Any, pid: int) -> str:
     return os.path.basename(name.split()[0]) if name.strip() else str(pid)
 
 
-def gpu_processes(gpus: Sequence[GPUInfo], nvml: Any = None, own_pid: int | None = None) -> tuple[GpuProcess, ...]:
-    """Every process NVML lists on the detected GPUs (not this one), with its memory; () without NVML."""
+def gpu_processes(
+    gpus: Sequence[GPUInfo], nvml: Any = None, own_pid: int | None = None
+) -> tuple[GpuProcess, ...]:
+    """Every process NVML lists on the detected GPUs (not this one), with its memory; () without
+    NVML."""
     if nvml is None:
         try:
             import importlib
@@ -71,13 +75,19 @@ def gpu_processes(gpus: Sequence[GPUInfo], nvml: Any = None, own_pid: int | None
                 continue
             handle = nvml.nvmlDeviceGetHandleByIndex(g.physical_index)
             used: dict[int, int] = {}
-            for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            for query in (
+                "nvmlDeviceGetComputeRunningProcesses",
+                "nvmlDeviceGetGraphicsRunningProcesses",
+            ):
                 fn = getattr(nvml, query, None)
-                for p in (fn(handle) if fn else ()):
+                for p in fn(handle) if fn else ():
                     n = getattr(p, "usedGpuMemory", None)
                     if p.pid != own and isinstance(n, int) and n > 0:
-                        used[p.pid] = max(used.get(p.pid, 0), n)  # a process in both lists counts once
-            found += [GpuProcess(g.spec.name, pid, _process_name(nvml, pid), n) for pid, n in used.items()]
+                        # a process in both lists counts once
+                        used[p.pid] = max(used.get(p.pid, 0), n)
+            found += [
+                GpuProcess(g.spec.name, pid, _process_name(nvml, pid), n) for pid, n in used.items()
+            ]
     except Exception:  # NVMLError mid-way: what was read so far would mislead; say nothing
         return ()
     finally:
@@ -88,7 +98,9 @@ def gpu_processes(gpus: Sequence[GPUInfo], nvml: Any = None, own_pid: int | None
     return tuple(found)
 
 
-def others_in_use(processes: Sequence[GpuProcess], min_bytes: int = MIN_OTHERS_BYTES) -> tuple[OthersInUse, ...]:
+def others_in_use(
+    processes: Sequence[GpuProcess], min_bytes: int = MIN_OTHERS_BYTES
+) -> tuple[OthersInUse, ...]:
     """Per device, in device order of first appearance: the other processes' memory, when it is at
     least `min_bytes` together."""
     by_device: dict[str, list[GpuProcess]] = {}
@@ -98,13 +110,17 @@ def others_in_use(processes: Sequence[GpuProcess], min_bytes: int = MIN_OTHERS_B
     for device, procs in by_device.items():
         total = sum(p.used_bytes for p in procs)
         if total >= min_bytes:
-            out.append(OthersInUse(device, total, tuple(sorted(procs, key=lambda p: (-p.used_bytes, p.pid)))))
+            out.append(
+                OthersInUse(
+                    device, total, tuple(sorted(procs, key=lambda p: (-p.used_bytes, p.pid)))
+                )
+            )
     return tuple(out)
 
 
 def tokens_for(used_bytes: int, mib_per_1000_tokens: float | None, room_tokens: int) -> int | None:
-    """The context per slot `used_bytes` more would buy at the plan's marginal cost, at most `room_tokens`
-    (what is left up to the wanted context); None without a marginal cost."""
+    """The context per slot `used_bytes` more would buy at the plan's marginal cost, at most
+    `room_tokens` (what is left up to the wanted context); None without a marginal cost."""
     if not mib_per_1000_tokens or mib_per_1000_tokens <= 0:
         return None
     tokens = int(used_bytes / (mib_per_1000_tokens * MIB) * 1000)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
+from ..units import GIB, MIB
 from . import catalog as gpu_catalog
 from .devices import (
     BACKEND_DEVICE_PREFIX,
@@ -25,12 +27,13 @@ from .devices import (
     host,
     parse_size,
 )
-from ..errors import InputError
-from ..units import GIB, MIB
 
 Sysctl = Callable[[str], "str | None"]  # sysctl name → value, None when the name is unknown
 _AMD_VENDOR = "0x1002"
-_ORDER_NOTE = "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in PCI order"
+_ORDER_NOTE = (
+    "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in "
+    "PCI order"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +75,13 @@ def detect_host() -> DeviceSpec:
 # /proc/cpuinfo flag -> ggml_cpu_has_* name (ggml/src/ggml-cpu/ggml-cpu.c). llama.cpp's prebuilt CPU
 # backends load the variant the CPU supports (GGML_CPU_ALL_VARIANTS), so the CPU's own flags decide.
 # SVE is left out: its repacked layout also needs a 256-bit vector length, which cpuinfo does not say.
-_CPU_FLAGS = {"avx2": "avx2", "avx512f": "avx512", "asimd": "neon", "asimddp": "dotprod", "i8mm": "matmul_int8"}
+_CPU_FLAGS = {
+    "avx2": "avx2",
+    "avx512f": "avx512",
+    "asimd": "neon",
+    "asimddp": "dotprod",
+    "i8mm": "matmul_int8",
+}
 
 
 def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
@@ -98,11 +107,17 @@ def _entry_index(entry: str, uuids: Sequence[str | None]) -> int | None:
     if entry.isascii() and entry.isdigit():  # not '²', which isdigit() accepts and int() refuses
         return int(entry) if len(entry) <= 9 and int(entry) < len(uuids) else None
     want = entry.lower()
-    hits = [i for i, u in enumerate(uuids) if u and want.startswith("gpu-") and u.lower().startswith(want)]
+    hits = [
+        i
+        for i, u in enumerate(uuids)
+        if u and want.startswith("gpu-") and u.lower().startswith(want)
+    ]
     return hits[0] if len(hits) == 1 else None
 
 
-def visible_indices(var: str, value: str | None, uuids: Sequence[str | None]) -> tuple[tuple[int, ...], str | None]:
+def visible_indices(
+    var: str, value: str | None, uuids: Sequence[str | None]
+) -> tuple[tuple[int, ...], str | None]:
     """Indices a `*_VISIBLE_DEVICES` value keeps, in its order, and a note when it drops some.
 
     Like the CUDA/HIP runtimes: unset → all; empty or "-1" → none; indices or unique `GPU-` UUID
@@ -115,7 +130,9 @@ def visible_indices(var: str, value: str | None, uuids: Sequence[str | None]) ->
         i = _entry_index(entry, uuids)
         if i is None or i in kept:
             if entry and entry != "-1":
-                return tuple(kept), f"{var}={value}: '{entry}' names no GPU here; it and the rest are ignored"
+                return tuple(
+                    kept
+                ), f"{var}={value}: '{entry}' names no GPU here; it and the rest are ignored"
             break
         kept.append(i)
     return tuple(kept), None
@@ -123,7 +140,8 @@ def visible_indices(var: str, value: str | None, uuids: Sequence[str | None]) ->
 
 def _renamed(gpus: Sequence[GPUInfo], order: Sequence[int], prefix: str) -> tuple[GPUInfo, ...]:
     return tuple(
-        replace(gpus[p], index=i, spec=replace(gpus[p].spec, name=f"{prefix}{i}")) for i, p in enumerate(order)
+        replace(gpus[p], index=i, spec=replace(gpus[p].spec, name=f"{prefix}{i}"))
+        for i, p in enumerate(order)
     )
 
 
@@ -151,8 +169,14 @@ def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
         cc_major: int | None = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
     except (nvml.NVMLError, AttributeError):
         cc_major = None
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", int(mem.total), int(mem.free),
-                      overhead_bytes=cuda_overhead_bytes(cc_major))
+    spec = DeviceSpec(
+        f"CUDA{i}",
+        "gpu",
+        "cuda",
+        int(mem.total),
+        int(mem.free),
+        overhead_bytes=cuda_overhead_bytes(cc_major),
+    )
     return GPUInfo(
         spec=spec,
         name=_text(nvml.nvmlDeviceGetName(handle)),
@@ -191,7 +215,9 @@ def _nvml_gpus(nvml: Any, env: Mapping[str, str]) -> tuple[tuple[GPUInfo, ...], 
         raise _Skip(f"nvml: {e}") from e
     if not found:
         raise _Skip("nvml: no NVIDIA GPU")
-    order, note = visible_indices("CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"), [g.uuid for g in found])
+    order, note = visible_indices(
+        "CUDA_VISIBLE_DEVICES", env.get("CUDA_VISIBLE_DEVICES"), [g.uuid for g in found]
+    )
     notes = [note] if note else []
     if len({found[i].name for i in order}) > 1 and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
         notes.append(_ORDER_NOTE)
@@ -235,7 +261,10 @@ def _sysfs_gpus(root: str | Path, env: Mapping[str, str]) -> tuple[tuple[GPUInfo
     drm = Path(root) / "class" / "drm"
     if not drm.is_dir():
         raise _Skip(f"sysfs: no {drm}")
-    cards = sorted((p for p in drm.iterdir() if re.fullmatch(r"card\d+", p.name)), key=lambda p: int(p.name[4:]))
+    cards = sorted(
+        (p for p in drm.iterdir() if re.fullmatch(r"card\d+", p.name)),
+        key=lambda p: int(p.name[4:]),
+    )
     found: list[GPUInfo] = []
     for card in cards:
         gpu = _amd_card(card / "device", len(found))
@@ -244,7 +273,8 @@ def _sysfs_gpus(root: str | Path, env: Mapping[str, str]) -> tuple[tuple[GPUInfo
         raise _Skip("sysfs: no AMD GPU with mem_info_vram_total")
     notes: list[str] = []
     order: Sequence[int] = range(len(found))
-    # ROCR picks first, then HIP (or CUDA_VISIBLE_DEVICES, which HIP also reads) indexes what is left.
+    # ROCR picks first, then HIP (or CUDA_VISIBLE_DEVICES, which HIP also reads) indexes what is
+    # left.
     hip_var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in env else "CUDA_VISIBLE_DEVICES"
     for var in ("ROCR_VISIBLE_DEVICES", hip_var):
         picked, note = visible_indices(var, env.get(var), [found[i].uuid for i in order])
@@ -261,7 +291,9 @@ def run_sysctl(name: str) -> str | None:
     import subprocess
 
     try:
-        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["sysctl", "-n", name], capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
@@ -279,7 +311,9 @@ def _sysctl_gpus(sysctl: Sysctl | None) -> tuple[tuple[GPUInfo, ...], list[str]]
         raise _Skip("sysctl: no hw.memsize")
     limit_mb = int(sysctl("iogpu.wired_limit_mb") or 0)
     usable = gpu_catalog.metal_working_set(ram, limit_mb)
-    how = f"iogpu.wired_limit_mb={limit_mb}" if limit_mb > 0 else "2/3 of RAM up to 36 GiB, 3/4 above"
+    how = (
+        f"iogpu.wired_limit_mb={limit_mb}" if limit_mb > 0 else "2/3 of RAM up to 36 GiB, 3/4 above"
+    )
     gpu = GPUInfo(
         spec=DeviceSpec("MTL0", "gpu", "metal", usable, usable),
         name=sysctl("machdep.cpu.brand_string") or "Apple Silicon",
@@ -303,7 +337,8 @@ def detect(
 ) -> Hardware:
     """GPUs from the first source that has any (nvml, sysfs, sysctl), the host always.
 
-    `nvml`: a pynvml-like module (None: import pynvml); `sysctl`: a runner (None: `sysctl -n` on macOS).
+    `nvml`: a pynvml-like module (None: import pynvml); `sysctl`: a runner (None: `sysctl -n` on
+    macOS).
     """
     sources: list[tuple[str, Callable[[], tuple[tuple[GPUInfo, ...], list[str]]]]] = [
         ("nvml", lambda: _nvml_gpus(nvml, env)),
@@ -327,7 +362,13 @@ def detect(
 def _catalog_gpus(entry: gpu_catalog.CatalogEntry) -> list[GPUInfo]:
     usable = entry.usable_bytes
     spec = DeviceSpec("", "gpu", entry.backend, usable, usable, entry.max_tensor_bytes)
-    one = GPUInfo(spec, entry.name, 0, bandwidth_bytes_per_s=entry.bandwidth_bytes_per_s, unified=entry.unified)
+    one = GPUInfo(
+        spec,
+        entry.name,
+        0,
+        bandwidth_bytes_per_s=entry.bandwidth_bytes_per_s,
+        unified=entry.unified,
+    )
     return [one] * entry.devices
 
 
@@ -344,7 +385,9 @@ def _option_items(spec: str) -> list[tuple[str, int]]:
     for part in (p.strip() for p in spec.split(",")):
         if part:
             m = re.fullmatch(r"(\d+)\s*[x*]\s*(.+)", part, re.IGNORECASE)
-            count = (int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1) if m else 1  # no 4,300-digit int()
+            count = 1
+            if m:  # no 4,300-digit int()
+                count = int(m.group(1)) if len(m.group(1)) <= 4 else MAX_GPUS + 1
             items.append((m.group(2), count) if m else (part, 1))
     if any(not 1 <= count <= MAX_GPUS for _, count in items):
         shown = spec if len(spec) <= 40 else spec[:39] + "…"
@@ -374,7 +417,9 @@ def _no_unit_hint(item: str) -> str:
 
 def _item_gpus(item: str) -> list[GPUInfo]:
     if re.fullmatch(r"\d+(\.\d+)?", item.strip()):
-        raise InputError(f"--gpu {item.strip()} has no unit; did you mean {_no_unit_hint(item.strip())}?")
+        raise InputError(
+            f"--gpu {item.strip()} has no unit; did you mean {_no_unit_hint(item.strip())}?"
+        )
     size = _size_or_none(item)
     if size is None:
         return _catalog_gpus(gpu_catalog.lookup(item))  # unknown → InputError with close matches
@@ -391,29 +436,40 @@ def _list_backend(gpus: Sequence[GPUInfo], backend: str) -> str:
     if backend == "vulkan" or not native:
         return backend
     if len(native) > 1:
-        raise InputError(f"--gpu mixes {' and '.join(native)} cards; one llama.cpp build drives one GPU backend")
+        raise InputError(
+            f"--gpu mixes {' and '.join(native)} cards; one llama.cpp build drives one GPU backend"
+        )
     return native[0]
 
 
 def parse_gpu_option(spec: str, *, backend: str = "cuda") -> tuple[GPUInfo, ...]:
-    """`--gpu`: sizes (`24GiB,12G`), catalog names (`rtx4090,rtx3060-12gb`, `2xh100`), a mix, or `cpu`.
+    """`--gpu`: sizes (`24GiB,12G`), catalog names (`rtx4090,rtx3060-12gb`, `2xh100`), a mix, or
+    `cpu`.
 
     `backend` names the size-given GPUs; catalog cards keep their own (except under vulkan).
     """
     if spec.strip().lower() == "cpu":
         return ()
-    gpus = [g for item, count in _option_items(spec) for _ in range(count) for g in _item_gpus(item)]
+    gpus = [
+        g for item, count in _option_items(spec) for _ in range(count) for g in _item_gpus(item)
+    ]
     if not gpus:
-        raise InputError("--gpu needs at least one size or GPU name, e.g. --gpu 24GiB or --gpu rtx4090")
+        raise InputError(
+            "--gpu needs at least one size or GPU name, e.g. --gpu 24GiB or --gpu rtx4090"
+        )
     chosen = _list_backend(gpus, backend)
     if chosen == "metal" and len(gpus) > 1:
         raise InputError("Metal drives one GPU (MTL0); give one Apple Silicon machine to --gpu")
     prefix = BACKEND_DEVICE_PREFIX[chosen]
     return tuple(
-        replace(g, index=i, spec=replace(g.spec, name=f"{prefix}{i}", backend=chosen),
-                unified=g.unified or chosen == "metal")
+        replace(
+            g,
+            index=i,
+            spec=replace(g.spec, name=f"{prefix}{i}", backend=chosen),
+            unified=g.unified or chosen == "metal",
+        )
         for i, g in enumerate(gpus)
-    )  # fmt: skip
+    )
 
 
 def given(gpus: tuple[GPUInfo, ...], host_spec: DeviceSpec) -> Hardware:
@@ -422,7 +478,8 @@ def given(gpus: tuple[GPUInfo, ...], host_spec: DeviceSpec) -> Hardware:
 
 
 def device_specs(gpus: Sequence[GPUInfo], use: str = "free") -> tuple[DeviceSpec, ...]:
-    """`--use free` (default: what is free now) or `--use total` (the whole card, as if nothing else ran)."""
+    """`--use free` (default: what is free now) or `--use total` (the whole card, as if nothing else
+    ran)."""
     if use not in ("free", "total"):
         raise InputError(f"--use must be free or total, not '{use}'")
     if use == "free":
@@ -431,7 +488,8 @@ def device_specs(gpus: Sequence[GPUInfo], use: str = "free") -> tuple[DeviceSpec
 
 
 def gpu_specs(spec: str, backend: str = "cuda") -> tuple[DeviceSpec, ...]:
-    """The devices a `--gpu` value gives (each GPU's free memory), e.g. `24GiB,12GiB` → CUDA0, CUDA1."""
+    """The devices a `--gpu` value gives (each GPU's free memory), e.g. `24GiB,12GiB` → CUDA0,
+    CUDA1."""
     return device_specs(parse_gpu_option(spec, backend=backend))
 
 
@@ -444,17 +502,20 @@ RpcQuery = Callable[[Sequence[str]], "dict[str, tuple[int, int]]"]
 
 
 def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSpec, ...]:
-    """`--rpc host:port=24GiB[,host:port]` → one device per worker, named as llama.cpp names its buffers:
-    `RPC0[host:port]` (ggml-rpc.cpp ggml_backend_rpc_buffer_type: "RPC" + the device's index on that
-    worker + "[endpoint]"; one device per worker). A worker given without a size is asked through
-    `query` (llama-server --rpc … --list-devices: rpc_info.py), which reports its free memory."""
+    """`--rpc host:port=24GiB[,host:port]` → one device per worker, named as llama.cpp names its
+    buffers: `RPC0[host:port]` (ggml-rpc.cpp ggml_backend_rpc_buffer_type: "RPC" + the device's
+    index on that worker + "[endpoint]"; one device per worker). A worker given without a size is
+    asked through `query` (llama-server --rpc … --list-devices: rpc_info.py), which reports its free
+    memory."""
     items: list[tuple[str, str | None]] = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         endpoint, eq, size = part.rpartition("=") if "=" in part else (part, "", "")
         hostname, colon, port = endpoint.rpartition(":")
         if not colon or not hostname or not _port_number(port):
             shown = part if len(part) <= 40 else part[:39] + "…"
-            raise InputError(f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{shown}'")
+            raise InputError(
+                f"--rpc wants host:port[=SIZE] (e.g. 192.168.1.5:50052=24GiB), not '{shown}'"
+            )
         items.append((endpoint, size if eq else None))
     if not items:
         raise InputError("--rpc needs at least one host:port[=SIZE]")
@@ -469,8 +530,10 @@ def parse_rpc_option(spec: str, query: RpcQuery | None = None) -> tuple[DeviceSp
         elif endpoint in answers:
             total, free = answers[endpoint]
         else:
-            raise InputError(f"--rpc {endpoint}: cannot ask the worker for its memory (no llama-server with RPC, "
-                             "or the worker does not answer); give its size: host:port=SIZE")  # fmt: skip
+            raise InputError(
+                f"--rpc {endpoint}: cannot ask the worker for its memory (no llama-server with "
+                "RPC, or the worker does not answer); give its size: host:port=SIZE"
+            )
         workers.append(DeviceSpec(f"RPC0[{endpoint}]", "gpu", "rpc", total, free))
     return tuple(workers)
 

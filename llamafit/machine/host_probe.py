@@ -1,4 +1,5 @@
-"""Host memory bandwidth and matrix throughput, measured once and cached (an edge: numpy, threads, files).
+"""Host memory bandwidth and matrix throughput, measured once and cached (an edge: numpy, threads,
+files).
 
 Generation on the CPU is memory-bound, so the speed model needs the host's bandwidth; assuming one
 (DDR5 dual channel: 60 GB/s) is wrong by 2-10x between a laptop and a server. The probe reads a
@@ -27,7 +28,8 @@ from .rates import AttentionRate, KernelRate, Rate
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
 KERNEL_PROBE_TIMEOUT_S = 120
-SCHEMA = "llamafit.host-probe/4"  # /3: the bandwidth without BLAS threads; /4: flash attention measured
+# /3: the bandwidth without BLAS threads; /4: flash attention measured
+SCHEMA = "llamafit.host-probe/4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,9 @@ class HostRates:
     flops: Rate
     bandwidth_by_threads: tuple[tuple[int, float], ...] = ()  # (threads, bytes/s), ascending
     flops_threads: int = 0  # the threads `flops` was measured with (0: unknown)
-    kernels: tuple[KernelRate, ...] = ()  # llama.cpp's matrix kernels per weight type (kernel_probe.py)
+    kernels: tuple[
+        KernelRate, ...
+    ] = ()  # llama.cpp's matrix kernels per weight type (kernel_probe.py)
     attention: AttentionRate | None = None  # llama.cpp's flash attention kernel (kernel_probe.py)
 
 
@@ -60,7 +64,9 @@ def llama_threads(sys_root: str = "/sys/devices/system/cpu") -> int:
     cpu = 0
     while True:
         try:
-            with open(f"{sys_root}/cpu{cpu}/topology/thread_siblings", encoding="ascii", errors="replace") as f:
+            with open(
+                f"{sys_root}/cpu{cpu}/topology/thread_siblings", encoding="ascii", errors="replace"
+            ) as f:
                 siblings.add(f.readline().strip())
         except OSError:
             break
@@ -68,7 +74,9 @@ def llama_threads(sys_root: str = "/sys/devices/system/cpu") -> int:
     if siblings:
         return len(siblings)
     n = os.cpu_count() or 0
-    return (n if n <= 4 else n // 2) if n > 0 else 4
+    if n <= 0:
+        return 4
+    return n if n <= 4 else n // 2
 
 
 def machine_key() -> str:
@@ -76,7 +84,9 @@ def machine_key() -> str:
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
+            )
     except OSError:
         pass
     try:
@@ -89,9 +99,10 @@ def machine_key() -> str:
 def measure_bandwidth(n_threads: int | None = None) -> float:
     """Bytes/s read by n_threads (default: every CPU) reducing PROBE_BYTES, best of ROUNDS.
 
-    Only numpy's own loops, one part per thread (an integer max-reduction releases the GIL and runs on
-    the calling thread). Not a BLAS dot product: BLAS runs it on its own thread pool, so a "1 thread"
-    figure read every core's bandwidth (on a 2-core VM 36 GB/s where one thread reads 23)."""
+    Only numpy's own loops, one part per thread (an integer max-reduction releases the GIL and runs
+    on the calling thread). Not a BLAS dot product: BLAS runs it on its own thread pool, so a "1
+    thread" figure read every core's bandwidth (on a 2-core VM 36 GB/s where one thread reads
+    23)."""
     import numpy as np
 
     n = max(1, n_threads or os.cpu_count() or 1)
@@ -140,33 +151,49 @@ def probe() -> dict[str, object]:
     for n in thread_counts(n_cpu):  # more threads never read slower: a count that did was disturbed
         by_threads.append([n, max(measure_bandwidth(n), by_threads[-1][1] if by_threads else 0.0)])
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"kernels": measure_kernels(), "schema": SCHEMA, "machine": machine_key(), "time": when,
-            "bandwidth_bytes_per_s": max(v for _, v in by_threads), "bandwidth_by_threads": by_threads,
-            "flops": measure_flops(), "flops_threads": n_cpu}  # fmt: skip
+    return {
+        "kernels": measure_kernels(),
+        "schema": SCHEMA,
+        "machine": machine_key(),
+        "time": when,
+        "bandwidth_bytes_per_s": max(v for _, v in by_threads),
+        "bandwidth_by_threads": by_threads,
+        "flops": measure_flops(),
+        "flops_threads": n_cpu,
+    }
 
 
 def measure_kernels() -> dict[str, list[float]]:
-    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a child process (a ggml
-    abort or hang costs only the kernel figures); empty when it fails."""
+    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a
+    child process (a ggml abort or hang costs only the kernel figures); empty when it fails."""
     import subprocess
     import sys
 
     from .kernel_probe import PARENT_ENV
 
     try:
-        out = subprocess.run([sys.executable, "-m", "llamafit.machine.kernel_probe"], capture_output=True,
-                             timeout=KERNEL_PROBE_TIMEOUT_S, check=False,
-                             env={**os.environ, PARENT_ENV: str(os.getpid())})  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "llamafit.machine.kernel_probe"],
+            capture_output=True,
+            timeout=KERNEL_PROBE_TIMEOUT_S,
+            check=False,
+            env={**os.environ, PARENT_ENV: str(os.getpid())},
+        )
         found = json.loads(out.stdout.decode("utf-8", "replace") or "{}")
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return {}
     if not isinstance(found, dict) or out.returncode != 0:
         return {}
-    return {k: v for k, v in found.items() if isinstance(v, list) and len(v) == 2 and all(_rate(x) for x in v)}
+    return {
+        k: v
+        for k, v in found.items()
+        if isinstance(v, list) and len(v) == 2 and all(_rate(x) for x in v)
+    }
 
 
 def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
-    """host_rates will run the probe (seconds of work): neither the environment nor the cache has the rates."""
+    """host_rates will run the probe (seconds of work): neither the environment nor the cache has
+    the rates."""
     if _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH") and _env_rate(env, "LLAMAFIT_HOST_FLOPS"):
         return False
     record = _read(cache / "host-probe.json")
@@ -174,29 +201,45 @@ def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
 
 
 def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
-    """Memory bandwidth (per thread count) and float32 throughput of this host: from the environment,
-    the cache, or the probe."""
+    """Memory bandwidth (per thread count) and float32 throughput of this host: from the
+    environment, the cache, or the probe."""
     bw, flops = _env_rate(env, "LLAMAFIT_HOST_BANDWIDTH"), _env_rate(env, "LLAMAFIT_HOST_FLOPS")
     if bw and flops:
         return HostRates(bw, flops)
     path, fallback = cache / "host-probe.json", _fallback()
     record = _read(path)
-    if (record is None or record.get("machine") != machine_key()) and fallback is not None and _unwritable(cache):
-        record = _read(fallback)  # kept there by an earlier run that could not write the cache either
+    if (
+        (record is None or record.get("machine") != machine_key())
+        and fallback is not None
+        and _unwritable(cache)
+    ):
+        # kept there by an earlier run that could not write the cache either
+        record = _read(fallback)
     if record is None or record.get("machine") != machine_key():
         record = probe()
         problem = _write(path, record)
-        if problem is not None and fallback is not None and _write(fallback, record, owned=True) is None:
+        if (
+            problem is not None
+            and fallback is not None
+            and _write(fallback, record, owned=True) is None
+        ):
             import sys
 
-            sys.stderr.write(f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are kept "
-                             f"in {fallback.parent}\n")  # once: later runs read them there  # fmt: skip
+            # once: later runs read them there
+            sys.stderr.write(
+                f"Note: cannot write the cache {cache} ({problem}): the host probe's figures are "
+                f"kept in {fallback.parent}\n"
+            )
     source = f"measured by the host probe ({record.get('time', '?')})"
     curve = () if bw else tuple((int(n), float(v)) for n, v in record["bandwidth_by_threads"])  # type: ignore[attr-defined]
-    return HostRates(bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
-                     flops or Rate(_number(record["flops"]), source), curve,
-                     0 if flops else int(_number(record["flops_threads"])),
-                     _kernels(record.get("kernels")), _attention(record.get("kernels")))  # fmt: skip
+    return HostRates(
+        bw or Rate(_number(record["bandwidth_bytes_per_s"]), source),
+        flops or Rate(_number(record["flops"]), source),
+        curve,
+        0 if flops else int(_number(record["flops_threads"])),
+        _kernels(record.get("kernels")),
+        _attention(record.get("kernels")),
+    )
 
 
 def _kernels(value: object) -> tuple[KernelRate, ...]:
@@ -204,8 +247,11 @@ def _kernels(value: object) -> tuple[KernelRate, ...]:
 
     if not isinstance(value, dict):
         return ()
-    return tuple(KernelRate(TYPES[name], float(r[0]), float(r[1])) for name, r in sorted(value.items())
-                 if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]))  # fmt: skip
+    return tuple(
+        KernelRate(TYPES[name], float(r[0]), float(r[1]))
+        for name, r in sorted(value.items())
+        if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1])
+    )
 
 
 def _attention(value: object) -> AttentionRate | None:
@@ -225,13 +271,19 @@ def _read(path: Path) -> dict[str, object] | None:
     from ..safe_io import read_regular
 
     try:  # a small regular file only: never a link, FIFO or device
-        record = json.loads(read_regular(path, 16384).decode("utf-8"), parse_constant=lambda c: None)
+        record = json.loads(
+            read_regular(path, 16384).decode("utf-8"), parse_constant=lambda c: None
+        )
     except (OSError, ValueError, RecursionError):
         return None
-    ok = (isinstance(record, dict) and record.get("schema") == SCHEMA
-          and all(_rate(record.get(k)) for k in ("bandwidth_bytes_per_s", "flops"))
-          and _count(record.get("flops_threads")) and _curve(record.get("bandwidth_by_threads"))
-          and isinstance(record.get("kernels"), dict))  # fmt: skip
+    ok = (
+        isinstance(record, dict)
+        and record.get("schema") == SCHEMA
+        and all(_rate(record.get(k)) for k in ("bandwidth_bytes_per_s", "flops"))
+        and _count(record.get("flops_threads"))
+        and _curve(record.get("bandwidth_by_threads"))
+        and isinstance(record.get("kernels"), dict)
+    )
     return record if ok else None
 
 
@@ -262,17 +314,22 @@ def _unwritable(cache: Path) -> bool:
 
 
 def _fallback() -> Path | None:
-    """Where the probe's figures go when the cache cannot be written: a private directory of this user
-    under the system's temporary directory (POSIX only)."""
+    """Where the probe's figures go when the cache cannot be written: a private directory of this
+    user under the system's temporary directory (POSIX only)."""
     import tempfile
 
     getuid = getattr(os, "getuid", None)
-    return None if getuid is None else Path(tempfile.gettempdir()) / f"llamafit-{getuid()}" / "host-probe.json"
+    return (
+        None
+        if getuid is None
+        else Path(tempfile.gettempdir()) / f"llamafit-{getuid()}" / "host-probe.json"
+    )
 
 
 def _write(path: Path, record: dict[str, object], owned: bool = False) -> str | None:
-    """Best effort, through safe_io (0700 directory, atomic replace, no link followed): why it could not
-    be written, or None. `owned`: the directory must also be this user's alone (a shared /tmp)."""
+    """Best effort, through safe_io (0700 directory, atomic replace, no link followed): why it could
+    not be written, or None. `owned`: the directory must also be this user's alone (a shared
+    /tmp)."""
     import stat
 
     from ..safe_io import private_dir, write_atomic

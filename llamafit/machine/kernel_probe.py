@@ -1,5 +1,5 @@
-"""The CPU's matrix throughput per quantization type, measured with llama.cpp's own kernels (an edge:
-ctypes into the ggml libraries llama-cpp-python ships; cached with the host probe).
+"""The CPU's matrix throughput per quantization type, measured with llama.cpp's own kernels (an
+edge: ctypes into the ggml libraries llama-cpp-python ships; cached with the host probe).
 
 A float32 BLAS product says little about how fast llama.cpp multiplies by Q4_K or Q8_0 weights: each
 type has its own dot-product kernel, and on x86 with AVX2 (ARM with i8mm/dotprod) Q4_0 and Q4_K
@@ -14,14 +14,14 @@ plain CPU buffer. The figure kept is the best of a few rounds, in FLOP/s per thr
 columns / seconds). The weight (a few MiB) stays in the caches: this measures arithmetic; memory
 bandwidth is host_probe's.
 
-Attention over the cache is its own kernel: ggml_flash_attn_ext with F16 K and V (llama.cpp's default
-cache type; ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query row per head runs
-ggml_compute_forward_flash_attn_ext_f16_one_chunk, a dot product with each cached K row, an online
-softmax and a multiply-add of each V row; a batch of queries takes the tiled path). Its speed per cell
-depends on the CPU far more than a matrix product's (expf per cell, F16 V accumulated in F16), so it is
-measured too, at one GQA shape (head size 128, 8 query heads over 2 KV heads): `decode` one query
-over 4096 cells, `prompt` 512 queries over 512 cells, in FLOP/s per thread counted as the speed model
-counts them (2 x n_head x (head_k + head_v) per cell and query).
+Attention over the cache is its own kernel: ggml_flash_attn_ext with F16 K and V (llama.cpp's
+default cache type; ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query row per
+head runs ggml_compute_forward_flash_attn_ext_f16_one_chunk, a dot product with each cached K row,
+an online softmax and a multiply-add of each V row; a batch of queries takes the tiled path). Its
+speed per cell depends on the CPU far more than a matrix product's (expf per cell, F16 V accumulated
+in F16), so it is measured too, at one GQA shape (head size 128, 8 query heads over 2 KV heads):
+`decode` one query over 4096 cells, `prompt` 512 queries over 512 cells, in FLOP/s per thread
+counted as the speed model counts them (2 x n_head x (head_k + head_v) per cell and query).
 """
 
 from __future__ import annotations
@@ -33,11 +33,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 # ggml_type values (ggml/include/ggml.h, enum ggml_type) of the types measured
-TYPES: dict[str, int] = {"f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_K": 12, "q5_K": 13, "q6_K": 14, "bf16": 30,
-                         "mxfp4": 39}  # fmt: skip
-# decode: a 2048 x 4096 weight (a few MiB: in the caches); prompt: 128 x 4096 by 512 columns; the best
-# of several rounds, so that on a busy machine one that ran undisturbed counts. Every row length is a
-# multiple of 256, as every type's block needs (ggml aborts otherwise)
+TYPES: dict[str, int] = {
+    "f16": 1,
+    "q4_0": 2,
+    "q5_0": 6,
+    "q8_0": 8,
+    "q4_K": 12,
+    "q5_K": 13,
+    "q6_K": 14,
+    "bf16": 30,
+    "mxfp4": 39,
+}
+# decode: a 2048 x 4096 weight (a few MiB: in the caches); prompt: 128 x 4096 by 512 columns; the
+# best of several rounds, so that on a busy machine one that ran undisturbed counts. Every row
+# length is a multiple of 256, as every type's block needs (ggml aborts otherwise)
 K_DECODE, N_DECODE, K_PROMPT, N_PROMPT, BATCH = 4096, 2048, 4096, 128, 512
 ROUNDS_DECODE, ROUNDS_PROMPT = 12, 8
 # flash attention: head size, query heads, KV heads; cells for one query / for a 512-query batch
@@ -48,11 +57,17 @@ _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_s
 
 
 class _InitParams(ctypes.Structure):
-    _fields_ = [("mem_size", _sz), ("mem_buffer", _vp), ("no_alloc", ctypes.c_bool)]  # ggml_init_params
+    # ggml_init_params
+    _fields_ = [
+        ("mem_size", _sz),
+        ("mem_buffer", _vp),
+        ("no_alloc", ctypes.c_bool),
+    ]
 
 
 class ProbeUnavailable(Exception):
-    """The ggml libraries are missing or lack a function: the speed model falls back to the BLAS rate."""
+    """The ggml libraries are missing or lack a function: the speed model falls back to the BLAS
+    rate."""
 
 
 def _libs() -> tuple[Any, Any]:
@@ -67,22 +82,35 @@ def _libs() -> tuple[Any, Any]:
     except OSError as e:
         raise ProbeUnavailable(f"ggml libraries not found in {libdir} ({e})") from e
     sigs: list[tuple[Any, str, Any, list[Any]]] = [
-        (base, "ggml_init", _vp, [_InitParams]), (base, "ggml_free", None, [_vp]),
-        (base, "ggml_new_tensor_2d", _vp, [_vp, _int, _i64, _i64]), (base, "ggml_mul_mat", _vp, [_vp, _vp, _vp]),
+        (base, "ggml_init", _vp, [_InitParams]),
+        (base, "ggml_free", None, [_vp]),
+        (base, "ggml_new_tensor_2d", _vp, [_vp, _int, _i64, _i64]),
+        (base, "ggml_mul_mat", _vp, [_vp, _vp, _vp]),
         (base, "ggml_new_tensor_3d", _vp, [_vp, _int, _i64, _i64, _i64]),
-        (base, "ggml_flash_attn_ext", _vp, [_vp, _vp, _vp, _vp, _vp, ctypes.c_float, ctypes.c_float, ctypes.c_float]),
-        (base, "ggml_new_graph", _vp, [_vp]), (base, "ggml_build_forward_expand", None, [_vp, _vp]),
-        (base, "ggml_nbytes", _sz, [_vp]), (base, "ggml_tensor_overhead", _sz, []),
+        (
+            base,
+            "ggml_flash_attn_ext",
+            _vp,
+            [_vp, _vp, _vp, _vp, _vp, ctypes.c_float, ctypes.c_float, ctypes.c_float],
+        ),
+        (base, "ggml_new_graph", _vp, [_vp]),
+        (base, "ggml_build_forward_expand", None, [_vp, _vp]),
+        (base, "ggml_nbytes", _sz, [_vp]),
+        (base, "ggml_tensor_overhead", _sz, []),
         (base, "ggml_graph_overhead", _sz, []),
         (base, "ggml_backend_alloc_ctx_tensors_from_buft", _vp, [_vp, _vp]),
-        (base, "ggml_backend_buffer_free", None, [_vp]), (base, "ggml_backend_tensor_set", None, [_vp, _vp, _sz, _sz]),
+        (base, "ggml_backend_buffer_free", None, [_vp]),
+        (base, "ggml_backend_tensor_set", None, [_vp, _vp, _sz, _sz]),
         (base, "ggml_backend_reg_dev_get", _vp, [_vp, _sz]),
         (base, "ggml_backend_reg_get_proc_address", _vp, [_vp, ctypes.c_char_p]),
-        (base, "ggml_backend_dev_supports_op", ctypes.c_bool, [_vp, _vp]), (base, "ggml_backend_free", None, [_vp]),
+        (base, "ggml_backend_dev_supports_op", ctypes.c_bool, [_vp, _vp]),
+        (base, "ggml_backend_free", None, [_vp]),
         (base, "ggml_backend_graph_compute", _int, [_vp, _vp]),
-        (cpu, "ggml_backend_cpu_init", _vp, []), (cpu, "ggml_backend_cpu_set_n_threads", None, [_vp, _int]),
-        (cpu, "ggml_backend_cpu_reg", _vp, []), (cpu, "ggml_backend_cpu_buffer_type", _vp, []),
-    ]  # fmt: skip
+        (cpu, "ggml_backend_cpu_init", _vp, []),
+        (cpu, "ggml_backend_cpu_set_n_threads", None, [_vp, _int]),
+        (cpu, "ggml_backend_cpu_reg", _vp, []),
+        (cpu, "ggml_backend_cpu_buffer_type", _vp, []),
+    ]
     for lib, name, restype, argtypes in sigs:
         try:
             fn = getattr(lib, name)
@@ -93,8 +121,11 @@ def _libs() -> tuple[Any, Any]:
 
 
 def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
-    """The CPU device's extra buffer types (repack, AMX, KleidiAI), NULL-terminated, in llama.cpp's order."""
-    addr = base.ggml_backend_reg_get_proc_address(cpu.ggml_backend_cpu_reg(), b"ggml_backend_dev_get_extra_bufts")
+    """The CPU device's extra buffer types (repack, AMX, KleidiAI), NULL-terminated, in llama.cpp's
+    order."""
+    addr = base.ggml_backend_reg_get_proc_address(
+        cpu.ggml_backend_cpu_reg(), b"ggml_backend_dev_get_extra_bufts"
+    )
     if not addr:
         return []
     fn = ctypes.CFUNCTYPE(ctypes.POINTER(_vp), _vp)(addr)
@@ -106,10 +137,19 @@ def _extra_bufts(base: Any, cpu: Any, dev: int) -> list[int]:
     return out
 
 
-def _best_seconds(base: Any, cpu: Any, backend: int, ctx: int, out: int, inputs: Sequence[int], threads: int,
-                  rounds: int) -> float:  # fmt: skip
-    """Zero `inputs` (a repack buffer repacks a weight as it is set), build the graph of `out` in ctx, then
-    compute it on `threads` threads: a warm-up, then the fastest of `rounds`, in seconds."""
+def _best_seconds(
+    base: Any,
+    cpu: Any,
+    backend: int,
+    ctx: int,
+    out: int,
+    inputs: Sequence[int],
+    threads: int,
+    rounds: int,
+) -> float:
+    """Zero `inputs` (a repack buffer repacks a weight as it is set), build the graph of `out` in
+    ctx, then compute it on `threads` threads: a warm-up, then the fastest of `rounds`, in
+    seconds."""
     for t in inputs:
         n = base.ggml_nbytes(t)
         base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
@@ -125,8 +165,11 @@ def _best_seconds(base: Any, cpu: Any, backend: int, ctx: int, out: int, inputs:
     return best
 
 
-def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rounds: int = 3) -> float:
-    """FLOP/s of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) on `threads` threads."""
+def measure(
+    type_id: int, columns: int, rows: int, k: int, threads: int = 1, rounds: int = 3
+) -> float:
+    """FLOP/s of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) on `threads`
+    threads."""
     base, cpu = _libs()
     dev = base.ggml_backend_reg_dev_get(cpu.ggml_backend_cpu_reg(), 0)
     meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
@@ -135,8 +178,14 @@ def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rou
     ctxs: list[int] = []
     buffers: list[int] = []
     try:
-        for buft in [*_extra_bufts(base, cpu, dev), plain]:  # a fresh context per try: tensors keep their data
-            ctx_w, ctx_io = base.ggml_init(_InitParams(meta, None, True)), base.ggml_init(_InitParams(meta, None, True))
+        for buft in [
+            *_extra_bufts(base, cpu, dev),
+            plain,
+        ]:  # a fresh context per try: tensors keep their data
+            ctx_w, ctx_io = (
+                base.ggml_init(_InitParams(meta, None, True)),
+                base.ggml_init(_InitParams(meta, None, True)),
+            )
             ctxs += [ctx_w, ctx_io]
             w = base.ggml_new_tensor_2d(ctx_w, type_id, k, rows)
             x = base.ggml_new_tensor_2d(ctx_io, 0, k, columns)
@@ -152,7 +201,8 @@ def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rou
         if not io:
             raise ProbeUnavailable("could not allocate the activations")
         buffers.append(io)
-        best = _best_seconds(base, cpu, backend, ctx_io, y, (w, x), threads, rounds)  # a repack buffer repacks
+        # a repack buffer repacks
+        best = _best_seconds(base, cpu, backend, ctx_io, y, (w, x), threads, rounds)
         return 2 * k * rows * columns / best
     finally:
         for b in buffers:
@@ -163,8 +213,8 @@ def measure(type_id: int, columns: int, rows: int, k: int, threads: int = 1, rou
 
 
 def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 3) -> float:
-    """FLOP/s of ggml_flash_attn_ext (F32 queries, F16 K and V, no mask) over `cells` cached cells for
-    `queries` query rows per head, at the FA_* shape, on `threads` threads."""
+    """FLOP/s of ggml_flash_attn_ext (F32 queries, F16 K and V, no mask) over `cells` cached cells
+    for `queries` query rows per head, at the FA_* shape, on `threads` threads."""
     base, cpu = _libs()
     meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
     plain = cpu.ggml_backend_cpu_buffer_type()
@@ -188,15 +238,19 @@ def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 
         base.ggml_free(ctx)
 
 
-def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
-                  ) -> dict[str, dict[str, float]]:  # fmt: skip
+def measure_types(
+    types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
+) -> dict[str, dict[str, float]]:
     """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread, and the same for ATTENTION (flash
     attention over an F16 cache); types ggml cannot multiply are left out.
     ggml's own log (it reports each repack) is silenced meanwhile and restored after."""
     base, _ = _libs()
     log_fn = ctypes.CFUNCTYPE(None, _int, ctypes.c_char_p, _vp)
     old_cb, old_ud = _vp(), _vp()
-    base.ggml_log_get.argtypes, base.ggml_log_set.argtypes = [ctypes.POINTER(_vp), ctypes.POINTER(_vp)], [_vp, _vp]
+    base.ggml_log_get.argtypes, base.ggml_log_set.argtypes = (
+        [ctypes.POINTER(_vp), ctypes.POINTER(_vp)],
+        [_vp, _vp],
+    )
     base.ggml_log_get(ctypes.byref(old_cb), ctypes.byref(old_ud))
     quiet = log_fn(lambda level, text, ud: None)
     base.ggml_log_set(ctypes.cast(quiet, _vp), None)
@@ -206,16 +260,20 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
             if progress:
                 progress(name)
             try:
-                out[name] = {"decode": measure(TYPES[name], 1, N_DECODE, K_DECODE, 1, ROUNDS_DECODE),
-                             "prompt": measure(TYPES[name], BATCH, N_PROMPT, K_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
+                out[name] = {
+                    "decode": measure(TYPES[name], 1, N_DECODE, K_DECODE, 1, ROUNDS_DECODE),
+                    "prompt": measure(TYPES[name], BATCH, N_PROMPT, K_PROMPT, 1, ROUNDS_PROMPT),
+                }
             except ProbeUnavailable:
                 if not out and name == types[0]:
                     raise
         if progress:
             progress(ATTENTION)
         try:
-            out[ATTENTION] = {"decode": measure_attention(1, FA_CELLS_DECODE, 1, ROUNDS_DECODE),
-                              "prompt": measure_attention(BATCH, FA_CELLS_PROMPT, 1, ROUNDS_PROMPT)}  # fmt: skip
+            out[ATTENTION] = {
+                "decode": measure_attention(1, FA_CELLS_DECODE, 1, ROUNDS_DECODE),
+                "prompt": measure_attention(BATCH, FA_CELLS_PROMPT, 1, ROUNDS_PROMPT),
+            }
         except ProbeUnavailable:
             pass
     finally:
@@ -224,12 +282,14 @@ def measure_types(types: Sequence[str] = tuple(TYPES), progress: Callable[[str],
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PARENT_ENV = "LLAMAFIT_PROBE_PARENT"  # host_probe's pid, to catch a parent that died before prctl ran
+# host_probe's pid, to catch a parent that died before prctl ran
+PARENT_ENV = "LLAMAFIT_PROBE_PARENT"
 
 
 def die_with_parent() -> None:
-    """On Linux: SIGKILL this probe when llamafit dies, however it dies (SIGTERM during the first-run host
-    probe left it running); exit now if llamafit is already gone (its pid is in $LLAMAFIT_PROBE_PARENT)."""
+    """On Linux: SIGKILL this probe when llamafit dies, however it dies (SIGTERM during the
+    first-run host probe left it running); exit now if llamafit is already gone (its pid is in
+    $LLAMAFIT_PROBE_PARENT)."""
     import ctypes
     import os
     import signal
@@ -247,8 +307,9 @@ def die_with_parent() -> None:
 
 
 def main() -> int:
-    """`python -m llamafit.machine.kernel_probe`: the figures as JSON on stdout (host_probe runs this in a
-    child process, so that a ggml abort cannot take llamafit down; it dies with llamafit)."""
+    """`python -m llamafit.machine.kernel_probe`: the figures as JSON on stdout (host_probe runs
+    this in a child process, so that a ggml abort cannot take llamafit down; it dies with
+    llamafit)."""
     import json
     import sys
 

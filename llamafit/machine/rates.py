@@ -16,9 +16,9 @@ class Rate:
 
 @dataclass(frozen=True, slots=True)
 class KernelRate:
-    """What one CPU thread multiplies by weights of one ggml type, in FLOP/s, measured with llama.cpp's
-    own kernels (machine/kernel_probe.py): `decode` a matrix-vector product (one token), `prompt` a
-    512-column matrix product (a prompt ubatch)."""
+    """What one CPU thread multiplies by weights of one ggml type, in FLOP/s, measured with
+    llama.cpp's own kernels (machine/kernel_probe.py): `decode` a matrix-vector product (one token),
+    `prompt` a 512-column matrix product (a prompt ubatch)."""
 
     ggml_type: int
     decode: float
@@ -28,8 +28,8 @@ class KernelRate:
 @dataclass(frozen=True, slots=True)
 class AttentionRate:
     """What one CPU thread reaches in llama.cpp's flash attention over an F16 cache
-    (ggml_flash_attn_ext; machine/kernel_probe.py), in FLOP/s counted as 2 x n_head x (head_k + head_v)
-    per cell and query: `decode` one query per head, `prompt` a 512-query batch."""
+    (ggml_flash_attn_ext; machine/kernel_probe.py), in FLOP/s counted as 2 x n_head x (head_k +
+    head_v) per cell and query: `decode` one query per head, `prompt` a 512-query batch."""
 
     decode: float
     prompt: float

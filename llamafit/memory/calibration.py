@@ -16,7 +16,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MIN_SCALE, MAX_SCALE = 0.5, 2.0  # a correction outside this says more about the record than the model
+# a correction outside this says more about the record than the model
+MIN_SCALE, MAX_SCALE = (
+    0.5,
+    2.0,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,18 +37,26 @@ class Correction:
         return round(self.compute_scale, 3) == 1.0
 
 
-def incomplete(rows: Iterable[dict[str, Any]], gpus: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
+def incomplete(
+    rows: Iterable[dict[str, Any]], gpus: Sequence[str]
+) -> tuple[str, tuple[str, ...]] | None:
     """Why a run's predicted-vs-reported rows must not be recorded, or None when they may be:
     ("nothing_on_gpu", (device,)) for a GPU the plan used on which the server reported nothing, or
     ("not_reported", ("CUDA0 KV", …)) for predicted buffers the server did not report."""
     rows = list(rows)
     for g in gpus:
         mine = [r for r in rows if r.get("device") == g]
-        if any(_num(r, "predicted_mib") > 0 for r in mine) and not any(_num(r, "actual_mib") > 0 for r in mine):
+        if any(_num(r, "predicted_mib") > 0 for r in mine) and not any(
+            _num(r, "actual_mib") > 0 for r in mine
+        ):
             return "nothing_on_gpu", (g,)
-    missing = tuple(f"{r.get('device')} {r.get('kind')}" for r in rows
-                    if _num(r, "predicted_mib") >= 0.01 and _num(r, "actual_mib") <= 0
-                    and r.get("kind") != "output")  # fmt: skip
+    missing = tuple(
+        f"{r.get('device')} {r.get('kind')}"
+        for r in rows
+        if _num(r, "predicted_mib") >= 0.01
+        and _num(r, "actual_mib") <= 0
+        and r.get("kind") != "output"
+    )
     return ("not_reported", missing) if missing else None
 
 
@@ -54,8 +66,8 @@ def _num(row: dict[str, Any], key: str) -> float:
 
 
 def is_memory_record(record: dict[str, Any]) -> bool:
-    """A record of predicted vs reported buffers (no "kind"); the speed records ("verify", "serve") and
-    failed runs ("failed") are not."""
+    """A record of predicted vs reported buffers (no "kind"); the speed records ("verify", "serve")
+    and failed runs ("failed") are not."""
     return record.get("kind") is None
 
 
@@ -68,8 +80,11 @@ def record_problem(record: Any) -> str | None:
     if not isinstance(record, dict):
         return "not a JSON object"
     server = record.get("server", {})
-    if server is not None and (not isinstance(server, dict) or not isinstance(server.get("build"), (int, type(None)))
-                               or isinstance(server.get("build"), bool)):  # fmt: skip
+    if server is not None and (
+        not isinstance(server, dict)
+        or not isinstance(server.get("build"), (int, type(None)))
+        or isinstance(server.get("build"), bool)
+    ):
         return "server is not an object with an integer build"
     hardware = record.get("hardware", [])
     if not isinstance(hardware, list) or not all(isinstance(d, dict) for d in hardware):
@@ -111,7 +126,11 @@ def parse_records(lines: Iterable[str], skipped: list[str] | None = None) -> lis
 
 
 def _devices_of(record: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(str(d.get("name")), str(d.get("backend"))) for d in record.get("hardware", []) if isinstance(d, dict)]
+    return [
+        (str(d.get("name")), str(d.get("backend")))
+        for d in record.get("hardware", [])
+        if isinstance(d, dict)
+    ]
 
 
 # ---- the record key: which server a record came from (issue #28) ----
@@ -133,29 +152,44 @@ def same_server(record: dict[str, Any], *, build: int | None, identity: str | No
     server = record.get("server") or {}
     theirs = record_identity(record)
     if identity is not None:
-        return theirs == identity or (theirs is None and build is not None and server.get("build") == build)
+        return theirs == identity or (
+            theirs is None and build is not None and server.get("build") == build
+        )
     return theirs is None and server.get("build") == build
 
 
-def compute_correction(records: Iterable[dict[str, Any]], *, devices: Sequence[tuple[str, str]],
-                       build: int | None, architecture: str | None = None,
-                       identity: str | None = None) -> Correction | None:  # fmt: skip
+def compute_correction(
+    records: Iterable[dict[str, Any]],
+    *,
+    devices: Sequence[tuple[str, str]],
+    build: int | None,
+    architecture: str | None = None,
+    identity: str | None = None,
+) -> Correction | None:
     """Median reported/predicted compute ratio over complete runs of the same server (same_server),
     devices and (when given) model architecture."""
     ratios: list[float] = []
     runs = 0
     for r in records:
-        if (not is_memory_record(r) or not same_server(r, build=build, identity=identity)
-                or _devices_of(r) != list(devices)):  # fmt: skip
+        if (
+            not is_memory_record(r)
+            or not same_server(r, build=build, identity=identity)
+            or _devices_of(r) != list(devices)
+        ):
             continue
         if architecture is not None and r.get("architecture") != architecture:
             continue
         if incomplete(r.get("buffers", []), [n for n, _ in devices]):  # recorded before this rule
             continue
-        applied = r.get("compute_scale") or 1.0  # undo a correction the record's prediction already had
+        # undo a correction the record's prediction already had
+        applied = r.get("compute_scale") or 1.0
         before = len(ratios)
         for row in r.get("buffers", []):
-            if row.get("kind") == "compute" and row.get("predicted_mib", 0) > 0 and row.get("actual_mib", 0) > 0:
+            if (
+                row.get("kind") == "compute"
+                and row.get("predicted_mib", 0) > 0
+                and row.get("actual_mib", 0) > 0
+            ):
                 ratios.append(row["actual_mib"] / (row["predicted_mib"] / applied))
         runs += len(ratios) > before
     if not ratios:

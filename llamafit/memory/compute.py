@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Literal
 
 from ..facts.hparams import ModelFacts
 from ..facts.tensor_names import block_index
+from ..units import pad as _pad
 from .kv import layer_cell_bytes
 from .placement import CPU
 from .resolve import since
-from ..units import pad as _pad
 
 if TYPE_CHECKING:
     from ..machine.devices import DeviceSpec
@@ -75,17 +75,31 @@ class ComputeSettings:
     holds_output: bool = True  # this device runs the output layer (logits)
     layers: tuple[int, ...] | None = None  # layer indices on this device; None = all
     kv_on_device: bool = True  # offload_kqv: attention (and its mask copy) runs here
-    kq_on_device: bool = True  # without FA: the device takes the KQ product (not over its tensor limit)
-    fa_f16_in_buffer: bool = True  # CUDA FA's F16 K/V copies live in the compute buffer (PR #23907 on)
+    kq_on_device: bool = (
+        True  # without FA: the device takes the KQ product (not over its tensor limit)
+    )
+    fa_f16_in_buffer: bool = (
+        True  # CUDA FA's F16 K/V copies live in the compute buffer (PR #23907 on)
+    )
     kv_idxs: bool = True  # K/V row-index inputs of the set_rows KV writes (PR #14959 on)
     inp_embd_input: bool = True  # the embeddings input exists beside the token ids (PR #18898 on)
-    qkv_views: bool = True  # fused QKV split by views (PR #15662 on); before, contiguous Q/K/V copies
-    mask_f16_input: bool = True  # with FA the KQ mask input is F16 (PR #23764 on); before, F32 + an F16 cast
-    mixed_input: bool = True  # the mixed token/embedding input branch (PR #29622 on, most architectures)
+    qkv_views: bool = (
+        True  # fused QKV split by views (PR #15662 on); before, contiguous Q/K/V copies
+    )
+    mask_f16_input: bool = (
+        True  # with FA the KQ mask input is F16 (PR #23764 on); before, F32 + an F16 cast
+    )
+    mixed_input: bool = (
+        True  # the mixed token/embedding input branch (PR #29622 on, most architectures)
+    )
     attn_rot: bool = True  # Hadamard rotation inputs for a quantized K/V cache (PR #21038 on)
     holds_input: bool = True  # this backend runs block 0 (the mixed branch's DUP lands here)
-    pooling: str = "none"  # the pooling layer build_pooling adds with embeddings on (none: no layer)
-    pooling_per_seq: bool = True  # pooling inputs sized by n_seqs (PR #14217 on); before, by n_tokens
+    pooling: str = (
+        "none"  # the pooling layer build_pooling adds with embeddings on (none: no layer)
+    )
+    pooling_per_seq: bool = (
+        True  # pooling inputs sized by n_seqs (PR #14217 on); before, by n_tokens
+    )
 
     @property
     def n_tokens(self) -> int:
@@ -112,8 +126,12 @@ class ComputeEstimate:
 class _Shape:
     """Per-model facts the formulas need on every call, computed once per ModelFacts object."""
 
-    reps: tuple[int, ...]  # for each layer, the first layer of identical shape (same candidate peaks)
-    gated: frozenset[int]  # layers whose dense FFN has a gate (build_ffn: GLU); else up + in-place activation
+    reps: tuple[
+        int, ...
+    ]  # for each layer, the first layer of identical shape (same candidate peaks)
+    gated: frozenset[
+        int
+    ]  # layers whose dense FFN has a gate (build_ffn: GLU); else up + in-place activation
     fused_qkv: dict[int, bool]  # layers with one attn_qkv matrix -> True when the model has no RoPE
     caches: tuple[bool, bool]  # a full-attention cache and an SWA cache with layers (iSWA)
     v_gqa_max: int
@@ -136,7 +154,9 @@ def _shape(f: ModelFacts) -> _Shape:
         return hit[1]
     first: dict[tuple, int] = {}
     gated = _gated_layers(f)
-    reps = tuple(first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all))
+    reps = tuple(
+        first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all)
+    )
     kv = [il for il in range(f.n_layer) if f.has_kv[il]]
     caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
     shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {}, {})
@@ -156,10 +176,17 @@ def _gated_layers(f: ModelFacts) -> frozenset[int]:
         return frozenset(range(f.n_layer_all))
     out = set()
     for t in f.tensors:
-        if (il := block_index(t.name)) is None:  # outside the blocks, or `blk.x.…`: no layer llama.cpp loads
+        if (
+            il := block_index(t.name)
+        ) is None:  # outside the blocks, or `blk.x.…`: no layer llama.cpp loads
             continue
-        fused_up = t.name.endswith(".ffn_up.weight") and len(t.shape) == 2 and il < len(f.n_ff) \
-            and f.n_ff[il] > 0 and t.shape[1] == 2 * f.n_ff[il]
+        fused_up = (
+            t.name.endswith(".ffn_up.weight")
+            and len(t.shape) == 2
+            and il < len(f.n_ff)
+            and f.n_ff[il] > 0
+            and t.shape[1] == 2 * f.n_ff[il]
+        )
         if fused_up or t.name.endswith((".ffn_gate.weight", ".ffn_gate_up.weight")):
             out.add(il)
     return frozenset(out)
@@ -168,17 +195,30 @@ def _gated_layers(f: ModelFacts) -> frozenset[int]:
 def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
     """Blocks with a fused attn_qkv matrix, each mapped to "no RoPE" (a learned position_embd, as gpt2 and
     starcoder load, or ALiBi: bloom, mpt) — build_qkv in src/llama-graph.cpp."""
-    no_rope = f.architecture in ("bloom", "mpt", "jais") or any(t.name == "position_embd.weight" for t in f.tensors)
-    return {il: no_rope for t in f.tensors
-            if t.name.endswith(".attn_qkv.weight") and (il := block_index(t.name)) is not None}  # fmt: skip
+    no_rope = f.architecture in ("bloom", "mpt", "jais") or any(
+        t.name == "position_embd.weight" for t in f.tensors
+    )
+    return {
+        il: no_rope
+        for t in f.tensors
+        if t.name.endswith(".attn_qkv.weight") and (il := block_index(t.name)) is not None
+    }
 
 
 def _signature(f: ModelFacts, il: int) -> tuple:
     """Everything a layer's candidate peaks depend on (see _layer_peak)."""
-    return (f.n_head[il], f.n_head_kv[il], f.n_ff[il], f.swa.is_swa[il], f.is_recurrent[il], f.has_kv[il],
-            il < f.n_layer, _is_moe(f, il), f.n_embd_k_gqa(il), f.n_embd_v_gqa(il))  # fmt: skip
-
-
+    return (
+        f.n_head[il],
+        f.n_head_kv[il],
+        f.n_ff[il],
+        f.swa.is_swa[il],
+        f.is_recurrent[il],
+        f.has_kv[il],
+        il < f.n_layer,
+        _is_moe(f, il),
+        f.n_embd_k_gqa(il),
+        f.n_embd_v_gqa(il),
+    )
 
 
 def _on_device(f: ModelFacts, s: ComputeSettings) -> list[int]:
@@ -206,7 +246,9 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
     out = {"inp_tokens": 4 * t, "inp_pos": 4 * t, "out_ids": 4 * s.n_out}
     if s.inp_embd_input:  # before PR #18898 the graph had either token ids or embeddings
         out["inp_embd"] = F32 * f.n_embd * t
-    mask_elt = 2 if s.flash_attn and s.mask_f16_input else 4  # F16 mask for flash attention, F32 otherwise
+    mask_elt = (
+        2 if s.flash_attn and s.mask_f16_input else 4
+    )  # F16 mask for flash attention, F32 otherwise
     v_rows = t if s.flash_attn else t * _shape(f).v_gqa_max  # transposed V: one index per element
     for i, cells in enumerate(_caches(f, s)):
         if s.kv_idxs:  # before PR #14959 the KV writes were views + ggml_cpy, without index inputs
@@ -216,9 +258,16 @@ def input_bytes(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
         out[f"kq_mask{i}"] = mask_elt * cells * t
         if s.flash_attn and not s.mask_f16_input:  # the ggml_cast to F16 that FLASH_ATTN_EXT reads
             out[f"kq_mask_f16_{i}"] = 2 * cells * t
-    if s.pooling in ("mean", "cls", "last", "rank"):  # build_inp_mean / build_inp_cls, read by build_pooling
+    if s.pooling in (
+        "mean",
+        "cls",
+        "last",
+        "rank",
+    ):  # build_inp_mean / build_inp_cls, read by build_pooling
         n_seqs = s.n_seq_max if s.pooling_per_seq else t
-        out["inp_mean" if s.pooling == "mean" else "inp_cls"] = (F32 * t if s.pooling == "mean" else 4) * n_seqs
+        out["inp_mean" if s.pooling == "mean" else "inp_cls"] = (
+            F32 * t if s.pooling == "mean" else 4
+        ) * n_seqs
     if s.attn_rot:
         out.update(_rot_inputs(f, s))
     if f.recurrent is not None:
@@ -247,15 +296,28 @@ def _rot_inputs_of(f: ModelFacts, s: ComputeSettings) -> dict[str, int]:
     out: dict[str, int] = {}
     full, swa = _shape(f).caches
     for i, is_swa in enumerate(([False] if full else []) + ([True] if swa else [])):
-        kv = [il for il in range(f.n_layer) if f.has_kv[il] and f.swa.is_swa[il] == is_swa and f.n_head_kv[il]]
+        kv = [
+            il
+            for il in range(f.n_layer)
+            if f.has_kv[il] and f.swa.is_swa[il] == is_swa and f.n_head_kv[il]
+        ]
         heads_k = {f.n_embd_k_gqa(il) // f.n_head_kv[il] for il in kv}
         heads_v = {f.n_embd_v_gqa(il) // f.n_head_kv[il] for il in kv}
-        if s.type_k not in UNQUANTIZED_KV and len(heads_k) == 1 and (head := heads_k.pop()) % 64 == 0:
+        if (
+            s.type_k not in UNQUANTIZED_KV
+            and len(heads_k) == 1
+            and (head := heads_k.pop()) % 64 == 0
+        ):
             n = 64
             while head % (2 * n) == 0:
                 n *= 2
             out[f"k_rot{i}"] = F32 * n * n
-        if s.type_v not in UNQUANTIZED_KV and f.mla is None and len(heads_v) == 1 and heads_v.pop() % 64 == 0:
+        if (
+            s.type_v not in UNQUANTIZED_KV
+            and f.mla is None
+            and len(heads_v) == 1
+            and heads_v.pop() % 64 == 0
+        ):
             out[f"v_rot{i}"] = F32 * 64 * 64
     return out
 
@@ -316,7 +378,11 @@ def _hole(f: ModelFacts, s: ComputeSettings, il: int, *, small: bool) -> int:
     region takes the FFN and one n_embd row stays (Q narrower than n_embd: also two Q rows)."""
     t = s.n_tokens
     e, q = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t
-    kq = 0 if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS else F32 * _cells(f, s, il) * t * f.n_head[il]
+    kq = (
+        0
+        if s.flash_attn and f.architecture not in KQ_BIAS_ARCHS
+        else F32 * _cells(f, s, il) * t * f.n_head[il]
+    )
     # MLA with a low-rank Q (src/models/deepseek2.cpp: q = wq_a x cur [q_lora_rank, T], normed in place, then
     # wq_b): q_a is freed once wq_b has read it and its rows stay a hole below the FFN input (exact on the
     # mla-deepseek2 rows of the CPU table, which were q_lora_rank x T x 4 under without it)
@@ -331,8 +397,8 @@ def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
     Without a gate (gptneox, gpt2, phi2, starcoder...: LLM_FFN_SEQ with GELU/RELU) there is one n_ff
     tensor: at the up matmul three n_embd rows (the block input or ffn_inp, the attention output or
     the residual, the normed input) and up; the bias add and the activation then run in place, and
-    the freed attention slots leave no hole below (scripts/audit_families.py, CPU at 0c1e570: gptneox
-    with a parallel residual and gpt2 with a sequential one, exact with flash attention)."""
+    the freed attention slots leave no hole below (scripts/audit/audit_families.py, CPU at 0c1e570:
+    gptneox with a parallel residual and gpt2 with a sequential one, exact with flash attention)."""
     t = s.n_tokens
     e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
     if il in _shape(f).gated:
@@ -390,7 +456,7 @@ def _gemma3n_extra(f: ModelFacts, s: ComputeSettings) -> tuple[int, int]:
     attention's residual (counted once by the attention candidate). At the FFN the temporaries of the
     per-layer projection (mul_mat, norm, add over [n_embd_altup x n_layer, n_tokens]), freed before the
     first block, leave a hole of that size below, too small for the n_ff-wide gate/up. Measured on the real
-    CPU llama-server (b11434, scripts/audit_gemma3n.py): Gemma 3n E2B exact to 0.02 MiB over 8 settings
+    CPU llama-server (b11434, scripts/audit/audit_gemma3n.py): Gemma 3n E2B exact to 0.02 MiB over 8 settings
     (FA on/off, -ub 128..1024, q8_0 cache, embeddings); E4B (n_ff 16384) 2-3 n_embd rows over with the FFN
     as the peak, where part of the holes below does take a gate/up tensor (the hole term is the least
     certain part: a best-fit placement read off E2B, not replayed through ggml-alloc)."""
@@ -402,7 +468,9 @@ def _gemma3n_extra(f: ModelFacts, s: ComputeSettings) -> tuple[int, int]:
     return per_layer + (GEMMA3N_ALTUP - 1) * e, per_layer + GEMMA3N_ALTUP * e + hole
 
 
-def _layer_peak(f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True) -> tuple[int, str]:
+def _layer_peak(
+    f: ModelFacts, s: ComputeSettings, il: int, *, with_kq: bool = True
+) -> tuple[int, str]:
     """The largest candidate of one layer (the allocator reuses the same space layer after layer)."""
     cands = [(0, "none")]
     at_attn, at_ffn = _gemma3n_extra(f, s)
@@ -460,8 +528,10 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     Pipeline parallelism's copies of the split inputs are added by compute_for_devices (_copies_extra)."""
     inputs = input_bytes(f, s)
     layers = _on_device(f, s)
-    peak, name = max((_layer_peak(f, s, il, with_kq=s.kv_on_device and s.kq_on_device) for il in layers),
-                     default=(0, "none"))  # fmt: skip
+    peak, name = max(
+        (_layer_peak(f, s, il, with_kq=s.kv_on_device and s.kq_on_device) for il in layers),
+        default=(0, "none"),
+    )
     host_inputs = 0
     mixed = _mixed_inputs(f, s) if s.mixed_input else (0, 0, 0)
     dup, copies = (mixed[1], mixed[2]) if s.holds_input else (0, 0)
@@ -475,11 +545,15 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         # issue #13545: host 64 MiB F32 mask, device the F16 one)
         casted = any(k.startswith("kq_mask_f16") for k in inputs)
         attn_inputs = ("k_idxs", "v_idxs", "kq_mask")
-        dev_inputs = sum(v for k, v in inputs.items()
-                         if k not in ("inp_tokens", "inp_embd") and (s.kv_on_device or not k.startswith(attn_inputs))
-                         and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16"))
-                         and (s.kq_on_device or not k.startswith("kq_mask"))
-                         and (s.holds_output or k not in ("inp_mean", "inp_cls")))  # fmt: skip
+        dev_inputs = sum(
+            v
+            for k, v in inputs.items()
+            if k not in ("inp_tokens", "inp_embd")
+            and (s.kv_on_device or not k.startswith(attn_inputs))
+            and not (casted and k.startswith("kq_mask") and not k.startswith("kq_mask_f16"))
+            and (s.kq_on_device or not k.startswith("kq_mask"))
+            and (s.holds_output or k not in ("inp_mean", "inp_cls"))
+        )
         host_inputs = sum(v for k, v in inputs.items() if not k.startswith("kq_mask_f16"))
         lookups = _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])  # the token_embd GET_ROWS
         if s.mixed_input:
@@ -516,10 +590,12 @@ def _pinned_output(f: ModelFacts, s: ComputeSettings, dev_inputs: int, mixed_hos
         input read by the last node, allocated last of the inputs (ggml_gallocr_alloc_graph_impl allocates the
         inputs in the order nodes read them) on the CPU; on a GPU its copy is a split input, allocated with
         the other split inputs at the start of the split (ggml_backend_sched_split_graph).
-    Measured on the CPU llama-server (b11434, Gemma 3 270M --embeddings, scripts/audit_embeddings.py): the buffer
-    is exactly that base plus the logits; with a pooling input result_norm (t_embd, a graph output) and the pooling's
-    small tensors fit in holes below, without one (--pooling none, or no embeddings) result_norm lies above the DUP
-    too (one n_embd x n_outputs row more: measured, the hole it misses by the pooling input's 32 bytes not derived)."""
+    Measured on the CPU llama-server (b11434, Gemma 3 270M --embeddings,
+    scripts/audit/audit_embeddings.py): the buffer is exactly that base plus the logits; with a
+    pooling input result_norm (t_embd, a graph output) and the pooling's small tensors fit in holes
+    below, without one (--pooling none, or no embeddings) result_norm lies above the DUP too (one
+    n_embd x n_outputs row more: measured, the hole it misses by the pooling input's 32 bytes not
+    derived)."""
     if s.n_out != s.n_tokens:
         return 0
     pooled = s.pooling != "none"
@@ -528,14 +604,26 @@ def _pinned_output(f: ModelFacts, s: ComputeSettings, dev_inputs: int, mixed_hos
         if s.mixed_input and s.holds_input:
             t_embd = 0 if pooled else _pad(F32 * f.n_embd * s.n_out, ALIGNMENT["cpu"])
             # below the DUP: the graph inputs, the mixed branch's three inputs and both token lookups (mixed_host)
-            return dev_inputs + mixed_host + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"]) + t_embd + logits
+            return (
+                dev_inputs
+                + mixed_host
+                + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT["cpu"])
+                + t_embd
+                + logits
+            )
         return dev_inputs + logits if pooled else 0
     # a GPU: the split's input copies, the incoming hidden state among them, lie below the pooling input's copy
-    return dev_inputs + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend]) + logits if pooled else 0
+    return (
+        dev_inputs + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend]) + logits
+        if pooled
+        else 0
+    )
 
 
 # llm_arch_supports_mixed_batch (src/llama-arch.cpp): the architectures without the mixed input branch
-NO_MIXED_BATCH_ARCHS = frozenset({"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"})
+NO_MIXED_BATCH_ARCHS = frozenset(
+    {"cogvlm", "deepseek4", "graniteswitch", "eagle3", "dflash", "gemma4-assistant"}
+)
 
 
 def _mixed_inputs(f: ModelFacts, s: ComputeSettings) -> tuple[int, int, int]:
@@ -573,13 +661,19 @@ def _layers_on(f: ModelFacts, lmap: LayerMap, dev: int) -> tuple[int, ...]:
 PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES (ggml/src/ggml-backend.cpp)
 
 
-def _pipeline_copies(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> int:
+def _pipeline_copies(
+    f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> int:
     """llama_context's pipeline parallelism (src/llama-context.cpp): several GPUs, -sm layer, every layer
     and the output offloaded, KV offloaded, no tensor overrides — then the scheduler keeps 4 copies of
     every split input. Not measured here (no multi-GPU machine); the copies follow the source."""
     full = rc.n_gpu_layers > f.n_layer_all and lmap.output != CPU
     plain = not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn)
-    return PIPELINE_COPIES if len(gpus) > 1 and rc.split_mode == "layer" and full and rc.kv_offload and plain else 1
+    return (
+        PIPELINE_COPIES
+        if len(gpus) > 1 and rc.split_mode == "layer" and full and rc.kv_offload and plain
+        else 1
+    )
 
 
 def kq_fits(f: ModelFacts, rc: ResolvedConfig, limit: int | None) -> bool:
@@ -603,9 +697,15 @@ def _logits_fit(f: ModelFacts, rc: ResolvedConfig, limit: int | None) -> bool:
     return F32 * f.n_vocab * n_out <= limit
 
 
-def output_refused_host(f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> int:
+def output_refused_host(
+    f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> int:
     """The host's output peak when the GPU holding the output layer refuses the lm_head (_logits_fit), else 0."""
-    if lmap.output == CPU or lmap.output >= len(gpus) or _logits_fit(f, rc, gpus[lmap.output].max_tensor_bytes):
+    if (
+        lmap.output == CPU
+        or lmap.output >= len(gpus)
+        or _logits_fit(f, rc, gpus[lmap.output].max_tensor_bytes)
+    ):
         return 0
     return _output_on_host(f, _base_settings(f, rc))
 
@@ -641,9 +741,17 @@ def _vk_refuses_quantized_k(f: ModelFacts, rc: ResolvedConfig, backend: str) -> 
 def _kq_on_host(f: ModelFacts, rc: ResolvedConfig, s: ComputeSettings) -> int:
     """The host's share when a GPU's KQ product stays on the CPU: that attention (Q, KQ, the KQV output) and
     copies of the layer's K and V cache views (split inputs from the GPU's KV buffer), for the largest layer."""
-    return max((_attention(f, s, il) + layer_cell_bytes(f, il, rc.type_k, rc.type_v, flash_attn=False)
-                * _cells(f, s, il) * s.n_stream for il in _on_device(f, s) if _has_attention(f, il)),
-               default=0)  # fmt: skip
+    return max(
+        (
+            _attention(f, s, il)
+            + layer_cell_bytes(f, il, rc.type_k, rc.type_v, flash_attn=False)
+            * _cells(f, s, il)
+            * s.n_stream
+            for il in _on_device(f, s)
+            if _has_attention(f, il)
+        ),
+        default=0,
+    )
 
 
 def _copies_extra(f: ModelFacts, s: ComputeSettings, copies: int) -> int:
@@ -663,23 +771,36 @@ def _split_inputs(f: ModelFacts, s: ComputeSettings) -> int:
     """What a GPU's split copies in: the KQ masks, positions and K/V row indices, the output ids where it
     runs the output layer, and the incoming hidden state."""
     inputs = input_bytes(f, s)
-    copied = ("kq_mask", "k_idxs", "v_idxs", "k_rot", "v_rot", "inp_pos") + (("out_ids",) if s.holds_output else ())
-    return sum(v for k, v in inputs.items() if k.startswith(copied)) + _pad(F32 * f.n_embd * s.n_tokens,
-                                                                              ALIGNMENT[s.backend])
+    copied = ("kq_mask", "k_idxs", "v_idxs", "k_rot", "v_rot", "inp_pos") + (
+        ("out_ids",) if s.holds_output else ()
+    )
+    return sum(v for k, v in inputs.items() if k.startswith(copied)) + _pad(
+        F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend]
+    )
 
 
 def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
     return ComputeSettings(
-        n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_outputs_max, flash_attn=rc.flash_attn,
-        n_swa_seq=rc.n_swa_cells, n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=rc.type_k.name.lower(),
-        type_v=rc.type_v.name.lower(), kv_on_device=rc.kv_offload,
-        fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build), kv_idxs=since("kv_set_rows", rc.build),
-        inp_embd_input=since("inp_embd_both", rc.build), qkv_views=since("fused_qkv_views", rc.build),
+        n_ctx_seq=rc.n_ctx_seq,
+        n_ubatch=rc.n_ubatch,
+        n_outputs=rc.n_outputs_max,
+        flash_attn=rc.flash_attn,
+        n_swa_seq=rc.n_swa_cells,
+        n_stream=rc.n_stream,
+        n_seq_max=rc.n_seq_max,
+        type_k=rc.type_k.name.lower(),
+        type_v=rc.type_v.name.lower(),
+        kv_on_device=rc.kv_offload,
+        fa_f16_in_buffer=since("cuda_fa_f16_in_buffer", rc.build),
+        kv_idxs=since("kv_set_rows", rc.build),
+        inp_embd_input=since("inp_embd_both", rc.build),
+        qkv_views=since("fused_qkv_views", rc.build),
         mask_f16_input=since("fa_mask_f16", rc.build),
         mixed_input=since("mixed_batch", rc.build) and f.architecture not in NO_MIXED_BATCH_ARCHS,
-        attn_rot=since("attn_rot", rc.build), pooling=rc.pooling if rc.embeddings else "none",
+        attn_rot=since("attn_rot", rc.build),
+        pooling=rc.pooling if rc.embeddings else "none",
         pooling_per_seq=since("pooling_per_seq", rc.build),
-    )  # fmt: skip
+    )
 
 
 # Backends whose device has an offload_op hook that takes host-weight ops of a large batch:
@@ -689,8 +810,14 @@ def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
 OP_OFFLOAD_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
 
 
-def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...], backend: str, *,
-                       attention: bool = True) -> int:
+def op_offload_compute(
+    f: ModelFacts,
+    rc: ResolvedConfig,
+    layers: tuple[int, ...],
+    backend: str,
+    *,
+    attention: bool = True,
+) -> int:
     """The activations a GPU needs to run the host layers that op offload hands it.
 
     ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1): an op whose weight lives in a
@@ -700,17 +827,27 @@ def op_offload_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...
     follow their neighbours; GGML_SCHED_DEBUG=2 on Vulkan0 shows only the SET_ROWS into the host cache
     left on the CPU). The weights and the K/V views arrive as split inputs: the caller adds those.
     `attention` False: the device refuses the KQ product (too large), so attention stays on the host."""
-    s = replace(_base_settings(f, rc), backend=_kind(backend), layers=layers, holds_output=False,
-                holds_input=False, kv_on_device=attention)  # fmt: skip
+    s = replace(
+        _base_settings(f, rc),
+        backend=_kind(backend),
+        layers=layers,
+        holds_output=False,
+        holds_input=False,
+        kv_on_device=attention,
+    )
     return predict_compute(f, s).device
 
 
-def op_offload_host_compute(f: ModelFacts, rc: ResolvedConfig, backend: str, *, output: bool) -> int:
+def op_offload_host_compute(
+    f: ModelFacts, rc: ResolvedConfig, backend: str, *, output: bool
+) -> int:
     """The host's compute buffer once op offload has handed every host layer to a GPU: the graph inputs
     and the embedding rows (input leafs and GET_ROWS stay on the CPU, ggml_backend_sched_split_graph),
     and with `output` the lm_head the GPU does not take (its batch, n_outputs, is under the threshold)."""
     base = _base_settings(f, rc)
-    host = predict_compute(f, replace(base, backend=_kind(backend), layers=(), holds_output=False)).host
+    host = predict_compute(
+        f, replace(base, backend=_kind(backend), layers=(), holds_output=False)
+    ).host
     if output:
         host = max(host, predict_compute(f, replace(base, layers=(), holds_output=True)).device)
     return host
@@ -740,12 +877,20 @@ def compute_for_devices(
             out[d] = 0
             continue
         refused = lmap.output == d and not _logits_fit(f, rc, spec.max_tensor_bytes)
-        s = replace(base, backend=_kind(spec.backend), layers=layers, holds_output=lmap.output == d and not refused,
-                    holds_input=bool(lmap.layers) and lmap.layers[0] == d)
+        s = replace(
+            base,
+            backend=_kind(spec.backend),
+            layers=layers,
+            holds_output=lmap.output == d and not refused,
+            holds_input=bool(lmap.layers) and lmap.layers[0] == d,
+        )
         if not kq_fits(f, rc, spec.max_tensor_bytes):
             s = replace(s, kq_on_device=False)
         est = predict_compute(f, s)
-        out[d], host = est.device, max(host, est.host + (0 if s.kq_on_device else _kq_on_host(f, rc, s)))
+        out[d], host = (
+            est.device,
+            max(host, est.host + (0 if s.kq_on_device else _kq_on_host(f, rc, s))),
+        )
         if refused:
             host = max(host, _output_on_host(f, base))
         if s.kq_on_device and _vk_refuses_quantized_k(f, rc, spec.backend):
@@ -756,8 +901,12 @@ def compute_for_devices(
     cpu_layers = _layers_on(f, lmap, CPU)
     if not gpus or cpu_layers or lmap.output == CPU:
         first_on_cpu = not gpus or not lmap.layers or lmap.layers[0] == CPU
-        cpu = predict_compute(f, replace(base, layers=cpu_layers, holds_output=lmap.output == CPU,
-                                         holds_input=first_on_cpu)).device
+        cpu = predict_compute(
+            f,
+            replace(
+                base, layers=cpu_layers, holds_output=lmap.output == CPU, holds_input=first_on_cpu
+            ),
+        ).device
         host = max(host, cpu)
     out[CPU] = host
     return out
@@ -774,11 +923,17 @@ def nextn_compute(f: ModelFacts, s: ComputeSettings) -> int:
     t, e = s.n_tokens, F32 * f.n_embd * s.n_tokens
     inputs = input_bytes(f, s)
     n_caches = len(_caches(f, s))
-    if n_caches != 1:  # the MTP cache is one plain cache of the NextN layers: count one mask and index set
+    if (
+        n_caches != 1
+    ):  # the MTP cache is one plain cache of the NextN layers: count one mask and index set
         inputs = {k: v for k, v in inputs.items() if not k[-1].isdigit() or k.endswith("0")}
-        inputs["kq_mask0"] = _pad((2 if s.flash_attn else 4) * s.n_ctx_seq * t, ALIGNMENT[s.backend])
+        inputs["kq_mask0"] = _pad(
+            (2 if s.flash_attn else 4) * s.n_ctx_seq * t, ALIGNMENT[s.backend]
+        )
     il = f.n_layer
     peak, _ = _layer_peak(f, s, il)
     before_block = 4 * e  # tok_embd rows, e_norm, h_norm, concat (2E) alive at eh_proj
-    head = _output(f, s) - 4 * t - e  # result norm + logits (inp_tokens and inp_embd are inputs here)
+    head = (
+        _output(f, s) - 4 * t - e
+    )  # result norm + logits (inp_tokens and inp_embd are inputs here)
     return sum(inputs.values()) + _pad(e, ALIGNMENT[s.backend]) + max(peak, before_block, head)

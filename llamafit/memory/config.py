@@ -47,10 +47,13 @@ class LaunchConfig:
     load_mode: str = "auto"  # -lm (older builds: --mmap/--no-mmap, --mlock)
     cache_ram_mib: int = 8192  # -cram: the server's prompt cache in host RAM
     embeddings: bool = False  # --embedding(s) / --rerank (common_params::embedding)
-    pooling: str = ""  # --pooling none|mean|cls|last|rank ("": the GGUF's <arch>.pooling_type); --rerank: rank
+    # --pooling none|mean|cls|last|rank ("": the GGUF's <arch>.pooling_type); --rerank: rank
+    pooling: str = ""
     op_offload: bool = True  # --no-op-offload turns it off (common/arg.cpp: params.no_op_offload)
-    op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH (ggml-cuda.cu / ggml-vulkan.cpp device init)
-    repack: bool = True  # --repack / -nr --no-repack (common_params::no_extra_bufts): CPU_REPACK weights
+    # GGML_OP_OFFLOAD_MIN_BATCH (ggml-cuda.cu / ggml-vulkan.cpp device init)
+    op_offload_min_batch: int = 32
+    # --repack / -nr --no-repack (common_params::no_extra_bufts): CPU_REPACK weights
+    repack: bool = True
     no_host: bool = False  # --no-host: no GPU host buffer type ahead of the CPU's extra ones
     fit: bool = True  # -fit on|off
     fit_target_mib: tuple[int, ...] = (1024,)  # -fitt
@@ -64,8 +67,16 @@ def engine_defaults(engine: str) -> LaunchConfig:
     if engine == "llama-cpp-python":
         # llama_cpp.Llama(): n_ctx=512, n_batch=512, n_ubatch=512, n_gpu_layers=0, flash_attn
         # False, swa_full True (libllama's default), one sequence, no server prompt cache.
-        return LaunchConfig(n_ctx=512, flash_attn="off", n_gpu_layers=0, n_batch=512, n_parallel=1,
-                            swa_full=True, cache_ram_mib=0, fit=False)  # fmt: skip
+        return LaunchConfig(
+            n_ctx=512,
+            flash_attn="off",
+            n_gpu_layers=0,
+            n_batch=512,
+            n_parallel=1,
+            swa_full=True,
+            cache_ram_mib=0,
+            fit=False,
+        )
     if engine == "llama-cli":
         return LaunchConfig(n_parallel=1, cache_ram_mib=0)
     raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")

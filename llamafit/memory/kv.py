@@ -27,10 +27,17 @@ class KVCellCost:
         return self.full_bytes + self.swa_bytes
 
 
-def layer_cell_bytes(facts: ModelFacts, il: int, type_k: GGMLType, type_v: GGMLType, *, flash_attn: bool,
-                     v_less_mla: bool = True) -> int:  # fmt: skip
-    """K + V bytes of one cell of layer il (0 for layers without their own cache). `v_less_mla` False:
-    builds before PR #19067 also cached V (kv_lora_rank wide) for MLA models."""
+def layer_cell_bytes(
+    facts: ModelFacts,
+    il: int,
+    type_k: GGMLType,
+    type_v: GGMLType,
+    *,
+    flash_attn: bool,
+    v_less_mla: bool = True,
+) -> int:
+    """K + V bytes of one cell of layer il (0 for layers without their own cache). `v_less_mla`
+    False: builds before PR #19067 also cached V (kv_lora_rank wide) for MLA models."""
     if not facts.has_kv[il]:
         return 0
     k = type_k.row_size(facts.n_embd_k_gqa(il))
@@ -40,8 +47,11 @@ def layer_cell_bytes(facts: ModelFacts, il: int, type_k: GGMLType, type_v: GGMLT
     return k + type_v.row_size(v_width)
 
 
-def kv_cell_cost(facts: ModelFacts, type_k: GGMLType, type_v: GGMLType, *, flash_attn: bool) -> KVCellCost:
-    """Per-cell bytes of the non-SWA cache and of the SWA cache (llama_kv_cache_iswa splits them)."""
+def kv_cell_cost(
+    facts: ModelFacts, type_k: GGMLType, type_v: GGMLType, *, flash_attn: bool
+) -> KVCellCost:
+    """Per-cell bytes of the non-SWA cache and of the SWA cache (llama_kv_cache_iswa splits
+    them)."""
     full = swa = 0
     for il in range(facts.n_layer_all):
         b = layer_cell_bytes(facts, il, type_k, type_v, flash_attn=flash_attn)
@@ -52,13 +62,20 @@ def kv_cell_cost(facts: ModelFacts, type_k: GGMLType, type_v: GGMLType, *, flash
     return KVCellCost(full, swa)
 
 
-
-
-def swa_cells(n_ctx_seq: int, n_swa: int, n_seq: int, n_ubatch: int, *, unified: bool, swa_full: bool,
-              pad_to: int = 256) -> int:  # fmt: skip
+def swa_cells(
+    n_ctx_seq: int,
+    n_swa: int,
+    n_seq: int,
+    n_ubatch: int,
+    *,
+    unified: bool,
+    swa_full: bool,
+    pad_to: int = 256,
+) -> int:
     """SWA cache size per stream (src/llama-kv-cache-iswa.cpp):
-    PAD(min(n_ctx_seq, n_swa * (unified ? n_seq : 1) + n_ubatch), 256), or n_ctx_seq with --swa-full.
-    `pad_to` is the build's padding (resolve.BUILD_RULES: 256 now, none or 32/256 in older builds)."""
+    PAD(min(n_ctx_seq, n_swa * (unified ? n_seq : 1) + n_ubatch), 256), or n_ctx_seq with
+    --swa-full. `pad_to` is the build's padding (resolve.BUILD_RULES: 256 now, none or 32/256 in
+    older builds)."""
     if swa_full:
         return n_ctx_seq
     return pad(min(n_ctx_seq, n_swa * (n_seq if unified else 1) + n_ubatch), pad_to)

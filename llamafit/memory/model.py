@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, TypeVar
 
+from ..errors import InputError
+from ..facts.hparams import ModelFacts
+from ..facts.tensor_names import is_dense_ffn, is_expert, is_output_layer
+from ..machine.devices import DeviceSpec
+from ..reader.ggml_types import GGMLType
+from ..units import MIB
 from .compute import (
     OP_OFFLOAD_BACKENDS,
     compute_for_devices,
@@ -23,10 +29,6 @@ from .compute import (
     op_offload_host_compute,
     output_refused_host,
 )
-from ..machine.devices import DeviceSpec
-from ..errors import InputError
-from ..facts.hparams import ModelFacts
-from ..reader.ggml_types import GGMLType
 from .kv import layer_cell_bytes
 from .placement import (
     CPU,
@@ -42,22 +44,35 @@ from .placement import (
 )
 from .repack import repacked_bytes
 from .resolve import ConfigError, ResolvedConfig, since
-from ..facts.tensor_names import is_dense_ffn, is_expert, is_output_layer
-from ..units import MIB
 
 if TYPE_CHECKING:
     from .side_models import SideUsage
 
 _T = TypeVar("_T")
-# (largest host weight op offload copies, smallest routed ffn_down among them, host layers, refused, output)
+# (largest host weight op offload copies, smallest routed ffn_down among them, host layers, refused,
+# output)
 _OffloadScan = tuple[int, int | None, tuple[int, ...], bool, int]
 # per block, op offload's kinds of weights (MemoryModel._offload_parts, _host_ffn_kinds)
 FIXED, FREE, EXP, DENSE, BOTH = range(5)
-_OffloadParts = tuple[tuple[tuple[tuple[int, int | None] | None, ...], ...], frozenset[int], int, int]
+
+
+def _ffn_kind(expert: bool, dense: bool) -> int | None:
+    """The part of a layer's FFN weights: BOTH, EXP or DENSE; None for a layer with neither."""
+    if expert and dense:
+        return BOTH
+    if expert:
+        return EXP
+    return DENSE if dense else None
+
+
+_OffloadParts = tuple[
+    tuple[tuple[tuple[int, int | None] | None, ...], ...], frozenset[int], int, int
+]
 MEMO_SIZE = 4096  # MemoryModel._remember: entries per model before it starts over
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
-PADDED_BACKENDS = frozenset({"cuda", "rocm"})  # ggml-cuda (HIP too): row padding + 128-byte alignment
+# ggml-cuda (HIP too): row padding + 128-byte alignment
+PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 # backends whose devices have a host buffer type (ggml_backend_dev_host_buffer_type: ggml-cuda.cu,
 # ggml-vulkan.cpp, ggml-sycl.cpp); Metal's and RPC's are NULL
 HOST_BUFFER_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
@@ -77,15 +92,27 @@ class DeviceUsage:
     compute_bytes: int
     output_bytes: int
     reserve_bytes: int
-    overhead_bytes: int = 0  # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
-    pinned_bytes: int = 0  # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
+    # CUDA context + cuBLAS workspace (DeviceSpec.overhead_bytes), apart from the reserve
+    overhead_bytes: int = 0
+    # host only: the part in the GPU backend's pinned host buffers (CUDA_Host, ROCm_Host)
+    pinned_bytes: int = 0
     side_bytes: int = 0  # draft model, MTP context, projector on this device (side_models.py)
-    repack_bytes: int = 0  # host only: the part of weights_bytes in the CPU_REPACK buffer (repack.py)
+    repack_bytes: int = (
+        0  # host only: the part of weights_bytes in the CPU_REPACK buffer (repack.py)
+    )
 
     @property
     def used_bytes(self) -> int:
-        return (self.weights_bytes + self.kv_bytes + self.recurrent_bytes + self.compute_bytes
-                + self.output_bytes + self.reserve_bytes + self.overhead_bytes + self.side_bytes)  # fmt: skip
+        return (
+            self.weights_bytes
+            + self.kv_bytes
+            + self.recurrent_bytes
+            + self.compute_bytes
+            + self.output_bytes
+            + self.reserve_bytes
+            + self.overhead_bytes
+            + self.side_bytes
+        )
 
     @property
     def free_after_bytes(self) -> int | None:
@@ -108,14 +135,21 @@ class Breakdown:
         """What `d` must hold in memory. With GPUs, the host's memory-mapped weights may page from
         disk (slow, but it runs); KV, recurrent state, compute and output buffers are allocated and
         cannot. Without a GPU everything counts: paging weights per token would not be a plan."""
-        paged = d.kind == "host" and self.host_weights_mapped and any(x.kind == "gpu" for x in self.devices)
+        paged = (
+            d.kind == "host"
+            and self.host_weights_mapped
+            and any(x.kind == "gpu" for x in self.devices)
+        )
         return d.used_bytes - (d.weights_bytes if paged else 0)
 
     @property
     def short(self) -> tuple[tuple[DeviceUsage, int], ...]:
         """(device, bytes short) for every device that cannot hold what it must."""
-        return tuple((d, self.hard_bytes(d) - d.usable_bytes) for d in self.devices
-                     if d.usable_bytes is not None and self.hard_bytes(d) > d.usable_bytes)  # fmt: skip
+        return tuple(
+            (d, self.hard_bytes(d) - d.usable_bytes)
+            for d in self.devices
+            if d.usable_bytes is not None and self.hard_bytes(d) > d.usable_bytes
+        )
 
     @property
     def fits(self) -> bool:
@@ -159,7 +193,9 @@ def _tensor_sizes(facts: ModelFacts) -> list[tuple[str, int, int]]:
     out = []
     for t in facts.tensors:
         if not is_skipped(facts, t.name):
-            out.append((t.name, t.n_bytes, cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes)))
+            out.append(
+                (t.name, t.n_bytes, cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes))
+            )
     return out
 
 
@@ -199,8 +235,11 @@ class MemoryModel:
         self.tied_raw = embd.n_bytes if tied and embd else 0
         self.tied_padded = 0
         if tied and embd:
-            self.tied_padded = cuda_alloc_size(GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes)
-        # weights whose probe op is large, largest first (only these can meet a device's tensor limit)
+            self.tied_padded = cuda_alloc_size(
+                GGMLType.of(embd.ggml_type), embd.shape, embd.n_bytes
+            )
+        # weights whose probe op is large, largest first (only these can meet a device's tensor
+        # limit)
         used = facts.moe.n_expert_used if facts.moe else 1
         shapes = {t.name: t.shape for t in facts.tensors}
         probes = []
@@ -209,39 +248,74 @@ class MemoryModel:
                 continue  # the input layer lives on the host
             il = tensor_layer(name)
             probe = op_probe_bytes(shapes[name], raw, used, is_expert(name))
-            if name == "token_embd.weight":  # the tied output's copy, probed as a matmul on the output layer
+            if (
+                name == "token_embd.weight"
+            ):  # the tied output's copy, probed as a matmul on the output layer
                 name, il, raw, padded = "output.weight(tied)", None, self.tied_raw, self.tied_padded
             probes.append((probe, name, il, raw, padded))
         self.probes = sorted(probes, reverse=True)
-        # per probe, its name's classes (the tensor-name regexes run once per model, not per estimate):
-        # routed expert, dense FFN, an expert's ffn_down (_displaced), placed with the output layer
-        self._classes = [(is_expert(name), is_dense_ffn(name), is_expert(name) and "down" in name,
-                          is_output_layer(name) or name.endswith("(tied)")) for _, name, *_ in self.probes]  # fmt: skip
-        self._memo: dict[tuple[object, ...], object] = {}  # what depends on the placement, not on the context
-        probe_names = [n for _, name, *_ in self.probes for n in (name, name.removesuffix("(tied)"))]
-        self._names = tuple(dict.fromkeys([n for n, _, _ in self.tensors] + probe_names))  # what -ot rules meet
-        self.recurrent_prefix = _prefix([int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)])
+        # per probe, its name's classes (the tensor-name regexes run once per model, not per
+        # estimate): routed expert, dense FFN, an expert's ffn_down (_displaced), placed with the
+        # output layer
+        self._classes = [
+            (
+                is_expert(name),
+                is_dense_ffn(name),
+                is_expert(name) and "down" in name,
+                is_output_layer(name) or name.endswith("(tied)"),
+            )
+            for _, name, *_ in self.probes
+        ]
+        self._memo: dict[
+            tuple[object, ...], object
+        ] = {}  # what depends on the placement, not on the context
+        probe_names = [
+            n for _, name, *_ in self.probes for n in (name, name.removesuffix("(tied)"))
+        ]
+        # what -ot rules meet
+        self._names = tuple(dict.fromkeys([n for n, _, _ in self.tensors] + probe_names))
+        self.recurrent_prefix = _prefix(
+            [int(il < facts.n_layer and r) for il, r in enumerate(facts.is_recurrent)]
+        )
 
     @lru_cache(maxsize=64)  # noqa: B019 - one model object lives as long as its plans
-    def cell_prefix(self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool,
-                    v_less_mla: bool = True) -> tuple[list[int], list[int]]:  # fmt: skip
+    def cell_prefix(
+        self, type_k: GGMLType, type_v: GGMLType, flash_attn: bool, v_less_mla: bool = True
+    ) -> tuple[list[int], list[int]]:
         """Prefix sums over blocks of KV bytes per cell: (full-attention layers, SWA layers)."""
-        cells = [layer_cell_bytes(self.facts, il, type_k, type_v, flash_attn=flash_attn, v_less_mla=v_less_mla)
-                 for il in range(self.facts.n_layer_all)]  # fmt: skip
+        cells = [
+            layer_cell_bytes(
+                self.facts, il, type_k, type_v, flash_attn=flash_attn, v_less_mla=v_less_mla
+            )
+            for il in range(self.facts.n_layer_all)
+        ]
         swa = self.facts.swa.is_swa
-        return (_prefix([b if not swa[il] else 0 for il, b in enumerate(cells)]),
-                _prefix([b if swa[il] else 0 for il, b in enumerate(cells)]))  # fmt: skip
+        return (
+            _prefix([b if not swa[il] else 0 for il, b in enumerate(cells)]),
+            _prefix([b if swa[il] else 0 for il, b in enumerate(cells)]),
+        )
 
     def _sum(self, col: int, a: int, b: int) -> int:
         p = self.prefix[col]
         return p[b] - p[a] if b > a else 0
 
-    def estimate(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], host: DeviceSpec, *,
-                 reserve_bytes: int = DEFAULT_RESERVE_BYTES, compute_scale: float = 1.0) -> Breakdown:  # fmt: skip
+    def estimate(
+        self,
+        rc: ResolvedConfig,
+        gpus: Sequence[DeviceSpec],
+        host: DeviceSpec,
+        *,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+        compute_scale: float = 1.0,
+    ) -> Breakdown:
         """Bytes per device for this configuration (GPUs in order, then the host)."""
         gpus = _active_gpus(rc, gpus)
-        lmap = layer_map(self.facts.n_layer_all, rc.n_gpu_layers, self._points(rc, gpus),
-                         since("ngl_output_first", rc.build))  # fmt: skip
+        lmap = layer_map(
+            self.facts.n_layer_all,
+            rc.n_gpu_layers,
+            self._points(rc, gpus),
+            since("ngl_output_first", rc.build),
+        )
         weights = self._weights(rc, lmap, gpus)
         moved = self._keep_oversized_on_host(weights, rc, lmap, gpus)
         repack = self._repack(rc, lmap, gpus, host.cpu_features, moved)
@@ -252,37 +326,71 @@ class MemoryModel:
         self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
         if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
             compute = {d: int(v * compute_scale) for d, v in compute.items()}
-        output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4  # output_reserve(n_seq_max): F32 logits
+        # output_reserve(n_seq_max): F32 logits
+        output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4
         rows = []
         for d, spec in enumerate(gpus):
-            rows.append(DeviceUsage(spec.name, "gpu", spec.total_bytes, spec.usable_bytes, weights[d], kv[d], rs[d],
-                                    compute[d], 0, reserve_bytes, spec.overhead_bytes))  # fmt: skip
+            rows.append(
+                DeviceUsage(
+                    spec.name,
+                    "gpu",
+                    spec.total_bytes,
+                    spec.usable_bytes,
+                    weights[d],
+                    kv[d],
+                    rs[d],
+                    compute[d],
+                    0,
+                    reserve_bytes,
+                    spec.overhead_bytes,
+                )
+            )
         host_reserve = 0 if gpus else reserve_bytes
         host_usable = host.usable_bytes
         if host_usable is not None and any(g.backend == "metal" for g in gpus):
-            host_usable -= sum(r.used_bytes for r in rows)  # unified memory: the GPU's share is host RAM too
+            # unified memory: the GPU's share is host RAM too
+            host_usable -= sum(r.used_bytes for r in rows)
         mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
         pinned = 0
         if any(g.backend in PADDED_BACKENDS for g in gpus):
-            # the CPU backend's compute buffer and the output buffer use the first GPU's host buffer type
-            # (llama_context ctor / output_reserve, src/llama-context.cpp); unmapped CPU weights go there
-            # too (load_tensors: cpu_buft_list starts with the host buffer type of the first device)
+            # the CPU backend's compute buffer and the output buffer use the first GPU's host buffer
+            # type (llama_context ctor / output_reserve, src/llama-context.cpp); unmapped CPU
+            # weights go there too (load_tensors: cpu_buft_list starts with the host buffer type of
+            # the first device)
             pinned = compute[CPU] + output + (0 if mapped else weights[CPU])
-        rows.append(DeviceUsage(host.name, "host", host.total_bytes, host_usable, weights[CPU], kv[CPU],
-                                rs[CPU], compute[CPU], output, host_reserve, 0, pinned,
-                                repack_bytes=repack))  # fmt: skip
+        rows.append(
+            DeviceUsage(
+                host.name,
+                "host",
+                host.total_bytes,
+                host_usable,
+                weights[CPU],
+                kv[CPU],
+                rs[CPU],
+                compute[CPU],
+                output,
+                host_reserve,
+                0,
+                pinned,
+                repack_bytes=repack,
+            )
+        )
         return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
 
     def _points(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[float, ...]:
         if not gpus:
             return ()
         if rc.tensor_split and any(rc.tensor_split):
-            fractions = [rc.tensor_split[i] if i < len(rc.tensor_split) else 0.0 for i in range(len(gpus))]
+            fractions = [
+                rc.tensor_split[i] if i < len(rc.tensor_split) else 0.0 for i in range(len(gpus))
+            ]
         else:  # llama.cpp splits by each device's free memory
             fractions = [float(g.usable_bytes or 1) for g in gpus]
         return split_points(fractions)
 
-    def _weights(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
+    def _weights(
+        self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+    ) -> dict[int, int]:
         if rc.overrides:
             return self._weights_by_tensor(rc, lmap, gpus)
         padded = [g.backend in PADDED_BACKENDS for g in gpus]
@@ -295,13 +403,16 @@ class MemoryModel:
             if dev == CPU:
                 continue
             moe_end, ffn_end = min(b, n_moe), min(b, rc.n_cpu_ffn)
-            out[dev] -= self._sum(EXPERTS + pad, a, moe_end) + self._sum(DENSE_FFN + pad, a, ffn_end)
+            out[dev] -= self._sum(EXPERTS + pad, a, moe_end) + self._sum(
+                DENSE_FFN + pad, a, ffn_end
+            )
             out[CPU] += self._sum(EXPERTS, a, moe_end) + self._sum(DENSE_FFN, a, ffn_end)
         self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
         return out
 
-    def _keep_oversized_on_host(self, out: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
-                                gpus: Sequence[DeviceSpec]) -> tuple[str, ...]:  # fmt: skip
+    def _keep_oversized_on_host(
+        self, out: dict[int, int], rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+    ) -> tuple[str, ...]:
         """Move to the host each weight whose probe op exceeds its device's max_tensor_bytes; their names."""
         limits = [g.max_tensor_bytes for g in gpus if g.max_tensor_bytes is not None]
         moved: list[str] = []
@@ -320,8 +431,13 @@ class MemoryModel:
             if targets is not None and targets[i] is not None:
                 continue  # an override names its buffer type; llama.cpp does not probe it
             expert, dense, _down, with_output = self._classes[i]
-            dev = lmap.layers[il] if il is not None else lmap.output if with_output else CPU
-            if dev == CPU or (il is not None and ((expert and il < n_moe) or (dense and il < rc.n_cpu_ffn))):
+            if il is not None:
+                dev = lmap.layers[il]
+            else:
+                dev = lmap.output if with_output else CPU
+            if dev == CPU or (
+                il is not None and ((expert and il < n_moe) or (dense and il < rc.n_cpu_ffn))
+            ):
                 continue
             limit = gpus[dev].max_tensor_bytes
             if limit is None or probe <= limit:
@@ -329,11 +445,19 @@ class MemoryModel:
             out[dev] -= padded if gpus[dev].backend in PADDED_BACKENDS else raw
             moved.append(name)
             if not (il is None and name.endswith("(tied)") and mapped):
-                out[CPU] += raw  # a mapped tied copy shares token_embd's pages (one CPU_Mapped range)
+                out[CPU] += (
+                    raw  # a mapped tied copy shares token_embd's pages (one CPU_Mapped range)
+                )
         return tuple(moved)
 
-    def _repack(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
-                features: frozenset[str], moved: tuple[str, ...]) -> int:  # fmt: skip
+    def _repack(
+        self,
+        rc: ResolvedConfig,
+        lmap: LayerMap,
+        gpus: Sequence[DeviceSpec],
+        features: frozenset[str],
+        moved: tuple[str, ...],
+    ) -> int:
         """The CPU_REPACK buffer (memory/repack.py): host weights with a repacked layout for this CPU.
 
         src/llama-model.cpp make_cpu_buft_list puts the first GPU host buffer type (CUDA_Host,
@@ -357,6 +481,7 @@ class MemoryModel:
     def _repack_sizes(self, features: frozenset[str]) -> dict[str, int]:
         """Per weight name, its CPU_REPACK bytes on a CPU with `features` (only weights that repack);
         a tied output's copy of token_embd is "output.weight(tied)", probed as the output it is."""
+
         def make() -> dict[str, int]:
             types = {t.name: t for t in self.facts.tensors}
             out = {}
@@ -367,16 +492,22 @@ class MemoryModel:
                     out[name] = size
             embd = types.get("token_embd.weight")
             if self.tied_raw and embd is not None:
-                size = repacked_bytes("output.weight", GGMLType.of(embd.ggml_type).name, embd.shape, self.tied_raw,
-                                      features)  # fmt: skip
+                size = repacked_bytes(
+                    "output.weight",
+                    GGMLType.of(embd.ggml_type).name,
+                    embd.shape,
+                    self.tied_raw,
+                    features,
+                )
                 if size:
                     out["output.weight(tied)"] = size
             return out
 
         return self.remember(("repack sizes", features), make)
 
-    def _repack_on_host(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec],
-                        sizes: dict[str, int]) -> int:  # fmt: skip
+    def _repack_on_host(
+        self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec], sizes: dict[str, int]
+    ) -> int:
         names = {g.name.lower(): i for i, g in enumerate(gpus)}
         targets = self.override_targets(rc.all_overrides) if rc.all_overrides else {}
         total = 0
@@ -395,35 +526,49 @@ class MemoryModel:
             total += size if dev == CPU else 0
         return total
 
-    def _op_offload(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
-                    gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
+    def _op_offload(
+        self,
+        compute: dict[int, int],
+        rc: ResolvedConfig,
+        lmap: LayerMap,
+        gpus: Sequence[DeviceSpec],
+    ) -> None:
         """Room in the first offloading GPU's compute buffer for the host-weight ops it takes over.
 
         ggml/src/ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1 of
-        ggml_backend_sched_split_graph): an op reading a weight in a host buffer goes to the first backend
-        that supports it (supports_op: Vulkan rejects a src or dst over maxStorageBufferRange) and whose
-        offload_op accepts its batch (ggml_backend_{cuda,vk}_device_offload_op: get_op_batch_size =
-        ne[1] of MUL_MAT, ne[2] of MUL_MAT_ID, rows otherwise, 0 for GET_ROWS; at least
-        op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH). Pass 2 expands the GPU over the
-        neighbours (norms, RoPE, FLASH_ATTN_EXT or the KQ product and soft_max), so a host layer runs on
-        the GPU whole; only the SET_ROWS into the host KV cache stays (its destination is pre-allocated).
-        Pass 5 copies each host weight in as a split input at the start of its own split (need_new_split)
-        and ggml-alloc frees the copy after its one reader; the layer's K/V cache views are copied in for
-        the attention the same way, and with them, once, the KQ mask's copy, which later layers reuse and
-        so stays alive to the last attention. ggml_dyn_tallocr_alloc places blocks best-fit and grows only
-        the last one: when no hole below fits the mask, it lands above the first layer's K/V views and
-        their space stays a hole under it, below every later weight copy that does not fit there. So the
-        GPU's buffer holds: the activations of one host layer (run on the GPU, attention included unless
-        its KQ product is over the device's tensor limit), its largest weight copy, its K/V views, and two
-        n_embd x n_tokens F32 rows of the holes those short-lived copies leave between the activations.
-        An upper bound, not the allocator's replay: measured on Vulkan0 (scripts/bench_op_offload.py, 25
-        starts) never under, median +14 %; the Granite 1B-A400M shape stacks copy and views (-ngl 0 -ub 32:
-        22.00 MiB real, 23.50 predicted), the Llama 3.2 1B shape finds the mask a lower hole (+45 %).
-        The output layer on the host: the lm_head matmul (batch = the reserve graph's n_outputs) is taken
-        the same way, with the output matrix's copy, the normed rows and the logits in the GPU's buffer.
+        ggml_backend_sched_split_graph): an op reading a weight in a host buffer goes to the first
+        backend that supports it (supports_op: Vulkan rejects a src or dst over
+        maxStorageBufferRange) and whose offload_op accepts its batch
+        (ggml_backend_{cuda,vk}_device_offload_op: get_op_batch_size = ne[1] of MUL_MAT, ne[2] of
+        MUL_MAT_ID, rows otherwise, 0 for GET_ROWS; at least op_offload_min_batch_size, 32 unless
+        GGML_OP_OFFLOAD_MIN_BATCH). Pass 2 expands the GPU over the neighbours (norms, RoPE,
+        FLASH_ATTN_EXT or the KQ product and soft_max), so a host layer runs on the GPU whole; only
+        the SET_ROWS into the host KV cache stays (its destination is pre-allocated). Pass 5 copies
+        each host weight in as a split input at the start of its own split (need_new_split) and
+        ggml-alloc frees the copy after its one reader; the layer's K/V cache views are copied in
+        for the attention the same way, and with them, once, the KQ mask's copy, which later layers
+        reuse and so stays alive to the last attention. ggml_dyn_tallocr_alloc places blocks
+        best-fit and grows only the last one: when no hole below fits the mask, it lands above the
+        first layer's K/V views and their space stays a hole under it, below every later weight copy
+        that does not fit there. So the GPU's buffer holds: the activations of one host layer (run
+        on the GPU, attention included unless its KQ product is over the device's tensor limit), its
+        largest weight copy, its K/V views, and two n_embd x n_tokens F32 rows of the holes those
+        short-lived copies leave between the activations. An upper bound, not the allocator's
+        replay: measured on Vulkan0 (scripts/bench/bench_op_offload.py, 25 starts) never under,
+        median +14 %; the Granite 1B-A400M shape stacks copy and views (-ngl 0 -ub 32: 22.00 MiB
+        real, 23.50 predicted), the Llama 3.2 1B shape finds the mask a lower hole (+45 %). The
+        output layer on the host: the lm_head matmul (batch = the reserve graph's n_outputs) is
+        taken the same way, with the output matrix's copy, the normed rows and the logits in the
+        GPU's buffer.
         """
-        if not rc.op_offload or not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn
-                                     or lmap.output == CPU or CPU in lmap.layers):  # fmt: skip
+        if not rc.op_offload or not (
+            rc.overrides
+            or rc.cpu_moe
+            or rc.n_cpu_moe
+            or rc.n_cpu_ffn
+            or lmap.output == CPU
+            or CPU in lmap.layers
+        ):
             return  # every weight is on a GPU: nothing to offload
         threshold = max(rc.op_offload_min_batch, 1)
         b = next((i for i, g in enumerate(gpus) if g.backend in OP_OFFLOAD_BACKENDS), None)
@@ -437,7 +582,11 @@ class MemoryModel:
         layers_on = n_tokens >= threshold
         key = ("offload", lmap, n_moe, rc.n_cpu_ffn, rules, limit, layers_on, n_out >= threshold)
         weight, down, host_layers, refused, output = self.remember(
-            key, lambda: self._offload_scan(lmap, n_moe, rc.n_cpu_ffn, rules, limit, layers_on, n_out >= threshold))
+            key,
+            lambda: self._offload_scan(
+                lmap, n_moe, rc.n_cpu_ffn, rules, limit, layers_on, n_out >= threshold
+            ),
+        )
         product = self._displaced(down, n_tokens)
         need = compute[b]
         e_rows = 2 * 4 * self.facts.n_embd * n_tokens
@@ -448,32 +597,61 @@ class MemoryModel:
             if attention:  # the K/V views of one layer's cache, copied in for its attention
                 deltas = self._cell_deltas(layers, rc.type_k, rc.type_v, rc.flash_attn)
                 views = max(f * rc.n_ctx_seq + w * rc.n_swa_cells for f, w in deltas) * rc.n_stream
-            need = max(need, op_offload_compute(self.facts, rc, layers, gpus[b].backend, attention=attention)
-                       + weight + views + e_rows)  # fmt: skip
+            need = max(
+                need,
+                op_offload_compute(self.facts, rc, layers, gpus[b].backend, attention=attention)
+                + weight
+                + views
+                + e_rows,
+            )
         elif weight:  # the GPU's own layers read the copy (-ot exps=CPU, --n-cpu-moe)
             need += weight + product + e_rows
-        if output:  # at the lm_head: the matrix's copy, result_norm and the logits [n_vocab, n_outputs] F32
+        if (
+            output
+        ):  # at the lm_head: the matrix's copy, result_norm and the logits [n_vocab, n_outputs] F32
             need = max(need, output + 4 * n_out * (self.facts.n_vocab + 2 * self.facts.n_embd))
         compute[b] = need
-        cpu_layers = any(d == CPU for d in lmap.layers[:self.facts.n_layer])
-        if (weight or output) and not refused and (not cpu_layers or (layers_on and attention and host_layers)):
+        cpu_layers = any(d == CPU for d in lmap.layers[: self.facts.n_layer])
+        if (
+            (weight or output)
+            and not refused
+            and (not cpu_layers or (layers_on and attention and host_layers))
+        ):
             # nothing but inputs (and an lm_head the GPU does not take) is left to run on the host
             keep = lmap.output == CPU and not output
             host = op_offload_host_compute(self.facts, rc, gpus[b].backend, output=keep)
-            if host_layers:  # the SET_ROWS into the host cache read copies of one layer's Kcur and Vcur
-                host += max(self._kv_row_copies(n_tokens, il) for il in self._kv_widths(host_layers))
-            compute[CPU] = max(min(compute[CPU], host), output_refused_host(self.facts, rc, lmap, gpus))
+            if (
+                host_layers
+            ):  # the SET_ROWS into the host cache read copies of one layer's Kcur and Vcur
+                host += max(
+                    self._kv_row_copies(n_tokens, il) for il in self._kv_widths(host_layers)
+                )
+            compute[CPU] = max(
+                min(compute[CPU], host), output_refused_host(self.facts, rc, lmap, gpus)
+            )
 
-    def _offload_scan(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
-                      limit: int | None, layers_on: bool, outputs_on: bool) -> _OffloadScan:  # fmt: skip
-        """The weights op offload copies to the GPU, for one placement: (the largest host weight a GPU op reads,
-        the smallest routed ffn_down among them or None, the host layers whose ops the GPU runs, whether a
-        host layer's weight is refused by the GPU (too large), the host output matrix's bytes)."""
+    def _offload_scan(
+        self,
+        lmap: LayerMap,
+        n_moe: int,
+        n_cpu_ffn: int,
+        rules: tuple[tuple[str, str], ...],
+        limit: int | None,
+        layers_on: bool,
+        outputs_on: bool,
+    ) -> _OffloadScan:
+        """The weights op offload copies to the GPU, for one placement: (the largest host weight a
+        GPU op reads, the smallest routed ffn_down among them or None, the host layers whose ops the
+        GPU runs, whether a host layer's weight is refused by the GPU (too large), the host output
+        matrix's bytes)."""
         parts, refused_layers, out_fixed, out_free = self.remember(
-            ("offload_parts", rules, limit), lambda: self._offload_parts(rules, limit))
+            ("offload_parts", rules, limit), lambda: self._offload_parts(rules, limit)
+        )
         # a host layer's weight whose op the GPU cannot take: the host keeps that op's activations
         refused = any(lmap.layers[il] == CPU for il in refused_layers)
-        output = max(out_fixed, out_free if lmap.output == CPU else 0) if outputs_on else 0
+        output = 0
+        if outputs_on:
+            output = max(out_fixed, out_free if lmap.output == CPU else 0)
         weight, down, host_layers = 0, None, []
         found: tuple[tuple[int, int | None] | None, ...]
         if layers_on:
@@ -483,8 +661,12 @@ class MemoryModel:
                     if fixed or free:
                         host_layers.append(il)
                 else:
-                    found = (fixed, exp if il < n_moe else None, dense if il < n_cpu_ffn else None,
-                             both if il < n_moe or il < n_cpu_ffn else None)  # fmt: skip
+                    found = (
+                        fixed,
+                        exp if il < n_moe else None,
+                        dense if il < n_cpu_ffn else None,
+                        both if il < n_moe or il < n_cpu_ffn else None,
+                    )
                 for part in found:
                     if part:
                         weight = max(weight, part[0])
@@ -492,18 +674,25 @@ class MemoryModel:
                             down = part[1] if down is None else min(down, part[1])
         return weight, down, tuple(host_layers), refused, output
 
-    def _offload_parts(self, rules: tuple[tuple[str, str], ...], limit: int | None) -> _OffloadParts:
-        """The weights a GPU's ops may read (probe op within `limit`), once per rule set and limit: per block
-        (up to n_layer_all), (largest bytes, smallest routed ffn_down bytes or None) of those an -ot rule puts
-        on the CPU, of those no rule places (on the host with a host layer), and of these the routed experts,
-        the dense FFN matrices, and the ones that are both; the blocks (< n_layer) with a weight over the
-        limit; the largest output matrix an -ot rule puts on the CPU, and the largest no rule places."""
+    def _offload_parts(
+        self, rules: tuple[tuple[str, str], ...], limit: int | None
+    ) -> _OffloadParts:
+        """The weights a GPU's ops may read (probe op within `limit`), once per rule set and limit:
+        per block (up to n_layer_all), (largest bytes, smallest routed ffn_down bytes or None) of
+        those an -ot rule puts on the CPU, of those no rule places (on the host with a host layer),
+        and of these the routed experts, the dense FFN matrices, and the ones that are both; the
+        blocks (< n_layer) with a weight over the limit; the largest output matrix an -ot rule puts
+        on the CPU, and the largest no rule places."""
         targets = self._targets(rules)[1] if rules else None
-        parts: list[list[tuple[int, int | None] | None]] = [[None] * 5 for _ in range(self.facts.n_layer_all)]
+        parts: list[list[tuple[int, int | None] | None]] = [
+            [None] * 5 for _ in range(self.facts.n_layer_all)
+        ]
         refused: set[int] = set()
         out_fixed = out_free = 0
         for i, (probe, name, il, raw, _padded) in enumerate(self.probes):
-            if limit is not None and probe > limit:  # supports_op refuses it: the op stays on the host
+            if (
+                limit is not None and probe > limit
+            ):  # supports_op refuses it: the op stays on the host
                 if il is not None and il < self.facts.n_layer:
                     refused.add(il)
                 continue
@@ -519,39 +708,61 @@ class MemoryModel:
             if il >= self.facts.n_layer_all or (target is not None and not on_cpu):
                 continue
             expert, dense, expert_down, _with_output = self._classes[i]
-            kinds = [FIXED] if on_cpu else [FREE] + (
-                [BOTH] if expert and dense else [EXP] if expert else [DENSE] if dense else [])  # fmt: skip
+            kinds = [FIXED]
+            if not on_cpu:
+                ffn = _ffn_kind(expert, dense)
+                kinds = [FREE] if ffn is None else [FREE, ffn]
             for kind in kinds:
                 part = parts[il][kind]
                 small = raw if expert_down else None
                 if part is None:
                     parts[il][kind] = (raw, small)
                 else:
-                    least = part[1] if small is None else small if part[1] is None else min(part[1], small)
+                    if small is None:
+                        least = part[1]
+                    elif part[1] is None:
+                        least = small
+                    else:
+                        least = min(part[1], small)
                     parts[il][kind] = (max(part[0], raw), least)
         return tuple(tuple(p) for p in parts), frozenset(refused), out_fixed, out_free
 
-    def _targets(self, rules: tuple[tuple[str, str], ...]) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
-        """The -ot buffer type of each probe's tensor, by its name and by its name without "(tied)"."""
+    def _targets(
+        self, rules: tuple[tuple[str, str], ...]
+    ) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
+        """The -ot buffer type of each probe's tensor, by its name and by its name without
+        "(tied)"."""
+
         def make() -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
             found = self.override_targets(rules)
             names = [name for _, name, *_ in self.probes]
-            return tuple(found[n] for n in names), tuple(found[n.removesuffix("(tied)")] for n in names)
+            return tuple(found[n] for n in names), tuple(
+                found[n.removesuffix("(tied)")] for n in names
+            )
+
         return self.remember(("targets", rules), make)
 
     def override_targets(self, rules: tuple[tuple[str, str], ...]) -> dict[str, str | None]:
-        """placement.override_target for every tensor name (and each probe's name, with and without "(tied)")
-        under these rules, once per rule set: each rule's matches are found once per model (the rules that
-        --n-cpu-moe / --n-cpu-ffn write, one per block, from an index of the block numbers in the names)."""
+        """placement.override_target for every tensor name (and each probe's name, with and without
+        "(tied)") under these rules, once per rule set: each rule's matches are found once per model
+        (the rules that --n-cpu-moe / --n-cpu-ffn write, one per block, from an index of the block
+        numbers in the names)."""
+
         def make() -> dict[str, str | None]:
             out: dict[str, str | None] = dict.fromkeys(self._names)
             left = set(self._names)
-            for rx, buft in rules:  # every rule is checked (InputError for the first bad one), as _compiled does
+            for (
+                rx,
+                buft,
+            ) in (
+                rules
+            ):  # every rule is checked (InputError for the first bad one), as _compiled does
                 hit = self.remember(("rule", rx), partial(self._rule_matches, rx)) & left
                 for n in hit:
                     out[n] = buft
                 left -= hit
             return out
+
         return self.remember(("override_targets", rules), make)
 
     def _rule_matches(self, rx: str) -> frozenset[str]:
@@ -564,21 +775,28 @@ class MemoryModel:
         found = checked_regex(rx)
         return frozenset(n for n in self._names if found.search(n))
 
-    def _cell_deltas(self, layers: tuple[int, ...], type_k: GGMLType, type_v: GGMLType,
-                     flash_attn: bool) -> tuple[tuple[int, int], ...]:  # fmt: skip
+    def _cell_deltas(
+        self, layers: tuple[int, ...], type_k: GGMLType, type_v: GGMLType, flash_attn: bool
+    ) -> tuple[tuple[int, int], ...]:
         """The distinct (full-attention, SWA) KV bytes per cell of these layers."""
+
         def make() -> tuple[tuple[int, int], ...]:
             full, swa = self.cell_prefix(type_k, type_v, flash_attn)
-            return tuple(dict.fromkeys((full[il + 1] - full[il], swa[il + 1] - swa[il]) for il in layers))
+            return tuple(
+                dict.fromkeys((full[il + 1] - full[il], swa[il + 1] - swa[il]) for il in layers)
+            )
+
         return self.remember(("cells", layers, type_k, type_v, flash_attn), make)
 
     def _kv_widths(self, layers: tuple[int, ...]) -> tuple[int, ...]:
         """One layer of each distinct (n_embd_k_gqa, n_embd_v_gqa) among these layers."""
+
         def make() -> tuple[int, ...]:
             first: dict[tuple[int, int], int] = {}
             for il in layers:
                 first.setdefault((self.facts.n_embd_k_gqa(il), self.facts.n_embd_v_gqa(il)), il)
             return tuple(first.values())
+
         return self.remember(("kv_widths", layers), make)
 
     def remember(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
@@ -592,34 +810,45 @@ class MemoryModel:
         return value
 
     def _kv_row_copies(self, n_tokens: int, il: int) -> int:
-        """What the host's buffer grows by for the copies of a host layer's Kcur and Vcur (F32, n_tokens rows)
-        that the SET_ROWS into its host cache reads, once a GPU runs the rest of the layer (op offload).
+        """What the host's buffer grows by for the copies of a host layer's Kcur and Vcur (F32,
+        n_tokens rows) that the SET_ROWS into its host cache reads, once a GPU runs the rest of the
+        layer (op offload).
 
-        ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp) adds each split input to the graph copy
-        as a view of its source (input_dep, "so that it is not freed before the copy is done") followed by
-        the copy: the token rows' GET_ROWS result on the host (n_embd x n_tokens F32) is freed once the first
-        GPU split has copied it in, and the later host split that writes the cache allocates its two copies
-        at its start, best-fit into that hole (ggml_dyn_tallocr_alloc); only a copy that no longer fits
-        grows the buffer. Measured: the host buffer is the inputs alone whenever n_embd_k + n_embd_v <=
-        n_embd (Qwen3-4B b5285, Mistral-Nemo b8133 on CUDA; Qwen3-235B b5398, Qwen2.5-3B b8179, Llama 3.2
-        1B b8319 on Vulkan; the 23 host-layer lavapipe starts of scripts/bench_op_offload.py, 1..8 MiB
+        ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp) adds each split input to the
+        graph copy as a view of its source (input_dep, "so that it is not freed before the copy is
+        done") followed by the copy: the token rows' GET_ROWS result on the host (n_embd x n_tokens
+        F32) is freed once the first GPU split has copied it in, and the later host split that
+        writes the cache allocates its two copies at its start, best-fit into that hole
+        (ggml_dyn_tallocr_alloc); only a copy that no longer fits grows the buffer. Measured: the
+        host buffer is the inputs alone whenever n_embd_k + n_embd_v <= n_embd (Qwen3-4B b5285,
+        Mistral-Nemo b8133 on CUDA; Qwen3-235B b5398, Qwen2.5-3B b8179, Llama 3.2 1B b8319 on
+        Vulkan; the 23 host-layer lavapipe starts of scripts/bench/bench_op_offload.py, 1..8 MiB
         over before), and one V row more for Qwen3-0.6B (k = v = n_embd, the Jetson row)."""
         hole, grow = 4 * n_tokens * self.facts.n_embd, 0
-        for rows in (4 * n_tokens * self.facts.n_embd_k_gqa(il), 4 * n_tokens * self.facts.n_embd_v_gqa(il)):
+        for rows in (
+            4 * n_tokens * self.facts.n_embd_k_gqa(il),
+            4 * n_tokens * self.facts.n_embd_v_gqa(il),
+        ):
             if rows <= hole:
                 hole -= rows
             else:
                 grow += rows
         return grow
 
-    def _host_ops_of_gpu_layers(self, compute: dict[int, int], rc: ResolvedConfig, lmap: LayerMap,
-                                gpus: Sequence[DeviceSpec]) -> None:  # fmt: skip
-        """GPU layers whose FFN weights stay in host memory (-ot ...=CPU, --n-cpu-moe, --n-cpu-ffn) when no GPU
-        takes their ops (--no-op-offload, a batch under the threshold, no offloading backend): pass 1 of
-        ggml_backend_sched_split_graph leaves each such op on the CPU with its weight, and the expansion
-        passes give the CPU the unassigned ops between them (the GLU), so the host's compute buffer holds
-        that FFN's activations besides the graph inputs (granite3 shape, -ot exps=CPU --no-op-offload
-        -ub 2048 on Vulkan0: 128.07 MiB Vulkan_Host, the inputs alone 32)."""
+    def _host_ops_of_gpu_layers(
+        self,
+        compute: dict[int, int],
+        rc: ResolvedConfig,
+        lmap: LayerMap,
+        gpus: Sequence[DeviceSpec],
+    ) -> None:
+        """GPU layers whose FFN weights stay in host memory (-ot ...=CPU, --n-cpu-moe, --n-cpu-ffn)
+        when no GPU takes their ops (--no-op-offload, a batch under the threshold, no offloading
+        backend): pass 1 of ggml_backend_sched_split_graph leaves each such op on the CPU with its
+        weight, and the expansion passes give the CPU the unassigned ops between them (the GLU), so
+        the host's compute buffer holds that FFN's activations besides the graph inputs (granite3
+        shape, -ot exps=CPU --no-op-offload -ub 2048 on Vulkan0: 128.07 MiB Vulkan_Host, the inputs
+        alone 32)."""
         if not gpus or not (rc.overrides or rc.cpu_moe or rc.n_cpu_moe or rc.n_cpu_ffn):
             return
         n_moe = self.facts.n_layer_all if rc.cpu_moe else rc.n_cpu_moe
@@ -629,42 +858,69 @@ class MemoryModel:
         taken = rc.op_offload and b is not None and n_tokens >= max(rc.op_offload_min_batch, 1)
         limit = gpus[b].max_tensor_bytes if b is not None else None
         key = ("host_ffn", lmap.layers, n_moe, rc.n_cpu_ffn, rules, taken, limit)
-        layers = self.remember(key, lambda: self._host_ffn_layers(lmap, n_moe, rc.n_cpu_ffn, rules, taken, limit))
+        layers = self.remember(
+            key, lambda: self._host_ffn_layers(lmap, n_moe, rc.n_cpu_ffn, rules, taken, limit)
+        )
         if layers:
             compute[CPU] = max(compute[CPU], host_ffn_compute(self.facts, rc, layers))
 
-    def _host_ffn_layers(self, lmap: LayerMap, n_moe: int, n_cpu_ffn: int, rules: tuple[tuple[str, str], ...],
-                         taken: bool, limit: int | None) -> tuple[int, ...]:  # fmt: skip
+    def _host_ffn_layers(
+        self,
+        lmap: LayerMap,
+        n_moe: int,
+        n_cpu_ffn: int,
+        rules: tuple[tuple[str, str], ...],
+        taken: bool,
+        limit: int | None,
+    ) -> tuple[int, ...]:
         """The GPU layers whose host-resident FFN weights' ops stay on the CPU."""
-        kinds = self.remember(("host_ffn_kinds", rules, taken, limit),
-                              lambda: self._host_ffn_kinds(rules, taken, limit))  # fmt: skip
-        return tuple(il for il, k in enumerate(kinds) if k and lmap.layers[il] != CPU and (
-            FIXED in k or (EXP in k and il < n_moe) or (DENSE in k and il < n_cpu_ffn)
-            or (BOTH in k and (il < n_moe or il < n_cpu_ffn))))  # fmt: skip
+        kinds = self.remember(
+            ("host_ffn_kinds", rules, taken, limit),
+            lambda: self._host_ffn_kinds(rules, taken, limit),
+        )
+        return tuple(
+            il
+            for il, k in enumerate(kinds)
+            if k
+            and lmap.layers[il] != CPU
+            and (
+                FIXED in k
+                or (EXP in k and il < n_moe)
+                or (DENSE in k and il < n_cpu_ffn)
+                or (BOTH in k and (il < n_moe or il < n_cpu_ffn))
+            )
+        )
 
-    def _host_ffn_kinds(self, rules: tuple[tuple[str, str], ...], taken: bool,
-                        limit: int | None) -> tuple[frozenset[int], ...]:  # fmt: skip
-        """Per block (< n_layer): the kinds (FIXED: an -ot rule puts it on the CPU; else EXP, DENSE, BOTH) of its
-        weights whose ops no GPU takes (all of them unless `taken`; then those whose probe op is over `limit`)."""
+    def _host_ffn_kinds(
+        self, rules: tuple[tuple[str, str], ...], taken: bool, limit: int | None
+    ) -> tuple[frozenset[int], ...]:
+        """Per block (< n_layer): the kinds (FIXED: an -ot rule puts it on the CPU; else EXP, DENSE,
+        BOTH) of its weights whose ops no GPU takes (all of them unless `taken`; then those whose
+        probe op is over `limit`)."""
         targets = self._targets(rules)[0] if rules else None
         kinds: list[set[int]] = [set() for _ in range(self.facts.n_layer)]
         for i, (probe, _name, il, _raw, _padded) in enumerate(self.probes):
-            if il is None or il >= self.facts.n_layer or (taken and (limit is None or probe <= limit)):
+            if (
+                il is None
+                or il >= self.facts.n_layer
+                or (taken and (limit is None or probe <= limit))
+            ):
                 continue
             target = targets[i] if targets is not None else None
             expert, dense, _down, _with_output = self._classes[i]
             if target is not None and target.upper().startswith("CPU"):
                 kinds[il].add(FIXED)
-            elif target is None and (expert or dense):
-                kinds[il].add(BOTH if expert and dense else EXP if expert else DENSE)
+            elif target is None and (ffn := _ffn_kind(expert, dense)) is not None:
+                kinds[il].add(ffn)
         return tuple(frozenset(k) for k in kinds)
 
     def _displaced(self, raw: int | None, n_tokens: int) -> int:
         """`raw`: the smallest host-resident routed ffn_down op offload copies (None: none).
         A routed expert's ffn_down copy is allocated at the start of its split, when the gate and up
-        products [n_ff_exp, n_expert_used, n_tokens] F32 are freed: best-fit (ggml_dyn_tallocr_alloc) puts
-        a copy no larger than that block into it, and the down product [n_embd, n_expert_used, n_tokens],
-        which would have reused the block (compute._moe_ffn), lands on top instead."""
+        products [n_ff_exp, n_expert_used, n_tokens] F32 are freed: best-fit
+        (ggml_dyn_tallocr_alloc) puts a copy no larger than that block into it, and the down product
+        [n_embd, n_expert_used, n_tokens], which would have reused the block (compute._moe_ffn),
+        lands on top instead."""
         moe = self.facts.moe
         if moe is None or raw is None:
             return 0
@@ -672,7 +928,9 @@ class MemoryModel:
         down = 4 * n_tokens * moe.n_expert_used * self.facts.n_embd
         return down if raw <= freed and down <= freed else 0
 
-    def bytes_read_per_token(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
+    def bytes_read_per_token(
+        self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int
+    ) -> dict[int, int]:
         """Weight bytes each device reads per generated token: everything but token_embd (a lookup)
         and, of the routed experts, only the n_expert_used / n_expert share a token activates."""
         moe = self.facts.moe
@@ -684,7 +942,8 @@ class MemoryModel:
             moved = self._sum(EXPERTS, a, min(b, n_moe)) if dev != CPU else 0
             out[dev] += int((self._sum(EXPERTS, a, b) - moved) * share)
             out[CPU] += int(moved * share)
-        out[lmap.output] += self.output_raw + self.tied_raw  # a tied output reads token_embd as its matrix
+        # a tied output reads token_embd as its matrix
+        out[lmap.output] += self.output_raw + self.tied_raw
         return out
 
     def _add_output(self, out: dict[int, int], dev: int, pad: bool) -> None:
@@ -692,12 +951,17 @@ class MemoryModel:
         if dev != CPU:  # a tied output is a second copy of token_embd on the output device
             out[dev] += self.tied_padded if pad else self.tied_raw
 
-    def _weights_by_tensor(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
-        """Slow path for user -ot rules: every tensor through the override list (once per placement)."""
+    def _weights_by_tensor(
+        self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+    ) -> dict[int, int]:
+        """Slow path for user -ot rules: every tensor through the override list (once per
+        placement)."""
         key = ("weights", lmap, rc.all_overrides, tuple((g.name, g.backend) for g in gpus))
         return dict(self.remember(key, lambda: self._tensor_weights(rc, lmap, gpus)))
 
-    def _tensor_weights(self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> dict[int, int]:
+    def _tensor_weights(
+        self, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+    ) -> dict[int, int]:
         names = {g.name.lower(): i for i, g in enumerate(gpus)}
         targets = self.override_targets(rc.all_overrides)
         out = dict.fromkeys([CPU, *range(len(gpus))], 0)
@@ -714,15 +978,21 @@ class MemoryModel:
                 dev = _buffer_device(target, names)
             out[dev] += padded if dev != CPU and gpus[dev].backend in PADDED_BACKENDS else raw
         if lmap.output != CPU:
-            out[lmap.output] += self.tied_padded if gpus[lmap.output].backend in PADDED_BACKENDS else self.tied_raw
+            out[lmap.output] += (
+                self.tied_padded if gpus[lmap.output].backend in PADDED_BACKENDS else self.tied_raw
+            )
         return out
 
     def _kv(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
         out = dict.fromkeys([CPU, *range(n_gpu)], 0)
-        full, swa = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn, since("mla_v_less", rc.build))
+        full, swa = self.cell_prefix(
+            rc.type_k, rc.type_v, rc.flash_attn, since("mla_v_less", rc.build)
+        )
         cells_full, cells_swa = rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream
         for dev, a, b in lmap.runs:
-            out[dev if rc.kv_offload else CPU] += (full[b] - full[a]) * cells_full + (swa[b] - swa[a]) * cells_swa
+            out[dev if rc.kv_offload else CPU] += (full[b] - full[a]) * cells_full + (
+                swa[b] - swa[a]
+            ) * cells_swa
         return out
 
     def _recurrent(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:
@@ -753,7 +1023,10 @@ def _buffer_device(buft: str, names: dict[str, int]) -> int:
     for name, i in names.items():
         if key == name or key.startswith(name + "_"):
             return i
-    raise InputError(f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, {', '.join(names) or 'none'})")
+    raise InputError(
+        f"unknown buffer type '{buft}' in --override-tensor (devices: CPU, "
+        f"{', '.join(names) or 'none'})"
+    )
 
 
 def check_override_devices(rules: Sequence[tuple[str, str]], gpus: Sequence[DeviceSpec]) -> None:
@@ -764,15 +1037,18 @@ def check_override_devices(rules: Sequence[tuple[str, str]], gpus: Sequence[Devi
 
 
 def _active_gpus(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> list[DeviceSpec]:
-    """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366) and from
-    b9890 on (BUILD_RULES cuda_no_split_buffers); older builds split the matrices by rows and KV and compute by
-    layer, as -sm layer does (PR #10026)."""
+    """-sm none uses only the main GPU; -sm row is unsupported by CUDA at 0c1e570 (issue #27366) and
+    from b9890 on (BUILD_RULES cuda_no_split_buffers); older builds split the matrices by rows and
+    KV and compute by layer, as -sm layer does (PR #10026)."""
     if rc.split_mode == "none" and gpus:
         if not 0 <= rc.main_gpu < len(gpus):
             raise ConfigError(f"--main-gpu {rc.main_gpu} is not one of the {len(gpus)} GPU(s)")
         return [gpus[rc.main_gpu]]
-    if (rc.split_mode == "row" and any(g.backend in ("cuda", "rocm") for g in gpus)
-            and since("cuda_no_split_buffers", rc.build)):  # ROCm builds ggml-cuda (HIP): the same buffer types
+    if (
+        rc.split_mode == "row"
+        and any(g.backend in ("cuda", "rocm") for g in gpus)
+        and since("cuda_no_split_buffers", rc.build)
+    ):  # ROCm builds ggml-cuda (HIP): the same buffer types
         raise ConfigError("device CUDA0 does not support split buffers (-sm row); use -sm layer")
     if rc.split_mode == "tensor":
         raise ConfigError("-sm tensor (experimental Meta device) is not modelled; use -sm layer")

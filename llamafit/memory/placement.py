@@ -20,8 +20,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
-from ..reader.ggml_types import GGMLType
 from ..facts.tensor_names import LLM_FFN_DENSE_REGEX, LLM_FFN_EXPS_REGEX, layer_of
+from ..reader.ggml_types import GGMLType
 from ..units import pad
 
 CPU = -1  # device index of the host
@@ -71,9 +71,12 @@ def split_points(fractions: Sequence[float]) -> tuple[float, ...]:
 
 
 @lru_cache(maxsize=1024)
-def layer_map(n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...], output_first: bool = True) -> LayerMap:
+def layer_map(
+    n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...], output_first: bool = True
+) -> LayerMap:
     """get_layer_buft_list for every block and the output layer (index n_layer_all). `output_first`
-    False: builds before PR #18148 started at n_layer - ngl, so the output layer went last (ngl > n_layer)."""
+    False: builds before PR #18148 started at n_layer - ngl, so the output layer went last (ngl >
+    n_layer)."""
     if not points:
         return LayerMap((CPU,) * n_layer_all, CPU)
     i_gpu_start = max(n_layer_all + int(output_first) - n_gpu_layers, 0)
@@ -88,7 +91,8 @@ def layer_map(n_layer_all: int, n_gpu_layers: int, points: tuple[float, ...], ou
 
 
 def cuda_alloc_size(t_type: GGMLType, shape: Sequence[int], n_bytes: int) -> int:
-    """ggml_backend_cuda_buffer_type_get_alloc_size: quantized rows padded to 512, then 128 alignment."""
+    """ggml_backend_cuda_buffer_type_get_alloc_size: quantized rows padded to 512, then 128
+    alignment."""
     size = n_bytes
     ne0 = shape[0] if shape else 1
     if t_type.is_quantized and ne0 % CUDA_ROW_PADDING:
@@ -96,15 +100,18 @@ def cuda_alloc_size(t_type: GGMLType, shape: Sequence[int], n_bytes: int) -> int
     return pad(size, CUDA_ALIGNMENT)
 
 
-# std::regex's ECMAScript grammar (llama.cpp's -ot uses std::regex) is the contract. Python's re reads
-# the common part the same way; what only Python accepts is refused rather than silently reinterpreted.
+# std::regex's ECMAScript grammar (llama.cpp's -ot uses std::regex) is the contract. Python's re
+# reads the common part the same way; what only Python accepts is refused rather than silently
+# reinterpreted.
 _PY_ONLY = re.compile(r"\\[AZzGNpPUaeEgkK]|\(\?[^:=!]|[*+?}]\+")
 _ESCAPE_PAIRS = re.compile(r"\\.")
-MAX_UNBOUNDED_REPEATS = 3  # `.*` and friends per pattern: tensor names are short, 4 already costs ms each
+# `.*` and friends per pattern: tensor names are short, 4 already costs ms each
+MAX_UNBOUNDED_REPEATS = 3
 
 
 def _repeats(tree: Any, inside: bool) -> tuple[int, str | None]:
-    """(unbounded repeats, why the pattern may backtrack exponentially or None) for a parsed pattern."""
+    """(unbounded repeats, why the pattern may backtrack exponentially or None) for a parsed
+    pattern."""
     count, why = 0, None
     for op, arg in tree:
         name = str(op)
@@ -125,24 +132,33 @@ def _repeats(tree: Any, inside: bool) -> tuple[int, str | None]:
 
 
 def check_override_regex(rx: str) -> re.Pattern[str]:
-    """An -ot regex compiled, or InputError naming it: invalid, not std::regex syntax, or too expensive."""
+    """An -ot regex compiled, or InputError naming it: invalid, not std::regex syntax, or too
+    expensive."""
     from re import _parser  # type: ignore[attr-defined]
 
     shown = rx if len(rx) <= 60 else rx[:59] + "…"
-    bare = _ESCAPE_PAIRS.sub(lambda m: m.group(0) if m.group(0)[1] in "AZzGNpPUaeEgkK" else "__", rx)
+    bare = _ESCAPE_PAIRS.sub(
+        lambda m: m.group(0) if m.group(0)[1] in "AZzGNpPUaeEgkK" else "__", rx
+    )
     found = _PY_ONLY.search(bare)
     if found:
-        raise InputError(f"-ot regex '{shown}': '{found.group(0)}' is not std::regex (ECMAScript) syntax")
+        raise InputError(
+            f"-ot regex '{shown}': '{found.group(0)}' is not std::regex (ECMAScript) syntax"
+        )
     try:
         compiled = re.compile(rx)
         count, why = _repeats(_parser.parse(rx), False)
     except (re.error, RecursionError, OverflowError) as e:
         raise InputError(f"-ot regex '{shown}' is invalid: {e}") from None
     if why:
-        raise InputError(f"-ot regex '{shown}' is too expensive to match ({why}: exponential backtracking)")
+        raise InputError(
+            f"-ot regex '{shown}' is too expensive to match ({why}: exponential backtracking)"
+        )
     if count > MAX_UNBOUNDED_REPEATS:
-        raise InputError(f"-ot regex '{shown}' is too expensive to match ({count} unbounded repeats; "
-                         f"at most {MAX_UNBOUNDED_REPEATS})")  # fmt: skip
+        raise InputError(
+            f"-ot regex '{shown}' is too expensive to match ({count} unbounded repeats; "
+            f"at most {MAX_UNBOUNDED_REPEATS})"
+        )
     return compiled
 
 
@@ -157,18 +173,20 @@ def _compiled(rules: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern[str]
     return tuple((checked_regex(rx), buft) for rx, buft in rules)
 
 
-# The per-block rules --n-cpu-moe and --n-cpu-ffn add (resolve.ResolvedConfig.all_overrides, common/common.h):
-# rf"blk\.{i}{suffix}". Each suffix starts with a literal "\.", so such a rule is found in a name exactly where
-# "blk." is followed by a maximal digit run equal to i and then the suffix: block_index finds those runs once.
+# The per-block rules --n-cpu-moe and --n-cpu-ffn add (resolve.ResolvedConfig.all_overrides,
+# common/common.h): rf"blk\.{i}{suffix}". Each suffix starts with a literal "\.", so such a rule is
+# found in a name exactly where "blk." is followed by a maximal digit run equal to i and then the
+# suffix: block_index finds those runs once.
 BLOCK_RULE_SUFFIXES = (LLM_FFN_EXPS_REGEX, LLM_FFN_DENSE_REGEX)
 
 
 def block_rule(rx: str) -> tuple[str, str] | None:
-    r"""(suffix, block digits) for an -ot regex of the form blk\.DIGITS + one of BLOCK_RULE_SUFFIXES, else None."""
+    r"""(suffix, block digits) for an -ot regex of the form blk\.DIGITS + one of
+    BLOCK_RULE_SUFFIXES, else None."""
     if not rx.startswith("blk\\."):
         return None
     for suffix in BLOCK_RULE_SUFFIXES:
-        digits = rx[5:-len(suffix)] if rx.endswith(suffix) else ""
+        digits = rx[5 : -len(suffix)] if rx.endswith(suffix) else ""
         if digits.isascii() and digits.isdigit():
             return suffix, digits
     return None

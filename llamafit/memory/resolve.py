@@ -11,24 +11,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import N_PARALLEL_AUTO, NGL_ALL, NGL_AUTO, POOLING_TYPES, LaunchConfig
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
-from ..reader.ggml_types import KV_CACHE_TYPES, GGMLType
-from .kv import pad, swa_cells
 from ..facts.tensor_names import LLM_FFN_DENSE_REGEX, LLM_FFN_EXPS_REGEX
+from ..reader.ggml_types import KV_CACHE_TYPES, GGMLType
+from .config import N_PARALLEL_AUTO, NGL_ALL, NGL_AUTO, POOLING_TYPES, LaunchConfig
+from .kv import pad, swa_cells
 
 # llama.cpp: tools/server/server.cpp llama_server (n_parallel < 0: 4 slots, kv_unified = true)
 SERVER_AUTO_SLOTS = 4
-OP_OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu / ggml-vulkan.cpp device init: the threshold without the env variable
+# ggml-cuda.cu / ggml-vulkan.cpp device init: the threshold without the env variable
+OP_OFFLOAD_MIN_BATCH = 32
 LLAMA_MAX_SEQ = 256  # src/llama-cparams.h
+
 
 @dataclass(frozen=True, slots=True)
 class BuildRule:
     """One memory-relevant behaviour of llama.cpp that changed, keyed by the first build with it."""
 
     key: str
-    build: int  # first llama.cpp build (bNNNN) with the new behaviour; estimates are marked in `change`
+    # first llama.cpp build (bNNNN) with the new behaviour; estimates are marked in `change`
+    build: int
     pr: int  # ggml-org/llama.cpp pull request
     merged: str  # merge date
     change: str
@@ -39,60 +42,178 @@ class BuildRule:
 # that public reports print with a date (b7079 2025-11-16, issue #17300; b8284 2026-03-11, #20431;
 # b9425 2026-05-30, #23894): about ten builds a day, so a number is good to a few days' builds.
 BUILD_RULES: tuple[BuildRule, ...] = (
-    BuildRule("pooling_per_seq", 5700, 14217, "2025-06 (b5700 estimate)", "embeddings pooling inputs are per "
-              "sequence: inp_mean n_tokens x n_seqs F32, inp_cls n_seqs I32 (before: n_tokens x n_tokens and "
-              "n_tokens; llm_graph_context::build_inp_mean, src/llama-graph.cpp)"),
-    BuildRule("kv_streams", 5913, 14363, "2025-07-16", "the KV cache can be split into one stream per sequence "
-              "(kv_unified = false, the default of libllama and llama-server); before, every sequence shared one "
-              "unified buffer of n_ctx cells and the reserve graph attends over all of them (b5913: issue #14847, "
-              "its seq_to_stream assert)"),
-    BuildRule("kv_set_rows", 6090, 14959, "2025-08 (after 08-01)", "KV writes through ggml_set_rows by default: "
-              "K/V row-index graph inputs (before: views + ggml_cpy, no index inputs; PR #14285 added it behind "
-              "LLAMA_SET_ROWS=1)"),
-    BuildRule("fa_auto", 6325, 15434, "2025-08-30", "-fa on|off|auto with auto the default (before: a boolean "
-              "-fa, off unless given) and -ngl defaults to all layers (before: 0)"),
-    BuildRule("fused_qkv_views", 6420, 15662, "2025-09-08", "fused QKV weights are split into Q/K/V by views "
-              "(before: contiguous copies of each, ggml_cont, in the compute buffer)"),
-    BuildRule("no_ctx_padding", 6890, 16812, "2025-10-28", "the KV cache is no longer padded (before: n_ctx and the "
-              "SWA cache padded to 256 with flash attention, 32 without: kv-cache get_padding, PR #7257)"),
-    BuildRule("ctx_pad_256", 6980, 17046, "2025-11-06", "n_ctx, n_ctx_seq (per stream) and the SWA cache are padded "
-              "to 256 again, for every backend (before #16812: n_ctx only, per stream n_ctx / n_seq unpadded)"),
-    BuildRule("np_auto_unified", 7000, 16736, "2025-11 (estimate)", "llama-server -np defaults to auto = 4 slots "
-              "with a unified KV cache (before: 1 slot)"),
-    BuildRule("ngl_output_first", 7400, 18148, "2025-12-17", "-ngl N offloads the output layer first, then the "
-              "last N-1 blocks (before: the last N blocks, the output layer only when N > n_layer)"),
-    BuildRule("op_offload_env", 7590, 18535, "2026-01 (b7590 estimate)", "GGML_OP_OFFLOAD_MIN_BATCH sets the batch "
-              "from which a GPU takes host-weight ops (before: 32 hard-coded in each backend's offload_op)"),
-    BuildRule("inp_embd_both", 7750, 18898, "2026-01-17", "the graph holds both the token-id and the embeddings "
-              "input and selects one (ggml_build_forward_select; before: one of them)"),
-    BuildRule("mla_v_less", 7800, 19067, "2026-01-24", "MLA models keep no V cache (V is a view of K); before, "
-              "MLA GGUFs cached V (kv_lora_rank wide) besides K"),
-    BuildRule("attn_rot", 8500, 21038, "2026-04-01 (b8500 estimate)", "a quantized K (V) cache is stored "
-              "Hadamard-rotated: F32 rotation matrices attn_inp_k_rot (n_rot_k^2) and attn_inp_v_rot (64^2) per cache "
-              "are graph inputs (llama_kv_cache::build_input_k_rot)"),
-    BuildRule("unified_draft", 9100, 22838, "2026-05-08 (b9100 estimate)", "one unified draft-model context "
-              "(before: one per slot, n_ctx = -cd or the slot's cells, PR #10586; PR #22787/#22838)"),
-    BuildRule("draft_mtp", 9180, 22673, "2026-05-16 (b9180 estimate)", "--spec-type draft-mtp: MTP "
-              "self-speculation on the model's NextN blocks (before: NextN blocks never loaded)"),
-    BuildRule("fa_mask_f16", 9380, 23764, "2026-05-27", "with flash attention the KQ mask input is reserved in "
-              "F16 (before: an F32 input on the host, cast to F16 for the attention)"),
-    BuildRule("cuda_fa_f16_in_buffer", 9430, 23907, "2026-05-30", "CUDA flash attention over a non-F16 K/V reserves "
-              "its F16 copies in the compute buffer, sized by the whole cache (before: in the CUDA pool, "
-              "outside every reported buffer)"),
-    BuildRule("server_output_limit", 9440, 23861, "2026-06-01", "llama-server reserves n_parallel outputs (logits "
-              "rows) instead of n_batch (issue #23527)"),
-    BuildRule("cuda_no_split_buffers", 9890, 24216, "2026-07 (b9890, commit 74976e1)", "-sm row is refused on "
-              "CUDA/ROCm ('device CUDA0 does not support split buffers', llama_model::load_tensors): PR #24216 "
-              "'CUDA: remove -sm row' drops the CUDA split buffer type (before: matrices split by rows over the "
-              "GPUs, KV and compute by layer); issue #25884 bisects the refusal to commit 74976e1 = b9890"),
-    BuildRule("mixed_batch", 11400, 29622, "2026-10-05", "the graph also holds a third, mixed token/embedding "
-              "input branch (inp_mixed_tokens, inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); "
-              "on a GPU holding block 0 the scheduler copies three of them into its compute buffer"),
+    BuildRule(
+        "pooling_per_seq",
+        5700,
+        14217,
+        "2025-06 (b5700 estimate)",
+        "embeddings pooling inputs are per sequence: inp_mean n_tokens x n_seqs F32, inp_cls "
+        "n_seqs I32 (before: n_tokens x n_tokens and n_tokens; llm_graph_context::build_inp_mean, "
+        "src/llama-graph.cpp)",
+    ),
+    BuildRule(
+        "kv_streams",
+        5913,
+        14363,
+        "2025-07-16",
+        "the KV cache can be split into one stream per sequence (kv_unified = false, the default "
+        "of libllama and llama-server); before, every sequence shared one unified buffer of n_ctx "
+        "cells and the reserve graph attends over all of them (b5913: issue #14847, its "
+        "seq_to_stream assert)",
+    ),
+    BuildRule(
+        "kv_set_rows",
+        6090,
+        14959,
+        "2025-08 (after 08-01)",
+        "KV writes through ggml_set_rows by default: K/V row-index graph inputs (before: views + "
+        "ggml_cpy, no index inputs; PR #14285 added it behind LLAMA_SET_ROWS=1)",
+    ),
+    BuildRule(
+        "fa_auto",
+        6325,
+        15434,
+        "2025-08-30",
+        "-fa on|off|auto with auto the default (before: a boolean "
+        "-fa, off unless given) and -ngl defaults to all layers (before: 0)",
+    ),
+    BuildRule(
+        "fused_qkv_views",
+        6420,
+        15662,
+        "2025-09-08",
+        "fused QKV weights are split into Q/K/V by views "
+        "(before: contiguous copies of each, ggml_cont, in the compute buffer)",
+    ),
+    BuildRule(
+        "no_ctx_padding",
+        6890,
+        16812,
+        "2025-10-28",
+        "the KV cache is no longer padded (before: n_ctx and the "
+        "SWA cache padded to 256 with flash attention, 32 without: kv-cache get_padding, PR #7257)",
+    ),
+    BuildRule(
+        "ctx_pad_256",
+        6980,
+        17046,
+        "2025-11-06",
+        "n_ctx, n_ctx_seq (per stream) and the SWA cache are padded to 256 again, for every "
+        "backend (before #16812: n_ctx only, per stream n_ctx / n_seq unpadded)",
+    ),
+    BuildRule(
+        "np_auto_unified",
+        7000,
+        16736,
+        "2025-11 (estimate)",
+        "llama-server -np defaults to auto = 4 slots with a unified KV cache (before: 1 slot)",
+    ),
+    BuildRule(
+        "ngl_output_first",
+        7400,
+        18148,
+        "2025-12-17",
+        "-ngl N offloads the output layer first, then the "
+        "last N-1 blocks (before: the last N blocks, the output layer only when N > n_layer)",
+    ),
+    BuildRule(
+        "op_offload_env",
+        7590,
+        18535,
+        "2026-01 (b7590 estimate)",
+        "GGML_OP_OFFLOAD_MIN_BATCH sets the batch from which a GPU takes host-weight ops (before: "
+        "32 hard-coded in each backend's offload_op)",
+    ),
+    BuildRule(
+        "inp_embd_both",
+        7750,
+        18898,
+        "2026-01-17",
+        "the graph holds both the token-id and the embeddings "
+        "input and selects one (ggml_build_forward_select; before: one of them)",
+    ),
+    BuildRule(
+        "mla_v_less",
+        7800,
+        19067,
+        "2026-01-24",
+        "MLA models keep no V cache (V is a view of K); before, "
+        "MLA GGUFs cached V (kv_lora_rank wide) besides K",
+    ),
+    BuildRule(
+        "attn_rot",
+        8500,
+        21038,
+        "2026-04-01 (b8500 estimate)",
+        "a quantized K (V) cache is stored Hadamard-rotated: F32 rotation matrices attn_inp_k_rot "
+        "(n_rot_k^2) and attn_inp_v_rot (64^2) per cache are graph inputs "
+        "(llama_kv_cache::build_input_k_rot)",
+    ),
+    BuildRule(
+        "unified_draft",
+        9100,
+        22838,
+        "2026-05-08 (b9100 estimate)",
+        "one unified draft-model context "
+        "(before: one per slot, n_ctx = -cd or the slot's cells, PR #10586; PR #22787/#22838)",
+    ),
+    BuildRule(
+        "draft_mtp",
+        9180,
+        22673,
+        "2026-05-16 (b9180 estimate)",
+        "--spec-type draft-mtp: MTP "
+        "self-speculation on the model's NextN blocks (before: NextN blocks never loaded)",
+    ),
+    BuildRule(
+        "fa_mask_f16",
+        9380,
+        23764,
+        "2026-05-27",
+        "with flash attention the KQ mask input is reserved in "
+        "F16 (before: an F32 input on the host, cast to F16 for the attention)",
+    ),
+    BuildRule(
+        "cuda_fa_f16_in_buffer",
+        9430,
+        23907,
+        "2026-05-30",
+        "CUDA flash attention over a non-F16 K/V reserves "
+        "its F16 copies in the compute buffer, sized by the whole cache (before: in the CUDA pool, "
+        "outside every reported buffer)",
+    ),
+    BuildRule(
+        "server_output_limit",
+        9440,
+        23861,
+        "2026-06-01",
+        "llama-server reserves n_parallel outputs (logits rows) instead of n_batch (issue #23527)",
+    ),
+    BuildRule(
+        "cuda_no_split_buffers",
+        9890,
+        24216,
+        "2026-07 (b9890, commit 74976e1)",
+        "-sm row is refused on CUDA/ROCm ('device CUDA0 does not support split buffers', "
+        "llama_model::load_tensors): PR #24216 'CUDA: remove -sm row' drops the CUDA split buffer "
+        "type (before: matrices split by rows over the GPUs, KV and compute by layer); issue "
+        "#25884 bisects the refusal to commit 74976e1 = b9890",
+    ),
+    BuildRule(
+        "mixed_batch",
+        11400,
+        29622,
+        "2026-10-05",
+        "the graph also holds a third, mixed token/embedding input branch (inp_mixed_tokens, "
+        "inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); on a GPU holding "
+        "block 0 the scheduler copies three of them into its compute buffer",
+    ),
 )
 _RULES = {r.key: r for r in BUILD_RULES}
 
 
-# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build 9512
+# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build
+# 9512
 PINNED_BUILD = 9512
 
 
@@ -146,17 +267,21 @@ class ResolvedConfig:
     load_mode: str
     cache_ram_bytes: int
     warnings: tuple[str, ...]
-    op_offload: bool = True  # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
+    # the scheduler's op_offload pass (ggml-backend.cpp sched_backend_id_from_cur)
+    op_offload: bool = True
     op_offload_min_batch: int = 32  # a GPU takes a host-weight op whose batch is at least this
     build: int | None = None  # the llama.cpp build whose rules apply (None: the current one)
-    embeddings: bool = False  # cparams.embeddings (--embeddings): build_pooling adds the pooling layer
-    pooling: str = "none"  # cparams.pooling_type as POOLING_TYPES names it (the GGUF's when not given)
+    # cparams.embeddings (--embeddings): build_pooling adds the pooling layer
+    embeddings: bool = False
+    # cparams.pooling_type as POOLING_TYPES names it (the GGUF's when not given)
+    pooling: str = "none"
     repack: bool = True  # the CPU's extra buffer types (CPU_REPACK) are in use (memory/repack.py)
     no_host: bool = False  # --no-host: GPUs' host buffer types are left out of the CPU's list
 
     @property
     def all_overrides(self) -> tuple[tuple[str, str], ...]:
-        """Every tensor override in llama.cpp's order: -ot, then the MoE/FFN shortcuts (common/common.h)."""
+        """Every tensor override in llama.cpp's order: -ot, then the MoE/FFN shortcuts
+        (common/common.h)."""
         rules = list(self.overrides)
         if self.cpu_moe:
             rules.append((LLM_FFN_EXPS_REGEX, "CPU"))
@@ -167,7 +292,9 @@ class ResolvedConfig:
 
 def _kv_type(name: str, which: str) -> GGMLType:
     if name.lower() not in KV_CACHE_TYPES:
-        raise ConfigError(f"unsupported cache type {which} '{name}'; allowed: {', '.join(KV_CACHE_TYPES)}")
+        raise ConfigError(
+            f"unsupported cache type {which} '{name}'; allowed: {', '.join(KV_CACHE_TYPES)}"
+        )
     return GGMLType.named(name)
 
 
@@ -185,7 +312,8 @@ def _slots(cfg: LaunchConfig, engine: str, build: int | None = None) -> tuple[in
 
 
 def _padding(build: int | None, flash_attn: bool) -> int:
-    """n_ctx padding by build: 256 (PR #17046), none (PR #16812), else 256 with FA and 32 without."""
+    """n_ctx padding by build: 256 (PR #17046), none (PR #16812), else 256 with FA and 32
+    without."""
     if since("ctx_pad_256", build):
         return 256
     if since("no_ctx_padding", build):
@@ -200,14 +328,17 @@ def _context(cfg: LaunchConfig, facts: ModelFacts, engine: str, n_seq: int, unif
     if cfg.n_ctx:
         return cfg.n_ctx
     if engine == "llama-server" and cfg.fit and not unified:
-        return facts.n_ctx_train * n_seq  # common/fit.cpp step 0: n_ctx 0 (given or not) → n_ctx_train per stream
+        # common/fit.cpp step 0: n_ctx 0 (given or not) → n_ctx_train per stream
+        return facts.n_ctx_train * n_seq
     return facts.n_ctx_train
 
 
-def _flash_attn(cfg: LaunchConfig, facts: ModelFacts, type_v: GGMLType,
-                build: int | None = None) -> tuple[bool, list[str]]:  # fmt: skip
-    """-fa auto stays on where the backend supports it (CPU, CUDA, Metal, Vulkan); llama_init_from_model
-    forces it off for Grok and on for a quantized V cache. Before PR #15434 there was no auto: off."""
+def _flash_attn(
+    cfg: LaunchConfig, facts: ModelFacts, type_v: GGMLType, build: int | None = None
+) -> tuple[bool, list[str]]:
+    """-fa auto stays on where the backend supports it (CPU, CUDA, Metal, Vulkan);
+    llama_init_from_model forces it off for Grok and on for a quantized V cache. Before PR #15434
+    there was no auto: off."""
     notes = []
     mode = cfg.flash_attn
     if mode == "auto" and not since("fa_auto", build):
@@ -227,18 +358,25 @@ _BLOCK_CHECKS: dict[tuple[int, GGMLType, GGMLType, bool], tuple[ModelFacts, str 
 
 def _check_block_sizes(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn: bool) -> None:
     """llama_init_from_model: with flash attention a quantized block must divide every head size;
-    without it ggml_row_size still needs whole blocks in each K row. Once per model and KV choice."""
+    without it ggml_row_size still needs whole blocks in each K row. Once per model and KV
+    choice."""
     key = (id(facts), tk, tv, flash_attn)
     hit = _BLOCK_CHECKS.get(key)
     if hit is None or hit[0] is not facts:
         if len(_BLOCK_CHECKS) >= 256:
             _BLOCK_CHECKS.clear()
-        hit = _BLOCK_CHECKS[key] = (facts, _block_size_error(facts, tk, tv, flash_attn))  # keeps facts (its id) alive
+        # keeps facts (its id) alive
+        hit = _BLOCK_CHECKS[key] = (
+            facts,
+            _block_size_error(facts, tk, tv, flash_attn),
+        )
     if hit[1] is not None:
         raise ConfigError(hit[1])
 
 
-def _block_size_error(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn: bool) -> str | None:
+def _block_size_error(
+    facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn: bool
+) -> str | None:
     try:
         _check_each_block(facts, tk, tv, flash_attn)
     except ConfigError as e:
@@ -249,20 +387,30 @@ def _block_size_error(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn:
 def _check_each_block(facts: ModelFacts, tk: GGMLType, tv: GGMLType, flash_attn: bool) -> None:
     for il in range(facts.n_layer):
         swa = facts.swa.is_swa[il]
-        heads = (("K", tk, facts.n_embd_head_k_swa if swa else facts.n_embd_head_k),
-                 ("V", tv, facts.n_embd_head_v_swa if swa else facts.n_embd_head_v))  # fmt: skip
+        heads = (
+            ("K", tk, facts.n_embd_head_k_swa if swa else facts.n_embd_head_k),
+            ("V", tv, facts.n_embd_head_v_swa if swa else facts.n_embd_head_v),
+        )
         for which, t, head in heads:
             if flash_attn and t.is_quantized and head % t.block_size:
-                raise ConfigError(f"{which} cache type {t.name.lower()} with block size {t.block_size} "
-                                  f"does not divide n_embd_head_{which.lower()}={head}")  # fmt: skip
+                raise ConfigError(
+                    f"{which} cache type {t.name.lower()} with block size {t.block_size} "
+                    f"does not divide n_embd_head_{which.lower()}={head}"
+                )
         if not flash_attn and facts.has_kv[il] and facts.n_embd_k_gqa(il) % tk.block_size:
-            raise ConfigError(f"K cache type {tk.name.lower()} does not divide the K row of layer {il}")
+            raise ConfigError(
+                f"K cache type {tk.name.lower()} does not divide the K row of layer {il}"
+            )
 
 
 def _n_gpu_layers(cfg: LaunchConfig, facts: ModelFacts, build: int | None = None) -> int:
     """llama_model::n_gpu_layers(): negative (auto, all) means every layer plus the output layer.
     Before PR #15434 an unset -ngl meant 0 (everything on the CPU)."""
-    if cfg.n_gpu_layers == NGL_AUTO and "n_gpu_layers" not in cfg.given and not since("fa_auto", build):
+    if (
+        cfg.n_gpu_layers == NGL_AUTO
+        and "n_gpu_layers" not in cfg.given
+        and not since("fa_auto", build)
+    ):
         return 0
     if cfg.n_gpu_layers in (NGL_AUTO, NGL_ALL) or cfg.n_gpu_layers < 0:
         return facts.n_layer_all + 1
@@ -270,30 +418,40 @@ def _n_gpu_layers(cfg: LaunchConfig, facts: ModelFacts, build: int | None = None
 
 
 def _pooling(cfg: LaunchConfig, facts: ModelFacts) -> str:
-    """llama_context::llama_context (src/llama-context.cpp): an unspecified pooling type takes the model's
-    (llama_hparams::pooling_type), and none when the model has none either."""
+    """llama_context::llama_context (src/llama-context.cpp): an unspecified pooling type takes the
+    model's (llama_hparams::pooling_type), and none when the model has none either."""
     if cfg.pooling:
         return cfg.pooling
     return POOLING_TYPES[facts.pooling_type] if facts.pooling_type >= 0 else "none"
 
 
-def _outputs(engine: str, build: int | None, n_batch: int, n_seq: int, *, embeddings: bool = False) -> int:
-    """n_outputs_max: llama-server and llama-cli (from PR #23861) min(n_batch, n_parallel); otherwise n_batch.
-    server_output_limits (tools/server/server-context.cpp) keeps n_batch for embeddings (--embeddings, or a
-    --pooling other than none): every token of the batch is an output."""
+def _outputs(
+    engine: str, build: int | None, n_batch: int, n_seq: int, *, embeddings: bool = False
+) -> int:
+    """n_outputs_max: llama-server and llama-cli (from PR #23861) min(n_batch, n_parallel);
+    otherwise n_batch. server_output_limits (tools/server/server-context.cpp) keeps n_batch for
+    embeddings (--embeddings, or a --pooling other than none): every token of the batch is an
+    output."""
     # llama-cli at 0c1e570 runs llama_server in a thread (tools/cli/cli-server.h): the same limit
-    if engine in ("llama-server", "llama-cli") and since("server_output_limit", build) and not embeddings:
+    if (
+        engine in ("llama-server", "llama-cli")
+        and since("server_output_limit", build)
+        and not embeddings
+    ):
         return min(n_batch, n_seq)
     return n_batch
 
 
-def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server",
-            build: int | None = None) -> ResolvedConfig:  # fmt: skip
+def resolve(
+    cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server", build: int | None = None
+) -> ResolvedConfig:
     """The configuration llama.cpp would run, or ConfigError where it would refuse to start."""
     type_k, type_v = _kv_type(cfg.type_k, "K"), _kv_type(cfg.type_v, "V")
     if facts.mla is not None and type_k != type_v:
-        raise ConfigError(f"model does not support different K ({type_k.name.lower()}) and V "
-                          f"({type_v.name.lower()}) cache types (MLA: give -ctk X -ctv X)")
+        raise ConfigError(
+            f"model does not support different K ({type_k.name.lower()}) and V "
+            f"({type_v.name.lower()}) cache types (MLA: give -ctk X -ctv X)"
+        )
     flash_attn, notes = _flash_attn(cfg, facts, type_v, build)
     _check_block_sizes(facts, type_k, type_v, flash_attn)
     n_seq, unified = _slots(cfg, engine, build)
@@ -304,29 +462,63 @@ def resolve(cfg: LaunchConfig, facts: ModelFacts, *, engine: str = "llama-server
     n_ubatch = min(n_batch, cfg.n_ubatch)
     n_ctx = pad(n_ctx, _padding(build, flash_attn))
     # per-stream padding came with PR #17046; before, n_ctx_seq = n_ctx / n_seq_max
-    n_ctx_seq = n_ctx if unified else (pad(n_ctx // n_seq, 256) if since("ctx_pad_256", build) else n_ctx // n_seq)
+    n_ctx_seq = n_ctx
+    if not unified:
+        n_ctx_seq = pad(n_ctx // n_seq, 256) if since("ctx_pad_256", build) else n_ctx // n_seq
     if n_ctx_seq == 0:
         raise ConfigError("n_ctx_seq == 0: the context is smaller than one cell per slot")
     n_stream = 1 if unified else n_seq
     embeddings = cfg.embeddings or cfg.pooling not in ("", "none")  # server_output_limits' test
     swa = 0
     if facts.swa.swa_type != "none":
-        swa = swa_cells(n_ctx_seq, facts.swa.n_swa, n_seq, n_ubatch, unified=unified, swa_full=cfg.swa_full,
-                        pad_to=_padding(build, flash_attn))  # fmt: skip
+        swa = swa_cells(
+            n_ctx_seq,
+            facts.swa.n_swa,
+            n_seq,
+            n_ubatch,
+            unified=unified,
+            swa_full=cfg.swa_full,
+            pad_to=_padding(build, flash_attn),
+        )
     if n_ctx_seq > facts.n_ctx_train:
-        notes.append(f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({facts.n_ctx_train}): possible training context overflow")
+        notes.append(
+            f"n_ctx_seq ({n_ctx_seq}) > n_ctx_train ({facts.n_ctx_train}): possible training "
+            "context overflow"
+        )
     return ResolvedConfig(
-        engine=engine, n_ctx=n_ctx_seq * n_stream, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq, n_stream=n_stream,
-        kv_unified=unified, n_batch=n_batch, n_ubatch=n_ubatch,
-        n_outputs_max=_outputs(engine, build, n_batch, n_seq, embeddings=embeddings), flash_attn=flash_attn,
-        type_k=type_k, type_v=type_v, n_gpu_layers=_n_gpu_layers(cfg, facts, build), n_swa_cells=swa,
+        engine=engine,
+        n_ctx=n_ctx_seq * n_stream,
+        n_ctx_seq=n_ctx_seq,
+        n_seq_max=n_seq,
+        n_stream=n_stream,
+        kv_unified=unified,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        n_outputs_max=_outputs(engine, build, n_batch, n_seq, embeddings=embeddings),
+        flash_attn=flash_attn,
+        type_k=type_k,
+        type_v=type_v,
+        n_gpu_layers=_n_gpu_layers(cfg, facts, build),
+        n_swa_cells=swa,
         swa_full=cfg.swa_full,
-        kv_offload=cfg.kv_offload, overrides=cfg.override_tensor, cpu_moe=cfg.cpu_moe,
-        n_cpu_moe=min(cfg.n_cpu_moe, facts.n_layer_all), n_cpu_ffn=min(cfg.n_cpu_ffn, facts.n_layer_all),
+        kv_offload=cfg.kv_offload,
+        overrides=cfg.override_tensor,
+        cpu_moe=cfg.cpu_moe,
+        n_cpu_moe=min(cfg.n_cpu_moe, facts.n_layer_all),
+        n_cpu_ffn=min(cfg.n_cpu_ffn, facts.n_layer_all),
         tensor_split=cfg.tensor_split,
-        split_mode=cfg.split_mode, main_gpu=cfg.main_gpu, load_mode=cfg.load_mode,
-        cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20, warnings=tuple(notes), op_offload=cfg.op_offload,
-        repack=cfg.repack, no_host=cfg.no_host,
-        op_offload_min_batch=cfg.op_offload_min_batch if since("op_offload_env", build) else OP_OFFLOAD_MIN_BATCH,
-        build=build, embeddings=cfg.embeddings, pooling=_pooling(cfg, facts),
-    )  # fmt: skip
+        split_mode=cfg.split_mode,
+        main_gpu=cfg.main_gpu,
+        load_mode=cfg.load_mode,
+        cache_ram_bytes=max(cfg.cache_ram_mib, 0) << 20,
+        warnings=tuple(notes),
+        op_offload=cfg.op_offload,
+        repack=cfg.repack,
+        no_host=cfg.no_host,
+        op_offload_min_batch=cfg.op_offload_min_batch
+        if since("op_offload_env", build)
+        else OP_OFFLOAD_MIN_BATCH,
+        build=build,
+        embeddings=cfg.embeddings,
+        pooling=_pooling(cfg, facts),
+    )

@@ -34,32 +34,50 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from .compute import ComputeSettings, nextn_compute
-from .config import NGL_AUTO, LaunchConfig
 from ..errors import InputError
 from ..reader.ggml_types import GGMLType
+from .compute import ComputeSettings, nextn_compute
+from .config import NGL_AUTO, LaunchConfig
 from .placement import CPU, cuda_alloc_size, override_target, tensor_layer
 from .projector import encoder_compute, encoder_host_input, image_px_for_tokens
 from .resolve import build_of
 
 if TYPE_CHECKING:
-    from ..machine.devices import DeviceSpec
     from ..facts.hparams import ModelFacts
-    from ..findings import Notice
-    from .model import Breakdown, MemoryModel
     from ..facts.projector import ProjectorFacts
+    from ..findings import Notice
+    from ..machine.devices import DeviceSpec
+    from .model import Breakdown, MemoryModel
     from .resolve import ResolvedConfig
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
-# [ver] PR #22787/#22838 (merged 2026-05-08) replaced the per-slot draft contexts (n_ctx = the slot's
-# cells or -cd, one sequence, n_batch = n_ctx; PR #10586) with one unified draft context. b9181 is
-# ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it (resolve.BUILD_RULES).
+# [ver] PR #22787/#22838 (merged 2026-05-08) replaced the per-slot draft contexts (n_ctx = the
+# slot's cells or -cd, one sequence, n_batch = n_ctx; PR #10586) with one unified draft context.
+# b9181 is ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it
+# (resolve.BUILD_RULES).
 BUILD_UNIFIED_DRAFT = build_of("unified_draft")
 PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 
-NGRAM_N_MAX = {"ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48, "ngram-mod": 64, "ngram-cache": 8}
-SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
-              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")  # fmt: skip
+NGRAM_N_MAX = {
+    "ngram-simple": 48,
+    "ngram-map-k": 48,
+    "ngram-map-k4v": 48,
+    "ngram-mod": 64,
+    "ngram-cache": 8,
+}
+SPEC_TYPES = (
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +116,16 @@ class SideFlags:
         return bool(self.draft_model or self.speculative or (self.mmproj and not self.no_mmproj))
 
     def n_draft_max(self) -> int:
-        """common_speculative_n_max (common/speculative.cpp): the most tokens any asked type drafts."""
+        """common_speculative_n_max (common/speculative.cpp): the most tokens any asked type
+        drafts."""
         sizes = {**NGRAM_N_MAX, **dict(self.ngram_n_max)}
-        return max((self.draft_n_max if t.startswith("draft-") else sizes.get(t, 0) for t in self.spec_types),
-                   default=0)  # fmt: skip
+        return max(
+            (
+                self.draft_n_max if t.startswith("draft-") else sizes.get(t, 0)
+                for t in self.spec_types
+            ),
+            default=0,
+        )
 
     def main_outputs(self, n_batch: int, n_parallel: int) -> int | None:
         """The main context's n_outputs_max with speculation (tools/server/server-context.cpp
@@ -129,24 +153,37 @@ def vocab_info(metadata: Mapping[str, Any], n_vocab: int) -> VocabInfo:
         v = metadata.get(key)
         return v if isinstance(v, kind) else None
 
-    return VocabInfo(get("tokenizer.ggml.model", str), n_vocab, get("tokenizer.ggml.bos_token_id", int),
-                     get("tokenizer.ggml.eos_token_id", int), get("tokenizer.ggml.add_bos_token", bool),
-                     get("tokenizer.ggml.add_eos_token", bool))  # fmt: skip
+    return VocabInfo(
+        get("tokenizer.ggml.model", str),
+        n_vocab,
+        get("tokenizer.ggml.bos_token_id", int),
+        get("tokenizer.ggml.eos_token_id", int),
+        get("tokenizer.ggml.add_bos_token", bool),
+        get("tokenizer.ggml.add_eos_token", bool),
+    )
 
 
 def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
-    """Why llama-server would refuse this draft for this target ("the target and draft vocabs are not
-    compatible"), or None. Token texts are not compared (the header reader skips them)."""
+    """Why llama-server would refuse this draft for this target ("the target and draft vocabs are
+    not compatible"), or None. Token texts are not compared (the header reader skips them)."""
     if target.model != draft.model:
         return f"vocab type differs (target {target.model}, draft {draft.model})"
     if target.add_bos != draft.add_bos or (target.add_bos and target.bos != draft.bos):
-        return f"BOS differs (target add {target.add_bos} id {target.bos}, draft add {draft.add_bos} id {draft.bos})"
+        return (
+            f"BOS differs (target add {target.add_bos} id {target.bos}, draft add {draft.add_bos} "
+            f"id {draft.bos})"
+        )
     if target.add_eos != draft.add_eos or (target.add_eos and target.eos != draft.eos):
-        return f"EOS differs (target add {target.add_eos} id {target.eos}, draft add {draft.add_eos} id {draft.eos})"
+        return (
+            f"EOS differs (target add {target.add_eos} id {target.eos}, draft add {draft.add_eos} "
+            f"id {draft.eos})"
+        )
     diff = abs(target.n_vocab - draft.n_vocab)
     if diff > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
-        return (f"vocab sizes differ by {diff} (target {target.n_vocab}, draft {draft.n_vocab}; "
-                f"at most {SPEC_VOCAB_MAX_SIZE_DIFFERENCE})")  # fmt: skip
+        return (
+            f"vocab sizes differ by {diff} (target {target.n_vocab}, draft {draft.n_vocab}; "
+            f"at most {SPEC_VOCAB_MAX_SIZE_DIFFERENCE})"
+        )
     return None
 
 
@@ -191,16 +228,22 @@ class SidePlan:
     draft: MemoryModel | None = None
     draft_path: str | None = None
     projector: ProjectorFacts | None = None
-    notes: tuple[Notice, ...] = ()  # draft_incompatible {reason}, draft_without_spec_type, draft_ctx_ignored
-    draft_same_file: bool = False  # -md names the target's own file (side_load.py: os.path.samefile)
+    notes: tuple[
+        Notice, ...
+    ] = ()  # draft_incompatible {reason}, draft_without_spec_type, draft_ctx_ignored
+    # -md names the target's own file (side_load.py: os.path.samefile)
+    draft_same_file: bool = False
 
     def dropping(self, kind: str) -> SidePlan | None:
-        """This plan without one kind of side model ("mmproj", "draft", "mtp"); None when nothing is left."""
+        """This plan without one kind of side model ("mmproj", "draft", "mtp"); None when nothing is
+        left."""
         flags = self.flags
         if kind == "mmproj":
             plan = replace(self, projector=None, flags=replace(flags, mmproj=None, no_mmproj=True))
         elif kind == "draft":
-            plan = replace(self, draft=None, draft_path=None, flags=replace(flags, draft_model=None))
+            plan = replace(
+                self, draft=None, draft_path=None, flags=replace(flags, draft_model=None)
+            )
         else:
             types = tuple(t for t in flags.spec_types if t != "draft-mtp")
             plan = replace(self, flags=replace(flags, spec_types=types))
@@ -209,27 +252,55 @@ class SidePlan:
     def draft_config(self, cfg: LaunchConfig, rc: ResolvedConfig) -> LaunchConfig:
         """common_base_params_to_speculative: the main launch with the draft's own fields."""
         fl = self.flags
-        return replace(cfg, n_ctx=rc.n_ctx, type_k=fl.draft_type_k, type_v=fl.draft_type_v, n_gpu_layers=fl.draft_ngl,
-                       override_tensor=fl.draft_overrides, cpu_moe=fl.draft_cpu_moe, n_cpu_moe=fl.draft_n_cpu_moe,
-                       n_cpu_ffn=0, n_parallel=rc.n_seq_max, kv_unified=rc.kv_unified, fit=False,
-                       cache_ram_mib=0)  # fmt: skip
+        return replace(
+            cfg,
+            n_ctx=rc.n_ctx,
+            type_k=fl.draft_type_k,
+            type_v=fl.draft_type_v,
+            n_gpu_layers=fl.draft_ngl,
+            override_tensor=fl.draft_overrides,
+            cpu_moe=fl.draft_cpu_moe,
+            n_cpu_moe=fl.draft_n_cpu_moe,
+            n_cpu_ffn=0,
+            n_parallel=rc.n_seq_max,
+            kv_unified=rc.kv_unified,
+            fit=False,
+            cache_ram_mib=0,
+        )
 
     def main_rc(self, rc: ResolvedConfig, *, build: int | None) -> ResolvedConfig:
         """The main context as llama-server creates it next to these side models (more outputs)."""
         from .resolve import BUILD_SERVER_OUTPUT_LIMIT
 
         n_out = self.flags.main_outputs(rc.n_batch, rc.n_seq_max)
-        if (n_out is None or rc.engine != "llama-server" or rc.n_outputs_max == rc.n_batch  # embeddings: n_batch
-                or (build is not None and build < BUILD_SERVER_OUTPUT_LIMIT)):  # fmt: skip
+        if (
+            n_out is None
+            or rc.engine != "llama-server"
+            or rc.n_outputs_max == rc.n_batch  # embeddings: n_batch
+            or (build is not None and build < BUILD_SERVER_OUTPUT_LIMIT)
+        ):
             return rc
         return replace(rc, n_outputs_max=n_out)
 
-    def usages(self, cfg: LaunchConfig, rc: ResolvedConfig, main: MemoryModel, lmap_layers: tuple[int, ...],
-               gpus: Sequence[DeviceSpec], host: DeviceSpec, *, build: int | None,
-               main_host_weights: int = 0) -> tuple[SideUsage, ...]:  # fmt: skip
+    def usages(
+        self,
+        cfg: LaunchConfig,
+        rc: ResolvedConfig,
+        main: MemoryModel,
+        lmap_layers: tuple[int, ...],
+        gpus: Sequence[DeviceSpec],
+        host: DeviceSpec,
+        *,
+        build: int | None,
+        main_host_weights: int = 0,
+    ) -> tuple[SideUsage, ...]:
         out = []
         if self.draft is not None:
-            out.append(draft_usage(self, cfg, rc, gpus, host, build=build, main_host_weights=main_host_weights))
+            out.append(
+                draft_usage(
+                    self, cfg, rc, gpus, host, build=build, main_host_weights=main_host_weights
+                )
+            )
         if self.flags.mtp and main.facts.n_layer_nextn:
             out.append(mtp_usage(main.facts, self.flags, rc, lmap_layers, gpus, host))
         if self.projector is not None:
@@ -246,18 +317,21 @@ def _draft_gpus(devices: tuple[str, ...], gpus: Sequence[DeviceSpec]) -> list[De
     names = {g.name.lower(): g for g in gpus}
     missing = [d for d in devices if d.lower() not in names]
     if missing:
-        raise InputError(f"-devd {','.join(devices)}: no device named {missing[0]} (devices: "
-                         f"{', '.join(g.name for g in gpus) or 'none'})")  # fmt: skip
+        raise InputError(
+            f"-devd {','.join(devices)}: no device named {missing[0]} (devices: "
+            f"{', '.join(g.name for g in gpus) or 'none'})"
+        )
     return [names[d.lower()] for d in devices]
 
 
 def shared_host_weights(plan: SidePlan, rc: ResolvedConfig, draft_host: int, main_host: int) -> int:
-    """The draft's host weights that take no memory of their own: with -md the target's own file and the
-    weights memory-mapped (-lm auto/mmap), both llama_model loads map the same file (llama_mmap,
-    src/llama-mmap.cpp) and their CPU_Mapped tensors share the page cache's pages; the smaller of the two
-    host sets, nested as -ngl/-ngld place the last layers first (an -ot/-otd or --cpu-moe rule on either
-    side: none counted shared). Measured (scripts/bench_same_draft.py, the real llama-server with
-    Gemma 3 270M as its own draft): mmap +0.0 MiB file-backed Pss; --load-mode none +309 MiB, twice."""
+    """The draft's host weights that take no memory of their own: with -md the target's own file and
+    the weights memory-mapped (-lm auto/mmap), both llama_model loads map the same file (llama_mmap,
+    src/llama-mmap.cpp) and their CPU_Mapped tensors share the page cache's pages; the smaller of
+    the two host sets, nested as -ngl/-ngld place the last layers first (an -ot/-otd or --cpu-moe
+    rule on either side: none counted shared). Measured (scripts/bench/bench_same_draft.py, the real
+    llama-server with Gemma 3 270M as its own draft): mmap +0.0 MiB file-backed Pss; --load-mode
+    none +309 MiB, twice."""
     fl = plan.flags
     mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
     rules = rc.all_overrides or fl.draft_overrides or fl.draft_cpu_moe or fl.draft_n_cpu_moe
@@ -266,8 +340,16 @@ def shared_host_weights(plan: SidePlan, rc: ResolvedConfig, draft_host: int, mai
     return min(draft_host, main_host)
 
 
-def draft_usage(plan: SidePlan, cfg: LaunchConfig, rc: ResolvedConfig, gpus: Sequence[DeviceSpec],
-                host: DeviceSpec, *, build: int | None, main_host_weights: int = 0) -> SideUsage:  # fmt: skip
+def draft_usage(
+    plan: SidePlan,
+    cfg: LaunchConfig,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    host: DeviceSpec,
+    *,
+    build: int | None,
+    main_host_weights: int = 0,
+) -> SideUsage:
     """The draft model's weights and its context (KV, compute, output) per device; host weights the
     target already maps from the same file are not counted again (shared_host_weights)."""
     from .resolve import resolve
@@ -275,30 +357,50 @@ def draft_usage(plan: SidePlan, cfg: LaunchConfig, rc: ResolvedConfig, gpus: Seq
     assert plan.draft is not None
     dcfg = plan.draft_config(cfg, rc)
     n_ctx_dft = copies = 1
-    if build is not None and build < BUILD_UNIFIED_DRAFT:  # one draft context per slot, of -cd or the slot's cells
+    if (
+        build is not None and build < BUILD_UNIFIED_DRAFT
+    ):  # one draft context per slot, of -cd or the slot's cells
         n_ctx_dft = plan.flags.draft_ctx or rc.n_ctx_seq
         copies = rc.n_seq_max
         dcfg = replace(dcfg, n_ctx=n_ctx_dft, n_parallel=1, kv_unified=False, n_batch=n_ctx_dft)
     drc = resolve(dcfg, plan.draft.facts, engine=rc.engine, build=build)
     b = plan.draft.estimate(drc, _draft_gpus(plan.flags.draft_devices, gpus), host, reserve_bytes=0)
     shared = shared_host_weights(plan, rc, b.devices[-1].weights_bytes, main_host_weights)
-    devs = tuple(SideDeviceUsage(d.name, d.weights_bytes - (shared if d.kind == "host" else 0),
-                                 copies * (d.kv_bytes + d.recurrent_bytes), copies * d.compute_bytes,
-                                 copies * d.output_bytes) for d in b.devices)  # fmt: skip
-    details: tuple[tuple[str, int | str], ...] = (("contexts", copies), ("n_ctx_seq", drc.n_ctx_seq),
-                                                   ("n_stream", drc.n_stream),
-                                                   ("n_gpu_layers", drc.n_gpu_layers),
-                                                   ("type_k", drc.type_k.name.lower()),
-                                                   ("type_v", drc.type_v.name.lower()),
-                                                   ("shared_weights_bytes", shared))  # fmt: skip
-    return SideUsage("draft", plan.draft_path or plan.draft.facts.path, devs, drc.n_ctx * copies, details)
+    devs = tuple(
+        SideDeviceUsage(
+            d.name,
+            d.weights_bytes - (shared if d.kind == "host" else 0),
+            copies * (d.kv_bytes + d.recurrent_bytes),
+            copies * d.compute_bytes,
+            copies * d.output_bytes,
+        )
+        for d in b.devices
+    )
+    details: tuple[tuple[str, int | str], ...] = (
+        ("contexts", copies),
+        ("n_ctx_seq", drc.n_ctx_seq),
+        ("n_stream", drc.n_stream),
+        ("n_gpu_layers", drc.n_gpu_layers),
+        ("type_k", drc.type_k.name.lower()),
+        ("type_v", drc.type_v.name.lower()),
+        ("shared_weights_bytes", shared),
+    )
+    return SideUsage(
+        "draft", plan.draft_path or plan.draft.facts.path, devs, drc.n_ctx * copies, details
+    )
 
 
-def mtp_usage(facts: ModelFacts, flags: SideFlags, rc: ResolvedConfig, lmap_layers: tuple[int, ...],
-              gpus: Sequence[DeviceSpec], host: DeviceSpec) -> SideUsage:  # fmt: skip
-    """--spec-type draft-mtp: the NextN blocks' weights (loaded with load_mtp) on their block's device,
-    and the MTP context: KV of the NextN layers only (cells as the main context's), its compute
-    buffer and output buffer (on the host, as the main context's)."""
+def mtp_usage(
+    facts: ModelFacts,
+    flags: SideFlags,
+    rc: ResolvedConfig,
+    lmap_layers: tuple[int, ...],
+    gpus: Sequence[DeviceSpec],
+    host: DeviceSpec,
+) -> SideUsage:
+    """--spec-type draft-mtp: the NextN blocks' weights (loaded with load_mtp) on their block's
+    device, and the MTP context: KV of the NextN layers only (cells as the main context's), its
+    compute buffer and output buffer (on the host, as the main context's)."""
     names = [g.name for g in gpus] + [host.name]
     weights, kv, compute = dict.fromkeys(names, 0), dict.fromkeys(names, 0), dict.fromkeys(names, 0)
 
@@ -315,25 +417,43 @@ def mtp_usage(facts: ModelFacts, flags: SideFlags, rc: ResolvedConfig, lmap_laye
         target = override_target(t.name, rules)
         if target is not None:
             key = target.lower()
-            dev = CPU if key.startswith("cpu") else next((i for n, i in gpu_index.items() if key.startswith(n)), dev)
+            dev = (
+                CPU
+                if key.startswith("cpu")
+                else next((i for n, i in gpu_index.items() if key.startswith(n)), dev)
+            )
         padded = dev != CPU and gpus[dev].backend in PADDED_BACKENDS
-        weights[name_of(dev)] += cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes) if padded else t.n_bytes
+        weights[name_of(dev)] += (
+            cuda_alloc_size(GGMLType.of(t.ggml_type), t.shape, t.n_bytes) if padded else t.n_bytes
+        )
     tk, tv = GGMLType.named(flags.draft_type_k), GGMLType.named(flags.draft_type_v)
     cells = rc.n_ctx_seq * rc.n_stream
     nextn = range(facts.n_layer, facts.n_layer_all)
     v_max = max((facts.n_embd_v_gqa(il) for il in nextn), default=0)
     for il in nextn:
         k = tk.row_size(facts.n_embd_k_gqa(il))
-        v = 0 if facts.mla is not None else tv.row_size(facts.n_embd_v_gqa(il) if rc.flash_attn else v_max)
+        v = 0
+        if facts.mla is None:
+            v = tv.row_size(facts.n_embd_v_gqa(il) if rc.flash_attn else v_max)
         dev = lmap_layers[il] if rc.kv_offload and il < len(lmap_layers) else CPU
         kv[name_of(dev)] += (k + v) * cells
-    s = ComputeSettings(n_ctx_seq=rc.n_ctx_seq, n_ubatch=rc.n_ubatch, n_outputs=rc.n_seq_max, flash_attn=rc.flash_attn,
-                        n_stream=rc.n_stream, n_seq_max=rc.n_seq_max, type_k=flags.draft_type_k,
-                        type_v=flags.draft_type_v)  # fmt: skip
+    s = ComputeSettings(
+        n_ctx_seq=rc.n_ctx_seq,
+        n_ubatch=rc.n_ubatch,
+        n_outputs=rc.n_seq_max,
+        flash_attn=rc.flash_attn,
+        n_stream=rc.n_stream,
+        n_seq_max=rc.n_seq_max,
+        type_k=flags.draft_type_k,
+        type_v=flags.draft_type_v,
+    )
     dev = lmap_layers[facts.n_layer] if facts.n_layer < len(lmap_layers) else CPU
     compute[name_of(dev)] += nextn_compute(facts, s)
     output = facts.n_vocab * max(rc.n_seq_max, 1) * 4
-    devs = tuple(SideDeviceUsage(n, weights[n], kv[n], compute[n], output if n == host.name else 0) for n in names)
+    devs = tuple(
+        SideDeviceUsage(n, weights[n], kv[n], compute[n], output if n == host.name else 0)
+        for n in names
+    )
     return SideUsage("mtp", facts.path, devs, cells, (("n_layer_nextn", facts.n_layer_nextn),))
 
 
@@ -347,8 +467,13 @@ def attach(b: Breakdown, usages: Sequence[SideUsage]) -> Breakdown:
     return replace(b, devices=tuple(rows), side_models=b.side_models + tuple(usages))
 
 
-def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpus: Sequence[DeviceSpec],
-                    host: DeviceSpec) -> SideUsage:  # fmt: skip
+def projector_usage(
+    p: ProjectorFacts,
+    flags: SideFlags,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    host: DeviceSpec,
+) -> SideUsage:
     """Weights and the warmup compute buffer on the clip backend; details carry the worst case."""
     on_gpu = flags.mmproj_offload and bool(gpus)
     device = gpus[0].name if on_gpu else host.name
@@ -359,11 +484,15 @@ def projector_usage(p: ProjectorFacts, flags: SideFlags, rc: ResolvedConfig, gpu
     worst_px = image_px_for_tokens(p, max_tokens) if max_tokens else warm
     worst = encoder_compute(p, image_px=worst_px, flash_attn=rc.flash_attn, backend=backend)
     details: tuple[tuple[str, int | str], ...] = (
-        ("projector_type", p.projector_type), ("device", device), ("offload", "on" if flags.mmproj_offload else "off"),
+        ("projector_type", p.projector_type),
+        ("device", device),
+        ("offload", "on" if flags.mmproj_offload else "off"),
         ("flash_attn", "on" if rc.flash_attn else "off"),
-        ("warmup_image_px", warm), ("worst_image_px", worst_px), ("worst_compute_bytes", worst),
+        ("warmup_image_px", warm),
+        ("worst_image_px", worst_px),
+        ("worst_compute_bytes", worst),
         ("image_max_tokens", max_tokens or 0),
-    )  # fmt: skip
+    )
     rows = [SideDeviceUsage(device, p.weights_bytes, 0, compute, 0)]
     if on_gpu:
         rows.append(SideDeviceUsage(host.name, 0, 0, encoder_host_input(p, image_px=warm), 0))

@@ -1,7 +1,7 @@
 """ggml tensor types: block size and bytes per block (ggml/src/ggml.c type_traits; the ids of
 enum ggml_type in ggml/include/ggml.h). The table is written out here so that reading a header
-imports nothing beyond the standard library; tests/reader/test_ggml_types.py checks it against the gguf
-package's GGML_QUANT_SIZES.
+imports nothing beyond the standard library; tests/reader/test_ggml_types.py checks it against the
+gguf package's GGML_QUANT_SIZES.
 
 `row_size` and `tensor_nbytes` mirror ggml_row_size / ggml_nbytes (ggml/src/ggml.c).
 """
@@ -37,7 +37,9 @@ class GGMLType:
     def row_size(self, n: int) -> int:
         """Bytes of a row of n elements (ggml_row_size asserts n % block_size == 0)."""
         if n % self.block_size:
-            raise ValueError(f"{n} elements is not a multiple of {self.name}'s block size {self.block_size}")
+            raise ValueError(
+                f"{n} elements is not a multiple of {self.name}'s block size {self.block_size}"
+            )
         return n // self.block_size * self.type_size
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import GGUFError
+from ..units import pad
 from .ggml_types import GGMLType, tensor_nbytes
 from .source import ByteSource
-from ..units import pad
 
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32  # ggml/include/gguf.h
@@ -207,7 +207,9 @@ class _Cursor:
         start = self.pos
         n = self.u64()
         if n > self.left:
-            raise self.fail(f"string length {n} in {self.what} exceeds the {self.left} bytes left", start)
+            raise self.fail(
+                f"string length {n} in {self.what} exceeds the {self.left} bytes left", start
+            )
         return self.raw(n).decode("utf-8", errors="replace")
 
     def skip_strings(self, count: int) -> None:
@@ -233,8 +235,10 @@ class _Cursor:
         budget = getattr(self.src, "read_budget", None)
         buffered = max(len(self.buf) - (self.pos - self.base), 0)
         if budget is not None and n - buffered > budget:
-            raise self.fail(f"{self.what} needs at least {n:,} more bytes, more than the {budget:,} bytes left "
-                            "of this source's header budget: not a plausible GGUF header")
+            raise self.fail(
+                f"{self.what} needs at least {n:,} more bytes, more than the {budget:,} bytes left "
+                "of this source's header budget: not a plausible GGUF header"
+            )
 
     def skip(self, n: int) -> None:
         if n > self.left:
@@ -262,7 +266,9 @@ def _read_array(cur: _Cursor, *, skip_arrays: bool, depth: int) -> Any:
     if itype not in _MIN_ITEM_SIZE:
         raise cur.fail(f"unknown array item type {itype} in {cur.what}", start)
     if count > cur.left // _MIN_ITEM_SIZE[itype]:
-        raise cur.fail(f"array of {count} items in {cur.what} exceeds the {cur.left} bytes left", start)
+        raise cur.fail(
+            f"array of {count} items in {cur.what} exceeds the {cur.left} bytes left", start
+        )
     if itype in (TYPE_STRING, TYPE_ARRAY):
         cur.must_read(count * _MIN_ITEM_SIZE[itype])  # their lengths must be read, not skipped
     keep = not skip_arrays and count <= MAX_KEPT_ARRAY
@@ -388,7 +394,9 @@ def read_header(src: ByteSource) -> GGUFHeader:
     cur.what = "the tensor and key counts"
     n_tensors, n_kv = cur.u64(), cur.u64()
     if n_tensors > cur.left // _MIN_TENSOR_INFO_SIZE:
-        raise cur.fail(f"tensor count {n_tensors} exceeds what the {cur.left} bytes left can hold", 8)
+        raise cur.fail(
+            f"tensor count {n_tensors} exceeds what the {cur.left} bytes left can hold", 8
+        )
     if n_kv > cur.left // _MIN_KV_SIZE:
         raise cur.fail(f"key count {n_kv} exceeds what the {cur.left} bytes left can hold", 16)
     metadata, types = _read_metadata(cur, n_kv)
@@ -398,7 +406,13 @@ def read_header(src: ByteSource) -> GGUFHeader:
     tensors = [_read_tensor_info(cur, i, seen) for i in range(n_tensors)]
     data_offset, data_size = _layout_data(cur, tensors, alignment)
     return GGUFHeader(
-        src.name, version, metadata, types, tuple(tensors), alignment, data_offset, data_size, src.size
+        src.name,
+        version,
+        metadata,
+        types,
+        tuple(tensors),
+        alignment,
+        data_offset,
+        data_size,
+        src.size,
     )
-
-

@@ -18,6 +18,7 @@ from .header import GGUFHeader, TensorInfo, read_header
 from .names import shard_name, split_info
 from .source import ByteSource, FileSource
 
+
 @dataclass(frozen=True)
 class GGUFModel:
     """All shards' headers; `metadata` is the first shard's, `tensors` all shards' in order."""
@@ -51,26 +52,37 @@ class GGUFModel:
 
 def shard_paths(path: str) -> list[str]:
     """Every shard's path given any one of them; a single path when the name is not a split name."""
-    info = split_info(path)  # a split name exactly as llama_split_path writes it (llama_split_prefix)
+    # a split name exactly as llama_split_path writes it (llama_split_prefix)
+    info = split_info(path)
     if info is None or path != shard_name(info.prefix, info.index, info.count):
         return [path]
     count, no = info.count, info.index
     if not 1 <= no <= count:
-        raise GGUFError(path, None, f"the name says shard {no} of {count}; split models number their shards "
-                        "1 to N (-00001-of-0000N.gguf)")  # fmt: skip
+        raise GGUFError(
+            path,
+            None,
+            f"the name says shard {no} of {count}; split models number their shards "
+            "1 to N (-00001-of-0000N.gguf)",
+        )
     return [shard_name(info.prefix, i, count) for i in range(1, count + 1)]
 
 
 def _check_shard(header: GGUFHeader, index: int, count: int) -> None:
     n_split = header.metadata.get("split.count", 1)
     if count == 1 and isinstance(n_split, int) and n_split > 1:
-        raise GGUFError(header.path, None, f"is one shard of {n_split} but its name does not end in "
-                        "-NNNNN-of-NNNNN.gguf, so the other shards cannot be found")
+        raise GGUFError(
+            header.path,
+            None,
+            f"is one shard of {n_split} but its name does not end in "
+            "-NNNNN-of-NNNNN.gguf, so the other shards cannot be found",
+        )
     no = header.metadata.get("split.no", 0 if count == 1 else None)
     n = header.metadata.get("split.count", 1 if count == 1 else None)
     if n != count or no != index:
         raise GGUFError(
-            header.path, None, f"expected shard {index + 1} of {count}, but split.no={no} split.count={n}"
+            header.path,
+            None,
+            f"expected shard {index + 1} of {count}, but split.no={no} split.count={n}",
         )
 
 
@@ -89,12 +101,16 @@ def read_model(
     return model
 
 
-def _read_one(path: str, open_source: Callable[[str], ByteSource], missing_of: str | None) -> GGUFHeader:
+def _read_one(
+    path: str, open_source: Callable[[str], ByteSource], missing_of: str | None
+) -> GGUFHeader:
     try:
         src = open_source(path)
     except FileNotFoundError:
         if missing_of:
-            raise GGUFError(path, None, f"shard of split model {os.path.basename(missing_of)} is missing") from None
+            raise GGUFError(
+                path, None, f"shard of split model {os.path.basename(missing_of)} is missing"
+            ) from None
         raise GGUFError(path, None, "no such file") from None
     except IsADirectoryError:
         raise GGUFError(path, None, "is a directory, not a GGUF file") from None
@@ -115,8 +131,14 @@ def _check_tensor_names(model: GGUFModel) -> None:
     for shard in model.shards:
         for t in shard.tensors:
             if t.name in seen:
-                raise GGUFError(shard.path, None, f"tensor '{t.name}' appears in more than one shard")
+                raise GGUFError(
+                    shard.path, None, f"tensor '{t.name}' appears in more than one shard"
+                )
             seen.add(t.name)
     expected = model.metadata.get("split.tensors.count")
     if isinstance(expected, int) and expected != len(seen):
-        raise GGUFError(model.path, None, f"split.tensors.count is {expected} but the shards hold {len(seen)} tensors")
+        raise GGUFError(
+            model.path,
+            None,
+            f"split.tensors.count is {expected} but the shards hold {len(seen)} tensors",
+        )

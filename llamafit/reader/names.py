@@ -15,14 +15,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# common/download.cpp get_gguf_split_info: re_split over the name less `.gguf`, re_tag over the prefix
+# common/download.cpp get_gguf_split_info: re_split over the name less `.gguf`, re_tag over the
+# prefix
 _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class SplitInfo:
-    """llama.cpp's gguf_split_info: `dir/m-Q4_K_M-00002-of-00003.gguf` is (`dir/m-Q4_K_M`, `Q4_K_M`, 2, 3)."""
+    """llama.cpp's gguf_split_info: `dir/m-Q4_K_M-00002-of-00003.gguf` is (`dir/m-Q4_K_M`, `Q4_K_M`,
+    2, 3)."""
 
     prefix: str  # the tag included
     index: int
@@ -57,6 +59,7 @@ def quant_bits(path: str) -> int:
 def shard_name(prefix: str, no: int, count: int) -> str:
     """src/llama.cpp llama_split_path: `prefix-%05d-of-%05d.gguf` (no counts from 1 here)."""
     return f"{prefix}-{no:05d}-of-{count:05d}.gguf"
+
 
 FILE_TYPES = {
     0: "F32",
@@ -97,19 +100,133 @@ FILE_TYPES = {
     1024: "GUESSED",
 }
 
-ARCH_NAMES = frozenset({
-    "afmoe", "apertus", "arcee", "arctic", "arwkv7", "baichuan", "bailingmoe", "bailingmoe2", "bert", "bitnet",
-    "bloom", "chameleon", "chatglm", "clip", "codeshell", "cogvlm", "cohere2", "command-r", "dbrx", "deci",
-    "deepseek", "deepseek2", "deepseek2-ocr", "dots1", "dream", "ernie4_5", "ernie4_5-moe", "eurobert",
-    "exaone", "exaone-moe", "exaone4", "falcon", "falcon-h1", "gemma", "gemma-embedding", "gemma2", "gemma3",
-    "gemma3n", "gemma4", "glm-dsa", "glm4", "glm4moe", "gpt-oss", "gpt2", "gptj", "gptneox", "granite",
-    "granitehybrid", "granitemoe", "grok", "grovemoe", "hunyuan-dense", "hunyuan-moe", "hunyuan_vl",
-    "internlm2", "jais", "jais2", "jamba", "jina-bert-v2", "jina-bert-v3", "kimi-linear", "lfm2", "lfm2moe",
-    "llada", "llada-moe", "llama", "llama-embed", "llama4", "maincoder", "mamba", "mamba2", "mimo2", "minicpm",
-    "minicpm3", "minimax-m2", "mistral3", "mistral4", "modern-bert", "mpt", "nemotron", "nemotron_h",
-    "nemotron_h_moe", "neo-bert", "nomic-bert", "nomic-bert-moe", "olmo", "olmo2", "olmoe", "openelm", "orion",
-    "paddleocr", "pangu-embedded", "phi2", "phi3", "phimoe", "plamo", "plamo2", "plamo3", "plm", "qwen",
-    "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen35", "qwen35moe", "qwen3moe", "qwen3next", "qwen3vl",
-    "qwen3vlmoe", "refact", "rnd1", "rwkv6", "rwkv6qwen2", "rwkv7", "seed_oss", "smallthinker", "smollm3",
-    "stablelm", "starcoder", "starcoder2", "step35", "t5", "t5encoder", "wavtokenizer-dec", "xverse"
-})
+ARCH_NAMES = frozenset(
+    {
+        "afmoe",
+        "apertus",
+        "arcee",
+        "arctic",
+        "arwkv7",
+        "baichuan",
+        "bailingmoe",
+        "bailingmoe2",
+        "bert",
+        "bitnet",
+        "bloom",
+        "chameleon",
+        "chatglm",
+        "clip",
+        "codeshell",
+        "cogvlm",
+        "cohere2",
+        "command-r",
+        "dbrx",
+        "deci",
+        "deepseek",
+        "deepseek2",
+        "deepseek2-ocr",
+        "dots1",
+        "dream",
+        "ernie4_5",
+        "ernie4_5-moe",
+        "eurobert",
+        "exaone",
+        "exaone-moe",
+        "exaone4",
+        "falcon",
+        "falcon-h1",
+        "gemma",
+        "gemma-embedding",
+        "gemma2",
+        "gemma3",
+        "gemma3n",
+        "gemma4",
+        "glm-dsa",
+        "glm4",
+        "glm4moe",
+        "gpt-oss",
+        "gpt2",
+        "gptj",
+        "gptneox",
+        "granite",
+        "granitehybrid",
+        "granitemoe",
+        "grok",
+        "grovemoe",
+        "hunyuan-dense",
+        "hunyuan-moe",
+        "hunyuan_vl",
+        "internlm2",
+        "jais",
+        "jais2",
+        "jamba",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "kimi-linear",
+        "lfm2",
+        "lfm2moe",
+        "llada",
+        "llada-moe",
+        "llama",
+        "llama-embed",
+        "llama4",
+        "maincoder",
+        "mamba",
+        "mamba2",
+        "mimo2",
+        "minicpm",
+        "minicpm3",
+        "minimax-m2",
+        "mistral3",
+        "mistral4",
+        "modern-bert",
+        "mpt",
+        "nemotron",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "neo-bert",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "olmo",
+        "olmo2",
+        "olmoe",
+        "openelm",
+        "orion",
+        "paddleocr",
+        "pangu-embedded",
+        "phi2",
+        "phi3",
+        "phimoe",
+        "plamo",
+        "plamo2",
+        "plamo3",
+        "plm",
+        "qwen",
+        "qwen2",
+        "qwen2moe",
+        "qwen2vl",
+        "qwen3",
+        "qwen35",
+        "qwen35moe",
+        "qwen3moe",
+        "qwen3next",
+        "qwen3vl",
+        "qwen3vlmoe",
+        "refact",
+        "rnd1",
+        "rwkv6",
+        "rwkv6qwen2",
+        "rwkv7",
+        "seed_oss",
+        "smallthinker",
+        "smollm3",
+        "stablelm",
+        "starcoder",
+        "starcoder2",
+        "step35",
+        "t5",
+        "t5encoder",
+        "wavtokenizer-dec",
+        "xverse",
+    }
+)

@@ -21,14 +21,19 @@ _COLOUR = {"W": "44", "K": "45", "C": "43", "R": "47", ".": "0"}  # background c
 
 
 def _parts(d: DeviceUsage) -> list[int]:
-    used = [d.weights_bytes + d.side_bytes, d.kv_bytes + d.recurrent_bytes, d.compute_bytes + d.output_bytes,
-            d.reserve_bytes + d.overhead_bytes]  # fmt: skip
+    used = [
+        d.weights_bytes + d.side_bytes,
+        d.kv_bytes + d.recurrent_bytes,
+        d.compute_bytes + d.output_bytes,
+        d.reserve_bytes + d.overhead_bytes,
+    ]
     free = max((d.usable_bytes or 0) - sum(used), 0)
     return [*used, free]
 
 
 def _columns(sizes: Sequence[int], width: int) -> list[int]:
-    """Columns per part, proportional, each part that is not zero at least one, summing to `width`."""
+    """Columns per part, proportional, each part that is not zero at least one, summing to
+    `width`."""
     total = sum(sizes)
     if total <= 0:
         return [0] * (len(sizes) - 1) + [width]
@@ -73,7 +78,8 @@ def bar_lines(b: Breakdown, width: int = BAR) -> list[str]:
 
 
 def paint_bars(line: str) -> str:
-    """A bar line with each part's letters on its colour (only on a terminal: report/colour.paint)."""
+    """A bar line with each part's letters on its colour (only on a terminal:
+    report/colour.paint)."""
     start, end = line.find("["), line.find("]")
     if start < 0 or end < start:
         return line
@@ -91,4 +97,8 @@ def paint_bars(line: str) -> str:
 def is_bar_line(line: str) -> bool:
     start = line.find("[", LABEL - 1)
     end = line.find("]", start + 1)
-    return start == LABEL and end > start and set(line[start + 1 : end]) <= {ch for ch, _ in PARTS} | {"|"}
+    return (
+        start == LABEL
+        and end > start
+        and set(line[start + 1 : end]) <= {ch for ch, _ in PARTS} | {"|"}
+    )

@@ -13,11 +13,17 @@ def use_colour(is_tty: bool, env: Mapping[str, str]) -> bool:
     return is_tty and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
 
 
-_COLOURS = (("Verdict    does not fit", "31"), ("Verdict    fits", "32"), ("Warning    ", "33"), ("Failed     ", "31"))
+_COLOURS = (
+    ("Verdict    does not fit", "31"),
+    ("Verdict    fits", "32"),
+    ("Warning    ", "33"),
+    ("Failed     ", "31"),
+)
 
 
 def paint(text: str) -> str:
-    """The verdict green (fits) or red (does not fit), warnings yellow, failures red: whole lines."""
+    """The verdict green (fits) or red (does not fit), warnings yellow, failures red: whole
+    lines."""
     out, code = [], None
     for line in text.split("\n"):
         if is_bar_line(line):  # a memory bar (bars.py): each part on its colour

@@ -11,7 +11,6 @@ if TYPE_CHECKING:  # values only: the edge module is not imported here
     from ..machine.hardware import GPUInfo, Hardware
 
 
-
 def _gpu_json(g: GPUInfo) -> dict[str, Any]:
     return {
         "index": g.index,
@@ -30,8 +29,12 @@ def _gpu_json(g: GPUInfo) -> dict[str, Any]:
     }
 
 
-def gpus_json(hw: Hardware, server: Hardware | None = None, path: str | None = None,
-              identity: str | None = None) -> dict[str, Any]:  # fmt: skip
+def gpus_json(
+    hw: Hardware,
+    server: Hardware | None = None,
+    path: str | None = None,
+    identity: str | None = None,
+) -> dict[str, Any]:
     """Detection's GPUs; with `server` (the devices the llama-server at `path` lists, with
     detection's facts: server_devices.py) a `llama_server` object: what plans use."""
     data = {
@@ -41,8 +44,12 @@ def gpus_json(hw: Hardware, server: Hardware | None = None, path: str | None = N
         "notes": list(hw.notes),
     }
     if server is not None:
-        data["llama_server"] = {"path": path, "identity": identity, "devices": [_gpu_json(g) for g in server.gpus],
-                                "notes": list(server.notes)}  # fmt: skip
+        data["llama_server"] = {
+            "path": path,
+            "identity": identity,
+            "devices": [_gpu_json(g) for g in server.gpus],
+            "notes": list(server.notes),
+        }
     return data
 
 
@@ -56,13 +63,25 @@ def _bandwidth(n: int | None) -> str:
 
 def _row(g: GPUInfo) -> list[str]:
     where = "" if g.physical_index is None else f"GPU {g.physical_index}"
-    return [g.spec.name, g.name, _gib(g.spec.total_bytes), _gib(g.spec.free_bytes), _gib(g.used_bytes),
-            _bandwidth(g.bandwidth_bytes_per_s), where, g.pci_bus_id or "", g.uuid or ""]  # fmt: skip
+    return [
+        g.spec.name,
+        g.name,
+        _gib(g.spec.total_bytes),
+        _gib(g.spec.free_bytes),
+        _gib(g.used_bytes),
+        _bandwidth(g.bandwidth_bytes_per_s),
+        where,
+        g.pci_bus_id or "",
+        g.uuid or "",
+    ]
 
 
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return [
+        "  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
 
 
 def _headline(hw: Hardware) -> str:
@@ -76,11 +95,16 @@ def _headline(hw: Hardware) -> str:
 def gpus_text(hw: Hardware, server: Hardware | None = None, path: str | None = None) -> str:
     lines = [_headline(hw)]
     if server is not None and server.gpus and not hw.gpus:
-        lines = [f"No GPU found by detection (source: {hw.source}); the llama-server sees {len(server.gpus)}:"]
+        lines = [
+            f"No GPU found by detection (source: {hw.source}); the llama-server sees "
+            f"{len(server.gpus)}:"
+        ]
     header = ["device", "name", "total", "free", "used", "bandwidth", "index", "pci bus id", "uuid"]
     if hw.gpus:
         lines += _table([header] + [_row(g) for g in hw.gpus])
-    lines.append(f"Host RAM: {_gib(hw.host.total_bytes)} total, {_gib(hw.host.free_bytes)} available")
+    lines.append(
+        f"Host RAM: {_gib(hw.host.total_bytes)} total, {_gib(hw.host.free_bytes)} available"
+    )
     lines += [f"note: {n}" for n in hw.notes]
     if server is not None:  # what plans use: the devices of the llama-server that would run
         lines.append(f"llama-server: {path}")
@@ -89,7 +113,11 @@ def gpus_text(hw: Hardware, server: Hardware | None = None, path: str | None = N
             lines += _table([header[:6]] + [_row(g)[:6] for g in server.gpus])
         else:
             lines.append("  its --list-devices shows no GPU: plans run on the CPU")
-        lines += [w for n in server.notes for w in textwrap.wrap(f"note: {n}", 80, subsequent_indent="      ")]
+        lines += [
+            w
+            for n in server.notes
+            for w in textwrap.wrap(f"note: {n}", 80, subsequent_indent="      ")
+        ]
     return "\n".join(lines)
 
 

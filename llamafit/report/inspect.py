@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
-from ..safe_text import printable
 from ..facts.hparams import ModelFacts
-from ..reader.ggml_types import GGMLType
-from ..memory.kv import kv_cell_cost, swa_cells
 from ..facts.projector import ProjectorFacts
+from ..memory.kv import kv_cell_cost, swa_cells
 from ..memory.projector import encoder_compute
+from ..reader.ggml_types import GGMLType
+from ..safe_text import printable
 
 SCHEMA = "llamafit.inspect/1"
 KV_TYPES = ("f16", "q8_0", "q4_0")
@@ -72,18 +72,24 @@ def _uniform(values: tuple[int, ...]) -> str:
 def _notes(f: ModelFacts) -> list[str]:
     notes = []
     if f.swa.swa_type != "none":
-        notes.append(f"sliding window ({f.swa.swa_type}) of {f.swa.n_swa:,} tokens on {f.swa.n_swa_layers} "
-                     f"of {f.n_layer_all} layers")
+        notes.append(
+            f"sliding window ({f.swa.swa_type}) of {f.swa.n_swa:,} tokens on {f.swa.n_swa_layers} "
+            f"of {f.n_layer_all} layers"
+        )
     if f.mla:
         notes.append(f"MLA: K-only cache, kv_lora_rank {f.mla.kv_lora_rank}")
     if f.recurrent:
         n = sum(f.is_recurrent)
-        notes.append(f"recurrent state on {n} layers (F32, per sequence: {f.recurrent.n_embd_r} + "
-                     f"{f.recurrent.n_embd_s} floats per layer)")
+        notes.append(
+            f"recurrent state on {n} layers (F32, per sequence: {f.recurrent.n_embd_r} + "
+            f"{f.recurrent.n_embd_s} floats per layer)"
+        )
     if f.moe:
         m = f.moe
-        notes.append(f"MoE: {m.n_expert} experts, {m.n_expert_used} used, {m.n_expert_shared} shared, "
-                     f"expert FFN {m.n_ff_exp}")
+        notes.append(
+            f"MoE: {m.n_expert} experts, {m.n_expert_used} used, {m.n_expert_shared} shared, "
+            f"expert FFN {m.n_ff_exp}"
+        )
     if f.n_layer_nextn:
         notes.append(f"{f.n_layer_nextn} NextN/MTP layer(s), not loaded by default")
     if f.n_layer_kv_from_start < f.n_layer_all:
@@ -99,9 +105,11 @@ def to_text(facts: ModelFacts) -> str:
     lines = [
         f"Model          {printable(f.path)}",
         f"Name           {printable(f.name) or '-'}",
-        f"Architecture   {printable(f.architecture)}, {f.file_type}, {f.n_params / 1e6:,.1f} M parameters",
+        f"Architecture   {printable(f.architecture)}, {f.file_type}, {f.n_params / 1e6:,.1f} "
+        "M parameters",
         f"Size           {_mib(f.file_size)} in {f.n_shards} file(s), {f.n_tensors} tensors",
-        f"Layers         {f.n_layer_all}" + (f" ({f.n_layer} + {f.n_layer_nextn} NextN)" if f.n_layer_nextn else ""),
+        f"Layers         {f.n_layer_all}"
+        + (f" ({f.n_layer} + {f.n_layer_nextn} NextN)" if f.n_layer_nextn else ""),
         f"Heads          {_uniform(f.n_head)} query, {_uniform(f.n_head_kv)} KV, "
         f"head dim {f.n_embd_head_k} (K) / {f.n_embd_head_v} (V), n_embd {f.n_embd}",
         f"Context        {f.n_ctx_train:,} tokens trained",
@@ -121,8 +129,14 @@ def to_text(facts: ModelFacts) -> str:
         if c is None:
             lines.append(f"  {t:<6} {'(block size does not divide the head size)':>46}")
             continue
-        lines.append(f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} {_mib(c['swa_max_bytes']):>14}")
-    lines += [f"Warning        {printable(msg)}" for msg in (*f.warnings, *([f.incomplete] if f.incomplete else []))]
+        lines.append(
+            f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} "
+            f"{_mib(c['swa_max_bytes']):>14}"
+        )
+    lines += [
+        f"Warning        {printable(msg)}"
+        for msg in (*f.warnings, *([f.incomplete] if f.incomplete else []))
+    ]
     return "\n".join(lines)
 
 
@@ -132,15 +146,27 @@ PROJECTOR_SCHEMA = "llamafit.inspect-projector/1"
 def projector_json(p: ProjectorFacts) -> dict[str, Any]:
     """`inspect --json` of an mmproj file (README: "inspect --json, projectors")."""
     return {
-        "schema": PROJECTOR_SCHEMA, "path": p.path, "projector_type": p.projector_type,
-        "modalities": list(p.modalities), "image_size": p.image_size, "patch_size": p.patch_size,
-        "n_merge": p.n_merge, "projection_dim": p.projection_dim, "n_embd": p.n_embd, "n_ff": p.n_ff,
-        "n_layer": p.n_layer, "n_head": p.n_head, "weights_bytes": p.weights_bytes, "n_tensors": p.n_tensors,
-        "warmup_image_px": p.warmup_image_size(), "image_max_tokens": p.limits.max_tokens,
-        "encoder_compute_bytes": {"flash_attn_on": encoder_compute(p, image_px=p.warmup_image_size(), flash_attn=True),
-                                  "flash_attn_off": encoder_compute(p, image_px=p.warmup_image_size(),
-                                                                    flash_attn=False)},
-    }  # fmt: skip
+        "schema": PROJECTOR_SCHEMA,
+        "path": p.path,
+        "projector_type": p.projector_type,
+        "modalities": list(p.modalities),
+        "image_size": p.image_size,
+        "patch_size": p.patch_size,
+        "n_merge": p.n_merge,
+        "projection_dim": p.projection_dim,
+        "n_embd": p.n_embd,
+        "n_ff": p.n_ff,
+        "n_layer": p.n_layer,
+        "n_head": p.n_head,
+        "weights_bytes": p.weights_bytes,
+        "n_tensors": p.n_tensors,
+        "warmup_image_px": p.warmup_image_size(),
+        "image_max_tokens": p.limits.max_tokens,
+        "encoder_compute_bytes": {
+            "flash_attn_on": encoder_compute(p, image_px=p.warmup_image_size(), flash_attn=True),
+            "flash_attn_off": encoder_compute(p, image_px=p.warmup_image_size(), flash_attn=False),
+        },
+    }
 
 
 def projector_text(p: ProjectorFacts) -> str:
@@ -148,12 +174,18 @@ def projector_text(p: ProjectorFacts) -> str:
     tokens = (warm // max(p.patch_size * p.n_merge, 1)) ** 2
     lines = [
         f"Projector  {p.path} ({p.projector_type}, {'+'.join(p.modalities)})",
-        f"Image      {p.image_size} px, patch {p.patch_size} px, merge {p.n_merge}: warmup {warm} px = "
-        f"{tokens:,} tokens" + (f", up to {p.limits.max_tokens:,} tokens" if p.limits.max_tokens else ""),
-        (f"Encoder    {p.n_layer} blocks, n_embd {p.n_embd}, n_ff {p.n_ff}, {p.n_head} heads; "
-         f"projection dim {p.projection_dim} (the text model's n_embd)"),
+        f"Image      {p.image_size} px, patch {p.patch_size} px, merge {p.n_merge}: warmup {warm} "
+        f"px = {tokens:,} tokens"
+        + (f", up to {p.limits.max_tokens:,} tokens" if p.limits.max_tokens else ""),
+        (
+            f"Encoder    {p.n_layer} blocks, n_embd {p.n_embd}, n_ff {p.n_ff}, {p.n_head} heads; "
+            f"projection dim {p.projection_dim} (the text model's n_embd)"
+        ),
         f"Weights    {_mib(p.weights_bytes)} in {p.n_tensors} tensors",
-        (f"Compute    {_mib(encoder_compute(p, image_px=warm, flash_attn=True))} at warmup with flash attention, "
-         f"{_mib(encoder_compute(p, image_px=warm, flash_attn=False))} without"),
-    ]  # fmt: skip
+        (
+            f"Compute    {_mib(encoder_compute(p, image_px=warm, flash_attn=True))} at warmup "
+            f"with flash attention, {_mib(encoder_compute(p, image_px=warm, flash_attn=False))} "
+            "without"
+        ),
+    ]
     return "\n".join(lines)

@@ -64,12 +64,28 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
 
 def side_models_json(b: Breakdown) -> list[dict[str, Any]]:
     """One object per side model (draft, mtp, mmproj) with its bytes per device."""
-    return [{"kind": u.kind, "path": u.path, "n_ctx": u.n_ctx, "total_bytes": u.total_bytes,
-             "details": dict(u.details),
-             "devices": [{"name": d.name, "weights_bytes": d.weights_bytes, "kv_bytes": d.kv_bytes,
-                          "compute_bytes": d.compute_bytes, "output_bytes": d.output_bytes,
-                          "total_bytes": d.total_bytes} for d in u.devices if d.total_bytes]}
-            for u in b.side_models]  # fmt: skip
+    return [
+        {
+            "kind": u.kind,
+            "path": u.path,
+            "n_ctx": u.n_ctx,
+            "total_bytes": u.total_bytes,
+            "details": dict(u.details),
+            "devices": [
+                {
+                    "name": d.name,
+                    "weights_bytes": d.weights_bytes,
+                    "kv_bytes": d.kv_bytes,
+                    "compute_bytes": d.compute_bytes,
+                    "output_bytes": d.output_bytes,
+                    "total_bytes": d.total_bytes,
+                }
+                for d in u.devices
+                if d.total_bytes
+            ],
+        }
+        for u in b.side_models
+    ]
 
 
 def model_json(facts: ModelFacts) -> dict[str, Any]:

@@ -20,12 +20,25 @@ _LABELLED = re.compile(r"^[A-Z][A-Za-z-]*(?: [A-Za-z-]+)? +\S")  # `Verdict    x
 
 def wrap_line(line: str, width: int = WIDTH) -> list[str]:
     """A labelled line wrapped under its text; other lines as they are."""
-    if len(line) <= width or len(line) <= LABEL or line[LABEL - 1] != " " or not _LABELLED.match(line):
+    if (
+        len(line) <= width
+        or len(line) <= LABEL
+        or line[LABEL - 1] != " "
+        or not _LABELLED.match(line)
+    ):
         return [line]
-    if line.endswith(" \\"):  # a command line (command_lines) already wrapped as shell continuations
+    if line.endswith(
+        " \\"
+    ):  # a command line (command_lines) already wrapped as shell continuations
         return [line]
-    return textwrap.wrap(line[LABEL:], width, initial_indent=line[:LABEL], subsequent_indent=" " * LABEL,
-                         break_long_words=False, break_on_hyphens=False)  # fmt: skip
+    return textwrap.wrap(
+        line[LABEL:],
+        width,
+        initial_indent=line[:LABEL],
+        subsequent_indent=" " * LABEL,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def wrap_text(text: str, width: int = WIDTH) -> str:
@@ -33,23 +46,28 @@ def wrap_text(text: str, width: int = WIDTH) -> str:
 
 
 def command_lines(label: str, argv: Sequence[str], width: int = WIDTH) -> list[str]:
-    """`label` + the shell-quoted argv, continued with ` \\` under the text; a flag stays with its value.
-    A command that needs wrapping puts the program and the model (`-m`/`-mu` PATH) on lines of their
-    own, so that how the flags wrap never depends on where the files are."""
+    """`label` + the shell-quoted argv, continued with ` \\` under the text; a flag stays with its
+    value. A command that needs wrapping puts the program and the model (`-m`/`-mu` PATH) on lines
+    of their own, so that how the flags wrap never depends on where the files are."""
     words = [shlex.quote(a) for a in argv]
     one = f"{label:<{LABEL}}" + " ".join(words)
     if len(one) <= width:
         return [one]
     groups: list[str] = []
     for w in words:
-        if groups and groups[-1].startswith("-") and " " not in groups[-1] and not w.startswith("-"):
+        if (
+            groups
+            and groups[-1].startswith("-")
+            and " " not in groups[-1]
+            and not w.startswith("-")
+        ):
             groups[-1] += " " + w
         else:
             groups.append(w)
     alone = [g for g in groups[:2] if g == groups[0] or g.startswith(("-m ", "-mu "))]
     lines = [f"{label:<{LABEL}}{alone[0]} \\"] + [" " * LABEL + g + " \\" for g in alone[1:]]
     current = " " * LABEL
-    for g in groups[len(alone):]:
+    for g in groups[len(alone) :]:
         candidate = current + ("" if current.endswith(" ") and len(current) <= LABEL else " ") + g
         if len(candidate) > width - 2 and current.strip():
             lines.append(current + " \\")

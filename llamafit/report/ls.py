@@ -10,7 +10,6 @@ from ..safe_text import printable
 from ..units import GIB, MIB
 
 
-
 class _Place(Protocol):  # fetch.stores.Root
     @property
     def store(self) -> str: ...
@@ -36,13 +35,24 @@ class Listing(Protocol):
     def roots(self) -> Sequence[_Place]: ...
 
 
-_COLS = (("NAME", 13), ("STORE", 9), ("ARCH", 8), ("QUANT", 6), ("SIZE", 5), ("TRAIN", 5), ("CTX/SLOT", 9),
-         ("TOK/S", 7), ("HERE", 10))  # fmt: skip
+_COLS = (
+    ("NAME", 13),
+    ("STORE", 9),
+    ("ARCH", 8),
+    ("QUANT", 6),
+    ("SIZE", 5),
+    ("TRAIN", 5),
+    ("CTX/SLOT", 9),
+    ("TOK/S", 7),
+    ("HERE", 10),
+)
 _RIGHT = {"SIZE", "TRAIN", "TOK/S"}
 
 
 def tokens(n: int) -> str:
-    return f"{n // 1024}k" if n % 1024 == 0 and n >= 1024 else f"{n / 1024:.1f}k" if n >= 1024 else str(n)
+    if n < 1024:
+        return str(n)
+    return f"{n // 1024}k" if n % 1024 == 0 else f"{n / 1024:.1f}k"
 
 
 def gib(n: int) -> str:
@@ -56,7 +66,11 @@ def here(row: Row) -> str:
     if f.verdict == "offload":
         return f"-ncmoe {f.n_cpu_moe}" if f.n_cpu_moe else f"-ngl {f.n_gpu_layers}"
     if f.verdict == "needs" and f.need_bytes:
-        return f"needs {f.need_bytes / GIB:.0f}G" if f.need_bytes >= 10 * GIB else f"needs {f.need_bytes / GIB:.1f}G"
+        return (
+            f"needs {f.need_bytes / GIB:.0f}G"
+            if f.need_bytes >= 10 * GIB
+            else f"needs {f.need_bytes / GIB:.1f}G"
+        )
     return "no fit"
 
 
@@ -78,8 +92,8 @@ def rate(tps: float) -> str:
 
 
 def _speed(row: Row) -> str:
-    """Generation tokens/s, full context to empty ("21-41"); the empty context's alone ("~1.9k") where the
-    range does not fit; "-" without an estimate (a GPU given by size has no bandwidth)."""
+    """Generation tokens/s, full context to empty ("21-41"); the empty context's alone ("~1.9k")
+    where the range does not fit; "-" without an estimate (a GPU given by size has no bandwidth)."""
     tps = row.fit.generation_tps
     if not tps or row.fit.verdict not in ("fits", "offload"):
         return "-"
@@ -90,8 +104,17 @@ def _speed(row: Row) -> str:
 
 def _cells(row: Row) -> list[str]:
     """Names, architectures and quant tags come from stores and model files: escaped (safe_text)."""
-    return [printable(row.name), printable(row.store), printable(row.arch), printable(row.quant),
-            gib(row.size_bytes), tokens(row.n_ctx_train), _ctx(row), _speed(row), here(row)]  # fmt: skip
+    return [
+        printable(row.name),
+        printable(row.store),
+        printable(row.arch),
+        printable(row.quant),
+        gib(row.size_bytes),
+        tokens(row.n_ctx_train),
+        _ctx(row),
+        _speed(row),
+        here(row),
+    ]
 
 
 def _line(cells: list[str]) -> str:
@@ -104,7 +127,9 @@ def _line(cells: list[str]) -> str:
 
 def _short(path: str, home: str) -> str:
     """A path for the text, escaped, under ~ when in the home directory."""
-    return printable("~" + path[len(home):] if home and path.startswith(home.rstrip("/") + "/") else path)
+    return printable(
+        "~" + path[len(home) :] if home and path.startswith(home.rstrip("/") + "/") else path
+    )
 
 
 def header_lines(machine: str, n: int | None = None) -> list[str]:
@@ -120,7 +145,10 @@ def row_lines(row: Row) -> list[str]:
         cells[0] = ""
     lines.append(_line(cells))
     if row.mmproj:  # the paired projector: counted in the fit, or why not
-        b, line = row.fit.mmproj_bytes, f"{'':{_COLS[0][1]}} + {printable(row.mmproj.rsplit('/', 1)[-1])}"
+        b, line = (
+            row.fit.mmproj_bytes,
+            f"{'':{_COLS[0][1]}} + {printable(row.mmproj.rsplit('/', 1)[-1])}",
+        )
         if b is not None:
             line += f" ({b / MIB:,.0f} MiB counted)"
         elif row.fit.verdict in ("fits", "offload"):
@@ -129,20 +157,31 @@ def row_lines(row: Row) -> list[str]:
     return lines
 
 
-_LEGEND_GPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
-               "on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's",
-               "memory for a 4k context (every layer, q8_0 KV)."]  # fmt: skip
-_LEGEND_CPU = ["CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model",
-               "and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not",
-               "even a 4k context does."]  # fmt: skip
-_LEGEND_SPEED = ["TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`",
-                 "shows how; - = a device's bandwidth is unknown)."]  # fmt: skip
+_LEGEND_GPU = [
+    "CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer",
+    "on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's",
+    "memory for a 4k context (every layer, q8_0 KV).",
+]
+_LEGEND_CPU = [
+    "CTX/SLOT: the largest context per slot and its KV type. HERE: fits = the model",
+    "and that context fit in free RAM (no GPU: every layer on the CPU); no fit = not",
+    "even a 4k context does.",
+]
+_LEGEND_SPEED = [
+    "TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`",
+    "shows how; - = a device's bandwidth is unknown).",
+]
 
 
 def footer_lines(listing: Listing, home: str = "", *, gpus: bool = True) -> list[str]:
-    """The notes and the legend; `gpus`: whether the machine has GPUs (the legend is worded by it)."""
-    lines = [] if listing.rows else ["(no GGUF models found; looked in:)"] + [
-        _clip(f"  {r.store}: {_short(r.path, home)}") for r in listing.roots]
+    """The notes and the legend; `gpus`: whether the machine has GPUs (the legend is worded by
+    it)."""
+    lines = (
+        []
+        if listing.rows
+        else ["(no GGUF models found; looked in:)"]
+        + [_clip(f"  {r.store}: {_short(r.path, home)}") for r in listing.roots]
+    )
     lines += ["", *(_LEGEND_GPU if gpus else _LEGEND_CPU), *_LEGEND_SPEED]
     if listing.notes:
         lines += ["", f"{len(listing.notes)} notes:"]
@@ -167,7 +206,7 @@ def _note_line(code: str, path: str, detail: str, width: int = 80) -> str:
     tail = f" ({printable(detail)})" if detail else ""
     room = width - len(f"  {code}: ") - len(tail)
     if len(path) > room:
-        path = "…" + path[-max(room - 1, 24):]
+        path = "…" + path[-max(room - 1, 24) :]
     return _clip(f"  {code}: {path}{tail}", width)
 
 
@@ -176,5 +215,8 @@ def to_json(listing: Listing, *, machine: dict[str, Any]) -> dict[str, Any]:
         "machine": machine,
         "stores": [{"store": r.store, "path": r.path} for r in listing.roots],
         "models": [r.to_json() for r in listing.rows],
-        "notes": [{"store": n.store, "path": n.path, "code": n.code, "detail": n.detail} for n in listing.notes],
+        "notes": [
+            {"store": n.store, "path": n.path, "code": n.code, "detail": n.detail}
+            for n in listing.notes
+        ],
     }

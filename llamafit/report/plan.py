@@ -5,18 +5,18 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from ..facts.hparams import ModelFacts
+from ..findings import SpeedOption, Verdict
+from ..fit.explain import PlanResult, Tradeoff
+from ..fit.mtp import MtpEffect
+from ..fit.presets import PresetEffect
+from ..fit.side_plan import SideCost
+from ..fit.speed import SpeedBand, SpeedEstimate
+from ..machine.devices import DeviceSpec
 from ..safe_text import printable
 from .check import notice_line, notices_json
 from .json_parts import config_json, device_json, model_json, side_models_json
-from ..machine.devices import DeviceSpec
-from ..facts.hparams import ModelFacts
-from ..findings import SpeedOption, Verdict
 from .layout import LABEL, WIDTH, command_lines, wrap_text
-from ..fit.explain import PlanResult, Tradeoff
-from ..fit.presets import PresetEffect
-from ..fit.speed import SpeedBand, SpeedEstimate
-from ..fit.side_plan import SideCost
-from ..fit.mtp import MtpEffect
 
 SCHEMA = "llamafit.plan/2"
 
@@ -39,7 +39,10 @@ def _no_fit_text(v: Verdict) -> str:
     elif v.cause == "offloaded":
         text += ", even with layers on the CPU and the smallest KV cache"
     if v.smallest_gpu:
-        text += f"; the smallest GPU that holds {v.ctx_min:,} tokens with q8_0 KV and every layer is {v.smallest_gpu}"
+        text += (
+            f"; the smallest GPU that holds {v.ctx_min:,} tokens with q8_0 KV and every layer is "
+            f"{v.smallest_gpu}"
+        )
     return text
 
 
@@ -57,24 +60,35 @@ def preset_text(e: PresetEffect) -> str:
 
 def _preset_tail(e: PresetEffect | None) -> str:
     """What the preset's -np saved (or cost) against llama-server's automatic slots."""
-    if e is None or e.saved_bytes is None or e.n_parallel_auto is None or e.n_parallel_auto == e.preset.n_parallel:
+    if (
+        e is None
+        or e.saved_bytes is None
+        or e.n_parallel_auto is None
+        or e.n_parallel_auto == e.preset.n_parallel
+    ):
         return ""
     mib = abs(e.saved_bytes) / 2**20
     if mib < 0.5:
         return ""
     what = "saves" if e.saved_bytes >= 0 else "costs"
-    return (f"; -np {e.preset.n_parallel} instead of llama-server's {e.n_parallel_auto} automatic slots {what} "
-            f"{mib:,.0f} MiB")
+    return (
+        f"; -np {e.preset.n_parallel} instead of llama-server's {e.n_parallel_auto} automatic "
+        f"slots {what} {mib:,.0f} MiB"
+    )
 
 
 def verdict_text(v: Verdict, preset: PresetEffect | None = None) -> str:
-    """The verdict as one sentence (the `Verdict` line of plan and run); with --for, naming the preset."""
+    """The verdict as one sentence (the `Verdict` line of plan and run); with --for, naming the
+    preset."""
     if preset is not None:
         return f"{preset_text(preset)}: {verdict_text(v)}{_preset_tail(preset)}"
     if not v.fits:
         return _no_fit_text(v)
     fa = "on" if v.flash_attn else "off"
-    text = f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV, flash attention {fa}"
+    text = (
+        f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV, "
+        f"flash attention {fa}"
+    )
     if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
         text += " — the trained maximum" if v.trained_max else ""
     elif v.more_gpu_mib is not None and v.mib_per_layer is not None:
@@ -84,7 +98,10 @@ def verdict_text(v: Verdict, preset: PresetEffect | None = None) -> str:
     if v.generation_tps is not None:
         text += "".join(_speed_cost(v.generation_tps[0], o) for o in v.speed_options)
     if v.smallest_gpu:
-        text += f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is {v.smallest_gpu}"
+        text += (
+            f"; the smallest GPU that holds all {v.ctx_wanted:,} tokens this way is "
+            f"{v.smallest_gpu}"
+        )
     return text
 
 
@@ -98,10 +115,14 @@ def _speed_cost(now: float, o: SpeedOption) -> str:
     then = o.generation_tps[0]
     if o.code == "fewer_gpu_layers":
         trend = "drops" if then < now else "rises"
-        return (f"; -ngl {o.n_gpu_layers} fits {o.ctx_per_slot:,} tokens but generation {trend} from "
-                f"~{tps_text(now)} to ~{tps_text(then)} tokens/s")  # fmt: skip
-    return (f"; all layers on the GPU would generate ~{tps_text(then)} tokens/s (now ~{tps_text(now)}) "
-            f"but fit only {o.ctx_per_slot:,} tokens")  # fmt: skip
+        return (
+            f"; -ngl {o.n_gpu_layers} fits {o.ctx_per_slot:,} tokens but generation {trend} from "
+            f"~{tps_text(now)} to ~{tps_text(then)} tokens/s"
+        )
+    return (
+        f"; all layers on the GPU would generate ~{tps_text(then)} tokens/s (now ~{tps_text(now)}) "
+        f"but fit only {o.ctx_per_slot:,} tokens"
+    )
 
 
 def _pair(p: tuple[float, float] | None) -> list[float] | None:
@@ -109,13 +130,20 @@ def _pair(p: tuple[float, float] | None) -> list[float] | None:
 
 
 def preset_json(e: PresetEffect | None) -> dict[str, Any] | None:
-    """`preset`: --for's name, slots, floor per slot, -ub values tried, and the bytes its -np saved."""
+    """`preset`: --for's name, slots, floor per slot, -ub values tried, and the bytes its -np
+    saved."""
     if e is None:
         return None
     p = e.preset
-    return {"name": p.name, "n_parallel": p.n_parallel, "min_ctx": e.min_ctx, "ubatches": list(p.ubatches),
-            "saved_bytes": e.saved_bytes, "n_parallel_auto": e.n_parallel_auto,
-            "turn": {"context": p.turn.context, "prompt": p.turn.prompt, "generated": p.turn.generated}}
+    return {
+        "name": p.name,
+        "n_parallel": p.n_parallel,
+        "min_ctx": e.min_ctx,
+        "ubatches": list(p.ubatches),
+        "saved_bytes": e.saved_bytes,
+        "n_parallel_auto": e.n_parallel_auto,
+        "turn": {"context": p.turn.context, "prompt": p.turn.prompt, "generated": p.turn.generated},
+    }
 
 
 def verdict_json(v: Verdict, preset: PresetEffect | None = None) -> dict[str, Any]:
@@ -139,8 +167,15 @@ def verdict_json(v: Verdict, preset: PresetEffect | None = None) -> dict[str, An
         "more_gpu_mib": v.more_gpu_mib,
         "blocks_to_cpu": v.blocks_to_cpu,
         "generation_tps": _pair(v.generation_tps),
-        "speed_options": [{"code": o.code, "n_gpu_layers": o.n_gpu_layers, "context_per_slot": o.ctx_per_slot,
-                           "generation_tps": _pair(o.generation_tps)} for o in v.speed_options],
+        "speed_options": [
+            {
+                "code": o.code,
+                "n_gpu_layers": o.n_gpu_layers,
+                "context_per_slot": o.ctx_per_slot,
+                "generation_tps": _pair(o.generation_tps),
+            }
+            for o in v.speed_options
+        ],
         "smallest_gpu": v.smallest_gpu,
         "cause": v.cause,
         "pinned_ngl": v.pinned_ngl,
@@ -150,12 +185,27 @@ def verdict_json(v: Verdict, preset: PresetEffect | None = None) -> dict[str, An
 
 
 def hardware_json(gpus: tuple[DeviceSpec, ...], host: DeviceSpec) -> list[dict[str, Any]]:
-    return [{"name": d.name, "kind": d.kind, "backend": d.backend, "total_bytes": d.total_bytes,
-             "usable_bytes": d.usable_bytes} for d in (*gpus, host)]  # fmt: skip
+    return [
+        {
+            "name": d.name,
+            "kind": d.kind,
+            "backend": d.backend,
+            "total_bytes": d.total_bytes,
+            "usable_bytes": d.usable_bytes,
+        }
+        for d in (*gpus, host)
+    ]
 
 
-def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]], *,
-            band: SpeedBand | None = None, preset: PresetEffect | None = None) -> dict[str, Any]:  # fmt: skip
+def to_json(
+    facts: ModelFacts,
+    result: PlanResult,
+    argv: list[str],
+    hardware: list[dict[str, Any]],
+    *,
+    band: SpeedBand | None = None,
+    preset: PresetEffect | None = None,
+) -> dict[str, Any]:
     c = result.choice
     return {
         "schema": SCHEMA,
@@ -166,10 +216,19 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "command": argv,
         "devices": [device_json(d) for d in c.breakdown.devices] if c else [],
         "fits": c is not None,
-        "tradeoffs": [{"flash_attn": t.flash_attn, "type_k": t.type_k, "type_v": t.type_v,
-                       "n_gpu_layers": t.n_gpu_layers, "n_cpu_moe": t.n_cpu_moe, "max_ctx": t.max_ctx,
-                       "generation_tps": _pair(t.generation_tps), "vs_pick": vs_pick(t, result.verdict)}
-                      for t in result.tradeoffs],
+        "tradeoffs": [
+            {
+                "flash_attn": t.flash_attn,
+                "type_k": t.type_k,
+                "type_v": t.type_v,
+                "n_gpu_layers": t.n_gpu_layers,
+                "n_cpu_moe": t.n_cpu_moe,
+                "max_ctx": t.max_ctx,
+                "generation_tps": _pair(t.generation_tps),
+                "vs_pick": vs_pick(t, result.verdict),
+            }
+            for t in result.tradeoffs
+        ],
         "mib_per_1000_tokens": result.mib_per_1000_tokens,
         "mib_per_layer": result.mib_per_layer,
         "verdict": verdict_json(result.verdict, preset),
@@ -178,7 +237,9 @@ def to_json(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
         "preset": preset_json(preset),
         "warnings": notices_json(result.warnings),
         "side_models": side_models_json(c.breakdown) if c else [],
-        "side_costs": [{"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs],
+        "side_costs": [
+            {"kind": sc.kind, "tokens": sc.tokens, "bytes": sc.bytes} for sc in result.side_costs
+        ],
         "side_steps": list(result.side_steps),
         "mtp": mtp_json(result.mtp),
     }
@@ -188,18 +249,26 @@ def mtp_json(m: MtpEffect | None) -> dict[str, Any] | None:
     """`mtp`: MTP self-speculation's expected effect on generation (fit/mtp.py), with its inputs."""
     if m is None:
         return None
-    return {"n_draft": m.n_draft, "acceptance": [m.acceptance[0], m.acceptance[1]],
-            "generation_speedup": [round(m.speedup[0], 3), round(m.speedup[1], 3)],
-            "target_bytes": m.target_bytes, "verify_bytes": m.verify_bytes, "draft_bytes": m.draft_bytes}
+    return {
+        "n_draft": m.n_draft,
+        "acceptance": [m.acceptance[0], m.acceptance[1]],
+        "generation_speedup": [round(m.speedup[0], 3), round(m.speedup[1], 3)],
+        "target_bytes": m.target_bytes,
+        "verify_bytes": m.verify_bytes,
+        "draft_bytes": m.draft_bytes,
+    }
 
 
 def mtp_lines(m: MtpEffect | None) -> list[str]:
     if m is None:
         return []
     lo, hi = m.acceptance
-    return [f"MTP        generation up to x{m.speedup[0]:.2f}-x{m.speedup[1]:.2f} at {lo:.0%}-{hi:.0%} of "
-            f"{m.n_draft} drafted tokens accepted (a draft pass reads {m.draft_bytes / 2**20:,.1f} MiB, "
-            f"the verify batch {m.verify_bytes / 2**20:,.1f} MiB, one token {m.target_bytes / 2**20:,.1f} MiB)"]
+    return [
+        f"MTP        generation up to x{m.speedup[0]:.2f}-x{m.speedup[1]:.2f} at "
+        f"{lo:.0%}-{hi:.0%} of {m.n_draft} drafted tokens accepted (a draft pass reads "
+        f"{m.draft_bytes / 2**20:,.1f} MiB, the verify batch {m.verify_bytes / 2**20:,.1f} MiB, "
+        f"one token {m.target_bytes / 2**20:,.1f} MiB)"
+    ]
 
 
 _SIDE = {"mmproj": "the projector", "draft": "the draft model", "mtp": "the MTP context"}
@@ -216,19 +285,31 @@ def side_cost_text(sc: SideCost) -> str:
 def band_json(band: SpeedBand | None) -> dict[str, Any]:
     """The bands of `speed` (README "plan --json"): [low, high] each; null without an estimate."""
     if band is None:
-        return {"generation_tps_empty": None, "generation_tps_full": None, "prompt_tps_band": None,
-                "turn": None, "assumed": False}  # fmt: skip
+        return {
+            "generation_tps_empty": None,
+            "generation_tps_full": None,
+            "prompt_tps_band": None,
+            "turn": None,
+            "assumed": False,
+        }
     context, prompt, generated = band.turn
-    return {"generation_tps_empty": _pair(band.generation_empty), "generation_tps_full": _pair(band.generation_full),
-            "prompt_tps_band": _pair(band.prompt),
-            "turn": {"context": context, "prompt": prompt, "generated": generated,
-                     "seconds": _pair(band.turn_seconds)},
-            "assumed": band.assumed}  # fmt: skip
+    return {
+        "generation_tps_empty": _pair(band.generation_empty),
+        "generation_tps_full": _pair(band.generation_full),
+        "prompt_tps_band": _pair(band.prompt),
+        "turn": {
+            "context": context,
+            "prompt": prompt,
+            "generated": generated,
+            "seconds": _pair(band.turn_seconds),
+        },
+        "assumed": band.assumed,
+    }
 
 
 def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict[str, Any] | None:
-    """`speed`: generation_tps [full context, empty context], prompt_tps (rough), their bands, one turn's
-    seconds, and every input with its source."""
+    """`speed`: generation_tps [full context, empty context], prompt_tps (rough), their bands, one
+    turn's seconds, and every input with its source."""
     if est is None:
         return None
     return {
@@ -242,14 +323,26 @@ def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict
             "n_ctx_seq": est.n_ctx_seq,
             "n_threads": est.n_threads,
             "prompt_source": est.prompt_source,
-            "devices": [{"device": d.device, "backend": d.backend, "weight_bytes": d.weight_bytes,
-                         "kv_bytes_empty": d.kv_bytes_empty, "kv_bytes_full": d.kv_bytes_full,
-                         "bandwidth_bytes_per_s": round(d.bandwidth.value), "bandwidth_source": d.bandwidth.source,
-                         "efficiency": d.efficiency, "efficiency_source": d.efficiency_source, "bound": d.bound,
-                         "attention_flops_per_s": None if d.attention_rate is None else round(d.attention_rate)}
-                        for d in est.devices],
+            "devices": [
+                {
+                    "device": d.device,
+                    "backend": d.backend,
+                    "weight_bytes": d.weight_bytes,
+                    "kv_bytes_empty": d.kv_bytes_empty,
+                    "kv_bytes_full": d.kv_bytes_full,
+                    "bandwidth_bytes_per_s": round(d.bandwidth.value),
+                    "bandwidth_source": d.bandwidth.source,
+                    "efficiency": d.efficiency,
+                    "efficiency_source": d.efficiency_source,
+                    "bound": d.bound,
+                    "attention_flops_per_s": None
+                    if d.attention_rate is None
+                    else round(d.attention_rate),
+                }
+                for d in est.devices
+            ],
         },
-    }  # fmt: skip
+    }
 
 
 def _range(p: tuple[float, float]) -> str:
@@ -257,7 +350,9 @@ def _range(p: tuple[float, float]) -> str:
 
 
 def _seconds(x: float) -> str:
-    return f"{x:.2f}" if x < 1 else f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+    if x < 1:
+        return f"{x:.2f}"
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
 
 
 def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> list[str]:
@@ -265,34 +360,56 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
     if band is None:
         return []
     prompt = f"; prompt {_range(band.prompt)}" if band.prompt else ""
-    likely = f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} empty{prompt} tokens/s"
+    likely = (
+        f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} "
+        f"empty{prompt} tokens/s"
+    )
     if band.assumed:
         likely += " (assumed bandwidth)"
     texts = [likely]
     if band.turn_seconds is not None:
         context, prompt_tokens, generated = band.turn
         name = preset.preset.name if preset else "chat"
-        texts.append(f"one {name} turn (read {prompt_tokens:,} tokens, write {generated:,}, after {context:,}): "
-                     f"{_seconds(band.turn_seconds[0])}-{_seconds(band.turn_seconds[1])} s")
+        texts.append(
+            f"one {name} turn (read {prompt_tokens:,} tokens, write {generated:,}, after "
+            f"{context:,}): {_seconds(band.turn_seconds[0])}-{_seconds(band.turn_seconds[1])} s"
+        )
     return [line for t in texts for line in _indented(t)]
 
 
 def _indented(text: str) -> list[str]:
     """A line under the label column, wrapped at 80 with its continuation indented two more."""
-    return textwrap.wrap(text, WIDTH, initial_indent=" " * LABEL, subsequent_indent=" " * (LABEL + 2),
-                         break_long_words=False, break_on_hyphens=False)  # fmt: skip
+    return textwrap.wrap(
+        text,
+        WIDTH,
+        initial_indent=" " * LABEL,
+        subsequent_indent=" " * (LABEL + 2),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
-def speed_lines(est: SpeedEstimate | None, band: SpeedBand | None = None, preset: PresetEffect | None = None,
-                ) -> list[str]:  # fmt: skip
+def speed_lines(
+    est: SpeedEstimate | None,
+    band: SpeedBand | None = None,
+    preset: PresetEffect | None = None,
+) -> list[str]:
     if est is None:
         return []
     low, high = est.generation_tps
-    prompt = "" if est.prompt_tps is None else f"; prompt ~{tps_text(est.prompt_tps)} tokens/s (rough)"
-    lines = [f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty context){prompt}"]
+    prompt = (
+        "" if est.prompt_tps is None else f"; prompt ~{tps_text(est.prompt_tps)} tokens/s (rough)"
+    )
+    lines = [
+        f"Speed      generation ~{tps_text(low)}-{tps_text(high)} tokens/s (full to empty "
+        f"context){prompt}"
+    ]
     lines += band_lines(band, preset)
     for d in est.devices:
-        read = f"{(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
+        read = (
+            f"{(d.weight_bytes + d.kv_bytes_empty) / 2**20:,.0f}-"
+            f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
+        )
         rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
         lines += _indented(f"{d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
@@ -303,11 +420,17 @@ def speed_lines(est: SpeedEstimate | None, band: SpeedBand | None = None, preset
 def _short(source: str) -> str:
     if source.startswith("assumed: "):
         return "assumed; --bandwidth GB/s gives it"
-    return "host probe" if source.startswith("measured by the host probe") else source.removeprefix("catalog: ")
+    return (
+        "host probe"
+        if source.startswith("measured by the host probe")
+        else source.removeprefix("catalog: ")
+    )
 
 
 def _tps(p: tuple[float, float] | None) -> str:
-    return "-" if p is None else f"{tps_text(p[0])}-{tps_text(p[1])}" if p[1] < 100 else f"{p[0]:,.0f}+"
+    if p is None:
+        return "-"
+    return f"{tps_text(p[0])}-{tps_text(p[1])}" if p[1] < 100 else f"{p[0]:,.0f}+"
 
 
 def _hw_line(d: dict[str, Any]) -> str:
@@ -315,12 +438,21 @@ def _hw_line(d: dict[str, Any]) -> str:
     return f"{d['name']} ({d['backend']}) {size}"
 
 
-def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: list[dict[str, Any]],
-            device_lines: list[str], *, band: SpeedBand | None = None, preset: PresetEffect | None = None,
-            ) -> str:  # fmt: skip
+def to_text(
+    facts: ModelFacts,
+    result: PlanResult,
+    argv: list[str],
+    hardware: list[dict[str, Any]],
+    device_lines: list[str],
+    *,
+    band: SpeedBand | None = None,
+    preset: PresetEffect | None = None,
+) -> str:
     lines = [
-        f"Model      {printable(facts.path)}",  # the path alone: the wrapping of what follows never depends on it
-        f"           {printable(facts.architecture)}, {facts.file_type}, trained {facts.n_ctx_train:,} tokens",
+        # the path alone: the wrapping of what follows never depends on it
+        f"Model      {printable(facts.path)}",
+        f"           {printable(facts.architecture)}, {facts.file_type}, trained "
+        f"{facts.n_ctx_train:,} tokens",
         "Hardware   " + "; ".join(_hw_line(d) for d in hardware),
     ]
     if argv:
@@ -330,11 +462,18 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
     per_tokens, per_layer = result.mib_per_1000_tokens, result.mib_per_layer
     if per_tokens is not None:
         line = f"Marginal   {per_tokens:,.1f} MiB per 1,000 tokens per slot"
-        if per_layer and round(per_layer, 1) > 0 and per_tokens > 0:  # a block that frees under 0.05 MiB: no advice
+        if (
+            per_layer and round(per_layer, 1) > 0 and per_tokens > 0
+        ):  # a block that frees under 0.05 MiB: no advice
             tokens = per_layer / per_tokens * 1000
-            line += f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
-            line += (f"about {tokens:,.0f} tokens" if tokens <= facts.n_ctx_train
-                     else f"more than the trained {facts.n_ctx_train:,} tokens")  # fmt: skip
+            line += (
+                f"; {per_layer:,.1f} MiB per block on the GPU: each block moved to the CPU buys "
+            )
+            line += (
+                f"about {tokens:,.0f} tokens"
+                if tokens <= facts.n_ctx_train
+                else f"more than the trained {facts.n_ctx_train:,} tokens"
+            )
         lines.append(line)
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines += speed_lines(result.speed, band, preset)
@@ -345,46 +484,74 @@ def to_text(facts: ModelFacts, result: PlanResult, argv: list[str], hardware: li
 
 
 def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
-    """The trade-off table: -ngl/cpu-moe columns only with a GPU, tokens/s where bandwidths are known;
-    when every row reaches the same context at the same offload and speed, one row says it for all."""
+    """The trade-off table: -ngl/cpu-moe columns only with a GPU, tokens/s where bandwidths are
+    known; when every row reaches the same context at the same offload and speed, one row says it
+    for all."""
     rows = list(result.tradeoffs)
     speed = any(t.generation_tps for t in rows)  # the column only where bandwidths are known
-    same = len(rows) > 1 and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx, _tps(t.generation_tps)) for t in rows}) == 1
+    same = (
+        len(rows) > 1
+        and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx, _tps(t.generation_tps)) for t in rows})
+        == 1
+    )
     why = not same and result.choice is not None
-    lines = ["Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
-             f"  {'fa':<4}{'K':<6}{'V':<6}" + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "") + f"{'max context':>13}"
-             + ("  tokens/s" * speed) + ("  vs the pick" * why)]  # fmt: skip
+    lines = [
+        "Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
+        f"  {'fa':<4}{'K':<6}{'V':<6}"
+        + (f"{'-ngl':>5}{'cpu-moe':>8}" if gpus else "")
+        + f"{'max context':>13}"
+        + ("  tokens/s" * speed)
+        + ("  vs the pick" * why),
+    ]
     for t in rows[:1] if same else rows:
         ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
         offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
-        line = (f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}"
-                + (f"{_tps(t.generation_tps):>10}" if speed else ""))  # fmt: skip
-        lines.append(line + (f"  {vs_pick_text(vs_pick(t, result.verdict), 80 - len(line) - 2)}" if why else ""))
+        line = f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}" + (
+            f"{_tps(t.generation_tps):>10}" if speed else ""
+        )
+        lines.append(
+            line
+            + (f"  {vs_pick_text(vs_pick(t, result.verdict), 80 - len(line) - 2)}" if why else "")
+        )
     if same:
-        lines.append(f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)")
+        lines.append(
+            f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)"
+        )
     return lines
 
 
 def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
-    """What a trade-off row changes against the pick (`tradeoffs[].vs_pick`): `pick` (this row is the
-    choice), `context_delta` (tokens per slot; null when either reaches none), `generation_tps_delta` (at
-    each one's full context; null without speeds), and the settings that differ (null: the same)."""
+    """What a trade-off row changes against the pick (`tradeoffs[].vs_pick`): `pick` (this row is
+    the choice), `context_delta` (tokens per slot; null when either reaches none),
+    `generation_tps_delta` (at each one's full context; null without speeds), and the settings that
+    differ (null: the same)."""
     if not v.fits or v.ctx_per_slot is None:
         return None
     fa = "on" if v.flash_attn else "off"
-    pick = ((t.flash_attn, t.type_k, t.type_v, t.n_gpu_layers, t.n_cpu_moe)
-            == (fa, v.type_k, v.type_v, v.n_gpu_layers, v.n_cpu_moe))  # fmt: skip
+    pick = (t.flash_attn, t.type_k, t.type_v, t.n_gpu_layers, t.n_cpu_moe) == (
+        fa,
+        v.type_k,
+        v.type_v,
+        v.n_gpu_layers,
+        v.n_cpu_moe,
+    )
     tps = None
     if t.generation_tps is not None and v.generation_tps is not None:
         tps = round(t.generation_tps[0] - v.generation_tps[0], 2)
-    return {"pick": pick, "context_delta": None if t.max_ctx is None else t.max_ctx - v.ctx_per_slot,
-            "generation_tps_delta": tps, "flash_attn": None if t.flash_attn == fa else t.flash_attn,
-            "type_k": None if t.type_k == v.type_k else t.type_k, "type_v": None if t.type_v == v.type_v else t.type_v,
-            "n_gpu_layers_delta": t.n_gpu_layers - v.n_gpu_layers or None}  # fmt: skip
+    return {
+        "pick": pick,
+        "context_delta": None if t.max_ctx is None else t.max_ctx - v.ctx_per_slot,
+        "generation_tps_delta": tps,
+        "flash_attn": None if t.flash_attn == fa else t.flash_attn,
+        "type_k": None if t.type_k == v.type_k else t.type_k,
+        "type_v": None if t.type_v == v.type_v else t.type_v,
+        "n_gpu_layers_delta": t.n_gpu_layers - v.n_gpu_layers or None,
+    }
 
 
 def vs_pick_text(d: dict[str, Any] | None, width: int) -> str:
-    """`pick`, or what the row changes: `-8,192 ctx, +33 t/s, K quantized` (as much as fits `width`)."""
+    """`pick`, or what the row changes: `-8,192 ctx, +33 t/s, K quantized` (as much as fits
+    `width`)."""
     if d is None:
         return ""
     if d["pick"]:
@@ -413,9 +580,18 @@ def vs_pick_text(d: dict[str, Any] | None, width: int) -> str:
     return text
 
 
-def serving_line(model: str, *, n_ctx: int, n_seq: int, kv_unified: bool, gpu_weights_bytes: int,
-                 cpu_weights_bytes: int, url: str) -> str:  # fmt: skip
-    """`run`'s one line after Ready, like `ollama ps`: model, context and slots, where the weights are, URL."""
+def serving_line(
+    model: str,
+    *,
+    n_ctx: int,
+    n_seq: int,
+    kv_unified: bool,
+    gpu_weights_bytes: int,
+    cpu_weights_bytes: int,
+    url: str,
+) -> str:
+    """`run`'s one line after Ready, like `ollama ps`: model, context and slots, where the weights
+    are, URL."""
     if n_seq <= 1:
         ctx = f"{n_ctx:,} tokens, 1 request at a time"
     elif kv_unified:
@@ -424,5 +600,7 @@ def serving_line(model: str, *, n_ctx: int, n_seq: int, kv_unified: bool, gpu_we
         ctx = f"{n_seq} slots of {n_ctx // n_seq:,} tokens"
     total = gpu_weights_bytes + cpu_weights_bytes
     gpu = round(100 * gpu_weights_bytes / total) if total else 0
-    where = "100% GPU" if gpu == 100 else "100% CPU" if gpu == 0 else f"{gpu}%/{100 - gpu}% GPU/CPU"
+    where = f"{gpu}%/{100 - gpu}% GPU/CPU"
+    if gpu in (0, 100):
+        where = "100% GPU" if gpu == 100 else "100% CPU"
     return f"Serving    {model}, {ctx}, {where}, {url}"

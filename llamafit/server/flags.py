@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
 from ..memory.config import (
     LOAD_MODES,
     N_PARALLEL_AUTO,
@@ -31,9 +32,8 @@ from ..memory.config import (
     engine_defaults,
     with_given,
 )
-from ..errors import InputError
-from ..reader.ggml_types import KV_CACHE_TYPES
 from ..memory.placement import check_override_regex
+from ..reader.ggml_types import KV_CACHE_TYPES
 from .flag_table import NO_VALUE, ONE_VALUE, TWO_VALUES
 
 
@@ -42,7 +42,8 @@ class ParsedServerArgs:
     config: LaunchConfig  # memory-relevant values over the engine's defaults, `given` recorded
     model: str | None  # -m/--model (or LLAMA_ARG_MODEL)
     hf_repo: str | None  # -hf/-hfr/--hf-repo (or LLAMA_ARG_HF_REPO), not resolved here
-    passthrough: tuple[str, ...]  # known flags that do not affect memory, verbatim with their values
+    # known flags that do not affect memory, verbatim with their values
+    passthrough: tuple[str, ...]
     unknown: tuple[str, ...]  # what this llama-server would refuse, verbatim, in order
     env_used: tuple[str, ...]  # the LLAMA_ARG_* variables that took effect
 
@@ -62,7 +63,9 @@ _NUMBER = re.compile(r"\s*\+?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")  # a non-nega
 def _int(value: str, who: str, minimum: int = -(2**31)) -> int:
     if not _INT.fullmatch(value):
         raise InputError(f"{who} expects an integer, got {shorten(value)!r}")
-    if len(value.strip().lstrip("+-").lstrip("0")) > 19:  # before int(): Python refuses 4,300+ digits
+    if (
+        len(value.strip().lstrip("+-").lstrip("0")) > 19
+    ):  # before int(): Python refuses 4,300+ digits
         raise InputError(f"{who} is out of range, got {shorten(value.strip())}")
     number = int(value)
     if number >= 2**31 or number < -(2**31):
@@ -124,7 +127,9 @@ def _on_off(value: str, who: str) -> bool:
 
 def _per_device(value: str, who: str, pattern: re.Pattern[str], what: str) -> list[str]:
     parts = re.split(r"[,/]+", value)  # -ts and -fitt split on std::regex "[,/]+"
-    if any(len(part.strip()) > 24 for part in parts):  # before int()/float(): no 4,300-digit numbers, no inf
+    if any(
+        len(part.strip()) > 24 for part in parts
+    ):  # before int()/float(): no 4,300-digit numbers, no inf
         raise InputError(f"{who} is out of range, got {shorten(value)!r}")
     if not all(pattern.fullmatch(part) for part in parts):
         raise InputError(f"{who} expects {what} separated by ',' or '/', got {value!r}")
@@ -134,8 +139,12 @@ def _per_device(value: str, who: str, pattern: re.Pattern[str], what: str) -> li
 
 
 def _tensor_split(value: str, who: str) -> tuple[float, ...]:
-    split = tuple(float(part) for part in _per_device(value, who, _NUMBER, "non-negative proportions"))
-    if not all(math.isfinite(x) for x in split):  # 1e999: std::stof throws out_of_range (common/arg.cpp)
+    split = tuple(
+        float(part) for part in _per_device(value, who, _NUMBER, "non-negative proportions")
+    )
+    if not all(
+        math.isfinite(x) for x in split
+    ):  # 1e999: std::stof throws out_of_range (common/arg.cpp)
         raise InputError(f"{who} is out of range, got {shorten(value)!r}")
     return split
 
@@ -164,7 +173,9 @@ def _overrides(value: str, who: str) -> tuple[tuple[str, str], ...]:
     # parse_tensor_buffer_overrides (arg.cpp): split on ',', each at its first '='
     pairs = [item.partition("=") for item in value.split(",")]
     if not all(sep and buft for _, sep, buft in pairs):
-        raise InputError(f"{who} expects <tensor regex>=<buffer type>[,...], got {shorten(value)!r}")
+        raise InputError(
+            f"{who} expects <tensor regex>=<buffer type>[,...], got {shorten(value)!r}"
+        )
     for regex, _, _ in pairs:
         check_override_regex(regex)
     return tuple((regex, buft) for regex, _, buft in pairs)
@@ -197,13 +208,28 @@ _OPTS = (
     _Opt("flash_attn", ("-fa", "--flash-attn"), "LLAMA_ARG_FLASH_ATTN", _flash_attn),
     _Opt("type_k", ("-ctk", "--cache-type-k"), "LLAMA_ARG_CACHE_TYPE_K", _one_of(KV_CACHE_TYPES)),
     _Opt("type_v", ("-ctv", "--cache-type-v"), "LLAMA_ARG_CACHE_TYPE_V", _one_of(KV_CACHE_TYPES)),
-    _Opt("n_gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers"), "LLAMA_ARG_N_GPU_LAYERS", _gpu_layers),
+    _Opt(
+        "n_gpu_layers",
+        ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+        "LLAMA_ARG_N_GPU_LAYERS",
+        _gpu_layers,
+    ),
     _Opt("n_batch", ("-b", "--batch-size"), "LLAMA_ARG_BATCH", _at_least(1)),
     _Opt("n_ubatch", ("-ub", "--ubatch-size"), "LLAMA_ARG_UBATCH", _at_least(1)),
     _Opt("n_parallel", ("-np", "--parallel"), "LLAMA_ARG_N_PARALLEL", _n_parallel),
-    _Opt("kv_unified", ("-kvu", "--kv-unified"), "LLAMA_ARG_KV_UNIFIED", negs=("-no-kvu", "--no-kv-unified")),
+    _Opt(
+        "kv_unified",
+        ("-kvu", "--kv-unified"),
+        "LLAMA_ARG_KV_UNIFIED",
+        negs=("-no-kvu", "--no-kv-unified"),
+    ),
     _Opt("swa_full", ("--swa-full",), "LLAMA_ARG_SWA_FULL"),
-    _Opt("kv_offload", ("-kvo", "--kv-offload"), "LLAMA_ARG_KV_OFFLOAD", negs=("-nkvo", "--no-kv-offload")),
+    _Opt(
+        "kv_offload",
+        ("-kvo", "--kv-offload"),
+        "LLAMA_ARG_KV_OFFLOAD",
+        negs=("-nkvo", "--no-kv-offload"),
+    ),
     _Opt("op_offload", ("--op-offload",), "", negs=("--no-op-offload",)),  # no environment variable
     _Opt("repack", ("--repack",), "LLAMA_ARG_REPACK", negs=("-nr", "--no-repack")),
     _Opt("no_host", ("--no-host",), "LLAMA_ARG_NO_HOST"),
@@ -212,25 +238,41 @@ _OPTS = (
     _Opt("cpu_moe", ("-cmoe", "--cpu-moe"), "LLAMA_ARG_CPU_MOE"),
     _Opt("n_cpu_moe", ("-ncmoe", "--n-cpu-moe"), "LLAMA_ARG_N_CPU_MOE", _at_least(0), merge=max),
     _Opt("n_cpu_ffn", ("-ncffn", "--n-cpu-ffn"), "LLAMA_ARG_N_CPU_FFN", _at_least(0), merge=max),
-    _Opt("override_tensor", ("-ot", "--override-tensor"), "LLAMA_ARG_OVERRIDE_TENSOR", _overrides,
-         merge=_join),
+    _Opt(
+        "override_tensor",
+        ("-ot", "--override-tensor"),
+        "LLAMA_ARG_OVERRIDE_TENSOR",
+        _overrides,
+        merge=_join,
+    ),
     _Opt("tensor_split", ("-ts", "--tensor-split"), "LLAMA_ARG_TENSOR_SPLIT", _tensor_split),
     _Opt("split_mode", ("-sm", "--split-mode"), "LLAMA_ARG_SPLIT_MODE", _one_of(SPLIT_MODES)),
     _Opt("main_gpu", ("-mg", "--main-gpu"), "LLAMA_ARG_MAIN_GPU", _int),
     _Opt("devices", ("-dev", "--device"), "LLAMA_ARG_DEVICE", _devices),
-    _Opt("rpc", ("--rpc",), "LLAMA_ARG_RPC", lambda v, who: _names(v, who, "host:port servers"), merge=_join),
+    _Opt(
+        "rpc",
+        ("--rpc",),
+        "LLAMA_ARG_RPC",
+        lambda v, who: _names(v, who, "host:port servers"),
+        merge=_join,
+    ),
     _Opt("load_mode", ("-lm", "--load-mode"), "LLAMA_ARG_LOAD_MODE", _one_of(LOAD_MODES)),
     _Opt("cache_ram_mib", ("-cram", "--cache-ram"), "LLAMA_ARG_CACHE_RAM", _int),
     _Opt("fit", ("-fit", "--fit"), "LLAMA_ARG_FIT", _on_off),
     _Opt("fit_target_mib", ("-fitt", "--fit-target"), "LLAMA_ARG_FIT_TARGET", _fit_target),
 )
 _BY_FLAG = {flag: opt for opt in _OPTS for flag in opt.flags + opt.negs}
-_ARITY = {**dict.fromkeys(NO_VALUE, 0), **dict.fromkeys(ONE_VALUE, 1), **dict.fromkeys(TWO_VALUES, 2)}
+_ARITY = {
+    **dict.fromkeys(NO_VALUE, 0),
+    **dict.fromkeys(ONE_VALUE, 1),
+    **dict.fromkeys(TWO_VALUES, 2),
+}
 
 
 def arity(flag: str) -> int | None:
     """How many values llama-server's `flag` takes (common/arg.cpp, as flag_table.py lists it); None
-    for a flag it does not have. The spelling as given: `--long_name` is canonicalised by the caller."""
+    for a flag it does not have. The spelling as given: `--long_name` is canonicalised by the
+    caller."""
     return _ARITY.get(flag)
 
 
@@ -238,12 +280,16 @@ def _known_or_none(flag: str, rest: Sequence[str]) -> int:
     return _ARITY.get(flag, 0)
 
 
-def flag_groups(tokens: Sequence[str], arity_of: Callable[[str, Sequence[str]], int] = _known_or_none, *,
-                strict: bool = False) -> Iterator[tuple[str, tuple[str, ...]]]:
+def flag_groups(
+    tokens: Sequence[str],
+    arity_of: Callable[[str, Sequence[str]], int] = _known_or_none,
+    *,
+    strict: bool = False,
+) -> Iterator[tuple[str, tuple[str, ...]]]:
     """Each flag of `tokens` with the values it takes, left to right: a value is the next token
     whatever it starts with (common/arg.cpp). `arity_of(flag, rest)` says how many (default: llama-
-    server's arity, none for an unknown flag). A flag whose values are missing raises InputError when
-    `strict`, else comes with the values there are."""
+    server's arity, none for an unknown flag). A flag whose values are missing raises InputError
+    when `strict`, else comes with the values there are."""
     i = 0
     while i < len(tokens):
         end = i + 1 + arity_of(tokens[i], tokens[i + 1 :])
@@ -252,23 +298,34 @@ def flag_groups(tokens: Sequence[str], arity_of: Callable[[str, Sequence[str]], 
         yield tokens[i], tuple(tokens[i + 1 : end])
         i = end
 
+
 # The spellings that -lm replaced (PR #20834; gone at 0c1e570), as changes to (mmap, mlock, dio)
 _RETIRED_LOAD = {
-    "--mmap": (True, None, None), "--no-mmap": (False, None, None), "--mlock": (None, True, None),
-    "-dio": (None, None, True), "--direct-io": (None, None, True),
-    "-ndio": (None, None, False), "--no-direct-io": (None, None, False),
-}  # fmt: skip
+    "--mmap": (True, None, None),
+    "--no-mmap": (False, None, None),
+    "--mlock": (None, True, None),
+    "-dio": (None, None, True),
+    "--direct-io": (None, None, True),
+    "-ndio": (None, None, False),
+    "--no-direct-io": (None, None, False),
+}
 RETIRED_LOAD_FLAGS = frozenset(_RETIRED_LOAD)  # fine for builds before PR #20834
 # each load mode as (mmap, mlock, dio); mmap None is auto (mmap where every device allows it)
 _LOAD_PARTS = {
-    "auto": (None, False, False), "none": (False, False, False), "mmap": (True, False, False),
-    "mlock": (False, True, False), "mmap+mlock": (True, True, False), "dio": (None, False, True),
-}  # fmt: skip
+    "auto": (None, False, False),
+    "none": (False, False, False),
+    "mmap": (True, False, False),
+    "mlock": (False, True, False),
+    "mmap+mlock": (True, True, False),
+    "dio": (None, False, True),
+}
 
 
 def _retired_load_mode(current: str, flag: str) -> str:
     old, change = _LOAD_PARTS[current], _RETIRED_LOAD[flag]
-    mmap, mlock, dio = (new if new is not None else was for was, new in zip(old, change, strict=True))
+    mmap, mlock, dio = (
+        new if new is not None else was for was, new in zip(old, change, strict=True)
+    )
     if dio:  # DirectIO replaced mmap in the builds that had -dio
         return "dio"
     if mlock:
@@ -324,14 +381,20 @@ def _scan_one(argv: Sequence[str], i: int, scan: _Scan, base: LaunchConfig) -> i
             _set(scan.values, opt, opt.convert(_value(argv, i + 1, token), token))
         scan.on_cli.add(opt.field)
         return i + (1 if opt.convert is None else 2)
-    if opt is not None and opt.convert is not None:  # --flag=value: meant, but refused by llama-server
+    if (
+        opt is not None and opt.convert is not None
+    ):  # --flag=value: meant, but refused by llama-server
         _set(scan.values, opt, opt.convert(inline, flag))
         scan.on_cli.add(opt.field)
-    elif flag in ("--rerank", "--reranking") and not eq:  # arg.cpp: params.embedding = true, pooling RANK
+    elif (
+        flag in ("--rerank", "--reranking") and not eq
+    ):  # arg.cpp: params.embedding = true, pooling RANK
         scan.values.update(embeddings=True, pooling="rank")
         scan.on_cli.update(("embeddings", "pooling"))
     elif flag in _RETIRED_LOAD and not eq:
-        scan.values["load_mode"] = _retired_load_mode(scan.values.get("load_mode", base.load_mode), flag)
+        scan.values["load_mode"] = _retired_load_mode(
+            scan.values.get("load_mode", base.load_mode), flag
+        )
         scan.on_cli.add("load_mode")
     elif flag in _ARITY and not eq:
         end = i + 1 + _ARITY[flag]
@@ -363,13 +426,19 @@ def parse_server_args(
     i = 0
     while i < len(argv):
         i = _scan_one(argv, i, scan, base)
-    env_used = [name for opt, name in applied if opt.merge is not None or opt.field not in scan.on_cli]
+    env_used = [
+        name for opt, name in applied if opt.merge is not None or opt.field not in scan.on_cli
+    ]
     model, hf_repo = scan.values.pop("model", None), scan.values.pop("hf_repo", None)
-    if (raw := (env or {}).get("GGML_OP_OFFLOAD_MIN_BATCH")) is not None:  # the backends read it with atoi
+    if (
+        raw := (env or {}).get("GGML_OP_OFFLOAD_MIN_BATCH")
+    ) is not None:  # the backends read it with atoi
         m = re.match(r"\s*[-+]?\d+", raw)
         scan.values["op_offload_min_batch"] = int(m.group(0)) if m else 0
     config = with_given(base, **scan.values)
-    return ParsedServerArgs(config, model, hf_repo, tuple(scan.passthrough), tuple(scan.unknown), tuple(env_used))
+    return ParsedServerArgs(
+        config, model, hf_repo, tuple(scan.passthrough), tuple(scan.unknown), tuple(env_used)
+    )
 
 
 def _closest_flag(flag: str) -> str | None:
@@ -379,7 +448,11 @@ def _closest_flag(flag: str) -> str | None:
 
     stem = flag.lstrip("-")
     longs = sorted((f for f in _ARITY if f.startswith("--" + stem)), key=len)
-    found = longs[0] if stem and longs else next(iter(difflib.get_close_matches(flag, list(_ARITY), n=1)), None)
+    found = (
+        longs[0]
+        if stem and longs
+        else next(iter(difflib.get_close_matches(flag, list(_ARITY), n=1)), None)
+    )
     if found is None:
         return None
     opt = _BY_FLAG.get(found)
@@ -388,13 +461,16 @@ def _closest_flag(flag: str) -> str | None:
 
 
 def refused_message(unknown: Sequence[str]) -> str:
-    """Why llama-server would not start with these flags (ParsedServerArgs.unknown), with the fix."""
+    """Why llama-server would not start with these flags (ParsedServerArgs.unknown), with the
+    fix."""
     token = next((t for t in unknown if t.startswith("-")), unknown[0])
     flag, eq, value = token.partition("=")
     if eq and flag in _ARITY:
         return f"llama-server would not start: it has no flag {token}; write {flag} {value}"
     close = _closest_flag(flag) if flag.startswith("-") else None
-    return f"llama-server would not start: it has no flag {token}" + (f"; did you mean {close}?" if close else "")
+    return f"llama-server would not start: it has no flag {token}" + (
+        f"; did you mean {close}?" if close else ""
+    )
 
 
 _PROGRAMS = ("llama-server", "llama-cli", "server")

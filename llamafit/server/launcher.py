@@ -47,7 +47,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def ensure_port_free(host: str, port: int) -> None:
     """Refuse a port something already listens on: a server already there would answer /health for
-    ours. SO_REUSEADDR as cpp-httplib and uvicorn set it, so a port in TIME_WAIT still counts as free."""
+    ours. SO_REUSEADDR as cpp-httplib and uvicorn set it, so a port in TIME_WAIT still counts as
+    free."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -55,20 +56,24 @@ def ensure_port_free(host: str, port: int) -> None:
         except OSError as e:
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             if e.errno == errno.EADDRINUSE:
-                raise InputError(f"--port {port}: {where} is already in use; stop what listens there or use "
-                                 "--port auto") from e  # fmt: skip
+                raise InputError(
+                    f"--port {port}: {where} is already in use; stop what listens there or use "
+                    "--port auto"
+                ) from e
             raise InputError(f"--port {port}: cannot listen on {where} ({e.strerror or e})") from e
 
 
 def _die_with_parent() -> None:
     """In the child before exec: ask Linux to SIGKILL it when llamafit dies, however it dies (a
-    server that ignores SIGTERM too: llamafit's own SIGINT/SIGTERM are forwarded, then escalated)."""
+    server that ignores SIGTERM too: llamafit's own SIGINT/SIGTERM are forwarded, then
+    escalated)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def die_with_parent() -> Callable[[], None] | None:
-    """preexec_fn for any child llamafit starts (servers, --help probes): on Linux, dies with llamafit."""
+    """preexec_fn for any child llamafit starts (servers, --help probes): on Linux, dies with
+    llamafit."""
     return _die_with_parent if sys.platform.startswith("linux") else None
 
 
@@ -79,13 +84,19 @@ class Child:
     proc: subprocess.Popen[str]
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=40))
     reader: threading.Thread | None = None
-    stop_requested: bool = False  # a SIGINT/SIGTERM to llamafit was forwarded (and may be escalated)
+    # a SIGINT/SIGTERM to llamafit was forwarded (and may be escalated)
+    stop_requested: bool = False
 
     def stop(self) -> int:
         """SIGINT (twice), then SIGTERM, then SIGKILL: the child is gone when this returns."""
-        # llama-server sometimes ignores a SIGINT that arrives just as it starts listening: ask twice
-        for sig, wait in ((signal.SIGINT, 5.0), (signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, 5.0),
-                          (signal.SIGKILL, 5.0)):  # fmt: skip
+        # llama-server sometimes ignores a SIGINT that arrives just as it starts listening: ask
+        # twice
+        for sig, wait in (
+            (signal.SIGINT, 5.0),
+            (signal.SIGINT, STOP_GRACE_S),
+            (signal.SIGTERM, 5.0),
+            (signal.SIGKILL, 5.0),
+        ):
             if self.proc.poll() is not None:
                 break
             with contextlib.suppress(ProcessLookupError):
@@ -97,14 +108,25 @@ class Child:
         return self.proc.wait()
 
 
-def start(argv: Sequence[str], env: Mapping[str, str], watcher: Watcher,
-          echo: Callable[[str], None] | None = None) -> Child:  # fmt: skip
+def start(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    watcher: Watcher,
+    echo: Callable[[str], None] | None = None,
+) -> Child:
     """Start the server; its log lines go to the watcher (and `echo`, for --verbose)."""
     use_deathsig = sys.platform.startswith("linux")
     proc = subprocess.Popen(
-        list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors="replace", bufsize=1, env=dict(env), preexec_fn=_die_with_parent if use_deathsig else None,
-    )  # fmt: skip
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        bufsize=1,
+        env=dict(env),
+        preexec_fn=_die_with_parent if use_deathsig else None,
+    )
     child = Child(proc)
 
     def pump() -> None:
@@ -123,7 +145,9 @@ def start(argv: Sequence[str], env: Mapping[str, str], watcher: Watcher,
 
 def healthy(url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> bool:
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as r:  # noqa: S310 - our own loopback server
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout
+        ) as r:  # noqa: S310 - our own loopback server
             return bool(r.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -132,22 +156,33 @@ def healthy(url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = 
 PROPS_LIMIT = 4 << 20  # bytes of a /props answer read at most (chat templates run to tens of KiB)
 
 
-def server_props(url: str, headers: Mapping[str, str] | None = None, timeout: float = 2.0) -> dict[str, Any] | None:
+def server_props(
+    url: str, headers: Mapping[str, str] | None = None, timeout: float = 2.0
+) -> dict[str, Any] | None:
     """A llama-server's GET /props as a JSON object; None when it does not answer with one."""
     import json
 
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout) as r:  # noqa: S310 - loopback, our port
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout
+        ) as r:  # noqa: S310 - loopback, our port
             data = json.loads(r.read(PROPS_LIMIT + 1)[:PROPS_LIMIT]) if r.status == 200 else None
     except (urllib.error.URLError, OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def wait_healthy(child: Child, url: str, *, timeout_s: float, failed: Callable[[], bool],
-                 headers: Mapping[str, str] | None = None, tick: Callable[[], None] | None = None) -> bool:  # fmt: skip
-    """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time runs out.
-    `tick` runs between polls (progress reporting)."""
+def wait_healthy(
+    child: Child,
+    url: str,
+    *,
+    timeout_s: float,
+    failed: Callable[[], bool],
+    headers: Mapping[str, str] | None = None,
+    tick: Callable[[], None] | None = None,
+) -> bool:
+    """Poll `url` until it answers 200; False when the child exits, the log shows a failure, or time
+    runs out. `tick` runs between polls (progress reporting)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if tick:
@@ -182,7 +217,9 @@ def forwarding_signals(child: Child) -> Iterator[StopRequest]:
         with contextlib.suppress(ProcessLookupError):
             child.proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
         if not escalating:  # a server that ignores it is killed after the grace period
-            escalating.append(threading.Thread(target=_escalate, args=(child.proc,), name="stop", daemon=True))
+            escalating.append(
+                threading.Thread(target=_escalate, args=(child.proc,), name="stop", daemon=True)
+            )
             escalating[0].start()
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -195,7 +232,8 @@ def forwarding_signals(child: Child) -> Iterator[StopRequest]:
 
 
 def _escalate(proc: subprocess.Popen[str]) -> None:
-    """After a forwarded stop: SIGTERM after STOP_GRACE_S, SIGKILL 5 s later, unless it has exited."""
+    """After a forwarded stop: SIGTERM after STOP_GRACE_S, SIGKILL 5 s later, unless it has
+    exited."""
     for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(wait)

@@ -1,4 +1,5 @@
-"""Read a starting server's log, line by line: buffer sizes, KV caches, progress, readiness, failure.
+"""Read a starting server's log, line by line: buffer sizes, KV caches, progress, readiness,
+failure.
 
 Understands llama-server (llama.cpp 0c1e570 and later: `M.SS.mmm.uuu L ` prefix from common/log.cpp,
 libllama INFO lines only at `-lv 4`; `--log-jsonl` objects on stdout; older builds' plain lines and
@@ -7,10 +8,11 @@ lines on stderr, then uvicorn's `INFO:     Uvicorn running on http://…`). Pure
 
 Formats (llama.cpp 0c1e570): src/llama-model.cpp `load_tensors: %12s model buffer size = %8.2f MiB`,
 src/llama-context.cpp `llama_context: %10s  output buffer size = …` and `sched_reserve: %10s compute
-buffer size = …`, src/llama-kv-cache.cpp `llama_kv_cache: %10s KV buffer size = …` and `llama_kv_cache:
-size = %7.2f MiB (%6u cells, %3d layers, %2u/%u seqs), K (%s): %7.2f MiB, V (%s): %7.2f MiB`,
-src/llama-memory-recurrent.cpp `… RS buffer size = …`, tools/server/server.cpp `listening on %s`,
-common/fit.cpp `common_memory_breakdown_print` and its `fit_memory_breakdown` JSON twin.
+buffer size = …`, src/llama-kv-cache.cpp `llama_kv_cache: %10s KV buffer size = …` and
+`llama_kv_cache: size = %7.2f MiB (%6u cells, %3d layers, %2u/%u seqs), K (%s): %7.2f MiB, V (%s):
+%7.2f MiB`, src/llama-memory-recurrent.cpp `… RS buffer size = …`, tools/server/server.cpp
+`listening on %s`, common/fit.cpp `common_memory_breakdown_print` and its `fit_memory_breakdown`
+JSON twin.
 """
 
 from __future__ import annotations
@@ -35,25 +37,32 @@ _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 # loop` (2024-25); uvicorn: `Uvicorn running on http://… (Press CTRL+C to quit)`
 _READY = re.compile(r"(?:listening on|Uvicorn running on) (\S+)")
 _TABLE_DEVICE = re.compile(
-    r"\|\s+- (?P<name>.+?)\s+\|\s+(?P<total>\d+) = +(?P<free>\d+) \+ \((?P<self>\d+) = +(?P<model>\d+) \+ +"
-    r"(?P<context>\d+) \+ +(?P<compute>\d+)\) \+ +(?P<unaccounted>-?\d+) *\|"
+    r"\|\s+- (?P<name>.+?)\s+\|\s+(?P<total>\d+) = +(?P<free>\d+) \+ \((?P<self>\d+) = "
+    r"+(?P<model>\d+) \+ +(?P<context>\d+) \+ +(?P<compute>\d+)\) \+ +(?P<unaccounted>-?\d+) *\|"
 )
 _TABLE_HOST = re.compile(
-    r"\|\s+- (?P<name>.+?)\s+\|\s+(?P<self>\d+) = +(?P<model>\d+) \+ +(?P<context>\d+) \+ +(?P<compute>\d+) *\|"
+    r"\|\s+- (?P<name>.+?)\s+\|\s+(?P<self>\d+) = +(?P<model>\d+) \+ +(?P<context>\d+) \+ "
+    r"+(?P<compute>\d+) *\|"
 )
 
 # One-line failure diagnoses, most specific first; the rank lets a specific cause found later
 # (e.g. the cudaMalloc line) win over a generic "failed to load model" found earlier.
 _OOM = re.compile(
-    r"out of memory|OutOfMemory|out of device memory|ErrorOutOf(?:Device|Host)Memory|insufficient memory"
-    r"|(?:cuda|hip)Malloc failed|std::bad_alloc|Device memory allocation of size \d+ failed"
-    r"|failed to allocate (?:\S+ )?(?:buffer|compute|memory)|unable to allocate \S+ buffer",
+    r"out of memory|OutOfMemory|out of device memory|ErrorOutOf(?:Device|Host)Memory|insufficient "
+    r"memory|(?:cuda|hip)Malloc failed|std::bad_alloc|Device memory allocation of size \d+ "
+    r"failed|failed to allocate (?:\S+ )?(?:buffer|compute|memory)|unable to allocate \S+ buffer",
     re.IGNORECASE,
 )
-_MISSING = re.compile(r"failed to open .*No such file|No such file or directory|Model path does not exist")
-_BAD_FLAG = re.compile(r"error: invalid argument: (\S+)|unknown argument:? (\S+)|unrecognized arguments?: (\S+)")
+_MISSING = re.compile(
+    r"failed to open .*No such file|No such file or directory|Model path does not exist"
+)
+_BAD_FLAG = re.compile(
+    r"error: invalid argument: (\S+)|unknown argument:? (\S+)|unrecognized arguments?: (\S+)"
+)
 # common/arg.cpp: `error while handling argument "-fa": error: unknown value for --flash-attn: 'xx'`
-_BAD_VALUE = re.compile(r"error while handling argument \"([^\"]+)\": (?:error: )?(.*)", re.IGNORECASE)
+_BAD_VALUE = re.compile(
+    r"error while handling argument \"([^\"]+)\": (?:error: )?(.*)", re.IGNORECASE
+)
 _PORT = re.compile(r"couldn't bind|address already in use|EADDRINUSE|\[Errno 98\]", re.IGNORECASE)
 _LOAD = re.compile(
     r"error loading model|failed to load model|exiting due to model loading error"
@@ -76,7 +85,8 @@ _PHASES = (
 
 @dataclass(frozen=True, slots=True)
 class KvCache:
-    """One `llama_kv_cache: size = …` line: per-stream cells, attention layers, sequences/streams."""
+    """One `llama_kv_cache: size = …` line: per-stream cells, attention layers,
+    sequences/streams."""
 
     size_mib: float
     cells: int
@@ -87,7 +97,8 @@ class KvCache:
     k_mib: float
     type_v: str
     v_mib: float
-    role: str | None = None  # "non-SWA" / "SWA" inside an iSWA cache (llama_kv_cache_iswa), else None
+    # "non-SWA" / "SWA" inside an iSWA cache (llama_kv_cache_iswa), else None
+    role: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +113,8 @@ class RecurrentCache:
 
 @dataclass(frozen=True, slots=True)
 class BreakdownRow:
-    """A row of common_memory_breakdown_print (MiB, truncated); free/total/unaccounted for devices only."""
+    """A row of common_memory_breakdown_print (MiB, truncated); free/total/unaccounted for devices
+    only."""
 
     kind: str  # "device" | "host" | "buffer_type"
     name: str
@@ -122,12 +134,25 @@ class Failure:
     line: str  # the log line it came from, prefix removed
 
 
-_JSON_LEVELS = {"info": "I", "warn": "W", "error": "E", "debug": "D", "trace": "T"}  # common/log.cpp
-_QUIET_LEVELS = ("I", "D", "T")  # failures are logged as E (or W), or without a prefix (argument errors)
+# common/log.cpp
+_JSON_LEVELS = {
+    "info": "I",
+    "warn": "W",
+    "error": "E",
+    "debug": "D",
+    "trace": "T",
+}
+# failures are logged as E (or W), or without a prefix (argument errors)
+_QUIET_LEVELS = (
+    "I",
+    "D",
+    "T",
+)
 _RANK = {"oom": 2, "model_missing": 2, "bad_flag": 2, "port_in_use": 2, "load_failed": 1}
 
 
-# tools/server/server-context.cpp, server_slot::print_timings and the slot's release ("stop processing")
+# tools/server/server-context.cpp, server_slot::print_timings and the slot's release ("stop
+# processing")
 _TIMING = re.compile(r"\btask (\d+) \| +(prompt eval|eval) time = +([\d.]+) ms / +(\d+) tokens")
 MAX_PENDING, MAX_SERVED = 64, 4096  # a long-running server keeps only its latest requests' timings
 _RELEASE = re.compile(r"\btask (\d+) \| stop processing: n_tokens = (\d+)")
@@ -176,20 +201,37 @@ def _row(data: dict[str, object]) -> BreakdownRow:
         return int(value) if isinstance(value, (int, float)) else None
 
     return BreakdownRow(
-        kind=str(data.get("kind", "")), name=str(data.get("name", "")), model=num("model") or 0,
-        context=num("context") or 0, compute=num("compute") or 0, self_mib=num("self") or 0,
-        free=num("free"), total=num("total"), unaccounted=num("unaccounted"),
-    )  # fmt: skip
+        kind=str(data.get("kind", "")),
+        name=str(data.get("name", "")),
+        model=num("model") or 0,
+        context=num("context") or 0,
+        compute=num("compute") or 0,
+        self_mib=num("self") or 0,
+        free=num("free"),
+        total=num("total"),
+        unaccounted=num("unaccounted"),
+    )
 
 
 def _table_row(msg: str) -> BreakdownRow | None:
     if m := _TABLE_DEVICE.search(msg):
         g = {k: int(v) for k, v in m.groupdict().items() if k != "name"}
-        return BreakdownRow("device", m["name"], g["model"], g["context"], g["compute"], g["self"],
-                            g["free"], g["total"], g["unaccounted"])  # fmt: skip
+        return BreakdownRow(
+            "device",
+            m["name"],
+            g["model"],
+            g["context"],
+            g["compute"],
+            g["self"],
+            g["free"],
+            g["total"],
+            g["unaccounted"],
+        )
     if m := _TABLE_HOST.search(msg):
         kind = "host" if m["name"] == "Host" else "buffer_type"
-        return BreakdownRow(kind, m["name"], int(m["model"]), int(m["context"]), int(m["compute"]), int(m["self"]))
+        return BreakdownRow(
+            kind, m["name"], int(m["model"]), int(m["context"]), int(m["compute"]), int(m["self"])
+        )
     return None
 
 
@@ -237,7 +279,8 @@ class LogWatcher:
         return True
 
     def _message(self, msg: str, level: str | None) -> None:
-        # D lines come from --fit's dry-run probes (common/fit.cpp demotes them); they would count twice
+        # D lines come from --fit's dry-run probes (common/fit.cpp demotes them); they would count
+        # twice
         if level != "D":
             self._sizes(msg)
         self._phase(msg)
@@ -262,13 +305,23 @@ class LogWatcher:
             return
         task = int(m.group(1))
         part = self._timing[task]
-        if len(self._timing) > MAX_PENDING:  # tasks that never finish (cancelled): forget the oldest
+        if (
+            len(self._timing) > MAX_PENDING
+        ):  # tasks that never finish (cancelled): forget the oldest
             del self._timing[next(iter(self._timing))]
         if {"prompt_ms", "gen_ms", "n_tokens"} <= part.keys():
             del self._timing[task]
             del self._served[: max(len(self._served) - MAX_SERVED + 1, 0)]
-            self._served.append(ServedRequest(task, int(part["prompt_n"]), part["prompt_ms"], int(part["gen_n"]),
-                                              part["gen_ms"], int(part["n_tokens"])))  # fmt: skip
+            self._served.append(
+                ServedRequest(
+                    task,
+                    int(part["prompt_n"]),
+                    part["prompt_ms"],
+                    int(part["gen_n"]),
+                    part["gen_ms"],
+                    int(part["n_tokens"]),
+                )
+            )
 
     def _outranks(self, found: Failure) -> bool:
         return self._failure is None or _RANK[found.kind] > _RANK[self._failure.kind]
@@ -282,10 +335,24 @@ class LogWatcher:
         elif m := _KV.search(msg):
             size, cells, layers, seqs, streams, tk, k, tv, v = m.groups()
             n_stream = int(streams) if streams else None
-            self._kv.append(KvCache(float(size), int(cells), int(layers), int(seqs), n_stream, tk, float(k), tv,
-                                    float(v), self._role))  # fmt: skip
+            self._kv.append(
+                KvCache(
+                    float(size),
+                    int(cells),
+                    int(layers),
+                    int(seqs),
+                    n_stream,
+                    tk,
+                    float(k),
+                    tv,
+                    float(v),
+                    self._role,
+                )
+            )
         elif "recurrent" in msg and (m := _RS.search(msg)):
-            self._rs.append(RecurrentCache(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))))
+            self._rs.append(
+                RecurrentCache(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)))
+            )
 
     def _phase(self, msg: str) -> None:
         if self._url is not None:
@@ -298,7 +365,8 @@ class LogWatcher:
                 self._progress = phase
 
     def _breakdown(self, msg: str) -> None:
-        """Text tables (common_memory_breakdown_print); with --log-jsonl the JSON twin is used instead."""
+        """Text tables (common_memory_breakdown_print); with --log-jsonl the JSON twin is used
+        instead."""
         if "memory_breakdown_print" not in msg or self._jsonl:
             return
         if "memory breakdown [MiB]" in msg:

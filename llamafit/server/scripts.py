@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-import unicodedata
 import shlex
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -29,7 +29,9 @@ DOCKER_BACKENDS = {
 }
 
 _CTX = frozenset({"-c", "--ctx-size"})
-_PATH_FLAGS = frozenset({"-m", "--model", "-mm", "--mmproj", "-md", "--model-draft", "--spec-draft-model"})
+_PATH_FLAGS = frozenset(
+    {"-m", "--model", "-mm", "--mmproj", "-md", "--model-draft", "--spec-draft-model"}
+)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BREAKS = ("\n", "\r", "\0")
 
@@ -63,10 +65,15 @@ class LaunchSpec:
                 raise InputError(f"{name!r} is not an environment variable name")
         for context, mib in self.ladder:
             if context <= 0 or not mib or min(mib) < 0 or len(mib) != len(self.ladder[0][1]):
-                raise InputError(f"context ladder rung ({context}, {mib} MiB) is not a context and a size per GPU")
+                raise InputError(
+                    f"context ladder rung ({context}, {mib} MiB) is not a context and a size "
+                    "per GPU"
+                )
         for text in _texts(self):
             if any(ch in text for ch in _BREAKS):
-                raise InputError(f"{text!r}: a newline or NUL cannot be written into a launch config")
+                raise InputError(
+                    f"{text!r}: a newline or NUL cannot be written into a launch config"
+                )
 
 
 def _texts(spec: LaunchSpec) -> Iterator[str]:
@@ -82,7 +89,8 @@ class _Raw(str):
 
 
 def _canon(flag: str) -> str:
-    return flag.replace("_", "-") if flag.startswith("--") else flag  # arg.cpp does this to "--" flags
+    # arg.cpp does this to "--" flags
+    return flag.replace("_", "-") if flag.startswith("--") else flag
 
 
 def _groups(args: Sequence[str]) -> list[Group]:
@@ -106,7 +114,9 @@ def _launch_groups(spec: LaunchSpec, host: str, port: str) -> list[Group]:
     return groups
 
 
-def launch_argv(spec: LaunchSpec, host: str | None = None, port: str | None = None) -> tuple[str, ...]:
+def launch_argv(
+    spec: LaunchSpec, host: str | None = None, port: str | None = None
+) -> tuple[str, ...]:
     """The argv every config runs (the sh script with LLAMAFIT_HOST/PORT = host/port)."""
     groups = _launch_groups(spec, spec.host if host is None else host, str(port or spec.port))
     return (spec.argv[0], *(word for flag, values in groups for word in (flag, *values)))
@@ -121,21 +131,27 @@ def _summary(spec: LaunchSpec, comment: str) -> str:
     devices = ", ".join(f"{device} {mib} MiB" for device, mib in spec.predicted_mib) or "none"
     build = spec.llama_build or "unknown"
     return (
-        f"{comment} Planned by llamafit for {spec.name}: context {spec.n_ctx}, llama.cpp build {build}.\n"
+        f"{comment} Planned by llamafit for {spec.name}: context {spec.n_ctx}, llama.cpp build "
+        f"{build}.\n"
         f"{comment} Predicted GPU memory: {devices}.\n"
     )
 
 
 def _plain_or(text: str, placeholder: str) -> str:
-    """`text` when it is safe inside a one-line comment (letters, digits, . _ : -), else a placeholder."""
+    """`text` when it is safe inside a one-line comment (letters, digits, . _ : -), else a
+    placeholder."""
     return text if re.fullmatch(r"[\w.:-]+", text, flags=re.ASCII) else placeholder
 
 
 def _verify_hint(spec: LaunchSpec, comment: str) -> str:
-    """How to prove the deployed server survives a prompt that fills its context (README: "verified")."""
+    """How to prove the deployed server survives a prompt that fills its context (README:
+    "verified")."""
     host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
     host = f"[{host}]" if ":" in host else host
-    return f"{comment} After it starts, prove a full context once: llamafit check --verify http://{host}:{spec.port}\n"
+    return (
+        f"{comment} After it starts, prove a full context once: llamafit check --verify "
+        f"http://{host}:{spec.port}\n"
+    )
 
 
 # --- POSIX sh -------------------------------------------------------------------------------
@@ -148,10 +164,10 @@ if [ -z "${{LLAMAFIT_HOST:-}}" ]; then LLAMAFIT_HOST={host}; fi
 if [ -z "${{LLAMAFIT_PORT:-}}" ]; then LLAMAFIT_PORT={port}; fi
 """
 
-# The ladder's MiB are per GPU, in the plan's order (CUDA0, CUDA1, …: CUDA_VISIBLE_DEVICES's order), so
-# the guard reads one free figure per GPU the server sees: nvidia-smi --id takes CUDA_VISIBLE_DEVICES's
-# indices or UUIDs and prints them in its own order (PCI order, as CUDA does with
-# CUDA_DEVICE_ORDER=PCI_BUS_ID). A rung fits only when every GPU has its share free.
+# The ladder's MiB are per GPU, in the plan's order (CUDA0, CUDA1, …: CUDA_VISIBLE_DEVICES's order),
+# so the guard reads one free figure per GPU the server sees: nvidia-smi --id takes
+# CUDA_VISIBLE_DEVICES's indices or UUIDs and prints them in its own order (PCI order, as CUDA does
+# with CUDA_DEVICE_ORDER=PCI_BUS_ID). A rung fits only when every GPU has its share free.
 _SH_GUARD = """
 # Guard: the largest planned context whose memory fits the free memory of every GPU (those of
 # CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists). Once the server is up, prove it survives
@@ -201,11 +217,14 @@ def _guard(spec: LaunchSpec, groups: list[Group]) -> str:
     _set_value(groups, _CTX, _Raw('"$LLAMAFIT_CTX"'))
     ladder = [(ctx, " ".join(map(str, mib))) for ctx, mib in sorted(spec.ladder, reverse=True)]
     rungs = "\n".join(
-        f'  {"elif" if i else "if"} [ -z "$(llamafit_short {shlex.quote(mib)})" ]; then LLAMAFIT_CTX={ctx}'
+        f'  {"elif" if i else "if"} [ -z "$(llamafit_short {shlex.quote(mib)})" ]; then '
+        f"LLAMAFIT_CTX={ctx}"
         for i, (ctx, mib) in enumerate(ladder)
     )
     ctx, mib = ladder[-1]
-    return _SH_GUARD.format(planned=int(planned[-1]), rungs=rungs, ctx=ctx, mib=mib, n_gpus=len(spec.ladder[0][1]))
+    return _SH_GUARD.format(
+        planned=int(planned[-1]), rungs=rungs, ctx=ctx, mib=mib, n_gpus=len(spec.ladder[0][1])
+    )
 
 
 def render_sh(spec: LaunchSpec, *, guard: bool = False) -> str:
@@ -241,9 +260,12 @@ def render_systemd(spec: LaunchSpec) -> str:
     """A systemd service unit running the planned argv."""
     argv = launch_argv(spec)
     if not _systemd_program_ok(argv[0]):
-        raise InputError(f"{argv[0]!r}: systemd's ExecStart needs an absolute program path or a bare name")
+        raise InputError(
+            f"{argv[0]!r}: systemd's ExecStart needs an absolute program path or a bare name"
+        )
     environment = "".join(
-        f"Environment={_systemd_quote(f'{name}={value}', dollar=False)}\n" for name, value in spec.env
+        f"Environment={_systemd_quote(f'{name}={value}', dollar=False)}\n"
+        for name, value in spec.env
     )
     return (
         f"{_summary(spec, '#')}"
@@ -289,7 +311,8 @@ def render_llama_swap(spec: LaunchSpec) -> str:
     lines = [
         "# llama-swap model entry written by llamafit; merge it into the models: of config.yaml",
         "# After deploying, prove a full context once through llama-swap's upstream route:",
-        f"#   llamafit check --verify http://LLAMA_SWAP_HOST:PORT/upstream/{_plain_or(spec.name, 'MODEL')}",
+        "#   llamafit check --verify http://LLAMA_SWAP_HOST:PORT/upstream/"
+        f"{_plain_or(spec.name, 'MODEL')}",
         "models:",
         f"  {_yaml_str(spec.name)}:",
         f"    cmd: {_yaml_str(cmd)}",
@@ -309,12 +332,31 @@ def render_llama_swap(spec: LaunchSpec) -> str:
 # tools/server/README.md "Model presets": one key per argument without leading dashes; short forms
 # work too, but the preset writer (common/preset.cpp to_ini) uses each option's last spelling.
 _INI_KEYS = {
-    "-m": "model", "-c": "ctx-size", "-ngl": "n-gpu-layers", "--gpu-layers": "n-gpu-layers",
-    "-fa": "flash-attn", "-ctk": "cache-type-k", "-ctv": "cache-type-v", "-ub": "ubatch-size",
-    "-b": "batch-size", "-np": "parallel", "-ts": "tensor-split", "-ot": "override-tensor",
-    "-ncmoe": "n-cpu-moe", "-cmoe": "cpu-moe", "-sm": "split-mode", "-mg": "main-gpu",
-    "-dev": "device", "-fit": "fit", "-fitt": "fit-target", "-fitc": "fit-ctx", "-t": "threads",
-    "-kvu": "kv-unified", "-nkvo": "no-kv-offload", "-mm": "mmproj", "-mmu": "mmproj-url",
+    "-m": "model",
+    "-c": "ctx-size",
+    "-ngl": "n-gpu-layers",
+    "--gpu-layers": "n-gpu-layers",
+    "-fa": "flash-attn",
+    "-ctk": "cache-type-k",
+    "-ctv": "cache-type-v",
+    "-ub": "ubatch-size",
+    "-b": "batch-size",
+    "-np": "parallel",
+    "-ts": "tensor-split",
+    "-ot": "override-tensor",
+    "-ncmoe": "n-cpu-moe",
+    "-cmoe": "cpu-moe",
+    "-sm": "split-mode",
+    "-mg": "main-gpu",
+    "-dev": "device",
+    "-fit": "fit",
+    "-fitt": "fit-target",
+    "-fitc": "fit-ctx",
+    "-t": "threads",
+    "-kvu": "kv-unified",
+    "-nkvo": "no-kv-offload",
+    "-mm": "mmproj",
+    "-mmu": "mmproj-url",
     # side models: every spelling as the last one of its arg.cpp option, the key llama-server's own
     # writer uses (common/preset.cpp common_preset::to_ini) and the one older builds know too
     **dict.fromkeys(("-md", "--spec-draft-model"), "model-draft"),
@@ -324,8 +366,9 @@ _INI_KEYS = {
     **dict.fromkeys(("-ctvd", "--spec-draft-type-v"), "cache-type-v-draft"),
     **dict.fromkeys(("-otd", "--spec-draft-override-tensor"), "override-tensor-draft"),
     **dict.fromkeys(("-ncmoed", "--spec-draft-n-cpu-moe", "--spec-draft-ncmoe"), "n-cpu-moe-draft"),
-    **dict.fromkeys(("-cmoed", "--spec-draft-cpu-moe"), "cpu-moe-draft"), "-cd": "ctx-size-draft",
-}  # fmt: skip
+    **dict.fromkeys(("-cmoed", "--spec-draft-cpu-moe"), "cpu-moe-draft"),
+    "-cd": "ctx-size-draft",
+}
 _ROUTER_OWNED = frozenset({"--host", "--port", "-a", "--alias"})  # server-models.cpp update_args
 _INI_BAD_VALUE = re.compile(r"[;#]|^[ \t]|[ \t]$")  # preset.cpp's parser ends a value there
 
@@ -341,7 +384,9 @@ def _ini_options(spec: LaunchSpec) -> dict[str, str]:
         key = _INI_KEYS.get(canon, canon.lstrip("-"))
         value = values[0] if values else "true"  # a switch (its "no-" spelling reads true too)
         if _INI_BAD_VALUE.search(value):
-            raise InputError(f"{flag} {value!r}: a models.ini value cannot hold ';', '#' or edge spaces")
+            raise InputError(
+                f"{flag} {value!r}: a models.ini value cannot hold ';', '#' or edge spaces"
+            )
         if key == "override-tensor" and key in options:
             value = f"{options[key]},{value}"  # repeated -ot flags add up, as a comma list does
         options[key] = value
@@ -349,11 +394,19 @@ def _ini_options(spec: LaunchSpec) -> dict[str, str]:
 
 
 def render_models_ini(spec: LaunchSpec) -> str:
-    """A `[name]` section for `llama-server --models-preset FILE` (the router owns host and port)."""
-    if not spec.name.strip() or spec.name != spec.name.strip() or "]" in spec.name or spec.name == "*":
+    """A `[name]` section for `llama-server --models-preset FILE` (the router owns host and
+    port)."""
+    if (
+        not spec.name.strip()
+        or spec.name != spec.name.strip()
+        or "]" in spec.name
+        or spec.name == "*"
+    ):
         raise InputError(f"{spec.name!r} cannot be a models.ini section name")
     env = " ".join(f"{name}={value}" for name, value in spec.env)
-    head = _summary(spec, ";") + (f"; Set on the router (its instances inherit it): {env}\n" if env else "")
+    head = _summary(spec, ";") + (
+        f"; Set on the router (its instances inherit it): {env}\n" if env else ""
+    )
     body = "".join(f"{key} = {value}\n" for key, value in _ini_options(spec).items())
     return f"{head}[{spec.name}]\n{body}"
 
@@ -365,7 +418,9 @@ def _in_container(path: str, model_dir: str) -> str:
     """A host path under the model directory as the container sees it (under /models)."""
     rel = posixpath.relpath(path, model_dir) if posixpath.isabs(path) else ".."
     if rel == ".." or rel.startswith("../"):
-        raise InputError(f"{path}: outside {model_dir}, the only directory mounted into the container")
+        raise InputError(
+            f"{path}: outside {model_dir}, the only directory mounted into the container"
+        )
     return posixpath.join("/models", rel)
 
 
@@ -382,8 +437,10 @@ def render_docker(spec: LaunchSpec, *, image: str | None = None) -> str:
     on 0.0.0.0 inside the container and published on the planned host (the image is llama-server,
     the official one for the backend unless `image` says)."""
     if spec.backend not in DOCKER_BACKENDS:
-        raise InputError(f"docker containers cannot use {'Metal' if spec.backend == 'metal' else spec.backend}: "
-                         "use --format sh")  # fmt: skip
+        raise InputError(
+            f"docker containers cannot use {'Metal' if spec.backend == 'metal' else spec.backend}: "
+            "use --format sh"
+        )
     default_image, devices = DOCKER_BACKENDS[spec.backend]
     if not posixpath.isabs(spec.model_path):
         raise InputError(f"{spec.model_path}: docker needs an absolute model path to mount")
@@ -391,7 +448,12 @@ def render_docker(spec: LaunchSpec, *, image: str | None = None) -> str:
     if ":" in model_dir:
         raise InputError(f"{model_dir}: docker -v cannot mount a directory whose path holds ':'")
     groups = [
-        (flag, tuple(_in_container(v, model_dir) for v in values) if _canon(flag) in _PATH_FLAGS else values)
+        (
+            flag,
+            tuple(_in_container(v, model_dir) for v in values)
+            if _canon(flag) in _PATH_FLAGS
+            else values,
+        )
         for flag, values in _launch_groups(spec, "0.0.0.0", str(spec.port))
     ]
     words = [
@@ -427,14 +489,24 @@ def _check_expressible(kind: str, spec: LaunchSpec) -> None:
     """Refuse, one line each, what `kind` cannot carry unchanged: control characters anywhere (a
     terminal would act on them, systemd refuses tabs, and a path changed in transit names another
     file), and for every format but sh, text that is not UTF-8 (units, YAML and INI are UTF-8)."""
-    words = [*launch_argv(spec), spec.model_path, spec.host, spec.name, *(v for pair in spec.env for v in pair)]
+    words = [
+        *launch_argv(spec),
+        spec.model_path,
+        spec.host,
+        spec.name,
+        *(v for pair in spec.env for v in pair),
+    ]
     for word in words:
         if bad := next((c for c in word if unicodedata.category(c) == "Cc"), None):
-            raise InputError(f"{kind} output refused: {printable(word)} contains the control character "
-                             f"{printable(bad)}; rename it")  # fmt: skip
+            raise InputError(
+                f"{kind} output refused: {printable(word)} contains the control character "
+                f"{printable(bad)}; rename it"
+            )
         if kind != "sh" and any("\udc80" <= c <= "\udcff" for c in word):
-            raise InputError(f"{kind} output refused: {printable(word)} is not valid UTF-8, which {kind} files "
-                             "must be; rename it (or use --format sh)")  # fmt: skip
+            raise InputError(
+                f"{kind} output refused: {printable(word)} is not valid UTF-8, which {kind} files "
+                "must be; rename it (or use --format sh)"
+            )
 
 
 # --- many models: a llama-swap config and router presets (fit/many.py packs the sets) ---------
@@ -450,18 +522,28 @@ class Entry:
 
 def swap_groups(sets: Sequence[Sequence[str]]) -> list[tuple[str, bool, list[str]]]:
     """(group name, swap, members): sets of two or more run together, the rest swap."""
-    groups = [(f"together-{i + 1}", False, list(s)) for i, s in enumerate(x for x in sets if len(x) > 1)]
+    groups = [
+        (f"together-{i + 1}", False, list(s)) for i, s in enumerate(x for x in sets if len(x) > 1)
+    ]
     singles = [s[0] for s in sets if len(s) == 1]
     return groups + ([("swap", True, singles)] if singles else [])
 
 
-def render_llama_swap_many(entries: Sequence[Entry], sets: Sequence[Sequence[str]], *, host: str = "127.0.0.1") -> str:
-    """One llama-swap config.yaml (its documented schema: macros, models.<id>.cmd/proxy/ttl/metadata,
-    groups.<id>.swap/exclusive/members); llama-swap assigns ${PORT}."""
+def render_llama_swap_many(
+    entries: Sequence[Entry], sets: Sequence[Sequence[str]], *, host: str = "127.0.0.1"
+) -> str:
+    """One llama-swap config.yaml (its documented schema: macros,
+    models.<id>.cmd/proxy/ttl/metadata, groups.<id>.swap/exclusive/members); llama-swap assigns
+    ${PORT}."""
     programs = sorted({e.argv[0] for e in entries})
-    macros = {p: f"server{i + 1}" if len(programs) > 1 else "llama-server" for i, p in enumerate(programs)}
-    lines = ["# llama-swap config written by llamafit: every model fitted; groups from the GPU memory each needs",
-             "macros:"]  # fmt: skip
+    macros = {
+        p: f"server{i + 1}" if len(programs) > 1 else "llama-server" for i, p in enumerate(programs)
+    }
+    lines = [
+        "# llama-swap config written by llamafit: every model fitted; groups from the GPU "
+        "memory each needs",
+        "macros:",
+    ]
     lines += [f"  {_yaml_str(m)}: {_yaml_str(p)}" for p, m in macros.items()]
     lines.append("models:")
     for e in entries:
@@ -471,14 +553,25 @@ def render_llama_swap_many(entries: Sequence[Entry], sets: Sequence[Sequence[str
                 raise InputError(f"{text!r}: llama-swap would read its '${{' as a macro")
         groups = _launch_groups(spec, host, _Raw("${PORT}"))
         cmd = " ".join([f"${{{macros[e.argv[0]]}}}", *_lines(groups, shlex.quote)])
-        lines += [f"  {_yaml_str(e.name)}:", f"    cmd: {_yaml_str(cmd)}",
-                  f"    proxy: {_yaml_str(f'http://{host}:${{PORT}}')}", "    ttl: 0", "    metadata:",
-                  f"      n_ctx: {e.n_ctx}", "      predicted_mib:" + ("" if e.gpu_mib else " {}")]  # fmt: skip
+        lines += [
+            f"  {_yaml_str(e.name)}:",
+            f"    cmd: {_yaml_str(cmd)}",
+            f"    proxy: {_yaml_str(f'http://{host}:${{PORT}}')}",
+            "    ttl: 0",
+            "    metadata:",
+            f"      n_ctx: {e.n_ctx}",
+            "      predicted_mib:" + ("" if e.gpu_mib else " {}"),
+        ]
         lines += [f"        {_yaml_str(d)}: {mib}" for d, mib in e.gpu_mib]
     lines.append("groups:")
     for name, swap, members in swap_groups(sets):
-        lines += [f"  {_yaml_str(name)}:", f"    swap: {'true' if swap else 'false'}", "    exclusive: true",
-                  "    members:", *(f"      - {_yaml_str(m)}" for m in members)]  # fmt: skip
+        lines += [
+            f"  {_yaml_str(name)}:",
+            f"    swap: {'true' if swap else 'false'}",
+            "    exclusive: true",
+            "    members:",
+            *(f"      - {_yaml_str(m)}" for m in members),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -486,12 +579,18 @@ def render_models_ini_many(entries: Sequence[Entry], sets: Sequence[Sequence[str
     """A router preset file (`llama-server --models-preset FILE`): one fitted section per model;
     which models fit at once in the comments (run the router with --models-max as said there)."""
     together = [s for s in sets if len(s) > 1]
-    head = ["; llama-server router presets written by llamafit: each section fitted",
-            "; fit in memory at once: " + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
-            f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}", ""]  # fmt: skip
+    head = [
+        "; llama-server router presets written by llamafit: each section fitted",
+        "; fit in memory at once: "
+        + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
+        f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}",
+        "",
+    ]
     body = []
     for e in entries:
-        spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, predicted_mib=e.gpu_mib)
+        spec = LaunchSpec(
+            argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, predicted_mib=e.gpu_mib
+        )
         body.append(render_models_ini(spec))
     return "\n".join(head) + "\n".join(body)
 

@@ -3,8 +3,8 @@
 Supervision returns events; `report/run.py` words them. The events: `Started` (the pid), `Phase`
 (the loading phase the log shows), `LoadTimedOut` (with the phase it was in), `VerifyProgress`
 (tokens done of planned during `run --verify`, from the server's GET /slots), `Exited` (the exit
-code, or the signal that killed it, with the last lines of its log) and `Stopped` (llamafit was asked
-to stop: SIGINT or SIGTERM).
+code, or the signal that killed it, with the last lines of its log) and `Stopped` (llamafit was
+asked to stop: SIGINT or SIGTERM).
 """
 
 from __future__ import annotations
@@ -80,7 +80,9 @@ class Stopped:
 Event = Started | Phase | LoadTimedOut | VerifyProgress | Exited | Stopped
 
 
-def exited(returncode: int, *, ready: bool, tail: Iterable[str] = (), diagnosis: str | None = None) -> Exited:
+def exited(
+    returncode: int, *, ready: bool, tail: Iterable[str] = (), diagnosis: str | None = None
+) -> Exited:
     """Popen's returncode as an event: negative is the signal that killed the process."""
     lines = tuple(tail)[-TAIL_LINES:]
     if returncode < 0:
@@ -96,7 +98,9 @@ class _Progress(Protocol):
 PHASE_EVERY_S = 10.0  # a line at least this often while loading, so a slow load shows signs of life
 
 
-def phase_events(watcher: _Progress, clock: Callable[[], float] = time.monotonic) -> Callable[[], Phase | None]:
+def phase_events(
+    watcher: _Progress, clock: Callable[[], float] = time.monotonic
+) -> Callable[[], Phase | None]:
     """A tick for the wait on /health: the loading phase, with the time since the start, when it
     changes (and every PHASE_EVERY_S); None between."""
     start = clock()
@@ -112,9 +116,10 @@ def phase_events(watcher: _Progress, clock: Callable[[], float] = time.monotonic
     return tick
 
 
-# --- run --verify: progress from the server's GET /slots ---------------------------------------------
-# tools/server/server-context.cpp server_slot::to_json: each slot's is_processing, n_prompt_tokens_processed
-# (the prompt tokens whose batches are done) and next_token[0].n_decoded (tokens generated)
+# --- run --verify: progress from the server's GET /slots
+# --------------------------------------------- tools/server/server-context.cpp
+# server_slot::to_json: each slot's is_processing, n_prompt_tokens_processed (the prompt tokens
+# whose batches are done) and next_token[0].n_decoded (tokens generated)
 
 
 def slot_progress(slots: object) -> int | None:
@@ -132,7 +137,9 @@ def slot_progress(slots: object) -> int | None:
         nxt = s.get("next_token")
         first = nxt[0] if isinstance(nxt, list) and nxt else nxt
         decoded = first.get("n_decoded", 0) if isinstance(first, dict) else 0
-        done = prompt + (decoded if isinstance(decoded, int) and not isinstance(decoded, bool) else 0)
+        done = prompt + (
+            decoded if isinstance(decoded, int) and not isinstance(decoded, bool) else 0
+        )
         best = done if best is None else max(best, done)
     return best
 
@@ -149,11 +156,24 @@ VERIFY_EVERY_S = 10.0
 
 
 class SlotsWatch:
-    """While a long request runs, poll GET /slots and emit VerifyProgress every `every_s` (a thread)."""
+    """While a long request runs, poll GET /slots and emit VerifyProgress every `every_s` (a
+    thread)."""
 
-    def __init__(self, url: str, headers: Mapping[str, str], planned: int, emit: Callable[[VerifyProgress], None],
-                 every_s: float = VERIFY_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
-        self._url, self._headers, self._planned, self._emit = url.rstrip("/") + "/slots", dict(headers), planned, emit
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        planned: int,
+        emit: Callable[[VerifyProgress], None],
+        every_s: float = VERIFY_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._url, self._headers, self._planned, self._emit = (
+            url.rstrip("/") + "/slots",
+            dict(headers),
+            planned,
+            emit,
+        )
         self._every, self._clock = every_s, clock
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="verify-progress", daemon=True)

@@ -1,21 +1,22 @@
-"""`--verify`: prove a running llama-server survives a prompt that fills the planned context (an edge:
-HTTP to the server on loopback, NVML/sysfs for device memory).
+"""`--verify`: prove a running llama-server survives a prompt that fills the planned context (an
+edge: HTTP to the server on loopback, NVML/sysfs for device memory).
 
 After the server is Ready, one request sends a prompt of exactly `n_ctx_slot - n_predict` tokens
-(token ids from the server's own /tokenize of generated text, so no tokenizer guesswork) and asks for
-`n_predict` more. This is when llama.cpp first uses the whole KV cache and its largest attention
+(token ids from the server's own /tokenize of generated text, so no tokenizer guesswork) and asks
+for `n_predict` more. This is when llama.cpp first uses the whole KV cache and its largest attention
 buffers: allocation failures the load did not show (the CUDA pool, cuBLAS workspaces, a driver that
 overcommitted) appear here. Measured: the server's timings (time to first token = its prompt time,
 prompt and generation tokens/s), the device memory in use where the driver tells (NVML per process,
-amdgpu sysfs per card), the server's resident host memory, and whether it is still alive and healthy.
+amdgpu sysfs per card), the server's resident host memory, and whether it is still alive and
+healthy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
-import contextlib
 import time
 import urllib.error
 import urllib.request
@@ -27,9 +28,38 @@ from typing import Any
 from .supervise import SlotsWatch, VerifyProgress
 
 N_PREDICT = 16
-_WORDS = ("memory", "context", "layer", "token", "river", "mountain", "quiet", "number", "seven", "green", "window",
-          "system", "because", "although", "answer", "question", "garden", "engine", "paper", "light", "under",
-          "between", "simple", "history", "market", "winter", "signal", "travel", "doctor", "music")  # fmt: skip
+_WORDS = (
+    "memory",
+    "context",
+    "layer",
+    "token",
+    "river",
+    "mountain",
+    "quiet",
+    "number",
+    "seven",
+    "green",
+    "window",
+    "system",
+    "because",
+    "although",
+    "answer",
+    "question",
+    "garden",
+    "engine",
+    "paper",
+    "light",
+    "under",
+    "between",
+    "simple",
+    "history",
+    "market",
+    "winter",
+    "signal",
+    "travel",
+    "doctor",
+    "music",
+)
 
 
 @dataclass(frozen=True)
@@ -57,23 +87,39 @@ class VerifyResult:
     timings: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "n_ctx_slot": self.n_ctx_slot, "n_prompt": self.n_prompt,
-                "n_predicted": self.n_predicted,
-                "ttft_s": self.ttft_s, "prompt_tps": self.prompt_tps, "generation_tps": self.generation_tps,
-                "wall_s": round(self.wall_s, 3),
-                "device_memory": [{"device": d.device, "used_bytes": d.used_bytes, "source": d.source}
-                                  for d in self.device_memory],
-                "device_memory_note": self.device_memory_note, "host_rss_bytes": self.host_rss_bytes,
-                "failure": self.failure, "oom": self.oom}  # fmt: skip
+        return {
+            "ok": self.ok,
+            "n_ctx_slot": self.n_ctx_slot,
+            "n_prompt": self.n_prompt,
+            "n_predicted": self.n_predicted,
+            "ttft_s": self.ttft_s,
+            "prompt_tps": self.prompt_tps,
+            "generation_tps": self.generation_tps,
+            "wall_s": round(self.wall_s, 3),
+            "device_memory": [
+                {"device": d.device, "used_bytes": d.used_bytes, "source": d.source}
+                for d in self.device_memory
+            ],
+            "device_memory_note": self.device_memory_note,
+            "host_rss_bytes": self.host_rss_bytes,
+            "failure": self.failure,
+            "oom": self.oom,
+        }
 
 
 class VerifyError(Exception):
     """The server did not answer the way llama-server does (one line)."""
 
 
-def _post(url: str, body: dict[str, Any], headers: Mapping[str, str], timeout: float) -> dict[str, Any]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", **headers})  # fmt: skip
+def _post(
+    url: str, body: dict[str, Any], headers: Mapping[str, str], timeout: float
+) -> dict[str, Any]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **headers},
+    )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         data = json.loads(r.read(64 << 20))
     if not isinstance(data, dict):
@@ -97,7 +143,9 @@ def server_slots(url: str, headers: Mapping[str, str]) -> tuple[int, int]:
         n_ctx = int(props["default_generation_settings"]["n_ctx"])
         return n_ctx, int(props.get("total_slots") or 1)
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise VerifyError(f"{url}/props: not a llama-server that reports its context ({e})") from None
+        raise VerifyError(
+            f"{url}/props: not a llama-server that reports its context ({e})"
+        ) from None
 
 
 def generated_text(n_words: int, seed: int = 0) -> str:
@@ -116,8 +164,11 @@ def filler_tokens(url: str, n: int, headers: Mapping[str, str]) -> list[int]:
     return (tokens * (n // len(tokens) + 1))[:n]
 
 
-def device_memory(pid: int | None, sysfs: str = "/sys/class/drm") -> tuple[tuple[DeviceMemory, ...], str | None]:
-    """Device memory in use: NVML's per-process figure for `pid`, else amdgpu's per card; (readings, why none)."""
+def device_memory(
+    pid: int | None, sysfs: str = "/sys/class/drm"
+) -> tuple[tuple[DeviceMemory, ...], str | None]:
+    """Device memory in use: NVML's per-process figure for `pid`, else amdgpu's per card; (readings,
+    why none)."""
     found: list[DeviceMemory] = []
     try:
         import pynvml
@@ -128,20 +179,32 @@ def device_memory(pid: int | None, sysfs: str = "/sys/class/drm") -> tuple[tuple
                 handle = pynvml.nvmlDeviceGetHandleByIndex(i)
                 for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     if pid is None or proc.pid == pid:
-                        found.append(DeviceMemory(f"CUDA{i}", int(proc.usedGpuMemory or 0), "NVML (this process)"))
+                        found.append(
+                            DeviceMemory(
+                                f"CUDA{i}", int(proc.usedGpuMemory or 0), "NVML (this process)"
+                            )
+                        )
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - no driver, no library: no reading
         found = []
-    for card in sorted(Path(sysfs).glob("card[0-9]*")) if not found and os.path.isdir(sysfs) else []:
+    for card in (
+        sorted(Path(sysfs).glob("card[0-9]*")) if not found and os.path.isdir(sysfs) else []
+    ):
         used = card / "device" / "mem_info_vram_used"
         try:
-            found.append(DeviceMemory(card.name, int(used.read_text().strip()), "amdgpu sysfs (whole card)"))
+            found.append(
+                DeviceMemory(card.name, int(used.read_text().strip()), "amdgpu sysfs (whole card)")
+            )
         except (OSError, ValueError):
             continue
     if found:
         return tuple(found), None
-    return (), "no GPU memory reading: neither NVML nor amdgpu sysfs reports a device (CPU only or another driver)"
+    return (
+        (),
+        "no GPU memory reading: neither NVML nor amdgpu sysfs reports a device (CPU only or "
+        "another driver)",
+    )
 
 
 def host_rss(pid: int | None) -> int | None:
@@ -155,9 +218,16 @@ def host_rss(pid: int | None) -> int | None:
         return None
 
 
-def verify(url: str, *, headers: Mapping[str, str] | None = None, pid: int | None = None, n_ctx_slot: int | None = None,
-           n_predict: int = N_PREDICT, timeout_s: float | None = None,
-           progress: Callable[[VerifyProgress], None] | None = None) -> VerifyResult:  # fmt: skip
+def verify(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    pid: int | None = None,
+    n_ctx_slot: int | None = None,
+    n_predict: int = N_PREDICT,
+    timeout_s: float | None = None,
+    progress: Callable[[VerifyProgress], None] | None = None,
+) -> VerifyResult:
     """Fill one slot's context and generate; never raises for a server that fails (the result says).
     `progress` gets the server's progress (GET /slots) every 10 s while the request runs."""
     headers = dict(headers or {})
@@ -165,32 +235,59 @@ def verify(url: str, *, headers: Mapping[str, str] | None = None, pid: int | Non
     n_prompt = max(n_ctx - n_predict, 1)
     tokens = filler_tokens(url, n_prompt, headers)
     t0 = time.monotonic()
-    body = {"prompt": tokens, "n_predict": n_predict, "cache_prompt": False, "ignore_eos": True, "temperature": 0}
+    body = {
+        "prompt": tokens,
+        "n_predict": n_predict,
+        "cache_prompt": False,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
     failure = None
     data: dict[str, Any] = {}
-    watch = SlotsWatch(url, headers, n_prompt + n_predict, progress) if progress else contextlib.nullcontext()
+    watch = (
+        SlotsWatch(url, headers, n_prompt + n_predict, progress)
+        if progress
+        else contextlib.nullcontext()
+    )
     try:
         with watch:
             data = _post(url + "/completion", body, headers, timeout_s or max(300.0, n_prompt / 10))
     except urllib.error.HTTPError as e:
-        failure = f"the server answered HTTP {e.code}: {e.read(2000).decode('utf-8', 'replace').strip()[:300]}"
+        failure = (
+            f"the server answered HTTP {e.code}: "
+            f"{e.read(2000).decode('utf-8', 'replace').strip()[:300]}"
+        )
     except (OSError, ValueError) as e:
         failure = f"no answer to the full-context request ({e})"
     wall = time.monotonic() - t0
     timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
     assert isinstance(timings, dict)
     devices, note = device_memory(pid)
-    oom = failure is not None and any(w in failure.lower() for w in ("out of memory", "oom", "failed to allocate"))
+    oom = failure is not None and any(
+        w in failure.lower() for w in ("out of memory", "oom", "failed to allocate")
+    )
 
     def num(key: str) -> float | None:
         v = timings.get(key)
         return float(v) if isinstance(v, (int, float)) else None
 
     prompt_ms = num("prompt_ms")
-    return VerifyResult(failure is None, n_ctx, int(num("prompt_n") or 0) + int(num("cache_n") or 0),
-                        int(num("predicted_n") or 0), None if prompt_ms is None else prompt_ms / 1000,
-                        num("prompt_per_second"), num("predicted_per_second"), wall, devices, note, host_rss(pid),
-                        failure, oom, dict(timings))  # fmt: skip
+    return VerifyResult(
+        failure is None,
+        n_ctx,
+        int(num("prompt_n") or 0) + int(num("cache_n") or 0),
+        int(num("predicted_n") or 0),
+        None if prompt_ms is None else prompt_ms / 1000,
+        num("prompt_per_second"),
+        num("predicted_per_second"),
+        wall,
+        devices,
+        note,
+        host_rss(pid),
+        failure,
+        oom,
+        dict(timings),
+    )
 
 
 def verify_lines(r: VerifyResult) -> list[str]:
@@ -198,11 +295,14 @@ def verify_lines(r: VerifyResult) -> list[str]:
     lines = []
     if r.ok:
         lines.append(
-            f"Verified   {r.n_prompt:,} prompt tokens + {r.n_predicted} generated in a {r.n_ctx_slot:,}-token slot"
+            f"Verified   {r.n_prompt:,} prompt tokens + {r.n_predicted} generated in a "
+            f"{r.n_ctx_slot:,}-token slot"
         )
         if r.ttft_s is not None and r.prompt_tps and r.generation_tps:
-            lines.append(f"           time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s prompt); "
-                         f"generation {r.generation_tps:,.1f} tokens/s at a full context")  # fmt: skip
+            lines.append(
+                f"           time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s "
+                f"prompt); generation {r.generation_tps:,.1f} tokens/s at a full context"
+            )
     else:
         lines.append(f"Failed     the full-context request: {r.failure}")
     for d in r.device_memory:

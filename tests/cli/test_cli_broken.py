@@ -6,37 +6,72 @@ import filecmp
 
 import pytest
 from click.testing import CliRunner
-from tests.support import BROKEN
-from tests.support.scripts import script
 
 from llamafit.cli import cli
+from tests.support import BROKEN
+from tests.support.scripts import script
 
 write_all = script("make_broken_fixtures").write_all
 
 CASES = [
     ("bad-alignment", " at byte 251: general.alignment 48 is not a power of 2"),
-    ("bad-block-size", " at byte 218: tensor 'blk.0.w' of type Q4_0 has 10 elements per row, not a multiple of the block size 32"),
+    (
+        "bad-block-size",
+        " at byte 218: tensor 'blk.0.w' of type Q4_0 has 10 elements per row, not a multiple "
+        "of the block size 32",
+    ),
     ("bad-tensor-offset", " at byte 257: tensor 'blk.0.w' has data offset 64, expected 0"),
-    ("big-endian", " at byte 4: big-endian GGUF files are not supported (this reader is little-endian)"),
-    ("data-out-of-bounds", " at byte 288: tensor data out of bounds: 'blk.0.attn_norm.weight' ends at byte 416 but the file has 316 bytes"),
+    (
+        "big-endian",
+        " at byte 4: big-endian GGUF files are not supported (this reader is little-endian)",
+    ),
+    (
+        "data-out-of-bounds",
+        " at byte 288: tensor data out of bounds: 'blk.0.attn_norm.weight' ends at byte 416 "
+        "but the file has 316 bytes",
+    ),
     ("duplicate-key", " at byte 218: duplicate key 'llama.block_count'"),
     ("duplicate-tensor", " at byte 272: duplicate tensor name 'blk.0.attn_norm.weight'"),
     ("empty", ": the file is empty"),
-    ("huge-array", " at byte 238: array of 4611686018427387904 items in the value of 'test.arr' exceeds the 0 bytes left"),
-    ("huge-kv-count", " at byte 16: key count 1099511627776 exceeds what the 194 bytes left can hold"),
-    ("huge-string", " at byte 242: string length 9223372036854775808 in the value of 'general.name' exceeds the 1 bytes left"),
-    ("huge-tensor-count", " at byte 8: tensor count 1099511627776 exceeds what the 194 bytes left can hold"),
+    (
+        "huge-array",
+        " at byte 238: array of 4611686018427387904 items in the value of 'test.arr' exceeds "
+        "the 0 bytes left",
+    ),
+    (
+        "huge-kv-count",
+        " at byte 16: key count 1099511627776 exceeds what the 194 bytes left can hold",
+    ),
+    (
+        "huge-string",
+        " at byte 242: string length 9223372036854775808 in the value of 'general.name' "
+        "exceeds the 1 bytes left",
+    ),
+    (
+        "huge-tensor-count",
+        " at byte 8: tensor count 1099511627776 exceeds what the 194 bytes left can hold",
+    ),
     ("missing-block-count", ": key not found in model: llama.block_count"),
     ("nested-too-deep", " at byte 337: arrays nested deeper than 8 in the value of 'test.nested'"),
     ("not-gguf", " at byte 0: not a GGUF file (magic b'this', expected b'GGUF')"),
     ("too-many-dims", " at byte 218: tensor 'blk.0.w' has 5 dimensions (at most 4)"),
-    ("truncated-in-kv", " at byte 214: file ends while reading the value of 'llama.attention.head_count' (1 bytes left)"),
-    ("truncated-in-tensor-info", " at byte 260: file ends while reading tensor 'blk.0.attn_norm.weight' (7 bytes left)"),
+    (
+        "truncated-in-kv",
+        " at byte 214: file ends while reading the value of 'llama.attention.head_count' (1 "
+        "bytes left)",
+    ),
+    (
+        "truncated-in-tensor-info",
+        " at byte 260: file ends while reading tensor 'blk.0.attn_norm.weight' (7 bytes left)",
+    ),
     ("unknown-tensor-type", " at byte 245: tensor 'blk.0.w' has unknown ggml type 4"),
     ("unknown-value-type", " at byte 232: unknown value type 13 in the value of 'test.x'"),
     ("version-1", " at byte 4: GGUF version 1 is no longer supported (llama.cpp reads 2 and 3)"),
     ("version-99", " at byte 4: unsupported GGUF version 99 (expected 2 or 3)"),
-    ("wrong-array-length", ": key llama.attention.head_count_kv has wrong array length; expected 1, got 3"),
+    (
+        "wrong-array-length",
+        ": key llama.attention.head_count_kv has wrong array length; expected 1, got 3",
+    ),
 ]
 
 
@@ -78,4 +113,7 @@ def test_bad_arguments(args: list[str], message: str) -> None:
 
 def test_directory_is_not_a_model(tmp_path) -> None:
     result = CliRunner().invoke(cli, ["inspect", str(tmp_path)])
-    assert (result.exit_code, result.stderr) == (2, f"Error: {tmp_path}: is a directory, not a GGUF file\n")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"Error: {tmp_path}: is a directory, not a GGUF file\n",
+    )

@@ -6,10 +6,10 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from tests.support import FIXTURES
 
 from llamafit.cli import cli
 from llamafit.machine.catalog import CATALOG
+from tests.support import FIXTURES
 
 DENSE = str(FIXTURES / "dense-llama.gguf")
 
@@ -29,8 +29,17 @@ def test_fits_with_json_shape() -> None:
     assert [x["name"] for x in d["devices"]] == ["CUDA0", "CPU"]
     gpu = d["devices"][0]
     assert gpu["kv_bytes"] == 4 * 128 * 4096  # 4 layers x (K+V 2x16 heads f16) per cell
-    assert gpu["used_bytes"] == sum(gpu[k] for k in ("weights_bytes", "kv_bytes", "recurrent_bytes",
-                                                      "compute_bytes", "output_bytes", "reserve_bytes"))  # fmt: skip
+    assert gpu["used_bytes"] == sum(
+        gpu[k]
+        for k in (
+            "weights_bytes",
+            "kv_bytes",
+            "recurrent_bytes",
+            "compute_bytes",
+            "output_bytes",
+            "reserve_bytes",
+        )
+    )
     assert gpu["free_after_bytes"] == 8 * 2**30 - gpu["used_bytes"]
     assert d["ways_out"] == [] and d["unknown_flags"] == []
 
@@ -39,12 +48,20 @@ def test_does_not_fit_exits_1_and_names_ways_out() -> None:
     result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))  # the Model line may wrap
-    assert lines[verdict : verdict + 2] == ["Verdict    does not fit: CUDA0 short by 23 MiB",
-                          "Way out    16,640 tokens per slot fit with the current settings"]  # fmt: skip
+    # the Model line may wrap
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))
+    assert lines[verdict : verdict + 2] == [
+        "Verdict    does not fit: CUDA0 short by 23 MiB",
+        "Way out    16,640 tokens per slot fit with the current settings",
+    ]
     d = json.loads(check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768").stdout)
-    assert d["ways_out"] == [{"code": "context", "context_per_slot": 16640,
-                              "text": "16,640 tokens per slot fit with the current settings"}]  # fmt: skip
+    assert d["ways_out"] == [
+        {
+            "code": "context",
+            "context_per_slot": 16640,
+            "text": "16,640 tokens per slot fit with the current settings",
+        }
+    ]
 
 
 def test_pasted_command_line_and_env() -> None:
@@ -52,7 +69,11 @@ def test_pasted_command_line_and_env() -> None:
     result = check("--gpu", "8GiB", "--json", "--cmd", cmd, env={"LLAMA_ARG_FLASH_ATTN": "off"})
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
-    assert (d["config"]["n_ctx"], d["config"]["n_parallel"], d["config"]["flash_attn"]) == (2048, 2, "off")
+    assert (d["config"]["n_ctx"], d["config"]["n_parallel"], d["config"]["flash_attn"]) == (
+        2048,
+        2,
+        "off",
+    )
     assert d["passthrough"] == ["--host", "0.0.0.0"]
 
 
@@ -66,16 +87,26 @@ def test_cpu_only() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([DENSE, "--gpu", "lots"],
-         f"Error: unknown GPU 'lots'; known: {', '.join(e.key for e in CATALOG)} (or give a size such as 24GiB)"),
-        ([DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off"],
-         "Error: quantized V cache requires flash_attn to be enabled; add -fa on"),
-        ([DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"],
-         "Error: -ctk expects one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, got 'q3_k'"),
-        ([str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"],
-         f"Error: {FIXTURES / 'broken' / 'empty.gguf'}: the file is empty"),
+        (
+            [DENSE, "--gpu", "lots"],
+            f"Error: unknown GPU 'lots'; known: {', '.join(e.key for e in CATALOG)} (or give "
+            "a size such as 24GiB)",
+        ),
+        (
+            [DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off"],
+            "Error: quantized V cache requires flash_attn to be enabled; add -fa on",
+        ),
+        (
+            [DENSE, "--gpu", "8GiB", "--", "-ctk", "q3_k"],
+            "Error: -ctk expects one of f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, "
+            "got 'q3_k'",
+        ),
+        (
+            [str(FIXTURES / "broken" / "empty.gguf"), "--gpu", "8GiB"],
+            f"Error: {FIXTURES / 'broken' / 'empty.gguf'}: the file is empty",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     result = check(*args)
     assert result.exit_code == 2
@@ -84,34 +115,50 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
 
 
 def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit.commands import prepare as prepare_module
+    from llamafit.machine import pick
     from llamafit.machine.devices import DeviceSpec, host
     from llamafit.machine.hardware import GPUInfo, Hardware
+    from llamafit.server import find
 
     gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 8 << 30, 6 << 30), "Test GPU", 0)
     fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")
-    monkeypatch.setattr(prepare_module, "_default_detect", lambda env: fake)
-    monkeypatch.setattr(prepare_module, "local_server", lambda env: None)  # no llama-server: detection is the default
+    monkeypatch.setattr(pick, "default_detect", lambda env: fake)
+    # no llama-server: detection is the default
+    monkeypatch.setattr(find, "local_server", lambda env: None)
     d = json.loads(check(DENSE, "--json", "--", "-c", "4096").stdout)
-    assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [("CUDA0", 6 << 30), ("CPU", 16 << 30)]
+    assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [
+        ("CUDA0", 6 << 30),
+        ("CPU", 16 << 30),
+    ]
     total = json.loads(check(DENSE, "--json", "--use", "total", "--", "-c", "4096").stdout)
     assert total["devices"][0]["usable_bytes"] == 8 << 30
 
 
 def test_unmodelled_extra_models_are_flagged() -> None:
-    d = json.loads(check(DENSE, "--gpu", "8GiB", "--json", "--", "--lora", "l.gguf", "-dev", "CUDA0").stdout)
+    d = json.loads(
+        check(DENSE, "--gpu", "8GiB", "--json", "--", "--lora", "l.gguf", "-dev", "CUDA0").stdout
+    )
     assert d["warnings"] == [
-        {"code": "unmodelled_model", "flag": "--lora", "what": "lora",
-         "text": "--lora: a LoRA adapter is loaded too; its memory is not in this prediction"},
-        {"code": "devices_not_modelled", "text": "-dev/--rpc among the llama-server flags are passed on but not "
-         "modelled: describe the devices to llamafit with --gpu and --rpc"},
-    ]  # fmt: skip
+        {
+            "code": "unmodelled_model",
+            "flag": "--lora",
+            "what": "lora",
+            "text": "--lora: a LoRA adapter is loaded too; its memory is not in this prediction",
+        },
+        {
+            "code": "devices_not_modelled",
+            "text": "-dev/--rpc among the llama-server flags are passed on but not "
+            "modelled: describe the devices to llamafit with --gpu and --rpc",
+        },
+    ]
 
 
 def test_the_whole_text_when_it_does_not_fit(fixed_host) -> None:
     result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "--lora", "l.gguf")
     assert result.exit_code == 1
-    assert result.stdout == f"""\
+    assert (
+        result.stdout
+        == f"""\
 Model      {DENSE}
            llama, Q8_0, trained 4,096 tokens
 Config     -c 32768 (32,768 tokens shared by up to 4 parallel requests) -fa on
@@ -131,3 +178,4 @@ Warning    n_ctx_seq (32768) > n_ctx_train (4096): possible training context
 Warning    --lora: a LoRA adapter is loaded too; its memory is not in this
            prediction
 """
+    )

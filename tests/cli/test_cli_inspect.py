@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support import FIXTURES
 
 from llamafit.cli import cli
+from tests.support import FIXTURES
 
 
 def run(*args: str):
@@ -23,7 +23,9 @@ def test_text_output_for_an_swa_model() -> None:
     path = FIXTURES / "swa-gemma3.gguf"
     result = run("inspect", str(path))
     assert result.exit_code == 0
-    assert result.stdout == f"""\
+    assert (
+        result.stdout
+        == f"""\
 Model          {path}
 Name           fixture swa gemma3
 Architecture   gemma3, F16, 0.4 M parameters
@@ -40,19 +42,33 @@ KV cache per 1,000 tokens (one sequence, flash attention on):
   q8_0           0.13 MiB       0.60 MiB       0.60 MiB
   q4_0           0.07 MiB       0.32 MiB       0.32 MiB
 """
+    )
 
 
 @pytest.mark.parametrize(
     ("name", "notes"),
     [
-        ("mla-deepseek2.gguf",
-         ["MLA: K-only cache, kv_lora_rank 32", "MoE: 4 experts, 2 used, 1 shared, expert FFN 32"]),
-        ("hybrid-granite.gguf", ["recurrent state on 4 layers (F32, per sequence: 480 + 2048 floats per layer)"]),
-        ("nextn-glm4moe.gguf", ["MoE: 4 experts, 2 used, 1 shared, expert FFN 32",
-                                "1 NextN/MTP layer(s), not loaded by default"]),
+        (
+            "mla-deepseek2.gguf",
+            [
+                "MLA: K-only cache, kv_lora_rank 32",
+                "MoE: 4 experts, 2 used, 1 shared, expert FFN 32",
+            ],
+        ),
+        (
+            "hybrid-granite.gguf",
+            ["recurrent state on 4 layers (F32, per sequence: 480 + 2048 floats per layer)"],
+        ),
+        (
+            "nextn-glm4moe.gguf",
+            [
+                "MoE: 4 experts, 2 used, 1 shared, expert FFN 32",
+                "1 NextN/MTP layer(s), not loaded by default",
+            ],
+        ),
         ("dense-llama.gguf", []),
     ],
-)  # fmt: skip
+)
 def test_notes_per_model_class(name: str, notes: list[str]) -> None:
     out = run("inspect", str(FIXTURES / name)).stdout
     assert [line[15:] for line in out.splitlines() if line.startswith("Note ")] == notes
@@ -63,7 +79,12 @@ def test_json_for_the_real_gemma(demo_path: Path) -> None:
     assert result.exit_code == 0
     d = json.loads(result.stdout)
     assert d["schema"] == "llamafit.inspect/1"
-    assert (d["architecture"], d["n_layer_all"], d["n_vocab"], d["n_ctx_train"]) == ("gemma3", 18, 262144, 32768)
+    assert (d["architecture"], d["n_layer_all"], d["n_vocab"], d["n_ctx_train"]) == (
+        "gemma3",
+        18,
+        262144,
+        32768,
+    )
     assert d["swa"]["n_swa"] == 512 and d["swa"]["is_swa"].count(True) == 15
     # per token: 3 full layers x (256 K + 256 V) x 1 KV head x 2 bytes; 15 SWA layers likewise
     assert d["kv_cost_per_1000_tokens"]["f16"] == {
@@ -73,11 +94,16 @@ def test_json_for_the_real_gemma(demo_path: Path) -> None:
         "bytes_per_token_full": 3072,
         "bytes_per_token_swa": 15360,
     }
-    assert d["kv_cost_per_1000_tokens"]["q8_0"]["bytes_per_token_full"] == 3 * 2 * 272  # 8 blocks of 34 bytes
+    # 8 blocks of 34 bytes
+    assert d["kv_cost_per_1000_tokens"]["q8_0"]["bytes_per_token_full"] == 3 * 2 * 272
     assert d["weights"]["total_bytes"] == 246587904
-    assert sum(d["weights"]["by_role"].values()) + d["weights"]["token_embd_bytes"] + d["weights"][
-        "output_bytes"
-    ] + d["weights"]["other_bytes"] == d["weights"]["total_bytes"]
+    assert (
+        sum(d["weights"]["by_role"].values())
+        + d["weights"]["token_embd_bytes"]
+        + d["weights"]["output_bytes"]
+        + d["weights"]["other_bytes"]
+        == d["weights"]["total_bytes"]
+    )
     assert d["warnings"] == []
 
 
@@ -101,7 +127,9 @@ def test_missing_shard_is_a_clear_error(tmp_path: Path) -> None:
     result = run("inspect", str(tmp_path / "split-llama-00001-of-00003.gguf"))
     missing = tmp_path / "split-llama-00002-of-00003.gguf"
     assert (result.exit_code, result.stderr) == (
-        2, f"Error: {missing}: shard of split model split-llama-00001-of-00003.gguf is missing\n")  # fmt: skip
+        2,
+        f"Error: {missing}: shard of split model split-llama-00001-of-00003.gguf is missing\n",
+    )
 
 
 def test_renamed_shard_cannot_find_its_siblings(tmp_path: Path) -> None:
@@ -109,14 +137,20 @@ def test_renamed_shard_cannot_find_its_siblings(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "split-llama-00001-of-00003.gguf", renamed)
     result = run("inspect", str(renamed))
     assert result.exit_code == 2
-    assert result.stderr == (f"Error: {renamed}: is one shard of 3 but its name does not end in "
-                             "-NNNNN-of-NNNNN.gguf, so the other shards cannot be found\n")  # fmt: skip
+    assert result.stderr == (
+        f"Error: {renamed}: is one shard of 3 but its name does not end in "
+        "-NNNNN-of-NNNNN.gguf, so the other shards cannot be found\n"
+    )
 
 
 def test_python_dash_m_prints_what_the_command_prints() -> None:
     model = str(FIXTURES / "dense-llama.gguf")
-    out = subprocess.run([sys.executable, "-m", "llamafit", "inspect", model], capture_output=True, text=True,
-                         check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "llamafit", "inspect", model],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out == run("inspect", model).stdout
 
 
@@ -134,4 +168,7 @@ def test_a_fifo_is_not_a_model(tmp_path: Path) -> None:
     fifo = tmp_path / "model.gguf"
     os.mkfifo(fifo)
     result = run("inspect", str(fifo))
-    assert (result.exit_code, result.stderr) == (2, f"Error: {fifo}: cannot open: not a regular file\n")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"Error: {fifo}: cannot open: not a regular file\n",
+    )

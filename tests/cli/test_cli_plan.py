@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
-from tests.support import FIXTURES
 
 from llamafit.cli import cli
+from tests.support import FIXTURES
 
 QWEN = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
 
@@ -21,25 +21,63 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
     assert d["schema"] == "llamafit.plan/2" and d["fits"] is True
-    assert d["command"] == ["llama-server", "-m", QWEN, "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk", "q8_0",
-                            "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]  # fmt: skip
+    assert d["command"] == [
+        "llama-server",
+        "-m",
+        QWEN,
+        "-c",
+        "32768",
+        "-ngl",
+        "65",
+        "-fa",
+        "on",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-b",
+        "2048",
+        "-ub",
+        "512",
+        "--fit",
+        "off",
+    ]
     assert d["config"]["n_ctx"] == 32768 and d["context_per_slot"] == 32768
     assert [h["name"] for h in d["hardware"]] == ["CUDA0", "CPU"]
     rows = {(t["flash_attn"], t["type_k"], t["type_v"]): t["max_ctx"] for t in d["tradeoffs"]}
     assert rows[("on", "f16", "f16")] == 19200 and rows[("on", "q8_0", "q8_0")] == 32768
     assert d["verdict"] == {
-        "fits": True, "context_per_slot": 32768, "context_min": 4096, "context_wanted": 32768, "trained_max": True,
-        "placement": "all_gpu", "n_layer": 65, "n_gpu_layers": 65, "n_cpu_moe": 0, "type_k": "q8_0", "type_v": "q8_0",
-        "flash_attn": "on", "more_gpu_mib": None, "blocks_to_cpu": None, "generation_tps": [24.21, 29.85],
-        "speed_options": [], "smallest_gpu": None, "cause": None, "pinned_ngl": None, "preset": None,
-        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on — the "
-                "trained maximum",
-    }  # fmt: skip
-    assert 130 < d["mib_per_1000_tokens"] < 140  # 136 KiB per token of q8_0 KV, plus the compute slope
+        "fits": True,
+        "context_per_slot": 32768,
+        "context_min": 4096,
+        "context_wanted": 32768,
+        "trained_max": True,
+        "placement": "all_gpu",
+        "n_layer": 65,
+        "n_gpu_layers": 65,
+        "n_cpu_moe": 0,
+        "type_k": "q8_0",
+        "type_v": "q8_0",
+        "flash_attn": "on",
+        "more_gpu_mib": None,
+        "blocks_to_cpu": None,
+        "generation_tps": [24.21, 29.85],
+        "speed_options": [],
+        "smallest_gpu": None,
+        "cause": None,
+        "pinned_ngl": None,
+        "preset": None,
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash "
+        "attention on — the trained maximum",
+    }
+    # 136 KiB per token of q8_0 KV, plus the compute slope
+    assert 130 < d["mib_per_1000_tokens"] < 140
 
 
 def test_pinned_flags_after_double_dash_are_kept_and_passed_through() -> None:
-    result = plan(QWEN, "--gpu", "24GiB", "--json", "--", "-ngl", "50", "--host", "0.0.0.0", "-np", "2")
+    result = plan(
+        QWEN, "--gpu", "24GiB", "--json", "--", "-ngl", "50", "--host", "0.0.0.0", "-np", "2"
+    )
     d = json.loads(result.stdout)
     assert d["config"]["n_gpu_layers"] == 50 and d["config"]["n_parallel"] == 2
     assert d["command"][-4:] == ["--fit", "off", "--host", "0.0.0.0"]
@@ -53,7 +91,8 @@ def test_nothing_fits_exits_1_with_a_verdict() -> None:
         "Verdict    does not fit: no configuration fits 32,768 tokens per slot on this",
         "           machine, with -ngl 65 as pinned and the smallest KV cache; the",
         "           smallest GPU that holds 32,768 tokens with q8_0 KV and every layer is",
-        "           NVIDIA GeForce RTX 3090 Ti (24 GiB)"]
+        "           NVIDIA GeForce RTX 3090 Ti (24 GiB)",
+    ]
 
 
 def test_bad_policy_input_is_exit_2() -> None:
@@ -63,18 +102,27 @@ def test_bad_policy_input_is_exit_2() -> None:
 
 
 def test_plan_json_speed_for_a_catalog_card() -> None:
-    """A catalog card has a bandwidth: speed.generation_tps [full, empty], prompt_tps, inputs with sources."""
+    """A catalog card has a bandwidth: speed.generation_tps [full, empty], prompt_tps, inputs with
+    sources."""
     d = json.loads(plan(QWEN, "--gpu", "rtx4090", "--json").stdout)
     speed = d["speed"]
     low, high = speed["generation_tps"]
     assert 0 < low < high and speed["prompt_tps"] > 0 and speed["calibrated"] is None
     gpu = speed["inputs"]["devices"][0]
     assert (gpu["device"], gpu["bandwidth_bytes_per_s"], gpu["bandwidth_source"]) == (
-        "CUDA0", 1008 * 10**9, "catalog: NVIDIA GeForce RTX 4090")
-    assert gpu["efficiency"] == 0.62 and gpu["efficiency_source"].startswith("median of 10 public CUDA")
+        "CUDA0",
+        1008 * 10**9,
+        "catalog: NVIDIA GeForce RTX 4090",
+    )
+    assert gpu["efficiency"] == 0.62 and gpu["efficiency_source"].startswith(
+        "median of 10 public CUDA"
+    )
     assert gpu["attention_flops_per_s"] is None  # a GPU is memory-bound only
     empty, full = speed["inputs"]["bytes_per_token"]
-    assert (gpu["weight_bytes"] + gpu["kv_bytes_empty"], gpu["weight_bytes"] + gpu["kv_bytes_full"]) == (empty, full)
+    assert (
+        gpu["weight_bytes"] + gpu["kv_bytes_empty"],
+        gpu["weight_bytes"] + gpu["kv_bytes_full"],
+    ) == (empty, full)
     assert high == round(1008e9 * 0.62 / empty, 2) and low == round(1008e9 * 0.62 / full, 2)
     assert d["verdict"]["generation_tps"] == [low, high]
     assert all(t["generation_tps"] for t in d["tradeoffs"])  # the trade-off column
@@ -94,7 +142,9 @@ def test_cpu_only_plans_emit_ngl_0() -> None:
 def test_the_whole_text_of_a_partial_offload(fixed_host) -> None:
     result = plan(QWEN, "--gpu", "rtx4080")
     assert result.exit_code == 0
-    assert result.stdout == f"""\
+    assert (
+        result.stdout
+        == f"""\
 Model      {QWEN}
            qwen2, Q4_K_M, trained 32,768 tokens
 Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
@@ -134,3 +184,4 @@ Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
            ~1.1 tokens/s; the smallest GPU that holds all 32,768 tokens this way
            is NVIDIA GeForce RTX 3090 Ti (24 GiB)
 """
+    )

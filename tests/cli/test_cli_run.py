@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from click.testing import CliRunner
-from tests.support import DENSE, NEW_HELP, NEW_VERSION, fake_server
 
 from llamafit.cli import cli
 from llamafit.server.find import build_identity
+from tests.support import DENSE, NEW_HELP, NEW_VERSION, fake_server
 
 
 def run(*args: str):
@@ -23,7 +22,9 @@ def test_dry_run_prints_the_plan_the_server_and_the_command(tmp_path: Path, fixe
     server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
     result = run("--gpu", "8GiB", "--dry-run", "--server", str(server), "--ctx", "4096")
     assert result.exit_code == 0
-    assert result.stdout == f"""\
+    assert (
+        result.stdout
+        == f"""\
 Model      {DENSE}
            llama, Q8_0, trained 4,096 tokens
 Hardware   CUDA0 (cuda) 8,192 MiB usable; CPU (cpu) 49,152 MiB usable
@@ -59,19 +60,38 @@ Command    {server} \\
            -c 4096 -ngl 5 -fa on -ctk f16 -ctv f16 -b 2048 -ub 512 --fit off \\
            --host 127.0.0.1 --port 8080 -lv 4
 """
-    as_json = json.loads(run("--gpu", "8GiB", "--dry-run", "--server", str(server), "--ctx", "4096", "--json").stdout)
-    assert as_json["run_command"] == [str(server), *as_json["command"][1:], "--host", "127.0.0.1", "--port", "8080",
-                                      "-lv", "4"]  # fmt: skip
-    assert as_json["server"] == {"kind": "llama-server", "path": str(server), "source": "--server", "build": None,
-                                 "version": "version: 0.6.0-dev (build 0, commit unknown)", "notes": [],
-                                 "identity": build_identity(str(server), as_json["server"]["version"]),
-                                 "devices": [],  # the stand-in answers --list-devices as a CPU-only build does
-                                 "why": f"llama-server from --server: {server}"}  # fmt: skip
+    )
+    as_json = json.loads(
+        run("--gpu", "8GiB", "--dry-run", "--server", str(server), "--ctx", "4096", "--json").stdout
+    )
+    assert as_json["run_command"] == [
+        str(server),
+        *as_json["command"][1:],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8080",
+        "-lv",
+        "4",
+    ]
+    assert as_json["server"] == {
+        "kind": "llama-server",
+        "path": str(server),
+        "source": "--server",
+        "build": None,
+        "version": "version: 0.6.0-dev (build 0, commit unknown)",
+        "notes": [],
+        "identity": build_identity(str(server), as_json["server"]["version"]),
+        "devices": [],  # the stand-in answers --list-devices as a CPU-only build does
+        "why": f"llama-server from --server: {server}",
+    }
 
 
 def test_missing_api_key_file_is_bad_input(tmp_path: Path) -> None:
     server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
-    result = run("--gpu", "cpu", "--dry-run", "--server", str(server), "--api-key-file", "/nonexistent/key")
+    result = run(
+        "--gpu", "cpu", "--dry-run", "--server", str(server), "--api-key-file", "/nonexistent/key"
+    )
     error = "Error: --api-key-file /nonexistent/key: No such file or directory\n"
     assert (result.exit_code, result.stderr) == (2, error)
 
@@ -80,12 +100,18 @@ def test_json_needs_dry_run(tmp_path: Path) -> None:
     server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
     result = run("--gpu", "cpu", "--json", "--server", str(server))
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr == "Error: --json needs --dry-run (a running server prints its progress as text)\n"
+    assert (
+        result.stderr
+        == "Error: --json needs --dry-run (a running server prints its progress as text)\n"
+    )
 
 
 @pytest.mark.parametrize("mode", [["--dry-run"], ["--port", "18901"]])
-def test_run_solves_the_plan_once(mode: list[str], tmp_path: Path, fixed_host, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--dry-run, and a launch (the stand-in server exits at once, so there is no out-of-memory retry)."""
+def test_run_solves_the_plan_once(
+    mode: list[str], tmp_path: Path, fixed_host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--dry-run, and a launch (the stand-in server exits at once, so there is no out-of-memory
+    retry)."""
     from llamafit.fit import explain
 
     calls: list[int] = []
@@ -101,7 +127,8 @@ def test_run_solves_the_plan_once(mode: list[str], tmp_path: Path, fixed_host, m
     assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
     assert len(calls) == 1
     last_call = (tmp_path / "bin" / "calls.log").read_text().splitlines()[-1]
-    assert last_call == ("--list-devices" if mode == ["--dry-run"] else "-m")  # the launch started the stand-in
+    # the launch started the stand-in
+    assert last_call == ("--list-devices" if mode == ["--dry-run"] else "-m")
 
 
 @pytest.mark.parametrize("mode", [["--dry-run"], ["--port", "18902"]])

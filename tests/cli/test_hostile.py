@@ -1,4 +1,5 @@
-"""Hostile input (issue #16): each finding reproduced, each failure one line `Error: …` and exit 2."""
+"""Hostile input (issue #16): each finding reproduced, each failure one line `Error: …` and exit
+2."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support import FIXTURES
-from tests.support.scripts import script
 
 from llamafit.cli import cli
 from llamafit.reader.header import read_header
 from llamafit.reader.source import BytesSource
+from tests.support import FIXTURES
+from tests.support.scripts import script
 
 patch = script("gguf_patch").patch
 
@@ -52,7 +53,13 @@ FACT_CASES = [
         -(2**63),
         ("key llama.nextn_predict_layers = -9223372036854775808 is negative"),
     ),
-    ("dense-llama.gguf", "llama.embedding_length", U32, 0, "key llama.embedding_length = 0 must be at least 1"),
+    (
+        "dense-llama.gguf",
+        "llama.embedding_length",
+        U32,
+        0,
+        "key llama.embedding_length = 0 must be at least 1",
+    ),
     (
         "dense-llama.gguf",
         "llama.context_length",
@@ -92,7 +99,9 @@ FACT_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("fixture", "key", "vtype", "value", "message"), FACT_CASES, ids=[c[1] + "=" + str(c[3])[:12] for c in FACT_CASES]
+    ("fixture", "key", "vtype", "value", "message"),
+    FACT_CASES,
+    ids=[c[1] + "=" + str(c[3])[:12] for c in FACT_CASES],
 )
 @pytest.mark.parametrize("command", ["check", "plan", "inspect"])
 def test_impossible_fact_is_one_line_naming_key_and_value(
@@ -118,13 +127,21 @@ _M = str(FIXTURES / "dense-llama.gguf")
 _CUT = "9" * 39 + "…"
 
 NUMBER_CASES = [
-    (["plan", _M, "--gpu", "8GiB", "--", "-c", _BIG], {}, f"Error: -c is out of range, got {_CUT}\n"),
+    (
+        ["plan", _M, "--gpu", "8GiB", "--", "-c", _BIG],
+        {},
+        f"Error: -c is out of range, got {_CUT}\n",
+    ),
     (
         ["plan", _M, "--gpu", "8GiB"],
         {"LLAMA_ARG_CTX_SIZE": _BIG},
         f"Error: LLAMA_ARG_CTX_SIZE is out of range, got {_CUT}\n",
     ),
-    (["plan", _M, "--gpu", _BIG + "GiB"], {}, f"Error: memory size '{_CUT}' is too large (at most 1 EiB)\n"),
+    (
+        ["plan", _M, "--gpu", _BIG + "GiB"],
+        {},
+        f"Error: memory size '{_CUT}' is too large (at most 1 EiB)\n",
+    ),
     (
         ["plan", _M, "--gpu", "8GiB", "--rpc", "h:1=" + _BIG],
         {},
@@ -139,15 +156,24 @@ NUMBER_CASES = [
     (
         ["plan", _M, "--gpu", "8GiB", "--ctx", "99999999999"],
         {},
-        "Error: Invalid value for '--ctx': 99999999999 is not in the range 256<=x<=2147483647 (see cli plan -h)\n",
+        "Error: Invalid value for '--ctx': 99999999999 is not in the range 256<=x<=2147483647 "
+        "(see cli plan -h)\n",
     ),
     (
         ["plan", _M, "--gpu", "8GiB", "--rpc", "h:1=1GiB,h:1=2GiB"],
         {},
         "Error: --rpc names h:1 twice; give each worker once\n",
     ),
-    (["check", _M, "--gpu", "8GiB", "--", "-c", "2147483648"], {}, "Error: -c is out of range, got 2147483648\n"),
-    (["check", _M, "--gpu", "8GiB", "--", "-fitt", _BIG], {}, f"Error: -fitt is out of range, got '{_CUT}'\n"),
+    (
+        ["check", _M, "--gpu", "8GiB", "--", "-c", "2147483648"],
+        {},
+        "Error: -c is out of range, got 2147483648\n",
+    ),
+    (
+        ["check", _M, "--gpu", "8GiB", "--", "-fitt", _BIG],
+        {},
+        f"Error: -fitt is out of range, got '{_CUT}'\n",
+    ),
     (
         ["check", _M, "--gpu", "8GiB", "--", "-ts", "1," + _BIG],
         {},
@@ -156,7 +182,9 @@ NUMBER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("args", "env", "message"), NUMBER_CASES, ids=[" ".join(c[0][2:])[:30] for c in NUMBER_CASES])
+@pytest.mark.parametrize(
+    ("args", "env", "message"), NUMBER_CASES, ids=[" ".join(c[0][2:])[:30] for c in NUMBER_CASES]
+)
 def test_huge_numbers_are_one_line_errors(
     monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str], message: str
 ) -> None:
@@ -175,7 +203,10 @@ def test_largest_context_llama_server_takes_is_planned_with_a_verdict() -> None:
 # ---- -ot: std::regex syntax, bounded cost, known devices ---------------------------------------
 
 OT_CASES = [
-    ("(((=CPU", "Error: -ot regex '(((' is invalid: missing ), unterminated subpattern at position 2\n"),
+    (
+        "(((=CPU",
+        "Error: -ot regex '(((' is invalid: missing ), unterminated subpattern at position 2\n",
+    ),
     ("[=CPU", "Error: -ot regex '[' is invalid: unterminated character set at position 0\n"),
     (
         "(.*)*(.*)*(.*)*(.*)*x=CPU",
@@ -187,18 +218,22 @@ OT_CASES = [
     (
         "(blk|ffn)+x=CPU",
         (
-            "Error: -ot regex '(blk|ffn)+x' is too expensive to match (alternatives inside a quantified "
-            "group: exponential backtracking)\n"
+            "Error: -ot regex '(blk|ffn)+x' is too expensive to match (alternatives inside a "
+            "quantified group: exponential backtracking)\n"
         ),
     ),
     (
         ".*a.*b.*c.*d=CPU",
-        "Error: -ot regex '.*a.*b.*c.*d' is too expensive to match (4 unbounded repeats; at most 3)\n",
+        "Error: -ot regex '.*a.*b.*c.*d' is too expensive to match (4 unbounded repeats; at "
+        "most 3)\n",
     ),
     ("(?i)BLK=CPU", "Error: -ot regex '(?i)BLK': '(?i' is not std::regex (ECMAScript) syntax\n"),
     (r"\Ablk=CPU", "Error: -ot regex '\\Ablk': '\\A' is not std::regex (ECMAScript) syntax\n"),
     ("blk.*+=CPU", "Error: -ot regex 'blk.*+': '*+' is not std::regex (ECMAScript) syntax\n"),
-    ("blk=CUDA7", "Error: unknown buffer type 'CUDA7' in --override-tensor (devices: CPU, cuda0)\n"),
+    (
+        "blk=CUDA7",
+        "Error: unknown buffer type 'CUDA7' in --override-tensor (devices: CPU, cuda0)\n",
+    ),
 ]
 
 
@@ -230,13 +265,18 @@ _GOOD_RECORD = {
     "architecture": "llama",  # calibration is kept per model class (issue #10)
     "hardware": [{"name": "CUDA0", "backend": "cuda"}],
     "compute_scale": 1.0,
-    "buffers": [{"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 110.0}],
+    "buffers": [
+        {"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 110.0}
+    ],
 }
 BAD_RECORDS = [
     ({"server": "b9000"}, "server is not an object with an integer build"),
     ({"server": [1]}, "server is not an object with an integer build"),
     ({"buffers": "compute"}, "buffers is not a list of objects"),
-    ({"buffers": [{"kind": "compute", "predicted_mib": "100", "actual_mib": 110.0}]}, "a buffer size is not a number"),
+    (
+        {"buffers": [{"kind": "compute", "predicted_mib": "100", "actual_mib": 110.0}]},
+        "a buffer size is not a number",
+    ),
     ({"compute_scale": "NaN"}, "compute_scale is not a positive number"),
     ({"hardware": {"name": "CUDA0"}}, "hardware is not a list of objects"),
 ]
@@ -258,11 +298,16 @@ def test_a_damaged_calibration_record_is_skipped_with_a_note(
     code, out, err = _plan_with_calibration(monkeypatch, path)
     assert (code, err) == (0, "")
     text = " ".join(out.split())
-    assert f"compute buffers scaled by 1.100: the median of 1 earlier run of llama models on CUDA0 ({path})" in text
+    assert (
+        "compute buffers scaled by 1.100: the median of 1 earlier run of llama models on "
+        f"CUDA0 ({path})" in text
+    )
     assert f"calibration: skipped 1 damaged record(s) in {path} ({problem})" in text
 
 
-@pytest.mark.parametrize("text", ['{"compute_scale": NaN}', '{"buffers": [{"predicted_mib": Infinity}]}', "[" * 100000])
+@pytest.mark.parametrize(
+    "text", ['{"compute_scale": NaN}', '{"buffers": [{"predicted_mib": Infinity}]}', "[" * 100000]
+)
 def test_nan_infinity_and_deep_json_are_damaged_records(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str
 ) -> None:
@@ -288,7 +333,11 @@ def test_calibration_file_that_is_not_a_regular_file_is_not_read(
         path.mkdir()
     code, out, err = _plan_with_calibration(monkeypatch, path)
     assert (code, err) == (0, "")
-    why = {"fifo": "is not a regular file", "dev-zero-link": "is a symbolic link", "directory": "is not a regular file"}
+    why = {
+        "fifo": "is not a regular file",
+        "dev-zero-link": "is a symbolic link",
+        "directory": "is not a regular file",
+    }
     assert f"calibration: {path} not read: {why[kind]}" in " ".join(out.split())
 
 
@@ -320,10 +369,16 @@ def test_cache_writes_are_private_and_never_follow_a_planted_link(tmp_path: Path
     with pytest.raises(UnsafeFile, match="is a symbolic link"):
         write_atomic(cache / "b.json", b"{}")
     assert victim.read_text() == "theirs\n"
-    assert sorted(p.name for p in cache.iterdir()) == ["a.json", "b.json"]  # no temp file left behind
+    # no temp file left behind
+    assert sorted(p.name for p in cache.iterdir()) == [
+        "a.json",
+        "b.json",
+    ]
 
 
-@pytest.mark.parametrize("content", ["[1, 2]", '"text"', '{"format": 1, "build": "x"}', "{" * 50000, "NaN"])
+@pytest.mark.parametrize(
+    "content", ["[1, 2]", '"text"', '{"format": 1, "build": "x"}', "{" * 50000, "NaN"]
+)
 def test_a_damaged_dialect_record_is_probed_again(tmp_path: Path, content: str) -> None:
     from llamafit.server.find import _load_cached
 
@@ -332,7 +387,9 @@ def test_a_damaged_dialect_record_is_probed_again(tmp_path: Path, content: str) 
     assert _load_cached(str(path)) is None
 
 
-def test_a_junk_cached_header_of_the_right_length_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_junk_cached_header_of_the_right_length_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from llamafit.fetch.model_source import (
         CachedHeader,
         _cache_file,
@@ -360,7 +417,11 @@ def test_api_key_file_is_a_small_regular_file(tmp_path: Path, kind: str) -> None
     else:
         path.write_bytes(b"k" * (1 << 20))
     code, _out, err = _invoke("run", _M, "--gpu", "8GiB", "--dry-run", "--api-key-file", str(path))
-    why = {"dev-zero": "is not a regular file", "fifo": "is not a regular file", "huge": "is larger than 65,536 bytes"}
+    why = {
+        "dev-zero": "is not a regular file",
+        "fifo": "is not a regular file",
+        "huge": "is larger than 65,536 bytes",
+    }
     assert (code, err) == (2, f"Error: --api-key-file {path}: {why[kind]}\n")
 
 
@@ -370,10 +431,25 @@ def test_api_key_file_is_a_small_regular_file(tmp_path: Path, kind: str) -> None
 @pytest.mark.parametrize(
     ("mode", "message", "transferred", "requests"),
     [  # a budget the header cannot fit in fails before the read; one it might fit in, at the budget
-        ("huge-vocab", "at byte 263: the value of 'tokenizer.ggml.tokens' needs at least 8,796,093,022,208 more "
-                       "bytes, more than the 67,108,864 bytes left of this source's header budget", 1024, 1),
-        ("long-vocab", "the header would need more than 67,108,864 bytes; not a plausible GGUF header", 56_404_005, 7),
-        ("huge-string", "string length 1152921504606846976 in the value of 'general.name' exceeds", 1024, 1),
+        (
+            "huge-vocab",
+            "at byte 263: the value of 'tokenizer.ggml.tokens' needs at least 8,796,093,022,208 "
+            "more bytes, more than the 67,108,864 bytes left of this source's header budget",
+            1024,
+            1,
+        ),
+        (
+            "long-vocab",
+            "the header would need more than 67,108,864 bytes; not a plausible GGUF header",
+            56_404_005,
+            7,
+        ),
+        (
+            "huge-string",
+            "string length 1152921504606846976 in the value of 'general.name' exceeds",
+            1024,
+            1,
+        ),
     ],
 )
 def test_a_header_that_lies_about_its_size_reads_a_bounded_amount(
@@ -424,7 +500,9 @@ def test_credentials_never_follow_a_redirect_to_another_host() -> None:
 
     with hostile_server("cross-redir") as (url, seen):
         with pytest.raises(InputError, match="HTTP 404"):
-            read_header(HttpRangeSource(url, headers={"Authorization": "Bearer secret", "Cookie": "c=1"}))
+            read_header(
+                HttpRangeSource(url, headers={"Authorization": "Bearer secret", "Cookie": "c=1"})
+            )
     assert [("Authorization" in h, "Cookie" in h, h["Host"].split(":")[0]) for h in seen] == [
         (True, True, "127.0.0.1"),
         (False, False, "localhost"),
@@ -444,10 +522,16 @@ def test_a_redirect_to_another_scheme_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("name", "no", "count"),
-    [("m-00000-of-00000.gguf", 0, 0), ("m-00002-of-00001.gguf", 2, 1), ("m-00000-of-00003.gguf", 0, 3)],
+    [
+        ("m-00000-of-00000.gguf", 0, 0),
+        ("m-00002-of-00001.gguf", 2, 1),
+        ("m-00000-of-00003.gguf", 0, 3),
+    ],
 )
 @pytest.mark.parametrize("command", ["inspect", "check", "plan"])
-def test_impossible_split_names_are_one_line(tmp_path: Path, command: str, name: str, no: int, count: int) -> None:
+def test_impossible_split_names_are_one_line(
+    tmp_path: Path, command: str, name: str, no: int, count: int
+) -> None:
     path = tmp_path / name
     path.write_bytes((FIXTURES / "dense-llama.gguf").read_bytes())
     args = [command, str(path)] + (["--gpu", "8GiB"] if command != "inspect" else [])
@@ -472,11 +556,17 @@ _ESC = "a\x1b[31mb"
         ("t\tx", "t\\tx", "contains the control character \\t; rename it"),
     ],
 )
-def test_scripts_refuse_control_characters(tmp_path: Path, kind: str, stem: str, shown: str, why: str) -> None:
+def test_scripts_refuse_control_characters(
+    tmp_path: Path, kind: str, stem: str, shown: str, why: str
+) -> None:
     path = tmp_path / f"{stem}.gguf"
     path.write_bytes((FIXTURES / "dense-llama.gguf").read_bytes())
     code, out, err = _invoke("script", str(path), "--gpu", "8GiB", "--format", kind)
-    assert (code, out, err) == (2, "", f"Error: {kind} output refused: {tmp_path}/{shown}.gguf {why}\n")
+    assert (code, out, err) == (
+        2,
+        "",
+        f"Error: {kind} output refused: {tmp_path}/{shown}.gguf {why}\n",
+    )
 
 
 @pytest.mark.parametrize("kind", ["systemd", "llama-swap", "models-ini", "docker"])
@@ -499,23 +589,31 @@ def test_scripts_refuse_non_utf8_paths_but_sh_keeps_the_bytes(tmp_path: Path, ki
 
 
 def test_systemd_refuses_a_tab_in_the_server_path() -> None:
-    code, _, err = _invoke("script", _M, "--gpu", "8GiB", "--format", "systemd", "--server", "/opt/a\tb/llama-server")
+    code, _, err = _invoke(
+        "script", _M, "--gpu", "8GiB", "--format", "systemd", "--server", "/opt/a\tb/llama-server"
+    )
     assert (code, err) == (
         2,
-        "Error: systemd output refused: /opt/a\\tb/llama-server contains the control character \\t; rename it\n",
+        "Error: systemd output refused: /opt/a\\tb/llama-server contains the control "
+        "character \\t; rename it\n",
     )
 
 
 def test_terminal_escapes_from_a_model_are_printed_escaped(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
-    path.write_bytes(patch(_header("dense-llama.gguf"), "general.name", 8, "\x1b]0;pwned\x07\x1b[2J"))
+    path.write_bytes(
+        patch(_header("dense-llama.gguf"), "general.name", 8, "\x1b]0;pwned\x07\x1b[2J")
+    )
     code, out, _ = _invoke("inspect", str(path))
     assert code == 0 and "\x1b" not in out and "\x07" not in out
     assert "Name           \\x1b]0;pwned\\x07\\x1b[2J\n" in out
     bad = tmp_path / "k.gguf"
     bad.write_bytes(patch(_header("dense-llama.gguf"), "llama.context_length", 8, "\x1b[31mred"))
     code, out, err = _invoke("plan", str(bad), "--gpu", "8GiB")
-    assert (code, err) == (2, f"Error: {bad}: key llama.context_length has type str, expected int\n")
+    assert (code, err) == (
+        2,
+        f"Error: {bad}: key llama.context_length has type str, expected int\n",
+    )
     esc = tmp_path / "e.gguf"
     esc.write_bytes(patch(_header("dense-llama.gguf"), "general.architecture", 8, "ll\x1b[2Jama"))
     code, out, err = _invoke("plan", str(esc), "--gpu", "8GiB")
@@ -524,7 +622,8 @@ def test_terminal_escapes_from_a_model_are_printed_escaped(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("flag", ["-ncmoe", "-ncffn"])
 def test_cpu_moe_and_ffn_counts_beyond_the_model_are_bounded(flag: str) -> None:
-    """Found by scripts/fuzz.py: -ncmoe 2147483647 built 2**31 override rules (minutes, gigabytes)."""
+    """Found by scripts/fuzz/fuzz.py: -ncmoe 2147483647 built 2**31 override rules (minutes,
+    gigabytes)."""
     code, out, err = _invoke("check", _M, "--gpu", "8GiB", "--", flag, "2147483647")
     assert (code, err) == (0, "")
     assert "Verdict" in out

@@ -1,4 +1,5 @@
-"""Launch configs: exact text for a simple plan, and round trips through the real consumers' syntax."""
+"""Launch configs: exact text for a simple plan, and round trips through the real consumers'
+syntax."""
 
 from __future__ import annotations
 
@@ -30,11 +31,29 @@ from llamafit.server.scripts import (
 )
 
 SH = shutil.which("sh") or "/bin/sh"
-SHELLS = sorted({SH, *filter(None, map(shutil.which, ("dash", "bash", "busybox")))})  # busybox: via "sh"
+# busybox: via "sh"
+SHELLS = sorted({SH, *filter(None, map(shutil.which, ("dash", "bash", "busybox")))})
 MODEL = "/models/My Model.gguf"
 SPEC = LaunchSpec(
-    argv=("llama-server", "-m", MODEL, "-c", "32768", "-ngl", "65", "-fa", "on", "-ctk", "q8_0",
-          "-ctv", "q8_0", "-ub", "512", "--fit", "off"),
+    argv=(
+        "llama-server",
+        "-m",
+        MODEL,
+        "-c",
+        "32768",
+        "-ngl",
+        "65",
+        "-fa",
+        "on",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-ub",
+        "512",
+        "--fit",
+        "off",
+    ),
     model_path=MODEL,
     env=(("CUDA_VISIBLE_DEVICES", "0"),),
     name="my-model",
@@ -42,7 +61,7 @@ SPEC = LaunchSpec(
     llama_build="b1234",
     n_ctx=32768,
     ladder=((32768, (20000,)), (16384, (15000,)), (4096, (9000,))),
-)  # fmt: skip
+)
 
 ARGS = """\
   -m '/models/My Model.gguf' \\
@@ -132,12 +151,17 @@ docker run --rm --gpus all \\
 {ARGS}  --host 0.0.0.0 \\
   --port 8080
 """
-EXPECTED = {"sh": SH_TEXT, "systemd": SYSTEMD_TEXT, "llama-swap": SWAP_TEXT, "models-ini": INI_TEXT,
-            "docker": DOCKER_TEXT}  # fmt: skip
+EXPECTED = {
+    "sh": SH_TEXT,
+    "systemd": SYSTEMD_TEXT,
+    "llama-swap": SWAP_TEXT,
+    "models-ini": INI_TEXT,
+    "docker": DOCKER_TEXT,
+}
 
 HOSTILE = [
     "/models/My Model.gguf",
-    "/models/it's \"quoted\".gguf",
+    '/models/it\'s "quoted".gguf',
     "/models/$HOME/`id`/$(id)/*.gguf",
     "/models/-lead/--dash.gguf",
     "/models/ünïcødé 模型 🦙.gguf",
@@ -185,10 +209,18 @@ def test_a_line_break_or_nul_is_refused(bad: str) -> None:
 
 @pytest.mark.parametrize(
     "changes",
-    [{"argv": ()}, {"port": 0}, {"port": 65536}, {"env": (("1X", "a"),)}, {"env": (("A B", "a"),)},
-     {"ladder": ((0, (10,)),)}, {"ladder": ((10, ()),)}, {"ladder": ((10, (-1,)),)},
-     {"ladder": ((20, (10, 10)), (10, (10,)))}],
-)  # fmt: skip
+    [
+        {"argv": ()},
+        {"port": 0},
+        {"port": 65536},
+        {"env": (("1X", "a"),)},
+        {"env": (("A B", "a"),)},
+        {"ladder": ((0, (10,)),)},
+        {"ladder": ((10, ()),)},
+        {"ladder": ((10, (-1,)),)},
+        {"ladder": ((20, (10, 10)), (10, (10,)))},
+    ],
+)
 def test_an_unusable_spec_is_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError):
         replace(SPEC, **changes)
@@ -198,7 +230,15 @@ def test_launch_argv_sets_host_and_port_in_place_or_at_the_end() -> None:
     assert launch_argv(SPEC)[-4:] == ("--host", "127.0.0.1", "--port", "8080")
     given = replace(SPEC, argv=("srv", "--port", "1", "-m", "x", "--host", "h"), host="::1", port=9)
     assert launch_argv(given) == ("srv", "--port", "9", "-m", "x", "--host", "::1")
-    assert launch_argv(given, "0.0.0.0", "7") == ("srv", "--port", "7", "-m", "x", "--host", "0.0.0.0")
+    assert launch_argv(given, "0.0.0.0", "7") == (
+        "srv",
+        "--port",
+        "7",
+        "-m",
+        "x",
+        "--host",
+        "0.0.0.0",
+    )
 
 
 # --- sh --------------------------------------------------------------------------------------
@@ -211,7 +251,9 @@ def sh_run(
     file.write_text(script, encoding="utf-8")
     environ = {"PATH": os.environ["PATH"] if path is None else path, **env}
     command = [shell, "sh"] if shell.endswith("busybox") else [shell]
-    return subprocess.run([*command, str(file), *args], env=environ, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [*command, str(file), *args], env=environ, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.fixture
@@ -245,7 +287,9 @@ def test_sh_syntax_holds_for_hostile_paths(model: str, guard: bool, tmp_path: Pa
 
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("model", [*HOSTILE, "-model.gguf"])
-def test_sh_execs_exactly_the_planned_argv(model: str, shell: str, server: tuple[str, Path], tmp_path: Path) -> None:
+def test_sh_execs_exactly_the_planned_argv(
+    model: str, shell: str, server: tuple[str, Path], tmp_path: Path
+) -> None:
     program, record = server
     spec = spec_for(model, program)
     done = sh_run(render_sh(spec), tmp_path, shell=shell)
@@ -268,17 +312,26 @@ def fake_nvidia_smi(folder: Path, output: str) -> Path:
     """An nvidia-smi that prints `output` and records its arguments."""
     folder.mkdir(exist_ok=True)
     tool = folder / "nvidia-smi"
-    tool.write_text(f"#!/bin/sh\necho \"$@\" > {shlex.quote(str(folder / 'args'))}\nprintf '{output}'\n")
+    tool.write_text(
+        f"#!/bin/sh\necho \"$@\" > {shlex.quote(str(folder / 'args'))}\nprintf '{output}'\n"
+    )
     tool.chmod(0o755)
     return folder
 
 
 @pytest.mark.parametrize(
     ("free", "context"),
-    [("80000\\n", 32768), ("20000\\n", 32768), ("19999\\n", 16384),
-     ("9000\\n", 4096), ("  12000\\n", 4096)],
-)  # fmt: skip
-def test_guard_steps_down_the_ladder(free: str, context: int, server: tuple[str, Path], tmp_path: Path) -> None:
+    [
+        ("80000\\n", 32768),
+        ("20000\\n", 32768),
+        ("19999\\n", 16384),
+        ("9000\\n", 4096),
+        ("  12000\\n", 4096),
+    ],
+)
+def test_guard_steps_down_the_ladder(
+    free: str, context: int, server: tuple[str, Path], tmp_path: Path
+) -> None:
     program, record = server
     spec = spec_for(HOSTILE[1], program)
     tools = fake_nvidia_smi(tmp_path / "tools", free)
@@ -288,7 +341,10 @@ def test_guard_steps_down_the_ladder(free: str, context: int, server: tuple[str,
     assert isinstance(argv, list)
     assert argv == list(launch_argv(replace(spec, argv=_with_ctx(spec.argv, context)))[1:])
     assert (tools / "args").read_text().split() == [
-        "--query-gpu=memory.free", "--format=csv,noheader,nounits", "--id=0"]  # fmt: skip
+        "--query-gpu=memory.free",
+        "--format=csv,noheader,nounits",
+        "--id=0",
+    ]
 
 
 def _with_ctx(argv: tuple[str, ...], context: int) -> tuple[str, ...]:
@@ -301,25 +357,39 @@ TWO_GPUS = ((32768, (12000, 8000)), (16384, (9000, 6000)), (4096, (5000, 4000)))
 
 @pytest.mark.parametrize(
     ("free", "context"),
-    [("12000\\n8000\\n", 32768), ("20000\\n7999\\n", 16384), ("8999\\n20000\\n", 4096), ("5000\\n4000\\n", 4096)],
-)  # fmt: skip
-def test_guard_checks_each_gpu(free: str, context: int, server: tuple[str, Path], tmp_path: Path) -> None:
-    """The second and third readings total more than the 20000 MiB the planned context needs, but one GPU is short."""
+    [
+        ("12000\\n8000\\n", 32768),
+        ("20000\\n7999\\n", 16384),
+        ("8999\\n20000\\n", 4096),
+        ("5000\\n4000\\n", 4096),
+    ],
+)
+def test_guard_checks_each_gpu(
+    free: str, context: int, server: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The second and third readings total more than the 20000 MiB the planned context needs, but
+    one GPU is short."""
     program, record = server
     spec = replace(spec_for(MODEL, program), env=(), ladder=TWO_GPUS)
     tools = fake_nvidia_smi(tmp_path / "tools", free)
     done = sh_run(render_sh(spec, guard=True), tmp_path, path=f"{tools}:{os.environ['PATH']}")
     assert done.returncode == 0, done.stderr
-    assert recorded(record)["argv"] == list(launch_argv(replace(spec, argv=_with_ctx(spec.argv, context)))[1:])
+    assert recorded(record)["argv"] == list(
+        launch_argv(replace(spec, argv=_with_ctx(spec.argv, context)))[1:]
+    )
     assert "--id" not in (tools / "args").read_text()
 
 
 @pytest.mark.parametrize(
     ("free", "short"),
-    [("30000\\n3999\\n", "CUDA1 has 3999 MiB free, needs 4000 MiB"),
-     ("4999\\n30000\\n", "CUDA0 has 4999 MiB free, needs 5000 MiB")],
-)  # fmt: skip
-def test_guard_names_the_short_gpu(free: str, short: str, server: tuple[str, Path], tmp_path: Path) -> None:
+    [
+        ("30000\\n3999\\n", "CUDA1 has 3999 MiB free, needs 4000 MiB"),
+        ("4999\\n30000\\n", "CUDA0 has 4999 MiB free, needs 5000 MiB"),
+    ],
+)
+def test_guard_names_the_short_gpu(
+    free: str, short: str, server: tuple[str, Path], tmp_path: Path
+) -> None:
     program, record = server
     spec = replace(spec_for(MODEL, program), ladder=TWO_GPUS)
     tools = fake_nvidia_smi(tmp_path / "tools", free)
@@ -340,16 +410,26 @@ def test_guard_keeps_the_planned_context_when_the_gpus_differ_from_the_plan(
     assert done.returncode == 0, done.stderr
     assert recorded(record)["argv"] == list(launch_argv(spec)[1:])
     count = free.count("\\n")
-    expected = f"llamafit: nvidia-smi lists {count} GPUs, the plan has 2; keeping the planned context 32768\n"
+    expected = (
+        f"llamafit: nvidia-smi lists {count} GPUs, the plan has 2; keeping the planned context "
+        "32768\n"
+    )
     assert done.stderr == expected
 
 
 def test_guard_exits_1_when_nothing_fits(server: tuple[str, Path], tmp_path: Path) -> None:
     program, record = server
     tools = fake_nvidia_smi(tmp_path / "tools", "8999\\n")
-    done = sh_run(render_sh(spec_for(MODEL, program), guard=True), tmp_path, path=f"{tools}:{os.environ['PATH']}")
+    done = sh_run(
+        render_sh(spec_for(MODEL, program), guard=True),
+        tmp_path,
+        path=f"{tools}:{os.environ['PATH']}",
+    )
     assert done.returncode == 1
-    assert done.stderr == "llamafit: context 4096 does not fit: CUDA0 has 8999 MiB free, needs 9000 MiB\n"
+    assert (
+        done.stderr
+        == "llamafit: context 4096 does not fit: CUDA0 has 8999 MiB free, needs 9000 MiB\n"
+    )
     assert not record.exists()
 
 
@@ -364,14 +444,18 @@ def test_guard_keeps_the_planned_context_without_a_reading(
     if output is not None:
         fake_nvidia_smi(tools, output)
         (tools / "awk").symlink_to(shutil.which("awk") or "/usr/bin/awk")
-    done = sh_run(render_sh(spec, guard=True), tmp_path, path=str(tools))  # no real nvidia-smi either
+    # no real nvidia-smi either
+    done = sh_run(render_sh(spec, guard=True), tmp_path, path=str(tools))
     assert done.returncode == 0, done.stderr
     assert recorded(record)["argv"] == list(launch_argv(spec)[1:])
-    assert re.fullmatch(r"llamafit: nvidia-smi .*; keeping the planned context 32768\n", done.stderr)
+    assert re.fullmatch(
+        r"llamafit: nvidia-smi .*; keeping the planned context 32768\n", done.stderr
+    )
 
 
 @pytest.mark.parametrize(
-    "changes", [{"ladder": ()}, {"argv": ("llama-server", "-m", MODEL)}, {"argv": ("srv", "-c", "auto")}]
+    "changes",
+    [{"ladder": ()}, {"argv": ("llama-server", "-m", MODEL)}, {"argv": ("srv", "-c", "auto")}],
 )
 def test_guard_needs_a_context_and_a_ladder(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError, match="guard"):
@@ -404,7 +488,9 @@ def test_systemd_quotes_space_dollar_percent_quote_backslash() -> None:
     assert "Description=llama-server n%%i\n" in text
 
 
-@pytest.mark.parametrize("program", ["-llama-server", "@x", "bin/llama-server", "/opt/$x/srv", "/a\"b", "/opt/"])
+@pytest.mark.parametrize(
+    "program", ["-llama-server", "@x", "bin/llama-server", "/opt/$x/srv", '/a"b', "/opt/"]
+)
 def test_systemd_refuses_a_program_it_would_misread(program: str) -> None:
     with pytest.raises(InputError, match="ExecStart"):
         render_systemd(spec_for(MODEL, program))
@@ -416,24 +502,40 @@ def test_systemd_refuses_a_program_it_would_misread(program: str) -> None:
 @pytest.mark.parametrize("model", [m for m in HOSTILE if "${" not in m])
 def test_llama_swap_yaml_round_trips(model: str) -> None:
     yaml = pytest.importorskip("yaml")  # PyYAML: the test extra
-    spec = replace(spec_for(model), env=(("CUDA_VISIBLE_DEVICES", "0,1"), ("X", 'q"\\ü')),
-                   predicted_mib=(("CUDA0", 1), ("CUDA1: x", 2)), name="it's: \"m\" #1")  # fmt: skip
+    spec = replace(
+        spec_for(model),
+        env=(("CUDA_VISIBLE_DEVICES", "0,1"), ("X", 'q"\\ü')),
+        predicted_mib=(("CUDA0", 1), ("CUDA1: x", 2)),
+        name='it\'s: "m" #1',
+    )
     entry = yaml.safe_load(render_llama_swap(spec))["models"][spec.name]
     assert set(entry) == {"cmd", "env", "metadata"}
     assert "--port ${PORT}" in entry["cmd"]
-    assert shlex.split(entry["cmd"].replace("${PORT}", "5800")) == list(launch_argv(spec, port="5800"))
+    assert shlex.split(entry["cmd"].replace("${PORT}", "5800")) == list(
+        launch_argv(spec, port="5800")
+    )
     assert entry["env"] == ["CUDA_VISIBLE_DEVICES=0,1", 'X=q"\\ü']
-    assert entry["metadata"] == {"predicted_mib": {"CUDA0": 1, "CUDA1: x": 2}, "llama_build": "b1234", "n_ctx": 32768}
+    assert entry["metadata"] == {
+        "predicted_mib": {"CUDA0": 1, "CUDA1: x": 2},
+        "llama_build": "b1234",
+        "n_ctx": 32768,
+    }
 
 
 def test_llama_swap_empty_values() -> None:
     yaml = pytest.importorskip("yaml")
     spec = replace(SPEC, env=(), predicted_mib=(), llama_build=None)
     entry = yaml.safe_load(render_llama_swap(spec))["models"]["my-model"]
-    assert entry["env"] == [] and entry["metadata"] == {"predicted_mib": {}, "llama_build": None, "n_ctx": 32768}
+    assert entry["env"] == [] and entry["metadata"] == {
+        "predicted_mib": {},
+        "llama_build": None,
+        "n_ctx": 32768,
+    }
 
 
-@pytest.mark.parametrize("changes", [{"name": "m${X}"}, {"env": (("A", "${env.HOME}"),)}, {"llama_build": "${b}"}])
+@pytest.mark.parametrize(
+    "changes", [{"name": "m${X}"}, {"env": (("A", "${env.HOME}"),)}, {"llama_build": "${b}"}]
+)
 def test_llama_swap_refuses_what_it_would_expand(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError, match="macro"):
         render_llama_swap(replace(SPEC, **changes))
@@ -454,15 +556,54 @@ def ini_section(text: str, name: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("model", [m for m in HOSTILE if not re.search(r"[;#]", m)])
 def test_models_ini_round_trips(model: str) -> None:
-    argv = ("llama-server", "--model", model, "--ctx_size", "4096", "-ngl", "all", "-ot", r"blk\.1\.=CPU",
-            "--host", "0.0.0.0", "--port", "1", "-a", "x", "-ot", "exps=CPU", "-nkvo", "-ts", "3,1",
-            "-np", "1", "-b", "2048", "--n-cpu-moe", "3", "-fa", "auto", "--jinja", "--fit", "on")  # fmt: skip
+    argv = (
+        "llama-server",
+        "--model",
+        model,
+        "--ctx_size",
+        "4096",
+        "-ngl",
+        "all",
+        "-ot",
+        r"blk\.1\.=CPU",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "1",
+        "-a",
+        "x",
+        "-ot",
+        "exps=CPU",
+        "-nkvo",
+        "-ts",
+        "3,1",
+        "-np",
+        "1",
+        "-b",
+        "2048",
+        "--n-cpu-moe",
+        "3",
+        "-fa",
+        "auto",
+        "--jinja",
+        "--fit",
+        "on",
+    )
     spec = replace(SPEC, argv=argv, model_path=model, name="org/Model-GGUF:Q4_K_M")
     assert ini_section(render_models_ini(spec), spec.name) == {
-        "model": model, "ctx-size": "4096", "n-gpu-layers": "all", "override-tensor": r"blk\.1\.=CPU,exps=CPU",
-        "no-kv-offload": "true", "tensor-split": "3,1", "parallel": "1", "batch-size": "2048", "n-cpu-moe": "3",
-        "flash-attn": "auto", "jinja": "true", "fit": "on",
-    }  # fmt: skip
+        "model": model,
+        "ctx-size": "4096",
+        "n-gpu-layers": "all",
+        "override-tensor": r"blk\.1\.=CPU,exps=CPU",
+        "no-kv-offload": "true",
+        "tensor-split": "3,1",
+        "parallel": "1",
+        "batch-size": "2048",
+        "n-cpu-moe": "3",
+        "flash-attn": "auto",
+        "jinja": "true",
+        "fit": "on",
+    }
 
 
 def test_models_ini_simple_plan_parses() -> None:
@@ -471,10 +612,18 @@ def test_models_ini_simple_plan_parses() -> None:
 
 @pytest.mark.parametrize(
     "changes",
-    [{"argv": ("s", "-m", "/m/a;b.gguf")}, {"argv": ("s", "-m", "/m/a#b.gguf")}, {"argv": ("s", "-m", " /m")},
-     {"argv": ("s", "--made-up", "1")}, {"argv": ("s", "--control-vector-layer-range", "1", "2")},
-     {"name": "a]b"}, {"name": "*"}, {"name": " x"}, {"name": ""}],
-)  # fmt: skip
+    [
+        {"argv": ("s", "-m", "/m/a;b.gguf")},
+        {"argv": ("s", "-m", "/m/a#b.gguf")},
+        {"argv": ("s", "-m", " /m")},
+        {"argv": ("s", "--made-up", "1")},
+        {"argv": ("s", "--control-vector-layer-range", "1", "2")},
+        {"name": "a]b"},
+        {"name": "*"},
+        {"name": " x"},
+        {"name": ""},
+    ],
+)
 def test_models_ini_refuses_what_it_cannot_hold(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError):
         render_models_ini(replace(SPEC, **changes))
@@ -489,7 +638,12 @@ def docker_argv(text: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("host", "publish"),
-    [("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1"), ("0.0.0.0", "0.0.0.0"), ("::1", "[::1]")],
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("localhost", "127.0.0.1"),
+        ("0.0.0.0", "0.0.0.0"),
+        ("::1", "[::1]"),
+    ],
 )
 def test_docker_publishes_on_the_planned_host(host: str, publish: str) -> None:
     words = docker_argv(render_docker(replace(SPEC, host=host, port=8081)))
@@ -500,11 +654,24 @@ def test_docker_publishes_on_the_planned_host(host: str, publish: str) -> None:
 @pytest.mark.parametrize("model", [m for m in HOSTILE if ":" not in m])
 def test_docker_rewrites_model_paths_into_the_mount(model: str) -> None:
     folder = model.rsplit("/", 1)[0]
-    spec = replace(spec_for(model), argv=(*spec_for(model).argv, "--mmproj", f"{folder}/sub/mmproj.gguf"))
+    spec = replace(
+        spec_for(model), argv=(*spec_for(model).argv, "--mmproj", f"{folder}/sub/mmproj.gguf")
+    )
     words = docker_argv(render_docker(spec, image="my/image:tag"))
     assert words[: words.index("my/image:tag") + 1] == [
-        "docker", "run", "--rm", "--gpus", "all", "-p", "127.0.0.1:8080:8080", "-v", f"{folder}:/models:ro",
-        "-e", "CUDA_VISIBLE_DEVICES=0", "my/image:tag"]  # fmt: skip
+        "docker",
+        "run",
+        "--rm",
+        "--gpus",
+        "all",
+        "-p",
+        "127.0.0.1:8080:8080",
+        "-v",
+        f"{folder}:/models:ro",
+        "-e",
+        "CUDA_VISIBLE_DEVICES=0",
+        "my/image:tag",
+    ]
     inside = spec_for(f"/models/{model.rsplit('/', 1)[1]}")
     inside = replace(inside, argv=(*inside.argv, "--mmproj", "/models/sub/mmproj.gguf"))
     assert words[words.index("my/image:tag") + 1 :] == list(launch_argv(inside, "0.0.0.0")[1:])
@@ -512,9 +679,13 @@ def test_docker_rewrites_model_paths_into_the_mount(model: str) -> None:
 
 @pytest.mark.parametrize(
     "changes",
-    [{"model_path": "rel/m.gguf"}, {"argv": (*SPEC.argv, "--mmproj", "/elsewhere/mm.gguf")},
-     {"model_path": "/a:b/m.gguf", "argv": ("s", "-m", "/a:b/m.gguf")}, {"host": "/run/llama.sock"}],
-)  # fmt: skip
+    [
+        {"model_path": "rel/m.gguf"},
+        {"argv": (*SPEC.argv, "--mmproj", "/elsewhere/mm.gguf")},
+        {"model_path": "/a:b/m.gguf", "argv": ("s", "-m", "/a:b/m.gguf")},
+        {"host": "/run/llama.sock"},
+    ],
+)
 def test_docker_refuses_what_the_container_cannot_see(changes: dict[str, Any]) -> None:
     with pytest.raises(InputError):
         render_docker(replace(SPEC, **changes))

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support.scripts import script
-from tests.support.store_layouts import MODEL, MOE, count_header_reads, small_projector
 
 from llamafit.cli import cli
-
+from tests.support.scripts import script
+from tests.support.store_layouts import MODEL, MOE, count_header_reads, small_projector
 
 SPEED_TEXT = """\
 2 models on CUDA0 24.0 GiB
@@ -69,11 +68,26 @@ def test_ls_json_keys(home: Path) -> None:
     data = json.loads(result.output)
     assert sorted(data) == ["machine", "models", "notes", "stores"]
     first = data["models"][0]
-    assert sorted(first) == ["arch", "fit", "mmproj", "n_ctx_train", "n_shards", "name", "path", "quant", "ref",
-                             "size_bytes", "store"]  # fmt: skip
+    assert sorted(first) == [
+        "arch",
+        "fit",
+        "mmproj",
+        "n_ctx_train",
+        "n_shards",
+        "name",
+        "path",
+        "quant",
+        "ref",
+        "size_bytes",
+        "store",
+    ]
     assert first["name"] == "lmstudio-community/gemma-GGUF:F16"
     assert first["ref"] == "lmstudio:lmstudio-community/gemma-GGUF:F16"
-    assert first["fit"]["verdict"] == "fits" and first["fit"]["ctx"] == 32768 and first["fit"]["type_k"] == "f16"
+    assert (
+        first["fit"]["verdict"] == "fits"
+        and first["fit"]["ctx"] == 32768
+        and first["fit"]["type_k"] == "f16"
+    )
     tiny = next(m for m in data["models"] if m["name"] == "acme/tiny-GGUF:Q8_0")
     assert tiny["mmproj"].endswith("mmproj-tiny-F16.gguf")
     split = next(m for m in data["models"] if m["name"] == "acme/tiny-GGUF:LLAMA")
@@ -116,20 +130,31 @@ def test_second_ls_reads_no_header(home: Path, monkeypatch: pytest.MonkeyPatch) 
     assert "4 models on CUDA0 4.0 GiB" in third.output
 
 
-def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_first_ls_on_a_terminal_streams_rows_with_progress(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from llamafit.commands import ls as ls_cli
 
     monkeypatch.setattr(ls_cli, "stderr_is_tty", lambda: True)
+
     def ls() -> int:
-        return ls_cli.ls_command([], gpu_spec="8GiB", backend="cuda", reserve_bytes=1 << 30, use="free",
-                                 env=os.environ, as_json=False, echo=print)  # fmt: skip
+        return ls_cli.ls_command(
+            [],
+            gpu_spec="8GiB",
+            backend="cuda",
+            reserve_bytes=1 << 30,
+            use="free",
+            env=os.environ,
+            as_json=False,
+            echo=print,
+        )
 
     assert ls() == 0
     out, err = capsys.readouterr()
     # found order (hub cache, Ollama, LM Studio), each row as it came; the notes after
     assert out.splitlines()[:12] == [
-        "models on CUDA0 8.0 GiB", "",
+        "models on CUDA0 8.0 GiB",
+        "",
         "NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE",
         "acme/tiny-GGUF:LLAMA",
         "              hf        llama    F16     0.0G   16k 16k f16         - fits",
@@ -142,24 +167,38 @@ def test_first_ls_on_a_terminal_streams_rows_with_progress(home: Path, monkeypat
         "              lmstudio  gemma3   F16     0.0G   32k 32k f16         - fits",
     ]
     assert out.splitlines()[12:] == EXPECTED.splitlines()[12:]
-    assert err.split("\r\033[K") == ["", "[1/6] acme/tiny-GGUF:LLAMA", "[2/6] acme/tiny-GGUF:Q8_0", "[3/6] moe:tiny",
-                                     "[4/6] ggml-vocab-llama.gguf", "[5/6] style-lora.gguf", ""]
+    assert err.split("\r\033[K") == [
+        "",
+        "[1/6] acme/tiny-GGUF:LLAMA",
+        "[2/6] acme/tiny-GGUF:Q8_0",
+        "[3/6] moe:tiny",
+        "[4/6] ggml-vocab-llama.gguf",
+        "[5/6] style-lora.gguf",
+        "",
+    ]
     # the second listing, all cached: the sorted table, progress only
     assert ls() == 0
     assert capsys.readouterr().out == EXPECTED
 
 
-@pytest.mark.parametrize("gpu, verdict, speed", [("rtx4080", "offload", True), ("rtx4090", "fits", True),
-                                                 ("16GiB", "offload", False)])  # fmt: skip
-def test_ls_speed_estimate_where_the_bandwidth_is_known(gpu: str, verdict: str, speed: bool,
-                                                        tmp_path: Path) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "gpu, verdict, speed",
+    [("rtx4080", "offload", True), ("rtx4090", "fits", True), ("16GiB", "offload", False)],
+)
+def test_ls_speed_estimate_where_the_bandwidth_is_known(
+    gpu: str, verdict: str, speed: bool, tmp_path: Path
+) -> None:
     (tmp_path / "q.gguf").symlink_to(MODEL.parent / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
     result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", gpu, "--json"])
     fit = json.loads(result.output)["models"][0]["fit"]
     assert fit["verdict"] == verdict
     assert (fit["generation_tps"] is not None) == speed  # a sized GPU has no bandwidth: no estimate
     if speed:  # the same estimate plan gives for that config
-        got = json.loads(CliRunner().invoke(cli, ["plan", str(tmp_path / "q.gguf"), "--gpu", gpu, "--json"]).output)
+        got = json.loads(
+            CliRunner()
+            .invoke(cli, ["plan", str(tmp_path / "q.gguf"), "--gpu", gpu, "--json"])
+            .output
+        )
         assert fit["generation_tps"] == got["speed"]["generation_tps"]
 
 
@@ -172,17 +211,38 @@ def test_ls_text_shows_the_speed_range_of_catalog_gpus(tmp_path: Path) -> None:
     assert all(len(line) <= 80 for line in result.output.splitlines())
 
 
-@pytest.mark.parametrize("tps, text", [
-    ([21.4, 41.2], "21-41"), ([4.21, 9.4], "4.2-9.4"), ([9.96, 9.96], "10"), ([120.0, 185.4], "120-185"),
-    ([999.4, 1930.0], "~1.9k"), ([3900.0, 40100.0], "~40k"), ([1.2e6, 1.746e6], "~1.7M"), ([5.0, 5.0], "5.0"),
-    (None, "-"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "tps, text",
+    [
+        ([21.4, 41.2], "21-41"),
+        ([4.21, 9.4], "4.2-9.4"),
+        ([9.96, 9.96], "10"),
+        ([120.0, 185.4], "120-185"),
+        ([999.4, 1930.0], "~1.9k"),
+        ([3900.0, 40100.0], "~40k"),
+        ([1.2e6, 1.746e6], "~1.7M"),
+        ([5.0, 5.0], "5.0"),
+        (None, "-"),
+    ],
+)
 def test_ls_speed_cell(tps: list[float] | None, text: str) -> None:
     from llamafit.fit.listing import Fit, Row
     from llamafit.report.ls import _speed
 
     def row(verdict: str) -> Row:
-        return Row("m", "dir", "/m", "/m", 1, None, "llama", "Q8_0", 1, 4096, Fit(verdict, generation_tps=tps))
+        return Row(
+            "m",
+            "dir",
+            "/m",
+            "/m",
+            1,
+            None,
+            "llama",
+            "Q8_0",
+            1,
+            4096,
+            Fit(verdict, generation_tps=tps),
+        )
 
     assert (_speed(row("fits")), _speed(row("offload")), _speed(row("no-fit"))) == (text, text, "-")
 
@@ -194,7 +254,9 @@ def test_cpu_only_rows_survive_a_change_of_free_ram_while_they_still_hold(
 
     (tmp_path / "m.gguf").symlink_to(MODEL)
     free = {"bytes": 16 << 30}
-    monkeypatch.setattr("llamafit.commands.prepare._default_host", lambda: devices.host(32 << 30, free["bytes"]))
+    monkeypatch.setattr(
+        "llamafit.machine.pick.default_host", lambda: devices.host(32 << 30, free["bytes"])
+    )
     reads = count_header_reads(monkeypatch)
 
     def fit() -> dict:
@@ -223,14 +285,20 @@ def test_ls_with_no_models_says_where_it_looked(tmp_path: Path) -> None:
     ]
 
 
-def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from llamafit.machine import devices
 
     (tmp_path / "m.gguf").symlink_to(MODEL)
-    monkeypatch.setattr("llamafit.commands.prepare._default_host", lambda: devices.host(32 << 30, 16 << 30))
+    monkeypatch.setattr(
+        "llamafit.machine.pick.default_host", lambda: devices.host(32 << 30, 16 << 30)
+    )
     result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "cpu"])
     assert result.exit_code == 0, result.output
-    assert result.output == """\
+    assert (
+        result.output
+        == """\
 1 models on no GPU (CPU only)
 
 NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE
@@ -242,6 +310,7 @@ even a 4k context does.
 TOK/S: estimated generation tokens/s, the full context to an empty one (`plan`
 shows how; - = a device's bandwidth is unknown).
 """
+    )
 
 
 def test_the_cache_file_rules_ls_shares_are_public(tmp_path: Path) -> None:
@@ -256,7 +325,9 @@ def test_the_cache_file_rules_ls_shares_are_public(tmp_path: Path) -> None:
     assert load_cache_json(path) == {"format": CACHE_FORMAT, "x": 1}
     write_cache_file(path, json.dumps({"format": CACHE_FORMAT + 1}).encode())
     assert load_cache_json(path) is None and load_cache_json(tmp_path / "absent.json") is None
-    imports = [n for n in ast.walk(ast.parse(inspect.getsource(ls_cli))) if isinstance(n, ast.ImportFrom)]
+    imports = [
+        n for n in ast.walk(ast.parse(inspect.getsource(ls_cli))) if isinstance(n, ast.ImportFrom)
+    ]
     ours = [n for n in imports if (n.module or "").split(".")[-1] == "model_source"]
     private = [a.name for n in ours for a in n.names if a.name.startswith("_")]
     assert private == [] and ours != []
@@ -275,7 +346,11 @@ def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
         return json.loads(result.output)["models"][0]
 
     without, row = fit(alone), fit(paired)
-    assert (without["mmproj"], without["fit"]["mmproj_bytes"], row["mmproj"]) == (None, None, str(proj))
+    assert (without["mmproj"], without["fit"]["mmproj_bytes"], row["mmproj"]) == (
+        None,
+        None,
+        str(proj),
+    )
     f, g = row["fit"], without["fit"]
     assert f["mmproj_bytes"] > proj.stat().st_size // 2  # the F16 weights and the encoder's compute
     assert f["gpu_bytes"] + f["host_bytes"] - g["gpu_bytes"] - g["host_bytes"] == f["mmproj_bytes"]
@@ -285,7 +360,8 @@ def test_ls_counts_the_paired_projector(tmp_path: Path) -> None:
 
 
 def hostile_store(d: Path) -> Path:
-    """A store whose file names and model text carry terminal escapes, newlines and bell characters."""
+    """A store whose file names and model text carry terminal escapes, newlines and bell
+    characters."""
     patch = script("gguf_patch").patch
 
     d.mkdir(parents=True)
@@ -328,8 +404,13 @@ def test_ls_escapes_what_a_hostile_store_names(tmp_path: Path) -> None:
     assert sorted(m["name"] for m in data["models"]) == ["a\x1b[31mred\x1b[0m", "two\nlines"]
 
 
-@pytest.mark.parametrize(("path", "shown"), [("/s/plain.gguf", "[1/2] plain.gguf"),
-                                             ("/s/a\x1b]0;pwned\x07\n.gguf", "[1/2] a\\x1b]0;pwned\\x07\\n.gguf")])
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        ("/s/plain.gguf", "[1/2] plain.gguf"),
+        ("/s/a\x1b]0;pwned\x07\n.gguf", "[1/2] a\\x1b]0;pwned\\x07\\n.gguf"),
+    ],
+)
 def test_the_progress_line_escapes_names(path: str, shown: str) -> None:
     import io
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support.store_layouts import MODEL, count_header_reads
 
 from llamafit.cli import cli
 from llamafit.commands import ls as ls_cli
+from tests.support.store_layouts import MODEL, count_header_reads
 
 
 @pytest.fixture
@@ -38,10 +38,21 @@ def append_comment(path: Path) -> None:
 
 
 @pytest.mark.parametrize("edit", [touch, append_comment], ids=["mtime", "content"])
-@pytest.mark.parametrize("module", ["memory/kv.py", "fit/solver.py", "reader/header.py", "facts/hparams.py",
-                                    "machine/catalog.py", "fit/speed.py", "commands/ls.py"])  # fmt: skip
-def test_editing_any_module_changes_the_code_key(package_copy: Path, module: str,
-                                                 edit: Callable[[Path], None]) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "module",
+    [
+        "memory/kv.py",
+        "fit/solver.py",
+        "reader/header.py",
+        "facts/hparams.py",
+        "machine/catalog.py",
+        "fit/speed.py",
+        "commands/ls.py",
+    ],
+)
+def test_editing_any_module_changes_the_code_key(
+    package_copy: Path, module: str, edit: Callable[[Path], None]
+) -> None:
     before = ls_cli.source_key(str(package_copy))
     assert before == ls_cli.source_key(ls_cli._PACKAGE)
     edit(package_copy / module)
@@ -58,8 +69,9 @@ def test_files_that_are_not_source_leave_the_key(package_copy: Path) -> None:
     assert ls_cli.source_key(str(package_copy)) == before
 
 
-def test_an_edited_memory_model_does_not_serve_cached_rows(package_copy: Path, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_an_edited_memory_model_does_not_serve_cached_rows(
+    package_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path / "cache"))  # no row from another test
     models = tmp_path / "models"
     models.mkdir()

@@ -1,5 +1,5 @@
-"""`plan --html FILE` (issue #25): one self-contained page whose numbers read back as plan --json's, and
-that headless chromium renders to a picture that is not blank."""
+"""`plan --html FILE` (issue #25): one self-contained page whose numbers read back as plan --json's,
+and that headless chromium renders to a picture that is not blank."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support import QWEN
 
 from llamafit.cli import cli
+from tests.support import QWEN
 
 
 class Marks(HTMLParser):
@@ -46,14 +46,24 @@ def test_the_page_reads_back_as_the_json(tmp_path: Path, fixed_host) -> None:
     # memory: every number of every device, in the table and in the bar
     cells = {(row["data-device"], a["data-key"]): a["data-bytes"] for row, a in _rows(el)}
     for d in data["devices"]:
-        for key in ("usable_bytes", "weights_bytes", "kv_bytes", "compute_bytes", "reserve_bytes", "used_bytes"):
+        for key in (
+            "usable_bytes",
+            "weights_bytes",
+            "kv_bytes",
+            "compute_bytes",
+            "reserve_bytes",
+            "used_bytes",
+        ):
             assert cells[(d["name"], key)] == str(d[key])
     bars = [a for tag, a in el if tag == "rect" and "data-part" in a]
     gpu = data["devices"][0]
     assert [(a["data-part"], int(a["data-bytes"] or 0)) for a in bars[:5]] == [
-        ("weights", gpu["weights_bytes"]), ("KV", gpu["kv_bytes"] + gpu["recurrent_bytes"]),
-        ("compute", gpu["compute_bytes"] + gpu["output_bytes"]), ("reserve", gpu["reserve_bytes"]),
-        ("free", gpu["free_after_bytes"])]  # fmt: skip
+        ("weights", gpu["weights_bytes"]),
+        ("KV", gpu["kv_bytes"] + gpu["recurrent_bytes"]),
+        ("compute", gpu["compute_bytes"] + gpu["output_bytes"]),
+        ("reserve", gpu["reserve_bytes"]),
+        ("free", gpu["free_after_bytes"]),
+    ]
     context = next(a for tag, a in el if a.get("id") == "context")
     assert context["data-value"] == str(data["context_per_slot"]) == "7168"
     # the context curves pass through the pick: q4_0/q4_0 at -ngl 52 reaches 7,168
@@ -62,11 +72,15 @@ def test_the_page_reads_back_as_the_json(tmp_path: Path, fixed_host) -> None:
     for t in data["tradeoffs"]:  # each K/V curve at the pick's -ngl is its trade-off row
         if t["flash_attn"] == "on":
             assert points[(f"{t['type_k']}/{t['type_v']} fa on", "52")] == str(t["max_ctx"])
-    assert points[("q4_0/q4_0 fa on", "0")] == "32768" and ("f16/f16 fa on", "59") not in points  # none fits
+    # none fits
+    assert points[("q4_0/q4_0 fa on", "0")] == "32768" and ("f16/f16 fa on", "59") not in points
     # speed: the band's numbers, and the curve starts at the empty context's estimate
     speed = data["speed"]
-    rows = {a["data-key"]: [float(b["data-value"]) for _, b in _cells(el, a)] for tag, a in el
-            if tag == "tr" and a.get("data-key")}  # fmt: skip
+    rows = {
+        a["data-key"]: [float(b["data-value"]) for _, b in _cells(el, a)]
+        for tag, a in el
+        if tag == "tr" and a.get("data-key")
+    }
     assert rows["generation_tps_full"] == speed["generation_tps_full"]
     assert rows["generation_tps_empty"] == speed["generation_tps_empty"]
     assert rows["prompt_tps_band"] == speed["prompt_tps_band"]
@@ -104,7 +118,9 @@ def _cells(el: list[tuple[str, dict[str, str | None]]], row: dict) -> list[tuple
 def test_a_symlink_in_its_place_is_refused(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").write_text("keep")
     (tmp_path / "plan.html").symlink_to(tmp_path / "elsewhere")
-    result = CliRunner().invoke(cli, ["plan", str(QWEN), "--gpu", "24GiB", "--html", str(tmp_path / "plan.html")])
+    result = CliRunner().invoke(
+        cli, ["plan", str(QWEN), "--gpu", "24GiB", "--html", str(tmp_path / "plan.html")]
+    )
     assert result.exit_code == 2
     assert result.stderr == f"Error: --html {tmp_path / 'plan.html'}: is a symbolic link\n"
     assert (tmp_path / "elsewhere").read_text() == "keep"
@@ -130,7 +146,10 @@ def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
         pos += 12 + n
     raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        kind, line = (
+            raw[y * (stride + 1)],
+            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
+        )
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b, c = prev[i], prev[i - bpp] if i >= bpp else 0
@@ -143,7 +162,11 @@ def _pixels(png: bytes) -> tuple[int, int, list[bytes]]:
             elif kind == 4:
                 p = a + b - c
                 pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+                if pa <= pb and pa <= pc:
+                    pred = a
+                else:
+                    pred = b if pb <= pc else c
+                line[i] = (line[i] + pred) & 255
         rows.append(bytes(line))
         prev = line
     return width, height, rows
@@ -157,10 +180,26 @@ def test_chromium_renders_the_page(tmp_path: Path, fixed_host) -> None:
     _, page = write_page(tmp_path / "plan.html", "--gpu", "rtx4080")
     shot = tmp_path / "plan.png"
     profile = tempfile.mkdtemp(dir=tmp_path)
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                    f"--screenshot={shot}", "--window-size=1000,1400", (tmp_path / "plan.html").as_uri()],
-                   check=True, capture_output=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})  # fmt: skip
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            "--window-size=1000,1400",
+            (tmp_path / "plan.html").as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     width, height, rows = _pixels(shot.read_bytes())
     assert (width, height) == (1000, 1400)
     bpp = len(rows[0]) // width

@@ -1,5 +1,6 @@
-"""What users see in `plan` (issue #25): a speed with its band for every plan (an assumption, labelled,
-for a GPU given by size; --bandwidth), presets (--for), why each trade-off row lost, and the bars."""
+"""What users see in `plan` (issue #25): a speed with its band for every plan (an assumption,
+labelled, for a GPU given by size; --bandwidth), presets (--for), why each trade-off row lost, and
+the bars."""
 
 from __future__ import annotations
 
@@ -7,19 +8,22 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from tests.support import FIXTURES, QWEN
 
 from llamafit.cli import cli
 from llamafit.errors import InputError
 from llamafit.fit.presets import PRESETS, Preset, Turn, min_ctx_for, preset_named
+from tests.support import FIXTURES, QWEN
 
 GPTOSS = str(FIXTURES / "swa-gptoss.gguf")  # trained 131,072 tokens, SWA layers
 
 
 def plan_json(*args: str) -> dict:
     """plan --json (before any `--`: what follows it is llama-server's)."""
-    mine, dash, server = (args[: args.index("--")], ["--"], args[args.index("--") + 1 :]) if "--" in args else (
-        args, [], ())  # fmt: skip
+    mine, dash, server = (
+        (args[: args.index("--")], ["--"], args[args.index("--") + 1 :])
+        if "--" in args
+        else (args, [], ())
+    )
     result = CliRunner().invoke(cli, ["plan", *mine, "--json", *dash, *server])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
@@ -30,57 +34,99 @@ def _band(low: float, high: float, share: float) -> list[float]:
 
 
 def test_a_gpu_given_by_size_gets_the_median_of_its_catalog_cards_and_their_range() -> None:
-    """24 GiB CUDA cards in the catalog: L4 300, A10 600, RTX 3090 936, RTX 3090 Ti and 4090 1,008 GB/s."""
+    """24 GiB CUDA cards in the catalog: L4 300, A10 600, RTX 3090 936, RTX 3090 Ti and 4090 1,008
+    GB/s."""
     speed = plan_json(str(QWEN), "--gpu", "24GiB")["speed"]
     gpu = speed["inputs"]["devices"][0]
-    assert (gpu["bandwidth_bytes_per_s"], gpu["bandwidth_source"]) == (936 * 10**9, (
-        "assumed: the median of 5 catalog cards with 24 GiB (300-1,008 GB/s); --bandwidth GB/s or a catalog name "
-        "(--gpu rtx4090) gives the card's own"))  # fmt: skip
+    assert (gpu["bandwidth_bytes_per_s"], gpu["bandwidth_source"]) == (
+        936 * 10**9,
+        (
+            "assumed: the median of 5 catalog cards with 24 GiB (300-1,008 GB/s); --bandwidth "
+            "GB/s or a catalog name (--gpu rtx4090) gives the card's own"
+        ),
+    )
     empty, full = speed["inputs"]["bytes_per_token"]
-    assert speed["generation_tps"] == [round(936e9 * 0.62 / full, 2), round(936e9 * 0.62 / empty, 2)]
+    assert speed["generation_tps"] == [
+        round(936e9 * 0.62 / full, 2),
+        round(936e9 * 0.62 / empty, 2),
+    ]
     # the band: the slowest card with the model's error below, the fastest with it above
     assert speed["generation_tps_empty"] == _band(300e9 * 0.62 / empty, 1008e9 * 0.62 / empty, 0.2)
     assert speed["generation_tps_full"] == _band(300e9 * 0.62 / full, 1008e9 * 0.62 / full, 0.2)
     assert speed["assumed"] is True
     low, high = speed["prompt_tps_band"]
     assert low < speed["prompt_tps"] < high
-    assert speed["turn"]["context"] == 4096 and speed["turn"]["prompt"] == 200 and speed["turn"]["generated"] == 400
+    assert (
+        speed["turn"]["context"] == 4096
+        and speed["turn"]["prompt"] == 200
+        and speed["turn"]["generated"] == 400
+    )
     assert 0 < speed["turn"]["seconds"][0] < speed["turn"]["seconds"][1]
 
 
 def test_a_catalog_card_has_a_band_of_the_models_error_only() -> None:
     speed = plan_json(str(QWEN), "--gpu", "rtx4090")["speed"]
     empty, full = speed["inputs"]["bytes_per_token"]
-    assert speed["generation_tps"] == [round(1008e9 * 0.62 / full, 2), round(1008e9 * 0.62 / empty, 2)]
+    assert speed["generation_tps"] == [
+        round(1008e9 * 0.62 / full, 2),
+        round(1008e9 * 0.62 / empty, 2),
+    ]
     assert speed["generation_tps_empty"] == _band(1008e9 * 0.62 / empty, 1008e9 * 0.62 / empty, 0.2)
-    assert speed["prompt_tps_band"] == pytest.approx(_band(speed["prompt_tps"], speed["prompt_tps"], 0.4), abs=0.01)
+    assert speed["prompt_tps_band"] == pytest.approx(
+        _band(speed["prompt_tps"], speed["prompt_tps"], 0.4), abs=0.01
+    )
     assert speed["assumed"] is False
 
 
-@pytest.mark.parametrize(("gpu", "bandwidth", "source"), [
-    ("24GiB", "500", "--bandwidth 500 GB/s"),
-    ("rtx4090", "1500", "--bandwidth 1500 GB/s"),  # it replaces the catalog's too
-    ("24GiB", "800GB/s", "--bandwidth 800 GB/s"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("gpu", "bandwidth", "source"),
+    [
+        ("24GiB", "500", "--bandwidth 500 GB/s"),
+        ("rtx4090", "1500", "--bandwidth 1500 GB/s"),  # it replaces the catalog's too
+        ("24GiB", "800GB/s", "--bandwidth 800 GB/s"),
+    ],
+)
 def test_bandwidth_gives_a_gpus_own(gpu: str, bandwidth: str, source: str) -> None:
     speed = plan_json(str(QWEN), "--gpu", gpu, "--bandwidth", bandwidth)["speed"]
     dev = speed["inputs"]["devices"][0]
     gbs = float(bandwidth.removesuffix("GB/s"))
     assert (dev["bandwidth_bytes_per_s"], dev["bandwidth_source"]) == (gbs * 1e9, source)
     empty = speed["inputs"]["bytes_per_token"][0]
-    assert speed["generation_tps_empty"] == _band(gbs * 1e9 * 0.62 / empty, gbs * 1e9 * 0.62 / empty, 0.2)
+    assert speed["generation_tps_empty"] == _band(
+        gbs * 1e9 * 0.62 / empty, gbs * 1e9 * 0.62 / empty, 0.2
+    )
     assert speed["assumed"] is False
 
 
-@pytest.mark.parametrize(("args", "error"), [
-    (["--gpu", "24GiB", "--bandwidth", "0"], "--bandwidth 0: GB/s per GPU, e.g. --bandwidth 1008 or 1008,936"),
-    (["--gpu", "24GiB", "--bandwidth", "fast"], "--bandwidth fast: GB/s per GPU, e.g. --bandwidth 1008 or 1008,936"),
-    (["--gpu", "24GiB", "--bandwidth", "900,800"], "--bandwidth gives 2 values for 1 GPUs: one, or one per GPU"),
-    (["--gpu", "24GiB", "--for", "batch"], "--for batch: one of chat, agent, long, serve (serve:N for N concurrent "
-                                           "users)"),
-    (["--gpu", "24GiB", "--for", "chat:2"], "--for chat:2: only serve takes a number of users, 1-256 (serve:8)"),
-    (["--gpu", "24GiB", "--for", "serve:0"], "--for serve:0: only serve takes a number of users, 1-256 (serve:8)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["--gpu", "24GiB", "--bandwidth", "0"],
+            "--bandwidth 0: GB/s per GPU, e.g. --bandwidth 1008 or 1008,936",
+        ),
+        (
+            ["--gpu", "24GiB", "--bandwidth", "fast"],
+            "--bandwidth fast: GB/s per GPU, e.g. --bandwidth 1008 or 1008,936",
+        ),
+        (
+            ["--gpu", "24GiB", "--bandwidth", "900,800"],
+            "--bandwidth gives 2 values for 1 GPUs: one, or one per GPU",
+        ),
+        (
+            ["--gpu", "24GiB", "--for", "batch"],
+            "--for batch: one of chat, agent, long, serve (serve:N for N concurrent users)",
+        ),
+        (
+            ["--gpu", "24GiB", "--for", "chat:2"],
+            "--for chat:2: only serve takes a number of users, 1-256 (serve:8)",
+        ),
+        (
+            ["--gpu", "24GiB", "--for", "serve:0"],
+            "--for serve:0: only serve takes a number of users, 1-256 (serve:8)",
+        ),
+    ],
+)
 def test_bad_bandwidth_and_preset_are_bad_input(args: list[str], error: str) -> None:
     result = CliRunner().invoke(cli, ["plan", str(QWEN), *args])
     assert (result.exit_code, result.stderr) == (2, f"Error: {error}\n")
@@ -88,11 +134,17 @@ def test_bad_bandwidth_and_preset_are_bad_input(args: list[str], error: str) -> 
 
 def test_preset_names() -> None:
     assert preset_named("agent") == PRESETS["agent"]
-    assert preset_named(" Serve:8 ") == Preset("serve", 8192, 8, "speed", (512, 256, 128), Turn(2048, 200, 400))
+    assert preset_named(" Serve:8 ") == Preset(
+        "serve", 8192, 8, "speed", (512, 256, 128), Turn(2048, 200, 400)
+    )
     assert preset_named("serve:8").label == "serve:8" and preset_named("chat").label == "chat"
     with pytest.raises(InputError):
         preset_named("")
-    assert [min_ctx_for(PRESETS["agent"], wanted) for wanted in (131072, 65536, 32768)] == [65536, 65536, 32768]
+    assert [min_ctx_for(PRESETS["agent"], wanted) for wanted in (131072, 65536, 32768)] == [
+        65536,
+        65536,
+        32768,
+    ]
 
 
 @pytest.mark.parametrize("preset", ["chat", "agent"])
@@ -107,21 +159,56 @@ def test_chat_and_agent_are_one_slot_at_the_trained_maximum_of_the_demo(preset: 
     # llama-server's automatic 4 slots would keep 4 windows of SWA cache for one user
     assert d["preset"]["n_parallel_auto"] == 4 and d["preset"]["saved_bytes"] > 0
     assert d["verdict"]["text"].endswith(
-        f"; -np 1 instead of llama-server's 4 automatic slots saves {d['preset']['saved_bytes'] / 2**20:,.0f} MiB")
+        "; -np 1 instead of llama-server's 4 automatic slots saves "
+        f"{d['preset']['saved_bytes'] / 2**20:,.0f} MiB"
+    )
 
 
 # swa-gptoss.gguf (trained 131,072) on a GPU with 40 MiB after the reserve
-@pytest.mark.parametrize(("preset", "ctx", "np", "ub", "ngl", "text"), [
-    (None, 62464, None, "128", "5", "fits 62,464 tokens per slot with all layers on the GPU"),
-    ("chat", 62720, "1", "128", "5", "for chat (1 slot, at least 16,384 tokens per slot): fits 62,720"),
-    # agent's floor of 65,536 per slot moves layers (and experts) to the CPU
-    ("agent", 80640, "1", "128", "1", "for agent (1 slot, at least 65,536 tokens per slot): fits 80,640 tokens "
-                                      "per slot with 4 of 5 layers and the experts of 4 blocks on the CPU"),
-    ("long", 62720, "1", "128", "5", "for long (1 slot, the trained maximum first, at least 32,768 tokens per "
-                                     "slot): fits 62,720"),
-    ("serve:3", 28160, "3", "128", "5", "for serve:3 (3 slots, at least 8,192 tokens per slot): fits 28,160"),
-])  # fmt: skip
-def test_presets_on_a_small_gpu(preset: str | None, ctx: int, np: str | None, ub: str, ngl: str, text: str) -> None:
+@pytest.mark.parametrize(
+    ("preset", "ctx", "np", "ub", "ngl", "text"),
+    [
+        (None, 62464, None, "128", "5", "fits 62,464 tokens per slot with all layers on the GPU"),
+        (
+            "chat",
+            62720,
+            "1",
+            "128",
+            "5",
+            "for chat (1 slot, at least 16,384 tokens per slot): fits 62,720",
+        ),
+        # agent's floor of 65,536 per slot moves layers (and experts) to the CPU
+        (
+            "agent",
+            80640,
+            "1",
+            "128",
+            "1",
+            "for agent (1 slot, at least 65,536 tokens per slot): fits 80,640 tokens "
+            "per slot with 4 of 5 layers and the experts of 4 blocks on the CPU",
+        ),
+        (
+            "long",
+            62720,
+            "1",
+            "128",
+            "5",
+            "for long (1 slot, the trained maximum first, at least 32,768 tokens per "
+            "slot): fits 62,720",
+        ),
+        (
+            "serve:3",
+            28160,
+            "3",
+            "128",
+            "5",
+            "for serve:3 (3 slots, at least 8,192 tokens per slot): fits 28,160",
+        ),
+    ],
+)
+def test_presets_on_a_small_gpu(
+    preset: str | None, ctx: int, np: str | None, ub: str, ngl: str, text: str
+) -> None:
     d = plan_json(GPTOSS, "--gpu", "1064MiB", *(["--for", preset] if preset else []))
     command = d["command"]
     assert d["context_per_slot"] == ctx
@@ -138,33 +225,69 @@ def test_long_reaches_the_trained_maximum_where_layers_on_the_cpu_allow_it() -> 
 
 
 def test_the_users_flags_win_over_the_preset() -> None:
-    d = plan_json(GPTOSS, "--gpu", "1100MiB", "--for", "agent", "--min-ctx", "8192", "--", "-np", "2", "-ub", "256")
+    d = plan_json(
+        GPTOSS,
+        "--gpu",
+        "1100MiB",
+        "--for",
+        "agent",
+        "--min-ctx",
+        "8192",
+        "--",
+        "-np",
+        "2",
+        "-ub",
+        "256",
+    )
     command = d["command"]
     assert (command[command.index("-np") + 1], command[command.index("-ub") + 1]) == ("2", "256")
-    assert d["preset"]["min_ctx"] == 8192 and d["preset"]["saved_bytes"] is None  # -np was the user's
-    assert d["verdict"]["text"].startswith("for agent (1 slot, at least 8,192 tokens per slot rather than 65,536): ")
+    # -np was the user's
+    assert d["preset"]["min_ctx"] == 8192 and d["preset"]["saved_bytes"] is None
+    assert d["verdict"]["text"].startswith(
+        "for agent (1 slot, at least 8,192 tokens per slot rather than 65,536): "
+    )
 
 
 def test_trade_off_rows_say_what_they_change_against_the_pick(fixed_host) -> None:
-    """rtx4080: q4_0/q4_0 reaches 7,168 tokens with 13 layers on the CPU; each other row less, a little faster."""
+    """rtx4080: q4_0/q4_0 reaches 7,168 tokens with 13 layers on the CPU; each other row less, a
+    little faster."""
     d = plan_json(str(QWEN), "--gpu", "rtx4080")
     rows = {(t["flash_attn"], t["type_k"], t["type_v"]): t for t in d["tradeoffs"]}
     pick = rows[("on", "q4_0", "q4_0")]
-    assert pick["vs_pick"] == {"pick": True, "context_delta": 0, "generation_tps_delta": 0.0, "flash_attn": None,
-                               "type_k": None, "type_v": None, "n_gpu_layers_delta": None}  # fmt: skip
+    assert pick["vs_pick"] == {
+        "pick": True,
+        "context_delta": 0,
+        "generation_tps_delta": 0.0,
+        "flash_attn": None,
+        "type_k": None,
+        "type_v": None,
+        "n_gpu_layers_delta": None,
+    }
     f16 = rows[("off", "f16", "f16")]
     assert f16["vs_pick"] == {
-        "pick": False, "context_delta": 1792 - 7168,
+        "pick": False,
+        "context_delta": 1792 - 7168,
         "generation_tps_delta": round(f16["generation_tps"][0] - pick["generation_tps"][0], 2),
-        "flash_attn": "off", "type_k": "f16", "type_v": "f16", "n_gpu_layers_delta": None}  # fmt: skip
+        "flash_attn": "off",
+        "type_k": "f16",
+        "type_v": "f16",
+        "n_gpu_layers_delta": None,
+    }
     assert f16["vs_pick"]["generation_tps_delta"] > 0
 
 
 def test_vs_pick_text_keeps_what_fits() -> None:
     from llamafit.report.plan import vs_pick_text
 
-    d = {"pick": False, "context_delta": -8192, "generation_tps_delta": 33.4, "flash_attn": None, "type_k": "q8_0",
-         "type_v": None, "n_gpu_layers_delta": -2}  # fmt: skip
+    d = {
+        "pick": False,
+        "context_delta": -8192,
+        "generation_tps_delta": 33.4,
+        "flash_attn": None,
+        "type_k": "q8_0",
+        "type_v": None,
+        "n_gpu_layers_delta": -2,
+    }
     assert vs_pick_text(d, 60) == "-8,192 ctx, +33 t/s, K q8_0, -2 layers"
     assert vs_pick_text(d, 24) == "-8,192 ctx, +33 t/s"
     assert vs_pick_text({**d, "context_delta": None}, 24) == "no fit, +33 t/s, K q8_0"
@@ -176,8 +299,9 @@ def test_bars_are_coloured_only_on_a_terminal() -> None:
     from llamafit.report.colour import paint
 
     line = "CUDA0      [WWKC....] 1,446/24,576 MiB"
-    assert paint(line) == ("CUDA0      [\x1b[44mWW\x1b[0m\x1b[45mK\x1b[0m\x1b[43mC\x1b[0m....] "
-                           "1,446/24,576 MiB")  # fmt: skip
+    assert paint(line) == (
+        "CUDA0      [\x1b[44mWW\x1b[0m\x1b[45mK\x1b[0m\x1b[43mC\x1b[0m....] 1,446/24,576 MiB"
+    )
     text = CliRunner().invoke(cli, ["plan", str(QWEN), "--gpu", "24GiB"]).stdout  # not a terminal
     assert "\x1b[" not in text and "CUDA0      [" in text
 
@@ -191,5 +315,9 @@ def test_plan_output_fits_80_columns_with_every_new_line() -> None:
 
 def test_serve_states_no_saving_its_slots_are_for_its_users() -> None:
     d = plan_json(GPTOSS, "--gpu", "1100MiB", "--for", "serve:3")
-    assert (d["preset"]["n_parallel"], d["preset"]["saved_bytes"], d["preset"]["n_parallel_auto"]) == (3, None, None)
+    assert (
+        d["preset"]["n_parallel"],
+        d["preset"]["saved_bytes"],
+        d["preset"]["n_parallel_auto"],
+    ) == (3, None, None)
     assert "automatic slots" not in d["verdict"]["text"]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from llamafit.facts.hparams import MLAFacts, ModelFacts, MoEFacts, build_facts
+from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 from tests.support.scripts import script
-
-from llamafit.facts.hparams import MLAFacts, MoEFacts, ModelFacts, build_facts
-from llamafit.reader.model import read_model
 
 
 def facts_of(path: Path | str) -> ModelFacts:
@@ -20,43 +22,33 @@ def layers(flags: tuple[bool, ...]) -> list[int]:
     return [il for il, f in enumerate(flags) if f]
 
 
-# file: (arch, n_layer_all, n_layer_nextn, n_embd, n_vocab, n_ctx_train, n_head, n_head_kv, head k/v, n_ff,
-#        SWA layers, n_swa, recurrent layers, KV layers, tied, n_tensors, weight bytes, file_type)
-FIXTURE_FACTS = {
-    "dense-llama.gguf": ("llama", 4, 0, 64, 320, 4096, (4,) * 4, (2,) * 4, (16, 16), (128,) * 4,
-                         [], 0, [], [0, 1, 2, 3], False, 39, 267776, "Q8_0"),
-    "per-layer-kv.gguf": ("deci", 5, 0, 64, 384, 8192, (4, 4, 2, 4, 4), (2, 1, 2, 4, 0), (16, 16),
-                          (128, 96, 128, 64, 128), [], 0, [], [0, 1, 2, 3, 4], False, 45, 262272, "Q4_0"),
-    "swa-gemma3.gguf": ("gemma3", 7, 0, 64, 512, 32768, (4,) * 7, (2,) * 7, (32, 32), (128,) * 7,
-                        [0, 1, 2, 3, 4, 6], 128, [], list(range(7)), True, 93, 762880, "F16"),
-    "swa-gptoss.gguf": ("gpt-oss", 4, 0, 64, 448, 131072, (4,) * 4, (2,) * 4, (32, 32), (64,) * 4,
-                        [0, 2], 128, [], [0, 1, 2, 3], False, 79, 439680, "MXFP4_MOE"),
-    "mla-deepseek2.gguf": ("deepseek2", 3, 0, 64, 352, 163840, (4,) * 3, (1,) * 3, (48, 32), (128,) * 3,
-                           [], 0, [], [0, 1, 2], False, 52, 386592, "Q8_0"),
-    "hybrid-granite.gguf": ("granitehybrid", 6, 0, 64, 320, 524288, (4,) * 6, (0, 0, 2, 0, 0, 2), (16, 16),
-                            (128,) * 6, [], 0, [0, 1, 3, 4], [2, 5], True, 72, 620672, "F16"),
-    "recurrent-mamba2.gguf": ("mamba2", 3, 0, 64, 336, 1048576, (0,) * 3, (0,) * 3, (0, 0), (0,) * 3,
-                              [], 0, [0, 1, 2], [], True, 29, 259216, "F16"),
-    "moe-qwen3.gguf": ("qwen3moe", 4, 0, 64, 416, 40960, (4,) * 4, (2,) * 4, (32, 32), (192,) * 4,
-                       [], 0, [], [0, 1, 2, 3], False, 51, 523520, "Q8_0"),
-    "nextn-glm4moe.gguf": ("glm4moe", 4, 1, 64, 400, 65536, (4,) * 4, (2,) * 4, (32, 32), (128,) * 4,
-                           [], 0, [], [0, 1, 2], False, 72, 555568, "Q4_0"),
-    "tied-llama.gguf": ("llama", 3, 0, 96, 320, 2048, (6,) * 3, (6,) * 3, (16, 16), (256,) * 3,
-                        [], 0, [], [0, 1, 2], True, 29, 698880, "Q8_0"),
-    "split-llama-00002-of-00003.gguf": ("llama", 4, 0, 64, 320, 16384, (4,) * 4, (4,) * 4, (16, 16), (192,) * 4,
-                                        [], 0, [], [0, 1, 2, 3], False, 39, 510208, "F16"),
-}  # fmt: skip
+# Each fixture's facts by name: layer lists are the layers with that property (SWA, recurrent, KV).
+FIXTURE_FACTS = json.loads((FIXTURES / "facts" / "fixture-facts.json").read_text())
 
 
 @pytest.mark.parametrize(("name", "expected"), FIXTURE_FACTS.items(), ids=list(FIXTURE_FACTS))
-def test_fixture_facts(name: str, expected: tuple) -> None:
+def test_fixture_facts(name: str, expected: dict[str, Any]) -> None:
     f = facts_of(FIXTURES / name)
-    got = (
-        f.architecture, f.n_layer_all, f.n_layer_nextn, f.n_embd, f.n_vocab, f.n_ctx_train, f.n_head,
-        f.n_head_kv, (f.n_embd_head_k, f.n_embd_head_v), f.n_ff, layers(f.swa.is_swa), f.swa.n_swa,
-        layers(f.is_recurrent), layers(f.has_kv), f.tied_embeddings, f.n_tensors, f.weights.total_bytes,
-        f.file_type,
-    )  # fmt: skip
+    got = {
+        "architecture": f.architecture,
+        "n_layer_all": f.n_layer_all,
+        "n_layer_nextn": f.n_layer_nextn,
+        "n_embd": f.n_embd,
+        "n_vocab": f.n_vocab,
+        "n_ctx_train": f.n_ctx_train,
+        "n_head": list(f.n_head),
+        "n_head_kv": list(f.n_head_kv),
+        "n_embd_head_k_v": [f.n_embd_head_k, f.n_embd_head_v],
+        "n_ff": list(f.n_ff),
+        "swa_layers": layers(f.swa.is_swa),
+        "n_swa": f.swa.n_swa,
+        "recurrent_layers": layers(f.is_recurrent),
+        "kv_layers": layers(f.has_kv),
+        "tied_embeddings": f.tied_embeddings,
+        "n_tensors": f.n_tensors,
+        "weight_bytes": f.weights.total_bytes,
+        "file_type": f.file_type,
+    }
     assert got == expected
     assert f.warnings == ()
     assert f.n_merges == 62
@@ -65,7 +57,13 @@ def test_fixture_facts(name: str, expected: tuple) -> None:
 def test_gemma3_270m_real_model(demo_path: Path) -> None:
     f = facts_of(demo_path)
     assert (f.architecture, f.name, f.file_type) == ("gemma3", "Gemma 3 270m", "Q4_K_M")
-    assert (f.n_layer_all, f.n_layer, f.n_embd, f.n_vocab, f.n_ctx_train) == (18, 18, 640, 262144, 32768)
+    assert (f.n_layer_all, f.n_layer, f.n_embd, f.n_vocab, f.n_ctx_train) == (
+        18,
+        18,
+        640,
+        262144,
+        32768,
+    )
     assert f.n_head == (4,) * 18 and f.n_head_kv == (1,) * 18
     assert (f.n_embd_head_k, f.n_embd_head_v) == (256, 256)
     assert (f.swa.swa_type, f.swa.n_swa) == ("standard", 512)
@@ -115,7 +113,9 @@ def test_weights_by_role_add_up() -> None:
     f = facts_of(FIXTURES / "moe-qwen3.gguf")
     w = f.weights
     roles = w.by_role(range(f.n_layer_all))
-    assert sum(roles.values()) + w.token_embd_bytes + w.output_bytes + w.other_bytes == w.total_bytes
+    assert (
+        sum(roles.values()) + w.token_embd_bytes + w.output_bytes + w.other_bytes == w.total_bytes
+    )
     assert roles["experts"] > roles["attention"] > 0
     assert roles["recurrent"] == 0
 

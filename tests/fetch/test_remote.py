@@ -16,13 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from tests.support import FIXTURES, needs_llama_cpp
-from tests.support.scripts import script
 
-from llamafit.fetch import hf, model_source
 from llamafit.errors import InputError
-from llamafit.reader.model import GGUFModel, read_model
-from llamafit.reader.header import read_header
+from llamafit.fetch import hf, model_source
 from llamafit.fetch.hf import (
     RepoSpec,
     find_best_model,
@@ -39,11 +35,16 @@ from llamafit.fetch.remote import (
     parse_content_range,
     same_origin,
 )
+from llamafit.reader.header import read_header
+from llamafit.reader.model import GGUFModel, read_model
+from tests.support import FIXTURES, needs_llama_cpp
+from tests.support.scripts import script
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "hf_good"
 SPLIT = [FIXTURES / f"split-llama-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
-HEADER_ONLY = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"  # stops before its tensor data
+# stops before its tensor data
+HEADER_ONLY = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 SINGLE = [*sorted(p for p in FIXTURES.glob("*.gguf") if "-of-" not in p.name), HEADER_ONLY]
 
 
@@ -67,7 +68,8 @@ class Site:
     redirects: dict[str, str] = field(default_factory=dict)
     json: dict[str, object] = field(default_factory=dict)
     status: dict[str, int] = field(default_factory=dict)
-    held: dict[str, threading.Event] = field(default_factory=dict)  # path -> answered once the event is set
+    # path -> answered once the event is set
+    held: dict[str, threading.Event] = field(default_factory=dict)
     auth: dict[str, str] = field(default_factory=dict)  # path prefix -> required Authorization
     extra: dict[str, dict[str, str]] = field(default_factory=dict)  # path -> extra headers
     hits: list[Hit] = field(default_factory=list)
@@ -130,7 +132,9 @@ class _Handler(BaseHTTPRequestHandler):
             if start >= size:
                 return self._empty(416, {"Content-Range": f"bytes */{size}"})
             headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-        self._start(status, {**headers, "Content-Length": str(end - start + 1), "Accept-Ranges": "bytes"})
+        self._start(
+            status, {**headers, "Content-Length": str(end - start + 1), "Accept-Ranges": "bytes"}
+        )
         if not body:
             return
         with p.open("rb") as f:
@@ -196,7 +200,9 @@ def _hub_repos(demo: Path | None) -> dict[str, dict[str, Path]]:
     return repos
 
 
-def _publish(hub_site: Site, cdn_site: Site, cdn_url: str, repos: dict[str, dict[str, Path]]) -> None:
+def _publish(
+    hub_site: Site, cdn_site: Site, cdn_url: str, repos: dict[str, dict[str, Path]]
+) -> None:
     for repo, files in repos.items():
         info = {"id": repo, "sha": SHA, "siblings": [{"rfilename": f} for f in files]}
         for rev in ("main", SHA):
@@ -204,8 +210,11 @@ def _publish(hub_site: Site, cdn_site: Site, cdn_url: str, repos: dict[str, dict
             for name, p in files.items():
                 resolve = f"/{repo}/resolve/{rev}/{name}"
                 hub_site.redirects[resolve] = f"{cdn_url}/cdn/{repo}/{name}"
-                hub_site.extra[resolve] = {"X-Repo-Commit": SHA, "X-Linked-Etag": f'"{p.name}"',
-                                           "X-Linked-Size": str(p.stat().st_size)}
+                hub_site.extra[resolve] = {
+                    "X-Repo-Commit": SHA,
+                    "X-Linked-Etag": f'"{p.name}"',
+                    "X-Linked-Size": str(p.stat().st_size),
+                }
         for name, p in files.items():
             cdn_site.files[f"/cdn/{repo}/{name}"] = p
     for prefix in ("/api/models/acme/gated-GGUF/", "/acme/gated-GGUF/"):
@@ -233,8 +242,14 @@ def plain_server(demo_path_if_installed: Path | None) -> Iterator[tuple[str, Sit
     demo = [demo_path_if_installed] if demo_path_if_installed else []
     site = Site(files={f"/m/{p.name}": p for p in [*SINGLE, *SPLIT, *demo]})
     site.status.update({"/private.gguf": 401, "/forbidden.gguf": 403})
-    site.redirects.update({"/loop-a.gguf": "/loop-b.gguf", "/loop-b.gguf": "/loop-a.gguf",
-                           "/moved.gguf": "/m/dense-llama.gguf", "/to-file.gguf": "file:///etc/passwd"})
+    site.redirects.update(
+        {
+            "/loop-a.gguf": "/loop-b.gguf",
+            "/loop-b.gguf": "/loop-a.gguf",
+            "/moved.gguf": "/m/dense-llama.gguf",
+            "/to-file.gguf": "file:///etc/passwd",
+        }
+    )
     site.files["/slow.gguf"] = FIXTURES / "dense-llama.gguf"
     with serve(site) as url:
         yield url, site
@@ -243,7 +258,8 @@ def plain_server(demo_path_if_installed: Path | None) -> Iterator[tuple[str, Sit
 @pytest.fixture
 def plain(plain_server: tuple[str, Site], fresh_cache: Path) -> tuple[str, Site]:
     plain_server[1].hits.clear()
-    plain_server[1].held["/slow.gguf"] = threading.Event()  # /slow.gguf answers only when a test sets it
+    # /slow.gguf answers only when a test sets it
+    plain_server[1].held["/slow.gguf"] = threading.Event()
     return plain_server
 
 
@@ -288,7 +304,9 @@ def one_line_error(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
 
 
 @pytest.mark.parametrize("path", [*SINGLE, SPLIT[1]], ids=lambda p: p.name)
-def test_url_equals_local_file_and_fetches_under_twice_the_header(path: Path, plain: tuple[str, Site]) -> None:
+def test_url_equals_local_file_and_fetches_under_twice_the_header(
+    path: Path, plain: tuple[str, Site]
+) -> None:
     url, site = plain
     model = open_model(f"{url}/m/{path.name}", {})
     local = read_model(path)
@@ -305,7 +323,9 @@ def test_split_url_reads_every_shard(plain: tuple[str, Site]) -> None:
     assert {h.path for h in site.hits if h.method == "GET"} == {f"/m/{p.name}" for p in SPLIT}
 
 
-def test_gemma_over_http_fetches_under_twice_the_header(plain: tuple[str, Site], demo_path: Path) -> None:
+def test_gemma_over_http_fetches_under_twice_the_header(
+    plain: tuple[str, Site], demo_path: Path
+) -> None:
     url, site = plain
     src = HttpRangeSource(f"{url}/m/{demo_path.name}")
     header = read_header(src)
@@ -315,16 +335,23 @@ def test_gemma_over_http_fetches_under_twice_the_header(plain: tuple[str, Site],
     assert src.requests <= 8  # a 6.5 MB header in a handful of round trips
 
 
-def test_cache_makes_the_second_open_free_and_works_offline(plain: tuple[str, Site], demo_path: Path) -> None:
+def test_cache_makes_the_second_open_free_and_works_offline(
+    plain: tuple[str, Site], demo_path: Path
+) -> None:
     url, site = plain
     arg = f"{url}/m/{demo_path.name}"
     first = open_model(arg, {})
     assert site.sent() > 0
     cached = load_header(arg)
-    assert cached and cached.size == demo_path.stat().st_size and len(cached.prefix) == first.shards[0].data_offset
+    assert (
+        cached
+        and cached.size == demo_path.stat().st_size
+        and len(cached.prefix) == first.shards[0].data_offset
+    )
     site.hits.clear()
     assert_same(open_model(arg, {}), first)
-    assert site.sent() == 0 and [h.method for h in site.hits] == ["HEAD"]  # revalidated by ETag only
+    # revalidated by ETag only
+    assert site.sent() == 0 and [h.method for h in site.hits] == ["HEAD"]
     site.hits.clear()
     assert_same(open_model(arg, {"HF_HUB_OFFLINE": "1"}), first)
     assert site.hits == []
@@ -396,8 +423,8 @@ def test_http_errors_are_one_line(path: str, words: list[str], plain: tuple[str,
 
 
 def test_timeout_is_one_line(plain: tuple[str, Site]) -> None:
-    """The server holds the answer until the client has given up: only the client's timeout can end the
-    read (no wall-clock bound, which a busy machine breaks)."""
+    """The server holds the answer until the client has given up: only the client's timeout can end
+    the read (no wall-clock bound, which a busy machine breaks)."""
     url, site = plain
     try:
         with pytest.raises(RemoteUnreachable) as e:
@@ -415,7 +442,9 @@ def test_connection_refused_is_one_line() -> None:
     assert "cannot connect to 127.0.0.1" in one_line_error(e)
 
 
-def test_server_without_range_support_is_refused(norange_server: tuple[str, Site], fresh_cache: Path) -> None:
+def test_server_without_range_support_is_refused(
+    norange_server: tuple[str, Site], fresh_cache: Path
+) -> None:
     url, _ = norange_server
     with pytest.raises(InputError) as e:
         open_model(f"{url}/m/dense-llama.gguf", {})
@@ -434,7 +463,8 @@ def test_progress_reports_bytes_so_far(plain: tuple[str, Site], demo_path: Path)
     assert seen and seen == sorted(seen) and seen[-1] == src.bytes_transferred
 
 
-# --- memory over repeated reads (issue #16: RSS grew over repeated 64 MiB hostile reads) ---------------
+# --- memory over repeated reads (issue #16: RSS grew over repeated 64 MiB hostile reads)
+# ---------------
 
 
 @pytest.mark.parametrize(
@@ -446,8 +476,9 @@ def test_progress_reports_bytes_so_far(plain: tuple[str, Site], demo_path: Path)
         ("cli", "hostile:long-vocab", "the header would need more than 67,108,864"),
     ],
 )
-def test_a_remote_read_leaves_nothing_for_the_garbage_collector(how: str, path: str, error: str | None,
-                                                                 plain: tuple[str, Site]) -> None:
+def test_a_remote_read_leaves_nothing_for_the_garbage_collector(
+    how: str, path: str, error: str | None, plain: tuple[str, Site]
+) -> None:
     """Each read's sources and the header bytes they recorded (up to 64 MiB) are freed when the read
     returns or fails, by reference counting: no reference cycle waits for a collection that may not
     come for many reads. Before: `report` closed over the recorders and each source held `report`;
@@ -455,6 +486,7 @@ def test_a_remote_read_leaves_nothing_for_the_garbage_collector(how: str, path: 
     import gc
 
     from click.testing import CliRunner
+
     hostile_server = script("hostile_http").hostile_server
 
     from llamafit.cli import cli
@@ -466,7 +498,10 @@ def test_a_remote_read_leaves_nothing_for_the_garbage_collector(how: str, path: 
         try:
             if how == "cli":
                 result = CliRunner().invoke(cli, ["inspect", url])
-                assert (result.exit_code, error is None or error in result.stderr) == (2 if error else 0, True)
+                assert (result.exit_code, error is None or error in result.stderr) == (
+                    2 if error else 0,
+                    True,
+                )
                 del result
             elif error is None:
                 open_model(url, {})
@@ -475,9 +510,15 @@ def test_a_remote_read_leaves_nothing_for_the_garbage_collector(how: str, path: 
                     open_model(url, {})
             gc.set_debug(gc.DEBUG_SAVEALL)
             gc.collect()
-            held = sorted({type(o).__name__ for o in gc.garbage
-                           if isinstance(o, (HttpRangeSource, model_source.RecordingSource))
-                           or isinstance(o, (bytes, bytearray)) and len(o) >= 1 << 20})
+            held = sorted(
+                {
+                    type(o).__name__
+                    for o in gc.garbage
+                    if isinstance(o, (HttpRangeSource, model_source.RecordingSource))
+                    or isinstance(o, (bytes, bytearray))
+                    and len(o) >= 1 << 20
+                }
+            )
         finally:
             gc.set_debug(0)
             gc.garbage.clear()
@@ -496,8 +537,17 @@ def test_a_remote_read_is_not_copied_after_it_arrives(offset: int, n: int) -> No
     from tests.support import ROOT
 
     # the server in a process of its own: its memory is not traced here
-    server = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "hostile_http.py"), "huge-vocab", "0", "60"],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "fuzz" / "hostile_http.py"),
+            "huge-vocab",
+            "0",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None
         src = HttpRangeSource(server.stdout.readline().strip())
@@ -514,14 +564,18 @@ def test_a_remote_read_is_not_copied_after_it_arrives(offset: int, n: int) -> No
     assert (len(data), peak < 1.5 * n) == (n, True)
 
 
-# --- Hugging Face ------------------------------------------------------------------------------------
+# --- Hugging Face
+# ------------------------------------------------------------------------------------
 
 
 def test_hf_repo_default_tag_reads_gemma(hub: Hub, demo_path: Path) -> None:
     model = open_model("hf:unsloth/gemma-3-270m-it-GGUF", hub.env)
     local = read_model(demo_path)
     assert_same(model, local)
-    assert model.path == f"{hub.url}/unsloth/gemma-3-270m-it-GGUF/resolve/main/gemma-3-270m-it-Q4_K_M.gguf"
+    assert (
+        model.path
+        == f"{hub.url}/unsloth/gemma-3-270m-it-GGUF/resolve/main/gemma-3-270m-it-Q4_K_M.gguf"
+    )
     assert 0 < hub.cdn.sent() < 2 * header_bytes(local)
     api = [h.path for h in hub.site.hits if h.path.startswith("/api/")]
     assert api == ["/api/models/unsloth/gemma-3-270m-it-GGUF/revision/main"]
@@ -537,7 +591,9 @@ def test_hf_cache_second_open_is_free_and_offline(hub: Hub, demo_path: Path) -> 
         "/api/models/unsloth/gemma-3-270m-it-GGUF/revision/main"
     ]
     hub.reset()
-    offline = open_hf_repo("unsloth/gemma-3-270m-it-GGUF:Q4_K_M", {**hub.env, "HF_HUB_OFFLINE": "1"})
+    offline = open_hf_repo(
+        "unsloth/gemma-3-270m-it-GGUF:Q4_K_M", {**hub.env, "HF_HUB_OFFLINE": "1"}
+    )
     assert_same(offline, first)
     assert offline.path == first.path
     assert hub.site.hits == [] and hub.cdn.hits == []
@@ -606,7 +662,8 @@ def test_hf_gated_repo_needs_the_token_and_it_stays_on_the_hub(hub: Hub) -> None
 
 
 def test_hf_resolve_url_token_and_cache(hub: Hub) -> None:
-    """A plain resolve URL on the Hub gets the token; its HEAD stops at the Hub's 302 (X-Linked-Etag)."""
+    """A plain resolve URL on the Hub gets the token; its HEAD stops at the Hub's 302
+    (X-Linked-Etag)."""
     url = f"{hub.url}/acme/gated-GGUF/resolve/main/gated-Q4_K_M.gguf"
     env = {**hub.env, "HF_TOKEN": TOKEN}
     first = open_model(url, env)
@@ -623,7 +680,8 @@ def test_hf_unreachable_hub_without_cache() -> None:
     assert "not cached" in one_line_error(e)
 
 
-# --- pure parts ----------------------------------------------------------------------------------------
+# --- pure parts
+# ----------------------------------------------------------------------------------------
 
 
 def test_find_best_model_follows_llama_cpp() -> None:
@@ -642,7 +700,8 @@ def test_find_best_model_follows_llama_cpp() -> None:
     assert find_best_model(files, "Q5_K_M") == "model.Q5_K_M.gguf"  # `.` after the tag counts too
     assert find_best_model(files, "Q4_K") is None  # the tag must end at `.` or `-`
     assert find_best_model(files, "Q6_K") is None
-    assert find_best_model(["a-F16.gguf", "b.gguf"], "") == "a-F16.gguf"  # no default tag: first model
+    # no default tag: first model
+    assert find_best_model(["a-F16.gguf", "b.gguf"], "") == "a-F16.gguf"
     assert split_files(files, "sub/model-Q4_K_M-00001-of-00002.gguf") == [
         "sub/model-Q4_K_M-00001-of-00002.gguf",
         "sub/model-Q4_K_M-00002-of-00002.gguf",
@@ -669,9 +728,13 @@ def test_http_helpers() -> None:
     assert parse_content_range("bytes 0-9/*") == model_source_cr(0, 9, None)
     assert parse_content_range("nonsense") is None
     assert same_origin("https://huggingface.co/a", "https://huggingface.co:443/b")
-    assert same_origin("http://h:1/a", "http://h:1/b") and not same_origin("http://h:1/a", "https://h:1/a")
+    assert same_origin("http://h:1/a", "http://h:1/b") and not same_origin(
+        "http://h:1/a", "https://h:1/a"
+    )
     creds = {"Authorization": "Bearer x", "Range": "bytes=0-1"}
-    assert headers_for("https://cdn.example/x", "https://hub.example/y", creds) == {"Range": "bytes=0-1"}
+    assert headers_for("https://cdn.example/x", "https://hub.example/y", creds) == {
+        "Range": "bytes=0-1"
+    }
     assert headers_for("https://hub.example/x", "https://hub.example/y", creds) == creds
 
 
@@ -685,18 +748,31 @@ def test_header_prefix_zero_fills_what_was_not_read() -> None:
     assert header_prefix([(0, b"ab"), (4, b"ef"), (7, b"xyz")], 8) == b"ab\0\0ef\0x"
 
 
-@pytest.mark.parametrize(("chunks", "n", "prefix"), [
-    ([(0, b"GGUF"), (2, bytearray(b"UFxyz"))], 6, b"GGUFxy"),  # built on the remote window, shifted
-    ([(0, bytearray(b"ab")), (4, b"ef")], 8, b"ab\0\0ef\0\0"),
-    ([(3, bytearray(b"xyz"))], 4, b"\0\0\0x"),
-    ([(9, bytearray(b"q")), (0, b"a")], 4, b"a\0\0\0"),  # a read past the prefix is not the base
-    ([], 3, b"\0\0\0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("chunks", "n", "prefix"),
+    [
+        (
+            [(0, b"GGUF"), (2, bytearray(b"UFxyz"))],
+            6,
+            b"GGUFxy",
+        ),  # built on the remote window, shifted
+        ([(0, bytearray(b"ab")), (4, b"ef")], 8, b"ab\0\0ef\0\0"),
+        ([(3, bytearray(b"xyz"))], 4, b"\0\0\0x"),
+        (
+            [(9, bytearray(b"q")), (0, b"a")],
+            4,
+            b"a\0\0\0",
+        ),  # a read past the prefix is not the base
+        ([], 3, b"\0\0\0"),
+    ],
+)
 def test_header_prefix_table(chunks: list[tuple[int, bytes]], n: int, prefix: bytes) -> None:
     assert (header_prefix(chunks, n), chunks) == (prefix, [])
 
 
-@pytest.mark.parametrize("kind", [bytes, bytearray])  # a file's reads are bytes, a remote's bytearrays
+@pytest.mark.parametrize(
+    "kind", [bytes, bytearray]
+)  # a file's reads are bytes, a remote's bytearrays
 def test_header_prefix_holds_the_header_once(kind: type) -> None:
     """The prefix is built in one buffer, each read copied once and let go (before: a slice copy of
     each read, the buffer, and a bytes copy of the buffer: three times the header at the peak)."""
@@ -716,8 +792,9 @@ def test_header_prefix_holds_the_header_once(kind: type) -> None:
 # ---- through the CLI: inspect, check and plan accept URLs, hf:// and -hf ----------------------
 
 
-def test_cli_reads_urls_hf_files_and_dash_hf(plain: tuple[str, Site], hub: Hub,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_cli_reads_urls_hf_files_and_dash_hf(
+    plain: tuple[str, Site], hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from click.testing import CliRunner
 
     from llamafit.cli import cli
@@ -727,11 +804,14 @@ def test_cli_reads_urls_hf_files_and_dash_hf(plain: tuple[str, Site], hub: Hub,
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["n_tensors"] == 39
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    by_flag = CliRunner().invoke(cli, ["check", "--gpu", "8GiB", "--json", "--", "-hf", "acme/tiny-GGUF:q8_0",
-                                       "-c", "2048"])  # fmt: skip
+    by_flag = CliRunner().invoke(
+        cli, ["check", "--gpu", "8GiB", "--json", "--", "-hf", "acme/tiny-GGUF:q8_0", "-c", "2048"]
+    )
     assert by_flag.exit_code == 0, by_flag.output
     assert json.loads(by_flag.stdout)["model"]["path"].endswith("/tiny-Q8_0.gguf")
-    plan = CliRunner().invoke(cli, ["plan", "hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf", "--gpu", "8GiB", "--json"])
+    plan = CliRunner().invoke(
+        cli, ["plan", "hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf", "--gpu", "8GiB", "--json"]
+    )
     assert plan.exit_code == 0, plan.output
     assert json.loads(plan.stdout)["model"]["architecture"] == "llama"
 
@@ -743,7 +823,20 @@ def test_run_dry_run_passes_a_remote_model_as_model_url(plain: tuple[str, Site])
     from llamafit.cli import cli
 
     url = f"{plain[0]}/m/dense-llama.gguf"
-    result = CliRunner().invoke(cli, ["run", url, "--gpu", "cpu", "--dry-run", "--json", "--ctx", "2048",
-                                      "--server", "embedded"])  # fmt: skip
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            url,
+            "--gpu",
+            "cpu",
+            "--dry-run",
+            "--json",
+            "--ctx",
+            "2048",
+            "--server",
+            "embedded",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["command"][1:3] == ["-mu", url]

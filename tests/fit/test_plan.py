@@ -1,22 +1,22 @@
-"""The honest verdict: the smallest catalog GPU, the speed cost of CPU layers, bytes read per token."""
+"""The honest verdict: the smallest catalog GPU, the speed cost of CPU layers, bytes read per
+token."""
 
 from __future__ import annotations
 
-import pytest
-
 from dataclasses import replace
 
-from tests.support import FIXTURES, QWEN, target
+import pytest
 
-from llamafit.memory.config import LaunchConfig, with_given
-from llamafit.memory.placement import CPU
-from llamafit.report.check import notice_text
 from llamafit.findings import Notice
 from llamafit.fit.explain import plan, smallest_gpu_for
-from llamafit.report.plan import verdict_text
 from llamafit.fit.solver import Policy, solve
 from llamafit.fit.speed import Efficiency, SpeedInputs, estimate
 from llamafit.machine.rates import Rate
+from llamafit.memory.config import LaunchConfig, with_given
+from llamafit.memory.placement import CPU
+from llamafit.report.check import notice_text
+from llamafit.report.plan import verdict_text
+from tests.support import FIXTURES, QWEN, target
 
 GB_S = 10**9
 
@@ -28,32 +28,46 @@ def test_smallest_gpu_for_the_trained_context() -> None:
     assert 23 << 30 < need <= 24 << 30
 
 
-ONE = {b: Efficiency(1.0, 1.0, "test") for b in ("cpu", "cuda")}  # bytes over bandwidth, nothing else
+# bytes over bandwidth, nothing else
+ONE = {b: Efficiency(1.0, 1.0, "test") for b in ("cpu", "cuda")}
 
 
 def inputs(gpu_bw: int | None, host_bw: int = 60 * GB_S) -> SpeedInputs:
-    return SpeedInputs((Rate(gpu_bw, "test") if gpu_bw else None,), (None,), Rate(host_bw, "test"),
-                       Rate(1e12, "test"), efficiency=ONE)  # fmt: skip
+    return SpeedInputs(
+        (Rate(gpu_bw, "test") if gpu_bw else None,),
+        (None,),
+        Rate(host_bw, "test"),
+        Rate(1e12, "test"),
+        efficiency=ONE,
+    )
 
 
 def test_speed_estimate_is_bytes_over_bandwidth() -> None:
     """Time per token = Σ (weights + KV in use) / bandwidth per device, from an empty context (one
-    256-cell block on a GPU; one cell on the CPU, whose flash attention skips masked cells) to a full
-    slot; weights cross-checked against memory.py's own per-device sum."""
+    256-cell block on a GPU; one cell on the CPU, whose flash attention skips masked cells) to a
+    full slot; weights cross-checked against memory.py's own per-device sum."""
     t = target(QWEN, "16GiB")
     choice = solve(t, LaunchConfig(), Policy())
     lmap, facts = choice.breakdown.layer_devices, t.model.facts
     read = t.model.bytes_read_per_token(choice.rc, lmap, 1)
     est = estimate(t.model, choice.rc, lmap, t.gpus, inputs(288 * GB_S))
     assert est is not None
-    assert [(d.device, d.weight_bytes) for d in est.devices] == [("CUDA0", read[0]), ("CPU", read[CPU])]
-    kv = [sum(layer_kv(facts, choice.rc, il) for il in range(facts.n_layer) if lmap.layers[il] == dev)
-          for dev in (0, CPU)]
+    assert [(d.device, d.weight_bytes) for d in est.devices] == [
+        ("CUDA0", read[0]),
+        ("CPU", read[CPU]),
+    ]
+    kv = [
+        sum(layer_kv(facts, choice.rc, il) for il in range(facts.n_layer) if lmap.layers[il] == dev)
+        for dev in (0, CPU)
+    ]
     assert choice.rc.flash_attn
     for (n_gpu, n_cpu), which in (((256, 1), 1), ((choice.rc.n_ctx_seq,) * 2, 0)):
-        expected = 1 / ((read[0] + kv[0] * n_gpu) / (288 * GB_S) + (read[CPU] + kv[1] * n_cpu) / (60 * GB_S))
+        expected = 1 / (
+            (read[0] + kv[0] * n_gpu) / (288 * GB_S) + (read[CPU] + kv[1] * n_cpu) / (60 * GB_S)
+        )
         assert est.generation_tps[which] == pytest.approx(expected, rel=1e-12)
-    assert estimate(t.model, choice.rc, lmap, t.gpus, inputs(None)) is None  # no bandwidth known: no estimate
+    # no bandwidth known: no estimate
+    assert estimate(t.model, choice.rc, lmap, t.gpus, inputs(None)) is None
 
 
 def layer_kv(facts, rc, il: int) -> int:  # type: ignore[no-untyped-def]
@@ -69,12 +83,15 @@ def test_moe_tokens_read_only_the_active_experts() -> None:
     facts = t.model.facts
     experts = sum(tt.n_bytes for tt in facts.tensors if "_exps." in tt.name)
     embd = sum(tt.n_bytes for tt in facts.tensors if tt.name == "token_embd.weight")
-    assert read[0] == facts.weights.total_bytes - embd - experts + experts * 2 // 8  # 2 of 8 experts per token
+    # 2 of 8 experts per token
+    assert read[0] == facts.weights.total_bytes - embd - experts + experts * 2 // 8
 
 
 def test_verdicts() -> None:
     full = plan(target(QWEN, "24GiB"), LaunchConfig(), Policy())
-    assert verdict_text(full.verdict).endswith("— the trained maximum") and full.smallest_gpu is None
+    assert (
+        verdict_text(full.verdict).endswith("— the trained maximum") and full.smallest_gpu is None
+    )
     partial = plan(target(QWEN, "16GiB"), LaunchConfig(), Policy(), speed=inputs(288 * GB_S))
     assert partial.smallest_gpu == "NVIDIA GeForce RTX 3090 Ti (24 GiB)"
     assert partial.speed is not None and partial.verdict.placement == "layers_on_cpu"
@@ -84,20 +101,31 @@ def test_verdicts() -> None:
     assert option.ctx_per_slot == 32768 and option.n_gpu_layers < partial.choice.rc.n_gpu_layers
     now, then = partial.speed.generation_tps[0], option.generation_tps[0]
     assert then < now
-    assert (f"; -ngl {option.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now:.1f} to ~{then:.1f} "
-            "tokens/s") in verdict_text(partial.verdict)
-    none = plan(target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192))
+    assert (
+        f"; -ngl {option.n_gpu_layers} fits 32,768 tokens but generation drops from ~{now:.1f} to "
+        f"~{then:.1f} tokens/s"
+    ) in verdict_text(partial.verdict)
+    none = plan(
+        target(QWEN, "4GiB"), with_given(LaunchConfig(), n_gpu_layers=65), Policy(min_ctx=8192)
+    )
     assert none.choice is None
-    assert (none.verdict.cause, none.verdict.pinned_ngl, none.verdict.ctx_min) == ("pinned_ngl", 65, 8192)
+    assert (none.verdict.cause, none.verdict.pinned_ngl, none.verdict.ctx_min) == (
+        "pinned_ngl",
+        65,
+        8192,
+    )
     assert verdict_text(none.verdict) == (
-        "does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 as pinned and the "
-        "smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 KV and every layer is NVIDIA GeForce "
-        "RTX 3090 Ti (24 GiB)")
+        "does not fit: no configuration fits 8,192 tokens per slot on this machine, with -ngl 65 "
+        "as pinned and the smallest KV cache; the smallest GPU that holds 8,192 tokens with q8_0 "
+        "KV and every layer is NVIDIA GeForce RTX 3090 Ti (24 GiB)"
+    )
 
 
 def test_low_reserve_warning() -> None:
     t = replace(target(QWEN, "24GiB"), reserve_bytes=256 << 20)
     warnings = plan(t, LaunchConfig(), Policy()).warnings
     assert warnings == (Notice("small_reserve", {"reserve_bytes": 256 << 20}),)
-    assert notice_text(warnings[0]) == ("the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory "
-                                        "pools may not fit")
+    assert notice_text(warnings[0]) == (
+        "the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory "
+        "pools may not fit"
+    )

@@ -1,32 +1,43 @@
-"""OOM retries retreat (issue #16): each try strictly smaller on the device that failed, and says what it gave up."""
+"""OOM retries retreat (issue #16): each try strictly smaller on the device that failed, and says
+what it gave up."""
 
 from __future__ import annotations
 
 import pytest
-from tests.support import FIXTURES
 
-from llamafit.memory.config import engine_defaults
-from llamafit.machine.devices import DeviceSpec, host
 from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import read_model
-from llamafit.memory.model import MemoryModel
 from llamafit.fit.explain import plan
 from llamafit.fit.retreat import failed_device, retreat
 from llamafit.fit.search import Target
 from llamafit.fit.solver import Policy
+from llamafit.machine.devices import DeviceSpec, host
+from llamafit.memory.config import engine_defaults
+from llamafit.memory.model import MemoryModel
+from llamafit.reader.model import read_model
+from tests.support import FIXTURES
 
 NAMES = ["CUDA0", "CUDA1", "CPU"]
 
 
-@pytest.mark.parametrize(("line", "device"), [
-    ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 1: cudaMalloc failed: out of memory",
-     "CUDA1"),
-    ("ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 123", "CUDA0"),
-    ("ggml_aligned_malloc: insufficient memory (attempted to allocate 43945.31 MB)", "CPU"),
-    ("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 46080000000", "CPU"),
-    ("failed to initialize the context", None),
-    (None, None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("line", "device"),
+    [
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 1: "
+            "cudaMalloc failed: out of memory",
+            "CUDA1",
+        ),
+        ("ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 123", "CUDA0"),
+        ("ggml_aligned_malloc: insufficient memory (attempted to allocate 43945.31 MB)", "CPU"),
+        (
+            "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size "
+            "46080000000",
+            "CPU",
+        ),
+        ("failed to initialize the context", None),
+        (None, None),
+    ],
+)
 def test_failed_device_from_the_log_line(line: str | None, device: str | None) -> None:
     assert failed_device(line, NAMES) == device
 
@@ -35,7 +46,9 @@ def test_failed_device_from_the_log_line(line: str | None, device: str | None) -
 def test_three_retreats_each_strictly_smaller_on_the_failed_gpu(fixture: str) -> None:
     facts = build_facts(read_model(str(FIXTURES / fixture)))
     gpu = DeviceSpec("CUDA0", "gpu", "cuda", 64 << 20, 64 << 20)
-    target = Target(MemoryModel(facts), "llama-server", None, (gpu,), host(16 << 30, 16 << 30), 8 << 20)
+    target = Target(
+        MemoryModel(facts), "llama-server", None, (gpu,), host(16 << 30, 16 << 30), 8 << 20
+    )
     cfg, policy = engine_defaults("llama-server"), Policy()
     last = plan(target, cfg, policy).choice
     assert last is not None

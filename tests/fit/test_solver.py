@@ -6,36 +6,45 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tests.support import FIXTURES, QWEN, ROOT, target
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from llamafit.memory.config import LaunchConfig, with_given
-from llamafit.machine.devices import host
 from llamafit.fit.search import STEP
 from llamafit.fit.solver import NoFit, Policy, solve
+from llamafit.machine.devices import host
+from llamafit.memory.config import LaunchConfig, with_given
+from tests.support import FIXTURES, QWEN, ROOT, target
 
 MIB = 1 << 20
 
 
 def summary(choice) -> tuple:
     rc = choice.rc
-    return (choice.ctx, rc.n_gpu_layers, rc.n_cpu_moe, "on" if rc.flash_attn else "off",
-            rc.type_k.name.lower(), rc.type_v.name.lower(), rc.n_ubatch)  # fmt: skip
+    return (
+        choice.ctx,
+        rc.n_gpu_layers,
+        rc.n_cpu_moe,
+        "on" if rc.flash_attn else "off",
+        rc.type_k.name.lower(),
+        rc.type_v.name.lower(),
+        rc.n_ubatch,
+    )
 
 
 def test_qwen_32b_on_24gib_by_hand() -> None:
     """Qwen2.5-32B Q4_K_M on a 24 GiB card: 18,508 MiB of weights on the GPU (all but token_embd,
-    CUDA-padded), 1,024 MiB reserve, ~234 MiB compute. f16 KV costs 256 KiB per token, so f16 reaches
-    only (24,576 - 1,024 - 18,508 - 234) MiB / 0.25 MiB ≈ 19,240 → 19,200 tokens; q8_0 (136 KiB per
-    token, 4,352 MiB for 32,768 tokens) reaches the trained 32,768 — the most precise KV that does."""
+    CUDA-padded), 1,024 MiB reserve, ~234 MiB compute. f16 KV costs 256 KiB per token, so f16
+    reaches only (24,576 - 1,024 - 18,508 - 234) MiB / 0.25 MiB ≈ 19,240 → 19,200 tokens; q8_0 (136
+    KiB per token, 4,352 MiB for 32,768 tokens) reaches the trained 32,768 — the most precise KV
+    that does."""
     t = target(QWEN, "24GiB")
     choice = solve(t, LaunchConfig(), Policy())
     assert summary(choice) == (32768, 65, 0, "on", "q8_0", "q8_0", 512)
     gpu = choice.breakdown.devices[0]
     assert gpu.kv_bytes == 64 * 2 * 8 * 128 * 34 // 32 * 32768  # 136 KiB per token
     assert gpu.weights_bytes // MIB == 18508
-    f16 = solve(t, LaunchConfig(), Policy(kv="f16"))  # a smaller -ub shrinks compute: 512 more tokens
+    # a smaller -ub shrinks compute: 512 more tokens
+    f16 = solve(t, LaunchConfig(), Policy(kv="f16"))
     assert summary(f16) == (19712, 65, 0, "on", "f16", "f16", 256)  # -ub 128 reaches no further
     f16_ub512 = solve(t, with_given(LaunchConfig(), n_ubatch=512), Policy(kv="f16"))
     assert summary(f16_ub512) == (19200, 65, 0, "on", "f16", "f16", 512)
@@ -43,7 +52,16 @@ def test_qwen_32b_on_24gib_by_hand() -> None:
 
 def test_qwen_32b_on_16gib_moves_layers_to_the_cpu() -> None:
     choice = solve(target(QWEN, "16GiB"), LaunchConfig(), Policy())
-    assert summary(choice) == (7168, 52, 0, "on", "q4_0", "q4_0", 128)  # op offload: the 53rd layer no longer fits
+    # op offload: the 53rd layer no longer fits
+    assert summary(choice) == (
+        7168,
+        52,
+        0,
+        "on",
+        "q4_0",
+        "q4_0",
+        128,
+    )
 
 
 def test_prefer_quality_keeps_f16() -> None:
@@ -66,20 +84,33 @@ def test_fixed_context_and_impossible_minimum() -> None:
 
 
 def test_moe_experts_go_to_the_cpu_before_layers() -> None:
-    t = target(FIXTURES / "moe-qwen3.gguf", "1026200K", reserve=1000 * MIB)  # a few MiB for the model
+    # a few MiB for the model
+    t = target(FIXTURES / "moe-qwen3.gguf", "1026200K", reserve=1000 * MIB)
     choice = solve(t, LaunchConfig(), Policy(ctx=2048))
-    # every block's experts on the CPU first (each host expert tensor is copied into the GPU's compute buffer
-    # for its op: op offload, MemoryModel._op_offload, so moving experts frees less than their size), then
-    # block 0 (which also takes the mixed input branch's split-input copies off the GPU)
+    # every block's experts on the CPU first (each host expert tensor is copied into the GPU's
+    # compute buffer for its op: op offload, MemoryModel._op_offload, so moving experts frees less
+    # than their size), then block 0 (which also takes the mixed input branch's split-input copies
+    # off the GPU)
     assert summary(choice) == (2048, 4, 4, "on", "q4_0", "q4_0", 128)
-    assert not t.fits(replace(choice.cfg, n_gpu_layers=5))  # every block's experts moved, all layers: too much
+    # every block's experts moved, all layers: too much
+    assert not t.fits(replace(choice.cfg, n_gpu_layers=5))
 
 
-FIT_MODELS = ["dense-llama.gguf", "swa-gemma3.gguf", "moe-qwen3.gguf", "hybrid-granite.gguf", "mla-deepseek2.gguf"]
+FIT_MODELS = [
+    "dense-llama.gguf",
+    "swa-gemma3.gguf",
+    "moe-qwen3.gguf",
+    "hybrid-granite.gguf",
+    "mla-deepseek2.gguf",
+]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(FIT_MODELS), gpu_mib=st.integers(1030, 1100), np=st.sampled_from([-1, 1, 2]))
+@given(
+    name=st.sampled_from(FIT_MODELS),
+    gpu_mib=st.integers(1030, 1100),
+    np=st.sampled_from([-1, 1, 2]),
+)
 def test_the_chosen_context_is_exact(name: str, gpu_mib: int, np: int) -> None:
     """The chosen context fits and the same config with 256 more tokens per slot does not."""
     t = target(FIXTURES / name, f"{gpu_mib}MiB")
@@ -113,7 +144,7 @@ def test_qwen_header_fixture_regenerates_identically(tmp_path: Path) -> None:
     import sys
 
     out = tmp_path / "q.gguf"
-    script = ROOT / "scripts" / "make_qwen_like_header.py"
+    script = ROOT / "scripts" / "fixtures" / "make_qwen_like_header.py"
     subprocess.run([sys.executable, str(script), str(out)], check=True, capture_output=True)
     assert out.read_bytes() == QWEN.read_bytes()
 
@@ -128,16 +159,25 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
     """12 GiB GPU, 16 GiB host: some -ngl fit the GPU while the host holds the rest (mmap'd)."""
     t = replace(target(QWEN, "12GiB"), host=host(16 << 30, 16 << 30))
     choice = solve(t, LaunchConfig(), Policy(kv="q4_0", ctx=4096))
-    assert summary(choice) == (4096, 37, 0, "on", "q4_0", "q4_0", 512)  # op offload: room for one host weight
+    # op offload: room for one host weight
+    assert summary(choice) == (
+        4096,
+        37,
+        0,
+        "on",
+        "q4_0",
+        "q4_0",
+        512,
+    )
 
 
-# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and rules out
-# combos by a bound rather than searching each (issue #26) ----
+# ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and
+# rules out combos by a bound rather than searching each (issue #26) ----
 
 
 def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: int):  # type: ignore[no-untyped-def]
-    """The pick by searching every combo (the rule _best_combo must keep): the first combo reaching the
-    best context (quality: the first reaching any)."""
+    """The pick by searching every combo (the rule _best_combo must keep): the first combo reaching
+    the best context (quality: the first reaching any)."""
     from llamafit.fit.search import max_context
     from llamafit.fit.solver import combos
 
@@ -145,19 +185,40 @@ def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: i
     if not reached:
         return None
     best = max(ctx for _, ctx in reached)
-    return reached[0] if policy.prefer == "quality" else next((c, x) for c, x in reached if x == best)
+    return (
+        reached[0] if policy.prefer == "quality" else next((c, x) for c, x in reached if x == best)
+    )
 
 
 @pytest.mark.parametrize("prefer", ["context", "speed", "quality"])
-@pytest.mark.parametrize(("name", "gpu", "lo", "hi", "exhaustive", "evaluated", "quality"), [
-    ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 105, 8, 6),  # all 21 combos reach the top
-    ("dense-llama.gguf", "8GiB", 256, 4096, 30, 8, 6),
-    ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 30, 8, 6),
-    ("header-only/qwen2.5-32b-like-q4_k_m.gguf", "24GiB", 4096, 32768, 186, 36, 10),  # the 13th reaches 32k first
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "gpu", "lo", "hi", "exhaustive", "evaluated", "quality"),
+    [
+        ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 105, 8, 6),  # all 21 combos reach the top
+        ("dense-llama.gguf", "8GiB", 256, 4096, 30, 8, 6),
+        ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 30, 8, 6),
+        (
+            "header-only/qwen2.5-32b-like-q4_k_m.gguf",
+            "24GiB",
+            4096,
+            32768,
+            186,
+            36,
+            10,
+        ),  # the 13th reaches 32k first
+    ],
+)
 def test_best_combo_is_the_exhaustive_pick_with_fewer_evaluations(
-        name: str, gpu: str, lo: int, hi: int, exhaustive: int, evaluated: int, quality: int, prefer: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    name: str,
+    gpu: str,
+    lo: int,
+    hi: int,
+    exhaustive: int,
+    evaluated: int,
+    quality: int,
+    prefer: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from llamafit.fit import solver
     from llamafit.memory.model import MemoryModel
 
@@ -173,5 +234,8 @@ def test_best_combo_is_the_exhaustive_pick_with_fewer_evaluations(
     t = target(FIXTURES / name, gpu)  # a fresh target: nothing evaluated yet
     choice = solver._best_combo(t, base, policy, lo, hi)
     assert expected is not None and choice is not None
-    assert (replace(choice.cfg, n_ctx=0), choice.ctx) == (replace(expected[0], n_ctx=0), expected[1])
+    assert (replace(choice.cfg, n_ctx=0), choice.ctx) == (
+        replace(expected[0], n_ctx=0),
+        expected[1],
+    )
     assert len(calls) == (quality if prefer == "quality" else evaluated)

@@ -1,8 +1,8 @@
-"""Stopping a device benchmark stops the servers it started (scripts/device_lab.py stop_on_signals):
-scripts/bench_limit.py, killed with SIGTERM or interrupted (Ctrl-C) while a llama-server it bisects
-with is loading, leaves no server behind. The server is a stand-in that loads forever (a real one
-in its place behaves the same: each runs in a session of its own, out of reach of the terminal's
-Ctrl-C)."""
+"""Stopping a device benchmark stops the servers it started (scripts/calibration/device_lab.py
+stop_on_signals): scripts/bench/bench_limit.py, killed with SIGTERM or interrupted (Ctrl-C) while a
+llama-server it bisects with is loading, leaves no server behind. The server is a stand-in that
+loads forever (a real one in its place behaves the same: each runs in a session of its own, out of
+reach of the terminal's Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.support import ROOT
 
 CHILD = """
 import sys
 from pathlib import Path
-sys.path.insert(0, {scripts!r})
-import bench_fit, bench_limit
+sys.path.insert(0, {root!r})
+from scripts.bench import bench_fit, bench_limit
 bench_fit.models = lambda tmp, quick: [("stand-in", Path("stand-in.gguf"))]
 bench_fit.llamafit_plan = lambda model, margin: ["-c", "1024"]
 bench_limit.trained_ctx = lambda model: 4096
@@ -48,7 +49,7 @@ def test_a_stopped_bench_limit_leaves_no_server_running(tmp_path: Path, sig: int
         "print('llama_model_loader: loaded meta data', flush=True)\ntime.sleep(600)\n"
     )
     server.chmod(server.stat().st_mode | stat.S_IXUSR)
-    code = CHILD.format(scripts=str(ROOT / "scripts"), state=str(tmp_path / "state.json"))
+    code = CHILD.format(root=str(ROOT), state=str(tmp_path / "state.json"))
     env = dict(os.environ, LLAMAFIT_VULKAN_RPC_BIN=str(folder))
     bench = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL)
     pid = 0

@@ -1,4 +1,5 @@
-"""The real-device environment: the Vulkan/RPC build is found and Vulkan0 is listed (skips otherwise)."""
+"""The real-device environment: the Vulkan/RPC build is found and Vulkan0 is listed (skips
+otherwise)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,25 @@
-"""The built-in GPU catalog: lookup spelling, close matches, Metal working set, smallest fitting card."""
+"""The built-in GPU catalog: lookup spelling, close matches, Metal working set, smallest fitting
+card."""
 
 from __future__ import annotations
 
 import pytest
 
 from llamafit.errors import InputError
-from llamafit.machine.catalog import CATALOG, close_matches, lookup, metal_working_set, normalize, smallest_fitting
+from llamafit.machine.catalog import (
+    CATALOG,
+    close_matches,
+    lookup,
+    metal_working_set,
+    normalize,
+    smallest_fitting,
+)
 
 GiB = 1 << 30
 
 REQUIRED = (
-    "rtx3060-12gb rtx3070 rtx3080-10gb rtx3090 rtx4060-8gb rtx4060ti-16gb rtx4070 rtx4080 rtx4090 rtx5090 "
-    "a10 a100-40gb a100-80gb h100 h100-nvl h200 l4 l40s t4 v100-32gb mi210 mi250 mi300x "
+    "rtx3060-12gb rtx3070 rtx3080-10gb rtx3090 rtx4060-8gb rtx4060ti-16gb rtx4070 rtx4080 rtx4090 "
+    "rtx5090 a10 a100-40gb a100-80gb h100 h100-nvl h200 l4 l40s t4 v100-32gb mi210 mi250 mi300x "
     "m2-max-96gb m3-max-128gb m4-max-128gb m2-ultra-192gb"
 ).split()
 
@@ -40,7 +48,12 @@ def test_catalog_has_required_cards_with_unique_spellings() -> None:
 )
 def test_lookup(spelling: str, key: str, vram: int, bandwidth: int, backend: str) -> None:
     e = lookup(spelling)
-    assert (e.key, e.vram_bytes, e.bandwidth_bytes_per_s, e.backend) == (key, vram, bandwidth, backend)
+    assert (e.key, e.vram_bytes, e.bandwidth_bytes_per_s, e.backend) == (
+        key,
+        vram,
+        bandwidth,
+        backend,
+    )
 
 
 @pytest.mark.parametrize(
@@ -77,14 +90,24 @@ def test_metal_working_set(ram: int, wired_limit_mb: int, expected: int) -> None
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("rtx4091", "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
-                    "(or give a size such as 24GiB)"),
-        ("a100", "unknown GPU 'a100'; did you mean a100-40gb, a100-80gb? (or give a size such as 24GiB)"),
+        (
+            "rtx4091",
+            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
+            "(or give a size such as 24GiB)",
+        ),
+        (
+            "a100",
+            "unknown GPU 'a100'; did you mean a100-40gb, a100-80gb? (or give a size such as 24GiB)",
+        ),
         ("4090", "unknown GPU '4090'; did you mean rtx4090? (or give a size such as 24GiB)"),
-        ("H10", "unknown GPU 'H10'; did you mean h100, h100-pcie, h100-nvl? (or give a size such as 24GiB)"),
+        (
+            "H10",
+            "unknown GPU 'H10'; did you mean h100, h100-pcie, h100-nvl? (or give a size such "
+            "as 24GiB)",
+        ),
         ("mi3000x", "unknown GPU 'mi3000x'; did you mean mi300x? (or give a size such as 24GiB)"),
     ],
-)  # fmt: skip
+)
 def test_unknown_name_lists_close_matches(name: str, message: str) -> None:
     with pytest.raises(InputError) as err:
         lookup(name)

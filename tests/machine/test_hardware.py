@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from llamafit.machine.devices import DeviceSpec, cuda_overhead_bytes, host
 from llamafit.errors import InputError
-from llamafit.report.gpus import gpus_json, gpus_text
+from llamafit.machine.devices import DeviceSpec, cuda_overhead_bytes, host
 from llamafit.machine.hardware import (
     GPUInfo,
     Hardware,
@@ -24,6 +23,7 @@ from llamafit.machine.hardware import (
     parse_gpu_option,
     parse_rpc_option,
 )
+from llamafit.report.gpus import gpus_json, gpus_text
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -52,10 +52,24 @@ class RecordedGPU:
     mem_mhz: int
 
 
-RTX4090 = RecordedGPU("NVIDIA GeForce RTX 4090", "GPU-aaaa1111-2222-3333-4444-555566667777",
-                      "00000000:01:00.0", 24564 * MiB, 1000 * MiB, 384, 10501)  # fmt: skip
-RTX3060 = RecordedGPU("NVIDIA GeForce RTX 3060", "GPU-bbbb1111-2222-3333-4444-555566667777",
-                      "00000000:02:00.0", 12288 * MiB, 300 * MiB, 192, 7501)  # fmt: skip
+RTX4090 = RecordedGPU(
+    "NVIDIA GeForce RTX 4090",
+    "GPU-aaaa1111-2222-3333-4444-555566667777",
+    "00000000:01:00.0",
+    24564 * MiB,
+    1000 * MiB,
+    384,
+    10501,
+)
+RTX3060 = RecordedGPU(
+    "NVIDIA GeForce RTX 3060",
+    "GPU-bbbb1111-2222-3333-4444-555566667777",
+    "00000000:02:00.0",
+    12288 * MiB,
+    300 * MiB,
+    192,
+    7501,
+)
 
 
 class FakeNVML:
@@ -114,14 +128,25 @@ def _not_apple(name: str) -> str | None:
 
 def _cuda(i: int, rec: RecordedGPU, physical: int, bandwidth: int | None) -> GPUInfo:
     # the recorded driver answers no compute capability: context + the pre-Hopper cuBLAS workspace
-    spec = DeviceSpec(f"CUDA{i}", "gpu", "cuda", rec.total, rec.total - rec.used,
-                      overhead_bytes=cuda_overhead_bytes(None))
-    return GPUInfo(spec, rec.name, i, physical, rec.uuid, rec.bus_id, "550.54.15", bandwidth, rec.used)
+    spec = DeviceSpec(
+        f"CUDA{i}",
+        "gpu",
+        "cuda",
+        rec.total,
+        rec.total - rec.used,
+        overhead_bytes=cuda_overhead_bytes(None),
+    )
+    return GPUInfo(
+        spec, rec.name, i, physical, rec.uuid, rec.bus_id, "550.54.15", bandwidth, rec.used
+    )
 
 
 BW_4090 = 48 * 10501 * 10**6 * 2  # 384-bit × 10501 MHz × 2 = 1008.096 GB/s
 BW_3060 = 24 * 7501 * 10**6 * 2  # 360.048 GB/s
-ORDER_NOTE = "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in PCI order"
+ORDER_NOTE = (
+    "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; shown in "
+    "PCI order"
+)
 
 
 @pytest.mark.parametrize(
@@ -133,19 +158,33 @@ ORDER_NOTE = "GPUs differ: CUDA numbers them fastest first unless CUDA_DEVICE_OR
         ({"CUDA_VISIBLE_DEVICES": "1"}, (1,), ()),
         ({"CUDA_VISIBLE_DEVICES": " 1 "}, (1,), ()),
         ({"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}, (1,), ()),  # a unique UUID prefix
-        ({"CUDA_VISIBLE_DEVICES": "gpu-bbbb1111-2222-3333-4444-555566667777,0"}, (1, 0), (ORDER_NOTE,)),
+        (
+            {"CUDA_VISIBLE_DEVICES": "gpu-bbbb1111-2222-3333-4444-555566667777,0"},
+            (1, 0),
+            (ORDER_NOTE,),
+        ),
         ({"CUDA_VISIBLE_DEVICES": "-1"}, (), ()),
         ({"CUDA_VISIBLE_DEVICES": ""}, (), ()),
-        ({"CUDA_VISIBLE_DEVICES": "0,7,1"}, (0,),
-         ("CUDA_VISIBLE_DEVICES=0,7,1: '7' names no GPU here; it and the rest are ignored",)),
-        ({"CUDA_VISIBLE_DEVICES": "0,0"}, (0,),
-         ("CUDA_VISIBLE_DEVICES=0,0: '0' names no GPU here; it and the rest are ignored",)),
-        ({"CUDA_VISIBLE_DEVICES": "GPU-"}, (),  # ambiguous prefix
-         ("CUDA_VISIBLE_DEVICES=GPU-: 'GPU-' names no GPU here; it and the rest are ignored",)),
+        (
+            {"CUDA_VISIBLE_DEVICES": "0,7,1"},
+            (0,),
+            ("CUDA_VISIBLE_DEVICES=0,7,1: '7' names no GPU here; it and the rest are ignored",),
+        ),
+        (
+            {"CUDA_VISIBLE_DEVICES": "0,0"},
+            (0,),
+            ("CUDA_VISIBLE_DEVICES=0,0: '0' names no GPU here; it and the rest are ignored",),
+        ),
+        (
+            {"CUDA_VISIBLE_DEVICES": "GPU-"},
+            (),  # ambiguous prefix
+            ("CUDA_VISIBLE_DEVICES=GPU-: 'GPU-' names no GPU here; it and the rest are ignored",),
+        ),
     ],
-)  # fmt: skip
-def test_nvml_visible_devices(env: dict[str, str], physical: tuple[int, ...], notes: tuple[str, ...],
-                              tmp_path: Path) -> None:  # fmt: skip
+)
+def test_nvml_visible_devices(
+    env: dict[str, str], physical: tuple[int, ...], notes: tuple[str, ...], tmp_path: Path
+) -> None:
     nvml = FakeNVML([RTX4090, RTX3060])
     hw = detect(env, nvml=nvml, sysfs_root=tmp_path, sysctl=_not_apple, host_fn=_host)
     recs, bws = (RTX4090, RTX3060), (BW_4090, BW_3060)
@@ -170,7 +209,9 @@ def test_nvml_bandwidth_not_supported_is_none(tmp_path: Path) -> None:
 def test_nvml_falls_through_with_reason(nvml: FakeNVML, first_note: str, tmp_path: Path) -> None:
     hw = detect({}, nvml=nvml, sysfs_root=tmp_path, sysctl=_not_apple, host_fn=_host)
     drm = tmp_path / "class" / "drm"
-    assert hw == Hardware((), HOST, "none", (first_note, f"sysfs: no {drm}", "sysctl: not Apple Silicon"))
+    assert hw == Hardware(
+        (), HOST, "none", (first_note, f"sysfs: no {drm}", "sysctl: not Apple Silicon")
+    )
 
 
 def test_pynvml_not_importable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -190,11 +231,22 @@ def _card(root: Path, name: str, files: dict[str, str]) -> None:
         (dev / fname).write_text(text + "\n")
 
 
-MI210 = {"vendor": "0x1002", "device": "0x740f", "product_name": "AMD Instinct MI210",
-         "unique_id": "0x1a2b3c4d5e6f7081", "uevent": "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:03:00.0",
-         "mem_info_vram_total": str(64 * GiB), "mem_info_vram_used": str(10 * MiB)}  # fmt: skip
-RX7900 = {"vendor": "0x1002", "device": "0x744c", "unique_id": "0x99aa",
-          "mem_info_vram_total": str(24 * GiB), "mem_info_vram_used": str(2 * GiB)}  # fmt: skip
+MI210 = {
+    "vendor": "0x1002",
+    "device": "0x740f",
+    "product_name": "AMD Instinct MI210",
+    "unique_id": "0x1a2b3c4d5e6f7081",
+    "uevent": "DRIVER=amdgpu\nPCI_SLOT_NAME=0000:03:00.0",
+    "mem_info_vram_total": str(64 * GiB),
+    "mem_info_vram_used": str(10 * MiB),
+}
+RX7900 = {
+    "vendor": "0x1002",
+    "device": "0x744c",
+    "unique_id": "0x99aa",
+    "mem_info_vram_total": str(24 * GiB),
+    "mem_info_vram_used": str(2 * GiB),
+}
 NVIDIA_CARD = {"vendor": "0x10de", "mem_info_vram_total": str(8 * GiB), "mem_info_vram_used": "0"}
 
 
@@ -203,7 +255,8 @@ def sysfs(tmp_path: Path) -> Path:
     _card(tmp_path, "card0", MI210)
     _card(tmp_path, "card1", NVIDIA_CARD)  # another vendor: ignored
     _card(tmp_path, "card2", RX7900)
-    _card(tmp_path, "card10", {"vendor": "0x1002"})  # no VRAM files (e.g. a display-only GPU): ignored
+    # no VRAM files (e.g. a display-only GPU): ignored
+    _card(tmp_path, "card10", {"vendor": "0x1002"})
     (tmp_path / "class" / "drm" / "card0-DP-1").mkdir()  # connectors and render nodes: ignored
     (tmp_path / "class" / "drm" / "renderD128").mkdir()
     return tmp_path
@@ -212,7 +265,15 @@ def sysfs(tmp_path: Path) -> Path:
 def _rocm(i: int, which: str) -> GPUInfo:
     if which == "mi210":
         spec = DeviceSpec(f"ROCm{i}", "gpu", "rocm", 64 * GiB, 64 * GiB - 10 * MiB)
-        return GPUInfo(spec, "AMD Instinct MI210", i, 0, "GPU-1a2b3c4d5e6f7081", "0000:03:00.0", used_bytes=10 * MiB)
+        return GPUInfo(
+            spec,
+            "AMD Instinct MI210",
+            i,
+            0,
+            "GPU-1a2b3c4d5e6f7081",
+            "0000:03:00.0",
+            used_bytes=10 * MiB,
+        )
     spec = DeviceSpec(f"ROCm{i}", "gpu", "rocm", 24 * GiB, 22 * GiB)
     return GPUInfo(spec, "AMD GPU 0x744c", i, 1, "GPU-99aa", None, used_bytes=2 * GiB)
 
@@ -227,17 +288,35 @@ NVML_OFF = "nvml: NVML Shared Library Not Found"
         ({"HIP_VISIBLE_DEVICES": "1"}, ("rx7900",), ()),
         ({"HIP_VISIBLE_DEVICES": "1,0"}, ("rx7900", "mi210"), ()),
         ({"CUDA_VISIBLE_DEVICES": "1"}, ("rx7900",), ()),  # HIP reads it too
-        ({"HIP_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "1"}, ("mi210",), ()),  # HIP's own wins
+        (
+            {"HIP_VISIBLE_DEVICES": "0", "CUDA_VISIBLE_DEVICES": "1"},
+            ("mi210",),
+            (),
+        ),  # HIP's own wins
         ({"ROCR_VISIBLE_DEVICES": "GPU-99aa"}, ("rx7900",), ()),
-        ({"ROCR_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "1"}, ("mi210",), ()),  # HIP indexes ROCR's list
+        (
+            {"ROCR_VISIBLE_DEVICES": "1,0", "HIP_VISIBLE_DEVICES": "1"},
+            ("mi210",),
+            (),
+        ),  # HIP indexes ROCR's list
         ({"HIP_VISIBLE_DEVICES": ""}, (), ()),
-        ({"HIP_VISIBLE_DEVICES": "2"}, (),
-         ("HIP_VISIBLE_DEVICES=2: '2' names no GPU here; it and the rest are ignored",)),
+        (
+            {"HIP_VISIBLE_DEVICES": "2"},
+            (),
+            ("HIP_VISIBLE_DEVICES=2: '2' names no GPU here; it and the rest are ignored",),
+        ),
     ],
-)  # fmt: skip
-def test_sysfs_amd(env: dict[str, str], cards: tuple[str, ...], notes: tuple[str, ...], sysfs: Path) -> None:
-    hw = detect(env, nvml=FakeNVML([], init_error="NVML Shared Library Not Found"), sysfs_root=sysfs,
-                sysctl=_not_apple, host_fn=_host)  # fmt: skip
+)
+def test_sysfs_amd(
+    env: dict[str, str], cards: tuple[str, ...], notes: tuple[str, ...], sysfs: Path
+) -> None:
+    hw = detect(
+        env,
+        nvml=FakeNVML([], init_error="NVML Shared Library Not Found"),
+        sysfs_root=sysfs,
+        sysctl=_not_apple,
+        host_fn=_host,
+    )
     expected = tuple(_rocm(i, c) for i, c in enumerate(cards))
     assert hw == Hardware(expected, HOST, "sysfs", (NVML_OFF, *notes))
 
@@ -251,25 +330,40 @@ def test_sysfs_without_amd_falls_through(tmp_path: Path) -> None:
 
 # ---- Apple Silicon via a fake sysctl ----
 
-M2_MAX_96 = {"hw.optional.arm64": "1", "hw.memsize": str(96 * GiB), "machdep.cpu.brand_string": "Apple M2 Max"}
+M2_MAX_96 = {
+    "hw.optional.arm64": "1",
+    "hw.memsize": str(96 * GiB),
+    "machdep.cpu.brand_string": "Apple M2 Max",
+}
 
 
 @pytest.mark.parametrize(
     ("values", "usable", "how"),
     [
-        ({**M2_MAX_96, "iogpu.wired_limit_mb": "0"}, 72 * GiB, "2/3 of RAM up to 36 GiB, 3/4 above"),
+        (
+            {**M2_MAX_96, "iogpu.wired_limit_mb": "0"},
+            72 * GiB,
+            "2/3 of RAM up to 36 GiB, 3/4 above",
+        ),
         (M2_MAX_96, 72 * GiB, "2/3 of RAM up to 36 GiB, 3/4 above"),  # older macOS: no such name
         ({**M2_MAX_96, "iogpu.wired_limit_mb": "90000"}, 90000 * MiB, "iogpu.wired_limit_mb=90000"),
-        ({"hw.optional.arm64": "1", "hw.memsize": str(16 * GiB)}, 11_453_246_122,
-         "2/3 of RAM up to 36 GiB, 3/4 above"),
+        (
+            {"hw.optional.arm64": "1", "hw.memsize": str(16 * GiB)},
+            11_453_246_122,
+            "2/3 of RAM up to 36 GiB, 3/4 above",
+        ),
     ],
-)  # fmt: skip
+)
 def test_sysctl_apple(values: dict[str, str], usable: int, how: str, tmp_path: Path) -> None:
     hw = detect({}, nvml=FakeNVML([]), sysfs_root=tmp_path, sysctl=values.get, host_fn=_host)
     name = values.get("machdep.cpu.brand_string", "Apple Silicon")
     gpu = GPUInfo(DeviceSpec("MTL0", "gpu", "metal", usable, usable), name, 0, 0, unified=True)
     drm = tmp_path / "class" / "drm"
-    notes = ("nvml: no NVIDIA GPU", f"sysfs: no {drm}", f"MTL0: unified memory; usable = Metal working set ({how})")
+    notes = (
+        "nvml: no NVIDIA GPU",
+        f"sysfs: no {drm}",
+        f"MTL0: unified memory; usable = Metal working set ({how})",
+    )
     assert hw == Hardware((gpu,), HOST, "sysctl", notes)
 
 
@@ -294,26 +388,71 @@ def test_sysctl_skips(values: dict[str, str], note: str, tmp_path: Path) -> None
         ("cpu", "cuda", []),
         (" CPU ", "cuda", []),
         ("24GiB", "cuda", [("CUDA0", "cuda", 24 * GiB, "24 GiB GPU", None)]),
-        ("24G,12G", "rocm", [("ROCm0", "rocm", 24 * GiB, "24 GiB GPU", None),
-                             ("ROCm1", "rocm", 12 * GiB, "12 GiB GPU", None)]),
-        ("rtx4090,rtx3060-12gb", "cuda", [("CUDA0", "cuda", 24 * GiB, "NVIDIA GeForce RTX 4090", 1008 * 10**9),
-                                          ("CUDA1", "cuda", 12 * GiB, "NVIDIA GeForce RTX 3060", 360 * 10**9)]),
-        ("RTX_4090, 12G", "cuda", [("CUDA0", "cuda", 24 * GiB, "NVIDIA GeForce RTX 4090", 1008 * 10**9),
-                                   ("CUDA1", "cuda", 12 * GiB, "12 GiB GPU", None)]),
-        ("2xh100", "cuda", [("CUDA0", "cuda", 80 * GiB, "NVIDIA H100 80GB HBM3", 3350 * 10**9),
-                            ("CUDA1", "cuda", 80 * GiB, "NVIDIA H100 80GB HBM3", 3350 * 10**9)]),
-        ("mi250", "cuda", [("ROCm0", "rocm", 64 * GiB, "AMD Instinct MI250", 1638_400_000_000),
-                           ("ROCm1", "rocm", 64 * GiB, "AMD Instinct MI250", 1638_400_000_000)]),
-        ("mi300x,64G", "cuda", [("ROCm0", "rocm", 192 * GiB, "AMD Instinct MI300X", 5300 * 10**9),
-                                ("ROCm1", "rocm", 64 * GiB, "64 GiB GPU", None)]),  # sizes follow the card
-        ("rtx4090", "vulkan", [("Vulkan0", "vulkan", 24 * GiB, "NVIDIA GeForce RTX 4090", 1008 * 10**9)]),
+        (
+            "24G,12G",
+            "rocm",
+            [
+                ("ROCm0", "rocm", 24 * GiB, "24 GiB GPU", None),
+                ("ROCm1", "rocm", 12 * GiB, "12 GiB GPU", None),
+            ],
+        ),
+        (
+            "rtx4090,rtx3060-12gb",
+            "cuda",
+            [
+                ("CUDA0", "cuda", 24 * GiB, "NVIDIA GeForce RTX 4090", 1008 * 10**9),
+                ("CUDA1", "cuda", 12 * GiB, "NVIDIA GeForce RTX 3060", 360 * 10**9),
+            ],
+        ),
+        (
+            "RTX_4090, 12G",
+            "cuda",
+            [
+                ("CUDA0", "cuda", 24 * GiB, "NVIDIA GeForce RTX 4090", 1008 * 10**9),
+                ("CUDA1", "cuda", 12 * GiB, "12 GiB GPU", None),
+            ],
+        ),
+        (
+            "2xh100",
+            "cuda",
+            [
+                ("CUDA0", "cuda", 80 * GiB, "NVIDIA H100 80GB HBM3", 3350 * 10**9),
+                ("CUDA1", "cuda", 80 * GiB, "NVIDIA H100 80GB HBM3", 3350 * 10**9),
+            ],
+        ),
+        (
+            "mi250",
+            "cuda",
+            [
+                ("ROCm0", "rocm", 64 * GiB, "AMD Instinct MI250", 1638_400_000_000),
+                ("ROCm1", "rocm", 64 * GiB, "AMD Instinct MI250", 1638_400_000_000),
+            ],
+        ),
+        (
+            "mi300x,64G",
+            "cuda",
+            [
+                ("ROCm0", "rocm", 192 * GiB, "AMD Instinct MI300X", 5300 * 10**9),
+                ("ROCm1", "rocm", 64 * GiB, "64 GiB GPU", None),
+            ],
+        ),  # sizes follow the card
+        (
+            "rtx4090",
+            "vulkan",
+            [("Vulkan0", "vulkan", 24 * GiB, "NVIDIA GeForce RTX 4090", 1008 * 10**9)],
+        ),
         ("m2-max-96gb", "cuda", [("MTL0", "metal", 72 * GiB, "Apple M2 Max", 400 * 10**9)]),
         ("36G", "metal", [("MTL0", "metal", 36 * GiB, "36 GiB GPU", None)]),
     ],
-)  # fmt: skip
-def test_parse_gpu_option(spec: str, backend: str, expected: list[tuple[str, str, int, str, int | None]]) -> None:
+)
+def test_parse_gpu_option(
+    spec: str, backend: str, expected: list[tuple[str, str, int, str, int | None]]
+) -> None:
     got = parse_gpu_option(spec, backend=backend)
-    assert [(g.spec.name, g.spec.backend, g.spec.total_bytes, g.name, g.bandwidth_bytes_per_s) for g in got] == expected
+    assert [
+        (g.spec.name, g.spec.backend, g.spec.total_bytes, g.name, g.bandwidth_bytes_per_s)
+        for g in got
+    ] == expected
     assert all(g.spec.free_bytes == g.spec.total_bytes and g.index == i for i, g in enumerate(got))
     assert all(g.unified == (g.spec.backend == "metal") for g in got)
 
@@ -321,15 +460,31 @@ def test_parse_gpu_option(spec: str, backend: str, expected: list[tuple[str, str
 @pytest.mark.parametrize(
     ("spec", "backend", "message"),
     [
-        ("rtx4090,mi300x", "cuda", "--gpu mixes cuda and rocm cards; one llama.cpp build drives one GPU backend"),
-        ("m2-max-96gb,24G", "cuda", "Metal drives one GPU (MTL0); give one Apple Silicon machine to --gpu"),
-        ("rtx4091", "cuda", "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
-                            "(or give a size such as 24GiB)"),
-        (",", "cuda", "--gpu needs at least one size or GPU name, e.g. --gpu 24GiB or --gpu rtx4090"),
+        (
+            "rtx4090,mi300x",
+            "cuda",
+            "--gpu mixes cuda and rocm cards; one llama.cpp build drives one GPU backend",
+        ),
+        (
+            "m2-max-96gb,24G",
+            "cuda",
+            "Metal drives one GPU (MTL0); give one Apple Silicon machine to --gpu",
+        ),
+        (
+            "rtx4091",
+            "cuda",
+            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
+            "(or give a size such as 24GiB)",
+        ),
+        (
+            ",",
+            "cuda",
+            "--gpu needs at least one size or GPU name, e.g. --gpu 24GiB or --gpu rtx4090",
+        ),
         ("0xrtx4090", "cuda", "--gpu 0xrtx4090: a count must be 1 to 16 (e.g. 2xrtx4090)"),
         ("24G", "opencl", "unknown backend 'opencl'; expected one of cuda, rocm, vulkan, metal"),
     ],
-)  # fmt: skip
+)
 def test_parse_gpu_option_errors(spec: str, backend: str, message: str) -> None:
     with pytest.raises(InputError) as err:
         parse_gpu_option(spec, backend=backend)
@@ -365,7 +520,13 @@ def test_parse_rpc_and_device_order() -> None:
         DeviceSpec("RPC0[[::1]:50053]", "gpu", "rpc", 12 * GiB, 12 * GiB),  # device 0 of its worker
     )
     names = [s.name for s in fit_devices(DETECTED, use="total", rpc=rpc)]
-    assert names == ["RPC0[192.168.1.5:50052]", "RPC0[[::1]:50053]", "CUDA0", "CUDA1"]  # RPC first, as llama.cpp
+    # RPC first, as llama.cpp
+    assert names == [
+        "RPC0[192.168.1.5:50052]",
+        "RPC0[[::1]:50053]",
+        "CUDA0",
+        "CUDA1",
+    ]
 
 
 def test_rpc_workers_without_a_size_are_asked() -> None:
@@ -378,13 +539,17 @@ def test_rpc_workers_without_a_size_are_asked() -> None:
     rpc = parse_rpc_option("10.0.0.1:50052=8GiB,10.0.0.2:50052", query)  # type: ignore[arg-type]
     assert asked == [["10.0.0.2:50052"]]
     assert rpc[1] == DeviceSpec("RPC0[10.0.0.2:50052]", "gpu", "rpc", 24105 << 20, 24000 << 20)
-    with pytest.raises(InputError, match=r"^--rpc 10\.0\.0\.3:1: cannot ask the worker for its memory"):
+    with pytest.raises(
+        InputError, match=r"^--rpc 10\.0\.0\.3:1: cannot ask the worker for its memory"
+    ):
         parse_rpc_option("10.0.0.3:1", query)  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"^--rpc 10\.0\.0\.3:1: cannot ask"):
         parse_rpc_option("10.0.0.3:1")  # no way to ask
 
 
-@pytest.mark.parametrize("spec", ["host=24G", ":50052=24G", "host:99999=24G", "host:port=24G", "host"])
+@pytest.mark.parametrize(
+    "spec", ["host=24G", ":50052=24G", "host:99999=24G", "host:port=24G", "host"]
+)
 def test_parse_rpc_errors(spec: str) -> None:
     wants = r"^--rpc wants host:port\[=SIZE\] \(e\.g\. 192\.168\.1\.5:50052=24GiB\), not '"
     with pytest.raises(InputError, match=wants):
@@ -404,36 +569,57 @@ REPORT_HW = Hardware(DETECTED[1:], host(64 * GiB, 48 * GiB), "nvml", ("sysfs: no
 def test_gpus_json() -> None:
     assert gpus_json(REPORT_HW) == {
         "source": "nvml",
-        "gpus": [{
-            "index": 1, "physical_index": 1, "name": "NVIDIA GeForce RTX 3060", "device": "CUDA1",
-            "uuid": "GPU-bbbb1111-2222-3333-4444-555566667777", "pci_bus_id": "00000000:02:00.0",
-            "total_bytes": 12288 * MiB, "free_bytes": 11988 * MiB, "used_bytes": 300 * MiB, "driver": "550.54.15",
-            "bandwidth_bytes_per_s": BW_3060, "backend": "cuda", "unified": False,
-        }],
+        "gpus": [
+            {
+                "index": 1,
+                "physical_index": 1,
+                "name": "NVIDIA GeForce RTX 3060",
+                "device": "CUDA1",
+                "uuid": "GPU-bbbb1111-2222-3333-4444-555566667777",
+                "pci_bus_id": "00000000:02:00.0",
+                "total_bytes": 12288 * MiB,
+                "free_bytes": 11988 * MiB,
+                "used_bytes": 300 * MiB,
+                "driver": "550.54.15",
+                "bandwidth_bytes_per_s": BW_3060,
+                "backend": "cuda",
+                "unified": False,
+            }
+        ],
         "host": {"total_bytes": 64 * GiB, "available_bytes": 48 * GiB},
         "notes": ["sysfs: not tried"],
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(
     ("hw", "text"),
     [
-        (REPORT_HW, "1 GPU (source: nvml, driver 550.54.15):\n"
-         "  device  name                     total     free      used     bandwidth  index  pci bus id        uuid\n"
-         "  CUDA1   NVIDIA GeForce RTX 3060  12.0 GiB  11.7 GiB  0.3 GiB  360 GB/s   GPU 1  00000000:02:00.0"
-         "  GPU-bbbb1111-2222-3333-4444-555566667777\n"
-         "Host RAM: 64.0 GiB total, 48.0 GiB available\n"
-         "note: sysfs: not tried"),
-        (given(parse_gpu_option("24G"), HOST), "1 GPU (source: given):\n"
-         "  device  name        total     free      used  bandwidth  index  pci bus id  uuid\n"
-         "  CUDA0   24 GiB GPU  24.0 GiB  24.0 GiB  ?     ?\n"
-         "Host RAM: 64.0 GiB total, 48.0 GiB available"),
-        (Hardware((), HOST, "none", ("nvml: Driver Not Loaded",)),
-         "No GPU found (source: none): llama.cpp would run on the CPU.\n"
-         "Host RAM: 64.0 GiB total, 48.0 GiB available\n"
-         "note: nvml: Driver Not Loaded"),
+        (
+            REPORT_HW,
+            "1 GPU (source: nvml, driver 550.54.15):\n"
+            "  device  name                     total     free      used     bandwidth  index  "
+            "pci bus id        uuid\n"
+            "  CUDA1   NVIDIA GeForce RTX 3060  12.0 GiB  11.7 GiB  0.3 GiB  360 GB/s   GPU 1  "
+            "00000000:02:00.0"
+            "  GPU-bbbb1111-2222-3333-4444-555566667777\n"
+            "Host RAM: 64.0 GiB total, 48.0 GiB available\n"
+            "note: sysfs: not tried",
+        ),
+        (
+            given(parse_gpu_option("24G"), HOST),
+            "1 GPU (source: given):\n"
+            "  device  name        total     free      used  bandwidth  index  pci bus id  uuid\n"
+            "  CUDA0   24 GiB GPU  24.0 GiB  24.0 GiB  ?     ?\n"
+            "Host RAM: 64.0 GiB total, 48.0 GiB available",
+        ),
+        (
+            Hardware((), HOST, "none", ("nvml: Driver Not Loaded",)),
+            "No GPU found (source: none): llama.cpp would run on the CPU.\n"
+            "Host RAM: 64.0 GiB total, 48.0 GiB available\n"
+            "note: nvml: Driver Not Loaded",
+        ),
     ],
-)  # fmt: skip
+)
 def test_gpus_text(hw: Hardware, text: str) -> None:
     assert gpus_text(hw) == text
 
@@ -443,16 +629,22 @@ def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatc
 
     from click.testing import CliRunner
 
-    from llamafit.machine import hardware
     from llamafit.cli import cli
+    from llamafit.machine import hardware
 
-    gpu = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 24 << 30, 20 << 30), "NVIDIA GeForce RTX 4090", 0,
-                  uuid="GPU-1234", bandwidth_bytes_per_s=1008 * 10**9)  # fmt: skip
+    gpu = GPUInfo(
+        DeviceSpec("CUDA0", "gpu", "cuda", 24 << 30, 20 << 30),
+        "NVIDIA GeForce RTX 4090",
+        0,
+        uuid="GPU-1234",
+        bandwidth_bytes_per_s=1008 * 10**9,
+    )
     found = Hardware((gpu,), host(64 << 30, 32 << 30), "nvml")
-    from llamafit.commands import prepare
+    from llamafit.server import find
 
     monkeypatch.setattr(hardware, "detect", lambda *a, **k: found)
-    monkeypatch.setattr(prepare, "local_server", lambda env: None)  # no llama-server here: detection alone
+    # no llama-server here: detection alone
+    monkeypatch.setattr(find, "local_server", lambda env: None)
     as_json = CliRunner().invoke(cli, ["gpus", "--json"])
     as_text = CliRunner().invoke(cli, ["gpus"])
     assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, gpus_json(found))

@@ -1,5 +1,5 @@
-"""Issue #28: the devices, the identity and the dry run of the llama-server that will run (fast part:
-recorded answers; tests/machine/test_server_devices_e2e.py starts the real servers)."""
+"""Issue #28: the devices, the identity and the dry run of the llama-server that will run (fast
+part: recorded answers; tests/machine/test_server_devices_e2e.py starts the real servers)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from tests.support import DATA
 
 from llamafit.cli import cli
 from llamafit.commands.run import devices_mismatch, unplanned_devices
-from llamafit.fit.llama_check import DeviceCheck, agrees, logits_quirk_bytes, tensor_limit_candidates
+from llamafit.fit.llama_check import (
+    DeviceCheck,
+    agrees,
+    logits_quirk_bytes,
+    tensor_limit_candidates,
+)
 from llamafit.machine.devices import DeviceSpec, host
 from llamafit.machine.hardware import GPUInfo, Hardware
 from llamafit.machine.server_devices import ListedDevice, parse_list_devices, server_hardware
@@ -23,6 +27,7 @@ from llamafit.machine.vulkan import parse_vulkaninfo
 from llamafit.memory.calibration import compute_correction, same_server
 from llamafit.server.find import build_identity, version_identity
 from llamafit.server.fit_check import Estimate, parse_fit_print, question
+from tests.support import DATA
 
 MIB = 1 << 20
 VULKANINFO = DATA / "vulkaninfo"
@@ -32,28 +37,53 @@ LAVAPIPE = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (f"Available devices:\n{LAVAPIPE}\n",
-         (ListedDevice("Vulkan0", "vulkan", "llvmpipe (LLVM 15.0.6, 256 bits)", 2048 * MIB, 2048 * MIB),)),
-        ("ggml_cuda_init: found 2 CUDA devices:\nAvailable devices:\n"
-         "  CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23500 MiB free)\n"
-         "  CUDA1: NVIDIA GeForce RTX 3060 (12036 MiB, 11900 MiB free)\n",
-         (ListedDevice("CUDA0", "cuda", "NVIDIA GeForce RTX 4090", 24080 * MIB, 23500 * MIB),
-          ListedDevice("CUDA1", "cuda", "NVIDIA GeForce RTX 3060", 12036 * MIB, 11900 * MIB))),
+        (
+            f"Available devices:\n{LAVAPIPE}\n",
+            (
+                ListedDevice(
+                    "Vulkan0", "vulkan", "llvmpipe (LLVM 15.0.6, 256 bits)", 2048 * MIB, 2048 * MIB
+                ),
+            ),
+        ),
+        (
+            "ggml_cuda_init: found 2 CUDA devices:\nAvailable devices:\n"
+            "  CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23500 MiB free)\n"
+            "  CUDA1: NVIDIA GeForce RTX 3060 (12036 MiB, 11900 MiB free)\n",
+            (
+                ListedDevice("CUDA0", "cuda", "NVIDIA GeForce RTX 4090", 24080 * MIB, 23500 * MIB),
+                ListedDevice("CUDA1", "cuda", "NVIDIA GeForce RTX 3060", 12036 * MIB, 11900 * MIB),
+            ),
+        ),
         ("Available devices:\n  (none)\n", ()),
-        ("Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)\n  MTL0: Apple M2 Max (73728 MiB, 73728 MiB free)\n",
-         (ListedDevice("MTL0", "metal", "Apple M2 Max", 73728 * MIB, 73728 * MIB),)),
-        ("Available devices:\n  RPC0: 127.0.0.1:50052 (2048 MiB, 2000 MiB free)\n",
-         (ListedDevice("RPC0[127.0.0.1:50052]", "rpc", "127.0.0.1:50052", 2048 * MIB, 2000 * MIB),)),
+        (
+            "Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)\n"
+            "  MTL0: Apple M2 Max (73728 MiB, 73728 MiB free)\n",
+            (ListedDevice("MTL0", "metal", "Apple M2 Max", 73728 * MIB, 73728 * MIB),),
+        ),
+        (
+            "Available devices:\n  RPC0: 127.0.0.1:50052 (2048 MiB, 2000 MiB free)\n",
+            (
+                ListedDevice(
+                    "RPC0[127.0.0.1:50052]", "rpc", "127.0.0.1:50052", 2048 * MIB, 2000 * MIB
+                ),
+            ),
+        ),
         ("error: invalid argument: --list-devices\n", None),
     ],
-)  # fmt: skip
+)
 def test_list_devices_is_read(text: str, expected: tuple[ListedDevice, ...] | None) -> None:
     assert parse_list_devices(text) == expected
 
 
 HOST = host(64 << 30, 32 << 30)
-NVML_4090 = GPUInfo(DeviceSpec("CUDA0", "gpu", "cuda", 24564 * MIB, 23000 * MIB, overhead_bytes=260 * MIB),
-                    "NVIDIA GeForce RTX 4090", 0, physical_index=0, uuid="GPU-1", bandwidth_bytes_per_s=1008 * 10**9)
+NVML_4090 = GPUInfo(
+    DeviceSpec("CUDA0", "gpu", "cuda", 24564 * MIB, 23000 * MIB, overhead_bytes=260 * MIB),
+    "NVIDIA GeForce RTX 4090",
+    0,
+    physical_index=0,
+    uuid="GPU-1",
+    bandwidth_bytes_per_s=1008 * 10**9,
+)
 
 
 def test_a_cuda_device_takes_nvml_facts() -> None:
@@ -61,37 +91,57 @@ def test_a_cuda_device_takes_nvml_facts() -> None:
     hw = server_hardware(listed, Hardware((NVML_4090,), HOST, "nvml"), (), "llama-server")
     assert hw.source == "llama-server" and hw.notes == ()
     (g,) = hw.gpus
-    assert (g.spec.name, g.spec.free_bytes, g.spec.overhead_bytes, g.uuid, g.bandwidth_bytes_per_s) == (
-        "CUDA0", 23000 * MIB, 260 * MIB, "GPU-1", 1008 * 10**9)  # fmt: skip
+    assert (
+        g.spec.name,
+        g.spec.free_bytes,
+        g.spec.overhead_bytes,
+        g.uuid,
+        g.bandwidth_bytes_per_s,
+    ) == ("CUDA0", 23000 * MIB, 260 * MIB, "GPU-1", 1008 * 10**9)
 
 
 def test_where_the_server_and_detection_disagree_one_line_says_so() -> None:
     listed = (ListedDevice("CUDA0", "cuda", "NVIDIA GeForce RTX 3060", 12036 * MIB, 11900 * MIB),)
     hw = server_hardware(listed, Hardware((NVML_4090,), HOST, "nvml"), (), "llama-server")
-    assert hw.notes == ("CUDA0: llama-server reports NVIDIA GeForce RTX 3060 (12,036 MiB), detection NVIDIA "
-                        "GeForce RTX 4090 (24,564 MiB); the plan uses the server's device",)  # fmt: skip
+    assert hw.notes == (
+        "CUDA0: llama-server reports NVIDIA GeForce RTX 3060 (12,036 MiB), detection NVIDIA "
+        "GeForce RTX 4090 (24,564 MiB); the plan uses the server's device",
+    )
     assert hw.gpus[0].spec.total_bytes == 12036 * MIB
 
 
 def test_a_cpu_only_server_beside_a_gpu_plans_for_the_cpu() -> None:
     hw = server_hardware((), Hardware((NVML_4090,), HOST, "nvml"), (), "llama-server")
     assert hw.gpus == ()
-    assert hw.notes == ("nvml finds CUDA0, which this llama-server does not list (a build without that backend): "
-                        "planned without them",)  # fmt: skip
+    assert hw.notes == (
+        "nvml finds CUDA0, which this llama-server does not list (a build without that backend): "
+        "planned without them",
+    )
 
 
 @pytest.mark.parametrize("with_vulkaninfo", [True, False])
-def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_unknown(with_vulkaninfo: bool) -> None:
+def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_unknown(
+    with_vulkaninfo: bool,
+) -> None:
     listed = parse_list_devices(f"Available devices:\n{LAVAPIPE}\n")
     assert listed is not None
-    vk = parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text()) if with_vulkaninfo else None
+    vk = (
+        parse_vulkaninfo((VULKANINFO / "lavapipe-llvm15.txt").read_text())
+        if with_vulkaninfo
+        else None
+    )
     hw = server_hardware(listed, Hardware((), HOST, "none"), vk, "llama-server")
     (g,) = hw.gpus
     assert (g.spec.name, g.spec.backend, g.spec.total_bytes) == ("Vulkan0", "vulkan", 2048 * MIB)
     assert g.spec.max_tensor_bytes == (128 * MIB if with_vulkaninfo else None)
-    assert hw.notes == (() if with_vulkaninfo else (
-        "Vulkan0: the largest tensor it can use is unknown without vulkaninfo (apt install vulkan-tools); the "
-        "llama.cpp check shows llama.cpp's own placement",))  # fmt: skip
+    assert hw.notes == (
+        ()
+        if with_vulkaninfo
+        else (
+            "Vulkan0: the largest tensor it can use is unknown without vulkaninfo (apt install "
+            "vulkan-tools); the llama.cpp check shows llama.cpp's own placement",
+        )
+    )
 
 
 @pytest.mark.parametrize(
@@ -103,7 +153,7 @@ def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_un
         ("version: 0.6.0-dev (build 9512, commit unknown)", "b9512"),
         ("", None),
     ],
-)  # fmt: skip
+)
 def test_a_build_is_named_by_version_and_commit(line: str, identity: str | None) -> None:
     assert version_identity(line) == identity
 
@@ -117,24 +167,34 @@ def _exe(folder: Path, body: str) -> Path:
     return exe
 
 
-def test_two_builds_that_say_unknown_get_two_identities(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_builds_that_say_unknown_get_two_identities(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path / "cache"))
     unknown = "version: 0.6.0-dev (build 0, commit unknown)"
     cpu, vulkan = _exe(tmp_path / "cpu", "cpu"), _exe(tmp_path / "vk", "vulkan")
     first = build_identity(str(cpu), unknown)
     assert first.startswith("sha256:") and len(first) == 23
     assert build_identity(str(vulkan), unknown) != first
-    assert len(os.listdir(tmp_path / "cache" / "server-identity")) == 2  # cached by path, size and mtime
+    # cached by path, size and mtime
+    assert len(os.listdir(tmp_path / "cache" / "server-identity")) == 2
     assert build_identity(str(cpu), unknown) == first
-    (tmp_path / "cpu" / "libggml-base.so").write_bytes(b"another build")  # a library changed: hashed again
+    # a library changed: hashed again
+    (tmp_path / "cpu" / "libggml-base.so").write_bytes(b"another build")
     assert build_identity(str(cpu), unknown) != first
     assert build_identity(str(cpu), "version: 8763 (ff5ef8278)") == "b8763-ff5ef8278"
 
 
 def _record(identity: str | None, build: int | None, actual: float) -> dict:
     server: dict = {"build": build} | ({"identity": identity} if identity else {})
-    return {"server": server, "hardware": [{"name": "Vulkan0", "backend": "vulkan"}], "compute_scale": 1.0,
-            "buffers": [{"device": "Vulkan0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": actual}]}
+    return {
+        "server": server,
+        "hardware": [{"name": "Vulkan0", "backend": "vulkan"}],
+        "compute_scale": 1.0,
+        "buffers": [
+            {"device": "Vulkan0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": actual}
+        ],
+    }
 
 
 @pytest.mark.parametrize(
@@ -142,35 +202,54 @@ def _record(identity: str | None, build: int | None, actual: float) -> dict:
     [
         (_record("sha256:a", None, 1), None, "sha256:a", True),
         (_record("sha256:a", None, 1), None, "sha256:b", False),  # two "unknown" builds never share
-        (_record(None, None, 1), None, "sha256:a", False),  # an old record of an unknown build: not this one
+        (
+            _record(None, None, 1),
+            None,
+            "sha256:a",
+            False,
+        ),  # an old record of an unknown build: not this one
         (_record(None, 8000, 1), 8000, "b8000-abc", True),  # an old record of the same known build
         (_record(None, None, 1), None, None, True),  # a plan for given devices: old rules
         (_record("sha256:a", None, 1), None, None, False),
     ],
-)  # fmt: skip
-def test_calibration_is_keyed_by_the_server(record: dict, build: int | None, identity: str | None,
-                                            same: bool) -> None:  # fmt: skip
+)
+def test_calibration_is_keyed_by_the_server(
+    record: dict, build: int | None, identity: str | None, same: bool
+) -> None:
     assert same_server(record, build=build, identity=identity) is same
 
 
 def test_calibration_from_one_server_never_changes_plans_for_another() -> None:
     records = [_record("sha256:cpu", None, 200.0), _record("sha256:vk", None, 110.0)]
-    found = compute_correction(records, devices=[("Vulkan0", "vulkan")], build=None, identity="sha256:vk")
+    found = compute_correction(
+        records, devices=[("Vulkan0", "vulkan")], build=None, identity="sha256:vk"
+    )
     assert found is not None and (found.compute_scale, found.runs) == (1.1, 1)
-    assert compute_correction(records, devices=[("Vulkan0", "vulkan")], build=None, identity="sha256:other") is None
+    assert (
+        compute_correction(
+            records, devices=[("Vulkan0", "vulkan")], build=None, identity="sha256:other"
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize(
     ("buffers", "gpus", "expected"),
     [
-        ({"compute": {"Vulkan0": 52.8, "Vulkan_Host": 62.3}, "KV": {"Vulkan0": 128.0}}, [], ["Vulkan0"]),
+        (
+            {"compute": {"Vulkan0": 52.8, "Vulkan_Host": 62.3}, "KV": {"Vulkan0": 128.0}},
+            [],
+            ["Vulkan0"],
+        ),
         ({"compute": {"Vulkan0": 52.8, "Vulkan_Host": 62.3}}, ["Vulkan0"], []),
         ({"model": {"CPU_Mapped": 10.0, "CPU_REPACK": 1.0, "CUDA_Host": 2.0}}, [], []),
         ({"model": {"RPC0[127.0.0.1:50052]": 10.0}}, ["RPC0[127.0.0.1:50052]"], []),
         ({"model": {"RPC0[127.0.0.1:50052]": 10.0}}, [], ["RPC0[127.0.0.1:50052]"]),
     ],
-)  # fmt: skip
-def test_buffers_on_devices_the_plan_did_not_have(buffers: dict, gpus: list[str], expected: list[str]) -> None:
+)
+def test_buffers_on_devices_the_plan_did_not_have(
+    buffers: dict, gpus: list[str], expected: list[str]
+) -> None:
     assert unplanned_devices(buffers, gpus) == expected
 
 
@@ -191,16 +270,59 @@ FIT_HELP = """\
 
 
 def test_the_question_keeps_the_flags_the_tool_has() -> None:
-    argv = ["llama-server", "-m", "m.gguf", "-c", "32768", "-ngl", "19", "-fa", "on", "-ctk", "f16", "-ot",
-            "blk\\.1\\.=CPU", "-np", "4", "-kvu", "--fit", "off", "--host", "127.0.0.1", "--port", "8080",
-            "--rpc", "h:1"]
-    assert question(argv, FIT_HELP) == (["-m", "m.gguf", "-c", "32768", "-ngl", "19", "-fa", "on", "-ctk", "f16",
-                                         "-ot", "blk\\.1\\.=CPU", "-np", "4"], ["--rpc"])  # fmt: skip
+    argv = [
+        "llama-server",
+        "-m",
+        "m.gguf",
+        "-c",
+        "32768",
+        "-ngl",
+        "19",
+        "-fa",
+        "on",
+        "-ctk",
+        "f16",
+        "-ot",
+        "blk\\.1\\.=CPU",
+        "-np",
+        "4",
+        "-kvu",
+        "--fit",
+        "off",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8080",
+        "--rpc",
+        "h:1",
+    ]
+    assert question(argv, FIT_HELP) == (
+        [
+            "-m",
+            "m.gguf",
+            "-c",
+            "32768",
+            "-ngl",
+            "19",
+            "-fa",
+            "on",
+            "-ctk",
+            "f16",
+            "-ot",
+            "blk\\.1\\.=CPU",
+            "-np",
+            "4",
+        ],
+        ["--rpc"],
+    )
 
 
 def test_the_estimate_is_read() -> None:
     text = "Vulkan0 65 156 26 \nHost 170 0 514 \n"
-    assert parse_fit_print(text) == (Estimate("Vulkan0", 65, 156, 26), Estimate("Host", 170, 0, 514))
+    assert parse_fit_print(text) == (
+        Estimate("Vulkan0", 65, 156, 26),
+        Estimate("Host", 170, 0, 514),
+    )
     assert parse_fit_print(text)[0].total_mib == 247
 
 
@@ -209,39 +331,55 @@ def test_the_estimate_is_read() -> None:
     [
         ([DeviceCheck("Vulkan0", 247, 249.2, True), DeviceCheck("CPU", 684, 188.0, False)], True),
         ([DeviceCheck("Vulkan0", 247, 419.2, True)], False),
-        ([DeviceCheck("Vulkan0", 20, 22.9, True)], True),  # within the 3 MiB the three rounded columns lose
+        (
+            [DeviceCheck("Vulkan0", 20, 22.9, True)],
+            True,
+        ),  # within the 3 MiB the three rounded columns lose
         ([DeviceCheck("Vulkan0", 20, 23.1, True)], False),
         # the device with the output layer: llama.cpp's estimate adds logits for every ubatch token
         ([DeviceCheck("RPC0[h:2]", 846, 344.9, True, quirk_mib=508.0)], True),
         ([DeviceCheck("RPC0[h:2]", 846, 344.9, True, quirk_mib=508.0, model_agrees=False)], False),
         ([DeviceCheck("RPC0[h:2]", 900, 344.9, True, quirk_mib=508.0)], False),
-        ([DeviceCheck("RPC0[h:2]", 200, 344.9, True, quirk_mib=508.0)], False),  # under is never the quirk
+        (
+            [DeviceCheck("RPC0[h:2]", 200, 344.9, True, quirk_mib=508.0)],
+            False,
+        ),  # under is never the quirk
     ],
-)  # fmt: skip
+)
 def test_agreement_is_judged_on_gpus_only(checks: list[DeviceCheck], expected: bool) -> None:
     assert agrees(checks) is expected
 
 
-def test_the_logits_quirk_is_the_f32_logits_of_the_ubatch_rows_the_server_does_not_reserve() -> None:
+def test_the_logits_quirk_is_the_f32_logits_of_the_ubatch_rows_the_server_does_not_reserve() -> (
+    None
+):
     assert logits_quirk_bytes(262144, 512, 4) == 262144 * 508 * 4
     assert logits_quirk_bytes(262144, 512, 512) == 0
 
 
 def test_tensor_limit_candidates_are_the_powers_of_two_below_the_largest_tensors() -> None:
-    assert tensor_limit_candidates([170 * MIB, 170 * MIB, 4 * MIB, 3 * MIB, 1]) == (128 * MIB, 2 * MIB)
+    assert tensor_limit_candidates([170 * MIB, 170 * MIB, 4 * MIB, 3 * MIB, 1]) == (
+        128 * MIB,
+        2 * MIB,
+    )
 
 
 def test_a_server_that_does_not_answer_like_llama_server_is_refused() -> None:
-    result = CliRunner().invoke(cli, ["run", "--demo", "--server", "/bin/ls", "--dry-run", "--gpu", "2GiB"])
+    result = CliRunner().invoke(
+        cli, ["run", "--demo", "--server", "/bin/ls", "--dry-run", "--gpu", "2GiB"]
+    )
     assert (result.exit_code, result.stdout) == (2, "")
-    assert result.stderr == ("Error: --server /bin/ls does not answer like llama-server: its --help lists no --port "
-                             "(exit 0)\n")  # fmt: skip
+    assert result.stderr == (
+        "Error: --server /bin/ls does not answer like llama-server: its --help lists no --port "
+        "(exit 0)\n"
+    )
 
 
 def _fake_build(where: Path, extra_model_mib: int, build: str = "") -> Path:
     """A llama-server that lists one CUDA0 of $FAKE_CUDA0_MIB (16 MiB unless set), and a
     llama-fit-params beside it whose estimate is llamafit's for the dense fixture (KV 512 bytes a
-    token) plus `extra_model_mib` of weights; `build` makes another build (another content hash)."""
+    token) plus `extra_model_mib` of weights; `build` makes another build (another content
+    hash)."""
     from tests.support import NEW_HELP, NEW_VERSION
 
     server = _exe(where, "fake")
@@ -252,39 +390,61 @@ def _fake_build(where: Path, extra_model_mib: int, build: str = "") -> Path:
         "elif sys.argv[1] == '--list-devices':\n    mib = os.environ.get('FAKE_CUDA0_MIB', '16')\n"
         "    print('Available devices:')\n"
         "    print(f'  CUDA0: NVIDIA GeForce RTX 4090 ({mib} MiB, {mib} MiB free)')\n"
-    )  # fmt: skip
+    )
     tool = where / "llama-fit-params"
     tool.write_text(
         f"#!{sys.executable}\nimport sys\na = sys.argv[1:]\n"
         f"if a == ['--help']:\n    sys.stdout.write({FIT_HELP!r})\n    sys.exit(0)\n"
         "c = int(a[a.index('-c') + 1])\n"
         f"print(f'CUDA0 {{0 + {extra_model_mib}}} {{c * 512 >> 20}} 5')\nprint('Host 0 0 1')\n"
-    )  # fmt: skip
+    )
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     return server
 
 
 @pytest.mark.parametrize("extra", [0, 4])
-def test_llama_cpp_s_larger_weights_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int) -> None:
+def test_llama_cpp_s_larger_weights_win(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int
+) -> None:
     import json
 
     from tests.support import DENSE
 
     server = _fake_build(tmp_path / "bin", extra)
-    env = {"LLAMA_SERVER": str(server), "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
-           "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl")}  # fmt: skip
-    result = CliRunner(env=env).invoke(cli, ["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB", "--json"])
+    env = {
+        "LLAMA_SERVER": str(server),
+        "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
+        "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl"),
+    }
+    result = CliRunner(env=env).invoke(
+        cli, ["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB", "--json"]
+    )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     gpu = plan["devices"][0]
-    room = extra and extra * MIB - gpu["weights_bytes"]  # its model column over llamafit's 228 KiB of weights
+    # its model column over llamafit's 228 KiB of weights
+    room = extra and extra * MIB - gpu["weights_bytes"]
     assert (gpu["name"], gpu["total_bytes"], gpu["overhead_bytes"], gpu["weights_bytes"]) == (
-        "CUDA0", 16 * MIB, room, 233472)  # fmt: skip
+        "CUDA0",
+        16 * MIB,
+        room,
+        233472,
+    )
     check = plan["llama_cpp_check"]
-    assert (check["tool"], check["agrees"], check["build"][:7]) == ("llama-fit-params", extra == 0, "sha256:")
+    assert (check["tool"], check["agrees"], check["build"][:7]) == (
+        "llama-fit-params",
+        extra == 0,
+        "sha256:",
+    )
     notes = [w["text"] for w in plan["warnings"] if w["code"] == "server_devices"]
-    assert notes == ([] if extra == 0 else ["CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than "
-                                            "llamafit's: planned with that much more room"])  # fmt: skip
+    assert notes == (
+        []
+        if extra == 0
+        else [
+            "CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than "
+            "llamafit's: planned with that much more room"
+        ]
+    )
 
 
 def _plan_dense(env: dict[str, str], *flags: str) -> dict:
@@ -362,9 +522,8 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
 def test_progress_shows_while_llama_cpp_answers_on_a_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tty: bool
 ) -> None:
-    from tests.support import DENSE
-
     from llamafit.commands import llama_check
+    from tests.support import DENSE
 
     monkeypatch.setattr(llama_check, "stderr_is_tty", lambda: tty)
     server = _fake_build(tmp_path / "bin", 0)
@@ -413,12 +572,18 @@ def test_a_damaged_record_is_no_record(tmp_path: Path, monkeypatch: pytest.Monke
 def test_the_speed_estimate_uses_the_bandwidth_of_the_card_the_server_names() -> None:
     from llamafit.commands.speed_inputs import gpu_rates
 
-    listed = (ListedDevice("Vulkan0", "vulkan", "NVIDIA GeForce RTX 4090", 24564 * MIB, 24000 * MIB),
-              ListedDevice("Vulkan1", "vulkan", "llvmpipe (LLVM 15.0.6, 256 bits)", 2048 * MIB, 2048 * MIB))
+    listed = (
+        ListedDevice("Vulkan0", "vulkan", "NVIDIA GeForce RTX 4090", 24564 * MIB, 24000 * MIB),
+        ListedDevice(
+            "Vulkan1", "vulkan", "llvmpipe (LLVM 15.0.6, 256 bits)", 2048 * MIB, 2048 * MIB
+        ),
+    )
     hw = server_hardware(listed, Hardware((), HOST, "none"), (), "llama-server")
     rates = [gpu_rates(g)[0] for g in hw.gpus]
     assert [(r.value, r.source) if r else None for r in rates] == [
-        (1008e9, "catalog: NVIDIA GeForce RTX 4090"), None]  # fmt: skip
+        (1008e9, "catalog: NVIDIA GeForce RTX 4090"),
+        None,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -426,11 +591,16 @@ def test_the_speed_estimate_uses_the_bandwidth_of_the_card_the_server_names() ->
     [
         (None, ["CUDA0"], None),  # a build that lists nothing: the buffers decide
         ([{"name": "Vulkan0", "backend": "vulkan"}], ["Vulkan0"], None),
-        ([{"name": "Vulkan0", "backend": "vulkan"}], [], "the server lists Vulkan0, the plan has none (CPU only)"),
+        (
+            [{"name": "Vulkan0", "backend": "vulkan"}],
+            [],
+            "the server lists Vulkan0, the plan has none (CPU only)",
+        ),
         ([], ["CUDA0", "CUDA1"], "the server lists no GPU, the plan has CUDA0, CUDA1"),
         ([{"name": "RPC0[h:1]", "backend": "rpc"}], ["RPC0[h:1]"], None),
     ],
-)  # fmt: skip
-def test_a_run_on_other_devices_than_planned_is_a_mismatch(reported: list | None, planned: list[str],
-                                                           expected: str | None) -> None:  # fmt: skip
+)
+def test_a_run_on_other_devices_than_planned_is_a_mismatch(
+    reported: list | None, planned: list[str], expected: str | None
+) -> None:
     assert devices_mismatch(reported, planned) == expected

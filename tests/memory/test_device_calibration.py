@@ -1,8 +1,9 @@
-"""The committed Vulkan0 / RPC calibration rows (scripts/calibrate_devices.py) against the memory model.
+"""The committed Vulkan0 / RPC calibration rows (scripts/calibration/calibrate_devices.py) against
+the memory model.
 
-Each row is what real llama-server reported for one start; the prediction is recomputed here from the
-same model shape and flags. Weights and KV must be exact per device; compute within 5%, except the
-gaps listed with their cause (they fail loudly once fixed: strict xfail).
+Each row is what real llama-server reported for one start; the prediction is recomputed here from
+the same model shape and flags. Weights and KV must be exact per device; compute within 5%, except
+the gaps listed with their cause (they fail loudly once fixed: strict xfail).
 """
 
 from __future__ import annotations
@@ -12,30 +13,40 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support import ROOT
-from tests.support.scripts import script
 from click.testing import CliRunner
 
 from llamafit.cli import cli
+from tests.support import ROOT
+from tests.support.scripts import script
 
 make_shapes = script("make_shapes")
 
 TABLE = ROOT / "fixtures" / "calibration" / "devices-vulkan-rpc.json"
 if not TABLE.is_file():
-    pytest.skip("no device calibration table yet (python scripts/calibrate_devices.py)", allow_module_level=True)
+    pytest.skip(
+        "no device calibration table yet (python scripts/calibration/calibrate_devices.py)",
+        allow_module_level=True,
+    )
 DOC = json.loads(TABLE.read_text(encoding="utf-8"))
 ROWS = [r for r in DOC["rows"] if r["ok"]]
 # the two loopback workers reported 24105 MiB each; only their ratio shapes the split
 RPC = "127.0.0.1:1=24105MiB,127.0.0.1:2=24105MiB"
 KINDS = (("model", "weights_bytes"), ("KV", "kv_bytes"), ("compute", "compute_bytes"))
-_HOLE_OVER = ("GPU FFN peak one Q row (n_head x head_k x T F32) over: the CPU-fitted hole below ffn_inp is "
-              "smaller on a GPU whose split inputs shift the layout (conservative: over, never under)")
-_OP_OFFLOAD_OVER = ("op offload: an upper bound (model._op_offload: a host layer's activations + its largest "
-                    "weight copy + its K/V views + two n_embd rows), never under on scripts/bench_op_offload.py's "
-                    "grid; over where ggml-alloc reuses the copies' holes (+7 to +61 %)")
-# row id → why its compute prediction is off by more than 5% (measured; see scripts/calibrate_devices.py)
+_HOLE_OVER = (
+    "GPU FFN peak one Q row (n_head x head_k x T F32) over: the CPU-fitted hole below ffn_inp is "
+    "smaller on a GPU whose split inputs shift the layout (conservative: over, never under)"
+)
+_OP_OFFLOAD_OVER = (
+    "op offload: an upper bound (model._op_offload: a host layer's activations + its largest "
+    "weight copy + its K/V views + two n_embd rows), never under on "
+    "scripts/bench/bench_op_offload.py's grid; over where ggml-alloc reuses the copies' holes (+7 "
+    "to +61 %)"
+)
+# row id → why its compute prediction is off by more than 5% (measured; see
+# scripts/calibration/calibrate_devices.py)
 COMPUTE_GAPS: dict[str, str] = {
-    "vulkan:demo:-ngl 10 -c 8192 -np 1 --no-repack": _OP_OFFLOAD_OVER,  # was 9 % under before op offload's bound
+    # was 9 % under before op offload's bound
+    "vulkan:demo:-ngl 10 -c 8192 -np 1 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 --no-op-offload --no-repack": "no op offload: 7% over",
     "vulkan:llama3.2-1b:-ngl 0 -c 4096 -np 1 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 --no-repack": _OP_OFFLOAD_OVER,
@@ -46,8 +57,9 @@ COMPUTE_GAPS: dict[str, str] = {
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -ub 32 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -ub 128 --no-repack": _OP_OFFLOAD_OVER,
     "vulkan:llama3.2-1b:-ngl 4 -c 4096 -np 1 -fa off --no-repack": (
-        "KQ (256 MiB) over lavapipe's maxStorageBufferRange runs on the CPU (compute.kq_fits); the op-offload "
-        "bound over the host layers leaves Vulkan0 5.7% over"),
+        "KQ (256 MiB) over lavapipe's maxStorageBufferRange runs on the CPU (compute.kq_fits); "
+        "the op-offload bound over the host layers leaves Vulkan0 5.7% over"
+    ),
     "rpc:demo:-ngl 10 -c 8192 -np 1 --no-repack": "RPC workers at partial offload: 14% over",
     "vulkan:demo:-ngl 99 -c 4096 -np 1 --no-repack": _HOLE_OVER,
     "vulkan:demo:-ngl 99 -c 8192 -np 4 --no-repack": _HOLE_OVER,
@@ -72,9 +84,12 @@ def paths(tmp_path_factory: pytest.TempPathFactory, demo_path: Path) -> dict[str
 
 
 def _predict(row: dict[str, Any], path: Path) -> dict[str, dict[str, int]]:
-    machine = ["--gpu", "lavapipe"] if row["backend"] == "vulkan" else ["--gpu", "cpu", "--rpc", RPC]
+    machine = (
+        ["--gpu", "lavapipe"] if row["backend"] == "vulkan" else ["--gpu", "cpu", "--rpc", RPC]
+    )
     res = CliRunner(env={"GGML_VK_VISIBLE_DEVICES": None}).invoke(
-        cli, ["check", str(path), *machine, "--reserve", "0", "--json", "--", *row["flags"]])
+        cli, ["check", str(path), *machine, "--reserve", "0", "--json", "--", *row["flags"]]
+    )
     assert res.exit_code in (0, 1), res.output
     devices = json.loads(res.stdout)["devices"]
     rpc = [d for d in devices if d["name"].startswith("RPC")]
@@ -93,7 +108,9 @@ def test_weights_and_kv_exact(row: dict[str, Any], paths: dict[str, Path]) -> No
     pred = _predict(row, paths[row["model"]])
     for dev, p in pred.items():
         if dev == "CPU":
-            continue  # the host's mapped range also spans other devices' tensors (llama-model.cpp mmap ranges)
+            # the host's mapped range also spans other devices' tensors (llama-model.cpp mmap
+            # ranges)
+            continue
         for kind, key in KINDS[:2]:
             real = row["reported_mib"].get(kind, {}).get(dev, 0.0)
             assert abs(real - p[key] / (1 << 20)) <= 0.011, (dev, kind)
@@ -101,15 +118,22 @@ def test_weights_and_kv_exact(row: dict[str, Any], paths: dict[str, Path]) -> No
 
 def _rows(gaps: dict[str, str]) -> list[Any]:
     """Every row, those named in `gaps` as strict xfails with their cause."""
-    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=gaps[_id(r)])) if _id(r) in gaps else r
-            for r in ROWS]  # fmt: skip
+    return [
+        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=gaps[_id(r)]))
+        if _id(r) in gaps
+        else r
+        for r in ROWS
+    ]
 
 
 def _gpu_compute(row: dict[str, Any], paths: dict[str, Path]) -> list[tuple[str, float, float]]:
     """(device, predicted MiB, reported MiB) of each GPU-side compute buffer the row reports."""
     pred = _predict(row, paths[row["model"]])
-    return [(dev, p["compute_bytes"] / (1 << 20), real) for dev, p in pred.items()
-            if dev != "CPU" and (real := row["reported_mib"].get("compute", {}).get(dev))]  # fmt: skip
+    return [
+        (dev, p["compute_bytes"] / (1 << 20), real)
+        for dev, p in pred.items()
+        if dev != "CPU" and (real := row["reported_mib"].get("compute", {}).get(dev))
+    ]
 
 
 @pytest.mark.parametrize("row", _rows(COMPUTE_GAPS), ids=[_id(r) for r in ROWS])
@@ -124,7 +148,7 @@ COMPUTE_UNDER: dict[str, str] = {}
 
 @pytest.mark.parametrize("row", _rows(COMPUTE_UNDER), ids=[_id(r) for r in ROWS])
 def test_device_compute_never_under(row: dict[str, Any], paths: dict[str, Path]) -> None:
-    """The promise "never an OOM": on every GPU-side device the predicted compute buffer is at least what
-    llama.cpp reserved, up to 1% (the Gemma 3 1B rows: 0.4-0.9% under, allocator layout)."""
+    """The promise "never an OOM": on every GPU-side device the predicted compute buffer is at least
+    what llama.cpp reserved, up to 1% (the Gemma 3 1B rows: 0.4-0.9% under, allocator layout)."""
     for dev, predicted, real in _gpu_compute(row, paths):
         assert predicted >= 0.99 * real, dev

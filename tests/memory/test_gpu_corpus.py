@@ -1,11 +1,12 @@
-"""The memory model against public llama.cpp logs from GPU machines (fixtures/calibration/gpu-corpus.jsonl).
+"""The memory model against public llama.cpp logs from GPU machines
+(fixtures/calibration/gpu-corpus.jsonl).
 
 Each row is one log (its URL, build, flags and the buffer sizes it printed per device); its model is
-rebuilt as a header-only GGUF from fixtures/calibration/gpu-shapes.json (scripts/make_shape_header.py)
-and run through resolve → estimate with the row's build (the --llama-build rules). Checks: KV per
-device exact to the print precision; weights per device within 0.5 % where the log pins the tensor
-types; compute per device within the corpus tolerance (COMPUTE_TOLERANCE), the figures of
-scripts/bench_memory.py.
+rebuilt as a header-only GGUF from fixtures/calibration/gpu-shapes.json
+(scripts/fixtures/make_shape_header.py) and run through resolve → estimate with the row's build (the
+--llama-build rules). Checks: KV per device exact to the print precision; weights per device within
+0.5 % where the log pins the tensor types; compute per device within the corpus tolerance
+(COMPUTE_TOLERANCE), the figures of scripts/bench/bench_memory.py.
 """
 
 from __future__ import annotations
@@ -15,21 +16,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+
+from llamafit.facts.hparams import ModelFacts, build_facts
+from llamafit.machine.devices import DeviceSpec
+from llamafit.memory.config import N_PARALLEL_AUTO, NGL_ALL, LaunchConfig
+from llamafit.memory.model import Breakdown, MemoryModel
+from llamafit.memory.resolve import resolve, since
+from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 from tests.support.gpu_shapes import HOST, model
 from tests.support.scripts import script
 
-from llamafit.memory.config import N_PARALLEL_AUTO, NGL_ALL, LaunchConfig
-from llamafit.machine.devices import DeviceSpec
-from llamafit.facts.hparams import ModelFacts, build_facts
-from llamafit.reader.model import read_model
-from llamafit.memory.model import Breakdown, MemoryModel
-from llamafit.memory.resolve import resolve, since
-
 CORPUS = FIXTURES / "calibration" / "gpu-corpus.jsonl"
 ROWS = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
 MIB = 1 << 20
-PRINTED = 0.005 * MIB + 1  # two decimals (a value on the half, 644.875 printed 644.88, plus the byte rounding)
+# two decimals (a value on the half, 644.875 printed 644.88, plus the byte rounding)
+PRINTED = 0.005 * MIB + 1
 COMPUTE_TOLERANCE = 0.20  # the issue's worst-case target for compute buffers
 
 
@@ -54,16 +56,26 @@ class Compared:
 def predicted(row: dict) -> Breakdown:
     mm = model(row["shape"])
     s = row["settings"]
-    fa = s["flash_attn"] if isinstance(s["flash_attn"], str) else "on" if s["flash_attn"] else "off"
-    cfg = LaunchConfig(n_ctx=s["n_ctx"], flash_attn=fa, type_k=s["type_k"],
-                       type_v=s["type_v"], n_gpu_layers=NGL_ALL if s["n_gpu_layers"] < 0 else s["n_gpu_layers"],
-                       n_batch=s["n_batch"], n_ubatch=s["n_ubatch"],
-                       n_parallel=N_PARALLEL_AUTO if s["n_seq_max"] is None else s["n_seq_max"],
-                       override_tensor=tuple((rx, buft) for rx, buft in s.get("override_tensor", ())),
-                       tensor_split=tuple(float(x) for x in s.get("tensor_split", ())), fit=False,
-                       split_mode=s.get("split_mode", "layer"), embeddings=s.get("embeddings", False),
-                       pooling=s.get("pooling", ""),
-                       cache_ram_mib=0)  # fmt: skip
+    fa = s["flash_attn"]
+    if not isinstance(fa, str):
+        fa = "on" if fa else "off"
+    cfg = LaunchConfig(
+        n_ctx=s["n_ctx"],
+        flash_attn=fa,
+        type_k=s["type_k"],
+        type_v=s["type_v"],
+        n_gpu_layers=NGL_ALL if s["n_gpu_layers"] < 0 else s["n_gpu_layers"],
+        n_batch=s["n_batch"],
+        n_ubatch=s["n_ubatch"],
+        n_parallel=N_PARALLEL_AUTO if s["n_seq_max"] is None else s["n_seq_max"],
+        override_tensor=tuple((rx, buft) for rx, buft in s.get("override_tensor", ())),
+        tensor_split=tuple(float(x) for x in s.get("tensor_split", ())),
+        fit=False,
+        split_mode=s.get("split_mode", "layer"),
+        embeddings=s.get("embeddings", False),
+        pooling=s.get("pooling", ""),
+        cache_ram_mib=0,
+    )
     rc = resolve(cfg, mm.facts, engine="llama-server", build=row["build"])
     gpus = [DeviceSpec(name, "gpu", row["backend"]) for name in row["gpus"]]
     return mm.estimate(rc, gpus, HOST, reserve_bytes=0)
@@ -89,21 +101,27 @@ def classes(row: dict, facts: ModelFacts | None = None) -> list[str]:
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_kv_exact(row: dict) -> None:
-    precision = row.get("precision_mib", 0.01) * MIB  # two decimals, or whole MiB (breakdown tables, truncated)
+    # two decimals, or whole MiB (breakdown tables, truncated)
+    precision = row.get("precision_mib", 0.01) * MIB
     for c in compared(row):
         if c.kind == "kv":
-            assert 0 <= c.predicted - c.measured < precision or abs(c.predicted - c.measured) <= PRINTED, (
-                c.device, c.predicted / MIB, c.measured / MIB)
+            assert (
+                0 <= c.predicted - c.measured < precision
+                or abs(c.predicted - c.measured) <= PRINTED
+            ), (c.device, c.predicted / MIB, c.measured / MIB)
 
 
 def _pinned(row: dict) -> bool:
-    """The shape spec gives the tensor types (the log pins them): only then are weights comparable."""
+    """The shape spec gives the tensor types (the log pins them): only then are weights
+    comparable."""
     make_shape_header = script("make_shape_header")
 
     return "model" in row["measured"] and "type" in make_shape_header.load_specs()[row["shape"]]
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if _pinned(r)], ids=[r["id"] for r in ROWS if _pinned(r)])
+@pytest.mark.parametrize(
+    "row", [r for r in ROWS if _pinned(r)], ids=[r["id"] for r in ROWS if _pinned(r)]
+)
 def test_weights_within_half_percent(row: dict) -> None:
     for c in compared(row):
         if c.kind == "model":
@@ -111,31 +129,50 @@ def test_weights_within_half_percent(row: dict) -> None:
 
 
 def _awaiting(rows: list[dict]) -> list:
-    """Rows whose compute needs a rule another branch brings are strict xfails: they flip when it lands."""
-    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits"])) if r.get("awaits") else r
-            for r in rows]  # fmt: skip
+    """Rows whose compute needs a rule another branch brings are strict xfails: they flip when it
+    lands."""
+    return [
+        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits"]))
+        if r.get("awaits")
+        else r
+        for r in rows
+    ]
 
 
 @pytest.mark.parametrize("row", _awaiting(ROWS), ids=[r["id"] for r in ROWS])
 def test_gpu_compute_within_tolerance(row: dict) -> None:
-    """GPU compute buffers (the host's pinned compute buffers are test_host_compute_within_tolerance's)."""
+    """GPU compute buffers (the host's pinned compute buffers are
+    test_host_compute_within_tolerance's)."""
     for c in compared(row):
         if c.kind == "compute" and not is_host(c.device):
-            assert abs(c.error) <= COMPUTE_TOLERANCE, (c.device, c.predicted / MIB, c.measured / MIB)
+            assert abs(c.error) <= COMPUTE_TOLERANCE, (
+                c.device,
+                c.predicted / MIB,
+                c.measured / MIB,
+            )
 
 
 MODELLED = [r for r in ROWS if not r.get("awaits")]
-_HOST = [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits_host"])) if r.get("awaits_host") else r
-         for r in MODELLED]  # fmt: skip
+_HOST = [
+    pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=r["awaits_host"]))
+    if r.get("awaits_host")
+    else r
+    for r in MODELLED
+]
 
 
 @pytest.mark.parametrize("row", _HOST, ids=[r["id"] for r in MODELLED])
 def test_host_compute_within_tolerance(row: dict) -> None:
-    """The pinned host compute buffer (CUDA_Host, ROCm_Host, Vulkan_Host; Metal's CPU): the graph inputs,
-    which changed with the build (set_rows indices, the dual embeddings input, the F16 FA mask)."""
+    """The pinned host compute buffer (CUDA_Host, ROCm_Host, Vulkan_Host; Metal's CPU): the graph
+    inputs, which changed with the build (set_rows indices, the dual embeddings input, the F16 FA
+    mask)."""
     for c in compared(row):
         if c.kind == "compute" and is_host(c.device):
-            assert abs(c.error) <= COMPUTE_TOLERANCE, (c.device, c.predicted / MIB, c.measured / MIB)
+            assert abs(c.error) <= COMPUTE_TOLERANCE, (
+                c.device,
+                c.predicted / MIB,
+                c.measured / MIB,
+            )
 
 
 def test_corpus_rows_name_their_source() -> None:
@@ -151,25 +188,38 @@ def test_corpus_rows_name_their_source() -> None:
 
 
 @pytest.mark.parametrize(("cc_major", "expected_mib"), [(None, 260), (8, 260), (9, 288), (12, 288)])
-def test_cuda_overhead_is_context_plus_cublas_workspace(cc_major: int | None, expected_mib: int) -> None:
+def test_cuda_overhead_is_context_plus_cublas_workspace(
+    cc_major: int | None, expected_mib: int
+) -> None:
     from llamafit.machine.devices import cuda_overhead_bytes
 
-    assert cuda_overhead_bytes(cc_major) == expected_mib * MIB  # 256 MiB context + 4 MiB (32 MiB Hopper on)
+    # 256 MiB context + 4 MiB (32 MiB Hopper on)
+    assert cuda_overhead_bytes(cc_major) == expected_mib * MIB
 
 
 def test_overhead_is_a_term_apart_from_the_reserve() -> None:
     row = ROWS[0]
     mm = model(row["shape"])
-    rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"])
-    plain = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=512 * MIB).devices[0]
-    withctx = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda", overhead_bytes=260 * MIB)], HOST,
-                          reserve_bytes=512 * MIB).devices[0]  # fmt: skip
+    rc = resolve(
+        LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"]
+    )
+    plain = mm.estimate(
+        rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=512 * MIB
+    ).devices[0]
+    withctx = mm.estimate(
+        rc,
+        [DeviceSpec("CUDA0", "gpu", "cuda", overhead_bytes=260 * MIB)],
+        HOST,
+        reserve_bytes=512 * MIB,
+    ).devices[0]
     assert (plain.overhead_bytes, withctx.overhead_bytes) == (0, 260 * MIB)
     assert withctx.reserve_bytes == plain.reserve_bytes == 512 * MIB
     assert withctx.used_bytes - plain.used_bytes == 260 * MIB
 
 
-# --- the build-rule table (resolve.BUILD_RULES): each rule on both sides of its build ----------------------
+# --- the build-rule table (resolve.BUILD_RULES): each rule on both sides of its build
+# ----------------------
+
 
 def test_build_rules_are_one_dated_table() -> None:
     from llamafit.memory.resolve import BUILD_RULES, since
@@ -182,10 +232,15 @@ def test_build_rules_are_one_dated_table() -> None:
         assert since(r.key, None) and since(r.key, r.build) and not since(r.key, r.build - 1)
 
 
-@pytest.mark.parametrize(("output_first", "layers_on_gpu", "output"), [(True, 47, 0), (False, 48, -1)])
-def test_ngl_counts_the_output_layer_first_from_pr_18148(output_first: bool, layers_on_gpu: int, output: int) -> None:
-    """-ngl 48 on 48 blocks: now the output layer and blocks 1..47; before PR #18148 all 48 blocks and the
-    output layer on the CPU (the fit-params README's breakdown at b6895 shows the old placement)."""
+@pytest.mark.parametrize(
+    ("output_first", "layers_on_gpu", "output"), [(True, 47, 0), (False, 48, -1)]
+)
+def test_ngl_counts_the_output_layer_first_from_pr_18148(
+    output_first: bool, layers_on_gpu: int, output: int
+) -> None:
+    """-ngl 48 on 48 blocks: now the output layer and blocks 1..47; before PR #18148 all 48 blocks
+    and the output layer on the CPU (the fit-params README's breakdown at b6895 shows the old
+    placement)."""
     from llamafit.memory.placement import layer_map
 
     lmap = layer_map(48, 48, (1.0,), output_first)
@@ -199,47 +254,107 @@ QWEN3 = "qwen3-30b-a3b"
     ("build", "n_ctx", "fa", "np", "expected"),
     [
         # (n_ctx cells, n_ctx_seq, n_seq_max, kv_unified, flash_attn, n_gpu_layers unset -> value)
-        (None, 70000, "off", 2, (70144, 35072, 2, False, False)),  # PAD 256 of n_ctx and of n_ctx / n_seq
+        (
+            None,
+            70000,
+            "off",
+            2,
+            (70144, 35072, 2, False, False),
+        ),  # PAD 256 of n_ctx and of n_ctx / n_seq
         (6980, 70000, "off", 2, (70144, 35072, 2, False, False)),  # PR #17046
         (6979, 70000, "off", 2, (70000, 35000, 2, False, False)),  # PR #16812: no padding
-        (6889, 70000, "off", 2, (70016, 35008, 2, False, False)),  # before: 32 without FA, n_ctx / n_seq
+        (
+            6889,
+            70000,
+            "off",
+            2,
+            (70016, 35008, 2, False, False),
+        ),  # before: 32 without FA, n_ctx / n_seq
         (6889, 70000, "on", 2, (70144, 35072, 2, False, True)),  # ... 256 with FA
-        (None, 8192, "auto", -1, (8192, 8192, 4, True, True)),  # np auto: 4 unified slots; FA auto on
+        (
+            None,
+            8192,
+            "auto",
+            -1,
+            (8192, 8192, 4, True, True),
+        ),  # np auto: 4 unified slots; FA auto on
         (6999, 8192, "auto", -1, (8192, 8192, 1, False, True)),  # before PR #16736: one slot
-        (6324, 8192, "auto", 1, (8192, 8192, 1, False, False)),  # before PR #15434: no -fa auto (off)
-        (5913, 8192, "off", 4, (8192, 2048, 4, False, False)),  # PR #14363: one KV stream per sequence
-        (5912, 8192, "off", 4, (8192, 8192, 4, True, False)),  # before: one unified cache for all sequences
+        (
+            6324,
+            8192,
+            "auto",
+            1,
+            (8192, 8192, 1, False, False),
+        ),  # before PR #15434: no -fa auto (off)
+        (
+            5913,
+            8192,
+            "off",
+            4,
+            (8192, 2048, 4, False, False),
+        ),  # PR #14363: one KV stream per sequence
+        (
+            5912,
+            8192,
+            "off",
+            4,
+            (8192, 8192, 4, True, False),
+        ),  # before: one unified cache for all sequences
     ],
-)  # fmt: skip
-def test_context_rules_by_build(build: int | None, n_ctx: int, fa: str, np: int, expected: tuple) -> None:
+)
+def test_context_rules_by_build(
+    build: int | None, n_ctx: int, fa: str, np: int, expected: tuple
+) -> None:
     mm = model(QWEN3)
-    rc = resolve(LaunchConfig(n_ctx=n_ctx, flash_attn=fa, n_parallel=np, fit=False), mm.facts, build=build)
+    rc = resolve(
+        LaunchConfig(n_ctx=n_ctx, flash_attn=fa, n_parallel=np, fit=False), mm.facts, build=build
+    )
     assert (rc.n_ctx, rc.n_ctx_seq, rc.n_seq_max, rc.kv_unified, rc.flash_attn) == expected
 
 
 def test_unset_ngl_meant_cpu_only_before_pr_15434() -> None:
     mm = model(QWEN3)
     assert resolve(LaunchConfig(fit=False), mm.facts, build=6324).n_gpu_layers == 0
-    assert resolve(LaunchConfig(fit=False), mm.facts, build=6325).n_gpu_layers == mm.facts.n_layer_all + 1
+    assert (
+        resolve(LaunchConfig(fit=False), mm.facts, build=6325).n_gpu_layers
+        == mm.facts.n_layer_all + 1
+    )
 
 
 def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
-    """q8_0 K/V with flash attention on CUDA: from PR #23907 the F16 copies of the whole cache are in the
-    CUDA compute buffer (2 B x n_kv x (n_embd_k_gqa + n_embd_v_gqa) = 2 x 65536 x 1024 B = 128 MiB here);
-    before, they came from the CUDA pool. A GPU without the output layer, so attention sets the peak."""
+    """q8_0 K/V with flash attention on CUDA: from PR #23907 the F16 copies of the whole cache are
+    in the CUDA compute buffer (2 B x n_kv x (n_embd_k_gqa + n_embd_v_gqa) = 2 x 65536 x 1024 B =
+    128 MiB here); before, they came from the CUDA pool. A GPU without the output layer, so
+    attention sets the peak."""
     from llamafit.memory.compute import ComputeSettings, fa_f16_extra, predict_compute
 
     f = model(QWEN3).facts
-    s = ComputeSettings(n_ctx_seq=65536, n_ubatch=512, n_outputs=1, flash_attn=True, type_k="q8_0", type_v="q8_0",
-                        backend="cuda", holds_output=False)  # fmt: skip
+    s = ComputeSettings(
+        n_ctx_seq=65536,
+        n_ubatch=512,
+        n_outputs=1,
+        flash_attn=True,
+        type_k="q8_0",
+        type_v="q8_0",
+        backend="cuda",
+        holds_output=False,
+    )
     with_copies = predict_compute(f, s)
     without = predict_compute(f, replace(s, fa_f16_in_buffer=False))
-    assert fa_f16_extra(f, s, 0) == 128 * MIB and fa_f16_extra(f, replace(s, fa_f16_in_buffer=False), 0) == 0
-    assert (with_copies.peak, without.peak) == ("attention", "moe")  # 128 MiB lift the attention peak over the FFN
+    assert (
+        fa_f16_extra(f, s, 0) == 128 * MIB
+        and fa_f16_extra(f, replace(s, fa_f16_in_buffer=False), 0) == 0
+    )
+    # 128 MiB lift the attention peak over the FFN
+    assert (with_copies.peak, without.peak) == (
+        "attention",
+        "moe",
+    )
 
 
 def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
-    """An MLA model (fixtures/mla-deepseek2.gguf: K 576 wide, V = kv_lora_rank 512): V-less from b7800."""
+    """An MLA model (fixtures/mla-deepseek2.gguf: K 576 wide, V = kv_lora_rank 512): V-less from
+    b7800."""
     from tests.support import FIXTURES as FX
 
     mm = MemoryModel(build_facts(read_model(FX / "mla-deepseek2.gguf")))
@@ -250,65 +365,115 @@ def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
     assert old - new == layers * 4096 * 2 * mm.facts.mla.kv_lora_rank  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize(("build", "keys"), [
-    (None, {"inp_tokens", "inp_embd", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),
-    (7749, {"inp_tokens", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),  # before PR #18898
-    (6089, {"inp_tokens", "inp_pos", "out_ids", "kq_mask0"}),  # before PR #14959: no set_rows indices
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("build", "keys"),
+    [
+        (None, {"inp_tokens", "inp_embd", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"}),
+        (
+            7749,
+            {"inp_tokens", "inp_pos", "out_ids", "k_idxs0", "v_idxs0", "kq_mask0"},
+        ),  # before PR #18898
+        (
+            6089,
+            {"inp_tokens", "inp_pos", "out_ids", "kq_mask0"},
+        ),  # before PR #14959: no set_rows indices
+    ],
+)
 def test_graph_inputs_by_build(build: int | None, keys: set[str]) -> None:
-    """The host buffer of a full offload holds the graph inputs: which exist depends on the build (the
-    pythia CI logs at b4343 show 9.01 MiB = F32 mask 2048 x 512 + the embedding rows, nothing else)."""
+    """The host buffer of a full offload holds the graph inputs: which exist depends on the build
+    (the pythia CI logs at b4343 show 9.01 MiB = F32 mask 2048 x 512 + the embedding rows, nothing
+    else)."""
     from llamafit.memory.compute import ComputeSettings, input_bytes
 
     f = model(QWEN3).facts
-    s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=512, flash_attn=False, backend="cuda",
-                        kv_idxs=since("kv_set_rows", build), inp_embd_input=since("inp_embd_both", build))  # fmt: skip
+    s = ComputeSettings(
+        n_ctx_seq=2048,
+        n_ubatch=512,
+        n_outputs=512,
+        flash_attn=False,
+        backend="cuda",
+        kv_idxs=since("kv_set_rows", build),
+        inp_embd_input=since("inp_embd_both", build),
+    )
     assert set(input_bytes(f, s)) == keys
 
 
 def test_pinned_host_buffers_on_cuda() -> None:
-    """CUDA_Host holds the host compute and output buffers (and unmapped CPU weights); none without CUDA/ROCm."""
+    """CUDA_Host holds the host compute and output buffers (and unmapped CPU weights); none without
+    CUDA/ROCm."""
     row = ROWS[0]
     mm = model(row["shape"])
-    rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"])
+    rc = resolve(
+        LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False), mm.facts, build=row["build"]
+    )
     cuda = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST).devices[-1]
     assert cuda.pinned_bytes == cuda.compute_bytes + cuda.output_bytes > 0
     vulkan = mm.estimate(rc, [DeviceSpec("Vulkan0", "gpu", "vulkan")], HOST).devices[-1]
     assert vulkan.pinned_bytes == 0
-    unmapped = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False, load_mode="none"), mm.facts)
+    unmapped = resolve(
+        LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False, load_mode="none"), mm.facts
+    )
     host_row = mm.estimate(unmapped, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST).devices[-1]
-    assert host_row.pinned_bytes == host_row.compute_bytes + host_row.output_bytes + host_row.weights_bytes
+    assert (
+        host_row.pinned_bytes
+        == host_row.compute_bytes + host_row.output_bytes + host_row.weights_bytes
+    )
 
 
 @pytest.mark.parametrize(("build", "host_mib", "device_mib"), [(None, 2.0, 2.0), (9379, 4.0, 2.0)])
-def test_flash_attention_mask_was_f32_before_pr_23764(build: int | None, host_mib: float, device_mib: float) -> None:
-    """With FA the mask input (n_kv x T) is F16 now; before PR #23764 an F32 input stayed on the host and the
-    GPU got its F16 cast (issue #13545's ROCm_Host buffer: 64 MiB F32 mask at 32768 x 512)."""
+def test_flash_attention_mask_was_f32_before_pr_23764(
+    build: int | None, host_mib: float, device_mib: float
+) -> None:
+    """With FA the mask input (n_kv x T) is F16 now; before PR #23764 an F32 input stayed on the
+    host and the GPU got its F16 cast (issue #13545's ROCm_Host buffer: 64 MiB F32 mask at 32768 x
+    512)."""
     from llamafit.memory.compute import ComputeSettings, input_bytes
 
     f = model(QWEN3).facts
-    s = ComputeSettings(n_ctx_seq=2048, n_ubatch=512, n_outputs=1, flash_attn=True, backend="cuda",
-                        mask_f16_input=since("fa_mask_f16", build))  # fmt: skip
+    s = ComputeSettings(
+        n_ctx_seq=2048,
+        n_ubatch=512,
+        n_outputs=1,
+        flash_attn=True,
+        backend="cuda",
+        mask_f16_input=since("fa_mask_f16", build),
+    )
     inputs = input_bytes(f, s)
     assert inputs["kq_mask0"] == host_mib * MIB
     assert inputs.get("kq_mask_f16_0", inputs["kq_mask0"]) == device_mib * MIB
 
 
-@pytest.mark.parametrize(("backend", "build", "refused"), [
-    ("cuda", 5261, False),  # issue #13661: -sm row over four K80s loads (CUDA0_Split ... buffers)
-    ("cuda", 9889, False),
-    ("cuda", 9890, True),  # commit 74976e1 (issue #25884): "device CUDA0 does not support split buffers"
-    ("cuda", None, True),
-    ("rocm", 5400, False),  # issue #13545: -sm row over two Vega 20
-    ("rocm", None, True),  # ROCm builds ggml-cuda (HIP): the same buffer types
-    ("vulkan", None, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("backend", "build", "refused"),
+    [
+        (
+            "cuda",
+            5261,
+            False,
+        ),  # issue #13661: -sm row over four K80s loads (CUDA0_Split ... buffers)
+        ("cuda", 9889, False),
+        (
+            "cuda",
+            9890,
+            True,
+        ),  # commit 74976e1 (issue #25884): "device CUDA0 does not support split buffers"
+        ("cuda", None, True),
+        ("rocm", 5400, False),  # issue #13545: -sm row over two Vega 20
+        ("rocm", None, True),  # ROCm builds ggml-cuda (HIP): the same buffer types
+        ("vulkan", None, False),
+    ],
+)
 def test_row_split_on_cuda_until_b9890(backend: str, build: int | None, refused: bool) -> None:
     from llamafit.memory.resolve import ConfigError
 
     mm = model(QWEN3)
-    rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, split_mode="row", tensor_split=(1.0, 1.0),
-                              fit=False), mm.facts, build=build)  # fmt: skip
+    rc = resolve(
+        LaunchConfig(
+            n_ctx=4096, n_gpu_layers=NGL_ALL, split_mode="row", tensor_split=(1.0, 1.0), fit=False
+        ),
+        mm.facts,
+        build=build,
+    )
     gpus = [DeviceSpec(f"{backend.upper()}{i}", "gpu", backend) for i in range(2)]
     if refused:
         with pytest.raises(ConfigError, match="does not support split buffers"):

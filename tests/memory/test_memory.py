@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.support import FIXTURES
 
-from llamafit.memory.config import LaunchConfig
+from llamafit.facts.hparams import build_facts
 from llamafit.machine.devices import DeviceSpec, host
 from llamafit.machine.hardware import gpu_specs
-from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import read_model
+from llamafit.memory.config import LaunchConfig
 from llamafit.memory.model import MemoryModel
 from llamafit.memory.placement import cuda_alloc_size
-from llamafit.reader.ggml_types import GGMLType
 from llamafit.memory.resolve import ConfigError, resolve
+from llamafit.reader.ggml_types import GGMLType
+from llamafit.reader.model import read_model
+from tests.support import FIXTURES
 
 GIB = 1 << 30
 HOST = host(64 * GIB, 48 * GIB)
@@ -67,7 +67,8 @@ def test_tied_output_duplicates_token_embd_on_the_gpu() -> None:
     mm = model("tied-llama.gguf")
     gpu, cpu = estimate(mm, SERVER).devices
     assert gpu.weights_bytes == padded(mm, names(mm, lambda n: n != "token_embd.weight")) + padded(
-        mm, {"token_embd.weight"})  # fmt: skip
+        mm, {"token_embd.weight"}
+    )
     assert cpu.weights_bytes == raw(mm, {"token_embd.weight"})
 
 
@@ -75,19 +76,29 @@ def test_nextn_block_is_not_loaded() -> None:
     mm = model("nextn-glm4moe.gguf")
     gpu, cpu = estimate(mm, SERVER).devices
     loaded = names(mm, lambda n: not n.startswith("blk.3."))
-    assert gpu.weights_bytes + cpu.weights_bytes == padded(mm, loaded - {"token_embd.weight"}) + raw(
-        mm, {"token_embd.weight"})  # fmt: skip
-    assert gpu.kv_bytes == 3 * (2 * 2 * 32 * 2) * 65536  # 3 KV layers of 2 heads x 32, f16, n_ctx_train
+    assert gpu.weights_bytes + cpu.weights_bytes == padded(
+        mm, loaded - {"token_embd.weight"}
+    ) + raw(mm, {"token_embd.weight"})
+    # 3 KV layers of 2 heads x 32, f16, n_ctx_train
+    assert gpu.kv_bytes == 3 * (2 * 2 * 32 * 2) * 65536
 
 
-@pytest.mark.parametrize("flags", [{"cpu_moe": True}, {"n_cpu_moe": 4},
-                                   {"override_tensor": ((r"\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU"),)}])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"cpu_moe": True},
+        {"n_cpu_moe": 4},
+        {"override_tensor": ((r"\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU"),)},
+    ],
+)
 def test_experts_on_the_cpu(flags: dict) -> None:
     mm = model("moe-qwen3.gguf")
     gpu, cpu = estimate(mm, replace(SERVER, **flags)).devices
     experts = names(mm, lambda n: "_exps." in n)
     assert cpu.weights_bytes == raw(mm, experts | {"token_embd.weight"})
-    assert gpu.weights_bytes == padded(mm, names(mm, lambda n: n not in experts and n != "token_embd.weight"))
+    assert gpu.weights_bytes == padded(
+        mm, names(mm, lambda n: n not in experts and n != "token_embd.weight")
+    )
 
 
 def test_n_cpu_moe_moves_the_first_blocks_only() -> None:
@@ -98,9 +109,12 @@ def test_n_cpu_moe_moves_the_first_blocks_only() -> None:
 
 
 def test_two_gpus_split_layers_by_free_memory() -> None:
-    mm = model("dense-llama.gguf")  # 4 blocks + output over 2 equal GPUs: blocks 0-2 | block 3 + output
+    # 4 blocks + output over 2 equal GPUs: blocks 0-2 | block 3 + output
+    mm = model("dense-llama.gguf")
     g0, g1, cpu = estimate(mm, SERVER, TWO_GPUS).devices
-    assert g0.weights_bytes == padded(mm, names(mm, lambda n: n.startswith(("blk.0.", "blk.1.", "blk.2."))))
+    assert g0.weights_bytes == padded(
+        mm, names(mm, lambda n: n.startswith(("blk.0.", "blk.1.", "blk.2.")))
+    )
     assert g1.weights_bytes == padded(mm, names(mm, lambda n: n.startswith(("blk.3.", "output"))))
     per_cell = 2 * (2 * 16) * 2
     assert (g0.kv_bytes, g1.kv_bytes) == (3 * per_cell * 4096, 1 * per_cell * 4096)
@@ -128,7 +142,9 @@ def test_recurrent_state(name: str, n_parallel: int, recurrent: int) -> None:
 
 def test_swa_cache_is_bounded_by_the_window() -> None:
     mm = model("swa-gemma3.gguf")  # 1 full + 6 SWA layers, 2 KV heads x 32, window 128
-    gpu, _ = estimate(mm, SERVER).devices  # 4 unified slots: SWA = PAD(128*4 + 512, 256) = 1024 cells
+    gpu, _ = estimate(
+        mm, SERVER
+    ).devices  # 4 unified slots: SWA = PAD(128*4 + 512, 256) = 1024 cells
     per_layer_cell = 2 * 64 * 2
     assert gpu.kv_bytes == per_layer_cell * (1 * 32768 + 6 * 1024)
     full, _ = estimate(mm, replace(SERVER, swa_full=True)).devices
@@ -148,13 +164,18 @@ def test_cpu_only_holds_everything_on_the_host() -> None:
     assert cpu.reserve_bytes == 1 << 30
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    ({"split_mode": "row"}, "does not support split buffers"),
-    ({"split_mode": "none", "main_gpu": 3}, "--main-gpu 3 is not one of the 1 GPU"),
-    ({"override_tensor": (("ffn", "CUDA7"),)}, "unknown buffer type 'CUDA7'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"split_mode": "row"}, "does not support split buffers"),
+        ({"split_mode": "none", "main_gpu": 3}, "--main-gpu 3 is not one of the 1 GPU"),
+        ({"override_tensor": (("ffn", "CUDA7"),)}, "unknown buffer type 'CUDA7'"),
+    ],
+)
 def test_rejected_placements(flags: dict, message: str) -> None:
-    with pytest.raises(ConfigError if "split" in str(flags) or "main" in str(flags) else ValueError, match=message):
+    with pytest.raises(
+        ConfigError if "split" in str(flags) or "main" in str(flags) else ValueError, match=message
+    ):
         estimate(model("dense-llama.gguf"), replace(SERVER, **flags))
 
 

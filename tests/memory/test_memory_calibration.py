@@ -1,6 +1,7 @@
 """The whole memory model (resolve → estimate) against every measured llama.cpp load in
-fixtures/calibration (scripts/calibrate.py): weights within 0.5 %, KV and recurrent state exact
-to the precision llama.cpp prints (0.01 MiB per number), compute within 5 %, output exact."""
+fixtures/calibration (scripts/calibration/calibrate.py): weights within 0.5 %, KV and recurrent
+state exact to the precision llama.cpp prints (0.01 MiB per number), compute within 5 %, output
+exact."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from tests.support import FIXTURES, ROOT, needs_demo
 
-from llamafit.memory.config import engine_defaults
-from llamafit.machine.devices import host
 from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import read_model
+from llamafit.machine.devices import host
+from llamafit.memory.config import engine_defaults
 from llamafit.memory.model import Breakdown, MemoryModel
 from llamafit.memory.resolve import PINNED_BUILD, resolve
+from llamafit.reader.model import read_model
 from llamafit.server.flags import parse_server_args
+from tests.support import FIXTURES, ROOT, needs_demo
 
 ROWS = json.loads((FIXTURES / "calibration" / "llama-cpp-0c1e570-cpu.json").read_text())["rows"]
 MIB = 1 << 20
@@ -41,25 +42,49 @@ def predicted(row: dict) -> Breakdown:
         cfg = parse_server_args(row["flags"], {}).config
         rc = resolve(cfg, mm.facts, engine="llama-server", build=PINNED_BUILD)
     else:
-        cfg = replace(engine_defaults("llama-cpp-python"), n_ctx=s["n_ctx"], n_batch=s["n_batch"],
-                      n_ubatch=s["n_ubatch"], n_parallel=s["n_seq_max"], kv_unified=s["kv_unified"],
-                      flash_attn="on" if s["flash_attn"] else "off", type_k=s["type_k"], type_v=s["type_v"],
-                      swa_full=s["swa_full"])  # fmt: skip
-        rc = replace(resolve(cfg, mm.facts, engine="llama-cpp-python", build=PINNED_BUILD),
-                     n_outputs_max=s["n_outputs_max"])
-    for key in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "kv_unified", "n_outputs_max"):
-        assert getattr(rc, key) == s[key], key  # the resolution itself matches what llama.cpp logged
+        cfg = replace(
+            engine_defaults("llama-cpp-python"),
+            n_ctx=s["n_ctx"],
+            n_batch=s["n_batch"],
+            n_ubatch=s["n_ubatch"],
+            n_parallel=s["n_seq_max"],
+            kv_unified=s["kv_unified"],
+            flash_attn="on" if s["flash_attn"] else "off",
+            type_k=s["type_k"],
+            type_v=s["type_v"],
+            swa_full=s["swa_full"],
+        )
+        rc = replace(
+            resolve(cfg, mm.facts, engine="llama-cpp-python", build=PINNED_BUILD),
+            n_outputs_max=s["n_outputs_max"],
+        )
+    for key in (
+        "n_ctx",
+        "n_ctx_seq",
+        "n_batch",
+        "n_ubatch",
+        "n_seq_max",
+        "kv_unified",
+        "n_outputs_max",
+    ):
+        # the resolution itself matches what llama.cpp logged
+        assert getattr(rc, key) == s[key], key
     return mm.estimate(rc, (), HOST)
 
 
 def row_id(i: int, row: dict) -> str:
     s = row["settings"]
     name = row["model"].rsplit("/", 1)[-1].removesuffix(".gguf")
-    return f"{i:03d}-{row['engine']}-{name}-c{s['n_ctx']}-fa{int(s['flash_attn'])}-np{s['n_seq_max']}"
+    return (
+        f"{i:03d}-{row['engine']}-{name}-c{s['n_ctx']}-fa{int(s['flash_attn'])}-np{s['n_seq_max']}"
+    )
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, marks=needs_demo) if r["model"].startswith("demo:") else r
-                                 for r in ROWS], ids=[row_id(i, r) for i, r in enumerate(ROWS)])  # fmt: skip
+@pytest.mark.parametrize(
+    "row",
+    [pytest.param(r, marks=needs_demo) if r["model"].startswith("demo:") else r for r in ROWS],
+    ids=[row_id(i, r) for i, r in enumerate(ROWS)],
+)
 def test_row(row: dict) -> None:
     (cpu,) = predicted(row).devices
     m = row["measured"]
@@ -69,7 +94,8 @@ def test_row(row: dict) -> None:
     mapped = m["model_buffers"]["CPU_Mapped"] * MIB
     repack = m["model_buffers"].get("CPU_REPACK", 0.0) * MIB
     assert abs(cpu.repack_bytes - repack) <= PRINTED  # memory/repack.py: exact to print precision
-    slack = max(0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards)  # a line per shard
+    # a line per shard
+    slack = max(0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards)
     file_weights = cpu.weights_bytes - cpu.repack_bytes
     assert mapped - slack <= file_weights <= mapped + repack + slack
     if not repack:

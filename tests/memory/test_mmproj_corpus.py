@@ -1,11 +1,12 @@
-"""The projector (mmproj) model against public llama.cpp logs (fixtures/calibration/mmproj-corpus.jsonl).
+"""The projector (mmproj) model against public llama.cpp logs
+(fixtures/calibration/mmproj-corpus.jsonl).
 
 Each row is one public log with the projector's shape (load_hparams) and the buffers it printed
 (load_hparams: model size, alloc_compute_meta: <dev> compute buffer size); the projector is rebuilt
 at that shape (tests/projector_files.py) and its weights and encoder compute per device are compared
 with the log's, exact to the log's print precision (0.01 MiB). Both CUDA and Metal print 121.25 MiB
-for the Gemma 3 SigLIP encoder with flash attention, the CPU rule: the extra n_embd x n_pos tensor is
-Vulkan's alone (projector.REORDERING_BACKENDS: ggml_vk_graph_optimize).
+for the Gemma 3 SigLIP encoder with flash attention, the CPU rule: the extra n_embd x n_pos tensor
+is Vulkan's alone (projector.REORDERING_BACKENDS: ggml_vk_graph_optimize).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tests.support.projector_files import mmproj_corpus_rows, predict_mmproj_row
 
 ROWS = mmproj_corpus_rows()

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from llamafit.memory.placement import (
+    CPU,
+    LayerMap,
+    cuda_alloc_size,
+    layer_map,
+    override_target,
+    split_points,
+)
 from llamafit.reader.ggml_types import GGMLType
-from llamafit.memory.placement import CPU, LayerMap, cuda_alloc_size, layer_map, override_target, split_points
 
 
 @pytest.mark.parametrize(
@@ -18,7 +25,12 @@ from llamafit.memory.placement import CPU, LayerMap, cuda_alloc_size, layer_map,
         (4, 5, [1.0, 1.0], LayerMap((0, 0, 0, 1), 1)),  # (il)/5 vs split points 0.5, 1.0
         (4, 5, [3.0, 1.0], LayerMap((0, 0, 0, 0), 1)),
         (4, 5, [], LayerMap((CPU,) * 4, CPU)),  # no GPU
-        (6, 4, [1.0, 2.0], LayerMap((CPU, CPU, CPU, 0, 0, 1), 1)),  # (il-3)/4: 0, .25, .5 ; 1/3 split
+        (
+            6,
+            4,
+            [1.0, 2.0],
+            LayerMap((CPU, CPU, CPU, 0, 0, 1), 1),
+        ),  # (il-3)/4: 0, .25, .5 ; 1/3 split
     ],
 )
 def test_layer_map(n_layer_all: int, ngl: int, fractions: list[float], expected: LayerMap) -> None:

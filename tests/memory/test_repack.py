@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support import needs_demo, needs_llama_server
 
 from llamafit.facts.hparams import build_facts
 from llamafit.machine.devices import host
@@ -16,6 +15,7 @@ from llamafit.memory.repack import has_layout, repacked_bytes
 from llamafit.memory.resolve import resolve
 from llamafit.reader.model import read_model
 from llamafit.server.flags import parse_server_args
+from tests.support import needs_demo, needs_llama_server
 
 AVX2 = frozenset({"avx2"})
 AVX512 = frozenset({"avx2", "avx512"})
@@ -44,7 +44,9 @@ ARM_DOT = frozenset({"neon", "dotprod"})
         ("F16", (4096, 4096), AVX512 | ARM_I8MM, False),
     ],
 )
-def test_layout(type_name: str, shape: tuple[int, ...], features: frozenset[str], expected: bool) -> None:
+def test_layout(
+    type_name: str, shape: tuple[int, ...], features: frozenset[str], expected: bool
+) -> None:
     assert has_layout(type_name, shape, features) is expected
 
 
@@ -58,7 +60,12 @@ def test_layout(type_name: str, shape: tuple[int, ...], features: frozenset[str]
         ("token_embd.weight", (4096, 32000), 73728000, 0),  # GET_ROWS
         ("blk.0.attn_q.bias", (4096,), 16384, 0),  # ADD
         ("blk.0.ffn_up_exps.weight", (2048, 768, 128), 113246208, 113246208),  # MUL_MAT_ID, 3-D
-        ("blk.0.ffn_up_exps.weight", (2048, 768, 1), 884736, 0),  # one expert: 2-D, not MUL_MAT_ID's
+        (
+            "blk.0.ffn_up_exps.weight",
+            (2048, 768, 1),
+            884736,
+            0,
+        ),  # one expert: 2-D, not MUL_MAT_ID's
         ("blk.0.attn_norm.weight", (4096,), 16384, 0),  # MUL
         ("blk.0.ssm_conv1d.weight", (4, 8192), 131072, 0),  # SSM_CONV
     ],

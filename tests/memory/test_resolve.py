@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
+from llamafit.facts.hparams import build_facts
+from llamafit.memory.config import LaunchConfig, engine_defaults, with_given
+from llamafit.memory.resolve import ConfigError, resolve
+from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 
-from llamafit.memory.config import LaunchConfig, engine_defaults, with_given
-from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import read_model
-from llamafit.memory.resolve import ConfigError, resolve
-
-GEMMA = build_facts(read_model(FIXTURES / "swa-gemma3.gguf"))  # n_ctx_train 32768, 7 layers, window 128
+# n_ctx_train 32768, 7 layers, window 128
+GEMMA = build_facts(read_model(FIXTURES / "swa-gemma3.gguf"))
 MLA = build_facts(read_model(FIXTURES / "mla-deepseek2.gguf"))
 SERVER = LaunchConfig()
 
@@ -24,41 +25,116 @@ def fields(rc, *names):
 @pytest.mark.parametrize(
     ("cfg", "engine", "build", "expected"),
     [
-        # (n_ctx, n_ctx_seq, n_seq_max, n_stream, kv_unified, n_batch, n_ubatch, n_outputs_max, n_swa_cells)
-        (SERVER, "llama-server", None, (32768, 32768, 4, 1, True, 2048, 512, 4, 1024)),  # np auto: 4 unified
-        (replace(SERVER, n_ctx=8192, n_parallel=3), "llama-server", None, (8448, 2816, 3, 3, False, 2048, 512, 3, 768)),
-        (replace(SERVER, n_ctx=8192, n_parallel=3, kv_unified=True), "llama-server", None,
-         (8192, 8192, 3, 1, True, 2048, 512, 3, 1024)),
-        (replace(SERVER, n_ctx=1000), "llama-server", None, (1024, 1024, 4, 1, True, 1000, 512, 4, 1024)),
-        (replace(SERVER, n_ctx=300, n_batch=4096, n_ubatch=1024), "llama-server", None,
-         (512, 512, 4, 1, True, 300, 300, 4, 512)),
-        (with_given(SERVER, n_parallel=2), "llama-server", None, (65536, 32768, 2, 2, False, 2048, 512, 2, 768)),
-        (SERVER, "llama-server", 9000, (32768, 32768, 4, 1, True, 2048, 512, 2048, 1024)),  # before PR #23861
-        (engine_defaults("llama-cpp-python"), "llama-cpp-python", None, (512, 512, 1, 1, False, 512, 512, 512, 512)),
+        # (n_ctx, n_ctx_seq, n_seq_max, n_stream, kv_unified, n_batch, n_ubatch, n_outputs_max,
+        # n_swa_cells)
+        (
+            SERVER,
+            "llama-server",
+            None,
+            (32768, 32768, 4, 1, True, 2048, 512, 4, 1024),
+        ),  # np auto: 4 unified
+        (
+            replace(SERVER, n_ctx=8192, n_parallel=3),
+            "llama-server",
+            None,
+            (8448, 2816, 3, 3, False, 2048, 512, 3, 768),
+        ),
+        (
+            replace(SERVER, n_ctx=8192, n_parallel=3, kv_unified=True),
+            "llama-server",
+            None,
+            (8192, 8192, 3, 1, True, 2048, 512, 3, 1024),
+        ),
+        (
+            replace(SERVER, n_ctx=1000),
+            "llama-server",
+            None,
+            (1024, 1024, 4, 1, True, 1000, 512, 4, 1024),
+        ),
+        (
+            replace(SERVER, n_ctx=300, n_batch=4096, n_ubatch=1024),
+            "llama-server",
+            None,
+            (512, 512, 4, 1, True, 300, 300, 4, 512),
+        ),
+        (
+            with_given(SERVER, n_parallel=2),
+            "llama-server",
+            None,
+            (65536, 32768, 2, 2, False, 2048, 512, 2, 768),
+        ),
+        (
+            SERVER,
+            "llama-server",
+            9000,
+            (32768, 32768, 4, 1, True, 2048, 512, 2048, 1024),
+        ),  # before PR #23861
+        (
+            engine_defaults("llama-cpp-python"),
+            "llama-cpp-python",
+            None,
+            (512, 512, 1, 1, False, 512, 512, 512, 512),
+        ),
         # b6000: before PR #16736 one slot by default; SWA cache padded like n_ctx (32 without FA)
-        (replace(SERVER, n_ctx=100, flash_attn="off"), "llama-server", 6000,
-         (128, 128, 1, 1, False, 100, 100, 100, 128)),
+        (
+            replace(SERVER, n_ctx=100, flash_attn="off"),
+            "llama-server",
+            6000,
+            (128, 128, 1, 1, False, 100, 100, 100, 128),
+        ),
     ],
-    ids=["server-defaults", "np3", "np3-kvu", "pad-1000", "batch-caps", "np2-no-c-fit", "build-9000",
-         "llama-cpp-python", "build-6000-pad32"],
-)  # fmt: skip
-def test_context_slots_batches(cfg: LaunchConfig, engine: str, build: int | None, expected: tuple) -> None:
+    ids=[
+        "server-defaults",
+        "np3",
+        "np3-kvu",
+        "pad-1000",
+        "batch-caps",
+        "np2-no-c-fit",
+        "build-9000",
+        "llama-cpp-python",
+        "build-6000-pad32",
+    ],
+)
+def test_context_slots_batches(
+    cfg: LaunchConfig, engine: str, build: int | None, expected: tuple
+) -> None:
     rc = resolve(cfg, GEMMA, engine=engine, build=build)
-    names = ("n_ctx", "n_ctx_seq", "n_seq_max", "n_stream", "kv_unified", "n_batch", "n_ubatch", "n_outputs_max",
-             "n_swa_cells")  # fmt: skip
+    names = (
+        "n_ctx",
+        "n_ctx_seq",
+        "n_seq_max",
+        "n_stream",
+        "kv_unified",
+        "n_batch",
+        "n_ubatch",
+        "n_outputs_max",
+        "n_swa_cells",
+    )
     assert fields(rc, *names) == expected
 
 
 @pytest.mark.parametrize(
     ("cfg", "facts", "flash_attn", "warning"),
     [
-        (replace(SERVER, type_v="q8_0"), GEMMA, True, "enabling flash_attn since it is required for quantized V cache"),
-        (replace(SERVER, type_k="q8_0", flash_attn="off"), GEMMA, False, None),  # quantized K alone needs no FA
+        (
+            replace(SERVER, type_v="q8_0"),
+            GEMMA,
+            True,
+            "enabling flash_attn since it is required for quantized V cache",
+        ),
+        (
+            replace(SERVER, type_k="q8_0", flash_attn="off"),
+            GEMMA,
+            False,
+            None,
+        ),  # quantized K alone needs no FA
         (replace(SERVER, flash_attn="off"), GEMMA, False, None),
         (SERVER, GEMMA, True, None),  # auto: the CPU, CUDA, Metal and Vulkan backends support FA
     ],
 )
-def test_flash_attention_rules(cfg: LaunchConfig, facts, flash_attn: bool, warning: str | None) -> None:
+def test_flash_attention_rules(
+    cfg: LaunchConfig, facts, flash_attn: bool, warning: str | None
+) -> None:
     rc = resolve(cfg, facts)
     assert rc.flash_attn is flash_attn
     assert rc.warnings == ((warning,) if warning else ())
@@ -67,14 +143,24 @@ def test_flash_attention_rules(cfg: LaunchConfig, facts, flash_attn: bool, warni
 @pytest.mark.parametrize(
     ("cfg", "facts", "message"),
     [
-        (replace(SERVER, type_v="q4_0", flash_attn="off"), GEMMA,
-         "quantized V cache requires flash_attn to be enabled; add -fa on"),
-        (replace(SERVER, type_k="q8_0", type_v="f16"), MLA,
-         r"model does not support different K \(q8_0\) and V \(f16\)"),
-        (replace(SERVER, type_k="q9_9"), GEMMA, "unsupported cache type K 'q9_9'; allowed: f32, f16, bf16"),
+        (
+            replace(SERVER, type_v="q4_0", flash_attn="off"),
+            GEMMA,
+            "quantized V cache requires flash_attn to be enabled; add -fa on",
+        ),
+        (
+            replace(SERVER, type_k="q8_0", type_v="f16"),
+            MLA,
+            r"model does not support different K \(q8_0\) and V \(f16\)",
+        ),
+        (
+            replace(SERVER, type_k="q9_9"),
+            GEMMA,
+            "unsupported cache type K 'q9_9'; allowed: f32, f16, bf16",
+        ),
         (replace(SERVER, n_ctx=-5), GEMMA, "invalid context size -5"),
     ],
-)  # fmt: skip
+)
 def test_rejected_like_llama_cpp(cfg: LaunchConfig, facts, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve(cfg, facts)
@@ -82,7 +168,9 @@ def test_rejected_like_llama_cpp(cfg: LaunchConfig, facts, message: str) -> None
 
 def test_block_size_must_divide_the_head() -> None:
     tied = build_facts(read_model(FIXTURES / "tied-llama.gguf"))  # head dim 16
-    with pytest.raises(ConfigError, match="K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"):
+    with pytest.raises(
+        ConfigError, match="K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"
+    ):
         resolve(replace(SERVER, type_k="q8_0"), tied)
 
 
@@ -92,7 +180,10 @@ def test_gpu_layers_count_the_output_layer(ngl: int, expected: int) -> None:
 
 
 def test_moe_shortcuts_expand_like_common_h() -> None:
-    rc = resolve(replace(SERVER, override_tensor=(("blk\\.3\\.attn_q", "CUDA1"),), n_cpu_moe=2, n_cpu_ffn=1), GEMMA)
+    rc = resolve(
+        replace(SERVER, override_tensor=(("blk\\.3\\.attn_q", "CUDA1"),), n_cpu_moe=2, n_cpu_ffn=1),
+        GEMMA,
+    )
     assert rc.all_overrides == (
         ("blk\\.3\\.attn_q", "CUDA1"),
         ("blk\\.0\\.ffn_(up|down|gate|gate_up)_(ch|)exps", "CPU"),

@@ -1,4 +1,5 @@
-"""Real-shape models (scripts/make_shapes.py): sparse full-size GGUFs that real llama.cpp loads.
+"""Real-shape models (scripts/fixtures/make_shapes.py): sparse full-size GGUFs that real llama.cpp
+loads.
 
 Every shape is generated here (no download, no disk: the data is a hole). Weights and KV that
 llama.cpp reports for them are what llamafit predicts.
@@ -11,13 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.support.loads import lab_load
-from tests.support.scripts import script
 from click.testing import CliRunner
 
 from llamafit.cli import cli
 from llamafit.facts.hparams import build_facts
 from llamafit.reader.model import read_model
+from tests.support.loads import lab_load
+from tests.support.scripts import script
 
 device_lab = script("device_lab")
 make_shapes = script("make_shapes")
@@ -52,7 +53,11 @@ def test_shape_is_full_size_sparse_and_readable(shapes_dir: Path, key: str, size
     assert st.st_blocks * 512 < 16 << 20  # only the header is on disk
     spec = make_shapes.load_specs()[key]
     facts = build_facts(read_model(path))
-    assert (facts.architecture, facts.n_layer_all, facts.file_size) == (spec["arch"], spec["n_layer"], size)
+    assert (facts.architecture, facts.n_layer_all, facts.file_size) == (
+        spec["arch"],
+        spec["n_layer"],
+        size,
+    )
 
 
 def test_shapes_are_deterministic(tmp_path: Path, shapes_dir: Path) -> None:
@@ -68,8 +73,22 @@ def test_shapes_are_deterministic(tmp_path: Path, shapes_dir: Path) -> None:
 
 
 def _predicted(path: Path, gpu: str, flags: list[str]) -> dict[str, dict[str, int]]:
-    res = CliRunner().invoke(cli, ["check", str(path), "--gpu", gpu, "--backend", "vulkan", "--reserve", "0",
-                                   "--json", "--", *flags])  # fmt: skip
+    res = CliRunner().invoke(
+        cli,
+        [
+            "check",
+            str(path),
+            "--gpu",
+            gpu,
+            "--backend",
+            "vulkan",
+            "--reserve",
+            "0",
+            "--json",
+            "--",
+            *flags,
+        ],
+    )
     assert res.exit_code in (0, 1), res.output
     return {d["name"]: d for d in json.loads(res.stdout)["devices"]}
 
@@ -84,7 +103,9 @@ LIVE = ["llama3.2-1b", "gemma3-1b"]
 
 
 @pytest.mark.parametrize("key", LIVE)
-def test_shape_loads_on_cpu_with_the_predicted_weights_and_kv(vk_rpc_bin: Path, shapes_dir: Path, key: str) -> None:
+def test_shape_loads_on_cpu_with_the_predicted_weights_and_kv(
+    vk_rpc_bin: Path, shapes_dir: Path, key: str
+) -> None:
     path = make_shapes.write_shape(key, shapes_dir)
     flags = ["-c", "4096", "-np", "1", "--no-repack"]
     got = lab_load(path, flags, env=device_lab.vk_env(None))

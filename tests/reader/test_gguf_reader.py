@@ -9,7 +9,6 @@ import pytest
 from llamafit.errors import GGUFError
 from llamafit.reader.header import SkippedArray, TensorInfo, read_header
 from llamafit.reader.source import BytesSource
-
 from tests.support.scripts import script
 
 _gguf_bytes = script("make_broken_fixtures")  # GGUF byte builders
@@ -110,7 +109,11 @@ def test_header_only_file_reads_like_the_full_one(demo_path) -> None:
     for end in (full.data_offset, full.data_offset - 1):  # with and without the alignment padding
         cut = read_header(BytesSource(data[:end], "demo"))
         assert cut.header_only
-        assert (cut.tensors, cut.metadata, cut.data_offset) == (full.tensors, full.metadata, full.data_offset)
+        assert (cut.tensors, cut.metadata, cut.data_offset) == (
+            full.tensors,
+            full.metadata,
+            full.data_offset,
+        )
     assert len(full.tensors) == 236
     assert full.metadata["tokenizer.ggml.tokens"] == SkippedArray(T_STRING, 262144)
 
@@ -127,13 +130,23 @@ VALUE = BASE + len(gstr("k")) + 4  # where its value starts
 @pytest.mark.parametrize(
     ("data", "offset", "message"),
     [
-        (gguf([*BASE_KVS, gstr("k") + struct.pack("<IQ", T_STRING, 2**63)]), VALUE,
-         "string length 9223372036854775808"),
+        (
+            gguf([*BASE_KVS, gstr("k") + struct.pack("<IQ", T_STRING, 2**63)]),
+            VALUE,
+            "string length 9223372036854775808",
+        ),
         (gguf(n_tensors=2**40), 8, "tensor count 1099511627776 exceeds"),
-        (gguf([*BASE_KVS, gstr("k") + struct.pack("<IIQ", T_ARRAY, T_STRING, 2**61)]), VALUE,
-         "array of 2305843009213693952"),
+        (
+            gguf([*BASE_KVS, gstr("k") + struct.pack("<IIQ", T_ARRAY, T_STRING, 2**61)]),
+            VALUE,
+            "array of 2305843009213693952",
+        ),
         (gguf([*BASE_KVS, gstr("") + struct.pack("<II", T_UINT32, 1)]), BASE, "key 5 is empty"),
-        (gguf([*BASE_KVS, gstr("k") + struct.pack("<II", 9, 77) + b"\0" * 8]), VALUE, "unknown array item type 77"),
+        (
+            gguf([*BASE_KVS, gstr("k") + struct.pack("<II", 9, 77) + b"\0" * 8]),
+            VALUE,
+            "unknown array item type 77",
+        ),
     ],
     ids=["string-2^63", "tensors-2^40", "array-2^61", "empty-key", "array-item-type"],
 )

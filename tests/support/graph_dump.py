@@ -49,7 +49,9 @@ def shim() -> Path | None:
     out = Path(tempfile.gettempdir()) / f"llamafit-graph-dump-{digest}.so"
     if not out.is_file():
         partial = out.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-ldl"], check=True)
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-O2", "-o", str(partial), str(SOURCE), "-ldl"], check=True
+        )
         partial.replace(out)
     return out
 
@@ -87,19 +89,26 @@ def parse(text: str) -> list[Event]:
             leaf_buffer_ids=tuple(pair[1] for pair in raw["leafs"]) if galloc else None,
             node_buffer_ids=tuple(pair[1] for pair in raw["nodes"]) if galloc else None,
         )
-        events.append(Event(
-            kind=raw["event"],
-            seq=raw["seq"],
-            graph=graph,
-            sizes=tuple(raw.get("sizes", ())),
-            backends=tuple((b["name"], b["size"]) for b in raw.get("backends", ())),
-            n_copies=raw.get("n_copies", 1),
-        ))
+        events.append(
+            Event(
+                kind=raw["event"],
+                seq=raw["seq"],
+                graph=graph,
+                sizes=tuple(raw.get("sizes", ())),
+                backends=tuple((b["name"], b["size"]) for b in raw.get("backends", ())),
+                n_copies=raw.get("n_copies", 1),
+            )
+        )
     return sorted(events, key=lambda e: e.seq)
 
 
-def record(binary: str | Path, args: Sequence[str], *, env: Mapping[str, str] | None = None,
-           timeout: float = 180.0) -> tuple[list[Event], str]:
+def record(
+    binary: str | Path,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180.0,
+) -> tuple[list[Event], str]:
     """Start `binary` (a llama-server) with `args` and the shim preloaded until it listens; its
     recorded events and its log. `--fit off` is the caller's to pass (llama.cpp's fitter reserves
     graphs of its own first)."""

@@ -27,8 +27,8 @@ _KV = re.compile(
     r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB"
 )
 _RS = re.compile(
-    r"llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) rs_seq\), "
-    r"R \(f32\): +([\d.]+) MiB, S \(f32\): +([\d.]+) MiB"
+    r"llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs "
+    r"+(\d+) rs_seq\), R \(f32\): +([\d.]+) MiB, S \(f32\): +([\d.]+) MiB"
 )
 
 
@@ -50,7 +50,10 @@ class RSLine:
 def load_logs(model: str, configs: list[dict]) -> list[str]:
     """The llama.cpp log of each load, in order (one child process for all of them)."""
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, model, json.dumps(configs)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", _CHILD, model, json.dumps(configs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"llama.cpp failed to load {model}:\n{proc.stderr[-3000:]}")

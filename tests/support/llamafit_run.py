@@ -1,5 +1,5 @@
-"""`python -m llamafit run …` as a real process for the end-to-end tests: its stderr read line by line
-until a prefix appears, stopped by a signal; `gone` waits until a pid has exited."""
+"""`python -m llamafit run …` as a real process for the end-to-end tests: its stderr read line by
+line until a prefix appears, stopped by a signal; `gone` waits until a pid has exited."""
 
 from __future__ import annotations
 
@@ -15,8 +15,13 @@ class Run:
     """`python -m llamafit run …` as a real process, its stderr read until a line appears."""
 
     def __init__(self, *args: str, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "llamafit", "run", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llamafit", "run", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
 
     def wait_for(self, prefix: str, timeout: float = 120.0) -> str:
@@ -43,7 +48,8 @@ class Run:
                 self.proc.kill()
 
 
-CHECK_ROW = re.compile(r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$")  # a `Check` table row
+# a `Check` table row
+CHECK_ROW = re.compile(r" {11}\S+ +(model|KV|RS|compute|output) +[\d,.]+ +[\d,.]+$")
 
 
 def unwrapped(lines: list[str]) -> list[str]:

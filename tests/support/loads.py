@@ -1,6 +1,6 @@
-"""Real llama.cpp loads shared by the tests that check the same one: each distinct start (model, flags,
-environment) runs once per session, and every test asserting on it reads the same result (one start,
-many assertions). A load's figures do not depend on which test asked first."""
+"""Real llama.cpp loads shared by the tests that check the same one: each distinct start (model,
+flags, environment) runs once per session, and every test asserting on it reads the same result (one
+start, many assertions). A load's figures do not depend on which test asked first."""
 
 from __future__ import annotations
 
@@ -15,18 +15,26 @@ _LAB: dict[tuple[object, ...], Any] = {}
 _COMPUTE: dict[tuple[str, str], float | None] = {}
 
 
-def lab_load(model: Path | str, flags: Sequence[str], *, env: Mapping[str, str] | None = None) -> Any:
-    """scripts/device_lab.py's `load` (the Vulkan/RPC llama-server, -lv 4, --no-warmup): what it reported."""
+def lab_load(
+    model: Path | str, flags: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> Any:
+    """scripts/calibration/device_lab.py's `load` (the Vulkan/RPC llama-server, -lv 4, --no-warmup):
+    what it reported."""
     lab = script("device_lab")
     seen = lab.vk_env() if env is None else env  # device_lab's default: Vulkan0 visible
-    key = (str(model), tuple(flags), tuple(sorted((k, v) for k, v in seen.items() if k.startswith(LLAMA_ENV))))
+    key = (
+        str(model),
+        tuple(flags),
+        tuple(sorted((k, v) for k, v in seen.items() if k.startswith(LLAMA_ENV))),
+    )
     if key not in _LAB:
         _LAB[key] = lab.load(model, list(flags), env=None if env is None else dict(env))
     return _LAB[key]
 
 
 def cpu_compute_mib(model: str, flags: str) -> float | None:
-    """scripts/audit_embeddings.py's `measured`: the CPU compute buffer (MiB) llama-server printed."""
+    """scripts/audit/audit_embeddings.py's `measured`: the CPU compute buffer (MiB) llama-server
+    printed."""
     key = (model, flags)
     if key not in _COMPUTE:
         _COMPUTE[key] = script("audit_embeddings").measured(model, flags)

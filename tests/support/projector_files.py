@@ -1,7 +1,8 @@
 """Write projector (mmproj) GGUFs that real llama.cpp loads: the Gemma 3 SigLIP projector with
-clip.cpp's keys and tensor names (tools/mtmd/clip-impl.h TN_*, clip_model_loader::load_tensors), at the
-real Gemma 3 4B mmproj shape (SigLIP so400m: 27 blocks, n_embd 1152, n_ff 4304, 16 heads, 896 px, 14 px
-patches) or smaller. Tensor data is a sparse run of zeros (os.truncate): llama.cpp does not check it."""
+clip.cpp's keys and tensor names (tools/mtmd/clip-impl.h TN_*, clip_model_loader::load_tensors), at
+the real Gemma 3 4B mmproj shape (SigLIP so400m: 27 blocks, n_embd 1152, n_ff 4304, 16 heads, 896
+px, 14 px patches) or smaller. Tensor data is a sparse run of zeros (os.truncate): llama.cpp does
+not check it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+
 from tests.support import FIXTURES
 
 F16, F32 = gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32
@@ -20,9 +22,18 @@ def _pad(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def write_gemma3_projector(path: Path, *, projection_dim: int, n_layer: int = 27, n_embd: int = 1152,
-                           n_ff: int = 4304, n_head: int = 16, image_size: int = 896,
-                           patch_size: int = 14, f32_tensors: tuple[str, ...] = ()) -> Path:  # fmt: skip
+def write_gemma3_projector(
+    path: Path,
+    *,
+    projection_dim: int,
+    n_layer: int = 27,
+    n_embd: int = 1152,
+    n_ff: int = 4304,
+    n_head: int = 16,
+    image_size: int = 896,
+    patch_size: int = 14,
+    f32_tensors: tuple[str, ...] = (),
+) -> Path:
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_string("general.name", "gemma-3 siglip projector (zeros)")
     w.add_uint32("general.file_type", 1)
@@ -44,9 +55,16 @@ def write_gemma3_projector(path: Path, *, projection_dim: int, n_layer: int = 27
 
     def tensor(name: str, shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType = F16) -> None:
         nonlocal total
-        qtype = F32 if name in f32_tensors else qtype  # converters keep some tensors F32 (see the mmproj corpus)
+        # converters keep some tensors F32 (see the mmproj corpus)
+        qtype = F32 if name in f32_tensors else qtype
         nbytes = int(np.prod(shape)) * (2 if qtype == F16 else 4)
-        w.add_tensor_info(name, shape, np.dtype(np.float16 if qtype == F16 else np.float32), nbytes, raw_dtype=qtype)
+        w.add_tensor_info(
+            name,
+            shape,
+            np.dtype(np.float16 if qtype == F16 else np.float32),
+            nbytes,
+            raw_dtype=qtype,
+        )
         total += _pad(nbytes)
 
     # numpy order (outermost first): ggml ne is the reverse
@@ -90,17 +108,24 @@ def mmproj_corpus_rows() -> list[dict]:
 def predict_mmproj_row(row: dict, tmp_dir: Path) -> dict[str, dict[str, float]]:
     """Rebuild a row's projector (write_gemma3_projector at the logged shape) and llamafit's
     prediction in MiB: {"weights": {device: MiB}, "compute": {device: MiB, "CPU": host input}}."""
-    from llamafit.fetch.model_source import open_model
     from llamafit.facts.projector import projector_facts
+    from llamafit.fetch.model_source import open_model
     from llamafit.memory.projector import encoder_compute, encoder_host_input
 
     s, st = row["projector"], row["settings"]
     if s["projector_type"] != "gemma3":
         raise NotImplementedError(f"no writer for projector type {s['projector_type']}")
     path = write_gemma3_projector(
-        tmp_dir / f"{row['id']}.gguf", projection_dim=s["projection_dim"], n_layer=s["n_layer"], n_embd=s["n_embd"],
-        n_ff=s["n_ff"], n_head=s["n_head"], image_size=s["image_size"], patch_size=s["patch_size"],
-        f32_tensors=tuple(s.get("f32_tensors", ())))  # fmt: skip
+        tmp_dir / f"{row['id']}.gguf",
+        projection_dim=s["projection_dim"],
+        n_layer=s["n_layer"],
+        n_embd=s["n_embd"],
+        n_ff=s["n_ff"],
+        n_head=s["n_head"],
+        image_size=s["image_size"],
+        patch_size=s["patch_size"],
+        f32_tensors=tuple(s.get("f32_tensors", ())),
+    )
     m = open_model(str(path), {})
     p = projector_facts(m.path, m.metadata, m.tensors)
     assert p.n_tensors == s["n_tensors"]
@@ -108,7 +133,9 @@ def predict_mmproj_row(row: dict, tmp_dir: Path) -> dict[str, dict[str, float]]:
     dev = row["gpus"][0] if on_gpu else "CPU"
     px, mib = st["warmup_image_px"], 1024 * 1024
     backend = row["backend"] if on_gpu else "cpu"
-    compute = {dev: encoder_compute(p, image_px=px, flash_attn=st["flash_attn"], backend=backend) / mib}
+    compute = {
+        dev: encoder_compute(p, image_px=px, flash_attn=st["flash_attn"], backend=backend) / mib
+    }
     if on_gpu:
         compute["CPU"] = encoder_host_input(p, image_px=px) / mib
     return {"weights": {dev: p.weights_bytes / mib}, "compute": compute}

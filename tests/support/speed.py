@@ -6,6 +6,8 @@ from llamafit.fit.speed import Efficiency, SpeedInputs
 from llamafit.machine.rates import Rate
 
 
-def cpu(bw: float, flops: float, decode: float | None = None, attention: float | None = None) -> SpeedInputs:
+def cpu(
+    bw: float, flops: float, decode: float | None = None, attention: float | None = None
+) -> SpeedInputs:
     eff = {"cpu": Efficiency(1.0, 1.0, "test", decode, attention)}
     return SpeedInputs((), (), Rate(bw, "test"), Rate(flops, "test"), efficiency=eff)

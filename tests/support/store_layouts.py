@@ -17,13 +17,16 @@ from pathlib import Path
 
 import gguf
 import pytest
+
 from tests.support import FIXTURES
 from tests.support.projector_files import write_gemma3_projector
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def hf_repo(cache: Path, repo: str, files: dict[str, Path], *, commit: str = COMMIT, ref: str = "main") -> Path:
+def hf_repo(
+    cache: Path, repo: str, files: dict[str, Path], *, commit: str = COMMIT, ref: str = "main"
+) -> Path:
     """A repository in a hub cache: each file as a blob (named by its sha256, as for LFS files)
     and a relative snapshot symlink; refs/<ref> holds the commit."""
     from huggingface_hub.file_download import repo_folder_name
@@ -43,8 +46,15 @@ def hf_repo(cache: Path, repo: str, files: dict[str, Path], *, commit: str = COM
     return top
 
 
-def ollama_model(root: Path, name: tuple[str, str, str, str], model: Path | None,
-                 projector: Path | None = None, adapter: Path | None = None, *, missing: bool = False) -> Path:
+def ollama_model(
+    root: Path,
+    name: tuple[str, str, str, str],
+    model: Path | None,
+    projector: Path | None = None,
+    adapter: Path | None = None,
+    *,
+    missing: bool = False,
+) -> Path:
     """manifests/<registry>/<namespace>/<model>/<tag> → blobs/sha256-<hex>; `missing` leaves the
     model blob out (a manifest pointing at a blob that is gone)."""
     layers = []
@@ -56,16 +66,27 @@ def ollama_model(root: Path, name: tuple[str, str, str, str], model: Path | None
         if not (missing and media == "model"):
             (root / "blobs").mkdir(parents=True, exist_ok=True)
             (root / "blobs" / f"sha256-{digest}").write_bytes(data)
-        layers.append({"mediaType": f"application/vnd.ollama.image.{media}", "digest": f"sha256:{digest}",
-                       "size": len(data)})
+        layers.append(
+            {
+                "mediaType": f"application/vnd.ollama.image.{media}",
+                "digest": f"sha256:{digest}",
+                "size": len(data),
+            }
+        )
     config = json.dumps({"model_format": "gguf", "model_family": "llama"}).encode()
     cdigest = hashlib.sha256(config).hexdigest()
     (root / "blobs").mkdir(parents=True, exist_ok=True)
     (root / "blobs" / f"sha256-{cdigest}").write_bytes(config)
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
-                           "digest": f"sha256:{cdigest}", "size": len(config)},
-                "layers": layers}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "digest": f"sha256:{cdigest}",
+            "size": len(config),
+        },
+        "layers": layers,
+    }
     path = root / "manifests" / name[0] / name[1] / name[2] / name[3]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest))
@@ -101,7 +122,8 @@ def _write(path: Path, arch: str, kv: dict[str, object], tensors: int = 1) -> Pa
 
 
 def mmproj(path: Path) -> Path:
-    """A projector as convert_hf_to_gguf --mmproj writes it: architecture clip, general.type mmproj."""
+    """A projector as convert_hf_to_gguf --mmproj writes it: architecture clip, general.type
+    mmproj."""
     return _write(path, "clip", {"general.type": "mmproj", "clip.has_vision_encoder": True})
 
 
@@ -122,14 +144,22 @@ SPLIT = [FIXTURES / f"split-llama-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
 
 def small_projector(path: Path) -> Path:
     """A SigLIP projector llama-server loads, for dense-llama (n_embd 64): 2 blocks of 256."""
-    return write_gemma3_projector(path, projection_dim=64, n_layer=2, n_embd=256, n_ff=1024, n_head=4,
-                                  image_size=224)  # fmt: skip
+    return write_gemma3_projector(
+        path, projection_dim=64, n_layer=2, n_embd=256, n_ff=1024, n_head=4, image_size=224
+    )
 
 
 def every_store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A home directory with every store in its default place (only HOME set)."""
     h = tmp_path / "home"
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "LLAMA_CACHE", "OLLAMA_MODELS"):
+    for var in (
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_HOME",
+        "XDG_CACHE_HOME",
+        "LLAMA_CACHE",
+        "OLLAMA_MODELS",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(h))
     proj = small_projector(tmp_path / "mmproj-tiny-F16.gguf")
@@ -144,15 +174,27 @@ def every_store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     tied = MODEL.parent / "tied-llama.gguf"
     ollama_model(ollama, ("registry.ollama.ai", "library", "gone", "latest"), tied, missing=True)
     lms = h / ".lmstudio" / "models"
-    lmstudio_model(lms, "lmstudio-community", "gemma-GGUF", {"gemma-F16.gguf": MODEL.parent / "swa-gemma3.gguf"})
-    lmstudio_model(lms, "acme", "adapters", {"style-lora.gguf": lora(tmp_path / "l.gguf"),
-                                             "ggml-vocab-llama.gguf": vocab_only(tmp_path / "v.gguf")})  # fmt: skip
+    lmstudio_model(
+        lms,
+        "lmstudio-community",
+        "gemma-GGUF",
+        {"gemma-F16.gguf": MODEL.parent / "swa-gemma3.gguf"},
+    )
+    lmstudio_model(
+        lms,
+        "acme",
+        "adapters",
+        {
+            "style-lora.gguf": lora(tmp_path / "l.gguf"),
+            "ggml-vocab-llama.gguf": vocab_only(tmp_path / "v.gguf"),
+        },
+    )
     return h
 
 
 def count_header_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths `ls` reads a model header from (commands/ls.read_local_model), in order: the list grows
-    as the test runs `ls` (a cached row reads none)."""
+    """The paths `ls` reads a model header from (commands/ls.read_local_model), in order: the list
+    grows as the test runs `ls` (a cached row reads none)."""
     from llamafit.commands import ls as ls_cli
 
     reads: list[str] = []

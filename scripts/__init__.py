@@ -1,0 +1,1 @@
+"""Scripts by purpose (README, "Scripts"): fixtures, bench, audit, calibration, fuzz."""

