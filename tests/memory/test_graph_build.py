@@ -13,7 +13,9 @@ from llamafit.memory.graph.build import (
     GraphBuildError,
     GraphConfig,
     Reserve,
+    build_direct,
     build_graph,
+    clear_cache,
     reserves,
 )
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT
@@ -65,7 +67,10 @@ def test_gemma3_layer_0_reads_the_swa_cache() -> None:
     g = build_graph(facts, configs(CASES["gemma3-c4096"], facts)[0], hp)
     masks = [g.tensors[i] for i in g.leafs if g.tensors[i].name == "attn_inp_kq_mask"]
     # SWA cache: PAD(min(4096, 512 * 4 + 512), 256) cells; the base cache: 4096; f16 for FA
-    assert [(m.type, m.ne) for m in masks] == [("f16", (2560, 512, 1, 1)), ("f16", (4096, 512, 1, 1))]
+    assert [(m.type, m.ne) for m in masks] == [
+        ("f16", (2560, 512, 1, 1)),
+        ("f16", (4096, 512, 1, 1)),
+    ]
     assert all(m.flags == FLAG_INPUT for m in masks)
     outs = [g.tensors[i].name for i in g.nodes if g.tensors[i].flags & FLAG_OUTPUT]
     assert outs == ["result_norm", "result_output"]
@@ -116,6 +121,23 @@ def test_a_wrong_config_is_seen() -> None:
     assert diff(build_graph(facts, replace(pp, kv_size=2048), hp), real)
     assert diff(build_graph(facts, replace(pp, type_k="q8_0"), hp), real)
     assert diff(build_graph(facts, replace(pp, overrides=()), hp), real)
+
+
+@pytest.mark.parametrize(
+    "name", ["gemma3-c4096-fa-off", "llama1b-c4096-fa-off-np2", "qwen3moe-c4096"]
+)
+def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
+    """build_graph's template, made for other cache sizes, gives the real graph at the recorded
+    sizes, and the direct build at a third pair of sizes."""
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    pp = configs(case, facts)[0]
+    clear_cache()
+    other = replace(pp, kv_size=pp.kv_size * 2, kv_size_swa=pp.kv_size_swa and 1024)
+    assert diff(build_graph(facts, other, hp), build_direct(facts, other, hp)) == []
+    assert diff(build_graph(facts, pp, hp), recorded(name)[0].graph, limit=5) == []
+    third = replace(pp, kv_size=pp.kv_size * 8, kv_size_swa=pp.kv_size_swa and 1536)
+    assert build_graph(facts, third, hp) == build_direct(facts, third, hp)
 
 
 @pytest.mark.parametrize("args, expected", [

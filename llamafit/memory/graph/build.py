@@ -18,12 +18,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import LlamafitError
 from ...facts.hparams import ModelFacts
-from .ggml import TYPE_NAMES, Builder, T, is_contiguous, nelements, row_size, set_output
-from .nodes import Graph
+from .ggml import (
+    _FROZEN,
+    TYPE_NAMES,
+    Builder,
+    T,
+    is_contiguous,
+    nbytes_of,
+    nelements,
+    row_size,
+    set_output,
+)
+from .nodes import Graph, Tensor
 
 # archs whose graph this module builds (src/models/<arch>.cpp)
 FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
@@ -121,14 +131,114 @@ def reserves(n_ctx: int, n_ubatch: int, n_seq_max: int, n_outputs_max: int) -> t
 def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None = None) -> Graph:
     """The graph llama_model::build_graph (src/llama-model.cpp) hands the scheduler for this
     ubatch: nodes and leafs in ggml_visit_parents_graph order, with names, ops, types, shapes,
-    views, input/output flags, and the weights and KV cache as tensors with data in their buffers."""
+    views, input/output flags, and the weights and KV cache as tensors with data in their buffers.
+
+    The first call for a model and a config (cache sizes aside) builds it four times to derive its
+    template (_Template); later calls that differ only in kv_size / kv_size_swa reuse it."""
     arch = facts.architecture
     if arch not in FAMILIES:
         raise GraphBuildError(f"no graph model for architecture '{arch}' (modelled: "
                               f"{', '.join(FAMILIES)})")  # fmt: skip
-    ctx = _Context(facts, config, hp or GraphHParams())
+    hp = hp or GraphHParams()
+    key = (id(facts), replace(config, kv_size=0, kv_size_swa=0), hp)
+    hit = _TEMPLATES.get(key)
+    if hit is None or hit[0] is not facts:
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        hit = _TEMPLATES[key] = (facts, _Template.make(facts, config, hp))
+    template = hit[1]
+    if template is None:
+        return build_direct(facts, config, hp)
+    return template.at(config.kv_size, config.kv_size_swa)
+
+
+def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Graph:
+    """build_graph without the template: the ggml emulation run for this config."""
+    ctx = _Context(facts, config, hp)
     ctx.build()
     return ctx.b.graph()
+
+
+_Lin = tuple[int, int, int]  # a + b * kv_size + c * kv_size_swa
+
+
+class _Template:
+    """The graph of one model and config as a function of the two cache sizes.
+
+    Only shapes change with the cache sizes: every ne, nb and view offset of the graph llama.cpp
+    builds is a + b * kv_size + c * kv_size_swa (views, reshapes and row sizes of the caches, the
+    masks, KQ). `make` derives a, b, c from three builds and checks them on a fourth; a model or
+    config where they do not hold (or where the structure changes) gets no template."""
+
+    STEP = 256  # llama_kv_cache sizes are multiples of 256 (n_pad)
+
+    def __init__(self, graph: Graph, kv: int, swa: int,
+                 varying: list[tuple[int, tuple[_Lin, ...]]]) -> None:  # fmt: skip
+        self.graph = graph
+        self.kv = kv
+        self.swa = swa
+        self.varying = varying
+
+    @classmethod
+    def make(cls, facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> _Template | None:
+        kv, swa, step = config.kv_size, config.kv_size_swa, cls.STEP
+        g0 = build_direct(facts, config, hp)
+        g1 = build_direct(facts, replace(config, kv_size=kv + step), hp)
+        g2 = build_direct(facts, replace(config, kv_size_swa=swa + step), hp)
+        if not (g0.nodes == g1.nodes == g2.nodes and g0.leafs == g1.leafs == g2.leafs):
+            return None
+        varying: list[tuple[int, tuple[_Lin, ...]]] = []
+        for i, (t0, t1, t2) in enumerate(zip(g0.tensors, g1.tensors, g2.tensors, strict=True)):
+            if t0 is t1 and t1 is t2:  # interned by Builder.graph: the same tensor
+                continue
+            same = (t0.name, t0.op, t0.src, t0.view_src, t0.type)
+            if same != (t1.name, t1.op, t1.src, t1.view_src, t1.type):
+                return None
+            if same != (t2.name, t2.op, t2.src, t2.view_src, t2.type):
+                return None
+            lins = []
+            for x0, x1, x2 in zip((*t0.ne, *t0.nb, t0.view_offs), (*t1.ne, *t1.nb, t1.view_offs),
+                                  (*t2.ne, *t2.nb, t2.view_offs), strict=True):  # fmt: skip
+                b, rb = divmod(x1 - x0, step)
+                c, rc = divmod(x2 - x0, step)
+                if rb or rc:
+                    return None
+                lins.append((x0 - b * kv - c * swa, b, c))
+            varying.append((i, tuple(lins)))
+        template = cls(g0, kv, swa, varying)
+        check = replace(config, kv_size=kv + 2 * step, kv_size_swa=swa + 3 * step)
+        got = template.at(check.kv_size, check.kv_size_swa).tensors
+        want = build_direct(facts, check, hp).tensors
+        if len(got) != len(want) or not all(a is b or a == b for a, b in zip(got, want, strict=True)):
+            return None
+        return template
+
+    def at(self, kv: int, swa: int) -> Graph:
+        """The graph for these cache sizes."""
+        g = self.graph
+        if kv == self.kv and swa == self.swa:
+            return g
+        tensors = list(g.tensors)
+        for i, lins in self.varying:
+            t = tensors[i]
+            v = [a + b * kv + c * swa for a, b, c in lins]
+            ne = (v[0], v[1], v[2], v[3])
+            nb = (v[4], v[5], v[6], v[7])
+            tensors[i] = Tensor(
+                name=t.name, op=t.op, type=t.type, ne=ne, nb=nb, nbytes=nbytes_of(t.type, ne, nb),
+                flags=t.flags, src=t.src, view_src=t.view_src, view_offs=v[8], data=t.data,
+                buffer=t.buffer, desc=t.desc, pin_layer=t.pin_layer,
+            )
+        return Graph(tensors=tuple(tensors), leafs=g.leafs, nodes=g.nodes)
+
+
+_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | None]] = {}
+
+
+def clear_cache() -> None:
+    """Forget the templates (and the converted tensors) of earlier calls."""
+    _TEMPLATES.clear()
+    _FROZEN.clear()
 
 
 def _swa_type(facts: ModelFacts) -> bool:
@@ -611,7 +721,8 @@ class _Context:
                 cur = b.add(cur, sa_out)
             else:
                 ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
-                cur = self.cb(self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+                cur = self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il)
+                cur = self.cb(cur, "ffn_norm", il)
                 if self.lw(il, "ffn_gate_inp.weight") is not None:
                     cur = self.cb(self.moe_ffn(cur, il), "ffn_moe_out", il)
                 else:

@@ -103,19 +103,18 @@ def nelements(t: T) -> int:
 
 def nbytes(t: T) -> int:
     """ggml_nbytes (ggml/src/ggml.c)."""
-    ne, nb = t.ne, t.nb
+    return nbytes_of(t.type, t.ne, t.nb)
+
+
+def nbytes_of(type_: str, ne: tuple[int, int, int, int], nb: tuple[int, int, int, int]) -> int:
+    """ggml_nbytes of a tensor of this type, ne and nb."""
     if ne[0] <= 0 or ne[1] <= 0 or ne[2] <= 0 or ne[3] <= 0:
         return 0
-    blck, size = TYPES[t.type]
+    blck, size = TYPES[type_]
     if blck == 1:
-        n = size
-        for i in range(4):
-            n += (ne[i] - 1) * nb[i]
-        return n
-    n = ne[0] * nb[0] // blck
-    for i in range(1, 4):
-        n += (ne[i] - 1) * nb[i]
-    return n
+        return size + (ne[0] - 1) * nb[0] + (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (
+            ne[3] - 1) * nb[3]  # fmt: skip
+    return ne[0] * nb[0] // blck + (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (ne[3] - 1) * nb[3]
 
 
 def is_contiguous(t: T, n: int = 0) -> bool:
@@ -353,33 +352,40 @@ class Builder:
                 nodes.append(node.idx)
 
     def graph(self) -> Graph:
-        """The nodes.Graph: every visited tensor (visit order), then view sources not visited."""
+        """The nodes.Graph: every visited tensor (visit order), then view sources not visited.
+
+        Tensors equal in every field (the same model's graph for another cache size shares most
+        of them) are converted once: _FROZEN keeps them across calls."""
         tensors = self.tensors
         for t in list(tensors):
             v = t.view_src
             if v is not None and v.idx < 0:
                 v.idx = len(tensors)
                 tensors.append(v)
+        frozen = _FROZEN
+        if len(frozen) > _FROZEN_MAX:
+            frozen.clear()
         out = []
         for t in tensors:
-            src = tuple(None if s is None else s.idx for s in t.src)
-            out.append(Tensor(
-                name=t.name,
-                op=t.op,
-                type=t.type,
-                ne=t.ne,
-                nb=t.nb,
-                nbytes=nbytes(t),
-                flags=t.flags,
-                src=src,
-                view_src=None if t.view_src is None else t.view_src.idx,
-                view_offs=t.view_offs,
-                data=t.data,
-                buffer=t.buffer,
-                desc=t.desc,
-                pin_layer=t.pin_layer,
-            ))  # fmt: skip
+            src = tuple([None if s is None else s.idx for s in t.src])
+            vs = t.view_src
+            vi = None if vs is None else vs.idx
+            key = (t.name, t.op, t.desc, t.type, t.ne, t.nb, t.flags, src, vi, t.view_offs,
+                   t.data, t.buffer, t.pin_layer)  # fmt: skip
+            hit = frozen.get(key)
+            if hit is None:
+                hit = frozen[key] = Tensor(
+                    name=t.name, op=t.op, type=t.type, ne=t.ne, nb=t.nb, nbytes=nbytes(t),
+                    flags=t.flags, src=src, view_src=vi,
+                    view_offs=t.view_offs, data=t.data, buffer=t.buffer, desc=t.desc,
+                    pin_layer=t.pin_layer,
+                )
+            out.append(hit)
         return Graph(tensors=tuple(out), leafs=tuple(self.leafs), nodes=tuple(self.nodes))
+
+
+_FROZEN: dict[tuple[object, ...], Tensor] = {}
+_FROZEN_MAX = 200_000
 
 
 def set_output(t: T) -> None:
