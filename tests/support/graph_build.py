@@ -88,19 +88,36 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
     size = n_ctx if unified else n_ctx // n_seq  # llama_context: n_ctx_seq per stream
     size_swa = swa_cells(size, facts.swa.n_swa, n_seq, n_ubatch, unified=unified,
                          swa_full=False) if facts.swa.n_swa else 0  # fmt: skip
-    overrides = tuple(
-        (t.name, "CPU_REPACK")
-        for t in facts.tensors
-        if t.name.startswith("blk.") and TYPE_NAMES[t.ggml_type] in REPACKED
-        and len(t.shape) > 1 and t.shape[1] % 8 == 0
-    )  # fmt: skip
+    n_layer = facts.n_layer
+    if "@vulkan" in case.args:
+        # the Vulkan/RPC build on Vulkan0: -ngl N puts layers from n_layer + 1 - N on the device,
+        # the output layer too (llama_model::load_tensors, i_gpu_start), each layer's cache with
+        # it; lavapipe's Vulkan0 takes no 178 MB matrix, so llama_model_loader's
+        # select_weight_buft leaves the tied output (token_embd.weight) in the CPU buffer
+        start = max(n_layer + 1 - int(case.flag("-ngl", "0")), 0)
+        on_dev = tuple("Vulkan0" if il >= start else "CPU_Mapped" for il in range(n_layer))
+        place = dict(
+            layer_weights=on_dev,
+            output_weights="Vulkan0" if n_layer >= start else "CPU_Mapped",
+            layer_kv=tuple("Vulkan0" if il >= start else "CPU" for il in range(n_layer)),
+            overrides=(("token_embd.weight", "CPU_Mapped"),),
+            full_offload=int(case.flag("-ngl", "0")) > facts.n_layer_all,
+        )
+    else:
+        overrides = tuple(
+            (t.name, "CPU_REPACK")
+            for t in facts.tensors
+            if t.name.startswith("blk.") and TYPE_NAMES[t.ggml_type] in REPACKED
+            and len(t.shape) > 1 and t.shape[1] % 8 == 0
+        )  # fmt: skip
+        place = dict(overrides=overrides)
     out = []
     for r in reserves(n_ctx, n_ubatch, n_seq, n_seq)[:2]:
         out.append(GraphConfig(
             n_tokens=r.n_tokens, n_seqs=r.n_seqs, n_outputs=r.n_outputs, kv_size=size,
             kv_size_swa=size_swa, n_seq_max=n_seq, kv_unified=unified, flash_attn=fa,
             type_k=case.flag("-ctk", "f16"), type_v=case.flag("-ctv", "f16"),
-            overrides=overrides,
+            **place,  # type: ignore[arg-type]
         ))  # fmt: skip
     return tuple(out)
 

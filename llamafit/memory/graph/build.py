@@ -209,7 +209,9 @@ class _Template:
         check = replace(config, kv_size=kv + 2 * step, kv_size_swa=swa + 3 * step)
         got = template.at(check.kv_size, check.kv_size_swa).tensors
         want = build_direct(facts, check, hp).tensors
-        if len(got) != len(want) or not all(a is b or a == b for a, b in zip(got, want, strict=True)):
+        if len(got) != len(want):
+            return None
+        if not all(a is b or a == b for a, b in zip(got, want, strict=True)):
             return None
         return template
 

@@ -311,45 +311,33 @@ class Builder:
             self._visit(t, i == idx)
         return ts[idx]
 
-    def _visit(self, root: T, compute: bool) -> None:
-        """ggml_visit_parents_graph (left-to-right order) without recursion: a tensor's sources
-        are visited depth first, then it joins the leafs (op NONE) or the nodes."""
-        tensors, leafs, nodes = self.tensors, self.leafs, self.nodes
-        stack: list[list[T | int]] = [[root, -1]]
-        while stack:
-            frame = stack[-1]
-            node: T = frame[0]  # type: ignore[assignment]
-            i: int = frame[1]  # type: ignore[assignment]
-            if i < 0:
-                if compute and node.op != "NONE":
-                    node.flags |= FLAG_COMPUTE
-                if node.idx >= 0:  # already visited: only spread the compute flag
-                    stack.pop()
-                    if compute:
-                        for s in reversed(node.src):
-                            if s is not None and not s.flags & FLAG_COMPUTE:
-                                stack.append([s, -1])
-                    continue
-                node.idx = len(tensors)
-                tensors.append(node)
-                i = 0
-            srcs = node.src
-            n = len(srcs)
-            while i < n and srcs[i] is None:
-                i += 1
-            if i < n:
-                frame[1] = i + 1
-                stack.append([srcs[i], -1])  # type: ignore[list-item]
-                continue
-            stack.pop()
-            if node.op == "NONE":
-                if not node.name:
-                    node.name = f"leaf_{len(leafs)}"
-                leafs.append(node.idx)
-            else:
-                if not node.name:
-                    node.name = f"node_{len(nodes)}"
-                nodes.append(node.idx)
+    def _visit(self, node: T, compute: bool) -> None:
+        """ggml_visit_parents_graph (left-to-right order): a tensor's sources depth first, then
+        it joins the leafs (op NONE) or the nodes. The depth stays small (llama.cpp expands the
+        graph layer by layer), so plain recursion serves."""
+        if compute and node.op != "NONE":
+            node.flags |= FLAG_COMPUTE
+        if node.idx >= 0:  # already visited: only spread the compute flag
+            if compute:
+                for s in node.src:
+                    # a tensor without an op has no sources and never takes the flag: skip it
+                    if s is not None and not s.flags & FLAG_COMPUTE and s.op != "NONE":
+                        self._visit(s, True)
+            return
+        tensors = self.tensors
+        node.idx = len(tensors)
+        tensors.append(node)
+        for s in node.src:
+            if s is not None:
+                self._visit(s, compute)
+        if node.op == "NONE":
+            if not node.name:
+                node.name = f"leaf_{len(self.leafs)}"
+            self.leafs.append(node.idx)
+        else:
+            if not node.name:
+                node.name = f"node_{len(self.nodes)}"
+            self.nodes.append(node.idx)
 
     def graph(self) -> Graph:
         """The nodes.Graph: every visited tensor (visit order), then view sources not visited.
