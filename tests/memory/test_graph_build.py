@@ -142,6 +142,34 @@ def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
     assert build_graph(facts, third, hp) == build_direct(facts, third, hp)
 
 
+def test_template_for_other_buffers_is_the_real_graph() -> None:
+    """A template made for the CPU server's buffers gives the Vulkan start's graph (-ngl 10: nine
+    layers, the output and their caches on Vulkan0) when only the buffers change."""
+    facts, hp = facts_of("demo")
+    cpu = configs(CASES["gemma3-c4096-fa-off"], facts)[0]
+    vk = configs(CASES["vk-gemma3-ngl10-fa-off"], facts)[0]
+    assert replace(vk, layer_weights=(), output_weights=None, layer_kv=(),
+                   overrides=cpu.overrides) == cpu  # fmt: skip
+    clear_cache()
+    assert diff(build_graph(facts, cpu, hp), recorded("gemma3-c4096-fa-off")[0].graph) == []
+    assert diff(build_graph(facts, vk, hp), recorded("vk-gemma3-ngl10-fa-off")[0].graph) == []
+    both = replace(vk, kv_size=8192)
+    assert build_graph(facts, both, hp) == build_direct(facts, both, hp)
+
+
+def test_shared_tensors_split_when_buffers_differ() -> None:
+    """The tied output in another buffer than token_embd is another tensor: another structure,
+    another template, still the direct build's graph."""
+    facts, hp = facts_of("demo")
+    cpu = configs(CASES["gemma3-c4096"], facts)[0]
+    split = replace(cpu, output_weights="Vulkan0")
+    clear_cache()
+    build_graph(facts, cpu, hp)
+    g = build_graph(facts, split, hp)
+    assert g == build_direct(facts, split, hp)
+    assert len(g.leafs) == len(build_graph(facts, cpu, hp).leafs) + 1
+
+
 @pytest.mark.parametrize("args, expected", [
     ((4096, 512, 4, 4), (Reserve("pp", 512, 4, 4), Reserve("tg", 4, 4, 4))),
     ((4096, 512, 1, 1), (Reserve("pp", 512, 1, 1), Reserve("tg", 1, 1, 1))),

@@ -134,14 +134,17 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     ubatch: nodes and leafs in ggml_visit_parents_graph order, with names, ops, types, shapes,
     views, input/output flags, and the weights and KV cache as tensors with data in their buffers.
 
-    The first call for a model and a config (cache sizes aside) builds it four times to derive its
-    template (_Template); later calls that differ only in kv_size / kv_size_swa reuse it."""
+    The first call for a model and a config (cache sizes and buffers aside) builds it three or four
+    times to derive its template (_Template); later calls that differ only in the cache sizes or
+    in the buffers (with the same tensors shared) reuse it."""
     arch = facts.architecture
     if arch not in FAMILIES:
         raise GraphBuildError(f"no graph model for architecture '{arch}' (modelled: "
                               f"{', '.join(FAMILIES)})")  # fmt: skip
     hp = hp or GraphHParams()
-    key = (id(facts), replace(config, kv_size=0, kv_size_swa=0), hp)
+    shape = replace(config, kv_size=0, kv_size_swa=0, weights="", layer_weights=(),
+                    input_weights=None, output_weights=None, overrides=(), kv="", layer_kv=())
+    key = (id(facts), shape, hp, _sharing(facts, config))
     hit = _TEMPLATES.get(key)
     if hit is None or hit[0] is not facts:
         if len(_TEMPLATES) > 64:
@@ -150,42 +153,57 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     template = hit[1]
     if template is None:
         return build_direct(facts, config, hp)
-    return template.at(config.kv_size, config.kv_size_swa)
+    return template.at(config)
 
 
 def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Graph:
     """build_graph without the template: the ggml emulation run for this config."""
+    return _run(facts, config, hp)[0]
+
+
+_Rule = tuple[str, int]  # (model tensor name, layer it was made for) or ("", il) for the cache
+
+
+def _run(facts: ModelFacts, config: GraphConfig, hp: GraphHParams,
+         ) -> tuple[Graph, list[tuple[int, _Rule]]]:  # fmt: skip
+    """The graph, and for each tensor with data its index and buffer rule."""
     ctx = _Context(facts, config, hp)
     ctx.build()
-    return ctx.b.graph()
+    graph = ctx.b.graph()
+    return graph, [(t.idx, t.rule) for t in ctx.b.tensors if t.rule is not None]
 
 
 _Lin = tuple[int, int, int]  # a + b * kv_size + c * kv_size_swa
 
 
 class _Template:
-    """The graph of one model and config as a function of the two cache sizes.
+    """The graph of one model and config as a function of the two cache sizes and the buffers.
 
     Only shapes change with the cache sizes: every ne, nb and view offset of the graph llama.cpp
     builds is a + b * kv_size + c * kv_size_swa (views, reshapes and row sizes of the caches, the
-    masks, KQ). `make` derives a, b, c from three builds and checks them on a fourth; a model or
-    config where they do not hold (or where the structure changes) gets no template."""
+    masks, KQ). `make` derives a, b, c from two or three builds and checks them on one more; a
+    model or config where they do not hold (or where the structure changes) gets no template.
+    Buffers change only the `buffer` of the tensors with data, each by its rule (weight_buffer,
+    kv_buffer), as long as the same uses share one tensor (_sharing, part of the key)."""
 
     STEP = 256  # llama_kv_cache sizes are multiples of 256 (n_pad)
 
-    def __init__(self, graph: Graph, kv: int, swa: int,
+    def __init__(self, graph: Graph, config: GraphConfig, rules: list[tuple[int, _Rule]],
                  varying: list[tuple[int, tuple[_Lin, ...]]]) -> None:  # fmt: skip
         self.graph = graph
-        self.kv = kv
-        self.swa = swa
+        self.config = config
+        self.rules = rules
         self.varying = varying
 
     @classmethod
     def make(cls, facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> _Template | None:
         kv, swa, step = config.kv_size, config.kv_size_swa, cls.STEP
-        g0 = build_direct(facts, config, hp)
+        g0, rules = _run(facts, config, hp)
         g1 = build_direct(facts, replace(config, kv_size=kv + step), hp)
-        g2 = build_direct(facts, replace(config, kv_size_swa=swa + step), hp)
+        if _iswa(facts):  # an iSWA cache pair
+            g2 = build_direct(facts, replace(config, kv_size_swa=swa + step), hp)
+        else:  # kv_size_swa is not read
+            g2 = g0
         if not (g0.nodes == g1.nodes == g2.nodes and g0.leafs == g1.leafs == g2.leafs):
             return None
         varying: list[tuple[int, tuple[_Lin, ...]]] = []
@@ -206,9 +224,9 @@ class _Template:
                     return None
                 lins.append((x0 - b * kv - c * swa, b, c))
             varying.append((i, tuple(lins)))
-        template = cls(g0, kv, swa, varying)
+        template = cls(g0, config, rules, varying)
         check = replace(config, kv_size=kv + 2 * step, kv_size_swa=swa + 3 * step)
-        got = template.at(check.kv_size, check.kv_size_swa).tensors
+        got = template.at(check).tensors
         want = build_direct(facts, check, hp).tensors
         if len(got) != len(want):
             return None
@@ -216,22 +234,39 @@ class _Template:
             return None
         return template
 
-    def at(self, kv: int, swa: int) -> Graph:
-        """The graph for these cache sizes."""
-        g = self.graph
-        if kv == self.kv and swa == self.swa:
+    def at(self, config: GraphConfig) -> Graph:
+        """The graph for this config (the template's but for cache sizes and buffers)."""
+        g, base = self.graph, self.config
+        kv, swa = config.kv_size, config.kv_size_swa
+        if config == base:
             return g
         tensors = list(g.tensors)
-        for i, lins in self.varying:
-            t = tensors[i]
-            v = [a + b * kv + c * swa for a, b, c in lins]
-            ne = (v[0], v[1], v[2], v[3])
-            nb = (v[4], v[5], v[6], v[7])
-            tensors[i] = Tensor(
-                name=t.name, op=t.op, type=t.type, ne=ne, nb=nb, nbytes=nbytes_of(t.type, ne, nb),
-                flags=t.flags, src=t.src, view_src=t.view_src, view_offs=v[8], data=t.data,
-                buffer=t.buffer, desc=t.desc, pin_layer=t.pin_layer,
-            )
+        if kv != base.kv_size or swa != base.kv_size_swa:
+            for i, lins in self.varying:
+                t = tensors[i]
+                v = [a + b * kv + c * swa for a, b, c in lins]
+                ne = (v[0], v[1], v[2], v[3])
+                nb = (v[4], v[5], v[6], v[7])
+                tensors[i] = Tensor(
+                    name=t.name, op=t.op, type=t.type, ne=ne, nb=nb,
+                    nbytes=nbytes_of(t.type, ne, nb), flags=t.flags, src=t.src,
+                    view_src=t.view_src, view_offs=v[8], data=t.data, buffer=t.buffer,
+                    desc=t.desc, pin_layer=t.pin_layer,
+                )  # fmt: skip
+        if (config.weights, config.layer_weights, config.input_weights, config.output_weights,
+                config.overrides, config.kv, config.layer_kv) != (
+                base.weights, base.layer_weights, base.input_weights, base.output_weights,
+                base.overrides, base.kv, base.layer_kv):  # fmt: skip
+            overrides = dict(config.overrides)
+            for i, (name, il) in self.rules:
+                t = tensors[i]
+                buf = weight_buffer(config, overrides, name, il) if name else kv_buffer(config, il)
+                if buf != t.buffer:
+                    tensors[i] = Tensor(
+                        name=t.name, op=t.op, type=t.type, ne=t.ne, nb=t.nb, nbytes=t.nbytes,
+                        flags=t.flags, src=t.src, view_src=t.view_src, view_offs=t.view_offs,
+                        data=t.data, buffer=buf, desc=t.desc, pin_layer=t.pin_layer,
+                    )  # fmt: skip
         return Graph(tensors=tuple(tensors), leafs=g.leafs, nodes=g.nodes)
 
 
@@ -244,8 +279,46 @@ def clear_cache() -> None:
     _FROZEN.clear()
 
 
-def _swa_type(facts: ModelFacts) -> bool:
-    return facts.swa.swa_type != "none" and any(facts.swa.is_swa)
+def weight_buffer(config: GraphConfig, overrides: Mapping[str, str], name: str, il: int) -> str:
+    """The buffer of model tensor `name` made for layer il (-1: the input layer, -2: the output
+    layer; llama_model_loader::create_tensor's buffer type list by llm_tensor_info layer)."""
+    hit = overrides.get(name)
+    if hit is not None:
+        return hit
+    if il >= 0:
+        return config.layer_weights[il] if config.layer_weights else config.weights
+    if il == -1:
+        return config.input_weights or config.weights
+    return config.output_weights or config.weights
+
+
+def kv_buffer(config: GraphConfig, il: int) -> str:
+    """The buffer of layer il's K and V cache (llama_kv_cache: the layer's device when offloaded)."""
+    return config.layer_kv[il] if config.layer_kv else config.kv
+
+
+def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
+    """Which uses of one model tensor are one ggml tensor (TENSOR_DUPLICATED in the same buffer
+    type): the tied output with token_embd, rope_freqs across layers. Graphs whose buffers differ
+    but share alike have the same structure."""
+    tensors = _tensor_map(facts)
+    overrides = dict(config.overrides)
+    tied = "output.weight" not in tensors and weight_buffer(
+        config, overrides, "token_embd.weight", -1
+    ) == weight_buffer(config, overrides, "token_embd.weight", -2)
+    rope: tuple[int, ...] = ()
+    if "rope_freqs.weight" in tensors and facts.architecture == "llama":
+        seen: dict[str, int] = {}
+        rope = tuple(
+            seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
+            for il in range(facts.n_layer)
+        )
+    return (tied, rope)
+
+
+def _iswa(facts: ModelFacts) -> bool:
+    """The arch builds llm_graph_input_attn_kv_iswa (gemma3.cpp: swa_type standard)."""
+    return facts.architecture == "gemma3" and facts.swa.swa_type != "none" and any(facts.swa.is_swa)
 
 
 _TENSORS: dict[int, tuple[ModelFacts, dict[str, tuple[str, tuple[int, ...]]]]] = {}
@@ -278,11 +351,12 @@ class _Cache:
         heads_k = {ctx.head_k(il) for il in layers}
         heads_v = {ctx.head_v(il) for il in layers}
         for il in layers:
-            buf = c.layer_kv[il] if c.layer_kv else c.kv
+            buf = kv_buffer(c, il)
             wk = f.n_embd_k_gqa(il)
             wv = f.n_embd_v_gqa(il) if not self.v_trans else self.v_width
             k = Builder.weight(f"cache_k_l{il}", c.type_k, (wk, size, self.n_stream), buf)
             v = Builder.weight(f"cache_v_l{il}", c.type_v, (wv, size, self.n_stream), buf)
+            k.rule = v.rule = ("", il)
             self.k[il], self.v[il] = k, v
         # llama_kv_cache::llama_kv_cache: Hadamard rotation of a quantized cache
         self.n_rot_k = self.n_rot_v = 0
@@ -350,17 +424,6 @@ class _Context:
     def head_v(self, il: int) -> int:
         return self.f.n_embd_head_v_swa if self.f.swa.is_swa[il] else self.f.n_embd_head_v
 
-    def _buffer(self, name: str, il: int) -> str:
-        hit = self.overrides.get(name)
-        if hit is not None:
-            return hit
-        c = self.c
-        if il >= 0:
-            return c.layer_weights[il] if c.layer_weights else c.weights
-        if il == -1:
-            return c.input_weights or c.weights
-        return c.output_weights or c.weights
-
     def w(self, name: str, il: int = -1, *, as_name: str | None = None) -> T | None:
         """A model tensor if the file has it (TENSOR_NOT_REQUIRED), in the buffer of layer il
         (-1: input layer, -2: output layer). A tensor created again in another buffer type is a
@@ -369,11 +432,12 @@ class _Context:
         info = self.tensors.get(src)
         if info is None:
             return None
-        buf = self._buffer(src if il >= 0 or as_name is None else name, il)
+        buf = weight_buffer(self.c, self.overrides, src, il)
         key = (src, buf)
         t = self.weights.get(key)
         if t is None:
             t = self.weights[key] = Builder.weight(src, info[0], info[1], buf)
+            t.rule = (src, il)
         return t
 
     def lw(self, il: int, part: str) -> T | None:
@@ -662,7 +726,7 @@ class _Context:
         f, c, b = self.f, self.c, self.b
         arch = f.architecture
         gemma = arch == "gemma3"
-        iswa = gemma and _swa_type(f)
+        iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")
         inpL = self.inp_embd(math.sqrt(f.n_embd) if gemma else 1.0)
         if gemma:

@@ -56,7 +56,7 @@ class T:
     """One ggml_tensor under construction (mutable: names and flags change as llama.cpp does)."""
 
     __slots__ = ("name", "op", "desc", "type", "ne", "nb", "flags", "src", "view_src",
-                 "view_offs", "data", "buffer", "idx", "pin_layer")  # fmt: skip
+                 "view_offs", "data", "buffer", "idx", "pin_layer", "rule")  # fmt: skip
     name: str
     op: str
     desc: str
@@ -71,6 +71,7 @@ class T:
     buffer: str | None
     idx: int
     pin_layer: int
+    rule: tuple[str, int] | None  # build.py: how a tensor with data picks its buffer
 
     def __init__(self, type_: str, ne: tuple[int, int, int, int],
                  nb: tuple[int, int, int, int] | None = None, op: str = "NONE",
@@ -94,6 +95,7 @@ class T:
         self.name = name
         self.idx = -1  # index in the graph's tensors once visited
         self.pin_layer = -1
+        self.rule = None
 
 
 def nelements(t: T) -> int:
