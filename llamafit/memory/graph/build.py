@@ -12,6 +12,12 @@ What llama_context::sched_reserve (src/llama-context.cpp) reserves: `reserves()`
 ubatches, each one graph_reserve(n_tokens, n_seqs, n_outputs): the prompt-sized graph ("pp"), the
 one-token-per-sequence graph ("tg"), and the prompt-sized graph again. Reserving sees the whole
 cache: llama_kv_cache_context(kv) sets n_kv = the cache size (src/llama-kv-cache.cpp).
+
+API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph (templated: repeated calls that
+differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run, no template);
+graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max); clear_cache.
+Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts, LoRA, control vectors,
+embeddings/pooling, backend samplers, recurrent and MLA caches (GraphBuildError or not built).
 """
 
 from __future__ import annotations
@@ -293,7 +299,7 @@ def weight_buffer(config: GraphConfig, overrides: Mapping[str, str], name: str, 
 
 
 def kv_buffer(config: GraphConfig, il: int) -> str:
-    """The buffer of layer il's K and V cache (llama_kv_cache: the layer's device when offloaded)."""
+    """The buffer of layer il's K and V cache (llama_kv_cache: the layer's device if offloaded)."""
     return config.layer_kv[il] if config.layer_kv else config.kv
 
 
