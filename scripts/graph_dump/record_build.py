@@ -53,6 +53,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # the Vulkan/RPC build (same b11434 source) on the 2 GiB lavapipe device Vulkan0: buffers
     "vk-gemma3-ngl99": ("demo", ("-c", "4096", "-ngl", "99", VULKAN)),
     "vk-gemma3-ngl10-fa-off": ("demo", ("-c", "4096", "-ngl", "10", "-fa", "off", VULKAN)),
+    "vk-gemma3-ngl99-nkvo-fa-off": ("demo", ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off",
+                                             VULKAN)),  # fmt: skip
 }
 
 

@@ -20,7 +20,7 @@ from llamafit.memory.graph.build import (
     graph_hparams,
     reserves,
 )
-from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT
+from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from tests.support.graph_build import (
     GRAPHS,
     Case,
@@ -111,6 +111,18 @@ def test_small_ubatch_pins_the_layer_norms() -> None:
     assert [t for t in build_graph(facts, pp, hp).tensors if t.pin_layer >= 0] == []
     full = replace(pp, full_offload=True)
     assert len([t for t in build_graph(facts, full, hp).tensors if t.pin_layer >= 0]) == 32
+
+
+def test_no_kv_offload_pins_attention_to_the_cpu() -> None:
+    """-nkvo without flash attention: each layer's attention output (the CONT after KQV) asks
+    for the CPU backend; with flash attention nothing does."""
+    facts, hp = facts_of("llama3.2-1b")
+    pp = configs(CASES["llama1b-c4096-fa-off-np2"], facts)[0]
+    g = build_graph(facts, replace(pp, offload_kqv=False), hp)
+    pinned = [(t.name, t.op) for t in g.tensors if t.pin_layer == PIN_CPU]
+    assert pinned == [(f"kqv_out-{il}", "CONT") for il in range(16)]
+    fa = replace(pp, offload_kqv=False, flash_attn=True)
+    assert [t for t in build_graph(facts, fa, hp).tensors if t.pin_layer == PIN_CPU] == []
 
 
 def test_a_wrong_config_is_seen() -> None:

@@ -99,7 +99,10 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
         place = dict(
             layer_weights=on_dev,
             output_weights="Vulkan0" if n_layer >= start else "CPU_Mapped",
-            layer_kv=tuple("Vulkan0" if il >= start else "CPU" for il in range(n_layer)),
+            # -nkvo: every cache in the CPU buffer, attention after the store on the CPU
+            layer_kv=tuple("Vulkan0" if il >= start and "-nkvo" not in case.args else "CPU"
+                           for il in range(n_layer)),  # fmt: skip
+            offload_kqv="-nkvo" not in case.args,
             overrides=(("token_embd.weight", "CPU_Mapped"),),
             full_offload=int(case.flag("-ngl", "0")) > facts.n_layer_all,
         )

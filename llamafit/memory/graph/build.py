@@ -40,7 +40,7 @@ from .ggml import (
     row_size,
     set_output,
 )
-from .nodes import Graph, Tensor
+from .nodes import PIN_CPU, Graph, Tensor
 
 # archs whose graph this module builds (src/models/<arch>.cpp)
 FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
@@ -81,6 +81,7 @@ class GraphConfig:
     kv: str = "CPU"
     layer_kv: tuple[str, ...] = ()
     full_offload: bool = False  # n_gpu_layers > n_layer_all (llama_context::graph_get_cb)
+    offload_kqv: bool = True  # -nkvo turns it off (llama_cparams::offload_kqv)
 
     @property
     def n_stream(self) -> int:
@@ -623,6 +624,8 @@ class _Context:
             kqv = self.cb(b.mul_mat(v, kq), "kqv", il)
             cur = b.permute(kqv, 0, 2, 1, 3)
             cur = b.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+            if not self.c.offload_kqv:
+                cur.pin_layer = PIN_CPU  # the nodes from the KV store to here run on the CPU
         b.expand(cur)
         return cur
 
