@@ -18,6 +18,7 @@ from llamafit.memory.graph.build import (
     build_graph,
     clear_cache,
     graph_hparams,
+    reserve_configs,
     reserves,
 )
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
@@ -216,6 +217,31 @@ def test_gemma3_final_logit_softcapping_adds_its_three_ops() -> None:
                     ("SCALE", "SCALE")]  # fmt: skip
     assert len(capped.nodes) == len(plain.nodes) + 3
     assert capped.tensors[capped.nodes[-1]].name == "result_output"
+
+
+@pytest.mark.parametrize("name", [n for n in RECORDED if not n.startswith("vk-")])
+def test_reserve_configs_of_the_resolved_config(name: str) -> None:
+    """memory.resolve's ResolvedConfig of the recorded start gives the test's GraphConfigs (pp,
+    tg, pp): llama-server's slots, cache sizes per stream and SWA cells as resolve derives them."""
+    from llamafit.memory.config import LaunchConfig, with_given
+    from llamafit.memory.resolve import resolve
+
+    case = CASES[name]
+    facts, _ = facts_of(case.model)
+    values: dict[str, object] = {"n_ctx": int(case.flag("-c", "4096")), "fit": False,
+                                 "n_ubatch": int(case.flag("-ub", "512")),
+                                 "flash_attn": case.flag("-fa", "on"),
+                                 "type_k": case.flag("-ctk", "f16"),
+                                 "type_v": case.flag("-ctv", "f16")}  # fmt: skip
+    if "-np" in case.args:
+        values["n_parallel"] = int(case.flag("-np", "1"))
+    if "-kvu" in case.args:
+        values["kv_unified"] = True
+    rc = resolve(with_given(LaunchConfig(), **values), facts)
+    pp, tg = configs(case, facts)
+    got = reserve_configs(rc, overrides=pp.overrides)
+    assert [r.kind for r, _ in got] == ["pp", "tg", "pp"]
+    assert [c for _, c in got] == [pp, tg, pp]
 
 
 def test_unmodelled_architecture_is_an_error() -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from ...errors import LlamafitError
 from ...facts.hparams import ModelFacts
+from ..resolve import ResolvedConfig
 from .ggml import (
     _FROZEN,
     TYPE_NAMES,
@@ -134,6 +135,26 @@ def reserves(n_ctx: int, n_ubatch: int, n_seq_max: int, n_outputs_max: int) -> t
 
     pp = one("pp", n_tokens, n_out_pp)
     return (pp, one("tg", n_seq_max, n_seq_max), pp)
+
+
+def reserve_configs(
+    rc: ResolvedConfig, **buffers: object
+) -> tuple[tuple[Reserve, GraphConfig], ...]:
+    """The reserves of llama_context::sched_reserve for a resolved llama-server config, each with
+    its GraphConfig: cache cells per stream (n_ctx_seq; the SWA cache's n_swa_cells), streams,
+    flash attention, cache types, -nkvo, full offload (n_gpu_layers > n_layer_all is the caller's
+    `full_offload`). `buffers` are GraphConfig's buffer fields (from the placement)."""
+    out = []
+    for r in reserves(rc.n_ctx, rc.n_ubatch, rc.n_seq_max, rc.n_outputs_max):
+        config = GraphConfig(
+            n_tokens=r.n_tokens, n_seqs=r.n_seqs, n_outputs=r.n_outputs, kv_size=rc.n_ctx_seq,
+            kv_size_swa=rc.n_swa_cells, n_seq_max=rc.n_seq_max, kv_unified=rc.kv_unified,
+            flash_attn=rc.flash_attn, type_k=TYPE_NAMES[rc.type_k.id],
+            type_v=TYPE_NAMES[rc.type_v.id], offload_kqv=rc.kv_offload,
+            **buffers,  # type: ignore[arg-type]
+        )  # fmt: skip
+        out.append((r, config))
+    return tuple(out)
 
 
 def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None = None) -> Graph:
