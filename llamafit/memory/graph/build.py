@@ -15,7 +15,8 @@ cache: llama_kv_cache_context(kv) sets n_kv = the cache size (src/llama-kv-cache
 
 API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph (templated: repeated calls that
 differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run, no template);
-graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max); clear_cache.
+graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max) and
+reserve_configs(ResolvedConfig, **buffers); clear_cache.
 Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts, LoRA, control vectors,
 embeddings/pooling, backend samplers, recurrent and MLA caches (GraphBuildError or not built).
 """
@@ -30,11 +31,11 @@ from ...errors import LlamafitError
 from ...facts.hparams import ModelFacts
 from ..resolve import ResolvedConfig
 from .ggml import (
-    _FROZEN,
     TYPE_NAMES,
     TYPES,
     Builder,
     T,
+    forget_frozen,
     is_contiguous,
     nbytes_of,
     nelements,
@@ -304,7 +305,7 @@ _TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | None]] = {}
 def clear_cache() -> None:
     """Forget the templates (and the converted tensors) of earlier calls."""
     _TEMPLATES.clear()
-    _FROZEN.clear()
+    forget_frozen()
 
 
 def weight_buffer(config: GraphConfig, overrides: Mapping[str, str], name: str, il: int) -> str:

@@ -379,6 +379,11 @@ _FROZEN: dict[tuple[object, ...], Tensor] = {}
 _FROZEN_MAX = 200_000
 
 
+def forget_frozen() -> None:
+    """Drop the converted tensors Builder.graph keeps."""
+    _FROZEN.clear()
+
+
 def set_output(t: T) -> None:
     """ggml_set_output."""
     t.flags |= FLAG_OUTPUT
