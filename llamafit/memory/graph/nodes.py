@@ -17,6 +17,10 @@ FLAG_PARAM = 4
 FLAG_LOSS = 8
 FLAG_COMPUTE = 16
 
+# Tensor.pin_layer: the CPU backend, unconditionally (build_attn_mha without flash attention and
+# with -nkvo: ggml_backend_sched_set_tensor_backend(sched, cur, backend_cpu), src/llama-graph.cpp)
+PIN_CPU = -2
+
 
 @dataclass(frozen=True, slots=True)
 class Tensor:
@@ -35,6 +39,11 @@ class Tensor:
     data: bool = False  # already has memory (weights, the KV cache): the allocator skips it
     buffer: str | None = None  # the buffer holding it when data is set ("CPU", "Vulkan0", ...)
     desc: str = ""  # ggml_op_desc: unary and GLU ops by their own name ("SILU", "SWIGLU")
+    # llama_context::graph_get_cb (src/llama-context.cpp): when the ubatch has fewer than 32 tokens
+    # or every layer is offloaded, a "norm" tensor of layer il asks the scheduler for that layer's
+    # device (ggml_backend_sched_set_tensor_backend) if its backend supports the op; -1: no request;
+    # PIN_CPU: the CPU backend
+    pin_layer: int = -1
 
     @property
     def is_input(self) -> bool:

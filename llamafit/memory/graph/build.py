@@ -1,0 +1,850 @@
+"""The pre-split graph llama.cpp builds for one reserve: `build_graph(facts, config)`.
+
+Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
+(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp) over the helpers of
+llm_graph_context (src/llama-graph.cpp: build_inp_embd, build_inp_pos, build_inp_out_ids,
+build_attn_inp_kv / _iswa, build_norm, build_qkv, build_attn, build_attn_mha, build_ffn,
+build_moe_ffn) and the KV cache views of llama_kv_cache (src/llama-kv-cache.cpp: get_k, get_v,
+cpy_k, cpy_v, build_input_k_idxs / v_idxs / k_rot / v_rot), then llm_graph_result::set_outputs.
+Tensor names are those llama_context::graph_get_cb (src/llama-context.cpp) gives ("name-il").
+
+What llama_context::sched_reserve (src/llama-context.cpp) reserves: `reserves()` lists the
+ubatches, each one graph_reserve(n_tokens, n_seqs, n_outputs): the prompt-sized graph ("pp"), the
+one-token-per-sequence graph ("tg"), and the prompt-sized graph again. Reserving sees the whole
+cache: llama_kv_cache_context(kv) sets n_kv = the cache size (src/llama-kv-cache.cpp).
+
+API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph (templated: repeated calls that
+differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run, no template);
+graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max) and
+reserve_configs(ResolvedConfig, **buffers); clear_cache.
+Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts, LoRA, control vectors,
+embeddings/pooling, backend samplers, recurrent and MLA caches (GraphBuildError or not built).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from ...errors import LlamafitError
+from ...facts.hparams import ModelFacts
+from ..resolve import ResolvedConfig
+from .ggml import (
+    TYPE_NAMES,
+    TYPES,
+    Builder,
+    T,
+    forget_frozen,
+    is_contiguous,
+    nbytes_of,
+    nelements,
+    row_size,
+    set_output,
+)
+from .nodes import PIN_CPU, Graph, Tensor
+
+# archs whose graph this module builds (src/models/<arch>.cpp)
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+
+
+class GraphBuildError(LlamafitError):
+    """The graph of this model or config is not modelled."""
+
+
+@dataclass(frozen=True, slots=True)
+class GraphConfig:
+    """One reserve's ubatch and the context around it.
+
+    n_tokens, n_seqs, n_outputs: llama_context::graph_reserve's arguments (n_tokens rounded up to
+    a multiple of n_seqs there; `reserves` does it). kv_size / kv_size_swa: cells per stream of the
+    non-SWA and SWA caches (llama_kv_cache_iswa; n_kv at reserve). Buffers are names as
+    ggml_backend_buffer_name gives them: `weights` for every model tensor unless `layer_weights`
+    (per layer), `input_weights` (token_embd), `output_weights` (output, output_norm) or
+    `overrides` (by tensor name: -ot, CPU_REPACK) say otherwise; `kv` for the cache unless
+    `layer_kv` (per layer) does.
+    """
+
+    n_tokens: int
+    n_seqs: int
+    n_outputs: int
+    kv_size: int
+    kv_size_swa: int = 0
+    n_seq_max: int = 1
+    kv_unified: bool = False
+    flash_attn: bool = True
+    type_k: str = "f16"
+    type_v: str = "f16"
+    weights: str = "CPU_Mapped"
+    layer_weights: tuple[str, ...] = ()
+    input_weights: str | None = None
+    output_weights: str | None = None
+    overrides: tuple[tuple[str, str], ...] = ()
+    kv: str = "CPU"
+    layer_kv: tuple[str, ...] = ()
+    full_offload: bool = False  # n_gpu_layers > n_layer_all (llama_context::graph_get_cb)
+    offload_kqv: bool = True  # -nkvo turns it off (llama_cparams::offload_kqv)
+
+    @property
+    def n_stream(self) -> int:
+        """KV streams (llama_kv_cache: unified ? 1 : n_seq_max)."""
+        return 1 if self.kv_unified else self.n_seq_max
+
+
+@dataclass(frozen=True, slots=True)
+class GraphHParams:
+    """The few hyper-parameters that change the graph's shape and that ModelFacts does not hold
+    (llama_hparams, src/llama-hparams.h; read by the arch's load_arch_hparams)."""
+
+    final_logit_softcapping: float = 0.0  # gemma3: {arch}.final_logit_softcapping
+    expert_weights_scale: float = 0.0  # {arch}.expert_weights_scale
+
+
+def graph_hparams(metadata: Mapping[str, object], arch: str) -> GraphHParams:
+    """GraphHParams from a GGUF's key/values."""
+
+    def num(key: str) -> float:
+        v = metadata.get(f"{arch}.{key}")
+        return float(v) if isinstance(v, (int, float)) else 0.0
+
+    softcap = num("final_logit_softcapping") if arch == "gemma3" else 0.0
+    return GraphHParams(softcap, num("expert_weights_scale"))
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """One llama_context::graph_reserve call of sched_reserve."""
+
+    kind: str  # "pp" (prompt-sized) or "tg" (one token per sequence)
+    n_tokens: int
+    n_seqs: int
+    n_outputs: int
+
+
+def reserves(n_ctx: int, n_ubatch: int, n_seq_max: int, n_outputs_max: int) -> tuple[Reserve, ...]:
+    """The graphs llama_context::sched_reserve (src/llama-context.cpp) reserves, in order: pp with
+    n_tokens = min(n_ctx, n_ubatch) and n_outputs = min(n_tokens, n_outputs_max), tg with
+    n_seq_max tokens and outputs, then pp again; graph_reserve rounds n_tokens up to a multiple of
+    n_seqs. llama-server's n_outputs_max is n_parallel without speculative decoding
+    (server_output_limits, tools/server/server-context.cpp)."""
+    n_tokens = min(n_ctx, n_ubatch)
+    n_out_pp = min(n_tokens, n_outputs_max)
+
+    def one(kind: str, n: int, n_out: int) -> Reserve:
+        n = -(-n // n_seq_max) * n_seq_max
+        return Reserve(kind, n, n_seq_max, n_out)
+
+    pp = one("pp", n_tokens, n_out_pp)
+    return (pp, one("tg", n_seq_max, n_seq_max), pp)
+
+
+def reserve_configs(
+    rc: ResolvedConfig, **buffers: object
+) -> tuple[tuple[Reserve, GraphConfig], ...]:
+    """The reserves of llama_context::sched_reserve for a resolved llama-server config, each with
+    its GraphConfig: cache cells per stream (n_ctx_seq; the SWA cache's n_swa_cells), streams,
+    flash attention, cache types, -nkvo, full offload (n_gpu_layers > n_layer_all is the caller's
+    `full_offload`). `buffers` are GraphConfig's buffer fields (from the placement)."""
+    out = []
+    for r in reserves(rc.n_ctx, rc.n_ubatch, rc.n_seq_max, rc.n_outputs_max):
+        config = GraphConfig(
+            n_tokens=r.n_tokens, n_seqs=r.n_seqs, n_outputs=r.n_outputs, kv_size=rc.n_ctx_seq,
+            kv_size_swa=rc.n_swa_cells, n_seq_max=rc.n_seq_max, kv_unified=rc.kv_unified,
+            flash_attn=rc.flash_attn, type_k=TYPE_NAMES[rc.type_k.id],
+            type_v=TYPE_NAMES[rc.type_v.id], offload_kqv=rc.kv_offload,
+            **buffers,  # type: ignore[arg-type]
+        )  # fmt: skip
+        out.append((r, config))
+    return tuple(out)
+
+
+def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None = None) -> Graph:
+    """The graph llama_model::build_graph (src/llama-model.cpp) hands the scheduler for this
+    ubatch: nodes and leafs in ggml_visit_parents_graph order, with names, ops, types, shapes,
+    views, input/output flags, and the weights and KV cache as tensors with data in their buffers.
+
+    The first call for a model and a config (cache sizes and buffers aside) builds it three or four
+    times to derive its template (_Template); later calls that differ only in the cache sizes or
+    in the buffers (with the same tensors shared) reuse it."""
+    arch = facts.architecture
+    if arch not in FAMILIES:
+        raise GraphBuildError(f"no graph model for architecture '{arch}' (modelled: "
+                              f"{', '.join(FAMILIES)})")  # fmt: skip
+    hp = hp or GraphHParams()
+    shape = replace(config, kv_size=0, kv_size_swa=0, weights="", layer_weights=(),
+                    input_weights=None, output_weights=None, overrides=(), kv="", layer_kv=())
+    key = (id(facts), shape, hp, _sharing(facts, config))
+    hit = _TEMPLATES.get(key)
+    if hit is None or hit[0] is not facts:
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        hit = _TEMPLATES[key] = (facts, _Template.make(facts, config, hp))
+    template = hit[1]
+    if template is None:
+        return build_direct(facts, config, hp)
+    return template.at(config)
+
+
+def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Graph:
+    """build_graph without the template: the ggml emulation run for this config."""
+    return _run(facts, config, hp)[0]
+
+
+_Rule = tuple[str, int]  # (model tensor name, layer it was made for) or ("", il) for the cache
+
+
+def _run(facts: ModelFacts, config: GraphConfig, hp: GraphHParams,
+         ) -> tuple[Graph, list[tuple[int, _Rule]]]:  # fmt: skip
+    """The graph, and for each tensor with data its index and buffer rule."""
+    ctx = _Context(facts, config, hp)
+    ctx.build()
+    graph = ctx.b.graph()
+    return graph, [(t.idx, t.rule) for t in ctx.b.tensors if t.rule is not None]
+
+
+_Lin = tuple[int, int, int]  # a + b * kv_size + c * kv_size_swa
+
+
+class _Template:
+    """The graph of one model and config as a function of the two cache sizes and the buffers.
+
+    Only shapes change with the cache sizes: every ne, nb and view offset of the graph llama.cpp
+    builds is a + b * kv_size + c * kv_size_swa (views, reshapes and row sizes of the caches, the
+    masks, KQ). `make` derives a, b, c from two or three builds and checks them on one more; a
+    model or config where they do not hold (or where the structure changes) gets no template.
+    Buffers change only the `buffer` of the tensors with data, each by its rule (weight_buffer,
+    kv_buffer), as long as the same uses share one tensor (_sharing, part of the key)."""
+
+    STEP = 256  # llama_kv_cache sizes are multiples of 256 (n_pad)
+
+    def __init__(self, graph: Graph, config: GraphConfig, rules: list[tuple[int, _Rule]],
+                 varying: list[tuple[int, tuple[_Lin, ...]]]) -> None:  # fmt: skip
+        self.graph = graph
+        self.config = config
+        self.rules = rules
+        self.varying = varying
+
+    @classmethod
+    def make(cls, facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> _Template | None:
+        kv, swa, step = config.kv_size, config.kv_size_swa, cls.STEP
+        g0, rules = _run(facts, config, hp)
+        g1 = build_direct(facts, replace(config, kv_size=kv + step), hp)
+        if _iswa(facts):  # an iSWA cache pair
+            g2 = build_direct(facts, replace(config, kv_size_swa=swa + step), hp)
+        else:  # kv_size_swa is not read
+            g2 = g0
+        if not (g0.nodes == g1.nodes == g2.nodes and g0.leafs == g1.leafs == g2.leafs):
+            return None
+        varying: list[tuple[int, tuple[_Lin, ...]]] = []
+        for i, (t0, t1, t2) in enumerate(zip(g0.tensors, g1.tensors, g2.tensors, strict=True)):
+            if t0 is t1 and t1 is t2:  # interned by Builder.graph: the same tensor
+                continue
+            same = (t0.name, t0.op, t0.src, t0.view_src, t0.type)
+            if same != (t1.name, t1.op, t1.src, t1.view_src, t1.type):
+                return None
+            if same != (t2.name, t2.op, t2.src, t2.view_src, t2.type):
+                return None
+            lins = []
+            for x0, x1, x2 in zip((*t0.ne, *t0.nb, t0.view_offs), (*t1.ne, *t1.nb, t1.view_offs),
+                                  (*t2.ne, *t2.nb, t2.view_offs), strict=True):  # fmt: skip
+                b, rb = divmod(x1 - x0, step)
+                c, rc = divmod(x2 - x0, step)
+                if rb or rc:
+                    return None
+                lins.append((x0 - b * kv - c * swa, b, c))
+            varying.append((i, tuple(lins)))
+        template = cls(g0, config, rules, varying)
+        check = replace(config, kv_size=kv + 2 * step, kv_size_swa=swa + 3 * step)
+        got = template.at(check).tensors
+        want = build_direct(facts, check, hp).tensors
+        if len(got) != len(want):
+            return None
+        if not all(a is b or a == b for a, b in zip(got, want, strict=True)):
+            return None
+        return template
+
+    def at(self, config: GraphConfig) -> Graph:
+        """The graph for this config (the template's but for cache sizes and buffers)."""
+        g, base = self.graph, self.config
+        kv, swa = config.kv_size, config.kv_size_swa
+        if config == base:
+            return g
+        tensors = list(g.tensors)
+        if kv != base.kv_size or swa != base.kv_size_swa:
+            for i, lins in self.varying:
+                t = tensors[i]
+                v = [a + b * kv + c * swa for a, b, c in lins]
+                ne = (v[0], v[1], v[2], v[3])
+                nb = (v[4], v[5], v[6], v[7])
+                tensors[i] = Tensor(
+                    name=t.name, op=t.op, type=t.type, ne=ne, nb=nb,
+                    nbytes=nbytes_of(t.type, ne, nb), flags=t.flags, src=t.src,
+                    view_src=t.view_src, view_offs=v[8], data=t.data, buffer=t.buffer,
+                    desc=t.desc, pin_layer=t.pin_layer,
+                )  # fmt: skip
+        if (config.weights, config.layer_weights, config.input_weights, config.output_weights,
+                config.overrides, config.kv, config.layer_kv) != (
+                base.weights, base.layer_weights, base.input_weights, base.output_weights,
+                base.overrides, base.kv, base.layer_kv):  # fmt: skip
+            overrides = dict(config.overrides)
+            for i, (name, il) in self.rules:
+                t = tensors[i]
+                buf = weight_buffer(config, overrides, name, il) if name else kv_buffer(config, il)
+                if buf != t.buffer:
+                    tensors[i] = Tensor(
+                        name=t.name, op=t.op, type=t.type, ne=t.ne, nb=t.nb, nbytes=t.nbytes,
+                        flags=t.flags, src=t.src, view_src=t.view_src, view_offs=t.view_offs,
+                        data=t.data, buffer=buf, desc=t.desc, pin_layer=t.pin_layer,
+                    )  # fmt: skip
+        return Graph(tensors=tuple(tensors), leafs=g.leafs, nodes=g.nodes)
+
+
+_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | None]] = {}
+
+
+def clear_cache() -> None:
+    """Forget the templates (and the converted tensors) of earlier calls."""
+    _TEMPLATES.clear()
+    forget_frozen()
+
+
+def weight_buffer(config: GraphConfig, overrides: Mapping[str, str], name: str, il: int) -> str:
+    """The buffer of model tensor `name` made for layer il (-1: the input layer, -2: the output
+    layer; llama_model_loader::create_tensor's buffer type list by llm_tensor_info layer)."""
+    hit = overrides.get(name)
+    if hit is not None:
+        return hit
+    if il >= 0:
+        return config.layer_weights[il] if config.layer_weights else config.weights
+    if il == -1:
+        return config.input_weights or config.weights
+    return config.output_weights or config.weights
+
+
+def kv_buffer(config: GraphConfig, il: int) -> str:
+    """The buffer of layer il's K and V cache (llama_kv_cache: the layer's device if offloaded)."""
+    return config.layer_kv[il] if config.layer_kv else config.kv
+
+
+def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
+    """Which uses of one model tensor are one ggml tensor (TENSOR_DUPLICATED in the same buffer
+    type): the tied output with token_embd, rope_freqs across layers. Graphs whose buffers differ
+    but share alike have the same structure."""
+    tensors = _tensor_map(facts)
+    overrides = dict(config.overrides)
+    tied = "output.weight" not in tensors and weight_buffer(
+        config, overrides, "token_embd.weight", -1
+    ) == weight_buffer(config, overrides, "token_embd.weight", -2)
+    rope: tuple[int, ...] = ()
+    if "rope_freqs.weight" in tensors and facts.architecture == "llama":
+        seen: dict[str, int] = {}
+        rope = tuple(
+            seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
+            for il in range(facts.n_layer)
+        )
+    return (tied, rope)
+
+
+def _iswa(facts: ModelFacts) -> bool:
+    """The arch builds llm_graph_input_attn_kv_iswa (gemma3.cpp: swa_type standard)."""
+    return facts.architecture == "gemma3" and facts.swa.swa_type != "none" and any(facts.swa.is_swa)
+
+
+_TENSORS: dict[int, tuple[ModelFacts, dict[str, tuple[str, tuple[int, ...]]]]] = {}
+
+
+def _tensor_map(facts: ModelFacts) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """name -> (ggml type name, shape), once per facts object."""
+    hit = _TENSORS.get(id(facts))
+    if hit is not None and hit[0] is facts:
+        return hit[1]
+    m = {t.name: (TYPE_NAMES[t.ggml_type], t.shape) for t in facts.tensors}
+    if len(_TENSORS) > 16:
+        _TENSORS.clear()
+    _TENSORS[id(facts)] = (facts, m)
+    return m
+
+
+class _Cache:
+    """One llama_kv_cache (the base or the SWA one of llama_kv_cache_iswa) as the graph sees it."""
+
+    def __init__(self, ctx: _Context, layers: list[int], size: int) -> None:
+        f, c = ctx.f, ctx.c
+        self.size = size
+        self.n_stream = c.n_stream
+        self.v_trans = not c.flash_attn
+        # [TAG_V_CACHE_VARIABLE]: a transposed V is as wide as the widest layer's
+        self.v_width = f.n_embd_v_gqa_max
+        self.k: dict[int, T] = {}
+        self.v: dict[int, T] = {}
+        heads_k = {ctx.head_k(il) for il in layers}
+        heads_v = {ctx.head_v(il) for il in layers}
+        for il in layers:
+            buf = kv_buffer(c, il)
+            wk = f.n_embd_k_gqa(il)
+            wv = f.n_embd_v_gqa(il) if not self.v_trans else self.v_width
+            k = Builder.weight(f"cache_k_l{il}", c.type_k, (wk, size, self.n_stream), buf)
+            v = Builder.weight(f"cache_v_l{il}", c.type_v, (wv, size, self.n_stream), buf)
+            k.rule = v.rule = ("", il)
+            self.k[il], self.v[il] = k, v
+        # llama_kv_cache::llama_kv_cache: Hadamard rotation of a quantized cache
+        self.n_rot_k = self.n_rot_v = 0
+        head_k_all = heads_k.pop() if len(heads_k) == 1 else -1
+        head_v_all = heads_v.pop() if len(heads_v) == 1 else -1
+        if head_k_all > 0 and _quantized(c.type_k) and f.n_embd_head_k % 64 == 0:
+            n = 64
+            while head_k_all % (2 * n) == 0:
+                n *= 2
+            self.n_rot_k = n
+        if head_v_all > 0 and _quantized(c.type_v) and f.n_embd_head_v % 64 == 0:
+            self.n_rot_v = 64
+
+
+def _quantized(type_: str) -> bool:
+    """ggml_is_quantized."""
+    return TYPES[type_][0] > 1
+
+
+class _Inp:
+    """llm_graph_input_attn_kv for one cache: indexes, mask and rotations."""
+
+    def __init__(self, ctx: _Context, cache: _Cache) -> None:
+        b, c = ctx.b, ctx.c
+        n_tokens = c.n_tokens
+        self.cache = cache
+        # build_input_k_idxs / build_input_v_idxs (src/llama-kv-cache.cpp)
+        self.k_idxs = b.new("i64", n_tokens, name="attn_inp_k_idxs", inp=True)
+        n_v = n_tokens * cache.v_width if cache.v_trans else n_tokens
+        self.v_idxs = b.new("i64", n_v, name="attn_inp_v_idxs", inp=True)
+        # build_attn_inp_kq_mask (src/llama-graph.cpp): f16 for flash attention
+        n_stream = 1 if c.kv_unified else c.n_seqs
+        self.mask = b.new("f16" if c.flash_attn else "f32", cache.size, n_tokens // n_stream, 1,
+                          n_stream, name="attn_inp_kq_mask", inp=True)  # fmt: skip
+        self.k_rot: T | None = None
+        self.v_rot: T | None = None
+
+    def rotations(self, ctx: _Context) -> None:
+        """build_input_k_rot / build_input_v_rot (made after both caches' masks for iSWA)."""
+        n_k, n_v = self.cache.n_rot_k, self.cache.n_rot_v
+        if n_k:
+            self.k_rot = ctx.b.new("f32", n_k, n_k, name="attn_inp_k_rot", inp=True)
+        if n_v:
+            self.v_rot = ctx.b.new("f32", n_v, n_v, name="attn_inp_v_rot", inp=True)
+
+
+class _Context:
+    """llm_graph_context for one ubatch."""
+
+    def __init__(self, facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> None:
+        self.f = facts
+        self.c = config
+        self.hp = hp
+        self.b = Builder()
+        self.tensors = _tensor_map(facts)
+        self.weights: dict[tuple[str, str], T] = {}
+        self.overrides = dict(config.overrides)
+        self.pin = config.n_tokens < 32 or config.full_offload
+        self.n_layer = facts.n_layer
+
+    # --- model tensors -------------------------------------------------------------------
+    def head_k(self, il: int) -> int:
+        return self.f.n_embd_head_k_swa if self.f.swa.is_swa[il] else self.f.n_embd_head_k
+
+    def head_v(self, il: int) -> int:
+        return self.f.n_embd_head_v_swa if self.f.swa.is_swa[il] else self.f.n_embd_head_v
+
+    def w(self, name: str, il: int = -1, *, as_name: str | None = None) -> T | None:
+        """A model tensor if the file has it (TENSOR_NOT_REQUIRED), in the buffer of layer il
+        (-1: input layer, -2: output layer). A tensor created again in another buffer type is a
+        second tensor of the same name (llama_model_loader::create_tensor, TENSOR_DUPLICATED)."""
+        src = as_name or name
+        info = self.tensors.get(src)
+        if info is None:
+            return None
+        buf = weight_buffer(self.c, self.overrides, src, il)
+        key = (src, buf)
+        t = self.weights.get(key)
+        if t is None:
+            t = self.weights[key] = Builder.weight(src, info[0], info[1], buf)
+            t.rule = (src, il)
+        return t
+
+    def lw(self, il: int, part: str) -> T | None:
+        return self.w(f"blk.{il}.{part}", il)
+
+    def need(self, t: T | None, what: str) -> T:
+        if t is None:
+            raise GraphBuildError(f"{self.f.path}: tensor {what} is missing")
+        return t
+
+    # --- llm_graph_context helpers ----------------------------------------------------------
+    def cb(self, t: T, name: str, il: int) -> T:
+        """llama_context::graph_get_cb: "name-il" (or name), and the norm pin to layer il's
+        device for small ubatches or full offload."""
+        t.name = f"{name}-{il}" if il >= 0 else name
+        if self.pin and il != -1 and (name == "norm" or name == "l_last"):
+            t.pin_layer = il
+        return t
+
+    def norm(self, cur: T, mw: T | None, il: int) -> T:
+        """build_norm, LLM_NORM_RMS."""
+        cur = self.b.rms_norm(cur)
+        if mw is not None:
+            self.cb(cur, "norm", il)
+            cur = self.b.mul(cur, mw)
+        return cur
+
+    def mm(self, w: T, cur: T) -> T:
+        """build_lora_mm (no adapters, no scales)."""
+        return self.b.mul_mat(w, cur)
+
+    def inp_embd(self, tok_scale: float) -> T:
+        """build_inp_embd (src/llama-graph.cpp): the token, embedding and mixed paths, the token
+        path selected (a reserve's ubatch has tokens), token rows scaled by an input."""
+        b, n_tokens, n_embd = self.b, self.c.n_tokens, self.f.n_embd
+        tok_embd = self.need(self.w("token_embd.weight", -1), "token_embd.weight")
+        tokens = self.cb(b.new("i32", n_tokens), "inp_tokens", -1)
+        tokens.flags |= 1
+        embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_embd", -1)
+        embd.flags |= 1
+        inps = [b.get_rows(tok_embd, tokens), embd]
+        # llm_arch_supports_mixed_batch: every family here
+        mixed_tokens = self.cb(b.new("i32", n_tokens), "inp_mixed_tokens", -1)
+        mixed_tokens.flags |= 1
+        mixed_slots = self.cb(b.new("i64", n_tokens), "inp_mixed_slots", -1)
+        mixed_slots.flags |= 1
+        mixed_embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_mixed_embd", -1)
+        mixed_embd.flags |= 1
+        dup = b.dup(mixed_embd)
+        inps.append(b.set_rows(dup, b.get_rows(tok_embd, mixed_tokens), mixed_slots))
+        cur = b.select(inps, 0)
+        if tok_scale != 1.0:
+            rows = self.cb(b.new("f32", 1, n_tokens), "inp_scale_rows", -1)
+            rows.flags |= 1
+            if not is_contiguous(cur):
+                cur = b.cont(cur)
+            cur = b.mul(cur, rows)
+        self.cb(cur, "embd", -1)
+        b.expand(cur)
+        return cur
+
+    def inp_pos(self) -> T:
+        return self.cb(self.b.new("i32", self.c.n_tokens, inp=True), "inp_pos", -1)
+
+    def inp_out_ids(self) -> T:
+        return self.b.new("i32", self.c.n_outputs, name="out_ids", inp=True)
+
+    def qkv(self, cur: T, il: int) -> tuple[T, T, T]:
+        """build_qkv, separate Q/K/V with optional biases (the fused wqkv path is not modelled)."""
+        b = self.b
+        if self.lw(il, "attn_qkv.weight") is not None:
+            raise GraphBuildError(f"{self.f.path}: fused attn_qkv is not modelled")
+        out = []
+        for part, n_head, head in (("q", self.f.n_head[il], self.head_k(il)),
+                                   ("k", self.f.n_head_kv[il], self.head_k(il)),
+                                   ("v", self.f.n_head_kv[il], self.head_v(il))):  # fmt: skip
+            name = part.upper() + "cur"
+            t = self.cb(self.mm(self.need(self.lw(il, f"attn_{part}.weight"), part), cur), name, il)
+            bias = self.lw(il, f"attn_{part}.bias")
+            if bias is not None:
+                t = self.cb(b.add(t, bias), name, il)
+            out.append(b.reshape(t, head, n_head, self.c.n_tokens))
+        q, k, v = out
+        self.cb(q, "Qcur", il)
+        self.cb(k, "Kcur", il)
+        self.cb(v, "Vcur", il)
+        return q, k, v
+
+    def hadamard(self, cur: T, rot: T) -> T:
+        """llama_mul_mat_hadamard (src/llama-impl.h)."""
+        b = self.b
+        n = rot.ne[0]
+        if not is_contiguous(cur):
+            res = b.cont(cur, n, nelements(cur) // n)
+        else:
+            res = b.reshape(cur, n, nelements(cur) // n)
+        res = b.mul_mat(rot, res)
+        return b.reshape(res, *cur.ne)
+
+    def cpy_k(self, cache: _Cache, k_cur: T, idxs: T, il: int) -> T:
+        """llama_kv_cache::cpy_k."""
+        b = self.b
+        k = cache.k[il]
+        n_embd_gqa = k_cur.ne[0] * k_cur.ne[1]
+        k_cur = b.view(k_cur, (n_embd_gqa, k_cur.ne[2]), (k_cur.nb[2],), 0)
+        if cache.n_stream > 1:
+            k = b.reshape(k, n_embd_gqa, cache.size * cache.n_stream)
+        return b.set_rows(k, k_cur, idxs)
+
+    def cpy_v(self, cache: _Cache, v_cur: T, idxs: T, il: int) -> T:
+        """llama_kv_cache::cpy_v: rows, or single elements into the transposed cache."""
+        b = self.b
+        v = cache.v[il]
+        n_embd_gqa = v_cur.ne[0] * v_cur.ne[1]
+        n_tokens = v_cur.ne[2]
+        if not cache.v_trans:
+            v_cur = b.view(v_cur, (n_embd_gqa, n_tokens), (v_cur.nb[2],), 0)
+            if cache.n_stream > 1:
+                v = b.reshape(v, n_embd_gqa, cache.size * cache.n_stream)
+            return b.set_rows(v, v_cur, idxs)
+        if row_size(v_cur.type, n_embd_gqa) == v_cur.nb[2]:
+            v_cur = b.reshape(v_cur, n_embd_gqa, n_tokens)
+        else:
+            v_cur = b.cont(v_cur, n_embd_gqa, n_tokens)
+        if n_embd_gqa < v.ne[0]:
+            v_cur = b.pad(v_cur, v.ne[0] - n_embd_gqa)
+        v_view = b.reshape(v, 1, nelements(v))
+        v_cur = b.reshape(v_cur, 1, nelements(v_cur))
+        return b.set_rows(v_view, v_cur, idxs)
+
+    def get_k(self, cache: _Cache, il: int) -> T:
+        """llama_kv_cache::get_k over every stream (the reserve's slot info spans them all)."""
+        k = cache.k[il]
+        head, n_head_kv = self.head_k(il), self.f.n_head_kv[il]
+        wk = k.ne[0]
+        return self.b.view(k, (head, n_head_kv, cache.size, cache.n_stream),
+                           (row_size(k.type, head), row_size(k.type, wk),
+                            row_size(k.type, wk * cache.size)), 0)  # fmt: skip
+
+    def get_v(self, cache: _Cache, il: int) -> T:
+        """llama_kv_cache::get_v."""
+        v = cache.v[il]
+        head, n_head_kv = self.head_v(il), self.f.n_head_kv[il]
+        wv, size, ty = v.ne[0], cache.size, v.type
+        if not cache.v_trans:
+            return self.b.view(v, (head, n_head_kv, size, cache.n_stream),
+                               (row_size(ty, head), row_size(ty, wv),
+                                row_size(ty, wv * size)), 0)  # fmt: skip
+        return self.b.view(v, (size, n_head_kv, head, cache.n_stream),
+                           (row_size(ty, size * head), row_size(ty, size),
+                            row_size(ty, size * wv)), 0)  # fmt: skip
+
+    def attn_mha(self, q: T, k: T, v: T, mask: T, il: int) -> T:
+        """build_attn_mha (no KQ bias, sinks or MLA)."""
+        b = self.b
+        v_trans = v.nb[1] > v.nb[2]
+        n_stream = k.ne[3]
+        n2 = q.ne[2] // n_stream
+        q = b.view(q, (q.ne[0], q.ne[1], n2, n_stream), (q.nb[1], q.nb[2], q.nb[2] * n2), 0)
+        q = b.permute(q, 0, 2, 1, 3)
+        k = b.permute(k, 0, 2, 1, 3)
+        v = b.permute(v, 0, 2, 1, 3)
+        if self.c.flash_attn:
+            if v_trans:
+                v = b.transpose(v)
+            if k.type == "f32":
+                k = b.cast(k, "f16")
+            if v.type == "f32":
+                v = b.cast(v, "f16")
+            cur = b.flash_attn_ext(q, k, v, mask)
+            cur = b.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+        else:
+            kq = self.cb(b.mul_mat(k, q), "kq", il)
+            kq = self.cb(b.soft_max(kq, mask), "kq_soft_max", il)
+            if not v_trans:
+                v = self.cb(b.cont(b.transpose(v)), "v_cont", il)
+            kqv = self.cb(b.mul_mat(v, kq), "kqv", il)
+            cur = b.permute(kqv, 0, 2, 1, 3)
+            cur = b.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+            if not self.c.offload_kqv:
+                cur.pin_layer = PIN_CPU  # the nodes from the KV store to here run on the CPU
+        b.expand(cur)
+        return cur
+
+    def attn(self, inp: _Inp, wo: T, wo_b: T | None, q: T, k: T, v: T, il: int, iswa: bool) -> T:
+        """build_attn over llm_graph_input_attn_kv (iswa False) or _kv_iswa (True)."""
+        b = self.b
+        cache = inp.cache
+        if inp.k_rot is not None:
+            q = self.hadamard(q, inp.k_rot)
+            k = self.hadamard(k, inp.k_rot)
+        if inp.v_rot is not None:
+            v = self.hadamard(v, inp.v_rot)
+        # the plain cache expands K last (rope fusion); the iSWA one Q, K, V
+        for t in (q, k, v) if iswa else (q, v, k):
+            b.expand(t)
+        b.expand(self.cpy_k(cache, k, inp.k_idxs, il))
+        b.expand(self.cpy_v(cache, v, inp.v_idxs, il))
+        cur = self.attn_mha(q, self.get_k(cache, il), self.get_v(cache, il), inp.mask, il)
+        self.cb(cur, "kqv_out", il)
+        if inp.v_rot is not None:
+            cur = self.hadamard(cur, inp.v_rot)
+        cur = self.mm(wo, cur)
+        if wo_b is not None:
+            cur = b.add(cur, wo_b)
+        return cur
+
+    def ffn(self, cur: T, il: int, act: str, biases: bool) -> T:
+        """build_ffn with a parallel gate: SILU -> SWIGLU, GELU -> GEGLU; optional biases."""
+        b = self.b
+        up = self.need(self.lw(il, "ffn_up.weight"), "ffn_up")
+        gate = self.need(self.lw(il, "ffn_gate.weight"), "ffn_gate")
+        down = self.need(self.lw(il, "ffn_down.weight"), "ffn_down")
+        up_b = self.lw(il, "ffn_up.bias") if biases else None
+        gate_b = self.lw(il, "ffn_gate.bias") if biases else None
+        down_b = self.lw(il, "ffn_down.bias") if biases else None
+        tmp = self.cb(self.mm(up, cur), "ffn_up", il)
+        if up_b is not None:
+            tmp = self.cb(b.add(tmp, up_b), "ffn_up_b", il)
+        cur = self.cb(self.mm(gate, cur), "ffn_gate", il)
+        if gate_b is not None:
+            cur = self.cb(b.add(cur, gate_b), "ffn_gate_b", il)
+        if act == "silu":
+            cur = self.cb(b.glu_split(cur, tmp, "SWIGLU"), "ffn_swiglu", il)
+        else:
+            cur = self.cb(b.glu_split(cur, tmp, "GEGLU"), "ffn_geglu", il)
+        cur = self.mm(down, cur)
+        if down_b is not None:
+            self.cb(cur, "ffn_down", il)
+            cur = b.add(cur, down_b)
+        return cur
+
+    def moe_ffn(self, cur: T, il: int) -> T:
+        """build_moe_ffn: softmax gating, top-k by argsort, weights normalised (norm_w), SILU."""
+        b, f = self.b, self.f
+        assert f.moe is not None
+        n_expert, n_used = f.moe.n_expert, f.moe.n_expert_used
+        n_embd, n_tokens = cur.ne[0], cur.ne[1]
+        if self.lw(il, "ffn_gate_up_exps.weight") is not None:
+            raise GraphBuildError(f"{f.path}: merged ffn_gate_up_exps is not modelled")
+        logits = self.cb(self.mm(self.need(self.lw(il, "ffn_gate_inp.weight"), "gate_inp"), cur),
+                         "ffn_moe_logits", il)  # fmt: skip
+        probs = self.cb(b.soft_max(logits), "ffn_moe_probs", il)
+        selected = b.argsort_top_k(probs, n_used)
+        assert selected.src[0] is not None
+        self.cb(selected.src[0], "ffn_moe_argsort", il)
+        self.cb(selected, "ffn_moe_topk", il)
+        probs = b.reshape(probs, 1, n_expert, n_tokens)
+        weights = self.cb(b.get_rows(probs, selected), "ffn_moe_weights", il)
+        # norm_w (qwen3moe, llama)
+        weights = b.reshape(weights, n_used, n_tokens)
+        wsum = self.cb(b.sum_rows(weights), "ffn_moe_weights_sum", il)
+        wsum = self.cb(b.clamp(wsum), "ffn_moe_weights_sum_clamped", il)
+        weights = self.cb(b.div(weights, wsum), "ffn_moe_weights_norm", il)
+        weights = b.reshape(weights, 1, n_used, n_tokens)
+        scale = self.hp.expert_weights_scale
+        if scale != 0.0 and scale != 1.0:
+            weights = self.cb(b.scale(weights), "ffn_moe_weights_scaled", il)
+        b.expand(weights)
+        cur = b.reshape(cur, n_embd, 1, n_tokens)
+        up_exps = self.need(self.lw(il, "ffn_up_exps.weight"), "ffn_up_exps")
+        up = self.cb(b.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)
+        gate_exps = self.lw(il, "ffn_gate_exps.weight")
+        if gate_exps is not None:
+            cur = self.cb(b.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
+            cur = self.cb(b.glu_split(cur, up, "SWIGLU"), "ffn_moe_swiglu", il)
+        else:
+            cur = self.cb(b.unary(up, "SILU"), "ffn_moe_silu", il)
+        down = self.need(self.lw(il, "ffn_down_exps.weight"), "ffn_down_exps")
+        experts = self.cb(b.mul_mat_id(down, cur, selected), "ffn_moe_down", il)
+        experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
+        b.expand(experts)
+        views = []
+        for i in range(n_used):
+            v = b.view(experts, (n_embd, n_tokens), (experts.nb[2],), i * experts.nb[1])
+            b.expand(v)
+            views.append(v)
+        out = views[0]
+        for v in views[1:]:
+            out = b.add(out, v)
+            b.expand(out)
+        if n_used == 1:
+            out = b.cont(out)
+        return self.cb(out, "ffn_moe_out", il)
+
+    # --- the arch graphs -------------------------------------------------------------------
+    def build(self) -> None:
+        f, c, b = self.f, self.c, self.b
+        arch = f.architecture
+        gemma = arch == "gemma3"
+        iswa = _iswa(f)
+        qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")
+        inpL = self.inp_embd(math.sqrt(f.n_embd) if gemma else 1.0)
+        if gemma:
+            self.cb(inpL, "inp_scaled", -1)
+        inp_pos = self.inp_pos()
+        # build_attn_inp_kv / build_attn_inp_kv_iswa
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        if iswa:
+            base = _Inp(self, _Cache(self, [il for il in layers if not f.swa.is_swa[il]],
+                                     c.kv_size))  # fmt: skip
+            swa = _Inp(self, _Cache(self, [il for il in layers if f.swa.is_swa[il]],
+                                    c.kv_size_swa))  # fmt: skip
+            base.rotations(self)
+            swa.rotations(self)
+        else:
+            base = swa = _Inp(self, _Cache(self, layers, c.kv_size))
+            base.rotations(self)
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            q, k, v = self.qkv(cur, il)
+            factors = None
+            if arch == "llama":
+                # llama_model::get_rope_factors: rope_freqs, one tensor per buffer type
+                factors = self.w("rope_freqs.weight", il)
+            if qk_norm:
+                q = self.cb(self.norm(q, self.lw(il, "attn_q_norm.weight"), il), "Qcur_normed", il)
+                q = b.rope(q, inp_pos, None)
+                k = self.cb(self.norm(k, self.lw(il, "attn_k_norm.weight"), il), "Kcur_normed", il)
+                k = b.rope(k, inp_pos, None)
+            else:
+                q = b.rope(q, inp_pos, factors)
+                k = b.rope(k, inp_pos, factors)
+            self.cb(q, "Qcur", il)
+            self.cb(k, "Kcur", il)
+            self.cb(v, "Vcur", il)
+            if gemma:
+                q = b.scale(q)  # f_attention_scale
+            inp = swa if f.swa.is_swa[il] else base
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            wo_b = None if gemma else self.lw(il, "attn_output.bias")
+            cur = self.attn(inp, wo, wo_b, q, k, v, il, iswa)
+            if arch == "llama":
+                self.cb(cur, "attn_out", il)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            if gemma:
+                cur = self.norm(cur, self.lw(il, "post_attention_norm.weight"), il)
+                self.cb(cur, "attn_post_norm", il)
+                sa_out = self.cb(b.add(cur, inpSA), "sa_out", il)
+                cur = self.cb(self.norm(sa_out, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+                cur = self.cb(self.ffn(cur, il, "gelu", False), "ffn_out", il)
+                cur = self.norm(cur, self.lw(il, "post_ffw_norm.weight"), -1)
+                self.cb(cur, "ffn_post_norm", il)
+                cur = b.add(cur, sa_out)
+            else:
+                ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+                cur = self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il)
+                cur = self.cb(cur, "ffn_norm", il)
+                if self.lw(il, "ffn_gate_inp.weight") is not None:
+                    cur = self.cb(self.moe_ffn(cur, il), "ffn_moe_out", il)
+                else:
+                    cur = self.cb(self.ffn(cur, il, "silu", arch == "llama"), "ffn_out", il)
+                cur = b.add(cur, ffn_inp)
+                if arch == "llama":
+                    self.cb(cur, "ffn_out", il)
+            inpL = self.cb(cur, "l_out", il)
+        cur = self.norm(inpL, self.w("output_norm.weight", -2), -1)
+        cur = self.cb(cur, "result_norm", -1)
+        t_embd = cur
+        output = self.w("output.weight", -2)
+        if output is None:  # tied: token_embd again, in the output layer's buffer
+            output = self.need(self.w("token_embd.weight", -2, as_name="token_embd.weight"),
+                               "token_embd.weight")  # fmt: skip
+        cur = self.mm(output, cur)
+        if arch == "qwen2":
+            out_b = self.w("output.bias", -2)
+            if out_b is not None:
+                cur = b.add(cur, out_b)
+        if gemma and self.hp.final_logit_softcapping:
+            cur = b.scale(cur)
+            cur = b.unary(cur, "TANH")
+            cur = b.scale(cur)
+        cur = self.cb(cur, "result_output", -1)
+        b.expand(cur)
+        # llm_graph_result::set_outputs
+        set_output(cur)
+        set_output(t_embd)

@@ -1,0 +1,389 @@
+"""A small emulation of the ggml calls llama.cpp's graph builder makes: each op computes its
+result's type, ne and nb, sources, view source and offset, and its name exactly as ggml/src/ggml.c
+(b11434) does, and `Builder.expand` adds a tensor and its unvisited sources to the graph in the
+order of ggml_visit_parents_graph (ggml/src/ggml.c). `Builder.graph` returns the nodes.Graph.
+
+Names matter: ggml names a view, reshape, permute, transpose, cont or cast after its source's name
+*at the time it is created* ("%s (view)", vsnprintf into 64 bytes), and ggml_visit_parents_graph
+names the still unnamed tensors "node_%d" / "leaf_%d" when it first visits them. So the order of
+creation and expansion below follows llama.cpp's call order.
+
+Hot path: plain attributes and tuples, no validation beyond what decides a branch.
+"""
+
+from __future__ import annotations
+
+from ...reader.ggml_types import _TABLE
+from .nodes import FLAG_COMPUTE, FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
+
+GGML_MAX_NAME = 64  # ggml/include/ggml.h: names are cut to 63 bytes
+
+
+def _ggml_name(name: str) -> str:
+    """ggml_type_name (ggml/src/ggml.c type_traits): lower case, k-quants end in "_K"."""
+    low = name.lower()
+    return low[:-2] + "_K" if low.endswith("_k") else low
+
+
+# ggml type name -> (block size, type size)
+TYPES: dict[str, tuple[int, int]] = {_ggml_name(n): (b, s) for _, n, b, s in _TABLE}
+TYPE_NAMES: dict[int, str] = {i: _ggml_name(n) for i, n, _, _ in _TABLE}
+
+
+def row_size(type_: str, n: int) -> int:
+    """ggml_row_size (ggml/src/ggml.c)."""
+    blck, size = TYPES[type_]
+    return size * n // blck
+
+
+def _contiguous_nb(type_: str, ne: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    """nb of a new tensor (ggml_new_tensor_impl)."""
+    blck, size = TYPES[type_]
+    nb1 = size * (ne[0] // blck)
+    nb2 = nb1 * ne[1]
+    nb3 = nb2 * ne[2]
+    return (size, nb1, nb2, nb3)
+
+
+def _cut(name: str) -> str:
+    if len(name) < GGML_MAX_NAME:
+        return name
+    raw = name.encode()[: GGML_MAX_NAME - 1]
+    return raw.decode(errors="ignore")
+
+
+class T:
+    """One ggml_tensor under construction (mutable: names and flags change as llama.cpp does)."""
+
+    __slots__ = ("name", "op", "desc", "type", "ne", "nb", "flags", "src", "view_src",
+                 "view_offs", "data", "buffer", "idx", "pin_layer", "rule")  # fmt: skip
+    name: str
+    op: str
+    desc: str
+    type: str
+    ne: tuple[int, int, int, int]
+    nb: tuple[int, int, int, int]
+    flags: int
+    src: tuple[T | None, ...]
+    view_src: T | None
+    view_offs: int
+    data: bool
+    buffer: str | None
+    idx: int
+    pin_layer: int
+    rule: tuple[str, int] | None  # build.py: how a tensor with data picks its buffer
+
+    def __init__(self, type_: str, ne: tuple[int, int, int, int],
+                 nb: tuple[int, int, int, int] | None = None, op: str = "NONE",
+                 src: tuple[T | None, ...] = (), view_src: T | None = None, view_offs: int = 0,
+                 name: str = "", desc: str = "") -> None:  # fmt: skip
+        self.type = type_
+        self.ne = ne
+        self.nb = nb if nb is not None else _contiguous_nb(type_, ne)
+        self.op = op
+        self.desc = desc or op
+        self.src = src
+        # ggml_new_tensor_impl: a view of a view points at the base tensor, offsets added
+        if view_src is not None and view_src.view_src is not None:
+            view_offs += view_src.view_offs
+            view_src = view_src.view_src
+        self.view_src = view_src
+        self.view_offs = view_offs
+        self.data = view_src is not None and view_src.data
+        self.buffer = None
+        self.flags = 0
+        self.name = name
+        self.idx = -1  # index in the graph's tensors once visited
+        self.pin_layer = -1
+        self.rule = None
+
+
+def nelements(t: T) -> int:
+    ne = t.ne
+    return ne[0] * ne[1] * ne[2] * ne[3]
+
+
+def nbytes(t: T) -> int:
+    """ggml_nbytes (ggml/src/ggml.c)."""
+    return nbytes_of(t.type, t.ne, t.nb)
+
+
+def nbytes_of(type_: str, ne: tuple[int, int, int, int], nb: tuple[int, int, int, int]) -> int:
+    """ggml_nbytes of a tensor of this type, ne and nb."""
+    if ne[0] <= 0 or ne[1] <= 0 or ne[2] <= 0 or ne[3] <= 0:
+        return 0
+    blck, size = TYPES[type_]
+    if blck == 1:
+        return size + (ne[0] - 1) * nb[0] + (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (
+            ne[3] - 1) * nb[3]  # fmt: skip
+    return ne[0] * nb[0] // blck + (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (ne[3] - 1) * nb[3]
+
+
+def is_contiguous(t: T, n: int = 0) -> bool:
+    """ggml_is_contiguous_n (ggml/src/ggml.c); n = 0 is ggml_is_contiguous."""
+    blck, size = TYPES[t.type]
+    ne, nb = t.ne, t.nb
+    next_nb = size
+    if ne[0] != blck and nb[0] != next_nb:
+        return False
+    next_nb *= ne[0] // blck
+    for i in range(1, 4):
+        if ne[i] != 1:
+            if i > n:
+                if nb[i] != next_nb:
+                    return False
+                next_nb *= ne[i]
+            else:
+                next_nb = ne[i] * nb[i]
+    return True
+
+
+def _ne4(*ne: int) -> tuple[int, int, int, int]:
+    return (ne + (1, 1, 1))[:4]  # type: ignore[return-value]
+
+
+class Builder:
+    """A ggml context and one ggml_cgraph: the ops llama.cpp's graph builder calls."""
+
+    def __init__(self) -> None:
+        self.tensors: list[T] = []  # visited, in visit order (index = T.idx)
+        self.nodes: list[int] = []
+        self.leafs: list[int] = []
+
+    # --- tensors without an op -----------------------------------------------------------
+    @staticmethod
+    def new(type_: str, *ne: int, name: str = "", inp: bool = False) -> T:
+        """ggml_new_tensor_Nd; `name` as ggml_set_name, `inp` as ggml_set_input."""
+        t = T(type_, _ne4(*ne), name=name)
+        if inp:
+            t.flags = FLAG_INPUT
+        return t
+
+    @staticmethod
+    def weight(name: str, type_: str, ne: tuple[int, ...], buffer: str) -> T:
+        """A model tensor already in a buffer (llama_model_loader: data set, op NONE)."""
+        t = T(type_, _ne4(*ne), name=name)
+        t.data = True
+        t.buffer = buffer
+        return t
+
+    # --- same-shape ops (ggml_dup_tensor of src0) --------------------------------------------
+    @staticmethod
+    def _unop(op: str, a: T, desc: str = "") -> T:
+        return T(a.type, a.ne, op=op, src=(a,), desc=desc)
+
+    @staticmethod
+    def _binop(op: str, a: T, b: T) -> T:
+        return T(a.type, a.ne, op=op, src=(a, b))
+
+    def add(self, a: T, b: T) -> T:
+        return self._binop("ADD", a, b)
+
+    def mul(self, a: T, b: T) -> T:
+        return self._binop("MUL", a, b)
+
+    def div(self, a: T, b: T) -> T:
+        return self._binop("DIV", a, b)
+
+    def rms_norm(self, a: T) -> T:
+        return self._unop("RMS_NORM", a)
+
+    def norm(self, a: T) -> T:
+        return self._unop("NORM", a)
+
+    def scale(self, a: T) -> T:
+        return self._unop("SCALE", a)
+
+    def clamp(self, a: T) -> T:
+        return self._unop("CLAMP", a)
+
+    def dup(self, a: T) -> T:
+        return self._unop("DUP", a)
+
+    def unary(self, a: T, which: str) -> T:
+        """ggml_unary_impl: ggml_tanh, ggml_gelu, ggml_silu, ... (desc: the unary op's name)."""
+        return self._unop("UNARY", a, which)
+
+    def rope(self, a: T, pos: T, factors: T | None) -> T:
+        """ggml_rope_ext: src a, positions, frequency factors."""
+        src = (a, pos, factors) if factors is not None else (a, pos)
+        return T(a.type, a.ne, op="ROPE", src=src)
+
+    def soft_max(self, a: T, mask: T | None = None) -> T:
+        """ggml_soft_max / ggml_soft_max_ext (no sinks)."""
+        return T(a.type, a.ne, op="SOFT_MAX", src=(a, mask) if mask is not None else (a,))
+
+    def glu_split(self, a: T, b: T, which: str) -> T:
+        """ggml_swiglu_split / ggml_geglu_split (ggml_glu_impl with b)."""
+        return T(a.type, a.ne, op="GLU", src=(a, b), desc=which)
+
+    # --- shape-changing ops -----------------------------------------------------------------
+    def mul_mat(self, a: T, b: T) -> T:
+        return T("f32", (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), op="MUL_MAT", src=(a, b))
+
+    def mul_mat_id(self, a: T, b: T, ids: T) -> T:
+        return T("f32", (a.ne[1], ids.ne[0], b.ne[2], 1), op="MUL_MAT_ID", src=(a, b, ids))
+
+    def get_rows(self, a: T, b: T) -> T:
+        type_ = "i32" if a.type == "i32" else "f32"
+        return T(type_, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), op="GET_ROWS", src=(a, b))
+
+    def set_rows(self, a: T, b: T, c: T) -> T:
+        """ggml_set_rows: a view of a; sources b, c, a (legacy order)."""
+        return T(a.type, a.ne, a.nb, op="SET_ROWS", src=(b, c, a), view_src=a,
+                 name=_cut(a.name + " (view)"))  # fmt: skip
+
+    def sum_rows(self, a: T) -> T:
+        return T(a.type, (1, a.ne[1], a.ne[2], a.ne[3]), op="SUM_ROWS", src=(a,))
+
+    def argsort(self, a: T) -> T:
+        return T("i32", a.ne, op="ARGSORT", src=(a,))
+
+    def argsort_top_k(self, a: T, k: int) -> T:
+        """ggml_argsort_top_k: the first k columns of ggml_argsort, as a view."""
+        s = self.argsort(a)
+        return self.view(s, (k, s.ne[1], s.ne[2], s.ne[3]), (s.nb[1], s.nb[2], s.nb[3]), 0)
+
+    def pad(self, a: T, p0: int, p1: int = 0, p2: int = 0, p3: int = 0) -> T:
+        ne = (a.ne[0] + p0, a.ne[1] + p1, a.ne[2] + p2, a.ne[3] + p3)
+        return T(a.type, ne, op="PAD", src=(a,))
+
+    def cast(self, a: T, type_: str) -> T:
+        """ggml_cast: a CPY whose second source is itself."""
+        t = T(type_, a.ne, op="CPY", name=_cut(a.name + " (copy)"))
+        t.src = (a, t)
+        return t
+
+    def cont(self, a: T, *ne: int) -> T:
+        """ggml_cont / ggml_cont_2d..4d."""
+        shape = _ne4(*ne) if ne else a.ne
+        return T(a.type, shape, op="CONT", src=(a,), name=_cut(a.name + " (cont)"))
+
+    def flash_attn_ext(self, q: T, k: T, v: T, mask: T | None) -> T:
+        ne = (v.ne[0], q.ne[2], q.ne[1], q.ne[3])
+        src = (q, k, v, mask) if mask is not None else (q, k, v)
+        return T("f32", ne, op="FLASH_ATTN_EXT", src=src)
+
+    # --- views ---------------------------------------------------------------------------
+    def reshape(self, a: T, *ne: int) -> T:
+        """ggml_reshape_Nd: a contiguous view of a."""
+        shape = _ne4(*ne)
+        return T(a.type, shape, op="RESHAPE", src=(a,), view_src=a,
+                 name=_cut(a.name + " (reshaped)"))  # fmt: skip
+
+    def view(self, a: T, ne: tuple[int, ...], nbs: tuple[int, ...], offset: int) -> T:
+        """ggml_view_1d..4d: ne has 1 to 4 entries and nbs the len(ne) - 1 strides given."""
+        shape = _ne4(*ne)
+        nb0 = TYPES[a.type][1]
+        if len(ne) == 1:
+            nb = _contiguous_nb(a.type, shape)
+        elif len(ne) == 2:
+            nb = (nb0, nbs[0], nbs[0] * ne[1], nbs[0] * ne[1])
+        elif len(ne) == 3:
+            nb = (nb0, nbs[0], nbs[1], nbs[1] * ne[2])
+        else:
+            nb = (nb0, nbs[0], nbs[1], nbs[2])
+        return T(a.type, shape, nb, op="VIEW", src=(a,), view_src=a, view_offs=offset,
+                 name=_cut(a.name + " (view)"))  # fmt: skip
+
+    def permute(self, a: T, ax0: int, ax1: int, ax2: int, ax3: int) -> T:
+        ne = [0, 0, 0, 0]
+        nb = [0, 0, 0, 0]
+        for i, ax in enumerate((ax0, ax1, ax2, ax3)):
+            ne[ax] = a.ne[i]
+            nb[ax] = a.nb[i]
+        # ggml_permute: ggml_view_tensor names it "(view)", then "(permuted)" after a's name
+        return T(a.type, (ne[0], ne[1], ne[2], ne[3]), (nb[0], nb[1], nb[2], nb[3]),
+                 op="PERMUTE", src=(a,), view_src=a, name=_cut(a.name + " (permuted)"))  # fmt: skip
+
+    def transpose(self, a: T) -> T:
+        ne, nb = a.ne, a.nb
+        return T(a.type, (ne[1], ne[0], ne[2], ne[3]), (nb[1], nb[0], nb[2], nb[3]),
+                 op="TRANSPOSE", src=(a,), view_src=a,
+                 name=_cut(a.name + " (transposed)"))  # fmt: skip
+
+    # --- the graph -------------------------------------------------------------------------
+    def expand(self, t: T, compute: bool = True) -> None:
+        """ggml_build_forward_expand (compute) / one member of ggml_build_forward_select."""
+        self._visit(t, compute)
+
+    def select(self, ts: list[T], idx: int) -> T:
+        """ggml_build_forward_select: all expanded, only ts[idx] computed."""
+        for i, t in enumerate(ts):
+            self._visit(t, i == idx)
+        return ts[idx]
+
+    def _visit(self, node: T, compute: bool) -> None:
+        """ggml_visit_parents_graph (left-to-right order): a tensor's sources depth first, then
+        it joins the leafs (op NONE) or the nodes. The depth stays small (llama.cpp expands the
+        graph layer by layer: at most 24 frames on the recorded models), so plain recursion
+        serves."""
+        if compute and node.op != "NONE":
+            node.flags |= FLAG_COMPUTE
+        if node.idx >= 0:  # already visited: only spread the compute flag
+            if compute:
+                for s in node.src:
+                    # a tensor without an op has no sources and never takes the flag: skip it
+                    if s is not None and not s.flags & FLAG_COMPUTE and s.op != "NONE":
+                        self._visit(s, True)
+            return
+        tensors = self.tensors
+        node.idx = len(tensors)
+        tensors.append(node)
+        for s in node.src:
+            if s is not None:
+                self._visit(s, compute)
+        if node.op == "NONE":
+            if not node.name:
+                node.name = f"leaf_{len(self.leafs)}"
+            self.leafs.append(node.idx)
+        else:
+            if not node.name:
+                node.name = f"node_{len(self.nodes)}"
+            self.nodes.append(node.idx)
+
+    def graph(self) -> Graph:
+        """The nodes.Graph: every visited tensor (visit order), then view sources not visited.
+
+        Tensors equal in every field (the same model's graph for another cache size shares most
+        of them) are converted once: _FROZEN keeps them across calls."""
+        tensors = self.tensors
+        for t in list(tensors):
+            v = t.view_src
+            if v is not None and v.idx < 0:
+                v.idx = len(tensors)
+                tensors.append(v)
+        frozen = _FROZEN
+        if len(frozen) > _FROZEN_MAX:
+            frozen.clear()
+        out = []
+        for t in tensors:
+            src = tuple([None if s is None else s.idx for s in t.src])
+            vs = t.view_src
+            vi = None if vs is None else vs.idx
+            key = (t.name, t.op, t.desc, t.type, t.ne, t.nb, t.flags, src, vi, t.view_offs,
+                   t.data, t.buffer, t.pin_layer)  # fmt: skip
+            hit = frozen.get(key)
+            if hit is None:
+                hit = frozen[key] = Tensor(
+                    name=t.name, op=t.op, type=t.type, ne=t.ne, nb=t.nb, nbytes=nbytes(t),
+                    flags=t.flags, src=src, view_src=vi,
+                    view_offs=t.view_offs, data=t.data, buffer=t.buffer, desc=t.desc,
+                    pin_layer=t.pin_layer,
+                )
+            out.append(hit)
+        return Graph(tensors=tuple(out), leafs=tuple(self.leafs), nodes=tuple(self.nodes))
+
+
+_FROZEN: dict[tuple[object, ...], Tensor] = {}
+_FROZEN_MAX = 200_000
+
+
+def forget_frozen() -> None:
+    """Drop the converted tensors Builder.graph keeps."""
+    _FROZEN.clear()
+
+
+def set_output(t: T) -> None:
+    """ggml_set_output."""
+    t.flags |= FLAG_OUTPUT

