@@ -38,7 +38,7 @@ def listed(readme: str) -> set[tuple[str, str]]:
 def test_every_script_is_in_a_group_package() -> None:
     assert sorted(p.name for p in SCRIPTS.glob("*.py")) == ["__init__.py"]
     groups = {g for g, _ in scripts_in(SCRIPTS)}
-    assert groups == {"fixtures", "bench", "audit", "calibration", "fuzz"}
+    assert groups == {"fixtures", "bench", "audit", "calibration", "fuzz", "graph_dump"}
     assert all((SCRIPTS / g / "__init__.py").is_file() for g in groups)
 
 

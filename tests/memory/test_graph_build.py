@@ -12,8 +12,8 @@ import pytest
 from llamafit.memory.graph.build import (
     GraphBuildError,
     GraphConfig,
-    Reserve,
     GraphHParams,
+    Reserve,
     build_direct,
     build_graph,
     clear_cache,
@@ -54,8 +54,10 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 
 
 # (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer
-@pytest.mark.parametrize("name, il", [("gemma3-c4096", 0), ("gemma3-c4096-fa-off", 5),
-                                      ("llama1b-c4096", 3), ("qwen3moe-c4096", 7)])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, il",
+    [("gemma3-c4096", 0), ("gemma3-c4096-fa-off", 5), ("llama1b-c4096", 3), ("qwen3moe-c4096", 7)],
+)
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
     case = CASES[name]
     facts, hp = facts_of(case.model)
@@ -86,8 +88,14 @@ def test_gemma3_layer_0_reads_the_swa_cache() -> None:
 def test_buffers_come_from_the_config() -> None:
     facts, hp = facts_of("llama3.2-1b")
     base = configs(CASES["llama1b-c4096"], facts)[0]
-    gpu = replace(base, weights="Vulkan0", input_weights="CPU_Mapped", kv="Vulkan0",
-                  layer_weights=("CPU_Mapped",) * 2 + ("Vulkan0",) * 14, overrides=())  # fmt: skip
+    gpu = replace(
+        base,
+        weights="Vulkan0",
+        input_weights="CPU_Mapped",
+        kv="Vulkan0",
+        layer_weights=("CPU_Mapped",) * 2 + ("Vulkan0",) * 14,
+        overrides=(),
+    )
     g = build_graph(facts, gpu, hp)
     where = {t.name: t.buffer for t in g.tensors if t.data and t.op == "NONE"}
     assert where["blk.1.attn_q.weight"] == "CPU_Mapped"
@@ -105,8 +113,9 @@ def test_buffers_come_from_the_config() -> None:
 def test_small_ubatch_pins_the_layer_norms() -> None:
     facts, hp = facts_of("llama3.2-1b")
     pp, tg = configs(CASES["llama1b-c4096"], facts)
-    pinned = [(t.name, t.op, t.pin_layer) for t in build_graph(facts, tg, hp).tensors
-              if t.pin_layer >= 0]  # fmt: skip
+    pinned = [
+        (t.name, t.op, t.pin_layer) for t in build_graph(facts, tg, hp).tensors if t.pin_layer >= 0
+    ]
     # the RMS_NORM of attn_norm and of ffn_norm in every layer, to that layer
     assert sorted(pinned) == sorted([(f"norm-{il}", "RMS_NORM", il) for il in range(16)] * 2)
     assert [t for t in build_graph(facts, pp, hp).tensors if t.pin_layer >= 0] == []
@@ -161,8 +170,10 @@ def test_template_for_other_buffers_is_the_real_graph() -> None:
     facts, hp = facts_of("demo")
     cpu = configs(CASES["gemma3-c4096-fa-off"], facts)[0]
     vk = configs(CASES["vk-gemma3-ngl10-fa-off"], facts)[0]
-    assert replace(vk, layer_weights=(), output_weights=None, layer_kv=(),
-                   overrides=cpu.overrides) == cpu  # fmt: skip
+    assert (
+        replace(vk, layer_weights=(), output_weights=None, layer_kv=(), overrides=cpu.overrides)
+        == cpu
+    )
     clear_cache()
     assert diff(build_graph(facts, cpu, hp), recorded("gemma3-c4096-fa-off")[0].graph) == []
     assert diff(build_graph(facts, vk, hp), recorded("vk-gemma3-ngl10-fa-off")[0].graph) == []
@@ -183,25 +194,34 @@ def test_shared_tensors_split_when_buffers_differ() -> None:
     assert len(g.leafs) == len(build_graph(facts, cpu, hp).leafs) + 1
 
 
-@pytest.mark.parametrize("args, expected", [
-    ((4096, 512, 4, 4), (Reserve("pp", 512, 4, 4), Reserve("tg", 4, 4, 4))),
-    ((4096, 512, 1, 1), (Reserve("pp", 512, 1, 1), Reserve("tg", 1, 1, 1))),
-    ((256, 512, 1, 1), (Reserve("pp", 256, 1, 1), Reserve("tg", 1, 1, 1))),
-    ((4096, 130, 4, 4), (Reserve("pp", 132, 4, 4), Reserve("tg", 4, 4, 4))),  # rounded to n_seqs
-    ((4096, 512, 2, 2048), (Reserve("pp", 512, 2, 512), Reserve("tg", 2, 2, 2))),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ((4096, 512, 4, 4), (Reserve("pp", 512, 4, 4), Reserve("tg", 4, 4, 4))),
+        ((4096, 512, 1, 1), (Reserve("pp", 512, 1, 1), Reserve("tg", 1, 1, 1))),
+        ((256, 512, 1, 1), (Reserve("pp", 256, 1, 1), Reserve("tg", 1, 1, 1))),
+        (
+            (4096, 130, 4, 4),
+            (Reserve("pp", 132, 4, 4), Reserve("tg", 4, 4, 4)),
+        ),  # rounded to n_seqs
+        ((4096, 512, 2, 2048), (Reserve("pp", 512, 2, 512), Reserve("tg", 2, 2, 2))),
+    ],
+)
 def test_reserves(args: tuple[int, int, int, int], expected: tuple[Reserve, Reserve]) -> None:
     got = reserves(*args)
     assert got == (*expected, expected[0])
 
 
-@pytest.mark.parametrize("metadata, arch, expected", [
-    ({}, "gemma3", GraphHParams()),
-    ({"gemma3.final_logit_softcapping": 30.0}, "gemma3", GraphHParams(30.0, 0.0)),
-    ({"llama.final_logit_softcapping": 30.0}, "llama", GraphHParams()),  # gemma3's key only
-    ({"qwen3moe.expert_weights_scale": 2.5}, "qwen3moe", GraphHParams(0.0, 2.5)),
-    ({"qwen3moe.expert_weights_scale": "x"}, "qwen3moe", GraphHParams()),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "metadata, arch, expected",
+    [
+        ({}, "gemma3", GraphHParams()),
+        ({"gemma3.final_logit_softcapping": 30.0}, "gemma3", GraphHParams(30.0, 0.0)),
+        ({"llama.final_logit_softcapping": 30.0}, "llama", GraphHParams()),  # gemma3's key only
+        ({"qwen3moe.expert_weights_scale": 2.5}, "qwen3moe", GraphHParams(0.0, 2.5)),
+        ({"qwen3moe.expert_weights_scale": "x"}, "qwen3moe", GraphHParams()),
+    ],
+)
 def test_graph_hparams(metadata: dict[str, object], arch: str, expected: GraphHParams) -> None:
     assert graph_hparams(metadata, arch) == expected
 
@@ -213,8 +233,12 @@ def test_gemma3_final_logit_softcapping_adds_its_three_ops() -> None:
     plain = build_graph(facts, config, hp)
     capped = build_graph(facts, config, GraphHParams(final_logit_softcapping=30.0))
     tail = [(t.op, t.desc) for t in (capped.tensors[i] for i in capped.nodes[-4:])]
-    assert tail == [("MUL_MAT", "MUL_MAT"), ("SCALE", "SCALE"), ("UNARY", "TANH"),
-                    ("SCALE", "SCALE")]  # fmt: skip
+    assert tail == [
+        ("MUL_MAT", "MUL_MAT"),
+        ("SCALE", "SCALE"),
+        ("UNARY", "TANH"),
+        ("SCALE", "SCALE"),
+    ]
     assert len(capped.nodes) == len(plain.nodes) + 3
     assert capped.tensors[capped.nodes[-1]].name == "result_output"
 
@@ -228,11 +252,14 @@ def test_reserve_configs_of_the_resolved_config(name: str) -> None:
 
     case = CASES[name]
     facts, _ = facts_of(case.model)
-    values: dict[str, object] = {"n_ctx": int(case.flag("-c", "4096")), "fit": False,
-                                 "n_ubatch": int(case.flag("-ub", "512")),
-                                 "flash_attn": case.flag("-fa", "on"),
-                                 "type_k": case.flag("-ctk", "f16"),
-                                 "type_v": case.flag("-ctv", "f16")}  # fmt: skip
+    values: dict[str, object] = {
+        "n_ctx": int(case.flag("-c", "4096")),
+        "fit": False,
+        "n_ubatch": int(case.flag("-ub", "512")),
+        "flash_attn": case.flag("-fa", "on"),
+        "type_k": case.flag("-ctk", "f16"),
+        "type_v": case.flag("-ctv", "f16"),
+    }
     if "-np" in case.args:
         values["n_parallel"] = int(case.flag("-np", "1"))
     if "-kvu" in case.args:
@@ -252,11 +279,16 @@ def test_unmodelled_architecture_is_an_error() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [
-    Case("demo", ("-c", "6144", "-np", "3", "-fa", "off", "-ub", "256", "-ctk", "q8_0")),
-    Case("llama3.2-1b", ("-c", "2048", "-np", "2", "-kvu", "-ub", "64", "-ctk", "q8_0",
-                         "-ctv", "q8_0")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case("demo", ("-c", "6144", "-np", "3", "-fa", "off", "-ub", "256", "-ctk", "q8_0")),
+        Case(
+            "llama3.2-1b",
+            ("-c", "2048", "-np", "2", "-kvu", "-ub", "64", "-ctk", "q8_0", "-ctv", "q8_0"),
+        ),
+    ],
+)
 def test_live_start_is_the_built_graph(case: Case) -> None:
     """A real llama-server start recorded now (not a stored dump): configs no fixture has."""
     from tests.support.graph_build import model_file

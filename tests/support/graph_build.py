@@ -88,8 +88,11 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
     unified = np_auto or "-kvu" in case.args
     fa = case.flag("-fa", "on") != "off"
     size = n_ctx if unified else n_ctx // n_seq  # llama_context: n_ctx_seq per stream
-    size_swa = swa_cells(size, facts.swa.n_swa, n_seq, n_ubatch, unified=unified,
-                         swa_full=False) if facts.swa.n_swa else 0  # fmt: skip
+    size_swa = (
+        swa_cells(size, facts.swa.n_swa, n_seq, n_ubatch, unified=unified, swa_full=False)
+        if facts.swa.n_swa
+        else 0
+    )
     n_layer = facts.n_layer
     if "@vulkan" in case.args:
         # the Vulkan/RPC build on Vulkan0: -ngl N puts layers from n_layer + 1 - N on the device,
@@ -102,8 +105,10 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
             layer_weights=on_dev,
             output_weights="Vulkan0" if n_layer >= start else "CPU_Mapped",
             # -nkvo: every cache in the CPU buffer, attention after the store on the CPU
-            layer_kv=tuple("Vulkan0" if il >= start and "-nkvo" not in case.args else "CPU"
-                           for il in range(n_layer)),  # fmt: skip
+            layer_kv=tuple(
+                "Vulkan0" if il >= start and "-nkvo" not in case.args else "CPU"
+                for il in range(n_layer)
+            ),
             offload_kqv="-nkvo" not in case.args,
             overrides=(("token_embd.weight", "CPU_Mapped"),),
             full_offload=int(case.flag("-ngl", "0")) > facts.n_layer_all,
@@ -112,18 +117,29 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
         overrides = tuple(
             (t.name, "CPU_REPACK")
             for t in facts.tensors
-            if t.name.startswith("blk.") and TYPE_NAMES[t.ggml_type] in REPACKED
-            and len(t.shape) > 1 and t.shape[1] % 8 == 0
-        )  # fmt: skip
+            if t.name.startswith("blk.")
+            and TYPE_NAMES[t.ggml_type] in REPACKED
+            and len(t.shape) > 1
+            and t.shape[1] % 8 == 0
+        )
         place = dict(overrides=overrides)
     out = []
     for r in reserves(n_ctx, n_ubatch, n_seq, n_seq)[:2]:
-        out.append(GraphConfig(
-            n_tokens=r.n_tokens, n_seqs=r.n_seqs, n_outputs=r.n_outputs, kv_size=size,
-            kv_size_swa=size_swa, n_seq_max=n_seq, kv_unified=unified, flash_attn=fa,
-            type_k=case.flag("-ctk", "f16"), type_v=case.flag("-ctv", "f16"),
-            **place,  # type: ignore[arg-type]
-        ))  # fmt: skip
+        out.append(
+            GraphConfig(
+                n_tokens=r.n_tokens,
+                n_seqs=r.n_seqs,
+                n_outputs=r.n_outputs,
+                kv_size=size,
+                kv_size_swa=size_swa,
+                n_seq_max=n_seq,
+                kv_unified=unified,
+                flash_attn=fa,
+                type_k=case.flag("-ctk", "f16"),
+                type_v=case.flag("-ctv", "f16"),
+                **place,  # type: ignore[arg-type]
+            )
+        )
     return tuple(out)
 
 
@@ -160,8 +176,19 @@ def diff(built: Graph, real: Graph, limit: int = 10) -> list[str]:
         for pos, (ib, ir) in enumerate(zip(lb, lr, strict=False)):
             a, b = built.tensors[ib], real.tensors[ir]
             fields = []
-            for field in ("name", "op", "desc", "type", "ne", "nb", "nbytes", "flags",
-                          "view_offs", "data", "buffer"):  # fmt: skip
+            for field in (
+                "name",
+                "op",
+                "desc",
+                "type",
+                "ne",
+                "nb",
+                "nbytes",
+                "flags",
+                "view_offs",
+                "data",
+                "buffer",
+            ):
                 va, vb = getattr(a, field), getattr(b, field)
                 if va != vb:
                     fields.append(f"{field} {va!r} != {vb!r}")
@@ -181,5 +208,8 @@ def diff(built: Graph, real: Graph, limit: int = 10) -> list[str]:
 def layer_slice(g: Graph, il: int) -> list[tuple[str, str, str, tuple[int, ...]]]:
     """(name, op, type, ne) of the nodes named for layer il ("...-il"), in graph order."""
     tail = f"-{il}"
-    return [(t.name, t.op, t.type, t.ne) for t in (g.tensors[i] for i in g.nodes)
-            if t.name.endswith(tail)]  # fmt: skip
+    return [
+        (t.name, t.op, t.type, t.ne)
+        for t in (g.tensors[i] for i in g.nodes)
+        if t.name.endswith(tail)
+    ]

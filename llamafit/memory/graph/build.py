@@ -148,12 +148,19 @@ def reserve_configs(
     out = []
     for r in reserves(rc.n_ctx, rc.n_ubatch, rc.n_seq_max, rc.n_outputs_max):
         config = GraphConfig(
-            n_tokens=r.n_tokens, n_seqs=r.n_seqs, n_outputs=r.n_outputs, kv_size=rc.n_ctx_seq,
-            kv_size_swa=rc.n_swa_cells, n_seq_max=rc.n_seq_max, kv_unified=rc.kv_unified,
-            flash_attn=rc.flash_attn, type_k=TYPE_NAMES[rc.type_k.id],
-            type_v=TYPE_NAMES[rc.type_v.id], offload_kqv=rc.kv_offload,
+            n_tokens=r.n_tokens,
+            n_seqs=r.n_seqs,
+            n_outputs=r.n_outputs,
+            kv_size=rc.n_ctx_seq,
+            kv_size_swa=rc.n_swa_cells,
+            n_seq_max=rc.n_seq_max,
+            kv_unified=rc.kv_unified,
+            flash_attn=rc.flash_attn,
+            type_k=TYPE_NAMES[rc.type_k.id],
+            type_v=TYPE_NAMES[rc.type_v.id],
+            offload_kqv=rc.kv_offload,
             **buffers,  # type: ignore[arg-type]
-        )  # fmt: skip
+        )
         out.append((r, config))
     return tuple(out)
 
@@ -168,11 +175,22 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     in the buffers (with the same tensors shared) reuse it."""
     arch = facts.architecture
     if arch not in FAMILIES:
-        raise GraphBuildError(f"no graph model for architecture '{arch}' (modelled: "
-                              f"{', '.join(FAMILIES)})")  # fmt: skip
+        raise GraphBuildError(
+            f"no graph model for architecture '{arch}' (modelled: {', '.join(FAMILIES)})"
+        )
     hp = hp or GraphHParams()
-    shape = replace(config, kv_size=0, kv_size_swa=0, weights="", layer_weights=(),
-                    input_weights=None, output_weights=None, overrides=(), kv="", layer_kv=())
+    shape = replace(
+        config,
+        kv_size=0,
+        kv_size_swa=0,
+        weights="",
+        layer_weights=(),
+        input_weights=None,
+        output_weights=None,
+        overrides=(),
+        kv="",
+        layer_kv=(),
+    )
     key = (id(facts), shape, hp, _sharing(facts, config))
     hit = _TEMPLATES.get(key)
     if hit is None or hit[0] is not facts:
@@ -193,8 +211,11 @@ def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Gr
 _Rule = tuple[str, int]  # (model tensor name, layer it was made for) or ("", il) for the cache
 
 
-def _run(facts: ModelFacts, config: GraphConfig, hp: GraphHParams,
-         ) -> tuple[Graph, list[tuple[int, _Rule]]]:  # fmt: skip
+def _run(
+    facts: ModelFacts,
+    config: GraphConfig,
+    hp: GraphHParams,
+) -> tuple[Graph, list[tuple[int, _Rule]]]:
     """The graph, and for each tensor with data its index and buffer rule."""
     ctx = _Context(facts, config, hp)
     ctx.build()
@@ -217,8 +238,13 @@ class _Template:
 
     STEP = 256  # llama_kv_cache sizes are multiples of 256 (n_pad)
 
-    def __init__(self, graph: Graph, config: GraphConfig, rules: list[tuple[int, _Rule]],
-                 varying: list[tuple[int, tuple[_Lin, ...]]]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        graph: Graph,
+        config: GraphConfig,
+        rules: list[tuple[int, _Rule]],
+        varying: list[tuple[int, tuple[_Lin, ...]]],
+    ) -> None:
         self.graph = graph
         self.config = config
         self.rules = rules
@@ -245,8 +271,12 @@ class _Template:
             if same != (t2.name, t2.op, t2.src, t2.view_src, t2.type):
                 return None
             lins = []
-            for x0, x1, x2 in zip((*t0.ne, *t0.nb, t0.view_offs), (*t1.ne, *t1.nb, t1.view_offs),
-                                  (*t2.ne, *t2.nb, t2.view_offs), strict=True):  # fmt: skip
+            for x0, x1, x2 in zip(
+                (*t0.ne, *t0.nb, t0.view_offs),
+                (*t1.ne, *t1.nb, t1.view_offs),
+                (*t2.ne, *t2.nb, t2.view_offs),
+                strict=True,
+            ):
                 b, rb = divmod(x1 - x0, step)
                 c, rc = divmod(x2 - x0, step)
                 if rb or rc:
@@ -277,25 +307,59 @@ class _Template:
                 ne = (v[0], v[1], v[2], v[3])
                 nb = (v[4], v[5], v[6], v[7])
                 tensors[i] = Tensor(
-                    name=t.name, op=t.op, type=t.type, ne=ne, nb=nb,
-                    nbytes=nbytes_of(t.type, ne, nb), flags=t.flags, src=t.src,
-                    view_src=t.view_src, view_offs=v[8], data=t.data, buffer=t.buffer,
-                    desc=t.desc, pin_layer=t.pin_layer,
-                )  # fmt: skip
-        if (config.weights, config.layer_weights, config.input_weights, config.output_weights,
-                config.overrides, config.kv, config.layer_kv) != (
-                base.weights, base.layer_weights, base.input_weights, base.output_weights,
-                base.overrides, base.kv, base.layer_kv):  # fmt: skip
+                    name=t.name,
+                    op=t.op,
+                    type=t.type,
+                    ne=ne,
+                    nb=nb,
+                    nbytes=nbytes_of(t.type, ne, nb),
+                    flags=t.flags,
+                    src=t.src,
+                    view_src=t.view_src,
+                    view_offs=v[8],
+                    data=t.data,
+                    buffer=t.buffer,
+                    desc=t.desc,
+                    pin_layer=t.pin_layer,
+                )
+        if (
+            config.weights,
+            config.layer_weights,
+            config.input_weights,
+            config.output_weights,
+            config.overrides,
+            config.kv,
+            config.layer_kv,
+        ) != (
+            base.weights,
+            base.layer_weights,
+            base.input_weights,
+            base.output_weights,
+            base.overrides,
+            base.kv,
+            base.layer_kv,
+        ):
             overrides = dict(config.overrides)
             for i, (name, il) in self.rules:
                 t = tensors[i]
                 buf = weight_buffer(config, overrides, name, il) if name else kv_buffer(config, il)
                 if buf != t.buffer:
                     tensors[i] = Tensor(
-                        name=t.name, op=t.op, type=t.type, ne=t.ne, nb=t.nb, nbytes=t.nbytes,
-                        flags=t.flags, src=t.src, view_src=t.view_src, view_offs=t.view_offs,
-                        data=t.data, buffer=buf, desc=t.desc, pin_layer=t.pin_layer,
-                    )  # fmt: skip
+                        name=t.name,
+                        op=t.op,
+                        type=t.type,
+                        ne=t.ne,
+                        nb=t.nb,
+                        nbytes=t.nbytes,
+                        flags=t.flags,
+                        src=t.src,
+                        view_src=t.view_src,
+                        view_offs=t.view_offs,
+                        data=t.data,
+                        buffer=buf,
+                        desc=t.desc,
+                        pin_layer=t.pin_layer,
+                    )
         return Graph(tensors=tuple(tensors), leafs=g.leafs, nodes=g.nodes)
 
 
@@ -418,8 +482,15 @@ class _Inp:
         self.v_idxs = b.new("i64", n_v, name="attn_inp_v_idxs", inp=True)
         # build_attn_inp_kq_mask (src/llama-graph.cpp): f16 for flash attention
         n_stream = 1 if c.kv_unified else c.n_seqs
-        self.mask = b.new("f16" if c.flash_attn else "f32", cache.size, n_tokens // n_stream, 1,
-                          n_stream, name="attn_inp_kq_mask", inp=True)  # fmt: skip
+        self.mask = b.new(
+            "f16" if c.flash_attn else "f32",
+            cache.size,
+            n_tokens // n_stream,
+            1,
+            n_stream,
+            name="attn_inp_kq_mask",
+            inp=True,
+        )
         self.k_rot: T | None = None
         self.v_rot: T | None = None
 
@@ -540,9 +611,11 @@ class _Context:
         if self.lw(il, "attn_qkv.weight") is not None:
             raise GraphBuildError(f"{self.f.path}: fused attn_qkv is not modelled")
         out = []
-        for part, n_head, head in (("q", self.f.n_head[il], self.head_k(il)),
-                                   ("k", self.f.n_head_kv[il], self.head_k(il)),
-                                   ("v", self.f.n_head_kv[il], self.head_v(il))):  # fmt: skip
+        for part, n_head, head in (
+            ("q", self.f.n_head[il], self.head_k(il)),
+            ("k", self.f.n_head_kv[il], self.head_k(il)),
+            ("v", self.f.n_head_kv[il], self.head_v(il)),
+        ):
             name = part.upper() + "cur"
             t = self.cb(self.mm(self.need(self.lw(il, f"attn_{part}.weight"), part), cur), name, il)
             bias = self.lw(il, f"attn_{part}.bias")
@@ -602,9 +675,12 @@ class _Context:
         k = cache.k[il]
         head, n_head_kv = self.head_k(il), self.f.n_head_kv[il]
         wk = k.ne[0]
-        return self.b.view(k, (head, n_head_kv, cache.size, cache.n_stream),
-                           (row_size(k.type, head), row_size(k.type, wk),
-                            row_size(k.type, wk * cache.size)), 0)  # fmt: skip
+        return self.b.view(
+            k,
+            (head, n_head_kv, cache.size, cache.n_stream),
+            (row_size(k.type, head), row_size(k.type, wk), row_size(k.type, wk * cache.size)),
+            0,
+        )
 
     def get_v(self, cache: _Cache, il: int) -> T:
         """llama_kv_cache::get_v."""
@@ -612,12 +688,18 @@ class _Context:
         head, n_head_kv = self.head_v(il), self.f.n_head_kv[il]
         wv, size, ty = v.ne[0], cache.size, v.type
         if not cache.v_trans:
-            return self.b.view(v, (head, n_head_kv, size, cache.n_stream),
-                               (row_size(ty, head), row_size(ty, wv),
-                                row_size(ty, wv * size)), 0)  # fmt: skip
-        return self.b.view(v, (size, n_head_kv, head, cache.n_stream),
-                           (row_size(ty, size * head), row_size(ty, size),
-                            row_size(ty, size * wv)), 0)  # fmt: skip
+            return self.b.view(
+                v,
+                (head, n_head_kv, size, cache.n_stream),
+                (row_size(ty, head), row_size(ty, wv), row_size(ty, wv * size)),
+                0,
+            )
+        return self.b.view(
+            v,
+            (size, n_head_kv, head, cache.n_stream),
+            (row_size(ty, size * head), row_size(ty, size), row_size(ty, size * wv)),
+            0,
+        )
 
     def attn_mha(self, q: T, k: T, v: T, mask: T, il: int) -> T:
         """build_attn_mha (no KQ bias, sinks or MLA)."""
@@ -707,8 +789,11 @@ class _Context:
         n_embd, n_tokens = cur.ne[0], cur.ne[1]
         if self.lw(il, "ffn_gate_up_exps.weight") is not None:
             raise GraphBuildError(f"{f.path}: merged ffn_gate_up_exps is not modelled")
-        logits = self.cb(self.mm(self.need(self.lw(il, "ffn_gate_inp.weight"), "gate_inp"), cur),
-                         "ffn_moe_logits", il)  # fmt: skip
+        logits = self.cb(
+            self.mm(self.need(self.lw(il, "ffn_gate_inp.weight"), "gate_inp"), cur),
+            "ffn_moe_logits",
+            il,
+        )
         probs = self.cb(b.soft_max(logits), "ffn_moe_probs", il)
         selected = b.argsort_top_k(probs, n_used)
         assert selected.src[0] is not None
@@ -766,10 +851,10 @@ class _Context:
         # build_attn_inp_kv / build_attn_inp_kv_iswa
         layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
         if iswa:
-            base = _Inp(self, _Cache(self, [il for il in layers if not f.swa.is_swa[il]],
-                                     c.kv_size))  # fmt: skip
-            swa = _Inp(self, _Cache(self, [il for il in layers if f.swa.is_swa[il]],
-                                    c.kv_size_swa))  # fmt: skip
+            base = _Inp(
+                self, _Cache(self, [il for il in layers if not f.swa.is_swa[il]], c.kv_size)
+            )
+            swa = _Inp(self, _Cache(self, [il for il in layers if f.swa.is_swa[il]], c.kv_size_swa))
             base.rotations(self)
             swa.rotations(self)
         else:
@@ -832,8 +917,9 @@ class _Context:
         t_embd = cur
         output = self.w("output.weight", -2)
         if output is None:  # tied: token_embd again, in the output layer's buffer
-            output = self.need(self.w("token_embd.weight", -2, as_name="token_embd.weight"),
-                               "token_embd.weight")  # fmt: skip
+            output = self.need(
+                self.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
+            )
         cur = self.mm(output, cur)
         if arch == "qwen2":
             out_b = self.w("output.bias", -2)

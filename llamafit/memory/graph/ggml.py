@@ -55,8 +55,23 @@ def _cut(name: str) -> str:
 class T:
     """One ggml_tensor under construction (mutable: names and flags change as llama.cpp does)."""
 
-    __slots__ = ("name", "op", "desc", "type", "ne", "nb", "flags", "src", "view_src",
-                 "view_offs", "data", "buffer", "idx", "pin_layer", "rule")  # fmt: skip
+    __slots__ = (
+        "name",
+        "op",
+        "desc",
+        "type",
+        "ne",
+        "nb",
+        "flags",
+        "src",
+        "view_src",
+        "view_offs",
+        "data",
+        "buffer",
+        "idx",
+        "pin_layer",
+        "rule",
+    )
     name: str
     op: str
     desc: str
@@ -73,10 +88,18 @@ class T:
     pin_layer: int
     rule: tuple[str, int] | None  # build.py: how a tensor with data picks its buffer
 
-    def __init__(self, type_: str, ne: tuple[int, int, int, int],
-                 nb: tuple[int, int, int, int] | None = None, op: str = "NONE",
-                 src: tuple[T | None, ...] = (), view_src: T | None = None, view_offs: int = 0,
-                 name: str = "", desc: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        type_: str,
+        ne: tuple[int, int, int, int],
+        nb: tuple[int, int, int, int] | None = None,
+        op: str = "NONE",
+        src: tuple[T | None, ...] = (),
+        view_src: T | None = None,
+        view_offs: int = 0,
+        name: str = "",
+        desc: str = "",
+    ) -> None:
         self.type = type_
         self.ne = ne
         self.nb = nb if nb is not None else _contiguous_nb(type_, ne)
@@ -114,8 +137,13 @@ def nbytes_of(type_: str, ne: tuple[int, int, int, int], nb: tuple[int, int, int
         return 0
     blck, size = TYPES[type_]
     if blck == 1:
-        return size + (ne[0] - 1) * nb[0] + (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (
-            ne[3] - 1) * nb[3]  # fmt: skip
+        return (
+            size
+            + (ne[0] - 1) * nb[0]
+            + (ne[1] - 1) * nb[1]
+            + (ne[2] - 1) * nb[2]
+            + (ne[3] - 1) * nb[3]
+        )
     return ne[0] * nb[0] // blck + (ne[1] - 1) * nb[1] + (ne[2] - 1) * nb[2] + (ne[3] - 1) * nb[3]
 
 
@@ -230,8 +258,15 @@ class Builder:
 
     def set_rows(self, a: T, b: T, c: T) -> T:
         """ggml_set_rows: a view of a; sources b, c, a (legacy order)."""
-        return T(a.type, a.ne, a.nb, op="SET_ROWS", src=(b, c, a), view_src=a,
-                 name=_cut(a.name + " (view)"))  # fmt: skip
+        return T(
+            a.type,
+            a.ne,
+            a.nb,
+            op="SET_ROWS",
+            src=(b, c, a),
+            view_src=a,
+            name=_cut(a.name + " (view)"),
+        )
 
     def sum_rows(self, a: T) -> T:
         return T(a.type, (1, a.ne[1], a.ne[2], a.ne[3]), op="SUM_ROWS", src=(a,))
@@ -268,8 +303,9 @@ class Builder:
     def reshape(self, a: T, *ne: int) -> T:
         """ggml_reshape_Nd: a contiguous view of a."""
         shape = _ne4(*ne)
-        return T(a.type, shape, op="RESHAPE", src=(a,), view_src=a,
-                 name=_cut(a.name + " (reshaped)"))  # fmt: skip
+        return T(
+            a.type, shape, op="RESHAPE", src=(a,), view_src=a, name=_cut(a.name + " (reshaped)")
+        )
 
     def view(self, a: T, ne: tuple[int, ...], nbs: tuple[int, ...], offset: int) -> T:
         """ggml_view_1d..4d: ne has 1 to 4 entries and nbs the len(ne) - 1 strides given."""
@@ -283,8 +319,16 @@ class Builder:
             nb = (nb0, nbs[0], nbs[1], nbs[1] * ne[2])
         else:
             nb = (nb0, nbs[0], nbs[1], nbs[2])
-        return T(a.type, shape, nb, op="VIEW", src=(a,), view_src=a, view_offs=offset,
-                 name=_cut(a.name + " (view)"))  # fmt: skip
+        return T(
+            a.type,
+            shape,
+            nb,
+            op="VIEW",
+            src=(a,),
+            view_src=a,
+            view_offs=offset,
+            name=_cut(a.name + " (view)"),
+        )
 
     def permute(self, a: T, ax0: int, ax1: int, ax2: int, ax3: int) -> T:
         ne = [0, 0, 0, 0]
@@ -293,14 +337,27 @@ class Builder:
             ne[ax] = a.ne[i]
             nb[ax] = a.nb[i]
         # ggml_permute: ggml_view_tensor names it "(view)", then "(permuted)" after a's name
-        return T(a.type, (ne[0], ne[1], ne[2], ne[3]), (nb[0], nb[1], nb[2], nb[3]),
-                 op="PERMUTE", src=(a,), view_src=a, name=_cut(a.name + " (permuted)"))  # fmt: skip
+        return T(
+            a.type,
+            (ne[0], ne[1], ne[2], ne[3]),
+            (nb[0], nb[1], nb[2], nb[3]),
+            op="PERMUTE",
+            src=(a,),
+            view_src=a,
+            name=_cut(a.name + " (permuted)"),
+        )
 
     def transpose(self, a: T) -> T:
         ne, nb = a.ne, a.nb
-        return T(a.type, (ne[1], ne[0], ne[2], ne[3]), (nb[1], nb[0], nb[2], nb[3]),
-                 op="TRANSPOSE", src=(a,), view_src=a,
-                 name=_cut(a.name + " (transposed)"))  # fmt: skip
+        return T(
+            a.type,
+            (ne[1], ne[0], ne[2], ne[3]),
+            (nb[1], nb[0], nb[2], nb[3]),
+            op="TRANSPOSE",
+            src=(a,),
+            view_src=a,
+            name=_cut(a.name + " (transposed)"),
+        )
 
     # --- the graph -------------------------------------------------------------------------
     def expand(self, t: T, compute: bool = True) -> None:
@@ -361,14 +418,37 @@ class Builder:
             src = tuple([None if s is None else s.idx for s in t.src])
             vs = t.view_src
             vi = None if vs is None else vs.idx
-            key = (t.name, t.op, t.desc, t.type, t.ne, t.nb, t.flags, src, vi, t.view_offs,
-                   t.data, t.buffer, t.pin_layer)  # fmt: skip
+            key = (
+                t.name,
+                t.op,
+                t.desc,
+                t.type,
+                t.ne,
+                t.nb,
+                t.flags,
+                src,
+                vi,
+                t.view_offs,
+                t.data,
+                t.buffer,
+                t.pin_layer,
+            )
             hit = frozen.get(key)
             if hit is None:
                 hit = frozen[key] = Tensor(
-                    name=t.name, op=t.op, type=t.type, ne=t.ne, nb=t.nb, nbytes=nbytes(t),
-                    flags=t.flags, src=src, view_src=vi,
-                    view_offs=t.view_offs, data=t.data, buffer=t.buffer, desc=t.desc,
+                    name=t.name,
+                    op=t.op,
+                    type=t.type,
+                    ne=t.ne,
+                    nb=t.nb,
+                    nbytes=nbytes(t),
+                    flags=t.flags,
+                    src=src,
+                    view_src=vi,
+                    view_offs=t.view_offs,
+                    data=t.data,
+                    buffer=t.buffer,
+                    desc=t.desc,
                     pin_layer=t.pin_layer,
                 )
             out.append(hit)

