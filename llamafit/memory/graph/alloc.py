@@ -241,8 +241,11 @@ def _alloc_graph(graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[Dy
     nbytes = [t.nbytes for t in tensors]
     flags = [t.flags for t in tensors]
     view_src = [t.view_src for t in tensors]
-    srcs = [t.src if None not in t.src else tuple(s for s in t.src if s is not None)
-            for t in tensors]  # fmt: skip
+    # the sources without the empty slots (a tuple without None is kept as it is)
+    srcs: list[tuple[int, ...]] = [
+        t.src if None not in t.src else tuple(s for s in t.src if s is not None)  # type: ignore[misc]
+        for t in tensors
+    ]
     # ggml_gallocr_is_allocated: data set externally, or on an external buffer
     # ggml_gallocr_allocate_node does nothing for a tensor ggml_gallocr_is_allocated calls
     # external (data set, or on an external buffer) nor for a view
