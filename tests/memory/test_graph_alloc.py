@@ -339,6 +339,13 @@ def test_live_vulkan_partial_offload_in_chunks_replays_to_the_byte() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(vulkan_rpc_bin_dir() is None or not HAS_DEMO,
+                    reason="needs build/llama-vulkan-rpc and the demo")
+def test_live_rpc_pipeline_parallel_replays_to_the_byte() -> None:
+    _live("rpc2")  # two CPU workers and the host: three buffers, four copies of split inputs
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not installed("gguf"), reason="needs gguf (scripts/make_shapes.py)")
 @needs_llama_server
 def test_live_real_shape_moe_replays_to_the_byte() -> None:

@@ -75,7 +75,12 @@ CASES = {c.name: c for c in (
     Case("cpu-llama3.2-1b", "cpu", "llama3.2-1b", C4K, fixture=True),
     Case("cpu-llama3.1-8b", "cpu", "llama3.1-8b", C4K),
     Case("cpu-qwen3-30b-a3b", "cpu", "qwen3-30b-a3b", C4K),
+    Case("cpu-gpt-oss-20b", "cpu", "gpt-oss-20b", C4K),
+    Case("cpu-deepseek-v2-lite", "cpu", "deepseek-v2-lite", C4K),
+    Case("cpu-granite4-h-micro", "cpu", "granite4-h-micro", C4K),
+    Case("cpu-gemma3n-e2b", "cpu", "gemma3n-e2b", C4K),
     Case("vulkan-llama3.2-1b-ngl8", "vulkan", "llama3.2-1b", (*C4K, "-ngl", "8")),
+    Case("vulkan-qwen3-30b-a3b-ngl3", "vulkan", "qwen3-30b-a3b", (*C4K, "-ngl", "3")),
 )}  # fmt: skip
 
 
