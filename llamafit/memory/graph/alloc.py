@@ -246,9 +246,8 @@ def _alloc_graph(graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[Dy
         t.src if None not in t.src else tuple(s for s in t.src if s is not None)  # type: ignore[misc]
         for t in tensors
     ]
-    # ggml_gallocr_is_allocated: data set externally, or on an external buffer
-    # ggml_gallocr_allocate_node does nothing for a tensor ggml_gallocr_is_allocated calls
-    # external (data set, or on an external buffer) nor for a view
+    # ggml_gallocr_allocate_node does nothing for a view, nor for a tensor ggml_gallocr_is_allocated
+    # finds allocated outside ggml-alloc (data set, or on a buffer)
     skip = [t.data or t.buffer is not None or t.view_src is not None for t in tensors]
     inplace = [t.op in INPLACE_OPS for t in tensors]
     sizers = [b.alloc_size for b in bufts]
