@@ -1,0 +1,490 @@
+"""A replay of ggml's graph allocator (ggml/src/ggml-alloc.c at llama.cpp b11434): where
+ggml_gallocr_reserve_n places every tensor of a split graph, and how large each compute buffer
+grows.
+
+The split graph carries a buffer id per node and leaf (the scheduler's backend index,
+ggml_backend_sched_split_graph); per buffer id a `BufferType` gives what ggml-alloc asks of a
+ggml_backend_buffer_type: its alignment, its maximum buffer size (a larger need is split into
+chunks) and its alloc size per tensor.
+
+- `allocate(graph, bufts)`: one ggml_gallocr_alloc_graph_impl pass from empty allocators: every
+  chunk's peak (ggml_dyn_tallocr max_size) and the address of every tensor ggml-alloc placed.
+- `peaks(graph, bufts)`: the peak per buffer id, summed over chunks.
+- `Gallocr`: the allocator's state over several reserves (llama_context reserves a few graphs into
+  one ggml_gallocr; a buffer is reallocated only when a chunk grows): `reserve_n(graph)` returns
+  ggml_gallocr_get_buffer_size per buffer id after the call, which is what llama.cpp reports.
+
+The hot loops run over plain lists of ints (a graph of a few thousand nodes replays in
+milliseconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from llamafit.errors import LlamafitError
+from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
+
+SIZE_MAX = (1 << 64) - 1
+# ggml/src/ggml-alloc.c
+MAX_FREE_BLOCKS = 256
+GGML_VBUFFER_MAX_CHUNKS = 16
+# ggml/src/ggml-backend.cpp ggml_backend_cpu_buffer_type_get_alignment (TENSOR_ALIGNMENT)
+TENSOR_ALIGNMENT = 32
+
+# ggml/src/ggml-alloc.c ggml_op_can_inplace (names as ggml_op_name prints them)
+INPLACE_OPS = frozenset(
+    {
+        "FILL",
+        "SCALE",
+        "DIAG_MASK_ZERO",
+        "DIAG_MASK_INF",
+        "ADD",
+        "ADD_ID",
+        "ADD1",
+        "SUB",
+        "MUL",
+        "DIV",
+        "SQR",
+        "SQRT",
+        "LOG",
+        "UNARY",
+        "ROPE",
+        "ROPE_BACK",
+        "SILU_BACK",
+        "RMS_NORM",
+        "RMS_NORM_BACK",
+        "CLAMP",
+        "SOFT_MAX",
+        "SOFT_MAX_BACK",
+    }
+)
+
+
+class AllocError(LlamafitError):
+    """ggml-alloc would abort on this graph (out of free blocks or chunks, a bad buffer id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BufferType:
+    """What ggml-alloc asks of one ggml_backend_buffer_type.
+
+    Buffer ids whose types have the same `name` share one allocator and one buffer, as
+    ggml_gallocr_new_n does for a buffer type given twice (ggml_gallocr_get_buffer_size then
+    reports it under the first id only)."""
+
+    name: str  # ggml_backend_buft_name
+    alignment: int  # ggml_backend_buft_get_alignment (a power of two)
+    max_size: int = SIZE_MAX  # ggml_backend_buft_get_max_size: the most one chunk holds
+    # ggml_backend_buft_get_alloc_size; None is its default, ggml_nbytes (CPU, Vulkan, RPC on CPU)
+    alloc_size: Callable[[Tensor], int] | None = None
+    # bytes the buffer type adds to each buffer it allocates: ggml-vulkan.cpp
+    # ggml_backend_vk_host_buffer_type_alloc_buffer adds 32 ("behave like the CPU buffer type")
+    alloc_extra: int = 0
+
+
+CPU = BufferType("CPU", TENSOR_ALIGNMENT)
+
+
+def vulkan_buffer_type(
+    name: str, min_storage_buffer_offset_alignment: int, suballocation_block_size: int
+) -> BufferType:
+    """A Vulkan device's buffer type (ggml-vulkan.cpp ggml_backend_vk_buffer_type_get_alignment,
+    _get_max_size): the device's minStorageBufferOffsetAlignment and suballocation block size
+    (1 GiB, or $GGML_VK_SUBALLOCATION_BLOCK_SIZE, at most maxMemoryAllocationSize)."""
+    return BufferType(name, min_storage_buffer_offset_alignment, suballocation_block_size)
+
+
+def vulkan_host_buffer_type(
+    min_memory_map_alignment: int, suballocation_block_size: int
+) -> BufferType:
+    """Vulkan_Host, the CPU's compute buffer type when a Vulkan device is used (ggml-vulkan.cpp
+    ggml_backend_vk_host_buffer_type: device 0's minMemoryMapAlignment and suballocation block
+    size; every buffer 32 bytes larger than asked)."""
+    return BufferType(
+        "Vulkan_Host", min_memory_map_alignment, suballocation_block_size, alloc_extra=32
+    )
+
+
+def _align(size: int, alignment: int) -> int:
+    """ggml-alloc.c aligned_offset(NULL, size, alignment)."""
+    return size + (alignment - size % alignment) % alignment
+
+
+class DynTallocr:
+    """ggml-alloc.c struct ggml_dyn_tallocr: per chunk a list of free blocks sorted by offset
+    (offsets and sizes in two lists) and the chunk's peak (max_size)."""
+
+    __slots__ = ("alignment", "max_chunk_size", "offs", "sizes", "max_size")
+
+    def __init__(self, alignment: int, max_buffer_size: int = SIZE_MAX) -> None:
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise AllocError(f"alignment {alignment} is not a power of two")
+        self.alignment = alignment
+        # ggml_dyn_tallocr_new: clamped to avoid overflows
+        self.max_chunk_size = min(max_buffer_size, SIZE_MAX // 2)
+        self.offs: list[list[int]] = []
+        self.sizes: list[list[int]] = []
+        self.max_size: list[int] = []
+
+    def reset(self) -> None:
+        """ggml_dyn_tallocr_reset."""
+        self.offs = []
+        self.sizes = []
+        self.max_size = []
+
+    def _new_chunk(self, min_size: int) -> int:
+        """ggml_dyn_tallocr_new_chunk: one free block of max(min_size, max_chunk_size); the last
+        possible chunk is virtually endless."""
+        n = len(self.max_size)
+        if n >= GGML_VBUFFER_MAX_CHUNKS:
+            return -1
+        size = max(min_size, self.max_chunk_size)
+        if n == GGML_VBUFFER_MAX_CHUNKS - 1:
+            size = SIZE_MAX // 2
+        self.offs.append([0])
+        self.sizes.append([size])
+        self.max_size.append(0)
+        return n
+
+    def alloc(self, size: int) -> tuple[int, int]:
+        """ggml_dyn_tallocr_alloc: (chunk, offset) of `size` bytes (aligned up)."""
+        a = self.alignment
+        size += (a - size % a) % a
+        best_chunk = -1
+        best_block = -1
+        all_sizes = self.sizes
+        # the best fitting free block besides the last block, within any chunk (the best size is
+        # reset per chunk: a later chunk's fit wins, as in the C loop)
+        for c, sizes in enumerate(all_sizes):
+            best_fit_size = SIZE_MAX
+            for i in range(len(sizes) - 1):
+                s = sizes[i]
+                if size <= s <= best_fit_size:
+                    best_chunk = c
+                    best_block = i
+                    best_fit_size = s
+        if best_block == -1:
+            # no suitable block: try each chunk's last block (this may grow a chunk's size)
+            best_reuse = -(1 << 63)  # INT64_MIN
+            for c, sizes in enumerate(all_sizes):
+                if sizes:
+                    last = len(sizes) - 1
+                    reuse = self.max_size[c] - self.offs[c][last] - size
+                    better_reuse = best_reuse < 0 and reuse > best_reuse
+                    better_fit = 0 <= reuse < best_reuse
+                    if sizes[last] >= size and (better_reuse or better_fit):
+                        best_chunk = c
+                        best_block = last
+                        best_reuse = reuse
+        if best_block == -1:
+            # none of the existing chunks has enough space left
+            best_chunk = self._new_chunk(size)
+            best_block = 0
+        if best_chunk == -1:
+            raise AllocError(f"graph allocation: no chunk left for {size} bytes")
+        offs = self.offs[best_chunk]
+        sizes = all_sizes[best_chunk]
+        offset = offs[best_block]
+        offs[best_block] = offset + size
+        sizes[best_block] -= size
+        if sizes[best_block] == 0:
+            del offs[best_block]
+            del sizes[best_block]
+        if offset + size > self.max_size[best_chunk]:
+            self.max_size[best_chunk] = offset + size
+        return best_chunk, offset
+
+    def free_bytes(self, chunk: int, offset: int, size: int) -> None:
+        """ggml_dyn_tallocr_free_bytes: merge with the block it ends or starts, or insert a new
+        block in address order."""
+        a = self.alignment
+        size += (a - size % a) % a
+        offs = self.offs[chunk]
+        sizes = self.sizes[chunk]
+        n = len(offs)
+        for i in range(n):
+            if offs[i] + sizes[i] == offset:
+                sizes[i] += size
+                if i < n - 1 and offs[i] + sizes[i] == offs[i + 1]:
+                    sizes[i] += sizes[i + 1]
+                    del offs[i + 1]
+                    del sizes[i + 1]
+                return
+            if offset + size == offs[i]:
+                offs[i] = offset
+                sizes[i] += size
+                if i > 0 and offs[i - 1] + sizes[i - 1] == offset:
+                    sizes[i - 1] += sizes[i]
+                    del offs[i]
+                    del sizes[i]
+                return
+        # ggml_dyn_tallocr_insert_block
+        if n >= MAX_FREE_BLOCKS:
+            raise AllocError("graph allocation: out of free blocks")
+        pos = 0
+        while pos < n and offs[pos] < offset:
+            pos += 1
+        offs.insert(pos, offset)
+        sizes.insert(pos, size)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One allocation pass over a graph."""
+
+    # per buffer id: each chunk's peak (ggml_dyn_tallocr_max_size); a buffer id sharing another's
+    # buffer type repeats the shared allocator's chunks
+    chunk_sizes: tuple[tuple[int, ...], ...]
+    # per tensor index: (buffer id, chunk, offset) where ggml-alloc placed it (an in-place node
+    # shares its parent's address), None for views, external tensors and unused ones
+    addrs: tuple[tuple[int, int, int] | None, ...]
+    # per buffer id: the index of the first buffer id with the same buffer type (itself if none)
+    owner: tuple[int, ...]
+
+    @property
+    def peaks(self) -> tuple[int, ...]:
+        """Per buffer id, the chunks' peaks summed (0 for a buffer id whose buffer type an earlier
+        id has: ggml_gallocr_get_buffer_size counts a shared buffer once)."""
+        return tuple(sum(c) if self.owner[i] == i else 0 for i, c in enumerate(self.chunk_sizes))
+
+
+def _owners(bufts: Sequence[BufferType]) -> tuple[int, ...]:
+    """ggml_gallocr_new_n: a buffer type given twice reuses the first one's allocator."""
+    first: dict[str, int] = {}
+    return tuple(first.setdefault(b.name, i) for i, b in enumerate(bufts))
+
+
+def _alloc_graph(
+    graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr]
+) -> list[tuple[int, int, int] | None]:
+    """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor."""
+    tensors = graph.tensors
+    n_t = len(tensors)
+    n_buf = len(bufts)
+    nbytes = [t.nbytes for t in tensors]
+    flags = [t.flags for t in tensors]
+    view_src = [t.view_src for t in tensors]
+    # the sources without the empty slots (a tuple without None is kept as it is)
+    srcs: list[tuple[int, ...]] = [
+        t.src if None not in t.src else tuple(s for s in t.src if s is not None)  # type: ignore[misc]
+        for t in tensors
+    ]
+    # ggml_gallocr_allocate_node does nothing for a view, nor for a tensor ggml_gallocr_is_allocated
+    # finds allocated outside ggml-alloc (data set, or on a buffer)
+    skip = [t.data or t.buffer is not None or t.view_src is not None for t in tensors]
+    inplace = [t.op in INPLACE_OPS for t in tensors]
+    sizers = [b.alloc_size for b in bufts]
+
+    def alloc_size(bid: int, t: int) -> int:
+        """ggml_backend_buft_get_alloc_size."""
+        fn = sizers[bid]
+        return nbytes[t] if fn is None else fn(tensors[t])
+
+    # struct hash_node, per tensor index
+    n_children = [0] * n_t
+    n_views = [0] * n_t
+    buffer_id = [0] * n_t
+    chunk = [0] * n_t
+    offset = [0] * n_t
+    allocated = [False] * n_t
+    placed: list[tuple[int, int, int] | None] = [None] * n_t
+
+    def same_layout(a: int, b: int) -> bool:
+        """ggml-impl.h ggml_are_same_layout."""
+        ta = tensors[a]
+        tb = tensors[b]
+        return ta.type == tb.type and ta.ne == tb.ne and ta.nb == tb.nb
+
+    def free_extra_space(node: int, parent: int) -> None:
+        """ggml_gallocr_free_extra_space: free the parent's tail a smaller in-place node leaves."""
+        parent_size = alloc_size(buffer_id[parent], parent)
+        node_size = alloc_size(buffer_id[node], node)
+        if parent_size < node_size:
+            raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
+        p_alloc = tallocs[buffer_id[parent]]
+        parent_size = _align(parent_size, p_alloc.alignment)
+        node_size = _align(node_size, p_alloc.alignment)
+        if parent_size > node_size:
+            p_alloc.free_bytes(chunk[parent], offset[parent] + node_size, parent_size - node_size)
+
+    def reuse(node: int, parent: int) -> None:
+        buffer_id[node] = buffer_id[parent]
+        chunk[node] = chunk[parent]
+        offset[node] = offset[parent]
+        placed[node] = (buffer_id[node], chunk[node], offset[node])
+        allocated[parent] = False  # avoid freeing the parent
+
+    def allocate_node(node: int, bid: int) -> None:
+        """ggml_gallocr_allocate_node, for a tensor not yet allocated, not external and not a view
+        (the callers test `skip` and `allocated` first: the C function's first check)."""
+        allocated[node] = True
+        # try to reuse a parent's buffer (in place)
+        if inplace[node]:
+            for parent in srcs[node]:
+                if not allocated[parent]:  # external data (or a view): cannot be reused
+                    continue
+                vs = view_src[parent]
+                # outputs cannot be reused
+                if flags[parent] & FLAG_OUTPUT or (vs is not None and flags[vs] & FLAG_OUTPUT):
+                    continue
+                if not same_layout(node, parent):
+                    continue
+                if n_children[parent] == 1 and n_views[parent] == 0:
+                    if vs is not None:
+                        # unreachable at reserve (a view is never allocated by ggml-alloc), kept
+                        # as in the C code; data pointers compared as "set or not"
+                        if (
+                            n_views[vs] == 1
+                            and n_children[vs] == 0
+                            and tensors[vs].data == tensors[parent].data
+                        ):
+                            reuse(node, parent)
+                            allocated[vs] = False
+                            free_extra_space(node, vs)
+                            return
+                    else:
+                        reuse(node, parent)
+                        free_extra_space(node, parent)
+                        return
+        c, off = tallocs[bid].alloc(alloc_size(bid, node))
+        buffer_id[node] = bid
+        chunk[node] = c
+        offset[node] = off
+        placed[node] = (bid, c, off)
+
+    def free_node(node: int) -> None:
+        """ggml_gallocr_free_node: graph outputs are never freed."""
+        if flags[node] & FLAG_OUTPUT:
+            return
+        bid = buffer_id[node]
+        tallocs[bid].free_bytes(chunk[node], offset[node], alloc_size(bid, node))
+        allocated[node] = False
+
+    leaf_ids = graph.leaf_buffer_ids or (0,) * len(graph.leafs)
+    node_ids = graph.node_buffer_ids or (0,) * len(graph.nodes)
+    if len(leaf_ids) != len(graph.leafs) or len(node_ids) != len(graph.nodes):
+        raise AllocError("one buffer id per leaf and per node is needed")
+    # ggml_gallocr_allocate_node asserts buffer_id >= 0 on every call (each id comes through it)
+    for bid in (*leaf_ids, *node_ids):
+        if not 0 <= bid < n_buf:
+            raise AllocError(f"buffer id {bid} out of range (0..{n_buf - 1})")
+    nodes = graph.nodes
+
+    # allocate leafs
+    for leaf, bid in zip(graph.leafs, leaf_ids, strict=True):
+        if not (skip[leaf] or allocated[leaf]):
+            allocate_node(leaf, bid)
+
+    # count children and views; allocate graph inputs first to avoid overwriting them
+    for node, bid in zip(nodes, node_ids, strict=True):
+        vs = view_src[node]
+        # an op NONE node only carries dependencies for ggml-backend: not a view of its source
+        if vs is not None and tensors[node].op != "NONE":
+            n_views[vs] += 1
+        if flags[node] & FLAG_INPUT and not (skip[node] or allocated[node]):
+            allocate_node(node, bid)
+        for src in srcs[node]:
+            n_children[src] += 1
+            if flags[src] & FLAG_INPUT and not (skip[src] or allocated[src]):
+                allocate_node(src, bid)
+
+    # allocate tensors in graph order, freeing parents when their last child is done
+    for node, bid in zip(nodes, node_ids, strict=True):
+        parents = srcs[node]
+        # allocate parents (only leafs need to be allocated at this point)
+        for parent in parents:
+            if not (skip[parent] or allocated[parent]):
+                allocate_node(parent, bid)
+        if not (skip[node] or allocated[node]):
+            allocate_node(node, bid)
+        # update parents
+        for parent in parents:
+            n_children[parent] -= 1
+            if n_children[parent] == 0 and n_views[parent] == 0:
+                vs = view_src[parent]
+                if vs is not None:
+                    n_views[vs] -= 1
+                    if n_views[vs] == 0 and n_children[vs] == 0 and allocated[vs]:
+                        free_node(vs)
+                elif allocated[parent]:
+                    free_node(parent)
+    return placed
+
+
+def _tallocs(bufts: Sequence[BufferType], owner: Sequence[int]) -> list[DynTallocr]:
+    made: dict[int, DynTallocr] = {}
+    for i, b in enumerate(bufts):
+        if owner[i] == i:
+            made[i] = DynTallocr(b.alignment, b.max_size)
+    return [made[o] for o in owner]
+
+
+def allocate(graph: Graph, bufts: Sequence[BufferType]) -> Allocation:
+    """One allocation of `graph` from empty allocators (ggml-alloc.c ggml_gallocr_reserve_n_impl
+    up to the buffers: ggml_gallocr_alloc_graph_impl), `bufts` indexed by buffer id."""
+    owner = _owners(bufts)
+    tallocs = _tallocs(bufts, owner)
+    placed = _alloc_graph(graph, bufts, tallocs)
+    return Allocation(
+        chunk_sizes=tuple(tuple(t.max_size) for t in tallocs),
+        addrs=tuple(placed),
+        owner=owner,
+    )
+
+
+def peaks(graph: Graph, bufts: Sequence[BufferType]) -> tuple[int, ...]:
+    """Per buffer id, the bytes ggml-alloc needs for `graph` (its chunks' peaks summed)."""
+    return allocate(graph, bufts).peaks
+
+
+class Gallocr:
+    """struct ggml_gallocr over several reserves: per buffer id the buffer's chunk sizes as
+    allocated (ggml_vbuffer), reallocated when the new allocation has a larger chunk."""
+
+    def __init__(self, bufts: Sequence[BufferType]) -> None:
+        self.bufts = tuple(bufts)
+        self.owner = _owners(self.bufts)
+        self.tallocs = _tallocs(self.bufts, self.owner)
+        # per buffer id: None (no buffer yet) or each chunk's buffer size (ggml_vbuffer)
+        self.buffers: list[tuple[int, ...] | None] = [None] * len(self.bufts)
+        self.last: Allocation | None = None
+
+    def reserve_n(self, graph: Graph) -> tuple[int, ...]:
+        """ggml-alloc.c ggml_gallocr_reserve_n: allocate `graph`, grow the buffers that need it;
+        ggml_gallocr_get_buffer_size per buffer id after it."""
+        for t in self.tallocs:
+            t.reset()
+        placed = _alloc_graph(graph, self.bufts, self.tallocs)
+        for i, buft in enumerate(self.bufts):
+            if self.owner[i] != i:
+                # the buffer type is used multiple times: reuse the same buffer
+                self.buffers[i] = self.buffers[self.owner[i]]
+            cur = self.buffers[i]
+            new = self.tallocs[i].max_size
+            realloc = cur is None
+            for c, size in enumerate(new):
+                # ggml_vbuffer_chunk_size: 0 for a chunk the buffer does not have
+                cur_size = cur[c] if cur is not None and c < len(cur) else 0
+                if size > cur_size:
+                    realloc = True
+            if realloc:
+                # ggml_vbuffer_alloc; ggml_backend_buft_alloc_buffer gives a 0-size dummy for 0
+                self.buffers[i] = tuple(s + buft.alloc_extra if s else 0 for s in new)
+        self.last = Allocation(
+            chunk_sizes=tuple(tuple(t.max_size) for t in self.tallocs),
+            addrs=tuple(placed),
+            owner=self.owner,
+        )
+        return self.sizes()
+
+    def buffer_size(self, buffer_id: int) -> int:
+        """ggml-alloc.c ggml_gallocr_get_buffer_size: a shared buffer counts under its first id."""
+        buf = self.buffers[buffer_id]
+        if buf is None or self.owner[buffer_id] != buffer_id:
+            return 0
+        return sum(buf)
+
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(self.buffer_size(i) for i in range(len(self.bufts)))
