@@ -105,6 +105,11 @@ class ModelFacts:
     # <arch>.pooling_type (llama_hparams::pooling_type, enum llama_pooling_type): -1 unspecified, 0
     # none, 1 mean, 2 cls, 3 last, 4 rank; what llama_context uses when --pooling is not given
     pooling_type: int = -1
+    # the graph's shape (memory/graph/build.py): Gemma 3's logit soft-capping
+    # ({arch}.final_logit_softcapping, llm_build_gemma3) and the routed experts' weight scale
+    # ({arch}.expert_weights_scale, build_moe_ffn); 0.0 when unset
+    final_logit_softcapping: float = 0.0
+    expert_weights_scale: float = 0.0
 
     @property
     def incomplete(self) -> str | None:
@@ -321,6 +326,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         data_end_bytes=sum(sh.data_offset + sh.data_size for sh in model.shards),
         has_chat_template=bool(meta.get_str("tokenizer.chat_template", "")),
         pooling_type=_pooling_type(meta.get_int("{arch}.pooling_type")),
+        final_logit_softcapping=float(meta.get_float("{arch}.final_logit_softcapping", 0.0) or 0.0),
+        expert_weights_scale=float(meta.get_float("{arch}.expert_weights_scale", 0.0) or 0.0),
     )
     _check_head_sizes(meta, facts)
     return facts

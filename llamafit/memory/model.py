@@ -29,6 +29,7 @@ from .compute import (
     op_offload_host_compute,
     output_refused_host,
 )
+from .graph.replay import cpu_compute_bytes
 from .kv import layer_cell_bytes
 from .placement import (
     CPU,
@@ -321,11 +322,19 @@ class MemoryModel:
         repack = self._repack(rc, lmap, gpus, host.cpu_features, moved)
         weights[CPU] += repack
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
-        compute = compute_for_devices(self.facts, rc, lmap, gpus)
-        self._op_offload(compute, rc, lmap, gpus)
-        self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
-        if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
-            compute = {d: int(v * compute_scale) for d, v in compute.items()}
+        replayed = (
+            None
+            if gpus
+            else self.remember(("replay", rc), partial(cpu_compute_bytes, self.facts, rc))
+        )
+        if replayed is not None:  # the graph itself, allocated as ggml-alloc does (memory/graph/)
+            compute = {CPU: replayed}
+        else:
+            compute = compute_for_devices(self.facts, rc, lmap, gpus)
+            self._op_offload(compute, rc, lmap, gpus)
+            self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
+            if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
+                compute = {d: int(v * compute_scale) for d, v in compute.items()}
         # output_reserve(n_seq_max): F32 logits
         output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4
         rows = []
