@@ -15,6 +15,9 @@ rows that are not a multiple of 256).
 
     python scripts/make_shapes.py OUT_DIR [KEY ...]      # all shapes, or the given keys
     python scripts/make_shapes.py --list
+
+llama.cpp maps a model with MAP_POPULATE (src/llama-mmap.cpp), which reads the holes into the page
+cache too; preload scripts/no_populate/no_populate.c (LD_PRELOAD) to load a large shape without that.
 """
 
 from __future__ import annotations
@@ -138,6 +141,12 @@ def build(spec: dict[str, Any]) -> ShapeFixture:
         _granitehybrid(f, spec)
     elif fam == "gemma3n":
         _gemma3n(f, spec)
+    elif fam == "qwen3next":
+        _qwen3next(f, spec)
+    elif fam == "nemotron_h_moe":
+        _nemotron_h_moe(f, spec)
+    elif fam == "gemma4":
+        _gemma4(f, spec)
     else:
         n_kv = spec["n_head_kv"]
         transformer_keys(f, n_layer=n_layer, n_embd=n_embd, n_ff=spec["n_ff"], n_head=n_head, n_head_kv=n_kv,
@@ -285,6 +294,185 @@ def _gemma3n(f: ShapeFixture, s: dict[str, Any]) -> None:
         f.tensor(p + "altup_router.weight", (n_embd, n_altup))
         f.tensor(p + "laurel_l.weight", (n_embd, laurel))
         f.tensor(p + "laurel_r.weight", (laurel, n_embd))
+
+
+def _qwen3next(f: ShapeFixture, s: dict[str, Any]) -> None:
+    """Qwen3-Next / Qwen3.5 MoE (src/models/qwen3next.cpp, qwen35moe.cpp load_arch_tensors): gated
+    DeltaNet layers except every full_attention_interval-th, a routed MoE with a gated shared expert in
+    every layer. The keys are those conversion/qwen.py (Qwen3NextModel, Qwen3_5MoeTextModel) writes; no
+    MTP block (nextn_predict_layers absent, as in GGUFs converted without it)."""
+    arch, n_layer, n_embd, n_vocab = s["arch"], s["n_layer"], s["n_embd"], s["n_vocab"]
+    n_head, n_kv, head = s["n_head"], s["n_head_kv"], s["head_dim"]
+    d_conv, d_state, n_group, n_v_heads = s["d_conv"], s["d_state"], s["n_group"], s["n_v_heads"]
+    n_expert, n_ff_exp, n_ff_shexp = s["n_expert"], s["n_ff_exp"], s["n_ff_shexp"]
+    interval = s["full_attention_interval"]
+    key_dim, value_dim = d_state * n_group, d_state * n_v_heads
+    f.w.add_block_count(n_layer)
+    f.w.add_embedding_length(n_embd)
+    if "n_ff" in s:
+        f.w.add_feed_forward_length(s["n_ff"])
+    f.w.add_head_count(n_head)
+    f.w.add_head_count_kv(n_kv)
+    f.w.add_key_length(head)
+    f.w.add_value_length(head)
+    f.w.add_rope_dimension_count(int(head * s["partial_rotary_factor"]))
+    f.w.add_rope_freq_base(s["rope_theta"])
+    if "rope_sections" in s:
+        f.key("rope.dimension_sections", s["rope_sections"])
+    f.w.add_layer_norm_rms_eps(1e-6)
+    f.w.add_expert_count(n_expert)
+    f.w.add_expert_used_count(s["n_expert_used"])
+    f.w.add_expert_feed_forward_length(n_ff_exp)
+    f.w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    ssm_keys(f, d_conv, value_dim, d_state, n_v_heads, n_group)
+    f.key("full_attention_interval", interval)
+    f.w.add_vocab_size(n_vocab)
+    embeddings(f, n_embd, n_vocab, tied=s["tied"])
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        f.norm(p + "attn_norm.weight", n_embd)
+        f.norm(p + "post_attention_norm.weight", n_embd)
+        if (i + 1) % interval == 0:  # full attention: Q carries the output gate (n_head * head * 2)
+            f.tensor(p + "attn_q.weight", (n_embd, n_head * head * 2))
+            f.tensor(p + "attn_k.weight", (n_embd, n_kv * head))
+            f.tensor(p + "attn_v.weight", (n_embd, n_kv * head))
+            f.tensor(p + "attn_output.weight", (n_head * head, n_embd))
+            f.norm(p + "attn_q_norm.weight", head)
+            f.norm(p + "attn_k_norm.weight", head)
+        else:
+            f.tensor(p + "attn_qkv.weight", (n_embd, key_dim * 2 + value_dim))
+            f.tensor(p + "attn_gate.weight", (n_embd, value_dim))
+            f.tensor(p + "ssm_conv1d.weight", (d_conv, key_dim * 2 + value_dim), QT.F32)
+            f.tensor(p + "ssm_dt.bias", (n_v_heads,))
+            f.tensor(p + "ssm_a", (n_v_heads,))
+            if arch == "qwen3next":
+                f.tensor(p + "ssm_ba.weight", (n_embd, n_v_heads * 2))
+            else:
+                f.tensor(p + "ssm_beta.weight", (n_embd, n_v_heads))
+                f.tensor(p + "ssm_alpha.weight", (n_embd, n_v_heads))
+            f.norm(p + "ssm_norm.weight", d_state)
+            f.tensor(p + "ssm_out.weight", (value_dim, n_embd))
+        moe_ffn(f, i, n_embd, n_ff_exp, n_expert)
+        f.tensor(p + "ffn_gate_inp_shexp.weight", (n_embd,))
+        shared_expert(f, i, n_embd, n_ff_shexp)
+
+
+def _nemotron_h_moe(f: ShapeFixture, s: dict[str, Any]) -> None:
+    """Nemotron-H MoE (src/models/nemotron-h.cpp load_arch_tensors): the hybrid_override_pattern's M
+    (Mamba-2), * (attention, no RoPE) and E (MoE: ReLU^2 up/down experts with a selection bias and one
+    shared expert) layers. A layer is recurrent where head_count_kv[il] == 0 and feed_forward_length[il]
+    == 0; attention where only feed_forward_length[il] == 0 (conversion/nemotron.py NemotronHModel)."""
+    n_layer, n_embd, n_vocab, pattern = s["n_layer"], s["n_embd"], s["n_vocab"], s["pattern"]
+    n_head, n_kv, head = s["n_head"], s["n_head_kv"], s["head_dim"]
+    d_conv, d_inner, d_state = s["d_conv"], s["d_inner"], s["d_state"]
+    n_group, n_ssm_head = s["n_group"], s["n_ssm_head"]
+    n_expert, n_ff_exp, n_ff_shexp = s["n_expert"], s["n_ff_exp"], s["n_ff_shexp"]
+    if len(pattern) != n_layer:
+        raise ValueError(f"pattern has {len(pattern)} layers, n_layer is {n_layer}")
+    f.w.add_block_count(n_layer)
+    f.w.add_embedding_length(n_embd)
+    f.w.add_feed_forward_length([n_ff_exp if c == "E" else 0 for c in pattern])
+    f.w.add_head_count(n_head)
+    f.w.add_head_count_kv([n_kv if c == "*" else 0 for c in pattern])
+    f.w.add_key_length(head)
+    f.w.add_value_length(head)
+    f.w.add_layer_norm_eps(s["norm_eps"])
+    f.w.add_layer_norm_rms_eps(s["norm_eps"])
+    ssm_keys(f, d_conv, d_inner, d_state, n_ssm_head, n_group)
+    f.w.add_expert_count(n_expert)
+    f.w.add_expert_used_count(s["n_expert_used"])
+    f.w.add_expert_feed_forward_length(n_ff_exp)
+    f.w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    f.w.add_expert_shared_count(1)
+    f.w.add_expert_weights_norm(True)
+    f.w.add_expert_weights_scale(s["routed_scaling_factor"])
+    f.w.add_vocab_size(n_vocab)
+    embeddings(f, n_embd, n_vocab, tied=s["tied"])
+    for i, kind in enumerate(pattern):
+        p = f"blk.{i}."
+        f.norm(p + "attn_norm.weight", n_embd)
+        if kind == "M":
+            mamba2_mixer(f, i, n_embd, d_inner, d_state, n_group, n_ssm_head, d_conv)
+        elif kind == "*":
+            f.tensor(p + "attn_q.weight", (n_embd, n_head * head))
+            f.tensor(p + "attn_k.weight", (n_embd, n_kv * head))
+            f.tensor(p + "attn_v.weight", (n_embd, n_kv * head))
+            f.tensor(p + "attn_output.weight", (n_head * head, n_embd))
+        elif kind == "E":
+            f.tensor(p + "ffn_gate_inp.weight", (n_embd, n_expert), QT.F32)
+            f.tensor(p + "exp_probs_b.bias", (n_expert,))
+            f.tensor(p + "ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert))
+            f.tensor(p + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert))
+            f.tensor(p + "ffn_up_shexp.weight", (n_embd, n_ff_shexp))
+            f.tensor(p + "ffn_down_shexp.weight", (n_ff_shexp, n_embd))
+        else:
+            raise ValueError(f"unknown layer kind {kind!r} in the pattern")
+
+
+def _gemma4(f: ShapeFixture, s: dict[str, Any]) -> None:
+    """Gemma 4 (src/models/gemma4.cpp load_arch_tensors): sliding layers with head_dim and n_head_kv,
+    full layers with global_head_dim and n_head_kv_global (attention_k_eq_v: no V projection there, V
+    is K), a dense FFN in every layer and, for the MoE checkpoints, 128 routed experts beside it. Keys as
+    conversion/gemma.py Gemma4Model writes them (per-layer head_count_kv, the SWA pattern as bools)."""
+    n_layer, n_embd, n_vocab = s["n_layer"], s["n_embd"], s["n_vocab"]
+    n_head, head, head_full = s["n_head"], s["head_dim"], s["head_dim_full"]
+    swa = [t == "sliding_attention" for t in s["layer_types"]]
+    n_kv = [s["n_head_kv"] if w else s["n_head_kv_full"] for w in swa]
+    n_expert, n_ff_exp, n_ff = s.get("n_expert", 0), s.get("n_ff_exp", 0), s["n_ff"]
+    if len(swa) != n_layer:
+        raise ValueError(f"layer_types has {len(swa)} entries, n_layer is {n_layer}")
+    f.w.add_block_count(n_layer)
+    f.w.add_embedding_length(n_embd)
+    f.w.add_feed_forward_length(n_ff)
+    f.w.add_head_count(n_head)
+    f.w.add_head_count_kv(n_kv)
+    f.w.add_key_length(head_full)
+    f.w.add_value_length(head_full)
+    f.key("attention.key_length_swa", head)
+    f.key("attention.value_length_swa", head)
+    f.w.add_layer_norm_rms_eps(1e-6)
+    f.w.add_rope_freq_base(s["rope_theta"])
+    f.key("rope.freq_base_swa", s["rope_theta_swa"])
+    f.w.add_rope_dimension_count(head_full)
+    f.key("rope.dimension_count_swa", head)
+    f.w.add_sliding_window(s["sliding_window"])
+    f.key("attention.sliding_window_pattern", swa)
+    f.key("attention.shared_kv_layers", s.get("n_kv_shared", 0))
+    f.key("embedding_length_per_layer_input", s.get("n_embd_per_layer", 0))
+    f.w.add_final_logit_softcapping(30.0)
+    if n_expert:
+        f.w.add_expert_count(n_expert)
+        f.w.add_expert_used_count(s["n_expert_used"])
+        f.w.add_expert_feed_forward_length(n_ff_exp)
+    f.w.add_vocab_size(n_vocab)
+    embeddings(f, n_embd, n_vocab, tied=s["tied"])
+    f.tensor("rope_freqs.weight", (head_full // 2,))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        h = head if swa[i] else head_full
+        f.norm(p + "attn_norm.weight", n_embd)
+        f.tensor(p + "attn_q.weight", (n_embd, n_head * h))
+        f.tensor(p + "attn_k.weight", (n_embd, n_kv[i] * h))
+        if swa[i] or not s["k_eq_v"]:
+            f.tensor(p + "attn_v.weight", (n_embd, n_kv[i] * h))
+        f.tensor(p + "attn_output.weight", (n_head * h, n_embd))
+        f.norm(p + "attn_q_norm.weight", h)
+        f.norm(p + "attn_k_norm.weight", h)
+        f.norm(p + "post_attention_norm.weight", n_embd)
+        f.tensor(p + "layer_output_scale.weight", (1,))
+        f.norm(p + "ffn_norm.weight", n_embd)
+        f.tensor(p + "ffn_gate.weight", (n_embd, n_ff))
+        f.tensor(p + "ffn_up.weight", (n_embd, n_ff))
+        f.tensor(p + "ffn_down.weight", (n_ff, n_embd))
+        f.norm(p + "post_ffw_norm.weight", n_embd)
+        if n_expert:
+            f.tensor(p + "ffn_gate_inp.weight", (n_embd, n_expert), QT.F32)
+            f.tensor(p + "ffn_gate_inp.scale", (n_embd,))
+            for norm in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"):
+                f.norm(f"{p}{norm}.weight", n_embd)
+            f.tensor(p + "ffn_gate_up_exps.weight", (n_embd, n_ff_exp * 2, n_expert))
+            f.tensor(p + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert))
+            f.tensor(p + "ffn_down_exps.scale", (n_expert,))
 
 
 def write_shape(key: str, out_dir: Path, specs: dict[str, dict[str, Any]] | None = None) -> Path:

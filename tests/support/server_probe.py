@@ -30,8 +30,9 @@ def free_port() -> int:
 
 
 def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: bool = False,
-               env: dict[str, str] | None = None) -> str:
-    """The log of one start (until `listening on` or exit); the server is stopped before returning."""
+               env: dict[str, str] | None = None, until: str = "listening on") -> str:
+    """The log of one start (until a line holds `until`, by default `listening on`, or exit); the server
+    is stopped before returning."""
     cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"]
     cmd += [] if warmup else ["--no-warmup"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -44,7 +45,7 @@ def server_log(binary: str, args: list[str], timeout: float = 180.0, *, warmup: 
             if not line:
                 break
             lines.append(line)
-            if "listening on" in line:
+            if until in line:
                 break
     finally:
         _stop(proc)
