@@ -106,3 +106,67 @@ def test_compute_is_over_never_under(shapes_dir: Path, key: str, flag_set: str) 
 def test_compute_is_exact(shapes_dir: Path, key: str, flag_set: str) -> None:
     cpu, got = _both(shapes_dir, key, flag_set)
     assert _mib(cpu["compute_bytes"]) == got.get("compute")
+
+
+# What b11434's llama-server printed for these shapes (MiB; scripts/audit_hybrid_shapes.py prints it
+# again): the fast lane holds llamafit's weights, KV, recurrent state and output to it without a start.
+# On lavapipe (-ngl 2) the host's CPU_Mapped figure is left out: llama.cpp maps the file span from
+# its first to its last host tensor (llama-model-loader.cpp get_mapping_range), which takes in the
+# Vulkan0 tensors between host ones (experts over lavapipe's 128 MiB storage range stay on the host),
+# while llamafit books the host tensors themselves.
+RECORDED = [
+    # (shape, --gpu, flag set, -ngl, device, MiB of model, KV, RS, output; None: not compared)
+    ("qwen3-next-80b-a3b", "cpu", "c4096", None, "CPU", 46156.61, 96.0, 75.38, 0.58),
+    ("qwen3.5-35b-a3b", "cpu", "c4096", None, "CPU", 20112.81, 80.0, 62.81, 0.95),
+    ("nemotron3-nano-30b-a3b", "cpu", "c4096", None, "CPU", 23332.67, 24.0, 47.62, 0.5),
+    ("gemma4-26b-a4b", "cpu", "c4096", None, "CPU", 15997.17, 380.0, 0.0, 1.0),
+    ("gemma4-e2b", "cpu", "c4096", None, "CPU", 3242.69, 36.0, 0.0, 1.0),
+    ("qwen3-next-80b-a3b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 204.0, 150.75, 1.16),
+    ("qwen3.5-35b-a3b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 170.0, 125.62, 1.89),
+    ("nemotron3-nano-30b-a3b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 51.0, 95.23, 1.0),
+    ("gemma4-26b-a4b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 435.62, 0.0, 2.0),
+    ("gemma4-e2b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 60.56, 0.0, 2.0),
+    ("qwen3-next-80b-a3b", "lavapipe", "c4096", 2, "Vulkan0", 20.6, 8.0, 0.0, None),
+    ("qwen3-next-80b-a3b", "lavapipe", "c4096", 2, "CPU", None, 88.0, 75.38, 0.58),
+    ("qwen3.5-35b-a3b", "lavapipe", "c4096", 2, "Vulkan0", 18.6, 8.0, 0.0, None),
+    ("qwen3.5-35b-a3b", "lavapipe", "c4096", 2, "CPU", None, 72.0, 62.81, 0.95),
+    ("nemotron3-nano-30b-a3b", "lavapipe", "c4096", 2, "Vulkan0", 14.42, 0.0, 0.0, None),
+    ("nemotron3-nano-30b-a3b", "lavapipe", "c4096", 2, "CPU", None, 24.0, 47.62, 0.5),
+    ("gemma4-26b-a4b", "lavapipe", "c4096", 2, "Vulkan0", 40.18, 16.0, None, None),
+    ("gemma4-26b-a4b", "lavapipe", "c4096", 2, "CPU", None, 364.0, None, 1.0),
+    ("gemma4-e2b", "lavapipe", "c4096", 2, "Vulkan0", None, 0.0, None, None),
+    ("gemma4-e2b", "lavapipe", "c4096", 2, "CPU", None, 36.0, None, 1.0),
+]  # fmt: skip
+DUPLICATED_ROPE_FREQS = (
+    "gemma4.cpp load_arch_tensors creates rope_freqs in every full-attention layer, TENSOR_DUPLICATED "
+    "after the first: layer 34 on Vulkan0 holds a 1 KiB copy llamafit does not book (42.2246 MiB "
+    "predicted, 42.23 printed)"
+)
+RECORDED.append(
+    pytest.param(
+        *("gemma4-e2b", "lavapipe", "c4096", 2, "Vulkan0", 42.23, None, None, None),
+        marks=pytest.mark.xfail(reason=DUPLICATED_ROPE_FREQS, strict=True),
+    )
+)
+KINDS = {
+    "model": "weights_bytes",
+    "KV": "kv_bytes",
+    "RS": "recurrent_bytes",
+    "output": "output_bytes",
+}
+
+
+@pytest.mark.parametrize(("key", "gpu", "flag_set", "ngl", "device", *KINDS), RECORDED)
+def test_matches_the_recorded_server(shapes_dir: Path, key: str, gpu: str, flag_set: str, ngl: int | None,
+                                     device: str, model: float | None, KV: float | None, RS: float | None,
+                                     output: float | None) -> None:  # fmt: skip
+    flags = [*BASE, *FLAG_SETS[flag_set], *([] if ngl is None else ["-ngl", str(ngl)])]
+    path = _written(shapes_dir, key)
+    res = CliRunner().invoke(
+        cli, ["check", str(path), "--gpu", gpu, "--reserve", "0", "--json", "--", *flags]
+    )
+    assert res.exit_code in (0, 1), res.output
+    (got,) = [d for d in json.loads(res.stdout)["devices"] if d["name"] == device]
+    expected = {"model": model, "KV": KV, "RS": RS, "output": output}
+    compared = {kind: mib for kind, mib in expected.items() if mib is not None}
+    assert {kind: _mib(got[KINDS[kind]]) for kind in compared} == compared
