@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from llamafit.cli import cli
 from tests.support.scripts import script
-from tests.support.sparse_loads import Start, cpu_start
+from tests.support.sparse_loads import Start, cpu_start, start
 
 make_shapes = script("make_shapes")
 
@@ -171,3 +171,29 @@ def test_matches_the_recorded_server(shapes_dir: Path, key: str, gpu: str, flag_
     expected = {"model": model, "KV": KV, "RS": RS, "output": output}
     compared = {kind: mib for kind, mib in expected.items() if mib is not None}
     assert {kind: _mib(got[KINDS[kind]]) for kind in compared} == compared
+
+
+VULKAN_ROWS = [pytest.param(key, marks=pytest.mark.xfail(reason=DUPLICATED_ROPE_FREQS, strict=True))
+               if key == "gemma4-e2b" else key for key in KEYS]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", VULKAN_ROWS)
+def test_partial_offload_on_lavapipe(vulkan0: Path, shapes_dir: Path, key: str) -> None:
+    """-ngl 2 on lavapipe's Vulkan0: its weights and KV, and the host's KV, recurrent state and output,
+    as llamafit predicts them (the host's CPU_Mapped span aside: see RECORDED)."""
+    path = _written(shapes_dir, key)
+    flags = [*BASE, *FLAG_SETS["c4096"], "-ngl", "2"]
+    got = start(vulkan0 / "llama-server", path, flags, {"GGML_VK_VISIBLE_DEVICES": "0"})
+    if got is None:
+        pytest.skip("no C compiler for the no-populate shim")
+    res = CliRunner().invoke(
+        cli, ["check", str(path), "--gpu", "lavapipe", "--reserve", "0", "--json", "--", *flags]
+    )
+    assert res.exit_code in (0, 1), res.output
+    devices = {d["name"]: d for d in json.loads(res.stdout)["devices"]}
+    gpu, host = devices["Vulkan0"], devices["CPU"]
+    predicted = {("model", "Vulkan0"): gpu["weights_bytes"], ("KV", "Vulkan0"): gpu["kv_bytes"],
+                 ("KV", "CPU"): host["kv_bytes"], ("RS", "CPU"): host["recurrent_bytes"],
+                 ("output", "Vulkan_Host"): host["output_bytes"]}  # fmt: skip
+    assert {k: _mib(v) for k, v in predicted.items()} == {k: got.get(*k) for k in predicted}

