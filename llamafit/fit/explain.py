@@ -16,7 +16,7 @@ from .mtp import MtpEffect, mtp_effect
 from .plan_speed import choice_speed, speed_of, speed_options
 from .search import STEP, Target, max_context, streams
 from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
-from .solver import Choice, NoFit, Policy, bounds, combos, solve
+from .solver import Choice, NoFit, Policy, bounds, combos, exact_choice, solve
 from .speed import SpeedEstimate, SpeedInputs
 
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
@@ -203,7 +203,7 @@ def plan(
     if target.gpus and target.reserve_bytes < 512 * MIB:
         warnings.append(Notice("small_reserve", {"reserve_bytes": target.reserve_bytes}))
     try:
-        choice = solve(target, cfg, policy)
+        choice = exact_choice(target, cfg, policy, solve(target, cfg, policy))
     except NoFit as e:
         fallback, ways = _without_side_models(target, cfg, policy, speed)
         if fallback is not None:

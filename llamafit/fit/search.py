@@ -45,8 +45,10 @@ class Target:
         default_factory=dict, init=False, repr=False, compare=False
     )
 
-    def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
-        """Bytes per device for a resolved config, side models included."""
+    def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig, *, replay: bool = True) -> Breakdown:
+        """Bytes per device for a resolved config, side models included: compute buffers from the
+        graph itself where the replay covers it (MemoryModel.estimate); `replay=False`: the
+        hand-derived peaks the searches run on (evaluate)."""
         if self.side is not None:
             rc = self.side.main_rc(rc, build=self.build)
         b = self.model.estimate(
@@ -55,6 +57,7 @@ class Target:
             self.host,
             reserve_bytes=self.reserve_bytes,
             compute_scale=self.compute_scale,
+            replay=replay,
         )
         if self.side is None:
             return b
@@ -73,13 +76,18 @@ class Target:
         )
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
-        """The resolved config and its breakdown, or None where llama.cpp would reject it."""
+        """The resolved config and its breakdown, or None where llama.cpp would reject it. The
+        searches' figures: compute from the hand-derived peaks (solver.exact_choice checks the
+        chosen config against the graph replay)."""
         cache = self._evaluated
         if cfg in cache:
             return cache[cfg]
         try:
             rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
-            result: tuple[ResolvedConfig, Breakdown] | None = (rc, self.breakdown(cfg, rc))
+            result: tuple[ResolvedConfig, Breakdown] | None = (
+                rc,
+                self.breakdown(cfg, rc, replay=False),
+            )
         except InputError:
             result = None
         if len(cache) >= EVALUATED_SIZE:

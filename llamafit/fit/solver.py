@@ -287,6 +287,46 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     )
 
 
+EXACT_STEPS = 16  # exact_choice: at most this many context steps down to a config that fits
+
+
+def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Choice:
+    """The choice with its compute buffers from the graph itself (memory/graph/replay.py).
+
+    The searches run on the hand-derived peaks (Target.evaluate). Where the replay covers the
+    chosen config and gives other compute buffers, the search runs again with the two's ratio as
+    its compute scale (so that it lands near the exact boundary), and the context then steps down
+    (STEP per slot) until the exact breakdown fits: the plan holds what llama.cpp allocates."""
+    exact = target.breakdown(choice.cfg, choice.rc)
+    if exact == choice.breakdown:
+        return choice
+    hand = sum(d.compute_bytes for d in choice.breakdown.devices)
+    replayed = sum(d.compute_bytes for d in exact.devices)
+    if hand <= 0 or replayed <= 0:
+        return replace(choice, breakdown=exact)
+    scaled = replace(target, compute_scale=target.compute_scale * replayed / hand)
+    try:
+        found = solve(scaled, cfg, policy)
+    except NoFit:
+        found = choice
+    mult = found.rc.n_stream
+    lo = bounds(target, cfg, policy)[0]
+    ctx, c = found.ctx, found.cfg
+    for _ in range(EXACT_STEPS):
+        try:
+            rc = resolve(c, target.model.facts, engine=target.engine, build=target.build)
+        except InputError:
+            break
+        b = target.breakdown(c, rc)
+        if b.fits:
+            return Choice(c, ctx, rc, b)
+        if _pinned(cfg, "n_ctx") or ctx - STEP < lo:
+            break
+        ctx -= STEP
+        c = replace(c, n_ctx=ctx * mult)
+    return replace(choice, breakdown=exact)  # nothing smaller fits either: the honest figures
+
+
 def _precision_rank(c: Choice) -> int:
     pair = (c.rc.type_k.name.lower(), c.rc.type_v.name.lower())
     return KV_PAIRS.index(pair) if pair in KV_PAIRS else len(KV_PAIRS)

@@ -308,8 +308,13 @@ class MemoryModel:
         *,
         reserve_bytes: int = DEFAULT_RESERVE_BYTES,
         compute_scale: float = 1.0,
+        replay: bool = True,
     ) -> Breakdown:
-        """Bytes per device for this configuration (GPUs in order, then the host)."""
+        """Bytes per device for this configuration (GPUs in order, then the host).
+
+        Compute buffers come from the graph itself (memory/graph/replay.py) where it covers the
+        model and the placement; `replay=False` keeps to the hand-derived peaks of compute.py (about
+        a hundred times faster: the solver's searches), which `compute_scale` then scales."""
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(
             self.facts.n_layer_all,
@@ -322,11 +327,9 @@ class MemoryModel:
         repack = self._repack(rc, lmap, gpus, host.cpu_features, moved)
         weights[CPU] += repack
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
-        replayed = (
-            None
-            if gpus
-            else self.remember(("replay", rc), partial(cpu_compute_bytes, self.facts, rc))
-        )
+        replayed = None
+        if replay and not gpus:
+            replayed = self.remember(("replay", rc), partial(cpu_compute_bytes, self.facts, rc))
         if replayed is not None:  # the graph itself, allocated as ggml-alloc does (memory/graph/)
             compute = {CPU: replayed}
         else:

@@ -6,7 +6,9 @@ Speed: evaluations per second of MemoryModel.estimate (a resolved config → per
 and of resolve + estimate, for the real Gemma 3 270M and for a synthetic 100-layer header.
 Accuracy: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json (real llama.cpp loads,
 scripts/calibration/calibrate.py), predicted vs measured per buffer kind and model class: the
-largest relative error, and the mean. Then the public GPU-log corpus
+largest relative error, and the mean. Then the current llama-server's CPU table
+(llama-server-b11434-cpu.json: compute in bytes; exact rows per model, replay or hand peaks).
+Then the public GPU-log corpus
 (fixtures/calibration/gpu-corpus.jsonl, tests/memory/test_gpu_corpus.py): error per buffer kind and
 class, and the targets of issue #12.
 """
@@ -92,6 +94,59 @@ def speed(path: Path, seconds: float) -> None:
         f"{path.name:<36} estimate {est:>9,.0f}/s ({1e6 / est:6.1f} us)   "
         f"resolve+estimate {full:>9,.0f}/s ({1e6 / full:6.1f} us)"
     )
+    # CPU only, a context not seen before on each call: the graph replay (memory/graph/) runs
+    ctxs = iter(range(4096, 1 << 30, 256))
+    cpu = rate(
+        lambda: mm.estimate(resolve(replace(cfg, n_ctx=next(ctxs)), mm.facts), (), HOST), seconds
+    )
+    print(f"{'':<36} CPU only, a new -c each call {cpu:>9,.0f}/s ({1e3 / cpu:6.2f} ms)")
+
+
+def server_table() -> None:
+    """The current llama-server (b11434) on the CPU, fixtures/calibration/llama-server-b11434-cpu.json:
+    compute in bytes (the graph-dump shim) per model, exact rows and the worst error; KV, CPU_REPACK
+    and output to the printed MiB (tests/memory/test_server_table.py)."""
+    from llamafit.memory.graph.replay import covers
+    from llamafit.server.flags import parse_server_args
+    from tests.memory.test_server_table import ROWS, memory_model, predicted
+
+    mib = 1 << 20
+    per: dict[str, list[tuple[int, int, bool]]] = defaultdict(list)
+    printed_ok = 0
+    for row in ROWS:
+        cpu = predicted(row)
+        m = row["measured"]
+        mm = memory_model(row["model"])
+        rc = resolve(parse_server_args(row["flags"], {}).config, mm.facts, engine="llama-server")
+        name = row["model"].rsplit("/", 1)[-1].removesuffix(".gguf").split("-0000")[0]
+        per[name].append((cpu.compute_bytes, m["compute_bytes"]["CPU"], covers(mm.facts, rc)))
+        kv = sum(c["k_mib"] + c["v_mib"] for c in m["kv_caches"]) * mib
+        repack = m["model_buffers"].get("CPU_REPACK", 0.0) * mib
+        printed_ok += (
+            abs(cpu.kv_bytes - kv) <= 0.01 * mib * len(m["kv_caches"]) + 1
+            and abs(cpu.repack_bytes - repack) <= 0.005 * mib
+            and abs(cpu.output_bytes - m["output_buffers"]["CPU"] * mib) <= 0.005 * mib
+        )
+    print(f"\nllama-server b11434, CPU: {len(ROWS)} real starts (llama-server-b11434-cpu.json)")
+    print(f"{'model':<28}{'compute by':<12}{'rows':>5}{'exact':>7}{'worst err':>11}")
+    exact_all = 0
+    for name, rows in sorted(per.items()):
+        exact = sum(p == r for p, r, _ in rows)
+        exact_all += exact
+        worst = max((p / r - 1 for p, r, _ in rows), key=abs)
+        how = "replay" if all(c for *_, c in rows) else "hand peaks"
+        print(f"{name:<28}{how:<12}{len(rows):>5}{exact:>7}{worst:>+11.2%}")
+    for met, text in (
+        (
+            printed_ok == len(ROWS),
+            f"KV, CPU_REPACK, output exact on every row ({printed_ok}/{len(ROWS)})",
+        ),
+        (
+            exact_all == len(ROWS),
+            f"compute exact to the byte on every row ({exact_all}/{len(ROWS)})",
+        ),
+    ):
+        print(f"  [{'met' if met else 'NOT MET'}] {text}")
 
 
 def accuracy() -> None:
@@ -256,6 +311,7 @@ def main() -> None:
         for path in (demo_model_path(), synthetic_100_layers(Path(tmp))):
             speed(path, args.seconds)
     accuracy()
+    server_table()
     gpu_accuracy()
     if not args.no_side:
         side_accuracy()

@@ -32,6 +32,11 @@ def graph_hparams_of(facts: ModelFacts) -> GraphHParams:
 REPLAY_SINCE = "mixed_batch"
 
 
+def covers_model(facts: ModelFacts, build: int | None) -> bool:
+    """Whether the replay models this model's graphs at this build (CPU only; most configs)."""
+    return facts.architecture in FAMILIES and since(REPLAY_SINCE, build)
+
+
 def covers(facts: ModelFacts, rc: ResolvedConfig) -> bool:
     """Whether the replay models this model's graph under this config and build (CPU only)."""
     return facts.architecture in FAMILIES and not rc.embeddings and since(REPLAY_SINCE, rc.build)
