@@ -17,6 +17,11 @@ FLAG_PARAM = 4
 FLAG_LOSS = 8
 FLAG_COMPUTE = 16
 
+# enum ggml_backend_buffer_usage (ggml/include/ggml-backend.h)
+USAGE_ANY = 0
+USAGE_WEIGHTS = 1
+USAGE_COMPUTE = 2
+
 
 @dataclass(frozen=True, slots=True)
 class Tensor:
@@ -35,6 +40,8 @@ class Tensor:
     data: bool = False  # already has memory (weights, the KV cache): the allocator skips it
     buffer: str | None = None  # the buffer holding it when data is set ("CPU", "Vulkan0", ...)
     desc: str = ""  # ggml_op_desc: unary and GLU ops by their own name ("SILU", "SWIGLU")
+    usage: int = USAGE_ANY  # the buffer's usage: the model's weights are USAGE_WEIGHTS, the KV cache ANY
+    backend: str | None = None  # pinned by ggml_backend_sched_set_tensor_backend before the split
 
     @property
     def is_input(self) -> bool:
