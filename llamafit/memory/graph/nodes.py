@@ -40,7 +40,7 @@ class Tensor:
     data: bool = False  # already has memory (weights, the KV cache): the allocator skips it
     buffer: str | None = None  # the buffer holding it when data is set ("CPU", "Vulkan0", ...)
     desc: str = ""  # ggml_op_desc: unary and GLU ops by their own name ("SILU", "SWIGLU")
-    usage: int = USAGE_ANY  # the buffer's usage: the model's weights are USAGE_WEIGHTS, the KV cache ANY
+    usage: int = USAGE_ANY  # the buffer's usage: the weights' is USAGE_WEIGHTS, the KV cache's ANY
     backend: str | None = None  # pinned by ggml_backend_sched_set_tensor_backend before the split
 
     @property

@@ -64,7 +64,7 @@ class AllocDeps:
     keep: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (until, kept tensors in insertion order)
 
 
-# graph_optimize: (tensors, the split's node indexes, their current sources, use counts) -> AllocDeps
+# graph_optimize: (tensors, the split's node indexes, their current sources, use counts)
 GraphOptimize = Callable[
     [Sequence[Tensor], Sequence[int], Sequence[tuple[int | None, ...]], Sequence[int]], AllocDeps
 ]
@@ -160,7 +160,8 @@ def split_graph(
     view_src = [t.view_src for t in tensors]
     # the buffer that holds each tensor's memory: its view source's for a view
     base_buf = [
-        (tensors[v].buffer if v is not None else t.buffer) for t, v in zip(tensors, view_src, strict=True)
+        (tensors[v].buffer if v is not None else t.buffer)
+        for t, v in zip(tensors, view_src, strict=True)
     ]
     weights = [t.buffer is not None and t.usage == USAGE_WEIGHTS for t in tensors]
     srcs: list[tuple[int | None, ...]] = [t.src for t in tensors]
@@ -181,7 +182,9 @@ def split_graph(
     for i, t in enumerate(tensors):
         if t.backend is not None:
             if t.backend not in by_name:
-                raise SchedError(f"{t.name} is pinned to backend {t.backend}, not among the backends")
+                raise SchedError(
+                    f"{t.name} is pinned to backend {t.backend}, not among the backends"
+                )
             bid[i] = by_name[t.backend]
 
     def from_buffer(t: int, op: int) -> int:
@@ -274,7 +277,9 @@ def split_graph(
                     if s is None:
                         continue
                     v = view_src[s]
-                    if (bid[s] != -1 or (v is not None and bid[v] != -1)) and buffer_supported(s, b):
+                    if (bid[s] != -1 or (v is not None and bid[v] != -1)) and buffer_supported(
+                        s, b
+                    ):
                         n_sup += 1
                 if n_sup > best:
                     best = n_sup
@@ -349,7 +354,9 @@ def split_graph(
             if s is None:
                 continue
             if bid[s] == -1:
-                raise SchedError(f"{tensors[s].name} (a source of {tensors[i].name}) has no backend")
+                raise SchedError(
+                    f"{tensors[s].name} (a source of {tensors[i].name}) has no backend"
+                )
             if bid[s] != cur_b and not buffer_supported(s, cur_b):
                 key = (s, cur_b)
                 cps = copies.get(key)
@@ -419,7 +426,7 @@ def split_graph(
                     lst.append(t_)
 
     def view_of(src_i: int) -> Tensor:
-        """ggml_view_tensor: a view of the whole tensor, on its base tensor (ggml_new_tensor_impl)."""
+        """ggml_view_tensor: a view of the whole tensor, on its base (ggml_new_tensor_impl)."""
         t = table[src_i]
         v = t.view_src
         base, offs = (src_i, 0) if v is None else (v, t.view_offs)

@@ -1,9 +1,9 @@
-"""Vulkan's reorder of a split: a port of ggml_vk_graph_optimize (ggml/src/ggml-vulkan/ggml-vulkan.cpp,
-llama.cpp b11434), which the scheduler calls on every Vulkan split before it builds the allocator's
-graph (ggml_backend_sched_split_graph). It groups nodes that do not depend on each other (up to 20
-ahead) so that fusable chains stay adjacent, keeps the fusion patterns of ggml-vulkan-types.h in
-place, and asks the allocator to keep the inputs of a fused top-k MoE or hc_post gate alive until
-the pattern's last node (add_alloc_dep).
+"""Vulkan's reorder of a split: a port of ggml_vk_graph_optimize
+(ggml/src/ggml-vulkan/ggml-vulkan.cpp, llama.cpp b11434), which the scheduler calls on every
+Vulkan split before it builds the allocator's graph (ggml_backend_sched_split_graph). It groups
+nodes that do not depend on each other (up to 20 ahead) so that fusable chains stay adjacent,
+keeps the fusion patterns of ggml-vulkan-types.h in place, and asks the allocator to keep the
+inputs of a fused top-k MoE or hc_post gate alive until the pattern's last node (add_alloc_dep).
 
 Nodes are indexes into the scheduler's tensor table; `srcs` holds every tensor's current sources
 (split inputs already replaced by their copies), `counts` the original graph's use counts.
@@ -86,28 +86,55 @@ def vk_graph_optimize(
         s = srcs[i]
         return s[k] if k < len(s) else None
 
-    def base(i: int) -> int:
+    # is_src_of's reads, per position: the tensor's sources, the base tensors (view sources) of
+    # its sources, and its own base
+    src_sets: list[set[int]] = []
+    src_bases: list[set[int]] = []
+    bases: list[int] = []
+    for i in nodes:
+        ss = {x for x in srcs[i] if x is not None}
+        src_sets.append(ss)
+        sb: set[int] = set()
+        for x in ss:
+            vx = tensors[x].view_src
+            sb.add(x if vx is None else vx)
+        src_bases.append(sb)
         v = tensors[i].view_src
-        return i if v is None else v
+        bases.append(i if v is None else v)
 
-    def is_src_of(dst: int, s: int) -> bool:
-        dsrc = srcs[dst]
-        ssrc = srcs[s]
-        both_real = not (tensors[dst].op in EMPTY_OPS or tensors[s].op in EMPTY_OPS)
-        bd = base(dst)
-        bs = base(s)
-        for k in range(10):
-            d = dsrc[k] if k < len(dsrc) else None
-            if d == s:
+    def is_src_of(j: int, c: int) -> bool:
+        """The C lambda is_src_of(nodes[j], nodes[c]): the node at j reads the node at c, or
+        storage it writes through another view (the same base tensor)."""
+        if nodes[c] in src_sets[j]:
+            return True
+        if not (empty[j] or empty[c]):
+            if bases[c] in src_bases[j] or bases[j] in src_bases[c]:
                 return True
-            if not both_real:
-                continue
-            if d is not None and base(d) == bs:
-                return True
-            ss = ssrc[k] if k < len(ssrc) else None
-            if ss is not None and bd == base(ss):
-                return True
-        return bd == bs
+        return bases[j] == bases[c]
+
+    # the positions each position depends on (is_src_of), found through maps and cached
+    pos_of = {x: k for k, x in enumerate(nodes)}
+    by_base: dict[int, list[int]] = {}
+    by_src_base: dict[int, list[int]] = {}
+    for k in range(n):
+        by_base.setdefault(bases[k], []).append(k)
+        if not empty[k]:
+            for b in src_bases[k]:
+                by_src_base.setdefault(b, []).append(k)
+    dep_cache: dict[int, list[int]] = {}
+
+    def deps(j: int) -> list[int]:
+        d = dep_cache.get(j)
+        if d is None:
+            found = {pos_of[x] for x in src_sets[j] if x in pos_of}
+            found.update(by_base[bases[j]])
+            if not empty[j]:
+                for b in src_bases[j]:
+                    found.update(c for c in by_base.get(b, ()) if not empty[c])
+                found.update(by_src_base.get(bases[j], ()))
+            found.discard(j)
+            d = dep_cache[j] = sorted(found)
+        return d
 
     used = [False] * n
     used_set: set[int] = set()
@@ -123,10 +150,25 @@ def vk_graph_optimize(
         if t not in lst:
             lst.append(t)
 
+    # where each pattern's ops stand in the split, used or not
+    starts: dict[tuple[str, ...], set[int]] = {}
+    for pattern in (*TOPK_MOE, *KEPT, HC_POST_GATE):
+        size = len(pattern)
+        starts[pattern] = {
+            k
+            for k in range(n - size + 1)
+            if ops[k] == pattern[0] and tuple(ops[k : k + size]) == pattern
+        }
+
+    pulled_at: dict[int, list[tuple[str, ...]]] = {}
+    for pattern in NOT_PULLED:
+        for k in starts[pattern]:
+            pulled_at.setdefault(k, []).append(pattern)
+
     def match(pattern: tuple[str, ...], start: int) -> bool:
-        if start + len(pattern) > n:
+        if start not in starts[pattern]:
             return False
-        return all(ops[start + j] == p and not used[start + j] for j, p in enumerate(pattern))
+        return not any(used[start : start + len(pattern)])
 
     first = 0
 
@@ -167,7 +209,9 @@ def vk_graph_optimize(
     def use_count(k: int) -> int:
         return counts[nodes[k]]
 
-    def can_fuse_subgraph_ext(idxs: Sequence[int], pattern: Sequence[str], outputs: Sequence[int]) -> bool:
+    def can_fuse_subgraph_ext(
+        idxs: Sequence[int], pattern: Sequence[str], outputs: Sequence[int]
+    ) -> bool:
         """ggml_can_fuse_subgraph_ext (ggml/src/ggml.c)."""
         members = {nodes[k] for k in idxs if k < n}
         outs = {nodes[k] for k in outputs if k < n}
@@ -223,8 +267,12 @@ def vk_graph_optimize(
     def empty_or_scheduled(lo: int, hi: int) -> bool:
         return all(used[v] or empty[v] for v in range(lo, hi))
 
+    qsa = starts[TOPK_QSA]
+
     def in_qsa(k: int) -> bool:
-        return any(k - o >= 0 and match(TOPK_QSA, k - o) for o in range(len(TOPK_QSA)))
+        return bool(qsa) and any(
+            k - o >= 0 and match(TOPK_QSA, k - o) for o in range(len(TOPK_QSA))
+        )
 
     while first < n:
         if any(keep_topk(p) for p in TOPK_MOE):
@@ -241,15 +289,20 @@ def vk_graph_optimize(
         for j in range(first + 1, limit):
             if used[j] or empty[j]:
                 continue
-            if any(match(p, j) for p in NOT_PULLED) or in_qsa(j):
+            if any(match(p, j) for p in pulled_at.get(j, ())) or in_qsa(j):
                 continue
             ok = True
-            for c in range(first, j):
-                if used[c] or not is_src_of(nodes[j], nodes[c]):
+            for c in deps(j):
+                if c < first or c >= j or used[c]:
                     continue
                 back = c == current[-1]
                 oc, oj = ops[c], ops[j]
-                if back and oj == "MUL" and oc in ("RMS_NORM", "UNARY") and empty_or_scheduled(c + 1, j):
+                if (
+                    back
+                    and oj == "MUL"
+                    and oc in ("RMS_NORM", "UNARY")
+                    and empty_or_scheduled(c + 1, j)
+                ):
                     continue
                 if back and j == c + 1 and (oc, oj) in _ADJACENT:
                     continue
@@ -280,7 +333,11 @@ def vk_graph_optimize(
                     if view_idx == -1 and ops[k] == "VIEW" and src(nodes[k], 0) == nodes[rope_idx]:
                         view_idx = k
                         continue
-                    if view_idx != -1 and ops[k] == "SET_ROWS" and src(nodes[k], 0) == nodes[view_idx]:
+                    if (
+                        view_idx != -1
+                        and ops[k] == "SET_ROWS"
+                        and src(nodes[k], 0) == nodes[view_idx]
+                    ):
                         set_rows_idx = k
                         break
                 if set_rows_idx != -1:
@@ -293,7 +350,7 @@ def vk_graph_optimize(
                             break
                         if (
                             not used[c] and c != view_idx and not empty[c]
-                            and is_src_of(nodes[set_rows_idx], nodes[c])
+                            and is_src_of(set_rows_idx, c)
                         ):  # fmt: skip
                             can_pull = False
                     if can_pull:
@@ -331,8 +388,8 @@ def vk_graph_optimize(
                 if used[j] or not empty[j]:
                     continue
                 ok = True
-                for c in range(first, j):
-                    if not used[c] and is_src_of(nodes[j], nodes[c]) and c not in current:
+                for c in deps(j):
+                    if first <= c < j and not used[c] and c not in current:
                         ok = False
                         break
                 if ok:
@@ -343,9 +400,7 @@ def vk_graph_optimize(
             used[c] = True
         advance()
 
-    return AllocDeps(
-        order=tuple(new_order), keep=tuple((u, tuple(keep[u])) for u in keep_order)
-    )
+    return AllocDeps(order=tuple(new_order), keep=tuple((u, tuple(keep[u])) for u in keep_order))
 
 
 def _pull_next(
@@ -366,8 +421,11 @@ def _pull_next(
         s = srcs[nodes[k]]
         s0 = s[0] if s else None
         s1 = s[1] if len(s) > 1 else None
-        if ops[k] == op and s0 == nodes[j] and s1 is not None and (
-            tensors[s1].op == "NONE" or s1 in used_set
+        if (
+            ops[k] == op
+            and s0 == nodes[j]
+            and s1 is not None
+            and (tensors[s1].op == "NONE" or s1 in used_set)
         ):
             current.append(k)
             used[k] = True

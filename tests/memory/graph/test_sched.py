@@ -25,7 +25,9 @@ from tests.support.graph_dump import Event, parse
 from tests.support.server_probe import server_binary
 
 GRAPHS = FIXTURES / "graphs"
-VULKAN = [B.vulkan_backend("Vulkan0"), B.cpu_backend("Vulkan_Host")]
+LAVAPIPE_MAX_TENSOR = 128 << 20  # maxStorageBufferRange (llamafit.machine.catalog "lavapipe")
+VULKAN = [B.vulkan_backend("Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR),
+          B.cpu_backend("Vulkan_Host")]  # fmt: skip
 
 
 def _backends(case: str, events: list[Event]) -> list[Backend]:
@@ -39,16 +41,21 @@ def _backends(case: str, events: list[Event]) -> list[Backend]:
     return [B.rpc_backend(name) for name in names[:-1]] + [B.cpu_backend("CPU")]
 
 
-# case: (reserves, splits of each, n_copies)
+# case: (the splits of each stored reserve, n_copies); the prompt-sized reserve first, then the
+# one-token one where it is stored
 CASES = {
-    "cpu": ((1, 1), 1),
-    "vk-full": ((3, 3), 1),
-    "vk-ngl6": ((198, 3), 1),
+    "cpu": ((1,), 1),
+    "vk-full": ((3,), 1),
+    "vk-ngl6": ((198,), 1),
     "vk-ngl6-nkvo": ((208, 13), 1),
-    "vk-ot": ((12, 9), 1),
+    "vk-ot": ((12,), 1),
     "vk-ngl6-ub16": ((29, 3), 1),
-    "rpc2": ((3, 3), 4),
+    "rpc2": ((3,), 4),
+    "vk-llama1b-ngl8": ((102,), 1),
+    "vk-qwen3moe-ngl2": ((686,), 1),
 }
+# what a live start records: both reserves
+LIVE = {"cpu": (1, 1), "vk-ot": (12, 9), "rpc2": (3, 3)}
 
 
 def _pairs(events: list[Event]) -> list[tuple[Event, Event]]:
@@ -80,7 +87,8 @@ def test_split_equals_the_allocators_graph(case: str) -> None:
 def test_splits_as_data() -> None:
     """-ngl 6, a 16-token batch, the one-token reserve: the CPU runs the first 12 layers, Vulkan0
     the last 6 with the KV inputs and the hidden state copied in; the lm_head goes back to the CPU
-    (its weight, tied to the embeddings, is in host memory and one token is below op offload's 32)."""
+    (its weight, tied to the embeddings, is in host memory, and one token is below op offload's
+    32)."""
     events = parse(gzip.decompress((GRAPHS / "sched-vk-ngl6-ub16.jsonl.gz").read_bytes()).decode())
     sched = _pairs(events)[1][0]
     out = split_graph(sched.graph, VULKAN)
@@ -149,8 +157,11 @@ def test_copies_for_pipeline_parallelism() -> None:
     g = split_graph(_tiny(), backends, n_copies=4).graph
     leafs = [(g.tensors[i].name, g.tensors[i].flags, b)
              for i, b in zip(g.leafs, g.leaf_buffer_ids or (), strict=True)]  # fmt: skip
-    copies = [(f"{backend}#{name}#{c}", 3, b) for backend, name, b in
-              (("Vulkan0", "inp", 0), ("CPU", "a", 1), ("Vulkan0", "b", 0)) for c in range(4)]
+    copies = [
+        (f"{backend}#{name}#{c}", 3, b)
+        for backend, name, b in (("Vulkan0", "inp", 0), ("CPU", "a", 1), ("Vulkan0", "b", 0))
+        for c in range(4)
+    ]
     assert leafs == [
         ("inp", 3, 1), ("CPU#inp#1", 3, 1), ("CPU#inp#2", 3, 1), ("CPU#inp#3", 3, 1),
         *copies, ("inp", 3, 1), ("w_gpu", 0, 0), ("w_cpu", 0, 1),
@@ -168,7 +179,7 @@ def test_copies_for_pipeline_parallelism() -> None:
 
 
 def test_refusals_are_errors() -> None:
-    """A pre-allocated tensor no backend can run, and an unknown pinned backend: llama.cpp aborts."""
+    """A pre-allocated tensor no backend can run, an unknown pinned backend: llama.cpp aborts."""
     bad = Graph(tensors=(_leaf("w", "Elsewhere", usage=USAGE_WEIGHTS),), leafs=(0,), nodes=())
     with pytest.raises(SchedError, match="pre-allocated tensor"):
         split_graph(bad, [B.cpu_backend()])
@@ -190,7 +201,7 @@ def _record_module():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["cpu", "vk-ot", "rpc2"])
+@pytest.mark.parametrize("case", sorted(LIVE))
 def test_live_split_equals_the_allocators_graph(case: str) -> None:
     """A live start of each kind, recorded now: the same property as the stored fixtures."""
     if case == "cpu" and server_binary() is None:
@@ -203,4 +214,4 @@ def test_live_split_equals_the_allocators_graph(case: str) -> None:
     import json
 
     events = parse("".join(json.dumps(e) + "\n" for pair in pairs for e in pair))
-    assert tuple(_check(case, events)) == CASES[case][0]
+    assert tuple(_check(case, events)) == LIVE[case]

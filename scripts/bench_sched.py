@@ -1,0 +1,67 @@
+"""Time llamafit.memory.graph.sched.split_graph on the recorded reserves of
+fixtures/graphs/sched-*.jsonl.gz, side by side: nodes in, nodes out, splits, and the best of N
+calls in milliseconds (one process, the same run), with whether the split equals the allocator's
+graph that llama.cpp built.
+
+    python scripts/bench_sched.py [N]
+"""
+
+from __future__ import annotations
+
+import gzip
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from llamafit.memory.graph import backends as B  # noqa: E402
+from llamafit.memory.graph.sched import Backend, split_graph  # noqa: E402
+from tests.support.graph_compare import canonical  # noqa: E402
+from tests.support.graph_dump import Event, parse  # noqa: E402
+
+LAVAPIPE_MAX_TENSOR = 128 << 20
+
+
+def backends_for(case: str, sched: Event) -> list[Backend]:
+    if case == "cpu":
+        return [B.cpu_backend("CPU")]
+    if case.startswith("vk"):
+        return [
+            B.vulkan_backend("Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR),
+            B.cpu_backend("Vulkan_Host"),
+        ]
+    names = [name for name, _ in sched.backends]
+    return [B.rpc_backend(name) for name in names[:-1]] + [B.cpu_backend("CPU")]
+
+
+def main(argv: list[str]) -> int:
+    reps = int(argv[0]) if argv else 20
+    print(f"{'case':18} {'reserve':>7} {'nodes':>6} {'out':>6} {'splits':>6} {'best ms':>8}  equal")
+    for path in sorted((ROOT / "fixtures" / "graphs").glob("sched-*.jsonl.gz")):
+        case = path.name.removeprefix("sched-").removesuffix(".jsonl.gz")
+        events = parse(gzip.decompress(path.read_bytes()).decode())
+        by_seq = {e.seq: e for e in events}
+        k = 0
+        for sched in (e for e in events if e.kind == "sched"):
+            galloc = by_seq[sched.seq + 1]
+            backends = backends_for(case, sched)
+            best = float("inf")
+            out = None
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                out = split_graph(sched.graph, backends, n_copies=sched.n_copies)
+                best = min(best, time.perf_counter() - t0)
+            assert out is not None
+            same = canonical(out.graph) == canonical(galloc.graph)
+            print(
+                f"{case:18} {k:>7} {len(sched.graph.nodes):>6} {len(out.graph.nodes):>6} "
+                f"{len(out.splits):>6} {best * 1000:>8.2f}  {'yes' if same else 'NO'}"
+            )
+            k += 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
