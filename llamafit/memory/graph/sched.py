@@ -28,7 +28,8 @@ views that keep inputs alive, the backends' allocation dependencies) are appende
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from llamafit.errors import LlamafitError
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, USAGE_WEIGHTS, Graph, Tensor
@@ -68,6 +69,20 @@ class AllocDeps:
 GraphOptimize = Callable[
     [Sequence[Tensor], Sequence[int], Sequence[tuple[int | None, ...]], Sequence[int]], AllocDeps
 ]
+
+
+_FIELDS = tuple(f.name for f in fields(Tensor))
+_ALL = attrgetter(*_FIELDS)
+_SRC = _FIELDS.index("src")
+_FLAGS = _FIELDS.index("flags")
+
+
+def _changed(t: Tensor, src: tuple[int | None, ...], flags: int) -> Tensor:
+    """t with other sources and flags (dataclasses.replace, without its per-call cost)."""
+    values = list(_ALL(t))
+    values[_SRC] = src
+    values[_FLAGS] = flags
+    return Tensor(*values)
 
 
 def _always(_tensors: Sequence[Tensor], _i: int) -> bool:
@@ -400,24 +415,23 @@ def split_graph(
     table: list[Tensor] = list(tensors)
     for i in range(n):
         t = table[i]
-        if srcs[i] is not t.src:
-            t = replace(t, src=srcs[i])
-        if i in set_flags:
-            t = replace(t, flags=t.flags | set_flags[i])
-        table[i] = t
+        if srcs[i] is not t.src or i in set_flags:
+            table[i] = _changed(t, srcs[i], t.flags | set_flags.get(i, 0))
     table.extend(new)
 
     # each backend optimizes its splits (ggml_backend_graph_optimize); the node list is reordered
     # in place, and the allocation dependencies are collected
     keep: dict[int, list[int]] = {}
     counts: list[int] | None = None
+    all_srcs: list[tuple[int | None, ...]] = []
     for sp in splits:
         opt = backends[sp[0]].graph_optimize
         if opt is None or sp[2] <= sp[1]:
             continue
         if counts is None:
             counts = use_counts(graph) + [0] * len(new)
-        deps = opt(table, nodes[sp[1] : sp[2]], srcs + [t.src for t in new], counts)
+            all_srcs = srcs + [t.src for t in new]
+        deps = opt(table, nodes[sp[1] : sp[2]], all_srcs, counts)
         nodes[sp[1] : sp[2]] = deps.order
         for until, kept in deps.keep:
             lst = keep.setdefault(until, [])
@@ -425,15 +439,16 @@ def split_graph(
                 if t_ not in lst:
                     lst.append(t_)
 
-    def view_of(src_i: int) -> Tensor:
-        """ggml_view_tensor: a view of the whole tensor, on its base (ggml_new_tensor_impl)."""
+    def view_of(src_i: int, src: tuple[int, ...]) -> Tensor:
+        """ggml_view_tensor of a tensor with `src` as its sources: a view of the whole tensor, on
+        its base (ggml_new_tensor_impl)."""
         t = table[src_i]
         v = t.view_src
         base, offs = (src_i, 0) if v is None else (v, t.view_offs)
         return Tensor(
             name=f"{t.name} (view)"[: GGML_MAX_NAME - 1], op="NONE", type=t.type, ne=t.ne,
-            nb=t.nb, nbytes=t.nbytes, view_src=base, view_offs=offs, data=table[base].data,
-            desc="NONE",
+            nb=t.nb, nbytes=t.nbytes, src=src, view_src=base, view_offs=offs,
+            data=table[base].data, desc="NONE",
         )  # fmt: skip
 
     # the graph for the allocator (sched->graph)
@@ -441,8 +456,7 @@ def split_graph(
     out_ids: list[int] = []
     for b, i0, i1, inputs in splits:
         for s in inputs:
-            dep = view_of(s)
-            table.append(replace(dep, src=(s,)))
+            table.append(view_of(s, (s,)))
             out_nodes.append(len(table) - 1)
             out_ids.append(bid[s])
             out_nodes.append(copies[(s, b)][cur_copy])
@@ -454,8 +468,7 @@ def split_graph(
             kept = keep.get(i)
             if kept:
                 for j0 in range(0, len(kept), GGML_MAX_SRC):
-                    dep = view_of(kept[j0])
-                    table.append(replace(dep, src=tuple(kept[j0 : j0 + GGML_MAX_SRC])))
+                    table.append(view_of(kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
                     out_nodes.append(len(table) - 1)
                     out_ids.append(b)
 

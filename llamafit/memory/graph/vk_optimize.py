@@ -79,6 +79,8 @@ def vk_graph_optimize(
     """ggml_vk_graph_optimize over one split (its nodes in the scheduler's order)."""
     nodes = list(split_nodes)
     n = len(nodes)
+    if n <= 2:  # no pattern is that short, and one pass keeps two nodes in order
+        return AllocDeps(order=tuple(nodes))
     ops = [tensors[i].op for i in nodes]
     empty = [o in EMPTY_OPS for o in ops]
 
