@@ -153,14 +153,17 @@ def vk_graph_optimize(
             lst.append(t)
 
     # where each pattern's ops stand in the split, used or not
-    starts: dict[tuple[str, ...], set[int]] = {}
+    by_first: dict[str, list[tuple[str, ...]]] = {}
     for pattern in (*TOPK_MOE, *KEPT, HC_POST_GATE):
-        size = len(pattern)
-        starts[pattern] = {
-            k
-            for k in range(n - size + 1)
-            if ops[k] == pattern[0] and tuple(ops[k : k + size]) == pattern
-        }
+        by_first.setdefault(pattern[0], []).append(pattern)
+    starts: dict[tuple[str, ...], set[int]] = {p: set() for ps in by_first.values() for p in ps}
+    at: dict[int, set[tuple[str, ...]]] = {}  # the patterns whose ops start at a position
+    for k in range(n):
+        for pattern in by_first.get(ops[k], ()):
+            size = len(pattern)
+            if k + size <= n and tuple(ops[k : k + size]) == pattern:
+                starts[pattern].add(k)
+                at.setdefault(k, set()).add(pattern)
 
     pulled_at: dict[int, list[tuple[str, ...]]] = {}
     for pattern in NOT_PULLED:
@@ -277,14 +280,15 @@ def vk_graph_optimize(
         )
 
     while first < n:
-        if any(keep_topk(p) for p in TOPK_MOE):
-            continue
-        if any(keep_pattern(p) for p in KEPT):
-            continue
-        if match(HC_POST_GATE, first):
-            add_pattern_deps(HC_POST_GATE, first + len(HC_POST_GATE) - 1)
-            keep_pattern(HC_POST_GATE)
-            continue
+        if first in at:  # a pattern's ops start here: the kept patterns, in the source's order
+            if any(keep_topk(p) for p in TOPK_MOE):
+                continue
+            if any(keep_pattern(p) for p in KEPT):
+                continue
+            if match(HC_POST_GATE, first):
+                add_pattern_deps(HC_POST_GATE, first + len(HC_POST_GATE) - 1)
+                keep_pattern(HC_POST_GATE)
+                continue
 
         current = [first]
         limit = min(first + NUM_TO_CHECK, n)
