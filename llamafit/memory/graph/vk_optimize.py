@@ -154,8 +154,8 @@ def vk_graph_optimize(
 
     # where each pattern's ops stand in the split, used or not
     by_first: dict[str, list[tuple[str, ...]]] = {}
-    for pattern in (*TOPK_MOE, *KEPT, HC_POST_GATE):
-        by_first.setdefault(pattern[0], []).append(pattern)
+    for kept in (*TOPK_MOE, *KEPT, HC_POST_GATE):
+        by_first.setdefault(kept[0], []).append(kept)
     starts: dict[tuple[str, ...], set[int]] = {p: set() for ps in by_first.values() for p in ps}
     at: dict[int, set[tuple[str, ...]]] = {}  # the patterns whose ops start at a position
     for k in range(n):
