@@ -59,6 +59,14 @@ CASES = (
     Case("vk-full", "vk", ("-c", "4096", "-ngl", "99"), note="Vulkan0, every layer"),
     Case("vk-ngl6", "vk", ("-c", "4096", "-ngl", "6"), note="Vulkan0, 6 layers"),
     Case(
+        "vk-nofa-ctk-q8",
+        "vk",
+        ("-c", "1024", "-ngl", "99", "-fa", "off", "-ctk", "q8_0"),
+        model="shape:llama3.2-1b",
+        note="Llama 3.2 1B shape on Vulkan0 without flash attention over a q8_0 K cache: "
+        "KQ reads K through a view that is not dim01-contiguous, the CPU runs it",
+    ),
+    Case(
         "vk-ngl6-nkvo",
         "vk",
         ("-c", "4096", "-ngl", "6", "-nkvo"),

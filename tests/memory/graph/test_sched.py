@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 import sys
 
 import pytest
@@ -26,17 +27,22 @@ from tests.support.server_probe import server_binary
 
 GRAPHS = FIXTURES / "graphs"
 LAVAPIPE_MAX_TENSOR = 128 << 20  # maxStorageBufferRange (llamafit.machine.catalog "lavapipe")
-VULKAN = [B.vulkan_backend("Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR),
-          B.cpu_backend("Vulkan_Host")]  # fmt: skip
+VULKAN = [
+    B.vulkan_backend("Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR),
+    B.cpu_backend("Vulkan_Host"),
+]
 
 
-def _backends(case: str, events: list[Event]) -> list[Backend]:
+def _backends(case: str, events: list[Event], min_batch: int = 32) -> list[Backend]:
     """The scheduler's backends of a recorded start, as llama_context sets them up: the GPUs in
     device order, the CPU last on the first GPU's pinned host buffer type where it has one."""
     if case == "cpu":
         return [B.cpu_backend("CPU")]
     if case.startswith("vk"):
-        return VULKAN
+        gpu = B.vulkan_backend(
+            "Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR, op_offload_min_batch=min_batch
+        )
+        return [gpu, B.cpu_backend("Vulkan_Host")]
     names = [name for name, _ in events[0].backends]
     return [B.rpc_backend(name) for name in names[:-1]] + [B.cpu_backend("CPU")]
 
@@ -52,10 +58,18 @@ CASES = {
     "vk-ngl6-ub16": ((29, 3), 1),
     "rpc2": ((3,), 4),
     "vk-llama1b-ngl8": ((102,), 1),
+    "vk-nofa-ctk-q8": ((35,), 1),
     "vk-qwen3moe-ngl2": ((686,), 1),
 }
-# what a live start records: both reserves
-LIVE = {"cpu": (1, 1), "vk-ot": (12, 9), "rpc2": (3, 3)}
+# what a live start records: both reserves; -ngl 6 with op offload off (--no-op-offload), or with
+# GGML_OP_OFFLOAD_MIN_BATCH above the batch, leaves the CPU's layers on the CPU: 3 splits
+LIVE = {
+    "cpu": (1, 1),
+    "vk-ot": (12, 9),
+    "rpc2": (3, 3),
+    "vk-ngl6-no-op-offload": (3, 3),
+    "vk-ngl6-min-batch-1000": (42, 3),
+}
 
 
 def _pairs(events: list[Event]) -> list[tuple[Event, Event]]:
@@ -63,13 +77,15 @@ def _pairs(events: list[Event]) -> list[tuple[Event, Event]]:
     return [(e, by_seq[e.seq + 1]) for e in events if e.kind == "sched" and e.seq + 1 in by_seq]
 
 
-def _check(case: str, events: list[Event]) -> list[int]:
+def _check(
+    case: str, events: list[Event], *, op_offload: bool = True, min_batch: int = 32
+) -> list[int]:
     """Every reserve's split equals the allocator's graph; the number of splits of each."""
-    backends = _backends(case, events)
+    backends = _backends(case, events, min_batch)
     n_splits = []
     for sched, galloc in _pairs(events):
         assert galloc.kind == "galloc"
-        out = split_graph(sched.graph, backends, n_copies=sched.n_copies)
+        out = split_graph(sched.graph, backends, n_copies=sched.n_copies, op_offload=op_offload)
         mine, real = canonical(out.graph), canonical(galloc.graph)
         assert mine == real, f"{case} seq {sched.seq}: {first_difference(mine, real)}"
         n_splits.append(len(out.splits))
@@ -209,9 +225,21 @@ def test_live_split_equals_the_allocators_graph(case: str) -> None:
     if case != "cpu" and vulkan_rpc_bin_dir() is None:
         pytest.skip("the Vulkan/RPC llama.cpp build is absent")
     rec = _record_module()
-    chosen = next(c for c in rec.CASES if c.name == case)
+    extra = {
+        "vk-ngl6-no-op-offload": rec.Case(
+            case, "vk", ("-c", "4096", "-ngl", "6", "--no-op-offload")
+        ),
+        "vk-ngl6-min-batch-1000": rec.Case(
+            case, "vk", ("-c", "4096", "-ngl", "6"),
+            extra_env={"GGML_OP_OFFLOAD_MIN_BATCH": "1000"},
+        ),
+    }  # fmt: skip
+    chosen = extra.get(case) or next(c for c in rec.CASES if c.name == case)
     pairs = rec.record_case(chosen)
-    import json
-
     events = parse("".join(json.dumps(e) + "\n" for pair in pairs for e in pair))
-    assert tuple(_check(case, events)) == LIVE[case]
+    split_case = "vk" if case.startswith("vk") else case
+    checked = _check(
+        split_case, events, op_offload="no-op-offload" not in case,
+        min_batch=1000 if "min-batch" in case else 32,
+    )  # fmt: skip
+    assert tuple(checked) == LIVE[case]
