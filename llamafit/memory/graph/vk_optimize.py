@@ -11,6 +11,7 @@ Nodes are indexes into the scheduler's tensor table; `srcs` holds every tensor's
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from llamafit.memory.graph.nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
@@ -274,8 +275,11 @@ def vk_graph_optimize(
 
     qsa = starts[TOPK_QSA]
 
+    real_pos = [k for k in range(n) if not empty[k]]
+    empty_pos = [k for k in range(n) if empty[k]]
+
     def in_qsa(k: int) -> bool:
-        return bool(qsa) and any(
+        return any(
             k - o >= 0 and match(TOPK_QSA, k - o) for o in range(len(TOPK_QSA))
         )
 
@@ -292,10 +296,10 @@ def vk_graph_optimize(
 
         current = [first]
         limit = min(first + NUM_TO_CHECK, n)
-        for j in range(first + 1, limit):
-            if used[j] or empty[j]:
+        for j in real_pos[bisect_right(real_pos, first) : bisect_left(real_pos, limit)]:
+            if used[j]:
                 continue
-            if any(match(p, j) for p in pulled_at.get(j, ())) or in_qsa(j):
+            if (j in pulled_at and any(match(p, j) for p in pulled_at[j])) or (qsa and in_qsa(j)):
                 continue
             ok = True
             for c in deps(j):
@@ -390,8 +394,8 @@ def vk_graph_optimize(
                     used[k] = True
                     break
         if ops[current[-1]] != "ADD":
-            for j in range(first + 1, limit):
-                if used[j] or not empty[j]:
+            for j in empty_pos[bisect_right(empty_pos, first) : bisect_left(empty_pos, limit)]:
+                if used[j]:
                     continue
                 ok = True
                 for c in deps(j):
