@@ -279,9 +279,7 @@ def vk_graph_optimize(
     empty_pos = [k for k in range(n) if empty[k]]
 
     def in_qsa(k: int) -> bool:
-        return any(
-            k - o >= 0 and match(TOPK_QSA, k - o) for o in range(len(TOPK_QSA))
-        )
+        return any(k - o >= 0 and match(TOPK_QSA, k - o) for o in range(len(TOPK_QSA)))
 
     while first < n:
         if first in at:  # a pattern's ops start here: the kept patterns, in the source's order
