@@ -9,6 +9,7 @@ left out and say so where they stand; none of them decides an op of llama.cpp's 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from llamafit.memory.graph.nodes import Tensor
 from llamafit.memory.graph.sched import HOST_BUFTS, Backend, OpPredicate
@@ -57,12 +58,14 @@ _VEC_DOT = {
 }
 
 
-def _repack_supports_op(tensors: Sequence[Tensor], op: Tensor, host_bufts: frozenset[str]) -> bool:
+def _repack_supports_op(
+    tensors: Sequence[Tensor], op: Tensor, host_bufts: frozenset[str], extra_bufts: frozenset[str]
+) -> bool:
     """ggml::cpu::repack::extra_buffer_type::supports_op (ggml/src/ggml-cpu/repack.cpp): a
     repacked weight serves a MUL_MAT (2-D) or MUL_MAT_ID (3-D) over F32 activations held in host
     memory (a weight is only repacked where ggml_repack_get_optimal_repack_type has a layout)."""
     src0, src1 = _src(tensors, op, 0), _src(tensors, op, 1)
-    if src0 is None or src1 is None or src0.buffer not in CPU_EXTRA_BUFTS:
+    if src0 is None or src1 is None or src0.buffer not in extra_bufts:
         return False
     dims = n_dims(src0)
     if (op.op == "MUL_MAT" and dims == 2) or (op.op == "MUL_MAT_ID" and dims == 3):
@@ -73,17 +76,19 @@ def _repack_supports_op(tensors: Sequence[Tensor], op: Tensor, host_bufts: froze
 
 
 def cpu_supports_op(
-    tensors: Sequence[Tensor], i: int, host_bufts: frozenset[str] = HOST_BUFTS
+    tensors: Sequence[Tensor],
+    i: int,
+    host_bufts: frozenset[str] = HOST_BUFTS,
+    extra_bufts: frozenset[str] = CPU_EXTRA_BUFTS,
 ) -> bool:
     """ggml_backend_cpu_device_supports_op. Left out: the Hadamard hint of MUL_MAT, SOFT_MAX_BACK's
     max_bias and SSM_SCAN's op parameter (op_params are not recorded)."""
     op = tensors[i]
     if op.op in VIEW_OR_NONE:
         return True
-    for k in range(min(4, len(op.src))):
-        s = op.src[k]
-        if s is not None and tensors[s].buffer in CPU_EXTRA_BUFTS:
-            return _repack_supports_op(tensors, op, host_bufts)
+    for s in op.src[:4]:
+        if s is not None and tensors[s].buffer in extra_bufts:
+            return _repack_supports_op(tensors, op, host_bufts, extra_bufts)
     src0, src1 = _src(tensors, op, 0), _src(tensors, op, 1)
     kind = op.op
     if kind in ("CPY", "SET_ROWS"):
@@ -119,9 +124,7 @@ def cpu_backend(
     buffer type for it: the first GPU's pinned host type where that GPU has one
     (src/llama-context.cpp: "Vulkan_Host", "CUDA_Host"), else "CPU"."""
 
-    def supports(tensors: Sequence[Tensor], i: int) -> bool:
-        return cpu_supports_op(tensors, i, host_bufts)
-
+    supports = partial(cpu_supports_op, host_bufts=host_bufts, extra_bufts=extra_bufts)
     return Backend(name="CPU", buft=buft, bufts=host_bufts | extra_bufts, supports_op=supports)
 
 
@@ -357,12 +360,10 @@ def vulkan_backend(
     ggml_backend_vk_device_supports_buft), offload_op by batch size, and the reorder of
     ggml_vk_graph_optimize (`graph_optimize` False: GGML_VK_DISABLE_GRAPH_OPTIMIZE set)."""
 
-    def supports(tensors: Sequence[Tensor], i: int) -> bool:
-        return vk_supports_op(
-            tensors, i, max_tensor_bytes=max_tensor_bytes, flash_attn=flash_attn,
-            mul_mat_id=mul_mat_id,
-        )  # fmt: skip
-
+    supports = partial(
+        vk_supports_op, max_tensor_bytes=max_tensor_bytes, flash_attn=flash_attn,
+        mul_mat_id=mul_mat_id,
+    )  # fmt: skip
     return Backend(
         name=name, buft=name, bufts=frozenset({name}), supports_op=supports,
         offload_op=batch_offload(op_offload_min_batch),
