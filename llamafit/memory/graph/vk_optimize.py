@@ -47,6 +47,11 @@ NOT_PULLED = (*TOPK_MOE, SNAKE, RMS_NORM_MUL_ADD_MUL, RMS_NORM_MUL_ADD,
               RMS_NORM_MUL_ROPE_VIEW_SET_ROWS, RMS_NORM_VIEW_SET_ROWS, ROPE_VIEW_SET_ROWS,
               HC_POST_GATE)  # fmt: skip
 
+_BY_FIRST_OP: dict[str, list[tuple[str, ...]]] = {}
+for _p in (*TOPK_MOE, *KEPT, HC_POST_GATE):
+    _BY_FIRST_OP.setdefault(_p[0], []).append(_p)
+_NOT_PULLED_SET = frozenset(NOT_PULLED)
+
 EMPTY_OPS = frozenset({"NONE", "RESHAPE", "TRANSPOSE", "VIEW", "PERMUTE"})
 NUM_TO_CHECK = 20
 UNARY_MUL_OPS = frozenset({"GELU", "SIGMOID", "SILU", "SOFTPLUS"})  # ggml_vk_unary_mul_op_index
@@ -153,26 +158,18 @@ def vk_graph_optimize(
         if t not in lst:
             lst.append(t)
 
-    # where each pattern's ops stand in the split, used or not
-    by_first: dict[str, list[tuple[str, ...]]] = {}
-    for kept in (*TOPK_MOE, *KEPT, HC_POST_GATE):
-        by_first.setdefault(kept[0], []).append(kept)
-    starts: dict[tuple[str, ...], set[int]] = {p: set() for ps in by_first.values() for p in ps}
-    at: dict[int, set[tuple[str, ...]]] = {}  # the patterns whose ops start at a position
+    # the patterns whose ops start at a position of the split, used or not
+    at: dict[int, set[tuple[str, ...]]] = {}
     for k in range(n):
-        for pattern in by_first.get(ops[k], ()):
+        for pattern in _BY_FIRST_OP.get(ops[k], ()):
             size = len(pattern)
             if k + size <= n and tuple(ops[k : k + size]) == pattern:
-                starts[pattern].add(k)
                 at.setdefault(k, set()).add(pattern)
-
-    pulled_at: dict[int, list[tuple[str, ...]]] = {}
-    for pattern in NOT_PULLED:
-        for k in starts[pattern]:
-            pulled_at.setdefault(k, []).append(pattern)
+    pulled_at = {k: [p for p in ps if p in _NOT_PULLED_SET] for k, ps in at.items()}
 
     def match(pattern: tuple[str, ...], start: int) -> bool:
-        if start not in starts[pattern]:
+        ps = at.get(start)
+        if ps is None or pattern not in ps:
             return False
         return not any(used[start : start + len(pattern)])
 
@@ -273,7 +270,7 @@ def vk_graph_optimize(
     def empty_or_scheduled(lo: int, hi: int) -> bool:
         return all(used[v] or empty[v] for v in range(lo, hi))
 
-    qsa = starts[TOPK_QSA]
+    qsa = any(TOPK_QSA in ps for ps in at.values())
 
     real_pos = [k for k in range(n) if not empty[k]]
     empty_pos = [k for k in range(n) if empty[k]]
@@ -297,7 +294,7 @@ def vk_graph_optimize(
         for j in real_pos[bisect_right(real_pos, first) : bisect_left(real_pos, limit)]:
             if used[j]:
                 continue
-            if (j in pulled_at and any(match(p, j) for p in pulled_at[j])) or (qsa and in_qsa(j)):
+            if (j in at and any(match(p, j) for p in pulled_at[j])) or (qsa and in_qsa(j)):
                 continue
             ok = True
             for c in deps(j):
