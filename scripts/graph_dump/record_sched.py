@@ -107,6 +107,26 @@ CASES = (
         model="shape:qwen3-30b-a3b",
         note="Qwen3 30B-A3B shape, 2 of 48 layers on Vulkan0, op offload of the MoE layers",
     ),
+    Case(
+        "vk-granite4h-ngl10",
+        "vk",
+        ("-c", "2048", "-ngl", "10"),
+        model="shape:granite4-h-micro",
+        note="Granite 4.0 H Micro shape (Mamba-2 hybrid), 10 of 40 layers on Vulkan0",
+    ),
+)
+
+# checked live by the slow tests only (tests/memory/graph/test_sched.py), not stored
+LIVE_CASES = (
+    Case("vk-ngl6-no-op-offload", "vk", ("-c", "4096", "-ngl", "6", "--no-op-offload")),
+    Case(
+        "vk-ngl6-min-batch-1000",
+        "vk",
+        ("-c", "4096", "-ngl", "6"),
+        extra_env={"GGML_OP_OFFLOAD_MIN_BATCH": "1000"},
+    ),
+    Case("vk-gptoss-ngl2", "vk", ("-c", "2048", "-ngl", "2"), model="shape:gpt-oss-20b"),
+    Case("vk-granite4h-full", "vk", ("-c", "2048", "-ngl", "99"), model="shape:granite4-h-micro"),
 )
 
 

@@ -212,8 +212,8 @@ def vk_supports_op(
     product, here per op; lavapipe: 128 MiB).
     `flash_attn`: the device has coopmat2 or subgroup shuffle and vote (scalar FA);
     `mul_mat_id`: it has the shared memory for a MUL_MAT_ID pipeline of the weight's type.
-    Left out: IM2COL's buffer-device-address exemption and the rules of ops llama.cpp's text
-    models do not build (convolutions, pooling, losses, ...: refused as unknown)."""
+    Left out: IM2COL's buffer-device-address exemption from the size limit, and the few rules
+    _vk_other_op names."""
     op = tensors[i]
     srcs = _srcs(tensors, op)
 
@@ -344,6 +344,101 @@ def vk_supports_op(
         return all(x is not None and x.type == "f32" for x in six) and op.type == "f32"
     if kind == "GATED_LINEAR_ATTN":
         return s0 is not None and s0.type == "f32" and op.type == "f32" and s0.ne[0] == 64
+    return _vk_other_op(op, srcs)
+
+
+def _vk_other_op(op: Tensor, srcs: list[Tensor | None]) -> bool:
+    """The rest of ggml_backend_vk_device_supports_op's switch: the state-space, convolution,
+    pooling, training and DeepSeek V4 ops (a device with the subgroup operations and shared memory
+    they ask for; pipelines present). Left out: LIGHTNING_INDEXER (offsets, device fp16), SOLVE_TRI
+    (shared memory per row), TOP_K's pipeline choice, ARGSORT without the Vulkan memory model:
+    taken, UPSCALE's antialias mode (op_params)."""
+    kind = op.op
+    s0 = srcs[0] if srcs else None
+    s1 = srcs[1] if len(srcs) > 1 else None
+    if kind == "SSM_SCAN":
+        assert s0 is not None
+        if any(x is not None and is_quantized(x.type) for x in srcs[:6]):
+            return False
+        s6 = srcs[6] if len(srcs) > 6 else None
+        if s6 is not None and s6.type != "i32":
+            return False
+        if s0.type != "f32" or op.type != "f32":
+            return False
+        s3 = srcs[3] if len(srcs) > 3 else None
+        if s3 is None or s3.nb[1] != 4:  # Mamba-2 only
+            return False
+        return s0.ne[0] in (128, 256) and s0.ne[1] % 16 == 0
+    if kind == "CONCAT":
+        assert s0 is not None and s1 is not None
+        if s0.type != s1.type or s0.type != op.type:
+            return False
+        if not is_quantized(s0.type):
+            return type_of(s0.type).type_size in (1, 2, 4, 8)
+        return is_contiguous_rows(s0) and is_contiguous_rows(s1) and is_contiguous_rows(op)
+    if kind == "ADD1":
+        assert s0 is not None and s1 is not None
+        return (s0.type, s1.type) in (("f32", "f32"), ("f16", "f32"), ("f16", "f16"))
+    if kind in ("CUMSUM",):
+        return s0 is not None and s0.type == "f32" and is_contiguous_rows(s0)
+    if kind in ("DSV4_HC_COMB", "DSV4_HC_PRE", "DSV4_HC_POST"):
+        if op.type != "f32" or any(x is not None and x.type != "f32" for x in srcs):
+            return False
+        if kind == "DSV4_HC_PRE":
+            return s0 is not None and s0.ne[1] == 4
+        if kind == "DSV4_HC_POST":
+            return s1 is not None and s1.ne[1] == 4
+        return True
+    if kind == "SOLVE_TRI":
+        return s0 is not None and op.type == "f32" and s0.type == "f32"
+    if kind in ("SILU_BACK", "RMS_NORM_BACK", "OPT_STEP_ADAMW", "OPT_STEP_SGD", "POOL_1D",
+                "POOL_2D"):  # fmt: skip
+        return s0 is not None and is_contiguous(s0) and s0.type == "f32"
+    if kind in ("GET_ROWS_BACK", "REPEAT_BACK"):
+        return s0 is not None and op.type == "f32" and s0.type == "f32"
+    if kind == "OUT_PROD":
+        return (
+            s0 is not None and s1 is not None and is_contiguous(s0) and s0.type == "f32"
+            and is_contiguous(s1) and s1.type == "f32" and op.type == "f32"
+        )  # fmt: skip
+    if kind == "SOFT_MAX_BACK":
+        return (
+            s0 is not None and s1 is not None and is_contiguous(s0) and s0.type == "f32"
+            and is_contiguous(s1) and s1.type == "f32"
+        )  # fmt: skip
+    if kind == "COUNT_EQUAL":
+        return (
+            s0 is not None and s1 is not None and is_contiguous(s0) and s0.type == "i32"
+            and is_contiguous(s1) and s1.type == "i32"
+        )  # fmt: skip
+    if kind == "IM2COL":
+        return s1 is not None and is_contiguous(s1) and s1.type == "f32" and op.type in _F
+    if kind == "IM2COL_3D":
+        return s1 is not None and s1.type == "f32" and op.type in _F
+    if kind == "CONV_2D_DW":
+        return s0 is not None and s1 is not None and s0.type in _F and s1.type == "f32"
+    if kind == "CONV_TRANSPOSE_1D":
+        return s0 is not None and s1 is not None and s0.type == "f32" and s1.type == "f32"
+    if kind == "COL2IM_1D":
+        return (
+            s0 is not None and s0.type in ("f32", "f16", "bf16") and op.type == s0.type
+            and is_contiguous(s0) and is_contiguous(op)
+        )  # fmt: skip
+    if kind in ("CONV_2D", "CONV_TRANSPOSE_2D"):
+        assert s0 is not None and s1 is not None
+        transpose = kind == "CONV_TRANSPOSE_2D"
+        cout = s0.ne[2] if transpose else s0.ne[3]
+        cin = s0.ne[3] if transpose else s0.ne[2]
+        return (
+            s0.type in _F and s0.nb[0] in (2, 4) and s1.type == "f32" and op.type == "f32"
+            and cout == op.ne[2] and cin == s1.ne[2] and is_contiguous(s0)
+            and is_contiguous(s1) and is_contiguous(op)
+        )  # fmt: skip
+    if kind == "CONV_3D":
+        return (
+            s0 is not None and s1 is not None and s0.type in _F and s1.type == "f32"
+            and op.type == "f32" and is_contiguous(s0) and is_contiguous(s1) and is_contiguous(op)
+        )  # fmt: skip
     return False
 
 

@@ -59,6 +59,7 @@ CASES = {
     "rpc2": ((3,), 4),
     "vk-llama1b-ngl8": ((102,), 1),
     "vk-nofa-ctk-q8": ((35,), 1),
+    "vk-granite4h-ngl10": ((426,), 1),
     "vk-qwen3moe-ngl2": ((686,), 1),
 }
 # what a live start records: both reserves; -ngl 6 with op offload off (--no-op-offload), or with
@@ -69,6 +70,8 @@ LIVE = {
     "rpc2": (3, 3),
     "vk-ngl6-no-op-offload": (3, 3),
     "vk-ngl6-min-batch-1000": (42, 3),
+    "vk-gptoss-ngl2": (469, 9),
+    "vk-granite4h-full": (3, 3),
 }
 
 
@@ -225,16 +228,7 @@ def test_live_split_equals_the_allocators_graph(case: str) -> None:
     if case != "cpu" and vulkan_rpc_bin_dir() is None:
         pytest.skip("the Vulkan/RPC llama.cpp build is absent")
     rec = _record_module()
-    extra = {
-        "vk-ngl6-no-op-offload": rec.Case(
-            case, "vk", ("-c", "4096", "-ngl", "6", "--no-op-offload")
-        ),
-        "vk-ngl6-min-batch-1000": rec.Case(
-            case, "vk", ("-c", "4096", "-ngl", "6"),
-            extra_env={"GGML_OP_OFFLOAD_MIN_BATCH": "1000"},
-        ),
-    }  # fmt: skip
-    chosen = extra.get(case) or next(c for c in rec.CASES if c.name == case)
+    chosen = next(c for c in (*rec.CASES, *rec.LIVE_CASES) if c.name == case)
     pairs = rec.record_case(chosen)
     events = parse("".join(json.dumps(e) + "\n" for pair in pairs for e in pair))
     split_case = "vk" if case.startswith("vk") else case
