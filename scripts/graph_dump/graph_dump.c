@@ -18,7 +18,10 @@
  * pairs (the buffer id null in a sched event). A tensor is {"name", "op" (ggml_op_name),
  * "desc" (ggml_op_desc: unary and GLU ops by their own name), "type", "ne": [4], "nb": [4],
  * "nbytes", "flags", "src": [index|null], "view_src": index|null, "view_offs", "data": 0|1,
- * "buffer": name|null}.
+ * "buffer": name|null, "usage": the buffer's ggml_backend_buffer_usage (0 any, 1 weights, 2 compute;
+ * present with a buffer), "backend": the backend a ggml_backend_sched_set_tensor_backend call
+ * assigned it before the reserve (present only then; src/llama-context.cpp graph_get_cb and
+ * src/llama-graph.cpp build_attn_mha pin some nodes)}.
  *
  * The struct layouts are those of ggml/include/ggml.h and ggml/src/ggml-impl.h (struct ggml_tensor,
  * struct ggml_cgraph) at llama.cpp b11434; they have been stable for many builds.
@@ -76,6 +79,39 @@ extern int ggml_backend_sched_get_n_copies(void *sched);
 extern size_t ggml_backend_sched_get_buffer_size(void *sched, void *backend);
 extern const char *ggml_backend_name(void *backend);
 extern size_t ggml_gallocr_get_buffer_size(void *galloc, int buffer_id);
+extern int ggml_backend_buffer_get_usage(void *buffer);
+
+/* the scheduler's user assignments since its last reset: ggml_backend_sched_set_tensor_backend
+ * writes them into its hash table, which ggml_backend_sched_reset clears */
+static struct { const struct ggml_tensor *t; const char *backend; } *assigned = NULL;
+static int n_assigned = 0, cap_assigned = 0;
+
+static const char *assigned_backend(const struct ggml_tensor *t) {
+    for (int i = n_assigned - 1; i >= 0; i--) {
+        if (assigned[i].t == t) return assigned[i].backend;
+    }
+    return NULL;
+}
+
+void ggml_backend_sched_set_tensor_backend(void *sched, struct ggml_tensor *node, void *backend) {
+    static void (*real)(void *, struct ggml_tensor *, void *) = NULL;
+    if (real == NULL) real = (void (*)(void *, struct ggml_tensor *, void *))dlsym(RTLD_NEXT, "ggml_backend_sched_set_tensor_backend");
+    real(sched, node, backend);
+    if (n_assigned == cap_assigned) {
+        cap_assigned = cap_assigned ? 2 * cap_assigned : 256;
+        assigned = realloc(assigned, cap_assigned * sizeof(*assigned));
+    }
+    assigned[n_assigned].t = node;
+    assigned[n_assigned].backend = ggml_backend_name(backend);
+    n_assigned++;
+}
+
+void ggml_backend_sched_reset(void *sched) {
+    static void (*real)(void *) = NULL;
+    if (real == NULL) real = (void (*)(void *))dlsym(RTLD_NEXT, "ggml_backend_sched_reset");
+    real(sched);
+    n_assigned = 0;
+}
 
 static int seq = 0;
 
@@ -152,8 +188,17 @@ static void put_tensors(FILE *f, tlist *l) {
         if (t->view_src) fprintf(f, "%d", tl_index(l, t->view_src));
         else fputs("null", f);
         fprintf(f, ",\"view_offs\":%zu,\"data\":%d,\"buffer\":", t->view_offs, t->data != NULL);
-        if (t->buffer) put_str(f, ggml_backend_buffer_name(t->buffer));
-        else fputs("null", f);
+        if (t->buffer) {
+            put_str(f, ggml_backend_buffer_name(t->buffer));
+            fprintf(f, ",\"usage\":%d", ggml_backend_buffer_get_usage(t->buffer));
+        } else {
+            fputs("null", f);
+        }
+        const char *backend = assigned_backend(t);
+        if (backend) {
+            fputs(",\"backend\":", f);
+            put_str(f, backend);
+        }
         fputc('}', f);
     }
     fputc(']', f);
@@ -222,6 +267,7 @@ bool ggml_backend_sched_reserve(void *sched, struct ggml_cgraph *g) {
         fputs("]}\n", f);
         flush_dump(f, &buf, &len);
     }
+    n_assigned = 0; /* the real call resets the scheduler after a successful reserve */
     free(l.items);
     return ok;
 }

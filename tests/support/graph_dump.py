@@ -71,6 +71,8 @@ def _tensor(raw: dict) -> Tensor:
         data=bool(raw["data"]),
         buffer=raw["buffer"],
         desc=raw["desc"],
+        usage=raw.get("usage", 0),
+        backend=raw.get("backend"),
     )
 
 

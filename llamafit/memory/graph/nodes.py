@@ -20,6 +20,10 @@ FLAG_COMPUTE = 16
 # Tensor.pin_layer: the CPU backend, unconditionally (build_attn_mha without flash attention and
 # with -nkvo: ggml_backend_sched_set_tensor_backend(sched, cur, backend_cpu), src/llama-graph.cpp)
 PIN_CPU = -2
+# enum ggml_backend_buffer_usage (ggml/include/ggml-backend.h)
+USAGE_ANY = 0
+USAGE_WEIGHTS = 1
+USAGE_COMPUTE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,8 @@ class Tensor:
     # device (ggml_backend_sched_set_tensor_backend) if its backend supports the op; -1: no request;
     # PIN_CPU: the CPU backend
     pin_layer: int = -1
+    usage: int = USAGE_ANY  # the buffer's usage: the weights' is USAGE_WEIGHTS, the KV cache's ANY
+    backend: str | None = None  # pinned by ggml_backend_sched_set_tensor_backend before the split
 
     @property
     def is_input(self) -> bool:

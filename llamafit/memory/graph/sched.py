@@ -1,0 +1,516 @@
+"""The scheduler's split: a port of ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp,
+llama.cpp b11434).
+
+`split_graph(graph, backends, n_copies=...)` assigns every leaf and node of the graph llama_context
+builds (the pre-split Graph: weights and the KV cache carry their buffer names) to one of the
+backends, given in the scheduler's priority order (GPUs first, the CPU last), cuts the node list
+into splits per backend, adds a copy of every split input on the split's backend (n_copies of them
+for pipeline parallelism), lets each split's backend reorder its nodes (graph_optimize), and builds
+the graph ggml_gallocr_reserve_n receives: its nodes and leafs with the buffer (backend) id of each.
+
+The five assignment passes, in the source's order:
+ 1. pre-allocated tensors (weights, the KV cache, views of them) go to the highest-priority backend
+    that takes their buffer type and the op; graph inputs to the CPU; an op reading a weight goes
+    with the weight, unless op offload hands a host weight's op to a GPU whose offload_op takes it
+    (ggml_backend_sched_backend_id_from_cur);
+ 2. GPU assignments expand down and up over unassigned nodes, then every assignment does
+    (ggml_backend_sched_set_if_supported: only where the backend supports the op);
+ 3. a node moves up to a higher-priority backend with the same buffer type, and a node still
+    unassigned goes to the backend that supports it with most of its sources in a usable buffer;
+ 4. unassigned sources follow their node, views their view source;
+ 5. the splits: a new one where the backend changes (or where a weight of another backend's
+    buffer type would need a copy), with the sources on other backends' buffers as its inputs.
+
+Everything here works on indexes into the graph's tensor tuple; new tensors (the input copies, the
+views that keep inputs alive, the backends' allocation dependencies) are appended after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from operator import attrgetter
+
+from llamafit.errors import LlamafitError
+from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, USAGE_WEIGHTS, Graph, Tensor
+
+GGML_MAX_NAME = 64  # ggml/include/ggml.h: names hold 63 characters and a NUL
+GGML_MAX_SRC = 10
+GGML_SCHED_MAX_COPIES = 4  # ggml/src/ggml-backend.cpp: n_copies with pipeline parallelism
+
+VIEW_OPS = frozenset({"VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE"})  # ggml_is_view_op
+
+# Buffer types whose is_host is true at b11434: the CPU's own (ggml_backend_cpu_buffer_type,
+# ggml_backend_cpu_buffer_from_ptr_type: mmap'ed weights) and the GPUs' pinned host buffers
+# (ggml_backend_vk_host_buffer_type, ggml_backend_cuda_host_buffer_type, ...). The CPU's extra
+# buffer types (CPU_REPACK, ...) are not host: their is_host is NULL (ggml-cpu/repack.cpp).
+HOST_BUFTS = frozenset({"CPU", "CPU_Mapped", "Vulkan_Host", "CUDA_Host", "ROCm_Host", "SYCL_Host"})
+
+
+class SchedError(LlamafitError):
+    """A graph the scheduler cannot place: llama.cpp aborts on it (GGML_ABORT / GGML_ASSERT)."""
+
+
+# supports_op / offload_op: (the graph's tensors as they stand, the op's index) -> bool
+OpPredicate = Callable[[Sequence[Tensor], int], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocDeps:
+    """What a backend's graph_optimize hands back: the split's nodes in its new order and the
+    allocation dependencies it adds (ggml_backend_graph_optimize_params.add_alloc_dep): for a
+    node `until`, the tensors that must stay allocated until it has been computed."""
+
+    order: tuple[int, ...]
+    keep: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (until, kept tensors in insertion order)
+
+
+# graph_optimize: (tensors, the split's node indexes, their current sources, use counts)
+GraphOptimize = Callable[
+    [Sequence[Tensor], Sequence[int], Sequence[tuple[int | None, ...]], Sequence[int]], AllocDeps
+]
+
+
+_FIELDS = tuple(f.name for f in fields(Tensor))
+_ALL = attrgetter(*_FIELDS)
+_SRC = _FIELDS.index("src")
+_FLAGS = _FIELDS.index("flags")
+
+
+def _changed(t: Tensor, src: tuple[int | None, ...], flags: int) -> Tensor:
+    """t with other sources and flags (dataclasses.replace, without its per-call cost)."""
+    values = list(_ALL(t))
+    values[_SRC] = src
+    values[_FLAGS] = flags
+    return Tensor(*values)
+
+
+def _always(_tensors: Sequence[Tensor], _i: int) -> bool:
+    return True
+
+
+def _never(_tensors: Sequence[Tensor], _i: int) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend of the scheduler, with the device properties its rules read.
+
+    `buft` is the buffer type the scheduler allocates this backend's compute buffer in
+    (sched->bufts[b]: the backend's default buffer type, or for the CPU the first GPU's pinned host
+    buffer type, src/llama-context.cpp); `bufts` the buffer type names its supports_buft accepts.
+    `supports_op` and `offload_op` are ggml_backend_dev_supports_op / ggml_backend_dev_offload_op
+    (a backend without offload_op never offloads); `graph_optimize` is the backend's reorder hook
+    (None: the backend has none, ggml_backend_graph_optimize does nothing)."""
+
+    name: str
+    buft: str
+    bufts: frozenset[str]
+    supports_op: OpPredicate = _always
+    offload_op: OpPredicate = _never
+    graph_optimize: GraphOptimize | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """One split: its backend (an index into the backends), its node range in the input graph's
+    node list (after the backends' reorders), and its inputs (tensor indexes of the input graph,
+    each copied onto the split's backend)."""
+
+    backend: int
+    i_start: int
+    i_end: int
+    inputs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SplitGraph:
+    """The result: `graph` is sched->graph with node_backend_ids / leaf_backend_ids as its buffer
+    ids (what ggml_gallocr_reserve_n receives: buffer id = backend index), `splits` the splits,
+    `tensor_backend` the backend of every tensor of the input graph (-1: none, as for tensors the
+    graph does not reach)."""
+
+    graph: Graph
+    splits: tuple[Split, ...]
+    tensor_backend: tuple[int, ...]
+
+
+def use_counts(graph: Graph) -> list[int]:
+    """ggml_visit_parents_graph (ggml/src/ggml.c): how many times each tensor is a source of a node
+    or leaf of the graph (cgraph->use_counts, read by the backends' fusion checks)."""
+    counts = [0] * len(graph.tensors)
+    tensors = graph.tensors
+    for lst in (graph.leafs, graph.nodes):
+        for i in lst:
+            for s in tensors[i].src:
+                if s is not None:
+                    counts[s] += 1
+    return counts
+
+
+def split_graph(
+    graph: Graph,
+    backends: Sequence[Backend],
+    *,
+    n_copies: int = 1,
+    op_offload: bool = True,
+    host_bufts: frozenset[str] = HOST_BUFTS,
+    cur_copy: int = 0,
+) -> SplitGraph:
+    """ggml_backend_sched_split_graph over `graph` (ggml/src/ggml-backend.cpp). `backends` in the
+    scheduler's priority order, the CPU last; `n_copies` 4 with pipeline parallelism
+    (ggml_backend_sched_new: parallel ? GGML_SCHED_MAX_COPIES : 1); `op_offload` llama.cpp's
+    cparams.op_offload (on unless --no-op-offload); `cur_copy` 0 at a reserve."""
+    tensors = graph.tensors
+    n = len(tensors)
+    nb = len(backends)
+    if nb == 0:
+        raise SchedError("the scheduler needs at least one backend (the CPU, last)")
+    last = nb - 1
+    nodes = list(graph.nodes)
+    leafs = graph.leafs
+
+    ops = [t.op for t in tensors]
+    view_src = [t.view_src for t in tensors]
+    # the buffer that holds each tensor's memory: its view source's for a view
+    base_buf = [
+        (tensors[v].buffer if v is not None else t.buffer)
+        for t, v in zip(tensors, view_src, strict=True)
+    ]
+    weights = [t.buffer is not None and t.usage == USAGE_WEIGHTS for t in tensors]
+    srcs: list[tuple[int | None, ...]] = [t.src for t in tensors]
+    bufts_of = [b.bufts for b in backends]
+    sched_bufts = [b.buft for b in backends]
+    by_name = {b.name: i for i, b in enumerate(backends)}
+
+    cache: list[dict[int, bool]] = [{} for _ in range(nb)]
+
+    def supports(b: int, i: int) -> bool:
+        c = cache[b]
+        r = c.get(i)
+        if r is None:
+            r = c[i] = backends[b].supports_op(tensors, i)
+        return r
+
+    bid = [-1] * n
+    for i, t in enumerate(tensors):
+        if t.backend is not None:
+            if t.backend not in by_name:
+                raise SchedError(
+                    f"{t.name} is pinned to backend {t.backend}, not among the backends"
+                )
+            bid[i] = by_name[t.backend]
+
+    def from_buffer(t: int, op: int) -> int:
+        """ggml_backend_sched_backend_from_buffer."""
+        buf = base_buf[t]
+        if buf is None:
+            return -1
+        for b in range(nb):
+            if buf in bufts_of[b] and supports(b, op):
+                return b
+        return -1
+
+    def from_cur(i: int) -> int:
+        """ggml_backend_sched_backend_id_from_cur."""
+        r = from_buffer(i, i)
+        if r != -1:
+            return r
+        v = view_src[i]
+        if v is not None:
+            r = from_buffer(v, i)
+            if r != -1:
+                return r
+        if base_buf[i] is not None:
+            raise SchedError(
+                f"pre-allocated tensor ({tensors[i].name}) in a buffer ({base_buf[i]}) that "
+                f"cannot run the operation ({ops[i]})"
+            )
+        if tensors[i].flags & FLAG_INPUT:
+            return last
+        if ops[i] == "ROPE" or ops[i] == "FLASH_ATTN_EXT":
+            return -1
+        for s in srcs[i]:
+            if s is None or not weights[s]:
+                continue
+            sb = from_buffer(s, i)
+            if op_offload and sb == last and tensors[s].buffer in host_bufts:
+                for b in range(sb):
+                    if supports(b, i) and backends[b].offload_op(tensors, i):
+                        return b
+            return sb
+        return -1
+
+    # pass 1: assign backends to ops with pre-allocated inputs
+    for i in leafs:
+        if bid[i] == -1:
+            bid[i] = from_cur(i)
+    for i in nodes:
+        if bid[i] == -1:
+            bid[i] = from_cur(i)
+
+    # pass 2: expand the assignments (GPUs first, skipping the CPU; then every backend)
+    compute = [i for i in nodes if ops[i] not in VIEW_OPS]
+    for order, skip_cpu in (
+        (compute, True),
+        (compute[::-1], True),
+        (compute, False),
+        (compute[::-1], False),
+    ):
+        cur = -1
+        for i in order:
+            b = bid[i]
+            if b != -1:
+                cur = -1 if (skip_cpu and b == last) else b
+            elif cur != -1 and supports(cur, i):
+                bid[i] = cur
+
+    def buffer_supported(t: int, b: int) -> bool:
+        """ggml_backend_sched_buffer_supported."""
+        buft = base_buf[t]
+        if buft is None:
+            tb = bid[t]
+            v = view_src[t]
+            if tb == -1 and v is not None:
+                tb = bid[v]
+            if tb == -1:
+                return False
+            buft = sched_bufts[tb]
+        return buft in bufts_of[b]
+
+    # pass 3: upgrade nodes to higher-priority backends with the same buffer type; place the rest
+    for i in compute:
+        b0 = bid[i]
+        if b0 == -1:
+            best = -1
+            for b in range(nb):
+                if not supports(b, i):
+                    continue
+                n_sup = 0
+                for s in srcs[i]:
+                    if s is None:
+                        continue
+                    v = view_src[s]
+                    if (bid[s] != -1 or (v is not None and bid[v] != -1)) and buffer_supported(
+                        s, b
+                    ):
+                        n_sup += 1
+                if n_sup > best:
+                    best = n_sup
+                    bid[i] = b
+        else:
+            for b in range(b0):
+                if sched_bufts[b] == sched_bufts[b0] and supports(b, i):
+                    if all(s is None or buffer_supported(s, b) for s in srcs[i]):
+                        bid[i] = b
+                        break
+
+    # pass 4: sources follow their node, views their view source
+    for i in nodes:
+        v = view_src[i]
+        if v is not None and bid[i] == -1:
+            bid[i] = bid[v]
+        for s in srcs[i]:
+            if s is None or bid[s] != -1:
+                continue
+            vs = view_src[s]
+            bid[s] = bid[vs] if vs is not None else bid[i]
+        if bid[i] == -1:
+            for b in range(nb):
+                if supports(b, i):
+                    bid[i] = b
+                    break
+        if bid[i] == -1:
+            raise SchedError(f"no backend supports {tensors[i].name} ({ops[i]})")
+
+    # pass 5: the splits and their inputs
+    new: list[Tensor] = []  # tensors added after the input graph's
+
+    def add(t: Tensor) -> int:
+        new.append(t)
+        return n + len(new) - 1
+
+    copies: dict[tuple[int, int], list[int]] = {}
+    copy_flags = FLAG_INPUT | FLAG_OUTPUT if n_copies > 1 else 0
+
+    def dup(t: Tensor, name: str, flags: int) -> Tensor:
+        """ggml_dup_tensor_layout: same type, shape and strides, no op, no data."""
+        return Tensor(
+            name=name[: GGML_MAX_NAME - 1],
+            op="NONE",
+            type=t.type,
+            ne=t.ne,
+            nb=t.nb,
+            nbytes=t.nbytes,
+            flags=flags,
+            desc="NONE",
+        )
+
+    splits: list[list] = []  # [backend, i_start, i_end, inputs]
+    first = next((k for k, i in enumerate(nodes) if ops[i] not in VIEW_OPS), len(nodes))
+    cur_b = bid[nodes[first]] if first < len(nodes) else -1
+    split: list = [cur_b, 0, 0, []]
+    splits.append(split)
+    for k in range(first, len(nodes)):
+        i = nodes[k]
+        if ops[i] in VIEW_OPS:
+            continue
+        b = bid[i]
+        need_new = False
+        if b == cur_b and split[3]:
+            for s in srcs[i]:
+                if s is not None and weights[s] and bid[s] != cur_b:
+                    if not buffer_supported(s, cur_b):
+                        need_new = True
+                        break
+        if b != cur_b or need_new:
+            split[2] = k
+            split = [b, k, 0, []]
+            splits.append(split)
+            cur_b = b
+        node_src = srcs[i]
+        changed: list[int | None] | None = None
+        for j, s in enumerate(node_src):
+            if s is None:
+                continue
+            if bid[s] == -1:
+                raise SchedError(
+                    f"{tensors[s].name} (a source of {tensors[i].name}) has no backend"
+                )
+            if bid[s] != cur_b and not buffer_supported(s, cur_b):
+                key = (s, cur_b)
+                cps = copies.get(key)
+                if cps is None:
+                    bname = backends[cur_b].name
+                    src_t = tensors[s]
+                    cps = copies[key] = [
+                        add(dup(src_t, f"{bname}#{src_t.name}#{c}", copy_flags))
+                        for c in range(n_copies)
+                    ]
+                    split[3].append(s)
+                if changed is None:
+                    changed = list(node_src)
+                changed[j] = cps[cur_copy]
+        if changed is not None:
+            srcs[i] = tuple(changed)
+    split[2] = len(nodes)
+
+    # pass 6: with several copies, every graph input gets its own copies
+    graph_inputs: list[int] = []
+    set_flags: dict[int, int] = {}
+    if n_copies > 1:
+        for i in leafs:
+            if not tensors[i].flags & FLAG_INPUT:
+                continue
+            b = bid[i]
+            key = (i, b)
+            if key not in copies:
+                cps = []
+                for c in range(n_copies):
+                    if c == cur_copy:
+                        set_flags[i] = FLAG_INPUT | FLAG_OUTPUT
+                        cps.append(i)
+                    else:
+                        name = f"{backends[b].name}#{tensors[i].name}#{c}"
+                        cps.append(add(dup(tensors[i], name, FLAG_INPUT | FLAG_OUTPUT)))
+                copies[key] = cps
+            graph_inputs.append(i)
+
+    # the tensors as they now stand: nodes whose sources became copies, leafs flagged output
+    table: list[Tensor] = list(tensors)
+    for i in range(n):
+        t = table[i]
+        if srcs[i] is not t.src or i in set_flags:
+            table[i] = _changed(t, srcs[i], t.flags | set_flags.get(i, 0))
+    table.extend(new)
+
+    # each backend optimizes its splits (ggml_backend_graph_optimize); the node list is reordered
+    # in place, and the allocation dependencies are collected
+    keep: dict[int, list[int]] = {}
+    counts: list[int] | None = None
+    all_srcs: list[tuple[int | None, ...]] = []
+    for sp in splits:
+        opt = backends[sp[0]].graph_optimize
+        if opt is None or sp[2] <= sp[1]:
+            continue
+        if counts is None:
+            counts = use_counts(graph) + [0] * len(new)
+            all_srcs = srcs + [t.src for t in new]
+        deps = opt(table, nodes[sp[1] : sp[2]], all_srcs, counts)
+        nodes[sp[1] : sp[2]] = deps.order
+        for until, kept in deps.keep:
+            lst = keep.setdefault(until, [])
+            for t_ in kept:
+                if t_ not in lst:
+                    lst.append(t_)
+
+    def view_of(src_i: int, src: tuple[int, ...]) -> Tensor:
+        """ggml_view_tensor of a tensor with `src` as its sources: a view of the whole tensor, on
+        its base (ggml_new_tensor_impl)."""
+        t = table[src_i]
+        v = t.view_src
+        base, offs = (src_i, 0) if v is None else (v, t.view_offs)
+        return Tensor(
+            name=f"{t.name} (view)"[: GGML_MAX_NAME - 1],
+            op="NONE",
+            type=t.type,
+            ne=t.ne,
+            nb=t.nb,
+            nbytes=t.nbytes,
+            src=src,
+            view_src=base,
+            view_offs=offs,
+            data=table[base].data,
+            desc="NONE",
+        )
+
+    # the graph for the allocator (sched->graph)
+    out_nodes: list[int] = []
+    out_ids: list[int] = []
+    for b, i0, i1, inputs in splits:
+        for s in inputs:
+            table.append(view_of(s, (s,)))
+            out_nodes.append(len(table) - 1)
+            out_ids.append(bid[s])
+            out_nodes.append(copies[(s, b)][cur_copy])
+            out_ids.append(b)
+        for k in range(i0, i1):
+            i = nodes[k]
+            out_nodes.append(i)
+            out_ids.append(bid[i])
+            kept = keep.get(i)
+            if kept:
+                for j0 in range(0, len(kept), GGML_MAX_SRC):
+                    table.append(view_of(kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
+                    out_nodes.append(len(table) - 1)
+                    out_ids.append(b)
+
+    out_leafs: list[int] = []
+    leaf_ids: list[int] = []
+    if n_copies > 1:
+        for i in graph_inputs:
+            b = bid[i]
+            for c in copies[(i, b)]:
+                out_leafs.append(c)
+                leaf_ids.append(b)
+        for b, _, _, inputs in splits:
+            for s in inputs:
+                for c in copies[(s, b)]:
+                    out_leafs.append(c)
+                    leaf_ids.append(b)
+    for i in leafs:
+        out_leafs.append(i)
+        leaf_ids.append(bid[i])
+
+    return SplitGraph(
+        graph=Graph(
+            tensors=tuple(table),
+            leafs=tuple(out_leafs),
+            nodes=tuple(out_nodes),
+            leaf_buffer_ids=tuple(leaf_ids),
+            node_buffer_ids=tuple(out_ids),
+        ),
+        splits=tuple(Split(b, i0, i1, tuple(inp)) for b, i0, i1, inp in splits),
+        tensor_backend=tuple(bid),
+    )
