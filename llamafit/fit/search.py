@@ -71,7 +71,7 @@ class Target:
                 self.gpus,
                 self.host,
                 build=self.build,
-                main_host_weights=b.devices[-1].weights_bytes,
+                main_host_weights=b.devices[-1].weights_bytes - b.devices[-1].repack_bytes,
             ),
         )
 

@@ -351,7 +351,8 @@ def draft_usage(
     main_host_weights: int = 0,
 ) -> SideUsage:
     """The draft model's weights and its context (KV, compute, output) per device; host weights the
-    target already maps from the same file are not counted again (shared_host_weights)."""
+    target already maps from the same file are not counted again (shared_host_weights;
+    `main_host_weights`: the target's mapped host weights, CPU_REPACK left out)."""
     from .resolve import resolve
 
     assert plan.draft is not None
@@ -365,7 +366,10 @@ def draft_usage(
         dcfg = replace(dcfg, n_ctx=n_ctx_dft, n_parallel=1, kv_unified=False, n_batch=n_ctx_dft)
     drc = resolve(dcfg, plan.draft.facts, engine=rc.engine, build=build)
     b = plan.draft.estimate(drc, _draft_gpus(plan.flags.draft_devices, gpus), host, reserve_bytes=0)
-    shared = shared_host_weights(plan, rc, b.devices[-1].weights_bytes, main_host_weights)
+    host_row = b.devices[-1]  # its CPU_REPACK copies are its own anonymous memory, never shared
+    shared = shared_host_weights(
+        plan, rc, host_row.weights_bytes - host_row.repack_bytes, main_host_weights
+    )
     devs = tuple(
         SideDeviceUsage(
             d.name,

@@ -19,8 +19,12 @@ import pytest
 from tests.support import ROOT
 
 CHILD = """
+import signal
 import sys
 from pathlib import Path
+# as in a terminal: a shell that starts jobs in the background (CI) leaves SIGINT ignored, and
+# Python keeps an inherited SIG_IGN
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {root!r})
 from scripts.bench import bench_fit, bench_limit
 bench_fit.models = lambda tmp, quick: [("stand-in", Path("stand-in.gguf"))]
