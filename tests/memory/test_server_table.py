@@ -103,6 +103,7 @@ def test_the_replay_covers_these_models() -> None:
         "swa-gemma3.gguf",
         "moe-qwen3.gguf",
         "demo:gemma-3-270m-q4_k_m.gguf",
+        "per-layer-kv.gguf",
     }
 
 

@@ -1,7 +1,7 @@
 """The pre-split graph llama.cpp builds for one reserve: `build_graph(facts, config)`.
 
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
-(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp) over the helpers of
+(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, deci.cpp) over the helpers of
 llm_graph_context (src/llama-graph.cpp: build_inp_embd, build_inp_pos, build_inp_out_ids,
 build_attn_inp_kv / _iswa, build_norm, build_qkv, build_attn, build_attn_mha, build_ffn,
 build_moe_ffn) and the KV cache views of llama_kv_cache (src/llama-kv-cache.cpp: get_k, get_v,
@@ -45,7 +45,7 @@ from .ggml import (
 from .nodes import PIN_CPU, Graph, Tensor
 
 # archs whose graph this module builds (src/models/<arch>.cpp)
-FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "deci")
 
 
 class GraphBuildError(LlamafitError):
@@ -400,7 +400,7 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
         config, overrides, "token_embd.weight", -1
     ) == weight_buffer(config, overrides, "token_embd.weight", -2)
     rope: tuple[int, ...] = ()
-    if "rope_freqs.weight" in tensors and facts.architecture == "llama":
+    if "rope_freqs.weight" in tensors and facts.architecture in ("llama", "deci"):
         seen: dict[str, int] = {}
         rope = tuple(
             seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
@@ -838,9 +838,72 @@ class _Context:
         return self.cb(out, "ffn_moe_out", il)
 
     # --- the arch graphs -------------------------------------------------------------------
+    def lm_head(self, inpL: T) -> T:
+        """The output norm and lm_head most archs end with (result_norm, result_output), and
+        llm_graph_result::set_outputs; returns the logits for arch-specific tails."""
+        cur = self.norm(inpL, self.w("output_norm.weight", -2), -1)
+        cur = self.cb(cur, "result_norm", -1)
+        set_output(cur)
+        output = self.w("output.weight", -2)
+        if output is None:  # tied: token_embd again, in the output layer's buffer
+            output = self.need(
+                self.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
+            )
+        return self.mm(output, cur)
+
+    def finish(self, logits: T) -> None:
+        self.b.expand(self.cb(logits, "result_output", -1))
+        set_output(logits)
+
+    def build_deci(self) -> None:
+        """src/models/deci.cpp llama_model_deci::graph: per-layer heads and FFN widths, layers
+        without attention (n_head 0), "linear attention" (n_head_kv 0: wo alone) or without FFN
+        (n_ff 0)."""
+        f, b = self.f, self.b
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos()
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        inp = _Inp(self, _Cache(self, layers, self.c.kv_size))
+        inp.rotations(self)
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            inpSA = inpL
+            n_head, n_head_kv, n_ff = f.n_head[il], f.n_head_kv[il], f.n_ff[il]
+            if n_head == 0:
+                cur = inpL
+            else:
+                cur = self.norm(inpL, self.lw(il, "attn_norm.weight"), il)
+                cur = self.cb(cur, "attn_norm", il)
+            if n_head > 0 and n_head_kv == 0:
+                wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+                cur = self.cb(self.mm(wo, cur), "wo", il)
+            elif n_head > 0:
+                factors = self.w("rope_freqs.weight", il)  # llama_model::get_rope_factors
+                q, k, v = self.qkv(cur, il)
+                q = self.cb(b.rope(q, inp_pos, factors), "Qcur", il)
+                k = self.cb(b.rope(k, inp_pos, factors), "Kcur", il)
+                self.cb(v, "Vcur", il)
+                wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+                cur = self.attn(inp, wo, self.lw(il, "attn_output.bias"), q, k, v, il, False)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            if n_ff == 0:
+                continue
+            ffn_inp = cur
+            if n_head > 0:
+                ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.cb(self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+            cur = self.cb(self.ffn(cur, il, "silu", True), "ffn_out", il)
+            cur = self.cb(b.add(cur, ffn_inp), "ffn_out", il)
+            inpL = self.cb(cur, "l_out", il)
+        self.finish(self.lm_head(inpL))
+
     def build(self) -> None:
         f, c, b = self.f, self.c, self.b
         arch = f.architecture
+        if arch == "deci":
+            return self.build_deci()
         gemma = arch == "gemma3"
         iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")
