@@ -41,6 +41,7 @@ SHAPES = (
     "llama3.1-8b",
     "qwen3-8b",
     "qwen3-30b-a3b",
+    "gpt-oss-20b",
     "fixtures/per-layer-kv.gguf",
 )
 

@@ -56,9 +56,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fx-dense-llama-fa-off": ("fixtures/dense-llama.gguf", ("-c", "1024", "-fa", "off")),
     "fx-moe-qwen3": ("fixtures/moe-qwen3.gguf", ("-c", "1024", "-np", "2", "-ub", "16")),
     "fx-swa-gemma3": ("fixtures/swa-gemma3.gguf", ("-c", "2048", "-np", "2")),
-    # the fixtures of other architectures: per-layer heads and FFN widths (deci)
+    # the fixtures of other architectures: per-layer heads and FFN widths (deci);
     "fx-deci": ("fixtures/per-layer-kv.gguf", ("-c", "1024")),
     "fx-deci-fa-off": ("fixtures/per-layer-kv.gguf", ("-c", "2048", "-fa", "off", "-np", "1")),
+    # attention sinks, iSWA, the biased softmax-weight MoE (gpt-oss)
+    "fx-gptoss": ("fixtures/swa-gptoss.gguf", ("-c", "1024")),
+    "fx-gptoss-fa-off": ("fixtures/swa-gptoss.gguf", ("-c", "2048", "-fa", "off", "-np", "2")),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),

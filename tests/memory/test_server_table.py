@@ -104,6 +104,7 @@ def test_the_replay_covers_these_models() -> None:
         "moe-qwen3.gguf",
         "demo:gemma-3-270m-q4_k_m.gguf",
         "per-layer-kv.gguf",
+        "swa-gptoss.gguf",
     }
 
 

@@ -28,8 +28,8 @@ from tests.support.scripts import script
 GRAPHS = FIXTURES / "graphs"
 _SHAPES = Path(tempfile.mkdtemp(prefix="llamafit-graph-shapes-"))
 # the CPU's repacked weight types with AVX2 (ggml/src/ggml-cpu/repack.cpp
-# ggml_repack_get_optimal_repack_type: Q4_0, Q4_K and IQ4_NL with rows in groups of 8)
-REPACKED = ("q4_0", "q4_K", "iq4_nl")
+# ggml_repack_get_optimal_repack_type: Q4_0, Q4_K, IQ4_NL and MXFP4 with rows in groups of 8)
+REPACKED = ("q4_0", "q4_K", "iq4_nl", "mxfp4")
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from .ggml import (
 from .nodes import PIN_CPU, Graph, Tensor
 
 # archs whose graph this module builds (src/models/<arch>.cpp)
-FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "deci")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "deci", "gpt-oss")
 
 
 class GraphBuildError(LlamafitError):
@@ -411,7 +411,10 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
 
 def _iswa(facts: ModelFacts) -> bool:
     """The arch builds llm_graph_input_attn_kv_iswa (gemma3.cpp: swa_type standard)."""
-    return facts.architecture == "gemma3" and facts.swa.swa_type != "none" and any(facts.swa.is_swa)
+    iswa_archs = ("gemma3", "gpt-oss")
+    return (
+        facts.architecture in iswa_archs and facts.swa.swa_type != "none" and any(facts.swa.is_swa)
+    )
 
 
 _TENSORS: dict[int, tuple[ModelFacts, dict[str, tuple[str, tuple[int, ...]]]]] = {}
@@ -701,8 +704,9 @@ class _Context:
             0,
         )
 
-    def attn_mha(self, q: T, k: T, v: T, mask: T, il: int) -> T:
-        """build_attn_mha (no KQ bias, sinks or MLA)."""
+    def attn_mha(self, q: T, k: T, v: T, mask: T, il: int, sinks: T | None = None) -> T:
+        """build_attn_mha (no KQ bias or MLA); sinks as ggml_flash_attn_ext_add_sinks /
+        ggml_soft_max_add_sinks set them (src 4 / src 2)."""
         b = self.b
         v_trans = v.nb[1] > v.nb[2]
         n_stream = k.ne[3]
@@ -719,10 +723,15 @@ class _Context:
             if v.type == "f32":
                 v = b.cast(v, "f16")
             cur = b.flash_attn_ext(q, k, v, mask)
+            if sinks is not None:
+                cur.src = (*cur.src, sinks)
             cur = b.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
         else:
             kq = self.cb(b.mul_mat(k, q), "kq", il)
-            kq = self.cb(b.soft_max(kq, mask), "kq_soft_max", il)
+            kq = b.soft_max(kq, mask)
+            if sinks is not None:
+                kq.src = (*kq.src, sinks)
+            kq = self.cb(kq, "kq_soft_max", il)
             if not v_trans:
                 v = self.cb(b.cont(b.transpose(v)), "v_cont", il)
             kqv = self.cb(b.mul_mat(v, kq), "kqv", il)
@@ -733,7 +742,18 @@ class _Context:
         b.expand(cur)
         return cur
 
-    def attn(self, inp: _Inp, wo: T, wo_b: T | None, q: T, k: T, v: T, il: int, iswa: bool) -> T:
+    def attn(
+        self,
+        inp: _Inp,
+        wo: T,
+        wo_b: T | None,
+        q: T,
+        k: T,
+        v: T,
+        il: int,
+        iswa: bool,
+        sinks: T | None = None,
+    ) -> T:
         """build_attn over llm_graph_input_attn_kv (iswa False) or _kv_iswa (True)."""
         b = self.b
         cache = inp.cache
@@ -747,7 +767,8 @@ class _Context:
             b.expand(t)
         b.expand(self.cpy_k(cache, k, inp.k_idxs, il))
         b.expand(self.cpy_v(cache, v, inp.v_idxs, il))
-        cur = self.attn_mha(q, self.get_k(cache, il), self.get_v(cache, il), inp.mask, il)
+        k, v = self.get_k(cache, il), self.get_v(cache, il)
+        cur = self.attn_mha(q, k, v, inp.mask, il, sinks)
         self.cb(cur, "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
@@ -781,8 +802,22 @@ class _Context:
             cur = b.add(cur, down_b)
         return cur
 
-    def moe_ffn(self, cur: T, il: int) -> T:
-        """build_moe_ffn: softmax gating, top-k by argsort, weights normalised (norm_w), SILU."""
+    def moe_ffn(
+        self,
+        cur: T,
+        il: int,
+        *,
+        gating: str = "softmax",
+        norm_w: bool = True,
+        act: str = "silu",
+        biases: bool = False,
+        exp_probs_b: T | None = None,
+    ) -> T:
+        """build_moe_ffn (src/llama-graph.cpp): gating "softmax", "sigmoid" or "softmax_weight"
+        (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
+        exp_probs_b), weights normalised (norm_w) and scaled (expert_weights_scale), act "silu"
+        (SWIGLU, or SILU without gate experts) or "swiglu_oai" (LLM_FFN_SWIGLU_OAI_MOE); biases:
+        the gate_inp and expert biases (ggml_add_id)."""
         b, f = self.b, self.f
         assert f.moe is not None
         n_expert, n_used = f.moe.n_expert, f.moe.n_expert_used
@@ -794,19 +829,36 @@ class _Context:
             "ffn_moe_logits",
             il,
         )
-        probs = self.cb(b.soft_max(logits), "ffn_moe_probs", il)
-        selected = b.argsort_top_k(probs, n_used)
+        gate_inp_b = self.lw(il, "ffn_gate_inp.bias") if biases else None
+        if gate_inp_b is not None:
+            logits = self.cb(b.add(logits, gate_inp_b), "ffn_moe_logits_biased", il)
+        if gating == "softmax":
+            probs = b.soft_max(logits)
+        elif gating == "sigmoid":
+            probs = b.unary(logits, "SIGMOID")
+        else:  # softmax_weight: the logits themselves
+            probs = logits
+        self.cb(probs, "ffn_moe_probs", il)
+        selection = probs
+        if exp_probs_b is not None:
+            selection = self.cb(b.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
+        selected = b.argsort_top_k(selection, n_used)
         assert selected.src[0] is not None
         self.cb(selected.src[0], "ffn_moe_argsort", il)
         self.cb(selected, "ffn_moe_topk", il)
         probs = b.reshape(probs, 1, n_expert, n_tokens)
         weights = self.cb(b.get_rows(probs, selected), "ffn_moe_weights", il)
-        # norm_w (qwen3moe, llama)
-        weights = b.reshape(weights, n_used, n_tokens)
-        wsum = self.cb(b.sum_rows(weights), "ffn_moe_weights_sum", il)
-        wsum = self.cb(b.clamp(wsum), "ffn_moe_weights_sum_clamped", il)
-        weights = self.cb(b.div(weights, wsum), "ffn_moe_weights_norm", il)
-        weights = b.reshape(weights, 1, n_used, n_tokens)
+        if gating == "softmax_weight":
+            weights = b.soft_max(b.reshape(weights, n_used, n_tokens))
+            weights = self.cb(
+                b.reshape(weights, 1, n_used, n_tokens), "ffn_moe_weights_softmax", il
+            )
+        if norm_w:
+            weights = b.reshape(weights, n_used, n_tokens)
+            wsum = self.cb(b.sum_rows(weights), "ffn_moe_weights_sum", il)
+            wsum = self.cb(b.clamp(wsum), "ffn_moe_weights_sum_clamped", il)
+            weights = self.cb(b.div(weights, wsum), "ffn_moe_weights_norm", il)
+            weights = b.reshape(weights, 1, n_used, n_tokens)
         scale = self.hp.expert_weights_scale
         if scale != 0.0 and scale != 1.0:
             weights = self.cb(b.scale(weights), "ffn_moe_weights_scaled", il)
@@ -814,14 +866,28 @@ class _Context:
         cur = b.reshape(cur, n_embd, 1, n_tokens)
         up_exps = self.need(self.lw(il, "ffn_up_exps.weight"), "ffn_up_exps")
         up = self.cb(b.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)
+        up_b = self.lw(il, "ffn_up_exps.bias") if biases else None
+        if up_b is not None:
+            up = self.cb(b.add_id(up, up_b, selected), "ffn_moe_up_biased", il)
         gate_exps = self.lw(il, "ffn_gate_exps.weight")
         if gate_exps is not None:
             cur = self.cb(b.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
+        else:
+            cur = up
+        gate_b = self.lw(il, "ffn_gate_exps.bias") if biases else None
+        if gate_b is not None:
+            cur = self.cb(b.add_id(cur, gate_b, selected), "ffn_moe_gate_biased", il)
+        if act == "swiglu_oai":
+            cur = self.cb(b.glu_split(cur, up, "SWIGLU_OAI"), "ffn_moe_swiglu_oai", il)
+        elif gate_exps is not None:
             cur = self.cb(b.glu_split(cur, up, "SWIGLU"), "ffn_moe_swiglu", il)
         else:
             cur = self.cb(b.unary(up, "SILU"), "ffn_moe_silu", il)
         down = self.need(self.lw(il, "ffn_down_exps.weight"), "ffn_down_exps")
         experts = self.cb(b.mul_mat_id(down, cur, selected), "ffn_moe_down", il)
+        down_b = self.lw(il, "ffn_down_exps.bias") if biases else None
+        if down_b is not None:
+            experts = self.cb(b.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
         experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
         b.expand(experts)
         views = []
@@ -899,11 +965,58 @@ class _Context:
             inpL = self.cb(cur, "l_out", il)
         self.finish(self.lm_head(inpL))
 
+    def build_gptoss(self) -> None:
+        """src/models/openai-moe.cpp llama_model_openai_moe::graph: iSWA attention with biases
+        and sinks, a post-attention norm, the biased softmax-weight MoE with SWIGLU_OAI; the
+        output rows picked after the last layer (cparams.embeddings_nextn_masked is false), whose
+        input is an output too (t_h_nextn, llm_graph_result::set_outputs)."""
+        f, b = self.f, self.b
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos()
+        base, swa = self.inp_iswa()
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            q, k, v = self.qkv(cur, il)
+            q = self.cb(b.rope(q, inp_pos, None), "Qcur", il)
+            k = self.cb(b.rope(k, inp_pos, None), "Kcur", il)
+            self.cb(v, "Vcur", il)
+            inp = swa if f.swa.is_swa[il] else base
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            wo_b = self.lw(il, "attn_output.bias")
+            sinks = self.lw(il, "attn_sinks.weight")
+            cur = self.attn(inp, wo, wo_b, q, k, v, il, True, sinks)
+            cur = self.cb(cur, "attn_out", il)
+            ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.norm(ffn_inp, self.lw(il, "post_attention_norm.weight"), il)
+            cur = self.cb(cur, "attn_post_norm", il)
+            cur = self.moe_ffn(
+                cur, il, gating="softmax_weight", norm_w=False, act="swiglu_oai", biases=True
+            )
+            cur = self.cb(cur, "ffn_moe_out", il)
+            inpL = self.cb(b.add(cur, ffn_inp), "l_out", il)
+        set_output(inpL)  # res->t_h_nextn
+        self.finish(self.lm_head(b.get_rows(inpL, out_ids)))
+
+    def inp_iswa(self) -> tuple[_Inp, _Inp]:
+        """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
+        of each (llama_kv_cache_iswa)."""
+        f, c = self.f, self.c
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        base = _Inp(self, _Cache(self, [il for il in layers if not f.swa.is_swa[il]], c.kv_size))
+        swa = _Inp(self, _Cache(self, [il for il in layers if f.swa.is_swa[il]], c.kv_size_swa))
+        base.rotations(self)
+        swa.rotations(self)
+        return base, swa
+
     def build(self) -> None:
         f, c, b = self.f, self.c, self.b
         arch = f.architecture
         if arch == "deci":
             return self.build_deci()
+        if arch == "gpt-oss":
+            return self.build_gptoss()
         gemma = arch == "gemma3"
         iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")

@@ -207,6 +207,10 @@ class Builder:
     def add(self, a: T, b: T) -> T:
         return self._binop("ADD", a, b)
 
+    def add_id(self, a: T, b: T, ids: T) -> T:
+        """ggml_add_id: a plus the rows of b that ids pick."""
+        return T(a.type, a.ne, op="ADD_ID", src=(a, b, ids))
+
     def mul(self, a: T, b: T) -> T:
         return self._binop("MUL", a, b)
 
