@@ -62,6 +62,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # attention sinks, iSWA, the biased softmax-weight MoE (gpt-oss)
     "fx-gptoss": ("fixtures/swa-gptoss.gguf", ("-c", "1024")),
     "fx-gptoss-fa-off": ("fixtures/swa-gptoss.gguf", ("-c", "2048", "-fa", "off", "-np", "2")),
+    # NextN layers, dense lead, sigmoid-gated experts with exp_probs_b and shared ones (glm4moe)
+    "fx-glm4moe": ("fixtures/nextn-glm4moe.gguf", ("-c", "1024")),
+    "fx-glm4moe-fa-off": ("fixtures/nextn-glm4moe.gguf", ("-c", "2048", "-fa", "off", "-np", "2")),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),

@@ -105,6 +105,7 @@ def test_the_replay_covers_these_models() -> None:
         "demo:gemma-3-270m-q4_k_m.gguf",
         "per-layer-kv.gguf",
         "swa-gptoss.gguf",
+        "nextn-glm4moe.gguf",
     }
 
 

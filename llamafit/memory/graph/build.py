@@ -45,7 +45,7 @@ from .ggml import (
 from .nodes import PIN_CPU, Graph, Tensor
 
 # archs whose graph this module builds (src/models/<arch>.cpp)
-FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "deci", "gpt-oss")
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "deci", "gpt-oss", "glm4moe")
 
 
 class GraphBuildError(LlamafitError):
@@ -432,6 +432,10 @@ def _tensor_map(facts: ModelFacts) -> dict[str, tuple[str, tuple[int, ...]]]:
     return m
 
 
+# llama_expert_gating_func_type (src/llama-hparams.h) -> build_moe_ffn's gating
+_GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
+
+
 class _Cache:
     """One llama_kv_cache (the base or the SWA one of llama_kv_cache_iswa) as the graph sees it."""
 
@@ -777,12 +781,13 @@ class _Context:
             cur = b.add(cur, wo_b)
         return cur
 
-    def ffn(self, cur: T, il: int, act: str, biases: bool) -> T:
-        """build_ffn with a parallel gate: SILU -> SWIGLU, GELU -> GEGLU; optional biases."""
+    def ffn(self, cur: T, il: int, act: str, biases: bool, part: str = "") -> T:
+        """build_ffn with a parallel gate: SILU -> SWIGLU, GELU -> GEGLU; optional biases; part
+        "_shexp": the shared experts' tensors."""
         b = self.b
-        up = self.need(self.lw(il, "ffn_up.weight"), "ffn_up")
-        gate = self.need(self.lw(il, "ffn_gate.weight"), "ffn_gate")
-        down = self.need(self.lw(il, "ffn_down.weight"), "ffn_down")
+        up = self.need(self.lw(il, f"ffn_up{part}.weight"), "ffn_up")
+        gate = self.need(self.lw(il, f"ffn_gate{part}.weight"), "ffn_gate")
+        down = self.need(self.lw(il, f"ffn_down{part}.weight"), "ffn_down")
         up_b = self.lw(il, "ffn_up.bias") if biases else None
         gate_b = self.lw(il, "ffn_gate.bias") if biases else None
         down_b = self.lw(il, "ffn_down.bias") if biases else None
@@ -999,6 +1004,59 @@ class _Context:
         set_output(inpL)  # res->t_h_nextn
         self.finish(self.lm_head(b.get_rows(inpL, out_ids)))
 
+    def build_glm4moe(self) -> None:
+        """src/models/glm4-moe.cpp llama_model_glm4_moe::graph: the trunk's layers (the NextN
+        ones are graph_mtp's), optional Q/K norms, a post-attention norm, dense lead layers, then
+        routed (sigmoid gating, exp_probs_b) plus shared experts; the output norm is h_nextn, an
+        output too (cparams.embeddings_nextn is false: rows picked in the last layer)."""
+        f, b = self.f, self.b
+        if f.use_mrope:
+            raise GraphBuildError(f"{f.path}: M-RoPE (rope_sections) is not modelled")
+        assert f.moe is not None
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos()
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        inp = _Inp(self, _Cache(self, layers, self.c.kv_size))
+        inp.rotations(self)
+        out_ids = self.inp_out_ids()
+        gating = _GATING.get(f.expert_gating_func, "sigmoid")
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            q, k, v = self.qkv(cur, il)
+            q_norm, k_norm = self.lw(il, "attn_q_norm.weight"), self.lw(il, "attn_k_norm.weight")
+            if q_norm is not None:
+                q = self.cb(self.norm(q, q_norm, il), "Qcur_normed", il)
+            if k_norm is not None:
+                k = self.cb(self.norm(k, k_norm, il), "Kcur_normed", il)
+            q = self.cb(b.rope(q, inp_pos, None), "Qcur", il)
+            k = self.cb(b.rope(k, inp_pos, None), "Kcur", il)
+            self.cb(v, "Vcur", il)
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            cur = self.attn(inp, wo, None, q, k, v, il, False)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.norm(ffn_inp, self.lw(il, "post_attention_norm.weight"), il)
+            cur = self.cb(cur, "post_attn_norm", il)
+            if il < f.moe.n_layer_dense_lead:
+                cur = self.cb(self.ffn(cur, il, "silu", False), "ffn_out", il)
+            else:
+                routed = self.moe_ffn(
+                    cur,
+                    il,
+                    gating=gating,
+                    norm_w=f.expert_weights_norm,
+                    exp_probs_b=self.lw(il, "exp_probs_b.bias"),
+                )
+                routed = self.cb(routed, "ffn_moe_out", il)
+                shared = self.ffn(cur, il, "silu", False, "_shexp")
+                shared = self.cb(shared, "ffn_shexp_out", il)
+                cur = self.cb(b.add(routed, shared), "ffn_out", il)
+            inpL = self.cb(b.add(cur, ffn_inp), "l_out", il)
+        self.finish(self.lm_head(inpL))  # h_nextn is result_norm: set_output(t_h_nextn) again
+
     def inp_iswa(self) -> tuple[_Inp, _Inp]:
         """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
         of each (llama_kv_cache_iswa)."""
@@ -1017,6 +1075,8 @@ class _Context:
             return self.build_deci()
         if arch == "gpt-oss":
             return self.build_gptoss()
+        if arch == "glm4moe":
+            return self.build_glm4moe()
         gemma = arch == "gemma3"
         iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")
