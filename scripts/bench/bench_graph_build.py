@@ -42,6 +42,7 @@ SHAPES = (
     "qwen3-8b",
     "qwen3-30b-a3b",
     "gpt-oss-20b",
+    "deepseek-v2-lite",
     "fixtures/per-layer-kv.gguf",
     "fixtures/nextn-glm4moe.gguf",
 )

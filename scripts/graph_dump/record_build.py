@@ -65,6 +65,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # NextN layers, dense lead, sigmoid-gated experts with exp_probs_b and shared ones (glm4moe)
     "fx-glm4moe": ("fixtures/nextn-glm4moe.gguf", ("-c", "1024")),
     "fx-glm4moe-fa-off": ("fixtures/nextn-glm4moe.gguf", ("-c", "2048", "-fa", "off", "-np", "2")),
+    # MLA: a K-only cache, absorbed wk_b / wv_b, q_a / q_b, scaled sigmoid experts (deepseek2)
+    "fx-deepseek2": ("fixtures/mla-deepseek2.gguf", ("-c", "1024")),
+    "fx-deepseek2-fa-off": (
+        "fixtures/mla-deepseek2.gguf",
+        ("-c", "2048", "-fa", "off", "-np", "2"),
+    ),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),

@@ -106,6 +106,7 @@ def test_the_replay_covers_these_models() -> None:
         "per-layer-kv.gguf",
         "swa-gptoss.gguf",
         "nextn-glm4moe.gguf",
+        "mla-deepseek2.gguf",
     }
 
 

@@ -45,7 +45,17 @@ from .ggml import (
 from .nodes import PIN_CPU, Graph, Tensor
 
 # archs whose graph this module builds (src/models/<arch>.cpp)
-FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "deci", "gpt-oss", "glm4moe")
+FAMILIES = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "deci",
+    "gpt-oss",
+    "glm4moe",
+    "deepseek2",
+)
 
 
 class GraphBuildError(LlamafitError):
@@ -708,9 +718,19 @@ class _Context:
             0,
         )
 
-    def attn_mha(self, q: T, k: T, v: T, mask: T, il: int, sinks: T | None = None) -> T:
-        """build_attn_mha (no KQ bias or MLA); sinks as ggml_flash_attn_ext_add_sinks /
-        ggml_soft_max_add_sinks set them (src 4 / src 2)."""
+    def attn_mha(
+        self,
+        q: T,
+        k: T,
+        v: T,
+        mask: T,
+        il: int,
+        sinks: T | None = None,
+        v_mla: T | None = None,
+    ) -> T:
+        """build_attn_mha (no KQ bias); sinks as ggml_flash_attn_ext_add_sinks /
+        ggml_soft_max_add_sinks set them (src 4 / src 2); v_mla: MLA's decompression of the
+        attention output (wv_b)."""
         b = self.b
         v_trans = v.nb[1] > v.nb[2]
         n_stream = k.ne[3]
@@ -729,6 +749,10 @@ class _Context:
             cur = b.flash_attn_ext(q, k, v, mask)
             if sinks is not None:
                 cur.src = (*cur.src, sinks)
+            if v_mla is not None:
+                cur = b.permute(cur, 0, 2, 1, 3)
+                cur = self.cb(b.mul_mat(v_mla, cur), "fattn_mla", il)
+                cur = b.cont(b.permute(cur, 0, 2, 1, 3))
             cur = b.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
         else:
             kq = self.cb(b.mul_mat(k, q), "kq", il)
@@ -739,6 +763,8 @@ class _Context:
             if not v_trans:
                 v = self.cb(b.cont(b.transpose(v)), "v_cont", il)
             kqv = self.cb(b.mul_mat(v, kq), "kqv", il)
+            if v_mla is not None:
+                kqv = self.cb(b.mul_mat(v_mla, kqv), "kqv_mla", il)
             cur = b.permute(kqv, 0, 2, 1, 3)
             cur = b.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
             if not self.c.offload_kqv:
@@ -1057,6 +1083,95 @@ class _Context:
             inpL = self.cb(b.add(cur, ffn_inp), "l_out", il)
         self.finish(self.lm_head(inpL))  # h_nextn is result_norm: set_output(t_h_nextn) again
 
+    def attn_k(self, inp: _Inp, wo: T, q: T, k: T, v: T, v_mla: T, il: int) -> T:
+        """build_attn over llm_graph_input_attn_k (MLA: the cache holds K only; V is a view of
+        it, the attention output decompressed by v_mla)."""
+        b = self.b
+        for t in (q, v, k):
+            b.expand(t)
+        b.expand(self.cpy_k(inp.cache, k, inp.k_idxs, il))
+        kc = self.get_k(inp.cache, il)
+        vc = b.view(kc, (v.ne[0], kc.ne[1], kc.ne[2], kc.ne[3]), kc.nb[1:], 0)
+        cur = self.cb(self.attn_mha(q, kc, vc, inp.mask, il, None, v_mla), "kqv_out", il)
+        return self.mm(wo, cur)
+
+    def build_deepseek2(self) -> None:
+        """src/models/deepseek2.cpp llama_model_deepseek2::graph with MLA (hparams.is_mla: the
+        absorbed wk_b / wv_b path over build_attn_inp_k), Q through the q_a / q_b pair or wq
+        (lite), dense lead layers, routed experts (the gating of expert_gating_func, softmax
+        when unset) plus shared ones. Not modelled: the MHA path of GGUFs without wk_b, expert
+        groups, attention temperature tuning."""
+        f, c, b = self.f, self.c, self.b
+        mla = f.mla
+        if mla is None or self.lw(0, "attn_k_b.weight") is None:
+            raise GraphBuildError(f"{f.path}: deepseek2 without MLA (wkv_b) is not modelled")
+        assert f.moe is not None
+        n_tokens, n_head0 = c.n_tokens, f.n_head[0]
+        head_k, rank = mla.key_length_mla, mla.kv_lora_rank
+        n_rot = f.n_embd_head_k - rank  # the cache row: kv_lora_rank, then the RoPE part
+        nope = head_k - n_rot
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos()
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        inp = _Inp(self, _Cache(self, layers, c.kv_size))  # build_attn_inp_k: no rotations
+        out_ids = self.inp_out_ids()
+        gating = _GATING.get(f.expert_gating_func, "softmax")
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            wq = self.lw(il, "attn_q.weight")
+            if wq is None:
+                q = self.cb(self.mm(self.need(self.lw(il, "attn_q_a.weight"), "q_a"), cur), "q", il)
+                q = self.cb(self.norm(q, self.lw(il, "attn_q_a_norm.weight"), il), "q", il)
+                q = self.cb(self.mm(self.need(self.lw(il, "attn_q_b.weight"), "q_b"), q), "q", il)
+            else:
+                q = self.cb(self.mm(wq, cur), "q", il)
+            q = self.cb(b.reshape(q, head_k, n_head0, n_tokens), "q", il)
+            wkv_a = self.need(self.lw(il, "attn_kv_a_mqa.weight"), "attn_kv_a_mqa")
+            kv_pe = self.cb(self.mm(wkv_a, cur), "kv_cmpr_pe", il)
+            row = row_size(kv_pe.type, rank + n_rot)
+            kv = self.cb(b.view(kv_pe, (rank, n_tokens), (row,), 0), "kv_cmpr", il)
+            k_pe = b.view(kv_pe, (n_rot, 1, n_tokens), (row, row), row_size(kv_pe.type, rank))
+            k_pe = self.cb(k_pe, "k_pe", il)
+            k_pe = self.cb(b.rope(k_pe, inp_pos, None), "k_pe", il)
+            kv = self.cb(self.norm(kv, self.lw(il, "attn_kv_a_norm.weight"), il), "kv_cmpr", il)
+            q_nope = b.view(q, (nope, n_head0, n_tokens), (q.nb[1], q.nb[2]), 0)
+            q_nope = self.cb(q_nope, "q_nope", il)
+            q_pe = b.view(q, (n_rot, n_head0, n_tokens), (q.nb[1], q.nb[2]), row_size(q.type, nope))
+            q_pe = self.cb(q_pe, "q_pe", il)
+            q_pe = self.cb(b.rope(q_pe, inp_pos, None), "q_pe", il)
+            q_nope = self.cb(b.permute(q_nope, 0, 2, 1, 3), "q_nope_perm", il)
+            wk_b = self.need(self.lw(il, "attn_k_b.weight"), "attn_k_b")
+            q_abs = self.cb(b.mul_mat(wk_b, q_nope), "q_nope_absorbed", il)
+            q_abs = self.cb(b.permute(q_abs, 0, 2, 1, 3), "q_nope_absorbed_perm", il)
+            q = self.cb(b.concat(q_abs, q_pe, 0), "Qcur", il)
+            kv = self.cb(b.reshape(kv, rank, 1, n_tokens), "kv_cmpr_reshape", il)
+            k = self.cb(b.concat(kv, k_pe, 0), "Kcur", il)
+            v = self.cb(kv, "Vcur", il)
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            wv_b = self.need(self.lw(il, "attn_v_b.weight"), "attn_v_b")
+            cur = self.attn_k(inp, wo, q, k, v, wv_b, il)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.cb(self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+            if il < f.moe.n_layer_dense_lead:
+                cur = self.cb(self.ffn(cur, il, "silu", False), "ffn_out", il)
+            else:
+                routed = self.moe_ffn(
+                    cur,
+                    il,
+                    gating=gating,
+                    norm_w=f.expert_weights_norm,
+                    exp_probs_b=self.lw(il, "exp_probs_b.bias"),
+                )
+                routed = self.cb(routed, "ffn_moe_out", il)
+                shared = self.cb(self.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)
+                cur = self.cb(b.add(routed, shared), "ffn_out", il)
+            inpL = self.cb(b.add(cur, ffn_inp), "l_out", il)
+        self.finish(self.lm_head(inpL))  # h_nextn is result_norm
+
     def inp_iswa(self) -> tuple[_Inp, _Inp]:
         """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
         of each (llama_kv_cache_iswa)."""
@@ -1077,6 +1192,8 @@ class _Context:
             return self.build_gptoss()
         if arch == "glm4moe":
             return self.build_glm4moe()
+        if arch == "deepseek2":
+            return self.build_deepseek2()
         gemma = arch == "gemma3"
         iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")

@@ -283,6 +283,12 @@ class Builder:
         s = self.argsort(a)
         return self.view(s, (k, s.ne[1], s.ne[2], s.ne[3]), (s.nb[1], s.nb[2], s.nb[3]), 0)
 
+    def concat(self, a: T, b: T, dim: int) -> T:
+        """ggml_concat: a new tensor of a's type, b appended along dim."""
+        ne = list(a.ne)
+        ne[dim] += b.ne[dim]
+        return T(a.type, (ne[0], ne[1], ne[2], ne[3]), op="CONCAT", src=(a, b))
+
     def pad(self, a: T, p0: int, p1: int = 0, p2: int = 0, p3: int = 0) -> T:
         ne = (a.ne[0] + p0, a.ne[1] + p1, a.ne[2] + p2, a.ne[3] + p3)
         return T(a.type, ne, op="PAD", src=(a,))
