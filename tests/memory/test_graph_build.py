@@ -273,8 +273,8 @@ def test_reserve_configs_of_the_resolved_config(name: str) -> None:
 
 def test_unmodelled_architecture_is_an_error() -> None:
     facts, hp = facts_of("demo")
-    other = replace(facts, architecture="mamba2")
-    with pytest.raises(GraphBuildError, match="no graph model for architecture 'mamba2'"):
+    other = replace(facts, architecture="rwkv7")
+    with pytest.raises(GraphBuildError, match="no graph model for architecture 'rwkv7'"):
         build_graph(other, GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256), hp)
 
 

@@ -107,6 +107,7 @@ def test_the_replay_covers_these_models() -> None:
         "swa-gptoss.gguf",
         "nextn-glm4moe.gguf",
         "mla-deepseek2.gguf",
+        "recurrent-mamba2.gguf",
     }
 
 

@@ -24,7 +24,7 @@ embeddings/pooling, backend samplers, recurrent and MLA caches (GraphBuildError 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ...errors import LlamafitError
@@ -55,6 +55,7 @@ FAMILIES = (
     "gpt-oss",
     "glm4moe",
     "deepseek2",
+    "mamba2",
 )
 
 
@@ -484,6 +485,31 @@ class _Cache:
 def _quantized(type_: str) -> bool:
     """ggml_is_quantized."""
     return TYPES[type_][0] > 1
+
+
+class _Rs:
+    """llm_graph_input_rs over llama_memory_recurrent as a reserve sees it
+    (llama_memory_recurrent_context over the whole memory: n_rs = size, head 0, rs_z 0): the
+    per-layer state rows (cache_r_l*, cache_s_l*: mem_size = max(1, n_seq_max) rows, n_rs_seq 0)
+    and the copy indexes (build_rs_inp_impl)."""
+
+    def __init__(self, ctx: _Context, layers: list[int]) -> None:
+        f, c, b = ctx.f, ctx.c, ctx.b
+        if f.recurrent is None:
+            raise GraphBuildError(f"{f.path}: no recurrent state sizes (ssm.*) in the model")
+        self.size = max(1, c.n_seq_max)
+        self.r: dict[int, T] = {}
+        self.s: dict[int, T] = {}
+        for il in layers:
+            buf = kv_buffer(c, il)
+            r = Builder.weight(f"cache_r_l{il}", "f32", (f.recurrent.n_embd_r, self.size), buf)
+            s = Builder.weight(f"cache_s_l{il}", "f32", (f.recurrent.n_embd_s, self.size), buf)
+            r.rule = s.rule = ("", il)
+            self.r[il], self.s[il] = r, s
+        n_rs = self.size
+        self.copy = b.new("i32", n_rs, name="rs_s_copy", inp=True)
+        self.copy_main = b.view(self.copy, (c.n_seqs,), (), 0)
+        self.copy_tail = b.view(self.copy, (n_rs - 1,), (), self.copy.nb[0])
 
 
 class _Inp:
@@ -1172,6 +1198,117 @@ class _Context:
             inpL = self.cb(b.add(cur, ffn_inp), "l_out", il)
         self.finish(self.lm_head(inpL))  # h_nextn is result_norm
 
+    def build_rs(
+        self, rs: _Rs, s: T, state_size: int, getter: Callable[[T, T], T] | None = None
+    ) -> T:
+        """llm_graph_context::build_rs for a reserve (rs_head 0, rs_z 0, n_rs = the size)."""
+        b, n_seqs = self.b, self.c.n_seqs
+        n_rs = rs.size
+        state_copy = rs.copy_tail if getter is not None else rs.copy
+        states = b.reshape(s, state_size, s.ne[1])
+        b.expand(b.scale_inplace(b.view(states, (state_size,), (), 0)))
+        i0 = n_rs - state_copy.ne[0]
+        states_all = b.get_rows(states, state_copy)
+        if getter is not None:
+            out = getter(states, rs.copy_main)
+        else:
+            out = b.view(states_all, (state_size, n_seqs), (states_all.nb[1],), 0)
+        b.expand(out)
+        nb1 = states_all.nb[1]
+        extra = b.view(states_all, (state_size, n_rs - n_seqs), (nb1,), (n_seqs - i0) * nb1)
+        dest = b.view(s, (state_size, n_rs - n_seqs), (s.nb[1],), n_seqs * s.nb[1])
+        b.expand(b.cpy(extra, dest))
+        return out
+
+    def mamba2_layer(self, rs: _Rs, cur: T, il: int) -> T:
+        """llm_build_mamba_base::build_mamba2_layer (src/models/mamba-base.cpp), K = 1
+        (cparams.n_rs_seq 0): the conv state, ssm_conv, ssm_scan over the states in place, the
+        D skip, the z gate and the grouped RMS norm."""
+        f, b, c = self.f, self.b, self.c
+        rec = f.recurrent
+        assert rec is not None
+        d_conv, d_inner, d_state = rec.d_conv, rec.d_inner, rec.d_state
+        n_head, n_group = rec.dt_rank, rec.n_group
+        head_dim = d_inner // n_head
+        n_seqs = c.n_seqs
+        n_seq_tokens = c.n_tokens // n_seqs
+        xbc_w = d_inner + 2 * n_group * d_state
+        conv_all, ssm_all = rs.r[il], rs.s[il]
+        state_slots = ssm_all.ne[1]
+        conv = self.build_rs(rs, conv_all, rec.n_embd_r)
+        conv = b.reshape(conv, d_conv - 1, xbc_w, n_seqs)
+        zx = self.mm(self.need(self.lw(il, "ssm_in.weight"), "ssm_in"), cur)
+        zx = b.reshape(zx, zx.ne[0], n_seq_tokens, n_seqs)
+        nb0, nb1, nb2 = zx.nb[0], zx.nb[1], zx.nb[2]
+        z = b.view(zx, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * nb0, nb1, nb2), 0)
+        xbc = b.view(zx, (xbc_w, n_seq_tokens, n_seqs), (nb1, nb2), d_inner * nb0)
+        dt = b.view(zx, (n_head, n_seq_tokens, n_seqs), (nb1, nb2), (d_inner + xbc_w) * nb0)
+        conv_x = b.concat(conv, b.transpose(xbc), 0)
+        row_count = (d_conv - 1) * xbc_w
+        last = b.view(
+            conv_x,
+            (d_conv - 1, xbc_w, n_seqs),
+            (conv_x.nb[1], conv_x.nb[2]),
+            n_seq_tokens * conv_x.nb[0],
+        )
+        b.expand(b.cpy(last, b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)))
+        xbc = b.ssm_conv(conv_x, self.need(self.lw(il, "ssm_conv1d.weight"), "ssm_conv1d"))
+        xbc = b.add(xbc, self.need(self.lw(il, "ssm_conv1d.bias"), "ssm_conv1d.bias"))
+        xbc = b.unary(xbc, "SILU")
+        e, n1, n2 = xbc.nb[0], xbc.nb[1], xbc.nb[2]
+        x = b.view(xbc, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * e, n1, n2), 0)
+        gb = (d_state, n_group, n_seq_tokens, n_seqs)
+        bm = b.view(xbc, gb, (d_state * e, n1, n2), d_inner * e)
+        cm = b.view(xbc, gb, (d_state * e, n1, n2), (d_inner + n_group * d_state) * e)
+        dt = b.add(b.cont(dt), self.need(self.lw(il, "ssm_dt.bias"), "ssm_dt.bias"))
+        a = self.need(self.lw(il, "ssm_a"), "ssm_a")
+
+        def ssm_rows(states: T, ids: T) -> T:
+            ssm = b.reshape(states, d_state, head_dim, n_head, state_slots)
+            return b.ssm_scan(ssm, x, dt, a, bm, cm, ids, 1)
+
+        y_ssm = self.build_rs(rs, ssm_all, rec.n_embd_s, ssm_rows)
+        big_d = d_state * d_inner
+        y_row = row_size(y_ssm.type, big_d)
+        s_row = row_size(ssm_all.type, big_d)
+        offset = nelements(x) * TYPES[x.type][1]
+        src = b.view(y_ssm, (big_d, n_seqs, 1), (y_row, y_row * n_seqs), offset)
+        dst = b.view(ssm_all, (big_d, n_seqs, 1), (ssm_all.nb[1], rs.size * s_row), 0)
+        b.expand(b.cpy(src, dst))
+        xn1 = x.nb[1]
+        y = b.view(
+            y_ssm,
+            (head_dim, n_head, n_seq_tokens, n_seqs),
+            (xn1, n_head * xn1, n_seq_tokens * n_head * xn1),
+            0,
+        )
+        y = b.add(y, b.mul(x, self.need(self.lw(il, "ssm_d"), "ssm_d")))
+        self.cb(y, "mamba2_y_add_d", il)
+        y = b.glu_split(b.cont(z), y, "SWIGLU")
+        norm = self.lw(il, "ssm_norm.weight")
+        if norm is not None:
+            y = b.reshape(y, d_inner // n_group, n_group, n_seq_tokens, n_seqs)
+            y = self.norm(y, norm, il)
+        y = b.reshape(y, d_inner, n_seq_tokens * n_seqs)
+        cur = self.mm(self.need(self.lw(il, "ssm_out.weight"), "ssm_out"), y)
+        return self.cb(cur, "mamba_out", il)
+
+    def build_mamba2(self) -> None:
+        """src/models/mamba.cpp llama_model_mamba::graph for LLM_ARCH_MAMBA2: RMS norm, the
+        Mamba-2 layer, the residual; no attention, no positions."""
+        f, b = self.f, self.b
+        inpL = self.inp_embd(1.0)
+        rs = _Rs(self, list(range(f.n_layer_all)))
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            cur = self.mamba2_layer(rs, cur, il)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpL = b.get_rows(inpL, out_ids)
+            inpL = self.cb(b.add(cur, inpL), "l_out", il)
+        self.finish(self.lm_head(inpL))
+
     def inp_iswa(self) -> tuple[_Inp, _Inp]:
         """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
         of each (llama_kv_cache_iswa)."""
@@ -1194,6 +1331,8 @@ class _Context:
             return self.build_glm4moe()
         if arch == "deepseek2":
             return self.build_deepseek2()
+        if arch == "mamba2":
+            return self.build_mamba2()
         gemma = arch == "gemma3"
         iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")

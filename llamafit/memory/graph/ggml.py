@@ -283,6 +283,27 @@ class Builder:
         s = self.argsort(a)
         return self.view(s, (k, s.ne[1], s.ne[2], s.ne[3]), (s.nb[1], s.nb[2], s.nb[3]), 0)
 
+    def cpy(self, a: T, b: T) -> T:
+        """ggml_cpy: a view of b, named "b (copy of a)" (or "a (copy)" when b has no name)."""
+        name = f"{b.name} (copy of {a.name})" if b.name else f"{a.name} (copy)"
+        return T(b.type, b.ne, b.nb, op="CPY", src=(a, b), view_src=b, name=_cut(name))
+
+    def scale_inplace(self, a: T) -> T:
+        """ggml_scale_inplace: a SCALE that is a view of a (ggml_view_tensor)."""
+        return T(
+            a.type, a.ne, a.nb, op="SCALE", src=(a,), view_src=a, name=_cut(a.name + " (view)")
+        )
+
+    def ssm_conv(self, sx: T, c: T) -> T:
+        """ggml_ssm_conv: {d_inner, tokens per sequence, sequences}, F32."""
+        n_t = sx.ne[0] - c.ne[0] + 1
+        return T("f32", (c.ne[1], n_t, sx.ne[2], 1), op="SSM_CONV", src=(sx, c))
+
+    def ssm_scan(self, s: T, x: T, dt: T, a: T, b: T, c: T, ids: T, k: int) -> T:
+        """ggml_ssm_scan: y and the K final states, one F32 row."""
+        n = nelements(x) + k * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
+        return T("f32", (n, 1, 1, 1), op="SSM_SCAN", src=(s, x, dt, a, b, c, ids))
+
     def concat(self, a: T, b: T, dim: int) -> T:
         """ggml_concat: a new tensor of a's type, b appended along dim."""
         ne = list(a.ne)
