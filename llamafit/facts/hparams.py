@@ -116,6 +116,12 @@ class ModelFacts:
     expert_gating_func: int = 0
     # {arch}.rope.dimension_sections set (llama_hparams::use_mrope: the first two above 0)
     use_mrope: bool = False
+    # Granite's scales ({arch}.embedding_scale, residual_scale, logit_scale; 0.0 when unset) and
+    # {arch}.rope.scaling.finetuned (None when unset; granitehybrid's RoPE switch)
+    embedding_scale: float = 0.0
+    residual_scale: float = 0.0
+    logit_scale: float = 0.0
+    rope_finetuned: bool | None = None
 
     @property
     def incomplete(self) -> str | None:
@@ -337,6 +343,10 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         expert_weights_norm=meta.get_bool("{arch}.expert_weights_norm", False),
         expert_gating_func=meta.get_int("{arch}.expert_gating_func", 0) or 0,
         use_mrope=_use_mrope(meta.kv.get(meta.key("{arch}.rope.dimension_sections"))),
+        embedding_scale=float(meta.get_float("{arch}.embedding_scale", 0.0) or 0.0),
+        residual_scale=float(meta.get_float("{arch}.residual_scale", 0.0) or 0.0),
+        logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
+        rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
     )
     _check_head_sizes(meta, facts)
     return facts

@@ -43,6 +43,7 @@ SHAPES = (
     "qwen3-30b-a3b",
     "gpt-oss-20b",
     "deepseek-v2-lite",
+    "granite4-h-micro",
     "fixtures/per-layer-kv.gguf",
     "fixtures/nextn-glm4moe.gguf",
     "fixtures/recurrent-mamba2.gguf",

@@ -74,6 +74,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # recurrent state (build_rs), ssm_conv and ssm_scan (mamba2)
     "fx-mamba2": ("fixtures/recurrent-mamba2.gguf", ("-c", "1024")),
     "fx-mamba2-np1": ("fixtures/recurrent-mamba2.gguf", ("-c", "2048", "-np", "1", "-ub", "128")),
+    # hybrid memory: Mamba-2 and attention layers, Granite's scales (granitehybrid)
+    "fx-granitehybrid": ("fixtures/hybrid-granite.gguf", ("-c", "1024")),
+    "fx-granitehybrid-fa-off": (
+        "fixtures/hybrid-granite.gguf",
+        ("-c", "2048", "-fa", "off", "-np", "2"),
+    ),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),

@@ -152,3 +152,17 @@ def test_moe_graph_facts(name: str, expected: tuple[float, bool, int, bool]) -> 
     assert (f.expert_weights_scale, f.expert_weights_norm, f.expert_gating_func, f.use_mrope) == (
         expected
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("hybrid-granite.gguf", (12.0, 0.22, 6.0, False)),
+        ("dense-llama.gguf", (0.0, 0.0, 0.0, None)),
+    ],
+)
+def test_granite_graph_facts(name: str, expected: tuple[float, float, float, bool | None]) -> None:
+    """Granite's embedding, residual and logit scales and rope.scaling.finetuned (unset: None)."""
+    f = facts_of(FIXTURES / name)
+    got = (f.embedding_scale, round(f.residual_scale, 6), f.logit_scale, f.rope_finetuned)
+    assert got == expected

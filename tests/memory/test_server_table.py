@@ -108,6 +108,7 @@ def test_the_replay_covers_these_models() -> None:
         "nextn-glm4moe.gguf",
         "mla-deepseek2.gguf",
         "recurrent-mamba2.gguf",
+        "hybrid-granite.gguf",
     }
 
 

@@ -1,11 +1,14 @@
 """The pre-split graph llama.cpp builds for one reserve: `build_graph(facts, config)`.
 
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
-(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, deci.cpp) over the helpers of
+(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, deci.cpp, openai-moe.cpp,
+glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp) over the helpers of
 llm_graph_context (src/llama-graph.cpp: build_inp_embd, build_inp_pos, build_inp_out_ids,
-build_attn_inp_kv / _iswa, build_norm, build_qkv, build_attn, build_attn_mha, build_ffn,
-build_moe_ffn) and the KV cache views of llama_kv_cache (src/llama-kv-cache.cpp: get_k, get_v,
-cpy_k, cpy_v, build_input_k_idxs / v_idxs / k_rot / v_rot), then llm_graph_result::set_outputs.
+build_attn_inp_kv / _iswa / _k, build_rs_inp, build_inp_mem_hybrid, build_norm, build_qkv,
+build_attn, build_attn_mha, build_ffn, build_moe_ffn, build_rs; build_mamba2_layer of
+src/models/mamba-base.cpp) and the KV cache views of llama_kv_cache (src/llama-kv-cache.cpp: get_k,
+get_v, cpy_k, cpy_v, build_input_k_idxs / v_idxs / k_rot / v_rot), then
+llm_graph_result::set_outputs.
 Tensor names are those llama_context::graph_get_cb (src/llama-context.cpp) gives ("name-il").
 
 What llama_context::sched_reserve (src/llama-context.cpp) reserves: `reserves()` lists the
@@ -17,8 +20,9 @@ API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph (templated: re
 differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run, no template);
 graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max) and
 reserve_configs(ResolvedConfig, **buffers); clear_cache.
-Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts, LoRA, control vectors,
-embeddings/pooling, backend samplers, recurrent and MLA caches (GraphBuildError or not built).
+Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts, expert groups, M-RoPE, LoRA,
+control vectors, embeddings/pooling, backend samplers, MTP/NextN graphs, recurrent rollback
+(n_rs_seq), deepseek2 without MLA (GraphBuildError or not built).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ FAMILIES = (
     "glm4moe",
     "deepseek2",
     "mamba2",
+    "granitehybrid",
 )
 
 
@@ -411,7 +416,7 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
         config, overrides, "token_embd.weight", -1
     ) == weight_buffer(config, overrides, "token_embd.weight", -2)
     rope: tuple[int, ...] = ()
-    if "rope_freqs.weight" in tensors and facts.architecture in ("llama", "deci"):
+    if "rope_freqs.weight" in tensors and facts.architecture in ("llama", "deci", "granitehybrid"):
         seen: dict[str, int] = {}
         rope = tuple(
             seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
@@ -612,9 +617,10 @@ class _Context:
         """build_lora_mm (no adapters, no scales)."""
         return self.b.mul_mat(w, cur)
 
-    def inp_embd(self, tok_scale: float) -> T:
+    def inp_embd(self, tok_scale: float, embd_scale: float = 0.0) -> T:
         """build_inp_embd (src/llama-graph.cpp): the token, embedding and mixed paths, the token
-        path selected (a reserve's ubatch has tokens), token rows scaled by an input."""
+        path selected (a reserve's ubatch has tokens), all rows scaled by f_embedding_scale
+        (Granite), token rows scaled by an input."""
         b, n_tokens, n_embd = self.b, self.c.n_tokens, self.f.n_embd
         tok_embd = self.need(self.w("token_embd.weight", -1), "token_embd.weight")
         tokens = self.cb(b.new("i32", n_tokens), "inp_tokens", -1)
@@ -632,6 +638,10 @@ class _Context:
         dup = b.dup(mixed_embd)
         inps.append(b.set_rows(dup, b.get_rows(tok_embd, mixed_tokens), mixed_slots))
         cur = b.select(inps, 0)
+        if embd_scale != 0.0:
+            if not is_contiguous(cur):
+                cur = b.cont(cur)
+            cur = b.scale(cur)
         if tok_scale != 1.0:
             rows = self.cb(b.new("f32", 1, n_tokens), "inp_scale_rows", -1)
             rows.flags |= 1
@@ -1309,6 +1319,63 @@ class _Context:
             inpL = self.cb(b.add(cur, inpL), "l_out", il)
         self.finish(self.lm_head(inpL))
 
+    def build_granitehybrid(self) -> None:
+        """src/models/granite-hybrid.cpp llama_model_granite_hybrid::graph: Mamba-2 layers where
+        n_head_kv is 0, attention elsewhere (build_inp_mem_hybrid: the recurrent inputs, then
+        the KV cache's), RoPE when rope.scaling.finetuned (default true), Granite's embedding,
+        residual and logit scales, a dense or MoE FFN (shared experts when n_ff_shexp)."""
+        f, b, c = self.f, self.b, self.c
+        inpL = self.inp_embd(1.0, f.embedding_scale)
+        rs = _Rs(self, [il for il in range(f.n_layer_all) if f.is_recurrent[il]])
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        inp = _Inp(self, _Cache(self, layers, c.kv_size))
+        inp.rotations(self)
+        out_ids = self.inp_out_ids()
+        rope = f.rope_finetuned is not False  # llama_hparams::has_rope: rope_pattern
+        inp_pos = self.inp_pos() if rope else None
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            if f.is_recurrent[il]:
+                cur = self.mamba2_layer(rs, cur, il)
+            else:
+                q, k, v = self.qkv(cur, il)
+                if inp_pos is not None:
+                    factors = self.w("rope_freqs.weight", il)  # llama_model::get_rope_factors
+                    q = b.rope(q, inp_pos, factors)
+                    k = b.rope(k, inp_pos, factors)
+                self.cb(q, "Qcur", il)
+                self.cb(k, "Kcur", il)
+                self.cb(v, "Vcur", il)
+                wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+                cur = self.attn(inp, wo, self.lw(il, "attn_output.bias"), q, k, v, il, False)
+                cur = self.cb(cur, "attn_out", il)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            # build_layer_ffn
+            if f.residual_scale:
+                cur = b.scale(cur)
+            ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.cb(self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+            if self.lw(il, "ffn_gate_inp.weight") is None:
+                cur = self.cb(self.ffn(cur, il, "silu", True), "ffn_out", il)
+            else:
+                moe = self.cb(self.moe_ffn(cur, il), "ffn_moe_out", il)
+                if f.moe is not None and f.moe.n_ff_shexp > 0:
+                    shared = self.cb(self.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)
+                    cur = self.cb(b.add(moe, shared), "ffn_out", il)
+                else:
+                    cur = moe
+            if f.residual_scale:
+                cur = b.scale(cur)
+            cur = self.cb(b.add(cur, ffn_inp), "ffn_out", il)
+            inpL = self.cb(cur, "l_out", il)
+        logits = self.lm_head(inpL)
+        if f.logit_scale:
+            logits = b.scale(logits)
+        self.finish(logits)
+
     def inp_iswa(self) -> tuple[_Inp, _Inp]:
         """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
         of each (llama_kv_cache_iswa)."""
@@ -1333,6 +1400,8 @@ class _Context:
             return self.build_deepseek2()
         if arch == "mamba2":
             return self.build_mamba2()
+        if arch == "granitehybrid":
+            return self.build_granitehybrid()
         gemma = arch == "gemma3"
         iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")
