@@ -121,6 +121,7 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
             and TYPE_NAMES[t.ggml_type] in REPACKED
             and len(t.shape) > 1
             and t.shape[1] % 8 == 0
+            and "--no-repack" not in case.args
         )
         place = dict(overrides=overrides)
     out = []
