@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("shapes", nargs="*", help=f"default: {' '.join(SHAPES)}")
     ns = ap.parse_args(argv)
     print(
-        f"{'shape':16} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
+        f"{'shape':21} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
         f"{'first':>7} {'next':>7} {'ngl':>7}"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                         direct, first = min(direct, t1 - t0), min(first, t2 - t1)
                         later, ngl = min(later, t3 - t2), min(ngl, t4 - t3)
                     print(
-                        f"{name:16} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
+                        f"{name:21} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
                         f"{len(g.nodes):6} {direct * 1e3:7.2f} {first * 1e3:7.2f} "
                         f"{later * 1e3:7.2f} {ngl * 1e3:7.2f}"
                     )
