@@ -124,6 +124,9 @@ class ModelFacts:
     # n_group_used; read for every arch by llama_model::load_hparams; 0 when unset)
     n_expert_groups: int = 0
     n_group_used: int = 0
+    # {arch}.attention.temperature_scale (llama_hparams::f_attn_temp_scale; deepseek2's
+    # temperature tuning, Mistral Large 3); 0.0 when unset
+    attn_temp_scale: float = 0.0
     logit_scale: float = 0.0
     rope_finetuned: bool | None = None
 
@@ -351,6 +354,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         residual_scale=float(meta.get_float("{arch}.residual_scale", 0.0) or 0.0),
         n_expert_groups=meta.get_int("{arch}.expert_group_count", 0) or 0,
         n_group_used=meta.get_int("{arch}.expert_group_used_count", 0) or 0,
+        attn_temp_scale=float(meta.get_float("{arch}.attention.temperature_scale", 0.0) or 0.0),
         logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
         rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
     )

@@ -82,6 +82,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # expert groups (build_moe_ffn: n_expert_groups > 1)
     "fx-deepseek2-groups": ("variant:deepseek2-groups", ("-c", "1024", "-np", "2")),
+    # attention temperature tuning (deepseek2: inp_attn_scale)
+    "fx-deepseek2-temp": ("variant:deepseek2-temp", ("-c", "1024", "-fa", "off")),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),

@@ -1149,8 +1149,8 @@ class _Context:
         """src/models/deepseek2.cpp llama_model_deepseek2::graph with MLA (hparams.is_mla: the
         absorbed wk_b / wv_b path over build_attn_inp_k), Q through the q_a / q_b pair or wq
         (lite), dense lead layers, routed experts (the gating of expert_gating_func, softmax
-        when unset) plus shared ones. Not modelled: the MHA path of GGUFs without wk_b, expert
-        groups, attention temperature tuning."""
+        when unset) plus shared ones, attention temperature tuning (inp_attn_scale). Not
+        modelled: the MHA path of GGUFs without wk_b."""
         f, c, b = self.f, self.c, self.b
         mla = f.mla
         if mla is None or self.lw(0, "attn_k_b.weight") is None:
@@ -1161,6 +1161,9 @@ class _Context:
         n_rot = f.n_embd_head_k - rank  # the cache row: kv_lora_rank, then the RoPE part
         nope = head_k - n_rot
         inpL = self.inp_embd(1.0)
+        temp = None
+        if f.attn_temp_scale != 0.0:  # build_inp_attn_scale
+            temp = self.b.new("f32", 1, 1, n_tokens, name="inp_attn_scale", inp=True)
         inp_pos = self.inp_pos()
         layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
         inp = _Inp(self, _Cache(self, layers, c.kv_size))  # build_attn_inp_k: no rotations
@@ -1198,6 +1201,8 @@ class _Context:
             kv = self.cb(b.reshape(kv, rank, 1, n_tokens), "kv_cmpr_reshape", il)
             k = self.cb(b.concat(kv, k_pe, 0), "Kcur", il)
             v = self.cb(kv, "Vcur", il)
+            if temp is not None:
+                q = self.cb(b.mul(q, temp), "Qcur_attn_temp_scaled", il)
             wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
             wv_b = self.need(self.lw(il, "attn_v_b.weight"), "attn_v_b")
             cur = self.attn_k(inp, wo, q, k, v, wv_b, il)
