@@ -360,3 +360,15 @@ def test_real_shape_start_is_the_built_graph(case: Case) -> None:
     assert pp.overrides == ()  # --no-repack
     for config, event in zip((pp, tg, pp), sched, strict=True):
         assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
+
+
+@pytest.mark.parametrize("model", ["fixtures/per-layer-kv.gguf", "fixtures/hybrid-granite.gguf"])
+def test_long_rope_factors_are_not_modelled(model: str) -> None:
+    """get_rope_factors' choice between rope_factors_long and _short is not built: an error, not
+    a graph without them."""
+    facts, hp = facts_of(model)
+    norm = next(t for t in facts.tensors if t.name == "output_norm.weight")
+    other = replace(facts, tensors=(*facts.tensors, replace(norm, name="rope_factors_long.weight")))
+    config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
+    with pytest.raises(GraphBuildError, match="LongRoPE factors are not modelled"):
+        build_graph(other, config, hp)

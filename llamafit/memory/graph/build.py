@@ -572,6 +572,15 @@ class _Context:
     def head_v(self, il: int) -> int:
         return self.f.n_embd_head_v_swa if self.f.swa.is_swa[il] else self.f.n_embd_head_v
 
+    def no_long_rope(self) -> None:
+        """llama_model::get_rope_factors picks rope_factors_long / _short by the context size:
+        not modelled."""
+        if (
+            "rope_factors_long.weight" in self.tensors
+            or "rope_factors_short.weight" in self.tensors
+        ):
+            raise GraphBuildError(f"{self.f.path}: LongRoPE factors are not modelled")
+
     def w(self, name: str, il: int = -1, *, as_name: str | None = None) -> T | None:
         """A model tensor if the file has it (TENSOR_NOT_REQUIRED), in the buffer of layer il
         (-1: input layer, -2: output layer). A tensor created again in another buffer type is a
@@ -1007,6 +1016,7 @@ class _Context:
         without attention (n_head 0), "linear attention" (n_head_kv 0: wo alone) or without FFN
         (n_ff 0)."""
         f, b = self.f, self.b
+        self.no_long_rope()
         inpL = self.inp_embd(1.0)
         inp_pos = self.inp_pos()
         layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
@@ -1168,7 +1178,10 @@ class _Context:
         layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
         inp = _Inp(self, _Cache(self, layers, c.kv_size))  # build_attn_inp_k: no rotations
         out_ids = self.inp_out_ids()
-        gating = _GATING.get(f.expert_gating_func, "softmax")
+        # llama_model_deepseek2::load_arch_hparams: unset is softmax (DeepSeek V2, V2.5) but
+        # sigmoid for GLM 4.7 Lite (47 or 48 layers, 154880 tokens)
+        glm_lite = self.n_layer in (47, 48) and f.n_vocab == 154880
+        gating = _GATING.get(f.expert_gating_func, "sigmoid" if glm_lite else "softmax")
         for il in range(self.n_layer):
             inpSA = inpL
             cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
@@ -1344,6 +1357,7 @@ class _Context:
         the KV cache's), RoPE when rope.scaling.finetuned (default true), Granite's embedding,
         residual and logit scales, a dense or MoE FFN (shared experts when n_ff_shexp)."""
         f, b, c = self.f, self.b, self.c
+        self.no_long_rope()
         inpL = self.inp_embd(1.0, f.embedding_scale)
         rs = _Rs(self, [il for il in range(f.n_layer_all) if f.is_recurrent[il]])
         layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
