@@ -84,6 +84,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fx-deepseek2-groups": ("variant:deepseek2-groups", ("-c", "1024", "-np", "2")),
     # attention temperature tuning (deepseek2: inp_attn_scale)
     "fx-deepseek2-temp": ("variant:deepseek2-temp", ("-c", "1024", "-fa", "off")),
+    # buffers of a hybrid's recurrent state and KV cache on Vulkan0 (granitehybrid, -ngl 4 of 6);
+    # -fa auto resolved off after the cache was made untransposed
+    "vk-granitehybrid-ngl4": (
+        "fixtures/hybrid-granite.gguf",
+        ("-c", "1024", "-np", "1", "-ngl", "4", "-fa", "auto", VULKAN),
+    ),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),

@@ -90,6 +90,12 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
     n_seq = 4 if np_auto else int(case.flag("-np", "1"))
     unified = np_auto or "-kvu" in case.args
     fa = case.flag("-fa", "on") != "off"
+    v_trans = None
+    if case.flag("-fa", "on") == "auto" and "@vulkan" in case.args:
+        # lavapipe's Vulkan0 runs no FLASH_ATTN_EXT of these layers: -fa auto resolves to off
+        # after the cache was made for flash attention (the start's log: "Flash Attention was
+        # auto, set to disabled"), so V stays untransposed
+        fa, v_trans = False, False
     size = n_ctx if unified else n_ctx // n_seq  # llama_context: n_ctx_seq per stream
     size_swa = (
         swa_cells(size, facts.swa.n_swa, n_seq, n_ubatch, unified=unified, swa_full=False)
@@ -103,6 +109,16 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
         # it; lavapipe's Vulkan0 takes no 178 MB matrix, so llama_model_loader's
         # select_weight_buft leaves the tied output (token_embd.weight) in the CPU buffer
         start = max(n_layer + 1 - int(case.flag("-ngl", "0")), 0)
+        # select_weight_buft moves a weight whose op the device refuses to the CPU: the demo's
+        # 178 MB tied output; ssm_a, whose SSM_SCAN lavapipe's Vulkan0 runs for d_state 128 and
+        # 256 only (ggml-vulkan.cpp ggml_vk_op_get_pipeline)
+        vk_overrides: tuple[tuple[str, str], ...] = ()
+        if case.model == "demo":
+            vk_overrides = (("token_embd.weight", "CPU_Mapped"),)
+        if facts.recurrent is not None and facts.recurrent.d_state not in (128, 256):
+            vk_overrides = tuple(
+                (t.name, "CPU_Mapped") for t in facts.tensors if t.name.endswith(".ssm_a")
+            )
         on_dev = tuple("Vulkan0" if il >= start else "CPU_Mapped" for il in range(n_layer))
         place = dict(
             layer_weights=on_dev,
@@ -113,7 +129,7 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
                 for il in range(n_layer)
             ),
             offload_kqv="-nkvo" not in case.args,
-            overrides=(("token_embd.weight", "CPU_Mapped"),),
+            overrides=vk_overrides,
             full_offload=int(case.flag("-ngl", "0")) > facts.n_layer_all,
         )
     else:
@@ -139,6 +155,7 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
                 n_seq_max=n_seq,
                 kv_unified=unified,
                 flash_attn=fa,
+                v_trans=v_trans,
                 type_k=case.flag("-ctk", "f16"),
                 type_v=case.flag("-ctv", "f16"),
                 **place,  # type: ignore[arg-type]

@@ -100,6 +100,10 @@ class GraphConfig:
     layer_kv: tuple[str, ...] = ()
     full_offload: bool = False  # n_gpu_layers > n_layer_all (llama_context::graph_get_cb)
     offload_kqv: bool = True  # -nkvo turns it off (llama_cparams::offload_kqv)
+    # the V cache's layout, fixed when llama_context made the memory (attn_v_trans = !flash_attn
+    # with -fa auto counting as on, llama_model::create_memory); None: not flash_attn. -fa auto
+    # that resolve_fused_ops turns off later (llama_context::sched_reserve) leaves it False
+    v_trans: bool | None = None
 
     @property
     def n_stream(self) -> int:
@@ -459,7 +463,7 @@ class _Cache:
         f, c = ctx.f, ctx.c
         self.size = size
         self.n_stream = c.n_stream
-        self.v_trans = not c.flash_attn
+        self.v_trans = not c.flash_attn if c.v_trans is None else c.v_trans
         # [TAG_V_CACHE_VARIABLE]: a transposed V is as wide as the widest layer's
         self.v_width = f.n_embd_v_gqa_max
         self.k: dict[int, T] = {}
