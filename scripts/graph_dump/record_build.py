@@ -90,6 +90,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "fixtures/hybrid-granite.gguf",
         ("-c", "1024", "-np", "1", "-ngl", "4", "-fa", "auto", VULKAN),
     ),
+    # MLA's K-only cache and the experts on Vulkan0 (deepseek2, -ngl 3 of 3: the output too)
+    "vk-deepseek2-ngl3-fa-off": (
+        "fixtures/mla-deepseek2.gguf",
+        ("-c", "1024", "-np", "1", "-ngl", "3", "-fa", "off", VULKAN),
+    ),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),
