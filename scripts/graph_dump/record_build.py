@@ -95,6 +95,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "fixtures/mla-deepseek2.gguf",
         ("-c", "1024", "-np", "1", "-ngl", "3", "-fa", "off", VULKAN),
     ),
+    # sinks, iSWA caches and MXFP4 experts on Vulkan0, fully offloaded (gpt-oss, -ngl 5 of 4)
+    "vk-gptoss-ngl5-fa-off": (
+        "fixtures/swa-gptoss.gguf",
+        ("-c", "1024", "-np", "1", "-ngl", "5", "-fa", "off", VULKAN),
+    ),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),
