@@ -110,6 +110,25 @@ class ModelFacts:
     # ({arch}.expert_weights_scale, build_moe_ffn); 0.0 when unset
     final_logit_softcapping: float = 0.0
     expert_weights_scale: float = 0.0
+    # ({arch}.expert_weights_norm, {arch}.expert_gating_func: llama_expert_gating_func_type, 0
+    # none (the arch's default), 1 softmax, 2 sigmoid, 3 softmax weight; build_moe_ffn)
+    expert_weights_norm: bool = False
+    expert_gating_func: int = 0
+    # {arch}.rope.dimension_sections set (llama_hparams::use_mrope: the first two above 0)
+    use_mrope: bool = False
+    # Granite's scales ({arch}.embedding_scale, residual_scale, logit_scale; 0.0 when unset) and
+    # {arch}.rope.scaling.finetuned (None when unset; granitehybrid's RoPE switch)
+    embedding_scale: float = 0.0
+    residual_scale: float = 0.0
+    # {arch}.expert_group_count / expert_group_used_count (llama_hparams::n_expert_groups,
+    # n_group_used; read for every arch by llama_model::load_hparams; 0 when unset)
+    n_expert_groups: int = 0
+    n_group_used: int = 0
+    # {arch}.attention.temperature_scale (llama_hparams::f_attn_temp_scale; deepseek2's
+    # temperature tuning, Mistral Large 3); 0.0 when unset
+    attn_temp_scale: float = 0.0
+    logit_scale: float = 0.0
+    rope_finetuned: bool | None = None
 
     @property
     def incomplete(self) -> str | None:
@@ -328,6 +347,16 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         pooling_type=_pooling_type(meta.get_int("{arch}.pooling_type")),
         final_logit_softcapping=float(meta.get_float("{arch}.final_logit_softcapping", 0.0) or 0.0),
         expert_weights_scale=float(meta.get_float("{arch}.expert_weights_scale", 0.0) or 0.0),
+        expert_weights_norm=meta.get_bool("{arch}.expert_weights_norm", False),
+        expert_gating_func=meta.get_int("{arch}.expert_gating_func", 0) or 0,
+        use_mrope=_use_mrope(meta.kv.get(meta.key("{arch}.rope.dimension_sections"))),
+        embedding_scale=float(meta.get_float("{arch}.embedding_scale", 0.0) or 0.0),
+        residual_scale=float(meta.get_float("{arch}.residual_scale", 0.0) or 0.0),
+        n_expert_groups=meta.get_int("{arch}.expert_group_count", 0) or 0,
+        n_group_used=meta.get_int("{arch}.expert_group_used_count", 0) or 0,
+        attn_temp_scale=float(meta.get_float("{arch}.attention.temperature_scale", 0.0) or 0.0),
+        logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
+        rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
     )
     _check_head_sizes(meta, facts)
     return facts
@@ -430,6 +459,14 @@ def _arch_warnings(arch: str) -> list[str]:
             f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound"
         )
     return warnings
+
+
+def _use_mrope(sections: object) -> bool:
+    """llama_hparams::use_mrope over {arch}.rope.dimension_sections (an array of 4 ints)."""
+    if not isinstance(sections, (list, tuple)) or len(sections) < 2:
+        return False
+    first, second = sections[0], sections[1]
+    return isinstance(first, int) and isinstance(second, int) and first > 0 and second > 0
 
 
 def _layer_counts(meta: Metadata) -> tuple[int, int]:

