@@ -35,6 +35,14 @@ def test_lavapipe_vulkaninfo_is_read() -> None:
         dev.max_memory_allocation_size,
     ) == (2147483648, 134217728, 0xFFFFFFFF, 0x80000000)
     assert (dev.shader_64bit_indexing, dev.max_tensor_bytes) == (False, 134217728)
+    # the compute-buffer replay's buffer types (memory/graph/replay.py scheduler_backends)
+    assert (dev.min_storage_buffer_offset_alignment, dev.min_memory_map_alignment) == (16, 64)
+    (spec,) = device_specs((dev,))
+    assert (spec.buffer_alignment, spec.host_alignment, spec.max_allocation_bytes) == (
+        16,
+        64,
+        0x80000000,
+    )
 
 
 @pytest.mark.parametrize(
