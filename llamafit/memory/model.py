@@ -309,12 +309,15 @@ class MemoryModel:
         reserve_bytes: int = DEFAULT_RESERVE_BYTES,
         compute_scale: float = 1.0,
         replay: bool = True,
+        compute_scales: Sequence[float] = (),
     ) -> Breakdown:
         """Bytes per device for this configuration (GPUs in order, then the host).
 
         Compute buffers come from the graph itself (memory/graph/replay.py) where it covers the
         model and the placement; `replay=False` keeps to the hand-derived peaks of compute.py (about
-        a hundred times faster: the solver's searches), which `compute_scale` then scales."""
+        a hundred times faster: the solver's searches), which `compute_scale` then scales, and
+        `compute_scales` per device (the GPUs in order, then the host; solver.exact_choice's
+        per-device ratios of the replay to the hand-derived peaks)."""
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(
             self.facts.n_layer_all,
@@ -343,6 +346,11 @@ class MemoryModel:
             self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
             if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
                 compute = {d: int(v * compute_scale) for d, v in compute.items()}
+            if compute_scales:
+                n = len(gpus)
+                compute = {
+                    d: int(v * compute_scales[n if d == CPU else d]) for d, v in compute.items()
+                }
         # output_reserve(n_seq_max): F32 logits
         output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4
         rows = []
