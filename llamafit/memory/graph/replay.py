@@ -244,8 +244,14 @@ def device_compute_bytes(
     hp = graph_hparams_of(facts)
     gallocr = Gallocr(bufts)
     sizes: tuple[int, ...] = ()
+    done: set[object] = set()
     try:
         for _reserve, config in reserve_configs(rc, **buffers):
+            if config in done:
+                # the prompt-sized graph again: ggml_gallocr_reserve_n allocates it afresh, the
+                # same way, and the buffers, which only grow, stay as they are
+                continue
+            done.add(config)
             graph = _placed(build_graph(facts, config, hp), backends, device_of_layer)
             split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
             sizes = gallocr.reserve_n(split.graph)
