@@ -106,12 +106,25 @@ def test_pipeline_parallel_copies(
     assert n_copies(facts, rc, active) == copies
 
 
-# (id, server, model, flags): "vulkan" starts with Vulkan0 visible, "rpc" with two CPU workers
+# (id, server, model, flags): "vulkan" starts with Vulkan0 visible, "rpc" with two CPU workers,
+# "mixed" with both
+NR = "--no-repack"
 LIVE = [
-    ("demo-ngl6", "vulkan", "demo", ["-ngl", "6", "-c", "4096", "-np", "1"]),
-    ("demo-full", "vulkan", "demo", ["-ngl", "99", "-c", "8192"]),
-    ("1b-ngl4-op-offload", "vulkan", "llama3.2-1b", ["-ngl", "4", "-c", "4096", "-np", "1"]),
-    ("demo-rpc-full", "rpc", "demo", ["-ngl", "99", "-c", "4096", "-ts", "1,1"]),
+    ("demo-ngl6", "vulkan", "demo", ["-ngl", "6", "-c", "4096", "-np", "1", NR]),
+    ("demo-full", "vulkan", "demo", ["-ngl", "99", "-c", "8192", NR]),
+    ("1b-ngl4-op-offload", "vulkan", "llama3.2-1b", ["-ngl", "4", "-c", "4096", "-np", "1", NR]),
+    ("demo-rpc-full", "rpc", "demo", ["-ngl", "99", "-c", "4096", "-ts", "1,1", NR]),
+    # RPC workers first, then Vulkan0 (llama_model_load_from_file_impl: RPC servers lead)
+    ("1b-rpc-vulkan", "mixed", "llama3.2-1b", ["-ngl", "99", "-c", "4096", "-ts", "2,1,1", NR]),
+    # CPU_REPACK on: the demo's tied output is over lavapipe's 128 MiB range and stays on the host
+    ("demo-ngl6-repack", "vulkan", "demo", ["-ngl", "6", "-c", "4096", "-np", "1"]),
+    # -ot: four blocks' FFN weights on the host, their ops offloaded; no pipeline parallelism
+    (
+        "1b-ot-ffn",
+        "vulkan",
+        "llama3.2-1b",
+        ["-ngl", "99", "-c", "4096", "-np", "1", "-ot", "blk\\.[0-3]\\.ffn_.*=CPU", NR],
+    ),
 ]
 
 
@@ -137,7 +150,7 @@ def test_replay_equals_the_real_compute_buffers(
     path = demo_path if key == "demo" else make_shapes.write_shape(key, shapes_dir)
     binary = vulkan_rpc_bin_dir()
     assert binary is not None
-    args = ["-m", str(path), *flags, "--no-repack", "--fit", "off"]
+    args = ["-m", str(path), *flags, "--fit", "off"]
     env = dict(os.environ)
     if server == "vulkan":
         env["GGML_VK_VISIBLE_DEVICES"] = "0"
@@ -145,12 +158,15 @@ def test_replay_equals_the_real_compute_buffers(
         machine = ["--gpu", "lavapipe"]
     else:
         env.pop("GGML_VK_VISIBLE_DEVICES", None)
+        if server == "mixed":
+            env["GGML_VK_VISIBLE_DEVICES"] = "0"
         with device_lab.rpc_workers(2) as endpoints:
             events, log = record(
                 binary / "llama-server", [*args, "--rpc", ",".join(endpoints)], env=env
             )
-        machine = ["--gpu", "cpu", "--rpc", ",".join(f"{e}=24GiB" for e in endpoints)]
+        gpu = "lavapipe" if server == "mixed" else "cpu"
+        machine = ["--gpu", gpu, "--rpc", ",".join(f"{e}=24GiB" for e in endpoints)]
     sched = [e for e in events if e.kind == "sched"]
     assert sched, log[-2000:]
     real = [size for _, size in sched[-1].backends]  # the GPUs in order, the CPU last
-    assert _predicted(path, machine, [*flags, "--no-repack"]) == real, name
+    assert _predicted(path, machine, flags) == real, name
