@@ -31,6 +31,9 @@ class Target:
     host: DeviceSpec
     reserve_bytes: int
     compute_scale: float = 1.0  # learned from earlier runs (calibration.py)
+    # per device (the GPUs, then the host), on top: solver.exact_choice's ratios of the graph
+    # replay to the hand-derived peaks; () for none
+    compute_scales: tuple[float, ...] = ()
     # draft model, MTP context, projector: resident next to the main model
     side: SidePlan | None = None
     # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches,
@@ -58,6 +61,7 @@ class Target:
             reserve_bytes=self.reserve_bytes,
             compute_scale=self.compute_scale,
             replay=replay,
+            compute_scales=self.compute_scales,
         )
         if self.side is None:
             return b

@@ -294,21 +294,23 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
     """The choice with its compute buffers from the graph itself (memory/graph/replay.py).
 
     The searches run on the hand-derived peaks (Target.evaluate). Where the replay covers the
-    chosen config and gives other compute buffers, the search runs again with the two's ratio as
-    its compute scale (so that it lands near the exact boundary), and the context then steps down
-    (STEP per slot) until the exact breakdown fits: the plan holds what llama.cpp allocates."""
+    chosen config and gives other compute buffers, the search runs again with the two's ratio per
+    device as its compute scales (so that it lands near the exact boundary of whichever device
+    binds: with several devices the hand peaks may be over on one and under on another), and the
+    context then steps down (STEP per slot) until the exact breakdown fits: the plan holds what
+    llama.cpp allocates."""
     exact = target.breakdown(choice.cfg, choice.rc)
     if exact == choice.breakdown:
         return choice
-    hand = sum(d.compute_bytes for d in choice.breakdown.devices)
-    replayed = sum(d.compute_bytes for d in exact.devices)
-    if hand <= 0 or replayed <= 0:
-        return replace(choice, breakdown=exact)
-    scaled = replace(target, compute_scale=target.compute_scale * replayed / hand)
-    try:
-        found = solve(scaled, cfg, policy)
-    except NoFit:
-        found = choice
+    ratios = _compute_ratios(choice.breakdown, exact)
+    found = choice
+    if ratios is not None:
+        old = target.compute_scales or (1.0,) * len(ratios)
+        scales = tuple(a * b for a, b in zip(old, ratios, strict=True))
+        try:
+            found = solve(replace(target, compute_scales=scales), cfg, policy)
+        except NoFit:
+            pass
     mult = found.rc.n_stream
     lo = bounds(target, cfg, policy)[0]
     ctx, c = found.ctx, found.cfg
@@ -325,6 +327,18 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
         ctx -= STEP
         c = replace(c, n_ctx=ctx * mult)
     return replace(choice, breakdown=exact)  # nothing smaller fits either: the honest figures
+
+
+def _compute_ratios(hand: Breakdown, exact: Breakdown) -> tuple[float, ...] | None:
+    """Per device, the replay's compute bytes over the hand-derived ones (1 where either is 0: no
+    ratio to learn); None where the two disagree on nothing that a ratio can carry."""
+    if len(hand.devices) != len(exact.devices):
+        return None
+    out = tuple(
+        e.compute_bytes / h.compute_bytes if h.compute_bytes > 0 and e.compute_bytes > 0 else 1.0
+        for h, e in zip(hand.devices, exact.devices, strict=True)
+    )
+    return None if all(r == 1.0 for r in out) else out
 
 
 def _precision_rank(c: Choice) -> int:

@@ -38,6 +38,10 @@ class CatalogEntry:
     devices: int = 1  # MI250: two GCDs, each its own device to ROCm
     # the device's tensor-size limit (DeviceSpec.max_tensor_bytes)
     max_tensor_bytes: int | None = None
+    # Vulkan limits the compute-buffer replay reads (DeviceSpec.buffer_alignment, host_alignment,
+    # max_allocation_bytes: minStorageBufferOffsetAlignment, minMemoryMapAlignment,
+    # maxMemoryAllocationSize); None: not known for this card
+    vk_limits: tuple[int, int, int] | None = None
 
     @property
     def backend(self) -> str:
@@ -102,7 +106,10 @@ CATALOG: tuple[CatalogEntry, ...] = (
     _e("m3-ultra-512gb", "Apple M3 Ultra", "apple", 512, 819),
     # Mesa's software Vulkan device (llama.cpp: GGML_VK_VISIBLE_DEVICES=0): a 2 GiB heap and
     # maxStorageBufferRange 128 MiB (vulkaninfo, Mesa 22.3 / LLVM 15); bandwidth: host RAM, nominal
-    CatalogEntry("lavapipe", "llvmpipe", "mesa", 2 * GIB, 20 * _GB_S, 1, 128 << 20),
+    # minStorageBufferOffsetAlignment 16, minMemoryMapAlignment 64, maxMemoryAllocationSize 2 GiB
+    CatalogEntry(
+        "lavapipe", "llvmpipe", "mesa", 2 * GIB, 20 * _GB_S, 1, 128 << 20, (16, 64, 2 * GIB)
+    ),
 )
 
 # Unambiguous other spellings → canonical key.

@@ -44,6 +44,16 @@ class DeviceSpec:
     # the host's CPU features that select repacked weight layouts, named after ggml's ggml_cpu_has_*
     # (avx2, avx512, neon, matmul_int8, dotprod, sve; memory/repack.py); empty: none known
     cpu_features: frozenset[str] = frozenset()
+    # What the compute-buffer replay (memory/graph/replay.py) asks of a Vulkan device or an RPC
+    # worker; None where unknown (replay.py then takes the bound it names). Vulkan:
+    # minStorageBufferOffsetAlignment (the device buffer type's alignment,
+    # ggml_backend_vk_buffer_type_get_alignment); RPC: the worker's buffer alignment
+    # (ggml-rpc.cpp get_alignment: 32 for a CPU worker).
+    buffer_alignment: int | None = None
+    # Vulkan: minMemoryMapAlignment (Vulkan_Host's alignment, ggml_backend_vk_host_buffer_type)
+    host_alignment: int | None = None
+    # Vulkan: maxMemoryAllocationSize, which caps the 1 GiB suballocation block (ggml_vk_get_device)
+    max_allocation_bytes: int | None = None
 
     @property
     def usable_bytes(self) -> int | None:

@@ -361,7 +361,18 @@ def detect(
 
 def _catalog_gpus(entry: gpu_catalog.CatalogEntry) -> list[GPUInfo]:
     usable = entry.usable_bytes
-    spec = DeviceSpec("", "gpu", entry.backend, usable, usable, entry.max_tensor_bytes)
+    align, map_align, max_alloc = entry.vk_limits or (None, None, None)
+    spec = DeviceSpec(
+        "",
+        "gpu",
+        entry.backend,
+        usable,
+        usable,
+        entry.max_tensor_bytes,
+        buffer_alignment=align,
+        host_alignment=map_align,
+        max_allocation_bytes=max_alloc,
+    )
     one = GPUInfo(
         spec,
         entry.name,

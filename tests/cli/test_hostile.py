@@ -305,6 +305,24 @@ def test_a_damaged_calibration_record_is_skipped_with_a_note(
     assert f"calibration: skipped 1 damaged record(s) in {path} ({problem})" in text
 
 
+@pytest.mark.parametrize(("backend", "scaled"), [("cuda", True), ("vulkan", False)])
+def test_calibration_is_not_applied_where_the_replay_gives_the_compute_buffers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backend: str, scaled: bool
+) -> None:
+    """A record for the same device name scales the hand-derived peaks of a CUDA plan; on Vulkan
+    the graph replay gives the compute buffers themselves (memory/graph/replay.py)."""
+    import json
+
+    device = {"cuda": "CUDA0", "vulkan": "Vulkan0"}[backend]
+    record = json.loads(json.dumps(_GOOD_RECORD).replace("CUDA0", device).replace("cuda", backend))
+    path = tmp_path / "calibration.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    monkeypatch.setenv("LLAMAFIT_CALIBRATION", str(path))
+    code, out, err = _invoke("plan", _M, "--gpu", "8GiB", "--backend", backend)
+    assert (code, err) == (0, "")
+    assert ("compute buffers scaled by 1.100" in " ".join(out.split())) == scaled
+
+
 @pytest.mark.parametrize(
     "text", ['{"compute_scale": NaN}', '{"buffers": [{"predicted_mib": Infinity}]}', "[" * 100000]
 )

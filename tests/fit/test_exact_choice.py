@@ -13,9 +13,9 @@ import pytest
 from llamafit.facts.hparams import build_facts
 from llamafit.fit.explain import plan
 from llamafit.fit.search import STEP, Target
-from llamafit.fit.solver import Policy, solve
+from llamafit.fit.solver import Policy, _compute_ratios, exact_choice, solve
 from llamafit.machine.devices import host
-from llamafit.memory.config import LaunchConfig
+from llamafit.memory.config import LaunchConfig, with_given
 from llamafit.memory.model import MemoryModel
 from llamafit.memory.resolve import resolve
 from llamafit.reader.model import read_model
@@ -70,3 +70,53 @@ def test_steps_down_to_the_exact_boundary(name: str, ctx: int, short: int) -> No
     rc = resolve(c.cfg, model.facts, engine="llama-server")
     assert c.breakdown == t.breakdown(c.cfg, rc)  # and they are the figures the plan shows
     assert c.breakdown.fits
+
+
+# --- several devices: the replay and the hand-derived peaks disagree per device (on Vulkan0, op
+# offload's bound at partial offload is further over than the RPC worker's peak) ---------------
+
+
+def _two_devices(rpc_bytes: int) -> Target:
+    from tests.memory.test_replay_devices import LAVAPIPE, RPC_A
+    from tests.support.gpu_shapes import model
+
+    rpc = replace(RPC_A, total_bytes=rpc_bytes, free_bytes=rpc_bytes)
+    return Target(
+        model("llama3.2-1b"), "llama-server", None, (rpc, LAVAPIPE), host(1 << 36, 1 << 36), 0
+    )
+
+
+GPU_FLAGS = with_given(
+    LaunchConfig(n_parallel=1, fit=False), n_gpu_layers=6, tensor_split=(1.0, 1.0)
+)
+GPU_POLICY = Policy(prefer="context", min_ctx=256, fa="on", kv="f16", ubatches=(512,))
+
+
+def test_per_device_scales_turn_the_hand_peaks_into_the_replay() -> None:
+    """exact_choice's ratios (replay / hand, per device) applied to the hand-derived peaks give the
+    replay's figure on every device at the config they were learned at (int rounding aside)."""
+    t = _two_devices(1 << 30)
+    cfg = replace(GPU_FLAGS, n_ctx=16384)
+    rc = resolve(cfg, t.model.facts, engine="llama-server")
+    hand, exact = t.breakdown(cfg, rc, replay=False), t.breakdown(cfg, rc)
+    ratios = _compute_ratios(hand, exact)
+    assert ratios is not None and len(ratios) == 3
+    assert ratios[1] < ratios[0] < 1.0  # Vulkan0 (op offload's bound) is the most over
+    scaled = replace(t, compute_scales=ratios).breakdown(cfg, rc, replay=False)
+    for s, e in zip(scaled.devices, exact.devices, strict=True):
+        assert abs(s.compute_bytes - e.compute_bytes) <= 1, s.name
+    assert _compute_ratios(exact, exact) is None
+
+
+@pytest.mark.parametrize("rpc_mib", [600, 1000])
+def test_several_devices_land_on_the_exact_boundary(rpc_mib: int) -> None:
+    """The plan's context is the largest (in STEP) whose replayed breakdown fits."""
+    t = _two_devices(rpc_mib << 20)
+    c = exact_choice(t, GPU_FLAGS, GPU_POLICY, solve(t, GPU_FLAGS, GPU_POLICY))
+    assert c.breakdown.fits
+
+    def fits(ctx: int) -> bool:
+        cfg = replace(GPU_FLAGS, n_ctx=ctx)
+        return t.breakdown(cfg, resolve(cfg, t.model.facts, engine="llama-server")).fits
+
+    assert fits(c.ctx) and not fits(c.ctx + STEP)

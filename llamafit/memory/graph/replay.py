@@ -1,8 +1,14 @@
 """Compute buffers from the graph itself: the graph llama.cpp reserves (build.py), placed on the
-backends (all on the CPU so far; the scheduler's split for GPUs is sched.py's), allocated by a
+backends by the scheduler's split (sched.py; all on the CPU for a CPU-only server), allocated by a
 replay of ggml-alloc (alloc.py). Where the replay covers a model and a config, its figure is the
 compute buffer llama.cpp allocates, to the byte; elsewhere it returns None and the hand-derived
 peaks of memory/compute.py stand.
+
+With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
+supports_op, offload_op and graph_optimize are ported (backends.py). CUDA, ROCm and Metal are not:
+CUDA's supports_op and its fusion reorders (graph_optimize) are not ported, its buffer type pads
+quantized rows (ggml_backend_cuda_buffer_type_get_alloc_size) and its VMM pool is not an
+allocator buffer; Metal's supports_op differs per family. There the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (build.reserves), each through
@@ -12,12 +18,24 @@ ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.rese
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from ...facts.hparams import ModelFacts
+from ...machine.devices import DeviceSpec
 from ..resolve import ResolvedConfig, since
-from .alloc import CPU, Gallocr
+from .alloc import (
+    CPU,
+    AllocError,
+    BufferType,
+    Gallocr,
+    vulkan_buffer_type,
+    vulkan_host_buffer_type,
+)
+from .backends import cpu_backend, rpc_backend, vulkan_backend
 from .build import FAMILIES, GraphBuildError, GraphHParams, build_graph, reserve_configs
+from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph
+from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
 
 
 def graph_hparams_of(facts: ModelFacts) -> GraphHParams:
@@ -62,3 +80,183 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     except GraphBuildError:
         return None
     return size
+
+
+# the backends whose scheduler rules backends.py ports (see the module's docstring)
+DEVICE_BACKENDS = frozenset({"vulkan", "rpc"})
+CPU_DEVICE = -1  # placement.CPU: the host's index in a LayerMap and in the result
+
+# Vulkan device properties where the DeviceSpec does not give them: the Vulkan specification's
+# bounds (minStorageBufferOffsetAlignment is at most 256; minMemoryMapAlignment at least 64, what
+# every driver we know reports), and ggml-vulkan.cpp ggml_vk_get_device's own default for the
+# suballocation block (1 GiB unless GGML_VK_SUBALLOCATION_BLOCK_SIZE says otherwise, at most
+# maxMemoryAllocationSize).
+VK_STORAGE_ALIGNMENT_BOUND = 256
+VK_MAP_ALIGNMENT_DEFAULT = 64
+VK_SUBALLOCATION_BLOCK = 1 << 30
+# ggml-rpc.cpp ggml_backend_rpc_get_alignment asks the worker; a CPU worker (ggml-rpc-server
+# -d CPU, its default) answers the CPU buffer type's TENSOR_ALIGNMENT
+RPC_ALIGNMENT_DEFAULT = CPU.alignment
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlacement:
+    """Where llama.cpp puts the model's tensors (memory/model.py decides it): the device of each
+    block and of the output layer (indexes into the GPUs; CPU_DEVICE the host), the buffer type of
+    host weights (CPU_Mapped with mmap, else the first GPU's host buffer type or CPU) and the
+    per-tensor buffer types that differ from their layer's (-ot rules, --n-cpu-moe, CPU_REPACK,
+    weights kept on the host over a device's tensor limit)."""
+
+    layers: tuple[int, ...]
+    output: int
+    host_weights: str
+    overrides: tuple[tuple[str, str], ...] = ()
+
+
+def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> bool:
+    """Whether the replay models this config on these devices (Vulkan and RPC only)."""
+    return (
+        covers(facts, rc)
+        and all(g.backend in DEVICE_BACKENDS for g in gpus)
+        and rc.split_mode in ("layer", "none")
+    )
+
+
+def suballocation_block(g: DeviceSpec) -> int:
+    """ggml-vulkan.cpp ggml_vk_get_device: suballocation_block_size."""
+    cap = g.max_allocation_bytes
+    return min(VK_SUBALLOCATION_BLOCK, cap) if cap else VK_SUBALLOCATION_BLOCK
+
+
+def scheduler_backends(
+    rc: ResolvedConfig, gpus: Sequence[DeviceSpec]
+) -> tuple[list[Backend], list[BufferType]]:
+    """llama_context's backends in the scheduler's order (src/llama-context.cpp llama_context:
+    model.devices, then the CPU) and the buffer type of each one's compute buffer (the CPU's: the
+    first device's host buffer type where it has one, Vulkan_Host; RPC has none)."""
+    backends: list[Backend] = []
+    bufts: list[BufferType] = []
+    for g in gpus:
+        if g.backend == "vulkan":
+            backends.append(
+                vulkan_backend(
+                    g.name,
+                    max_tensor_bytes=g.max_tensor_bytes,
+                    op_offload_min_batch=rc.op_offload_min_batch,
+                )
+            )
+            align = g.buffer_alignment or VK_STORAGE_ALIGNMENT_BOUND
+            bufts.append(vulkan_buffer_type(g.name, align, suballocation_block(g)))
+        else:
+            backends.append(rpc_backend(g.name))
+            bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))
+    first = gpus[0] if gpus else None
+    if first is not None and first.backend == "vulkan":
+        backends.append(cpu_backend("Vulkan_Host"))
+        map_align = first.host_alignment or VK_MAP_ALIGNMENT_DEFAULT
+        bufts.append(vulkan_host_buffer_type(map_align, suballocation_block(first)))
+    else:
+        backends.append(cpu_backend("CPU"))
+        bufts.append(CPU)
+    return backends, bufts
+
+
+def n_copies(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> int:
+    """src/llama-context.cpp llama_context: pipeline parallelism (GGML_SCHED_MAX_COPIES copies of
+    every split input) with several devices, every layer and the output offloaded, -sm layer, the
+    KV cache offloaded and no tensor overrides, when every device has async compute and events
+    (Vulkan and RPC do: ggml_backend_vk_device_get_props, ggml_backend_rpc_device_get_props)."""
+    parallel = (
+        len(gpus) > 1
+        and rc.n_gpu_layers > facts.n_layer_all
+        and rc.split_mode == "layer"
+        and rc.kv_offload
+        and not rc.all_overrides
+    )
+    return GGML_SCHED_MAX_COPIES if parallel else 1
+
+
+def _placed(
+    graph: Graph,
+    backends: Sequence[Backend],
+    device_of_layer: Sequence[str],
+) -> Graph:
+    """The graph as the scheduler receives it: weights flagged USAGE_WEIGHTS (the model's buffers,
+    llama_model::load_tensors), the KV cache ANY, and the pins of llama_context::graph_get_cb (a
+    "norm" of layer il to that layer's device where its backend supports the op) and of
+    build_attn_mha (PIN_CPU: the CPU backend)."""
+    tensors = list(graph.tensors)
+    index = {b.name: b for b in backends}
+    cpu = backends[-1].name
+    for i, t in enumerate(tensors):
+        if t.data and t.buffer is not None and not t.name.startswith("cache_"):
+            tensors[i] = t = replace(t, usage=USAGE_WEIGHTS)
+    for i, t in enumerate(tensors):
+        if t.pin_layer == -1:
+            continue
+        if t.pin_layer == PIN_CPU:
+            tensors[i] = replace(t, backend=cpu)
+            continue
+        name = device_of_layer[t.pin_layer]
+        if index[name].supports_op(tensors, i):
+            tensors[i] = replace(t, backend=name)
+    return replace(graph, tensors=tuple(tensors))
+
+
+def device_compute_bytes(
+    facts: ModelFacts,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    placement: DevicePlacement,
+) -> dict[int, int] | None:
+    """Each backend's compute buffer (ggml_backend_sched_get_buffer_size after sched_reserve) of a
+    llama-server on these GPUs (Vulkan devices, RPC workers) and the CPU: GPU index → bytes, and
+    CPU_DEVICE → the CPU backend's (Vulkan_Host with a Vulkan device first). None where the replay
+    does not cover the model, the config or the devices (covers_devices, GraphBuildError, a split
+    or an allocation llama.cpp would abort on)."""
+    if not gpus or not covers_devices(facts, rc, gpus):
+        return None
+    backends, bufts = scheduler_backends(rc, gpus)
+    names = [g.name for g in gpus]
+
+    def device(dev: int) -> str:
+        return backends[-1].name if dev == CPU_DEVICE else names[dev]
+
+    def buffer(dev: int) -> str:
+        return placement.host_weights if dev == CPU_DEVICE else names[dev]
+
+    layers = placement.layers
+    kv = tuple(
+        names[d] if d != CPU_DEVICE and rc.kv_offload else "CPU" for d in layers[: facts.n_layer]
+    )
+    buffers: Mapping[str, object] = {
+        "weights": placement.host_weights,
+        "layer_weights": tuple(buffer(d) for d in layers),
+        "input_weights": placement.host_weights,
+        "output_weights": buffer(placement.output),
+        "overrides": placement.overrides,
+        "kv": "CPU",
+        "layer_kv": kv,
+        "full_offload": rc.n_gpu_layers > facts.n_layer_all,
+    }
+    device_of_layer = [device(d) for d in layers]
+    copies = n_copies(facts, rc, gpus)
+    hp = graph_hparams_of(facts)
+    gallocr = Gallocr(bufts)
+    sizes: tuple[int, ...] = ()
+    done: set[object] = set()
+    try:
+        for _reserve, config in reserve_configs(rc, **buffers):
+            if config in done:
+                # the prompt-sized graph again: ggml_gallocr_reserve_n allocates it afresh, the
+                # same way, and the buffers, which only grow, stay as they are
+                continue
+            done.add(config)
+            graph = _placed(build_graph(facts, config, hp), backends, device_of_layer)
+            split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
+            sizes = gallocr.reserve_n(split.graph)
+    except (GraphBuildError, SchedError, AllocError):
+        return None
+    out = {d: sizes[d] for d in range(len(gpus))}
+    out[CPU_DEVICE] = sizes[-1]
+    return out
