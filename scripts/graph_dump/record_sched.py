@@ -29,9 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from device_lab import bin_dir, rpc_workers, vk_env  # noqa: E402
-
 from llamafit.safe_io import write_atomic  # noqa: E402
+from scripts.calibration.device_lab import bin_dir, rpc_workers, vk_env  # noqa: E402
 from tests.support.graph_dump import DUMP_ENV, shim  # noqa: E402
 from tests.support.server_probe import server_binary, server_log  # noqa: E402
 
