@@ -46,8 +46,8 @@ def _router_server() -> str:
 
 
 def child_args(log: str) -> dict[str, list[str]]:
-    """name → the argv the router spawned it with (its `spawning server instance with args:`
-    block)."""
+    """name → the argv the router spawned it with (the `load:` lines of its `spawning server
+    instance with args:` block, up to the next spawn)."""
     out: dict[str, list[str]] = {}
     name = None
     for line in log.splitlines():
@@ -55,8 +55,8 @@ def child_args(log: str) -> dict[str, list[str]]:
             name, out[m.group(1)] = m.group(1), []
         elif name and (m := re.search(r" load:   (.*)$", line)):
             out[name].append(m.group(1))
-        elif name and "spawning server instance with args:" not in line:
-            name = None
+    # other lines may interleave with an args block on a busy machine (another child's log): they
+    # neither end the block nor belong to it
     return out
 
 
