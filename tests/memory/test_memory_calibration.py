@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from functools import cache
 
 import pytest
 
-from llamafit.facts.hparams import build_facts
 from llamafit.machine.devices import host
 from llamafit.memory.config import engine_defaults
-from llamafit.memory.model import Breakdown, MemoryModel
+from llamafit.memory.model import Breakdown
 from llamafit.memory.resolve import PINNED_BUILD, resolve
-from llamafit.reader.model import read_model
 from llamafit.server.flags import parse_server_args
-from tests.support import FIXTURES, ROOT, needs_demo
+from tests.support import FIXTURES, needs_demo
+from tests.support.loads import table_model
 
 ROWS = json.loads((FIXTURES / "calibration" / "llama-cpp-0c1e570-cpu.json").read_text())["rows"]
 MIB = 1 << 20
@@ -26,13 +24,7 @@ PRINTED = 0.005 * MIB  # llama.cpp prints MiB with two decimals
 HOST = host(64 << 30, 48 << 30, frozenset({"avx2", "avx512"}))  # the CPU the table was measured on
 
 
-@cache
-def memory_model(model: str) -> MemoryModel:
-    if model.startswith("demo:"):
-        from llamafit.fetch.demo import demo_model_path
-
-        return MemoryModel(build_facts(read_model(demo_model_path())))
-    return MemoryModel(build_facts(read_model(ROOT / model)))
+memory_model = table_model
 
 
 def predicted(row: dict) -> Breakdown:

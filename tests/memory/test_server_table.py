@@ -8,18 +8,16 @@ hand-derived peaks' bound (memory/compute.py)."""
 from __future__ import annotations
 
 import json
-from functools import cache
 
 import pytest
 
-from llamafit.facts.hparams import build_facts
 from llamafit.machine.devices import host
 from llamafit.memory.graph.replay import covers
-from llamafit.memory.model import DeviceUsage, MemoryModel
+from llamafit.memory.model import DeviceUsage
 from llamafit.memory.resolve import resolve
-from llamafit.reader.model import read_model
 from llamafit.server.flags import parse_server_args
-from tests.support import FIXTURES, ROOT, needs_demo
+from tests.support import FIXTURES, needs_demo
+from tests.support.loads import table_model
 
 TABLE = json.loads((FIXTURES / "calibration" / "llama-server-b11434-cpu.json").read_text())
 ROWS = TABLE["rows"]
@@ -31,13 +29,7 @@ COMPUTE_BOUND = (
 )
 
 
-@cache
-def memory_model(model: str) -> MemoryModel:
-    if model.startswith("demo:"):
-        from llamafit.fetch.demo import demo_model_path
-
-        return MemoryModel(build_facts(read_model(demo_model_path())))
-    return MemoryModel(build_facts(read_model(ROOT / model)))
+memory_model = table_model
 
 
 def predicted(row: dict) -> DeviceUsage:

@@ -5,6 +5,7 @@ start, many assertions). A load's figures do not depend on which test asked firs
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +40,19 @@ def cpu_compute_mib(model: str, flags: str) -> float | None:
     if key not in _COMPUTE:
         _COMPUTE[key] = script("audit_embeddings").measured(model, flags)
     return _COMPUTE[key]
+
+
+@cache
+def table_model(model: str) -> Any:
+    """The MemoryModel of a calibration table's model ("demo:<file>" or a path from the repository
+    root), built once per session for every table that names it."""
+    from llamafit.facts.hparams import build_facts
+    from llamafit.memory.model import MemoryModel
+    from llamafit.reader.model import read_model
+    from tests.support import ROOT
+
+    if model.startswith("demo:"):
+        from llamafit.fetch.demo import demo_model_path
+
+        return MemoryModel(build_facts(read_model(demo_model_path())))
+    return MemoryModel(build_facts(read_model(ROOT / model)))
