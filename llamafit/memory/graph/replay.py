@@ -57,7 +57,7 @@ def covers_model(facts: ModelFacts, build: int | None) -> bool:
 
 def covers(facts: ModelFacts, rc: ResolvedConfig) -> bool:
     """Whether the replay models this model's graph under this config and build (CPU only)."""
-    return facts.architecture in FAMILIES and not rc.embeddings and since(REPLAY_SINCE, rc.build)
+    return covers_model(facts, rc.build) and not rc.embeddings
 
 
 def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
