@@ -10,7 +10,7 @@ state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -29,7 +29,13 @@ from .compute import (
     op_offload_host_compute,
     output_refused_host,
 )
-from .graph.replay import DevicePlacement, cpu_compute_bytes, device_compute_bytes
+from .graph.replay import (
+    DevicePlacement,
+    SchedOverflow,
+    cpu_compute_bytes,
+    device_compute_bytes,
+    scheduler_overflow,
+)
 from .kv import layer_cell_bytes
 from .placement import (
     CPU,
@@ -206,6 +212,20 @@ ALL, EXPERTS, DENSE_FFN = 0, 2, 4
 PADDED = 1
 
 
+class SchedulerOverflowError(ConfigError):
+    """llama.cpp would abort while reserving this config's graph: more tensors than its
+    scheduler's hash set holds (replay.scheduler_overflow)."""
+
+    def __init__(self, overflow: SchedOverflow) -> None:
+        self.overflow = overflow
+        super().__init__(
+            f"llama.cpp would abort reserving this graph: {overflow.n_tensors} tensors, more than "
+            f"the scheduler's hash set of {overflow.capacity} holds (graph_max_nodes "
+            f"{overflow.max_nodes}); a quantized KV cache adds a rotation per layer: use f16 for K "
+            "or V"
+        )
+
+
 class MemoryModel:
     """Per-model precomputation; `estimate` turns a resolved config and devices into a Breakdown."""
 
@@ -318,6 +338,9 @@ class MemoryModel:
         a hundred times faster: the solver's searches), which `compute_scale` then scales, and
         `compute_scales` per device (the GPUs in order, then the host; solver.exact_choice's
         per-device ratios of the replay to the hand-derived peaks)."""
+        overflow = self.scheduler_overflow(rc)
+        if overflow is not None:
+            raise SchedulerOverflowError(overflow)
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(
             self.facts.n_layer_all,
@@ -894,6 +917,30 @@ class MemoryModel:
             return tuple(first.values())
 
         return self.remember(("kv_widths", layers), make)
+
+    def scheduler_overflow(self, rc: ResolvedConfig) -> SchedOverflow | None:
+        """replay.scheduler_overflow, memoized by what shapes the graph's tensor count (not the
+        context): one graph with both caches quantized (the most tensors: a rotation per cache and
+        layer) per shape, and the config's own only where that one overflows."""
+        shape = (
+            rc.flash_attn,
+            rc.n_stream,
+            rc.kv_unified,
+            min(rc.n_ubatch, rc.n_outputs_max),
+            rc.n_ubatch,
+            rc.n_swa_cells > 0,
+            rc.kv_offload,
+            rc.embeddings,
+            rc.build,
+        )
+        q8 = GGMLType.named("q8_0")
+        most = replace(rc, type_k=q8, type_v=q8)
+        if self.remember(("sched", shape), partial(scheduler_overflow, self.facts, most)) is None:
+            return None
+        quantized = (rc.type_k.is_quantized, rc.type_v.is_quantized)
+        return self.remember(
+            ("sched", shape, quantized), partial(scheduler_overflow, self.facts, rc)
+        )
 
     def remember(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
         """A per-model memo of what depends on the placement and the flags, not on the context."""

@@ -49,6 +49,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "qwen3moe-c4096": ("qwen3-30b-a3b", ("-c", "4096", "-ub", "128")),
     "qwen3-8b-c4096": ("qwen3-8b", ("-c", "4096", "-ub", "128")),
     "qwen2-7b-c4096-fa-off": ("qwen2.5-7b", ("-c", "4096", "-ub", "128", "-fa", "off")),
+    # Granite's scales around a softmax-gated MoE (granitemoe; granite.cpp's graph class)
+    "granitemoe-c4096-fa-off": ("granite3-1b-a400m", ("-c", "4096", "-ub", "128", "-fa", "off")),
     # the Vulkan/RPC build (same b11434 source) on the 2 GiB lavapipe device Vulkan0: buffers
     "vk-gemma3-ngl10-fa-off": ("demo", ("-c", "4096", "-ngl", "10", "-fa", "off", VULKAN)),
     # the repository's tiny fixtures (fixtures/*.gguf): a tied Llama, an MoE, a custom SWA pattern
@@ -103,6 +105,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "vk-gemma3-ngl99-nkvo-fa-off": (
         "demo",
         ("-c", "4096", "-ngl", "99", "-nkvo", "-fa", "off", VULKAN),
+    ),
+    # granitemoe on Vulkan0 with its experts kept on the host (-ot exps=CPU): op offload
+    "vk-granitemoe-ngl99-ot-exps": (
+        "granite3-1b-a400m",
+        ("-c", "4096", "-np", "1", "-ngl", "99", "-ot", "exps=CPU", VULKAN),
     ),
 }
 

@@ -34,29 +34,12 @@ ROWS = [r for r in DOC["rows"] if r["ok"]]
 # the two loopback workers reported 24105 MiB each; only their ratio shapes the split
 RPC = "127.0.0.1:1=24105MiB,127.0.0.1:2=24105MiB"
 KINDS = (("model", "weights_bytes"), ("KV", "kv_bytes"), ("compute", "compute_bytes"))
-_HOLE_OVER = (
-    "GPU FFN peak one Q row (n_head x head_k x T F32) over: the CPU-fitted hole below ffn_inp is "
-    "smaller on a GPU whose split inputs shift the layout (conservative: over, never under)"
-)
-_OP_OFFLOAD_OVER = (
-    "op offload: an upper bound (model._op_offload: a host layer's activations + its largest "
-    "weight copy + its K/V views + two n_embd rows), never under on "
-    "scripts/bench/bench_op_offload.py's grid; over where ggml-alloc reuses the copies' holes (+7 "
-    "to +61 %)"
-)
 # models whose graph memory/graph/build.py does not build: their compute stays on the hand-derived
 # peaks of compute.py (every other row is the replay's, exact: test_device_compute_exact)
-NOT_REPLAYED = {
-    "granite3-1b-a400m": "granitemoe: no graph model in memory/graph/build.py (hand-derived peaks)",
-}
+NOT_REPLAYED: dict[str, str] = {}
 # row id → why its compute prediction is off by more than 5% (measured; see
 # scripts/calibration/calibrate_devices.py); only rows the replay does not cover
-COMPUTE_GAPS: dict[str, str] = {
-    "vulkan:granite3-1b-a400m:-ngl 99 -c 4096 -np 1 -ot exps=CPU --no-repack": _OP_OFFLOAD_OVER,
-    "vulkan:granite3-1b-a400m:-ngl 99 -c 4096 -np 1 --n-cpu-moe 12 --no-repack": _OP_OFFLOAD_OVER,
-    "vulkan:granite3-1b-a400m:-ngl 99 -c 4096 -np 1 -ot exps=CPU -ub 128 --no-repack": _OP_OFFLOAD_OVER,
-    "vulkan:granite3-1b-a400m:-ngl 99 -c 4096 -np 1 --no-repack": _HOLE_OVER,
-}
+COMPUTE_GAPS: dict[str, str] = {}
 
 
 def _id(row: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ sparse GGUF written by scripts/make_shapes.py into a temp folder (no tensor data
 from __future__ import annotations
 
 import gzip
+import re
 import tempfile
 from dataclasses import dataclass
 from functools import cache
@@ -118,6 +119,12 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
         if facts.recurrent is not None and facts.recurrent.d_state not in (128, 256):
             vk_overrides = tuple(
                 (t.name, "CPU_Mapped") for t in facts.tensors if t.name.endswith(".ssm_a")
+            )
+        if "-ot" in case.args:  # -ot PATTERN=CPU: the matching weights stay mapped on the host
+            pattern, _, dest = case.flag("-ot", "").partition("=")
+            assert dest == "CPU", case.args
+            vk_overrides += tuple(
+                (t.name, "CPU_Mapped") for t in facts.tensors if re.search(pattern, t.name)
             )
         on_dev = tuple("Vulkan0" if il >= start else "CPU_Mapped" for il in range(n_layer))
         place = dict(

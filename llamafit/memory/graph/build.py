@@ -61,6 +61,7 @@ FAMILIES = (
     "deepseek2",
     "mamba2",
     "granitehybrid",
+    "granitemoe",
 )
 
 
@@ -1355,25 +1356,34 @@ class _Context:
             inpL = self.cb(b.add(cur, inpL), "l_out", il)
         self.finish(self.lm_head(inpL))
 
-    def build_granitehybrid(self) -> None:
-        """src/models/granite-hybrid.cpp llama_model_granite_hybrid::graph: Mamba-2 layers where
-        n_head_kv is 0, attention elsewhere (build_inp_mem_hybrid: the recurrent inputs, then
-        the KV cache's), RoPE when rope.scaling.finetuned (default true), Granite's embedding,
-        residual and logit scales, a dense or MoE FFN (shared experts when n_ff_shexp)."""
+    def build_granite(self) -> None:
+        """src/models/granite.cpp llama_model_granite::graph (granitemoe's graph is this class,
+        granite-moe.cpp; dense granite's too, not yet checked against a recorded graph, so not in
+        FAMILIES) and src/models/granite-hybrid.cpp (granitehybrid): Granite's
+        embedding, residual and logit scales around a llama layer with a dense or MoE FFN (shared
+        experts when n_ff_shexp). The hybrid has Mamba-2 layers where n_head_kv is 0
+        (build_inp_mem_hybrid: the recurrent inputs, then the KV cache's, then inp_pos); RoPE when
+        llama_hparams::has_rope (granite and granitehybrid: rope.scaling.finetuned, default true;
+        granitemoe: always); Granite Vision's deepstack inputs (dense granite only) are not."""
         f, b, c = self.f, self.b, self.c
         self.no_long_rope()
+        hybrid = f.architecture == "granitehybrid"
+        rope = f.architecture == "granitemoe" or f.rope_finetuned is not False
         inpL = self.inp_embd(1.0, f.embedding_scale)
-        rs = _Rs(self, [il for il in range(f.n_layer_all) if f.is_recurrent[il]])
+        inp_pos = self.inp_pos() if rope and not hybrid else None
         layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
+        rs = (
+            _Rs(self, [il for il in range(f.n_layer_all) if f.is_recurrent[il]]) if hybrid else None
+        )
         inp = _Inp(self, _Cache(self, layers, c.kv_size))
         inp.rotations(self)
         out_ids = self.inp_out_ids()
-        rope = f.rope_finetuned is not False  # llama_hparams::has_rope: rope_pattern
-        inp_pos = self.inp_pos() if rope else None
+        if rope and hybrid:
+            inp_pos = self.inp_pos()
         for il in range(self.n_layer):
             inpSA = inpL
             cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
-            if f.is_recurrent[il]:
+            if rs is not None and f.is_recurrent[il]:
                 cur = self.mamba2_layer(rs, cur, il)
             else:
                 q, k, v = self.qkv(cur, il)
@@ -1409,7 +1419,7 @@ class _Context:
             cur = self.cb(b.add(cur, ffn_inp), "ffn_out", il)
             inpL = self.cb(cur, "l_out", il)
         logits = self.lm_head(inpL)
-        if f.logit_scale:
+        if f.logit_scale or not hybrid:  # granite.cpp scales by 1/f_logit_scale always
             logits = b.scale(logits)
         self.finish(logits)
 
@@ -1437,8 +1447,8 @@ class _Context:
             return self.build_deepseek2()
         if arch == "mamba2":
             return self.build_mamba2()
-        if arch == "granitehybrid":
-            return self.build_granitehybrid()
+        if arch in ("granitemoe", "granitehybrid"):
+            return self.build_granite()
         gemma = arch == "gemma3"
         iswa = _iswa(f)
         qk_norm = arch in ("qwen3", "qwen3moe", "gemma3")

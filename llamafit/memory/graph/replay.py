@@ -33,7 +33,14 @@ from .alloc import (
     vulkan_host_buffer_type,
 )
 from .backends import cpu_backend, rpc_backend, vulkan_backend
-from .build import FAMILIES, GraphBuildError, GraphHParams, build_graph, reserve_configs
+from .build import (
+    FAMILIES,
+    GraphBuildError,
+    GraphHParams,
+    build_direct,
+    build_graph,
+    reserve_configs,
+)
 from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
 
@@ -58,6 +65,66 @@ def covers_model(facts: ModelFacts, build: int | None) -> bool:
 def covers(facts: ModelFacts, rc: ResolvedConfig) -> bool:
     """Whether the replay models this model's graph under this config and build (CPU only)."""
     return covers_model(facts, rc.build) and not rc.embeddings
+
+
+# ggml.c ggml_hash_size: the primes after the powers of two it picks the size of a hash set from
+_HASH_PRIMES = tuple(
+    int(p)
+    for p in (
+        "2 3 5 11 17 37 67 131 257 521 1031 2053 4099 8209 16411 32771 65537 131101 262147 524309 "
+        "1048583 2097169 4194319 8388617 16777259 33554467 67108879 134217757 268435459 536870923 "
+        "1073741827 2147483659"
+    ).split()
+)
+
+
+def ggml_hash_size(min_sz: int) -> int:
+    """ggml.c ggml_hash_size: the smallest of its primes at least min_sz (min_sz | 1 past them)."""
+    return next((p for p in _HASH_PRIMES if p >= min_sz), min_sz | 1)
+
+
+def graph_max_nodes(facts: ModelFacts) -> int:
+    """llama_context::graph_max_nodes (src/llama-context.cpp) for the families build.py builds (its
+    default branch): max(1024, 8 x llama_model::n_tensors()), the model's tensors as loaded (one
+    per GGUF tensor on a CPU-only load; a TENSOR_DUPLICATED tensor in a second buffer type, such as
+    a tied output on a GPU, adds one, not counted here)."""
+    return max(1024, 8 * len(facts.tensors))
+
+
+@dataclass(frozen=True, slots=True)
+class SchedOverflow:
+    """The reserve graph has more tensors than ggml_backend_sched's hash set holds: llama.cpp
+    aborts ("fatal error" in ggml_hash_find_or_insert, from ggml_backend_sched_split_graph) while
+    reserving, before anything runs."""
+
+    n_tensors: int  # the prompt-sized graph's tensors (nodes and leafs)
+    capacity: int  # ggml_hash_size(graph_max_nodes)
+    max_nodes: int  # llama_context::graph_max_nodes
+
+
+def scheduler_overflow(facts: ModelFacts, rc: ResolvedConfig) -> SchedOverflow | None:
+    """Whether this config's graph overflows the scheduler's hash set, where the replay covers it.
+
+    ggml_backend_sched_new (ggml/src/ggml-backend.cpp) sizes its hash set by
+    ggml_hash_size(graph_max_nodes), and ggml_backend_sched_split_graph puts every tensor of the
+    graph it splits in it (hash_id: nodes, leafs, their sources); ggml_hash_find_or_insert aborts
+    when it is full. llama_context::graph_reserve's split-only probes (resolve_fused_ops) split
+    before sched_reserve's own GGML_ASSERT on the size is reached. The prompt-sized reserve is the
+    largest graph (the one-token graph drops the output-row selection). A quantized K or V cache
+    adds a Hadamard rotation to every attention layer (llama_kv_cache: attn_rot_k / attn_rot_v;
+    two MUL_MATs and four RESHAPEs per layer and cache): Granite 3.0 1B-A400M (242 tensors, a hash
+    set of 2053) has 1775 tensors with an f16 cache, 1920 with one of K or V quantized and 2065
+    with both, where llama-server b11434 aborts."""
+    if not covers(facts, rc):
+        return None
+    pp = reserve_configs(rc)[0][1]
+    try:
+        n = len(build_direct(facts, pp, graph_hparams_of(facts)).tensors)
+    except GraphBuildError:
+        return None
+    max_nodes = graph_max_nodes(facts)
+    capacity = ggml_hash_size(max_nodes)
+    return SchedOverflow(n, capacity, max_nodes) if n > capacity else None
 
 
 def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:

@@ -54,7 +54,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 
 
 # (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer,
-# a gpt-oss SWA layer with sinks, an MLA layer with experts, a Granite attention layer
+# a gpt-oss SWA layer with sinks, an MLA layer with experts, a Granite attention layer, a
+# Granite MoE layer
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -65,6 +66,7 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("fx-gptoss", 0),
         ("fx-deepseek2", 1),
         ("fx-granitehybrid", 2),
+        ("granitemoe-c4096-fa-off", 5),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

