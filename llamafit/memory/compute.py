@@ -93,6 +93,7 @@ class ComputeSettings:
         True  # the mixed token/embedding input branch (PR #29622 on, most architectures)
     )
     attn_rot: bool = True  # Hadamard rotation inputs for a quantized K/V cache (PR #21038 on)
+    glu_op: bool = True  # a fused-up gate is one ggml_swiglu (PR #14158 on); before, two conts
     holds_input: bool = True  # this backend runs block 0 (the mixed branch's DUP lands here)
     pooling: str = (
         "none"  # the pooling layer build_pooling adds with embeddings on (none: no layer)
@@ -137,6 +138,7 @@ class _Shape:
     v_gqa_max: int
     range_reps: dict[tuple[int, int], frozenset[int]]  # memo: block range -> its distinct shapes
     rot: dict[tuple[str, str], dict[str, int]]  # memo: (type_k, type_v) -> _rot_inputs
+    fused_up: frozenset[int] = frozenset()  # gated layers whose gate is fused into ffn_up
 
     def reps_in(self, a: int, b: int) -> frozenset[int]:
         key = (a, b)
@@ -153,28 +155,30 @@ def _shape(f: ModelFacts) -> _Shape:
     if hit is not None and hit[0] is f:
         return hit[1]
     first: dict[tuple, int] = {}
-    gated = _gated_layers(f)
+    gated, fused_up = _gated_layers(f)
     reps = tuple(
         first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all)
     )
     kv = [il for il in range(f.n_layer) if f.has_kv[il]]
     caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
-    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {}, {})
+    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {}, {}, fused_up)
     if len(_SHAPES) > 32:
         _SHAPES.clear()
     _SHAPES[id(f)] = (f, shape)  # keeps f alive, so its id cannot be reused while cached
     return shape
 
 
-def _gated_layers(f: ModelFacts) -> frozenset[int]:
+def _gated_layers(f: ModelFacts) -> tuple[frozenset[int], frozenset[int]]:
     """Blocks with an ffn_gate tensor (build_ffn in src/llama-graph.cpp multiplies by the gate only when
     the model has one). A header without tensor infos counts every layer as gated (the larger FFN).
     A gate fused into ffn_up (2 x n_ff wide, no ffn_gate: glm4, phi3) is gated too: build_ffn's
     LLM_FFN_SWIGLU without a gate splits up's output in two halves (ggml_swiglu), and the up [2 n_ff]
-    plus the GLU output [n_ff] take what gate + up + activation take (audit_families.py, glm4)."""
+    plus the GLU output [n_ff] take what gate + up + activation take (audit_families.py, glm4).
+    Returns the gated layers and, among them, those whose gate is fused into ffn_up."""
     if not f.tensors:
-        return frozenset(range(f.n_layer_all))
+        return frozenset(range(f.n_layer_all)), frozenset()
     out = set()
+    fused = set()
     for t in f.tensors:
         if (
             il := block_index(t.name)
@@ -189,7 +193,9 @@ def _gated_layers(f: ModelFacts) -> frozenset[int]:
         )
         if fused_up or t.name.endswith((".ffn_gate.weight", ".ffn_gate_up.weight")):
             out.add(il)
-    return frozenset(out)
+        if fused_up:
+            fused.add(il)
+    return frozenset(out), frozenset(fused)
 
 
 def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
@@ -401,8 +407,12 @@ def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
     gptneox with a parallel residual and gpt2 with a sequential one, exact with flash attention)."""
     t = s.n_tokens
     e, q, ff = F32 * f.n_embd * t, F32 * f.n_head[il] * f.n_embd_head_k * t, F32 * f.n_ff[il] * t
-    if il in _shape(f).gated:
-        return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff
+    shape = _shape(f)
+    if il in shape.gated:
+        # before ggml_swiglu (PR #14158) a fused up's halves were two ggml_cont copies, live with
+        # up [2 n_ff] when the second is made: one n_ff more (GLM-Z1 32B on CUDA, b5274: 45 MiB)
+        old_split = ff if not s.glu_op and il in shape.fused_up else 0
+        return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff + old_split
     return 3 * e + ff
 
 
@@ -798,6 +808,7 @@ def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
         mask_f16_input=since("fa_mask_f16", rc.build),
         mixed_input=since("mixed_batch", rc.build) and f.architecture not in NO_MIXED_BATCH_ARCHS,
         attn_rot=since("attn_rot", rc.build),
+        glu_op=since("glu_op", rc.build),
         pooling=rc.pooling if rc.embeddings else "none",
         pooling_per_seq=since("pooling_per_seq", rc.build),
     )

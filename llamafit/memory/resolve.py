@@ -52,6 +52,15 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "src/llama-graph.cpp)",
     ),
     BuildRule(
+        "glu_op",
+        5780,
+        14158,
+        "2025-06 (b5780 estimate: after 06-13, before the follow-ups of 06-30)",
+        "a gate fused into ffn_up (glm4, phi3, chatglm: LLM_FFN_SWIGLU without ffn_gate) is one "
+        "ggml_swiglu over up's [2 n_ff] output (before: two ggml_cont copies of its halves, "
+        "[n_ff] each, live with up at the activation; build_ffn, src/llama-graph.cpp)",
+    ),
+    BuildRule(
         "kv_streams",
         5913,
         14363,
