@@ -353,21 +353,24 @@ def test_cuda_fa_f16_copies_enter_the_compute_buffer_with_pr_23907() -> None:
 
 
 @pytest.mark.parametrize(
-    ("build", "device_mib", "peak"),
-    [(5779, 216, "ffn"), (5780, 171, "ffn")],
+    ("build", "device_bytes"),
+    [(5779, 183502976 + 23040 * 512 * 4), (5780, 183502976)],
 )
-def test_fused_up_split_by_two_copies_before_pr_14158(
-    build: int, device_mib: int, peak: str
-) -> None:
+def test_fused_up_split_by_two_copies_before_pr_14158(build: int, device_bytes: int) -> None:
     """GLM-Z1 32B (glm4: ffn_up [6144, 46080], the gate fused in, n_ff 23040) on a GPU without the
-    output layer, 512 tokens: before PR #14158 build_ffn's LLM_FFN_SWIGLU made two ggml_cont copies
-    of up's halves, live with up, so the FFN peak holds one n_ff x 512 F32 block (45 MiB) more
-    than ggml_swiglu's [2 n_ff] + [n_ff]."""
+    output layer, 512 tokens, flash attention: before PR #14158 build_ffn's LLM_FFN_SWIGLU made two
+    ggml_cont copies of up's halves, live with up, so the FFN peak holds one n_ff x 512 F32 block
+    (45 MiB) more than ggml_swiglu's [2 n_ff] + [n_ff]."""
     from llamafit.memory.compute import _base_settings, predict_compute
 
     f = model("glm-z1-32b-0414").facts
-    rc = resolve(LaunchConfig(n_ctx=32768, n_gpu_layers=NGL_ALL, fit=False), f, build=build)
-    s = replace(_base_settings(f, rc), backend="cuda", holds_output=False, n_outputs=1)
+    cfg = LaunchConfig(n_ctx=4096, flash_attn="on", n_gpu_layers=NGL_ALL, fit=False)
+    s = replace(
+        _base_settings(f, resolve(cfg, f, build=build)),
+        backend="cuda",
+        holds_output=False,
+        n_outputs=1,
+    )
     got = predict_compute(f, s)
     assert (got.device, got.peak) == (device_bytes, "ffn")
 
