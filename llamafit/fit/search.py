@@ -36,6 +36,10 @@ class Target:
     compute_scales: tuple[float, ...] = ()
     # draft model, MTP context, projector: resident next to the main model
     side: SidePlan | None = None
+    # (flash attention, K quantized, V quantized) where llama.cpp aborts reserving the graph
+    # (MemoryModel.estimate's SchedulerOverflowError, found by solver.exact_choice): evaluate
+    # rejects them as llama.cpp would
+    refused: frozenset[tuple[bool, bool, bool]] = frozenset()
     # evaluate's results by LaunchConfig: a plan asks for the same config many times (searches,
     # trade-offs, marginal costs); each Target (dataclasses.replace makes a new one) starts empty
     _evaluated: dict[LaunchConfig, tuple[ResolvedConfig, Breakdown] | None] = field(
@@ -88,10 +92,9 @@ class Target:
             return cache[cfg]
         try:
             rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
-            result: tuple[ResolvedConfig, Breakdown] | None = (
-                rc,
-                self.breakdown(cfg, rc, replay=False),
-            )
+            result: tuple[ResolvedConfig, Breakdown] | None = None
+            if graph_kind(rc) not in self.refused:
+                result = (rc, self.breakdown(cfg, rc, replay=False))
         except InputError:
             result = None
         if len(cache) >= EVALUATED_SIZE:
@@ -104,6 +107,12 @@ class Target:
         may page; the plan warns when they would)."""
         result = self.evaluate(cfg)
         return result is not None and result[1].fits
+
+
+def graph_kind(rc: ResolvedConfig) -> tuple[bool, bool, bool]:
+    """What of a config decides whether its graph overflows llama.cpp's scheduler (Target.refused):
+    flash attention, and whether K and V are quantized (each adds a rotation per layer)."""
+    return (rc.flash_attn, rc.type_k.is_quantized, rc.type_v.is_quantized)
 
 
 def largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:

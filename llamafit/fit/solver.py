@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..memory.config import LaunchConfig
-from ..memory.model import Breakdown
+from ..memory.model import Breakdown, SchedulerOverflowError
 from ..memory.resolve import ResolvedConfig, resolve
 from ..units import pad
-from .search import STEP, Target, largest, max_context, streams
+from .search import STEP, Target, graph_kind, largest, max_context, streams
 
 if TYPE_CHECKING:
     from .presets import Preset
@@ -297,7 +297,17 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
     context of that config then moves to the exact boundary (_exact_boundary); where none of its
     contexts fits exactly, the first choice's config is tried the same way: the plan holds what
     llama.cpp allocates, and no less context than the exact figures allow."""
-    exact = target.breakdown(choice.cfg, choice.rc)
+    try:
+        exact = target.breakdown(choice.cfg, choice.rc)
+    except SchedulerOverflowError as overflow:
+        # llama.cpp would abort reserving this graph: refuse its kind and solve again; where
+        # nothing else fits (or the kind was pinned), llama.cpp's abort is the answer
+        refused = replace(target, refused=target.refused | {graph_kind(choice.rc)})
+        try:
+            again = solve(refused, cfg, policy)
+        except NoFit:
+            raise overflow from None
+        return exact_choice(refused, cfg, policy, again)
     if exact == choice.breakdown:
         return choice
     ratios = _compute_ratios(choice.breakdown, exact)

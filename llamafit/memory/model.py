@@ -10,7 +10,7 @@ state src/llama-memory-recurrent.cpp; output buffer src/llama-context.cpp output
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -338,9 +338,10 @@ class MemoryModel:
         a hundred times faster: the solver's searches), which `compute_scale` then scales, and
         `compute_scales` per device (the GPUs in order, then the host; solver.exact_choice's
         per-device ratios of the replay to the hand-derived peaks)."""
-        overflow = self.scheduler_overflow(rc)
-        if overflow is not None:
-            raise SchedulerOverflowError(overflow)
+        if replay:  # the exact figures: llama.cpp's own graph, which it may refuse to reserve
+            overflow = self.scheduler_overflow(rc)
+            if overflow is not None:
+                raise SchedulerOverflowError(overflow)
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(
             self.facts.n_layer_all,
@@ -919,28 +920,22 @@ class MemoryModel:
         return self.remember(("kv_widths", layers), make)
 
     def scheduler_overflow(self, rc: ResolvedConfig) -> SchedOverflow | None:
-        """replay.scheduler_overflow, memoized by what shapes the graph's tensor count (not the
-        context): one graph with both caches quantized (the most tensors: a rotation per cache and
-        layer) per shape, and the config's own only where that one overflows."""
+        """replay.scheduler_overflow (one graph built, 10-140 ms), memoized by what shapes the
+        graph's tensor count, not by the context: estimate asks it for the exact figures only (a
+        plan's chosen config, check), never in the searches."""
         shape = (
             rc.flash_attn,
+            rc.type_k.is_quantized,
+            rc.type_v.is_quantized,
             rc.n_stream,
             rc.kv_unified,
-            min(rc.n_ubatch, rc.n_outputs_max),
-            rc.n_ubatch,
+            min(rc.n_ubatch, rc.n_outputs_max) < rc.n_ubatch,
             rc.n_swa_cells > 0,
             rc.kv_offload,
             rc.embeddings,
             rc.build,
         )
-        q8 = GGMLType.named("q8_0")
-        most = replace(rc, type_k=q8, type_v=q8)
-        if self.remember(("sched", shape), partial(scheduler_overflow, self.facts, most)) is None:
-            return None
-        quantized = (rc.type_k.is_quantized, rc.type_v.is_quantized)
-        return self.remember(
-            ("sched", shape, quantized), partial(scheduler_overflow, self.facts, rc)
-        )
+        return self.remember(("sched", shape), partial(scheduler_overflow, self.facts, rc))
 
     def remember(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
         """A per-model memo of what depends on the placement and the flags, not on the context."""

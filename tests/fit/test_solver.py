@@ -239,3 +239,46 @@ def test_best_combo_is_the_exhaustive_pick_with_fewer_evaluations(
         expected[1],
     )
     assert len(calls) == (quality if prefer == "quality" else evaluated)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "searched", "settled"),
+    [
+        (
+            "900MiB",
+            (4096, 25, 8, "on", "q4_0", "q4_0", 256),
+            (4096, 25, 10, "on", "f16", "q4_0", 128),
+        ),
+        (
+            "700MiB",
+            (4096, 25, 15, "on", "q4_0", "q4_0", 256),
+            (4096, 25, 17, "on", "f16", "q4_0", 128),
+        ),
+    ],
+)
+def test_a_graph_llama_cpp_aborts_on_is_refused(
+    shapes_dir: Path, gpu: str, searched: tuple, settled: tuple
+) -> None:
+    """Granite 3.0 1B-A400M with both caches quantized has 2065 graph tensors, more than the 2053 of
+    llama.cpp's scheduler (tests/memory/graph/test_sched_overflow.py): the search on the hand peaks
+    picks q4_0/q4_0, and exact_choice refuses that kind and solves again."""
+    from llamafit.fit.solver import exact_choice
+    from scripts.fixtures import make_shapes
+
+    path = Path(make_shapes.write_shape("granite3-1b-a400m", shapes_dir))
+    t = target(path, gpu, 256 * MIB)
+    first = solve(t, LaunchConfig(), Policy())
+    assert summary(first) == searched
+    assert summary(exact_choice(t, LaunchConfig(), Policy(), first)) == settled
+
+
+def test_a_pinned_kind_llama_cpp_aborts_on_is_its_error(shapes_dir: Path) -> None:
+    from llamafit.fit.solver import exact_choice
+    from llamafit.memory.model import SchedulerOverflowError
+    from scripts.fixtures import make_shapes
+
+    path = Path(make_shapes.write_shape("granite3-1b-a400m", shapes_dir))
+    t = target(path, "900MiB", 256 * MIB)
+    policy = Policy(kv="q8_0")
+    with pytest.raises(SchedulerOverflowError):
+        exact_choice(t, LaunchConfig(), policy, solve(t, LaunchConfig(), policy))
