@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..errors import InputError
 from ..findings import Notice, Verdict
 from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown
-from ..memory.resolve import ResolvedConfig, since
+from ..memory.resolve import ResolvedConfig, resolve, since
 from ..memory.side_models import SideFlags, SidePlan
 from ..units import MIB
 from .mtp import MtpEffect, mtp_effect
 from .plan_speed import choice_speed, speed_of, speed_options
-from .search import STEP, Target, max_context, streams
+from .search import STEP, Target, graph_kind, max_context, streams
 from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
 from .solver import Choice, NoFit, Policy, bounds, combos, exact_choice, solve
 from .speed import SpeedEstimate, SpeedInputs
@@ -31,6 +32,8 @@ class Tradeoff:
     n_cpu_moe: int
     max_ctx: int | None  # per slot; None: not even the minimum fits
     generation_tps: tuple[float, float] | None = None  # at that context: full, empty (speed.py)
+    # llama.cpp aborts reserving this row's graph (Target.refused: the scheduler's hash set)
+    llama_cpp_aborts: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,21 @@ def tradeoffs(
                 cfg.n_cpu_moe,
                 best,
                 est.generation_tps if est else None,
+                _refused(target, cfg),
             )
         )
     return rows
+
+
+def _refused(target: Target, cfg: LaunchConfig) -> bool:
+    """Whether llama.cpp aborts on this config's kind of graph (Target.refused)."""
+    if not target.refused:
+        return False
+    try:
+        rc = resolve(replace(cfg, n_ctx=STEP), target.model.facts, engine=target.engine)
+    except InputError:
+        return False
+    return graph_kind(rc) in target.refused
 
 
 def _gpu_used(b: Breakdown) -> int:
@@ -224,6 +239,8 @@ def plan(
             pinned_ngl=e.pinned_ngl,
         )
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
+    if choice.refused:  # kinds llama.cpp aborts on leave the trade-offs too
+        target = replace(target, refused=target.refused | choice.refused)
     mtp_target, mtp_note = _auto_mtp(target, cfg, policy, choice)
     if mtp_target is not None and mtp_note is not None:
         result = plan(mtp_target, cfg, asked, speed=speed)

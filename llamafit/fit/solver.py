@@ -78,6 +78,8 @@ class Choice:
     ctx: int  # per-slot context reached
     rc: ResolvedConfig
     breakdown: Breakdown
+    # graph kinds exact_choice found llama.cpp aborts on (Target.refused), for the plan's other rows
+    refused: frozenset[tuple[bool, bool, bool]] = frozenset()
 
 
 def _pinned(cfg: LaunchConfig, *names: str) -> bool:
@@ -307,7 +309,8 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
             again = solve(refused, cfg, policy)
         except NoFit:
             raise overflow from None
-        return exact_choice(refused, cfg, policy, again)
+        exact_again = exact_choice(refused, cfg, policy, again)
+        return replace(exact_again, refused=exact_again.refused | refused.refused)
     if exact == choice.breakdown:
         return choice
     ratios = _compute_ratios(choice.breakdown, exact)

@@ -225,6 +225,7 @@ def to_json(
                 "n_cpu_moe": t.n_cpu_moe,
                 "max_ctx": t.max_ctx,
                 "generation_tps": _pair(t.generation_tps),
+                "llama_cpp_aborts": t.llama_cpp_aborts,
                 "vs_pick": vs_pick(t, result.verdict),
             }
             for t in result.tradeoffs
@@ -540,6 +541,7 @@ def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
         tps = round(t.generation_tps[0] - v.generation_tps[0], 2)
     return {
         "pick": pick,
+        "llama_cpp_aborts": t.llama_cpp_aborts,
         "context_delta": None if t.max_ctx is None else t.max_ctx - v.ctx_per_slot,
         "generation_tps_delta": tps,
         "flash_attn": None if t.flash_attn == fa else t.flash_attn,
@@ -557,7 +559,9 @@ def vs_pick_text(d: dict[str, Any] | None, width: int) -> str:
     if d["pick"]:
         return "the pick"
     parts = []
-    if d["context_delta"] is None:
+    if d.get("llama_cpp_aborts"):
+        parts.append("llama.cpp aborts")
+    elif d["context_delta"] is None:
         parts.append("no fit")
     elif d["context_delta"]:
         parts.append(f"{d['context_delta']:+,} ctx")

@@ -256,6 +256,7 @@ def test_trade_off_rows_say_what_they_change_against_the_pick(fixed_host) -> Non
     pick = rows[("on", "q4_0", "q4_0")]
     assert pick["vs_pick"] == {
         "pick": True,
+        "llama_cpp_aborts": False,
         "context_delta": 0,
         "generation_tps_delta": 0.0,
         "flash_attn": None,
@@ -266,6 +267,7 @@ def test_trade_off_rows_say_what_they_change_against_the_pick(fixed_host) -> Non
     f16 = rows[("off", "f16", "f16")]
     assert f16["vs_pick"] == {
         "pick": False,
+        "llama_cpp_aborts": False,
         "context_delta": 1792 - 7168,
         "generation_tps_delta": round(f16["generation_tps"][0] - pick["generation_tps"][0], 2),
         "flash_attn": "off",
@@ -281,6 +283,7 @@ def test_vs_pick_text_keeps_what_fits() -> None:
 
     d = {
         "pick": False,
+        "llama_cpp_aborts": False,
         "context_delta": -8192,
         "generation_tps_delta": 33.4,
         "flash_attn": None,

@@ -121,3 +121,28 @@ def test_check_says_llama_cpp_would_abort(granite: Path) -> None:
         "scheduler's hash set of 2053 holds (graph_max_nodes 1936); a quantized KV cache adds a "
         "rotation per layer: use f16 for K or V\n"
     )
+
+
+def test_plan_leaves_the_kind_llama_cpp_aborts_on(granite: Path) -> None:
+    """On a 900 MiB GPU the search on the hand peaks picks q4_0/q4_0 (tests/fit/test_solver.py);
+    the plan settles on f16 K, and its trade-off rows with both caches quantized say llama.cpp
+    aborts."""
+    import json
+
+    from click.testing import CliRunner
+
+    from llamafit.cli import cli
+
+    args = ["plan", str(granite), "--gpu", "900MiB", "--reserve", "256", "--json"]
+    d = json.loads(CliRunner().invoke(cli, args).stdout)
+    assert (d["config"]["type_k"], d["config"]["type_v"]) == ("f16", "q4_0")
+    rows = [(t["type_k"], t["type_v"], t["llama_cpp_aborts"]) for t in d["tradeoffs"]]
+    assert rows == [
+        ("f16", "f16", False),
+        ("f16", "f16", False),
+        ("f16", "q8_0", False),
+        ("f16", "q4_0", False),
+        ("q8_0", "q8_0", True),
+        ("q8_0", "q4_0", True),
+        ("q4_0", "q4_0", True),
+    ]
