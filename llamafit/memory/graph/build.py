@@ -1,8 +1,8 @@
 """The pre-split graph llama.cpp builds for one reserve: `build_graph(facts, config)`.
 
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
-(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, deci.cpp, openai-moe.cpp,
-glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp) over the helpers of
+(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, gemma4.cpp, deci.cpp,
+openai-moe.cpp, glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp) over the helpers of
 llm_graph_context (src/llama-graph.cpp: build_inp_embd, build_inp_pos, build_inp_out_ids,
 build_attn_inp_kv / _iswa / _k, build_rs_inp, build_inp_mem_hybrid, build_norm, build_qkv,
 build_attn, build_attn_mha, build_ffn, build_moe_ffn, build_rs; build_mamba2_layer of
@@ -20,9 +20,10 @@ API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph (templated: re
 differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run, no template);
 graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max) and
 reserve_configs(ResolvedConfig, **buffers); clear_cache.
-Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts, expert groups, M-RoPE, LoRA,
-control vectors, embeddings/pooling, backend samplers, MTP/NextN graphs, recurrent rollback
-(n_rs_seq), deepseek2 without MLA (GraphBuildError or not built).
+Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts and weight scales (".scale":
+gemma4's only), expert groups, M-RoPE, LoRA, control vectors, embeddings/pooling, backend
+samplers, MTP/NextN graphs, recurrent rollback (n_rs_seq), deepseek2 without MLA (GraphBuildError
+or not built).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ FAMILIES = (
     "qwen3",
     "qwen3moe",
     "gemma3",
+    "gemma4",
     "deci",
     "gpt-oss",
     "glm4moe",
@@ -117,7 +119,7 @@ class GraphHParams:
     """The few hyper-parameters that change the graph's shape and that ModelFacts does not hold
     (llama_hparams, src/llama-hparams.h; read by the arch's load_arch_hparams)."""
 
-    final_logit_softcapping: float = 0.0  # gemma3: {arch}.final_logit_softcapping
+    final_logit_softcapping: float = 0.0  # gemma3, gemma4: {arch}.final_logit_softcapping
     expert_weights_scale: float = 0.0  # {arch}.expert_weights_scale
 
 
@@ -128,7 +130,7 @@ def graph_hparams(metadata: Mapping[str, object], arch: str) -> GraphHParams:
         v = metadata.get(f"{arch}.{key}")
         return float(v) if isinstance(v, (int, float)) else 0.0
 
-    softcap = num("final_logit_softcapping") if arch == "gemma3" else 0.0
+    softcap = num("final_logit_softcapping") if arch in ("gemma3", "gemma4") else 0.0
     return GraphHParams(softcap, num("expert_weights_scale"))
 
 
@@ -413,26 +415,34 @@ def kv_buffer(config: GraphConfig, il: int) -> str:
 
 def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
     """Which uses of one model tensor are one ggml tensor (TENSOR_DUPLICATED in the same buffer
-    type): the tied output with token_embd, rope_freqs across layers. Graphs whose buffers differ
-    but share alike have the same structure."""
+    type): the tied output with token_embd, rope_freqs across layers (gemma4: its full-attention
+    layers). Graphs whose buffers differ but share alike have the same structure. Gemma 4 makes
+    its tied output before token_embd (gemma4.cpp load_arch_tensors), so token_embd is always a
+    tensor of its own (llama_model_loader::create_tensor checks for a duplicate only when making
+    the TENSOR_DUPLICATED one)."""
     tensors = _tensor_map(facts)
     overrides = dict(config.overrides)
-    tied = "output.weight" not in tensors and weight_buffer(
-        config, overrides, "token_embd.weight", -1
-    ) == weight_buffer(config, overrides, "token_embd.weight", -2)
+    arch = facts.architecture
+    tied = (
+        arch != "gemma4"
+        and "output.weight" not in tensors
+        and weight_buffer(config, overrides, "token_embd.weight", -1)
+        == weight_buffer(config, overrides, "token_embd.weight", -2)
+    )
     rope: tuple[int, ...] = ()
-    if "rope_freqs.weight" in tensors and facts.architecture in ("llama", "deci", "granitehybrid"):
+    if "rope_freqs.weight" in tensors and arch in ("llama", "deci", "granitehybrid", "gemma4"):
         seen: dict[str, int] = {}
         rope = tuple(
             seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
             for il in range(facts.n_layer)
+            if arch != "gemma4" or not facts.swa.is_swa[il]
         )
     return (tied, rope)
 
 
 def _iswa(facts: ModelFacts) -> bool:
-    """The arch builds llm_graph_input_attn_kv_iswa (gemma3.cpp: swa_type standard)."""
-    iswa_archs = ("gemma3", "gpt-oss")
+    """The arch builds llm_graph_input_attn_kv_iswa (gemma3.cpp, gemma4.cpp: swa_type standard)."""
+    iswa_archs = ("gemma3", "gemma4", "gpt-oss")
     return (
         facts.architecture in iswa_archs and facts.swa.swa_type != "none" and any(facts.swa.is_swa)
     )
@@ -479,6 +489,7 @@ class _Cache:
             v = Builder.weight(f"cache_v_l{il}", c.type_v, (wv, size, self.n_stream), buf)
             k.rule = v.rule = ("", il)
             self.k[il], self.v[il] = k, v
+        self.reuse(ctx)
         # llama_kv_cache::llama_kv_cache: Hadamard rotation of a quantized cache
         self.n_rot_k = self.n_rot_v = 0
         head_k_all = heads_k.pop() if len(heads_k) == 1 else -1
@@ -490,6 +501,24 @@ class _Cache:
             self.n_rot_k = n
         if head_v_all > 0 and _quantized(c.type_v) and f.n_embd_head_v % 64 == 0:
             self.n_rot_v = 64
+
+    def reuse(self, ctx: _Context) -> None:
+        """The layers without a cache of their own read an earlier layer's
+        (llama_model::create_memory's reuse callback for gemma3n / gemma4: from
+        n_layer_kv_from_start on, the last SWA layer before it or the last full one; each
+        llama_kv_cache maps the layers of its kind, map_layer_ids)."""
+        f = ctx.f
+        if f.architecture != "gemma4" or not self.k:
+            return
+        start = f.n_layer_kv_from_start
+        mine = next(iter(self.k))
+        for il in range(start, ctx.n_layer):
+            if f.swa.is_swa[il] != f.swa.is_swa[mine]:
+                continue
+            src = start - (2 if f.swa.is_swa[il] else 1)
+            if src not in self.k:
+                raise GraphBuildError(f"{f.path}: layer {il} reuses layer {src}'s cache: none")
+            self.k[il], self.v[il] = self.k[src], self.v[src]
 
 
 def _quantized(type_: str) -> bool:
@@ -586,16 +615,19 @@ class _Context:
         ):
             raise GraphBuildError(f"{self.f.path}: LongRoPE factors are not modelled")
 
-    def w(self, name: str, il: int = -1, *, as_name: str | None = None) -> T | None:
+    def w(
+        self, name: str, il: int = -1, *, as_name: str | None = None, own: bool = False
+    ) -> T | None:
         """A model tensor if the file has it (TENSOR_NOT_REQUIRED), in the buffer of layer il
         (-1: input layer, -2: output layer). A tensor created again in another buffer type is a
-        second tensor of the same name (llama_model_loader::create_tensor, TENSOR_DUPLICATED)."""
+        second tensor of the same name (llama_model_loader::create_tensor, TENSOR_DUPLICATED);
+        `own`: a tensor of its own whatever the buffer (a duplicate made before the original)."""
         src = as_name or name
         info = self.tensors.get(src)
         if info is None:
             return None
         buf = weight_buffer(self.c, self.overrides, src, il)
-        key = (src, buf)
+        key = (src, f"{buf} (own)" if own else buf)
         t = self.weights.get(key)
         if t is None:
             t = self.weights[key] = Builder.weight(src, info[0], info[1], buf)
@@ -694,6 +726,23 @@ class _Context:
         self.cb(k, "Kcur", il)
         self.cb(v, "Vcur", il)
         return q, k, v
+
+    def mm_s(self, w: T, cur: T, w_s: T | None) -> T:
+        """build_lora_mm with a weight scale (the file's "<name>.scale": llama_model::load_tensors
+        loads one for any arch; gemma4.cpp passes them)."""
+        res = self.mm(w, cur)
+        return res if w_s is None else self.b.mul(res, w_s)
+
+    def mm_id(self, w: T, cur: T, ids: T, w_s: T | None) -> T:
+        """build_lora_mm_id: MUL_MAT_ID, times the per-expert scales each token's experts pick."""
+        b = self.b
+        res = b.mul_mat_id(w, cur, ids)
+        if w_s is None:
+            return res
+        n_expert, n_tokens = w_s.ne[0], cur.ne[2]
+        s = b.reshape(w_s, 1, n_expert, 1)
+        s = b.repeat_4d(s, 1, n_expert, n_tokens, 1)
+        return b.mul(res, b.get_rows(s, ids))
 
     def hadamard(self, cur: T, rot: T) -> T:
         """llama_mul_mat_hadamard (src/llama-impl.h)."""
@@ -828,38 +877,47 @@ class _Context:
         wo: T,
         wo_b: T | None,
         q: T,
-        k: T,
-        v: T,
+        k: T | None,
+        v: T | None,
         il: int,
         iswa: bool,
         sinks: T | None = None,
+        wo_s: T | None = None,
     ) -> T:
-        """build_attn over llm_graph_input_attn_kv (iswa False) or _kv_iswa (True)."""
+        """build_attn over llm_graph_input_attn_kv (iswa False) or _kv_iswa (True); k and v None:
+        a layer that reads an earlier layer's cache and stores nothing (gemma4.cpp)."""
         b = self.b
         cache = inp.cache
         if inp.k_rot is not None:
             q = self.hadamard(q, inp.k_rot)
-            k = self.hadamard(k, inp.k_rot)
-        if inp.v_rot is not None:
+            if k is not None:
+                k = self.hadamard(k, inp.k_rot)
+        if inp.v_rot is not None and v is not None:
             v = self.hadamard(v, inp.v_rot)
         # the plain cache expands K last (rope fusion); the iSWA one Q, K, V
         for t in (q, k, v) if iswa else (q, v, k):
-            b.expand(t)
-        b.expand(self.cpy_k(cache, k, inp.k_idxs, il))
-        b.expand(self.cpy_v(cache, v, inp.v_idxs, il))
-        k, v = self.get_k(cache, il), self.get_v(cache, il)
-        cur = self.attn_mha(q, k, v, inp.mask, il, sinks)
+            if t is not None:
+                b.expand(t)
+        if k is not None:
+            b.expand(self.cpy_k(cache, k, inp.k_idxs, il))
+        if v is not None:
+            b.expand(self.cpy_v(cache, v, inp.v_idxs, il))
+        kc, vc = self.get_k(cache, il), self.get_v(cache, il)
+        cur = self.attn_mha(q, kc, vc, inp.mask, il, sinks)
         self.cb(cur, "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
-        cur = self.mm(wo, cur)
+        cur = self.mm_s(wo, cur, wo_s)
         if wo_b is not None:
             cur = b.add(cur, wo_b)
         return cur
 
-    def ffn(self, cur: T, il: int, act: str, biases: bool, part: str = "") -> T:
+    def ffn(
+        self, cur: T, il: int, act: str, biases: bool, part: str = "", scales: bool = False
+    ) -> T:
         """build_ffn with a parallel gate: SILU -> SWIGLU, GELU -> GEGLU; optional biases; part
-        "_shexp": the shared experts' tensors."""
+        "_shexp": the shared experts' tensors; scales: the weights' scales (ffn_*.scale) the
+        arch passes (gemma4)."""
         b = self.b
         up = self.need(self.lw(il, f"ffn_up{part}.weight"), "ffn_up")
         gate = self.need(self.lw(il, f"ffn_gate{part}.weight"), "ffn_gate")
@@ -867,12 +925,19 @@ class _Context:
         up_b = self.lw(il, "ffn_up.bias") if biases else None
         gate_b = self.lw(il, "ffn_gate.bias") if biases else None
         down_b = self.lw(il, "ffn_down.bias") if biases else None
+        up_s = self.lw(il, f"ffn_up{part}.scale") if scales else None
+        gate_s = self.lw(il, f"ffn_gate{part}.scale") if scales else None
+        down_s = self.lw(il, f"ffn_down{part}.scale") if scales else None
         tmp = self.cb(self.mm(up, cur), "ffn_up", il)
         if up_b is not None:
             tmp = self.cb(b.add(tmp, up_b), "ffn_up_b", il)
+        if up_s is not None:
+            tmp = self.cb(b.mul(tmp, up_s), "ffn_up_s", il)
         cur = self.cb(self.mm(gate, cur), "ffn_gate", il)
         if gate_b is not None:
             cur = self.cb(b.add(cur, gate_b), "ffn_gate_b", il)
+        if gate_s is not None:
+            cur = self.cb(b.mul(cur, gate_s), "ffn_gate_s", il)
         if act == "silu":
             cur = self.cb(b.glu_split(cur, tmp, "SWIGLU"), "ffn_swiglu", il)
         else:
@@ -881,6 +946,8 @@ class _Context:
         if down_b is not None:
             self.cb(cur, "ffn_down", il)
             cur = b.add(cur, down_b)
+        if down_s is not None:
+            cur = self.cb(b.mul(cur, down_s), "ffn_down_s", il)
         return cur
 
     def moe_ffn(
@@ -893,24 +960,35 @@ class _Context:
         act: str = "silu",
         biases: bool = False,
         exp_probs_b: T | None = None,
+        probs_in: T | None = None,
+        w_scale: float | None = None,
     ) -> T:
         """build_moe_ffn (src/llama-graph.cpp): gating "softmax", "sigmoid" or "softmax_weight"
         (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
         exp_probs_b, within the top expert groups), weights normalised (norm_w) and scaled
         (expert_weights_scale), act "silu"
-        (SWIGLU, or SILU without gate experts) or "swiglu_oai" (LLM_FFN_SWIGLU_OAI_MOE); biases:
-        the gate_inp and expert biases (ggml_add_id)."""
+        (SWIGLU, or SILU without gate experts), "gelu" (GEGLU, or GELU) or "swiglu_oai"
+        (LLM_FFN_SWIGLU_OAI_MOE); biases: the gate_inp and expert biases (ggml_add_id); probs_in:
+        the router's logits made by the caller (gemma4.cpp); w_scale: the weights' scale the arch
+        passes (None: expert_weights_scale, GraphHParams). The merged ffn_gate_up_exps (one
+        MUL_MAT_ID, gate and up as views of it) and the per-expert scales (ffn_*_exps.scale,
+        llama_model::load_tensors' generic pass; build_lora_mm_id) are as build_moe_ffn has them
+        for merged-gate_up archs, which only gemma4 among FAMILIES uses."""
         b, f = self.b, self.f
         assert f.moe is not None
         n_expert, n_used = f.moe.n_expert, f.moe.n_expert_used
         n_embd, n_tokens = cur.ne[0], cur.ne[1]
-        if self.lw(il, "ffn_gate_up_exps.weight") is not None:
+        gate_up_exps = self.lw(il, "ffn_gate_up_exps.weight")
+        if gate_up_exps is not None and f.architecture != "gemma4":
             raise GraphBuildError(f"{f.path}: merged ffn_gate_up_exps is not modelled")
-        logits = self.cb(
-            self.mm(self.need(self.lw(il, "ffn_gate_inp.weight"), "gate_inp"), cur),
-            "ffn_moe_logits",
-            il,
-        )
+        if probs_in is not None:
+            logits = probs_in
+        else:
+            logits = self.cb(
+                self.mm(self.need(self.lw(il, "ffn_gate_inp.weight"), "gate_inp"), cur),
+                "ffn_moe_logits",
+                il,
+            )
         gate_inp_b = self.lw(il, "ffn_gate_inp.bias") if biases else None
         if gate_inp_b is not None:
             logits = self.cb(b.add(logits, gate_inp_b), "ffn_moe_logits_biased", il)
@@ -954,32 +1032,57 @@ class _Context:
             wsum = self.cb(b.clamp(wsum), "ffn_moe_weights_sum_clamped", il)
             weights = self.cb(b.div(weights, wsum), "ffn_moe_weights_norm", il)
             weights = b.reshape(weights, 1, n_used, n_tokens)
-        scale = self.hp.expert_weights_scale
+        scale = self.hp.expert_weights_scale if w_scale is None else w_scale
         if scale != 0.0 and scale != 1.0:
             weights = self.cb(b.scale(weights), "ffn_moe_weights_scaled", il)
         b.expand(weights)
         cur = b.reshape(cur, n_embd, 1, n_tokens)
-        up_exps = self.need(self.lw(il, "ffn_up_exps.weight"), "ffn_up_exps")
-        up = self.cb(b.mul_mat_id(up_exps, cur, selected), "ffn_moe_up", il)
-        up_b = self.lw(il, "ffn_up_exps.bias") if biases else None
-        if up_b is not None:
-            up = self.cb(b.add_id(up, up_b, selected), "ffn_moe_up_biased", il)
-        gate_exps = self.lw(il, "ffn_gate_exps.weight")
-        if gate_exps is not None:
-            cur = self.cb(b.mul_mat_id(gate_exps, cur, selected), "ffn_moe_gate", il)
+        scaled = f.architecture == "gemma4"  # the scales of the other families are not checked
+        if gate_up_exps is not None:
+            # ffn_up_exps.scale: loaded only beside a separate ffn_up_exps
+            gate_up = self.mm_id(gate_up_exps, cur, selected, None)
+            self.cb(gate_up, "ffn_moe_gate_up", il)
+            n_ff = gate_up.ne[0] // 2
+            shape, nbs = (n_ff, gate_up.ne[1], gate_up.ne[2]), (gate_up.nb[1], gate_up.nb[2])
+            cur = self.cb(b.view(gate_up, shape, nbs, 0), "ffn_moe_gate", il)
+            up = self.cb(b.view(gate_up, shape, nbs, n_ff * gate_up.nb[0]), "ffn_moe_up", il)
+            gate_exps: T | None = gate_up_exps
         else:
-            cur = up
-        gate_b = self.lw(il, "ffn_gate_exps.bias") if biases else None
-        if gate_b is not None:
-            cur = self.cb(b.add_id(cur, gate_b, selected), "ffn_moe_gate_biased", il)
+            up_exps = self.need(self.lw(il, "ffn_up_exps.weight"), "ffn_up_exps")
+            up_s = self.lw(il, "ffn_up_exps.scale") if scaled else None
+            up = self.cb(self.mm_id(up_exps, cur, selected, up_s), "ffn_moe_up", il)
+            if up_s is not None:
+                self.cb(up, "ffn_moe_up_scaled", il)
+            up_b = self.lw(il, "ffn_up_exps.bias") if biases else None
+            if up_b is not None:
+                up = self.cb(b.add_id(up, up_b, selected), "ffn_moe_up_biased", il)
+            gate_exps = self.lw(il, "ffn_gate_exps.weight")
+            if gate_exps is not None:
+                gate_s = self.lw(il, "ffn_gate_exps.scale") if scaled else None
+                cur = self.mm_id(gate_exps, cur, selected, gate_s)
+                cur = self.cb(cur, "ffn_moe_gate", il)
+                if gate_s is not None:
+                    self.cb(cur, "ffn_moe_gate_scaled", il)
+            else:
+                cur = up
+            gate_b = self.lw(il, "ffn_gate_exps.bias") if biases else None
+            if gate_b is not None:
+                cur = self.cb(b.add_id(cur, gate_b, selected), "ffn_moe_gate_biased", il)
         if act == "swiglu_oai":
             cur = self.cb(b.glu_split(cur, up, "SWIGLU_OAI"), "ffn_moe_swiglu_oai", il)
+        elif act == "gelu" and gate_exps is not None:
+            cur = self.cb(b.glu_split(cur, up, "GEGLU"), "ffn_moe_geglu", il)
+        elif act == "gelu":
+            cur = self.cb(b.unary(up, "GELU"), "ffn_moe_gelu", il)
         elif gate_exps is not None:
             cur = self.cb(b.glu_split(cur, up, "SWIGLU"), "ffn_moe_swiglu", il)
         else:
             cur = self.cb(b.unary(up, "SILU"), "ffn_moe_silu", il)
         down = self.need(self.lw(il, "ffn_down_exps.weight"), "ffn_down_exps")
-        experts = self.cb(b.mul_mat_id(down, cur, selected), "ffn_moe_down", il)
+        down_s = self.lw(il, "ffn_down_exps.scale") if scaled else None
+        experts = self.cb(self.mm_id(down, cur, selected, down_s), "ffn_moe_down", il)
+        if down_s is not None:
+            self.cb(experts, "ffn_moe_down_scaled", il)
         down_b = self.lw(il, "ffn_down_exps.bias") if biases else None
         if down_b is not None:
             experts = self.cb(b.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
@@ -1434,9 +1537,141 @@ class _Context:
         swa.rotations(self)
         return base, swa
 
+    def inp_per_layer(self, inpL: T) -> T:
+        """llama_model_gemma4::graph's build_inp_per_layer and project_per_layer_inputs: the
+        per-layer token rows (their own token input), plus the projection of the scaled
+        embeddings, normed; [n_embd_per_layer, n_tokens, n_layer]."""
+        b, n_tokens = self.b, self.c.n_tokens
+        table = self.need(self.w("per_layer_token_embd.weight", -1), "per_layer_token_embd")
+        n_per_layer = table.ne[0] // self.n_layer
+        tokens = b.new("i32", n_tokens, inp=True)
+        sel = b.reshape(b.get_rows(table, tokens), n_per_layer, self.n_layer, n_tokens)
+        sel = self.cb(b.scale(sel), "inp_per_layer_selected", -1)
+        b.expand(sel)
+        # per_layer_model_proj / _proj_norm: LLM_TENSOR_LAYER_REPEATING, made for layer 0
+        proj_w = self.need(self.w("per_layer_model_proj.weight", 0), "per_layer_model_proj")
+        proj = b.scale(self.mm(proj_w, inpL))
+        proj = b.reshape(proj, n_per_layer, self.n_layer, n_tokens)
+        proj = self.norm(proj, self.w("per_layer_proj_norm.weight", 0), -1)
+        proj = self.cb(proj, "per_layer_proj", -1)
+        out = self.cb(b.scale(b.add(proj, sel)), "inp_per_layer", -1)
+        return b.cont(b.permute(out, 0, 2, 1, 3))
+
+    def build_gemma4(self) -> None:
+        """src/models/gemma4.cpp llama_model_gemma4::graph: the scaled embeddings and (E2B, E4B)
+        the per-layer inputs; iSWA attention with Q/K norms, V RMS-normed, RoPE with rope_freqs in
+        the full-attention layers, V = K where the file has no attn_v (attention_k_eq_v); the
+        layers from n_layer_kv_from_start read an earlier layer's cache (Q only); a GELU FFN and,
+        where ffn_gate_inp is, routed experts beside it (the router's logits from its own norm,
+        merged gate_up experts); the per-layer embedding and the layer's output scale; the output
+        rows picked after the output norm (h_nextn, an output: cparams.embeddings_nextn_masked
+        is false), the tied output a tensor of its own (_sharing), logit soft-capping."""
+        f, b = self.f, self.b
+        inpL = self.cb(self.inp_embd(math.sqrt(f.n_embd)), "inp_scaled", -1)
+        inp_pos = self.inp_pos()
+        base, swa = self.inp_iswa()
+        out_ids = self.inp_out_ids()
+        per_layer = None
+        if "per_layer_token_embd.weight" in self.tensors:
+            per_layer = self.inp_per_layer(inpL)
+        n_tokens = self.c.n_tokens
+
+        def scale(il: int, part: str) -> T | None:
+            return self.lw(il, f"{part}.scale")
+
+        def mm(il: int, part: str, cur: T) -> T:
+            w = self.need(self.lw(il, f"{part}.weight"), part)
+            return self.mm_s(w, cur, scale(il, part))
+
+        for il in range(self.n_layer):
+            head, n_head, n_head_kv = self.head_k(il), f.n_head[il], f.n_head_kv[il]
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            factors = None if f.swa.is_swa[il] else self.w("rope_freqs.weight", il)
+            if self.lw(il, "attn_qkv.weight") is not None:
+                raise GraphBuildError(f"{f.path}: fused attn_qkv is not modelled")
+            q = self.cb(mm(il, "attn_q", cur), "Qcur", il)
+            q = b.reshape(q, head, n_head, n_tokens)
+            q = self.cb(self.norm(q, self.lw(il, "attn_q_norm.weight"), il), "Qcur_normed", il)
+            q = self.cb(b.rope(q, inp_pos, factors), "Qcur_pos", il)
+            inp = swa if f.swa.is_swa[il] else base
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            wo_s = scale(il, "attn_output")
+            if f.has_kv[il]:
+                k = self.cb(mm(il, "attn_k", cur), "Kcur", il)
+                v = mm(il, "attn_v", cur) if self.lw(il, "attn_v.weight") is not None else k
+                self.cb(v, "Vcur", il)
+                k = b.reshape(k, head, n_head_kv, n_tokens)
+                v = b.reshape(v, head, n_head_kv, n_tokens)
+                k = self.norm(k, self.lw(il, "attn_k_norm.weight"), il)
+                v = b.rms_norm(v)
+                self.cb(k, "Kcur_normed", il)
+                self.cb(v, "Vcur_normed", il)
+                k = self.cb(b.rope(k, inp_pos, factors), "Kcur_pos", il)
+                cur = self.attn(inp, wo, None, q, k, v, il, True, wo_s=wo_s)
+            else:
+                cur = self.attn(inp, wo, None, q, None, None, il, True, wo_s=wo_s)
+            cur = self.norm(cur, self.lw(il, "post_attention_norm.weight"), il)
+            cur = self.cb(cur, "attn_post_norm", il)
+            attn_out = self.cb(b.add(cur, inpL), "attn_out", il)
+            if self.lw(il, "ffn_gate_inp.weight") is not None:
+                mlp = self.norm(attn_out, self.lw(il, "ffn_norm.weight"), il)
+                mlp = self.ffn(self.cb(mlp, "ffn_norm_1", il), il, "gelu", False, scales=True)
+                mlp = self.norm(mlp, self.lw(il, "post_ffw_norm_1.weight"), il)
+                mlp = self.cb(mlp, "ffn_mlp", il)
+                moe = self.norm(attn_out, self.lw(il, "pre_ffw_norm_2.weight"), il)
+                moe = self.cb(moe, "ffn_norm_2", il)
+                tmp = b.scale(b.rms_norm(attn_out))
+                tmp = b.mul(tmp, self.need(self.lw(il, "ffn_gate_inp.scale"), "ffn_gate_inp.scale"))
+                router = self.need(self.lw(il, "ffn_gate_inp.weight"), "ffn_gate_inp")
+                logits = self.cb(self.mm(router, tmp), "ffn_moe_logits", il)
+                moe = self.moe_ffn(moe, il, act="gelu", probs_in=logits, w_scale=1.0)
+                moe = self.norm(moe, self.lw(il, "post_ffw_norm_2.weight"), il)
+                moe = self.cb(moe, "ffn_moe", il)
+                cur = self.cb(b.add(mlp, moe), "ffn_moe_combined", il)
+            else:
+                cur = self.norm(attn_out, self.lw(il, "ffn_norm.weight"), il)
+                cur = self.cb(cur, "ffn_norm", il)
+                cur = self.cb(self.ffn(cur, il, "gelu", False, scales=True), "ffn_out", il)
+            cur = self.norm(cur, self.lw(il, "post_ffw_norm.weight"), -1)
+            cur = self.cb(cur, "ffn_post_norm", il)
+            cur = b.add(cur, attn_out)
+            if per_layer is not None:
+                pe_in = self.cb(cur, "pe_in", il)
+                gate = self.need(self.lw(il, "inp_gate.weight"), "inp_gate")
+                cur = b.unary(self.mm(gate, cur), "GELU")
+                ne0, ne1 = per_layer.ne[0], per_layer.ne[1]
+                row = row_size(per_layer.type, ne0)
+                this = b.view(per_layer, (ne0, ne1), (row,), il * ne1 * row)
+                cur = self.mm(self.need(self.lw(il, "proj.weight"), "proj"), b.mul(cur, this))
+                cur = self.norm(cur, self.lw(il, "post_norm.weight"), il)
+                cur = self.cb(cur, "per_layer_embd_out", il)
+                cur = b.add(pe_in, cur)
+            out_scale = self.lw(il, "layer_output_scale.weight")
+            if out_scale is not None:
+                cur = self.cb(b.mul(cur, out_scale), "out_scaled", il)
+            inpL = self.cb(cur, "l_out", il)
+        cur = self.norm(inpL, self.w("output_norm.weight", -2), -1)
+        h_nextn = self.cb(cur, "h_nextn", -1)
+        set_output(h_nextn)
+        cur = self.cb(b.get_rows(cur, out_ids), "result_norm", -1)
+        set_output(cur)
+        output = self.w("output.weight", -2)
+        if output is None:  # tied: made before token_embd, a tensor of its own
+            output = self.w("token_embd.weight", -2, as_name="token_embd.weight", own=True)
+        output = self.need(output, "token_embd.weight")
+        # llama_model::load_tensors loads output.scale for an NVFP4 output only
+        out_s = self.w("output.scale", -2) if output.type == "nvfp4" else None
+        cur = self.mm_s(output, cur, out_s)
+        if self.hp.final_logit_softcapping:
+            cur = b.unary(b.scale(cur), "TANH")
+            cur = b.scale(cur)
+        self.finish(cur)
+
     def build(self) -> None:
         f, c, b = self.f, self.c, self.b
         arch = f.architecture
+        if arch == "gemma4":
+            return self.build_gemma4()
         if arch == "deci":
             return self.build_deci()
         if arch == "gpt-oss":

@@ -272,6 +272,10 @@ class Builder:
             name=_cut(a.name + " (view)"),
         )
 
+    def repeat_4d(self, a: T, *ne: int) -> T:
+        """ggml_repeat_4d: a new tensor of a's type and shape ne, a tiled over it."""
+        return T(a.type, _ne4(*ne), op="REPEAT", src=(a,))
+
     def sum_rows(self, a: T) -> T:
         return T(a.type, (1, a.ne[1], a.ne[2], a.ne[3]), op="SUM_ROWS", src=(a,))
 

@@ -55,7 +55,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 
 # (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer,
 # a gpt-oss SWA layer with sinks, an MLA layer with experts, a Granite attention layer, a
-# Granite MoE layer
+# Granite MoE layer, a Gemma 4 E2B layer reading layer 13's SWA cache (KV-shared, double-wide FFN,
+# per-layer input), a Gemma 4 26B full-attention layer (V is K, rope_freqs) with its experts
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -67,6 +68,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("fx-deepseek2", 1),
         ("fx-granitehybrid", 2),
         ("granitemoe-c4096-fa-off", 5),
+        ("gemma4-e2b-c4096", 15),
+        ("gemma4-26b-c4096-ub128", 5),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -170,6 +173,8 @@ def test_a_wrong_config_is_seen() -> None:
         "fx-deepseek2-fa-off",
         "fx-mamba2",
         "fx-granitehybrid-fa-off",
+        "gemma4-e2b-c4096",
+        "gemma4-26b-c4096-ub128",
     ],
 )
 def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
@@ -239,7 +244,8 @@ def test_reserves(args: tuple[int, int, int, int], expected: tuple[Reserve, Rese
     [
         ({}, "gemma3", GraphHParams()),
         ({"gemma3.final_logit_softcapping": 30.0}, "gemma3", GraphHParams(30.0, 0.0)),
-        ({"llama.final_logit_softcapping": 30.0}, "llama", GraphHParams()),  # gemma3's key only
+        ({"gemma4.final_logit_softcapping": 30.0}, "gemma4", GraphHParams(30.0, 0.0)),
+        ({"llama.final_logit_softcapping": 30.0}, "llama", GraphHParams()),  # gemma's key only
         ({"qwen3moe.expert_weights_scale": 2.5}, "qwen3moe", GraphHParams(0.0, 2.5)),
         ({"qwen3moe.expert_weights_scale": "x"}, "qwen3moe", GraphHParams()),
     ],
