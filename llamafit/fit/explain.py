@@ -119,6 +119,26 @@ def tradeoffs(
     return rows
 
 
+def _with_pick(rows: list[Tradeoff], choice: Choice) -> list[Tradeoff]:
+    """The rows with the pick's own row at the pick's context: the rows come from the hand-derived
+    peaks the searches run on, the pick from the exact figures (solver.exact_choice), which may
+    reach more or less."""
+    rc = choice.rc
+    pick = (
+        "on" if rc.flash_attn else "off",
+        rc.type_k.name.lower(),
+        rc.type_v.name.lower(),
+        rc.n_gpu_layers,
+        rc.n_cpu_moe,
+    )
+    return [
+        replace(t, max_ctx=choice.ctx)
+        if (t.flash_attn, t.type_k, t.type_v, t.n_gpu_layers, t.n_cpu_moe) == pick
+        else t
+        for t in rows
+    ]
+
+
 def _refused(target: Target, cfg: LaunchConfig) -> bool:
     """Whether llama.cpp aborts on this config's kind of graph (Target.refused)."""
     if not target.refused:
@@ -135,16 +155,17 @@ def _gpu_used(b: Breakdown) -> int:
 
 
 def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float | None]:
-    """MiB of GPU memory per 1,000 more tokens per slot, and per block moved onto the GPU."""
+    """MiB of GPU memory per 1,000 more tokens per slot, and per block moved onto the GPU, both
+    by the exact figures the pick has (Target.breakdown: the graph replay where it covers them)."""
     if not target.gpus:
         return None, None
     slots = choice.rc.n_stream
-    smaller = target.evaluate(replace(choice.cfg, n_ctx=max(STEP, choice.ctx - 4 * STEP) * slots))
+    smaller = _exact(target, replace(choice.cfg, n_ctx=max(STEP, choice.ctx - 4 * STEP) * slots))
     per_tokens = None
     if smaller and choice.ctx > STEP:
         tokens = choice.ctx - max(STEP, choice.ctx - 4 * STEP)
         per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(smaller[1])) / tokens * 1000 / MIB
-    fewer = target.evaluate(replace(choice.cfg, n_gpu_layers=max(choice.rc.n_gpu_layers - 1, 0)))
+    fewer = _exact(target, replace(choice.cfg, n_gpu_layers=max(choice.rc.n_gpu_layers - 1, 0)))
     per_layer = (
         (_gpu_used(choice.breakdown) - _gpu_used(fewer[1])) / MIB
         if fewer and choice.rc.n_gpu_layers
@@ -154,6 +175,15 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
         # the first block on the host brings op offload's copies to the GPU: nothing to buy
         per_layer = None
     return per_tokens, per_layer
+
+
+def _exact(target: Target, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
+    """The resolved config and its exact breakdown; None where llama.cpp would refuse it."""
+    try:
+        rc = resolve(cfg, target.model.facts, engine=target.engine, build=target.build)
+        return rc, target.breakdown(cfg, rc)
+    except InputError:
+        return None
 
 
 def _placement(target: Target, rc: ResolvedConfig, n_all: int) -> str:
@@ -239,8 +269,14 @@ def plan(
             pinned_ngl=e.pinned_ngl,
         )
         return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
-    if choice.refused:  # kinds llama.cpp aborts on leave the trade-offs too
-        target = replace(target, refused=target.refused | choice.refused)
+    if choice.refused or choice.compute_scales:
+        # kinds llama.cpp aborts on leave the trade-offs too, and the exact figures' ratios to
+        # the hand-derived peaks bring the other rows near the exact ones
+        target = replace(
+            target,
+            refused=target.refused | choice.refused,
+            compute_scales=choice.compute_scales or target.compute_scales,
+        )
     mtp_target, mtp_note = _auto_mtp(target, cfg, policy, choice)
     if mtp_target is not None and mtp_note is not None:
         result = plan(mtp_target, cfg, asked, speed=speed)
@@ -251,7 +287,7 @@ def plan(
     if choice.breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
         short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
         warnings.append(Notice("host_ram_short", short))
-    rows = tradeoffs(target, choice.cfg, policy, STEP, hi, speed)
+    rows = _with_pick(tradeoffs(target, choice.cfg, policy, STEP, hi, speed), choice)
     per_tokens, per_layer = marginal_costs(target, choice)
     verdict = _verdict(target, choice, lo, hi, per_tokens, per_layer)
     est = choice_speed(target, choice, speed) if speed else None

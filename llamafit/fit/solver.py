@@ -80,6 +80,9 @@ class Choice:
     breakdown: Breakdown
     # graph kinds exact_choice found llama.cpp aborts on (Target.refused), for the plan's other rows
     refused: frozenset[tuple[bool, bool, bool]] = frozenset()
+    # exact_choice's per-device ratios of the replay to the hand-derived peaks (Target.compute_
+    # scales), so that the plan's other rows (trade-offs, marginal costs) are near the exact ones
+    compute_scales: tuple[float, ...] = ()
 
 
 def _pinned(cfg: LaunchConfig, *names: str) -> bool:
@@ -323,11 +326,14 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
         except NoFit:
             pass
     lo, hi = bounds(target, cfg, policy)
+    learned = scales if ratios is not None else ()
     for start in (found, choice):
         settled = _exact_boundary(target, cfg, start, lo, hi)
         if settled is not None:
-            return settled
-    return replace(choice, breakdown=exact)  # nothing smaller fits either: the honest figures
+            return replace(settled, compute_scales=learned)
+    return replace(
+        choice, breakdown=exact, compute_scales=learned
+    )  # nothing smaller fits either: the honest figures
 
 
 def _exact_boundary(

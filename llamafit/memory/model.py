@@ -370,7 +370,7 @@ class MemoryModel:
             self._host_ops_of_gpu_layers(compute, rc, lmap, gpus)
             if compute_scale != 1.0:  # a correction learned from earlier runs (calibration.py)
                 compute = {d: int(v * compute_scale) for d, v in compute.items()}
-            if compute_scales:
+            if len(compute_scales) == len(gpus) + 1:  # per device, for these devices only
                 n = len(gpus)
                 compute = {
                     d: int(v * compute_scales[n if d == CPU else d]) for d, v in compute.items()
