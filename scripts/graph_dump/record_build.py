@@ -128,11 +128,27 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "gemma4-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
     ),
+    # Nemotron-3 Nano 30B-A3B (nemotron_h_moe): Mamba-2, attention without RoPE and
+    # sigmoid-gated RELU_SQR experts beside shared ones, in one hybrid memory (nemotron-h.cpp)
+    "nemotron-c4096-ub128": (
+        "nemotron3-nano-30b-a3b",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    "nemotron-c4096-fa-off-np2": (
+        "nemotron3-nano-30b-a3b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Nemotron with -ngl 2 on Vulkan0: layer 51 (MoE; its experts and the output, over
+    # lavapipe's 128 MiB storage range, stay on the host) and the output norm there
+    "vk-nemotron-ngl2": (
+        "nemotron3-nano-30b-a3b",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
 }
 
 
 # real-shape files too large to prefetch (tests/support/sparse_loads.py)
-SPARSE = frozenset({"gemma4-e2b", "gemma4-26b-a4b"})
+SPARSE = frozenset({"gemma4-e2b", "gemma4-26b-a4b", "nemotron3-nano-30b-a3b"})
 
 
 def model_path(key: str, tmp: Path) -> Path:

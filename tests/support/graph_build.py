@@ -17,10 +17,12 @@ from functools import cache
 from pathlib import Path
 
 from llamafit.facts.hparams import ModelFacts, build_facts
+from llamafit.facts.tensor_names import is_expert
 from llamafit.memory.graph.build import GraphConfig, GraphHParams, graph_hparams, reserves
 from llamafit.memory.graph.ggml import TYPE_NAMES
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.kv import swa_cells
+from llamafit.memory.model import op_probe_bytes
 from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 from tests.support.graph_dump import Event, parse
@@ -107,19 +109,31 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
     if "@vulkan" in case.args:
         # the Vulkan/RPC build on Vulkan0: -ngl N puts layers from n_layer + 1 - N on the device,
         # the output layer too (llama_model::load_tensors, i_gpu_start), each layer's cache with
-        # it; lavapipe's Vulkan0 takes no 178 MB matrix, so llama_model_loader's
-        # select_weight_buft leaves the tied output (token_embd.weight) in the CPU buffer
+        # it
         start = max(n_layer + 1 - int(case.flag("-ngl", "0")), 0)
-        # select_weight_buft moves a weight whose op the device refuses to the CPU: a tied
-        # output over lavapipe's 128 MiB maxStorageBufferRange (the demo's 178 MB, Gemma 4
-        # E2B's 330 MB); ssm_a, whose SSM_SCAN lavapipe's Vulkan0 runs for d_state 128 and
-        # 256 only (ggml-vulkan.cpp ggml_vk_op_get_pipeline)
-        vk_overrides: tuple[tuple[str, str], ...] = ()
-        embd = next(t for t in facts.tensors if t.name == "token_embd.weight")
-        if facts.tied_embeddings and embd.n_bytes > 128 << 20:
-            vk_overrides = (("token_embd.weight", "CPU_Mapped"),)
+        # select_weight_buft moves a weight whose op the device refuses to the CPU: one whose
+        # probe op (memory/model.py op_probe_bytes) is over lavapipe's 128 MiB
+        # maxStorageBufferRange (a tied output: the demo's 178 MB, Gemma 4 E2B's 330 MB;
+        # Nemotron's output and stacked experts); ssm_a, whose SSM_SCAN lavapipe's Vulkan0 runs
+        # for d_state 128 and 256 only (ggml-vulkan.cpp ggml_vk_op_get_pipeline)
+        n_used = facts.moe.n_expert_used if facts.moe is not None else 0
+
+        def on_device(name: str) -> bool:
+            if name.startswith("blk."):
+                return int(name.split(".")[1]) >= start
+            output = name.startswith("output") or (
+                name == "token_embd.weight" and facts.tied_embeddings
+            )
+            return output and n_layer >= start
+
+        vk_overrides: tuple[tuple[str, str], ...] = tuple(
+            (t.name, "CPU_Mapped")
+            for t in facts.tensors
+            if on_device(t.name)
+            and op_probe_bytes(t.shape, t.n_bytes, n_used, is_expert(t.name)) > 128 << 20
+        )
         if facts.recurrent is not None and facts.recurrent.d_state not in (128, 256):
-            vk_overrides = tuple(
+            vk_overrides += tuple(
                 (t.name, "CPU_Mapped") for t in facts.tensors if t.name.endswith(".ssm_a")
             )
         if "-ot" in case.args:  # -ot PATTERN=CPU: the matching weights stay mapped on the host
@@ -243,3 +257,12 @@ def layer_slice(g: Graph, il: int) -> list[tuple[str, str, str, tuple[int, ...]]
         for t in (g.tensors[i] for i in g.nodes)
         if t.name.endswith(tail)
     ]
+
+
+def layer_span(g: Graph, il: int) -> list[tuple[str, str, str, tuple[int, ...]]]:
+    """(name, op, type, ne) of every node from the first one named for layer il to the last,
+    the unnamed ones between them included (a Mamba-2 layer names few of its nodes)."""
+    tail = f"-{il}"
+    ts = [g.tensors[i] for i in g.nodes]
+    at = [k for k, t in enumerate(ts) if t.name.endswith(tail)]
+    return [(t.name, t.op, t.type, t.ne) for t in ts[at[0] : at[-1] + 1]] if at else []

@@ -2,10 +2,10 @@
 
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
 (src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, gemma4.cpp, deci.cpp,
-openai-moe.cpp, glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp) over the helpers of
-llm_graph_context (src/llama-graph.cpp: build_inp_embd, build_inp_pos, build_inp_out_ids,
-build_attn_inp_kv / _iswa / _k, build_rs_inp, build_inp_mem_hybrid, build_norm, build_qkv,
-build_attn, build_attn_mha, build_ffn, build_moe_ffn, build_rs; build_mamba2_layer of
+openai-moe.cpp, glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp, nemotron-h.cpp) over
+the helpers of llm_graph_context (src/llama-graph.cpp: build_inp_embd, build_inp_pos,
+build_inp_out_ids, build_attn_inp_kv / _iswa / _k, build_rs_inp, build_inp_mem_hybrid, build_norm,
+build_qkv, build_attn, build_attn_mha, build_ffn, build_moe_ffn, build_rs; build_mamba2_layer of
 src/models/mamba-base.cpp) and the KV cache views of llama_kv_cache (src/llama-kv-cache.cpp: get_k,
 get_v, cpy_k, cpy_v, build_input_k_idxs / v_idxs / k_rot / v_rot), then
 llm_graph_result::set_outputs.
@@ -20,10 +20,11 @@ API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph (templated: re
 differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run, no template);
 graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max) and
 reserve_configs(ResolvedConfig, **buffers); clear_cache.
-Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts and weight scales (".scale":
-gemma4's only), expert groups, M-RoPE, LoRA, control vectors, embeddings/pooling, backend
-samplers, MTP/NextN graphs, recurrent rollback (n_rs_seq), deepseek2 without MLA (GraphBuildError
-or not built).
+Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts (gemma4's only) and weight
+scales (".scale": gemma4's and nemotron_h_moe's only), expert groups, M-RoPE, LoRA, control
+vectors, embeddings/pooling, backend samplers, MTP/NextN graphs, recurrent rollback (n_rs_seq),
+deepseek2 without MLA, nemotron_h_moe's latent MoE projections and per-layer expert counts
+(Puzzle), dense nemotron_h (GraphBuildError or not built).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ FAMILIES = (
     "mamba2",
     "granitehybrid",
     "granitemoe",
+    "nemotron_h_moe",
 )
 
 
@@ -915,11 +917,14 @@ class _Context:
     def ffn(
         self, cur: T, il: int, act: str, biases: bool, part: str = "", scales: bool = False
     ) -> T:
-        """build_ffn with a parallel gate: SILU -> SWIGLU, GELU -> GEGLU; optional biases; part
+        """build_ffn with a parallel gate: SILU -> SWIGLU, GELU -> GEGLU; or, act "relu_sqr",
+        without a gate: LLM_FFN_RELU_SQR (RELU, then SQR; nemotron-h.cpp); optional biases; part
         "_shexp": the shared experts' tensors; scales: the weights' scales (ffn_*.scale) the
-        arch passes (gemma4)."""
+        arch passes (gemma4, nemotron_h_moe)."""
         b = self.b
         up = self.need(self.lw(il, f"ffn_up{part}.weight"), "ffn_up")
+        if act == "relu_sqr":
+            return self.ffn_relu_sqr(cur, il, up, part, scales)
         gate = self.need(self.lw(il, f"ffn_gate{part}.weight"), "ffn_gate")
         down = self.need(self.lw(il, f"ffn_down{part}.weight"), "ffn_down")
         up_b = self.lw(il, "ffn_up.bias") if biases else None
@@ -950,6 +955,23 @@ class _Context:
             cur = self.cb(b.mul(cur, down_s), "ffn_down_s", il)
         return cur
 
+    def ffn_relu_sqr(self, cur: T, il: int, up: T, part: str, scales: bool) -> T:
+        """build_ffn without gate or biases, LLM_FFN_RELU_SQR: up (and its scale), RELU, SQR,
+        down (and its scale)."""
+        b = self.b
+        down = self.need(self.lw(il, f"ffn_down{part}.weight"), "ffn_down")
+        up_s = self.lw(il, f"ffn_up{part}.scale") if scales else None
+        down_s = self.lw(il, f"ffn_down{part}.scale") if scales else None
+        cur = self.cb(self.mm(up, cur), "ffn_up", il)
+        if up_s is not None:
+            cur = self.cb(b.mul(cur, up_s), "ffn_up_s", il)
+        cur = self.cb(b.unary(cur, "RELU"), "ffn_relu", il)
+        cur = self.cb(b.sqr(cur), "ffn_sqr(relu)", il)
+        cur = self.mm(down, cur)
+        if down_s is not None:
+            cur = self.cb(b.mul(cur, down_s), "ffn_down_s", il)
+        return cur
+
     def moe_ffn(
         self,
         cur: T,
@@ -967,13 +989,14 @@ class _Context:
         (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
         exp_probs_b, within the top expert groups), weights normalised (norm_w) and scaled
         (expert_weights_scale), act "silu"
-        (SWIGLU, or SILU without gate experts), "gelu" (GEGLU, or GELU) or "swiglu_oai"
-        (LLM_FFN_SWIGLU_OAI_MOE); biases: the gate_inp and expert biases (ggml_add_id); probs_in:
-        the router's logits made by the caller (gemma4.cpp); w_scale: the weights' scale the arch
-        passes (None: expert_weights_scale, GraphHParams). The merged ffn_gate_up_exps (one
-        MUL_MAT_ID, gate and up as views of it) and the per-expert scales (ffn_*_exps.scale,
-        llama_model::load_tensors' generic pass; build_lora_mm_id) are as build_moe_ffn has them
-        for merged-gate_up archs, which only gemma4 among FAMILIES uses."""
+        (SWIGLU, or SILU without gate experts), "gelu" (GEGLU, or GELU), "swiglu_oai"
+        (LLM_FFN_SWIGLU_OAI_MOE) or "relu_sqr" (LLM_FFN_RELU_SQR, no gate experts); biases: the
+        gate_inp and expert biases (ggml_add_id); probs_in: the router's logits made by the
+        caller (gemma4.cpp, nemotron-h.cpp); w_scale: the weights' scale the arch passes (None:
+        expert_weights_scale, GraphHParams). The merged ffn_gate_up_exps (one MUL_MAT_ID, gate and
+        up as views of it) and the per-expert scales (ffn_*_exps.scale, llama_model::load_tensors'
+        generic pass; build_lora_mm_id) are as build_moe_ffn has them for the archs that pass
+        them: merged gate_up only gemma4 among FAMILIES, the scales gemma4 and nemotron_h_moe."""
         b, f = self.b, self.f
         assert f.moe is not None
         n_expert, n_used = f.moe.n_expert, f.moe.n_expert_used
@@ -1037,7 +1060,8 @@ class _Context:
             weights = self.cb(b.scale(weights), "ffn_moe_weights_scaled", il)
         b.expand(weights)
         cur = b.reshape(cur, n_embd, 1, n_tokens)
-        scaled = f.architecture == "gemma4"  # the scales of the other families are not checked
+        # the archs that pass the experts' scales (the other families' are not checked)
+        scaled = f.architecture in ("gemma4", "nemotron_h_moe")
         if gate_up_exps is not None:
             # ffn_up_exps.scale: loaded only beside a separate ffn_up_exps
             gate_up = self.mm_id(gate_up_exps, cur, selected, None)
@@ -1074,6 +1098,10 @@ class _Context:
             cur = self.cb(b.glu_split(cur, up, "GEGLU"), "ffn_moe_geglu", il)
         elif act == "gelu":
             cur = self.cb(b.unary(up, "GELU"), "ffn_moe_gelu", il)
+        elif act == "relu_sqr":
+            if gate_exps is not None:
+                raise GraphBuildError(f"{f.path}: gated squared ReLU experts (llama.cpp aborts)")
+            cur = self.cb(b.sqr(b.unary(up, "RELU")), "ffn_moe_relu_sqr", il)
         elif gate_exps is not None:
             cur = self.cb(b.glu_split(cur, up, "SWIGLU"), "ffn_moe_swiglu", il)
         else:
@@ -1667,9 +1695,75 @@ class _Context:
             cur = b.scale(cur)
         self.finish(cur)
 
+    def build_nemotron_h(self) -> None:
+        """src/models/nemotron-h.cpp llama_model_nemotron_h::graph, the class nemotron_h_moe's
+        trunk builds too (nemotron-h-moe.cpp: `using graph = llama_model_nemotron_h::graph`; its
+        graph_mtp is the MTP draft's). Per layer an RMS norm, then a Mamba-2 layer (is_recr), an
+        attention layer (n_ff 0: no RoPE) or an FFN layer (build_ffn_layer: the router's logits,
+        sigmoid-gated experts with exp_probs_b, RELU_SQR without gate, weights normalised and
+        scaled by expert_weights_scale, then the shared experts), then the residual
+        (nemotron_h_block_out). build_inp_mem_hybrid: the recurrent inputs, then the
+        KV cache's; no positions. The output norm is h_nextn, an output, and the output rows are
+        picked after it (cparams.embeddings_nextn_masked is false); no latent MoE projections
+        (ffn_latent_down / _up) nor dense MLP layers (nemotron_h's): GraphBuildError."""
+        f, b, c = self.f, self.b, self.c
+        inpL = self.inp_embd(1.0)
+        rs = _Rs(self, [il for il in range(f.n_layer_all) if f.is_recurrent[il]])
+        inp = _Inp(
+            self, _Cache(self, [il for il in range(f.n_layer_all) if f.has_kv[il]], c.kv_size)
+        )
+        inp.rotations(self)
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            if f.is_recurrent[il]:
+                cur = self.mamba2_layer(rs, cur, il)
+            elif f.n_ff[il] == 0:
+                q, k, v = self.qkv(cur, il)
+                wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+                wo_b, wo_s = self.lw(il, "attn_output.bias"), self.lw(il, "attn_output.scale")
+                cur = self.attn(inp, wo, wo_b, q, k, v, il, False, wo_s=wo_s)
+                cur = self.cb(cur, "attn_out", il)
+            else:
+                cur = self.nemotron_ffn(cur, il)
+            inpL = self.cb(b.add(cur, inpSA), "nemotron_h_block_out", il)
+        cur = self.norm(inpL, self.w("output_norm.weight", -2), -1)
+        set_output(self.cb(cur, "h_nextn", -1))
+        cur = self.cb(b.get_rows(cur, out_ids), "result_norm", -1)
+        set_output(cur)
+        output = self.need(self.w("output.weight", -2), "output.weight")
+        self.finish(self.mm_s(output, cur, self.w("output.scale", -2)))
+
+    def nemotron_ffn(self, cur: T, il: int) -> T:
+        """llama_model_nemotron_h::graph::build_ffn_layer (nemotron-h.cpp)."""
+        f, b = self.f, self.b
+        router = self.lw(il, "ffn_gate_inp.weight")
+        if router is None:  # a dense MLP layer (nemotron_h: n_expert 0), with optional biases
+            raise GraphBuildError(f"{f.path}: dense Nemotron-H MLP layers are not modelled")
+        if self.lw(il, "ffn_latent_down.weight") is not None:
+            raise GraphBuildError(f"{f.path}: latent MoE projections are not modelled")
+        logits = self.cb(self.mm(router, cur), "ffn_moe_logits", il)
+        moe = self.moe_ffn(
+            cur,
+            il,
+            gating="sigmoid",
+            norm_w=f.expert_weights_norm,
+            act="relu_sqr",
+            exp_probs_b=self.lw(il, "exp_probs_b.bias"),
+            probs_in=logits,
+        )
+        moe = self.cb(moe, "ffn_moe_out", il)
+        shared = self.ffn(cur, il, "relu_sqr", False, "_shexp", scales=True)
+        shared = self.cb(shared, "ffn_shexp", il)
+        cur = self.cb(b.add(moe, shared), "ffn_out", il)
+        return self.cb(cur, "l_out", il)  # build_cvec: no control vector
+
     def build(self) -> None:
         f, c, b = self.f, self.c, self.b
         arch = f.architecture
+        if arch == "nemotron_h_moe":
+            return self.build_nemotron_h()
         if arch == "gemma4":
             return self.build_gemma4()
         if arch == "deci":

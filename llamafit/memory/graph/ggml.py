@@ -232,6 +232,10 @@ class Builder:
     def dup(self, a: T) -> T:
         return self._unop("DUP", a)
 
+    def sqr(self, a: T) -> T:
+        """ggml_sqr (GGML_OP_SQR, not a unary op)."""
+        return self._unop("SQR", a)
+
     def unary(self, a: T, which: str) -> T:
         """ggml_unary_impl: ggml_tanh, ggml_gelu, ggml_silu, ... (desc: the unary op's name)."""
         return self._unop("UNARY", a, which)

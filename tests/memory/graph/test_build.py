@@ -30,6 +30,7 @@ from tests.support.graph_build import (
     diff,
     facts_of,
     layer_slice,
+    layer_span,
     recorded,
 )
 
@@ -56,7 +57,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer,
 # a gpt-oss SWA layer with sinks, an MLA layer with experts, a Granite attention layer, a
 # Granite MoE layer, a Gemma 4 E2B layer reading layer 13's SWA cache (KV-shared, double-wide FFN,
-# per-layer input), a Gemma 4 26B full-attention layer (V is K, rope_freqs) with its experts
+# per-layer input), a Gemma 4 26B full-attention layer (V is K, rope_freqs) with its experts, a
+# Nemotron-3 Nano MoE layer (sigmoid-gated RELU_SQR experts, shared ones)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -70,6 +72,7 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("granitemoe-c4096-fa-off", 5),
         ("gemma4-e2b-c4096", 15),
         ("gemma4-26b-c4096-ub128", 5),
+        ("nemotron-c4096-ub128", 1),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -79,6 +82,27 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
     real = layer_slice(recorded(name)[0].graph, il)
     assert len(real) >= 15
     assert layer_slice(build_graph(facts, config, hp), il) == real
+
+
+# (case, layer, nodes, ops): the layers that name few of their nodes, whole: a Nemotron-3 Nano
+# Mamba-2 layer, its attention layer (no RoPE) with and without flash attention
+@pytest.mark.parametrize(
+    "name, il, n_nodes, ops",
+    [
+        ("nemotron-c4096-ub128", 0, 45, {"SSM_CONV", "SSM_SCAN", "CONCAT", "GLU"}),
+        ("nemotron-c4096-ub128", 5, 22, {"FLASH_ATTN_EXT", "SET_ROWS"}),
+        ("nemotron-c4096-fa-off-np2", 5, 28, {"SOFT_MAX", "SET_ROWS"}),
+    ],
+)
+def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    config = configs(case, facts)[0]
+    real = layer_span(recorded(name)[0].graph, il)
+    assert len(real) == n_nodes
+    assert ops <= {op for _, op, _, _ in real}
+    assert "ROPE" not in {op for _, op, _, _ in real}
+    assert layer_span(build_graph(facts, config, hp), il) == real
 
 
 def test_gemma3_layer_0_reads_the_swa_cache() -> None:
@@ -175,6 +199,7 @@ def test_a_wrong_config_is_seen() -> None:
         "fx-granitehybrid-fa-off",
         "gemma4-e2b-c4096",
         "gemma4-26b-c4096-ub128",
+        "nemotron-c4096-fa-off-np2",
     ],
 )
 def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
