@@ -144,11 +144,40 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "nemotron3-nano-30b-a3b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
     ),
+    # Qwen3-Next 80B-A3B (qwen3next): gated DeltaNet layers (fused GATED_DELTA_NET) and gated
+    # full attention every 4th layer, softmax experts beside a sigmoid-gated shared one
+    "qwen3next-c4096-ub128": (
+        "qwen3-next-80b-a3b",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    "qwen3next-c4096-fa-off-np2": (
+        "qwen3-next-80b-a3b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Qwen3-Next with -ngl 2 on Vulkan0: layer 47 (full attention) and the output layer there,
+    # the experts and the output over lavapipe's 128 MiB storage range on the host
+    "vk-qwen3next-ngl2": (
+        "qwen3-next-80b-a3b",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
+    # Qwen3.5 35B-A3B (qwen35moe): qwen3next's layout with split beta/alpha projections, IMRoPE
+    "qwen35moe-c4096-ub128": (
+        "qwen3.5-35b-a3b",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
 }
 
 
 # real-shape files too large to prefetch (tests/support/sparse_loads.py)
-SPARSE = frozenset({"gemma4-e2b", "gemma4-26b-a4b", "nemotron3-nano-30b-a3b"})
+SPARSE = frozenset(
+    {
+        "gemma4-e2b",
+        "gemma4-26b-a4b",
+        "nemotron3-nano-30b-a3b",
+        "qwen3-next-80b-a3b",
+        "qwen3.5-35b-a3b",
+    }
+)
 
 
 def model_path(key: str, tmp: Path) -> Path:

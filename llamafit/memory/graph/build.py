@@ -2,13 +2,14 @@
 
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
 (src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, gemma4.cpp, deci.cpp,
-openai-moe.cpp, glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp, nemotron-h.cpp) over
-the helpers of llm_graph_context (src/llama-graph.cpp: build_inp_embd, build_inp_pos,
-build_inp_out_ids, build_attn_inp_kv / _iswa / _k, build_rs_inp, build_inp_mem_hybrid, build_norm,
-build_qkv, build_attn, build_attn_mha, build_ffn, build_moe_ffn, build_rs; build_mamba2_layer of
-src/models/mamba-base.cpp) and the KV cache views of llama_kv_cache (src/llama-kv-cache.cpp: get_k,
-get_v, cpy_k, cpy_v, build_input_k_idxs / v_idxs / k_rot / v_rot), then
-llm_graph_result::set_outputs.
+openai-moe.cpp, glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp, nemotron-h.cpp,
+qwen3next.cpp, qwen35moe.cpp) over the helpers of llm_graph_context (src/llama-graph.cpp:
+build_inp_embd, build_inp_pos, build_inp_out_ids, build_attn_inp_kv / _iswa / _k, build_rs_inp,
+build_inp_mem_hybrid, build_norm, build_qkv, build_attn, build_attn_mha, build_ffn, build_moe_ffn,
+build_rs; build_mamba2_layer of src/models/mamba-base.cpp; build_conv_state, build_recurrent_attn
+and build_delta_net_fused of src/models/delta-net-base.cpp) and the KV cache views of
+llama_kv_cache (src/llama-kv-cache.cpp: get_k, get_v, cpy_k, cpy_v, build_input_k_idxs / v_idxs /
+k_rot / v_rot), then llm_graph_result::set_outputs.
 Tensor names are those llama_context::graph_get_cb (src/llama-context.cpp) gives ("name-il").
 
 What llama_context::sched_reserve (src/llama-context.cpp) reserves: `reserves()` lists the
@@ -21,10 +22,12 @@ differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run,
 graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max) and
 reserve_configs(ResolvedConfig, **buffers); clear_cache.
 Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts (gemma4's only) and weight
-scales (".scale": gemma4's and nemotron_h_moe's only), expert groups, M-RoPE, LoRA, control
-vectors, embeddings/pooling, backend samplers, MTP/NextN graphs, recurrent rollback (n_rs_seq),
-deepseek2 without MLA, nemotron_h_moe's latent MoE projections and per-layer expert counts
-(Puzzle), dense nemotron_h (GraphBuildError or not built).
+scales (".scale": gemma4's, nemotron_h_moe's, qwen3next's and qwen35moe's only), expert groups,
+M-RoPE (qwen35moe's IMRoPE aside: ggml_rope_multi is a ROPE node as ggml_rope_ext's, over four
+positions a token), LoRA, control vectors, embeddings/pooling, backend samplers, MTP/NextN graphs,
+recurrent rollback (n_rs_seq), deepseek2 without MLA, nemotron_h_moe's latent MoE projections and
+per-layer expert counts (Puzzle), dense nemotron_h, qwen3next's legacy ssm_in projection
+(GraphBuildError or not built).
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ FAMILIES = (
     "granitehybrid",
     "granitemoe",
     "nemotron_h_moe",
+    "qwen3next",
+    "qwen35moe",
 )
 
 
@@ -876,7 +881,7 @@ class _Context:
     def attn(
         self,
         inp: _Inp,
-        wo: T,
+        wo: T | None,
         wo_b: T | None,
         q: T,
         k: T | None,
@@ -887,7 +892,8 @@ class _Context:
         wo_s: T | None = None,
     ) -> T:
         """build_attn over llm_graph_input_attn_kv (iswa False) or _kv_iswa (True); k and v None:
-        a layer that reads an earlier layer's cache and stores nothing (gemma4.cpp)."""
+        a layer that reads an earlier layer's cache and stores nothing (gemma4.cpp); wo None: no
+        output projection (qwen3next.cpp, qwen35moe.cpp gate the attention first)."""
         b = self.b
         cache = inp.cache
         if inp.k_rot is not None:
@@ -909,6 +915,8 @@ class _Context:
         self.cb(cur, "kqv_out", il)
         if inp.v_rot is not None:
             cur = self.hadamard(cur, inp.v_rot)
+        if wo is None:
+            return cur
         cur = self.mm_s(wo, cur, wo_s)
         if wo_b is not None:
             cur = b.add(cur, wo_b)
@@ -1061,7 +1069,7 @@ class _Context:
         b.expand(weights)
         cur = b.reshape(cur, n_embd, 1, n_tokens)
         # the archs that pass the experts' scales (the other families' are not checked)
-        scaled = f.architecture in ("gemma4", "nemotron_h_moe")
+        scaled = f.architecture in ("gemma4", "nemotron_h_moe", "qwen3next", "qwen35moe")
         if gate_up_exps is not None:
             # ffn_up_exps.scale: loaded only beside a separate ffn_up_exps
             gate_up = self.mm_id(gate_up_exps, cur, selected, None)
@@ -1759,9 +1767,261 @@ class _Context:
         cur = self.cb(b.add(moe, shared), "ffn_out", il)
         return self.cb(cur, "l_out", il)  # build_cvec: no control vector
 
+    def build_qwen3next(self) -> None:
+        """src/models/qwen3next.cpp and qwen35moe.cpp llama_model_<arch>::graph
+        (llm_build_delta_net_base, src/models/delta-net-base.cpp): per layer an RMS norm, a gated
+        DeltaNet layer (is_recr) or a gated full-attention layer, the residual, the post-attention
+        norm, the softmax experts beside the sigmoid-gated shared expert, the residual.
+        build_inp_mem_hybrid (the recurrent inputs, then the KV cache's), then inp_pos (4 per
+        token for qwen35moe's IMRoPE, llama_hparams::n_pos_per_embd) and out_ids. The output norm
+        is h_nextn, an output, and the output rows are picked after it
+        (cparams.embeddings_nextn_masked is false)."""
+        f, b, c = self.f, self.b, self.c
+        q35 = f.architecture == "qwen35moe"
+        inpL = self.cb(self.inp_embd(1.0), "model.input_embed" if q35 else "model.embed_tokens", -1)
+        rs = _Rs(self, [il for il in range(f.n_layer_all) if f.is_recurrent[il]])
+        inp = _Inp(
+            self, _Cache(self, [il for il in range(f.n_layer_all) if f.has_kv[il]], c.kv_size)
+        )
+        inp.rotations(self)
+        n_pos = 4 if q35 else 1
+        inp_pos = self.cb(b.new("i32", c.n_tokens * n_pos, inp=True), "inp_pos", -1)
+        out_ids = self.inp_out_ids()
+        for il in range(self.n_layer):
+            inpSA = inpL
+            cur = self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            b.expand(cur)
+            if f.is_recurrent[il]:
+                cur = self.gdn_layer(rs, cur, il, q35)
+            else:
+                cur = self.gated_attn(inp, cur, inp_pos, il, q35)
+            cur = self.cb(b.add(cur, inpSA), "attn_residual", il)
+            ffn_residual = cur
+            post = self.lw(il, "post_attention_norm.weight")
+            cur = self.cb(self.norm(cur, post, il), "attn_post_norm", il)
+            cur = self.cb(self.qwen3next_ffn(cur, il), "ffn_out", il)
+            cur = self.cb(b.add(cur, ffn_residual), "post_moe", il)
+            inpL = self.cb(cur, "l_out", il)  # build_cvec: no control vector
+        cur = self.norm(inpL, self.w("output_norm.weight", -2), -1)
+        set_output(self.cb(cur, "h_nextn", -1))
+        cur = self.cb(b.get_rows(cur, out_ids), "result_norm", -1)
+        set_output(cur)
+        output = self.w("output.weight", -2)
+        if output is None:  # tied: token_embd again, in the output layer's buffer
+            output = self.need(
+                self.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
+            )
+        self.finish(self.mm_s(output, cur, self.w("output.scale", -2)))
+
+    def gated_attn(self, inp: _Inp, cur: T, inp_pos: T, il: int, q35: bool) -> T:
+        """build_layer_attn of qwen3next.cpp / qwen35moe.cpp: one projection for the query and
+        its gate (build_qkv without reshape), Q and K RMS-normed, (partial) RoPE (ggml_rope_ext;
+        qwen35moe: ggml_rope_multi), attention without an output projection, the sigmoid gate,
+        then wo."""
+        f, b, c = self.f, self.b, self.c
+        n_tokens = c.n_tokens
+        head, n_head, n_head_kv = f.n_embd_head_v, f.n_head[il], f.n_head_kv[il]
+        if self.lw(il, "attn_qkv.weight") is not None:
+            raise GraphBuildError(f"{f.path}: fused attn_qkv is not modelled")
+        if self.lw(il, "attn_q.bias") is not None:
+            raise GraphBuildError(f"{f.path}: attention biases are not modelled here")
+        q_full = self.mm_s(
+            self.need(self.lw(il, "attn_q.weight"), "attn_q"), cur, self.lw(il, "attn_q.scale")
+        )
+        k = self.mm_s(
+            self.need(self.lw(il, "attn_k.weight"), "attn_k"), cur, self.lw(il, "attn_k.scale")
+        )
+        v = self.mm_s(
+            self.need(self.lw(il, "attn_v.weight"), "attn_v"), cur, self.lw(il, "attn_v.scale")
+        )
+        self.cb(q_full, "Qcur_full", il)
+        self.cb(k, "Kcur", il)
+        self.cb(v, "Vcur", il)
+        q_norm, k_norm = self.lw(il, "attn_q_norm.weight"), self.lw(il, "attn_k_norm.weight")
+        if q35:
+            e = TYPES[q_full.type][1]
+            nbs3 = (e * head * 2, e * head * 2 * n_head)
+            q = self.cb(b.view(q_full, (head, n_head, n_tokens), nbs3, 0), "Qcur_reshaped", il)
+            q = self.cb(self.norm(q, q_norm, il), "Qcur_normed", il)
+            k = b.reshape(k, head, n_head_kv, n_tokens)
+            k = self.cb(self.norm(k, k_norm, il), "Kcur_normed", il)
+            gate = b.view(q_full, (head, n_head, n_tokens), nbs3, e * head)
+            gate = self.cb(b.cont(gate, head * n_head, n_tokens), "gate_reshaped", il)
+            v = b.reshape(v, head, n_head_kv, n_tokens)
+        else:
+            q_full = b.reshape(q_full, head * 2, n_head, n_tokens, 1)
+            nbs = (q_full.nb[1], q_full.nb[2], q_full.nb[3])
+            shape = (head, n_head, n_tokens, 1)
+            q = self.cb(b.view(q_full, shape, nbs, 0), "Qcur_view", il)
+            gate = self.cb(b.view(q_full, shape, nbs, head * q_full.nb[0]), "gate", il)
+            k = b.reshape(k, head, n_head_kv, n_tokens)
+            v = b.reshape(v, head, n_head_kv, n_tokens)
+            q = self.cb(self.norm(q, q_norm, il), "Qcur_normed", il)
+            k = self.cb(self.norm(k, k_norm, il), "Kcur_normed", il)
+        q = self.cb(b.rope(q, inp_pos, None), "Qcur", il)
+        k = self.cb(b.rope(k, inp_pos, None), "Kcur", il)
+        self.cb(v, "Vcur", il)
+        cur = self.cb(self.attn(inp, None, None, q, k, v, il, False), "attn_pregate", il)
+        if not q35:
+            gate = b.cont(gate, head * n_head, n_tokens)
+        gate = self.cb(b.unary(gate, "SIGMOID"), "gate_sigmoid", il)
+        cur = self.cb(b.mul(cur, gate), "attn_gated", il)
+        wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+        return self.cb(self.mm_s(wo, cur, self.lw(il, "attn_output.scale")), "attn_output", il)
+
+    def gdn_layer(self, rs: _Rs, cur: T, il: int, q35: bool) -> T:
+        """build_layer_attn_linear of qwen3next.cpp / qwen35moe.cpp, cparams.n_rs_seq 0: the
+        qkv and z projections (qwen3next's legacy fused ssm_in is not modelled), beta and alpha
+        (qwen3next: one ssm_ba projection split in views), the conv state (build_conv_state),
+        ssm_conv, the L2 norms of q and k (build_gdn_l2_norm: RMS norm, scale), the heads
+        repeated for qwen3next (qwen35moe: not with the fused op), the fused GATED_DELTA_NET (K
+        1): llama_context sets cparams.fused_gdn_ar and fused_gdn_ch and auto_fgdn false, so
+        build_delta_net_chunking / _autoregressive are never built in b11434; the new state
+        copied back, the gated RMS norm and ssm_out."""
+        f, b, c = self.f, self.b, self.c
+        rec = f.recurrent
+        assert rec is not None
+        d_conv, d_inner, head_k = rec.d_conv, rec.d_inner, rec.d_state
+        n_k, n_v = rec.n_group, rec.dt_rank
+        head_v = d_inner // n_v
+        n_seqs = c.n_seqs
+        n_st = c.n_tokens // n_seqs
+        wqkv = self.lw(il, "attn_qkv.weight")
+        if wqkv is None:
+            raise GraphBuildError(f"{f.path}: the legacy ssm_in projection is not modelled")
+        qkv = self.mm_s(wqkv, cur, self.lw(il, "attn_qkv.scale") if q35 else None)
+        qkv = self.cb(b.reshape(qkv, qkv.ne[0], n_st, n_seqs), "linear_attn_qkv_mixed", il)
+        wz = self.need(self.lw(il, "attn_gate.weight"), "attn_gate")
+        z = self.cb(self.mm_s(wz, cur, self.lw(il, "attn_gate.scale") if q35 else None), "z", il)
+        ssm_dt = self.need(self.lw(il, "ssm_dt.bias"), "ssm_dt.bias")
+        ssm_a = self.need(self.lw(il, "ssm_a"), "ssm_a")
+        if q35:
+            wb = self.need(self.lw(il, "ssm_beta.weight"), "ssm_beta")
+            beta = self.mm_s(wb, cur, self.lw(il, "ssm_beta.scale"))
+            beta = self.cb(b.reshape(beta, 1, n_v, n_st, n_seqs), "beta", il)
+            beta = self.cb(b.unary(beta, "SIGMOID"), "beta_sigmoid", il)
+            wa = self.need(self.lw(il, "ssm_alpha.weight"), "ssm_alpha")
+            alpha = self.mm_s(wa, cur, self.lw(il, "ssm_alpha.scale"))
+            alpha = self.cb(b.reshape(alpha, n_v, n_st, n_seqs), "alpha", il)
+        else:
+            wba = self.need(self.lw(il, "ssm_ba.weight"), "ssm_ba")
+            ba = self.cb(self.mm(wba, cur), "linear_attn_mixed_ba", il)
+            ba = b.reshape(ba, 2 * n_v // n_k, n_k, n_st, n_seqs)
+            nbs = (ba.nb[1], ba.nb[2], ba.nb[3])
+            shape = (n_v // n_k, n_k, n_st, n_seqs)
+            beta = self.cb(b.view(ba, shape, nbs, 0), "b", il)
+            a = self.cb(b.view(ba, shape, nbs, (n_v // n_k) * ba.nb[0]), "a", il)
+            beta = b.unary(b.cont(beta), "SIGMOID")
+            alpha = b.cont(a, n_v, n_st, n_seqs)
+        alpha = self.cb(b.unary(b.add(alpha, ssm_dt), "SOFTPLUS"), "a_softplus", il)
+        gate = self.cb(b.mul(alpha, ssm_a), "gate", il)
+        if not q35:
+            beta = b.reshape(beta, 1, n_v, n_st, n_seqs)
+        gate = b.reshape(gate, 1, n_v, n_st, n_seqs)
+        conv_all, ssm_all = rs.r[il], rs.s[il]
+        kernel = self.need(self.lw(il, "ssm_conv1d.weight"), "ssm_conv1d")
+        channels = d_inner + 2 * n_k * head_k
+        # build_conv_state (delta-net-base.cpp), n_rs_seq 0
+        conv = self.cb(self.build_rs(rs, conv_all, rec.n_embd_r), "conv_states", il)
+        conv = self.cb(b.reshape(conv, d_conv - 1, channels, n_seqs), "conv_states_reshaped", il)
+        qkv_t = self.cb(b.transpose(qkv), "qkv_mixed_transposed", il)
+        conv_in = self.cb(b.concat(conv, qkv_t, 0), "conv_input", il)
+        last = b.view(
+            conv_in,
+            (d_conv - 1, channels, n_seqs),
+            (conv_in.nb[1], conv_in.nb[2]),
+            row_size(conv_in.type, conv_in.ne[0] - conv.ne[0]),
+        )
+        self.cb(last, "conv_state_last", il)
+        row_count = (d_conv - 1) * channels
+        update = b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)
+        b.expand(b.cpy(last, self.cb(update, "conv_state_update", il)))
+        state = self.build_rs(rs, ssm_all, rec.n_embd_s)
+        state = self.cb(b.reshape(state, head_v, head_v, n_v, n_seqs), "state_predelta", il)
+        conv_out = self.cb(b.ssm_conv(conv_in, kernel), "conv_output_raw", il)
+        mix = self.cb(b.unary(conv_out, "SILU"), "conv_output_silu", il)
+        e = TYPES[mix.type][1]
+        nb1 = row_size(mix.type, head_k * n_k * 2 + head_v * n_v)
+        qk_shape = (head_k, n_k, n_st, n_seqs)
+        qk_nbs = (row_size(mix.type, head_k), nb1, nb1 * n_st)
+        q = self.cb(b.view(mix, qk_shape, qk_nbs, 0), "q_conv", il)
+        k = self.cb(b.view(mix, qk_shape, qk_nbs, head_k * n_k * e), "k_conv", il)
+        v_nbs = (row_size(mix.type, head_v), nb1, nb1 * n_st)
+        v_off = row_size(mix.type, 2 * head_k * n_k)
+        v = self.cb(b.view(mix, (head_v, n_v, n_st, n_seqs), v_nbs, v_off), "v_conv", il)
+        q = b.scale(b.rms_norm(q))  # build_gdn_l2_norm
+        k = b.scale(b.rms_norm(k))
+        if n_k != n_v and not q35:  # qwen3next repeats whatever the op
+            rf = n_v // n_k
+            q = b.reshape(q, head_k, 1, n_k, n_st * n_seqs)
+            k = b.reshape(k, head_k, 1, n_k, n_st * n_seqs)
+            q = b.repeat_4d(q, head_k, rf, n_k, n_st * n_seqs)
+            k = b.repeat_4d(k, head_k, rf, n_k, n_st * n_seqs)
+            q = b.reshape(q, head_k, n_k * rf, n_st, n_seqs)
+            k = b.reshape(k, head_k, n_k * rf, n_st, n_seqs)
+        self.cb(q, "q_conv_predelta", il)
+        self.cb(k, "k_conv_predelta", il)
+        self.cb(v, "v_conv_predelta", il)
+        # build_recurrent_attn -> build_delta_net_fused
+        s_v, h_v = state.ne[0], state.ne[2]
+        res = b.gated_delta_net(q, k, v, gate, beta, state, 1)
+        out = b.view(
+            res,
+            (s_v, h_v, n_st, n_seqs),
+            (
+                row_size(res.type, s_v),
+                row_size(res.type, s_v * h_v),
+                row_size(res.type, s_v * h_v * n_st),
+            ),
+            0,
+        )
+        new_state = b.view(
+            res,
+            (s_v, s_v, h_v, n_seqs),
+            (
+                row_size(res.type, s_v),
+                row_size(res.type, s_v * s_v),
+                row_size(res.type, s_v * s_v * h_v),
+            ),
+            row_size(res.type, s_v * h_v * n_st * n_seqs),
+        )
+        self.cb(out, "attn_output", il)
+        self.cb(new_state, "new_state", il)
+        dst = b.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)
+        b.expand(b.cpy(new_state, dst))
+        z = b.reshape(z, head_v, n_v, n_st, n_seqs)
+        norm_w = self.need(self.lw(il, "ssm_norm.weight"), "ssm_norm")
+        y = b.mul(self.norm(out, norm_w, il), b.unary(z, "SILU"))  # build_norm_gated
+        y = self.cb(b.reshape(y, head_v * n_v, n_st, n_seqs), "final_output", il)
+        w_out = self.need(self.lw(il, "ssm_out.weight"), "ssm_out")
+        cur = self.mm_s(w_out, y, self.lw(il, "ssm_out.scale") if q35 else None)
+        cur = self.cb(cur, "linear_attn_out", il)
+        return b.reshape(cur, f.n_embd, n_st * n_seqs)
+
+    def qwen3next_ffn(self, cur: T, il: int) -> T:
+        """build_layer_ffn of qwen3next.cpp / qwen35moe.cpp: softmax experts (weights
+        normalised), the shared expert times the sigmoid of its one-row gate
+        (ffn_gate_inp_shexp); qwen3next's dense FFN where a layer has no router."""
+        b = self.b
+        if self.lw(il, "ffn_gate_inp.weight") is None:
+            if self.f.architecture == "qwen35moe":
+                raise GraphBuildError(f"{self.f.path}: a qwen35moe layer without experts")
+            return self.ffn(cur, il, "silu", False)
+        moe = self.cb(self.moe_ffn(cur, il), "ffn_moe_out", il)
+        if self.lw(il, "ffn_up_shexp.weight") is None:
+            return moe
+        shared = self.cb(self.ffn(cur, il, "silu", False, "_shexp", scales=True), "ffn_shexp", il)
+        gate_w = self.need(self.lw(il, "ffn_gate_inp_shexp.weight"), "ffn_gate_inp_shexp")
+        gate = self.cb(self.mm(gate_w, cur), "shared_expert_gate", il)
+        gate = self.cb(b.unary(gate, "SIGMOID"), "shared_expert_gate_sigmoid", il)
+        shared = self.cb(b.mul(shared, gate), "ffn_shexp_gated", il)
+        return self.cb(b.add(moe, shared), "ffn_out", il)
+
     def build(self) -> None:
         f, c, b = self.f, self.c, self.b
         arch = f.architecture
+        if arch in ("qwen3next", "qwen35moe"):
+            return self.build_qwen3next()
         if arch == "nemotron_h_moe":
             return self.build_nemotron_h()
         if arch == "gemma4":

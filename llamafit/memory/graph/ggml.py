@@ -312,6 +312,13 @@ class Builder:
         n = nelements(x) + k * s.ne[0] * s.ne[1] * s.ne[2] * ids.ne[0]
         return T("f32", (n, 1, 1, 1), op="SSM_SCAN", src=(s, x, dt, a, b, c, ids))
 
+    def gated_delta_net(self, q: T, k: T, v: T, g: T, beta: T, state: T, k_snaps: int) -> T:
+        """ggml_gated_delta_net (ggml.c): the outputs {S_v * H, tokens * seqs} and then the
+        k_snaps state snapshots ({S_v * H, K * S_v * seqs} more rows), one F32 matrix."""
+        s_v, h, n_t, n_s = v.ne
+        ne = (s_v * h, n_t * n_s + k_snaps * s_v * n_s, 1, 1)
+        return T("f32", ne, op="GATED_DELTA_NET", src=(q, k, v, g, beta, state))
+
     def fill(self, a: T) -> T:
         """ggml_fill: a new tensor like a, every element one constant."""
         return T(a.type, a.ne, op="FILL", src=(a,))

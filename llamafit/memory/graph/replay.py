@@ -83,11 +83,20 @@ def ggml_hash_size(min_sz: int) -> int:
     return next((p for p in _HASH_PRIMES if p >= min_sz), min_sz | 1)
 
 
-def graph_max_nodes(facts: ModelFacts) -> int:
-    """llama_context::graph_max_nodes (src/llama-context.cpp) for the families build.py builds (its
-    default branch): max(1024, 8 x llama_model::n_tensors()), the model's tensors as loaded (one
-    per GGUF tensor on a CPU-only load; a TENSOR_DUPLICATED tensor in a second buffer type, such as
-    a tied output on a GPU, adds one, not counted here)."""
+# llama_context::graph_max_nodes's archs with the bigger budget (the gated DeltaNet ones and
+# others) among FAMILIES
+_DELTA_NET_BUDGET = frozenset({"qwen3next", "qwen35moe"})
+
+
+def graph_max_nodes(facts: ModelFacts, n_tokens: int) -> int:
+    """llama_context::graph_max_nodes (src/llama-context.cpp) for the families build.py builds,
+    n_tokens = min(n_ctx, n_ubatch) (sched_reserve): qwen3next and qwen35moe get
+    max(40 x n_tokens, 32 x llama_model::n_tensors()), the others the default branch,
+    max(1024, 8 x n_tensors()); n_tensors is the model's tensors as loaded (one per GGUF tensor
+    on a CPU-only load; a TENSOR_DUPLICATED tensor in a second buffer type, such as a tied output
+    on a GPU, adds one, not counted here). No backend samplers, no LoRA."""
+    if facts.architecture in _DELTA_NET_BUDGET:
+        return max(40 * n_tokens, 32 * len(facts.tensors))
     return max(1024, 8 * len(facts.tensors))
 
 
@@ -122,7 +131,7 @@ def scheduler_overflow(facts: ModelFacts, rc: ResolvedConfig) -> SchedOverflow |
         n = len(build_direct(facts, pp, graph_hparams_of(facts)).tensors)
     except GraphBuildError:
         return None
-    max_nodes = graph_max_nodes(facts)
+    max_nodes = graph_max_nodes(facts, min(rc.n_ctx, rc.n_ubatch))
     capacity = ggml_hash_size(max_nodes)
     return SchedOverflow(n, capacity, max_nodes) if n > capacity else None
 

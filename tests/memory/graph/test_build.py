@@ -58,7 +58,9 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # a gpt-oss SWA layer with sinks, an MLA layer with experts, a Granite attention layer, a
 # Granite MoE layer, a Gemma 4 E2B layer reading layer 13's SWA cache (KV-shared, double-wide FFN,
 # per-layer input), a Gemma 4 26B full-attention layer (V is K, rope_freqs) with its experts, a
-# Nemotron-3 Nano MoE layer (sigmoid-gated RELU_SQR experts, shared ones)
+# Nemotron-3 Nano MoE layer (sigmoid-gated RELU_SQR experts, shared ones), a Qwen3-Next and a
+# Qwen3.5 MoE gated full-attention layer (query and gate from one projection, partial RoPE;
+# IMRoPE) with their experts and sigmoid-gated shared expert
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -73,6 +75,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("gemma4-e2b-c4096", 15),
         ("gemma4-26b-c4096-ub128", 5),
         ("nemotron-c4096-ub128", 1),
+        ("qwen3next-c4096-ub128", 3),
+        ("qwen35moe-c4096-ub128", 3),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -85,13 +89,16 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 
 
 # (case, layer, nodes, ops): the layers that name few of their nodes, whole: a Nemotron-3 Nano
-# Mamba-2 layer, its attention layer (no RoPE) with and without flash attention
+# Mamba-2 layer, its attention layer (no RoPE) with and without flash attention; a Qwen3-Next and a
+# Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads)
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
         ("nemotron-c4096-ub128", 0, 45, {"SSM_CONV", "SSM_SCAN", "CONCAT", "GLU"}),
         ("nemotron-c4096-ub128", 5, 22, {"FLASH_ATTN_EXT", "SET_ROWS"}),
         ("nemotron-c4096-fa-off-np2", 5, 28, {"SOFT_MAX", "SET_ROWS"}),
+        ("qwen3next-c4096-ub128", 0, 116, {"GATED_DELTA_NET", "SSM_CONV", "REPEAT", "MUL_MAT_ID"}),
+        ("qwen35moe-c4096-ub128", 0, 103, {"GATED_DELTA_NET", "SSM_CONV", "MUL_MAT_ID"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
@@ -200,6 +207,8 @@ def test_a_wrong_config_is_seen() -> None:
         "gemma4-e2b-c4096",
         "gemma4-26b-c4096-ub128",
         "nemotron-c4096-fa-off-np2",
+        "qwen3next-c4096-fa-off-np2",
+        "qwen35moe-c4096-ub128",
     ],
 )
 def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:

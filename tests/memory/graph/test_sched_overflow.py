@@ -12,11 +12,17 @@ import pytest
 
 from llamafit.facts.hparams import build_facts
 from llamafit.machine.devices import DeviceSpec
-from llamafit.memory.graph.replay import SchedOverflow, ggml_hash_size, scheduler_overflow
+from llamafit.memory.graph.replay import (
+    SchedOverflow,
+    ggml_hash_size,
+    graph_max_nodes,
+    scheduler_overflow,
+)
 from llamafit.memory.model import MemoryModel, SchedulerOverflowError
 from llamafit.memory.resolve import resolve
 from llamafit.reader.model import read_model
 from llamafit.server.flags import parse_server_args
+from tests.support.graph_build import facts_of
 from tests.support.scripts import script
 from tests.support.server_probe import server_binary, server_log
 
@@ -40,6 +46,25 @@ HASH_SIZES = [
 @pytest.mark.parametrize(("asked", "size"), HASH_SIZES)
 def test_ggml_hash_size(asked: int, size: int) -> None:
     assert ggml_hash_size(asked) == size
+
+
+# (shape, tensors, min(n_ctx, n_ubatch), llama_context::graph_max_nodes): the default branch,
+# max(1024, 8 x tensors), and the gated DeltaNet archs' max(40 x n_tokens, 32 x tensors)
+MAX_NODES = [
+    ("granite3-1b-a400m", 242, 512, 1936),
+    ("granite3-1b-a400m", 242, 4096, 1936),
+    ("qwen3-next-80b-a3b", 843, 512, 26976),
+    ("qwen3-next-80b-a3b", 843, 4096, 163840),
+    ("qwen3.5-35b-a3b", 733, 512, 23456),
+    ("qwen3.5-35b-a3b", 733, 256, 23456),
+]
+
+
+@pytest.mark.parametrize(("key", "n_tensors", "n_tokens", "max_nodes"), MAX_NODES)
+def test_graph_max_nodes(key: str, n_tensors: int, n_tokens: int, max_nodes: int) -> None:
+    facts, _ = facts_of(key)
+    assert len(facts.tensors) == n_tensors
+    assert graph_max_nodes(facts, n_tokens) == max_nodes
 
 
 # llama-server flags (after -c 4096) → the prompt-sized graph's tensors, and whether they overflow
