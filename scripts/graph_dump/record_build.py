@@ -170,12 +170,28 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "qwen3.5-35b-a3b",
         ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
+    # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
+    "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
+    # Gemma 3n E4B, no flash attention, two sequences, small ubatch
+    "gemma3n-e4b-c4096-fa-off-np2": (
+        "gemma3n-e4b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # E2B with -ngl 2 on Vulkan0: layer 29 (KV-shared, reading layer 18's host cache), the AltUp
+    # projections and the output norm there; the 1 GiB tied output stays on the host
+    "vk-gemma3n-e2b-ngl2": (
+        "gemma3n-e2b",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
 }
 
 
 # real-shape files too large to prefetch (tests/support/sparse_loads.py)
 SPARSE = frozenset(
     {
+        "gemma3n-e2b",
+        "gemma3n-e4b",
         "gemma4-e2b",
         "gemma4-26b-a4b",
         "nemotron3-nano-30b-a3b",

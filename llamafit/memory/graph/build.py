@@ -1,15 +1,16 @@
 """The pre-split graph llama.cpp builds for one reserve: `build_graph(facts, config)`.
 
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
-(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, gemma4.cpp, deci.cpp,
-openai-moe.cpp, glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp, nemotron-h.cpp,
-qwen3next.cpp, qwen35moe.cpp) over the helpers of llm_graph_context (src/llama-graph.cpp:
-build_inp_embd, build_inp_pos, build_inp_out_ids, build_attn_inp_kv / _iswa / _k, build_rs_inp,
-build_inp_mem_hybrid, build_norm, build_qkv, build_attn, build_attn_mha, build_ffn, build_moe_ffn,
-build_rs; build_mamba2_layer of src/models/mamba-base.cpp; build_conv_state, build_recurrent_attn
-and build_delta_net_fused of src/models/delta-net-base.cpp) and the KV cache views of
-llama_kv_cache (src/llama-kv-cache.cpp: get_k, get_v, cpy_k, cpy_v, build_input_k_idxs / v_idxs /
-k_rot / v_rot), then llm_graph_result::set_outputs.
+(src/models/llama.cpp, qwen2.cpp, qwen3.cpp, qwen3moe.cpp, gemma3.cpp, gemma4.cpp, gemma3n.cpp,
+deci.cpp, openai-moe.cpp, glm4-moe.cpp, deepseek2.cpp, mamba.cpp, granite-hybrid.cpp,
+nemotron-h.cpp, qwen3next.cpp, qwen35moe.cpp) over the helpers of llm_graph_context
+(src/llama-graph.cpp: build_inp_embd, build_inp_pos, build_inp_out_ids, build_attn_inp_kv /
+_iswa / _k, build_rs_inp, build_inp_mem_hybrid, build_norm, build_qkv, build_attn,
+build_attn_mha, build_ffn, build_moe_ffn, build_rs; build_mamba2_layer of
+src/models/mamba-base.cpp; build_conv_state, build_recurrent_attn and build_delta_net_fused of
+src/models/delta-net-base.cpp) and the KV cache views of llama_kv_cache
+(src/llama-kv-cache.cpp: get_k, get_v, cpy_k, cpy_v, build_input_k_idxs / v_idxs / k_rot /
+v_rot), then llm_graph_result::set_outputs.
 Tensor names are those llama_context::graph_get_cb (src/llama-context.cpp) gives ("name-il").
 
 What llama_context::sched_reserve (src/llama-context.cpp) reserves: `reserves()` lists the
@@ -22,11 +23,12 @@ differ in cache sizes or buffers cost ~1-2 ms); build_direct (one emulation run,
 graph_hparams(metadata, arch); reserves(n_ctx, n_ubatch, n_seq_max, n_outputs_max) and
 reserve_configs(ResolvedConfig, **buffers); clear_cache.
 Families: FAMILIES. Not modelled: fused QKV, merged gate_up experts (gemma4's only) and weight
-scales (".scale": gemma4's, nemotron_h_moe's, qwen3next's and qwen35moe's only), expert groups,
-M-RoPE (qwen35moe's IMRoPE aside: ggml_rope_multi is a ROPE node as ggml_rope_ext's, over four
-positions a token), LoRA, control vectors, embeddings/pooling, backend samplers, MTP/NextN graphs,
-recurrent rollback (n_rs_seq), deepseek2 without MLA, nemotron_h_moe's latent MoE projections and
-per-layer expert counts (Puzzle), dense nemotron_h, qwen3next's legacy ssm_in projection
+scales (".scale": gemma4's, nemotron_h_moe's, qwen3next's, qwen35moe's, and gemma3n's attention
+and output ones only), expert groups, M-RoPE (qwen35moe's IMRoPE aside: ggml_rope_multi is a ROPE
+node as ggml_rope_ext's, over four positions a token), LoRA, control vectors, embeddings/pooling,
+backend samplers, MTP/NextN graphs, recurrent rollback (n_rs_seq), deepseek2 without MLA,
+nemotron_h_moe's latent MoE projections and per-layer expert counts (Puzzle), dense nemotron_h,
+qwen3next's legacy ssm_in projection, gemma3n's embeddings-only (multimodal) per-layer path
 (GraphBuildError or not built).
 """
 
@@ -61,6 +63,7 @@ FAMILIES = (
     "qwen3moe",
     "gemma3",
     "gemma4",
+    "gemma3n",
     "deci",
     "gpt-oss",
     "glm4moe",
@@ -121,12 +124,16 @@ class GraphConfig:
         return 1 if self.kv_unified else self.n_seq_max
 
 
+# the archs whose graph soft-caps the logits (gemma3.cpp, gemma4.cpp, gemma3n.cpp)
+SOFTCAPPED = frozenset({"gemma3", "gemma4", "gemma3n"})
+
+
 @dataclass(frozen=True, slots=True)
 class GraphHParams:
     """The few hyper-parameters that change the graph's shape and that ModelFacts does not hold
     (llama_hparams, src/llama-hparams.h; read by the arch's load_arch_hparams)."""
 
-    final_logit_softcapping: float = 0.0  # gemma3, gemma4: {arch}.final_logit_softcapping
+    final_logit_softcapping: float = 0.0  # SOFTCAPPED: {arch}.final_logit_softcapping
     expert_weights_scale: float = 0.0  # {arch}.expert_weights_scale
 
 
@@ -137,7 +144,7 @@ def graph_hparams(metadata: Mapping[str, object], arch: str) -> GraphHParams:
         v = metadata.get(f"{arch}.{key}")
         return float(v) if isinstance(v, (int, float)) else 0.0
 
-    softcap = num("final_logit_softcapping") if arch in ("gemma3", "gemma4") else 0.0
+    softcap = num("final_logit_softcapping") if arch in SOFTCAPPED else 0.0
     return GraphHParams(softcap, num("expert_weights_scale"))
 
 
@@ -423,15 +430,16 @@ def kv_buffer(config: GraphConfig, il: int) -> str:
 def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
     """Which uses of one model tensor are one ggml tensor (TENSOR_DUPLICATED in the same buffer
     type): the tied output with token_embd, rope_freqs across layers (gemma4: its full-attention
-    layers). Graphs whose buffers differ but share alike have the same structure. Gemma 4 makes
-    its tied output before token_embd (gemma4.cpp load_arch_tensors), so token_embd is always a
+    layers). Graphs whose buffers differ but share alike have the same structure. Gemma 4 and
+    Gemma 3n make their tied output before token_embd (gemma4.cpp, gemma3n.cpp
+    load_arch_tensors), so token_embd is always a
     tensor of its own (llama_model_loader::create_tensor checks for a duplicate only when making
     the TENSOR_DUPLICATED one)."""
     tensors = _tensor_map(facts)
     overrides = dict(config.overrides)
     arch = facts.architecture
     tied = (
-        arch != "gemma4"
+        arch not in ("gemma4", "gemma3n")
         and "output.weight" not in tensors
         and weight_buffer(config, overrides, "token_embd.weight", -1)
         == weight_buffer(config, overrides, "token_embd.weight", -2)
@@ -449,7 +457,7 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
 
 def _iswa(facts: ModelFacts) -> bool:
     """The arch builds llm_graph_input_attn_kv_iswa (gemma3.cpp, gemma4.cpp: swa_type standard)."""
-    iswa_archs = ("gemma3", "gemma4", "gpt-oss")
+    iswa_archs = ("gemma3", "gemma4", "gemma3n", "gpt-oss")
     return (
         facts.architecture in iswa_archs and facts.swa.swa_type != "none" and any(facts.swa.is_swa)
     )
@@ -515,7 +523,7 @@ class _Cache:
         n_layer_kv_from_start on, the last SWA layer before it or the last full one; each
         llama_kv_cache maps the layers of its kind, map_layer_ids)."""
         f = ctx.f
-        if f.architecture != "gemma4" or not self.k:
+        if f.architecture not in ("gemma4", "gemma3n") or not self.k:
             return
         start = f.n_layer_kv_from_start
         mine = next(iter(self.k))
@@ -711,8 +719,10 @@ class _Context:
     def inp_out_ids(self) -> T:
         return self.b.new("i32", self.c.n_outputs, name="out_ids", inp=True)
 
-    def qkv(self, cur: T, il: int) -> tuple[T, T, T]:
-        """build_qkv, separate Q/K/V with optional biases (the fused wqkv path is not modelled)."""
+    def qkv(self, cur: T, il: int, scales: bool = False) -> tuple[T, T, T]:
+        """build_qkv, separate Q/K/V with optional biases (the fused wqkv path is not modelled);
+        scales: the weights' scales (attn_*.scale, build_lora_mm's w_s) where the arch's files may
+        have them (gemma3n)."""
         b = self.b
         if self.lw(il, "attn_qkv.weight") is not None:
             raise GraphBuildError(f"{self.f.path}: fused attn_qkv is not modelled")
@@ -723,7 +733,9 @@ class _Context:
             ("v", self.f.n_head_kv[il], self.head_v(il)),
         ):
             name = part.upper() + "cur"
-            t = self.cb(self.mm(self.need(self.lw(il, f"attn_{part}.weight"), part), cur), name, il)
+            w = self.need(self.lw(il, f"attn_{part}.weight"), part)
+            w_s = self.lw(il, f"attn_{part}.scale") if scales else None
+            t = self.cb(self.mm_s(w, cur, w_s), name, il)
             bias = self.lw(il, f"attn_{part}.bias")
             if bias is not None:
                 t = self.cb(b.add(t, bias), name, il)
@@ -1703,6 +1715,183 @@ class _Context:
             cur = b.scale(cur)
         self.finish(cur)
 
+    # --- gemma3n (src/models/gemma3n.cpp) ------------------------------------------------------
+    def _g3n_slice(self, x: T, idx: int) -> T:
+        """gemma3n_view_2d_slice: the idx-th [ne0, ne1] matrix of a 3-D tensor, as a view."""
+        ne0, ne1 = x.ne[0], x.ne[1]
+        row = row_size(x.type, ne0)
+        return self.b.view(x, (ne0, ne1), (row,), idx * ne1 * row)
+
+    def _g3n_rest(self, x: T) -> T:
+        """The view of every stream but the first (ggml_view_3d, skipping slice 0)."""
+        ne0, ne1, ne2 = x.ne[0], x.ne[1], x.ne[2]
+        row = row_size(x.type, ne0)
+        return self.b.view(x, (ne0, ne1, ne2 - 1), (row, row * ne1), ne1 * row)
+
+    def _g3n_magnitude(self, x: T) -> T:
+        """calc_magnitude: sqrt(sum_rows(x^2))."""
+        b = self.b
+        return b.sqrt(b.sum_rows(b.sqr(x)))
+
+    def _g3n_router(self, x: T, il: int) -> T:
+        """altup_compute_router_modalities: normed, scaled, the router's matrix, TANH."""
+        b = self.b
+        cur = b.scale(self.norm(x, self.lw(il, "altup_router_norm.weight"), il))
+        router = self.need(self.lw(il, "altup_router.weight"), "altup_router")
+        return b.unary(b.mul_mat(router, cur), "TANH")
+
+    def _g3n_predict(self, cur: T, il: int, act: int) -> T:
+        """altup_predict: the streams mixed by the per-token coefficients the router picks, plus
+        themselves; [n_embd, n_tokens, n_altup]."""
+        b = self.b
+        n_altup, n_tokens = cur.ne[2], cur.ne[1]
+        modalities = self.cb(self._g3n_router(self._g3n_slice(cur, act), il), "modalities", il)
+        coef = self.need(self.lw(il, "altup_predict_coef.weight"), "altup_predict_coef")
+        coefs = self.cb(self.mm(coef, modalities), "all_coefs", il)
+        coefs = b.reshape(coefs, n_altup, n_altup, n_tokens)
+        permuted = b.cont(b.permute(cur, 1, 2, 0, 3))
+        pred = b.cont(b.permute(b.mul_mat(permuted, coefs), 0, 2, 1, 3))
+        return self.cb(b.add(pred, cur), "predictions", il)
+
+    def _g3n_correct(self, pred: T, activated: T, il: int, act: int) -> T:
+        """altup_correct: the innovation (activated minus the active prediction) times 1 plus
+        the router's coefficients, added to every stream's prediction."""
+        b = self.b
+        n_embd, n_tokens, n_altup = pred.ne[0], pred.ne[1], pred.ne[2]
+        modalities = self.cb(self._g3n_router(activated, il), "modalities", il)
+        innovation = b.sub(activated, self._g3n_slice(pred, act))
+        innovation = self.cb(innovation, "innovation", il)
+        coef = self.need(self.lw(il, "altup_correct_coef.weight"), "altup_correct_coef")
+        coefs = self.cb(b.scale(self.mm(coef, modalities)), "all_coefs", il)  # ggml_scale_bias
+        coefs = b.cont(b.transpose(coefs), 1, n_tokens, n_altup)
+        innovation = b.repeat_4d(innovation, n_embd, n_tokens, n_altup, 1)
+        return self.cb(b.add(b.mul(innovation, coefs), pred), "corrected", il)
+
+    def _g3n_laurel(self, cur: T, il: int) -> T:
+        """laurel: a rank-laurel_rank low-rank update, normed, plus its input."""
+        b = self.b
+        tmp = self.mm(self.need(self.lw(il, "laurel_l.weight"), "laurel_l"), cur)
+        tmp = self.mm(self.need(self.lw(il, "laurel_r.weight"), "laurel_r"), tmp)
+        tmp = self.norm(tmp, self.lw(il, "laurel_post_norm.weight"), il)
+        return self.cb(b.add(tmp, cur), "laurel_out", il)
+
+    def _g3n_gaussian_topk(self, x: T) -> T:
+        """gaussian_topk: RELU(x - (mean + std_mul * std)) over each row."""
+        b = self.b
+        mean = b.mean(x)
+        std = b.sqrt(b.scale(b.sum_rows(b.sqr(b.sub(x, mean)))))
+        return b.unary(b.sub(x, b.add(mean, b.scale(std))), "RELU")
+
+    def build_gemma3n(self) -> None:
+        """src/models/gemma3n.cpp llama_model_gemma3n::graph: the scaled embeddings, the per-layer
+        inputs (build_inp_per_layer, project_per_layer_inputs: as gemma4's), the embeddings
+        projected to n_altup streams (altup_proj, magnitudes matched); per layer AltUp's predict,
+        the active stream through the attention norm, LAuReL beside iSWA attention (Q/K norms, V
+        RMS-normed; the layers from n_layer_kv_from_start read an earlier layer's cache, Q only),
+        a GELU FFN whose gate goes through gaussian_topk in the first n_layer_sparsity (10)
+        layers, AltUp's correct and the per-layer input added to every stream but the first; then
+        the streams merged (altup_unembd_proj), the output rows picked, the output norm, the
+        tied output a tensor of its own (made before token_embd, _sharing), logit soft-capping.
+        n_altup is altup_proj's third dimension plus one; i_altup_act is 0 (llama_hparams'
+        default; load_arch_hparams reads neither)."""
+        f, b = self.f, self.b
+        act, n_layer_sparsity = 0, 10  # i_altup_act, llama_model_gemma3n::graph::n_layer_sparsity
+        n_embd, n_tokens = f.n_embd, self.c.n_tokens
+        inpL = self.cb(self.inp_embd(math.sqrt(n_embd)), "inp_scaled", -1)
+        inp_pos = self.inp_pos()
+        base, swa = self.inp_iswa()
+        per_layer = self.inp_per_layer(inpL)
+        altup_proj = self.need(self.w("altup_proj.weight", -2), "altup_proj")
+        n_altup = altup_proj.ne[2] + 1
+        target = self._g3n_magnitude(inpL)
+        added = b.mul_mat(altup_proj, b.repeat_4d(inpL, n_embd, n_tokens, n_altup - 1, 1))
+        new = self._g3n_magnitude(added)
+        added = b.div(b.mul(added, target), new)
+        inpL = self.cb(b.concat(inpL, added, 2), "inp_stacked", -1)
+        for il in range(self.n_layer):
+            head, n_head = self.head_k(il), f.n_head[il]
+            pred = self._g3n_predict(inpL, il, act)
+            active = self.cb(self._g3n_slice(pred, act), "active_prediction", il)
+            cur = self.cb(self.norm(active, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+            laurel_out = self._g3n_laurel(cur, il)
+            inp = swa if f.swa.is_swa[il] else base
+            wo = self.need(self.lw(il, "attn_output.weight"), "attn_output")
+            wo_s = self.lw(il, "attn_output.scale")
+            if f.has_kv[il]:
+                q, k, v = self.qkv(cur, il, scales=True)
+                q = self.norm(q, self.lw(il, "attn_q_norm.weight"), il)
+                k = self.norm(k, self.lw(il, "attn_k_norm.weight"), il)
+                v = b.rms_norm(v)
+                self.cb(q, "Qcur_normed", il)
+                self.cb(k, "Kcur_normed", il)
+                self.cb(v, "Vcur_normed", il)
+                q = self.cb(b.rope(q, inp_pos, None), "Qcur_pos", il)
+                k = self.cb(b.rope(k, inp_pos, None), "Kcur_pos", il)
+                cur = self.attn(inp, wo, None, q, k, v, il, True, wo_s=wo_s)
+            else:
+                if self.lw(il, "attn_qkv.weight") is not None:
+                    raise GraphBuildError(f"{f.path}: fused attn_qkv is not modelled")
+                wq = self.need(self.lw(il, "attn_q.weight"), "attn_q")
+                q = self.cb(self.mm(wq, cur), "Qcur", il)
+                q = b.reshape(q, head, n_head, n_tokens)
+                q = self.cb(self.norm(q, self.lw(il, "attn_q_norm.weight"), il), "Qcur_normed", il)
+                q = self.cb(b.rope(q, inp_pos, None), "Qcur_pos", il)
+                cur = self.attn(inp, wo, None, q, None, None, il, True, wo_s=wo_s)
+            cur = self.norm(cur, self.lw(il, "post_attention_norm.weight"), il)
+            cur = self.cb(cur, "attn_post_norm", il)
+            cur = self.cb(b.add(cur, active), "attn_gated", il)
+            attn_laurel = self.cb(b.scale(b.add(cur, laurel_out)), "attn_laurel", il)
+            cur = self.norm(attn_laurel, self.lw(il, "ffn_norm.weight"), il)
+            cur = self.cb(cur, "ffn_norm", il)
+            up = self.mm(self.need(self.lw(il, "ffn_up.weight"), "ffn_up"), cur)
+            gate = self.mm(self.need(self.lw(il, "ffn_gate.weight"), "ffn_gate"), cur)
+            if il < n_layer_sparsity:
+                gate = self._g3n_gaussian_topk(gate)
+            cur = b.mul(up, b.unary(gate, "GELU"))
+            cur = self.mm(self.need(self.lw(il, "ffn_down.weight"), "ffn_down"), cur)
+            cur = self.cb(cur, "ffn_out", il)
+            cur = self.norm(cur, self.lw(il, "post_ffw_norm.weight"), -1)
+            cur = self.cb(cur, "ffn_post_norm", il)
+            gated = self.cb(b.add(cur, attn_laurel), "attn_ffw_laurel_gated", il)
+            corrected = self._g3n_correct(pred, gated, il, act)
+            scale = self.need(self.lw(il, "altup_correct_scale.weight"), "altup_correct_scale")
+            first = b.mul(self._g3n_slice(corrected, act), scale)
+            first = self.mm(self.need(self.lw(il, "inp_gate.weight"), "inp_gate"), first)
+            first = self.cb(b.unary(first, "GELU"), "first_prediction_gated", il)
+            first = b.mul(first, self._g3n_slice(per_layer, il))
+            first = self.cb(first, "first_prediction_scaled", il)
+            first = self.mm(self.need(self.lw(il, "proj.weight"), "proj"), first)
+            first = self.norm(first, self.lw(il, "post_norm.weight"), il)
+            first = self.cb(first, "first_prediction_out", il)
+            rest = b.add(self._g3n_rest(corrected), first)
+            corrected = b.concat(self._g3n_slice(corrected, 0), rest, 2)
+            inpL = self.cb(corrected, "l_out", il)
+        cur = inpL
+        target = self._g3n_magnitude(self._g3n_slice(cur, act))
+        unembd_proj = self.need(self.w("altup_unembd_proj.weight", -2), "altup_unembd_proj")
+        unembd = b.mul_mat(unembd_proj, self._g3n_rest(cur))
+        new = self._g3n_magnitude(unembd)
+        unembd = self.cb(b.div(b.mul(unembd, target), new), "altup_unembd", -1)
+        cur = self._g3n_slice(cur, 0)
+        for i in range(n_altup - 1):
+            cur = b.add(cur, self._g3n_slice(unembd, i))
+        cur = self.cb(b.scale(cur), "unembd_merged", -1)
+        cur = b.get_rows(cur, self.inp_out_ids())
+        cur = self.norm(cur, self.w("output_norm.weight", -2), -1)
+        cur = self.cb(cur, "result_norm", -1)
+        set_output(cur)
+        output = self.w("output.weight", -2)
+        if output is None:  # tied: made before token_embd, a tensor of its own
+            output = self.w("token_embd.weight", -2, as_name="token_embd.weight", own=True)
+        output = self.need(output, "token_embd.weight")
+        # llama_model::load_tensors loads output.scale for an NVFP4 output only
+        out_s = self.w("output.scale", -2) if output.type == "nvfp4" else None
+        cur = self.mm_s(output, cur, out_s)
+        if self.hp.final_logit_softcapping:
+            cur = b.unary(b.scale(cur), "TANH")
+            cur = b.scale(cur)
+        self.finish(cur)
+
     def build_nemotron_h(self) -> None:
         """src/models/nemotron-h.cpp llama_model_nemotron_h::graph, the class nemotron_h_moe's
         trunk builds too (nemotron-h-moe.cpp: `using graph = llama_model_nemotron_h::graph`; its
@@ -2026,6 +2215,8 @@ class _Context:
             return self.build_nemotron_h()
         if arch == "gemma4":
             return self.build_gemma4()
+        if arch == "gemma3n":
+            return self.build_gemma3n()
         if arch == "deci":
             return self.build_deci()
         if arch == "gpt-oss":

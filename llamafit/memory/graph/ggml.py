@@ -217,6 +217,17 @@ class Builder:
     def div(self, a: T, b: T) -> T:
         return self._binop("DIV", a, b)
 
+    def sub(self, a: T, b: T) -> T:
+        return self._binop("SUB", a, b)
+
+    def sqrt(self, a: T) -> T:
+        """ggml_sqrt (GGML_OP_SQRT, not a unary op)."""
+        return self._unop("SQRT", a)
+
+    def mean(self, a: T) -> T:
+        """ggml_mean: one F32 column, each row's mean."""
+        return T("f32", (1, a.ne[1], a.ne[2], a.ne[3]), op="MEAN", src=(a,))
+
     def rms_norm(self, a: T) -> T:
         return self._unop("RMS_NORM", a)
 

@@ -35,6 +35,7 @@ from .alloc import (
 from .backends import cpu_backend, rpc_backend, vulkan_backend
 from .build import (
     FAMILIES,
+    SOFTCAPPED,
     GraphBuildError,
     GraphHParams,
     build_direct,
@@ -47,7 +48,7 @@ from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
 
 def graph_hparams_of(facts: ModelFacts) -> GraphHParams:
     """build.GraphHParams from the facts that carry them."""
-    softcap = facts.final_logit_softcapping if facts.architecture in ("gemma3", "gemma4") else 0.0
+    softcap = facts.final_logit_softcapping if facts.architecture in SOFTCAPPED else 0.0
     return GraphHParams(softcap, facts.expert_weights_scale)
 
 

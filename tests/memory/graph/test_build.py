@@ -61,7 +61,9 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # per-layer input), a Gemma 4 26B full-attention layer (V is K, rope_freqs) with its experts, a
 # Nemotron-3 Nano MoE layer (sigmoid-gated RELU_SQR experts, shared ones), a Qwen3-Next and a
 # Qwen3.5 MoE gated full-attention layer (query and gate from one projection, partial RoPE;
-# IMRoPE) with their experts and sigmoid-gated shared expert
+# IMRoPE) with their experts and sigmoid-gated shared expert, a Gemma 3n E2B layer reading layer
+# 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
+# gaussian top-k of the first ten
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -78,6 +80,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("nemotron-c4096-ub128", 1),
         ("qwen3next-c4096-ub128", 3),
         ("qwen35moe-c4096-ub128", 3),
+        ("gemma3n-e2b-c4096", 23),
+        ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -210,6 +214,8 @@ def test_a_wrong_config_is_seen() -> None:
         "nemotron-c4096-fa-off-np2",
         "qwen3next-c4096-fa-off-np2",
         "qwen35moe-c4096-ub128",
+        "gemma3n-e2b-c4096",
+        "gemma3n-e4b-c4096-fa-off-np2",
     ],
 )
 def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
@@ -280,6 +286,7 @@ def test_reserves(args: tuple[int, int, int, int], expected: tuple[Reserve, Rese
         ({}, "gemma3", GraphHParams()),
         ({"gemma3.final_logit_softcapping": 30.0}, "gemma3", GraphHParams(30.0, 0.0)),
         ({"gemma4.final_logit_softcapping": 30.0}, "gemma4", GraphHParams(30.0, 0.0)),
+        ({"gemma3n.final_logit_softcapping": 30.0}, "gemma3n", GraphHParams(30.0, 0.0)),
         ({"llama.final_logit_softcapping": 30.0}, "llama", GraphHParams()),  # gemma's key only
         ({"qwen3moe.expert_weights_scale": 2.5}, "qwen3moe", GraphHParams(0.0, 2.5)),
         ({"qwen3moe.expert_weights_scale": "x"}, "qwen3moe", GraphHParams()),
@@ -427,6 +434,11 @@ DEVICE_CASES = [
     (
         "vk-qwen3next-ngl2",
         "qwen3-next-80b-a3b",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
+    ),
+    (
+        "vk-gemma3n-e2b-ngl2",
+        "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
     ),
 ]
