@@ -77,6 +77,10 @@ FAMILIES = (
 )
 
 
+# the builders that apply every weight scale a file may carry (build_lora_mm's w_s)
+SCALES_MODELLED = frozenset({"gemma4", "gemma3n"})
+
+
 class GraphBuildError(LlamafitError):
     """The graph of this model or config is not modelled."""
 
@@ -2209,6 +2213,10 @@ class _Context:
     def build(self) -> None:
         f, c, b = self.f, self.c, self.b
         arch = f.architecture
+        if arch not in SCALES_MODELLED and any(n.endswith(".scale") for n in self.tensors):
+            # llama_model::load_tensors loads a "<weight>.scale" for any arch and build_lora_mm
+            # multiplies by it: a node per scaled weight that only these builders add
+            raise GraphBuildError(f"{f.path}: weight scales are not modelled for {arch}")
         if arch in ("qwen3next", "qwen35moe"):
             return self.build_qwen3next()
         if arch == "nemotron_h_moe":

@@ -465,3 +465,19 @@ def test_device_compute_is_the_recorded_reserve(
     got = mm.estimate(rc, (LAVAPIPE,), host(1 << 36, 1 << 36))
     real = dict(recorded(name)[0].backends)
     assert {d.name: d.compute_bytes for d in got.devices} == real
+
+
+@pytest.mark.parametrize("arch_scaled", [False, True], ids=["llama", "llama-with-a-scale"])
+def test_weight_scales_outside_the_modelled_archs_are_refused(arch_scaled: bool) -> None:
+    """A "<weight>.scale" tensor adds a multiply to build_lora_mm in any arch; where build.py does
+    not apply scales (SCALES_MODELLED), the graph is refused rather than built without them."""
+    facts, hp = facts_of("fixtures/dense-llama.gguf")
+    if arch_scaled:
+        q = next(t for t in facts.tensors if t.name == "blk.0.attn_q.weight")
+        facts = replace(facts, tensors=(*facts.tensors, replace(q, name="blk.0.attn_q.scale")))
+    config = configs(CASES["fx-dense-llama-fa-off"], facts)[0]
+    if arch_scaled:
+        with pytest.raises(GraphBuildError, match="weight scales are not modelled for llama"):
+            build_direct(facts, config, hp)
+    else:
+        assert len(build_direct(facts, config, hp).nodes) > 0
