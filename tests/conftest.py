@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,18 @@ LLAMA_PYTHON = re.compile(
     r"^(llama_cpp\b|llamafit\.server\.embedded_main$|llamafit\.machine\.kernel_probe$)"
     r"|\b(import[^\n;]*\bllama_cpp\b|from llama_cpp\b)"
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite runs as from a terminal. A shell that starts it in the background (CI, `&`) leaves
+    SIGINT ignored, and every process it starts inherits that (Python keeps an inherited SIG_IGN;
+    exec keeps it too): the stand-in servers, and llama-server before it installs its own handler,
+    would then ignore the SIGINT llamafit stops them with, and each stop would wait out llamafit's
+    grace periods (server/launcher.py Child.stop: 15 s) where a terminal's run takes none. A
+    Python handler is reset to the default on exec: the children get SIGINT's default action.
+    Tests of a server that ignores its stop signals ignore them explicitly."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects

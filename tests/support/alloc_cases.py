@@ -31,9 +31,11 @@ from llamafit.memory.graph.alloc import (
 )
 from llamafit.safe_io import write_atomic
 from tests.support import FIXTURES, vulkan_rpc_bin_dir
-from tests.support.graph_dump import DUMP_ENV, Event, parse, shim
+from tests.support.graph_dump import Event, parse, record_text
 from tests.support.scripts import script
-from tests.support.server_probe import server_binary, server_log
+from tests.support.server_probe import server_binary
+from tests.support.sparse_loads import CONTEXT_BUILT
+from tests.support.sparse_loads import shim as no_populate
 
 GRAPHS = FIXTURES / "graphs"
 
@@ -195,18 +197,31 @@ def _servers(case: Case) -> Iterator[tuple[str, list[str], dict[str, str]]]:
         yield str(folder / "llama-server"), ["--rpc", ",".join(endpoints)], env
 
 
-def record(case: Case, *, timeout: float = 600.0) -> Recorded:
-    """Start the case's llama-server once with the shim; its galloc events (starts llama.cpp)."""
-    lib = shim()
-    if lib is None:
-        raise RuntimeError("no C compiler (cc) to build scripts/graph_dump/graph_dump.c")
+def record(case: Case, *, timeout: float = 600.0, to_context: bool = False) -> Recorded:
+    """Start the case's llama-server once with the shim; its galloc events (starts llama.cpp).
+
+    `to_context`: stop once the context is built (sparse_loads.CONTEXT_BUILT, after
+    llama_context's reserves), a shape loaded with sparse_loads' no-populate shim. Such a start
+    leaves out the server's probe decode (common.cpp common_context_can_seq_rm, from
+    server-context.cpp load_model), which reads the weights it runs (GiBs of a big sparse shape)
+    and adds a galloc call only where its graph outgrows the reserved one (at partial offload on
+    Vulkan: the demo at -ngl 6)."""
+    until, preload = "listening on", []
+    if to_context:
+        until = CONTEXT_BUILT
+        lib = no_populate()
+        if case.model != "demo" and lib is not None:
+            preload.append(lib)
     with tempfile.TemporaryDirectory() as tmp, _servers(case) as (binary, extra, env):
         model = model_path(case.model, Path(tmp))
-        dump = Path(tmp) / "graphs.jsonl"
-        env["LD_PRELOAD"] = str(lib)
-        env[DUMP_ENV] = str(dump)
-        log = server_log(binary, ["-m", str(model), *case.args, *extra], timeout=timeout, env=env)
-        text = dump.read_text() if dump.is_file() else ""
+        text, log = record_text(
+            binary,
+            ["-m", str(model), *case.args, *extra],
+            env=env,
+            timeout=timeout,
+            until=until,
+            preload=preload,
+        )
     lines = text.splitlines()
     events = parse(text)
     scheds = [e for e in events if e.kind == "sched"]

@@ -117,6 +117,20 @@ def record(
     until a log line holds `until`); its recorded events and its log. `preload`: more shared
     libraries to preload (tests/support/sparse_loads.py's no_populate for a sparse shape). `--fit
     off` is the caller's to pass (llama.cpp's fitter reserves graphs of its own first)."""
+    text, log = record_text(binary, args, env=env, timeout=timeout, until=until, preload=preload)
+    return parse(text), log
+
+
+def record_text(
+    binary: str | Path,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180.0,
+    until: str = "listening on",
+    preload: Sequence[str | Path] = (),
+) -> tuple[str, str]:
+    """`record`'s start: the shim's lines as it wrote them (one JSON object each), and the log."""
     lib = shim()
     if lib is None:
         raise RuntimeError("no C compiler (cc) to build scripts/graph_dump/graph_dump.c")
@@ -127,4 +141,4 @@ def record(
         run_env[DUMP_ENV] = str(dump)
         log = server_log(str(binary), list(args), timeout=timeout, env=run_env, until=until)
         text = dump.read_text() if dump.is_file() else ""
-    return parse(text), log
+    return text, log

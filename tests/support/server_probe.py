@@ -16,6 +16,9 @@ _CLIP_COMPUTE = re.compile(
     r"(?:reserve|alloc)_compute_meta: +(\S+) compute buffer size = +([0-9.]+) MiB"
 )
 _CLIP_MODEL = re.compile(r"load_hparams: model size: +([0-9.]+) MiB")
+# how long a stopped llama-server has to exit on its first signal (a clean exit of the starts
+# probed here takes well under a second) before it gets the second: see _stop
+STOP_GRACE_S = 2.0
 
 
 def server_binary() -> str | None:
@@ -65,8 +68,20 @@ def server_log(
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    """Terminate a started llama-server, and kill it if it does not stop within 30 s."""
+    """Terminate a started llama-server, and kill it if it does not stop within 30 s.
+
+    b11434 (tools/server/server.cpp llama_server) installs its SIGINT/SIGTERM handler once the model
+    is loaded, prints `listening on`, and only then starts its task loop
+    (server_queue::start_loop, which sets `running = true` again): a first signal in between is
+    lost and the server keeps running. signal_handler has marked it terminating all the same, so a
+    second signal exits at once ("Received second interrupt, terminating immediately"). A server
+    still running STOP_GRACE_S after the first signal gets that second one."""
     proc.terminate()
+    try:
+        proc.wait(STOP_GRACE_S)
+        return
+    except subprocess.TimeoutExpired:
+        proc.terminate()
     try:
         proc.wait(30)
     except subprocess.TimeoutExpired:

