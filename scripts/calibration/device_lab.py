@@ -60,13 +60,24 @@ def _kill_live() -> None:
 atexit.register(_kill_live)
 
 
+# llama-server b11434 (tools/server/server.cpp llama_server) installs its signal handler before it
+# prints "listening on" and starts its task loop after: a first signal in between is lost, but marks
+# the server terminating, so a second one ends it at once
+STOP_GRACE_S = 2.0
+
+
 def _stop(proc: subprocess.Popen[str]) -> None:
+    """Terminate a started server: SIGTERM, a second one after STOP_GRACE_S, a kill after 10 s."""
     proc.terminate()
     try:
-        proc.wait(10)
+        proc.wait(STOP_GRACE_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     _LIVE.discard(proc)
 
 
