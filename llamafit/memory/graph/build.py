@@ -1691,9 +1691,7 @@ class _Context:
                 pe_in = self.cb(cur, "pe_in", il)
                 gate = self.need(self.lw(il, "inp_gate.weight"), "inp_gate")
                 cur = b.unary(self.mm(gate, cur), "GELU")
-                ne0, ne1 = per_layer.ne[0], per_layer.ne[1]
-                row = row_size(per_layer.type, ne0)
-                this = b.view(per_layer, (ne0, ne1), (row,), il * ne1 * row)
+                this = self._slice_2d(per_layer, il)
                 cur = self.mm(self.need(self.lw(il, "proj.weight"), "proj"), b.mul(cur, this))
                 cur = self.norm(cur, self.lw(il, "post_norm.weight"), il)
                 cur = self.cb(cur, "per_layer_embd_out", il)
@@ -1707,11 +1705,18 @@ class _Context:
         set_output(h_nextn)
         cur = self.cb(b.get_rows(cur, out_ids), "result_norm", -1)
         set_output(cur)
+        self._gemma_logits(cur)
+
+    # --- gemma3n (src/models/gemma3n.cpp) ------------------------------------------------------
+    def _gemma_logits(self, cur: T) -> None:
+        """The lm_head of gemma4.cpp and gemma3n.cpp: the tied output a tensor of its own (made
+        before token_embd, _sharing), its scale for an NVFP4 output (llama_model::load_tensors
+        loads output.scale for that type only), logit soft-capping."""
+        b = self.b
         output = self.w("output.weight", -2)
-        if output is None:  # tied: made before token_embd, a tensor of its own
+        if output is None:
             output = self.w("token_embd.weight", -2, as_name="token_embd.weight", own=True)
         output = self.need(output, "token_embd.weight")
-        # llama_model::load_tensors loads output.scale for an NVFP4 output only
         out_s = self.w("output.scale", -2) if output.type == "nvfp4" else None
         cur = self.mm_s(output, cur, out_s)
         if self.hp.final_logit_softcapping:
@@ -1719,9 +1724,9 @@ class _Context:
             cur = b.scale(cur)
         self.finish(cur)
 
-    # --- gemma3n (src/models/gemma3n.cpp) ------------------------------------------------------
-    def _g3n_slice(self, x: T, idx: int) -> T:
-        """gemma3n_view_2d_slice: the idx-th [ne0, ne1] matrix of a 3-D tensor, as a view."""
+    def _slice_2d(self, x: T, idx: int) -> T:
+        """gemma3n_view_2d_slice: the idx-th [ne0, ne1] matrix of a 3-D tensor, as a view (gemma4's
+        per-layer input of layer idx is the same view)."""
         ne0, ne1 = x.ne[0], x.ne[1]
         row = row_size(x.type, ne0)
         return self.b.view(x, (ne0, ne1), (row,), idx * ne1 * row)
@@ -1749,7 +1754,7 @@ class _Context:
         themselves; [n_embd, n_tokens, n_altup]."""
         b = self.b
         n_altup, n_tokens = cur.ne[2], cur.ne[1]
-        modalities = self.cb(self._g3n_router(self._g3n_slice(cur, act), il), "modalities", il)
+        modalities = self.cb(self._g3n_router(self._slice_2d(cur, act), il), "modalities", il)
         coef = self.need(self.lw(il, "altup_predict_coef.weight"), "altup_predict_coef")
         coefs = self.cb(self.mm(coef, modalities), "all_coefs", il)
         coefs = b.reshape(coefs, n_altup, n_altup, n_tokens)
@@ -1763,7 +1768,7 @@ class _Context:
         b = self.b
         n_embd, n_tokens, n_altup = pred.ne[0], pred.ne[1], pred.ne[2]
         modalities = self.cb(self._g3n_router(activated, il), "modalities", il)
-        innovation = b.sub(activated, self._g3n_slice(pred, act))
+        innovation = b.sub(activated, self._slice_2d(pred, act))
         innovation = self.cb(innovation, "innovation", il)
         coef = self.need(self.lw(il, "altup_correct_coef.weight"), "altup_correct_coef")
         coefs = self.cb(b.scale(self.mm(coef, modalities)), "all_coefs", il)  # ggml_scale_bias
@@ -1815,7 +1820,7 @@ class _Context:
         for il in range(self.n_layer):
             head, n_head = self.head_k(il), f.n_head[il]
             pred = self._g3n_predict(inpL, il, act)
-            active = self.cb(self._g3n_slice(pred, act), "active_prediction", il)
+            active = self.cb(self._slice_2d(pred, act), "active_prediction", il)
             cur = self.cb(self.norm(active, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
             laurel_out = self._g3n_laurel(cur, il)
             inp = swa if f.swa.is_swa[il] else base
@@ -1859,42 +1864,32 @@ class _Context:
             gated = self.cb(b.add(cur, attn_laurel), "attn_ffw_laurel_gated", il)
             corrected = self._g3n_correct(pred, gated, il, act)
             scale = self.need(self.lw(il, "altup_correct_scale.weight"), "altup_correct_scale")
-            first = b.mul(self._g3n_slice(corrected, act), scale)
+            first = b.mul(self._slice_2d(corrected, act), scale)
             first = self.mm(self.need(self.lw(il, "inp_gate.weight"), "inp_gate"), first)
             first = self.cb(b.unary(first, "GELU"), "first_prediction_gated", il)
-            first = b.mul(first, self._g3n_slice(per_layer, il))
+            first = b.mul(first, self._slice_2d(per_layer, il))
             first = self.cb(first, "first_prediction_scaled", il)
             first = self.mm(self.need(self.lw(il, "proj.weight"), "proj"), first)
             first = self.norm(first, self.lw(il, "post_norm.weight"), il)
             first = self.cb(first, "first_prediction_out", il)
             rest = b.add(self._g3n_rest(corrected), first)
-            corrected = b.concat(self._g3n_slice(corrected, 0), rest, 2)
+            corrected = b.concat(self._slice_2d(corrected, 0), rest, 2)
             inpL = self.cb(corrected, "l_out", il)
         cur = inpL
-        target = self._g3n_magnitude(self._g3n_slice(cur, act))
+        target = self._g3n_magnitude(self._slice_2d(cur, act))
         unembd_proj = self.need(self.w("altup_unembd_proj.weight", -2), "altup_unembd_proj")
         unembd = b.mul_mat(unembd_proj, self._g3n_rest(cur))
         new = self._g3n_magnitude(unembd)
         unembd = self.cb(b.div(b.mul(unembd, target), new), "altup_unembd", -1)
-        cur = self._g3n_slice(cur, 0)
+        cur = self._slice_2d(cur, 0)
         for i in range(n_altup - 1):
-            cur = b.add(cur, self._g3n_slice(unembd, i))
+            cur = b.add(cur, self._slice_2d(unembd, i))
         cur = self.cb(b.scale(cur), "unembd_merged", -1)
         cur = b.get_rows(cur, self.inp_out_ids())
         cur = self.norm(cur, self.w("output_norm.weight", -2), -1)
         cur = self.cb(cur, "result_norm", -1)
         set_output(cur)
-        output = self.w("output.weight", -2)
-        if output is None:  # tied: made before token_embd, a tensor of its own
-            output = self.w("token_embd.weight", -2, as_name="token_embd.weight", own=True)
-        output = self.need(output, "token_embd.weight")
-        # llama_model::load_tensors loads output.scale for an NVFP4 output only
-        out_s = self.w("output.scale", -2) if output.type == "nvfp4" else None
-        cur = self.mm_s(output, cur, out_s)
-        if self.hp.final_logit_softcapping:
-            cur = b.unary(b.scale(cur), "TANH")
-            cur = b.scale(cur)
-        self.finish(cur)
+        self._gemma_logits(cur)
 
     def build_nemotron_h(self) -> None:
         """src/models/nemotron-h.cpp llama_model_nemotron_h::graph, the class nemotron_h_moe's
