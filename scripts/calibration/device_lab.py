@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from llamafit.server.log import LogWatcher  # noqa: E402
+from tests.support.server_probe import stop_server  # noqa: E402
 
 BIN_ENV = "LLAMAFIT_VULKAN_RPC_BIN"
 PORTS = range(
@@ -60,24 +61,10 @@ def _kill_live() -> None:
 atexit.register(_kill_live)
 
 
-# llama-server b11434 (tools/server/server.cpp llama_server) installs its signal handler before it
-# prints "listening on" and starts its task loop after: a first signal in between is lost, but marks
-# the server terminating, so a second one ends it at once
-STOP_GRACE_S = 2.0
-
-
 def _stop(proc: subprocess.Popen[str]) -> None:
-    """Terminate a started server: SIGTERM, a second one after STOP_GRACE_S, a kill after 10 s."""
-    proc.terminate()
-    try:
-        proc.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """Stop a started server (tests/support/server_probe.py stop_server: a second signal for one
+    llama-server lost while it started listening) and forget it."""
+    stop_server(proc, kill_after=10.0)
     _LIVE.discard(proc)
 
 

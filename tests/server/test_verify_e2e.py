@@ -18,6 +18,7 @@ import pytest
 
 from tests.support import ROOT, needs_demo, needs_llama_server
 from tests.support.llamafit_run import Run, gone, unwrapped
+from tests.support.server_probe import stop_server
 
 pytestmark = pytest.mark.slow
 VULKAN_SERVER = ROOT / "build" / "llama-vulkan-rpc" / "bin" / "llama-server"
@@ -43,12 +44,8 @@ def _serve(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:  # busy in a long computation: do not leave it behind
-        proc.kill()
-        proc.wait(15)
+    """Kill it after 15 s: busy in a long computation, it is not left behind."""
+    stop_server(proc, kill_after=15.0)
 
 
 def _free_port() -> int:

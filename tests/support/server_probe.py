@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 _BUFFER = re.compile(r"(\S+)\s+(model|KV|compute|output) buffer size = +([0-9.]+) MiB")
 _CLIP_COMPUTE = re.compile(
@@ -63,12 +64,13 @@ def server_log(
             if until in line:
                 break
     finally:
-        _stop(proc)
+        stop_server(proc)
     return "".join(lines)
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """Terminate a started llama-server, and kill it if it does not stop within 30 s.
+def stop_server(proc: subprocess.Popen[Any], kill_after: float = 30.0) -> None:
+    """Terminate a started llama-server, and kill it if it does not stop within `kill_after` s
+    (scripts/calibration/device_lab.py stops its servers here too).
 
     b11434 (tools/server/server.cpp llama_server) installs its SIGINT/SIGTERM handler once the model
     is loaded, prints `listening on`, and only then starts its task loop
@@ -83,7 +85,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         proc.terminate()
     try:
-        proc.wait(30)
+        proc.wait(kill_after)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -172,4 +174,4 @@ def resident_memory(
                 return _smaps(proc.pid), bufs
         raise RuntimeError(f"llama-server did not start in {timeout:.0f} s")
     finally:
-        _stop(proc)
+        stop_server(proc)
