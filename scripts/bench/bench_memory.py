@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -265,20 +266,20 @@ def gpu_accuracy() -> None:
     partial_under: list[str] = []
     gpu_compute: list[float] = []
     modelled: list[float] = []  # GPU compute of rows that need no rule awaited from another branch
-    for row in ROWS:
-        for c in compared(row):
-            kind = "host compute" if c.kind == "compute" and is_host(c.device) else c.kind
-            for cls in [row["backend"], *row["classes"]]:
-                groups[(kind, cls)].append(c.error)
-            if c.kind == "kv":
-                kv_total += 1
-                kv_exact += abs(c.predicted - c.measured) <= PRINTED
-            if kind == "compute":
-                gpu_compute.append(c.error)
-                if not row.get("awaits"):
-                    modelled.append(c.error)
-                if "partial" in row["classes"] and c.error < -0.10:
-                    partial_under.append(f"{row['id']} {c.device} {c.error:+.1%}")
+    pairs = [(row, c) for row in ROWS for c in compared(row)]
+    for row, c in pairs:
+        kind = "host compute" if c.kind == "compute" and is_host(c.device) else c.kind
+        for cls in [row["backend"], *row["classes"]]:
+            groups[(kind, cls)].append(c.error)
+        if c.kind == "kv":
+            kv_total += 1
+            kv_exact += abs(c.predicted - c.measured) <= PRINTED
+        if kind == "compute":
+            gpu_compute.append(c.error)
+            if not row.get("awaits"):
+                modelled.append(c.error)
+            if "partial" in row["classes"] and c.error < -0.10:
+                partial_under.append(f"{row['id']} {c.device} {c.error:+.1%}")
     print(f"\nGPU corpus: {len(ROWS)} public logs (fixtures/calibration/gpu-corpus.jsonl)")
     print(f"{'buffer':<14}{'class':<10}{'n':>4}{'median |err|':>14}{'worst err':>11}")
     for (kind, cls), errs in sorted(groups.items()):
@@ -301,7 +302,7 @@ def gpu_accuracy() -> None:
     ]
     for text, met in targets:
         print(f"  [{'met' if met else 'NOT MET'}] {text}")
-    _issue27_targets()
+    _issue27_targets(pairs)
     awaiting = [r["id"] for r in ROWS if r.get("awaits")]
     if awaiting and modelled:
         print(
@@ -317,28 +318,28 @@ def gpu_accuracy() -> None:
     )
 
 
-def _issue27_targets() -> None:
-    """The graph replay's targets (issue #27) on the corpus' GPU compute buffers (the host's apart):
+def _issue27_targets(pairs: list[tuple[dict, Any]]) -> None:
+    """The graph replay's targets (issue #27) on the corpus' GPU compute buffers (the host's apart;
+    `pairs`: each corpus row with each of its compared buffers, as gpu_accuracy has them):
     partial offload, median |error| at most 3% and none under by more than 5%; full offload, no
     architecture family under by more than 5% (the rows under are named)."""
     from statistics import median
 
-    from tests.memory.test_gpu_corpus import ROWS, compared, is_host, model
+    from tests.memory.test_gpu_corpus import is_host, model
 
     partial: list[float] = []
     partial_under: list[str] = []
     full_under: dict[str, list[str]] = defaultdict(list)
-    for row in ROWS:
-        arch = model(row["shape"]).facts.architecture
-        for c in compared(row):
-            if c.kind != "compute" or is_host(c.device):
-                continue
-            if "partial" in row["classes"]:
-                partial.append(c.error)
-                if c.error < -0.05:
-                    partial_under.append(f"{row['id']} {c.device} {c.error:+.1%}")
-            elif c.error < -0.05:
-                full_under[arch].append(f"{row['id']} {c.device} {c.error:+.1%}")
+    for row, c in pairs:
+        if c.kind != "compute" or is_host(c.device):
+            continue
+        if "partial" in row["classes"]:
+            partial.append(c.error)
+            if c.error < -0.05:
+                partial_under.append(f"{row['id']} {c.device} {c.error:+.1%}")
+        elif c.error < -0.05:
+            arch = model(row["shape"]).facts.architecture
+            full_under[arch].append(f"{row['id']} {c.device} {c.error:+.1%}")
     med = median(abs(e) for e in partial) if partial else float("nan")
     under = "; ".join(f"{arch}: {', '.join(rows)}" for arch, rows in sorted(full_under.items()))
     for met, text in (
