@@ -144,7 +144,9 @@ def _refused(target: Target, cfg: LaunchConfig) -> bool:
     if not target.refused:
         return False
     try:
-        rc = resolve(replace(cfg, n_ctx=STEP), target.model.facts, engine=target.engine)
+        rc = resolve(
+            replace(cfg, n_ctx=STEP), target.model.facts, engine=target.engine, build=target.build
+        )
     except InputError:
         return False
     return graph_kind(rc) in target.refused
