@@ -88,5 +88,7 @@ class Verdict:
     speed_options: tuple[SpeedOption, ...] = ()  # other offloads and their speed
     # the catalog card that would hold ctx_wanted (or ctx_min, no fit)
     smallest_gpu: str | None = None
+    # with no fit: the cache (type_k, type_v) smallest_gpu holds ctx_min with (flash attention on)
+    smallest_gpu_cache: tuple[str, str] | None = None
     cause: str | None = None
     pinned_ngl: int | None = None

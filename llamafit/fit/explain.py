@@ -57,7 +57,8 @@ def smallest_gpu_for(
     target: Target, cfg: LaunchConfig, per_slot: int
 ) -> tuple[str | None, int] | None:
     """The smallest catalog card (and the bytes needed) that holds `per_slot` tokens per slot with
-    every layer on it, the same KV choice, and the same reserve."""
+    every layer on it, the same KV choice, and the same reserve. None where nothing is known or
+    where llama.cpp aborts reserving that config's graph (replay.scheduler_overflow)."""
     from ..machine.catalog import smallest_fitting
 
     backend = target.gpus[0].backend if target.gpus else "cuda"
@@ -77,11 +78,33 @@ def smallest_gpu_for(
     evaluated = one.evaluate(full)
     if evaluated is None:
         return None
+    if one.model.scheduler_overflow(evaluated[0]) is not None:
+        return None
     need = evaluated[1].devices[0].used_bytes
     card = smallest_fitting(need)
     if card is None:
         return None, need
     return f"{card.name} ({card.usable_bytes / 2**30:,.0f} GiB)", need
+
+
+# the caches smallest_gpu_any_kv tries, smallest first: (type_k, type_v)
+SMALL_CACHES = (("q8_0", "q8_0"), ("q8_0", "f16"), ("f16", "f16"))
+
+
+def smallest_gpu_any_kv(
+    target: Target, cfg: LaunchConfig, per_slot: int
+) -> tuple[str | None, int, tuple[str, str]] | None:
+    """smallest_gpu_for with flash attention and the smallest cache of SMALL_CACHES that llama.cpp
+    takes for this model: q8_0 where its block divides the head size and the graph stays within
+    the scheduler's hash set (a quantized K or V adds a rotation per layer: Granite 3.0 1B-A400M
+    aborts with both quantized), else one of them f16, else f16."""
+    for kv in SMALL_CACHES:
+        found = smallest_gpu_for(
+            target, replace(cfg, type_k=kv[0], type_v=kv[1], flash_attn="on"), per_slot
+        )
+        if found:
+            return found[0], found[1], kv
+    return None
 
 
 def tradeoffs(
@@ -257,9 +280,7 @@ def plan(
             return fallback
         warnings += ways
         rows = tradeoffs(target, cfg, policy, STEP, hi)
-        need = smallest_gpu_for(
-            target, replace(cfg, type_k="q8_0", type_v="q8_0", flash_attn="on"), lo
-        )
+        need = smallest_gpu_any_kv(target, cfg, lo)
         name = need[0] if need else None
         verdict = Verdict(
             False,
@@ -267,6 +288,7 @@ def plan(
             hi,
             hi == target.model.facts.n_ctx_train,
             smallest_gpu=name,
+            smallest_gpu_cache=need[2] if need and name else None,
             cause=e.cause,
             pinned_ngl=e.pinned_ngl,
         )

@@ -10,7 +10,7 @@ GPU memory it would need for the minimum context with every layer on one GPU and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..facts.hparams import ModelFacts
@@ -18,7 +18,7 @@ from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
 from ..memory.model import MemoryModel
 from ..memory.side_models import SidePlan
-from .explain import smallest_gpu_for
+from .explain import smallest_gpu_any_kv
 from .plan_speed import choice_speed
 from .search import Target
 from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve
@@ -95,21 +95,18 @@ def fit_model(
         if not gpus:
             return Fit("no-fit", n_layers=n_layers)
         lo = min(DEFAULT_MIN_CTX, facts.n_ctx_train)
-        for kv in ("q8_0", "f16"):  # q8_0 where its block divides the head size, else f16
-            found = smallest_gpu_for(
-                target, replace(cfg, type_k=kv, type_v=kv, flash_attn="on"), lo
-            )
-            if found:
-                return Fit(
-                    "needs",
-                    ctx=lo,
-                    type_k=kv,
-                    type_v=kv,
-                    flash_attn=True,
-                    n_layers=n_layers,
-                    need_bytes=found[1],
-                )
-        return Fit("no-fit", n_layers=n_layers)
+        found = smallest_gpu_any_kv(target, cfg, lo)
+        if found is None:
+            return Fit("no-fit", n_layers=n_layers)
+        return Fit(
+            "needs",
+            ctx=lo,
+            type_k=found[2][0],
+            type_v=found[2][1],
+            flash_attn=True,
+            n_layers=n_layers,
+            need_bytes=found[1],
+        )
     rc = c.rc
     full = not gpus or (rc.n_gpu_layers >= n_layers and not rc.n_cpu_moe and not rc.cpu_moe)
     gpu_bytes = sum(d.used_bytes for d in c.breakdown.devices if d.kind == "gpu") if gpus else None

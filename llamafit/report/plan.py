@@ -40,10 +40,16 @@ def _no_fit_text(v: Verdict) -> str:
         text += ", even with layers on the CPU and the smallest KV cache"
     if v.smallest_gpu:
         text += (
-            f"; the smallest GPU that holds {v.ctx_min:,} tokens with q8_0 KV and every layer is "
-            f"{v.smallest_gpu}"
+            f"; the smallest GPU that holds {v.ctx_min:,} tokens with {_cache_text(v)} and every "
+            f"layer is {v.smallest_gpu}"
         )
     return text
+
+
+def _cache_text(v: Verdict) -> str:
+    """`q8_0 KV`, or `K q8_0, V f16` where the caches differ (explain.smallest_gpu_any_kv)."""
+    k, v_type = v.smallest_gpu_cache or ("q8_0", "q8_0")
+    return f"{k} KV" if k == v_type else f"K {k}, V {v_type}"
 
 
 def preset_text(e: PresetEffect) -> str:
@@ -177,6 +183,7 @@ def verdict_json(v: Verdict, preset: PresetEffect | None = None) -> dict[str, An
             for o in v.speed_options
         ],
         "smallest_gpu": v.smallest_gpu,
+        "smallest_gpu_cache": list(v.smallest_gpu_cache) if v.smallest_gpu_cache else None,
         "cause": v.cause,
         "pinned_ngl": v.pinned_ngl,
         "preset": preset_json(preset),

@@ -64,6 +64,7 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "generation_tps": [24.21, 29.85],
         "speed_options": [],
         "smallest_gpu": None,
+        "smallest_gpu_cache": None,
         "cause": None,
         "pinned_ngl": None,
         "preset": None,

@@ -129,3 +129,28 @@ def test_low_reserve_warning() -> None:
         "the reserve per GPU is 256 MiB: below 512 MiB the CUDA context and memory "
         "pools may not fit"
     )
+
+
+# Granite 3.0 1B-A400M (242 tensors: a scheduler hash set of 2053) has 2065 graph tensors with K and
+# V both q8_0, where llama.cpp aborts (replay.scheduler_overflow); one of them f16 holds 1920
+# (shape, the cache the smallest GPU is sized with, the verdict's words, whether a card holds both
+# caches q8_0)
+SMALLEST_CACHE = [
+    ("granite3-1b-a400m", ("q8_0", "f16"), "with K q8_0, V f16 and every layer is", False),
+    ("llama3.2-1b", ("q8_0", "q8_0"), "with q8_0 KV and every layer is", True),
+]
+
+
+@pytest.mark.parametrize(("key", "cache", "words", "both_q8"), SMALLEST_CACHE)
+def test_smallest_gpu_skips_a_cache_llama_cpp_aborts_on(
+    key: str, cache: tuple[str, str], words: str, both_q8: bool
+) -> None:
+    from tests.support.graph_build import model_file
+
+    t = target(model_file(key), "64MiB")
+    result = plan(t, LaunchConfig(), Policy(min_ctx=4096))
+    assert result.choice is None
+    assert result.verdict.smallest_gpu_cache == cache
+    assert words in verdict_text(result.verdict)
+    both = LaunchConfig(type_k="q8_0", type_v="q8_0", flash_attn="on")
+    assert (smallest_gpu_for(t, both, 4096) is not None) is both_q8
