@@ -39,6 +39,7 @@ from .graph.replay import (
 from .kv import layer_cell_bytes
 from .placement import (
     CPU,
+    ROPE_FACTORS,
     LayerMap,
     block_index,
     block_rule,
@@ -46,6 +47,7 @@ from .placement import (
     cuda_alloc_size,
     is_skipped,
     layer_map,
+    rope_factor_layers,
     split_points,
     tensor_layer,
 )
@@ -235,9 +237,15 @@ class MemoryModel:
         # per block, the columns ALL, EXPERTS and DENSE_FFN, raw and + PADDED (NextN blocks stay 0)
         sums = [[0] * 6 for _ in range(facts.n_layer_all)]
         self.input_raw = self.output_raw = self.output_padded = 0
+        # the RoPE factor tensors made per block (placement.rope_factor_layers): bytes of one copy
+        # of each, and the blocks whose buffer types hold a copy
+        self.rope_layers = rope_factor_layers(facts)
+        self.rope_raw = 0
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
-            if il is not None and il < facts.n_layer_all:
+            if self.rope_layers and name in ROPE_FACTORS:
+                self.rope_raw += raw
+            elif il is not None and il < facts.n_layer_all:
                 sums[il][ALL] += raw
                 sums[il][ALL + PADDED] += padded
                 for part, matches in ((EXPERTS, is_expert), (DENSE_FFN, is_dense_ffn)):
@@ -457,7 +465,18 @@ class MemoryModel:
             )
             out[CPU] += self._sum(EXPERTS, a, moe_end) + self._sum(DENSE_FFN, a, ffn_end)
         self._add_output(out, lmap.output, lmap.output != CPU and padded[lmap.output])
+        self._add_rope_factors(out, lmap, None)
         return out
+
+    def _add_rope_factors(self, out: dict[int, int], lmap: LayerMap, target: int | None) -> None:
+        """One copy of the RoPE factor tensors per device among the blocks that make them (F32:
+        no padding), or one on an -ot rule's device (`target`: their name is the same in
+        every block, so the rule meets every copy, and they are one tensor there)."""
+        if not self.rope_raw:
+            return
+        devices = {target} if target is not None else {lmap.layers[il] for il in self.rope_layers}
+        for dev in devices:
+            out[dev] += self.rope_raw
 
     def _keep_oversized_on_host(
         self, out: dict[int, int], rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
@@ -1103,8 +1122,14 @@ class MemoryModel:
         names = {g.name.lower(): i for i, g in enumerate(gpus)}
         targets = self.override_targets(rc.all_overrides)
         out = dict.fromkeys([CPU, *range(len(gpus))], 0)
+        rope_target: int | None = None
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
+            if self.rope_raw and name in ROPE_FACTORS:
+                rule = targets[name]
+                if rule is not None:
+                    rope_target = _buffer_device(rule, names)
+                continue
             if il is not None and il < self.facts.n_layer_all:
                 dev = lmap.layers[il]
             elif is_output_layer(name):
@@ -1119,6 +1144,7 @@ class MemoryModel:
             out[lmap.output] += (
                 self.tied_padded if gpus[lmap.output].backend in PADDED_BACKENDS else self.tied_raw
             )
+        self._add_rope_factors(out, lmap, rope_target)
         return out
 
     def _kv(self, rc: ResolvedConfig, lmap: LayerMap, n_gpu: int) -> dict[int, int]:

@@ -214,6 +214,25 @@ def tensor_layer(name: str) -> int | None:
     return layer_of(name)
 
 
+# the RoPE factor tensors (llama_model::get_rope_factors) that these archs' load_arch_tensors create
+# in every block (gemma4: every full-attention block) under one name, TENSOR_DUPLICATED after the
+# first: src/models/llama.cpp, deci.cpp, granite-hybrid.cpp, gemma4.cpp
+ROPE_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+ROPE_PER_LAYER_ARCHS = frozenset({"llama", "deci", "granitehybrid", "gemma4"})
+
+
+def rope_factor_layers(facts: ModelFacts) -> tuple[int, ...]:
+    """The blocks that create the RoPE factor tensors (ROPE_FACTORS) of this model, in order; ()
+    for an arch that does not make them per block. llama_model_loader::create_tensor
+    (src/llama-model-loader.cpp) puts each in its block's buffer type and, for a
+    TENSOR_DUPLICATED one, returns the tensor already made in that buffer type's context: one
+    copy per buffer type among these blocks."""
+    if facts.architecture not in ROPE_PER_LAYER_ARCHS:
+        return ()
+    gemma4 = facts.architecture == "gemma4"
+    return tuple(il for il in range(facts.n_layer) if not (gemma4 and facts.swa.is_swa[il]))
+
+
 def is_skipped(facts: ModelFacts, name: str) -> bool:
     """NextN/MTP blocks are not loaded in the main context (TENSOR_SKIP unless MTP drafting)."""
     il = tensor_layer(name)

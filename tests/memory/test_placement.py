@@ -6,6 +6,7 @@ import pytest
 
 from llamafit.memory.placement import (
     CPU,
+    ROPE_FACTORS,
     LayerMap,
     cuda_alloc_size,
     layer_map,
@@ -60,3 +61,44 @@ def test_override_first_match_wins() -> None:
     rules = (("blk\\.1\\.", "CUDA1"), ("ffn", "CPU"))
     names = ("blk.1.ffn_up.weight", "blk.2.ffn_up.weight", "blk.2.attn_q.weight")
     assert [override_target(n, rules) for n in names] == ["CUDA1", "CPU", None]
+
+
+# (shape, -ngl, -ot rules) → bytes of the RoPE factor copies per device (CPU = -1): one per buffer
+# type among the blocks that make them (gemma4: the full-attention blocks 4, 9, ..., 34 of E2B),
+# one where an -ot rule names them
+ROPE_COPIES = [
+    ("gemma4-e2b", 99, (), {0: 1024}),
+    ("gemma4-e2b", 2, (), {CPU: 1024, 0: 1024}),  # block 34 on the GPU, blocks 4..29 on the host
+    ("gemma4-e2b", 0, (), {CPU: 1024}),
+    ("gemma4-e2b", 99, (("rope_freqs", "CPU"),), {CPU: 1024}),
+    ("gemma4-26b-a4b", 4, (), {CPU: 1024, 0: 1024}),  # block 29 on the GPU
+    ("qwen3-8b", 4, (), {}),  # no per-block RoPE factors
+]
+
+
+@pytest.mark.parametrize(("key", "ngl", "rules", "expected"), ROPE_COPIES)
+def test_rope_factor_copies(
+    key: str, ngl: int, rules: tuple[tuple[str, str], ...], expected: dict[int, int]
+) -> None:
+
+    from llamafit.machine.devices import DeviceSpec
+    from llamafit.memory.config import LaunchConfig
+    from llamafit.memory.model import MemoryModel
+    from llamafit.memory.resolve import resolve
+    from tests.support.graph_build import facts_of
+
+    facts, _ = facts_of(key)
+    mm = MemoryModel(facts)
+    rc = resolve(
+        LaunchConfig(n_ctx=4096, n_gpu_layers=ngl, override_tensor=rules),
+        facts,
+        engine="llama-server",
+    )
+    gpus = [DeviceSpec("Vulkan0", "gpu", "vulkan", 8 << 30, 8 << 30)]
+    lmap = layer_map(facts.n_layer_all, rc.n_gpu_layers, split_points([1.0]))
+    weights = mm._tensor_weights if rules else mm._weights
+    with_rope = weights(rc, lmap, gpus)
+    mm.rope_raw = 0
+    mm.tensors = [t for t in mm.tensors if t[0] not in ROPE_FACTORS]
+    without = weights(rc, lmap, gpus)
+    assert {d: b - without[d] for d, b in with_rope.items() if b != without[d]} == expected

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 from ...errors import LlamafitError
 from ...facts.hparams import ModelFacts
+from ..placement import rope_factor_layers
 from ..resolve import ResolvedConfig
 from .ggml import (
     TYPE_NAMES,
@@ -449,12 +450,11 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
         == weight_buffer(config, overrides, "token_embd.weight", -2)
     )
     rope: tuple[int, ...] = ()
-    if "rope_freqs.weight" in tensors and arch in ("llama", "deci", "granitehybrid", "gemma4"):
+    if "rope_freqs.weight" in tensors:
         seen: dict[str, int] = {}
         rope = tuple(
             seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
-            for il in range(facts.n_layer)
-            if arch != "gemma4" or not facts.swa.is_swa[il]
+            for il in rope_factor_layers(facts)
         )
     return (tied, rope)
 
