@@ -576,14 +576,40 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
         host = host_inputs + lookups
         if not s.kv_on_device:
             host += max((_attention(f, s, il) for il in layers if _has_attention(f, il)), default=0)
+    split_inputs = dev_inputs + _f32_mask_copies(inputs, s)
     device, peak_name = dev_inputs + peak, name
     if s.holds_output and _output(f, s) > device:
         device, peak_name = _output(f, s), "output"
     if s.holds_output and dev_inputs + _logits_on_top(f, s) > device:
         device, peak_name = dev_inputs + _logits_on_top(f, s), "output"
-    if s.holds_output and (pinned := _pinned_output(f, s, dev_inputs, mixed[0])) > device:
+    if s.holds_output and (pinned := _pinned_output(f, s, split_inputs, mixed[0])) > device:
         device, peak_name = pinned, "output"
     return ComputeEstimate(device=device, host=host, peak=peak_name, host_inputs=host_inputs)
+
+
+def _f32_mask_copies(inputs: dict[str, int], s: ComputeSettings) -> int:
+    """What the split's input copies hold beyond `dev_inputs` before PR #23764: the F32 mask's copy instead
+    of its F16 cast (0 on the CPU, with an F16 mask input, or with attention off this backend).
+
+    llm_graph_context::build_attn_inp_kv_unified (src/llama-graph.cpp at b5618, llama-cpp-python 0.3.9/0.3.10's
+    vendored tree) makes one ggml_cast of the F32 mask input per graph, first read by block 0's FLASH_ATTN_EXT
+    and added to the graph there, after build_attn's K/V stores. ggml_backend_sched_split_graph
+    (ggml/src/ggml-backend.cpp): the input leaf goes to the CPU backend (ggml_backend_sched_backend_id_from_cur,
+    "1.inp"), the cast reads no weight and pass 2 (expand gpu down) gives it the GPU of the CPY before it, so
+    pass 5 copies the F32 mask in as a split input; the split's input copies are allocated at its start in
+    the order its nodes first read them ("add inputs to the graph copy so that they are allocated by ggml-alloc
+    at the start of the split"). The F32 copy is freed after the cast, and the cast, a node of block 0 above the
+    split inputs, after the last attention (ggml_gallocr_alloc_graph_impl, ggml/src/ggml-alloc.c): so the
+    pooling input's copy, the split's last input (read by build_pooling), lies above the F32 copy, and the
+    logits above it (_pinned_output) have the copy's bytes below them, not the cast's. The layer peaks are left
+    with the cast (how the layers fill the copy's freed slot is not replayed)."""
+    if s.backend == "cpu":
+        return 0
+    return sum(
+        inputs[f"kq_mask{key.removeprefix('kq_mask_f16_')}"] - v
+        for key, v in inputs.items()
+        if key.startswith("kq_mask_f16") and s.kv_on_device and s.kq_on_device
+    )
 
 
 def _pinned_output(f: ModelFacts, s: ComputeSettings, dev_inputs: int, mixed_host: int) -> int:
@@ -623,6 +649,7 @@ def _pinned_output(f: ModelFacts, s: ComputeSettings, dev_inputs: int, mixed_hos
             )
         return dev_inputs + logits if pooled else 0
     # a GPU: the split's input copies, the incoming hidden state among them, lie below the pooling input's copy
+    # (before PR #23764 the F32 mask's copy among them, not its F16 cast: the caller passes _f32_mask_copies in)
     return (
         dev_inputs + _pad(F32 * f.n_embd * s.n_tokens, ALIGNMENT[s.backend]) + logits
         if pooled

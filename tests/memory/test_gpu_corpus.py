@@ -466,6 +466,55 @@ def test_flash_attention_mask_was_f32_before_pr_23764(
     assert inputs.get("kq_mask_f16_0", inputs["kq_mask0"]) == device_mib * MIB
 
 
+# Qwen3-Embedding-8B (n_embd 4096, output rows 151665), 2048 tokens over 40960 cells, flash attention, mean
+# pooling at b5618 (ROCm issue 4903): the split inputs below the pooling input's copy, then the logits
+_E_ROW, _LOGITS = 4096 * 2048 * 4, 151665 * 2048 * 4
+_POS, _OUT_IDS, _INP_MEAN = (
+    2048 * 4,
+    2048 * 4,
+    2048 * 2048 * 4,
+)  # inp_mean n_tokens x n_tokens before PR #14217
+
+
+@pytest.mark.parametrize(
+    ("mask_f16_input", "mask_copy", "device_bytes"),
+    [
+        (False, 40960 * 2048 * 4, 1628332032),  # b5618: the F32 mask's copy (the log: 1552.90 MiB)
+        (True, 40960 * 2048 * 2, 1460559872),  # PR #23764 on: the F16 mask input's copy
+    ],
+)
+def test_pooling_input_lies_above_the_f32_mask_copy_before_pr_23764(
+    mask_f16_input: bool, mask_copy: int, device_bytes: int
+) -> None:
+    """Before PR #23764 the F16 cast of the F32 mask runs on the GPU (ggml_backend_sched_split_graph's pass
+    2), so the split's input copies hold the F32 mask; the pooling input's copy, read last, lies above them
+    and the logits above it (compute._f32_mask_copies, _pinned_output)."""
+    from llamafit.memory.compute import _base_settings, predict_compute
+
+    f = model("qwen3-embedding-8b-q8_0").facts
+    cfg = LaunchConfig(
+        n_ctx=40960,
+        flash_attn="on",
+        n_gpu_layers=NGL_ALL,
+        n_batch=2048,
+        n_ubatch=2048,
+        n_parallel=1,
+        fit=False,
+        embeddings=True,
+        pooling="mean",
+        cache_ram_mib=0,
+    )
+    s = replace(
+        _base_settings(f, resolve(cfg, f, engine="llama-server", build=5618)),
+        backend="rocm",
+        mask_f16_input=mask_f16_input,
+    )
+    got = predict_compute(f, s)
+    below = _E_ROW + _POS + mask_copy + _OUT_IDS + _INP_MEAN
+    assert (got.device, got.peak) == (device_bytes, "output")
+    assert device_bytes == below + _LOGITS
+
+
 @pytest.mark.parametrize(
     ("backend", "build", "refused"),
     [
