@@ -410,7 +410,8 @@ def _dense_ffn(f: ModelFacts, s: ComputeSettings, il: int) -> int:
     shape = _shape(f)
     if il in shape.gated:
         # before ggml_swiglu (PR #14158) a fused up's halves were two ggml_cont copies, live with
-        # up [2 n_ff] when the second is made: one n_ff more (GLM-Z1 32B on CUDA, b5274: 45 MiB)
+        # up [2 n_ff] when the second is made: one n_ff more at the FFN (GLM-Z1 32B's 45 MiB over
+        # on CUDA at b5274 is the output's instead: _logits_above_mask_hole)
         old_split = ff if not s.glu_op and il in shape.fused_up else 0
         return _hole(f, s, il, small=ff <= e + q) + e + 3 * ff + old_split
     return 3 * e + ff
@@ -527,6 +528,68 @@ def _logits_on_top(f: ModelFacts, s: ComputeSettings) -> int:
     return base + F32 * f.n_vocab * s.n_out
 
 
+# Backends whose buffer takes copies of the host's graph inputs (the scheduler's split inputs) and that
+# run every op of the glm4 graph of those builds (ggml-cuda.cu, HIP too); Metal reads host buffers in place
+SPLIT_INPUT_COPY_BACKENDS = frozenset({"cuda", "rocm"})
+
+
+def _logits_above_mask_hole(f: ModelFacts, s: ComputeSettings) -> int:
+    """glm4 on a GPU with flash attention before PR #23764: the logits above the last FFN's activation.
+
+    ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp) allocates a split's input copies at its
+    start ("add inputs to the graph copy so that they are allocated by ggml-alloc at the start of the
+    split"), in the order the split's nodes read them: the embeddings lookup (block 0's norm), inp_pos
+    (the ropes), k_idxs/v_idxs (the set_rows KV writes, PR #14959 on), the F32 KQ mask (its ggml_cast
+    to F16, build_attn_inp_kv_unified, src/llama-graph.cpp) and inp_out_ids (the last block's
+    get_rows). They lie at the bottom of the GPU buffer; the F32 mask is freed after its cast and the
+    lookup after block 0 (ggml_gallocr_alloc_graph_impl, ggml/src/ggml-alloc.c), the small ones in the
+    last block before its FFN, so the bottom is then one free block of all of them. In the last block
+    of llm_build_glm4 (src/llama-model.cpp at b5274) the fused up [2 n_ff] does not fit it (ffn_norm's
+    row lies in it) and goes above; its SWIGLU half [n_ff] (two ggml_cont + silu + mul in place
+    before PR #14158, one ggml_swiglu after) takes it best fit (ggml_dyn_tallocr_alloc: the best-fitting
+    block besides the last), ffn_down [n_embd] the rest of it right above, and the post-FFN norm, the
+    residual add and result_norm run in place there, so the logits [n_vocab, n_tokens], too large for
+    any hole, start at n_ff + n_embd rows. The F16 cast is made after block 0's attn_norm and Q are
+    freed: larger than the two n_embd rows they leave, it goes above block 0's tensors; smaller, it
+    sits in that hole with a remainder beside it, and in the replay the last block's attention
+    tensors then take the bottom (GLM-Z1 at -c 23552: the logits above two n_embd rows).
+
+    scripts/audit/audit_glm4_b5274.py replays llm_build_glm4's reserve graph, the scheduler's split and
+    ggml-alloc as llama.cpp 8733e0c has them (llama-cpp-python 0.3.9's vendor tree, a few days after
+    b5274): GLM-Z1 32B, -c 32768, 512 tokens gives CUDA0 353.00 MiB and CUDA_Host 76.01, as
+    ik_llama.cpp#370 and #344 print, and b5192's CPU run (-c 5120) 308.00 (there the lookup lies above
+    the mask and the mask hole is too small). In the 1488 configurations of its --grid where these
+    conditions hold (n_embd 2048..6144, n_ff 5632..27648, 64..2048 tokens, 1k..128k cells, both SWIGLU
+    forms, ggml_cpy or set_rows KV writes) the replay's logits end exactly here. Where the
+    activation does not fit the bottom, or the cast sits low, the layout differs and is not modelled
+    (the plain _output stands; GLM-Z1 at -c 16384: 320.00 replayed, 308.00 here; at -c 24576, a cast
+    of exactly two rows, 353.00 replayed, 308.00 here)."""
+    il = f.n_layer - 1
+    if not (
+        s.backend in SPLIT_INPUT_COPY_BACKENDS
+        and f.architecture == "glm4"
+        and s.flash_attn
+        and not s.mask_f16_input
+        and s.holds_input
+        and s.holds_output
+        and s.kv_on_device
+        and s.n_out == s.n_tokens
+        and il >= 0
+        and il in _shape(f).fused_up
+        and il not in _shape(f).fused_qkv
+        and (s.layers is None or _shape(f).reps[il] in s.layers)
+    ):
+        return 0
+    a, inputs = ALIGNMENT[s.backend], input_bytes(f, s)
+    e = _pad(F32 * f.n_embd * s.n_tokens, a)
+    ff = _pad(F32 * f.n_ff[il] * s.n_tokens, a)
+    copies = ("inp_pos", "k_idxs0", "v_idxs0", "kq_mask0", "out_ids")
+    bottom = e + sum(inputs.get(k, 0) for k in copies)
+    if not (inputs["kq_mask_f16_0"] > 2 * e and ff + e <= bottom < 2 * ff + e):
+        return 0
+    return ff + e + F32 * f.n_vocab * s.n_out
+
+
 def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes.
 
@@ -580,6 +643,8 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     device, peak_name = dev_inputs + peak, name
     if s.holds_output and _output(f, s) > device:
         device, peak_name = _output(f, s), "output"
+    if s.holds_output and _logits_above_mask_hole(f, s) > device:
+        device, peak_name = _logits_above_mask_hole(f, s), "output"
     if s.holds_output and dev_inputs + _logits_on_top(f, s) > device:
         device, peak_name = dev_inputs + _logits_on_top(f, s), "output"
     if s.holds_output and (pinned := _pinned_output(f, s, split_inputs, mixed[0])) > device:

@@ -375,6 +375,58 @@ def test_fused_up_split_by_two_copies_before_pr_14158(build: int, device_bytes: 
     assert (got.device, got.peak) == (device_bytes, "ffn")
 
 
+@pytest.mark.parametrize(
+    ("build", "backend", "n_ctx", "n_ubatch", "device_mib"),
+    [
+        (5274, "cuda", 32768, 512, 353),  # ik_llama.cpp#370's and #344's CUDA0: 45 + 12 + 296
+        (5274, "cuda", 28672, 512, 353),  # a 56 MiB F32 mask: the bottom still holds n_ff + n_embd
+        (5274, "rocm", 32768, 512, 353),
+        (5274, "cuda", 32768, 256, 176.5),  # 22.5 + 6 + 148
+        (5274, "cuda", 8192, 512, 308),  # a 16 MiB mask: n_ff does not fit the bottom
+        (5274, "cuda", 49152, 512, 308),  # a 96 MiB mask: the fused up [2 n_ff] fits it
+        (5274, "metal", 32768, 512, 308),  # Metal reads the host's inputs in place: no copies
+        (9380, "cuda", 32768, 512, 308),  # PR #23764: the F16 mask input stays to the last block
+    ],
+)
+def test_glm4_logits_above_the_mask_hole_before_pr_23764(
+    build: int, backend: str, n_ctx: int, n_ubatch: int, device_mib: float
+) -> None:
+    """GLM-Z1 32B on one GPU, every layer offloaded, flash attention, all tokens output: the split
+    input copies of the F32 KQ mask and the embeddings lookup leave a hole at the bottom of the GPU
+    buffer; the last block's SWIGLU activation [n_ff] and ffn_down [n_embd] fill it and the logits
+    go above them (compute._logits_above_mask_hole). At b5274 on CUDA/ROCm the whole buffer is also
+    what scripts/audit/audit_glm4_b5274.py's replay of that build's graph and allocator gives."""
+    from llamafit.memory.compute import _base_settings, predict_compute
+
+    audit = script("audit_glm4_b5274")
+
+    f = model("glm-z1-32b-0414").facts
+    cfg = LaunchConfig(
+        n_ctx=n_ctx,
+        n_ubatch=n_ubatch,
+        flash_attn="on",
+        n_gpu_layers=NGL_ALL,
+        n_parallel=1,
+        fit=False,
+    )
+    s = replace(_base_settings(f, resolve(cfg, f, build=build)), backend=backend)
+    got = predict_compute(f, s)
+    assert (got.device, got.peak) == (int(device_mib * MIB), "output")
+    if build == 5274 and backend in ("cuda", "rocm"):
+        replayed = audit.gpu_buffers(audit.GLM_Z1_32B, f.n_layer, n_ubatch, n_ctx)[0]
+        assert replayed == got.device
+
+
+def test_glm4_b5274_replay_reproduces_the_logs() -> None:
+    """scripts/audit/audit_glm4_b5274.py against what ik_llama.cpp#370 and #344 print for GLM-Z1 32B
+    (-fa -ub 512): CUDA0 353.00 and CUDA_Host 76.01 MiB at -c 32768 (the host: the 64 MiB F32 mask,
+    the 12 MiB lookup, three 2 KiB index inputs), the CPU buffer 308.00 MiB at -c 5120."""
+    audit = script("audit_glm4_b5274")
+    gpu, host, _ = audit.gpu_buffers(audit.GLM_Z1_32B, 61, 512, 32768)
+    cpu = audit.cpu_buffer(audit.GLM_Z1_32B, 61, 512, 5120)
+    assert (gpu, host, cpu) == (353 * MIB, 76 * MIB + 3 * 2048, 308 * MIB)
+
+
 def test_mla_caches_v_before_pr_19067(tmp_path: Path) -> None:
     """An MLA model (fixtures/mla-deepseek2.gguf: K 576 wide, V = kv_lora_rank 512): V-less from
     b7800."""
