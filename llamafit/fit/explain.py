@@ -78,7 +78,8 @@ def smallest_gpu_for(
     evaluated = one.evaluate(full)
     if evaluated is None:
         return None
-    if one.model.scheduler_overflow(evaluated[0]) is not None:
+    rc, breakdown = evaluated
+    if one.model.scheduler_overflow(rc, breakdown.layer_devices, one.gpus) is not None:
         return None
     need = evaluated[1].devices[0].used_bytes
     card = smallest_fitting(need)

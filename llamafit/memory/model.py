@@ -34,7 +34,8 @@ from .graph.replay import (
     SchedOverflow,
     cpu_compute_bytes,
     device_compute_bytes,
-    scheduler_overflow,
+    overflow_of,
+    reserve_graph_tensors,
 )
 from .kv import layer_cell_bytes
 from .placement import (
@@ -346,10 +347,6 @@ class MemoryModel:
         a hundred times faster: the solver's searches), which `compute_scale` then scales, and
         `compute_scales` per device (the GPUs in order, then the host; solver.exact_choice's
         per-device ratios of the replay to the hand-derived peaks)."""
-        if replay:  # the exact figures: llama.cpp's own graph, which it may refuse to reserve
-            overflow = self.scheduler_overflow(rc)
-            if overflow is not None:
-                raise SchedulerOverflowError(overflow)
         gpus = _active_gpus(rc, gpus)
         lmap = layer_map(
             self.facts.n_layer_all,
@@ -359,6 +356,10 @@ class MemoryModel:
         )
         weights = self._weights(rc, lmap, gpus)
         moved = self._keep_oversized_on_host(weights, rc, lmap, gpus)
+        if replay:  # the exact figures: llama.cpp's own graph, which it may refuse to reserve
+            overflow = self.scheduler_overflow(rc, lmap, gpus, moved)
+            if overflow is not None:
+                raise SchedulerOverflowError(overflow)
         repack = self._repack(rc, lmap, gpus, host.cpu_features, moved)
         weights[CPU] += repack
         kv, rs = self._kv(rc, lmap, len(gpus)), self._recurrent(rc, lmap, len(gpus))
@@ -938,10 +939,17 @@ class MemoryModel:
 
         return self.remember(("kv_widths", layers), make)
 
-    def scheduler_overflow(self, rc: ResolvedConfig) -> SchedOverflow | None:
-        """replay.scheduler_overflow (one graph built, 10-140 ms), memoized by what shapes the
-        graph's tensor count, not by the context: estimate asks it for the exact figures only (a
-        plan's chosen config, check), never in the searches."""
+    def scheduler_overflow(
+        self,
+        rc: ResolvedConfig,
+        lmap: LayerMap | None = None,
+        gpus: Sequence[DeviceSpec] = (),
+        moved: tuple[str, ...] = (),
+    ) -> SchedOverflow | None:
+        """replay.scheduler_overflow for this placement (`lmap` None: CPU only): the reserve
+        graph's tensor count (one graph built, 10-140 ms) memoized by what shapes it, not by the
+        context; estimate asks it for the exact figures only (a plan's chosen config, check),
+        never in the searches."""
         shape = (
             rc.flash_attn,
             rc.type_k.is_quantized,
@@ -954,7 +962,61 @@ class MemoryModel:
             rc.embeddings,
             rc.build,
         )
-        return self.remember(("sched", shape), partial(scheduler_overflow, self.facts, rc))
+        n_graph = self.remember(("sched", shape), partial(reserve_graph_tensors, self.facts, rc))
+        if n_graph is None:
+            return None
+        return overflow_of(self.facts, rc, n_graph, self.loaded_tensors(rc, lmap, gpus, moved))
+
+    def n_tensors(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> int:
+        """llama_model::n_tensors() for this config on these devices (loaded_tensors, with the
+        placement estimate makes)."""
+        gpus = _active_gpus(rc, gpus)
+        if not gpus:
+            return self.loaded_tensors(rc, None)
+        lmap = layer_map(
+            self.facts.n_layer_all,
+            rc.n_gpu_layers,
+            self._points(rc, gpus),
+            since("ngl_output_first", rc.build),
+        )
+        moved = self._keep_oversized_on_host(self._weights(rc, lmap, gpus), rc, lmap, gpus)
+        return self.loaded_tensors(rc, lmap, gpus, moved)
+
+    def loaded_tensors(
+        self,
+        rc: ResolvedConfig,
+        lmap: LayerMap | None,
+        gpus: Sequence[DeviceSpec] = (),
+        moved: tuple[str, ...] = (),
+    ) -> int:
+        """llama_model::n_tensors() (src/llama-model.cpp: every tensor of every buffer type's
+        context, tensors_by_name) for this placement: the tensors loaded (NextN blocks skipped),
+        plus a TENSOR_DUPLICATED tensor's copy in each further buffer type
+        (llama_model_loader::create_tensor returns the one already made only within the same
+        buffer type's context):
+          - a tied output (token_embd as the output matrix) on another device than token_embd,
+            which stays on the host; Gemma 4 and Gemma 3n make the tied output first and
+            token_embd after it as a tensor of its own, wherever each goes (gemma4.cpp,
+            gemma3n.cpp load_arch_tensors);
+          - the RoPE factors (placement.rope_factor_layers): one per device among their blocks.
+        An -ot rule that names the tensor puts every copy in its one buffer type.
+        Measured with llama-server -v ("sched_reserve: max_nodes = ", 8 x n_tensors): Gemma 4 E2B
+        542 on the CPU (541 in the GGUF), 543 at -ngl 2 on Vulkan0 (layer 34's RoPE factors)."""
+        n = len(self.tensors)
+        targets = self.override_targets(rc.all_overrides) if rc.all_overrides else {}
+        if self.tied_raw and targets.get("token_embd.weight") is None:
+            if self.facts.architecture in ("gemma4", "gemma3n"):
+                n += 1
+            elif (
+                lmap is not None
+                and lmap.output != CPU
+                and gpus
+                and "output.weight(tied)" not in moved
+            ):
+                n += 1
+        if self.rope_raw and lmap is not None and not any(targets.get(r) for r in ROPE_FACTORS):
+            n += len({lmap.layers[il] for il in self.rope_layers}) - 1
+        return n
 
     def remember(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:
         """A per-model memo of what depends on the placement and the flags, not on the context."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,16 +45,21 @@ def server_log(
     warmup: bool = False,
     env: dict[str, str] | None = None,
     until: str = "listening on",
+    verbosity: int = 4,
 ) -> str:
-    """The log of one start (until a line holds `until`, by default `listening on`, or exit); the
-    server is stopped before returning."""
-    cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", "4"]
+    """The log of one start (until a line holds `until`, by default `listening on`, or exit, or
+    `timeout` seconds, even when the server has gone quiet); the server is stopped before
+    returning. `verbosity` is -lv's: 4 prints the buffer lines, 5 llama.cpp's debug lines too."""
+    cmd = [binary, *args, "--host", "127.0.0.1", "--port", str(free_port()), "-lv", str(verbosity)]
     cmd += [] if warmup else ["--no-warmup"]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
     lines: list[str] = []
     deadline = time.monotonic() + timeout
+    # a server that never prints `until` and then waits quietly would block readline for good
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
     try:
         assert proc.stdout is not None
         while time.monotonic() < deadline:
@@ -64,6 +70,7 @@ def server_log(
             if until in line:
                 break
     finally:
+        watchdog.cancel()
         stop_server(proc)
     return "".join(lines)
 

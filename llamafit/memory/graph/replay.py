@@ -89,16 +89,17 @@ def ggml_hash_size(min_sz: int) -> int:
 _DELTA_NET_BUDGET = frozenset({"qwen3next", "qwen35moe"})
 
 
-def graph_max_nodes(facts: ModelFacts, n_tokens: int) -> int:
+def graph_max_nodes(facts: ModelFacts, n_tokens: int, n_tensors: int | None = None) -> int:
     """llama_context::graph_max_nodes (src/llama-context.cpp) for the families build.py builds,
     n_tokens = min(n_ctx, n_ubatch) (sched_reserve): qwen3next and qwen35moe get
     max(40 x n_tokens, 32 x llama_model::n_tensors()), the others the default branch,
-    max(1024, 8 x n_tensors()); n_tensors is the model's tensors as loaded (one per GGUF tensor
-    on a CPU-only load; a TENSOR_DUPLICATED tensor in a second buffer type, such as a tied output
-    on a GPU, adds one, not counted here). No backend samplers, no LoRA."""
+    max(1024, 8 x n_tensors()). n_tensors is the model's tensors as loaded (MemoryModel.
+    loaded_tensors: a TENSOR_DUPLICATED tensor in a second buffer type adds one); None: one per
+    GGUF tensor. No backend samplers, no LoRA."""
+    n = len(facts.tensors) if n_tensors is None else n_tensors
     if facts.architecture in _DELTA_NET_BUDGET:
-        return max(40 * n_tokens, 32 * len(facts.tensors))
-    return max(1024, 8 * len(facts.tensors))
+        return max(40 * n_tokens, 32 * n)
+    return max(1024, 8 * n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +113,9 @@ class SchedOverflow:
     max_nodes: int  # llama_context::graph_max_nodes
 
 
-def scheduler_overflow(facts: ModelFacts, rc: ResolvedConfig) -> SchedOverflow | None:
+def scheduler_overflow(
+    facts: ModelFacts, rc: ResolvedConfig, n_tensors: int | None = None
+) -> SchedOverflow | None:
     """Whether this config's graph overflows the scheduler's hash set, where the replay covers it.
 
     ggml_backend_sched_new (ggml/src/ggml-backend.cpp) sizes its hash set by
@@ -125,16 +128,28 @@ def scheduler_overflow(facts: ModelFacts, rc: ResolvedConfig) -> SchedOverflow |
     two MUL_MATs and four RESHAPEs per layer and cache): Granite 3.0 1B-A400M (242 tensors, a hash
     set of 2053) has 1775 tensors with an f16 cache, 1920 with one of K or V quantized and 2065
     with both, where llama-server b11434 aborts."""
+    n = reserve_graph_tensors(facts, rc)
+    return None if n is None else overflow_of(facts, rc, n, n_tensors)
+
+
+def reserve_graph_tensors(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
+    """The prompt-sized reserve graph's tensors (nodes and leafs), where the replay covers it."""
     if not covers(facts, rc):
         return None
     pp = reserve_configs(rc)[0][1]
     try:
-        n = len(build_direct(facts, pp, graph_hparams_of(facts)).tensors)
+        return len(build_direct(facts, pp, graph_hparams_of(facts)).tensors)
     except GraphBuildError:
         return None
-    max_nodes = graph_max_nodes(facts, min(rc.n_ctx, rc.n_ubatch))
+
+
+def overflow_of(
+    facts: ModelFacts, rc: ResolvedConfig, n_graph: int, n_tensors: int | None = None
+) -> SchedOverflow | None:
+    """scheduler_overflow for a graph of n_graph tensors and a model of n_tensors loaded."""
+    max_nodes = graph_max_nodes(facts, min(rc.n_ctx, rc.n_ubatch), n_tensors)
     capacity = ggml_hash_size(max_nodes)
-    return SchedOverflow(n, capacity, max_nodes) if n > capacity else None
+    return SchedOverflow(n_graph, capacity, max_nodes) if n_graph > capacity else None
 
 
 def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:

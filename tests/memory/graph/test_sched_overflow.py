@@ -171,3 +171,53 @@ def test_plan_leaves_the_kind_llama_cpp_aborts_on(granite: Path) -> None:
         ("q8_0", "q4_0", True),
         ("q4_0", "q4_0", True),
     ]
+
+
+# llama_model::n_tensors() as the real servers report it (llama-server -v: "sched_reserve:
+# max_nodes = " 8 x n_tensors; b11434, -c 4096), per placement: (shape, --gpu, -ngl, n_tensors)
+LOADED = [
+    ("demo", "cpu", 0, 236),  # tied output: token_embd's own tensor on the host
+    ("demo", "lavapipe", 99, 236),  # the tied output stays on the host (over the device's limit)
+    ("gemma4-e2b", "cpu", 0, 542),  # 541 + the tied output made apart from token_embd
+    ("gemma4-e2b", "lavapipe", 99, 542),
+    ("gemma4-e2b", "lavapipe", 2, 543),  # + layer 34's RoPE factors on Vulkan0
+    ("gemma4-e2b", "lavapipe", 0, 542),
+    ("llama3.2-1b", "lavapipe", 99, 146),  # the tied output over lavapipe's limit: host
+    ("granite3-1b-a400m", "cpu", 0, 242),
+    ("granite3-1b-a400m", "lavapipe", 99, 243),  # + the tied output on Vulkan0
+    ("granite3-1b-a400m", "lavapipe", 2, 243),
+    ("granite3-1b-a400m", "lavapipe", 0, 242),
+]
+
+
+@pytest.mark.parametrize(("key", "gpu", "ngl", "n_tensors"), LOADED)
+def test_loaded_tensors_as_the_server_counts_them(
+    key: str, gpu: str, ngl: int, n_tensors: int
+) -> None:
+    from tests.support import gpu_specs
+    from tests.support.graph_build import model_file
+
+    mm = _model(model_file(key))
+    rc = resolve(parse_server_args(["-c", "4096", "-ngl", str(ngl)], {}).config, mm.facts)
+    gpus = () if gpu == "cpu" else gpu_specs(gpu)
+    assert mm.n_tensors(rc, gpus) == n_tensors
+
+
+@pytest.mark.slow
+def test_the_real_server_counts_the_tied_output_on_the_device(vulkan0: Path, granite: Path) -> None:
+    """Granite's tied output on Vulkan0 is a second tensor: max_nodes 8 x 243, a hash set of
+    2053 either way, but a model 8 tensors below a prime of ggml_hash_size gets the next one."""
+    import os
+    import re
+
+    env = dict(os.environ, GGML_VK_VISIBLE_DEVICES="0")
+    args = ["-m", str(granite), "--fit", "off", "-c", "4096", "-ngl", "99"]
+    binary = str(vulkan0 / "llama-server")
+    log = server_log(binary, args, env=env, until="max_nodes", verbosity=5, timeout=120)
+    found = re.search(r"max_nodes = (\d+)", log)
+    assert found, log[-2000:]
+    mm = _model(granite)
+    rc = resolve(parse_server_args(["-c", "4096", "-ngl", "99"], {}).config, mm.facts)
+    from tests.support import gpu_specs
+
+    assert int(found[1]) == graph_max_nodes(mm.facts, 512, mm.n_tensors(rc, gpu_specs("lavapipe")))
