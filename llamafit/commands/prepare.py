@@ -297,11 +297,11 @@ def with_server_build(p: Prepared, server: ServerChoice) -> Prepared:
 def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     """Apply the compute correction learned from earlier runs of this build on these devices.
     None where the graph replay gives the compute buffers themselves (memory/graph/replay.py)."""
-    from ..memory.graph.replay import DEVICE_BACKENDS, covers_model
+    from ..memory.graph.replay import covers_backends
     from ..safe_io import CALIBRATION_FILE, read_regular
 
-    replayed = all(g.backend in DEVICE_BACKENDS for g in p.target.gpus)  # CPU, Vulkan, RPC
-    if replayed and covers_model(p.facts, p.target.build):
+    # CPU, Vulkan, RPC; Metal for some families and builds
+    if covers_backends(p.facts, p.target.build, [g.backend for g in p.target.gpus]):
         return p
 
     path = calibration_path(env)

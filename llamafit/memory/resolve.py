@@ -150,6 +150,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "MLA GGUFs cached V (kv_lora_rank wide) besides K",
     ),
     BuildRule(
+        "metal_reorder_64",
+        8040,
+        19555,
+        "2026-02-12 (b8040 estimate: after b7960)",
+        "Metal's graph_optimize reorder (ggml_metal_graph_optimize_reorder, ggml-metal-common.cpp) "
+        "looks 64 nodes ahead over more safe ops (before: 8 nodes; CONT, SET, UNARY, SUB, REPEAT, "
+        "CLAMP, L2_NORM, SSM_* not hoisted): where the F16 mask cast and the activations land in "
+        "the Metal compute buffer",
+    ),
+    BuildRule(
         "attn_rot",
         8500,
         21038,

@@ -36,14 +36,16 @@ No closed-form candidate follows: over n_ctx (the SWEEP below) the replayed buff
 on which of layer 0's tensors are alive at the cast and on which holes the F32 copy leaves. Modelling
 this row needs the graph replay for this build (the F32 mask and its cast, no mixed-batch branch,
 Metal's reorder), not another hand peak; the hand model is left as it is.
+
+The replay of this build is now the production one (llamafit/memory/graph: build.py's graph by
+GraphConfig.build, replay.py's Metal backend, metal_optimize.py's reorder by rule
+metal_reorder_64, alloc.py's metal_buffer_type): `replayed(row)` with no variant is
+replay.device_compute_bytes; the variants swap one rule for another.
 """
 
 from __future__ import annotations
 
-import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,267 +53,63 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from llamafit.memory.graph import build as graph_build  # noqa: E402
 from llamafit.memory.graph import replay  # noqa: E402
-from llamafit.memory.graph.alloc import CPU, BufferType, Gallocr  # noqa: E402
-from llamafit.memory.graph.backends import cpu_backend  # noqa: E402
-from llamafit.memory.graph.nodes import FLAG_COMPUTE, FLAG_OUTPUT, Tensor  # noqa: E402
-from llamafit.memory.graph.sched import AllocDeps, Backend, GraphOptimize, split_graph  # noqa: E402
-from llamafit.memory.resolve import ResolvedConfig  # noqa: E402
+from llamafit.memory.graph.alloc import (  # noqa: E402
+    CPU,
+    METAL_ALIGNMENT,
+    BufferType,
+    Gallocr,
+    metal_buffer_type,
+)
+from llamafit.memory.graph.backends import cpu_backend, metal_backend  # noqa: E402
+from llamafit.memory.graph.metal_optimize import (  # noqa: E402
+    N_FORWARD_19555,
+    N_FORWARD_BEFORE_19555,
+    SAFE_19555,
+    SAFE_BEFORE_19555,
+    metal_reorder,
+)
+from llamafit.memory.graph.sched import split_graph  # noqa: E402
+from llamafit.memory.resolve import ResolvedConfig, build_of  # noqa: E402
 from tests.memory import test_gpu_corpus as corpus  # noqa: E402
 from tests.support.gpu_shapes import model  # noqa: E402
 
 MIB = 1 << 20
 ROW = "repo-jonsjoberg-mistral-small-24b-fit-90k-metal-m3pro"
-METAL_ALIGNMENT = 32  # ggml_backend_metal_buffer_type_shared_get_alignment
 SWEEP = (49152, 65536, 86016, 90880, 98304)
-
-# ggml-metal-common.cpp ggml_metal_graph_optimize_reorder: h_safe and N_FORWARD before PR #19555
-SAFE_B7960 = frozenset(
-    {
-        "MUL_MAT",
-        "MUL_MAT_ID",
-        "ROPE",
-        "NORM",
-        "RMS_NORM",
-        "GROUP_NORM",
-        "SUM_ROWS",
-        "MUL",
-        "ADD",
-        "DIV",
-        "GLU",
-        "SCALE",
-        "GET_ROWS",
-        "CPY",
-        "SET_ROWS",
-    }
-)
-N_FORWARD_B7960 = 8
-# the same after PR #19555 (as in 0.3.17's vendored llama.cpp)
-SAFE_19555 = SAFE_B7960 | {
-    "L2_NORM",
-    "SSM_CONV",
-    "SSM_SCAN",
-    "CLAMP",
-    "TRI",
-    "DIAG",
-    "SUB",
-    "UNARY",
-    "SET",
-    "CONT",
-    "REPEAT",
-}
-N_FORWARD_19555 = 64
-EMPTY = frozenset({"NONE", "RESHAPE", "TRANSPOSE", "VIEW", "PERMUTE"})  # ggml_op_is_empty
-FUSE_FIRST = frozenset({"ADD", "NORM", "RMS_NORM"})
-FUSE_NEXT = frozenset({"ADD", "MUL", "NORM", "RMS_NORM"})
-MAX_FUSE = 16
-_CACHE = re.compile(r"cache_([kv])_l(\d+)$")
-
-
-def metal_graph_optimize(safe: frozenset[str], n_forward: int) -> GraphOptimize:
-    """ggml_graph_optimize (ggml-metal-common.cpp): pack the fusable ADD/NORM/RMS_NORM chains
-    (ggml_can_fuse, ggml-impl.h), reorder with ggml_metal_graph_optimize_reorder, unpack.
-
-    Memory ranges (ggml_mem_range_from_tensor) at reserve: an unallocated tensor is its own range
-    (its base tensor's address as the buffer id); the KV cache is allocated, k_l0, v_l0, k_l1, ...
-    back to back in one buffer, and two ranges overlap when p0 < cmp.p1 && p1 >= cmp.p0 (so the
-    end of one layer's K touches its V). Weights are only read: source ranges never conflict."""
-
-    def optimize(
-        tensors: Sequence[Tensor],
-        nodes: Sequence[int],
-        srcs: Sequence[tuple[int | None, ...]],
-        counts: Sequence[int],
-    ) -> AllocDeps:
-        n = len(nodes)
-
-        def base(i: int) -> int:
-            v = tensors[i].view_src
-            while v is not None:
-                i, v = v, tensors[v].view_src
-            return i
-
-        def mem_range(i: int) -> tuple[object, int, int]:
-            b = base(i)
-            m = _CACHE.match(tensors[b].name)
-            if tensors[b].data and m:
-                p = 2 * int(m.group(2)) + (m.group(1) == "v")
-                return ("kv", p, p + 1)
-            return (b, 0, 1024)
-
-        def can_fuse(i: int, f: int) -> bool:
-            for k in range(f):
-                t = tensors[nodes[i + k]]
-                if not t.flags & FLAG_COMPUTE:
-                    return False
-                if k < f - 1 and (
-                    counts[nodes[i + k]] != 1 or t.view_src is not None or t.flags & FLAG_OUTPUT
-                ):
-                    return False
-                if k > 0:
-                    prev = nodes[i + k - 1]
-                    s = srcs[nodes[i + k]]
-                    if prev not in s[:2] or t.ne != tensors[prev].ne:
-                        return False
-            return True
-
-        packed: list[tuple[int, ...]] = []
-        i = 0
-        while i < n:
-            f = 1
-            if tensors[nodes[i]].op in FUSE_FIRST:
-                f = i + 1
-                while f < n and f < i + MAX_FUSE and tensors[nodes[f]].op in FUSE_NEXT:
-                    f += 1
-                f -= i
-                while f > 1 and not can_fuse(i, f):
-                    f -= 1
-            packed.append(tuple(nodes[i : i + f]))
-            i += f
-
-        def reads(p: tuple[int, ...]) -> list[tuple[object, int, int]]:
-            return [mem_range(s) for t in p for s in srcs[t] if s is not None]
-
-        def overlap(a: tuple[object, int, int], b: tuple[object, int, int]) -> bool:
-            return a[0] == b[0] and a[1] < b[2] and a[2] >= b[1]
-
-        Ranges = list[tuple[tuple[object, int, int], bool]]  # (range, is a destination)
-
-        def add(mrs: Ranges, p: tuple[int, ...]) -> None:
-            mrs.extend((r, False) for r in reads(p))
-            mrs.append((mem_range(p[-1]), True))
-
-        def check(mrs: Ranges, p: tuple[int, ...]) -> bool:
-            for r in reads(p):
-                if any(dst and overlap(r, c) for c, dst in mrs):
-                    return False
-            d = mem_range(p[-1])
-            return not any(overlap(d, c) for c, _ in mrs)
-
-        used = [False] * len(packed)
-        order: list[int] = []
-        mrs0: Ranges = []
-        for i0, p0 in enumerate(packed):
-            if used[i0]:
-                continue
-            if tensors[p0[0]].op not in EMPTY and not check(mrs0, p0):
-                mrs1: Ranges = []
-                add(mrs1, p0)
-                for i1 in range(i0 + 1, min(i0 + n_forward, len(packed))):
-                    if used[i1]:
-                        continue
-                    p1 = packed[i1]
-                    op = tensors[p1[0]].op
-                    if op not in safe and op not in EMPTY:
-                        break
-                    if (op in EMPTY or check(mrs0, p1)) and check(mrs1, p1):
-                        add(mrs0, p1)
-                        order.extend(p1)
-                        used[i1] = True
-                    else:
-                        add(mrs1, p1)
-                mrs0 = []
-            add(mrs0, p0)
-            order.extend(p0)
-        return AllocDeps(order=tuple(order))
-
-    return optimize
-
-
-def metal_alloc_size(table: list[Sequence[Tensor]]) -> Callable[[Tensor], int]:
-    """ggml_backend_metal_buffer_type_get_alloc_size (ggml-metal.cpp): FLASH_ATTN_EXT also holds
-    ggml_metal_op_flash_attn_ext_extra_pad, _blk and _tmp (ggml-metal-ops.cpp, the non-vec kernel's
-    NCPSG 64 / NQPTG 8 for the padding and the block map, 32 workgroups for the temp buffer).
-    `table` holds the graph being allocated (its sources are looked up there)."""
-
-    def size(t: Tensor) -> int:
-        res = t.nbytes
-        if t.op != "FLASH_ATTN_EXT":
-            return res
-        ts = table[0]
-        q, k, v = (ts[s] for s in t.src[:3] if s is not None)
-        m = ts[t.src[3]] if len(t.src) > 3 and t.src[3] is not None else None
-        mask_rows = 2 * m.ne[1] * m.ne[2] * m.ne[3] if m is not None else 0
-        res += 64 * (k.nb[1] * k.ne[2] * k.ne[3] + v.nb[1] * v.ne[2] * v.ne[3] + mask_rows)
-        if m is not None:
-            vec = q.ne[1] < 20 and q.ne[0] % 32 == 0  # ggml_metal_op_flash_attn_ext_use_vec
-            nq, nc = (1, 32) if vec else (8, 64)
-            blk = -(-m.ne[0] // nc) * -(-q.ne[1] // nq) * m.ne[2] * m.ne[3]
-            res += -(-blk // 32) * 32
-        return res + 4 * min(q.ne[1], 32) * q.ne[2] * q.ne[3] * 32 * (v.ne[0] + 2)
-
-    return size
-
-
-@contextmanager
-def b7960_graph(f32_mask: bool) -> Iterator[None]:
-    """build.py's b11434 graph as b7960 built it: no mixed token/embedding branch (PR #29622 came
-    later: build_inp_embd selects between the token lookup and inp_embd only) and, with `f32_mask`,
-    the F32 mask input and its ggml_cast to F16 (build_attn_inp_kv_impl before PR #23764)."""
-    inp_init, inp_embd = graph_build._Inp.__init__, graph_build._Context.inp_embd
-
-    def init(self: graph_build._Inp, ctx: graph_build._Context, cache: graph_build._Cache) -> None:
-        inp_init(self, ctx, cache)
-        if f32_mask and ctx.c.flash_attn:
-            m = self.mask
-            f32 = ctx.b.new("f32", *m.ne, name="attn_inp_kq_mask", inp=True)
-            self.mask = ctx.b.cast(f32, "f16")
-
-    def embd(self: graph_build._Context, tok_scale: float, embd_scale: float = 0.0) -> object:
-        assert tok_scale == 1.0 and embd_scale == 0.0  # llama: neither
-        b = self.b
-        tok_embd = self.need(self.w("token_embd.weight", -1), "token_embd.weight")
-        tokens = self.cb(b.new("i32", self.c.n_tokens), "inp_tokens", -1)
-        tokens.flags |= 1
-        rows = self.cb(b.new("f32", self.f.n_embd, self.c.n_tokens), "inp_embd", -1)
-        rows.flags |= 1
-        cur = self.cb(b.select([b.get_rows(tok_embd, tokens), rows], 0), "embd", -1)
-        b.expand(cur)
-        return cur
-
-    graph_build._Inp.__init__ = init  # type: ignore[method-assign]
-    graph_build._Context.inp_embd = embd  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        graph_build._Inp.__init__ = inp_init  # type: ignore[method-assign]
-        graph_build._Context.inp_embd = inp_embd  # type: ignore[method-assign]
+# the rules of b7960 (the row's build); a variant replaces one
+B7960 = (SAFE_BEFORE_19555, N_FORWARD_BEFORE_19555)
 
 
 def resolved(row: dict) -> ResolvedConfig:
     """The row's config as tests/memory/test_gpu_corpus.py resolves it (the row's build)."""
-    got: list[ResolvedConfig] = []
-    resolve = corpus.resolve
+    return corpus.resolved(row, model(row["shape"]).facts)
 
-    def keep(*args: object, **kwargs: object) -> ResolvedConfig:
-        got.append(resolve(*args, **kwargs))  # type: ignore[arg-type]
-        raise StopIteration
 
-    corpus.resolve = keep  # type: ignore[assignment]
-    try:
-        corpus.predicted(row)
-    except StopIteration:
-        pass
-    finally:
-        corpus.resolve = resolve
-    return got[0]
+def production(row: dict) -> tuple[int, int]:
+    """(MTL0, CPU) compute buffers as MemoryModel.estimate gives them (replay.device_compute_bytes
+    with the Metal backend of the row's build)."""
+    mtl, cpu = (d.compute_bytes for d in corpus.predicted(row).devices)
+    return mtl, cpu
 
 
 def replayed(
     row: dict,
     *,
     n_ctx: int | None = None,
-    reorder: tuple[frozenset[str], int] | None = (SAFE_B7960, N_FORWARD_B7960),
+    reorder: tuple[frozenset[str], int] | None = B7960,
     f32_mask: bool = True,
     fa_extras: bool = True,
 ) -> tuple[int, int]:
     """(MTL0, CPU) compute buffers of the row's reserves (pp, tg, pp) with every layer and the output
-    on MTL0, token_embd on CPU_Mapped; `reorder` None: no graph_optimize."""
+    on MTL0, token_embd on CPU_Mapped, through the production graph, scheduler and allocator;
+    `reorder` None: no graph_optimize; `f32_mask` False: the graph of a build with the F16 mask
+    input (rule fa_mask_f16); `fa_extras` False: ggml_nbytes for the flash attention too."""
     mm = model(row["shape"])
     rc = resolved(row)
     if n_ctx is not None:
         rc = replace(rc, n_ctx=n_ctx, n_ctx_seq=n_ctx)
-    opt = None if reorder is None else metal_graph_optimize(*reorder)
-    mtl = Backend(name="MTL0", buft="MTL0", bufts=frozenset({"MTL0"}), graph_optimize=opt)
+    mtl = metal_backend("MTL0", rc.build)
+    mtl = replace(mtl, graph_optimize=None if reorder is None else metal_reorder(*reorder))
     backends = [mtl, cpu_backend("CPU")]
     n_all, n_kv = mm.facts.n_layer_all, mm.facts.n_layer
     buffers = {
@@ -324,18 +122,17 @@ def replayed(
         "layer_kv": ("MTL0",) * n_kv,
         "full_offload": True,
     }
-    table: list[Sequence[Tensor]] = [()]
-    sizer = metal_alloc_size(table) if fa_extras else None
-    gallocr = Gallocr((BufferType("MTL0", METAL_ALIGNMENT, alloc_size=sizer), CPU))
+    buft = metal_buffer_type("MTL0") if fa_extras else BufferType("MTL0", METAL_ALIGNMENT)
+    gallocr = Gallocr((buft, CPU))
     hp = replay.graph_hparams_of(mm.facts)
     sizes: tuple[int, ...] = ()
-    with b7960_graph(f32_mask):
-        for _r, config in graph_build.reserve_configs(rc, **buffers):
-            graph = graph_build.build_direct(mm.facts, config, hp)
-            placed = replay._placed(graph, backends, ["MTL0"] * n_all)
-            sp = split_graph(placed, backends, n_copies=1, op_offload=rc.op_offload)
-            table[0] = sp.graph.tensors
-            sizes = gallocr.reserve_n(sp.graph)
+    for _r, config in graph_build.reserve_configs(rc, **buffers):
+        if not f32_mask:
+            config = replace(config, build=build_of("fa_mask_f16"))
+        graph = graph_build.build_direct(mm.facts, config, hp)
+        placed = replay._placed(graph, backends, ["MTL0"] * n_all)
+        sp = split_graph(placed, backends, n_copies=1, op_offload=rc.op_offload)
+        sizes = gallocr.reserve_n(sp.graph)
     return sizes[0], sizes[1]
 
 
@@ -348,6 +145,10 @@ def main() -> None:
         ("  no graph_optimize", {"reorder": None}),
         ("  reorder of PR #19555", {"reorder": (SAFE_19555, N_FORWARD_19555)}),
         ("  only the F16 mask on the device", {"f32_mask": False}),
+    )
+    mtl, cpu = production(row)
+    print(
+        f"{'MemoryModel.estimate (production replay)':50s} MTL0 {mtl / MIB:8.2f} ({mtl}) CPU {cpu / MIB:8.2f}"
     )
     for name, kw in variants:
         mtl, cpu = replayed(row, **kw)

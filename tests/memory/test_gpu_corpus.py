@@ -21,7 +21,7 @@ from llamafit.facts.hparams import ModelFacts, build_facts
 from llamafit.machine.devices import DeviceSpec
 from llamafit.memory.config import N_PARALLEL_AUTO, NGL_ALL, LaunchConfig
 from llamafit.memory.model import Breakdown, MemoryModel
-from llamafit.memory.resolve import resolve, since
+from llamafit.memory.resolve import ResolvedConfig, resolve, since
 from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 from tests.support.gpu_shapes import HOST, model
@@ -53,8 +53,8 @@ class Compared:
         return self.predicted / self.measured - 1 if self.measured else 0.0
 
 
-def predicted(row: dict) -> Breakdown:
-    mm = model(row["shape"])
+def resolved(row: dict, facts: ModelFacts) -> ResolvedConfig:
+    """The row's llama-server config as libllama runs it at the row's build."""
     s = row["settings"]
     fa = s["flash_attn"]
     if not isinstance(fa, str):
@@ -76,9 +76,17 @@ def predicted(row: dict) -> Breakdown:
         pooling=s.get("pooling", ""),
         cache_ram_mib=0,
     )
-    rc = resolve(cfg, mm.facts, engine="llama-server", build=row["build"])
-    gpus = [DeviceSpec(name, "gpu", row["backend"]) for name in row["gpus"]]
-    return mm.estimate(rc, gpus, HOST, reserve_bytes=0)
+    return resolve(cfg, facts, engine="llama-server", build=row["build"])
+
+
+def gpus_of(row: dict) -> list[DeviceSpec]:
+    return [DeviceSpec(name, "gpu", row["backend"]) for name in row["gpus"]]
+
+
+def predicted(row: dict, *, replay: bool = True) -> Breakdown:
+    mm = model(row["shape"])
+    rc = resolved(row, mm.facts)
+    return mm.estimate(rc, gpus_of(row), HOST, reserve_bytes=0, replay=replay)
 
 
 def compared(row: dict) -> list[Compared]:

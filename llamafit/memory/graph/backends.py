@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
+from llamafit.memory.graph.metal_optimize import metal_graph_optimize
 from llamafit.memory.graph.nodes import Tensor
 from llamafit.memory.graph.sched import HOST_BUFTS, Backend, OpPredicate
 from llamafit.memory.graph.shapes import (
@@ -603,4 +604,39 @@ def cuda_offload_backend(
         buft=buft or name,
         bufts=frozenset({buft or name}),
         offload_op=batch_offload(op_offload_min_batch),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Metal (ggml/src/ggml-metal/ggml-metal.cpp, as llama-cpp-python 0.3.17's vendored llama.cpp)
+
+
+def metal_offload(min_batch: int = OP_OFFLOAD_MIN_BATCH) -> OpPredicate:
+    """ggml_backend_metal_device_offload_op: MUL_MAT / MUL_MAT_ID whose batch (get_op_batch_size:
+    ne[1], ne[2]) is at least op_offload_min_batch_size (GGML_OP_OFFLOAD_MIN_BATCH, else 32)."""
+
+    def offload(tensors: Sequence[Tensor], i: int) -> bool:
+        t = tensors[i]
+        return t.op in ("MUL_MAT", "MUL_MAT_ID") and op_batch_size(t) >= min_batch
+
+    return offload
+
+
+def metal_backend(
+    name: str,
+    build: int | None,
+    *,
+    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
+) -> Backend:
+    """A Metal device: supports_buft only its own buffer types (ggml_backend_metal_device_
+    supports_buft: shared, private, mapped; named like the device here), offload_op by batch size,
+    and the reorder of ggml_metal_graph_optimize as build `build` has it (metal_optimize.py).
+    supports_op takes every op: ggml_metal_device_supports_op accepts every op of the graphs the
+    replay covers on Metal (replay.metal_graph_ok checks them, and refuses the graphs with others)."""
+    return Backend(
+        name=name,
+        buft=name,
+        bufts=frozenset({name}),
+        offload_op=metal_offload(op_offload_min_batch),
+        graph_optimize=metal_graph_optimize(build),
     )

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from ...errors import LlamafitError
 from ...facts.hparams import ModelFacts
 from ..placement import rope_factor_layers
-from ..resolve import ResolvedConfig
+from ..resolve import ResolvedConfig, since
 from .ggml import (
     TYPE_NAMES,
     TYPES,
@@ -122,6 +122,10 @@ class GraphConfig:
     # with -fa auto counting as on, llama_model::create_memory); None: not flash_attn. -fa auto
     # that resolve_fused_ops turns off later (llama_context::sched_reserve) leaves it False
     v_trans: bool | None = None
+    # the llama.cpp build whose graph this is (resolve.py's build rules; None: the current one):
+    # before `mixed_batch` no mixed token/embedding branch, before `fa_mask_f16` an F32 KQ mask
+    # cast to F16 for flash attention, before `attn_rot` no Hadamard rotation of a quantized cache
+    build: int | None = None
 
     @property
     def n_stream(self) -> int:
@@ -201,6 +205,7 @@ def reserve_configs(
             type_k=TYPE_NAMES[rc.type_k.id],
             type_v=TYPE_NAMES[rc.type_v.id],
             offload_kqv=rc.kv_offload,
+            build=rc.build,
             **buffers,  # type: ignore[arg-type]
         )
         out.append((r, config))
@@ -510,7 +515,10 @@ class _Cache:
             self.k[il], self.v[il] = k, v
         self.reuse(ctx)
         # llama_kv_cache::llama_kv_cache: Hadamard rotation of a quantized cache
+        # (PR #21038, rule attn_rot: none before)
         self.n_rot_k = self.n_rot_v = 0
+        if not since("attn_rot", c.build):
+            return
         head_k_all = heads_k.pop() if len(heads_k) == 1 else -1
         head_v_all = heads_v.pop() if len(heads_v) == 1 else -1
         if head_k_all > 0 and _quantized(c.type_k) and f.n_embd_head_k % 64 == 0:
@@ -573,7 +581,9 @@ class _Rs:
 class _Inp:
     """llm_graph_input_attn_kv for one cache: indexes, mask and rotations."""
 
-    def __init__(self, ctx: _Context, cache: _Cache) -> None:
+    def __init__(self, ctx: _Context, cache: _Cache, swa: bool | None = None) -> None:
+        """`swa`: None for llama_kv_cache's input, False / True for the base / SWA cache's of
+        llama_kv_cache_iswa (build_attn_inp_kv_iswa)."""
         b, c = ctx.b, ctx.c
         n_tokens = c.n_tokens
         self.cache = cache
@@ -581,17 +591,24 @@ class _Inp:
         self.k_idxs = b.new("i64", n_tokens, name="attn_inp_k_idxs", inp=True)
         n_v = n_tokens * cache.v_width if cache.v_trans else n_tokens
         self.v_idxs = b.new("i64", n_v, name="attn_inp_v_idxs", inp=True)
-        # build_attn_inp_kq_mask (src/llama-graph.cpp): f16 for flash attention
         n_stream = 1 if c.kv_unified else c.n_seqs
-        self.mask = b.new(
-            "f16" if c.flash_attn else "f32",
-            cache.size,
-            n_tokens // n_stream,
-            1,
-            n_stream,
-            name="attn_inp_kq_mask",
-            inp=True,
-        )
+        ne = (cache.size, n_tokens // n_stream, 1, n_stream)
+        if since("fa_mask_f16", c.build):
+            # build_attn_inp_kq_mask (src/llama-graph.cpp): f16 for flash attention
+            kind = "f16" if c.flash_attn else "f32"
+            self.mask = b.new(kind, *ne, name="attn_inp_kq_mask", inp=True)
+        else:
+            # before PR #23764 (b7960-era src/llama-graph.cpp build_kq_mask and
+            # build_attn_inp_kv_impl / build_attn_inp_kv_iswa): an F32 input, unnamed for the
+            # plain cache, "self_kq_mask" / "self_kq_mask_swa" for iSWA; with flash attention the
+            # attention reads self_kq_mask_cnv = ggml_cast(mask, F16), one per cache (iSWA names
+            # it "<mask>_cnv", which renames the mask itself without flash attention)
+            name = "" if swa is None else ("self_kq_mask_swa" if swa else "self_kq_mask")
+            self.mask = b.new("f32", *ne, name=name, inp=True)
+            if c.flash_attn:
+                self.mask = b.cast(self.mask, "f16")
+            if swa is not None:
+                self.mask.name = name + "_cnv"
         self.k_rot: T | None = None
         self.v_rot: T | None = None
 
@@ -693,15 +710,9 @@ class _Context:
         embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_embd", -1)
         embd.flags |= 1
         inps = [b.get_rows(tok_embd, tokens), embd]
-        # llm_arch_supports_mixed_batch: every family here
-        mixed_tokens = self.cb(b.new("i32", n_tokens), "inp_mixed_tokens", -1)
-        mixed_tokens.flags |= 1
-        mixed_slots = self.cb(b.new("i64", n_tokens), "inp_mixed_slots", -1)
-        mixed_slots.flags |= 1
-        mixed_embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_mixed_embd", -1)
-        mixed_embd.flags |= 1
-        dup = b.dup(mixed_embd)
-        inps.append(b.set_rows(dup, b.get_rows(tok_embd, mixed_tokens), mixed_slots))
+        if since("mixed_batch", self.c.build):
+            # llm_arch_supports_mixed_batch: every family here (PR #29622)
+            inps.append(self.inp_mixed(tok_embd))
         cur = b.select(inps, 0)
         if embd_scale != 0.0:
             if not is_contiguous(cur):
@@ -716,6 +727,19 @@ class _Context:
         self.cb(cur, "embd", -1)
         b.expand(cur)
         return cur
+
+    def inp_mixed(self, tok_embd: T) -> T:
+        """build_inp_embd's mixed token/embedding branch (PR #29622, rule mixed_batch): the token
+        rows set into a copy of the embedding rows."""
+        b, n_tokens, n_embd = self.b, self.c.n_tokens, self.f.n_embd
+        mixed_tokens = self.cb(b.new("i32", n_tokens), "inp_mixed_tokens", -1)
+        mixed_tokens.flags |= 1
+        mixed_slots = self.cb(b.new("i64", n_tokens), "inp_mixed_slots", -1)
+        mixed_slots.flags |= 1
+        mixed_embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_mixed_embd", -1)
+        mixed_embd.flags |= 1
+        dup = b.dup(mixed_embd)
+        return b.set_rows(dup, b.get_rows(tok_embd, mixed_tokens), mixed_slots)
 
     def inp_pos(self) -> T:
         return self.cb(self.b.new("i32", self.c.n_tokens, inp=True), "inp_pos", -1)
@@ -1583,8 +1607,12 @@ class _Context:
         of each (llama_kv_cache_iswa)."""
         f, c = self.f, self.c
         layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
-        base = _Inp(self, _Cache(self, [il for il in layers if not f.swa.is_swa[il]], c.kv_size))
-        swa = _Inp(self, _Cache(self, [il for il in layers if f.swa.is_swa[il]], c.kv_size_swa))
+        base = _Inp(
+            self, _Cache(self, [il for il in layers if not f.swa.is_swa[il]], c.kv_size), False
+        )
+        swa = _Inp(
+            self, _Cache(self, [il for il in layers if f.swa.is_swa[il]], c.kv_size_swa), True
+        )
         base.rotations(self)
         swa.rotations(self)
         return base, swa
@@ -2242,12 +2270,7 @@ class _Context:
         # build_attn_inp_kv / build_attn_inp_kv_iswa
         layers = [il for il in range(f.n_layer_all) if f.has_kv[il]]
         if iswa:
-            base = _Inp(
-                self, _Cache(self, [il for il in layers if not f.swa.is_swa[il]], c.kv_size)
-            )
-            swa = _Inp(self, _Cache(self, [il for il in layers if f.swa.is_swa[il]], c.kv_size_swa))
-            base.rotations(self)
-            swa.rotations(self)
+            base, swa = self.inp_iswa()
         else:
             base = swa = _Inp(self, _Cache(self, layers, c.kv_size))
             base.rotations(self)

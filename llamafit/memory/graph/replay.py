@@ -5,10 +5,12 @@ compute buffer llama.cpp allocates, to the byte; elsewhere it returns None and t
 peaks of memory/compute.py stand.
 
 With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
-supports_op, offload_op and graph_optimize are ported (backends.py). CUDA, ROCm and Metal are not:
-CUDA's supports_op and its fusion reorders (graph_optimize) are not ported, its buffer type pads
-quantized rows (ggml_backend_cuda_buffer_type_get_alloc_size) and its VMM pool is not an
-allocator buffer; Metal's supports_op differs per family. There the hand model stays.
+supports_op, offload_op and graph_optimize are ported (backends.py). Metal is covered on one
+device with full offload for the families and builds whose graphs' ops and alloc sizes were
+checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm are not: CUDA's supports_op
+and its fusion reorders (graph_optimize) are not ported, its buffer type pads quantized rows
+(ggml_backend_cuda_buffer_type_get_alloc_size) and its VMM pool is not an allocator buffer. There
+the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (build.reserves), each through
@@ -29,10 +31,11 @@ from .alloc import (
     AllocError,
     BufferType,
     Gallocr,
+    metal_buffer_type,
     vulkan_buffer_type,
     vulkan_host_buffer_type,
 )
-from .backends import cpu_backend, rpc_backend, vulkan_backend
+from .backends import cpu_backend, metal_backend, rpc_backend, vulkan_backend
 from .build import (
     FAMILIES,
     SOFTCAPPED,
@@ -52,15 +55,22 @@ def graph_hparams_of(facts: ModelFacts) -> GraphHParams:
     return GraphHParams(softcap, facts.expert_weights_scale)
 
 
-# The newest graph change the builder follows (resolve.py's build rules): build.py builds b11434's
-# graphs, which have every rule of the table up to the mixed token/embedding input (PR #29622); for
-# an older build the hand-derived peaks, which follow each rule's build, stand.
+# The first build whose graphs the builder follows (resolve.py's build rules): build.py builds
+# b11434's graphs, and older ones by the rules it follows (GraphConfig.build: mixed_batch,
+# fa_mask_f16, attn_rot); for an older build the hand-derived peaks, which follow each rule's
+# build, stand. REPLAY_SINCE for every family; FAMILY_SINCE for the families whose graph code
+# (src/models/<arch>.cpp and the llm_graph_context / llama_kv_cache helpers they call) was checked
+# the same in llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22) as at b11434
+# but for those rules: back to the dual token/embedding input (inp_embd_both, PR #18898), which
+# the builder needs (before it the graph holds one of the two inputs).
 REPLAY_SINCE = "mixed_batch"
+FAMILY_SINCE = {"llama": "inp_embd_both", "qwen2": "inp_embd_both", "qwen3": "inp_embd_both"}
 
 
 def covers_model(facts: ModelFacts, build: int | None) -> bool:
     """Whether the replay models this model's graphs at this build (CPU only; most configs)."""
-    return facts.architecture in FAMILIES and since(REPLAY_SINCE, build)
+    arch = facts.architecture
+    return arch in FAMILIES and since(FAMILY_SINCE.get(arch, REPLAY_SINCE), build)
 
 
 def covers(facts: ModelFacts, rc: ResolvedConfig) -> bool:
@@ -175,7 +185,13 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
 
 
 # the backends whose scheduler rules backends.py ports (see the module's docstring)
-DEVICE_BACKENDS = frozenset({"vulkan", "rpc"})
+DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
+# Metal: the families whose graphs' ops metal_graph_ok knows Metal takes, and the builds whose
+# Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22,
+# before the Hadamard rotation of rule attn_rot) for the FA alloc extras (alloc.metal_fa_extra,
+# which later builds extend) and supports_op; none from attn_rot on
+METAL_FAMILIES = frozenset(FAMILY_SINCE)
+METAL_UNTIL = "attn_rot"
 CPU_DEVICE = -1  # placement.CPU: the host's index in a LayerMap and in the result
 
 # Vulkan device properties where the DeviceSpec does not give them: the Vulkan specification's
@@ -205,13 +221,83 @@ class DevicePlacement:
     overrides: tuple[tuple[str, str], ...] = ()
 
 
+def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
+    """Whether the replay models this model's graphs at this build on GPUs of these backends
+    (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (their ports are b11434's: Vulkan's
+    graph_optimize was another before, e.g. 0.3.17's ggml_vk_graph_optimize; a b8121 Vulkan log
+    of TinyLlama prints 66.50 MiB where b11434's reorder gives 70.50), Metal for METAL_FAMILIES
+    before METAL_UNTIL."""
+    if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
+        return False
+    if ("vulkan" in backends or "rpc" in backends) and not since(REPLAY_SINCE, build):
+        return False
+    if "metal" in backends:
+        return facts.architecture in METAL_FAMILIES and not since(METAL_UNTIL, build)
+    return True
+
+
 def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> bool:
-    """Whether the replay models this config on these devices (Vulkan and RPC only)."""
+    """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
+    device with every layer and the output on it: the CPU backend's rules are the x86 build's,
+    not Apple's)."""
+    backends = [g.backend for g in gpus]
+    if "metal" in backends and (len(gpus) != 1 or rc.n_gpu_layers <= facts.n_layer_all):
+        return False
     return (
         covers(facts, rc)
-        and all(g.backend in DEVICE_BACKENDS for g in gpus)
+        and covers_backends(facts, rc.build, backends)
         and rc.split_mode in ("layer", "none")
     )
+
+
+# ggml-metal-device.m ggml_metal_device_supports_op (0.3.17): the ops of METAL_FAMILIES' graphs,
+# and for those with conditions the types and head sizes it takes
+METAL_OPS = frozenset(
+    {
+        "NONE",
+        "VIEW",
+        "RESHAPE",
+        "PERMUTE",
+        "TRANSPOSE",
+        "GET_ROWS",
+        "RMS_NORM",
+        "MUL",
+        "ADD",
+        "MUL_MAT",
+        "ROPE",
+        "SET_ROWS",
+        "CPY",
+        "CONT",
+        "FLASH_ATTN_EXT",
+        "SOFT_MAX",
+        "GLU",
+        "SCALE",
+    }
+)
+METAL_FA_HEADS = frozenset({32, 40, 48, 64, 72, 80, 96, 112, 128, 192, 256, 320, 576})
+METAL_KV_TYPES = frozenset({"f32", "f16"})  # the cache types the Metal replay takes
+
+
+def metal_graph_ok(graph: Graph) -> bool:
+    """Whether ggml_metal_device_supports_op takes every node of this graph (no BF16: a device
+    without bfloat refuses it; FLASH_ATTN_EXT: a listed head size, K and V of one type; CPY / CONT
+    / SET_ROWS between F32 and F16; GLU: SWIGLU), and its alloc size is modelled (METAL_OPS)."""
+    ts = graph.tensors
+    for i in graph.nodes:
+        t = ts[i]
+        srcs = [ts[s] for s in t.src if s is not None and s != i]
+        if t.op not in METAL_OPS or t.type == "bf16" or any(s.type == "bf16" for s in srcs):
+            return False
+        if t.op == "FLASH_ATTN_EXT":
+            q, k, v = srcs[:3]
+            if q.ne[0] not in METAL_FA_HEADS or k.type != v.type or k.type not in METAL_KV_TYPES:
+                return False
+        elif t.op in ("CPY", "CONT", "SET_ROWS"):
+            if t.type not in METAL_KV_TYPES or srcs[0].type not in METAL_KV_TYPES:
+                return False
+        elif t.op == "GLU" and t.desc != "SWIGLU":
+            return False
+    return True
 
 
 def suballocation_block(g: DeviceSpec) -> int:
@@ -239,6 +325,11 @@ def scheduler_backends(
             )
             align = g.buffer_alignment or VK_STORAGE_ALIGNMENT_BOUND
             bufts.append(vulkan_buffer_type(g.name, align, suballocation_block(g)))
+        elif g.backend == "metal":
+            backends.append(
+                metal_backend(g.name, rc.build, op_offload_min_batch=rc.op_offload_min_batch)
+            )
+            bufts.append(metal_buffer_type(g.name))
         else:
             backends.append(rpc_backend(g.name))
             bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))
@@ -333,6 +424,7 @@ def device_compute_bytes(
     }
     device_of_layer = [device(d) for d in layers]
     copies = n_copies(facts, rc, gpus)
+    metal = any(g.backend == "metal" for g in gpus)
     hp = graph_hparams_of(facts)
     gallocr = Gallocr(bufts)
     sizes: tuple[int, ...] = ()
@@ -345,6 +437,8 @@ def device_compute_bytes(
                 continue
             done.add(config)
             graph = _placed(build_graph(facts, config, hp), backends, device_of_layer)
+            if metal and not metal_graph_ok(graph):
+                return None
             split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
             sizes = gallocr.reserve_n(split.graph)
     except (GraphBuildError, SchedError, AllocError):

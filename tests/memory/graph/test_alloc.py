@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -371,7 +372,8 @@ def test_alignment_of_the_buffer_type(alignment: int, b_offset: int, peak: int) 
 def test_a_smaller_in_place_node_frees_the_parents_tail() -> None:
     # ggml_gallocr_free_extra_space: with an alloc size that pads MUL_MAT results by 512 bytes
     # (as a backend's get_alloc_size may), SCALE reuses its parent and gives back the tail
-    def padded(x: Tensor) -> int:
+    def padded(tensors: Sequence[Tensor], i: int) -> int:
+        x = tensors[i]
         return x.nbytes + (512 if x.op == "MUL_MAT" else 0)
 
     buft = BufferType("padded", 32, alloc_size=padded)

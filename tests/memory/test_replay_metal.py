@@ -1,0 +1,91 @@
+"""The graph replay on Metal and at older builds (memory/graph/replay.py covers_backends,
+device_compute_bytes with metal_backend, metal_optimize.py, alloc.metal_buffer_type), through
+MemoryModel.estimate on the GPU corpus's Metal rows (tests/memory/test_gpu_corpus.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamafit.memory.graph.replay import covers_backends, covers_devices
+from llamafit.memory.model import Breakdown
+from tests.memory.test_gpu_corpus import ROWS, gpus_of, predicted, resolved
+from tests.support.gpu_shapes import model
+
+MISTRAL = "repo-jonsjoberg-mistral-small-24b-fit-90k-metal-m3pro"
+QWEN = "repo-on1659-radar-qwen2.5-3b-metal-m4"
+
+
+def _row(row_id: str, **settings: object) -> dict:
+    row = next(r for r in ROWS if r["id"] == row_id)
+    return {**row, "settings": {**row["settings"], **settings}}
+
+
+def _compute(bd: Breakdown) -> tuple[int, ...]:
+    return tuple(d.compute_bytes for d in bd.devices)
+
+
+ESTIMATES = (  # (row, build) -> (MTL0, CPU) compute bytes through MemoryModel.estimate
+    # b7960's log: 348.26 / 197.51 MiB (the F32 mask copied onto MTL0 and cast there; the reorder
+    # before PR #19555); the hand model said 308.76 for MTL0
+    (MISTRAL, 7960, 365178880, 207108096),
+    # the same config with PR #19555's reorder (rule metal_reorder_64): the cast lands elsewhere
+    (MISTRAL, 8054, 367276032, 207108096),
+    # b8054's log: 300.75 / 16.01 MiB
+    (QWEN, 8054, 315359232, 16791552),
+    (QWEN, 7960, 315359232, 16791552),
+)
+
+
+@pytest.mark.parametrize(("row_id", "build", "mtl0", "cpu"), ESTIMATES)
+def test_metal_estimate(row_id: str, build: int, mtl0: int, cpu: int) -> None:
+    row = {**_row(row_id), "build": build}
+    assert _compute(predicted(row)) == (mtl0, cpu)
+
+
+def test_metal_refused_graph_keeps_the_hand_peaks() -> None:
+    """A q8_0 cache with flash attention: Metal's SET_ROWS and FA over q8_0 and the FA extras of a
+    quantized cache are not modelled (replay.metal_graph_ok): the hand-derived peaks stand."""
+    row = _row(QWEN, type_k="q8_0", type_v="q8_0", flash_attn="on")
+    mm = model(row["shape"])
+    assert covers_devices(mm.facts, resolved(row, mm.facts), gpus_of(row))
+    assert _compute(predicted(row)) == _compute(predicted(row, replay=False))
+
+
+COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_backends)
+    ("mistral-small-3.1-24b", 7750, (), True),  # llama from inp_embd_both on
+    ("mistral-small-3.1-24b", 7749, (), False),  # before: one of the two inputs
+    ("qwen2.5-3b", 7960, ("metal",), True),
+    ("qwen3-0.6b", 8054, ("metal",), True),
+    ("qwen2.5-3b", 8499, ("metal",), True),
+    ("qwen2.5-3b", 8500, ("metal",), False),  # Metal: none from attn_rot on (FA extras changed)
+    ("qwen2.5-3b", None, ("metal",), False),
+    ("qwen2.5-3b", 8179, ("vulkan",), False),  # Vulkan, RPC: their b11434 rules, from b11400
+    ("qwen2.5-3b", 8179, ("rpc",), False),
+    ("qwen2.5-3b", 11400, ("vulkan", "rpc"), True),
+    ("qwen2.5-3b", 8179, ("cuda",), False),
+    ("qwen3-30b-a3b", 8054, (), False),  # qwen3moe: not checked in the old source
+    ("qwen3-30b-a3b", 11400, (), True),
+    ("qwen3-30b-a3b", 11400, ("metal",), False),
+    ("gpt-oss-20b", 7960, (), False),
+)
+
+
+@pytest.mark.parametrize(("shape", "build", "backends", "covered"), COVERS)
+def test_covers_backends(
+    shape: str, build: int | None, backends: tuple[str, ...], covered: bool
+) -> None:
+    assert covers_backends(model(shape).facts, build, backends) is covered
+
+
+DEVICES = (  # (row settings, GPUs) -> covers_devices of the Qwen2.5 3B Metal row
+    ({}, ("MTL0",), True),
+    ({"n_gpu_layers": 36}, ("MTL0",), False),  # the output and 35 of 36 blocks (ngl_output_first)
+    ({}, ("MTL0", "MTL1"), False),  # one Metal device only
+)
+
+
+@pytest.mark.parametrize(("settings", "names", "covered"), DEVICES)
+def test_covers_metal_devices(settings: dict, names: tuple[str, ...], covered: bool) -> None:
+    row = {**_row(QWEN, **settings), "gpus": list(names)}
+    mm = model(row["shape"])
+    assert covers_devices(mm.facts, resolved(row, mm.facts), gpus_of(row)) is covered
