@@ -603,7 +603,9 @@ class _Inp:
             # plain cache, "self_kq_mask" / "self_kq_mask_swa" for iSWA; with flash attention the
             # attention reads self_kq_mask_cnv = ggml_cast(mask, F16), one per cache (iSWA names
             # it "<mask>_cnv", which renames the mask itself without flash attention)
-            name = "" if swa is None else ("self_kq_mask_swa" if swa else "self_kq_mask")
+            name = ""
+            if swa is not None:
+                name = "self_kq_mask_swa" if swa else "self_kq_mask"
             self.mask = b.new("f32", *ne, name=name, inp=True)
             if c.flash_attn:
                 self.mask = b.cast(self.mask, "f16")
