@@ -300,8 +300,10 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     from ..memory.graph.replay import covers_backends
     from ..safe_io import CALIBRATION_FILE, read_regular
 
-    # CPU, Vulkan, RPC; Metal for some families and builds
-    if covers_backends(p.facts, p.target.build, [g.backend for g in p.target.gpus]):
+    # CPU, Vulkan, RPC in every config they cover; Metal's replay covers some configs only
+    # (replay.covers_devices, metal_graph_ok): the correction stays for the hand peaks of the rest
+    backends = [g.backend for g in p.target.gpus]
+    if covers_backends(p.facts, p.target.build, backends) and "metal" not in backends:
         return p
 
     path = calibration_path(env)

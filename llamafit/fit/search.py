@@ -111,7 +111,10 @@ class Target:
 
 def graph_kind(rc: ResolvedConfig) -> tuple[bool, bool, bool]:
     """What of a config decides whether its graph overflows llama.cpp's scheduler (Target.refused):
-    flash attention, and whether K and V are quantized (each adds a rotation per layer)."""
+    flash attention, and whether K and V are quantized (each adds a rotation per layer). The
+    scheduler's capacity also depends on the placement (MemoryModel.loaded_tensors) and, for the
+    gated DeltaNet archs, on the ubatch: a kind refused at one placement is refused at all of them,
+    the conservative side."""
     return (rc.flash_attn, rc.type_k.is_quantized, rc.type_v.is_quantized)
 
 

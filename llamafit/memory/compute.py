@@ -528,8 +528,10 @@ def _logits_on_top(f: ModelFacts, s: ComputeSettings) -> int:
     return base + F32 * f.n_vocab * s.n_out
 
 
-# Backends whose buffer takes copies of the host's graph inputs (the scheduler's split inputs) and that
-# run every op of the glm4 graph of those builds (ggml-cuda.cu, HIP too); Metal reads host buffers in place
+# Backends whose layout _logits_above_mask_hole follows: their buffer takes copies of the host's graph
+# inputs (the scheduler's split inputs) and they run every op of the glm4 graph of those builds in graph
+# order (ggml-cuda.cu, HIP too). Metal copies the inputs in as well (ggml_backend_metal_device_supports_buft
+# takes only Metal's buffer types) but reorders its splits (ggml_graph_optimize): not replayed for glm4
 SPLIT_INPUT_COPY_BACKENDS = frozenset({"cuda", "rocm"})
 
 

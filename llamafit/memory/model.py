@@ -241,11 +241,12 @@ class MemoryModel:
         # the RoPE factor tensors made per block (placement.rope_factor_layers): bytes of one copy
         # of each, and the blocks whose buffer types hold a copy
         self.rope_layers = rope_factor_layers(facts)
-        self.rope_raw = 0
+        self.rope_raw = self.rope_names = 0
         for name, raw, padded in self.tensors:
             il = tensor_layer(name)
             if self.rope_layers and name in ROPE_FACTORS:
                 self.rope_raw += raw
+                self.rope_names += 1
             elif il is not None and il < facts.n_layer_all:
                 sums[il][ALL] += raw
                 sums[il][ALL + PADDED] += padded
@@ -347,15 +348,7 @@ class MemoryModel:
         a hundred times faster: the solver's searches), which `compute_scale` then scales, and
         `compute_scales` per device (the GPUs in order, then the host; solver.exact_choice's
         per-device ratios of the replay to the hand-derived peaks)."""
-        gpus = _active_gpus(rc, gpus)
-        lmap = layer_map(
-            self.facts.n_layer_all,
-            rc.n_gpu_layers,
-            self._points(rc, gpus),
-            since("ngl_output_first", rc.build),
-        )
-        weights = self._weights(rc, lmap, gpus)
-        moved = self._keep_oversized_on_host(weights, rc, lmap, gpus)
+        gpus, lmap, weights, moved = self._placement(rc, gpus)
         if replay:  # the exact figures: llama.cpp's own graph, which it may refuse to reserve
             overflow = self.scheduler_overflow(rc, lmap, gpus, moved)
             if overflow is not None:
@@ -967,19 +960,26 @@ class MemoryModel:
             return None
         return overflow_of(self.facts, rc, n_graph, self.loaded_tensors(rc, lmap, gpus, moved))
 
-    def n_tensors(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> int:
-        """llama_model::n_tensors() for this config on these devices (loaded_tensors, with the
-        placement estimate makes)."""
+    def _placement(
+        self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]
+    ) -> tuple[Sequence[DeviceSpec], LayerMap, dict[int, int], tuple[str, ...]]:
+        """The devices in use, the layer map, the weights per device and the weights kept on the
+        host over a device's tensor limit (_keep_oversized_on_host), as estimate places them."""
         gpus = _active_gpus(rc, gpus)
-        if not gpus:
-            return self.loaded_tensors(rc, None)
         lmap = layer_map(
             self.facts.n_layer_all,
             rc.n_gpu_layers,
             self._points(rc, gpus),
             since("ngl_output_first", rc.build),
         )
-        moved = self._keep_oversized_on_host(self._weights(rc, lmap, gpus), rc, lmap, gpus)
+        weights = self._weights(rc, lmap, gpus)
+        moved = self._keep_oversized_on_host(weights, rc, lmap, gpus)
+        return gpus, lmap, weights, moved
+
+    def n_tensors(self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> int:
+        """llama_model::n_tensors() for this config on these devices (loaded_tensors, with the
+        placement estimate makes)."""
+        gpus, lmap, _weights, moved = self._placement(rc, gpus)
         return self.loaded_tensors(rc, lmap, gpus, moved)
 
     def loaded_tensors(
@@ -1004,18 +1004,20 @@ class MemoryModel:
         542 on the CPU (541 in the GGUF), 543 at -ngl 2 on Vulkan0 (layer 34's RoPE factors)."""
         n = len(self.tensors)
         targets = self.override_targets(rc.all_overrides) if rc.all_overrides else {}
-        if self.tied_raw and targets.get("token_embd.weight") is None:
-            if self.facts.architecture in ("gemma4", "gemma3n"):
-                n += 1
-            elif (
-                lmap is not None
-                and lmap.output != CPU
-                and gpus
-                and "output.weight(tied)" not in moved
-            ):
-                n += 1
+        if self.tied_raw and self.facts.architecture in ("gemma4", "gemma3n"):
+            n += 1  # token_embd is made without TENSOR_DUPLICATED: never the output's tensor
+        elif (
+            self.tied_raw
+            and targets.get("token_embd.weight") is None
+            and lmap is not None
+            and lmap.output != CPU
+            and gpus
+            and "output.weight(tied)" not in moved
+        ):
+            n += 1
         if self.rope_raw and lmap is not None and not any(targets.get(r) for r in ROPE_FACTORS):
-            n += len({lmap.layers[il] for il in self.rope_layers}) - 1
+            copies = len({lmap.layers[il] for il in self.rope_layers})
+            n += self.rope_names * (copies - 1)
         return n
 
     def remember(self, key: tuple[object, ...], make: Callable[[], _T]) -> _T:

@@ -216,9 +216,37 @@ def tensor_layer(name: str) -> int | None:
 
 # the RoPE factor tensors (llama_model::get_rope_factors) that these archs' load_arch_tensors create
 # in every block (gemma4: every full-attention block) under one name, TENSOR_DUPLICATED after the
-# first: src/models/llama.cpp, deci.cpp, granite-hybrid.cpp, gemma4.cpp
+# first (src/models/<arch>.cpp at b11434: `i != 0 ? TENSOR_DUPLICATED : 0`, in the block loop,
+# under conditions on the model only: LongRoPE, experts; gemma4.cpp: !hparams.is_swa(i))
 ROPE_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
-ROPE_PER_LAYER_ARCHS = frozenset({"llama", "deci", "granitehybrid", "gemma4"})
+ROPE_PER_LAYER_ARCHS = frozenset(
+    {
+        "apertus",
+        "arcee",
+        "cogvlm",
+        "deci",
+        "exaone",
+        "exaone-moe",
+        "exaone4",
+        "falcon-h1",
+        "gemma4",
+        "granite",
+        "granite_swa",
+        "granitehybrid",
+        "granitemoe",
+        "llada",
+        "llama",
+        "llama4",
+        "minicpm",
+        "minicpm3",
+        "mistral3",
+        "pangu-embedded",
+        "phi3",
+        "phimoe",
+        "refact",
+        "step35",
+    }
+)
 
 
 def rope_factor_layers(facts: ModelFacts) -> tuple[int, ...]:

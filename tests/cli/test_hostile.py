@@ -305,20 +305,27 @@ def test_a_damaged_calibration_record_is_skipped_with_a_note(
     assert f"calibration: skipped 1 damaged record(s) in {path} ({problem})" in text
 
 
-@pytest.mark.parametrize(("backend", "scaled"), [("cuda", True), ("vulkan", False)])
+@pytest.mark.parametrize(
+    ("backend", "build", "scaled"),
+    [("cuda", None, True), ("vulkan", None, False), ("metal", 8000, True)],
+)
 def test_calibration_is_not_applied_where_the_replay_gives_the_compute_buffers(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backend: str, scaled: bool
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backend: str, build: int | None, scaled: bool
 ) -> None:
     """A record for the same device name scales the hand-derived peaks of a CUDA plan; on Vulkan
-    the graph replay gives the compute buffers themselves (memory/graph/replay.py)."""
+    the graph replay gives the compute buffers themselves (memory/graph/replay.py). On Metal at a
+    build the replay covers, it covers some configs only (one device, every layer, an f16 cache):
+    the correction stays for the hand peaks of the others."""
     import json
 
-    device = {"cuda": "CUDA0", "vulkan": "Vulkan0"}[backend]
+    device = {"cuda": "CUDA0", "vulkan": "Vulkan0", "metal": "MTL0"}[backend]
     record = json.loads(json.dumps(_GOOD_RECORD).replace("CUDA0", device).replace("cuda", backend))
+    record["server"] = {"build": build}
     path = tmp_path / "calibration.jsonl"
     path.write_text(json.dumps(record) + "\n")
     monkeypatch.setenv("LLAMAFIT_CALIBRATION", str(path))
-    code, out, err = _invoke("plan", _M, "--gpu", "8GiB", "--backend", backend)
+    pinned = [] if build is None else ["--llama-build", str(build)]
+    code, out, err = _invoke("plan", _M, "--gpu", "8GiB", "--backend", backend, *pinned)
     assert (code, err) == (0, "")
     assert ("compute buffers scaled by 1.100" in " ".join(out.split())) == scaled
 

@@ -74,6 +74,7 @@ def resolved(row: dict, facts: ModelFacts) -> ResolvedConfig:
         split_mode=s.get("split_mode", "layer"),
         embeddings=s.get("embeddings", False),
         pooling=s.get("pooling", ""),
+        kv_offload=s.get("kv_offload", True),
         cache_ram_mib=0,
     )
     return resolve(cfg, facts, engine="llama-server", build=row["build"])

@@ -81,6 +81,8 @@ DEVICES = (  # (row settings, GPUs) -> covers_devices of the Qwen2.5 3B Metal ro
     ({}, ("MTL0",), True),
     ({"n_gpu_layers": 36}, ("MTL0",), False),  # the output and 35 of 36 blocks (ngl_output_first)
     ({}, ("MTL0", "MTL1"), False),  # one Metal device only
+    ({"kv_offload": False}, ("MTL0",), False),  # -nkvo: attention on the CPU backend
+    ({"override_tensor": [["ffn_up", "CPU"]]}, ("MTL0",), False),  # host weights' ops
 )
 
 

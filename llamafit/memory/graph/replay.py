@@ -238,10 +238,15 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
 
 def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> bool:
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
-    device with every layer and the output on it: the CPU backend's rules are the x86 build's,
-    not Apple's)."""
+    device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
+    backend's rules are the x86 build's, not Apple's)."""
     backends = [g.backend for g in gpus]
-    if "metal" in backends and (len(gpus) != 1 or rc.n_gpu_layers <= facts.n_layer_all):
+    if "metal" in backends and (
+        len(gpus) != 1
+        or rc.n_gpu_layers <= facts.n_layer_all
+        or not rc.kv_offload
+        or rc.all_overrides
+    ):
         return False
     return (
         covers(facts, rc)
