@@ -297,13 +297,10 @@ def with_server_build(p: Prepared, server: ServerChoice) -> Prepared:
 def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     """Apply the compute correction learned from earlier runs of this build on these devices.
     None where the graph replay gives the compute buffers themselves (memory/graph/replay.py)."""
-    from ..memory.graph.replay import covers_backends
+    from ..memory.graph.replay import covers_every_config
     from ..safe_io import CALIBRATION_FILE, read_regular
 
-    # CPU, Vulkan, RPC in every config they cover; Metal's replay covers some configs only
-    # (replay.covers_devices, metal_graph_ok): the correction stays for the hand peaks of the rest
-    backends = [g.backend for g in p.target.gpus]
-    if covers_backends(p.facts, p.target.build, backends) and "metal" not in backends:
+    if covers_every_config(p.facts, p.target.build, [g.backend for g in p.target.gpus]):
         return p
 
     path = calibration_path(env)

@@ -169,6 +169,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "(llama_kv_cache::build_input_k_rot)",
     ),
     BuildRule(
+        "vk_reorder_ssm_conv",
+        9040,
+        22653,
+        "2026-05 (b9040 estimate: opened 2026-05-03)",
+        "Vulkan's graph_optimize reorder (ggml_vk_graph_optimize, ggml-vulkan.cpp) is no longer "
+        "llama-cpp-python 0.3.17's (49bfddeca, 2026-03-22): PR #22653 (SSM_CONV + ADD + SILU) is "
+        "the first change to it after that tree we found; #26124, #27220, #27812, #27301 and "
+        "#28024 followed (kept fusion patterns, view-alias dependencies, alloc dependencies) up "
+        "to b11434's. Where the activations land in the Vulkan compute buffer",
+    ),
+    BuildRule(
         "unified_draft",
         9100,
         22838,

@@ -307,15 +307,16 @@ def test_a_damaged_calibration_record_is_skipped_with_a_note(
 
 @pytest.mark.parametrize(
     ("backend", "build", "scaled"),
-    [("cuda", None, True), ("vulkan", None, False), ("metal", 8000, True)],
+    [("cuda", None, True), ("vulkan", None, False), ("metal", 8000, True), ("vulkan", 8121, True)],
 )
 def test_calibration_is_not_applied_where_the_replay_gives_the_compute_buffers(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backend: str, build: int | None, scaled: bool
 ) -> None:
     """A record for the same device name scales the hand-derived peaks of a CUDA plan; on Vulkan
     the graph replay gives the compute buffers themselves (memory/graph/replay.py). On Metal at a
-    build the replay covers, it covers some configs only (one device, every layer, an f16 cache):
-    the correction stays for the hand peaks of the others."""
+    build the replay covers, it covers some configs only (one device, every layer, an f16 cache),
+    as on Vulkan before b11400 (some caches, known device limits): the correction stays for the
+    hand peaks of the others."""
     import json
 
     device = {"cuda": "CUDA0", "vulkan": "Vulkan0", "metal": "MTL0"}[backend]

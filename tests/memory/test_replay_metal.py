@@ -59,8 +59,17 @@ COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_b
     ("qwen2.5-3b", 8499, ("metal",), True),
     ("qwen2.5-3b", 8500, ("metal",), False),  # Metal: none from attn_rot on (FA extras changed)
     ("qwen2.5-3b", None, ("metal",), False),
-    ("qwen2.5-3b", 8179, ("vulkan",), False),  # Vulkan, RPC: their b11434 rules, from b11400
-    ("qwen2.5-3b", 8179, ("rpc",), False),
+    # Vulkan: 0.3.17's reorder for these families from inp_embd_both until vk_reorder_ssm_conv
+    # (test_replay_vulkan_old.py), b11434's from b11400; RPC: b11434's rules, from b11400
+    ("qwen2.5-3b", 8179, ("vulkan",), True),
+    ("qwen2.5-3b", 9039, ("vulkan",), True),
+    ("qwen2.5-3b", 9040, ("vulkan",), False),
+    ("qwen2.5-3b", 11399, ("vulkan",), False),
+    ("mistral-small-3.1-24b", 7749, ("vulkan",), False),
+    ("qwen3-0.6b", 8179, ("vulkan", "vulkan"), True),
+    ("qwen2.5-3b", 8179, ("rpc",), False),  # 0.3.17's RPC device: no async compute, no events
+    ("qwen2.5-3b", 8179, ("vulkan", "rpc"), False),
+    ("qwen3-30b-a3b", 8179, ("vulkan",), False),
     ("qwen2.5-3b", 11400, ("vulkan", "rpc"), True),
     ("qwen2.5-3b", 8179, ("cuda",), False),
     ("qwen3-30b-a3b", 8054, (), False),  # qwen3moe: not checked in the old source
@@ -77,7 +86,9 @@ def test_covers_backends(
     assert covers_backends(model(shape).facts, build, backends) is covered
 
 
-DEVICES = (  # (row settings, GPUs) -> covers_devices of the Qwen2.5 3B Metal row
+DEVICES: tuple[
+    tuple[dict, tuple[str, ...], bool], ...
+] = (  # (row settings, GPUs) -> covers_devices of the Qwen2.5 3B Metal row
     ({}, ("MTL0",), True),
     ({"n_gpu_layers": 36}, ("MTL0",), False),  # the output and 35 of 36 blocks (ngl_output_first)
     ({}, ("MTL0", "MTL1"), False),  # one Metal device only

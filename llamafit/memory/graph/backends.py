@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
+from llamafit.errors import LlamafitError
 from llamafit.memory.graph.metal_optimize import metal_graph_optimize
-from llamafit.memory.graph.nodes import Tensor
+from llamafit.memory.graph.nodes import USAGE_WEIGHTS, Tensor
 from llamafit.memory.graph.sched import HOST_BUFTS, Backend, OpPredicate
 from llamafit.memory.graph.shapes import (
     ggml_names,
@@ -23,7 +24,7 @@ from llamafit.memory.graph.shapes import (
     nrows,
     type_of,
 )
-from llamafit.memory.graph.vk_optimize import vk_graph_optimize
+from llamafit.memory.graph.vk_optimize import vk_graph_optimize_for
 
 VIEW_OR_NONE = frozenset({"NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
 CPU_EXTRA_BUFTS = frozenset({"CPU_REPACK"})  # ggml_backend_cpu_get_extra_buffer_types (x86 build)
@@ -564,6 +565,16 @@ def _vk_other_op(op: Tensor, srcs: list[Tensor | None]) -> bool:
     return False
 
 
+# The Vulkan specification's minimum of maxStorageBufferRange (2^27 bytes): every device takes a
+# tensor up to it; past it, ggml_backend_vk_device_supports_op's size check depends on the device.
+VK_STORAGE_RANGE_MIN = 1 << 27
+
+
+class UnknownDeviceLimit(LlamafitError):
+    """A Vulkan device whose tensor size limit is not known would be asked about a tensor over
+    VK_STORAGE_RANGE_MIN: whether it takes the op depends on that limit."""
+
+
 def vulkan_backend(
     name: str = "Vulkan0",
     *,
@@ -572,25 +583,58 @@ def vulkan_backend(
     mul_mat_id: bool = True,
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
     graph_optimize: bool = True,
+    build: int | None = None,
+    strict_limit: bool = False,
 ) -> Backend:
     """A Vulkan device: supports_buft only its own buffer type (named like the device,
     ggml_backend_vk_device_supports_buft), offload_op by batch size, and the reorder of
-    ggml_vk_graph_optimize (`graph_optimize` False: GGML_VK_DISABLE_GRAPH_OPTIMIZE set)."""
+    ggml_vk_graph_optimize as build `build` has it (vk_optimize.vk_graph_optimize_for; None: the
+    current build; `graph_optimize` False: GGML_VK_DISABLE_GRAPH_OPTIMIZE set). `strict_limit`
+    with an unknown `max_tensor_bytes`: supports_op raises UnknownDeviceLimit where the answer
+    would depend on the limit (an op it takes otherwise, with the op or a source over
+    VK_STORAGE_RANGE_MIN)."""
 
-    supports = partial(
+    supports: OpPredicate = partial(
         vk_supports_op,
         max_tensor_bytes=max_tensor_bytes,
         flash_attn=flash_attn,
         mul_mat_id=mul_mat_id,
     )
+    if strict_limit and max_tensor_bytes is None:
+        supports = _strict_limit(supports, name)
     return Backend(
         name=name,
         buft=name,
         bufts=frozenset({name}),
         supports_op=supports,
         offload_op=batch_offload(op_offload_min_batch),
-        graph_optimize=vk_graph_optimize if graph_optimize else None,
+        graph_optimize=vk_graph_optimize_for(build) if graph_optimize else None,
     )
+
+
+def _strict_limit(supports: OpPredicate, buft: str) -> OpPredicate:
+    """vulkan_backend's strict_limit: supports_op, raising UnknownDeviceLimit where a device
+    limit of VK_STORAGE_RANGE_MIN would refuse what an unlimited device takes. Weights in the
+    device's own buffer (the op itself, a weight leaf, or a source) do not count: their
+    placement already took the device to hold them (llama_model::load_tensors asks supports_op
+    of the weight's op; MemoryModel keeps a weight over a known limit on the host)."""
+
+    def strict(tensors: Sequence[Tensor], i: int) -> bool:
+        if not supports(tensors, i):
+            return False
+        op = tensors[i]
+        sizes = [
+            t.nbytes
+            for t in (op, *_srcs(tensors, op))
+            if t is not None and not (t.usage == USAGE_WEIGHTS and t.buffer == buft)
+        ]
+        if not sizes:
+            return True
+        if max(sizes) > VK_STORAGE_RANGE_MIN:
+            raise UnknownDeviceLimit(f"{op.name}: {max(sizes)} bytes")
+        return True
+
+    return strict
 
 
 def cuda_offload_backend(

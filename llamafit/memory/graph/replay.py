@@ -35,7 +35,13 @@ from .alloc import (
     vulkan_buffer_type,
     vulkan_host_buffer_type,
 )
-from .backends import cpu_backend, metal_backend, rpc_backend, vulkan_backend
+from .backends import (
+    UnknownDeviceLimit,
+    cpu_backend,
+    metal_backend,
+    rpc_backend,
+    vulkan_backend,
+)
 from .build import (
     FAMILIES,
     SOFTCAPPED,
@@ -192,6 +198,16 @@ DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
 # which later builds extend) and supports_op; none from attn_rot on
 METAL_FAMILIES = frozenset(FAMILY_SINCE)
 METAL_UNTIL = "attn_rot"
+# Vulkan before REPLAY_SINCE: FAMILY_SINCE's families until the reorder changed after 0.3.17
+# (vk_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op and offload_op
+# take these graphs' ops as b11434's does (vk_supports_op) with caches of VK_OLD_KV and, with
+# flash attention, K and V of one type; not with others: its FLASH_ATTN_EXT refused K and V of
+# two types and took q4_1, q5_0, q5_1 and iq4_nl only with coopmat2 (a device feature the
+# DeviceSpec does not record), its CPY no BF16 to F32. RPC is not covered there: 0.3.17's RPC
+# device had no async compute or events (ggml_backend_rpc_device_get_props), so no pipeline
+# parallelism.
+VK_OLD_UNTIL = "vk_reorder_ssm_conv"
+VK_OLD_KV = frozenset({"f16", "f32", "q4_0", "q8_0"})
 CPU_DEVICE = -1  # placement.CPU: the host's index in a LayerMap and in the result
 
 # Vulkan device properties where the DeviceSpec does not give them: the Vulkan specification's
@@ -223,23 +239,35 @@ class DevicePlacement:
 
 def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
     """Whether the replay models this model's graphs at this build on GPUs of these backends
-    (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (their ports are b11434's: Vulkan's
-    graph_optimize was another before, e.g. 0.3.17's ggml_vk_graph_optimize; a b8121 Vulkan log
-    of TinyLlama prints 66.50 MiB where b11434's reorder gives 70.50), Metal for METAL_FAMILIES
-    before METAL_UNTIL."""
+    (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (b11434's rules); Vulkan alone also
+    for FAMILY_SINCE's families before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize, vk_optimize.
+    vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
+    gives 70.50); Metal for METAL_FAMILIES before METAL_UNTIL."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
         return False
     if ("vulkan" in backends or "rpc" in backends) and not since(REPLAY_SINCE, build):
-        return False
+        old_vulkan = facts.architecture in FAMILY_SINCE and not since(VK_OLD_UNTIL, build)
+        if "rpc" in backends or not old_vulkan:
+            return False
     if "metal" in backends:
         return facts.architecture in METAL_FAMILIES and not since(METAL_UNTIL, build)
     return True
 
 
+def covers_every_config(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
+    """Whether the replay gives the compute buffers of every config (split modes aside) of this
+    model and build on GPUs of these backends: the CPU, and Vulkan and RPC from REPLAY_SINCE. Metal,
+    and Vulkan before REPLAY_SINCE, cover some configs only (covers_devices, metal_graph_ok,
+    UnknownDeviceLimit): a calibration record still corrects the hand peaks of the others."""
+    old_vulkan = "vulkan" in backends and not since(REPLAY_SINCE, build)
+    return covers_backends(facts, build, backends) and "metal" not in backends and not old_vulkan
+
+
 def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> bool:
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
     device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
-    backend's rules are the x86 build's, not Apple's)."""
+    backend's rules are the x86 build's, not Apple's; Vulkan before REPLAY_SINCE with caches of
+    VK_OLD_KV only, of one type with flash attention)."""
     backends = [g.backend for g in gpus]
     if "metal" in backends and (
         len(gpus) != 1
@@ -248,6 +276,10 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         or rc.all_overrides
     ):
         return False
+    if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
+        kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
+        if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):
+            return False
     return (
         covers(facts, rc)
         and covers_backends(facts, rc.build, backends)
@@ -326,6 +358,8 @@ def scheduler_backends(
                     g.name,
                     max_tensor_bytes=g.max_tensor_bytes,
                     op_offload_min_batch=rc.op_offload_min_batch,
+                    build=rc.build,
+                    strict_limit=not since(REPLAY_SINCE, rc.build),
                 )
             )
             align = g.buffer_alignment or VK_STORAGE_ALIGNMENT_BOUND
@@ -446,7 +480,7 @@ def device_compute_bytes(
                 return None
             split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
             sizes = gallocr.reserve_n(split.graph)
-    except (GraphBuildError, SchedError, AllocError):
+    except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit):
         return None
     out = {d: sizes[d] for d in range(len(gpus))}
     out[CPU_DEVICE] = sizes[-1]

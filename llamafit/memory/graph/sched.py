@@ -237,7 +237,9 @@ def split_graph(
             sb = from_buffer(s, i)
             if op_offload and sb == last and tensors[s].buffer in host_bufts:
                 for b in range(sb):
-                    if supports(b, i) and backends[b].offload_op(tensors, i):
+                    # offload_op first (both are pure): a size check of supports_op that
+                    # offload_op would overrule is never asked (backends.UnknownDeviceLimit)
+                    if backends[b].offload_op(tensors, i) and supports(b, i):
                         return b
             return sb
         return -1

@@ -4,6 +4,9 @@ Vulkan split before it builds the allocator's graph (ggml_backend_sched_split_gr
 nodes that do not depend on each other (up to 20 ahead) so that fusable chains stay adjacent,
 keeps the fusion patterns of ggml-vulkan-types.h in place, and asks the allocator to keep the
 inputs of a fused top-k MoE or hc_post gate alive until the pattern's last node (add_alloc_dep).
+Before resolve.py's rule vk_reorder_ssm_conv (PR #22653, the first change to it after
+llama-cpp-python 0.3.17's vendored llama.cpp that we found) the reorder is 0.3.17's
+(vk_graph_optimize_0317); `vk_graph_optimize_for(build)` picks the one of a build.
 
 Nodes are indexes into the scheduler's tensor table; `srcs` holds every tensor's current sources
 (split inputs already replaced by their copies), `counts` the original graph's use counts.
@@ -15,8 +18,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from llamafit.memory.graph.nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
-from llamafit.memory.graph.sched import AllocDeps
+from llamafit.memory.graph.sched import AllocDeps, GraphOptimize
 from llamafit.memory.graph.shapes import is_contiguous_n
+from llamafit.memory.resolve import since
 
 # ggml-vulkan-types.h
 TOPK_MOE_EARLY_SOFTMAX_NORM = (
@@ -500,3 +504,179 @@ def _pull_next(
             current.append(k)
             used[k] = True
             break
+
+
+# ---------------------------------------------------------------------------------------------
+# The reorder before resolve.py's rule vk_reorder_27220: ggml_vk_graph_optimize as
+# llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22) has it.
+
+# the four top-k MoE patterns of that source (ggml-vulkan.cpp), kept in place and never pulled
+TOPK_MOE_0317 = (
+    TOPK_MOE_EARLY_SOFTMAX_NORM,
+    TOPK_MOE_SIGMOID_NORM_BIAS,
+    TOPK_MOE_EARLY_SOFTMAX,
+    TOPK_MOE_LATE_SOFTMAX,
+)
+# the (c, j) pairs that may stay adjacent although j reads c
+_ADJACENT_0317 = frozenset(
+    {
+        ("RMS_NORM", "MUL"),
+        ("MUL_MAT", "ADD"),
+        ("MUL_MAT_ID", "ADD_ID"),
+        ("MUL_MAT_ID", "MUL"),
+        ("ADD", "ADD"),
+    }
+)
+ROPE_SET_ROWS_WINDOW_0317 = 10  # ROPE + VIEW + SET_ROWS: looked for in the next 9 nodes
+
+
+def vk_graph_optimize_0317(
+    tensors: Sequence[Tensor],
+    split_nodes: Sequence[int],
+    srcs: Sequence[tuple[int | None, ...]],
+    counts: Sequence[int],
+) -> AllocDeps:
+    """ggml_vk_graph_optimize over one split as 0.3.17's llama.cpp has it. Against b11434's
+    (vk_graph_optimize): is_src_of knows only direct sources and views of one base tensor; only
+    the four top-k MoE patterns are kept in place (no RMS_NORM + MUL + ADD, ROPE + VIEW +
+    SET_ROWS, ... patterns, no alloc dependencies); RMS_NORM + MUL may stay together only when
+    adjacent; ROPE + VIEW + SET_ROWS is pulled together without ggml_can_fuse_subgraph_ext's
+    check, looking 9 nodes past the ROPE, ROPE only (not RMS_NORM); no UNARY + MUL, no SSM_CONV
+    pulls. `counts` is unused (no fusion check reads it)."""
+    del counts
+    nodes = list(split_nodes)
+    n = len(nodes)
+    if n <= 2:
+        return AllocDeps(order=tuple(nodes))
+    ops = [tensors[i].op for i in nodes]
+    empty = [o in EMPTY_OPS for o in ops]
+
+    def src(i: int, k: int) -> int | None:
+        s = srcs[i]
+        return s[k] if k < len(s) else None
+
+    bases: list[int] = []
+    for i in nodes:
+        v = tensors[i].view_src
+        bases.append(i if v is None else v)
+    pos_of = {x: k for k, x in enumerate(nodes)}
+    by_base: dict[int, list[int]] = {}
+    for k in range(n):
+        by_base.setdefault(bases[k], []).append(k)
+    dep_cache: dict[int, list[int]] = {}
+
+    def deps(j: int) -> list[int]:
+        """The positions c != j with is_src_of(nodes[j], nodes[c]): c is a source of j, or both
+        are views of (or are) one base tensor."""
+        d = dep_cache.get(j)
+        if d is None:
+            found = {pos_of[x] for x in srcs[nodes[j]] if x is not None and x in pos_of}
+            found.update(by_base[bases[j]])
+            found.discard(j)
+            d = dep_cache[j] = sorted(found)
+        return d
+
+    used = [False] * n
+    used_set: set[int] = set()
+    new_order: list[int] = []
+
+    def match(pattern: tuple[str, ...], start: int) -> bool:
+        size = len(pattern)
+        if start + size > n:
+            return False
+        return tuple(ops[start : start + size]) == pattern and not any(used[start : start + size])
+
+    first = 0
+    while first < n:
+        kept = next((p for p in TOPK_MOE_0317 if match(p, first)), None)
+        if kept is not None:
+            for j in range(len(kept)):
+                new_order.append(nodes[first + j])
+                used_set.add(nodes[first + j])
+                used[first + j] = True
+            while first < n and used[first]:
+                first += 1
+            continue
+
+        current = [first]
+        limit = min(first + NUM_TO_CHECK, n)
+        for j in range(first + 1, limit):
+            if used[j] or empty[j] or any(match(p, j) for p in TOPK_MOE_0317):
+                continue
+            ok = True
+            for c in deps(j):
+                if c < first or c >= j or used[c]:
+                    continue
+                if j == c + 1 and c == current[-1] and (ops[c], ops[j]) in _ADJACENT_0317:
+                    continue
+                ok = False
+                break
+            if not ok:
+                continue
+            current.append(j)
+            rope_idx = j
+            if ops[j] == "MUL" and ops[j - 1] == "RMS_NORM":
+                for k in range(j + 1, min(j + 15, n)):
+                    nk = nodes[k]
+                    s1, s2 = src(nk, 1), src(nk, 2)
+                    if (
+                        ops[k] == "ROPE"
+                        and src(nk, 0) == nodes[j]
+                        and s1 is not None
+                        and tensors[s1].op == "NONE"
+                        and (s2 is None or tensors[s2].op == "NONE")
+                    ):
+                        rope_idx = k
+                        current.append(k)
+                        used[k] = True
+                        break
+            if ops[rope_idx] == "ROPE":
+                view_idx = -1
+                set_rows_idx = -1
+                for k in range(rope_idx + 1, min(rope_idx + ROPE_SET_ROWS_WINDOW_0317, n)):
+                    if view_idx == -1 and ops[k] == "VIEW" and src(nodes[k], 0) == nodes[rope_idx]:
+                        view_idx = k
+                        continue
+                    if (
+                        view_idx != -1
+                        and ops[k] == "SET_ROWS"
+                        and src(nodes[k], 0) == nodes[view_idx]
+                    ):
+                        set_rows_idx = k
+                        break
+                if set_rows_idx != -1:
+                    current.append(view_idx)
+                    current.append(set_rows_idx)
+                    used[view_idx] = True
+                    used[set_rows_idx] = True
+            if ops[j] == "ADD_ID" and ops[j - 1] == "MUL_MAT_ID":
+                _pull_next(j, "MUL", nodes, ops, srcs, tensors, used, used_set, current, n)
+            if ops[j] == "ADD" and ops[j - 1] == "MUL_MAT":
+                _pull_next(j, "ADD", nodes, ops, srcs, tensors, used, used_set, current, n)
+        if ops[current[-1]] != "ADD":
+            for j in range(first + 1, limit):
+                if used[j] or not empty[j]:
+                    continue
+                ok = True
+                for c in deps(j):
+                    if first <= c < j and not used[c] and c not in current:
+                        ok = False
+                        break
+                if ok:
+                    current.append(j)
+        for c in current:
+            new_order.append(nodes[c])
+            used_set.add(nodes[c])
+            used[c] = True
+        while first < n and used[first]:
+            first += 1
+
+    return AllocDeps(order=tuple(new_order))
+
+
+def vk_graph_optimize_for(build: int | None) -> GraphOptimize:
+    """The ggml_vk_graph_optimize of llama.cpp build `build` (None: the current one): 0.3.17's
+    before rule vk_reorder_ssm_conv, b11434's from it on. Between the two, PRs #22653, #26124,
+    #27220, #27812, #27301 and #28024 changed it step by step; the replay covers Vulkan neither
+    there nor before 0.3.17's graphs (replay.covers_backends)."""
+    return vk_graph_optimize if since("vk_reorder_ssm_conv", build) else vk_graph_optimize_0317
