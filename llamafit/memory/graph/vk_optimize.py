@@ -381,20 +381,7 @@ def vk_graph_optimize(
             current.append(j)
             rope_idx = j
             if ops[j] == "MUL" and ops[j - 1] == "RMS_NORM":
-                for k in range(j + 1, min(j + 15, n)):
-                    nk = nodes[k]
-                    s1, s2 = src(nk, 1), src(nk, 2)
-                    if (
-                        ops[k] == "ROPE"
-                        and src(nk, 0) == nodes[j]
-                        and s1 is not None
-                        and tensors[s1].op == "NONE"
-                        and (s2 is None or tensors[s2].op == "NONE")
-                    ):
-                        rope_idx = k
-                        current.append(k)
-                        used[k] = True
-                        break
+                rope_idx = _pull_rope(j, nodes, ops, srcs, tensors, used, current, n)
             if ops[rope_idx] in ("ROPE", "RMS_NORM"):
                 view_idx = -1
                 set_rows_idx = -1
@@ -506,8 +493,39 @@ def _pull_next(
             break
 
 
+def _pull_rope(
+    j: int,
+    nodes: Sequence[int],
+    ops: Sequence[str],
+    srcs: Sequence[tuple[int | None, ...]],
+    tensors: Sequence[Tensor],
+    used: list[bool],
+    current: list[int],
+    n: int,
+) -> int:
+    """RMS_NORM + MUL (at j) + ROPE: pull forward the ROPE that reads the MUL, with leaf
+    positions and factors; its position, or j where there is none (both versions of
+    ggml_vk_graph_optimize)."""
+    for k in range(j + 1, min(j + 15, n)):
+        s = srcs[nodes[k]]
+        s0 = s[0] if s else None
+        s1 = s[1] if len(s) > 1 else None
+        s2 = s[2] if len(s) > 2 else None
+        if (
+            ops[k] == "ROPE"
+            and s0 == nodes[j]
+            and s1 is not None
+            and tensors[s1].op == "NONE"
+            and (s2 is None or tensors[s2].op == "NONE")
+        ):
+            current.append(k)
+            used[k] = True
+            return k
+    return j
+
+
 # ---------------------------------------------------------------------------------------------
-# The reorder before resolve.py's rule vk_reorder_27220: ggml_vk_graph_optimize as
+# The reorder before resolve.py's rule vk_reorder_ssm_conv: ggml_vk_graph_optimize as
 # llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22) has it.
 
 # the four top-k MoE patterns of that source (ggml-vulkan.cpp), kept in place and never pulled
@@ -616,20 +634,7 @@ def vk_graph_optimize_0317(
             current.append(j)
             rope_idx = j
             if ops[j] == "MUL" and ops[j - 1] == "RMS_NORM":
-                for k in range(j + 1, min(j + 15, n)):
-                    nk = nodes[k]
-                    s1, s2 = src(nk, 1), src(nk, 2)
-                    if (
-                        ops[k] == "ROPE"
-                        and src(nk, 0) == nodes[j]
-                        and s1 is not None
-                        and tensors[s1].op == "NONE"
-                        and (s2 is None or tensors[s2].op == "NONE")
-                    ):
-                        rope_idx = k
-                        current.append(k)
-                        used[k] = True
-                        break
+                rope_idx = _pull_rope(j, nodes, ops, srcs, tensors, used, current, n)
             if ops[rope_idx] == "ROPE":
                 view_idx = -1
                 set_rows_idx = -1
