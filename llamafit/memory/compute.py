@@ -535,7 +535,7 @@ def _logits_on_top(f: ModelFacts, s: ComputeSettings) -> int:
 SPLIT_INPUT_COPY_BACKENDS = frozenset({"cuda", "rocm"})
 
 
-def _logits_above_mask_hole(f: ModelFacts, s: ComputeSettings) -> int:
+def _logits_above_mask_hole(f: ModelFacts, s: ComputeSettings, inputs: dict[str, int]) -> int:
     """glm4 on a GPU with flash attention before PR #23764: the logits above the last FFN's activation.
 
     ggml_backend_sched_split_graph (ggml/src/ggml-backend.cpp) allocates a split's input copies at its
@@ -582,7 +582,7 @@ def _logits_above_mask_hole(f: ModelFacts, s: ComputeSettings) -> int:
         and (s.layers is None or _shape(f).reps[il] in s.layers)
     ):
         return 0
-    a, inputs = ALIGNMENT[s.backend], input_bytes(f, s)
+    a = ALIGNMENT[s.backend]
     e = _pad(F32 * f.n_embd * s.n_tokens, a)
     ff = _pad(F32 * f.n_ff[il] * s.n_tokens, a)
     copies = ("inp_pos", "k_idxs0", "v_idxs0", "kq_mask0", "out_ids")
@@ -645,8 +645,8 @@ def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     device, peak_name = dev_inputs + peak, name
     if s.holds_output and _output(f, s) > device:
         device, peak_name = _output(f, s), "output"
-    if s.holds_output and _logits_above_mask_hole(f, s) > device:
-        device, peak_name = _logits_above_mask_hole(f, s), "output"
+    if s.holds_output and (above_hole := _logits_above_mask_hole(f, s, inputs)) > device:
+        device, peak_name = above_hole, "output"
     if s.holds_output and dev_inputs + _logits_on_top(f, s) > device:
         device, peak_name = dev_inputs + _logits_on_top(f, s), "output"
     if s.holds_output and (pinned := _pinned_output(f, s, split_inputs, mixed[0])) > device:
