@@ -15,7 +15,7 @@ Nodes are indexes into the scheduler's tensor table; `srcs` holds every tensor's
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llamafit.memory.graph.nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
 from llamafit.memory.graph.sched import AllocDeps, GraphOptimize
@@ -445,16 +445,8 @@ def vk_graph_optimize(
                     used[k] = True
                     break
         if ops[current[-1]] != "ADD":
-            for j in empty_pos[bisect_right(empty_pos, first) : bisect_left(empty_pos, limit)]:
-                if used[j]:
-                    continue
-                ok = True
-                for c in deps(j):
-                    if first <= c < j and not used[c] and c not in current:
-                        ok = False
-                        break
-                if ok:
-                    current.append(j)
+            window = empty_pos[bisect_right(empty_pos, first) : bisect_left(empty_pos, limit)]
+            _pull_empty(window, first, deps, used, current)
         for c in current:
             new_order.append(nodes[c])
             used_set.add(nodes[c])
@@ -491,6 +483,22 @@ def _pull_next(
             current.append(k)
             used[k] = True
             break
+
+
+def _pull_empty(
+    window: Sequence[int],
+    first: int,
+    deps: Callable[[int], Sequence[int]],
+    used: Sequence[bool],
+    current: list[int],
+) -> None:
+    """The empty nodes (views, reshapes: EMPTY_OPS) of the window after `first` that no node
+    still to be ordered feeds go with the current set (both versions of ggml_vk_graph_optimize)."""
+    for j in window:
+        if used[j]:
+            continue
+        if all(not (first <= c < j and not used[c] and c not in current) for c in deps(j)):
+            current.append(j)
 
 
 def _pull_rope(
@@ -659,16 +667,8 @@ def vk_graph_optimize_0317(
             if ops[j] == "ADD" and ops[j - 1] == "MUL_MAT":
                 _pull_next(j, "ADD", nodes, ops, srcs, tensors, used, used_set, current, n)
         if ops[current[-1]] != "ADD":
-            for j in range(first + 1, limit):
-                if used[j] or not empty[j]:
-                    continue
-                ok = True
-                for c in deps(j):
-                    if first <= c < j and not used[c] and c not in current:
-                        ok = False
-                        break
-                if ok:
-                    current.append(j)
+            window = [j for j in range(first + 1, limit) if empty[j]]
+            _pull_empty(window, first, deps, used, current)
         for c in current:
             new_order.append(nodes[c])
             used_set.add(nodes[c])
