@@ -1,6 +1,7 @@
-"""The package's layers (README, "How the code is laid out"): which unit (a subpackage or a root
-module) may import which, no import cycle between modules, and a core (reader, facts, memory, fit)
-that imports no edge library. Written by the layout move (issue #9), made strict by issue #24.
+"""The package's layers (docs/development.md, "How the code is laid out"): which unit (a
+subpackage or a root module) may import which, no import cycle between modules, and a core (reader,
+facts, memory, fit) that imports no edge library. Written by the layout move (issue #9), made
+strict by issue #24.
 
 Every import counts: module level, inside functions, under TYPE_CHECKING (a type is a dependency
 too), and `importlib.import_module("llamafit.…")` with a literal name. The cycle check leaves out

@@ -1,6 +1,6 @@
 """scripts/ is grouped by purpose (issue #24): every script sits in a group folder (a package, so
-that scripts import each other as `scripts.GROUP.NAME`), each name once, and the README's
-"Scripts" section lists every group with one line per script."""
+that scripts import each other as `scripts.GROUP.NAME`), each name once, and the scripts page
+(docs/scripts.md, "Every script") lists every group with one line per script."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from tests.support import ROOT
 from tests.support.scripts import SCRIPTS, script_path
 
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "scripts.md"
 
 
 def scripts_in(root: Path) -> set[tuple[str, str]]:
@@ -20,11 +20,11 @@ def scripts_in(root: Path) -> set[tuple[str, str]]:
     return {(p.parent.name, p.stem) for p in root.glob("*/*.py") if p.name != "__init__.py"}
 
 
-def listed(readme: str) -> set[tuple[str, str]]:
-    """(group, name) of each script the README's "### Scripts" section lists: a line
+def listed(page: str) -> set[tuple[str, str]]:
+    """(group, name) of each script the page's "## Every script" section lists: a line
     "- `scripts/GROUP/`: …" opens a group, and "  - `NAME.py`: …" lines under it name its
     scripts."""
-    section = readme.split("\n### Scripts\n", 1)[1].split("\n### ", 1)[0]
+    section = page.split("\n## Every script\n", 1)[1].split("\n## ", 1)[0]
     out = set()
     group = None
     for line in section.splitlines():
@@ -47,8 +47,8 @@ def test_script_names_are_unique_across_groups() -> None:
     assert len(names) == len(set(names))
 
 
-def test_the_readme_lists_every_script_in_its_group() -> None:
-    assert listed(README.read_text()) == scripts_in(SCRIPTS)
+def test_the_scripts_page_lists_every_script_in_its_group() -> None:
+    assert listed(PAGE.read_text()) == scripts_in(SCRIPTS)
 
 
 @pytest.mark.parametrize(
@@ -66,8 +66,8 @@ def test_the_readme_lists_every_script_in_its_group() -> None:
 def test_listed_reads_groups_and_their_scripts(
     section: str, expected: set[tuple[str, str]]
 ) -> None:
-    readme = f"# R\n\n### Scripts\n\n{section}\n### Next\n- `scripts/z/`: x\n  - `no.py`: y\n"
-    assert listed(readme) == expected
+    page = f"# R\n\n## Every script\n\n{section}\n## Next\n- `scripts/z/`: x\n  - `no.py`: y\n"
+    assert listed(page) == expected
 
 
 def test_script_path_finds_the_one_file() -> None:
