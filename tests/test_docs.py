@@ -22,7 +22,7 @@ PAGES = sorted([README, *DOCS.glob("*.md")])
 WRITTEN_ELSEWHERE = {DOCS / "speed.md"}
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
-CODE_SPAN = re.compile(r"(`+).+?\1", re.S)
+CODE_SPAN = re.compile(r"(`+)(?:(?!\n\n).)+?\1", re.S)  # within one paragraph
 LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.M)
 
@@ -155,6 +155,7 @@ def test_repeated_headings_get_numbered_anchors() -> None:
         ("`[not](a.md)` and [yes](b.md#c)", ["b.md#c"]),
         ("```\n[in a block](a.md)\n```\n[after](c.md)", ["c.md"]),
         ("![an image](i.png) [{`code`}] (x)", []),
+        ("a stray ` here\n\n[still a link](d.md) and `a span`", ["d.md"]),
     ],
 )
 def test_links_are_read_outside_code(text: str, targets: list[str]) -> None:
