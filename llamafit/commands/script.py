@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..server.find import ServerChoice
 from ..fit.search import STEP
 from ..fit.solver import Choice, Policy
+from ..machine.devices import device_selection_env
 from ..paths import is_url
 from ..server.side_flags import launch_tokens
 from ..units import MIB
@@ -125,11 +126,7 @@ def script_text(
         opts.server,
         request.env,
     )
-    env = tuple(
-        (k, v)
-        for k, v in request.env.items()
-        if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-    )
+    env = device_selection_env(request.env)  # the devices the plan was made on
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]
     spec = LaunchSpec(
         argv=tuple(argv),
@@ -261,9 +258,10 @@ def script_many(
     data = {"sets": sets, "unfit": unfit}
     if unfit:
         return Report(False, data, f"nothing fits on this machine for: {', '.join(unfit)}"), None
+    env = device_selection_env(request.env)  # the devices the sets were packed on
     config = (
-        render_llama_swap_many(entries, sets, host=opts.host)
+        render_llama_swap_many(entries, sets, host=opts.host, env=env)
         if opts.kind == "llama-swap"
-        else render_models_ini_many(entries, sets)
+        else render_models_ini_many(entries, sets, env=env)
     )
     return Report(True, data, ""), config
