@@ -97,7 +97,9 @@ def timeout_lines(e: LoadTimedOut) -> list[str]:
 
 
 def progress_line(e: VerifyProgress) -> str:
-    pct = 100 * e.done // e.planned if e.planned else 0
+    share = 100 * e.done / e.planned if e.planned else 0.0
+    # a slow start shows tenths (a long verification used to say 0% for minutes)
+    pct = f"{share:.1f}" if 0 < share < 10 else f"{int(share)}"
     left = f", about {_duration(e.left_s)} left" if e.left_s is not None else ""
     return (
         f"Verifying  {e.done:,} of {e.planned:,} tokens ({pct}%) in {_duration(e.elapsed_s)}{left}"
@@ -160,10 +162,22 @@ def devices_mismatch_line(why: str) -> str:
     return f"Mismatch   {why}; not recorded for calibration"
 
 
-def verify_start_line(n_ctx_slot: int) -> str:
+def verify_start_line(n_ctx_slot: int, expected_s: float | None = None) -> str:
+    about = (
+        f": about {_duration(expected_s)} at the plan's estimated speed"
+        if expected_s is not None
+        else ""
+    )
     return (
         f"Verify     a {n_ctx_slot:,}-token prompt (the planned context per slot) and a short "
-        "generation"
+        f"generation{about}"
+    )
+
+
+def long_verify_line(expected_s: float) -> str:
+    return (
+        f"Warning    the verification may take {_duration(expected_s)}; Ctrl-C stops it (and the "
+        "server); run without --verify to skip it"
     )
 
 
