@@ -487,7 +487,7 @@ def run(
     llamafit run model.gguf --port auto -- --alias chat
     llamafit run --router ~/models --port auto
     """
-    from .commands.run import RunOptions, parse_load_timeout, run_command
+    from .commands.run import RunOptions, check_run_options, parse_load_timeout, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(
@@ -503,6 +503,7 @@ def run(
     if router:
         from .commands.router import router_command, router_models
 
+        check_run_options(opts, as_json=False)  # before any work, as run_command does
         request, models = router_models(replace(request, llama_check=False))
         raise SystemExit(
             router_command(

@@ -187,3 +187,40 @@ def test_verify_duration_is_the_plans_prompt_batches_and_generation(
     expected = batches + n_predict / at(n_prompt - PP_TOKENS)[0]
     assert pace.expected_s == pytest.approx(expected, rel=1e-3)
     assert pace.growth > 0  # later batches are slower
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            [str(DENSE), "--api-key-file", "/dev/zero"],
+            "Error: --api-key-file /dev/zero: is not a regular file\n",
+        ),
+        (["--demo", "--api-key-file", "/dev/zero"], None),
+        (["--router", str(DENSE.parent), "--api-key-file", "/dev/zero"], None),
+        (
+            [str(DENSE), "--json"],
+            "Error: --json needs --dry-run (a running server prints its progress as text)\n",
+        ),
+        (
+            [str(DENSE), "--host", "no-such-host.invalid"],
+            None,
+        ),
+    ],
+)
+def test_a_bad_option_is_refused_before_any_work(
+    tmp_path: Path, args: list[str], error: str | None
+) -> None:
+    """On a new machine (no cache: the host probe would run, the demo be assembled), a bad option
+    is the only thing said: no measuring notice, no demo preparation, no plan."""
+    env = {
+        "LLAMAFIT_CACHE_DIR": str(tmp_path / "new"),
+        "LLAMAFIT_HOST_BANDWIDTH": None,
+        "LLAMAFIT_HOST_FLOPS": None,
+    }
+    result = CliRunner(env=env).invoke(cli, ["run", *args, "--gpu", "cpu"])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1, result.stderr
+    if error is not None:
+        assert result.stderr == error
+    assert not (tmp_path / "new").exists()  # nothing measured, assembled or cached

@@ -145,8 +145,17 @@ def test_verify_shows_progress_and_ctrl_c_stops_it_without_a_retry(
     assert run.proc.stderr is not None
     lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
     assert re.fullmatch(
-        r"Verifying  [\d,]+ of 32,768 tokens \(\d+%\) in \d+ s(, about [\w ]+ left)?", progress
+        r"Verifying  [\d,]+ of 32,768 tokens \(\d+(\.\d)?%\) in \d+ s(, about [\w ]+ left)?",
+        progress,
     )
+    # the duration up front, from the plan's speed estimate
+    start = next(x for x in lines if x.startswith("Verify "))
+    assert re.fullmatch(
+        r"Verify     a 32,768-token prompt .*: about [\w ]+ at the plan's .*", start
+    )
+    assert [x for x in lines if x.startswith("Stopping")] == [
+        "Stopping   llama-server… (up to 15 s, then it is killed; Ctrl-C again stops it now)"
+    ]
     assert (code, lines[-1]) == (0, "Stopped."), lines
     assert sum(x.startswith("Started") for x in lines) == 1
     assert not [x for x in lines if x.startswith(("Retry", "Failed", "Verified"))], lines
