@@ -146,3 +146,11 @@ def vulkan_rpc_bin_dir() -> Path | None:
     override = os.environ.get(VK_RPC_BIN_ENV)
     folder = Path(override) if override else ROOT / "build" / "llama-vulkan-rpc" / "bin"
     return folder if (folder / "llama-server").is_file() else None
+
+
+# Skip reasons name what is missing and how to provide it, never a path only a CI machine has.
+VK_RPC_BIN_ABSENT = (
+    f"the llama.cpp Vulkan/RPC build is not found: set {VK_RPC_BIN_ENV} to a folder holding its "
+    "llama-server, ggml-rpc-server and llama-fit-params"
+)
+VULKANINFO_ABSENT = "vulkaninfo not found (install vulkan-tools)"
