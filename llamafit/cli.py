@@ -419,6 +419,10 @@ def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
     policy, request = _split_policy(options)
     report = run_plan(request, policy, html_path=html_path)
     click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
+    if html_path is not None:  # on stderr: --json's stdout stays one JSON document
+        from .safe_text import printable
+
+        click.echo(f"Wrote      {printable(html_path)}", err=True)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
 
