@@ -75,6 +75,7 @@ def _memory_table(devices: Sequence[dict[str, Any]]) -> str:
         "output_bytes",
         "reserve_bytes",
         "overhead_bytes",
+        "side_bytes",  # a draft model, the MTP context, the projector: in used, no other column
         "used_bytes",
         "free_after_bytes",
     )
