@@ -94,6 +94,17 @@ class ScriptOptions:
     guard: bool = False  # sh: check free VRAM at start and step down a context ladder
 
 
+def check_script_options(opts: ScriptOptions) -> None:
+    """The options that can be refused before any work (the plan, a download, the demo's
+    assembly): a section name models.ini cannot hold, a --host docker cannot publish on."""
+    from ..server.scripts import check_docker_host, check_section_name
+
+    if opts.kind == "models-ini" and opts.name is not None:
+        check_section_name(opts.name)
+    if opts.kind == "docker":
+        check_docker_host(opts.host)
+
+
 def script_text(
     request: Request,
     policy: Policy,
@@ -101,6 +112,7 @@ def script_text(
     warn: Callable[[str], None] = lambda _: None,
 ) -> tuple[Report, str | None]:
     """The plan's report and the script (None when nothing fits: the report says why)."""
+    check_script_options(opts)
     if (many := many_models(request, opts.kind)) is not None:
         server = opts.server or default_server(request.env, warn)  # absolute, as for one model
         return script_many(policy, many[0], many[1], replace(opts, server=server))

@@ -393,16 +393,16 @@ def _ini_options(spec: LaunchSpec) -> dict[str, str]:
     return options
 
 
+def check_section_name(name: str) -> None:
+    """A models.ini section name the router reads back as written (InputError otherwise)."""
+    if not name.strip() or name != name.strip() or "]" in name or name == "*":
+        raise InputError(f"{name!r} cannot be a models.ini section name")
+
+
 def render_models_ini(spec: LaunchSpec) -> str:
     """A `[name]` section for `llama-server --models-preset FILE` (the router owns host and
     port)."""
-    if (
-        not spec.name.strip()
-        or spec.name != spec.name.strip()
-        or "]" in spec.name
-        or spec.name == "*"
-    ):
-        raise InputError(f"{spec.name!r} cannot be a models.ini section name")
+    check_section_name(spec.name)
     env = " ".join(f"{name}={value}" for name, value in spec.env)
     head = _summary(spec, ";") + (
         f"; Set on the router (its instances inherit it): {env}\n" if env else ""
@@ -424,9 +424,14 @@ def _in_container(path: str, model_dir: str) -> str:
     return posixpath.join("/models", rel)
 
 
+def check_docker_host(host: str) -> None:
+    """A --host docker can publish on (InputError otherwise)."""
+    if "," in host or host.endswith(".sock"):
+        raise InputError(f"--host {host}: docker publishes one TCP address")
+
+
 def _publish(spec: LaunchSpec) -> str:
-    if "," in spec.host or spec.host.endswith(".sock"):
-        raise InputError(f"--host {spec.host}: docker publishes one TCP address")
+    check_docker_host(spec.host)
     host = "127.0.0.1" if spec.host == "localhost" else spec.host  # docker -p takes an IP address
     host = f"[{host}]" if ":" in host and not host.startswith("[") else host
     return f"{host}:{spec.port}:{spec.port}"

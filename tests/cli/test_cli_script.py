@@ -152,3 +152,27 @@ def test_every_format_carries_every_device_selection_variable(
     for name, value in DEVICE_ENV.items():
         for form in written:
             assert form.format(k=name, v=value) in result.stdout, (name, result.stdout)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["--format", "docker", "--host", "/run/llama.sock"],
+            "Error: --host /run/llama.sock: docker publishes one TCP address\n",
+        ),
+        (
+            ["--format", "models-ini", "--name", "a]b"],
+            "Error: 'a]b' cannot be a models.ini section name\n",
+        ),
+    ],
+)
+def test_a_bad_option_is_refused_before_the_demo_is_assembled(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    cache = tmp_path / "new-cache"
+    result = CliRunner(env={"LLAMAFIT_CACHE_DIR": str(cache)}).invoke(
+        cli, ["script", "--demo", "--gpu", "cpu", *args]
+    )
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", error)
+    assert not cache.exists()
