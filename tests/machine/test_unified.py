@@ -129,7 +129,9 @@ def test_cross_check(total: int, free: int, os: OsMemory, expected: CrossChecked
     assert got.free_bytes <= got.total_bytes
     if os.host_available is not None:  # one pool: what the GPU borrows the host no longer has
         dedicated_free = max((os.dedicated_total or 0) - (os.dedicated_used or 0), 0)
-        assert got.free_bytes + got.host_available_bytes <= dedicated_free + os.host_available
+        host_left = got.host_available_bytes
+        assert host_left is not None
+        assert got.free_bytes + host_left <= dedicated_free + os.host_available
 
 
 def test_detected_apple_silicon_and_its_host_are_one_pool() -> None:
