@@ -208,18 +208,24 @@ def _os_memory(
     integrated = listed.backend == "metal" or (
         vulkan is not None and vulkan.device_type.endswith("INTEGRATED_GPU")
     )
-    metal = card is not None and card.spec.backend == "metal"
+    host = detected.host
+    if card is None:
+        return OsMemory(integrated, host_total=host.total_bytes, host_available=host.usable_bytes)
+    if card.spec.backend == "metal":  # the working set is a mappable limit, no memory of its own
+        return OsMemory(
+            integrated,
+            shared_total=card.spec.total_bytes,
+            host_total=host.total_bytes,
+            host_available=host.usable_bytes,
+        )
     return OsMemory(
-        integrated=integrated,
-        # Apple's working set is the GPU's mappable limit, not memory of its own
-        dedicated_total=None if card is None or metal else card.spec.total_bytes,
-        dedicated_used=None if card is None or metal else card.used_bytes,
-        shared_total=(card.spec.total_bytes if metal else card.shared_total_bytes)
-        if card is not None
-        else None,
-        shared_used=None if card is None or metal else card.shared_used_bytes,
-        host_total=detected.host.total_bytes,
-        host_available=detected.host.usable_bytes,
+        integrated,
+        card.spec.total_bytes,
+        card.used_bytes,
+        card.shared_total_bytes,
+        card.shared_used_bytes,
+        host.total_bytes,
+        host.usable_bytes,
     )
 
 
