@@ -419,6 +419,10 @@ def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
     policy, request = _split_policy(options)
     report = run_plan(request, policy, html_path=html_path)
     click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
+    if html_path is not None:  # on stderr: --json's stdout stays one JSON document
+        from .safe_text import printable
+
+        click.echo(f"Wrote      {printable(html_path)}", err=True)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
 
@@ -487,7 +491,7 @@ def run(
     llamafit run model.gguf --port auto -- --alias chat
     llamafit run --router ~/models --port auto
     """
-    from .commands.run import RunOptions, parse_load_timeout, run_command
+    from .commands.run import RunOptions, check_run_options, parse_load_timeout, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(
@@ -503,6 +507,7 @@ def run(
     if router:
         from .commands.router import router_command, router_models
 
+        check_run_options(opts, as_json=False)  # before any work, as run_command does
         request, models = router_models(replace(request, llama_check=False))
         raise SystemExit(
             router_command(

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from llamafit.machine.devices import DeviceSpec
-from tests.support import HAS_DEMO, HOST, VK_RPC_BIN_ENV, vulkan_rpc_bin_dir
+from tests.support import HAS_DEMO, HOST, VK_RPC_BIN_ABSENT, VULKANINFO_ABSENT, vulkan_rpc_bin_dir
 
 # Fixtures that start llama.cpp (or load a model with it): every test using one is slow.
 SLOW_FIXTURES = frozenset({"vk_rpc_bin", "vulkan0"})
@@ -169,9 +169,20 @@ def vk_rpc_bin() -> Path:
     RPC."""
     folder = vulkan_rpc_bin_dir()
     if folder is None:
-        where = f"set {VK_RPC_BIN_ENV} or unpack it into build/llama-vulkan-rpc"
-        pytest.skip(f"llama.cpp Vulkan/RPC build absent ({where})")
+        pytest.skip(VK_RPC_BIN_ABSENT)
     return folder
+
+
+@pytest.fixture(scope="session")
+def vulkaninfo() -> str:
+    """vulkaninfo (vulkan-tools): where a test takes a Vulkan device's limits from it, it skips
+    without it, saying so."""
+    import shutil
+
+    found = shutil.which("vulkaninfo")
+    if found is None:
+        pytest.skip(VULKANINFO_ABSENT)
+    return found
 
 
 @pytest.fixture(scope="session")

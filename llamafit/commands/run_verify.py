@@ -12,10 +12,16 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..report.json_parts import config_json
-from ..report.run import record_error_line, recorded_line, verify_error_line, verify_start_line
+from ..report.run import (
+    long_verify_line,
+    record_error_line,
+    recorded_line,
+    verify_error_line,
+    verify_start_line,
+)
 from ..safe_io import append_line
-from ..server.supervise import VerifyProgress
-from ..server.verify import VerifyError, VerifyResult, verify, verify_lines
+from ..server.supervise import Pace, VerifyProgress
+from ..server.verify import N_PREDICT, VerifyError, VerifyResult, verify, verify_lines
 from ..version import __version__
 from .prepare import Prepared
 
@@ -218,6 +224,44 @@ def record_verify(
     append_line(path, json.dumps(entry))
 
 
+# a verification expected to take this long or more is announced with a warning (and how to stop
+# it) before it starts
+LONG_VERIFY_S = 600.0
+
+
+def verify_pace(p: Prepared, choice: Choice, n_prompt: int, n_predict: int) -> Pace | None:
+    """How long the full-context request should take by the plan's speed estimate (fit/speed.py
+    estimate_at, calibrated as the plan is): the prompt's batches at the prompt rate after 0 and
+    after n_prompt - PP_TOKENS cells (a token's time is linear in the fill, so the mean of the two
+    ends is the mean over the batches), then n_predict tokens at the generation rate of a full
+    context; None without a prompt rate (a GPU of unknown throughput)."""
+    from ..fit.speed import PP_TOKENS, estimate_at
+
+    if p.speed is None:
+        return None
+    last = max(n_prompt - PP_TOKENS, 0)
+    first, end = (
+        estimate_at(
+            p.target.model, choice.rc, p.target.gpus, p.speed, fill, choice.breakdown.layer_devices
+        )
+        for fill in (0, last)
+    )
+    if first is None or end is None or not first[1] or not end[1] or not end[0]:
+        return None
+    t0, t1 = 1 / first[1], 1 / end[1]
+    growth = (t1 / t0 - 1) / last if last else 0.0
+    return Pace(n_prompt * (t0 + t1) / 2 + n_predict / end[0], max(growth, 0.0))
+
+
+def request_timeout(n_ctx: int, pace: Pace | None) -> float:
+    """How long the full-context request may take: verify.py's default (300 s, or 10 tokens/s), and
+    at least twice the estimate (a slow device is not cut off an hour into a verification)."""
+    default = max(300.0, n_ctx / 10)
+    if pace is None or pace.expected_s is None:
+        return default
+    return max(default, 2 * pace.expected_s)
+
+
 def verify_running(
     child: Child,
     watcher: LogWatcher,
@@ -235,12 +279,21 @@ def verify_running(
     key = next(iter(launch.env.values()), None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     n_ctx = launch.choice.rc.n_ctx_seq
-    say(verify_start_line(n_ctx))
+    pace = verify_pace(p, launch.choice, max(n_ctx - N_PREDICT, 1), N_PREDICT)
+    say(verify_start_line(n_ctx, pace.expected_s if pace else None))
+    if pace is not None and pace.expected_s is not None and pace.expected_s >= LONG_VERIFY_S:
+        say(long_verify_line(pace.expected_s))
     result: VerifyResult | None = None
     failure: str | None = None
     try:
         result = verify(
-            launch.url, headers=headers, pid=child.proc.pid, n_ctx_slot=n_ctx, progress=emit
+            launch.url,
+            headers=headers,
+            pid=child.proc.pid,
+            n_ctx_slot=n_ctx,
+            progress=emit,
+            pace=pace,
+            timeout_s=request_timeout(n_ctx, pace),
         )
         failure = result.failure
     except VerifyError as e:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..server.find import ServerChoice
 from ..fit.search import STEP
 from ..fit.solver import Choice, Policy
+from ..machine.devices import device_selection_env
 from ..paths import is_url
 from ..server.side_flags import launch_tokens
 from ..units import MIB
@@ -93,6 +94,17 @@ class ScriptOptions:
     guard: bool = False  # sh: check free VRAM at start and step down a context ladder
 
 
+def check_script_options(opts: ScriptOptions) -> None:
+    """The options that can be refused before any work (the plan, a download, the demo's
+    assembly): a section name models.ini cannot hold, a --host docker cannot publish on."""
+    from ..server.scripts import check_docker_host, check_section_name
+
+    if opts.kind == "models-ini" and opts.name is not None:
+        check_section_name(opts.name)
+    if opts.kind == "docker":
+        check_docker_host(opts.host)
+
+
 def script_text(
     request: Request,
     policy: Policy,
@@ -100,6 +112,7 @@ def script_text(
     warn: Callable[[str], None] = lambda _: None,
 ) -> tuple[Report, str | None]:
     """The plan's report and the script (None when nothing fits: the report says why)."""
+    check_script_options(opts)
     if (many := many_models(request, opts.kind)) is not None:
         server = opts.server or default_server(request.env, warn)  # absolute, as for one model
         return script_many(policy, many[0], many[1], replace(opts, server=server))
@@ -125,11 +138,7 @@ def script_text(
         opts.server,
         request.env,
     )
-    env = tuple(
-        (k, v)
-        for k, v in request.env.items()
-        if k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-    )
+    env = device_selection_env(request.env)  # the devices the plan was made on
     gpus = [d for d in c.breakdown.devices if d.kind == "gpu"]
     spec = LaunchSpec(
         argv=tuple(argv),
@@ -261,9 +270,10 @@ def script_many(
     data = {"sets": sets, "unfit": unfit}
     if unfit:
         return Report(False, data, f"nothing fits on this machine for: {', '.join(unfit)}"), None
+    env = device_selection_env(request.env)  # the devices the sets were packed on
     config = (
-        render_llama_swap_many(entries, sets, host=opts.host)
+        render_llama_swap_many(entries, sets, host=opts.host, env=env)
         if opts.kind == "llama-swap"
-        else render_models_ini_many(entries, sets)
+        else render_models_ini_many(entries, sets, env=env)
     )
     return Report(True, data, ""), config

@@ -308,9 +308,10 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
 
 
 def gguf_kind(metadata: Mapping[str, object], n_tensors: int) -> str:
-    """`model`, `mmproj`, `adapter` (a LoRA), `imatrix` or `vocab` (a tokenizer-only file such as
-    llama.cpp's models/ggml-vocab-*.gguf), from general.type (gguf-py's GGUFType) and the tensor
-    count."""
+    """`model`, `mmproj`, `adapter` (a LoRA), `imatrix`, `vocab` (a tokenizer-only file such as
+    llama.cpp's models/ggml-vocab-*.gguf: no tensors, a tokenizer.ggml.model, which llama_vocab::load
+    requires) or `empty` (no tensors and no tokenizer: neither), from general.type (gguf-py's
+    GGUFType) and the tensor count."""
     gtype = metadata.get("general.type")
     if gtype == "adapter" or "adapter.type" in metadata:
         return "adapter"
@@ -319,5 +320,5 @@ def gguf_kind(metadata: Mapping[str, object], n_tensors: int) -> str:
     if gtype == "imatrix":
         return "imatrix"
     if n_tensors == 0:
-        return "vocab"
+        return "vocab" if "tokenizer.ggml.model" in metadata else "empty"
     return "model"

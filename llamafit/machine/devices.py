@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -58,6 +59,31 @@ class DeviceSpec:
     @property
     def usable_bytes(self) -> int | None:
         return self.free_bytes if self.free_bytes is not None else self.total_bytes
+
+
+# The environment variables that choose which devices a llama-server sees, and in what order. The
+# plan is made on the devices they leave (`--list-devices` inherits them), so a launch config that
+# drops one starts a server on other devices than planned.
+DEVICE_SELECTION_VARS = (
+    "CUDA_VISIBLE_DEVICES",  # CUDA runtime (HIP reads it too)
+    "CUDA_DEVICE_ORDER",  # CUDA runtime: FASTEST_FIRST (default) or PCI_BUS_ID numbering
+    "HIP_VISIBLE_DEVICES",  # ROCm HIP runtime
+    "ROCR_VISIBLE_DEVICES",  # ROCm runtime, applied before HIP's
+    "GPU_DEVICE_ORDINAL",  # ROCm HIP runtime, as HIP_VISIBLE_DEVICES
+    "GGML_VK_VISIBLE_DEVICES",  # ggml-vulkan.cpp ggml_vk_instance_init
+    "ONEAPI_DEVICE_SELECTOR",  # SYCL (oneAPI DPC++ runtime)
+    "ZE_AFFINITY_MASK",  # SYCL's Level Zero devices
+    "MUSA_VISIBLE_DEVICES",  # Moore Threads MUSA runtime
+    "ASCEND_RT_VISIBLE_DEVICES",  # Huawei CANN runtime
+    "GGML_OPENCL_PLATFORM",  # ggml-opencl.cpp ggml_opencl_probe_devices
+    "GGML_OPENCL_DEVICE",  # ggml-opencl.cpp ggml_opencl_probe_devices
+)
+
+
+def device_selection_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The device-selection variables set in `env`, in DEVICE_SELECTION_VARS' order: what a launch
+    config must export for its server to see the plan's devices."""
+    return tuple((name, env[name]) for name in DEVICE_SELECTION_VARS if name in env)
 
 
 def parse_size(text: str) -> int:

@@ -50,6 +50,9 @@ class GPUInfo:
     bandwidth_bytes_per_s: int | None = None
     used_bytes: int | None = None
     unified: bool = False  # memory shared with the host (Apple Silicon)
+    # host RAM the GPU may map: amdgpu's GTT (mem_info_gtt_total / _used); None where unknown
+    shared_total_bytes: int | None = None
+    shared_used_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,7 @@ def _amd_card(dev: Path, i: int) -> GPUInfo | None:
     if (_read(dev / "vendor") or "").lower() != _AMD_VENDOR or total is None or used is None:
         return None
     unique = _read(dev / "unique_id")
+    gtt_total, gtt_used = _read(dev / "mem_info_gtt_total"), _read(dev / "mem_info_gtt_used")
     return GPUInfo(
         spec=DeviceSpec(f"ROCm{i}", "gpu", "rocm", int(total), int(total) - int(used)),
         name=_read(dev / "product_name") or f"AMD GPU {_read(dev / 'device') or '?'}",
@@ -254,7 +258,13 @@ def _amd_card(dev: Path, i: int) -> GPUInfo | None:
         uuid=f"GPU-{unique.removeprefix('0x')}" if unique else None,
         pci_bus_id=_pci_slot(dev),
         used_bytes=int(used),
+        shared_total_bytes=_int_or_none(gtt_total),
+        shared_used_bytes=_int_or_none(gtt_used),
     )
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def _sysfs_gpus(root: str | Path, env: Mapping[str, str]) -> tuple[tuple[GPUInfo, ...], list[str]]:

@@ -119,6 +119,30 @@ def server_devices_for(path: str | None, asked: list[Listing] | None = None) -> 
     return devices
 
 
+def one_pool(hw: Hardware) -> Hardware:
+    """Detection's unified-memory GPUs (Apple silicon: the Metal working set is host RAM) and the
+    host counted as one pool (unified.py): the GPU's free memory comes out of the host's."""
+    from .unified import OsMemory, cross_check
+
+    host, gpus = hw.host, []
+    for g in hw.gpus:
+        total, free = g.spec.total_bytes, g.spec.free_bytes
+        if not g.unified or total is None or free is None:
+            gpus.append(g)
+            continue
+        os_memory = OsMemory(
+            integrated=True,
+            shared_total=total,
+            host_total=host.total_bytes,
+            host_available=host.usable_bytes,
+        )
+        checked = cross_check(total, free, os_memory)
+        if checked.shared_bytes and checked.host_available_bytes is not None:
+            host = replace(host, free_bytes=checked.host_available_bytes)
+        gpus.append(replace(g, spec=replace(g.spec, free_bytes=checked.free_bytes)))
+    return replace(hw, gpus=tuple(gpus), host=host)
+
+
 def pick_devices(
     spec: MachineSpec,
     env: Mapping[str, str],
@@ -163,7 +187,7 @@ def pick_devices(
             passed_over,
         )
     elif spec.gpu_spec is None:
-        hw = detect_fn(env)
+        hw = one_pool(detect_fn(env))
     else:
         hw = given(
             _with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk),

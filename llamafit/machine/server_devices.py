@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from ..units import MIB
 from .devices import DeviceSpec
 from .hardware import GPUInfo, Hardware
+from .unified import CrossChecked, OsMemory, cross_check
 from .vulkan import VulkanDevice
 
 LIST_TIMEOUT_S = 30.0
@@ -182,6 +183,7 @@ def server_hardware(
         if d.backend != "rpc":
             gpu = _enrich(gpu, detected.gpus, notes)
         gpus.append(gpu)
+    gpus, host = _one_pool(gpus, listed, detected, vulkan, notes)
     local = [g for g in gpus if g.spec.backend in ("cuda", "rocm", "metal")]
     if len(detected.gpus) > len(local) and not any(g.spec.backend == "vulkan" for g in gpus):
         names = ", ".join(g.spec.name for g in detected.gpus)
@@ -189,4 +191,97 @@ def server_hardware(
             f"{detected.source} finds {names}, which this llama-server does not list (a build "
             "without that backend): planned without them"
         )
-    return Hardware(tuple(gpus), detected.host, "llama-server", tuple(notes))
+    return Hardware(tuple(gpus), host, "llama-server", tuple(notes))
+
+
+def _os_memory(
+    gpu: GPUInfo, listed: ListedDevice, detected: Hardware, vulkan: VulkanDevice | None
+) -> OsMemory:
+    """What the OS says of a listed device's memory: the sysfs card of the same device (by
+    llama.cpp's name, else by the driver's name), whether the driver calls it integrated (Metal,
+    vulkaninfo's device type), and the host's RAM."""
+    card = next((g for g in detected.gpus if g.spec.name == listed.name), None)
+    if card is None or card.spec.backend != listed.backend:
+        card = next(
+            (g for g in detected.gpus if g.name and listed.description.startswith(g.name)), None
+        )
+    integrated = listed.backend == "metal" or (
+        vulkan is not None and vulkan.device_type.endswith("INTEGRATED_GPU")
+    )
+    host = detected.host
+    if card is None:
+        return OsMemory(integrated, host_total=host.total_bytes, host_available=host.usable_bytes)
+    if card.spec.backend == "metal":  # the working set is a mappable limit, no memory of its own
+        return OsMemory(
+            integrated,
+            shared_total=card.spec.total_bytes,
+            host_total=host.total_bytes,
+            host_available=host.usable_bytes,
+        )
+    return OsMemory(
+        integrated,
+        card.spec.total_bytes,
+        card.used_bytes,
+        card.shared_total_bytes,
+        card.shared_used_bytes,
+        host.total_bytes,
+        host.usable_bytes,
+    )
+
+
+def _one_pool(
+    gpus: list[GPUInfo],
+    listed: Sequence[ListedDevice],
+    detected: Hardware,
+    vulkan: Sequence[VulkanDevice] | None,
+    notes: list[str],
+) -> tuple[list[GPUInfo], DeviceSpec]:
+    """Each listed device's memory cross-checked against the OS (unified.py: free at most total, at
+    most what the OS has free), and the host's available RAM less what the GPUs' free memory
+    borrows from it: one pool is counted once."""
+    host = detected.host
+    out = []
+    for gpu, d in zip(gpus, listed, strict=True):
+        if d.backend == "rpc" or gpu.spec.total_bytes is None or gpu.spec.free_bytes is None:
+            out.append(gpu)
+            continue
+        k = sum(1 for g in listed[: listed.index(d)] if g.backend == "vulkan")
+        vk = vulkan[k] if d.backend == "vulkan" and vulkan is not None and k < len(vulkan) else None
+        checked = cross_check(
+            gpu.spec.total_bytes,
+            gpu.spec.free_bytes,
+            replace(_os_memory(gpu, d, detected, vk), host_available=host.usable_bytes),
+        )
+        if checked.corrected:
+            notes.append(_corrected_note(gpu.spec, checked))
+        if checked.host_available_bytes is not None and checked.shared_bytes:
+            host = replace(host, free_bytes=checked.host_available_bytes)
+        spec = replace(gpu.spec, total_bytes=checked.total_bytes, free_bytes=checked.free_bytes)
+        out.append(replace(gpu, spec=spec))
+    return out, host
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / (1 << 30):,.1f} GiB"
+
+
+def _corrected_note(reported: DeviceSpec, checked: CrossChecked) -> str:
+    """`Vulkan0: llama-server reports 112.0 GiB, 111.0 GiB free; planned with 107.0 GiB free
+    (the OS's figures), 44.0 GiB of it the host's RAM, which the host is planned without`."""
+    why = []
+    if "free_above_total" in checked.corrected:
+        why.append("free above total")
+    if {"free_above_os", "total_above_os"} & set(checked.corrected):
+        why.append("more than the OS has free")
+    text = (
+        f"{reported.name}: llama-server reports {_gib(reported.total_bytes)}, "
+        f"{_gib(reported.free_bytes)} free"
+        + (f" ({', '.join(why)})" if why else "")
+        + f"; planned with {_gib(checked.total_bytes)}, {_gib(checked.free_bytes)} free"
+    )
+    if "shared_with_host" in checked.corrected:
+        text += (
+            f", {_gib(checked.shared_bytes)} of it the host's RAM, which the CPU is planned "
+            f"without ({_gib(checked.host_available_bytes)} left to it)"
+        )
+    return text

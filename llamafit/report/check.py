@@ -31,7 +31,7 @@ def side_lines(b: Breakdown) -> list[str]:
     for u in b.side_models:
         lines.append(
             f"Side       {_SIDE_NAMES.get(u.kind, u.kind)} {os.path.basename(u.path)} "
-            f"({_mib(u.total_bytes)} MiB, in the rows above)"
+            f"({_mib(u.total_bytes)} MiB, in `used` above)"
         )
         for d in u.devices:
             if d.total_bytes:
@@ -272,7 +272,19 @@ def device_lines(b: Breakdown) -> list[str]:
             f"{_mib(d.output_bytes):>8}{_mib(d.reserve_bytes):>8}{_mib(d.used_bytes):>8}"
             f"{_mib(d.free_after_bytes):>8}"
         )
-    return lines
+    return lines + side_used_lines(b)
+
+
+def side_used_lines(b: Breakdown) -> list[str]:
+    """What of each device's `used` the side models take (a draft model, the MTP context, the
+    projector): no other column shows it. `Side       in used: CUDA0 6 MiB (projector)`."""
+    parts = []
+    for d in b.devices:
+        kinds = [_SIDE_NAMES.get(u.kind, u.kind) for u in b.side_models if u.on(d.name)]
+        if kinds:
+            total = sum(u.on(d.name) for u in b.side_models)
+            parts.append(f"{d.name} {_mib(total)} MiB ({', '.join(kinds)})")
+    return [f"Side       in used: {', '.join(parts)}"] if parts else []
 
 
 def verdict(b: Breakdown) -> str:

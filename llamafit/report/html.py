@@ -10,6 +10,7 @@ carries its number in a data- attribute, so a test can read the page back.
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Sequence
 from html import escape
@@ -74,6 +75,7 @@ def _memory_table(devices: Sequence[dict[str, Any]]) -> str:
         "output_bytes",
         "reserve_bytes",
         "overhead_bytes",
+        "side_bytes",  # a draft model, the MTP context, the projector: in used, no other column
         "used_bytes",
         "free_after_bytes",
     )
@@ -97,10 +99,22 @@ def _scale(lo: float, hi: float, out_lo: float, out_hi: float) -> Any:
 
 
 def _ticks(hi: float, n: int = 5) -> list[float]:
-    """n + 1 ticks from 0 to `hi`; whole numbers when the axis counts things (hi a whole number
-    above n)."""
-    ticks = [hi * i / n for i in range(n + 1)]
-    return sorted({float(round(t)) for t in ticks}) if hi > n and float(hi).is_integer() else ticks
+    """Ticks from 0 up to `hi` at a round step, 1, 2 or 5 times a power of ten, the smallest that
+    makes at most n steps: 0, 10,000, 20,000, 30,000 on a 32,768-token axis (never 6,554 and
+    13,107), 0, 20, 40, 60 for 65 layers."""
+    if hi <= 0:
+        return [0.0]
+    raw = hi / n
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-12))
+    return [round(i * step, 12) for i in range(int(hi / step + 1e-9) + 1)]
+
+
+def _tick_label(t: float, ticks: Sequence[float]) -> str:
+    """A tick's number with the decimals its step needs (0.05 steps: 0.05, 0.10…)."""
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    return f"{t:,.{decimals}f}"
 
 
 def _chart(
@@ -131,16 +145,17 @@ def _chart(
     ]
     out.append(f'<line x1="{_PAD}" y1="{_H - 40}" x2="{right}" y2="{_H - 40}" stroke="#333"/>')
     out.append(f'<line x1="{_PAD}" y1="10" x2="{_PAD}" y2="{_H - 40}" stroke="#333"/>')
-    for t in _ticks(max(xs) or 1):
+    x_ticks, y_ticks = _ticks(max(xs) or 1), _ticks(float(max(ys) or 1))
+    for t in x_ticks:
         out.append(
-            f'<text x="{sx(t):.1f}" y="{_H - 22}" font-size="11" '
-            f'text-anchor="middle">{_num(t)}</text>'
+            f'<text x="{sx(t):.1f}" y="{_H - 22}" font-size="11" text-anchor="middle" '
+            f'data-tick="x">{_tick_label(t, x_ticks)}</text>'
         )
-    for t in _ticks(float(max(ys) or 1)):
+    for t in y_ticks:
         out.append(
             f'<text x="{_PAD - 6}" y="{sy(t) + 4:.1f}" font-size="11" '
-            f'text-anchor="end">{_num(t)}</text><line x1="{_PAD}" y1="{sy(t):.1f}" x2="{right}" '
-            f'y2="{sy(t):.1f}" stroke="#ddd"/>'
+            f'text-anchor="end" data-tick="y">{_tick_label(t, y_ticks)}</text><line x1="{_PAD}" '
+            f'y1="{sy(t):.1f}" x2="{right}" y2="{sy(t):.1f}" stroke="#ddd"/>'
         )
     out.append(
         f'<text x="{(_PAD + right) / 2}" y="{_H - 4}" font-size="12" text-anchor="middle">'

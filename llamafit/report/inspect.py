@@ -65,6 +65,11 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
+def _params(n: int) -> str:
+    """A parameter count as model cards say it: 32.8 B, 268.1 M."""
+    return f"{n / 1e9:,.1f} B parameters" if n >= 1e9 else f"{n / 1e6:,.1f} M parameters"
+
+
 def _uniform(values: tuple[int, ...]) -> str:
     return str(values[0]) if len(set(values)) == 1 else "per layer " + ",".join(map(str, values))
 
@@ -105,8 +110,7 @@ def to_text(facts: ModelFacts) -> str:
     lines = [
         f"Model          {printable(f.path)}",
         f"Name           {printable(f.name) or '-'}",
-        f"Architecture   {printable(f.architecture)}, {f.file_type}, {f.n_params / 1e6:,.1f} "
-        "M parameters",
+        f"Architecture   {printable(f.architecture)}, {f.file_type}, {_params(f.n_params)}",
         f"Size           {_mib(f.file_size)} in {f.n_shards} file(s), {f.n_tensors} tensors",
         f"Layers         {f.n_layer_all}"
         + (f" ({f.n_layer} + {f.n_layer_nextn} NextN)" if f.n_layer_nextn else ""),
@@ -123,16 +127,19 @@ def to_text(facts: ModelFacts) -> str:
         + (f", other {_mib(w.other_bytes)}" if w.other_bytes else "")
     )
     lines.append("KV cache per 1,000 tokens (one sequence, flash attention on):")
-    lines.append(f"  {'type':<6} {'full attention':>16} {'SWA':>14} {'SWA at most':>14}")
-    for t in KV_TYPES:
-        c = kv_cost(f, t)
+    costs = {t: kv_cost(f, t) for t in KV_TYPES}
+    # the SWA columns only for a model with a sliding-window cache
+    swa = any(c is not None and c["swa_max_bytes"] for c in costs.values())
+    head = f"  {'type':<6} {'full attention':>16}"
+    lines.append(head + (f" {'SWA':>14} {'SWA at most':>14}" if swa else ""))
+    for t, c in costs.items():
         if c is None:
             lines.append(f"  {t:<6} {'(block size does not divide the head size)':>46}")
             continue
-        lines.append(
-            f"  {t:<6} {_mib(c['full_bytes']):>16} {_mib(c['swa_bytes']):>14} "
-            f"{_mib(c['swa_max_bytes']):>14}"
-        )
+        row = f"  {t:<6} {_mib(c['full_bytes']):>16}"
+        if swa:
+            row += f" {_mib(c['swa_bytes']):>14} {_mib(c['swa_max_bytes']):>14}"
+        lines.append(row)
     lines += [
         f"Warning        {printable(msg)}"
         for msg in (*f.warnings, *([f.incomplete] if f.incomplete else []))

@@ -133,8 +133,12 @@ def _short(path: str, home: str) -> str:
 
 
 def header_lines(machine: str, n: int | None = None) -> list[str]:
-    what = f"{n} models on {machine}" if n is not None else f"models on {machine}"
+    what = f"{_count(n, 'model')} on {machine}" if n is not None else f"models on {machine}"
     return [what, "", _line([t for t, _ in _COLS])]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def row_lines(row: Row) -> list[str]:
@@ -184,7 +188,7 @@ def footer_lines(listing: Listing, home: str = "", *, gpus: bool = True) -> list
     )
     lines += ["", *(_LEGEND_GPU if gpus else _LEGEND_CPU), *_LEGEND_SPEED]
     if listing.notes:
-        lines += ["", f"{len(listing.notes)} notes:"]
+        lines += ["", f"{_count(len(listing.notes), 'note')}:"]
         lines += [_note_line(n.code, _short(n.path, home), n.detail) for n in listing.notes]
     return lines
 

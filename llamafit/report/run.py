@@ -5,7 +5,16 @@ from __future__ import annotations
 import signal
 
 from ..fit.retreat import Retreat
-from ..server.supervise import Event, Exited, LoadTimedOut, Phase, Started, Stopped, VerifyProgress
+from ..server.supervise import (
+    Event,
+    Exited,
+    LoadTimedOut,
+    Phase,
+    Started,
+    Stopped,
+    Stopping,
+    VerifyProgress,
+)
 from ..units import MIB
 
 # Why a server dies of a signal, for people (signal(7)); the ones llama.cpp's users meet
@@ -88,7 +97,9 @@ def timeout_lines(e: LoadTimedOut) -> list[str]:
 
 
 def progress_line(e: VerifyProgress) -> str:
-    pct = 100 * e.done // e.planned if e.planned else 0
+    share = 100 * e.done / e.planned if e.planned else 0.0
+    # a slow start shows tenths (a long verification used to say 0% for minutes)
+    pct = f"{share:.1f}" if 0 < share < 10 else f"{int(share)}"
     left = f", about {_duration(e.left_s)} left" if e.left_s is not None else ""
     return (
         f"Verifying  {e.done:,} of {e.planned:,} tokens ({pct}%) in {_duration(e.elapsed_s)}{left}"
@@ -107,6 +118,11 @@ def event_lines(e: Event, server: str = "llama-server") -> list[str]:
         return [progress_line(e)]
     if isinstance(e, Exited):
         return exit_lines(e, server)
+    if isinstance(e, Stopping):
+        # llama-server exits at once on a second signal (server.cpp signal_handler)
+        again = "; Ctrl-C again stops it now" if server == "llama-server" else ""
+        limit = e.grace_s + e.kill_s
+        return [f"Stopping   {server}… (up to {limit:.0f} s, then it is killed{again})"]
     if isinstance(e, Stopped):
         return ["Stopped."]
     raise TypeError(e)
@@ -146,10 +162,22 @@ def devices_mismatch_line(why: str) -> str:
     return f"Mismatch   {why}; not recorded for calibration"
 
 
-def verify_start_line(n_ctx_slot: int) -> str:
+def verify_start_line(n_ctx_slot: int, expected_s: float | None = None) -> str:
+    about = (
+        f": about {_duration(expected_s)} at the plan's estimated speed"
+        if expected_s is not None
+        else ""
+    )
     return (
         f"Verify     a {n_ctx_slot:,}-token prompt (the planned context per slot) and a short "
-        "generation"
+        f"generation{about}"
+    )
+
+
+def long_verify_line(expected_s: float) -> str:
+    return (
+        f"Warning    the verification may take {_duration(expected_s)}; Ctrl-C stops it (and the "
+        "server); run without --verify to skip it"
     )
 
 

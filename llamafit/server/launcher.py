@@ -203,19 +203,28 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def forwarding_signals(child: Child) -> Iterator[StopRequest]:
+def forwarding_signals(
+    child: Child, on_stop: Callable[[int], None] | None = None
+) -> Iterator[StopRequest]:
     """While inside, SIGINT and SIGTERM to llamafit are passed to the child and recorded in the
     StopRequest yielded; leaving stops the child (llama-server loading a model only notes a first
-    signal, so the waits must end on the request, not on the child's exit)."""
+    signal, so the waits must end on the request, not on the child's exit). `on_stop` hears the
+    first signal the moment it arrives (a busy server may take seconds to exit)."""
     stop = StopRequest()
 
     escalating: list[threading.Thread] = []
 
     def forward(signum: int, _frame: Any) -> None:
+        first = stop.signum is None
         stop.signum = signum
         child.stop_requested = True
         with contextlib.suppress(ProcessLookupError):
             child.proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+        if first and on_stop is not None:
+            # the handler runs between two bytecodes of the main thread, which may be writing
+            # to the same stream: a reentrant write is refused, and then the line is skipped
+            with contextlib.suppress(RuntimeError):
+                on_stop(signum)
         if not escalating:  # a server that ignores it is killed after the grace period
             escalating.append(
                 threading.Thread(target=_escalate, args=(child.proc,), name="stop", daemon=True)

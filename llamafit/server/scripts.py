@@ -393,16 +393,16 @@ def _ini_options(spec: LaunchSpec) -> dict[str, str]:
     return options
 
 
+def check_section_name(name: str) -> None:
+    """A models.ini section name the router reads back as written (InputError otherwise)."""
+    if not name.strip() or name != name.strip() or "]" in name or name == "*":
+        raise InputError(f"{name!r} cannot be a models.ini section name")
+
+
 def render_models_ini(spec: LaunchSpec) -> str:
     """A `[name]` section for `llama-server --models-preset FILE` (the router owns host and
     port)."""
-    if (
-        not spec.name.strip()
-        or spec.name != spec.name.strip()
-        or "]" in spec.name
-        or spec.name == "*"
-    ):
-        raise InputError(f"{spec.name!r} cannot be a models.ini section name")
+    check_section_name(spec.name)
     env = " ".join(f"{name}={value}" for name, value in spec.env)
     head = _summary(spec, ";") + (
         f"; Set on the router (its instances inherit it): {env}\n" if env else ""
@@ -424,9 +424,14 @@ def _in_container(path: str, model_dir: str) -> str:
     return posixpath.join("/models", rel)
 
 
+def check_docker_host(host: str) -> None:
+    """A --host docker can publish on (InputError otherwise)."""
+    if "," in host or host.endswith(".sock"):
+        raise InputError(f"--host {host}: docker publishes one TCP address")
+
+
 def _publish(spec: LaunchSpec) -> str:
-    if "," in spec.host or spec.host.endswith(".sock"):
-        raise InputError(f"--host {spec.host}: docker publishes one TCP address")
+    check_docker_host(spec.host)
     host = "127.0.0.1" if spec.host == "localhost" else spec.host  # docker -p takes an IP address
     host = f"[{host}]" if ":" in host and not host.startswith("[") else host
     return f"{host}:{spec.port}:{spec.port}"
@@ -530,11 +535,15 @@ def swap_groups(sets: Sequence[Sequence[str]]) -> list[tuple[str, bool, list[str
 
 
 def render_llama_swap_many(
-    entries: Sequence[Entry], sets: Sequence[Sequence[str]], *, host: str = "127.0.0.1"
+    entries: Sequence[Entry],
+    sets: Sequence[Sequence[str]],
+    *,
+    host: str = "127.0.0.1",
+    env: tuple[tuple[str, str], ...] = (),
 ) -> str:
     """One llama-swap config.yaml (its documented schema: macros,
-    models.<id>.cmd/proxy/ttl/metadata, groups.<id>.swap/exclusive/members); llama-swap assigns
-    ${PORT}."""
+    models.<id>.cmd/proxy/ttl/env/metadata, groups.<id>.swap/exclusive/members); llama-swap assigns
+    ${PORT}; `env` (the device selection) goes to every model."""
     programs = sorted({e.argv[0] for e in entries})
     macros = {
         p: f"server{i + 1}" if len(programs) > 1 else "llama-server" for i, p in enumerate(programs)
@@ -547,8 +556,11 @@ def render_llama_swap_many(
     lines += [f"  {_yaml_str(m)}: {_yaml_str(p)}" for p, m in macros.items()]
     lines.append("models:")
     for e in entries:
-        spec = LaunchSpec(argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, host=host)
-        for text in e.argv:
+        spec = LaunchSpec(
+            argv=e.argv, model_path="", name=e.name, n_ctx=e.n_ctx, host=host, env=env
+        )
+        _check_expressible("llama-swap", spec)
+        for text in (*e.argv, *(v for pair in env for v in pair)):
             if "${" in text:
                 raise InputError(f"{text!r}: llama-swap would read its '${{' as a macro")
         groups = _launch_groups(spec, host, _Raw("${PORT}"))
@@ -558,6 +570,8 @@ def render_llama_swap_many(
             f"    cmd: {_yaml_str(cmd)}",
             f"    proxy: {_yaml_str(f'http://{host}:${{PORT}}')}",
             "    ttl: 0",
+            *(["    env:"] if env else []),
+            *(f"      - {_yaml_str(f'{name}={value}')}" for name, value in env),
             "    metadata:",
             f"      n_ctx: {e.n_ctx}",
             "      predicted_mib:" + ("" if e.gpu_mib else " {}"),
@@ -575,15 +589,24 @@ def render_llama_swap_many(
     return "\n".join(lines) + "\n"
 
 
-def render_models_ini_many(entries: Sequence[Entry], sets: Sequence[Sequence[str]]) -> str:
+def render_models_ini_many(
+    entries: Sequence[Entry],
+    sets: Sequence[Sequence[str]],
+    *,
+    env: tuple[tuple[str, str], ...] = (),
+) -> str:
     """A router preset file (`llama-server --models-preset FILE`): one fitted section per model;
-    which models fit at once in the comments (run the router with --models-max as said there)."""
+    which models fit at once in the comments (run the router with --models-max as said there), and
+    the device selection (`env`) the router must be started with."""
     together = [s for s in sets if len(s) > 1]
+    router = LaunchSpec(argv=("llama-server",), model_path="", name="router", n_ctx=1, env=env)
+    _check_expressible("models-ini", router)
+    start = " ".join([*(f"{name}={shlex.quote(value)}" for name, value in env), "llama-server"])
     head = [
         "; llama-server router presets written by llamafit: each section fitted",
         "; fit in memory at once: "
         + ("; ".join(", ".join(s) for s in together) or "none (one model at a time)"),
-        f"; start with: llama-server --models-preset FILE --models-max {max_at_once(sets)}",
+        f"; start with: {start} --models-preset FILE --models-max {max_at_once(sets)}",
         "",
     ]
     body = []

@@ -73,11 +73,22 @@ class Exited:
 
 
 @dataclass(frozen=True, slots=True)
+class Stopping:
+    """A SIGINT/SIGTERM to llamafit, passed on to the server: said the moment it arrives. The
+    server gets `grace_s` to exit before it is terminated, and is killed `kill_s` after that
+    (server/launcher.py _escalate)."""
+
+    signum: int
+    grace_s: float
+    kill_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Stopped:
     signum: int
 
 
-Event = Started | Phase | LoadTimedOut | VerifyProgress | Exited | Stopped
+Event = Started | Phase | LoadTimedOut | VerifyProgress | Exited | Stopping | Stopped
 
 
 def exited(
@@ -144,11 +155,35 @@ def slot_progress(slots: object) -> int | None:
     return best
 
 
-def verify_progress(done: int, planned: int, elapsed_s: float) -> VerifyProgress:
-    """The progress event, with the time left at the rate so far (prompt batches slow down as the
-    context fills, so this is a lower bound)."""
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """What the speed model expects of a verification: the whole request's seconds (None: no
+    estimate), and how a token's time grows with the context already filled: the time of a token
+    after n tokens is t0 * (1 + growth * n) (attention reads every filled cell: fit/speed.py
+    _prompt_tps), 0 for a constant rate."""
+
+    expected_s: float | None = None
+    growth: float = 0.0
+
+
+def verify_progress(
+    done: int, planned: int, elapsed_s: float, pace: Pace | None = None
+) -> VerifyProgress:
+    """The progress event, with the time left: the time so far scaled by the work left, where a
+    token's work grows with the fill as `pace` says (the rate so far alone would promise too little
+    time, later batches being slower); before the first batch is done, the estimate less the time
+    so far (None without one, or once it is spent)."""
     done = min(max(done, 0), planned)
-    left = elapsed_s * (planned - done) / done if done > 0 else None
+    growth = pace.growth if pace is not None else 0.0
+
+    def work(n: int) -> float:  # the integral of 1 + growth * x from 0 to n
+        return n + growth * n * n / 2
+
+    left: float | None = None
+    if done > 0:
+        left = elapsed_s * (work(planned) - work(done)) / work(done)
+    elif pace is not None and pace.expected_s is not None and pace.expected_s > elapsed_s:
+        left = pace.expected_s - elapsed_s
     return VerifyProgress(done, planned, elapsed_s, left)
 
 
@@ -167,6 +202,7 @@ class SlotsWatch:
         emit: Callable[[VerifyProgress], None],
         every_s: float = VERIFY_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
+        pace: Pace | None = None,
     ) -> None:
         self._url, self._headers, self._planned, self._emit = (
             url.rstrip("/") + "/slots",
@@ -174,7 +210,7 @@ class SlotsWatch:
             planned,
             emit,
         )
-        self._every, self._clock = every_s, clock
+        self._every, self._clock, self._pace = every_s, clock, pace
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="verify-progress", daemon=True)
 
@@ -191,7 +227,8 @@ class SlotsWatch:
         while not self._done.wait(self._every):
             done = self._poll()
             if done is not None and not self._done.is_set():
-                self._emit(verify_progress(done, self._planned, self._clock() - self._start))
+                elapsed = self._clock() - self._start
+                self._emit(verify_progress(done, self._planned, elapsed, self._pace))
 
     def _poll(self) -> int | None:
         try:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .supervise import SlotsWatch, VerifyProgress
+from .supervise import Pace, SlotsWatch, VerifyProgress
 
 N_PREDICT = 16
 _WORDS = (
@@ -227,9 +227,11 @@ def verify(
     n_predict: int = N_PREDICT,
     timeout_s: float | None = None,
     progress: Callable[[VerifyProgress], None] | None = None,
+    pace: Pace | None = None,
 ) -> VerifyResult:
     """Fill one slot's context and generate; never raises for a server that fails (the result says).
-    `progress` gets the server's progress (GET /slots) every 10 s while the request runs."""
+    `progress` gets the server's progress (GET /slots) every 10 s while the request runs, its time
+    left shaped by `pace` (the speed model's expectation)."""
     headers = dict(headers or {})
     n_ctx = n_ctx_slot or server_slots(url, headers)[0]
     n_prompt = max(n_ctx - n_predict, 1)
@@ -245,7 +247,7 @@ def verify(
     failure = None
     data: dict[str, Any] = {}
     watch = (
-        SlotsWatch(url, headers, n_prompt + n_predict, progress)
+        SlotsWatch(url, headers, n_prompt + n_predict, progress, pace=pace)
         if progress
         else contextlib.nullcontext()
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -179,3 +180,21 @@ Warning    --lora: a LoRA adapter is loaded too; its memory is not in this
            prediction
 """
     )
+
+
+@pytest.mark.parametrize("command", ["plan", "check"])
+def test_side_model_bytes_have_their_own_line(tmp_path: Path, command: str, fixed_host) -> None:
+    """A side model's bytes were only in `used`: the line under the table says how much of each
+    device's `used` they are."""
+    from tests.support.store_layouts import MODEL, small_projector
+
+    mmproj = small_projector(tmp_path / "mmproj.gguf")
+    args = [command, str(MODEL), "--gpu", "8GiB", "--", "--mmproj", str(mmproj)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(CliRunner().invoke(cli, [*args[:4], "--json", *args[4:]]).stdout)
+    side = {d["name"]: d["side_bytes"] for d in data["devices"]}
+    assert side == {"CUDA0": 5_476_352, "CPU": 602_112}
+    lines = result.stdout.splitlines()
+    table = next(i for i, line in enumerate(lines) if line.startswith("(MiB)"))
+    assert lines[table + 3] == "Side       in used: CUDA0 5 MiB (projector), CPU 1 MiB (projector)"

@@ -172,3 +172,18 @@ def test_a_fifo_is_not_a_model(tmp_path: Path) -> None:
         2,
         f"Error: {fifo}: cannot open: not a regular file\n",
     )
+
+
+def test_a_model_without_swa_shows_no_swa_columns_and_billions_of_parameters() -> None:
+    """32.8 B parameters (it said 32,763.9 M), and no SWA columns of zeros."""
+    from tests.support import QWEN
+
+    lines = run("inspect", str(QWEN)).stdout.splitlines()
+    assert lines[2] == "Architecture   qwen2, Q4_K_M, 32.8 B parameters"
+    table = lines[lines.index("KV cache per 1,000 tokens (one sequence, flash attention on):") :]
+    assert table[1:5] == [
+        "  type     full attention",
+        "  f16          250.00 MiB",
+        "  q8_0         132.81 MiB",
+        "  q4_0          70.31 MiB",
+    ]

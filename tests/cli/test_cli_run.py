@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,83 @@ def test_run_asks_the_server_for_its_devices_once(
     assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
     calls = (tmp_path / "bin" / "calls.log").read_text().splitlines()
     assert calls.count("--list-devices") == 1
+
+
+@pytest.mark.parametrize(("gpu", "ctx"), [("cpu", 32768), ("24GiB", 32768), ("cpu", 8192)])
+def test_verify_duration_is_the_plans_prompt_batches_and_generation(
+    fixed_host, gpu: str, ctx: int
+) -> None:
+    """--verify's up-front duration: each 512-token batch of the prompt at the plan's prompt rate
+    at its fill, then the generation at a full context (the closed form against the sum)."""
+    from llamafit.commands.plan import render_plan
+    from llamafit.commands.prepare import ModelRef, Request, prepare
+    from llamafit.commands.run_verify import verify_pace
+    from llamafit.fit.solver import Policy
+    from llamafit.fit.speed import PP_TOKENS, estimate_at
+    from llamafit.machine.pick import MachineSpec
+    from tests.support import QWEN
+
+    p = prepare(
+        Request(
+            ModelRef(str(QWEN), server_args=("-c", str(ctx))),
+            MachineSpec(gpu_spec=gpu),
+            env=dict(os.environ, LLAMAFIT_CALIBRATION="/nonexistent"),
+        )
+    )
+    choice = render_plan(p, Policy())[1].choice
+    assert choice is not None and p.speed is not None
+    n_prompt, n_predict = ctx - 16, 16
+
+    def at(fill: int) -> tuple[float, float | None, int]:
+        got = estimate_at(
+            p.target.model, choice.rc, p.target.gpus, p.speed, fill, choice.breakdown.layer_devices
+        )
+        assert got is not None and got[1] is not None
+        return got
+
+    batches = sum(
+        min(PP_TOKENS, n_prompt - start) / at(min(start, n_prompt - PP_TOKENS))[1]  # type: ignore[operator]
+        for start in range(0, n_prompt, PP_TOKENS)
+    )
+    pace = verify_pace(p, choice, n_prompt, n_predict)
+    assert pace is not None and pace.expected_s is not None
+    expected = batches + n_predict / at(n_prompt - PP_TOKENS)[0]
+    assert pace.expected_s == pytest.approx(expected, rel=1e-3)
+    assert pace.growth > 0  # later batches are slower
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            [str(DENSE), "--api-key-file", "/dev/zero"],
+            "Error: --api-key-file /dev/zero: is not a regular file\n",
+        ),
+        (["--demo", "--api-key-file", "/dev/zero"], None),
+        (["--router", str(DENSE.parent), "--api-key-file", "/dev/zero"], None),
+        (
+            [str(DENSE), "--json"],
+            "Error: --json needs --dry-run (a running server prints its progress as text)\n",
+        ),
+        (
+            [str(DENSE), "--host", "no-such-host.invalid"],
+            None,
+        ),
+    ],
+)
+def test_a_bad_option_is_refused_before_any_work(
+    tmp_path: Path, args: list[str], error: str | None
+) -> None:
+    """On a new machine (no cache: the host probe would run, the demo be assembled), a bad option
+    is the only thing said: no measuring notice, no demo preparation, no plan."""
+    env = {
+        "LLAMAFIT_CACHE_DIR": str(tmp_path / "new"),
+        "LLAMAFIT_HOST_BANDWIDTH": None,
+        "LLAMAFIT_HOST_FLOPS": None,
+    }
+    result = CliRunner(env=env).invoke(cli, ["run", *args, "--gpu", "cpu"])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1, result.stderr
+    if error is not None:
+        assert result.stderr == error
+    assert not (tmp_path / "new").exists()  # nothing measured, assembled or cached

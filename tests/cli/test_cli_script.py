@@ -117,3 +117,62 @@ def test_guard_ladder_holds_the_need_of_each_gpu() -> None:
         "  elif [ -z \"$(llamafit_short '10842 10857')\" ]; then LLAMAFIT_CTX=8192",
         "  elif [ -z \"$(llamafit_short '10620 10647')\" ]; then LLAMAFIT_CTX=4096",
     ]
+
+
+DEVICE_ENV = {
+    "GGML_VK_VISIBLE_DEVICES": "1",
+    "ROCR_VISIBLE_DEVICES": "0",
+    "HIP_VISIBLE_DEVICES": "0",
+    "ONEAPI_DEVICE_SELECTOR": "level_zero:0",
+    "CUDA_VISIBLE_DEVICES": "GPU-1",
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "models", "written"),
+    [
+        ("sh", [QWEN], ["export {k}={v}"]),
+        ("systemd", [QWEN], ['Environment="{k}={v}"']),
+        ("llama-swap", [QWEN], ['      - "{k}={v}"']),
+        ("llama-swap", [QWEN, FIXTURES / "dense-llama.gguf"], ['      - "{k}={v}"']),
+        ("models-ini", [QWEN], ["{k}={v}"]),
+        ("models-ini", [QWEN, FIXTURES / "dense-llama.gguf"], ["{k}={v}"]),
+        ("docker", [QWEN], ["-e {k}={v}"]),
+    ],
+)
+def test_every_format_carries_every_device_selection_variable(
+    kind: str, models: list[Path], written: list[str]
+) -> None:
+    """The plan is made on the devices these variables leave: a config without one starts a server
+    that sees other devices (a Vulkan plan's GGML_VK_VISIBLE_DEVICES was dropped)."""
+    result = CliRunner(env={**DEVICE_ENV, "LLAMA_SERVER": "", "PATH": ""}).invoke(
+        cli, ["script", *map(str, models), "--gpu", "24GiB", "--format", kind]
+    )
+    assert result.exit_code == 0, result.output
+    for name, value in DEVICE_ENV.items():
+        for form in written:
+            assert form.format(k=name, v=value) in result.stdout, (name, result.stdout)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            ["--format", "docker", "--host", "/run/llama.sock"],
+            "Error: --host /run/llama.sock: docker publishes one TCP address\n",
+        ),
+        (
+            ["--format", "models-ini", "--name", "a]b"],
+            "Error: 'a]b' cannot be a models.ini section name\n",
+        ),
+    ],
+)
+def test_a_bad_option_is_refused_before_the_demo_is_assembled(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    cache = tmp_path / "new-cache"
+    result = CliRunner(env={"LLAMAFIT_CACHE_DIR": str(cache)}).invoke(
+        cli, ["script", "--demo", "--gpu", "cpu", *args]
+    )
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", error)
+    assert not cache.exists()

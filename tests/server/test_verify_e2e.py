@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, needs_demo, needs_llama_server
+from tests.support import VK_RPC_BIN_ABSENT, needs_demo, needs_llama_server, vulkan_rpc_bin_dir
 from tests.support.llamafit_run import Run, gone, unwrapped
 from tests.support.server_probe import stop_server
 
 pytestmark = pytest.mark.slow
-VULKAN_SERVER = ROOT / "build" / "llama-vulkan-rpc" / "bin" / "llama-server"
 
 
 def _serve(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -145,8 +144,17 @@ def test_verify_shows_progress_and_ctrl_c_stops_it_without_a_retry(
     assert run.proc.stderr is not None
     lines = unwrapped(run.lines + run.proc.stderr.read().splitlines())
     assert re.fullmatch(
-        r"Verifying  [\d,]+ of 32,768 tokens \(\d+%\) in \d+ s(, about [\w ]+ left)?", progress
+        r"Verifying  [\d,]+ of 32,768 tokens \(\d+(\.\d)?%\) in \d+ s(, about [\w ]+ left)?",
+        progress,
     )
+    # the duration up front, from the plan's speed estimate
+    start = next(x for x in lines if x.startswith("Verify "))
+    assert re.fullmatch(
+        r"Verify     a 32,768-token prompt .*: about [\w ]+ at the plan's .*", start
+    )
+    assert [x for x in lines if x.startswith("Stopping")] == [
+        "Stopping   llama-server… (up to 15 s, then it is killed; Ctrl-C again stops it now)"
+    ]
     assert (code, lines[-1]) == (0, "Stopped."), lines
     assert sum(x.startswith("Started") for x in lines) == 1
     assert not [x for x in lines if x.startswith(("Retry", "Failed", "Verified"))], lines
@@ -195,10 +203,10 @@ def test_check_verify_against_a_running_llama_server(env: dict[str, str], demo_p
 
 
 def test_check_verify_on_the_vulkan_device(env: dict[str, str], demo_path: Path) -> None:
-    if not VULKAN_SERVER.exists():
-        pytest.skip(
-            "build/llama-vulkan-rpc is absent (CI unpacks it from ../shared/llama-vulkan-rpc)"
-        )
+    folder = vulkan_rpc_bin_dir()
+    if folder is None:
+        pytest.skip(VK_RPC_BIN_ABSENT)
+    vulkan_server = folder / "llama-server"
     if os.environ.get("LLAMAFIT_VULKAN_VERIFY") != "1":
         pytest.skip(
             "Mesa lavapipe took over 5 minutes for a 240-token prompt on the 2-core development "
@@ -207,7 +215,7 @@ def test_check_verify_on_the_vulkan_device(env: dict[str, str], demo_path: Path)
         )
     env = dict(env, GGML_VK_VISIBLE_DEVICES="0")
     probe = subprocess.run(
-        [str(VULKAN_SERVER), "--list-devices"],
+        [str(vulkan_server), "--list-devices"],
         capture_output=True,
         text=True,
         env=env,
@@ -218,7 +226,7 @@ def test_check_verify_on_the_vulkan_device(env: dict[str, str], demo_path: Path)
         pytest.skip("no Vulkan device (Mesa lavapipe not installed?)")
     port = _free_port()
     proc = _serve(
-        [str(VULKAN_SERVER), "-m", str(demo_path), "-c", "512", "-np", "1", "-ngl", "99"], port, env
+        [str(vulkan_server), "-m", str(demo_path), "-c", "512", "-np", "1", "-ngl", "99"], port, env
     )
     try:
         argv = [

