@@ -133,9 +133,9 @@ def main() -> int:
             cwd=tmp,
             check=True,
         )
-        for f in a.out.iterdir():  # temp paths out, so two runs compare
+        for f in a.out.iterdir():  # temp paths and the tree's own out, so two trees compare
             text = f.read_text()
-            f.write_text(text.replace(str(tmp), "<tmp>"))
+            f.write_text(text.replace(str(tmp), "<tmp>").replace(str(ROOT), "<root>"))
     print(f"{len(todo)} outputs in {a.out}")
     return 0
 
