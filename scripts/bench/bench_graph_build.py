@@ -26,13 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from llamafit.facts.hparams import build_facts  # noqa: E402
-from llamafit.memory.graph.build import (  # noqa: E402
-    GraphConfig,
-    build_direct,
-    build_graph,
-    clear_cache,
-    graph_hparams,
-)
+from llamafit.memory.graph.models import graph_hparams  # noqa: E402
+from llamafit.memory.graph.params import GraphConfig  # noqa: E402
+from llamafit.memory.graph.template import build_direct, build_graph, clear_cache  # noqa: E402
 from llamafit.reader.model import read_model  # noqa: E402
 
 SHAPES = (

@@ -1,4 +1,4 @@
-"""Compute buffers from the graph itself: the graph llama.cpp reserves (build.py), placed on the
+"""Compute buffers from the graph itself: the graph llama.cpp reserves (template.py), placed on the
 backends by the scheduler's split (sched.py; all on the CPU for a CPU-only server), allocated by a
 replay of ggml-alloc (alloc.py). Where the replay covers a model and a config, its figure is the
 compute buffer llama.cpp allocates, to the byte; elsewhere it returns None and the hand-derived
@@ -13,7 +13,7 @@ and its fusion reorders (graph_optimize) are not ported, its buffer type pads qu
 the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
-one-token graph and the prompt-sized one again (build.reserves), each through
+one-token graph and the prompt-sized one again (reserve.reserves), each through
 ggml_backend_sched_reserve into one ggml_gallocr per scheduler, whose buffer grows to the largest;
 ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.reserve_n).
 """
@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
-from ..resolve import ResolvedConfig, since
 from .alloc import (
     CPU,
     AllocError,
@@ -42,41 +42,26 @@ from .backends import (
     rpc_backend,
     vulkan_backend,
 )
-from .build import (
-    FAMILIES,
-    SOFTCAPPED,
-    GraphBuildError,
-    GraphHParams,
-    build_direct,
-    build_graph,
-    reserve_configs,
-)
+from .cparams import ResolvedConfig
+from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
 from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph
+from .params import GraphBuildError
+from .reserve import reserve_configs
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
-
-
-def graph_hparams_of(facts: ModelFacts) -> GraphHParams:
-    """build.GraphHParams from the facts that carry them."""
-    softcap = facts.final_logit_softcapping if facts.architecture in SOFTCAPPED else 0.0
-    return GraphHParams(softcap, facts.expert_weights_scale)
-
-
-# The first build whose graphs the builder follows (resolve.py's build rules): build.py builds
-# b11434's graphs, and older ones by the rules it follows (GraphConfig.build: mixed_batch,
-# fa_mask_f16, attn_rot); for an older build the hand-derived peaks, which follow each rule's
-# build, stand. REPLAY_SINCE for every family; FAMILY_SINCE for the families whose graph code
-# (src/models/<arch>.cpp and the llm_graph_context / llama_kv_cache helpers they call) was checked
-# the same in llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22) as at b11434
-# but for those rules: back to the dual token/embedding input (inp_embd_both, PR #18898), which
-# the builder needs (before it the graph holds one of the two inputs).
-REPLAY_SINCE = "mixed_batch"
-FAMILY_SINCE = {"llama": "inp_embd_both", "qwen2": "inp_embd_both", "qwen3": "inp_embd_both"}
+from .template import build_direct, build_graph
 
 
 def covers_model(facts: ModelFacts, build: int | None) -> bool:
-    """Whether the replay models this model's graphs at this build (CPU only; most configs)."""
-    arch = facts.architecture
-    return arch in FAMILIES and since(FAMILY_SINCE.get(arch, REPLAY_SINCE), build)
+    """Whether the replay models this model's graphs at this build (CPU only; most configs):
+    the architecture is in models.MODELS, and the build is at least its Model.since."""
+    model = MODELS.get(facts.architecture)
+    return model is not None and since(model.since, build)
+
+
+def _checked_0317(facts: ModelFacts) -> bool:
+    """models.Model.checked_0317 of this model's architecture."""
+    model: Model | None = MODELS.get(facts.architecture)
+    return model is not None and model.checked_0317
 
 
 def covers(facts: ModelFacts, rc: ResolvedConfig) -> bool:
@@ -100,20 +85,16 @@ def ggml_hash_size(min_sz: int) -> int:
     return next((p for p in _HASH_PRIMES if p >= min_sz), min_sz | 1)
 
 
-# llama_context::graph_max_nodes's archs with the bigger budget (the gated DeltaNet ones and
-# others) among FAMILIES
-_DELTA_NET_BUDGET = frozenset({"qwen3next", "qwen35moe"})
-
-
 def graph_max_nodes(facts: ModelFacts, n_tokens: int, n_tensors: int | None = None) -> int:
-    """llama_context::graph_max_nodes (src/llama-context.cpp) for the families build.py builds,
+    """llama_context::graph_max_nodes (src/llama-context.cpp) for the archs of models.MODELS,
     n_tokens = min(n_ctx, n_ubatch) (sched_reserve): qwen3next and qwen35moe get
     max(40 x n_tokens, 32 x llama_model::n_tensors()), the others the default branch,
     max(1024, 8 x n_tensors()). n_tensors is the model's tensors as loaded (MemoryModel.
     loaded_tensors: a TENSOR_DUPLICATED tensor in a second buffer type adds one); None: one per
     GGUF tensor. No backend samplers, no LoRA."""
     n = len(facts.tensors) if n_tensors is None else n_tensors
-    if facts.architecture in _DELTA_NET_BUDGET:
+    model = MODELS.get(facts.architecture)
+    if model is not None and model.nodes_per_token:
         return max(40 * n_tokens, 32 * n)
     return max(1024, 8 * n)
 
@@ -170,7 +151,7 @@ def overflow_of(
 
 def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     """The CPU backend's compute buffer of a CPU-only llama-server, or None where the graph is not
-    modelled (build.GraphBuildError: an architecture or a variant build.py does not build)."""
+    modelled (GraphBuildError: an architecture or a variant models/ does not build)."""
     if not covers(facts, rc):
         return None
     hp = graph_hparams_of(facts)
@@ -192,13 +173,12 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
 
 # the backends whose scheduler rules backends.py ports (see the module's docstring)
 DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
-# Metal: the families whose graphs' ops metal_graph_ok knows Metal takes, and the builds whose
-# Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22,
-# before the Hadamard rotation of rule attn_rot) for the FA alloc extras (alloc.metal_fa_extra,
-# which later builds extend) and supports_op; none from attn_rot on
-METAL_FAMILIES = frozenset(FAMILY_SINCE)
+# Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
+# and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
+# (49bfddeca, 2026-03-22, before the Hadamard rotation of rule attn_rot) for the FA alloc extras
+# (backends.metal.metal_fa_extra, which later builds extend) and supports_op; none from attn_rot on
 METAL_UNTIL = "attn_rot"
-# Vulkan before REPLAY_SINCE: FAMILY_SINCE's families until the reorder changed after 0.3.17
+# Vulkan before REPLAY_SINCE: the checked_0317 archs until the reorder changed after 0.3.17
 # (vk_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op and offload_op
 # take these graphs' ops as b11434's does (vk_supports_op) with caches of VK_OLD_KV and, with
 # flash attention, K and V of one type; not with others: its FLASH_ATTN_EXT refused K and V of
@@ -240,17 +220,17 @@ class DevicePlacement:
 def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
     """Whether the replay models this model's graphs at this build on GPUs of these backends
     (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (b11434's rules); Vulkan alone also
-    for FAMILY_SINCE's families before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize, vk_optimize.
+    for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize, vk_optimize.
     vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
-    gives 70.50); Metal for METAL_FAMILIES before METAL_UNTIL."""
+    gives 70.50); Metal for the checked_0317 archs before METAL_UNTIL."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
         return False
     if ("vulkan" in backends or "rpc" in backends) and not since(REPLAY_SINCE, build):
-        old_vulkan = facts.architecture in FAMILY_SINCE and not since(VK_OLD_UNTIL, build)
+        old_vulkan = _checked_0317(facts) and not since(VK_OLD_UNTIL, build)
         if "rpc" in backends or not old_vulkan:
             return False
     if "metal" in backends:
-        return facts.architecture in METAL_FAMILIES and not since(METAL_UNTIL, build)
+        return _checked_0317(facts) and not since(METAL_UNTIL, build)
     return True
 
 
@@ -287,7 +267,7 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     )
 
 
-# ggml-metal-device.m ggml_metal_device_supports_op (0.3.17): the ops of METAL_FAMILIES' graphs,
+# ggml-metal-device.m ggml_metal_device_supports_op (0.3.17): the ops of the checked_0317 archs' graphs,
 # and for those with conditions the types and head sizes it takes
 METAL_OPS = frozenset(
     {

@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from operator import attrgetter
 
-from llamafit.errors import LlamafitError
-from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, USAGE_WEIGHTS, Graph, Tensor
+from ...errors import LlamafitError
+from ...reader.ggml_types import GGML_MAX_NAME
+from .nodes import FLAG_INPUT, FLAG_OUTPUT, USAGE_WEIGHTS, Graph, Tensor
 
-GGML_MAX_NAME = 64  # ggml/include/ggml.h: names hold 63 characters and a NUL
 GGML_MAX_SRC = 10
 GGML_SCHED_MAX_COPIES = 4  # ggml/src/ggml-backend.cpp: n_copies with pipeline parallelism
 

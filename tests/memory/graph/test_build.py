@@ -1,4 +1,4 @@
-"""The graph builder (llamafit/memory/graph/build.py) against the graphs the real llama-server
+"""The graph builder (llamafit/memory/graph: template.py over models/) against the graphs the real llama-server
 (b11434) reserves: every recorded case of scripts/graph_dump/record_build.py, its prompt-sized (pp)
 and one-token (tg) graph, node by node and leaf by leaf, exactly (names, ops, types, ne, nb,
 sources, views, flags, data and buffers). The slow test records a start live and checks the same."""
@@ -10,18 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from llamafit.memory.graph.build import (
-    GraphBuildError,
-    GraphConfig,
-    GraphHParams,
-    Reserve,
-    build_direct,
-    build_graph,
-    clear_cache,
-    graph_hparams,
-    reserve_configs,
-    reserves,
-)
+from llamafit.memory.graph.models import graph_hparams
+from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
+from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
+from llamafit.memory.graph.template import build_direct, build_graph, clear_cache
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from tests.support.graph_build import (
     GRAPHS,

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from llamafit.memory.graph.build import GraphConfig, build_graph
+from llamafit.memory.graph.params import GraphConfig
+from llamafit.memory.graph.template import build_graph
 from llamafit.memory.graph.nodes import FLAG_INPUT
 from tests.support.graph_build import cases, configs, facts_of
 

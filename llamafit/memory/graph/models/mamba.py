@@ -1,0 +1,23 @@
+"""src/models/mamba.cpp: llama_model_mamba::graph for LLM_ARCH_MAMBA2."""
+
+from __future__ import annotations
+
+from ..build import GraphContext
+from .mamba_base import mamba2_layer
+
+
+def build(ctx: GraphContext) -> None:
+    """src/models/mamba.cpp llama_model_mamba::graph for LLM_ARCH_MAMBA2: RMS norm, the
+    Mamba-2 layer, the residual; no attention, no positions."""
+    f, b = ctx.f, ctx.b
+    inpL = ctx.inp_embd(1.0)
+    rs = ctx.inp_rs(list(range(f.n_layer_all)))
+    out_ids = ctx.inp_out_ids()
+    for il in range(ctx.n_layer):
+        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = mamba2_layer(ctx, rs, cur, il)
+        if il == ctx.n_layer - 1:
+            cur = b.get_rows(cur, out_ids)
+            inpL = b.get_rows(inpL, out_ids)
+        inpL = ctx.cb(b.add(cur, inpL), "l_out", il)
+    ctx.finish(ctx.lm_head(inpL))
