@@ -267,8 +267,8 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     )
 
 
-# ggml-metal-device.m ggml_metal_device_supports_op (0.3.17): the ops of the checked_0317 archs' graphs,
-# and for those with conditions the types and head sizes it takes
+# ggml-metal-device.m ggml_metal_device_supports_op (0.3.17): the ops of the checked_0317 archs'
+# graphs, and for those with conditions the types and head sizes it takes
 METAL_OPS = frozenset(
     {
         "NONE",

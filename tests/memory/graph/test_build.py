@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from llamafit.memory.graph.models import graph_hparams
+from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
 from llamafit.memory.graph.template import build_direct, build_graph, clear_cache
-from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from tests.support.graph_build import (
     GRAPHS,
     Case,

@@ -1,4 +1,6 @@
-"""src/models/gemma4.cpp: llama_model_gemma4::graph, and the per-layer inputs and lm_head gemma3n.cpp builds alike."""
+"""src/models/gemma4.cpp: llama_model_gemma4::graph, and the per-layer inputs and lm_head
+gemma3n.cpp builds alike.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""src/models/mamba-base.cpp: llm_build_mamba_base::build_mamba2_layer, for mamba2, granitehybrid and nemotron_h_moe."""
+"""src/models/mamba-base.cpp: llm_build_mamba_base::build_mamba2_layer, for mamba2, granitehybrid
+and nemotron_h_moe.
+"""
 
 from __future__ import annotations
 

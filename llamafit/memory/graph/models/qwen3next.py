@@ -1,4 +1,6 @@
-"""src/models/qwen3next.cpp: llama_model_qwen3next::graph, with the gated DeltaNet of src/models/delta-net-base.cpp; qwen35moe.cpp builds alike."""
+"""src/models/qwen3next.cpp: llama_model_qwen3next::graph, with the gated DeltaNet of
+src/models/delta-net-base.cpp; qwen35moe.cpp builds alike.
+"""
 
 from __future__ import annotations
 
