@@ -38,7 +38,7 @@ this row needs the graph replay for this build (the F32 mask and its cast, no mi
 Metal's reorder), not another hand peak; the hand model is left as it is.
 
 The replay of this build is now the production one (llamafit/memory/graph: build.py's graph by
-GraphConfig.build, replay.py's Metal backend, metal_optimize.py's reorder by rule
+GraphConfig.build, replay.py's Metal backend, backends/metal.py's reorder by rule
 metal_reorder_64, alloc.py's metal_buffer_type): `replayed(row)` with no variant is
 replay.device_compute_bytes; the variants swap one rule for another.
 """
@@ -52,19 +52,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from llamafit.memory.graph import replay  # noqa: E402
-from llamafit.memory.graph.alloc import (  # noqa: E402
-    CPU,
+from llamafit.memory.graph.alloc import BufferType, Gallocr  # noqa: E402
+from llamafit.memory.graph.backends.cpu import CPU, cpu_backend  # noqa: E402
+from llamafit.memory.graph.backends.metal import (  # noqa: E402
     METAL_ALIGNMENT,
-    BufferType,
-    Gallocr,
-    metal_buffer_type,
-)
-from llamafit.memory.graph.backends import cpu_backend, metal_backend  # noqa: E402
-from llamafit.memory.graph.metal_optimize import (  # noqa: E402
     N_FORWARD_19555,
     N_FORWARD_BEFORE_19555,
     SAFE_19555,
     SAFE_BEFORE_19555,
+    metal_backend,
+    metal_buffer_type,
     metal_reorder,
 )
 from llamafit.memory.graph.models import graph_hparams_of  # noqa: E402

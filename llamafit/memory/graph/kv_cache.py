@@ -1,6 +1,7 @@
 """llama_kv_cache (src/llama-kv-cache.cpp) and llama_memory_recurrent
-(src/llama-memory-recurrent.cpp) as a reserve's graph sees them: the cache tensors per layer, their views (get_k, get_v) and stores
-(cpy_k, cpy_v), and the recurrent state rows with their copy indexes.
+(src/llama-memory-recurrent.cpp) as a reserve's graph sees them: the cache tensors per layer,
+their views (get_k, get_v) and stores (cpy_k, cpy_v), and the recurrent state rows with their
+copy indexes.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ compute buffer llama.cpp allocates, to the byte; elsewhere it returns None and t
 peaks of memory/compute.py stand.
 
 With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
-supports_op, offload_op and graph_optimize are ported (backends.py). Metal is covered on one
+supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
 checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm are not: CUDA's supports_op
 and its fusion reorders (graph_optimize) are not ported, its buffer type pads quantized rows
@@ -26,21 +26,18 @@ from dataclasses import dataclass, replace
 from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
-from .alloc import (
-    CPU,
-    AllocError,
-    BufferType,
-    Gallocr,
-    metal_buffer_type,
+from .alloc import AllocError, BufferType, Gallocr
+from .backends.cpu import CPU, cpu_backend
+from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
+from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
+from .backends.vulkan import (
+    VK_MAP_ALIGNMENT_DEFAULT,
+    VK_STORAGE_ALIGNMENT_BOUND,
+    UnknownDeviceLimit,
+    suballocation_block,
+    vulkan_backend,
     vulkan_buffer_type,
     vulkan_host_buffer_type,
-)
-from .backends import (
-    UnknownDeviceLimit,
-    cpu_backend,
-    metal_backend,
-    rpc_backend,
-    vulkan_backend,
 )
 from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
@@ -171,7 +168,7 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     return size
 
 
-# the backends whose scheduler rules backends.py ports (see the module's docstring)
+# the backends whose scheduler rules backends/ ports (see the module's docstring)
 DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
 # Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
 # and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
@@ -179,7 +176,7 @@ DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
 # (backends.metal.metal_fa_extra, which later builds extend) and supports_op; none from attn_rot on
 METAL_UNTIL = "attn_rot"
 # Vulkan before REPLAY_SINCE: the checked_0317 archs until the reorder changed after 0.3.17
-# (vk_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op and offload_op
+# (backends.vulkan_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op and offload_op
 # take these graphs' ops as b11434's does (vk_supports_op) with caches of VK_OLD_KV and, with
 # flash attention, K and V of one type; not with others: its FLASH_ATTN_EXT refused K and V of
 # two types and took q4_1, q5_0, q5_1 and iq4_nl only with coopmat2 (a device feature the
@@ -189,18 +186,6 @@ METAL_UNTIL = "attn_rot"
 VK_OLD_UNTIL = "vk_reorder_ssm_conv"
 VK_OLD_KV = frozenset({"f16", "f32", "q4_0", "q8_0"})
 CPU_DEVICE = -1  # placement.CPU: the host's index in a LayerMap and in the result
-
-# Vulkan device properties where the DeviceSpec does not give them: the Vulkan specification's
-# bounds (minStorageBufferOffsetAlignment is at most 256; minMemoryMapAlignment at least 64, what
-# every driver we know reports), and ggml-vulkan.cpp ggml_vk_get_device's own default for the
-# suballocation block (1 GiB unless GGML_VK_SUBALLOCATION_BLOCK_SIZE says otherwise, at most
-# maxMemoryAllocationSize).
-VK_STORAGE_ALIGNMENT_BOUND = 256
-VK_MAP_ALIGNMENT_DEFAULT = 64
-VK_SUBALLOCATION_BLOCK = 1 << 30
-# ggml-rpc.cpp ggml_backend_rpc_get_alignment asks the worker; a CPU worker (ggml-rpc-server
-# -d CPU, its default) answers the CPU buffer type's TENSOR_ALIGNMENT
-RPC_ALIGNMENT_DEFAULT = CPU.alignment
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +205,7 @@ class DevicePlacement:
 def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
     """Whether the replay models this model's graphs at this build on GPUs of these backends
     (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (b11434's rules); Vulkan alone also
-    for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize, vk_optimize.
+    for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize, backends.vulkan_optimize.
     vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
     gives 70.50); Metal for the checked_0317 archs before METAL_UNTIL."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
@@ -265,62 +250,6 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         and covers_backends(facts, rc.build, backends)
         and rc.split_mode in ("layer", "none")
     )
-
-
-# ggml-metal-device.m ggml_metal_device_supports_op (0.3.17): the ops of the checked_0317 archs'
-# graphs, and for those with conditions the types and head sizes it takes
-METAL_OPS = frozenset(
-    {
-        "NONE",
-        "VIEW",
-        "RESHAPE",
-        "PERMUTE",
-        "TRANSPOSE",
-        "GET_ROWS",
-        "RMS_NORM",
-        "MUL",
-        "ADD",
-        "MUL_MAT",
-        "ROPE",
-        "SET_ROWS",
-        "CPY",
-        "CONT",
-        "FLASH_ATTN_EXT",
-        "SOFT_MAX",
-        "GLU",
-        "SCALE",
-    }
-)
-METAL_FA_HEADS = frozenset({32, 40, 48, 64, 72, 80, 96, 112, 128, 192, 256, 320, 576})
-METAL_KV_TYPES = frozenset({"f32", "f16"})  # the cache types the Metal replay takes
-
-
-def metal_graph_ok(graph: Graph) -> bool:
-    """Whether ggml_metal_device_supports_op takes every node of this graph (no BF16: a device
-    without bfloat refuses it; FLASH_ATTN_EXT: a listed head size, K and V of one type; CPY / CONT
-    / SET_ROWS between F32 and F16; GLU: SWIGLU), and its alloc size is modelled (METAL_OPS)."""
-    ts = graph.tensors
-    for i in graph.nodes:
-        t = ts[i]
-        srcs = [ts[s] for s in t.src if s is not None and s != i]
-        if t.op not in METAL_OPS or t.type == "bf16" or any(s.type == "bf16" for s in srcs):
-            return False
-        if t.op == "FLASH_ATTN_EXT":
-            q, k, v = srcs[:3]
-            if q.ne[0] not in METAL_FA_HEADS or k.type != v.type or k.type not in METAL_KV_TYPES:
-                return False
-        elif t.op in ("CPY", "CONT", "SET_ROWS"):
-            if t.type not in METAL_KV_TYPES or srcs[0].type not in METAL_KV_TYPES:
-                return False
-        elif t.op == "GLU" and t.desc != "SWIGLU":
-            return False
-    return True
-
-
-def suballocation_block(g: DeviceSpec) -> int:
-    """ggml-vulkan.cpp ggml_vk_get_device: suballocation_block_size."""
-    cap = g.max_allocation_bytes
-    return min(VK_SUBALLOCATION_BLOCK, cap) if cap else VK_SUBALLOCATION_BLOCK
 
 
 def scheduler_backends(
