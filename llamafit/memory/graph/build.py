@@ -26,7 +26,7 @@ GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
 class AttnInput:
     """llm_graph_input_attn_kv for one cache: indexes, mask and rotations."""
 
-    def __init__(self, ctx: GraphContext, cache: KvCache, swa: bool | None = None) -> None:
+    def __init__(self, ctx: GraphInputs, cache: KvCache, swa: bool | None = None) -> None:
         """`swa`: None for llama_kv_cache's input, False / True for the base / SWA cache's of
         llama_kv_cache_iswa (build_attn_inp_kv_iswa)."""
         b, c = ctx.b, ctx.c
@@ -59,7 +59,7 @@ class AttnInput:
         self.k_rot: T | None = None
         self.v_rot: T | None = None
 
-    def rotations(self, ctx: GraphContext) -> None:
+    def rotations(self, ctx: GraphInputs) -> None:
         """build_input_k_rot / build_input_v_rot (made after both caches' masks for iSWA)."""
         n_k, n_v = self.cache.n_rot_k, self.cache.n_rot_v
         if n_k:
@@ -68,8 +68,10 @@ class AttnInput:
             self.v_rot = ctx.b.new("f32", n_v, n_v, name="attn_inp_v_rot", inp=True)
 
 
-class GraphContext:
-    """llm_graph_context for one ubatch."""
+class GraphInputs:
+    """llm_graph_context for one ubatch: the model's tensors (w, lw) as llama_model holds them,
+    the naming callback (cb) and the graph's inputs (build_inp_*, build_attn_inp_*,
+    build_rs_inp)."""
 
     def __init__(self, facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> None:
         self.f = facts
@@ -132,18 +134,6 @@ class GraphContext:
             t.pin_layer = il
         return t
 
-    def norm(self, cur: T, mw: T | None, il: int) -> T:
-        """build_norm, LLM_NORM_RMS."""
-        cur = self.b.rms_norm(cur)
-        if mw is not None:
-            self.cb(cur, "norm", il)
-            cur = self.b.mul(cur, mw)
-        return cur
-
-    def mm(self, w: T, cur: T) -> T:
-        """build_lora_mm (no adapters, no scales)."""
-        return self.b.mul_mat(w, cur)
-
     def inp_embd(self, tok_scale: float, embd_scale: float = 0.0) -> T:
         """build_inp_embd (src/llama-graph.cpp): the token, embedding and mixed paths, the token
         path selected (a reserve's ubatch has tokens), all rows scaled by f_embedding_scale
@@ -191,6 +181,57 @@ class GraphContext:
 
     def inp_out_ids(self) -> T:
         return self.b.new("i32", self.c.n_outputs, name="out_ids", inp=True)
+
+    def kv_layers(self) -> list[int]:
+        """The layers with a KV cache of their own."""
+        f = self.f
+        return [il for il in range(f.n_layer_all) if f.has_kv[il]]
+
+    def inp_attn_kv(self, rotations: bool = True) -> AttnInput:
+        """build_attn_inp_kv over the model's one llama_kv_cache; rotations False:
+        build_attn_inp_k (MLA: the cache holds K only, never rotated)."""
+        inp = AttnInput(self, KvCache(self.f, self.c, self.kv_layers(), self.c.kv_size))
+        if rotations:
+            inp.rotations(self)
+        return inp
+
+    def inp_rs(self, layers: list[int] | None = None) -> RecurrentState:
+        """build_rs_inp over llama_memory_recurrent (layers None: the recurrent ones)."""
+        f = self.f
+        if layers is None:
+            layers = [il for il in range(f.n_layer_all) if f.is_recurrent[il]]
+        return RecurrentState(f, self.c, self.b, layers)
+
+    def inp_iswa(self, reuse: bool = False) -> tuple[AttnInput, AttnInput]:
+        """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
+        of each (llama_kv_cache_iswa); reuse: the layers from n_layer_kv_from_start on read an
+        earlier layer's cache (KvCache)."""
+        f, c = self.f, self.c
+        layers = self.kv_layers()
+        full = [il for il in layers if not f.swa.is_swa[il]]
+        base = AttnInput(self, KvCache(f, c, full, c.kv_size, reuse), False)
+        swa_layers = [il for il in layers if f.swa.is_swa[il]]
+        swa = AttnInput(self, KvCache(f, c, swa_layers, c.kv_size_swa, reuse), True)
+        base.rotations(self)
+        swa.rotations(self)
+        return base, swa
+
+
+class GraphContext(GraphInputs):
+    """llm_graph_context for one ubatch: the layers' helpers (build_norm, build_qkv, build_attn,
+    build_ffn, build_moe_ffn, build_rs) and the output (lm_head, set_outputs)."""
+
+    def norm(self, cur: T, mw: T | None, il: int) -> T:
+        """build_norm, LLM_NORM_RMS."""
+        cur = self.b.rms_norm(cur)
+        if mw is not None:
+            self.cb(cur, "norm", il)
+            cur = self.b.mul(cur, mw)
+        return cur
+
+    def mm(self, w: T, cur: T) -> T:
+        """build_lora_mm (no adapters, no scales)."""
+        return self.b.mul_mat(w, cur)
 
     def qkv(self, cur: T, il: int, scales: bool = False) -> tuple[T, T, T]:
         """build_qkv, separate Q/K/V with optional biases (the fused wqkv path is not modelled);
@@ -269,36 +310,51 @@ class GraphContext:
         k = b.permute(k, 0, 2, 1, 3)
         v = b.permute(v, 0, 2, 1, 3)
         if self.c.flash_attn:
-            if v_trans:
-                v = b.transpose(v)
-            if k.type == "f32":
-                k = b.cast(k, "f16")
-            if v.type == "f32":
-                v = b.cast(v, "f16")
-            cur = b.flash_attn_ext(q, k, v, mask)
-            if sinks is not None:
-                cur.src = (*cur.src, sinks)
-            if v_mla is not None:
-                cur = b.permute(cur, 0, 2, 1, 3)
-                cur = self.cb(b.mul_mat(v_mla, cur), "fattn_mla", il)
-                cur = b.cont(b.permute(cur, 0, 2, 1, 3))
-            cur = b.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+            cur = self._attn_flash(q, k, v, mask, il, sinks, v_mla, v_trans)
         else:
-            kq = self.cb(b.mul_mat(k, q), "kq", il)
-            kq = b.soft_max(kq, mask)
-            if sinks is not None:
-                kq.src = (*kq.src, sinks)
-            kq = self.cb(kq, "kq_soft_max", il)
-            if not v_trans:
-                v = self.cb(b.cont(b.transpose(v)), "v_cont", il)
-            kqv = self.cb(b.mul_mat(v, kq), "kqv", il)
-            if v_mla is not None:
-                kqv = self.cb(b.mul_mat(v_mla, kqv), "kqv_mla", il)
-            cur = b.permute(kqv, 0, 2, 1, 3)
-            cur = b.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
-            if not self.c.offload_kqv:
-                cur.pin_layer = PIN_CPU  # the nodes from the KV store to here run on the CPU
+            cur = self._attn_kq(q, k, v, mask, il, sinks, v_mla, v_trans)
         b.expand(cur)
+        return cur
+
+    def _attn_flash(
+        self, q: T, k: T, v: T, mask: T, il: int, sinks: T | None, v_mla: T | None, v_trans: bool
+    ) -> T:
+        """build_attn_mha's flash attention branch (F16 K and V, ggml_flash_attn_ext)."""
+        b = self.b
+        if v_trans:
+            v = b.transpose(v)
+        if k.type == "f32":
+            k = b.cast(k, "f16")
+        if v.type == "f32":
+            v = b.cast(v, "f16")
+        cur = b.flash_attn_ext(q, k, v, mask)
+        if sinks is not None:
+            cur.src = (*cur.src, sinks)
+        if v_mla is not None:
+            cur = b.permute(cur, 0, 2, 1, 3)
+            cur = self.cb(b.mul_mat(v_mla, cur), "fattn_mla", il)
+            cur = b.cont(b.permute(cur, 0, 2, 1, 3))
+        return b.reshape(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+
+    def _attn_kq(
+        self, q: T, k: T, v: T, mask: T, il: int, sinks: T | None, v_mla: T | None, v_trans: bool
+    ) -> T:
+        """build_attn_mha without flash attention: KQ, its soft max, KQV."""
+        b = self.b
+        kq = self.cb(b.mul_mat(k, q), "kq", il)
+        kq = b.soft_max(kq, mask)
+        if sinks is not None:
+            kq.src = (*kq.src, sinks)
+        kq = self.cb(kq, "kq_soft_max", il)
+        if not v_trans:
+            v = self.cb(b.cont(b.transpose(v)), "v_cont", il)
+        kqv = self.cb(b.mul_mat(v, kq), "kqv", il)
+        if v_mla is not None:
+            kqv = self.cb(b.mul_mat(v_mla, kqv), "kqv_mla", il)
+        cur = b.permute(kqv, 0, 2, 1, 3)
+        cur = b.cont(cur, cur.ne[0] * cur.ne[1], cur.ne[2] * cur.ne[3])
+        if not self.c.offload_kqv:
+            cur.pin_layer = PIN_CPU  # the nodes from the KV store to here run on the CPU
         return cur
 
     def attn(
@@ -319,6 +375,25 @@ class GraphContext:
         output projection (qwen3next.cpp, qwen35moe.cpp gate the attention first)."""
         b = self.b
         cache = inp.cache
+        q = self._rotate_and_store(q, k, v, inp, il, iswa)
+        kc, vc = cache.get_k(b, il), cache.get_v(b, il)
+        cur = self.attn_mha(q, kc, vc, inp.mask, il, sinks)
+        self.cb(cur, "kqv_out", il)
+        if inp.v_rot is not None:
+            cur = self.hadamard(cur, inp.v_rot)
+        if wo is None:
+            return cur
+        cur = self.mm_s(wo, cur, wo_s)
+        if wo_b is not None:
+            cur = b.add(cur, wo_b)
+        return cur
+
+    def _rotate_and_store(
+        self, q: T, k: T | None, v: T | None, inp: AttnInput, il: int, iswa: bool
+    ) -> T:
+        """build_attn's Hadamard rotations of Q, K and V (a quantized cache's) and the stores of
+        K and V into the cache (cpy_k, cpy_v); the rotated Q."""
+        b, cache = self.b, inp.cache
         if inp.k_rot is not None:
             q = self.hadamard(q, inp.k_rot)
             if k is not None:
@@ -333,17 +408,7 @@ class GraphContext:
             b.expand(cache.cpy_k(b, k, inp.k_idxs, il))
         if v is not None:
             b.expand(cache.cpy_v(b, v, inp.v_idxs, il))
-        kc, vc = cache.get_k(b, il), cache.get_v(b, il)
-        cur = self.attn_mha(q, kc, vc, inp.mask, il, sinks)
-        self.cb(cur, "kqv_out", il)
-        if inp.v_rot is not None:
-            cur = self.hadamard(cur, inp.v_rot)
-        if wo is None:
-            return cur
-        cur = self.mm_s(wo, cur, wo_s)
-        if wo_b is not None:
-            cur = b.add(cur, wo_b)
-        return cur
+        return q
 
     def attn_k(self, inp: AttnInput, wo: T, q: T, k: T, v: T, v_mla: T, il: int) -> T:
         """build_attn over llm_graph_input_attn_k (MLA: the cache holds K only; V is a view of
@@ -640,40 +705,6 @@ class GraphContext:
         dest = b.view(s, (state_size, n_rs - n_seqs), (s.nb[1],), n_seqs * s.nb[1])
         b.expand(b.cpy(extra, dest))
         return out
-
-    def kv_layers(self) -> list[int]:
-        """The layers with a KV cache of their own."""
-        f = self.f
-        return [il for il in range(f.n_layer_all) if f.has_kv[il]]
-
-    def inp_attn_kv(self, rotations: bool = True) -> AttnInput:
-        """build_attn_inp_kv over the model's one llama_kv_cache; rotations False:
-        build_attn_inp_k (MLA: the cache holds K only, never rotated)."""
-        inp = AttnInput(self, KvCache(self.f, self.c, self.kv_layers(), self.c.kv_size))
-        if rotations:
-            inp.rotations(self)
-        return inp
-
-    def inp_rs(self, layers: list[int] | None = None) -> RecurrentState:
-        """build_rs_inp over llama_memory_recurrent (layers None: the recurrent ones)."""
-        f = self.f
-        if layers is None:
-            layers = [il for il in range(f.n_layer_all) if f.is_recurrent[il]]
-        return RecurrentState(f, self.c, self.b, layers)
-
-    def inp_iswa(self, reuse: bool = False) -> tuple[AttnInput, AttnInput]:
-        """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
-        of each (llama_kv_cache_iswa); reuse: the layers from n_layer_kv_from_start on read an
-        earlier layer's cache (KvCache)."""
-        f, c = self.f, self.c
-        layers = self.kv_layers()
-        full = [il for il in layers if not f.swa.is_swa[il]]
-        base = AttnInput(self, KvCache(f, c, full, c.kv_size, reuse), False)
-        swa_layers = [il for il in layers if f.swa.is_swa[il]]
-        swa = AttnInput(self, KvCache(f, c, swa_layers, c.kv_size_swa, reuse), True)
-        base.rotations(self)
-        swa.rotations(self)
-        return base, swa
 
     def qk_norm_rope(self, q: T, k: T, inp_pos: T, il: int) -> tuple[T, T]:
         """Q and K RMS-normed (attn_q_norm, attn_k_norm), then RoPE without factors (qwen3.cpp,

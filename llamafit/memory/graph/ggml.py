@@ -418,7 +418,7 @@ class Builder:
             self._visit(t, i == idx)
         return ts[idx]
 
-    def _visit(self, node: T, compute: bool) -> None:
+    def _visit(self, node: T, compute: bool) -> None:  # noqa: C901 (ggml port: kept diffable)
         """ggml_visit_parents_graph (left-to-right order): a tensor's sources depth first, then
         it joins the leafs (op NONE) or the nodes. The depth stays small (llama.cpp expands the
         graph layer by layer: at most 24 frames on the recorded models), so plain recursion
@@ -461,50 +461,53 @@ class Builder:
         frozen = _FROZEN
         if len(frozen) > _FROZEN_MAX:
             frozen.clear()
-        out = []
-        for t in tensors:
-            src = tuple([None if s is None else s.idx for s in t.src])
-            vs = t.view_src
-            vi = None if vs is None else vs.idx
-            key = (
-                t.name,
-                t.op,
-                t.desc,
-                t.type,
-                t.ne,
-                t.nb,
-                t.flags,
-                src,
-                vi,
-                t.view_offs,
-                t.data,
-                t.buffer,
-                t.pin_layer,
-            )
-            hit = frozen.get(key)
-            if hit is None:
-                hit = frozen[key] = Tensor(
-                    name=t.name,
-                    op=t.op,
-                    type=t.type,
-                    ne=t.ne,
-                    nb=t.nb,
-                    nbytes=nbytes(t),
-                    flags=t.flags,
-                    src=src,
-                    view_src=vi,
-                    view_offs=t.view_offs,
-                    data=t.data,
-                    buffer=t.buffer,
-                    desc=t.desc,
-                    pin_layer=t.pin_layer,
-                )
-            out.append(hit)
+        out = [_freeze(t, frozen) for t in tensors]
         return Graph(tensors=tuple(out), leafs=tuple(self.leafs), nodes=tuple(self.nodes))
 
 
 _FROZEN: dict[tuple[object, ...], Tensor] = {}
 _FROZEN_MAX = 200_000
+
+
+def _freeze(t: T, frozen: dict[tuple[object, ...], Tensor]) -> Tensor:
+    """The nodes.Tensor of t (its sources and view source by index), once per distinct one."""
+    src = tuple([None if s is None else s.idx for s in t.src])
+    vs = t.view_src
+    vi = None if vs is None else vs.idx
+    key = (
+        t.name,
+        t.op,
+        t.desc,
+        t.type,
+        t.ne,
+        t.nb,
+        t.flags,
+        src,
+        vi,
+        t.view_offs,
+        t.data,
+        t.buffer,
+        t.pin_layer,
+    )
+    hit = frozen.get(key)
+    if hit is None:
+        hit = frozen[key] = Tensor(
+            name=t.name,
+            op=t.op,
+            type=t.type,
+            ne=t.ne,
+            nb=t.nb,
+            nbytes=nbytes(t),
+            flags=t.flags,
+            src=src,
+            view_src=vi,
+            view_offs=t.view_offs,
+            data=t.data,
+            buffer=t.buffer,
+            desc=t.desc,
+            pin_layer=t.pin_layer,
+        )
+    return hit
 
 
 def forget_frozen() -> None:

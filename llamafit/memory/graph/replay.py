@@ -176,7 +176,8 @@ DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
 # (backends.metal.metal_fa_extra, which later builds extend) and supports_op; none from attn_rot on
 METAL_UNTIL = "attn_rot"
 # Vulkan before REPLAY_SINCE: the checked_0317 archs until the reorder changed after 0.3.17
-# (backends.vulkan_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op and offload_op
+# (backends.vulkan_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op
+# and offload_op
 # take these graphs' ops as b11434's does (vk_supports_op) with caches of VK_OLD_KV and, with
 # flash attention, K and V of one type; not with others: its FLASH_ATTN_EXT refused K and V of
 # two types and took q4_1, q5_0, q5_1 and iq4_nl only with coopmat2 (a device feature the
@@ -205,8 +206,8 @@ class DevicePlacement:
 def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
     """Whether the replay models this model's graphs at this build on GPUs of these backends
     (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (b11434's rules); Vulkan alone also
-    for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize, backends.vulkan_optimize.
-    vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
+    for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize,
+    backends.vulkan_optimize.vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
     gives 70.50); Metal for the checked_0317 archs before METAL_UNTIL."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
         return False

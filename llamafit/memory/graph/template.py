@@ -134,24 +134,10 @@ class _Template:
         for i, (t0, t1, t2) in enumerate(zip(g0.tensors, g1.tensors, g2.tensors, strict=True)):
             if t0 is t1 and t1 is t2:  # interned by Builder.graph: the same tensor
                 continue
-            same = (t0.name, t0.op, t0.src, t0.view_src, t0.type)
-            if same != (t1.name, t1.op, t1.src, t1.view_src, t1.type):
+            lins = _linear(t0, t1, t2, kv, swa, step)
+            if lins is None:
                 return None
-            if same != (t2.name, t2.op, t2.src, t2.view_src, t2.type):
-                return None
-            lins = []
-            for x0, x1, x2 in zip(
-                (*t0.ne, *t0.nb, t0.view_offs),
-                (*t1.ne, *t1.nb, t1.view_offs),
-                (*t2.ne, *t2.nb, t2.view_offs),
-                strict=True,
-            ):
-                b, rb = divmod(x1 - x0, step)
-                c, rc = divmod(x2 - x0, step)
-                if rb or rc:
-                    return None
-                lins.append((x0 - b * kv - c * swa, b, c))
-            varying.append((i, tuple(lins)))
+            varying.append((i, lins))
         template = cls(g0, config, rules, varying)
         check = replace(config, kv_size=kv + 2 * step, kv_size_swa=swa + 3 * step)
         got = template.at(check).tensors
@@ -230,6 +216,32 @@ class _Template:
                         pin_layer=t.pin_layer,
                     )
         return Graph(tensors=tuple(tensors), leafs=g.leafs, nodes=g.nodes)
+
+
+def _linear(
+    t0: Tensor, t1: Tensor, t2: Tensor, kv: int, swa: int, step: int
+) -> tuple[_Lin, ...] | None:
+    """ne, nb and view offset of one tensor as a + b * kv_size + c * kv_size_swa, from the
+    tensor at (kv, swa), (kv + step, swa) and (kv, swa + step); None where it is not one
+    tensor of the same structure or a shape is not linear in steps."""
+    same = (t0.name, t0.op, t0.src, t0.view_src, t0.type)
+    if same != (t1.name, t1.op, t1.src, t1.view_src, t1.type):
+        return None
+    if same != (t2.name, t2.op, t2.src, t2.view_src, t2.type):
+        return None
+    lins = []
+    for x0, x1, x2 in zip(
+        (*t0.ne, *t0.nb, t0.view_offs),
+        (*t1.ne, *t1.nb, t1.view_offs),
+        (*t2.ne, *t2.nb, t2.view_offs),
+        strict=True,
+    ):
+        b, rb = divmod(x1 - x0, step)
+        c, rc = divmod(x2 - x0, step)
+        if rb or rc:
+            return None
+        lins.append((x0 - b * kv - c * swa, b, c))
+    return tuple(lins)
 
 
 _TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | None]] = {}

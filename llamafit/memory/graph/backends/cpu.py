@@ -1,5 +1,6 @@
-"""The CPU backend (ggml/src/ggml-cpu/ggml-cpu.cpp ggml_backend_cpu_device_supports_op, _supports_buft;
-the x86 build's extra buffer type CPU_REPACK) and its buffer type (ggml-backend.cpp).
+"""The CPU backend (ggml/src/ggml-cpu/ggml-cpu.cpp ggml_backend_cpu_device_supports_op,
+_supports_buft; the x86 build's extra buffer type CPU_REPACK) and its buffer type
+(ggml-backend.cpp).
 """
 
 from __future__ import annotations

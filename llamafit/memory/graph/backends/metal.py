@@ -208,7 +208,7 @@ def metal_graph_optimize(build: int | None) -> GraphOptimize:
     return metal_reorder(SAFE_BEFORE_19555, N_FORWARD_BEFORE_19555)
 
 
-def metal_reorder(safe: frozenset[str], n_forward: int) -> GraphOptimize:
+def metal_reorder(safe: frozenset[str], n_forward: int) -> GraphOptimize:  # noqa: C901 (port)
     """ggml_graph_optimize with this safe list and look-ahead.
 
     Memory ranges (ggml_mem_range_from_tensor) at reserve: an unallocated tensor is its own range
@@ -216,7 +216,7 @@ def metal_reorder(safe: frozenset[str], n_forward: int) -> GraphOptimize:
     back in one buffer, and two ranges overlap when p0 < cmp.p1 && p1 >= cmp.p0 (so the end of
     one layer's K touches its V). Weights are only read: source ranges never conflict."""
 
-    def optimize(
+    def optimize(  # noqa: C901 (ggml port: kept diffable)
         tensors: Sequence[Tensor],
         nodes: Sequence[int],
         srcs: Sequence[tuple[int | None, ...]],

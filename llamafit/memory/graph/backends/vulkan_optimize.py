@@ -138,7 +138,7 @@ def _can_repeat(t0: Tensor, t1: Tensor) -> bool:
     return all(b % a == 0 for a, b in zip(t0.ne, t1.ne, strict=True))
 
 
-def vk_graph_optimize(
+def vk_graph_optimize(  # noqa: C901 (ggml port: kept diffable)
     tensors: Sequence[Tensor],
     split_nodes: Sequence[int],
     srcs: Sequence[tuple[int | None, ...]],
@@ -556,7 +556,7 @@ _ADJACENT_0317 = frozenset(
 ROPE_SET_ROWS_WINDOW_0317 = 10  # ROPE + VIEW + SET_ROWS: looked for in the next 9 nodes
 
 
-def vk_graph_optimize_0317(
+def vk_graph_optimize_0317(  # noqa: C901 (ggml port: kept diffable)
     tensors: Sequence[Tensor],
     split_nodes: Sequence[int],
     srcs: Sequence[tuple[int | None, ...]],

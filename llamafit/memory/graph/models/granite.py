@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..build import GraphContext
+from ..ggml import T
 from .mamba_base import mamba2_layer
 
 
@@ -45,28 +46,34 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
         if il == ctx.n_layer - 1:
             cur = b.get_rows(cur, out_ids)
             inpSA = b.get_rows(inpSA, out_ids)
-        # build_layer_ffn
-        if f.residual_scale:
-            cur = b.scale(cur)
-        ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
-        cur = ctx.cb(ctx.norm(ffn_inp, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
-        if ctx.lw(il, "ffn_gate_inp.weight") is None:
-            cur = ctx.cb(ctx.ffn(cur, il, "silu", True), "ffn_out", il)
-        else:
-            moe = ctx.cb(ctx.moe_ffn(cur, il), "ffn_moe_out", il)
-            if f.moe is not None and f.moe.n_ff_shexp > 0:
-                shared = ctx.cb(ctx.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)
-                cur = ctx.cb(b.add(moe, shared), "ffn_out", il)
-            else:
-                cur = moe
-        if f.residual_scale:
-            cur = b.scale(cur)
-        cur = ctx.cb(b.add(cur, ffn_inp), "ffn_out", il)
+        cur = _ffn(ctx, cur, inpSA, il)
         inpL = ctx.cb(cur, "l_out", il)
     logits = ctx.lm_head(inpL)
     if f.logit_scale or not hybrid:  # granite.cpp scales by 1/f_logit_scale always
         logits = b.scale(logits)
     ctx.finish(logits)
+
+
+def _ffn(ctx: GraphContext, cur: T, inpSA: T, il: int) -> T:
+    """granite.cpp build_layer_ffn: the residual (scaled by f_residual_scale), the FFN norm, a
+    dense FFN or routed experts (plus shared ones when n_ff_shexp), the scaled residual again."""
+    f, b = ctx.f, ctx.b
+    if f.residual_scale:
+        cur = b.scale(cur)
+    ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
+    cur = ctx.cb(ctx.norm(ffn_inp, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+    if ctx.lw(il, "ffn_gate_inp.weight") is None:
+        cur = ctx.cb(ctx.ffn(cur, il, "silu", True), "ffn_out", il)
+    else:
+        moe = ctx.cb(ctx.moe_ffn(cur, il), "ffn_moe_out", il)
+        if f.moe is not None and f.moe.n_ff_shexp > 0:
+            shared = ctx.cb(ctx.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)
+            cur = ctx.cb(b.add(moe, shared), "ffn_out", il)
+        else:
+            cur = moe
+    if f.residual_scale:
+        cur = b.scale(cur)
+    return ctx.cb(b.add(cur, ffn_inp), "ffn_out", il)
 
 
 def build(ctx: GraphContext) -> None:
