@@ -18,10 +18,11 @@ from ..builds import since as since
 from ..errors import InputError
 from ..facts.hparams import ModelFacts
 from ..reader.ggml_types import KV_CACHE_TYPES, GGMLType
+from ..units import pad
 from .config import N_PARALLEL_AUTO, NGL_ALL, NGL_AUTO, POOLING_TYPES, LaunchConfig
 from .graph.cparams import LLAMA_MAX_SEQ, OP_OFFLOAD_MIN_BATCH
 from .graph.cparams import ResolvedConfig as ResolvedConfig
-from .kv import pad, swa_cells
+from .kv import swa_cells
 
 # llama.cpp: tools/server/server.cpp llama_server (n_parallel < 0: 4 slots, kv_unified = true)
 SERVER_AUTO_SLOTS = 4

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from operator import attrgetter
+from typing import Any
 
 from ...errors import LlamafitError
 from ...reader.ggml_types import GGML_MAX_NAME
@@ -349,10 +350,10 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
             desc="NONE",
         )
 
-    splits: list[list] = []  # [backend, i_start, i_end, inputs]
+    splits: list[list[Any]] = []  # [backend, i_start, i_end, inputs]
     first = next((k for k, i in enumerate(nodes) if ops[i] not in VIEW_OPS), len(nodes))
     cur_b = bid[nodes[first]] if first < len(nodes) else -1
-    split: list = [cur_b, 0, 0, []]
+    split: list[Any] = [cur_b, 0, 0, []]
     splits.append(split)
     for k in range(first, len(nodes)):
         i = nodes[k]
