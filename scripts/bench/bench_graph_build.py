@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time llamafit.memory.graph.build.build_graph per call, side by side for a few model shapes and
+"""Time llamafit.memory.graph.template.build_graph per call, side by side for a few model shapes and
 both reserve kinds (pp: 512-token ubatch, tg: one token per sequence), flash attention on and off:
 `direct` runs the ggml emulation once (build_direct), `first` is build_graph's first call for a
 model and config (it derives the template: two or three direct builds and a check), `next` a

@@ -706,6 +706,30 @@ class GraphContext(GraphInputs):
         b.expand(b.cpy(extra, dest))
         return out
 
+    def attn_norm(self, inpL: T, il: int) -> T:
+        """The layer's input norm (build_norm of attn_norm, named "attn_norm")."""
+        return self.cb(self.norm(inpL, self.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+
+    def out_rows(self, il: int, out_ids: T, *ts: T) -> tuple[T, ...]:
+        """In the last layer only the output rows go on (ggml_get_rows by inp_out_ids)."""
+        if il != self.n_layer - 1:
+            return ts
+        return tuple(self.b.get_rows(t, out_ids) for t in ts)
+
+    def ffn_inp(self, cur: T, inpSA: T, il: int) -> tuple[T, T]:
+        """The attention's residual (ffn_inp) and its FFN norm (ffn_norm)."""
+        ffn_inp = self.cb(self.b.add(cur, inpSA), "ffn_inp", il)
+        return ffn_inp, self.cb(
+            self.norm(ffn_inp, self.lw(il, "ffn_norm.weight"), il), "ffn_norm", il
+        )
+
+    def ffn_or_moe(self, cur: T, il: int, biases: bool) -> T:
+        """build_ffn (SILU, gated) or, where the layer has a router (ffn_gate_inp),
+        build_moe_ffn with the defaults (softmax gating, weights normalised)."""
+        if self.lw(il, "ffn_gate_inp.weight") is not None:
+            return self.cb(self.moe_ffn(cur, il), "ffn_moe_out", il)
+        return self.cb(self.ffn(cur, il, "silu", biases), "ffn_out", il)
+
     def qk_norm_rope(self, q: T, k: T, inp_pos: T, il: int) -> tuple[T, T]:
         """Q and K RMS-normed (attn_q_norm, attn_k_norm), then RoPE without factors (qwen3.cpp,
         gemma3.cpp)."""

@@ -462,7 +462,7 @@ def test_device_compute_is_the_recorded_reserve(
 @pytest.mark.parametrize("arch_scaled", [False, True], ids=["llama", "llama-with-a-scale"])
 def test_weight_scales_outside_the_modelled_archs_are_refused(arch_scaled: bool) -> None:
     """A "<weight>.scale" tensor adds a multiply to build_lora_mm in any arch; where build.py does
-    not apply scales (SCALES_MODELLED), the graph is refused rather than built without them."""
+    not apply scales (models.Model.scales), the graph is refused rather than built without them."""
     facts, hp = facts_of("fixtures/dense-llama.gguf")
     if arch_scaled:
         q = next(t for t in facts.tensors if t.name == "blk.0.attn_q.weight")

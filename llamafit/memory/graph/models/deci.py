@@ -34,15 +34,12 @@ def build(ctx: GraphContext) -> None:
             ctx.cb(v, "Vcur", il)
             wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
             cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
-        if il == ctx.n_layer - 1:
-            cur = b.get_rows(cur, out_ids)
-            inpSA = b.get_rows(inpSA, out_ids)
+        cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         if n_ff == 0:
             continue
         ffn_inp = cur
         if n_head > 0:
-            ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
-        cur = ctx.cb(ctx.norm(ffn_inp, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+            ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
         cur = ctx.cb(ctx.ffn(cur, il, "silu", True), "ffn_out", il)
         cur = ctx.cb(b.add(cur, ffn_inp), "ffn_out", il)
         inpL = ctx.cb(cur, "l_out", il)

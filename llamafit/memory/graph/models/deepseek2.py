@@ -35,7 +35,7 @@ def build(ctx: GraphContext) -> None:
     gating = GATING.get(f.expert_gating_func, "sigmoid" if glm_lite else "softmax")
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         wq = ctx.lw(il, "attn_q.weight")
         if wq is None:
             q = ctx.cb(ctx.mm(ctx.need(ctx.lw(il, "attn_q_a.weight"), "q_a"), cur), "q", il)
@@ -70,11 +70,8 @@ def build(ctx: GraphContext) -> None:
         wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
         wv_b = ctx.need(ctx.lw(il, "attn_v_b.weight"), "attn_v_b")
         cur = ctx.attn_k(inp, wo, q, k, v, wv_b, il)
-        if il == ctx.n_layer - 1:
-            cur = b.get_rows(cur, out_ids)
-            inpSA = b.get_rows(inpSA, out_ids)
-        ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
-        cur = ctx.cb(ctx.norm(ffn_inp, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+        cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
+        ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
         if il < f.moe.n_layer_dense_lead:
             cur = ctx.cb(ctx.ffn(cur, il, "silu", False), "ffn_out", il)
         else:

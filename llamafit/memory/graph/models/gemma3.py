@@ -24,7 +24,7 @@ def build(ctx: GraphContext) -> None:
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
         q, k = ctx.qk_norm_rope(q, k, inp_pos, il)
         ctx.cb(v, "Vcur", il)
@@ -32,9 +32,7 @@ def build(ctx: GraphContext) -> None:
         inp = swa if f.swa.is_swa[il] else base
         wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
         cur = ctx.attn(inp, wo, None, q, k, v, il, iswa)
-        if il == ctx.n_layer - 1:
-            cur = b.get_rows(cur, out_ids)
-            inpSA = b.get_rows(inpSA, out_ids)
+        cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         cur = ctx.norm(cur, ctx.lw(il, "post_attention_norm.weight"), il)
         ctx.cb(cur, "attn_post_norm", il)
         sa_out = ctx.cb(b.add(cur, inpSA), "sa_out", il)

@@ -39,7 +39,7 @@ def build(ctx: GraphContext) -> None:
 
     for il in range(ctx.n_layer):
         head, n_head, n_head_kv = ctx.head_k(il), f.n_head[il], f.n_head_kv[il]
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         factors = None if f.swa.is_swa[il] else ctx.w("rope_freqs.weight", il)
         if ctx.lw(il, "attn_qkv.weight") is not None:
             raise GraphBuildError(f"{f.path}: fused attn_qkv is not modelled")

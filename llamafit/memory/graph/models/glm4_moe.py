@@ -22,7 +22,7 @@ def build(ctx: GraphContext) -> None:
     gating = GATING.get(f.expert_gating_func, "sigmoid")
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
         q_norm, k_norm = ctx.lw(il, "attn_q_norm.weight"), ctx.lw(il, "attn_k_norm.weight")
         if q_norm is not None:
@@ -34,9 +34,7 @@ def build(ctx: GraphContext) -> None:
         ctx.cb(v, "Vcur", il)
         wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
         cur = ctx.attn(inp, wo, None, q, k, v, il, False)
-        if il == ctx.n_layer - 1:
-            cur = b.get_rows(cur, out_ids)
-            inpSA = b.get_rows(inpSA, out_ids)
+        cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
         cur = ctx.norm(ffn_inp, ctx.lw(il, "post_attention_norm.weight"), il)
         cur = ctx.cb(cur, "post_attn_norm", il)

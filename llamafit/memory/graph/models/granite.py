@@ -28,7 +28,7 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
         inp_pos = ctx.inp_pos()
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         if rs is not None and f.is_recurrent[il]:
             cur = mamba2_layer(ctx, rs, cur, il)
         else:
@@ -43,9 +43,7 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
             wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
             cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
             cur = ctx.cb(cur, "attn_out", il)
-        if il == ctx.n_layer - 1:
-            cur = b.get_rows(cur, out_ids)
-            inpSA = b.get_rows(inpSA, out_ids)
+        cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         cur = _ffn(ctx, cur, inpSA, il)
         inpL = ctx.cb(cur, "l_out", il)
     logits = ctx.lm_head(inpL)
@@ -60,8 +58,7 @@ def _ffn(ctx: GraphContext, cur: T, inpSA: T, il: int) -> T:
     f, b = ctx.f, ctx.b
     if f.residual_scale:
         cur = b.scale(cur)
-    ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
-    cur = ctx.cb(ctx.norm(ffn_inp, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+    ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
     if ctx.lw(il, "ffn_gate_inp.weight") is None:
         cur = ctx.cb(ctx.ffn(cur, il, "silu", True), "ffn_out", il)
     else:

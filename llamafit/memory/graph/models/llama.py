@@ -15,7 +15,7 @@ def build(ctx: GraphContext) -> None:
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
         # llama_model::get_rope_factors: rope_freqs, one tensor per buffer type
         factors = ctx.w("rope_freqs.weight", il)
@@ -25,15 +25,9 @@ def build(ctx: GraphContext) -> None:
         wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
         cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
         ctx.cb(cur, "attn_out", il)
-        if il == ctx.n_layer - 1:
-            cur = b.get_rows(cur, out_ids)
-            inpSA = b.get_rows(inpSA, out_ids)
-        ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
-        cur = ctx.cb(ctx.norm(ffn_inp, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
-        if ctx.lw(il, "ffn_gate_inp.weight") is not None:
-            cur = ctx.cb(ctx.moe_ffn(cur, il), "ffn_moe_out", il)
-        else:
-            cur = ctx.cb(ctx.ffn(cur, il, "silu", True), "ffn_out", il)
+        cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
+        ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
+        cur = ctx.ffn_or_moe(cur, il, True)
         cur = ctx.cb(b.add(cur, ffn_inp), "ffn_out", il)
         inpL = ctx.cb(cur, "l_out", il)
     ctx.finish(ctx.lm_head(inpL))

@@ -14,10 +14,8 @@ def build(ctx: GraphContext) -> None:
     rs = ctx.inp_rs(list(range(f.n_layer_all)))
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         cur = mamba2_layer(ctx, rs, cur, il)
-        if il == ctx.n_layer - 1:
-            cur = b.get_rows(cur, out_ids)
-            inpL = b.get_rows(inpL, out_ids)
+        cur, inpL = ctx.out_rows(il, out_ids, cur, inpL)
         inpL = ctx.cb(b.add(cur, inpL), "l_out", il)
     ctx.finish(ctx.lm_head(inpL))

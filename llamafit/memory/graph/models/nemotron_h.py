@@ -26,7 +26,7 @@ def build(ctx: GraphContext) -> None:
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         if f.is_recurrent[il]:
             cur = mamba2_layer(ctx, rs, cur, il)
         elif f.n_ff[il] == 0:

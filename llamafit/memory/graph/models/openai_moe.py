@@ -18,7 +18,7 @@ def build(ctx: GraphContext) -> None:
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
         q = ctx.cb(b.rope(q, inp_pos, None), "Qcur", il)
         k = ctx.cb(b.rope(k, inp_pos, None), "Kcur", il)

@@ -15,20 +15,14 @@ def build(ctx: GraphContext) -> None:
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
         q, k = ctx.qk_norm_rope(q, k, inp_pos, il)
         ctx.cb(v, "Vcur", il)
         wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
         cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
-        if il == ctx.n_layer - 1:
-            cur = b.get_rows(cur, out_ids)
-            inpSA = b.get_rows(inpSA, out_ids)
-        ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
-        cur = ctx.cb(ctx.norm(ffn_inp, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
-        if ctx.lw(il, "ffn_gate_inp.weight") is not None:
-            cur = ctx.cb(ctx.moe_ffn(cur, il), "ffn_moe_out", il)
-        else:
-            cur = ctx.cb(ctx.ffn(cur, il, "silu", False), "ffn_out", il)
+        cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
+        ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
+        cur = ctx.ffn_or_moe(cur, il, False)
         inpL = ctx.cb(b.add(cur, ffn_inp), "l_out", il)
     ctx.finish(ctx.lm_head(inpL))

@@ -29,7 +29,7 @@ def graph(ctx: GraphContext, q35: bool) -> None:
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.cb(ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il), "attn_norm", il)
+        cur = ctx.attn_norm(inpL, il)
         b.expand(cur)
         if f.is_recurrent[il]:
             cur = _gdn_layer(ctx, rs, cur, il, q35)
