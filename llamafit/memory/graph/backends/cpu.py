@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
+from ....reader.ggml_types import ggml_type_name
 from ..alloc import BufferType
 from ..nodes import Tensor
 from ..sched import HOST_BUFTS, Backend
@@ -54,10 +55,7 @@ _VEC_DOT = {
     "nvfp4": "q8_0",
     "q1_0": "q8_0",
 }
-_VEC_DOT = {
-    k[:-1] + "K" if k.endswith("_k") else k: v[:-1] + "K" if v.endswith("_k") else v
-    for k, v in _VEC_DOT.items()
-}
+_VEC_DOT = {ggml_type_name(k): ggml_type_name(v) for k, v in _VEC_DOT.items()}
 
 
 def _repack_supports_op(
