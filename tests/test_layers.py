@@ -24,7 +24,7 @@ from tests.support import ROOT
 PACKAGE = ROOT / "llamafit"
 CORE = ("reader", "facts", "memory", "fit")
 EDGE_LIBRARIES = ("click", "psutil", "pynvml", "subprocess", "huggingface_hub", "numpy")
-BASE = {"errors", "units", "findings", "safe_text", "version"}
+BASE = {"errors", "units", "findings", "safe_text", "version", "builds"}
 _CORE = BASE | {"reader", "facts", "machine", "memory", "fit"}
 _ALL_BUT_CLI = _CORE | {
     "paths",
@@ -44,6 +44,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "findings": set(),
     "safe_text": set(),
     "version": set(),
+    "builds": set(),  # llama.cpp's build rules (BUILD_RULES, since)
     "paths": set(),
     "safe_io": BASE,
     "reader": BASE,

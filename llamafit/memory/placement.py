@@ -23,6 +23,8 @@ from ..facts.hparams import ModelFacts
 from ..facts.tensor_names import LLM_FFN_DENSE_REGEX, LLM_FFN_EXPS_REGEX, layer_of
 from ..reader.ggml_types import GGMLType
 from ..units import pad
+from .graph.loader import ROPE_FACTORS as ROPE_FACTORS
+from .graph.loader import rope_factor_layers as rope_factor_layers
 
 CPU = -1  # device index of the host
 _MAXREPEAT = int(re._constants.MAXREPEAT)  # type: ignore[attr-defined]
@@ -212,53 +214,6 @@ def override_target(name: str, rules: tuple[tuple[str, str], ...]) -> str | None
 
 def tensor_layer(name: str) -> int | None:
     return layer_of(name)
-
-
-# the RoPE factor tensors (llama_model::get_rope_factors) that these archs' load_arch_tensors create
-# in every block (gemma4: every full-attention block) under one name, TENSOR_DUPLICATED after the
-# first (src/models/<arch>.cpp at b11434: `i != 0 ? TENSOR_DUPLICATED : 0`, in the block loop,
-# under conditions on the model only: LongRoPE, experts; gemma4.cpp: !hparams.is_swa(i))
-ROPE_FACTORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
-ROPE_PER_LAYER_ARCHS = frozenset(
-    {
-        "apertus",
-        "arcee",
-        "cogvlm",
-        "deci",
-        "exaone",
-        "exaone-moe",
-        "exaone4",
-        "falcon-h1",
-        "gemma4",
-        "granite",
-        "granite_swa",
-        "granitehybrid",
-        "granitemoe",
-        "llada",
-        "llama",
-        "llama4",
-        "minicpm",
-        "minicpm3",
-        "mistral3",
-        "pangu-embedded",
-        "phi3",
-        "phimoe",
-        "refact",
-        "step35",
-    }
-)
-
-
-def rope_factor_layers(facts: ModelFacts) -> tuple[int, ...]:
-    """The blocks that create the RoPE factor tensors (ROPE_FACTORS) of this model, in order; ()
-    for an arch that does not make them per block. llama_model_loader::create_tensor
-    (src/llama-model-loader.cpp) puts each in its block's buffer type and, for a
-    TENSOR_DUPLICATED one, returns the tensor already made in that buffer type's context: one
-    copy per buffer type among these blocks."""
-    if facts.architecture not in ROPE_PER_LAYER_ARCHS:
-        return ()
-    gemma4 = facts.architecture == "gemma4"
-    return tuple(il for il in range(facts.n_layer) if not (gemma4 and facts.swa.is_swa[il]))
 
 
 def is_skipped(facts: ModelFacts, name: str) -> bool:

@@ -88,5 +88,21 @@ _TABLE = (
 _BY_ID = {type_id: GGMLType(type_id, name, block, size) for type_id, name, block, size in _TABLE}
 _BY_NAME = {t.name.lower(): t for t in _BY_ID.values()}
 
+
+def ggml_type_name(name: str) -> str:
+    """ggml_type_name (ggml/src/ggml.c type_traits) of a type named here or in any case: lower
+    case, the K quants with a capital K ("q4_K")."""
+    low = name.lower()
+    return low[:-2] + "_K" if low.endswith("_k") else low
+
+
+# the table by ggml_type_name: id -> name, and name -> (block size, type size)
+GGML_TYPE_NAMES: dict[int, str] = {t.id: ggml_type_name(t.name) for t in _BY_ID.values()}
+GGML_TYPE_SIZES: dict[str, tuple[int, int]] = {
+    ggml_type_name(t.name): (t.block_size, t.type_size) for t in _BY_ID.values()
+}
+
+GGML_MAX_NAME = 64  # ggml/include/ggml.h: a tensor name holds 63 bytes and a NUL
+
 # llama-server's accepted --cache-type-k/-v values (common/arg.cpp kv_cache_types).
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")

@@ -18,13 +18,12 @@ from typing import Any
 
 from ..errors import GGUFError
 from ..units import pad
-from .ggml_types import GGMLType, tensor_nbytes
+from .ggml_types import GGML_MAX_NAME, GGMLType, tensor_nbytes
 from .source import ByteSource
 
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32  # ggml/include/gguf.h
 GGML_MAX_DIMS = 4  # ggml/include/ggml.h
-GGML_MAX_NAME = 64  # ggml/include/ggml.h: a tensor name must be shorter than this
 MAX_NESTING = 8  # nested arrays deeper than this are refused (llama.cpp allows none)
 FIRST_WINDOW = 1 << 16  # the first read; later reads grow with the position (see _Cursor._fill)
 MAX_WINDOW = 1 << 26  # no read is larger (unless one string is)

@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..builds import build_of
 from ..errors import InputError, LlamafitError
 from ..paths import cache_dir
 from .flags import arity, flag_groups
@@ -32,7 +33,7 @@ HELP_TIMEOUT_S = 20.0
 CACHE_FORMAT = 1
 # PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at
 # -lv 3
-BUILD_INFO_AT_TRACE = 9181
+BUILD_INFO_AT_TRACE = build_of("info_at_trace")
 
 _FLAG = r"-{1,2}[A-Za-z0-9][\w.+-]*"
 # a help entry starts at column 0 (common/arg.cpp prints `-c,    --ctx-size N   description`)

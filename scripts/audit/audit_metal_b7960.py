@@ -38,7 +38,7 @@ this row needs the graph replay for this build (the F32 mask and its cast, no mi
 Metal's reorder), not another hand peak; the hand model is left as it is.
 
 The replay of this build is now the production one (llamafit/memory/graph: build.py's graph by
-GraphConfig.build, replay.py's Metal backend, metal_optimize.py's reorder by rule
+GraphConfig.build, replay.py's Metal backend, backends/metal.py's reorder by rule
 metal_reorder_64, alloc.py's metal_buffer_type): `replayed(row)` with no variant is
 replay.device_compute_bytes; the variants swap one rule for another.
 """
@@ -51,24 +51,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from llamafit.memory.graph import build as graph_build  # noqa: E402
 from llamafit.memory.graph import replay  # noqa: E402
-from llamafit.memory.graph.alloc import (  # noqa: E402
-    CPU,
+from llamafit.memory.graph.alloc import BufferType, Gallocr  # noqa: E402
+from llamafit.memory.graph.backends.cpu import CPU, cpu_backend  # noqa: E402
+from llamafit.memory.graph.backends.metal import (  # noqa: E402
     METAL_ALIGNMENT,
-    BufferType,
-    Gallocr,
-    metal_buffer_type,
-)
-from llamafit.memory.graph.backends import cpu_backend, metal_backend  # noqa: E402
-from llamafit.memory.graph.metal_optimize import (  # noqa: E402
     N_FORWARD_19555,
     N_FORWARD_BEFORE_19555,
     SAFE_19555,
     SAFE_BEFORE_19555,
+    metal_backend,
+    metal_buffer_type,
     metal_reorder,
 )
+from llamafit.memory.graph.models import graph_hparams_of  # noqa: E402
+from llamafit.memory.graph.reserve import reserve_configs  # noqa: E402
 from llamafit.memory.graph.sched import split_graph  # noqa: E402
+from llamafit.memory.graph.template import build_direct  # noqa: E402
 from llamafit.memory.resolve import ResolvedConfig, build_of  # noqa: E402
 from tests.memory import test_gpu_corpus as corpus  # noqa: E402
 from tests.support.gpu_shapes import model  # noqa: E402
@@ -124,12 +123,12 @@ def replayed(
     }
     buft = metal_buffer_type("MTL0") if fa_extras else BufferType("MTL0", METAL_ALIGNMENT)
     gallocr = Gallocr((buft, CPU))
-    hp = replay.graph_hparams_of(mm.facts)
+    hp = graph_hparams_of(mm.facts)
     sizes: tuple[int, ...] = ()
-    for _r, config in graph_build.reserve_configs(rc, **buffers):
+    for _r, config in reserve_configs(rc, **buffers):
         if not f32_mask:
             config = replace(config, build=build_of("fa_mask_f16"))
-        graph = graph_build.build_direct(mm.facts, config, hp)
+        graph = build_direct(mm.facts, config, hp)
         placed = replay._placed(graph, backends, ["MTL0"] * n_all)
         sp = split_graph(placed, backends, n_copies=1, op_offload=rc.op_offload)
         sizes = gallocr.reserve_n(sp.graph)

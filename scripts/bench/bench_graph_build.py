@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time llamafit.memory.graph.build.build_graph per call, side by side for a few model shapes and
+"""Time llamafit.memory.graph.template.build_graph per call, side by side for a few model shapes and
 both reserve kinds (pp: 512-token ubatch, tg: one token per sequence), flash attention on and off:
 `direct` runs the ggml emulation once (build_direct), `first` is build_graph's first call for a
 model and config (it derives the template: two or three direct builds and a check), `next` a
@@ -26,13 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from llamafit.facts.hparams import build_facts  # noqa: E402
-from llamafit.memory.graph.build import (  # noqa: E402
-    GraphConfig,
-    build_direct,
-    build_graph,
-    clear_cache,
-    graph_hparams,
-)
+from llamafit.memory.graph.models import graph_hparams  # noqa: E402
+from llamafit.memory.graph.params import GraphConfig  # noqa: E402
+from llamafit.memory.graph.template import build_direct, build_graph, clear_cache  # noqa: E402
 from llamafit.reader.model import read_model  # noqa: E402
 
 SHAPES = (

@@ -20,7 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from llamafit.memory.graph import backends as B  # noqa: E402
+from llamafit.memory.graph.backends.cpu import cpu_backend  # noqa: E402
+from llamafit.memory.graph.backends.rpc import rpc_backend  # noqa: E402
+from llamafit.memory.graph.backends.vulkan import vulkan_backend  # noqa: E402
 from llamafit.memory.graph.sched import Backend, split_graph  # noqa: E402
 from tests.support.graph_compare import canonical  # noqa: E402
 from tests.support.graph_dump import Event, parse  # noqa: E402
@@ -30,14 +32,14 @@ LAVAPIPE_MAX_TENSOR = 128 << 20
 
 def backends_for(case: str, sched: Event) -> list[Backend]:
     if case == "cpu":
-        return [B.cpu_backend("CPU")]
+        return [cpu_backend("CPU")]
     if case.startswith("vk"):
         return [
-            B.vulkan_backend("Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR),
-            B.cpu_backend("Vulkan_Host"),
+            vulkan_backend("Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR),
+            cpu_backend("Vulkan_Host"),
         ]
     names = [name for name, _ in sched.backends]
-    return [B.rpc_backend(name) for name in names[:-1]] + [B.cpu_backend("CPU")]
+    return [rpc_backend(name) for name in names[:-1]] + [cpu_backend("CPU")]
 
 
 def recorded() -> list[tuple[str, list[Event]]]:

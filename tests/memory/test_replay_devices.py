@@ -20,13 +20,14 @@ from click.testing import CliRunner
 from llamafit.cli import cli
 from llamafit.machine.devices import DeviceSpec
 from llamafit.memory.config import LaunchConfig
-from llamafit.memory.graph.alloc import CPU, vulkan_buffer_type, vulkan_host_buffer_type
-from llamafit.memory.graph.replay import (
+from llamafit.memory.graph.backends.cpu import CPU
+from llamafit.memory.graph.backends.vulkan import (
     VK_STORAGE_ALIGNMENT_BOUND,
     VK_SUBALLOCATION_BLOCK,
-    n_copies,
-    scheduler_backends,
+    vulkan_buffer_type,
+    vulkan_host_buffer_type,
 )
+from llamafit.memory.graph.replay import n_copies, scheduler_backends
 from llamafit.memory.resolve import resolve
 from tests.support import vulkan_rpc_bin_dir
 from tests.support.gpu_shapes import model

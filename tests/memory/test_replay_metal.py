@@ -1,5 +1,5 @@
 """The graph replay on Metal and at older builds (memory/graph/replay.py covers_backends,
-device_compute_bytes with metal_backend, metal_optimize.py, alloc.metal_buffer_type), through
+device_compute_bytes with metal_backend, backends/metal.py: metal_graph_optimize, metal_buffer_type), through
 MemoryModel.estimate on the GPU corpus's Metal rows (tests/memory/test_gpu_corpus.py)."""
 
 from __future__ import annotations

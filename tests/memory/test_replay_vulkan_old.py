@@ -1,5 +1,5 @@
 """The graph replay on Vulkan before b11400 (memory/graph/replay.py covers_backends, VK_OLD_UNTIL;
-vk_optimize.vk_graph_optimize_0317, llama-cpp-python 0.3.17's ggml_vk_graph_optimize), through
+backends/vulkan_optimize.py vk_graph_optimize_0317, llama-cpp-python 0.3.17's ggml_vk_graph_optimize), through
 MemoryModel.estimate on the GPU corpus's Vulkan rows (tests/memory/test_gpu_corpus.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from llamafit.machine.devices import DeviceSpec
-from llamafit.memory.graph import vk_optimize
+from llamafit.memory.graph.backends import vulkan_optimize as vk_optimize
 from llamafit.memory.graph.replay import covers_devices, device_compute_bytes
 from llamafit.memory.model import Breakdown
 from tests.memory.test_gpu_corpus import HOST, ROWS, gpus_of, predicted, resolved
@@ -95,7 +95,7 @@ def test_b11434_reorder_misses_the_b8121_log() -> None:
     row = _row(TINYLLAMA)
     mp = pytest.MonkeyPatch()
     mp.setattr(
-        "llamafit.memory.graph.backends.vk_graph_optimize_for",
+        "llamafit.memory.graph.backends.vulkan.vk_graph_optimize_for",
         lambda build: vk_optimize.vk_graph_optimize,
     )
     try:

@@ -22,13 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamafit.memory.graph.alloc import (
-    CPU,
-    BufferType,
-    Gallocr,
-    vulkan_buffer_type,
-    vulkan_host_buffer_type,
-)
+from llamafit.memory.graph.alloc import BufferType, Gallocr
+from llamafit.memory.graph.backends.cpu import CPU
+from llamafit.memory.graph.backends.vulkan import vulkan_buffer_type, vulkan_host_buffer_type
 from llamafit.safe_io import write_atomic
 from tests.support import FIXTURES, vulkan_rpc_bin_dir
 from tests.support.graph_dump import Event, parse, record_text

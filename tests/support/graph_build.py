@@ -18,11 +18,13 @@ from pathlib import Path
 
 from llamafit.facts.hparams import ModelFacts, build_facts
 from llamafit.facts.tensor_names import is_expert
-from llamafit.memory.graph.build import GraphConfig, GraphHParams, graph_hparams, reserves
-from llamafit.memory.graph.ggml import TYPE_NAMES
+from llamafit.memory.graph.models import graph_hparams
 from llamafit.memory.graph.nodes import Graph
+from llamafit.memory.graph.params import GraphConfig, GraphHParams
+from llamafit.memory.graph.reserve import reserves
 from llamafit.memory.kv import swa_cells
 from llamafit.memory.model import op_probe_bytes
+from llamafit.reader.ggml_types import GGML_TYPE_NAMES as TYPE_NAMES
 from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 from tests.support.graph_dump import Event, parse

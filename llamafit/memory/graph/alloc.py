@@ -23,15 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from llamafit.errors import LlamafitError
-from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
+from ...errors import LlamafitError
+from .nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
 
 SIZE_MAX = (1 << 64) - 1
 # ggml/src/ggml-alloc.c
 MAX_FREE_BLOCKS = 256
 GGML_VBUFFER_MAX_CHUNKS = 16
-# ggml/src/ggml-backend.cpp ggml_backend_cpu_buffer_type_get_alignment (TENSOR_ALIGNMENT)
-TENSOR_ALIGNMENT = 32
 
 # ggml/src/ggml-alloc.c ggml_op_can_inplace (names as ggml_op_name prints them)
 INPLACE_OPS = frozenset(
@@ -85,76 +83,6 @@ class BufferType:
     alloc_extra: int = 0
 
 
-CPU = BufferType("CPU", TENSOR_ALIGNMENT)
-
-
-# ggml-metal-impl.h: the flash attention kernels' queries and cache values per simdgroup
-METAL_FA_NQPSG, METAL_FA_NCPSG = 8, 64
-METAL_FA_VEC_NQPSG, METAL_FA_VEC_NCPSG = 1, 32
-METAL_FA_NWG = 32  # ggml_metal_op_flash_attn_ext_extra_tmp's workgroups
-# ggml-metal.cpp ggml_backend_metal_buffer_type_shared_get_alignment
-METAL_ALIGNMENT = 32
-
-
-def metal_fa_extra(tensors: Sequence[Tensor], i: int) -> int:
-    """The bytes ggml_backend_metal_buffer_type_get_alloc_size (ggml-metal.cpp) adds to a
-    FLASH_ATTN_EXT, as llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca) has them
-    (ggml-metal-ops.cpp): extra_pad, always the non-vec kernel's NCPSG rows of K, V and the F16
-    mask; extra_blk, the block map of the kernel ggml_metal_op_flash_attn_ext_use_vec picks, padded
-    to 32; extra_tmp, the 32 workgroups' F32 results (V head + 2) of up to 32 queries. Later
-    builds add the F16 copy of a quantized cache and sparse index lists (not modelled)."""
-    t = tensors[i]
-    q, k, v = (tensors[s] for s in t.src[:3] if s is not None)
-    m_id = t.src[3] if len(t.src) > 3 else None
-    m = tensors[m_id] if m_id is not None else None
-    mask_rows = 2 * m.ne[1] * m.ne[2] * m.ne[3] if m is not None else 0
-    res = METAL_FA_NCPSG * (k.nb[1] * k.ne[2] * k.ne[3] + v.nb[1] * v.ne[2] * v.ne[3] + mask_rows)
-    if m is not None:
-        vec = q.ne[1] < 20 and q.ne[0] % 32 == 0  # ggml_metal_op_flash_attn_ext_use_vec
-        nq, nc = (
-            (METAL_FA_VEC_NQPSG, METAL_FA_VEC_NCPSG) if vec else (METAL_FA_NQPSG, METAL_FA_NCPSG)
-        )
-        blk = -(-m.ne[0] // nc) * -(-q.ne[1] // nq) * m.ne[2] * m.ne[3]
-        res += -(-blk // 32) * 32
-    return res + 4 * min(q.ne[1], 32) * q.ne[2] * q.ne[3] * METAL_FA_NWG * (v.ne[0] + 2)
-
-
-def metal_alloc_size(tensors: Sequence[Tensor], i: int) -> int:
-    """ggml_backend_metal_buffer_type_get_alloc_size for the ops whose extras are modelled
-    (FLASH_ATTN_EXT; MUL_MAT_ID, CUMSUM, ARGSORT and TOP_K add theirs too: the replay refuses
-    graphs with those, replay.METAL_OPS)."""
-    t = tensors[i]
-    if t.op == "FLASH_ATTN_EXT":
-        return t.nbytes + metal_fa_extra(tensors, i)
-    return t.nbytes
-
-
-def metal_buffer_type(name: str) -> BufferType:
-    """A Metal device's buffer type (ggml-metal.cpp: shared or private, alignment 32, max size
-    the device's maxBufferLength, not modelled) with its alloc size."""
-    return BufferType(name, METAL_ALIGNMENT, alloc_size=metal_alloc_size)
-
-
-def vulkan_buffer_type(
-    name: str, min_storage_buffer_offset_alignment: int, suballocation_block_size: int
-) -> BufferType:
-    """A Vulkan device's buffer type (ggml-vulkan.cpp ggml_backend_vk_buffer_type_get_alignment,
-    _get_max_size): the device's minStorageBufferOffsetAlignment and suballocation block size
-    (1 GiB, or $GGML_VK_SUBALLOCATION_BLOCK_SIZE, at most maxMemoryAllocationSize)."""
-    return BufferType(name, min_storage_buffer_offset_alignment, suballocation_block_size)
-
-
-def vulkan_host_buffer_type(
-    min_memory_map_alignment: int, suballocation_block_size: int
-) -> BufferType:
-    """Vulkan_Host, the CPU's compute buffer type when a Vulkan device is used (ggml-vulkan.cpp
-    ggml_backend_vk_host_buffer_type: device 0's minMemoryMapAlignment and suballocation block
-    size; every buffer 32 bytes larger than asked)."""
-    return BufferType(
-        "Vulkan_Host", min_memory_map_alignment, suballocation_block_size, alloc_extra=32
-    )
-
-
 def _align(size: int, alignment: int) -> int:
     """ggml-alloc.c aligned_offset(NULL, size, alignment)."""
     return size + (alignment - size % alignment) % alignment
@@ -196,7 +124,7 @@ class DynTallocr:
         self.max_size.append(0)
         return n
 
-    def alloc(self, size: int) -> tuple[int, int]:
+    def alloc(self, size: int) -> tuple[int, int]:  # noqa: C901 (ggml port: kept diffable)
         """ggml_dyn_tallocr_alloc: (chunk, offset) of `size` bytes (aligned up)."""
         a = self.alignment
         size += (a - size % a) % a
@@ -304,7 +232,7 @@ def _owners(bufts: Sequence[BufferType]) -> tuple[int, ...]:
     return tuple(first.setdefault(b.name, i) for i, b in enumerate(bufts))
 
 
-def _alloc_graph(
+def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
     graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr]
 ) -> list[tuple[int, int, int] | None]:
     """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor."""

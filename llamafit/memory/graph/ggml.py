@@ -13,32 +13,19 @@ Hot path: plain attributes and tuples, no validation beyond what decides a branc
 
 from __future__ import annotations
 
-from ...reader.ggml_types import _TABLE
+from ...reader.ggml_types import GGML_MAX_NAME, GGML_TYPE_SIZES
 from .nodes import FLAG_COMPUTE, FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
-
-GGML_MAX_NAME = 64  # ggml/include/ggml.h: names are cut to 63 bytes
-
-
-def _ggml_name(name: str) -> str:
-    """ggml_type_name (ggml/src/ggml.c type_traits): lower case, k-quants end in "_K"."""
-    low = name.lower()
-    return low[:-2] + "_K" if low.endswith("_k") else low
-
-
-# ggml type name -> (block size, type size)
-TYPES: dict[str, tuple[int, int]] = {_ggml_name(n): (b, s) for _, n, b, s in _TABLE}
-TYPE_NAMES: dict[int, str] = {i: _ggml_name(n) for i, n, _, _ in _TABLE}
 
 
 def row_size(type_: str, n: int) -> int:
     """ggml_row_size (ggml/src/ggml.c)."""
-    blck, size = TYPES[type_]
+    blck, size = GGML_TYPE_SIZES[type_]
     return size * n // blck
 
 
 def _contiguous_nb(type_: str, ne: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
     """nb of a new tensor (ggml_new_tensor_impl)."""
-    blck, size = TYPES[type_]
+    blck, size = GGML_TYPE_SIZES[type_]
     nb1 = size * (ne[0] // blck)
     nb2 = nb1 * ne[1]
     nb3 = nb2 * ne[2]
@@ -135,7 +122,7 @@ def nbytes_of(type_: str, ne: tuple[int, int, int, int], nb: tuple[int, int, int
     """ggml_nbytes of a tensor of this type, ne and nb."""
     if ne[0] <= 0 or ne[1] <= 0 or ne[2] <= 0 or ne[3] <= 0:
         return 0
-    blck, size = TYPES[type_]
+    blck, size = GGML_TYPE_SIZES[type_]
     if blck == 1:
         return (
             size
@@ -149,7 +136,7 @@ def nbytes_of(type_: str, ne: tuple[int, int, int, int], nb: tuple[int, int, int
 
 def is_contiguous(t: T, n: int = 0) -> bool:
     """ggml_is_contiguous_n (ggml/src/ggml.c); n = 0 is ggml_is_contiguous."""
-    blck, size = TYPES[t.type]
+    blck, size = GGML_TYPE_SIZES[t.type]
     ne, nb = t.ne, t.nb
     next_nb = size
     if ne[0] != blck and nb[0] != next_nb:
@@ -371,7 +358,7 @@ class Builder:
     def view(self, a: T, ne: tuple[int, ...], nbs: tuple[int, ...], offset: int) -> T:
         """ggml_view_1d..4d: ne has 1 to 4 entries and nbs the len(ne) - 1 strides given."""
         shape = _ne4(*ne)
-        nb0 = TYPES[a.type][1]
+        nb0 = GGML_TYPE_SIZES[a.type][1]
         if len(ne) == 1:
             nb = _contiguous_nb(a.type, shape)
         elif len(ne) == 2:
@@ -431,7 +418,7 @@ class Builder:
             self._visit(t, i == idx)
         return ts[idx]
 
-    def _visit(self, node: T, compute: bool) -> None:
+    def _visit(self, node: T, compute: bool) -> None:  # noqa: C901 (ggml port: kept diffable)
         """ggml_visit_parents_graph (left-to-right order): a tensor's sources depth first, then
         it joins the leafs (op NONE) or the nodes. The depth stays small (llama.cpp expands the
         graph layer by layer: at most 24 frames on the recorded models), so plain recursion
@@ -474,50 +461,53 @@ class Builder:
         frozen = _FROZEN
         if len(frozen) > _FROZEN_MAX:
             frozen.clear()
-        out = []
-        for t in tensors:
-            src = tuple([None if s is None else s.idx for s in t.src])
-            vs = t.view_src
-            vi = None if vs is None else vs.idx
-            key = (
-                t.name,
-                t.op,
-                t.desc,
-                t.type,
-                t.ne,
-                t.nb,
-                t.flags,
-                src,
-                vi,
-                t.view_offs,
-                t.data,
-                t.buffer,
-                t.pin_layer,
-            )
-            hit = frozen.get(key)
-            if hit is None:
-                hit = frozen[key] = Tensor(
-                    name=t.name,
-                    op=t.op,
-                    type=t.type,
-                    ne=t.ne,
-                    nb=t.nb,
-                    nbytes=nbytes(t),
-                    flags=t.flags,
-                    src=src,
-                    view_src=vi,
-                    view_offs=t.view_offs,
-                    data=t.data,
-                    buffer=t.buffer,
-                    desc=t.desc,
-                    pin_layer=t.pin_layer,
-                )
-            out.append(hit)
+        out = [_freeze(t, frozen) for t in tensors]
         return Graph(tensors=tuple(out), leafs=tuple(self.leafs), nodes=tuple(self.nodes))
 
 
 _FROZEN: dict[tuple[object, ...], Tensor] = {}
 _FROZEN_MAX = 200_000
+
+
+def _freeze(t: T, frozen: dict[tuple[object, ...], Tensor]) -> Tensor:
+    """The nodes.Tensor of t (its sources and view source by index), once per distinct one."""
+    src = tuple([None if s is None else s.idx for s in t.src])
+    vs = t.view_src
+    vi = None if vs is None else vs.idx
+    key = (
+        t.name,
+        t.op,
+        t.desc,
+        t.type,
+        t.ne,
+        t.nb,
+        t.flags,
+        src,
+        vi,
+        t.view_offs,
+        t.data,
+        t.buffer,
+        t.pin_layer,
+    )
+    hit = frozen.get(key)
+    if hit is None:
+        hit = frozen[key] = Tensor(
+            name=t.name,
+            op=t.op,
+            type=t.type,
+            ne=t.ne,
+            nb=t.nb,
+            nbytes=nbytes(t),
+            flags=t.flags,
+            src=src,
+            view_src=vi,
+            view_offs=t.view_offs,
+            data=t.data,
+            buffer=t.buffer,
+            desc=t.desc,
+            pin_layer=t.pin_layer,
+        )
+    return hit
 
 
 def forget_frozen() -> None:

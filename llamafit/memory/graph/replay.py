@@ -1,11 +1,11 @@
-"""Compute buffers from the graph itself: the graph llama.cpp reserves (build.py), placed on the
+"""Compute buffers from the graph itself: the graph llama.cpp reserves (template.py), placed on the
 backends by the scheduler's split (sched.py; all on the CPU for a CPU-only server), allocated by a
 replay of ggml-alloc (alloc.py). Where the replay covers a model and a config, its figure is the
 compute buffer llama.cpp allocates, to the byte; elsewhere it returns None and the hand-derived
 peaks of memory/compute.py stand.
 
 With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
-supports_op, offload_op and graph_optimize are ported (backends.py). Metal is covered on one
+supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
 checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm are not: CUDA's supports_op
 and its fusion reorders (graph_optimize) are not ported, its buffer type pads quantized rows
@@ -13,7 +13,7 @@ and its fusion reorders (graph_optimize) are not ported, its buffer type pads qu
 the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
-one-token graph and the prompt-sized one again (build.reserves), each through
+one-token graph and the prompt-sized one again (reserve.reserves), each through
 ggml_backend_sched_reserve into one ggml_gallocr per scheduler, whose buffer grows to the largest;
 ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.reserve_n).
 """
@@ -23,60 +23,42 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
-from ..resolve import ResolvedConfig, since
-from .alloc import (
-    CPU,
-    AllocError,
-    BufferType,
-    Gallocr,
-    metal_buffer_type,
+from .alloc import AllocError, BufferType, Gallocr
+from .backends.cpu import CPU, cpu_backend
+from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
+from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
+from .backends.vulkan import (
+    VK_MAP_ALIGNMENT_DEFAULT,
+    VK_STORAGE_ALIGNMENT_BOUND,
+    UnknownDeviceLimit,
+    suballocation_block,
+    vulkan_backend,
     vulkan_buffer_type,
     vulkan_host_buffer_type,
 )
-from .backends import (
-    UnknownDeviceLimit,
-    cpu_backend,
-    metal_backend,
-    rpc_backend,
-    vulkan_backend,
-)
-from .build import (
-    FAMILIES,
-    SOFTCAPPED,
-    GraphBuildError,
-    GraphHParams,
-    build_direct,
-    build_graph,
-    reserve_configs,
-)
+from .cparams import ResolvedConfig
+from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
 from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph
+from .params import GraphBuildError
+from .reserve import reserve_configs
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
-
-
-def graph_hparams_of(facts: ModelFacts) -> GraphHParams:
-    """build.GraphHParams from the facts that carry them."""
-    softcap = facts.final_logit_softcapping if facts.architecture in SOFTCAPPED else 0.0
-    return GraphHParams(softcap, facts.expert_weights_scale)
-
-
-# The first build whose graphs the builder follows (resolve.py's build rules): build.py builds
-# b11434's graphs, and older ones by the rules it follows (GraphConfig.build: mixed_batch,
-# fa_mask_f16, attn_rot); for an older build the hand-derived peaks, which follow each rule's
-# build, stand. REPLAY_SINCE for every family; FAMILY_SINCE for the families whose graph code
-# (src/models/<arch>.cpp and the llm_graph_context / llama_kv_cache helpers they call) was checked
-# the same in llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22) as at b11434
-# but for those rules: back to the dual token/embedding input (inp_embd_both, PR #18898), which
-# the builder needs (before it the graph holds one of the two inputs).
-REPLAY_SINCE = "mixed_batch"
-FAMILY_SINCE = {"llama": "inp_embd_both", "qwen2": "inp_embd_both", "qwen3": "inp_embd_both"}
+from .template import build_direct, build_graph
 
 
 def covers_model(facts: ModelFacts, build: int | None) -> bool:
-    """Whether the replay models this model's graphs at this build (CPU only; most configs)."""
-    arch = facts.architecture
-    return arch in FAMILIES and since(FAMILY_SINCE.get(arch, REPLAY_SINCE), build)
+    """Whether the replay models this model's graphs at this build (CPU only; most configs):
+    the architecture is in models.MODELS, and the build is at least its Model.since."""
+    model = MODELS.get(facts.architecture)
+    return model is not None and since(model.since, build)
+
+
+def _checked_0317(facts: ModelFacts) -> bool:
+    """models.Model.checked_0317 of this model's architecture."""
+    model: Model | None = MODELS.get(facts.architecture)
+    return model is not None and model.checked_0317
 
 
 def covers(facts: ModelFacts, rc: ResolvedConfig) -> bool:
@@ -100,20 +82,16 @@ def ggml_hash_size(min_sz: int) -> int:
     return next((p for p in _HASH_PRIMES if p >= min_sz), min_sz | 1)
 
 
-# llama_context::graph_max_nodes's archs with the bigger budget (the gated DeltaNet ones and
-# others) among FAMILIES
-_DELTA_NET_BUDGET = frozenset({"qwen3next", "qwen35moe"})
-
-
 def graph_max_nodes(facts: ModelFacts, n_tokens: int, n_tensors: int | None = None) -> int:
-    """llama_context::graph_max_nodes (src/llama-context.cpp) for the families build.py builds,
+    """llama_context::graph_max_nodes (src/llama-context.cpp) for the archs of models.MODELS,
     n_tokens = min(n_ctx, n_ubatch) (sched_reserve): qwen3next and qwen35moe get
     max(40 x n_tokens, 32 x llama_model::n_tensors()), the others the default branch,
     max(1024, 8 x n_tensors()). n_tensors is the model's tensors as loaded (MemoryModel.
     loaded_tensors: a TENSOR_DUPLICATED tensor in a second buffer type adds one); None: one per
     GGUF tensor. No backend samplers, no LoRA."""
     n = len(facts.tensors) if n_tensors is None else n_tensors
-    if facts.architecture in _DELTA_NET_BUDGET:
+    model = MODELS.get(facts.architecture)
+    if model is not None and model.nodes_per_token:
         return max(40 * n_tokens, 32 * n)
     return max(1024, 8 * n)
 
@@ -170,7 +148,7 @@ def overflow_of(
 
 def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     """The CPU backend's compute buffer of a CPU-only llama-server, or None where the graph is not
-    modelled (build.GraphBuildError: an architecture or a variant build.py does not build)."""
+    modelled (GraphBuildError: an architecture or a variant models/ does not build)."""
     if not covers(facts, rc):
         return None
     hp = graph_hparams_of(facts)
@@ -190,16 +168,16 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     return size
 
 
-# the backends whose scheduler rules backends.py ports (see the module's docstring)
+# the backends whose scheduler rules backends/ ports (see the module's docstring)
 DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
-# Metal: the families whose graphs' ops metal_graph_ok knows Metal takes, and the builds whose
-# Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22,
-# before the Hadamard rotation of rule attn_rot) for the FA alloc extras (alloc.metal_fa_extra,
-# which later builds extend) and supports_op; none from attn_rot on
-METAL_FAMILIES = frozenset(FAMILY_SINCE)
+# Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
+# and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
+# (49bfddeca, 2026-03-22, before the Hadamard rotation of rule attn_rot) for the FA alloc extras
+# (backends.metal.metal_fa_extra, which later builds extend) and supports_op; none from attn_rot on
 METAL_UNTIL = "attn_rot"
-# Vulkan before REPLAY_SINCE: FAMILY_SINCE's families until the reorder changed after 0.3.17
-# (vk_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op and offload_op
+# Vulkan before REPLAY_SINCE: the checked_0317 archs until the reorder changed after 0.3.17
+# (backends.vulkan_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op
+# and offload_op
 # take these graphs' ops as b11434's does (vk_supports_op) with caches of VK_OLD_KV and, with
 # flash attention, K and V of one type; not with others: its FLASH_ATTN_EXT refused K and V of
 # two types and took q4_1, q5_0, q5_1 and iq4_nl only with coopmat2 (a device feature the
@@ -209,18 +187,6 @@ METAL_UNTIL = "attn_rot"
 VK_OLD_UNTIL = "vk_reorder_ssm_conv"
 VK_OLD_KV = frozenset({"f16", "f32", "q4_0", "q8_0"})
 CPU_DEVICE = -1  # placement.CPU: the host's index in a LayerMap and in the result
-
-# Vulkan device properties where the DeviceSpec does not give them: the Vulkan specification's
-# bounds (minStorageBufferOffsetAlignment is at most 256; minMemoryMapAlignment at least 64, what
-# every driver we know reports), and ggml-vulkan.cpp ggml_vk_get_device's own default for the
-# suballocation block (1 GiB unless GGML_VK_SUBALLOCATION_BLOCK_SIZE says otherwise, at most
-# maxMemoryAllocationSize).
-VK_STORAGE_ALIGNMENT_BOUND = 256
-VK_MAP_ALIGNMENT_DEFAULT = 64
-VK_SUBALLOCATION_BLOCK = 1 << 30
-# ggml-rpc.cpp ggml_backend_rpc_get_alignment asks the worker; a CPU worker (ggml-rpc-server
-# -d CPU, its default) answers the CPU buffer type's TENSOR_ALIGNMENT
-RPC_ALIGNMENT_DEFAULT = CPU.alignment
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,17 +206,17 @@ class DevicePlacement:
 def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
     """Whether the replay models this model's graphs at this build on GPUs of these backends
     (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (b11434's rules); Vulkan alone also
-    for FAMILY_SINCE's families before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize, vk_optimize.
-    vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
-    gives 70.50); Metal for METAL_FAMILIES before METAL_UNTIL."""
+    for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize,
+    backends.vulkan_optimize.vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
+    gives 70.50); Metal for the checked_0317 archs before METAL_UNTIL."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
         return False
     if ("vulkan" in backends or "rpc" in backends) and not since(REPLAY_SINCE, build):
-        old_vulkan = facts.architecture in FAMILY_SINCE and not since(VK_OLD_UNTIL, build)
+        old_vulkan = _checked_0317(facts) and not since(VK_OLD_UNTIL, build)
         if "rpc" in backends or not old_vulkan:
             return False
     if "metal" in backends:
-        return facts.architecture in METAL_FAMILIES and not since(METAL_UNTIL, build)
+        return _checked_0317(facts) and not since(METAL_UNTIL, build)
     return True
 
 
@@ -285,62 +251,6 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         and covers_backends(facts, rc.build, backends)
         and rc.split_mode in ("layer", "none")
     )
-
-
-# ggml-metal-device.m ggml_metal_device_supports_op (0.3.17): the ops of METAL_FAMILIES' graphs,
-# and for those with conditions the types and head sizes it takes
-METAL_OPS = frozenset(
-    {
-        "NONE",
-        "VIEW",
-        "RESHAPE",
-        "PERMUTE",
-        "TRANSPOSE",
-        "GET_ROWS",
-        "RMS_NORM",
-        "MUL",
-        "ADD",
-        "MUL_MAT",
-        "ROPE",
-        "SET_ROWS",
-        "CPY",
-        "CONT",
-        "FLASH_ATTN_EXT",
-        "SOFT_MAX",
-        "GLU",
-        "SCALE",
-    }
-)
-METAL_FA_HEADS = frozenset({32, 40, 48, 64, 72, 80, 96, 112, 128, 192, 256, 320, 576})
-METAL_KV_TYPES = frozenset({"f32", "f16"})  # the cache types the Metal replay takes
-
-
-def metal_graph_ok(graph: Graph) -> bool:
-    """Whether ggml_metal_device_supports_op takes every node of this graph (no BF16: a device
-    without bfloat refuses it; FLASH_ATTN_EXT: a listed head size, K and V of one type; CPY / CONT
-    / SET_ROWS between F32 and F16; GLU: SWIGLU), and its alloc size is modelled (METAL_OPS)."""
-    ts = graph.tensors
-    for i in graph.nodes:
-        t = ts[i]
-        srcs = [ts[s] for s in t.src if s is not None and s != i]
-        if t.op not in METAL_OPS or t.type == "bf16" or any(s.type == "bf16" for s in srcs):
-            return False
-        if t.op == "FLASH_ATTN_EXT":
-            q, k, v = srcs[:3]
-            if q.ne[0] not in METAL_FA_HEADS or k.type != v.type or k.type not in METAL_KV_TYPES:
-                return False
-        elif t.op in ("CPY", "CONT", "SET_ROWS"):
-            if t.type not in METAL_KV_TYPES or srcs[0].type not in METAL_KV_TYPES:
-                return False
-        elif t.op == "GLU" and t.desc != "SWIGLU":
-            return False
-    return True
-
-
-def suballocation_block(g: DeviceSpec) -> int:
-    """ggml-vulkan.cpp ggml_vk_get_device: suballocation_block_size."""
-    cap = g.max_allocation_bytes
-    return min(VK_SUBALLOCATION_BLOCK, cap) if cap else VK_SUBALLOCATION_BLOCK
 
 
 def scheduler_backends(

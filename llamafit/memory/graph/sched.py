@@ -30,11 +30,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from operator import attrgetter
+from typing import Any
 
-from llamafit.errors import LlamafitError
-from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, USAGE_WEIGHTS, Graph, Tensor
+from ...errors import LlamafitError
+from ...reader.ggml_types import GGML_MAX_NAME
+from .nodes import FLAG_INPUT, FLAG_OUTPUT, USAGE_WEIGHTS, Graph, Tensor
 
-GGML_MAX_NAME = 64  # ggml/include/ggml.h: names hold 63 characters and a NUL
 GGML_MAX_SRC = 10
 GGML_SCHED_MAX_COPIES = 4  # ggml/src/ggml-backend.cpp: n_copies with pipeline parallelism
 
@@ -149,7 +150,7 @@ def use_counts(graph: Graph) -> list[int]:
     return counts
 
 
-def split_graph(
+def split_graph(  # noqa: C901 (ggml port: kept diffable)
     graph: Graph,
     backends: Sequence[Backend],
     *,
@@ -212,7 +213,7 @@ def split_graph(
                 return b
         return -1
 
-    def from_cur(i: int) -> int:
+    def from_cur(i: int) -> int:  # noqa: C901 (ggml port: kept diffable)
         """ggml_backend_sched_backend_id_from_cur."""
         r = from_buffer(i, i)
         if r != -1:
@@ -349,10 +350,10 @@ def split_graph(
             desc="NONE",
         )
 
-    splits: list[list] = []  # [backend, i_start, i_end, inputs]
+    splits: list[list[Any]] = []  # [backend, i_start, i_end, inputs]
     first = next((k for k, i in enumerate(nodes) if ops[i] not in VIEW_OPS), len(nodes))
     cur_b = bid[nodes[first]] if first < len(nodes) else -1
-    split: list = [cur_b, 0, 0, []]
+    split: list[Any] = [cur_b, 0, 0, []]
     splits.append(split)
     for k in range(first, len(nodes)):
         i = nodes[k]

@@ -3,15 +3,15 @@ backends' supports_op rules and graph_optimize reorders read them."""
 
 from __future__ import annotations
 
-from llamafit.memory.graph.nodes import Tensor
-from llamafit.reader.ggml_types import GGMLType
+from ...reader.ggml_types import GGMLType, ggml_type_name
+from .nodes import Tensor
 
 _TYPES: dict[str, GGMLType] = {}
 
 
 def ggml_names(names: set[str] | frozenset[str]) -> frozenset[str]:
     """Type names as ggml_type_name spells them (the K quants with a capital K: "q4_K")."""
-    return frozenset(n[:-1] + "K" if n.endswith("_k") else n for n in names)
+    return frozenset(ggml_type_name(n) for n in names)
 
 
 def type_of(name: str) -> GGMLType:

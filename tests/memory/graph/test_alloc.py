@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from llamafit.memory.graph.alloc import (
-    CPU,
     SIZE_MAX,
     AllocError,
     BufferType,
@@ -26,8 +25,9 @@ from llamafit.memory.graph.alloc import (
     Gallocr,
     allocate,
     peaks,
-    vulkan_host_buffer_type,
 )
+from llamafit.memory.graph.backends.cpu import CPU
+from llamafit.memory.graph.backends.vulkan import vulkan_host_buffer_type
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
 from tests.support import (
     VK_RPC_BIN_ABSENT,

@@ -1,4 +1,4 @@
-"""The graph builder (llamafit/memory/graph/build.py) against the graphs the real llama-server
+"""The graph builder (llamafit/memory/graph: template.py over models/) against the graphs the real llama-server
 (b11434) reserves: every recorded case of scripts/graph_dump/record_build.py, its prompt-sized (pp)
 and one-token (tg) graph, node by node and leaf by leaf, exactly (names, ops, types, ne, nb,
 sources, views, flags, data and buffers). The slow test records a start live and checks the same."""
@@ -10,19 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from llamafit.memory.graph.build import (
-    GraphBuildError,
-    GraphConfig,
-    GraphHParams,
-    Reserve,
-    build_direct,
-    build_graph,
-    clear_cache,
-    graph_hparams,
-    reserve_configs,
-    reserves,
-)
+from llamafit.memory.graph.models import graph_hparams
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
+from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
+from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
+from llamafit.memory.graph.template import build_direct, build_graph, clear_cache
 from tests.support.graph_build import (
     GRAPHS,
     Case,
@@ -470,7 +462,7 @@ def test_device_compute_is_the_recorded_reserve(
 @pytest.mark.parametrize("arch_scaled", [False, True], ids=["llama", "llama-with-a-scale"])
 def test_weight_scales_outside_the_modelled_archs_are_refused(arch_scaled: bool) -> None:
     """A "<weight>.scale" tensor adds a multiply to build_lora_mm in any arch; where build.py does
-    not apply scales (SCALES_MODELLED), the graph is refused rather than built without them."""
+    not apply scales (models.Model.scales), the graph is refused rather than built without them."""
     facts, hp = facts_of("fixtures/dense-llama.gguf")
     if arch_scaled:
         q = next(t for t in facts.tensors if t.name == "blk.0.attn_q.weight")

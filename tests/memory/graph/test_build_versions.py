@@ -10,8 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from llamafit.memory.graph.build import GraphConfig, build_graph
 from llamafit.memory.graph.nodes import FLAG_INPUT
+from llamafit.memory.graph.params import GraphConfig
+from llamafit.memory.graph.template import build_graph
 from tests.support.graph_build import cases, configs, facts_of
 
 CASES = cases()

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from llamafit.errors import LlamafitError
-from llamafit.memory.graph import backends as B
+from llamafit.memory.graph.backends.cpu import cpu_backend
+from llamafit.memory.graph.backends.rpc import rpc_backend
+from llamafit.memory.graph.backends.vulkan import vulkan_backend
 from llamafit.memory.graph.nodes import FLAG_INPUT, USAGE_WEIGHTS, Graph, Tensor
 from llamafit.memory.graph.sched import Backend, SchedError, split_graph
 from tests.support import FIXTURES, ROOT, VK_RPC_BIN_ABSENT, vulkan_rpc_bin_dir
@@ -30,8 +32,8 @@ from tests.support.server_probe import server_binary
 GRAPHS = FIXTURES / "graphs"
 LAVAPIPE_MAX_TENSOR = 128 << 20  # maxStorageBufferRange (llamafit.machine.catalog "lavapipe")
 VULKAN = [
-    B.vulkan_backend("Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR),
-    B.cpu_backend("Vulkan_Host"),
+    vulkan_backend("Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR),
+    cpu_backend("Vulkan_Host"),
 ]
 
 
@@ -39,14 +41,14 @@ def _backends(case: str, events: list[Event], min_batch: int = 32) -> list[Backe
     """The scheduler's backends of a recorded start, as llama_context sets them up: the GPUs in
     device order, the CPU last on the first GPU's pinned host buffer type where it has one."""
     if case == "cpu":
-        return [B.cpu_backend("CPU")]
+        return [cpu_backend("CPU")]
     if case.startswith("vk"):
-        gpu = B.vulkan_backend(
+        gpu = vulkan_backend(
             "Vulkan0", max_tensor_bytes=LAVAPIPE_MAX_TENSOR, op_offload_min_batch=min_batch
         )
-        return [gpu, B.cpu_backend("Vulkan_Host")]
+        return [gpu, cpu_backend("Vulkan_Host")]
     names = [name for name, _ in events[0].backends]
-    return [B.rpc_backend(name) for name in names[:-1]] + [B.cpu_backend("CPU")]
+    return [rpc_backend(name) for name in names[:-1]] + [cpu_backend("CPU")]
 
 
 # case: (the splits of each stored reserve, n_copies); the prompt-sized reserve first, then the
@@ -180,8 +182,8 @@ def test_op_offload_of_a_host_weight(
     offload: bool, min_batch: int, backend_of_b: int, splits: list[tuple]
 ) -> None:
     backends = [
-        B.vulkan_backend("Vulkan0", op_offload_min_batch=min_batch, graph_optimize=False),
-        B.cpu_backend("Vulkan_Host"),
+        vulkan_backend("Vulkan0", op_offload_min_batch=min_batch, graph_optimize=False),
+        cpu_backend("Vulkan_Host"),
     ]
     graph = _tiny()
     out = split_graph(graph, backends, op_offload=offload)
@@ -198,7 +200,7 @@ def test_copies_for_pipeline_parallelism() -> None:
     """n_copies 4: every split input has 4 copies flagged input and output, all leafs of the
     allocator's graph after the graph input's own copies (the input itself is copy 0, flagged
     output too); the nodes read copy 0, each after a view that keeps its source alive."""
-    backends = [B.vulkan_backend("Vulkan0", graph_optimize=False), B.cpu_backend("CPU")]
+    backends = [vulkan_backend("Vulkan0", graph_optimize=False), cpu_backend("CPU")]
     g = split_graph(_tiny(), backends, n_copies=4).graph
     leafs = [
         (g.tensors[i].name, g.tensors[i].flags, b)
@@ -240,12 +242,12 @@ def test_refusals_are_errors() -> None:
     """A pre-allocated tensor no backend can run, an unknown pinned backend: llama.cpp aborts."""
     bad = Graph(tensors=(_leaf("w", "Elsewhere", usage=USAGE_WEIGHTS),), leafs=(0,), nodes=())
     with pytest.raises(SchedError, match="pre-allocated tensor"):
-        split_graph(bad, [B.cpu_backend()])
+        split_graph(bad, [cpu_backend()])
     pinned = Graph(
         tensors=(_leaf("x"), _node("y", "ADD", (0, 0), backend="Vulkan9")), leafs=(0,), nodes=(1,)
     )
     with pytest.raises(LlamafitError, match="Vulkan9"):
-        split_graph(pinned, [B.cpu_backend()])
+        split_graph(pinned, [cpu_backend()])
 
 
 def _record_module():  # type: ignore[no-untyped-def]

@@ -1,9 +1,6 @@
-"""The backends' rules the scheduler reads (ggml_backend_dev_supports_op, _supports_buft,
-_offload_op), per backend, as llama.cpp b11434 states them, over the tensor fields of
-llamafit.memory.graph.nodes. Device properties are parameters.
-
-Op parameters (op_params) are not part of the recorded graph, so the few rules that read them are
-left out and say so where they stand; none of them decides an op of llama.cpp's text models.
+"""The Vulkan backend (ggml/src/ggml-vulkan/ggml-vulkan.cpp): ggml_backend_vk_device_supports_op,
+_supports_buft, _offload_op, its buffer types (the device's and Vulkan_Host) with the device
+properties they read, and its graph optimizer (vulkan_optimize.py).
 """
 
 from __future__ import annotations
@@ -11,185 +8,58 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
-from llamafit.errors import LlamafitError
-from llamafit.memory.graph.metal_optimize import metal_graph_optimize
-from llamafit.memory.graph.nodes import USAGE_WEIGHTS, Tensor
-from llamafit.memory.graph.sched import HOST_BUFTS, Backend, OpPredicate
-from llamafit.memory.graph.shapes import (
+from ....errors import LlamafitError
+from ....machine.devices import DeviceSpec
+from ..alloc import BufferType
+from ..cparams import OP_OFFLOAD_MIN_BATCH
+from ..nodes import USAGE_WEIGHTS, Tensor
+from ..sched import Backend, OpPredicate
+from ..shapes import (
     ggml_names,
     is_contiguous,
     is_contiguous_rows,
     is_quantized,
-    n_dims,
-    nrows,
     type_of,
 )
-from llamafit.memory.graph.vk_optimize import vk_graph_optimize_for
+from . import batch_offload
+from . import srcs as _srcs
+from .vulkan_optimize import vk_graph_optimize_for
 
-VIEW_OR_NONE = frozenset({"NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
-CPU_EXTRA_BUFTS = frozenset({"CPU_REPACK"})  # ggml_backend_cpu_get_extra_buffer_types (x86 build)
-OP_OFFLOAD_MIN_BATCH = 32  # GGML_OP_OFFLOAD_MIN_BATCH unset (ggml-cuda.cu / ggml-vulkan.cpp)
-
-
-def _srcs(tensors: Sequence[Tensor], op: Tensor) -> list[Tensor | None]:
-    return [None if s is None else tensors[s] for s in op.src]
-
-
-def _src(tensors: Sequence[Tensor], op: Tensor, k: int) -> Tensor | None:
-    s = op.src[k] if k < len(op.src) else None
-    return None if s is None else tensors[s]
+# Vulkan device properties where the DeviceSpec does not give them: the Vulkan specification's
+# bounds (minStorageBufferOffsetAlignment is at most 256; minMemoryMapAlignment at least 64, what
+# every driver we know reports), and ggml-vulkan.cpp ggml_vk_get_device's own default for the
+# suballocation block (1 GiB unless GGML_VK_SUBALLOCATION_BLOCK_SIZE says otherwise, at most
+# maxMemoryAllocationSize).
+VK_STORAGE_ALIGNMENT_BOUND = 256
+VK_MAP_ALIGNMENT_DEFAULT = 64
+VK_SUBALLOCATION_BLOCK = 1 << 30
 
 
-# ---------------------------------------------------------------------------------------------
-# CPU (ggml/src/ggml-cpu/ggml-cpu.cpp ggml_backend_cpu_device_supports_op, _supports_buft)
-
-_IQ_NO_FROM_FLOAT = ggml_names({"iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"})
-
-# vec_dot_type of ggml/src/ggml-cpu/ggml-cpu.c type_traits_cpu (x86 build)
-_VEC_DOT = {
-    "f32": "f32",
-    "f16": "f16",
-    "bf16": "bf16",
-    "q4_0": "q8_0",
-    "q4_1": "q8_1",
-    "q5_0": "q8_0",
-    "q5_1": "q8_1",
-    "q8_0": "q8_0",
-    "q2_k": "q8_k",
-    "q3_k": "q8_k",
-    "q4_k": "q8_k",
-    "q5_k": "q8_k",
-    "q6_k": "q8_k",
-    "iq2_xxs": "q8_k",
-    "iq2_xs": "q8_k",
-    "iq3_xxs": "q8_k",
-    "iq3_s": "q8_k",
-    "iq2_s": "q8_k",
-    "iq1_s": "q8_k",
-    "iq1_m": "q8_k",
-    "iq4_nl": "q8_0",
-    "iq4_xs": "q8_k",
-    "tq1_0": "q8_k",
-    "tq2_0": "q8_k",
-    "mxfp4": "q8_0",
-    "nvfp4": "q8_0",
-    "q1_0": "q8_0",
-}
-_VEC_DOT = {
-    k[:-1] + "K" if k.endswith("_k") else k: v[:-1] + "K" if v.endswith("_k") else v
-    for k, v in _VEC_DOT.items()
-}
+def suballocation_block(g: DeviceSpec) -> int:
+    """ggml-vulkan.cpp ggml_vk_get_device: suballocation_block_size."""
+    cap = g.max_allocation_bytes
+    return min(VK_SUBALLOCATION_BLOCK, cap) if cap else VK_SUBALLOCATION_BLOCK
 
 
-def _repack_supports_op(
-    tensors: Sequence[Tensor], op: Tensor, host_bufts: frozenset[str], extra_bufts: frozenset[str]
-) -> bool:
-    """ggml::cpu::repack::extra_buffer_type::supports_op (ggml/src/ggml-cpu/repack.cpp): a
-    repacked weight serves a MUL_MAT (2-D) or MUL_MAT_ID (3-D) over F32 activations held in host
-    memory (a weight is only repacked where ggml_repack_get_optimal_repack_type has a layout)."""
-    src0, src1 = _src(tensors, op, 0), _src(tensors, op, 1)
-    if src0 is None or src1 is None or src0.buffer not in extra_bufts:
-        return False
-    dims = n_dims(src0)
-    if (op.op == "MUL_MAT" and dims == 2) or (op.op == "MUL_MAT_ID" and dims == 3):
-        if src1.buffer is not None and src1.buffer not in host_bufts:
-            return False
-        return src1.type == "f32"
-    return False
+def vulkan_buffer_type(
+    name: str, min_storage_buffer_offset_alignment: int, suballocation_block_size: int
+) -> BufferType:
+    """A Vulkan device's buffer type (ggml-vulkan.cpp ggml_backend_vk_buffer_type_get_alignment,
+    _get_max_size): the device's minStorageBufferOffsetAlignment and suballocation block size
+    (1 GiB, or $GGML_VK_SUBALLOCATION_BLOCK_SIZE, at most maxMemoryAllocationSize)."""
+    return BufferType(name, min_storage_buffer_offset_alignment, suballocation_block_size)
 
 
-def cpu_supports_op(
-    tensors: Sequence[Tensor],
-    i: int,
-    host_bufts: frozenset[str] = HOST_BUFTS,
-    extra_bufts: frozenset[str] = CPU_EXTRA_BUFTS,
-) -> bool:
-    """ggml_backend_cpu_device_supports_op. Left out: the Hadamard hint of MUL_MAT, SOFT_MAX_BACK's
-    max_bias and SSM_SCAN's op parameter (op_params are not recorded)."""
-    op = tensors[i]
-    if op.op in VIEW_OR_NONE:
-        return True
-    for s in op.src[:4]:
-        if s is not None and tensors[s].buffer in extra_bufts:
-            return _repack_supports_op(tensors, op, host_bufts, extra_bufts)
-    src0, src1 = _src(tensors, op, 0), _src(tensors, op, 1)
-    kind = op.op
-    if kind in ("CPY", "SET_ROWS"):
-        return op.type not in _IQ_NO_FROM_FLOAT
-    if kind == "MUL_MAT" and src0 is not None and src1 is not None:
-        vec_dot = _VEC_DOT.get(src0.type, "f32")
-        return (
-            src1.type == "f32" or src1.type == vec_dot or (src1.type == "bf16" and vec_dot == "f32")
-        )
-    if kind == "IM2COL_BACK" and src0 is not None and src1 is not None:
-        return src0.type == "f32" and src1.type in ("f32", "f16")
-    if kind == "GET_ROWS_BACK" and src0 is not None:
-        return src0.type in ("f32", "f16")
-    if kind == "OUT_PROD" and src0 is not None and src1 is not None:
-        ok0 = src0.type == "f32" or (
-            (src0.type == "f16" or is_quantized(src0.type))
-            and src0.ne[2] == src1.ne[2]
-            and src0.ne[3] == src1.ne[3]
-        )
-        return ok0 and src1.type == "f32" and op.type == "f32"
-    if kind == "CONV_2D" and src0 is not None:
-        return is_contiguous(src0)
-    return True
+def vulkan_host_buffer_type(
+    min_memory_map_alignment: int, suballocation_block_size: int
+) -> BufferType:
+    """Vulkan_Host, the CPU's compute buffer type when a Vulkan device is used (ggml-vulkan.cpp
+    ggml_backend_vk_host_buffer_type: device 0's minMemoryMapAlignment and suballocation block
+    size; every buffer 32 bytes larger than asked)."""
+    return BufferType(
+        "Vulkan_Host", min_memory_map_alignment, suballocation_block_size, alloc_extra=32
+    )
 
-
-def cpu_backend(
-    buft: str = "CPU",
-    *,
-    host_bufts: frozenset[str] = HOST_BUFTS,
-    extra_bufts: frozenset[str] = CPU_EXTRA_BUFTS,
-) -> Backend:
-    """The CPU backend: any host buffer type or one of its extra ones (ggml_backend_cpu_device_
-    supports_buft); no offload_op, no graph_optimize (ggml-cpu.cpp). `buft` is the scheduler's
-    buffer type for it: the first GPU's pinned host type where that GPU has one
-    (src/llama-context.cpp: "Vulkan_Host", "CUDA_Host"), else "CPU"."""
-
-    supports = partial(cpu_supports_op, host_bufts=host_bufts, extra_bufts=extra_bufts)
-    return Backend(name="CPU", buft=buft, bufts=host_bufts | extra_bufts, supports_op=supports)
-
-
-# ---------------------------------------------------------------------------------------------
-# RPC (ggml/src/ggml-rpc/ggml-rpc.cpp)
-
-
-def rpc_backend(name: str) -> Backend:
-    """An RPC device: ggml_backend_rpc_device_supports_op takes every op (it does not ask the
-    server), supports_buft only its own endpoint's buffer type (named like the backend,
-    "RPC0[127.0.0.1:50052]"), no offload_op, no graph_optimize."""
-    return Backend(name=name, buft=name, bufts=frozenset({name}))
-
-
-# ---------------------------------------------------------------------------------------------
-# op offload (ggml-cuda.cu get_op_batch_size, ggml-vulkan-debug.cpp ggml_vk_get_op_batch_size)
-
-
-def op_batch_size(t: Tensor) -> int:
-    """The batch an op works on, as CUDA's and Vulkan's offload_op measure it."""
-    if t.op == "GET_ROWS":
-        return 0
-    if t.op == "MUL_MAT":
-        return t.ne[1]
-    if t.op in ("MUL_MAT_ID", "ROPE", "ROPE_BACK"):
-        return t.ne[2]
-    return nrows(t)
-
-
-def batch_offload(min_batch: int = OP_OFFLOAD_MIN_BATCH) -> OpPredicate:
-    """ggml_backend_cuda_device_offload_op / ggml_backend_vk_device_offload_op: an op whose batch
-    is at least the device's op_offload_min_batch_size (GGML_OP_OFFLOAD_MIN_BATCH, else 32)."""
-
-    def offload(tensors: Sequence[Tensor], i: int) -> bool:
-        return op_batch_size(tensors[i]) >= min_batch
-
-    return offload
-
-
-# ---------------------------------------------------------------------------------------------
-# Vulkan (ggml/src/ggml-vulkan/ggml-vulkan.cpp ggml_backend_vk_device_supports_op)
 
 _VK_UNARY = frozenset(
     {
@@ -273,7 +143,7 @@ def vk_dim01_contiguous(t: Tensor) -> bool:
     )
 
 
-def vk_supports_op(
+def vk_supports_op(  # noqa: C901 (ggml port: kept diffable)
     tensors: Sequence[Tensor],
     i: int,
     *,
@@ -436,7 +306,7 @@ def vk_supports_op(
     return _vk_other_op(op, srcs)
 
 
-def _vk_other_op(op: Tensor, srcs: list[Tensor | None]) -> bool:
+def _vk_other_op(op: Tensor, srcs: list[Tensor | None]) -> bool:  # noqa: C901 (ggml port)
     """The rest of ggml_backend_vk_device_supports_op's switch: the state-space, convolution,
     pooling, training and DeepSeek V4 ops (a device with the subgroup operations and shared memory
     they ask for; pipelines present). Left out: LIGHTNING_INDEXER (offsets, device fp16), SOLVE_TRI
@@ -588,7 +458,7 @@ def vulkan_backend(
 ) -> Backend:
     """A Vulkan device: supports_buft only its own buffer type (named like the device,
     ggml_backend_vk_device_supports_buft), offload_op by batch size, and the reorder of
-    ggml_vk_graph_optimize as build `build` has it (vk_optimize.vk_graph_optimize_for; None: the
+    ggml_vk_graph_optimize as build `build` has it (vulkan_optimize.vk_graph_optimize_for; None: the
     current build; `graph_optimize` False: GGML_VK_DISABLE_GRAPH_OPTIMIZE set). `strict_limit`
     with an unknown `max_tensor_bytes`: supports_op raises UnknownDeviceLimit where the answer
     would depend on the limit (an op it takes otherwise, with the op or a source over
@@ -635,52 +505,3 @@ def _strict_limit(supports: OpPredicate, buft: str) -> OpPredicate:
         return True
 
     return strict
-
-
-def cuda_offload_backend(
-    name: str, buft: str | None = None, *, op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH
-) -> Backend:
-    """A CUDA device's buffer and offload rules (ggml_backend_cuda_device_supports_buft: its own
-    buffer type; ggml_backend_cuda_device_offload_op: batch size). Its supports_op and its
-    graph_optimize (fusion reorders) are not ported: every op is taken, the order is kept."""
-    return Backend(
-        name=name,
-        buft=buft or name,
-        bufts=frozenset({buft or name}),
-        offload_op=batch_offload(op_offload_min_batch),
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Metal (ggml/src/ggml-metal/ggml-metal.cpp, as llama-cpp-python 0.3.17's vendored llama.cpp)
-
-
-def metal_offload(min_batch: int = OP_OFFLOAD_MIN_BATCH) -> OpPredicate:
-    """ggml_backend_metal_device_offload_op: MUL_MAT / MUL_MAT_ID whose batch (get_op_batch_size:
-    ne[1], ne[2]) is at least op_offload_min_batch_size (GGML_OP_OFFLOAD_MIN_BATCH, else 32)."""
-
-    def offload(tensors: Sequence[Tensor], i: int) -> bool:
-        t = tensors[i]
-        return t.op in ("MUL_MAT", "MUL_MAT_ID") and op_batch_size(t) >= min_batch
-
-    return offload
-
-
-def metal_backend(
-    name: str,
-    build: int | None,
-    *,
-    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
-) -> Backend:
-    """A Metal device: supports_buft only its own buffer types (ggml_backend_metal_device_
-    supports_buft: shared, private, mapped; named like the device here), offload_op by batch size,
-    and the reorder of ggml_metal_graph_optimize as build `build` has it (metal_optimize.py).
-    supports_op takes every op: ggml_metal_device_supports_op accepts every op of the graphs the
-    replay covers on Metal (replay.metal_graph_ok checks them, and refuses the graphs with others)."""
-    return Backend(
-        name=name,
-        buft=name,
-        bufts=frozenset({name}),
-        offload_op=metal_offload(op_offload_min_batch),
-        graph_optimize=metal_graph_optimize(build),
-    )

@@ -4,7 +4,7 @@ Vulkan split before it builds the allocator's graph (ggml_backend_sched_split_gr
 nodes that do not depend on each other (up to 20 ahead) so that fusable chains stay adjacent,
 keeps the fusion patterns of ggml-vulkan-types.h in place, and asks the allocator to keep the
 inputs of a fused top-k MoE or hc_post gate alive until the pattern's last node (add_alloc_dep).
-Before resolve.py's rule vk_reorder_ssm_conv (PR #22653, the first change to it after
+Before builds.py's rule vk_reorder_ssm_conv (PR #22653, the first change to it after
 llama-cpp-python 0.3.17's vendored llama.cpp that we found) the reorder is 0.3.17's
 (vk_graph_optimize_0317); `vk_graph_optimize_for(build)` picks the one of a build.
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 
-from llamafit.memory.graph.nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
-from llamafit.memory.graph.sched import AllocDeps, GraphOptimize
-from llamafit.memory.graph.shapes import is_contiguous_n
-from llamafit.memory.resolve import since
+from ....builds import since
+from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
+from ..sched import AllocDeps, GraphOptimize
+from ..shapes import is_contiguous_n
 
 # ggml-vulkan-types.h
 TOPK_MOE_EARLY_SOFTMAX_NORM = (
@@ -138,7 +138,7 @@ def _can_repeat(t0: Tensor, t1: Tensor) -> bool:
     return all(b % a == 0 for a, b in zip(t0.ne, t1.ne, strict=True))
 
 
-def vk_graph_optimize(
+def vk_graph_optimize(  # noqa: C901 (ggml port: kept diffable)
     tensors: Sequence[Tensor],
     split_nodes: Sequence[int],
     srcs: Sequence[tuple[int | None, ...]],
@@ -533,7 +533,7 @@ def _pull_rope(
 
 
 # ---------------------------------------------------------------------------------------------
-# The reorder before resolve.py's rule vk_reorder_ssm_conv: ggml_vk_graph_optimize as
+# The reorder before builds.py's rule vk_reorder_ssm_conv: ggml_vk_graph_optimize as
 # llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca, 2026-03-22) has it.
 
 # the four top-k MoE patterns of that source (ggml-vulkan.cpp), kept in place and never pulled
@@ -556,7 +556,7 @@ _ADJACENT_0317 = frozenset(
 ROPE_SET_ROWS_WINDOW_0317 = 10  # ROPE + VIEW + SET_ROWS: looked for in the next 9 nodes
 
 
-def vk_graph_optimize_0317(
+def vk_graph_optimize_0317(  # noqa: C901 (ggml port: kept diffable)
     tensors: Sequence[Tensor],
     split_nodes: Sequence[int],
     srcs: Sequence[tuple[int | None, ...]],

@@ -1,0 +1,253 @@
+"""llama.cpp's build rules: THE table of memory-relevant behaviours that changed over llama.cpp's
+history, each keyed by the first build (bNNNN) with the new behaviour, and `since(key, build)`.
+
+Below every unit that reads a build (memory, memory/graph, server): --llama-build N and the
+detected server build select the side of each rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class BuildRule:
+    """One memory-relevant behaviour of llama.cpp that changed, keyed by the first build with it."""
+
+    key: str
+    # first llama.cpp build (bNNNN) with the new behaviour; estimates are marked in `change`
+    build: int
+    pr: int  # ggml-org/llama.cpp pull request
+    merged: str  # merge date
+    change: str
+
+
+# [ver] THE table of rules that changed over llama.cpp's history (--llama-build N and the detected
+# server build select the side). Build numbers are dated from the PR's merge date against builds
+# that public reports print with a date (b7079 2025-11-16, issue #17300; b8284 2026-03-11, #20431;
+# b9425 2026-05-30, #23894): about ten builds a day, so a number is good to a few days' builds.
+BUILD_RULES: tuple[BuildRule, ...] = (
+    BuildRule(
+        "pooling_per_seq",
+        5700,
+        14217,
+        "2025-06 (b5700 estimate)",
+        "embeddings pooling inputs are per sequence: inp_mean n_tokens x n_seqs F32, inp_cls "
+        "n_seqs I32 (before: n_tokens x n_tokens and n_tokens; llm_graph_context::build_inp_mean, "
+        "src/llama-graph.cpp)",
+    ),
+    BuildRule(
+        "glu_op",
+        5780,
+        14158,
+        "2025-06 (b5780 estimate: after 06-13, before the follow-ups of 06-30)",
+        "a gate fused into ffn_up (glm4, phi3, chatglm: LLM_FFN_SWIGLU without ffn_gate) is one "
+        "ggml_swiglu over up's [2 n_ff] output (before: two ggml_cont copies of its halves, "
+        "[n_ff] each, live with up at the activation; build_ffn, src/llama-graph.cpp)",
+    ),
+    BuildRule(
+        "kv_streams",
+        5913,
+        14363,
+        "2025-07-16",
+        "the KV cache can be split into one stream per sequence (kv_unified = false, the default "
+        "of libllama and llama-server); before, every sequence shared one unified buffer of n_ctx "
+        "cells and the reserve graph attends over all of them (b5913: issue #14847, its "
+        "seq_to_stream assert)",
+    ),
+    BuildRule(
+        "kv_set_rows",
+        6090,
+        14959,
+        "2025-08 (after 08-01)",
+        "KV writes through ggml_set_rows by default: K/V row-index graph inputs (before: views + "
+        "ggml_cpy, no index inputs; PR #14285 added it behind LLAMA_SET_ROWS=1)",
+    ),
+    BuildRule(
+        "fa_auto",
+        6325,
+        15434,
+        "2025-08-30",
+        "-fa on|off|auto with auto the default (before: a boolean "
+        "-fa, off unless given) and -ngl defaults to all layers (before: 0)",
+    ),
+    BuildRule(
+        "fused_qkv_views",
+        6420,
+        15662,
+        "2025-09-08",
+        "fused QKV weights are split into Q/K/V by views "
+        "(before: contiguous copies of each, ggml_cont, in the compute buffer)",
+    ),
+    BuildRule(
+        "no_ctx_padding",
+        6890,
+        16812,
+        "2025-10-28",
+        "the KV cache is no longer padded (before: n_ctx and the "
+        "SWA cache padded to 256 with flash attention, 32 without: kv-cache get_padding, PR #7257)",
+    ),
+    BuildRule(
+        "ctx_pad_256",
+        6980,
+        17046,
+        "2025-11-06",
+        "n_ctx, n_ctx_seq (per stream) and the SWA cache are padded to 256 again, for every "
+        "backend (before #16812: n_ctx only, per stream n_ctx / n_seq unpadded)",
+    ),
+    BuildRule(
+        "np_auto_unified",
+        7000,
+        16736,
+        "2025-11 (estimate)",
+        "llama-server -np defaults to auto = 4 slots with a unified KV cache (before: 1 slot)",
+    ),
+    BuildRule(
+        "ngl_output_first",
+        7400,
+        18148,
+        "2025-12-17",
+        "-ngl N offloads the output layer first, then the "
+        "last N-1 blocks (before: the last N blocks, the output layer only when N > n_layer)",
+    ),
+    BuildRule(
+        "op_offload_env",
+        7590,
+        18535,
+        "2026-01 (b7590 estimate)",
+        "GGML_OP_OFFLOAD_MIN_BATCH sets the batch from which a GPU takes host-weight ops (before: "
+        "32 hard-coded in each backend's offload_op)",
+    ),
+    BuildRule(
+        "inp_embd_both",
+        7750,
+        18898,
+        "2026-01-17",
+        "the graph holds both the token-id and the embeddings "
+        "input and selects one (ggml_build_forward_select; before: one of them)",
+    ),
+    BuildRule(
+        "mla_v_less",
+        7800,
+        19067,
+        "2026-01-24",
+        "MLA models keep no V cache (V is a view of K); before, "
+        "MLA GGUFs cached V (kv_lora_rank wide) besides K",
+    ),
+    BuildRule(
+        "metal_reorder_64",
+        8040,
+        19555,
+        "2026-02-12 (b8040 estimate: after b7960)",
+        "Metal's graph_optimize reorder (ggml_metal_graph_optimize_reorder, ggml-metal-common.cpp) "
+        "looks 64 nodes ahead over more safe ops (before: 8 nodes; CONT, SET, UNARY, SUB, REPEAT, "
+        "CLAMP, L2_NORM, SSM_* not hoisted): where the F16 mask cast and the activations land in "
+        "the Metal compute buffer",
+    ),
+    BuildRule(
+        "attn_rot",
+        8500,
+        21038,
+        "2026-04-01 (b8500 estimate)",
+        "a quantized K (V) cache is stored Hadamard-rotated: F32 rotation matrices attn_inp_k_rot "
+        "(n_rot_k^2) and attn_inp_v_rot (64^2) per cache are graph inputs "
+        "(llama_kv_cache::build_input_k_rot)",
+    ),
+    BuildRule(
+        "vk_reorder_ssm_conv",
+        9040,
+        22653,
+        "2026-05 (b9040 estimate: opened 2026-05-03)",
+        "Vulkan's graph_optimize reorder (ggml_vk_graph_optimize, ggml-vulkan.cpp) is no longer "
+        "llama-cpp-python 0.3.17's (49bfddeca, 2026-03-22): PR #22653 (SSM_CONV + ADD + SILU) is "
+        "the first change to it after that tree we found; #26124, #27220, #27812, #27301 and "
+        "#28024 followed (kept fusion patterns, view-alias dependencies, alloc dependencies) up "
+        "to b11434's. Where the activations land in the Vulkan compute buffer",
+    ),
+    BuildRule(
+        "unified_draft",
+        9100,
+        22838,
+        "2026-05-08 (b9100 estimate)",
+        "one unified draft-model context "
+        "(before: one per slot, n_ctx = -cd or the slot's cells, PR #10586; PR #22787/#22838)",
+    ),
+    BuildRule(
+        "draft_mtp",
+        9180,
+        22673,
+        "2026-05-16 (b9180 estimate)",
+        "--spec-type draft-mtp: MTP "
+        "self-speculation on the model's NextN blocks (before: NextN blocks never loaded)",
+    ),
+    BuildRule(
+        "info_at_trace",
+        9181,
+        23021,
+        "2026-05 (~b9181 estimate)",
+        "libllama's INFO messages print at common verbosity 4 (before: 3): the buffer sizes of a "
+        "start are in the log from -lv 4 on (server/find.py BUILD_INFO_AT_TRACE)",
+    ),
+    BuildRule(
+        "fa_mask_f16",
+        9380,
+        23764,
+        "2026-05-27",
+        "with flash attention the KQ mask input is reserved in "
+        "F16 (before: an F32 input on the host, cast to F16 for the attention)",
+    ),
+    BuildRule(
+        "cuda_fa_f16_in_buffer",
+        9430,
+        23907,
+        "2026-05-30",
+        "CUDA flash attention over a non-F16 K/V reserves "
+        "its F16 copies in the compute buffer, sized by the whole cache (before: in the CUDA pool, "
+        "outside every reported buffer)",
+    ),
+    BuildRule(
+        "server_output_limit",
+        9440,
+        23861,
+        "2026-06-01",
+        "llama-server reserves n_parallel outputs (logits rows) instead of n_batch (issue #23527)",
+    ),
+    BuildRule(
+        "cuda_no_split_buffers",
+        9890,
+        24216,
+        "2026-07 (b9890, commit 74976e1)",
+        "-sm row is refused on CUDA/ROCm ('device CUDA0 does not support split buffers', "
+        "llama_model::load_tensors): PR #24216 'CUDA: remove -sm row' drops the CUDA split buffer "
+        "type (before: matrices split by rows over the GPUs, KV and compute by layer); issue "
+        "#25884 bisects the refusal to commit 74976e1 = b9890",
+    ),
+    BuildRule(
+        "mixed_batch",
+        11400,
+        29622,
+        "2026-10-05",
+        "the graph also holds a third, mixed token/embedding input branch (inp_mixed_tokens, "
+        "inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); on a GPU holding "
+        "block 0 the scheduler copies three of them into its compute buffer",
+    ),
+)
+_RULES = {r.key: r for r in BUILD_RULES}
+
+
+# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build
+# 9512
+PINNED_BUILD = 9512
+
+
+def build_of(key: str) -> int:
+    """The first build with rule `key`."""
+    return _RULES[key].build
+
+
+def since(key: str, build: int | None) -> bool:
+    """Whether llama.cpp build `build` (None: the current build) has the behaviour of rule `key`."""
+    return build is None or build >= _RULES[key].build
+
+
+BUILD_SERVER_OUTPUT_LIMIT = _RULES["server_output_limit"].build

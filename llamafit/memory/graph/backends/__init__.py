@@ -1,0 +1,70 @@
+"""The backends' rules the scheduler reads (ggml_backend_dev_supports_op, _supports_buft,
+_offload_op), their buffer types (what ggml-alloc asks of each) and graph optimizers, one module per
+backend as llama.cpp b11434 states them (ggml/src/ggml-<backend>/), over the tensor fields of
+graph/nodes.py. Device properties are parameters.
+
+cpu.py, vulkan.py (vulkan_optimize.py: ggml_vk_graph_optimize), metal.py, rpc.py; here the
+op-offload rule the GPU backends share. Op parameters (op_params) are not part of the recorded
+graph, so the few rules that read them are left out and say so where they stand; none of them
+decides an op of llama.cpp's text models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..cparams import OP_OFFLOAD_MIN_BATCH
+from ..nodes import Tensor
+from ..sched import Backend, OpPredicate
+from ..shapes import nrows
+
+VIEW_OR_NONE = frozenset({"NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
+
+
+def srcs(tensors: Sequence[Tensor], op: Tensor) -> list[Tensor | None]:
+    """The op's sources (None where a slot is empty)."""
+    return [None if s is None else tensors[s] for s in op.src]
+
+
+def src(tensors: Sequence[Tensor], op: Tensor, k: int) -> Tensor | None:
+    """The op's k-th source, None where it has none."""
+    s = op.src[k] if k < len(op.src) else None
+    return None if s is None else tensors[s]
+
+
+# op offload (ggml-cuda.cu get_op_batch_size, ggml-vulkan-debug.cpp ggml_vk_get_op_batch_size)
+
+
+def op_batch_size(t: Tensor) -> int:
+    """The batch an op works on, as CUDA's and Vulkan's offload_op measure it."""
+    if t.op == "GET_ROWS":
+        return 0
+    if t.op == "MUL_MAT":
+        return t.ne[1]
+    if t.op in ("MUL_MAT_ID", "ROPE", "ROPE_BACK"):
+        return t.ne[2]
+    return nrows(t)
+
+
+def batch_offload(min_batch: int = OP_OFFLOAD_MIN_BATCH) -> OpPredicate:
+    """ggml_backend_cuda_device_offload_op / ggml_backend_vk_device_offload_op: an op whose batch
+    is at least the device's op_offload_min_batch_size (GGML_OP_OFFLOAD_MIN_BATCH, else 32)."""
+
+    def offload(tensors: Sequence[Tensor], i: int) -> bool:
+        return op_batch_size(tensors[i]) >= min_batch
+
+    return offload
+
+
+def cuda_offload_backend(
+    name: str, buft: str | None = None, *, op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH
+) -> Backend:
+    """A CUDA device's buffer and offload rules (ggml_backend_cuda_device_supports_buft: its own
+    buffer type; ggml_backend_cuda_device_offload_op: batch size). Its supports_op and its
+    graph_optimize (fusion reorders) are not ported: every op is taken, the order is kept."""
+    return Backend(
+        name=name,
+        buft=buft or name,
+        bufts=frozenset({buft or name}),
+        offload_op=batch_offload(op_offload_min_batch),
+    )

@@ -1,0 +1,127 @@
+"""The arch graphs (llama.cpp src/models/<arch>.cpp), one module each, and MODELS: the registry
+of the architectures whose graph the replay builds, with what the rest of graph/ reads of each.
+
+Adding an architecture: a module here with its `build(ctx)` and one line in MODELS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ....facts.hparams import ModelFacts
+from ..build import GraphContext
+from ..kv_cache import has_swa
+from ..params import GraphBuildError, GraphHParams
+from . import (
+    deci,
+    deepseek2,
+    gemma3,
+    gemma3n,
+    gemma4,
+    glm4_moe,
+    granite,
+    granite_hybrid,
+    llama,
+    mamba,
+    nemotron_h,
+    openai_moe,
+    qwen2,
+    qwen3,
+    qwen3moe,
+    qwen3next,
+    qwen35moe,
+)
+
+# The first build whose graphs the builders follow (builds.py's rules): they build b11434's
+# graphs, and older ones by the rules they follow (GraphConfig.build: mixed_batch, fa_mask_f16,
+# attn_rot); for an older build the hand-derived peaks, which follow each rule's build, stand.
+REPLAY_SINCE = "mixed_batch"
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """One architecture's graph builder and what the replay reads of it."""
+
+    build: Callable[[GraphContext], None]
+    # the first build whose graph this builder follows: REPLAY_SINCE, or, for the archs whose
+    # graph code (src/models/<arch>.cpp and the llm_graph_context / llama_kv_cache helpers they
+    # call) was checked the same in llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca,
+    # 2026-03-22) as at b11434 but for those rules, the dual token/embedding input
+    # (inp_embd_both, PR #18898), which the builder needs; those archs are also the ones the
+    # replay covers on Metal and on Vulkan before REPLAY_SINCE (replay.covers_backends)
+    since: str = REPLAY_SINCE
+    iswa: bool = False  # builds llm_graph_input_attn_kv_iswa where the model has SWA layers
+    softcapped: bool = False  # soft-caps the logits: {arch}.final_logit_softcapping
+    scales: bool = False  # applies every weight scale a file may carry (build_lora_mm's w_s)
+    # the tied output is a tensor of its own, made before token_embd (load_arch_tensors):
+    # llama_model_loader::create_tensor checks for a duplicate only when making the
+    # TENSOR_DUPLICATED one
+    tied_own: bool = False
+    # llama_context::graph_max_nodes's bigger budget, max(40 x n_tokens, 32 x n_tensors) (the
+    # gated DeltaNet archs)
+    nodes_per_token: bool = False
+
+    @property
+    def checked_0317(self) -> bool:
+        """Whether this graph was checked against llama-cpp-python 0.3.17's (`since`)."""
+        return self.since != REPLAY_SINCE
+
+
+MODELS: Mapping[str, Model] = {
+    "llama": Model(llama.build, since="inp_embd_both"),
+    "qwen2": Model(qwen2.build, since="inp_embd_both"),
+    "qwen3": Model(qwen3.build, since="inp_embd_both"),
+    "qwen3moe": Model(qwen3moe.build),
+    "gemma3": Model(gemma3.build, iswa=True, softcapped=True),
+    "gemma4": Model(gemma4.build, iswa=True, softcapped=True, scales=True, tied_own=True),
+    "gemma3n": Model(gemma3n.build, iswa=True, softcapped=True, scales=True, tied_own=True),
+    "deci": Model(deci.build),
+    "gpt-oss": Model(openai_moe.build, iswa=True),
+    "glm4moe": Model(glm4_moe.build),
+    "deepseek2": Model(deepseek2.build),
+    "mamba2": Model(mamba.build),
+    "granitehybrid": Model(granite_hybrid.build),
+    "granitemoe": Model(granite.build),
+    "nemotron_h_moe": Model(nemotron_h.build),
+    "qwen3next": Model(qwen3next.build, nodes_per_token=True),
+    "qwen35moe": Model(qwen35moe.build, nodes_per_token=True),
+}
+
+
+def model_of(facts: ModelFacts) -> Model:
+    """The registry entry of this model's architecture; GraphBuildError where there is none."""
+    model = MODELS.get(facts.architecture)
+    if model is None:
+        raise GraphBuildError(
+            f"no graph model for architecture '{facts.architecture}' "
+            f"(modelled: {', '.join(MODELS)})"
+        )
+    return model
+
+
+def uses_iswa(facts: ModelFacts) -> bool:
+    """The arch builds llm_graph_input_attn_kv_iswa and the model has SWA layers (swa_type
+    standard): the graph reads both caches."""
+    model = MODELS.get(facts.architecture)
+    return model is not None and model.iswa and has_swa(facts)
+
+
+def graph_hparams(metadata: Mapping[str, object], arch: str) -> GraphHParams:
+    """GraphHParams from a GGUF's key/values."""
+
+    def num(key: str) -> float:
+        v = metadata.get(f"{arch}.{key}")
+        return float(v) if isinstance(v, (int, float)) else 0.0
+
+    model = MODELS.get(arch)
+    softcap = num("final_logit_softcapping") if model is not None and model.softcapped else 0.0
+    return GraphHParams(softcap, num("expert_weights_scale"))
+
+
+def graph_hparams_of(facts: ModelFacts) -> GraphHParams:
+    """GraphHParams from the facts that carry them."""
+    model = MODELS.get(facts.architecture)
+    softcapped = model is not None and model.softcapped
+    softcap = facts.final_logit_softcapping if softcapped else 0.0
+    return GraphHParams(softcap, facts.expert_weights_scale)

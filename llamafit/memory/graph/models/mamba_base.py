@@ -1,0 +1,84 @@
+"""src/models/mamba-base.cpp: llm_build_mamba_base::build_mamba2_layer, for mamba2, granitehybrid
+and nemotron_h_moe.
+"""
+
+from __future__ import annotations
+
+from ....reader.ggml_types import GGML_TYPE_SIZES
+from ..build import GraphContext
+from ..ggml import T, nelements, row_size
+from ..kv_cache import RecurrentState
+
+
+def mamba2_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
+    """llm_build_mamba_base::build_mamba2_layer (src/models/mamba-base.cpp), K = 1
+    (cparams.n_rs_seq 0): the conv state, ssm_conv, ssm_scan over the states in place, the
+    D skip, the z gate and the grouped RMS norm."""
+    f, b, c = ctx.f, ctx.b, ctx.c
+    rec = f.recurrent
+    assert rec is not None
+    d_conv, d_inner, d_state = rec.d_conv, rec.d_inner, rec.d_state
+    n_head, n_group = rec.dt_rank, rec.n_group
+    head_dim = d_inner // n_head
+    n_seqs = c.n_seqs
+    n_seq_tokens = c.n_tokens // n_seqs
+    xbc_w = d_inner + 2 * n_group * d_state
+    conv_all, ssm_all = rs.r[il], rs.s[il]
+    state_slots = ssm_all.ne[1]
+    conv = ctx.build_rs(rs, conv_all, rec.n_embd_r)
+    conv = b.reshape(conv, d_conv - 1, xbc_w, n_seqs)
+    zx = ctx.mm(ctx.need(ctx.lw(il, "ssm_in.weight"), "ssm_in"), cur)
+    zx = b.reshape(zx, zx.ne[0], n_seq_tokens, n_seqs)
+    nb0, nb1, nb2 = zx.nb[0], zx.nb[1], zx.nb[2]
+    z = b.view(zx, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * nb0, nb1, nb2), 0)
+    xbc = b.view(zx, (xbc_w, n_seq_tokens, n_seqs), (nb1, nb2), d_inner * nb0)
+    dt = b.view(zx, (n_head, n_seq_tokens, n_seqs), (nb1, nb2), (d_inner + xbc_w) * nb0)
+    conv_x = b.concat(conv, b.transpose(xbc), 0)
+    row_count = (d_conv - 1) * xbc_w
+    last = b.view(
+        conv_x,
+        (d_conv - 1, xbc_w, n_seqs),
+        (conv_x.nb[1], conv_x.nb[2]),
+        n_seq_tokens * conv_x.nb[0],
+    )
+    b.expand(b.cpy(last, b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)))
+    xbc = b.ssm_conv(conv_x, ctx.need(ctx.lw(il, "ssm_conv1d.weight"), "ssm_conv1d"))
+    xbc = b.add(xbc, ctx.need(ctx.lw(il, "ssm_conv1d.bias"), "ssm_conv1d.bias"))
+    xbc = b.unary(xbc, "SILU")
+    e, n1, n2 = xbc.nb[0], xbc.nb[1], xbc.nb[2]
+    x = b.view(xbc, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * e, n1, n2), 0)
+    gb = (d_state, n_group, n_seq_tokens, n_seqs)
+    bm = b.view(xbc, gb, (d_state * e, n1, n2), d_inner * e)
+    cm = b.view(xbc, gb, (d_state * e, n1, n2), (d_inner + n_group * d_state) * e)
+    dt = b.add(b.cont(dt), ctx.need(ctx.lw(il, "ssm_dt.bias"), "ssm_dt.bias"))
+    a = ctx.need(ctx.lw(il, "ssm_a"), "ssm_a")
+
+    def ssm_rows(states: T, ids: T) -> T:
+        ssm = b.reshape(states, d_state, head_dim, n_head, state_slots)
+        return b.ssm_scan(ssm, x, dt, a, bm, cm, ids, 1)
+
+    y_ssm = ctx.build_rs(rs, ssm_all, rec.n_embd_s, ssm_rows)
+    big_d = d_state * d_inner
+    y_row = row_size(y_ssm.type, big_d)
+    s_row = row_size(ssm_all.type, big_d)
+    offset = nelements(x) * GGML_TYPE_SIZES[x.type][1]
+    src = b.view(y_ssm, (big_d, n_seqs, 1), (y_row, y_row * n_seqs), offset)
+    dst = b.view(ssm_all, (big_d, n_seqs, 1), (ssm_all.nb[1], rs.size * s_row), 0)
+    b.expand(b.cpy(src, dst))
+    xn1 = x.nb[1]
+    y = b.view(
+        y_ssm,
+        (head_dim, n_head, n_seq_tokens, n_seqs),
+        (xn1, n_head * xn1, n_seq_tokens * n_head * xn1),
+        0,
+    )
+    y = b.add(y, b.mul(x, ctx.need(ctx.lw(il, "ssm_d"), "ssm_d")))
+    ctx.cb(y, "mamba2_y_add_d", il)
+    y = b.glu_split(b.cont(z), y, "SWIGLU")
+    norm = ctx.lw(il, "ssm_norm.weight")
+    if norm is not None:
+        y = b.reshape(y, d_inner // n_group, n_group, n_seq_tokens, n_seqs)
+        y = ctx.norm(y, norm, il)
+    y = b.reshape(y, d_inner, n_seq_tokens * n_seqs)
+    cur = ctx.mm(ctx.need(ctx.lw(il, "ssm_out.weight"), "ssm_out"), y)
+    return ctx.cb(cur, "mamba_out", il)

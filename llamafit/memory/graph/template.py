@@ -1,0 +1,279 @@
+"""The graph llama.cpp builds for one reserve, `build_graph(facts, config)`, and its template cache.
+
+Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
+(models.MODELS: src/models/<arch>.cpp over build.GraphContext, the llm_graph_context helpers),
+then llm_graph_result::set_outputs. The first call for a model and a config (cache sizes and
+buffers aside) builds it three or four times to derive its template (_Template): every shape is
+linear in the two cache sizes; later calls that differ only in the cache sizes or in the buffers
+reuse it (~1-2 ms).
+
+API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph; build_direct (one emulation
+run, no template); clear_cache. Not modelled (GraphBuildError or not built): fused QKV, merged
+gate_up experts (gemma4's only) and weight scales (".scale": gemma4's, nemotron_h_moe's,
+qwen3next's, qwen35moe's, and gemma3n's attention and output ones only), expert groups, M-RoPE
+(qwen35moe's IMRoPE aside: ggml_rope_multi is a ROPE node as ggml_rope_ext's, over four positions
+a token), LoRA, control vectors, embeddings/pooling, backend samplers, MTP/NextN graphs, recurrent
+rollback (n_rs_seq), deepseek2 without MLA, nemotron_h_moe's latent MoE projections and per-layer
+expert counts (Puzzle), dense nemotron_h, qwen3next's legacy ssm_in projection, gemma3n's
+embeddings-only (multimodal) per-layer path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...facts.hparams import ModelFacts
+from .build import GraphContext
+from .ggml import forget_frozen, nbytes_of
+from .loader import kv_buffer, rope_factor_layers, tensor_map, weight_buffer
+from .models import model_of, uses_iswa
+from .nodes import Graph, Tensor
+from .params import GraphBuildError, GraphConfig, GraphHParams
+
+
+def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None = None) -> Graph:
+    """The graph llama_model::build_graph (src/llama-model.cpp) hands the scheduler for this
+    ubatch: nodes and leafs in ggml_visit_parents_graph order, with names, ops, types, shapes,
+    views, input/output flags, and the weights and KV cache as tensors with data in their buffers.
+
+    The first call for a model and a config (cache sizes and buffers aside) builds it three or four
+    times to derive its template (_Template); later calls that differ only in the cache sizes or
+    in the buffers (with the same tensors shared) reuse it."""
+    model_of(facts)
+    hp = hp or GraphHParams()
+    shape = replace(
+        config,
+        kv_size=0,
+        kv_size_swa=0,
+        weights="",
+        layer_weights=(),
+        input_weights=None,
+        output_weights=None,
+        overrides=(),
+        kv="",
+        layer_kv=(),
+    )
+    key = (id(facts), shape, hp, _sharing(facts, config))
+    hit = _TEMPLATES.get(key)
+    if hit is None or hit[0] is not facts:
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        hit = _TEMPLATES[key] = (facts, _Template.make(facts, config, hp))
+    template = hit[1]
+    if template is None:
+        return build_direct(facts, config, hp)
+    return template.at(config)
+
+
+def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Graph:
+    """build_graph without the template: the ggml emulation run for this config."""
+    return _run(facts, config, hp)[0]
+
+
+_Rule = tuple[str, int]  # (model tensor name, layer it was made for) or ("", il) for the cache
+
+
+def _run(
+    facts: ModelFacts,
+    config: GraphConfig,
+    hp: GraphHParams,
+) -> tuple[Graph, list[tuple[int, _Rule]]]:
+    """The graph, and for each tensor with data its index and buffer rule."""
+    model = model_of(facts)
+    ctx = GraphContext(facts, config, hp)
+    if not model.scales and any(n.endswith(".scale") for n in ctx.tensors):
+        # llama_model::load_tensors loads a "<weight>.scale" for any arch and build_lora_mm
+        # multiplies by it: a node per scaled weight that only some builders add
+        raise GraphBuildError(
+            f"{facts.path}: weight scales are not modelled for {facts.architecture}"
+        )
+    model.build(ctx)
+    graph = ctx.b.graph()
+    return graph, [(t.idx, t.rule) for t in ctx.b.tensors if t.rule is not None]
+
+
+_Lin = tuple[int, int, int]  # a + b * kv_size + c * kv_size_swa
+
+
+class _Template:
+    """The graph of one model and config as a function of the two cache sizes and the buffers.
+
+    Only shapes change with the cache sizes: every ne, nb and view offset of the graph llama.cpp
+    builds is a + b * kv_size + c * kv_size_swa (views, reshapes and row sizes of the caches, the
+    masks, KQ). `make` derives a, b, c from two or three builds and checks them on one more; a
+    model or config where they do not hold (or where the structure changes) gets no template.
+    Buffers change only the `buffer` of the tensors with data, each by its rule (weight_buffer,
+    kv_buffer), as long as the same uses share one tensor (_sharing, part of the key)."""
+
+    STEP = 256  # llama_kv_cache sizes are multiples of 256 (n_pad)
+
+    def __init__(
+        self,
+        graph: Graph,
+        config: GraphConfig,
+        rules: list[tuple[int, _Rule]],
+        varying: list[tuple[int, tuple[_Lin, ...]]],
+    ) -> None:
+        self.graph = graph
+        self.config = config
+        self.rules = rules
+        self.varying = varying
+
+    @classmethod
+    def make(cls, facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> _Template | None:
+        kv, swa, step = config.kv_size, config.kv_size_swa, cls.STEP
+        g0, rules = _run(facts, config, hp)
+        g1 = build_direct(facts, replace(config, kv_size=kv + step), hp)
+        if uses_iswa(facts):  # an iSWA cache pair
+            g2 = build_direct(facts, replace(config, kv_size_swa=swa + step), hp)
+        else:  # kv_size_swa is not read
+            g2 = g0
+        if not (g0.nodes == g1.nodes == g2.nodes and g0.leafs == g1.leafs == g2.leafs):
+            return None
+        varying: list[tuple[int, tuple[_Lin, ...]]] = []
+        for i, (t0, t1, t2) in enumerate(zip(g0.tensors, g1.tensors, g2.tensors, strict=True)):
+            if t0 is t1 and t1 is t2:  # interned by Builder.graph: the same tensor
+                continue
+            lins = _linear(t0, t1, t2, kv, swa, step)
+            if lins is None:
+                return None
+            varying.append((i, lins))
+        template = cls(g0, config, rules, varying)
+        check = replace(config, kv_size=kv + 2 * step, kv_size_swa=swa + 3 * step)
+        got = template.at(check).tensors
+        want = build_direct(facts, check, hp).tensors
+        if len(got) != len(want):
+            return None
+        if not all(a is b or a == b for a, b in zip(got, want, strict=True)):
+            return None
+        return template
+
+    def at(self, config: GraphConfig) -> Graph:
+        """The graph for this config (the template's but for cache sizes and buffers)."""
+        g, base = self.graph, self.config
+        kv, swa = config.kv_size, config.kv_size_swa
+        if config == base:
+            return g
+        tensors = list(g.tensors)
+        if kv != base.kv_size or swa != base.kv_size_swa:
+            for i, lins in self.varying:
+                t = tensors[i]
+                v = [a + b * kv + c * swa for a, b, c in lins]
+                ne = (v[0], v[1], v[2], v[3])
+                nb = (v[4], v[5], v[6], v[7])
+                tensors[i] = Tensor(
+                    name=t.name,
+                    op=t.op,
+                    type=t.type,
+                    ne=ne,
+                    nb=nb,
+                    nbytes=nbytes_of(t.type, ne, nb),
+                    flags=t.flags,
+                    src=t.src,
+                    view_src=t.view_src,
+                    view_offs=v[8],
+                    data=t.data,
+                    buffer=t.buffer,
+                    desc=t.desc,
+                    pin_layer=t.pin_layer,
+                )
+        if (
+            config.weights,
+            config.layer_weights,
+            config.input_weights,
+            config.output_weights,
+            config.overrides,
+            config.kv,
+            config.layer_kv,
+        ) != (
+            base.weights,
+            base.layer_weights,
+            base.input_weights,
+            base.output_weights,
+            base.overrides,
+            base.kv,
+            base.layer_kv,
+        ):
+            overrides = dict(config.overrides)
+            for i, (name, il) in self.rules:
+                t = tensors[i]
+                buf = weight_buffer(config, overrides, name, il) if name else kv_buffer(config, il)
+                if buf != t.buffer:
+                    tensors[i] = Tensor(
+                        name=t.name,
+                        op=t.op,
+                        type=t.type,
+                        ne=t.ne,
+                        nb=t.nb,
+                        nbytes=t.nbytes,
+                        flags=t.flags,
+                        src=t.src,
+                        view_src=t.view_src,
+                        view_offs=t.view_offs,
+                        data=t.data,
+                        buffer=buf,
+                        desc=t.desc,
+                        pin_layer=t.pin_layer,
+                    )
+        return Graph(tensors=tuple(tensors), leafs=g.leafs, nodes=g.nodes)
+
+
+def _linear(
+    t0: Tensor, t1: Tensor, t2: Tensor, kv: int, swa: int, step: int
+) -> tuple[_Lin, ...] | None:
+    """ne, nb and view offset of one tensor as a + b * kv_size + c * kv_size_swa, from the
+    tensor at (kv, swa), (kv + step, swa) and (kv, swa + step); None where it is not one
+    tensor of the same structure or a shape is not linear in steps."""
+    same = (t0.name, t0.op, t0.src, t0.view_src, t0.type)
+    if same != (t1.name, t1.op, t1.src, t1.view_src, t1.type):
+        return None
+    if same != (t2.name, t2.op, t2.src, t2.view_src, t2.type):
+        return None
+    lins = []
+    for x0, x1, x2 in zip(
+        (*t0.ne, *t0.nb, t0.view_offs),
+        (*t1.ne, *t1.nb, t1.view_offs),
+        (*t2.ne, *t2.nb, t2.view_offs),
+        strict=True,
+    ):
+        b, rb = divmod(x1 - x0, step)
+        c, rc = divmod(x2 - x0, step)
+        if rb or rc:
+            return None
+        lins.append((x0 - b * kv - c * swa, b, c))
+    return tuple(lins)
+
+
+_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | None]] = {}
+
+
+def clear_cache() -> None:
+    """Forget the templates (and the converted tensors) of earlier calls."""
+    _TEMPLATES.clear()
+    forget_frozen()
+
+
+def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
+    """Which uses of one model tensor are one ggml tensor (TENSOR_DUPLICATED in the same buffer
+    type): the tied output with token_embd, rope_freqs across layers (gemma4: its full-attention
+    layers). Graphs whose buffers differ but share alike have the same structure. Gemma 4 and
+    Gemma 3n make their tied output before token_embd (gemma4.cpp, gemma3n.cpp
+    load_arch_tensors), so token_embd is always a
+    tensor of its own (llama_model_loader::create_tensor checks for a duplicate only when making
+    the TENSOR_DUPLICATED one)."""
+    tensors = tensor_map(facts)
+    overrides = dict(config.overrides)
+    tied = (
+        not model_of(facts).tied_own
+        and "output.weight" not in tensors
+        and weight_buffer(config, overrides, "token_embd.weight", -1)
+        == weight_buffer(config, overrides, "token_embd.weight", -2)
+    )
+    rope: tuple[int, ...] = ()
+    if "rope_freqs.weight" in tensors:
+        seen: dict[str, int] = {}
+        rope = tuple(
+            seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
+            for il in rope_factor_layers(facts)
+        )
+    return (tied, rope)
