@@ -22,7 +22,8 @@ from ..machine import pick
 from ..machine.hardware import Hardware, RpcQuery
 from ..machine.pick import DetectFn, HostFn, MachineSpec
 from ..memory.calibration import Correction, compute_correction, parse_records
-from ..memory.model import MemoryModel, check_override_devices
+from ..memory.model import MemoryModel
+from ..memory.overrides import check_override_devices
 from ..memory.resolve import ResolvedConfig
 from ..paths import calibration_path
 from ..reader.model import GGUFModel

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..memory.config import NGL_ALL, NGL_AUTO
-from ..memory.side_models import SPEC_TYPES, SideFlags, SideUsage
+from ..memory.side_models import SPEC_TYPES, SideFlags
+from ..memory.usage import SideUsage
 from ..reader.ggml_types import KV_CACHE_TYPES
 from .flags import arity, flag_groups
 

@@ -186,8 +186,8 @@ def test_host_output_layer_offloaded_with_its_logits(
     graph inputs. From it, n_outputs = n_parallel = 1 < 32: the lm_head stays on the host, and
     CUDA0's peak is one host layer run there: its activations A, the F16 ffn copy (3072 x 1024 x 2),
     the K/V views (4096 x 2048 x 2), two rows."""
-    from llamafit.memory.compute import op_offload_compute, op_offload_host_compute
     from llamafit.memory.config import LaunchConfig
+    from llamafit.memory.op_offload import op_offload_compute, op_offload_host_compute
     from llamafit.memory.resolve import resolve
     from tests.support.gpu_shapes import model
 

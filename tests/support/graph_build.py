@@ -22,7 +22,7 @@ from llamafit.memory.graph.build import GraphConfig, GraphHParams, graph_hparams
 from llamafit.memory.graph.ggml import TYPE_NAMES
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.kv import swa_cells
-from llamafit.memory.model import op_probe_bytes
+from llamafit.memory.tensors import op_probe_bytes
 from llamafit.reader.model import read_model
 from tests.support import FIXTURES
 from tests.support.graph_dump import Event, parse
