@@ -154,7 +154,7 @@ def _shape(f: ModelFacts) -> _Shape:
     hit = _SHAPES.get(id(f))
     if hit is not None and hit[0] is f:
         return hit[1]
-    first: dict[tuple, int] = {}
+    first: dict[tuple[object, ...], int] = {}
     gated, fused_up = _gated_layers(f)
     reps = tuple(
         first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all)
@@ -211,7 +211,7 @@ def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
     }
 
 
-def _signature(f: ModelFacts, il: int) -> tuple:
+def _signature(f: ModelFacts, il: int) -> tuple[object, ...]:
     """Everything a layer's candidate peaks depend on (see _layer_peak)."""
     return (
         f.n_head[il],
