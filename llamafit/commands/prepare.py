@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from ..facts.gguf_kind import gguf_kind
 from ..facts.hparams import build_facts
-from ..fetch.demo import resolve_model_arg
 from ..findings import Notice, as_notice
 from ..fit.search import Target
 from ..machine import pick
@@ -24,8 +24,8 @@ from ..memory.calibration import compute_correction, parse_records
 from ..memory.model import MemoryModel
 from ..memory.overrides import check_override_devices
 from ..memory.resolve import ResolvedConfig
-from ..paths import calibration_path
-from ..reader.model import GGUFModel
+from ..paths import calibration_path, is_url
+from ..reader.model import GGUFModel, read_model
 from ..server.flags import parse_server_args, refused_message, split_command_line
 from ..server.side_flags import MODELLED
 from .prepared import Prepared, Request
@@ -87,8 +87,6 @@ NOT_A_MODEL = {
 def refuse_non_model(gguf: GGUFModel, name: str) -> None:
     """Bad input, one line: a GGUF llama-server would not load as its model (issue #16: a
     tokenizer-only file used to be planned as a model with no weights)."""
-    from ..fetch.stores import gguf_kind
-
     kind = gguf_kind(gguf.metadata, len(gguf.tensors))
     if kind in NOT_A_MODEL:
         raise InputError(f"{name} {NOT_A_MODEL[kind]}")
@@ -279,7 +277,11 @@ def load_model(
     model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]
 ) -> GGUFModel:
     """A local path, `demo`, an http(s) URL, `hf://org/repo/file.gguf`, or `hf:org/repo[:quant]`
-    (also llama-server's `-hf org/repo:quant` among the flags): only the header is read."""
+    (also llama-server's `-hf org/repo:quant` among the flags): only the header is read. A plain
+    local file is read here, as open_model would read it, without loading the fetch code."""
+    if model is not None and not demo and _plain_local_file(model):
+        return read_model(model)
+    from ..fetch.demo import resolve_model_arg
     from ..fetch.model_source import open_hf_repo, open_model
     from ..report.progress import ByteProgress
 
@@ -290,6 +292,17 @@ def load_model(
         return open_model(resolve_model_arg(model, demo=demo), env, progress=progress)
     finally:
         progress.close()
+
+
+def _plain_local_file(model: str) -> bool:
+    """A path to a local file that no store reference (`ollama:`, `lmstudio:`, `hf:`), URL or demo
+    name (fetch.demo.DEMO_NAMES, which hold no separator and no .gguf) can mean."""
+    return (
+        not is_url(model)
+        and not model.startswith(("hf:", "ollama:", "lmstudio:"))
+        and (os.sep in model or model.endswith(".gguf"))
+        and os.path.isfile(model)
+    )
 
 
 # Flags that add memory llamafit does not model: they are passed through, and said so.

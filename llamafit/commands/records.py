@@ -36,7 +36,6 @@ from ..machine.devices import DeviceSpec
 from ..memory.calibration import parse_records, record_problem
 from ..paths import cache_dir, calibration_path
 from ..report.json_parts import config_json
-from ..report.run import record_error_line, recorded_line
 from ..safe_io import (
     CALIBRATION_FILE,
     append_line,
@@ -61,6 +60,8 @@ def try_record(
 ) -> None:
     """Recording is a side job: a calibration file that cannot be written never stops a healthy
     server."""
+    from ..report.run import record_error_line, recorded_line  # the run's, not a plan's
+
     try:
         write(path)
         say(recorded_line(what, path))

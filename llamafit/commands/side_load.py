@@ -13,7 +13,6 @@ from typing import Any
 from ..errors import InputError
 from ..facts.hparams import ModelFacts, build_facts
 from ..facts.projector import ProjectorFacts, is_projector, projector_facts
-from ..fetch.stores import best_sibling, local_mmproj
 from ..findings import Notice
 from ..memory.model import MemoryModel
 from ..memory.side_models import (
@@ -201,7 +200,11 @@ def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[
         names = sorted(os.listdir(directory))
     except OSError as e:
         raise InputError(f"--mmproj auto: cannot list {directory}: {e.strerror}") from None
-    picked = local_mmproj(os.path.basename(model_path), names)
+    picked = None
+    if any(n.lower().startswith("mmproj") and n.endswith(".gguf") for n in names):
+        from ..fetch.stores import local_mmproj  # the store code only when there is one to pick
+
+        picked = local_mmproj(os.path.basename(model_path), names)
     if picked is None:
         raise InputError(f"--mmproj auto: no mmproj*.gguf next to {model_path}")
     others = [
@@ -221,12 +224,12 @@ def _ollama_projector(model_path: str) -> tuple[str, str] | None:
     the projector layer (application/vnd.ollama.image.projector) of a manifest whose model layer is
     this blob; None when the path is not such a blob. Ollama keeps the projector as its own blob,
     never next to the model under an mmproj name."""
-    from ..fetch.store_scan import scan_ollama
-
     path = os.path.abspath(model_path)
     blobs = os.path.dirname(path)
     if os.path.basename(blobs) != "blobs" or not _OLLAMA_BLOB.match(os.path.basename(path)):
         return None
+    from ..fetch.store_scan import scan_ollama
+
     found, _ = scan_ollama(os.path.dirname(blobs))
     mine = [f for f in found if os.path.abspath(f.path) == path]
     if not mine:
@@ -245,6 +248,7 @@ def _find_remote_mmproj(m: re.Match[str], env: Mapping[str, str]) -> tuple[str, 
     from ..fetch.hf import hf_settings, resolve_url
     from ..fetch.model_source import _hub_listing
     from ..fetch.remote import DEFAULT_TIMEOUT
+    from ..fetch.stores import best_sibling
 
     repo, rev = m.group("repo"), urllib.parse.unquote(m.group("rev"))
     path = urllib.parse.unquote(m.group("path"))

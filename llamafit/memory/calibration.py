@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -196,6 +195,8 @@ def compute_correction(
         runs += len(ratios) > before
     if not ratios:
         return None
+    import statistics  # with records only: a plan without any need not load it
+
     scale = min(max(statistics.median(ratios), MIN_SCALE), MAX_SCALE)
     return Correction(scale, runs, architecture, tuple(devices))
 
