@@ -182,32 +182,29 @@ def module_cycles(package: Path) -> list[list[str]]:
     for path in _files(package):
         module = _module_of(path, package)
         graph[module] = {t for t, _, _ in _imports(path, package) if _exists(t, package)}
+    return [c for c in _components(graph) if len(c) > 1 or c[0] in graph.get(c[0], set())]
+
+
+def _components(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of `graph`, each sorted (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    on_stack: set[str] = set()
     found: list[list[str]] = []
 
-    def visit(v: str) -> None:  # Tarjan's algorithm
+    def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        on_stack.add(v)
         for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
-            elif w in on_stack:
+            elif w in stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1 or v in graph.get(v, ()):
-                found.append(sorted(component))
+            at = stack.index(v)
+            found.append(sorted(stack[at:]))
+            del stack[at:]
 
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for v in sorted(graph):

@@ -921,7 +921,7 @@ def compute_for_devices(
         if not layers and lmap.output != d:
             # no node of the graph runs here (graph inputs go to the CPU backend: ggml-backend.cpp
             # ggml_backend_sched_backend_id_from_cur), so ggml_gallocr_reserve_n sizes this backend's
-            # buffer 0; op offload of host weights may still use it (model._op_offload adds that)
+            # buffer 0; op offload of host weights may still use it (op_offload.add_op_offload adds that)
             out[d] = 0
             continue
         refused = lmap.output == d and not _logits_fit(f, rc, spec.max_tensor_bytes)

@@ -254,10 +254,10 @@ def test_kv_row_copies_fill_the_token_rows_hole(
 ) -> None:
     from types import SimpleNamespace
 
-    from llamafit.memory.model import MemoryModel
+    from llamafit.memory.op_offload import _kv_row_copies
 
     facts = SimpleNamespace(n_embd=n_embd, n_embd_k_gqa=lambda il: k, n_embd_v_gqa=lambda il: v)
-    assert MemoryModel._kv_row_copies(SimpleNamespace(facts=facts), n_tokens, 0) == grow  # type: ignore[arg-type]
+    assert _kv_row_copies(SimpleNamespace(facts=facts), n_tokens, 0) == grow  # type: ignore[arg-type]
 
 
 HOST_EXACT_LIVE = [
