@@ -15,7 +15,7 @@ from .safe_text import printable
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .commands.prepare import Request
+    from .commands.prepared import Request
     from .fit.solver import Policy
 
 EXIT_BAD_INPUT = 2
@@ -243,7 +243,8 @@ def _request(
     """The options of _engine_options as one typed value."""
     import os
 
-    from .commands.prepare import ModelRef, Request, split_model_argument
+    from .commands.prepare import split_model_argument
+    from .commands.prepared import ModelRef, Request
     from .machine.pick import MachineSpec
 
     if gpu_spec is not None and gpu_spec.strip().lower() == "help":
@@ -491,7 +492,8 @@ def run(
     llamafit run model.gguf --port auto -- --alias chat
     llamafit run --router ~/models --port auto
     """
-    from .commands.run import RunOptions, check_run_options, parse_load_timeout, run_command
+    from .commands.launch import RunOptions
+    from .commands.run import check_run_options, parse_load_timeout, run_command
 
     policy, request = _split_policy(options)
     opts = RunOptions(
@@ -616,7 +618,7 @@ def calibration_show(as_json: bool) -> None:
     family."""
     import os
 
-    from .commands.calibration_file import read_records
+    from .commands.records import read_records
     from .paths import calibration_path
     from .report.calibration import summary, to_text
 
@@ -640,7 +642,7 @@ def calibration_clear(kind: str | None) -> None:
     derived."""
     import os
 
-    from .commands.calibration_file import clear
+    from .commands.records import clear
     from .paths import calibration_path
 
     path = calibration_path(os.environ)

@@ -3,10 +3,12 @@ subpackage or a root module) may import which, no import cycle between modules, 
 facts, memory, fit) that imports no edge library. Written by the layout move (issue #9), made
 strict by issue #24.
 
-Every import counts: module level, inside functions, under TYPE_CHECKING (a type is a dependency
-too), and `importlib.import_module("llamafit.…")` with a literal name. The cycle check leaves out
-the TYPE_CHECKING imports (they never run). The checks are functions of a package directory, so
-the tests at the end plant each kind of violation in a copy of the package and see it caught."""
+Every import counts, in the layers and in the cycles alike: module level, inside functions, under
+TYPE_CHECKING (a type is a dependency too: a circle of types is a circle of modules that cannot be
+read apart, issue #34), and `importlib.import_module("llamafit.…")` with a literal name.
+`memory.graph` (the replay of llama.cpp's graph) is a unit of its own below the rest of memory/,
+which it does not import. The checks are functions of a package directory, so the tests at the end
+plant each kind of violation in a copy of the package and see it caught."""
 
 from __future__ import annotations
 
@@ -50,7 +52,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "reader": BASE,
     "facts": BASE | {"reader"},
     "machine": BASE | {"safe_io"},  # the host probe's cache
-    "memory": BASE | {"reader", "facts", "machine"},
+    # llama.cpp's graph, its scheduler and allocator: below the memory model, never above it
+    "memory.graph": BASE | {"reader", "facts", "machine"},
+    "memory": BASE | {"reader", "facts", "machine", "memory.graph"},
     "fit": BASE | {"reader", "facts", "machine", "memory"},
     "fetch": BASE | {"reader", "paths", "safe_io"},
     "server": BASE | {"reader", "memory", "paths", "safe_io"},
@@ -61,14 +65,23 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cli": _ALL_BUT_CLI,
     "__main__": {"cli"},
 }
+for _unit_imports in MAY_IMPORT.values():  # what may import memory may import what is below it
+    if "memory" in _unit_imports:
+        _unit_imports.add("memory.graph")
 # Module-to-module edges allowed across the layers, each with what would remove it. Empty, and an
 # entry that no longer occurs fails too.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
+SUBUNITS = ("memory.graph",)  # folders that are units of their own inside a unit
+
+
 def _unit(module: str) -> str:
-    """llamafit.fit.solver → fit; llamafit.errors → errors; llamafit → __init__."""
+    """llamafit.fit.solver → fit; llamafit.errors → errors; llamafit → __init__;
+    llamafit.memory.graph.replay → memory.graph."""
     parts = module.split(".")
+    if len(parts) > 2 and ".".join(parts[1:3]) in SUBUNITS:
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -91,7 +104,8 @@ def _type_checking_lines(tree: ast.AST) -> set[int]:
 
 
 def _imports(path: Path, package: Path) -> Iterator[tuple[str, int, bool]]:
-    """(absolute module, line, runs) of every import in the file; runs is False under TYPE_CHECKING.
+    """(absolute module, line, runs) of every import in the file; runs is False under TYPE_CHECKING
+    (said in the messages; it counts all the same).
     `from pkg import name` names the module pkg.name where that is a module of the package."""
     module = _module_of(path, package)
     here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
@@ -165,39 +179,34 @@ def upward_imports(package: Path, exceptions: dict[tuple[str, str], str]) -> lis
 
 def module_cycles(package: Path) -> list[list[str]]:
     """Cycles of the module graph (strongly connected components of more than one module, or a
-    module that imports itself), from the imports that run."""
+    module that imports itself), from every import, TYPE_CHECKING ones included."""
     graph: dict[str, set[str]] = {}
     for path in _files(package):
         module = _module_of(path, package)
-        graph[module] = {
-            t for t, _, runs in _imports(path, package) if runs and _exists(t, package)
-        }
+        graph[module] = {t for t, _, _ in _imports(path, package) if _exists(t, package)}
+    return [c for c in _components(graph) if len(c) > 1 or c[0] in graph.get(c[0], set())]
+
+
+def _components(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of `graph`, each sorted (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    on_stack: set[str] = set()
     found: list[list[str]] = []
 
-    def visit(v: str) -> None:  # Tarjan's algorithm
+    def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        on_stack.add(v)
         for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
-            elif w in on_stack:
+            elif w in stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1 or v in graph.get(v, ()):
-                found.append(sorted(component))
+            at = stack.index(v)
+            found.append(sorted(stack[at:]))
+            del stack[at:]
 
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
     for v in sorted(graph):
@@ -313,6 +322,16 @@ def test_the_copy_is_clean(copy: Path) -> None:
             "import Choice\n",
             "llamafit.memory.x line 3 imports llamafit.fit.solver (memory → fit)",
         ),
+        (
+            "memory/graph/x.py",
+            "from ..model import MemoryModel\n",
+            "llamafit.memory.graph.x line 1 imports llamafit.memory.model (memory.graph → memory)",
+        ),
+        (
+            "memory/graph/y.py",
+            "def f():\n    from llamafit.memory import usage\n    return usage\n",
+            "llamafit.memory.graph.y line 2 imports llamafit.memory.usage (memory.graph → memory)",
+        ),
     ],
 )
 def test_a_planted_upward_import_is_caught(copy: Path, rel: str, text: str, expected: str) -> None:
@@ -337,6 +356,29 @@ def test_a_planted_cycle_inside_a_folder_is_caught(copy: Path) -> None:
     finally:
         a.unlink()
         b.unlink()
+
+
+def test_a_planted_type_only_cycle_is_caught(copy: Path) -> None:
+    """A circle of types is a circle: `if TYPE_CHECKING:` does not hide it (issue #34)."""
+    a = _planted(copy, "fit/cyc_a.py", "from . import cyc_b\n")
+    b = _planted(
+        copy,
+        "fit/cyc_b.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .cyc_a import A\n",
+    )
+    try:
+        assert module_cycles(copy) == [["llamafit.fit.cyc_a", "llamafit.fit.cyc_b"]]
+    finally:
+        a.unlink()
+        b.unlink()
+
+
+def test_the_graph_is_a_unit_below_memory() -> None:
+    assert (_unit("llamafit.memory.graph.replay"), _unit("llamafit.memory.graph")) == (
+        "memory.graph",
+        "memory.graph",
+    )
+    assert (_unit("llamafit.memory.model"), _unit("llamafit.memory")) == ("memory", "memory")
 
 
 def test_a_stale_exception_fails(copy: Path) -> None:

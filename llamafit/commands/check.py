@@ -9,7 +9,8 @@ from ..memory.resolve import resolve
 from ..report import check as check_report
 from .llama_check import llama_cpp_check
 from .plan import wrap_lines
-from .prepare import Report, Request, prepare, warnings_for
+from .prepare import prepare, warnings_for
+from .prepared import Report, Request
 
 
 def run_check(request: Request) -> Report:

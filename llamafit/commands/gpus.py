@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .prepare import Report
+from .prepared import Report
 
 
 def run_gpus(env: Mapping[str, str]) -> Report:

@@ -25,7 +25,7 @@ from ..paths import is_url
 from ..report.progress import status_line
 from ..server.argv import server_argv
 from ..units import MIB
-from .prepare import Prepared
+from .prepared import Prepared
 
 
 def stderr_is_tty() -> bool:
@@ -137,7 +137,7 @@ def _asked(
     base["differences"] = [{"device": d.device, "kind": d.kind, "bytes": d.bytes} for d in diffs]
     if p.server_identity is not None:  # later plans for this build and device start from it
         from ..report.json_parts import config_json
-        from .llama_record import difference_entries, store
+        from .records import difference_entries, store
 
         differs = {c.device for c in checks if c.judged and not c.agrees}
         store(p.server_identity, difference_entries(p, diffs, config_json(arc), differs))
@@ -198,7 +198,7 @@ def learn_tensor_limit(
     if not learned:
         return None
     if p.server_identity is not None:  # later plans for this build and device start from it
-        from .llama_record import limit_entries, store
+        from .records import limit_entries, store
 
         store(p.server_identity, limit_entries(p, limits))
     hw_gpus = tuple(

@@ -3,151 +3,20 @@ for a buffer kind on a device to differ from llamafit's, and the tensor limits l
 placement, later plans for the same server build and device start from it (with_recorded), also
 with --no-llama-check; a different build or device never uses it.
 
-One file per build identity, cache_dir()/llama-check/<hash of the identity>.json, next to the
-identities of server-identity/; read and replaced only through safe_io. Each entry names its
-device (llama.cpp's name, the driver's card name and total bytes: another card behind the same
-name is another device) and, for a difference, the model (architecture, parameters and tensor
-bytes: a difference in weights or KV is the model's) and the config it was measured at.
+The records themselves (their file, their entries) are in records.py, with the other records a
+run leaves on disk.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import time
-from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..fit.llama_check import KINDS, Difference, room_per_device
-from ..machine.devices import DeviceSpec
-from ..paths import cache_dir
-from ..safe_io import read_regular, write_atomic
+from ..fit.llama_check import Difference, room_per_device
+from .records import device_fields, device_key, load, model_key, record_path
 
 if TYPE_CHECKING:
-    from .prepare import Prepared
-
-FORMAT = 1
-RECORD_FILE = 1 << 20
-MAX_ENTRIES = 500  # per build: the oldest are dropped beyond it
-
-
-def record_path(identity: str) -> str:
-    digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return os.path.join(cache_dir(), "llama-check", f"{digest}.json")
-
-
-def _device_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
-    return entry.get("device"), entry.get("card"), entry.get("total_bytes")
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _valid(entry: Any) -> bool:
-    if not isinstance(entry, dict) or not isinstance(entry.get("device"), str):
-        return False
-    if not isinstance(entry.get("card"), (str, type(None))) or not _int(
-        entry.get("total_bytes", 0)
-    ):
-        return False
-    if "kind" in entry:
-        return (
-            entry["kind"] in KINDS
-            and _int(entry.get("bytes"))
-            and isinstance(entry.get("model"), str)
-        )
-    return _int(entry.get("max_tensor_bytes")) and entry["max_tensor_bytes"] > 0
-
-
-def load(identity: str) -> list[dict[str, Any]]:
-    """The build's valid entries; [] when there is no file, or it is damaged or unsafe to read."""
-    try:
-        data = json.loads(read_regular(record_path(identity), RECORD_FILE))
-    except (OSError, ValueError, RecursionError):
-        return []
-    if (
-        not isinstance(data, dict)
-        or data.get("format") != FORMAT
-        or data.get("identity") != identity
-    ):
-        return []
-    entries = data.get("entries")
-    return [e for e in entries if _valid(e)] if isinstance(entries, list) else []
-
-
-def _entry_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (*_device_key(entry), entry.get("model"), entry.get("kind"))
-
-
-def store(identity: str, entries: Sequence[dict[str, Any]]) -> None:
-    """Replace the build's entries of the same device, model and kind (tensor limits: the same
-    device) with `entries`; a read-only or unsafe cache only loses the record."""
-    if not entries:
-        return
-    new = {_entry_key(e) for e in entries}
-    kept = [e for e in load(identity) if _entry_key(e) not in new]
-    data = {
-        "format": FORMAT,
-        "identity": identity,
-        "entries": (kept + list(entries))[-MAX_ENTRIES:],
-    }
-    try:
-        write_atomic(record_path(identity), json.dumps(data).encode())
-    except OSError:
-        pass
-
-
-# ---- what identifies a device and a model ----
-
-
-def device_fields(p: Prepared, device: DeviceSpec) -> dict[str, Any]:
-    """The device as an entry names it: llama.cpp's name, the card, the total bytes."""
-    card = next((g.name for g in p.hardware.gpus if g.spec.name == device.name), None)
-    return {"device": device.name, "card": card, "total_bytes": device.total_bytes or 0}
-
-
-def model_key(p: Prepared) -> str:
-    """The model as a difference is keyed: architecture, parameters, tensor bytes (not its path)."""
-    f = p.facts
-    return f"{f.architecture}:{f.n_params}:{sum(t.n_bytes for t in f.tensors)}"
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def difference_entries(
-    p: Prepared, diffs: Sequence[Difference], config: Mapping[str, Any], differs: Collection[str]
-) -> list[dict[str, Any]]:
-    """The entries of one check's differences, measured at `config` (report.json_parts.config_json);
-    `differs`: the devices where the two estimates disagreed (only their differences are applied
-    later, as larger_wins applies them now)."""
-    gpus = {g.name: g for g in p.target.gpus}
-    name = os.path.basename(p.facts.path)
-    return [
-        device_fields(p, gpus[d.device])
-        | {"model": model_key(p), "model_name": name, "kind": d.kind, "bytes": d.bytes}
-        | {"agrees": d.device not in differs, "config": dict(config), "time": _now()}
-        for d in diffs
-        if d.device in gpus
-    ]
-
-
-def limit_entries(p: Prepared, limits: Mapping[str, int]) -> list[dict[str, Any]]:
-    """The entries of tensor limits learned from llama.cpp's placement (device name → bytes)."""
-    gpus = {g.name: g for g in p.target.gpus}
-    return [
-        device_fields(p, gpus[name])
-        | {"max_tensor_bytes": limit, "model_name": os.path.basename(p.facts.path), "time": _now()}
-        for name, limit in limits.items()
-        if name in gpus
-    ]
-
-
-# ---- applying it before the solve ----
+    from .prepared import Prepared
 
 
 def with_recorded(p: Prepared) -> Prepared:
@@ -165,7 +34,7 @@ def with_recorded(p: Prepared) -> Prepared:
     shown: list[dict[str, Any]] = []
     limits: list[dict[str, Any]] = []
     for i, g in enumerate(gpus):
-        mine = [e for e in entries if _device_key(e) == _device_key(device_fields(p, g))]
+        mine = [e for e in entries if device_key(e) == device_key(device_fields(p, g))]
         limit = next((e for e in reversed(mine) if "max_tensor_bytes" in e), None)
         if limit is not None and g.backend == "vulkan" and g.max_tensor_bytes is None:
             gpus[i] = replace(g, max_tensor_bytes=limit["max_tensor_bytes"])

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LlamafitError
+from ..facts.gguf_kind import gguf_kind
 from ..facts.hparams import ModelFacts, build_facts
 from ..facts.projector import is_projector, projector_facts
 from ..fetch.local_headers import read_local_model, validator
 from ..fetch.model_source import CACHE_FORMAT, load_cache_json, write_cache_file
 from ..fetch.store_scan import root_for_path, scan, this_machine_roots
-from ..fetch.stores import Found, Note, Root, gguf_kind
+from ..fetch.stores import Found, Note, Root
 from ..fit.listing import Fit, Row, best_possible, fit_model, sort_rows
 from ..fit.speed import SpeedInputs
 from ..machine.devices import DeviceSpec

@@ -19,7 +19,8 @@ from ..report.layout import wrap_line
 from ..server.argv import server_argv
 from ..server.side_flags import launch_tokens
 from .llama_check import larger_wins, learn_tensor_limit, llama_cpp_check
-from .prepare import Prepared, Report, Request, prepare, warnings_for
+from .prepare import prepare, warnings_for
+from .prepared import Prepared, Report, Request
 
 
 def run_plan(

@@ -20,7 +20,7 @@ from ..fit.search import Target, max_context
 from ..fit.solver import KV_PAIRS, Policy, bounds
 from ..fit.speed import GENERATION_BAND, estimate_at, with_rates
 from ..memory.config import LaunchConfig
-from .prepare import Prepared
+from .prepared import Prepared
 
 # -ngl values and fills per curve: enough for a curve, bounded work for a 100-layer model
 POINTS = 12

@@ -9,66 +9,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..facts.hparams import ModelFacts, build_facts
-from ..fetch.demo import resolve_model_arg
+from ..facts.gguf_kind import gguf_kind
+from ..facts.hparams import build_facts
 from ..findings import Notice, as_notice
 from ..fit.search import Target
-from ..fit.speed import SpeedInputs
 from ..machine import pick
-from ..machine.hardware import Hardware, RpcQuery
-from ..machine.pick import DetectFn, HostFn, MachineSpec
-from ..memory.calibration import Correction, compute_correction, parse_records
-from ..memory.model import MemoryModel, check_override_devices
+from ..machine.hardware import RpcQuery
+from ..machine.pick import DetectFn, HostFn
+from ..memory.calibration import compute_correction, parse_records
+from ..memory.model import MemoryModel
+from ..memory.overrides import check_override_devices
 from ..memory.resolve import ResolvedConfig
-from ..paths import calibration_path
-from ..reader.model import GGUFModel
-from ..server.flags import ParsedServerArgs, parse_server_args, refused_message, split_command_line
+from ..paths import calibration_path, is_url
+from ..reader.model import GGUFModel, read_model
+from ..server.flags import parse_server_args, refused_message, split_command_line
 from ..server.side_flags import MODELLED
+from .prepared import Prepared, Request
 from .side_load import load_side_plan
 
 if TYPE_CHECKING:
     from ..machine.server_devices import Listing
     from ..server.find import ServerChoice
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """Which model and which llama-server flags: MODEL (a path, `demo`, a URL, `hf:`…) or --demo,
-    the flags after `--`, or a whole pasted command line (--cmd)."""
-
-    model: str | None = None
-    demo: bool = False
-    server_args: tuple[str, ...] = ()
-    command_line: str | None = None
-
-
-@dataclass(frozen=True)
-class Request:
-    """Everything a command needs from the command line: the model, the machine, whose rules apply
-    (--engine, --llama-build) and the environment (calibration file, visible devices, tokens)."""
-
-    model: ModelRef = ModelRef()
-    machine: MachineSpec = MachineSpec()
-    engine: str = "llama-server"
-    build: int | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    # plan, run, script: a projector next to the model is used (--no-mmproj: not)
-    auto_mmproj: bool = False
-    # plan, check, run: llama.cpp's own dry run beside ours (--no-llama-check: not)
-    llama_check: bool = False
-
-
-@dataclass(frozen=True)
-class Report:
-    """What a command prints: whether it fits (exit 0 or 1), the --json object and the text."""
-
-    fits: bool
-    json: dict[str, Any]
-    text: str
 
 
 _PROGRAMS = ("llama-server", "llama-cli", "server")
@@ -93,33 +58,6 @@ def _server_argv(command_line: str | None, server_args: Sequence[str]) -> list[s
     if server_args and _is_program(server_args[0]):
         return list(server_args[1:])  # a pasted `llama-server …` already split by the shell
     return list(server_args)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A model, the user's llama-server flags and the machine, ready for check or plan."""
-
-    parsed: ParsedServerArgs
-    facts: ModelFacts
-    target: Target
-    hardware: Hardware
-    # the correction applied from the calibration file, if any
-    calibration: Correction | None = None
-    speed: SpeedInputs | None = None  # the speed model's machine side (speed_inputs.machine_speed)
-    calibration_issue: Notice | None = None  # damaged records skipped, or a file not read
-    # the server that will run (run's choice, or the one found here)
-    server: ServerChoice | None = None
-    # its build identity when the plan is for its devices (calibration key)
-    server_identity: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    # ask llama.cpp's own dry run about the chosen config (commands/llama_check.py)
-    llama_check: bool = False
-    # the plan already took llama.cpp's larger figures (llama_check.larger_wins)
-    llama_adjusted: bool = False
-    # what llama.cpp's estimate showed earlier for this build and these devices, applied before the
-    # solve (llama_record.with_recorded): the `llama_cpp_recorded` JSON; None when nothing applied
-    llama_recorded: dict[str, Any] | None = None
-    server_listing: Listing | None = None  # the server's --list-devices, when prepare asked it
 
 
 def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
@@ -150,8 +88,6 @@ NOT_A_MODEL = {
 def refuse_non_model(gguf: GGUFModel, name: str) -> None:
     """Bad input, one line: a GGUF llama-server would not load as its model (issue #16: a
     tokenizer-only file used to be planned as a model with no weights)."""
-    from ..fetch.stores import gguf_kind
-
     kind = gguf_kind(gguf.metadata, len(gguf.tensors))
     if kind == "empty":
         build_facts(gguf)  # the header's own fault first (a missing key), as `inspect` says it
@@ -344,7 +280,11 @@ def load_model(
     model: str | None, *, demo: bool, hf_repo: str | None, env: Mapping[str, str]
 ) -> GGUFModel:
     """A local path, `demo`, an http(s) URL, `hf://org/repo/file.gguf`, or `hf:org/repo[:quant]`
-    (also llama-server's `-hf org/repo:quant` among the flags): only the header is read."""
+    (also llama-server's `-hf org/repo:quant` among the flags): only the header is read. A plain
+    local file is read here, as open_model would read it, without loading the fetch code."""
+    if model is not None and not demo and _plain_local_file(model):
+        return read_model(model)
+    from ..fetch.demo import resolve_model_arg
     from ..fetch.model_source import open_hf_repo, open_model
     from ..report.progress import ByteProgress
 
@@ -355,6 +295,17 @@ def load_model(
         return open_model(resolve_model_arg(model, demo=demo), env, progress=progress)
     finally:
         progress.close()
+
+
+def _plain_local_file(model: str) -> bool:
+    """A path to a local file that no store reference (`ollama:`, `lmstudio:`, `hf:`), URL or demo
+    name (fetch.demo.DEMO_NAMES, which hold no separator and no .gguf) can mean."""
+    return (
+        not is_url(model)
+        and not model.startswith(("hf:", "ollama:", "lmstudio:"))
+        and (os.sep in model or model.endswith(".gguf"))
+        and os.path.isfile(model)
+    )
 
 
 # Flags that add memory llamafit does not model: they are passed through, and said so.

@@ -22,8 +22,8 @@ from ..server.argv import display
 from ..server.find import adapt_argv, find_server
 from ..server.launcher import child_env, forwarding_signals, free_port, start, wait_healthy
 from ..server.scripts import Entry, max_at_once, render_models_ini_many
-from .prepare import Request
-from .run import RunOptions
+from .launch import RunOptions
+from .prepared import Request
 from .script import plan_entries
 
 ROUTER_FLAG = "--models-preset"

@@ -7,7 +7,6 @@ else llama-cpp-python's embedded OpenAI-compatible server (`--server embedded` f
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from ..memory.model import Breakdown
 from ..paths import calibration_path, is_url
 from ..report.check import check_lines
 from ..report.colour import paint, use_colour
-from ..report.json_parts import config_json
 from ..report.layout import command_lines, server_lines, wrap_line, wrap_text
 from ..report.plan import serving_line, verdict_text
 from ..report.run import (
@@ -41,7 +39,6 @@ from ..server.find import ServerChoice, ServerPathError, ServerRefused
 from ..server.side_flags import launch_tokens
 from ..server.supervise import (
     Event,
-    Exited,
     LoadTimedOut,
     Phase,
     Started,
@@ -51,10 +48,11 @@ from ..server.supervise import (
     phase_events,
 )
 from ..units import GIB, MIB
-from ..version import __version__
+from .launch import Launch, RunOptions
 from .plan import render_plan
-from .prepare import Prepared, Report, Request, prepare
-from .run_verify import try_record
+from .prepare import prepare
+from .prepared import Prepared, Report, Request
+from .records import record_buffers, record_failed, try_record
 
 if TYPE_CHECKING:
     from ..fit.retreat import Retreat
@@ -62,18 +60,6 @@ if TYPE_CHECKING:
     from ..server.log import LogWatcher
 
 MAX_TRIES = 3
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    host: str = "127.0.0.1"
-    port: int | None = 8080  # None: --port auto
-    server: str | None = None  # a path, "embedded", or None (find one)
-    dry_run: bool = False
-    api_key_file: str | None = None
-    verbose: bool = False
-    load_timeout_s: float | None = None  # None: default_load_timeout(the model's size)
-    verify: bool = False  # after Ready, fill the planned context once (run_verify.py)
 
 
 LOAD_TIMEOUT_BASE_S = 120  # starting the process, backends, warm-up
@@ -104,21 +90,6 @@ def parse_load_timeout(text: str | None) -> float | None:
 
 class VerifyFailed(Exception):
     """Out of memory (or the server died) during --verify's full-context request: retry smaller."""
-
-
-@dataclass(frozen=True)
-class Launch:
-    """What will run: the argv, why this server, and the prediction to check it against."""
-
-    argv: list[str]
-    env: dict[str, str]
-    kind: str  # "llama-server" | "embedded"
-    why: str
-    choice: Choice
-    url: str
-    server_info: dict[str, Any]
-    # /health: llama-server's, and llamafit.server.embedded_main's for llama-cpp-python's server
-    health_path: str
 
 
 def server_for(opts: RunOptions, env: Mapping[str, str]) -> ServerChoice:
@@ -290,47 +261,6 @@ def unplanned_devices(buffers: Mapping[str, Mapping[str, float]], gpus: list[str
             if mib > 0 and not host and not planned and device not in seen:
                 seen.append(device)
     return seen
-
-
-def record(path: str, launch: Launch, p: Prepared, rows: list[dict[str, Any]]) -> None:
-    """Append (prediction, actual, build, hardware) to the calibration file for later plans."""
-    from ..safe_io import append_line
-
-    append_line(path, json.dumps(run_entry(launch, p) | {"buffers": rows}))
-
-
-def run_entry(launch: Launch, p: Prepared, kind: str | None = None) -> dict[str, Any]:
-    """What every record of a run says: when, which llamafit and server, the model, the flags, the
-    devices."""
-    entry = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "llamafit": __version__,
-        "server": launch.server_info,
-        "model": p.facts.path,
-        "architecture": p.facts.architecture,
-        "config": config_json(launch.choice.rc),
-        "hardware": [
-            {"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes}
-            for d in p.target.gpus
-        ],
-        "compute_scale": p.target.compute_scale,  # the correction already in these predictions
-    }
-    return entry if kind is None else {"kind": kind, **entry}
-
-
-def record_failed(path: str, launch: Launch, p: Prepared, event: Exited) -> None:
-    """A run whose server died after Ready (kind "failed": never read as calibration): how it
-    ended."""
-    from ..safe_io import append_line
-
-    ended = {
-        "ready": event.ready,
-        "exit_code": event.code,
-        "signal": event.signal,
-        "signal_name": event.signal_name,
-        "failure": event.diagnosis,
-    }
-    append_line(path, json.dumps(run_entry(launch, p, "failed") | {"exit": ended}))
 
 
 def launch_and_watch(
@@ -509,7 +439,6 @@ def _emitter(
 def _ours(watcher: LogWatcher, child: Child, port: int, wait_s: float = 5.0) -> bool:
     """The server answering is the child we started: its log says it listens on our port (the line
     comes before /health turns 200; the log reader may lag a moment behind)."""
-    import time
     import urllib.parse
 
     deadline = time.monotonic() + wait_s
@@ -703,7 +632,7 @@ def _check_loaded(
     elif why_not is None:
         try_record(
             calibration_path(env),
-            partial(record, launch=launch, p=p, rows=rows),
+            partial(record_buffers, launch=launch, p=p, rows=rows),
             "predicted vs reported",
             say,
         )
@@ -721,7 +650,8 @@ def _record_served(
 ) -> None:
     """When the server stops: the speed its own timings measured over the requests it served (after
     the first `skip`: --verify's), for the speed model's calibration (speed_calibration.py)."""
-    from .run_verify import record_served, served_record
+    from .records import record_served
+    from .run_verify import served_record
 
     speed = served_record(p, launch.choice, env, watcher.served[skip:])
     if speed is None:

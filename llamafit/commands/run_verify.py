@@ -3,45 +3,27 @@ timings for the speed model, and say whether an out-of-memory means retrying wit
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..report.json_parts import config_json
 from ..report.run import (
     long_verify_line,
-    record_error_line,
-    recorded_line,
     verify_error_line,
     verify_start_line,
 )
-from ..safe_io import append_line
 from ..server.supervise import Pace, VerifyProgress
 from ..server.verify import N_PREDICT, VerifyError, VerifyResult, verify, verify_lines
-from ..version import __version__
-from .prepare import Prepared
+from .prepared import Prepared
+from .records import record_verify, try_record
 
 if TYPE_CHECKING:
     from ..fit.solver import Choice
     from ..server.launcher import Child
     from ..server.log import LogWatcher, ServedRequest
-    from .run import Launch
-
-
-def try_record(
-    path: str, write: Callable[[str], None], what: str, say: Callable[[str], None]
-) -> None:
-    """Recording is a side job: a calibration file that cannot be written never stops a healthy
-    server."""
-    try:
-        write(path)
-        say(recorded_line(what, path))
-    except OSError as e:
-        say(record_error_line(path, e))
+    from .launch import Launch
 
 
 @dataclass(frozen=True)
@@ -176,24 +158,6 @@ def served_record(
     }
 
 
-def record_served(path: str, p: Prepared, launch: Launch, speed: dict[str, Any]) -> None:
-    entry = {
-        "kind": "serve",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "llamafit": __version__,
-        "server": launch.server_info,
-        "model": p.facts.path,
-        "architecture": p.facts.architecture,
-        "config": config_json(launch.choice.rc),
-        "hardware": [
-            {"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes}
-            for d in p.target.gpus
-        ],
-        "speed": speed,
-    }
-    append_line(path, json.dumps(entry))  # never through a link, FIFO or device (safe_io.py)
-
-
 def _slowest(p: Prepared, choice: Choice) -> str:
     backends = [d.backend for d in p.target.gpus] or ["cpu"]
     return (
@@ -201,27 +165,6 @@ def _slowest(p: Prepared, choice: Choice) -> str:
         if choice.rc.n_gpu_layers < p.facts.n_layer_all + 1 or not p.target.gpus
         else backends[0]
     )
-
-
-def record_verify(
-    path: str, p: Prepared, launch: Launch, result: VerifyResult, speed: dict[str, Any] | None
-) -> None:
-    entry = {
-        "kind": "verify",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "llamafit": __version__,
-        "server": launch.server_info,
-        "model": p.facts.path,
-        "architecture": p.facts.architecture,
-        "config": config_json(launch.choice.rc),
-        "hardware": [
-            {"name": d.name, "backend": d.backend, "total_bytes": d.total_bytes}
-            for d in p.target.gpus
-        ],
-        "verify": result.as_json(),
-        "speed": speed,
-    }
-    append_line(path, json.dumps(entry))
 
 
 # a verification expected to take this long or more is announced with a warning (and how to stop

@@ -22,7 +22,8 @@ from ..machine.devices import device_selection_env
 from ..paths import is_url
 from ..server.side_flags import launch_tokens
 from ..units import MIB
-from .prepare import Prepared, Report, Request, prepare
+from .prepare import prepare
+from .prepared import Prepared, Report, Request
 
 LADDER_STEPS = (1.0, 0.75, 0.5, 0.25, 0.125)
 

@@ -13,10 +13,15 @@ from typing import Any
 from ..errors import InputError
 from ..facts.hparams import ModelFacts, build_facts
 from ..facts.projector import ProjectorFacts, is_projector, projector_facts
-from ..fetch.stores import best_sibling, local_mmproj
 from ..findings import Notice
 from ..memory.model import MemoryModel
-from ..memory.side_models import BUILD_UNIFIED_DRAFT, SidePlan, vocab_info, vocab_mismatch
+from ..memory.side_models import (
+    BUILD_UNIFIED_DRAFT,
+    SideFlags,
+    SidePlan,
+    vocab_info,
+    vocab_mismatch,
+)
 from ..paths import is_url
 from ..reader.model import GGUFModel
 from ..server.flags import ParsedServerArgs
@@ -54,67 +59,89 @@ def load_side_plan(
         not flags.any and "spec_types" not in flags.given
     ):  # --spec-type none is kept: --prefer speed reads it
         return None
-    draft, same_file = None, False
-    if flags.draft_model:
-        dmodel = load_model(flags.draft_model, demo=False, hf_repo=None, env=env)
-        dfacts = build_facts(dmodel)
-        bad = vocab_mismatch(
-            vocab_info(metadata, facts.n_vocab), vocab_info(dmodel.metadata, dfacts.n_vocab)
-        )
-        if bad:
-            notes.append(Notice("draft_incompatible", {"reason": bad}))
-        elif not flags.spec_types or flags.spec_types == ("none",):
-            notes.append(Notice("draft_without_spec_type"))
-        draft = MemoryModel(dfacts)
-        same_file = _same_file(dmodel.path, facts.path)
-    if flags.mtp and not facts.n_layer_nextn:
-        raise InputError(
-            f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
-            f"({facts.architecture}.nextn_predict_layers is 0)"
-        )
+    draft, same_file = _draft(flags, metadata, facts, env, load_model, notes)
+    _check_mtp(flags, facts)
     if flags.draft_ctx is not None and (build is None or build >= BUILD_UNIFIED_DRAFT):
         notes.append(Notice("draft_ctx_ignored"))
     projector = None
     if flags.mmproj and not flags.no_mmproj:
         try:
-            projector, why = load_projector(
-                flags.mmproj, model_path=facts.path, env=env, load_model=load_model
-            )
-            if projector.projection_dim and projector.projection_dim != facts.n_embd:
-                raise InputError(
-                    f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and "
-                    f"mmproj (n_embd = {projector.projection_dim}): llama-server refuses this pair "
-                    "(mtmd.cpp)"
-                )
+            projector = _projector(flags, facts, env, load_model, notes, defaulted=defaulted)
         except InputError as e:
             if not defaulted:
                 raise
             # found by default: not worth failing for
             notes.append(Notice("mmproj_skipped", {"reason": str(e)}))
             flags = replace(flags, mmproj=None)
-            return (
-                SidePlan(
-                    flags,
-                    draft,
-                    flags.draft_model,
-                    None,
-                    notes=tuple(notes),
-                    draft_same_file=same_file,
-                )
-                if flags.any
-                else None
-            )
-        if why:
-            why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
-            notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
-        limits = projector.limits
-        max_tokens = projector.max_image_tokens(flags.image_max_tokens)
-        if limits.warmup_tokens is not None and max_tokens:
-            found = {"warmup_tokens": limits.warmup_tokens, "max_tokens": max_tokens}
-            notes.append(Notice("mmproj_warmup_small", found))
+            if not flags.any:
+                return None
     return SidePlan(
         flags, draft, flags.draft_model, projector, notes=tuple(notes), draft_same_file=same_file
     )
+
+
+def _draft(
+    flags: SideFlags,
+    metadata: Mapping[str, Any],
+    facts: ModelFacts,
+    env: Mapping[str, str],
+    load_model: LoadModel,
+    notes: list[Notice],
+) -> tuple[MemoryModel | None, bool]:
+    """The draft model (-md) and whether it is the target's own file; its vocabulary checked
+    against the target's (a note when they differ, or when no --spec-type uses it)."""
+    if not flags.draft_model:
+        return None, False
+    dmodel = load_model(flags.draft_model, demo=False, hf_repo=None, env=env)
+    dfacts = build_facts(dmodel)
+    bad = vocab_mismatch(
+        vocab_info(metadata, facts.n_vocab), vocab_info(dmodel.metadata, dfacts.n_vocab)
+    )
+    if bad:
+        notes.append(Notice("draft_incompatible", {"reason": bad}))
+    elif not flags.spec_types or flags.spec_types == ("none",):
+        notes.append(Notice("draft_without_spec_type"))
+    return MemoryModel(dfacts), _same_file(dmodel.path, facts.path)
+
+
+def _check_mtp(flags: SideFlags, facts: ModelFacts) -> None:
+    if flags.mtp and not facts.n_layer_nextn:
+        raise InputError(
+            f"--spec-type draft-mtp: {facts.path} has no NextN/MTP layers "
+            f"({facts.architecture}.nextn_predict_layers is 0)"
+        )
+
+
+def _projector(
+    flags: SideFlags,
+    facts: ModelFacts,
+    env: Mapping[str, str],
+    load_model: LoadModel,
+    notes: list[Notice],
+    *,
+    defaulted: bool,
+) -> ProjectorFacts:
+    """The projector (--mmproj, or found next to the model when `defaulted`), checked against the
+    text model (mtmd.cpp refuses a pair of different n_embd); notes on where it was found and on
+    a warm-up smaller than the images it takes."""
+    projector, why = load_projector(
+        flags.mmproj or "", model_path=facts.path, env=env, load_model=load_model
+    )
+    if projector.projection_dim and projector.projection_dim != facts.n_embd:
+        raise InputError(
+            f"{projector.path}: mismatch between text model (n_embd = {facts.n_embd}) and "
+            f"mmproj (n_embd = {projector.projection_dim}): llama-server refuses this pair "
+            "(mtmd.cpp)"
+        )
+    if why:
+        why += "; used by default, --no-mmproj leaves it out" if defaulted else ""
+        notes.append(Notice("mmproj_found", {"path": projector.path, "why": why}))
+    limits = projector.limits
+    max_tokens = projector.max_image_tokens(flags.image_max_tokens)
+    if limits.warmup_tokens is not None and max_tokens:
+        found = {"warmup_tokens": limits.warmup_tokens, "max_tokens": max_tokens}
+        notes.append(Notice("mmproj_warmup_small", found))
+    return projector
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -173,7 +200,11 @@ def find_mmproj(model_path: str, env: Mapping[str, str] | None = None) -> tuple[
         names = sorted(os.listdir(directory))
     except OSError as e:
         raise InputError(f"--mmproj auto: cannot list {directory}: {e.strerror}") from None
-    picked = local_mmproj(os.path.basename(model_path), names)
+    picked = None
+    if any(n.lower().startswith("mmproj") and n.endswith(".gguf") for n in names):
+        from ..fetch.stores import local_mmproj  # the store code only when there is one to pick
+
+        picked = local_mmproj(os.path.basename(model_path), names)
     if picked is None:
         raise InputError(f"--mmproj auto: no mmproj*.gguf next to {model_path}")
     others = [
@@ -193,12 +224,12 @@ def _ollama_projector(model_path: str) -> tuple[str, str] | None:
     the projector layer (application/vnd.ollama.image.projector) of a manifest whose model layer is
     this blob; None when the path is not such a blob. Ollama keeps the projector as its own blob,
     never next to the model under an mmproj name."""
-    from ..fetch.store_scan import scan_ollama
-
     path = os.path.abspath(model_path)
     blobs = os.path.dirname(path)
     if os.path.basename(blobs) != "blobs" or not _OLLAMA_BLOB.match(os.path.basename(path)):
         return None
+    from ..fetch.store_scan import scan_ollama
+
     found, _ = scan_ollama(os.path.dirname(blobs))
     mine = [f for f in found if os.path.abspath(f.path) == path]
     if not mine:
@@ -217,6 +248,7 @@ def _find_remote_mmproj(m: re.Match[str], env: Mapping[str, str]) -> tuple[str, 
     from ..fetch.hf import hf_settings, resolve_url
     from ..fetch.model_source import _hub_listing
     from ..fetch.remote import DEFAULT_TIMEOUT
+    from ..fetch.stores import best_sibling
 
     repo, rev = m.group("repo"), urllib.parse.unquote(m.group("rev"))
     path = urllib.parse.unquote(m.group("path"))

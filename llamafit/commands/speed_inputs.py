@@ -249,6 +249,6 @@ def machine_speed(
         return inputs
     from ..fit.speed_calibration import calibrate
     from ..machine.host_probe import machine_key
-    from .calibration_file import speed_records
+    from .records import speed_records
 
     return calibrate(inputs, speed_records(env), machine=machine_key(), architecture=architecture)

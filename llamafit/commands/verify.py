@@ -9,7 +9,7 @@ from ..errors import InputError
 from ..paths import is_url
 from ..report.run import progress_line
 from ..server.verify import VerifyError, server_slots, verify, verify_lines
-from .prepare import Report
+from .prepared import Report
 
 
 def check_verify(url: str, *, env: Mapping[str, str], say: Callable[[str], None]) -> Report:

@@ -270,7 +270,8 @@ def _n_layer_kv_from_start(meta: Metadata, n_layer_all: int) -> int:
     if meta.arch in R.KV_FROM_START_FIXED:
         return min(R.KV_FROM_START_FIXED[meta.arch], n_layer_all)
     if meta.arch in R.KV_FROM_START_SHARED_KEY:
-        return n_layer_all - meta.get_int("{arch}.attention.shared_kv_layers", 0)
+        shared: int = meta.get_int("{arch}.attention.shared_kv_layers", 0)
+        return n_layer_all - shared
     return n_layer_all
 
 

@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..reader.names import quant_bits, split_info, tag_bits
-from .hf import find_best_model, is_model_file
 
 OLLAMA_REGISTRY = "registry.ollama.ai"
 OLLAMA_NAMESPACE = "library"
@@ -165,6 +164,8 @@ def file_tag(path: str) -> str:
 def repo_name(repo: str, path: str, files: Sequence[str]) -> str:
     """`repo:TAG` when llama.cpp's -hf rule picks `path` back from `files` with that tag, else
     `repo/path`."""
+    from .hf import find_best_model  # the Hub's rules (and its HTTP code) only where they apply
+
     tag = file_tag(path)
     if tag and find_best_model(files, tag) == path:
         return f"{repo}:{tag}"
@@ -282,6 +283,8 @@ def local_mmproj(model_path: str, names: Sequence[str]) -> str | None:
 def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, str, str]]]:
     """Model GGUFs of one folder (relative paths) grouped into split models with their mmproj;
     problems as (path, code, detail): a split model with a shard missing."""
+    from .hf import is_model_file
+
     groups: list[FileGroup] = []
     problems: list[tuple[str, str, str]] = []
     by_split: dict[tuple[str, int], dict[int, str]] = {}
@@ -302,23 +305,3 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
         ordered = tuple(shards[i] for i in range(1, count + 1))
         groups.append(FileGroup(ordered, best_sibling(files, ordered[0])))
     return sorted(groups, key=lambda g: g.shards[0]), problems
-
-
-# --- what a GGUF is ---------------------------------------------------------------------------
-
-
-def gguf_kind(metadata: Mapping[str, object], n_tensors: int) -> str:
-    """`model`, `mmproj`, `adapter` (a LoRA), `imatrix`, `vocab` (a tokenizer-only file such as
-    llama.cpp's models/ggml-vocab-*.gguf: no tensors, a tokenizer.ggml.model, which llama_vocab::load
-    requires) or `empty` (no tensors and no tokenizer: neither), from general.type (gguf-py's
-    GGUFType) and the tensor count."""
-    gtype = metadata.get("general.type")
-    if gtype == "adapter" or "adapter.type" in metadata:
-        return "adapter"
-    if gtype in ("mmproj", "clip-vision") or metadata.get("general.architecture") == "clip":
-        return "mmproj"
-    if gtype == "imatrix":
-        return "imatrix"
-    if n_tensors == 0:
-        return "vocab" if "tokenizer.ggml.model" in metadata else "empty"
-    return "model"

@@ -29,10 +29,13 @@ from dataclasses import dataclass, replace
 from ..facts.tensor_names import is_expert
 from ..machine.devices import DeviceSpec
 from ..machine.rates import AttentionRate, KernelRate, Rate
-from ..memory.kv import layer_cell_bytes, pad
-from ..memory.model import MemoryModel, _active_gpus, _buffer_device
+from ..memory.kv import layer_cell_bytes
+from ..memory.model import MemoryModel
+from ..memory.overrides import buffer_device as _buffer_device
 from ..memory.placement import CPU, LayerMap, tensor_layer
 from ..memory.resolve import ResolvedConfig
+from ..memory.weights import active_gpus as _active_gpus
+from ..units import pad
 
 KV_PAD = 256  # llama_kv_cache::get_padding → n_kv is a multiple of 256 cells
 PP_TOKENS = 512  # prompt figures are for llama-bench's pp512

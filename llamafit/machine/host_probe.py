@@ -19,7 +19,6 @@ import os
 import platform
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +102,8 @@ def measure_bandwidth(n_threads: int | None = None) -> float:
     on the calling thread). Not a BLAS dot product: BLAS runs it on its own thread pool, so a "1
     thread" figure read every core's bandwidth (on a 2-core VM 36 GB/s where one thread reads
     23)."""
+    from concurrent.futures import ThreadPoolExecutor  # the probe's only: not for reading its cache
+
     import numpy as np
 
     n = max(1, n_threads or os.cpu_count() or 1)

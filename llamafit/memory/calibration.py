@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .placement import CPU
 
 # a correction outside this says more about the record than the model
 MIN_SCALE, MAX_SCALE = (
@@ -194,5 +195,20 @@ def compute_correction(
         runs += len(ratios) > before
     if not ratios:
         return None
+    import statistics  # with records only: a plan without any need not load it
+
     scale = min(max(statistics.median(ratios), MIN_SCALE), MAX_SCALE)
     return Correction(scale, runs, architecture, tuple(devices))
+
+
+def scaled_compute(
+    compute: dict[int, int], compute_scale: float, compute_scales: Sequence[float], *, n_gpu: int
+) -> dict[int, int]:
+    """The estimate's compute buffers times a correction learned from earlier runs: one factor for
+    every device (`compute_scale`), then, when there is one per device (the GPUs in order, then
+    the host: solver.exact_choice's ratios of the replay to the estimate), each device's own."""
+    if compute_scale != 1.0:
+        compute = {d: int(v * compute_scale) for d, v in compute.items()}
+    if len(compute_scales) == n_gpu + 1:  # per device, for these devices only
+        compute = {d: int(v * compute_scales[n_gpu if d == CPU else d]) for d, v in compute.items()}
+    return compute

@@ -154,7 +154,7 @@ def _shape(f: ModelFacts) -> _Shape:
     hit = _SHAPES.get(id(f))
     if hit is not None and hit[0] is f:
         return hit[1]
-    first: dict[tuple, int] = {}
+    first: dict[tuple[object, ...], int] = {}
     gated, fused_up = _gated_layers(f)
     reps = tuple(
         first.setdefault((*_signature(f, il), il in gated), il) for il in range(f.n_layer_all)
@@ -211,7 +211,7 @@ def _fused_qkv_layers(f: ModelFacts) -> dict[int, bool]:
     }
 
 
-def _signature(f: ModelFacts, il: int) -> tuple:
+def _signature(f: ModelFacts, il: int) -> tuple[object, ...]:
     """Everything a layer's candidate peaks depend on (see _layer_peak)."""
     return (
         f.n_head[il],
@@ -747,7 +747,7 @@ def _mixed_inputs(f: ModelFacts, s: ComputeSettings) -> tuple[int, int, int]:
     return host, _pad(e, a), 2 * _pad(e, a) + _pad(8 * t, a)
 
 
-def _kind(backend: str) -> Backend:
+def backend_kind(backend: str) -> Backend:
     """DeviceSpec.backend as a compute backend kind (RPC and others: a generic GPU)."""
     return backend if backend in ALIGNMENT else "vulkan"  # type: ignore[return-value]
 
@@ -811,7 +811,7 @@ def output_refused_host(
         or _logits_fit(f, rc, gpus[lmap.output].max_tensor_bytes)
     ):
         return 0
-    return _output_on_host(f, _base_settings(f, rc))
+    return _output_on_host(f, base_settings(f, rc))
 
 
 def _output_on_host(f: ModelFacts, base: ComputeSettings) -> int:
@@ -883,7 +883,7 @@ def _split_inputs(f: ModelFacts, s: ComputeSettings) -> int:
     )
 
 
-def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
+def base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
     return ComputeSettings(
         n_ctx_seq=rc.n_ctx_seq,
         n_ubatch=rc.n_ubatch,
@@ -908,68 +908,11 @@ def _base_settings(f: ModelFacts, rc: ResolvedConfig) -> ComputeSettings:
     )
 
 
-# Backends whose device has an offload_op hook that takes host-weight ops of a large batch:
-# ggml_backend_cuda_device_offload_op (ggml-cuda.cu, HIP too), ggml_backend_vk_device_offload_op
-# (ggml-vulkan.cpp), ggml_backend_sycl_device_offload_op. RPC has none (ggml-rpc.cpp: NULL); Metal
-# reads host buffers in place (unified memory), so nothing is copied.
-OP_OFFLOAD_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
-
-
-def op_offload_compute(
-    f: ModelFacts,
-    rc: ResolvedConfig,
-    layers: tuple[int, ...],
-    backend: str,
-    *,
-    attention: bool = True,
-) -> int:
-    """The activations a GPU needs to run the host layers that op offload hands it.
-
-    ggml-backend.cpp ggml_backend_sched_backend_id_from_cur (pass 1): an op whose weight lives in a
-    host buffer goes to the first backend whose offload_op accepts it (batch >= the device's
-    op_offload_min_batch_size, 32 unless GGML_OP_OFFLOAD_MIN_BATCH); pass 2 expands that backend
-    over the whole layer, attention included (FLASH_ATTN_EXT, or KQ and soft_max, read no weight and
-    follow their neighbours; GGML_SCHED_DEBUG=2 on Vulkan0 shows only the SET_ROWS into the host cache
-    left on the CPU). The weights and the K/V views arrive as split inputs: the caller adds those.
-    `attention` False: the device refuses the KQ product (too large), so attention stays on the host."""
-    s = replace(
-        _base_settings(f, rc),
-        backend=_kind(backend),
-        layers=layers,
-        holds_output=False,
-        holds_input=False,
-        kv_on_device=attention,
-    )
-    return predict_compute(f, s).device
-
-
-def op_offload_host_compute(
-    f: ModelFacts, rc: ResolvedConfig, backend: str, *, output: bool
-) -> int:
-    """The host's compute buffer once op offload has handed every host layer to a GPU: the graph inputs
-    and the embedding rows (input leafs and GET_ROWS stay on the CPU, ggml_backend_sched_split_graph),
-    and with `output` the lm_head the GPU does not take (its batch, n_outputs, is under the threshold)."""
-    base = _base_settings(f, rc)
-    host = predict_compute(
-        f, replace(base, backend=_kind(backend), layers=(), holds_output=False)
-    ).host
-    if output:
-        host = max(host, predict_compute(f, replace(base, layers=(), holds_output=True)).device)
-    return host
-
-
-def host_ffn_compute(f: ModelFacts, rc: ResolvedConfig, layers: tuple[int, ...]) -> int:
-    """The CPU backend's buffer when it runs the FFN of GPU layers whose weights stay on the host: the graph
-    inputs and those layers' peaks without attention (it runs on the GPU with the cache)."""
-    s = replace(_base_settings(f, rc), layers=layers, holds_output=False, kv_on_device=False)
-    return predict_compute(f, s).device
-
-
 def compute_for_devices(
     f: ModelFacts, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
 ) -> dict[int, int]:
     """Compute-buffer bytes per device index (GPUs 0.., the host CPU = -1) for a resolved config."""
-    base = _base_settings(f, rc)
+    base = base_settings(f, rc)
     out: dict[int, int] = {}
     host = 0
     copies = _pipeline_copies(f, rc, lmap, gpus)
@@ -978,13 +921,13 @@ def compute_for_devices(
         if not layers and lmap.output != d:
             # no node of the graph runs here (graph inputs go to the CPU backend: ggml-backend.cpp
             # ggml_backend_sched_backend_id_from_cur), so ggml_gallocr_reserve_n sizes this backend's
-            # buffer 0; op offload of host weights may still use it (model._op_offload adds that)
+            # buffer 0; op offload of host weights may still use it (op_offload.add_op_offload adds that)
             out[d] = 0
             continue
         refused = lmap.output == d and not _logits_fit(f, rc, spec.max_tensor_bytes)
         s = replace(
             base,
-            backend=_kind(spec.backend),
+            backend=backend_kind(spec.backend),
             layers=layers,
             holds_output=lmap.output == d and not refused,
             holds_input=bool(lmap.layers) and lmap.layers[0] == d,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..facts.hparams import ModelFacts
 from ..reader.ggml_types import GGMLType
 from ..units import pad
+from .placement import CPU, LayerMap
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +80,25 @@ def swa_cells(
     if swa_full:
         return n_ctx_seq
     return pad(min(n_ctx_seq, n_swa * (n_seq if unified else 1) + n_ubatch), pad_to)
+
+
+def kv_bytes(
+    cell_prefix: tuple[list[int], list[int]],
+    cells: tuple[int, int],
+    lmap: LayerMap,
+    n_gpu: int,
+    *,
+    offload: bool,
+) -> dict[int, int]:
+    """KV bytes per device: each layer's cache on its layer's device, or all on the host when
+    `offload` is off (-nkvo: llama_kv_cache, offload_kqv). `cell_prefix`: prefix sums over blocks
+    of bytes per cell, full-attention and SWA (ModelTensors.cell_prefix); `cells`: the cells of
+    each kind of cache, all streams."""
+    out = dict.fromkeys([CPU, *range(n_gpu)], 0)
+    full, swa = cell_prefix
+    cells_full, cells_swa = cells
+    for dev, a, b in lmap.runs:
+        out[dev if offload else CPU] += (full[b] - full[a]) * cells_full + (
+            swa[b] - swa[a]
+        ) * cells_swa
+    return out

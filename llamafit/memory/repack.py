@@ -20,7 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..machine.devices import DeviceSpec
+from ..reader.ggml_types import GGMLType
 from ..units import pad
+from .overrides import device_names, device_of, override_targets
+from .placement import CPU, LayerMap
+from .resolve import ResolvedConfig
+from .tensors import ModelTensors
 
 REPACK_ALIGNMENT = 32  # ggml_backend_cpu_repack_buffer_type_get_alignment: TENSOR_ALIGNMENT
 
@@ -127,3 +133,109 @@ def repacked_bytes(
     if _n_dims(shape) != dims or not has_layout(type_name, shape, features):
         return 0
     return pad(n_bytes, REPACK_ALIGNMENT)
+
+
+# backends whose devices have a host buffer type (ggml_backend_dev_host_buffer_type: ggml-cuda.cu,
+# ggml-vulkan.cpp, ggml-sycl.cpp); Metal's and RPC's are NULL
+HOST_BUFFER_BACKENDS = frozenset({"cuda", "rocm", "vulkan", "sycl"})
+
+
+def _host_buffer_first(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> bool:
+    """A GPU host buffer type heads the CPU's list (make_cpu_buft_list; not with --no-host)."""
+    return not rc.no_host and any(g.backend in HOST_BUFFER_BACKENDS for g in gpus)
+
+
+def repack_bytes(
+    m: ModelTensors,
+    rc: ResolvedConfig,
+    lmap: LayerMap,
+    gpus: Sequence[DeviceSpec],
+    features: frozenset[str],
+    moved: tuple[str, ...],
+) -> int:
+    """The CPU_REPACK buffer: host weights with a repacked layout for this CPU.
+
+    src/llama-model.cpp make_cpu_buft_list puts the first GPU host buffer type (CUDA_Host,
+    Vulkan_Host, ...; not with --no-host) ahead of the CPU's extra buffer types, and
+    select_weight_buft takes it for every host weight its GPU can run the op of; with mmap it then
+    becomes the plain CPU buffer (llama-model-loader.cpp create_tensor: "avoid using a host buffer
+    when using mmap"). So with such a GPU only the weights its device rejects (over its tensor
+    limit: `moved`) are repacked; without one (CPU only, RPC, Metal) every host weight may be.
+    An -ot rule to CPU considers the extra buffer types too (create_tensor's overrides)."""
+    if not rc.repack or not features:
+        return 0
+    sizes = _repack_sizes(m, features)
+    if not sizes:
+        return 0
+    if _host_buffer_first(rc, gpus):
+        return sum(sizes.get(name, 0) for name in moved)
+    key = ("repack", lmap, rc.all_overrides, tuple(g.name for g in gpus), features)
+    return m.remember(key, lambda: _repack_on_host(m, rc, lmap, gpus, sizes))
+
+
+def repacked_names(
+    m: ModelTensors,
+    rc: ResolvedConfig,
+    lmap: LayerMap,
+    gpus: Sequence[DeviceSpec],
+    features: frozenset[str],
+    moved: tuple[str, ...],
+) -> tuple[str, ...]:
+    """The names of the host weights repack_bytes puts in CPU_REPACK (the tied output's copy left
+    out: it is token_embd's tensor)."""
+    if not rc.repack or not features:
+        return ()
+    sizes = _repack_sizes(m, features)
+    if not sizes:
+        return ()
+    if _host_buffer_first(rc, gpus):
+        return tuple(n for n in moved if n in sizes and not n.endswith("(tied)"))
+    names = device_names(gpus)
+    targets = override_targets(m, rc.all_overrides) if rc.all_overrides else {}
+    return tuple(
+        name
+        for name in sizes
+        if not name.endswith("(tied)") and device_of(m, name, lmap, targets, names) == CPU
+    )
+
+
+def _repack_sizes(m: ModelTensors, features: frozenset[str]) -> dict[str, int]:
+    """Per weight name, its CPU_REPACK bytes on a CPU with `features` (only weights that repack);
+    a tied output's copy of token_embd is "output.weight(tied)", probed as the output it is."""
+
+    def make() -> dict[str, int]:
+        types = {t.name: t for t in m.facts.tensors}
+        out = {}
+        for name, raw, _padded in m.tensors:
+            t = types[name]
+            size = repacked_bytes(name, GGMLType.of(t.ggml_type).name, t.shape, raw, features)
+            if size:
+                out[name] = size
+        embd = types.get("token_embd.weight")
+        if m.tied_raw and embd is not None:
+            size = repacked_bytes(
+                "output.weight", GGMLType.of(embd.ggml_type).name, embd.shape, m.tied_raw, features
+            )
+            if size:
+                out["output.weight(tied)"] = size
+        return out
+
+    return m.remember(("repack sizes", features), make)
+
+
+def _repack_on_host(
+    m: ModelTensors,
+    rc: ResolvedConfig,
+    lmap: LayerMap,
+    gpus: Sequence[DeviceSpec],
+    sizes: dict[str, int],
+) -> int:
+    names = device_names(gpus)
+    targets = override_targets(m, rc.all_overrides) if rc.all_overrides else {}
+    total = 0
+    for name, size in sizes.items():
+        # a tied output's copy sits with the output layer; no rule names "(tied)"
+        tied = name.endswith("(tied)")
+        dev = lmap.output if tied else device_of(m, name, lmap, targets, names)
+        total += size if dev == CPU else 0
+    return total

@@ -41,13 +41,15 @@ from .config import NGL_AUTO, LaunchConfig
 from .placement import CPU, cuda_alloc_size, override_target, tensor_layer
 from .projector import encoder_compute, encoder_host_input, image_px_for_tokens
 from .resolve import build_of
+from .tensors import PADDED_BACKENDS
+from .usage import Breakdown, SideDeviceUsage, SideUsage
 
 if TYPE_CHECKING:
     from ..facts.hparams import ModelFacts
     from ..facts.projector import ProjectorFacts
     from ..findings import Notice
     from ..machine.devices import DeviceSpec
-    from .model import Breakdown, MemoryModel
+    from .model import MemoryModel
     from .resolve import ResolvedConfig
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
@@ -56,7 +58,6 @@ SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128  # common/speculative.cpp
 # b9181 is ~mid May 2026 (PR #23021), so b9100 is our estimate of the first build with it
 # (resolve.BUILD_RULES).
 BUILD_UNIFIED_DRAFT = build_of("unified_draft")
-PADDED_BACKENDS = frozenset({"cuda", "rocm"})
 
 NGRAM_N_MAX = {
     "ngram-simple": 48,
@@ -185,39 +186,6 @@ def vocab_mismatch(target: VocabInfo, draft: VocabInfo) -> str | None:
             f"at most {SPEC_VOCAB_MAX_SIZE_DIFFERENCE})"
         )
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class SideDeviceUsage:
-    """One side model's bytes on one device (the device named as in the main breakdown)."""
-
-    name: str
-    weights_bytes: int
-    kv_bytes: int
-    compute_bytes: int
-    output_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.weights_bytes + self.kv_bytes + self.compute_bytes + self.output_bytes
-
-
-@dataclass(frozen=True, slots=True)
-class SideUsage:
-    """A side model's memory: kind is "draft", "mtp" or "mmproj"."""
-
-    kind: str
-    path: str
-    devices: tuple[SideDeviceUsage, ...]
-    n_ctx: int = 0  # cells of its context (0 for a projector)
-    details: tuple[tuple[str, int | str], ...] = ()  # kind-specific facts (image size, tokens, ...)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(d.total_bytes for d in self.devices)
-
-    def on(self, name: str) -> int:
-        return sum(d.total_bytes for d in self.devices if d.name == name)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -144,12 +142,14 @@ def start(
 
 
 def healthy(url: str, timeout: float = 2.0, headers: Mapping[str, str] | None = None) -> bool:
+    import urllib.request  # the HTTP stack loads with a server to ask, not for `plan` (issue #34)
+
     try:
         with urllib.request.urlopen(
             urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout
         ) as r:  # noqa: S310 - our own loopback server
             return bool(r.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
+    except (OSError, ValueError):  # urllib.error.URLError is an OSError
         return False
 
 
@@ -161,13 +161,14 @@ def server_props(
 ) -> dict[str, Any] | None:
     """A llama-server's GET /props as a JSON object; None when it does not answer with one."""
     import json
+    import urllib.request
 
     try:
         with urllib.request.urlopen(
             urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout
         ) as r:  # noqa: S310 - loopback, our port
             data = json.loads(r.read(PROPS_LIMIT + 1)[:PROPS_LIMIT]) if r.status == 200 else None
-    except (urllib.error.URLError, OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError):  # URLError is an OSError
         return None
     return data if isinstance(data, dict) else None
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..memory.config import NGL_ALL, NGL_AUTO
-from ..memory.side_models import SPEC_TYPES, SideFlags, SideUsage
+from ..memory.side_models import SPEC_TYPES, SideFlags
+from ..memory.usage import SideUsage
 from ..reader.ggml_types import KV_CACHE_TYPES
 from .flags import arity, flag_groups
 
@@ -160,20 +161,7 @@ def parse_side_flags(tokens: Sequence[str], env: Mapping[str, str] | None = None
         if flag in _BY_FLAG or flag in _DRAFT_DEV or flag in _DRAFT_OT:
             if not given:
                 raise InputError(f"{flag} expects a value, but nothing follows it")
-            value = given[0]
-            if flag in _BY_FLAG:
-                _set(values, _BY_FLAG[flag], value, flag)
-            elif flag in _DRAFT_DEV:
-                values["draft_devices"] = tuple(value.split(","))
-            else:
-                pairs = [item.partition("=") for item in value.split(",")]
-                if not all(sep and buft for _, sep, buft in pairs):
-                    raise InputError(
-                        f"{flag} expects <tensor regex>=<buffer type>[,...], got {value!r}"
-                    )
-                values["draft_overrides"] = values.get("draft_overrides", ()) + tuple(
-                    (r, b) for r, _, b in pairs
-                )
+            _valued(values, flag, given[0])
         elif flag in _DRAFT_CMOE:
             values["draft_cpu_moe"] = True
         elif flag in _NO_MMPROJ:
@@ -183,6 +171,21 @@ def parse_side_flags(tokens: Sequence[str], env: Mapping[str, str] | None = None
         elif flag == "--mmproj-auto":
             values.setdefault("mmproj", "auto")
     return SideFlags(**values, given=frozenset(values))
+
+
+def _valued(values: dict[str, Any], flag: str, value: str) -> None:
+    """One side flag that takes a value: a SideFlags field, -devd's devices, -otd's rules."""
+    if flag in _BY_FLAG:
+        _set(values, _BY_FLAG[flag], value, flag)
+    elif flag in _DRAFT_DEV:
+        values["draft_devices"] = tuple(value.split(","))
+    else:
+        pairs = [item.partition("=") for item in value.split(",")]
+        if not all(sep and buft for _, sep, buft in pairs):
+            raise InputError(f"{flag} expects <tensor regex>=<buffer type>[,...], got {value!r}")
+        values["draft_overrides"] = values.get("draft_overrides", ()) + tuple(
+            (r, b) for r, _, b in pairs
+        )
 
 
 def side_flag_tokens(tokens: Sequence[str]) -> list[str]:
@@ -206,48 +209,53 @@ def _carried_arity(flag: str, rest: Sequence[str]) -> int:
     return 1 if flag in SIDE_FLAGS else arity(flag) or 0
 
 
+_MMPROJ_FLAGS = ("-mm", "--mmproj", "-mmu", "--mmproj-url")
+_PROJECTOR_FLAGS = (
+    "--mmproj-offload",
+    "--no-mmproj-offload",
+    "--image-min-tokens",
+    "--image-max-tokens",
+)
+
+
 def launch_tokens(passthrough: Sequence[str], resident: Sequence[SideUsage]) -> list[str]:
     """The llama-server flags to launch with, from the user's and the side models the plan keeps
     (a breakdown's side_models): `--mmproj auto` resolved to the file, --no-mmproj-offload added
     when the plan moved the projector to the CPU, the flags of side models the plan left out
     removed."""
     kinds = {u.kind: u for u in resident}
-    proj, draft = kinds.get("mmproj"), kinds.get("draft")
+    proj = kinds.get("mmproj")
     out: list[str] = []
     for flag, given in flag_groups(passthrough):
-        group = [flag, *given]
-        if flag not in SIDE_FLAGS:
-            out += group
-        elif flag in ("-mm", "--mmproj", "-mmu", "--mmproj-url"):
-            if proj is not None:
-                out += [flag, proj.path] if group[1:] == ["auto"] else group
-        elif flag in (
-            "--mmproj-offload",
-            "--no-mmproj-offload",
-            "--image-min-tokens",
-            "--image-max-tokens",
-        ):
-            if proj is not None:
-                out += group
-        elif flag == "--spec-type":
-            kept = [t for t in group[1].split(",") if t != "draft-mtp" or "mtp" in kinds]
-            out += ["--spec-type", ",".join(kept)] if kept else []
-        elif draft is not None:  # the draft model's own flags
-            out += group
-    if proj is not None and not any(f in out for f in ("-mm", "--mmproj", "-mmu", "--mmproj-url")):
+        out += _kept(flag, [flag, *given], kinds)
+    if proj is not None and not any(f in out for f in _MMPROJ_FLAGS):
         # found next to the model (plan, run and script use it by default)
-        out += [
-            "--mmproj",
-            proj.path,
-        ]
+        out += ["--mmproj", proj.path]
     if (
         proj is not None
         and dict(proj.details).get("offload") == "off"
         and "--no-mmproj-offload" not in out
     ):
         out.append("--no-mmproj-offload")
-    if (
-        "mtp" in kinds and "--spec-type" not in out
-    ):  # turned on by the plan (--prefer speed, explain._auto_mtp)
+    if "mtp" in kinds and "--spec-type" not in out:
+        # turned on by the plan (--prefer speed, explain._auto_mtp)
         out += ["--spec-type", "draft-mtp"]
     return out
+
+
+def _kept(flag: str, group: list[str], kinds: Mapping[str, SideUsage]) -> list[str]:
+    """What launch_tokens keeps of one flag and its values: every flag but the side models', and
+    of those the flags of the side models the plan keeps (`kinds`)."""
+    proj = kinds.get("mmproj")
+    if flag not in SIDE_FLAGS:
+        return group
+    if flag in _MMPROJ_FLAGS:
+        if proj is None:
+            return []
+        return [flag, proj.path] if group[1:] == ["auto"] else group
+    if flag in _PROJECTOR_FLAGS:
+        return group if proj is not None else []
+    if flag == "--spec-type":
+        kept = [t for t in group[1].split(",") if t != "draft-mtp" or "mtp" in kinds]
+        return ["--spec-type", ",".join(kept)] if kept else []
+    return group if "draft" in kinds else []  # the draft model's own flags

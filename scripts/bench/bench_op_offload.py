@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Op offload on a real device: what Vulkan0 (lavapipe) reserves when it takes host-weight ops,
-against llamafit's prediction (memory/model.py MemoryModel._op_offload), on the real-shape sparse
+against llamafit's prediction (memory/op_offload.py add_op_offload), on the real-shape sparse
 models.
 
     GGML_VK_VISIBLE_DEVICES=0 python scripts/bench/bench_op_offload.py [--json OUT]

@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from llamafit.commands.plan import with_preset  # noqa: E402
 from llamafit.commands.plan_curves import curves  # noqa: E402
-from llamafit.commands.prepare import ModelRef, Request, prepare  # noqa: E402
+from llamafit.commands.prepare import prepare  # noqa: E402
+from llamafit.commands.prepared import ModelRef, Request  # noqa: E402
 from llamafit.fit.explain import plan  # noqa: E402
 from llamafit.fit.plan_speed import speed_band  # noqa: E402
 from llamafit.fit.presets import DEFAULT_TURN, preset_effect, preset_named  # noqa: E402

@@ -481,11 +481,11 @@ def test_speed_records_are_never_written_through_a_planted_file(
 ) -> None:
     from types import SimpleNamespace
 
-    from llamafit.commands import run_verify
+    from llamafit.commands import records
     from llamafit.safe_io import UnsafeFile
 
     path = _plant(tmp_path, what)
-    monkeypatch.setattr(run_verify, "config_json", lambda rc: {})
+    monkeypatch.setattr(records, "config_json", lambda rc: {})
     p = SimpleNamespace(
         facts=SimpleNamespace(path="m.gguf", architecture="llama"), target=SimpleNamespace(gpus=())
     )
@@ -494,10 +494,10 @@ def test_speed_records_are_never_written_through_a_planted_file(
         UnsafeFile
     ):  # a FIFO blocked `run` after Ctrl-C; a link appended to its target
         if kind == "serve":
-            run_verify.record_served(str(path), p, launch, {})  # type: ignore[arg-type]
+            records.record_served(str(path), p, launch, {})  # type: ignore[arg-type]
         else:
             result = SimpleNamespace(as_json=lambda: {})
-            run_verify.record_verify(str(path), p, launch, result, None)  # type: ignore[arg-type]
+            records.record_verify(str(path), p, launch, result, None)  # type: ignore[arg-type]
     if what == "link":
         assert (tmp_path / "theirs.jsonl").read_text() == json.dumps(_MEMORY) + "\n"
 

@@ -88,7 +88,7 @@ def test_moe_experts_go_to_the_cpu_before_layers() -> None:
     t = target(FIXTURES / "moe-qwen3.gguf", "1026200K", reserve=1000 * MIB)
     choice = solve(t, LaunchConfig(), Policy(ctx=2048))
     # every block's experts on the CPU first (each host expert tensor is copied into the GPU's
-    # compute buffer for its op: op offload, MemoryModel._op_offload, so moving experts frees less
+    # compute buffer for its op: op offload, op_offload.add_op_offload, so moving experts frees less
     # than their size), then block 0 (which also takes the mixed input branch's split-input copies
     # off the GPU)
     assert summary(choice) == (2048, 4, 4, "on", "q4_0", "q4_0", 128)

@@ -173,7 +173,7 @@ def test_tokens_for(used: int, per_1000: float | None, room: int, tokens: int | 
 def test_plan_names_them_and_the_context_closing_them_would_give(fixed_host) -> None:
     """QWEN on an RTX 4080 reaches 7,168 of 32,768 tokens at 57.4 MiB per 1,000 tokens."""
     from llamafit.commands.plan import run_plan
-    from llamafit.commands.prepare import ModelRef, Request
+    from llamafit.commands.prepared import ModelRef, Request
     from llamafit.fit.solver import Policy
     from llamafit.machine.pick import MachineSpec
 

@@ -466,7 +466,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
     the same build and device start from it (one solve), with --no-llama-check too; another
     build or another card behind the same name does not."""
     from llamafit.commands import plan as plan_command
-    from llamafit.commands.llama_record import load
+    from llamafit.commands.records import load
 
     solves = []
     real = plan_command.plan
@@ -535,7 +535,7 @@ def test_progress_shows_while_llama_cpp_answers_on_a_terminal(
 
 
 def test_a_damaged_record_is_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llamafit.commands.llama_record import load, record_path, store
+    from llamafit.commands.records import load, record_path, store
 
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", str(tmp_path))
     good = {"device": "CUDA0", "card": None, "total_bytes": 0, "model": "m", "kind": "model"}

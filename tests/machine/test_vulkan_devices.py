@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from llamafit.cli import cli
 from llamafit.machine.vulkan import device_specs, llama_order, parse_vulkaninfo
-from llamafit.memory.model import op_probe_bytes
+from llamafit.memory.tensors import op_probe_bytes
 from tests.support import DATA, needs_demo
 from tests.support.loads import lab_load
 from tests.support.scripts import script

@@ -116,7 +116,7 @@ def test_pooling_inputs(
     rc = resolve(
         LaunchConfig(n_ctx=4096, embeddings=True, pooling=pooling, n_ubatch=512), llama, build=build
     )
-    inputs = compute.input_bytes(llama, compute._base_settings(llama, rc))
+    inputs = compute.input_bytes(llama, compute.base_settings(llama, rc))
     pooled = {k: v for k, v in inputs.items() if k in ("inp_mean", "inp_cls")}
     assert pooled == ({name: size} if name else {})
 
@@ -125,7 +125,7 @@ def test_pooling_needs_embeddings(llama) -> None:
     """--pooling alone changes the outputs, but build_pooling returns at once without
     cparams.embeddings."""
     rc = resolve(LaunchConfig(n_ctx=4096, pooling="mean"), llama)
-    assert "inp_mean" not in compute.input_bytes(llama, compute._base_settings(llama, rc))
+    assert "inp_mean" not in compute.input_bytes(llama, compute.base_settings(llama, rc))
 
 
 @pytest.mark.slow

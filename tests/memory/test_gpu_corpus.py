@@ -370,12 +370,12 @@ def test_fused_up_split_by_two_copies_before_pr_14158(build: int, device_bytes: 
     output layer, 512 tokens, flash attention: before PR #14158 build_ffn's LLM_FFN_SWIGLU made two
     ggml_cont copies of up's halves, live with up, so the FFN peak holds one n_ff x 512 F32 block
     (45 MiB) more than ggml_swiglu's [2 n_ff] + [n_ff]."""
-    from llamafit.memory.compute import _base_settings, predict_compute
+    from llamafit.memory.compute import base_settings, predict_compute
 
     f = model("glm-z1-32b-0414").facts
     cfg = LaunchConfig(n_ctx=4096, flash_attn="on", n_gpu_layers=NGL_ALL, fit=False)
     s = replace(
-        _base_settings(f, resolve(cfg, f, build=build)),
+        base_settings(f, resolve(cfg, f, build=build)),
         backend="cuda",
         holds_output=False,
         n_outputs=1,
@@ -405,7 +405,7 @@ def test_glm4_logits_above_the_mask_hole_before_pr_23764(
     buffer; the last block's SWIGLU activation [n_ff] and ffn_down [n_embd] fill it and the logits
     go above them (compute._logits_above_mask_hole). At b5274 on CUDA/ROCm the whole buffer is also
     what scripts/audit/audit_glm4_b5274.py's replay of that build's graph and allocator gives."""
-    from llamafit.memory.compute import _base_settings, predict_compute
+    from llamafit.memory.compute import base_settings, predict_compute
 
     audit = script("audit_glm4_b5274")
 
@@ -418,7 +418,7 @@ def test_glm4_logits_above_the_mask_hole_before_pr_23764(
         n_parallel=1,
         fit=False,
     )
-    s = replace(_base_settings(f, resolve(cfg, f, build=build)), backend=backend)
+    s = replace(base_settings(f, resolve(cfg, f, build=build)), backend=backend)
     got = predict_compute(f, s)
     assert (got.device, got.peak) == (int(device_mib * MIB), "output")
     if build == 5274 and backend in ("cuda", "rocm"):
@@ -550,7 +550,7 @@ def test_pooling_input_lies_above_the_f32_mask_copy_before_pr_23764(
     """Before PR #23764 the F16 cast of the F32 mask runs on the GPU (ggml_backend_sched_split_graph's pass
     2), so the split's input copies hold the F32 mask; the pooling input's copy, read last, lies above them
     and the logits above it (compute._f32_mask_copies, _pinned_output)."""
-    from llamafit.memory.compute import _base_settings, predict_compute
+    from llamafit.memory.compute import base_settings, predict_compute
 
     f = model("qwen3-embedding-8b-q8_0").facts
     cfg = LaunchConfig(
@@ -566,7 +566,7 @@ def test_pooling_input_lies_above_the_f32_mask_copy_before_pr_23764(
         cache_ram_mib=0,
     )
     s = replace(
-        _base_settings(f, resolve(cfg, f, engine="llama-server", build=5618)),
+        base_settings(f, resolve(cfg, f, engine="llama-server", build=5618)),
         backend="rocm",
         mask_f16_input=mask_f16_input,
     )

@@ -186,8 +186,8 @@ def test_host_output_layer_offloaded_with_its_logits(
     graph inputs. From it, n_outputs = n_parallel = 1 < 32: the lm_head stays on the host, and
     CUDA0's peak is one host layer run there: its activations A, the F16 ffn copy (3072 x 1024 x 2),
     the K/V views (4096 x 2048 x 2), two rows."""
-    from llamafit.memory.compute import op_offload_compute, op_offload_host_compute
     from llamafit.memory.config import LaunchConfig
+    from llamafit.memory.op_offload import op_offload_compute, op_offload_host_compute
     from llamafit.memory.resolve import resolve
     from tests.support.gpu_shapes import model
 
@@ -254,10 +254,10 @@ def test_kv_row_copies_fill_the_token_rows_hole(
 ) -> None:
     from types import SimpleNamespace
 
-    from llamafit.memory.model import MemoryModel
+    from llamafit.memory.op_offload import _kv_row_copies
 
     facts = SimpleNamespace(n_embd=n_embd, n_embd_k_gqa=lambda il: k, n_embd_v_gqa=lambda il: v)
-    assert MemoryModel._kv_row_copies(SimpleNamespace(facts=facts), n_tokens, 0) == grow  # type: ignore[arg-type]
+    assert _kv_row_copies(SimpleNamespace(facts=facts), n_tokens, 0) == grow  # type: ignore[arg-type]
 
 
 HOST_EXACT_LIVE = [

@@ -82,6 +82,7 @@ def test_rope_factor_copies(
 ) -> None:
 
     from llamafit.machine.devices import DeviceSpec
+    from llamafit.memory import weights as placed
     from llamafit.memory.config import LaunchConfig
     from llamafit.memory.model import MemoryModel
     from llamafit.memory.resolve import resolve
@@ -96,9 +97,9 @@ def test_rope_factor_copies(
     )
     gpus = [DeviceSpec("Vulkan0", "gpu", "vulkan", 8 << 30, 8 << 30)]
     lmap = layer_map(facts.n_layer_all, rc.n_gpu_layers, split_points([1.0]))
-    weights = mm._tensor_weights if rules else mm._weights
-    with_rope = weights(rc, lmap, gpus)
+    weights = placed._tensor_weights if rules else placed._weights
+    with_rope = weights(mm, rc, lmap, gpus)
     mm.rope_raw = 0
     mm.tensors = [t for t in mm.tensors if t[0] not in ROPE_FACTORS]
-    without = weights(rc, lmap, gpus)
+    without = weights(mm, rc, lmap, gpus)
     assert {d: b - without[d] for d, b in with_rope.items() if b != without[d]} == expected

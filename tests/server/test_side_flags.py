@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from llamafit.errors import InputError
-from llamafit.memory.side_models import SideDeviceUsage, SideFlags, SideUsage
+from llamafit.memory.side_models import SideFlags
+from llamafit.memory.usage import SideDeviceUsage, SideUsage
 from llamafit.server.side_flags import launch_tokens, parse_side_flags, side_flag_tokens
 
 

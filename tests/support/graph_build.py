@@ -23,7 +23,7 @@ from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import reserves
 from llamafit.memory.kv import swa_cells
-from llamafit.memory.model import op_probe_bytes
+from llamafit.memory.tensors import op_probe_bytes
 from llamafit.reader.ggml_types import GGML_TYPE_NAMES as TYPE_NAMES
 from llamafit.reader.model import read_model
 from tests.support import FIXTURES
@@ -114,7 +114,7 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
         # it
         start = max(n_layer + 1 - int(case.flag("-ngl", "0")), 0)
         # select_weight_buft moves a weight whose op the device refuses to the CPU: one whose
-        # probe op (memory/model.py op_probe_bytes) is over lavapipe's 128 MiB
+        # probe op (memory/tensors.py op_probe_bytes) is over lavapipe's 128 MiB
         # maxStorageBufferRange (a tied output: the demo's 178 MB, Gemma 4 E2B's 330 MB;
         # Nemotron's output and stacked experts); ssm_a, whose SSM_SCAN lavapipe's Vulkan0 runs
         # for d_state 128 and 256 only (ggml-vulkan.cpp ggml_vk_op_get_pipeline)

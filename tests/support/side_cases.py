@@ -9,7 +9,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamafit.commands.prepare import ModelRef, Request, prepare
+from llamafit.commands.prepare import prepare
+from llamafit.commands.prepared import ModelRef, Request
 from llamafit.fit.search import Target
 from llamafit.machine.devices import host
 from llamafit.machine.pick import MachineSpec
