@@ -153,7 +153,8 @@ def test_verify_duration_is_the_plans_prompt_batches_and_generation(
     """--verify's up-front duration: each 512-token batch of the prompt at the plan's prompt rate
     at its fill, then the generation at a full context (the closed form against the sum)."""
     from llamafit.commands.plan import render_plan
-    from llamafit.commands.prepare import ModelRef, Request, prepare
+    from llamafit.commands.prepare import prepare
+    from llamafit.commands.prepared import ModelRef, Request
     from llamafit.commands.run_verify import verify_pace
     from llamafit.fit.solver import Policy
     from llamafit.fit.speed import PP_TOKENS, estimate_at
