@@ -269,7 +269,7 @@ def _request(
     "--verify",
     "verify_url",
     metavar="URL",
-    help="Instead: fill a running llama-server's context per slot once and report (see README).",
+    help="Instead: fill a running llama-server's context per slot once and report (docs/check.md).",
 )
 @_engine_options
 def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
@@ -302,7 +302,7 @@ def _policy_options(f: Any) -> Any:
             "--for",
             "preset",
             metavar="chat|agent|long|serve[:N]",
-            help="What it is for: sets the context floor, the slots (-np) and -ub (see README).",
+            help="What it is for: sets the context floor, the slots (-np) and -ub (docs/plan.md).",
         ),
         click.option(
             "--prefer",
@@ -467,7 +467,7 @@ def _port(value: str) -> int | None:
 @click.option(
     "--verify",
     is_flag=True,
-    help="Once Ready, send a prompt that fills the context per slot (see README).",
+    help="Once Ready, send a prompt that fills the context per slot (docs/run.md).",
 )
 @_policy_options
 @_engine_options

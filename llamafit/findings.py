@@ -2,7 +2,7 @@
 
 `Verdict` (plan), `WayOut` (check, when a config does not fit) and `Notice` (warnings) are built by
 plan.py, ways_out.py and prepare.py; check_report.py and plan_report.py write the sentences, and
-`--json` carries these values under the keys documented in the README.
+`--json` carries these values under the keys documented in docs/check.md and docs/plan.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The JSON objects that check, plan and run share (keys documented in the README): the resolved
+"""The JSON objects that check, plan and run share (keys documented in docs/check.md and docs/plan.md): the resolved
 config, a device's bytes, the side models, the model. Data only: bytes as ints, no English."""
 
 from __future__ import annotations
