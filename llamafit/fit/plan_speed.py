@@ -4,9 +4,11 @@ other offloads (findings.SpeedOption) — as data; plan_report writes the Englis
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from ..findings import SpeedOption
 from ..memory.config import LaunchConfig
+from ..memory.resolve import ResolvedConfig
 from .presets import Turn
 from .search import Target, max_context, max_gpu_layers, streams
 from .solver import Choice
@@ -24,16 +26,40 @@ from .speed import (
 )
 
 
+def on_devices(inputs: SpeedInputs, rc: ResolvedConfig) -> SpeedInputs:
+    """The inputs for the devices `rc` runs on: with -sm none the main GPU alone is device 0 of
+    the estimate (memory.model._active_gpus), so its rates go first."""
+    if rc.split_mode != "none":
+        return inputs
+
+    def main(rates: tuple[Any, ...]) -> tuple[Any, ...]:
+        return rates[rc.main_gpu : rc.main_gpu + 1]
+
+    return replace(
+        inputs,
+        gpu_bandwidth=main(inputs.gpu_bandwidth),
+        gpu_flops=main(inputs.gpu_flops),
+        gpu_bandwidth_range=main(inputs.gpu_bandwidth_range),
+        gpu_flops_range=main(inputs.gpu_flops_range),
+    )
+
+
 def speed_of(target: Target, cfg: LaunchConfig, inputs: SpeedInputs) -> SpeedEstimate | None:
     evaluated = target.evaluate(cfg)
     if evaluated is None:
         return None
     rc, breakdown = evaluated
-    return estimate(target.model, rc, breakdown.layer_devices, target.gpus, inputs)
+    return estimate(target.model, rc, breakdown.layer_devices, target.gpus, on_devices(inputs, rc))
 
 
 def choice_speed(target: Target, choice: Choice, inputs: SpeedInputs) -> SpeedEstimate | None:
-    return estimate(target.model, choice.rc, choice.breakdown.layer_devices, target.gpus, inputs)
+    return estimate(
+        target.model,
+        choice.rc,
+        choice.breakdown.layer_devices,
+        target.gpus,
+        on_devices(inputs, choice.rc),
+    )
 
 
 def speed_options(
@@ -70,6 +96,7 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
     `turn`. Low: every assumed rate at the low end of its range and the model's error below; high:
     the other way. The choice only (no per-candidate work), its tensors read once
     (speed.estimate_turn)."""
+    inputs = on_devices(inputs, choice.rc)
     n = choice.rc.n_ctx_seq
     prompt_tokens = max(min(turn.prompt, n - 1), 1)
     context = max(min(turn.context, n - prompt_tokens - turn.generated), 0)

@@ -148,6 +148,10 @@ def _offload_levels(
     facts = target.model.facts
     if not target.gpus:
         cfg = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=0)
+        if not _pinned(cfg, "devices"):
+            # planned without a GPU: `-dev none` keeps the server off every GPU, large batches
+            # included (-ngl 0 alone still computes on one: llama.cpp PR #10497)
+            cfg = replace(cfg, devices=("none",))
         at_ngl = [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact]
         return cfg if _reaches(target, at_ngl, need, mult) else None
     if _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
@@ -259,11 +263,32 @@ def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> Non
 
 
 def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
-    """The configuration the policy picks; NoFit when even the minimum context cannot fit."""
+    """The configuration the policy picks; NoFit when even the minimum context cannot fit.
+
+    With several GPUs the whole set is one candidate and leaving some of them out is another
+    (device_subsets): a small or busy card is used only where the plan is better with it (rank)."""
     if policy.prefer not in PREFER:
         raise InputError(f"--prefer must be one of {', '.join(PREFER)}")
     lo, hi = bounds(target, cfg, policy)
     _reject_impossible(target, cfg, policy)
+    found: list[Choice] = []
+    whole: NoFit | None = None
+    for i, variant in enumerate([cfg, *device_subsets(target, cfg)]):
+        try:
+            found += _solve_on(target, variant, policy, lo, hi)
+        except NoFit as e:
+            whole = e if i == 0 else whole
+    if not found:
+        raise whole or NoFit(lo)
+    speed = policy.speed_of if policy.prefer == "speed" and len(found) > 1 else None
+    return max(found, key=lambda c: rank(target, c, policy, hi, speed))
+
+
+def _solve_on(
+    target: Target, cfg: LaunchConfig, policy: Policy, lo: int, hi: int
+) -> list[Choice]:
+    """The candidates on one set of devices: the best combo at the most offloaded level that
+    reaches the context asked for, and with several GPUs the same with a split by room."""
     mult = streams(target, cfg)
     need = hi if policy.prefer == "context" else lo
     base = _offload_levels(target, cfg, policy, need, mult)
@@ -274,22 +299,65 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
             raise NoFit(lo, "pinned_ngl", cfg.n_gpu_layers)
         raise NoFit(lo, "offloaded")
     candidates = [_best_combo(target, base, policy, lo, hi)]
-    if len(target.gpus) > 1 and not _pinned(cfg, "tensor_split"):
+    several = len(target.gpus) > 1 and cfg.split_mode != "none"
+    if several and not _pinned(cfg, "tensor_split"):
         compact = _most_compact(target, base, policy)
         split = _split_by_room(target, compact[0], hi, mult) if compact else None
         if split:
             candidates.append(
                 _best_combo(target, replace(base, tensor_split=split), policy, lo, hi)
             )
-    found = [c for c in candidates if c is not None]
-    if not found:
-        raise NoFit(lo)
+    return [c for c in candidates if c is not None]
+
+
+def device_subsets(target: Target, cfg: LaunchConfig) -> list[LaunchConfig]:
+    """The ways to leave GPUs out that solve weighs against the whole set: each GPU alone (-sm none
+    -mg i: llama.cpp loads the model on the main GPU only, src/llama.cpp
+    llama_model_load_from_file_impl, and no context or buffer goes to the others), and with three
+    or more the largest k (2 <= k < n) with the rest at -ts 0 (llama_model::load_tensors gives a
+    device of split 0 no layers; the split of the others is by free memory, as llama.cpp's own
+    default). Nothing where the user chose the devices or their split (-dev, -ts, -sm, -mg) or
+    named a device in -ot."""
+    gpus = target.gpus
+    if len(gpus) < 2 or _pinned(
+        cfg, "devices", "tensor_split", "split_mode", "main_gpu", "override_tensor"
+    ):
+        return []
+    room = [g.usable_bytes or 0 for g in gpus]
+    order = sorted(range(len(gpus)), key=lambda i: (-room[i], i))
+    out = [replace(cfg, split_mode="none", main_gpu=i) for i in order]
+    for k in range(2, len(gpus)):
+        kept = set(order[:k])
+        top = max(room[i] for i in kept) or 1
+        split = tuple(round(room[i] / top, 4) if i in kept else 0.0 for i in range(len(gpus)))
+        out.append(replace(cfg, tensor_split=split))
+    return out
+
+
+def rank(
+    target: Target,
+    c: Choice,
+    policy: Policy,
+    hi: int,
+    speed: Callable[[Choice], float | None] | None = None,
+) -> tuple[float, ...]:
+    """The solver's objective as one key, larger is better, the same order the single-set search
+    follows (module docstring): --prefer speed (the default): the most blocks on the GPUs (then
+    the fewest experts on the CPU), then the context, then the estimated tokens/s, then the KV
+    quality (KV_PAIRS); context: reaching the largest context asked for first, then as speed;
+    quality: the blocks on the GPUs, then the KV quality, then the context. A plan on a set of
+    devices is worse than one on another where its key is smaller."""
+    n_all = target.model.facts.n_layer_all + 1
+    rc = c.rc
+    layers = min(rc.n_gpu_layers, n_all) if target.gpus else 0
+    experts = -(target.model.facts.n_layer if rc.cpu_moe else rc.n_cpu_moe)
+    quality = -_precision_rank(c)
+    tps = (speed(c) or 0.0) if speed else 0.0
     if policy.prefer == "quality":
-        return max(found, key=lambda c: (-_precision_rank(c), c.ctx))
-    speed = policy.speed_of if policy.prefer == "speed" and len(found) > 1 else None
-    return max(
-        found, key=lambda c: (c.ctx, (speed(c) or 0.0) if speed else 0.0, -_precision_rank(c))
-    )
+        return (layers, experts, quality, c.ctx)
+    if policy.prefer == "context":
+        return (c.ctx >= hi, layers, experts, c.ctx, tps, quality)
+    return (layers, experts, c.ctx, tps, quality)
 
 
 def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Choice:
@@ -412,8 +480,11 @@ def _split_by_room(
     if probe is None:
         return None
     gpus = [d for d in probe[1].devices if d.kind == "gpu"]
+    left_out = [i < len(cfg.tensor_split) and cfg.tensor_split[i] == 0 for i in range(len(gpus))]
     room = [
-        max((d.usable_bytes or 0) - d.compute_bytes - d.output_bytes - d.reserve_bytes, 1)
-        for d in gpus
+        0
+        if out  # a device device_subsets left out stays out
+        else max((d.usable_bytes or 0) - d.compute_bytes - d.output_bytes - d.reserve_bytes, 1)
+        for d, out in zip(gpus, left_out, strict=True)
     ]
     return tuple(round(r / max(room), 4) for r in room)
