@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import combinations
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
@@ -274,6 +275,8 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     found: list[Choice] = []
     whole: NoFit | None = None
     for i, variant in enumerate([cfg, *device_subsets(target, cfg)]):
+        if found and not _may_match(target, variant, policy, found, lo, hi):
+            continue
         try:
             found += _solve_on(target, variant, policy, lo, hi)
         except NoFit as e:
@@ -284,9 +287,30 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
     return max(found, key=lambda c: rank(target, c, policy, hi, speed))
 
 
-def _solve_on(
-    target: Target, cfg: LaunchConfig, policy: Policy, lo: int, hi: int
-) -> list[Choice]:
+def _may_match(
+    target: Target, cfg: LaunchConfig, policy: Policy, found: list[Choice], lo: int, hi: int
+) -> bool:
+    """Whether the devices of `cfg` may plan as well as the best found so far, by one cheap test:
+    rank puts the blocks on the GPUs first (with --prefer context, once the largest context is
+    reached), so devices that cannot hold as many at the least context with the most compact KV
+    cache cannot match it (solve skips them)."""
+    best = max(found, key=lambda c: rank(target, c, policy, hi))
+    if policy.prefer == "context" and best.ctx < hi:
+        return True
+    compact = _most_compact(target, cfg, policy)
+    at = [
+        replace(
+            c,
+            n_gpu_layers=best.rc.n_gpu_layers,
+            n_cpu_moe=best.rc.n_cpu_moe,
+            cpu_moe=best.rc.cpu_moe,
+        )
+        for c in compact
+    ]
+    return _reaches(target, at, lo, streams(target, cfg))
+
+
+def _solve_on(target: Target, cfg: LaunchConfig, policy: Policy, lo: int, hi: int) -> list[Choice]:
     """The candidates on one set of devices: the best combo at the most offloaded level that
     reaches the context asked for, and with several GPUs the same with a split by room."""
     mult = streams(target, cfg)
@@ -299,7 +323,7 @@ def _solve_on(
             raise NoFit(lo, "pinned_ngl", cfg.n_gpu_layers)
         raise NoFit(lo, "offloaded")
     candidates = [_best_combo(target, base, policy, lo, hi)]
-    several = len(target.gpus) > 1 and cfg.split_mode != "none"
+    several = len(target.devices_of(cfg)) > 1 and cfg.split_mode != "none"
     if several and not _pinned(cfg, "tensor_split"):
         compact = _most_compact(target, base, policy)
         split = _split_by_room(target, compact[0], hi, mult) if compact else None
@@ -310,27 +334,34 @@ def _solve_on(
     return [c for c in candidates if c is not None]
 
 
+ALL_SUBSETS_UP_TO = 3  # GPUs: every subset is a candidate up to this many; past it, a few
+
+
 def device_subsets(target: Target, cfg: LaunchConfig) -> list[LaunchConfig]:
     """The ways to leave GPUs out that solve weighs against the whole set: each GPU alone (-sm none
     -mg i: llama.cpp loads the model on the main GPU only, src/llama.cpp
-    llama_model_load_from_file_impl, and no context or buffer goes to the others), and with three
-    or more the largest k (2 <= k < n) with the rest at -ts 0 (llama_model::load_tensors gives a
-    device of split 0 no layers; the split of the others is by free memory, as llama.cpp's own
-    default). Nothing where the user chose the devices or their split (-dev, -ts, -sm, -mg) or
-    named a device in -ot."""
+    llama_model_load_from_file_impl, and makes no context or buffer on the others) and each
+    subset of two or more named by -dev (the model's devices are then those: a device left at
+    -ts 0 would still be the first device, the one llama.cpp offloads the CPU layers' large
+    matrix products to). Up to ALL_SUBSETS_UP_TO GPUs every subset, so that no set plans worse
+    than a subset of it (tests/fit/test_device_subsets.py); past it the largest k, dropping the
+    smallest in turn. Nothing where the user chose the devices or their split (-dev, -ts, -sm,
+    -mg) or named a device in -ot."""
     gpus = target.gpus
-    if len(gpus) < 2 or _pinned(
+    n = len(gpus)
+    if n < 2 or _pinned(
         cfg, "devices", "tensor_split", "split_mode", "main_gpu", "override_tensor"
     ):
         return []
     room = [g.usable_bytes or 0 for g in gpus]
-    order = sorted(range(len(gpus)), key=lambda i: (-room[i], i))
+    order = sorted(range(n), key=lambda i: (-room[i], i))
     out = [replace(cfg, split_mode="none", main_gpu=i) for i in order]
-    for k in range(2, len(gpus)):
-        kept = set(order[:k])
-        top = max(room[i] for i in kept) or 1
-        split = tuple(round(room[i] / top, 4) if i in kept else 0.0 for i in range(len(gpus)))
-        out.append(replace(cfg, tensor_split=split))
+    if n <= ALL_SUBSETS_UP_TO:
+        kept_sets = [c for k in range(2, n) for c in combinations(order, k)]
+    else:
+        kept_sets = [tuple(order[:k]) for k in range(2, n)]
+    for kept in kept_sets:
+        out.append(replace(cfg, devices=tuple(gpus[i].name for i in sorted(kept))))
     return out
 
 
@@ -480,11 +511,8 @@ def _split_by_room(
     if probe is None:
         return None
     gpus = [d for d in probe[1].devices if d.kind == "gpu"]
-    left_out = [i < len(cfg.tensor_split) and cfg.tensor_split[i] == 0 for i in range(len(gpus))]
     room = [
-        0
-        if out  # a device device_subsets left out stays out
-        else max((d.usable_bytes or 0) - d.compute_bytes - d.output_bytes - d.reserve_bytes, 1)
-        for d, out in zip(gpus, left_out, strict=True)
+        max((d.usable_bytes or 0) - d.compute_bytes - d.output_bytes - d.reserve_bytes, 1)
+        for d in gpus
     ]
     return tuple(round(r / max(room), 4) for r in room)
