@@ -119,7 +119,8 @@ def tradeoffs(
     """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its
     speed."""
     rows = []
-    for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
+    arch = target.model.facts.architecture
+    for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy, arch):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
         ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
         best = max_context(target, cfg, hi, lo)

@@ -25,15 +25,37 @@ from .search import STEP, Target, graph_kind, largest, max_context, streams
 if TYPE_CHECKING:
     from .presets import Preset
 
-# K/V pairs from most to least precise (bytes per element), K never below V.
+# K/V pairs from the best quality to the worst as llama.cpp measured it, not by bytes, K never
+# below V. llama.cpp PR #7412 ("CUDA: quantized KV cache demo", JohannesGaessler's table, KL
+# divergence of the token distribution against the f16 model's over wikitext, f16 weights): K/V
+# f16/f16 0.000189, f16/q8_0 0.000743, q8_0/q8_0 0.000980, f16/q5_1 0.001759 — so q8_0/q8_0
+# (8.5 bits per value) comes before any 4-bit V (f16/q4_0 has fewer bits in V than f16/q5_1, so a
+# larger divergence than its 0.001759), though f16/q4_0 takes more memory (10.25 bits).
 KV_PAIRS = (
     ("f16", "f16"),
     ("f16", "q8_0"),
-    ("f16", "q4_0"),
     ("q8_0", "q8_0"),
+    ("f16", "q4_0"),
     ("q8_0", "q4_0"),
     ("q4_0", "q4_0"),
 )
+# What each pair costs in quality, in words a report can use (the same measurements): none; about
+# 0.001 KL divergence ("negligible"); more than f16/q5_1's 0.00176 ("some", a 4-bit V); the
+# most (a 4-bit K too).
+KV_QUALITY = {
+    ("f16", "f16"): "full",
+    ("f16", "q8_0"): "negligible_loss",
+    ("q8_0", "q8_0"): "negligible_loss",
+    ("f16", "q4_0"): "some_loss",
+    ("q8_0", "q4_0"): "some_loss",
+    ("q4_0", "q4_0"): "most_loss",
+}
+# Architectures with attention sinks, whose quality suffers badly from any quantized K: gpt-oss
+# (src/llama-model.cpp LLM_ARCH_OPENAI_MOE loads attn_sinks per layer). Measured with
+# llama-perplexity --kl-divergence against its own f16 KV (TheTom/llama-cpp-turboquant issue #305):
+# q8_0/q8_0 median KLD 0.055 and 74.9% same top token, against about 0.001 above. The solver
+# keeps K at f16 for them unless -ctk or --kv says otherwise.
+SINK_ARCHS = frozenset({"gpt-oss"})
 UBATCHES = (512, 256, 128)  # llama-server's default first; smaller ones only when they buy context
 PREFER = ("speed", "context", "quality")
 # llama.cpp: common/common.h common_params::fit_params_min_ctx (--fit-ctx, default 4096): the least
@@ -90,11 +112,13 @@ def _pinned(cfg: LaunchConfig, *names: str) -> bool:
     return any(n in cfg.given for n in names)
 
 
-def _kv_options(cfg: LaunchConfig, policy: Policy) -> list[tuple[str, str]]:
+def _kv_options(cfg: LaunchConfig, policy: Policy, architecture: str) -> list[tuple[str, str]]:
     if policy.kv:
         return [(policy.kv, policy.kv)]
     if _pinned(cfg, "type_k", "type_v"):
         return [(cfg.type_k, cfg.type_v)]
+    if architecture in SINK_ARCHS:  # K stays f16 (SINK_ARCHS)
+        return [p for p in KV_PAIRS if p[0] == "f16"]
     return list(KV_PAIRS)
 
 
@@ -113,9 +137,10 @@ def _ub_options(cfg: LaunchConfig, ubatches: tuple[int, ...] | None = None) -> l
     return [ub for ub in ubatches if ub <= cfg.n_batch] or [cfg.n_batch]
 
 
-def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
-    """Every KV/FA/ubatch combination allowed, best first (precision, then FA on, then -ub 512)."""
-    for type_k, type_v in _kv_options(cfg, policy):
+def combos(cfg: LaunchConfig, policy: Policy, architecture: str = "") -> Iterator[LaunchConfig]:
+    """Every KV/FA/ubatch combination allowed for a model of `architecture`, best first (KV
+    quality, KV_PAIRS, then FA on, then -ub 512)."""
+    for type_k, type_v in _kv_options(cfg, policy, architecture):
         for fa in _fa_options(cfg, policy):
             if fa == "off" and type_v not in ("f16", "f32", "bf16"):
                 continue  # quantized V needs flash attention
@@ -127,7 +152,9 @@ def _most_compact(target: Target, cfg: LaunchConfig, policy: Policy) -> list[Lau
     """The combos that need the least memory per token — the last KV pair llama.cpp accepts for this
     model (a quantized block must divide the head size), each FA setting, the smallest -ub."""
     options = [
-        o for o in combos(cfg, policy) if target.evaluate(replace(o, n_ctx=STEP)) is not None
+        o
+        for o in combos(cfg, policy, target.model.facts.architecture)
+        if target.evaluate(replace(o, n_ctx=STEP)) is not None
     ]
     if not options:
         return []
@@ -192,7 +219,7 @@ def _best_combo(
     mult = streams(target, base)
     reached: list[tuple[LaunchConfig, int]] = []
     top = hi // STEP * STEP  # the most max_context can return
-    options = list(combos(base, policy))
+    options = list(combos(base, policy, target.model.facts.architecture))
     if policy.prefer != "quality":
         # the largest context first, the most compact combos first: by monotonicity one evaluation
         # at the best so far + STEP rules a combo out; then the first combo (in order) that reaches
@@ -249,7 +276,7 @@ def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]
 def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> None:
     """When every allowed combination is one llama.cpp refuses, say why (as check does), not "no
     fit"."""
-    options = list(combos(cfg, policy))
+    options = list(combos(cfg, policy, target.model.facts.architecture))
     if all(target.evaluate(replace(o, n_ctx=STEP)) is None for o in options):
         pinned = [replace(o, n_ctx=STEP) for o in options[:1]]
         fixed = replace(

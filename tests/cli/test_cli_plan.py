@@ -164,8 +164,8 @@ Trade-offs (largest context per slot at this offload):
   on  f16   f16      52       0        1,792   4.8-5.6  -5,376 ctx, +1.3 t/s
   off f16   f16      52       0        1,792   4.8-5.4  -5,376 ctx, +1.3 t/s
   on  f16   q8_0     52       0        2,560   4.6-5.6  -4,608 ctx, +1.1 t/s
-  on  f16   q4_0     52       0        3,072   4.4-5.6  -4,096 ctx, +0.9 t/s
   on  q8_0  q8_0     52       0        3,584   4.3-5.6  -3,584 ctx, +0.8 t/s
+  on  f16   q4_0     52       0        3,072   4.4-5.6  -4,096 ctx, +0.9 t/s
   on  q8_0  q4_0     52       0        4,864   4.0-5.6  -2,304 ctx, +0.5 t/s
   on  q4_0  q4_0     52       0        7,168   3.5-5.6  the pick
 Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:

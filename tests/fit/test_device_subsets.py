@@ -16,7 +16,7 @@ from llamafit.fit.solver import Choice, NoFit, Policy, rank, solve
 from llamafit.fit.speed import SpeedInputs
 from llamafit.machine.rates import Rate
 from llamafit.memory.config import LaunchConfig, with_given
-from tests.support import FIXTURES, GIB, QWEN, target
+from tests.support import FIXTURES, QWEN, target
 
 
 def _inputs(t: Target) -> SpeedInputs:
