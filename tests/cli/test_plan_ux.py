@@ -264,6 +264,8 @@ def test_trade_off_rows_say_what_they_change_against_the_pick(fixed_host) -> Non
         "type_k": None,
         "type_v": None,
         "n_gpu_layers_delta": None,
+        "quality": None,
+        "pick_quality": "most_loss",
     }
     f16 = rows[("off", "f16", "f16")]
     assert f16["vs_pick"] == {
@@ -275,6 +277,8 @@ def test_trade_off_rows_say_what_they_change_against_the_pick(fixed_host) -> Non
         "type_k": "f16",
         "type_v": "f16",
         "n_gpu_layers_delta": None,
+        "quality": "full",
+        "pick_quality": "most_loss",
     }
     assert f16["vs_pick"]["generation_tps_delta"] > 0
 
@@ -291,10 +295,17 @@ def test_vs_pick_text_keeps_what_fits() -> None:
         "type_k": "q8_0",
         "type_v": None,
         "n_gpu_layers_delta": -2,
+        "quality": "negligible_loss",
+        "pick_quality": "full",
     }
-    assert vs_pick_text(d, 60) == "-8,192 ctx, +33 t/s, K q8_0, -2 layers"
-    assert vs_pick_text(d, 24) == "-8,192 ctx, +33 t/s"
-    assert vs_pick_text({**d, "context_delta": None}, 24) == "no fit, +33 t/s, K q8_0"
+    # the KV cache's quality against the pick's before the speed: the tokens/s column shows that
+    assert vs_pick_text(d, 60) == "-8,192 ctx, worse KV, +33 t/s, -2 layers"
+    assert vs_pick_text(d, 24) == "-8,192 ctx, worse KV"
+    better = {**d, "quality": "full", "pick_quality": "some_loss", "n_gpu_layers_delta": None}
+    assert vs_pick_text(better, 60) == "-8,192 ctx, better KV, +33 t/s"
+    assert vs_pick_text({**d, "quality": None}, 60) == "-8,192 ctx, +33 t/s, -2 layers"
+    # a row that reaches nothing has nothing else to compare
+    assert vs_pick_text({**d, "context_delta": None}, 24) == "no fit"
     assert vs_pick_text({**d, "pick": True}, 24) == "the pick"
     assert vs_pick_text(None, 24) == ""
 
