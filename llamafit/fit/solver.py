@@ -488,26 +488,38 @@ def _exact_boundary(
     if _pinned(cfg, "n_ctx") or start.ctx % STEP:
         return at(k) if start.ctx % STEP == 0 else None
     lo_k, hi_k = max(lo // STEP, 1), max(hi // STEP, k)
-    if at(k) is not None:  # gallop up to the first context that does not fit
-        good, step, bad = k, 1, hi_k + 1
-        while good + step <= hi_k:
-            if at(good + step) is None:
-                bad = good + step
-                break
-            good, step = good + step, step * 2
-    else:  # gallop down to one that fits
-        bad, step, good = k, 1, 0
-        while k - step >= lo_k:
-            if at(k - step) is not None:
-                good = k - step
-                break
-            bad, step = k - step, step * 2
-        if not good and lo_k < bad and at(lo_k) is not None:
-            good = lo_k
-        if not good:
-            return None
+    bracket = _gallop_up(at, k, hi_k) if at(k) is not None else _gallop_down(at, k, lo_k)
+    if bracket is None:
+        return None
+    good, bad = bracket
     best = largest(good, bad - 1, lambda x: at(x) is not None)
     return at(best) if best is not None else None
+
+
+def _gallop_up(at: Callable[[int], Choice | None], k: int, hi_k: int) -> tuple[int, int]:
+    """From k (which fits) up in doubling steps to the first step that does not fit: (the last
+    that fits, the first that does not; hi_k + 1 where all do)."""
+    good, step, bad = k, 1, hi_k + 1
+    while good + step <= hi_k:
+        if at(good + step) is None:
+            bad = good + step
+            break
+        good, step = good + step, step * 2
+    return good, bad
+
+
+def _gallop_down(at: Callable[[int], Choice | None], k: int, lo_k: int) -> tuple[int, int] | None:
+    """From k (which does not fit) down in doubling steps to one that fits, lo_k the last tried:
+    (that one, the last that did not); None where none fits."""
+    bad, step, good = k, 1, 0
+    while k - step >= lo_k:
+        if at(k - step) is not None:
+            good = k - step
+            break
+        bad, step = k - step, step * 2
+    if not good and lo_k < bad and at(lo_k) is not None:
+        good = lo_k
+    return (good, bad) if good else None
 
 
 def _compute_ratios(hand: Breakdown, exact: Breakdown) -> tuple[float, ...] | None:
