@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ..errors import InputError
 from ..machine.devices import DeviceSpec
+from ..memory.model import DeviceUsage
 
 
 def named_devices(gpus: Sequence[DeviceSpec], names: Sequence[str]) -> tuple[int, ...]:
@@ -34,3 +35,10 @@ def named_devices(gpus: Sequence[DeviceSpec], names: Sequence[str]) -> tuple[int
             )
         out.append(found)
     return tuple(out)
+
+
+def used_per_gpu(gpus: Sequence[DeviceSpec], rows: Sequence[DeviceUsage]) -> tuple[int, ...]:
+    """The bytes a breakdown's rows use on each of `gpus`, in their order: 0 on a GPU the plan
+    leaves out (solver.device_subsets: -sm none -mg i, or -dev naming the others)."""
+    used = {d.name: d.used_bytes for d in rows if d.kind == "gpu"}
+    return tuple(used.get(g.name, 0) for g in gpus)
