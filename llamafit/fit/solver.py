@@ -1,11 +1,14 @@
 """The solver: the best llama-server configuration that fits, under an explicit policy.
 
 Default policy, in order: (1) every layer on the GPU(s) when any KV choice reaches the minimum
-context — speed; (2) the largest context up to n_ctx_train per slot (or --ctx-max); (3) the most
-precise KV cache that still reaches that context (f16 > q8_0 > q4_0, K never less precise than
-V, quantized V only with flash attention). Anything the user pinned (llama-server flags after
-`--`, recorded in LaunchConfig.given, or --ctx/--kv/--fa) stays as given; the rest is solved
-around it. Every search is a bisection over the monotone memory model (search.py).
+context — speed; (2) the largest context up to n_ctx_train per slot (or --ctx-max); (3) the
+fastest by the speed estimate; (4) the best KV cache by llama.cpp's measured quality that still
+reaches that context (KV_PAIRS: f16/f16, f16/q8_0, q8_0/q8_0, then a 4-bit V; K never less
+precise than V, quantized V only with flash attention; K f16 for attention-sink models). With
+several GPUs, leaving some out is a candidate too (device_subsets), weighed by the same order
+(rank). Anything the user pinned (llama-server flags after `--`, recorded in LaunchConfig.given,
+or --ctx/--kv/--fa) stays as given; the rest is solved around it. Every search is a bisection
+over the monotone memory model (search.py).
 """
 
 from __future__ import annotations

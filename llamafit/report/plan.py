@@ -120,12 +120,14 @@ KV_COST_WORDS = {
 }
 
 
-def kv_quality(type_k: str, type_v: str) -> str | None:
+def kv_quality(type_k: str | None, type_v: str | None) -> str | None:
     """KV_QUALITY's code for the pair: full, negligible_loss, some_loss, most_loss; None unknown."""
+    if type_k is None or type_v is None:
+        return None
     return KV_QUALITY.get((type_k, type_v))
 
 
-def _kv_cost(type_k: str, type_v: str) -> str:
+def _kv_cost(type_k: str | None, type_v: str | None) -> str:
     """` (a negligible quality loss)` after a quantized cache in the verdict; nothing for f16."""
     words = KV_COST_WORDS.get(kv_quality(type_k, type_v) or "")
     return f" ({words})" if words else ""
