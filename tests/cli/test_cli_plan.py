@@ -229,3 +229,19 @@ def test_a_cpu_plan_keeps_the_server_off_the_gpu() -> None:
     command = d["command"]
     assert command[command.index("-ngl") + 1] == "0"
     assert command[command.index("-dev") + 1] == "none"
+
+
+def test_device_and_its_variable_are_dev_too() -> None:
+    """--device and LLAMA_ARG_DEVICE name the devices as -dev does (common/arg.cpp: one option);
+    `cuda1` is CUDA1 (ggml_backend_dev_by_name is case-insensitive)."""
+    by_flag = json.loads(
+        plan(QWEN, "--gpu", "24GiB,4GiB", "--json", "--", "--device", "cuda1").stdout
+    )
+    by_env = json.loads(
+        CliRunner(env={"LLAMA_ARG_DEVICE": "cuda1"})
+        .invoke(cli, ["plan", QWEN, "--gpu", "24GiB,4GiB", "--json"])
+        .stdout
+    )
+    for d in (by_flag, by_env):
+        assert [x["name"] for x in d["devices"]] == ["CUDA1", "CPU"]
+        assert d["context_per_slot"] == by_flag["context_per_slot"]
