@@ -320,24 +320,43 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
 def _may_match(
     target: Target, cfg: LaunchConfig, policy: Policy, found: list[Choice], lo: int, hi: int
 ) -> bool:
-    """Whether the devices of `cfg` may plan as well as the best found so far, by one cheap test:
-    rank puts the blocks on the GPUs first (with --prefer context, once the largest context is
-    reached), so devices that cannot hold as many at the least context with the most compact KV
-    cache cannot match it (solve skips them)."""
+    """Whether the devices of `cfg` may plan as well as the best found so far, by cheap tests with
+    the most compact KV cache: rank puts the blocks on the GPUs first (with --prefer context, once
+    the largest context is reached), so devices that cannot hold as many at the least context
+    cannot match it; and (but for --prefer quality, where the KV cache comes before the context)
+    devices that hold no more cannot match it short of its context (solve skips them)."""
     best = max(found, key=lambda c: rank(target, c, policy, hi))
     if policy.prefer == "context" and best.ctx < hi:
         return True
     compact = _most_compact(target, cfg, policy)
+    rc, mult = best.rc, streams(target, cfg)
     at = [
-        replace(
-            c,
-            n_gpu_layers=best.rc.n_gpu_layers,
-            n_cpu_moe=best.rc.n_cpu_moe,
-            cpu_moe=best.rc.cpu_moe,
-        )
+        replace(c, n_gpu_layers=rc.n_gpu_layers, n_cpu_moe=rc.n_cpu_moe, cpu_moe=rc.cpu_moe)
         for c in compact
     ]
-    return _reaches(target, at, lo, streams(target, cfg))
+    if not _reaches(target, at, lo, mult):
+        return False
+    if policy.prefer == "quality" or _more_on_gpu(target, at, lo, mult):
+        return True
+    if len(target.devices_of(cfg)) > 1 and cfg.split_mode != "none" and at:
+        split = _split_by_room(target, at[0], hi, mult)  # as _solve_on's second candidate
+        at += [replace(c, tensor_split=split) for c in at] if split else []
+    return _reaches(target, at, best.ctx, mult)
+
+
+def _more_on_gpu(target: Target, at: list[LaunchConfig], lo: int, mult: int) -> bool:
+    """Whether one more block (or one more block's experts) than `at` fits on the GPUs at `lo`."""
+    if not at:
+        return False
+    c = at[0]
+    if c.cpu_moe or c.n_cpu_moe:
+        n = target.model.facts.n_layer if c.cpu_moe else c.n_cpu_moe
+        more = [replace(o, cpu_moe=False, n_cpu_moe=n - 1) for o in at]
+    elif c.n_gpu_layers < target.model.facts.n_layer_all + 1:
+        more = [replace(o, n_gpu_layers=o.n_gpu_layers + 1) for o in at]
+    else:
+        return False
+    return _reaches(target, more, lo, mult)
 
 
 def _solve_on(target: Target, cfg: LaunchConfig, policy: Policy, lo: int, hi: int) -> list[Choice]:
