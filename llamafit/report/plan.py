@@ -244,6 +244,8 @@ def to_json(
         "context_per_slot": c.ctx if c else None,
         "command": argv,
         "devices": [device_json(d) for d in c.breakdown.devices] if c else [],
+        # GPUs the plan leaves out, where it is no better with them (solver.device_subsets)
+        "gpus_left_out": gpus_left_out(result, hardware),
         "fits": c is not None,
         "tradeoffs": [
             {
@@ -514,15 +516,21 @@ def to_text(
     return wrap_text("\n".join(lines))
 
 
+def gpus_left_out(result: PlanResult, hardware: list[dict[str, Any]]) -> list[str]:
+    """The GPUs of `hardware` the chosen plan does not run on (plan --json `gpus_left_out`)."""
+    c = result.choice
+    if c is None or c.cfg.devices == ("none",):
+        return []
+    used = {d.name for d in c.breakdown.devices}
+    return [d["name"] for d in hardware if d["kind"] == "gpu" and d["name"] not in used]
+
+
 def left_out_lines(result: PlanResult, hardware: list[dict[str, Any]]) -> list[str]:
     """`Devices    CUDA1 left out: …` where the solver planned without some of the GPUs
     (solver.device_subsets), and how the command says it."""
     c = result.choice
-    if c is None:
-        return []
-    used = {d.name for d in c.breakdown.devices}
-    out = [d["name"] for d in hardware if d["kind"] == "gpu" and d["name"] not in used]
-    if not out or c.cfg.devices == ("none",):
+    out = gpus_left_out(result, hardware)
+    if c is None or not out:
         return []
     how = "-sm none -mg " + str(c.rc.main_gpu) if c.rc.split_mode == "none" else "-dev"
     kept = ", ".join(d.name for d in c.breakdown.devices if d.kind == "gpu")

@@ -209,7 +209,10 @@ def test_a_small_second_gpu_is_left_out_and_said_so() -> None:
 def test_dev_names_the_devices_planned() -> None:
     """-dev after `--` is modelled (common/arg.cpp parse_device_list): the plan is for CUDA0 alone,
     the devices it names are the only ones in the table; an unknown name is llama.cpp's error."""
+    both = json.loads(plan(QWEN, "--gpu", "24GiB,4GiB", "--json").stdout)
+    assert both["gpus_left_out"] == ["CUDA1"]
     d = json.loads(plan(QWEN, "--gpu", "24GiB,4GiB", "--json", "--", "-dev", "CUDA0").stdout)
+    assert d["gpus_left_out"] == []  # the user's -dev: the devices planned are those it names
     assert [x["name"] for x in d["devices"]] == ["CUDA0", "CPU"]
     assert [x["name"] for x in d["hardware"]] == ["CUDA0", "CPU"]
     assert d["command"][-4:] == ["-dev", "CUDA0", "--fit", "off"]
