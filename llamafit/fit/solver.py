@@ -395,12 +395,12 @@ def device_subsets(target: Target, cfg: LaunchConfig) -> list[LaunchConfig]:
     matrix products to). Up to ALL_SUBSETS_UP_TO GPUs every subset, so that no set plans worse
     than a subset of it (tests/fit/test_device_subsets.py); past it the largest k, dropping the
     smallest in turn. Nothing where the user chose the devices or their split (-dev, -ts, -sm,
-    -mg) or named a device in -ot."""
+    -mg) or named a device in -ot, nor with RPC workers (llama.cpp adds them to its device list
+    only when --rpc connects, issue #10609, and their speed is unknown here)."""
     gpus = target.gpus
     n = len(gpus)
-    if n < 2 or _pinned(
-        cfg, "devices", "tensor_split", "split_mode", "main_gpu", "override_tensor"
-    ):
+    pinned = _pinned(cfg, "devices", "tensor_split", "split_mode", "main_gpu", "override_tensor")
+    if n < 2 or pinned or any(g.backend == "rpc" for g in gpus):
         return []
     room = [g.usable_bytes or 0 for g in gpus]
     order = sorted(range(n), key=lambda i: (-room[i], i))

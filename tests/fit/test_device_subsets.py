@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from llamafit.fit.plan_speed import choice_speed
 from llamafit.fit.search import Target
-from llamafit.fit.solver import Choice, NoFit, Policy, rank, solve
+from llamafit.fit.solver import Choice, NoFit, Policy, device_subsets, rank, solve
 from llamafit.fit.speed import SpeedInputs
 from llamafit.machine.rates import Rate
 from llamafit.memory.config import LaunchConfig, with_given
-from tests.support import FIXTURES, QWEN, target
+from tests.support import FIXTURES, GIB, QWEN, target
 
 
 def _inputs(t: Target) -> SpeedInputs:
@@ -119,3 +119,13 @@ def test_cpu_only_plans_keep_the_server_off_the_gpu() -> None:
     assert solve(target(FIXTURES / "dense-llama.gguf", "cpu"), pinned, Policy()).cfg.devices == (
         "none",
     )
+
+
+def test_rpc_workers_keep_the_whole_set() -> None:
+    from llamafit.machine.devices import DeviceSpec
+
+    t = target(QWEN, "24GiB,4GiB")
+    rpc = DeviceSpec("RPC[10.0.0.2:50052]", "gpu", "rpc", 4 * GIB, 4 * GIB)
+    with_rpc = replace(t, gpus=(rpc, *t.gpus))
+    assert device_subsets(with_rpc, LaunchConfig()) == []
+    assert len(device_subsets(t, LaunchConfig())) == 2
