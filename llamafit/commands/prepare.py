@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..facts.gguf_kind import gguf_kind
 from ..facts.hparams import build_facts
 from ..findings import Notice, as_notice
+from ..fit.devices import named_devices
 from ..fit.search import Target
 from ..machine import pick
 from ..machine.hardware import RpcQuery
@@ -141,6 +142,11 @@ def prepare(
         _rpc_query(env),
         listing,
     )
+    if parsed.config.devices:  # -dev: the devices it names are the devices planned
+        named = named_devices(devices, parsed.config.devices)
+        n_rpc = len(devices) - len(hw.gpus)  # --rpc workers come first, without a GPUInfo
+        hw = replace(hw, gpus=tuple(hw.gpus[i - n_rpc] for i in named if i >= n_rpc))
+        devices = tuple(devices[i] for i in named)
     check_override_devices(parsed.config.override_tensor, devices)
     side = load_side_plan(
         parsed,
@@ -335,7 +341,7 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         if flag in _EXTRA_MODELS and flag not in MODELLED:
             warnings.append(Notice("unmodelled_model", {"flag": flag, "what": _EXTRA_MODELS[flag]}))
     cfg = p.parsed.config
-    if cfg.devices or cfg.rpc:
+    if cfg.rpc:  # -dev is modelled (prepare: named_devices)
         warnings.append(Notice("devices_not_modelled"))
     if not p.target.gpus and "n_gpu_layers" in p.parsed.config.given:
         warnings.append(Notice("ngl_without_gpu"))

@@ -4,9 +4,12 @@ other offloads (findings.SpeedOption) — as data; plan_report writes the Englis
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from ..findings import SpeedOption
+from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
+from ..memory.resolve import ResolvedConfig
 from .presets import Turn
 from .search import Target, max_context, max_gpu_layers, streams
 from .solver import Choice
@@ -24,16 +27,43 @@ from .speed import (
 )
 
 
+def on_devices(
+    target: Target, cfg: LaunchConfig, rc: ResolvedConfig, inputs: SpeedInputs
+) -> tuple[tuple[DeviceSpec, ...], SpeedInputs]:
+    """The GPUs `cfg` runs on and their inputs: those -dev names (Target.devices_of), and with -sm
+    none the main GPU alone, which is then device 0 of the estimate (memory.model._active_gpus),
+    so its rates go first."""
+    kept = list(target.device_indices(cfg)) if cfg.devices else list(range(len(target.gpus)))
+    gpus = tuple(target.gpus[i] for i in kept)
+    if rc.split_mode == "none":
+        kept = kept[rc.main_gpu : rc.main_gpu + 1]
+
+    def pick(rates: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(rates[i] if i < len(rates) else None for i in kept)
+
+    if kept == list(range(len(target.gpus))):
+        return gpus, inputs
+    return gpus, replace(
+        inputs,
+        gpu_bandwidth=pick(inputs.gpu_bandwidth),
+        gpu_flops=pick(inputs.gpu_flops),
+        gpu_bandwidth_range=pick(inputs.gpu_bandwidth_range) if inputs.gpu_bandwidth_range else (),
+        gpu_flops_range=pick(inputs.gpu_flops_range) if inputs.gpu_flops_range else (),
+    )
+
+
 def speed_of(target: Target, cfg: LaunchConfig, inputs: SpeedInputs) -> SpeedEstimate | None:
     evaluated = target.evaluate(cfg)
     if evaluated is None:
         return None
     rc, breakdown = evaluated
-    return estimate(target.model, rc, breakdown.layer_devices, target.gpus, inputs)
+    gpus, inputs = on_devices(target, cfg, rc, inputs)
+    return estimate(target.model, rc, breakdown.layer_devices, gpus, inputs)
 
 
 def choice_speed(target: Target, choice: Choice, inputs: SpeedInputs) -> SpeedEstimate | None:
-    return estimate(target.model, choice.rc, choice.breakdown.layer_devices, target.gpus, inputs)
+    gpus, inputs = on_devices(target, choice.cfg, choice.rc, inputs)
+    return estimate(target.model, choice.rc, choice.breakdown.layer_devices, gpus, inputs)
 
 
 def speed_options(
@@ -70,6 +100,7 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
     `turn`. Low: every assumed rate at the low end of its range and the model's error below; high:
     the other way. The choice only (no per-candidate work), its tensors read once
     (speed.estimate_turn)."""
+    gpus, inputs = on_devices(target, choice.cfg, choice.rc, inputs)
     n = choice.rc.n_ctx_seq
     prompt_tokens = max(min(turn.prompt, n - 1), 1)
     context = max(min(turn.context, n - prompt_tokens - turn.generated), 0)
@@ -84,7 +115,7 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
         target.model,
         choice.rc,
         choice.breakdown.layer_devices,
-        target.gpus,
+        gpus,
         ends if assumed else ends[:1],
         context + prompt_tokens + generated // 2,
         depth,

@@ -85,8 +85,8 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
         "its memory is not in this prediction"
     ),
     "devices_not_modelled": lambda d: (
-        "-dev/--rpc among the llama-server flags are passed on but not modelled: "
-        "describe the devices to llamafit with --gpu and --rpc"
+        "--rpc among the llama-server flags is passed on but not modelled: "
+        "describe the RPC servers to llamafit with its own --rpc"
     ),
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
     "unknown_flag": lambda d: (

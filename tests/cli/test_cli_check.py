@@ -137,7 +137,9 @@ def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_unmodelled_extra_models_are_flagged() -> None:
     d = json.loads(
-        check(DENSE, "--gpu", "8GiB", "--json", "--", "--lora", "l.gguf", "-dev", "CUDA0").stdout
+        check(
+            DENSE, "--gpu", "8GiB", "--json", "--", "--lora", "l.gguf", "--rpc", "10.0.0.2:50052"
+        ).stdout
     )
     assert d["warnings"] == [
         {
@@ -148,8 +150,8 @@ def test_unmodelled_extra_models_are_flagged() -> None:
         },
         {
             "code": "devices_not_modelled",
-            "text": "-dev/--rpc among the llama-server flags are passed on but not "
-            "modelled: describe the devices to llamafit with --gpu and --rpc",
+            "text": "--rpc among the llama-server flags is passed on but not "
+            "modelled: describe the RPC servers to llamafit with its own --rpc",
         },
     ]
 

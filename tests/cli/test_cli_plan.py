@@ -68,7 +68,8 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "cause": None,
         "pinned_ngl": None,
         "preset": None,
-        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash "
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV (a "
+        "negligible quality loss), flash "
         "attention on — the trained maximum",
     }
     # 136 KiB per token of q8_0 KV, plus the compute slope
@@ -161,13 +162,16 @@ CUDA0      [WWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWKCRRR.] 16,381/16,384 MiB
 CPU        [WWWWKC......................................] 4,260/49,152 MiB
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
-  on  f16   f16      52       0        1,792   4.8-5.6  -5,376 ctx, +1.3 t/s
-  off f16   f16      52       0        1,792   4.8-5.4  -5,376 ctx, +1.3 t/s
-  on  f16   q8_0     52       0        2,560   4.6-5.6  -4,608 ctx, +1.1 t/s
-  on  f16   q4_0     52       0        3,072   4.4-5.6  -4,096 ctx, +0.9 t/s
-  on  q8_0  q8_0     52       0        3,584   4.3-5.6  -3,584 ctx, +0.8 t/s
-  on  q8_0  q4_0     52       0        4,864   4.0-5.6  -2,304 ctx, +0.5 t/s
+  on  f16   f16      52       0        1,792   4.8-5.6  -5,376 ctx, better KV
+  off f16   f16      52       0        1,792   4.8-5.4  -5,376 ctx, better KV
+  on  f16   q8_0     52       0        2,560   4.6-5.6  -4,608 ctx, better KV
+  on  q8_0  q8_0     52       0        3,584   4.3-5.6  -3,584 ctx, better KV
+  on  f16   q4_0     52       0        3,072   4.4-5.6  -4,096 ctx, better KV
+  on  q8_0  q4_0     52       0        4,864   4.0-5.6  -2,304 ctx, better KV
   on  q4_0  q4_0     52       0        7,168   3.5-5.6  the pick
+  better/worse KV: the cache's quality against the pick's, by llama.cpp's
+    measured KL divergence (PR #7412): q8_0 loses a negligible amount, a 4-bit V
+    some, a 4-bit K and V the most
 Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
            each block moved to the CPU buys about 5,327 tokens
 Speed      generation ~3.5-5.6 tokens/s (full to empty context); prompt ~462
@@ -179,10 +183,68 @@ Speed      generation ~3.5-5.6 tokens/s (full to empty context); prompt ~462
            CPU: 3,726-3,828 MiB/token, 50.0 GB/s x 0.54
              ($LLAMAFIT_HOST_BANDWIDTH)
 Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
-           q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,469 MiB
-           more GPU memory (each block moved to the CPU frees 306 MiB: about 5
-           blocks); -ngl 47 fits 32,768 tokens but generation drops from ~3.5 to
-           ~1.1 tokens/s; the smallest GPU that holds all 32,768 tokens this way
-           is NVIDIA GeForce RTX 3090 Ti (24 GiB)
+           q4_0/q4_0 KV (the most quality loss: K and V in 4 bits), flash
+           attention on; 32,768 would need about 1,469 MiB more GPU memory (each
+           block moved to the CPU frees 306 MiB: about 5 blocks); -ngl 47 fits
+           32,768 tokens but generation drops from ~3.5 to ~1.1 tokens/s; the
+           smallest GPU that holds all 32,768 tokens this way is NVIDIA GeForce
+           RTX 3090 Ti (24 GiB)
 """
     )
+
+
+def test_a_small_second_gpu_is_left_out_and_said_so() -> None:
+    """Issue #37: 24 GiB and 4 GiB plan as the 24 GiB card alone (all 65 layers, 32,768 tokens),
+    and the text says which card is left out and how the command does it."""
+    text = plan(QWEN, "--gpu", "24GiB,4GiB").stdout
+    assert "-c 32768 -ngl 65 -fa on -ctk q8_0 -ctv q8_0 -b 2048 -ub 512 \\\n" in text
+    assert "           -sm none -mg 0 --fit off\n" in text
+    assert (
+        "Devices    CUDA1 left out: the plan is no better with it (-sm none -mg 0 runs on\n"
+        "           CUDA0 alone)\n"
+        "Verdict    fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV\n"
+    ) in text
+
+
+def test_dev_names_the_devices_planned() -> None:
+    """-dev after `--` is modelled (common/arg.cpp parse_device_list): the plan is for CUDA0 alone,
+    the devices it names are the only ones in the table; an unknown name is llama.cpp's error."""
+    both = json.loads(plan(QWEN, "--gpu", "24GiB,4GiB", "--json").stdout)
+    assert both["gpus_left_out"] == ["CUDA1"]
+    d = json.loads(plan(QWEN, "--gpu", "24GiB,4GiB", "--json", "--", "-dev", "CUDA0").stdout)
+    assert d["gpus_left_out"] == []  # the user's -dev: the devices planned are those it names
+    assert [x["name"] for x in d["devices"]] == ["CUDA0", "CPU"]
+    assert [x["name"] for x in d["hardware"]] == ["CUDA0", "CPU"]
+    assert d["command"][-4:] == ["-dev", "CUDA0", "--fit", "off"]
+    assert d["warnings"] == []
+    cpu = json.loads(plan(QWEN, "--gpu", "24GiB", "--json", "--", "-dev", "none").stdout)
+    assert cpu["hardware"][0]["name"] == "CPU" and cpu["fits"] is False
+    bad = plan(QWEN, "--gpu", "24GiB", "--", "-dev", "Vulkan0")
+    assert bad.exit_code == 2
+    assert bad.output == (
+        "Error: -dev: invalid device: Vulkan0 (this machine's GPUs: CUDA0; `llamafit gpus` lists "
+        "them by the names llama-server uses)\n"
+    )
+
+
+def test_a_cpu_plan_keeps_the_server_off_the_gpu() -> None:
+    d = json.loads(plan(str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--json").stdout)
+    command = d["command"]
+    assert command[command.index("-ngl") + 1] == "0"
+    assert command[command.index("-dev") + 1] == "none"
+
+
+def test_device_and_its_variable_are_dev_too() -> None:
+    """--device and LLAMA_ARG_DEVICE name the devices as -dev does (common/arg.cpp: one option);
+    `cuda1` is CUDA1 (ggml_backend_dev_by_name is case-insensitive)."""
+    by_flag = json.loads(
+        plan(QWEN, "--gpu", "24GiB,4GiB", "--json", "--", "--device", "cuda1").stdout
+    )
+    by_env = json.loads(
+        CliRunner(env={"LLAMA_ARG_DEVICE": "cuda1"})
+        .invoke(cli, ["plan", QWEN, "--gpu", "24GiB,4GiB", "--json"])
+        .stdout
+    )
+    for d in (by_flag, by_env):
+        assert [x["name"] for x in d["devices"]] == ["CUDA1", "CPU"]
+        assert d["context_per_slot"] == by_flag["context_per_slot"]

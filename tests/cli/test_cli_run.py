@@ -39,11 +39,10 @@ Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
   on  f16   f16       5       0        4,096   96,043+  the pick
   off f16   f16       5       0        4,096   96,043+  fa off
-  on  f16   q8_0      5       0            -         -  no fit, V q8_0
-  on  f16   q4_0      5       0            -         -  no fit, V q4_0
-  on  q8_0  q8_0      5       0            -         -  no fit, K q8_0, V q8_0
-  on  q8_0  q4_0      5       0            -         -  no fit, K q8_0, V q4_0
-  on  q4_0  q4_0      5       0            -         -  no fit, K q4_0, V q4_0
+  on  f16   q8_0      5       0            -         -  no fit
+    the same with q8_0/q8_0; f16/q4_0; q8_0/q4_0; q4_0/q4_0
+  96,043+: at least 96,043 tokens/s (at a full context), more while it is
+    emptier
 Marginal   1.5 MiB per 1,000 tokens per slot
 Speed      generation ~96,043-623,659 tokens/s (full to empty context); prompt
            ~41,182,106 tokens/s (rough)
