@@ -58,9 +58,33 @@ class Efficiency:
     # the cache reaches in a real run, generating a token and in a prompt
     attention_kernel: float | None = None
     prompt_attention_kernel: float | None = None
+    # the fixed cost of a token, per layer on the device: kernel launches, synchronisation and the
+    # graph's overhead, which bandwidth does not explain (seconds; token_seconds)
+    layer_seconds: float = 0.0
+    # how far a measurement may lie from the estimate, as a share of it: the printed range. From
+    # the fit's residuals (scripts/bench/bench_speed.py), wider where its rows were few
+    band: float = 0.2
 
 
-# Measured by scripts/bench/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M
+def token_seconds(read_bytes: float, layers: int, bandwidth: float, eff: Efficiency) -> float:
+    """Seconds one device spends on a generated token: its reads at the achieved bandwidth, plus
+    the fixed cost of its layers (kernel launches and synchronisation: ggml_backend_graph_compute
+    runs each layer's ops one after another, which a small model cannot hide behind reads)."""
+    return read_bytes / (bandwidth * eff.generation) + layers * eff.layer_seconds
+
+
+def efficiency_key(table: Mapping[str, Efficiency], backend: str, memory: str | None) -> str:
+    """The EFFICIENCY entry of a backend on a memory class: `cuda-hbm`, `metal`, … (the backend's
+    own where its class has none)."""
+    key = f"{backend}-{memory}" if memory else backend
+    if key in table:
+        return key
+    if backend in table:
+        return backend
+    return "cpu" if backend == "cpu" else "vulkan"
+
+
+# cpu: measured by scripts/bench/bench_speed.py (rerun it to refresh): llama-bench (Gemma 3 270M
 # Q4_K_M, 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD
 # EPYC Zen 4), against the host probe read at the same thread count around each run. generation: the
 # achieved share of the probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50
@@ -68,8 +92,13 @@ class Efficiency:
 # attention rate that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs,
 # median 0.6 (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
 # for pp512: 0.33-0.98 over 8 runs, median 0.6. decode / attention / prompt are for a host without
-# the kernel probe (BLAS fallback). cuda/metal/rocm/vulkan: the median achieved/roofline ratio over
-# the public llama-bench results in fixtures/speed/public-llama-bench.csv (README "How fast").
+# the kernel probe (BLAS fallback).
+# GPUs: `bench_speed.py --public-only` fits t = layers x layer_seconds + bytes / (bandwidth x
+# generation) per backend and memory class to the public llama-bench results of
+# fixtures/speed/train.csv (least squares on the relative error; docs/speed.md), and checks them on
+# fixtures/speed/heldout.csv, which none of these numbers comes from. band: the 90th percentile of
+# the leave-one-device-out errors (at least 10%, at most 40%); a class with one device takes 30%.
+_FIT = "public llama-bench results (fixtures/speed/train.csv; scripts/bench/bench_speed.py)"
 EFFICIENCY: dict[str, Efficiency] = {
     # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
     # attention (F16 K/V, softmax, one token) reaches a tenth of it
@@ -82,16 +111,21 @@ EFFICIENCY: dict[str, Efficiency] = {
         attention_kernel=0.6,
         prompt_attention_kernel=0.6,
     ),
-    "cuda": Efficiency(
-        0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench/bench_speed.py)"
-    ),
+    # 24 rows, 10 GDDR cards (Pascal to Blackwell), 1B-70B
+    "cuda": Efficiency(0.88, 0.35, f"CUDA, GDDR: {_FIT}", layer_seconds=92e-6, band=0.2),
+    # A100 80GB PCIe and H100 PCIe, 7B and 70B: launches and synchronisation weigh more at HBM speed
+    "cuda-hbm": Efficiency(0.80, 0.35, f"CUDA, HBM: {_FIT}", layer_seconds=153e-6, band=0.15),
+    # ROCm is ggml-cuda built with HIP: CUDA's per-layer cost, the efficiency of the one row
     "rocm": Efficiency(
-        0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench/bench_speed.py)"
+        0.76, 0.35, f"ROCm: one row, CUDA's layer cost ({_FIT})", layer_seconds=92e-6, band=0.3
     ),
-    "metal": Efficiency(
-        0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench/bench_speed.py)"
+    "rocm-hbm": Efficiency(
+        0.76, 0.35, f"ROCm, HBM: no row, ROCm's ({_FIT})", layer_seconds=153e-6, band=0.4
     ),
-    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench/bench_speed.py)"),
+    # 13 rows, M1 to M5: unified memory
+    "metal": Efficiency(0.83, 0.45, f"Metal: {_FIT}", layer_seconds=138e-6, band=0.35),
+    # 4 rows, 3 cards (2080 Ti, 4090, 5090) of builds from 2025: the 5090 reaches half its bandwidth
+    "vulkan": Efficiency(0.51, 0.25, f"Vulkan: {_FIT}", layer_seconds=5e-6, band=0.4),
 }
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
 
