@@ -158,14 +158,16 @@ class SpeedInputs:
     # GPU given by size: the catalog cards of that size); the point rates above lie between them
     gpu_bandwidth_range: tuple[tuple[float, float] | None, ...] = ()
     gpu_flops_range: tuple[tuple[float, float] | None, ...] = ()
+    # per GPU, its memory class (catalog.CatalogEntry.memory: gddr, hbm, unified, host); None or
+    # missing: the backend's usual one
+    gpu_memory: tuple[str | None, ...] = ()
 
-    def efficiency_for(self, backend: str) -> Efficiency:
+    def efficiency_for(self, backend: str, memory: str | None = None) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
-        return (
-            table.get(backend)
-            or table.get("cpu" if backend == "cpu" else "vulkan")
-            or EFFICIENCY["vulkan"]
-        )
+        return table.get(efficiency_key(table, backend, memory)) or EFFICIENCY["vulkan"]
+
+    def memory_of(self, gpu: int) -> str | None:
+        return self.gpu_memory[gpu] if gpu < len(self.gpu_memory) else None
 
     def host_bandwidth_at(self) -> Rate:
         """The host's bandwidth with n_threads threads reading: the probe's figure at that count,
@@ -216,6 +218,9 @@ class DeviceRead:
     bound: str = "memory"  # memory | compute (at an empty context)
     # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
     attention_rate: float | None = None
+    # the fixed cost of its layers per token (Efficiency.layer_seconds x its layers), in seconds
+    fixed_seconds: float = 0.0
+    band: float = 0.2  # the share a measurement may lie from its estimate (Efficiency.band)
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,11 @@ class SpeedEstimate:
     prompt_source: str
     calibrated: str | None = None  # set when earlier runs' timings replaced the efficiency
     n_threads: int = 0  # the host threads the CPU figures are for (0: every core)
+
+    @property
+    def band(self) -> float:
+        """The generation range's half-width: the widest of its devices' (Efficiency.band)."""
+        return max((d.band for d in self.devices), default=GENERATION_BAND)
 
 
 # How far a measured speed may lie from the estimate, as a share of it (the band `speed` reports;
@@ -298,6 +308,7 @@ class _Reads:
     # attention FLOPs per filled cell, full-attention layers, by the KV's device
     attn_cell: dict[int, int]
     attn_swa_cell: dict[int, int]
+    layers: dict[int, int]  # the layers (blocks) each device computes
 
 
 def _reads(
@@ -386,7 +397,12 @@ def _count_reads(
             (attn_swa if facts.swa.is_swa[il] else attn_cell)[dev] += per_cell
         if facts.is_recurrent[il] and facts.recurrent:
             state[lmap.layers[il]] += 2 * 4 * (facts.recurrent.n_embd_r + facts.recurrent.n_embd_s)
-    return _Reads(weights, flops, by_type, output, kv, swa, state, attn, attn_cell, attn_swa)
+    layers = dict.fromkeys(devs, 0)
+    for il in range(facts.n_layer_all):
+        layers[lmap.layers[il]] += 1
+    return _Reads(
+        weights, flops, by_type, output, kv, swa, state, attn, attn_cell, attn_swa, layers
+    )
 
 
 def _cells(n: int, n_swa: int, swa: bool, padding: int = KV_PAD) -> int:
@@ -430,8 +446,9 @@ def _device_rows(
             )
         if bw is None:
             return None
-        eff = inputs.efficiency_for(backend)
-        memory = [(w + k) / (bw.value * eff.generation) for k in kv]
+        eff = inputs.efficiency_for(backend, None if dev == CPU else inputs.memory_of(dev))
+        fixed = r.layers[dev] * eff.layer_seconds if dev != CPU else 0.0
+        memory = [token_seconds(w + k, 0, bw.value, eff) + fixed for k in kv]
         seconds, bound, charged = memory, "memory", None
         attn_rate = _attention_rate(
             inputs, eff.attention_kernel
@@ -465,6 +482,8 @@ def _device_rows(
                 (seconds[0], seconds[1]),
                 bound,
                 charged,
+                fixed,
+                eff.band,
             )
         )
     return rows
@@ -615,6 +634,34 @@ def estimate_at(
     return 1 / _seconds(rows, False), prompt, sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
 
 
+def generation_range_at(
+    model: MemoryModel,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+    fill: int,
+    lmap: LayerMap | None = None,
+) -> tuple[float, float, float] | None:
+    """(low, estimate, high) generation tokens/s with `fill` cells in use: the range the plan prints
+    (every assumed rate at its low and its high end, the model's error, Efficiency.band, around
+    them), which a measurement is judged against (`--verify`). None: no estimate."""
+    from ..memory.placement import layer_map
+
+    gpus = _active_gpus(rc, gpus)
+    lmap = lmap or layer_map(model.facts.n_layer_all, 0, ())
+    r = _reads(model, rc, lmap, gpus)
+    n_swa = model.facts.swa.n_swa
+    ends = [
+        _device_rows(r, gpus, i, (fill, fill), n_swa, rc.flash_attn)
+        for i in (with_rates(inputs, 0), inputs, with_rates(inputs, 1))
+    ]
+    if any(not rows for rows in ends):
+        return None
+    low, mid, high = (1 / _seconds(rows or [], False) for rows in ends)
+    share = max(d.band for rows in ends for d in rows or [])
+    return low * (1 - share), mid, high * (1 + share)
+
+
 def _prompt_tps(
     r: _Reads,
     rc: ResolvedConfig,
@@ -658,14 +705,14 @@ def _prompt_tps(
         f = inputs.gpu_flops[dev] if dev < len(inputs.gpu_flops) else None
         if f is None:
             return None, "GPU throughput unknown"
-        eff = inputs.efficiency_for(spec.backend)
+        eff = inputs.efficiency_for(spec.backend, inputs.memory_of(dev))
         work = r.flops[dev] + (r.flops[CPU] if dev == 0 else 0) + attn * (dev == 0)
         t += work / (f.value * eff.prompt)
     ub = max(min(rc.n_ubatch, PP_TOKENS), 1)
     # op offload: host weights cross PCIe once per ubatch
     copy = r.weights[CPU] / inputs.pcie.value / ub
     t += copy
-    eff0 = inputs.efficiency_for(gpus[0].backend)
+    eff0 = inputs.efficiency_for(gpus[0].backend, inputs.memory_of(0))
     note = f"; host weights over PCIe ({inputs.pcie.source})" if r.weights[CPU] else ""
     return 1 / t, f"GPU throughput {flops0.source} x {eff0.prompt:.2f} ({eff0.source}){note}"
 

@@ -453,12 +453,18 @@ def smallest_fitting(
     need_bytes: int, *, vendors: tuple[str, ...] | None = None
 ) -> CatalogEntry | None:
     """The card with the least usable memory (per device) that holds `need_bytes`; ties → faster
-    memory."""
-    # no card to buy
+    memory. Without `vendors`: a discrete desktop or data-centre card (no Mac, no laptop GPU, no
+    shared-memory APU: a whole machine is not a card to add)."""
     fits = [
         e
         for e in CATALOG
         if e.usable_bytes >= need_bytes
-        and (e.vendor in vendors if vendors is not None else e.vendor != "mesa")
+        and (
+            e.vendor in vendors
+            if vendors is not None
+            else e.vendor in ("nvidia", "amd", "intel")
+            and e.memory in ("gddr", "hbm")
+            and not e.key.endswith("-laptop")
+        )
     ]
     return min(fits, key=lambda e: (e.usable_bytes, -e.bandwidth_bytes_per_s), default=None)

@@ -342,6 +342,8 @@ def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict
                     "bandwidth_source": d.bandwidth.source,
                     "efficiency": d.efficiency,
                     "efficiency_source": d.efficiency_source,
+                    "fixed_seconds_per_token": round(d.fixed_seconds, 6),
+                    "band": d.band,
                     "bound": d.bound,
                     "attention_flops_per_s": None
                     if d.attention_rate is None
@@ -419,6 +421,8 @@ def speed_lines(
             f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
         )
         rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
+        if d.fixed_seconds:  # kernel launches and synchronisation per token (fit/speed.py)
+            rate += f" + {d.fixed_seconds * 1e3:,.1f} ms"
         lines += _indented(f"{d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
         lines += _indented(f"calibrated: {est.calibrated}")
