@@ -15,7 +15,7 @@ from ..report.json_parts import config_json
 from ..report.run import record_error_line, recorded_line, verify_error_line, verify_start_line
 from ..safe_io import append_line
 from ..server.supervise import VerifyProgress
-from ..server.verify import VerifyError, VerifyResult, verify, verify_lines
+from ..server.verify import VerifyError, VerifyResult, speed_lines, verify, verify_lines
 from ..version import __version__
 from .prepare import Prepared
 
@@ -85,6 +85,22 @@ def speed_record(
         "efficiency": inputs.efficiency_for(slowest).generation,
         **machine_load(),
     }
+
+
+def planned_range(
+    p: Prepared, choice: Choice, result: VerifyResult
+) -> tuple[tuple[float, float, float] | None, int]:
+    """The plan's generation range (low, estimate, high) where the verification generated: its
+    prompt plus half its tokens; and that fill. The plan's own inputs (calibration included)."""
+    from ..fit.speed import generation_range_at
+
+    fill = result.n_prompt + result.n_predicted // 2
+    if p.speed is None:
+        return None, fill
+    expected = generation_range_at(
+        p.target.model, choice.rc, p.target.gpus, p.speed, fill, choice.breakdown.layer_devices
+    )
+    return expected, fill
 
 
 def machine_load() -> dict[str, Any]:
@@ -264,6 +280,9 @@ def verify_running(
     if result is not None:
         for line in verify_lines(result):
             say(line)
+        if result.ok and not (died or oom):
+            for line in speed_lines(result, *planned_range(p, launch.choice, result)):
+                say(line)
         speed = speed_record(p, launch.choice, env, result) if result.ok and not died else None
         shown = result if not (died or oom) else _failed(result, failure, oom)
         try_record(

@@ -1,0 +1,82 @@
+"""--verify judges speed: the measured generation against the plan's range at that fill, and why
+it lies outside (a busy machine: llama.cpp's threads wait for one another)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamafit.server.verify import VerifyResult, speed_lines, verify_lines
+
+
+def _result(tps: float | None, load: float | None = 0.5, cpus: int | None = 2) -> VerifyResult:
+    return VerifyResult(
+        True, 32768, 32752, 16, 120.0, 272.9, tps, 180.0, (), None, None,
+        load_average=load, cpus=cpus,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("tps", "load", "lines"),
+    [
+        (
+            22.3,
+            0.5,
+            ["Speed      as planned: 22.3 tokens/s at 32,760 tokens of context, in 18.0-27.0",
+             "           tokens/s"],
+        ),
+        (
+            0.6,
+            9.3,
+            ["Warning    generation 0.6 tokens/s at 32,760 tokens of context is below the",
+             "           plan's 18.0-27.0 tokens/s: the machine was busy (load average 9.3 on",
+             "           2 CPUs): llama.cpp's threads wait for one another at every step of a",
+             "           token, so a thread that loses its core stalls them all; the plan is",
+             "           for free cores"],
+        ),
+        (
+            9.0,
+            0.5,
+            ["Warning    generation 9.0 tokens/s at 32,760 tokens of context is below the",
+             "           plan's 18.0-27.0 tokens/s: the estimate is too high for this machine;",
+             "           runs like this one calibrate later plans"],
+        ),
+        (
+            40.0,
+            None,
+            ["Warning    generation 40.0 tokens/s at 32,760 tokens of context is above the",
+             "           plan's 18.0-27.0 tokens/s: the estimate is too low for this machine;",
+             "           runs like this one calibrate later plans"],
+        ),
+    ],
+)  # fmt: skip
+def test_speed_lines(tps: float, load: float | None, lines: list[str]) -> None:
+    assert speed_lines(_result(tps, load), (18.0, 22.5, 27.0), 32760) == lines
+    assert all(len(line) <= 80 for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (_result(None), None),  # nothing measured: nothing to judge
+        (_result(22.3), None),  # no estimate (a device of unknown bandwidth): no judgment
+    ],
+)
+def test_no_judgment_without_both_figures(result: VerifyResult, expected: None) -> None:
+    assert speed_lines(result, None if result.generation_tps else (1, 2, 3), 100) == []
+
+
+@pytest.mark.parametrize(
+    ("load", "cpus", "busy"),
+    [(9.3, 2, True), (2.0, 2, False), (0.1, 16, False), (None, 2, False), (3.0, None, False)],
+)
+def test_a_busy_machine_is_said_under_the_timings(
+    load: float | None, cpus: int | None, busy: bool
+) -> None:
+    r = _result(0.6, load, cpus)
+    assert r.busy is busy
+    tail = [
+        "           the machine was busy (load average 9.3 on 2 CPUs): these speeds are",
+        "           not what it gives with its cores free",
+    ]
+    assert (verify_lines(r)[-2:] == tail) is busy
+    assert (r.as_json()["load_average"], r.as_json()["cpus"]) == (load, cpus)
