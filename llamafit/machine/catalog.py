@@ -210,6 +210,7 @@ _NVIDIA: tuple[tuple[str, str, float, float, str], ...] = (
     ("gh200", "NVIDIA GH200 480GB", 96, 4000, "hbm"),
     ("b200", "NVIDIA B200", 180, 8000, "hbm"),
     ("gb10", "NVIDIA GB10", 128, 273, "unified"),  # DGX Spark: LPDDR5X shared with the CPU
+    ("jetson-agx-orin-64gb", "Orin", 64, 204.8, "unified"),  # LPDDR5 shared with the CPU
 )
 _AMD: tuple[tuple[str, str, float, float, str], ...] = (
     ("rx6400", "AMD Radeon RX 6400", 4, 128, "gddr"),
@@ -282,6 +283,8 @@ _APPLE: tuple[tuple[str, str, float, tuple[int, ...]], ...] = (
     ("m4-max", "Apple M4 Max", 410, (36,)),  # 32-core GPU
     ("m4-max", "Apple M4 Max", 546, (48, 64, 128)),  # 40-core GPU
     ("m5", "Apple M5", 153, (16, 24, 32)),
+    # the 40-core M5 Max at 128 GB: the size its public llama-bench results name (docs/speed.md)
+    ("m5-max", "Apple M5 Max", 614, (128,)),
 )
 _VENDOR_ROWS = (("nvidia", _NVIDIA), ("amd", _AMD), ("intel", _INTEL))
 

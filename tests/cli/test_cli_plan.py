@@ -7,6 +7,7 @@ import json
 from click.testing import CliRunner
 
 from llamafit.cli import cli
+from llamafit.fit.speed import EFFICIENCY
 from tests.support import FIXTURES
 
 QWEN = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
@@ -61,7 +62,7 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "flash_attn": "on",
         "more_gpu_mib": None,
         "blocks_to_cpu": None,
-        "generation_tps": [22.87, 27.34],
+        "generation_tps": [22.27, 27.07],
         "speed_options": [],
         "smallest_gpu": None,
         "smallest_gpu_cache": None,
@@ -115,17 +116,20 @@ def test_plan_json_speed_for_a_catalog_card() -> None:
         1008 * 10**9,
         "catalog: NVIDIA GeForce RTX 4090",
     )
-    assert gpu["efficiency"] == 0.88 and gpu["efficiency_source"].startswith("CUDA, GDDR: public")
-    # 64 layers x 92 us: kernel launches and synchronisation (speed.Efficiency.layer_seconds)
-    assert (gpu["fixed_seconds_per_token"], gpu["band"]) == (0.005888, 0.2)
+    cuda = EFFICIENCY["cuda"]
+    assert gpu["efficiency"] == cuda.generation
+    assert gpu["efficiency_source"].startswith("CUDA, GDDR: public")
+    # 64 layers: kernel launches and synchronisation (speed.Efficiency.layer_seconds)
+    fixed = 64 * cuda.layer_seconds
+    assert (gpu["fixed_seconds_per_token"], gpu["band"]) == (round(fixed, 6), cuda.band)
     assert gpu["attention_flops_per_s"] is None  # a GPU is memory-bound only
     empty, full = speed["inputs"]["bytes_per_token"]
     assert (
         gpu["weight_bytes"] + gpu["kv_bytes_empty"],
         gpu["weight_bytes"] + gpu["kv_bytes_full"],
     ) == (empty, full)
-    assert high == round(1 / (empty / (1008e9 * 0.88) + 64 * 92e-6), 2)
-    assert low == round(1 / (full / (1008e9 * 0.88) + 64 * 92e-6), 2)
+    assert high == round(1 / (empty / (1008e9 * cuda.generation) + fixed), 2)
+    assert low == round(1 / (full / (1008e9 * cuda.generation) + fixed), 2)
     assert d["verdict"]["generation_tps"] == [low, high]
     assert all(t["generation_tps"] for t in d["tradeoffs"])  # the trade-off column
 
@@ -167,15 +171,15 @@ Trade-offs (largest context per slot at this offload):
   on  f16   q8_0     52       0        2,560   4.7-5.7  -4,608 ctx, +1.1 t/s
   on  f16   q4_0     52       0        3,072   4.5-5.7  -4,096 ctx, +1.0 t/s
   on  q8_0  q8_0     52       0        3,584   4.4-5.7  -3,584 ctx, +0.8 t/s
-  on  q8_0  q4_0     52       0        4,864   4.1-5.7  -2,304 ctx, +0.5 t/s
+  on  q8_0  q4_0     52       0        4,864   4.0-5.7  -2,304 ctx, +0.5 t/s
   on  q4_0  q4_0     52       0        7,168   3.6-5.7  the pick
 Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
            each block moved to the CPU buys about 5,327 tokens
 Speed      generation ~3.6-5.7 tokens/s (full to empty context); prompt ~462
            tokens/s (rough)
-           likely 2.9-4.3 full, 4.6-6.9 empty; prompt 277-647 tokens/s
-           one chat turn (read 200 tokens, write 400, after 4,096): 81-121 s
-           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.88 + 4.7 ms (NVIDIA
+           likely 2.7-4.4 full, 4.3-7.2 empty; prompt 277-647 tokens/s
+           one chat turn (read 200 tokens, write 400, after 4,096): 78-129 s
+           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.79 + 2.2 ms (NVIDIA
              GeForce RTX 4080)
            CPU: 3,726-3,828 MiB/token, 50.0 GB/s x 0.54
              ($LLAMAFIT_HOST_BANDWIDTH)

@@ -36,20 +36,20 @@ CUDA0      [WKCRRRRRR...................................] 1,031/8,192 MiB
 CPU        [WC..........................................] 5/49,152 MiB
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
-  on  f16   f16       5       0        4,096    2,668+  the pick
-  off f16   f16       5       0        4,096    2,668+  fa off
+  on  f16   f16       5       0        4,096    5,566+  the pick
+  off f16   f16       5       0        4,096    5,566+  fa off
   on  f16   q8_0      5       0            -         -  no fit, V q8_0
   on  f16   q4_0      5       0            -         -  no fit, V q4_0
   on  q8_0  q8_0      5       0            -         -  no fit, K q8_0, V q8_0
   on  q8_0  q4_0      5       0            -         -  no fit, K q8_0, V q4_0
   on  q4_0  q4_0      5       0            -         -  no fit, K q4_0, V q4_0
 Marginal   1.5 MiB per 1,000 tokens per slot
-Speed      generation ~2,668-2,710 tokens/s (full to empty context); prompt
+Speed      generation ~5,566-5,774 tokens/s (full to empty context); prompt
            ~41,182,106 tokens/s (rough)
-           likely 2,096-3,223 full, 2,161-3,255 empty; prompt
+           likely 4,004-7,069 full, 4,301-7,236 empty; prompt
              21,029,160-66,241,855 tokens/s (assumed bandwidth)
-           one chat turn (read 200 tokens, write 400, after 3,496): 0.12-0.19 s
-           CUDA0: 0-2 MiB/token, 384.0 GB/s x 0.88 + 0.4 ms (assumed;
+           one chat turn (read 200 tokens, write 400, after 3,496): 0.06-0.10 s
+           CUDA0: 0-2 MiB/token, 384.0 GB/s x 0.79 + 0.2 ms (assumed;
              --bandwidth GB/s gives it)
 Verdict    fits 4,096 tokens per slot with all layers on the GPU, f16/f16 KV,
            flash attention on — the trained maximum
