@@ -111,7 +111,7 @@ EFFICIENCY: dict[str, Efficiency] = {
         attention_kernel=0.6,
         prompt_attention_kernel=0.6,
     ),
-    # 28 rows, 13 GDDR cards (Pascal to Blackwell), 1B-70B, builds of 2023-2026
+    # 28 rows, 12 GDDR cards (Pascal to Blackwell), 1B-70B, builds of 2023-2026
     "cuda": Efficiency(0.79, 0.35, f"CUDA, GDDR: {_FIT}", layer_seconds=43e-6, band=0.25),
     # A100 80GB PCIe and H100 PCIe, 7B and 70B: launches and synchronisation weigh more at HBM speed
     "cuda-hbm": Efficiency(0.80, 0.35, f"CUDA, HBM: {_FIT}", layer_seconds=153e-6, band=0.15),
@@ -126,7 +126,7 @@ EFFICIENCY: dict[str, Efficiency] = {
     "rocm-hbm": Efficiency(
         0.68, 0.35, f"ROCm, HBM: no row, ROCm's ({_FIT})", layer_seconds=153e-6, band=0.4
     ),
-    # 16 rows, M1 to M5: unified memory
+    # 16 rows, 8 chips from M1 to M5: unified memory
     "metal": Efficiency(0.84, 0.45, f"Metal: {_FIT}", layer_seconds=144e-6, band=0.35),
     # 4 rows, 3 cards (2080 Ti, 4090, 5090) of builds from 2025: the 5090 reaches half its bandwidth
     "vulkan": Efficiency(0.51, 0.25, f"Vulkan: {_FIT}", layer_seconds=5e-6, band=0.35),
