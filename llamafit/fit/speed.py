@@ -1,14 +1,18 @@
-"""How fast a configuration will run: generation and prompt tokens/s (pure).
+"""How fast a configuration will run: generation and prompt tokens/s (pure; docs/speed.md).
 
-Generation (one token at a time) is memory-bound: every weight a token uses is read once per token,
-and so is the KV cache in use. Time per token = Σ over devices of bytes it reads / (its bandwidth x
-an efficiency measured for its backend). Bytes read per token:
+Generation (one token at a time) runs the whole graph once per token
+(ggml_backend_sched_graph_compute: one split per device, one after another). Per device, time
+per token = the bytes it reads / (its bandwidth x the share its backend reaches on that memory
+class) + a fixed cost per layer it computes (kernel launches, synchronisation, the graph's own work:
+Efficiency.layer_seconds). Bytes read per token:
 - every weight tensor the graph uses, except token_embd (a row lookup; a tied output reads it as the
   output matrix), on the device that holds it (placement.py, -ot rules included);
 - of the routed experts (`*_exps`) only n_expert_used / n_expert; shared experts (`*_shexp`) fully;
 - the KV cache in use: K and V of every filled cell of every layer (SWA layers at most n_swa cells),
   padded to 256 cells as llama_kv_cache::get_n_kv does; recurrent state read and written once;
 - the range: an empty context (fastest) to a full slot (slowest).
+The CPU's part of a partial offload reads at the host probe's bandwidth and is also bound by its
+arithmetic (llama.cpp's kernels, timed by the kernel probe).
 
 Prompt processing at large batches is compute-bound (rough): 2 FLOPs per active weight per token
 plus attention (2 x n_head x (head_k + head_v) per cell in use), over the device's throughput x a
@@ -18,7 +22,8 @@ over PCIe once per ubatch. Figures are for a 512-token prompt into an empty cont
 pp512).
 
 Efficiency factors and their sources live in EFFICIENCY; `scripts/bench/bench_speed.py` measures
-them (llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
+them (llama-bench on this machine) and fits them (the public llama-bench results of
+fixtures/speed/train.csv), and checks them on the held-out rows of fixtures/speed/heldout.csv.
 """
 
 from __future__ import annotations
@@ -245,10 +250,10 @@ class SpeedEstimate:
         return max((d.band for d in self.devices), default=GENERATION_BAND)
 
 
-# How far a measured speed may lie from the estimate, as a share of it (the band `speed` reports;
-# README "How fast", scripts/bench/bench_speed.py): generation +-20 %, the target the CPU runs met
-# at every depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough:
-# the CPU's pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
+# How far a measured speed may lie from the estimate, as a share of it: generation, each
+# backend's Efficiency.band (GENERATION_BAND where no device says: +-20 %, the target the CPU runs
+# met at every depth); prompt +-40 %, rough: the CPU's pp512 came within -5 % to +37 %, and a GPU's from its
+# spec-sheet TFLOPS.
 GENERATION_BAND = 0.2
 PROMPT_BAND = 0.4
 
