@@ -114,4 +114,6 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
         seconds,
         (context, prompt_tokens, generated),
         any(r is not None for r in inputs.gpu_bandwidth_range),
+        share,
+        inputs.calibrated is not None,
     )

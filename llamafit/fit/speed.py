@@ -271,6 +271,8 @@ class SpeedBand:
     turn_seconds: tuple[float, float] | None
     turn: tuple[int, int, int]  # (context, prompt, generated) of the turn, clamped to the slot
     assumed: bool  # a rate is an assumption (SpeedInputs.gpu_bandwidth_range)
+    share: float = GENERATION_BAND  # the model's error on these devices (Efficiency.band)
+    calibrated: bool = False  # this machine's runs scaled the estimate and narrowed the share
 
 
 def with_rates(inputs: SpeedInputs, end: int) -> SpeedInputs:

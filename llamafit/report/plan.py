@@ -299,6 +299,7 @@ def band_json(band: SpeedBand | None) -> dict[str, Any]:
             "prompt_tps_band": None,
             "turn": None,
             "assumed": False,
+            "generation_band": None,
         }
     context, prompt, generated = band.turn
     return {
@@ -312,6 +313,7 @@ def band_json(band: SpeedBand | None) -> dict[str, Any]:
             "seconds": _pair(band.turn_seconds),
         },
         "assumed": band.assumed,
+        "generation_band": band.share,
     }
 
 
@@ -369,10 +371,12 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
     """`           likely: …` and one turn's seconds, under the Speed line."""
     if band is None:
         return []
-    prompt = f"; prompt {_range(band.prompt)}" if band.prompt else ""
+    prompt = f"; prompt {_range(band.prompt)} tokens/s" if band.prompt else ""
+    # how wide, and why: the public results' spread until runs here calibrate it (docs/speed.md)
+    why = "measured here" if band.calibrated else "not measured here yet"
     likely = (
-        f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} "
-        f"empty{prompt} tokens/s"
+        f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} empty "
+        f"tokens/s (±{band.share:.0%}, {why}){prompt}"
     )
     if band.assumed:
         likely += " (assumed bandwidth)"
