@@ -133,8 +133,9 @@ EFFICIENCY: dict[str, Efficiency] = {
     ),
     # 16 rows, 8 chips from M1 to M5: unified memory
     "metal": Efficiency(0.84, 0.45, f"Metal: {_FIT}", layer_seconds=144e-6, band=0.35),
-    # 4 rows, 3 cards (2080 Ti, 4090, 5090) of builds from 2025: the 5090 reaches half its bandwidth
-    "vulkan": Efficiency(0.51, 0.25, f"Vulkan: {_FIT}", layer_seconds=5e-6, band=0.35),
+    # 5 rows, 4 cards (RTX 2080 Ti, 4090, 5090, RX 7900 XTX) of builds from 2025: the 5090 reaches
+    # half its bandwidth, the others three quarters
+    "vulkan": Efficiency(0.75, 0.25, f"Vulkan: {_FIT}", layer_seconds=29e-6, band=0.4),
 }
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
 
