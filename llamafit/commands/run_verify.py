@@ -278,11 +278,13 @@ def verify_running(
             watcher.failure or failure or f"the server exited with code {child.proc.returncode}"
         )
     if result is not None:
-        for line in verify_lines(result):
+        judged = (
+            speed_lines(result, *planned_range(p, launch.choice, result))
+            if result.ok and not (died or oom)
+            else []
+        )
+        for line in [*verify_lines(result, busy_note=not judged), *judged]:
             say(line)
-        if result.ok and not (died or oom):
-            for line in speed_lines(result, *planned_range(p, launch.choice, result)):
-                say(line)
         speed = speed_record(p, launch.choice, env, result) if result.ok and not died else None
         shown = result if not (died or oom) else _failed(result, failure, oom)
         try_record(

@@ -353,8 +353,9 @@ def _tps(low: float, high: float) -> str:
     return f"{low:,.1f}-{high:,.1f} tokens/s"
 
 
-def verify_lines(r: VerifyResult) -> list[str]:
-    """The verification for people (MiB only here)."""
+def verify_lines(r: VerifyResult, *, busy_note: bool = True) -> list[str]:
+    """The verification for people (MiB only here). `busy_note`: say under the timings when the
+    machine was busy (False where a speed judgment, speed_lines, says it)."""
     lines = []
     if r.ok:
         lines.append(
@@ -362,9 +363,10 @@ def verify_lines(r: VerifyResult) -> list[str]:
             f"{r.n_ctx_slot:,}-token slot"
         )
         if r.ttft_s is not None and r.prompt_tps and r.generation_tps:
-            lines.append(
-                f"           time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s "
-                f"prompt); generation {r.generation_tps:,.1f} tokens/s at a full context"
+            lines += _wrap(
+                "",
+                f"time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s prompt); "
+                f"generation {r.generation_tps:,.1f} tokens/s at a full context",
             )
     else:
         lines.append(f"Failed     the full-context request: {r.failure}")
@@ -374,7 +376,7 @@ def verify_lines(r: VerifyResult) -> list[str]:
         lines.append(f"           {r.device_memory_note}")
     if r.host_rss_bytes:
         lines.append(f"           server resident host memory {r.host_rss_bytes / 2**20:,.0f} MiB")
-    if r.ok and r.busy:
+    if r.ok and r.busy and busy_note:
         lines += _wrap(
             "",
             f"the machine was busy (load average {r.load_average:,.1f} on {r.cpus} CPUs): "

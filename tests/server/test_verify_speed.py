@@ -80,3 +80,12 @@ def test_a_busy_machine_is_said_under_the_timings(
     ]
     assert (verify_lines(r)[-2:] == tail) is busy
     assert (r.as_json()["load_average"], r.as_json()["cpus"]) == (load, cpus)
+
+
+def test_the_timings_fit_80_columns_and_the_busy_note_gives_way_to_the_judgment() -> None:
+    r = _result(0.5, 6.7)
+    assert verify_lines(r)[1:3] == [
+        "           time to first token 120.0 s (272.9 tokens/s prompt); generation 0.5",
+        "           tokens/s at a full context",
+    ]
+    assert not any("busy" in line for line in verify_lines(r, busy_note=False))
