@@ -120,16 +120,15 @@ EFFICIENCY: dict[str, Efficiency] = {
     "cuda": Efficiency(0.79, 0.35, f"CUDA, GDDR: {_FIT}", layer_seconds=43e-6, band=0.25),
     # A100 80GB PCIe and H100 PCIe, 7B and 70B: launches and synchronisation weigh more at HBM speed
     "cuda-hbm": Efficiency(0.80, 0.35, f"CUDA, HBM: {_FIT}", layer_seconds=153e-6, band=0.15),
-    # GB10 (DGX Spark): one row; CUDA's layer cost
+    # a class whose rows come from one device takes its parent's constants (one device is no
+    # evidence for a class) and a wider band: GB10 (DGX Spark) CUDA's
     "cuda-unified": Efficiency(
-        0.88, 0.35, f"CUDA, unified memory: one row ({_FIT})", layer_seconds=43e-6, band=0.3
+        0.79, 0.35, f"CUDA, unified memory: CUDA's ({_FIT})", layer_seconds=43e-6, band=0.3
     ),
-    # ROCm is ggml-cuda built with HIP: CUDA's per-layer cost, the efficiency of the one row
-    "rocm": Efficiency(
-        0.68, 0.35, f"ROCm: one row, CUDA's layer cost ({_FIT})", layer_seconds=43e-6, band=0.3
-    ),
+    # ROCm is ggml-cuda built with HIP: CUDA's (its rows: one RX 6700 XT)
+    "rocm": Efficiency(0.79, 0.35, f"ROCm: CUDA's ({_FIT})", layer_seconds=43e-6, band=0.3),
     "rocm-hbm": Efficiency(
-        0.68, 0.35, f"ROCm, HBM: no row, ROCm's ({_FIT})", layer_seconds=153e-6, band=0.4
+        0.80, 0.35, f"ROCm, HBM: CUDA's on HBM ({_FIT})", layer_seconds=153e-6, band=0.3
     ),
     # 16 rows, 8 chips from M1 to M5: unified memory
     "metal": Efficiency(0.84, 0.45, f"Metal: {_FIT}", layer_seconds=144e-6, band=0.35),

@@ -70,6 +70,16 @@ from llamafit.reader.model import read_model  # noqa: E402
 
 TRAIN = ROOT / "fixtures" / "speed" / "train.csv"
 HELDOUT = ROOT / "fixtures" / "speed" / "heldout.csv"
+# where a class has rows of one device only, the class whose constants it takes (ROCm is
+# ggml-cuda built with HIP)
+PARENT = {
+    "rocm": "cuda",
+    "rocm-hbm": "cuda-hbm",
+    "cuda-unified": "cuda",
+    "rocm-unified": "rocm",
+    "vulkan-unified": "vulkan",
+    "vulkan-hbm": "vulkan",
+}
 # the memory a backend always reads (Metal: Apple's unified memory; the CPU: the host's RAM)
 NATURAL = {"metal": "unified", "cpu": "ddr"}
 WIDEN = 0.15  # the Done-when check of issue #35: the printed range widened by 15%
@@ -380,12 +390,15 @@ def _terms(row: dict[str, str]) -> tuple[float, float, float]:
 def fit(rows: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
     """Per class (backend and memory class): (generation efficiency, seconds per layer per token)
     by least squares on the relative error of t = layers x L + bytes / (bandwidth x E). A class
-    with fewer than 3 rows or a single model size takes L from its backend's GDDR class (or CUDA's:
-    ROCm is ggml-cuda built with HIP) and fits E alone."""
+    with the rows of one device takes its parent's constants (PARENT: one device is no evidence for
+    a class); one with fewer than 3 rows or a single model size takes L from its backend's GDDR
+    class (or CUDA's) and fits E alone."""
     groups: dict[str, list[tuple[float, float, float]]] = {}
+    devices: dict[str, set[str]] = {}
     for row in rows:
         key = row["backend"] if row["backend"] == "cpu" else _fit_key(row)
         groups.setdefault(key, []).append(_terms(row))
+        devices.setdefault(key, set()).add(row["device"])
     out: dict[str, tuple[float, float]] = {}
 
     def one(terms: list[tuple[float, float, float]], layer: float | None) -> tuple[float, float]:
@@ -415,6 +428,8 @@ def fit(rows: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
         backend = key.split("-")[0]
         if key == "cpu":
             out[key] = one(terms, 0.0)
+        elif len(devices[key]) < 2 and PARENT.get(key) in out:
+            out[key] = out[PARENT[key]]  # one device is no evidence for a class: its parent's
         elif enough(terms):
             out[key] = one(terms, None)
         else:
