@@ -499,6 +499,7 @@ def public(args: argparse.Namespace) -> float | None:
             f"{_pct(errs, 0.9):.0%}, band {widths.get(key, 0):.0%}; held: E {kept.generation:.2f} L "
             f"{kept.layer_seconds * 1e6:.0f} us band {kept.band:.0%}"
         )
+    prompt_shares(train)
     print(
         f"\nHeld out   {len(held)} rows of {HELDOUT.relative_to(ROOT)} (no constant comes from them)"
     )
@@ -551,6 +552,33 @@ def public(args: argparse.Namespace) -> float | None:
     if unknown:
         print(f"Held out   not in the catalog: {', '.join(sorted(set(unknown)))}")
     return med
+
+
+def prompt_shares(rows: list[dict[str, str]]) -> dict[str, float]:
+    """Per backend, the median share of the maker's FP16 TFLOPS (commands/speed_inputs.py
+    GPU_TFLOPS) that pp512 reached: pp x 2 x (params - token_embd) / TFLOPS, over the rows with a
+    pp figure on a card with a TFLOPS figure (EFFICIENCY's `prompt`)."""
+    from llamafit.commands.speed_inputs import _tflops
+
+    shares: dict[str, list[float]] = {}
+    for row in rows:
+        entry = _entry(row) if row.get("pp") else None
+        tflops = _tflops(entry) if entry is not None else None
+        if not tflops:
+            continue
+        params = float(row["params_b"]) * 1e9
+        embd = int(row["n_vocab"]) * int(row["n_embd"]) * (0 if row["tied"] == "1" else 1)
+        flops = 2 * (params - embd)
+        shares.setdefault(row["backend"], []).append(float(row["pp"]) * flops / (tflops * 1e12))
+    out = {k: statistics.median(v) for k, v in shares.items()}
+    for key, value in sorted(out.items()):
+        vals = sorted(shares[key])
+        print(
+            f"Prompt     {key:<10} pp512 reaches {value:.2f} of the spec-sheet TFLOPS (median of "
+            f"{len(vals)} rows, {vals[0]:.2f}-{vals[-1]:.2f}); EFFICIENCY holds "
+            f"{EFFICIENCY[key].prompt:.2f}"
+        )
+    return out
 
 
 def _inside(estimate: float, measured: float, band: float) -> bool:

@@ -175,10 +175,10 @@ Trade-offs (largest context per slot at this offload):
   on  q4_0  q4_0     52       0        7,168   3.6-5.7  the pick
 Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
            each block moved to the CPU buys about 5,327 tokens
-Speed      generation ~3.6-5.7 tokens/s (full to empty context); prompt ~462
+Speed      generation ~3.6-5.7 tokens/s (full to empty context); prompt ~424
            tokens/s (rough)
            likely 2.7-4.4 full, 4.3-7.2 empty tokens/s (±25%, not measured here
-             yet); prompt 277-647 tokens/s
+             yet); prompt 254-594 tokens/s
            one chat turn (read 200 tokens, write 400, after 4,096): 78-129 s
            CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.79 + 2.2 ms (NVIDIA
              GeForce RTX 4080)

@@ -45,9 +45,9 @@ Trade-offs (largest context per slot at this offload):
   on  q4_0  q4_0      5       0            -         -  no fit, K q4_0, V q4_0
 Marginal   1.5 MiB per 1,000 tokens per slot
 Speed      generation ~5,566-5,774 tokens/s (full to empty context); prompt
-           ~41,182,106 tokens/s (rough)
+           ~34,122,316 tokens/s (rough)
            likely 4,004-7,069 full, 4,301-7,236 empty tokens/s (±25%, not
-             measured here yet); prompt 21,029,160-66,241,855 tokens/s (assumed
+             measured here yet); prompt 17,424,162-54,886,109 tokens/s (assumed
              bandwidth)
            one chat turn (read 200 tokens, write 400, after 3,496): 0.06-0.10 s
            CUDA0: 0-2 MiB/token, 384.0 GB/s x 0.79 + 0.2 ms (assumed;
