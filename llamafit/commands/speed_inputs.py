@@ -144,7 +144,7 @@ _BACKEND_VENDORS = {
     "cuda": ("nvidia",),
     "rocm": ("amd",),
     "metal": ("apple",),
-    "vulkan": ("nvidia", "amd"),
+    "vulkan": ("nvidia", "amd", "intel"),
 }
 
 

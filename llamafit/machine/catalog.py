@@ -84,6 +84,7 @@ _NVIDIA: tuple[tuple[str, str, float, float, str], ...] = (
     ("titan-xp", "NVIDIA TITAN Xp", 12, 547.7, "gddr"),
     # GeForce, Turing
     ("gtx1650", "NVIDIA GeForce GTX 1650", 4, 128, "gddr"),
+    ("gtx1630", "NVIDIA GeForce GTX 1630", 4, 96, "gddr"),
     ("gtx1650-super", "NVIDIA GeForce GTX 1650 SUPER", 4, 192, "gddr"),
     ("gtx1660", "NVIDIA GeForce GTX 1660", 6, 192, "gddr"),
     ("gtx1660-super", "NVIDIA GeForce GTX 1660 SUPER", 6, 336, "gddr"),
@@ -97,8 +98,11 @@ _NVIDIA: tuple[tuple[str, str, float, float, str], ...] = (
     ("rtx2080-super", "NVIDIA GeForce RTX 2080 SUPER", 8, 496, "gddr"),
     ("rtx2080ti", "NVIDIA GeForce RTX 2080 Ti", 11, 616, "gddr"),
     ("titan-rtx", "NVIDIA TITAN RTX", 24, 672, "gddr"),
+    # Volta
+    ("titan-v", "NVIDIA TITAN V", 12, 652.8, "hbm"),
     # GeForce, Ampere
     ("rtx3050", "NVIDIA GeForce RTX 3050", 8, 224, "gddr"),
+    ("rtx3050-6gb", "NVIDIA GeForce RTX 3050 6GB", 6, 168, "gddr"),
     ("rtx3060-8gb", "NVIDIA GeForce RTX 3060 8GB", 8, 240, "gddr"),
     ("rtx3060-12gb", "NVIDIA GeForce RTX 3060", 12, 360, "gddr"),
     ("rtx3060ti", "NVIDIA GeForce RTX 3060 Ti", 8, 448, "gddr"),
@@ -160,12 +164,15 @@ _NVIDIA: tuple[tuple[str, str, float, float, str], ...] = (
     ("quadro-p5000", "Quadro P5000", 16, 288, "gddr"),
     ("quadro-p6000", "Quadro P6000", 24, 432, "gddr"),
     ("quadro-gp100", "Quadro GP100", 16, 717, "hbm"),
+    ("quadro-gv100", "Quadro GV100", 32, 870, "hbm"),
     ("quadro-rtx4000", "Quadro RTX 4000", 8, 416, "gddr"),
     ("quadro-rtx5000", "Quadro RTX 5000", 16, 448, "gddr"),
     ("quadro-rtx6000", "Quadro RTX 6000", 24, 672, "gddr"),
     ("quadro-rtx8000", "Quadro RTX 8000", 48, 672, "gddr"),
     ("rtx-a2000", "NVIDIA RTX A2000", 6, 288, "gddr"),
     ("rtx-a2000-12gb", "NVIDIA RTX A2000 12GB", 12, 288, "gddr"),
+    ("rtx-a400", "NVIDIA RTX A400", 4, 96, "gddr"),
+    ("rtx-a1000", "NVIDIA RTX A1000", 8, 192, "gddr"),
     ("rtx-a4000", "NVIDIA RTX A4000", 16, 448, "gddr"),
     ("rtx-a4500", "NVIDIA RTX A4500", 20, 640, "gddr"),
     ("rtx-a5000", "NVIDIA RTX A5000", 24, 768, "gddr"),
@@ -227,6 +234,7 @@ _AMD: tuple[tuple[str, str, float, float, str], ...] = (
     ("rx6950xt", "AMD Radeon RX 6950 XT", 16, 576, "gddr"),
     ("rx7600", "AMD Radeon RX 7600", 8, 288, "gddr"),
     ("rx7600xt", "AMD Radeon RX 7600 XT", 16, 288, "gddr"),
+    ("rx7650gre", "AMD Radeon RX 7650 GRE", 8, 288, "gddr"),
     ("rx7700xt", "AMD Radeon RX 7700 XT", 12, 432, "gddr"),
     ("rx7800xt", "AMD Radeon RX 7800 XT", 16, 624, "gddr"),
     ("rx7900gre", "AMD Radeon RX 7900 GRE", 16, 576, "gddr"),
@@ -247,12 +255,19 @@ _AMD: tuple[tuple[str, str, float, float, str], ...] = (
     ("mi100", "AMD Instinct MI100", 32, 1228.8, "hbm"),
     ("mi210", "AMD Instinct MI210", 64, 1638.4, "hbm"),
     ("mi300x", "AMD Instinct MI300X", 192, 5300, "hbm"),
+    ("mi300a", "AMD Instinct MI300A", 128, 5300, "unified"),  # HBM3 shared with its CPU cores
     ("mi325x", "AMD Instinct MI325X", 256, 6000, "hbm"),
     ("mi355x", "AMD Instinct MI355X", 288, 8000, "hbm"),
 )
 _INTEL: tuple[tuple[str, str, float, float, str], ...] = (
     ("arc-a310", "Intel(R) Arc(TM) A310 Graphics", 4, 124, "gddr"),
     ("arc-a380", "Intel(R) Arc(TM) A380 Graphics", 6, 186, "gddr"),
+    ("arc-a370m", "Intel(R) Arc(TM) A370M Graphics", 4, 112, "gddr"),
+    ("arc-a550m", "Intel(R) Arc(TM) A550M Graphics", 8, 224, "gddr"),
+    ("arc-a730m", "Intel(R) Arc(TM) A730M Graphics", 12, 336, "gddr"),
+    ("arc-a770m", "Intel(R) Arc(TM) A770M Graphics", 16, 512, "gddr"),
+    ("arc-pro-a40", "Intel(R) Arc(TM) Pro A40 Graphics", 6, 192, "gddr"),
+    ("arc-pro-a60", "Intel(R) Arc(TM) Pro A60 Graphics", 12, 384, "gddr"),
     ("arc-a580", "Intel(R) Arc(TM) A580 Graphics", 8, 512, "gddr"),
     ("arc-a750", "Intel(R) Arc(TM) A750 Graphics", 8, 512, "gddr"),
     ("arc-a770-8gb", "Intel(R) Arc(TM) A770 Graphics 8GB", 8, 512, "gddr"),
@@ -423,6 +438,8 @@ def close_matches(name: str, limit: int = 5) -> list[str]:
     bare = _bare(name) or normalize(name)
     by_norm = {normalize(e.key): e.key for e in CATALOG}
     containing = [key for n, key in by_norm.items() if bare and bare in n]
+    # those that start with it first: "a100" means an A100 before an RTX A1000
+    containing.sort(key=lambda key: not normalize(key).startswith(bare))
     if containing:
         return containing[:limit]
     for cutoff in (0.6, 0.4):

@@ -95,13 +95,13 @@ def test_metal_working_set(ram: int, wired_limit_mb: int, expected: int) -> None
     [
         (
             "rtx4091",
-            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx4090d, rtx5090, rtx4080, rtx4070? "
+            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx4090d, rtx-a400, rtx5090, rtx4080? "
             "(or give a size such as 24GiB)",
         ),
         (
             "a100",
             "unknown GPU 'a100'; did you mean a100-40gb, a100-40gb-pcie, a100-80gb, "
-            "a100-80gb-pcie? (or give a size such as 24GiB)",
+            "a100-80gb-pcie, rtx-a1000? (or give a size such as 24GiB)",
         ),
         (
             "m3-max",
@@ -115,8 +115,8 @@ def test_metal_working_set(ram: int, wired_limit_mb: int, expected: int) -> None
         ),
         (
             "mi3000x",
-            "unknown GPU 'mi3000x'; did you mean mi300x, mi100, mi355x, mi325x? (or give a size "
-            "such as 24GiB)",
+            "unknown GPU 'mi3000x'; did you mean mi300x, mi300a, mi100, mi355x, mi325x? (or give a "
+            "size such as 24GiB)",
         ),
     ],
 )
