@@ -140,6 +140,10 @@ def assumed_rates(
     return bw, (bws[0], bws[-1]), flops, (min(tflops), max(tflops))
 
 
+# the least share of the host's bandwidth a CPU-type Vulkan device (lavapipe) is assumed to reach:
+# issue #35 saw lavapipe serve the demo model at 1.8 tokens/s where the host's bandwidth allows tens
+ON_HOST_LOW = 0.02
+
 _BACKEND_VENDORS = {
     "cuda": ("nvidia",),
     "rocm": ("amd",),
@@ -214,12 +218,18 @@ def speed_inputs(
     flops = (None,) * n_rpc + tuple(
         host.flops if m == "host" else r[1] for r, m in zip(rates, memory, strict=True)
     )
+    # what share of it lavapipe reaches is not known: it computes in software (Mesa's llvmpipe JIT),
+    # so its rate is a guess from the host's down to ON_HOST_LOW of it (the range says "assumed")
+    ranges = (None,) * n_rpc + tuple(
+        (on_host.value * ON_HOST_LOW, on_host.value) if m == "host" else None for m in memory
+    )
     inputs = SpeedInputs(
         bws,
         flops,
         host.bandwidth,
         host.flops,
         gpu_memory=(None,) * n_rpc + memory,
+        gpu_bandwidth_range=ranges if any(ranges) else (),
         host_bandwidth_by_threads=host.bandwidth_by_threads,
         n_threads=threads or llama_threads(),
         host_flops_threads=host.flops_threads,
@@ -232,8 +242,9 @@ def speed_inputs(
 def with_assumptions(inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo]) -> SpeedInputs:
     """Each GPU given by size gets the assumed rates of assumed_rates, with their ranges."""
     bws, flops = list(inputs.gpu_bandwidth), list(inputs.gpu_flops)
-    bw_ranges: list[tuple[float, float] | None] = [None] * len(bws)
-    flops_ranges: list[tuple[float, float] | None] = [None] * len(flops)
+    # the ranges already assumed (a CPU-type device's) stay
+    bw_ranges = list(inputs.gpu_bandwidth_range) or [None] * len(bws)
+    flops_ranges = list(inputs.gpu_flops_range) or [None] * len(flops)
     for i, info in enumerate(infos):
         assumed = assumed_rates(info) if bws[n_rpc + i] is None else None
         if assumed is None:
