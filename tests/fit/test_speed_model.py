@@ -23,6 +23,7 @@ from llamafit.memory.model import MemoryModel
 from llamafit.memory.placement import layer_map
 from llamafit.memory.resolve import resolve
 from llamafit.reader.model import read_model
+from tests.fit.test_speed import record
 from tests.support import FIXTURES
 
 MODEL = MemoryModel(build_facts(read_model(str(FIXTURES / "dense-llama.gguf"))))
@@ -89,22 +90,9 @@ def test_the_range_at_a_fill_is_the_estimate_with_the_band_around_it() -> None:
     assert (low, high) == pytest.approx((mid * (1 - band), mid * (1 + band)))
 
 
-def _run(ratio: float, backend: str = "cuda") -> dict[str, object]:
-    return {
-        "kind": "serve",
-        "speed": {
-            "machine": "m",
-            "architecture": "llama",
-            "backend": backend,
-            "generation_tps": 10 * ratio,
-            "estimated_generation_tps": 10.0,
-            "efficiency": 0.7,
-            "requests": 8,
-            "generated_tokens": 1024,
-            "load_average": 0.5,
-            "cpus": 2,
-        },
-    }
+def _run(ratio: float) -> dict[str, object]:
+    """A CUDA run here with enough evidence, measured / estimated = ratio."""
+    return record(measured=10 * ratio, estimated=10.0, backend="cuda")
 
 
 @pytest.mark.parametrize(
