@@ -2,8 +2,9 @@
 """Speed estimates against measurements: llama-bench on this machine, and public llama-bench
 results.
 
-    python scripts/bench/bench_speed.py  # the demo model and fixtures here, then the public table
-    python scripts/bench/bench_speed.py --public-only  # only the public table (no llama-bench runs)
+    python scripts/bench/bench_speed.py  # the demo model and fixtures here, then the public rows
+    # only the public rows (no llama-bench runs): the fit, and the check on the held-out rows
+    python scripts/bench/bench_speed.py --public-only
     python scripts/bench/bench_speed.py --depths 0,1024,4096 --threads 1,2 --reps 5
     # prompt speed on real shapes:
     python scripts/bench/bench_speed.py --shapes-only --shapes llama3.2-1b,gemma3-1b --threads 1
