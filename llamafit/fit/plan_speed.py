@@ -14,7 +14,6 @@ from .presets import Turn
 from .search import Target, max_context, max_gpu_layers, streams
 from .solver import Choice
 from .speed import (
-    GENERATION_BAND,
     PP_TOKENS,
     PROMPT_BAND,
     SpeedBand,
@@ -124,15 +123,14 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
         return None
     lo, hi = (got[0], got[-1])
     assert lo is not None and hi is not None
+    share = max(lo[0].band, hi[0].band)  # the model's error on these devices (Efficiency.band)
     seconds = None
     if (
         lo[2] is not None and hi[2] is not None
     ):  # fastest: the high end's rates with the model's error above
         seconds = (
-            prompt_tokens / (hi[2] * (1 + PROMPT_BAND))
-            + generated / (hi[1] * (1 + GENERATION_BAND)),
-            prompt_tokens / (lo[2] * (1 - PROMPT_BAND))
-            + generated / (lo[1] * (1 - GENERATION_BAND)),
+            prompt_tokens / (hi[2] * (1 + PROMPT_BAND)) + generated / (hi[1] * (1 + share)),
+            prompt_tokens / (lo[2] * (1 - PROMPT_BAND)) + generated / (lo[1] * (1 - share)),
         )
     low, high = lo[0], hi[0]
     prompt = (
@@ -141,10 +139,12 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
         else band(low.prompt_tps, high.prompt_tps, PROMPT_BAND)
     )
     return SpeedBand(
-        band(low.generation_tps[1], high.generation_tps[1], GENERATION_BAND),
-        band(low.generation_tps[0], high.generation_tps[0], GENERATION_BAND),
+        band(low.generation_tps[1], high.generation_tps[1], share),
+        band(low.generation_tps[0], high.generation_tps[0], share),
         prompt,
         seconds,
         (context, prompt_tokens, generated),
         any(r is not None for r in inputs.gpu_bandwidth_range),
+        share,
+        inputs.calibrated is not None,
     )

@@ -323,6 +323,7 @@ def band_json(band: SpeedBand | None) -> dict[str, Any]:
             "prompt_tps_band": None,
             "turn": None,
             "assumed": False,
+            "generation_band": None,
         }
     context, prompt, generated = band.turn
     return {
@@ -336,6 +337,7 @@ def band_json(band: SpeedBand | None) -> dict[str, Any]:
             "seconds": _pair(band.turn_seconds),
         },
         "assumed": band.assumed,
+        "generation_band": band.share,
     }
 
 
@@ -366,6 +368,8 @@ def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict
                     "bandwidth_source": d.bandwidth.source,
                     "efficiency": d.efficiency,
                     "efficiency_source": d.efficiency_source,
+                    "fixed_seconds_per_token": round(d.fixed_seconds, 6),
+                    "band": d.band,
                     "bound": d.bound,
                     "attention_flops_per_s": None
                     if d.attention_rate is None
@@ -391,10 +395,12 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
     """`           likely: …` and one turn's seconds, under the Speed line."""
     if band is None:
         return []
-    prompt = f"; prompt {_range(band.prompt)}" if band.prompt else ""
+    prompt = f"; prompt {_range(band.prompt)} tokens/s" if band.prompt else ""
+    # how wide, and why: the public results' spread until runs here calibrate it (docs/speed.md)
+    why = "measured here" if band.calibrated else "not measured here yet"
     likely = (
-        f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} "
-        f"empty{prompt} tokens/s"
+        f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} empty "
+        f"tokens/s (±{band.share:.0%}, {why}){prompt}"
     )
     if band.assumed:
         likely += " (assumed bandwidth)"
@@ -443,6 +449,8 @@ def speed_lines(
             f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
         )
         rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
+        if d.fixed_seconds:  # kernel launches and synchronisation per token (fit/speed.py)
+            rate += f" + {d.fixed_seconds * 1e3:,.1f} ms"
         lines += _indented(f"{d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
         lines += _indented(f"calibrated: {est.calibrated}")

@@ -7,6 +7,7 @@ import json
 from click.testing import CliRunner
 
 from llamafit.cli import cli
+from llamafit.fit.speed import EFFICIENCY
 from tests.support import FIXTURES
 
 QWEN = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
@@ -61,7 +62,7 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "flash_attn": "on",
         "more_gpu_mib": None,
         "blocks_to_cpu": None,
-        "generation_tps": [24.21, 29.85],
+        "generation_tps": [22.27, 27.07],
         "speed_options": [],
         "smallest_gpu": None,
         "smallest_gpu_cache": None,
@@ -116,16 +117,20 @@ def test_plan_json_speed_for_a_catalog_card() -> None:
         1008 * 10**9,
         "catalog: NVIDIA GeForce RTX 4090",
     )
-    assert gpu["efficiency"] == 0.62 and gpu["efficiency_source"].startswith(
-        "median of 10 public CUDA"
-    )
+    cuda = EFFICIENCY["cuda"]
+    assert gpu["efficiency"] == cuda.generation
+    assert gpu["efficiency_source"].startswith("CUDA, GDDR: public")
+    # 64 layers: kernel launches and synchronisation (speed.Efficiency.layer_seconds)
+    fixed = 64 * cuda.layer_seconds
+    assert (gpu["fixed_seconds_per_token"], gpu["band"]) == (round(fixed, 6), cuda.band)
     assert gpu["attention_flops_per_s"] is None  # a GPU is memory-bound only
     empty, full = speed["inputs"]["bytes_per_token"]
     assert (
         gpu["weight_bytes"] + gpu["kv_bytes_empty"],
         gpu["weight_bytes"] + gpu["kv_bytes_full"],
     ) == (empty, full)
-    assert high == round(1008e9 * 0.62 / empty, 2) and low == round(1008e9 * 0.62 / full, 2)
+    assert high == round(1 / (empty / (1008e9 * cuda.generation) + fixed), 2)
+    assert low == round(1 / (full / (1008e9 * cuda.generation) + fixed), 2)
     assert d["verdict"]["generation_tps"] == [low, high]
     assert all(t["generation_tps"] for t in d["tradeoffs"])  # the trade-off column
 
@@ -162,31 +167,32 @@ CUDA0      [WWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWKCRRR.] 16,381/16,384 MiB
 CPU        [WWWWKC......................................] 4,260/49,152 MiB
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
-  on  f16   f16      52       0        1,792   4.8-5.6  -5,376 ctx, better KV
-  off f16   f16      52       0        1,792   4.8-5.4  -5,376 ctx, better KV
-  on  f16   q8_0     52       0        2,560   4.6-5.6  -4,608 ctx, better KV
-  on  q8_0  q8_0     52       0        3,584   4.3-5.6  -3,584 ctx, better KV
-  on  f16   q4_0     52       0        3,072   4.4-5.6  -4,096 ctx, better KV
-  on  q8_0  q4_0     52       0        4,864   4.0-5.6  -2,304 ctx, better KV
-  on  q4_0  q4_0     52       0        7,168   3.5-5.6  the pick
+  on  f16   f16      52       0        1,792   5.0-5.7  -5,376 ctx, better KV
+  off f16   f16      52       0        1,792   5.0-5.6  -5,376 ctx, better KV
+  on  f16   q8_0     52       0        2,560   4.7-5.7  -4,608 ctx, better KV
+  on  q8_0  q8_0     52       0        3,584   4.4-5.7  -3,584 ctx, better KV
+  on  f16   q4_0     52       0        3,072   4.5-5.7  -4,096 ctx, better KV
+  on  q8_0  q4_0     52       0        4,864   4.0-5.7  -2,304 ctx, better KV
+  on  q4_0  q4_0     52       0        7,168   3.6-5.7  the pick
   better/worse KV: the cache's quality against the pick's, by llama.cpp's
     measured KL divergence (PR #7412): q8_0 loses a negligible amount, a 4-bit V
     some, a 4-bit K and V the most
 Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
            each block moved to the CPU buys about 5,327 tokens
-Speed      generation ~3.5-5.6 tokens/s (full to empty context); prompt ~462
+Speed      generation ~3.6-5.7 tokens/s (full to empty context); prompt ~424
            tokens/s (rough)
-           likely 2.8-4.2 full, 4.5-6.7 empty; prompt 277-647 tokens/s
-           one chat turn (read 200 tokens, write 400, after 4,096): 83-124 s
-           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX
-             4080)
+           likely 2.7-4.4 full, 4.3-7.2 empty tokens/s (±25%, not measured here
+             yet); prompt 254-594 tokens/s
+           one chat turn (read 200 tokens, write 400, after 4,096): 78-129 s
+           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.79 + 2.2 ms (NVIDIA
+             GeForce RTX 4080)
            CPU: 3,726-3,828 MiB/token, 50.0 GB/s x 0.54
              ($LLAMAFIT_HOST_BANDWIDTH)
 Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
            q4_0/q4_0 KV (the most quality loss: K and V in 4 bits), flash
            attention on; 32,768 would need about 1,469 MiB more GPU memory (each
            block moved to the CPU frees 306 MiB: about 5 blocks); -ngl 47 fits
-           32,768 tokens but generation drops from ~3.5 to ~1.1 tokens/s; the
+           32,768 tokens but generation drops from ~3.6 to ~1.1 tokens/s; the
            smallest GPU that holds all 32,768 tokens this way is NVIDIA GeForce
            RTX 3090 Ti (24 GiB)
 """

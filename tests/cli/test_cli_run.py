@@ -37,25 +37,25 @@ CUDA0      [WKCRRRRRR...................................] 1,031/8,192 MiB
 CPU        [WC..........................................] 5/49,152 MiB
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
-  on  f16   f16       5       0        4,096   96,043+  the pick
-  off f16   f16       5       0        4,096   96,043+  fa off
+  on  f16   f16       5       0        4,096    5,566+  the pick
+  off f16   f16       5       0        4,096    5,566+  fa off
   on  f16   q8_0      5       0            -         -  no fit
     the same with q8_0/q8_0; f16/q4_0; q8_0/q4_0; q4_0/q4_0
-  96,043+: at least 96,043 tokens/s (at a full context), more while it is
-    emptier
+  5,566+: at least 5,566 tokens/s (at a full context), more while it is emptier
 Marginal   1.5 MiB per 1,000 tokens per slot
-Speed      generation ~96,043-623,659 tokens/s (full to empty context); prompt
-           ~41,182,106 tokens/s (rough)
-           likely 58,052-143,424 full, 376,967-931,330 empty; prompt
-             21,029,160-66,241,855 tokens/s (assumed bandwidth)
-           one chat turn (read 200 tokens, write 400, after 3,496): 0.00-0.01 s
-           CUDA0: 0-2 MiB/token, 360.0 GB/s x 0.62 (assumed; --bandwidth GB/s
-             gives it)
+Speed      generation ~5,566-5,774 tokens/s (full to empty context); prompt
+           ~34,122,316 tokens/s (rough)
+           likely 4,004-7,069 full, 4,301-7,236 empty tokens/s (±25%, not
+             measured here yet); prompt 17,424,162-54,886,109 tokens/s (assumed
+             bandwidth)
+           one chat turn (read 200 tokens, write 400, after 3,496): 0.06-0.10 s
+           CUDA0: 0-2 MiB/token, 384.0 GB/s x 0.79 + 0.2 ms (assumed;
+             --bandwidth GB/s gives it)
 Verdict    fits 4,096 tokens per slot with all layers on the GPU, f16/f16 KV,
            flash attention on — the trained maximum
 Server     llama-server from --server:
-           {server}
-Command    {server} \\
+           /tmp/pytest-of-root/pytest-332/test_dry_run_prints_the_plan_t0/bin/llama-server
+Command    /tmp/pytest-of-root/pytest-332/test_dry_run_prints_the_plan_t0/bin/llama-server \\
            -m {DENSE} \\
            -c 4096 -ngl 5 -fa on -ctk f16 -ctv f16 -b 2048 -ub 512 --fit off \\
            --host 127.0.0.1 --port 8080 -lv 4

@@ -473,7 +473,7 @@ def test_parse_gpu_option(
         (
             "rtx4091",
             "cuda",
-            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
+            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx4090d, rtx-a400, rtx5090, rtx4080? "
             "(or give a size such as 24GiB)",
         ),
         (
