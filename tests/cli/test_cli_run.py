@@ -54,8 +54,8 @@ Speed      generation ~5,566-5,774 tokens/s (full to empty context); prompt
 Verdict    fits 4,096 tokens per slot with all layers on the GPU, f16/f16 KV,
            flash attention on — the trained maximum
 Server     llama-server from --server:
-           /tmp/pytest-of-root/pytest-332/test_dry_run_prints_the_plan_t0/bin/llama-server
-Command    /tmp/pytest-of-root/pytest-332/test_dry_run_prints_the_plan_t0/bin/llama-server \\
+           {server}
+Command    {server} \\
            -m {DENSE} \\
            -c 4096 -ngl 5 -fa on -ctk f16 -ctv f16 -b 2048 -ub 512 --fit off \\
            --host 127.0.0.1 --port 8080 -lv 4
