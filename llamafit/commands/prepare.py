@@ -120,6 +120,8 @@ class Prepared:
     # solve (llama_record.with_recorded): the `llama_cpp_recorded` JSON; None when nothing applied
     llama_recorded: dict[str, Any] | None = None
     server_listing: Listing | None = None  # the server's --list-devices, when prepare asked it
+    # why the server found was passed over, or its device list not used (#37 F4): one line each
+    server_notes: tuple[str, ...] = ()
 
 
 def _rpc_query(env: Mapping[str, str]) -> RpcQuery:
@@ -183,10 +185,11 @@ def prepare(
     gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
     refuse_non_model(gguf, model or parsed.hf_repo or "the model")
     facts = build_facts(gguf)
+    server_notes: list[str] = []
     if server is None and detect_fn is None:
         from ..server import find
 
-        server = find.local_server(env)
+        server = find.local_server(env, server_notes)
     binary = server.binary if server is not None else None
     vulkan_fn, listing = pick.no_vulkan, None  # an injected detection stands alone
     asked: list[Listing] = []  # the server's --list-devices answer, asked once (server_listing)
@@ -233,7 +236,9 @@ def prepare(
         env=env,
         llama_check=request.llama_check,
     )
-    p = replace(p, server_listing=asked[-1] if asked else None)
+    if asked and asked[-1].failure:
+        server_notes.append(f"{asked[-1].failure}; planned with detection's devices")
+    p = replace(p, server_listing=asked[-1] if asked else None, server_notes=tuple(server_notes))
     if server is not None:
         p = for_server(p, server)
     from .speed_inputs import machine_speed
@@ -390,6 +395,7 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         "vulkaninfo",
     ):  # the server's devices against detection (issue #28)
         warnings += [Notice("server_devices", {"message": n}) for n in p.hardware.notes]
+    warnings += [Notice("server_unanswered", {"message": n}) for n in p.server_notes]
     warnings += recorded_notices(p.llama_recorded)
     if p.calibration:
         warnings.append(

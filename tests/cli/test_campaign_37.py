@@ -1,0 +1,382 @@
+"""The third hostile-input and fault campaign (issue #37, "Findings"): each finding's test failed
+before its fix. The misbehaving llama.cpp programs are stand-ins written here (shell scripts):
+they stand for a broken build, a hung GPU driver or a planted binary, never for llama.cpp's
+behaviour. Deadlines are cut to a fraction of a second so that nothing waits long."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llamafit.cli import cli
+from llamafit.machine import server_devices
+from llamafit.server import bounded, find, fit_check
+from tests.support import DENSE, HOST, NEW_HELP, NEW_VERSION, fake_server
+
+DEADLINE_S = 0.5
+GOOD = {
+    "--version": f"printf %s {NEW_VERSION!r} >&2",
+    "--help": 'cat "$(dirname "$0")/help.txt"',
+    "--list-devices": "printf 'Available devices:\\n  (none)\\n'",
+}
+FIT_HELP = """\
+-m,    --model FNAME                    model path to load
+-c,    --ctx-size N                     size of the prompt context
+-np,   --parallel N                     number of parallel sequences to decode (default: 1)
+-ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM
+-fa,   --flash-attn [on|off|auto]       set Flash Attention use
+-ctk,  --cache-type-k TYPE              KV cache data type for K
+-ctv,  --cache-type-v TYPE              KV cache data type for V
+-b,    --batch-size N                   logical maximum batch size (default: 2048)
+-ub,   --ubatch-size N                  physical maximum batch size (default: 512)
+-fit,  --fit [on|off]                   whether to adjust unset arguments to fit in device memory
+-fitp, --fit-print [on|off]             print the estimated required memory
+"""
+# what each misbehaviour does in place of an answer
+FOREVER = "exec yes 'Available devices:'"  # prints without end
+HANG = 'sleep 300 & echo $! >> "$(dirname "$0")/pids"; sleep 300'  # and leaves a child behind
+ENDLESS_LINE = "exec tr '\\000' x < /dev/zero"  # one line that never ends
+DIGITS = "9" * 5000
+
+
+def _script(path: Path, answers: dict[str, str]) -> Path:
+    cases = "".join(f"  {flag}) {body} ;;\n" for flag, body in answers.items())
+    path.write_text(
+        f'#!/bin/sh\necho $$ >> "$(dirname "$0")/pids"\ncase "$1" in\n{cases}'
+        '  *) eval "$FAKE_FITP" ;;\nesac\n'
+    )
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def fake_build(where: Path, answers: dict[str, str], fitp: str = "") -> dict[str, str]:
+    """A llama-server on PATH whose answers are GOOD but where `answers` (`{"--version": shell}`)
+    replace them, and with `fitp` a llama-fit-params beside it that answers `-fitp on` with that
+    shell; the environment that finds them (the caller cuts the deadlines short)."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "help.txt").write_text(NEW_HELP)
+    _script(where / "llama-server", {**GOOD, **answers})
+    if fitp:
+        (where / "fit-help.txt").write_text(FIT_HELP)
+        _script(where / "llama-fit-params", {"--help": 'cat "$(dirname "$0")/fit-help.txt"'})
+    return {
+        "PATH": f"{where}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "FAKE_FITP": fitp,
+        "LLAMAFIT_CALIBRATION": str(where / "none.jsonl"),
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _left_running(where: Path) -> list[int]:
+    pids = (
+        [int(p) for p in (where / "pids").read_text().split()] if (where / "pids").exists() else []
+    )
+    return [p for p in pids if _alive(p)]
+
+
+@pytest.fixture
+def short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every question to a llama.cpp program gets DEADLINE_S."""
+    for module, name in (
+        (find, "VERSION_TIMEOUT_S"),
+        (find, "HELP_TIMEOUT_S"),
+        (server_devices, "LIST_TIMEOUT_S"),
+        (fit_check, "FIT_TIMEOUT_S"),
+        (fit_check, "HELP_TIMEOUT_S"),
+    ):
+        monkeypatch.setattr(module, name, DEADLINE_S, raising=False)
+
+
+def _invoke(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, args, env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+# ---- F4: every run of a llama.cpp program is bounded in one place -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "failure"),
+    [
+        ("exec yes", "prog printed more than 1 MiB"),
+        (ENDLESS_LINE, "prog printed more than 1 MiB"),
+        (HANG, f"prog gave no answer within {DEADLINE_S:g} s"),
+        ("exec sleep 300 >/dev/null 2>&1", f"prog gave no answer within {DEADLINE_S:g} s"),
+    ],
+    ids=["forever", "endless-line", "hang-with-child", "hang-silent"],
+)
+def test_f4_a_misbehaving_program_costs_a_deadline_and_a_cap(
+    tmp_path: Path, body: str, failure: str
+) -> None:
+    prog = tmp_path / "prog"
+    prog.write_text(f'#!/bin/sh\necho $$ >> "$(dirname "$0")/pids"\n{body}\n')
+    prog.chmod(0o755)
+    answer = bounded.ask_tool([str(prog)], {"PATH": "/usr/bin:/bin"}, DEADLINE_S, 1 << 20)
+    assert (answer.failure, answer.returncode) == (failure, None)
+    assert len(answer.stdout) <= (1 << 20) + 2 * (1 << 16)  # the cap, and one read beyond it
+    assert _left_running(tmp_path) == []  # its whole process group went with it
+
+
+def test_f4_escapes_and_invalid_utf8_are_text_for_a_terminal(tmp_path: Path) -> None:
+    prog = tmp_path / "prog"
+    prog.write_text("#!/bin/sh\nprintf 'a\\033[2J<script>\\377\\r\\nb\\tc\\n'\n")
+    prog.chmod(0o755)
+    answer = bounded.ask_tool([str(prog)], {}, DEADLINE_S)
+    assert answer == bounded.ToolAnswer("a\\x1b[2J<script>\ufffd\nb\\tc\n", "", 0, None)
+
+
+@pytest.mark.parametrize(
+    ("digits", "limit", "expected"),
+    [
+        ("24080", 1 << 26, 24080),
+        (DIGITS, 1 << 26, None),
+        ("67108865", 1 << 26, None),
+        ("", 9, None),
+    ],
+)
+def test_f4_numbers_from_a_program_are_parsed_with_bounds(
+    digits: str, limit: int, expected: int | None
+) -> None:
+    assert bounded.bounded_int(digits, limit) == expected
+
+
+@pytest.mark.parametrize(
+    ("question", "body", "why"),
+    [
+        ("version", HANG, f"llama-server --version gave no answer within {DEADLINE_S:g} s"),
+        ("version", FOREVER, "llama-server --version printed more than 4 MiB"),
+        ("help", HANG, f"llama-server --help gave no answer within {DEADLINE_S:g} s"),
+        ("help", ENDLESS_LINE, "llama-server --help printed more than 4 MiB"),
+    ],
+)
+def test_f4_a_server_that_hangs_or_floods_its_probe_is_passed_over_with_a_note(
+    tmp_path: Path, short: None, question: str, body: str, why: str
+) -> None:
+    env = fake_build(tmp_path / "bin", {f"--{question}": body})
+    code, out, err = _invoke(["plan", str(DENSE), "--ram", "8GiB", "--gpu", "cpu"], env)
+    assert code == 0, err
+    which = str(tmp_path / "bin" / "llama-server")
+    assert (
+        f"Warning    PATH {which} does not answer like llama-server: {why}; planned without it"
+        in out.replace("\n           ", " ")
+    )
+    assert _left_running(tmp_path / "bin") == []
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (HANG, f"llama-server --list-devices gave no answer within {DEADLINE_S:g} s"),
+        (FOREVER, "llama-server --list-devices printed more than 4 MiB"),
+        (ENDLESS_LINE, "llama-server --list-devices printed more than 4 MiB"),
+        (
+            f"printf 'Available devices:\\n  CUDA0: X ({DIGITS} MiB, 1 MiB free)\\n'",
+            "llama-server --list-devices reports a device of more than 67,108,864 MiB: not "
+            "believed",
+        ),
+        (
+            "printf 'Available devices:\\n  CUDA0: X (99999999999 MiB, 1 MiB free)\\n'",
+            "llama-server --list-devices reports a device of more than 67,108,864 MiB: not "
+            "believed",
+        ),
+    ],
+    ids=["hang", "forever", "endless-line", "5000-digits", "absurd-size"],
+)
+def test_f4_endless_list_devices_is_bounded(
+    tmp_path: Path, short: None, body: str, why: str
+) -> None:
+    env = fake_build(tmp_path / "bin", {"--list-devices": body})
+    code, out, err = _invoke(["plan", str(DENSE), "--ram", "8GiB", "--json"], env)
+    assert code == 0, err
+    warnings = [w for w in json.loads(out)["warnings"] if w["code"] == "server_unanswered"]
+    assert warnings == [
+        {
+            "code": "server_unanswered",
+            "message": f"{why}; planned with detection's devices",
+            "text": f"{why}; planned with detection's devices",
+        }
+    ]
+    code, out, err = _invoke(["gpus"], env)
+    assert code == 0, err
+    assert f"note: {why}; plans use detection's devices" in " ".join(
+        line.strip() for line in out.splitlines()
+    )
+    assert _left_running(tmp_path / "bin") == []
+
+
+def test_f4_escapes_from_list_devices_reach_no_terminal(tmp_path: Path, short: None) -> None:
+    env = fake_build(
+        tmp_path / "bin",
+        {
+            "--list-devices": "printf 'Available devices:\\n  CUDA0: \\033]0;pwned\\007<script> "
+            "(16 MiB, 16 MiB free)\\n'"
+        },
+    )
+    code, out, err = _invoke(["gpus"], env)
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out
+    assert "CUDA0   \\x1b]0;pwned\\x07<script>" in out
+
+
+@pytest.mark.parametrize(
+    ("fitp", "why"),
+    [
+        (HANG, f"llama-fit-params gave no answer within {DEADLINE_S:g} s"),
+        (FOREVER, "llama-fit-params printed more than 4 MiB"),
+        (ENDLESS_LINE, "llama-fit-params printed more than 4 MiB"),
+        (
+            f"echo 'CUDA0 {DIGITS} 1 1'; echo 'Host 0 0 1'",
+            "llama-fit-params reports a figure of more than 67,108,864 MiB: not believed",
+        ),
+        (
+            "head -c 100000 /dev/zero | tr '\\000' x; echo ' 1 1 1'; echo 'Host 0 0 1'",
+            "llama-fit-params reports a device name of more than 300 characters: not believed",
+        ),
+    ],
+    ids=["hang", "forever", "endless-line", "5000-digits", "long-name"],
+)
+def test_f4_a_misbehaving_llama_fit_params_leaves_the_plan_as_it_was(
+    tmp_path: Path, short: None, fitp: str, why: str
+) -> None:
+    env = fake_build(
+        tmp_path / "bin",
+        {"--list-devices": "printf 'Available devices:\\n  CUDA0: GPU (16 MiB, 16 MiB free)\\n'"},
+        fitp=fitp,
+    )
+    code, out, err = _invoke(["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB", "--json"], env)
+    assert code == 0, err
+    check = json.loads(out)["llama_cpp_check"]
+    assert _left_running(tmp_path / "bin") == []
+    assert check["skipped"] == why
+
+
+# ---- F14: numbers and text from the tools, and `run --gpu` asks no device list -----------------
+
+
+def test_f14_run_with_gpu_does_not_ask_list_devices(tmp_path: Path, fixed_host: object) -> None:
+    server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
+    result = CliRunner().invoke(
+        cli, ["run", str(DENSE), "--gpu", "8GiB", "--dry-run", "--server", str(server)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "bin" / "calls.log").read_text().split() == ["--version", "--help"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Available devices:\n  Vulkan0: X ({DIGITS} MiB, 1 MiB free)\n",
+        f"Available devices:\n  Vulkan{DIGITS}: X (1 MiB, 1 MiB free)\n",
+    ],
+    ids=["size", "index"],
+)
+def test_f14_a_list_with_absurd_digits_is_refused_in_one_line(text: str) -> None:
+    with pytest.raises(ValueError, match="^a device"):
+        server_devices.parse_list_devices(text)
+
+
+def test_f14_an_rpc_device_without_an_endpoint_is_read() -> None:
+    listed = server_devices.parse_list_devices(
+        "Available devices:\n  RPC0:  (2048 MiB, 2000 MiB free)\n"
+    )
+    assert [d.name for d in listed or ()] == ["RPC0[?]"]
+
+
+class _NVMLError(Exception):
+    pass
+
+
+class OddNVML:
+    """A pynvml whose one GPU answers `name` and `memory` (total, free, used) as given."""
+
+    NVMLError = _NVMLError
+    NVML_CLOCK_MEM = 2
+
+    def __init__(self, name: object, memory: tuple[object, object, object]) -> None:
+        self.name, self.memory = name, memory
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"550.54.15"
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetName(self, h: int) -> object:
+        return self.name
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return "GPU-1"
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(busId=b"00000000:01:00.0")
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> object:
+        from types import SimpleNamespace
+
+        total, free, used = self.memory
+        return SimpleNamespace(total=total, free=free, used=used)
+
+    def nvmlDeviceGetMemoryBusWidth(self, h: int) -> int:
+        raise _NVMLError("Not Supported")
+
+    def nvmlDeviceGetMaxClockInfo(self, h: int, clock: int) -> int:
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("memory", "note"),
+    [
+        ((-1, 0, 0), "nvml: a memory figure of -1, not believed"),
+        ((None, 0, 0), "nvml: a memory figure of None, not believed"),
+        ((10**5000, 0, 0), "nvml: a memory figure of 2^16609, not believed"),
+        ((1 << 30, 1.5, 0), "nvml: a memory figure of 1.5, not believed"),
+    ],
+    ids=["negative", "none", "huge", "float"],
+)
+def test_f14_odd_nvml_values_are_a_note_not_a_traceback(
+    tmp_path: Path, memory: tuple[object, object, object], note: str
+) -> None:
+    from llamafit.machine.hardware import detect
+
+    hw = detect(
+        {},
+        nvml=OddNVML(b"GPU", memory),
+        sysfs_root=tmp_path,
+        sysctl=lambda name: None,
+        host_fn=lambda: HOST,
+    )
+    assert (hw.gpus, hw.notes[0]) == ((), note)
+
+
+def test_f14_an_nvml_name_of_invalid_utf8_and_escapes_is_text(tmp_path: Path) -> None:
+    from llamafit.machine.hardware import detect
+
+    hw = detect(
+        {},
+        nvml=OddNVML(b"RTX\xff\x1b[2J", (1 << 30, 1 << 29, 1 << 29)),
+        sysfs_root=tmp_path,
+        sysctl=lambda name: None,
+        host_fn=lambda: HOST,
+    )
+    assert [g.name for g in hw.gpus] == ["RTX\ufffd\\x1b[2J"]
