@@ -27,7 +27,7 @@ from .vulkan import VulkanDevice
 
 # seconds (issue #37 F4: a hung GPU driver hangs --list-devices; after this the plan goes on with
 # detection's devices and says so); a real build answers in 0.1-2 s
-LIST_TIMEOUT_S = 10.0
+LIST_TIMEOUT_S = 5.0
 # the largest device believed, in MiB (64 TiB: far above any accelerator); a line with more is none
 MAX_MIB = 1 << 26
 _LINE = re.compile(r"^\s*([A-Za-z_]+)(\d+)(\[[^\]]*\])?: (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")

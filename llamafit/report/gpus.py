@@ -126,10 +126,14 @@ def gpus_text(
         lines += [
             w
             for n in server.notes
-            for w in textwrap.wrap(f"note: {n}", 80, subsequent_indent="      ")
+            for w in textwrap.wrap(
+                f"note: {n}", 80, subsequent_indent="      ", break_on_hyphens=False
+            )
         ]
     lines += [
-        w for n in server_notes for w in textwrap.wrap(f"note: {n}", 80, subsequent_indent="      ")
+        w
+        for n in server_notes
+        for w in textwrap.wrap(f"note: {n}", 80, subsequent_indent="      ", break_on_hyphens=False)
     ]
     # names and paths from drivers, llama-server and the file system: escaped (#37 F8)
     return "\n".join(printable(line) for line in lines)

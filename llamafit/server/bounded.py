@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..safe_text import printable
+from ..safe_text import printable, printable_lines
 
 # a real `llama-server --help` is about 40 KiB, `--list-devices` under 1 KiB, vulkaninfo's full
 # report some 200 KiB per device: 4 MiB is far above any honest answer
@@ -50,10 +50,9 @@ class ToolAnswer:
 
 
 def escaped_lines(data: bytes) -> str:
-    """Bytes a program printed as text: UTF-8 (invalid bytes replaced), every line's control
-    characters escaped (a `\\r` ends a line, as a terminal would show it)."""
-    text = data.decode("utf-8", "replace")
-    return "".join(printable(line) + "\n" for line in text.splitlines())
+    """Bytes a program printed as text: UTF-8 (invalid bytes replaced), every control character
+    but the newline escaped."""
+    return printable_lines(data.decode("utf-8", "replace"))
 
 
 def bounded_int(digits: str, limit: int) -> int | None:

@@ -29,8 +29,8 @@ from .flags import arity, flag_groups
 
 # seconds for each question (issue #37 F4: a hung binary or GPU driver costs this much, then the
 # binary is passed over); a real build answers in 0.1-2 s, most of it backend initialisation
-VERSION_TIMEOUT_S = 10.0
-HELP_TIMEOUT_S = 10.0
+VERSION_TIMEOUT_S = 5.0
+HELP_TIMEOUT_S = 5.0
 CACHE_FORMAT = 1
 # PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at
 # -lv 3

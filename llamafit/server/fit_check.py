@@ -30,7 +30,7 @@ from .flags import flag_groups
 # seconds for the dry run (it reads the model's metadata and tokenizer: 0.7-2.5 s measured) and
 # for its --help; a hung tool costs this much, then the plan goes on without its answer (#37 F4)
 FIT_TIMEOUT_S = 30.0
-HELP_TIMEOUT_S = 10.0
+HELP_TIMEOUT_S = 5.0
 # the largest figure per device believed, in MiB (64 TiB: far above any device llama.cpp can use);
 # a row with more, or with more digits, is no estimate
 MAX_MIB = 1 << 26

@@ -96,7 +96,7 @@ def short(monkeypatch: pytest.MonkeyPatch) -> None:
         (fit_check, "FIT_TIMEOUT_S"),
         (fit_check, "HELP_TIMEOUT_S"),
     ):
-        monkeypatch.setattr(module, name, DEADLINE_S, raising=False)
+        monkeypatch.setattr(module, name, DEADLINE_S)
 
 
 def _invoke(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
