@@ -16,7 +16,11 @@ from click.testing import CliRunner
 from llamafit.cli import cli
 from llamafit.machine import server_devices
 from llamafit.server import bounded, find, fit_check
-from tests.support import DENSE, HOST, NEW_HELP, NEW_VERSION, fake_server
+from tests.support import DENSE, FIXTURES, HOST, NEW_HELP, NEW_VERSION, fake_server
+from tests.support.scripts import script
+
+fuzz = script("fuzz")
+drop, patch = script("gguf_patch").drop, script("gguf_patch").patch
 
 DEADLINE_S = 0.5
 GOOD = {
@@ -380,3 +384,76 @@ def test_f14_an_nvml_name_of_invalid_utf8_and_escapes_is_text(tmp_path: Path) ->
         host_fn=lambda: HOST,
     )
     assert [g.name for g in hw.gpus] == ["RTX\ufffd\\x1b[2J"]
+
+
+# ---- F1: the replay's inputs are validated with the facts, and the replay is fuzzed ------------
+
+
+def _header_of(name: str) -> bytes:
+    from llamafit.reader.header import read_header
+    from llamafit.reader.source import BytesSource
+
+    data = (FIXTURES / name).read_bytes()
+    return data[: read_header(BytesSource(data)).data_offset]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "key", "value", "why"),
+    [
+        (
+            "recurrent-mamba2.gguf",
+            "mamba2.ssm.time_step_rank",
+            0,
+            "key mamba2.ssm.time_step_rank = 0 must be at least 1; mamba2's recurrent layers "
+            "need it",
+        ),
+        (
+            "recurrent-mamba2.gguf",
+            "mamba2.ssm.time_step_rank",
+            None,
+            "key mamba2.ssm.time_step_rank is missing; mamba2's recurrent layers need it",
+        ),
+        (
+            "recurrent-mamba2.gguf",
+            "mamba2.ssm.time_step_rank",
+            3,
+            "key mamba2.ssm.time_step_rank = 3 does not divide mamba2.ssm.inner_size = 128; "
+            "mamba2's recurrent layers need it to",
+        ),
+        (
+            "hybrid-granite.gguf",
+            "granitehybrid.ssm.time_step_rank",
+            0,
+            "key granitehybrid.ssm.time_step_rank = 0 must be at least 1; granitehybrid's "
+            "recurrent layers need it",
+        ),
+        (
+            "hybrid-granite.gguf",
+            "granitehybrid.ssm.group_count",
+            0,
+            "key granitehybrid.ssm.group_count = 0 must be at least 1; granitehybrid's "
+            "recurrent layers need it",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["check", "plan"])
+def test_f1_a_recurrent_size_the_replay_divides_by_is_one_line(
+    tmp_path: Path, command: str, fixture: str, key: str, value: int | None, why: str
+) -> None:
+    header = _header_of(fixture)
+    path = tmp_path / "m.gguf"
+    path.write_bytes(drop(header, key) if value is None else patch(header, key, 4, value))
+    code, out, err = _invoke([command, str(path), "--gpu", "8GiB"], {})
+    assert (code, out, err) == (2, "", f"Error: {path}: {why}\n")
+
+
+def test_f1_the_fuzz_seeds_every_architecture_the_replay_builds(tmp_path: Path) -> None:
+    from llamafit.memory.graph.build import FAMILIES
+
+    assert set(fuzz.REPLAY_FIXTURES) | set(fuzz.REPLAY_SHAPES) >= set(FAMILIES)
+
+
+def test_f1_the_fuzzed_replay_meets_the_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    tally, _ = fuzz.run(0, seed=37, only="replay")
+    assert tally.cases["replay"] >= 2 * len(fuzz.REPLAY_FIXTURES)
+    assert (tally.tracebacks, tally.bad_exits, tally.multi_line) == ([], [], [])
