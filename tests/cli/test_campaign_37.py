@@ -457,3 +457,82 @@ def test_f1_the_fuzzed_replay_meets_the_targets(capsys: pytest.CaptureFixture[st
     tally, _ = fuzz.run(0, seed=37, only="replay")
     assert tally.cases["replay"] >= 2 * len(fuzz.REPLAY_FIXTURES)
     assert (tally.tracebacks, tally.bad_exits, tally.multi_line) == ([], [], [])
+
+
+# ---- F5: `plan --html FILE` is written like every other llamafit file -------------------------
+
+QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
+
+
+def _html(target: Path | str) -> tuple[int, str, str]:
+    return _invoke(["plan", str(QWEN), "--gpu", "24GiB", "--html", str(target)], {})
+
+
+def test_f5_the_page_never_replaces_the_model_file(tmp_path: Path) -> None:
+    model = tmp_path / "model.gguf"
+    model.write_bytes(QWEN.read_bytes())
+    result = CliRunner().invoke(cli, ["plan", str(model), "--gpu", "24GiB", "--html", str(model)])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == f"Error: --html {model}: is an input of this command ({model})\n"
+    assert model.read_bytes() == QWEN.read_bytes()
+
+
+def test_f5_the_page_never_replaces_another_gguf(tmp_path: Path) -> None:
+    other = tmp_path / "other.gguf"
+    other.write_bytes(DENSE.read_bytes())
+    code, out, err = _html(other)
+    assert (code, err) == (
+        2,
+        f"Error: --html {other}: is a GGUF file, which llamafit never replaces\n",
+    )
+    assert other.read_bytes() == DENSE.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_f5_the_page_never_replaces_a_fifo_or_a_special_file(tmp_path: Path, kind: str) -> None:
+    """A FIFO and a socket stand for every file that is not a regular one (a device node: before
+    the fix, a run as root replaced /dev/null; no test writes near a real device)."""
+    import socket
+
+    target = tmp_path / "plan.html"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(target))
+        sock.close()
+    code, out, err = _html(target)
+    assert (code, out, err) == (2, "", f"Error: --html {target}: is not a regular file\n")
+    assert not stat.S_ISREG(os.lstat(target).st_mode)
+
+
+def test_f5_the_page_follows_a_symlinked_directory(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "docs").symlink_to(tmp_path / "real")
+    code, out, err = _html(tmp_path / "docs" / "plan.html")
+    assert code == 0, err
+    assert (tmp_path / "real" / "plan.html").read_text().startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["plan.html"]  # no temp left
+
+
+def test_f5_the_page_creates_no_missing_directory(tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "plan.html"
+    code, out, err = _html(target)
+    assert (code, out, err) == (
+        2,
+        "",
+        f"Error: --html {target}: no such directory {target.parent}\n",
+    )
+    assert not (tmp_path / "no").exists()
+
+
+def test_f5_an_existing_page_is_replaced_and_keeps_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "plan.html"
+    target.write_text("old")
+    target.chmod(0o640)
+    code, out, err = _html(target)
+    assert code == 0, err
+    assert (target.read_text()[:15], stat.S_IMODE(target.stat().st_mode)) == (
+        "<!DOCTYPE html>",
+        0o640,
+    )
