@@ -536,3 +536,46 @@ def test_f5_an_existing_page_is_replaced_and_keeps_its_mode(tmp_path: Path) -> N
         "<!DOCTYPE html>",
         0o640,
     )
+
+
+# ---- F2: every --json output is strict JSON ----------------------------------------------------
+
+
+def _strict(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("command", ["inspect", "plan", "check"])
+def test_f2_a_non_finite_number_is_null_with_a_warning(
+    tmp_path: Path, value: float, command: str
+) -> None:
+    path = tmp_path / "m.gguf"
+    path.write_bytes(
+        patch(_header_of("mla-deepseek2.gguf"), "deepseek2.expert_weights_scale", 6, value)
+    )
+    args = [command, str(path), "--json"] + ([] if command == "inspect" else ["--gpu", "8GiB"])
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code in (0, 1), result.output
+    data = _strict(result.stdout)
+    if command == "inspect":
+        assert isinstance(data, dict) and data["expert_weights_scale"] is None
+        assert result.stderr == (
+            f"Warning: expert_weights_scale = {value} is not a JSON number: written as null\n"
+        )
+
+
+def test_f2_strict_json_names_each_value_it_writes_as_null() -> None:
+    from llamafit.report.json_parts import strict_json
+
+    text, notes = strict_json({"a": [1.5, float("nan")], "b": {"c": float("inf")}})
+    assert (_strict(text), notes) == (
+        {"a": [1.5, None], "b": {"c": None}},
+        [
+            "a[1] = nan is not a JSON number: written as null",
+            "b.c = inf is not a JSON number: written as null",
+        ],
+    )
