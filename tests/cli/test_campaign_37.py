@@ -579,3 +579,57 @@ def test_f2_strict_json_names_each_value_it_writes_as_null() -> None:
             "b.c = inf is not a JSON number: written as null",
         ],
     )
+
+
+# ---- F3: control characters in every message that quotes file contents ------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "vtype", "value", "quoted"),
+    [
+        (
+            "general.architecture",
+            8,
+            "lla\r\nma\x1b[2J",
+            "key not found in model: lla\\r\\nma\\x1b[2J.block_count",
+        ),
+        (
+            "llama.context_length",
+            8,
+            "x\r\ny",
+            "key llama.context_length has type str, expected int",
+        ),
+    ],
+)
+def test_f3_an_error_at_read_is_one_line_with_its_controls_escaped(
+    tmp_path: Path, key: str, vtype: int, value: str, quoted: str
+) -> None:
+    from llamafit.errors import LlamafitError
+    from llamafit.facts.hparams import build_facts
+    from llamafit.reader.model import read_model
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(patch(_header_of("dense-llama.gguf"), key, vtype, value))
+    with pytest.raises(LlamafitError) as e:
+        build_facts(read_model(str(path)))
+    assert str(e.value) == f"{path}: {quoted}"  # one line, for a caller of the API too
+    code, out, err = _invoke(["check", str(path)], {})
+    assert (code, out, err) == (2, "", f"Error: {path}: {quoted}\n")
+
+
+def test_f3_a_hostile_key_name_is_escaped_in_the_message(tmp_path: Path) -> None:
+    import struct
+
+    from llamafit.errors import LlamafitError
+    from llamafit.reader.header import read_header
+    from llamafit.reader.source import BytesSource
+
+    name = b"evil\r\nError: \x1b[2J"
+    entry = struct.pack("<Q", len(name)) + name + struct.pack("<II", 4, 1)  # a u32 key
+    header = _header_of("dense-llama.gguf")
+    n_kv = struct.unpack_from("<Q", header, 16)[0]
+    twice = header[:16] + struct.pack("<Q", n_kv + 2) + entry + entry + header[24:]
+    with pytest.raises(LlamafitError) as e:
+        read_header(BytesSource(twice, "m.gguf"))
+    assert "evil\\r\\nError: \\x1b[2J" in str(e.value)
+    assert not {"\r", "\n", "\x1b"} & set(str(e.value))
