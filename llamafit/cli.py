@@ -361,7 +361,8 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     from .fit.presets import preset_named
     from .fit.solver import Policy
 
-    preset = preset_named(options.pop("preset")) if options.get("preset") else options.pop("preset")
+    spec = options.pop("preset")
+    preset = preset_named(spec) if spec is not None else None  # `--for ''` is refused there
     prefer = options.pop("prefer") or (preset.prefer if preset else "speed")
     policy = Policy(
         prefer=prefer,

@@ -633,3 +633,28 @@ def test_f3_a_hostile_key_name_is_escaped_in_the_message(tmp_path: Path) -> None
         read_header(BytesSource(twice, "m.gguf"))
     assert "evil\\r\\nError: \\x1b[2J" in str(e.value)
     assert not {"\r", "\n", "\x1b"} & set(str(e.value))
+
+
+# ---- F6: `--for` values that are no preset are one line ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (
+            "serve:" + DIGITS,
+            f"--for serve:{'9' * 34}…: only serve takes a number of users, 1-256 (serve:8)",
+        ),
+        ("serve:²", "--for serve:²: only serve takes a number of users, 1-256 (serve:8)"),
+        ("serve:٣", "--for serve:٣: only serve takes a number of users, 1-256 (serve:8)"),
+        ("", "--for '': one of chat, agent, long, serve (serve:N for N concurrent users)"),
+    ],
+    ids=["5000-digits", "superscript", "arabic-indic", "empty"],
+)
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_f6_for_values_that_are_no_preset_are_one_line(
+    command: str, value: str, error: str
+) -> None:
+    args = [command, str(DENSE), "--gpu", "8GiB", "--for", value]
+    code, out, err = _invoke(args + (["--dry-run"] if command == "run" else []), {})
+    assert (code, out, err) == (2, "", f"Error: {error}\n")
