@@ -624,10 +624,10 @@ def calibration_show(as_json: bool) -> None:
 
     path = calibration_path(os.environ)
     try:
-        records, skipped = read_records(path)
+        records, skipped, older = read_records(path)
     except OSError as e:  # a FIFO, a device, a link, too large, unreadable: one line, nothing read
         raise LlamafitError(f"{path} {e.strerror or e}: not read") from e
-    data = summary(records, path, damaged=len(skipped))
+    data = summary(records, path, damaged=len(skipped), older_bytes=older)
     echo_json(data) if as_json else click.echo(to_text(data))
 
 

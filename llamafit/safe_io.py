@@ -19,6 +19,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Sequence
+from typing import BinaryIO
 
 SMALL_FILE = 64 << 10  # an API key, a dialect record, a header sidecar
 CALIBRATION_FILE = 16 << 20  # thousands of runs' records
@@ -58,6 +59,23 @@ def read_regular_stat(
     if len(data) > limit:
         raise UnsafeFile(0, f"is larger than {limit:,} bytes", str(path))
     return data, st
+
+
+def open_regular(path: str | os.PathLike[str]) -> tuple[BinaryIO, os.stat_result]:
+    """A regular file opened for reading (never through a link, never blocking on a FIFO), and its
+    stat; UnsafeFile for anything else. For a file read in pieces (the newest records of a large
+    calibration file, a line-by-line check): the caller bounds what it keeps."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _NOFOLLOW)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFile(e.errno, "is a symbolic link", str(path)) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnsafeFile(0, "is not a regular file", str(path))
+    return os.fdopen(fd, "rb"), st
 
 
 def remove_read(path: str | os.PathLike[str], read: os.stat_result) -> None:

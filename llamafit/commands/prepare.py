@@ -303,7 +303,7 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     """Apply the compute correction learned from earlier runs of this build on these devices.
     None where the graph replay gives the compute buffers themselves (memory/graph/replay.py)."""
     from ..memory.graph.replay import covers_every_config
-    from ..safe_io import CALIBRATION_FILE, read_regular
+    from .calibration_file import read_newest
 
     if covers_every_config(p.facts, p.target.build, [g.backend for g in p.target.gpus]):
         return p
@@ -311,7 +311,7 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     path = calibration_path(env)
     skipped: list[str] = []
     try:
-        text = read_regular(path, CALIBRATION_FILE).decode("utf-8", errors="replace")
+        text = read_newest(path)[0]  # a file over 16 MiB: its newest records (#37 F13)
     except FileNotFoundError:  # none yet: plan without corrections
         return p
     except (

@@ -14,6 +14,7 @@ from ..memory.calibration import (
     is_memory_record,
     record_identity,
 )
+from ..safe_text import printable
 
 SCHEMA = "llamafit.calibration/1"
 SKIP_WORDS = {
@@ -24,7 +25,9 @@ SKIP_WORDS = {
 }
 
 
-def summary(records: Iterable[dict[str, Any]], path: str, damaged: int = 0) -> dict[str, Any]:
+def summary(
+    records: Iterable[dict[str, Any]], path: str, damaged: int = 0, older_bytes: int = 0
+) -> dict[str, Any]:
     """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan
     would use; per (machine, architecture, backend): the speed runs that count, their evidence and
     the speed scale."""
@@ -83,13 +86,15 @@ def summary(records: Iterable[dict[str, Any]], path: str, damaged: int = 0) -> d
         "setups": setups,
         "speed": speed,
         "damaged_lines": damaged,
+        # bytes of the oldest records not read: the file is larger than llamafit reads (16 MiB)
+        "older_bytes_not_read": older_bytes,
         "speed_needs": {"requests": MIN_REQUESTS, "generated_tokens": MIN_GENERATED_TOKENS},
     }
 
 
 def to_text(data: dict[str, Any]) -> str:
     if not data["setups"] and not data.get("speed"):
-        return (
+        return printable(
             f"No calibration recorded yet ({data['path']}); `llamafit run` records each healthy "
             "start."
         )
@@ -129,4 +134,10 @@ def to_text(data: dict[str, Any]) -> str:
                 )
     if data.get("damaged_lines"):
         lines.append(f"{data['damaged_lines']} damaged line(s) skipped")
-    return "\n".join(lines)
+    if data.get("older_bytes_not_read"):
+        lines.append(
+            f"The oldest {data['older_bytes_not_read']:,} bytes of records are not read (only the "
+            "newest 16 MiB are)"
+        )
+    # names and paths from the records: escaped for the terminal (#37 F8)
+    return "\n".join(printable(line) for line in lines)

@@ -658,3 +658,108 @@ def test_f6_for_values_that_are_no_preset_are_one_line(
     args = [command, str(DENSE), "--gpu", "8GiB", "--for", value]
     code, out, err = _invoke(args + (["--dry-run"] if command == "run" else []), {})
     assert (code, out, err) == (2, "", f"Error: {error}\n")
+
+
+# ---- F7, F13, F8: calibration show and clear on hostile and large files ------------------------
+
+MEMORY_RECORD = {
+    "time": "2026-01-01T00:00:00Z",
+    "llamafit": "0.1",
+    "server": {"build": None},
+    "architecture": "llama",
+    "hardware": [{"name": "CUDA0", "backend": "cuda"}],
+    "compute_scale": 1.0,
+    "buffers": [
+        {"device": "CUDA0", "kind": "compute", "predicted_mib": 100.0, "actual_mib": 110.0}
+    ],
+}
+
+
+def _record(**changes: object) -> str:
+    record = json.loads(json.dumps(MEMORY_RECORD))
+    record.update({k: v for k, v in changes.items() if k != "buffer"})
+    record["buffers"][0].update(changes.get("buffer", {}))  # type: ignore[arg-type]
+    return json.dumps(record)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        _record(compute_scale=1e10, buffer={"predicted_mib": 1e-320}),  # underflows to 0
+        _record(buffer={"predicted_mib": 0.0, "actual_mib": 0.0}),
+        _record(buffer={"predicted_mib": -5.0}),
+        _record(buffer={"predicted_mib": 1e308, "actual_mib": 1e308}),
+        _record().replace("110.0", "1" + "0" * 400),
+        _record().replace('"compute_scale": 1.0', '"compute_scale": ' + "9" * 400),
+    ],
+    ids=["underflow", "zero", "negative", "huge", "400-digit-size", "400-digit-scale"],
+)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["calibration", "show"],
+        ["calibration", "show", "--json"],
+        ["plan", str(DENSE), "--gpu", "8GiB"],
+    ],
+    ids=["show", "show-json", "plan"],
+)
+def test_f7_calibration_show_survives_zero_negative_and_huge_buffers(
+    tmp_path: Path, line: str, args: list[str]
+) -> None:
+    path = tmp_path / "calibration.jsonl"
+    path.write_text(line + "\n")
+    code, out, err = _invoke(args, {"LLAMAFIT_CALIBRATION": str(path)})
+    assert code == 0, err
+    if "--json" in args:
+        _strict(out)
+
+
+def test_f13_a_calibration_file_over_16_mib_is_shown_and_cleared(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.jsonl"
+    line = _record() + "\n"
+    count = (17 << 20) // len(line) + 1
+    path.write_text(line * count)
+    env = {"LLAMAFIT_CALIBRATION": str(path)}
+    code, out, err = _invoke(["calibration", "show", "--json"], env)
+    assert code == 0, err
+    data = _strict(out)
+    assert isinstance(data, dict)
+    newest = (16 << 20) // len(line)
+    assert (data["setups"][0]["runs"], data["older_bytes_not_read"]) == (
+        newest,
+        path.stat().st_size - newest * len(line),
+    )
+    code, out, err = _invoke(["calibration", "show"], env)
+    assert out.splitlines()[-1] == (
+        f"The oldest {path.stat().st_size - newest * len(line):,} bytes of records are not read "
+        "(only the newest 16 MiB are)"
+    )
+    assert _invoke(["calibration", "clear"], env) == (0, f"Cleared {path}\n", "")
+    assert not path.exists()
+
+
+def test_f13_a_large_file_clears_one_kind_line_by_line(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.jsonl"
+    speed = json.dumps({"kind": "serve", "time": "t", "llamafit": "0.1", "speed": {}})
+    line = _record() + "\n"
+    path.write_text(line * ((17 << 20) // len(line)) + speed + "\n")
+    code, out, err = _invoke(
+        ["calibration", "clear", "--kind", "memory"], {"LLAMAFIT_CALIBRATION": str(path)}
+    )
+    assert (code, err) == (0, "")
+    assert path.read_text() == speed + "\n"
+
+
+def test_f8_names_in_calibration_records_are_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.jsonl"
+    path.write_text(
+        _record(
+            architecture="llama\x1b]0;pwned\x07",
+            hardware=[{"name": "CUDA0\x1b[2J", "backend": "cuda"}],
+        ).replace('"device": "CUDA0"', '"device": "CUDA0\\u001b[2J"')
+        + "\n"
+    )
+    code, out, err = _invoke(["calibration", "show"], {"LLAMAFIT_CALIBRATION": str(path)})
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out
+    assert "CUDA0\\x1b[2J" in out
