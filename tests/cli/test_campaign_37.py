@@ -763,3 +763,23 @@ def test_f8_names_in_calibration_records_are_escaped(tmp_path: Path) -> None:
     assert code == 0, err
     assert "\x1b" not in out and "\x07" not in out
     assert "CUDA0\\x1b[2J" in out
+
+
+def test_f8_device_names_from_the_server_are_escaped_in_plan_gpus_and_the_page(
+    tmp_path: Path, short: None
+) -> None:
+    listed = "printf 'Available devices:\\n  CUDA0[\\033c<script>]: GPU\\033[2J (16 MiB, 16 MiB free)\\n'"
+    env = fake_build(tmp_path / "bin", {"--list-devices": listed})
+    page = tmp_path / "plan.html"
+    outputs = [
+        _invoke(["plan", str(DENSE), "--ram", "8GiB", "--reserve", "0", "--html", str(page)], env),
+        _invoke(["gpus"], env),
+    ]
+    for code, out, err in outputs:
+        assert code in (0, 1), err
+        assert "\x1b" not in out + err
+    assert "CUDA0[\\x1bc<script>]" in outputs[0][1]
+    assert "CUDA0[\\x1bc<script>]" in outputs[1][1]
+    text = page.read_text()
+    assert "\x1b" not in text and "<script>" not in text
+    assert "CUDA0[\\x1bc&lt;script&gt;]" in text
