@@ -86,6 +86,7 @@ NOTE_CODES = (
     "vocab-only",
     "imatrix",
     "unreadable-header",
+    "bad-ref",
 )
 
 

@@ -783,3 +783,22 @@ def test_f8_device_names_from_the_server_are_escaped_in_plan_gpus_and_the_page(
     text = page.read_text()
     assert "\x1b" not in text and "<script>" not in text
     assert "CUDA0[\\x1bc&lt;script&gt;]" in text
+
+
+# ---- F9: a hub ref is a commit hash, never a path out of the cache -----------------------------
+
+
+@pytest.mark.parametrize("ref", ["/", "../../../..", "../../../../../etc", "snapshots/../.."])
+def test_f9_a_hub_ref_that_is_no_commit_hash_is_ignored_with_a_note(
+    tmp_path: Path, ref: str
+) -> None:
+    from llamafit.fetch.store_scan import scan_hub
+    from tests.support.store_layouts import hf_repo
+
+    top = hf_repo(tmp_path / "hub", "org/repo", {"m.gguf": FIXTURES / "dense-llama.gguf"})
+    (top / "refs" / "main").write_text(ref)
+    outside = tmp_path / "outside.gguf"  # what a walk out of the cache would find
+    outside.write_bytes(DENSE.read_bytes())
+    found, notes = scan_hub(str(tmp_path / "hub"))  # the newest snapshot instead
+    assert [f.path for f in found] == [str(next((top / "snapshots").iterdir()) / "m.gguf")]
+    assert [(n.code, n.path) for n in notes] == [("bad-ref", str(top / "refs" / "main"))]
