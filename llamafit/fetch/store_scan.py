@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import platform
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..reader.names import split_info
