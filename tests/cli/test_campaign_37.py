@@ -802,3 +802,60 @@ def test_f9_a_hub_ref_that_is_no_commit_hash_is_ignored_with_a_note(
     found, notes = scan_hub(str(tmp_path / "hub"))  # the newest snapshot instead
     assert [f.path for f in found] == [str(next((top / "snapshots").iterdir()) / "m.gguf")]
     assert [(n.code, n.path) for n in notes] == [("bad-ref", str(top / "refs" / "main"))]
+
+
+# ---- F12: `ls` is linear in the files of a folder ----------------------------------------------
+
+
+def _folder(rng: object, n: int) -> list[str]:
+    import random
+
+    assert isinstance(rng, random.Random)
+    dirs = ["", "a", "a/b", "c"]
+    tags = ["Q4_K_M", "Q8_0", "F16", "BF16", "Q2_K", "IQ4_XS", ""]
+    out = []
+    for i in range(n):
+        d = rng.choice(dirs)
+        tag = rng.choice(tags)
+        stem = (
+            ("mmproj-" if rng.random() < 0.4 else "model-")
+            + f"x{i % 7}"
+            + (f"-{tag}" if tag else "")
+        )
+        out.append(f"{d}/{stem}.gguf".lstrip("/"))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_f12_the_indexed_sibling_is_find_best_sibling_s(seed: int) -> None:
+    import random
+
+    from llamafit.fetch import stores
+
+    files = _folder(random.Random(seed), 60)
+    siblings = stores._Siblings(files)
+    for f in files:
+        assert siblings.best(f) == stores.best_sibling(files, f), f
+
+
+def test_f12_grouping_a_folder_reads_each_name_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Linear, counted rather than timed: quant_bits once or twice per file, whatever the count
+    (it was once per model and projector pair: 20,000 files took 33 s)."""
+    from llamafit.fetch import stores
+
+    calls = [0]
+    real = stores.quant_bits
+
+    def counted(path: str) -> int:
+        calls[0] += 1
+        return real(path)
+
+    monkeypatch.setattr(stores, "quant_bits", counted)
+    files = [f"model-{i}-Q4_K_M.gguf" for i in range(1000)] + [
+        f"mmproj-{i}-F16.gguf" for i in range(1000)
+    ]
+    groups, _ = stores.group_files(files)
+    assert len(groups) == 1000
+    assert calls[0] <= 2 * len(files)
