@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..safe_text import printable
 from ..units import GIB
+from .layout import wrap
 
 if TYPE_CHECKING:  # values only: the edge module is not imported here
     from ..machine.hardware import GPUInfo, Hardware
@@ -126,14 +126,12 @@ def gpus_text(
         lines += [
             w
             for n in server.notes
-            for w in textwrap.wrap(
-                f"note: {n}", 80, subsequent_indent="      ", break_on_hyphens=False
-            )
+            for w in wrap(f"note: {n}", 80, subsequent_indent="      ", break_on_hyphens=False)
         ]
     lines += [
         w
         for n in server_notes
-        for w in textwrap.wrap(f"note: {n}", 80, subsequent_indent="      ", break_on_hyphens=False)
+        for w in wrap(f"note: {n}", 80, subsequent_indent="      ", break_on_hyphens=False)
     ]
     # names and paths from drivers, llama-server and the file system: escaped (#37 F8)
     return "\n".join(printable(line) for line in lines)

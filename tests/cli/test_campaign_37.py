@@ -859,3 +859,31 @@ def test_f12_grouping_a_folder_reads_each_name_a_bounded_number_of_times(
     groups, _ = stores.group_files(files)
     assert len(groups) == 1000
     assert calls[0] <= 2 * len(files)
+
+
+# ---- F11: wrapping is linear in the length of a word -------------------------------------------
+
+
+def test_f11_a_device_name_of_200_kib_is_cut_not_wrapped_over_thousands_of_lines() -> None:
+    from llamafit.report.check import llama_check_lines
+
+    name = "x" * (200 << 10)
+    data = {
+        "tool": "llama-fit-params",
+        "devices": [
+            {"device": name, "mib": 1.0, "llamafit_mib": 1.0, "judged": True, "agrees": True}
+        ],
+        "agrees": True,
+        "notes": [f"note on {name}"],
+    }
+    lines = llama_check_lines(data)
+    x = "x"
+    assert lines == [  # the name cut at two lines' length (160 characters), then wrapped
+        f"llama.cpp  llama-fit-params: {x * 51}",
+        f"             {x * 67}",
+        f"             {x * 41}… 1 MiB, llamafit 1.0",
+        "             (agrees)",
+        f"           note on {x * 61}",
+        f"           {x * 69}",
+        f"           {x * 29}…",
+    ]
