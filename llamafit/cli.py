@@ -627,7 +627,9 @@ def calibration_show(as_json: bool) -> None:
         records, skipped, older = read_records(path)
     except OSError as e:  # a FIFO, a device, a link, too large, unreadable: one line, nothing read
         raise LlamafitError(f"{path} {e.strerror or e}: not read") from e
-    data = summary(records, path, damaged=len(skipped), older_bytes=older)
+    from .commands.llama_record import listed
+
+    data = summary(records, path, damaged=len(skipped), older_bytes=older, llama_cpp=listed())
     echo_json(data) if as_json else click.echo(to_text(data))
 
 
@@ -643,10 +645,13 @@ def calibration_clear(kind: str | None) -> None:
     import os
 
     from .commands.calibration_file import clear
+    from .commands.llama_record import clear_all
     from .paths import calibration_path
 
     path = calibration_path(os.environ)
     done = clear(path, kind)
+    # llama.cpp's remembered dry-run answers are memory records too (#37 F10)
+    answers = clear_all() if kind in (None, "memory") else 0
     if not done.existed:
         click.echo(f"Nothing to clear ({path} does not exist)")
     elif kind is None:
@@ -655,6 +660,8 @@ def calibration_clear(kind: str | None) -> None:
         click.echo(
             f"Cleared {done.removed} {kind} record(s) from {path}; {done.kept} other record(s) kept"
         )
+    if answers:
+        click.echo(f"Cleared llama.cpp's remembered estimates of {answers} build(s)")
 
 
 @cli.command(name="ls")

@@ -8,6 +8,13 @@ identities of server-identity/; read and replaced only through safe_io. Each ent
 device (llama.cpp's name, the driver's card name and total bytes: another card behind the same
 name is another device) and, for a difference, the model (architecture, parameters and tensor
 bytes: a difference in weights or KV is the model's) and the config it was measured at.
+
+A dry run's answer is a prediction too, so it is held to what a record of a real start is held to
+(issue #37 F10): it is kept only when plausible (no difference larger than the device: it would
+refuse every later plan), a real start of the
+same build on the same devices (a calibration record of `run`, newer) overrides it, it applies only
+when llama.cpp's check is asked for (not with --no-llama-check), and `calibration show` lists the
+records and `calibration clear` (all, or --kind memory) removes them.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..fit.llama_check import KINDS, Difference, room_per_device
 from ..machine.devices import DeviceSpec
-from ..paths import cache_dir
+from ..paths import cache_dir, calibration_path
 from ..safe_io import read_regular, write_atomic
 
 if TYPE_CHECKING:
@@ -58,8 +65,15 @@ def _valid(entry: Any) -> bool:
             entry["kind"] in KINDS
             and _int(entry.get("bytes"))
             and isinstance(entry.get("model"), str)
+            and _plausible_bytes(entry["bytes"], entry.get("total_bytes", 0))
         )
     return _int(entry.get("max_tensor_bytes")) and entry["max_tensor_bytes"] > 0
+
+
+def _plausible_bytes(difference: int, total_bytes: int) -> bool:
+    """A difference no larger than the whole device (a device of unknown size: any): more room
+    than the card has is no estimate of what runs on it, and would refuse every later plan."""
+    return total_bytes <= 0 or abs(difference) <= total_bytes
 
 
 def load(identity: str) -> list[dict[str, Any]]:
@@ -124,7 +138,7 @@ def difference_entries(
 ) -> list[dict[str, Any]]:
     """The entries of one check's differences, measured at `config` (report.json_parts.config_json);
     `differs`: the devices where the two estimates disagreed (only their differences are applied
-    later, as larger_wins applies them now)."""
+    later, as larger_wins applies them now); an implausible one is not remembered (plausible)."""
     gpus = {g.name: g for g in p.target.gpus}
     name = os.path.basename(p.facts.path)
     return [
@@ -132,8 +146,14 @@ def difference_entries(
         | {"model": model_key(p), "model_name": name, "kind": d.kind, "bytes": d.bytes}
         | {"agrees": d.device not in differs, "config": dict(config), "time": _now()}
         for d in diffs
-        if d.device in gpus
+        if d.device in gpus and plausible(d, gpus[d.device])
     ]
+
+
+def plausible(d: Difference, device: DeviceSpec) -> bool:
+    """Whether one difference from llama.cpp's dry run may be remembered: none larger than the
+    device (more room than the card has is no estimate of what runs on it)."""
+    return _plausible_bytes(d.bytes, device.total_bytes or 0)
 
 
 def limit_entries(p: Prepared, limits: Mapping[str, int]) -> list[dict[str, Any]]:
@@ -155,9 +175,9 @@ def with_recorded(p: Prepared) -> Prepared:
     devices: a Vulkan device of unknown tensor limit takes the limit learned, and a device keeps
     room for llama.cpp's larger weights and KV of this model (fit/llama_check.py room_per_device).
     `llama_recorded` holds what applied (the `llama_cpp_recorded` JSON); unchanged without any."""
-    if p.server_identity is None or not p.target.gpus:
-        return p
-    entries = load(p.server_identity)
+    if p.server_identity is None or not p.target.gpus or not p.llama_check:
+        return p  # --no-llama-check: nothing of llama.cpp's dry run, remembered or new (#37 F10)
+    entries = _not_overridden(load(p.server_identity), p)
     if not entries:
         return p
     key = model_key(p)
@@ -212,7 +232,107 @@ def with_recorded(p: Prepared) -> Prepared:
     return replace(p, target=target, hardware=hardware, llama_recorded=recorded)
 
 
+def _not_overridden(entries: list[dict[str, Any]], p: Prepared) -> list[dict[str, Any]]:
+    """The entries no real start has overridden: a difference recorded before a calibration
+    record of `run` for the same build (identity) on a device of that record is dropped; the
+    real start's buffers are what the plan uses from then on (memory/calibration.py)."""
+    from ..memory.calibration import _devices_of, record_identity
+    from .calibration_file import read_records
+
+    try:
+        records = read_records(calibration_path(p.env))[0]
+    except OSError:
+        return entries
+    started: dict[str, str] = {}  # device → the newest real start's time
+    for r in records:
+        if "buffers" in r and record_identity(r) == p.server_identity:
+            for name, _ in _devices_of(r):
+                started[name] = max(started.get(name, ""), str(r.get("time", "")))
+    return [
+        e
+        for e in entries
+        if "kind" not in e or str(e.get("time", "")) > started.get(e["device"], "")
+    ]
+
+
 def recorded_room(p: Prepared) -> dict[str, int]:
     """The room per device with_recorded already gave (device name → bytes)."""
     rows = (p.llama_recorded or {}).get("room", [])
     return {r["device"]: r["bytes"] for r in rows}
+
+
+# ---- listed and cleared with the calibration records (#37 F10) ----
+
+
+def _folder() -> str:
+    return os.path.join(cache_dir(), "llama-check")
+
+
+def _read_file(path: str) -> tuple[dict[str, Any], os.stat_result] | None:
+    """One record file of ours (a regular file, our format), with its stat; None otherwise."""
+    from ..safe_io import read_regular_stat
+
+    try:
+        raw, st = read_regular_stat(path, RECORD_FILE)
+        data = json.loads(raw, parse_constant=lambda c: None)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    if not isinstance(data.get("identity"), str) or not isinstance(data.get("entries"), list):
+        return None
+    return data, st
+
+
+def _files() -> list[str]:
+    try:
+        names = sorted(os.listdir(_folder()))
+    except OSError:
+        return []
+    return [os.path.join(_folder(), n) for n in names if n.endswith(".json")]
+
+
+def listed() -> list[dict[str, Any]]:
+    """Every build's remembered answers, for `calibration show`: the build, the file, and per
+    entry the device, what it holds (a kind's difference or a tensor limit) and the model."""
+    out = []
+    for path in _files():
+        read = _read_file(path)
+        if read is None:
+            continue
+        data = read[0]
+        entries = [e for e in data["entries"] if _valid(e)]
+        out.append(
+            {
+                "build": data["identity"],
+                "path": path,
+                "entries": [
+                    {
+                        "device": e["device"],
+                        "kind": e.get("kind", "tensor_limit"),
+                        "bytes": e.get("bytes", e.get("max_tensor_bytes")),
+                        "model_name": e.get("model_name"),
+                    }
+                    for e in entries
+                ],
+            }
+        )
+    return out
+
+
+def clear_all() -> int:
+    """Remove every record file of ours (`calibration clear`, all or --kind memory): the number
+    removed. A file that is not ours (not a regular file, another format) is left."""
+    from ..safe_io import remove_read
+
+    removed = 0
+    for path in _files():
+        read = _read_file(path)
+        if read is None:
+            continue
+        try:
+            remove_read(path, read[1])
+        except OSError:
+            continue
+        removed += 1
+    return removed

@@ -26,7 +26,11 @@ SKIP_WORDS = {
 
 
 def summary(
-    records: Iterable[dict[str, Any]], path: str, damaged: int = 0, older_bytes: int = 0
+    records: Iterable[dict[str, Any]],
+    path: str,
+    damaged: int = 0,
+    older_bytes: int = 0,
+    llama_cpp: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan
     would use; per (machine, architecture, backend): the speed runs that count, their evidence and
@@ -88,12 +92,14 @@ def summary(
         "damaged_lines": damaged,
         # bytes of the oldest records not read: the file is larger than llamafit reads (16 MiB)
         "older_bytes_not_read": older_bytes,
+        # llama.cpp's dry-run answers remembered per build (commands/llama_record.py listed)
+        "llama_cpp": llama_cpp or [],
         "speed_needs": {"requests": MIN_REQUESTS, "generated_tokens": MIN_GENERATED_TOKENS},
     }
 
 
 def to_text(data: dict[str, Any]) -> str:
-    if not data["setups"] and not data.get("speed"):
+    if not data["setups"] and not data.get("speed") and not data.get("llama_cpp"):
         return printable(
             f"No calibration recorded yet ({data['path']}); `llamafit run` records each healthy "
             "start."
@@ -132,6 +138,16 @@ def to_text(data: dict[str, Any]) -> str:
                     "    not counted: "
                     + ", ".join(f"{n} {SKIP_WORDS.get(k, k)}" for k, n in s["skipped"].items())
                 )
+    if data.get("llama_cpp"):
+        lines.append(
+            "llama.cpp's own estimates remembered (llama-fit-params; plans with its check)"
+        )
+        for b in data["llama_cpp"]:
+            lines.append(f"  {b['build'][:40]}: {len(b['entries'])} entries")
+            for e in b["entries"]:
+                mib = "-" if e["bytes"] is None else f"{e['bytes'] / (1 << 20):,.1f} MiB"
+                model = f" ({e['model_name']})" if e.get("model_name") else ""
+                lines.append(f"    {e['device'][:24]:<24} {e['kind']:<13}{mib:>14}{model}"[:80])
     if data.get("damaged_lines"):
         lines.append(f"{data['damaged_lines']} damaged line(s) skipped")
     if data.get("older_bytes_not_read"):

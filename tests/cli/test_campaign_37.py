@@ -22,7 +22,7 @@ from tests.support.scripts import script
 fuzz = script("fuzz")
 drop, patch = script("gguf_patch").drop, script("gguf_patch").patch
 
-DEADLINE_S = 0.5
+DEADLINE_S = 1.0
 GOOD = {
     "--version": f"printf %s {NEW_VERSION!r} >&2",
     "--help": 'cat "$(dirname "$0")/help.txt"',
@@ -84,10 +84,19 @@ def _alive(pid: int) -> bool:
 
 
 def _left_running(where: Path) -> list[int]:
+    """The stand-ins' processes still alive; a SIGKILL is delivered asynchronously, so a process
+    killed a moment ago gets a few seconds to go (one that was never killed stays 300 s)."""
+    import time
+
     pids = (
         [int(p) for p in (where / "pids").read_text().split()] if (where / "pids").exists() else []
     )
-    return [p for p in pids if _alive(p)]
+    for _ in range(200):
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            break
+        time.sleep(0.02)
+    return alive
 
 
 @pytest.fixture
@@ -887,3 +896,124 @@ def test_f11_a_device_name_of_200_kib_is_cut_not_wrapped_over_thousands_of_lines
         f"           {x * 69}",
         f"           {x * 29}…",
     ]
+
+
+# ---- F10: a remembered llama-fit-params answer is held to the rules of every other record -----
+
+DENSE_KEY = "llama:188992:267776"  # llama_record.model_key of the dense fixture
+ROOM = 4 << 20  # a plausible difference: 4 MiB more weights on a 16 MiB device
+
+
+def _remembering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fitp: str = ""
+) -> tuple[dict[str, str], str]:
+    """A build listing one 16 MiB CUDA0 (with `fitp`, a llama-fit-params answering it), its
+    environment, and its identity; the records go to a private cache."""
+    env = fake_build(
+        tmp_path / "bin",
+        {"--list-devices": "printf 'Available devices:\\n  CUDA0: GPU (16 MiB, 16 MiB free)\\n'"},
+        fitp=fitp,
+    )
+    env |= {
+        "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
+        "LLAMAFIT_CALIBRATION": str(tmp_path / "cal.jsonl"),
+    }
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", env["LLAMAFIT_CACHE_DIR"])
+    identity = find.build_identity(
+        str(tmp_path / "bin" / "llama-server"), NEW_VERSION.splitlines()[0]
+    )
+    return env, identity
+
+
+def _remember(identity: str, time: str = "2026-01-01T00:00:00Z") -> None:
+    from llamafit.commands.llama_record import store
+
+    store(
+        identity,
+        [
+            {"device": "CUDA0", "card": "GPU", "total_bytes": 16 << 20, "model": DENSE_KEY}
+            | {"model_name": "dense-llama.gguf", "kind": "model", "bytes": ROOM, "agrees": False}
+            | {"config": {}, "time": time}
+        ],
+    )
+
+
+def _plan_json(env: dict[str, str], *flags: str) -> dict:
+    code, out, err = _invoke(
+        ["plan", str(DENSE), "--reserve", "0", "--ram", "8GiB", "--json", *flags], env
+    )
+    assert code in (0, 1), err
+    data = _strict(out)
+    assert isinstance(data, dict)
+    return data
+
+
+def test_f10_a_remembered_answer_applies_only_with_llama_s_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env, identity = _remembering(tmp_path, monkeypatch)
+    _remember(identity)
+    assert _plan_json(env)["llama_cpp_recorded"]["room"] == [{"device": "CUDA0", "bytes": ROOM}]
+    assert "llama_cpp_recorded" not in _plan_json(env, "--no-llama-check")
+
+
+def test_f10_a_real_start_overrides_a_remembered_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env, identity = _remembering(tmp_path, monkeypatch)
+    _remember(identity, time="2026-01-01T00:00:00Z")
+    started = json.loads(_record(time="2026-02-01T00:00:00Z"))
+    started["server"] = {"build": None, "identity": identity}
+    Path(env["LLAMAFIT_CALIBRATION"]).write_text(json.dumps(started) + "\n")
+    assert "llama_cpp_recorded" not in _plan_json(env)
+    started["time"] = "2025-12-01T00:00:00Z"  # a start before the answer: the answer stands
+    Path(env["LLAMAFIT_CALIBRATION"]).write_text(json.dumps(started) + "\n")
+    assert _plan_json(env)["llama_cpp_recorded"]["room"] == [{"device": "CUDA0", "bytes": ROOM}]
+
+
+def test_f10_an_implausible_answer_is_not_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short: None
+) -> None:
+    from llamafit.commands.llama_record import load
+
+    huge = "echo 'CUDA0 1000000 0 1'; echo 'Host 0 0 1'"  # 976 GiB of weights on a 16 MiB card
+    env, identity = _remembering(tmp_path, monkeypatch, fitp=huge)
+    _plan_json(env)
+    assert [e["kind"] for e in load(identity) if e.get("kind")] == ["context", "compute"]
+
+
+def test_f10_remembered_answers_are_listed_and_cleared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llamafit.commands.llama_record import load, record_path
+
+    env, identity = _remembering(tmp_path, monkeypatch)
+    _remember(identity)
+    code, out, err = _invoke(["calibration", "show", "--json"], env)
+    data = _strict(out)
+    assert isinstance(data, dict)
+    assert data["llama_cpp"] == [
+        {
+            "build": identity,
+            "path": record_path(identity),
+            "entries": [
+                {
+                    "device": "CUDA0",
+                    "kind": "model",
+                    "bytes": ROOM,
+                    "model_name": "dense-llama.gguf",
+                }
+            ],
+        }
+    ]
+    code, out, err = _invoke(["calibration", "show"], env)
+    assert out.splitlines()[-2:] == [
+        f"  {identity}: 1 entries",
+        "    CUDA0                    model               4.0 MiB (dense-llama.gguf)",
+    ]
+    code, out, err = _invoke(["calibration", "clear"], env)
+    assert (code, out.splitlines()[-1]) == (
+        0,
+        "Cleared llama.cpp's remembered estimates of 1 build(s)",
+    )
+    assert load(identity) == [] and not Path(record_path(identity)).exists()
