@@ -687,7 +687,7 @@ MEMORY_RECORD = {
 def _record(**changes: object) -> str:
     record = json.loads(json.dumps(MEMORY_RECORD))
     record.update({k: v for k, v in changes.items() if k != "buffer"})
-    record["buffers"][0].update(changes.get("buffer", {}))  # type: ignore[arg-type]
+    record["buffers"][0].update(changes.get("buffer", {}))
     return json.dumps(record)
 
 
