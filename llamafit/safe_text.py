@@ -20,10 +20,12 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(_escaped, text)
 
 
-_UNSAFE_BUT_NEWLINE = re.compile("[\\x00-\\x09\\x0b-\\x1f\\x7f-\\x9f\\ud800-\\udfff\\u2028\\u2029]")
+# printable's, but the tab (\x09) and the newline (\x0a): the two a program's output is read by
+_UNSAFE_BUT_LINES = re.compile("[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f\\ud800-\\udfff\\u2028\\u2029]")
 
 
 def printable_lines(text: str) -> str:
-    """Like printable, but newlines kept (a `\\r\\n` is a newline): a program's output, line by
-    line."""
-    return _UNSAFE_BUT_NEWLINE.sub(_escaped, text.replace("\r\n", "\n"))
+    """Like printable, but newlines and tabs kept (a `\\r\\n` is a newline): a program's output,
+    line by line, as its parser reads it (vulkaninfo indents with tabs). Neither acts on a
+    terminal beyond moving the cursor; a line shown to the user goes through printable too."""
+    return _UNSAFE_BUT_LINES.sub(_escaped, text.replace("\r\n", "\n"))

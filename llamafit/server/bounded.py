@@ -8,8 +8,8 @@ escapes. So each run here
 - reads stdout and stderr as they come, and stops at OUTPUT_CAP bytes in all;
 - has a deadline, after which its whole process group (it runs in a session of its own, so any
   child it started goes too) is killed with SIGKILL;
-- hands back text with every control character but the newline escaped (safe_text.printable),
-  so nothing of it acts on a terminal;
+- hands back text with every control character but the newline and the tab escaped
+  (safe_text.printable_lines), so nothing of it acts on a terminal;
 - says on any failure why, in one line (ToolAnswer.failure): the caller notes it and falls back
   as for a missing tool.
 
@@ -51,7 +51,7 @@ class ToolAnswer:
 
 def escaped_lines(data: bytes) -> str:
     """Bytes a program printed as text: UTF-8 (invalid bytes replaced), every control character
-    but the newline escaped."""
+    but the newline and the tab escaped."""
     return printable_lines(data.decode("utf-8", "replace"))
 
 

@@ -147,7 +147,19 @@ def test_f4_escapes_and_invalid_utf8_are_text_for_a_terminal(tmp_path: Path) -> 
     prog.write_text("#!/bin/sh\nprintf 'a\\033[2J<script>\\377\\r\\nb\\tc\\n'\n")
     prog.chmod(0o755)
     answer = bounded.ask_tool([str(prog)], {}, DEADLINE_S)
-    assert answer == bounded.ToolAnswer("a\\x1b[2J<script>\ufffd\nb\\tc\n", "", 0, None)
+    assert answer == bounded.ToolAnswer("a\\x1b[2J<script>\ufffd\nb\tc\n", "", 0, None)
+
+
+def test_f4_vulkaninfo_through_the_bounded_run_reads_as_its_text() -> None:
+    """Its tab-indented report (the tab and the newline are the two controls kept)."""
+    from llamafit.machine.vulkan import parse_vulkaninfo
+    from tests.support import DATA
+
+    report = DATA / "vulkaninfo" / "lavapipe-llvm15.txt"
+    answer = bounded.ask_tool(["cat", str(report)], {"PATH": "/usr/bin:/bin"}, 10.0)
+    assert answer.failure is None
+    assert parse_vulkaninfo(answer.stdout) == parse_vulkaninfo(report.read_text())
+    assert parse_vulkaninfo(answer.stdout)[0].max_storage_buffer_range == 134217728
 
 
 @pytest.mark.parametrize(
