@@ -116,12 +116,12 @@ def server_devices_for(path: str | None, asked: list[Listing] | None = None) -> 
     def devices(env: Mapping[str, str], detected: Hardware) -> Hardware | None:
         if path is None:
             return None
-        from .server_devices import Listing, list_devices, server_hardware
+        from .server_devices import Listing, ask_list_devices, server_hardware
         from .vulkan import vulkaninfo_devices
 
-        listed = list_devices(path, env)
-        if asked is not None:
-            asked.append(Listing(path, listed))
+        listed, failed = ask_list_devices(path, env)
+        if asked is not None:  # a failure (hung, endless, not believed: #37 F4) is noted there
+            asked.append(Listing(path, listed, failed))
         if listed is None:
             return None
         vulkan = vulkaninfo_devices(env) if any(d.backend == "vulkan" for d in listed) else ()

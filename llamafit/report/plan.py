@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 from ..facts.hparams import ModelFacts
@@ -17,7 +16,7 @@ from ..machine.devices import DeviceSpec
 from ..safe_text import printable
 from .check import notice_line, notices_json
 from .json_parts import config_json, device_json, model_json, side_models_json
-from .layout import LABEL, WIDTH, command_lines, wrap_text
+from .layout import LABEL, WIDTH, command_lines, wrap, wrap_text
 
 SCHEMA = "llamafit.plan/2"
 
@@ -417,7 +416,7 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
 
 def _indented(text: str) -> list[str]:
     """A line under the label column, wrapped at 80 with its continuation indented two more."""
-    return textwrap.wrap(
+    return wrap(
         text,
         WIDTH,
         initial_indent=" " * LABEL,
@@ -616,7 +615,7 @@ def _row_line(t: Tradeoff, v: Verdict | None, *, gpus: bool, speed: bool) -> str
 
 
 def _indented_by(n: int, text: str) -> list[str]:
-    return textwrap.wrap(
+    return wrap(
         text, WIDTH, initial_indent=" " * n, subsequent_indent=" " * (n + 2), break_long_words=False
     )
 

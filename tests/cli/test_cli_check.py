@@ -123,7 +123,7 @@ def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> No
     fake = Hardware((gpu,), host(32 << 30, 16 << 30), "nvml")
     monkeypatch.setattr(pick, "default_detect", lambda env: fake)
     # no llama-server: detection is the default
-    monkeypatch.setattr(find, "local_server", lambda env: None)
+    monkeypatch.setattr(find, "local_server", lambda env, notes=None: None)
     d = json.loads(check(DENSE, "--json", "--", "-c", "4096").stdout)
     assert [(x["name"], x["usable_bytes"]) for x in d["devices"]] == [
         ("CUDA0", 6 << 30),

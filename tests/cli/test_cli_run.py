@@ -82,7 +82,7 @@ Command    {server} \\
         "version": "version: 0.6.0-dev (build 0, commit unknown)",
         "notes": [],
         "identity": build_identity(str(server), as_json["server"]["version"]),
-        "devices": [],  # the stand-in answers --list-devices as a CPU-only build does
+        "devices": None,  # --gpu: the server is not asked for its devices (#37 F14)
         "why": f"llama-server from --server: {server}",
     }
 
@@ -128,7 +128,8 @@ def test_run_solves_the_plan_once(
     assert len(calls) == 1
     last_call = (tmp_path / "bin" / "calls.log").read_text().splitlines()[-1]
     # the launch started the stand-in
-    assert last_call == ("--list-devices" if mode == ["--dry-run"] else "-m")
+    # with --gpu nothing asks --list-devices (#37 F14)
+    assert last_call == ("--help" if mode == ["--dry-run"] else "-m")
 
 
 @pytest.mark.parametrize("mode", [["--dry-run"], ["--port", "18902"]])
@@ -136,13 +137,13 @@ def test_run_solves_the_plan_once(
 def test_run_asks_the_server_for_its_devices_once(
     mode: list[str], gpu: list[str], tmp_path: Path
 ) -> None:
-    """The plan's devices (prepare) and the record's (build_launch) come from one --list-devices:
-    with --gpu the plan does not ask, and the launch asks once."""
+    """The plan's devices (prepare) and the record's (build_launch) come from one --list-devices;
+    with --gpu (the user's devices) neither asks (#37 F14)."""
     server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
     result = run(*gpu, "--server", str(server), "--ctx", "4096", *mode)
     assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
     calls = (tmp_path / "bin" / "calls.log").read_text().splitlines()
-    assert calls.count("--list-devices") == 1
+    assert calls.count("--list-devices") == (0 if gpu else 1)
 
 
 @pytest.mark.parametrize(("gpu", "ctx"), [("cpu", 32768), ("24GiB", 32768), ("cpu", 8192)])
