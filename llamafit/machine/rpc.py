@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from ..server.bounded import bounded_int
+from .bounded import bounded_int
 from .server_devices import MAX_MIB
 
 _LINE = re.compile(r"^\s*RPC\d+: (\S+) \((\d+) MiB, (\d+) MiB free\)")
@@ -33,7 +33,7 @@ def query_workers(
     server: str, endpoints: Sequence[str], env: Mapping[str, str], timeout_s: float = 30.0
 ) -> dict[str, tuple[int, int]]:
     """Memory of each reachable worker; unreachable ones are missing from the answer."""
-    from ..server.bounded import ask_tool
+    from .bounded import ask_tool
 
     answer = ask_tool([server, "--rpc", ",".join(endpoints), "--list-devices"], env, timeout_s)
     return {} if answer.failure else parse_list_devices(answer.text)

@@ -19,8 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..server.bounded import bounded_int
 from ..units import MIB
+from .bounded import bounded_int
 from .devices import DeviceSpec
 from .hardware import GPUInfo, Hardware
 from .unified import CrossChecked, OsMemory, cross_check
@@ -120,8 +120,8 @@ def ask_list_devices(
     server: str, env: Mapping[str, str], timeout_s: float | None = None
 ) -> tuple[tuple[ListedDevice, ...] | None, str | None]:
     """(the list, None), (None, None) for a build without the flag, or (None, why) when the run
-    failed (bounded: server/bounded.py), for a one-line note."""
-    from ..server.bounded import ask_tool
+    failed (bounded: machine/bounded.py), for a one-line note."""
+    from .bounded import ask_tool
 
     answer = ask_tool(
         [server, "--list-devices"], env, LIST_TIMEOUT_S if timeout_s is None else timeout_s

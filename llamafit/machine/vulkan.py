@@ -149,7 +149,7 @@ def vulkaninfo_devices(
     tool = shutil.which("vulkaninfo", path=env.get("PATH"))
     if tool is None:
         return None
-    from ..server.bounded import ask_tool
+    from .bounded import ask_tool
 
     proc = ask_tool([tool], env, timeout_s)  # bounded: output, time, escapes (#37 F4)
     if proc.failure:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from ..builds import build_of
 from ..errors import InputError, LlamafitError
+from ..machine.bounded import ToolAnswer, ask_tool
 from ..paths import cache_dir
-from .bounded import ToolAnswer, ask_tool
 from .flags import arity, flag_groups
 
 # seconds for each question (issue #37 F4: a hung binary or GPU driver costs this much, then the
@@ -349,7 +349,7 @@ def build_identity(path: str, version_line: str) -> str:
 
 
 def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> ToolAnswer:
-    """One question to the binary, bounded (server/bounded.py); ServerProbeError when it gives
+    """One question to the binary, bounded (machine/bounded.py); ServerProbeError when it gives
     no answer."""
     answer = ask_tool([path, flag], env, timeout)
     if answer.failure:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .bounded import ask_tool, bounded_int
+from ..machine.bounded import ask_tool, bounded_int
 from .find import _arity, parse_help
 from .flags import flag_groups
 

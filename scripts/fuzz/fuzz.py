@@ -15,7 +15,7 @@ Five families, all in this process (CLI through click's CliRunner, so every case
                through `check -ctk q8_0` and `plan`
   http         hostile loopback servers (scripts/fuzz/hostile_http.py) through `inspect URL`
   replay       the graph replay itself (issue #37 F1): one seed per architecture it builds
-               (memory/graph/build.py FAMILIES: the fixtures, else scripts/fixtures/make_shapes.py's
+               (memory/graph/models MODELS: the fixtures, else scripts/fixtures/make_shapes.py's
                header), each numeric hyperparameter set to 0, 1, 3, 2^31-1, half, double or
                removed, through `check` on the CPU and on a Vulkan device (both replayed)
 
@@ -566,7 +566,7 @@ REPLAY_SHAPES = {
 def replay_seeds(tmp: Path) -> dict[str, bytes]:
     """arch → a header of that architecture, for every architecture the replay builds; an
     architecture without a seed is an error (the family must cover them all)."""
-    from llamafit.memory.graph.build import FAMILIES
+    from llamafit.memory.graph.models import MODELS as FAMILIES
     from llamafit.reader.model import read_model
     from scripts.fixtures.make_shapes import write_shape
 

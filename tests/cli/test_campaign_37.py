@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from llamafit.cli import cli
-from llamafit.machine import server_devices
-from llamafit.server import bounded, find, fit_check
+from llamafit.machine import bounded, server_devices
+from llamafit.server import find, fit_check
 from tests.support import DENSE, FIXTURES, HOST, NEW_HELP, NEW_VERSION, fake_server
 from tests.support.scripts import script
 
@@ -469,7 +469,7 @@ def test_f1_a_recurrent_size_the_replay_divides_by_is_one_line(
 
 
 def test_f1_the_fuzz_seeds_every_architecture_the_replay_builds(tmp_path: Path) -> None:
-    from llamafit.memory.graph.build import FAMILIES
+    from llamafit.memory.graph.models import MODELS as FAMILIES
 
     assert set(fuzz.REPLAY_FIXTURES) | set(fuzz.REPLAY_SHAPES) >= set(FAMILIES)
 

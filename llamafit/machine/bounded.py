@@ -19,15 +19,34 @@ Numbers in the text are the caller's to parse with bounds (bounded_int).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import selectors
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..safe_text import printable, printable_lines
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGKILL it when llamafit dies, however it dies (a
+    server that ignores SIGTERM too: llamafit's own SIGINT/SIGTERM are forwarded, then
+    escalated)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """preexec_fn for any child llamafit starts (servers, --help probes): on Linux, dies with
+    llamafit."""
+    return _die_with_parent if sys.platform.startswith("linux") else None
+
 
 # a real `llama-server --help` is about 40 KiB, `--list-devices` under 1 KiB, vulkaninfo's full
 # report some 200 KiB per device: 4 MiB is far above any honest answer
@@ -121,8 +140,6 @@ def ask_tool(
 ) -> ToolAnswer:
     """Run `argv` with no input, read what it prints for at most `deadline_s` seconds and
     `cap_bytes` bytes, and leave nothing of it running."""
-    from .launcher import die_with_parent
-
     name = os.path.basename(argv[0]) if argv else "?"
     flag = [a for a in argv[1:2] if a.startswith("--")]  # --version, --help, --list-devices
     question = printable(" ".join([name, *flag]))
