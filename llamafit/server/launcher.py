@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import InputError
+from ..machine.bounded import die_with_parent
 
 STOP_GRACE_S = 10.0
 KILL_GRACE_S = 5.0
