@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ...builds import since
+from ...builds import PINNED_BUILD, since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from .alloc import AllocError, BufferType, Gallocr
 from .backends.cpu import CPU, cpu_backend
+from .backends.cuda import cuda_backend, cuda_buffer_type, cuda_graph_ok, cuda_host_buffer_type
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
 from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
 from .backends.vulkan import (
@@ -169,7 +170,13 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
 
 
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
-DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
+DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal", "cuda", "rocm"})
+# CUDA and ROCm (backends/cuda.py): the checked_0317 archs (dense: no MUL_MAT_ID, so none of
+# 0.3.36's MoE fusion alloc dependencies) from their REPLAY_SINCE (the graph builder's earliest
+# build) up to CUDA_UNTIL, the newest ggml-cuda source read (llama-cpp-python 0.3.36's vendored
+# llama.cpp, b9512); later builds keep the hand-derived peaks until their source is read
+CUDA_BACKENDS = frozenset({"cuda", "rocm"})
+CUDA_UNTIL = PINNED_BUILD
 # Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
 # and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
 # (49bfddeca, 2026-03-22, before the Hadamard rotation of rule attn_rot) for the FA alloc extras
@@ -217,6 +224,9 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
             return False
     if "metal" in backends:
         return _checked_0317(facts) and not since(METAL_UNTIL, build)
+    if CUDA_BACKENDS & set(backends):
+        cuda_build = build is not None and build <= CUDA_UNTIL
+        return len(set(backends)) == 1 and _checked_0317(facts) and cuda_build
     return True
 
 
@@ -226,7 +236,8 @@ def covers_every_config(facts: ModelFacts, build: int | None, backends: Sequence
     and Vulkan before REPLAY_SINCE, cover some configs only (covers_devices, metal_graph_ok,
     UnknownDeviceLimit): a calibration record still corrects the hand peaks of the others."""
     old_vulkan = "vulkan" in backends and not since(REPLAY_SINCE, build)
-    return covers_backends(facts, build, backends) and "metal" not in backends and not old_vulkan
+    partial = "metal" in backends or bool(CUDA_BACKENDS & set(backends))
+    return covers_backends(facts, build, backends) and not partial and not old_vulkan
 
 
 def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> bool:
@@ -279,6 +290,12 @@ def scheduler_backends(
                 metal_backend(g.name, rc.build, op_offload_min_batch=rc.op_offload_min_batch)
             )
             bufts.append(metal_buffer_type(g.name))
+        elif g.backend in CUDA_BACKENDS:
+            peers = frozenset(o.name for o in gpus if o.backend == g.backend) - {g.name}
+            backends.append(
+                cuda_backend(g.name, peers=peers, op_offload_min_batch=rc.op_offload_min_batch)
+            )
+            bufts.append(cuda_buffer_type(g.name))
         else:
             backends.append(rpc_backend(g.name))
             bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))
@@ -287,6 +304,10 @@ def scheduler_backends(
         backends.append(cpu_backend("Vulkan_Host"))
         map_align = first.host_alignment or VK_MAP_ALIGNMENT_DEFAULT
         bufts.append(vulkan_host_buffer_type(map_align, suballocation_block(first)))
+    elif first is not None and first.backend in CUDA_BACKENDS:
+        host = cuda_host_buffer_type(first.backend)
+        backends.append(cpu_backend(host.name))
+        bufts.append(host)
     else:
         backends.append(cpu_backend("CPU"))
         bufts.append(CPU)
@@ -374,6 +395,7 @@ def device_compute_bytes(
     device_of_layer = [device(d) for d in layers]
     copies = n_copies(facts, rc, gpus)
     metal = any(g.backend == "metal" for g in gpus)
+    cuda = any(g.backend in CUDA_BACKENDS for g in gpus)
     hp = graph_hparams_of(facts)
     gallocr = Gallocr(bufts)
     sizes: tuple[int, ...] = ()
@@ -387,6 +409,8 @@ def device_compute_bytes(
             done.add(config)
             graph = _placed(build_graph(facts, config, hp), backends, device_of_layer)
             if metal and not metal_graph_ok(graph):
+                return None
+            if cuda and not cuda_graph_ok(graph, rc.build):
                 return None
             split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
             sizes = gallocr.reserve_n(split.graph)
