@@ -272,7 +272,7 @@ def device_lines(b: Breakdown) -> list[str]:
             f"{_mib(d.output_bytes):>8}{_mib(d.reserve_bytes):>8}{_mib(d.used_bytes):>8}"
             f"{_mib(d.free_after_bytes):>8}"
         )
-    return lines + estimated_lines(b) + side_used_lines(b)
+    return lines + side_used_lines(b) + estimated_lines(b)
 
 
 def _compute_cell(d: DeviceUsage) -> str:
