@@ -7,10 +7,12 @@ peaks of memory/compute.py stand.
 With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
 supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
-checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm are not: CUDA's supports_op
-and its fusion reorders (graph_optimize) are not ported, its buffer type pads quantized rows
-(ggml_backend_cuda_buffer_type_get_alloc_size) and its VMM pool is not an allocator buffer. There
-the hand model stays.
+checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
+covered for the dense families of models.Model.checked_0317 from their first replayed build to
+CUDA_UNTIL, the newest ggml-cuda source read, where cuda_graph_ok takes the graph (no flash
+attention over a non-F16 cache from rule cuda_fa_f16_in_buffer on: its F16 copies depend on the
+device's compute capability), any offload and any number of devices of one backend, -sm row
+aside. Elsewhere the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
@@ -214,8 +216,9 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
     """Whether the replay models this model's graphs at this build on GPUs of these backends
     (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (b11434's rules); Vulkan alone also
     for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize,
-    backends.vulkan_optimize.vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
-    gives 70.50); Metal for the checked_0317 archs before METAL_UNTIL."""
+    backends.vulkan_optimize.vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints
+    66.50 MiB, b11434's reorder gives 70.50); Metal for the checked_0317 archs before
+    METAL_UNTIL; CUDA or ROCm alone for the checked_0317 archs up to CUDA_UNTIL."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
         return False
     if ("vulkan" in backends or "rpc" in backends) and not since(REPLAY_SINCE, build):
@@ -233,8 +236,9 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
 def covers_every_config(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
     """Whether the replay gives the compute buffers of every config (split modes aside) of this
     model and build on GPUs of these backends: the CPU, and Vulkan and RPC from REPLAY_SINCE. Metal,
-    and Vulkan before REPLAY_SINCE, cover some configs only (covers_devices, metal_graph_ok,
-    UnknownDeviceLimit): a calibration record still corrects the hand peaks of the others."""
+    CUDA, ROCm, and Vulkan before REPLAY_SINCE, cover some configs only (covers_devices,
+    metal_graph_ok, cuda_graph_ok, UnknownDeviceLimit): a calibration record still corrects the
+    hand peaks of the others."""
     old_vulkan = "vulkan" in backends and not since(REPLAY_SINCE, build)
     partial = "metal" in backends or bool(CUDA_BACKENDS & set(backends))
     return covers_backends(facts, build, backends) and not partial and not old_vulkan
@@ -244,7 +248,8 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
     device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
     backend's rules are the x86 build's, not Apple's; Vulkan before REPLAY_SINCE with caches of
-    VK_OLD_KV only, of one type with flash attention)."""
+    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none: the
+    row split buffers of -sm row before rule cuda_no_split_buffers are not ported)."""
     backends = [g.backend for g in gpus]
     if "metal" in backends and (
         len(gpus) != 1
@@ -318,7 +323,8 @@ def n_copies(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) 
     """src/llama-context.cpp llama_context: pipeline parallelism (GGML_SCHED_MAX_COPIES copies of
     every split input) with several devices, every layer and the output offloaded, -sm layer, the
     KV cache offloaded and no tensor overrides, when every device has async compute and events
-    (Vulkan and RPC do: ggml_backend_vk_device_get_props, ggml_backend_rpc_device_get_props)."""
+    (Vulkan, RPC and CUDA do: ggml_backend_vk_device_get_props, ggml_backend_rpc_device_get_props,
+    ggml_backend_cuda_device_get_props unless built with GGML_CUDA_NO_PEER_COPY)."""
     parallel = (
         len(gpus) > 1
         and rc.n_gpu_layers > facts.n_layer_all
