@@ -8,11 +8,10 @@ With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC work
 supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
 checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
-covered for the dense families of models.Model.checked_0317 from their first replayed build to
-CUDA_UNTIL, the newest ggml-cuda source read, where cuda_graph_ok takes the graph (no flash
-attention over a non-F16 cache from rule cuda_fa_f16_in_buffer on: its F16 copies depend on the
-device's compute capability), any offload and any number of devices of one backend, -sm row
-aside. Elsewhere the hand model stays.
+covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
+MUL_MAT_ID: MoE graphs keep the estimate; no flash attention over a non-F16 cache from rule
+cuda_fa_f16_in_buffer on: its F16 copies depend on the device's compute capability), any offload
+and any number of devices of one backend, -sm row aside. Elsewhere the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
@@ -25,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ...builds import PINNED_BUILD, since
+from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from .alloc import AllocError, BufferType, Gallocr
@@ -173,12 +172,10 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
 
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
 DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal", "cuda", "rocm"})
-# CUDA and ROCm (backends/cuda.py): the checked_0317 archs (dense: no MUL_MAT_ID, so none of
-# 0.3.36's MoE fusion alloc dependencies) from their REPLAY_SINCE (the graph builder's earliest
-# build) up to CUDA_UNTIL, the newest ggml-cuda source read (llama-cpp-python 0.3.36's vendored
-# llama.cpp, b9512); later builds keep the hand-derived peaks until their source is read
+# CUDA and ROCm (backends/cuda.py): every arch from the build its graph is replayed from
+# (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes (no MUL_MAT_ID:
+# the MoE fusions of ggml_backend_cuda_graph_optimize are not ported)
 CUDA_BACKENDS = frozenset({"cuda", "rocm"})
-CUDA_UNTIL = PINNED_BUILD
 # Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
 # and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
 # (49bfddeca, 2026-03-22, before the Hadamard rotation of rule attn_rot) for the FA alloc extras
@@ -218,7 +215,7 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
     for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize,
     backends.vulkan_optimize.vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints
     66.50 MiB, b11434's reorder gives 70.50); Metal for the checked_0317 archs before
-    METAL_UNTIL; CUDA or ROCm alone for the checked_0317 archs up to CUDA_UNTIL."""
+    METAL_UNTIL; CUDA or ROCm alone (one backend) for every arch from its Model.since."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
         return False
     if ("vulkan" in backends or "rpc" in backends) and not since(REPLAY_SINCE, build):
@@ -228,8 +225,7 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
     if "metal" in backends:
         return _checked_0317(facts) and not since(METAL_UNTIL, build)
     if CUDA_BACKENDS & set(backends):
-        cuda_build = build is not None and build <= CUDA_UNTIL
-        return len(set(backends)) == 1 and _checked_0317(facts) and cuda_build
+        return len(set(backends)) == 1
     return True
 
 

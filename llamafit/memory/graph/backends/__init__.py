@@ -54,4 +54,3 @@ def batch_offload(min_batch: int = OP_OFFLOAD_MIN_BATCH) -> OpPredicate:
         return op_batch_size(tensors[i]) >= min_batch
 
     return offload
-

