@@ -244,8 +244,9 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
     device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
     backend's rules are the x86 build's, not Apple's; Vulkan before REPLAY_SINCE with caches of
-    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none: the
-    row split buffers of -sm row before rule cuda_no_split_buffers are not ported)."""
+    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
+    row split buffers of -sm row before rule cuda_no_split_buffers are not ported) and no
+    experts)."""
     backends = [g.backend for g in gpus]
     if "metal" in backends and (
         len(gpus) != 1
@@ -254,6 +255,8 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         or rc.all_overrides
     ):
         return False
+    if CUDA_BACKENDS & set(backends) and facts.moe is not None:
+        return False  # every graph has MUL_MAT_ID (cuda_graph_ok): decided before building one
     if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
         kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
         if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):

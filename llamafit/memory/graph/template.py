@@ -3,9 +3,9 @@
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
 (models.MODELS: src/models/<arch>.cpp over build.GraphContext, the llm_graph_context helpers),
 then llm_graph_result::set_outputs. The first call for a model and a config (cache sizes and
-buffers aside) builds it three or four times to derive its template (_Template): every shape is
-linear in the two cache sizes; later calls that differ only in the cache sizes or in the buffers
-reuse it (~1-2 ms).
+buffers aside) builds it once; the second builds it three or four times to derive its template
+(_Template): every shape is linear in the two cache sizes; later calls that differ only in the
+cache sizes or in the buffers reuse it (~1-2 ms).
 
 API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph; build_direct (one emulation
 run, no template); clear_cache. Not modelled (GraphBuildError or not built): fused QKV, merged
@@ -36,9 +36,9 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     ubatch: nodes and leafs in ggml_visit_parents_graph order, with names, ops, types, shapes,
     views, input/output flags, and the weights and KV cache as tensors with data in their buffers.
 
-    The first call for a model and a config (cache sizes and buffers aside) builds it three or four
-    times to derive its template (_Template); later calls that differ only in the cache sizes or
-    in the buffers (with the same tensors shared) reuse it."""
+    The first call for a model and a config (cache sizes and buffers aside) builds it directly; the
+    second builds it three or four times to derive its template (_Template); later calls that
+    differ only in the cache sizes or in the buffers (with the same tensors shared) reuse it."""
     model_of(facts)
     hp = hp or GraphHParams()
     shape = replace(
@@ -56,11 +56,16 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     key = (id(facts), shape, hp, _sharing(facts, config))
     hit = _TEMPLATES.get(key)
     if hit is None or hit[0] is not facts:
+        # the first call builds directly (one run, not the template's three or four): a check
+        # replays each graph once; the second call with this shape makes the template
         if len(_TEMPLATES) > 64:
             _TEMPLATES.clear()
+        _TEMPLATES[key] = (facts, _FIRST)
+        return build_direct(facts, config, hp)
+    if hit[1] is _FIRST:
         hit = _TEMPLATES[key] = (facts, _Template.make(facts, config, hp))
     template = hit[1]
-    if template is None:
+    if not isinstance(template, _Template):
         return build_direct(facts, config, hp)
     return template.at(config)
 
@@ -244,7 +249,8 @@ def _linear(
     return tuple(lins)
 
 
-_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | None]] = {}
+_FIRST = object()  # a shape built once, directly: no template yet
+_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | object | None]] = {}
 
 
 def clear_cache() -> None:
