@@ -20,7 +20,7 @@ embeddings-only (multimodal) per-layer path.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ...facts.hparams import ModelFacts
 from .build import GraphContext
@@ -60,10 +60,13 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
         # replays each graph once; the second call with this shape makes the template
         if len(_TEMPLATES) > 64:
             _TEMPLATES.clear()
-        _TEMPLATES[key] = (facts, _FIRST)
-        return build_direct(facts, config, hp)
-    if hit[1] is _FIRST:
-        hit = _TEMPLATES[key] = (facts, _Template.make(facts, config, hp))
+        graph, rules = _run(facts, config, hp)
+        _TEMPLATES[key] = (facts, _First(config, graph, rules))
+        return graph
+    first = hit[1]
+    if isinstance(first, _First):  # the template at the first call's config, from its graph
+        made = _Template.make(facts, first.config, hp, (first.graph, first.rules))
+        hit = _TEMPLATES[key] = (facts, made)
     template = hit[1]
     if not isinstance(template, _Template):
         return build_direct(facts, config, hp)
@@ -125,9 +128,16 @@ class _Template:
         self.varying = varying
 
     @classmethod
-    def make(cls, facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> _Template | None:
+    def make(
+        cls,
+        facts: ModelFacts,
+        config: GraphConfig,
+        hp: GraphHParams,
+        built: tuple[Graph, list[tuple[int, _Rule]]] | None = None,
+    ) -> _Template | None:
+        """`built`: this config's graph and rules where they were built already (_run)."""
         kv, swa, step = config.kv_size, config.kv_size_swa, cls.STEP
-        g0, rules = _run(facts, config, hp)
+        g0, rules = built or _run(facts, config, hp)
         g1 = build_direct(facts, replace(config, kv_size=kv + step), hp)
         if uses_iswa(facts):  # an iSWA cache pair
             g2 = build_direct(facts, replace(config, kv_size_swa=swa + step), hp)
@@ -249,8 +259,16 @@ def _linear(
     return tuple(lins)
 
 
-_FIRST = object()  # a shape built once, directly: no template yet
-_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | object | None]] = {}
+@dataclass(frozen=True, slots=True)
+class _First:
+    """A shape built once, directly (no template yet): its config, graph and buffer rules."""
+
+    config: GraphConfig
+    graph: Graph
+    rules: list[tuple[int, _Rule]]
+
+
+_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | _First | None]] = {}
 
 
 def clear_cache() -> None:
