@@ -204,6 +204,7 @@ def actual_vs_predicted(
                     "kind": kind,
                     "predicted_mib": round(getattr(d, field_name) / MIB, 2),
                     "actual_mib": round(reported, 2),
+                    "compute_source": d.compute_source,
                 }
             )
     return rows

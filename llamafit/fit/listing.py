@@ -48,6 +48,8 @@ class Fit:
     host_bytes: int | None = None  # on the host (the reserve included on a machine without GPUs)
     # the paired projector's weights and encoder compute, counted in the fit
     mmproj_bytes: int | None = None
+    # per device of the chosen config (DeviceUsage.compute_source): "graph" or "estimate"
+    compute_source: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,7 @@ def fit_model(
         generation_tps=[round(x, 2) for x in est.generation_tps] if est else None,
         host_bytes=c.breakdown.devices[-1].used_bytes,
         mmproj_bytes=mmproj,
+        compute_source={d.name: d.compute_source for d in c.breakdown.devices},
     )
 
 

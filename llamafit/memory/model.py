@@ -41,6 +41,8 @@ from .usage import DeviceUsage as DeviceUsage
 from .weights import bytes_read_per_token, is_mapped, loaded_tensors, place_weights
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
+# DeviceUsage.compute_source: the graph replay's figure, or the hand-derived peaks'
+COMPUTE_GRAPH, COMPUTE_ESTIMATE = "graph", "estimate"
 
 
 class SchedulerOverflowError(ConfigError):
@@ -91,7 +93,7 @@ class MemoryModel(ModelTensors):
             weights,
             kv_bytes(cells, per_stream, lmap, len(gpus), offload=rc.kv_offload),
             recurrent_bytes(self.facts, self.recurrent_prefix, rc, lmap, len(gpus)),
-            self._compute(rc, lmap, gpus, host, moved, replay, (compute_scale, compute_scales)),
+            *self._compute(rc, lmap, gpus, host, moved, replay, (compute_scale, compute_scales)),
             repack,
         )
         return _breakdown(self.facts.n_vocab, rc, lmap, gpus, host, parts, reserve_bytes)
@@ -105,19 +107,21 @@ class MemoryModel(ModelTensors):
         moved: tuple[str, ...],
         replay: bool,
         scales: tuple[float, Sequence[float]],
-    ) -> dict[int, int]:
-        """Compute-buffer bytes per device index: the one place that says whose figure it is.
+    ) -> tuple[dict[int, int], str]:
+        """Compute-buffer bytes per device index and whose figure they are (COMPUTE_GRAPH or
+        COMPUTE_ESTIMATE: DeviceUsage.compute_source): the one place that decides it.
 
         The replay's (graph/replay.py: llama.cpp's reserve graph through ggml's scheduler and
         allocator) when `replay` and the replay covers this model and placement: the CPU alone, or
-        GPUs it models (replay.covers_devices: Vulkan devices, RPC workers); then nothing is scaled.
+        GPUs it models (replay.covers_devices: Vulkan devices, RPC workers, Metal, CUDA and ROCm
+        where covered); then nothing is scaled.
         The estimate's otherwise: compute.py's hand-derived peaks plus op offload's
         (op_offload.py), times a correction learned from earlier runs (calibration.scaled_compute:
         `scales` is (one factor, one per device))."""
         if replay and not gpus:
             replayed = self.remember(("replay", rc), partial(cpu_compute_bytes, self.facts, rc))
             if replayed is not None:
-                return {CPU: replayed}
+                return {CPU: replayed}, COMPUTE_GRAPH
         elif replay:
             placement = _device_placement(self, rc, lmap, gpus, host.cpu_features, moved)
             compute = self.remember(
@@ -125,11 +129,11 @@ class MemoryModel(ModelTensors):
                 partial(device_compute_bytes, self.facts, rc, gpus, placement),
             )
             if compute is not None:
-                return compute
+                return compute, COMPUTE_GRAPH
         estimated = compute_for_devices(self.facts, rc, lmap, gpus)
         add_op_offload(self, estimated, rc, lmap, gpus)
         add_host_ops_of_gpu_layers(self, estimated, rc, lmap, gpus)
-        return scaled_compute(estimated, *scales, n_gpu=len(gpus))
+        return scaled_compute(estimated, *scales, n_gpu=len(gpus)), COMPUTE_ESTIMATE
 
     def scheduler_overflow(
         self,
@@ -193,6 +197,7 @@ class _Parts(NamedTuple):
     kv: dict[int, int]
     recurrent: dict[int, int]
     compute: dict[int, int]
+    compute_source: str  # COMPUTE_GRAPH or COMPUTE_ESTIMATE
     repack: int
 
 
@@ -221,6 +226,7 @@ def _breakdown(
             0,
             reserve_bytes,
             spec.overhead_bytes,
+            compute_source=p.compute_source,
         )
         for d, spec in enumerate(gpus)
     ]
@@ -251,6 +257,7 @@ def _breakdown(
             0,
             pinned,
             repack_bytes=p.repack,
+            compute_source=p.compute_source,
         )
     )
     return Breakdown(tuple(rows), lmap, mapped, rc.cache_ram_bytes)
@@ -273,6 +280,8 @@ def _device_placement(
         host_weights = "CPU_Mapped"
     elif gpus and gpus[0].backend == "vulkan" and not rc.no_host:
         host_weights = "Vulkan_Host"
+    elif gpus and gpus[0].backend in ("cuda", "rocm") and not rc.no_host:
+        host_weights = "CUDA_Host" if gpus[0].backend == "cuda" else "ROCm_Host"
     else:
         host_weights = "CPU"
     names = device_names(gpus)

@@ -64,6 +64,9 @@ class DeviceUsage:
     repack_bytes: int = (
         0  # host only: the part of weights_bytes in the CPU_REPACK buffer (repack.py)
     )
+    # whose figure compute_bytes is (MemoryModel._compute): "graph", the replay of llama.cpp's
+    # reserve graph (memory/graph/replay.py), or "estimate", the hand-derived peaks
+    compute_source: str = "estimate"
 
     @property
     def used_bytes(self) -> int:

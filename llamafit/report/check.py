@@ -9,7 +9,7 @@ from typing import Any
 
 from ..facts.hparams import ModelFacts
 from ..findings import Notice, WayOut, as_notice
-from ..memory.model import Breakdown
+from ..memory.model import COMPUTE_ESTIMATE, Breakdown, DeviceUsage
 from ..memory.resolve import ResolvedConfig
 from ..safe_text import printable
 from ..units import MIB
@@ -267,11 +267,23 @@ def device_lines(b: Breakdown) -> list[str]:
             name = ""
         lines.append(
             f"{name:<{NAME_WIDTH}}{_mib(d.usable_bytes):>8}{_mib(d.weights_bytes):>8}"
-            f"{_mib(d.kv_bytes):>8}{_mib(d.recurrent_bytes):>7}{_mib(d.compute_bytes):>8}"
+            f"{_mib(d.kv_bytes):>8}{_mib(d.recurrent_bytes):>7}{_compute_cell(d):>8}"
             f"{_mib(d.output_bytes):>8}{_mib(d.reserve_bytes):>8}{_mib(d.used_bytes):>8}"
             f"{_mib(d.free_after_bytes):>8}"
         )
-    return lines + side_used_lines(b)
+    return lines + side_used_lines(b) + estimated_lines(b)
+
+
+def _compute_cell(d: DeviceUsage) -> str:
+    """The compute figure, `~` before it where it is the estimate's (DeviceUsage.compute_source)."""
+    return ("~" if d.compute_source == COMPUTE_ESTIMATE else "") + _mib(d.compute_bytes)
+
+
+def estimated_lines(b: Breakdown) -> list[str]:
+    """What the `~` of the compute column means, where a device has one."""
+    if all(d.compute_source != COMPUTE_ESTIMATE for d in b.devices):
+        return []
+    return ["Compute    ~ estimated: llama.cpp's graph is not replayed for this setup"]
 
 
 def side_used_lines(b: Breakdown) -> list[str]:
@@ -340,9 +352,10 @@ def check_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     lines = [f"{'Check':<11}{'device':<10}{'buffer':<9}{'predicted':>11}{'reported':>11}   (MiB)"]
     for r in rows:
         if r["predicted_mib"] or r["actual_mib"]:
+            estimated = r["kind"] == "compute" and r.get("compute_source") == COMPUTE_ESTIMATE
             lines.append(
                 f"{'':<11}{r['device']:<10}{r['kind']:<9}{r['predicted_mib']:>11,.2f}"
-                f"{r['actual_mib']:>11,.2f}"
+                f"{r['actual_mib']:>11,.2f}" + ("   estimated" if estimated else "")
             )
     return lines
 

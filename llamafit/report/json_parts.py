@@ -51,6 +51,7 @@ def device_json(d: DeviceUsage) -> dict[str, Any]:
         "kv_bytes": d.kv_bytes,
         "recurrent_bytes": d.recurrent_bytes,
         "compute_bytes": d.compute_bytes,
+        "compute_source": d.compute_source,
         "output_bytes": d.output_bytes,
         "reserve_bytes": d.reserve_bytes,
         "overhead_bytes": d.overhead_bytes,

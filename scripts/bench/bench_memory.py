@@ -11,7 +11,8 @@ largest relative error, and the mean. Then the current llama-server's CPU table
 its Vulkan0 / RPC table (devices-vulkan-rpc.json: replay and hand peaks side by side).
 Then the public GPU-log corpus
 (fixtures/calibration/gpu-corpus.jsonl, tests/memory/test_gpu_corpus.py): error per buffer kind and
-class, and the targets of issue #12.
+class, and the targets of issue #12; then whose figure each of its compute buffers is
+(compute_source: the graph replay's, beside the log's and the hand-derived peaks').
 """
 
 from __future__ import annotations
@@ -318,6 +319,42 @@ def gpu_accuracy() -> None:
     )
 
 
+def gpu_sources() -> None:
+    """The GPU corpus by whose figure each compute buffer is (compute_source, issue #36): per
+    backend the share of devices from the graph replay, and every replayed buffer beside the
+    log's and the hand-derived peaks' (replay=False), in MiB."""
+    from tests.memory.test_gpu_corpus import MIB, ROWS, predicted
+
+    share: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    lines = []
+    for row in ROWS:
+        bd = predicted(row)
+        hand = predicted(row, replay=False)
+        for i, d in enumerate(bd.devices):
+            share[row["backend"]][0] += d.compute_source == "graph"
+            share[row["backend"]][1] += 1
+            if d.compute_source != "graph":
+                continue
+            names = [d.name] if d.kind == "gpu" else [n for n in row["measured"]["compute"]]
+            logged = [
+                row["measured"]["compute"][n]
+                for n in names
+                if n in row["measured"].get("compute", {})
+                and (d.kind == "gpu" or n == "CPU" or n.endswith("_Host"))
+            ]
+            if logged:
+                lines.append(
+                    f"{row['id'][:44]:<45}{d.name:<8}{logged[0]:>9.2f}"
+                    f"{d.compute_bytes / MIB:>9.2f}{hand.devices[i].compute_bytes / MIB:>9.2f}"
+                )
+    print("\nGPU corpus: compute from the graph replay (compute_source), devices per backend")
+    for backend, (graph, n) in sorted(share.items()):
+        print(f"  {backend:<8}{graph:>4} of {n:>3} from the graph")
+    print(f"{'row':<45}{'device':<8}{'logged':>9}{'replay':>9}{'hand':>9}")
+    for line in lines:
+        print(line)
+
+
 def _issue27_targets(pairs: list[tuple[dict, Any]]) -> None:
     """The graph replay's targets (issue #27) on the corpus' GPU compute buffers (the host's apart;
     `pairs`: each corpus row with each of its compared buffers, as gpu_accuracy has them):
@@ -431,6 +468,7 @@ def main() -> None:
     server_table()
     device_table()
     gpu_accuracy()
+    gpu_sources()
     if not args.no_side:
         side_accuracy()
 

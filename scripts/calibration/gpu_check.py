@@ -20,7 +20,15 @@
 Every record is one JSON line ({"kind": "build"|"load"|"fit", ...}). Stops starting new cases when
 the time budget (default 12 minutes, the build included) is near.
 
-Nothing here needs a GPU until step 1; --dry-run prints the build commands and the grid.
+The prediction is made for the build that was built (--llama-build N, else the build number
+`llama-server --version` prints), so that the graph replay covers what it covers on CUDA at that
+build (docs/replay.md): each load record's `compute` compares, per device, llamafit's compute
+buffer and its `compute_source` ("graph": the replay; "estimate": the hand-derived peaks) with the
+one llama-server reported and the one llama-fit-params printed (`llama_check`), and the run ends
+with one line per case (`compute_lines`).
+
+Nothing here needs a GPU until step 1; --dry-run prints the build commands and the grid. Without
+nvidia-smi and nvcc it says so in one line and exits 0: there is nothing to compare.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 TARGETS = ("llama-server", "llama-fit-params")
+NO_GPU = "gpu_check: no NVIDIA GPU here (nvidia-smi and nvcc not found): nothing compared"
+
 MARGINS = (1024, 4096, 16384)
 # (shape key, extra flags): kept small enough to run in a few minutes on one GPU
 BASE_CASES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -144,9 +154,10 @@ def nvml_used() -> list[int] | None:
 
 
 def predicted(
-    model: Path, flags: tuple[str, ...], gpu: str, reserve: int = 0
+    model: Path, flags: tuple[str, ...], gpu: str, reserve: int = 0, build: int | None = None
 ) -> dict[str, Any] | None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    at_build = ["--llama-build", str(build)] if build is not None else []
     proc = subprocess.run(
         [
             sys.executable,
@@ -160,6 +171,7 @@ def predicted(
             gpu,
             "--reserve",
             str(reserve),
+            *at_build,
             "--json",
             "--",
             *flags,
@@ -212,7 +224,82 @@ def full_prompt(port: int, n_ctx: int, timeout_s: float = 120) -> bool:
         return False
 
 
-def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]:
+def built_number(bin_dir: Path) -> int | None:
+    """The build number the built llama-server prints (`--version`); None where it has none (a
+    source tree without git prints build 0)."""
+    from llamafit.server.find import parse_version
+
+    try:
+        proc = subprocess.run(
+            [str(bin_dir / "llama-server"), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except OSError:
+        return None
+    return parse_version(proc.stdout + proc.stderr)[0]
+
+
+def _host_buffer(name: str) -> bool:
+    return name.startswith("CPU") or name.endswith("_Host")
+
+
+def compute_compare(
+    predicted: dict[str, Any] | None,
+    buffers_mib: dict[str, dict[str, float]],
+    llama_check: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Per device, llamafit's compute buffer (MiB) and whose figure it is, beside the compute
+    buffer llama-server reported (the host's: its CUDA_Host/CPU buffers) and the device's figure
+    from llama-fit-params where `llamafit check` asked it (llama_cpp_check: its whole
+    device total, not compute alone)."""
+    if not predicted:
+        return []
+    reported = buffers_mib.get("compute", {})
+    fit = {}
+    if llama_check and llama_check.get("llama_cpp_check"):
+        fit = {d["device"]: d.get("mib") for d in llama_check["llama_cpp_check"].get("devices", [])}
+    out = []
+    for name, d in predicted.items():
+        host = d.get("kind") == "host"
+        got = sum(v for k, v in reported.items() if (_host_buffer(k) if host else k == name))
+        mine = round(d["compute_bytes"] / 2**20, 2)
+        out.append(
+            {
+                "device": name,
+                "llamafit_mib": mine,
+                "compute_source": d.get("compute_source"),
+                "llama_server_mib": round(got, 2),
+                "error": round(mine / got - 1, 4) if got else None,
+                "llama_fit_params_mib": fit.get(name),
+            }
+        )
+    return out
+
+
+def compute_lines(recs: list[dict[str, Any]]) -> list[str]:
+    """One line per load case: `llama3.1-8b -ngl 99 -c 32768: CUDA0 307.00 graph vs 307.00
+    (+0.0%)`."""
+    lines = []
+    for r in recs:
+        if r.get("kind") != "load" or not r.get("compute"):
+            continue
+        parts = []
+        for c in r["compute"]:
+            err = "-" if c["error"] is None else f"{c['error']:+.1%}"
+            parts.append(
+                f"{c['device']} {c['llamafit_mib']:.2f} {c['compute_source']} vs "
+                f"{c['llama_server_mib']:.2f} ({err})"
+            )
+        lines.append(f"{r['model']} {' '.join(r['flags'])}: " + "; ".join(parts))
+    return lines
+
+
+def records(
+    shapes: Path, gpu: str, deadline: float, build: int | None = None
+) -> Iterator[dict[str, Any]]:
     from scripts.calibration import device_lab
     from scripts.fixtures import make_shapes
 
@@ -227,6 +314,8 @@ def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]
             n_ctx = int(flags[flags.index("-c") + 1]) if "-c" in flags else 4096
             prompted = loaded.ok and full_prompt(port, n_ctx)
             after_prompt = nvml_used()
+        mine = predicted(path, flags, gpu, build=build)
+        theirs = llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"]))
         yield {
             "kind": "load",
             "model": key,
@@ -237,8 +326,9 @@ def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]
             "nvml_before": before,
             "nvml_after_load": after_load,
             "nvml_after_prompt": after_prompt if prompted else None,
-            "predicted": predicted(path, flags, gpu),
-            "llama_check": llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"])),
+            "predicted": mine,
+            "llama_check": theirs,
+            "compute": compute_compare(mine, loaded.buffers, theirs),
         }
     for key in ("llama3.1-8b", "qwen3-30b-a3b"):
         path = make_shapes.write_shape(key, shapes)
@@ -249,7 +339,8 @@ def records(shapes: Path, gpu: str, deadline: float) -> Iterator[dict[str, Any]]
                 ["llama-fit-params", "-m", str(path), "-fitt", str(margin)], env=dict(os.environ)
             )
             chosen = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("-c ")]
-            at_fit = predicted(path, tuple(chosen[-1].split()), gpu, margin) if chosen else None
+            flags = tuple(chosen[-1].split()) if chosen else ()
+            at_fit = predicted(path, flags, gpu, margin, build) if chosen else None
             yield {
                 "kind": "fit",
                 "model": key,
@@ -273,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         help="stop starting new cases after this (build included)",
     )
     ap.add_argument(
+        "--llama-build",
+        type=int,
+        help="the llama.cpp build number of the source (else what llama-server --version prints)",
+    )
+    ap.add_argument(
         "--dry-run", action="store_true", help="print the build commands and the grid, run nothing"
     )
     args = ap.parse_args(argv)
@@ -290,10 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if shutil.which("nvidia-smi") is None or shutil.which("nvcc") is None:
-        print(
-            "needs nvidia-smi and nvcc (an NVIDIA machine with the CUDA toolkit)", file=sys.stderr
-        )
-        return 2
+        print(NO_GPU)
+        return 0
     sdist = find_sdist(args.sdist)
     if sdist is None:
         print(
@@ -336,9 +430,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         # device_lab runs binaries from there
         os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(build / "bin")
-        for rec in records(work / "shapes", gpu, start + args.budget_s - 60):
+        number = args.llama_build or built_number(build / "bin")
+        done = []
+        for rec in records(work / "shapes", gpu, start + args.budget_s - 60, number):
             out.write(json.dumps(rec) + "\n")
             out.flush()
+            done.append(rec)
+    print(f"compute buffers at build {number or 'unknown'}: llamafit vs llama-server (MiB)")
+    for line in compute_lines(done):
+        print(line)
     print(f"wrote {args.out} in {time.monotonic() - start:.0f} s")
     return 0
 

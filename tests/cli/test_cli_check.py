@@ -165,8 +165,9 @@ Model      {DENSE}
 Config     -c 32768 (32,768 tokens shared by up to 4 parallel requests) -fa on
            -ctk f16 -ctv f16 -ngl 5 -b 2048 -ub 512
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0       1,050       0      16      0      33       0   1,024   1,073     -23
-CPU        49,152       0       0      0      33       0       0      33  49,119
+CUDA0       1,050       0      16      0     ~33       0   1,024   1,073     -23
+CPU        49,152       0       0      0     ~33       0       0      33  49,119
+Compute    ~ estimated: llama.cpp's graph is not replayed for this setup
 Memory     W weights  K KV  C compute  R reserve  . free
 CUDA0      [WKCRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRR|] 1,073/1,050 MiB over
 CPU        [WC..........................................] 33/49,152 MiB

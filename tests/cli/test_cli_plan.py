@@ -160,8 +160,9 @@ Command    llama-server \\
            -c 7168 -ngl 52 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 \\
            --fit off
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0      16,384  14,782     402      0     173       0   1,024  16,381       3
-CPU        49,152   4,144     102      0      12       2       0   4,260  44,892
+CUDA0      16,384  14,782     402      0    ~173       0   1,024  16,381       3
+CPU        49,152   4,144     102      0     ~12       2       0   4,260  44,892
+Compute    ~ estimated: llama.cpp's graph is not replayed for this setup
 Memory     W weights  K KV  C compute  R reserve  . free
 CUDA0      [WWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWKCRRR.] 16,381/16,384 MiB
 CPU        [WWWWKC......................................] 4,260/49,152 MiB

@@ -30,8 +30,9 @@ Model      {DENSE}
            llama, Q8_0, trained 4,096 tokens
 Hardware   CUDA0 (cuda) 8,192 MiB usable; CPU (cpu) 49,152 MiB usable
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0       8,192       0       2      0       5       0   1,024   1,031   7,161
-CPU        49,152       0       0      0       5       0       0       5  49,147
+CUDA0       8,192       0       2      0      ~5       0   1,024   1,031   7,161
+CPU        49,152       0       0      0      ~5       0       0       5  49,147
+Compute    ~ estimated: llama.cpp's graph is not replayed for this setup
 Memory     W weights  K KV  C compute  R reserve  . free
 CUDA0      [WKCRRRRRR...................................] 1,031/8,192 MiB
 CPU        [WC..........................................] 5/49,152 MiB

@@ -120,7 +120,8 @@ def test_check_ways_out_respect_host_ram_and_never_repeat_the_given_config() -> 
     )
     assert result.exit_code == 1, result.output
     ways = [line for line in result.stdout.splitlines() if line.startswith("Way out")]
-    assert "Verdict    does not fit: CPU short by 33,942 MiB" in result.stdout
+    # the CPU compute buffer from the graph replay (CUDA at the current build)
+    assert "Verdict    does not fit: CPU short by 33,902 MiB" in result.stdout
     assert ways == [
         "Way out    -ctk q8_0 -ctv q8_0 fits 118,272 tokens per slot",
         "Way out    -ctk q4_0 -ctv q4_0 (flash attention on) fits the full -c 200,192",

@@ -93,3 +93,55 @@ def test_dry_run_prints_the_plan() -> None:
         lines[-1]
         == "each case also: PATH=<work>/build/bin:$PATH -m llamafit check <model> --json -- <flags>"
     )
+
+
+def test_compute_is_compared_per_device_with_its_source() -> None:
+    """Each device's compute buffer: llamafit's and whose figure it is, llama-server's (the
+    host's: its CUDA_Host and CPU buffers), and llama-fit-params' device figure."""
+    predicted = {
+        "CUDA0": {"kind": "gpu", "compute_bytes": 307 << 20, "compute_source": "graph"},
+        "CPU": {"kind": "host", "compute_bytes": 84 << 20, "compute_source": "graph"},
+    }
+    buffers = {"compute": {"CUDA0": 307.0, "CUDA_Host": 80.0, "CPU": 4.0}, "KV": {"CUDA0": 6.0}}
+    check = {"llama_cpp_check": {"devices": [{"device": "CUDA0", "mib": 9000.0}]}}
+    assert gpu_check.compute_compare(predicted, buffers, check) == [
+        {
+            "device": "CUDA0",
+            "llamafit_mib": 307.0,
+            "compute_source": "graph",
+            "llama_server_mib": 307.0,
+            "error": 0.0,
+            "llama_fit_params_mib": 9000.0,
+        },
+        {
+            "device": "CPU",
+            "llamafit_mib": 84.0,
+            "compute_source": "graph",
+            "llama_server_mib": 84.0,
+            "error": 0.0,
+            "llama_fit_params_mib": None,
+        },
+    ]
+    assert gpu_check.compute_compare(None, buffers) == []
+    rec = {
+        "kind": "load",
+        "model": "llama3.1-8b",
+        "flags": ["-ngl", "99"],
+        "compute": gpu_check.compute_compare(predicted, {"compute": {"CUDA0": 280.0}}),
+    }
+    assert gpu_check.compute_lines([rec, {"kind": "fit"}]) == [
+        "llama3.1-8b -ngl 99: CUDA0 307.00 graph vs 280.00 (+9.6%); CPU 84.00 graph vs 0.00 (-)"
+    ]
+
+
+def test_without_a_gpu_it_says_so_and_exits_0(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "calibration" / "gpu_check.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout) == (0, gpu_check.NO_GPU + "\n")

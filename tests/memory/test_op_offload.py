@@ -154,7 +154,8 @@ def test_vulkan0_moe_copies_within_prediction(
 
 def _estimate(shape: str, build: int | None, ngl: int, backend: str = "cuda") -> tuple[int, int]:
     """(GPU compute, host compute) for -c 4096 -ub 512 -np 1, FA off, one device without a tensor
-    limit."""
+    limit, by the hand-derived peaks (the graph replay covers some of these on CUDA:
+    test_replay_cuda.py)."""
     from llamafit.machine.devices import DeviceSpec
     from llamafit.memory.config import LaunchConfig
     from llamafit.memory.resolve import resolve
@@ -165,7 +166,8 @@ def _estimate(shape: str, build: int | None, ngl: int, backend: str = "cuda") ->
         n_ctx=4096, n_ubatch=512, n_parallel=1, n_gpu_layers=ngl, flash_attn="off", fit=False
     )
     rc = resolve(cfg, mm.facts, engine="llama-server", build=build)
-    bd = mm.estimate(rc, [DeviceSpec(f"{backend.upper()}0", "gpu", backend)], HOST, reserve_bytes=0)
+    gpus = [DeviceSpec(f"{backend.upper()}0", "gpu", backend)]
+    bd = mm.estimate(rc, gpus, HOST, reserve_bytes=0, replay=False)
     return bd.devices[0].compute_bytes, bd.devices[-1].compute_bytes
 
 

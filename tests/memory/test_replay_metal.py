@@ -71,7 +71,16 @@ COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_b
     ("qwen2.5-3b", 8179, ("vulkan", "rpc"), False),
     ("qwen3-30b-a3b", 8179, ("vulkan",), False),
     ("qwen2.5-3b", 11400, ("vulkan", "rpc"), True),
-    ("qwen2.5-3b", 8179, ("cuda",), False),
+    # CUDA and ROCm (test_replay_cuda.py): every family from the build its graph is replayed
+    # from (MoE graphs are declined later, backends.cuda.cuda_graph_ok), one backend at a time
+    ("qwen2.5-3b", 8179, ("cuda",), True),
+    ("qwen2.5-3b", 9512, ("cuda", "cuda"), True),
+    ("qwen2.5-3b", None, ("cuda",), True),
+    ("mistral-small-3.1-24b", 7749, ("cuda",), False),
+    ("qwen2.5-3b", 8179, ("rocm",), True),
+    ("qwen2.5-3b", 8179, ("cuda", "vulkan"), False),
+    ("qwen3-30b-a3b", 8179, ("cuda",), False),  # qwen3moe: replayed from b11400
+    ("qwen3-30b-a3b", 11400, ("rocm",), True),
     ("qwen3-30b-a3b", 8054, (), False),  # qwen3moe: not checked in the old source
     ("qwen3-30b-a3b", 11400, (), True),
     ("qwen3-30b-a3b", 11400, ("metal",), False),

@@ -7,10 +7,11 @@ peaks of memory/compute.py stand.
 With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
 supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
-checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm are not: CUDA's supports_op
-and its fusion reorders (graph_optimize) are not ported, its buffer type pads quantized rows
-(ggml_backend_cuda_buffer_type_get_alloc_size) and its VMM pool is not an allocator buffer. There
-the hand model stays.
+checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
+covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
+MUL_MAT_ID: MoE graphs keep the estimate; no flash attention over a non-F16 cache from rule
+cuda_fa_f16_in_buffer on: its F16 copies depend on the device's compute capability), any offload
+and any number of devices of one backend, -sm row aside. Elsewhere the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
@@ -28,6 +29,7 @@ from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from .alloc import AllocError, BufferType, Gallocr
 from .backends.cpu import CPU, cpu_backend
+from .backends.cuda import cuda_backend, cuda_buffer_type, cuda_graph_ok, cuda_host_buffer_type
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
 from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
 from .backends.vulkan import (
@@ -169,7 +171,11 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
 
 
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
-DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal"})
+DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal", "cuda", "rocm"})
+# CUDA and ROCm (backends/cuda.py): every arch from the build its graph is replayed from
+# (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes (no MUL_MAT_ID:
+# the MoE fusions of ggml_backend_cuda_graph_optimize are not ported)
+CUDA_BACKENDS = frozenset({"cuda", "rocm"})
 # Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
 # and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
 # (49bfddeca, 2026-03-22, before the Hadamard rotation of rule attn_rot) for the FA alloc extras
@@ -207,8 +213,9 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
     """Whether the replay models this model's graphs at this build on GPUs of these backends
     (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (b11434's rules); Vulkan alone also
     for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize,
-    backends.vulkan_optimize.vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints 66.50 MiB, b11434's reorder
-    gives 70.50); Metal for the checked_0317 archs before METAL_UNTIL."""
+    backends.vulkan_optimize.vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints
+    66.50 MiB, b11434's reorder gives 70.50); Metal for the checked_0317 archs before
+    METAL_UNTIL; CUDA or ROCm alone (one backend) for every arch from its Model.since."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
         return False
     if ("vulkan" in backends or "rpc" in backends) and not since(REPLAY_SINCE, build):
@@ -217,23 +224,29 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
             return False
     if "metal" in backends:
         return _checked_0317(facts) and not since(METAL_UNTIL, build)
+    if CUDA_BACKENDS & set(backends):
+        return len(set(backends)) == 1
     return True
 
 
 def covers_every_config(facts: ModelFacts, build: int | None, backends: Sequence[str]) -> bool:
     """Whether the replay gives the compute buffers of every config (split modes aside) of this
     model and build on GPUs of these backends: the CPU, and Vulkan and RPC from REPLAY_SINCE. Metal,
-    and Vulkan before REPLAY_SINCE, cover some configs only (covers_devices, metal_graph_ok,
-    UnknownDeviceLimit): a calibration record still corrects the hand peaks of the others."""
+    CUDA, ROCm, and Vulkan before REPLAY_SINCE, cover some configs only (covers_devices,
+    metal_graph_ok, cuda_graph_ok, UnknownDeviceLimit): a calibration record still corrects the
+    hand peaks of the others."""
     old_vulkan = "vulkan" in backends and not since(REPLAY_SINCE, build)
-    return covers_backends(facts, build, backends) and "metal" not in backends and not old_vulkan
+    partial = "metal" in backends or bool(CUDA_BACKENDS & set(backends))
+    return covers_backends(facts, build, backends) and not partial and not old_vulkan
 
 
 def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> bool:
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
     device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
     backend's rules are the x86 build's, not Apple's; Vulkan before REPLAY_SINCE with caches of
-    VK_OLD_KV only, of one type with flash attention)."""
+    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
+    row split buffers of -sm row before rule cuda_no_split_buffers are not ported) and no
+    experts)."""
     backends = [g.backend for g in gpus]
     if "metal" in backends and (
         len(gpus) != 1
@@ -242,6 +255,8 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         or rc.all_overrides
     ):
         return False
+    if CUDA_BACKENDS & set(backends) and facts.moe is not None:
+        return False  # every graph has MUL_MAT_ID (cuda_graph_ok): decided before building one
     if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
         kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
         if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):
@@ -279,6 +294,12 @@ def scheduler_backends(
                 metal_backend(g.name, rc.build, op_offload_min_batch=rc.op_offload_min_batch)
             )
             bufts.append(metal_buffer_type(g.name))
+        elif g.backend in CUDA_BACKENDS:
+            peers = frozenset(o.name for o in gpus if o.backend == g.backend) - {g.name}
+            backends.append(
+                cuda_backend(g.name, peers=peers, op_offload_min_batch=rc.op_offload_min_batch)
+            )
+            bufts.append(cuda_buffer_type(g.name))
         else:
             backends.append(rpc_backend(g.name))
             bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))
@@ -287,6 +308,10 @@ def scheduler_backends(
         backends.append(cpu_backend("Vulkan_Host"))
         map_align = first.host_alignment or VK_MAP_ALIGNMENT_DEFAULT
         bufts.append(vulkan_host_buffer_type(map_align, suballocation_block(first)))
+    elif first is not None and first.backend in CUDA_BACKENDS:
+        host = cuda_host_buffer_type(first.backend)
+        backends.append(cpu_backend(host.name))
+        bufts.append(host)
     else:
         backends.append(cpu_backend("CPU"))
         bufts.append(CPU)
@@ -297,7 +322,8 @@ def n_copies(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) 
     """src/llama-context.cpp llama_context: pipeline parallelism (GGML_SCHED_MAX_COPIES copies of
     every split input) with several devices, every layer and the output offloaded, -sm layer, the
     KV cache offloaded and no tensor overrides, when every device has async compute and events
-    (Vulkan and RPC do: ggml_backend_vk_device_get_props, ggml_backend_rpc_device_get_props)."""
+    (Vulkan, RPC and CUDA do: ggml_backend_vk_device_get_props, ggml_backend_rpc_device_get_props,
+    ggml_backend_cuda_device_get_props unless built with GGML_CUDA_NO_PEER_COPY)."""
     parallel = (
         len(gpus) > 1
         and rc.n_gpu_layers > facts.n_layer_all
@@ -374,6 +400,7 @@ def device_compute_bytes(
     device_of_layer = [device(d) for d in layers]
     copies = n_copies(facts, rc, gpus)
     metal = any(g.backend == "metal" for g in gpus)
+    cuda = any(g.backend in CUDA_BACKENDS for g in gpus)
     hp = graph_hparams_of(facts)
     gallocr = Gallocr(bufts)
     sizes: tuple[int, ...] = ()
@@ -387,6 +414,8 @@ def device_compute_bytes(
             done.add(config)
             graph = _placed(build_graph(facts, config, hp), backends, device_of_layer)
             if metal and not metal_graph_ok(graph):
+                return None
+            if cuda and not cuda_graph_ok(graph, rc.build):
                 return None
             split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
             sizes = gallocr.reserve_n(split.graph)

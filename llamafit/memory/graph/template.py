@@ -3,9 +3,9 @@
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
 (models.MODELS: src/models/<arch>.cpp over build.GraphContext, the llm_graph_context helpers),
 then llm_graph_result::set_outputs. The first call for a model and a config (cache sizes and
-buffers aside) builds it three or four times to derive its template (_Template): every shape is
-linear in the two cache sizes; later calls that differ only in the cache sizes or in the buffers
-reuse it (~1-2 ms).
+buffers aside) builds it once; the second builds it three or four times to derive its template
+(_Template): every shape is linear in the two cache sizes; later calls that differ only in the
+cache sizes or in the buffers reuse it (~1-2 ms).
 
 API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph; build_direct (one emulation
 run, no template); clear_cache. Not modelled (GraphBuildError or not built): fused QKV, merged
@@ -20,7 +20,7 @@ embeddings-only (multimodal) per-layer path.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ...facts.hparams import ModelFacts
 from .build import GraphContext
@@ -36,9 +36,9 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     ubatch: nodes and leafs in ggml_visit_parents_graph order, with names, ops, types, shapes,
     views, input/output flags, and the weights and KV cache as tensors with data in their buffers.
 
-    The first call for a model and a config (cache sizes and buffers aside) builds it three or four
-    times to derive its template (_Template); later calls that differ only in the cache sizes or
-    in the buffers (with the same tensors shared) reuse it."""
+    The first call for a model and a config (cache sizes and buffers aside) builds it directly; the
+    second builds it three or four times to derive its template (_Template); later calls that
+    differ only in the cache sizes or in the buffers (with the same tensors shared) reuse it."""
     model_of(facts)
     hp = hp or GraphHParams()
     shape = replace(
@@ -56,11 +56,19 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     key = (id(facts), shape, hp, _sharing(facts, config))
     hit = _TEMPLATES.get(key)
     if hit is None or hit[0] is not facts:
+        # the first call builds directly (one run, not the template's three or four): a check
+        # replays each graph once; the second call with this shape makes the template
         if len(_TEMPLATES) > 64:
             _TEMPLATES.clear()
-        hit = _TEMPLATES[key] = (facts, _Template.make(facts, config, hp))
+        graph, rules = _run(facts, config, hp)
+        _TEMPLATES[key] = (facts, _First(config, graph, rules))
+        return graph
+    first = hit[1]
+    if isinstance(first, _First):  # the template at the first call's config, from its graph
+        made = _Template.make(facts, first.config, hp, (first.graph, first.rules))
+        hit = _TEMPLATES[key] = (facts, made)
     template = hit[1]
-    if template is None:
+    if not isinstance(template, _Template):
         return build_direct(facts, config, hp)
     return template.at(config)
 
@@ -120,9 +128,16 @@ class _Template:
         self.varying = varying
 
     @classmethod
-    def make(cls, facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> _Template | None:
+    def make(
+        cls,
+        facts: ModelFacts,
+        config: GraphConfig,
+        hp: GraphHParams,
+        built: tuple[Graph, list[tuple[int, _Rule]]] | None = None,
+    ) -> _Template | None:
+        """`built`: this config's graph and rules where they were built already (_run)."""
         kv, swa, step = config.kv_size, config.kv_size_swa, cls.STEP
-        g0, rules = _run(facts, config, hp)
+        g0, rules = built or _run(facts, config, hp)
         g1 = build_direct(facts, replace(config, kv_size=kv + step), hp)
         if uses_iswa(facts):  # an iSWA cache pair
             g2 = build_direct(facts, replace(config, kv_size_swa=swa + step), hp)
@@ -244,7 +259,16 @@ def _linear(
     return tuple(lins)
 
 
-_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | None]] = {}
+@dataclass(frozen=True, slots=True)
+class _First:
+    """A shape built once, directly (no template yet): its config, graph and buffer rules."""
+
+    config: GraphConfig
+    graph: Graph
+    rules: list[tuple[int, _Rule]]
+
+
+_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | _First | None]] = {}
 
 
 def clear_cache() -> None:

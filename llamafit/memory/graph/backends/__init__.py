@@ -3,8 +3,8 @@ _offload_op), their buffer types (what ggml-alloc asks of each) and graph optimi
 backend as llama.cpp b11434 states them (ggml/src/ggml-<backend>/), over the tensor fields of
 graph/nodes.py. Device properties are parameters.
 
-cpu.py, vulkan.py (vulkan_optimize.py: ggml_vk_graph_optimize), metal.py, rpc.py; here the
-op-offload rule the GPU backends share. Op parameters (op_params) are not part of the recorded
+cpu.py, vulkan.py (vulkan_optimize.py: ggml_vk_graph_optimize), metal.py, cuda.py (ROCm too),
+rpc.py; here the op-offload rule the GPU backends share. Op parameters (op_params) are not part of the recorded
 graph, so the few rules that read them are left out and say so where they stand; none of them
 decides an op of llama.cpp's text models.
 """
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ..cparams import OP_OFFLOAD_MIN_BATCH
 from ..nodes import Tensor
-from ..sched import Backend, OpPredicate
+from ..sched import OpPredicate
 from ..shapes import nrows
 
 VIEW_OR_NONE = frozenset({"NONE", "RESHAPE", "VIEW", "PERMUTE", "TRANSPOSE"})
@@ -54,17 +54,3 @@ def batch_offload(min_batch: int = OP_OFFLOAD_MIN_BATCH) -> OpPredicate:
         return op_batch_size(tensors[i]) >= min_batch
 
     return offload
-
-
-def cuda_offload_backend(
-    name: str, buft: str | None = None, *, op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH
-) -> Backend:
-    """A CUDA device's buffer and offload rules (ggml_backend_cuda_device_supports_buft: its own
-    buffer type; ggml_backend_cuda_device_offload_op: batch size). Its supports_op and its
-    graph_optimize (fusion reorders) are not ported: every op is taken, the order is kept."""
-    return Backend(
-        name=name,
-        buft=buft or name,
-        bufts=frozenset({buft or name}),
-        offload_op=batch_offload(op_offload_min_batch),
-    )

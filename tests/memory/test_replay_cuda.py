@@ -1,0 +1,157 @@
+"""The graph replay on CUDA and ROCm (memory/graph/backends/cuda.py, replay.py covers_backends
+and device_compute_bytes), through MemoryModel.estimate on the GPU corpus's CUDA rows
+(tests/memory/test_gpu_corpus.py) that the replay covers: llama, qwen2 and qwen3 from b7750 (the
+other families from b11400: no CUDA log of those builds yet)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamafit.memory.graph.backends.cuda import (
+    cuda_alloc_size,
+    cuda_host_buffer_type,
+    cuda_supports_op,
+)
+from llamafit.memory.graph.nodes import Tensor
+from llamafit.memory.graph.shapes import type_of
+from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH
+from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted
+
+NEMO = "repo-dahaka52-nira-mistral-nemo-ngl40-q8kv-fa-cuda"  # b8133, -ngl 40 of 41, q8_0 FA
+QWEN = "repo-madcamp-fsd-qwen2.5-14b-32k-cuda"  # b7896, full offload, f16, FA auto
+
+
+def _row(row_id: str, **changes: object) -> dict:
+    row = next(r for r in ROWS if r["id"] == row_id)
+    settings = changes.pop("settings", {})
+    assert isinstance(settings, dict)
+    return {**row, **changes, "settings": {**row["settings"], **settings}}
+
+
+def _compute(row: dict, *, replay: bool = True) -> tuple[tuple[str, int, str], ...]:
+    bd = predicted(row, replay=replay)
+    return tuple((d.name, d.compute_bytes, d.compute_source) for d in bd.devices)
+
+
+@pytest.mark.parametrize("row_id", [NEMO, QWEN])
+def test_cuda_logs_are_replayed_to_the_printed_mib(row_id: str) -> None:
+    """Every compute buffer the log printed (CUDA0 and CUDA_Host), from the graph."""
+    row = _row(row_id)
+    got = {name: (size, source) for name, size, source in _compute(row)}
+    for device, mib in row["measured"]["compute"].items():
+        size, source = got["CPU" if device == "CUDA_Host" else device]
+        assert source == COMPUTE_GRAPH
+        assert abs(size - round(mib * MIB)) <= PRINTED, (device, size / MIB, mib)
+
+
+def test_the_replay_corrects_the_hand_peaks_on_a_partial_offload() -> None:
+    """Mistral Nemo at -ngl 40 with a q8_0 cache and flash attention: the log prints 266.00 MiB
+    for CUDA0; the hand-derived peaks said 297.01 (+11.7 %)."""
+    row = _row(NEMO)
+    assert _compute(row) == (("CUDA0", 278921216, "graph"), ("CPU", 37763072, "graph"))
+    assert _compute(row, replay=False)[0] == ("CUDA0", 311439360, "estimate")
+
+
+DECLINED = (  # (changes) -> the hand-derived peaks stand on CUDA
+    # PR #23907: FA over q8_0 reserves F16 copies sized by the kernel the compute capability picks
+    {"build": 9430},
+    {"build": None},
+    # MoE (MUL_MAT_ID): ggml_backend_cuda_graph_optimize's fusion alloc deps are not ported
+    {"shape": "qwen3-30b-a3b", "build": None, "settings": {"type_k": "f16", "type_v": "f16"}},
+    {"gpus": ["CUDA0", "CUDA1"], "settings": {"split_mode": "row"}},  # -sm row split buffers
+)
+
+
+@pytest.mark.parametrize("changes", DECLINED)
+def test_what_the_cuda_replay_does_not_cover_keeps_the_estimate(changes: dict) -> None:
+    assert {source for _n, _b, source in _compute(_row(NEMO, **changes))} == {COMPUTE_ESTIMATE}
+
+
+@pytest.mark.parametrize("build", [9512, None])
+def test_an_f16_cache_is_replayed_at_later_builds(build: int | None) -> None:
+    """0.3.36's (b9512) and b11434's supports_op, buffer types and offload_op are the same."""
+    row = _row(NEMO, build=build, settings={"type_k": "f16", "type_v": "f16"})
+    assert {source for _n, _b, source in _compute(row)} == {COMPUTE_GRAPH}
+
+
+def test_rocm_replays_as_cuda() -> None:
+    """ROCm builds ggml-cuda: the same buffers, under its own names."""
+    rocm = _row(NEMO, backend="rocm", gpus=["ROCm0"])
+    assert [(b, s) for _n, b, s in _compute(rocm)] == [(b, s) for _n, b, s in _compute(_row(NEMO))]
+    assert cuda_host_buffer_type("rocm").name == "ROCm_Host"
+    assert cuda_host_buffer_type("cuda").alignment == 32
+
+
+def test_two_cuda_devices_with_every_layer_run_pipeline_parallel() -> None:
+    """llama_context: several devices with events (CUDA has them), every layer, -sm layer: four
+    copies of every split input, so each buffer grows past the one-GPU figure."""
+    one = _compute(_row(QWEN))
+    two = _compute(_row(QWEN, gpus=["CUDA0", "CUDA1"]))
+    assert {s for _n, _b, s in two} == {COMPUTE_GRAPH}
+    assert two[0][1] > one[0][1] and two[-1][1] > one[-1][1]
+
+
+def _t(name: str, ty: str, ne: tuple[int, int, int, int], nbytes: int, **kw: object) -> Tensor:
+    """A tensor with its element stride (nb[0] = the type's size: contiguous rows)."""
+    nb0 = type_of(ty).type_size
+    op = str(kw.pop("op", "NONE"))
+    return Tensor(name, op, ty, ne, (nb0, 0, 0, 0), nbytes, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("ty", "ne0", "nbytes", "expected"),
+    [
+        ("q8_0", 4096, 4352, 4352),  # a multiple of MATRIX_ROW_PADDING: as is
+        ("q8_0", 4000, 4250, 4250 + 102),  # 96 elements more: 3 blocks of 34 bytes
+        ("q4_K", 2816, 1584, 1584 + 144),  # 256 elements more: one block of 144 bytes
+        ("f16", 4000, 8000, 8000),  # not quantized: as is
+    ],
+)
+def test_quantized_rows_are_padded_to_matrix_row_padding(
+    ty: str, ne0: int, nbytes: int, expected: int
+) -> None:
+    assert cuda_alloc_size([_t("x", ty, (ne0, 1, 1, 1), nbytes)], 0) == expected
+
+
+def _supports(ts: list[Tensor], op: Tensor) -> bool:
+    return cuda_supports_op([*ts, op], len(ts), peers=frozenset({"CUDA1"}))
+
+
+def test_supports_op_matrix_products() -> None:
+    """ggml_backend_cuda_device_supports_op: F16 activations only over an F16 matrix; a source on
+    another CUDA device is refused."""
+    ts = [
+        _t("w8", "q8_0", (512, 64, 1, 1), 34 * 16 * 64, data=True, buffer="CUDA0"),
+        _t("x16", "f16", (512, 8, 1, 1), 2 * 512 * 8),
+        _t("x32", "f32", (512, 8, 1, 1), 4 * 512 * 8),
+        _t("w1", "q8_0", (512, 64, 1, 1), 34 * 16 * 64, data=True, buffer="CUDA1"),
+    ]
+
+    def mm(a: int, b: int) -> bool:
+        return _supports(ts, _t("mm", "f32", (64, 8, 1, 1), 4 * 64 * 8, op="MUL_MAT", src=(a, b)))
+
+    assert (mm(0, 1), mm(0, 2), mm(3, 2)) == (False, True, False)
+
+
+@pytest.mark.parametrize(
+    ("head", "type_k", "type_v", "supported"),
+    [
+        (128, "f16", "f16", True),
+        (128, "q8_0", "q8_0", True),
+        (128, "q8_0", "f16", False),  # K and V of two types: not in 0.3.17 (FA_ALL_QUANTS off)
+        (128, "q4_1", "q4_1", False),  # not in 0.3.17 either
+        (576, "f16", "f16", False),  # MLA's 576/512: a V head of another size, not ported
+        (48, "f16", "f16", False),  # no kernel for this head size
+    ],
+)
+def test_supports_op_flash_attention(head: int, type_k: str, type_v: str, supported: bool) -> None:
+    ts = [
+        _t("q", "f32", (head, 512, 32, 1), 4 * head * 512 * 32),
+        _t("k", type_k, (head, 4096, 8, 1), 0),
+        _t("v", type_v, (head, 4096, 8, 1), 0),
+        _t("mask", "f16", (4096, 512, 1, 1), 2 * 4096 * 512),
+    ]
+    fa = _t(
+        "fa", "f32", (head, 32, 512, 1), 4 * head * 32 * 512, op="FLASH_ATTN_EXT", src=(0, 1, 2, 3)
+    )
+    assert _supports(ts, fa) is supported
