@@ -9,7 +9,6 @@ maker's figure in bytes/s. Apple entries are unified memory: `vram_bytes` is the
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 
@@ -145,6 +144,8 @@ def close_matches(name: str, limit: int = 5) -> list[str]:
     containing = [key for n, key in by_norm.items() if norm and norm in n]
     if containing:
         return containing[:limit]
+    import difflib  # only for a name the catalog lacks
+
     return [by_norm[n] for n in difflib.get_close_matches(norm, list(by_norm), n=limit, cutoff=0.6)]
 
 

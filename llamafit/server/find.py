@@ -13,20 +13,22 @@ the build number (pip-built binaries report build 0).
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..builds import build_of
 from ..errors import InputError, LlamafitError
 from ..paths import cache_dir
 from .flags import arity, flag_groups
+
+if TYPE_CHECKING:  # subprocess and hashlib: imported where used (a cached probe runs nothing)
+    import subprocess
 
 VERSION_TIMEOUT_S = 10.0
 HELP_TIMEOUT_S = 20.0
@@ -285,6 +287,8 @@ def _identity_files(path: str) -> list[str]:
 
 
 def _signature(files: Sequence[str]) -> str | None:
+    import hashlib
+
     parts = []
     for f in dict.fromkeys(files):  # links to one library count once
         try:
@@ -300,6 +304,8 @@ def _signature(files: Sequence[str]) -> str | None:
 
 
 def content_hash(files: Sequence[str]) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     for f in dict.fromkeys(files):
         try:
@@ -349,6 +355,8 @@ def build_identity(path: str, version_line: str) -> str:
 def _run(
     path: str, flag: str, env: Mapping[str, str], timeout: float
 ) -> subprocess.CompletedProcess[str]:
+    import subprocess
+
     try:
         from .launcher import die_with_parent
 
@@ -373,6 +381,8 @@ def _cache_file(path: str) -> str | None:
         st = os.stat(real)
     except OSError:
         return None
+    import hashlib
+
     key = hashlib.sha256(
         f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode("utf-8", "surrogateescape")
     ).hexdigest()[:32]

@@ -138,3 +138,17 @@ def test_unknown_name_without_close_match_lists_catalog() -> None:
 def test_smallest_fitting(need: int, vendors: tuple[str, ...] | None, expected: str | None) -> None:
     e = smallest_fitting(need, vendors=vendors)
     assert (e.key if e else None) == expected
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[936e9], [936e9, 1008e9], [448e9, 1008e9, 936e9], [51.0, 142.0, 81.0, 119.0], [3, 1, 2, 2]],
+)
+def test_assumed_median_is_statistics_median(values: list[float]) -> None:
+    """speed_inputs._median (statistics is not imported for it) gives statistics.median."""
+    import statistics
+
+    from llamafit.commands.speed_inputs import _median
+
+    assert _median(values) == statistics.median(values)
+    assert type(_median(values)) is type(statistics.median(values))
