@@ -54,8 +54,9 @@ _widest: list[tuple[ModelFacts, int]] = []  # the last facts asked, with its n_e
 def _v_width_max(facts: ModelFacts) -> int:
     """facts.n_embd_v_gqa_max (a max over every layer), kept for the last facts asked: the
     callers ask it once per layer."""
-    if _widest and _widest[0][0] is facts:
-        return _widest[0][1]
+    last = _widest[-1] if _widest else None  # read once: another thread may replace it
+    if last is not None and last[0] is facts:
+        return last[1]
     width = facts.n_embd_v_gqa_max
     _widest[:] = [(facts, width)]
     return width
