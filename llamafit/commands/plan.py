@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..findings import Notice
@@ -11,7 +12,6 @@ from ..fit.explain import PlanResult, plan
 from ..fit.plan_speed import speed_band
 from ..fit.presets import DEFAULT_TURN, PresetEffect, min_ctx_for, preset_config, preset_effect
 from ..fit.solver import Policy
-from ..machine.gpu_processes import GpuProcess, others_in_use, tokens_for
 from ..memory.config import LaunchConfig
 from ..report import check as check_report
 from ..report import plan as plan_report
@@ -22,6 +22,9 @@ from ..server.side_flags import launch_tokens
 from .llama_check import larger_wins, learn_tensor_limit, llama_cpp_check
 from .prepare import prepare, warnings_for
 from .prepared import Prepared, Report, Request
+
+if TYPE_CHECKING:
+    from ..machine.gpu_processes import GpuProcess
 
 
 def run_plan(
@@ -172,6 +175,10 @@ def _others(processes: tuple[GpuProcess, ...], result: PlanResult) -> list[Notic
     """gpu_in_use {device, used_bytes, processes [{pid, name, used_bytes}], tokens}: other processes
     hold memory on a GPU planned with what is free; `tokens`: the context per slot closing them
     would add."""
+    if not processes:  # given devices, or NVML found none: gpu_processes is not loaded
+        return []
+    from ..machine.gpu_processes import others_in_use, tokens_for
+
     c = result.choice
     room = max(result.verdict.ctx_wanted - c.ctx, 0) if c else 0
     out: list[Notice | str] = []

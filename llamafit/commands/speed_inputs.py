@@ -9,7 +9,6 @@ model family on the same machine replace the generation efficiency (speed_calibr
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -129,20 +128,29 @@ def assumed_rates(
     gib = same[0].vram_bytes / 2**30
     what = f"{len(same)} catalog card{'s' if len(same) > 1 else ''} with {gib:,.0f} GiB"
     bw = Rate(
-        statistics.median(bws),
+        _median(bws),
         f"assumed: the median of {what} ({bws[0] / 1e9:,.0f}-{bws[-1] / 1e9:,.0f} GB/s); "
         "--bandwidth GB/s or a catalog name (--gpu rtx4090) gives the card's own",
     )
     tflops = [GPU_TFLOPS[e.key] * 1e12 for e in same if e.key in GPU_TFLOPS]
     if not tflops:
         return bw, (bws[0], bws[-1]), None, None
-    flops = Rate(statistics.median(tflops), f"assumed: the median spec-sheet TFLOPS of {what}")
+    flops = Rate(_median(tflops), f"assumed: the median spec-sheet TFLOPS of {what}")
     return bw, (bws[0], bws[-1]), flops, (min(tflops), max(tflops))
 
 
 # the least share of the host's bandwidth a CPU-type Vulkan device (lavapipe) is assumed to reach:
 # issue #35 saw lavapipe serve the demo model at 1.8 tokens/s where the host's bandwidth allows tens
 ON_HOST_LOW = 0.02
+
+
+def _median(values: Sequence[float]) -> float:
+    """statistics.median (the mean of the middle two of an even count), without importing
+    statistics (fractions, decimal: about 3 ms of a plan)."""
+    data = sorted(values)
+    i = len(data) // 2
+    return data[i] if len(data) % 2 else (data[i - 1] + data[i]) / 2
+
 
 _BACKEND_VENDORS = {
     "cuda": ("nvidia",),

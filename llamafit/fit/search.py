@@ -51,6 +51,11 @@ class Target:
     _brackets: dict[LaunchConfig, tuple[int, int | None]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # evaluate's breakdowns by what they depend on (the resolved config and -dev): configs that
+    # differ only where resolve makes them equal (-ub above a small -c, -fa auto) share one
+    _by_rc: dict[tuple[ResolvedConfig, tuple[str, ...]], Breakdown] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def breakdown(self, cfg: LaunchConfig, rc: ResolvedConfig, *, replay: bool = True) -> Breakdown:
         """Bytes per device for a resolved config, side models included: compute buffers from the
@@ -108,13 +113,25 @@ class Target:
             rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
             result: tuple[ResolvedConfig, Breakdown] | None = None
             if graph_kind(rc) not in self.refused:
-                result = (rc, self.breakdown(cfg, rc, replay=False))
+                result = (rc, self._searched(cfg, rc))
         except InputError:
             result = None
         if len(cache) >= EVALUATED_SIZE:
             cache.clear()
+            self._by_rc.clear()
         cache[cfg] = result
         return result
+
+    def _searched(self, cfg: LaunchConfig, rc: ResolvedConfig) -> Breakdown:
+        """breakdown(replay=False), once per resolved config and -dev (side models' usages
+        depend on the whole config: those are not shared)."""
+        if self.side is not None:
+            return self.breakdown(cfg, rc, replay=False)
+        key = (rc, cfg.devices)
+        hit = self._by_rc.get(key)
+        if hit is None:
+            hit = self._by_rc[key] = self.breakdown(cfg, rc, replay=False)
+        return hit
 
     def fits(self, cfg: LaunchConfig) -> bool:
         """Every device holds its share (Breakdown.fits: with GPUs, only the host's mmap'd weights

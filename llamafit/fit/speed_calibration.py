@@ -18,7 +18,6 @@ few runs, move an estimate by more than that."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
@@ -134,6 +133,10 @@ def speed_scales(records: Iterable[dict[str, Any]]) -> list[SpeedScale]:
             requests=s.requests + requests,
             generated_tokens=s.generated_tokens + tokens,
         )
+    if not out:
+        return []
+    import statistics  # here: a plan without measured runs never needs it (about 3 ms)
+
     return [
         replace(
             s,
@@ -147,6 +150,8 @@ def speed_scales(records: Iterable[dict[str, Any]]) -> list[SpeedScale]:
 def _spread(ratios: list[float]) -> float | None:
     if len(ratios) < MIN_SPREAD_RUNS:
         return None
+    import statistics  # here, as in scales: a plan without measured runs never needs it
+
     mid = statistics.median(ratios)
     return max(abs(r / mid - 1) for r in ratios)
 

@@ -9,7 +9,6 @@ maker's figure in bytes/s. Apple entries are unified memory: `vram_bytes` is the
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 
@@ -442,6 +441,8 @@ def close_matches(name: str, limit: int = 5) -> list[str]:
     containing.sort(key=lambda key: not normalize(key).startswith(bare))
     if containing:
         return containing[:limit]
+    import difflib  # only for a name the catalog lacks
+
     for cutoff in (0.6, 0.4):
         near = difflib.get_close_matches(bare, list(by_norm), n=limit, cutoff=cutoff)
         if near:

@@ -80,14 +80,16 @@ def llama_threads(sys_root: str = "/sys/devices/system/cpu") -> int:
 
 def machine_key() -> str:
     """Identifies this machine for the cache: host name, CPU model, logical CPUs, RAM."""
-    cpu = platform.processor()
+    cpu = None
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             cpu = next(
-                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None
             )
     except OSError:
         pass
+    if cpu is None:  # asked only here: on Linux it runs `uname -p` (a process, milliseconds)
+        cpu = platform.processor()
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

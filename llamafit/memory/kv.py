@@ -44,8 +44,22 @@ def layer_cell_bytes(
     k = type_k.row_size(facts.n_embd_k_gqa(il))
     if facts.mla is not None and v_less_mla:
         return k
-    v_width = facts.n_embd_v_gqa(il) if flash_attn else facts.n_embd_v_gqa_max
+    v_width = facts.n_embd_v_gqa(il) if flash_attn else _v_width_max(facts)
     return k + type_v.row_size(v_width)
+
+
+_widest: list[tuple[ModelFacts, int]] = []  # the last facts asked, with its n_embd_v_gqa_max
+
+
+def _v_width_max(facts: ModelFacts) -> int:
+    """facts.n_embd_v_gqa_max (a max over every layer), kept for the last facts asked: the
+    callers ask it once per layer."""
+    last = _widest[-1] if _widest else None  # read once: another thread may replace it
+    if last is not None and last[0] is facts:
+        return last[1]
+    width = facts.n_embd_v_gqa_max
+    _widest[:] = [(facts, width)]
+    return width
 
 
 def kv_cell_cost(

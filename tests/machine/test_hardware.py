@@ -671,3 +671,45 @@ def test_an_apu_card_reads_its_carve_out_and_gtt(tmp_path: Path) -> None:
         1 * GiB,
     )
     assert (gpu.shared_total_bytes, gpu.shared_used_bytes) == (48 * GiB, 512 * MiB)
+
+
+# ---- host RAM without psutil: /proc/meminfo read as psutil's Linux virtual_memory reads it ----
+
+_MEMINFO = (
+    "MemTotal:       65536000 kB\nMemFree:         1000000 kB\nMemAvailable:   50000000 kB\n"
+    "Buffers:          20000 kB\nCached:         3000000 kB\nShmem:            40000 kB\n"
+    "Active:         5000000 kB\nInactive:       6000000 kB\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (_MEMINFO, (65536000 * 1024, 50000000 * 1024)),
+        # psutil computes or corrects these itself (or warns): left to it
+        (_MEMINFO.replace("MemAvailable:   50000000", "MemAvailable:   0"), None),
+        (_MEMINFO.replace("MemAvailable:   50000000", "MemAvailable:   99999999"), None),
+        ("".join(x for x in _MEMINFO.splitlines(True) if "MemAvailable" not in x), None),
+        ("".join(x for x in _MEMINFO.splitlines(True) if "Buffers" not in x), None),
+        (_MEMINFO + "Broken:\n", None),
+        ("", None),
+    ],
+)
+def test_linux_meminfo(tmp_path: Path, text: str, expected: tuple[int, int] | None) -> None:
+    from llamafit.machine.hardware import linux_meminfo
+
+    (tmp_path / "meminfo").write_text(text)
+    if not sys.platform.startswith("linux"):
+        expected = None
+    assert linux_meminfo(str(tmp_path / "meminfo")) == expected
+    assert linux_meminfo(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/meminfo is Linux's")
+def test_linux_meminfo_total_is_psutils() -> None:
+    import psutil
+
+    from llamafit.machine.hardware import linux_meminfo
+
+    found = linux_meminfo()
+    assert found is not None and found[0] == psutil.virtual_memory().total
