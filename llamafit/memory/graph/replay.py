@@ -47,7 +47,7 @@ from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph
 from .params import GraphBuildError
 from .reserve import reserve_configs
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
-from .template import build_direct, build_graph
+from .template import build_graph, count_direct
 
 
 def covers_model(facts: ModelFacts, build: int | None) -> bool:
@@ -134,7 +134,7 @@ def reserve_graph_tensors(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
         return None
     pp = reserve_configs(rc)[0][1]
     try:
-        return len(build_direct(facts, pp, graph_hparams_of(facts)).tensors)
+        return count_direct(facts, pp, graph_hparams_of(facts))
     except GraphBuildError:
         return None
 

@@ -81,12 +81,8 @@ def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Gr
 _Rule = tuple[str, int]  # (model tensor name, layer it was made for) or ("", il) for the cache
 
 
-def _run(
-    facts: ModelFacts,
-    config: GraphConfig,
-    hp: GraphHParams,
-) -> tuple[Graph, list[tuple[int, _Rule]]]:
-    """The graph, and for each tensor with data its index and buffer rule."""
+def _built(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> GraphContext:
+    """The builder's context once the model's graph is built (its tensors, not yet converted)."""
     model = model_of(facts)
     ctx = GraphContext(facts, config, hp)
     if not model.scales and any(n.endswith(".scale") for n in ctx.tensors):
@@ -96,8 +92,26 @@ def _run(
             f"{facts.path}: weight scales are not modelled for {facts.architecture}"
         )
     model.build(ctx)
+    return ctx
+
+
+def _run(
+    facts: ModelFacts,
+    config: GraphConfig,
+    hp: GraphHParams,
+) -> tuple[Graph, list[tuple[int, _Rule]]]:
+    """The graph, and for each tensor with data its index and buffer rule."""
+    ctx = _built(facts, config, hp)
     graph = ctx.b.graph()
     return graph, [(t.idx, t.rule) for t in ctx.b.tensors if t.rule is not None]
+
+
+def count_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> int:
+    """len(build_direct(...).tensors) without converting the tensors (ggml.Builder.graph adds the
+    view sources no node visited): what the scheduler's hash set is sized by needs the count only."""
+    tensors = _built(facts, config, hp).b.tensors
+    unvisited = {id(t.view_src) for t in tensors if t.view_src is not None and t.view_src.idx < 0}
+    return len(tensors) + len(unvisited)
 
 
 _Lin = tuple[int, int, int]  # a + b * kv_size + c * kv_size_swa

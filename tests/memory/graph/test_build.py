@@ -14,7 +14,7 @@ from llamafit.memory.graph.models import graph_hparams
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
-from llamafit.memory.graph.template import build_direct, build_graph, clear_cache
+from llamafit.memory.graph.template import build_direct, build_graph, clear_cache, count_direct
 from tests.support.graph_build import (
     GRAPHS,
     Case,
@@ -45,6 +45,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
     assert [c.n_tokens for c in built] == [e.graph.tensors[e.graph.leafs[1]].ne[0] for e in events]
     for config, event in zip(built, events, strict=True):
         assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
+        # the scheduler's hash set is sized by the count alone (replay.reserve_graph_tensors)
+        assert count_direct(facts, config, hp) == len(event.graph.tensors)
 
 
 # (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer,
