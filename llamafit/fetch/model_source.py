@@ -21,6 +21,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 from ..paths import cache_dir, is_url
@@ -343,7 +344,7 @@ def _cache_file(kind: str, key: str, ext: str) -> Path:
 CACHE_FORMAT = _FORMAT
 
 
-def load_cache_json(path: Path) -> dict | None:
+def load_cache_json(path: Path) -> dict[str, Any] | None:
     """A JSON cache entry of CACHE_FORMAT, or None (absent, unreadable, another format)."""
     return _load_json(path)
 
@@ -425,7 +426,7 @@ def _save_listing(endpoint: str, listing: RepoListing) -> None:
     )
 
 
-def _load_json(path: Path) -> dict | None:
+def _load_json(path: Path) -> dict[str, Any] | None:
     try:
         meta = json.loads(read_regular(path, SMALL_FILE * 64), parse_constant=lambda c: None)
     except (OSError, ValueError, RecursionError):
