@@ -170,6 +170,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "qwen3.5-35b-a3b",
         ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # Qwen3.5 27B (qwen35): qwen35moe's layers with a dense FFN
+    "qwen35-27b-c4096-ub128": (
+        "qwen3.5-27b",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -197,6 +202,7 @@ SPARSE = frozenset(
         "nemotron3-nano-30b-a3b",
         "qwen3-next-80b-a3b",
         "qwen3.5-35b-a3b",
+        "qwen3.5-27b",
     }
 )
 

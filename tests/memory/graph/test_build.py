@@ -53,7 +53,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # per-layer input), a Gemma 4 26B full-attention layer (V is K, rope_freqs) with its experts, a
 # Nemotron-3 Nano MoE layer (sigmoid-gated RELU_SQR experts, shared ones), a Qwen3-Next and a
 # Qwen3.5 MoE gated full-attention layer (query and gate from one projection, partial RoPE;
-# IMRoPE) with their experts and sigmoid-gated shared expert, a Gemma 3n E2B layer reading layer
+# IMRoPE) with their experts and sigmoid-gated shared expert, a Qwen3.5 27B one with its dense FFN,
+# a Gemma 3n E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -72,6 +73,7 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("nemotron-c4096-ub128", 1),
         ("qwen3next-c4096-ub128", 3),
         ("qwen35moe-c4096-ub128", 3),
+        ("qwen35-27b-c4096-ub128", 7),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -87,7 +89,8 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 
 # (case, layer, nodes, ops): the layers that name few of their nodes, whole: a Nemotron-3 Nano
 # Mamba-2 layer, its attention layer (no RoPE) with and without flash attention; a Qwen3-Next and a
-# Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads)
+# Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads),
+# a Qwen3.5 27B one with its dense FFN
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
@@ -96,6 +99,7 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
         ("nemotron-c4096-fa-off-np2", 5, 28, {"SOFT_MAX", "SET_ROWS"}),
         ("qwen3next-c4096-ub128", 0, 116, {"GATED_DELTA_NET", "SSM_CONV", "REPEAT", "MUL_MAT_ID"}),
         ("qwen35moe-c4096-ub128", 0, 103, {"GATED_DELTA_NET", "SSM_CONV", "MUL_MAT_ID"}),
+        ("qwen35-27b-c4096-ub128", 0, 67, {"GATED_DELTA_NET", "SSM_CONV", "GLU"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
@@ -206,6 +210,7 @@ def test_a_wrong_config_is_seen() -> None:
         "nemotron-c4096-fa-off-np2",
         "qwen3next-c4096-fa-off-np2",
         "qwen35moe-c4096-ub128",
+        "qwen35-27b-c4096-ub128",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

@@ -30,6 +30,7 @@ from . import (
     qwen3,
     qwen3moe,
     qwen3next,
+    qwen35,
     qwen35moe,
 )
 
@@ -86,6 +87,7 @@ MODELS: Mapping[str, Model] = {
     "nemotron_h_moe": Model(nemotron_h.build),
     "qwen3next": Model(qwen3next.build, nodes_per_token=True),
     "qwen35moe": Model(qwen35moe.build, nodes_per_token=True),
+    "qwen35": Model(qwen35.build, nodes_per_token=True),
 }
 
 
