@@ -175,6 +175,24 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "qwen3.5-27b",
         ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # Ministral 3 8B (mistral3): a Llama layer with the attention temperature (inp_attn_scale)
+    "mistral3-8b-c4096-ub128": ("ministral3-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "mistral3-8b-c4096-fa-off-np2": (
+        "ministral3-8b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Phi-4 (phi3): fused attn_qkv viewed as Q/K/V, Q scaled, ggml_swiglu over a double-wide up
+    "phi4-c4096-ub128": ("phi-4", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "phi4-c4096-fa-off-np2": ("phi-4", ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack")),
+    # SmolLM3 3B (smollm3): every fourth layer without RoPE, the tied output
+    "smollm3-c4096": ("smollm3-3b", ("-c", "4096", "--no-repack")),
+    # Seed-OSS 36B (seed_oss): Q/K/V biases, attn_post_norm before the FFN
+    "seed-oss-c4096-ub128-fa-off": (
+        "seed-oss-36b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "--no-repack"),
+    ),
+    # ERNIE 4.5 0.3B (ernie4_5): wide heads (16 x 128 over n_embd 1024), the tied output
+    "ernie45-c4096-np2": ("ernie4.5-0.3b", ("-c", "4096", "-np", "2", "--no-repack")),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -203,6 +221,11 @@ SPARSE = frozenset(
         "qwen3-next-80b-a3b",
         "qwen3.5-35b-a3b",
         "qwen3.5-27b",
+        "ministral3-8b",
+        "phi-4",
+        "smollm3-3b",
+        "seed-oss-36b",
+        "ernie4.5-0.3b",
     }
 )
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ...builds import since
 from ...facts.hparams import ModelFacts
+from ...reader.ggml_types import GGML_TYPE_SIZES
 from .ggml import Builder, T, is_contiguous, nelements, set_output
 from .kv_cache import KvCache, RecurrentState, head_k, head_v
 from .loader import tensor_map, weight_buffer
@@ -234,12 +235,13 @@ class GraphContext(GraphInputs):
         return self.b.mul_mat(w, cur)
 
     def qkv(self, cur: T, il: int, scales: bool = False) -> tuple[T, T, T]:
-        """build_qkv, separate Q/K/V with optional biases (the fused wqkv path is not modelled);
-        scales: the weights' scales (attn_*.scale, build_lora_mm's w_s) where the arch's files may
-        have them (gemma3n)."""
+        """build_qkv, separate Q/K/V with optional biases, or the fused attn_qkv (with its
+        bias) viewed as Q, K and V; scales: the weights' scales (attn_*.scale, build_lora_mm's
+        w_s) where the arch's files may have them (gemma3n)."""
         b = self.b
-        if self.lw(il, "attn_qkv.weight") is not None:
-            raise GraphBuildError(f"{self.f.path}: fused attn_qkv is not modelled")
+        wqkv = self.lw(il, "attn_qkv.weight")
+        if wqkv is not None:
+            return self._qkv_fused(cur, wqkv, il)
         out = []
         for part, n_head, head in (
             ("q", self.f.n_head[il], self.head_k(il)),
@@ -258,6 +260,31 @@ class GraphContext(GraphInputs):
         self.cb(q, "Qcur", il)
         self.cb(k, "Kcur", il)
         self.cb(v, "Vcur", il)
+        return q, k, v
+
+    def _qkv_fused(self, cur: T, wqkv: T, il: int) -> tuple[T, T, T]:
+        """build_qkv's fused path (llama_model_base::create_tensor_qkv's attn_qkv): one product,
+        its bias (attn_qkv.bias), Q, K and V as 3-D views of it. Separate Q/K/V biases beside a
+        fused weight (ggml_concat of the three) are not modelled."""
+        b, f = self.b, self.f
+        if self.lw(il, "attn_qkv.bias") is None and self.lw(il, "attn_q.bias") is not None:
+            raise GraphBuildError(f"{f.path}: separate Q/K/V biases beside attn_qkv")
+        qkv = self.cb(self.mm(wqkv, cur), "wqkv", il)
+        bias = self.lw(il, "attn_qkv.bias")
+        if bias is not None:
+            qkv = self.cb(b.add(qkv, bias), "wqkv_b", il)
+        hk, hv = self.head_k(il), self.head_v(il)
+        n_q, n_kv = f.n_head[il] * hk, f.n_head_kv[il] * hk
+        row = GGML_TYPE_SIZES[qkv.type][1]  # F32: ggml_row_size is 4 a value
+        out = []
+        for name, head, n_head, offs in (
+            ("Qcur", hk, f.n_head[il], 0),
+            ("Kcur", hk, f.n_head_kv[il], n_q),
+            ("Vcur", hv, f.n_head_kv[il], n_q + n_kv),
+        ):
+            t = b.view(qkv, (head, n_head, self.c.n_tokens), (head * row, qkv.nb[1]), offs * row)
+            out.append(self.cb(t, name, il))
+        q, k, v = out
         return q, k, v
 
     def mm_s(self, w: T, cur: T, w_s: T | None) -> T:

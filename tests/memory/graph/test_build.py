@@ -54,7 +54,9 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # Nemotron-3 Nano MoE layer (sigmoid-gated RELU_SQR experts, shared ones), a Qwen3-Next and a
 # Qwen3.5 MoE gated full-attention layer (query and gate from one projection, partial RoPE;
 # IMRoPE) with their experts and sigmoid-gated shared expert, a Qwen3.5 27B one with its dense FFN,
-# a Gemma 3n E2B layer reading layer
+# a Ministral 3 layer (attention temperature), a Phi-4 layer (fused QKV, one-tensor SwiGLU), a
+# SmolLM3 NoPE layer, a Seed-OSS layer (Q/K/V biases, attn_post_norm), an ERNIE 4.5 layer (wide
+# heads), a Gemma 3n E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -74,6 +76,11 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("qwen3next-c4096-ub128", 3),
         ("qwen35moe-c4096-ub128", 3),
         ("qwen35-27b-c4096-ub128", 7),
+        ("mistral3-8b-c4096-ub128", 2),
+        ("phi4-c4096-ub128", 5),
+        ("smollm3-c4096", 3),
+        ("seed-oss-c4096-ub128-fa-off", 4),
+        ("ernie45-c4096-np2", 1),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -211,6 +218,11 @@ def test_a_wrong_config_is_seen() -> None:
         "qwen3next-c4096-fa-off-np2",
         "qwen35moe-c4096-ub128",
         "qwen35-27b-c4096-ub128",
+        "mistral3-8b-c4096-fa-off-np2",
+        "phi4-c4096-fa-off-np2",
+        "smollm3-c4096",
+        "seed-oss-c4096-ub128-fa-off",
+        "ernie45-c4096-np2",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

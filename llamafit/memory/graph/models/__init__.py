@@ -16,6 +16,7 @@ from ..params import GraphBuildError, GraphHParams
 from . import (
     deci,
     deepseek2,
+    ernie4_5,
     gemma3,
     gemma3n,
     gemma4,
@@ -24,14 +25,18 @@ from . import (
     granite_hybrid,
     llama,
     mamba,
+    mistral3,
     nemotron_h,
     openai_moe,
+    phi3,
     qwen2,
     qwen3,
     qwen3moe,
     qwen3next,
     qwen35,
     qwen35moe,
+    seed_oss,
+    smollm3,
 )
 
 # The first build whose graphs the builders follow (builds.py's rules): they build b11434's
@@ -88,6 +93,11 @@ MODELS: Mapping[str, Model] = {
     "qwen3next": Model(qwen3next.build, nodes_per_token=True),
     "qwen35moe": Model(qwen35moe.build, nodes_per_token=True),
     "qwen35": Model(qwen35.build, nodes_per_token=True),
+    "mistral3": Model(mistral3.build),
+    "phi3": Model(phi3.build),
+    "smollm3": Model(smollm3.build),
+    "seed_oss": Model(seed_oss.build),
+    "ernie4_5": Model(ernie4_5.build),
 }
 
 
