@@ -193,6 +193,13 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # ERNIE 4.5 0.3B (ernie4_5): wide heads (16 x 128 over n_embd 1024), the tied output
     "ernie45-c4096-np2": ("ernie4.5-0.3b", ("-c", "4096", "-np", "2", "--no-repack")),
+    # OLMo 2 1B (olmo2): Q/K/V rows normed whole, post-attention and post-FFN norms
+    "olmo2-1b-c4096-fa-off": ("olmo2-1b", ("-c", "4096", "-fa", "off", "-np", "1")),
+    # OLMo 3 7B (olmo2 with sliding-window layers): iSWA caches
+    "olmo3-7b-c8192-ub128-np1": (
+        "olmo3-7b",
+        ("-c", "8192", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -226,6 +233,7 @@ SPARSE = frozenset(
         "smollm3-3b",
         "seed-oss-36b",
         "ernie4.5-0.3b",
+        "olmo3-7b",
     }
 )
 

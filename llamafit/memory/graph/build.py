@@ -287,6 +287,36 @@ class GraphContext(GraphInputs):
         q, k, v = out
         return q, k, v
 
+    def qkv_2d(self, cur: T, il: int) -> tuple[T, T, T]:
+        """build_qkv with reshape false (olmo2.cpp): Q, K and V as 2-D rows, unnamed, their
+        biases added; the fused attn_qkv's 2-D views made contiguous."""
+        b, f = self.b, self.f
+        hk, hv = self.head_k(il), self.head_v(il)
+        n_q, n_k, n_v = f.n_head[il] * hk, f.n_head_kv[il] * hk, f.n_head_kv[il] * hv
+        wqkv = self.lw(il, "attn_qkv.weight")
+        if wqkv is not None:
+            if self.lw(il, "attn_qkv.bias") is None and self.lw(il, "attn_q.bias") is not None:
+                raise GraphBuildError(f"{f.path}: separate Q/K/V biases beside attn_qkv")
+            qkv = self.cb(self.mm(wqkv, cur), "wqkv", il)
+            bias = self.lw(il, "attn_qkv.bias")
+            if bias is not None:
+                qkv = self.cb(b.add(qkv, bias), "wqkv_b", il)
+            row = GGML_TYPE_SIZES[qkv.type][1]
+            n_tokens = self.c.n_tokens
+            views = [
+                b.view(qkv, (n, n_tokens), (qkv.nb[1],), offs * row)
+                for n, offs in ((n_q, 0), (n_k, n_q), (n_v, n_q + n_k))
+            ]
+            q, k, v = (b.cont(t) for t in views)
+            return q, k, v
+        out = []
+        for part in ("q", "k", "v"):
+            t = self.mm(self.need(self.lw(il, f"attn_{part}.weight"), part), cur)
+            bias = self.lw(il, f"attn_{part}.bias")
+            out.append(t if bias is None else b.add(t, bias))
+        q, k, v = out
+        return q, k, v
+
     def mm_s(self, w: T, cur: T, w_s: T | None) -> T:
         """build_lora_mm with a weight scale (the file's "<name>.scale": llama_model::load_tensors
         loads one for any arch; gemma4.cpp passes them)."""

@@ -56,7 +56,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # IMRoPE) with their experts and sigmoid-gated shared expert, a Qwen3.5 27B one with its dense FFN,
 # a Ministral 3 layer (attention temperature), a Phi-4 layer (fused QKV, one-tensor SwiGLU), a
 # SmolLM3 NoPE layer, a Seed-OSS layer (Q/K/V biases, attn_post_norm), an ERNIE 4.5 layer (wide
-# heads), a Gemma 3n E2B layer reading layer
+# heads), OLMo 2's last layer (2-D Q/K norms, post norms), an OLMo 3 SWA layer and a full one, a
+# Gemma 3n E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -81,6 +82,9 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("smollm3-c4096", 3),
         ("seed-oss-c4096-ub128-fa-off", 4),
         ("ernie45-c4096-np2", 1),
+        ("olmo2-1b-c4096-fa-off", 15),
+        ("olmo3-7b-c8192-ub128-np1", 2),
+        ("olmo3-7b-c8192-ub128-np1", 3),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -223,6 +227,8 @@ def test_a_wrong_config_is_seen() -> None:
         "smollm3-c4096",
         "seed-oss-c4096-ub128-fa-off",
         "ernie45-c4096-np2",
+        "olmo2-1b-c4096-fa-off",
+        "olmo3-7b-c8192-ub128-np1",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

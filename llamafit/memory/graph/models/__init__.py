@@ -27,6 +27,7 @@ from . import (
     mamba,
     mistral3,
     nemotron_h,
+    olmo2,
     openai_moe,
     phi3,
     qwen2,
@@ -98,6 +99,7 @@ MODELS: Mapping[str, Model] = {
     "smollm3": Model(smollm3.build),
     "seed_oss": Model(seed_oss.build),
     "ernie4_5": Model(ernie4_5.build),
+    "olmo2": Model(olmo2.build, iswa=True),
 }
 
 
