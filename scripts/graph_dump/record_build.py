@@ -200,6 +200,23 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "olmo3-7b",
         ("-c", "8192", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # EXAONE 4.0 32B (exaone4): iSWA, RoPE (with rope_freqs) in the SWA layers only, post norms
+    "exaone4-32b-c8192-ub128-np1": (
+        "exaone4-32b",
+        ("-c", "8192", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    # GLM-Z1 32B (glm4): post norms, a fused gate/up FFN
+    "glm4-32b-c4096-ub128-fa-off": (
+        "glm-z1-32b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "--no-repack"),
+    ),
+    # Command R 35B (command-r): LayerNorm, the parallel block, the logit scale
+    "command-r-c4096-ub128": ("command-r-v01", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Command R7B (cohere2): iSWA, RoPE in the SWA layers only
+    "cohere2-c8192-np1-fa-off": (
+        "command-r7b",
+        ("-c", "8192", "-np", "1", "-fa", "off", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -234,6 +251,10 @@ SPARSE = frozenset(
         "seed-oss-36b",
         "ernie4.5-0.3b",
         "olmo3-7b",
+        "exaone4-32b",
+        "glm-z1-32b",
+        "command-r-v01",
+        "command-r7b",
     }
 )
 

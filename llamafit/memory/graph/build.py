@@ -230,6 +230,20 @@ class GraphContext(GraphInputs):
             cur = self.b.mul(cur, mw)
         return cur
 
+    def layer_norm(self, cur: T, mw: T | None, mb: T | None, il: int) -> T:
+        """build_norm, LLM_NORM: ggml_norm, times the weight, plus the bias ("norm", "norm_w")."""
+        b = self.b
+        cur = b.norm(cur)
+        if mw is not None or mb is not None:
+            self.cb(cur, "norm", il)
+        if mw is not None:
+            cur = b.mul(cur, mw)
+            if mb is not None:
+                self.cb(cur, "norm_w", il)
+        if mb is not None:
+            cur = b.add(cur, mb)
+        return cur
+
     def mm(self, w: T, cur: T) -> T:
         """build_lora_mm (no adapters, no scales)."""
         return self.b.mul_mat(w, cur)
@@ -519,6 +533,15 @@ class GraphContext(GraphInputs):
         if down_s is not None:
             cur = self.cb(b.mul(cur, down_s), "ffn_down_s", il)
         return cur
+
+    def ffn_swiglu(self, cur: T, il: int) -> T:
+        """build_ffn without gate or biases, LLM_FFN_SWIGLU: ffn_up holds gate and up (twice
+        n_ff wide), ggml_swiglu of the one tensor, down (phi3.cpp, glm4.cpp)."""
+        up = self.need(self.lw(il, "ffn_up.weight"), "ffn_up")
+        down = self.need(self.lw(il, "ffn_down.weight"), "ffn_down")
+        cur = self.cb(self.mm(up, cur), "ffn_up", il)
+        cur = self.cb(self.b.glu(cur, "SWIGLU"), "ffn_swiglu", il)
+        return self.mm(down, cur)
 
     def ffn_relu_sqr(self, cur: T, il: int, up: T, part: str, scales: bool) -> T:
         """build_ffn without gate or biases, LLM_FFN_RELU_SQR: up (and its scale), RELU, SQR,

@@ -57,7 +57,9 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # a Ministral 3 layer (attention temperature), a Phi-4 layer (fused QKV, one-tensor SwiGLU), a
 # SmolLM3 NoPE layer, a Seed-OSS layer (Q/K/V biases, attn_post_norm), an ERNIE 4.5 layer (wide
 # heads), OLMo 2's last layer (2-D Q/K norms, post norms), an OLMo 3 SWA layer and a full one, a
-# Gemma 3n E2B layer reading layer
+# SWA layer and the last (full, no RoPE) of EXAONE 4.0 32B, a GLM-Z1 layer (post norms, fused
+# gate/up), Command R's last layer (the parallel block, LayerNorm), a Command R7B SWA layer and a
+# full one (no RoPE), a Gemma 3n E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -85,6 +87,12 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("olmo2-1b-c4096-fa-off", 15),
         ("olmo3-7b-c8192-ub128-np1", 2),
         ("olmo3-7b-c8192-ub128-np1", 3),
+        ("exaone4-32b-c8192-ub128-np1", 2),
+        ("exaone4-32b-c8192-ub128-np1", 63),
+        ("glm4-32b-c4096-ub128-fa-off", 9),
+        ("command-r-c4096-ub128", 39),
+        ("cohere2-c8192-np1-fa-off", 4),
+        ("cohere2-c8192-np1-fa-off", 7),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -229,6 +237,10 @@ def test_a_wrong_config_is_seen() -> None:
         "ernie45-c4096-np2",
         "olmo2-1b-c4096-fa-off",
         "olmo3-7b-c8192-ub128-np1",
+        "exaone4-32b-c8192-ub128-np1",
+        "glm4-32b-c4096-ub128-fa-off",
+        "command-r-c4096-ub128",
+        "cohere2-c8192-np1-fa-off",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

@@ -14,12 +14,16 @@ from ..build import GraphContext
 from ..kv_cache import has_swa
 from ..params import GraphBuildError, GraphHParams
 from . import (
+    cohere2,
+    command_r,
     deci,
     deepseek2,
     ernie4_5,
+    exaone4,
     gemma3,
     gemma3n,
     gemma4,
+    glm4,
     glm4_moe,
     granite,
     granite_hybrid,
@@ -100,6 +104,10 @@ MODELS: Mapping[str, Model] = {
     "seed_oss": Model(seed_oss.build),
     "ernie4_5": Model(ernie4_5.build),
     "olmo2": Model(olmo2.build, iswa=True),
+    "exaone4": Model(exaone4.build, iswa=True),
+    "glm4": Model(glm4.build),
+    "command-r": Model(command_r.build),
+    "cohere2": Model(cohere2.build, iswa=True),
 }
 
 

@@ -36,11 +36,7 @@ def build(ctx: GraphContext) -> None:
         if ctx.lw(il, "ffn_gate_inp.weight") is not None:
             cur = ctx.cb(ctx.moe_ffn(cur, il), "ffn_moe_out", il)
         else:
-            up = ctx.need(ctx.lw(il, "ffn_up.weight"), "ffn_up")
-            down = ctx.need(ctx.lw(il, "ffn_down.weight"), "ffn_down")
-            cur = ctx.cb(ctx.mm(up, cur), "ffn_up", il)
-            cur = ctx.cb(b.glu(cur, "SWIGLU"), "ffn_swiglu", il)
-            cur = ctx.cb(ctx.mm(down, cur), "ffn_out", il)
+            cur = ctx.cb(ctx.ffn_swiglu(cur, il), "ffn_out", il)
         inpL = ctx.cb(b.add(residual, cur), "l_out", il)
     logits = ctx.lm_head(inpL)
     out_b = ctx.w("output.bias", -2)
