@@ -129,6 +129,9 @@ class ModelFacts:
     attn_temp_scale: float = 0.0
     logit_scale: float = 0.0
     rope_finetuned: bool | None = None
+    # {arch}.n_deepstack_layers (llama_hparams::n_deepstack_layers: Qwen3-VL's layers that add a
+    # slice of the wider input embedding, n_embd_inp = n_embd * (1 + n); 0 when unset)
+    n_deepstack_layers: int = 0
 
     @property
     def incomplete(self) -> str | None:
@@ -358,6 +361,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         attn_temp_scale=float(meta.get_float("{arch}.attention.temperature_scale", 0.0) or 0.0),
         logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
         rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
+        n_deepstack_layers=meta.get_int("{arch}.n_deepstack_layers", 0) or 0,
     )
     _check_head_sizes(meta, facts)
     return facts

@@ -217,6 +217,18 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "command-r7b",
         ("-c", "8192", "-np", "1", "-fa", "off", "--no-repack"),
     ),
+    # Qwen2.5-VL 7B's text model (qwen2vl): M-RoPE over four positions a token
+    "qwen2vl-7b-c4096-ub128": ("qwen2.5-vl-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Qwen3-VL 8B's text model (qwen3vl): IMRoPE, the deepstack input (4 x n_embd wide rows)
+    "qwen3vl-8b-c4096-fa-off-np2": (
+        "qwen3-vl-8b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Qwen3-VL 30B-A3B's text model (qwen3vlmoe): the deepstack input, softmax experts
+    "qwen3vlmoe-30b-c4096-ub128": (
+        "qwen3-vl-30b-a3b",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -255,6 +267,9 @@ SPARSE = frozenset(
         "glm-z1-32b",
         "command-r-v01",
         "command-r7b",
+        "qwen2.5-vl-7b",
+        "qwen3-vl-8b",
+        "qwen3-vl-30b-a3b",
     }
 )
 

@@ -84,6 +84,7 @@ class GraphInputs:
         self.overrides = dict(config.overrides)
         self.pin = config.n_tokens < 32 or config.full_offload
         self.n_layer = facts.n_layer
+        self.t_inp_embd: T | None = None  # res->t_inp_embd (build_inp_embd)
 
     def head_k(self, il: int) -> int:
         return head_k(self.f, il)
@@ -138,18 +139,26 @@ class GraphInputs:
     def inp_embd(self, tok_scale: float, embd_scale: float = 0.0) -> T:
         """build_inp_embd (src/llama-graph.cpp): the token, embedding and mixed paths, the token
         path selected (a reserve's ubatch has tokens), all rows scaled by f_embedding_scale
-        (Granite), token rows scaled by an input."""
-        b, n_tokens, n_embd = self.b, self.c.n_tokens, self.f.n_embd
+        (Granite), token rows scaled by an input. Rows n_embd_inp wide (Qwen3-VL's deepstack:
+        n_embd times 1 + n_deepstack_layers; the token rows padded) are viewed n_embd wide after
+        the select (t_inp_embd, kept in self.t_inp_embd)."""
+        b, f, n_tokens, n_embd = self.b, self.f, self.c.n_tokens, self.f.n_embd
+        n_inp = n_embd * (1 + f.n_deepstack_layers)
+        if f.n_deepstack_layers and embd_scale != 0.0:
+            raise GraphBuildError(f"{f.path}: a deepstack model's token-only scale")
         tok_embd = self.need(self.w("token_embd.weight", -1), "token_embd.weight")
         tokens = self.cb(b.new("i32", n_tokens), "inp_tokens", -1)
         tokens.flags |= 1
-        embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_embd", -1)
+        embd = self.cb(b.new("f32", n_inp, n_tokens), "inp_embd", -1)
         embd.flags |= 1
-        inps = [b.get_rows(tok_embd, tokens), embd]
+        inps = [self._tok_rows(tok_embd, tokens, n_inp), embd]
         if since("mixed_batch", self.c.build):
             # llm_arch_supports_mixed_batch: every family here (PR #29622)
-            inps.append(self.inp_mixed(tok_embd))
+            inps.append(self.inp_mixed(tok_embd, n_inp))
         cur = b.select(inps, 0)
+        if n_inp != n_embd:
+            cur = b.view(cur, (n_embd, n_tokens), (cur.nb[1],), 0)
+        self.t_inp_embd = cur
         if embd_scale != 0.0:
             if not is_contiguous(cur):
                 cur = b.cont(cur)
@@ -164,21 +173,28 @@ class GraphInputs:
         b.expand(cur)
         return cur
 
-    def inp_mixed(self, tok_embd: T) -> T:
+    def _tok_rows(self, tok_embd: T, ids: T, n_inp: int) -> T:
+        """build_inp_embd's build_tok: the token rows, padded to n_embd_inp (no adapters)."""
+        rows = self.b.get_rows(tok_embd, ids)
+        return rows if n_inp == self.f.n_embd else self.b.pad(rows, n_inp - self.f.n_embd)
+
+    def inp_mixed(self, tok_embd: T, n_inp: int) -> T:
         """build_inp_embd's mixed token/embedding branch (PR #29622, rule mixed_batch): the token
         rows set into a copy of the embedding rows."""
-        b, n_tokens, n_embd = self.b, self.c.n_tokens, self.f.n_embd
+        b, n_tokens = self.b, self.c.n_tokens
         mixed_tokens = self.cb(b.new("i32", n_tokens), "inp_mixed_tokens", -1)
         mixed_tokens.flags |= 1
         mixed_slots = self.cb(b.new("i64", n_tokens), "inp_mixed_slots", -1)
         mixed_slots.flags |= 1
-        mixed_embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_mixed_embd", -1)
+        mixed_embd = self.cb(b.new("f32", n_inp, n_tokens), "inp_mixed_embd", -1)
         mixed_embd.flags |= 1
         dup = b.dup(mixed_embd)
-        return b.set_rows(dup, b.get_rows(tok_embd, mixed_tokens), mixed_slots)
+        return b.set_rows(dup, self._tok_rows(tok_embd, mixed_tokens, n_inp), mixed_slots)
 
-    def inp_pos(self) -> T:
-        return self.cb(self.b.new("i32", self.c.n_tokens, inp=True), "inp_pos", -1)
+    def inp_pos(self, n_pos: int = 1) -> T:
+        """build_inp_pos: n_pos positions a token (llama_hparams::n_pos_per_embd: 4 for the
+        M-RoPE and IMRoPE rope types)."""
+        return self.cb(self.b.new("i32", self.c.n_tokens * n_pos, inp=True), "inp_pos", -1)
 
     def inp_out_ids(self) -> T:
         return self.b.new("i32", self.c.n_outputs, name="out_ids", inp=True)

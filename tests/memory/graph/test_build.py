@@ -59,7 +59,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # heads), OLMo 2's last layer (2-D Q/K norms, post norms), an OLMo 3 SWA layer and a full one, a
 # SWA layer and the last (full, no RoPE) of EXAONE 4.0 32B, a GLM-Z1 layer (post norms, fused
 # gate/up), Command R's last layer (the parallel block, LayerNorm), a Command R7B SWA layer and a
-# full one (no RoPE), a Gemma 3n E2B layer reading layer
+# full one (no RoPE), a Qwen2.5-VL layer (M-RoPE), a Qwen3-VL and a Qwen3-VL MoE layer adding
+# their deepstack slice, a Gemma 3n E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -93,6 +94,9 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("command-r-c4096-ub128", 39),
         ("cohere2-c8192-np1-fa-off", 4),
         ("cohere2-c8192-np1-fa-off", 7),
+        ("qwen2vl-7b-c4096-ub128", 3),
+        ("qwen3vl-8b-c4096-fa-off-np2", 2),
+        ("qwen3vlmoe-30b-c4096-ub128", 1),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -241,6 +245,9 @@ def test_a_wrong_config_is_seen() -> None:
         "glm4-32b-c4096-ub128-fa-off",
         "command-r-c4096-ub128",
         "cohere2-c8192-np1-fa-off",
+        "qwen2vl-7b-c4096-ub128",
+        "qwen3vl-8b-c4096-fa-off-np2",
+        "qwen3vlmoe-30b-c4096-ub128",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

@@ -35,8 +35,11 @@ from . import (
     openai_moe,
     phi3,
     qwen2,
+    qwen2vl,
     qwen3,
     qwen3moe,
+    qwen3vl,
+    qwen3vlmoe,
     qwen3next,
     qwen35,
     qwen35moe,
@@ -108,6 +111,9 @@ MODELS: Mapping[str, Model] = {
     "glm4": Model(glm4.build),
     "command-r": Model(command_r.build),
     "cohere2": Model(cohere2.build, iswa=True),
+    "qwen2vl": Model(qwen2vl.build),
+    "qwen3vl": Model(qwen3vl.build),
+    "qwen3vlmoe": Model(qwen3vlmoe.build),
 }
 
 
