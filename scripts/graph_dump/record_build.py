@@ -229,6 +229,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "qwen3-vl-30b-a3b",
         ("-c", "4096", "-ub", "128", "--no-repack"),
     ),
+    # Granite 3.3 8B (granite): granite.cpp's scales around a dense Llama layer, the tied output
+    "granite-8b-c4096-ub128": ("granite3-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -270,6 +272,7 @@ SPARSE = frozenset(
         "qwen2.5-vl-7b",
         "qwen3-vl-8b",
         "qwen3-vl-30b-a3b",
+        "granite3-8b",
     }
 )
 

@@ -60,7 +60,7 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # SWA layer and the last (full, no RoPE) of EXAONE 4.0 32B, a GLM-Z1 layer (post norms, fused
 # gate/up), Command R's last layer (the parallel block, LayerNorm), a Command R7B SWA layer and a
 # full one (no RoPE), a Qwen2.5-VL layer (M-RoPE), a Qwen3-VL and a Qwen3-VL MoE layer adding
-# their deepstack slice, a Gemma 3n E2B layer reading layer
+# their deepstack slice, dense Granite's last layer, a Gemma 3n E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -97,6 +97,7 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("qwen2vl-7b-c4096-ub128", 3),
         ("qwen3vl-8b-c4096-fa-off-np2", 2),
         ("qwen3vlmoe-30b-c4096-ub128", 1),
+        ("granite-8b-c4096-ub128", 39),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],

@@ -114,6 +114,7 @@ MODELS: Mapping[str, Model] = {
     "qwen2vl": Model(qwen2vl.build),
     "qwen3vl": Model(qwen3vl.build),
     "qwen3vlmoe": Model(qwen3vlmoe.build),
+    "granite": Model(granite.build),
 }
 
 
