@@ -231,6 +231,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Granite 3.3 8B (granite): granite.cpp's scales around a dense Llama layer, the tied output
     "granite-8b-c4096-ub128": ("granite3-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # ERNIE 4.5 21B-A3B (ernie4_5-moe): a dense lead layer, softmax experts with exp_probs_b and
+    # the shared FFN
+    "ernie45moe-21b-c4096-ub128": (
+        "ernie4.5-21b-a3b",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -273,6 +279,7 @@ SPARSE = frozenset(
         "qwen3-vl-8b",
         "qwen3-vl-30b-a3b",
         "granite3-8b",
+        "ernie4.5-21b-a3b",
     }
 )
 

@@ -19,6 +19,7 @@ from . import (
     deci,
     deepseek2,
     ernie4_5,
+    ernie4_5_moe,
     exaone4,
     gemma3,
     gemma3n,
@@ -115,6 +116,7 @@ MODELS: Mapping[str, Model] = {
     "qwen3vl": Model(qwen3vl.build),
     "qwen3vlmoe": Model(qwen3vlmoe.build),
     "granite": Model(granite.build),
+    "ernie4_5-moe": Model(ernie4_5_moe.build),
 }
 
 
