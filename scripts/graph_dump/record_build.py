@@ -237,6 +237,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "ernie4.5-21b-a3b",
         ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # Llama 4 Scout (llama4): chunked iSWA, NoPE layers with the temperature, sigmoid top-1
+    # experts and the shared expert
+    "llama4-scout-c16384-ub128-np1": (
+        "llama4-scout",
+        ("-c", "16384", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -280,6 +286,7 @@ SPARSE = frozenset(
         "qwen3-vl-30b-a3b",
         "granite3-8b",
         "ernie4.5-21b-a3b",
+        "llama4-scout",
     }
 )
 

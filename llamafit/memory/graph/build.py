@@ -590,6 +590,7 @@ class GraphContext(GraphInputs):
         w_scale: float | None = None,
         gate_up: bool = False,
         scales: bool = False,
+        weight_before: bool = False,
     ) -> T:
         """build_moe_ffn (src/llama-graph.cpp): gating "softmax", "sigmoid" or "softmax_weight"
         (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
@@ -603,7 +604,9 @@ class GraphContext(GraphInputs):
         MUL_MAT_ID, gate and up as views of it) as the arch passes it (gemma4; elsewhere
         GraphBuildError); scales: the per-expert scales (ffn_*_exps.scale,
         llama_model::load_tensors' generic pass; build_lora_mm_id) as the arch passes them
-        (gemma4, nemotron_h_moe, qwen3next, qwen35moe; the others' are not checked)."""
+        (gemma4, nemotron_h_moe, qwen3next, qwen35moe; the others' are not checked);
+        weight_before: llama4's (weight_before_ffn): the experts selected on the logits, the
+        weights applied to the repeated input before the experts, not to their output."""
         b, f = self.b, self.f
         assert f.moe is not None
         n_used = f.moe.n_expert_used
@@ -612,9 +615,16 @@ class GraphContext(GraphInputs):
         if gate_up_exps is not None and not gate_up:
             raise GraphBuildError(f"{f.path}: merged ffn_gate_up_exps is not modelled")
         probs = self._moe_probs(cur, il, gating, biases, probs_in)
-        selected, weights = self._moe_select(probs, il, gating, norm_w, exp_probs_b, w_scale)
+        # llama4 selects on the logits (the sigmoid only after the top-k): the gating's source
+        selection = probs.src[0] if weight_before and probs.src[0] is not None else probs
+        selected, weights = self._moe_select(
+            probs, il, gating, norm_w, exp_probs_b, w_scale, selection
+        )
         b.expand(weights)
         cur = b.reshape(cur, n_embd, 1, n_tokens)
+        if weight_before:
+            cur = b.repeat_4d(cur, n_embd, n_used, n_tokens, 1)
+            cur = self.cb(b.mul(cur, weights), "ffn_moe_weighted", il)
         if gate_up_exps is not None:
             # ffn_up_exps.scale: loaded only beside a separate ffn_up_exps
             gate_up_t = self.mm_id(gate_up_exps, cur, selected, None)
@@ -638,7 +648,8 @@ class GraphContext(GraphInputs):
         down_b = self.lw(il, "ffn_down_exps.bias") if biases else None
         if down_b is not None:
             experts = self.cb(b.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
-        experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
+        if not weight_before:
+            experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
         b.expand(experts)
         views = []
         for i in range(n_used):
@@ -683,13 +694,14 @@ class GraphContext(GraphInputs):
         norm_w: bool,
         exp_probs_b: T | None,
         w_scale: float | None,
+        selection: T,
     ) -> tuple[T, T]:
-        """build_moe_ffn's top-k: the selected experts and their weights."""
+        """build_moe_ffn's top-k over `selection` (probs, or llama4's logits): the selected
+        experts and their weights."""
         b, f = self.b, self.f
         assert f.moe is not None
         n_expert, n_used = f.moe.n_expert, f.moe.n_expert_used
         n_tokens = probs.ne[1]
-        selection = probs
         if exp_probs_b is not None:
             selection = self.cb(b.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
         if f.n_expert_groups > 1 and n_tokens > 0:  # the top n_group_used expert groups

@@ -61,7 +61,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # gate/up), Command R's last layer (the parallel block, LayerNorm), a Command R7B SWA layer and a
 # full one (no RoPE), a Qwen2.5-VL layer (M-RoPE), a Qwen3-VL and a Qwen3-VL MoE layer adding
 # their deepstack slice, dense Granite's last layer, ERNIE 4.5 MoE's dense lead layer and an MoE
-# layer (exp_probs_b, the shared FFN), a Gemma 3n E2B layer reading layer
+# layer (exp_probs_b, the shared FFN), a Llama 4 Scout chunked layer and a NoPE full one (the
+# temperature, experts weighted before the FFN), a Gemma 3n E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -101,6 +102,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("granite-8b-c4096-ub128", 39),
         ("ernie45moe-21b-c4096-ub128", 0),
         ("ernie45moe-21b-c4096-ub128", 5),
+        ("llama4-scout-c16384-ub128-np1", 2),
+        ("llama4-scout-c16384-ub128-np1", 3),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -254,6 +257,7 @@ def test_a_wrong_config_is_seen() -> None:
         "qwen3vlmoe-30b-c4096-ub128",
         "granite-8b-c4096-ub128",
         "ernie45moe-21b-c4096-ub128",
+        "llama4-scout-c16384-ub128-np1",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

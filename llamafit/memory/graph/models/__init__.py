@@ -29,6 +29,7 @@ from . import (
     granite,
     granite_hybrid,
     llama,
+    llama4,
     mamba,
     mistral3,
     nemotron_h,
@@ -117,6 +118,7 @@ MODELS: Mapping[str, Model] = {
     "qwen3vlmoe": Model(qwen3vlmoe.build),
     "granite": Model(granite.build),
     "ernie4_5-moe": Model(ernie4_5_moe.build),
+    "llama4": Model(llama4.build, iswa=True),
 }
 
 
