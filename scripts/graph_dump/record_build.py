@@ -243,6 +243,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "llama4-scout",
         ("-c", "16384", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # Hunyuan 7B (hunyuan-dense, hunyuan-vl.cpp's graph): Q/K norms after RoPE, the tied output
+    "hunyuan-7b-c4096-fa-off": ("hunyuan-7b", ("-c", "4096", "-fa", "off", "--no-repack")),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -287,6 +289,7 @@ SPARSE = frozenset(
         "granite3-8b",
         "ernie4.5-21b-a3b",
         "llama4-scout",
+        "hunyuan-7b",
     }
 )
 

@@ -28,6 +28,7 @@ from . import (
     glm4_moe,
     granite,
     granite_hybrid,
+    hunyuan_vl,
     llama,
     llama4,
     mamba,
@@ -119,6 +120,7 @@ MODELS: Mapping[str, Model] = {
     "granite": Model(granite.build),
     "ernie4_5-moe": Model(ernie4_5_moe.build),
     "llama4": Model(llama4.build, iswa=True),
+    "hunyuan-dense": Model(hunyuan_vl.build),
 }
 
 
