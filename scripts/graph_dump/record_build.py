@@ -245,6 +245,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Hunyuan 7B (hunyuan-dense, hunyuan-vl.cpp's graph): Q/K norms after RoPE, the tied output
     "hunyuan-7b-c4096-fa-off": ("hunyuan-7b", ("-c", "4096", "-fa", "off", "--no-repack")),
+    # LFM2 1.2B (lfm2): short-convolution layers (recurrent conv state) and attention layers
+    "lfm2-1.2b-c4096": ("lfm2-1.2b", ("-c", "4096", "--no-repack")),
+    "lfm2-1.2b-c4096-fa-off-np1-ub128": (
+        "lfm2-1.2b",
+        ("-c", "4096", "-fa", "off", "-np", "1", "-ub", "128", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),

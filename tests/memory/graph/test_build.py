@@ -122,7 +122,7 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 # (case, layer, nodes, ops): the layers that name few of their nodes, whole: a Nemotron-3 Nano
 # Mamba-2 layer, its attention layer (no RoPE) with and without flash attention; a Qwen3-Next and a
 # Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads),
-# a Qwen3.5 27B one with its dense FFN
+# a Qwen3.5 27B one with its dense FFN; an LFM2 short-convolution layer
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
@@ -132,6 +132,7 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
         ("qwen3next-c4096-ub128", 0, 116, {"GATED_DELTA_NET", "SSM_CONV", "REPEAT", "MUL_MAT_ID"}),
         ("qwen35moe-c4096-ub128", 0, 103, {"GATED_DELTA_NET", "SSM_CONV", "MUL_MAT_ID"}),
         ("qwen35-27b-c4096-ub128", 0, 67, {"GATED_DELTA_NET", "SSM_CONV", "GLU"}),
+        ("lfm2-1.2b-c4096", 0, 34, {"SSM_CONV", "CONCAT", "CPY", "GLU"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
@@ -261,6 +262,7 @@ def test_a_wrong_config_is_seen() -> None:
         "ernie45moe-21b-c4096-ub128",
         "llama4-scout-c16384-ub128-np1",
         "hunyuan-7b-c4096-fa-off",
+        "lfm2-1.2b-c4096-fa-off-np1-ub128",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

@@ -31,6 +31,7 @@ from . import (
     hunyuan_vl,
     llama,
     llama4,
+    lfm2,
     mamba,
     mistral3,
     nemotron_h,
@@ -121,6 +122,7 @@ MODELS: Mapping[str, Model] = {
     "ernie4_5-moe": Model(ernie4_5_moe.build),
     "llama4": Model(llama4.build, iswa=True),
     "hunyuan-dense": Model(hunyuan_vl.build),
+    "lfm2": Model(lfm2.build),
 }
 
 
