@@ -251,6 +251,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "lfm2-1.2b",
         ("-c", "4096", "-fa", "off", "-np", "1", "-ub", "128", "--no-repack"),
     ),
+    # MiniMax-M2 (minimax-m2): whole-row Q/K norms, sigmoid experts with exp_probs_b
+    "minimax-m2-c4096-ub128-np1": (
+        "minimax-m2",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -296,6 +301,7 @@ SPARSE = frozenset(
         "ernie4.5-21b-a3b",
         "llama4-scout",
         "hunyuan-7b",
+        "minimax-m2",
     }
 )
 

@@ -33,6 +33,7 @@ from . import (
     llama4,
     lfm2,
     mamba,
+    minimax_m2,
     mistral3,
     nemotron_h,
     olmo2,
@@ -123,6 +124,7 @@ MODELS: Mapping[str, Model] = {
     "llama4": Model(llama4.build, iswa=True),
     "hunyuan-dense": Model(hunyuan_vl.build),
     "lfm2": Model(lfm2.build),
+    "minimax-m2": Model(minimax_m2.build),
 }
 
 
