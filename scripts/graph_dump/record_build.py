@@ -256,6 +256,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "minimax-m2",
         ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # Falcon-H1 3B (falcon-h1): attention and Mamba-2 side by side in every layer
+    "falcon-h1-3b-c4096-np1": ("falcon-h1-3b", ("-c", "4096", "-np", "1", "--no-repack")),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -302,6 +304,7 @@ SPARSE = frozenset(
         "llama4-scout",
         "hunyuan-7b",
         "minimax-m2",
+        "falcon-h1-3b",
     }
 )
 

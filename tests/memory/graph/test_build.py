@@ -63,7 +63,8 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
 # their deepstack slice, dense Granite's last layer, ERNIE 4.5 MoE's dense lead layer and an MoE
 # layer (exp_probs_b, the shared FFN), a Llama 4 Scout chunked layer and a NoPE full one (the
 # temperature, experts weighted before the FFN), a Hunyuan 7B layer (Q/K norms after RoPE),
-# MiniMax-M2's last layer (whole-row Q/K norms, biased sigmoid experts), a Gemma 3n E2B layer reading layer
+# MiniMax-M2's last layer (whole-row Q/K norms, biased sigmoid experts), a Falcon-H1 layer
+# (attention beside Mamba-2), a Gemma 3n E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -107,6 +108,7 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("llama4-scout-c16384-ub128-np1", 3),
         ("hunyuan-7b-c4096-fa-off", 6),
         ("minimax-m2-c4096-ub128-np1", 61),
+        ("falcon-h1-3b-c4096-np1", 3),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -265,6 +267,7 @@ def test_a_wrong_config_is_seen() -> None:
         "hunyuan-7b-c4096-fa-off",
         "lfm2-1.2b-c4096-fa-off-np1-ub128",
         "minimax-m2-c4096-ub128-np1",
+        "falcon-h1-3b-c4096-np1",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

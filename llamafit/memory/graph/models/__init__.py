@@ -21,6 +21,7 @@ from . import (
     ernie4_5,
     ernie4_5_moe,
     exaone4,
+    falcon_h1,
     gemma3,
     gemma3n,
     gemma4,
@@ -125,6 +126,7 @@ MODELS: Mapping[str, Model] = {
     "hunyuan-dense": Model(hunyuan_vl.build),
     "lfm2": Model(lfm2.build),
     "minimax-m2": Model(minimax_m2.build),
+    "falcon-h1": Model(falcon_h1.build),
 }
 
 
