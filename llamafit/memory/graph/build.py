@@ -219,6 +219,22 @@ class GraphInputs:
             layers = [il for il in range(f.n_layer_all) if f.is_recurrent[il]]
         return RecurrentState(f, self.c, self.b, layers)
 
+    def inputs(self, n_pos: int = 1) -> tuple[T, T, AttnInput, T]:
+        """The inputs most archs build first, in their order: build_inp_embd, build_inp_pos
+        (n_pos positions a token), build_attn_inp_kv, build_inp_out_ids."""
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos(n_pos)
+        inp = self.inp_attn_kv()
+        return inpL, inp_pos, inp, self.inp_out_ids()
+
+    def inp_attn_maybe_iswa(self, iswa: bool) -> tuple[AttnInput, AttnInput]:
+        """build_attn_inp_kv_iswa (the base and the SWA cache's inputs) where the arch's graph
+        is its iswa variant, else build_attn_inp_kv's one input twice."""
+        if iswa:
+            return self.inp_iswa()
+        inp = self.inp_attn_kv()
+        return inp, inp
+
     def inp_iswa(self, reuse: bool = False) -> tuple[AttnInput, AttnInput]:
         """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
         of each (llama_kv_cache_iswa); reuse: the layers from n_layer_kv_from_start on read an
@@ -849,6 +865,28 @@ class GraphContext(GraphInputs):
         self.cb(q, "Qcur", il)
         self.cb(k, "Kcur", il)
         return q, k
+
+    def rope_qkv(
+        self,
+        q: T,
+        k: T,
+        v: T,
+        inp_pos: T,
+        il: int,
+        factors: T | None = None,
+        suffix: str = "",
+    ) -> tuple[T, T]:
+        """ggml_rope_ext (or ggml_rope_multi: the same ROPE node) of Q and K with the rope
+        factors, then cb of Q, K and V ("Qcur", "Kcur", "Vcur" plus the arch's suffix)."""
+        b = self.b
+        q = self.cb(b.rope(q, inp_pos, factors), "Qcur" + suffix, il)
+        k = self.cb(b.rope(k, inp_pos, factors), "Kcur" + suffix, il)
+        self.cb(v, "Vcur" + suffix, il)
+        return q, k
+
+    def wo(self, il: int) -> T:
+        """The layer's attention output projection (attn_output.weight, required)."""
+        return self.need(self.lw(il, "attn_output.weight"), "attn_output")
 
     def lm_head(self, inpL: T) -> T:
         """The output norm and lm_head most archs end with (result_norm, result_output), and

@@ -18,10 +18,7 @@ def graph(ctx: GraphContext, cohere2: bool) -> None:
         ctx.no_long_rope()
     inpL = ctx.inp_embd(1.0)
     inp_pos = ctx.inp_pos()
-    if cohere2:
-        base, swa = ctx.inp_iswa()
-    else:
-        base = swa = ctx.inp_attn_kv()
+    base, swa = ctx.inp_attn_maybe_iswa(cohere2)
     iswa = cohere2  # build_attn_inp_kv_iswa: cohere2's swa_type is always standard
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
@@ -49,8 +46,7 @@ def graph(ctx: GraphContext, cohere2: bool) -> None:
         ctx.cb(k, "Kcur", il)
         ctx.cb(v, "Vcur", il)
         inp = swa if cohere2 and f.swa.is_swa[il] else base
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, iswa)
+        cur = ctx.attn(inp, ctx.wo(il), ctx.lw(il, "attn_output.bias"), q, k, v, il, iswa)
         cur, inpL, ffn_inp = ctx.out_rows(il, out_ids, cur, inpL, ffn_inp)
         attn_out = cur
         cur = ctx.cb(ctx.ffn(ffn_inp, il, "silu", False), "ffn_out", il)

@@ -12,10 +12,7 @@ def build(ctx: GraphContext) -> None:
     n_moe_layer_step == 0, as load_arch_tensors makes them), softmax experts (weights
     normalised, the router's exp_probs_b) plus the shared FFN when n_ff_shexp."""
     f, b = ctx.f, ctx.b
-    inpL = ctx.inp_embd(1.0)
-    inp_pos = ctx.inp_pos()
-    inp = ctx.inp_attn_kv()
-    out_ids = ctx.inp_out_ids()
+    inpL, inp_pos, inp, out_ids = ctx.inputs()
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)

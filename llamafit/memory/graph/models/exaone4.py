@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..build import GraphContext
 from ..kv_cache import has_swa
+from . import olmo2
 
 
 def build(ctx: GraphContext) -> None:
@@ -17,10 +18,7 @@ def build(ctx: GraphContext) -> None:
     iswa = has_swa(f)
     inpL = ctx.inp_embd(1.0)
     inp_pos = ctx.inp_pos()
-    if iswa:
-        base, swa = ctx.inp_iswa()
-    else:
-        base = swa = ctx.inp_attn_kv()
+    base, swa = ctx.inp_attn_maybe_iswa(iswa)
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
@@ -38,14 +36,7 @@ def build(ctx: GraphContext) -> None:
         ctx.cb(k, "Kcur", il)
         ctx.cb(v, "Vcur", il)
         inp = swa if is_swa else base
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.cb(ctx.attn(inp, wo, None, q, k, v, il, iswa), "attn_out", il)
+        cur = ctx.cb(ctx.attn(inp, ctx.wo(il), None, q, k, v, il, iswa), "attn_out", il)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
-        post = ctx.lw(il, "post_attention_norm.weight")
-        cur = ctx.cb(ctx.norm(cur, post, il), "attn_post_norm", il)
-        ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
-        cur = ctx.cb(ctx.ffn(ffn_inp, il, "silu", False), "ffn_out", il)
-        cur = ctx.norm(cur, ctx.lw(il, "post_ffw_norm.weight"), -1)
-        ctx.cb(cur, "ffn_post_norm", -1)
-        inpL = ctx.cb(b.add(cur, ffn_inp), "l_out", il)
+        inpL = ctx.cb(olmo2.post_norm_ffn(ctx, cur, inpSA, il), "l_out", il)
     ctx.finish(ctx.lm_head(inpL))

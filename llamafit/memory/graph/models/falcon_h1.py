@@ -24,11 +24,8 @@ def build(ctx: GraphContext) -> None:
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
-        q = ctx.cb(b.rope(q, inp_pos, None), "Qcur-post-rope", il)
-        k = ctx.cb(b.rope(k, inp_pos, None), "Kcur-post-rope", il)
-        ctx.cb(v, "Vcur-post-rope", il)
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        attn_out = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
+        q, k = ctx.rope_qkv(q, k, v, inp_pos, il, suffix="-post-rope")
+        attn_out = ctx.attn(inp, ctx.wo(il), ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
         ctx.cb(attn_out, "attn_out", il)
         cur = ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il)
         cur = ctx.cb(cur, "ssm_in", il)

@@ -15,19 +15,13 @@ def build(ctx: GraphContext) -> None:
     f, b = ctx.f, ctx.b
     if f.use_mrope:
         raise GraphBuildError(f"{f.path}: glm4's M-RoPE is not modelled")
-    inpL = ctx.inp_embd(1.0)
-    inp_pos = ctx.inp_pos()
-    inp = ctx.inp_attn_kv()
-    out_ids = ctx.inp_out_ids()
+    inpL, inp_pos, inp, out_ids = ctx.inputs()
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
-        q = ctx.cb(b.rope(q, inp_pos, None), "Qcur", il)
-        k = ctx.cb(b.rope(k, inp_pos, None), "Kcur", il)
-        ctx.cb(v, "Vcur", il)
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, None, q, k, v, il, False)
+        q, k = ctx.rope_qkv(q, k, v, inp_pos, il)
+        cur = ctx.attn(inp, ctx.wo(il), None, q, k, v, il, False)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         post = ctx.lw(il, "post_attention_norm.weight")
         cur = ctx.cb(ctx.norm(cur, post, il), "post_attn_norm", il)

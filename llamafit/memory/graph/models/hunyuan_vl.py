@@ -15,22 +15,16 @@ def build(ctx: GraphContext) -> None:
     if f.use_mrope:
         raise GraphBuildError(f"{f.path}: hunyuan's M-RoPE is not modelled")
     ctx.no_long_rope()
-    inpL = ctx.inp_embd(1.0)
-    inp_pos = ctx.inp_pos()
-    inp = ctx.inp_attn_kv()
-    out_ids = ctx.inp_out_ids()
+    inpL, inp_pos, inp, out_ids = ctx.inputs()
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
-        factors = ctx.w("rope_freqs.weight", il)  # llama_model::get_rope_factors
-        q = ctx.cb(b.rope(q, inp_pos, factors), "Qcur", il)
-        k = ctx.cb(b.rope(k, inp_pos, factors), "Kcur", il)
-        ctx.cb(v, "Vcur", il)
+        # llama_model::get_rope_factors: rope_freqs, one tensor per buffer type
+        q, k = ctx.rope_qkv(q, k, v, inp_pos, il, ctx.w("rope_freqs.weight", il))
         k = ctx.cb(ctx.norm(k, ctx.lw(il, "attn_k_norm.weight"), il), "Kcur_norm", il)
         q = ctx.cb(ctx.norm(q, ctx.lw(il, "attn_q_norm.weight"), il), "Qcur_norm", il)
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
+        cur = ctx.attn(inp, ctx.wo(il), ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
         cur = ctx.cb(cur, "attn_out", il)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)

@@ -63,8 +63,7 @@ def _attention(ctx: GraphContext, inp: AttnInput, cur: T, inp_pos: T, il: int) -
     ctx.cb(k, "model.layers.{}.self_attn.k_layernorm", il)
     q = b.rope(q, inp_pos, None)
     k = b.rope(k, inp_pos, None)
-    wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-    cur = ctx.attn(inp, wo, None, q, k, v, il, False)
+    cur = ctx.attn(inp, ctx.wo(il), None, q, k, v, il, False)
     return ctx.cb(cur, "model.layers.{}.self_attn.out_proj", il)
 
 

@@ -32,9 +32,8 @@ def attention(
     ctx.cb(v, "Vcur", il)
     if temp is not None:
         q = ctx.cb(b.mul(q, temp), "Qcur_attn_temp_scaled", il)
-    wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
     bias = ctx.lw(il, "attn_output.bias") if wo_b else None
-    return ctx.attn(inp, wo, bias, q, k, v, il, False)
+    return ctx.attn(inp, ctx.wo(il), bias, q, k, v, il, False)
 
 
 def inp_attn_scale(ctx: GraphContext) -> T | None:

@@ -23,10 +23,7 @@ def build(ctx: GraphContext) -> None:
     inpL = ctx.inp_embd(1.0)
     inp_pos = ctx.inp_pos()
     temp = ctx.b.new("f32", 1, 1, ctx.c.n_tokens, name="inp_attn_scale", inp=True)
-    if iswa:
-        base, swa = ctx.inp_iswa()
-    else:
-        base = swa = ctx.inp_attn_kv()
+    base, swa = ctx.inp_attn_maybe_iswa(iswa)
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
@@ -46,8 +43,7 @@ def build(ctx: GraphContext) -> None:
             q = ctx.cb(b.rms_norm(q), "Qcur_normed", il)
             k = ctx.cb(b.rms_norm(k), "Kcur_normed", il)
         inp = swa if f.swa.is_swa[il] else base
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, iswa)
+        cur = ctx.attn(inp, ctx.wo(il), ctx.lw(il, "attn_output.bias"), q, k, v, il, iswa)
         cur = ctx.cb(cur, "attn_out", il)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)

@@ -15,10 +15,7 @@ def build(ctx: GraphContext) -> None:
     gating = GATING.get(f.expert_gating_func)
     if gating is None:  # LLAMA_EXPERT_GATING_FUNC_TYPE_NONE: build_moe_ffn aborts
         raise GraphBuildError(f"{f.path}: minimax-m2 without expert_gating_func")
-    inpL = ctx.inp_embd(1.0)
-    inp_pos = ctx.inp_pos()
-    inp = ctx.inp_attn_kv()
-    out_ids = ctx.inp_out_ids()
+    inpL, inp_pos, inp, out_ids = ctx.inputs()
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
@@ -32,11 +29,8 @@ def build(ctx: GraphContext) -> None:
         q = b.reshape(q, head, f.n_head[il], n_tokens)
         k = b.reshape(k, head, f.n_head_kv[il], n_tokens)
         v = b.reshape(v, head, f.n_head_kv[il], n_tokens)
-        q = ctx.cb(b.rope(q, inp_pos, None), "Qcur", il)
-        k = ctx.cb(b.rope(k, inp_pos, None), "Kcur", il)
-        ctx.cb(v, "Vcur", il)
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, None, q, k, v, il, False)
+        q, k = ctx.rope_qkv(q, k, v, inp_pos, il)
+        cur = ctx.attn(inp, ctx.wo(il), None, q, k, v, il, False)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
         probs_b = ctx.lw(il, "exp_probs_b.bias")

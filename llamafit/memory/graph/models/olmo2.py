@@ -4,6 +4,7 @@ window layers)."""
 from __future__ import annotations
 
 from ..build import GraphContext
+from ..ggml import T
 from ..kv_cache import has_swa
 
 
@@ -17,10 +18,7 @@ def build(ctx: GraphContext) -> None:
     iswa = has_swa(f)
     inpL = ctx.inp_embd(1.0)
     inp_pos = ctx.inp_pos()
-    if iswa:
-        base, swa = ctx.inp_iswa()
-    else:
-        base = swa = ctx.inp_attn_kv()
+    base, swa = ctx.inp_attn_maybe_iswa(iswa)
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         inpSA = inpL
@@ -34,19 +32,23 @@ def build(ctx: GraphContext) -> None:
         q = b.reshape(q, head, f.n_head[il], n_tokens)
         k = b.reshape(k, head, f.n_head_kv[il], n_tokens)
         v = b.reshape(v, head, f.n_head_kv[il], n_tokens)
-        q = ctx.cb(b.rope(q, inp_pos, None), "Qcur", il)
-        k = ctx.cb(b.rope(k, inp_pos, None), "Kcur", il)
-        ctx.cb(v, "Vcur", il)
+        q, k = ctx.rope_qkv(q, k, v, inp_pos, il)
         inp = swa if f.swa.is_swa[il] else base
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, None, q, k, v, il, iswa)
+        cur = ctx.attn(inp, ctx.wo(il), None, q, k, v, il, iswa)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
-        post = ctx.lw(il, "post_attention_norm.weight")
-        cur = ctx.cb(ctx.norm(cur, post, il), "attn_post_norm", il)
-        ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
-        cur = ctx.cb(ctx.ffn(ffn_inp, il, "silu", False), "ffn_out", il)
-        cur = ctx.norm(cur, ctx.lw(il, "post_ffw_norm.weight"), -1)
-        ctx.cb(cur, "ffn_post_norm", -1)
-        cur = ctx.cb(b.add(cur, ffn_inp), "ffn_out", il)
-        inpL = ctx.cb(cur, "l_out", il)
+        inpL = ctx.cb(post_norm_ffn(ctx, cur, inpSA, il), "l_out", il)
     ctx.finish(ctx.lm_head(inpL))
+
+
+def post_norm_ffn(ctx: GraphContext, cur: T, inpSA: T, il: int) -> T:
+    """The attention output normed (attn_post_norm) before the residual (ffn_inp), a SwiGLU FFN
+    over the residual, normed (ffn_post_norm, named without the layer: build_norm with il -1)
+    before the second residual, which is returned (olmo2.cpp, exaone4.cpp)."""
+    b = ctx.b
+    post = ctx.lw(il, "post_attention_norm.weight")
+    cur = ctx.cb(ctx.norm(cur, post, il), "attn_post_norm", il)
+    ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
+    cur = ctx.cb(ctx.ffn(ffn_inp, il, "silu", False), "ffn_out", il)
+    cur = ctx.norm(cur, ctx.lw(il, "post_ffw_norm.weight"), -1)
+    ctx.cb(cur, "ffn_post_norm", -1)
+    return b.add(cur, ffn_inp)

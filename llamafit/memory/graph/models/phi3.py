@@ -14,22 +14,16 @@ def build(ctx: GraphContext) -> None:
     (rope_factors_long / _short, picked by the context size) are not modelled."""
     f, b = ctx.f, ctx.b
     ctx.no_long_rope()
-    inpL = ctx.inp_embd(1.0)
-    inp_pos = ctx.inp_pos()
-    inp = ctx.inp_attn_kv()
-    out_ids = ctx.inp_out_ids()
+    inpL, inp_pos, inp, out_ids = ctx.inputs()
     for il in range(ctx.n_layer):
         if ctx.lw(il, "attn_norm.bias") is not None or ctx.lw(il, "ffn_norm.bias") is not None:
             raise GraphBuildError(f"{f.path}: Phi-3 norm biases are not modelled")
         residual = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
-        q = ctx.cb(b.rope(q, inp_pos, None), "Qcur", il)
-        k = ctx.cb(b.rope(k, inp_pos, None), "Kcur", il)
-        ctx.cb(v, "Vcur", il)
+        q, k = ctx.rope_qkv(q, k, v, inp_pos, il)
         q = ctx.cb(b.scale(q), "Qcur", il)
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
+        cur = ctx.attn(inp, ctx.wo(il), ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
         cur, residual = ctx.out_rows(il, out_ids, cur, residual)
         residual = b.add(cur, residual)
         cur = ctx.cb(ctx.norm(residual, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)

@@ -9,19 +9,13 @@ def build(ctx: GraphContext) -> None:
     """qwen2.cpp's layer (Q/K/V biases) with M-RoPE: ggml_rope_multi over four positions a
     token (llama_hparams::n_pos_per_embd), no output bias."""
     b = ctx.b
-    inpL = ctx.inp_embd(1.0)
-    inp_pos = ctx.inp_pos(4)
-    inp = ctx.inp_attn_kv()
-    out_ids = ctx.inp_out_ids()
+    inpL, inp_pos, inp, out_ids = ctx.inputs(4)
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
-        q = ctx.cb(b.rope(q, inp_pos, None), "Qcur", il)
-        k = ctx.cb(b.rope(k, inp_pos, None), "Kcur", il)
-        ctx.cb(v, "Vcur", il)
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
+        q, k = ctx.rope_qkv(q, k, v, inp_pos, il)
+        cur = ctx.attn(inp, ctx.wo(il), ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
         cur = ctx.cb(ctx.ffn(cur, il, "silu", False), "ffn_out", il)

@@ -35,8 +35,7 @@ def graph(ctx: GraphContext, moe: bool) -> None:
         ctx.cb(q, "Qcur", il)
         ctx.cb(k, "Kcur", il)
         ctx.cb(v, "Vcur", il)
-        wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
-        cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
+        cur = ctx.attn(inp, ctx.wo(il), ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
         if moe:

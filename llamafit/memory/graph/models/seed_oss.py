@@ -10,10 +10,7 @@ def build(ctx: GraphContext) -> None:
     """A Llama layer (Q/K/V biases where the file has them, RoPE without factors) whose FFN
     input is normed by attn_post_norm ("attn_post_norm"), a SwiGLU FFN without biases."""
     b = ctx.b
-    inpL = ctx.inp_embd(1.0)
-    inp_pos = ctx.inp_pos()
-    inp = ctx.inp_attn_kv()
-    out_ids = ctx.inp_out_ids()
+    inpL, inp_pos, inp, out_ids = ctx.inputs()
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)

@@ -13,10 +13,7 @@ def build(ctx: GraphContext) -> None:
     """A Llama layer without rope factors whose every fourth layer has no RoPE (NoPE: use_rope
     is (il + 1) % n_no_rope_layer_step != 0), FFN biases where the file has them."""
     b = ctx.b
-    inpL = ctx.inp_embd(1.0)
-    inp_pos = ctx.inp_pos()
-    inp = ctx.inp_attn_kv()
-    out_ids = ctx.inp_out_ids()
+    inpL, inp_pos, inp, out_ids = ctx.inputs()
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
