@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from llamafit.memory.graph.alloc import Gallocr
+from llamafit.memory.graph.backends.cpu import CPU
 from llamafit.memory.graph.models import graph_hparams
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
@@ -45,6 +47,25 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
     assert [c.n_tokens for c in built] == [e.graph.tensors[e.graph.leafs[1]].ne[0] for e in events]
     for config, event in zip(built, events, strict=True):
         assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
+
+
+CPU_ONLY = [name for name in RECORDED if "@vulkan" not in CASES[name].args]
+
+
+@pytest.mark.parametrize("name", CPU_ONLY)
+def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
+    """The built graphs, allocated as a CPU-only llama-server allocates them (ggml-alloc over
+    each reserve in turn, one buffer), take the CPU compute buffer the real start reported after
+    each reserve (ggml_backend_sched_get_buffer_size), to the byte."""
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    gallocr = Gallocr((CPU,))
+    sizes = []
+    for config in configs(case, facts):
+        g = build_graph(facts, config, hp)
+        ids = {"node_buffer_ids": (0,) * len(g.nodes), "leaf_buffer_ids": (0,) * len(g.leafs)}
+        sizes.append(gallocr.reserve_n(replace(g, **ids))[0])
+    assert [(("CPU", size),) for size in sizes] == [e.backends for e in recorded(name)]
 
 
 # (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer,
