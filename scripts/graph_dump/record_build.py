@@ -258,6 +258,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Falcon-H1 3B (falcon-h1): attention and Mamba-2 side by side in every layer
     "falcon-h1-3b-c4096-np1": ("falcon-h1-3b", ("-c", "4096", "-np", "1", "--no-repack")),
+    # Hunyuan-A13B (hunyuan-moe): the shared FFN beside softmax experts, Q/K norms after RoPE
+    "hunyuan-a13b-c4096-ub128": ("hunyuan-a13b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -305,6 +307,7 @@ SPARSE = frozenset(
         "hunyuan-7b",
         "minimax-m2",
         "falcon-h1-3b",
+        "hunyuan-a13b",
     }
 )
 

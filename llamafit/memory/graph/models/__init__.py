@@ -29,6 +29,7 @@ from . import (
     glm4_moe,
     granite,
     granite_hybrid,
+    hunyuan_moe,
     hunyuan_vl,
     lfm2,
     llama,
@@ -127,6 +128,7 @@ MODELS: Mapping[str, Model] = {
     "lfm2": Model(lfm2.build),
     "minimax-m2": Model(minimax_m2.build),
     "falcon-h1": Model(falcon_h1.build),
+    "hunyuan-moe": Model(hunyuan_moe.build),
 }
 
 
