@@ -1,6 +1,6 @@
 """The Python API's conveniences: a Target from sizes, and the breakdown and verdict as text.
 
-Everything else in `llamafit.__all__` is the core's own objects (see the README, "Python API").
+Everything else in `llamafit.__all__` is the core's own objects (docs/api.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +60,17 @@ class _Group(click.Group):
             raise _BadInput(
                 printable(" ".join(str(e).split()))
             ) from e  # names from model files: escaped
+
+
+def echo_json(data: Any) -> None:
+    """Every --json output: strict JSON on stdout, a warning on stderr for each value written as
+    null (a non-finite number from a hostile file: issue #37 F2)."""
+    from .report.json_parts import strict_json
+
+    text, notes = strict_json(data)
+    for note in notes:
+        click.echo(f"Warning: {printable(note)}", err=True)
+    click.echo(text)
 
 
 def _usage(e: click.UsageError, where: str) -> _BadInput:
@@ -135,15 +145,11 @@ def inspect(model: str | None, demo: bool, as_json: bool) -> None:
     gguf = load_model(model, demo=demo, hf_repo=None, env=os.environ)
     if is_projector(gguf.metadata):  # an mmproj file: shown as a projector
         projector = projector_facts(gguf.path, gguf.metadata, gguf.tensors)
-        click.echo(
-            json.dumps(projector_json(projector), indent=2)
-            if as_json
-            else projector_text(projector)
-        )
+        echo_json(projector_json(projector)) if as_json else click.echo(projector_text(projector))
         return
     facts = build_facts(gguf)
     if as_json:
-        click.echo(json.dumps(to_json(facts), indent=2))
+        echo_json(to_json(facts))
     else:
         click.echo(to_text(facts))
 
@@ -269,7 +275,7 @@ def _request(
     "--verify",
     "verify_url",
     metavar="URL",
-    help="Instead: fill a running llama-server's context per slot once and report (see README).",
+    help="Instead: fill a running llama-server's context per slot once and report (docs/check.md).",
 )
 @_engine_options
 def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
@@ -286,12 +292,12 @@ def check(as_json: bool, verify_url: str | None, **options: Any) -> None:
         from .commands.verify import check_verify
 
         said = check_verify(verify_url, env=os.environ, say=lambda s: click.echo(s, err=True))
-        click.echo(json.dumps(said.json, indent=2) if as_json else said.text)
+        echo_json(said.json) if as_json else click.echo(said.text)
         raise SystemExit(0 if said.fits else 1)
     from .commands.check import run_check
 
     report = run_check(_request(**options))
-    click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
+    echo_json(report.json) if as_json else echo_report(report.text)
     raise SystemExit(EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT)
 
 
@@ -302,7 +308,7 @@ def _policy_options(f: Any) -> Any:
             "--for",
             "preset",
             metavar="chat|agent|long|serve[:N]",
-            help="What it is for: sets the context floor, the slots (-np) and -ub (see README).",
+            help="What it is for: sets the context floor, the slots (-np) and -ub (docs/plan.md).",
         ),
         click.option(
             "--prefer",
@@ -356,7 +362,8 @@ def _split_policy(options: dict[str, Any]) -> tuple[Policy, Request]:
     from .fit.presets import preset_named
     from .fit.solver import Policy
 
-    preset = preset_named(options.pop("preset")) if options.get("preset") else options.pop("preset")
+    spec = options.pop("preset")
+    preset = preset_named(spec) if spec is not None else None  # `--for ''` is refused there
     prefer = options.pop("prefer") or (preset.prefer if preset else "speed")
     policy = Policy(
         prefer=prefer,
@@ -419,7 +426,7 @@ def plan(as_json: bool, html_path: str | None, **options: Any) -> None:
 
     policy, request = _split_policy(options)
     report = run_plan(request, policy, html_path=html_path)
-    click.echo(json.dumps(report.json, indent=2)) if as_json else echo_report(report.text)
+    echo_json(report.json) if as_json else echo_report(report.text)
     if html_path is not None:  # on stderr: --json's stdout stays one JSON document
         from .safe_text import printable
 
@@ -467,7 +474,7 @@ def _port(value: str) -> int | None:
 @click.option(
     "--verify",
     is_flag=True,
-    help="Once Ready, send a prompt that fills the context per slot (see README).",
+    help="Once Ready, send a prompt that fills the context per slot (docs/run.md).",
 )
 @_policy_options
 @_engine_options
@@ -519,7 +526,7 @@ def run(
     outcome = run_command(request, policy, opts, as_json=as_json)
     if outcome.report is not None:  # the plan, when no server started
         said = outcome.report
-        click.echo(json.dumps(said.json, indent=2) if as_json else said.text)
+        echo_json(said.json) if as_json else click.echo(said.text)
     raise SystemExit(outcome.code)
 
 
@@ -624,11 +631,13 @@ def calibration_show(as_json: bool) -> None:
 
     path = calibration_path(os.environ)
     try:
-        records, skipped = read_records(path)
+        records, skipped, older = read_records(path)
     except OSError as e:  # a FIFO, a device, a link, too large, unreadable: one line, nothing read
         raise LlamafitError(f"{path} {e.strerror or e}: not read") from e
-    data = summary(records, path, damaged=len(skipped))
-    click.echo(json.dumps(data, indent=2) if as_json else to_text(data))
+    from .commands.records import listed
+
+    data = summary(records, path, damaged=len(skipped), older_bytes=older, llama_cpp=listed())
+    echo_json(data) if as_json else click.echo(to_text(data))
 
 
 @calibration.command("clear")
@@ -642,11 +651,13 @@ def calibration_clear(kind: str | None) -> None:
     derived."""
     import os
 
-    from .commands.records import clear
+    from .commands.records import clear, clear_all
     from .paths import calibration_path
 
     path = calibration_path(os.environ)
     done = clear(path, kind)
+    # llama.cpp's remembered dry-run answers are memory records too (#37 F10)
+    answers = clear_all() if kind in (None, "memory") else 0
     if not done.existed:
         click.echo(f"Nothing to clear ({path} does not exist)")
     elif kind is None:
@@ -655,6 +666,8 @@ def calibration_clear(kind: str | None) -> None:
         click.echo(
             f"Cleared {done.removed} {kind} record(s) from {path}; {done.kept} other record(s) kept"
         )
+    if answers:
+        click.echo(f"Cleared llama.cpp's remembered estimates of {answers} build(s)")
 
 
 @cli.command(name="ls")
@@ -724,7 +737,7 @@ def gpus(as_json: bool) -> None:
     from .commands.gpus import run_gpus
 
     report = run_gpus(os.environ)
-    click.echo(json.dumps(report.json, indent=2) if as_json else report.text)
+    echo_json(report.json) if as_json else click.echo(report.text)
 
 
 def main() -> None:

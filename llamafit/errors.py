@@ -4,7 +4,14 @@ from __future__ import annotations
 
 
 class LlamafitError(Exception):
-    """Base of every error llamafit reports to the user."""
+    """Base of every error llamafit reports to the user. Its text is one line: control characters
+    in it (a hostile key name's `\\r\\n`, an escape sequence quoted from a file) are escaped
+    wherever it is shown, in the CLI's `Error:` line and to a caller of the API alike (#37 F3)."""
+
+    def __str__(self) -> str:
+        from .safe_text import printable
+
+        return printable(super().__str__())
 
 
 class InputError(LlamafitError, ValueError):

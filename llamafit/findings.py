@@ -2,7 +2,7 @@
 
 `Verdict` (plan), `WayOut` (check, when a config does not fit) and `Notice` (warnings) are built by
 plan.py, ways_out.py and prepare.py; check_report.py and plan_report.py write the sentences, and
-`--json` carries these values under the keys documented in the README.
+`--json` carries these values under the keys documented in docs/check.md and docs/plan.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ class Notice:
     ngl_without_gpu; from_environment {names}; calibration {compute_scale, runs, architecture,
     devices, source}; calibration_skipped {path, count, reason}; calibration_unread {path, reason};
     small_reserve {reserve_bytes}; host_ram_short {used_bytes, usable_bytes}; server_devices
-    {message} (the server's device list against detection and vulkaninfo); and model / config
+    {message} (the server's device list against detection and vulkaninfo); server_unanswered
+    {message} (a llama-server found that hung, printed without end or was not believed); and model / config
     {message}, the model's and llama.cpp's own warnings, passed on as text.
     """
 

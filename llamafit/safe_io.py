@@ -6,7 +6,9 @@ private (0700) directory through mkstemp (O_EXCL) and os.replace, and refuse a s
 target's place; appends refuse anything but a regular file before opening it (lstat: a FIFO, a
 device node or a link is never opened for writing), then open it with O_APPEND | O_NOFOLLOW |
 O_NONBLOCK and check again on the open descriptor (fstat) before writing one line. Removal
-(remove_read) unlinks only the regular file that was read, identified by device and inode.
+(remove_read) unlinks only the regular file that was read, identified by device and inode. A file
+the user names for output (write_output: `plan --html`) replaces only a regular file that is no
+input of the command, in a directory that exists (#37 F5).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Sequence
+from typing import BinaryIO
 
 SMALL_FILE = 64 << 10  # an API key, a dialect record, a header sidecar
 CALIBRATION_FILE = 16 << 20  # thousands of runs' records
@@ -55,6 +59,23 @@ def read_regular_stat(
     if len(data) > limit:
         raise UnsafeFile(0, f"is larger than {limit:,} bytes", str(path))
     return data, st
+
+
+def open_regular(path: str | os.PathLike[str]) -> tuple[BinaryIO, os.stat_result]:
+    """A regular file opened for reading (never through a link, never blocking on a FIFO), and its
+    stat; UnsafeFile for anything else. For a file read in pieces (the newest records of a large
+    calibration file, a line-by-line check): the caller bounds what it keeps."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | _NOFOLLOW)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFile(e.errno, "is a symbolic link", str(path)) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnsafeFile(0, "is not a regular file", str(path))
+    return os.fdopen(fd, "rb"), st
 
 
 def remove_read(path: str | os.PathLike[str], read: os.stat_result) -> None:
@@ -136,3 +157,63 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsafeFile(0, "is not a regular file", str(path))
         f.write(line.rstrip("\n") + "\n")
+
+
+def _output_refusal(path: str, inputs: Sequence[str]) -> str | None:
+    """Why `path` may not be replaced by a file the user asked for, or None (it may be)."""
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):  # followed: a symlinked directory is that directory
+        return f"no such directory {directory}"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):  # a FIFO, a device node, a directory, a socket
+        return "is not a regular file"
+    for given in inputs:
+        with contextlib.suppress(OSError):
+            theirs = os.stat(given)
+            if (theirs.st_dev, theirs.st_ino) == (st.st_dev, st.st_ino):
+                return f"is an input of this command ({given})"
+    with contextlib.suppress(OSError), open(path, "rb", opener=_nonblocking) as f:
+        if f.read(4) == b"GGUF":
+            return "is a GGUF file, which llamafit never replaces"
+    return None
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | _NOFOLLOW | _NONBLOCK)
+
+
+def check_output(path: str, inputs: Sequence[str] = ()) -> None:
+    """Refuse (UnsafeFile) a file the user named for output (`plan --html`) where writing it would
+    destroy something: a missing directory (never created unasked), a symbolic link, anything but
+    a regular file (a FIFO, /dev/null), one of the command's inputs, a GGUF file. A symlinked
+    directory is followed, as an editor would."""
+    why = _output_refusal(path, inputs)
+    if why:
+        raise UnsafeFile(0, why, path)
+
+
+def write_output(path: str, data: bytes, inputs: Sequence[str] = ()) -> None:
+    """Write a file the user named (check_output's rules) atomically: a new file in the same
+    directory, then os.replace; an existing page keeps its mode, a new one is 0644."""
+    check_output(path, inputs)
+    directory = os.path.dirname(path) or "."
+    try:
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        check_output(path, inputs)  # again, just before: nothing put in its place meanwhile
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

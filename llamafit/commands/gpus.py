@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..machine.server_devices import Listing
 from .prepared import Report
 
 
@@ -15,9 +16,12 @@ def run_gpus(env: Mapping[str, str]) -> Report:
     from ..server import find
 
     hw = hardware.detect()
-    server = find.local_server(env)
+    notes: list[str] = []  # a server passed over, or its list not used (#37 F4)
+    server = find.local_server(env, notes)
     binary = server.binary if server is not None else None
-    seen = server_devices_for(binary.path)(env, hw) if binary is not None else None
+    asked: list[Listing] = []
+    seen = server_devices_for(binary.path, asked)(env, hw) if binary is not None else None
+    notes += [f"{a.failure}; plans use detection's devices" for a in asked if a.failure]
     path = binary.path if binary else None
-    data = gpus_json(hw, seen, path, binary.identity if binary else None)
-    return Report(True, data, gpus_text(hw, seen, path))
+    data = gpus_json(hw, seen, path, binary.identity if binary else None, notes)
+    return Report(True, data, gpus_text(hw, seen, path, notes))

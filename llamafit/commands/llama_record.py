@@ -5,6 +5,13 @@ with --no-llama-check; a different build or device never uses it.
 
 The records themselves (their file, their entries) are in records.py, with the other records a
 run leaves on disk.
+
+A dry run's answer is a prediction too, so it is held to what a record of a real start is held to
+(issue #37 F10): it is kept only when plausible (no difference larger than the device: it would
+refuse every later plan; records.plausible), a real start of the same build on the same devices (a
+calibration record of `run`, newer) overrides it, it applies only when llama.cpp's check is asked
+for (not with --no-llama-check), and `calibration show` lists the records and `calibration clear`
+(all, or --kind memory) removes them (records.listed, records.clear_all).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..fit.llama_check import Difference, room_per_device
+from ..paths import calibration_path
 from .records import device_fields, device_key, load, model_key, record_path
 
 if TYPE_CHECKING:
@@ -24,9 +32,9 @@ def with_recorded(p: Prepared) -> Prepared:
     devices: a Vulkan device of unknown tensor limit takes the limit learned, and a device keeps
     room for llama.cpp's larger weights and KV of this model (fit/llama_check.py room_per_device).
     `llama_recorded` holds what applied (the `llama_cpp_recorded` JSON); unchanged without any."""
-    if p.server_identity is None or not p.target.gpus:
-        return p
-    entries = load(p.server_identity)
+    if p.server_identity is None or not p.target.gpus or not p.llama_check:
+        return p  # --no-llama-check: nothing of llama.cpp's dry run, remembered or new (#37 F10)
+    entries = _not_overridden(load(p.server_identity), p)
     if not entries:
         return p
     key = model_key(p)
@@ -79,6 +87,29 @@ def with_recorded(p: Prepared) -> Prepared:
     }
     target = replace(p.target, gpus=tuple(gpus))
     return replace(p, target=target, hardware=hardware, llama_recorded=recorded)
+
+
+def _not_overridden(entries: list[dict[str, Any]], p: Prepared) -> list[dict[str, Any]]:
+    """The entries no real start has overridden: a difference recorded before a calibration
+    record of `run` for the same build (identity) on a device of that record is dropped; the
+    real start's buffers are what the plan uses from then on (memory/calibration.py)."""
+    from ..memory.calibration import _devices_of, record_identity
+    from .records import read_records
+
+    try:
+        records = read_records(calibration_path(p.env))[0]
+    except OSError:
+        return entries
+    started: dict[str, str] = {}  # device → the newest real start's time
+    for r in records:
+        if "buffers" in r and record_identity(r) == p.server_identity:
+            for name, _ in _devices_of(r):
+                started[name] = max(started.get(name, ""), str(r.get("time", "")))
+    return [
+        e
+        for e in entries
+        if "kind" not in e or str(e.get("time", "")) > started.get(e["device"], "")
+    ]
 
 
 def recorded_room(p: Prepared) -> dict[str, int]:

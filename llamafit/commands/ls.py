@@ -264,7 +264,8 @@ def _prepare(found: Found) -> _Ready | Note:
             return Note(found.store, found.path, code, f"{found.name}: skipped")
         facts = build_facts(model)
     except (LlamafitError, OSError) as e:
-        why = " ".join(str(e).split()).replace(f"{found.path} ", "").replace(f"{found.path}: ", "")
+        path = printable(found.path)  # as the message quotes it (errors.py: escaped)
+        why = " ".join(str(e).split()).replace(f"{path} ", "").replace(f"{path}: ", "")
         return Note(found.store, found.path, "unreadable-header", why)
     size = sum(s.data_offset + s.data_size for s in model.shards)
     return _Ready(facts, paired_projector(found.mmproj, facts.n_embd), size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..errors import InputError
@@ -34,20 +35,44 @@ def run_plan(
     `processes` given: those) is named, with the context closing them would give. `html_path`: the
     page too (report/html.py)."""
     p = prepare(request)
+    inputs = _local_inputs(p)
+    if html_path is not None:  # refused before the solve: nothing is planned for a page not kept
+        _html_target(html_path, inputs, lambda: None)
     if processes is None:
         processes = _detected_processes(p, request)
     report, result = render_plan(p, policy, processes=processes)
     if html_path is not None:
         from ..report.html import plan_page
-        from ..safe_io import write_atomic
+        from ..safe_io import write_output
         from .plan_curves import curves
 
-        page = plan_page(report.json, curves(p, result, policy))
-        try:
-            write_atomic(html_path, page.encode())
-        except OSError as e:  # a symlink or a directory in its place, no permission
-            raise InputError(f"--html {html_path}: {e.strerror or e}") from e
+        page = plan_page(report.json, curves(p, result, policy)).encode()
+        _html_target(html_path, inputs, lambda: write_output(html_path, page, inputs))
     return report
+
+
+def _local_inputs(p: Prepared) -> list[str]:
+    """The model's files here (every shard): a page written over one would destroy it."""
+    from ..paths import is_url
+    from ..reader.model import shard_paths
+
+    if is_url(p.facts.path):
+        return []
+    try:
+        return shard_paths(p.facts.path)
+    except (OSError, ValueError):
+        return [p.facts.path]
+
+
+def _html_target(path: str, inputs: list[str], write: Callable[[], None]) -> None:
+    """Check (write: a no-op) or write the page; one line naming the page when it cannot be."""
+    from ..safe_io import check_output
+
+    try:
+        check_output(path, inputs)
+        write()
+    except OSError as e:  # a link, a FIFO or device, an input, no directory, no permission
+        raise InputError(f"--html {path}: {e.strerror or e}") from e
 
 
 def _detected_processes(p: Prepared, request: Request) -> tuple[GpuProcess, ...]:

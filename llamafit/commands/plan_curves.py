@@ -18,7 +18,7 @@ from typing import Any
 from ..fit.explain import PlanResult
 from ..fit.search import Target, max_context
 from ..fit.solver import KV_PAIRS, Policy, bounds
-from ..fit.speed import GENERATION_BAND, estimate_at, with_rates
+from ..fit.speed import GENERATION_BAND, estimate, estimate_at, with_rates
 from ..memory.config import LaunchConfig
 from .prepared import Prepared
 
@@ -80,6 +80,8 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             )
     if p.speed is not None:
         lmap = c.breakdown.layer_devices
+        est = estimate(target.model, c.rc, lmap, target.gpus, p.speed)
+        share = est.band if est is not None else GENERATION_BAND
         ends = (with_rates(p.speed, 0), p.speed, with_rates(p.speed, 1))
         for fill in _spread(c.rc.n_ctx_seq):
             tps = [estimate_at(target.model, c.rc, target.gpus, i, fill, lmap) for i in ends]
@@ -89,9 +91,9 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             out["speed_by_context"].append(
                 [
                     fill,
-                    round(lo * (1 - GENERATION_BAND), 2),
+                    round(lo * (1 - share), 2),
                     round(mid, 2),
-                    round(high * (1 + GENERATION_BAND), 2),
+                    round(high * (1 + share), 2),
                 ]
             )
     return out

@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..facts.gguf_kind import gguf_kind
 from ..facts.hparams import build_facts
 from ..findings import Notice, as_notice
+from ..fit.devices import named_devices
 from ..fit.search import Target
 from ..machine import pick
 from ..machine.hardware import RpcQuery
@@ -122,10 +123,11 @@ def prepare(
     gguf = load_model(model, demo=ref.demo, hf_repo=parsed.hf_repo, env=env)
     refuse_non_model(gguf, model or parsed.hf_repo or "the model")
     facts = build_facts(gguf)
+    server_notes: list[str] = []
     if server is None and detect_fn is None:
         from ..server import find
 
-        server = find.local_server(env)
+        server = find.local_server(env, server_notes)
     binary = server.binary if server is not None else None
     vulkan_fn, listing = pick.no_vulkan, None  # an injected detection stands alone
     asked: list[Listing] = []  # the server's --list-devices answer, asked once (server_listing)
@@ -141,6 +143,11 @@ def prepare(
         _rpc_query(env),
         listing,
     )
+    if parsed.config.devices:  # -dev: the devices it names are the devices planned
+        named = named_devices(devices, parsed.config.devices)
+        n_rpc = len(devices) - len(hw.gpus)  # --rpc workers come first, without a GPUInfo
+        hw = replace(hw, gpus=tuple(hw.gpus[i - n_rpc] for i in named if i >= n_rpc))
+        devices = tuple(devices[i] for i in named)
     check_override_devices(parsed.config.override_tensor, devices)
     side = load_side_plan(
         parsed,
@@ -172,7 +179,9 @@ def prepare(
         env=env,
         llama_check=request.llama_check,
     )
-    p = replace(p, server_listing=asked[-1] if asked else None)
+    if asked and asked[-1].failure:
+        server_notes.append(f"{asked[-1].failure}; planned with detection's devices")
+    p = replace(p, server_listing=asked[-1] if asked else None, server_notes=tuple(server_notes))
     if server is not None:
         p = for_server(p, server)
     from .speed_inputs import machine_speed
@@ -237,7 +246,7 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     """Apply the compute correction learned from earlier runs of this build on these devices.
     None where the graph replay gives the compute buffers themselves (memory/graph/replay.py)."""
     from ..memory.graph.replay import covers_every_config
-    from ..safe_io import CALIBRATION_FILE, read_regular
+    from .records import read_newest
 
     if covers_every_config(p.facts, p.target.build, [g.backend for g in p.target.gpus]):
         return p
@@ -245,7 +254,7 @@ def with_calibration(p: Prepared, env: Mapping[str, str]) -> Prepared:
     path = calibration_path(env)
     skipped: list[str] = []
     try:
-        text = read_regular(path, CALIBRATION_FILE).decode("utf-8", errors="replace")
+        text = read_newest(path)[0]  # a file over 16 MiB: its newest records (#37 F13)
     except FileNotFoundError:  # none yet: plan without corrections
         return p
     except (
@@ -335,7 +344,7 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         if flag in _EXTRA_MODELS and flag not in MODELLED:
             warnings.append(Notice("unmodelled_model", {"flag": flag, "what": _EXTRA_MODELS[flag]}))
     cfg = p.parsed.config
-    if cfg.devices or cfg.rpc:
+    if cfg.rpc:  # -dev is modelled (prepare: named_devices)
         warnings.append(Notice("devices_not_modelled"))
     if not p.target.gpus and "n_gpu_layers" in p.parsed.config.given:
         warnings.append(Notice("ngl_without_gpu"))
@@ -344,6 +353,7 @@ def flag_warnings(p: Prepared) -> list[Notice | str]:
         "vulkaninfo",
     ):  # the server's devices against detection (issue #28)
         warnings += [Notice("server_devices", {"message": n}) for n in p.hardware.notes]
+    warnings += [Notice("server_unanswered", {"message": n}) for n in p.server_notes]
     warnings += recorded_notices(p.llama_recorded)
     if p.calibration:
         warnings.append(

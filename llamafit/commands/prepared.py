@@ -83,3 +83,5 @@ class Prepared:
     # solve (llama_record.with_recorded): the `llama_cpp_recorded` JSON; None when nothing applied
     llama_recorded: dict[str, Any] | None = None
     server_listing: Listing | None = None  # the server's --list-devices, when prepare asked it
+    # why the server found was passed over, or its device list not used (#37 F4): one line each
+    server_notes: tuple[str, ...] = ()

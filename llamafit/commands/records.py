@@ -6,10 +6,13 @@ that died after Ready, never read as calibration; kind "verify": --verify's requ
 kind "serve": the speed of the requests a server served), read back by the memory model's
 correction (memory/calibration.py) and the speed model (speed_inputs.py), shown and cleared by
 `calibration`. It may be anything the variable names: it is read only when it is a regular file
-(no FIFO, device node or symbolic link; at most CALIBRATION_FILE bytes), appended to only when it
-is a regular file (safe_io.append_line), and removed or rewritten only when it is a regular file
-whose every line is a record llamafit writes (a JSON object of its schema; a cut-off last line is
-allowed), so that `calibration clear` never deletes a file that is not ours.
+(no FIFO, device node or symbolic link; its newest CALIBRATION_FILE bytes, whole lines: the records
+are appended, so a larger file's oldest are the ones not read), appended to only when it is a
+regular file (safe_io.append_line), and removed or rewritten only when it is a regular file whose
+every line is a record llamafit writes (a JSON object of its schema; a cut-off last line is
+allowed), so that `calibration clear` never deletes a file that is not ours. Clearing reads the
+file line by line, whatever its size (#37 F13: a file over 16 MiB could be neither shown nor
+cleared).
 
 llama.cpp's own estimate (issue #28), one file per server build identity,
 cache_dir()/llama-check/<hash of the identity>.json, next to the identities of server-identity/;
@@ -25,20 +28,21 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import LlamafitError
 from ..fit.llama_check import KINDS as DIFFERENCE_KINDS
 from ..fit.llama_check import Difference
 from ..machine.devices import DeviceSpec
-from ..memory.calibration import parse_records, record_problem
+from ..memory.calibration import json_int, parse_records, record_problem
 from ..paths import cache_dir, calibration_path
 from ..report.json_parts import config_json
 from ..safe_io import (
     CALIBRATION_FILE,
     append_line,
+    open_regular,
     read_regular,
     read_regular_stat,
     remove_read,
@@ -138,15 +142,31 @@ def kind_of(record: dict[str, Any]) -> str:
     return "speed" if record.get("kind") in SPEED_KINDS else "memory"
 
 
-def read_records(path: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """(records that match the schema, why each damaged line was skipped); [] when there is no file.
-    OSError (safe_io.UnsafeFile: a FIFO, device, link or oversized file) for anything else."""
+def read_newest(path: str) -> tuple[str, int]:
+    """The newest CALIBRATION_FILE bytes of the file as text, from the start of a line, and how
+    many older bytes were not read (0: all of it). FileNotFoundError when there is none; OSError
+    (safe_io.UnsafeFile: a FIFO, device or link) for anything else."""
+    f, st = open_regular(path)
+    with f:
+        older = max(st.st_size - CALIBRATION_FILE, 0)
+        f.seek(older)
+        data = f.read(CALIBRATION_FILE)
+    if older:
+        cut = data.find(b"\n") + 1  # the first line is cut off unless the cut is at its start
+        older, data = older + cut, data[cut:]
+    return data.decode("utf-8", "replace"), older
+
+
+def read_records(path: str) -> tuple[list[dict[str, Any]], list[str], int]:
+    """(records that match the schema, why each damaged line was skipped, bytes of older records
+    not read); nothing when there is no file. OSError (safe_io.UnsafeFile: a FIFO, device or link)
+    for anything else."""
     try:
-        data = read_regular(path, CALIBRATION_FILE)
+        text, older = read_newest(path)
     except FileNotFoundError:
-        return [], []
+        return [], [], 0
     skipped: list[str] = []
-    return parse_records(data.decode("utf-8", "replace").splitlines(), skipped), skipped
+    return parse_records(text.splitlines(), skipped), skipped, older
 
 
 def speed_records(env: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -158,20 +178,22 @@ def speed_records(env: Mapping[str, str]) -> list[dict[str, Any]]:
         return []
 
 
-def _ours(lines: list[str]) -> bool:
-    """Every line a record llamafit writes (the last may be cut off mid-write): a JSON object that
-    matches the schema (memory.calibration.record_problem) and holds buffers, speed or llamafit's
-    version."""
-    lines = [line for line in lines if line.strip()]
-    for i, line in enumerate(lines):
-        try:
-            record = json.loads(line, parse_constant=lambda c: None)
-        except (ValueError, RecursionError):
-            record = None
-        if record_problem(record) is not None or not {"buffers", "speed", "llamafit"} & set(record):
-            if i < len(lines) - 1 or i == 0:
-                return False
-    return True
+def _is_ours(line: str) -> bool:
+    """A record llamafit writes: a JSON object that matches the schema
+    (memory.calibration.record_problem) and holds buffers, speed or llamafit's version."""
+    try:
+        record = json.loads(line, parse_constant=lambda c: None, parse_int=json_int)
+    except (ValueError, RecursionError):
+        return False
+    return record_problem(record) is None and bool({"buffers", "speed", "llamafit"} & set(record))
+
+
+def _lines(f: BinaryIO) -> Iterator[str]:
+    """The file's non-blank lines, one at a time (a file of any size, a line of any length)."""
+    for raw in f:
+        line = raw.decode("utf-8", "replace")
+        if line.strip():
+            yield line
 
 
 @dataclass(frozen=True)
@@ -184,9 +206,9 @@ class Cleared:
 def clear(path: str, kind: str | None = None) -> Cleared:
     """Drop every record (`kind` None: delete the file) or only one kind's ("memory" or "speed": the
     file is rewritten atomically without them). Refused unless the file is a regular file of
-    ours."""
+    ours: every line a record of ours, but for a last line cut off mid-write."""
     try:
-        data, st = read_regular_stat(path, CALIBRATION_FILE)
+        f, st = open_regular(path)
     except FileNotFoundError:
         return Cleared(0, 0, False)
     except OSError as e:
@@ -194,22 +216,36 @@ def clear(path: str, kind: str | None = None) -> Cleared:
             f"{path} {e.strerror or e}: not cleared (llamafit removes only its own regular "
             "calibration file)"
         ) from e
-    lines = data.decode("utf-8", "replace").splitlines()
-    if not _ours(lines):
-        raise LlamafitError(
-            f"{path} does not hold llamafit's calibration records: not cleared (remove it "
-            "yourself if it is yours)"
-        )
-    records = parse_records(lines)
+    not_ours = LlamafitError(
+        f"{path} does not hold llamafit's calibration records: not cleared (remove it yourself "
+        "if it is yours)"
+    )
+    removed = kept = 0
+    keep: list[str] = []  # the other kind's records (kind given): rewritten
+    bad_line = False  # a line that is not ours: allowed only last, and not first
+    with f:
+        for i, line in enumerate(_lines(f)):
+            if bad_line:
+                raise not_ours
+            if not _is_ours(line):
+                if i == 0:
+                    raise not_ours
+                bad_line = True
+                continue
+            record = parse_records([line])
+            if kind is not None and record and kind_of(record[0]) != kind:
+                keep.append(json.dumps(record[0]) + "\n")
+                kept += 1
+            else:
+                removed += len(record)
     try:
         if kind is None:
             remove_read(path, st)
-            return Cleared(len(records), 0, True)
-        keep = [r for r in records if kind_of(r) != kind]
-        write_atomic(path, "".join(json.dumps(r) + "\n" for r in keep).encode())
+            return Cleared(removed, 0, True)
+        write_atomic(path, "".join(keep).encode())
     except OSError as e:
         raise LlamafitError(f"{path}: {e.strerror or e}") from e
-    return Cleared(len(records) - len(keep), len(keep), True)
+    return Cleared(removed, kept, True)
 
 
 # ---- llama.cpp's own estimate, per server build ----
@@ -244,8 +280,22 @@ def _valid(entry: Any) -> bool:
             entry["kind"] in DIFFERENCE_KINDS
             and _int(entry.get("bytes"))
             and isinstance(entry.get("model"), str)
+            and _plausible_bytes(entry["bytes"], entry.get("total_bytes", 0))
         )
     return _int(entry.get("max_tensor_bytes")) and entry["max_tensor_bytes"] > 0
+
+
+def _plausible_bytes(difference: int, total_bytes: int) -> bool:
+    """A difference no larger than the whole device (a device of unknown size: any): more room
+    than the card has is no estimate of what runs on it, and would refuse every later plan
+    (#37 F10)."""
+    return total_bytes <= 0 or abs(difference) <= total_bytes
+
+
+def plausible(d: Difference, device: DeviceSpec) -> bool:
+    """Whether one difference from llama.cpp's dry run may be remembered: none larger than the
+    device (more room than the card has is no estimate of what runs on it)."""
+    return _plausible_bytes(d.bytes, device.total_bytes or 0)
 
 
 def load(identity: str) -> list[dict[str, Any]]:
@@ -310,7 +360,7 @@ def difference_entries(
 ) -> list[dict[str, Any]]:
     """The entries of one check's differences, measured at `config` (report.json_parts.config_json);
     `differs`: the devices where the two estimates disagreed (only their differences are applied
-    later, as larger_wins applies them now)."""
+    later, as larger_wins applies them now); an implausible one is not remembered (plausible)."""
     gpus = {g.name: g for g in p.target.gpus}
     name = os.path.basename(p.facts.path)
     return [
@@ -318,7 +368,7 @@ def difference_entries(
         | {"model": model_key(p), "model_name": name, "kind": d.kind, "bytes": d.bytes}
         | {"agrees": d.device not in differs, "config": dict(config), "time": _now()}
         for d in diffs
-        if d.device in gpus
+        if d.device in gpus and plausible(d, gpus[d.device])
     ]
 
 
@@ -331,3 +381,76 @@ def limit_entries(p: Prepared, limits: Mapping[str, int]) -> list[dict[str, Any]
         for name, limit in limits.items()
         if name in gpus
     ]
+
+
+# ---- llama.cpp's remembered estimates, listed and cleared with the calibration records (#37 F10) --
+
+
+def _folder() -> str:
+    return os.path.join(cache_dir(), "llama-check")
+
+
+def _read_file(path: str) -> tuple[dict[str, Any], os.stat_result] | None:
+    """One record file of ours (a regular file, our format), with its stat; None otherwise."""
+    try:
+        raw, st = read_regular_stat(path, RECORD_FILE)
+        data = json.loads(raw, parse_constant=lambda c: None)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    if not isinstance(data.get("identity"), str) or not isinstance(data.get("entries"), list):
+        return None
+    return data, st
+
+
+def _files() -> list[str]:
+    try:
+        names = sorted(os.listdir(_folder()))
+    except OSError:
+        return []
+    return [os.path.join(_folder(), n) for n in names if n.endswith(".json")]
+
+
+def listed() -> list[dict[str, Any]]:
+    """Every build's remembered answers, for `calibration show`: the build, the file, and per
+    entry the device, what it holds (a kind's difference or a tensor limit) and the model."""
+    out = []
+    for path in _files():
+        read = _read_file(path)
+        if read is None:
+            continue
+        data = read[0]
+        entries = [e for e in data["entries"] if _valid(e)]
+        out.append(
+            {
+                "build": data["identity"],
+                "path": path,
+                "entries": [
+                    {
+                        "device": e["device"],
+                        "kind": e.get("kind", "tensor_limit"),
+                        "bytes": e.get("bytes", e.get("max_tensor_bytes")),
+                        "model_name": e.get("model_name"),
+                    }
+                    for e in entries
+                ],
+            }
+        )
+    return out
+
+
+def clear_all() -> int:
+    """Remove every record file of ours (`calibration clear`, all or --kind memory): the number
+    removed. A file that is not ours (not a regular file, another format) is left."""
+    removed = 0
+    for path in _files():
+        read = _read_file(path)
+        if read is None:
+            continue
+        try:
+            remove_read(path, read[1])
+        except OSError:
+            continue
+        removed += 1
+    return removed

@@ -151,8 +151,8 @@ def router_command(
         if not wait_healthy(
             child, url + "/health", timeout_s=READY_TIMEOUT_S, failed=lambda: False
         ):
-            tail = "\n".join(child.tail)
-            raise InputError(f"the router did not become ready at {url}:\n{tail}")
+            tail = " ".join(child.tail)
+            raise InputError(f"the router did not become ready at {url}: {tail}")
         say(
             f"router ready at {url}: models {', '.join(e.name for e in plan.entries)} load on "
             "demand"

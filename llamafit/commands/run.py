@@ -215,6 +215,8 @@ def reported_devices(path: str, p: Prepared) -> list[dict[str, Any]] | None:
     from ..machine.server_devices import list_devices
 
     had = p.server_listing
+    if p.hardware.source == "given" and (had is None or had.server != path):
+        return None  # --gpu: the user's devices; the server is not asked (#37 F14)
     listed = had.devices if had is not None and had.server == path else list_devices(path, p.env)
     if listed is None:
         return None
@@ -226,6 +228,8 @@ def with_listing(p: Prepared) -> Prepared:
     prepare had, else asked here once (a plan for given devices, --gpu, does not ask it)."""
     binary = p.server.binary if p.server is not None else None
     if binary is None or (p.server_listing is not None and p.server_listing.server == binary.path):
+        return p
+    if p.hardware.source == "given":  # --gpu: the user's devices, not asked (#37 F14)
         return p
     from dataclasses import replace
 

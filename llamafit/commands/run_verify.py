@@ -15,7 +15,7 @@ from ..report.run import (
     verify_start_line,
 )
 from ..server.supervise import Pace, VerifyProgress
-from ..server.verify import N_PREDICT, VerifyError, VerifyResult, verify, verify_lines
+from ..server.verify import N_PREDICT, VerifyError, VerifyResult, speed_lines, verify, verify_lines
 from .prepared import Prepared
 from .records import record_verify, try_record
 
@@ -73,6 +73,22 @@ def speed_record(
         "efficiency": inputs.efficiency_for(slowest).generation,
         **machine_load(),
     }
+
+
+def planned_range(
+    p: Prepared, choice: Choice, result: VerifyResult
+) -> tuple[tuple[float, float, float] | None, int]:
+    """The plan's generation range (low, estimate, high) where the verification generated: its
+    prompt plus half its tokens; and that fill. The plan's own inputs (calibration included)."""
+    from ..fit.speed import generation_range_at
+
+    fill = result.n_prompt + result.n_predicted // 2
+    if p.speed is None:
+        return None, fill
+    expected = generation_range_at(
+        p.target.model, choice.rc, p.target.gpus, p.speed, fill, choice.breakdown.layer_devices
+    )
+    return expected, fill
 
 
 def machine_load() -> dict[str, Any]:
@@ -258,7 +274,12 @@ def verify_running(
             watcher.failure or failure or f"the server exited with code {child.proc.returncode}"
         )
     if result is not None:
-        for line in verify_lines(result):
+        judged = (
+            speed_lines(result, *planned_range(p, launch.choice, result))
+            if result.ok and not (died or oom)
+            else []
+        )
+        for line in [*verify_lines(result, busy_note=not judged), *judged]:
             say(line)
         speed = speed_record(p, launch.choice, env, result) if result.ok and not died else None
         shown = result if not (died or oom) else _failed(result, failure, oom)

@@ -16,6 +16,7 @@ from .plan import render_plan
 
 if TYPE_CHECKING:
     from ..server.find import ServerChoice
+from ..fit.devices import used_per_gpu
 from ..fit.search import STEP
 from ..fit.solver import Choice, Policy
 from ..machine.devices import device_selection_env
@@ -36,7 +37,8 @@ def ladder(p: Prepared, choice: Choice) -> tuple[tuple[int, tuple[int, ...]], ..
         ctx = max(STEP, int(choice.ctx * f) // STEP * STEP)
         evaluated = p.target.evaluate(replace(choice.cfg, n_ctx=ctx * choice.rc.n_stream))
         if evaluated and (not rungs or ctx * choice.rc.n_stream < rungs[-1][0]):
-            need = tuple(-(-d.used_bytes // MIB) for d in evaluated[1].devices if d.kind == "gpu")
+            used = used_per_gpu(p.target.gpus, evaluated[1].devices)  # 0 on a GPU left out
+            need = tuple(-(-u // MIB) for u in used)
             rungs.append((ctx * choice.rc.n_stream, need))
     return tuple(rungs)
 

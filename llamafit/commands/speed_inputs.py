@@ -65,22 +65,40 @@ GPU_TFLOPS: dict[str, float] = {
 }
 
 
-def _catalog_entry(name: str) -> gpu_catalog.CatalogEntry | None:
-    entry = gpu_catalog.find(name)
-    if entry is not None:
-        return entry
-    return next((e for e in gpu_catalog.CATALOG if e.name.lower() == name.strip().lower()), None)
+def _catalog_entry(info: GPUInfo) -> gpu_catalog.CatalogEntry | None:
+    """The catalog entry of a GPU: of its name as its driver reports it ("NVIDIA GeForce RTX 4090",
+    "llvmpipe (LLVM 15.0.7, 256 bits)") or as --gpu names it; a Mac's by its working set."""
+    return gpu_catalog.match_device(info.name, info.spec.total_bytes or None)
+
+
+def _tflops(entry: gpu_catalog.CatalogEntry) -> float | None:
+    """The spec-sheet TFLOPS of a card; a Mac's are its chip's at any memory size."""
+    if entry.key in GPU_TFLOPS:
+        return GPU_TFLOPS[entry.key]
+    if entry.vendor != "apple":
+        return None
+    chip = entry.key.rsplit("-", 1)[0]
+    return next((v for k, v in GPU_TFLOPS.items() if k.rsplit("-", 1)[0] == chip), None)
+
+
+def gpu_memory(info: GPUInfo) -> str | None:
+    """The memory class of a GPU (catalog.CatalogEntry.memory); None: not in the catalog."""
+    entry = _catalog_entry(info)
+    return entry.memory if entry is not None else None
 
 
 def gpu_rates(info: GPUInfo) -> tuple[Rate | None, Rate | None]:
-    """(memory bandwidth, throughput) of one GPU, each with its source; None where unknown."""
-    entry = _catalog_entry(info.name)
+    """(memory bandwidth, throughput) of one GPU, each with its source; None where unknown (and for
+    a CPU-type device, whose rates are the host's: speed_inputs)."""
+    entry = _catalog_entry(info)
     bw = None
+    if entry is not None and entry.memory == "host":
+        return None, None
     if entry is not None and info.bandwidth_bytes_per_s in (None, entry.bandwidth_bytes_per_s):
         bw = Rate(float(entry.bandwidth_bytes_per_s), f"catalog: {entry.name}")
     elif info.bandwidth_bytes_per_s:
         bw = Rate(float(info.bandwidth_bytes_per_s), "NVML: memory bus width x clock")
-    tflops = GPU_TFLOPS.get(entry.key) if entry else None
+    tflops = _tflops(entry) if entry else None
     flops = (
         Rate(tflops * 1e12, f"spec sheet: {entry.name} {tflops:g} TFLOPS")
         if entry and tflops
@@ -95,7 +113,7 @@ def assumed_rates(
     """A GPU given by size has no bandwidth of its own: assume the median of the catalog cards of
     its backend with that memory (the nearest size when none has it exactly), and say their range —
     (bandwidth, its range, throughput, its range). None for a card the catalog names."""
-    if _catalog_entry(info.name) is not None or info.bandwidth_bytes_per_s:
+    if _catalog_entry(info) is not None or info.bandwidth_bytes_per_s:
         return None
     vendors = _BACKEND_VENDORS.get(info.spec.backend, ("nvidia", "amd"))
     cards = [e for e in gpu_catalog.CATALOG if e.vendor in vendors]
@@ -122,11 +140,15 @@ def assumed_rates(
     return bw, (bws[0], bws[-1]), flops, (min(tflops), max(tflops))
 
 
+# the least share of the host's bandwidth a CPU-type Vulkan device (lavapipe) is assumed to reach:
+# issue #35 saw lavapipe serve the demo model at 1.8 tokens/s where the host's bandwidth allows tens
+ON_HOST_LOW = 0.02
+
 _BACKEND_VENDORS = {
     "cuda": ("nvidia",),
     "rocm": ("amd",),
     "metal": ("apple",),
-    "vulkan": ("nvidia", "amd"),
+    "vulkan": ("nvidia", "amd", "intel"),
 }
 
 
@@ -186,14 +208,28 @@ def speed_inputs(
 
     n_rpc = sum(1 for d in gpus if d.backend == "rpc")
     rates = [gpu_rates(g) for g in infos]
-    bws = (None,) * n_rpc + tuple(r[0] for r in rates)
-    flops = (None,) * n_rpc + tuple(r[1] for r in rates)
     host = host_rates(env, cache)
+    memory = tuple(gpu_memory(g) for g in infos)
+    # a CPU-type device (lavapipe: "llvmpipe") computes on the host's cores from the host's RAM
+    on_host = Rate(host.bandwidth.value, "host RAM: a CPU-type device (host probe)")
+    bws = (None,) * n_rpc + tuple(
+        on_host if m == "host" else r[0] for r, m in zip(rates, memory, strict=True)
+    )
+    flops = (None,) * n_rpc + tuple(
+        host.flops if m == "host" else r[1] for r, m in zip(rates, memory, strict=True)
+    )
+    # what share of it lavapipe reaches is not known: it computes in software (Mesa's llvmpipe JIT),
+    # so its rate is a guess from the host's down to ON_HOST_LOW of it (the range says "assumed")
+    ranges = (None,) * n_rpc + tuple(
+        (on_host.value * ON_HOST_LOW, on_host.value) if m == "host" else None for m in memory
+    )
     inputs = SpeedInputs(
         bws,
         flops,
         host.bandwidth,
         host.flops,
+        gpu_memory=(None,) * n_rpc + memory,
+        gpu_bandwidth_range=ranges if any(ranges) else (),
         host_bandwidth_by_threads=host.bandwidth_by_threads,
         n_threads=threads or llama_threads(),
         host_flops_threads=host.flops_threads,
@@ -206,8 +242,9 @@ def speed_inputs(
 def with_assumptions(inputs: SpeedInputs, n_rpc: int, infos: Sequence[GPUInfo]) -> SpeedInputs:
     """Each GPU given by size gets the assumed rates of assumed_rates, with their ranges."""
     bws, flops = list(inputs.gpu_bandwidth), list(inputs.gpu_flops)
-    bw_ranges: list[tuple[float, float] | None] = [None] * len(bws)
-    flops_ranges: list[tuple[float, float] | None] = [None] * len(flops)
+    # the ranges already assumed (a CPU-type device's) stay
+    bw_ranges = list(inputs.gpu_bandwidth_range) or [None] * len(bws)
+    flops_ranges = list(inputs.gpu_flops_range) or [None] * len(flops)
     for i, info in enumerate(infos):
         assumed = assumed_rates(info) if bws[n_rpc + i] is None else None
         if assumed is None:

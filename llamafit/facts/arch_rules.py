@@ -160,3 +160,18 @@ def is_swa_layer(il: int, period: int, dense_first: bool) -> bool:
     if dense_first:
         return il % period != 0
     return il % period < period - 1
+
+
+# the recurrent sizes each arch's layers divide (facts/hparams.py _check_recurrent): the Mamba-2
+# layer (src/models/mamba-base.cpp build_mamba2_layer: head_dim = d_inner / ssm_dt_rank, the
+# grouped RMS norm over d_inner / ssm_n_group) and the gated DeltaNet (src/models/qwen3next.cpp:
+# head_v_dim = d_inner / num_v_heads, num_v_heads / num_k_heads repeats; num_v_heads =
+# ssm_dt_rank, num_k_heads = ssm_n_group), as (numerator, denominator) fields of RecurrentFacts
+_MAMBA2_DIVISORS = (("d_inner", "dt_rank"), ("d_inner", "n_group"))
+_DELTA_NET_DIVISORS = (("d_inner", "dt_rank"), ("dt_rank", "n_group"))
+RECURRENT_DIVISORS: dict[str, tuple[tuple[str, str], ...]] = {
+    **dict.fromkeys(
+        ("mamba2", "granitehybrid", "nemotron_h", "nemotron_h_moe", "falcon-h1"), _MAMBA2_DIVISORS
+    ),
+    **dict.fromkeys(("qwen3next", "qwen35", "qwen35moe"), _DELTA_NET_DIVISORS),
+}

@@ -364,7 +364,46 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         n_deepstack_layers=_n_deepstack_layers(meta),
     )
     _check_head_sizes(meta, facts)
+    _check_recurrent(meta, facts)
     return facts
+
+
+def _check_recurrent(meta: Metadata, f: ModelFacts) -> None:
+    """The sizes the recurrent layers' graphs divide by, checked once here, where they are read
+    (issue #37 F1: a time_step_rank of 0 was a ZeroDivisionError in the graph replay).
+    llama_model::load_hparams (src/llama-model.cpp) requires ssm.conv_kernel, inner_size,
+    state_size, time_step_rank and group_count for these archs; build_mamba2_layer
+    (src/models/mamba-base.cpp) takes head_dim = d_inner / ssm_dt_rank and norms d_inner in
+    ssm_n_group groups; the gated DeltaNet (src/models/qwen3next.cpp) has ssm_dt_rank value heads
+    of d_inner / ssm_dt_rank each, repeated over ssm_n_group key heads."""
+    rec = f.recurrent
+    divides = R.RECURRENT_DIVISORS.get(f.architecture)
+    if rec is None or divides is None:
+        return
+    names = {
+        "d_conv": "{arch}.ssm.conv_kernel",
+        "d_inner": "{arch}.ssm.inner_size",
+        "d_state": "{arch}.ssm.state_size",
+        "dt_rank": "{arch}.ssm.time_step_rank",
+        "n_group": "{arch}.ssm.group_count",
+    }
+    for size, name in names.items():
+        value = getattr(rec, size)
+        if value >= 1:
+            continue
+        key = meta.key(name)
+        why = (
+            f"key {key} = {value} must be at least 1" if meta.has(name) else f"key {key} is missing"
+        )
+        raise ModelFactsError(f"{meta.path}: {why}; {f.architecture}'s recurrent layers need it")
+    for numerator, denominator in divides:
+        n, d = getattr(rec, numerator), getattr(rec, denominator)
+        if n % d:
+            raise ModelFactsError(
+                f"{meta.path}: key {meta.key(names[denominator])} = {d} does not divide "
+                f"{meta.key(names[numerator])} = {n}; {f.architecture}'s recurrent layers "
+                "need it to"
+            )
 
 
 def _check_head_sizes(meta: Metadata, f: ModelFacts) -> None:

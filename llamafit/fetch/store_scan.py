@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..reader.names import split_info
@@ -27,6 +28,9 @@ from .stores import (
 )
 
 _PARTIAL = (".incomplete", ".downloadInProgress")  # huggingface_hub; common/download.cpp
+# what a hub ref holds: a commit hash (huggingface_hub writes the 40-digit SHA-1 of the revision;
+# #37 F9: a ref of `/` or `../../../..` made `ls` walk the whole file system)
+_COMMIT = re.compile(r"[0-9a-fA-F]{7,64}")
 
 
 def _why(e: OSError) -> str:
@@ -88,6 +92,9 @@ def _hub_repo(repo_dir: str, store: str, notes: list[Note]) -> list[Found]:
             commit = text.partition("\n")[0].strip() or None
         except OSError:
             continue
+        if commit and not _COMMIT.fullmatch(commit):  # `/`, `../../..`: never outside the cache
+            notes.append(Note(store, e.path, "bad-ref", "names no commit hash; ignored"))
+            commit = None
         if commit:
             break
     snapshots = os.path.join(repo_dir, "snapshots")

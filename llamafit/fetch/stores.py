@@ -85,6 +85,7 @@ NOTE_CODES = (
     "vocab-only",
     "imatrix",
     "unreadable-header",
+    "bad-ref",
 )
 
 
@@ -280,6 +281,29 @@ def local_mmproj(model_path: str, names: Sequence[str]) -> str | None:
     return best_sibling(found, posixpath.basename(model_path)) if found else None
 
 
+class _Siblings:
+    """best_sibling(files, model) without a tag for many models of one folder, each in time
+    independent of the number of files (#37 F12: `ls` was quadratic in files per folder): the
+    candidates by directory, and per directory the first file of each quantization's bits, in
+    `files`' order."""
+
+    def __init__(self, files: Sequence[str], keyword: str = "mmproj") -> None:
+        self.by_dir: dict[tuple[str, ...], dict[int, tuple[int, str]]] = {}
+        for i, f in enumerate(files):
+            if f.endswith(".gguf") and keyword in f:
+                firsts = self.by_dir.setdefault(tuple(f.split("/")[:-1]), {})
+                firsts.setdefault(quant_bits(f), (i, f))
+
+    def best(self, model: str) -> str | None:
+        model_dir = tuple(model.split("/")[:-1])
+        bits = quant_bits(model)
+        for depth in range(len(model_dir), -1, -1):  # the deepest directory first
+            firsts = self.by_dir.get(model_dir[:depth])
+            if firsts:  # the closest bits, then the first in `files`
+                return min((abs(b - bits), i, f) for b, (i, f) in firsts.items())[2]
+        return None
+
+
 def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, str, str]]]:
     """Model GGUFs of one folder (relative paths) grouped into split models with their mmproj;
     problems as (path, code, detail): a split model with a shard missing."""
@@ -288,12 +312,13 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
     groups: list[FileGroup] = []
     problems: list[tuple[str, str, str]] = []
     by_split: dict[tuple[str, int], dict[int, str]] = {}
+    siblings = _Siblings(files)
     for f in sorted(files):
         info = split_info(f)
         if info is None or not is_model_file(f):
             continue
         if info.count <= 1:
-            groups.append(FileGroup((f,), best_sibling(files, f)))
+            groups.append(FileGroup((f,), siblings.best(f)))
         else:
             by_split.setdefault((info.prefix, info.count), {})[info.index] = f
     for (_, count), shards in sorted(by_split.items()):
@@ -303,5 +328,5 @@ def group_files(files: Sequence[str]) -> tuple[list[FileGroup], list[tuple[str, 
             problems.append((first, "missing-shard", f"shard {missing[0]} of {count} is missing"))
             continue
         ordered = tuple(shards[i] for i in range(1, count + 1))
-        groups.append(FileGroup(ordered, best_sibling(files, ordered[0])))
+        groups.append(FileGroup(ordered, siblings.best(ordered[0])))
     return sorted(groups, key=lambda g: g.shards[0]), problems

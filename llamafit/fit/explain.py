@@ -119,7 +119,8 @@ def tradeoffs(
     """The largest context per (flash attention, K/V types) at the chosen offload and -ub, and its
     speed."""
     rows = []
-    for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy):
+    arch = target.model.facts.architecture
+    for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy, arch):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
         ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
         best = max_context(target, cfg, hi, lo)
@@ -276,32 +277,8 @@ def plan(
     try:
         choice = exact_choice(target, cfg, policy, solve(target, cfg, policy))
     except NoFit as e:
-        fallback, ways = _without_side_models(target, cfg, policy, speed)
-        if fallback is not None:
-            return fallback
-        warnings += ways
-        rows = tradeoffs(target, cfg, policy, STEP, hi)
-        need = smallest_gpu_any_kv(target, cfg, lo)
-        name = need[0] if need else None
-        verdict = Verdict(
-            False,
-            lo,
-            hi,
-            hi == target.model.facts.n_ctx_train,
-            smallest_gpu=name,
-            smallest_gpu_cache=need[2] if need and name else None,
-            cause=e.cause,
-            pinned_ngl=e.pinned_ngl,
-        )
-        return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings), name)
-    if choice.refused or choice.compute_scales:
-        # kinds llama.cpp aborts on leave the trade-offs too, and the exact figures' ratios to
-        # the hand-derived peaks bring the other rows near the exact ones
-        target = replace(
-            target,
-            refused=target.refused | choice.refused,
-            compute_scales=choice.compute_scales or target.compute_scales,
-        )
+        return _no_fit(target, cfg, policy, speed, warnings, e)
+    target = _learned(target, choice)
     mtp_target, mtp_note = _auto_mtp(target, cfg, policy, choice)
     if mtp_target is not None and mtp_note is not None:
         result = plan(mtp_target, cfg, asked, speed=speed)
@@ -322,21 +299,10 @@ def plan(
             generation_tps=est.generation_tps,
             speed_options=tuple(speed_options(target, choice, hi, speed)),
         )
-    card = None
-    partial = bool(target.gpus) and choice.rc.n_gpu_layers < target.model.facts.n_layer_all + 1
-    if choice.ctx < hi or partial or choice.rc.n_cpu_moe:
-        found = smallest_gpu_for(target, choice.cfg, hi)
-        if found and found[0]:
-            card = found[0]
-            verdict = replace(verdict, smallest_gpu=card)
-    side_bytes: dict[str, int] = {}
-    for u in choice.breakdown.side_models:
-        side_bytes[u.kind] = (
-            sum(d.total_bytes for d in u.devices if d.name in {g.name for g in target.gpus})
-            if target.gpus
-            else u.total_bytes
-        )
-    costs = context_costs(target, choice.cfg, choice.ctx, hi, side_bytes)
+    card = _smallest_card(target, choice, hi)
+    if card is not None:
+        verdict = replace(verdict, smallest_gpu=card)
+    costs = context_costs(target, choice.cfg, choice.ctx, hi, _side_bytes(target, choice))
     faster = _projector_off_the_gpu(target, cfg, policy, choice)
     if faster is not None:
         warnings.append(faster)
@@ -357,6 +323,70 @@ def plan(
         target.side,
         mtp=mtp,
     )
+
+
+def _no_fit(
+    target: Target,
+    cfg: LaunchConfig,
+    policy: Policy,
+    speed: SpeedInputs | None,
+    warnings: list[Notice | str],
+    e: NoFit,
+) -> PlanResult:
+    """The plan where nothing fits: without side models where that fits, else the trade-offs and
+    the smallest GPU that would hold the least context."""
+    lo, hi = bounds(target, cfg, policy)
+    fallback, ways = _without_side_models(target, cfg, policy, speed)
+    if fallback is not None:
+        return fallback
+    rows = tradeoffs(target, cfg, policy, STEP, hi)
+    need = smallest_gpu_any_kv(target, cfg, lo)
+    name = need[0] if need else None
+    verdict = Verdict(
+        False,
+        lo,
+        hi,
+        hi == target.model.facts.n_ctx_train,
+        smallest_gpu=name,
+        smallest_gpu_cache=need[2] if need and name else None,
+        cause=e.cause,
+        pinned_ngl=e.pinned_ngl,
+    )
+    return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings + ways), name)
+
+
+def _learned(target: Target, choice: Choice) -> Target:
+    """The target the plan's other rows use: kinds llama.cpp aborts on leave the trade-offs too,
+    and the exact figures' ratios to the hand-derived peaks bring the other rows near the exact
+    ones."""
+    if not (choice.refused or choice.compute_scales):
+        return target
+    return replace(
+        target,
+        refused=target.refused | choice.refused,
+        compute_scales=choice.compute_scales or target.compute_scales,
+    )
+
+
+def _smallest_card(target: Target, choice: Choice, hi: int) -> str | None:
+    """The smallest catalog card holding the whole context with every layer, where the choice
+    stops short of either."""
+    partial = bool(target.gpus) and choice.rc.n_gpu_layers < target.model.facts.n_layer_all + 1
+    if not (choice.ctx < hi or partial or choice.rc.n_cpu_moe):
+        return None
+    found = smallest_gpu_for(target, choice.cfg, hi)
+    return found[0] if found and found[0] else None
+
+
+def _side_bytes(target: Target, choice: Choice) -> dict[str, int]:
+    """Each side model's bytes on the GPUs (on the host without one)."""
+    names = {g.name for g in target.gpus}
+    return {
+        u.kind: sum(d.total_bytes for d in u.devices if d.name in names)
+        if target.gpus
+        else u.total_bytes
+        for u in choice.breakdown.side_models
+    }
 
 
 def _auto_mtp(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
+from .devices import used_per_gpu
 from .search import Target
 from .solver import DEFAULT_MIN_CTX, Choice, NoFit, Policy, solve
 
@@ -37,9 +38,14 @@ def pool(target: Target) -> tuple[DeviceSpec, ...]:
 
 
 def pooled(target: Target, c: Choice) -> tuple[int, ...]:
-    """A choice's bytes on the pooled devices, the reserve not counted (memory.Breakdown rows)."""
-    kind = "gpu" if target.gpus else "host"
-    return tuple(d.used_bytes - target.reserve_bytes for d in c.breakdown.devices if d.kind == kind)
+    """A choice's bytes on the pooled devices, the reserve not counted (memory.Breakdown rows); 0
+    on a GPU the choice leaves out (solver.device_subsets)."""
+    if not target.gpus:
+        return tuple(
+            d.used_bytes - target.reserve_bytes for d in c.breakdown.devices if d.kind == "host"
+        )
+    used = used_per_gpu(target.gpus, c.breakdown.devices)
+    return tuple(max(u - target.reserve_bytes, 0) if u else 0 for u in used)
 
 
 def footprint(target: Target, cfg: LaunchConfig) -> tuple[int, ...] | None:

@@ -35,7 +35,7 @@ DRAFT_N_MAX = 3  # common/common.h common_params_speculative_draft::n_max
 
 @dataclass(frozen=True, slots=True)
 class MtpEffect:
-    """The expected effect of MTP self-speculation on generation (README: plan --json `mtp`)."""
+    """The expected effect of MTP self-speculation on generation (docs/side-models.md; plan --json `mtp`)."""
 
     n_draft: int  # tokens drafted per step (--spec-draft-n-max)
     target_bytes: int  # one target token's weight reads

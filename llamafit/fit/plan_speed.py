@@ -4,14 +4,16 @@ other offloads (findings.SpeedOption) — as data; plan_report writes the Englis
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from ..findings import SpeedOption
+from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
+from ..memory.resolve import ResolvedConfig
 from .presets import Turn
 from .search import Target, max_context, max_gpu_layers, streams
 from .solver import Choice
 from .speed import (
-    GENERATION_BAND,
     PP_TOKENS,
     PROMPT_BAND,
     SpeedBand,
@@ -24,16 +26,43 @@ from .speed import (
 )
 
 
+def on_devices(
+    target: Target, cfg: LaunchConfig, rc: ResolvedConfig, inputs: SpeedInputs
+) -> tuple[tuple[DeviceSpec, ...], SpeedInputs]:
+    """The GPUs `cfg` runs on and their inputs: those -dev names (Target.devices_of), and with -sm
+    none the main GPU alone, which is then device 0 of the estimate (memory.model._active_gpus),
+    so its rates go first."""
+    kept = list(target.device_indices(cfg)) if cfg.devices else list(range(len(target.gpus)))
+    gpus = tuple(target.gpus[i] for i in kept)
+    if rc.split_mode == "none":
+        kept = kept[rc.main_gpu : rc.main_gpu + 1]
+
+    def pick(rates: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(rates[i] if i < len(rates) else None for i in kept)
+
+    if kept == list(range(len(target.gpus))):
+        return gpus, inputs
+    return gpus, replace(
+        inputs,
+        gpu_bandwidth=pick(inputs.gpu_bandwidth),
+        gpu_flops=pick(inputs.gpu_flops),
+        gpu_bandwidth_range=pick(inputs.gpu_bandwidth_range) if inputs.gpu_bandwidth_range else (),
+        gpu_flops_range=pick(inputs.gpu_flops_range) if inputs.gpu_flops_range else (),
+    )
+
+
 def speed_of(target: Target, cfg: LaunchConfig, inputs: SpeedInputs) -> SpeedEstimate | None:
     evaluated = target.evaluate(cfg)
     if evaluated is None:
         return None
     rc, breakdown = evaluated
-    return estimate(target.model, rc, breakdown.layer_devices, target.gpus, inputs)
+    gpus, inputs = on_devices(target, cfg, rc, inputs)
+    return estimate(target.model, rc, breakdown.layer_devices, gpus, inputs)
 
 
 def choice_speed(target: Target, choice: Choice, inputs: SpeedInputs) -> SpeedEstimate | None:
-    return estimate(target.model, choice.rc, choice.breakdown.layer_devices, target.gpus, inputs)
+    gpus, inputs = on_devices(target, choice.cfg, choice.rc, inputs)
+    return estimate(target.model, choice.rc, choice.breakdown.layer_devices, gpus, inputs)
 
 
 def speed_options(
@@ -70,6 +99,7 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
     `turn`. Low: every assumed rate at the low end of its range and the model's error below; high:
     the other way. The choice only (no per-candidate work), its tensors read once
     (speed.estimate_turn)."""
+    gpus, inputs = on_devices(target, choice.cfg, choice.rc, inputs)
     n = choice.rc.n_ctx_seq
     prompt_tokens = max(min(turn.prompt, n - 1), 1)
     context = max(min(turn.context, n - prompt_tokens - turn.generated), 0)
@@ -84,7 +114,7 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
         target.model,
         choice.rc,
         choice.breakdown.layer_devices,
-        target.gpus,
+        gpus,
         ends if assumed else ends[:1],
         context + prompt_tokens + generated // 2,
         depth,
@@ -93,15 +123,14 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
         return None
     lo, hi = (got[0], got[-1])
     assert lo is not None and hi is not None
+    share = max(lo[0].band, hi[0].band)  # the model's error on these devices (Efficiency.band)
     seconds = None
     if (
         lo[2] is not None and hi[2] is not None
     ):  # fastest: the high end's rates with the model's error above
         seconds = (
-            prompt_tokens / (hi[2] * (1 + PROMPT_BAND))
-            + generated / (hi[1] * (1 + GENERATION_BAND)),
-            prompt_tokens / (lo[2] * (1 - PROMPT_BAND))
-            + generated / (lo[1] * (1 - GENERATION_BAND)),
+            prompt_tokens / (hi[2] * (1 + PROMPT_BAND)) + generated / (hi[1] * (1 + share)),
+            prompt_tokens / (lo[2] * (1 - PROMPT_BAND)) + generated / (lo[1] * (1 - share)),
         )
     low, high = lo[0], hi[0]
     prompt = (
@@ -110,10 +139,12 @@ def speed_band(target: Target, choice: Choice, inputs: SpeedInputs, turn: Turn) 
         else band(low.prompt_tps, high.prompt_tps, PROMPT_BAND)
     )
     return SpeedBand(
-        band(low.generation_tps[1], high.generation_tps[1], GENERATION_BAND),
-        band(low.generation_tps[0], high.generation_tps[0], GENERATION_BAND),
+        band(low.generation_tps[1], high.generation_tps[1], share),
+        band(low.generation_tps[0], high.generation_tps[0], share),
         prompt,
         seconds,
         (context, prompt_tokens, generated),
         any(r is not None for r in inputs.gpu_bandwidth_range),
+        share,
+        inputs.calibrated is not None,
     )

@@ -64,15 +64,18 @@ def preset_named(spec: str) -> Preset:
     """`chat`, `agent`, `long`, `serve` or `serve:N` (N concurrent users, one slot each)."""
     name, _, users = spec.strip().lower().partition(":")
     preset = PRESETS.get(name)
+    shown = (spec if len(spec) <= 40 else spec[:40] + "…") or "''"
     if preset is None:
         raise InputError(
-            f"--for {spec}: one of {', '.join(PRESETS)} (serve:N for N concurrent users)"
+            f"--for {shown}: one of {', '.join(PRESETS)} (serve:N for N concurrent users)"
         )
     if not users:
         return preset
-    if name != "serve" or not users.isdigit() or not 1 <= int(users) <= MAX_USERS:
+    # ASCII digits, few enough for int(): `²` is a digit to str.isdigit, 5,000 digits int() refuses
+    plain = users.isascii() and users.isdigit() and len(users) <= len(str(MAX_USERS))
+    if name != "serve" or not plain or not 1 <= int(users) <= MAX_USERS:
         raise InputError(
-            f"--for {spec}: only serve takes a number of users, 1-{MAX_USERS} (serve:8)"
+            f"--for {shown}: only serve takes a number of users, 1-{MAX_USERS} (serve:8)"
         )
     return replace(preset, n_parallel=int(users))
 

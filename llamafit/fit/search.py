@@ -58,9 +58,10 @@ class Target:
         hand-derived peaks the searches run on (evaluate)."""
         if self.side is not None:
             rc = self.side.main_rc(rc, build=self.build)
+        gpus = self.devices_of(cfg)
         b = self.model.estimate(
             rc,
-            self.gpus,
+            gpus,
             self.host,
             reserve_bytes=self.reserve_bytes,
             compute_scale=self.compute_scale,
@@ -76,12 +77,25 @@ class Target:
                 rc,
                 self.model,
                 b.layer_devices.layers,
-                self.gpus,
+                gpus,
                 self.host,
                 build=self.build,
                 main_host_weights=b.devices[-1].weights_bytes - b.devices[-1].repack_bytes,
             ),
         )
+
+    def device_indices(self, cfg: LaunchConfig) -> tuple[int, ...]:
+        """The indices in `gpus` of the devices `cfg` runs on: those its -dev names
+        (fit/devices.py: llama.cpp's parse_device_list), else every GPU."""
+        from .devices import named_devices
+
+        return named_devices(self.gpus, cfg.devices)
+
+    def devices_of(self, cfg: LaunchConfig) -> tuple[DeviceSpec, ...]:
+        """The GPUs `cfg` runs on (device_indices)."""
+        if not cfg.devices:
+            return self.gpus
+        return tuple(self.gpus[i] for i in self.device_indices(cfg))
 
     def evaluate(self, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
         """The resolved config and its breakdown, or None where llama.cpp would reject it. The

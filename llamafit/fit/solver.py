@@ -1,17 +1,21 @@
 """The solver: the best llama-server configuration that fits, under an explicit policy.
 
 Default policy, in order: (1) every layer on the GPU(s) when any KV choice reaches the minimum
-context — speed; (2) the largest context up to n_ctx_train per slot (or --ctx-max); (3) the most
-precise KV cache that still reaches that context (f16 > q8_0 > q4_0, K never less precise than
-V, quantized V only with flash attention). Anything the user pinned (llama-server flags after
-`--`, recorded in LaunchConfig.given, or --ctx/--kv/--fa) stays as given; the rest is solved
-around it. Every search is a bisection over the monotone memory model (search.py).
+context — speed; (2) the largest context up to n_ctx_train per slot (or --ctx-max); (3) the
+fastest by the speed estimate; (4) the best KV cache by llama.cpp's measured quality that still
+reaches that context (KV_PAIRS: f16/f16, f16/q8_0, q8_0/q8_0, then a 4-bit V; K never less
+precise than V, quantized V only with flash attention; K f16 for attention-sink models). With
+several GPUs, leaving some out is a candidate too (device_subsets), weighed by the same order
+(rank). Anything the user pinned (llama-server flags after `--`, recorded in LaunchConfig.given,
+or --ctx/--kv/--fa) stays as given; the rest is solved around it. Every search is a bisection
+over the monotone memory model (search.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import combinations
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
@@ -24,15 +28,37 @@ from .search import STEP, Target, graph_kind, largest, max_context, streams
 if TYPE_CHECKING:
     from .presets import Preset
 
-# K/V pairs from most to least precise (bytes per element), K never below V.
+# K/V pairs from the best quality to the worst as llama.cpp measured it, not by bytes, K never
+# below V. llama.cpp PR #7412 ("CUDA: quantized KV cache demo", JohannesGaessler's table, KL
+# divergence of the token distribution against the f16 model's over wikitext, f16 weights): K/V
+# f16/f16 0.000189, f16/q8_0 0.000743, q8_0/q8_0 0.000980, f16/q5_1 0.001759 — so q8_0/q8_0
+# (8.5 bits per value) comes before any 4-bit V (f16/q4_0 has fewer bits in V than f16/q5_1, so a
+# larger divergence than its 0.001759), though f16/q4_0 takes more memory (10.25 bits).
 KV_PAIRS = (
     ("f16", "f16"),
     ("f16", "q8_0"),
-    ("f16", "q4_0"),
     ("q8_0", "q8_0"),
+    ("f16", "q4_0"),
     ("q8_0", "q4_0"),
     ("q4_0", "q4_0"),
 )
+# What each pair costs in quality, in words a report can use (the same measurements): none; about
+# 0.001 KL divergence ("negligible"); more than f16/q5_1's 0.00176 ("some", a 4-bit V); the
+# most (a 4-bit K too).
+KV_QUALITY = {
+    ("f16", "f16"): "full",
+    ("f16", "q8_0"): "negligible_loss",
+    ("q8_0", "q8_0"): "negligible_loss",
+    ("f16", "q4_0"): "some_loss",
+    ("q8_0", "q4_0"): "some_loss",
+    ("q4_0", "q4_0"): "most_loss",
+}
+# Architectures with attention sinks, whose quality suffers badly from any quantized K: gpt-oss
+# (src/llama-model.cpp LLM_ARCH_OPENAI_MOE loads attn_sinks per layer). Measured with
+# llama-perplexity --kl-divergence against its own f16 KV (TheTom/llama-cpp-turboquant issue #305):
+# q8_0/q8_0 median KLD 0.055 and 74.9% same top token, against about 0.001 above. The solver
+# keeps K at f16 for them unless -ctk or --kv says otherwise.
+SINK_ARCHS = frozenset({"gpt-oss"})
 UBATCHES = (512, 256, 128)  # llama-server's default first; smaller ones only when they buy context
 PREFER = ("speed", "context", "quality")
 # llama.cpp: common/common.h common_params::fit_params_min_ctx (--fit-ctx, default 4096): the least
@@ -89,11 +115,13 @@ def _pinned(cfg: LaunchConfig, *names: str) -> bool:
     return any(n in cfg.given for n in names)
 
 
-def _kv_options(cfg: LaunchConfig, policy: Policy) -> list[tuple[str, str]]:
+def _kv_options(cfg: LaunchConfig, policy: Policy, architecture: str) -> list[tuple[str, str]]:
     if policy.kv:
         return [(policy.kv, policy.kv)]
     if _pinned(cfg, "type_k", "type_v"):
         return [(cfg.type_k, cfg.type_v)]
+    if architecture in SINK_ARCHS:  # K stays f16 (SINK_ARCHS)
+        return [p for p in KV_PAIRS if p[0] == "f16"]
     return list(KV_PAIRS)
 
 
@@ -112,9 +140,10 @@ def _ub_options(cfg: LaunchConfig, ubatches: tuple[int, ...] | None = None) -> l
     return [ub for ub in ubatches if ub <= cfg.n_batch] or [cfg.n_batch]
 
 
-def combos(cfg: LaunchConfig, policy: Policy) -> Iterator[LaunchConfig]:
-    """Every KV/FA/ubatch combination allowed, best first (precision, then FA on, then -ub 512)."""
-    for type_k, type_v in _kv_options(cfg, policy):
+def combos(cfg: LaunchConfig, policy: Policy, architecture: str = "") -> Iterator[LaunchConfig]:
+    """Every KV/FA/ubatch combination allowed for a model of `architecture`, best first (KV
+    quality, KV_PAIRS, then FA on, then -ub 512)."""
+    for type_k, type_v in _kv_options(cfg, policy, architecture):
         for fa in _fa_options(cfg, policy):
             if fa == "off" and type_v not in ("f16", "f32", "bf16"):
                 continue  # quantized V needs flash attention
@@ -126,7 +155,9 @@ def _most_compact(target: Target, cfg: LaunchConfig, policy: Policy) -> list[Lau
     """The combos that need the least memory per token — the last KV pair llama.cpp accepts for this
     model (a quantized block must divide the head size), each FA setting, the smallest -ub."""
     options = [
-        o for o in combos(cfg, policy) if target.evaluate(replace(o, n_ctx=STEP)) is not None
+        o
+        for o in combos(cfg, policy, target.model.facts.architecture)
+        if target.evaluate(replace(o, n_ctx=STEP)) is not None
     ]
     if not options:
         return []
@@ -148,6 +179,10 @@ def _offload_levels(
     facts = target.model.facts
     if not target.gpus:
         cfg = cfg if _pinned(cfg, "n_gpu_layers") else replace(cfg, n_gpu_layers=0)
+        if not _pinned(cfg, "devices"):
+            # planned without a GPU: `-dev none` keeps the server off every GPU, large batches
+            # included (-ngl 0 alone still computes on one: llama.cpp PR #10497)
+            cfg = replace(cfg, devices=("none",))
         at_ngl = [replace(c, n_gpu_layers=cfg.n_gpu_layers) for c in compact]
         return cfg if _reaches(target, at_ngl, need, mult) else None
     if _pinned(cfg, "n_gpu_layers") and _pinned(cfg, "n_cpu_moe", "cpu_moe", "override_tensor"):
@@ -187,7 +222,7 @@ def _best_combo(
     mult = streams(target, base)
     reached: list[tuple[LaunchConfig, int]] = []
     top = hi // STEP * STEP  # the most max_context can return
-    options = list(combos(base, policy))
+    options = list(combos(base, policy, target.model.facts.architecture))
     if policy.prefer != "quality":
         # the largest context first, the most compact combos first: by monotonicity one evaluation
         # at the best so far + STEP rules a combo out; then the first combo (in order) that reaches
@@ -244,7 +279,7 @@ def bounds(target: Target, cfg: LaunchConfig, policy: Policy) -> tuple[int, int]
 def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> None:
     """When every allowed combination is one llama.cpp refuses, say why (as check does), not "no
     fit"."""
-    options = list(combos(cfg, policy))
+    options = list(combos(cfg, policy, target.model.facts.architecture))
     if all(target.evaluate(replace(o, n_ctx=STEP)) is None for o in options):
         pinned = [replace(o, n_ctx=STEP) for o in options[:1]]
         fixed = replace(
@@ -259,11 +294,74 @@ def _reject_impossible(target: Target, cfg: LaunchConfig, policy: Policy) -> Non
 
 
 def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
-    """The configuration the policy picks; NoFit when even the minimum context cannot fit."""
+    """The configuration the policy picks; NoFit when even the minimum context cannot fit.
+
+    With several GPUs the whole set is one candidate and leaving some of them out is another
+    (device_subsets): a small or busy card is used only where the plan is better with it (rank)."""
     if policy.prefer not in PREFER:
         raise InputError(f"--prefer must be one of {', '.join(PREFER)}")
     lo, hi = bounds(target, cfg, policy)
     _reject_impossible(target, cfg, policy)
+    found: list[Choice] = []
+    whole: NoFit | None = None
+    for i, variant in enumerate([cfg, *device_subsets(target, cfg)]):
+        if found and not _may_match(target, variant, policy, found, lo, hi):
+            continue
+        try:
+            found += _solve_on(target, variant, policy, lo, hi)
+        except NoFit as e:
+            whole = e if i == 0 else whole
+    if not found:
+        raise whole or NoFit(lo)
+    speed = policy.speed_of if policy.prefer == "speed" and len(found) > 1 else None
+    return max(found, key=lambda c: rank(target, c, policy, hi, speed))
+
+
+def _may_match(
+    target: Target, cfg: LaunchConfig, policy: Policy, found: list[Choice], lo: int, hi: int
+) -> bool:
+    """Whether the devices of `cfg` may plan as well as the best found so far, by cheap tests with
+    the most compact KV cache: rank puts the blocks on the GPUs first (with --prefer context, once
+    the largest context is reached), so devices that cannot hold as many at the least context
+    cannot match it; and (but for --prefer quality, where the KV cache comes before the context)
+    devices that hold no more cannot match it short of its context (solve skips them)."""
+    best = max(found, key=lambda c: rank(target, c, policy, hi))
+    if policy.prefer == "context" and best.ctx < hi:
+        return True
+    compact = _most_compact(target, cfg, policy)
+    rc, mult = best.rc, streams(target, cfg)
+    at = [
+        replace(c, n_gpu_layers=rc.n_gpu_layers, n_cpu_moe=rc.n_cpu_moe, cpu_moe=rc.cpu_moe)
+        for c in compact
+    ]
+    if not _reaches(target, at, lo, mult):
+        return False
+    if policy.prefer == "quality" or _more_on_gpu(target, at, lo, mult):
+        return True
+    if len(target.devices_of(cfg)) > 1 and cfg.split_mode != "none" and at:
+        split = _split_by_room(target, at[0], hi, mult)  # as _solve_on's second candidate
+        at += [replace(c, tensor_split=split) for c in at] if split else []
+    return _reaches(target, at, best.ctx, mult)
+
+
+def _more_on_gpu(target: Target, at: list[LaunchConfig], lo: int, mult: int) -> bool:
+    """Whether one more block (or one more block's experts) than `at` fits on the GPUs at `lo`."""
+    if not at:
+        return False
+    c = at[0]
+    if c.cpu_moe or c.n_cpu_moe:
+        n = target.model.facts.n_layer if c.cpu_moe else c.n_cpu_moe
+        more = [replace(o, cpu_moe=False, n_cpu_moe=n - 1) for o in at]
+    elif c.n_gpu_layers < target.model.facts.n_layer_all + 1:
+        more = [replace(o, n_gpu_layers=o.n_gpu_layers + 1) for o in at]
+    else:
+        return False
+    return _reaches(target, more, lo, mult)
+
+
+def _solve_on(target: Target, cfg: LaunchConfig, policy: Policy, lo: int, hi: int) -> list[Choice]:
+    """The candidates on one set of devices: the best combo at the most offloaded level that
+    reaches the context asked for, and with several GPUs the same with a split by room."""
     mult = streams(target, cfg)
     need = hi if policy.prefer == "context" else lo
     base = _offload_levels(target, cfg, policy, need, mult)
@@ -274,22 +372,72 @@ def solve(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
             raise NoFit(lo, "pinned_ngl", cfg.n_gpu_layers)
         raise NoFit(lo, "offloaded")
     candidates = [_best_combo(target, base, policy, lo, hi)]
-    if len(target.gpus) > 1 and not _pinned(cfg, "tensor_split"):
+    several = len(target.devices_of(cfg)) > 1 and cfg.split_mode != "none"
+    if several and not _pinned(cfg, "tensor_split"):
         compact = _most_compact(target, base, policy)
         split = _split_by_room(target, compact[0], hi, mult) if compact else None
         if split:
             candidates.append(
                 _best_combo(target, replace(base, tensor_split=split), policy, lo, hi)
             )
-    found = [c for c in candidates if c is not None]
-    if not found:
-        raise NoFit(lo)
+    return [c for c in candidates if c is not None]
+
+
+ALL_SUBSETS_UP_TO = 3  # GPUs: every subset is a candidate up to this many; past it, a few
+
+
+def device_subsets(target: Target, cfg: LaunchConfig) -> list[LaunchConfig]:
+    """The ways to leave GPUs out that solve weighs against the whole set: each GPU alone (-sm none
+    -mg i: llama.cpp loads the model on the main GPU only, src/llama.cpp
+    llama_model_load_from_file_impl, and makes no context or buffer on the others) and each
+    subset of two or more named by -dev (the model's devices are then those: a device left at
+    -ts 0 would still be the first device, the one llama.cpp offloads the CPU layers' large
+    matrix products to). Up to ALL_SUBSETS_UP_TO GPUs every subset, so that no set plans worse
+    than a subset of it (tests/fit/test_device_subsets.py); past it the largest k, dropping the
+    smallest in turn. Nothing where the user chose the devices or their split (-dev, -ts, -sm,
+    -mg) or named a device in -ot, nor with RPC workers (llama.cpp adds them to its device list
+    only when --rpc connects, issue #10609, and their speed is unknown here)."""
+    gpus = target.gpus
+    n = len(gpus)
+    pinned = _pinned(cfg, "devices", "tensor_split", "split_mode", "main_gpu", "override_tensor")
+    if n < 2 or pinned or any(g.backend == "rpc" for g in gpus):
+        return []
+    room = [g.usable_bytes or 0 for g in gpus]
+    order = sorted(range(n), key=lambda i: (-room[i], i))
+    out = [replace(cfg, split_mode="none", main_gpu=i) for i in order]
+    if n <= ALL_SUBSETS_UP_TO:
+        kept_sets = [c for k in range(2, n) for c in combinations(order, k)]
+    else:
+        kept_sets = [tuple(order[:k]) for k in range(2, n)]
+    for kept in kept_sets:
+        out.append(replace(cfg, devices=tuple(gpus[i].name for i in sorted(kept))))
+    return out
+
+
+def rank(
+    target: Target,
+    c: Choice,
+    policy: Policy,
+    hi: int,
+    speed: Callable[[Choice], float | None] | None = None,
+) -> tuple[float, ...]:
+    """The solver's objective as one key, larger is better, the same order the single-set search
+    follows (module docstring): --prefer speed (the default): the most blocks on the GPUs (then
+    the fewest experts on the CPU), then the context, then the estimated tokens/s, then the KV
+    quality (KV_PAIRS); context: reaching the largest context asked for first, then as speed;
+    quality: the blocks on the GPUs, then the KV quality, then the context. A plan on a set of
+    devices is worse than one on another where its key is smaller."""
+    n_all = target.model.facts.n_layer_all + 1
+    rc = c.rc
+    layers = min(rc.n_gpu_layers, n_all) if target.gpus else 0
+    experts = -(target.model.facts.n_layer if rc.cpu_moe else rc.n_cpu_moe)
+    quality = -_precision_rank(c)
+    tps = (speed(c) or 0.0) if speed else 0.0
     if policy.prefer == "quality":
-        return max(found, key=lambda c: (-_precision_rank(c), c.ctx))
-    speed = policy.speed_of if policy.prefer == "speed" and len(found) > 1 else None
-    return max(
-        found, key=lambda c: (c.ctx, (speed(c) or 0.0) if speed else 0.0, -_precision_rank(c))
-    )
+        return (layers, experts, quality, c.ctx)
+    if policy.prefer == "context":
+        return (c.ctx >= hi, layers, experts, c.ctx, tps, quality)
+    return (layers, experts, c.ctx, tps, quality)
 
 
 def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Choice:
@@ -362,26 +510,38 @@ def _exact_boundary(
     if _pinned(cfg, "n_ctx") or start.ctx % STEP:
         return at(k) if start.ctx % STEP == 0 else None
     lo_k, hi_k = max(lo // STEP, 1), max(hi // STEP, k)
-    if at(k) is not None:  # gallop up to the first context that does not fit
-        good, step, bad = k, 1, hi_k + 1
-        while good + step <= hi_k:
-            if at(good + step) is None:
-                bad = good + step
-                break
-            good, step = good + step, step * 2
-    else:  # gallop down to one that fits
-        bad, step, good = k, 1, 0
-        while k - step >= lo_k:
-            if at(k - step) is not None:
-                good = k - step
-                break
-            bad, step = k - step, step * 2
-        if not good and lo_k < bad and at(lo_k) is not None:
-            good = lo_k
-        if not good:
-            return None
+    bracket = _gallop_up(at, k, hi_k) if at(k) is not None else _gallop_down(at, k, lo_k)
+    if bracket is None:
+        return None
+    good, bad = bracket
     best = largest(good, bad - 1, lambda x: at(x) is not None)
     return at(best) if best is not None else None
+
+
+def _gallop_up(at: Callable[[int], Choice | None], k: int, hi_k: int) -> tuple[int, int]:
+    """From k (which fits) up in doubling steps to the first step that does not fit: (the last
+    that fits, the first that does not; hi_k + 1 where all do)."""
+    good, step, bad = k, 1, hi_k + 1
+    while good + step <= hi_k:
+        if at(good + step) is None:
+            bad = good + step
+            break
+        good, step = good + step, step * 2
+    return good, bad
+
+
+def _gallop_down(at: Callable[[int], Choice | None], k: int, lo_k: int) -> tuple[int, int] | None:
+    """From k (which does not fit) down in doubling steps to one that fits, lo_k the last tried:
+    (that one, the last that did not); None where none fits."""
+    bad, step, good = k, 1, 0
+    while k - step >= lo_k:
+        if at(k - step) is not None:
+            good = k - step
+            break
+        bad, step = k - step, step * 2
+    if not good and lo_k < bad and at(lo_k) is not None:
+        good = lo_k
+    return (good, bad) if good else None
 
 
 def _compute_ratios(hand: Breakdown, exact: Breakdown) -> tuple[float, ...] | None:

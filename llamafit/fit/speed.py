@@ -1,14 +1,18 @@
-"""How fast a configuration will run: generation and prompt tokens/s (pure).
+"""How fast a configuration will run: generation and prompt tokens/s (pure; docs/speed.md).
 
-Generation (one token at a time) is memory-bound: every weight a token uses is read once per token,
-and so is the KV cache in use. Time per token = Σ over devices of bytes it reads / (its bandwidth x
-an efficiency measured for its backend). Bytes read per token:
+Generation (one token at a time) runs the whole graph once per token
+(ggml_backend_sched_graph_compute: one split per device, one after another). Per device, time
+per token = the bytes it reads / (its bandwidth x the share its backend reaches on that memory
+class) + a fixed cost per layer it computes (kernel launches, synchronisation, the graph's own work:
+Efficiency.layer_seconds). Bytes read per token:
 - every weight tensor the graph uses, except token_embd (a row lookup; a tied output reads it as the
   output matrix), on the device that holds it (placement.py, -ot rules included);
 - of the routed experts (`*_exps`) only n_expert_used / n_expert; shared experts (`*_shexp`) fully;
 - the KV cache in use: K and V of every filled cell of every layer (SWA layers at most n_swa cells),
   padded to 256 cells as llama_kv_cache::get_n_kv does; recurrent state read and written once;
 - the range: an empty context (fastest) to a full slot (slowest).
+The CPU's part of a partial offload reads at the host probe's bandwidth and is also bound by its
+arithmetic (llama.cpp's kernels, timed by the kernel probe).
 
 Prompt processing at large batches is compute-bound (rough): 2 FLOPs per active weight per token
 plus attention (2 x n_head x (head_k + head_v) per cell in use), over the device's throughput x a
@@ -18,7 +22,8 @@ over PCIe once per ubatch. Figures are for a 512-token prompt into an empty cont
 pp512).
 
 Efficiency factors and their sources live in EFFICIENCY; `scripts/bench/bench_speed.py` measures
-them (llama-bench on this machine, and the public llama-bench results in fixtures/speed/).
+them (llama-bench on this machine) and fits them (the public llama-bench results of
+fixtures/speed/train.csv), and checks them on the held-out rows of fixtures/speed/heldout.csv.
 """
 
 from __future__ import annotations
@@ -61,9 +66,33 @@ class Efficiency:
     # the cache reaches in a real run, generating a token and in a prompt
     attention_kernel: float | None = None
     prompt_attention_kernel: float | None = None
+    # the fixed cost of a token, per layer on the device: kernel launches, synchronisation and the
+    # graph's overhead, which bandwidth does not explain (seconds; token_seconds)
+    layer_seconds: float = 0.0
+    # how far a measurement may lie from the estimate, as a share of it: the printed range. From
+    # the fit's residuals (scripts/bench/bench_speed.py), wider where its rows were few
+    band: float = 0.2
 
 
-# Measured by scripts/bench/bench_speed.py (rerun it to refresh). cpu: llama-bench (Gemma 3 270M
+def token_seconds(read_bytes: float, layers: int, bandwidth: float, eff: Efficiency) -> float:
+    """Seconds one device spends on a generated token: its reads at the achieved bandwidth, plus
+    the fixed cost of its layers (kernel launches and synchronisation: ggml_backend_graph_compute
+    runs each layer's ops one after another, which a small model cannot hide behind reads)."""
+    return read_bytes / (bandwidth * eff.generation) + layers * eff.layer_seconds
+
+
+def efficiency_key(table: Mapping[str, Efficiency], backend: str, memory: str | None) -> str:
+    """The EFFICIENCY entry of a backend on a memory class: `cuda-hbm`, `metal`, … (the backend's
+    own where its class has none)."""
+    key = f"{backend}-{memory}" if memory else backend
+    if key in table:
+        return key
+    if backend in table:
+        return backend
+    return "cpu" if backend == "cpu" else "vulkan"
+
+
+# cpu: measured by scripts/bench/bench_speed.py (rerun it to refresh): llama-bench (Gemma 3 270M
 # Q4_K_M, 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD
 # EPYC Zen 4), against the host probe read at the same thread count around each run. generation: the
 # achieved share of the probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50
@@ -71,8 +100,16 @@ class Efficiency:
 # attention rate that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs,
 # median 0.6 (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
 # for pp512: 0.33-0.98 over 8 runs, median 0.6. decode / attention / prompt are for a host without
-# the kernel probe (BLAS fallback). cuda/metal/rocm/vulkan: the median achieved/roofline ratio over
-# the public llama-bench results in fixtures/speed/public-llama-bench.csv (README "How fast").
+# the kernel probe (BLAS fallback).
+# GPUs: `bench_speed.py --public-only` fits t = layers x layer_seconds + bytes / (bandwidth x
+# generation) per backend and memory class to the public llama-bench results of
+# fixtures/speed/train.csv (least squares on the relative error; docs/speed.md), and checks them on
+# fixtures/speed/heldout.csv, which none of these numbers comes from. band: the 90th percentile of
+# the leave-one-device-out errors (at least 10%, at most 40%); a class with one device takes 30%.
+# prompt: the median share of the maker's FP16 TFLOPS that pp512 reached over the rows of train.csv
+# with a pp figure (CUDA 0.29 over 23 rows, 0.09-0.59; Metal 0.63 over 10); Vulkan and ROCm, with
+# one row or none, take CUDA's.
+_FIT = "public llama-bench results (fixtures/speed/train.csv; scripts/bench/bench_speed.py)"
 EFFICIENCY: dict[str, Efficiency] = {
     # prompt > 1 and decode: llama.cpp's int8 dot products beat the probe's float32 numpy matmul;
     # attention (F16 K/V, softmax, one token) reaches a tenth of it
@@ -85,16 +122,25 @@ EFFICIENCY: dict[str, Efficiency] = {
         attention_kernel=0.6,
         prompt_attention_kernel=0.6,
     ),
-    "cuda": Efficiency(
-        0.62, 0.35, "median of 10 public CUDA llama-bench results (scripts/bench/bench_speed.py)"
+    # 28 rows, 12 GDDR cards (Pascal to Blackwell), 1B-70B, builds of 2023-2026
+    "cuda": Efficiency(0.79, 0.29, f"CUDA, GDDR: {_FIT}", layer_seconds=43e-6, band=0.25),
+    # A100 80GB PCIe and H100 PCIe, 7B and 70B: launches and synchronisation weigh more at HBM speed
+    "cuda-hbm": Efficiency(0.80, 0.29, f"CUDA, HBM: {_FIT}", layer_seconds=153e-6, band=0.15),
+    # a class whose rows come from one device takes its parent's constants (one device is no
+    # evidence for a class) and a wider band: GB10 (DGX Spark) CUDA's
+    "cuda-unified": Efficiency(
+        0.79, 0.29, f"CUDA, unified memory: CUDA's ({_FIT})", layer_seconds=43e-6, band=0.3
     ),
-    "rocm": Efficiency(
-        0.62, 0.35, "no public ROCm results yet: CUDA's value (scripts/bench/bench_speed.py)"
+    # ROCm is ggml-cuda built with HIP: CUDA's (its rows: one RX 6700 XT)
+    "rocm": Efficiency(0.79, 0.29, f"ROCm: CUDA's ({_FIT})", layer_seconds=43e-6, band=0.3),
+    "rocm-hbm": Efficiency(
+        0.80, 0.29, f"ROCm, HBM: CUDA's on HBM ({_FIT})", layer_seconds=153e-6, band=0.3
     ),
-    "metal": Efficiency(
-        0.63, 0.45, "median of 4 public Apple Silicon results (scripts/bench/bench_speed.py)"
-    ),
-    "vulkan": Efficiency(0.48, 0.25, "one public Vulkan result (scripts/bench/bench_speed.py)"),
+    # 16 rows, 8 chips from M1 to M5: unified memory
+    "metal": Efficiency(0.84, 0.63, f"Metal: {_FIT}", layer_seconds=144e-6, band=0.35),
+    # 5 rows, 4 cards (RTX 2080 Ti, 4090, 5090, RX 7900 XTX) of builds from 2025: the 5090 reaches
+    # half its bandwidth, the others three quarters
+    "vulkan": Efficiency(0.75, 0.29, f"Vulkan: {_FIT}", layer_seconds=29e-6, band=0.4),
 }
 DEFAULT_PCIE = Rate(25e9, "PCIe 4.0 x16, about 25 GB/s achieved (assumed)")
 
@@ -127,14 +173,16 @@ class SpeedInputs:
     # GPU given by size: the catalog cards of that size); the point rates above lie between them
     gpu_bandwidth_range: tuple[tuple[float, float] | None, ...] = ()
     gpu_flops_range: tuple[tuple[float, float] | None, ...] = ()
+    # per GPU, its memory class (catalog.CatalogEntry.memory: gddr, hbm, unified, host); None or
+    # missing: the backend's usual one
+    gpu_memory: tuple[str | None, ...] = ()
 
-    def efficiency_for(self, backend: str) -> Efficiency:
+    def efficiency_for(self, backend: str, memory: str | None = None) -> Efficiency:
         table = self.efficiency if self.efficiency is not None else EFFICIENCY
-        return (
-            table.get(backend)
-            or table.get("cpu" if backend == "cpu" else "vulkan")
-            or EFFICIENCY["vulkan"]
-        )
+        return table.get(efficiency_key(table, backend, memory)) or EFFICIENCY["vulkan"]
+
+    def memory_of(self, gpu: int) -> str | None:
+        return self.gpu_memory[gpu] if gpu < len(self.gpu_memory) else None
 
     def host_bandwidth_at(self) -> Rate:
         """The host's bandwidth with n_threads threads reading: the probe's figure at that count,
@@ -185,6 +233,9 @@ class DeviceRead:
     bound: str = "memory"  # memory | compute (at an empty context)
     # FLOP/s attention over the cache runs at (CPU); None: memory-bound only
     attention_rate: float | None = None
+    # the fixed cost of its layers per token (Efficiency.layer_seconds x its layers), in seconds
+    fixed_seconds: float = 0.0
+    band: float = 0.2  # the share a measurement may lie from its estimate (Efficiency.band)
 
 
 @dataclass(frozen=True)
@@ -199,11 +250,16 @@ class SpeedEstimate:
     calibrated: str | None = None  # set when earlier runs' timings replaced the efficiency
     n_threads: int = 0  # the host threads the CPU figures are for (0: every core)
 
+    @property
+    def band(self) -> float:
+        """The generation range's half-width: the widest of its devices' (Efficiency.band)."""
+        return max((d.band for d in self.devices), default=GENERATION_BAND)
 
-# How far a measured speed may lie from the estimate, as a share of it (the band `speed` reports;
-# README "How fast", scripts/bench/bench_speed.py): generation +-20 %, the target the CPU runs met
-# at every depth (median 10 % on the public GPU results, 12 % leave-one-out); prompt +-40 %, rough:
-# the CPU's pp512 came within -5 % to +37 %, and a GPU's from its spec-sheet TFLOPS.
+
+# How far a measured speed may lie from the estimate, as a share of it: generation, each
+# backend's Efficiency.band (GENERATION_BAND where no device says: +-20 %, the target the CPU runs
+# met at every depth); prompt +-40 %, rough: the CPU's pp512 came within -5 % to +37 %, and a GPU's from its
+# spec-sheet TFLOPS.
 GENERATION_BAND = 0.2
 PROMPT_BAND = 0.4
 
@@ -221,6 +277,8 @@ class SpeedBand:
     turn_seconds: tuple[float, float] | None
     turn: tuple[int, int, int]  # (context, prompt, generated) of the turn, clamped to the slot
     assumed: bool  # a rate is an assumption (SpeedInputs.gpu_bandwidth_range)
+    share: float = GENERATION_BAND  # the model's error on these devices (Efficiency.band)
+    calibrated: bool = False  # this machine's runs scaled the estimate and narrowed the share
 
 
 def with_rates(inputs: SpeedInputs, end: int) -> SpeedInputs:
@@ -267,6 +325,7 @@ class _Reads:
     # attention FLOPs per filled cell, full-attention layers, by the KV's device
     attn_cell: dict[int, int]
     attn_swa_cell: dict[int, int]
+    layers: dict[int, int]  # the layers (blocks) each device computes
 
 
 def _reads(
@@ -355,7 +414,12 @@ def _count_reads(
             (attn_swa if facts.swa.is_swa[il] else attn_cell)[dev] += per_cell
         if facts.is_recurrent[il] and facts.recurrent:
             state[lmap.layers[il]] += 2 * 4 * (facts.recurrent.n_embd_r + facts.recurrent.n_embd_s)
-    return _Reads(weights, flops, by_type, output, kv, swa, state, attn, attn_cell, attn_swa)
+    layers = dict.fromkeys(devs, 0)
+    for il in range(facts.n_layer_all):
+        layers[lmap.layers[il]] += 1
+    return _Reads(
+        weights, flops, by_type, output, kv, swa, state, attn, attn_cell, attn_swa, layers
+    )
 
 
 def _cells(n: int, n_swa: int, swa: bool, padding: int = KV_PAD) -> int:
@@ -399,8 +463,9 @@ def _device_rows(
             )
         if bw is None:
             return None
-        eff = inputs.efficiency_for(backend)
-        memory = [(w + k) / (bw.value * eff.generation) for k in kv]
+        eff = inputs.efficiency_for(backend, None if dev == CPU else inputs.memory_of(dev))
+        fixed = r.layers[dev] * eff.layer_seconds if dev != CPU else 0.0
+        memory = [token_seconds(w + k, 0, bw.value, eff) + fixed for k in kv]
         seconds, bound, charged = memory, "memory", None
         attn_rate = _attention_rate(
             inputs, eff.attention_kernel
@@ -434,6 +499,8 @@ def _device_rows(
                 (seconds[0], seconds[1]),
                 bound,
                 charged,
+                fixed,
+                eff.band,
             )
         )
     return rows
@@ -584,6 +651,34 @@ def estimate_at(
     return 1 / _seconds(rows, False), prompt, sum(d.weight_bytes + d.kv_bytes_empty for d in rows)
 
 
+def generation_range_at(
+    model: MemoryModel,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    inputs: SpeedInputs,
+    fill: int,
+    lmap: LayerMap | None = None,
+) -> tuple[float, float, float] | None:
+    """(low, estimate, high) generation tokens/s with `fill` cells in use: the range the plan prints
+    (every assumed rate at its low and its high end, the model's error, Efficiency.band, around
+    them), which a measurement is judged against (`--verify`). None: no estimate."""
+    from ..memory.placement import layer_map
+
+    gpus = _active_gpus(rc, gpus)
+    lmap = lmap or layer_map(model.facts.n_layer_all, 0, ())
+    r = _reads(model, rc, lmap, gpus)
+    n_swa = model.facts.swa.n_swa
+    ends = [
+        _device_rows(r, gpus, i, (fill, fill), n_swa, rc.flash_attn)
+        for i in (with_rates(inputs, 0), inputs, with_rates(inputs, 1))
+    ]
+    if any(not rows for rows in ends):
+        return None
+    low, mid, high = (1 / _seconds(rows or [], False) for rows in ends)
+    share = max(d.band for rows in ends for d in rows or [])
+    return low * (1 - share), mid, high * (1 + share)
+
+
 def _prompt_tps(
     r: _Reads,
     rc: ResolvedConfig,
@@ -627,14 +722,14 @@ def _prompt_tps(
         f = inputs.gpu_flops[dev] if dev < len(inputs.gpu_flops) else None
         if f is None:
             return None, "GPU throughput unknown"
-        eff = inputs.efficiency_for(spec.backend)
+        eff = inputs.efficiency_for(spec.backend, inputs.memory_of(dev))
         work = r.flops[dev] + (r.flops[CPU] if dev == 0 else 0) + attn * (dev == 0)
         t += work / (f.value * eff.prompt)
     ub = max(min(rc.n_ubatch, PP_TOKENS), 1)
     # op offload: host weights cross PCIe once per ubatch
     copy = r.weights[CPU] / inputs.pcie.value / ub
     t += copy
-    eff0 = inputs.efficiency_for(gpus[0].backend)
+    eff0 = inputs.efficiency_for(gpus[0].backend, inputs.memory_of(0))
     note = f"; host weights over PCIe ({inputs.pcie.source})" if r.weights[CPU] else ""
     return 1 / t, f"GPU throughput {flops0.source} x {eff0.prompt:.2f} ({eff0.source}){note}"
 

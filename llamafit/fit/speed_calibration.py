@@ -23,11 +23,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
-from .speed import Efficiency, SpeedInputs, with_efficiency
+from .speed import EFFICIENCY, Efficiency, SpeedInputs, with_efficiency
 
 MIN_RATIO, MAX_RATIO = 0.01, 10.0  # outside this a record says more about the run than the machine
 MIN_SCALE, MAX_SCALE = 0.5, 2.0  # how far earlier runs may move an estimate
 MIN_REQUESTS, MIN_GENERATED_TOKENS = 8, 1024  # the evidence a scale needs, over all its runs
+# runs that measure how far runs here spread: with them a calibrated range narrows to that spread
+# (never below MIN_BAND, never wider than the uncalibrated one)
+MIN_SPREAD_RUNS, MIN_BAND = 3, 0.1
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class SpeedScale:
     requests: int = 0
     generated_tokens: int = 0
     median: float | None = None  # measured / estimated over the runs that count, before clamping
+    # the largest share a counted run lay from the median (max |ratio / median - 1|); None: fewer
+    # than MIN_SPREAD_RUNS runs
+    spread: float | None = None
     # reason -> runs: "overloaded", "load_unknown", …
     skipped: dict[str, int] = field(default_factory=dict)
 
@@ -129,9 +135,20 @@ def speed_scales(records: Iterable[dict[str, Any]]) -> list[SpeedScale]:
             generated_tokens=s.generated_tokens + tokens,
         )
     return [
-        replace(s, median=statistics.median(ratios[k]) if ratios[k] else None)
+        replace(
+            s,
+            median=statistics.median(ratios[k]) if ratios[k] else None,
+            spread=_spread(ratios[k]),
+        )
         for k, s in out.items()
     ]
+
+
+def _spread(ratios: list[float]) -> float | None:
+    if len(ratios) < MIN_SPREAD_RUNS:
+        return None
+    mid = statistics.median(ratios)
+    return max(abs(r / mid - 1) for r in ratios)
 
 
 def calibrate(
@@ -143,19 +160,25 @@ def calibrate(
     for s in speed_scales(records):
         if s.machine != machine or s.architecture != architecture or (ratio := s.scale) is None:
             continue
-        base = inputs.efficiency_for(s.backend)
-        source = (
-            f"{base.source}, x {ratio:.2f}: the median of {s.runs} measured run(s) of "
-            f"{architecture} here" + (" (clamped)" if ratio != s.median else "")
-        )
-        scaled = Efficiency(
-            base.generation * ratio,
-            base.prompt,
-            source,
-            base.decode and base.decode * ratio,
-            base.attention and base.attention * ratio,
-        )
-        inputs = with_efficiency(inputs, s.backend, scaled)
+        table = inputs.efficiency if inputs.efficiency is not None else EFFICIENCY
+        # the backend on each memory class (cuda, cuda-hbm): runs here scale the one in use
+        keys = [k for k in table if k == s.backend or k.startswith(f"{s.backend}-")]
+        for key in keys or [s.backend]:
+            base = table.get(key) or inputs.efficiency_for(s.backend)
+            source = (
+                f"{base.source}, x {ratio:.2f}: the median of {s.runs} measured run(s) of "
+                f"{architecture} here" + (" (clamped)" if ratio != s.median else "")
+            )
+            scaled = Efficiency(
+                base.generation * ratio,
+                base.prompt,
+                source,
+                base.decode and base.decode * ratio,
+                base.attention and base.attention * ratio,
+                layer_seconds=base.layer_seconds / ratio,
+                band=base.band if s.spread is None else min(base.band, max(s.spread, MIN_BAND)),
+            )
+            inputs = with_efficiency(inputs, key, scaled)
         notes.append(
             f"{s.backend} generation speed x {ratio:.2f}, measured by {s.runs} run(s) of "
             f"{architecture} on this machine ({s.requests:,} requests, {s.generated_tokens:,} "

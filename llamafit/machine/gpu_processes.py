@@ -51,18 +51,40 @@ def _process_name(nvml: Any, pid: int) -> str:
     return os.path.basename(name.split()[0]) if name.strip() else str(pid)
 
 
+def _nvml_module(nvml: Any) -> Any:
+    """The NVML module given, else pynvml; None where it cannot be imported."""
+    if nvml is not None:
+        return nvml
+    try:
+        import importlib
+
+        return importlib.import_module("pynvml")
+    except Exception:
+        return None
+
+
+def _device_processes(nvml: Any, g: GPUInfo, own: int) -> list[GpuProcess]:
+    """The processes on one device but this one, each with its memory (a process in both NVML
+    lists counts once)."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(g.physical_index)
+    used: dict[int, int] = {}
+    for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        fn = getattr(nvml, query, None)
+        for p in fn(handle) if fn else ():
+            n = getattr(p, "usedGpuMemory", None)
+            if p.pid != own and isinstance(n, int) and n > 0:
+                used[p.pid] = max(used.get(p.pid, 0), n)
+    return [GpuProcess(g.spec.name, pid, _process_name(nvml, pid), n) for pid, n in used.items()]
+
+
 def gpu_processes(
     gpus: Sequence[GPUInfo], nvml: Any = None, own_pid: int | None = None
 ) -> tuple[GpuProcess, ...]:
     """Every process NVML lists on the detected GPUs (not this one), with its memory; () without
     NVML."""
+    nvml = _nvml_module(nvml)
     if nvml is None:
-        try:
-            import importlib
-
-            nvml = importlib.import_module("pynvml")
-        except Exception:
-            return ()
+        return ()
     own = os.getpid() if own_pid is None else own_pid
     found: list[GpuProcess] = []
     try:
@@ -71,23 +93,8 @@ def gpu_processes(
         return ()
     try:
         for g in gpus:
-            if g.physical_index is None:
-                continue
-            handle = nvml.nvmlDeviceGetHandleByIndex(g.physical_index)
-            used: dict[int, int] = {}
-            for query in (
-                "nvmlDeviceGetComputeRunningProcesses",
-                "nvmlDeviceGetGraphicsRunningProcesses",
-            ):
-                fn = getattr(nvml, query, None)
-                for p in fn(handle) if fn else ():
-                    n = getattr(p, "usedGpuMemory", None)
-                    if p.pid != own and isinstance(n, int) and n > 0:
-                        # a process in both lists counts once
-                        used[p.pid] = max(used.get(p.pid, 0), n)
-            found += [
-                GpuProcess(g.spec.name, pid, _process_name(nvml, pid), n) for pid, n in used.items()
-            ]
+            if g.physical_index is not None:
+                found += _device_processes(nvml, g, own)
     except Exception:  # NVMLError mid-way: what was read so far would mislead; say nothing
         return ()
     finally:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..safe_text import printable
 from ..units import GIB, MIB
 from . import catalog as gpu_catalog
 from .devices import (
@@ -152,7 +153,24 @@ def _renamed(gpus: Sequence[GPUInfo], order: Sequence[int], prefix: str) -> tupl
 
 
 def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    """A driver's text (old pynvml gives bytes), escaped for a terminal (#37 F8, F14)."""
+    return printable(value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
+
+
+# the largest memory figure believed from a driver (1 PiB: far above any GPU); beyond, or
+# negative, or not a number, NVML is passed over with a note (#37 F14)
+MAX_DRIVER_BYTES = 1 << 50
+
+
+def _bytes(value: object) -> int:
+    if isinstance(value, int) and 0 <= value <= MAX_DRIVER_BYTES:
+        return value
+    shown = (
+        repr(value)[:40]
+        if not isinstance(value, int) or value.bit_length() < 64
+        else "2^%d" % (value.bit_length() - 1)
+    )
+    raise ValueError(f"a memory figure of {shown}")
 
 
 def _nvml_bandwidth(nvml: Any, handle: Any) -> int | None:
@@ -176,8 +194,8 @@ def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
         f"CUDA{i}",
         "gpu",
         "cuda",
-        int(mem.total),
-        int(mem.free),
+        _bytes(mem.total),
+        _bytes(mem.free),
         overhead_bytes=cuda_overhead_bytes(cc_major),
     )
     return GPUInfo(
@@ -189,7 +207,7 @@ def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
         pci_bus_id=_text(nvml.nvmlDeviceGetPciInfo(handle).busId),
         driver=driver,
         bandwidth_bytes_per_s=_nvml_bandwidth(nvml, handle),
-        used_bytes=int(mem.used),
+        used_bytes=_bytes(mem.used),
     )
 
 
@@ -216,6 +234,8 @@ def _nvml_gpus(nvml: Any, env: Mapping[str, str]) -> tuple[tuple[GPUInfo, ...], 
         found = _nvml_all(nvml)
     except nvml.NVMLError as e:
         raise _Skip(f"nvml: {e}") from e
+    except (ValueError, TypeError, OverflowError) as e:  # odd values (#37 F14)
+        raise _Skip(f"nvml: {printable(str(e))}, not believed") from e
     if not found:
         raise _Skip("nvml: no NVIDIA GPU")
     order, note = visible_indices(

@@ -71,6 +71,17 @@ def parse_ram_option(text: str) -> DeviceSpec:
     return host(size, size)
 
 
+def mac_host(gpu_spec: str) -> DeviceSpec | None:
+    """A Mac named from the catalog (`--gpu m2-ultra-192gb`) is the whole machine: its unified
+    memory is the host's RAM as well (all of it usable, as --ram gives it); None for anything else
+    (--ram, or detection, gives the host then)."""
+    from .catalog import host_ram
+    from .devices import host
+
+    ram = host_ram(gpu_spec) if "," not in gpu_spec else None
+    return host(ram, ram) if ram else None
+
+
 VulkanFn = Callable[[Mapping[str, str]], tuple[DeviceSpec, ...]]
 
 
@@ -105,12 +116,12 @@ def server_devices_for(path: str | None, asked: list[Listing] | None = None) -> 
     def devices(env: Mapping[str, str], detected: Hardware) -> Hardware | None:
         if path is None:
             return None
-        from .server_devices import Listing, list_devices, server_hardware
+        from .server_devices import Listing, ask_list_devices, server_hardware
         from .vulkan import vulkaninfo_devices
 
-        listed = list_devices(path, env)
-        if asked is not None:
-            asked.append(Listing(path, listed))
+        listed, failed = ask_list_devices(path, env)
+        if asked is not None:  # a failure (hung, endless, not believed: #37 F4) is noted there
+            asked.append(Listing(path, listed, failed))
         if listed is None:
             return None
         vulkan = vulkaninfo_devices(env) if any(d.backend == "vulkan" for d in listed) else ()
@@ -191,7 +202,7 @@ def pick_devices(
     else:
         hw = given(
             _with_limits(parse_gpu_option(spec.gpu_spec, backend=spec.backend), vk),
-            ram_host or host_fn(),
+            ram_host or mac_host(spec.gpu_spec) or host_fn(),
         )
     if ram_host is not None:
         hw = replace(hw, host=ram_host)

@@ -9,8 +9,10 @@ ggml_backend_rpc_get_device_memory asks the worker over the wire).
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
+
+from .bounded import bounded_int
+from .server_devices import MAX_MIB
 
 _LINE = re.compile(r"^\s*RPC\d+: (\S+) \((\d+) MiB, (\d+) MiB free\)")
 
@@ -20,8 +22,10 @@ def parse_list_devices(text: str) -> dict[str, tuple[int, int]]:
     worker)."""
     out: dict[str, tuple[int, int]] = {}
     for line in text.splitlines():
-        if m := _LINE.match(line):
-            out.setdefault(m.group(1), (int(m.group(2)) << 20, int(m.group(3)) << 20))
+        m = _LINE.match(line)
+        total, free = (bounded_int(m.group(i), MAX_MIB) for i in (2, 3)) if m else (None, None)
+        if m and total is not None and free is not None:
+            out.setdefault(m.group(1), (total << 20, free << 20))
     return out
 
 
@@ -29,15 +33,7 @@ def query_workers(
     server: str, endpoints: Sequence[str], env: Mapping[str, str], timeout_s: float = 30.0
 ) -> dict[str, tuple[int, int]]:
     """Memory of each reachable worker; unreachable ones are missing from the answer."""
-    try:
-        proc = subprocess.run(
-            [server, "--rpc", ",".join(endpoints), "--list-devices"],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=dict(env),
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return parse_list_devices(proc.stdout + proc.stderr)
+    from .bounded import ask_tool
+
+    answer = ask_tool([server, "--rpc", ",".join(endpoints), "--list-devices"], env, timeout_s)
+    return {} if answer.failure else parse_list_devices(answer.text)

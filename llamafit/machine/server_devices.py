@@ -14,19 +14,27 @@ exact figure where they see the same card.
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..units import MIB
+from .bounded import bounded_int
 from .devices import DeviceSpec
 from .hardware import GPUInfo, Hardware
 from .unified import CrossChecked, OsMemory, cross_check
 from .vulkan import VulkanDevice
 
-LIST_TIMEOUT_S = 30.0
+# seconds (issue #37 F4: a hung GPU driver hangs --list-devices; after this the plan goes on with
+# detection's devices and says so); a real build answers in 0.1-2 s
+LIST_TIMEOUT_S = 5.0
+# the largest device believed, in MiB (64 TiB: far above any accelerator); a line with more is none
+MAX_MIB = 1 << 26
 _LINE = re.compile(r"^\s*([A-Za-z_]+)(\d+)(\[[^\]]*\])?: (.*) \((\d+) MiB, (\d+) MiB free\)\s*$")
+# a device name llama.cpp prints is a backend prefix, an index and an RPC endpoint: RPC0[host:port]
+MAX_NAME = 300
+MAX_DESCRIPTION = 200
 # device-name prefix → backend (ggml-cuda: CUDA, ggml-cuda built for HIP: ROCm, ggml-vulkan: Vulkan,
 # ggml-metal: MTL, ggml-rpc: RPC, ggml-sycl: SYCL, ggml-cann: CANN, ggml-opencl: GPUOpenCL)
 PREFIX_BACKEND = {
@@ -62,7 +70,9 @@ class ListedDevice:
 
 def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
     """The devices of a `--list-devices` answer, in llama.cpp's order; None when the text is not one
-    (no `Available devices:` line: an older build without the flag, or a failure)."""
+    (no `Available devices:` line: an older build without the flag, or a failure). ValueError for
+    a device line no llama.cpp prints (a size over MAX_MIB, a name over MAX_NAME characters): the
+    answer is not believed, rather than planned with a device missing."""
     if "Available devices:" not in text:
         return None
     out = []
@@ -71,15 +81,20 @@ def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
         if not m or m.group(1) in _NOT_A_POOL:
             continue
         prefix, index, endpoint, description = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+        total, free = bounded_int(m.group(5), MAX_MIB), bounded_int(m.group(6), MAX_MIB)
+        if total is None or free is None:
+            raise ValueError(f"a device of more than {MAX_MIB:,} MiB")
+        if len(prefix) + len(index) + len(endpoint) > MAX_NAME:
+            raise ValueError(f"a device name of more than {MAX_NAME} characters")
+        if len(description) > MAX_DESCRIPTION:
+            description = description[: MAX_DESCRIPTION - 1] + "…"
         backend = PREFIX_BACKEND.get(prefix, prefix.lower())
         name = f"{prefix}{index}{endpoint}"
         if (
             backend == "rpc" and not endpoint
         ):  # `RPC0: host:port (…)`: llama.cpp names its buffers RPC0[host:port]
-            name = f"RPC{index}[{description.split()[0]}]"
-        out.append(
-            ListedDevice(name, backend, description, int(m.group(5)) << 20, int(m.group(6)) << 20)
-        )
+            name = f"RPC{index}[{(description.split() or ['?'])[0]}]"
+        out.append(ListedDevice(name, backend, description, total << 20, free << 20))
     return tuple(out)
 
 
@@ -90,27 +105,33 @@ class Listing:
 
     server: str
     devices: tuple[ListedDevice, ...] | None  # None: it gives no list
+    failure: str | None = None  # why it gave none (hung, endless, not believed): one line
 
 
 def list_devices(
-    server: str, env: Mapping[str, str], timeout_s: float = LIST_TIMEOUT_S
+    server: str, env: Mapping[str, str], timeout_s: float | None = None
 ) -> tuple[ListedDevice, ...] | None:
     """What `server --list-devices` reports under `env` (the variables that pick devices:
     GGML_VK_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, … pass through); None when it gives no list."""
+    return ask_list_devices(server, env, timeout_s)[0]
+
+
+def ask_list_devices(
+    server: str, env: Mapping[str, str], timeout_s: float | None = None
+) -> tuple[tuple[ListedDevice, ...] | None, str | None]:
+    """(the list, None), (None, None) for a build without the flag, or (None, why) when the run
+    failed (bounded: machine/bounded.py), for a one-line note."""
+    from .bounded import ask_tool
+
+    answer = ask_tool(
+        [server, "--list-devices"], env, LIST_TIMEOUT_S if timeout_s is None else timeout_s
+    )
+    if answer.failure:
+        return None, answer.failure
     try:
-        proc = subprocess.run(
-            [server, "--list-devices"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_list_devices(proc.stdout + proc.stderr)
+        return parse_list_devices(answer.text), None
+    except ValueError as e:
+        return None, f"{os.path.basename(server)} --list-devices reports {e}: not believed"
 
 
 def _mib(n: int | None) -> str:

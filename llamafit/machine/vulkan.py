@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .devices import DeviceSpec
 
-_GPU = re.compile(r"^GPU(\d+):\s*$")
+_GPU = re.compile(r"^GPU(\d{1,4}):\s*$")
 _FIELDS = (
     "deviceName|deviceType|maxStorageBufferRange|maxBufferSize|maxMemoryAllocationSize"
     "|minStorageBufferOffsetAlignment|minMemoryMapAlignment"
 )
 _FIELD = re.compile(rf"^\s*({_FIELDS})\s*=\s*(.+?)\s*$")
-_HEAP = re.compile(r"^\s*size\s*=\s*(\d+)")
+_HEAP = re.compile(r"^\s*size\s*=\s*(\d{1,20})\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +149,10 @@ def vulkaninfo_devices(
     tool = shutil.which("vulkaninfo", path=env.get("PATH"))
     if tool is None:
         return None
-    try:
-        proc = subprocess.run(
-            [tool], capture_output=True, text=True, timeout=timeout_s, env=dict(env), check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    from .bounded import ask_tool
+
+    proc = ask_tool([tool], env, timeout_s)  # bounded: output, time, escapes (#37 F4)
+    if proc.failure:
         return None
     found = parse_vulkaninfo(proc.stdout)
     return llama_order(found, env) if found or proc.returncode == 0 else None

@@ -106,6 +106,13 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def json_int(digits: str) -> float:
+    """A JSON integer of a record; one of more than 18 digits is no size or count llamafit wrote,
+    and becomes infinity, which the schema refuses (math.isfinite of a 400-digit int raises:
+    issue #37 F7)."""
+    return int(digits) if len(digits.lstrip("-")) <= 18 else math.inf
+
+
 def parse_records(lines: Iterable[str], skipped: list[str] | None = None) -> list[dict[str, Any]]:
     """The calibration file's JSON lines that match the schema; a damaged one is skipped (its reason
     appended to `skipped`), not fatal. NaN and Infinity are refused."""
@@ -114,7 +121,7 @@ def parse_records(lines: Iterable[str], skipped: list[str] | None = None) -> lis
         if not line.strip():
             continue
         try:
-            record = json.loads(line, parse_constant=_no_constant)
+            record = json.loads(line, parse_constant=_no_constant, parse_int=json_int)
         except (ValueError, RecursionError) as e:
             problem: str | None = f"not JSON: {str(e)[:60]}"
         else:
@@ -191,7 +198,7 @@ def compute_correction(
                 and row.get("predicted_mib", 0) > 0
                 and row.get("actual_mib", 0) > 0
             ):
-                ratios.append(row["actual_mib"] / (row["predicted_mib"] / applied))
+                ratios.append(row["actual_mib"] * applied / row["predicted_mib"])
         runs += len(ratios) > before
     if not ratios:
         return None

@@ -14,6 +14,7 @@ from ..memory.calibration import (
     is_memory_record,
     record_identity,
 )
+from ..safe_text import printable
 
 SCHEMA = "llamafit.calibration/1"
 SKIP_WORDS = {
@@ -24,7 +25,13 @@ SKIP_WORDS = {
 }
 
 
-def summary(records: Iterable[dict[str, Any]], path: str, damaged: int = 0) -> dict[str, Any]:
+def summary(
+    records: Iterable[dict[str, Any]],
+    path: str,
+    damaged: int = 0,
+    older_bytes: int = 0,
+    llama_cpp: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Per (build, devices, architecture): complete runs, skipped runs and the compute scale a plan
     would use; per (machine, architecture, backend): the speed runs that count, their evidence and
     the speed scale."""
@@ -83,17 +90,17 @@ def summary(records: Iterable[dict[str, Any]], path: str, damaged: int = 0) -> d
         "setups": setups,
         "speed": speed,
         "damaged_lines": damaged,
+        # bytes of the oldest records not read: the file is larger than llamafit reads (16 MiB)
+        "older_bytes_not_read": older_bytes,
+        # llama.cpp's dry-run answers remembered per build (commands/llama_record.py listed)
+        "llama_cpp": llama_cpp or [],
         "speed_needs": {"requests": MIN_REQUESTS, "generated_tokens": MIN_GENERATED_TOKENS},
     }
 
 
-def to_text(data: dict[str, Any]) -> str:
-    if not data["setups"] and not data.get("speed"):
-        return (
-            f"No calibration recorded yet ({data['path']}); `llamafit run` records each healthy "
-            "start."
-        )
-    lines = [f"Calibration {data['path']}"]
+def _setup_lines(data: dict[str, Any]) -> list[str]:
+    """The compute-buffer scales per setup."""
+    lines: list[str] = []
     if data["setups"]:
         lines += [
             "Compute buffers (scale: what plans multiply the prediction by)",
@@ -107,6 +114,12 @@ def to_text(data: dict[str, Any]) -> str:
             f"  {build:>6}  {devices[:17]:<18}{s['architecture'][:11]:<12}{s['runs']:>5}"
             f"{s['skipped_incomplete']:>8}  {scale}"
         )
+    return lines
+
+
+def _speed_lines(data: dict[str, Any]) -> list[str]:
+    """The generation-speed scales per model and backend."""
+    lines: list[str] = []
     if data.get("speed"):
         need = data["speed_needs"]
         lines += [
@@ -127,6 +140,39 @@ def to_text(data: dict[str, Any]) -> str:
                     "    not counted: "
                     + ", ".join(f"{n} {SKIP_WORDS.get(k, k)}" for k, n in s["skipped"].items())
                 )
+    return lines
+
+
+def _llama_cpp_lines(data: dict[str, Any]) -> list[str]:
+    """llama.cpp's remembered estimates per build."""
+    lines: list[str] = []
+    if data.get("llama_cpp"):
+        lines.append(
+            "llama.cpp's own estimates remembered (llama-fit-params; plans with its check)"
+        )
+        for b in data["llama_cpp"]:
+            lines.append(f"  {b['build'][:40]}: {len(b['entries'])} entries")
+            for e in b["entries"]:
+                mib = "-" if e["bytes"] is None else f"{e['bytes'] / (1 << 20):,.1f} MiB"
+                model = f" ({e['model_name']})" if e.get("model_name") else ""
+                lines.append(f"    {e['device'][:24]:<24} {e['kind']:<13}{mib:>14}{model}"[:80])
+    return lines
+
+
+def to_text(data: dict[str, Any]) -> str:
+    if not data["setups"] and not data.get("speed") and not data.get("llama_cpp"):
+        return printable(
+            f"No calibration recorded yet ({data['path']}); `llamafit run` records each healthy "
+            "start."
+        )
+    lines = [f"Calibration {data['path']}"]
+    lines += _setup_lines(data) + _speed_lines(data) + _llama_cpp_lines(data)
     if data.get("damaged_lines"):
         lines.append(f"{data['damaged_lines']} damaged line(s) skipped")
-    return "\n".join(lines)
+    if data.get("older_bytes_not_read"):
+        lines.append(
+            f"The oldest {data['older_bytes_not_read']:,} bytes of records are not read (only the "
+            "newest 16 MiB are)"
+        )
+    # names and paths from the records: escaped for the terminal (#37 F8)
+    return "\n".join(printable(line) for line in lines)

@@ -4,7 +4,6 @@ only)."""
 from __future__ import annotations
 
 import os
-import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ from ..safe_text import printable
 from ..units import MIB
 from .bars import bar_lines
 from .json_parts import config_json, device_json, model_json, side_models_json
-from .layout import wrap_text
+from .layout import wrap, wrap_text
 
 SCHEMA = "llamafit.check/2"
 
@@ -85,8 +84,8 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
         "its memory is not in this prediction"
     ),
     "devices_not_modelled": lambda d: (
-        "-dev/--rpc among the llama-server flags are passed on but not modelled: "
-        "describe the devices to llamafit with --gpu and --rpc"
+        "--rpc among the llama-server flags is passed on but not modelled: "
+        "describe the RPC servers to llamafit with its own --rpc"
     ),
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
     "unknown_flag": lambda d: (
@@ -353,7 +352,7 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
     if not data:
         return []
     if data.get("skipped"):
-        return textwrap.wrap(
+        return wrap(
             f"check skipped: {data['skipped']}",
             80,
             initial_indent=f"{'llama.cpp':<11}",
@@ -367,7 +366,7 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
             verdict = "agrees" if d["agrees"] else "DIFFERS"
         if d.get("logits_quirk_mib") and d["judged"]:  # fit/llama_check.py logits_quirk_bytes
             verdict = f"agrees less its {d['logits_quirk_mib']:,.0f} MiB of worst-case logits"
-        lines += textwrap.wrap(
+        lines += wrap(
             f"{head}{d['device']} {d['mib']:,.0f} MiB, llamafit {d['llamafit_mib']:,.1f} "
             f"({verdict})",
             80,
@@ -376,7 +375,7 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
     lines += [
         w
         for n in data.get("notes", [])
-        for w in textwrap.wrap(n, 80, initial_indent=" " * 11, subsequent_indent=" " * 11)
+        for w in wrap(n, 80, initial_indent=" " * 11, subsequent_indent=" " * 11)
     ]
     if data["agrees"] is False:
         lines.append(

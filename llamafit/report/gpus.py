@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import textwrap
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..safe_text import printable
 from ..units import GIB
+from .layout import wrap
 
 if TYPE_CHECKING:  # values only: the edge module is not imported here
     from ..machine.hardware import GPUInfo, Hardware
@@ -34,6 +36,7 @@ def gpus_json(
     server: Hardware | None = None,
     path: str | None = None,
     identity: str | None = None,
+    server_notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Detection's GPUs; with `server` (the devices the llama-server at `path` lists, with
     detection's facts: server_devices.py) a `llama_server` object: what plans use."""
@@ -50,6 +53,8 @@ def gpus_json(
             "devices": [_gpu_json(g) for g in server.gpus],
             "notes": list(server.notes),
         }
+    if server_notes:  # the llama-server found was passed over, or its list not used
+        data["server_notes"] = list(server_notes)
     return data
 
 
@@ -92,7 +97,12 @@ def _headline(hw: Hardware) -> str:
     return f"{len(hw.gpus)} GPU{'s' if len(hw.gpus) > 1 else ''} (source: {hw.source}{driver}):"
 
 
-def gpus_text(hw: Hardware, server: Hardware | None = None, path: str | None = None) -> str:
+def gpus_text(
+    hw: Hardware,
+    server: Hardware | None = None,
+    path: str | None = None,
+    server_notes: Sequence[str] = (),
+) -> str:
     lines = [_headline(hw)]
     if server is not None and server.gpus and not hw.gpus:
         lines = [
@@ -116,9 +126,15 @@ def gpus_text(hw: Hardware, server: Hardware | None = None, path: str | None = N
         lines += [
             w
             for n in server.notes
-            for w in textwrap.wrap(f"note: {n}", 80, subsequent_indent="      ")
+            for w in wrap(f"note: {n}", 80, subsequent_indent="      ", break_on_hyphens=False)
         ]
-    return "\n".join(lines)
+    lines += [
+        w
+        for n in server_notes
+        for w in wrap(f"note: {n}", 80, subsequent_indent="      ", break_on_hyphens=False)
+    ]
+    # names and paths from drivers, llama-server and the file system: escaped (#37 F8)
+    return "\n".join(printable(line) for line in lines)
 
 
 def catalog_text() -> str:

@@ -13,8 +13,17 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Sequence
-from html import escape
+from html import escape as _html_escape
 from typing import Any
+
+from ..safe_text import printable
+
+
+def escape(text: str) -> str:
+    """Text for the page: control characters escaped as on the terminal (a device name or model
+    name with an escape sequence: #37 F8), then HTML-escaped (`<script>` is text)."""
+    return _html_escape(printable(text))
+
 
 _PARTS = (
     ("weights", "#4c72b0", ("weights_bytes",)),

@@ -40,7 +40,7 @@ def kv_cost(facts: ModelFacts, type_name: str) -> dict[str, int] | None:
 
 
 def to_json(facts: ModelFacts) -> dict[str, Any]:
-    """The documented `inspect --json` object (README: "inspect --json")."""
+    """The documented `inspect --json` object (docs/inspect.md: "inspect --json")."""
     d = asdict(replace(facts, tensors=()))
     del d["tensors"]
     w = facts.weights
@@ -151,7 +151,7 @@ PROJECTOR_SCHEMA = "llamafit.inspect-projector/1"
 
 
 def projector_json(p: ProjectorFacts) -> dict[str, Any]:
-    """`inspect --json` of an mmproj file (README: "inspect --json, projectors")."""
+    """`inspect --json` of an mmproj file (docs/inspect.md: "inspect --json", projectors)."""
     return {
         "schema": PROJECTOR_SCHEMA,
         "path": p.path,

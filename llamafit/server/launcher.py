@@ -9,7 +9,6 @@ watcher that reports progress, readiness and failures.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import signal
 import socket
@@ -23,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import InputError
+from ..machine.bounded import die_with_parent
 
-PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 10.0
 KILL_GRACE_S = 5.0
 
@@ -59,20 +58,6 @@ def ensure_port_free(host: str, port: int) -> None:
                     "--port auto"
                 ) from e
             raise InputError(f"--port {port}: cannot listen on {where} ({e.strerror or e})") from e
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGKILL it when llamafit dies, however it dies (a
-    server that ignores SIGTERM too: llamafit's own SIGINT/SIGTERM are forwarded, then
-    escalated)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """preexec_fn for any child llamafit starts (servers, --help probes): on Linux, dies with
-    llamafit."""
-    return _die_with_parent if sys.platform.startswith("linux") else None
 
 
 @dataclass
@@ -123,7 +108,7 @@ def start(
         errors="replace",
         bufsize=1,
         env=dict(env),
-        preexec_fn=_die_with_parent if use_deathsig else None,
+        preexec_fn=die_with_parent() if use_deathsig else None,
     )
     child = Child(proc)
 

@@ -144,7 +144,7 @@ def _plain_or(text: str, placeholder: str) -> str:
 
 
 def _verify_hint(spec: LaunchSpec, comment: str) -> str:
-    """How to prove the deployed server survives a prompt that fills its context (README:
+    """How to prove the deployed server survives a prompt that fills its context (docs/run.md,
     "verified")."""
     host = "127.0.0.1" if spec.host in ("0.0.0.0", "::") else spec.host
     host = f"[{host}]" if ":" in host else host
@@ -171,7 +171,7 @@ if [ -z "${{LLAMAFIT_PORT:-}}" ]; then LLAMAFIT_PORT={port}; fi
 _SH_GUARD = """
 # Guard: the largest planned context whose memory fits the free memory of every GPU (those of
 # CUDA_VISIBLE_DEVICES, else all that nvidia-smi lists). Once the server is up, prove it survives
-# a full context: llamafit check --verify http://HOST:PORT (README: "verified").
+# a full context: llamafit check --verify http://HOST:PORT (docs/run.md: "verified").
 llamafit_free_mib() {{
   if [ -n "${{CUDA_VISIBLE_DEVICES:-}}" ]; then set -- "--id=$CUDA_VISIBLE_DEVICES"; fi
   nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits "$@" 2>/dev/null |

@@ -85,6 +85,19 @@ class VerifyResult:
     failure: str | None = None  # what went wrong (one line)
     oom: bool = False
     timings: dict[str, Any] = field(default_factory=dict)
+    # the machine while the request ran: the 1-minute load average at its end, and the CPUs; a load
+    # above the CPUs means other work held the cores (None: unknown)
+    load_average: float | None = None
+    cpus: int | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Other work held the cores while the server computed: more runnable threads than CPUs."""
+        return (
+            self.load_average is not None
+            and self.cpus is not None
+            and (self.load_average > self.cpus)
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +117,8 @@ class VerifyResult:
             "host_rss_bytes": self.host_rss_bytes,
             "failure": self.failure,
             "oom": self.oom,
+            "load_average": self.load_average,
+            "cpus": self.cpus,
         }
 
 
@@ -274,6 +289,7 @@ def verify(
         return float(v) if isinstance(v, (int, float)) else None
 
     prompt_ms = num("prompt_ms")
+    load, cpus = machine_load()
     return VerifyResult(
         failure is None,
         n_ctx,
@@ -289,11 +305,59 @@ def verify(
         failure,
         oom,
         dict(timings),
+        load,
+        cpus,
     )
 
 
-def verify_lines(r: VerifyResult) -> list[str]:
-    """The verification for people (MiB only here)."""
+def machine_load() -> tuple[float | None, int | None]:
+    """(1-minute load average, CPUs) of this machine now; None where unknown (Windows)."""
+    try:
+        load: float | None = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        load = None
+    return load, os.cpu_count()
+
+
+BUSY_WHY = (
+    "llama.cpp's threads wait for one another at every step of a token, so a thread that "
+    "loses its core stalls them all"
+)
+
+
+def speed_lines(
+    r: VerifyResult, expected: tuple[float, float, float] | None, fill: int
+) -> list[str]:
+    """The measured generation speed against the plan's range at that fill (speed.
+    generation_range_at: low, estimate, high), and why where it lies outside."""
+    m = r.generation_tps
+    if not r.ok or not m or expected is None:
+        return []
+    low, mid, high = expected
+    at = f"at {fill:,} tokens of context"
+    if low <= m <= high:
+        return _wrap("Speed", f"as planned: {m:,.1f} tokens/s {at}, in {_tps(low, high)}")
+    where = "below" if m < low else "above"
+    text = f"generation {m:,.1f} tokens/s {at} is {where} the plan's {_tps(low, high)}"
+    if m < low and r.busy:
+        why = (
+            f"the machine was busy (load average {r.load_average:,.1f} on {r.cpus} CPUs): "
+            f"{BUSY_WHY}; the plan is for free cores"
+        )
+    elif m < low:
+        why = "the estimate is too high for this machine; runs like this one calibrate later plans"
+    else:
+        why = "the estimate is too low for this machine; runs like this one calibrate later plans"
+    return _wrap("Warning", f"{text}: {why}")
+
+
+def _tps(low: float, high: float) -> str:
+    return f"{low:,.1f}-{high:,.1f} tokens/s"
+
+
+def verify_lines(r: VerifyResult, *, busy_note: bool = True) -> list[str]:
+    """The verification for people (MiB only here). `busy_note`: say under the timings when the
+    machine was busy (False where a speed judgment, speed_lines, says it)."""
     lines = []
     if r.ok:
         lines.append(
@@ -301,9 +365,10 @@ def verify_lines(r: VerifyResult) -> list[str]:
             f"{r.n_ctx_slot:,}-token slot"
         )
         if r.ttft_s is not None and r.prompt_tps and r.generation_tps:
-            lines.append(
-                f"           time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s "
-                f"prompt); generation {r.generation_tps:,.1f} tokens/s at a full context"
+            lines += _wrap(
+                "",
+                f"time to first token {r.ttft_s:,.1f} s ({r.prompt_tps:,.1f} tokens/s prompt); "
+                f"generation {r.generation_tps:,.1f} tokens/s at a full context",
             )
     else:
         lines.append(f"Failed     the full-context request: {r.failure}")
@@ -313,4 +378,24 @@ def verify_lines(r: VerifyResult) -> list[str]:
         lines.append(f"           {r.device_memory_note}")
     if r.host_rss_bytes:
         lines.append(f"           server resident host memory {r.host_rss_bytes / 2**20:,.0f} MiB")
+    if r.ok and r.busy and busy_note:
+        lines += _wrap(
+            "",
+            f"the machine was busy (load average {r.load_average:,.1f} on {r.cpus} CPUs): "
+            "these speeds are not what it gives with its cores free",
+        )
     return lines
+
+
+def _wrap(label: str, text: str) -> list[str]:
+    """`label` in the 11-column label field, `text` wrapped at 80 columns under it."""
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        80,
+        initial_indent=f"{label:<11}",
+        subsequent_indent=" " * 11,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )

@@ -22,8 +22,8 @@ CUDA0      24,576  18,508   4,352      0     244       0   1,024  24,128     448
 CPU        65,536     418       0      0      72       2       0     492  65,044"""
     )
     assert lf.verdict_text(result.verdict) == (
-        "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash attention on "
-        "— the trained maximum"
+        "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV (a negligible "
+        "quality loss), flash attention on — the trained maximum"
     )
     assert lf.server_argv(facts.path, result.choice.cfg, result.choice.rc)[3:] == [
         "-c",

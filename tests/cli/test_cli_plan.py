@@ -7,6 +7,7 @@ import json
 from click.testing import CliRunner
 
 from llamafit.cli import cli
+from llamafit.fit.speed import EFFICIENCY
 from tests.support import FIXTURES
 
 QWEN = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
@@ -61,14 +62,15 @@ def test_plan_json_for_qwen_32b_on_24gib() -> None:
         "flash_attn": "on",
         "more_gpu_mib": None,
         "blocks_to_cpu": None,
-        "generation_tps": [24.21, 29.85],
+        "generation_tps": [22.27, 27.07],
         "speed_options": [],
         "smallest_gpu": None,
         "smallest_gpu_cache": None,
         "cause": None,
         "pinned_ngl": None,
         "preset": None,
-        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV, flash "
+        "text": "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV (a "
+        "negligible quality loss), flash "
         "attention on — the trained maximum",
     }
     # 136 KiB per token of q8_0 KV, plus the compute slope
@@ -115,16 +117,20 @@ def test_plan_json_speed_for_a_catalog_card() -> None:
         1008 * 10**9,
         "catalog: NVIDIA GeForce RTX 4090",
     )
-    assert gpu["efficiency"] == 0.62 and gpu["efficiency_source"].startswith(
-        "median of 10 public CUDA"
-    )
+    cuda = EFFICIENCY["cuda"]
+    assert gpu["efficiency"] == cuda.generation
+    assert gpu["efficiency_source"].startswith("CUDA, GDDR: public")
+    # 64 layers: kernel launches and synchronisation (speed.Efficiency.layer_seconds)
+    fixed = 64 * cuda.layer_seconds
+    assert (gpu["fixed_seconds_per_token"], gpu["band"]) == (round(fixed, 6), cuda.band)
     assert gpu["attention_flops_per_s"] is None  # a GPU is memory-bound only
     empty, full = speed["inputs"]["bytes_per_token"]
     assert (
         gpu["weight_bytes"] + gpu["kv_bytes_empty"],
         gpu["weight_bytes"] + gpu["kv_bytes_full"],
     ) == (empty, full)
-    assert high == round(1008e9 * 0.62 / empty, 2) and low == round(1008e9 * 0.62 / full, 2)
+    assert high == round(1 / (empty / (1008e9 * cuda.generation) + fixed), 2)
+    assert low == round(1 / (full / (1008e9 * cuda.generation) + fixed), 2)
     assert d["verdict"]["generation_tps"] == [low, high]
     assert all(t["generation_tps"] for t in d["tradeoffs"])  # the trade-off column
 
@@ -161,28 +167,90 @@ CUDA0      [WWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWKCRRR.] 16,381/16,384 MiB
 CPU        [WWWWKC......................................] 4,260/49,152 MiB
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
-  on  f16   f16      52       0        1,792   4.8-5.6  -5,376 ctx, +1.3 t/s
-  off f16   f16      52       0        1,792   4.8-5.4  -5,376 ctx, +1.3 t/s
-  on  f16   q8_0     52       0        2,560   4.6-5.6  -4,608 ctx, +1.1 t/s
-  on  f16   q4_0     52       0        3,072   4.4-5.6  -4,096 ctx, +0.9 t/s
-  on  q8_0  q8_0     52       0        3,584   4.3-5.6  -3,584 ctx, +0.8 t/s
-  on  q8_0  q4_0     52       0        4,864   4.0-5.6  -2,304 ctx, +0.5 t/s
-  on  q4_0  q4_0     52       0        7,168   3.5-5.6  the pick
+  on  f16   f16      52       0        1,792   5.0-5.7  -5,376 ctx, better KV
+  off f16   f16      52       0        1,792   5.0-5.6  -5,376 ctx, better KV
+  on  f16   q8_0     52       0        2,560   4.7-5.7  -4,608 ctx, better KV
+  on  q8_0  q8_0     52       0        3,584   4.4-5.7  -3,584 ctx, better KV
+  on  f16   q4_0     52       0        3,072   4.5-5.7  -4,096 ctx, better KV
+  on  q8_0  q4_0     52       0        4,864   4.0-5.7  -2,304 ctx, better KV
+  on  q4_0  q4_0     52       0        7,168   3.6-5.7  the pick
+  better/worse KV: the cache's quality against the pick's, by llama.cpp's
+    measured KL divergence (PR #7412): q8_0 loses a negligible amount, a 4-bit V
+    some, a 4-bit K and V the most
 Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
            each block moved to the CPU buys about 5,327 tokens
-Speed      generation ~3.5-5.6 tokens/s (full to empty context); prompt ~462
+Speed      generation ~3.6-5.7 tokens/s (full to empty context); prompt ~424
            tokens/s (rough)
-           likely 2.8-4.2 full, 4.5-6.7 empty; prompt 277-647 tokens/s
-           one chat turn (read 200 tokens, write 400, after 4,096): 83-124 s
-           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.62 (NVIDIA GeForce RTX
-             4080)
+           likely 2.7-4.4 full, 4.3-7.2 empty tokens/s (±25%, not measured here
+             yet); prompt 254-594 tokens/s
+           one chat turn (read 200 tokens, write 400, after 4,096): 78-129 s
+           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.79 + 2.2 ms (NVIDIA
+             GeForce RTX 4080)
            CPU: 3,726-3,828 MiB/token, 50.0 GB/s x 0.54
              ($LLAMAFIT_HOST_BANDWIDTH)
 Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
-           q4_0/q4_0 KV, flash attention on; 32,768 would need about 1,469 MiB
-           more GPU memory (each block moved to the CPU frees 306 MiB: about 5
-           blocks); -ngl 47 fits 32,768 tokens but generation drops from ~3.5 to
-           ~1.1 tokens/s; the smallest GPU that holds all 32,768 tokens this way
-           is NVIDIA GeForce RTX 3090 Ti (24 GiB)
+           q4_0/q4_0 KV (the most quality loss: K and V in 4 bits), flash
+           attention on; 32,768 would need about 1,469 MiB more GPU memory (each
+           block moved to the CPU frees 306 MiB: about 5 blocks); -ngl 47 fits
+           32,768 tokens but generation drops from ~3.6 to ~1.1 tokens/s; the
+           smallest GPU that holds all 32,768 tokens this way is NVIDIA GeForce
+           RTX 3090 Ti (24 GiB)
 """
     )
+
+
+def test_a_small_second_gpu_is_left_out_and_said_so() -> None:
+    """Issue #37: 24 GiB and 4 GiB plan as the 24 GiB card alone (all 65 layers, 32,768 tokens),
+    and the text says which card is left out and how the command does it."""
+    text = plan(QWEN, "--gpu", "24GiB,4GiB").stdout
+    assert "-c 32768 -ngl 65 -fa on -ctk q8_0 -ctv q8_0 -b 2048 -ub 512 \\\n" in text
+    assert "           -sm none -mg 0 --fit off\n" in text
+    assert (
+        "Devices    CUDA1 left out: the plan is no better with it (-sm none -mg 0 runs on\n"
+        "           CUDA0 alone)\n"
+        "Verdict    fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV\n"
+    ) in text
+
+
+def test_dev_names_the_devices_planned() -> None:
+    """-dev after `--` is modelled (common/arg.cpp parse_device_list): the plan is for CUDA0 alone,
+    the devices it names are the only ones in the table; an unknown name is llama.cpp's error."""
+    both = json.loads(plan(QWEN, "--gpu", "24GiB,4GiB", "--json").stdout)
+    assert both["gpus_left_out"] == ["CUDA1"]
+    d = json.loads(plan(QWEN, "--gpu", "24GiB,4GiB", "--json", "--", "-dev", "CUDA0").stdout)
+    assert d["gpus_left_out"] == []  # the user's -dev: the devices planned are those it names
+    assert [x["name"] for x in d["devices"]] == ["CUDA0", "CPU"]
+    assert [x["name"] for x in d["hardware"]] == ["CUDA0", "CPU"]
+    assert d["command"][-4:] == ["-dev", "CUDA0", "--fit", "off"]
+    assert d["warnings"] == []
+    cpu = json.loads(plan(QWEN, "--gpu", "24GiB", "--json", "--", "-dev", "none").stdout)
+    assert cpu["hardware"][0]["name"] == "CPU" and cpu["fits"] is False
+    bad = plan(QWEN, "--gpu", "24GiB", "--", "-dev", "Vulkan0")
+    assert bad.exit_code == 2
+    assert bad.output == (
+        "Error: -dev: invalid device: Vulkan0 (this machine's GPUs: CUDA0; `llamafit gpus` lists "
+        "them by the names llama-server uses)\n"
+    )
+
+
+def test_a_cpu_plan_keeps_the_server_off_the_gpu() -> None:
+    d = json.loads(plan(str(FIXTURES / "dense-llama.gguf"), "--gpu", "cpu", "--json").stdout)
+    command = d["command"]
+    assert command[command.index("-ngl") + 1] == "0"
+    assert command[command.index("-dev") + 1] == "none"
+
+
+def test_device_and_its_variable_are_dev_too() -> None:
+    """--device and LLAMA_ARG_DEVICE name the devices as -dev does (common/arg.cpp: one option);
+    `cuda1` is CUDA1 (ggml_backend_dev_by_name is case-insensitive)."""
+    by_flag = json.loads(
+        plan(QWEN, "--gpu", "24GiB,4GiB", "--json", "--", "--device", "cuda1").stdout
+    )
+    by_env = json.loads(
+        CliRunner(env={"LLAMA_ARG_DEVICE": "cuda1"})
+        .invoke(cli, ["plan", QWEN, "--gpu", "24GiB,4GiB", "--json"])
+        .stdout
+    )
+    for d in (by_flag, by_env):
+        assert [x["name"] for x in d["devices"]] == ["CUDA1", "CPU"]
+        assert d["context_per_slot"] == by_flag["context_per_slot"]

@@ -176,3 +176,12 @@ def test_a_bad_option_is_refused_before_the_demo_is_assembled(
     )
     assert (result.exit_code, result.stdout, result.stderr) == (2, "", error)
     assert not cache.exists()
+
+
+def test_the_guard_needs_nothing_on_a_gpu_the_plan_leaves_out() -> None:
+    """24 GiB and 4 GiB: the plan runs on CUDA0 alone (-sm none -mg 0), so each rung of the
+    guard's ladder asks for nothing on CUDA1 (its MiB stay in CUDA_VISIBLE_DEVICES's order)."""
+    qwen = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
+    text = invoke("script", qwen, "--gpu", "24GiB,4GiB", "--guard").stdout
+    assert "  if [ -z \"$(llamafit_short '24129 0')\" ]; then LLAMAFIT_CTX=32768\n" in text
+    assert "  -sm none \\\n" in text

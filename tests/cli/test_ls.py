@@ -18,8 +18,8 @@ SPEED_TEXT = """\
 2 models on CUDA0 24.0 GiB
 
 NAME          STORE     ARCH     QUANT   SIZE TRAIN CTX/SLOT    TOK/S HERE
-q             dir       qwen2    Q4_K_M 18.5G   32k 32k q8_0    26-32 fits
-t             dir       llama    Q8_0    0.0G    4k 4k f16      ~1.7M fits
+q             dir       qwen2    Q4_K_M 18.5G   32k 32k q8_0    30-37 fits
+t             dir       llama    Q8_0    0.0G    4k 4k f16      ~5.8k fits
 
 CTX/SLOT: the largest context per slot and its KV type. HERE: fits = every layer
 on the GPU; -ngl N / -ncmoe N = the offload it needs; needs N G = one GPU's

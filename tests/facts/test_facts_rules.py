@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from llamafit.errors import ModelFactsError
+from llamafit.facts.arch_rules import RECURRENT_DIVISORS
 from llamafit.facts.hparams import ModelFacts, build_facts
 from llamafit.reader.header import GGUFHeader
 from llamafit.reader.model import GGUFModel
@@ -21,6 +22,19 @@ def facts(arch: str, n_layer: int = 8, **keys: Any) -> ModelFacts:
         f"{arch}.embedding_length": 256,
         f"{arch}.attention.head_count": 4,
     }
+    if arch in RECURRENT_DIVISORS:  # the sizes llama.cpp requires of their recurrent layers
+        kv.update(
+            {
+                f"{arch}.ssm.{k}": v
+                for k, v in (
+                    ("conv_kernel", 4),
+                    ("inner_size", 128),
+                    ("state_size", 16),
+                    ("time_step_rank", 8),
+                    ("group_count", 1),
+                )
+            }
+        )
     kv.update({k.replace("__", ".").replace("ARCH", arch): v for k, v in keys.items()})
     return build_facts(GGUFModel("m.gguf", (GGUFHeader("m.gguf", 3, kv, {}, (), 32, 0, 0, 0),)))
 

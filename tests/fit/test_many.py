@@ -259,3 +259,17 @@ def test_an_ollama_reference_carries_its_projector(
     monkeypatch.setenv("OLLAMA_MODELS", str(root))
     config = _swap(["ollama:vis:tiny", str(SMALL[1]), "--gpu", "8GiB"])
     assert f"--mmproj {blob}" in config["models"]["vis:tiny"]["cmd"]
+
+
+def test_a_model_on_one_of_two_gpus_takes_nothing_from_the_other() -> None:
+    """A choice that leaves a GPU out (solver.device_subsets: -sm none -mg 0) holds 0 bytes there,
+    so the per-device footprints stay aligned with the machine's GPUs."""
+    from llamafit.fit.many import pooled
+    from llamafit.fit.solver import Policy, solve
+    from llamafit.memory.config import LaunchConfig
+    from tests.support import QWEN, target
+
+    t = target(QWEN, "24GiB,4GiB")
+    c = solve(t, LaunchConfig(), Policy())
+    assert c.rc.split_mode == "none"
+    assert pooled(t, c) == (c.breakdown.devices[0].used_bytes - t.reserve_bytes, 0)

@@ -203,9 +203,9 @@ def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: i
             4096,
             32768,
             186,
-            36,
+            30,
             10,
-        ),  # the 13th reaches 32k first
+        ),  # the 10th (q8_0/q8_0, -ub 512) reaches 32k first
     ],
 )
 def test_best_combo_is_the_exhaustive_pick_with_fewer_evaluations(
@@ -282,3 +282,19 @@ def test_a_pinned_kind_llama_cpp_aborts_on_is_its_error(shapes_dir: Path) -> Non
     policy = Policy(kv="q8_0")
     with pytest.raises(SchedulerOverflowError):
         exact_choice(t, LaunchConfig(), policy, solve(t, LaunchConfig(), policy))
+
+
+@pytest.mark.parametrize("prefer", ["speed", "context", "quality"])
+def test_q8_0_kv_before_a_4_bit_v_where_both_reach_the_context(prefer: str) -> None:
+    """Issue #37: at 28,672 tokens f16/q4_0 (10.25 bits per value) and q8_0/q8_0 (8.5) both fit on
+    24 GiB; llama.cpp's KL divergences (PR #7412) rank q8_0/q8_0 first, whatever is preferred."""
+    choice = solve(target(QWEN, "24GiB"), LaunchConfig(), Policy(prefer=prefer, ctx=28672))
+    assert summary(choice)[4:6] == ("q8_0", "q8_0")
+
+
+def test_attention_sink_models_keep_k_at_f16() -> None:
+    """gpt-oss (attention sinks) suffers badly from any quantized K: K stays f16 unless asked."""
+    gptoss = target(FIXTURES / "swa-gptoss.gguf", "1064MiB")
+    assert summary(solve(gptoss, LaunchConfig(), Policy()))[4:6] == ("f16", "q4_0")
+    asked = solve(gptoss, LaunchConfig(), Policy(kv="q4_0"))
+    assert summary(asked)[4:6] == ("q4_0", "q4_0")

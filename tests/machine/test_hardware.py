@@ -473,7 +473,7 @@ def test_parse_gpu_option(
         (
             "rtx4091",
             "cuda",
-            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx5090, rtx4080, rtx4070, rtx3090? "
+            "unknown GPU 'rtx4091'; did you mean rtx4090, rtx4090d, rtx-a400, rtx5090, rtx4080? "
             "(or give a size such as 24GiB)",
         ),
         (
@@ -644,7 +644,7 @@ def test_gpus_command_prints_what_detection_finds(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(hardware, "detect", lambda *a, **k: found)
     # no llama-server here: detection alone
-    monkeypatch.setattr(find, "local_server", lambda env: None)
+    monkeypatch.setattr(find, "local_server", lambda env, notes=None: None)
     as_json = CliRunner().invoke(cli, ["gpus", "--json"])
     as_text = CliRunner().invoke(cli, ["gpus"])
     assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, gpus_json(found))

@@ -90,8 +90,13 @@ def test_plan_uses_the_servers_vulkan0_and_llama_cpp_agrees(
         "Vulkan0: llama.cpp keeps 170 MiB of weights off it (a tensor limit; no vulkaninfo): "
         "planned with a 128 MiB limit"
     ]
-    # the limit is recorded for this build and device: later plans start from it, unchecked too
-    for flags, tail in ((["--no-llama-check"], "; llama.cpp not asked this time"), ([], "")):
+    # the limit is recorded for this build and device: later plans with llama.cpp's check start
+    # from it; --no-llama-check uses nothing of llama.cpp's dry run (#37 F10)
+    unchecked = json.loads(
+        _llamafit(only_vulkan, "plan", str(demo_path), "--json", "--no-llama-check").stdout
+    )
+    assert not {"llama_cpp_check", "llama_cpp_recorded"} & set(unchecked)
+    for flags, tail in (([], ""),):
         again = json.loads(_llamafit(only_vulkan, "plan", str(demo_path), "--json", *flags).stdout)
         assert ("llama_cpp_check" in again) == (not flags)
         codes = ("server_devices", "llama_cpp_recorded")

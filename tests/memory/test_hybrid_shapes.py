@@ -36,7 +36,7 @@ FLAG_SETS = {
     "c16384-np2-fa-q8": "-c 16384 -np 2 -fa on -ctk q8_0 -ctv q8_0 -ub 256".split(),
 }
 CASES = [(key, name) for key in KEYS for name in FLAG_SETS]
-# the shapes whose graphs the replay builds (memory/graph/build.py FAMILIES): compute exact
+# the shapes whose graphs the replay builds (memory/graph/models MODELS): compute exact
 REPLAYED = frozenset(
     {
         "qwen3-next-80b-a3b",

@@ -245,7 +245,8 @@ def test_out_of_memory_is_retried_three_times_then_explained(
     assert [r.split("less there: ")[1] for r in retries] == ["-ub 512 → 256", "-ub 256 → 128"]
     assert lines[-1].startswith("Failed     out of memory")
     calls = (tmp_path / "srv" / "calls.log").read_text().splitlines()
-    assert calls.count("--list-devices") == 1  # three launches, one record of the server's devices
+    # --gpu cpu: the user's devices, so the server is never asked for its own (#37 F14)
+    assert calls.count("--list-devices") == 0
 
 
 # ---- stop requested during load and after Ready (issue #10 item 7) ----

@@ -67,6 +67,12 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(
     assert code == 0 and gone(pid)
     assert verified == "Verified   1,008 prompt tokens + 16 generated in a 1,024-token slot"
     assert any("no GPU memory reading" in x for x in run.lines)  # a CPU machine: said, not hidden
+    # the speed judged against the plan's range where the 16 tokens were generated (1,008 + 8);
+    # inside it, or outside with why (a busy machine says so)
+    judged = [
+        x for x in run.lines if x.startswith(("Speed      as planned", "Warning    generation"))
+    ]
+    assert len(judged) == 1 and "at 1,016 tokens of context" in judged[0], run.lines
     records = [json.loads(x) for x in (tmp_path / "calibration.jsonl").read_text().splitlines()]
     # the verify request is the only one served: no "serve" record counts it a second time at the
     # stop
@@ -78,6 +84,7 @@ def test_run_verify_fills_the_planned_context_and_feeds_the_speed_model(
         and record["verify"]["n_prompt"] == 1008
     )
     assert record["verify"]["host_rss_bytes"] > 0 and record["verify"]["device_memory"] == []
+    assert record["verify"]["cpus"] >= 1 and record["verify"]["load_average"] >= 0
     speed = record["speed"]
     assert speed["architecture"] == "gemma3" and speed["backend"] == "cpu" and speed["fill"] == 1008
     assert speed["generation_tps"] > 0 and speed["estimated_generation_tps"] > 0

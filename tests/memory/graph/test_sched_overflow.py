@@ -166,8 +166,8 @@ def test_plan_leaves_the_kind_llama_cpp_aborts_on(granite: Path) -> None:
         ("f16", "f16", False),
         ("f16", "f16", False),
         ("f16", "q8_0", False),
+        ("q8_0", "q8_0", True),  # KV_PAIRS: q8_0/q8_0 before a 4-bit V (PR #7412)
         ("f16", "q4_0", False),
-        ("q8_0", "q8_0", True),
         ("q8_0", "q4_0", True),
         ("q4_0", "q4_0", True),
     ]
