@@ -582,6 +582,7 @@ REPLAY_SHAPES = {
     "lfm2": "lfm2-1.2b",
     "minimax-m2": "minimax-m2",
     "falcon-h1": "falcon-h1-3b",
+    "gemma2": "gemma2-9b",
 }
 
 

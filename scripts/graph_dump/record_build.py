@@ -260,6 +260,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "falcon-h1-3b-c4096-np1": ("falcon-h1-3b", ("-c", "4096", "-np", "1", "--no-repack")),
     # Hunyuan-A13B (hunyuan-moe): the shared FFN beside softmax experts, Q/K norms after RoPE
     "hunyuan-a13b-c4096-ub128": ("hunyuan-a13b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Gemma 2 9B (gemma2): iSWA, the attention's logit soft-capping without flash attention
+    "gemma2-9b-c8192-fa-off-np1": (
+        "gemma2-9b",
+        ("-c", "8192", "-fa", "off", "-np", "1", "--no-repack"),
+    ),
+    "gemma2-9b-c8192-ub128": ("gemma2-9b", ("-c", "8192", "-ub", "128", "--no-repack")),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -308,6 +314,7 @@ SPARSE = frozenset(
         "minimax-m2",
         "falcon-h1-3b",
         "hunyuan-a13b",
+        "gemma2-9b",
     }
 )
 

@@ -85,6 +85,9 @@ class GraphInputs:
         self.pin = config.n_tokens < 32 or config.full_offload
         self.n_layer = facts.n_layer
         self.t_inp_embd: T | None = None  # res->t_inp_embd (build_inp_embd)
+        # llama_hparams::attn_soft_cap (gemma2.cpp sets it): KQ soft-capped without flash
+        # attention
+        self.attn_soft_cap = False
 
     def head_k(self, il: int) -> int:
         return head_k(self.f, il)
@@ -445,6 +448,10 @@ class GraphContext(GraphInputs):
         """build_attn_mha without flash attention: KQ, its soft max, KQV."""
         b = self.b
         kq = self.cb(b.mul_mat(k, q), "kq", il)
+        if self.attn_soft_cap:  # scale, tanh, scale (flash attention takes it as a parameter)
+            kq = self.cb(b.scale(kq), "kq_scaled_1", il)
+            kq = self.cb(b.unary(kq, "TANH"), "kq_tanh", il)
+            kq = self.cb(b.scale(kq), "kq_scaled_2", il)
         kq = b.soft_max(kq, mask)
         if sinks is not None:
             kq.src = (*kq.src, sinks)

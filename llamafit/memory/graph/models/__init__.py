@@ -22,6 +22,7 @@ from . import (
     ernie4_5_moe,
     exaone4,
     falcon_h1,
+    gemma2,
     gemma3,
     gemma3n,
     gemma4,
@@ -129,6 +130,7 @@ MODELS: Mapping[str, Model] = {
     "minimax-m2": Model(minimax_m2.build),
     "falcon-h1": Model(falcon_h1.build),
     "hunyuan-moe": Model(hunyuan_moe.build),
+    "gemma2": Model(gemma2.build, iswa=True, softcapped=True),
 }
 
 
