@@ -583,6 +583,7 @@ REPLAY_SHAPES = {
     "minimax-m2": "minimax-m2",
     "falcon-h1": "falcon-h1-3b",
     "gemma2": "gemma2-9b",
+    "nemotron_h": "nemotron-nano-9b-v2",
 }
 
 

@@ -266,6 +266,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("-c", "8192", "-fa", "off", "-np", "1", "--no-repack"),
     ),
     "gemma2-9b-c8192-ub128": ("gemma2-9b", ("-c", "8192", "-ub", "128", "--no-repack")),
+    # Nemotron Nano 9B v2 (nemotron_h): Mamba-2, attention and dense ReLU^2 MLP layers
+    "nemotron-h-9b-c4096-ub128": (
+        "nemotron-nano-9b-v2",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -315,6 +320,7 @@ SPARSE = frozenset(
         "falcon-h1-3b",
         "hunyuan-a13b",
         "gemma2-9b",
+        "nemotron-nano-9b-v2",
     }
 )
 

@@ -15,7 +15,7 @@ only), M-RoPE outside qwen2vl, qwen3vl(moe) and qwen35(moe) (ggml_rope_multi is 
 ggml_rope_ext's, over four positions a token; glm4's declines), LongRoPE factors, LoRA, control
 vectors, embeddings/pooling (qwen35's cls_out), backend samplers, MTP/NextN graphs, recurrent
 rollback (n_rs_seq), deepseek2 without MLA, nemotron_h_moe's latent MoE projections and per-layer
-expert counts (Puzzle), dense nemotron_h, qwen3next's legacy ssm_in projection, gemma3n's
+expert counts (Puzzle), nemotron_h's MLP biases, qwen3next's legacy ssm_in projection, gemma3n's
 embeddings-only (multimodal) per-layer path, Granite Vision's deepstack inputs.
 """
 

@@ -149,7 +149,8 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 # (case, layer, nodes, ops): the layers that name few of their nodes, whole: a Nemotron-3 Nano
 # Mamba-2 layer, its attention layer (no RoPE) with and without flash attention; a Qwen3-Next and a
 # Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads),
-# a Qwen3.5 27B one with its dense FFN; an LFM2 short-convolution layer
+# a Qwen3.5 27B one with its dense FFN; an LFM2 short-convolution layer, a Nemotron Nano 9B v2
+# ReLU^2 MLP layer
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
@@ -160,6 +161,7 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
         ("qwen35moe-c4096-ub128", 0, 103, {"GATED_DELTA_NET", "SSM_CONV", "MUL_MAT_ID"}),
         ("qwen35-27b-c4096-ub128", 0, 67, {"GATED_DELTA_NET", "SSM_CONV", "GLU"}),
         ("lfm2-1.2b-c4096", 0, 34, {"SSM_CONV", "CONCAT", "CPY", "GLU"}),
+        ("nemotron-h-9b-c4096-ub128", 1, 7, {"MUL_MAT", "SQR"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
@@ -293,6 +295,7 @@ def test_a_wrong_config_is_seen() -> None:
         "minimax-m2-c4096-ub128-np1",
         "falcon-h1-3b-c4096-np1",
         "gemma2-9b-c8192-fa-off-np1",
+        "nemotron-h-9b-c4096-ub128",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

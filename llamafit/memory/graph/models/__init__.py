@@ -131,6 +131,7 @@ MODELS: Mapping[str, Model] = {
     "falcon-h1": Model(falcon_h1.build),
     "hunyuan-moe": Model(hunyuan_moe.build),
     "gemma2": Model(gemma2.build, iswa=True, softcapped=True),
+    "nemotron_h": Model(nemotron_h.build),
 }
 
 
