@@ -271,6 +271,14 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "nemotron-nano-9b-v2",
         ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # Phi-4 with -ngl 3 on Vulkan0: two layers' fused QKV and the output layer (its output weight,
+    # over lavapipe's 128 MiB storage range, on the host)
+    "vk-phi4-ngl3": ("phi-4", ("-c", "4096", "-np", "1", "-ngl", "3", "--no-repack", VULKAN)),
+    # Gemma 2 9B with -ngl 3 on Vulkan0 without flash attention: the soft-capped KQ there
+    "vk-gemma2-9b-ngl3-fa-off": (
+        "gemma2-9b",
+        ("-c", "8192", "-np", "1", "-ngl", "3", "-fa", "off", "--no-repack", VULKAN),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
