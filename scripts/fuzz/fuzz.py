@@ -584,6 +584,7 @@ REPLAY_SHAPES = {
     "falcon-h1": "falcon-h1-3b",
     "gemma2": "gemma2-9b",
     "nemotron_h": "nemotron-nano-9b-v2",
+    "bailingmoe2": "ling-mini-2.0",
 }
 
 

@@ -279,6 +279,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "gemma2-9b",
         ("-c", "8192", "-np", "1", "-ngl", "3", "-fa", "off", "--no-repack", VULKAN),
     ),
+    # Ling mini 2.0 (bailingmoe2): fused QKV with Q/K norms, grouped sigmoid experts, a dense lead
+    "ling-mini-2-c4096-ub128": ("ling-mini-2.0", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -329,6 +331,7 @@ SPARSE = frozenset(
         "hunyuan-a13b",
         "gemma2-9b",
         "nemotron-nano-9b-v2",
+        "ling-mini-2.0",
     }
 )
 

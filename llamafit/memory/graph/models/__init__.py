@@ -14,6 +14,7 @@ from ..build import GraphContext
 from ..kv_cache import has_swa
 from ..params import GraphBuildError, GraphHParams
 from . import (
+    bailingmoe2,
     cohere2,
     command_r,
     deci,
@@ -132,6 +133,7 @@ MODELS: Mapping[str, Model] = {
     "hunyuan-moe": Model(hunyuan_moe.build),
     "gemma2": Model(gemma2.build, iswa=True, softcapped=True),
     "nemotron_h": Model(nemotron_h.build),
+    "bailingmoe2": Model(bailingmoe2.build),
 }
 
 
