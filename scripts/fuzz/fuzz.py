@@ -585,6 +585,7 @@ REPLAY_SHAPES = {
     "gemma2": "gemma2-9b",
     "nemotron_h": "nemotron-nano-9b-v2",
     "bailingmoe2": "ling-mini-2.0",
+    "lfm2moe": "lfm2-8b-a1b",
 }
 
 

@@ -281,6 +281,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Ling mini 2.0 (bailingmoe2): fused QKV with Q/K norms, grouped sigmoid experts, a dense lead
     "ling-mini-2-c4096-ub128": ("ling-mini-2.0", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # LFM2 8B-A1B (lfm2moe, lfm2.cpp's graph): two dense lead layers, then sigmoid experts
+    "lfm2moe-8b-c4096-ub128": ("lfm2-8b-a1b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -332,6 +334,7 @@ SPARSE = frozenset(
         "gemma2-9b",
         "nemotron-nano-9b-v2",
         "ling-mini-2.0",
+        "lfm2-8b-a1b",
     }
 )
 

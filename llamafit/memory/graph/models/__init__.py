@@ -134,6 +134,7 @@ MODELS: Mapping[str, Model] = {
     "gemma2": Model(gemma2.build, iswa=True, softcapped=True),
     "nemotron_h": Model(nemotron_h.build),
     "bailingmoe2": Model(bailingmoe2.build),
+    "lfm2moe": Model(lfm2.build),
 }
 
 

@@ -1,9 +1,9 @@
 """src/models/lfm2.cpp: llama_model_lfm2::graph<iswa> (LFM2, LFM2.5: short convolution and
-attention layers in one hybrid memory)."""
+attention layers in one hybrid memory), which lfm2moe.cpp builds too (LFM2 8B-A1B, 24B-A2B)."""
 
 from __future__ import annotations
 
-from ..build import AttnInput, GraphContext
+from ..build import GATING, AttnInput, GraphContext
 from ..ggml import T, set_output
 from ..kv_cache import RecurrentState, has_swa
 from ..params import GraphBuildError
@@ -12,11 +12,15 @@ from ..params import GraphBuildError
 def build(ctx: GraphContext) -> None:
     """build_inp_mem_hybrid (the recurrent inputs, then the KV cache's), inp_pos, out_ids; per
     layer the operator norm, a short-convolution block (is_recr: n_head_kv 0) or an attention
-    block (per-head Q/K norms, RoPE), the residual, the FFN norm and a SwiGLU FFN (the layers of
-    lfm2.cpp are all dense: n_layer_dense_lead = n_layer), the residual. The output norm is
+    block (per-head Q/K norms, RoPE), the residual, the FFN norm and a SwiGLU FFN (lfm2: every
+    layer, n_layer_dense_lead = n_layer) or, from n_layer_dense_lead on (lfm2moe), the experts
+    as {arch}.expert_gating_func gates them, with exp_probs_b, weights normalised, the residual. The output norm is
     token_embd_norm. Not modelled: the iSWA variant (a sliding window), LFM2-ColBert's
     dense_2 projection."""
     f, b = ctx.f, ctx.b
+    gating = GATING.get(f.expert_gating_func, "softmax")
+    if f.moe is not None and f.expert_gating_func not in GATING:  # build_moe_ffn aborts
+        raise GraphBuildError(f"{f.path}: lfm2moe without expert_gating_func")
     if has_swa(f):
         raise GraphBuildError(f"{f.path}: lfm2's sliding-window variant is not modelled")
     if "dense_2.weight" in ctx.tensors:
@@ -39,7 +43,11 @@ def build(ctx: GraphContext) -> None:
         cur = b.add(prev, cur)
         normed = ctx.norm(cur, ctx.lw(il, "ffn_norm.weight"), il)
         ctx.cb(normed, "model.layers.{}.ffn_norm", il)
-        ffn_out = ctx.ffn(normed, il, "silu", False)
+        if ctx.lw(il, "ffn_gate_inp.weight") is None:  # dense: il < n_layer_dense_lead
+            ffn_out = ctx.ffn(normed, il, "silu", False)
+        else:  # lfm2moe: build_moe_feed_forward
+            probs_b = ctx.lw(il, "exp_probs_b.bias")
+            ffn_out = ctx.moe_ffn(normed, il, gating=gating, exp_probs_b=probs_b)
         ctx.cb(normed, "model.layers.{}.ffn_out", il)  # lfm2.cpp names the norm's output
         cur = ctx.cb(b.add(cur, ffn_out), "l_out", il)
     cur = ctx.cb(ctx.norm(cur, ctx.w("token_embd_norm.weight", -2), -1), "result_norm", -1)
