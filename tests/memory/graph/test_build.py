@@ -5,6 +5,7 @@ sources, views, flags, data and buffers). The slow test records a start live and
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,11 +13,12 @@ import pytest
 
 from llamafit.memory.graph.alloc import Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
-from llamafit.memory.graph.models import graph_hparams
+from llamafit.memory.graph.models import MODELS, graph_hparams
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
 from llamafit.memory.graph.template import build_direct, build_graph, clear_cache
+from tests.support import ROOT
 from tests.support.graph_build import (
     GRAPHS,
     Case,
@@ -47,6 +49,17 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
     assert [c.n_tokens for c in built] == [e.graph.tensors[e.graph.leafs[1]].ne[0] for e in events]
     for config, event in zip(built, events, strict=True):
         assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
+
+
+def test_every_architecture_is_checked_and_listed() -> None:
+    """Every architecture of the registry has a recorded real graph its builder is checked
+    against here, and a row in docs/replay.md's table of architectures, which lists no other."""
+    checked = {facts_of(case.model)[0].architecture for case in CASES.values()}
+    assert set(MODELS) <= checked
+    table = (ROOT / "docs" / "replay.md").read_text(encoding="utf-8")
+    section = table.split("### Architectures", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \|", section, re.M)
+    assert sorted(rows) == sorted(MODELS)
 
 
 CPU_ONLY = [name for name in RECORDED if "@vulkan" not in CASES[name].args]
