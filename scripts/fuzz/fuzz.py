@@ -586,6 +586,7 @@ REPLAY_SHAPES = {
     "nemotron_h": "nemotron-nano-9b-v2",
     "bailingmoe2": "ling-mini-2.0",
     "lfm2moe": "lfm2-8b-a1b",
+    "qwen2moe": "qwen1.5-moe-a2.7b",
 }
 
 

@@ -283,6 +283,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "ling-mini-2-c4096-ub128": ("ling-mini-2.0", ("-c", "4096", "-ub", "128", "--no-repack")),
     # LFM2 8B-A1B (lfm2moe, lfm2.cpp's graph): two dense lead layers, then sigmoid experts
     "lfm2moe-8b-c4096-ub128": ("lfm2-8b-a1b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Qwen1.5-MoE-A2.7B (qwen2moe): softmax experts beside the gated shared FFN
+    "qwen2moe-a2.7b-c4096-fa-off": (
+        "qwen1.5-moe-a2.7b",
+        ("-c", "4096", "-fa", "off", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -335,6 +340,7 @@ SPARSE = frozenset(
         "nemotron-nano-9b-v2",
         "ling-mini-2.0",
         "lfm2-8b-a1b",
+        "qwen1.5-moe-a2.7b",
     }
 )
 

@@ -100,7 +100,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # MiniMax-M2's last layer (whole-row Q/K norms, biased sigmoid experts), a Falcon-H1 layer
 # (attention beside Mamba-2), a Hunyuan-A13B layer (shared FFN beside the experts), a Gemma 2 SWA
 # layer (soft-capped KQ), a Ling mini 2.0 layer (fused QKV, grouped sigmoid experts), an LFM2
-# 8B-A1B attention layer with its experts, a Gemma 3n E2B layer reading layer
+# 8B-A1B attention layer with its experts, a Qwen1.5-MoE layer (the gated shared FFN), a Gemma 3n
+# E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -149,6 +150,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("gemma2-9b-c8192-fa-off-np1", 4),
         ("ling-mini-2-c4096-ub128", 3),
         ("lfm2moe-8b-c4096-ub128", 6),
+        ("qwen2moe-a2.7b-c4096-fa-off", 4),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -314,6 +316,7 @@ def test_a_wrong_config_is_seen() -> None:
         "nemotron-h-9b-c4096-ub128",
         "ling-mini-2-c4096-ub128",
         "lfm2moe-8b-c4096-ub128",
+        "qwen2moe-a2.7b-c4096-fa-off",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

@@ -44,6 +44,7 @@ from . import (
     openai_moe,
     phi3,
     qwen2,
+    qwen2moe,
     qwen2vl,
     qwen3,
     qwen3moe,
@@ -135,6 +136,7 @@ MODELS: Mapping[str, Model] = {
     "nemotron_h": Model(nemotron_h.build),
     "bailingmoe2": Model(bailingmoe2.build),
     "lfm2moe": Model(lfm2.build),
+    "qwen2moe": Model(qwen2moe.build),
 }
 
 
