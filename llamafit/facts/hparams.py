@@ -129,6 +129,9 @@ class ModelFacts:
     attn_temp_scale: float = 0.0
     logit_scale: float = 0.0
     rope_finetuned: bool | None = None
+    # {arch}.n_deepstack_layers (llama_hparams::n_deepstack_layers: Qwen3-VL's layers that add a
+    # slice of the wider input embedding, n_embd_inp = n_embd * (1 + n); 0 when unset)
+    n_deepstack_layers: int = 0
 
     @property
     def incomplete(self) -> str | None:
@@ -358,6 +361,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         attn_temp_scale=float(meta.get_float("{arch}.attention.temperature_scale", 0.0) or 0.0),
         logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
         rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
+        n_deepstack_layers=_n_deepstack_layers(meta),
     )
     _check_head_sizes(meta, facts)
     _check_recurrent(meta, facts)
@@ -499,6 +503,15 @@ def _arch_warnings(arch: str) -> list[str]:
             f"the {cache} of '{arch}' is not modelled: KV predictions are a lower bound"
         )
     return warnings
+
+
+def _n_deepstack_layers(meta: Metadata) -> int:
+    """llama_hparams::n_deepstack_layers: {arch}.n_deepstack_layers (qwen3vl.cpp), or the
+    distinct non-negative entries of {arch}.deepstack_mapping (granite.cpp, Granite Vision)."""
+    mapping = meta.kv.get(meta.key("{arch}.deepstack_mapping"))
+    if isinstance(mapping, list):
+        return len({v for v in mapping if isinstance(v, int) and v >= 0})
+    return meta.get_int("{arch}.n_deepstack_layers", 0) or 0
 
 
 def _use_mrope(sections: object) -> bool:

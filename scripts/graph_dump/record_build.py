@@ -170,6 +170,124 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "qwen3.5-35b-a3b",
         ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
     ),
+    # Qwen3.5 27B (qwen35): qwen35moe's layers with a dense FFN
+    "qwen35-27b-c4096-ub128": (
+        "qwen3.5-27b",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    # Ministral 3 8B (mistral3): a Llama layer with the attention temperature (inp_attn_scale)
+    "mistral3-8b-c4096-ub128": ("ministral3-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "mistral3-8b-c4096-fa-off-np2": (
+        "ministral3-8b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Phi-4 (phi3): fused attn_qkv viewed as Q/K/V, Q scaled, ggml_swiglu over a double-wide up
+    "phi4-c4096-ub128": ("phi-4", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "phi4-c4096-fa-off-np2": ("phi-4", ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack")),
+    # SmolLM3 3B (smollm3): every fourth layer without RoPE, the tied output
+    "smollm3-c4096": ("smollm3-3b", ("-c", "4096", "--no-repack")),
+    # Seed-OSS 36B (seed_oss): Q/K/V biases, attn_post_norm before the FFN
+    "seed-oss-c4096-ub128-fa-off": (
+        "seed-oss-36b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "--no-repack"),
+    ),
+    # ERNIE 4.5 0.3B (ernie4_5): wide heads (16 x 128 over n_embd 1024), the tied output
+    "ernie45-c4096-np2": ("ernie4.5-0.3b", ("-c", "4096", "-np", "2", "--no-repack")),
+    # OLMo 2 1B (olmo2): Q/K/V rows normed whole, post-attention and post-FFN norms
+    "olmo2-1b-c4096-fa-off": ("olmo2-1b", ("-c", "4096", "-fa", "off", "-np", "1")),
+    # OLMo 3 7B (olmo2 with sliding-window layers): iSWA caches
+    "olmo3-7b-c8192-ub128-np1": (
+        "olmo3-7b",
+        ("-c", "8192", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    # EXAONE 4.0 32B (exaone4): iSWA, RoPE (with rope_freqs) in the SWA layers only, post norms
+    "exaone4-32b-c8192-ub128-np1": (
+        "exaone4-32b",
+        ("-c", "8192", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    # GLM-Z1 32B (glm4): post norms, a fused gate/up FFN
+    "glm4-32b-c4096-ub128-fa-off": (
+        "glm-z1-32b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "--no-repack"),
+    ),
+    # Command R 35B (command-r): LayerNorm, the parallel block, the logit scale
+    "command-r-c4096-ub128": ("command-r-v01", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Command R7B (cohere2): iSWA, RoPE in the SWA layers only
+    "cohere2-c8192-np1-fa-off": (
+        "command-r7b",
+        ("-c", "8192", "-np", "1", "-fa", "off", "--no-repack"),
+    ),
+    # Qwen2.5-VL 7B's text model (qwen2vl): M-RoPE over four positions a token
+    "qwen2vl-7b-c4096-ub128": ("qwen2.5-vl-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Qwen3-VL 8B's text model (qwen3vl): IMRoPE, the deepstack input (4 x n_embd wide rows)
+    "qwen3vl-8b-c4096-fa-off-np2": (
+        "qwen3-vl-8b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Qwen3-VL 30B-A3B's text model (qwen3vlmoe): the deepstack input, softmax experts
+    "qwen3vlmoe-30b-c4096-ub128": (
+        "qwen3-vl-30b-a3b",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
+    # Granite 3.3 8B (granite): granite.cpp's scales around a dense Llama layer, the tied output
+    "granite-8b-c4096-ub128": ("granite3-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # ERNIE 4.5 21B-A3B (ernie4_5-moe): a dense lead layer, softmax experts with exp_probs_b and
+    # the shared FFN
+    "ernie45moe-21b-c4096-ub128": (
+        "ernie4.5-21b-a3b",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    # Llama 4 Scout (llama4): chunked iSWA, NoPE layers with the temperature, sigmoid top-1
+    # experts and the shared expert
+    "llama4-scout-c16384-ub128-np1": (
+        "llama4-scout",
+        ("-c", "16384", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    # Hunyuan 7B (hunyuan-dense, hunyuan-vl.cpp's graph): Q/K norms after RoPE, the tied output
+    "hunyuan-7b-c4096-fa-off": ("hunyuan-7b", ("-c", "4096", "-fa", "off", "--no-repack")),
+    # LFM2 1.2B (lfm2): short-convolution layers (recurrent conv state) and attention layers
+    "lfm2-1.2b-c4096": ("lfm2-1.2b", ("-c", "4096", "--no-repack")),
+    "lfm2-1.2b-c4096-fa-off-np1-ub128": (
+        "lfm2-1.2b",
+        ("-c", "4096", "-fa", "off", "-np", "1", "-ub", "128", "--no-repack"),
+    ),
+    # MiniMax-M2 (minimax-m2): whole-row Q/K norms, sigmoid experts with exp_probs_b
+    "minimax-m2-c4096-ub128-np1": (
+        "minimax-m2",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    # Falcon-H1 3B (falcon-h1): attention and Mamba-2 side by side in every layer
+    "falcon-h1-3b-c4096-np1": ("falcon-h1-3b", ("-c", "4096", "-np", "1", "--no-repack")),
+    # Hunyuan-A13B (hunyuan-moe): the shared FFN beside softmax experts, Q/K norms after RoPE
+    "hunyuan-a13b-c4096-ub128": ("hunyuan-a13b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Gemma 2 9B (gemma2): iSWA, the attention's logit soft-capping without flash attention
+    "gemma2-9b-c8192-fa-off-np1": (
+        "gemma2-9b",
+        ("-c", "8192", "-fa", "off", "-np", "1", "--no-repack"),
+    ),
+    "gemma2-9b-c8192-ub128": ("gemma2-9b", ("-c", "8192", "-ub", "128", "--no-repack")),
+    # Nemotron Nano 9B v2 (nemotron_h): Mamba-2, attention and dense ReLU^2 MLP layers
+    "nemotron-h-9b-c4096-ub128": (
+        "nemotron-nano-9b-v2",
+        ("-c", "4096", "-ub", "128", "-np", "1", "--no-repack"),
+    ),
+    # Phi-4 with -ngl 3 on Vulkan0: two layers' fused QKV and the output layer (its output weight,
+    # over lavapipe's 128 MiB storage range, on the host)
+    "vk-phi4-ngl3": ("phi-4", ("-c", "4096", "-np", "1", "-ngl", "3", "--no-repack", VULKAN)),
+    # Gemma 2 9B with -ngl 3 on Vulkan0 without flash attention: the soft-capped KQ there
+    "vk-gemma2-9b-ngl3-fa-off": (
+        "gemma2-9b",
+        ("-c", "8192", "-np", "1", "-ngl", "3", "-fa", "off", "--no-repack", VULKAN),
+    ),
+    # Ling mini 2.0 (bailingmoe2): fused QKV with Q/K norms, grouped sigmoid experts, a dense lead
+    "ling-mini-2-c4096-ub128": ("ling-mini-2.0", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # LFM2 8B-A1B (lfm2moe, lfm2.cpp's graph): two dense lead layers, then sigmoid experts
+    "lfm2moe-8b-c4096-ub128": ("lfm2-8b-a1b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Qwen1.5-MoE-A2.7B (qwen2moe): softmax experts beside the gated shared FFN
+    "qwen2moe-a2.7b-c4096-fa-off": (
+        "qwen1.5-moe-a2.7b",
+        ("-c", "4096", "-fa", "off", "--no-repack"),
+    ),
     # Gemma 3n E2B (gemma3n): AltUp's four streams, LAuReL, per-layer inputs, layers 20-29
     # reading layers 18/19's caches, gaussian top-k in layers 0-9 (gemma3n.cpp)
     "gemma3n-e2b-c4096": ("gemma3n-e2b", ("-c", "4096", "--no-repack")),
@@ -197,6 +315,32 @@ SPARSE = frozenset(
         "nemotron3-nano-30b-a3b",
         "qwen3-next-80b-a3b",
         "qwen3.5-35b-a3b",
+        "qwen3.5-27b",
+        "ministral3-8b",
+        "phi-4",
+        "smollm3-3b",
+        "seed-oss-36b",
+        "ernie4.5-0.3b",
+        "olmo3-7b",
+        "exaone4-32b",
+        "glm-z1-32b",
+        "command-r-v01",
+        "command-r7b",
+        "qwen2.5-vl-7b",
+        "qwen3-vl-8b",
+        "qwen3-vl-30b-a3b",
+        "granite3-8b",
+        "ernie4.5-21b-a3b",
+        "llama4-scout",
+        "hunyuan-7b",
+        "minimax-m2",
+        "falcon-h1-3b",
+        "hunyuan-a13b",
+        "gemma2-9b",
+        "nemotron-nano-9b-v2",
+        "ling-mini-2.0",
+        "lfm2-8b-a1b",
+        "qwen1.5-moe-a2.7b",
     }
 )
 

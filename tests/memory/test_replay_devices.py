@@ -29,8 +29,10 @@ from llamafit.memory.graph.backends.vulkan import (
 )
 from llamafit.memory.graph.replay import n_copies, scheduler_backends
 from llamafit.memory.resolve import resolve
-from tests.support import vulkan_rpc_bin_dir
+from tests.support import FIXTURES, vulkan_rpc_bin_dir
 from tests.support.gpu_shapes import model
+from tests.support.graph_build import cases as graph_cases
+from tests.support.graph_build import recorded
 from tests.support.graph_dump import record
 from tests.support.scripts import script
 
@@ -127,6 +129,34 @@ LIVE = [
         ["-ngl", "99", "-c", "4096", "-np", "1", "-ot", "blk\\.[0-3]\\.ffn_.*=CPU", NR],
     ),
 ]
+
+
+# the recorded Vulkan0 starts of scripts/graph_dump/record_build.py (fixtures/graphs/build-vk-*),
+# but -fa auto's: lavapipe runs no FLASH_ATTN_EXT of that model, which llama_context finds only
+# after the cache was made for flash attention (tests/support/graph_build.py configs)
+VK_BUILD = sorted(
+    name
+    for name, case in graph_cases().items()
+    if "@vulkan" in case.args and case.flag("-fa", "on") != "auto"
+)
+
+
+@pytest.mark.parametrize("name", VK_BUILD)
+def test_check_gives_the_recorded_vulkan_compute_buffers(
+    demo_path: Path, shapes_dir: Path, name: str
+) -> None:
+    """`check --gpu lavapipe` predicts each backend's compute buffer of a recorded Vulkan0 start
+    (the graph builder, the scheduler's split and the allocation together), to the byte."""
+    case = graph_cases()[name]
+    if case.model == "demo":
+        path = demo_path
+    elif case.model.startswith("fixtures/"):
+        path = FIXTURES.parent / case.model
+    else:
+        path = make_shapes.write_shape(case.model, shapes_dir)
+    flags = [a for a in case.args if a != "@vulkan"]
+    real = [size for _, size in recorded(name)[-1].backends]
+    assert _predicted(path, ["--gpu", "lavapipe"], flags) == real
 
 
 def _predicted(path: Path, machine: list[str], flags: list[str]) -> list[int]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ...builds import since
 from ...facts.hparams import ModelFacts
+from ...reader.ggml_types import GGML_TYPE_SIZES
 from .ggml import Builder, T, is_contiguous, nelements, set_output
 from .kv_cache import KvCache, RecurrentState, head_k, head_v
 from .loader import tensor_map, weight_buffer
@@ -83,6 +84,10 @@ class GraphInputs:
         self.overrides = dict(config.overrides)
         self.pin = config.n_tokens < 32 or config.full_offload
         self.n_layer = facts.n_layer
+        self.t_inp_embd: T | None = None  # res->t_inp_embd (build_inp_embd)
+        # llama_hparams::attn_soft_cap (gemma2.cpp sets it): KQ soft-capped without flash
+        # attention
+        self.attn_soft_cap = False
 
     def head_k(self, il: int) -> int:
         return head_k(self.f, il)
@@ -137,18 +142,26 @@ class GraphInputs:
     def inp_embd(self, tok_scale: float, embd_scale: float = 0.0) -> T:
         """build_inp_embd (src/llama-graph.cpp): the token, embedding and mixed paths, the token
         path selected (a reserve's ubatch has tokens), all rows scaled by f_embedding_scale
-        (Granite), token rows scaled by an input."""
-        b, n_tokens, n_embd = self.b, self.c.n_tokens, self.f.n_embd
+        (Granite), token rows scaled by an input. Rows n_embd_inp wide (Qwen3-VL's deepstack:
+        n_embd times 1 + n_deepstack_layers; the token rows padded) are viewed n_embd wide after
+        the select (t_inp_embd, kept in self.t_inp_embd)."""
+        b, f, n_tokens, n_embd = self.b, self.f, self.c.n_tokens, self.f.n_embd
+        n_inp = n_embd * (1 + f.n_deepstack_layers)
+        if f.n_deepstack_layers and embd_scale != 0.0:
+            raise GraphBuildError(f"{f.path}: a deepstack model's token-only scale")
         tok_embd = self.need(self.w("token_embd.weight", -1), "token_embd.weight")
         tokens = self.cb(b.new("i32", n_tokens), "inp_tokens", -1)
         tokens.flags |= 1
-        embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_embd", -1)
+        embd = self.cb(b.new("f32", n_inp, n_tokens), "inp_embd", -1)
         embd.flags |= 1
-        inps = [b.get_rows(tok_embd, tokens), embd]
+        inps = [self._tok_rows(tok_embd, tokens, n_inp), embd]
         if since("mixed_batch", self.c.build):
             # llm_arch_supports_mixed_batch: every family here (PR #29622)
-            inps.append(self.inp_mixed(tok_embd))
+            inps.append(self.inp_mixed(tok_embd, n_inp))
         cur = b.select(inps, 0)
+        if n_inp != n_embd:
+            cur = b.view(cur, (n_embd, n_tokens), (cur.nb[1],), 0)
+        self.t_inp_embd = cur
         if embd_scale != 0.0:
             if not is_contiguous(cur):
                 cur = b.cont(cur)
@@ -163,21 +176,28 @@ class GraphInputs:
         b.expand(cur)
         return cur
 
-    def inp_mixed(self, tok_embd: T) -> T:
+    def _tok_rows(self, tok_embd: T, ids: T, n_inp: int) -> T:
+        """build_inp_embd's build_tok: the token rows, padded to n_embd_inp (no adapters)."""
+        rows = self.b.get_rows(tok_embd, ids)
+        return rows if n_inp == self.f.n_embd else self.b.pad(rows, n_inp - self.f.n_embd)
+
+    def inp_mixed(self, tok_embd: T, n_inp: int) -> T:
         """build_inp_embd's mixed token/embedding branch (PR #29622, rule mixed_batch): the token
         rows set into a copy of the embedding rows."""
-        b, n_tokens, n_embd = self.b, self.c.n_tokens, self.f.n_embd
+        b, n_tokens = self.b, self.c.n_tokens
         mixed_tokens = self.cb(b.new("i32", n_tokens), "inp_mixed_tokens", -1)
         mixed_tokens.flags |= 1
         mixed_slots = self.cb(b.new("i64", n_tokens), "inp_mixed_slots", -1)
         mixed_slots.flags |= 1
-        mixed_embd = self.cb(b.new("f32", n_embd, n_tokens), "inp_mixed_embd", -1)
+        mixed_embd = self.cb(b.new("f32", n_inp, n_tokens), "inp_mixed_embd", -1)
         mixed_embd.flags |= 1
         dup = b.dup(mixed_embd)
-        return b.set_rows(dup, b.get_rows(tok_embd, mixed_tokens), mixed_slots)
+        return b.set_rows(dup, self._tok_rows(tok_embd, mixed_tokens, n_inp), mixed_slots)
 
-    def inp_pos(self) -> T:
-        return self.cb(self.b.new("i32", self.c.n_tokens, inp=True), "inp_pos", -1)
+    def inp_pos(self, n_pos: int = 1) -> T:
+        """build_inp_pos: n_pos positions a token (llama_hparams::n_pos_per_embd: 4 for the
+        M-RoPE and IMRoPE rope types)."""
+        return self.cb(self.b.new("i32", self.c.n_tokens * n_pos, inp=True), "inp_pos", -1)
 
     def inp_out_ids(self) -> T:
         return self.b.new("i32", self.c.n_outputs, name="out_ids", inp=True)
@@ -201,6 +221,22 @@ class GraphInputs:
         if layers is None:
             layers = [il for il in range(f.n_layer_all) if f.is_recurrent[il]]
         return RecurrentState(f, self.c, self.b, layers)
+
+    def inputs(self, n_pos: int = 1) -> tuple[T, T, AttnInput, T]:
+        """The inputs most archs build first, in their order: build_inp_embd, build_inp_pos
+        (n_pos positions a token), build_attn_inp_kv, build_inp_out_ids."""
+        inpL = self.inp_embd(1.0)
+        inp_pos = self.inp_pos(n_pos)
+        inp = self.inp_attn_kv()
+        return inpL, inp_pos, inp, self.inp_out_ids()
+
+    def inp_attn_maybe_iswa(self, iswa: bool) -> tuple[AttnInput, AttnInput]:
+        """build_attn_inp_kv_iswa (the base and the SWA cache's inputs) where the arch's graph
+        is its iswa variant, else build_attn_inp_kv's one input twice."""
+        if iswa:
+            return self.inp_iswa()
+        inp = self.inp_attn_kv()
+        return inp, inp
 
     def inp_iswa(self, reuse: bool = False) -> tuple[AttnInput, AttnInput]:
         """build_attn_inp_kv_iswa: the base cache's inputs, the SWA cache's, then the rotations
@@ -229,17 +265,32 @@ class GraphContext(GraphInputs):
             cur = self.b.mul(cur, mw)
         return cur
 
+    def layer_norm(self, cur: T, mw: T | None, mb: T | None, il: int) -> T:
+        """build_norm, LLM_NORM: ggml_norm, times the weight, plus the bias ("norm", "norm_w")."""
+        b = self.b
+        cur = b.norm(cur)
+        if mw is not None or mb is not None:
+            self.cb(cur, "norm", il)
+        if mw is not None:
+            cur = b.mul(cur, mw)
+            if mb is not None:
+                self.cb(cur, "norm_w", il)
+        if mb is not None:
+            cur = b.add(cur, mb)
+        return cur
+
     def mm(self, w: T, cur: T) -> T:
         """build_lora_mm (no adapters, no scales)."""
         return self.b.mul_mat(w, cur)
 
     def qkv(self, cur: T, il: int, scales: bool = False) -> tuple[T, T, T]:
-        """build_qkv, separate Q/K/V with optional biases (the fused wqkv path is not modelled);
-        scales: the weights' scales (attn_*.scale, build_lora_mm's w_s) where the arch's files may
-        have them (gemma3n)."""
+        """build_qkv, separate Q/K/V with optional biases, or the fused attn_qkv (with its
+        bias) viewed as Q, K and V; scales: the weights' scales (attn_*.scale, build_lora_mm's
+        w_s) where the arch's files may have them (gemma3n)."""
         b = self.b
-        if self.lw(il, "attn_qkv.weight") is not None:
-            raise GraphBuildError(f"{self.f.path}: fused attn_qkv is not modelled")
+        wqkv = self.lw(il, "attn_qkv.weight")
+        if wqkv is not None:
+            return self._qkv_fused(cur, wqkv, il)
         out = []
         for part, n_head, head in (
             ("q", self.f.n_head[il], self.head_k(il)),
@@ -258,6 +309,61 @@ class GraphContext(GraphInputs):
         self.cb(q, "Qcur", il)
         self.cb(k, "Kcur", il)
         self.cb(v, "Vcur", il)
+        return q, k, v
+
+    def _qkv_fused(self, cur: T, wqkv: T, il: int) -> tuple[T, T, T]:
+        """build_qkv's fused path (llama_model_base::create_tensor_qkv's attn_qkv): one product,
+        its bias (attn_qkv.bias), Q, K and V as 3-D views of it. Separate Q/K/V biases beside a
+        fused weight (ggml_concat of the three) are not modelled."""
+        b, f = self.b, self.f
+        if self.lw(il, "attn_qkv.bias") is None and self.lw(il, "attn_q.bias") is not None:
+            raise GraphBuildError(f"{f.path}: separate Q/K/V biases beside attn_qkv")
+        qkv = self.cb(self.mm(wqkv, cur), "wqkv", il)
+        bias = self.lw(il, "attn_qkv.bias")
+        if bias is not None:
+            qkv = self.cb(b.add(qkv, bias), "wqkv_b", il)
+        hk, hv = self.head_k(il), self.head_v(il)
+        n_q, n_kv = f.n_head[il] * hk, f.n_head_kv[il] * hk
+        row = GGML_TYPE_SIZES[qkv.type][1]  # F32: ggml_row_size is 4 a value
+        out = []
+        for name, head, n_head, offs in (
+            ("Qcur", hk, f.n_head[il], 0),
+            ("Kcur", hk, f.n_head_kv[il], n_q),
+            ("Vcur", hv, f.n_head_kv[il], n_q + n_kv),
+        ):
+            t = b.view(qkv, (head, n_head, self.c.n_tokens), (head * row, qkv.nb[1]), offs * row)
+            out.append(self.cb(t, name, il))
+        q, k, v = out
+        return q, k, v
+
+    def qkv_2d(self, cur: T, il: int) -> tuple[T, T, T]:
+        """build_qkv with reshape false (olmo2.cpp): Q, K and V as 2-D rows, unnamed, their
+        biases added; the fused attn_qkv's 2-D views made contiguous."""
+        b, f = self.b, self.f
+        hk, hv = self.head_k(il), self.head_v(il)
+        n_q, n_k, n_v = f.n_head[il] * hk, f.n_head_kv[il] * hk, f.n_head_kv[il] * hv
+        wqkv = self.lw(il, "attn_qkv.weight")
+        if wqkv is not None:
+            if self.lw(il, "attn_qkv.bias") is None and self.lw(il, "attn_q.bias") is not None:
+                raise GraphBuildError(f"{f.path}: separate Q/K/V biases beside attn_qkv")
+            qkv = self.cb(self.mm(wqkv, cur), "wqkv", il)
+            bias = self.lw(il, "attn_qkv.bias")
+            if bias is not None:
+                qkv = self.cb(b.add(qkv, bias), "wqkv_b", il)
+            row = GGML_TYPE_SIZES[qkv.type][1]
+            n_tokens = self.c.n_tokens
+            views = [
+                b.view(qkv, (n, n_tokens), (qkv.nb[1],), offs * row)
+                for n, offs in ((n_q, 0), (n_k, n_q), (n_v, n_q + n_k))
+            ]
+            q, k, v = (b.cont(t) for t in views)
+            return q, k, v
+        out = []
+        for part in ("q", "k", "v"):
+            t = self.mm(self.need(self.lw(il, f"attn_{part}.weight"), part), cur)
+            bias = self.lw(il, f"attn_{part}.bias")
+            out.append(t if bias is None else b.add(t, bias))
+        q, k, v = out
         return q, k, v
 
     def mm_s(self, w: T, cur: T, w_s: T | None) -> T:
@@ -342,6 +448,10 @@ class GraphContext(GraphInputs):
         """build_attn_mha without flash attention: KQ, its soft max, KQV."""
         b = self.b
         kq = self.cb(b.mul_mat(k, q), "kq", il)
+        if self.attn_soft_cap:  # scale, tanh, scale (flash attention takes it as a parameter)
+            kq = self.cb(b.scale(kq), "kq_scaled_1", il)
+            kq = self.cb(b.unary(kq, "TANH"), "kq_tanh", il)
+            kq = self.cb(b.scale(kq), "kq_scaled_2", il)
         kq = b.soft_max(kq, mask)
         if sinks is not None:
             kq.src = (*kq.src, sinks)
@@ -463,6 +573,15 @@ class GraphContext(GraphInputs):
             cur = self.cb(b.mul(cur, down_s), "ffn_down_s", il)
         return cur
 
+    def ffn_swiglu(self, cur: T, il: int) -> T:
+        """build_ffn without gate or biases, LLM_FFN_SWIGLU: ffn_up holds gate and up (twice
+        n_ff wide), ggml_swiglu of the one tensor, down (phi3.cpp, glm4.cpp)."""
+        up = self.need(self.lw(il, "ffn_up.weight"), "ffn_up")
+        down = self.need(self.lw(il, "ffn_down.weight"), "ffn_down")
+        cur = self.cb(self.mm(up, cur), "ffn_up", il)
+        cur = self.cb(self.b.glu(cur, "SWIGLU"), "ffn_swiglu", il)
+        return self.mm(down, cur)
+
     def ffn_relu_sqr(self, cur: T, il: int, up: T, part: str, scales: bool) -> T:
         """build_ffn without gate or biases, LLM_FFN_RELU_SQR: up (and its scale), RELU, SQR,
         down (and its scale)."""
@@ -494,6 +613,7 @@ class GraphContext(GraphInputs):
         w_scale: float | None = None,
         gate_up: bool = False,
         scales: bool = False,
+        weight_before: bool = False,
     ) -> T:
         """build_moe_ffn (src/llama-graph.cpp): gating "softmax", "sigmoid" or "softmax_weight"
         (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
@@ -507,7 +627,9 @@ class GraphContext(GraphInputs):
         MUL_MAT_ID, gate and up as views of it) as the arch passes it (gemma4; elsewhere
         GraphBuildError); scales: the per-expert scales (ffn_*_exps.scale,
         llama_model::load_tensors' generic pass; build_lora_mm_id) as the arch passes them
-        (gemma4, nemotron_h_moe, qwen3next, qwen35moe; the others' are not checked)."""
+        (gemma4, nemotron_h_moe, qwen3next, qwen35moe; the others' are not checked);
+        weight_before: llama4's (weight_before_ffn): the experts selected on the logits, the
+        weights applied to the repeated input before the experts, not to their output."""
         b, f = self.b, self.f
         assert f.moe is not None
         n_used = f.moe.n_expert_used
@@ -516,9 +638,16 @@ class GraphContext(GraphInputs):
         if gate_up_exps is not None and not gate_up:
             raise GraphBuildError(f"{f.path}: merged ffn_gate_up_exps is not modelled")
         probs = self._moe_probs(cur, il, gating, biases, probs_in)
-        selected, weights = self._moe_select(probs, il, gating, norm_w, exp_probs_b, w_scale)
+        # llama4 selects on the logits (the sigmoid only after the top-k): the gating's source
+        selection = probs.src[0] if weight_before and probs.src[0] is not None else probs
+        selected, weights = self._moe_select(
+            probs, il, gating, norm_w, exp_probs_b, w_scale, selection
+        )
         b.expand(weights)
         cur = b.reshape(cur, n_embd, 1, n_tokens)
+        if weight_before:
+            cur = b.repeat_4d(cur, n_embd, n_used, n_tokens, 1)
+            cur = self.cb(b.mul(cur, weights), "ffn_moe_weighted", il)
         if gate_up_exps is not None:
             # ffn_up_exps.scale: loaded only beside a separate ffn_up_exps
             gate_up_t = self.mm_id(gate_up_exps, cur, selected, None)
@@ -542,7 +671,8 @@ class GraphContext(GraphInputs):
         down_b = self.lw(il, "ffn_down_exps.bias") if biases else None
         if down_b is not None:
             experts = self.cb(b.add_id(experts, down_b, selected), "ffn_moe_down_biased", il)
-        experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
+        if not weight_before:
+            experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
         b.expand(experts)
         views = []
         for i in range(n_used):
@@ -587,13 +717,14 @@ class GraphContext(GraphInputs):
         norm_w: bool,
         exp_probs_b: T | None,
         w_scale: float | None,
+        selection: T,
     ) -> tuple[T, T]:
-        """build_moe_ffn's top-k: the selected experts and their weights."""
+        """build_moe_ffn's top-k over `selection` (probs, or llama4's logits): the selected
+        experts and their weights."""
         b, f = self.b, self.f
         assert f.moe is not None
         n_expert, n_used = f.moe.n_expert, f.moe.n_expert_used
         n_tokens = probs.ne[1]
-        selection = probs
         if exp_probs_b is not None:
             selection = self.cb(b.add(probs, exp_probs_b), "ffn_moe_probs_biased", il)
         if f.n_expert_groups > 1 and n_tokens > 0:  # the top n_group_used expert groups
@@ -741,6 +872,28 @@ class GraphContext(GraphInputs):
         self.cb(q, "Qcur", il)
         self.cb(k, "Kcur", il)
         return q, k
+
+    def rope_qkv(
+        self,
+        q: T,
+        k: T,
+        v: T,
+        inp_pos: T,
+        il: int,
+        factors: T | None = None,
+        suffix: str = "",
+    ) -> tuple[T, T]:
+        """ggml_rope_ext (or ggml_rope_multi: the same ROPE node) of Q and K with the rope
+        factors, then cb of Q, K and V ("Qcur", "Kcur", "Vcur" plus the arch's suffix)."""
+        b = self.b
+        q = self.cb(b.rope(q, inp_pos, factors), "Qcur" + suffix, il)
+        k = self.cb(b.rope(k, inp_pos, factors), "Kcur" + suffix, il)
+        self.cb(v, "Vcur" + suffix, il)
+        return q, k
+
+    def wo(self, il: int) -> T:
+        """The layer's attention output projection (attn_output.weight, required)."""
+        return self.need(self.lw(il, "attn_output.weight"), "attn_output")
 
     def lm_head(self, inpL: T) -> T:
         """The output norm and lm_head most archs end with (result_norm, result_output), and

@@ -247,6 +247,10 @@ class Builder:
         """ggml_soft_max / ggml_soft_max_ext (no sinks)."""
         return T(a.type, a.ne, op="SOFT_MAX", src=(a, mask) if mask is not None else (a,))
 
+    def glu(self, a: T, which: str) -> T:
+        """ggml_swiglu / ggml_geglu (ggml_glu_impl without b): the two halves of a's rows."""
+        return T(a.type, (a.ne[0] // 2, *a.ne[1:]), op="GLU", src=(a,), desc=which)
+
     def glu_split(self, a: T, b: T, which: str) -> T:
         """ggml_swiglu_split / ggml_geglu_split (ggml_glu_impl with b)."""
         return T(a.type, a.ne, op="GLU", src=(a, b), desc=which)

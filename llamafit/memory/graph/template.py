@@ -8,14 +8,15 @@ buffers aside) builds it once; the second builds it three or four times to deriv
 cache sizes or in the buffers reuse it (~1-2 ms).
 
 API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph; build_direct (one emulation
-run, no template); clear_cache. Not modelled (GraphBuildError or not built): fused QKV, merged
-gate_up experts (gemma4's only) and weight scales (".scale": gemma4's, nemotron_h_moe's,
-qwen3next's, qwen35moe's, and gemma3n's attention and output ones only), expert groups, M-RoPE
-(qwen35moe's IMRoPE aside: ggml_rope_multi is a ROPE node as ggml_rope_ext's, over four positions
-a token), LoRA, control vectors, embeddings/pooling, backend samplers, MTP/NextN graphs, recurrent
+run, no template); clear_cache. Not modelled (GraphBuildError or not built): separate Q/K/V biases
+beside a fused attn_qkv, merged gate_up experts (gemma4's only) and weight scales (".scale":
+gemma4's, nemotron_h_moe's, qwen3next's, qwen35moe's, and gemma3n's attention and output ones
+only), M-RoPE outside qwen2vl, qwen3vl(moe) and qwen35(moe) (ggml_rope_multi is a ROPE node as
+ggml_rope_ext's, over four positions a token; glm4's declines), LongRoPE factors, LoRA, control
+vectors, embeddings/pooling (qwen35's cls_out), backend samplers, MTP/NextN graphs, recurrent
 rollback (n_rs_seq), deepseek2 without MLA, nemotron_h_moe's latent MoE projections and per-layer
-expert counts (Puzzle), dense nemotron_h, qwen3next's legacy ssm_in projection, gemma3n's
-embeddings-only (multimodal) per-layer path.
+expert counts (Puzzle), nemotron_h's MLP biases, qwen3next's legacy ssm_in projection, gemma3n's
+embeddings-only (multimodal) per-layer path, Granite Vision's deepstack inputs.
 """
 
 from __future__ import annotations

@@ -5,16 +5,20 @@ sources, views, flags, data and buffers). The slow test records a start live and
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from llamafit.memory.graph.models import graph_hparams
+from llamafit.memory.graph.alloc import Gallocr
+from llamafit.memory.graph.backends.cpu import CPU
+from llamafit.memory.graph.models import MODELS, graph_hparams
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
 from llamafit.memory.graph.template import build_direct, build_graph, clear_cache, count_direct
+from tests.support import ROOT
 from tests.support.graph_build import (
     GRAPHS,
     Case,
@@ -49,13 +53,57 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         assert count_direct(facts, config, hp) == len(event.graph.tensors)
 
 
+def test_every_architecture_is_checked_and_listed() -> None:
+    """Every architecture of the registry has a recorded real graph its builder is checked
+    against here, and a row in docs/replay.md's table of architectures, which lists no other."""
+    checked = {facts_of(case.model)[0].architecture for case in CASES.values()}
+    assert set(MODELS) <= checked
+    table = (ROOT / "docs" / "replay.md").read_text(encoding="utf-8")
+    section = table.split("### Architectures", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \|", section, re.M)
+    assert sorted(rows) == sorted(MODELS)
+
+
+CPU_ONLY = [name for name in RECORDED if "@vulkan" not in CASES[name].args]
+
+
+@pytest.mark.parametrize("name", CPU_ONLY)
+def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
+    """The built graphs, allocated as a CPU-only llama-server allocates them (ggml-alloc over
+    each reserve in turn, one buffer), take the CPU compute buffer the real start reported after
+    each reserve (ggml_backend_sched_get_buffer_size), to the byte."""
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    gallocr = Gallocr((CPU,))
+    sizes = []
+    for config in configs(case, facts):
+        g = build_graph(facts, config, hp)
+        ids = {"node_buffer_ids": (0,) * len(g.nodes), "leaf_buffer_ids": (0,) * len(g.leafs)}
+        sizes.append(gallocr.reserve_n(replace(g, **ids))[0])
+    assert [(("CPU", size),) for size in sizes] == [e.backends for e in recorded(name)]
+
+
 # (case, layer): an iSWA layer and a full-attention one of Gemma 3, a Llama layer, an MoE layer,
 # a gpt-oss SWA layer with sinks, an MLA layer with experts, a Granite attention layer, a
 # Granite MoE layer, a Gemma 4 E2B layer reading layer 13's SWA cache (KV-shared, double-wide FFN,
 # per-layer input), a Gemma 4 26B full-attention layer (V is K, rope_freqs) with its experts, a
 # Nemotron-3 Nano MoE layer (sigmoid-gated RELU_SQR experts, shared ones), a Qwen3-Next and a
 # Qwen3.5 MoE gated full-attention layer (query and gate from one projection, partial RoPE;
-# IMRoPE) with their experts and sigmoid-gated shared expert, a Gemma 3n E2B layer reading layer
+# IMRoPE) with their experts and sigmoid-gated shared expert, a Qwen3.5 27B one with its dense FFN,
+# a Ministral 3 layer (attention temperature), a Phi-4 layer (fused QKV, one-tensor SwiGLU), a
+# SmolLM3 NoPE layer, a Seed-OSS layer (Q/K/V biases, attn_post_norm), an ERNIE 4.5 layer (wide
+# heads), OLMo 2's last layer (2-D Q/K norms, post norms), an OLMo 3 SWA layer and a full one, a
+# SWA layer and the last (full, no RoPE) of EXAONE 4.0 32B, a GLM-Z1 layer (post norms, fused
+# gate/up), Command R's last layer (the parallel block, LayerNorm), a Command R7B SWA layer and a
+# full one (no RoPE), a Qwen2.5-VL layer (M-RoPE), a Qwen3-VL and a Qwen3-VL MoE layer adding
+# their deepstack slice, dense Granite's last layer, ERNIE 4.5 MoE's dense lead layer and an MoE
+# layer (exp_probs_b, the shared FFN), a Llama 4 Scout chunked layer and a NoPE full one (the
+# temperature, experts weighted before the FFN), a Hunyuan 7B layer (Q/K norms after RoPE),
+# MiniMax-M2's last layer (whole-row Q/K norms, biased sigmoid experts), a Falcon-H1 layer
+# (attention beside Mamba-2), a Hunyuan-A13B layer (shared FFN beside the experts), a Gemma 2 SWA
+# layer (soft-capped KQ), a Ling mini 2.0 layer (fused QKV, grouped sigmoid experts), an LFM2
+# 8B-A1B attention layer with its experts, a Qwen1.5-MoE layer (the gated shared FFN), a Gemma 3n
+# E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten
 @pytest.mark.parametrize(
@@ -74,6 +122,37 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
         ("nemotron-c4096-ub128", 1),
         ("qwen3next-c4096-ub128", 3),
         ("qwen35moe-c4096-ub128", 3),
+        ("qwen35-27b-c4096-ub128", 7),
+        ("mistral3-8b-c4096-ub128", 2),
+        ("phi4-c4096-ub128", 5),
+        ("smollm3-c4096", 3),
+        ("seed-oss-c4096-ub128-fa-off", 4),
+        ("ernie45-c4096-np2", 1),
+        ("olmo2-1b-c4096-fa-off", 15),
+        ("olmo3-7b-c8192-ub128-np1", 2),
+        ("olmo3-7b-c8192-ub128-np1", 3),
+        ("exaone4-32b-c8192-ub128-np1", 2),
+        ("exaone4-32b-c8192-ub128-np1", 63),
+        ("glm4-32b-c4096-ub128-fa-off", 9),
+        ("command-r-c4096-ub128", 39),
+        ("cohere2-c8192-np1-fa-off", 4),
+        ("cohere2-c8192-np1-fa-off", 7),
+        ("qwen2vl-7b-c4096-ub128", 3),
+        ("qwen3vl-8b-c4096-fa-off-np2", 2),
+        ("qwen3vlmoe-30b-c4096-ub128", 1),
+        ("granite-8b-c4096-ub128", 39),
+        ("ernie45moe-21b-c4096-ub128", 0),
+        ("ernie45moe-21b-c4096-ub128", 5),
+        ("llama4-scout-c16384-ub128-np1", 2),
+        ("llama4-scout-c16384-ub128-np1", 3),
+        ("hunyuan-7b-c4096-fa-off", 6),
+        ("minimax-m2-c4096-ub128-np1", 61),
+        ("falcon-h1-3b-c4096-np1", 3),
+        ("hunyuan-a13b-c4096-ub128", 2),
+        ("gemma2-9b-c8192-fa-off-np1", 4),
+        ("ling-mini-2-c4096-ub128", 3),
+        ("lfm2moe-8b-c4096-ub128", 6),
+        ("qwen2moe-a2.7b-c4096-fa-off", 4),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
     ],
@@ -89,7 +168,9 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
 
 # (case, layer, nodes, ops): the layers that name few of their nodes, whole: a Nemotron-3 Nano
 # Mamba-2 layer, its attention layer (no RoPE) with and without flash attention; a Qwen3-Next and a
-# Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads)
+# Qwen3.5 MoE gated DeltaNet layer (the fused GATED_DELTA_NET; Qwen3-Next repeats the key heads),
+# a Qwen3.5 27B one with its dense FFN; an LFM2 short-convolution layer, a Nemotron Nano 9B v2
+# ReLU^2 MLP layer
 @pytest.mark.parametrize(
     "name, il, n_nodes, ops",
     [
@@ -98,6 +179,9 @@ def test_one_layer_is_the_real_one(name: str, il: int) -> None:
         ("nemotron-c4096-fa-off-np2", 5, 28, {"SOFT_MAX", "SET_ROWS"}),
         ("qwen3next-c4096-ub128", 0, 116, {"GATED_DELTA_NET", "SSM_CONV", "REPEAT", "MUL_MAT_ID"}),
         ("qwen35moe-c4096-ub128", 0, 103, {"GATED_DELTA_NET", "SSM_CONV", "MUL_MAT_ID"}),
+        ("qwen35-27b-c4096-ub128", 0, 67, {"GATED_DELTA_NET", "SSM_CONV", "GLU"}),
+        ("lfm2-1.2b-c4096", 0, 34, {"SSM_CONV", "CONCAT", "CPY", "GLU"}),
+        ("nemotron-h-9b-c4096-ub128", 1, 7, {"MUL_MAT", "SQR"}),
     ],
 )
 def test_one_whole_layer_is_the_real_one(name: str, il: int, n_nodes: int, ops: set[str]) -> None:
@@ -208,6 +292,33 @@ def test_a_wrong_config_is_seen() -> None:
         "nemotron-c4096-fa-off-np2",
         "qwen3next-c4096-fa-off-np2",
         "qwen35moe-c4096-ub128",
+        "qwen35-27b-c4096-ub128",
+        "mistral3-8b-c4096-fa-off-np2",
+        "phi4-c4096-fa-off-np2",
+        "smollm3-c4096",
+        "seed-oss-c4096-ub128-fa-off",
+        "ernie45-c4096-np2",
+        "olmo2-1b-c4096-fa-off",
+        "olmo3-7b-c8192-ub128-np1",
+        "exaone4-32b-c8192-ub128-np1",
+        "glm4-32b-c4096-ub128-fa-off",
+        "command-r-c4096-ub128",
+        "cohere2-c8192-np1-fa-off",
+        "qwen2vl-7b-c4096-ub128",
+        "qwen3vl-8b-c4096-fa-off-np2",
+        "qwen3vlmoe-30b-c4096-ub128",
+        "granite-8b-c4096-ub128",
+        "ernie45moe-21b-c4096-ub128",
+        "llama4-scout-c16384-ub128-np1",
+        "hunyuan-7b-c4096-fa-off",
+        "lfm2-1.2b-c4096-fa-off-np1-ub128",
+        "minimax-m2-c4096-ub128-np1",
+        "falcon-h1-3b-c4096-np1",
+        "gemma2-9b-c8192-fa-off-np1",
+        "nemotron-h-9b-c4096-ub128",
+        "ling-mini-2-c4096-ub128",
+        "lfm2moe-8b-c4096-ub128",
+        "qwen2moe-a2.7b-c4096-fa-off",
         "gemma3n-e2b-c4096",
         "gemma3n-e4b-c4096-fa-off-np2",
     ],

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from ..build import GraphContext
 from ..ggml import T
+from ..params import GraphBuildError
 from .mamba_base import mamba2_layer
 
 
 def graph(ctx: GraphContext, hybrid: bool) -> None:
-    """src/models/granite.cpp llama_model_granite::graph (granitemoe's graph is this class,
-    granite-moe.cpp; dense granite's too, not yet checked against a recorded graph, so not in
-    MODELS) and src/models/granite-hybrid.cpp (granitehybrid): Granite's
+    """src/models/granite.cpp llama_model_granite::graph (granite; granitemoe's graph is this
+    class, granite-moe.cpp) and src/models/granite-hybrid.cpp (granitehybrid): Granite's
     embedding, residual and logit scales around a llama layer with a dense or MoE FFN (shared
     experts when n_ff_shexp). The hybrid has Mamba-2 layers where n_head_kv is 0
     (build_inp_mem_hybrid: the recurrent inputs, then the KV cache's, then inp_pos); RoPE when
@@ -18,7 +18,11 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
     granitemoe: always); Granite Vision's deepstack inputs (dense granite only) are not."""
     f, b = ctx.f, ctx.b
     ctx.no_long_rope()
-    rope = not hybrid or f.rope_finetuned is not False
+    if f.n_deepstack_layers:  # granite.cpp's deepstack_in (Granite Vision 4.1)
+        raise GraphBuildError(f"{f.path}: Granite Vision's deepstack inputs are not modelled")
+    # llama_hparams::has_rope: granite.cpp and granite-hybrid.cpp fill rope_pattern with
+    # rope.scaling.finetuned (default true); granite-moe.cpp leaves it set
+    rope = f.architecture == "granitemoe" or f.rope_finetuned is not False
     inpL = ctx.inp_embd(1.0, f.embedding_scale)
     inp_pos = ctx.inp_pos() if rope and not hybrid else None
     rs = ctx.inp_rs() if hybrid else None
@@ -74,5 +78,5 @@ def _ffn(ctx: GraphContext, cur: T, inpSA: T, il: int) -> T:
 
 
 def build(ctx: GraphContext) -> None:
-    """granitemoe: granite.cpp's graph (granite-moe.cpp)."""
+    """granite and granitemoe: granite.cpp's graph (granite-moe.cpp)."""
     graph(ctx, hybrid=False)

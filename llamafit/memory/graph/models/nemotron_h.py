@@ -1,4 +1,5 @@
-"""src/models/nemotron-h.cpp: llama_model_nemotron_h::graph (nemotron_h_moe's trunk)."""
+"""src/models/nemotron-h.cpp: llama_model_nemotron_h::graph (nemotron_h, and nemotron_h_moe's
+trunk)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def build(ctx: GraphContext) -> None:
     (nemotron_h_block_out). build_inp_mem_hybrid: the recurrent inputs, then the
     KV cache's; no positions. The output norm is h_nextn, an output, and the output rows are
     picked after it (cparams.embeddings_nextn_masked is false); no latent MoE projections
-    (ffn_latent_down / _up) nor dense MLP layers (nemotron_h's): GraphBuildError."""
+    (ffn_latent_down / _up), nor MLP biases: GraphBuildError. nemotron_h's dense MLP layers
+    (no router): up, RELU_SQR, down with their scales."""
     f, b = ctx.f, ctx.b
     inpL = ctx.inp_embd(1.0)
     rs = ctx.inp_rs()
@@ -50,8 +52,11 @@ def _ffn(ctx: GraphContext, cur: T, il: int) -> T:
     """llama_model_nemotron_h::graph::build_ffn_layer (nemotron-h.cpp)."""
     f, b = ctx.f, ctx.b
     router = ctx.lw(il, "ffn_gate_inp.weight")
-    if router is None:  # a dense MLP layer (nemotron_h: n_expert 0), with optional biases
-        raise GraphBuildError(f"{f.path}: dense Nemotron-H MLP layers are not modelled")
+    if router is None:  # a dense MLP layer (nemotron_h): up, RELU_SQR, down, with their scales
+        if ctx.lw(il, "ffn_up.bias") is not None or ctx.lw(il, "ffn_down.bias") is not None:
+            raise GraphBuildError(f"{f.path}: Nemotron-H MLP biases are not modelled")
+        cur = ctx.cb(ctx.ffn(cur, il, "relu_sqr", False, scales=True), "ffn_out", il)
+        return ctx.cb(cur, "l_out", il)  # build_cvec: no control vector
     if ctx.lw(il, "ffn_latent_down.weight") is not None:
         raise GraphBuildError(f"{f.path}: latent MoE projections are not modelled")
     logits = ctx.cb(ctx.mm(router, cur), "ffn_moe_logits", il)

@@ -1,5 +1,5 @@
 """src/models/qwen3next.cpp: llama_model_qwen3next::graph, with the gated DeltaNet of
-src/models/delta-net-base.cpp; qwen35moe.cpp builds alike.
+src/models/delta-net-base.cpp; qwen35moe.cpp and qwen35.cpp (dense) build alike.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ..kv_cache import RecurrentState
 from ..params import GraphBuildError
 
 
-def graph(ctx: GraphContext, q35: bool) -> None:
+def graph(ctx: GraphContext, q35: bool, dense: bool = False) -> None:
     """src/models/qwen3next.cpp and qwen35moe.cpp llama_model_<arch>::graph
     (llm_build_delta_net_base, src/models/delta-net-base.cpp): per layer an RMS norm, a gated
     DeltaNet layer (is_recr) or a gated full-attention layer, the residual, the post-attention
@@ -19,7 +19,8 @@ def graph(ctx: GraphContext, q35: bool) -> None:
     build_inp_mem_hybrid (the recurrent inputs, then the KV cache's), then inp_pos (4 per
     token for qwen35moe's IMRoPE, llama_hparams::n_pos_per_embd) and out_ids. The output norm
     is h_nextn, an output, and the output rows are picked after it
-    (cparams.embeddings_nextn_masked is false)."""
+    (cparams.embeddings_nextn_masked is false). dense: qwen35.cpp, a dense FFN (with its
+    weights' scales) in every layer, its residual named "post_ffn"."""
     f, b, c = ctx.f, ctx.b, ctx.c
     inpL = ctx.cb(ctx.inp_embd(1.0), "model.input_embed" if q35 else "model.embed_tokens", -1)
     rs = ctx.inp_rs()
@@ -39,8 +40,13 @@ def graph(ctx: GraphContext, q35: bool) -> None:
         ffn_residual = cur
         post = ctx.lw(il, "post_attention_norm.weight")
         cur = ctx.cb(ctx.norm(cur, post, il), "attn_post_norm", il)
-        cur = ctx.cb(_ffn(ctx, cur, il, q35), "ffn_out", il)
-        cur = ctx.cb(b.add(cur, ffn_residual), "post_moe", il)
+        if dense:  # qwen35.cpp build_layer_ffn: no experts (GGML_ASSERT)
+            if ctx.lw(il, "ffn_gate_inp.weight") is not None:
+                raise GraphBuildError(f"{f.path}: a qwen35 layer with experts")
+            cur = ctx.cb(ctx.ffn(cur, il, "silu", False, scales=True), "ffn_out", il)
+        else:
+            cur = ctx.cb(_ffn(ctx, cur, il, q35), "ffn_out", il)
+        cur = ctx.cb(b.add(cur, ffn_residual), "post_ffn" if dense else "post_moe", il)
         inpL = ctx.cb(cur, "l_out", il)  # build_cvec: no control vector
     cur = ctx.norm(inpL, ctx.w("output_norm.weight", -2), -1)
     set_output(ctx.cb(cur, "h_nextn", -1))
