@@ -93,6 +93,8 @@ def _not_overridden(entries: list[dict[str, Any]], p: Prepared) -> list[dict[str
     """The entries no real start has overridden: a difference recorded before a calibration
     record of `run` for the same build (identity) on a device of that record is dropped; the
     real start's buffers are what the plan uses from then on (memory/calibration.py)."""
+    if not entries:  # nothing remembered: the calibration file need not be read
+        return entries
     from ..memory.calibration import _devices_of, record_identity
     from .records import read_records
 

@@ -43,7 +43,6 @@ from ..safe_io import (
     CALIBRATION_FILE,
     append_line,
     open_regular,
-    read_regular,
     read_regular_stat,
     remove_read,
     write_atomic,
@@ -300,18 +299,10 @@ def plausible(d: Difference, device: DeviceSpec) -> bool:
 
 def load(identity: str) -> list[dict[str, Any]]:
     """The build's valid entries; [] when there is no file, or it is damaged or unsafe to read."""
-    try:
-        data = json.loads(read_regular(record_path(identity), RECORD_FILE))
-    except (OSError, ValueError, RecursionError):
+    read = _read_file(record_path(identity))
+    if read is None or read[0]["identity"] != identity:
         return []
-    if (
-        not isinstance(data, dict)
-        or data.get("format") != FORMAT
-        or data.get("identity") != identity
-    ):
-        return []
-    entries = data.get("entries")
-    return [e for e in entries if _valid(e)] if isinstance(entries, list) else []
+    return [e for e in read[0]["entries"] if _valid(e)]
 
 
 def _entry_key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
