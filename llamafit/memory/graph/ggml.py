@@ -451,6 +451,15 @@ class Builder:
                 node.name = f"node_{len(self.nodes)}"
             self.nodes.append(node.idx)
 
+    def n_tensors(self) -> int:
+        """len(self.graph().tensors) without converting them: the visited tensors and the view
+        sources not visited (each once), as graph() appends them."""
+        tensors = self.tensors
+        unvisited = {
+            id(t.view_src) for t in tensors if t.view_src is not None and t.view_src.idx < 0
+        }
+        return len(tensors) + len(unvisited)
+
     def graph(self) -> Graph:
         """The nodes.Graph: every visited tensor (visit order), then view sources not visited.
 

@@ -108,11 +108,9 @@ def _run(
 
 
 def count_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> int:
-    """len(build_direct(...).tensors) without converting the tensors (ggml.Builder.graph adds the
-    view sources no node visited): what the scheduler's hash set is sized by needs the count only."""
-    tensors = _built(facts, config, hp).b.tensors
-    unvisited = {id(t.view_src) for t in tensors if t.view_src is not None and t.view_src.idx < 0}
-    return len(tensors) + len(unvisited)
+    """len(build_direct(...).tensors) without converting the tensors (ggml.Builder.n_tensors): what
+    the scheduler's hash set is sized by needs the count only."""
+    return _built(facts, config, hp).b.n_tensors()
 
 
 _Lin = tuple[int, int, int]  # a + b * kv_size + c * kv_size_swa
