@@ -223,6 +223,41 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "#25884 bisects the refusal to commit 74976e1 = b9890",
     ),
     BuildRule(
+        "metal_mmid_amax",
+        10350,
+        26223,
+        "2026-07-29 (b10350 estimate)",
+        "Metal's MUL_MAT_ID reserves 8 + 256 x 4 bytes more (ggml_metal_op_mul_mat_id_extra_amax, "
+        "ggml_backend_metal_buffer_type_get_alloc_size: the scales of its F16 overflow guard)",
+    ),
+    BuildRule(
+        "metal_fa_kv_f16",
+        10670,
+        27390,
+        "2026-08-19 (b10670 estimate)",
+        "Metal's FLASH_ATTN_EXT reserves F16 copies of K and V (one when V is a view of K) for "
+        "every cache type (ggml_metal_op_flash_attn_ext_extra_kv_f16), and its pad rows are F16 "
+        "ones where it dequantizes a q4_0..q8_0 cache (32 queries or more)",
+    ),
+    BuildRule(
+        "metal_fusion_table",
+        10870,
+        28164,
+        "2026-09-01 (b10870 estimate)",
+        "Metal's graph_optimize packs the runs its fusion table fuses (ggml_metal_fusion_max; "
+        "before: ADD / NORM / RMS_NORM chains) and a fused group reads only the sources from "
+        "outside it and writes every member (ggml_metal_graph_optimize_reorder)",
+    ),
+    BuildRule(
+        "metal_moe_fusion",
+        11085,
+        28948,
+        "2026-09-15 (b11085 estimate)",
+        "Metal fuses MoE routing (SOFT_MAX..GET_ROWS), the MoE reduction (MUL + VIEWs + ADDs) and "
+        "SSM_CONV + SILU, and keeps a fused group's sources allocated to its last node "
+        "(ggml_metal_fusion_add_alloc_deps): where activations land in the Metal compute buffer",
+    ),
+    BuildRule(
         "mixed_batch",
         11400,
         29622,

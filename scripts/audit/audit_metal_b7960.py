@@ -121,7 +121,7 @@ def replayed(
         "layer_kv": ("MTL0",) * n_kv,
         "full_offload": True,
     }
-    buft = metal_buffer_type("MTL0") if fa_extras else BufferType("MTL0", METAL_ALIGNMENT)
+    buft = metal_buffer_type("MTL0", rc.build) if fa_extras else BufferType("MTL0", METAL_ALIGNMENT)
     gallocr = Gallocr((buft, CPU))
     hp = graph_hparams_of(mm.facts)
     sizes: tuple[int, ...] = ()

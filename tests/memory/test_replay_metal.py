@@ -57,8 +57,11 @@ COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_b
     ("qwen2.5-3b", 7960, ("metal",), True),
     ("qwen3-0.6b", 8054, ("metal",), True),
     ("qwen2.5-3b", 8499, ("metal",), True),
-    ("qwen2.5-3b", 8500, ("metal",), False),  # Metal: none from attn_rot on (FA extras changed)
-    ("qwen2.5-3b", None, ("metal",), False),
+    # Metal's rules by build from 0.3.17's tree to b11434's (backends/metal.py): every build
+    ("qwen2.5-3b", 8500, ("metal",), True),
+    ("qwen2.5-3b", None, ("metal",), True),
+    ("qwen2.5-3b", 11434, ("metal", "metal"), True),
+    ("qwen2.5-3b", 11434, ("metal", "cuda"), False),
     # Vulkan: 0.3.17's reorder for these families from inp_embd_both until vk_reorder_ssm_conv
     # (test_replay_vulkan_old.py), b11434's from b11400; RPC: b11434's rules, from b11400
     ("qwen2.5-3b", 8179, ("vulkan",), True),
@@ -83,7 +86,8 @@ COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_b
     ("qwen3-30b-a3b", 11400, ("rocm",), True),
     ("qwen3-30b-a3b", 8054, (), False),  # qwen3moe: not checked in the old source
     ("qwen3-30b-a3b", 11400, (), True),
-    ("qwen3-30b-a3b", 11400, ("metal",), False),
+    ("qwen3-30b-a3b", 11400, ("metal",), True),  # every family from its first replayed build
+    ("qwen3-30b-a3b", 11399, ("metal",), False),
     ("gpt-oss-20b", 7960, (), False),
 )
 
@@ -111,3 +115,33 @@ def test_covers_metal_devices(settings: dict, names: tuple[str, ...], covered: b
     row = {**_row(QWEN, **settings), "gpus": list(names)}
     mm = model(row["shape"])
     assert covers_devices(mm.facts, resolved(row, mm.facts), gpus_of(row)) is covered
+
+
+# --- Metal at current builds (backends/metal.py, metal_fusion.py) ----------------------------
+
+CURRENT = (  # (row, build, K/V cache, flash attention) -> (MTL0, CPU) through MemoryModel.estimate
+    # from rule server_output_limit the logits of 4 outputs, not 512 (b8054's 300.75 MiB)
+    (QWEN, 10400, "f16", "off", 152049696, 17834016),
+    (QWEN, 10400, "f16", "on", 80226336, 12595232),
+    (QWEN, 10900, "f16", "on", 80226336, 12595232),  # the fusion table packs RMS_NORM + MUL
+    # b11434: MUL_MAT + ADD packed with their sources kept, the mixed-batch inputs
+    (QWEN, 11434, "f16", "off", 160442400, 26228768),
+    (QWEN, 11434, "f16", "on", 88619040, 20989984),
+    (QWEN, 11434, "q8_0", "on", 88700960, 21071904),
+    # flash attention over 90880 cells: from PR #27390 the F16 copies of K and V of every cache
+    # type (2 x 177.5 MiB, reserved even for an F16 cache), the pad rows of a quantized one F16
+    (MISTRAL, 10400, "f16", "on", 351439648, 114044960),
+    (MISTRAL, 10700, "f16", "on", 522357536, 114044960),
+    (MISTRAL, 11434, "f16", "on", 534944544, 135022624),
+    (MISTRAL, 11434, "q8_0", "on", 533191456, 135104544),
+)
+
+
+@pytest.mark.parametrize(("row_id", "build", "kv", "fa", "mtl0", "cpu"), CURRENT)
+def test_metal_current_builds(
+    row_id: str, build: int, kv: str, fa: str, mtl0: int, cpu: int
+) -> None:
+    row = {**_row(row_id, type_k=kv, type_v=kv, flash_attn=fa), "build": build}
+    mm = model(row["shape"])
+    assert covers_devices(mm.facts, resolved(row, mm.facts), gpus_of(row))
+    assert _compute(predicted(row)) == (mtl0, cpu)

@@ -6,8 +6,8 @@ peaks of memory/compute.py stand.
 
 With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
 supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one
-device with full offload for the families and builds whose graphs' ops and alloc sizes were
-checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
+device with full offload for every family from its first replayed build, with its alloc sizes,
+supports_op and reorder by build (metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
 covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
 MUL_MAT_ID: MoE graphs keep the estimate; no flash attention over a non-F16 cache from rule
 cuda_fa_f16_in_buffer on: its F16 copies depend on the device's compute capability), any offload
@@ -176,11 +176,6 @@ DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal", "cuda", "rocm"})
 # (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes (no MUL_MAT_ID:
 # the MoE fusions of ggml_backend_cuda_graph_optimize are not ported)
 CUDA_BACKENDS = frozenset({"cuda", "rocm"})
-# Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
-# and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
-# (49bfddeca, 2026-03-22, before the Hadamard rotation of rule attn_rot) for the FA alloc extras
-# (backends.metal.metal_fa_extra, which later builds extend) and supports_op; none from attn_rot on
-METAL_UNTIL = "attn_rot"
 # Vulkan before REPLAY_SINCE: the checked_0317 archs until the reorder changed after 0.3.17
 # (backends.vulkan_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op
 # and offload_op
@@ -214,17 +209,15 @@ def covers_backends(facts: ModelFacts, build: int | None, backends: Sequence[str
     (none: CPU only): Vulkan and RPC from REPLAY_SINCE on (b11434's rules); Vulkan alone also
     for the checked_0317 archs before VK_OLD_UNTIL (0.3.17's ggml_vk_graph_optimize,
     backends.vulkan_optimize.vk_graph_optimize_0317; a b8121 Vulkan log of TinyLlama prints
-    66.50 MiB, b11434's reorder gives 70.50); Metal for the checked_0317 archs before
-    METAL_UNTIL; CUDA or ROCm alone (one backend) for every arch from its Model.since."""
+    66.50 MiB, b11434's reorder gives 70.50); Metal, CUDA or ROCm alone (one backend) for every
+    arch from its Model.since (Metal's rules by build: backends/metal.py)."""
     if not covers_model(facts, build) or not all(b in DEVICE_BACKENDS for b in backends):
         return False
     if ("vulkan" in backends or "rpc" in backends) and not since(REPLAY_SINCE, build):
         old_vulkan = _checked_0317(facts) and not since(VK_OLD_UNTIL, build)
         if "rpc" in backends or not old_vulkan:
             return False
-    if "metal" in backends:
-        return _checked_0317(facts) and not since(METAL_UNTIL, build)
-    if CUDA_BACKENDS & set(backends):
+    if "metal" in backends or CUDA_BACKENDS & set(backends):
         return len(set(backends)) == 1
     return True
 
@@ -293,7 +286,7 @@ def scheduler_backends(
             backends.append(
                 metal_backend(g.name, rc.build, op_offload_min_batch=rc.op_offload_min_batch)
             )
-            bufts.append(metal_buffer_type(g.name))
+            bufts.append(metal_buffer_type(g.name, rc.build))
         elif g.backend in CUDA_BACKENDS:
             peers = frozenset(o.name for o in gpus if o.backend == g.backend) - {g.name}
             backends.append(
@@ -413,7 +406,7 @@ def device_compute_bytes(
                 continue
             done.add(config)
             graph = _placed(build_graph(facts, config, hp), backends, device_of_layer)
-            if metal and not metal_graph_ok(graph):
+            if metal and not metal_graph_ok(graph, rc.build):
                 return None
             if cuda and not cuda_graph_ok(graph, rc.build):
                 return None
