@@ -223,6 +223,14 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "#25884 bisects the refusal to commit 74976e1 = b9890",
     ),
     BuildRule(
+        "blas_no_hadamard",
+        10135,
+        25710,
+        "2026-07-15 (b10135 estimate)",
+        "the BLAS backend (Apple builds) refuses a MUL_MAT hinted GGML_HINT_SRC0_IS_HADAMARD (the "
+        "KV rotation's product), which the CPU then runs (ggml_backend_blas_device_supports_op)",
+    ),
+    BuildRule(
         "metal_mmid_amax",
         10350,
         26223,

@@ -103,10 +103,11 @@ DEVICES: tuple[
     tuple[dict, tuple[str, ...], bool], ...
 ] = (  # (row settings, GPUs) -> covers_devices of the Qwen2.5 3B Metal row
     ({}, ("MTL0",), True),
-    ({"n_gpu_layers": 36}, ("MTL0",), False),  # the output and 35 of 36 blocks (ngl_output_first)
+    # any offload from Metal's BLAS port on (backends/blas.py)
+    ({"n_gpu_layers": 36}, ("MTL0",), True),  # the output and 35 of 36 blocks (ngl_output_first)
     ({}, ("MTL0", "MTL1"), False),  # one Metal device only
-    ({"kv_offload": False}, ("MTL0",), False),  # -nkvo: attention on the CPU backend
-    ({"override_tensor": [["ffn_up", "CPU"]]}, ("MTL0",), False),  # host weights' ops
+    ({"kv_offload": False}, ("MTL0",), True),  # -nkvo: attention on the CPU backend
+    ({"override_tensor": [["ffn_up", "CPU"]]}, ("MTL0",), True),  # host weights' ops
 )
 
 
@@ -144,4 +145,24 @@ def test_metal_current_builds(
     row = {**_row(row_id, type_k=kv, type_v=kv, flash_attn=fa), "build": build}
     mm = model(row["shape"])
     assert covers_devices(mm.facts, resolved(row, mm.facts), gpus_of(row))
+    assert _compute(predicted(row)) == (mtl0, cpu)
+
+
+PARTIAL = (  # (row, build, -ngl, -nkvo) -> (MTL0, CPU) with Apple's BLAS backend (backends/blas.py)
+    # the output layer on MTL0 (its logits), 29 of 36 blocks: the host blocks' products at 512
+    # rows run on BLAS (no op offload), their activations in the CPU buffer
+    (QWEN, 8054, 30, False, 315359232, 88619008),
+    (QWEN, 11434, 30, False, 80226336, 92817440),
+    (QWEN, 11434, 0, False, 0, 92817440),
+    # -nkvo with flash attention: the attention stays on MTL0 and copies K and V from the host
+    (MISTRAL, 11434, -2, True, 907180800, 135022624),
+    (MISTRAL, 11434, 30, False, 513968928, 346834976),
+)
+
+
+@pytest.mark.parametrize(("row_id", "build", "ngl", "nkvo", "mtl0", "cpu"), PARTIAL)
+def test_metal_partial_offload(
+    row_id: str, build: int, ngl: int, nkvo: bool, mtl0: int, cpu: int
+) -> None:
+    row = {**_row(row_id, n_gpu_layers=ngl, kv_offload=not nkvo), "build": build}
     assert _compute(predicted(row)) == (mtl0, cpu)

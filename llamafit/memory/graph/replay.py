@@ -28,6 +28,7 @@ from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from .alloc import AllocError, BufferType, Gallocr
+from .backends.blas import blas_backend
 from .backends.cpu import CPU, cpu_backend
 from .backends.cuda import cuda_backend, cuda_buffer_type, cuda_graph_ok, cuda_host_buffer_type
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
@@ -235,18 +236,13 @@ def covers_every_config(facts: ModelFacts, build: int | None, backends: Sequence
 
 def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> bool:
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
-    device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
-    backend's rules are the x86 build's, not Apple's; Vulkan before REPLAY_SINCE with caches of
-    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
+    device, any offload: Apple builds add the BLAS backend, backends/blas.py, and arm64's CPU
+    backend differs from x86's only in the weights CPU_REPACK takes, memory/repack.py;
+    Vulkan before REPLAY_SINCE with caches of VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
     row split buffers of -sm row before rule cuda_no_split_buffers are not ported) and no
     experts)."""
     backends = [g.backend for g in gpus]
-    if "metal" in backends and (
-        len(gpus) != 1
-        or rc.n_gpu_layers <= facts.n_layer_all
-        or not rc.kv_offload
-        or rc.all_overrides
-    ):
+    if "metal" in backends and len(gpus) != 1:
         return False
     if CUDA_BACKENDS & set(backends) and facts.moe is not None:
         return False  # every graph has MUL_MAT_ID (cuda_graph_ok): decided before building one
@@ -297,6 +293,10 @@ def scheduler_backends(
             backends.append(rpc_backend(g.name))
             bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))
     first = gpus[0] if gpus else None
+    if first is not None and first.backend == "metal":
+        # Apple builds: the BLAS (Accelerate) device between the GPUs and the CPU (backends/blas.py)
+        backends.append(blas_backend(rc.build))
+        bufts.append(CPU)
     if first is not None and first.backend == "vulkan":
         backends.append(cpu_backend("Vulkan_Host"))
         map_align = first.host_alignment or VK_MAP_ALIGNMENT_DEFAULT
@@ -415,5 +415,7 @@ def device_compute_bytes(
     except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit):
         return None
     out = {d: sizes[d] for d in range(len(gpus))}
-    out[CPU_DEVICE] = sizes[-1]
+    # the host's: the CPU backend's buffer, which an Apple build's BLAS backend shares (reported
+    # under the first of their ids, ggml_gallocr_get_buffer_size)
+    out[CPU_DEVICE] = sum(sizes[len(gpus) :])
     return out

@@ -185,3 +185,28 @@ SUPPORTS = (  # (the op's cache / types) -> ggml_metal_device_supports_op (b1143
 def test_metal_supports_flash_attn(cache: str, ok: bool) -> None:
     ts = _fa(512, cache)
     assert metal_supports_op(ts, 6) is ok
+
+
+def _matmul(n_tokens: int, weight: str = "w", n_out: int = 4096) -> list[Tensor]:
+    """A host weight (4096 x n_out, q4_0) times n_tokens F32 activations."""
+    w = Tensor(weight, "NONE", "q4_0", (4096, n_out, 1, 1), (18, 2304, 0, 0), 0, data=True)
+    x = Tensor("x", "NONE", "f32", (4096, n_tokens, 1, 1), (4, 16384, 0, 0), 0)
+    mm = Tensor(
+        "mm", "MUL_MAT", "f32", (n_out, n_tokens, 1, 1), (4, 4 * n_out, 0, 0), 0, src=(0, 1)
+    )
+    return [w, x, mm]
+
+
+BLAS = (  # (build, rows, the weight's name) -> ggml_backend_blas_device_supports_op
+    (None, 32, "blk.0.ffn_up.weight", True),  # 32 rows and more: BLAS takes the host product
+    (None, 31, "blk.0.ffn_up.weight", False),
+    (10134, 512, "attn_inp_k_rot", True),  # the KV rotation's product, until PR #25710
+    (10135, 512, "attn_inp_k_rot", False),
+)
+
+
+@pytest.mark.parametrize(("build", "rows", "name", "ok"), BLAS)
+def test_blas_supports_op(build: int | None, rows: int, name: str, ok: bool) -> None:
+    from llamafit.memory.graph.backends.blas import blas_supports_op
+
+    assert blas_supports_op(_matmul(rows, name), 2, build) is ok
