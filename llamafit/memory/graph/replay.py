@@ -6,7 +6,7 @@ peaks of memory/compute.py stand.
 
 With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
 supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one
-device with full offload for every family from its first replayed build, with its alloc sizes,
+device at any offload for every family from its first replayed build, with its alloc sizes,
 supports_op and reorder by build (metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
 covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
 MUL_MAT_ID: MoE graphs keep the estimate; no flash attention over a non-F16 cache from rule
@@ -238,7 +238,8 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
     device, any offload: Apple builds add the BLAS backend, backends/blas.py, and arm64's CPU
     backend differs from x86's only in the weights CPU_REPACK takes, memory/repack.py;
-    Vulkan before REPLAY_SINCE with caches of VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
+    Vulkan before REPLAY_SINCE with caches of
+    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
     row split buffers of -sm row before rule cuda_no_split_buffers are not ported) and no
     experts)."""
     backends = [g.backend for g in gpus]
