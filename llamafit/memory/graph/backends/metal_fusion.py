@@ -23,6 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from ....builds import since
 from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
@@ -436,6 +437,15 @@ def fusions_at(build: int | None) -> tuple[Fusion, ...]:
     )
 
 
+@cache
+def _by_first(table: tuple[Fusion, ...], raw: bool) -> dict[str, tuple[Fusion, ...]]:
+    """The table's patterns by their first op (raw: of ops_all), in table order."""
+    out: dict[str, list[Fusion]] = {}
+    for f in table:
+        out.setdefault((f.ops_all if raw else f.ops)[0], []).append(f)
+    return {op: tuple(fs) for op, fs in out.items()}
+
+
 def fusion_next(
     v: SplitView, table: Sequence[Fusion], idxs: Sequence[int], i: int
 ) -> tuple[Fusion | None, int]:
@@ -443,12 +453,12 @@ def fusion_next(
     positions) and its length in non-empty nodes (1 where none matches)."""
     res: Fusion | None = None
     best = 1
-    for f in table:
+    for f in _by_first(tuple(table), False).get(v.ops[idxs[i]], ()):
         ops = f.ops
         n_ops = len(ops)
         if n_ops <= best or i + n_ops > len(idxs):
             continue
-        if any(v.ops[idxs[i + j]] != ops[j] for j in range(n_ops)):
+        if any(v.ops[idxs[i + j]] != ops[j] for j in range(1, n_ops)):
             continue
         nodes = [v.nodes[idxs[i + j]] for j in range(n_ops)]
         if not f.unsafe:
@@ -494,15 +504,16 @@ def fusion_alloc_deps(v: SplitView, table: Sequence[Fusion]) -> list[tuple[int, 
     node. (until, kept) pairs in the order add_alloc_dep receives them."""
     deps: dict[int, list[int]] = {}
     n = len(v.nodes)
+    by_first = _by_first(tuple(table), True)
     k = 0
     while k < n:
         best: Fusion | None = None
         best_raw = 0
-        for f in table:
+        for f in by_first.get(v.ops[k], ()):
             size = len(f.ops_all)
             if size <= best_raw or k + size > n:
                 continue
-            if all(v.ops[k + j] == f.ops_all[j] for j in range(size)):
+            if tuple(v.ops[k : k + size]) == f.ops_all:
                 best, best_raw = f, size
         if best is not None:
             until = v.nodes[k + best_raw - 1]
