@@ -166,3 +166,27 @@ def test_metal_partial_offload(
 ) -> None:
     row = {**_row(row_id, n_gpu_layers=ngl, kv_offload=not nkvo), "build": build}
     assert _compute(predicted(row)) == (mtl0, cpu)
+
+
+ARCHS = (  # (shape, -ngl) -> (MTL0, CPU) at b11434, the Qwen2.5 row's settings at 8192 cells, FA on
+    # MoE: MUL_MAT_ID's extras (tpe, ids, amax), the routing and reduction packed, their sources
+    # kept (metal_moe_fusion)
+    ("qwen3-30b-a3b", -2, 97274496, 25184288),
+    # 5 of 48 blocks: the host experts' MUL_MAT_ID (BLAS takes no MUL_MAT_ID) is op-offloaded,
+    # its stacked weights copied into MTL0
+    ("qwen3-30b-a3b", 5, 462685728, 46155808),
+    ("gpt-oss-20b", -2, 103965024, 33056800),  # sinks, ADD_ID, sliding-window layers
+    # 8 KV heads of 128 over 8192 cells: the F16 copies of K and V (2 x 16 MiB) of rule
+    # metal_fa_kv_f16 in every FA op's extras
+    ("qwen3-0.6b", -2, 75716640, 16795680),
+)
+
+
+@pytest.mark.parametrize(("shape", "ngl", "mtl0", "cpu"), ARCHS)
+def test_metal_archs(shape: str, ngl: int, mtl0: int, cpu: int) -> None:
+    row = {
+        **_row(QWEN, flash_attn="on", n_ctx=8192, n_gpu_layers=ngl),
+        "build": 11434,
+        "shape": shape,
+    }
+    assert _compute(predicted(row)) == (mtl0, cpu)
