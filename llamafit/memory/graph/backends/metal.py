@@ -428,9 +428,10 @@ def metal_reorder(  # noqa: C901 (port)
 
     Memory ranges (ggml_mem_range_from_tensor) at reserve: an unallocated tensor is its own range
     (its base tensor as the buffer id); the KV cache is allocated, k_l0, v_l0, k_l1, ... back to
-    back in one buffer, and two ranges overlap when p0 < cmp.p1 && p1 >= cmp.p0 (so the end of
-    one layer's K touches its V); so is a recurrent cache, r_l0, s_l0, r_l1, ... in one buffer.
-    Weights are only read: source ranges never conflict."""
+    back in one buffer per cache and device (llama_kv_cache: an iSWA model's second cache is the
+    one with fewer cells), and two ranges overlap when p0 < cmp.p1 && p1 >= cmp.p0 (so the end
+    of one layer's K touches its V and the next layer's K); so is a recurrent cache, r_l0, s_l0,
+    r_l1, ... Weights are only read: source ranges never conflict."""
 
     def optimize(  # noqa: C901 (ggml port: kept diffable)
         tensors: Sequence[Tensor],
@@ -446,16 +447,30 @@ def metal_reorder(  # noqa: C901 (port)
                 i, v = v, tensors[v].view_src
             return i
 
+        # the caches' layers by buffer: one buffer per cache (the iSWA one is smaller) and
+        # device, its layers' K and V (r and s) back to back in layer order
+        cache_layers: dict[tuple[object, ...], list[int]] = {}
+        cache_of: dict[int, tuple[tuple[object, ...], int, int]] = {}
+        for j, t in enumerate(tensors):
+            m = _CACHE.match(t.name) if t.data else None
+            if m:
+                group = ("kv" if m.group(1) in "kv" else "rs", t.buffer, t.ne[1], t.ne[2])
+                il = int(m.group(2))
+                cache_layers.setdefault(group, []).append(il)
+                cache_of[j] = (group, il, m.group(1) in "vs")
+        rank = {
+            g: {il: r for r, il in enumerate(sorted(set(ls)))} for g, ls in cache_layers.items()
+        }
         range_of: dict[int, _Range] = {}
 
         def mem_range(i: int) -> _Range:
             r = range_of.get(i)
             if r is None:
                 b = base(i)
-                m = _CACHE.match(tensors[b].name)
-                if tensors[b].data and m:
-                    p = 2 * int(m.group(2)) + (m.group(1) in "vs")
-                    r = ("kv" if m.group(1) in "kv" else "rs", p, p + 1)
+                c = cache_of.get(b)
+                if c is not None:
+                    p = 2 * rank[c[0]][c[1]] + c[2]
+                    r = (c[0], p, p + 1)
                 else:
                     r = (b, 0, 1024)
                 range_of[i] = r
