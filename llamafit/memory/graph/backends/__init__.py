@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..cparams import OP_OFFLOAD_MIN_BATCH
-from ..nodes import Tensor
+from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
 from ..sched import OpPredicate
 from ..shapes import nrows
 
@@ -54,3 +54,45 @@ def batch_offload(min_batch: int = OP_OFFLOAD_MIN_BATCH) -> OpPredicate:
         return op_batch_size(tensors[i]) >= min_batch
 
     return offload
+
+
+def can_fuse_subgraph_ext(
+    tensors: Sequence[Tensor],
+    nodes: Sequence[int],
+    srcs: Sequence[tuple[int | None, ...]],
+    counts: Sequence[int],
+    idxs: Sequence[int],
+    ops: Sequence[str],
+    outputs: Sequence[int],
+) -> bool:
+    """ggml_can_fuse_subgraph_ext (ggml/src/ggml.c) over positions idxs of a split's nodes (their
+    current sources, the graph's use counts): each node has its op and is computed; one that is
+    not an output is not a graph output, all its uses are inside the subgraph, and every view
+    source under it is in the subgraph or a constant (ggml_is_constant: weights)."""
+    n = len(nodes)
+    members = {nodes[k] for k in idxs if k < n}
+    outs = {nodes[k] for k in outputs if k < n}
+    for i, k in enumerate(idxs):
+        if k >= n:
+            return False
+        node = nodes[k]
+        t = tensors[node]
+        if t.op != ops[i] or not t.flags & FLAG_COMPUTE:
+            return False
+        if node in outs:
+            continue
+        if t.flags & FLAG_OUTPUT:
+            return False
+        uses = sum(1 for j in range(i + 1, len(idxs)) for s in srcs[nodes[idxs[j]]] if s == node)
+        if uses != counts[node]:
+            return False
+        v = t.view_src
+        while v is not None:
+            vt = tensors[v]
+            constant = (
+                vt.buffer is not None and vt.usage == USAGE_WEIGHTS and not vt.flags & FLAG_PARAM
+            )
+            if v not in members and not constant:
+                return False
+            v = vt.view_src
+    return True

@@ -72,7 +72,10 @@ def metal_fa_extra(tensors: Sequence[Tensor], i: int, build: int | None = None) 
     m = tensors[m_id] if m_id is not None else None
     kv_f16 = since("metal_fa_kv_f16", build)
     nb11, nb21 = k.nb[1], v.nb[1]
-    v_view_of_k = v.view_src is not None and v.view_src == k.view_src and v.view_offs == k.view_offs
+    # ggml_metal_op_flash_attn_ext_v_is_view_of_k (MLA: V is the first columns of K's cache)
+    v_view_of_k = v.view_src is not None and (
+        v.view_src == t.src[1] or (v.view_src == k.view_src and v.view_offs == k.view_offs)
+    )
     if kv_f16 and q.ne[1] >= 32 and k.type in METAL_KV_F16_FROM:
         nb11, nb21 = 2 * k.ne[0], 2 * (k.ne[0] if v_view_of_k else v.ne[0])
     mask_rows = 2 * m.ne[1] * m.ne[2] * m.ne[3] if m is not None else 0

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from ....builds import since
-from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
+from ..nodes import FLAG_OUTPUT, USAGE_WEIGHTS, Tensor
 from ..shapes import is_contiguous, is_contiguous_rows
+from . import can_fuse_subgraph_ext
 
 FUSION_MAX = 16  # ggml-metal-fusion.h GGML_METAL_FUSION_MAX
 TOPK_MOE_MAX_EXPERTS = 1024  # GGML_METAL_TOPK_MOE_MAX_EXPERTS
@@ -72,37 +73,9 @@ class SplitView:
         self, idxs: Sequence[int], ops: Sequence[str], outputs: Sequence[int]
     ) -> bool:
         """ggml_can_fuse_subgraph_ext (ggml/src/ggml.c) over raw positions idxs."""
-        members = {self.nodes[k] for k in idxs}
-        outs = {self.nodes[k] for k in outputs}
-        for i, k in enumerate(idxs):
-            node = self.nodes[k]
-            t = self.tensors[node]
-            if t.op != ops[i] or not t.flags & FLAG_COMPUTE:
-                return False
-            if node in outs:
-                continue
-            if t.flags & FLAG_OUTPUT:
-                return False
-            uses = sum(
-                1
-                for j in range(i + 1, len(idxs))
-                for s in self.srcs[self.nodes[idxs[j]]]
-                if s == node
-            )
-            if uses != self.counts[node]:
-                return False
-            v = t.view_src
-            while v is not None:
-                vt = self.tensors[v]
-                constant = (
-                    vt.buffer is not None
-                    and vt.usage == USAGE_WEIGHTS
-                    and not vt.flags & FLAG_PARAM
-                )
-                if v not in members and not constant:
-                    return False
-                v = vt.view_src
-        return True
+        return can_fuse_subgraph_ext(
+            self.tensors, self.nodes, self.srcs, self.counts, idxs, ops, outputs
+        )
 
 
 # check(view, fusion, node tensor indexes, non-empty positions, index into them) -> bool

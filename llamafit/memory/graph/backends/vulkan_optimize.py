@@ -18,9 +18,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 
 from ....builds import since
-from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
+from ..nodes import Tensor
 from ..sched import AllocDeps, GraphOptimize
 from ..shapes import is_contiguous_n
+from . import can_fuse_subgraph_ext as _can_fuse_subgraph_ext
 
 # ggml-vulkan-types.h
 TOPK_MOE_EARLY_SOFTMAX_NORM = (
@@ -278,35 +279,7 @@ def vk_graph_optimize(  # noqa: C901 (ggml port: kept diffable)
         idxs: Sequence[int], pattern: Sequence[str], outputs: Sequence[int]
     ) -> bool:
         """ggml_can_fuse_subgraph_ext (ggml/src/ggml.c)."""
-        members = {nodes[k] for k in idxs if k < n}
-        outs = {nodes[k] for k in outputs if k < n}
-        for i, k in enumerate(idxs):
-            if k >= n:
-                return False
-            t = tensors[nodes[k]]
-            if t.op != pattern[i] or not t.flags & FLAG_COMPUTE:
-                return False
-            if nodes[k] in outs:
-                continue
-            if t.flags & FLAG_OUTPUT:
-                return False
-            uses = 0
-            for j in range(i + 1, len(idxs)):
-                uses += sum(1 for s in srcs[nodes[idxs[j]]] if s == nodes[k])
-            if uses != use_count(k):
-                return False
-            v = t.view_src
-            while v is not None:
-                vt = tensors[v]
-                constant = (
-                    vt.buffer is not None
-                    and vt.usage == USAGE_WEIGHTS
-                    and not vt.flags & FLAG_PARAM
-                )
-                if v not in members and not constant:
-                    return False
-                v = vt.view_src
-        return True
+        return _can_fuse_subgraph_ext(tensors, nodes, srcs, counts, idxs, pattern, outputs)
 
     def can_fuse_unary_mul(u: int, m: int) -> bool:
         """ggml_vk_can_fuse_unary_mul."""
