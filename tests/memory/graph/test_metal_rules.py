@@ -8,6 +8,7 @@ import pytest
 
 from llamafit.memory.graph.backends.metal import metal_alloc_size, metal_supports_op
 from llamafit.memory.graph.backends.metal_fusion import (
+    FusionTable,
     SplitView,
     fusion_alloc_deps,
     fusion_max,
@@ -154,7 +155,7 @@ PACKING = (  # (build, the residual is a weight) -> the raw nodes packed at each
 def test_metal_fusion_packing(build: int, weight: bool, packed: tuple[int, ...]) -> None:
     ts, nodes = _mm_add(weight)
     view = _view(ts, nodes)
-    table = fusions_at(build) if build >= 10870 else ()
+    table = fusions_at(build) if build >= 10870 else FusionTable(())
     assert tuple(fusion_max(view, table, k) for k in range(4)) == packed
 
 
@@ -169,7 +170,7 @@ DEPS = (  # (build, residual a weight) -> ggml_metal_fusion_add_alloc_deps: (unt
 @pytest.mark.parametrize(("build", "weight", "deps"), DEPS)
 def test_metal_fusion_alloc_deps(build: int, weight: bool, deps: list) -> None:
     ts, nodes = _mm_add(weight)
-    table = fusions_at(build) if build >= 11085 else ()
+    table = fusions_at(build) if build >= 11085 else FusionTable(())
     assert fusion_alloc_deps(_view(ts, nodes), table) == deps
 
 

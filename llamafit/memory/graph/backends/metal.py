@@ -39,7 +39,7 @@ from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, Graph, Tensor
 from ..sched import AllocDeps, Backend, GraphOptimize, OpPredicate
 from ..shapes import is_contiguous_n, is_contiguous_rows
 from . import op_batch_size
-from .metal_fusion import Fusion, SplitView, fusion_alloc_deps, fusion_max, fusions_at
+from .metal_fusion import FusionTable, SplitView, fusion_alloc_deps, fusion_max, fusions_at
 
 # ggml-metal-impl.h: the flash attention kernels' queries and cache values per simdgroup
 METAL_FA_NQPSG, METAL_FA_NCPSG = 8, 64
@@ -398,6 +398,31 @@ _CACHE = re.compile(r"cache_([kvrs])_l(\d+)$")
 _Range = tuple[object, int, int]
 
 
+_CacheLayout = dict[int, tuple[tuple[object, ...], int]]
+_last_layout: list[tuple[Sequence[Tensor], _CacheLayout]] = []
+
+
+def _cache_layout(tensors: Sequence[Tensor]) -> _CacheLayout:
+    """Each cache tensor's buffer and position in it: one buffer per cache (an iSWA model's
+    second one has fewer cells) and device, its layers' K and V (r and s) back to back in layer
+    order. Kept for the last tensor table (the splits of one graph share it)."""
+    if _last_layout and _last_layout[0][0] is tensors:
+        return _last_layout[0][1]
+    layers: dict[tuple[object, ...], set[int]] = {}
+    found: list[tuple[int, tuple[object, ...], int, bool]] = []
+    for j, t in enumerate(tensors):
+        m = _CACHE.match(t.name) if t.data else None
+        if m:
+            group = ("kv" if m.group(1) in "kv" else "rs", t.buffer, t.ne[1], t.ne[2])
+            il = int(m.group(2))
+            layers.setdefault(group, set()).add(il)
+            found.append((j, group, il, m.group(1) in "vs"))
+    rank = {g: {il: r for r, il in enumerate(sorted(ls))} for g, ls in layers.items()}
+    out = {j: (g, 2 * rank[g][il] + second) for j, g, il, second in found}
+    _last_layout[:] = [(tensors, out)]
+    return out
+
+
 def metal_graph_optimize(build: int | None) -> GraphOptimize:
     """ggml_backend_metal_graph_optimize as llama.cpp build `build` has it (None: the current
     one): from rule metal_fusion_table the fusion table's packing and the fused groups' memory
@@ -419,7 +444,7 @@ def metal_reorder(  # noqa: C901 (port)
     safe: frozenset[str],
     n_forward: int,
     *,
-    table: tuple[Fusion, ...] | None = None,
+    table: FusionTable | None = None,
     alloc_deps: bool = False,
 ) -> GraphOptimize:
     """ggml_graph_optimize with this safe list and look-ahead; `table`: pack by the fusion table
@@ -450,20 +475,7 @@ def metal_reorder(  # noqa: C901 (port)
                 i, v = v, tensors[v].view_src
             return i
 
-        # the caches' layers by buffer: one buffer per cache (the iSWA one is smaller) and
-        # device, its layers' K and V (r and s) back to back in layer order
-        cache_layers: dict[tuple[object, ...], list[int]] = {}
-        cache_of: dict[int, tuple[tuple[object, ...], int, int]] = {}
-        for j, t in enumerate(tensors):
-            m = _CACHE.match(t.name) if t.data else None
-            if m:
-                group = ("kv" if m.group(1) in "kv" else "rs", t.buffer, t.ne[1], t.ne[2])
-                il = int(m.group(2))
-                cache_layers.setdefault(group, []).append(il)
-                cache_of[j] = (group, il, m.group(1) in "vs")
-        rank = {
-            g: {il: r for r, il in enumerate(sorted(set(ls)))} for g, ls in cache_layers.items()
-        }
+        cache_of = _cache_layout(tensors)
         range_of: dict[int, _Range] = {}
 
         def mem_range(i: int) -> _Range:
@@ -472,8 +484,7 @@ def metal_reorder(  # noqa: C901 (port)
                 b = base(i)
                 c = cache_of.get(b)
                 if c is not None:
-                    p = 2 * rank[c[0]][c[1]] + c[2]
-                    r = (c[0], p, p + 1)
+                    r = (c[0], c[1], c[1] + 1)
                 else:
                     r = (b, 0, 1024)
                 range_of[i] = r
@@ -521,30 +532,51 @@ def metal_reorder(  # noqa: C901 (port)
         def writes(p: tuple[int, ...]) -> list[_Range]:
             return [mem_range(p[-1])] if table is None else [mem_range(t) for t in p]
 
-        # each group's ranges, read and written, once
-        group_reads = [reads(p) for p in packed]
-        group_writes = [writes(p) for p in packed]
+        # each group's ranges, read and written, once: an unallocated tensor's (its own buffer id,
+        # an int, and the dummy [0, 1024): any two of one id overlap) apart from the caches'
+        def split(rs: list[_Range]) -> tuple[list[object], list[_Range]]:
+            return [r[0] for r in rs if r[1] == 0 and r[2] == 1024 and isinstance(r[0], int)], [
+                r for r in rs if not (r[1] == 0 and r[2] == 1024 and isinstance(r[0], int))
+            ]
 
-        # the ranges of a set by buffer: (p0, p1, is a destination)
-        Ranges = dict[object, list[tuple[int, int, bool]]]
+        group_reads = [split(reads(p)) for p in packed]
+        group_writes = [split(writes(p)) for p in packed]
+
+        # a set's ranges: the unallocated buffer ids (True where one is written), and the
+        # caches' (p0, p1, is a destination) by buffer
+        Ranges = tuple[dict[object, bool], dict[object, list[tuple[int, int, bool]]]]
 
         def add(mrs: Ranges, g: int) -> None:
             """ggml_mem_ranges_add: the sources read, the destinations written."""
-            for r in group_reads[g]:
-                mrs.setdefault(r[0], []).append((r[1], r[2], False))
-            for r in group_writes[g]:
-                mrs.setdefault(r[0], []).append((r[1], r[2], True))
+            own, alloc = mrs
+            ids, rs = group_reads[g]
+            for i in ids:
+                own.setdefault(i, False)
+            for r in rs:
+                alloc.setdefault(r[0], []).append((r[1], r[2], False))
+            ids, rs = group_writes[g]
+            for i in ids:
+                own[i] = True
+            for r in rs:
+                alloc.setdefault(r[0], []).append((r[1], r[2], True))
 
         def check(mrs: Ranges, g: int) -> bool:
             """ggml_mem_ranges_check: no source where the set writes, no destination where the
             set reads or writes (two ranges of a buffer overlap when p0 < cmp.p1 && p1 >=
             cmp.p0)."""
-            for b, p0, p1 in group_reads[g]:
-                cs = mrs.get(b)
+            own, alloc = mrs
+            ids, rs = group_reads[g]
+            if any(own.get(i) for i in ids):
+                return False
+            for b, p0, p1 in rs:
+                cs = alloc.get(b)
                 if cs and any(dst and p0 < c1 and p1 >= c0 for c0, c1, dst in cs):
                     return False
-            for b, p0, p1 in group_writes[g]:
-                cs = mrs.get(b)
+            ids, rs = group_writes[g]
+            if any(i in own for i in ids):
+                return False
+            for b, p0, p1 in rs:
+                cs = alloc.get(b)
                 if cs and any(p0 < c1 and p1 >= c0 for c0, c1, _ in cs):
                     return False
             return True
@@ -552,12 +584,12 @@ def metal_reorder(  # noqa: C901 (port)
         keep = fusion_alloc_deps(view, table) if table is not None and alloc_deps else []
         used = [False] * len(packed)
         order: list[int] = []
-        mrs0: Ranges = {}
+        mrs0: Ranges = ({}, {})
         for i0, p0 in enumerate(packed):
             if used[i0]:
                 continue
             if tensors[p0[0]].op not in EMPTY and not check(mrs0, i0):
-                mrs1: Ranges = {}
+                mrs1: Ranges = ({}, {})
                 add(mrs1, i0)
                 for i1 in range(i0 + 1, min(i0 + n_forward, len(packed))):
                     if used[i1]:
@@ -572,7 +604,7 @@ def metal_reorder(  # noqa: C901 (port)
                         used[i1] = True
                     else:
                         add(mrs1, i1)
-                mrs0 = {}
+                mrs0 = ({}, {})
             add(mrs0, i0)
             order.extend(p0)
         return AllocDeps(order=tuple(order), keep=tuple((u, tuple(k)) for u, k in keep))

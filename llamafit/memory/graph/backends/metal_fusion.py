@@ -401,37 +401,56 @@ FUSIONS: tuple[Fusion, ...] = (
 )
 
 
-def fusions_at(build: int | None) -> tuple[Fusion, ...]:
+@cache
+def fusions_at(build: int | None) -> FusionTable:
     """The table as llama.cpp build `build` has it."""
-    return tuple(
-        f
-        for f in FUSIONS
-        if (since(f.rule, build) if isinstance(f.rule, str) else build is None or build >= f.rule)
+    return FusionTable(
+        [
+            f
+            for f in FUSIONS
+            if (
+                since(f.rule, build)
+                if isinstance(f.rule, str)
+                else build is None or build >= f.rule
+            )
+        ]
     )
 
 
-@cache
-def _by_first(table: tuple[Fusion, ...], raw: bool) -> dict[str, tuple[Fusion, ...]]:
-    """The table's patterns by their first op (raw: of ops_all), in table order."""
+class FusionTable:
+    """A build's table with its patterns by first op (of ops, and of the raw ops_all), in table
+    order."""
+
+    def __init__(self, fusions: Sequence[Fusion]) -> None:
+        self.fusions = tuple(fusions)
+        self.by_first: dict[str, tuple[Fusion, ...]] = _index(self.fusions, raw=False)
+        self.by_first_raw: dict[str, tuple[Fusion, ...]] = _index(self.fusions, raw=True)
+
+
+def _index(fusions: tuple[Fusion, ...], *, raw: bool) -> dict[str, tuple[Fusion, ...]]:
     out: dict[str, list[Fusion]] = {}
-    for f in table:
+    for f in fusions:
         out.setdefault((f.ops_all if raw else f.ops)[0], []).append(f)
     return {op: tuple(fs) for op, fs in out.items()}
 
 
 def fusion_next(
-    v: SplitView, table: Sequence[Fusion], idxs: Sequence[int], i: int
+    v: SplitView,
+    table: FusionTable,
+    idxs: Sequence[int],
+    i: int,
+    ops_at: Sequence[str] | None = None,
 ) -> tuple[Fusion | None, int]:
     """ggml_metal_fusion_next (STRUCTURAL): the longest pattern at idxs[i] (non-empty raw
-    positions) and its length in non-empty nodes (1 where none matches)."""
+    positions; ops_at their ops) and its length in non-empty nodes (1 where none matches)."""
+    if ops_at is None:
+        ops_at = [v.ops[k] for k in idxs]
     res: Fusion | None = None
     best = 1
-    for f in _by_first(tuple(table), False).get(v.ops[idxs[i]], ()):
+    for f in table.by_first.get(ops_at[i], ()):
         ops = f.ops
         n_ops = len(ops)
-        if n_ops <= best or i + n_ops > len(idxs):
-            continue
-        if any(v.ops[idxs[i + j]] != ops[j] for j in range(1, n_ops)):
+        if n_ops <= best or i + n_ops > len(idxs) or tuple(ops_at[i : i + n_ops]) != ops:
             continue
         nodes = [v.nodes[idxs[i + j]] for j in range(n_ops)]
         if not f.unsafe:
@@ -452,16 +471,17 @@ def fusion_next(
     return res, best
 
 
-def fusion_max(v: SplitView, table: Sequence[Fusion], k: int) -> int:
+def fusion_max(v: SplitView, table: FusionTable, k: int) -> int:
     """ggml_metal_fusion_max: how many raw nodes from position k the patterns, chained back to
     back, pack together (the empty nodes between them included); 1 where none starts at k."""
     if v.ops[k] in EMPTY:
         return 1
     first = bisect_left(v.nonempty, k)
     idxs = v.nonempty[first : first + FUSION_MAX]
+    ops_at = [v.ops[j] for j in idxs]
     total = i_f = 0
     while i_f < len(idxs) and total < FUSION_MAX:
-        f, n = fusion_next(v, table, idxs, i_f)
+        f, n = fusion_next(v, table, idxs, i_f, ops_at)
         if f is None or total + n > FUSION_MAX:
             break
         total += n
@@ -471,13 +491,13 @@ def fusion_max(v: SplitView, table: Sequence[Fusion], k: int) -> int:
     return min(FUSION_MAX, idxs[i_f - 1] - k + 1)
 
 
-def fusion_alloc_deps(v: SplitView, table: Sequence[Fusion]) -> list[tuple[int, list[int]]]:
+def fusion_alloc_deps(v: SplitView, table: FusionTable) -> list[tuple[int, list[int]]]:
     """ggml_metal_fusion_add_alloc_deps: at each raw position, the longest pattern whose raw ops
     match (ops only, no checks) keeps every source from outside it allocated until its last
     node. (until, kept) pairs in the order add_alloc_dep receives them."""
     deps: dict[int, list[int]] = {}
     n = len(v.nodes)
-    by_first = _by_first(tuple(table), True)
+    by_first = table.by_first_raw
     k = 0
     while k < n:
         best: Fusion | None = None
