@@ -1,6 +1,8 @@
-"""The graph replay on Metal and at older builds (memory/graph/replay.py covers_backends,
-device_compute_bytes with metal_backend, backends/metal.py: metal_graph_optimize, metal_buffer_type), through
-MemoryModel.estimate on the GPU corpus's Metal rows (tests/memory/test_gpu_corpus.py)."""
+"""The graph replay on Metal by build (memory/graph/replay.py covers_backends, covers_devices,
+device_compute_bytes with metal_backend and Apple's BLAS backend; backends/metal.py:
+metal_graph_optimize, metal_buffer_type), through MemoryModel.estimate on the GPU corpus's Metal
+rows (tests/memory/test_gpu_corpus.py) at their builds and at later ones. The rows of builds no
+Metal log checks are the port's own figures (rules in tests/memory/graph/test_metal_rules.py)."""
 
 from __future__ import annotations
 
@@ -43,8 +45,9 @@ def test_metal_estimate(row_id: str, build: int, mtl0: int, cpu: int) -> None:
 
 
 def test_metal_refused_graph_keeps_the_hand_peaks() -> None:
-    """A q8_0 cache with flash attention: Metal's SET_ROWS and FA over q8_0 and the FA extras of a
-    quantized cache are not modelled (replay.metal_graph_ok): the hand-derived peaks stand."""
+    """A q8_0 cache with flash attention at b8054: before rule metal_fusion_table the replay takes
+    only the ops and types the 0.3.17 tree was checked for (metal_graph_ok: no SET_ROWS or FA over
+    q8_0), so the hand-derived peaks stand (b11434's are replayed: CURRENT)."""
     row = _row(QWEN, type_k="q8_0", type_v="q8_0", flash_attn="on")
     mm = model(row["shape"])
     assert covers_devices(mm.facts, resolved(row, mm.facts), gpus_of(row))
