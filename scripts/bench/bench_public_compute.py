@@ -1,6 +1,6 @@
 """The compute buffers of public 2026 llama.cpp logs (CUDA, ROCm, Metal) against the prediction.
 
-    python scripts/bench/bench_public_compute.py [--corpus FILE ...] [--id TEXT]
+    python scripts/bench/bench_public_compute.py [--corpus FILE ...] [--id TEXT] [--min-build N]
 
 The corpora (held out: logs this project did not calibrate on), one JSON object a line in the
 format of fixtures/calibration/gpu-corpus.jsonl (url, build, build_note, hardware, shape,
@@ -40,10 +40,12 @@ sys.path.insert(0, str(ROOT))
 from llamafit.builds import build_of, since  # noqa: E402
 from llamafit.facts.hparams import build_facts  # noqa: E402
 from llamafit.machine.devices import DeviceSpec, host  # noqa: E402
-from llamafit.memory.graph.models import MODELS  # noqa: E402
+from llamafit.memory.graph.models import MODELS, REPLAY_SINCE  # noqa: E402
 from llamafit.memory.graph.replay import (  # noqa: E402
     CUDA_BACKENDS,
     METAL_UNTIL,
+    VK_OLD_KV,
+    VK_OLD_UNTIL,
     covers_devices,
 )
 from llamafit.memory.model import MemoryModel  # noqa: E402
@@ -168,21 +170,28 @@ def declined(row: dict) -> str:
             return f"Metal from {_rule(METAL_UNTIL)} not ported (covers_backends)"
         if len(gpus) != 1 or rc.n_gpu_layers <= f.n_layer_all or rc.all_overrides:
             return "Metal: one device, every layer, no -ot only (covers_devices)"
+    if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
+        kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
+        if not model.checked_0317:
+            return f"Vulkan before {_rule(REPLAY_SINCE)}: {arch} not checked at 0.3.17"
+        if since(VK_OLD_UNTIL, rc.build):
+            return f"Vulkan from {_rule(VK_OLD_UNTIL)} to {_rule(REPLAY_SINCE)} not ported"
+        if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):
+            return f"Vulkan before {_rule(REPLAY_SINCE)}: caches of {sorted(kv)} (VK_OLD_KV)"
     if backends & CUDA_BACKENDS:
         if f.moe is not None:
             return "CUDA/ROCm MoE: MUL_MAT_ID not ported (covers_devices)"
         if rc.split_mode not in ("layer", "none"):
             return "-sm row split buffers not ported (covers_devices)"
-        if (
-            rc.flash_attn
-            and "f16" not in {rc.type_k.name.lower()} | {rc.type_v.name.lower()}
-            and since("cuda_fa_f16_in_buffer", rc.build)
-        ):
-            kv = rc.type_k.name.lower()
-            return f"CUDA/ROCm FA over a {kv} cache from {_rule('cuda_fa_f16_in_buffer')}"
+        type_k = rc.type_k.name.lower()  # cuda_graph_ok: FLASH_ATTN_EXT over a non-F16 K
+        if rc.flash_attn and type_k != "f16" and since("cuda_fa_f16_in_buffer", rc.build):
+            return f"CUDA/ROCm FA over a {type_k} cache from {_rule('cuda_fa_f16_in_buffer')}"
     if not covers_devices(f, rc, gpus):
         return "covers_devices declines this placement"
-    return "the replay declined the graph (cuda_graph_ok / metal_graph_ok: an op not ported)"
+    return (
+        "the replay declined the graph or a device (cuda_graph_ok, metal_graph_ok: an op not"
+        " ported; Vulkan: UnknownDeviceLimit)"
+    )
 
 
 def summary(figs: list[Figure]) -> dict[str, float]:
@@ -203,8 +212,8 @@ def summary(figs: list[Figure]) -> dict[str, float]:
     }
 
 
-def report(path: Path, only: str = "") -> list[Figure]:
-    rows = [r for r in load_rows(path) if only in r["id"]]
+def report(path: Path, only: str = "", min_build: int = 0) -> list[Figure]:
+    rows = [r for r in load_rows(path) if only in r["id"] and r["build"] >= min_build]
     name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     print(f"\n{name}: {len(rows)} rows")
     print(
@@ -266,9 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         "--corpus", type=Path, action="append", help="a corpus file (default: both of #36's)"
     )
     ap.add_argument("--id", default="", help="only the rows whose id contains this text")
+    ap.add_argument(
+        "--min-build", type=int, default=0, help="only the rows of this llama.cpp build or later"
+    )
     args = ap.parse_args(argv)
     for path in args.corpus or CORPORA:
-        report(path.resolve(), args.id)
+        report(path.resolve(), args.id, args.min_build)
     return 0
 
 
