@@ -375,11 +375,12 @@ def test_a_server_that_does_not_answer_like_llama_server_is_refused() -> None:
     )
 
 
-def _fake_build(where: Path, extra_model_mib: int, build: str = "") -> Path:
+def _fake_build(where: Path, extra_model_mib: int, build: str = "", compute_mib: int = 2) -> Path:
     """A llama-server that lists one CUDA0 of $FAKE_CUDA0_MIB (16 MiB unless set), and a
     llama-fit-params beside it whose estimate is llamafit's for the dense fixture (KV 512 bytes a
-    token) plus `extra_model_mib` of weights; `build` makes another build (another content
-    hash)."""
+    token; compute 2 MiB, llamafit's 2,375,680 bytes for its question as printed) plus
+    `extra_model_mib` of weights, and `compute_mib` on CUDA0; `build` makes another build
+    (another content hash)."""
     from tests.support import NEW_HELP, NEW_VERSION
 
     server = _exe(where, "fake")
@@ -396,7 +397,8 @@ def _fake_build(where: Path, extra_model_mib: int, build: str = "") -> Path:
         f"#!{sys.executable}\nimport sys\na = sys.argv[1:]\n"
         f"if a == ['--help']:\n    sys.stdout.write({FIT_HELP!r})\n    sys.exit(0)\n"
         "c = int(a[a.index('-c') + 1])\n"
-        f"print(f'CUDA0 {{0 + {extra_model_mib}}} {{c * 512 >> 20}} 5')\nprint('Host 0 0 1')\n"
+        f"print(f'CUDA0 {{0 + {extra_model_mib}}} {{c * 512 >> 20}} {compute_mib}')\n"
+        "print('Host 0 0 1')\n"
     )
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     return server
@@ -441,8 +443,8 @@ def test_llama_cpp_s_larger_weights_win(
         []
         if extra == 0
         else [
-            "CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than "
-            "llamafit's: planned with that much more room"
+            "CUDA0: llama.cpp's own estimate holds 4 MiB more weights than llamafit's: "
+            "planned with that much more room"
         ]
     )
 
@@ -485,7 +487,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
         overhead = plan["devices"][0]["overhead_bytes"]
         return len(solves), overhead, plan.get("llama_cpp_recorded"), notes
 
-    solved = "CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than llamafit's"
+    solved = "CUDA0: llama.cpp's own estimate holds 4 MiB more weights than llamafit's"
     assert planned(env) == (2, room, None, [f"{solved}: planned with that much more room"])
     identity = build_identity(str(server), "version: 0.6.0-dev (build 0, commit unknown)")
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", cache)
@@ -495,7 +497,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
     assert [(e["kind"], e["bytes"], e["agrees"], e["config"]["n_ctx"]) for e in entries] == [
         ("model", room, False, 4096),
         ("context", 0, False, 4096),
-        ("compute", 2869120, False, 4096),
+        ("compute", 2 * MIB - 2375680, False, 4096),
     ]
 
     assert planned(env, "--no-llama-check") == (1, 0, None, [])  # #37 F10: nothing of it
@@ -508,7 +510,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
         assert [(d["kind"], d["bytes"], d["applied"]) for d in recorded["differences"]] == [
             ("model", room, True),
             ("context", 0, False),
-            ("compute", 2869120, False),
+            ("compute", 2 * MIB - 2375680, False),
         ]
         tail = "" if checked else "; llama.cpp not asked this time"
         assert notes == [f"{RECORDED_NOTE} for this build showed before{tail}"]
