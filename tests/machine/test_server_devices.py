@@ -380,7 +380,7 @@ def _fake_build(where: Path, extra_model_mib: int, build: str = "", compute_mib:
     llama-fit-params beside it whose estimate is llamafit's for the dense fixture (KV 512 bytes a
     token; compute 2 MiB, llamafit's 2,375,680 bytes for its question as printed) plus
     `extra_model_mib` of weights, and `compute_mib` on CUDA0; `build` makes another build
-    (another content hash)."""
+    (another content hash). Each question it answers is a line of asked.log beside it."""
     from tests.support import NEW_HELP, NEW_VERSION
 
     server = _exe(where, "fake")
@@ -394,8 +394,10 @@ def _fake_build(where: Path, extra_model_mib: int, build: str = "", compute_mib:
     )
     tool = where / "llama-fit-params"
     tool.write_text(
-        f"#!{sys.executable}\nimport sys\na = sys.argv[1:]\n"
+        f"#!{sys.executable}\nimport os, sys\na = sys.argv[1:]\n"
         f"if a == ['--help']:\n    sys.stdout.write({FIT_HELP!r})\n    sys.exit(0)\n"
+        "with open(os.path.join(os.path.dirname(sys.argv[0]), 'asked.log'), 'a') as f:\n"
+        "    f.write(' '.join(a) + '\\n')\n"
         "c = int(a[a.index('-c') + 1])\n"
         f"print(f'CUDA0 {{0 + {extra_model_mib}}} {{c * 512 >> 20}} {compute_mib}')\n"
         "print('Host 0 0 1')\n"
@@ -519,6 +521,64 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
     another = _fake_build(tmp_path / "bin2", 4, build="another")
     other_build = planned(env | {"LLAMA_SERVER": str(another)})
     assert other_card[2] is other_build[2] is None  # solved afresh, nothing recorded applied
+
+
+def test_llama_cpp_s_larger_compute_wins_and_a_cached_plan_asks_nothing(tmp_path: Path) -> None:
+    """llama-fit-params' CUDA0 compute column (5 MiB) over llamafit's figure for its own graph
+    (2,375,680 bytes: the estimate at n_outputs_max = n_batch) beyond print precision: a
+    llama_compute_differs warning with the numbers, the plan keeps the difference as room on CUDA0,
+    and the difference is recorded for the build; the next plan of the same question starts from
+    the record and asks no llama-fit-params (its answer is kept on disk)."""
+    server = _fake_build(tmp_path / "bin", 0, compute_mib=5)
+    env = {
+        "LLAMA_SERVER": str(server),
+        "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
+        "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl"),
+    }
+    room = 5 * MIB - 2375680
+    first = _plan_dense(env)
+    assert first["devices"][0]["overhead_bytes"] == room
+    assert [c for c in first["llama_cpp_check"]["compute"] if c["device"] == "CUDA0"] == [
+        {
+            "device": "CUDA0",
+            "mib": 5,
+            "llamafit_bytes": 2375680,
+            "difference_bytes": room,
+            "compute_source": "estimate",
+            "agrees": False,
+        }
+    ]
+    warned = [w for w in first["warnings"] if w["code"] == "llama_compute_differs"]
+    assert warned == [
+        {
+            "code": "llama_compute_differs",
+            "device": "CUDA0",
+            "llama_mib": 5,
+            "llamafit_bytes": 2375680,
+            "difference_bytes": room,
+            "compute_source": "estimate",
+            "taken": "llama.cpp",
+            "text": "CUDA0: llama.cpp's dry run reserves 5 MiB of compute, llamafit's estimate "
+            "2.3 MiB for the same graph; planned with llama.cpp's larger figure",
+        }
+    ]
+    notes = [w["text"] for w in first["warnings"] if w["code"] == "server_devices"]
+    assert notes == [
+        "CUDA0: llama.cpp's own estimate holds 3 MiB more compute than llamafit's: planned with "
+        "that much more room"
+    ]
+    asked = (tmp_path / "bin" / "asked.log").read_text().splitlines()
+    assert len(asked) == 1  # the re-solve picked the same config: the same question, asked once
+    again = _plan_dense(env)
+    assert (tmp_path / "bin" / "asked.log").read_text().splitlines() == asked  # no process
+    assert again["devices"][0]["overhead_bytes"] == room
+    recorded = again["llama_cpp_recorded"]
+    assert [(d["kind"], d["bytes"], d["applied"]) for d in recorded["differences"]] == [
+        ("model", -233472, False),
+        ("context", 0, False),
+        ("compute", room, True),
+    ]
+    assert again["llama_cpp_check"] == first["llama_cpp_check"]
 
 
 @pytest.mark.parametrize("tty", [True, False])
