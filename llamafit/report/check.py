@@ -401,6 +401,18 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
             80,
             subsequent_indent=" " * 13,
         )
+    if data.get("compute"):  # its compute column against llamafit's for the same graph
+        shown = "; ".join(
+            f"{c['device']} {c['mib']:,} MiB, llamafit {c['llamafit_bytes'] / MIB:,.1f}"
+            + ("" if c["agrees"] else " (DIFFERS)")
+            for c in data["compute"]
+        )
+        lines += wrap(
+            f"compute at its own graph: {shown}",
+            80,
+            initial_indent=" " * 11,
+            subsequent_indent=" " * 13,
+        )
     lines += [
         w
         for n in data.get("notes", [])

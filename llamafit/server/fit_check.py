@@ -11,9 +11,14 @@ Quirks of its estimate, kept out of the comparison (each from the llama.cpp func
 it):
 - it has no -kvu (the tool does not register it in common/arg.cpp): a config with unified KV and
   several slots is asked without it, and compared with llamafit's figures for the same question;
-- its Host compute figure reserves the graph with every token of the ubatch as an output
-  (llama_get_device_memory_data builds the worst-case graph, n_outputs = n_ubatch): for Gemma 3
-  270M it prints 514 MiB where llama-server allocates about 40, so the Host is shown, not judged.
+- its compute figures reserve the graph with every token of the ubatch as an output
+  (common_context_params_to_llama leaves n_outputs_max to llama_context, which makes it n_batch):
+  for Gemma 3 270M its Host prints 514 MiB where llama-server allocates about 40, so the Host's
+  total is shown, not judged; the compute column itself is compared with llamafit's figure for
+  that same graph (fit/llama_check.py fit_params_rc, compute_checks).
+
+Its answers are kept on disk (ask's `remember`, answer_path): a later plan of the same question
+runs no process.
 """
 
 from __future__ import annotations
@@ -131,13 +136,10 @@ def ask(
     plan re-solved after learning a tensor limit usually asks the same again: 0.7-2.5 s each).
     `remember`: (the model's path in `flags`, what names the question beyond its flags: the build
     and the model's file as it is now); then an answer is kept on disk (answer_path) and a later
-    plan of the same question runs no process: the dry run allocates nothing and reads no free memory with `-fit off`, so
-    its answer depends only on the build, the model, the flags and the visible devices."""
-    key = (
-        tool,
-        *flags,
-        *(f"{k}={v}" for k, v in sorted(env.items()) if k.endswith("VISIBLE_DEVICES")),
-    )
+    plan of the same question runs no process: with `-fit off` the dry run allocates nothing and
+    reads no free memory, so its answer depends only on the build, the model, the flags and the
+    environment that _shapes_answer names."""
+    key = (tool, *flags, *(f"{k}={v}" for k, v in sorted(env.items()) if _shapes_answer(k)))
     if key not in _ASKED:
         path = None if remember is None else answer_path(tool, key, remember)
         rows = None if path is None else _load_answer(path)
@@ -148,6 +150,13 @@ def ask(
             if path is not None and _ASKED[key][0]:
                 _store_answer(path, _ASKED[key][0])
     return _ASKED[key]
+
+
+def _shapes_answer(name: str) -> bool:
+    """An environment variable that may change the dry run's answer beyond its flags: the devices
+    a backend shows (CUDA_VISIBLE_DEVICES, GGML_VK_VISIBLE_DEVICES…), ggml's own settings, and
+    the flags' LLAMA_ARG_* variables (common/arg.cpp reads them for any flag not given)."""
+    return name.endswith("VISIBLE_DEVICES") or name.startswith(("GGML_", "LLAMA_ARG_"))
 
 
 def answer_path(tool: str, key: Sequence[str], remember: tuple[str, str]) -> str | None:

@@ -495,7 +495,9 @@ def vulkan_main(out_path: Path, deadline: float) -> int:
 
     folder = device_lab.bin_dir()
     if folder is None:
-        print(f"gpu_check --vulkan: no Vulkan/RPC build (set ${device_lab.BIN_ENV})", file=sys.stderr)
+        print(
+            f"gpu_check --vulkan: no Vulkan/RPC build (set ${device_lab.BIN_ENV})", file=sys.stderr
+        )
         return 2
     os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(folder)
     done = []

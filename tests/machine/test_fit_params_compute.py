@@ -159,7 +159,10 @@ def test_a_question_is_named_without_the_stand_in_s_path(tool: str) -> None:
     ("content", "kept"),
     [
         (json.dumps({"format": 1, "rows": []}), None),
-        (json.dumps({"format": 1, "rows": [["Vulkan0", 65, 156, 26], ["Host", 170, 0, 514]]}), ROWS),
+        (
+            json.dumps({"format": 1, "rows": [["Vulkan0", 65, 156, 26], ["Host", 170, 0, 514]]}),
+            ROWS,
+        ),
         (json.dumps({"format": 2, "rows": [["Vulkan0", 65, 156, 26]]}), None),
         (json.dumps({"format": 1, "rows": [["Vulkan0", 65, 156]]}), None),
         (json.dumps({"format": 1, "rows": [["Vulkan0", 65, 156, -1]]}), None),
@@ -206,3 +209,28 @@ def test_an_answer_is_kept_and_a_failure_is_not(tool: str, monkeypatch: pytest.M
         monkeypatch.setattr(fit_check, "_ASKED", {})
         assert fit_check.ask(tool, [*flags, "-ub", "8"], {}, remember=remember) == ((), "hung")
     assert ran == [tool, "failed", "failed"]
+
+
+@pytest.mark.parametrize(
+    ("env", "asked_again"),
+    [
+        ({"GGML_VK_VISIBLE_DEVICES": "0"}, True),
+        ({"CUDA_VISIBLE_DEVICES": "1"}, True),
+        ({"LLAMA_ARG_N_GPU_LAYERS": "3"}, True),
+        ({"HOME": "/elsewhere"}, False),
+    ],
+)
+def test_the_environment_that_changes_the_answer_names_it(
+    tool: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], asked_again: bool
+) -> None:
+    ran: list[dict[str, str]] = []
+
+    def answered(t: str, flags: object, given: dict[str, str], timeout: float) -> object:
+        ran.append(given)
+        return ROWS, None
+
+    monkeypatch.setattr(fit_check, "_ask", answered)
+    for asked in ({}, env):
+        monkeypatch.setattr(fit_check, "_ASKED", {})
+        fit_check.ask(tool, ["-m", "m.gguf"], asked, remember=("m.gguf", "b1"))
+    assert ran == ([{}, env] if asked_again else [{}])

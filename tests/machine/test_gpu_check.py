@@ -155,3 +155,25 @@ def test_without_a_gpu_it_says_so_and_exits_0(tmp_path: Path) -> None:
         check=False,
     )
     assert (proc.returncode, proc.stdout) == (0, gpu_check.NO_GPU + "\n")
+
+
+def test_vulkan_mode_without_the_build_says_where_to_point_it(tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "LLAMAFIT_VULKAN_RPC_BIN": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "calibration" / "gpu_check.py"), "--vulkan"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2,
+        "",
+        "gpu_check --vulkan: no Vulkan/RPC build (set $LLAMAFIT_VULKAN_RPC_BIN)\n",
+    )
+    assert not (tmp_path / "gpu-check.jsonl").exists()
