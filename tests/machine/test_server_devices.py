@@ -581,6 +581,42 @@ def test_llama_cpp_s_larger_compute_wins_and_a_cached_plan_asks_nothing(tmp_path
     assert again["llama_cpp_check"] == first["llama_cpp_check"]
 
 
+@pytest.mark.parametrize(("same_graph", "applied"), [(True, True), (None, False)])
+def test_a_compute_difference_recorded_before_the_same_graph_is_not_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same_graph: bool | None, applied: bool
+) -> None:
+    """A compute difference recorded by an earlier llamafit was taken at llama-server's graph: on
+    the output layer's device it held llama.cpp's worst-case logits (hundreds of MiB for a large
+    vocabulary), so only one that says `same_graph` is room."""
+    from llamafit.commands.records import load, store
+
+    server = _fake_build(tmp_path / "bin", 0)
+    env = {
+        "LLAMA_SERVER": str(server),
+        "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
+        "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl"),
+    }
+    _plan_dense(env)  # records this build's entries (they agree)
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", env["LLAMAFIT_CACHE_DIR"])
+    identity = build_identity(str(server), "version: 0.6.0-dev (build 0, commit unknown)")
+    entry = next(e for e in load(identity) if e["kind"] == "compute")
+    assert entry["same_graph"] is True
+    old = {k: v for k, v in entry.items() if k != "same_graph"}
+    extra = {} if same_graph is None else {"same_graph": same_graph}
+    store(identity, [old | {"bytes": 3 * MIB, "agrees": False} | extra])
+    plan = _plan_dense(env)
+    assert plan["devices"][0]["overhead_bytes"] == (3 * MIB if applied else 0)
+    if not applied:  # nothing recorded applies: the plan shows none
+        assert "llama_cpp_recorded" not in plan
+        return
+    recorded = plan["llama_cpp_recorded"]["differences"]
+    assert [(d["kind"], d["bytes"], d["applied"]) for d in recorded] == [
+        ("model", -233472, False),
+        ("context", 0, False),
+        ("compute", 3 * MIB, True),
+    ]
+
+
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_shows_while_llama_cpp_answers_on_a_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tty: bool
