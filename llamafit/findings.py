@@ -21,7 +21,9 @@ class Notice:
     devices, source}; calibration_skipped {path, count, reason}; calibration_unread {path, reason};
     small_reserve {reserve_bytes}; host_ram_short {used_bytes, usable_bytes}; server_devices
     {message} (the server's device list against detection and vulkaninfo); server_unanswered
-    {message} (a llama-server found that hung, printed without end or was not believed); and model / config
+    {message} (a llama-server found that hung, printed without end or was not believed);
+    llama_compute_differs {device, llama_mib, llamafit_bytes, difference_bytes, compute_source,
+    taken} (commands/llama_check.compute_notices); and model / config
     {message}, the model's and llama.cpp's own warnings, passed on as text.
     """
 
