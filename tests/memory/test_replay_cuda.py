@@ -53,9 +53,6 @@ def test_the_replay_corrects_the_hand_peaks_on_a_partial_offload() -> None:
 
 
 DECLINED = (  # (changes) -> the hand-derived peaks stand on CUDA
-    # PR #23907: FA over q8_0 reserves F16 copies sized by the kernel the compute capability picks
-    {"build": 9430},
-    {"build": None},
     # MoE (MUL_MAT_ID): ggml_backend_cuda_graph_optimize's fusion alloc deps are not ported
     {"shape": "qwen3-30b-a3b", "build": None, "settings": {"type_k": "f16", "type_v": "f16"}},
     {"gpus": ["CUDA0", "CUDA1"], "settings": {"split_mode": "row"}},  # -sm row split buffers
@@ -65,6 +62,43 @@ DECLINED = (  # (changes) -> the hand-derived peaks stand on CUDA
 @pytest.mark.parametrize("changes", DECLINED)
 def test_what_the_cuda_replay_does_not_cover_keeps_the_estimate(changes: dict) -> None:
     assert {source for _n, _b, source in _compute(_row(NEMO, **changes))} == {COMPUTE_ESTIMATE}
+
+
+QWEN_Q8 = {"type_k": "q8_0", "type_v": "q8_0", "flash_attn": True}
+
+
+@pytest.mark.parametrize(
+    ("build", "gpu", "expected"),
+    [
+        # the logits (152064 x 512 F32) outgrow the F16 copies (2 x 64 MiB at 32768 cells)
+        (9430, "CUDA0", 321912832),
+        # one logits row per slot (rule server_output_limit): the attention with its copies is
+        # the peak; without them (the CUDA pool's, before rule cuda_fa_f16_in_buffer) 160528512
+        (None, "CUDA0", 220297344),
+        (None, "ROCm0", 220297344),
+    ],
+)
+def test_flash_attention_over_a_quantized_cache_is_replayed(
+    build: int | None, gpu: str, expected: int
+) -> None:
+    """Its F16 copies (ggml_cuda_flash_attn_ext_get_alloc_size) in the buffer from PR #23907; the
+    GPU's compute capability is not known here: the prompt's kernel copies on every device."""
+    backend = "rocm" if gpu.startswith("ROCm") else "cuda"
+    row = _row(QWEN, build=build, backend=backend, gpus=[gpu], settings=QWEN_Q8)
+    assert _compute(row)[0] == (gpu, expected, COMPUTE_GRAPH)
+
+
+@pytest.mark.parametrize(
+    ("build", "type_v", "source"),
+    [(10454, "f16", COMPUTE_ESTIMATE), (10454, "q8_0", COMPUTE_GRAPH), (None, "f16", COMPUTE_GRAPH)],
+)
+def test_k_and_v_of_two_types_from_rule_cuda_fa_any_kv(
+    build: int, type_v: str, source: str
+) -> None:
+    """Before PR #28079 a K and V of two types left the attention to the CPU (not ported: the
+    estimate); from it the GPU converts both."""
+    row = _row(QWEN, build=build, settings={**QWEN_Q8, "type_v": type_v})
+    assert {s for _n, _b, s in _compute(row)} == {source}
 
 
 @pytest.mark.parametrize("build", [9512, None])
@@ -113,8 +147,8 @@ def test_quantized_rows_are_padded_to_matrix_row_padding(
     assert cuda_alloc_size([_t("x", ty, (ne0, 1, 1, 1), nbytes)], 0) == expected
 
 
-def _supports(ts: list[Tensor], op: Tensor) -> bool:
-    return cuda_supports_op([*ts, op], len(ts), peers=frozenset({"CUDA1"}))
+def _supports(ts: list[Tensor], op: Tensor, build: int | None = None) -> bool:
+    return cuda_supports_op([*ts, op], len(ts), peers=frozenset({"CUDA1"}), build=build)
 
 
 def test_supports_op_matrix_products() -> None:
@@ -134,17 +168,21 @@ def test_supports_op_matrix_products() -> None:
 
 
 @pytest.mark.parametrize(
-    ("head", "type_k", "type_v", "supported"),
+    ("head", "type_k", "type_v", "build", "supported"),
     [
-        (128, "f16", "f16", True),
-        (128, "q8_0", "q8_0", True),
-        (128, "q8_0", "f16", False),  # K and V of two types: not in 0.3.17 (FA_ALL_QUANTS off)
-        (128, "q4_1", "q4_1", False),  # not in 0.3.17 either
-        (576, "f16", "f16", False),  # MLA's 576/512: a V head of another size, not ported
-        (48, "f16", "f16", False),  # no kernel for this head size
+        (128, "f16", "f16", 8133, True),
+        (128, "q8_0", "q8_0", 8133, True),
+        (128, "q8_0", "f16", 8133, False),  # two types: not until PR #28079 (FA_ALL_QUANTS off)
+        (128, "q4_1", "q4_1", 10454, False),  # 0.3.35 neither
+        (128, "q8_0", "f16", None, True),  # b11434: converted to F16
+        (128, "q4_1", "q4_1", None, True),
+        (576, "f16", "f16", None, False),  # MLA's 576/512: a V head of another size, not ported
+        (48, "f16", "f16", None, False),  # no kernel for this head size
     ],
 )
-def test_supports_op_flash_attention(head: int, type_k: str, type_v: str, supported: bool) -> None:
+def test_supports_op_flash_attention(
+    head: int, type_k: str, type_v: str, build: int | None, supported: bool
+) -> None:
     ts = [
         _t("q", "f32", (head, 512, 32, 1), 4 * head * 512 * 32),
         _t("k", type_k, (head, 4096, 8, 1), 0),
@@ -154,4 +192,4 @@ def test_supports_op_flash_attention(head: int, type_k: str, type_v: str, suppor
     fa = _t(
         "fa", "f32", (head, 32, 512, 1), 4 * head * 32 * 512, op="FLASH_ATTN_EXT", src=(0, 1, 2, 3)
     )
-    assert _supports(ts, fa) is supported
+    assert _supports(ts, fa, build) is supported

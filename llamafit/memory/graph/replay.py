@@ -9,9 +9,10 @@ supports_op, offload_op and graph_optimize are ported (backends/). Metal is cove
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
 checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
 covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
-MUL_MAT_ID: MoE graphs keep the estimate; no flash attention over a non-F16 cache from rule
-cuda_fa_f16_in_buffer on: its F16 copies depend on the device's compute capability), any offload
-and any number of devices of one backend, -sm row aside. Elsewhere the hand model stays.
+MUL_MAT_ID: MoE graphs keep the estimate; flash attention over a non-F16 cache from rule
+cuda_fa_f16_in_buffer on adds F16 copies by the kernel the device's compute capability picks,
+DeviceSpec.cc, an unknown one taken as copying), any offload and any number of devices of one
+backend, -sm row aside. Elsewhere the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
@@ -297,9 +298,14 @@ def scheduler_backends(
         elif g.backend in CUDA_BACKENDS:
             peers = frozenset(o.name for o in gpus if o.backend == g.backend) - {g.name}
             backends.append(
-                cuda_backend(g.name, peers=peers, op_offload_min_batch=rc.op_offload_min_batch)
+                cuda_backend(
+                    g.name,
+                    peers=peers,
+                    op_offload_min_batch=rc.op_offload_min_batch,
+                    build=rc.build,
+                )
             )
-            bufts.append(cuda_buffer_type(g.name))
+            bufts.append(cuda_buffer_type(g.name, g.cc, rc.build))
         else:
             backends.append(rpc_backend(g.name))
             bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))
