@@ -13,6 +13,7 @@ from llamafit.memory.graph.backends.cuda import (
     cuda_supports_op,
 )
 from llamafit.memory.graph.nodes import Tensor
+from llamafit.memory.resolve import ConfigError
 from llamafit.memory.graph.shapes import type_of
 from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH
 from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted
@@ -55,7 +56,6 @@ def test_the_replay_corrects_the_hand_peaks_on_a_partial_offload() -> None:
 DECLINED = (  # (changes) -> the hand-derived peaks stand on CUDA
     # MoE (MUL_MAT_ID): ggml_backend_cuda_graph_optimize's fusion alloc deps are not ported
     {"shape": "qwen3-30b-a3b", "build": None, "settings": {"type_k": "f16", "type_v": "f16"}},
-    {"gpus": ["CUDA0", "CUDA1"], "settings": {"split_mode": "row"}},  # -sm row split buffers
 )
 
 
@@ -123,6 +123,26 @@ def test_two_cuda_devices_with_every_layer_run_pipeline_parallel() -> None:
     two = _compute(_row(QWEN, gpus=["CUDA0", "CUDA1"]))
     assert {s for _n, _b, s in two} == {COMPUTE_GRAPH}
     assert two[0][1] > one[0][1] and two[-1][1] > one[-1][1]
+
+
+def test_sm_row_runs_as_sm_layer_without_pipeline_parallelism() -> None:
+    """-sm row before rule cuda_no_split_buffers: the split buffer of a layer's matrices belongs to
+    its device, so the graph is split as with -sm layer; only -sm layer runs pipeline parallel."""
+    two = {"gpus": ["CUDA0", "CUDA1"]}
+    partial = {"n_gpu_layers": 40}
+    row = _compute(_row(QWEN, **two, settings={"split_mode": "row", **partial}))
+    layer = _compute(_row(QWEN, **two, settings=partial))
+    assert row == layer and {s for _n, _b, s in row} == {COMPUTE_GRAPH}
+    full_row = _compute(_row(QWEN, **two, settings={"split_mode": "row"}))
+    full_layer = _compute(_row(QWEN, **two))  # four copies of every split input
+    assert {s for _n, _b, s in full_row} == {COMPUTE_GRAPH}
+    assert all(r[1] < ly[1] for r, ly in zip(full_row, full_layer, strict=True))
+
+
+def test_sm_row_is_refused_from_rule_cuda_no_split_buffers() -> None:
+    row = _row(QWEN, build=9890, gpus=["CUDA0", "CUDA1"], settings={"split_mode": "row"})
+    with pytest.raises(ConfigError, match="does not support split buffers"):
+        _compute(row)
 
 
 def _t(name: str, ty: str, ne: tuple[int, int, int, int], nbytes: int, **kw: object) -> Tensor:
