@@ -279,11 +279,16 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
 
 def unknown_cc_devices(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[str, ...]:
     """The CUDA / ROCm devices whose compute capability is unknown where it may size their compute
-    buffers: flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer (its F16 copies
-    follow the kernel the compute capability picks; backends/cuda_fattn.py then takes the one
-    that copies, the most llama.cpp allocates)."""
+    buffers: flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer, with a reserve
+    graph of at most 2 query rows per KV stream (the prompt's min(n_ctx, n_ubatch), the one-token
+    graph's n_seq_max): only there may a device's vector kernel read the cache without the F16
+    copies (cuda_fattn.fattn_uses_vec), which cuda_fattn then counts, the most llama.cpp
+    allocates."""
     quantized = rc.type_k.name.lower() != "f16" or rc.type_v.name.lower() != "f16"
     if not (rc.flash_attn and quantized and since("cuda_fa_f16_in_buffer", rc.build)):
+        return ()
+    rows = min(min(rc.n_ctx, rc.n_ubatch), rc.n_seq_max) // max(1, rc.n_stream)
+    if rows > 2:
         return ()
     return tuple(g.name for g in gpus if g.backend in CUDA_BACKENDS and g.cc is None)
 
