@@ -65,7 +65,9 @@ LAVAPIPE = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free
                 ListedDevice(
                     "CUDA0", "cuda", "NVIDIA GeForce RTX 4090", 24080 * MIB, 23500 * MIB, 890
                 ),
-                ListedDevice("CUDA1", "cuda", "Tesla V100-PCIE-16GB", 16144 * MIB, 15800 * MIB, 700),
+                ListedDevice(
+                    "CUDA1", "cuda", "Tesla V100-PCIE-16GB", 16144 * MIB, 15800 * MIB, 700
+                ),
             ),
         ),
         (  # HIP: the gfx id, GGML_CUDA_CC_OFFSET_AMD + 0x1100

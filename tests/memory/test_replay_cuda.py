@@ -13,9 +13,9 @@ from llamafit.memory.graph.backends.cuda import (
     cuda_supports_op,
 )
 from llamafit.memory.graph.nodes import Tensor
-from llamafit.memory.resolve import ConfigError
 from llamafit.memory.graph.shapes import type_of
 from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH
+from llamafit.memory.resolve import ConfigError
 from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted
 
 NEMO = "repo-dahaka52-nira-mistral-nemo-ngl40-q8kv-fa-cuda"  # b8133, -ngl 40 of 41, q8_0 FA
@@ -90,7 +90,11 @@ def test_flash_attention_over_a_quantized_cache_is_replayed(
 
 @pytest.mark.parametrize(
     ("build", "type_v", "source"),
-    [(10454, "f16", COMPUTE_ESTIMATE), (10454, "q8_0", COMPUTE_GRAPH), (None, "f16", COMPUTE_GRAPH)],
+    [
+        (10454, "f16", COMPUTE_ESTIMATE),
+        (10454, "q8_0", COMPUTE_GRAPH),
+        (None, "f16", COMPUTE_GRAPH),
+    ],
 )
 def test_k_and_v_of_two_types_from_rule_cuda_fa_any_kv(
     build: int, type_v: str, source: str

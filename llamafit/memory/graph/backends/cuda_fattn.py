@@ -136,9 +136,7 @@ def fattn_uses_vec(  # noqa: C901 (ggml port: kept diffable)
     return False
 
 
-def fattn_alloc_size(
-    tensors: Sequence[Tensor], i: int, cc: int | None, build: int | None
-) -> int:
+def fattn_alloc_size(tensors: Sequence[Tensor], i: int, cc: int | None, build: int | None) -> int:
     """ggml_cuda_flash_attn_ext_get_alloc_size of FLASH_ATTN_EXT node i: its own bytes, then the
     F16 copies of a non-F16 K and V that its kernel reads (get_f16_extra_data)."""
     op = tensors[i]
