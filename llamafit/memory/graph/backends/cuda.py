@@ -9,8 +9,8 @@ Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2
 - supports_op for the ops of CUDA_OPS: the same in 0.3.36 and b11434; 0.3.17 differs for the graphs
   the replay covers at its builds (llama, qwen2, qwen3) only where their ops never run on a GPU
   (GET_ROWS of a K-quant weight: the token embeddings stay on the CPU), in its -sm row split
-  buffers (not covered) and in the K/V types of flash attention (rule cuda_fa_any_kv,
-  cuda_fattn.py).
+  buffers (CUDA<i>_Split: only MUL_MAT reads them, on their own device; replay.covers_devices)
+  and in the K/V types of flash attention (rule cuda_fa_any_kv, cuda_fattn.py).
 - buffer type: ggml_backend_cuda_buffer_type_get_alignment 128, no max size (one chunk);
   ggml_backend_cuda_buffer_type_get_alloc_size pads a quantized tensor's rows to
   MATRIX_ROW_PADDING (512) elements. From PR #23907 (builds.py rule cuda_fa_f16_in_buffer) it
