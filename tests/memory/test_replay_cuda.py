@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from llamafit.machine.devices import DeviceSpec
 from llamafit.memory.graph.backends.cuda import (
     cuda_alloc_size,
     cuda_host_buffer_type,
@@ -16,7 +17,8 @@ from llamafit.memory.graph.nodes import Tensor
 from llamafit.memory.graph.shapes import type_of
 from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH
 from llamafit.memory.resolve import ConfigError
-from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted
+from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted, resolved
+from tests.support.gpu_shapes import HOST, model
 
 NEMO = "repo-dahaka52-nira-mistral-nemo-ngl40-q8kv-fa-cuda"  # b8133, -ngl 40 of 41, q8_0 FA
 QWEN = "repo-madcamp-fsd-qwen2.5-14b-32k-cuda"  # b7896, full offload, f16, FA auto
@@ -217,3 +219,25 @@ def test_supports_op_flash_attention(
         "fa", "f32", (head, 32, 512, 1), 4 * head * 32 * 512, op="FLASH_ATTN_EXT", src=(0, 1, 2, 3)
     )
     assert _supports(ts, fa, build) is supported
+
+
+def _with_cc(row: dict, cc: int | None) -> tuple[int, ...]:
+    """The row's compute buffers on devices of this compute capability."""
+    mm = model(row["shape"])
+    rc = resolved(row, mm.facts)
+    gpus = [DeviceSpec(n, "gpu", row["backend"], cc=cc) for n in row["gpus"]]
+    bd = mm.estimate(rc, gpus, HOST, reserve_bytes=0)
+    assert {d.compute_source for d in bd.devices} == {COMPUTE_GRAPH}
+    return tuple(d.compute_bytes for d in bd.devices)
+
+
+def test_the_compute_capability_decides_where_a_graph_has_two_query_rows() -> None:
+    """-np 1 -ub 2 over q8_0: on Ada the vector kernel reads the cache of both reserve graphs
+    without copies; Ampere takes it for one row only, so the two-row prompt graph copies K and V;
+    an unknown device is taken as copying."""
+    settings = {**QWEN_Q8, "n_seq_max": 1, "n_ubatch": 2, "n_batch": 2}
+    row = _row(QWEN, build=None, settings=settings)
+    copies = 2 * 128 * 32768 * 8 * 2  # K and V of 32,768 cells, 8 heads of 128, in F16
+    assert _with_cc(row, 890) == (985728, 377056)
+    assert _with_cc(row, 860) == _with_cc(row, None) == (134636160, 377056)
+    assert 134636160 - copies == 418432  # the node's own output and what is live beside it
