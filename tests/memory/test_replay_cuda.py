@@ -237,7 +237,7 @@ def test_the_compute_capability_decides_where_a_graph_has_two_query_rows() -> No
     an unknown device is taken as copying."""
     settings = {**QWEN_Q8, "n_seq_max": 1, "n_ubatch": 2, "n_batch": 2}
     row = _row(QWEN, build=None, settings=settings)
-    copies = 2 * 128 * 32768 * 8 * 2  # K and V of 32,768 cells, 8 heads of 128, in F16
     assert _with_cc(row, 890) == (985728, 377056)
-    assert _with_cc(row, 860) == _with_cc(row, None) == (134636160, 377056)
-    assert 134636160 - copies == 418432  # the node's own output and what is live beside it
+    # the F16 K and V of 32,768 cells x 8 heads of 128 (2 x 64 MiB) in the node, 418,432 bytes
+    # of its own output and what is live beside it
+    assert _with_cc(row, 860) == _with_cc(row, None) == (2 * 128 * 32768 * 8 * 2 + 418432, 377056)
