@@ -223,6 +223,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "#25884 bisects the refusal to commit 74976e1 = b9890",
     ),
     BuildRule(
+        "cuda_fa_any_kv",
+        10700,
+        28079,
+        "2026-09-10 (~b10700 estimate: 0.3.35's b10454 has the old rule, 0.3.36's b11312 the new)",
+        "CUDA/ROCm flash attention takes K and V of any two of F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+        "Q5_1, Q8_0; a pair without a compiled vector kernel (GGML_CUDA_FA_QUANTS) converts both "
+        "to F16 (before: K and V of one type, F32, F16, Q4_0, Q8_0 or BF16, else the attention ran "
+        "on the CPU; fattn.cu ggml_cuda_get_best_fattn_kernel)",
+    ),
+    BuildRule(
         "mixed_batch",
         11400,
         29622,

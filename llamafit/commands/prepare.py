@@ -22,6 +22,7 @@ from ..machine import pick
 from ..machine.hardware import RpcQuery
 from ..machine.pick import DetectFn, HostFn
 from ..memory.calibration import compute_correction, parse_records
+from ..memory.graph.replay import unknown_cc_devices
 from ..memory.model import MemoryModel
 from ..memory.overrides import check_override_devices
 from ..memory.resolve import ResolvedConfig
@@ -403,4 +404,6 @@ def warnings_for(p: Prepared, rc: ResolvedConfig | None) -> list[Notice | str]:
     config), then the flags' and the calibration's."""
     facts = [as_notice(w, "model") for w in p.facts.warnings]
     config = [as_notice(w, "config") for w in rc.warnings] if rc else []
-    return [*facts, *config, *flag_warnings(p)]
+    unknown = unknown_cc_devices(rc, p.target.gpus) if rc else ()
+    cc = [Notice("cc_unknown", {"devices": list(unknown)})] if unknown else []
+    return [*facts, *config, *cc, *flag_warnings(p)]

@@ -103,6 +103,11 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
         "describe the RPC servers to llamafit with its own --rpc"
     ),
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
+    "cc_unknown": lambda d: (
+        f"{', '.join(d['devices'])}: compute capability unknown: the flash-attention F16 copies "
+        "of the quantized cache are counted for every batch, the most llama.cpp allocates "
+        "(name the card with --gpu)"
+    ),
     "unknown_flag": lambda d: (
         f"{d['flag']}: llama.cpp 0c1e570 has no such flag, so the command leaves it "
         "out (the build given by --llama-build may know it)"

@@ -54,6 +54,32 @@ LAVAPIPE = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free
                 ListedDevice("CUDA1", "cuda", "NVIDIA GeForce RTX 3060", 12036 * MIB, 11900 * MIB),
             ),
         ),
+        (  # ggml_cuda_init's lines give the compute capability (DeviceSpec.cc)
+            "ggml_cuda_init: found 2 CUDA devices:\n"
+            "  Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9, VMM: yes, VRAM: 24080 MiB\n"
+            "  Device 1: Tesla V100-PCIE-16GB, compute capability 7.0, VMM: yes, VRAM: 16144 MiB\n"
+            "Available devices:\n"
+            "  CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23500 MiB free)\n"
+            "  CUDA1: Tesla V100-PCIE-16GB (16144 MiB, 15800 MiB free)\n",
+            (
+                ListedDevice(
+                    "CUDA0", "cuda", "NVIDIA GeForce RTX 4090", 24080 * MIB, 23500 * MIB, 890
+                ),
+                ListedDevice(
+                    "CUDA1", "cuda", "Tesla V100-PCIE-16GB", 16144 * MIB, 15800 * MIB, 700
+                ),
+            ),
+        ),
+        (  # HIP: the gfx id, GGML_CUDA_CC_OFFSET_AMD + 0x1100
+            "  Device 0: AMD Radeon RX 7900 XTX, gfx1100 (0x1100), VMM: no, Wave Size: 32, "
+            "VRAM: 24560 MiB\nAvailable devices:\n"
+            "  ROCm0: AMD Radeon RX 7900 XTX (24560 MiB, 24400 MiB free)\n",
+            (
+                ListedDevice(
+                    "ROCm0", "rocm", "AMD Radeon RX 7900 XTX", 24560 * MIB, 24400 * MIB, 0x1001100
+                ),
+            ),
+        ),
         ("Available devices:\n  (none)\n", ()),
         (
             "Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)\n"

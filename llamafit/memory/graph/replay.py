@@ -9,9 +9,10 @@ supports_op, offload_op and graph_optimize are ported (backends/). Metal is cove
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
 checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
 covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
-MUL_MAT_ID: MoE graphs keep the estimate; no flash attention over a non-F16 cache from rule
-cuda_fa_f16_in_buffer on: its F16 copies depend on the device's compute capability), any offload
-and any number of devices of one backend, -sm row aside. Elsewhere the hand model stays.
+MUL_MAT_ID: MoE graphs keep the estimate; flash attention over a non-F16 cache from rule
+cuda_fa_f16_in_buffer on adds F16 copies by the kernel the device's compute capability picks,
+DeviceSpec.cc, an unknown one taken as copying), any offload and any number of devices of one
+backend, -sm row included (before rule cuda_no_split_buffers). Elsewhere the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
@@ -244,9 +245,12 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
     device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
     backend's rules are the x86 build's, not Apple's; Vulkan before REPLAY_SINCE with caches of
-    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
-    row split buffers of -sm row before rule cuda_no_split_buffers are not ported) and no
-    experts)."""
+    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer, none or row, no
+    experts). -sm row on CUDA / ROCm before rule cuda_no_split_buffers: the matrices of a layer
+    lie in its device's CUDA<i>_Split buffer (llama-model.cpp make_gpu_buft_list), which only that
+    device's backend takes (ggml_backend_cuda_device_supports_buft) and only for MUL_MAT
+    (supports_op): every op runs where -sm layer runs it, the rows' partial products in the CUDA
+    pool, and without pipeline parallelism (n_copies: -sm layer only)."""
     backends = [g.backend for g in gpus]
     if "metal" in backends and (
         len(gpus) != 1
@@ -261,11 +265,32 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
         if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):
             return False
+    row = (
+        rc.split_mode == "row"
+        and set(backends) <= CUDA_BACKENDS
+        and not since("cuda_no_split_buffers", rc.build)
+    )
     return (
         covers(facts, rc)
         and covers_backends(facts, rc.build, backends)
-        and rc.split_mode in ("layer", "none")
+        and (rc.split_mode in ("layer", "none") or row)
     )
+
+
+def unknown_cc_devices(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[str, ...]:
+    """The CUDA / ROCm devices whose compute capability is unknown where it may size their compute
+    buffers: flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer, with a reserve
+    graph of at most 2 query rows per KV stream (the prompt's min(n_ctx, n_ubatch), the one-token
+    graph's n_seq_max): only there may a device's vector kernel read the cache without the F16
+    copies (cuda_fattn.fattn_uses_vec), which cuda_fattn then counts, the most llama.cpp
+    allocates."""
+    quantized = rc.type_k.name.lower() != "f16" or rc.type_v.name.lower() != "f16"
+    if not (rc.flash_attn and quantized and since("cuda_fa_f16_in_buffer", rc.build)):
+        return ()
+    rows = min(min(rc.n_ctx, rc.n_ubatch), rc.n_seq_max) // max(1, rc.n_stream)
+    if rows > 2:
+        return ()
+    return tuple(g.name for g in gpus if g.backend in CUDA_BACKENDS and g.cc is None)
 
 
 def scheduler_backends(
@@ -297,9 +322,14 @@ def scheduler_backends(
         elif g.backend in CUDA_BACKENDS:
             peers = frozenset(o.name for o in gpus if o.backend == g.backend) - {g.name}
             backends.append(
-                cuda_backend(g.name, peers=peers, op_offload_min_batch=rc.op_offload_min_batch)
+                cuda_backend(
+                    g.name,
+                    peers=peers,
+                    op_offload_min_batch=rc.op_offload_min_batch,
+                    build=rc.build,
+                )
             )
-            bufts.append(cuda_buffer_type(g.name))
+            bufts.append(cuda_buffer_type(g.name, g.cc, rc.build))
         else:
             backends.append(rpc_backend(g.name))
             bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))

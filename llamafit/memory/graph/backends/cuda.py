@@ -8,14 +8,15 @@ Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2
 
 - supports_op for the ops of CUDA_OPS: the same in 0.3.36 and b11434; 0.3.17 differs for the graphs
   the replay covers at its builds (llama, qwen2, qwen3) only where their ops never run on a GPU
-  (GET_ROWS of a K-quant weight: the token embeddings stay on the CPU) and in its -sm row split
-  buffers (not covered).
+  (GET_ROWS of a K-quant weight: the token embeddings stay on the CPU), in its -sm row split
+  buffers (CUDA<i>_Split: only MUL_MAT reads them, on their own device; replay.covers_devices)
+  and in the K/V types of flash attention (rule cuda_fa_any_kv, cuda_fattn.py).
 - buffer type: ggml_backend_cuda_buffer_type_get_alignment 128, no max size (one chunk);
   ggml_backend_cuda_buffer_type_get_alloc_size pads a quantized tensor's rows to
   MATRIX_ROW_PADDING (512) elements. From PR #23907 (builds.py rule cuda_fa_f16_in_buffer) it
   also adds a FLASH_ATTN_EXT's F16 copies of a non-F16 K / V (ggml_cuda_flash_attn_ext_get_
-  alloc_size) for the kernel ggml_cuda_get_best_fattn_kernel picks by compute capability, which
-  a DeviceSpec does not carry: cuda_graph_ok declines those graphs there.
+  alloc_size) for the kernel ggml_cuda_get_best_fattn_kernel picks by the device's compute
+  capability (DeviceSpec.cc; cuda_fattn.py, which takes an unknown one as the copying kernel).
 - CUDA_Host (ggml_backend_cuda_host_buffer_type): the CPU buffer type's alignment (32) and alloc
   size; the CPU backend's compute buffer type when the first device is a CUDA one
   (src/llama-context.cpp), unless GGML_CUDA_NO_PINNED.
@@ -29,8 +30,9 @@ Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2
   CUDA devices with every layer offloaded run pipeline parallel (replay.n_copies).
 
 ROCm (HIP): the same supports_op for these ops (its #ifdef GGML_USE_HIP branches touch TOP_K and
-the FA kernel choice, which only sizes the F16 copies declined above); the warp size (64 on CDNA)
-changes kernels, not buffers. Its buffer types are named ROCm0, ROCm_Host.
+the FA kernel choice, which only sizes the F16 copies: cuda_fattn.py ports it with AMD's compute
+capabilities); the warp size (64 on CDNA) changes kernels, not buffers. Its buffer types are
+named ROCm0, ROCm_Host.
 """
 
 from __future__ import annotations
@@ -54,26 +56,32 @@ from ..shapes import (
 from . import VIEW_OR_NONE, batch_offload
 from . import srcs as _srcs
 from .cpu import TENSOR_ALIGNMENT
+from .cuda_fattn import fattn_alloc_size, fattn_supported
 
 CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
 MATRIX_ROW_PADDING = 512  # ggml-cuda/common.cuh: quantized rows padded to this many elements
 HOST_BUFT = {"cuda": "CUDA_Host", "rocm": "ROCm_Host"}  # ggml_backend_cuda_host_buffer_type_name
 
 
-def cuda_alloc_size(tensors: Sequence[Tensor], i: int) -> int:
-    """ggml_backend_cuda_buffer_type_get_alloc_size without the FLASH_ATTN_EXT extras (graphs
-    that would need them are declined: cuda_graph_ok): a quantized tensor whose ne[0] is not a
-    multiple of MATRIX_ROW_PADDING gets the rest of one padded row."""
+def cuda_alloc_size(
+    tensors: Sequence[Tensor], i: int, *, cc: int | None = None, build: int | None = None
+) -> int:
+    """ggml_backend_cuda_buffer_type_get_alloc_size on a device of compute capability cc: from rule
+    cuda_fa_f16_in_buffer a FLASH_ATTN_EXT with its F16 copies of K / V (cuda_fattn.py); a
+    quantized tensor whose ne[0] is not a multiple of MATRIX_ROW_PADDING gets the rest of one
+    padded row."""
     t = tensors[i]
+    if t.op == "FLASH_ATTN_EXT" and since("cuda_fa_f16_in_buffer", build):
+        return fattn_alloc_size(tensors, i, cc, build)
     size = t.nbytes
     if is_quantized(t.type) and t.ne[0] % MATRIX_ROW_PADDING:
         size += type_of(t.type).row_size(MATRIX_ROW_PADDING - t.ne[0] % MATRIX_ROW_PADDING)
     return size
 
 
-def cuda_buffer_type(name: str) -> BufferType:
+def cuda_buffer_type(name: str, cc: int | None = None, build: int | None = None) -> BufferType:
     """A CUDA (ROCm) device's buffer type: alignment 128, no max size, its alloc size."""
-    return BufferType(name, CUDA_ALIGNMENT, alloc_size=cuda_alloc_size)
+    return BufferType(name, CUDA_ALIGNMENT, alloc_size=partial(cuda_alloc_size, cc=cc, build=build))
 
 
 def cuda_host_buffer_type(backend: str) -> BufferType:
@@ -195,11 +203,6 @@ _GET_ROWS_TYPES = (_MM_TYPES - {"iq4_nl"}) | {"i32"}
 _SET_ROWS_DST = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"})
 _FLOAT = frozenset({"f32", "f16", "bf16"})
 _CPY_QUANT = frozenset({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1"})
-# ggml_cuda_get_best_fattn_kernel: the head sizes with a kernel for V of the same size (both trees)
-CUDA_FA_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
-# K = V types every build of both trees takes without GGML_CUDA_FA_ALL_QUANTS (0.3.17 refused
-# q4_1, q5_0, q5_1 and K and V of two types; 0.3.36 takes them)
-CUDA_FA_KV = frozenset({"f16", "q4_0", "q8_0"})
 
 
 def _cpy_ok(a: str, b: str, s0: Tensor, s1: Tensor) -> bool:
@@ -214,10 +217,14 @@ def _cpy_ok(a: str, b: str, s0: Tensor, s1: Tensor) -> bool:
 
 
 def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
-    tensors: Sequence[Tensor], i: int, *, peers: frozenset[str] = frozenset()
+    tensors: Sequence[Tensor],
+    i: int,
+    *,
+    peers: frozenset[str] = frozenset(),
+    build: int | None = None,
 ) -> bool:
-    """ggml_backend_cuda_device_supports_op for the ops of CUDA_OPS. A source in another device's
-    CUDA buffer (`peers`: the other devices of this backend) is refused."""
+    """ggml_backend_cuda_device_supports_op for the ops of CUDA_OPS at this build. A source in
+    another device's CUDA buffer (`peers`: the other devices of this backend) is refused."""
     op = tensors[i]
     srcs = _srcs(tensors, op)
     if any(s is not None and s.buffer in peers for s in srcs):
@@ -270,7 +277,7 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     if kind == "ROPE":
         return s0.nb[0] == type_of(s0.type).type_size and is_contiguous_n(s0, 2)
     if kind == "FLASH_ATTN_EXT":
-        return cuda_fa_supported(tensors, op)
+        return cuda_fa_supported(tensors, op, build)
     if kind == "CONCAT":
         assert s1 is not None
         return _concat_ok(s0, s1, op)
@@ -299,30 +306,20 @@ def _mamba2_scan(srcs: Sequence[Tensor | None]) -> bool:
     return a is not None and a.ne[0] == 1
 
 
-def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor) -> bool:
-    """ggml_cuda_flash_attn_ext_supported (fattn.cu ggml_cuda_get_best_fattn_kernel != NONE) for
-    the cases both trees agree on: a head size of CUDA_FA_HEADS with V as wide, K and V of one
-    type of CUDA_FA_KV, a mask of one head (ne[2] == 1)."""
+def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor, build: int | None = None) -> bool:
+    """ggml_cuda_flash_attn_ext_supported (fattn.cu ggml_cuda_get_best_fattn_kernel != NONE) at
+    this build for a head size of cuda_fattn.CUDA_FA_HEADS (fattn_supported) and an F32 Q."""
     q, k, v = (tensors[s] for s in op.src[:3] if s is not None)
     m_id = op.src[3] if len(op.src) > 3 else None
     m = tensors[m_id] if m_id is not None else None
-    return (
-        k.ne[0] in CUDA_FA_HEADS
-        and v.ne[0] == k.ne[0]
-        and k.type == v.type
-        and k.type in CUDA_FA_KV
-        and (m is None or m.ne[2] == 1)
-        and q.type == "f32"
-    )
+    return fattn_supported(k, v, m, build) and q.type == "f32"
 
 
 def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
     """Whether the replay's CUDA rules are ported for every node of this graph: its ops are in
-    CUDA_OPS, its FLASH_ATTN_EXT nodes are cases cuda_fa_supported decides (others: the estimate),
-    and from rule cuda_fa_f16_in_buffer none reads a non-F16 K or V (their F16 copies depend on
-    the kernel the device's compute capability picks)."""
+    CUDA_OPS and its FLASH_ATTN_EXT nodes are cases cuda_fa_supported decides (others: the
+    estimate)."""
     ts = graph.tensors
-    f16_copies = since("cuda_fa_f16_in_buffer", build)
     for i in graph.nodes:
         t = ts[i]
         if t.op not in CUDA_OPS:
@@ -332,12 +329,8 @@ def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
             return False
         if t.op == "SSM_SCAN" and not _mamba2_scan(srcs):
             return False
-        if t.op == "FLASH_ATTN_EXT":
-            if not cuda_fa_supported(ts, t):
-                return False
-            k = ts[t.src[1]] if t.src[1] is not None else None
-            if f16_copies and k is not None and k.type != "f16":
-                return False
+        if t.op == "FLASH_ATTN_EXT" and not cuda_fa_supported(ts, t, build):
+            return False
     return True
 
 
@@ -346,6 +339,7 @@ def cuda_backend(
     *,
     peers: frozenset[str] = frozenset(),
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
+    build: int | None = None,
 ) -> Backend:
     """A CUDA (ROCm) device: supports_op as ported (cuda_supports_op), supports_buft its own
     buffer type (ggml_backend_cuda_device_supports_buft; an integrated device's CUDA_Host too,
@@ -355,6 +349,6 @@ def cuda_backend(
         name=name,
         buft=name,
         bufts=frozenset({name}),
-        supports_op=partial(cuda_supports_op, peers=peers),
+        supports_op=partial(cuda_supports_op, peers=peers, build=build),
         offload_op=batch_offload(op_offload_min_batch),
     )
