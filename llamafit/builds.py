@@ -245,9 +245,11 @@ BUILD_RULES: tuple[BuildRule, ...] = (
 _RULES = {r.key: r for r in BUILD_RULES}
 
 
-# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build
-# 9512
-PINNED_BUILD = 9512
+# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT): build
+# 11312 of 2026-10-01, as servers built from that commit print it ("b11312-0c1e57098"; its tree
+# already has PR #24216, rule cuda_no_split_buffers, and PR #28079, rule cuda_fa_any_kv). The sdist
+# has no git history, so its own builds print build 0.
+PINNED_BUILD = 11312
 
 
 def build_of(key: str) -> int:

@@ -174,7 +174,7 @@ def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_un
     ("line", "identity"),
     [
         ("version: 8763 (ff5ef8278)", "b8763-ff5ef8278"),
-        ("version: 0.5.0-dev (build 9512, commit 0c1e570)", "b9512-0c1e570"),
+        ("version: 0.5.0-dev (build 11312, commit 0c1e57098)", "b11312-0c1e57098"),
         ("version: 0.6.0-dev (build 0, commit unknown)", None),
         ("version: 0.6.0-dev (build 9512, commit unknown)", "b9512"),
         ("", None),

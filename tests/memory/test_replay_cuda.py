@@ -107,9 +107,9 @@ def test_k_and_v_of_two_types_from_rule_cuda_fa_any_kv(
     assert {s for _n, _b, s in _compute(row)} == {source}
 
 
-@pytest.mark.parametrize("build", [9512, None])
+@pytest.mark.parametrize("build", [11312, None])
 def test_an_f16_cache_is_replayed_at_later_builds(build: int | None) -> None:
-    """0.3.36's (b9512) and b11434's supports_op, buffer types and offload_op are the same."""
+    """0.3.36's (b11312) and b11434's supports_op, buffer types and offload_op are the same."""
     row = _row(NEMO, build=build, settings={"type_k": "f16", "type_v": "f16"})
     assert {source for _n, _b, source in _compute(row)} == {COMPUTE_GRAPH}
 

