@@ -56,8 +56,6 @@ DECLINED = (  # (changes) -> the hand-derived peaks stand on CUDA
     # PR #23907: FA over q8_0 reserves F16 copies sized by the kernel the compute capability picks
     {"build": 9430},
     {"build": None},
-    # MoE (MUL_MAT_ID): ggml_backend_cuda_graph_optimize's fusion alloc deps are not ported
-    {"shape": "qwen3-30b-a3b", "build": None, "settings": {"type_k": "f16", "type_v": "f16"}},
     {"gpus": ["CUDA0", "CUDA1"], "settings": {"split_mode": "row"}},  # -sm row split buffers
 )
 

@@ -9,8 +9,9 @@ supports_op, offload_op and graph_optimize are ported (backends/). Metal is cove
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
 checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
 covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
-MUL_MAT_ID: MoE graphs keep the estimate; no flash attention over a non-F16 cache from rule
-cuda_fa_f16_in_buffer on: its F16 copies depend on the device's compute capability), any offload
+flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer on: its F16 copies depend on
+the device's compute capability), MoE included (MUL_MAT_ID, expert offload by offload_op, the
+fusion alloc deps of ggml_backend_cuda_graph_optimize: backends/cuda_optimize.py), any offload
 and any number of devices of one backend, -sm row aside. Elsewhere the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
@@ -30,6 +31,7 @@ from ...machine.devices import DeviceSpec
 from .alloc import AllocError, BufferType, Gallocr
 from .backends.cpu import CPU, cpu_backend
 from .backends.cuda import cuda_backend, cuda_buffer_type, cuda_graph_ok, cuda_host_buffer_type
+from .backends.cuda_optimize import UnplacedRule
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
 from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
 from .backends.vulkan import (
@@ -173,8 +175,7 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
 DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal", "cuda", "rocm"})
 # CUDA and ROCm (backends/cuda.py): every arch from the build its graph is replayed from
-# (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes (no MUL_MAT_ID:
-# the MoE fusions of ggml_backend_cuda_graph_optimize are not ported)
+# (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes
 CUDA_BACKENDS = frozenset({"cuda", "rocm"})
 # Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
 # and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
@@ -245,8 +246,7 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
     backend's rules are the x86 build's, not Apple's; Vulkan before REPLAY_SINCE with caches of
     VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
-    row split buffers of -sm row before rule cuda_no_split_buffers are not ported) and no
-    experts)."""
+    row split buffers of -sm row before rule cuda_no_split_buffers are not ported))."""
     backends = [g.backend for g in gpus]
     if "metal" in backends and (
         len(gpus) != 1
@@ -255,8 +255,6 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         or rc.all_overrides
     ):
         return False
-    if CUDA_BACKENDS & set(backends) and facts.moe is not None:
-        return False  # every graph has MUL_MAT_ID (cuda_graph_ok): decided before building one
     if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
         kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
         if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):
@@ -297,7 +295,12 @@ def scheduler_backends(
         elif g.backend in CUDA_BACKENDS:
             peers = frozenset(o.name for o in gpus if o.backend == g.backend) - {g.name}
             backends.append(
-                cuda_backend(g.name, peers=peers, op_offload_min_batch=rc.op_offload_min_batch)
+                cuda_backend(
+                    g.name,
+                    peers=peers,
+                    op_offload_min_batch=rc.op_offload_min_batch,
+                    build=rc.build,
+                )
             )
             bufts.append(cuda_buffer_type(g.name))
         else:
@@ -419,7 +422,7 @@ def device_compute_bytes(
                 return None
             split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
             sizes = gallocr.reserve_n(split.graph)
-    except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit):
+    except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit, UnplacedRule):
         return None
     out = {d: sizes[d] for d in range(len(gpus))}
     out[CPU_DEVICE] = sizes[-1]
