@@ -19,12 +19,16 @@ Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2
 - CUDA_Host (ggml_backend_cuda_host_buffer_type): the CPU buffer type's alignment (32) and alloc
   size; the CPU backend's compute buffer type when the first device is a CUDA one
   (src/llama-context.cpp), unless GGML_CUDA_NO_PINNED.
-- graph_optimize (ggml_backend_cuda_graph_optimize): 0.3.17's only reorders under
-  GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's also adds alloc dependencies for the fused
-  MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and b11434's
-  moves a shared expert's product next to the routed experts' (ggml_cuda_match_shared_expert):
-  all of them start at a MUL_MAT_ID, which cuda_graph_ok refuses, so MoE graphs keep the
-  estimate and the dense ones are not reordered.
+- graph_optimize (ggml_backend_cuda_graph_optimize, cuda_optimize.py): 0.3.17's only reorders
+  under GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's and b11434's add alloc dependencies for
+  the fused MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and
+  b11434's moves a shared expert's gate, up and GLU next to the routed experts'
+  (ggml_cuda_match_shared_expert). All start at MoE nodes: dense graphs are not touched.
+- MoE ops (b11434, the same in 0.3.36): MUL_MAT_ID as MUL_MAT (its GGML_PREC_F32 flag, op_params[3],
+  is set by build_moe_ffn for Mistral 4 only, not replayed), ADD_ID, TOP_K (CUB or HIP) and ARGSORT (CUB; on HIP a
+  padded row within shared memory per block: argsort_row_fits), GET_ROWS of MXFP4 / IQ4_NL rows
+  of whole QK_K super-blocks only. Expert offload needs nothing more: offload_op measures a
+  MUL_MAT_ID by ne[2], the ubatch's tokens, and the scheduler copies the host expert tensor.
 - events (ggml_backend_cuda_device_get_props): yes unless GGML_CUDA_NO_PEER_COPY, so several
   CUDA devices with every layer offloaded run pipeline parallel (replay.n_copies).
 
@@ -53,8 +57,8 @@ from ..shapes import (
 )
 from . import VIEW_OR_NONE, batch_offload
 from . import srcs as _srcs
-from .cuda_optimize import cuda_graph_optimize_for
 from .cpu import TENSOR_ALIGNMENT
+from .cuda_optimize import cuda_graph_optimize_for
 
 CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
 MATRIX_ROW_PADDING = 512  # ggml-cuda/common.cuh: quantized rows padded to this many elements
