@@ -24,11 +24,12 @@ Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2
   the fused MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and
   b11434's moves a shared expert's gate, up and GLU next to the routed experts'
   (ggml_cuda_match_shared_expert). All start at MoE nodes: dense graphs are not touched.
-- MoE ops (b11434, the same in 0.3.36): MUL_MAT_ID as MUL_MAT (its GGML_PREC_F32 flag, op_params[3],
-  is set by build_moe_ffn for Mistral 4 only, not replayed), ADD_ID, TOP_K (CUB or HIP) and ARGSORT (CUB; on HIP a
-  padded row within shared memory per block: argsort_row_fits), GET_ROWS of MXFP4 / IQ4_NL rows
-  of whole QK_K super-blocks only. Expert offload needs nothing more: offload_op measures a
-  MUL_MAT_ID by ne[2], the ubatch's tokens, and the scheduler copies the host expert tensor.
+- MoE ops (b11434, the same in 0.3.36): MUL_MAT_ID as MUL_MAT (its GGML_PREC_F32 flag,
+  op_params[3], is set by build_moe_ffn for Mistral 4 only, not replayed), ADD_ID, TOP_K (CUB or
+  HIP) and ARGSORT (CUB; on HIP a padded row within shared memory per block: argsort_row_fits),
+  GET_ROWS of MXFP4 / IQ4_NL rows of whole QK_K super-blocks only. Expert offload needs nothing
+  more: offload_op measures a MUL_MAT_ID by ne[2], the ubatch's tokens, and the scheduler copies
+  the host expert tensor.
 - events (ggml_backend_cuda_device_get_props): yes unless GGML_CUDA_NO_PEER_COPY, so several
   CUDA devices with every layer offloaded run pipeline parallel (replay.n_copies).
 
