@@ -65,6 +65,15 @@ def _unary(op: str, ty: str, ne: tuple[int, int, int, int]) -> list[Tensor]:
     return [_t(ty, ne), _t("f32", ne, op=op, src=(0,))]
 
 
+def _get_rows(ty: str, ne0: int) -> list[Tensor]:
+    """GET_ROWS of 8 rows of a [ne0, 128] matrix."""
+    return [
+        _t(ty, (ne0, 128, 1, 1)),
+        _t("i32", (8, 1, 1, 1)),
+        _t("f32", (ne0, 8, 1, 1), op="GET_ROWS", src=(0, 1)),
+    ]
+
+
 SUPPORTS = [  # (case, tensors with the op last, supported at b11434)
     ("MUL_MAT_ID of q4_K experts", _mmid("q4_K", "f32"), True),
     ("MUL_MAT_ID of MXFP4 experts (gpt-oss)", _mmid("mxfp4", "f32"), True),
@@ -75,13 +84,11 @@ SUPPORTS = [  # (case, tensors with the op last, supported at b11434)
     # 16384 ints in a bitonic row: 64 KiB, past the 48 KiB every device has (ROCm has no CUB)
     ("ARGSORT of a 16384-wide row", _unary("ARGSORT", "f32", (16384, 1, 1, 1)), False),
     ("TOP_K", _unary("TOP_K", "f32", (4096, 512, 1, 1)), True),
-    ("GET_ROWS of the router's F32 probabilities", [_t("f32", (1, 128, 512, 1)), _t("i32", (8, 512, 1, 1)),
-        _t("f32", (1, 8, 512, 1), op="GET_ROWS", src=(0, 1))], True),
+    ("GET_ROWS of the router's F32 probabilities", _get_rows("f32", 1), True),
     # MXFP4 / IQ4_NL rows of 32-value blocks: only rows of whole 256-value super-blocks
-    ("GET_ROWS of MXFP4 rows of 2880", [_t("mxfp4", (2880, 64, 1, 1)), _t("i32", (8, 1, 1, 1)),
-        _t("f32", (2880, 8, 1, 1), op="GET_ROWS", src=(0, 1))], False),
-    ("GET_ROWS of MXFP4 rows of 3072", [_t("mxfp4", (3072, 64, 1, 1)), _t("i32", (8, 1, 1, 1)),
-        _t("f32", (3072, 8, 1, 1), op="GET_ROWS", src=(0, 1))], True),
+    ("GET_ROWS of MXFP4 rows of 2880", _get_rows("mxfp4", 2880), False),
+    ("GET_ROWS of MXFP4 rows of 3072", _get_rows("mxfp4", 3072), True),
+    ("GET_ROWS of IQ4_NL rows of 4096", _get_rows("iq4_nl", 4096), True),
     ("ADD_ID (gpt-oss expert biases)", [_t("f32", (2880, 4, 512, 1)),
         _t("f32", (2880, 32, 1, 1)), _t("i32", (4, 512, 1, 1)),
         _t("f32", (2880, 4, 512, 1), op="ADD_ID", src=(0, 1, 2))], True),
