@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from llamafit.builds import build_of
 from llamafit.machine.devices import DeviceSpec, host
 from llamafit.memory.config import NGL_ALL, LaunchConfig
 from llamafit.memory.graph import replay
@@ -216,6 +217,13 @@ def test_graph_optimize_keeps_the_fused_moe_inputs(
     setup: Setup, kept: list[tuple[str, list[str]]]
 ) -> None:
     assert _kept(setup, 0) == kept
+
+
+def test_the_reduction_deps_start_at_pr_25952() -> None:
+    """builds.py rule cuda_moe_reduce_deps: before it only the top-k gate's deps (the optimizer
+    alone, on b11434's graph)."""
+    before = _kept(Setup("qwen3-30b-a3b", build=build_of("cuda_moe_reduce_deps") - 1), 0)
+    assert before == [("ffn_norm-0 (reshaped)", QWEN3_TOPK)]
 
 
 def test_the_shared_expert_moves_beside_the_routed_experts() -> None:

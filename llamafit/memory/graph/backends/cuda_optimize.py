@@ -14,10 +14,13 @@ GGML_CUDA_DISABLE_FUSION is set it:
    sources alive until the node after the pattern.
 
 What it reorders under GGML_CUDA_GRAPH_OPT=1 (off by default) is not modelled. llama-cpp-python
-0.3.36's tree (b9512) has 2 and 3 as here; 0.3.17's (49bfddeca) has no alloc dependencies at all.
-Step 1 is in b11434 (PR #29184, opened 2026-09-20) in the batch-independent form of upstream
-e117148a4; neither date is placed, so below SHARED_EXPERT_READ a graph where it would match raises
-UnplacedRule (the replay keeps the estimate).
+0.3.36's tree has 2 and 3 as here; 0.3.17's (49bfddeca) has no alloc dependencies at all. Step 2
+starts at builds.py rule cuda_moe_reduce_deps (PR #25952). Step 3 came with or after PR #27301
+(the add_alloc_dep API, merged between 2026-08-29 and 09-09); it is not placed further, and
+nothing reads it before models.REPLAY_SINCE, where the MoE graphs start being replayed (the dense
+ones have no top-k gate). Step 1 is in b11434 (PR #29184, opened 2026-09-20) in the
+batch-independent form of upstream e117148a4; neither date is placed, so below SHARED_EXPERT_READ
+a graph where it would match raises UnplacedRule (the replay keeps the estimate).
 
 Op parameters are not recorded: a GLU is taken as not swapped with the routed and shared clamp
 limits equal, a gating SOFT_MAX as scale 1 and no ALiBi bias (build_moe_ffn's ggml_soft_max).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ....builds import since
 from ....errors import LlamafitError
 from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
 from ..sched import AllocDeps, GraphOptimize
@@ -522,10 +526,11 @@ def cuda_graph_optimize(
     """ggml_backend_cuda_graph_optimize over one split (fusion on, GGML_CUDA_GRAPH_OPT off)."""
     sp = _Split(tensors, list(split_nodes), srcs, counts)
     sp.shared_experts(build)
+    reduce_deps = since("cuda_moe_reduce_deps", build)
     nodes = sp.nodes
     i = 0
     while i < len(nodes):
-        m = sp.match_weighted_reduction(i)
+        m = sp.match_weighted_reduction(i) if reduce_deps else None
         if m is not None:
             experts, weights, scale, dst, count = m
             sp.add_dep(experts, dst)
