@@ -30,7 +30,13 @@ from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from .alloc import AllocError, BufferType, Gallocr
 from .backends.cpu import CPU, cpu_backend
-from .backends.cuda import cuda_backend, cuda_buffer_type, cuda_graph_ok, cuda_host_buffer_type
+from .backends.cuda import (
+    cuda_backend,
+    cuda_buffer_type,
+    cuda_cache_declined,
+    cuda_graph_ok,
+    cuda_host_buffer_type,
+)
 from .backends.cuda_optimize import UnplacedRule
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
 from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
@@ -255,6 +261,12 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         or rc.all_overrides
     ):
         return False
+    if (
+        CUDA_BACKENDS & set(backends)
+        and any(facts.has_kv)
+        and cuda_cache_declined(rc.flash_attn, rc.type_k.name.lower(), rc.build)
+    ):
+        return False  # cuda_graph_ok would decline every graph: decided before building one
     if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
         kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
         if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):

@@ -377,6 +377,14 @@ def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
     return True
 
 
+def cuda_cache_declined(flash_attn: bool, type_k: str, build: int | None) -> bool:
+    """cuda_graph_ok's FLASH_ATTN_EXT clause decided from the config, before a graph is built (a
+    94-layer graph costs a plan tens of ms): from rule cuda_fa_f16_in_buffer flash attention over
+    a non-F16 K cache declines every graph with an attention layer. Keep in step with
+    cuda_graph_ok."""
+    return flash_attn and type_k != "f16" and since("cuda_fa_f16_in_buffer", build)
+
+
 def cuda_backend(
     name: str,
     *,

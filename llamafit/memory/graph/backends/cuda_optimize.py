@@ -40,6 +40,9 @@ from ..shapes import is_contiguous, is_quantized
 SHARED_EXPERT_READ = 11434
 # ggml-cuda.cu MOE_WEIGHTED_REDUCTION_MAX_EXPERTS: ggml_can_fuse_subgraph takes at most 31 nodes
 MOE_WEIGHTED_REDUCTION_MAX_EXPERTS = 15
+# the first ops of the patterns: a top-k gate's, a weighted reduction's, the routed experts'
+_GATES = frozenset({"UNARY", "SOFT_MAX", "ARGSORT"})
+_STARTS = _GATES | {"MUL", "MUL_MAT_ID"}
 # ggml_cuda_should_fuse_mul_mat's valid_glu_ops
 _FUSED_GLU = frozenset({"SWIGLU", "GEGLU", "SWIGLU_OAI", "SWIGLU_CLAMP"})
 
@@ -75,6 +78,7 @@ class _Split:
         self.nodes = nodes
         self.srcs = srcs
         self.counts = counts
+        self.ops = [tensors[i].op for i in nodes]  # kept in step with nodes
         self.keep: dict[int, list[int]] = {}
         self.keep_order: list[int] = []
 
@@ -83,7 +87,7 @@ class _Split:
         return s[k] if k < len(s) else None
 
     def op(self, k: int) -> str:
-        return self.t[self.nodes[k]].op
+        return self.ops[k]
 
     def add_dep(self, tensor: int | None, until: int) -> None:
         """ggml_backend_graph_optimize_params.add_alloc_dep (ggml_backend_sched_split_graph)."""
@@ -215,23 +219,31 @@ class _Split:
     def shared_experts(self, build: int | None) -> None:
         """The first loop of ggml_backend_cuda_graph_optimize (b11434): std::rotate of the shared
         gate / up / GLU to just after the routed GLU, and two alloc deps."""
-        nodes = self.nodes
+        nodes, ops = self.nodes, self.ops
         n = len(nodes)
         i = 0
         while i + 5 < n:
-            if self.op(i) != "MUL_MAT_ID":
+            # only a MUL_MAT_ID, MUL_MAT_ID, GLU start can match (match_shared_expert's ops): the
+            # scan over j is skipped elsewhere, as it would find nothing
+            if ops[i] != "MUL_MAT_ID" or ops[i + 1] != "MUL_MAT_ID" or ops[i + 2] != "GLU":
                 i += 1
                 continue
             j = i + 3
             while j + 2 < n:
-                if self.op(j) == "MUL_MAT_ID" and self.op(j + 1) == "MUL_MAT_ID":
+                if ops[j] == "MUL_MAT_ID" and ops[j + 1] == "MUL_MAT_ID":
                     break
-                if self.op(j) != "MUL_MAT" or not self.match_shared_expert(i, j):
+                if (
+                    ops[j] != "MUL_MAT"
+                    or ops[j + 1] != "MUL_MAT"  # (match_shared_expert's ops, checked first)
+                    or ops[j + 2] != "GLU"
+                    or not self.match_shared_expert(i, j)
+                ):
                     j += 1
                     continue
                 if build is not None and build < SHARED_EXPERT_READ:
                     raise UnplacedRule("ggml_cuda_match_shared_expert before b11434")
                 nodes[i + 3 : j + 3] = nodes[j : j + 3] + nodes[i + 3 : j]
+                ops[i + 3 : j + 3] = ops[j : j + 3] + ops[i + 3 : j]
                 up = self.src(nodes[i + 2], 1)
                 assert up is not None
                 self.add_dep(self.src(up, 1), nodes[i + 5])
@@ -525,19 +537,28 @@ def cuda_graph_optimize(
 ) -> AllocDeps:
     """ggml_backend_cuda_graph_optimize over one split (fusion on, GGML_CUDA_GRAPH_OPT off)."""
     sp = _Split(tensors, list(split_nodes), srcs, counts)
-    sp.shared_experts(build)
+    kinds = set(sp.ops)
+    if not kinds & _STARTS:  # no pattern can start here (most splits of an expert offload)
+        return AllocDeps(order=tuple(split_nodes))
+    if "MUL_MAT_ID" in kinds:
+        sp.shared_experts(build)
     reduce_deps = since("cuda_moe_reduce_deps", build)
-    nodes = sp.nodes
+    nodes, ops = sp.nodes, sp.ops
     i = 0
     while i < len(nodes):
-        m = sp.match_weighted_reduction(i) if reduce_deps else None
+        m = None
+        # the reduction's second node is a VIEW, or a MUL (expert scale) and then a VIEW
+        if reduce_deps and ops[i] == "MUL" and i + 2 < len(nodes):
+            nxt = ops[i + 1]
+            if nxt == "VIEW" or (nxt == "MUL" and ops[i + 2] == "VIEW"):
+                m = sp.match_weighted_reduction(i)
         if m is not None:
             experts, weights, scale, dst, count = m
             sp.add_dep(experts, dst)
             sp.add_dep(weights, dst)
             sp.add_dep(scale, dst)
             i += count - 1
-        if sp.op(i) in ("UNARY", "SOFT_MAX", "ARGSORT"):
+        if ops[i] in _GATES:
             i = sp.topk_gate(i)
         i += 1
     keep = tuple((u, tuple(sp.keep[u])) for u in sp.keep_order)
