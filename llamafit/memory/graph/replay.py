@@ -23,7 +23,8 @@ ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.rese
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 from ...builds import since
 from ...facts.hparams import ModelFacts
@@ -51,7 +52,7 @@ from .backends.vulkan import (
 )
 from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
-from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph
+from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph, Tensor
 from .params import GraphBuildError
 from .reserve import reserve_configs
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
@@ -349,6 +350,20 @@ def n_copies(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) 
     return GGML_SCHED_MAX_COPIES if parallel else 1
 
 
+_FIELDS = tuple(f.name for f in fields(Tensor))
+_ALL = attrgetter(*_FIELDS)
+_USAGE = _FIELDS.index("usage")
+_BACKEND = _FIELDS.index("backend")
+
+
+def _set(t: Tensor, k: int, value: object) -> Tensor:
+    """t with field k changed (dataclasses.replace without its per-call cost: a 94-layer graph
+    changes a thousand weights)."""
+    values = list(_ALL(t))
+    values[k] = value
+    return Tensor(*values)
+
+
 def _placed(
     graph: Graph,
     backends: Sequence[Backend],
@@ -363,16 +378,16 @@ def _placed(
     cpu = backends[-1].name
     for i, t in enumerate(tensors):
         if t.data and t.buffer is not None and not t.name.startswith("cache_"):
-            tensors[i] = t = replace(t, usage=USAGE_WEIGHTS)
+            tensors[i] = t = _set(t, _USAGE, USAGE_WEIGHTS)
     for i, t in enumerate(tensors):
         if t.pin_layer == -1:
             continue
         if t.pin_layer == PIN_CPU:
-            tensors[i] = replace(t, backend=cpu)
+            tensors[i] = _set(t, _BACKEND, cpu)
             continue
         name = device_of_layer[t.pin_layer]
         if index[name].supports_op(tensors, i):
-            tensors[i] = replace(t, backend=name)
+            tensors[i] = _set(t, _BACKEND, name)
     return replace(graph, tensors=tuple(tensors))
 
 

@@ -239,12 +239,14 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     """ggml_backend_cuda_device_supports_op for the ops of CUDA_OPS. A source in another device's
     CUDA buffer (`peers`: the other devices of this backend) is refused."""
     op = tensors[i]
-    srcs = _srcs(tensors, op)
-    if any(s is not None and s.buffer in peers for s in srcs):
-        return False
+    if peers:
+        for k in op.src:
+            if k is not None and tensors[k].buffer in peers:
+                return False
     kind = op.op
     if kind in VIEW_OR_NONE:
         return True
+    srcs = _srcs(tensors, op)
     s0 = srcs[0] if srcs else None
     s1 = srcs[1] if len(srcs) > 1 else None
     assert s0 is not None
