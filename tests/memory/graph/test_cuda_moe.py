@@ -90,10 +90,17 @@ SUPPORTS = [  # (case, tensors with the op last, supported at b11434)
     ("GET_ROWS of MXFP4 rows of 2880", _get_rows("mxfp4", 2880), False),
     ("GET_ROWS of MXFP4 rows of 3072", _get_rows("mxfp4", 3072), True),
     ("GET_ROWS of IQ4_NL rows of 4096", _get_rows("iq4_nl", 4096), True),
-    ("ADD_ID (gpt-oss expert biases)", [_t("f32", (2880, 4, 512, 1)),
-        _t("f32", (2880, 32, 1, 1)), _t("i32", (4, 512, 1, 1)),
-        _t("f32", (2880, 4, 512, 1), op="ADD_ID", src=(0, 1, 2))], True),
-]  # fmt: skip
+    (
+        "ADD_ID (gpt-oss expert biases)",
+        [
+            _t("f32", (2880, 4, 512, 1)),
+            _t("f32", (2880, 32, 1, 1)),
+            _t("i32", (4, 512, 1, 1)),
+            _t("f32", (2880, 4, 512, 1), op="ADD_ID", src=(0, 1, 2)),
+        ],
+        True,
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "tensors", "ok"), SUPPORTS, ids=[c for c, _, _ in SUPPORTS])
@@ -309,17 +316,25 @@ def test_host_experts_are_copied_into_cuda0_at_the_prompt_batch() -> None:
     }
     down = copies["CUDA0#blk.0.ffn_down_exps.weight#0"]
     assert cuda_alloc_size([down], 0) == DOWN_EXPS + 210  # one q6_K block: 256 elements more
-    mmid = {t.name: sg.tensor_backend[i] for i, t in enumerate(ts[: len(sg.tensor_backend)])
-            if t.op == "MUL_MAT_ID"}  # fmt: skip
+    mmid = {
+        t.name: sg.tensor_backend[i]
+        for i, t in enumerate(ts[: len(sg.tensor_backend)])
+        if t.op == "MUL_MAT_ID"
+    }
     assert {n for n, b in mmid.items() if b == 1} == {
-        "ffn_moe_gate-47", "ffn_moe_up-47", "ffn_moe_down-47"
-    }  # fmt: skip
+        "ffn_moe_gate-47",
+        "ffn_moe_up-47",
+        "ffn_moe_down-47",
+    }
     assert len(mmid) == 48 * 3
     tg, _cuda, _bufts = _split(Setup("qwen3-30b-a3b", overrides=EXPS_CPU), reserve=1)
     ts = tg.graph.tensors
     assert not [i for i in tg.graph.nodes if "exps" in ts[i].name]
-    assert {tg.tensor_backend[i] for i, t in enumerate(ts[: len(tg.tensor_backend)])
-            if t.op == "MUL_MAT_ID"} == {1}  # fmt: skip
+    assert {
+        tg.tensor_backend[i]
+        for i, t in enumerate(ts[: len(tg.tensor_backend)])
+        if t.op == "MUL_MAT_ID"
+    } == {1}
 
 
 def test_several_gpus_offload_every_host_expert_to_the_first() -> None:
@@ -339,11 +354,17 @@ def test_several_gpus_offload_every_host_expert_to_the_first() -> None:
         assert replay.n_copies(facts, rc, gpus) == copies
     sg, _cuda, _bufts = _split(Setup("qwen3-30b-a3b", overrides=EXPS_CPU, n_gpus=2))
     ts = sg.graph.tensors
-    mmid = {sg.tensor_backend[i] for i, t in enumerate(ts[: len(sg.tensor_backend)])
-            if t.op == "MUL_MAT_ID" and not t.name.endswith("-47")}  # fmt: skip
+    mmid = {
+        sg.tensor_backend[i]
+        for i, t in enumerate(ts[: len(sg.tensor_backend)])
+        if t.op == "MUL_MAT_ID" and not t.name.endswith("-47")
+    }
     assert mmid == {0}
-    norms = {sg.tensor_backend[i] for i, t in enumerate(ts[: len(sg.tensor_backend)])
-             if t.name in ("ffn_norm-0", "ffn_norm-47")}  # fmt: skip
+    norms = {
+        sg.tensor_backend[i]
+        for i, t in enumerate(ts[: len(sg.tensor_backend)])
+        if t.name in ("ffn_norm-0", "ffn_norm-47")
+    }
     assert norms == {0, 1}  # the layers themselves on both GPUs
 
 
