@@ -32,9 +32,10 @@ from collections.abc import Sequence
 
 from ....builds import since
 from ....errors import LlamafitError
-from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
+from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, Tensor
 from ..sched import AllocDeps, GraphOptimize
 from ..shapes import is_contiguous, is_quantized
+from . import views_fusable
 
 # the first build whose ggml_cuda_match_shared_expert we read (b11434); see the module
 SHARED_EXPERT_READ = 11434
@@ -121,17 +122,8 @@ class _Split:
             uses = sum(1 for j in idxs[pos + 1 :] for s in self.srcs[self.nodes[j]] if s == i)
             if uses != self.counts[i]:
                 return False
-            v = t.view_src
-            while v is not None:
-                vt = self.t[v]
-                constant = (
-                    vt.buffer is not None
-                    and vt.usage == USAGE_WEIGHTS
-                    and not vt.flags & FLAG_PARAM
-                )
-                if v not in members and not constant:
-                    return False
-                v = vt.view_src
+            if not views_fusable(self.t, t, members):
+                return False
         return True
 
     # -- 1. the shared expert beside the routed ones
