@@ -401,3 +401,32 @@ def test_moe_archs_are_replayed_on_cuda_and_rocm(key: str, backend: str) -> None
         )
         bd = mm.estimate(rc, [DeviceSpec(name, "gpu", backend)], HOST, reserve_bytes=0)
         assert {d.compute_source for d in bd.devices} == {COMPUTE_GRAPH}
+
+
+@pytest.mark.parametrize(
+    ("n_cpu_moe", "tensor_split"), [(0, ()), (24, ()), (24, (3.0, 1.0)), (48, (1.0, 1.0))]
+)
+def test_n_cpu_moe_and_tensor_split_on_two_gpus_are_replayed(
+    n_cpu_moe: int, tensor_split: tuple[float, ...]
+) -> None:
+    """--n-cpu-moe (its -ot rules: common/common.h) and -ts over two CUDA devices: every device's
+    compute buffer from the graph; CUDA0's holds the padded copy of a host ffn_down_exps in one
+    piece, CUDA1's (its own layers' activations) never does."""
+    mm = MemoryModel(facts_of("qwen3-30b-a3b")[0])
+    rc = resolve(
+        LaunchConfig(
+            n_ctx=4096,
+            n_gpu_layers=NGL_ALL,
+            n_cpu_moe=n_cpu_moe,
+            tensor_split=tensor_split,
+            fit=False,
+        ),
+        mm.facts,
+        build=None,
+    )
+    gpus = [DeviceSpec("CUDA0", "gpu", "cuda"), DeviceSpec("CUDA1", "gpu", "cuda")]
+    bd = mm.estimate(rc, gpus, HOST, reserve_bytes=0)
+    assert {d.compute_source for d in bd.devices} == {COMPUTE_GRAPH}
+    cuda0, cuda1 = bd.devices[0].compute_bytes, bd.devices[1].compute_bytes
+    assert (cuda0 >= DOWN_EXPS + 210) == (n_cpu_moe > 0)
+    assert cuda1 < DOWN_EXPS
