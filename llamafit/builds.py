@@ -233,6 +233,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "on the CPU; fattn.cu ggml_cuda_get_best_fattn_kernel)",
     ),
     BuildRule(
+        "cuda_moe_reduce_deps",
+        10850,
+        25952,
+        "2026-09 (b10850 estimate: reviewed 09-01, its commit 3466812d1 cited as merged in "
+        "GenerelSchwerz/llama.cpp#80 on 09-09; b10615 was the latest on 08-25, issue #27680)",
+        "CUDA/ROCm: ggml_backend_cuda_graph_optimize keeps a MoE weighted expert reduction's "
+        "experts, router weights (and expert scale) alive until its last ADD "
+        "(ggml_cuda_match_moe_weighted_reduction, add_alloc_dep of PR #27301): the router-weighted "
+        "MUL no longer runs in place over the experts' product in the compute buffer",
+    ),
+    BuildRule(
         "mixed_batch",
         11400,
         29622,

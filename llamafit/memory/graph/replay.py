@@ -9,10 +9,12 @@ supports_op, offload_op and graph_optimize are ported (backends/). Metal is cove
 device with full offload for the families and builds whose graphs' ops and alloc sizes were
 checked in its source (covers_backends, metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
 covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
-MUL_MAT_ID: MoE graphs keep the estimate; flash attention over a non-F16 cache from rule
-cuda_fa_f16_in_buffer on adds F16 copies by the kernel the device's compute capability picks,
-DeviceSpec.cc, an unknown one taken as copying), any offload and any number of devices of one
-backend, -sm row included (before rule cuda_no_split_buffers). Elsewhere the hand model stays.
+flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer on adds F16 copies by the
+kernel the device's compute capability picks, DeviceSpec.cc, an unknown one taken as copying), MoE
+included (MUL_MAT_ID, expert offload by offload_op, the fusion alloc deps of
+ggml_backend_cuda_graph_optimize: backends/cuda_optimize.py), any offload and any number of devices
+of one backend, -sm row included (before rule cuda_no_split_buffers). Elsewhere the hand model
+stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
@@ -23,14 +25,21 @@ ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.rese
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from .alloc import AllocError, BufferType, Gallocr
 from .backends.cpu import CPU, cpu_backend
-from .backends.cuda import cuda_backend, cuda_buffer_type, cuda_graph_ok, cuda_host_buffer_type
+from .backends.cuda import (
+    cuda_backend,
+    cuda_buffer_type,
+    cuda_graph_ok,
+    cuda_host_buffer_type,
+)
+from .backends.cuda_optimize import UnplacedRule
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
 from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
 from .backends.vulkan import (
@@ -44,7 +53,7 @@ from .backends.vulkan import (
 )
 from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
-from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph
+from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph, Tensor
 from .params import GraphBuildError
 from .reserve import reserve_configs
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
@@ -174,8 +183,7 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
 DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal", "cuda", "rocm"})
 # CUDA and ROCm (backends/cuda.py): every arch from the build its graph is replayed from
-# (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes (no MUL_MAT_ID:
-# the MoE fusions of ggml_backend_cuda_graph_optimize are not ported)
+# (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes
 CUDA_BACKENDS = frozenset({"cuda", "rocm"})
 # Metal: the archs whose graphs' ops metal_graph_ok knows Metal takes (models.Model.checked_0317),
 # and the builds whose Metal source was checked: llama-cpp-python 0.3.17's vendored llama.cpp
@@ -245,12 +253,12 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     """Whether the replay models this config on these devices (Vulkan and RPC; Metal on one
     device with every layer, the output and the KV cache on it and no tensor overrides: the CPU
     backend's rules are the x86 build's, not Apple's; Vulkan before REPLAY_SINCE with caches of
-    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer, none or row, no
-    experts). -sm row on CUDA / ROCm before rule cuda_no_split_buffers: the matrices of a layer
-    lie in its device's CUDA<i>_Split buffer (llama-model.cpp make_gpu_buft_list), which only that
-    device's backend takes (ggml_backend_cuda_device_supports_buft) and only for MUL_MAT
-    (supports_op): every op runs where -sm layer runs it, the rows' partial products in the CUDA
-    pool, and without pipeline parallelism (n_copies: -sm layer only)."""
+    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer, none or row).
+    -sm row on CUDA / ROCm before rule cuda_no_split_buffers: the matrices of a layer lie in its
+    device's CUDA<i>_Split buffer (llama-model.cpp make_gpu_buft_list), which only that device's
+    backend takes (ggml_backend_cuda_device_supports_buft) and only for MUL_MAT (supports_op):
+    every op runs where -sm layer runs it, the rows' partial products in the CUDA pool, and
+    without pipeline parallelism (n_copies: -sm layer only)."""
     backends = [g.backend for g in gpus]
     if "metal" in backends and (
         len(gpus) != 1
@@ -259,8 +267,6 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
         or rc.all_overrides
     ):
         return False
-    if CUDA_BACKENDS & set(backends) and facts.moe is not None:
-        return False  # every graph has MUL_MAT_ID (cuda_graph_ok): decided before building one
     if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
         kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
         if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):
@@ -364,6 +370,20 @@ def n_copies(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) 
     return GGML_SCHED_MAX_COPIES if parallel else 1
 
 
+_FIELDS = tuple(f.name for f in fields(Tensor))
+_ALL = attrgetter(*_FIELDS)
+_USAGE = _FIELDS.index("usage")
+_BACKEND = _FIELDS.index("backend")
+
+
+def _set(t: Tensor, k: int, value: object) -> Tensor:
+    """t with field k changed (dataclasses.replace without its per-call cost: a 94-layer graph
+    changes a thousand weights)."""
+    values = list(_ALL(t))
+    values[k] = value
+    return Tensor(*values)
+
+
 def _placed(
     graph: Graph,
     backends: Sequence[Backend],
@@ -378,16 +398,16 @@ def _placed(
     cpu = backends[-1].name
     for i, t in enumerate(tensors):
         if t.data and t.buffer is not None and not t.name.startswith("cache_"):
-            tensors[i] = t = replace(t, usage=USAGE_WEIGHTS)
+            tensors[i] = t = _set(t, _USAGE, USAGE_WEIGHTS)
     for i, t in enumerate(tensors):
         if t.pin_layer == -1:
             continue
         if t.pin_layer == PIN_CPU:
-            tensors[i] = replace(t, backend=cpu)
+            tensors[i] = _set(t, _BACKEND, cpu)
             continue
         name = device_of_layer[t.pin_layer]
         if index[name].supports_op(tensors, i):
-            tensors[i] = replace(t, backend=name)
+            tensors[i] = _set(t, _BACKEND, name)
     return replace(graph, tensors=tuple(tensors))
 
 
@@ -449,7 +469,7 @@ def device_compute_bytes(
                 return None
             split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
             sizes = gallocr.reserve_n(split.graph)
-    except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit):
+    except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit, UnplacedRule):
         return None
     out = {d: sizes[d] for d in range(len(gpus))}
     out[CPU_DEVICE] = sizes[-1]

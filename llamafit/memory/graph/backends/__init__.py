@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..cparams import OP_OFFLOAD_MIN_BATCH
-from ..nodes import Tensor
+from ..nodes import FLAG_PARAM, USAGE_WEIGHTS, Tensor
 from ..sched import OpPredicate
 from ..shapes import nrows
 
@@ -30,6 +30,19 @@ def src(tensors: Sequence[Tensor], op: Tensor, k: int) -> Tensor | None:
     """The op's k-th source, None where it has none."""
     s = op.src[k] if k < len(op.src) else None
     return None if s is None else tensors[s]
+
+
+def views_fusable(tensors: Sequence[Tensor], t: Tensor, members: set[int]) -> bool:
+    """ggml_can_fuse_subgraph_ext's view check (ggml/src/ggml.c): every view source up t's chain
+    is in the subgraph (members) or constant (ggml_is_constant: a weight, not a parameter)."""
+    v = t.view_src
+    while v is not None:
+        vt = tensors[v]
+        constant = vt.buffer is not None and vt.usage == USAGE_WEIGHTS and not vt.flags & FLAG_PARAM
+        if v not in members and not constant:
+            return False
+        v = vt.view_src
+    return True
 
 
 # op offload (ggml-cuda.cu get_op_batch_size, ggml-vulkan-debug.cpp ggml_vk_get_op_batch_size)

@@ -20,12 +20,17 @@ Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2
 - CUDA_Host (ggml_backend_cuda_host_buffer_type): the CPU buffer type's alignment (32) and alloc
   size; the CPU backend's compute buffer type when the first device is a CUDA one
   (src/llama-context.cpp), unless GGML_CUDA_NO_PINNED.
-- graph_optimize (ggml_backend_cuda_graph_optimize): 0.3.17's only reorders under
-  GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's also adds alloc dependencies for the fused
-  MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and b11434's
-  moves a shared expert's product next to the routed experts' (ggml_cuda_match_shared_expert):
-  all of them start at a MUL_MAT_ID, which cuda_graph_ok refuses, so MoE graphs keep the
-  estimate and the dense ones are not reordered.
+- graph_optimize (ggml_backend_cuda_graph_optimize, cuda_optimize.py): 0.3.17's only reorders
+  under GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's and b11434's add alloc dependencies for
+  the fused MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and
+  b11434's moves a shared expert's gate, up and GLU next to the routed experts'
+  (ggml_cuda_match_shared_expert). All start at MoE nodes: dense graphs are not touched.
+- MoE ops (b11434, the same in 0.3.36): MUL_MAT_ID as MUL_MAT (its GGML_PREC_F32 flag,
+  op_params[3], is set by build_moe_ffn for Mistral 4 only, not replayed), ADD_ID, TOP_K (CUB or
+  HIP) and ARGSORT (CUB; on HIP a padded row within shared memory per block: argsort_row_fits),
+  GET_ROWS of MXFP4 / IQ4_NL rows of whole QK_K super-blocks only. Expert offload needs nothing
+  more: offload_op measures a MUL_MAT_ID by ne[2], the ubatch's tokens, and the scheduler copies
+  the host expert tensor.
 - events (ggml_backend_cuda_device_get_props): yes unless GGML_CUDA_NO_PEER_COPY, so several
   CUDA devices with every layer offloaded run pipeline parallel (replay.n_copies).
 
@@ -57,6 +62,7 @@ from . import VIEW_OR_NONE, batch_offload
 from . import srcs as _srcs
 from .cpu import TENSOR_ALIGNMENT
 from .cuda_fattn import fattn_alloc_size, fattn_supported
+from .cuda_optimize import cuda_graph_optimize_for
 
 CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
 MATRIX_ROW_PADDING = 512  # ggml-cuda/common.cuh: quantized rows padded to this many elements
@@ -107,6 +113,10 @@ CUDA_OPS = frozenset(
         "SUB",
         "DIV",
         "MUL_MAT",
+        "MUL_MAT_ID",
+        "ADD_ID",
+        "ARGSORT",
+        "TOP_K",
         "ROPE",
         "CPY",
         "CONT",
@@ -143,6 +153,7 @@ CUDA_OPS = frozenset(
 _ALWAYS = frozenset(
     {"CONT", "DUP", "SOFT_MAX", "ADD1", "SQR", "SQRT", "SIN", "COS", "CLAMP", "LOG", "ARGMAX"}
     | {"PAD", "GATED_DELTA_NET", "FILL", "CUMSUM", "TRI", "DIAG", "SOLVE_TRI"}
+    | {"ADD_ID", "TOP_K"}  # TOP_K: with CUB (CUDA >= 11.7) or on HIP
 )
 _UNARY = frozenset(
     {
@@ -197,9 +208,18 @@ _MM_TYPES = ggml_names(
         "iq3_xxs",
         "iq4_nl",
         "iq4_xs",
+        "mxfp4",
+        "nvfp4",
+        "q1_0",
+        "q8_k",
     }
 )
-_GET_ROWS_TYPES = (_MM_TYPES - {"iq4_nl"}) | {"i32"}
+_GET_ROWS_TYPES = (_MM_TYPES - ggml_names({"iq4_nl", "mxfp4", "nvfp4", "q8_k"})) | {"i32"}
+_GET_ROWS_SUPER = frozenset({"iq4_nl", "mxfp4"})  # only rows of whole QK_K super-blocks
+QK_K = 256
+# ARGSORT without CUB (ROCm): the bitonic sort's padded row in shared memory per block; 48 KiB is
+# every CUDA and ROCm device's at least (sharedMemPerBlock), which a DeviceSpec does not carry
+ARGSORT_SMPB = 48 << 10
 _SET_ROWS_DST = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"})
 _FLOAT = frozenset({"f32", "f16", "bf16"})
 _CPY_QUANT = frozenset({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1"})
@@ -226,12 +246,14 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     """ggml_backend_cuda_device_supports_op for the ops of CUDA_OPS at this build. A source in
     another device's CUDA buffer (`peers`: the other devices of this backend) is refused."""
     op = tensors[i]
-    srcs = _srcs(tensors, op)
-    if any(s is not None and s.buffer in peers for s in srcs):
-        return False
+    if peers:
+        for k in op.src:
+            if k is not None and tensors[k].buffer in peers:
+                return False
     kind = op.op
     if kind in VIEW_OR_NONE:
         return True
+    srcs = _srcs(tensors, op)
     s0 = srcs[0] if srcs else None
     s1 = srcs[1] if len(srcs) > 1 else None
     assert s0 is not None
@@ -243,7 +265,7 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
         if s0.type == "bf16" and op.desc in ("SWIGLU_OAI", "SWIGLU_CLAMP"):
             return False
         return op.desc in _GLU and is_contiguous_n(s0, 1)
-    if kind == "MUL_MAT":
+    if kind in ("MUL_MAT", "MUL_MAT_ID"):  # MUL_MAT_ID's GGML_PREC_F32 (op_params[3]): not set
         assert s1 is not None
         if s0.nb[0] != type_of(s0.type).type_size or s1.nb[0] != type_of(s1.type).type_size:
             return False
@@ -251,7 +273,11 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
             return False  # (ggml_cuda_op_mul_mat_use_fwht: a Hadamard hint, not in these graphs)
         return s0.type in _MM_TYPES
     if kind == "GET_ROWS":
+        if s0.type in _GET_ROWS_SUPER:
+            return s0.ne[0] % QK_K == 0
         return s0.type in _GET_ROWS_TYPES
+    if kind == "ARGSORT":
+        return argsort_row_fits(s0)
     if kind == "SET_ROWS":
         assert s1 is not None
         dst_ok = (op.type in _SET_ROWS_DST and s0.type == "f32") or (
@@ -286,6 +312,16 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     if kind == "SSM_SCAN":
         return _mamba2_scan(srcs) and s0.ne[0] in (96, 128, 256) and s0.ne[1] % 16 == 0
     return kind in _ALWAYS
+
+
+def argsort_row_fits(s0: Tensor) -> bool:
+    """supports_op's ARGSORT: with CUB (CUDA >= 11.7) any row; on ROCm the row padded to a power
+    of two, as ints, within shared memory per block. Rows within ARGSORT_SMPB fit on every device
+    (the MoE gates' n_expert); cuda_graph_ok declines the others."""
+    pad = 1
+    while pad < s0.ne[0]:
+        pad *= 2
+    return pad * 4 <= ARGSORT_SMPB
 
 
 def _concat_ok(s0: Tensor, s1: Tensor, op: Tensor) -> bool:
@@ -329,6 +365,8 @@ def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
             return False
         if t.op == "SSM_SCAN" and not _mamba2_scan(srcs):
             return False
+        if t.op == "ARGSORT" and (srcs[0] is None or not argsort_row_fits(srcs[0])):
+            return False
         if t.op == "FLASH_ATTN_EXT" and not cuda_fa_supported(ts, t, build):
             return False
     return True
@@ -344,11 +382,15 @@ def cuda_backend(
     """A CUDA (ROCm) device: supports_op as ported (cuda_supports_op), supports_buft its own
     buffer type (ggml_backend_cuda_device_supports_buft; an integrated device's CUDA_Host too,
     not modelled), offload_op by batch size (ggml_backend_cuda_device_offload_op, get_op_batch_size:
-    GGML_OP_OFFLOAD_MIN_BATCH, else 32), no graph_optimize by default (see the module)."""
+    GGML_OP_OFFLOAD_MIN_BATCH, else 32: a host expert tensor's MUL_MAT_ID by its ne[2], the
+    ubatch's tokens) and graph_optimize's fusion alloc deps (cuda_optimize.py: b11434's; before
+    0.3.36 there were none, but the graphs replayed on CUDA at those builds, llama, qwen2 and
+    qwen3, have none of its patterns)."""
     return Backend(
         name=name,
         buft=name,
         bufts=frozenset({name}),
         supports_op=partial(cuda_supports_op, peers=peers, build=build),
         offload_op=batch_offload(op_offload_min_batch),
+        graph_optimize=cuda_graph_optimize_for(build),
     )

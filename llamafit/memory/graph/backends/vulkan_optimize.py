@@ -18,9 +18,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 
 from ....builds import since
-from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, FLAG_PARAM, USAGE_WEIGHTS, Tensor
+from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, Tensor
 from ..sched import AllocDeps, GraphOptimize
 from ..shapes import is_contiguous_n
+from . import views_fusable
 
 # ggml-vulkan-types.h
 TOPK_MOE_EARLY_SOFTMAX_NORM = (
@@ -295,17 +296,8 @@ def vk_graph_optimize(  # noqa: C901 (ggml port: kept diffable)
                 uses += sum(1 for s in srcs[nodes[idxs[j]]] if s == nodes[k])
             if uses != use_count(k):
                 return False
-            v = t.view_src
-            while v is not None:
-                vt = tensors[v]
-                constant = (
-                    vt.buffer is not None
-                    and vt.usage == USAGE_WEIGHTS
-                    and not vt.flags & FLAG_PARAM
-                )
-                if v not in members and not constant:
-                    return False
-                v = vt.view_src
+            if not views_fusable(tensors, t, members):
+                return False
         return True
 
     def can_fuse_unary_mul(u: int, m: int) -> bool:
