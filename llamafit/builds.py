@@ -248,6 +248,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "ones where it dequantizes a q4_0..q8_0 cache (32 queries or more)",
     ),
     BuildRule(
+        "cuda_fa_any_kv",
+        10700,
+        28079,
+        "2026-09-10 (~b10700 estimate: 0.3.35's b10454 has the old rule, 0.3.36's b11312 the new)",
+        "CUDA/ROCm flash attention takes K and V of any two of F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+        "Q5_1, Q8_0; a pair without a compiled vector kernel (GGML_CUDA_FA_QUANTS) converts both "
+        "to F16 (before: K and V of one type, F32, F16, Q4_0, Q8_0 or BF16, else the attention ran "
+        "on the CPU; fattn.cu ggml_cuda_get_best_fattn_kernel)",
+    ),
+    BuildRule(
+        "cuda_moe_reduce_deps",
+        10850,
+        25952,
+        "2026-09 (b10850 estimate: reviewed 09-01, its commit 3466812d1 cited as merged in "
+        "GenerelSchwerz/llama.cpp#80 on 09-09; b10615 was the latest on 08-25, issue #27680)",
+        "CUDA/ROCm: ggml_backend_cuda_graph_optimize keeps a MoE weighted expert reduction's "
+        "experts, router weights (and expert scale) alive until its last ADD "
+        "(ggml_cuda_match_moe_weighted_reduction, add_alloc_dep of PR #27301): the router-weighted "
+        "MUL no longer runs in place over the experts' product in the compute buffer",
+    ),
+    BuildRule(
         "metal_fusion_table",
         10870,
         28164,
@@ -278,9 +299,11 @@ BUILD_RULES: tuple[BuildRule, ...] = (
 _RULES = {r.key: r for r in BUILD_RULES}
 
 
-# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT), build
-# 9512
-PINNED_BUILD = 9512
+# llama-cpp-python 0.3.36 (the embedded server) vendors llama.cpp 0c1e570 (LLAMA_CPP_COMMIT): build
+# 11312 of 2026-10-01, as servers built from that commit print it ("b11312-0c1e57098"; its tree
+# already has PR #24216, rule cuda_no_split_buffers, and PR #28079, rule cuda_fa_any_kv). The sdist
+# has no git history, so its own builds print build 0.
+PINNED_BUILD = 11312
 
 
 def build_of(key: str) -> int:

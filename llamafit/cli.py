@@ -592,9 +592,11 @@ def script(
         echo_report(report.text, err=True)
         raise SystemExit(EXIT_DOES_NOT_FIT)
     if output:
+        from .safe_io import write_output
+
         try:
-            # a non-UTF-8 path's bytes, as given
-            Path(output).write_bytes(text.encode("utf-8", "surrogateescape"))
+            # safe_io's rules (no link, FIFO or GGUF replaced; atomic); a non-UTF-8 path's bytes
+            write_output(output, text.encode("utf-8", "surrogateescape"))
             if kind == "sh":
                 Path(output).chmod(0o755)
         except OSError as e:
@@ -606,11 +608,14 @@ def script(
 
 
 def _check_output_dir(output: str) -> None:
-    """`-o` into a directory that does not exist (or is a file) is bad input, said before
-    planning."""
-    parent = Path(output).parent
-    if not parent.is_dir():
-        raise LlamafitError(f"-o {output}: no such directory {parent}")
+    """`-o` where the script may not go (safe_io.check_output: no such directory, a symbolic link,
+    a FIFO or device, a GGUF file) is bad input, said before planning."""
+    from .safe_io import check_output
+
+    try:
+        check_output(output)
+    except OSError as e:
+        raise LlamafitError(f"-o {output}: {e.strerror or e}") from e
 
 
 @cli.group()

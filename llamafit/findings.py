@@ -17,11 +17,15 @@ class Notice:
     """A warning: a stable `code` and its values (check_report.NOTICE_TEXT renders each code).
 
     Codes: unknown_flag {flag}; unmodelled_model {flag, what}; devices_not_modelled;
+    cc_unknown {devices} (CUDA/ROCm devices whose compute capability, which sizes the flash-
+    attention copies of a quantized cache, is unknown: the larger figure is taken);
     ngl_without_gpu; from_environment {names}; calibration {compute_scale, runs, architecture,
     devices, source}; calibration_skipped {path, count, reason}; calibration_unread {path, reason};
     small_reserve {reserve_bytes}; host_ram_short {used_bytes, usable_bytes}; server_devices
     {message} (the server's device list against detection and vulkaninfo); server_unanswered
-    {message} (a llama-server found that hung, printed without end or was not believed); and model / config
+    {message} (a llama-server found that hung, printed without end or was not believed);
+    llama_compute_differs {device, llama_mib, llamafit_bytes, difference_bytes, compute_source,
+    taken} (commands/llama_check.compute_notices); and model / config
     {message}, the model's and llama.cpp's own warnings, passed on as text.
     """
 

@@ -7,7 +7,7 @@ from ..findings import Notice
 from ..fit.ways_out import suggestions
 from ..memory.resolve import resolve
 from ..report import check as check_report
-from .llama_check import llama_cpp_check
+from .llama_check import compute_notices, llama_cpp_check
 from .plan import wrap_lines
 from .prepare import prepare, warnings_for
 from .prepared import Report, Request
@@ -26,6 +26,8 @@ def run_check(request: Request) -> Report:
         host = breakdown.devices[-1]
         short = {"used_bytes": host.used_bytes, "usable_bytes": host.usable_bytes or 0}
         warnings.append(Notice("host_ram_short", short))
+    llama = llama_cpp_check(p, p.parsed.config, rc, breakdown)
+    warnings += compute_notices(llama, [g.name for g in t.gpus])
     extra = {
         "llama_build": t.build,
         "unknown_flags": list(p.parsed.unknown),
@@ -37,7 +39,6 @@ def run_check(request: Request) -> Report:
     text = check_report.to_text(p.facts, rc, breakdown, warnings=warnings, ways_out=ways)
     if p.llama_recorded:  # llama.cpp's earlier estimate for this build, applied (llama_record.py)
         data["llama_cpp_recorded"] = p.llama_recorded
-    llama = llama_cpp_check(p, p.parsed.config, rc, breakdown)
     if llama is not None:  # llama.cpp's own dry run of the same flags (issue #28)
         data["llama_cpp_check"] = llama
         text = "\n".join([text, *wrap_lines(check_report.llama_check_lines(llama))])

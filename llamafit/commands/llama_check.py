@@ -10,11 +10,14 @@ import sys
 import tempfile
 from typing import Any
 
+from ..findings import Notice
 from ..fit.llama_check import (
     PRINT_SLACK_BYTES,
     agrees,
     compare,
+    compute_checks,
     differences,
+    fit_params_rc,
     logits_quirk_bytes,
     room_per_device,
 )
@@ -64,6 +67,53 @@ def _our_names(theirs: list[str], rpc: list[str]) -> dict[str, str]:
             out[name], k = rpc[k], k + 1
         else:
             out[name] = name
+    return out
+
+
+def _names_question(p: Prepared, build: str) -> str:
+    """What names a question to llama-fit-params beyond its flags (fit_check.ask's `remember`):
+    the build, and the model's files as they are now (real path, size, mtime of each shard)."""
+    from ..reader.model import shard_paths
+
+    try:
+        files = shard_paths(p.facts.path)
+    except (OSError, ValueError):
+        files = [p.facts.path]
+    parts = [build]
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            parts.append(f"{os.path.realpath(f)}:?")
+            continue
+        parts.append(f"{os.path.realpath(f)}:{st.st_size}:{st.st_mtime_ns}")
+    return "\0".join(parts)
+
+
+def compute_notices(check: dict[str, Any] | None, gpus: list[str]) -> list[Notice]:
+    """llama_compute_differs {device, llama_mib, llamafit_bytes, difference_bytes, compute_source,
+    taken}: a device where llama.cpp's compute column and llamafit's figure for the same
+    question disagree beyond print precision (`taken`: whose figure the plan takes, the larger
+    one: "llama.cpp" on a GPU where llama.cpp's is larger (larger_wins), else "llamafit"; the
+    host is judged, but no room is kept there, as for weights and KV)."""
+    out = []
+    for c in (check or {}).get("compute", []):
+        if c["agrees"]:
+            continue
+        wins = c["difference_bytes"] > 0 and c["device"] in gpus
+        out.append(
+            Notice(
+                "llama_compute_differs",
+                {
+                    "device": c["device"],
+                    "llama_mib": c["mib"],
+                    "llamafit_bytes": c["llamafit_bytes"],
+                    "difference_bytes": c["difference_bytes"],
+                    "compute_source": c["compute_source"],
+                    "taken": "llama.cpp" if wins else "llamafit",
+                },
+            )
+        )
     return out
 
 
@@ -117,7 +167,7 @@ def _asked(
     tty = stderr_is_tty()  # the line shows on a terminal only
     status_line(f"asking llama.cpp ({TOOL}) about this config…", tty=tty)
     try:
-        rows, failed = ask(tool, argv, p.env)
+        rows, failed = ask(tool, argv, p.env, remember=(model, _names_question(p, base["build"])))
     finally:
         status_line(None, tty=tty)
     if failed:
@@ -126,13 +176,34 @@ def _asked(
         [r.device for r in rows], [d.name for d in p.target.gpus if d.backend == "rpc"]
     )
     quirk = logits_quirk_bytes(p.facts.n_vocab, arc.n_ubatch, arc.n_outputs_max)
-    checks = compare([(names[r.device], r.total_mib, r.model_mib) for r in rows], ab, quirk)
+    # llamafit's compute for llama-fit-params' own graph (its worst-case logits included)
+    frc = fit_params_rc(arc)
+    fb = ab if frc == arc else p.target.breakdown(asked, frc)
+    computed = compute_checks([(names[r.device], r.compute_mib) for r in rows], fb)
+    checks = compare(
+        [(names[r.device], r.total_mib, r.model_mib) for r in rows],
+        ab,
+        quirk,
+        {c.device: c.agrees for c in computed},
+    )
     base["model_mib"] = {names[r.device]: r.model_mib for r in rows}
     base["context_mib"] = {names[r.device]: r.context_mib for r in rows}
+    base["compute"] = [
+        {
+            "device": c.device,
+            "mib": c.llama_mib,
+            "llamafit_bytes": c.llamafit_bytes,
+            "difference_bytes": c.difference_bytes,
+            "compute_source": c.source,
+            "agrees": c.agrees,
+        }
+        for c in computed
+    ]
     diffs = differences(
         [(names[r.device], r.model_mib, r.context_mib, r.compute_mib) for r in rows],
         ab,
         [g.name for g in p.target.gpus],
+        fb,
     )
     base["differences"] = [{"device": d.device, "kind": d.kind, "bytes": d.bytes} for d in diffs]
     if p.server_identity is not None:  # later plans for this build and device start from it
@@ -212,14 +283,18 @@ def learn_tensor_limit(
     return replace(p, target=replace(t, gpus=tuple(gpus)), hardware=hardware), learned
 
 
+_ROOM_FOR = {"model": "weights", "context": "KV", "compute": "compute"}
+
+
 def larger_wins(
     p: Prepared, cfg: LaunchConfig, rc: ResolvedConfig, check: dict[str, Any] | None
 ) -> tuple[Prepared, list[str]] | None:
-    """Where llama.cpp's estimate holds more weights or KV/recurrent state on a GPU than llamafit's
-    (the buffers its loader sizes exactly: llama_model_loader, llama_kv_cache), the plan keeps that
-    much more room there (the device's overhead_bytes) and is solved again; None when it does not,
-    or when the room recorded from an earlier check of this build (llama_record) already covers it.
-    Compute is not taken from it: its worst-case graph is no llama-server's (logits_quirk_bytes)."""
+    """Where llama.cpp's estimate holds more weights, KV/recurrent state or compute on a GPU than
+    llamafit's (the buffers its loader sizes exactly: llama_model_loader, llama_kv_cache; and its
+    scheduler's compute buffers, compared at llama-fit-params' own graph: fit_params_rc), the plan
+    keeps that much more room there (the device's overhead_bytes) and is solved again; None when
+    it does not, or when the room recorded from an earlier check of this build (llama_record)
+    already covers it."""
     from dataclasses import replace
 
     from ..fit.llama_check import Difference
@@ -236,9 +311,10 @@ def larger_wins(
         more = room.get(g.name, 0) - had.get(g.name, 0)
         if more > PRINT_SLACK_BYTES:
             gpus[i] = replace(g, overhead_bytes=g.overhead_bytes + more)
+            kinds = [_ROOM_FOR[d.kind] for d in diffs if d.device == g.name and d.room_bytes]
             notes.append(
-                f"{g.name}: llama.cpp's own estimate holds {more / MIB:,.0f} MiB more weights "
-                "and KV than llamafit's: planned with that much more room"
+                f"{g.name}: llama.cpp's own estimate holds {more / MIB:,.0f} MiB more "
+                f"{' and '.join(kinds)} than llamafit's: planned with that much more room"
             )
     if not notes:
         return None

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 def with_recorded(p: Prepared) -> Prepared:
     """The plan started from what llama.cpp's estimate showed earlier for this build and these
     devices: a Vulkan device of unknown tensor limit takes the limit learned, and a device keeps
-    room for llama.cpp's larger weights and KV of this model (fit/llama_check.py room_per_device).
+    room for llama.cpp's larger weights, KV and compute of this model (fit/llama_check.py
+    room_per_device; compute only as recorded at llama-fit-params' own graph, `same_graph`).
     `llama_recorded` holds what applied (the `llama_cpp_recorded` JSON); unchanged without any."""
     if p.server_identity is None or not p.target.gpus or not p.llama_check:
         return p  # --no-llama-check: nothing of llama.cpp's dry run, remembered or new (#37 F10)
@@ -53,7 +54,9 @@ def with_recorded(p: Prepared) -> Prepared:
         for e in mine:
             if e.get("model") == key:
                 d = Difference(g.name, e["kind"], e["bytes"])
-                wins = e.get("agrees") is False and d.room_bytes > 0
+                # a compute difference without same_graph held llama.cpp's worst-case logits
+                same = d.kind != "compute" or e.get("same_graph") is True
+                wins = e.get("agrees") is False and d.room_bytes > 0 and same
                 shown.append(
                     {"device": g.name, "kind": d.kind, "bytes": d.bytes, "applied": wins}
                     | {"config": e.get("config"), "time": e.get("time")}

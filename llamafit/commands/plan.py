@@ -19,7 +19,7 @@ from ..report.bars import bar_lines
 from ..report.layout import wrap_line
 from ..server.argv import server_argv
 from ..server.side_flags import launch_tokens
-from .llama_check import larger_wins, learn_tensor_limit, llama_cpp_check
+from .llama_check import compute_notices, larger_wins, learn_tensor_limit, llama_cpp_check
 from .prepare import prepare, warnings_for
 from .prepared import Prepared, Report, Request
 
@@ -139,6 +139,7 @@ def render_plan(
     argv = server_argv(p.facts.path, c.cfg, c.rc, passthrough=passthrough) if c else []
     hardware = plan_report.hardware_json(p.target.gpus, p.target.host)
     warnings = warnings_for(p, c.rc if c else None) + _others(processes, result)
+    warnings += compute_notices(llama, [g.name for g in p.target.gpus])
     result = replace(result, warnings=tuple(warnings) + result.warnings)
     effect: PresetEffect | None = None
     if policy.preset is not None:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from ..fit.explain import PlanResult
+from ..fit.explain import PlanResult, learned_target
 from ..fit.search import Target, max_context
 from ..fit.solver import KV_PAIRS, Policy, bounds
 from ..fit.speed import GENERATION_BAND, estimate, estimate_at, with_rates
@@ -59,7 +59,7 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
     out: dict[str, Any] = {"context_by_layers": [], "speed_by_context": []}
     if c is None:
         return out
-    target = p.target
+    target = learned_target(p.target, c)  # as the trade-off rows: near the exact figures
     _, hi = bounds(target, c.cfg, replace(policy, ctx=None))
     n_all = target.model.facts.n_layer_all + 1
     if target.gpus:
@@ -75,6 +75,10 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             # the curves pass through the pick
             layers = sorted({*_spread(n_all), c.rc.n_gpu_layers})
             points = _curve(partial(_ctx_at, target, base, hi), layers, hi)
+            pick = (c.rc.type_k.name.lower(), c.rc.type_v.name.lower(), c.rc.flash_attn)
+            if (type_k, type_v, fa == "on") == pick:
+                # the pick's own point: its exact figure (explain.exact_choice)
+                points = [[k, c.ctx if k == c.rc.n_gpu_layers else x] for k, x in points]
             out["context_by_layers"].append(
                 {"type_k": type_k, "type_v": type_v, "flash_attn": fa, "points": points}
             )

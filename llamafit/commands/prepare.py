@@ -22,6 +22,7 @@ from ..machine import pick
 from ..machine.hardware import RpcQuery
 from ..machine.pick import DetectFn, HostFn
 from ..memory.calibration import compute_correction, parse_records
+from ..memory.graph.replay import unknown_cc_devices
 from ..memory.model import MemoryModel
 from ..memory.overrides import check_override_devices
 from ..memory.resolve import ResolvedConfig
@@ -124,10 +125,8 @@ def prepare(
     refuse_non_model(gguf, model or parsed.hf_repo or "the model")
     facts = build_facts(gguf)
     server_notes: list[str] = []
-    if server is None and detect_fn is None:
-        from ..server import find
-
-        server = find.local_server(env, server_notes)
+    if server is None:
+        server = _planned_server(request, detect_fn is None, server_notes)
     binary = server.binary if server is not None else None
     vulkan_fn, listing = pick.no_vulkan, None  # an injected detection stands alone
     asked: list[Listing] = []  # the server's --list-devices answer, asked once (server_listing)
@@ -200,6 +199,17 @@ def prepare(
     from .llama_record import with_recorded
 
     return with_recorded(with_calibration(p, env))
+
+
+def _planned_server(request: Request, detect: bool, notes: list[str]) -> ServerChoice | None:
+    """The server a plan without one given is for: llama-cpp-python's embedded one for
+    --engine llama-cpp-python (whatever llama-server is on PATH: its build and defaults), else
+    the llama-server here (unless detection is injected)."""
+    from ..server import find
+
+    if request.engine == "llama-cpp-python":
+        return find.ServerChoice("embedded", None, "--engine llama-cpp-python")
+    return find.local_server(request.env, notes) if detect else None
 
 
 def for_server(p: Prepared, server: ServerChoice) -> Prepared:
@@ -394,4 +404,6 @@ def warnings_for(p: Prepared, rc: ResolvedConfig | None) -> list[Notice | str]:
     config), then the flags' and the calibration's."""
     facts = [as_notice(w, "model") for w in p.facts.warnings]
     config = [as_notice(w, "config") for w in rc.warnings] if rc else []
-    return [*facts, *config, *flag_warnings(p)]
+    unknown = unknown_cc_devices(rc, p.target.gpus) if rc else ()
+    cc = [Notice("cc_unknown", {"devices": list(unknown)})] if unknown else []
+    return [*facts, *config, *cc, *flag_warnings(p)]

@@ -351,13 +351,16 @@ def difference_entries(
 ) -> list[dict[str, Any]]:
     """The entries of one check's differences, measured at `config` (report.json_parts.config_json);
     `differs`: the devices where the two estimates disagreed (only their differences are applied
-    later, as larger_wins applies them now); an implausible one is not remembered (plausible)."""
+    later, as larger_wins applies them now); an implausible one is not remembered (plausible). A
+    compute difference says `same_graph`: it was taken at llama-fit-params' own graph
+    (fit_params_rc); one recorded before that held its worst-case logits and is never applied."""
     gpus = {g.name: g for g in p.target.gpus}
     name = os.path.basename(p.facts.path)
     return [
         device_fields(p, gpus[d.device])
         | {"model": model_key(p), "model_name": name, "kind": d.kind, "bytes": d.bytes}
         | {"agrees": d.device not in differs, "config": dict(config), "time": _now()}
+        | ({"same_graph": True} if d.kind == "compute" else {})
         for d in diffs
         if d.device in gpus and plausible(d, gpus[d.device])
     ]

@@ -14,6 +14,7 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from ..errors import InputError
 from ..fit.solver import Policy
@@ -146,7 +147,7 @@ def router_command(
     write_preset(plan)
     say(f"Run        {display(plan.argv)}")
     child = start(plan.argv, child_env(env, {}), _Echo(say if opts.verbose else None))
-    with forwarding_signals(child):
+    with forwarding_signals(child, partial(_say_stopping, say)):
         url = f"http://{opts.host}:{port}"
         if not wait_healthy(
             child, url + "/health", timeout_s=READY_TIMEOUT_S, failed=lambda: False
@@ -158,3 +159,14 @@ def router_command(
             "demand"
         )
         return child.proc.wait()
+
+
+def _say_stopping(say: Callable[[str], None], signum: int) -> None:
+    """The moment a stop arrives, as run says it (report/run.py event_lines): the router is
+    stopping, and how long it gets (server/launcher.py STOP_GRACE_S, KILL_GRACE_S)."""
+    from ..report.run import event_lines
+    from ..server.launcher import KILL_GRACE_S, STOP_GRACE_S
+    from ..server.supervise import Stopping
+
+    for line in event_lines(Stopping(signum, STOP_GRACE_S, KILL_GRACE_S)):
+        say(line)

@@ -278,7 +278,7 @@ def plan(
         choice = exact_choice(target, cfg, policy, solve(target, cfg, policy))
     except NoFit as e:
         return _no_fit(target, cfg, policy, speed, warnings, e)
-    target = _learned(target, choice)
+    target = learned_target(target, choice)
     mtp_target, mtp_note = _auto_mtp(target, cfg, policy, choice)
     if mtp_target is not None and mtp_note is not None:
         result = plan(mtp_target, cfg, asked, speed=speed)
@@ -355,7 +355,7 @@ def _no_fit(
     return PlanResult(None, tuple(rows), None, None, verdict, tuple(warnings + ways), name)
 
 
-def _learned(target: Target, choice: Choice) -> Target:
+def learned_target(target: Target, choice: Choice) -> Target:
     """The target the plan's other rows use: kinds llama.cpp aborts on leave the trade-offs too,
     and the exact figures' ratios to the hand-derived peaks bring the other rows near the exact
     ones."""

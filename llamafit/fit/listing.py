@@ -21,7 +21,7 @@ from ..memory.side_models import SidePlan
 from .explain import smallest_gpu_any_kv
 from .plan_speed import choice_speed
 from .search import Target
-from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve
+from .solver import DEFAULT_MIN_CTX, NoFit, Policy, exact_choice, solve
 from .speed import SpeedInputs
 
 VERDICTS = ("fits", "offload", "needs", "no-fit")  # sort order: best first
@@ -92,7 +92,8 @@ def fit_model(
     target = Target(MemoryModel(facts), engine, build, gpus, host, reserve_bytes, side=side)
     n_layers = facts.n_layer_all + 1
     try:
-        c = solve(target, cfg, policy or Policy())
+        pol = policy or Policy()
+        c = exact_choice(target, cfg, pol, solve(target, cfg, pol))
     except NoFit:
         if not gpus:
             return Fit("no-fit", n_layers=n_layers)

@@ -4,17 +4,25 @@ The estimate (server/fit_check.py) is printed in whole MiB, three columns per de
 down: up to 3 MiB below the true sum. Two figures agree when they differ by at most
 max(PRINT_SLACK, TOLERANCE of the larger). Only GPU devices are judged: llama-fit-params' Host
 compute figure is a documented overestimate (fit_check.py), so the host is shown, not judged.
+
+The compute column is held to its print precision on every device (compute_checks): llamafit's
+figure for llama-fit-params' own question (fit_params_rc: its graph reserves a logits row for every
+token of the ubatch, the known quirk) must lie in the printed MiB, or within one MiB below it.
+Where it does not, the larger figure wins on a GPU (Difference.room_bytes), and the difference is
+recorded with the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from ..memory.model import Breakdown
+from ..memory.resolve import ResolvedConfig
 from ..units import MIB
 
 PRINT_SLACK_MIB = 3.0
+PRINT_SLACK_BYTES = MIB  # one printed column is whole MiB, rounded down
 TOLERANCE = 0.05
 
 
@@ -28,6 +36,7 @@ class DeviceCheck:
     # estimate reserves logits for every ubatch token (quirk_bytes below); 0 where it does not apply
     quirk_mib: float = 0.0
     model_agrees: bool = True  # the model column against llamafit's weights
+    compute_agrees: bool = True  # the compute column to its print precision (compute_checks)
 
     @property
     def close(self) -> bool:
@@ -38,7 +47,11 @@ class DeviceCheck:
     @property
     def agrees(self) -> bool:
         over = self.llama_mib - self.llamafit_mib
-        return self.model_agrees and (self.close or 0 <= over <= self.quirk_mib + PRINT_SLACK_MIB)
+        return (
+            self.model_agrees
+            and self.compute_agrees
+            and (self.close or 0 <= over <= self.quirk_mib + PRINT_SLACK_MIB)
+        )
 
 
 def logits_quirk_bytes(n_vocab: int, n_ubatch: int, n_outputs: int) -> int:
@@ -49,13 +62,64 @@ def logits_quirk_bytes(n_vocab: int, n_ubatch: int, n_outputs: int) -> int:
     return n_vocab * max(n_ubatch - n_outputs, 0) * 4
 
 
+def fit_params_rc(rc: ResolvedConfig) -> ResolvedConfig:
+    """The config as llama-fit-params reserves its graph: common_context_params_to_llama
+    (common/common.cpp) passes n_outputs_max 0, which llama_context's constructor
+    (src/llama-context.cpp) makes n_batch, so sched_reserve's pp graph has a logits row for every
+    ubatch token (n_outputs_pp = min(n_tokens, n_outputs_max)); llama-server passes its slots'
+    outputs (server-context.cpp server_output_limits). Builds before that limit reserved n_batch
+    in both."""
+    return replace(rc, n_outputs_max=rc.n_batch)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeCheck:
+    """One device's compute column beside llamafit's figure for the same question (fit_params_rc)."""
+
+    device: str
+    llama_mib: int  # as printed: whole MiB, rounded down (common_fit_print)
+    llamafit_bytes: int
+    source: str  # llamafit's figure: memory.model COMPUTE_GRAPH or COMPUTE_ESTIMATE
+
+    @property
+    def difference_bytes(self) -> int:
+        """llama.cpp's printed figure less llamafit's: in (-1 MiB, 0] where llamafit's lies in the
+        printed MiB."""
+        return self.llama_mib * MIB - self.llamafit_bytes
+
+    @property
+    def agrees(self) -> bool:
+        """llamafit's figure lies in the printed MiB, [llama_mib, llama_mib + 1) MiB, or at most
+        PRINT_SLACK_BYTES below it (where Difference.room_bytes keeps no room either)."""
+        return -MIB < self.difference_bytes <= PRINT_SLACK_BYTES
+
+
+def compute_checks(
+    rows: Sequence[tuple[str, int]], breakdown: Breakdown
+) -> tuple[ComputeCheck, ...]:
+    """llama.cpp's (device, compute MiB) rows beside llamafit's compute buffers per device in
+    `breakdown`, llamafit's figures for llama-fit-params' own question (fit_params_rc); a device
+    llamafit does not have is left out. The output buffer is not in the column
+    (llama_context::memory_breakdown: model, memory, the scheduler's compute buffers)."""
+    ours = {d.name: d for d in breakdown.devices}
+    return tuple(
+        ComputeCheck(name, mib, ours[name].compute_bytes, ours[name].compute_source)
+        for name, mib in rows
+        if name in ours
+    )
+
+
 def compare(
-    estimates: Sequence[tuple[str, float, float]], breakdown: Breakdown, quirk_bytes: int = 0
+    estimates: Sequence[tuple[str, float, float]],
+    breakdown: Breakdown,
+    quirk_bytes: int = 0,
+    compute_agrees: Mapping[str, bool] | None = None,
 ) -> tuple[DeviceCheck, ...]:
     """llama.cpp's (device, total MiB, model MiB) rows beside llamafit's total per device (weights,
     KV, recurrent state, compute, output); a device llama.cpp names that llamafit does not have is
-    shown at 0. The model column must agree to its print precision (1 MiB, or 5 %); the total
-    within 5 %, or over by at most `quirk_bytes` (logits_quirk_bytes) on any GPU."""
+    shown at 0. The model column must agree to its print precision (1 MiB, or 5 %), the compute
+    column where `compute_agrees` says (ComputeCheck.agrees, per device); the total within 5 %, or
+    over by at most `quirk_bytes` (logits_quirk_bytes) on any GPU."""
     ours = {d.name: d for d in breakdown.devices}
     out = []
     for name, mib, model_mib in estimates:
@@ -78,6 +142,7 @@ def compare(
                 judged=name != "CPU",
                 quirk_mib=round(quirk_bytes / MIB, 2),
                 model_agrees=model_ok,
+                compute_agrees=(compute_agrees or {}).get(name, True),
             )
         )
     return tuple(out)
@@ -107,10 +172,10 @@ def tensor_limit_candidates(tensor_bytes: Sequence[int], limit: int = 8) -> tupl
 
 KINDS = ("model", "context", "compute")  # the columns of llama.cpp's estimate (common_fit_print)
 # the kinds where llama.cpp's larger figure wins: its loader sizes weights and KV/recurrent state
-# exactly (llama_model_loader, llama_kv_cache); its compute is the worst-case graph of
-# llama_get_device_memory_data, which no llama-server reserves (logits_quirk_bytes)
-ROOM_KINDS = ("model", "context")
-PRINT_SLACK_BYTES = MIB  # one printed column is whole MiB, rounded down
+# exactly (llama_model_loader, llama_kv_cache), its scheduler the compute buffers
+# (ggml_backend_sched_reserve); the compute difference is taken at llama-fit-params' own question
+# (fit_params_rc), so its worst-case logits (logits_quirk_bytes) are no difference
+ROOM_KINDS = ("model", "context", "compute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,18 +195,23 @@ class Difference:
 
 
 def differences(
-    rows: Sequence[tuple[str, int, int, int]], breakdown: Breakdown, gpus: Sequence[str]
+    rows: Sequence[tuple[str, int, int, int]],
+    breakdown: Breakdown,
+    gpus: Sequence[str],
+    asked: Breakdown | None = None,
 ) -> tuple[Difference, ...]:
     """Per GPU in `gpus` that llama.cpp printed, the difference per kind: its (device, model MiB,
-    context MiB, compute MiB) rows against llamafit's weights, KV + recurrent state, and compute +
-    output of the same question."""
+    context MiB, compute MiB) rows against llamafit's weights, KV + recurrent state of the same
+    question, and the compute buffers of `asked` (llamafit's breakdown for llama-fit-params' own
+    graph, fit_params_rc; `breakdown` where not given)."""
     ours = {d.name: d for d in breakdown.devices}
+    theirs_graph = {d.name: d for d in (asked or breakdown).devices}
     out = []
     for name, model, context, compute in rows:
         d = ours.get(name)
         if d is None or name not in gpus:
             continue
-        mine = (d.weights_bytes, d.kv_bytes + d.recurrent_bytes, d.compute_bytes + d.output_bytes)
+        mine = (d.weights_bytes, d.kv_bytes + d.recurrent_bytes, theirs_graph[name].compute_bytes)
         for kind, theirs, own in zip(KINDS, (model, context, compute), mine, strict=True):
             out.append(Difference(name, kind, theirs * MIB - own))
     return tuple(out)

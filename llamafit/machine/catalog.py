@@ -16,6 +16,8 @@ from ..errors import InputError
 from ..units import GIB, MIB
 
 _GB_S = 10**9
+# ggml-cuda/common.cuh GGML_CUDA_CC_OFFSET_AMD
+CC_OFFSET_AMD = 0x1000000
 _VENDOR_BACKEND = {
     "nvidia": "cuda",
     "amd": "rocm",
@@ -49,6 +51,16 @@ class CatalogEntry:
     vk_limits: tuple[int, int, int] | None = None
     # gddr | hbm | unified | host: the speed model's memory class (fit/speed.py EFFICIENCY)
     memory: str = "gddr"
+    # NVIDIA: the compute capability as ggml-cuda numbers it (890 for 8.9); AMD: None (gfx names it)
+    nvidia_cc: int | None = None
+    gfx: str | None = None  # AMD: the architecture, "gfx1100"
+
+    @property
+    def cc(self) -> int | None:
+        """DeviceSpec.cc: ggml-cuda's compute capability (AMD: GGML_CUDA_CC_OFFSET_AMD + gfx id)."""
+        if self.gfx is not None:
+            return CC_OFFSET_AMD + int(self.gfx.removeprefix("gfx"), 16)
+        return self.nvidia_cc
 
     @property
     def backend(self) -> str:
@@ -302,17 +314,197 @@ _APPLE: tuple[tuple[str, str, float, tuple[int, ...]], ...] = (
 )
 _VENDOR_ROWS = (("nvidia", _NVIDIA), ("amd", _AMD), ("intel", _INTEL))
 
+# The makers' compute capability of each NVIDIA card (CUDA GPUs list: 6.1 → 610, ggml-cuda's
+# numbering, DeviceSpec.cc), which picks llama.cpp's flash-attention kernel
+_NVIDIA_CC: dict[int, tuple[str, ...]] = {
+    600: ("quadro-gp100", "p100-16gb", "p100-sxm2"),
+    610: (
+        "gtx1050",
+        "gtx1050ti",
+        "gtx1060-3gb",
+        "gtx1060-6gb",
+        "gtx1070",
+        "gtx1070ti",
+        "gtx1080",
+        "gtx1080ti",
+        "titan-x-pascal",
+        "titan-xp",
+        "gtx1060-laptop",
+        "gtx1070-laptop",
+        "gtx1080-laptop",
+        "quadro-p4000",
+        "quadro-p5000",
+        "quadro-p6000",
+        "p4",
+        "p40",
+    ),
+    700: (
+        "titan-v",
+        "quadro-gv100",
+        "v100-16gb",
+        "v100-32gb",
+        "v100-pcie-16gb",
+        "v100-pcie-32gb",
+        "v100s",
+    ),
+    750: (
+        "gtx1650",
+        "gtx1630",
+        "gtx1650-super",
+        "gtx1660",
+        "gtx1660-super",
+        "gtx1660ti",
+        "rtx2060",
+        "rtx2060-12gb",
+        "rtx2060-super",
+        "rtx2070",
+        "rtx2070-super",
+        "rtx2080",
+        "rtx2080-super",
+        "rtx2080ti",
+        "titan-rtx",
+        "gtx1650-laptop",
+        "rtx2060-laptop",
+        "rtx2070-laptop",
+        "rtx2080-laptop",
+        "quadro-rtx4000",
+        "quadro-rtx5000",
+        "quadro-rtx6000",
+        "quadro-rtx8000",
+        "t4",
+    ),
+    800: ("a30", "a100-40gb", "a100-40gb-pcie", "a100-80gb", "a100-80gb-pcie"),
+    860: (
+        "rtx3050",
+        "rtx3050-6gb",
+        "rtx3060-8gb",
+        "rtx3060-12gb",
+        "rtx3060ti",
+        "rtx3070",
+        "rtx3070ti",
+        "rtx3080-10gb",
+        "rtx3080-12gb",
+        "rtx3080ti",
+        "rtx3090",
+        "rtx3090ti",
+        "rtx3050-laptop",
+        "rtx3050ti-laptop",
+        "rtx3060-laptop",
+        "rtx3070-laptop",
+        "rtx3070ti-laptop",
+        "rtx3080-laptop",
+        "rtx3080ti-laptop",
+        "rtx-a2000",
+        "rtx-a2000-12gb",
+        "rtx-a400",
+        "rtx-a1000",
+        "rtx-a4000",
+        "rtx-a4500",
+        "rtx-a5000",
+        "rtx-a5500",
+        "rtx-a6000",
+        "a2",
+        "a10",
+        "a40",
+    ),
+    870: ("jetson-agx-orin-64gb",),
+    890: (
+        "rtx4060-8gb",
+        "rtx4060ti-8gb",
+        "rtx4060ti-16gb",
+        "rtx4070",
+        "rtx4070-super",
+        "rtx4070ti",
+        "rtx4070ti-super",
+        "rtx4080",
+        "rtx4080-super",
+        "rtx4090",
+        "rtx4090d",
+        "rtx4050-laptop",
+        "rtx4060-laptop",
+        "rtx4070-laptop",
+        "rtx4080-laptop",
+        "rtx4090-laptop",
+        "rtx2000-ada",
+        "rtx4000-sff-ada",
+        "rtx4000-ada",
+        "rtx4500-ada",
+        "rtx5000-ada",
+        "rtx6000-ada",
+        "l4",
+        "l40",
+        "l40s",
+    ),
+    900: ("h100", "h100-pcie", "h100-nvl", "h200", "h200-nvl", "gh200"),
+    1000: ("b200",),
+    1200: (
+        "rtx5050",
+        "rtx5060",
+        "rtx5060ti-8gb",
+        "rtx5060ti-16gb",
+        "rtx5070",
+        "rtx5070ti",
+        "rtx5080",
+        "rtx5090",
+        "rtx5060-laptop",
+        "rtx5070-laptop",
+        "rtx5070ti-laptop",
+        "rtx5080-laptop",
+        "rtx5090-laptop",
+        "rtx-pro-4000",
+        "rtx-pro-5000",
+        "rtx-pro-6000",
+    ),
+    1210: ("gb10",),
+}
+# The GPU architecture (LLVM target) of each AMD card, as ROCm names it (ggml-cuda's compute
+# capability: GGML_CUDA_CC_OFFSET_AMD + the gfx id)
+_AMD_GFX: dict[str, tuple[str, ...]] = {
+    "gfx1034": ("rx6400", "rx6500xt"),
+    "gfx1032": ("rx6600", "rx6600xt", "rx6650xt"),
+    "gfx1031": ("rx6700", "rx6700xt", "rx6750xt"),
+    "gfx1030": ("rx6800", "rx6800xt", "rx6900xt", "rx6950xt", "radeon-pro-w6800"),
+    "gfx1102": ("rx7600", "rx7600xt", "rx7650gre"),
+    "gfx1101": ("rx7700xt", "rx7800xt", "radeon-pro-w7700"),
+    "gfx1100": ("rx7900gre", "rx7900xt", "rx7900xtx", "radeon-pro-w7800", "radeon-pro-w7900"),
+    "gfx1200": ("rx9060xt-8gb", "rx9060xt-16gb"),
+    "gfx1201": ("rx9070", "rx9070xt", "radeon-ai-pro-r9700"),
+    "gfx1151": ("ryzen-ai-max-395",),
+    "gfx908": ("mi100",),
+    "gfx90a": ("mi210", "mi250"),
+    "gfx942": ("mi300x", "mi300a", "mi325x"),
+    "gfx950": ("mi355x",),
+}
+
 
 def _rows() -> tuple[CatalogEntry, ...]:
+    cc = {key: c for c, keys in _NVIDIA_CC.items() for key in keys}
+    gfx = {key: g for g, keys in _AMD_GFX.items() for key in keys}
     out = [
-        CatalogEntry(key, name, vendor, int(gib * GIB), int(gb_s * _GB_S), memory=memory)
+        CatalogEntry(
+            key,
+            name,
+            vendor,
+            int(gib * GIB),
+            int(gb_s * _GB_S),
+            memory=memory,
+            nvidia_cc=cc.get(key),
+            gfx=gfx.get(key),
+        )
         for vendor, rows in _VENDOR_ROWS
         for key, name, gib, gb_s, memory in rows
     ]
     # MI250 / MI250X: two GCDs of 64 GiB each, each its own device to ROCm
     out.append(
         CatalogEntry(
-            "mi250", "AMD Instinct MI250", "amd", 64 * GIB, int(1638.4 * _GB_S), 2, memory="hbm"
+            "mi250",
+            "AMD Instinct MI250",
+            "amd",
+            64 * GIB,
+            int(1638.4 * _GB_S),
+            2,
+            memory="hbm",
+            gfx=gfx["mi250"],
         )
     )
     out += [

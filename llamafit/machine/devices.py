@@ -55,6 +55,11 @@ class DeviceSpec:
     host_alignment: int | None = None
     # Vulkan: maxMemoryAllocationSize, which caps the 1 GiB suballocation block (ggml_vk_get_device)
     max_allocation_bytes: int | None = None
+    # CUDA / ROCm: the compute capability as ggml-cuda numbers it (common.cuh GGML_CUDA_CC_*:
+    # NVIDIA 100 x major + 10 x minor, 890 for 8.9; AMD GGML_CUDA_CC_OFFSET_AMD + the gfx id,
+    # 0x1001100 for gfx1100), which picks the flash-attention kernel and so the F16 copies of a
+    # quantized cache in the compute buffer (memory/graph/backends/cuda_fattn.py); None: unknown
+    cc: int | None = None
 
     @property
     def usable_bytes(self) -> int | None:

@@ -217,9 +217,11 @@ def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
     handle = nvml.nvmlDeviceGetHandleByIndex(i)
     mem = nvml.nvmlDeviceGetMemoryInfo(handle)
     try:
-        cc_major: int | None = int(nvml.nvmlDeviceGetCudaComputeCapability(handle)[0])
-    except (nvml.NVMLError, AttributeError):
-        cc_major = None
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        cc_major: int | None = int(major)
+        cc: int | None = 100 * int(major) + 10 * int(minor)  # ggml-cuda's numbering (DeviceSpec.cc)
+    except (nvml.NVMLError, AttributeError, TypeError, ValueError):
+        cc_major = cc = None
     spec = DeviceSpec(
         f"CUDA{i}",
         "gpu",
@@ -227,6 +229,7 @@ def _nvml_device(nvml: Any, i: int, driver: str) -> GPUInfo:
         _bytes(mem.total),
         _bytes(mem.free),
         overhead_bytes=cuda_overhead_bytes(cc_major),
+        cc=cc,
     )
     return GPUInfo(
         spec=spec,
@@ -432,6 +435,7 @@ def _catalog_gpus(entry: gpu_catalog.CatalogEntry) -> list[GPUInfo]:
         buffer_alignment=align,
         host_alignment=map_align,
         max_allocation_bytes=max_alloc,
+        cc=entry.cc,
     )
     one = GPUInfo(
         spec,

@@ -50,6 +50,13 @@ PREFIX_BACKEND = {
 # listed devices that are no memory pool of their own: BLAS (ggml-blas: an accelerator on host
 # memory)
 _NOT_A_POOL = ("BLAS",)
+# ggml-cuda.cu ggml_cuda_init's device lines before the list: "Device 0: NVIDIA GeForce RTX 4090,
+# compute capability 8.9, VMM: yes" (CUDA: cc 100 x major + 10 x minor) and "Device 0: AMD Radeon
+# RX 7900 XTX, gfx1100 (0x1100), VMM: no, Wave Size: 32" (HIP: GGML_CUDA_CC_OFFSET_AMD + the id)
+_CUDA_INIT = re.compile(
+    r"^\s*Device (\d+): .*, (?:compute capability (\d+)\.(\d+)|[\w:+-]+ \((0x[0-9a-fA-F]+)\)), VMM"
+)
+_CC_OFFSET_AMD = 0x1000000
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +70,25 @@ class ListedDevice:
     )
     total_bytes: int
     free_bytes: int
+    cc: int | None = None  # CUDA / ROCm: ggml-cuda's compute capability (DeviceSpec.cc)
 
     def spec(self) -> DeviceSpec:
-        return DeviceSpec(self.name, "gpu", self.backend, self.total_bytes, self.free_bytes)
+        return DeviceSpec(
+            self.name, "gpu", self.backend, self.total_bytes, self.free_bytes, cc=self.cc
+        )
+
+
+def _cuda_ccs(text: str) -> dict[int, int]:
+    """Device index → compute capability from ggml_cuda_init's lines (_CUDA_INIT)."""
+    out = {}
+    for line in text.splitlines():
+        m = _CUDA_INIT.match(line)
+        if m is None:
+            continue
+        major, minor, amd = m.group(2), m.group(3), m.group(4)
+        cc = 100 * int(major) + 10 * int(minor) if amd is None else _CC_OFFSET_AMD + int(amd, 16)
+        out[int(m.group(1))] = cc
+    return out
 
 
 def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
@@ -75,8 +98,10 @@ def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
     answer is not believed, rather than planned with a device missing."""
     if "Available devices:" not in text:
         return None
+    init, listed = text.split("Available devices:", 1)
+    ccs = _cuda_ccs(init)
     out = []
-    for line in text.split("Available devices:", 1)[1].splitlines():
+    for line in listed.splitlines():
         m = _LINE.match(line)
         if not m or m.group(1) in _NOT_A_POOL:
             continue
@@ -94,7 +119,8 @@ def parse_list_devices(text: str) -> tuple[ListedDevice, ...] | None:
             backend == "rpc" and not endpoint
         ):  # `RPC0: host:port (…)`: llama.cpp names its buffers RPC0[host:port]
             name = f"RPC{index}[{(description.split() or ['?'])[0]}]"
-        out.append(ListedDevice(name, backend, description, total << 20, free << 20))
+        cc = ccs.get(int(index)) if backend in ("cuda", "rocm") else None
+        out.append(ListedDevice(name, backend, description, total << 20, free << 20, cc))
     return tuple(out)
 
 
@@ -167,6 +193,7 @@ def _enrich(gpu: GPUInfo, detected: Sequence[GPUInfo], notes: list[str]) -> GPUI
         total_bytes=same.spec.total_bytes,
         free_bytes=same.spec.free_bytes,
         overhead_bytes=same.spec.overhead_bytes,
+        cc=gpu.spec.cc if gpu.spec.cc is not None else same.spec.cc,
     )
     return replace(same, spec=spec, index=gpu.index)
 

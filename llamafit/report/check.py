@@ -42,7 +42,22 @@ def side_lines(b: Breakdown) -> list[str]:
     return lines
 
 
-_ROOM_FOR = {"model": "weights", "context": "KV"}
+_ROOM_FOR = {"model": "weights", "context": "KV", "compute": "compute"}
+
+
+def _compute_differs_text(d: dict[str, Any]) -> str:
+    """llama_compute_differs: llama.cpp's compute column against llamafit's for the same question."""
+    if d["taken"] == "llama.cpp":
+        tail = "planned with llama.cpp's larger figure"
+    elif d["difference_bytes"] < 0:
+        tail = "llamafit's larger figure kept"
+    else:
+        tail = "no room is kept on the host for it"
+    what = "graph replay" if d["compute_source"] == "graph" else "estimate"
+    return (
+        f"{d['device']}: llama.cpp's dry run reserves {d['llama_mib']:,} MiB of compute, "
+        f"llamafit's {what} {d['llamafit_bytes'] / MIB:,.1f} MiB for the same graph; {tail}"
+    )
 
 
 def _recorded_text(d: dict[str, Any]) -> str:
@@ -88,6 +103,11 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
         "describe the RPC servers to llamafit with its own --rpc"
     ),
     "ngl_without_gpu": lambda d: "--gpu cpu: -ngl has no effect without a GPU",
+    "cc_unknown": lambda d: (
+        f"{', '.join(d['devices'])}: compute capability unknown: the flash-attention F16 copies "
+        "of the quantized cache are counted for every batch, the most llama.cpp allocates "
+        "(name the card with --gpu)"
+    ),
     "unknown_flag": lambda d: (
         f"{d['flag']}: llama.cpp 0c1e570 has no such flag, so the command leaves it "
         "out (the build given by --llama-build may know it)"
@@ -150,6 +170,7 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
         "and will page from disk (slow)"
     ),
     "llama_cpp_recorded": _recorded_text,
+    "llama_compute_differs": _compute_differs_text,
     "gpu_in_use": lambda d: (
         f"{d['device']}: other processes use {d['used_bytes'] // MIB:,} MiB ("
         + ", ".join(f"{q['name']} {q['used_bytes'] // MIB:,}" for q in d["processes"][:3])
@@ -385,6 +406,18 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
             80,
             subsequent_indent=" " * 13,
         )
+    if data.get("compute"):  # its compute column against llamafit's for the same graph
+        shown = "; ".join(
+            f"{c['device']} {c['mib']:,} MiB, llamafit {c['llamafit_bytes'] / MIB:,.1f}"
+            + ("" if c["agrees"] else " (DIFFERS)")
+            for c in data["compute"]
+        )
+        lines += wrap(
+            f"compute at its own graph: {shown}",
+            80,
+            initial_indent=" " * 11,
+            subsequent_indent=" " * 13,
+        )
     lines += [
         w
         for n in data.get("notes", [])
@@ -392,7 +425,7 @@ def llama_check_lines(data: dict[str, Any] | None) -> list[str]:
     ]
     if data["agrees"] is False:
         lines.append(
-            f"{'Warning':<11}llama.cpp's own estimate differs from llamafit's beyond 5 %: a real "
+            f"{'Warning':<11}llama.cpp's own estimate differs from llamafit's: a real "
             "start decides (llamafit run)"
         )
     return lines

@@ -43,7 +43,7 @@ _HELP_ENTRY = re.compile(rf"^ {{0,4}}({_FLAG}(?:,\s*{_FLAG})*)(.*)$")
 # one space, then the value form (N, TYPE, [on|off|auto], lo-hi, <pattern>=<type>,...), then the
 # description
 _PLACEHOLDER = re.compile(r"^ (\S+)")
-# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 9512, commit 0c1e570)`
+# `version: 8763 (ff5ef8278)` (≤ 2026) or `version: 0.5.0-dev (build 11312, commit 0c1e57098)`
 # (common/build-info)
 _VERSION_OLD = re.compile(r"version: (\d+) \(\w+\)")
 _VERSION_NEW = re.compile(r"version: \S+ \(build (\d+), commit [^)]*\)")

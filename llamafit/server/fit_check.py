@@ -11,9 +11,14 @@ Quirks of its estimate, kept out of the comparison (each from the llama.cpp func
 it):
 - it has no -kvu (the tool does not register it in common/arg.cpp): a config with unified KV and
   several slots is asked without it, and compared with llamafit's figures for the same question;
-- its Host compute figure reserves the graph with every token of the ubatch as an output
-  (llama_get_device_memory_data builds the worst-case graph, n_outputs = n_ubatch): for Gemma 3
-  270M it prints 514 MiB where llama-server allocates about 40, so the Host is shown, not judged.
+- its compute figures reserve the graph with every token of the ubatch as an output
+  (common_context_params_to_llama leaves n_outputs_max to llama_context, which makes it n_batch):
+  for Gemma 3 270M its Host prints 514 MiB where llama-server allocates about 40, so the Host's
+  total is shown, not judged; the compute column itself is compared with llamafit's figure for
+  that same graph (fit/llama_check.py fit_params_rc, compute_checks).
+
+Its answers are kept on disk (ask's `remember`, answer_path): a later plan of the same question
+runs no process.
 """
 
 from __future__ import annotations
@@ -116,21 +121,104 @@ def question(argv: Sequence[str], tool_help: str) -> tuple[list[str], list[str]]
 _ASKED: dict[
     tuple[str, ...], tuple[tuple[Estimate, ...], str | None]
 ] = {}  # this process's answers
+ANSWER_FORMAT = 1
 
 
 def ask(
-    tool: str, flags: Sequence[str], env: Mapping[str, str], timeout_s: float | None = None
+    tool: str,
+    flags: Sequence[str],
+    env: Mapping[str, str],
+    timeout_s: float | None = None,
+    *,
+    remember: tuple[str, str] | None = None,
 ) -> tuple[tuple[Estimate, ...], str | None]:
     """(rows, None), or ((), why) when the tool fails. One question is asked once per process (a
-    plan re-solved after learning a tensor limit usually asks the same again: 0.7-2.5 s each)."""
-    key = (
-        tool,
-        *flags,
-        *(f"{k}={v}" for k, v in sorted(env.items()) if k.endswith("VISIBLE_DEVICES")),
-    )
+    plan re-solved after learning a tensor limit usually asks the same again: 0.7-2.5 s each).
+    `remember`: (the model's path in `flags`, what names the question beyond its flags: the build
+    and the model's file as it is now); then an answer is kept on disk (answer_path) and a later
+    plan of the same question runs no process: with `-fit off` the dry run allocates nothing and
+    reads no free memory, so its answer depends only on the build, the model, the flags and the
+    environment that _shapes_answer names."""
+    key = (tool, *flags, *(f"{k}={v}" for k, v in sorted(env.items()) if _shapes_answer(k)))
     if key not in _ASKED:
-        _ASKED[key] = _ask(tool, flags, env, FIT_TIMEOUT_S if timeout_s is None else timeout_s)
+        path = None if remember is None else answer_path(tool, key, remember)
+        rows = None if path is None else _load_answer(path)
+        if rows is not None:
+            _ASKED[key] = rows, None
+        else:
+            _ASKED[key] = _ask(tool, flags, env, FIT_TIMEOUT_S if timeout_s is None else timeout_s)
+            if path is not None and _ASKED[key][0]:
+                _store_answer(path, _ASKED[key][0])
     return _ASKED[key]
+
+
+def _shapes_answer(name: str) -> bool:
+    """An environment variable that may change the dry run's answer beyond its flags: the devices
+    a backend shows (CUDA_VISIBLE_DEVICES, GGML_VK_VISIBLE_DEVICES…), ggml's own settings, and
+    the flags' LLAMA_ARG_* variables (common/arg.cpp reads them for any flag not given)."""
+    return name.endswith("VISIBLE_DEVICES") or name.startswith(("GGML_", "LLAMA_ARG_"))
+
+
+def answer_path(tool: str, key: Sequence[str], remember: tuple[str, str]) -> str | None:
+    """Where the answer to one question is kept: cache_dir()/llama-fit-params/, named by the hash
+    of the tool (real path, mtime, size: a rebuilt tool is asked again), the question with the
+    model's path left out (a header-only model is asked through a stand-in of a fresh temporary
+    name) and what names the build and the model (`remember`); None when the tool cannot be
+    stat'ed."""
+    import hashlib
+
+    from ..paths import cache_dir
+
+    try:
+        real = os.path.realpath(tool)
+        st = os.stat(real)
+    except OSError:
+        return None
+    model, names = remember
+    asked = ["<model>" if k == model else k for k in key[1:]]
+    text = "\0".join([real, str(st.st_mtime_ns), str(st.st_size), names, *asked])
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return os.path.join(cache_dir(), "llama-fit-params", f"{digest}.json")
+
+
+def _load_answer(path: str) -> tuple[Estimate, ...] | None:
+    """A kept answer, or None: no file, or anything but a well-formed one of ours (asked again)."""
+    import json
+
+    from ..safe_io import SMALL_FILE, read_regular
+
+    try:
+        data = json.loads(read_regular(path, SMALL_FILE), parse_constant=lambda c: None)
+        if not isinstance(data, dict) or data.get("format") != ANSWER_FORMAT:
+            return None
+        rows = tuple(Estimate(*row) for row in data["rows"])
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    good = all(
+        isinstance(r.device, str)
+        and 0 < len(r.device) <= MAX_NAME
+        and all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_MIB
+            for n in (r.model_mib, r.context_mib, r.compute_mib)
+        )
+        for r in rows
+    )
+    return rows if rows and good else None
+
+
+def _store_answer(path: str, rows: Sequence[Estimate]) -> None:
+    import json
+
+    from ..safe_io import write_atomic
+
+    data = {
+        "format": ANSWER_FORMAT,
+        "rows": [[r.device, r.model_mib, r.context_mib, r.compute_mib] for r in rows],
+    }
+    try:
+        write_atomic(path, json.dumps(data).encode())
+    except OSError:
+        pass  # a read-only cache only costs asking again
 
 
 def _ask(

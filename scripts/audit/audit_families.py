@@ -255,7 +255,7 @@ def predicted(path: Path, n_ctx: int, fa: bool, ub: int) -> int:
     from llamafit.reader.model import read_model
 
     f = build_facts(read_model(path))
-    # 0c1e570: b9512
+    # 0c1e570: b11312
     s = ComputeSettings(n_ctx_seq=n_ctx, n_ubatch=ub, n_outputs=1, flash_attn=fa, mixed_input=False)
     return predict_compute(f, s).device
 

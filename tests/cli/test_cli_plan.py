@@ -157,43 +157,42 @@ Model      {QWEN}
 Hardware   CUDA0 (cuda) 16,384 MiB usable; CPU (cpu) 49,152 MiB usable
 Command    llama-server \\
            -m {QWEN} \\
-           -c 7168 -ngl 52 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 \\
+           -c 7424 -ngl 52 -fa on -ctk q4_0 -ctv q4_0 -b 2048 -ub 128 \\
            --fit off
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0      16,384  14,782     402      0    ~173       0   1,024  16,381       3
-CPU        49,152   4,144     102      0     ~12       2       0   4,260  44,892
-Compute    ~ estimated: llama.cpp's graph is not replayed for this setup
+CUDA0      16,384  14,782     416      0     151       0   1,024  16,373      11
+CPU        49,152   4,144     106      0      12       2       0   4,264  44,888
 Memory     W weights  K KV  C compute  R reserve  . free
-CUDA0      [WWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWKCRRR.] 16,381/16,384 MiB
-CPU        [WWWWKC......................................] 4,260/49,152 MiB
+CUDA0      [WWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWWKCRRR.] 16,373/16,384 MiB
+CPU        [WWWWKC......................................] 4,264/49,152 MiB
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
-  on  f16   f16      52       0        1,792   5.0-5.7  -5,376 ctx, better KV
-  off f16   f16      52       0        1,792   5.0-5.6  -5,376 ctx, better KV
-  on  f16   q8_0     52       0        2,560   4.7-5.7  -4,608 ctx, better KV
-  on  q8_0  q8_0     52       0        3,584   4.4-5.7  -3,584 ctx, better KV
-  on  f16   q4_0     52       0        3,072   4.5-5.7  -4,096 ctx, better KV
-  on  q8_0  q4_0     52       0        4,864   4.0-5.7  -2,304 ctx, better KV
-  on  q4_0  q4_0     52       0        7,168   3.6-5.7  the pick
+  on  f16   f16      52       0        2,048   4.9-5.7  -5,376 ctx, better KV
+  off f16   f16      52       0        2,048   4.9-5.6  -5,376 ctx, better KV
+  on  f16   q8_0     52       0        2,560   4.7-5.7  -4,864 ctx, better KV
+  on  q8_0  q8_0     52       0        3,840   4.3-5.7  -3,584 ctx, better KV
+  on  f16   q4_0     52       0        3,328   4.5-5.7  -4,096 ctx, better KV
+  on  q8_0  q4_0     52       0        5,120   4.0-5.7  -2,304 ctx, better KV
+  on  q4_0  q4_0     52       0        7,424   3.5-5.7  the pick
   better/worse KV: the cache's quality against the pick's, by llama.cpp's
     measured KL divergence (PR #7412): q8_0 loses a negligible amount, a 4-bit V
     some, a 4-bit K and V the most
-Marginal   57.4 MiB per 1,000 tokens per slot; 305.6 MiB per block on the GPU:
-           each block moved to the CPU buys about 5,327 tokens
-Speed      generation ~3.6-5.7 tokens/s (full to empty context); prompt ~424
+Marginal   56.0 MiB per 1,000 tokens per slot; 305.9 MiB per block on the GPU:
+           each block moved to the CPU buys about 5,459 tokens
+Speed      generation ~3.5-5.7 tokens/s (full to empty context); prompt ~424
            tokens/s (rough)
-           likely 2.7-4.4 full, 4.3-7.2 empty tokens/s (±25%, not measured here
+           likely 2.6-4.4 full, 4.3-7.2 empty tokens/s (±25%, not measured here
              yet); prompt 254-594 tokens/s
            one chat turn (read 200 tokens, write 400, after 4,096): 78-129 s
-           CUDA0: 14,797-15,184 MiB/token, 716.8 GB/s x 0.79 + 2.2 ms (NVIDIA
+           CUDA0: 14,797-15,198 MiB/token, 716.8 GB/s x 0.79 + 2.2 ms (NVIDIA
              GeForce RTX 4080)
-           CPU: 3,726-3,828 MiB/token, 50.0 GB/s x 0.54
+           CPU: 3,726-3,832 MiB/token, 50.0 GB/s x 0.54
              ($LLAMAFIT_HOST_BANDWIDTH)
-Verdict    fits 7,168 tokens per slot with 13 of 65 layers on the CPU (slower),
+Verdict    fits 7,424 tokens per slot with 13 of 65 layers on the CPU (slower),
            q4_0/q4_0 KV (the most quality loss: K and V in 4 bits), flash
-           attention on; 32,768 would need about 1,469 MiB more GPU memory (each
+           attention on; 32,768 would need about 1,420 MiB more GPU memory (each
            block moved to the CPU frees 306 MiB: about 5 blocks); -ngl 47 fits
-           32,768 tokens but generation drops from ~3.6 to ~1.1 tokens/s; the
+           32,768 tokens but generation drops from ~3.5 to ~1.1 tokens/s; the
            smallest GPU that holds all 32,768 tokens this way is NVIDIA GeForce
            RTX 3090 Ti (24 GiB)
 """

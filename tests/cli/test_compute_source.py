@@ -36,8 +36,10 @@ def _breakdown(*sources: str) -> Breakdown:
     [
         # f16 cache: the replay covers qwen2 on CUDA at the current build
         ("f16", "graph", False),
-        # q8_0 with flash attention: its F16 copies depend on the GPU's compute capability
-        ("q8_0", "estimate", True),
+        # q8_0 with flash attention: its F16 copies in the buffer (cuda_fattn.py)
+        ("q8_0", "graph", False),
+        # iq4_nl: no CUDA flash-attention kernel reads it, the CPU runs the attention (not ported)
+        ("iq4_nl", "estimate", True),
     ],
 )
 def test_every_device_says_whose_compute_figure_it_is(kv: str, source: str, marked: bool) -> None:
@@ -105,3 +107,24 @@ def test_ls_says_whose_compute_each_device_of_the_pick_has(tmp_path: Path) -> No
     assert listed["models"][0]["fit"]["compute_source"] == {
         d["name"]: d["compute_source"] for d in planned["devices"]
     }
+
+
+@pytest.mark.parametrize(
+    ("gpu", "flags", "devices"),
+    [
+        # one slot: the one-token graph has one query row, where a vector kernel may read q8_0
+        ("24GiB", ["-np", "1"], ["CUDA0"]),
+        ("rtx4090", ["-np", "1"], None),  # the card's compute capability is known: 8.9
+        ("24GiB", [], None),  # four slots in one stream: 4 rows, no vector kernel reads q8_0
+        ("24GiB", ["-np", "4"], ["CUDA0"]),  # -np given: a stream per slot, one row each
+        ("24GiB", ["-np", "1", "-ctk", "f16", "-ctv", "f16"], None),  # no copies to make
+    ],
+)
+def test_an_unknown_compute_capability_is_said_where_it_may_matter(
+    gpu: str, flags: list[str], devices: list[str] | None
+) -> None:
+    args = ["check", QWEN, "--gpu", gpu, "--ram", "64GiB", "--json"]
+    kv = ["-c", "8192", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]
+    data = json.loads(CliRunner().invoke(cli, [*args, "--", *kv, *flags]).stdout)
+    found = [w for w in data["warnings"] if w["code"] == "cc_unknown"]
+    assert [w["devices"] for w in found] == ([devices] if devices else [])

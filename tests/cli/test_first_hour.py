@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,54 @@ def test_script_output_into_a_missing_directory(tmp_path: Path, kind: str, where
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == f"Error: -o {out}: no such directory {out.parent}\n"
     assert not out.exists()
+
+
+def _link(p: Path) -> str:
+    (p.parent / "target.sh").write_text("kept\n")
+    p.symlink_to(p.parent / "target.sh")
+    return "is a symbolic link"
+
+
+def _fifo(p: Path) -> str:
+    os.mkfifo(p)
+    return "is not a regular file"
+
+
+def _gguf(p: Path) -> str:
+    p.write_bytes(Path(DENSE).read_bytes()[:64])
+    return "is a GGUF file, which llamafit never replaces"
+
+
+@pytest.mark.parametrize("make", [_link, _fifo, _gguf])
+def test_script_output_never_destroys(tmp_path: Path, make) -> None:
+    """-o follows safe_io's rules (as plan --html does): refused before planning, nothing
+    written, the thing in the way untouched."""
+    out = tmp_path / "start.sh"
+    why = make(out)
+    before = os.lstat(out)
+    result = invoke("script", DENSE, "--gpu", "8GiB", "-o", str(out))
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == f"Error: -o {out}: {why}\n"
+    after = os.lstat(out)
+    assert (after.st_ino, after.st_mode, after.st_size) == (
+        before.st_ino,
+        before.st_mode,
+        before.st_size,
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["start.sh"] + (["target.sh"] if make is _link else [])
+    )
+
+
+def test_script_output_replaces_a_file_whole(tmp_path: Path) -> None:
+    out = tmp_path / "start.sh"
+    out.write_text("an older script\n")
+    result = invoke("script", DENSE, "--gpu", "8GiB", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"wrote {out}\n"
+    assert out.read_text().startswith("#!")
+    assert os.stat(out).st_mode & 0o777 == 0o755
+    assert [p.name for p in tmp_path.iterdir()] == ["start.sh"]
 
 
 # ---- 3. host RAM is a hard limit for KV, compute and recurrent state; --ram ----

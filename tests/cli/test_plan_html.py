@@ -66,10 +66,10 @@ def test_the_page_reads_back_as_the_json(tmp_path: Path, fixed_host) -> None:
         ("free", gpu["free_after_bytes"]),
     ]
     context = next(a for tag, a in el if a.get("id") == "context")
-    assert context["data-value"] == str(data["context_per_slot"]) == "7168"
-    # the context curves pass through the pick: q4_0/q4_0 at -ngl 52 reaches 7,168
+    assert context["data-value"] == str(data["context_per_slot"]) == "7424"
+    # the context curves pass through the pick: q4_0/q4_0 at -ngl 52 reaches 7,424
     points = {(a["data-series"], a["data-x"]): a["data-y"] for tag, a in el if tag == "circle"}
-    assert points[("q4_0/q4_0 fa on", "52")] == "7168"
+    assert points[("q4_0/q4_0 fa on", "52")] == "7424"
     for t in data["tradeoffs"]:  # each K/V curve at the pick's -ngl is its trade-off row
         if t["flash_attn"] == "on":
             assert points[(f"{t['type_k']}/{t['type_v']} fa on", "52")] == str(t["max_ctx"])

@@ -229,3 +229,36 @@ def test_assumed_median_is_statistics_median(values: list[float]) -> None:
 
     assert _median(values) == statistics.median(values)
     assert type(_median(values)) is type(statistics.median(values))
+
+
+@pytest.mark.parametrize(
+    ("key", "cc"),
+    [
+        ("gtx1080ti", 610),
+        ("p100-16gb", 600),
+        ("v100-32gb", 700),
+        ("t4", 750),
+        ("rtx2000-ada", 890),
+        ("a100-80gb", 800),
+        ("rtx3090", 860),
+        ("jetson-agx-orin-64gb", 870),
+        ("rtx4090", 890),
+        ("h100", 900),
+        ("b200", 1000),
+        ("rtx5090", 1200),
+        ("gb10", 1210),
+        ("rx7900xtx", 0x1001100),  # gfx1100: GGML_CUDA_CC_OFFSET_AMD + 0x1100
+        ("rx6800", 0x1001030),
+        ("ryzen-ai-max-395", 0x1001151),
+        ("mi250", 0x100090A),
+        ("mi300x", 0x1000942),
+        ("arc-b580", None),  # SYCL / Vulkan: none
+        ("m4-max-64gb", None),
+    ],
+)
+def test_compute_capability(key: str, cc: int | None) -> None:
+    assert lookup(key).cc == cc
+
+
+def test_every_nvidia_and_amd_card_has_a_compute_capability() -> None:
+    assert [e.key for e in CATALOG if e.vendor in ("nvidia", "amd") and e.cc is None] == []

@@ -97,13 +97,15 @@ def test_dry_run_prints_the_plan() -> None:
 
 def test_compute_is_compared_per_device_with_its_source() -> None:
     """Each device's compute buffer: llamafit's and whose figure it is, llama-server's (the
-    host's: its CUDA_Host and CPU buffers), and llama-fit-params' device figure."""
+    host's: its CUDA_Host and CPU buffers), and llama-fit-params' compute column beside llamafit's
+    figure for its graph (llama_cpp_check.compute)."""
     predicted = {
         "CUDA0": {"kind": "gpu", "compute_bytes": 307 << 20, "compute_source": "graph"},
         "CPU": {"kind": "host", "compute_bytes": 84 << 20, "compute_source": "graph"},
     }
     buffers = {"compute": {"CUDA0": 307.0, "CUDA_Host": 80.0, "CPU": 4.0}, "KV": {"CUDA0": 6.0}}
-    check = {"llama_cpp_check": {"devices": [{"device": "CUDA0", "mib": 9000.0}]}}
+    fit = {"device": "CUDA0", "mib": 309, "llamafit_bytes": (309 << 20) + (1 << 19)}
+    check = {"llama_cpp_check": {"compute": [fit | {"agrees": True}]}}
     assert gpu_check.compute_compare(predicted, buffers, check) == [
         {
             "device": "CUDA0",
@@ -111,7 +113,9 @@ def test_compute_is_compared_per_device_with_its_source() -> None:
             "compute_source": "graph",
             "llama_server_mib": 307.0,
             "error": 0.0,
-            "llama_fit_params_mib": 9000.0,
+            "llama_fit_params_mib": 309,
+            "llamafit_at_fit_params_mib": 309.5,
+            "fit_params_agrees": True,
         },
         {
             "device": "CPU",
@@ -120,6 +124,8 @@ def test_compute_is_compared_per_device_with_its_source() -> None:
             "llama_server_mib": 84.0,
             "error": 0.0,
             "llama_fit_params_mib": None,
+            "llamafit_at_fit_params_mib": None,
+            "fit_params_agrees": None,
         },
     ]
     assert gpu_check.compute_compare(None, buffers) == []
@@ -129,8 +135,12 @@ def test_compute_is_compared_per_device_with_its_source() -> None:
         "flags": ["-ngl", "99"],
         "compute": gpu_check.compute_compare(predicted, {"compute": {"CUDA0": 280.0}}),
     }
-    assert gpu_check.compute_lines([rec, {"kind": "fit"}]) == [
-        "llama3.1-8b -ngl 99: CUDA0 307.00 graph vs 280.00 (+9.6%); CPU 84.00 graph vs 0.00 (-)"
+    differs = {"llama_cpp_check": {"compute": [fit | {"mib": 400, "agrees": False}]}}
+    rec2 = rec | {"compute": gpu_check.compute_compare(predicted, buffers, differs)[:1]}
+    assert gpu_check.compute_lines([rec, {"kind": "fit"}, rec2]) == [
+        "llama3.1-8b -ngl 99: CUDA0 307.00 graph vs 280.00 (+9.6%); CPU 84.00 graph vs 0.00 (-)",
+        "llama3.1-8b -ngl 99: CUDA0 307.00 graph vs 307.00 (+0.0%), fit-params 400 vs 309.50 "
+        "DIFFERS",
     ]
 
 
@@ -145,3 +155,25 @@ def test_without_a_gpu_it_says_so_and_exits_0(tmp_path: Path) -> None:
         check=False,
     )
     assert (proc.returncode, proc.stdout) == (0, gpu_check.NO_GPU + "\n")
+
+
+def test_vulkan_mode_without_the_build_says_where_to_point_it(tmp_path: Path) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "LLAMAFIT_VULKAN_RPC_BIN": str(tmp_path),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "calibration" / "gpu_check.py"), "--vulkan"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2,
+        "",
+        "gpu_check --vulkan: no Vulkan/RPC build (set $LLAMAFIT_VULKAN_RPC_BIN)\n",
+    )
+    assert not (tmp_path / "gpu-check.jsonl").exists()

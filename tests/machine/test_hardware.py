@@ -199,6 +199,24 @@ def test_nvml_bandwidth_not_supported_is_none(tmp_path: Path) -> None:
     assert hw.gpus == (_cuda(0, rec, 0, None),)
 
 
+class FakeNVMLWithCC(FakeNVML):
+    """A driver that answers the compute capability (pynvml: a (major, minor) pair)."""
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: RecordedGPU) -> tuple[int, int]:
+        return (8, 9) if "4090" in h.name else (9, 0)
+
+
+@pytest.mark.parametrize(
+    ("rec", "cc", "overhead"),
+    [(RTX4090, 890, cuda_overhead_bytes(8)), (RTX3060, 900, cuda_overhead_bytes(9))],
+)
+def test_nvml_compute_capability(rec: RecordedGPU, cc: int, overhead: int, tmp_path: Path) -> None:
+    """ggml-cuda's numbering (100 x major + 10 x minor): the flash-attention kernel's choice."""
+    nvml = FakeNVMLWithCC([rec])
+    hw = detect({}, nvml=nvml, sysfs_root=tmp_path, sysctl=_not_apple, host_fn=_host)
+    assert (hw.gpus[0].spec.cc, hw.gpus[0].spec.overhead_bytes) == (cc, overhead)
+
+
 @pytest.mark.parametrize(
     ("nvml", "first_note"),
     [

@@ -54,6 +54,32 @@ LAVAPIPE = "  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (2048 MiB, 2048 MiB free
                 ListedDevice("CUDA1", "cuda", "NVIDIA GeForce RTX 3060", 12036 * MIB, 11900 * MIB),
             ),
         ),
+        (  # ggml_cuda_init's lines give the compute capability (DeviceSpec.cc)
+            "ggml_cuda_init: found 2 CUDA devices:\n"
+            "  Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9, VMM: yes, VRAM: 24080 MiB\n"
+            "  Device 1: Tesla V100-PCIE-16GB, compute capability 7.0, VMM: yes, VRAM: 16144 MiB\n"
+            "Available devices:\n"
+            "  CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23500 MiB free)\n"
+            "  CUDA1: Tesla V100-PCIE-16GB (16144 MiB, 15800 MiB free)\n",
+            (
+                ListedDevice(
+                    "CUDA0", "cuda", "NVIDIA GeForce RTX 4090", 24080 * MIB, 23500 * MIB, 890
+                ),
+                ListedDevice(
+                    "CUDA1", "cuda", "Tesla V100-PCIE-16GB", 16144 * MIB, 15800 * MIB, 700
+                ),
+            ),
+        ),
+        (  # HIP: the gfx id, GGML_CUDA_CC_OFFSET_AMD + 0x1100
+            "  Device 0: AMD Radeon RX 7900 XTX, gfx1100 (0x1100), VMM: no, Wave Size: 32, "
+            "VRAM: 24560 MiB\nAvailable devices:\n"
+            "  ROCm0: AMD Radeon RX 7900 XTX (24560 MiB, 24400 MiB free)\n",
+            (
+                ListedDevice(
+                    "ROCm0", "rocm", "AMD Radeon RX 7900 XTX", 24560 * MIB, 24400 * MIB, 0x1001100
+                ),
+            ),
+        ),
         ("Available devices:\n  (none)\n", ()),
         (
             "Available devices:\n  BLAS: OpenBLAS (0 MiB, 0 MiB free)\n"
@@ -148,7 +174,7 @@ def test_a_vulkan_device_takes_its_tensor_limit_from_vulkaninfo_or_says_it_is_un
     ("line", "identity"),
     [
         ("version: 8763 (ff5ef8278)", "b8763-ff5ef8278"),
-        ("version: 0.5.0-dev (build 9512, commit 0c1e570)", "b9512-0c1e570"),
+        ("version: 0.5.0-dev (build 11312, commit 0c1e57098)", "b11312-0c1e57098"),
         ("version: 0.6.0-dev (build 0, commit unknown)", None),
         ("version: 0.6.0-dev (build 9512, commit unknown)", "b9512"),
         ("", None),
@@ -375,11 +401,12 @@ def test_a_server_that_does_not_answer_like_llama_server_is_refused() -> None:
     )
 
 
-def _fake_build(where: Path, extra_model_mib: int, build: str = "") -> Path:
+def _fake_build(where: Path, extra_model_mib: int, build: str = "", compute_mib: int = 2) -> Path:
     """A llama-server that lists one CUDA0 of $FAKE_CUDA0_MIB (16 MiB unless set), and a
     llama-fit-params beside it whose estimate is llamafit's for the dense fixture (KV 512 bytes a
-    token) plus `extra_model_mib` of weights; `build` makes another build (another content
-    hash)."""
+    token; compute 2 MiB, llamafit's 2,375,680 bytes for its question as printed) plus
+    `extra_model_mib` of weights, and `compute_mib` on CUDA0; `build` makes another build
+    (another content hash). Each question it answers is a line of asked.log beside it."""
     from tests.support import NEW_HELP, NEW_VERSION
 
     server = _exe(where, "fake")
@@ -393,10 +420,13 @@ def _fake_build(where: Path, extra_model_mib: int, build: str = "") -> Path:
     )
     tool = where / "llama-fit-params"
     tool.write_text(
-        f"#!{sys.executable}\nimport sys\na = sys.argv[1:]\n"
+        f"#!{sys.executable}\nimport os, sys\na = sys.argv[1:]\n"
         f"if a == ['--help']:\n    sys.stdout.write({FIT_HELP!r})\n    sys.exit(0)\n"
+        "with open(os.path.join(os.path.dirname(sys.argv[0]), 'asked.log'), 'a') as f:\n"
+        "    f.write(' '.join(a) + '\\n')\n"
         "c = int(a[a.index('-c') + 1])\n"
-        f"print(f'CUDA0 {{0 + {extra_model_mib}}} {{c * 512 >> 20}} 5')\nprint('Host 0 0 1')\n"
+        f"print(f'CUDA0 {{0 + {extra_model_mib}}} {{c * 512 >> 20}} {compute_mib}')\n"
+        "print('Host 0 0 1')\n"
     )
     tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     return server
@@ -441,8 +471,8 @@ def test_llama_cpp_s_larger_weights_win(
         []
         if extra == 0
         else [
-            "CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than "
-            "llamafit's: planned with that much more room"
+            "CUDA0: llama.cpp's own estimate holds 4 MiB more weights than llamafit's: "
+            "planned with that much more room"
         ]
     )
 
@@ -485,7 +515,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
         overhead = plan["devices"][0]["overhead_bytes"]
         return len(solves), overhead, plan.get("llama_cpp_recorded"), notes
 
-    solved = "CUDA0: llama.cpp's own estimate holds 4 MiB more weights and KV than llamafit's"
+    solved = "CUDA0: llama.cpp's own estimate holds 4 MiB more weights than llamafit's"
     assert planned(env) == (2, room, None, [f"{solved}: planned with that much more room"])
     identity = build_identity(str(server), "version: 0.6.0-dev (build 0, commit unknown)")
     monkeypatch.setenv("LLAMAFIT_CACHE_DIR", cache)
@@ -495,7 +525,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
     assert [(e["kind"], e["bytes"], e["agrees"], e["config"]["n_ctx"]) for e in entries] == [
         ("model", room, False, 4096),
         ("context", 0, False, 4096),
-        ("compute", 2869120, False, 4096),
+        ("compute", 2 * MIB - 2375680, False, 4096),
     ]
 
     assert planned(env, "--no-llama-check") == (1, 0, None, [])  # #37 F10: nothing of it
@@ -508,7 +538,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
         assert [(d["kind"], d["bytes"], d["applied"]) for d in recorded["differences"]] == [
             ("model", room, True),
             ("context", 0, False),
-            ("compute", 2869120, False),
+            ("compute", 2 * MIB - 2375680, False),
         ]
         tail = "" if checked else "; llama.cpp not asked this time"
         assert notes == [f"{RECORDED_NOTE} for this build showed before{tail}"]
@@ -517,6 +547,100 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
     another = _fake_build(tmp_path / "bin2", 4, build="another")
     other_build = planned(env | {"LLAMA_SERVER": str(another)})
     assert other_card[2] is other_build[2] is None  # solved afresh, nothing recorded applied
+
+
+def test_llama_cpp_s_larger_compute_wins_and_a_cached_plan_asks_nothing(tmp_path: Path) -> None:
+    """llama-fit-params' CUDA0 compute column (5 MiB) over llamafit's figure for its own graph
+    (2,375,680 bytes: the estimate at n_outputs_max = n_batch) beyond print precision: a
+    llama_compute_differs warning with the numbers, the plan keeps the difference as room on CUDA0,
+    and the difference is recorded for the build; the next plan of the same question starts from
+    the record and asks no llama-fit-params (its answer is kept on disk)."""
+    server = _fake_build(tmp_path / "bin", 0, compute_mib=5)
+    env = {
+        "LLAMA_SERVER": str(server),
+        "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
+        "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl"),
+    }
+    room = 5 * MIB - 2375680
+    first = _plan_dense(env)
+    assert first["devices"][0]["overhead_bytes"] == room
+    assert [c for c in first["llama_cpp_check"]["compute"] if c["device"] == "CUDA0"] == [
+        {
+            "device": "CUDA0",
+            "mib": 5,
+            "llamafit_bytes": 2375680,
+            "difference_bytes": room,
+            "compute_source": "estimate",
+            "agrees": False,
+        }
+    ]
+    warned = [w for w in first["warnings"] if w["code"] == "llama_compute_differs"]
+    assert warned == [
+        {
+            "code": "llama_compute_differs",
+            "device": "CUDA0",
+            "llama_mib": 5,
+            "llamafit_bytes": 2375680,
+            "difference_bytes": room,
+            "compute_source": "estimate",
+            "taken": "llama.cpp",
+            "text": "CUDA0: llama.cpp's dry run reserves 5 MiB of compute, llamafit's estimate "
+            "2.3 MiB for the same graph; planned with llama.cpp's larger figure",
+        }
+    ]
+    notes = [w["text"] for w in first["warnings"] if w["code"] == "server_devices"]
+    assert notes == [
+        "CUDA0: llama.cpp's own estimate holds 3 MiB more compute than llamafit's: planned with "
+        "that much more room"
+    ]
+    asked = (tmp_path / "bin" / "asked.log").read_text().splitlines()
+    assert len(asked) == 1  # the re-solve picked the same config: the same question, asked once
+    again = _plan_dense(env)
+    assert (tmp_path / "bin" / "asked.log").read_text().splitlines() == asked  # no process
+    assert again["devices"][0]["overhead_bytes"] == room
+    recorded = again["llama_cpp_recorded"]
+    assert [(d["kind"], d["bytes"], d["applied"]) for d in recorded["differences"]] == [
+        ("model", -233472, False),
+        ("context", 0, False),
+        ("compute", room, True),
+    ]
+    assert again["llama_cpp_check"] == first["llama_cpp_check"]
+
+
+@pytest.mark.parametrize(("same_graph", "applied"), [(True, True), (None, False)])
+def test_a_compute_difference_recorded_before_the_same_graph_is_not_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same_graph: bool | None, applied: bool
+) -> None:
+    """A compute difference recorded by an earlier llamafit was taken at llama-server's graph: on
+    the output layer's device it held llama.cpp's worst-case logits (hundreds of MiB for a large
+    vocabulary), so only one that says `same_graph` is room."""
+    from llamafit.commands.records import load, store
+
+    server = _fake_build(tmp_path / "bin", 0)
+    env = {
+        "LLAMA_SERVER": str(server),
+        "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
+        "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl"),
+    }
+    _plan_dense(env)  # records this build's entries (they agree)
+    monkeypatch.setenv("LLAMAFIT_CACHE_DIR", env["LLAMAFIT_CACHE_DIR"])
+    identity = build_identity(str(server), "version: 0.6.0-dev (build 0, commit unknown)")
+    entry = next(e for e in load(identity) if e["kind"] == "compute")
+    assert entry["same_graph"] is True
+    old = {k: v for k, v in entry.items() if k != "same_graph"}
+    extra = {} if same_graph is None else {"same_graph": same_graph}
+    store(identity, [old | {"bytes": 3 * MIB, "agrees": False} | extra])
+    plan = _plan_dense(env)
+    assert plan["devices"][0]["overhead_bytes"] == (3 * MIB if applied else 0)
+    if not applied:  # nothing recorded applies: the plan shows none
+        assert "llama_cpp_recorded" not in plan
+        return
+    recorded = plan["llama_cpp_recorded"]["differences"]
+    assert [(d["kind"], d["bytes"], d["applied"]) for d in recorded] == [
+        ("model", -233472, False),
+        ("context", 0, False),
+        ("compute", 3 * MIB, True),
+    ]
 
 
 @pytest.mark.parametrize("tty", [True, False])

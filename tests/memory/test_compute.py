@@ -78,7 +78,7 @@ def settings_of(f: ModelFacts, row: dict) -> ComputeSettings:
         n_seq_max=s["n_seq_max"],
         type_k=s["type_k"],
         type_v=s["type_v"],
-        # the table is llama.cpp 0c1e570 (b9512), before the mixed input branch (b11400)
+        # the table is llama.cpp 0c1e570 (b11312), before the mixed input branch (b11400)
         mixed_input=False,
     )
 

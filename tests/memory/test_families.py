@@ -49,7 +49,7 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 )
 def test_family_compute(row: dict, tmp: Path) -> None:
     f = facts(row["builder"], tmp)
-    # 0c1e570 (b9512): before b11400
+    # 0c1e570 (b11312): before b11400
     s = ComputeSettings(
         n_ctx_seq=row["n_ctx"],
         n_ubatch=row["n_ubatch"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from llamafit.machine.devices import DeviceSpec
 from llamafit.memory.graph.backends.cuda import (
     cuda_alloc_size,
     cuda_host_buffer_type,
@@ -15,7 +16,9 @@ from llamafit.memory.graph.backends.cuda import (
 from llamafit.memory.graph.nodes import Tensor
 from llamafit.memory.graph.shapes import type_of
 from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH
-from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted
+from llamafit.memory.resolve import ConfigError
+from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted, resolved
+from tests.support.gpu_shapes import HOST, model
 
 NEMO = "repo-dahaka52-nira-mistral-nemo-ngl40-q8kv-fa-cuda"  # b8133, -ngl 40 of 41, q8_0 FA
 QWEN = "repo-madcamp-fsd-qwen2.5-14b-32k-cuda"  # b7896, full offload, f16, FA auto
@@ -53,12 +56,10 @@ def test_the_replay_corrects_the_hand_peaks_on_a_partial_offload() -> None:
 
 
 DECLINED = (  # (changes) -> the hand-derived peaks stand on CUDA
-    # PR #23907: FA over q8_0 reserves F16 copies sized by the kernel the compute capability picks
-    {"build": 9430},
-    {"build": None},
-    # MoE (MUL_MAT_ID): ggml_backend_cuda_graph_optimize's fusion alloc deps are not ported
-    {"shape": "qwen3-30b-a3b", "build": None, "settings": {"type_k": "f16", "type_v": "f16"}},
-    {"gpus": ["CUDA0", "CUDA1"], "settings": {"split_mode": "row"}},  # -sm row split buffers
+    # before rule inp_embd_both (b7750) the builders' graphs are not checked (MoE, FA over a
+    # quantized cache and -sm row are replayed now: test_cuda_moe.py, test_cuda_fattn.py)
+    {"build": 7700},
+    {"build": 7000, "settings": {"type_k": "f16", "type_v": "f16"}},
 )
 
 
@@ -67,9 +68,50 @@ def test_what_the_cuda_replay_does_not_cover_keeps_the_estimate(changes: dict) -
     assert {source for _n, _b, source in _compute(_row(NEMO, **changes))} == {COMPUTE_ESTIMATE}
 
 
-@pytest.mark.parametrize("build", [9512, None])
+QWEN_Q8 = {"type_k": "q8_0", "type_v": "q8_0", "flash_attn": True}
+
+
+@pytest.mark.parametrize(
+    ("build", "gpu", "expected"),
+    [
+        # the logits (152064 x 512 F32) outgrow the F16 copies (2 x 64 MiB at 32768 cells)
+        (9430, "CUDA0", 321912832),
+        # one logits row per slot (rule server_output_limit): the attention with its copies is
+        # the peak; without them (the CUDA pool's, before rule cuda_fa_f16_in_buffer) 160528512
+        (None, "CUDA0", 220297344),
+        (None, "ROCm0", 220297344),
+    ],
+)
+def test_flash_attention_over_a_quantized_cache_is_replayed(
+    build: int | None, gpu: str, expected: int
+) -> None:
+    """Its F16 copies (ggml_cuda_flash_attn_ext_get_alloc_size) in the buffer from PR #23907; the
+    GPU's compute capability is not known here: the prompt's kernel copies on every device."""
+    backend = "rocm" if gpu.startswith("ROCm") else "cuda"
+    row = _row(QWEN, build=build, backend=backend, gpus=[gpu], settings=QWEN_Q8)
+    assert _compute(row)[0] == (gpu, expected, COMPUTE_GRAPH)
+
+
+@pytest.mark.parametrize(
+    ("build", "type_v", "source"),
+    [
+        (10454, "f16", COMPUTE_ESTIMATE),
+        (10454, "q8_0", COMPUTE_GRAPH),
+        (None, "f16", COMPUTE_GRAPH),
+    ],
+)
+def test_k_and_v_of_two_types_from_rule_cuda_fa_any_kv(
+    build: int, type_v: str, source: str
+) -> None:
+    """Before PR #28079 a K and V of two types left the attention to the CPU (not ported: the
+    estimate); from it the GPU converts both."""
+    row = _row(QWEN, build=build, settings={**QWEN_Q8, "type_v": type_v})
+    assert {s for _n, _b, s in _compute(row)} == {source}
+
+
+@pytest.mark.parametrize("build", [11312, None])
 def test_an_f16_cache_is_replayed_at_later_builds(build: int | None) -> None:
-    """0.3.36's (b9512) and b11434's supports_op, buffer types and offload_op are the same."""
+    """0.3.36's (b11312) and b11434's supports_op, buffer types and offload_op are the same."""
     row = _row(NEMO, build=build, settings={"type_k": "f16", "type_v": "f16"})
     assert {source for _n, _b, source in _compute(row)} == {COMPUTE_GRAPH}
 
@@ -89,6 +131,26 @@ def test_two_cuda_devices_with_every_layer_run_pipeline_parallel() -> None:
     two = _compute(_row(QWEN, gpus=["CUDA0", "CUDA1"]))
     assert {s for _n, _b, s in two} == {COMPUTE_GRAPH}
     assert two[0][1] > one[0][1] and two[-1][1] > one[-1][1]
+
+
+def test_sm_row_runs_as_sm_layer_without_pipeline_parallelism() -> None:
+    """-sm row before rule cuda_no_split_buffers: the split buffer of a layer's matrices belongs to
+    its device, so the graph is split as with -sm layer; only -sm layer runs pipeline parallel."""
+    two = {"gpus": ["CUDA0", "CUDA1"]}
+    partial = {"n_gpu_layers": 40}
+    row = _compute(_row(QWEN, **two, settings={"split_mode": "row", **partial}))
+    layer = _compute(_row(QWEN, **two, settings=partial))
+    assert row == layer and {s for _n, _b, s in row} == {COMPUTE_GRAPH}
+    full_row = _compute(_row(QWEN, **two, settings={"split_mode": "row"}))
+    full_layer = _compute(_row(QWEN, **two))  # four copies of every split input
+    assert {s for _n, _b, s in full_row} == {COMPUTE_GRAPH}
+    assert all(r[1] < ly[1] for r, ly in zip(full_row, full_layer, strict=True))
+
+
+def test_sm_row_is_refused_from_rule_cuda_no_split_buffers() -> None:
+    row = _row(QWEN, build=9890, gpus=["CUDA0", "CUDA1"], settings={"split_mode": "row"})
+    with pytest.raises(ConfigError, match="does not support split buffers"):
+        _compute(row)
 
 
 def _t(name: str, ty: str, ne: tuple[int, int, int, int], nbytes: int, **kw: object) -> Tensor:
@@ -113,8 +175,8 @@ def test_quantized_rows_are_padded_to_matrix_row_padding(
     assert cuda_alloc_size([_t("x", ty, (ne0, 1, 1, 1), nbytes)], 0) == expected
 
 
-def _supports(ts: list[Tensor], op: Tensor) -> bool:
-    return cuda_supports_op([*ts, op], len(ts), peers=frozenset({"CUDA1"}))
+def _supports(ts: list[Tensor], op: Tensor, build: int | None = None) -> bool:
+    return cuda_supports_op([*ts, op], len(ts), peers=frozenset({"CUDA1"}), build=build)
 
 
 def test_supports_op_matrix_products() -> None:
@@ -134,17 +196,21 @@ def test_supports_op_matrix_products() -> None:
 
 
 @pytest.mark.parametrize(
-    ("head", "type_k", "type_v", "supported"),
+    ("head", "type_k", "type_v", "build", "supported"),
     [
-        (128, "f16", "f16", True),
-        (128, "q8_0", "q8_0", True),
-        (128, "q8_0", "f16", False),  # K and V of two types: not in 0.3.17 (FA_ALL_QUANTS off)
-        (128, "q4_1", "q4_1", False),  # not in 0.3.17 either
-        (576, "f16", "f16", False),  # MLA's 576/512: a V head of another size, not ported
-        (48, "f16", "f16", False),  # no kernel for this head size
+        (128, "f16", "f16", 8133, True),
+        (128, "q8_0", "q8_0", 8133, True),
+        (128, "q8_0", "f16", 8133, False),  # two types: not until PR #28079 (FA_ALL_QUANTS off)
+        (128, "q4_1", "q4_1", 10454, False),  # 0.3.35 neither
+        (128, "q8_0", "f16", None, True),  # b11434: converted to F16
+        (128, "q4_1", "q4_1", None, True),
+        (576, "f16", "f16", None, False),  # MLA's 576/512: a V head of another size, not ported
+        (48, "f16", "f16", None, False),  # no kernel for this head size
     ],
 )
-def test_supports_op_flash_attention(head: int, type_k: str, type_v: str, supported: bool) -> None:
+def test_supports_op_flash_attention(
+    head: int, type_k: str, type_v: str, build: int | None, supported: bool
+) -> None:
     ts = [
         _t("q", "f32", (head, 512, 32, 1), 4 * head * 512 * 32),
         _t("k", type_k, (head, 4096, 8, 1), 0),
@@ -154,4 +220,26 @@ def test_supports_op_flash_attention(head: int, type_k: str, type_v: str, suppor
     fa = _t(
         "fa", "f32", (head, 32, 512, 1), 4 * head * 32 * 512, op="FLASH_ATTN_EXT", src=(0, 1, 2, 3)
     )
-    assert _supports(ts, fa) is supported
+    assert _supports(ts, fa, build) is supported
+
+
+def _with_cc(row: dict, cc: int | None) -> tuple[int, ...]:
+    """The row's compute buffers on devices of this compute capability."""
+    mm = model(row["shape"])
+    rc = resolved(row, mm.facts)
+    gpus = [DeviceSpec(n, "gpu", row["backend"], cc=cc) for n in row["gpus"]]
+    bd = mm.estimate(rc, gpus, HOST, reserve_bytes=0)
+    assert {d.compute_source for d in bd.devices} == {COMPUTE_GRAPH}
+    return tuple(d.compute_bytes for d in bd.devices)
+
+
+def test_the_compute_capability_decides_where_a_graph_has_two_query_rows() -> None:
+    """-np 1 -ub 2 over q8_0: on Ada the vector kernel reads the cache of both reserve graphs
+    without copies; Ampere takes it for one row only, so the two-row prompt graph copies K and V;
+    an unknown device is taken as copying."""
+    settings = {**QWEN_Q8, "n_seq_max": 1, "n_ubatch": 2, "n_batch": 2}
+    row = _row(QWEN, build=None, settings=settings)
+    assert _with_cc(row, 890) == (985728, 377056)
+    # the F16 K and V of 32,768 cells x 8 heads of 128 (2 x 64 MiB) in the node, 418,432 bytes
+    # of its own output and what is live beside it
+    assert _with_cc(row, 860) == _with_cc(row, None) == (2 * 128 * 32768 * 8 * 2 + 418432, 377056)

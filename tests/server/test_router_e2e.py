@@ -114,6 +114,12 @@ def test_router_loads_each_model_with_its_fitted_flags(tmp_path: Path) -> None:
     preset = configparser.ConfigParser()
     preset.read(preset_path)
     assert sorted(preset.sections()) == sorted(MODELS)
+    # the stop is said the moment it arrives, as run says it
+    assert re.search(
+        r"^Stopping   llama-server… \(up to \d+ s, then it is killed; Ctrl-C again stops it now\)$",
+        text,
+        re.M,
+    ), text[-2000:]
     assert (
         "fit at once: " in text and "--models-max 3" in text and url.startswith("http://127.0.0.1:")
     )

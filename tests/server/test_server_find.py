@@ -78,8 +78,8 @@ def no_package(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         (NEW_VERSION, (None, "version: 0.6.0-dev (build 0, commit unknown)")),
         (
-            "version: 0.5.0-dev (build 9512, commit 0c1e570)\n",
-            (9512, "version: 0.5.0-dev (build 9512, commit 0c1e570)"),
+            "version: 0.5.0-dev (build 11312, commit 0c1e57098)\n",
+            (11312, "version: 0.5.0-dev (build 11312, commit 0c1e57098)"),
         ),
         (OLD_VERSION, (4798, "version: 4798 (1a24c462)")),
         ("Segmentation fault\n", (None, "")),

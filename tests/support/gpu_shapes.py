@@ -4,6 +4,8 @@ assume."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -16,6 +18,7 @@ from tests.support.scripts import script
 
 HOST = host(256 << 30, 200 << 30)
 _DIR = Path(tempfile.mkdtemp(prefix="llamafit-gpu-shapes-"))
+atexit.register(shutil.rmtree, _DIR, ignore_errors=True)  # the session's headers go with it
 
 
 @cache

@@ -9,8 +9,10 @@ sparse GGUF written by scripts/make_shapes.py into a temp folder (no tensor data
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from functools import cache
@@ -32,6 +34,7 @@ from tests.support.scripts import script
 
 GRAPHS = FIXTURES / "graphs"
 _SHAPES = Path(tempfile.mkdtemp(prefix="llamafit-graph-shapes-"))
+atexit.register(shutil.rmtree, _SHAPES, ignore_errors=True)  # the session's headers go with it
 # the CPU's repacked weight types with AVX2 (ggml/src/ggml-cpu/repack.cpp
 # ggml_repack_get_optimal_repack_type: Q4_0, Q4_K, IQ4_NL and MXFP4 with rows in groups of 8)
 REPACKED = ("q4_0", "q4_K", "iq4_nl", "mxfp4")

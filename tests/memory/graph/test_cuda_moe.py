@@ -1,0 +1,432 @@
+"""MoE graphs on CUDA and ROCm in the replay (memory/graph/backends/cuda.py, cuda_optimize.py):
+ggml_backend_cuda_device_supports_op for the ops of llama.cpp's MoE FFNs (b11434), the alloc deps
+and the reorder of ggml_backend_cuda_graph_optimize on the real-shape stand-ins of
+scripts/fixtures/make_shapes.py (their graphs are checked node for node against llama.cpp's in
+test_build.py), expert offload (-ot exps=CPU: offload_op by batch, the scheduler's weight copies)
+and several GPUs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from llamafit.builds import build_of
+from llamafit.machine.devices import DeviceSpec, host
+from llamafit.memory.config import NGL_ALL, LaunchConfig
+from llamafit.memory.graph import replay
+from llamafit.memory.graph.alloc import BufferType, allocate
+from llamafit.memory.graph.backends import cuda_optimize
+from llamafit.memory.graph.backends.cuda import (
+    cuda_alloc_size,
+    cuda_graph_ok,
+    cuda_supports_op,
+)
+from llamafit.memory.graph.backends.cuda_optimize import UnplacedRule, cuda_graph_optimize
+from llamafit.memory.graph.models import graph_hparams_of
+from llamafit.memory.graph.nodes import Graph, Tensor
+from llamafit.memory.graph.reserve import reserve_configs
+from llamafit.memory.graph.sched import AllocDeps, Backend, SplitGraph, split_graph, use_counts
+from llamafit.memory.graph.shapes import type_of
+from llamafit.memory.graph.template import build_graph
+from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH, MemoryModel
+from llamafit.memory.resolve import resolve
+from tests.support import installed
+from tests.support.graph_build import facts_of
+
+pytestmark = pytest.mark.skipif(not installed("gguf"), reason="needs gguf (make_shapes.py)")
+
+HOST = host(256 << 30, 200 << 30)
+EXPS_CPU = (("exps", "CPU"),)
+
+
+# --- supports_op ---------------------------------------------------------------------------
+
+
+def _t(ty: str, ne: tuple[int, int, int, int], op: str = "NONE", **kw: object) -> Tensor:
+    """A contiguous tensor."""
+    t = type_of(ty)
+    nb0 = t.type_size
+    nb1 = t.row_size(ne[0])
+    nb = (nb0, nb1, nb1 * ne[1], nb1 * ne[1] * ne[2])
+    return Tensor("t", op, ty, ne, nb, nb1 * ne[1] * ne[2] * ne[3], **kw)  # type: ignore[arg-type]
+
+
+def _mmid(w: str, x: str) -> list[Tensor]:
+    """MUL_MAT_ID of 32 experts [2048, 768] over [2048, 4 used, 512 tokens] of type x."""
+    return [
+        _t(w, (2048, 768, 32, 1), data=True, buffer="CUDA0"),
+        _t(x, (2048, 4, 512, 1)),
+        _t("i32", (4, 512, 1, 1)),
+        _t("f32", (768, 4, 512, 1), op="MUL_MAT_ID", src=(0, 1, 2)),
+    ]
+
+
+def _unary(op: str, ty: str, ne: tuple[int, int, int, int]) -> list[Tensor]:
+    return [_t(ty, ne), _t("f32", ne, op=op, src=(0,))]
+
+
+def _get_rows(ty: str, ne0: int) -> list[Tensor]:
+    """GET_ROWS of 8 rows of a [ne0, 128] matrix."""
+    return [
+        _t(ty, (ne0, 128, 1, 1)),
+        _t("i32", (8, 1, 1, 1)),
+        _t("f32", (ne0, 8, 1, 1), op="GET_ROWS", src=(0, 1)),
+    ]
+
+
+SUPPORTS = [  # (case, tensors with the op last, supported at b11434)
+    ("MUL_MAT_ID of q4_K experts", _mmid("q4_K", "f32"), True),
+    ("MUL_MAT_ID of MXFP4 experts (gpt-oss)", _mmid("mxfp4", "f32"), True),
+    ("MUL_MAT_ID of F16 experts over F16 rows", _mmid("f16", "f16"), True),
+    ("MUL_MAT_ID of q8_0 experts over F16 rows", _mmid("q8_0", "f16"), False),
+    ("MUL_MAT_ID of TQ1_0 experts: no kernel", _mmid("tq1_0", "f32"), False),
+    ("ARGSORT of 128 experts", _unary("ARGSORT", "f32", (128, 512, 1, 1)), True),
+    # 16384 ints in a bitonic row: 64 KiB, past the 48 KiB every device has (ROCm has no CUB)
+    ("ARGSORT of a 16384-wide row", _unary("ARGSORT", "f32", (16384, 1, 1, 1)), False),
+    ("TOP_K", _unary("TOP_K", "f32", (4096, 512, 1, 1)), True),
+    ("GET_ROWS of the router's F32 probabilities", _get_rows("f32", 1), True),
+    # MXFP4 / IQ4_NL rows of 32-value blocks: only rows of whole 256-value super-blocks
+    ("GET_ROWS of MXFP4 rows of 2880", _get_rows("mxfp4", 2880), False),
+    ("GET_ROWS of MXFP4 rows of 3072", _get_rows("mxfp4", 3072), True),
+    ("GET_ROWS of IQ4_NL rows of 4096", _get_rows("iq4_nl", 4096), True),
+    (
+        "ADD_ID (gpt-oss expert biases)",
+        [
+            _t("f32", (2880, 4, 512, 1)),
+            _t("f32", (2880, 32, 1, 1)),
+            _t("i32", (4, 512, 1, 1)),
+            _t("f32", (2880, 4, 512, 1), op="ADD_ID", src=(0, 1, 2)),
+        ],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "tensors", "ok"), SUPPORTS, ids=[c for c, _, _ in SUPPORTS])
+def test_supports_op_of_moe_ops(case: str, tensors: list[Tensor], ok: bool) -> None:
+    assert cuda_supports_op(tensors, len(tensors) - 1) is ok
+
+
+def test_a_wide_argsort_declines_the_graph() -> None:
+    """Past 48 KiB the bitonic ARGSORT (ROCm) depends on the device's shared memory per block."""
+    ts = tuple(_unary("ARGSORT", "f32", (16384, 1, 1, 1)))
+    assert not cuda_graph_ok(Graph(ts, leafs=(0,), nodes=(1,)), None)
+    ts = tuple(_unary("ARGSORT", "f32", (128, 512, 1, 1)))
+    assert cuda_graph_ok(Graph(ts, leafs=(0,), nodes=(1,)), None)
+
+
+# --- graph_optimize on real graphs ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    key: str  # a make_shapes.py shape
+    n_ubatch: int = 512
+    overrides: tuple[tuple[str, str], ...] = ()
+    n_gpus: int = 1
+    build: int | None = None
+
+
+def _split(s: Setup, reserve: int = 0) -> tuple[SplitGraph, Backend, list[BufferType]]:
+    """The scheduler's graph of one reserve (0: the prompt-sized one) with every layer on the
+    GPUs, in even ranges."""
+    facts, _hp = facts_of(s.key)
+    rc = resolve(
+        LaunchConfig(
+            n_ctx=2048,
+            n_ubatch=s.n_ubatch,
+            n_parallel=1,
+            n_gpu_layers=NGL_ALL,
+            fit=False,
+            override_tensor=s.overrides,
+        ),
+        facts,
+        build=s.build,
+    )
+    gpus = [DeviceSpec(f"CUDA{i}", "gpu", "cuda") for i in range(s.n_gpus)]
+    backends, bufts = replay.scheduler_backends(rc, gpus)
+    n = facts.n_layer_all
+    layers = tuple(f"CUDA{i * s.n_gpus // n}" for i in range(n))  # -ts even: layer ranges
+    # the placement's per-tensor buffers (memory/model.py resolves -ot to them)
+    overrides = tuple((t.name, "CPU") for t in facts.tensors if s.overrides and "exps" in t.name)
+    config = reserve_configs(
+        rc,
+        weights="CUDA0",
+        layer_weights=layers,
+        input_weights="CPU",
+        output_weights=layers[-1],
+        overrides=overrides,
+        kv="CPU",
+        layer_kv=layers[: facts.n_layer],
+        full_offload=True,
+    )[reserve][1]
+    graph = replay._placed(build_graph(facts, config, graph_hparams_of(facts)), backends, layers)
+    return split_graph(graph, backends, n_copies=1), backends[0], bufts
+
+
+def _deps(s: Setup) -> tuple[AllocDeps, Graph]:
+    """cuda_graph_optimize over the prompt-sized graph's nodes as one CUDA split (full offload:
+    the weights in CUDA0's buffer)."""
+    facts, _hp = facts_of(s.key)
+    rc = resolve(LaunchConfig(n_ctx=2048, n_parallel=1, fit=False), facts, build=None)
+    config = reserve_configs(rc, weights="CUDA0")[0][1]
+    g = build_graph(facts, config, graph_hparams_of(facts))
+    srcs = [t.src for t in g.tensors]
+    return cuda_graph_optimize(g.tensors, g.nodes, srcs, use_counts(g), build=s.build), g
+
+
+def _kept(s: Setup, layer: int) -> list[tuple[str, list[str]]]:
+    deps, g = _deps(s)
+    names = [t.name for t in g.tensors]
+    suffix = f"-{layer}"
+    return [
+        (names[u], [names[k] for k in kept])
+        for u, kept in deps.keep
+        if any(names[k].endswith(suffix) for k in kept)
+    ]
+
+
+QWEN3_TOPK = [  # ggml_cuda_topk_moe_fusion: softmax, top-k, weights, norm
+    "ffn_moe_probs-0",
+    "ffn_moe_logits-0",
+    "ffn_moe_probs-0 (reshaped)",
+    "ffn_moe_argsort-0",
+    "ffn_moe_topk-0",
+    "ffn_moe_weights-0",
+    "ffn_moe_weights-0 (reshaped)",
+    "ffn_moe_weights_sum-0",
+    "ffn_moe_weights_sum_clamped-0",
+    "ffn_moe_weights_norm-0",
+    "ffn_moe_weights_norm-0 (reshaped)",
+]
+
+KEPT = [  # (setup, the alloc deps of layer 0: (until, kept))
+    # the gate's 10 nodes and the logits until the node after them (add_alloc_deps(i, i +
+    # ops.size())); the experts' product and the normalised weights until the last ADD
+    (
+        Setup("qwen3-30b-a3b"),
+        [
+            ("ffn_norm-0 (reshaped)", QWEN3_TOPK),
+            ("ffn_moe_out-0", ["ffn_moe_down-0", "ffn_moe_weights_norm-0 (reshaped)"]),
+        ],
+    ),
+    # gpt-oss: the softmax after the top-k (delayed_softmax) adds no deps; 4 used experts
+    (
+        Setup("gpt-oss-20b"),
+        [("ffn_moe_out-0", ["ffn_moe_down_biased-0", "ffn_moe_weights_softmax-0"])],
+    ),
+]
+
+
+@pytest.mark.parametrize(("setup", "kept"), KEPT, ids=[s.key for s, _ in KEPT])
+def test_graph_optimize_keeps_the_fused_moe_inputs(
+    setup: Setup, kept: list[tuple[str, list[str]]]
+) -> None:
+    assert _kept(setup, 0) == kept
+
+
+def test_the_reduction_deps_start_at_pr_25952() -> None:
+    """builds.py rule cuda_moe_reduce_deps: before it only the top-k gate's deps (the optimizer
+    alone, on b11434's graph)."""
+    before = _kept(Setup("qwen3-30b-a3b", build=build_of("cuda_moe_reduce_deps") - 1), 0)
+    assert before == [("ffn_norm-0 (reshaped)", QWEN3_TOPK)]
+
+
+def test_the_shared_expert_moves_beside_the_routed_experts() -> None:
+    """Qwen3.5-35B-A3B: a shared expert as wide as the routed ones (512), quantized experts:
+    ggml_cuda_match_shared_expert rotates its gate, up and GLU to just after the routed GLU and
+    keeps the routed experts' input and ids until the shared GLU."""
+    deps, g = _deps(Setup("qwen3.5-35b-a3b"))
+    names = [g.tensors[i].name for i in deps.order]
+    k = names.index("ffn_moe_gate-0")
+    assert names[k : k + 7] == [
+        "ffn_moe_gate-0",
+        "ffn_moe_up-0",
+        "ffn_moe_swiglu-0",
+        "ffn_gate-0",
+        "ffn_up-0",
+        "ffn_swiglu-0",
+        "ffn_moe_down-0",
+    ]
+    keep = {g.tensors[u].name: [g.tensors[x].name for x in kk] for u, kk in deps.keep}
+    assert keep["ffn_swiglu-0"] == ["attn_post_norm-0 (reshaped)", "ffn_moe_topk-0"]
+    assert sorted(deps.order) == sorted(g.nodes)  # a reorder: every node once
+
+
+def test_the_shared_expert_reorder_before_b11434_is_not_placed() -> None:
+    """PR #29184 (opened 2026-09-20) is in b11434; its first build is not known: declined."""
+    with pytest.raises(UnplacedRule):
+        _deps(Setup("qwen3.5-35b-a3b", build=11420))
+    mm = MemoryModel(facts_of("qwen3.5-35b-a3b")[0])
+    sources = []
+    for build in (11420, None):
+        rc = resolve(LaunchConfig(n_ctx=2048, fit=False), mm.facts, build=build)
+        bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=0)
+        sources.append(bd.devices[0].compute_source)
+    assert sources == [COMPUTE_ESTIMATE, COMPUTE_GRAPH]
+    # without a shared expert (qwen3moe) nothing is rotated: that build is replayed
+    mm = MemoryModel(facts_of("qwen3-30b-a3b")[0])
+    rc = resolve(LaunchConfig(n_ctx=2048, fit=False), mm.facts, build=11420)
+    bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=0)
+    assert bd.devices[0].compute_source == COMPUTE_GRAPH
+
+
+def test_the_reduction_deps_keep_the_weighted_product_out_of_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ggml-alloc computes the router-weighted MUL in place over the experts' product (its only
+    consumer); the alloc dep keeps that product alive until ffn_moe_out, so the MUL takes memory
+    of its own."""
+
+    def placed(s: Setup) -> tuple[tuple[int, int, int] | None, ...]:
+        sg, _cuda, bufts = _split(s)
+        a = allocate(sg.graph, bufts)
+        names = [t.name for t in sg.graph.tensors]
+        return tuple(a.addrs[names.index(n)] for n in ("ffn_moe_down-3", "ffn_moe_weighted-3"))
+
+    down, weighted = placed(Setup("qwen3-30b-a3b"))
+    assert down != weighted
+    monkeypatch.setattr(
+        cuda_optimize, "cuda_graph_optimize", lambda t, sn, s, c, build=None: AllocDeps(tuple(sn))
+    )
+    down, weighted = placed(Setup("qwen3-30b-a3b"))
+    assert down == weighted
+
+
+# --- expert offload and several GPUs ------------------------------------------------------
+
+# qwen3-30b-a3b shape: ffn_gate/up_exps q4_K [2048, 768, 128], ffn_down_exps q6_K [768, 2048, 128]
+GATE_UP_EXPS = 2048 // 256 * 144 * 768 * 128  # 113246208
+DOWN_EXPS = 768 // 256 * 210 * 2048 * 128  # 165150720, rows of 768: padded to 1024 on CUDA
+
+
+def test_host_experts_are_copied_into_cuda0_at_the_prompt_batch() -> None:
+    """-ot exps=CPU: at the prompt-sized reserve (512 tokens >= 32) every MUL_MAT_ID of a host
+    expert tensor runs on CUDA0 (ggml_backend_cuda_device_offload_op: ne[2], the tokens) and the
+    scheduler copies the whole tensor into CUDA0's compute buffer; the last layer's, over the
+    one output row, and every one of the one-token reserve stay on the CPU."""
+    sg, _cuda, _bufts = _split(Setup("qwen3-30b-a3b", overrides=EXPS_CPU))
+    ts = sg.graph.tensors
+    copies = {ts[i].name: ts[i] for i in sg.graph.nodes if ts[i].name.startswith("CUDA0#blk.0.")}
+    assert {n: t.nbytes for n, t in copies.items()} == {
+        "CUDA0#blk.0.ffn_gate_exps.weight#0": GATE_UP_EXPS,
+        "CUDA0#blk.0.ffn_up_exps.weight#0": GATE_UP_EXPS,
+        "CUDA0#blk.0.ffn_down_exps.weight#0": DOWN_EXPS,
+    }
+    down = copies["CUDA0#blk.0.ffn_down_exps.weight#0"]
+    assert cuda_alloc_size([down], 0) == DOWN_EXPS + 210  # one q6_K block: 256 elements more
+    mmid = {
+        t.name: sg.tensor_backend[i]
+        for i, t in enumerate(ts[: len(sg.tensor_backend)])
+        if t.op == "MUL_MAT_ID"
+    }
+    assert {n for n, b in mmid.items() if b == 1} == {
+        "ffn_moe_gate-47",
+        "ffn_moe_up-47",
+        "ffn_moe_down-47",
+    }
+    assert len(mmid) == 48 * 3
+    tg, _cuda, _bufts = _split(Setup("qwen3-30b-a3b", overrides=EXPS_CPU), reserve=1)
+    ts = tg.graph.tensors
+    assert not [i for i in tg.graph.nodes if "exps" in ts[i].name]
+    assert {
+        tg.tensor_backend[i]
+        for i, t in enumerate(ts[: len(tg.tensor_backend)])
+        if t.op == "MUL_MAT_ID"
+    } == {1}
+
+
+def test_several_gpus_offload_every_host_expert_to_the_first() -> None:
+    """ggml_backend_sched_backend_id_from_cur offers a host weight's op to the backends in order:
+    with 2 GPUs and -ot exps=CPU the experts' products of CUDA1's layers run on CUDA0 too (one
+    copy of each split
+    input: tensor overrides turn pipeline parallelism off); without overrides each GPU keeps its
+    layers and the inputs have four copies."""
+    facts = facts_of("qwen3-30b-a3b")[0]
+    gpus = [DeviceSpec("CUDA0", "gpu", "cuda"), DeviceSpec("CUDA1", "gpu", "cuda")]
+    for overrides, copies in ((EXPS_CPU, 1), ((), 4)):
+        rc = resolve(
+            LaunchConfig(n_ctx=2048, n_gpu_layers=NGL_ALL, fit=False, override_tensor=overrides),
+            facts,
+            build=None,
+        )
+        assert replay.n_copies(facts, rc, gpus) == copies
+    sg, _cuda, _bufts = _split(Setup("qwen3-30b-a3b", overrides=EXPS_CPU, n_gpus=2))
+    ts = sg.graph.tensors
+    mmid = {
+        sg.tensor_backend[i]
+        for i, t in enumerate(ts[: len(sg.tensor_backend)])
+        if t.op == "MUL_MAT_ID" and not t.name.endswith("-47")
+    }
+    assert mmid == {0}
+    norms = {
+        sg.tensor_backend[i]
+        for i, t in enumerate(ts[: len(sg.tensor_backend)])
+        if t.name in ("ffn_norm-0", "ffn_norm-47")
+    }
+    assert norms == {0, 1}  # the layers themselves on both GPUs
+
+
+MOE_KEYS = [
+    "qwen3-30b-a3b",
+    "gpt-oss-20b",
+    "granite3-1b-a400m",
+    "qwen3-next-80b-a3b",
+    "qwen3.5-35b-a3b",
+    "qwen3-vl-30b-a3b",
+    "ernie4.5-21b-a3b",
+    "llama4-scout",
+    "minimax-m2",
+    "hunyuan-a13b",
+    "ling-mini-2.0",
+    "lfm2-8b-a1b",
+    "qwen1.5-moe-a2.7b",
+    "nemotron3-nano-30b-a3b",
+]
+
+
+@pytest.mark.parametrize("key", MOE_KEYS)
+@pytest.mark.parametrize("backend", ["cuda", "rocm"])
+def test_moe_archs_are_replayed_on_cuda_and_rocm(key: str, backend: str) -> None:
+    """Every MoE arch of the replay whose attention cuda_fa_supported decides (deepseek2's MLA
+    heads and gemma4's 512 ones keep the estimate), full offload and expert offload."""
+    mm = MemoryModel(facts_of(key)[0])
+    name = "CUDA0" if backend == "cuda" else "ROCm0"
+    for overrides in ((), EXPS_CPU):
+        rc = resolve(
+            LaunchConfig(n_ctx=4096, n_gpu_layers=NGL_ALL, fit=False, override_tensor=overrides),
+            mm.facts,
+            build=None,
+        )
+        bd = mm.estimate(rc, [DeviceSpec(name, "gpu", backend)], HOST, reserve_bytes=0)
+        assert {d.compute_source for d in bd.devices} == {COMPUTE_GRAPH}
+
+
+@pytest.mark.parametrize(
+    ("n_cpu_moe", "tensor_split"), [(0, ()), (24, ()), (24, (3.0, 1.0)), (48, (1.0, 1.0))]
+)
+def test_n_cpu_moe_and_tensor_split_on_two_gpus_are_replayed(
+    n_cpu_moe: int, tensor_split: tuple[float, ...]
+) -> None:
+    """--n-cpu-moe (its -ot rules: common/common.h) and -ts over two CUDA devices: every device's
+    compute buffer from the graph; CUDA0's holds the padded copy of a host ffn_down_exps in one
+    piece, CUDA1's (its own layers' activations) never does."""
+    mm = MemoryModel(facts_of("qwen3-30b-a3b")[0])
+    rc = resolve(
+        LaunchConfig(
+            n_ctx=4096,
+            n_gpu_layers=NGL_ALL,
+            n_cpu_moe=n_cpu_moe,
+            tensor_split=tensor_split,
+            fit=False,
+        ),
+        mm.facts,
+        build=None,
+    )
+    gpus = [DeviceSpec("CUDA0", "gpu", "cuda"), DeviceSpec("CUDA1", "gpu", "cuda")]
+    bd = mm.estimate(rc, gpus, HOST, reserve_bytes=0)
+    assert {d.compute_source for d in bd.devices} == {COMPUTE_GRAPH}
+    cuda0, cuda1 = bd.devices[0].compute_bytes, bd.devices[1].compute_bytes
+    assert (cuda0 >= DOWN_EXPS + 210) == (n_cpu_moe > 0)
+    assert cuda1 < DOWN_EXPS

@@ -1,0 +1,118 @@
+"""The held-out public corpora of issue #36 (fixtures/calibration/gpu-corpus-2026.jsonl: logs of
+2026 builds on CUDA, ROCm and Metal; gpu-sweep-b10687.jsonl: gguf-parser-go's CUDA sweep) and their
+bench, scripts/bench/bench_public_compute.py: every row parses, names a public source and a shape
+that exists, the KV its log prints is what the row's settings give on that shape (so the settings
+and the shape are the log's), and the bench runs on one row. The compute figures themselves are the
+bench's report, not a test: they measure the replay, which other work changes."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from tests.support import FIXTURES
+from tests.support.scripts import script
+
+bench = script("bench_public_compute")
+make_shapes = script("make_shapes")
+make_shape_header = script("make_shape_header")
+
+CORPORA = [
+    FIXTURES / "calibration" / n for n in ("gpu-corpus-2026.jsonl", "gpu-sweep-b10687.jsonl")
+]
+ROWS = [(path.name, row) for path in CORPORA for row in bench.load_rows(path)]
+IDS = [row["id"] for _, row in ROWS]
+MIB = 1 << 20
+PRINTED = 0.005 * MIB + 1  # two decimals
+
+
+def _shape_names(shape_from: str) -> set[str]:
+    if shape_from in bench.SHAPE_FILES:
+        return set(make_shapes.load_specs(bench.SHAPE_FILES[shape_from]))
+    return set(make_shape_header.load_specs())
+
+
+def test_corpora_are_where_the_bench_reads_them() -> None:
+    assert list(bench.CORPORA) == CORPORA
+    assert len({row["id"] for _, row in ROWS}) == len(ROWS)
+
+
+@pytest.mark.parametrize(("corpus", "row"), ROWS, ids=IDS)
+def test_row_names_its_public_source_build_shape_and_buffers(corpus: str, row: dict) -> None:
+    assert row["url"].startswith("https://github.com/")
+    assert (
+        isinstance(row["build"], int) and row["build"] >= 7600
+    )  # 2026 builds (llamafit/builds.py)
+    assert row["build_note"]
+    assert row["backend"] in ("cuda", "rocm", "metal")
+    assert row["shape"] in _shape_names(row.get("shape_from", "gpu-shapes"))
+    assert set(row["settings"]) >= {
+        "n_ctx",
+        "n_batch",
+        "n_ubatch",
+        "flash_attn",
+        "type_k",
+        "type_v",
+        "n_seq_max",
+        "n_gpu_layers",
+    }
+    compute = row["measured"]["compute"]
+    gpus = [d for d in compute if not bench.is_host(d)]
+    assert gpus and set(gpus) <= set(row["gpus"])
+
+
+@pytest.mark.parametrize(
+    "row",
+    [row for _, row in ROWS if "kv" in row["measured"]],
+    ids=[row["id"] for _, row in ROWS if "kv" in row["measured"]],
+)
+def test_kv_is_what_the_log_prints(row: dict) -> None:
+    """KV per device to the print precision: the row's context, slots, cache types, split and
+    shape are the log's."""
+    bd = bench.row_model(row).estimate(
+        bench.row_config(row), bench.row_gpus(row), bench.HOST, reserve_bytes=0
+    )
+    by_name = {d.name: d for d in bd.devices}
+    for dev, mib in row["measured"]["kv"].items():
+        assert abs(by_name[dev].kv_bytes - mib * MIB) <= PRINTED, (dev, by_name[dev].kv_bytes / MIB)
+
+
+def test_bench_runs_on_one_row(tmp_path: Path) -> None:
+    """One sweep row through the bench: its line, its figure and the summary over it."""
+    row = next(r for _, r in ROWS if r["id"] == "sweep-b10687-qwen3-0.6b-f16kv-full")
+    corpus = tmp_path / "one-sweep-row.jsonl"
+    corpus.write_text(json.dumps(row) + "\n")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert bench.main(["--corpus", str(corpus)]) == 0
+    (fig,) = bench.figures(row)
+    assert (fig.device, fig.measured, fig.gpu) == ("CUDA0", round(30.01 * MIB), True)
+    assert fig.source in ("graph", "estimate")
+    text = out.getvalue()
+    assert f"{row['id']:<45}CUDA0" in text and "    30.01" in text
+    s = bench.summary([fig])
+    assert s["n"] == 1 and s["graph"] == (fig.source == "graph")
+    assert s["median"] == s["p90"] == abs(fig.error) and s["worst"] == fig.error
+    assert "GPU buffers: 1  " in text and "p90 |err| <= 10% (#36)" in text
+
+
+@pytest.mark.parametrize(
+    ("errors", "expected"),
+    [
+        # (median |err|, worst, worst under, p90 |err|) over GPU figures
+        ([0.1, -0.2, 0.05], (0.1, -0.2, -0.2, 0.2)),
+        ([0.01, 0.02], (0.015, 0.02, 0.0, 0.02)),
+        ([0.0] * 9 + [0.5], (0.0, 0.5, 0.0, 0.0)),
+    ],
+)
+def test_summary_statistics(errors: list[float], expected: tuple[float, ...]) -> None:
+    figs = [bench.Figure("r", "CUDA0", 1000, round(1000 * (1 + e)), "estimate") for e in errors] + [
+        bench.Figure("r", "CUDA_Host", 1000, 5000, "graph")
+    ]  # host buffers are left out
+    s = bench.summary(figs)
+    got = (s["median"], s["worst"], s["worst_under"], s["p90"])
+    assert got == pytest.approx(expected) and s["n"] == len(errors) and s["graph"] == 0
