@@ -43,7 +43,6 @@ from llamafit.machine.devices import DeviceSpec, host  # noqa: E402
 from llamafit.memory.graph.models import MODELS, REPLAY_SINCE  # noqa: E402
 from llamafit.memory.graph.replay import (  # noqa: E402
     CUDA_BACKENDS,
-    METAL_UNTIL,
     VK_OLD_KV,
     VK_OLD_UNTIL,
     covers_devices,
@@ -163,13 +162,8 @@ def declined(row: dict) -> str:
     if rc.embeddings:
         return "embeddings / pooling not replayed (replay.covers)"
     backends = {g.backend for g in gpus}
-    if "metal" in backends:
-        if not model.checked_0317:
-            return f"Metal: {arch} not checked at 0.3.17 (covers_backends)"
-        if since(METAL_UNTIL, rc.build):
-            return f"Metal from {_rule(METAL_UNTIL)} not ported (covers_backends)"
-        if len(gpus) != 1 or rc.n_gpu_layers <= f.n_layer_all or rc.all_overrides:
-            return "Metal: one device, every layer, no -ot only (covers_devices)"
+    if "metal" in backends and len(gpus) != 1:
+        return "Metal: one device only (covers_devices)"
     if "vulkan" in backends and not since(REPLAY_SINCE, rc.build):
         kv = {rc.type_k.name.lower(), rc.type_v.name.lower()}
         if not model.checked_0317:
