@@ -302,6 +302,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
     ),
+    # Gemma 2B (gemma): the first Gemma, MQA (one KV head), a GEGLU FFN, the tied output
+    "gemma-2b-c4096-ub128": ("gemma-2b", ("-c", "4096", "-ub", "128", "--no-repack")),
 }
 
 
@@ -341,6 +343,7 @@ SPARSE = frozenset(
         "ling-mini-2.0",
         "lfm2-8b-a1b",
         "qwen1.5-moe-a2.7b",
+        "gemma-2b",
     }
 )
 

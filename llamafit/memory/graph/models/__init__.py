@@ -23,6 +23,7 @@ from . import (
     ernie4_5_moe,
     exaone4,
     falcon_h1,
+    gemma,
     gemma2,
     gemma3,
     gemma3n,
@@ -144,6 +145,7 @@ MODELS: Mapping[str, Model] = {
     "bailingmoe2": Model(bailingmoe2.build, since=OLD_SINCE),
     "lfm2moe": Model(lfm2.build),
     "qwen2moe": Model(qwen2moe.build, since=OLD_SINCE),
+    "gemma": Model(gemma.build, since=OLD_SINCE),
 }
 
 
