@@ -304,6 +304,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Gemma 2B (gemma): the first Gemma, MQA (one KV head), a GEGLU FFN, the tied output
     "gemma-2b-c4096-ub128": ("gemma-2b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Phi-2 (phi2): a parallel block behind one LayerNorm with bias, partial RoPE, a GELU FFN
+    "phi2-c2048-fa-off-np2": ("phi-2", ("-c", "2048", "-fa", "off", "-np", "2", "--no-repack")),
 }
 
 
@@ -344,6 +346,7 @@ SPARSE = frozenset(
         "lfm2-8b-a1b",
         "qwen1.5-moe-a2.7b",
         "gemma-2b",
+        "phi-2",
     }
 )
 

@@ -105,7 +105,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # 8B-A1B attention layer with its experts, a Qwen1.5-MoE layer (the gated shared FFN), a Gemma 3n
 # E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
-# gaussian top-k of the first ten, the first Gemma's last layer (MQA, Q scaled, GEGLU)
+# gaussian top-k of the first ten, the first Gemma's last layer (MQA, Q scaled, GEGLU), Phi-2's
+# last layer (LayerNorm with bias, fused QKV, GELU FFN beside the attention)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -156,6 +157,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
         ("gemma-2b-c4096-ub128", 17),
+        ("phi2-c2048-fa-off-np2", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -43,6 +43,7 @@ from . import (
     nemotron_h,
     olmo2,
     openai_moe,
+    phi2,
     phi3,
     qwen2,
     qwen2moe,
@@ -146,6 +147,7 @@ MODELS: Mapping[str, Model] = {
     "lfm2moe": Model(lfm2.build),
     "qwen2moe": Model(qwen2moe.build, since=OLD_SINCE),
     "gemma": Model(gemma.build, since=OLD_SINCE),
+    "phi2": Model(phi2.build, since=OLD_SINCE),
 }
 
 
