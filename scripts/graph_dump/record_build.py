@@ -306,6 +306,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gemma-2b-c4096-ub128": ("gemma-2b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Phi-2 (phi2): a parallel block behind one LayerNorm with bias, partial RoPE, a GELU FFN
     "phi2-c2048-fa-off-np2": ("phi-2", ("-c", "2048", "-fa", "off", "-np", "2", "--no-repack")),
+    # StarCoder2 3B (starcoder2): LayerNorms with bias, GQA with biases, a GELU FFN
+    "starcoder2-3b-c4096-ub128": ("starcoder2-3b", ("-c", "4096", "-ub", "128", "--no-repack")),
 }
 
 
@@ -347,6 +349,7 @@ SPARSE = frozenset(
         "qwen1.5-moe-a2.7b",
         "gemma-2b",
         "phi-2",
+        "starcoder2-3b",
     }
 )
 

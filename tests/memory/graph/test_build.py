@@ -106,7 +106,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten, the first Gemma's last layer (MQA, Q scaled, GEGLU), Phi-2's
-# last layer (LayerNorm with bias, fused QKV, GELU FFN beside the attention)
+# last layer (LayerNorm with bias, fused QKV, GELU FFN beside the attention), a StarCoder2
+# layer (LayerNorms with bias, GQA with biases, GELU FFN)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -158,6 +159,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
         ("gemma-2b-c4096-ub128", 17),
         ("phi2-c2048-fa-off-np2", 31),
+        ("starcoder2-3b-c4096-ub128", 4),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -57,6 +57,7 @@ from . import (
     qwen35moe,
     seed_oss,
     smollm3,
+    starcoder2,
 )
 
 # The first build whose graphs the builders follow (builds.py's rules): they build b11434's
@@ -148,6 +149,7 @@ MODELS: Mapping[str, Model] = {
     "qwen2moe": Model(qwen2moe.build, since=OLD_SINCE),
     "gemma": Model(gemma.build, since=OLD_SINCE),
     "phi2": Model(phi2.build, since=OLD_SINCE),
+    "starcoder2": Model(starcoder2.build, since=OLD_SINCE),
 }
 
 

@@ -25,7 +25,7 @@ def build(ctx: GraphContext) -> None:
         wo_b = ctx.lw(il, "attn_output.bias")
         cur = ctx.attn(inp, ctx.wo(il), wo_b, q, k, v, il, False)
         cur, inpL, attn_norm = ctx.out_rows(il, out_ids, cur, inpL, attn_norm)
-        ffn_out = ctx.cb(_ffn_gelu(ctx, attn_norm, il), "ffn_out", il)
+        ffn_out = ctx.cb(ffn_gelu(ctx, attn_norm, il), "ffn_out", il)
         cur = b.add(b.add(cur, ffn_out), inpL)
         inpL = ctx.cb(cur, "l_out", il)
     out_w, out_b = ctx.w("output_norm.weight", -2), ctx.w("output_norm.bias", -2)
@@ -36,7 +36,7 @@ def build(ctx: GraphContext) -> None:
     ctx.finish(b.add(logits, ctx.need(ctx.w("output.bias", -2), "output.bias")))
 
 
-def _ffn_gelu(ctx: GraphContext, cur: T, il: int) -> T:
+def ffn_gelu(ctx: GraphContext, cur: T, il: int) -> T:
     """build_ffn, LLM_FFN_GELU without a gate: up (+ bias), GELU, down (+ bias)."""
     b = ctx.b
     up = ctx.need(ctx.lw(il, "ffn_up.weight"), "ffn_up")
