@@ -308,6 +308,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "phi2-c2048-fa-off-np2": ("phi-2", ("-c", "2048", "-fa", "off", "-np", "2", "--no-repack")),
     # StarCoder2 3B (starcoder2): LayerNorms with bias, GQA with biases, a GELU FFN
     "starcoder2-3b-c4096-ub128": ("starcoder2-3b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # EXAONE 3.5 7.8B (exaone): a Llama layer with rope_freqs
+    "exaone-7.8b-c4096-fa-off-np2": (
+        "exaone3.5-7.8b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
 }
 
 
@@ -350,6 +355,7 @@ SPARSE = frozenset(
         "gemma-2b",
         "phi-2",
         "starcoder2-3b",
+        "exaone3.5-7.8b",
     }
 )
 

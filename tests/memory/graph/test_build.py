@@ -107,7 +107,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten, the first Gemma's last layer (MQA, Q scaled, GEGLU), Phi-2's
 # last layer (LayerNorm with bias, fused QKV, GELU FFN beside the attention), a StarCoder2
-# layer (LayerNorms with bias, GQA with biases, GELU FFN)
+# layer (LayerNorms with bias, GQA with biases, GELU FFN), EXAONE 3.5's last layer (rope_freqs)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -160,6 +160,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("gemma-2b-c4096-ub128", 17),
         ("phi2-c2048-fa-off-np2", 31),
         ("starcoder2-3b-c4096-ub128", 4),
+        ("exaone-7.8b-c4096-fa-off-np2", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -21,6 +21,7 @@ from . import (
     deepseek2,
     ernie4_5,
     ernie4_5_moe,
+    exaone,
     exaone4,
     falcon_h1,
     gemma,
@@ -150,6 +151,7 @@ MODELS: Mapping[str, Model] = {
     "gemma": Model(gemma.build, since=OLD_SINCE),
     "phi2": Model(phi2.build, since=OLD_SINCE),
     "starcoder2": Model(starcoder2.build, since=OLD_SINCE),
+    "exaone": Model(exaone.build, since=OLD_SINCE),
 }
 
 
