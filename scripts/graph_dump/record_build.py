@@ -313,6 +313,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "exaone3.5-7.8b",
         ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # OLMoE 1B-7B (olmoe): whole-row Q/K norms, softmax experts without normalised weights
+    "olmoe-c4096-ub128": ("olmoe-1b-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
 }
 
 
@@ -356,6 +358,7 @@ SPARSE = frozenset(
         "phi-2",
         "starcoder2-3b",
         "exaone3.5-7.8b",
+        "olmoe-1b-7b",
     }
 )
 

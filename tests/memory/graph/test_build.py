@@ -107,7 +107,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
 # gaussian top-k of the first ten, the first Gemma's last layer (MQA, Q scaled, GEGLU), Phi-2's
 # last layer (LayerNorm with bias, fused QKV, GELU FFN beside the attention), a StarCoder2
-# layer (LayerNorms with bias, GQA with biases, GELU FFN), EXAONE 3.5's last layer (rope_freqs)
+# layer (LayerNorms with bias, GQA with biases, GELU FFN), EXAONE 3.5's last layer (rope_freqs),
+# an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -161,6 +162,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("phi2-c2048-fa-off-np2", 31),
         ("starcoder2-3b-c4096-ub128", 4),
         ("exaone-7.8b-c4096-fa-off-np2", 31),
+        ("olmoe-c4096-ub128", 3),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -43,6 +43,7 @@ from . import (
     mistral3,
     nemotron_h,
     olmo2,
+    olmoe,
     openai_moe,
     phi2,
     phi3,
@@ -152,6 +153,7 @@ MODELS: Mapping[str, Model] = {
     "phi2": Model(phi2.build, since=OLD_SINCE),
     "starcoder2": Model(starcoder2.build, since=OLD_SINCE),
     "exaone": Model(exaone.build, since=OLD_SINCE),
+    "olmoe": Model(olmoe.build, since=OLD_SINCE),
 }
 
 
