@@ -315,6 +315,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # OLMoE 1B-7B (olmoe): whole-row Q/K norms, softmax experts without normalised weights
     "olmoe-c4096-ub128": ("olmoe-1b-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # AFM 4.5B (arcee): a Llama layer with a gate-less ReLU^2 FFN
+    "arcee-c4096-fa-off": ("afm-4.5b", ("-c", "4096", "-fa", "off", "--no-repack")),
 }
 
 
@@ -359,6 +361,7 @@ SPARSE = frozenset(
         "starcoder2-3b",
         "exaone3.5-7.8b",
         "olmoe-1b-7b",
+        "afm-4.5b",
     }
 )
 

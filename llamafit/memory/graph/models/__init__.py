@@ -14,6 +14,7 @@ from ..build import GraphContext
 from ..kv_cache import has_swa
 from ..params import GraphBuildError, GraphHParams
 from . import (
+    arcee,
     bailingmoe2,
     cohere2,
     command_r,
@@ -154,6 +155,7 @@ MODELS: Mapping[str, Model] = {
     "starcoder2": Model(starcoder2.build, since=OLD_SINCE),
     "exaone": Model(exaone.build, since=OLD_SINCE),
     "olmoe": Model(olmoe.build, since=OLD_SINCE),
+    "arcee": Model(arcee.build, since=OLD_SINCE),
 }
 
 
