@@ -317,6 +317,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "olmoe-c4096-ub128": ("olmoe-1b-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # AFM 4.5B (arcee): a Llama layer with a gate-less ReLU^2 FFN
     "arcee-c4096-fa-off": ("afm-4.5b", ("-c", "4096", "-fa", "off", "--no-repack")),
+    # DeepSeek MoE 16B (deepseek): a dense lead layer, softmax experts beside shared ones
+    "deepseek-moe-c4096-ub128": ("deepseek-moe-16b", ("-c", "4096", "-ub", "128", "--no-repack")),
 }
 
 
@@ -362,6 +364,7 @@ SPARSE = frozenset(
         "exaone3.5-7.8b",
         "olmoe-1b-7b",
         "afm-4.5b",
+        "deepseek-moe-16b",
     }
 )
 

@@ -108,7 +108,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # gaussian top-k of the first ten, the first Gemma's last layer (MQA, Q scaled, GEGLU), Phi-2's
 # last layer (LayerNorm with bias, fused QKV, GELU FFN beside the attention), a StarCoder2
 # layer (LayerNorms with bias, GQA with biases, GELU FFN), EXAONE 3.5's last layer (rope_freqs),
-# an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²)
+# an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²),
+# a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -164,6 +165,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("exaone-7.8b-c4096-fa-off-np2", 31),
         ("olmoe-c4096-ub128", 3),
         ("arcee-c4096-fa-off", 35),
+        ("deepseek-moe-c4096-ub128", 2),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

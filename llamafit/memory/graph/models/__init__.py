@@ -19,6 +19,7 @@ from . import (
     cohere2,
     command_r,
     deci,
+    deepseek,
     deepseek2,
     ernie4_5,
     ernie4_5_moe,
@@ -156,6 +157,7 @@ MODELS: Mapping[str, Model] = {
     "exaone": Model(exaone.build, since=OLD_SINCE),
     "olmoe": Model(olmoe.build, since=OLD_SINCE),
     "arcee": Model(arcee.build, since=OLD_SINCE),
+    "deepseek": Model(deepseek.build, since=OLD_SINCE),
 }
 
 
