@@ -319,6 +319,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "arcee-c4096-fa-off": ("afm-4.5b", ("-c", "4096", "-fa", "off", "--no-repack")),
     # DeepSeek MoE 16B (deepseek): a dense lead layer, softmax experts beside shared ones
     "deepseek-moe-c4096-ub128": ("deepseek-moe-16b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # InternLM2.5 7B (internlm2): a Llama layer without rope factors
+    "internlm2-c4096-ub128": ("internlm2.5-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
 }
 
 
@@ -365,6 +367,7 @@ SPARSE = frozenset(
         "olmoe-1b-7b",
         "afm-4.5b",
         "deepseek-moe-16b",
+        "internlm2.5-7b",
     }
 )
 

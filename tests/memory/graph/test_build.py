@@ -109,7 +109,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # last layer (LayerNorm with bias, fused QKV, GELU FFN beside the attention), a StarCoder2
 # layer (LayerNorms with bias, GQA with biases, GELU FFN), EXAONE 3.5's last layer (rope_freqs),
 # an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²),
-# a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN)
+# a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN), InternLM2.5's
+# last layer
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -166,6 +167,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("olmoe-c4096-ub128", 3),
         ("arcee-c4096-fa-off", 35),
         ("deepseek-moe-c4096-ub128", 2),
+        ("internlm2-c4096-ub128", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

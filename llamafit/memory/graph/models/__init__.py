@@ -37,6 +37,7 @@ from . import (
     granite_hybrid,
     hunyuan_moe,
     hunyuan_vl,
+    internlm2,
     lfm2,
     llama,
     llama4,
@@ -158,6 +159,7 @@ MODELS: Mapping[str, Model] = {
     "olmoe": Model(olmoe.build, since=OLD_SINCE),
     "arcee": Model(arcee.build, since=OLD_SINCE),
     "deepseek": Model(deepseek.build, since=OLD_SINCE),
+    "internlm2": Model(internlm2.build, since=OLD_SINCE),
 }
 
 
