@@ -321,6 +321,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "deepseek-moe-c4096-ub128": ("deepseek-moe-16b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # InternLM2.5 7B (internlm2): a Llama layer without rope factors
     "internlm2-c4096-ub128": ("internlm2.5-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # GPT-2 (gpt2): learned positions, LayerNorms with bias, fused QKV, no RoPE, GELU FFN
+    "gpt2-c1024-fa-off-np2": ("gpt2", ("-c", "1024", "-fa", "off", "-np", "2", "--no-repack")),
 }
 
 

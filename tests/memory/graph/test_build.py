@@ -110,7 +110,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # layer (LayerNorms with bias, GQA with biases, GELU FFN), EXAONE 3.5's last layer (rope_freqs),
 # an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²),
 # a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN), InternLM2.5's
-# last layer
+# last layer, GPT-2's last layer (no RoPE, LayerNorms with bias)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -168,6 +168,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("arcee-c4096-fa-off", 35),
         ("deepseek-moe-c4096-ub128", 2),
         ("internlm2-c4096-ub128", 31),
+        ("gpt2-c1024-fa-off-np2", 11),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -33,6 +33,7 @@ from . import (
     gemma4,
     glm4,
     glm4_moe,
+    gpt2,
     granite,
     granite_hybrid,
     hunyuan_moe,
@@ -160,6 +161,7 @@ MODELS: Mapping[str, Model] = {
     "arcee": Model(arcee.build, since=OLD_SINCE),
     "deepseek": Model(deepseek.build, since=OLD_SINCE),
     "internlm2": Model(internlm2.build, since=OLD_SINCE),
+    "gpt2": Model(gpt2.build, since=OLD_SINCE),
 }
 
 
