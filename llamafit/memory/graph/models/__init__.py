@@ -68,8 +68,8 @@ from . import (
 
 # The first build whose graphs the builders follow (builds.py's rules): they build b11434's
 # graphs, and older ones by the rules they follow (GraphConfig.build: mixed_batch,
-# rs_gather_once, clamp_copy, fa_mask_f16, attn_rot); for an older build the hand-derived
-# peaks, which follow each rule's build, stand.
+# rs_gather_once, clamp_copy, gptoss_out_rows_last, fa_mask_f16, attn_rot); for an older build
+# the hand-derived peaks, which follow each rule's build, stand.
 REPLAY_SINCE = "mixed_batch"
 
 
@@ -117,7 +117,7 @@ MODELS: Mapping[str, Model] = {
     "gemma4": Model(gemma4.build, iswa=True, softcapped=True, scales=True, tied_own=True),
     "gemma3n": Model(gemma3n.build, iswa=True, softcapped=True, scales=True, tied_own=True),
     "deci": Model(deci.build, since=OLD_SINCE),
-    "gpt-oss": Model(openai_moe.build, iswa=True),
+    "gpt-oss": Model(openai_moe.build, since=OLD_SINCE, iswa=True),
     "glm4moe": Model(glm4_moe.build, since=OLD_SINCE),
     "deepseek2": Model(deepseek2.build),
     "mamba2": Model(mamba.build),
