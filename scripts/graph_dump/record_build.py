@@ -424,6 +424,11 @@ def record_case(name: str, tmp: Path) -> list[str]:
     log = server_log(binary, argv, env=env, timeout=600, until=until)
     if not dump.is_file():
         raise SystemExit(f"{name}: no dump; log tail:\n{log[-2000:]}")
+    return sched_lines(name, dump)
+
+
+def sched_lines(name: str, dump: Path) -> list[str]:
+    """The first two "sched" lines of a dump (pp, then tg)."""
     lines = [ln for ln in dump.read_text().splitlines() if '"event":"sched"' in ln[:40]]
     if len(lines) < 2:
         raise SystemExit(f"{name}: {len(lines)} sched events")

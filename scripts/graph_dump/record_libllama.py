@@ -31,7 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.graph_dump.record_build import CASES, SPARSE, VULKAN, model_path  # noqa: E402
+from scripts.graph_dump.record_build import (  # noqa: E402
+    CASES,
+    SPARSE,
+    VULKAN,
+    model_path,
+    sched_lines,
+)
 from tests.support.graph_dump import DUMP_ENV, shim  # noqa: E402
 
 OUT = ROOT / "fixtures" / "graphs"
@@ -125,10 +131,7 @@ def record_case(name: str, tmp: Path, build: int, py: str | None, lib: str | Non
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0 or not dump.is_file():
         raise SystemExit(f"{name}: failed ({proc.returncode}); log tail:\n{proc.stderr[-2000:]}")
-    lines = [ln for ln in dump.read_text().splitlines() if '"event":"sched"' in ln[:40]]
-    if len(lines) < 2:
-        raise SystemExit(f"{name}: {len(lines)} sched events")
-    return lines[:2]
+    return sched_lines(name, dump)
 
 
 def main(argv: list[str] | None = None) -> int:

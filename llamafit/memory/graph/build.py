@@ -922,12 +922,17 @@ class GraphContext(GraphInputs):
         cur = self.norm(inpL, self.w("output_norm.weight", -2), -1)
         cur = self.cb(cur, "result_norm", -1)
         set_output(cur)
+        return self.mm(self.output_weight(), cur)
+
+    def output_weight(self) -> T:
+        """The output matrix: output.weight, or (tied) token_embd again, in the output layer's
+        buffer."""
         output = self.w("output.weight", -2)
-        if output is None:  # tied: token_embd again, in the output layer's buffer
+        if output is None:
             output = self.need(
                 self.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
             )
-        return self.mm(output, cur)
+        return output
 
     def softcap(self, logits: T) -> T:
         """Logit soft-capping where the model has it (final_logit_softcapping: scale, TANH,

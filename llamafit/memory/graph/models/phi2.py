@@ -28,12 +28,17 @@ def build(ctx: GraphContext) -> None:
         ffn_out = ctx.cb(ffn_gelu(ctx, attn_norm, il), "ffn_out", il)
         cur = b.add(b.add(cur, ffn_out), inpL)
         inpL = ctx.cb(cur, "l_out", il)
+    logits = ctx.cb(layer_norm_head(ctx, inpL), "result_output_no_bias", -1)
+    ctx.finish(b.add(logits, ctx.need(ctx.w("output.bias", -2), "output.bias")))
+
+
+def layer_norm_head(ctx: GraphContext, inpL: T) -> T:
+    """The output LayerNorm with its bias ("result_norm", an output) and the logits over the
+    output matrix (phi2.cpp, starcoder2.cpp, gpt2.cpp)."""
     out_w, out_b = ctx.w("output_norm.weight", -2), ctx.w("output_norm.bias", -2)
     cur = ctx.cb(ctx.layer_norm(inpL, out_w, out_b, -1), "result_norm", -1)
     set_output(cur)
-    output = ctx.need(ctx.w("output.weight", -2), "output.weight")
-    logits = ctx.cb(ctx.mm(output, cur), "result_output_no_bias", -1)
-    ctx.finish(b.add(logits, ctx.need(ctx.w("output.bias", -2), "output.bias")))
+    return ctx.mm(ctx.output_weight(), cur)
 
 
 def ffn_gelu(ctx: GraphContext, cur: T, il: int) -> T:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ..build import GraphContext
-from ..ggml import set_output
-from .phi2 import ffn_gelu
+from .phi2 import ffn_gelu, layer_norm_head
 
 
 def build(ctx: GraphContext) -> None:
@@ -29,12 +28,4 @@ def build(ctx: GraphContext) -> None:
         cur = ctx.cb(ctx.layer_norm(ffn_inp, norm_w, norm_b, il), "ffn_norm", il)
         cur = ctx.cb(ffn_gelu(ctx, cur, il), "ffn_out", il)
         inpL = ctx.cb(b.add(cur, ffn_inp), "l_out", il)
-    out_w, out_b = ctx.w("output_norm.weight", -2), ctx.w("output_norm.bias", -2)
-    cur = ctx.cb(ctx.layer_norm(inpL, out_w, out_b, -1), "result_norm", -1)
-    set_output(cur)
-    output = ctx.w("output.weight", -2)
-    if output is None:  # tied: token_embd again, in the output layer's buffer
-        output = ctx.need(
-            ctx.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
-        )
-    ctx.finish(ctx.mm(output, cur))
+    ctx.finish(layer_norm_head(ctx, inpL))
