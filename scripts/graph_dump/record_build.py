@@ -323,6 +323,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "internlm2-c4096-ub128": ("internlm2.5-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # GPT-2 (gpt2): learned positions, LayerNorms with bias, fused QKV, no RoPE, GELU FFN
     "gpt2-c1024-fa-off-np2": ("gpt2", ("-c", "1024", "-fa", "off", "-np", "2", "--no-repack")),
+    # StableLM 2 1.6B (stablelm): LayerNorms with bias, Q/K/V biases, partial RoPE
+    "stablelm2-c4096-ub128": ("stablelm2-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
 }
 
 
@@ -370,6 +372,7 @@ SPARSE = frozenset(
         "afm-4.5b",
         "deepseek-moe-16b",
         "internlm2.5-7b",
+        "stablelm2-1.6b",
     }
 )
 

@@ -110,7 +110,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # layer (LayerNorms with bias, GQA with biases, GELU FFN), EXAONE 3.5's last layer (rope_freqs),
 # an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²),
 # a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN), InternLM2.5's
-# last layer, GPT-2's last layer (no RoPE, LayerNorms with bias)
+# last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
+# StableLM 2's last layer (partial RoPE, Q/K/V biases)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -169,6 +170,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("deepseek-moe-c4096-ub128", 2),
         ("internlm2-c4096-ub128", 31),
         ("gpt2-c1024-fa-off-np2", 11),
+        ("stablelm2-c4096-ub128", 23),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

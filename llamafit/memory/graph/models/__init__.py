@@ -63,6 +63,7 @@ from . import (
     qwen35moe,
     seed_oss,
     smollm3,
+    stablelm,
     starcoder2,
 )
 
@@ -162,6 +163,7 @@ MODELS: Mapping[str, Model] = {
     "deepseek": Model(deepseek.build, since=OLD_SINCE),
     "internlm2": Model(internlm2.build, since=OLD_SINCE),
     "gpt2": Model(gpt2.build, since=OLD_SINCE),
+    "stablelm": Model(stablelm.build, since=OLD_SINCE),
 }
 
 
