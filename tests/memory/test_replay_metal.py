@@ -85,13 +85,18 @@ COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_b
     ("mistral-small-3.1-24b", 7749, ("cuda",), False),
     ("qwen2.5-3b", 8179, ("rocm",), True),
     ("qwen2.5-3b", 8179, ("cuda", "vulkan"), False),
-    ("qwen3-30b-a3b", 8179, ("cuda",), False),  # qwen3moe: replayed from b11400
+    # qwen3moe: replayed from inp_embd_both (0.3.17's graphs, test_build_older.py); CUDA
+    # declines its MUL_MAT_ID graphs later (cuda_graph_ok)
+    ("qwen3-30b-a3b", 8179, ("cuda",), True),
     ("qwen3-30b-a3b", 11400, ("rocm",), True),
-    ("qwen3-30b-a3b", 8054, (), False),  # qwen3moe: not checked in the old source
+    ("qwen3-30b-a3b", 8054, (), True),
+    ("qwen3-30b-a3b", 7749, (), False),
     ("qwen3-30b-a3b", 11400, (), True),
     ("qwen3-30b-a3b", 11400, ("metal",), True),  # every family from its first replayed build
-    ("qwen3-30b-a3b", 11399, ("metal",), False),
-    ("gpt-oss-20b", 7960, (), False),
+    ("qwen3-30b-a3b", 8179, ("metal",), True),  # (metal_graph_ok decides the ops by build)
+    ("qwen3-30b-a3b", 7749, ("metal",), False),
+    ("gpt-oss-20b", 7960, (), True),  # gpt-oss from inp_embd_both too (test_build_older.py)
+    ("gpt-oss-20b", 7749, (), False),
 )
 
 

@@ -142,7 +142,8 @@ class GraphInputs:
     def inp_embd(self, tok_scale: float, embd_scale: float = 0.0) -> T:
         """build_inp_embd (src/llama-graph.cpp): the token, embedding and mixed paths, the token
         path selected (a reserve's ubatch has tokens), all rows scaled by f_embedding_scale
-        (Granite), token rows scaled by an input. Rows n_embd_inp wide (Qwen3-VL's deepstack:
+        (Granite), token rows scaled by an input (before mixed_batch: the whole select scaled after
+        it, the arch's ggml_scale). Rows n_embd_inp wide (Qwen3-VL's deepstack:
         n_embd times 1 + n_deepstack_layers; the token rows padded) are viewed n_embd wide after
         the select (t_inp_embd, kept in self.t_inp_embd)."""
         b, f, n_tokens, n_embd = self.b, self.f, self.c.n_tokens, self.f.n_embd
@@ -166,7 +167,8 @@ class GraphInputs:
             if not is_contiguous(cur):
                 cur = b.cont(cur)
             cur = b.scale(cur)
-        if tok_scale != 1.0:
+        mixed = since("mixed_batch", self.c.build)
+        if tok_scale != 1.0 and mixed:
             rows = self.cb(b.new("f32", 1, n_tokens), "inp_scale_rows", -1)
             rows.flags |= 1
             if not is_contiguous(cur):
@@ -174,6 +176,13 @@ class GraphInputs:
             cur = b.mul(cur, rows)
         self.cb(cur, "embd", -1)
         b.expand(cur)
+        if tok_scale != 1.0 and not mixed:
+            # before the token-row scale input (recorded absent at b9512, llama-cpp-python 0.3.36,
+            # and at 0.3.17): the arch scaled the selected rows itself after build_inp_embd,
+            # ggml_scale(inpL, ubatch.token ? tok_scale : 1) (gemma3.cpp, gemma3n.cpp,
+            # gemma4.cpp). A scale input per row is what a batch mixing token and embedding
+            # rows needs, so it is taken to come with that batch (rule mixed_batch)
+            cur = b.scale(cur)
         return cur
 
     def _tok_rows(self, tok_embd: T, ids: T, n_inp: int) -> T:
@@ -743,7 +752,8 @@ class GraphContext(GraphInputs):
         if norm_w:
             weights = b.reshape(weights, n_used, n_tokens)
             wsum = self.cb(b.sum_rows(weights), "ffn_moe_weights_sum", il)
-            wsum = self.cb(b.clamp(wsum), "ffn_moe_weights_sum_clamped", il)
+            inplace = not since("clamp_copy", self.c.build)  # ggml_clamp in place before
+            wsum = self.cb(b.clamp(wsum, inplace), "ffn_moe_weights_sum_clamped", il)
             weights = self.cb(b.div(weights, wsum), "ffn_moe_weights_norm", il)
             weights = b.reshape(weights, 1, n_used, n_tokens)
         scale = self.hp.expert_weights_scale if w_scale is None else w_scale
@@ -818,9 +828,20 @@ class GraphContext(GraphInputs):
     def build_rs(
         self, rs: RecurrentState, s: T, state_size: int, getter: Callable[[T, T], T] | None = None
     ) -> T:
-        """llm_graph_context::build_rs for a reserve (rs_head 0, rs_z 0, n_rs = the size)."""
+        """llm_graph_context::build_rs for a reserve (rs_head 0, rs_z 0, n_rs = the size).
+        Before rule rs_gather_once two gathers: the ubatch's states (the getter's, else
+        ggml_get_rows by s_copy_main) and the extra ones (ggml_get_rows by s_copy_extra)."""
         b, n_seqs = self.b, self.c.n_seqs
         n_rs = rs.size
+        if not since("rs_gather_once", self.c.build):
+            states = b.reshape(s, state_size, s.ne[1])
+            b.expand(b.scale_inplace(b.view(states, (state_size,), (), 0)))
+            out = getter(states, rs.copy_main) if getter else b.get_rows(states, rs.copy_main)
+            b.expand(out)
+            extra = b.get_rows(states, rs.copy_tail)
+            dest = b.view(s, (state_size, n_rs - n_seqs), (s.nb[1],), n_seqs * s.nb[1])
+            b.expand(b.cpy(extra, dest))
+            return out
         state_copy = rs.copy_tail if getter is not None else rs.copy
         states = b.reshape(s, state_size, s.ne[1])
         b.expand(b.scale_inplace(b.view(states, (state_size,), (), 0)))
@@ -901,12 +922,17 @@ class GraphContext(GraphInputs):
         cur = self.norm(inpL, self.w("output_norm.weight", -2), -1)
         cur = self.cb(cur, "result_norm", -1)
         set_output(cur)
+        return self.mm(self.output_weight(), cur)
+
+    def output_weight(self) -> T:
+        """The output matrix: output.weight, or (tied) token_embd again, in the output layer's
+        buffer."""
         output = self.w("output.weight", -2)
-        if output is None:  # tied: token_embd again, in the output layer's buffer
+        if output is None:
             output = self.need(
                 self.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
             )
-        return self.mm(output, cur)
+        return output
 
     def softcap(self, logits: T) -> T:
         """Logit soft-capping where the model has it (final_logit_softcapping: scale, TANH,

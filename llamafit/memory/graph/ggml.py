@@ -224,7 +224,12 @@ class Builder:
     def scale(self, a: T) -> T:
         return self._unop("SCALE", a)
 
-    def clamp(self, a: T) -> T:
+    def clamp(self, a: T, inplace: bool = False) -> T:
+        """ggml_clamp; inplace: its form before rule clamp_copy (ggml_view_tensor of a)."""
+        if inplace:
+            return T(
+                a.type, a.ne, a.nb, op="CLAMP", src=(a,), view_src=a, name=_cut(a.name + " (view)")
+            )
         return self._unop("CLAMP", a)
 
     def dup(self, a: T) -> T:

@@ -159,7 +159,8 @@ class RecurrentState:
     """llm_graph_input_rs over llama_memory_recurrent as a reserve sees it
     (llama_memory_recurrent_context over the whole memory: n_rs = size, head 0, rs_z 0): the
     per-layer state rows (cache_r_l*, cache_s_l*: mem_size = max(1, n_seq_max) rows, n_rs_seq 0)
-    and the copy indexes (build_rs_inp_impl)."""
+    and the copy indexes (build_rs_inp_impl: s_copy_main and s_copy_tail, before rule
+    rs_gather_once s_copy_extra in copy_tail's place)."""
 
     def __init__(self, f: ModelFacts, c: GraphConfig, b: Builder, layers: list[int]) -> None:
         if f.recurrent is None:
@@ -176,4 +177,8 @@ class RecurrentState:
         n_rs = self.size
         self.copy = b.new("i32", n_rs, name="rs_s_copy", inp=True)
         self.copy_main = b.view(self.copy, (c.n_seqs,), (), 0)
-        self.copy_tail = b.view(self.copy, (n_rs - 1,), (), self.copy.nb[0])
+        if since("rs_gather_once", c.build):
+            self.copy_tail = b.view(self.copy, (n_rs - 1,), (), self.copy.nb[0])
+        else:  # s_copy_extra: the states after the ubatch's, gathered on their own
+            nb0 = self.copy.nb[0]
+            self.copy_tail = b.view(self.copy, (n_rs - c.n_seqs,), (), c.n_seqs * nb0)

@@ -105,7 +105,13 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # 8B-A1B attention layer with its experts, a Qwen1.5-MoE layer (the gated shared FFN), a Gemma 3n
 # E2B layer reading layer
 # 18's SWA cache (AltUp, LAuReL, per-layer input) and an E4B full-attention layer with the
-# gaussian top-k of the first ten
+# gaussian top-k of the first ten, the first Gemma's last layer (MQA, Q scaled, GEGLU), Phi-2's
+# last layer (LayerNorm with bias, fused QKV, GELU FFN beside the attention), a StarCoder2
+# layer (LayerNorms with bias, GQA with biases, GELU FFN), EXAONE 3.5's last layer (rope_freqs),
+# an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²),
+# a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN), InternLM2.5's
+# last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
+# StableLM 2's last layer (partial RoPE, Q/K/V biases)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -155,6 +161,16 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("qwen2moe-a2.7b-c4096-fa-off", 4),
         ("gemma3n-e2b-c4096", 23),
         ("gemma3n-e4b-c4096-fa-off-np2", 4),
+        ("gemma-2b-c4096-ub128", 17),
+        ("phi2-c2048-fa-off-np2", 31),
+        ("starcoder2-3b-c4096-ub128", 4),
+        ("exaone-7.8b-c4096-fa-off-np2", 31),
+        ("olmoe-c4096-ub128", 3),
+        ("arcee-c4096-fa-off", 35),
+        ("deepseek-moe-c4096-ub128", 2),
+        ("internlm2-c4096-ub128", 31),
+        ("gpt2-c1024-fa-off-np2", 11),
+        ("stablelm2-c4096-ub128", 23),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

