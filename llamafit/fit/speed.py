@@ -72,6 +72,10 @@ class Efficiency:
     # how far a measurement may lie from the estimate, as a share of it: the printed range. From
     # the fit's residuals (scripts/bench/bench_speed.py), wider where its rows were few
     band: float = 0.2
+    # the CPU with the kernel probe's streaming figures (KernelRate.stream): the share of them a
+    # token's weights are read at. 1: the probe runs llama.cpp's own matrix-vector kernel over a
+    # weight in memory, which is what a token does; this machine's runs scale it (calibration)
+    stream: float = 1.0
 
 
 def token_seconds(read_bytes: float, layers: int, bandwidth: float, eff: Efficiency) -> float:
@@ -316,6 +320,7 @@ class _Reads:
     weights: dict[int, int]
     flops: dict[int, int]  # 2 x active weight elements, per device holding them
     flops_by_type: dict[int, dict[int, int]]  # the same, per device and ggml type
+    bytes_by_type: dict[int, dict[int, int]]  # the weights' bytes, per device and ggml type
     # the output matrix's share: only tokens with logits compute it
     output_by_type: dict[int, dict[int, int]]
     kv_cell: dict[int, int]  # bytes per filled cell, full-attention layers
@@ -382,6 +387,7 @@ def _count_reads(
     targets = model.override_targets(rc.all_overrides)
     types = {t.name: t.ggml_type for t in facts.tensors}
     by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
+    bytes_by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
     output: dict[int, dict[int, int]] = {d: {} for d in devs}
     for name, il, raw, n, kind in model.remember(("speed_tensors",), lambda: _read_tensors(model)):
         dev = lmap.layers[il] if il is not None else lmap.output
@@ -391,6 +397,7 @@ def _count_reads(
         weights[dev] += raw
         flops[dev] += 2 * n
         by_type[dev][kind] = by_type[dev].get(kind, 0) + 2 * n
+        bytes_by_type[dev][kind] = bytes_by_type[dev].get(kind, 0) + raw
         if name.startswith("output."):
             output[dev][kind] = output[dev].get(kind, 0) + 2 * n
     if model.tied_raw:  # a tied output multiplies by token_embd on the output device
@@ -399,6 +406,8 @@ def _count_reads(
         flops[lmap.output] += n
         kind = types.get("token_embd.weight", 0)
         by_type[lmap.output][kind] = by_type[lmap.output].get(kind, 0) + n
+        tied = bytes_by_type[lmap.output]
+        tied[kind] = tied.get(kind, 0) + model.tied_raw
         output[lmap.output][kind] = output[lmap.output].get(kind, 0) + n
     attn = 0
     attn_cell, attn_swa = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
@@ -418,7 +427,18 @@ def _count_reads(
     for il in range(facts.n_layer_all):
         layers[lmap.layers[il]] += 1
     return _Reads(
-        weights, flops, by_type, output, kv, swa, state, attn, attn_cell, attn_swa, layers
+        weights,
+        flops,
+        by_type,
+        bytes_by_type,
+        output,
+        kv,
+        swa,
+        state,
+        attn,
+        attn_cell,
+        attn_swa,
+        layers,
     )
 
 
@@ -474,18 +494,29 @@ def _device_rows(
             dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate
         ):  # arithmetic bounds a token too
             rate = inputs.host_flops_at().value
-            matmul = _matmul_seconds(
-                r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0)
-            )
-            weights = w / (bw.value * eff.generation)
+            # the weight types whose kernel was measured streaming from memory (kernel_probe.
+            # measure_streams): their bytes at that rate, which holds the kernel's arithmetic and
+            # its reads together (a core that dequantizes and dots reads slower than one that only
+            # reads: the reads wait on the work ahead of them, so neither the bandwidth nor the
+            # arithmetic alone, nor the larger of the two, is a token's time)
+            streams = _stream_rates(inputs, r.bytes_by_type[dev])
+            streamed = sum(r.bytes_by_type[dev][k] / (v * eff.stream) for k, v in streams.items())
+            flops_rest = {k: n for k, n in r.flops_by_type[dev].items() if k not in streams}
+            matmul = _matmul_seconds(flops_rest, inputs, "decode", rate * (eff.decode or 0))
+            rest = w - sum(r.bytes_by_type[dev].get(k, 0) for k in streams)
+            weights = rest / (bw.value * eff.generation)
             reads = [k / (bw.value * eff.generation) for k in kv]  # the cache's filled cells
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
-            # each op is bound by its own resource: the matrix products stream the weights while the
-            # kernel computes (the hardware prefetcher keeps reading), so they take the longer of
+            # each op is bound by its own resource: without a streaming figure, the matrix
+            # products stream the weights while the kernel computes, so they take the longer of
             # the two; attention (ggml_flash_attn_ext, its own op) reads the cache's filled cells
             # while it computes over them, the longer of the two again
-            seconds = [max(weights, matmul) + max(k, a) for k, a in zip(reads, attn, strict=True)]
-            bound, charged = ("compute" if matmul > weights else "memory"), attn_rate
+            seconds = [
+                streamed + max(weights, matmul) + max(k, a)
+                for k, a in zip(reads, attn, strict=True)
+            ]
+            bound = "compute" if matmul > weights else "memory"
+            charged = attn_rate
         rows.append(
             DeviceRead(
                 "CPU" if dev == CPU else gpus[dev].name,
@@ -526,6 +557,18 @@ def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decod
         * (inputs.n_threads or inputs.host_flops_threads or 1)
         * share
     )
+
+
+def _stream_rates(inputs: SpeedInputs, types: Mapping[int, int]) -> dict[int, float]:
+    """{ggml type: bytes/s} of the types in `types` whose kernel the probe measured streaming a
+    weight from memory, at n_threads (bandwidth_at: linear between measured counts, saturated past
+    the last)."""
+    n = inputs.n_threads or inputs.host_flops_threads or 1
+    return {
+        k.ggml_type: bandwidth_at(k.stream, n)
+        for k in inputs.cpu_kernels
+        if k.stream and k.ggml_type in types
+    }
 
 
 def _matmul_seconds(

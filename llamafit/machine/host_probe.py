@@ -21,14 +21,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .rates import AttentionRate, KernelRate, Rate
 
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
 KERNEL_PROBE_TIMEOUT_S = 120
-# /3: the bandwidth without BLAS threads; /4: flash attention measured
-SCHEMA = "llamafit.host-probe/4"
+# /3: the bandwidth without BLAS threads; /4: flash attention measured; /5: each weight type's
+# kernel streaming from memory (kernel_probe.measure_streams)
+SCHEMA = "llamafit.host-probe/5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +155,13 @@ def probe() -> dict[str, object]:
     by_threads: list[list[float]] = []
     for n in thread_counts(n_cpu):  # more threads never read slower: a count that did was disturbed
         by_threads.append([n, max(measure_bandwidth(n), by_threads[-1][1] if by_threads else 0.0)])
+    from .kernel_probe import STREAMS
+
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    kernels = measure_kernels()
     return {
-        "kernels": measure_kernels(),
+        "kernels": {k: v for k, v in kernels.items() if k != STREAMS},
+        "streams": kernels.get(STREAMS, {}),
         "schema": SCHEMA,
         "machine": machine_key(),
         "time": when,
@@ -166,13 +172,14 @@ def probe() -> dict[str, object]:
     }
 
 
-def measure_kernels() -> dict[str, list[float]]:
-    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a
-    child process (a ggml abort or hang costs only the kernel figures); empty when it fails."""
+def measure_kernels() -> dict[str, Any]:
+    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread, STREAMS: {type name: [[threads,
+    bytes/s], …]}} from kernel_probe, run as a child process (a ggml abort or hang costs only the
+    kernel figures); empty when it fails."""
     import subprocess
     import sys
 
-    from .kernel_probe import PARENT_ENV
+    from .kernel_probe import PARENT_ENV, STREAMS
 
     try:
         out = subprocess.run(
@@ -187,11 +194,15 @@ def measure_kernels() -> dict[str, list[float]]:
         return {}
     if not isinstance(found, dict) or out.returncode != 0:
         return {}
-    return {
+    figures: dict[str, Any] = {
         k: v
         for k, v in found.items()
         if isinstance(v, list) and len(v) == 2 and all(_rate(x) for x in v)
     }
+    streams = found.get(STREAMS)
+    if isinstance(streams, dict):
+        figures[STREAMS] = {k: v for k, v in streams.items() if isinstance(k, str) and _curve(v)}
+    return figures
 
 
 def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
@@ -240,18 +251,26 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
         flops or Rate(_number(record["flops"]), source),
         curve,
         0 if flops else int(_number(record["flops_threads"])),
-        _kernels(record.get("kernels")),
+        _kernels(record.get("kernels"), record.get("streams")),
         _attention(record.get("kernels")),
     )
 
 
-def _kernels(value: object) -> tuple[KernelRate, ...]:
+def _kernels(value: object, streams: object = None) -> tuple[KernelRate, ...]:
     from .kernel_probe import TYPES
 
     if not isinstance(value, dict):
         return ()
+    streams = streams if isinstance(streams, dict) else {}
     return tuple(
-        KernelRate(TYPES[name], float(r[0]), float(r[1]))
+        KernelRate(
+            TYPES[name],
+            float(r[0]),
+            float(r[1]),
+            tuple((int(n), float(v)) for n, v in streams[name])
+            if _curve(streams.get(name))
+            else (),
+        )
         for name, r in sorted(value.items())
         if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1])
     )
@@ -286,6 +305,7 @@ def _read(path: Path) -> dict[str, object] | None:
         and _count(record.get("flops_threads"))
         and _curve(record.get("bandwidth_by_threads"))
         and isinstance(record.get("kernels"), dict)
+        and isinstance(record.get("streams"), dict)
     )
     return record if ok else None
 

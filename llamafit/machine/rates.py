@@ -18,11 +18,14 @@ class Rate:
 class KernelRate:
     """What one CPU thread multiplies by weights of one ggml type, in FLOP/s, measured with
     llama.cpp's own kernels (machine/kernel_probe.py): `decode` a matrix-vector product (one token),
-    `prompt` a 512-column matrix product (a prompt ubatch)."""
+    `prompt` a 512-column matrix product (a prompt ubatch), both on a weight in the caches.
+    `stream`: ((threads, bytes/s), …) ascending, the matrix-vector product reading a weight from
+    memory, as a generated token reads every weight (empty: not measured)."""
 
     ggml_type: int
     decode: float
     prompt: float
+    stream: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

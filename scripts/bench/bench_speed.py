@@ -167,6 +167,14 @@ def mean_of(records: list[dict]) -> dict:  # type: ignore[type-arg]
     out["kernels"] = {
         k: [sum(r["kernels"][k][j] for r in records) / n for j in (0, 1)] for k in names
     }
+    streams = set.intersection(*(set(r.get("streams") or {}) for r in records))
+    out["streams"] = {
+        k: [
+            [c, sum(r["streams"][k][i][1] for r in records) / n]
+            for i, (c, _) in enumerate(records[0]["streams"][k])
+        ]
+        for k in streams
+    }
     return out
 
 
@@ -186,7 +194,7 @@ def probe_inputs(threads: int, records: list[dict]) -> SpeedInputs:  # type: ign
         host_bandwidth_by_threads=curve,  # type: ignore[arg-type]
         n_threads=threads,
         host_flops_threads=int(rec["flops_threads"]),  # type: ignore[call-overload]
-        cpu_kernels=_kernels(rec["kernels"]),
+        cpu_kernels=_kernels(rec["kernels"], rec["streams"]),
         cpu_attention=_attention(rec["kernels"]),
     )
 
