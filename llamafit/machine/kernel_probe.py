@@ -175,14 +175,18 @@ def _best_seconds(
 
 def _timed(base: Any, cpu: Any, backend: int, graph: int, threads: int, rounds: int) -> float:
     """The fastest of `rounds` computations of `graph` on `threads` threads, after a warm-up, in
-    seconds."""
+    seconds. One thread: each round's wall time, or its CPU time where that is less: on a busy
+    machine the thread waits for a core (the wall time grows, the CPU time does not), and the
+    figures are kept for every later plan, which is for free cores. More threads: the wall time,
+    as they share the memory only when they run at once."""
     cpu.ggml_backend_cpu_set_n_threads(backend, threads)
     base.ggml_backend_graph_compute(backend, graph)  # warm up
     best = float("inf")
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         base.ggml_backend_graph_compute(backend, graph)
-        best = min(best, time.perf_counter() - t0)
+        wall, used = time.perf_counter() - t0, time.process_time() - c0
+        best = min(best, wall, used if threads == 1 and used > 0 else wall)
     return best
 
 

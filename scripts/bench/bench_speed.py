@@ -226,9 +226,10 @@ def local(args: argparse.Namespace) -> list[float]:
     )
     print(
         f"{'model':<28}{'t':>2}{'depth':>6}{'GB/s':>6}{'test':>6}{'estimate':>9}{'measured':>9}"
-        f"{'error':>7}{'spread':>11}{'  implied':<10}"
+        f"{'error':>7}{'spread':>11}{'best':>6}{'  implied':<10}"
     )
     errors: list[float] = []
+    best_errors: list[float] = []
     implied: dict[str, list[float]] = {
         "generation": [],
         "attention": [],
@@ -317,10 +318,16 @@ def local(args: argparse.Namespace) -> list[float]:
                             note += f" prompt attention {a:.3f}"
                             implied["prompt attention"].append(a)
                     spread = f"{min(errs):+.0%}/{max(errs):+.0%}" if len(errs) > 1 else ""
+                    # the fastest repetition against the estimate from the fastest probes: the
+                    # undisturbed ends of both (a shared machine only ever slows either down)
+                    best_err = max(e for e, *_ in got) / max(m for _, m, *_ in got) - 1
+                    if gen and counted:
+                        best_errors.append(best_err)
                     where = f"{label[:27]:<28}{threads:>2}{depth:>6}{bw / 1e9:>6.1f}{test:>6}"
                     tail = "" if counted else "  (in cache: not counted)"
                     print(
-                        f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{spread:>11}{note}{tail}"
+                        f"{where}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}{spread:>11}"
+                        f"{best_err:>+6.0%}{note}{tail}"
                     )
     if errors:
         worst = max(errors, key=abs)
@@ -332,8 +339,95 @@ def local(args: argparse.Namespace) -> list[float]:
             f"{worst:+.0%} (target ±20% at every depth: {met}); load average {load:.1f} at the end"
         )
         print(
+            f"Local      the fastest repetition of each row against the estimate from the fastest "
+            f"probes: median error {statistics.median(best_errors):+.0%}, worst "
+            f"{max(best_errors, key=abs):+.0%}"
+        )
+        print(
             "Local      implied cpu figures (medians): "
             + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in implied.items() if v)
+        )
+    return errors
+
+
+def child_cpu_seconds() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def local_cpu_time(args: argparse.Namespace) -> list[float]:
+    """--cpu-time: generation on the demo model measured as CPU seconds per token, robust to a
+    shared machine. Each repetition runs llama-bench twice at the same depth (-p 0, -n N and -n 3N)
+    and takes the difference of their CPU time (model load, warm-up and the depth's prompt cancel)
+    over 2N tokens and the threads: the speed with free cores, which is what the plan is for and
+    what the kernel probe measures (its one-thread rounds count CPU time too). With more than one
+    thread a thread that waits at llama.cpp's barrier for one that lost its core spins, so the
+    figure is only meaningful for one thread on a busy machine."""
+    bench = find_bench(args.bench)
+    if bench is None:
+        print("CPU time   llama-bench not found: skipped")
+        return []
+    from llamafit.fetch.demo import demo_model_path
+    from llamafit.machine.host_probe import probe
+
+    path = str(demo_model_path())
+    facts = build_facts(read_model(path))
+    model = MemoryModel(facts)
+    n = args.n_gen
+    print(
+        f"\nCPU time   {bench}: demo, tg from the CPU time of -n {n} and -n {3 * n} "
+        f"(-p 0), each repetition between two host probes; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"{'':<11}{'t':>2}{'depth':>7}{'estimate':>9}{'measured':>9}{'error':>7}{'wall t/s':>9}")
+    errors = []
+    for threads in args.threads:
+        for depth in args.depths:
+            fill = depth + 2 * n
+            rc = resolve(
+                LaunchConfig(n_ctx=depth + 3 * n + 256, flash_attn="auto"),
+                facts,
+                engine="llama-cpp",
+            )
+            got = []
+            after = probe()
+            for _ in range(args.reps):
+                before, used, wall = after, [], 0.0
+                for n_gen in (n, 3 * n):
+                    c0 = child_cpu_seconds()
+                    rows = llama_bench(
+                        bench,
+                        path,
+                        depth=depth,
+                        threads=threads,
+                        n_prompt=0,
+                        n_gen=n_gen,
+                        reps=1,
+                        extra=args.extra,
+                    )
+                    used.append(child_cpu_seconds() - c0)
+                    wall = float(rows[-1]["avg_ts"])
+                after = probe()
+                est = estimate_at(model, rc, (), probe_inputs(threads, [before, after]), fill)
+                if est is None or used[1] <= used[0]:
+                    continue
+                got.append((est[0], 2 * n / ((used[1] - used[0]) / threads), wall))
+            if not got:
+                continue
+            guess, measured, wall = (statistics.median(x[i] for x in got) for i in range(3))
+            err = statistics.median(e / m - 1 for e, m, _ in got)
+            errors.append(err)
+            print(
+                f"{'CPU time':<11}{threads:>2}{depth:>7}{guess:>9.1f}{measured:>9.1f}{err:>+7.0%}"
+                f"{wall:>9.1f}"
+            )
+    if errors:
+        met = "met" if all(abs(e) <= 0.2 for e in errors) else "NOT met"
+        print(
+            f"CPU time   generation: {len(errors)} rows, median error "
+            f"{statistics.median(errors):+.0%}, worst {max(errors, key=abs):+.0%} (target ±20%: "
+            f"{met}); load average {os.getloadavg()[0]:.1f} at the end"
         )
     return errors
 
@@ -676,6 +770,11 @@ def main() -> int:
     ap.add_argument("--no-fixtures", action="store_true")
     ap.add_argument("--public-only", action="store_true")
     ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="only the demo's generation, from llama-bench's CPU time (a shared machine)",
+    )
+    ap.add_argument(
         "--shapes",
         default="",
         help="real-shape models for prompt speed (make_shapes.py keys, e.g. llama3.2-1b,gemma3-1b)",
@@ -690,6 +789,9 @@ def main() -> int:
     args.shapes = [x for x in args.shapes.split(",") if x]
     if args.shapes_only:
         shapes(args)
+        return 0
+    if args.cpu_time:
+        local_cpu_time(args)
         return 0
     if not args.public_only:
         local(args)
