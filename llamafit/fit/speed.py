@@ -240,6 +240,10 @@ class DeviceRead:
     # the fixed cost of its layers per token (Efficiency.layer_seconds x its layers), in seconds
     fixed_seconds: float = 0.0
     band: float = 0.2  # the share a measurement may lie from its estimate (Efficiency.band)
+    # the CPU: the weights charged at llama.cpp's kernels streaming them (KernelRate.stream), and
+    # the rate they come to together (bytes / their seconds); 0: none
+    streamed_bytes: int = 0
+    streamed_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -487,6 +491,7 @@ def _device_rows(
         fixed = r.layers[dev] * eff.layer_seconds if dev != CPU else 0.0
         memory = [token_seconds(w + k, 0, bw.value, eff) + fixed for k in kv]
         seconds, bound, charged = memory, "memory", None
+        streamed_bytes, streamed = 0, 0.0
         attn_rate = _attention_rate(
             inputs, eff.attention_kernel
         ) or inputs.host_flops_at().value * (eff.attention or 0)
@@ -501,10 +506,10 @@ def _device_rows(
             # arithmetic alone, nor the larger of the two, is a token's time)
             streams = _stream_rates(inputs, r.bytes_by_type[dev])
             streamed = sum(r.bytes_by_type[dev][k] / (v * eff.stream) for k, v in streams.items())
+            streamed_bytes = sum(r.bytes_by_type[dev][k] for k in streams)
             flops_rest = {k: n for k, n in r.flops_by_type[dev].items() if k not in streams}
             matmul = _matmul_seconds(flops_rest, inputs, "decode", rate * (eff.decode or 0))
-            rest = w - sum(r.bytes_by_type[dev].get(k, 0) for k in streams)
-            weights = rest / (bw.value * eff.generation)
+            weights = (w - streamed_bytes) / (bw.value * eff.generation)
             reads = [k / (bw.value * eff.generation) for k in kv]  # the cache's filled cells
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
             # each op is bound by its own resource: without a streaming figure, the matrix
@@ -532,6 +537,8 @@ def _device_rows(
                 charged,
                 fixed,
                 eff.band,
+                streamed_bytes,
+                streamed_bytes / streamed if streamed else 0.0,
             )
         )
     return rows

@@ -64,7 +64,7 @@ FA_HEAD, FA_N_HEAD, FA_N_HEAD_KV, FA_CELLS_DECODE, FA_CELLS_PROMPT = 128, 8, 2, 
 ATTENTION = "flash_attn_ext"  # its key next to the weight types' in the probe's figures
 # streaming: a weight of this many bytes (as host_probe.PROBE_BYTES), rows of K_DECODE; the best of
 # ROUNDS_STREAM after a warm-up, per thread count
-STREAM_BYTES, ROUNDS_STREAM = 256 << 20, 2
+STREAM_BYTES, ROUNDS_STREAM = 256 << 20, 3
 STREAMS = "streams"  # its key in the probe's figures: {type: [[threads, bytes/s], ...]}
 
 _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
@@ -348,7 +348,13 @@ def measure_streams(
                 rates = measure_stream(TYPES[name], counts)
             except ProbeUnavailable:
                 continue
-            out[name] = [[n, r] for n, r in zip(counts, rates, strict=True)]
+            # more threads never stream slower (llama.cpp splits the rows among them): a count
+            # that did was disturbed, as host_probe.probe's bandwidth curve says
+            best = 0.0
+            out[name] = []
+            for n, r in zip(counts, rates, strict=True):
+                best = max(best, r)
+                out[name].append([n, best])
     return out
 
 

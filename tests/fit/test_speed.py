@@ -434,7 +434,7 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     )
 
 
-@pytest.mark.parametrize("threads, q8_rate", [(1, 4e6), (2, 6e6), (3, 7e6), (8, 8e6)])
+@pytest.mark.parametrize("threads, q8_rate", [(1, 4e9), (2, 6e9), (3, 7e9), (8, 8e9)])
 def test_streamed_weights_go_at_the_kernels_streaming_rate(threads: int, q8_rate: float) -> None:
     """A weight type whose kernel the probe measured streaming from memory is charged its bytes at
     that rate at n_threads (linear between measured counts, saturated past the last) x
@@ -450,7 +450,7 @@ def test_streamed_weights_go_at_the_kernels_streaming_rate(threads: int, q8_rate
     assert set(by_type) == {0, 1, 8}
     kernels = (
         KernelRate(1, 1e12, 1e12),
-        KernelRate(8, 1e12, 1e12, ((1, 4e6), (2, 6e6), (4, 8e6))),  # Q8_0 streamed
+        KernelRate(8, 1e12, 1e12, ((1, 4e9), (2, 6e9), (4, 8e9))),  # Q8_0 streamed
     )
     eff = {"cpu": Efficiency(0.5, 1.0, "test", decode=1.0, attention=1.0, stream=0.8)}
     inputs = SpeedInputs(
@@ -471,6 +471,17 @@ def test_streamed_weights_go_at_the_kernels_streaming_rate(threads: int, q8_rate
     attn = d.kv_bytes_empty / (1e9 * 0.5)
     expected = by_type[8] / (q8_rate * 0.8) + max(rest, matmul) + attn
     assert d.seconds[0] == pytest.approx(expected, rel=1e-9)
+    assert (d.streamed_bytes, d.streamed_rate) == (by_type[8], pytest.approx(q8_rate * 0.8))
+    if threads != 2:
+        return
+    from llamafit.report.plan import speed_lines
+
+    mib = (d.weight_bytes + d.kv_bytes_empty) / 2**20, (d.weight_bytes + d.kv_bytes_full) / 2**20
+    assert speed_lines(est)[-2:] == [
+        f"           CPU: {mib[0]:,.0f}-{mib[1]:,.0f} MiB/token; weights through llama.cpp's kernels at "
+        "4.8 GB/s",
+        "             (kernel probe, 2 threads), the rest 1.0 GB/s x 0.50 (p)",
+    ]
 
 
 def test_calibration_scales_the_streaming_share_and_keeps_the_kernel_shares() -> None:
