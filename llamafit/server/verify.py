@@ -342,7 +342,8 @@ def speed_lines(
     if m < low and r.busy:
         why = (
             f"the machine was busy (load average {r.load_average:,.1f} on {r.cpus} CPUs): "
-            f"{BUSY_WHY}; the plan is for free cores"
+            f"{BUSY_WHY}; the plan is for free cores, and on a busy machine fewer threads "
+            "(llama-server -t) lose less"
         )
     elif m < low:
         why = "the estimate is too high for this machine; runs like this one calibrate later plans"

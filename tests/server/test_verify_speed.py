@@ -45,7 +45,8 @@ def _result(tps: float | None, load: float | None = 0.5, cpus: int | None = 2) -
                 "           plan's 18.0-27.0 tokens/s: the machine was busy (load average 9.3 on",
                 "           2 CPUs): llama.cpp's threads wait for one another at every step of a",
                 "           token, so a thread that loses its core stalls them all; the plan is",
-                "           for free cores",
+                "           for free cores, and on a busy machine fewer threads (llama-server -t)",
+                "           lose less",
             ],
         ),
         (
