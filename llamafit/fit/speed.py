@@ -493,7 +493,7 @@ def _device_rows(
         seconds, bound, charged = memory, "memory", None
         streamed_bytes, streamed = 0, 0.0
         attn_rate = _attention_rate(
-            inputs, eff.attention_kernel
+            inputs, eff.attention_kernel, stream=eff.stream
         ) or inputs.host_flops_at().value * (eff.attention or 0)
         if (
             dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate
@@ -551,12 +551,19 @@ def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int, padding: int = KV_PA
     )
 
 
-def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decode") -> float | None:
+def _attention_rate(
+    inputs: SpeedInputs, share: float | None, kind: str = "decode", stream: float = 1.0
+) -> float | None:
     """FLOP/s of attention over the cache on the CPU: `share` of what llama.cpp's flash attention
     kernel reached in the probe (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one
     query per head while generating, the tiled path for a prompt batch) x the threads; None without
-    that figure."""
+    that figure. Generating, where the probe measured the kernel over a cache far past the caches
+    (AttentionRate.stream): that rate at n_threads x `stream` (Efficiency.stream) instead: a deep
+    cache is read from memory, which the in-cache figure does not see (here 9-12 GFLOP/s a
+    thread from memory against 19-23 in the caches)."""
     fa = inputs.cpu_attention
+    if fa is not None and kind == "decode" and fa.stream:
+        return bandwidth_at(fa.stream, inputs.n_threads or inputs.host_flops_threads or 1) * stream
     if fa is None or not share:
         return None
     return (

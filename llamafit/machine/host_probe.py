@@ -114,6 +114,7 @@ def measure_bandwidth(n_threads: int | None = None) -> float:
     per = PROBE_BYTES // n // 8
     parts = [np.arange(per, dtype=np.int64) for _ in range(n)]
     best = 0.0
+
     def part(i: int) -> float:
         """Reduce part i: the CPU seconds this thread spent on it."""
         c0 = time.thread_time()
@@ -265,7 +266,7 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
         curve,
         0 if flops else int(_number(record["flops_threads"])),
         _kernels(record.get("kernels"), record.get("streams")),
-        _attention(record.get("kernels")),
+        _attention(record.get("kernels"), record.get("streams")),
     )
 
 
@@ -289,12 +290,17 @@ def _kernels(value: object, streams: object = None) -> tuple[KernelRate, ...]:
     )
 
 
-def _attention(value: object) -> AttentionRate | None:
+def _attention(value: object, streams: object = None) -> AttentionRate | None:
     from .kernel_probe import ATTENTION
 
     r = value.get(ATTENTION) if isinstance(value, dict) else None
+    curve = streams.get(ATTENTION) if isinstance(streams, dict) else None
     if isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]):
-        return AttentionRate(float(r[0]), float(r[1]))
+        return AttentionRate(
+            float(r[0]),
+            float(r[1]),
+            tuple((int(n), float(v)) for n, v in curve) if _curve(curve) else (),  # type: ignore[union-attr]
+        )
     return None
 
 

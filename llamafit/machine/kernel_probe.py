@@ -262,6 +262,12 @@ def _mul_mat_seconds(
 def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 3) -> float:
     """FLOP/s of ggml_flash_attn_ext (F32 queries, F16 K and V, no mask) over `cells` cached cells
     for `queries` query rows per head, at the FA_* shape, on `threads` threads."""
+    (rate,) = _attention_rates(queries, cells, (threads,), rounds)
+    return rate
+
+
+def _attention_rates(queries: int, cells: int, counts: Sequence[int], rounds: int) -> list[float]:
+    """measure_attention at each thread count of `counts`, the tensors written once."""
     base, cpu = _libs()
     meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
     plain = cpu.ggml_backend_cpu_buffer_type()
@@ -276,8 +282,13 @@ def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 
         buf = base.ggml_backend_alloc_ctx_tensors_from_buft(ctx, plain)
         if not buf:
             raise ProbeUnavailable("could not allocate the attention tensors")
-        best = _best_seconds(base, cpu, backend, ctx, y, (q, k, v), threads, rounds)
-        return 2 * FA_N_HEAD * 2 * FA_HEAD * cells * queries / best
+        for t in (q, k, v):
+            n = base.ggml_nbytes(t)
+            base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
+        graph = base.ggml_new_graph(ctx)
+        base.ggml_build_forward_expand(graph, y)
+        flops = 2 * FA_N_HEAD * 2 * FA_HEAD * cells * queries
+        return [flops / _timed(base, cpu, backend, graph, n, rounds) for n in counts]
     finally:
         if buf:
             base.ggml_backend_buffer_free(buf)
@@ -339,13 +350,20 @@ def measure_streams(
 ) -> dict[str, list[list[float]]]:
     """{type: [[threads, bytes/s], …]}: the matrix-vector product streaming a weight of that type
     from memory (measure_stream) at each thread count of `counts`; types ggml cannot multiply are
-    left out."""
+    left out. ATTENTION: [[threads, FLOP/s], …] of flash attention for one query over a cache of
+    STREAM_BYTES (far past the caches, as a deep context is), at the FA_* shape."""
     base, _ = _libs()
     out: dict[str, list[list[float]]] = {}
+    # flash attention over a cache of STREAM_BYTES (K and V) for one query, as a token at depth
+    fa_cells = STREAM_BYTES // (2 * FA_N_HEAD_KV * FA_HEAD * 2)
     with _quiet(base):
-        for name in types:
+        for name in [*types, ATTENTION]:
             try:
-                rates = measure_stream(TYPES[name], counts)
+                rates = (
+                    _attention_rates(1, fa_cells, counts, ROUNDS_STREAM)
+                    if name == ATTENTION
+                    else measure_stream(TYPES[name], counts)
+                )
             except ProbeUnavailable:
                 continue
             # more threads never stream slower (llama.cpp splits the rows among them): a count

@@ -32,7 +32,10 @@ class KernelRate:
 class AttentionRate:
     """What one CPU thread reaches in llama.cpp's flash attention over an F16 cache
     (ggml_flash_attn_ext; machine/kernel_probe.py), in FLOP/s counted as 2 x n_head x (head_k +
-    head_v) per cell and query: `decode` one query per head, `prompt` a 512-query batch."""
+    head_v) per cell and query: `decode` one query per head, `prompt` a 512-query batch, both over
+    a cache in the caches. `stream`: ((threads, FLOP/s), …) ascending, one query over a cache far
+    larger than the caches, as a token at depth reads it (empty: not measured)."""
 
     decode: float
     prompt: float
+    stream: tuple[tuple[int, float], ...] = ()

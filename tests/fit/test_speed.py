@@ -143,7 +143,11 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
             "q4_K": [5e9, 6e9],
             "q9_X": [1e9, 1e9],
             "flash_attn_ext": [2e9, 7e9],
-            "streams": {"q4_K": [[1, 2e9], [2, 3e9], [3, 3.5e9]], "q8_0": [[1, 4e9]]},
+            "streams": {
+                "q4_K": [[1, 2e9], [2, 3e9], [3, 3.5e9]],
+                "q8_0": [[1, 4e9]],
+                "flash_attn_ext": [[1, 1e9], [3, 2e9]],
+            },
         },
     )
     rates = host_probe.host_rates({}, tmp_path)
@@ -156,7 +160,7 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
         3,
         # a type llamafit does not know: left out; a streaming figure without a kernel figure too
         (KernelRate(12, 5e9, 6e9, ((1, 2e9), (2, 3e9), (3, 3.5e9))),),
-        AttentionRate(2e9, 7e9),
+        AttentionRate(2e9, 7e9, ((1, 1e9), (3, 2e9))),
     )
     assert calls == [1, 2, 3, "flops"]
     assert host_probe.host_rates({}, tmp_path) == rates and len(calls) == 4  # cached
@@ -439,7 +443,8 @@ def test_streamed_weights_go_at_the_kernels_streaming_rate(threads: int, q8_rate
     """A weight type whose kernel the probe measured streaming from memory is charged its bytes at
     that rate at n_threads (linear between measured counts, saturated past the last) x
     Efficiency.stream, neither the bandwidth nor the arithmetic: those hold for the types without
-    a streaming figure (here F16 and the F32 norms), the longer of the two."""
+    a streaming figure (here F16 and the F32 norms), the longer of the two. Attention likewise
+    at the flash attention kernel's rate over a cache in memory, not its in-cache one."""
     facts = MODEL.facts
     by_type: dict[int, int] = {}
     flops: dict[int, int] = {}
@@ -462,14 +467,23 @@ def test_streamed_weights_go_at_the_kernels_streaming_rate(threads: int, q8_rate
         n_threads=threads,
         host_flops_threads=threads,
         cpu_kernels=kernels,
+        # flash attention over a deep cache: 1 MFLOP/s a thread from memory (3e12 in the caches,
+        # which a token at depth does not see)
+        cpu_attention=AttentionRate(3e12, 3e12, ((1, 1e6), (2, 2e6), (4, 4e6))),
     )
     est = estimate(MODEL, RC, LMAP, (), inputs)
     assert est is not None
     d = est.devices[0]
     rest = (by_type[0] + by_type[1]) / (1e9 * 0.5)
     matmul = flops[1] / (1e12 * threads) + flops[0] / (1e12 * 1.0)
-    attn = d.kv_bytes_empty / (1e9 * 0.5)
-    expected = by_type[8] / (q8_rate * 0.8) + max(rest, matmul) + attn
+    attn_cell = sum(
+        2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v)
+        for il in range(facts.n_layer)
+    )
+    fa = {1: 1e6, 2: 2e6, 3: 3e6, 8: 4e6}[threads] * 0.8  # x Efficiency.stream
+    reads = d.kv_bytes_empty / (1e9 * 0.5)
+    assert RC.flash_attn and d.attention_rate == pytest.approx(fa)
+    expected = by_type[8] / (q8_rate * 0.8) + max(rest, matmul) + max(reads, attn_cell / fa)
     assert d.seconds[0] == pytest.approx(expected, rel=1e-9)
     assert (d.streamed_bytes, d.streamed_rate) == (by_type[8], pytest.approx(q8_rate * 0.8))
     if threads != 2:
