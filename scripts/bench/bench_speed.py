@@ -6,6 +6,8 @@ results.
     # only the public rows (no llama-bench runs): the fit, and the check on the held-out rows
     python scripts/bench/bench_speed.py --public-only
     python scripts/bench/bench_speed.py --depths 0,1024,4096 --threads 1,2 --reps 5
+    # a shared machine: the demo's generation by llama-bench's CPU time per token (one thread)
+    python scripts/bench/bench_speed.py --cpu-time --depths 0,16384 --threads 1 --reps 2
     # prompt speed on real shapes:
     python scripts/bench/bench_speed.py --shapes-only --shapes llama3.2-1b,gemma3-1b --threads 1
 
