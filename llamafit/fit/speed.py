@@ -96,18 +96,19 @@ def efficiency_key(table: Mapping[str, Efficiency], backend: str, memory: str | 
     return "cpu" if backend == "cpu" else "vulkan"
 
 
-# cpu: with the kernel probe's streaming figures (KernelRate.stream, AttentionRate.stream: llama.cpp's
-# own kernels reading a weight, and a deep cache, from memory) a token's weights and attention go at
-# those rates x `stream` (1: the probe runs what a token runs; docs/speed.md, "The CPU"). The rest
-# is for what they do not cover (a type not measured, the cache's reads, a host without the
-# probe): measured by scripts/bench/bench_speed.py: llama-bench (Gemma 3 270M
-# Q4_K_M, 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD
-# EPYC Zen 4), against the host probe read at the same thread count around each run. generation: the
+# cpu: with the kernel probe's streaming figures (KernelRate.stream, AttentionRate.stream:
+# llama.cpp's own kernels reading a weight, and a deep cache, from memory) a token's weights and
+# attention go at those rates x `stream` (1: the probe runs what a token runs; docs/speed.md, "The
+# CPU"). The rest is for what they do not cover (a type not measured, the cache's reads, a host
+# without the probe): measured by scripts/bench/bench_speed.py: llama-bench (Gemma 3 270M Q4_K_M,
+# 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD EPYC Zen
+# 4), against the host probe read at the same thread count around each run. generation: the
 # achieved share of the probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50
 # (the public CPU row implies 0.61; 0.54 held); a third VM (Xeon, AVX2 build) reached 0.33-0.42,
-# which the per-type streaming rates explain (its Q5_0 and Q8_0 kernels read slower than numpy). attention_kernel: the share of the probe's flash
-# attention rate that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs,
-# median 0.6 (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
+# which the per-type streaming rates explain (its Q5_0 and Q8_0 kernels read slower than numpy).
+# attention_kernel (without the deep-cache figure): the share of the probe's flash attention rate
+# that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs, median 0.6
+# (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
 # for pp512: 0.33-0.98 over 8 runs, median 0.6. decode / attention / prompt are for a host without
 # the kernel probe (BLAS fallback).
 # GPUs: `bench_speed.py --public-only` fits t = layers x layer_seconds + bytes / (bandwidth x
