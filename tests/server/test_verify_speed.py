@@ -103,3 +103,16 @@ def test_the_timings_fit_80_columns_and_the_busy_note_gives_way_to_the_judgment(
         "           tokens/s at a full context",
     ]
     assert not any("busy" in line for line in verify_lines(r, busy_note=False))
+
+
+def test_the_device_memory_note_wraps_at_80_columns() -> None:
+    from dataclasses import replace
+
+    note = (
+        "no GPU memory reading: neither NVML nor amdgpu sysfs reports a device (CPU only or "
+        "another driver)"
+    )
+    assert verify_lines(replace(_result(22.3), device_memory_note=note))[3:] == [
+        "           no GPU memory reading: neither NVML nor amdgpu sysfs reports a device",
+        "           (CPU only or another driver)",
+    ]
