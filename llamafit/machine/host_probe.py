@@ -7,8 +7,10 @@ buffer much larger than the last-level cache with 1, 2, 4, … threads up to one
 releases the GIL): a max-reduction over int64 reads each byte once, as a token's matrix-vector
 products do; the best of a few rounds is kept per thread count, because one core cannot reach the
 bandwidth of all of them and llama.cpp may run on fewer threads than cores. Throughput: float32
-matrix products (BLAS, all CPUs), best of a few rounds. Together about a second; the result is
-cached per machine in the cache directory. `$LLAMAFIT_HOST_BANDWIDTH` / `$LLAMAFIT_HOST_FLOPS`
+matrix products (BLAS, all CPUs), best of a few rounds. Then llama.cpp's own kernels
+(kernel_probe.py, a child process), in the caches and streaming 256 MiB from memory per weight type
+and thread count: a few seconds to twenty on a busy 2-core machine, up to 512 MiB of memory for a
+moment. The result is cached per machine in the cache directory. `$LLAMAFIT_HOST_BANDWIDTH` / `$LLAMAFIT_HOST_FLOPS`
 (numbers, e.g. `51.2e9`) replace the probe (the bandwidth then holds for every thread count).
 """
 
