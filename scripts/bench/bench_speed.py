@@ -6,8 +6,9 @@ results.
     # only the public rows (no llama-bench runs): the fit, and the check on the held-out rows
     python scripts/bench/bench_speed.py --public-only
     python scripts/bench/bench_speed.py --depths 0,1024,4096 --threads 1,2 --reps 5
-    # a shared machine: the demo's generation by llama-bench's CPU time per token (one thread)
-    python scripts/bench/bench_speed.py --cpu-time --depths 0,16384 --threads 1 --reps 2
+    # a shared machine: the demo's generation by llama-bench's CPU time per token (one thread,
+    # depth 0)
+    python scripts/bench/bench_speed.py --cpu-time --threads 1 --reps 3
     # prompt speed on real shapes:
     python scripts/bench/bench_speed.py --shapes-only --shapes llama3.2-1b,gemma3-1b --threads 1
 
@@ -366,7 +367,11 @@ def local_cpu_time(args: argparse.Namespace) -> list[float]:
     over 2N tokens and the threads: the speed with free cores, which is what the plan is for and
     what the kernel probe measures (its one-thread rounds count CPU time too). With more than one
     thread a thread that waits at llama.cpp's barrier for one that lost its core spins, so the
-    figure is only meaningful for one thread on a busy machine."""
+    figure is only meaningful for one thread on a busy machine. Depth 0 only: each run computes the
+    depth's prompt once, and its CPU time varies between the two runs by more than the generation's
+    difference (a 16,384-token prompt at one thread is 100 s of CPU, ±5-10% on a shared machine,
+    against 5 s of generating): at depth, time llama-server's generation after a cached prompt
+    (docs/speed.md)."""
     bench = find_bench(args.bench)
     if bench is None:
         print("CPU time   llama-bench not found: skipped")
@@ -384,8 +389,12 @@ def local_cpu_time(args: argparse.Namespace) -> list[float]:
     )
     print(f"{'':<11}{'t':>2}{'depth':>7}{'estimate':>9}{'measured':>9}{'error':>7}{'wall t/s':>9}")
     errors = []
+    if any(args.depths):
+        print(
+            "CPU time   depth 0 only: a depth's prompt costs more CPU than the difference measures"
+        )
     for threads in args.threads:
-        for depth in args.depths:
+        for depth in [0]:
             fill = depth + 2 * n
             rc = resolve(
                 LaunchConfig(n_ctx=depth + 3 * n + 256, flash_attn="auto"),
