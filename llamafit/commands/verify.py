@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 
 from ..errors import InputError
 from ..paths import is_url
+from ..report.layout import wrap_line
 from ..report.run import progress_line
 from ..server.verify import VerifyError, server_slots, verify, verify_lines
 from .prepared import Report
@@ -24,7 +25,10 @@ def check_verify(url: str, *, env: Mapping[str, str], say: Callable[[str], None]
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         server_slots(url, headers)  # a llama-server at all? else the error is the only line
-        say(f"Verify     {url}: a prompt that fills the context per slot, then a short generation")
+        for line in wrap_line(
+            f"Verify     {url}: a prompt that fills the context per slot, then a short generation"
+        ):
+            say(line)
         result = verify(url, headers=headers, progress=lambda e: say(progress_line(e)))
     except VerifyError as e:
         raise InputError(str(e)) from None

@@ -72,6 +72,10 @@ class Efficiency:
     # how far a measurement may lie from the estimate, as a share of it: the printed range. From
     # the fit's residuals (scripts/bench/bench_speed.py), wider where its rows were few
     band: float = 0.2
+    # the CPU with the kernel probe's streaming figures (KernelRate.stream): the share of them a
+    # token's weights are read at. 1: the probe runs llama.cpp's own matrix-vector kernel over a
+    # weight in memory, which is what a token does; this machine's runs scale it (calibration)
+    stream: float = 1.0
 
 
 def token_seconds(read_bytes: float, layers: int, bandwidth: float, eff: Efficiency) -> float:
@@ -92,13 +96,19 @@ def efficiency_key(table: Mapping[str, Efficiency], backend: str, memory: str | 
     return "cpu" if backend == "cpu" else "vulkan"
 
 
-# cpu: measured by scripts/bench/bench_speed.py (rerun it to refresh): llama-bench (Gemma 3 270M
-# Q4_K_M, 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD
-# EPYC Zen 4), against the host probe read at the same thread count around each run. generation: the
+# cpu: with the kernel probe's streaming figures (KernelRate.stream, AttentionRate.stream:
+# llama.cpp's own kernels reading a weight, and a deep cache, from memory) a token's weights and
+# attention go at those rates x `stream` (1: the probe runs what a token runs; docs/speed.md, "The
+# CPU"). The rest is for what they do not cover (a type not measured, the cache's reads, a host
+# without the probe): measured by scripts/bench/bench_speed.py: llama-bench (Gemma 3 270M Q4_K_M,
+# 1 and 2 threads, depths 0/1024/4096) on two shared 2-core x86 VMs (Intel Ice Lake; AMD EPYC Zen
+# 4), against the host probe read at the same thread count around each run. generation: the
 # achieved share of the probe's bandwidth at depth 0 ("mem"): 0.40-0.67 over 12 runs, median 0.50
-# (the public CPU row implies 0.61; 0.54 held). attention_kernel: the share of the probe's flash
-# attention rate that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs,
-# median 0.6 (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
+# (the public CPU row implies 0.61; 0.54 held); a third VM (Xeon, AVX2 build) reached 0.33-0.42,
+# which the per-type streaming rates explain (its Q5_0 and Q8_0 kernels read slower than numpy).
+# attention_kernel (without the deep-cache figure): the share of the probe's flash attention rate
+# that attention reached between depth 0 and depths 1024/4096: 0.33-2.0 over 13 runs, median 0.6
+# (the Intel VM about 0.45, the AMD one mostly above 1); prompt_attention_kernel likewise
 # for pp512: 0.33-0.98 over 8 runs, median 0.6. decode / attention / prompt are for a host without
 # the kernel probe (BLAS fallback).
 # GPUs: `bench_speed.py --public-only` fits t = layers x layer_seconds + bytes / (bandwidth x
@@ -236,6 +246,10 @@ class DeviceRead:
     # the fixed cost of its layers per token (Efficiency.layer_seconds x its layers), in seconds
     fixed_seconds: float = 0.0
     band: float = 0.2  # the share a measurement may lie from its estimate (Efficiency.band)
+    # the CPU: the weights charged at llama.cpp's kernels streaming them (KernelRate.stream), and
+    # the rate they come to together (bytes / their seconds); 0: none
+    streamed_bytes: int = 0
+    streamed_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -316,6 +330,7 @@ class _Reads:
     weights: dict[int, int]
     flops: dict[int, int]  # 2 x active weight elements, per device holding them
     flops_by_type: dict[int, dict[int, int]]  # the same, per device and ggml type
+    bytes_by_type: dict[int, dict[int, int]]  # the weights' bytes, per device and ggml type
     # the output matrix's share: only tokens with logits compute it
     output_by_type: dict[int, dict[int, int]]
     kv_cell: dict[int, int]  # bytes per filled cell, full-attention layers
@@ -382,6 +397,7 @@ def _count_reads(
     targets = model.override_targets(rc.all_overrides)
     types = {t.name: t.ggml_type for t in facts.tensors}
     by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
+    bytes_by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
     output: dict[int, dict[int, int]] = {d: {} for d in devs}
     for name, il, raw, n, kind in model.remember(("speed_tensors",), lambda: _read_tensors(model)):
         dev = lmap.layers[il] if il is not None else lmap.output
@@ -391,6 +407,7 @@ def _count_reads(
         weights[dev] += raw
         flops[dev] += 2 * n
         by_type[dev][kind] = by_type[dev].get(kind, 0) + 2 * n
+        bytes_by_type[dev][kind] = bytes_by_type[dev].get(kind, 0) + raw
         if name.startswith("output."):
             output[dev][kind] = output[dev].get(kind, 0) + 2 * n
     if model.tied_raw:  # a tied output multiplies by token_embd on the output device
@@ -399,6 +416,8 @@ def _count_reads(
         flops[lmap.output] += n
         kind = types.get("token_embd.weight", 0)
         by_type[lmap.output][kind] = by_type[lmap.output].get(kind, 0) + n
+        tied = bytes_by_type[lmap.output]
+        tied[kind] = tied.get(kind, 0) + model.tied_raw
         output[lmap.output][kind] = output[lmap.output].get(kind, 0) + n
     attn = 0
     attn_cell, attn_swa = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
@@ -418,7 +437,18 @@ def _count_reads(
     for il in range(facts.n_layer_all):
         layers[lmap.layers[il]] += 1
     return _Reads(
-        weights, flops, by_type, output, kv, swa, state, attn, attn_cell, attn_swa, layers
+        weights,
+        flops,
+        by_type,
+        bytes_by_type,
+        output,
+        kv,
+        swa,
+        state,
+        attn,
+        attn_cell,
+        attn_swa,
+        layers,
     )
 
 
@@ -467,25 +497,37 @@ def _device_rows(
         fixed = r.layers[dev] * eff.layer_seconds if dev != CPU else 0.0
         memory = [token_seconds(w + k, 0, bw.value, eff) + fixed for k in kv]
         seconds, bound, charged = memory, "memory", None
+        streamed_bytes, streamed = 0, 0.0
         attn_rate = _attention_rate(
-            inputs, eff.attention_kernel
+            inputs, eff.attention_kernel, stream=eff.stream
         ) or inputs.host_flops_at().value * (eff.attention or 0)
         if (
             dev == CPU and (eff.decode or inputs.cpu_kernels) and attn_rate
         ):  # arithmetic bounds a token too
             rate = inputs.host_flops_at().value
-            matmul = _matmul_seconds(
-                r.flops_by_type[dev], inputs, "decode", rate * (eff.decode or 0)
-            )
-            weights = w / (bw.value * eff.generation)
+            # the weight types whose kernel was measured streaming from memory (kernel_probe.
+            # measure_streams): their bytes at that rate, which holds the kernel's arithmetic and
+            # its reads together (a core that dequantizes and dots reads slower than one that only
+            # reads: the reads wait on the work ahead of them, so neither the bandwidth nor the
+            # arithmetic alone, nor the larger of the two, is a token's time)
+            streams = _stream_rates(inputs, r.bytes_by_type[dev])
+            streamed = sum(r.bytes_by_type[dev][k] / (v * eff.stream) for k, v in streams.items())
+            streamed_bytes = sum(r.bytes_by_type[dev][k] for k in streams)
+            flops_rest = {k: n for k, n in r.flops_by_type[dev].items() if k not in streams}
+            matmul = _matmul_seconds(flops_rest, inputs, "decode", rate * (eff.decode or 0))
+            weights = (w - streamed_bytes) / (bw.value * eff.generation)
             reads = [k / (bw.value * eff.generation) for k in kv]  # the cache's filled cells
             attn = [_attn_flops(r, dev, n, n_swa, p) / attn_rate for n in fills]
-            # each op is bound by its own resource: the matrix products stream the weights while the
-            # kernel computes (the hardware prefetcher keeps reading), so they take the longer of
+            # each op is bound by its own resource: without a streaming figure, the matrix
+            # products stream the weights while the kernel computes, so they take the longer of
             # the two; attention (ggml_flash_attn_ext, its own op) reads the cache's filled cells
             # while it computes over them, the longer of the two again
-            seconds = [max(weights, matmul) + max(k, a) for k, a in zip(reads, attn, strict=True)]
-            bound, charged = ("compute" if matmul > weights else "memory"), attn_rate
+            seconds = [
+                streamed + max(weights, matmul) + max(k, a)
+                for k, a in zip(reads, attn, strict=True)
+            ]
+            bound = "compute" if matmul > weights else "memory"
+            charged = attn_rate
         rows.append(
             DeviceRead(
                 "CPU" if dev == CPU else gpus[dev].name,
@@ -501,6 +543,8 @@ def _device_rows(
                 charged,
                 fixed,
                 eff.band,
+                streamed_bytes,
+                streamed_bytes / streamed if streamed else 0.0,
             )
         )
     return rows
@@ -513,12 +557,19 @@ def _attn_flops(r: _Reads, dev: int, fill: int, n_swa: int, padding: int = KV_PA
     )
 
 
-def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decode") -> float | None:
+def _attention_rate(
+    inputs: SpeedInputs, share: float | None, kind: str = "decode", stream: float = 1.0
+) -> float | None:
     """FLOP/s of attention over the cache on the CPU: `share` of what llama.cpp's flash attention
     kernel reached in the probe (ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one
     query per head while generating, the tiled path for a prompt batch) x the threads; None without
-    that figure."""
+    that figure. Generating, where the probe measured the kernel over a cache far past the caches
+    (AttentionRate.stream): that rate at n_threads x `stream` (Efficiency.stream) instead: a deep
+    cache is read from memory, which the in-cache figure does not see (here 9-12 GFLOP/s a
+    thread from memory against 19-23 in the caches)."""
     fa = inputs.cpu_attention
+    if fa is not None and kind == "decode" and fa.stream:
+        return bandwidth_at(fa.stream, inputs.n_threads or inputs.host_flops_threads or 1) * stream
     if fa is None or not share:
         return None
     return (
@@ -526,6 +577,18 @@ def _attention_rate(inputs: SpeedInputs, share: float | None, kind: str = "decod
         * (inputs.n_threads or inputs.host_flops_threads or 1)
         * share
     )
+
+
+def _stream_rates(inputs: SpeedInputs, types: Mapping[int, int]) -> dict[int, float]:
+    """{ggml type: bytes/s} of the types in `types` whose kernel the probe measured streaming a
+    weight from memory, at n_threads (bandwidth_at: linear between measured counts, saturated past
+    the last)."""
+    n = inputs.n_threads or inputs.host_flops_threads or 1
+    return {
+        k.ggml_type: bandwidth_at(k.stream, n)
+        for k in inputs.cpu_kernels
+        if k.stream and k.ggml_type in types
+    }
 
 
 def _matmul_seconds(

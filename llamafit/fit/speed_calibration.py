@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
-from .speed import EFFICIENCY, Efficiency, SpeedInputs, with_efficiency
+from .speed import EFFICIENCY, SpeedInputs, with_efficiency
 
 MIN_RATIO, MAX_RATIO = 0.01, 10.0  # outside this a record says more about the run than the machine
 MIN_SCALE, MAX_SCALE = 0.5, 2.0  # how far earlier runs may move an estimate
@@ -174,14 +174,18 @@ def calibrate(
                 f"{base.source}, x {ratio:.2f}: the median of {s.runs} measured run(s) of "
                 f"{architecture} here" + (" (clamped)" if ratio != s.median else "")
             )
-            scaled = Efficiency(
-                base.generation * ratio,
-                base.prompt,
-                source,
-                base.decode and base.decode * ratio,
-                base.attention and base.attention * ratio,
+            # every rate a token is charged at, scaled alike (replace keeps the kernel shares that
+            # a positional copy dropped: attention_kernel, prompt_attention_kernel)
+            scaled = replace(
+                base,
+                generation=base.generation * ratio,
+                source=source,
+                decode=base.decode and base.decode * ratio,
+                attention=base.attention and base.attention * ratio,
+                attention_kernel=base.attention_kernel and base.attention_kernel * ratio,
                 layer_seconds=base.layer_seconds / ratio,
                 band=base.band if s.spread is None else min(base.band, max(s.spread, MIN_BAND)),
+                stream=base.stream * ratio,
             )
             inputs = with_efficiency(inputs, key, scaled)
         notes.append(

@@ -7,8 +7,10 @@ buffer much larger than the last-level cache with 1, 2, 4, … threads up to one
 releases the GIL): a max-reduction over int64 reads each byte once, as a token's matrix-vector
 products do; the best of a few rounds is kept per thread count, because one core cannot reach the
 bandwidth of all of them and llama.cpp may run on fewer threads than cores. Throughput: float32
-matrix products (BLAS, all CPUs), best of a few rounds. Together about a second; the result is
-cached per machine in the cache directory. `$LLAMAFIT_HOST_BANDWIDTH` / `$LLAMAFIT_HOST_FLOPS`
+matrix products (BLAS, all CPUs), best of a few rounds. Then llama.cpp's own kernels
+(kernel_probe.py, a child process), in the caches and streaming 256 MiB from memory per weight type
+and thread count: a few seconds to twenty on a busy 2-core machine, up to 512 MiB of memory for a
+moment. The result is cached per machine in the cache directory. `$LLAMAFIT_HOST_BANDWIDTH` / `$LLAMAFIT_HOST_FLOPS`
 (numbers, e.g. `51.2e9`) replace the probe (the bandwidth then holds for every thread count).
 """
 
@@ -21,14 +23,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .rates import AttentionRate, KernelRate, Rate
 
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
 ROUNDS = 5
 KERNEL_PROBE_TIMEOUT_S = 120
-# /3: the bandwidth without BLAS threads; /4: flash attention measured
-SCHEMA = "llamafit.host-probe/4"
+# /3: the bandwidth without BLAS threads; /4: flash attention measured; /5: each weight type's
+# kernel streaming from memory (kernel_probe.measure_streams)
+SCHEMA = "llamafit.host-probe/5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +116,25 @@ def measure_bandwidth(n_threads: int | None = None) -> float:
     per = PROBE_BYTES // n // 8
     parts = [np.arange(per, dtype=np.int64) for _ in range(n)]
     best = 0.0
+
+    def part(i: int) -> float:
+        """Reduce part i: the CPU seconds this thread spent on it."""
+        c0 = time.thread_time()
+        np.maximum.reduce(parts[i])
+        return time.thread_time() - c0
+
     with ThreadPoolExecutor(n) as pool:
         for _ in range(ROUNDS):
             t0 = time.perf_counter()
-            list(pool.map(lambda i: np.maximum.reduce(parts[i]), range(n)))
-            best = max(best, per * 8 * n / (time.perf_counter() - t0))
+            used = max(pool.map(part, range(n)))
+            # one thread: the wall time, or its CPU time where that is less (on a busy machine it
+            # waits for a core, which the plan, for free cores, must not count). More threads: the
+            # wall time, as they read at once only when they run at once (time-sliced, each
+            # would read alone and the sum would exceed what the memory gives them together)
+            seconds = time.perf_counter() - t0
+            if n == 1 and used > 0:
+                seconds = min(seconds, used)
+            best = max(best, per * 8 * n / seconds)
     return best
 
 
@@ -153,9 +171,13 @@ def probe() -> dict[str, object]:
     by_threads: list[list[float]] = []
     for n in thread_counts(n_cpu):  # more threads never read slower: a count that did was disturbed
         by_threads.append([n, max(measure_bandwidth(n), by_threads[-1][1] if by_threads else 0.0)])
+    from .kernel_probe import STREAMS
+
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    kernels = measure_kernels()
     return {
-        "kernels": measure_kernels(),
+        "kernels": {k: v for k, v in kernels.items() if k != STREAMS},
+        "streams": kernels.get(STREAMS, {}),
         "schema": SCHEMA,
         "machine": machine_key(),
         "time": when,
@@ -166,13 +188,14 @@ def probe() -> dict[str, object]:
     }
 
 
-def measure_kernels() -> dict[str, list[float]]:
-    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread} from kernel_probe, run as a
-    child process (a ggml abort or hang costs only the kernel figures); empty when it fails."""
+def measure_kernels() -> dict[str, Any]:
+    """{type name or ATTENTION: [decode, prompt] FLOP/s per thread, STREAMS: {type name: [[threads,
+    bytes/s], …]}} from kernel_probe, run as a child process (a ggml abort or hang costs only the
+    kernel figures); empty when it fails."""
     import subprocess
     import sys
 
-    from .kernel_probe import PARENT_ENV
+    from .kernel_probe import PARENT_ENV, STREAMS
 
     try:
         out = subprocess.run(
@@ -187,11 +210,15 @@ def measure_kernels() -> dict[str, list[float]]:
         return {}
     if not isinstance(found, dict) or out.returncode != 0:
         return {}
-    return {
+    figures: dict[str, Any] = {
         k: v
         for k, v in found.items()
         if isinstance(v, list) and len(v) == 2 and all(_rate(x) for x in v)
     }
+    streams = found.get(STREAMS)
+    if isinstance(streams, dict):
+        figures[STREAMS] = {k: v for k, v in streams.items() if isinstance(k, str) and _curve(v)}
+    return figures
 
 
 def needs_probe(env: Mapping[str, str], cache: Path) -> bool:
@@ -240,29 +267,42 @@ def host_rates(env: Mapping[str, str], cache: Path) -> HostRates:
         flops or Rate(_number(record["flops"]), source),
         curve,
         0 if flops else int(_number(record["flops_threads"])),
-        _kernels(record.get("kernels")),
-        _attention(record.get("kernels")),
+        _kernels(record.get("kernels"), record.get("streams")),
+        _attention(record.get("kernels"), record.get("streams")),
     )
 
 
-def _kernels(value: object) -> tuple[KernelRate, ...]:
+def _kernels(value: object, streams: object = None) -> tuple[KernelRate, ...]:
     from .kernel_probe import TYPES
 
     if not isinstance(value, dict):
         return ()
+    streams = streams if isinstance(streams, dict) else {}
     return tuple(
-        KernelRate(TYPES[name], float(r[0]), float(r[1]))
+        KernelRate(
+            TYPES[name],
+            float(r[0]),
+            float(r[1]),
+            tuple((int(n), float(v)) for n, v in streams[name])
+            if _curve(streams.get(name))
+            else (),
+        )
         for name, r in sorted(value.items())
         if name in TYPES and isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1])
     )
 
 
-def _attention(value: object) -> AttentionRate | None:
+def _attention(value: object, streams: object = None) -> AttentionRate | None:
     from .kernel_probe import ATTENTION
 
     r = value.get(ATTENTION) if isinstance(value, dict) else None
+    curve = streams.get(ATTENTION) if isinstance(streams, dict) else None
     if isinstance(r, list) and len(r) == 2 and _rate(r[0]) and _rate(r[1]):
-        return AttentionRate(float(r[0]), float(r[1]))
+        return AttentionRate(
+            float(r[0]),
+            float(r[1]),
+            tuple((int(n), float(v)) for n, v in curve) if _curve(curve) else (),  # type: ignore[union-attr]
+        )
     return None
 
 
@@ -286,6 +326,7 @@ def _read(path: Path) -> dict[str, object] | None:
         and _count(record.get("flops_threads"))
         and _curve(record.get("bandwidth_by_threads"))
         and isinstance(record.get("kernels"), dict)
+        and isinstance(record.get("streams"), dict)
     )
     return record if ok else None
 

@@ -11,8 +11,17 @@ computes ggml_mul_mat of a weight of that type (zeros: integer kernels do not ca
 with the weight placed as llama.cpp places it: in the first of the CPU device's extra buffer types
 that supports the product (the repack buffer; llama-model-loader.cpp, select_weight_buft), else the
 plain CPU buffer. The figure kept is the best of a few rounds, in FLOP/s per thread (2 x N x K x
-columns / seconds). The weight (a few MiB) stays in the caches: this measures arithmetic; memory
-bandwidth is host_probe's.
+columns / seconds). The weight (a few MiB) stays in the caches: this measures arithmetic.
+
+Generating a token streams every weight from memory through the same kernel, and that is neither
+the bandwidth probe's pure read nor the kernel's in-cache arithmetic: one core running
+ggml_vec_dot_q8_0_q8_0 over a weight in DRAM reached 0.44-0.48 of what the same core's numpy
+max-reduction read, and ggml_vec_dot_q5_0_q8_0 0.22-0.29 (a 2-core Xeon VM, AVX2 build), where the
+larger of the two (read or arithmetic) would say 1.0 and 0.78; the core's loads wait on the
+dequantize-and-dot work ahead of them. So each type is also measured `stream`ing: the
+matrix-vector product with a weight of STREAM_BYTES (far beyond the last-level cache, as the
+bandwidth probe's buffer), written once (a page never written maps to one zero page, which the
+caches hold), at 1, 2, 4, … threads up to one per CPU, in bytes of weight per second.
 
 Attention over the cache is its own kernel: ggml_flash_attn_ext with F16 K and V (llama.cpp's
 default cache type; ggml-cpu/ops.cpp, ggml_compute_forward_flash_attn_ext_f16: one query row per
@@ -29,7 +38,8 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 # ggml_type values (ggml/include/ggml.h, enum ggml_type) of the types measured
@@ -52,6 +62,10 @@ ROUNDS_DECODE, ROUNDS_PROMPT = 12, 8
 # flash attention: head size, query heads, KV heads; cells for one query / for a 512-query batch
 FA_HEAD, FA_N_HEAD, FA_N_HEAD_KV, FA_CELLS_DECODE, FA_CELLS_PROMPT = 128, 8, 2, 4096, 512
 ATTENTION = "flash_attn_ext"  # its key next to the weight types' in the probe's figures
+# streaming: a weight of this many bytes (as host_probe.PROBE_BYTES), rows of K_DECODE; the best of
+# ROUNDS_STREAM after a warm-up, per thread count
+STREAM_BYTES, ROUNDS_STREAM = 256 << 20, 3
+STREAMS = "streams"  # its key in the probe's figures: {type: [[threads, bytes/s], ...]}
 
 _vp, _i64, _int, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
 
@@ -96,6 +110,7 @@ def _libs() -> tuple[Any, Any]:
         (base, "ggml_new_graph", _vp, [_vp]),
         (base, "ggml_build_forward_expand", None, [_vp, _vp]),
         (base, "ggml_nbytes", _sz, [_vp]),
+        (base, "ggml_row_size", _sz, [_int, _i64]),
         (base, "ggml_tensor_overhead", _sz, []),
         (base, "ggml_graph_overhead", _sz, []),
         (base, "ggml_backend_alloc_ctx_tensors_from_buft", _vp, [_vp, _vp]),
@@ -155,13 +170,23 @@ def _best_seconds(
         base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
     graph = base.ggml_new_graph(ctx)
     base.ggml_build_forward_expand(graph, out)
+    return _timed(base, cpu, backend, graph, threads, rounds)
+
+
+def _timed(base: Any, cpu: Any, backend: int, graph: int, threads: int, rounds: int) -> float:
+    """The fastest of `rounds` computations of `graph` on `threads` threads, after a warm-up, in
+    seconds. One thread: each round's wall time, or its CPU time where that is less: on a busy
+    machine the thread waits for a core (the wall time grows, the CPU time does not), and the
+    figures are kept for every later plan, which is for free cores. More threads: the wall time,
+    as they share the memory only when they run at once."""
     cpu.ggml_backend_cpu_set_n_threads(backend, threads)
     base.ggml_backend_graph_compute(backend, graph)  # warm up
     best = float("inf")
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         base.ggml_backend_graph_compute(backend, graph)
-        best = min(best, time.perf_counter() - t0)
+        wall, used = time.perf_counter() - t0, time.process_time() - c0
+        best = min(best, wall, used if threads == 1 and used > 0 else wall)
     return best
 
 
@@ -170,6 +195,25 @@ def measure(
 ) -> float:
     """FLOP/s of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) on `threads`
     threads."""
+    (seconds,) = _mul_mat_seconds(type_id, columns, rows, k, (threads,), rounds)
+    return 2 * k * rows * columns / seconds
+
+
+def measure_stream(type_id: int, counts: Sequence[int], rounds: int = ROUNDS_STREAM) -> list[float]:
+    """Bytes of weight per second the matrix-vector product (one token) reads from memory, at each
+    thread count of `counts`: a weight of STREAM_BYTES in K_DECODE-long rows, as llama.cpp places
+    it."""
+    base, _ = _libs()
+    rows = max(STREAM_BYTES // base.ggml_row_size(type_id, K_DECODE), 1)
+    size = base.ggml_row_size(type_id, K_DECODE) * rows
+    return [size / t for t in _mul_mat_seconds(type_id, 1, rows, K_DECODE, counts, rounds)]
+
+
+def _mul_mat_seconds(
+    type_id: int, columns: int, rows: int, k: int, counts: Sequence[int], rounds: int
+) -> list[float]:
+    """Seconds of ggml_mul_mat(weight rows x k of type_id, columns float32 columns) at each thread
+    count of `counts`, the weight written once."""
     base, cpu = _libs()
     dev = base.ggml_backend_reg_dev_get(cpu.ggml_backend_cpu_reg(), 0)
     meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
@@ -201,9 +245,12 @@ def measure(
         if not io:
             raise ProbeUnavailable("could not allocate the activations")
         buffers.append(io)
-        # a repack buffer repacks
-        best = _best_seconds(base, cpu, backend, ctx_io, y, (w, x), threads, rounds)
-        return 2 * k * rows * columns / best
+        for t in (w, x):  # zeros, written once (a repack buffer repacks the weight as it is set)
+            n = base.ggml_nbytes(t)
+            base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
+        graph = base.ggml_new_graph(ctx_io)
+        base.ggml_build_forward_expand(graph, y)
+        return [_timed(base, cpu, backend, graph, n, rounds) for n in counts]
     finally:
         for b in buffers:
             base.ggml_backend_buffer_free(b)
@@ -215,6 +262,12 @@ def measure(
 def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 3) -> float:
     """FLOP/s of ggml_flash_attn_ext (F32 queries, F16 K and V, no mask) over `cells` cached cells
     for `queries` query rows per head, at the FA_* shape, on `threads` threads."""
+    (rate,) = _attention_rates(queries, cells, (threads,), rounds)
+    return rate
+
+
+def _attention_rates(queries: int, cells: int, counts: Sequence[int], rounds: int) -> list[float]:
+    """measure_attention at each thread count of `counts`, the tensors written once."""
     base, cpu = _libs()
     meta = base.ggml_tensor_overhead() * 8 + base.ggml_graph_overhead()
     plain = cpu.ggml_backend_cpu_buffer_type()
@@ -229,8 +282,13 @@ def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 
         buf = base.ggml_backend_alloc_ctx_tensors_from_buft(ctx, plain)
         if not buf:
             raise ProbeUnavailable("could not allocate the attention tensors")
-        best = _best_seconds(base, cpu, backend, ctx, y, (q, k, v), threads, rounds)
-        return 2 * FA_N_HEAD * 2 * FA_HEAD * cells * queries / best
+        for t in (q, k, v):
+            n = base.ggml_nbytes(t)
+            base.ggml_backend_tensor_set(t, ctypes.create_string_buffer(n), 0, n)
+        graph = base.ggml_new_graph(ctx)
+        base.ggml_build_forward_expand(graph, y)
+        flops = 2 * FA_N_HEAD * 2 * FA_HEAD * cells * queries
+        return [flops / _timed(base, cpu, backend, graph, n, rounds) for n in counts]
     finally:
         if buf:
             base.ggml_backend_buffer_free(buf)
@@ -238,13 +296,9 @@ def measure_attention(queries: int, cells: int, threads: int = 1, rounds: int = 
         base.ggml_free(ctx)
 
 
-def measure_types(
-    types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
-) -> dict[str, dict[str, float]]:
-    """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread, and the same for ATTENTION (flash
-    attention over an F16 cache); types ggml cannot multiply are left out.
-    ggml's own log (it reports each repack) is silenced meanwhile and restored after."""
-    base, _ = _libs()
+@contextmanager
+def _quiet(base: Any) -> Iterator[None]:
+    """ggml's own log (it reports each repack) silenced meanwhile and restored after."""
     log_fn = ctypes.CFUNCTYPE(None, _int, ctypes.c_char_p, _vp)
     old_cb, old_ud = _vp(), _vp()
     base.ggml_log_get.argtypes, base.ggml_log_set.argtypes = (
@@ -254,8 +308,20 @@ def measure_types(
     base.ggml_log_get(ctypes.byref(old_cb), ctypes.byref(old_ud))
     quiet = log_fn(lambda level, text, ud: None)
     base.ggml_log_set(ctypes.cast(quiet, _vp), None)
-    out: dict[str, dict[str, float]] = {}
     try:
+        yield
+    finally:
+        base.ggml_log_set(old_cb, old_ud)
+
+
+def measure_types(
+    types: Sequence[str] = tuple(TYPES), progress: Callable[[str], None] | None = None
+) -> dict[str, dict[str, float]]:
+    """{type: {"decode": FLOP/s, "prompt": FLOP/s}} per thread, and the same for ATTENTION (flash
+    attention over an F16 cache); types ggml cannot multiply are left out."""
+    base, _ = _libs()
+    out: dict[str, dict[str, float]] = {}
+    with _quiet(base):
         for name in types:
             if progress:
                 progress(name)
@@ -276,8 +342,37 @@ def measure_types(
             }
         except ProbeUnavailable:
             pass
-    finally:
-        base.ggml_log_set(old_cb, old_ud)
+    return out
+
+
+def measure_streams(
+    counts: Sequence[int], types: Sequence[str] = tuple(TYPES)
+) -> dict[str, list[list[float]]]:
+    """{type: [[threads, bytes/s], …]}: the matrix-vector product streaming a weight of that type
+    from memory (measure_stream) at each thread count of `counts`; types ggml cannot multiply are
+    left out. ATTENTION: [[threads, FLOP/s], …] of flash attention for one query over a cache of
+    STREAM_BYTES (far past the caches, as a deep context is), at the FA_* shape."""
+    base, _ = _libs()
+    out: dict[str, list[list[float]]] = {}
+    # flash attention over a cache of STREAM_BYTES (K and V) for one query, as a token at depth
+    fa_cells = STREAM_BYTES // (2 * FA_N_HEAD_KV * FA_HEAD * 2)
+    with _quiet(base):
+        for name in [*types, ATTENTION]:
+            try:
+                rates = (
+                    _attention_rates(1, fa_cells, counts, ROUNDS_STREAM)
+                    if name == ATTENTION
+                    else measure_stream(TYPES[name], counts)
+                )
+            except ProbeUnavailable:
+                continue
+            # more threads never stream slower (llama.cpp splits the rows among them): a count
+            # that did was disturbed, as host_probe.probe's bandwidth curve says
+            best = 0.0
+            out[name] = []
+            for n, r in zip(counts, rates, strict=True):
+                best = max(best, r)
+                out[name].append([n, best])
     return out
 
 
@@ -315,12 +410,16 @@ def main() -> int:
 
     die_with_parent()
 
+    from .host_probe import thread_counts
+
     try:
         rates = measure_types()
+        streams = measure_streams(thread_counts(max(os.cpu_count() or 1, 1)))
     except ProbeUnavailable as e:
         print(json.dumps({"error": str(e)}))
         return 1
-    print(json.dumps({name: [r["decode"], r["prompt"]] for name, r in rates.items()}))
+    figures: dict[str, object] = {name: [r["decode"], r["prompt"]] for name, r in rates.items()}
+    print(json.dumps({**figures, STREAMS: streams}))
     sys.stdout.flush()
     return 0
 

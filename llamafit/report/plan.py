@@ -373,6 +373,8 @@ def speed_json(est: SpeedEstimate | None, band: SpeedBand | None = None) -> dict
                     "attention_flops_per_s": None
                     if d.attention_rate is None
                     else round(d.attention_rate),
+                    "streamed_bytes": d.streamed_bytes,
+                    "streamed_bytes_per_s": round(d.streamed_rate),
                 }
                 for d in est.devices
             ],
@@ -450,6 +452,14 @@ def speed_lines(
         rate = f"{d.bandwidth.value / 1e9:,.1f} GB/s x {d.efficiency:.2f}"
         if d.fixed_seconds:  # kernel launches and synchronisation per token (fit/speed.py)
             rate += f" + {d.fixed_seconds * 1e3:,.1f} ms"
+        if d.streamed_bytes:  # the CPU's weights at llama.cpp's kernels streaming them
+            n = est.n_threads
+            lines += _indented(
+                f"{d.device}: {read} MiB/token; weights through llama.cpp's kernels at "
+                f"{d.streamed_rate / 1e9:,.1f} GB/s (kernel probe, {n} thread{'s' * (n != 1)}), "
+                f"the rest {rate} ({_short(d.bandwidth.source)})"
+            )
+            continue
         lines += _indented(f"{d.device}: {read} MiB/token, {rate} ({_short(d.bandwidth.source)})")
     if est.calibrated:
         lines += _indented(f"calibrated: {est.calibrated}")

@@ -342,7 +342,8 @@ def speed_lines(
     if m < low and r.busy:
         why = (
             f"the machine was busy (load average {r.load_average:,.1f} on {r.cpus} CPUs): "
-            f"{BUSY_WHY}; the plan is for free cores"
+            f"{BUSY_WHY}; the plan is for free cores, and on a busy machine fewer threads "
+            "(llama-server -t) lose less"
         )
     elif m < low:
         why = "the estimate is too high for this machine; runs like this one calibrate later plans"
@@ -375,7 +376,7 @@ def verify_lines(r: VerifyResult, *, busy_note: bool = True) -> list[str]:
     for d in r.device_memory:
         lines.append(f"           {d.device}: {d.used_bytes / 2**20:,.0f} MiB in use ({d.source})")
     if r.device_memory_note:
-        lines.append(f"           {r.device_memory_note}")
+        lines += _wrap("", r.device_memory_note)
     if r.host_rss_bytes:
         lines.append(f"           server resident host memory {r.host_rss_bytes / 2**20:,.0f} MiB")
     if r.ok and r.busy and busy_note:

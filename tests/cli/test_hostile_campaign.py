@@ -575,6 +575,7 @@ def test_an_unwritable_cache_keeps_the_host_probe_in_a_private_fallback(
         "flops_threads": 2,
         "bandwidth_by_threads": [[1, 4e9], [2, 8e9]],
         "kernels": {},
+        "streams": {},
     }
     calls: list[int] = []
     monkeypatch.setattr(host_probe, "probe", lambda: calls.append(1) or dict(record))

@@ -4,6 +4,8 @@ probe's cache."""
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -137,7 +139,16 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
     monkeypatch.setattr(
         host_probe,
         "measure_kernels",
-        lambda: {"q4_K": [5e9, 6e9], "q9_X": [1e9, 1e9], "flash_attn_ext": [2e9, 7e9]},
+        lambda: {
+            "q4_K": [5e9, 6e9],
+            "q9_X": [1e9, 1e9],
+            "flash_attn_ext": [2e9, 7e9],
+            "streams": {
+                "q4_K": [[1, 2e9], [2, 3e9], [3, 3.5e9]],
+                "q8_0": [[1, 4e9]],
+                "flash_attn_ext": [[1, 1e9], [3, 2e9]],
+            },
+        },
     )
     rates = host_probe.host_rates({}, tmp_path)
     src = rates.bandwidth.source
@@ -147,8 +158,9 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
         Rate(34e9, src),
         ((1, 4e9), (2, 8e9), (3, 12e9)),
         3,
-        (KernelRate(12, 5e9, 6e9),),  # a type llamafit does not know: left out
-        AttentionRate(2e9, 7e9),
+        # a type llamafit does not know: left out; a streaming figure without a kernel figure too
+        (KernelRate(12, 5e9, 6e9, ((1, 2e9), (2, 3e9), (3, 3.5e9))),),
+        AttentionRate(2e9, 7e9, ((1, 1e9), (3, 2e9))),
     )
     assert calls == [1, 2, 3, "flops"]
     assert host_probe.host_rates({}, tmp_path) == rates and len(calls) == 4  # cached
@@ -169,6 +181,7 @@ def test_host_probe_cache_is_used_and_bad_caches_are_remeasured(
             {**good, "schema": "llamafit.host-probe/2"}
         ),  # its 1-thread figure read BLAS's threads
         json.dumps({**good, "schema": "llamafit.host-probe/3"}),  # no flash attention figure
+        json.dumps({**good, "schema": "llamafit.host-probe/4"}),  # no streaming figures
         json.dumps({**good, "bandwidth_by_threads": [[2, 8e9], [1, 4e9]]}),  # not ascending
         json.dumps({**good, "bandwidth_by_threads": []}),
         json.dumps({**good, "bandwidth_by_threads": [[1, "fast"]]}),
@@ -425,16 +438,103 @@ def test_cpu_kernels_bound_a_token_and_a_prompt_per_weight_type() -> None:
     )
 
 
+@pytest.mark.parametrize("threads, q8_rate", [(1, 4e9), (2, 6e9), (3, 7e9), (8, 8e9)])
+def test_streamed_weights_go_at_the_kernels_streaming_rate(threads: int, q8_rate: float) -> None:
+    """A weight type whose kernel the probe measured streaming from memory is charged its bytes at
+    that rate at n_threads (linear between measured counts, saturated past the last) x
+    Efficiency.stream, neither the bandwidth nor the arithmetic: those hold for the types without
+    a streaming figure (here F16 and the F32 norms), the longer of the two. Attention likewise
+    at the flash attention kernel's rate over a cache in memory, not its in-cache one."""
+    facts = MODEL.facts
+    by_type: dict[int, int] = {}
+    flops: dict[int, int] = {}
+    for t in facts.tensors:
+        if t.name != "token_embd.weight":
+            by_type[t.ggml_type] = by_type.get(t.ggml_type, 0) + t.n_bytes
+            flops[t.ggml_type] = flops.get(t.ggml_type, 0) + 2 * t.n_elements
+    assert set(by_type) == {0, 1, 8}
+    kernels = (
+        KernelRate(1, 1e12, 1e12),
+        KernelRate(8, 1e12, 1e12, ((1, 4e9), (2, 6e9), (4, 8e9))),  # Q8_0 streamed
+    )
+    eff = {"cpu": Efficiency(0.5, 1.0, "test", decode=1.0, attention=1.0, stream=0.8)}
+    inputs = SpeedInputs(
+        (),
+        (),
+        Rate(1e9, "p"),
+        Rate(1e12, "p"),
+        efficiency=eff,
+        n_threads=threads,
+        host_flops_threads=threads,
+        cpu_kernels=kernels,
+        # flash attention over a deep cache: 1 MFLOP/s a thread from memory (3e12 in the caches,
+        # which a token at depth does not see)
+        cpu_attention=AttentionRate(3e12, 3e12, ((1, 1e6), (2, 2e6), (4, 4e6))),
+    )
+    est = estimate(MODEL, RC, LMAP, (), inputs)
+    assert est is not None
+    d = est.devices[0]
+    rest = (by_type[0] + by_type[1]) / (1e9 * 0.5)
+    matmul = flops[1] / (1e12 * threads) + flops[0] / (1e12 * 1.0)
+    attn_cell = sum(
+        2 * facts.n_head[il] * (facts.n_embd_head_k + facts.n_embd_head_v)
+        for il in range(facts.n_layer)
+    )
+    fa = {1: 1e6, 2: 2e6, 3: 3e6, 8: 4e6}[threads] * 0.8  # x Efficiency.stream
+    reads = d.kv_bytes_empty / (1e9 * 0.5)
+    assert RC.flash_attn and d.attention_rate == pytest.approx(fa)
+    expected = by_type[8] / (q8_rate * 0.8) + max(rest, matmul) + max(reads, attn_cell / fa)
+    assert d.seconds[0] == pytest.approx(expected, rel=1e-9)
+    assert (d.streamed_bytes, d.streamed_rate) == (by_type[8], pytest.approx(q8_rate * 0.8))
+    if threads != 2:
+        return
+    from llamafit.report.plan import speed_lines
+
+    mib = (d.weight_bytes + d.kv_bytes_empty) / 2**20, (d.weight_bytes + d.kv_bytes_full) / 2**20
+    assert speed_lines(est)[-2:] == [
+        f"           CPU: {mib[0]:,.0f}-{mib[1]:,.0f} MiB/token; weights through llama.cpp's kernels at "
+        "4.8 GB/s",
+        "             (kernel probe, 2 threads), the rest 1.0 GB/s x 0.50 (p)",
+    ]
+
+
+def test_calibration_scales_the_streaming_share_and_keeps_the_kernel_shares() -> None:
+    base = replace(
+        cpu(1e9, 1e9, decode=0.5, attention=0.1),
+        efficiency={
+            "cpu": Efficiency(
+                0.5,
+                1.0,
+                "test",
+                decode=0.5,
+                attention=0.1,
+                attention_kernel=0.6,
+                prompt_attention_kernel=0.4,
+            )
+        },
+    )
+    eff = calibrate(base, [record()], machine="m", architecture="llama").efficiency_for("cpu")
+    assert (eff.stream, eff.attention_kernel, eff.prompt_attention_kernel) == pytest.approx(
+        (0.5, 0.3, 0.4)
+    )
+
+
 @pytest.mark.slow  # runs llama.cpp's kernels on this machine
 def test_kernel_probe_measures_every_type_with_llama_cpp() -> None:
     """The real ggml kernels (llama-cpp-python's libraries), in a child process: every listed type
     multiplies, and flash attention runs, at some rate."""
-    from llamafit.machine.host_probe import measure_kernels
-    from llamafit.machine.kernel_probe import ATTENTION, TYPES
+    from llamafit.machine.host_probe import measure_kernels, thread_counts
+    from llamafit.machine.kernel_probe import ATTENTION, STREAMS, TYPES
 
     rates = measure_kernels()
+    streams = rates.pop(STREAMS)
     assert sorted(rates) == sorted([*TYPES, ATTENTION])
     assert all(len(r) == 2 and r[0] > 0 and r[1] > 0 for r in rates.values())
+    # every type, and flash attention over a deep cache, streamed from memory at 1, 2, 4, …
+    # threads
+    counts = thread_counts(os.cpu_count() or 1)
+    assert sorted(streams) == sorted([*TYPES, ATTENTION])
+    assert all([n for n, _ in c] == counts and all(v > 0 for _, v in c) for c in streams.values())
 
 
 _T0 = [

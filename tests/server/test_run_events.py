@@ -385,6 +385,7 @@ def test_needs_probe_when_neither_environment_nor_cache_has_the_rates(tmp_path: 
         "flops_threads": 2,
         "bandwidth_by_threads": [[1, 2e10], [2, 5e10]],
         "kernels": {},
+        "streams": {},
     }
     (tmp_path / "host-probe.json").write_text(json.dumps(record))
     assert needs_probe({}, tmp_path) is False

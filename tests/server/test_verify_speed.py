@@ -45,7 +45,8 @@ def _result(tps: float | None, load: float | None = 0.5, cpus: int | None = 2) -
                 "           plan's 18.0-27.0 tokens/s: the machine was busy (load average 9.3 on",
                 "           2 CPUs): llama.cpp's threads wait for one another at every step of a",
                 "           token, so a thread that loses its core stalls them all; the plan is",
-                "           for free cores",
+                "           for free cores, and on a busy machine fewer threads (llama-server -t)",
+                "           lose less",
             ],
         ),
         (
@@ -102,3 +103,16 @@ def test_the_timings_fit_80_columns_and_the_busy_note_gives_way_to_the_judgment(
         "           tokens/s at a full context",
     ]
     assert not any("busy" in line for line in verify_lines(r, busy_note=False))
+
+
+def test_the_device_memory_note_wraps_at_80_columns() -> None:
+    from dataclasses import replace
+
+    note = (
+        "no GPU memory reading: neither NVML nor amdgpu sysfs reports a device (CPU only or "
+        "another driver)"
+    )
+    assert verify_lines(replace(_result(22.3), device_memory_note=note))[3:] == [
+        "           no GPU memory reading: neither NVML nor amdgpu sysfs reports a device",
+        "           (CPU only or another driver)",
+    ]
