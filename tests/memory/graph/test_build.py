@@ -325,7 +325,8 @@ def test_a_wrong_config_is_seen() -> None:
 )
 def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
     """build_graph's template, made for other cache sizes, gives the real graph at the recorded
-    sizes, and the direct build at a third pair of sizes."""
+    sizes, and the direct build at a third and a fourth pair of sizes (a model of one cache size
+    builds the first three directly and uses its template from the fourth)."""
     case = CASES[name]
     facts, hp = facts_of(case.model)
     pp = configs(case, facts)[0]
@@ -335,6 +336,8 @@ def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
     assert diff(build_graph(facts, pp, hp), recorded(name)[0].graph, limit=5) == []
     third = replace(pp, kv_size=pp.kv_size * 8, kv_size_swa=pp.kv_size_swa and 1536)
     assert build_graph(facts, third, hp) == build_direct(facts, third, hp)
+    fourth = replace(pp, kv_size=pp.kv_size * 3, kv_size_swa=pp.kv_size_swa and 768)
+    assert build_graph(facts, fourth, hp) == build_direct(facts, fourth, hp)
 
 
 def test_template_for_other_buffers_is_the_real_graph() -> None:
