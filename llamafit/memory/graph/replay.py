@@ -57,7 +57,7 @@ from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph, Tensor
 from .params import GraphBuildError
 from .reserve import reserve_configs
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
-from .template import build_graph
+from .template import build_graph, count_graph
 
 
 def covers_model(facts: ModelFacts, build: int | None) -> bool:
@@ -140,14 +140,14 @@ def scheduler_overflow(
 
 def reserve_graph_tensors(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     """The prompt-sized reserve graph's tensors (nodes and leafs), where the replay covers it:
-    build_graph's graph, which the replay of this config then takes with its buffers (the
-    template's first build; count_direct would build it once more)."""
+    template.count_graph: the build that the replay of this config then takes with its buffers
+    (count_direct would build it once more)."""
     if not covers(facts, rc):
         return None
     # full offload only moves pins (GraphContext.pin), never a tensor: as the replay's config
     pp = reserve_configs(rc, full_offload=rc.n_gpu_layers > facts.n_layer_all)[0][1]
     try:
-        return len(build_graph(facts, pp, graph_hparams_of(facts)).tensors)
+        return count_graph(facts, pp, graph_hparams_of(facts))
     except GraphBuildError:
         return None
 

@@ -46,23 +46,8 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     from the fourth; a model of an iSWA pair makes the template on the second call (three or four
     builds). A plan asks two or three sizes of a config: the template would cost more there than
     it saves."""
-    model_of(facts)
     hp = hp or GraphHParams()
-    shape = replace(
-        config,
-        kv_size=0,
-        kv_size_swa=0,
-        weights="",
-        layer_weights=(),
-        input_weights=None,
-        output_weights=None,
-        overrides=(),
-        kv="",
-        layer_kv=(),
-        # GraphContext.pin: a ubatch under 32 tokens pins the norms with or without full offload
-        full_offload=config.full_offload or config.n_tokens < 32,
-    )
-    key = (id(facts), shape, hp, _sharing(facts, config))
+    key = _key(facts, config, hp)
     hit = _TEMPLATES.get(key)
     if hit is None or hit[0] is not facts:
         # the first call builds directly (one run, not the template's three or four): a check
@@ -77,6 +62,55 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
         return made.at(config)
     if made is None:
         return build_direct(facts, config, hp)
+    if made.counted is not None:  # count_graph's build: converted now
+        counted, ctx = made.counted
+        graph, rules = _converted(ctx)
+        made.firsts.append(_First(counted, graph, rules))
+        made.counted = None
+    return _again(facts, config, hp, key, made)
+
+
+def count_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> int:
+    """len(build_graph(...).tensors): a graph of a shape not built yet is built and counted
+    (count_direct) and kept unconverted for build_graph, which converts it when it is asked for
+    that shape (the replay of the config counted: scheduler_overflow counts before it); where
+    the replay does not follow, the conversion is not paid."""
+    key = _key(facts, config, hp)
+    hit = _TEMPLATES.get(key)
+    if hit is None or hit[0] is not facts:
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        ctx = _built(facts, config, hp)
+        _TEMPLATES[key] = (facts, _Shape([], counted=(config, ctx)))
+        return ctx.b.n_tensors()
+    return len(build_graph(facts, config, hp).tensors)
+
+
+def _key(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> tuple[object, ...]:
+    """The template cache's key: the model, the config but for cache sizes and buffers, how
+    the buffers share tensors."""
+    model_of(facts)
+    shape = replace(
+        config,
+        kv_size=0,
+        kv_size_swa=0,
+        weights="",
+        layer_weights=(),
+        input_weights=None,
+        output_weights=None,
+        overrides=(),
+        kv="",
+        layer_kv=(),
+        # GraphContext.pin: a ubatch under 32 tokens pins the norms with or without full offload
+        full_offload=config.full_offload or config.n_tokens < 32,
+    )
+    return (id(facts), shape, hp, _sharing(facts, config))
+
+
+def _again(
+    facts: ModelFacts, config: GraphConfig, hp: GraphHParams, key: tuple[object, ...], made: _Shape
+) -> Graph:
+    """build_graph for a shape built directly before (made), without a template yet."""
     sizes = (config.kv_size, config.kv_size_swa)
     for first in made.firsts:  # these cache sizes were built: only the buffers differ
         if (first.config.kv_size, first.config.kv_size_swa) == sizes:
@@ -133,7 +167,11 @@ def _run(
     hp: GraphHParams,
 ) -> tuple[Graph, list[tuple[int, _Rule]]]:
     """The graph, and for each tensor with data its index and buffer rule."""
-    ctx = _built(facts, config, hp)
+    return _converted(_built(facts, config, hp))
+
+
+def _converted(ctx: GraphContext) -> tuple[Graph, list[tuple[int, _Rule]]]:
+    """The built graph as nodes.Graph, and for each tensor with data its index and buffer rule."""
     graph = ctx.b.graph()
     return graph, [(t.idx, t.rule) for t in ctx.b.tensors if t.rule is not None]
 
@@ -344,12 +382,15 @@ class _First:
 
 @dataclass(slots=True)
 class _Shape:
-    """A shape built directly so far: its builds (one per pair of cache sizes, the first first),
+    """A shape built directly so far: its builds (one per pair of cache sizes, the first first;
+    count_graph's, counted, until build_graph converts it),
     and for a model of one cache size the template the first two give (_Template.line), which a
     third build checks before it is used."""
 
     firsts: list[_First]
     candidate: _Template | None = None
+    # count_graph's build, not yet converted: its config and the builder's context
+    counted: tuple[GraphConfig, GraphContext] | None = None
 
 
 _TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | _Shape | None]] = {}

@@ -60,6 +60,19 @@ def _is_matrix(t: Tensor) -> bool:
     return t.ne[2] == 1 and t.ne[3] == 1
 
 
+def _later_uses(picked: Sequence[int], srcs: Sequence[tuple[int | None, ...]]) -> list[int]:
+    """Per member of a subgraph, its uses as a source of the members after it (one pass from the
+    end: ggml_can_fuse_subgraph_ext's count of uses inside the subgraph)."""
+    later: dict[int, int] = {}
+    uses_after = [0] * len(picked)
+    for pos in range(len(picked) - 1, -1, -1):
+        uses_after[pos] = later.get(picked[pos], 0)
+        for s in srcs[picked[pos]]:
+            if s is not None:
+                later[s] = later.get(s, 0) + 1
+    return uses_after
+
+
 def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -108,18 +121,11 @@ class _Split:
         n = len(self.nodes)
         if any(k >= n for k in idxs):
             return False
-        nodes, srcs = self.nodes, self.srcs
+        nodes = self.nodes
         picked = [nodes[k] for k in idxs]
         members = set(picked)
         outs = {nodes[k] for k in outputs if k < n}
-        # each member's uses as a source of the members after it (one pass from the end)
-        later: dict[int, int] = {}
-        uses_after = [0] * len(picked)
-        for pos in range(len(picked) - 1, -1, -1):
-            uses_after[pos] = later.get(picked[pos], 0)
-            for s in srcs[picked[pos]]:
-                if s is not None:
-                    later[s] = later.get(s, 0) + 1
+        uses_after = _later_uses(picked, self.srcs)
         for pos, i in enumerate(picked):
             t = self.t[i]
             if t.op != ops[pos] or not t.flags & FLAG_COMPUTE:
