@@ -17,7 +17,13 @@ from llamafit.memory.graph.models import MODELS, graph_hparams
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
-from llamafit.memory.graph.template import build_direct, build_graph, clear_cache, count_direct
+from llamafit.memory.graph.template import (
+    build_direct,
+    build_graph,
+    clear_cache,
+    count_direct,
+    count_graph,
+)
 from tests.support import ROOT
 from tests.support.graph_build import (
     GRAPHS,
@@ -47,9 +53,12 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
     built = configs(case, facts)
     assert [e.kind for e in events] == ["sched", "sched"]
     assert [c.n_tokens for c in built] == [e.graph.tensors[e.graph.leafs[1]].ne[0] for e in events]
+    clear_cache()
     for config, event in zip(built, events, strict=True):
+        # the scheduler's hash set is sized by the count alone (replay.reserve_graph_tensors):
+        # count_graph keeps its build, which build_graph then converts
+        assert count_graph(facts, config, hp) == len(event.graph.tensors)
         assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
-        # the scheduler's hash set is sized by the count alone (replay.reserve_graph_tensors)
         assert count_direct(facts, config, hp) == len(event.graph.tensors)
 
 
