@@ -252,11 +252,19 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
     skip = [t.data or t.buffer is not None or t.view_src is not None for t in tensors]
     inplace = [t.op in INPLACE_OPS for t in tensors]
     sizers = [b.alloc_size for b in bufts]
+    # per buffer id, the sizes asked so far (a tensor is sized when allocated and again when freed)
+    sized: list[dict[int, int]] = [{} for _ in bufts]
 
     def alloc_size(bid: int, t: int) -> int:
         """ggml_backend_buft_get_alloc_size."""
         fn = sizers[bid]
-        return nbytes[t] if fn is None else fn(tensors, t)
+        if fn is None:
+            return nbytes[t]
+        known = sized[bid]
+        size = known.get(t)
+        if size is None:
+            size = known[t] = fn(tensors, t)
+        return size
 
     # struct hash_node, per tensor index
     n_children = [0] * n_t

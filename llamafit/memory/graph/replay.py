@@ -58,7 +58,7 @@ from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph, Tensor
 from .params import GraphBuildError
 from .reserve import reserve_configs
 from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
-from .template import build_graph, count_direct
+from .template import build_graph, count_graph
 
 
 def covers_model(facts: ModelFacts, build: int | None) -> bool:
@@ -140,12 +140,15 @@ def scheduler_overflow(
 
 
 def reserve_graph_tensors(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
-    """The prompt-sized reserve graph's tensors (nodes and leafs), where the replay covers it."""
+    """The prompt-sized reserve graph's tensors (nodes and leafs), where the replay covers it:
+    template.count_graph: the build that the replay of this config then takes with its buffers
+    (count_direct would build it once more)."""
     if not covers(facts, rc):
         return None
-    pp = reserve_configs(rc)[0][1]
+    # full offload only moves pins (GraphContext.pin), never a tensor: as the replay's config
+    pp = reserve_configs(rc, full_offload=rc.n_gpu_layers > facts.n_layer_all)[0][1]
     try:
-        return count_direct(facts, pp, graph_hparams_of(facts))
+        return count_graph(facts, pp, graph_hparams_of(facts))
     except GraphBuildError:
         return None
 

@@ -3,9 +3,11 @@
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
 (models.MODELS: src/models/<arch>.cpp over build.GraphContext, the llm_graph_context helpers),
 then llm_graph_result::set_outputs. The first call for a model and a config (cache sizes and
-buffers aside) builds it once; the second builds it three or four times to derive its template
-(_Template): every shape is linear in the two cache sizes; later calls that differ only in the
-cache sizes or in the buffers reuse it (~1-2 ms).
+buffers aside) builds it once; later calls at the same cache sizes take its graph with their
+buffers (~1-2 ms). Every shape is linear in the two cache sizes (_Template): with one cache size
+(no iSWA pair) the second and third calls at other sizes build directly, the two first builds
+give the template and the third checks it; with two, the second call builds it three or four
+times to derive it. Later calls reuse it.
 
 API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph; build_direct (one emulation
 run, no template); clear_cache. Not modelled (GraphBuildError or not built): separate Q/K/V biases
@@ -37,11 +39,57 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
     ubatch: nodes and leafs in ggml_visit_parents_graph order, with names, ops, types, shapes,
     views, input/output flags, and the weights and KV cache as tensors with data in their buffers.
 
-    The first call for a model and a config (cache sizes and buffers aside) builds it directly; the
-    second builds it three or four times to derive its template (_Template); later calls that
-    differ only in the cache sizes or in the buffers (with the same tensors shared) reuse it."""
-    model_of(facts)
+    The first call for a model and a config (cache sizes and buffers aside) builds it directly;
+    a later one at cache sizes built already takes that graph with its buffers (with the same
+    tensors shared). Other cache sizes: a model of one cache size builds the second and third
+    directly, the template (_Template) through the first two checked on the third, and reuses it
+    from the fourth; a model of an iSWA pair makes the template on the second call (three or four
+    builds). A plan asks two or three sizes of a config: the template would cost more there than
+    it saves."""
     hp = hp or GraphHParams()
+    key = _key(facts, config, hp)
+    hit = _TEMPLATES.get(key)
+    if hit is None or hit[0] is not facts:
+        # the first call builds directly (one run, not the template's three or four): a check
+        # replays each graph once
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        graph, rules = _run(facts, config, hp)
+        _TEMPLATES[key] = (facts, _Shape([_First(config, graph, rules)]))
+        return graph
+    made = hit[1]
+    if isinstance(made, _Template):
+        return made.at(config)
+    if made is None:
+        return build_direct(facts, config, hp)
+    if made.counted is not None:  # count_graph's build: converted now
+        counted, ctx = made.counted
+        graph, rules = _converted(ctx)
+        made.firsts.append(_First(counted, graph, rules))
+        made.counted = None
+    return _again(facts, config, hp, key, made)
+
+
+def count_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> int:
+    """len(build_graph(...).tensors): a graph of a shape not built yet is built and counted
+    (count_direct) and kept unconverted for build_graph, which converts it when it is asked for
+    that shape (the replay of the config counted: scheduler_overflow counts before it); where
+    the replay does not follow, the conversion is not paid."""
+    key = _key(facts, config, hp)
+    hit = _TEMPLATES.get(key)
+    if hit is None or hit[0] is not facts:
+        if len(_TEMPLATES) > 64:
+            _TEMPLATES.clear()
+        ctx = _built(facts, config, hp)
+        _TEMPLATES[key] = (facts, _Shape([], counted=(config, ctx)))
+        return ctx.b.n_tensors()
+    return len(build_graph(facts, config, hp).tensors)
+
+
+def _key(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> tuple[object, ...]:
+    """The template cache's key: the model, the config but for cache sizes and buffers, how
+    the buffers share tensors."""
+    model_of(facts)
     shape = replace(
         config,
         kv_size=0,
@@ -53,25 +101,42 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
         overrides=(),
         kv="",
         layer_kv=(),
+        # GraphContext.pin: a ubatch under 32 tokens pins the norms with or without full offload
+        full_offload=config.full_offload or config.n_tokens < 32,
     )
-    key = (id(facts), shape, hp, _sharing(facts, config))
-    hit = _TEMPLATES.get(key)
-    if hit is None or hit[0] is not facts:
-        # the first call builds directly (one run, not the template's three or four): a check
-        # replays each graph once; the second call with this shape makes the template
-        if len(_TEMPLATES) > 64:
-            _TEMPLATES.clear()
-        graph, rules = _run(facts, config, hp)
-        _TEMPLATES[key] = (facts, _First(config, graph, rules))
+    return (id(facts), shape, hp, _sharing(facts, config))
+
+
+def _again(
+    facts: ModelFacts, config: GraphConfig, hp: GraphHParams, key: tuple[object, ...], made: _Shape
+) -> Graph:
+    """build_graph for a shape built directly before (made), without a template yet."""
+    sizes = (config.kv_size, config.kv_size_swa)
+    for first in made.firsts:  # these cache sizes were built: only the buffers differ
+        if (first.config.kv_size, first.config.kv_size_swa) == sizes:
+            return _Template(first.graph, first.config, first.rules, []).at(config)
+    if uses_iswa(facts):  # two cache sizes: the template from the first call's graph
+        first = made.firsts[0]
+        template = _Template.make(facts, first.config, hp, (first.graph, first.rules))
+        _TEMPLATES[key] = (facts, template)
+        return build_direct(facts, config, hp) if template is None else template.at(config)
+    # one cache size: this call's direct build is the template's second point, a third call's
+    # the check (_Shape)
+    graph, rules = _run(facts, config, hp)
+    if made.candidate is None:
+        first = made.firsts[0]
+        made.candidate = _Template.line(first, config, graph)
+        if made.candidate is None:
+            _TEMPLATES[key] = (facts, None)
+            return graph
+    elif made.candidate.matches(config, graph):
+        _TEMPLATES[key] = (facts, made.candidate)
         return graph
-    first = hit[1]
-    if isinstance(first, _First):  # the template at the first call's config, from its graph
-        made = _Template.make(facts, first.config, hp, (first.graph, first.rules))
-        hit = _TEMPLATES[key] = (facts, made)
-    template = hit[1]
-    if not isinstance(template, _Template):
-        return build_direct(facts, config, hp)
-    return template.at(config)
+    else:
+        _TEMPLATES[key] = (facts, None)
+        return graph
+    made.firsts.append(_First(config, graph, rules))
+    return graph
 
 
 def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Graph:
@@ -102,7 +167,11 @@ def _run(
     hp: GraphHParams,
 ) -> tuple[Graph, list[tuple[int, _Rule]]]:
     """The graph, and for each tensor with data its index and buffer rule."""
-    ctx = _built(facts, config, hp)
+    return _converted(_built(facts, config, hp))
+
+
+def _converted(ctx: GraphContext) -> tuple[Graph, list[tuple[int, _Rule]]]:
+    """The built graph as nodes.Graph, and for each tensor with data its index and buffer rule."""
     graph = ctx.b.graph()
     return graph, [(t.idx, t.rule) for t in ctx.b.tensors if t.rule is not None]
 
@@ -175,6 +244,36 @@ class _Template:
         if not all(a is b or a == b for a, b in zip(got, want, strict=True)):
             return None
         return template
+
+    @classmethod
+    def line(cls, first: _First, config: GraphConfig, g1: Graph) -> _Template | None:
+        """The template through the first build and a second one at another kv_size (the same
+        kv_size_swa, which this model does not read), unchecked (matches); None where the
+        structure differs or a shape is not a whole multiple of the step between them."""
+        g0, kv = first.graph, first.config.kv_size
+        step = config.kv_size - kv
+        same = g0.nodes == g1.nodes and g0.leafs == g1.leafs
+        if not same or len(g0.tensors) != len(g1.tensors):
+            return None
+        varying: list[tuple[int, tuple[_Lin, ...]]] = []
+        for i, (t0, t1) in enumerate(zip(g0.tensors, g1.tensors, strict=True)):
+            if t0 is t1:  # interned by Builder.graph: the same tensor
+                continue
+            lins = _linear(t0, t1, t0, kv, first.config.kv_size_swa, step)
+            if lins is None:
+                return None
+            varying.append((i, lins))
+        return cls(g0, first.config, first.rules, varying)
+
+    def matches(self, config: GraphConfig, graph: Graph) -> bool:
+        """Whether the template gives this direct build's graph at its config."""
+        got = self.at(config)
+        return (
+            got.nodes == graph.nodes
+            and got.leafs == graph.leafs
+            and len(got.tensors) == len(graph.tensors)
+            and all(a is b or a == b for a, b in zip(got.tensors, graph.tensors, strict=True))
+        )
 
     def at(self, config: GraphConfig) -> Graph:
         """The graph for this config (the template's but for cache sizes and buffers)."""
@@ -281,7 +380,20 @@ class _First:
     rules: list[tuple[int, _Rule]]
 
 
-_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | _First | None]] = {}
+@dataclass(slots=True)
+class _Shape:
+    """A shape built directly so far: its builds (one per pair of cache sizes, the first first;
+    count_graph's, counted, until build_graph converts it),
+    and for a model of one cache size the template the first two give (_Template.line), which a
+    third build checks before it is used."""
+
+    firsts: list[_First]
+    candidate: _Template | None = None
+    # count_graph's build, not yet converted: its config and the builder's context
+    counted: tuple[GraphConfig, GraphContext] | None = None
+
+
+_TEMPLATES: dict[tuple[object, ...], tuple[ModelFacts, _Template | _Shape | None]] = {}
 
 
 def clear_cache() -> None:

@@ -17,7 +17,13 @@ from llamafit.memory.graph.models import MODELS, graph_hparams
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
-from llamafit.memory.graph.template import build_direct, build_graph, clear_cache, count_direct
+from llamafit.memory.graph.template import (
+    build_direct,
+    build_graph,
+    clear_cache,
+    count_direct,
+    count_graph,
+)
 from tests.support import ROOT
 from tests.support.graph_build import (
     GRAPHS,
@@ -47,9 +53,12 @@ def test_whole_graph_is_the_real_one(name: str) -> None:
     built = configs(case, facts)
     assert [e.kind for e in events] == ["sched", "sched"]
     assert [c.n_tokens for c in built] == [e.graph.tensors[e.graph.leafs[1]].ne[0] for e in events]
+    clear_cache()
     for config, event in zip(built, events, strict=True):
+        # the scheduler's hash set is sized by the count alone (replay.reserve_graph_tensors):
+        # count_graph keeps its build, which build_graph then converts
+        assert count_graph(facts, config, hp) == len(event.graph.tensors)
         assert diff(build_graph(facts, config, hp), event.graph, limit=5) == []
-        # the scheduler's hash set is sized by the count alone (replay.reserve_graph_tensors)
         assert count_direct(facts, config, hp) == len(event.graph.tensors)
 
 
@@ -341,7 +350,8 @@ def test_a_wrong_config_is_seen() -> None:
 )
 def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
     """build_graph's template, made for other cache sizes, gives the real graph at the recorded
-    sizes, and the direct build at a third pair of sizes."""
+    sizes, and the direct build at a third and a fourth pair of sizes (a model of one cache size
+    builds the first three directly and uses its template from the fourth)."""
     case = CASES[name]
     facts, hp = facts_of(case.model)
     pp = configs(case, facts)[0]
@@ -351,6 +361,8 @@ def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
     assert diff(build_graph(facts, pp, hp), recorded(name)[0].graph, limit=5) == []
     third = replace(pp, kv_size=pp.kv_size * 8, kv_size_swa=pp.kv_size_swa and 1536)
     assert build_graph(facts, third, hp) == build_direct(facts, third, hp)
+    fourth = replace(pp, kv_size=pp.kv_size * 3, kv_size_swa=pp.kv_size_swa and 768)
+    assert build_graph(facts, fourth, hp) == build_direct(facts, fourth, hp)
 
 
 def test_template_for_other_buffers_is_the_real_graph() -> None:

@@ -351,6 +351,10 @@ def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor, build: int | None =
     return fattn_supported(k, v, m, build) and q.type == "f32"
 
 
+# the ops whose sources cuda_graph_ok reads
+_GRAPH_OK_READS = frozenset({"CONCAT", "SSM_SCAN", "ARGSORT", "FLASH_ATTN_EXT"})
+
+
 def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
     """Whether the replay's CUDA rules are ported for every node of this graph: its ops are in
     CUDA_OPS and its FLASH_ATTN_EXT nodes are cases cuda_fa_supported decides (others: the
@@ -358,16 +362,19 @@ def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
     ts = graph.tensors
     for i in graph.nodes:
         t = ts[i]
-        if t.op not in CUDA_OPS:
+        op = t.op
+        if op not in CUDA_OPS:
             return False
+        if op not in _GRAPH_OK_READS:
+            continue
         srcs = _srcs(ts, t)
-        if t.op == "CONCAT" and any(s is not None and is_quantized(s.type) for s in srcs):
+        if op == "CONCAT" and any(s is not None and is_quantized(s.type) for s in srcs):
             return False
-        if t.op == "SSM_SCAN" and not _mamba2_scan(srcs):
+        if op == "SSM_SCAN" and not _mamba2_scan(srcs):
             return False
-        if t.op == "ARGSORT" and (srcs[0] is None or not argsort_row_fits(srcs[0])):
+        if op == "ARGSORT" and (srcs[0] is None or not argsort_row_fits(srcs[0])):
             return False
-        if t.op == "FLASH_ATTN_EXT" and not cuda_fa_supported(ts, t, build):
+        if op == "FLASH_ATTN_EXT" and not cuda_fa_supported(ts, t, build):
             return False
     return True
 

@@ -60,6 +60,19 @@ def _is_matrix(t: Tensor) -> bool:
     return t.ne[2] == 1 and t.ne[3] == 1
 
 
+def _later_uses(picked: Sequence[int], srcs: Sequence[tuple[int | None, ...]]) -> list[int]:
+    """Per member of a subgraph, its uses as a source of the members after it (one pass from the
+    end: ggml_can_fuse_subgraph_ext's count of uses inside the subgraph)."""
+    later: dict[int, int] = {}
+    uses_after = [0] * len(picked)
+    for pos in range(len(picked) - 1, -1, -1):
+        uses_after[pos] = later.get(picked[pos], 0)
+        for s in srcs[picked[pos]]:
+            if s is not None:
+                later[s] = later.get(s, 0) + 1
+    return uses_after
+
+
 def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -108,10 +121,12 @@ class _Split:
         n = len(self.nodes)
         if any(k >= n for k in idxs):
             return False
-        members = {self.nodes[k] for k in idxs}
-        outs = {self.nodes[k] for k in outputs if k < n}
-        for pos, k in enumerate(idxs):
-            i = self.nodes[k]
+        nodes = self.nodes
+        picked = [nodes[k] for k in idxs]
+        members = set(picked)
+        outs = {nodes[k] for k in outputs if k < n}
+        uses_after = _later_uses(picked, self.srcs)
+        for pos, i in enumerate(picked):
             t = self.t[i]
             if t.op != ops[pos] or not t.flags & FLAG_COMPUTE:
                 return False
@@ -119,8 +134,7 @@ class _Split:
                 continue
             if t.flags & FLAG_OUTPUT:
                 return False
-            uses = sum(1 for j in idxs[pos + 1 :] for s in self.srcs[self.nodes[j]] if s == i)
-            if uses != self.counts[i]:
+            if uses_after[pos] != self.counts[i]:
                 return False
             if not views_fusable(self.t, t, members):
                 return False
