@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .kernel_probe import thread_counts as thread_counts  # the child measures them too
 from .rates import AttentionRate, KernelRate, Rate
 
 PROBE_BYTES = 256 << 20  # per round, over all threads: far beyond any last-level cache
@@ -47,15 +48,6 @@ class HostRates:
         KernelRate, ...
     ] = ()  # llama.cpp's matrix kernels per weight type (kernel_probe.py)
     attention: AttentionRate | None = None  # llama.cpp's flash attention kernel (kernel_probe.py)
-
-
-def thread_counts(n_cpu: int) -> list[int]:
-    """The thread counts the probe measures: 1, 2, 4, … below n_cpu, and n_cpu."""
-    counts, n = [], 1
-    while n < n_cpu:
-        counts.append(n)
-        n *= 2
-    return [*counts, max(n_cpu, 1)]
 
 
 def llama_threads(sys_root: str = "/sys/devices/system/cpu") -> int:

@@ -84,6 +84,15 @@ class ProbeUnavailable(Exception):
     rate."""
 
 
+def thread_counts(n_cpu: int) -> list[int]:
+    """The thread counts the probe measures: 1, 2, 4, … below n_cpu, and n_cpu."""
+    counts, n = [], 1
+    while n < n_cpu:
+        counts.append(n)
+        n *= 2
+    return [*counts, max(n_cpu, 1)]
+
+
 def _libs() -> tuple[Any, Any]:
     try:
         import llama_cpp
@@ -409,8 +418,6 @@ def main() -> int:
     import sys
 
     die_with_parent()
-
-    from .host_probe import thread_counts
 
     try:
         rates = measure_types()
