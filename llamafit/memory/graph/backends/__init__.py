@@ -69,6 +69,19 @@ def batch_offload(min_batch: int = OP_OFFLOAD_MIN_BATCH) -> OpPredicate:
     return offload
 
 
+def later_uses(picked: Sequence[int], srcs: Sequence[tuple[int | None, ...]]) -> list[int]:
+    """Per member of a subgraph, its uses as a source of the members after it (one pass from the
+    end: ggml_can_fuse_subgraph_ext's count of uses inside the subgraph)."""
+    later: dict[int, int] = {}
+    uses_after = [0] * len(picked)
+    for pos in range(len(picked) - 1, -1, -1):
+        uses_after[pos] = later.get(picked[pos], 0)
+        for s in srcs[picked[pos]]:
+            if s is not None:
+                later[s] = later.get(s, 0) + 1
+    return uses_after
+
+
 def can_fuse_subgraph_ext(
     tensors: Sequence[Tensor],
     nodes: Sequence[int],
@@ -83,21 +96,21 @@ def can_fuse_subgraph_ext(
     not an output is not a graph output, all its uses are inside the subgraph, and every view
     source under it is in the subgraph or a constant (ggml_is_constant: weights)."""
     n = len(nodes)
-    members = {nodes[k] for k in idxs if k < n}
+    if any(k >= n for k in idxs):
+        return False
+    picked = [nodes[k] for k in idxs]
+    members = set(picked)
     outs = {nodes[k] for k in outputs if k < n}
-    for i, k in enumerate(idxs):
-        if k >= n:
-            return False
-        node = nodes[k]
+    uses_after = later_uses(picked, srcs)
+    for pos, node in enumerate(picked):
         t = tensors[node]
-        if t.op != ops[i] or not t.flags & FLAG_COMPUTE:
+        if t.op != ops[pos] or not t.flags & FLAG_COMPUTE:
             return False
         if node in outs:
             continue
         if t.flags & FLAG_OUTPUT:
             return False
-        uses = sum(1 for j in range(i + 1, len(idxs)) for s in srcs[nodes[idxs[j]]] if s == node)
-        if uses != counts[node]:
+        if uses_after[pos] != counts[node]:
             return False
         if not views_fusable(tensors, t, members):
             return False

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 
 from ....builds import since
 from ....errors import LlamafitError
-from ..nodes import FLAG_COMPUTE, FLAG_OUTPUT, Tensor
+from ..nodes import Tensor
 from ..sched import AllocDeps, GraphOptimize
 from ..shapes import is_contiguous, is_quantized
-from . import views_fusable
+from . import can_fuse_subgraph_ext
 
 # the first build whose ggml_cuda_match_shared_expert we read (b11434); see the module
 SHARED_EXPERT_READ = 11434
@@ -58,19 +58,6 @@ def _same_shape(a: Tensor, b: Tensor) -> bool:
 
 def _is_matrix(t: Tensor) -> bool:
     return t.ne[2] == 1 and t.ne[3] == 1
-
-
-def _later_uses(picked: Sequence[int], srcs: Sequence[tuple[int | None, ...]]) -> list[int]:
-    """Per member of a subgraph, its uses as a source of the members after it (one pass from the
-    end: ggml_can_fuse_subgraph_ext's count of uses inside the subgraph)."""
-    later: dict[int, int] = {}
-    uses_after = [0] * len(picked)
-    for pos in range(len(picked) - 1, -1, -1):
-        uses_after[pos] = later.get(picked[pos], 0)
-        for s in srcs[picked[pos]]:
-            if s is not None:
-                later[s] = later.get(s, 0) + 1
-    return uses_after
 
 
 def _power_of_two(n: int) -> bool:
@@ -118,27 +105,7 @@ class _Split:
         self, idxs: Sequence[int], ops: Sequence[str], outputs: Sequence[int]
     ) -> bool:
         """ggml_can_fuse_subgraph_ext (ggml/src/ggml.c) over split positions."""
-        n = len(self.nodes)
-        if any(k >= n for k in idxs):
-            return False
-        nodes = self.nodes
-        picked = [nodes[k] for k in idxs]
-        members = set(picked)
-        outs = {nodes[k] for k in outputs if k < n}
-        uses_after = _later_uses(picked, self.srcs)
-        for pos, i in enumerate(picked):
-            t = self.t[i]
-            if t.op != ops[pos] or not t.flags & FLAG_COMPUTE:
-                return False
-            if i in outs:
-                continue
-            if t.flags & FLAG_OUTPUT:
-                return False
-            if uses_after[pos] != self.counts[i]:
-                return False
-            if not views_fusable(self.t, t, members):
-                return False
-        return True
+        return can_fuse_subgraph_ext(self.t, self.nodes, self.srcs, self.counts, idxs, ops, outputs)
 
     # -- 1. the shared expert beside the routed ones
 
