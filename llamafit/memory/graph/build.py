@@ -320,17 +320,24 @@ class GraphContext(GraphInputs):
         self.cb(v, "Vcur", il)
         return q, k, v
 
+    def _wqkv(self, cur: T, wqkv: T, il: int) -> T:
+        """The fused attn_qkv product and its bias (attn_qkv.bias), named as build_qkv names them;
+        separate Q/K/V biases beside the fused weight (ggml_concat of the three) are not
+        modelled."""
+        if self.lw(il, "attn_qkv.bias") is None and self.lw(il, "attn_q.bias") is not None:
+            raise GraphBuildError(f"{self.f.path}: separate Q/K/V biases beside attn_qkv")
+        qkv = self.cb(self.mm(wqkv, cur), "wqkv", il)
+        bias = self.lw(il, "attn_qkv.bias")
+        if bias is not None:
+            qkv = self.cb(self.b.add(qkv, bias), "wqkv_b", il)
+        return qkv
+
     def _qkv_fused(self, cur: T, wqkv: T, il: int) -> tuple[T, T, T]:
         """build_qkv's fused path (llama_model_base::create_tensor_qkv's attn_qkv): one product,
         its bias (attn_qkv.bias), Q, K and V as 3-D views of it. Separate Q/K/V biases beside a
         fused weight (ggml_concat of the three) are not modelled."""
         b, f = self.b, self.f
-        if self.lw(il, "attn_qkv.bias") is None and self.lw(il, "attn_q.bias") is not None:
-            raise GraphBuildError(f"{f.path}: separate Q/K/V biases beside attn_qkv")
-        qkv = self.cb(self.mm(wqkv, cur), "wqkv", il)
-        bias = self.lw(il, "attn_qkv.bias")
-        if bias is not None:
-            qkv = self.cb(b.add(qkv, bias), "wqkv_b", il)
+        qkv = self._wqkv(cur, wqkv, il)
         hk, hv = self.head_k(il), self.head_v(il)
         n_q, n_kv = f.n_head[il] * hk, f.n_head_kv[il] * hk
         row = GGML_TYPE_SIZES[qkv.type][1]  # F32: ggml_row_size is 4 a value
@@ -353,12 +360,7 @@ class GraphContext(GraphInputs):
         n_q, n_k, n_v = f.n_head[il] * hk, f.n_head_kv[il] * hk, f.n_head_kv[il] * hv
         wqkv = self.lw(il, "attn_qkv.weight")
         if wqkv is not None:
-            if self.lw(il, "attn_qkv.bias") is None and self.lw(il, "attn_q.bias") is not None:
-                raise GraphBuildError(f"{f.path}: separate Q/K/V biases beside attn_qkv")
-            qkv = self.cb(self.mm(wqkv, cur), "wqkv", il)
-            bias = self.lw(il, "attn_qkv.bias")
-            if bias is not None:
-                qkv = self.cb(b.add(qkv, bias), "wqkv_b", il)
+            qkv = self._wqkv(cur, wqkv, il)
             row = GGML_TYPE_SIZES[qkv.type][1]
             n_tokens = self.c.n_tokens
             views = [
