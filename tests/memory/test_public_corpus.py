@@ -54,6 +54,26 @@ def test_sweep_rows_name_one_of_the_sweeps_architectures() -> None:
         ), row["id"]
 
 
+PENDING = bench.load_rows(bench.SWEEP_PENDING)
+
+
+def test_pending_sweep_rows_are_new_rows_of_listed_architectures() -> None:
+    """The pending rows (shapes another branch adds) are sweep rows in the corpus' format: ids
+    apart from the corpus', an architecture the sweep lists and the corpus has no row of yet, the
+    note of its sweep entry, a shape and settings, a CUDA0 figure."""
+    listed = set(bench.sweep_architectures())
+    covered = {row.get("architecture") for _, row in ROWS}
+    ids = [row["id"] for row in PENDING]
+    assert PENDING and len(set(ids)) == len(ids) and not set(ids) & set(IDS)
+    for row in PENDING:
+        assert row["architecture"] in listed - covered, row["id"]
+        assert row["note"].startswith(f"{row['architecture']}: "), row["id"]
+        assert row["id"].startswith(f"sweep-b10687-{row['architecture']}-")
+        assert row["shape"] and row["shape_from"] in bench.SHAPE_FILES
+        assert row["settings"]["n_gpu_layers"] > 0
+        assert list(row["measured"]["compute"]) == ["CUDA0"]
+
+
 @pytest.mark.parametrize(("corpus", "row"), ROWS, ids=IDS)
 def test_row_names_its_public_source_build_shape_and_buffers(corpus: str, row: dict) -> None:
     assert row["url"].startswith("https://github.com/")
