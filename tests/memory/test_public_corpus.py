@@ -64,7 +64,7 @@ def test_pending_sweep_rows_are_new_rows_of_listed_architectures() -> None:
     listed = set(bench.sweep_architectures())
     covered = {row.get("architecture") for _, row in ROWS}
     ids = [row["id"] for row in PENDING]
-    assert PENDING and len(set(ids)) == len(ids) and not set(ids) & set(IDS)
+    assert len(set(ids)) == len(ids) and not set(ids) & set(IDS)
     for row in PENDING:
         assert row["architecture"] in listed - covered, row["id"]
         assert row["note"].startswith(f"{row['architecture']}: "), row["id"]
