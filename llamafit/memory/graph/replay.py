@@ -326,6 +326,7 @@ def scheduler_backends(
                     peers=peers,
                     op_offload_min_batch=rc.op_offload_min_batch,
                     build=rc.build,
+                    cc=g.cc,
                 )
             )
             bufts.append(cuda_buffer_type(g.name, g.cc, rc.build))

