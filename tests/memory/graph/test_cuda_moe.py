@@ -487,14 +487,18 @@ MOE_KEYS = [
     "lfm2-8b-a1b",
     "qwen1.5-moe-a2.7b",
     "nemotron3-nano-30b-a3b",
+    "olmoe-1b-7b",
+    "deepseek-moe-16b",
+    "deepseek-v2-lite",  # MLA: K 576, V 512, with the GQA optimisation (cuda_fattn)
+    "gemma4-26b-a4b",  # full-attention layers of 512 heads, alike
 ]
 
 
 @pytest.mark.parametrize("key", MOE_KEYS)
 @pytest.mark.parametrize("backend", ["cuda", "rocm"])
 def test_moe_archs_are_replayed_on_cuda_and_rocm(key: str, backend: str) -> None:
-    """Every MoE arch of the replay whose attention cuda_fa_supported decides (deepseek2's MLA
-    heads and gemma4's 512 ones keep the estimate), full offload and expert offload."""
+    """Every MoE arch of the replay with a real-shape stand-in (make_shapes.py), flash attention
+    as -fa auto resolves it on a GPU (on), full offload and expert offload."""
     mm = MemoryModel(facts_of(key)[0])
     name = "CUDA0" if backend == "cuda" else "ROCm0"
     for overrides in ((), EXPS_CPU):

@@ -345,11 +345,11 @@ def _mamba2_scan(srcs: Sequence[Tensor | None]) -> bool:
 
 def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor, build: int | None = None) -> bool:
     """ggml_cuda_flash_attn_ext_supported (fattn.cu ggml_cuda_get_best_fattn_kernel != NONE) at
-    this build for a head size of cuda_fattn.CUDA_FA_HEADS (fattn_supported) and an F32 Q."""
+    this build (cuda_fattn.fattn_supported) for an F32 Q."""
     q, k, v = (tensors[s] for s in op.src[:3] if s is not None)
     m_id = op.src[3] if len(op.src) > 3 else None
     m = tensors[m_id] if m_id is not None else None
-    return fattn_supported(k, v, m, build) and q.type == "f32"
+    return fattn_supported(q, k, v, m, build) and q.type == "f32"
 
 
 # the ops whose sources cuda_graph_ok reads
