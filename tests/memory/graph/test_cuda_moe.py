@@ -7,7 +7,9 @@ and several GPUs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -17,8 +19,10 @@ from llamafit.memory.config import NGL_ALL, LaunchConfig
 from llamafit.memory.graph import replay
 from llamafit.memory.graph.alloc import BufferType, allocate
 from llamafit.memory.graph.backends import cuda_optimize
+from llamafit.memory.graph.backends.cpu import cpu_backend
 from llamafit.memory.graph.backends.cuda import (
     cuda_alloc_size,
+    cuda_backend,
     cuda_graph_ok,
     cuda_supports_op,
 )
@@ -32,7 +36,8 @@ from llamafit.memory.graph.template import build_graph
 from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH, MemoryModel
 from llamafit.memory.resolve import resolve
 from tests.support import installed
-from tests.support.graph_build import facts_of
+from tests.support.graph_build import cases, configs, facts_of, recorded
+from tests.support.scripts import script
 
 pytestmark = pytest.mark.skipif(not installed("gguf"), reason="needs gguf (make_shapes.py)")
 
@@ -538,3 +543,106 @@ def test_n_cpu_moe_and_tensor_split_on_two_gpus_are_replayed(
     cuda0, cuda1 = bd.devices[0].compute_bytes, bd.devices[1].compute_bytes
     assert (cuda0 >= DOWN_EXPS + 210) == (n_cpu_moe > 0)
     assert cuda1 < DOWN_EXPS
+
+
+# --- the public CUDA sweep (fixtures/calibration/gpu-sweep-b10687.jsonl, llama.cpp b10687) ------
+
+bench = script("bench_public_compute")
+SWEEP = {row["id"]: row for row in bench.load_rows(bench.CORPORA[1])}
+PRINTED = 0.005 * (1 << 20) + 1  # the log's two decimals of MiB
+
+SWEEP_MOE = [  # (row, the replay's CUDA0 compute buffer): b10687's graph_optimize adds no deps
+    # a shared expert as wide as the routed ones: no ggml_cuda_match_shared_expert before b11378
+    ("sweep-b10687-hunyuan-moe-full", 180447360),  # 172.09 MiB logged
+    ("sweep-b10687-bailingmoe2-full", 75589760),  # 72.09
+    # no top-k gate deps before rule cuda_topk_moe_deps (with them: 96.88 and 54.31 MiB)
+    ("sweep-b10687-qwen3vlmoe-full", 101286016),  # 96.59
+    ("sweep-b10687-lfm2moe-full", 56862976),  # 54.23
+]
+
+
+@pytest.mark.parametrize(("row_id", "expected"), SWEEP_MOE, ids=[r for r, _ in SWEEP_MOE])
+def test_sweep_moe_rows_are_replayed_as_logged(row_id: str, expected: int) -> None:
+    """The sweep's MoE rows at b10687 that the CUDA replay takes by build: from the graph, the
+    logged figure to its print precision."""
+    (fig,) = bench.figures(SWEEP[row_id])
+    assert (fig.device, fig.source, fig.predicted) == ("CUDA0", COMPUTE_GRAPH, expected)
+    assert abs(fig.predicted - fig.measured) <= PRINTED
+
+
+# --- the same graph: CUDA places, fuses and keeps alive, it adds or drops no op of the model ----
+
+CASES = cases()
+
+
+# record_build.py's MoE cases (CPU llama-server b11434, fixtures/graphs/build-*), one per
+# architecture, with flash attention where its heads have a CUDA kernel (the fixtures' 16- and
+# 32-wide ones have none: their -fa off cases)
+MOE_CASES = [
+    "qwen3moe-c4096",
+    "granitemoe-c4096-fa-off",
+    "fx-gptoss-fa-off",
+    "fx-glm4moe-fa-off",
+    "fx-deepseek2-fa-off",
+    "gemma4-26b-c4096-ub128",
+    "nemotron-c4096-ub128",
+    "qwen3next-c4096-ub128",
+    "qwen35moe-c4096-ub128",
+    "qwen3vlmoe-30b-c4096-ub128",
+    "ernie45moe-21b-c4096-ub128",
+    "llama4-scout-c16384-ub128-np1",
+    "minimax-m2-c4096-ub128-np1",
+    "hunyuan-a13b-c4096-ub128",
+    "ling-mini-2-c4096-ub128",
+    "lfm2moe-8b-c4096-ub128",
+    "qwen2moe-a2.7b-c4096-fa-off",
+    "olmoe-c4096-ub128",
+    "deepseek-moe-c4096-ub128",
+]
+
+
+def _cuda_split(name: str, build: int | None) -> SplitGraph:
+    """The scheduler's graph of a case's prompt-sized reserve with every layer, its cache and
+    the output on one CUDA device (graph_optimize at `build`)."""
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    config = configs(case, facts)[0]
+    n = facts.n_layer_all
+    config = replace(
+        config,
+        weights="CUDA0",
+        layer_weights=("CUDA0",) * n,
+        input_weights="CPU",
+        output_weights="CUDA0",
+        overrides=(),
+        layer_kv=("CUDA0",) * facts.n_layer,
+        full_offload=True,
+    )
+    backends = [cuda_backend("CUDA0", build=build), cpu_backend("CUDA_Host")]
+    graph = replay._placed(build_graph(facts, config, hp), backends, ["CUDA0"] * n)
+    return split_graph(graph, backends, n_copies=1)
+
+
+def _ops(g: Graph, nodes: Sequence[int]) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [(g.tensors[i].name, g.tensors[i].op, g.tensors[i].ne) for i in nodes]
+
+
+@pytest.mark.parametrize("name", MOE_CASES)
+def test_the_cuda_split_runs_the_recorded_graph(name: str) -> None:
+    """Every node of the real graph, and no other model op, in the CUDA scheduler's graph (the
+    scheduler's copies aside); in the graph's own order before rule cuda_shared_expert (a
+    shared expert moves from it on); every node of a layer on the device."""
+    real = recorded(name)[0].graph
+    want = _ops(real, real.nodes)
+    facts = facts_of(CASES[name].model)[0]
+    shared = any("shexp" in t.name for t in facts.tensors)
+    for build in (None, build_of("cuda_shared_expert") - 1) if shared else (None,):
+        sg = _cuda_split(name, build)
+        own = [i for i in sg.graph.nodes if i < len(sg.tensor_backend)]
+        got = _ops(sg.graph, own)
+        assert got == want if build is not None or not shared else sorted(got) == sorted(want)
+    assert cuda_graph_ok(sg.graph, None)
+    # only the token embeddings' lookup (input_weights on the CPU) and views of the inputs
+    # stay there: every node of a layer (named "-<il>" by llm_graph_context::cb) runs on CUDA0
+    on_cpu = [sg.graph.tensors[i].name for i in own if sg.tensor_backend[i] != 0]
+    assert not [n for n in on_cpu if re.search(r"-\d+$", n)]
