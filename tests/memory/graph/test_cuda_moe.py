@@ -26,7 +26,12 @@ from llamafit.memory.graph.backends.cuda import (
     cuda_graph_ok,
     cuda_supports_op,
 )
-from llamafit.memory.graph.backends.cuda_optimize import UnplacedRule, cuda_graph_optimize
+from llamafit.memory.graph.backends.cuda_fattn import amd_cc
+from llamafit.memory.graph.backends.cuda_optimize import (
+    UnplacedRule,
+    cuda_graph_optimize,
+    mmvq_mmid_max_batch,
+)
 from llamafit.memory.graph.models import graph_hparams_of
 from llamafit.memory.graph.nodes import Graph, Tensor
 from llamafit.memory.graph.reserve import reserve_configs
@@ -298,6 +303,7 @@ ROTATED = [  # ggml_cuda_match_shared_expert's std::rotate
     "ffn_moe_down-0",
 ]
 SHARED_RULE = build_of("cuda_shared_expert")
+RDNA3 = amd_cc("gfx1100")
 ANY_BATCH = build_of("cuda_shared_expert_any_batch")
 
 SHARED = [  # (case, build, reserve: 0 the prompt's 512 tokens, 1 the one-token graph; cc, order)
@@ -325,26 +331,29 @@ def test_the_shared_expert_moves_by_build_batch_and_device(
     assert _shared_order(Setup("qwen3.5-35b-a3b", build=build), reserve, cc) == order
 
 
-MMVQ_BOUNDS = [  # (n_ubatch, cc, placed): the prompt-sized graph's tokens per ubatch
-    (3, 750, True),  # at most 3: every device fuses
-    (4, 750, False),  # Turing: get_mmvq_mmid_max_batch_turing_plus's table, not ported
-    (8, None, False),  # an unknown device
-    (8, 890, True),  # Ada Lovelace: MMVQ_MAX_BATCH_SIZE for every type
-    (8, 700, True),  # Volta alike
-    (9, 750, True),  # past MMVQ_MAX_BATCH_SIZE: no device fuses
+MMVQ_BOUNDS = [  # (n_ubatch, cc, order or None: UnplacedRule): the prompt graph's tokens
+    (3, None, ROTATED),  # at most 3: every device fuses
+    (4, None, None),  # 4 to 8 on an unknown device: get_mmvq_mmid_max_batch cannot say
+    (8, 750, ROTATED),  # Turing: q4_K is not in its table, MMVQ_MAX_BATCH_SIZE
+    (5, 610, ROTATED),  # a GTX 10x0: get_mmvq_mmid_max_batch_pascal_older's q4_K is 5
+    (6, 610, ROUTED_FIRST),
+    (8, 890, ROTATED),  # Ada Lovelace: MMVQ_MAX_BATCH_SIZE for every type
+    (6, RDNA3, ROUTED_FIRST),  # RDNA3's q4_K: 4
+    (9, 890, ROUTED_FIRST),  # past MMVQ_MAX_BATCH_SIZE: no device fuses
 ]
 
 
-@pytest.mark.parametrize(("n_ubatch", "cc", "placed"), MMVQ_BOUNDS)
-def test_a_few_tokens_fuse_by_the_device(n_ubatch: int, cc: int | None, placed: bool) -> None:
+@pytest.mark.parametrize(("n_ubatch", "cc", "order"), MMVQ_BOUNDS)
+def test_a_few_tokens_fuse_by_the_device(
+    n_ubatch: int, cc: int | None, order: list[str] | None
+) -> None:
     """From rule cuda_shared_expert to cuda_shared_expert_any_batch, whether the routed up
-    product of a 2-to-8-token ubatch fuses depends on get_mmvq_mmid_max_batch (mmvq.cu): where
-    its table by device generation and weight type would decide, UnplacedRule, and the replay
-    keeps the estimate."""
+    product (q4_K experts) of a ubatch of a few tokens fuses depends on
+    get_mmvq_mmid_max_batch (mmvq.cu) by device generation and weight type; on a device of
+    unknown compute capability UnplacedRule, and the replay keeps the estimate."""
     s = Setup("qwen3.5-35b-a3b", n_ubatch=n_ubatch, build=SHARED_RULE)
-    if placed:
-        order = _shared_order(s, 0, cc)
-        assert order == (ROTATED if n_ubatch <= 8 else ROUTED_FIRST)
+    if order is not None:
+        assert _shared_order(s, 0, cc) == order
     else:
         with pytest.raises(UnplacedRule):
             _shared_order(s, 0, cc)
@@ -355,7 +364,28 @@ def test_a_few_tokens_fuse_by_the_device(n_ubatch: int, cc: int | None, placed: 
         build=SHARED_RULE,
     )
     bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda", cc=cc)], HOST, reserve_bytes=0)
-    assert bd.devices[0].compute_source == (COMPUTE_GRAPH if placed else COMPUTE_ESTIMATE)
+    assert bd.devices[0].compute_source == (COMPUTE_ESTIMATE if order is None else COMPUTE_GRAPH)
+
+
+@pytest.mark.parametrize(
+    ("type_name", "cc", "expected"),
+    [
+        ("q4_K", 610, 5),  # Pascal and older
+        ("q8_0", 610, 4),
+        ("mxfp4", 860, 7),  # Turing and Ampere
+        ("q4_K", 860, 8),  # not in the table: MMVQ_MAX_BATCH_SIZE
+        ("q2_K", 700, 8),  # Volta: always
+        ("q2_K", 1200, 8),  # Ada Lovelace and later: always
+        ("q4_0", amd_cc("gfx1201"), 7),  # RDNA4
+        ("q4_K", amd_cc("gfx1151"), 4),  # RDNA3.5
+        ("q5_K", amd_cc("gfx1030"), 6),  # RDNA2
+        ("iq2_xs", amd_cc("gfx942"), 5),  # CDNA3
+        ("q4_K", amd_cc("gfx90c"), 4),  # a GCN APU, above CDNA1's number
+        ("q8_0", amd_cc("gfx906"), 4),  # GCN (Vega 20)
+    ],
+)
+def test_mmvq_mmid_max_batch(type_name: str, cc: int, expected: int) -> None:
+    assert mmvq_mmid_max_batch(type_name, cc) == expected
 
 
 def test_the_shared_expert_moves_beside_the_routed_experts() -> None:

