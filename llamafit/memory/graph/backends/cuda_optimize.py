@@ -268,8 +268,6 @@ class _Split:
             or not is_quantized(t[w_up].type)
         ):
             return False
-        if not since("cuda_shared_expert_any_batch", self.build) and not self._mmvq_fusable(up):
-            return False
         inp, s_in = self.src(up, 1), self.src(s_up, 1)
         w_shared, w_s_gate = self.src(s_up, 0), self.src(s_gate, 0)
         if inp is None or s_in is None or w_shared is None or w_s_gate is None:
@@ -296,7 +294,11 @@ class _Split:
         ):
             return False
         # shared_weight->op, shared_gate->src[0]->op: the weights are leafs; the GLU ops alike
-        return sw.op == "NONE" and t[w_s_gate].op == "NONE" and t[routed].desc == t[shared].desc
+        if sw.op != "NONE" or t[w_s_gate].op != "NONE" or t[routed].desc != t[shared].desc:
+            return False
+        # before rule cuda_shared_expert_any_batch ggml_cuda_should_fuse_mul_mat_vec_q(up) stood
+        # for the is_quantized check above; asked last, where it alone decides (UnplacedRule)
+        return since("cuda_shared_expert_any_batch", self.build) or self._mmvq_fusable(up)
 
     def shared_experts(self) -> None:
         """The first loop of ggml_backend_cuda_graph_optimize (from rule cuda_shared_expert):
