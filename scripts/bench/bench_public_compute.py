@@ -184,18 +184,13 @@ def declined(row: dict) -> str:
         if not kv <= VK_OLD_KV or (rc.flash_attn and len(kv) > 1):
             return f"Vulkan before {_rule(REPLAY_SINCE)}: caches of {sorted(kv)} (VK_OLD_KV)"
     if backends & CUDA_BACKENDS:
-        if f.moe is not None:
-            return "CUDA/ROCm MoE: MUL_MAT_ID not ported (covers_devices)"
-        if rc.split_mode not in ("layer", "none"):
-            return "-sm row split buffers not ported (covers_devices)"
-        type_k = rc.type_k.name.lower()  # cuda_graph_ok: FLASH_ATTN_EXT over a non-F16 K
-        if rc.flash_attn and type_k != "f16" and since("cuda_fa_f16_in_buffer", rc.build):
-            return f"CUDA/ROCm FA over a {type_k} cache from {_rule('cuda_fa_f16_in_buffer')}"
+        if rc.split_mode not in ("layer", "none") and not covers_devices(f, rc, gpus):
+            return "-sm row split buffers at this build (covers_devices)"
     if not covers_devices(f, rc, gpus):
         return "covers_devices declines this placement"
     return (
         "the replay declined the graph or a device (cuda_graph_ok, metal_graph_ok: an op not"
-        " ported; Vulkan: UnknownDeviceLimit)"
+        " ported; CUDA: UnplacedRule, a rule whose outcome is unknown; Vulkan: UnknownDeviceLimit)"
     )
 
 
