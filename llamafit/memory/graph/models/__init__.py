@@ -119,7 +119,7 @@ MODELS: Mapping[str, Model] = {
     "gemma3": Model(gemma3.build, since=OLD_SINCE, iswa=True, softcapped=True),
     "gemma4": Model(
         gemma4.build,
-        since="gemma4_ple_input",
+        since="gemma4_no_logits_bias",
         iswa=True,
         softcapped=True,
         scales=True,
