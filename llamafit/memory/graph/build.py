@@ -685,6 +685,13 @@ class GraphContext(GraphInputs):
         if not weight_before:
             experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
         b.expand(experts)
+        return self.cb(self._moe_sum(experts, n_used), "ffn_moe_out", il)
+
+    def _moe_sum(self, experts: T, n_used: int) -> T:
+        """build_moe_ffn's sum of the experts' rows: the views first, then the ADDs, each
+        expanded as made (before rule moe_sum_expanded left to a later expand)."""
+        b = self.b
+        n_embd, n_tokens = experts.ne[0], experts.ne[2]
         views = []
         for i in range(n_used):
             v = b.view(experts, (n_embd, n_tokens), (experts.nb[2],), i * experts.nb[1])
@@ -698,7 +705,7 @@ class GraphContext(GraphInputs):
                 b.expand(out)
         if n_used == 1:
             out = b.cont(out)
-        return self.cb(out, "ffn_moe_out", il)
+        return out
 
     def _moe_probs(self, cur: T, il: int, gating: str, biases: bool, probs_in: T | None) -> T:
         """build_moe_ffn's router: the logits (or the caller's), their bias, the gating."""
