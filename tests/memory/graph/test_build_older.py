@@ -138,7 +138,7 @@ SINCE_B11311 = [
     ("qwen3next", "qwen3next-c4096-fa-off-np2", "qkv_heads", 10830, 10825),
     ("deepseek2", "fx-deepseek2", "qkv_heads", 10830, 10825),
     ("gemma3n", "gemma3n-e2b-c4096", "qkv_heads", 10830, 10825),
-    ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_no_logits_bias", 10199, 10173),
+    ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_no_logits_bias", 10182, 10178),
 ]
 
 
