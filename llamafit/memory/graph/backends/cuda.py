@@ -310,8 +310,9 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
         return _concat_ok(s0, s1, op)
     if kind == "SSM_CONV":
         return s0.ne[1] % 128 == 0  # d_inner a multiple of the kernel's threads
-    if kind == "SSM_SCAN":
-        return _mamba2_scan(srcs) and s0.ne[0] in (96, 128, 256) and s0.ne[1] % 16 == 0
+    if kind == "SSM_SCAN":  # d_state 96 from rule cuda_ssm_scan_96
+        states = (96, 128, 256) if since("cuda_ssm_scan_96", build) else (128, 256)
+        return _mamba2_scan(srcs) and s0.ne[0] in states and s0.ne[1] % 16 == 0
     return kind in _ALWAYS
 
 
