@@ -325,6 +325,14 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpt2-c1024-fa-off-np2": ("gpt2", ("-c", "1024", "-fa", "off", "-np", "2", "--no-repack")),
     # StableLM 2 1.6B (stablelm): LayerNorms with bias, Q/K/V biases, partial RoPE
     "stablelm2-c4096-ub128": ("stablelm2-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # BGE small (bert) with --embedding: learned positions and token types, post-norm layers
+    # over the ubatch itself (no memory), CLS pooling
+    "bge-small-c512-emb": ("bge-small-en-v1.5", ("-c", "512", "--embedding", "--no-repack")),
+    # Nomic Embed v1.5 (nomic-bert): fused QKV, RoPE, SwiGLU; mean pooling, no flash attention
+    "nomic-c2048-emb-fa-off-np2": (
+        "nomic-embed-text-v1.5",
+        ("-c", "2048", "--embedding", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
 }
 
 

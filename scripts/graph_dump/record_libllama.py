@@ -7,7 +7,8 @@ llama-cpp-python whose libllama is recorded, with graph_dump's shim preloaded (a
 real-shape file, the no-populate shim), and makes the context llama-server would make for the
 case's arguments (common_context_params_to_llama and llama-server's defaults: n_batch 2048, -np
 auto = 4 slots with a unified cache, swa_full off, n_outputs_max = n_parallel from rule
-server_output_limit on, flash attention on unless -fa off, --no-repack = use_extra_bufts off).
+server_output_limit on, flash attention on unless -fa off, --no-repack = use_extra_bufts off;
+--embedding: embeddings on, n_batch = n_ubatch, every token an output).
 llama_init_from_model runs llama_context::sched_reserve; the shim keeps its reserves' "sched"
 events, the first two of which (pp, tg) are written to fixtures/graphs/<build>-<case>.jsonl.gz.
 
@@ -62,8 +63,10 @@ model = L.llama_model_load_from_file(a["model"].encode(), mp)
 assert model, "model load failed"
 cp = L.llama_context_default_params()
 cp.n_ctx = a["n_ctx"]
-cp.n_batch = 2048
 cp.n_ubatch = a["n_ubatch"]
+# --embedding: llama-server lowers n_batch to n_ubatch (tools/server/server.cpp main)
+cp.n_batch = a["n_ubatch"] if a["embeddings"] else 2048
+cp.embeddings = a["embeddings"]
 cp.n_seq_max = a["n_seq"]
 cp.kv_unified = a["unified"]
 cp.swa_full = False
@@ -102,7 +105,9 @@ def child_args(name: str, tmp: Path, build: int) -> dict[str, object]:
         "type_k": GGML_TYPES[flag("-ctk", "f16")],
         "type_v": GGML_TYPES[flag("-ctv", "f16")],
         "repack": "--no-repack" not in args,
-        "outputs": build >= SERVER_OUTPUT_LIMIT,
+        # server_output_limits keeps n_batch outputs for embeddings
+        "outputs": build >= SERVER_OUTPUT_LIMIT and "--embedding" not in args,
+        "embeddings": "--embedding" in args,
     }
 
 

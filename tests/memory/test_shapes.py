@@ -81,6 +81,8 @@ SIZES = [
     ("internlm2.5-7b", 4713404288),
     ("gpt2", 136385152),
     ("stablelm2-1.6b", 1030898144),
+    ("bge-small-en-v1.5", 67852704),
+    ("nomic-embed-text-v1.5", 87651104),
 ]
 
 

@@ -158,6 +158,7 @@ def _built(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> GraphCon
             f"{facts.path}: weight scales are not modelled for {facts.architecture}"
         )
     model.build(ctx)
+    ctx.pooling()  # llama_model::build_graph: build_pooling, build_dense_out after the arch's
     return ctx
 
 

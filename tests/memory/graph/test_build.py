@@ -120,7 +120,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²),
 # a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN), InternLM2.5's
 # last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
-# StableLM 2's last layer (partial RoPE, Q/K/V biases)
+# StableLM 2's last layer (partial RoPE, Q/K/V biases), BGE small's last layer and a Nomic Embed
+# layer (post-norm encoder layers over the ubatch itself, no cache)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -180,6 +181,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("internlm2-c4096-ub128", 31),
         ("gpt2-c1024-fa-off-np2", 11),
         ("stablelm2-c4096-ub128", 23),
+        ("bge-small-c512-emb", 11),
+        ("nomic-c2048-emb-fa-off-np2", 5),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -467,6 +470,8 @@ def test_reserve_configs_of_the_resolved_config(name: str) -> None:
         values["n_parallel"] = int(case.flag("-np", "1"))
     if "-kvu" in case.args:
         values["kv_unified"] = True
+    if "--embedding" in case.args:
+        values["embeddings"] = True
     rc = resolve(with_given(LaunchConfig(), **values), facts)
     pp, tg = configs(case, facts)
     got = reserve_configs(rc, overrides=pp.overrides)

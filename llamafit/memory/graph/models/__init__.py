@@ -16,6 +16,7 @@ from ..params import GraphBuildError, GraphHParams
 from . import (
     arcee,
     bailingmoe2,
+    bert,
     cohere2,
     command_r,
     deci,
@@ -100,6 +101,9 @@ class Model:
     # llama_context::graph_max_nodes's bigger budget, max(40 x n_tokens, 32 x n_tensors) (the
     # gated DeltaNet archs)
     nodes_per_token: bool = False
+    # an encoder without memory (llama_model::create_memory gives none): its graph ends in
+    # res->t_embd, which build_pooling reads with --embeddings (the replay covers it there)
+    encoder: bool = False
 
     @property
     def checked_0317(self) -> bool:
@@ -175,6 +179,8 @@ MODELS: Mapping[str, Model] = {
     "internlm2": Model(internlm2.build, since=OLD_SINCE),
     "gpt2": Model(gpt2.build, since=OLD_SINCE),
     "stablelm": Model(stablelm.build, since=OLD_SINCE),
+    "bert": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "nomic-bert": Model(bert.build, since=OLD_SINCE, encoder=True),
 }
 
 

@@ -1,0 +1,78 @@
+"""src/models/bert.cpp: llama_model_bert::graph, the graph of bert and of the variants that share
+it (nomic-bert, nomic-bert-moe and jina-bert-v3 build llama_model_bert::graph too)."""
+
+from __future__ import annotations
+
+from ..build import GraphContext, NoCacheInput
+from ..ggml import T
+from ..params import GraphBuildError
+from .phi2 import ffn_gelu
+
+# the archs whose Q and K are rotated (bert.cpp: ggml_rope_ext for these; bert learns positions)
+ROPE_ARCHS = frozenset({"nomic-bert", "nomic-bert-moe", "jina-bert-v3"})
+# the archs whose dense FFN is the gate-less GELU one with biases (LLM_FFN_GELU, LLM_FFN_SEQ);
+# nomic-bert's is a SwiGLU without biases (LLM_FFN_SILU, LLM_FFN_PAR)
+GELU_ARCHS = frozenset({"bert", "nomic-bert-moe", "jina-bert-v3"})
+
+
+def build(ctx: GraphContext) -> None:
+    """Positions, the token embeddings plus the first token type's row (token types are taken
+    as 0, "Sentence A") and, for bert, the learned positions' rows (the sum named "inp_embd"),
+    the embeddings' LayerNorm in layer 0 ("inp_norm"); post-norm layers over the ubatch itself
+    (build_attn_inp_no_cache): Q/K/V with biases or the fused attn_qkv, RoPE where the arch has
+    it, the output projection's bias, the residual and attn_output_norm, the FFN, the residual
+    and layer_output_norm; the last layer's output is "result_embd" (res->t_embd)."""
+    b, f = ctx.b, ctx.f
+    arch = f.architecture
+    if ctx.lw(0, "attn_q_norm.weight") is not None or ctx.lw(0, "attn_norm_2.weight") is not None:
+        raise GraphBuildError(f"{f.path}: jina-bert-v2's Q/K and second norms are not modelled")
+    inp_pos = ctx.inp_pos()
+    inpL = ctx.inp_embd(1.0)
+    type_embd = ctx.w("token_types.weight", -1)
+    if type_embd is not None:
+        inpL = b.add(inpL, b.view(type_embd, (f.n_embd,), (), 0))
+    if arch == "bert":
+        pos_embd = ctx.need(ctx.w("position_embd.weight", -1), "position_embd.weight")
+        inpL = b.add(b.get_rows(pos_embd, inp_pos), inpL)
+    ctx.cb(inpL, "inp_embd", -1)
+    # token_embd_norm: llm_tensor_info LLM_TENSOR_LAYER_REPEATING, made in layer 0's buffer
+    norm_w, norm_b = ctx.w("token_embd_norm.weight", 0), ctx.w("token_embd_norm.bias", 0)
+    inpL = ctx.cb(ctx.layer_norm(inpL, norm_w, norm_b, 0), "inp_norm", 0)
+    inp = NoCacheInput(ctx)
+    out_ids = ctx.inp_out_ids()
+    for il in range(ctx.n_layer):
+        q, k, v = ctx.qkv(inpL, il)
+        if arch in ROPE_ARCHS:
+            q = b.rope(q, inp_pos, None)
+            k = b.rope(k, inp_pos, None)
+        ctx.cb(q, "Qcur", il)
+        ctx.cb(k, "Kcur", il)
+        ctx.cb(v, "Vcur", il)
+        wo_b = ctx.lw(il, "attn_output.bias")
+        cur = ctx.attn_no_cache(inp, ctx.wo(il), wo_b, q, k, v, il)
+        ctx.cb(cur, "kqv_out", il)
+        cur, inpL = ctx.out_rows(il, out_ids, cur, inpL)
+        cur = b.add(cur, inpL)
+        cur = _layer_norm(ctx, cur, "attn_output_norm", il)
+        ffn_inp = ctx.cb(cur, "ffn_inp", il)
+        cur = ctx.cb(_ffn(ctx, cur, il), "ffn_out", il)
+        cur = b.add(cur, ffn_inp)
+        inpL = _layer_norm(ctx, cur, "layer_output_norm", il)
+    ctx.embd_out(inpL, "result_embd")
+
+
+def _layer_norm(ctx: GraphContext, cur: T, part: str, il: int) -> T:
+    """build_norm, LLM_NORM, with the layer's `part` weight and bias."""
+    return ctx.layer_norm(cur, ctx.lw(il, f"{part}.weight"), ctx.lw(il, f"{part}.bias"), il)
+
+
+def _ffn(ctx: GraphContext, cur: T, il: int) -> T:
+    """The layer's FFN: nomic-bert-moe's experts every moe_every_n_layers-th layer (GELU
+    experts without a gate, softmax gating) are not modelled; the GELU FFN of bert,
+    nomic-bert-moe and jina-bert-v3; nomic-bert's SwiGLU."""
+    f = ctx.f
+    if ctx.lw(il, "ffn_gate_inp.weight") is not None:
+        raise GraphBuildError(f"{f.path}: nomic-bert-moe's experts are not modelled")
+    if f.architecture in GELU_ARCHS:
+        return ffn_gelu(ctx, cur, il)
+    return ctx.ffn(cur, il, "silu", False)
