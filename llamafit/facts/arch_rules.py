@@ -73,6 +73,23 @@ NO_MEMORY_ARCHS = frozenset(
     }
 )
 
+# the encoders among them: text embedding models (and rerankers), which llama-server runs with
+# --embedding (--rerank); dream, llada, llada-moe and rnd1 are diffusion generators and
+# wavtokenizer-dec an audio decoder
+EMBEDDING_ARCHS = frozenset(
+    {
+        "bert",
+        "jina-bert-v2",
+        "jina-bert-v3",
+        "nomic-bert",
+        "nomic-bert-moe",
+        "neo-bert",
+        "eurobert",
+        "modern-bert",
+        "gemma-embedding",
+    }
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SWARule:

@@ -333,6 +333,13 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "nomic-embed-text-v1.5",
         ("-c", "2048", "--embedding", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # EmbeddingGemma 300M (gemma-embedding): Gemma 3's layers over the ubatch itself with a SWA
+    # mask beside the full one, mean pooling, the dense 768 -> 3072 -> 768 projection
+    "embgemma-c2048-emb": ("embeddinggemma-300m", ("-c", "2048", "--embedding", "--no-repack")),
+    "embgemma-c2048-emb-fa-off-np1": (
+        "embeddinggemma-300m",
+        ("-c", "2048", "--embedding", "-fa", "off", "-np", "1", "-ub", "1024", "--no-repack"),
+    ),
 }
 
 

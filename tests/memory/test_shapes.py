@@ -83,6 +83,7 @@ SIZES = [
     ("stablelm2-1.6b", 1030898144),
     ("bge-small-en-v1.5", 67852704),
     ("nomic-embed-text-v1.5", 87651104),
+    ("embeddinggemma-300m", 335091136),
 ]
 
 

@@ -121,7 +121,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN), InternLM2.5's
 # last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
 # StableLM 2's last layer (partial RoPE, Q/K/V biases), BGE small's last layer and a Nomic Embed
-# layer (post-norm encoder layers over the ubatch itself, no cache)
+# layer (post-norm encoder layers over the ubatch itself, no cache), an EmbeddingGemma SWA layer
+# (the second mask) and a full one
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -183,6 +184,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("stablelm2-c4096-ub128", 23),
         ("bge-small-c512-emb", 11),
         ("nomic-c2048-emb-fa-off-np2", 5),
+        ("embgemma-c2048-emb", 4),
+        ("embgemma-c2048-emb-fa-off-np1", 5),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

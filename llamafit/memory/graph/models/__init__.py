@@ -32,6 +32,7 @@ from . import (
     gemma3,
     gemma3n,
     gemma4,
+    gemma_embedding,
     glm4,
     glm4_moe,
     gpt2,
@@ -181,6 +182,7 @@ MODELS: Mapping[str, Model] = {
     "stablelm": Model(stablelm.build, since=OLD_SINCE),
     "bert": Model(bert.build, since=OLD_SINCE, encoder=True),
     "nomic-bert": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "gemma-embedding": Model(gemma_embedding.build, since=OLD_SINCE, encoder=True),
 }
 
 
