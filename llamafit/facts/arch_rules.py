@@ -110,6 +110,7 @@ SWA_RULES: dict[str, SWARule] = {
     "gemma3n": SWARule(5),
     "gemma4": SWARule(None),
     "gemma-embedding": SWARule(6, swa_type="symmetric"),
+    "modern-bert": SWARule(3, dense_first=True, needs_window=True, swa_type="symmetric"),
     "gpt-oss": SWARule(2),
     "cohere2": SWARule(4),
     "cohere2moe": SWARule(4, dense_first=True),

@@ -132,6 +132,10 @@ class ModelFacts:
     # {arch}.n_deepstack_layers (llama_hparams::n_deepstack_layers: Qwen3-VL's layers that add a
     # slice of the wider input embedding, n_embd_inp = n_embd * (1 + n); 0 when unset)
     n_deepstack_layers: int = 0
+    # ModernBERT's FFN activation by name ({arch}.hidden_activation, llama_hparams::llm_ffn_op;
+    # "" when unset) and decision head ({arch}.decision.block_count; 0 when unset)
+    hidden_activation: str = ""
+    n_layer_decision: int = 0
 
     @property
     def incomplete(self) -> str | None:
@@ -362,6 +366,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
         rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
         n_deepstack_layers=_n_deepstack_layers(meta),
+        hidden_activation=meta.get_str("{arch}.hidden_activation", "") or "",
+        n_layer_decision=meta.get_int("{arch}.decision.block_count", 0) or 0,
     )
     _check_head_sizes(meta, facts)
     _check_recurrent(meta, facts)

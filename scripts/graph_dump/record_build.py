@@ -340,6 +340,16 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "embeddinggemma-300m",
         ("-c", "2048", "--embedding", "-fa", "off", "-np", "1", "-ub", "1024", "--no-repack"),
     ),
+    # ModernBERT base (modern-bert): pre-norm layers, every third from layer 0 full and the others
+    # on the SWA mask, a gate-less GEGLU; --pooling none (t_embd itself is the pooled output)
+    "modernbert-c8192-emb-none": (
+        "modernbert-base",
+        ("-c", "8192", "--embedding", "--pooling", "none", "--no-repack"),
+    ),
+    "modernbert-c8192-emb-fa-off-np2": (
+        "modernbert-base",
+        ("-c", "8192", "--embedding", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
 }
 
 

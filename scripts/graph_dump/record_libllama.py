@@ -8,7 +8,7 @@ real-shape file, the no-populate shim), and makes the context llama-server would
 case's arguments (common_context_params_to_llama and llama-server's defaults: n_batch 2048, -np
 auto = 4 slots with a unified cache, swa_full off, n_outputs_max = n_parallel from rule
 server_output_limit on, flash attention on unless -fa off, --no-repack = use_extra_bufts off;
---embedding: embeddings on, n_batch = n_ubatch, every token an output).
+--embedding: embeddings on, n_batch = n_ubatch, every token an output; --pooling: its type).
 llama_init_from_model runs llama_context::sched_reserve; the shim keeps its reserves' "sched"
 events, the first two of which (pp, tg) are written to fixtures/graphs/<build>-<case>.jsonl.gz.
 
@@ -39,6 +39,7 @@ from scripts.graph_dump.record_build import (  # noqa: E402
     model_path,
     sched_lines,
 )
+from llamafit.memory.config import POOLING_TYPES  # noqa: E402
 from tests.support.graph_dump import DUMP_ENV, shim  # noqa: E402
 
 OUT = ROOT / "fixtures" / "graphs"
@@ -67,6 +68,7 @@ cp.n_ubatch = a["n_ubatch"]
 # --embedding: llama-server lowers n_batch to n_ubatch (tools/server/server.cpp main)
 cp.n_batch = a["n_ubatch"] if a["embeddings"] else 2048
 cp.embeddings = a["embeddings"]
+cp.pooling_type = a["pooling"]
 cp.n_seq_max = a["n_seq"]
 cp.kv_unified = a["unified"]
 cp.swa_full = False
@@ -108,6 +110,8 @@ def child_args(name: str, tmp: Path, build: int) -> dict[str, object]:
         # server_output_limits keeps n_batch outputs for embeddings
         "outputs": build >= SERVER_OUTPUT_LIMIT and "--embedding" not in args,
         "embeddings": "--embedding" in args,
+        # --pooling as enum llama_pooling_type (-1: unspecified, the model's)
+        "pooling": POOLING_TYPES.index(flag("--pooling", "none")) if "--pooling" in args else -1,
     }
 
 

@@ -84,6 +84,7 @@ SIZES = [
     ("bge-small-en-v1.5", 67852704),
     ("nomic-embed-text-v1.5", 87651104),
     ("embeddinggemma-300m", 335091136),
+    ("modernbert-base", 299602176),
 ]
 
 

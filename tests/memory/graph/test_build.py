@@ -122,7 +122,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
 # StableLM 2's last layer (partial RoPE, Q/K/V biases), BGE small's last layer and a Nomic Embed
 # layer (post-norm encoder layers over the ubatch itself, no cache), an EmbeddingGemma SWA layer
-# (the second mask) and a full one
+# (the second mask) and a full one, ModernBERT's last layer (full) and a SWA layer
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -186,6 +186,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("nomic-c2048-emb-fa-off-np2", 5),
         ("embgemma-c2048-emb", 4),
         ("embgemma-c2048-emb-fa-off-np1", 5),
+        ("modernbert-c8192-emb-none", 21),
+        ("modernbert-c8192-emb-fa-off-np2", 4),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -475,6 +477,8 @@ def test_reserve_configs_of_the_resolved_config(name: str) -> None:
         values["kv_unified"] = True
     if "--embedding" in case.args:
         values["embeddings"] = True
+    if "--pooling" in case.args:
+        values["pooling"] = case.flag("--pooling", "")
     rc = resolve(with_given(LaunchConfig(), **values), facts)
     pp, tg = configs(case, facts)
     got = reserve_configs(rc, overrides=pp.overrides)

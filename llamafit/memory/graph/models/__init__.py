@@ -47,6 +47,7 @@ from . import (
     mamba,
     minimax_m2,
     mistral3,
+    modern_bert,
     nemotron_h,
     olmo2,
     olmoe,
@@ -183,6 +184,7 @@ MODELS: Mapping[str, Model] = {
     "bert": Model(bert.build, since=OLD_SINCE, encoder=True),
     "nomic-bert": Model(bert.build, since=OLD_SINCE, encoder=True),
     "gemma-embedding": Model(gemma_embedding.build, since=OLD_SINCE, encoder=True),
+    "modern-bert": Model(modern_bert.build, since=OLD_SINCE, encoder=True),
 }
 
 
