@@ -136,6 +136,9 @@ class ModelFacts:
     # "" when unset) and decision head ({arch}.decision.block_count; 0 when unset)
     hidden_activation: str = ""
     n_layer_decision: int = 0
+    # {arch}.classifier.pooling_type (llama_hparams::pooling_type_cls: how rank pooling pools
+    # before the classifier head; -1 unspecified)
+    pooling_type_cls: int = -1
 
     @property
     def incomplete(self) -> str | None:
@@ -368,6 +371,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         n_deepstack_layers=_n_deepstack_layers(meta),
         hidden_activation=meta.get_str("{arch}.hidden_activation", "") or "",
         n_layer_decision=meta.get_int("{arch}.decision.block_count", 0) or 0,
+        pooling_type_cls=_pooling_type(meta.get_int("{arch}.classifier.pooling_type")),
     )
     _check_head_sizes(meta, facts)
     _check_recurrent(meta, facts)

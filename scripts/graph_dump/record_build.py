@@ -350,6 +350,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "modernbert-base",
         ("-c", "8192", "--embedding", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # BGE reranker base (bert, XLM-RoBERTa's shape) with --rerank: rank pooling, the classifier
+    # head (cls with TANH, cls.output)
+    "bge-reranker-c512-rerank": ("bge-reranker-base", ("-c", "512", "--rerank", "--no-repack")),
 }
 
 

@@ -97,6 +97,8 @@ def child_args(name: str, tmp: Path, build: int) -> dict[str, object]:
         return args[args.index(f) + 1] if f in args else default
 
     np_auto = "-np" not in args
+    embeddings = "--embedding" in args or "--rerank" in args
+    pooling = "rank" if "--rerank" in args else flag("--pooling", "")
     return {
         "model": str(model_path(key, tmp)),
         "n_ctx": int(flag("-c", "4096")),
@@ -108,10 +110,10 @@ def child_args(name: str, tmp: Path, build: int) -> dict[str, object]:
         "type_v": GGML_TYPES[flag("-ctv", "f16")],
         "repack": "--no-repack" not in args,
         # server_output_limits keeps n_batch outputs for embeddings
-        "outputs": build >= SERVER_OUTPUT_LIMIT and "--embedding" not in args,
-        "embeddings": "--embedding" in args,
-        # --pooling as enum llama_pooling_type (-1: unspecified, the model's)
-        "pooling": POOLING_TYPES.index(flag("--pooling", "none")) if "--pooling" in args else -1,
+        "outputs": build >= SERVER_OUTPUT_LIMIT and not embeddings,
+        "embeddings": embeddings,
+        # --pooling (--rerank: rank) as enum llama_pooling_type (-1: unspecified, the model's)
+        "pooling": POOLING_TYPES.index(pooling) if pooling else -1,
     }
 
 

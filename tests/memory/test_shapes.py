@@ -85,6 +85,7 @@ SIZES = [
     ("nomic-embed-text-v1.5", 87651104),
     ("embeddinggemma-300m", 335091136),
     ("modernbert-base", 299602176),
+    ("bge-reranker-base", 564764544),
 ]
 
 

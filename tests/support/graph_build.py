@@ -172,10 +172,12 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
             and "--no-repack" not in case.args
         )
         place = dict(overrides=overrides)
-    # --embedding: every token of the ubatch is an output (server_output_limits keeps n_batch,
+    # --embedding (--rerank): every token of the ubatch is an output (server_output_limits keeps n_batch,
     # which llama-server lowers to n_ubatch), pooled by --pooling or the model's type
-    embeddings = "--embedding" in case.args
+    embeddings = "--embedding" in case.args or "--rerank" in case.args
     pooling = case.flag("--pooling", POOLING_TYPES[max(facts.pooling_type, 0)])
+    if "--rerank" in case.args:  # common/arg.cpp: --embedding, pooling rank
+        pooling = "rank"
     n_outputs_max = n_ubatch if embeddings else n_seq
     out = []
     for r in reserves(n_ctx, n_ubatch, n_seq, n_outputs_max)[:2]:

@@ -22,6 +22,7 @@ from .params import GraphBuildError, GraphConfig, GraphHParams
 
 # llama_expert_gating_func_type (src/llama-hparams.h) -> build_moe_ffn's gating
 GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
+POOLING_MEAN = 1  # enum llama_pooling_type (include/llama.h)
 
 
 class AttnInput:
@@ -975,8 +976,7 @@ class GraphContext(GraphInputs):
         cparams.pooling_type (none: t_embd itself; mean: t_embd transposed times the "mean"
         input, n_tokens x n_seqs; cls, last: its rows by the "cls" input, one a sequence), named
         "result_embd_pooled"; build_dense_out (dense_2, its bias, dense_3 where the file has
-        them); llm_graph_result::set_outputs' flags. Rank pooling (the classifier head) is not
-        modelled."""
+        them); llm_graph_result::set_outputs' flags; rank pooling with the classifier head (_rank)."""
         b, c = self.b, self.c
         if self.t_embd is not None:
             set_output(self.t_embd)
@@ -986,11 +986,11 @@ class GraphContext(GraphInputs):
         if c.pooling == "none":
             cur = inp
         elif c.pooling == "mean":
-            mean = b.new("f32", c.n_tokens, c.n_seqs, name="mean", inp=True)
-            cur = b.mul_mat(b.cont(b.transpose(inp)), mean)
+            cur = self._pool_mean(inp)
         elif c.pooling in ("cls", "last"):
-            cls = b.new("i32", c.n_seqs, name="cls", inp=True)
-            cur = b.get_rows(inp, cls)
+            cur = self._pool_rows(inp)
+        elif c.pooling == "rank":
+            cur = self._rank(inp)
         else:
             raise GraphBuildError(f"{self.f.path}: {c.pooling} pooling is not modelled")
         cur = self.cb(cur, "result_embd_pooled", -1)
@@ -1007,6 +1007,49 @@ class GraphContext(GraphInputs):
             cur = self.cb(cur, "result_embd_pooled", -1)
             b.expand(cur)
         set_output(cur)
+
+    def _pool_rows(self, inp: T) -> T:
+        """build_inp_cls ("cls": a row a sequence) and ggml_get_rows of those rows."""
+        cls = self.b.new("i32", self.c.n_seqs, name="cls", inp=True)
+        return self.b.get_rows(inp, cls)
+
+    def _pool_mean(self, inp: T) -> T:
+        """build_inp_mean ("mean": n_tokens x n_seqs) times t_embd transposed."""
+        b, c = self.b, self.c
+        mean = b.new("f32", c.n_tokens, c.n_seqs, name="mean", inp=True)
+        return b.mul_mat(b.cont(b.transpose(inp)), mean)
+
+    def _rank(self, inp: T) -> T:
+        """build_pooling's LLAMA_POOLING_TYPE_RANK: the rows pooled by the classifier's pooling
+        type (llama_hparams::pooling_type_cls: mean, else the CLS rows; modern-bert's default
+        mean), then the classifier head where the file has it: cls (its bias, TANH; GELU for
+        modern-bert), cls.norm (LLM_NORM), cls.output (its bias). 0.3.17 pooled modern-bert by
+        mean and every other arch by its CLS rows whatever the file said: a file whose
+        classifier.pooling_type says otherwise is not modelled. Qwen3's soft max (a decoder's
+        reranker) is not modelled."""
+        b, f = self.b, self.f
+        modern = f.architecture == "modern-bert"
+        mean, cls_type = POOLING_MEAN, f.pooling_type_cls
+        if cls_type >= 0 and (cls_type == mean) != modern:
+            raise GraphBuildError(f"{f.path}: classifier.pooling_type {cls_type}")
+        cur = self._pool_mean(inp) if modern else self._pool_rows(inp)
+        cls = self.w("cls.weight", -2)
+        if cls is not None:
+            cur = self.mm(cls, cur)
+            cls_b = self.w("cls.bias", -2)
+            if cls_b is not None:
+                cur = b.add(cur, cls_b)
+            cur = b.unary(cur, "GELU" if modern else "TANH")
+            cls_norm = self.w("cls.norm.weight", -2)
+            if cls_norm is not None:
+                cur = self.layer_norm(cur, cls_norm, None, -1)
+        cls_out = self.w("cls.output.weight", -2)
+        if cls_out is not None:
+            cur = self.mm(cls_out, cur)
+            cls_out_b = self.w("cls.output.bias", -2)
+            if cls_out_b is not None:
+                cur = b.add(cur, cls_out_b)
+        return cur
 
     def lm_head(self, inpL: T) -> T:
         """The output norm and lm_head most archs end with (result_norm, result_output), and

@@ -475,8 +475,10 @@ def test_reserve_configs_of_the_resolved_config(name: str) -> None:
         values["n_parallel"] = int(case.flag("-np", "1"))
     if "-kvu" in case.args:
         values["kv_unified"] = True
-    if "--embedding" in case.args:
+    if "--embedding" in case.args or "--rerank" in case.args:
         values["embeddings"] = True
+    if "--rerank" in case.args:
+        values["pooling"] = "rank"
     if "--pooling" in case.args:
         values["pooling"] = case.flag("--pooling", "")
     rc = resolve(with_given(LaunchConfig(), **values), facts)

@@ -1,0 +1,134 @@
+"""Encoders, embedding models and rerankers (bert, nomic-bert, gemma-embedding, modern-bert) from the GGUF to
+the command: no memory (llama_model::create_memory gives none), the replay's compute buffers of a
+CPU-only llama-server with --embedding to the byte (the real b11434 starts of
+scripts/graph_dump/record_build.py, fixtures/graphs/build-*-emb*), the pooling flags in the
+planned command, and the one-line summary `check` prints.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from llamafit.cli import cli
+from llamafit.facts.hparams import build_facts
+from llamafit.memory.config import LaunchConfig, with_given
+from llamafit.memory.graph.replay import covers
+from llamafit.memory.resolve import resolve
+from llamafit.reader.model import read_model
+from llamafit.server.argv import server_argv
+from tests.support import FIXTURES
+from tests.support.graph_build import cases, model_file, recorded
+
+CASES = cases()
+
+
+def _check_json(path: str, *flags: str) -> dict:  # type: ignore[type-arg]
+    res = CliRunner().invoke(cli, ["check", path, "--gpu", "cpu", "--json", "--", *flags])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+
+# (case, flags as llamafit reads them): the recorded start's own flags but --fit off and
+# --no-repack (no repacked type in these shapes' files)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bge-small-c512-emb",
+        "nomic-c2048-emb-fa-off-np2",
+        "embgemma-c2048-emb",
+        "embgemma-c2048-emb-fa-off-np1",
+        "modernbert-c8192-emb-none",
+        "modernbert-c8192-emb-fa-off-np2",
+        "bge-reranker-c512-rerank",
+    ],
+)
+def test_check_gives_the_real_cpu_compute_buffer(name: str) -> None:
+    case = CASES[name]
+    flags = [a for a in case.args if a != "--no-repack"]
+    d = _check_json(str(model_file(case.model)), *flags)
+    (cpu,) = d["devices"]
+    real = recorded(name)[0].backends
+    assert (cpu["name"], cpu["compute_source"], cpu["compute_bytes"]) == ("CPU", "graph", real[0][1])
+    assert (cpu["kv_bytes"], cpu["recurrent_bytes"]) == (0, 0)
+    assert d["config"]["n_batch"] == d["config"]["n_ubatch"]  # llama-server's embeddings rule
+
+
+# (arch key, --embedding, covered): the encoders with and without embeddings; a decoder's
+# pooled graph (build_pooling over its result_norm beside the logits) is not modelled
+@pytest.mark.parametrize(
+    ("model", "embeddings", "covered"),
+    [
+        ("bge-small-en-v1.5", True, True),
+        ("bge-small-en-v1.5", False, True),
+        ("modernbert-base", True, True),
+        ("fixtures/dense-llama.gguf", True, False),
+        ("fixtures/dense-llama.gguf", False, True),
+    ],
+)
+def test_covers_encoders_with_embeddings(model: str, embeddings: bool, covered: bool) -> None:
+    facts = build_facts(read_model(model_file(model)))
+    rc = resolve(LaunchConfig(n_ctx=512, embeddings=embeddings), facts)
+    assert covers(facts, rc) is covered
+
+
+def test_encoder_facts() -> None:
+    """Non-causal, no cache in any layer, the GGUF's pooling type (2: CLS)."""
+    facts = build_facts(read_model(model_file("bge-small-en-v1.5")))
+    assert (facts.causal, any(facts.has_kv), facts.pooling_type) == (False, False, 2)
+    modern = build_facts(read_model(model_file("modernbert-base")))
+    # load_swa_pattern(ml, 3, true): every third layer from layer 0 is full, the rest symmetric SWA
+    assert (modern.swa.swa_type, modern.swa.n_swa) == ("symmetric", 128)
+    assert [il for il in range(modern.n_layer) if not modern.swa.is_swa[il]] == [0, 3, 6, 9, 12, 15, 18, 21]
+
+
+# (flags given, the command's tail before -dev): --rerank is --embedding --pooling rank
+@pytest.mark.parametrize(
+    ("given", "tail"),
+    [
+        ({}, []),
+        ({"embeddings": True}, ["--embedding"]),
+        ({"embeddings": True, "pooling": "cls"}, ["--embedding", "--pooling", "cls"]),
+        ({"embeddings": True, "pooling": "rank"}, ["--embedding", "--pooling", "rank"]),
+        ({"pooling": "mean"}, ["--pooling", "mean"]),
+    ],
+)
+def test_server_argv_keeps_the_pooling_flags(given: dict[str, object], tail: list[str]) -> None:
+    facts = build_facts(read_model(FIXTURES / "dense-llama.gguf"))
+    cfg = with_given(LaunchConfig(n_ctx=1024), **given)
+    argv = server_argv("m.gguf", cfg, resolve(cfg, facts))
+    assert argv[argv.index("-ub") + 2 : argv.index("--fit")] == tail
+
+
+# (model, flags, the planned command's flags after -ub N): an embedding model is planned for
+# --embedding unless its flags say how it runs; a decoder is not
+@pytest.mark.parametrize(
+    ("model", "flags", "tail"),
+    [
+        ("bge-small-en-v1.5", [], ["--embedding", "-dev", "none"]),
+        ("bge-small-en-v1.5", ["--pooling", "mean"], ["--pooling", "mean", "-dev", "none"]),
+        ("bge-small-en-v1.5", ["--rerank"], ["--embedding", "--pooling", "rank", "-dev", "none"]),
+        ("fixtures/dense-llama.gguf", [], ["-dev", "none"]),
+    ],
+)
+def test_plan_runs_an_embedding_model_with_embeddings(
+    model: str, flags: list[str], tail: list[str]
+) -> None:
+    path = str(model_file(model))
+    res = CliRunner().invoke(cli, ["plan", path, "--gpu", "cpu", "--json", "--", *flags])
+    assert res.exit_code == 0, res.output
+    command = json.loads(res.stdout)["command"]
+    assert command[command.index("-ub") + 2 : command.index("--fit")] == tail
+
+
+def test_check_says_why_there_is_no_cache() -> None:
+    path = str(model_file("bge-small-en-v1.5"))
+    res = CliRunner().invoke(cli, ["check", path, "--gpu", "cpu", "--", "-c", "512", "--embedding"])
+    assert res.exit_code == 0, res.output
+    config = res.stdout.split("Config     ", 1)[1].split("\n(MiB)", 1)[0]
+    assert config.split() == (
+        "-c 512 (512 tokens shared by up to 4 parallel requests; no KV cache (non-causal)) "
+        "-fa on -ctk f16 -ctv f16 -ngl 13 -b 512 -ub 512 --embedding --pooling cls"
+    ).split()
