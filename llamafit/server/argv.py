@@ -2,8 +2,9 @@
 
 A remote model (an https URL, Hugging Face resolve URLs included) is passed as `-mu URL`:
 llama-server downloads it itself. Every value the fit depends on is pinned explicitly (-c, -ngl,
--fa, -ctk, -ctv, -ub, -np, --embedding, --pooling), plus `--fit off` so that llama-server's own fitter does not change them;
-flags the user pinned that do not affect memory are passed through in their order.
+-fa, -ctk, -ctv, -ub, -np, --embedding, --pooling), plus `--fit off` so that llama-server's own
+fitter does not change them; flags the user pinned that do not affect memory are passed through
+in their order.
 """
 
 from __future__ import annotations

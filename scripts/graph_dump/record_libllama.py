@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from llamafit.memory.config import POOLING_TYPES  # noqa: E402
 from scripts.graph_dump.record_build import (  # noqa: E402
     CASES,
     SPARSE,
@@ -39,7 +40,6 @@ from scripts.graph_dump.record_build import (  # noqa: E402
     model_path,
     sched_lines,
 )
-from llamafit.memory.config import POOLING_TYPES  # noqa: E402
 from tests.support.graph_dump import DUMP_ENV, shim  # noqa: E402
 
 OUT = ROOT / "fixtures" / "graphs"

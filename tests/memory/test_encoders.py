@@ -51,7 +51,11 @@ def test_check_gives_the_real_cpu_compute_buffer(name: str) -> None:
     d = _check_json(str(model_file(case.model)), *flags)
     (cpu,) = d["devices"]
     real = recorded(name)[0].backends
-    assert (cpu["name"], cpu["compute_source"], cpu["compute_bytes"]) == ("CPU", "graph", real[0][1])
+    assert (cpu["name"], cpu["compute_source"], cpu["compute_bytes"]) == (
+        "CPU",
+        "graph",
+        real[0][1],
+    )
     assert (cpu["kv_bytes"], cpu["recurrent_bytes"]) == (0, 0)
     assert d["config"]["n_batch"] == d["config"]["n_ubatch"]  # llama-server's embeddings rule
 
@@ -81,7 +85,16 @@ def test_encoder_facts() -> None:
     modern = build_facts(read_model(model_file("modernbert-base")))
     # load_swa_pattern(ml, 3, true): every third layer from layer 0 is full, the rest symmetric SWA
     assert (modern.swa.swa_type, modern.swa.n_swa) == ("symmetric", 128)
-    assert [il for il in range(modern.n_layer) if not modern.swa.is_swa[il]] == [0, 3, 6, 9, 12, 15, 18, 21]
+    assert [il for il in range(modern.n_layer) if not modern.swa.is_swa[il]] == [
+        0,
+        3,
+        6,
+        9,
+        12,
+        15,
+        18,
+        21,
+    ]
 
 
 # (flags given, the command's tail before -dev): --rerank is --embedding --pooling rank
@@ -128,7 +141,10 @@ def test_check_says_why_there_is_no_cache() -> None:
     res = CliRunner().invoke(cli, ["check", path, "--gpu", "cpu", "--", "-c", "512", "--embedding"])
     assert res.exit_code == 0, res.output
     config = res.stdout.split("Config     ", 1)[1].split("\n(MiB)", 1)[0]
-    assert config.split() == (
-        "-c 512 (512 tokens shared by up to 4 parallel requests; no KV cache (non-causal)) "
-        "-fa on -ctk f16 -ctv f16 -ngl 13 -b 512 -ub 512 --embedding --pooling cls"
-    ).split()
+    assert (
+        config.split()
+        == (
+            "-c 512 (512 tokens shared by up to 4 parallel requests; no KV cache (non-causal)) "
+            "-fa on -ctk f16 -ctv f16 -ngl 13 -b 512 -ub 512 --embedding --pooling cls"
+        ).split()
+    )

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from llamafit.facts.hparams import ModelFacts, build_facts
 from llamafit.facts.tensor_names import is_expert
+from llamafit.memory.config import POOLING_TYPES
 from llamafit.memory.graph.models import graph_hparams
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig, GraphHParams
-from llamafit.memory.config import POOLING_TYPES
 from llamafit.memory.graph.reserve import reserves
 from llamafit.memory.kv import swa_cells
 from llamafit.memory.tensors import op_probe_bytes

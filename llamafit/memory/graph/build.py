@@ -974,9 +974,9 @@ class GraphContext(GraphInputs):
     def pooling(self) -> None:
         """llama_model::build_graph's tail with cparams.embeddings: build_pooling over t_embd by
         cparams.pooling_type (none: t_embd itself; mean: t_embd transposed times the "mean"
-        input, n_tokens x n_seqs; cls, last: its rows by the "cls" input, one a sequence), named
-        "result_embd_pooled"; build_dense_out (dense_2, its bias, dense_3 where the file has
-        them); llm_graph_result::set_outputs' flags; rank pooling with the classifier head (_rank)."""
+        input, n_tokens x n_seqs; cls, last: its rows by the "cls" input, one a sequence; rank:
+        _rank), named "result_embd_pooled"; build_dense_out; llm_graph_result::set_outputs'
+        flags."""
         b, c = self.b, self.c
         if self.t_embd is not None:
             set_output(self.t_embd)
@@ -995,18 +995,25 @@ class GraphContext(GraphInputs):
             raise GraphBuildError(f"{self.f.path}: {c.pooling} pooling is not modelled")
         cur = self.cb(cur, "result_embd_pooled", -1)
         b.expand(cur)
+        set_output(self._dense_out(cur))
+
+    def _dense_out(self, cur: T) -> T:
+        """build_dense_out: dense_2, its bias, dense_3 where the file has them (sentence-
+        transformers' projection after the pooling), named "result_embd_pooled"."""
+        b = self.b
         dense_2, dense_2_b = self.w("dense_2.weight", -2), self.w("dense_2.bias", -2)
         dense_3 = self.w("dense_3.weight", -2)
-        if dense_2 is not None or dense_2_b is not None or dense_3 is not None:
-            if dense_2 is not None:
-                cur = b.mul_mat(dense_2, cur)
-            if dense_2_b is not None:
-                cur = b.add(cur, dense_2_b)
-            if dense_3 is not None:
-                cur = b.mul_mat(dense_3, cur)
-            cur = self.cb(cur, "result_embd_pooled", -1)
-            b.expand(cur)
-        set_output(cur)
+        if dense_2 is None and dense_2_b is None and dense_3 is None:
+            return cur
+        if dense_2 is not None:
+            cur = b.mul_mat(dense_2, cur)
+        if dense_2_b is not None:
+            cur = b.add(cur, dense_2_b)
+        if dense_3 is not None:
+            cur = b.mul_mat(dense_3, cur)
+        cur = self.cb(cur, "result_embd_pooled", -1)
+        b.expand(cur)
+        return cur
 
     def _pool_rows(self, inp: T) -> T:
         """build_inp_cls ("cls": a row a sequence) and ggml_get_rows of those rows."""
