@@ -353,6 +353,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # BGE reranker base (bert, XLM-RoBERTa's shape) with --rerank: rank pooling, the classifier
     # head (cls with TANH, cls.output)
     "bge-reranker-c512-rerank": ("bge-reranker-base", ("-c", "512", "--rerank", "--no-repack")),
+    # Jina Embeddings v2 base (jina-bert-v2): no positions (ALiBi), a GEGLU over one ffn_up
+    "jina-v2-c8192-emb-ub1024": (
+        "jina-embeddings-v2-base-en",
+        ("-c", "8192", "--embedding", "-ub", "1024", "--no-repack"),
+    ),
 }
 
 

@@ -1,7 +1,8 @@
-"""Encoders, embedding models and rerankers (bert, nomic-bert, gemma-embedding, modern-bert) from the GGUF to
-the command: no memory (llama_model::create_memory gives none), the replay's compute buffers of a
-CPU-only llama-server with --embedding to the byte (the real b11434 starts of
-scripts/graph_dump/record_build.py, fixtures/graphs/build-*-emb*), the pooling flags in the
+"""Encoders, embedding models and rerankers (bert, nomic-bert, jina-bert-v2, gemma-embedding,
+modern-bert) from the GGUF to the command: no memory (llama_model::create_memory gives none), the
+replay's compute buffers of a CPU-only llama-server with --embedding or --rerank to the byte (the
+real b11434 starts of scripts/graph_dump/record_build.py, fixtures/graphs/build-*), the pooling
+flags in the
 planned command, and the one-line summary `check` prints.
 """
 
@@ -43,6 +44,7 @@ def _check_json(path: str, *flags: str) -> dict:  # type: ignore[type-arg]
         "modernbert-c8192-emb-none",
         "modernbert-c8192-emb-fa-off-np2",
         "bge-reranker-c512-rerank",
+        "jina-v2-c8192-emb-ub1024",
     ],
 )
 def test_check_gives_the_real_cpu_compute_buffer(name: str) -> None:

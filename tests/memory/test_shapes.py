@@ -86,6 +86,7 @@ SIZES = [
     ("embeddinggemma-300m", 335091136),
     ("modernbert-base", 299602176),
     ("bge-reranker-base", 564764544),
+    ("jina-embeddings-v2-base-en", 274639424),
 ]
 
 

@@ -122,7 +122,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
 # StableLM 2's last layer (partial RoPE, Q/K/V biases), BGE small's last layer and a Nomic Embed
 # layer (post-norm encoder layers over the ubatch itself, no cache), an EmbeddingGemma SWA layer
-# (the second mask) and a full one, ModernBERT's last layer (full) and a SWA layer
+# (the second mask) and a full one, ModernBERT's last layer (full) and a SWA layer, a Jina v2
+# layer (no positions, GEGLU over one ffn_up)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -188,6 +189,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("embgemma-c2048-emb-fa-off-np1", 5),
         ("modernbert-c8192-emb-none", 21),
         ("modernbert-c8192-emb-fa-off-np2", 4),
+        ("jina-v2-c8192-emb-ub1024", 7),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

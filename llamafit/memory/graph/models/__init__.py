@@ -183,6 +183,7 @@ MODELS: Mapping[str, Model] = {
     "stablelm": Model(stablelm.build, since=OLD_SINCE),
     "bert": Model(bert.build, since=OLD_SINCE, encoder=True),
     "nomic-bert": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "jina-bert-v2": Model(bert.build, since=OLD_SINCE, encoder=True),
     "gemma-embedding": Model(gemma_embedding.build, since=OLD_SINCE, encoder=True),
     "modern-bert": Model(modern_bert.build, since=OLD_SINCE, encoder=True),
 }
