@@ -2,8 +2,7 @@
 modern-bert) from the GGUF to the command: no memory (llama_model::create_memory gives none), the
 replay's compute buffers of a CPU-only llama-server with --embedding or --rerank to the byte (the
 real b11434 starts of scripts/graph_dump/record_build.py, fixtures/graphs/build-*), the pooling
-flags in the
-planned command, and the one-line summary `check` prints.
+flags in the planned command, and the one-line summary `check` prints.
 """
 
 from __future__ import annotations
