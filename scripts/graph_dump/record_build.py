@@ -358,6 +358,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "jina-embeddings-v2-base-en",
         ("-c", "8192", "--embedding", "-ub", "1024", "--no-repack"),
     ),
+    # EuroBERT 210M (eurobert): a Llama layer over the ubatch itself, no flash attention
+    "eurobert-c8192-emb-fa-off": (
+        "eurobert-210m",
+        ("-c", "8192", "--embedding", "-fa", "off", "--no-repack"),
+    ),
 }
 
 

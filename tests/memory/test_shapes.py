@@ -83,10 +83,11 @@ SIZES = [
     ("stablelm2-1.6b", 1030898144),
     ("bge-small-en-v1.5", 67852704),
     ("nomic-embed-text-v1.5", 87651104),
-    ("embeddinggemma-300m", 335091136),
+    ("embeddinggemma-300m", 335091200),
     ("modernbert-base", 299602176),
     ("bge-reranker-base", 564764544),
     ("jina-embeddings-v2-base-en", 274639424),
+    ("eurobert-210m", 153008544),
 ]
 
 

@@ -24,6 +24,7 @@ from . import (
     deepseek2,
     ernie4_5,
     ernie4_5_moe,
+    eurobert,
     exaone,
     exaone4,
     falcon_h1,
@@ -186,6 +187,7 @@ MODELS: Mapping[str, Model] = {
     "jina-bert-v2": Model(bert.build, since=OLD_SINCE, encoder=True),
     "gemma-embedding": Model(gemma_embedding.build, since=OLD_SINCE, encoder=True),
     "modern-bert": Model(modern_bert.build, since=OLD_SINCE, encoder=True),
+    "eurobert": Model(eurobert.build, since=OLD_SINCE, encoder=True),
 }
 
 
