@@ -150,3 +150,21 @@ def test_check_says_why_there_is_no_cache() -> None:
             "-fa on -ctk f16 -ctv f16 -ngl 13 -b 512 -ub 512 --embedding --pooling cls"
         ).split()
     )
+
+
+# (flags, output buffer): output_reserve(n_seq_max) at the start; with --embedding the first full
+# batch (every token an output) grows it to n_batch rows of logits and embeddings, n_batch being
+# n_ubatch then (tools/server/server.cpp)
+@pytest.mark.parametrize(
+    ("flags", "output"),
+    [
+        (["-c", "512"], 30522 * 4 * 4),
+        (["-c", "512", "--embedding"], (30522 + 384) * 512 * 4),
+        (["-c", "512", "--embedding", "-ub", "256"], (30522 + 384) * 256 * 4),
+        (["-c", "512", "--rerank", "-np", "1"], (30522 + 384) * 512 * 4),
+    ],
+)
+def test_embeddings_grow_the_output_buffer(flags: list[str], output: int) -> None:
+    d = _check_json(str(model_file("bge-small-en-v1.5")), *flags)
+    (cpu,) = d["devices"]
+    assert cpu["output_bytes"] == output
