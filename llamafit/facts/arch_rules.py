@@ -53,29 +53,7 @@ RECR_IF_NO_KV_HEADS_AND_NO_FFN = frozenset({"nemotron_h", "nemotron_h_moe"})  # 
 RECR_BY_INTERVAL = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4exp", "minimax-01"})
 RECR_AND_ATTENTION_EVERY_LAYER = frozenset({"falcon-h1"})  # falcon-h1.cpp: is_recr on all layers
 
-# src/llama-model.cpp create_memory(): res = nullptr, no KV cache at all.
-NO_MEMORY_ARCHS = frozenset(
-    {
-        "bert",
-        "jina-bert-v2",
-        "jina-bert-v3",
-        "nomic-bert",
-        "nomic-bert-moe",
-        "neo-bert",
-        "eurobert",
-        "wavtokenizer-dec",
-        "modern-bert",
-        "gemma-embedding",
-        "dream",
-        "llada",
-        "llada-moe",
-        "rnd1",
-    }
-)
-
-# the encoders among them: text embedding models (and rerankers), which llama-server runs with
-# --embedding (--rerank); dream, llada, llada-moe and rnd1 are diffusion generators and
-# wavtokenizer-dec an audio decoder
+# text embedding models (and rerankers), which llama-server runs with --embedding (--rerank)
 EMBEDDING_ARCHS = frozenset(
     {
         "bert",
@@ -88,6 +66,11 @@ EMBEDDING_ARCHS = frozenset(
         "modern-bert",
         "gemma-embedding",
     }
+)
+# src/llama-model.cpp create_memory(): res = nullptr, no KV cache at all: the encoders, the
+# diffusion generators (dream, llada, llada-moe, rnd1) and an audio decoder (wavtokenizer-dec)
+NO_MEMORY_ARCHS = EMBEDDING_ARCHS | frozenset(
+    {"wavtokenizer-dec", "dream", "llada", "llada-moe", "rnd1"}
 )
 
 

@@ -99,23 +99,6 @@ def _ffn(ctx: GraphContext, cur: T, il: int) -> T:
     if f.architecture == "jina-bert-v2":
         up = ctx.need(ctx.lw(il, "ffn_up.weight"), "ffn_up")
         if ctx.lw(il, "ffn_gate.weight") is None and up.ne[1] != f.n_ff[il]:
-            return _ffn_geglu_up(ctx, cur, up, il)
+            return ffn_gelu(ctx, cur, il, geglu=True)
         return ctx.ffn(cur, il, "gelu", True)
     return ctx.ffn(cur, il, "silu", False)
-
-
-def _ffn_geglu_up(ctx: GraphContext, cur: T, up: T, il: int) -> T:
-    """build_ffn, LLM_FFN_GEGLU without a gate: up (+ bias), ggml_geglu of its two halves, down
-    (+ bias)."""
-    b = ctx.b
-    down = ctx.need(ctx.lw(il, "ffn_down.weight"), "ffn_down")
-    up_b, down_b = ctx.lw(il, "ffn_up.bias"), ctx.lw(il, "ffn_down.bias")
-    cur = ctx.cb(ctx.mm(up, cur), "ffn_up", il)
-    if up_b is not None:
-        cur = ctx.cb(b.add(cur, up_b), "ffn_up_b", il)
-    cur = ctx.cb(b.glu(cur, "GEGLU"), "ffn_geglu", il)
-    cur = ctx.mm(down, cur)
-    if down_b is not None:
-        ctx.cb(cur, "ffn_down", il)
-        cur = b.add(cur, down_b)
-    return cur
