@@ -507,6 +507,13 @@ def test_unmodelled_architecture_is_an_error() -> None:
             "llama3.2-1b",
             ("-c", "2048", "-np", "2", "-kvu", "-ub", "64", "-ctk", "q8_0", "-ctv", "q8_0"),
         ),
+        # encoders: last pooling over 3 sequences of an odd ubatch, and a SWA encoder's rank
+        # pooling without a classifier head
+        Case(
+            "bge-small-en-v1.5",
+            ("-c", "512", "--embedding", "--pooling", "last", "-np", "3", "-ub", "200"),
+        ),
+        Case("embeddinggemma-300m", ("-c", "1024", "--rerank", "-fa", "off", "-ub", "384")),
     ],
 )
 def test_live_start_is_the_built_graph(case: Case) -> None:
