@@ -363,6 +363,29 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "eurobert-210m",
         ("-c", "8192", "--embedding", "-fa", "off", "--no-repack"),
     ),
+    # encoders on Vulkan0: BGE small fully offloaded (the pooling rows on the device), and
+    # EmbeddingGemma's last 10 layers there without flash attention (the tied token_embd, over
+    # lavapipe's 128 MiB storage range, is not an output here: build_pooling reads t_embd)
+    "vk-bge-small-ngl99-emb": (
+        "bge-small-en-v1.5",
+        ("-c", "512", "-ngl", "99", "--embedding", VULKAN),
+    ),
+    "vk-embgemma-ngl10-emb-fa-off": (
+        "embeddinggemma-300m",
+        (
+            "-c",
+            "2048",
+            "-ngl",
+            "10",
+            "-fa",
+            "off",
+            "-np",
+            "1",
+            "--embedding",
+            "--no-repack",
+            VULKAN,
+        ),
+    ),
 }
 
 
