@@ -8,6 +8,7 @@ flags in the planned command, and the one-line summary `check` prints.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -21,6 +22,7 @@ from llamafit.reader.model import read_model
 from llamafit.server.argv import server_argv
 from tests.support import FIXTURES
 from tests.support.graph_build import cases, model_file, recorded
+from tests.support.scripts import script
 
 CASES = cases()
 
@@ -168,3 +170,18 @@ def test_embeddings_grow_the_output_buffer(flags: list[str], output: int) -> Non
     d = _check_json(str(model_file("bge-small-en-v1.5")), *flags)
     (cpu,) = d["devices"]
     assert cpu["output_bytes"] == output
+
+
+def test_a_non_causal_decoder_keeps_its_cache(tmp_path: Path) -> None:
+    """llama_model::create_memory makes no cache for the encoders' archs only: a Llama 3.2 1B
+    shape whose GGUF says attention.causal false still gets one. The real b11434 start (-c 4096
+    -np 1 --fit off): "CPU KV buffer size = 128.00 MiB", "CPU compute buffer size = 72.02 MiB"."""
+    make_shapes = script("make_shapes")
+    spec = dict(make_shapes.load_specs()["llama3.2-1b"], key="llama1b-noncausal", pooling="last")
+    (path,) = make_shapes.build(spec).write(tmp_path)
+    facts = build_facts(read_model(path))
+    assert (facts.causal, all(facts.has_kv)) == (False, True)
+    d = _check_json(str(path), "-c", "4096", "-np", "1")
+    (cpu,) = d["devices"]
+    assert (cpu["kv_bytes"], cpu["compute_source"]) == (128 << 20, "graph")
+    assert round(cpu["compute_bytes"] / (1 << 20), 2) == 72.02
