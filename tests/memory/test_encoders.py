@@ -185,3 +185,20 @@ def test_a_non_causal_decoder_keeps_its_cache(tmp_path: Path) -> None:
     (cpu,) = d["devices"]
     assert (cpu["kv_bytes"], cpu["compute_source"]) == (128 << 20, "graph")
     assert round(cpu["compute_bytes"] / (1 << 20), 2) == 72.02
+    res = CliRunner().invoke(cli, ["inspect", str(path)])
+    note = "Note           non-causal / embedding model: a KV cache all the same"
+    assert note in res.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("model", "note"),
+    [
+        ("bge-small-en-v1.5", "Note           non-causal / embedding model: no KV cache"),
+        ("llama3.2-1b", None),
+    ],
+)
+def test_inspect_says_whether_a_non_causal_model_has_a_cache(model: str, note: str | None) -> None:
+    res = CliRunner().invoke(cli, ["inspect", str(model_file(model))])
+    assert res.exit_code == 0, res.output
+    notes = [line for line in res.stdout.splitlines() if "non-causal" in line]
+    assert notes == ([note] if note else [])
