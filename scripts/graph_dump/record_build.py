@@ -328,6 +328,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # BGE small (bert) with --embedding: learned positions and token types, post-norm layers
     # over the ubatch itself (no memory), CLS pooling
     "bge-small-c512-emb": ("bge-small-en-v1.5", ("-c", "512", "--embedding", "--no-repack")),
+    # without --embedding: no pooling, n_parallel outputs (server_output_limits)
+    "bge-small-c512-np2": ("bge-small-en-v1.5", ("-c", "512", "-np", "2", "--no-repack")),
     # Nomic Embed v1.5 (nomic-bert): fused QKV, RoPE, SwiGLU; mean pooling, no flash attention
     "nomic-c2048-emb-fa-off-np2": (
         "nomic-embed-text-v1.5",
