@@ -1,8 +1,9 @@
-"""Encoders, embedding models and rerankers (bert, nomic-bert, jina-bert-v2, gemma-embedding,
-modern-bert, eurobert) from the GGUF to the command: no memory (llama_model::create_memory gives none), the
-replay's compute buffers of a CPU-only llama-server with --embedding or --rerank to the byte (the
-real b11434 starts of scripts/graph_dump/record_build.py, fixtures/graphs/build-*), the pooling
-flags in the planned command, and the one-line summary `check` prints.
+"""Encoders, embedding models and rerankers (bert, nomic-bert, nomic-bert-moe, jina-bert-v2,
+gemma-embedding, modern-bert, eurobert) from the GGUF to the command: no memory
+(llama_model::create_memory gives none), the replay's compute buffers of a CPU-only llama-server
+with --embedding or --rerank to the byte (the real b11434 starts of
+scripts/graph_dump/record_build.py, fixtures/graphs/build-*), the output buffer embeddings grow,
+the pooling flags in the planned command, and the one-line summary `check` prints.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def _check_json(path: str, *flags: str) -> dict:  # type: ignore[type-arg]
         "bge-reranker-c512-rerank",
         "jina-v2-c8192-emb-ub1024",
         "eurobert-c8192-emb-fa-off",
+        "nomic-moe-c512-emb",
     ],
 )
 def test_check_gives_the_real_cpu_compute_buffer(name: str) -> None:

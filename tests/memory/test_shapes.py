@@ -88,6 +88,7 @@ SIZES = [
     ("bge-reranker-base", 564764544),
     ("jina-embeddings-v2-base-en", 274639424),
     ("eurobert-210m", 153008544),
+    ("nomic-embed-text-v2-moe", 341394784),
 ]
 
 

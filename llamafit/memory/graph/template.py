@@ -16,7 +16,7 @@ gemma4's, nemotron_h_moe's, qwen3next's, qwen35moe's, and gemma3n's attention an
 only), M-RoPE outside qwen2vl, qwen3vl(moe) and qwen35(moe) (ggml_rope_multi is a ROPE node as
 ggml_rope_ext's, over four positions a token; glm4's declines), LongRoPE factors, LoRA, control
 vectors, a decoder's pooled graph (build_pooling over its result_norm; the encoders' is:
-build.GraphContext.pooling), qwen3's reranker soft max, nomic-bert-moe's experts, ModernBERT's
+build.GraphContext.pooling), qwen3's reranker soft max, ModernBERT's
 decision head, backend samplers, MTP/NextN graphs, recurrent
 rollback (n_rs_seq), deepseek2 without MLA, nemotron_h_moe's latent MoE projections and per-layer
 expert counts (Puzzle), nemotron_h's MLP biases, qwen3next's legacy ssm_in projection, gemma3n's

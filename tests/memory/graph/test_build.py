@@ -123,7 +123,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # StableLM 2's last layer (partial RoPE, Q/K/V biases), BGE small's last layer and a Nomic Embed
 # layer (post-norm encoder layers over the ubatch itself, no cache), an EmbeddingGemma SWA layer
 # (the second mask) and a full one, ModernBERT's last layer (full) and a SWA layer, a Jina v2
-# layer (no positions, GEGLU over one ffn_up), EuroBERT's last layer
+# layer (no positions, GEGLU over one ffn_up), EuroBERT's last layer, a Nomic v2 MoE layer
+# (GELU experts)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -191,6 +192,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("modernbert-c8192-emb-fa-off-np2", 4),
         ("jina-v2-c8192-emb-ub1024", 7),
         ("eurobert-c8192-emb-fa-off", 11),
+        ("nomic-moe-c512-emb", 3),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

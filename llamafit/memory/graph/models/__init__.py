@@ -185,6 +185,7 @@ MODELS: Mapping[str, Model] = {
     "bert": Model(bert.build, since=OLD_SINCE, encoder=True),
     "nomic-bert": Model(bert.build, since=OLD_SINCE, encoder=True),
     "jina-bert-v2": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "nomic-bert-moe": Model(bert.build, since=OLD_SINCE, encoder=True),
     "gemma-embedding": Model(gemma_embedding.build, since=OLD_SINCE, encoder=True),
     "modern-bert": Model(modern_bert.build, since=OLD_SINCE, encoder=True),
     "eurobert": Model(eurobert.build, since=OLD_SINCE, encoder=True),

@@ -62,7 +62,7 @@ def build(ctx: GraphContext) -> None:
         if ctx.lw(il, "attn_norm_2.weight") is not None:  # jina-bert-v2: the input re-added
             cur = _layer_norm(ctx, b.add(cur, inpL), "attn_norm_2", il)
         ffn_inp = ctx.cb(cur, "ffn_inp", il)
-        cur = ctx.cb(_ffn(ctx, cur, il), "ffn_out", il)
+        cur = _ffn(ctx, cur, il)
         cur = b.add(cur, ffn_inp)
         inpL = _layer_norm(ctx, cur, "layer_output_norm", il)
     ctx.embd_out(inpL, "result_embd")
@@ -87,18 +87,22 @@ def _head_norm(ctx: GraphContext, t: T, part: str, il: int) -> T:
 
 
 def _ffn(ctx: GraphContext, cur: T, il: int) -> T:
-    """The layer's FFN: nomic-bert-moe's experts every moe_every_n_layers-th layer (GELU
-    experts without a gate, softmax gating) are not modelled; the GELU FFN of bert,
-    nomic-bert-moe and jina-bert-v3; jina-bert-v2's GEGLU (LLM_FFN_PAR: over a gate beside
-    ffn_up, or ggml_geglu of an ffn_up twice n_ff wide) with biases; nomic-bert's SwiGLU."""
+    """The layer's FFN: nomic-bert-moe's experts every moe_every_n_layers-th layer (the layers
+    with a router: build_moe_ffn, GELU experts without a gate, softmax gating, weights not
+    normalised, "ffn_moe_out"); else ("ffn_out") the GELU FFN of bert, nomic-bert-moe and
+    jina-bert-v3; jina-bert-v2's GEGLU (LLM_FFN_PAR: over a gate beside ffn_up, or ggml_geglu
+    of an ffn_up twice n_ff wide) with biases; nomic-bert's SwiGLU."""
     f = ctx.f
     if ctx.lw(il, "ffn_gate_inp.weight") is not None:
-        raise GraphBuildError(f"{f.path}: nomic-bert-moe's experts are not modelled")
+        if f.moe is None:
+            raise GraphBuildError(f"{f.path}: a router without experts")
+        return ctx.moe_ffn(cur, il, norm_w=False, act="gelu")
     if f.architecture in GELU_ARCHS:
-        return ffn_gelu(ctx, cur, il)
-    if f.architecture == "jina-bert-v2":
+        cur = ffn_gelu(ctx, cur, il)
+    elif f.architecture == "jina-bert-v2":
         up = ctx.need(ctx.lw(il, "ffn_up.weight"), "ffn_up")
-        if ctx.lw(il, "ffn_gate.weight") is None and up.ne[1] != f.n_ff[il]:
-            return ffn_gelu(ctx, cur, il, geglu=True)
-        return ctx.ffn(cur, il, "gelu", True)
-    return ctx.ffn(cur, il, "silu", False)
+        geglu = ctx.lw(il, "ffn_gate.weight") is None and up.ne[1] != f.n_ff[il]
+        cur = ffn_gelu(ctx, cur, il, geglu=True) if geglu else ctx.ffn(cur, il, "gelu", True)
+    else:
+        cur = ctx.ffn(cur, il, "silu", False)
+    return ctx.cb(cur, "ffn_out", il)
