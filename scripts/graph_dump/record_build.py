@@ -367,6 +367,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Nomic Embed v2 MoE (nomic-bert-moe): RoPE, biases, GELU experts every second layer
     "nomic-moe-c512-emb": ("nomic-embed-text-v2-moe", ("-c", "512", "--embedding", "--no-repack")),
+    # Jina Embeddings v3 (jina-bert-v3): XLM-RoBERTa large with RoPE, fused QKV with biases
+    "jina-v3-c4096-emb-fa-off": (
+        "jina-embeddings-v3",
+        ("-c", "4096", "--embedding", "-fa", "off", "--no-repack"),
+    ),
     # encoders on Vulkan0: BGE small fully offloaded (the pooling rows on the device), and
     # EmbeddingGemma's last 10 layers there without flash attention (the tied token_embd, over
     # lavapipe's 128 MiB storage range, is not an output here: build_pooling reads t_embd)

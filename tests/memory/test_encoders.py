@@ -1,4 +1,4 @@
-"""Encoders, embedding models and rerankers (bert, nomic-bert, nomic-bert-moe, jina-bert-v2,
+"""Encoders, embedding models and rerankers (bert, nomic-bert, nomic-bert-moe, jina-bert-v2/v3,
 gemma-embedding, modern-bert, eurobert) from the GGUF to the command: no memory
 (llama_model::create_memory gives none), the replay's compute buffers of a CPU-only llama-server
 with --embedding or --rerank to the byte (the real b11434 starts of
@@ -50,6 +50,7 @@ def _check_json(path: str, *flags: str) -> dict:  # type: ignore[type-arg]
         "jina-v2-c8192-emb-ub1024",
         "eurobert-c8192-emb-fa-off",
         "nomic-moe-c512-emb",
+        "jina-v3-c4096-emb-fa-off",
     ],
 )
 def test_check_gives_the_real_cpu_compute_buffer(name: str) -> None:

@@ -89,6 +89,7 @@ SIZES = [
     ("jina-embeddings-v2-base-en", 274639424),
     ("eurobert-210m", 153008544),
     ("nomic-embed-text-v2-moe", 341394784),
+    ("jina-embeddings-v3", 401789696),
 ]
 
 

@@ -124,7 +124,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # layer (post-norm encoder layers over the ubatch itself, no cache), an EmbeddingGemma SWA layer
 # (the second mask) and a full one, ModernBERT's last layer (full) and a SWA layer, a Jina v2
 # layer (no positions, GEGLU over one ffn_up), EuroBERT's last layer, a Nomic v2 MoE layer
-# (GELU experts)
+# (GELU experts), Jina v3's last layer
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -193,6 +193,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("jina-v2-c8192-emb-ub1024", 7),
         ("eurobert-c8192-emb-fa-off", 11),
         ("nomic-moe-c512-emb", 3),
+        ("jina-v3-c4096-emb-fa-off", 23),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -186,6 +186,7 @@ MODELS: Mapping[str, Model] = {
     "nomic-bert": Model(bert.build, since=OLD_SINCE, encoder=True),
     "jina-bert-v2": Model(bert.build, since=OLD_SINCE, encoder=True),
     "nomic-bert-moe": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "jina-bert-v3": Model(bert.build, since=OLD_SINCE, encoder=True),
     "gemma-embedding": Model(gemma_embedding.build, since=OLD_SINCE, encoder=True),
     "modern-bert": Model(modern_bert.build, since=OLD_SINCE, encoder=True),
     "eurobert": Model(eurobert.build, since=OLD_SINCE, encoder=True),
