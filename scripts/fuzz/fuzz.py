@@ -597,6 +597,10 @@ REPLAY_SHAPES = {
     "internlm2": "internlm2.5-7b",
     "gpt2": "gpt2",
     "stablelm": "stablelm2-1.6b",
+    "gptneox": "pythia-1.4b",
+    "falcon": "falcon-40b",
+    "starcoder": "starcoder-15b",
+    "bloom": "bloom-560m",
 }
 
 

@@ -325,6 +325,26 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpt2-c1024-fa-off-np2": ("gpt2", ("-c", "1024", "-fa", "off", "-np", "2", "--no-repack")),
     # StableLM 2 1.6B (stablelm): LayerNorms with bias, Q/K/V biases, partial RoPE
     "stablelm2-c4096-ub128": ("stablelm2-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Pythia 1.4B (gptneox): the parallel residual, LayerNorms with bias, partial RoPE, GELU FFN
+    "pythia-1.4b-c2048-fa-off-np2": (
+        "pythia-1.4b",
+        ("-c", "2048", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Falcon 40B (falcon): attn_norm_2 beside attn_norm, a parallel block, GQA fused QKV
+    "falcon-40b-c2048-ub128": ("falcon-40b", ("-c", "2048", "-ub", "128", "--no-repack")),
+    # StarCoder 15.5B (starcoder): gpt2.cpp's graph with one KV head
+    "starcoder-15b-c4096-ub128": ("starcoder-15b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # BLOOM 560M (bloom): ALiBi, the token rows' LayerNorm, a tied output
+    "bloom-560m-c2048-fa-off": ("bloom-560m", ("-c", "2048", "-fa", "off", "--no-repack")),
+    # Pythia 1.4B and BLOOM 560M with -ngl 3 on Vulkan0
+    "vk-pythia-1.4b-ngl3": (
+        "pythia-1.4b",
+        ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack", VULKAN),
+    ),
+    "vk-bloom-560m-ngl3-fa-off": (
+        "bloom-560m",
+        ("-c", "2048", "-np", "1", "-ngl", "3", "-fa", "off", "--no-repack", VULKAN),
+    ),
 }
 
 
@@ -373,6 +393,10 @@ SPARSE = frozenset(
         "deepseek-moe-16b",
         "internlm2.5-7b",
         "stablelm2-1.6b",
+        "pythia-1.4b",
+        "falcon-40b",
+        "starcoder-15b",
+        "bloom-560m",
     }
 )
 

@@ -120,7 +120,9 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²),
 # a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN), InternLM2.5's
 # last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
-# StableLM 2's last layer (partial RoPE, Q/K/V biases)
+# StableLM 2's last layer (partial RoPE, Q/K/V biases), Pythia's last layer (the parallel
+# residual), a Falcon 40B layer (attn_norm_2), a StarCoder layer (one KV head), BLOOM's first
+# layer (after the token rows' LayerNorm, no positions)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -180,6 +182,10 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("internlm2-c4096-ub128", 31),
         ("gpt2-c1024-fa-off-np2", 11),
         ("stablelm2-c4096-ub128", 23),
+        ("pythia-1.4b-c2048-fa-off-np2", 23),
+        ("falcon-40b-c2048-ub128", 7),
+        ("starcoder-15b-c4096-ub128", 20),
+        ("bloom-560m-c2048-fa-off", 0),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -573,6 +579,12 @@ DEVICE_CASES = [
         "vk-gemma3n-e2b-ngl2",
         "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
+    ),
+    ("vk-pythia-1.4b-ngl3", "pythia-1.4b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
+    (
+        "vk-bloom-560m-ngl3-fa-off",
+        "bloom-560m",
+        ("-c", "2048", "-np", "1", "-ngl", "3", "-fa", "off", "--no-repack"),
     ),
 ]
 

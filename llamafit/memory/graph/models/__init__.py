@@ -16,6 +16,7 @@ from ..params import GraphBuildError, GraphHParams
 from . import (
     arcee,
     bailingmoe2,
+    bloom,
     cohere2,
     command_r,
     deci,
@@ -25,6 +26,7 @@ from . import (
     ernie4_5_moe,
     exaone,
     exaone4,
+    falcon,
     falcon_h1,
     gemma,
     gemma2,
@@ -34,6 +36,7 @@ from . import (
     glm4,
     glm4_moe,
     gpt2,
+    gptneox,
     granite,
     granite_hybrid,
     hunyuan_moe,
@@ -64,6 +67,7 @@ from . import (
     seed_oss,
     smollm3,
     stablelm,
+    starcoder,
     starcoder2,
 )
 
@@ -175,6 +179,10 @@ MODELS: Mapping[str, Model] = {
     "internlm2": Model(internlm2.build, since=OLD_SINCE),
     "gpt2": Model(gpt2.build, since=OLD_SINCE),
     "stablelm": Model(stablelm.build, since=OLD_SINCE),
+    "gptneox": Model(gptneox.build, since=OLD_SINCE),
+    "falcon": Model(falcon.build, since=OLD_SINCE),
+    "starcoder": Model(starcoder.build, since=OLD_SINCE),
+    "bloom": Model(bloom.build, since=OLD_SINCE),
 }
 
 
