@@ -132,6 +132,9 @@ class ModelFacts:
     # {arch}.n_deepstack_layers (llama_hparams::n_deepstack_layers: Qwen3-VL's layers that add a
     # slice of the wider input embedding, n_embd_inp = n_embd * (1 + n); 0 when unset)
     n_deepstack_layers: int = 0
+    # {arch}.attention.clamp_kqv (llama_hparams::f_clamp_kqv: build_qkv clamps Q, K and V; mpt,
+    # olmo, dbrx); 0.0 when unset
+    clamp_kqv: float = 0.0
 
     @property
     def incomplete(self) -> str | None:
@@ -362,6 +365,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
         rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
         n_deepstack_layers=_n_deepstack_layers(meta),
+        clamp_kqv=float(meta.get_float("{arch}.attention.clamp_kqv", 0.0) or 0.0),
     )
     _check_head_sizes(meta, facts)
     _check_recurrent(meta, facts)

@@ -601,6 +601,9 @@ REPLAY_SHAPES = {
     "falcon": "falcon-40b",
     "starcoder": "starcoder-15b",
     "bloom": "bloom-560m",
+    "mpt": "mpt-7b",
+    "olmo": "olmo-1b",
+    "baichuan": "baichuan2-13b",
 }
 
 

@@ -336,6 +336,22 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "starcoder-15b-c4096-ub128": ("starcoder-15b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # BLOOM 560M (bloom): ALiBi, the token rows' LayerNorm, a tied output
     "bloom-560m-c2048-fa-off": ("bloom-560m", ("-c", "2048", "-fa", "off", "--no-repack")),
+    # MPT 7B (mpt): ALiBi, LayerNorms without biases, the fused QKV, a GELU FFN, tied output
+    "mpt-7b-c2048-ub128": ("mpt-7b", ("-c", "2048", "-ub", "128", "--no-repack")),
+    # OLMo 1B (olmo): LayerNorms without weights, a SwiGLU FFN
+    "olmo-1b-c2048-fa-off-np2": (
+        "olmo-1b",
+        ("-c", "2048", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Baichuan 2 13B (baichuan): ALiBi, no inp_pos (the 7B's RoPE is the only other graph)
+    "baichuan2-13b-c4096-ub128-fa-off": (
+        "baichuan2-13b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "--no-repack"),
+    ),
+    # Baichuan 2 7B: the one RoPE graph of baichuan.cpp (LLM_TYPE_7B)
+    "baichuan2-7b-c4096-np2": ("baichuan2-7b", ("-c", "4096", "-np", "2", "--no-repack")),
+    # OLMo 1B with -ngl 3 on Vulkan0
+    "vk-olmo-1b-ngl3": ("olmo-1b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack", VULKAN)),
     # Pythia 1.4B and BLOOM 560M with -ngl 3 on Vulkan0
     "vk-pythia-1.4b-ngl3": (
         "pythia-1.4b",
@@ -397,6 +413,10 @@ SPARSE = frozenset(
         "falcon-40b",
         "starcoder-15b",
         "bloom-560m",
+        "mpt-7b",
+        "olmo-1b",
+        "baichuan2-13b",
+        "baichuan2-7b",
     }
 )
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from llamafit.facts.hparams import build_facts
 from llamafit.memory.graph.alloc import Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
-from llamafit.memory.graph.models import MODELS, graph_hparams
+from llamafit.memory.graph.models import MODELS, graph_hparams, graph_hparams_of
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
@@ -24,6 +25,7 @@ from llamafit.memory.graph.template import (
     count_direct,
     count_graph,
 )
+from llamafit.reader.model import read_model
 from tests.support import ROOT
 from tests.support.graph_build import (
     GRAPHS,
@@ -122,7 +124,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
 # StableLM 2's last layer (partial RoPE, Q/K/V biases), Pythia's last layer (the parallel
 # residual), a Falcon 40B layer (attn_norm_2), a StarCoder layer (one KV head), BLOOM's first
-# layer (after the token rows' LayerNorm, no positions)
+# layer (after the token rows' LayerNorm, no positions), an OLMo layer (LayerNorms without
+# weights), Baichuan 2 13B's last layer (no RoPE) and a 7B layer (RoPE)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -186,6 +189,9 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("falcon-40b-c2048-ub128", 7),
         ("starcoder-15b-c4096-ub128", 20),
         ("bloom-560m-c2048-fa-off", 0),
+        ("olmo-1b-c2048-fa-off-np2", 3),
+        ("baichuan2-13b-c4096-ub128-fa-off", 39),
+        ("baichuan2-7b-c4096-np2", 5),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -563,6 +569,42 @@ def test_long_rope_factors_are_not_modelled(model: str) -> None:
         build_graph(other, config, hp)
 
 
+@pytest.mark.parametrize(
+    ("key", "clamp"),
+    [("mpt-7b", 0.0), ("mpt-7b", 8.0), ("olmo-1b", 0.0), ("olmo-1b", 8.0)],
+)
+def test_clamped_qkv_is_refused(tmp_path: Path, key: str, clamp: float) -> None:
+    """{arch}.attention.clamp_kqv (the converters' clip_qkv) makes build_qkv clamp Q, K and V
+    (ggml_clamp): not modelled, so such a file's graph is refused rather than built without it."""
+    from scripts.fixtures import make_shapes
+
+    spec = dict(make_shapes.load_specs()[key])
+    if clamp:
+        spec["clamp_kqv"] = clamp
+    facts = build_facts(read_model(make_shapes.build(spec).write(tmp_path)[0]))
+    hp = graph_hparams_of(facts)
+    config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
+    assert facts.clamp_kqv == clamp
+    if clamp:
+        with pytest.raises(GraphBuildError, match="clamp_kqv is not modelled"):
+            build_direct(facts, config, hp)
+    else:
+        assert len(build_direct(facts, config, hp).nodes) > 0
+
+
+@pytest.mark.parametrize(
+    "name", ["blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight", "blk.0.ffn_act.scales"]
+)
+def test_mpt_parts_not_modelled_are_refused(name: str) -> None:
+    """mpt.cpp's optional Q/K LayerNorms and AWQ's ffn_act scales are not built: an error."""
+    facts, hp = facts_of("mpt-7b")
+    norm = next(t for t in facts.tensors if t.name == "blk.0.attn_norm.weight")
+    other = replace(facts, tensors=(*facts.tensors, replace(norm, name=name)))
+    config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
+    with pytest.raises(GraphBuildError, match=f"{name} is not modelled for mpt"):
+        build_graph(other, config, hp)
+
+
 # recorded Vulkan0 starts of real shapes: (case, shape key, llama-server flags)
 DEVICE_CASES = [
     (
@@ -580,6 +622,7 @@ DEVICE_CASES = [
         "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
     ),
+    ("vk-olmo-1b-ngl3", "olmo-1b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
     ("vk-pythia-1.4b-ngl3", "pythia-1.4b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
     (
         "vk-bloom-560m-ngl3-fa-off",

@@ -15,6 +15,7 @@ from ..kv_cache import has_swa
 from ..params import GraphBuildError, GraphHParams
 from . import (
     arcee,
+    baichuan,
     bailingmoe2,
     bloom,
     cohere2,
@@ -48,7 +49,9 @@ from . import (
     mamba,
     minimax_m2,
     mistral3,
+    mpt,
     nemotron_h,
+    olmo,
     olmo2,
     olmoe,
     openai_moe,
@@ -183,6 +186,9 @@ MODELS: Mapping[str, Model] = {
     "falcon": Model(falcon.build, since=OLD_SINCE),
     "starcoder": Model(starcoder.build, since=OLD_SINCE),
     "bloom": Model(bloom.build, since=OLD_SINCE),
+    "mpt": Model(mpt.build, since=OLD_SINCE),
+    "olmo": Model(olmo.build, since=OLD_SINCE),
+    "baichuan": Model(baichuan.build, since=OLD_SINCE),
 }
 
 
