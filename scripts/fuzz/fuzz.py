@@ -604,6 +604,7 @@ REPLAY_SHAPES = {
     "mpt": "mpt-7b",
     "olmo": "olmo-1b",
     "baichuan": "baichuan2-13b",
+    "phimoe": "phi3.5-moe",
 }
 
 

@@ -350,6 +350,21 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Baichuan 2 7B: the one RoPE graph of baichuan.cpp (LLM_TYPE_7B)
     "baichuan2-7b-c4096-np2": ("baichuan2-7b", ("-c", "4096", "-np", "2", "--no-repack")),
+    # Phi-3.5-MoE (phimoe, phi3.cpp's graph): RMS norms with biases, Q/K/V biases, softmax
+    # experts; LongRoPE's short factors (n_ctx_seq 4096 is not above n_ctx_orig_yarn 4096)
+    "phimoe-c4096-ub128": ("phi3.5-moe", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Phi-3.5-mini (phi3): LongRoPE's long factors (n_ctx_seq 8192), and the short ones for two
+    # sequences of 4096 each (llama_context: n_ctx_seq = n_ctx / n_seq_max)
+    "phi3.5-mini-c8192-np1-fa-off": (
+        "phi3.5-mini",
+        ("-c", "8192", "-np", "1", "-fa", "off", "--no-repack"),
+    ),
+    "phi3.5-mini-c8192-np2": ("phi3.5-mini", ("-c", "8192", "-np", "2", "--no-repack")),
+    # Phi-3.5-MoE with -ngl 2 on Vulkan0
+    "vk-phimoe-ngl2": (
+        "phi3.5-moe",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
     # OLMo 1B with -ngl 3 on Vulkan0
     "vk-olmo-1b-ngl3": ("olmo-1b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack", VULKAN)),
     # Pythia 1.4B and BLOOM 560M with -ngl 3 on Vulkan0
@@ -417,6 +432,8 @@ SPARSE = frozenset(
         "olmo-1b",
         "baichuan2-13b",
         "baichuan2-7b",
+        "phi3.5-moe",
+        "phi3.5-mini",
     }
 )
 

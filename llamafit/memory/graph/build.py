@@ -104,6 +104,18 @@ class GraphInputs:
         ):
             raise GraphBuildError(f"{self.f.path}: LongRoPE factors are not modelled")
 
+    def rope_factors(self, il: int) -> T | None:
+        """llama_model::get_rope_factors (src/llama-model.cpp): the layer's rope_freqs where the
+        file has them, else LongRoPE's rope_factors_long when the context per sequence
+        (cparams.n_ctx_seq: the cells per stream of the cache, kv_size) exceeds
+        n_ctx_orig_yarn, else rope_factors_short (None where the file has neither); one tensor
+        per buffer type (TENSOR_DUPLICATED past layer 0)."""
+        freqs = self.w("rope_freqs.weight", il)
+        if freqs is not None:
+            return freqs
+        long = self.c.kv_size > self.f.n_ctx_orig_yarn
+        return self.w("rope_factors_long.weight" if long else "rope_factors_short.weight", il)
+
     def w(
         self, name: str, il: int = -1, *, as_name: str | None = None, own: bool = False
     ) -> T | None:

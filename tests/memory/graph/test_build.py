@@ -125,7 +125,9 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # StableLM 2's last layer (partial RoPE, Q/K/V biases), Pythia's last layer (the parallel
 # residual), a Falcon 40B layer (attn_norm_2), a StarCoder layer (one KV head), BLOOM's first
 # layer (after the token rows' LayerNorm, no positions), an OLMo layer (LayerNorms without
-# weights), Baichuan 2 13B's last layer (no RoPE) and a 7B layer (RoPE)
+# weights), Baichuan 2 13B's last layer (no RoPE) and a 7B layer (RoPE), Phi-3.5-MoE's last
+# layer (RMS norms with biases, LongRoPE's short factors, softmax experts), a Phi-3.5-mini layer
+# (LongRoPE's long factors)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -192,6 +194,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("olmo-1b-c2048-fa-off-np2", 3),
         ("baichuan2-13b-c4096-ub128-fa-off", 39),
         ("baichuan2-7b-c4096-np2", 5),
+        ("phimoe-c4096-ub128", 31),
+        ("phi3.5-mini-c8192-np1-fa-off", 2),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -592,6 +596,13 @@ def test_clamped_qkv_is_refused(tmp_path: Path, key: str, clamp: float) -> None:
         assert len(build_direct(facts, config, hp).nodes) > 0
 
 
+@pytest.mark.parametrize(("key", "orig"), [("phi3.5-mini", 4096), ("phi-4", 16384)])
+def test_rope_original_context(key: str, orig: int) -> None:
+    """llama_hparams::n_ctx_orig_yarn, LongRoPE's threshold (get_rope_factors): the file's
+    rope.scaling.original_context_length, else the training context (Phi-4's 16384)."""
+    assert facts_of(key)[0].n_ctx_orig_yarn == orig
+
+
 @pytest.mark.parametrize(
     "name", ["blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight", "blk.0.ffn_act.scales"]
 )
@@ -622,6 +633,7 @@ DEVICE_CASES = [
         "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
     ),
+    ("vk-phimoe-ngl2", "phi3.5-moe", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
     ("vk-olmo-1b-ngl3", "olmo-1b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
     ("vk-pythia-1.4b-ngl3", "pythia-1.4b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
     (

@@ -189,6 +189,7 @@ MODELS: Mapping[str, Model] = {
     "mpt": Model(mpt.build, since=OLD_SINCE),
     "olmo": Model(olmo.build, since=OLD_SINCE),
     "baichuan": Model(baichuan.build, since=OLD_SINCE),
+    "phimoe": Model(phi3.build, since=OLD_SINCE),
 }
 
 
