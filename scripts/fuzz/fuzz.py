@@ -605,6 +605,7 @@ REPLAY_SHAPES = {
     "olmo": "olmo-1b",
     "baichuan": "baichuan2-13b",
     "phimoe": "phi3.5-moe",
+    "minicpm": "minicpm-1b",
 }
 
 

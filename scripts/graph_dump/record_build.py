@@ -360,6 +360,13 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("-c", "8192", "-np", "1", "-fa", "off", "--no-repack"),
     ),
     "phi3.5-mini-c8192-np2": ("phi3.5-mini", ("-c", "8192", "-np", "2", "--no-repack")),
+    # MiniCPM 1B LongRoPE (minicpm, granite.cpp's graph): the embedding, residual and logit
+    # scales, LongRoPE's short factors at 4096 and the long ones past n_ctx_train 32768
+    "minicpm-1b-c4096-fa-off": ("minicpm-1b", ("-c", "4096", "-fa", "off", "--no-repack")),
+    "minicpm-1b-c40960-np1-ub128": (
+        "minicpm-1b",
+        ("-c", "40960", "-np", "1", "-ub", "128", "--no-repack"),
+    ),
     # Phi-3.5-MoE with -ngl 2 on Vulkan0
     "vk-phimoe-ngl2": (
         "phi3.5-moe",
@@ -434,6 +441,7 @@ SPARSE = frozenset(
         "baichuan2-7b",
         "phi3.5-moe",
         "phi3.5-mini",
+        "minicpm-1b",
     }
 )
 

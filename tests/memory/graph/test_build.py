@@ -127,7 +127,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # layer (after the token rows' LayerNorm, no positions), an OLMo layer (LayerNorms without
 # weights), Baichuan 2 13B's last layer (no RoPE) and a 7B layer (RoPE), Phi-3.5-MoE's last
 # layer (RMS norms with biases, LongRoPE's short factors, softmax experts), a Phi-3.5-mini layer
-# (LongRoPE's long factors)
+# (LongRoPE's long factors), MiniCPM's last layer (Granite's scales, LongRoPE's long factors)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -196,6 +196,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("baichuan2-7b-c4096-np2", 5),
         ("phimoe-c4096-ub128", 31),
         ("phi3.5-mini-c8192-np1-fa-off", 2),
+        ("minicpm-1b-c40960-np1-ub128", 51),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -190,6 +190,7 @@ MODELS: Mapping[str, Model] = {
     "olmo": Model(olmo.build, since=OLD_SINCE),
     "baichuan": Model(baichuan.build, since=OLD_SINCE),
     "phimoe": Model(phi3.build, since=OLD_SINCE),
+    "minicpm": Model(granite.build, since=OLD_SINCE),
 }
 
 
