@@ -606,6 +606,7 @@ REPLAY_SHAPES = {
     "baichuan": "baichuan2-13b",
     "phimoe": "phi3.5-moe",
     "minicpm": "minicpm-1b",
+    "apertus": "apertus-8b",
 }
 
 

@@ -367,6 +367,13 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "minicpm-1b",
         ("-c", "40960", "-np", "1", "-ub", "128", "--no-repack"),
     ),
+    # Apertus 8B (apertus): per-head Q/K norms, llama3 rope_freqs, a gate-less xIELU FFN
+    "apertus-8b-c4096-ub128": ("apertus-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Apertus 8B with -ngl 2 on Vulkan0 (xIELU on the device)
+    "vk-apertus-ngl2": (
+        "apertus-8b",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
     # Phi-3.5-MoE with -ngl 2 on Vulkan0
     "vk-phimoe-ngl2": (
         "phi3.5-moe",
@@ -442,6 +449,7 @@ SPARSE = frozenset(
         "phi3.5-moe",
         "phi3.5-mini",
         "minicpm-1b",
+        "apertus-8b",
     }
 )
 

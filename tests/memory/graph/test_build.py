@@ -127,7 +127,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # layer (after the token rows' LayerNorm, no positions), an OLMo layer (LayerNorms without
 # weights), Baichuan 2 13B's last layer (no RoPE) and a 7B layer (RoPE), Phi-3.5-MoE's last
 # layer (RMS norms with biases, LongRoPE's short factors, softmax experts), a Phi-3.5-mini layer
-# (LongRoPE's long factors), MiniCPM's last layer (Granite's scales, LongRoPE's long factors)
+# (LongRoPE's long factors), MiniCPM's last layer (Granite's scales, LongRoPE's long factors),
+# Apertus's last layer (Q/K norms, rope_freqs, xIELU)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -197,6 +198,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("phimoe-c4096-ub128", 31),
         ("phi3.5-mini-c8192-np1-fa-off", 2),
         ("minicpm-1b-c40960-np1-ub128", 51),
+        ("apertus-8b-c4096-ub128", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -634,6 +636,7 @@ DEVICE_CASES = [
         "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
     ),
+    ("vk-apertus-ngl2", "apertus-8b", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
     ("vk-phimoe-ngl2", "phi3.5-moe", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
     ("vk-olmo-1b-ngl3", "olmo-1b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
     ("vk-pythia-1.4b-ngl3", "pythia-1.4b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),

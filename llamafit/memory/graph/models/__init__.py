@@ -14,6 +14,7 @@ from ..build import GraphContext
 from ..kv_cache import has_swa
 from ..params import GraphBuildError, GraphHParams
 from . import (
+    apertus,
     arcee,
     baichuan,
     bailingmoe2,
@@ -191,6 +192,7 @@ MODELS: Mapping[str, Model] = {
     "baichuan": Model(baichuan.build, since=OLD_SINCE),
     "phimoe": Model(phi3.build, since=OLD_SINCE),
     "minicpm": Model(granite.build, since=OLD_SINCE),
+    "apertus": Model(apertus.build, since=OLD_SINCE),
 }
 
 
