@@ -607,6 +607,7 @@ REPLAY_SHAPES = {
     "phimoe": "phi3.5-moe",
     "minicpm": "minicpm-1b",
     "apertus": "apertus-8b",
+    "bailingmoe": "ling-lite-1.5",
 }
 
 

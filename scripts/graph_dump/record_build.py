@@ -374,6 +374,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "apertus-8b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
     ),
+    # Ling lite 1.5 (bailingmoe): softmax experts in every layer beside two shared experts
+    "ling-lite-c4096-ub128": ("ling-lite-1.5", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Phi-3.5-MoE with -ngl 2 on Vulkan0
     "vk-phimoe-ngl2": (
         "phi3.5-moe",
@@ -450,6 +452,7 @@ SPARSE = frozenset(
         "phi3.5-mini",
         "minicpm-1b",
         "apertus-8b",
+        "ling-lite-1.5",
     }
 )
 

@@ -128,7 +128,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # weights), Baichuan 2 13B's last layer (no RoPE) and a 7B layer (RoPE), Phi-3.5-MoE's last
 # layer (RMS norms with biases, LongRoPE's short factors, softmax experts), a Phi-3.5-mini layer
 # (LongRoPE's long factors), MiniCPM's last layer (Granite's scales, LongRoPE's long factors),
-# Apertus's last layer (Q/K norms, rope_freqs, xIELU)
+# Apertus's last layer (Q/K norms, rope_freqs, xIELU), Ling lite's last layer (softmax experts
+# beside shared ones)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -199,6 +200,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("phi3.5-mini-c8192-np1-fa-off", 2),
         ("minicpm-1b-c40960-np1-ub128", 51),
         ("apertus-8b-c4096-ub128", 31),
+        ("ling-lite-c4096-ub128", 27),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

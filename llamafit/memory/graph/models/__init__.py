@@ -17,6 +17,7 @@ from . import (
     apertus,
     arcee,
     baichuan,
+    bailingmoe,
     bailingmoe2,
     bloom,
     cohere2,
@@ -193,6 +194,7 @@ MODELS: Mapping[str, Model] = {
     "phimoe": Model(phi3.build, since=OLD_SINCE),
     "minicpm": Model(granite.build, since=OLD_SINCE),
     "apertus": Model(apertus.build, since=OLD_SINCE),
+    "bailingmoe": Model(bailingmoe.build, since=OLD_SINCE),
 }
 
 
