@@ -608,6 +608,7 @@ REPLAY_SHAPES = {
     "minicpm": "minicpm-1b",
     "apertus": "apertus-8b",
     "bailingmoe": "ling-lite-1.5",
+    "afmoe": "trinity-mini",
 }
 
 

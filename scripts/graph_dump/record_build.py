@@ -376,6 +376,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Ling lite 1.5 (bailingmoe): softmax experts in every layer beside two shared experts
     "ling-lite-c4096-ub128": ("ling-lite-1.5", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Trinity Mini (afmoe): iSWA, the attention gate, NoPE every fourth layer, sigmoid experts
+    "afmoe-c4096-ub128": ("trinity-mini", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "afmoe-c4096-fa-off-np2": (
+        "trinity-mini",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
     # Phi-3.5-MoE with -ngl 2 on Vulkan0
     "vk-phimoe-ngl2": (
         "phi3.5-moe",
@@ -453,6 +459,7 @@ SPARSE = frozenset(
         "minicpm-1b",
         "apertus-8b",
         "ling-lite-1.5",
+        "trinity-mini",
     }
 )
 

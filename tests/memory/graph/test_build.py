@@ -129,7 +129,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # layer (RMS norms with biases, LongRoPE's short factors, softmax experts), a Phi-3.5-mini layer
 # (LongRoPE's long factors), MiniCPM's last layer (Granite's scales, LongRoPE's long factors),
 # Apertus's last layer (Q/K norms, rope_freqs, xIELU), Ling lite's last layer (softmax experts
-# beside shared ones)
+# beside shared ones), Trinity Mini's dense SWA lead layer and a full-attention NoPE MoE layer
+# (the attention gate, post norms)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -201,6 +202,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("minicpm-1b-c40960-np1-ub128", 51),
         ("apertus-8b-c4096-ub128", 31),
         ("ling-lite-c4096-ub128", 27),
+        ("afmoe-c4096-ub128", 0),
+        ("afmoe-c4096-fa-off-np2", 3),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -599,6 +602,19 @@ def test_clamped_qkv_is_refused(tmp_path: Path, key: str, clamp: float) -> None:
             build_direct(facts, config, hp)
     else:
         assert len(build_direct(facts, config, hp).nodes) > 0
+
+
+def test_afmoe_without_a_window_is_refused(tmp_path: Path) -> None:
+    """afmoe.cpp builds build_attn_inp_kv_iswa whatever the cache; without a sliding window
+    load_arch_hparams leaves SWA off and the cache plain: not modelled, an error."""
+    from scripts.fixtures import make_shapes
+
+    spec = dict(make_shapes.load_specs()["trinity-mini"])
+    del spec["sliding_window"]
+    facts = build_facts(read_model(make_shapes.build(spec).write(tmp_path)[0]))
+    config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
+    with pytest.raises(GraphBuildError, match="afmoe without a sliding window"):
+        build_direct(facts, config, graph_hparams_of(facts))
 
 
 @pytest.mark.parametrize(("key", "orig"), [("phi3.5-mini", 4096), ("phi-4", 16384)])

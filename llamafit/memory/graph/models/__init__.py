@@ -14,6 +14,7 @@ from ..build import GraphContext
 from ..kv_cache import has_swa
 from ..params import GraphBuildError, GraphHParams
 from . import (
+    afmoe,
     apertus,
     arcee,
     baichuan,
@@ -195,6 +196,7 @@ MODELS: Mapping[str, Model] = {
     "minicpm": Model(granite.build, since=OLD_SINCE),
     "apertus": Model(apertus.build, since=OLD_SINCE),
     "bailingmoe": Model(bailingmoe.build, since=OLD_SINCE),
+    "afmoe": Model(afmoe.build, since=OLD_SINCE, iswa=True),
 }
 
 
