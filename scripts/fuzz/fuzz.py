@@ -609,6 +609,7 @@ REPLAY_SHAPES = {
     "apertus": "apertus-8b",
     "bailingmoe": "ling-lite-1.5",
     "afmoe": "trinity-mini",
+    "smallthinker": "smallthinker-4b",
 }
 
 

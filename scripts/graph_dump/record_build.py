@@ -382,6 +382,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "trinity-mini",
         ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # SmallThinker 4B-A0.6B (smallthinker): the router over the layer input, ReGLU experts
+    "smallthinker-c4096-fa-off-np2": (
+        "smallthinker-4b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
     # Phi-3.5-MoE with -ngl 2 on Vulkan0
     "vk-phimoe-ngl2": (
         "phi3.5-moe",
@@ -460,6 +465,7 @@ SPARSE = frozenset(
         "apertus-8b",
         "ling-lite-1.5",
         "trinity-mini",
+        "smallthinker-4b",
     }
 )
 

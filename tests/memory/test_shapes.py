@@ -95,6 +95,7 @@ SIZES = [
     ("apertus-8b", 5053959360),
     ("ling-lite-1.5", 11153321664),
     ("trinity-mini", 12718843360),
+    ("smallthinker-4b", 2497603872),
 ]
 
 

@@ -642,7 +642,8 @@ class GraphContext(GraphInputs):
         (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
         exp_probs_b, within the top expert groups), weights normalised (norm_w) and scaled
         (expert_weights_scale), act "silu"
-        (SWIGLU, or SILU without gate experts), "gelu" (GEGLU, or GELU), "swiglu_oai"
+        (SWIGLU, or SILU without gate experts), "gelu" (GEGLU, or GELU), "relu" (REGLU, or
+        RELU), "swiglu_oai"
         (LLM_FFN_SWIGLU_OAI_MOE) or "relu_sqr" (LLM_FFN_RELU_SQR, no gate experts); biases: the
         gate_inp and expert biases (ggml_add_id); probs_in: the router's logits made by the
         caller (gemma4.cpp, nemotron-h.cpp); w_scale: the weights' scale the arch passes (None:
@@ -829,6 +830,10 @@ class GraphContext(GraphInputs):
             return self.cb(b.glu_split(cur, up, "GEGLU"), "ffn_moe_geglu", il)
         if act == "gelu":
             return self.cb(b.unary(up, "GELU"), "ffn_moe_gelu", il)
+        if act == "relu":  # LLM_FFN_RELU (smallthinker.cpp)
+            if gated:
+                return self.cb(b.glu_split(cur, up, "REGLU"), "ffn_moe_reglu", il)
+            return self.cb(b.unary(up, "RELU"), "ffn_moe_relu", il)
         if act == "relu_sqr":
             if gated:
                 raise GraphBuildError(

@@ -130,7 +130,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # (LongRoPE's long factors), MiniCPM's last layer (Granite's scales, LongRoPE's long factors),
 # Apertus's last layer (Q/K norms, rope_freqs, xIELU), Ling lite's last layer (softmax experts
 # beside shared ones), Trinity Mini's dense SWA lead layer and a full-attention NoPE MoE layer
-# (the attention gate, post norms)
+# (the attention gate, post norms), SmallThinker's last layer (the router over the layer input,
+# ReGLU experts)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -204,6 +205,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("ling-lite-c4096-ub128", 27),
         ("afmoe-c4096-ub128", 0),
         ("afmoe-c4096-fa-off-np2", 3),
+        ("smallthinker-c4096-fa-off-np2", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -71,6 +71,7 @@ from . import (
     qwen35,
     qwen35moe,
     seed_oss,
+    smallthinker,
     smollm3,
     stablelm,
     starcoder,
@@ -197,6 +198,7 @@ MODELS: Mapping[str, Model] = {
     "apertus": Model(apertus.build, since=OLD_SINCE),
     "bailingmoe": Model(bailingmoe.build, since=OLD_SINCE),
     "afmoe": Model(afmoe.build, since=OLD_SINCE, iswa=True),
+    "smallthinker": Model(smallthinker.build, since=OLD_SINCE, iswa=True),
 }
 
 
