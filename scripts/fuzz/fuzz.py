@@ -610,6 +610,7 @@ REPLAY_SHAPES = {
     "bailingmoe": "ling-lite-1.5",
     "afmoe": "trinity-mini",
     "smallthinker": "smallthinker-4b",
+    "qwen": "qwen-7b",
 }
 
 

@@ -387,6 +387,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "smallthinker-4b",
         ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # Qwen 7B (qwen): the fused QKV with its bias, a Llama layer
+    "qwen-7b-c4096-ub128": ("qwen-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Phi-3.5-MoE with -ngl 2 on Vulkan0
     "vk-phimoe-ngl2": (
         "phi3.5-moe",
@@ -466,6 +468,7 @@ SPARSE = frozenset(
         "ling-lite-1.5",
         "trinity-mini",
         "smallthinker-4b",
+        "qwen-7b",
     }
 )
 

@@ -96,6 +96,7 @@ SIZES = [
     ("ling-lite-1.5", 11153321664),
     ("trinity-mini", 12718843360),
     ("smallthinker-4b", 2497603872),
+    ("qwen-7b", 4696557728),
 ]
 
 

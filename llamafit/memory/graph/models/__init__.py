@@ -60,6 +60,7 @@ from . import (
     openai_moe,
     phi2,
     phi3,
+    qwen,
     qwen2,
     qwen2moe,
     qwen2vl,
@@ -199,6 +200,7 @@ MODELS: Mapping[str, Model] = {
     "bailingmoe": Model(bailingmoe.build, since=OLD_SINCE),
     "afmoe": Model(afmoe.build, since=OLD_SINCE, iswa=True),
     "smallthinker": Model(smallthinker.build, since=OLD_SINCE, iswa=True),
+    "qwen": Model(qwen.build, since=OLD_SINCE),
 }
 
 
