@@ -611,6 +611,7 @@ REPLAY_SHAPES = {
     "afmoe": "trinity-mini",
     "smallthinker": "smallthinker-4b",
     "qwen": "qwen-7b",
+    "orion": "orion-14b",
 }
 
 

@@ -389,6 +389,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Qwen 7B (qwen): the fused QKV with its bias, a Llama layer
     "qwen-7b-c4096-ub128": ("qwen-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Orion 14B (orion): LayerNorms with bias around a Llama layer
+    "orion-14b-c4096-fa-off-np2": (
+        "orion-14b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
     # Phi-3.5-MoE with -ngl 2 on Vulkan0
     "vk-phimoe-ngl2": (
         "phi3.5-moe",
@@ -469,6 +474,7 @@ SPARSE = frozenset(
         "trinity-mini",
         "smallthinker-4b",
         "qwen-7b",
+        "orion-14b",
     }
 )
 

@@ -97,6 +97,7 @@ SIZES = [
     ("trinity-mini", 12718843360),
     ("smallthinker-4b", 2497603872),
     ("qwen-7b", 4696557728),
+    ("orion-14b", 8813275840),
 ]
 
 

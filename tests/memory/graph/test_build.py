@@ -131,7 +131,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # Apertus's last layer (Q/K norms, rope_freqs, xIELU), Ling lite's last layer (softmax experts
 # beside shared ones), Trinity Mini's dense SWA lead layer and a full-attention NoPE MoE layer
 # (the attention gate, post norms), SmallThinker's last layer (the router over the layer input,
-# ReGLU experts), the first Qwen's last layer (fused QKV with its bias)
+# ReGLU experts), the first Qwen's last layer (fused QKV with its bias),
+# Orion's last layer (LayerNorms with bias)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -207,6 +208,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("afmoe-c4096-fa-off-np2", 3),
         ("smallthinker-c4096-fa-off-np2", 31),
         ("qwen-7b-c4096-ub128", 31),
+        ("orion-14b-c4096-fa-off-np2", 39),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -58,6 +58,7 @@ from . import (
     olmo2,
     olmoe,
     openai_moe,
+    orion,
     phi2,
     phi3,
     qwen,
@@ -201,6 +202,7 @@ MODELS: Mapping[str, Model] = {
     "afmoe": Model(afmoe.build, since=OLD_SINCE, iswa=True),
     "smallthinker": Model(smallthinker.build, since=OLD_SINCE, iswa=True),
     "qwen": Model(qwen.build, since=OLD_SINCE),
+    "orion": Model(orion.build, since=OLD_SINCE),
 }
 
 
