@@ -394,6 +394,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "orion-14b",
         ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
+    "vk-afmoe-ngl2": (
+        "trinity-mini",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
     # Phi-3.5-MoE with -ngl 2 on Vulkan0
     "vk-phimoe-ngl2": (
         "phi3.5-moe",

@@ -659,6 +659,7 @@ DEVICE_CASES = [
         "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
     ),
+    ("vk-afmoe-ngl2", "trinity-mini", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
     ("vk-apertus-ngl2", "apertus-8b", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
     ("vk-phimoe-ngl2", "phi3.5-moe", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
     ("vk-olmo-1b-ngl3", "olmo-1b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
