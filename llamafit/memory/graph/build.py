@@ -96,8 +96,8 @@ class GraphInputs:
         return head_v(self.f, il)
 
     def no_long_rope(self) -> None:
-        """llama_model::get_rope_factors picks rope_factors_long / _short by the context size:
-        not modelled."""
+        """The archs whose builders do not pick LongRoPE's factors (rope_factors, as
+        llama_model::get_rope_factors does) refuse a file that has them."""
         if (
             "rope_factors_long.weight" in self.tensors
             or "rope_factors_short.weight" in self.tensors
