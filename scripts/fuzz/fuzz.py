@@ -597,6 +597,21 @@ REPLAY_SHAPES = {
     "internlm2": "internlm2.5-7b",
     "gpt2": "gpt2",
     "stablelm": "stablelm2-1.6b",
+    "gptneox": "pythia-1.4b",
+    "falcon": "falcon-40b",
+    "starcoder": "starcoder-15b",
+    "bloom": "bloom-560m",
+    "mpt": "mpt-7b",
+    "olmo": "olmo-1b",
+    "baichuan": "baichuan2-13b",
+    "phimoe": "phi3.5-moe",
+    "minicpm": "minicpm-1b",
+    "apertus": "apertus-8b",
+    "bailingmoe": "ling-lite-1.5",
+    "afmoe": "trinity-mini",
+    "smallthinker": "smallthinker-4b",
+    "qwen": "qwen-7b",
+    "orion": "orion-14b",
 }
 
 
