@@ -612,6 +612,14 @@ REPLAY_SHAPES = {
     "smallthinker": "smallthinker-4b",
     "qwen": "qwen-7b",
     "orion": "orion-14b",
+    "bert": "bge-small-en-v1.5",
+    "nomic-bert": "nomic-embed-text-v1.5",
+    "nomic-bert-moe": "nomic-embed-text-v2-moe",
+    "jina-bert-v2": "jina-embeddings-v2-base-en",
+    "jina-bert-v3": "jina-embeddings-v3",
+    "gemma-embedding": "embeddinggemma-300m",
+    "modern-bert": "modernbert-base",
+    "eurobert": "eurobert-210m",
 }
 
 
