@@ -434,6 +434,11 @@ def _set(t: Tensor, k: int, value: object) -> Tensor:
     return Tensor(*values)
 
 
+# _placed's tensors: (the tensor it came from, field, value) -> (that tensor, the changed one)
+_PLACED: dict[tuple[int, int, object], tuple[Tensor, Tensor]] = {}
+_PLACED_KEPT = 100_000
+
+
 def _placed(
     graph: Graph,
     backends: Sequence[Backend],
@@ -442,22 +447,35 @@ def _placed(
     """The graph as the scheduler receives it: weights flagged USAGE_WEIGHTS (the model's buffers,
     llama_model::load_tensors), the KV cache ANY, and the pins of llama_context::graph_get_cb (a
     "norm" of layer il to that layer's device where its backend supports the op) and of
-    build_attn_mha (PIN_CPU: the CPU backend)."""
+    build_attn_mha (PIN_CPU: the CPU backend). A tensor changed here is made once per tensor it
+    comes from and change (_PLACED): the graphs of one config at other cache sizes share them, as
+    they share the rest (sched.resplit tells them apart by identity first)."""
     tensors = list(graph.tensors)
     index = {b.name: b for b in backends}
     cpu = backends[-1].name
+    made = _PLACED
+    if len(made) > _PLACED_KEPT:
+        made.clear()
+
+    def placed(t: Tensor, k: int, value: object) -> Tensor:
+        key = (id(t), k, value)
+        hit = made.get(key)
+        if hit is None or hit[0] is not t:
+            hit = made[key] = (t, _set(t, k, value))
+        return hit[1]
+
     for i, t in enumerate(tensors):
         if t.data and t.buffer is not None and not t.name.startswith("cache_"):
-            tensors[i] = t = _set(t, _USAGE, USAGE_WEIGHTS)
+            tensors[i] = t = placed(t, _USAGE, USAGE_WEIGHTS)
     for i, t in enumerate(tensors):
         if t.pin_layer == -1:
             continue
         if t.pin_layer == PIN_CPU:
-            tensors[i] = _set(t, _BACKEND, cpu)
+            tensors[i] = placed(t, _BACKEND, cpu)
             continue
         name = device_of_layer[t.pin_layer]
         if index[name].supports_op(tensors, i):
-            tensors[i] = _set(t, _BACKEND, name)
+            tensors[i] = placed(t, _BACKEND, name)
     return replace(graph, tensors=tuple(tensors))
 
 
