@@ -180,8 +180,9 @@ def overflow_of(
 def paused_gc() -> Iterator[None]:
     """Python's cyclic garbage collector off for the block (as it was after): a replay makes
     hundreds of thousands of tensors, none in a cycle, and each full collection walks every
-    object alive (a plan of the 94-layer MoE spent about 15% of its time in them). Nothing is
-    lost: objects are freed by reference counting as before, and a cycle at the next
+    object alive (a plan of the 94-layer MoE spent about 15% of its time in them). What the block
+    made and kept then joins the oldest generation, as a long-lived cache would. Nothing is
+    lost: objects are freed by reference counting as before, and a cycle at the next full
     collection."""
     was = gc.isenabled()
     gc.disable()
@@ -189,6 +190,12 @@ def paused_gc() -> Iterator[None]:
         yield
     finally:
         if was:
+            if not gc.get_freeze_count():
+                # what the block made joins the oldest generation (frozen, then unfrozen: both
+                # only move lists), which only a full collection reads; in the youngest, the
+                # first collection after the block would read every object it made
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

@@ -29,3 +29,23 @@ def test_the_collector_is_off_inside_and_as_it_was_after(enabled: bool, raises: 
         assert (inside, gc.isenabled()) == ([False, False, False], enabled)
     finally:
         (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("frozen_before", [False, True])
+def test_what_others_froze_stays_frozen(frozen_before: bool) -> None:
+    """The block's objects join the oldest generation through freeze and unfreeze, which would
+    unfreeze what someone else froze: then they are left where they are."""
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        if frozen_before:
+            gc.freeze()
+        before = gc.get_freeze_count()
+        with paused_gc():
+            made = [[i] for i in range(1000)]
+        assert (gc.get_freeze_count() == before, gc.isenabled(), len(made)) == (True, True, 1000)
+        assert (before > 0) == frozen_before
+    finally:
+        if frozen_before:
+            gc.unfreeze()
+        (gc.enable if was else gc.disable)()
