@@ -70,7 +70,6 @@ from .sched import (
     SplitRecord,
     resplit,
     split_graph,
-    split_graph_recorded,
 )
 from .template import build_graph, count_graph
 
@@ -488,7 +487,7 @@ def _placed(
 
 class Splits:
     """The scheduler's backends for one build, op offload batch and set of devices, and the
-    splits of the last few graphs replayed on them (split_graph_recorded), newest last: a graph of
+    splits of the last few graphs replayed on them (split_graph's SplitRecord), newest last: a graph of
     the same structure (one config at other cache sizes: solver._exact_boundary,
     explain.marginal_costs) is split from them (sched.resplit). The caller keeps one per model
     and key (MemoryModel.remember: gone with the model's memo)."""
@@ -515,8 +514,9 @@ class Splits:
                 if out is not None:
                     records.append(records.pop(k))
                     return out
-        out, rec = split_graph_recorded(
-            graph, self.backends, n_copies=n_copies, op_offload=op_offload
+        rec = SplitRecord()
+        out = split_graph(
+            graph, self.backends, n_copies=n_copies, op_offload=op_offload, record=rec
         )
         records.append((like, rec))
         del records[: -self.KEPT]

@@ -158,28 +158,18 @@ def split_graph(
     op_offload: bool = True,
     host_bufts: frozenset[str] = HOST_BUFTS,
     cur_copy: int = 0,
+    record: SplitRecord | None = None,
 ) -> SplitGraph:
     """ggml_backend_sched_split_graph over `graph` (ggml/src/ggml-backend.cpp). `backends` in the
     scheduler's priority order, the CPU last; `n_copies` 4 with pipeline parallelism
     (ggml_backend_sched_new: parallel ? GGML_SCHED_MAX_COPIES : 1); `op_offload` llama.cpp's
-    cparams.op_offload (on unless --no-op-offload); `cur_copy` 0 at a reserve."""
-    return _split(graph, tuple(backends), (n_copies, op_offload, host_bufts, cur_copy), None)
-
-
-def split_graph_recorded(
-    graph: Graph,
-    backends: Sequence[Backend],
-    *,
-    n_copies: int = 1,
-    op_offload: bool = True,
-    host_bufts: frozenset[str] = HOST_BUFTS,
-    cur_copy: int = 0,
-) -> tuple[SplitGraph, SplitRecord]:
-    """split_graph, and what it read of the graph's shapes (SplitRecord), from which `resplit`
-    gives the split of a graph of the same structure at other shapes."""
+    cparams.op_offload (on unless --no-op-offload); `cur_copy` 0 at a reserve. `record`: a fresh
+    SplitRecord, filled with what the split read of the graph's shapes, from which `resplit` gives
+    the split of a graph of the same structure at other shapes."""
     options = (n_copies, op_offload, host_bufts, cur_copy)
-    rec = SplitRecord(graph, tuple(backends), options)
-    return _split(graph, rec.backends, options, rec), rec
+    if record is not None:
+        record.start(graph, tuple(backends), options)
+    return _split(graph, tuple(backends), options, record)
 
 
 def _split(  # noqa: C901 (ggml port: kept diffable)
@@ -624,21 +614,16 @@ class _Optimized:
 
 
 class SplitRecord:
-    """What split_graph_recorded's split read of its graph's shapes: each supports_op, offload_op
+    """What split_graph(record=...)'s split read of its graph's shapes: each supports_op, offload_op
     and graph_optimize call with the tensors it read and its answer, and how each tensor it
     appended was made (copies of split inputs, views). Everything else the split decides follows
     from the graph's structure: its node and leaf lists, and per tensor the name, op, type,
     flags, sources, view source, buffer, usage and pinned backend."""
 
-    def __init__(
-        self,
-        graph: Graph,
-        backends: tuple[Backend, ...],
-        options: tuple[int, bool, frozenset[str], int],
-    ) -> None:
-        self.graph = graph
-        self.backends = backends
-        self.options = options
+    def __init__(self) -> None:
+        self.graph = Graph(tensors=(), leafs=(), nodes=())
+        self.backends: tuple[Backend, ...] = ()
+        self.options: tuple[int, bool, frozenset[str], int] | None = None
         self.asked: list[_Asked] = []
         self.optimized: list[_Optimized] = []
         self.srcs: Sequence[tuple[int | None, ...]] = ()
@@ -649,6 +634,17 @@ class SplitRecord:
         self.out: SplitGraph | None = None
         self._by_read: dict[int, list[int]] | None = None  # tensor -> the asked that read it
         self._all: list[int] = []  # the asked that read every tensor
+
+    def start(
+        self,
+        graph: Graph,
+        backends: tuple[Backend, ...],
+        options: tuple[int, bool, frozenset[str], int],
+    ) -> None:
+        """split_graph's: the graph, backends and options of the split it records."""
+        if self.options is not None:
+            raise ValueError("a SplitRecord records one split")
+        self.graph, self.backends, self.options = graph, backends, options
 
     def asker(self, tensors: Sequence[Tensor]) -> Callable[[OpPredicate, int], bool]:
         reads = _Reads(tensors)

@@ -1,4 +1,4 @@
-"""sched.resplit: the split of a graph of the same structure as a recorded one (split_graph_recorded)
+"""sched.resplit: the split of a graph of the same structure as a recorded one (split_graph's record)
 at other shapes, without splitting it again, must be exactly split_graph's, and must decline
 (None) where a backend's answer or the structure differs.
 
@@ -24,9 +24,9 @@ from llamafit.memory.graph.nodes import FLAG_INPUT, USAGE_WEIGHTS, Graph, Tensor
 from llamafit.memory.graph.sched import (
     Backend,
     SplitGraph,
+    SplitRecord,
     resplit,
     split_graph,
-    split_graph_recorded,
 )
 from scripts.fixtures import make_shapes
 
@@ -66,7 +66,8 @@ def _small_backends(max_rows: int | None = None) -> list[Backend]:
 def test_other_shapes_are_split_as_split_graph_splits_them(n_copies: int) -> None:
     """The inputs' copies and the views that keep them alive take the new shapes."""
     backends = _small_backends()
-    _out, rec = split_graph_recorded(_graph(4), backends, n_copies=n_copies)
+    rec = SplitRecord()
+    split_graph(_graph(4), backends, n_copies=n_copies, record=rec)
     got = resplit(rec, _graph(8))
     want = split_graph(_graph(8), backends, n_copies=n_copies)
     assert got == want
@@ -77,7 +78,8 @@ def test_other_shapes_are_split_as_split_graph_splits_them(n_copies: int) -> Non
 
 def test_the_same_graph_is_the_recorded_split() -> None:
     backends = _small_backends()
-    out, rec = split_graph_recorded(_graph(4), backends)
+    rec = SplitRecord()
+    out = split_graph(_graph(4), backends, record=rec)
     assert resplit(rec, _graph(4)) is out
 
 
@@ -91,7 +93,8 @@ def test_the_same_graph_is_the_recorded_split() -> None:
 )
 def test_declines(graph: Graph, why: str) -> None:
     backends = _small_backends(max_rows=4)
-    _out, rec = split_graph_recorded(_graph(4), backends)
+    rec = SplitRecord()
+    split_graph(_graph(4), backends, record=rec)
     assert resplit(rec, graph) is None, why
 
 
@@ -122,7 +125,10 @@ def test_a_plans_splits(
     path = make_shapes.write_shape(shape, shapes_dir)
     result = CliRunner().invoke(cli, ["plan", str(path), *args, "--json"])
     assert result.exit_code == 0, result.output
-    records = [split_graph_recorded(g, b, n_copies=c, op_offload=o)[1] for g, b, c, o, _ in calls]
+    records = []
+    for g, b, c, o, _ in calls:
+        records.append(SplitRecord())
+        split_graph(g, b, n_copies=c, op_offload=o, record=records[-1])
     resplit_ones = 0
     for k, (graph, backends, n_copies, op_offload, out) in enumerate(calls):
         assert out == split_graph(graph, backends, n_copies=n_copies, op_offload=op_offload)
