@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -746,4 +747,10 @@ def gpus(as_json: bool) -> None:
 
 
 def main() -> None:
-    cli(prog_name="llamafit")
+    try:
+        cli(prog_name="llamafit")
+    finally:
+        # the process ends here: the interpreter's last garbage collection would walk every
+        # object the command kept (a plan's graph caches: about 0.15 s of CPU for the 94-layer
+        # MoE); frozen, they are left to the exit, which frees them without walking them
+        gc.freeze()

@@ -9,6 +9,7 @@ from ..errors import InputError
 from ..findings import Notice, Verdict
 from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
+from ..memory.graph.replay import paused_gc
 from ..memory.model import Breakdown
 from ..memory.resolve import ResolvedConfig, resolve, since
 from ..memory.side_models import SideFlags, SidePlan
@@ -263,6 +264,16 @@ def _full_context_tps(target: Target, choice: Choice, speed: SpeedInputs) -> flo
 
 
 def plan(
+    target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None
+) -> PlanResult:
+    """The plan for this target and config (solve, then the exact figures of the pick), with
+    Python's cyclic collector paused (replay.paused_gc: the searches and replays make many
+    objects and no cycles)."""
+    with paused_gc():
+        return _plan(target, cfg, policy, speed=speed)
+
+
+def _plan(
     target: Target, cfg: LaunchConfig, policy: Policy, *, speed: SpeedInputs | None = None
 ) -> PlanResult:
     asked = policy

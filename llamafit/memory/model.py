@@ -23,10 +23,12 @@ from .compute import compute_for_devices
 from .graph.replay import (
     DevicePlacement,
     SchedOverflow,
+    Splits,
     cpu_compute_bytes,
     device_compute_bytes,
     overflow_of,
     reserve_graph_tensors,
+    splits_key,
 )
 from .kv import kv_bytes
 from .op_offload import add_host_ops_of_gpu_layers, add_op_offload
@@ -125,9 +127,12 @@ class MemoryModel(ModelTensors):
                 return {CPU: replayed}, COMPUTE_GRAPH
         elif replay:
             placement = _device_placement(self, rc, lmap, gpus, host.cpu_features, moved)
+            # the splits of earlier replays on these backends, which later ones split from
+            key = splits_key(rc, gpus)
+            splits = self.remember(("splits", *key), partial(Splits, *key))
             compute = self.remember(
                 ("replay", rc, tuple(gpus), placement),
-                partial(device_compute_bytes, self.facts, rc, gpus, placement),
+                partial(device_compute_bytes, self.facts, rc, gpus, placement, splits),
             )
             if compute is not None:
                 return compute, COMPUTE_GRAPH

@@ -112,6 +112,9 @@ class GraphInputs:
         self.weights: dict[tuple[str, str], T] = {}
         self.overrides = dict(config.overrides)
         self.pin = config.n_tokens < 32 or config.full_offload
+        # every tensor cb may pin, with its layer, pinned or not (template.py applies the pins of
+        # another config to the graph of this one)
+        self.pinnable: list[tuple[T, int]] = []
         self.n_layer = facts.n_layer
         self.t_inp_embd: T | None = None  # res->t_inp_embd (build_inp_embd)
         # llama_hparams::attn_soft_cap (gemma2.cpp sets it): KQ soft-capped without flash
@@ -177,8 +180,10 @@ class GraphInputs:
         """llama_context::graph_get_cb: "name-il" (or name), and the norm pin to layer il's
         device for small ubatches or full offload."""
         t.name = f"{name}-{il}" if il >= 0 else name
-        if self.pin and il != -1 and (name == "norm" or name == "l_last"):
-            t.pin_layer = il
+        if il != -1 and (name == "norm" or name == "l_last"):
+            self.pinnable.append((t, il))
+            if self.pin:
+                t.pin_layer = il
         return t
 
     def inp_embd(self, tok_scale: float, embd_scale: float = 0.0) -> T:

@@ -26,9 +26,13 @@ ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.rese
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import gc
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
+from functools import wraps
 from operator import attrgetter
+from typing import ParamSpec, TypeVar
 
 from ...builds import since
 from ...facts.hparams import ModelFacts
@@ -59,7 +63,16 @@ from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
 from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph, Tensor
 from .params import GraphBuildError
 from .reserve import reserve_configs
-from .sched import GGML_SCHED_MAX_COPIES, Backend, SchedError, split_graph
+from .sched import (
+    GGML_SCHED_MAX_COPIES,
+    HOST_BUFTS,
+    Backend,
+    SchedError,
+    SplitGraph,
+    SplitRecord,
+    resplit,
+    split_graph,
+)
 from .template import build_graph, count_graph
 
 
@@ -167,6 +180,45 @@ def overflow_of(
     return SchedOverflow(n_graph, capacity, max_nodes) if n_graph > capacity else None
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (as it was after): a replay makes
+    hundreds of thousands of tensors, none in a cycle, and each full collection walks every
+    object alive (a plan of the 94-layer MoE spent about 15% of its time in them). What the block
+    made and kept then joins the oldest generation, as a long-lived cache would. Nothing is
+    lost: objects are freed by reference counting as before, and a cycle at the next full
+    collection."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            if not gc.get_freeze_count():
+                # what the block made joins the oldest generation (frozen, then unfrozen: both
+                # only move lists), which only a full collection reads; in the youngest, the
+                # first collection after the block would read every object it made
+                gc.freeze()
+                gc.unfreeze()
+            gc.enable()
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _gc_paused(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """fn, run with paused_gc."""
+
+    @wraps(fn)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with paused_gc():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@_gc_paused
 def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     """The CPU backend's compute buffer of a CPU-only llama-server, or None where the graph is not
     modelled (GraphBuildError: an architecture or a variant models/ does not build)."""
@@ -302,7 +354,16 @@ def scheduler_backends(
 ) -> tuple[list[Backend], list[BufferType]]:
     """llama_context's backends in the scheduler's order (src/llama-context.cpp llama_context:
     model.devices, then the CPU) and the buffer type of each one's compute buffer (the CPU's: the
-    first device's host buffer type where it has one, Vulkan_Host; RPC has none)."""
+    first device's host buffer type where it has one, Vulkan_Host; RPC has none). They depend on
+    the build, the op offload batch and the devices only (_backends)."""
+    backends, bufts = _backends(rc.build, rc.op_offload_min_batch, tuple(gpus))
+    return list(backends), list(bufts)
+
+
+def _backends(
+    build: int | None, op_offload_min_batch: int, gpus: tuple[DeviceSpec, ...]
+) -> tuple[tuple[Backend, ...], tuple[BufferType, ...]]:
+    """scheduler_backends of a config with this build and op offload batch on these devices."""
     backends: list[Backend] = []
     bufts: list[BufferType] = []
     for g in gpus:
@@ -311,37 +372,35 @@ def scheduler_backends(
                 vulkan_backend(
                     g.name,
                     max_tensor_bytes=g.max_tensor_bytes,
-                    op_offload_min_batch=rc.op_offload_min_batch,
-                    build=rc.build,
-                    strict_limit=not since(REPLAY_SINCE, rc.build),
+                    op_offload_min_batch=op_offload_min_batch,
+                    build=build,
+                    strict_limit=not since(REPLAY_SINCE, build),
                 )
             )
             align = g.buffer_alignment or VK_STORAGE_ALIGNMENT_BOUND
             bufts.append(vulkan_buffer_type(g.name, align, suballocation_block(g)))
         elif g.backend == "metal":
-            backends.append(
-                metal_backend(g.name, rc.build, op_offload_min_batch=rc.op_offload_min_batch)
-            )
-            bufts.append(metal_buffer_type(g.name, rc.build))
+            backends.append(metal_backend(g.name, build, op_offload_min_batch=op_offload_min_batch))
+            bufts.append(metal_buffer_type(g.name, build))
         elif g.backend in CUDA_BACKENDS:
             peers = frozenset(o.name for o in gpus if o.backend == g.backend) - {g.name}
             backends.append(
                 cuda_backend(
                     g.name,
                     peers=peers,
-                    op_offload_min_batch=rc.op_offload_min_batch,
-                    build=rc.build,
+                    op_offload_min_batch=op_offload_min_batch,
+                    build=build,
                     cc=g.cc,
                 )
             )
-            bufts.append(cuda_buffer_type(g.name, g.cc, rc.build))
+            bufts.append(cuda_buffer_type(g.name, g.cc, build))
         else:
             backends.append(rpc_backend(g.name))
             bufts.append(BufferType(g.name, g.buffer_alignment or RPC_ALIGNMENT_DEFAULT))
     first = gpus[0] if gpus else None
     if first is not None and first.backend == "metal":
         # Apple builds: the BLAS (Accelerate) device between the GPUs and the CPU (backends/blas.py)
-        backends.append(blas_backend(rc.build))
+        backends.append(blas_backend(build))
         bufts.append(CPU)
     if first is not None and first.backend == "vulkan":
         backends.append(cpu_backend("Vulkan_Host"))
@@ -354,7 +413,7 @@ def scheduler_backends(
     else:
         backends.append(cpu_backend("CPU"))
         bufts.append(CPU)
-    return backends, bufts
+    return tuple(backends), tuple(bufts)
 
 
 def n_copies(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) -> int:
@@ -387,6 +446,11 @@ def _set(t: Tensor, k: int, value: object) -> Tensor:
     return Tensor(*values)
 
 
+# _placed's tensors: (the tensor it came from, field, value) -> (that tensor, the changed one)
+_PLACED: dict[tuple[int, int, object], tuple[Tensor, Tensor]] = {}
+_PLACED_KEPT = 100_000
+
+
 def _placed(
     graph: Graph,
     backends: Sequence[Backend],
@@ -395,39 +459,106 @@ def _placed(
     """The graph as the scheduler receives it: weights flagged USAGE_WEIGHTS (the model's buffers,
     llama_model::load_tensors), the KV cache ANY, and the pins of llama_context::graph_get_cb (a
     "norm" of layer il to that layer's device where its backend supports the op) and of
-    build_attn_mha (PIN_CPU: the CPU backend)."""
+    build_attn_mha (PIN_CPU: the CPU backend). A tensor changed here is made once per tensor it
+    comes from and change (_PLACED): the graphs of one config at other cache sizes share them, as
+    they share the rest (sched.resplit tells them apart by identity first)."""
     tensors = list(graph.tensors)
     index = {b.name: b for b in backends}
     cpu = backends[-1].name
+    made = _PLACED
+    if len(made) > _PLACED_KEPT:
+        made.clear()
+
+    def placed(t: Tensor, k: int, value: object) -> Tensor:
+        key = (id(t), k, value)
+        hit = made.get(key)
+        if hit is None or hit[0] is not t:
+            hit = made[key] = (t, _set(t, k, value))
+        return hit[1]
+
     for i, t in enumerate(tensors):
         if t.data and t.buffer is not None and not t.name.startswith("cache_"):
-            tensors[i] = t = _set(t, _USAGE, USAGE_WEIGHTS)
+            tensors[i] = t = placed(t, _USAGE, USAGE_WEIGHTS)
     for i, t in enumerate(tensors):
         if t.pin_layer == -1:
             continue
         if t.pin_layer == PIN_CPU:
-            tensors[i] = _set(t, _BACKEND, cpu)
+            tensors[i] = placed(t, _BACKEND, cpu)
             continue
         name = device_of_layer[t.pin_layer]
         if index[name].supports_op(tensors, i):
-            tensors[i] = _set(t, _BACKEND, name)
+            tensors[i] = placed(t, _BACKEND, name)
     return replace(graph, tensors=tuple(tensors))
 
 
+class Splits:
+    """The scheduler's backends for one build, op offload batch and set of devices, and the
+    splits of the last few graphs replayed on them (split_graph's SplitRecord), newest last: a graph of
+    the same structure (one config at other cache sizes: solver._exact_boundary,
+    explain.marginal_costs) is split from them (sched.resplit). The caller keeps one per model
+    and key (MemoryModel.remember: gone with the model's memo)."""
+
+    KEPT = 8
+
+    def __init__(
+        self, build: int | None, op_offload_min_batch: int, gpus: tuple[DeviceSpec, ...]
+    ) -> None:
+        self.key = (build, op_offload_min_batch, gpus)
+        self.backends, self.bufts = _backends(build, op_offload_min_batch, gpus)
+        self.records: list[tuple[object, SplitRecord]] = []
+
+    def split(self, graph: Graph, n_copies: int, op_offload: bool, like: object) -> SplitGraph:
+        """split_graph(graph, self.backends, n_copies=n_copies, op_offload=op_offload): through
+        resplit from the split of an earlier graph made `like` this one (the same config but for
+        the cache sizes), where resplit answers for it."""
+        options = (n_copies, op_offload, HOST_BUFTS, 0)
+        records = self.records
+        for k in range(len(records) - 1, -1, -1):
+            made, rec = records[k]
+            if made == like and rec.options == options:
+                out = resplit(rec, graph)
+                if out is not None:
+                    records.append(records.pop(k))
+                    return out
+        rec = SplitRecord()
+        out = split_graph(
+            graph, self.backends, n_copies=n_copies, op_offload=op_offload, record=rec
+        )
+        records.append((like, rec))
+        del records[: -self.KEPT]
+        return out
+
+
+def splits_key(
+    rc: ResolvedConfig, gpus: Sequence[DeviceSpec]
+) -> tuple[int | None, int, tuple[DeviceSpec, ...]]:
+    """What the scheduler's backends depend on: Splits(*splits_key(rc, gpus)) fits this config."""
+    return (rc.build, rc.op_offload_min_batch, tuple(gpus))
+
+
+@_gc_paused
 def device_compute_bytes(
     facts: ModelFacts,
     rc: ResolvedConfig,
     gpus: Sequence[DeviceSpec],
     placement: DevicePlacement,
+    splits: Splits | None = None,
 ) -> dict[int, int] | None:
     """Each backend's compute buffer (ggml_backend_sched_get_buffer_size after sched_reserve) of a
     llama-server on these GPUs (Vulkan devices, RPC workers) and the CPU: GPU index → bytes, and
     CPU_DEVICE → the CPU backend's (Vulkan_Host with a Vulkan device first). None where the replay
     does not cover the model, the config or the devices (covers_devices, GraphBuildError, a split
-    or an allocation llama.cpp would abort on)."""
+    or an allocation llama.cpp would abort on). `splits`: the Splits of splits_key(rc, gpus) that
+    earlier replays on these devices kept, to split from (None: split anew)."""
     if not gpus or not covers_devices(facts, rc, gpus):
         return None
-    backends, bufts = scheduler_backends(rc, gpus)
+    if splits is not None and splits.key != splits_key(rc, gpus):
+        raise ValueError("device_compute_bytes: splits of other backends")
+    backends, bufts = (
+        scheduler_backends(rc, gpus)
+        if splits is None
+        else (list(splits.backends), list(splits.bufts))
+    )
     names = [g.name for g in gpus]
 
     def device(dev: int) -> str:
@@ -470,7 +601,13 @@ def device_compute_bytes(
                 return None
             if cuda and not cuda_graph_ok(graph, rc.build):
                 return None
-            split = split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
+            split = (
+                split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
+                if splits is None
+                else splits.split(
+                    graph, copies, rc.op_offload, replace(config, kv_size=0, kv_size_swa=0)
+                )
+            )
             sizes = gallocr.reserve_n(split.graph)
     except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit, UnplacedRule):
         return None

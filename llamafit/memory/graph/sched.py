@@ -27,10 +27,10 @@ views that keep inputs alive, the backends' allocation dependencies) are appende
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 
 from ...errors import LlamafitError
 from ...reader.ggml_types import GGML_MAX_NAME
@@ -150,7 +150,7 @@ def use_counts(graph: Graph) -> list[int]:
     return counts
 
 
-def split_graph(  # noqa: C901 (ggml port: kept diffable)
+def split_graph(
     graph: Graph,
     backends: Sequence[Backend],
     *,
@@ -158,11 +158,29 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
     op_offload: bool = True,
     host_bufts: frozenset[str] = HOST_BUFTS,
     cur_copy: int = 0,
+    record: SplitRecord | None = None,
 ) -> SplitGraph:
     """ggml_backend_sched_split_graph over `graph` (ggml/src/ggml-backend.cpp). `backends` in the
     scheduler's priority order, the CPU last; `n_copies` 4 with pipeline parallelism
     (ggml_backend_sched_new: parallel ? GGML_SCHED_MAX_COPIES : 1); `op_offload` llama.cpp's
-    cparams.op_offload (on unless --no-op-offload); `cur_copy` 0 at a reserve."""
+    cparams.op_offload (on unless --no-op-offload); `cur_copy` 0 at a reserve. `record`: a fresh
+    SplitRecord, filled with what the split read of the graph's shapes, from which `resplit` gives
+    the split of a graph of the same structure at other shapes."""
+    options = (n_copies, op_offload, host_bufts, cur_copy)
+    if record is not None:
+        record.start(graph, tuple(backends), options)
+    return _split(graph, tuple(backends), options, record)
+
+
+def _split(  # noqa: C901 (ggml port: kept diffable)
+    graph: Graph,
+    backends: tuple[Backend, ...],
+    options: tuple[int, bool, frozenset[str], int],
+    rec: SplitRecord | None,
+) -> SplitGraph:
+    """split_graph; with `rec`, every supports_op, offload_op and graph_optimize call is noted in
+    it with the tensors it read."""
+    n_copies, op_offload, host_bufts, cur_copy = options
     tensors = graph.tensors
     n = len(tensors)
     nb = len(backends)
@@ -186,12 +204,15 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
     by_name = {b.name: i for i, b in enumerate(backends)}
 
     cache: list[dict[int, bool]] = [{} for _ in range(nb)]
+    ask: Callable[[OpPredicate, int], bool] = (
+        (lambda pred, i: pred(tensors, i)) if rec is None else rec.asker(tensors)
+    )
 
     def supports(b: int, i: int) -> bool:
         c = cache[b]
         r = c.get(i)
         if r is None:
-            r = c[i] = backends[b].supports_op(tensors, i)
+            r = c[i] = ask(backends[b].supports_op, i)
         return r
 
     bid = [-1] * n
@@ -240,7 +261,7 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
                 for b in range(sb):
                     # offload_op first (both are pure): a size check of supports_op that
                     # offload_op would overrule is never asked (backends.UnknownDeviceLimit)
-                    if backends[b].offload_op(tensors, i) and supports(b, i):
+                    if ask(backends[b].offload_op, i) and supports(b, i):
                         return b
             return sb
         return -1
@@ -337,19 +358,6 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
     copies: dict[tuple[int, int], list[int]] = {}
     copy_flags = FLAG_INPUT | FLAG_OUTPUT if n_copies > 1 else 0
 
-    def dup(t: Tensor, name: str, flags: int) -> Tensor:
-        """ggml_dup_tensor_layout: same type, shape and strides, no op, no data."""
-        return Tensor(
-            name=name[: GGML_MAX_NAME - 1],
-            op="NONE",
-            type=t.type,
-            ne=t.ne,
-            nb=t.nb,
-            nbytes=t.nbytes,
-            flags=flags,
-            desc="NONE",
-        )
-
     splits: list[list[Any]] = []  # [backend, i_start, i_end, inputs]
     first = next((k for k, i in enumerate(nodes) if ops[i] not in VIEW_OPS), len(nodes))
     cur_b = bid[nodes[first]] if first < len(nodes) else -1
@@ -388,7 +396,7 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
                     bname = backends[cur_b].name
                     src_t = tensors[s]
                     cps = copies[key] = [
-                        add(dup(src_t, f"{bname}#{src_t.name}#{c}", copy_flags))
+                        add(_dup(src_t, f"{bname}#{src_t.name}#{c}", copy_flags))
                         for c in range(n_copies)
                     ]
                     split[3].append(s)
@@ -416,7 +424,7 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
                         cps.append(i)
                     else:
                         name = f"{backends[b].name}#{tensors[i].name}#{c}"
-                        cps.append(add(dup(tensors[i], name, FLAG_INPUT | FLAG_OUTPUT)))
+                        cps.append(add(_dup(tensors[i], name, FLAG_INPUT | FLAG_OUTPUT)))
                 copies[key] = cps
             graph_inputs.append(i)
 
@@ -440,7 +448,10 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
         if counts is None:
             counts = use_counts(graph) + [0] * len(new)
             all_srcs = srcs + [t.src for t in new]
-        deps = opt(table, nodes[sp[1] : sp[2]], all_srcs, counts)
+        if rec is None:
+            deps = opt(table, nodes[sp[1] : sp[2]], all_srcs, counts)
+        else:
+            deps = rec.optimize(opt, table, nodes[sp[1] : sp[2]], all_srcs, counts)
         nodes[sp[1] : sp[2]] = deps.order
         for until, kept in deps.keep:
             lst = keep.setdefault(until, [])
@@ -449,30 +460,18 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
                     lst.append(t_)
 
     def view_of(src_i: int, src: tuple[int, ...]) -> Tensor:
-        """ggml_view_tensor of a tensor with `src` as its sources: a view of the whole tensor, on
-        its base (ggml_new_tensor_impl)."""
-        t = table[src_i]
-        v = t.view_src
-        base, offs = (src_i, 0) if v is None else (v, t.view_offs)
-        return Tensor(
-            name=f"{t.name} (view)"[: GGML_MAX_NAME - 1],
-            op="NONE",
-            type=t.type,
-            ne=t.ne,
-            nb=t.nb,
-            nbytes=t.nbytes,
-            src=src,
-            view_src=base,
-            view_offs=offs,
-            data=table[base].data,
-            desc="NONE",
-        )
+        return _view_of(table, src_i, src)
 
+    if rec is not None:
+        rec.n_table = len(table)
+        rec.dup_of = {j: s for (s, _b), cps in copies.items() for j in cps if j >= n}
     # the graph for the allocator (sched->graph)
     out_nodes: list[int] = []
     out_ids: list[int] = []
     for b, i0, i1, inputs in splits:
         for s in inputs:
+            if rec is not None:
+                rec.views.append((s, (s,)))
             table.append(view_of(s, (s,)))
             out_nodes.append(len(table) - 1)
             out_ids.append(bid[s])
@@ -485,6 +484,8 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
             kept = keep.get(i)
             if kept:
                 for j0 in range(0, len(kept), GGML_MAX_SRC):
+                    if rec is not None:
+                        rec.views.append((kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
                     table.append(view_of(kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
                     out_nodes.append(len(table) - 1)
                     out_ids.append(b)
@@ -506,7 +507,7 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
         out_leafs.append(i)
         leaf_ids.append(bid[i])
 
-    return SplitGraph(
+    out = SplitGraph(
         graph=Graph(
             tensors=tuple(table),
             leafs=tuple(out_leafs),
@@ -517,3 +518,267 @@ def split_graph(  # noqa: C901 (ggml port: kept diffable)
         splits=tuple(Split(b, i0, i1, tuple(inp)) for b, i0, i1, inp in splits),
         tensor_backend=tuple(bid),
     )
+    if rec is not None:
+        rec.out = out
+    return out
+
+
+def _view_of(table: Sequence[Tensor], src_i: int, src: tuple[int, ...]) -> Tensor:
+    """ggml_view_tensor of a tensor with `src` as its sources: a view of the whole tensor, on
+    its base (ggml_new_tensor_impl)."""
+    t = table[src_i]
+    v = t.view_src
+    base, offs = (src_i, 0) if v is None else (v, t.view_offs)
+    return Tensor(
+        name=f"{t.name} (view)"[: GGML_MAX_NAME - 1],
+        op="NONE",
+        type=t.type,
+        ne=t.ne,
+        nb=t.nb,
+        nbytes=t.nbytes,
+        src=src,
+        view_src=base,
+        view_offs=offs,
+        data=table[base].data,
+        desc="NONE",
+    )
+
+
+def _dup(t: Tensor, name: str, flags: int) -> Tensor:
+    """ggml_dup_tensor_layout: same type, shape and strides, no op, no data."""
+    return Tensor(
+        name=name[: GGML_MAX_NAME - 1],
+        op="NONE",
+        type=t.type,
+        ne=t.ne,
+        nb=t.nb,
+        nbytes=t.nbytes,
+        flags=flags,
+        desc="NONE",
+    )
+
+
+class _Reads(Sequence[Tensor]):
+    """The graph's tensors as a backend's supports_op, offload_op or graph_optimize reads them,
+    noting each index asked (a slice, len or iteration note -1: all of them); _read_set reads
+    the notes."""
+
+    __slots__ = ("tensors", "seen")
+
+    def __init__(self, tensors: Sequence[Tensor]) -> None:
+        self.tensors = tensors
+        self.seen: list[object] = []
+
+    @overload
+    def __getitem__(self, k: int) -> Tensor: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> Sequence[Tensor]: ...
+
+    def __getitem__(self, k: int | slice) -> Tensor | Sequence[Tensor]:
+        self.seen.append(k)
+        return self.tensors[k]
+
+    def __len__(self) -> int:
+        self.seen.append(-1)
+        return len(self.tensors)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        self.seen.append(-1)
+        return iter(self.tensors)
+
+
+def _read_set(seen: list[object]) -> set[int] | None:
+    """The tensors a call read, from _Reads' notes; None: all of them."""
+    out: set[int] = set()
+    for k in seen:
+        if type(k) is not int or k < 0:
+            return None
+        out.add(k)
+    return out
+
+
+# (the predicate, the op's index, its answer, _Reads' notes of what it read)
+_Asked = tuple[OpPredicate, int, bool, list[object]]
+
+
+@dataclass(slots=True)
+class _Optimized:
+    """One graph_optimize call: the hook, the split's nodes it was given, _Reads' notes of what
+    it read, and what it answered."""
+
+    opt: GraphOptimize
+    nodes: tuple[int, ...]
+    seen: list[object]
+    deps: AllocDeps
+
+
+class SplitRecord:
+    """What split_graph(record=...)'s split read of its graph's shapes: each supports_op, offload_op
+    and graph_optimize call with the tensors it read and its answer, and how each tensor it
+    appended was made (copies of split inputs, views). Everything else the split decides follows
+    from the graph's structure: its node and leaf lists, and per tensor the name, op, type,
+    flags, sources, view source, buffer, usage and pinned backend."""
+
+    def __init__(self) -> None:
+        self.graph = Graph(tensors=(), leafs=(), nodes=())
+        self.backends: tuple[Backend, ...] = ()
+        self.options: tuple[int, bool, frozenset[str], int] | None = None
+        self.asked: list[_Asked] = []
+        self.optimized: list[_Optimized] = []
+        self.srcs: Sequence[tuple[int | None, ...]] = ()
+        self.counts: Sequence[int] = ()
+        self.n_table = 0  # the input graph's tensors and the copies
+        self.dup_of: dict[int, int] = {}  # copy's index -> the tensor it copies
+        self.views: list[tuple[int, tuple[int, ...]]] = []  # _view_of's arguments, in order
+        self.out: SplitGraph | None = None
+        self._by_read: dict[int, list[int]] | None = None  # tensor -> the asked that read it
+        self._all: list[int] = []  # the asked that read every tensor
+
+    def start(
+        self,
+        graph: Graph,
+        backends: tuple[Backend, ...],
+        options: tuple[int, bool, frozenset[str], int],
+    ) -> None:
+        """split_graph's: the graph, backends and options of the split it records."""
+        if self.options is not None:
+            raise ValueError("a SplitRecord records one split")
+        self.graph, self.backends, self.options = graph, backends, options
+
+    def asker(self, tensors: Sequence[Tensor]) -> Callable[[OpPredicate, int], bool]:
+        reads = _Reads(tensors)
+        asked = self.asked
+
+        def ask(pred: OpPredicate, i: int) -> bool:
+            seen: list[object] = []
+            reads.seen = seen
+            r = pred(reads, i)
+            asked.append((pred, i, r, seen))
+            return r
+
+        return ask
+
+    def optimize(
+        self,
+        opt: GraphOptimize,
+        table: Sequence[Tensor],
+        nodes: Sequence[int],
+        srcs: Sequence[tuple[int | None, ...]],
+        counts: Sequence[int],
+    ) -> AllocDeps:
+        self.srcs, self.counts = srcs, counts
+        reads = _Reads(table)
+        deps = opt(reads, nodes, srcs, counts)
+        self.optimized.append(_Optimized(opt, tuple(nodes), reads.seen, deps))
+        return deps
+
+    def asked_reading(self, changed: Sequence[int]) -> list[int]:
+        """The asked calls (in call order) that read one of these tensors or all of them."""
+        if self._by_read is None:
+            by: dict[int, list[int]] = {}
+            for k, (_p, _i, _r, seen) in enumerate(self.asked):
+                reads = _read_set(seen)
+                if reads is None:
+                    self._all.append(k)
+                else:
+                    for t in reads:
+                        by.setdefault(t, []).append(k)
+            self._by_read = by
+        by = self._by_read
+        hit = set(self._all)
+        for t in changed:
+            hit.update(by.get(t, ()))
+        return sorted(hit)
+
+
+def _structure(t: Tensor) -> tuple[object, ...]:
+    """What of a tensor the split reads besides its shape (ne, nb, nbytes, view offset)."""
+    return (
+        t.name,
+        t.op,
+        t.type,
+        t.flags,
+        t.src,
+        t.view_src,
+        t.data,
+        t.buffer,
+        t.desc,
+        t.pin_layer,
+        t.usage,
+        t.backend,
+    )
+
+
+def resplit(rec: SplitRecord, graph: Graph) -> SplitGraph | None:
+    """The split_graph of `graph` with rec's backends and options, from rec, where `graph` has
+    the structure of rec's graph (SplitRecord) and every supports_op, offload_op and
+    graph_optimize call that read a tensor whose shape differs answers as it did: the split then
+    decides everything as it did, and only the shapes of those tensors, of their copies and of
+    the views of them differ. None where that does not hold (split_graph then splits it).
+
+    The calls are asked again in the order the split asked them, so that one that raises
+    (backends.UnknownDeviceLimit) does so where the split would have."""
+    out = rec.out
+    changed = _reshaped(rec.graph, graph)
+    if out is None or changed is None:
+        return None
+    if not changed:
+        return out
+    new_t = graph.tensors
+    for k in rec.asked_reading(changed):
+        pred, i, answer, _seen = rec.asked[k]
+        if pred(new_t, i) != answer:
+            return None
+    table = _rebuilt(rec, out, new_t, changed)
+    return None if table is None else replace(out, graph=replace(out.graph, tensors=table))
+
+
+def _rebuilt(
+    rec: SplitRecord, out: SplitGraph, new_t: Sequence[Tensor], changed: list[int]
+) -> tuple[Tensor, ...] | None:
+    """resplit's tensors: rec's split's with the new shapes of the changed tensors, of their
+    copies and of the views of them; None where a graph_optimize call that read one of them
+    answers otherwise."""
+    # the input graph's tensors as the split left them (sources changed to copies, leafs
+    # flagged), and the copies
+    before = out.graph.tensors
+    old_t = rec.graph.tensors
+    table = list(before[: rec.n_table])
+    dirty = set(changed)
+    for i in changed:
+        t, was = new_t[i], before[i]
+        table[i] = t if was is old_t[i] else _changed(t, was.src, was.flags)
+    for j, s in rec.dup_of.items():
+        if s in dirty:
+            was = before[j]
+            table[j] = _dup(new_t[s], was.name, was.flags)
+    dirty.update([j for j, s in rec.dup_of.items() if s in dirty])
+    for o in rec.optimized:
+        reads = _read_set(o.seen)
+        if reads is None or not dirty.isdisjoint(reads):
+            if o.opt(table, o.nodes, rec.srcs, rec.counts) != o.deps:
+                return None
+    for j, (src_i, src) in enumerate(rec.views, start=rec.n_table):
+        table.append(_view_of(table, src_i, src) if src_i in dirty else before[j])
+    return tuple(table)
+
+
+def _reshaped(old: Graph, graph: Graph) -> list[int] | None:
+    """The tensors of `graph` whose shape (ne, nb, nbytes, view offset) differs from old's, where
+    the two have the same structure (the same node and leaf lists, and each tensor the same
+    _structure); None where they do not."""
+    if graph.nodes != old.nodes or graph.leafs != old.leafs:
+        return None
+    new_t, old_t = graph.tensors, old.tensors
+    if len(new_t) != len(old_t):
+        return None
+    changed = []
+    for i in [i for i, a, b in zip(range(len(new_t)), new_t, old_t, strict=True) if a is not b]:
+        a, b = new_t[i], old_t[i]
+        if a == b:
+            continue
+        if _structure(a) != _structure(b):
+            return None
+        changed.append(i)
+    return changed

@@ -2,12 +2,12 @@
 
 Mirrors llama.cpp b11434: llama_model::build_graph (src/llama-model.cpp) runs the arch's graph
 (models.MODELS: src/models/<arch>.cpp over build.GraphContext, the llm_graph_context helpers),
-then llm_graph_result::set_outputs. The first call for a model and a config (cache sizes and
-buffers aside) builds it once; later calls at the same cache sizes take its graph with their
-buffers (~1-2 ms). Every shape is linear in the two cache sizes (_Template): with one cache size
-(no iSWA pair) the second and third calls at other sizes build directly, the two first builds
-give the template and the third checks it; with two, the second call builds it three or four
-times to derive it. Later calls reuse it.
+then llm_graph_result::set_outputs. The first call for a model and a config (cache sizes,
+buffers and the norms' pins of full offload aside) builds it once; later calls at the same cache
+sizes take its graph with their buffers and pins (~1-2 ms). Every shape is linear in the two
+cache sizes (_Template): with one cache size (no iSWA pair) the second and third calls at other
+sizes build directly, the two first builds give the template and the third checks it; with two,
+the second call builds it three or four times to derive it. Later calls reuse it.
 
 API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph; build_direct (one emulation
 run, no template); clear_cache. Not modelled (GraphBuildError or not built): separate Q/K/V biases
@@ -57,8 +57,8 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
         # replays each graph once
         if len(_TEMPLATES) > 64:
             _TEMPLATES.clear()
-        graph, rules = _run(facts, config, hp)
-        _TEMPLATES[key] = (facts, _Shape([_First(config, graph, rules)]))
+        graph, rules, pins = _run(facts, config, hp)
+        _TEMPLATES[key] = (facts, _Shape([_First(config, graph, rules, pins)]))
         return graph
     made = hit[1]
     if isinstance(made, _Template):
@@ -67,8 +67,8 @@ def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None 
         return build_direct(facts, config, hp)
     if made.counted is not None:  # count_graph's build: converted now
         counted, ctx = made.counted
-        graph, rules = _converted(ctx)
-        made.firsts.append(_First(counted, graph, rules))
+        graph, rules, pins = _converted(ctx)
+        made.firsts.append(_First(counted, graph, rules, pins))
         made.counted = None
     return _again(facts, config, hp, key, made)
 
@@ -104,8 +104,9 @@ def _key(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> tuple[obje
         overrides=(),
         kv="",
         layer_kv=(),
-        # GraphContext.pin: a ubatch under 32 tokens pins the norms with or without full offload
-        full_offload=config.full_offload or config.n_tokens < 32,
+        # GraphContext.pin (a ubatch under 32 tokens or full offload pins the norms) changes
+        # only the pins, which _Template.at applies per config
+        full_offload=False,
     )
     return (id(facts), shape, hp, _sharing(facts, config))
 
@@ -117,15 +118,15 @@ def _again(
     sizes = (config.kv_size, config.kv_size_swa)
     for first in made.firsts:  # these cache sizes were built: only the buffers differ
         if (first.config.kv_size, first.config.kv_size_swa) == sizes:
-            return _Template(first.graph, first.config, first.rules, []).at(config)
+            return _Template(first.graph, first.config, first.rules, [], first.pins).at(config)
     if uses_iswa(facts):  # two cache sizes: the template from the first call's graph
         first = made.firsts[0]
-        template = _Template.make(facts, first.config, hp, (first.graph, first.rules))
+        template = _Template.make(facts, first.config, hp, (first.graph, first.rules, first.pins))
         _TEMPLATES[key] = (facts, template)
         return build_direct(facts, config, hp) if template is None else template.at(config)
     # one cache size: this call's direct build is the template's second point, a third call's
     # the check (_Shape)
-    graph, rules = _run(facts, config, hp)
+    graph, rules, pins = _run(facts, config, hp)
     if made.candidate is None:
         first = made.firsts[0]
         made.candidate = _Template.line(first, config, graph)
@@ -138,7 +139,7 @@ def _again(
     else:
         _TEMPLATES[key] = (facts, None)
         return graph
-    made.firsts.append(_First(config, graph, rules))
+    made.firsts.append(_First(config, graph, rules, pins))
     return graph
 
 
@@ -148,6 +149,8 @@ def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Gr
 
 
 _Rule = tuple[str, int]  # (model tensor name, layer it was made for) or ("", il) for the cache
+_Pins = list[tuple[int, int]]  # (tensor index, layer) of the norms GraphContext.pin pins
+_Run = tuple[Graph, list[tuple[int, _Rule]], _Pins]
 
 
 def _built(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> GraphContext:
@@ -165,19 +168,23 @@ def _built(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> GraphCon
     return ctx
 
 
-def _run(
-    facts: ModelFacts,
-    config: GraphConfig,
-    hp: GraphHParams,
-) -> tuple[Graph, list[tuple[int, _Rule]]]:
-    """The graph, and for each tensor with data its index and buffer rule."""
+def _run(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> _Run:
+    """The graph, for each tensor with data its index and buffer rule, and the pinnable norms."""
     return _converted(_built(facts, config, hp))
 
 
-def _converted(ctx: GraphContext) -> tuple[Graph, list[tuple[int, _Rule]]]:
-    """The built graph as nodes.Graph, and for each tensor with data its index and buffer rule."""
+def _converted(ctx: GraphContext) -> _Run:
+    """The built graph as nodes.Graph, for each tensor with data its index and buffer rule, and
+    the norms GraphContext.pin pins (each once: the index and layer of a tensor whose pin is
+    the layer's where the graph pins and none where it does not)."""
     graph = ctx.b.graph()
-    return graph, [(t.idx, t.rule) for t in ctx.b.tensors if t.rule is not None]
+    pin = -1 if not ctx.pin else None
+    pins: dict[int, int] = {}
+    for t, il in ctx.pinnable:
+        if t.idx >= 0 and t.pin_layer == (il if pin is None else pin):
+            pins[t.idx] = il
+    rules = [(t.idx, t.rule) for t in ctx.b.tensors if t.rule is not None]
+    return graph, rules, sorted(pins.items())
 
 
 def count_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> int:
@@ -197,7 +204,8 @@ class _Template:
     masks, KQ). `make` derives a, b, c from two or three builds and checks them on one more; a
     model or config where they do not hold (or where the structure changes) gets no template.
     Buffers change only the `buffer` of the tensors with data, each by its rule (weight_buffer,
-    kv_buffer), as long as the same uses share one tensor (_sharing, part of the key)."""
+    kv_buffer), as long as the same uses share one tensor (_sharing, part of the key); full
+    offload only the pins of the norms GraphContext.pin pins (`pins`, _pins)."""
 
     STEP = 256  # llama_kv_cache sizes are multiples of 256 (n_pad)
 
@@ -207,11 +215,13 @@ class _Template:
         config: GraphConfig,
         rules: list[tuple[int, _Rule]],
         varying: list[tuple[int, tuple[_Lin, ...]]],
+        pins: _Pins,
     ) -> None:
         self.graph = graph
         self.config = config
         self.rules = rules
         self.varying = varying
+        self.pins = pins
 
     @classmethod
     def make(
@@ -219,11 +229,11 @@ class _Template:
         facts: ModelFacts,
         config: GraphConfig,
         hp: GraphHParams,
-        built: tuple[Graph, list[tuple[int, _Rule]]] | None = None,
+        built: _Run | None = None,
     ) -> _Template | None:
         """`built`: this config's graph and rules where they were built already (_run)."""
         kv, swa, step = config.kv_size, config.kv_size_swa, cls.STEP
-        g0, rules = built or _run(facts, config, hp)
+        g0, rules, pins = built or _run(facts, config, hp)
         g1 = build_direct(facts, replace(config, kv_size=kv + step), hp)
         if uses_iswa(facts):  # an iSWA cache pair
             g2 = build_direct(facts, replace(config, kv_size_swa=swa + step), hp)
@@ -239,7 +249,7 @@ class _Template:
             if lins is None:
                 return None
             varying.append((i, lins))
-        template = cls(g0, config, rules, varying)
+        template = cls(g0, config, rules, varying, pins)
         check = replace(config, kv_size=kv + 2 * step, kv_size_swa=swa + 3 * step)
         got = template.at(check).tensors
         want = build_direct(facts, check, hp).tensors
@@ -267,7 +277,7 @@ class _Template:
             if lins is None:
                 return None
             varying.append((i, lins))
-        return cls(g0, first.config, first.rules, varying)
+        return cls(g0, first.config, first.rules, varying, first.pins)
 
     def matches(self, config: GraphConfig, graph: Graph) -> bool:
         """Whether the template gives this direct build's graph at its config."""
@@ -346,7 +356,33 @@ class _Template:
                         desc=t.desc,
                         pin_layer=t.pin_layer,
                     )
+        if _pins(config) != _pins(base):
+            pin = -1 if not _pins(config) else None
+            for i, il in self.pins:
+                t = tensors[i]
+                tensors[i] = Tensor(
+                    name=t.name,
+                    op=t.op,
+                    type=t.type,
+                    ne=t.ne,
+                    nb=t.nb,
+                    nbytes=t.nbytes,
+                    flags=t.flags,
+                    src=t.src,
+                    view_src=t.view_src,
+                    view_offs=t.view_offs,
+                    data=t.data,
+                    buffer=t.buffer,
+                    desc=t.desc,
+                    pin_layer=il if pin is None else pin,
+                )
         return Graph(tensors=tuple(tensors), leafs=g.leafs, nodes=g.nodes)
+
+
+def _pins(config: GraphConfig) -> bool:
+    """Whether GraphContext.pin pins the norms for this config: a ubatch under 32 tokens or every
+    layer offloaded (llama_context::graph_get_cb)."""
+    return config.n_tokens < 32 or config.full_offload
 
 
 def _linear(
@@ -382,6 +418,7 @@ class _First:
     config: GraphConfig
     graph: Graph
     rules: list[tuple[int, _Rule]]
+    pins: _Pins
 
 
 @dataclass(slots=True)

@@ -438,6 +438,34 @@ def test_shared_tensors_split_when_buffers_differ() -> None:
     assert len(g.leafs) == len(build_graph(facts, cpu, hp).leafs) + 1
 
 
+@pytest.mark.parametrize("name", ["vk-gemma3-ngl10-fa-off", "gemma3-c4096"])
+@pytest.mark.parametrize("pinned_first", [True, False])
+def test_template_for_other_pins_is_the_direct_graph(name: str, pinned_first: bool) -> None:
+    """Full offload pins each layer's norms (GraphContext.pin) and changes nothing else: one
+    template serves both, at the built cache size and at others (the third build of a model of
+    one cache size checks the line, the fourth takes it), each the direct build's graph."""
+    facts, hp = facts_of("demo")
+    pp = configs(CASES[name], facts)[0]
+    assert pp.n_tokens >= 32  # a smaller ubatch pins either way
+    first, second = (True, False) if pinned_first else (False, True)
+    clear_cache()
+    asked = [
+        replace(pp, full_offload=first),
+        replace(pp, full_offload=second),
+        replace(pp, full_offload=second, kv_size=pp.kv_size * 2),
+        replace(pp, full_offload=first, kv_size=pp.kv_size * 3),
+        replace(pp, full_offload=second, kv_size=pp.kv_size * 4),
+        replace(pp, full_offload=first, kv_size=pp.kv_size * 5),
+    ]
+    pins = []
+    for config in asked:
+        g = build_graph(facts, config, hp)
+        assert g == build_direct(facts, config, hp)
+        pins.append(sum(t.pin_layer >= 0 for t in g.tensors))
+    # the demo's 18 layers, five tensors named "norm" each (the RMS norms and their scales)
+    assert pins == [90 if c.full_offload else 0 for c in asked]
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
