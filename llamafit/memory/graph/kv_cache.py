@@ -168,10 +168,15 @@ class RecurrentState:
         self.size = max(1, c.n_seq_max)
         self.r: dict[int, T] = {}
         self.s: dict[int, T] = {}
+        n_r, n_s = f.recurrent.n_embd_r, f.recurrent.n_embd_s
+        # llama_memory_recurrent: {n_embd_r, mem_size} (before rule rs_2d: 1-D of both)
+        two_d = since("rs_2d", c.build)
         for il in layers:
             buf = kv_buffer(c, il)
-            r = Builder.weight(f"cache_r_l{il}", "f32", (f.recurrent.n_embd_r, self.size), buf)
-            s = Builder.weight(f"cache_s_l{il}", "f32", (f.recurrent.n_embd_s, self.size), buf)
+            r_ne = (n_r, self.size) if two_d else (n_r * self.size,)
+            s_ne = (n_s, self.size) if two_d else (n_s * self.size,)
+            r = Builder.weight(f"cache_r_l{il}", "f32", r_ne, buf)
+            s = Builder.weight(f"cache_s_l{il}", "f32", s_ne, buf)
             r.rule = s.rule = ("", il)
             self.r[il], self.s[il] = r, s
         n_rs = self.size

