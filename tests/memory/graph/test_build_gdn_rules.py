@@ -1,6 +1,6 @@
 """The rules by which the gated DeltaNet archs' graphs (qwen35, qwen35moe, qwen3next:
-src/models/qwen35*.cpp, qwen3next.cpp, delta-net-base.cpp) and Gemma 3n's changed between
-llama-cpp-python 0.3.17 (b8470) and b11311, whose real graphs test_build_older.py checks: each
+src/models/qwen35*.cpp, qwen3next.cpp, delta-net-base.cpp), Gemma 3n's and DeepSeek-2's changed
+between llama-cpp-python 0.3.17 (b8470) and b11311, whose real graphs test_build_older.py checks: each
 rule on both sides of its build, as the change of the prompt graph's ops (or of the shapes a
 rule changes alone) on the real-shape stand-ins."""
 
@@ -50,6 +50,8 @@ DELTAS: tuple[tuple[str, str, dict[str, int]], ...] = (
     # build_gdn_l2_norm: q and k RMS-normed and scaled instead of ggml_l2_norm
     ("qwen35moe-c4096-ub128", "qkv_heads", {"L2_NORM": -60, "RMS_NORM": 60, "SCALE": 60}),
     ("qwen3next-c4096-ub128", "qkv_heads", {"L2_NORM": -72, "RMS_NORM": 72, "SCALE": 72}),
+    # DeepSeek-2 (3 layers): q reshaped to heads before its q_nope / q_pe views
+    ("fx-deepseek2", "deepseek2_q_reshape", {"RESHAPE": 3}),
     # shapes and order only
     ("qwen35moe-c4096-ub128", "rs_2d", {}),
     ("qwen3next-c4096-ub128", "qwen3next_repeat_4d", {}),

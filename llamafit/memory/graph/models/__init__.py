@@ -135,7 +135,7 @@ MODELS: Mapping[str, Model] = {
     "deci": Model(deci.build, since=OLD_SINCE),
     "gpt-oss": Model(openai_moe.build, since=OLD_SINCE, iswa=True),
     "glm4moe": Model(glm4_moe.build, since=OLD_SINCE),
-    "deepseek2": Model(deepseek2.build, since="qkv_heads"),
+    "deepseek2": Model(deepseek2.build, since="deepseek2_q_reshape"),
     "mamba2": Model(mamba.build, since="mamba2_proj_2d"),
     "granitehybrid": Model(granite_hybrid.build, since="mamba2_proj_2d"),
     "granitemoe": Model(granite.build, since=OLD_SINCE),
