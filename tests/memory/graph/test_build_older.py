@@ -11,7 +11,11 @@ scripts/graph_dump/record_build.py (scripts/graph_dump/record_libllama.py):
   n_tokens in the prompt-sized reserve). Node for node but for the names (its graphs leave
   inp_pos and the K/V row indexes unnamed) and the CPU compute buffer to the byte; the leafs as
   a set (a tied output is a second token_embd.weight tensor there, listed where the output
-  matrix first reads it). Every architecture the replay covers from OLD_SINCE has one.
+  matrix first reads it). Every architecture the replay covers from OLD_SINCE (or GDN_SINCE)
+  has one.
+- fixtures/graphs/b10454-<case>: llama-cpp-python 0.3.35 (llama.cpp b10454; its libllama built
+  from the sdist's vendored tree), checked as 0.3.17's: the gated DeltaNet archs and Gemma 3n
+  between their rules (builds.py rs_2d .. qkv_heads).
 """
 
 from __future__ import annotations
@@ -107,11 +111,12 @@ def _old_arch(name: str) -> bool:
 OLD_CASES = [n for n in _recorded(OLD) if _old_arch(n)]
 
 
-@pytest.mark.parametrize("name", OLD_CASES)
-def test_0317_graph_is_the_real_one(name: str) -> None:
+def _same_graphs(name: str, build: int) -> None:
+    """The builder's graphs of the case at this build are the recorded ones: node for node
+    but for the names, the leafs as a set, the CPU compute buffer to the byte."""
     facts, hp = facts_of(CASES[name].model)
     gallocr = Gallocr((CPU,))
-    for config, event in zip(_configs(name, OLD), _events(OLD, name), strict=True):
+    for config, event in zip(_configs(name, build), _events(build, name), strict=True):
         built = build_graph(facts, config, hp)
         nodes, leafs = _shape(built)
         real_nodes, real_leafs = _shape(event.graph)
@@ -119,6 +124,22 @@ def test_0317_graph_is_the_real_one(name: str) -> None:
         assert [k for k, (a, b) in enumerate(zip(nodes, real_nodes, strict=True)) if a != b] == []
         assert leafs == real_leafs
         assert (("CPU", _cpu_bytes(built, gallocr)),) == event.backends
+
+
+@pytest.mark.parametrize("name", OLD_CASES)
+def test_0317_graph_is_the_real_one(name: str) -> None:
+    _same_graphs(name, OLD)
+
+
+# llama-cpp-python 0.3.35 (llama.cpp b10454): between the rules of the gated DeltaNet archs
+# (rs_2d, qwen35_h_nextn, qwen3next_h_nextn, gdn_state_4d from; qkv_heads before) and before
+# deepseek2_q_reshape
+MID = 10454
+
+
+@pytest.mark.parametrize("name", _recorded(MID))
+def test_0335_graph_is_the_real_one(name: str) -> None:
+    _same_graphs(name, MID)
 
 
 def test_every_old_arch_has_a_0317_graph() -> None:
