@@ -87,3 +87,16 @@ def test_qwen3next_repeats_heads_over_3d_before_its_rule() -> None:
         g = _pp(name, build)
         repeats = {g.tensors[i].ne for i in g.nodes if g.tensors[i].op == "REPEAT"}
         assert repeats == {shape}
+
+
+def test_gemma3n_per_layer_rows_come_first_from_their_rule() -> None:
+    """gemma3n_ple_expand: the per-layer token rows (GET_ROWS, RESHAPE, SCALE:
+    inp_per_layer_selected) right after the token embeddings; before, after the AltUp streams
+    (inp_stacked), where layer 0 first reads them."""
+    first = build_of("gemma3n_ple_expand")
+    for build, before_stacked in ((first - 1, False), (first, True)):
+        g = _pp("gemma3n-e2b-c4096", build)
+        names = [g.tensors[i].name for i in g.nodes]
+        selected, stacked = names.index("inp_per_layer_selected"), names.index("inp_stacked")
+        assert (selected < stacked) == before_stacked
+        assert (selected == 3) == before_stacked  # embd, the rows' GET_ROWS and RESHAPE, SCALE
