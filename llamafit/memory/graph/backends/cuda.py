@@ -20,10 +20,11 @@ Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2
 - CUDA_Host (ggml_backend_cuda_host_buffer_type): the CPU buffer type's alignment (32) and alloc
   size; the CPU backend's compute buffer type when the first device is a CUDA one
   (src/llama-context.cpp), unless GGML_CUDA_NO_PINNED.
-- graph_optimize (ggml_backend_cuda_graph_optimize, cuda_optimize.py): 0.3.17's only reorders
-  under GGML_CUDA_GRAPH_OPT=1 (off by default); 0.3.36's and b11434's add alloc dependencies for
-  the fused MoE patterns (ggml_cuda_match_moe_weighted_reduction, ggml_cuda_topk_moe_fusion), and
-  b11434's moves a shared expert's gate, up and GLU next to the routed experts'
+- graph_optimize (ggml_backend_cuda_graph_optimize, cuda_optimize.py): it only reorders under
+  GGML_CUDA_GRAPH_OPT=1 (off by default) until builds.py rule cuda_moe_reduce_deps; from there on
+  it adds alloc dependencies for the fused MoE patterns (ggml_cuda_match_moe_weighted_reduction,
+  from rule cuda_topk_moe_deps ggml_cuda_topk_moe_fusion too), and from rule cuda_shared_expert
+  it moves a shared expert's gate, up and GLU next to the routed experts'
   (ggml_cuda_match_shared_expert). All start at MoE nodes: dense graphs are not touched.
 - MoE ops (b11434, the same in 0.3.36): MUL_MAT_ID as MUL_MAT (its GGML_PREC_F32 flag,
   op_params[3], is set by build_moe_ffn for Mistral 4 only, not replayed), ADD_ID, TOP_K (CUB or
@@ -309,8 +310,9 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
         return _concat_ok(s0, s1, op)
     if kind == "SSM_CONV":
         return s0.ne[1] % 128 == 0  # d_inner a multiple of the kernel's threads
-    if kind == "SSM_SCAN":
-        return _mamba2_scan(srcs) and s0.ne[0] in (96, 128, 256) and s0.ne[1] % 16 == 0
+    if kind == "SSM_SCAN":  # d_state 96 from rule cuda_ssm_scan_96
+        states = (96, 128, 256) if since("cuda_ssm_scan_96", build) else (128, 256)
+        return _mamba2_scan(srcs) and s0.ne[0] in states and s0.ne[1] % 16 == 0
     return kind in _ALWAYS
 
 
@@ -344,11 +346,11 @@ def _mamba2_scan(srcs: Sequence[Tensor | None]) -> bool:
 
 def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor, build: int | None = None) -> bool:
     """ggml_cuda_flash_attn_ext_supported (fattn.cu ggml_cuda_get_best_fattn_kernel != NONE) at
-    this build for a head size of cuda_fattn.CUDA_FA_HEADS (fattn_supported) and an F32 Q."""
+    this build (cuda_fattn.fattn_supported) for an F32 Q."""
     q, k, v = (tensors[s] for s in op.src[:3] if s is not None)
     m_id = op.src[3] if len(op.src) > 3 else None
     m = tensors[m_id] if m_id is not None else None
-    return fattn_supported(k, v, m, build) and q.type == "f32"
+    return fattn_supported(q, k, v, m, build) and q.type == "f32"
 
 
 # the ops whose sources cuda_graph_ok reads
@@ -385,19 +387,19 @@ def cuda_backend(
     peers: frozenset[str] = frozenset(),
     op_offload_min_batch: int = OP_OFFLOAD_MIN_BATCH,
     build: int | None = None,
+    cc: int | None = None,
 ) -> Backend:
     """A CUDA (ROCm) device: supports_op as ported (cuda_supports_op), supports_buft its own
     buffer type (ggml_backend_cuda_device_supports_buft; an integrated device's CUDA_Host too,
     not modelled), offload_op by batch size (ggml_backend_cuda_device_offload_op, get_op_batch_size:
     GGML_OP_OFFLOAD_MIN_BATCH, else 32: a host expert tensor's MUL_MAT_ID by its ne[2], the
-    ubatch's tokens) and graph_optimize's fusion alloc deps (cuda_optimize.py: b11434's; before
-    0.3.36 there were none, but the graphs replayed on CUDA at those builds, llama, qwen2 and
-    qwen3, have none of its patterns)."""
+    ubatch's tokens) and graph_optimize's fusion alloc deps at this build on a device of compute
+    capability cc (cuda_optimize.py)."""
     return Backend(
         name=name,
         buft=name,
         bufts=frozenset({name}),
         supports_op=partial(cuda_supports_op, peers=peers, build=build),
         offload_op=batch_offload(op_offload_min_batch),
-        graph_optimize=cuda_graph_optimize_for(build),
+        graph_optimize=cuda_graph_optimize_for(build, cc),
     )

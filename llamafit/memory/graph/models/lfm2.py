@@ -3,6 +3,7 @@ attention layers in one hybrid memory), which lfm2moe.cpp builds too (LFM2 8B-A1
 
 from __future__ import annotations
 
+from ....builds import since
 from ..build import GATING, AttnInput, GraphContext
 from ..ggml import T, set_output
 from ..kv_cache import RecurrentState, has_swa
@@ -74,7 +75,8 @@ def _attention(ctx: GraphContext, inp: AttnInput, cur: T, inp_pos: T, il: int) -
 def _shortconv(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
     """build_shortconv_block for a reserve (kv_head 0, causal, n_rs_seq 0: one conv state row
     written): in_proj split into B, C and x, B*x transposed after the conv state, the state's
-    new rows copied back, ssm_conv, C times it, out_proj."""
+    new rows copied back (into a 2D view of n_seqs rows; before rule conv_state_slots a 1D
+    one), ssm_conv, C times it, out_proj."""
     f, b, c = ctx.f, ctx.b, ctx.c
     rec = f.recurrent
     assert rec is not None
@@ -98,7 +100,10 @@ def _shortconv(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
     conv = b.reshape(conv_rs, d_conv, n_embd, n_seqs)
     bx = b.concat(conv, bx, 0)
     snap = b.view(bx, (d_conv, bx.ne[1], bx.ne[2]), (bx.nb[1], bx.nb[2]), (bx.ne[0] - d_conv) * es)
-    dest = b.view(conv_state, (d_conv * n_embd, n_seqs), (conv_state.nb[1],), 0)
+    if since("conv_state_slots", c.build):
+        dest = b.view(conv_state, (d_conv * n_embd, n_seqs), (conv_state.nb[1],), 0)
+    else:  # a ggml_view_1d of the new state's elements
+        dest = b.view(conv_state, (d_conv * n_embd * n_seqs,), (), 0)
     b.expand(b.cpy(snap, dest))
     kernel = ctx.need(ctx.lw(il, "shortconv.conv.weight"), "shortconv.conv")
     conv_out = ctx.cb(b.ssm_conv(bx, kernel), "model.layers.{}.conv.conv", il)

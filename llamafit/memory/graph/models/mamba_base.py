@@ -4,6 +4,7 @@ and nemotron_h_moe.
 
 from __future__ import annotations
 
+from ....builds import since
 from ....reader.ggml_types import GGML_TYPE_SIZES
 from ..build import GraphContext
 from ..ggml import T, nelements, row_size
@@ -13,7 +14,9 @@ from ..kv_cache import RecurrentState
 def mamba2_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
     """llm_build_mamba_base::build_mamba2_layer (src/models/mamba-base.cpp), K = 1
     (cparams.n_rs_seq 0): the conv state, ssm_conv, ssm_scan over the states in place, the
-    D skip, the z gate and the grouped RMS norm."""
+    D skip, the z gate and the grouped RMS norm. Before rule ssm_state_slots the states are
+    written back through 1D views of n_seqs states; before rule mamba2_proj_2d ssm_in and
+    ssm_out multiply 3D {n_embd, n_seq_tokens, n_seqs} rows (reshaped to 2D after ssm_out)."""
     f, b, c = ctx.f, ctx.b, ctx.c
     rec = f.recurrent
     assert rec is not None
@@ -24,11 +27,16 @@ def mamba2_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
     n_seq_tokens = c.n_tokens // n_seqs
     xbc_w = d_inner + 2 * n_group * d_state
     conv_all, ssm_all = rs.r[il], rs.s[il]
-    state_slots = ssm_all.ne[1]
+    slots = since("ssm_state_slots", c.build)  # else 1D views of n_seqs states each
+    state_slots = ssm_all.ne[1] if slots else rs.size  # mctx_cur->get_size()
+    proj_2d = since("mamba2_proj_2d", c.build)  # else the projections on 3D rows
     conv = ctx.build_rs(rs, conv_all, rec.n_embd_r)
     conv = b.reshape(conv, d_conv - 1, xbc_w, n_seqs)
+    if not proj_2d:
+        cur = b.reshape(cur, cur.ne[0], n_seq_tokens, n_seqs)
     zx = ctx.mm(ctx.need(ctx.lw(il, "ssm_in.weight"), "ssm_in"), cur)
-    zx = b.reshape(zx, zx.ne[0], n_seq_tokens, n_seqs)
+    if proj_2d:
+        zx = b.reshape(zx, zx.ne[0], n_seq_tokens, n_seqs)
     nb0, nb1, nb2 = zx.nb[0], zx.nb[1], zx.nb[2]
     z = b.view(zx, (head_dim, n_head, n_seq_tokens, n_seqs), (head_dim * nb0, nb1, nb2), 0)
     xbc = b.view(zx, (xbc_w, n_seq_tokens, n_seqs), (nb1, nb2), d_inner * nb0)
@@ -41,7 +49,11 @@ def mamba2_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
         (conv_x.nb[1], conv_x.nb[2]),
         n_seq_tokens * conv_x.nb[0],
     )
-    b.expand(b.cpy(last, b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)))
+    if slots:
+        conv_dst = b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)
+    else:
+        conv_dst = b.view(conv_all, (row_count * n_seqs,), (), 0)
+    b.expand(b.cpy(last, conv_dst))
     xbc = b.ssm_conv(conv_x, ctx.need(ctx.lw(il, "ssm_conv1d.weight"), "ssm_conv1d"))
     xbc = b.add(xbc, ctx.need(ctx.lw(il, "ssm_conv1d.bias"), "ssm_conv1d.bias"))
     xbc = b.unary(xbc, "SILU")
@@ -62,8 +74,12 @@ def mamba2_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
     y_row = row_size(y_ssm.type, big_d)
     s_row = row_size(ssm_all.type, big_d)
     offset = nelements(x) * GGML_TYPE_SIZES[x.type][1]
-    src = b.view(y_ssm, (big_d, n_seqs, 1), (y_row, y_row * n_seqs), offset)
-    dst = b.view(ssm_all, (big_d, n_seqs, 1), (ssm_all.nb[1], rs.size * s_row), 0)
+    if slots:
+        src = b.view(y_ssm, (big_d, n_seqs, 1), (y_row, y_row * n_seqs), offset)
+        dst = b.view(ssm_all, (big_d, n_seqs, 1), (ssm_all.nb[1], rs.size * s_row), 0)
+    else:
+        src = b.view(y_ssm, (big_d * n_seqs,), (), offset)
+        dst = b.view(ssm_all, (big_d * n_seqs,), (), 0)
     b.expand(b.cpy(src, dst))
     xn1 = x.nb[1]
     y = b.view(
@@ -79,6 +95,11 @@ def mamba2_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int) -> T:
     if norm is not None:
         y = b.reshape(y, d_inner // n_group, n_group, n_seq_tokens, n_seqs)
         y = ctx.norm(y, norm, il)
-    y = b.reshape(y, d_inner, n_seq_tokens * n_seqs)
+    if proj_2d:
+        y = b.reshape(y, d_inner, n_seq_tokens * n_seqs)
+    else:
+        y = b.reshape(y, d_inner, n_seq_tokens, n_seqs)
     cur = ctx.mm(ctx.need(ctx.lw(il, "ssm_out.weight"), "ssm_out"), y)
+    if not proj_2d:
+        cur = b.reshape(cur, cur.ne[0], n_seq_tokens * n_seqs)
     return ctx.cb(cur, "mamba_out", il)

@@ -3,6 +3,7 @@ trunk)."""
 
 from __future__ import annotations
 
+from ....builds import since
 from ..build import GraphContext
 from ..ggml import T, set_output
 from ..params import GraphBuildError
@@ -18,7 +19,8 @@ def build(ctx: GraphContext) -> None:
     scaled by expert_weights_scale, then the shared experts), then the residual
     (nemotron_h_block_out). build_inp_mem_hybrid: the recurrent inputs, then the
     KV cache's; no positions. The output norm is h_nextn, an output, and the output rows are
-    picked after it (cparams.embeddings_nextn_masked is false); no latent MoE projections
+    picked after it (cparams.embeddings_nextn_masked is false; before rule
+    nemotron_h_rows_last in the last layer, before its residual); no latent MoE projections
     (ffn_latent_down / _up), nor MLP biases: GraphBuildError. nemotron_h's dense MLP layers
     (no router): up, RELU_SQR, down with their scales."""
     f, b = ctx.f, ctx.b
@@ -26,6 +28,7 @@ def build(ctx: GraphContext) -> None:
     rs = ctx.inp_rs()
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
+    rows_last = since("nemotron_h_rows_last", ctx.c.build)
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
@@ -39,10 +42,14 @@ def build(ctx: GraphContext) -> None:
             cur = ctx.cb(cur, "attn_out", il)
         else:
             cur = _ffn(ctx, cur, il)
+        if not rows_last:  # the last layer's output rows, before its residual
+            cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         inpL = ctx.cb(b.add(cur, inpSA), "nemotron_h_block_out", il)
     cur = ctx.norm(inpL, ctx.w("output_norm.weight", -2), -1)
-    set_output(ctx.cb(cur, "h_nextn", -1))
-    cur = ctx.cb(b.get_rows(cur, out_ids), "result_norm", -1)
+    if rows_last:
+        set_output(ctx.cb(cur, "h_nextn", -1))
+        cur = b.get_rows(cur, out_ids)
+    cur = ctx.cb(cur, "result_norm", -1)
     set_output(cur)
     output = ctx.need(ctx.w("output.weight", -2), "output.weight")
     ctx.finish(ctx.mm_s(output, cur, ctx.w("output.scale", -2)))

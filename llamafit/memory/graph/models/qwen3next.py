@@ -186,7 +186,7 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     )
     ctx.cb(last, "conv_state_last", il)
     row_count = (d_conv - 1) * channels
-    if since("rs_2d", c.build):
+    if since("rs_state_2d", c.build):
         update = b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)
     else:  # before: ggml_view_1d of n_seqs states
         update = b.view(conv_all, (row_count * n_seqs,), (), 0)
@@ -255,7 +255,7 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     )
     ctx.cb(out, "attn_output", il)
     ctx.cb(new_state, "new_state", il)
-    if since("rs_2d", c.build):
+    if since("rs_state_2d", c.build):
         dst = b.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)
     else:
         dst = b.view(ssm_all, (rec.n_embd_s * n_seqs,), (), 0)

