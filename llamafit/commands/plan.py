@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
+from ..facts.arch_rules import EMBEDDING_ARCHS
 from ..findings import Notice
 from ..fit.explain import PlanResult, plan
 from ..fit.plan_speed import speed_band
@@ -102,6 +103,15 @@ def with_preset(p: Prepared, policy: Policy) -> tuple[Prepared, Policy]:
     ), policy
 
 
+def with_embeddings(p: Prepared) -> Prepared:
+    """An embedding model (facts.arch_rules.EMBEDDING_ARCHS) is planned for llama-server
+    --embedding (pooled by the model's type) unless the flags say how it runs."""
+    cfg = p.parsed.config
+    if p.facts.architecture not in EMBEDDING_ARCHS or {"embeddings", "pooling"} & cfg.given:
+        return p
+    return replace(p, parsed=replace(p.parsed, config=replace(cfg, embeddings=True)))
+
+
 def wrap_lines(lines: list[str]) -> list[str]:
     return [w for line in lines for w in wrap_line(line)]
 
@@ -120,6 +130,7 @@ def render_plan(
     user_cfg = user_cfg or p.parsed.config  # the user's flags (a preset's -np is not theirs)
     asked = policy
     p, policy = with_preset(p, policy)
+    p = with_embeddings(p)
     result = plan(p.target, p.parsed.config, policy, speed=p.speed)
     c = result.choice
     llama = llama_cpp_check(p, c.cfg, c.rc, c.breakdown) if c else None

@@ -53,8 +53,8 @@ RECR_IF_NO_KV_HEADS_AND_NO_FFN = frozenset({"nemotron_h", "nemotron_h_moe"})  # 
 RECR_BY_INTERVAL = frozenset({"qwen3next", "qwen35", "qwen35moe", "qwen4exp", "minimax-01"})
 RECR_AND_ATTENTION_EVERY_LAYER = frozenset({"falcon-h1"})  # falcon-h1.cpp: is_recr on all layers
 
-# src/llama-model.cpp create_memory(): res = nullptr, no KV cache at all.
-NO_MEMORY_ARCHS = frozenset(
+# text embedding models (and rerankers), which llama-server runs with --embedding (--rerank)
+EMBEDDING_ARCHS = frozenset(
     {
         "bert",
         "jina-bert-v2",
@@ -63,14 +63,14 @@ NO_MEMORY_ARCHS = frozenset(
         "nomic-bert-moe",
         "neo-bert",
         "eurobert",
-        "wavtokenizer-dec",
         "modern-bert",
         "gemma-embedding",
-        "dream",
-        "llada",
-        "llada-moe",
-        "rnd1",
     }
+)
+# src/llama-model.cpp create_memory(): res = nullptr, no KV cache at all: the encoders, the
+# diffusion generators (dream, llada, llada-moe, rnd1) and an audio decoder (wavtokenizer-dec)
+NO_MEMORY_ARCHS = EMBEDDING_ARCHS | frozenset(
+    {"wavtokenizer-dec", "dream", "llada", "llada-moe", "rnd1"}
 )
 
 
@@ -93,6 +93,7 @@ SWA_RULES: dict[str, SWARule] = {
     "gemma3n": SWARule(5),
     "gemma4": SWARule(None),
     "gemma-embedding": SWARule(6, swa_type="symmetric"),
+    "modern-bert": SWARule(3, dense_first=True, needs_window=True, swa_type="symmetric"),
     "gpt-oss": SWARule(2),
     "cohere2": SWARule(4),
     "cohere2moe": SWARule(4, dense_first=True),

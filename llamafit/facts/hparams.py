@@ -132,6 +132,13 @@ class ModelFacts:
     # {arch}.n_deepstack_layers (llama_hparams::n_deepstack_layers: Qwen3-VL's layers that add a
     # slice of the wider input embedding, n_embd_inp = n_embd * (1 + n); 0 when unset)
     n_deepstack_layers: int = 0
+    # ModernBERT's FFN activation by name ({arch}.hidden_activation, llama_hparams::llm_ffn_op;
+    # "" when unset) and decision head ({arch}.decision.block_count; 0 when unset)
+    hidden_activation: str = ""
+    n_layer_decision: int = 0
+    # {arch}.classifier.pooling_type (llama_hparams::pooling_type_cls: how rank pooling pools
+    # before the classifier head; -1 unspecified)
+    pooling_type_cls: int = -1
 
     @property
     def incomplete(self) -> str | None:
@@ -309,7 +316,7 @@ def build_facts(model: GGUFModel) -> ModelFacts:
     is_recr = _recurrent_layers(meta, n_layer_all, n_layer, n_head_kv, n_ff)
     causal = arch not in R.NO_MEMORY_ARCHS and meta.get_bool("{arch}.attention.causal", True)
     kv_from_start = _n_layer_kv_from_start(meta, n_layer_all)
-    has_kv = _has_kv(arch, causal, n_layer, min(kv_from_start, n_layer), is_recr, n_ff)
+    has_kv = _has_kv(arch, n_layer, min(kv_from_start, n_layer), is_recr, n_ff)
     any_recr = any(is_recr) and causal
     facts = ModelFacts(
         path=model.path,
@@ -362,6 +369,9 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         logit_scale=float(meta.get_float("{arch}.logit_scale", 0.0) or 0.0),
         rope_finetuned=meta.get_bool("{arch}.rope.scaling.finetuned", None),
         n_deepstack_layers=_n_deepstack_layers(meta),
+        hidden_activation=meta.get_str("{arch}.hidden_activation", "") or "",
+        n_layer_decision=meta.get_int("{arch}.decision.block_count", 0) or 0,
+        pooling_type_cls=_pooling_type(meta.get_int("{arch}.classifier.pooling_type")),
     )
     _check_head_sizes(meta, facts)
     _check_recurrent(meta, facts)
@@ -471,15 +481,18 @@ def _check_counts(meta: Metadata, n_layer_all: int) -> None:
 
 def _has_kv(
     arch: str,
-    causal: bool,
     n_layer: int,
     kv_end: int,
     is_recr: tuple[bool, ...],
     n_ff: tuple[int, ...],
 ) -> tuple[bool, ...]:
     """Per layer: does it own a K/V cache in the main context (layers below kv_end, not recurrent
-    unless the arch also attends there; nemotron-h: MLP layers hold none)."""
-    if not causal or arch in R.RECURRENT_ARCHS:
+    unless the arch also attends there; nemotron-h: MLP layers hold none). llama_model::
+    create_memory (src/llama-model.cpp) makes none for the archs of NO_MEMORY_ARCHS only: a
+    decoder whose GGUF says attention.causal false (an embedding model on a decoder arch)
+    still gets its cache (a Llama 3.2 1B shape made non-causal: "CPU KV buffer size = 128.00
+    MiB" at -c 4096, b11434)."""
+    if arch in R.NO_MEMORY_ARCHS or arch in R.RECURRENT_ARCHS:
         return (False,) * len(is_recr)
     return tuple(
         il < kv_end

@@ -96,7 +96,8 @@ class MemoryModel(ModelTensors):
             *self._compute(rc, lmap, gpus, host, moved, replay, (compute_scale, compute_scales)),
             repack,
         )
-        return _breakdown(self.facts.n_vocab, rc, lmap, gpus, host, parts, reserve_bytes)
+        output = output_bytes(self.facts.n_vocab, self.facts.n_embd, rc)
+        return _breakdown(output, rc, lmap, gpus, host, parts, reserve_bytes)
 
     def _compute(
         self,
@@ -201,8 +202,22 @@ class _Parts(NamedTuple):
     repack: int
 
 
+def output_bytes(n_vocab: int, n_embd: int, rc: ResolvedConfig) -> int:
+    """llama_context::output_reserve's buffer (src/llama-context.cpp): F32 logits for every
+    output row (has_logits is always set, an encoder's too) and, with embeddings, n_embd more a
+    row; reserved for n_seq_max rows when the context is made. With embeddings every token of a
+    batch is an output (llama_context::decode: output_reserve(n_outputs_all)), so the first full
+    batch grows it to n_batch rows, and it never shrinks: that size is the one to plan for (a
+    449-token request to BGE small's b11434 llama-server grew its anonymous memory by 62 MB,
+    (30522 + 384) x 449 x 4 = 55.5 MB of it this buffer, the rest its compute buffer first
+    touched)."""
+    if rc.embeddings:
+        return (n_vocab + n_embd) * max(rc.n_batch, rc.n_seq_max, 1) * 4
+    return n_vocab * max(rc.n_seq_max, 1) * 4
+
+
 def _breakdown(
-    n_vocab: int,
+    output: int,
     rc: ResolvedConfig,
     lmap: LayerMap,
     gpus: Sequence[DeviceSpec],
@@ -210,9 +225,8 @@ def _breakdown(
     p: _Parts,
     reserve_bytes: int,
 ) -> Breakdown:
-    """The rows: each GPU, then the host with the output buffer (output_reserve(n_seq_max): F32
-    logits) and what the GPU backend pins of it."""
-    output = n_vocab * max(rc.n_seq_max, 1) * 4
+    """The rows: each GPU, then the host with the output buffer (output_bytes) and what the GPU
+    backend pins of it."""
     rows = [
         DeviceUsage(
             spec.name,

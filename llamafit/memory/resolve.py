@@ -202,6 +202,10 @@ def resolve(
     n_ctx = _context(cfg, facts, engine, n_seq, unified)
     n_batch = min(n_ctx, cfg.n_batch) if facts.causal else cfg.n_batch
     n_ubatch = min(n_batch, cfg.n_ubatch)
+    if cfg.embeddings and engine in ("llama-server", "llama-cli"):
+        # embeddings need the whole batch in one ubatch: tools/server/server.cpp main (and
+        # common_init_from_params, common/common.cpp) set n_batch = n_ubatch when it is larger
+        n_batch = n_ubatch
     n_ctx = pad(n_ctx, _padding(build, flash_attn))
     # per-stream padding came with PR #17046; before, n_ctx_seq = n_ctx / n_seq_max
     n_ctx_seq = n_ctx

@@ -343,7 +343,8 @@ def to_text(
     else:
         slots = f"{rc.n_seq_max} slots of {rc.n_ctx_seq:,} tokens"
     if not any(facts.has_kv):
-        slots += "; no KV cache (recurrent)"
+        # llama_model::create_memory: no memory for the non-causal archs (encoders, diffusion)
+        slots += "; no KV cache (" + ("recurrent" if facts.causal else "non-causal") + ")"
     lines = [
         # the path alone: the wrapping of what follows never depends on it
         f"Model      {printable(facts.path)}",
@@ -351,7 +352,8 @@ def to_text(
         f"{facts.n_ctx_train:,} tokens",
         f"Config     -c {rc.n_ctx} ({slots}) -fa {'on' if rc.flash_attn else 'off'} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
-        f"-b {rc.n_batch} -ub {rc.n_ubatch}",
+        f"-b {rc.n_batch} -ub {rc.n_ubatch}"
+        + (f" --embedding --pooling {rc.pooling}" if rc.embeddings else ""),
         *device_lines(b),
         *bar_lines(b),
         *side_lines(b),

@@ -100,7 +100,8 @@ def _notes(f: ModelFacts) -> list[str]:
     if f.n_layer_kv_from_start < f.n_layer_all:
         notes.append(f"layers from {f.n_layer_kv_from_start} reuse earlier layers' KV")
     if not f.causal:
-        notes.append("non-causal / embedding model: no KV cache")
+        cache = "a KV cache all the same" if any(f.has_kv) else "no KV cache"
+        notes.append(f"non-causal / embedding model: {cache}")
     return notes
 
 

@@ -2,8 +2,9 @@
 
 A remote model (an https URL, Hugging Face resolve URLs included) is passed as `-mu URL`:
 llama-server downloads it itself. Every value the fit depends on is pinned explicitly (-c, -ngl,
--fa, -ctk, -ctv, -ub, -np), plus `--fit off` so that llama-server's own fitter does not change them;
-flags the user pinned that do not affect memory are passed through in their order.
+-fa, -ctk, -ctv, -ub, -np, --embedding, --pooling), plus `--fit off` so that llama-server's own
+fitter does not change them; flags the user pinned that do not affect memory are passed through
+in their order.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def server_argv(
         "-ub",
         str(rc.n_ubatch),
     ]
-    argv += _slots(cfg) + _placement(rc) + _memory(rc)
+    argv += _slots(cfg) + _placement(rc) + _memory(rc) + _embeddings(cfg)
     if cfg.devices:  # -dev: the user's own, or `none` for a plan without a GPU (solver)
         argv += ["-dev", ",".join(cfg.devices)]
     if cfg.rpc:
@@ -70,6 +71,12 @@ def _placement(rc: ResolvedConfig) -> list[str]:
     if rc.split_mode != "layer":
         argv += ["-sm", rc.split_mode, "-mg", str(rc.main_gpu)]
     return argv
+
+
+def _embeddings(cfg: LaunchConfig) -> list[str]:
+    """--embedding and --pooling (--rerank is --embedding --pooling rank, common/arg.cpp)."""
+    argv = ["--embedding"] if cfg.embeddings else []
+    return argv + (["--pooling", cfg.pooling] if cfg.pooling else [])
 
 
 def _memory(rc: ResolvedConfig) -> list[str]:

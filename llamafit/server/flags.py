@@ -391,6 +391,7 @@ def _scan_one(argv: Sequence[str], i: int, scan: _Scan, base: LaunchConfig) -> i
     ):  # arg.cpp: params.embedding = true, pooling RANK
         scan.values.update(embeddings=True, pooling="rank")
         scan.on_cli.update(("embeddings", "pooling"))
+        return i + 1  # a switch llama-server takes, not an unknown flag
     elif flag in _RETIRED_LOAD and not eq:
         scan.values["load_mode"] = _retired_load_mode(
             scan.values.get("load_mode", base.load_mode), flag

@@ -325,6 +325,76 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gpt2-c1024-fa-off-np2": ("gpt2", ("-c", "1024", "-fa", "off", "-np", "2", "--no-repack")),
     # StableLM 2 1.6B (stablelm): LayerNorms with bias, Q/K/V biases, partial RoPE
     "stablelm2-c4096-ub128": ("stablelm2-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # BGE small (bert) with --embedding: learned positions and token types, post-norm layers
+    # over the ubatch itself (no memory), CLS pooling
+    "bge-small-c512-emb": ("bge-small-en-v1.5", ("-c", "512", "--embedding", "--no-repack")),
+    # without --embedding: no pooling, n_parallel outputs (server_output_limits)
+    "bge-small-c512-np2": ("bge-small-en-v1.5", ("-c", "512", "-np", "2", "--no-repack")),
+    # Nomic Embed v1.5 (nomic-bert): fused QKV, RoPE, SwiGLU; mean pooling, no flash attention
+    "nomic-c2048-emb-fa-off-np2": (
+        "nomic-embed-text-v1.5",
+        ("-c", "2048", "--embedding", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # EmbeddingGemma 300M (gemma-embedding): Gemma 3's layers over the ubatch itself with a SWA
+    # mask beside the full one, mean pooling, the dense 768 -> 3072 -> 768 projection
+    "embgemma-c2048-emb": ("embeddinggemma-300m", ("-c", "2048", "--embedding", "--no-repack")),
+    "embgemma-c2048-emb-fa-off-np1": (
+        "embeddinggemma-300m",
+        ("-c", "2048", "--embedding", "-fa", "off", "-np", "1", "-ub", "1024", "--no-repack"),
+    ),
+    # ModernBERT base (modern-bert): pre-norm layers, every third from layer 0 full and the others
+    # on the SWA mask, a gate-less GEGLU; --pooling none (t_embd itself is the pooled output)
+    "modernbert-c8192-emb-none": (
+        "modernbert-base",
+        ("-c", "8192", "--embedding", "--pooling", "none", "--no-repack"),
+    ),
+    "modernbert-c8192-emb-fa-off-np2": (
+        "modernbert-base",
+        ("-c", "8192", "--embedding", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # BGE reranker base (bert, XLM-RoBERTa's shape) with --rerank: rank pooling, the classifier
+    # head (cls with TANH, cls.output)
+    "bge-reranker-c512-rerank": ("bge-reranker-base", ("-c", "512", "--rerank", "--no-repack")),
+    # Jina Embeddings v2 base (jina-bert-v2): no positions (ALiBi), a GEGLU over one ffn_up
+    "jina-v2-c8192-emb-ub1024": (
+        "jina-embeddings-v2-base-en",
+        ("-c", "8192", "--embedding", "-ub", "1024", "--no-repack"),
+    ),
+    # EuroBERT 210M (eurobert): a Llama layer over the ubatch itself, no flash attention
+    "eurobert-c8192-emb-fa-off": (
+        "eurobert-210m",
+        ("-c", "8192", "--embedding", "-fa", "off", "--no-repack"),
+    ),
+    # Nomic Embed v2 MoE (nomic-bert-moe): RoPE, biases, GELU experts every second layer
+    "nomic-moe-c512-emb": ("nomic-embed-text-v2-moe", ("-c", "512", "--embedding", "--no-repack")),
+    # Jina Embeddings v3 (jina-bert-v3): XLM-RoBERTa large with RoPE, fused QKV with biases
+    "jina-v3-c4096-emb-fa-off": (
+        "jina-embeddings-v3",
+        ("-c", "4096", "--embedding", "-fa", "off", "--no-repack"),
+    ),
+    # encoders on Vulkan0: BGE small fully offloaded (the pooling rows on the device), and
+    # EmbeddingGemma's last 10 layers there without flash attention (the tied token_embd, over
+    # lavapipe's 128 MiB storage range, is not an output here: build_pooling reads t_embd)
+    "vk-bge-small-ngl99-emb": (
+        "bge-small-en-v1.5",
+        ("-c", "512", "-ngl", "99", "--embedding", VULKAN),
+    ),
+    "vk-embgemma-ngl10-emb-fa-off": (
+        "embeddinggemma-300m",
+        (
+            "-c",
+            "2048",
+            "-ngl",
+            "10",
+            "-fa",
+            "off",
+            "-np",
+            "1",
+            "--embedding",
+            "--no-repack",
+            VULKAN,
+        ),
+    ),
 }
 
 

@@ -7,7 +7,8 @@ llama-cpp-python whose libllama is recorded, with graph_dump's shim preloaded (a
 real-shape file, the no-populate shim), and makes the context llama-server would make for the
 case's arguments (common_context_params_to_llama and llama-server's defaults: n_batch 2048, -np
 auto = 4 slots with a unified cache, swa_full off, n_outputs_max = n_parallel from rule
-server_output_limit on, flash attention on unless -fa off, --no-repack = use_extra_bufts off).
+server_output_limit on, flash attention on unless -fa off, --no-repack = use_extra_bufts off;
+--embedding: embeddings on, n_batch = n_ubatch, every token an output; --pooling: its type).
 llama_init_from_model runs llama_context::sched_reserve; the shim keeps its reserves' "sched"
 events, the first two of which (pp, tg) are written to fixtures/graphs/<build>-<case>.jsonl.gz.
 
@@ -36,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from llamafit.memory.config import POOLING_TYPES  # noqa: E402
 from scripts.graph_dump.record_build import (  # noqa: E402
     CASES,
     SPARSE,
@@ -67,8 +69,11 @@ model = L.llama_model_load_from_file(a["model"].encode(), mp)
 assert model, "model load failed"
 cp = L.llama_context_default_params()
 cp.n_ctx = a["n_ctx"]
-cp.n_batch = 2048
 cp.n_ubatch = a["n_ubatch"]
+# --embedding: llama-server lowers n_batch to n_ubatch (tools/server/server.cpp main)
+cp.n_batch = a["n_ubatch"] if a["embeddings"] else 2048
+cp.embeddings = a["embeddings"]
+cp.pooling_type = a["pooling"]
 cp.n_seq_max = a["n_seq"]
 cp.kv_unified = a["unified"]
 cp.swa_full = False
@@ -97,6 +102,8 @@ def child_args(name: str, tmp: Path, build: int, extra_bufts: bool = True) -> di
         return args[args.index(f) + 1] if f in args else default
 
     np_auto = "-np" not in args
+    embeddings = "--embedding" in args or "--rerank" in args
+    pooling = "rank" if "--rerank" in args else flag("--pooling", "")
     return {
         "model": str(model_path(key, tmp)),
         "n_ctx": int(flag("-c", "4096")),
@@ -107,7 +114,11 @@ def child_args(name: str, tmp: Path, build: int, extra_bufts: bool = True) -> di
         "type_k": GGML_TYPES[flag("-ctk", "f16")],
         "type_v": GGML_TYPES[flag("-ctv", "f16")],
         "repack": extra_bufts and "--no-repack" not in args,
-        "outputs": build >= SERVER_OUTPUT_LIMIT,
+        # server_output_limits keeps n_batch outputs for embeddings
+        "outputs": build >= SERVER_OUTPUT_LIMIT and not embeddings,
+        "embeddings": embeddings,
+        # --pooling (--rerank: rank) as enum llama_pooling_type (-1: unspecified, the model's)
+        "pooling": POOLING_TYPES.index(pooling) if pooling else -1,
     }
 
 

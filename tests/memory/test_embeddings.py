@@ -67,13 +67,15 @@ def llama():  # type: ignore[no-untyped-def]
     ("cfg", "gguf_pooling", "build", "n_outputs_max", "pooling"),
     [
         (LaunchConfig(), -1, None, 4, "none"),  # np auto: 4 outputs
-        (LaunchConfig(embeddings=True), -1, None, 2048, "none"),  # server_output_limits: n_batch
-        (LaunchConfig(embeddings=True), 1, None, 2048, "mean"),  # the GGUF's <arch>.pooling_type
+        # server_output_limits: n_batch, which llama-server lowers to n_ubatch with embeddings
+        # (tools/server/server.cpp main; the real b11434 log: n_batch = n_outputs_max = 512)
+        (LaunchConfig(embeddings=True), -1, None, 512, "none"),
+        (LaunchConfig(embeddings=True), 1, None, 512, "mean"),  # the GGUF's <arch>.pooling_type
         (
             LaunchConfig(embeddings=True, pooling="last"),
             1,
             None,
-            2048,
+            512,
             "last",
         ),  # --pooling over the GGUF
         (

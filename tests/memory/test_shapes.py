@@ -81,6 +81,15 @@ SIZES = [
     ("internlm2.5-7b", 4713404288),
     ("gpt2", 136385152),
     ("stablelm2-1.6b", 1030898144),
+    ("bge-small-en-v1.5", 67852704),
+    ("nomic-embed-text-v1.5", 87651104),
+    ("embeddinggemma-300m", 335091200),
+    ("modernbert-base", 299602176),
+    ("bge-reranker-base", 564764544),
+    ("jina-embeddings-v2-base-en", 274639424),
+    ("eurobert-210m", 153008544),
+    ("nomic-embed-text-v2-moe", 341394784),
+    ("jina-embeddings-v3", 401789696),
 ]
 
 

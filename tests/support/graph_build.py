@@ -20,6 +20,7 @@ from pathlib import Path
 
 from llamafit.facts.hparams import ModelFacts, build_facts
 from llamafit.facts.tensor_names import is_expert
+from llamafit.memory.config import POOLING_TYPES
 from llamafit.memory.graph.models import graph_hparams
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig, GraphHParams
@@ -171,8 +172,15 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
             and "--no-repack" not in case.args
         )
         place = dict(overrides=overrides)
+    # --embedding (--rerank): every token of the ubatch is an output (server_output_limits keeps n_batch,
+    # which llama-server lowers to n_ubatch), pooled by --pooling or the model's type
+    embeddings = "--embedding" in case.args or "--rerank" in case.args
+    pooling = case.flag("--pooling", POOLING_TYPES[max(facts.pooling_type, 0)])
+    if "--rerank" in case.args:  # common/arg.cpp: --embedding, pooling rank
+        pooling = "rank"
+    n_outputs_max = n_ubatch if embeddings else n_seq
     out = []
-    for r in reserves(n_ctx, n_ubatch, n_seq, n_seq)[:2]:
+    for r in reserves(n_ctx, n_ubatch, n_seq, n_outputs_max)[:2]:
         out.append(
             GraphConfig(
                 n_tokens=r.n_tokens,
@@ -186,6 +194,8 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
                 v_trans=v_trans,
                 type_k=case.flag("-ctk", "f16"),
                 type_v=case.flag("-ctv", "f16"),
+                embeddings=embeddings,
+                pooling=pooling,
                 **place,  # type: ignore[arg-type]
             )
         )

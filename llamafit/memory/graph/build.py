@@ -22,6 +22,7 @@ from .params import GraphBuildError, GraphConfig, GraphHParams
 
 # llama_expert_gating_func_type (src/llama-hparams.h) -> build_moe_ffn's gating
 GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
+POOLING_MEAN = 1  # enum llama_pooling_type (include/llama.h)
 
 
 class AttnInput:
@@ -69,6 +70,34 @@ class AttnInput:
             self.v_rot = ctx.b.new("f32", n_v, n_v, name="attn_inp_v_rot", inp=True)
 
 
+class NoCacheInput:
+    """llm_graph_input_attn_no_cache (build_attn_inp_no_cache, src/llama-graph.cpp): the models
+    without memory (llama_model::create_memory gives none: the encoders) attend over the ubatch
+    itself; one KQ mask of n_tokens x n_tokens (F16 for flash attention, "self_kq_mask"), and an
+    unnamed one for the SWA layers where the model has a SWA type."""
+
+    def __init__(self, ctx: GraphInputs) -> None:
+        b, c = ctx.b, ctx.c
+        ne = (c.n_tokens, c.n_tokens, 1, 1)
+        self.mask_swa: T | None = None
+        if since("fa_mask_f16", c.build):
+            kind = "f16" if c.flash_attn else "f32"
+            self.mask = b.new(kind, *ne, name="self_kq_mask", inp=True)
+            if ctx.f.swa.swa_type != "none":
+                self.mask_swa = b.new(kind, *ne, inp=True)
+            return
+        # before PR #23764: unnamed F32 inputs, each cast to F16 for flash attention (0.3.17's
+        # build_attn_inp_no_cache)
+        self.mask = self._old(ctx, ne)
+        if ctx.f.swa.swa_type != "none":
+            self.mask_swa = self._old(ctx, ne)
+
+    @staticmethod
+    def _old(ctx: GraphInputs, ne: tuple[int, ...]) -> T:
+        mask = ctx.b.new("f32", *ne, inp=True)
+        return ctx.b.cast(mask, "f16") if ctx.c.flash_attn else mask
+
+
 class GraphInputs:
     """llm_graph_context for one ubatch: the model's tensors (w, lw) as llama_model holds them,
     the naming callback (cb) and the graph's inputs (build_inp_*, build_attn_inp_*,
@@ -88,6 +117,7 @@ class GraphInputs:
         # llama_hparams::attn_soft_cap (gemma2.cpp sets it): KQ soft-capped without flash
         # attention
         self.attn_soft_cap = False
+        self.t_embd: T | None = None  # res->t_embd: what build_pooling reads (the encoders')
 
     def head_k(self, il: int) -> int:
         return head_k(self.f, il)
@@ -933,6 +963,116 @@ class GraphContext(GraphInputs):
     def wo(self, il: int) -> T:
         """The layer's attention output projection (attn_output.weight, required)."""
         return self.need(self.lw(il, "attn_output.weight"), "attn_output")
+
+    def attn_no_cache(
+        self, inp: NoCacheInput, wo: T, wo_b: T | None, q: T, k: T, v: T, il: int
+    ) -> T:
+        """build_attn over llm_graph_input_attn_no_cache: Q, K and V expanded together,
+        build_attn_mha over them (F32 K and V, cast to F16 for flash attention) with the SWA
+        layers' mask where the layer is one, "kqv_out", wo and its bias."""
+        b = self.b
+        for t in (q, k, v):
+            b.expand(t)
+        mask = inp.mask
+        if self.f.swa.is_swa[il]:
+            mask = self.need(inp.mask_swa, "the SWA mask")
+        cur = self.cb(self.attn_mha(q, k, v, mask, il), "kqv_out", il)
+        cur = self.mm(wo, cur)
+        if wo_b is not None:
+            cur = b.add(cur, wo_b)
+        return cur
+
+    def embd_out(self, cur: T, name: str) -> None:
+        """The encoders' end: cb(cur, name), res->t_embd = cur, ggml_build_forward_expand."""
+        self.t_embd = self.cb(cur, name, -1)
+        self.b.expand(cur)
+
+    def pooling(self) -> None:
+        """llama_model::build_graph's tail with cparams.embeddings: build_pooling over t_embd by
+        cparams.pooling_type (none: t_embd itself; mean: t_embd transposed times the "mean"
+        input, n_tokens x n_seqs; cls, last: its rows by the "cls" input, one a sequence; rank:
+        _rank), named "result_embd_pooled"; build_dense_out; llm_graph_result::set_outputs'
+        flags."""
+        b, c = self.b, self.c
+        if self.t_embd is not None:
+            set_output(self.t_embd)
+        if not c.embeddings:
+            return
+        inp = self.need(self.t_embd, "t_embd")
+        if c.pooling == "none":
+            cur = inp
+        elif c.pooling == "mean":
+            cur = self._pool_mean(inp)
+        elif c.pooling in ("cls", "last"):
+            cur = self._pool_rows(inp)
+        elif c.pooling == "rank":
+            cur = self._rank(inp)
+        else:
+            raise GraphBuildError(f"{self.f.path}: {c.pooling} pooling is not modelled")
+        cur = self.cb(cur, "result_embd_pooled", -1)
+        b.expand(cur)
+        set_output(self._dense_out(cur))
+
+    def _dense_out(self, cur: T) -> T:
+        """build_dense_out: dense_2, its bias, dense_3 where the file has them (sentence-
+        transformers' projection after the pooling), named "result_embd_pooled"."""
+        b = self.b
+        dense_2, dense_2_b = self.w("dense_2.weight", -2), self.w("dense_2.bias", -2)
+        dense_3 = self.w("dense_3.weight", -2)
+        if dense_2 is None and dense_2_b is None and dense_3 is None:
+            return cur
+        if dense_2 is not None:
+            cur = b.mul_mat(dense_2, cur)
+        if dense_2_b is not None:
+            cur = b.add(cur, dense_2_b)
+        if dense_3 is not None:
+            cur = b.mul_mat(dense_3, cur)
+        cur = self.cb(cur, "result_embd_pooled", -1)
+        b.expand(cur)
+        return cur
+
+    def _pool_rows(self, inp: T) -> T:
+        """build_inp_cls ("cls": a row a sequence) and ggml_get_rows of those rows."""
+        cls = self.b.new("i32", self.c.n_seqs, name="cls", inp=True)
+        return self.b.get_rows(inp, cls)
+
+    def _pool_mean(self, inp: T) -> T:
+        """build_inp_mean ("mean": n_tokens x n_seqs) times t_embd transposed."""
+        b, c = self.b, self.c
+        mean = b.new("f32", c.n_tokens, c.n_seqs, name="mean", inp=True)
+        return b.mul_mat(b.cont(b.transpose(inp)), mean)
+
+    def _rank(self, inp: T) -> T:
+        """build_pooling's LLAMA_POOLING_TYPE_RANK: the rows pooled by the classifier's pooling
+        type (llama_hparams::pooling_type_cls: mean, else the CLS rows; modern-bert's default
+        mean), then the classifier head where the file has it: cls (its bias, TANH; GELU for
+        modern-bert), cls.norm (LLM_NORM), cls.output (its bias). 0.3.17 pooled modern-bert by
+        mean and every other arch by its CLS rows whatever the file said: a file whose
+        classifier.pooling_type says otherwise is not modelled. Qwen3's soft max (a decoder's
+        reranker) is not modelled."""
+        b, f = self.b, self.f
+        modern = f.architecture == "modern-bert"
+        mean, cls_type = POOLING_MEAN, f.pooling_type_cls
+        if cls_type >= 0 and (cls_type == mean) != modern:
+            raise GraphBuildError(f"{f.path}: classifier.pooling_type {cls_type}")
+        cur = self._pool_mean(inp) if modern else self._pool_rows(inp)
+        cls = self.w("cls.weight", -2)
+        if cls is not None:
+            cur = self.mm(cls, cur)
+            cls_b = self.w("cls.bias", -2)
+            if cls_b is not None:
+                cur = b.add(cur, cls_b)
+            cur = b.unary(cur, "GELU" if modern else "TANH")
+            cls_norm = self.w("cls.norm.weight", -2)
+            if cls_norm is not None:
+                cur = self.layer_norm(cur, cls_norm, None, -1)
+        cls_out = self.w("cls.output.weight", -2)
+        if cls_out is not None:
+            cur = self.mm(cls_out, cur)
+            cls_out_b = self.w("cls.output.bias", -2)
+            if cls_out_b is not None:
+                cur = b.add(cur, cls_out_b)
+        return cur
 
     def lm_head(self, inpL: T) -> T:
         """The output norm and lm_head most archs end with (result_norm, result_output), and

@@ -53,6 +53,10 @@ class GraphConfig:
     # before `mixed_batch` no mixed token/embedding branch, before `fa_mask_f16` an F32 KQ mask
     # cast to F16 for flash attention, before `attn_rot` no Hadamard rotation of a quantized cache
     build: int | None = None
+    # cparams.embeddings: llama_model::build_graph adds build_pooling's layer by `pooling`
+    # (cparams.pooling_type: none, mean, cls, last or rank), read by the encoders' builders
+    embeddings: bool = False
+    pooling: str = "none"
 
     @property
     def n_stream(self) -> int:

@@ -77,8 +77,11 @@ def _checked_0317(facts: ModelFacts) -> bool:
 
 
 def covers(facts: ModelFacts, rc: ResolvedConfig) -> bool:
-    """Whether the replay models this model's graph under this config and build (CPU only)."""
-    return covers_model(facts, rc.build) and not rc.embeddings
+    """Whether the replay models this model's graph under this config and build (CPU only):
+    with --embeddings the encoders' (models.Model.encoder: build_pooling over their t_embd)."""
+    if not covers_model(facts, rc.build):
+        return False
+    return not rc.embeddings or MODELS[facts.architecture].encoder
 
 
 # ggml.c ggml_hash_size: the primes after the powers of two it picks the size of a hash set from

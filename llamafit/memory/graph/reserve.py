@@ -63,6 +63,8 @@ def reserve_configs(
             type_v=GGML_TYPE_NAMES[rc.type_v.id],
             offload_kqv=rc.kv_offload,
             build=rc.build,
+            embeddings=rc.embeddings,
+            pooling=rc.pooling,
             **buffers,  # type: ignore[arg-type]
         )
         out.append((r, config))

@@ -120,7 +120,11 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # an OLMoE layer (whole-row Q/K norms, unnormalised softmax experts), AFM's last layer (ReLU²),
 # a DeepSeek MoE layer (unnormalised softmax experts beside the shared FFN), InternLM2.5's
 # last layer, GPT-2's last layer (no RoPE, LayerNorms with bias),
-# StableLM 2's last layer (partial RoPE, Q/K/V biases)
+# StableLM 2's last layer (partial RoPE, Q/K/V biases), BGE small's last layer and a Nomic Embed
+# layer (post-norm encoder layers over the ubatch itself, no cache), an EmbeddingGemma SWA layer
+# (the second mask) and a full one, ModernBERT's last layer (full) and a SWA layer, a Jina v2
+# layer (no positions, GEGLU over one ffn_up), EuroBERT's last layer, a Nomic v2 MoE layer
+# (GELU experts), Jina v3's last layer
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -180,6 +184,16 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("internlm2-c4096-ub128", 31),
         ("gpt2-c1024-fa-off-np2", 11),
         ("stablelm2-c4096-ub128", 23),
+        ("bge-small-c512-emb", 11),
+        ("nomic-c2048-emb-fa-off-np2", 5),
+        ("embgemma-c2048-emb", 4),
+        ("embgemma-c2048-emb-fa-off-np1", 5),
+        ("modernbert-c8192-emb-none", 21),
+        ("modernbert-c8192-emb-fa-off-np2", 4),
+        ("jina-v2-c8192-emb-ub1024", 7),
+        ("eurobert-c8192-emb-fa-off", 11),
+        ("nomic-moe-c512-emb", 3),
+        ("jina-v3-c4096-emb-fa-off", 23),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -467,6 +481,12 @@ def test_reserve_configs_of_the_resolved_config(name: str) -> None:
         values["n_parallel"] = int(case.flag("-np", "1"))
     if "-kvu" in case.args:
         values["kv_unified"] = True
+    if "--embedding" in case.args or "--rerank" in case.args:
+        values["embeddings"] = True
+    if "--rerank" in case.args:
+        values["pooling"] = "rank"
+    if "--pooling" in case.args:
+        values["pooling"] = case.flag("--pooling", "")
     rc = resolve(with_given(LaunchConfig(), **values), facts)
     pp, tg = configs(case, facts)
     got = reserve_configs(rc, overrides=pp.overrides)
@@ -490,6 +510,13 @@ def test_unmodelled_architecture_is_an_error() -> None:
             "llama3.2-1b",
             ("-c", "2048", "-np", "2", "-kvu", "-ub", "64", "-ctk", "q8_0", "-ctv", "q8_0"),
         ),
+        # encoders: last pooling over 3 sequences of an odd ubatch, and a SWA encoder's rank
+        # pooling without a classifier head
+        Case(
+            "bge-small-en-v1.5",
+            ("-c", "512", "--embedding", "--pooling", "last", "-np", "3", "-ub", "200"),
+        ),
+        Case("embeddinggemma-300m", ("-c", "1024", "--rerank", "-fa", "off", "-ub", "384")),
     ],
 )
 def test_live_start_is_the_built_graph(case: Case) -> None:

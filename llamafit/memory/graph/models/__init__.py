@@ -16,6 +16,7 @@ from ..params import GraphBuildError, GraphHParams
 from . import (
     arcee,
     bailingmoe2,
+    bert,
     cohere2,
     command_r,
     deci,
@@ -23,6 +24,7 @@ from . import (
     deepseek2,
     ernie4_5,
     ernie4_5_moe,
+    eurobert,
     exaone,
     exaone4,
     falcon_h1,
@@ -31,6 +33,7 @@ from . import (
     gemma3,
     gemma3n,
     gemma4,
+    gemma_embedding,
     glm4,
     glm4_moe,
     gpt2,
@@ -45,6 +48,7 @@ from . import (
     mamba,
     minimax_m2,
     mistral3,
+    modern_bert,
     nemotron_h,
     olmo2,
     olmoe,
@@ -102,6 +106,9 @@ class Model:
     # llama_context::graph_max_nodes's bigger budget, max(40 x n_tokens, 32 x n_tensors) (the
     # gated DeltaNet archs)
     nodes_per_token: bool = False
+    # an encoder without memory (llama_model::create_memory gives none): its graph ends in
+    # res->t_embd, which build_pooling reads with --embeddings (the replay covers it there)
+    encoder: bool = False
 
     @property
     def checked_0317(self) -> bool:
@@ -180,6 +187,14 @@ MODELS: Mapping[str, Model] = {
     "internlm2": Model(internlm2.build, since=OLD_SINCE),
     "gpt2": Model(gpt2.build, since=OLD_SINCE),
     "stablelm": Model(stablelm.build, since=OLD_SINCE),
+    "bert": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "nomic-bert": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "jina-bert-v2": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "nomic-bert-moe": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "jina-bert-v3": Model(bert.build, since=OLD_SINCE, encoder=True),
+    "gemma-embedding": Model(gemma_embedding.build, since=OLD_SINCE, encoder=True),
+    "modern-bert": Model(modern_bert.build, since=OLD_SINCE, encoder=True),
+    "eurobert": Model(eurobert.build, since=OLD_SINCE, encoder=True),
 }
 
 

@@ -41,8 +41,9 @@ def layer_norm_head(ctx: GraphContext, inpL: T) -> T:
     return ctx.mm(ctx.output_weight(), cur)
 
 
-def ffn_gelu(ctx: GraphContext, cur: T, il: int) -> T:
-    """build_ffn, LLM_FFN_GELU without a gate: up (+ bias), GELU, down (+ bias)."""
+def ffn_gelu(ctx: GraphContext, cur: T, il: int, geglu: bool = False) -> T:
+    """build_ffn, LLM_FFN_GELU without a gate: up (+ bias), GELU, down (+ bias); geglu:
+    LLM_FFN_GEGLU, ggml_geglu of the two halves of a double-wide ffn_up (jina-bert-v2)."""
     b = ctx.b
     up = ctx.need(ctx.lw(il, "ffn_up.weight"), "ffn_up")
     down = ctx.need(ctx.lw(il, "ffn_down.weight"), "ffn_down")
@@ -50,7 +51,10 @@ def ffn_gelu(ctx: GraphContext, cur: T, il: int) -> T:
     cur = ctx.cb(ctx.mm(up, cur), "ffn_up", il)
     if up_b is not None:
         cur = ctx.cb(b.add(cur, up_b), "ffn_up_b", il)
-    cur = ctx.cb(b.unary(cur, "GELU"), "ffn_gelu", il)
+    if geglu:
+        cur = ctx.cb(b.glu(cur, "GEGLU"), "ffn_geglu", il)
+    else:
+        cur = ctx.cb(b.unary(cur, "GELU"), "ffn_gelu", il)
     cur = ctx.mm(down, cur)
     if down_b is not None:
         ctx.cb(cur, "ffn_down", il)
