@@ -139,6 +139,17 @@ class ModelFacts:
     # {arch}.classifier.pooling_type (llama_hparams::pooling_type_cls: how rank pooling pools
     # before the classifier head; -1 unspecified)
     pooling_type_cls: int = -1
+    # {arch}.attention.clamp_kqv (llama_hparams::f_clamp_kqv: build_qkv clamps Q, K and V; mpt,
+    # olmo, dbrx); 0.0 when unset
+    clamp_kqv: float = 0.0
+    # {arch}.rope.scaling.original_context_length (llama_hparams::n_ctx_orig_yarn; 0 when unset:
+    # llama_model::load_hparams then takes n_ctx_train): LongRoPE's choice of factors
+    n_ctx_orig: int = 0
+
+    @property
+    def n_ctx_orig_yarn(self) -> int:
+        """llama_hparams::n_ctx_orig_yarn: the original context length, else n_ctx_train."""
+        return self.n_ctx_orig or self.n_ctx_train
 
     @property
     def incomplete(self) -> str | None:
@@ -372,6 +383,8 @@ def build_facts(model: GGUFModel) -> ModelFacts:
         hidden_activation=meta.get_str("{arch}.hidden_activation", "") or "",
         n_layer_decision=meta.get_int("{arch}.decision.block_count", 0) or 0,
         pooling_type_cls=_pooling_type(meta.get_int("{arch}.classifier.pooling_type")),
+        clamp_kqv=float(meta.get_float("{arch}.attention.clamp_kqv", 0.0) or 0.0),
+        n_ctx_orig=meta.get_int("{arch}.rope.scaling.original_context_length", 0) or 0,
     )
     _check_head_sizes(meta, facts)
     _check_recurrent(meta, facts)

@@ -395,6 +395,96 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
             VULKAN,
         ),
     ),
+    # Pythia 1.4B (gptneox): the parallel residual, LayerNorms with bias, partial RoPE, GELU FFN
+    "pythia-1.4b-c2048-fa-off-np2": (
+        "pythia-1.4b",
+        ("-c", "2048", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Falcon 40B (falcon): attn_norm_2 beside attn_norm, a parallel block, GQA fused QKV
+    "falcon-40b-c2048-ub128": ("falcon-40b", ("-c", "2048", "-ub", "128", "--no-repack")),
+    # StarCoder 15.5B (starcoder): gpt2.cpp's graph with one KV head
+    "starcoder-15b-c4096-ub128": ("starcoder-15b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # BLOOM 560M (bloom): ALiBi, the token rows' LayerNorm, a tied output
+    "bloom-560m-c2048-fa-off": ("bloom-560m", ("-c", "2048", "-fa", "off", "--no-repack")),
+    # MPT 7B (mpt): ALiBi, LayerNorms without biases, the fused QKV, a GELU FFN, tied output
+    "mpt-7b-c2048-ub128": ("mpt-7b", ("-c", "2048", "-ub", "128", "--no-repack")),
+    # OLMo 1B (olmo): LayerNorms without weights, a SwiGLU FFN
+    "olmo-1b-c2048-fa-off-np2": (
+        "olmo-1b",
+        ("-c", "2048", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Baichuan 2 13B (baichuan): ALiBi, no inp_pos (the 7B's RoPE is the only other graph)
+    "baichuan2-13b-c4096-ub128-fa-off": (
+        "baichuan2-13b",
+        ("-c", "4096", "-ub", "128", "-fa", "off", "--no-repack"),
+    ),
+    # Baichuan 2 7B: the one RoPE graph of baichuan.cpp (LLM_TYPE_7B)
+    "baichuan2-7b-c4096-np2": ("baichuan2-7b", ("-c", "4096", "-np", "2", "--no-repack")),
+    # Phi-3.5-MoE (phimoe, phi3.cpp's graph): RMS norms with biases, Q/K/V biases, softmax
+    # experts; LongRoPE's short factors (n_ctx_seq 4096 is not above n_ctx_orig_yarn 4096)
+    "phimoe-c4096-ub128": ("phi3.5-moe", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Phi-3.5-mini (phi3): LongRoPE's long factors (n_ctx_seq 8192), and the short ones for two
+    # sequences of 4096 each (llama_context: n_ctx_seq = n_ctx / n_seq_max)
+    "phi3.5-mini-c8192-np1-fa-off": (
+        "phi3.5-mini",
+        ("-c", "8192", "-np", "1", "-fa", "off", "--no-repack"),
+    ),
+    "phi3.5-mini-c8192-np2": ("phi3.5-mini", ("-c", "8192", "-np", "2", "--no-repack")),
+    # MiniCPM 1B LongRoPE (minicpm, granite.cpp's graph): the embedding, residual and logit
+    # scales, LongRoPE's short factors at 4096 and the long ones past n_ctx_train 32768
+    "minicpm-1b-c4096-fa-off": ("minicpm-1b", ("-c", "4096", "-fa", "off", "--no-repack")),
+    "minicpm-1b-c40960-np1-ub128": (
+        "minicpm-1b",
+        ("-c", "40960", "-np", "1", "-ub", "128", "--no-repack"),
+    ),
+    # Apertus 8B (apertus): per-head Q/K norms, llama3 rope_freqs, a gate-less xIELU FFN
+    "apertus-8b-c4096-ub128": ("apertus-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Apertus 8B with -ngl 2 on Vulkan0 (xIELU on the device)
+    "vk-apertus-ngl2": (
+        "apertus-8b",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
+    # Ling lite 1.5 (bailingmoe): softmax experts in every layer beside two shared experts
+    "ling-lite-c4096-ub128": ("ling-lite-1.5", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Trinity Mini (afmoe): iSWA, the attention gate, NoPE every fourth layer, sigmoid experts
+    "afmoe-c4096-ub128": ("trinity-mini", ("-c", "4096", "-ub", "128", "--no-repack")),
+    "afmoe-c4096-fa-off-np2": (
+        "trinity-mini",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # SmallThinker 4B-A0.6B (smallthinker): the router over the layer input, ReGLU experts
+    "smallthinker-c4096-fa-off-np2": (
+        "smallthinker-4b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Qwen 7B (qwen): the fused QKV with its bias, a Llama layer
+    "qwen-7b-c4096-ub128": ("qwen-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Orion 14B (orion): LayerNorms with bias around a Llama layer
+    "orion-14b-c4096-fa-off-np2": (
+        "orion-14b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
+    "vk-afmoe-ngl2": (
+        "trinity-mini",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
+    # Phi-3.5-MoE with -ngl 2 on Vulkan0
+    "vk-phimoe-ngl2": (
+        "phi3.5-moe",
+        ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack", VULKAN),
+    ),
+    # OLMo 1B with -ngl 3 on Vulkan0
+    "vk-olmo-1b-ngl3": ("olmo-1b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack", VULKAN)),
+    # Pythia 1.4B and BLOOM 560M with -ngl 3 on Vulkan0
+    "vk-pythia-1.4b-ngl3": (
+        "pythia-1.4b",
+        ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack", VULKAN),
+    ),
+    "vk-bloom-560m-ngl3-fa-off": (
+        "bloom-560m",
+        ("-c", "2048", "-np", "1", "-ngl", "3", "-fa", "off", "--no-repack", VULKAN),
+    ),
 }
 
 
@@ -443,6 +533,23 @@ SPARSE = frozenset(
         "deepseek-moe-16b",
         "internlm2.5-7b",
         "stablelm2-1.6b",
+        "pythia-1.4b",
+        "falcon-40b",
+        "starcoder-15b",
+        "bloom-560m",
+        "mpt-7b",
+        "olmo-1b",
+        "baichuan2-13b",
+        "baichuan2-7b",
+        "phi3.5-moe",
+        "phi3.5-mini",
+        "minicpm-1b",
+        "apertus-8b",
+        "ling-lite-1.5",
+        "trinity-mini",
+        "smallthinker-4b",
+        "qwen-7b",
+        "orion-14b",
     }
 )
 

@@ -126,13 +126,25 @@ class GraphInputs:
         return head_v(self.f, il)
 
     def no_long_rope(self) -> None:
-        """llama_model::get_rope_factors picks rope_factors_long / _short by the context size:
-        not modelled."""
+        """The archs whose builders do not pick LongRoPE's factors (rope_factors, as
+        llama_model::get_rope_factors does) refuse a file that has them."""
         if (
             "rope_factors_long.weight" in self.tensors
             or "rope_factors_short.weight" in self.tensors
         ):
             raise GraphBuildError(f"{self.f.path}: LongRoPE factors are not modelled")
+
+    def rope_factors(self, il: int) -> T | None:
+        """llama_model::get_rope_factors (src/llama-model.cpp): the layer's rope_freqs where the
+        file has them, else LongRoPE's rope_factors_long when the context per sequence
+        (cparams.n_ctx_seq: the cells per stream of the cache, kv_size) exceeds
+        n_ctx_orig_yarn, else rope_factors_short (None where the file has neither); one tensor
+        per buffer type (TENSOR_DUPLICATED past layer 0)."""
+        freqs = self.w("rope_freqs.weight", il)
+        if freqs is not None:
+            return freqs
+        long = self.c.kv_size > self.f.n_ctx_orig_yarn
+        return self.w("rope_factors_long.weight" if long else "rope_factors_short.weight", il)
 
     def w(
         self, name: str, il: int = -1, *, as_name: str | None = None, own: bool = False
@@ -660,7 +672,8 @@ class GraphContext(GraphInputs):
         (LLAMA_EXPERT_GATING_FUNC_TYPE_*), top-k by argsort over the probabilities (plus
         exp_probs_b, within the top expert groups), weights normalised (norm_w) and scaled
         (expert_weights_scale), act "silu"
-        (SWIGLU, or SILU without gate experts), "gelu" (GEGLU, or GELU), "swiglu_oai"
+        (SWIGLU, or SILU without gate experts), "gelu" (GEGLU, or GELU), "relu" (REGLU, or
+        RELU), "swiglu_oai"
         (LLM_FFN_SWIGLU_OAI_MOE) or "relu_sqr" (LLM_FFN_RELU_SQR, no gate experts); biases: the
         gate_inp and expert biases (ggml_add_id); probs_in: the router's logits made by the
         caller (gemma4.cpp, nemotron-h.cpp); w_scale: the weights' scale the arch passes (None:
@@ -856,6 +869,10 @@ class GraphContext(GraphInputs):
             return self.cb(b.glu_split(cur, up, "GEGLU"), "ffn_moe_geglu", il)
         if act == "gelu":
             return self.cb(b.unary(up, "GELU"), "ffn_moe_gelu", il)
+        if act == "relu":  # LLM_FFN_RELU (smallthinker.cpp)
+            if gated:
+                return self.cb(b.glu_split(cur, up, "REGLU"), "ffn_moe_reglu", il)
+            return self.cb(b.unary(up, "RELU"), "ffn_moe_relu", il)
         if act == "relu_sqr":
             if gated:
                 raise GraphBuildError(

@@ -14,10 +14,11 @@ run, no template); clear_cache. Not modelled (GraphBuildError or not built): sep
 beside a fused attn_qkv, merged gate_up experts (gemma4's only) and weight scales (".scale":
 gemma4's, nemotron_h_moe's, qwen3next's, qwen35moe's, and gemma3n's attention and output ones
 only), M-RoPE outside qwen2vl, qwen3vl(moe) and qwen35(moe) (ggml_rope_multi is a ROPE node as
-ggml_rope_ext's, over four positions a token; glm4's declines), LongRoPE factors, LoRA, control
+ggml_rope_ext's, over four positions a token; glm4's declines), LongRoPE factors outside phi3,
+phimoe, minicpm and apertus (GraphInputs.rope_factors), clamp_kqv (mpt, olmo), LoRA, control
 vectors, a decoder's pooled graph (build_pooling over its result_norm; the encoders' is:
-build.GraphContext.pooling), qwen3's reranker soft max, ModernBERT's
-decision head, backend samplers, MTP/NextN graphs, recurrent
+build.GraphContext.pooling), qwen3's reranker soft max, ModernBERT's decision head, backend
+samplers, MTP/NextN graphs, recurrent
 rollback (n_rs_seq), deepseek2 without MLA, nemotron_h_moe's latent MoE projections and per-layer
 expert counts (Puzzle), nemotron_h's MLP biases, qwen3next's legacy ssm_in projection, gemma3n's
 embeddings-only (multimodal) per-layer path, Granite Vision's deepstack inputs.

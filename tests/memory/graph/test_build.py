@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from llamafit.facts.hparams import build_facts
 from llamafit.memory.graph.alloc import Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
-from llamafit.memory.graph.models import MODELS, graph_hparams
+from llamafit.memory.graph.models import MODELS, graph_hparams, graph_hparams_of
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, PIN_CPU
 from llamafit.memory.graph.params import GraphBuildError, GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import Reserve, reserve_configs, reserves
@@ -24,6 +25,7 @@ from llamafit.memory.graph.template import (
     count_direct,
     count_graph,
 )
+from llamafit.reader.model import read_model
 from tests.support import ROOT
 from tests.support.graph_build import (
     GRAPHS,
@@ -124,7 +126,17 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # layer (post-norm encoder layers over the ubatch itself, no cache), an EmbeddingGemma SWA layer
 # (the second mask) and a full one, ModernBERT's last layer (full) and a SWA layer, a Jina v2
 # layer (no positions, GEGLU over one ffn_up), EuroBERT's last layer, a Nomic v2 MoE layer
-# (GELU experts), Jina v3's last layer
+# (GELU experts), Jina v3's last layer, Pythia's last layer (the parallel
+# residual), a Falcon 40B layer (attn_norm_2), a StarCoder layer (one KV head), BLOOM's first
+# layer (after the token rows' LayerNorm, no positions), an OLMo layer (LayerNorms without
+# weights), Baichuan 2 13B's last layer (no RoPE) and a 7B layer (RoPE), Phi-3.5-MoE's last
+# layer (RMS norms with biases, LongRoPE's short factors, softmax experts), a Phi-3.5-mini layer
+# (LongRoPE's long factors), MiniCPM's last layer (Granite's scales, LongRoPE's long factors),
+# Apertus's last layer (Q/K norms, rope_freqs, xIELU), Ling lite's last layer (softmax experts
+# beside shared ones), Trinity Mini's dense SWA lead layer and a full-attention NoPE MoE layer
+# (the attention gate, post norms), SmallThinker's last layer (the router over the layer input,
+# ReGLU experts), the first Qwen's last layer (fused QKV with its bias),
+# Orion's last layer (LayerNorms with bias)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -194,6 +206,23 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("eurobert-c8192-emb-fa-off", 11),
         ("nomic-moe-c512-emb", 3),
         ("jina-v3-c4096-emb-fa-off", 23),
+        ("pythia-1.4b-c2048-fa-off-np2", 23),
+        ("falcon-40b-c2048-ub128", 7),
+        ("starcoder-15b-c4096-ub128", 20),
+        ("bloom-560m-c2048-fa-off", 0),
+        ("olmo-1b-c2048-fa-off-np2", 3),
+        ("baichuan2-13b-c4096-ub128-fa-off", 39),
+        ("baichuan2-7b-c4096-np2", 5),
+        ("phimoe-c4096-ub128", 31),
+        ("phi3.5-mini-c8192-np1-fa-off", 2),
+        ("minicpm-1b-c40960-np1-ub128", 51),
+        ("apertus-8b-c4096-ub128", 31),
+        ("ling-lite-c4096-ub128", 27),
+        ("afmoe-c4096-ub128", 0),
+        ("afmoe-c4096-fa-off-np2", 3),
+        ("smallthinker-c4096-fa-off-np2", 31),
+        ("qwen-7b-c4096-ub128", 31),
+        ("orion-14b-c4096-fa-off-np2", 39),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:
@@ -584,6 +613,62 @@ def test_long_rope_factors_are_not_modelled(model: str) -> None:
         build_graph(other, config, hp)
 
 
+@pytest.mark.parametrize(
+    ("key", "clamp"),
+    [("mpt-7b", 0.0), ("mpt-7b", 8.0), ("olmo-1b", 0.0), ("olmo-1b", 8.0)],
+)
+def test_clamped_qkv_is_refused(tmp_path: Path, key: str, clamp: float) -> None:
+    """{arch}.attention.clamp_kqv (the converters' clip_qkv) makes build_qkv clamp Q, K and V
+    (ggml_clamp): not modelled, so such a file's graph is refused rather than built without it."""
+    from scripts.fixtures import make_shapes
+
+    spec = dict(make_shapes.load_specs()[key])
+    if clamp:
+        spec["clamp_kqv"] = clamp
+    facts = build_facts(read_model(make_shapes.build(spec).write(tmp_path)[0]))
+    hp = graph_hparams_of(facts)
+    config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
+    assert facts.clamp_kqv == clamp
+    if clamp:
+        with pytest.raises(GraphBuildError, match="clamp_kqv is not modelled"):
+            build_direct(facts, config, hp)
+    else:
+        assert len(build_direct(facts, config, hp).nodes) > 0
+
+
+def test_afmoe_without_a_window_is_refused(tmp_path: Path) -> None:
+    """afmoe.cpp builds build_attn_inp_kv_iswa whatever the cache; without a sliding window
+    load_arch_hparams leaves SWA off and the cache plain: not modelled, an error."""
+    from scripts.fixtures import make_shapes
+
+    spec = dict(make_shapes.load_specs()["trinity-mini"])
+    del spec["sliding_window"]
+    facts = build_facts(read_model(make_shapes.build(spec).write(tmp_path)[0]))
+    config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
+    with pytest.raises(GraphBuildError, match="afmoe without a sliding window"):
+        build_direct(facts, config, graph_hparams_of(facts))
+
+
+@pytest.mark.parametrize(("key", "orig"), [("phi3.5-mini", 4096), ("phi-4", 16384)])
+def test_rope_original_context(key: str, orig: int) -> None:
+    """llama_hparams::n_ctx_orig_yarn, LongRoPE's threshold (get_rope_factors): the file's
+    rope.scaling.original_context_length, else the training context (Phi-4's 16384)."""
+    assert facts_of(key)[0].n_ctx_orig_yarn == orig
+
+
+@pytest.mark.parametrize(
+    "name", ["blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight", "blk.0.ffn_act.scales"]
+)
+def test_mpt_parts_not_modelled_are_refused(name: str) -> None:
+    """mpt.cpp's optional Q/K LayerNorms and AWQ's ffn_act scales are not built: an error."""
+    facts, hp = facts_of("mpt-7b")
+    norm = next(t for t in facts.tensors if t.name == "blk.0.attn_norm.weight")
+    other = replace(facts, tensors=(*facts.tensors, replace(norm, name=name)))
+    config = GraphConfig(n_tokens=1, n_seqs=1, n_outputs=1, kv_size=256)
+    with pytest.raises(GraphBuildError, match=f"{name} is not modelled for mpt"):
+        build_graph(other, config, hp)
+
+
 # recorded Vulkan0 starts of real shapes: (case, shape key, llama-server flags)
 DEVICE_CASES = [
     (
@@ -600,6 +685,16 @@ DEVICE_CASES = [
         "vk-gemma3n-e2b-ngl2",
         "gemma3n-e2b",
         ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack"),
+    ),
+    ("vk-afmoe-ngl2", "trinity-mini", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
+    ("vk-apertus-ngl2", "apertus-8b", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
+    ("vk-phimoe-ngl2", "phi3.5-moe", ("-c", "4096", "-np", "1", "-ngl", "2", "--no-repack")),
+    ("vk-olmo-1b-ngl3", "olmo-1b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
+    ("vk-pythia-1.4b-ngl3", "pythia-1.4b", ("-c", "2048", "-np", "1", "-ngl", "3", "--no-repack")),
+    (
+        "vk-bloom-560m-ngl3-fa-off",
+        "bloom-560m",
+        ("-c", "2048", "-np", "1", "-ngl", "3", "-fa", "off", "--no-repack"),
     ),
 ]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..build import GraphContext
+from ..build import AttnInput, GraphContext
+from ..ggml import T
 from .phi2 import ffn_gelu, layer_norm_head
 
 
@@ -11,13 +12,27 @@ def build(ctx: GraphContext) -> None:
     sequential block: LayerNorms with bias before the attention (the fused attn_qkv with its
     bias, no RoPE, the output projection's bias) and before a gate-less GELU FFN with biases;
     the output LayerNorm with bias, the (tied) output."""
-    b = ctx.b
     inpL = ctx.inp_embd(1.0)
     inp_pos = ctx.inp_pos()
     inp = ctx.inp_attn_kv()
+    inpL = add_positions(ctx, inpL, inp_pos)
+    blocks(ctx, inpL, inp)
+
+
+def add_positions(ctx: GraphContext, inpL: T, inp_pos: T) -> T:
+    """The learned positions' rows (position_embd by inp_pos, "pos_embd") added to the token
+    rows ("inpL"): gpt2.cpp, starcoder.cpp, mpt.cpp."""
     pos_embd = ctx.need(ctx.w("position_embd.weight", -1), "position_embd.weight")
-    pos = ctx.cb(b.get_rows(pos_embd, inp_pos), "pos_embd", -1)
-    inpL = ctx.cb(b.add(inpL, pos), "inpL", -1)
+    pos = ctx.cb(ctx.b.get_rows(pos_embd, inp_pos), "pos_embd", -1)
+    return ctx.cb(ctx.b.add(inpL, pos), "inpL", -1)
+
+
+def blocks(ctx: GraphContext, inpL: T, inp: AttnInput) -> None:
+    """build_inp_out_ids, then the layers of gpt2.cpp, starcoder.cpp, bloom.cpp and mpt.cpp: a
+    LayerNorm (bias where the file has one) before the attention (the fused attn_qkv and its
+    bias, no RoPE, the output projection's bias) and before a gate-less GELU FFN, each added to
+    its input; the output LayerNorm and the logits."""
+    b = ctx.b
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
         norm_w, norm_b = ctx.lw(il, "attn_norm.weight"), ctx.lw(il, "attn_norm.bias")

@@ -15,15 +15,18 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
     experts when n_ff_shexp). The hybrid has Mamba-2 layers where n_head_kv is 0
     (build_inp_mem_hybrid: the recurrent inputs, then the KV cache's, then inp_pos); RoPE when
     llama_hparams::has_rope (granite and granitehybrid: rope.scaling.finetuned, default true;
-    granitemoe: always); Granite Vision's deepstack inputs (dense granite only) are not."""
+    granitemoe: always); Granite Vision's deepstack inputs (dense granite only) are not. minicpm
+    (minicpm.cpp: this graph class) ropes every layer with get_rope_factors' LongRoPE factors."""
     f, b = ctx.f, ctx.b
-    ctx.no_long_rope()
+    minicpm = f.architecture == "minicpm"
+    if not minicpm:
+        ctx.no_long_rope()
     if f.n_deepstack_layers:  # granite.cpp's deepstack_in (Granite Vision 4.1)
         raise GraphBuildError(f"{f.path}: Granite Vision's deepstack inputs are not modelled")
     # llama_hparams::has_rope: granite.cpp and granite-hybrid.cpp fill rope_pattern with
     # rope.scaling.finetuned (default true); granite-moe.cpp leaves it set
-    rope = f.architecture == "granitemoe" or f.rope_finetuned is not False
-    inpL = ctx.inp_embd(1.0, f.embedding_scale)
+    rope = f.architecture in ("granitemoe", "minicpm") or f.rope_finetuned is not False
+    inpL = ctx.inp_embd(1.0, f.embedding_scale or (12.0 if minicpm else 0.0))
     inp_pos = ctx.inp_pos() if rope and not hybrid else None
     rs = ctx.inp_rs() if hybrid else None
     inp = ctx.inp_attn_kv()
@@ -38,7 +41,7 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
         else:
             q, k, v = ctx.qkv(cur, il)
             if inp_pos is not None:
-                factors = ctx.w("rope_freqs.weight", il)  # llama_model::get_rope_factors
+                factors = ctx.rope_factors(il)
                 q = b.rope(q, inp_pos, factors)
                 k = b.rope(k, inp_pos, factors)
             ctx.cb(q, "Qcur", il)
@@ -48,7 +51,7 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
             cur = ctx.attn(inp, wo, ctx.lw(il, "attn_output.bias"), q, k, v, il, False)
             cur = ctx.cb(cur, "attn_out", il)
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
-        cur = _ffn(ctx, cur, inpSA, il)
+        cur = _ffn(ctx, cur, inpSA, il, minicpm)
         inpL = ctx.cb(cur, "l_out", il)
     logits = ctx.lm_head(inpL)
     if f.logit_scale or not hybrid:  # granite.cpp scales by 1/f_logit_scale always
@@ -56,11 +59,13 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
     ctx.finish(logits)
 
 
-def _ffn(ctx: GraphContext, cur: T, inpSA: T, il: int) -> T:
-    """granite.cpp build_layer_ffn: the residual (scaled by f_residual_scale), the FFN norm, a
-    dense FFN or routed experts (plus shared ones when n_ff_shexp), the scaled residual again."""
+def _ffn(ctx: GraphContext, cur: T, inpSA: T, il: int, minicpm: bool) -> T:
+    """granite.cpp build_layer_ffn: the residual (scaled by f_residual_scale; minicpm.cpp
+    load_arch_hparams defaults it to 1.4 / sqrt(n_layer)), the FFN norm, a dense FFN or routed
+    experts (plus shared ones when n_ff_shexp), the scaled residual again."""
     f, b = ctx.f, ctx.b
-    if f.residual_scale:
+    residual_scale = f.residual_scale or minicpm
+    if residual_scale:
         cur = b.scale(cur)
     ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
     if ctx.lw(il, "ffn_gate_inp.weight") is None:
@@ -72,11 +77,11 @@ def _ffn(ctx: GraphContext, cur: T, inpSA: T, il: int) -> T:
             cur = ctx.cb(b.add(moe, shared), "ffn_out", il)
         else:
             cur = moe
-    if f.residual_scale:
+    if residual_scale:
         cur = b.scale(cur)
     return ctx.cb(b.add(cur, ffn_inp), "ffn_out", il)
 
 
 def build(ctx: GraphContext) -> None:
-    """granite and granitemoe: granite.cpp's graph (granite-moe.cpp)."""
+    """granite, granitemoe and minicpm: granite.cpp's graph (granite-moe.cpp, minicpm.cpp)."""
     graph(ctx, hybrid=False)
