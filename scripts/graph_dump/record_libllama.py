@@ -16,6 +16,11 @@ events, the first two of which (pp, tg) are written to fixtures/graphs/<build>-<
     python scripts/graph_dump/record_libllama.py --build 9512 CASE ...
     # another llama-cpp-python: its Python package folder (PYTHONPATH) and its built libllama
     python scripts/graph_dump/record_libllama.py --build 8470 --py SDIST --lib LIBDIR CASE ...
+
+--no-extra-bufts loads the weights without the CPU's extra buffer types whatever the case says:
+a libllama built for a host with AMX puts MLA's attn_k_b / attn_v_b in the AMX buffer, and
+0.3.17's and 0.3.35's ggml_backend_sched then aborts (GGML_ASSERT(*cur_backend_id != -1)) on
+fx-deepseek2. The CPU graph and its compute buffer do not depend on where the weights are.
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ print("context built", flush=True)
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
 
 
-def child_args(name: str, tmp: Path, build: int) -> dict[str, object]:
+def child_args(name: str, tmp: Path, build: int, extra_bufts: bool = True) -> dict[str, object]:
     """The child's settings for a case (llama-server's for its arguments)."""
     key, args = CASES[name]
     if VULKAN in args or "-ngl" in args or "-ot" in args:
@@ -108,7 +113,7 @@ def child_args(name: str, tmp: Path, build: int) -> dict[str, object]:
         "fa": flag("-fa", "on") != "off",
         "type_k": GGML_TYPES[flag("-ctk", "f16")],
         "type_v": GGML_TYPES[flag("-ctv", "f16")],
-        "repack": "--no-repack" not in args,
+        "repack": extra_bufts and "--no-repack" not in args,
         # server_output_limits keeps n_batch outputs for embeddings
         "outputs": build >= SERVER_OUTPUT_LIMIT and not embeddings,
         "embeddings": embeddings,
@@ -117,7 +122,9 @@ def child_args(name: str, tmp: Path, build: int) -> dict[str, object]:
     }
 
 
-def record_case(name: str, tmp: Path, build: int, py: str | None, lib: str | None) -> list[str]:
+def record_case(
+    name: str, tmp: Path, build: int, py: str | None, lib: str | None, extra_bufts: bool = True
+) -> list[str]:
     """The sched lines of one case at this build (pp, then tg)."""
     key, _ = CASES[name]
     dump_lib = shim()
@@ -138,7 +145,7 @@ def record_case(name: str, tmp: Path, build: int, py: str | None, lib: str | Non
         env["PYTHONPATH"] = py
     if lib is not None:
         env["LLAMA_CPP_LIB_PATH"] = lib
-    argv = [sys.executable, "-c", CHILD, json.dumps(child_args(name, tmp, build))]
+    argv = [sys.executable, "-c", CHILD, json.dumps(child_args(name, tmp, build, extra_bufts))]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0 or not dump.is_file():
         raise SystemExit(f"{name}: failed ({proc.returncode}); log tail:\n{proc.stderr[-2000:]}")
@@ -151,10 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", type=int, required=True, help="the libllama's build number")
     ap.add_argument("--py", help="the llama_cpp package's parent folder (default: installed)")
     ap.add_argument("--lib", help="the folder of its libllama (default: the package's)")
+    ap.add_argument(
+        "--no-extra-bufts", action="store_true", help="use_extra_bufts off for every case"
+    )
     ns = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         for name in ns.cases:
-            lines = record_case(name, Path(tmp), ns.build, ns.py, ns.lib)
+            lines = record_case(name, Path(tmp), ns.build, ns.py, ns.lib, not ns.no_extra_bufts)
             for ln in lines:
                 json.loads(ln)  # whole lines only
             out = OUT / f"b{ns.build}-{name}.jsonl.gz"

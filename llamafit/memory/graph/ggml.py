@@ -221,6 +221,10 @@ class Builder:
     def norm(self, a: T) -> T:
         return self._unop("NORM", a)
 
+    def l2_norm(self, a: T) -> T:
+        """ggml_l2_norm: a new tensor like a (ggml_dup_tensor), each row over its L2 norm."""
+        return self._unop("L2_NORM", a)
+
     def scale(self, a: T) -> T:
         return self._unop("SCALE", a)
 

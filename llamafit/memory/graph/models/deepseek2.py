@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ....builds import since
 from ..build import GATING, GraphContext
 from ..ggml import row_size
 from ..params import GraphBuildError
@@ -12,7 +13,8 @@ def build(ctx: GraphContext) -> None:
     absorbed wk_b / wv_b path over build_attn_inp_k), Q through the q_a / q_b pair or wq
     (lite), dense lead layers, routed experts (the gating of expert_gating_func, softmax
     when unset) plus shared ones, attention temperature tuning (inp_attn_scale). Not
-    modelled: the MHA path of GGUFs without wk_b."""
+    modelled: the MHA path of GGUFs without wk_b. Before rule deepseek2_q_reshape q_nope and
+    q_pe are views of the 2-D q (no RESHAPE)."""
     f, c, b = ctx.f, ctx.c, ctx.b
     mla = f.mla
     if mla is None or ctx.lw(0, "attn_k_b.weight") is None:
@@ -43,7 +45,11 @@ def build(ctx: GraphContext) -> None:
             q = ctx.cb(ctx.mm(ctx.need(ctx.lw(il, "attn_q_b.weight"), "q_b"), q), "q", il)
         else:
             q = ctx.cb(ctx.mm(wq, cur), "q", il)
-        q = ctx.cb(b.reshape(q, head_k, n_head0, n_tokens), "q", il)
+        if since("deepseek2_q_reshape", c.build):
+            q = ctx.cb(b.reshape(q, head_k, n_head0, n_tokens), "q", il)
+            q_nbs = (q.nb[1], q.nb[2])
+        else:  # before: q_nope and q_pe are views of the 2-D q
+            q_nbs = (row_size(q.type, head_k), row_size(q.type, head_k) * n_head0)
         wkv_a = ctx.need(ctx.lw(il, "attn_kv_a_mqa.weight"), "attn_kv_a_mqa")
         kv_pe = ctx.cb(ctx.mm(wkv_a, cur), "kv_cmpr_pe", il)
         row = row_size(kv_pe.type, rank + n_rot)
@@ -52,9 +58,9 @@ def build(ctx: GraphContext) -> None:
         k_pe = ctx.cb(k_pe, "k_pe", il)
         k_pe = ctx.cb(b.rope(k_pe, inp_pos, None), "k_pe", il)
         kv = ctx.cb(ctx.norm(kv, ctx.lw(il, "attn_kv_a_norm.weight"), il), "kv_cmpr", il)
-        q_nope = b.view(q, (nope, n_head0, n_tokens), (q.nb[1], q.nb[2]), 0)
+        q_nope = b.view(q, (nope, n_head0, n_tokens), q_nbs, 0)
         q_nope = ctx.cb(q_nope, "q_nope", il)
-        q_pe = b.view(q, (n_rot, n_head0, n_tokens), (q.nb[1], q.nb[2]), row_size(q.type, nope))
+        q_pe = b.view(q, (n_rot, n_head0, n_tokens), q_nbs, row_size(q.type, nope))
         q_pe = ctx.cb(q_pe, "q_pe", il)
         q_pe = ctx.cb(b.rope(q_pe, inp_pos, None), "q_pe", il)
         q_nope = ctx.cb(b.permute(q_nope, 0, 2, 1, 3), "q_nope_perm", il)

@@ -112,17 +112,19 @@ def build(ctx: GraphContext) -> None:
     gemma_logits(ctx, cur)
 
 
-def inp_per_layer(ctx: GraphContext, inpL: T) -> T:
+def inp_per_layer(ctx: GraphContext, inpL: T, expand: bool = True) -> T:
     """llama_model_gemma4::graph's build_inp_per_layer and project_per_layer_inputs: the
     per-layer token rows (their own token input), plus the projection of the scaled
-    embeddings, normed; [n_embd_per_layer, n_tokens, n_layer]."""
+    embeddings, normed; [n_embd_per_layer, n_tokens, n_layer]. expand: the token rows are
+    expanded into the graph first (gemma3n before rule gemma3n_ple_expand: not)."""
     b, n_tokens = ctx.b, ctx.c.n_tokens
     table = ctx.need(ctx.w("per_layer_token_embd.weight", -1), "per_layer_token_embd")
     n_per_layer = table.ne[0] // ctx.n_layer
     tokens = b.new("i32", n_tokens, inp=True)
     sel = b.reshape(b.get_rows(table, tokens), n_per_layer, ctx.n_layer, n_tokens)
     sel = ctx.cb(b.scale(sel), "inp_per_layer_selected", -1)
-    b.expand(sel)
+    if expand:
+        b.expand(sel)
     # per_layer_model_proj / _proj_norm: LLM_TENSOR_LAYER_REPEATING, made for layer 0
     proj_w = ctx.need(ctx.w("per_layer_model_proj.weight", 0), "per_layer_model_proj")
     proj = b.scale(ctx.mm(proj_w, inpL))

@@ -4,6 +4,7 @@ src/models/delta-net-base.cpp; qwen35moe.cpp and qwen35.cpp (dense) build alike.
 
 from __future__ import annotations
 
+from ....builds import since
 from ....reader.ggml_types import GGML_TYPE_SIZES
 from ..build import AttnInput, GraphContext
 from ..ggml import T, row_size, set_output
@@ -28,6 +29,7 @@ def graph(ctx: GraphContext, q35: bool, dense: bool = False) -> None:
     n_pos = 4 if q35 else 1
     inp_pos = ctx.cb(b.new("i32", c.n_tokens * n_pos, inp=True), "inp_pos", -1)
     out_ids = ctx.inp_out_ids()
+    nextn = since("qwen35_h_nextn" if q35 else "qwen3next_h_nextn", c.build)
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
@@ -36,6 +38,8 @@ def graph(ctx: GraphContext, q35: bool, dense: bool = False) -> None:
             cur = _gdn_layer(ctx, rs, cur, il, q35)
         else:
             cur = _gated_attn(ctx, inp, cur, inp_pos, il, q35)
+        if not nextn:  # before: the output rows picked in the last layer
+            cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         cur = ctx.cb(b.add(cur, inpSA), "attn_residual", il)
         ffn_residual = cur
         post = ctx.lw(il, "post_attention_norm.weight")
@@ -49,8 +53,10 @@ def graph(ctx: GraphContext, q35: bool, dense: bool = False) -> None:
         cur = ctx.cb(b.add(cur, ffn_residual), "post_ffn" if dense else "post_moe", il)
         inpL = ctx.cb(cur, "l_out", il)  # build_cvec: no control vector
     cur = ctx.norm(inpL, ctx.w("output_norm.weight", -2), -1)
-    set_output(ctx.cb(cur, "h_nextn", -1))
-    cur = ctx.cb(b.get_rows(cur, out_ids), "result_norm", -1)
+    if nextn:
+        set_output(ctx.cb(cur, "h_nextn", -1))
+        cur = b.get_rows(cur, out_ids)
+    cur = ctx.cb(cur, "result_norm", -1)
     set_output(cur)
     output = ctx.w("output.weight", -2)
     if output is None:  # tied: token_embd again, in the output layer's buffer
@@ -108,6 +114,8 @@ def _gated_attn(ctx: GraphContext, inp: AttnInput, cur: T, inp_pos: T, il: int, 
     if not q35:
         gate = b.cont(gate, head * n_head, n_tokens)
     gate = ctx.cb(b.unary(gate, "SIGMOID"), "gate_sigmoid", il)
+    if not q35 and not since("qwen3next_h_nextn", c.build):  # before: reshaped to 2D again
+        gate = b.reshape(gate, head * n_head, n_tokens)
     cur = ctx.cb(b.mul(cur, gate), "attn_gated", il)
     wo = ctx.need(ctx.lw(il, "attn_output.weight"), "attn_output")
     return ctx.cb(ctx.mm_s(wo, cur, ctx.lw(il, "attn_output.scale")), "attn_output", il)
@@ -178,7 +186,10 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     )
     ctx.cb(last, "conv_state_last", il)
     row_count = (d_conv - 1) * channels
-    update = b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)
+    if since("rs_state_2d", c.build):
+        update = b.view(conv_all, (row_count, n_seqs), (conv_all.nb[1],), 0)
+    else:  # before: ggml_view_1d of n_seqs states
+        update = b.view(conv_all, (row_count * n_seqs,), (), 0)
     b.expand(b.cpy(last, ctx.cb(update, "conv_state_update", il)))
     state = ctx.build_rs(rs, ssm_all, rec.n_embd_s)
     state = ctx.cb(b.reshape(state, head_v, head_v, n_v, n_seqs), "state_predelta", il)
@@ -193,14 +204,24 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     v_nbs = (row_size(mix.type, head_v), nb1, nb1 * n_st)
     v_off = row_size(mix.type, 2 * head_k * n_k)
     v = ctx.cb(b.view(mix, (head_v, n_v, n_st, n_seqs), v_nbs, v_off), "v_conv", il)
-    q = b.scale(b.rms_norm(q))  # build_gdn_l2_norm
-    k = b.scale(b.rms_norm(k))
+    if since("qkv_heads", c.build):  # build_gdn_l2_norm
+        q = b.scale(b.rms_norm(q))
+        k = b.scale(b.rms_norm(k))
+    else:  # before: ggml_l2_norm
+        q = b.l2_norm(q)
+        k = b.l2_norm(k)
     if n_k != n_v and not q35:  # qwen3next repeats whatever the op
         rf = n_v // n_k
-        q = b.reshape(q, head_k, 1, n_k, n_st * n_seqs)
-        k = b.reshape(k, head_k, 1, n_k, n_st * n_seqs)
-        q = b.repeat_4d(q, head_k, rf, n_k, n_st * n_seqs)
-        k = b.repeat_4d(k, head_k, rf, n_k, n_st * n_seqs)
+        if since("qwen3next_repeat_4d", c.build):
+            q = b.reshape(q, head_k, 1, n_k, n_st * n_seqs)
+            k = b.reshape(k, head_k, 1, n_k, n_st * n_seqs)
+            q = b.repeat_4d(q, head_k, rf, n_k, n_st * n_seqs)
+            k = b.repeat_4d(k, head_k, rf, n_k, n_st * n_seqs)
+        else:  # before: over one dimension of heads x tokens
+            q = b.reshape(q, head_k, 1, n_k * n_st * n_seqs)
+            k = b.reshape(k, head_k, 1, n_k * n_st * n_seqs)
+            q = b.repeat_4d(q, head_k, rf, n_k * n_st * n_seqs, 1)
+            k = b.repeat_4d(k, head_k, rf, n_k * n_st * n_seqs, 1)
         q = b.reshape(q, head_k, n_k * rf, n_st, n_seqs)
         k = b.reshape(k, head_k, n_k * rf, n_st, n_seqs)
     ctx.cb(q, "q_conv_predelta", il)
@@ -208,7 +229,10 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     ctx.cb(v, "v_conv_predelta", il)
     # build_recurrent_attn -> build_delta_net_fused
     s_v, h_v = state.ne[0], state.ne[2]
-    res = b.gated_delta_net(q, k, v, gate, beta, state, 1)
+    s_in = state
+    if since("gdn_state_3d", c.build) and not since("gdn_state_4d", c.build):
+        s_in = b.reshape(state, s_v * s_v * h_v, 1, n_seqs)  # the state as 3-D rows
+    res = b.gated_delta_net(q, k, v, gate, beta, s_in, 1)
     out = b.view(
         res,
         (s_v, h_v, n_st, n_seqs),
@@ -231,7 +255,10 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     )
     ctx.cb(out, "attn_output", il)
     ctx.cb(new_state, "new_state", il)
-    dst = b.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)
+    if since("rs_state_2d", c.build):
+        dst = b.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)
+    else:
+        dst = b.view(ssm_all, (rec.n_embd_s * n_seqs,), (), 0)
     b.expand(b.cpy(new_state, dst))
     z = b.reshape(z, head_v, n_v, n_st, n_seqs)
     norm_w = ctx.need(ctx.lw(il, "ssm_norm.weight"), "ssm_norm")
