@@ -147,15 +147,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
     ),
     BuildRule(
         "gdn_chunked_fused",
-        8470,
+        8333,
         20443,
-        "2026-03 (b8470 an upper bound: PR #20340 and #20443 were merged after b8233 = "
-        "c5a778891, PR #19504, which added GGML_OP_GATED_DELTA_NET for the autoregressive path "
-        "only; llama-cpp-python 0.3.17's 49bfddeca, whose graphs are checked, has both)",
+        "2026-03-13 (b8333 = e30f1fdf7, PR #20443, its release notes; PR #20340 is b8299 of "
+        "2026-03-11, b8233 = c5a778891 (PR #19504) has the fused op for one token only; a public "
+        "llama-server log of ebbf544 between (prints 'fused Gated Delta Net (chunked) enabled', "
+        "no attn_rot_k) logs qwen35moe's graph nodes = 3729, this form's count)",
         "the gated DeltaNet layers of Qwen3-Next and Qwen3.5 run the fused GATED_DELTA_NET op "
         "for a prompt too (cparams.fused_gdn_ch, PR #20340 'llama: enable chunked fused GDN "
-        "path') on its state without transposes (PR #20443 'graph: remove redundant GDN state "
-        "transposes'); before, build_delta_net_chunking's graph of many ops",
+        "path', b8299) on its state without transposes (PR #20443 'graph: remove redundant GDN "
+        "state transposes', b8333; from b8299 to b8332 the fused op's state is transposed in the "
+        "graph, not ported); before, build_delta_net_chunking's graph of many ops",
     ),
     BuildRule(
         "attn_rot",

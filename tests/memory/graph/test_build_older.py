@@ -170,8 +170,10 @@ def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
     assert early == {row[0] for row in SINCE_B11311}
 
 
-# The gated DeltaNet archs from GDN_SINCE: b8233 (c5a778891, PR #19504, the fused op for one
-# token only) is not covered, 0.3.17's b8470 is (its graphs checked above)
+# The gated DeltaNet archs from GDN_SINCE: b8333 (e30f1fdf7, PR #20443: the fused prompt path
+# of PR #20340, b8299, on the state without transposes). b8233 (c5a778891, PR #19504, the fused
+# op for one token only) and b8299..b8332 (the state transposed) are not covered, 0.3.17's b8470
+# is (its graphs checked above)
 @pytest.mark.parametrize(
     ("arch", "name"),
     [
@@ -183,5 +185,6 @@ def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
 def test_gdn_archs_are_covered_from_the_fused_prompt_path(arch: str, name: str) -> None:
     facts, _ = facts_of(CASES[name].model)
     assert facts.architecture == arch and name in OLD_CASES
-    assert MODELS[arch].since == GDN_SINCE and build_of(GDN_SINCE) == OLD
-    assert [covers_model(facts, b) for b in (8233, OLD - 1, OLD)] == [False, False, True]
+    assert MODELS[arch].since == GDN_SINCE and build_of(GDN_SINCE) == 8333
+    builds = (8233, 8299, 8332, 8333, OLD)
+    assert [covers_model(facts, b) for b in builds] == [False, False, False, True, True]
