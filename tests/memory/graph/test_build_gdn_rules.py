@@ -13,6 +13,7 @@ import pytest
 
 from llamafit.builds import build_of
 from llamafit.memory.graph.nodes import Graph
+from llamafit.memory.graph.params import GraphConfig
 from llamafit.memory.graph.template import build_graph
 from tests.support.graph_build import cases, configs, facts_of
 
@@ -100,3 +101,18 @@ def test_gemma3n_per_layer_rows_come_first_from_their_rule() -> None:
         selected, stacked = names.index("inp_per_layer_selected"), names.index("inp_stacked")
         assert (selected < stacked) == before_stacked
         assert (selected == 3) == before_stacked  # embd, the rows' GET_ROWS and RESHAPE, SCALE
+
+
+def test_fused_prompt_path_has_the_node_count_of_a_public_log() -> None:
+    """Rule gdn_chunked_fused's form is the one public llama.cpp ran between b8333 and b8500: a
+    llama-server log of Qwen3.5-35B-A3B (lota09/local_LLM_llama llama_server.log: ebbf544,
+    'fused Gated Delta Net (chunked) enabled', no attn_rot_k lines) prints 'graph nodes = 3729'
+    for -c 6912 -ub 512 with -np auto (4 slots, a unified cache), flash attention on. The
+    b8299..b8332 form (the state transposed in the graph) has more nodes, as has b8233's
+    build_delta_net_chunking (a Qwen3-Next log there: 12069)."""
+    facts, hp = facts_of("qwen3.5-35b-a3b")
+    config = GraphConfig(
+        n_tokens=512, n_seqs=4, n_outputs=4, kv_size=6912, n_seq_max=4, kv_unified=True
+    )
+    counts = {b: len(build_graph(facts, replace(config, build=b), hp).nodes) for b in (8333, 8470)}
+    assert counts == {8333: 3729, 8470: 3729}
