@@ -6,7 +6,8 @@ The corpora (held out: logs this project did not calibrate on), one JSON object 
 format of fixtures/calibration/gpu-corpus.jsonl (url, build, build_note, hardware, shape,
 settings, measured; a row's `shape` is one of fixtures/calibration/gpu-shapes.json, or with
 `shape_from` "shapes" one of fixtures/shapes/shapes.json, "public-shapes" one of
-fixtures/calibration/public-shapes.json, which scripts/fixtures/make_shapes.py writes):
+fixtures/calibration/public-shapes.json, which scripts/fixtures/make_shapes.py writes, with
+`shape_overrides` changing keys of that spec: the logged file's quantization):
 
 - fixtures/calibration/gpu-corpus-2026.jsonl: single logs of builds b7600 and later;
 - fixtures/calibration/gpu-sweep-b10687.jsonl: the public CUDA sweep of gguf-parser-go
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -80,13 +82,21 @@ def load_rows(path: Path) -> list[dict]:
 
 
 @cache
-def shape_model(shape: str, shape_from: str = "gpu-shapes") -> MemoryModel:
+def shape_model(
+    shape: str, shape_from: str = "gpu-shapes", overrides: tuple[tuple[str, Any], ...] = ()
+) -> MemoryModel:
     """The memory model of a shape: a header-only GGUF of gpu-shapes.json
-    (make_shape_header.py), or a sparse GGUF of a make_shapes.py spec file (SHAPE_FILES)."""
+    (make_shape_header.py), or a sparse GGUF of a make_shapes.py spec file (SHAPE_FILES), its
+    spec's keys changed by `overrides` (a row's shape_overrides: the logged file's quantization,
+    e.g. {"mix": "f16"} or {"legacy_quant": true})."""
     if shape_from in SHAPE_FILES:
         from scripts.fixtures import make_shapes
 
         specs = make_shapes.load_specs(SHAPE_FILES[shape_from])
+        if overrides:
+            name = shape + "".join(f"+{k}={v}" for k, v in overrides)
+            specs[name] = {**specs[shape], **dict(overrides), "key": name}
+            shape = name
         path = make_shapes.write_shape(shape, _SHAPES, specs)
     else:
         from scripts.fixtures import make_shape_header
@@ -96,7 +106,8 @@ def shape_model(shape: str, shape_from: str = "gpu-shapes") -> MemoryModel:
 
 
 def row_model(row: dict) -> MemoryModel:
-    return shape_model(row["shape"], row.get("shape_from", "gpu-shapes"))
+    overrides = tuple(sorted(row.get("shape_overrides", {}).items()))
+    return shape_model(row["shape"], row.get("shape_from", "gpu-shapes"), overrides)
 
 
 def row_config(row: dict) -> ResolvedConfig:

@@ -114,6 +114,26 @@ def test_kv_is_what_the_log_prints(row: dict) -> None:
         assert abs(by_name[dev].kv_bytes - mib * MIB) <= PRINTED, (dev, by_name[dev].kv_bytes / MIB)
 
 
+# (shape, a row's shape_overrides, the file size of the shape the bench writes): the logged file's
+# quantization over the spec's (make_shapes.py: an F16 orion, falcon's legacy Q4_K_M)
+@pytest.mark.parametrize(
+    ("shape", "overrides", "size"),
+    [
+        ("orion-14b", {}, 8813275840),
+        ("orion-14b", {"mix": "f16"}, 29001615040),
+        ("falcon-40b", {}, 25755023712),
+        ("falcon-40b", {"legacy_quant": True}, 25487669600),
+        ("mpt-7b", {"legacy_quant": True}, 4274055680),
+        ("nomic-embed-text-v1.5", {"legacy_quant": True}, 90305312),
+    ],
+)
+def test_shape_overrides_set_the_files_quantization(
+    shape: str, overrides: dict[str, object], size: int
+) -> None:
+    row = {"shape": shape, "shape_from": "shapes", "shape_overrides": overrides}
+    assert bench.row_model(row).facts.file_size == size
+
+
 def test_bench_runs_on_one_row(tmp_path: Path) -> None:
     """One sweep row through the bench: its line, its figure and the summary over it."""
     row = next(r for _, r in ROWS if r["id"] == "sweep-b10687-qwen3-0.6b-f16kv-full")

@@ -129,6 +129,38 @@ def test_shape_is_full_size_sparse_and_readable(shapes_dir: Path, key: str, size
     )
 
 
+# (arch, legacy_quant, tensor, ne, type) of the q4_k_m mix, 60 layers: the plain mix (Q6_K where
+# use_more_bits, Q4_K else) and with legacy_quant llama.cpp's src/llama-quant.cpp
+# llama_tensor_get_type at Q4_K_M before its tensor_category rework: attn_qkv Q5_K, falcon's output
+# Q8_0 and its ffn_down Q6_K below n_layer / 16, Q5_K where use_more_bits, Q4_K elsewhere
+QTYPES = [
+    ("falcon", False, "output.weight", (8192, 65024), "Q6_K"),
+    ("falcon", False, "blk.9.ffn_down.weight", (32768, 8192), "Q6_K"),
+    ("falcon", False, "blk.10.attn_qkv.weight", (8192, 9216), "Q4_K"),
+    ("falcon", True, "output.weight", (8192, 65024), "Q8_0"),
+    ("falcon", True, "blk.2.ffn_down.weight", (32768, 8192), "Q6_K"),
+    ("falcon", True, "blk.3.ffn_down.weight", (32768, 8192), "Q5_K"),
+    ("falcon", True, "blk.9.ffn_down.weight", (32768, 8192), "Q5_K"),
+    ("falcon", True, "blk.10.ffn_down.weight", (32768, 8192), "Q4_K"),
+    ("falcon", True, "blk.59.ffn_down.weight", (32768, 8192), "Q5_K"),
+    ("falcon", True, "blk.10.attn_qkv.weight", (8192, 9216), "Q5_K"),
+    ("mpt", True, "output.weight", (4096, 50432), "Q6_K"),
+    ("mpt", True, "blk.3.ffn_down.weight", (16384, 4096), "Q6_K"),
+    ("mpt", True, "blk.10.ffn_down.weight", (16384, 4096), "Q4_K"),
+    ("mpt", True, "blk.10.attn_qkv.weight", (4096, 12288), "Q5_K"),
+    ("mpt", True, "blk.10.attn_v.weight", (4096, 4096), "Q4_K"),
+    ("mpt", True, "blk.10.ffn_up.weight", (4096, 16384), "Q4_K"),
+    # a row that is not a multiple of 256 falls back (Q5_K: Q5_1)
+    ("mpt", True, "blk.10.attn_qkv.weight", (4160, 12480), "Q5_1"),
+]
+
+
+@pytest.mark.parametrize(("arch", "legacy", "name", "ne", "qtype"), QTYPES)
+def test_q4_k_m_mix(arch: str, legacy: bool, name: str, ne: tuple[int, int], qtype: str) -> None:
+    f = make_shapes.ShapeFixture("x.gguf", arch, 0, n_layer=60, legacy_quant=legacy)
+    assert f.qtype(name, ne).name == qtype
+
+
 def test_shapes_are_deterministic(tmp_path: Path, shapes_dir: Path) -> None:
     a = make_shapes.write_shape("gemma3-1b", shapes_dir)
     b = make_shapes.write_shape("gemma3-1b", tmp_path)
