@@ -111,6 +111,7 @@ class Target:
             return cache[cfg]
         try:
             rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
+            rc = self.model.settle_flash_attn(rc, self.devices_of(cfg), self.host)  # -fa auto
             result: tuple[ResolvedConfig, Breakdown] | None = None
             if graph_kind(rc) not in self.refused:
                 result = (rc, self._searched(cfg, rc))

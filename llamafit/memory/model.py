@@ -13,6 +13,7 @@ Compute buffers come from the replay of the graph (graph/replay.py) or from the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
@@ -25,6 +26,7 @@ from .graph.replay import (
     SchedOverflow,
     cpu_compute_bytes,
     device_compute_bytes,
+    fa_auto_mismatch,
     overflow_of,
     reserve_graph_tensors,
 )
@@ -34,7 +36,7 @@ from .overrides import Rules, buffer_device, device_names, override_targets
 from .placement import CPU, LayerMap
 from .recurrent import recurrent_bytes
 from .repack import repack_bytes, repacked_names
-from .resolve import ConfigError, ResolvedConfig, since
+from .resolve import ConfigError, ResolvedConfig, settle_flash_attn, since
 from .tensors import PADDED_BACKENDS, ModelTensors
 from .usage import Breakdown as Breakdown  # re-exported: the type estimate returns
 from .usage import DeviceUsage as DeviceUsage
@@ -79,7 +81,9 @@ class MemoryModel(ModelTensors):
         model and the placement; `replay=False` keeps to the hand-derived peaks of compute.py (about
         a hundred times faster: the solver's searches), which `compute_scale` then scales, and
         `compute_scales` per device (the GPUs in order, then the host; solver.exact_choice's
-        per-device ratios of the replay to the hand-derived peaks)."""
+        per-device ratios of the replay to the hand-derived peaks). -fa auto is settled first
+        (settle_flash_attn)."""
+        rc = self.settle_flash_attn(rc, gpus, host)
         gpus, lmap, weights, moved = place_weights(self, rc, gpus)
         if replay:  # the exact figures: llama.cpp's own graph, which it may refuse to reserve
             overflow = self.scheduler_overflow(rc, lmap, gpus, moved)
@@ -87,7 +91,9 @@ class MemoryModel(ModelTensors):
                 raise SchedulerOverflowError(overflow)
         repack = repack_bytes(self, rc, lmap, gpus, host.cpu_features, moved)
         weights[CPU] += repack
-        cells = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn, since("mla_v_less", rc.build))
+        # the cache's layout as llama_context made it: -fa auto counts as on there
+        made_fa = rc.flash_attn or rc.fa_auto_off is not None
+        cells = self.cell_prefix(rc.type_k, rc.type_v, made_fa, since("mla_v_less", rc.build))
         per_stream = (rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream)
         parts = _Parts(
             weights,
@@ -98,6 +104,24 @@ class MemoryModel(ModelTensors):
         )
         output = output_bytes(self.facts.n_vocab, self.facts.n_embd, rc)
         return _breakdown(output, rc, lmap, gpus, host, parts, reserve_bytes)
+
+    def settle_flash_attn(
+        self, rc: ResolvedConfig, gpus: Sequence[DeviceSpec], host: DeviceSpec
+    ) -> ResolvedConfig:
+        """rc with -fa auto settled as llama_context settles it on these devices
+        (resolve.settle_flash_attn over replay.fa_auto_mismatch; ConfigError where llama.cpp
+        would then refuse a quantized V cache): once per placement and cache types, not per
+        context (the probe graph's cache is FA_PROBE_CELLS per stream)."""
+        if not rc.fa_auto:
+            return rc
+        placed, lmap, _weights, moved = place_weights(self, rc, gpus)
+        placement = _device_placement(self, rc, lmap, placed, host.cpu_features, moved)
+        key = replace(rc, n_ctx=0, n_ctx_seq=0, n_swa_cells=min(rc.n_swa_cells, 1), warnings=())
+        mismatch = self.remember(
+            ("fa_auto", key, tuple(placed), placement),
+            partial(fa_auto_mismatch, self.facts, rc, placed, placement),
+        )
+        return settle_flash_attn(rc, mismatch)
 
     def _compute(
         self,
