@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -18,11 +19,11 @@ from llamafit.cli import cli
 from llamafit.machine.devices import DeviceSpec
 from llamafit.memory.config import NGL_ALL, LaunchConfig
 from llamafit.memory.model import COMPUTE_GRAPH, MemoryModel
-from llamafit.memory.resolve import ConfigError, resolve
+from llamafit.memory.resolve import ConfigError, ResolvedConfig, resolve
 from tests.memory.test_replay_devices import LAVAPIPE
 from tests.support import FIXTURES, vulkan_rpc_bin_dir
-from tests.support.graph_dump import record
 from tests.support.graph_build import facts_of
+from tests.support.graph_dump import record
 from tests.support.scripts import script
 
 HOST = DeviceSpec("CPU", "host", "cpu", 64 << 30, 64 << 30)
@@ -50,7 +51,7 @@ CASES = [  # (shape, device, launch settings) -> the mismatch llama.cpp logs, or
 ]
 
 
-def _settled(key: str, gpu: DeviceSpec, settings: dict, **more: object) -> object:
+def _settled(key: str, gpu: DeviceSpec, settings: dict, **more: Any) -> ResolvedConfig:
     facts, _hp = facts_of(key)
     rc = resolve(LaunchConfig(fit=False, **{**settings, **more}), facts)
     return MemoryModel(facts).settle_flash_attn(rc, [gpu], HOST)
@@ -74,19 +75,20 @@ def test_the_figures_follow_it() -> None:
     """BGE small on CUDA: replayed with flash attention off (no cache: the same graph as -fa
     off), where the replay declined the FA graph before. The granite hybrid at -ngl 4: the cache
     as made for flash attention (-fa on's bytes), the graph without it."""
-    def compute(fa: str, key: str = BGE, gpu: DeviceSpec = ADA, **s: object) -> tuple:
+
+    def compute(fa: str, key: str = BGE, gpu: DeviceSpec = ADA, **s: Any) -> tuple:
         facts, _hp = facts_of(key)
-        cfg = LaunchConfig(fit=False, flash_attn=fa, **s)  # type: ignore[arg-type]
+        cfg = LaunchConfig(fit=False, flash_attn=fa, **s)
         b = MemoryModel(facts).estimate(resolve(cfg, facts), [gpu], HOST, reserve_bytes=0)
         return tuple((d.name, d.kv_bytes, d.compute_bytes, d.compute_source) for d in b.devices)
 
-    bge = {"n_ctx": 512, "n_gpu_layers": NGL_ALL, "embeddings": True}
+    bge: dict[str, Any] = {"n_ctx": 512, "n_gpu_layers": NGL_ALL, "embeddings": True}
     assert compute("auto", **bge) == compute("off", **bge)
     assert compute("auto", **bge) == (
         ("CUDA0", 0, 17567360, COMPUTE_GRAPH),
         ("CPU", 0, 4993056, COMPUTE_GRAPH),
     )
-    granite = {"n_ctx": 1024, "n_parallel": 1, "n_gpu_layers": 4}
+    granite: dict[str, Any] = {"n_ctx": 1024, "n_parallel": 1, "n_gpu_layers": 4}
     auto = compute("auto", GRANITE, LAVAPIPE, **granite)
     on = compute("on", GRANITE, LAVAPIPE, **granite)
     off = compute("off", GRANITE, LAVAPIPE, **granite)
@@ -95,7 +97,12 @@ def test_the_figures_follow_it() -> None:
     assert {d[3] for d in auto + off} == {COMPUTE_GRAPH}
 
 
-QUANT_V = {"n_ctx": 1024, "n_gpu_layers": NGL_ALL, "type_k": "q8_0", "type_v": "q8_0"}
+QUANT_V: dict[str, Any] = {
+    "n_ctx": 1024,
+    "n_gpu_layers": NGL_ALL,
+    "type_k": "q8_0",
+    "type_v": "q8_0",
+}
 
 
 def test_a_quantized_v_cache_turns_auto_on_from_its_rule() -> None:

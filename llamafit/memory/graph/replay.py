@@ -34,6 +34,7 @@ from operator import attrgetter
 from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
+from ...reader.ggml_types import GGML_TYPE_NAMES
 from .alloc import AllocError, BufferType, Gallocr
 from .backends.blas import blas_backend
 from .backends.cpu import CPU, cpu_backend
@@ -43,6 +44,7 @@ from .backends.cuda import (
     cuda_graph_ok,
     cuda_host_buffer_type,
 )
+from .backends.cuda_fattn import CUDA_FA_HEADS, FA_KV_ANY, FA_KV_SAME
 from .backends.cuda_optimize import UnplacedRule
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
 from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
@@ -484,6 +486,75 @@ def _layer_of(tensors: Sequence[Tensor], i: int) -> int | None:
     return None
 
 
+def _fa_probe(rc: ResolvedConfig) -> ResolvedConfig:
+    """rc as the Flash Attention probe reserves it: with flash attention, FA_PROBE_CELLS cells per
+    stream."""
+    return replace(
+        rc,
+        flash_attn=True,
+        n_ctx=FA_PROBE_CELLS * rc.n_stream,
+        n_ctx_seq=FA_PROBE_CELLS,
+        n_swa_cells=FA_PROBE_CELLS if rc.n_swa_cells else 0,
+    )
+
+
+def _cuda_fa_heads_taken(facts: ModelFacts, rc: ResolvedConfig) -> bool:
+    """Whether CUDA takes every FLASH_ATTN_EXT of this model without looking at the graph
+    (cuda_fattn.fattn_supported): K and V heads of one size with a kernel (CUDA_FA_HEADS, no GQA
+    condition), in every layer (the SWA layers' sizes too), no MLA, and cache types it takes
+    (an F32 cache reaches the node cast to F16)."""
+    if facts.mla is not None:
+        return False
+    heads = {(facts.n_embd_head_k, facts.n_embd_head_v)}
+    if any(facts.swa.is_swa):
+        heads.add((facts.n_embd_head_k_swa, facts.n_embd_head_v_swa))
+    if not all(k == v and k in CUDA_FA_HEADS for k, v in heads):
+        return False
+    k, v = (
+        ("f16" if t == "f32" else t)
+        for t in (GGML_TYPE_NAMES[rc.type_k.id], GGML_TYPE_NAMES[rc.type_v.id])
+    )
+    if since("cuda_fa_any_kv", rc.build):
+        return k in FA_KV_ANY and v in FA_KV_ANY
+    return k == v and k in FA_KV_SAME
+
+
+def fa_refused_layers(
+    facts: ModelFacts, rc: ResolvedConfig, gpu: DeviceSpec
+) -> tuple[int, ...] | None:
+    """The layers whose FLASH_ATTN_EXT node this device's backend refuses (supports_op: CUDA's
+    ggml_cuda_get_best_fattn_kernel has no kernel for a 32-wide head; Vulkan's and Metal's their
+    head-size and type lists) in the one-token graph with flash attention, every layer on it;
+    None where the replay does not cover the device. What decides it is the model's head sizes
+    and GQA, the cache types and the build: one answer per device for every placement."""
+    probe = replace(_fa_probe(rc), n_gpu_layers=facts.n_layer_all + 1, kv_offload=True)
+    if not covers_devices(facts, probe, [gpu]):
+        return None
+    if gpu.backend == "rpc":
+        return ()  # ggml_backend_rpc_device_supports_op takes every op (backends/rpc.py)
+    if gpu.backend in CUDA_BACKENDS and _cuda_fa_heads_taken(facts, rc):
+        return ()  # no graph needed: every node's heads and types have a kernel
+    n = facts.n_layer_all
+    placement = DevicePlacement(layers=(0,) * n, output=0, host_weights="CPU")
+    s = _setup(facts, probe, [gpu], placement)
+    try:
+        (_r, config) = reserve_configs(probe, **s.buffers)[1]  # the "tg" reserve
+        graph = build_graph(facts, config, graph_hparams_of(facts))
+    except GraphBuildError:
+        return None
+    ts = graph.tensors
+    refused = []
+    for i in graph.nodes:
+        if ts[i].op != "FLASH_ATTN_EXT":
+            continue
+        il = _layer_of(ts, i)
+        if il is None:
+            return None
+        if not s.backends[0].supports_op(ts, i):
+            refused.append(il)
+    return tuple(sorted(set(refused)))
+
+
 def fa_auto_mismatch(
     facts: ModelFacts,
     rc: ResolvedConfig,
@@ -506,19 +577,15 @@ def fa_auto_mismatch(
     which is left out here."""
     if not gpus:
         return None  # the CPU backend takes every FLASH_ATTN_EXT: its layers' own device
-    probe = replace(
-        rc,
-        flash_attn=True,
-        n_ctx=FA_PROBE_CELLS * rc.n_stream,
-        n_ctx_seq=FA_PROBE_CELLS,
-        n_swa_cells=FA_PROBE_CELLS if rc.n_swa_cells else 0,
-    )
+    probe = _fa_probe(rc)
     if not covers_devices(facts, probe, gpus):
         return None
     s = _setup(facts, probe, gpus, placement)
     try:
         (_r, config) = reserve_configs(probe, **s.buffers)[1]  # the "tg" reserve
-        graph = _placed(build_graph(facts, config, graph_hparams_of(facts)), s.backends, s.device_of_layer)
+        graph = _placed(
+            build_graph(facts, config, graph_hparams_of(facts)), s.backends, s.device_of_layer
+        )
         split = split_graph(
             graph, s.backends, n_copies=n_copies(facts, probe, gpus), op_offload=probe.op_offload
         )
