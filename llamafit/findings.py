@@ -19,6 +19,8 @@ class Notice:
     Codes: unknown_flag {flag}; unmodelled_model {flag, what}; devices_not_modelled;
     cc_unknown {devices} (CUDA/ROCm devices whose compute capability, which sizes the flash-
     attention copies of a quantized cache, is unknown: the larger figure is taken);
+    fa_auto_off {layer, device, fa_device} (-fa auto turned off by llama_context's device check:
+    the first layer whose FLASH_ATTN_EXT lands on another device than the layer's);
     ngl_without_gpu; from_environment {names}; calibration {compute_scale, runs, architecture,
     devices, source}; calibration_skipped {path, count, reason}; calibration_unread {path, reason};
     small_reserve {reserve_bytes}; host_ram_short {used_bytes, usable_bytes}; server_devices

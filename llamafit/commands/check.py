@@ -19,6 +19,7 @@ def run_check(request: Request) -> Report:
     t = p.target
     rc = resolve(p.parsed.config, p.facts, engine=t.engine, build=t.build)
     rc = t.side.main_rc(rc, build=t.build) if t.side else rc
+    rc = t.model.settle_flash_attn(rc, t.devices_of(p.parsed.config), t.host)  # -fa auto
     breakdown = t.breakdown(p.parsed.config, rc)
     ways = [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx)
     warnings = warnings_for(p, rc)

@@ -406,4 +406,8 @@ def warnings_for(p: Prepared, rc: ResolvedConfig | None) -> list[Notice | str]:
     config = [as_notice(w, "config") for w in rc.warnings] if rc else []
     unknown = unknown_cc_devices(rc, p.target.gpus) if rc else ()
     cc = [Notice("cc_unknown", {"devices": list(unknown)})] if unknown else []
+    if rc is not None and rc.fa_auto_off is not None:
+        layer, device, fa_device = rc.fa_auto_off
+        data = {"layer": layer, "device": device, "fa_device": fa_device}
+        cc.append(Notice("fa_auto_off", data))
     return [*facts, *config, *cc, *flag_warnings(p)]

@@ -111,6 +111,8 @@ class Target:
             return cache[cfg]
         try:
             rc = resolve(cfg, self.model.facts, engine=self.engine, build=self.build)
+            # -fa auto by the backends' FA support (the scheduler's probe: the exact checks)
+            rc = self.model.settle_flash_attn(rc, self.devices_of(cfg), self.host, exact=False)
             result: tuple[ResolvedConfig, Breakdown] | None = None
             if graph_kind(rc) not in self.refused:
                 result = (rc, self._searched(cfg, rc))

@@ -499,6 +499,7 @@ def _exact_boundary(
             c = replace(start.cfg, n_ctx=k * STEP * mult)
             try:
                 rc = resolve(c, target.model.facts, engine=target.engine, build=target.build)
+                rc = target.model.settle_flash_attn(rc, target.devices_of(c), target.host)
             except InputError:
                 seen[k] = None
             else:

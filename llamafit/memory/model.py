@@ -13,6 +13,7 @@ Compute buffers come from the replay of the graph (graph/replay.py) or from the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
@@ -26,6 +27,8 @@ from .graph.replay import (
     Splits,
     cpu_compute_bytes,
     device_compute_bytes,
+    fa_auto_mismatch,
+    fa_refused_layers,
     overflow_of,
     reserve_graph_tensors,
     splits_key,
@@ -36,7 +39,7 @@ from .overrides import Rules, buffer_device, device_names, override_targets
 from .placement import CPU, LayerMap
 from .recurrent import recurrent_bytes
 from .repack import repack_bytes, repacked_names
-from .resolve import ConfigError, ResolvedConfig, since
+from .resolve import ConfigError, ResolvedConfig, settle_flash_attn, since
 from .tensors import PADDED_BACKENDS, ModelTensors
 from .usage import Breakdown as Breakdown  # re-exported: the type estimate returns
 from .usage import DeviceUsage as DeviceUsage
@@ -81,7 +84,9 @@ class MemoryModel(ModelTensors):
         model and the placement; `replay=False` keeps to the hand-derived peaks of compute.py (about
         a hundred times faster: the solver's searches), which `compute_scale` then scales, and
         `compute_scales` per device (the GPUs in order, then the host; solver.exact_choice's
-        per-device ratios of the replay to the hand-derived peaks)."""
+        per-device ratios of the replay to the hand-derived peaks). -fa auto is settled first
+        (settle_flash_attn)."""
+        rc = self.settle_flash_attn(rc, gpus, host, exact=replay)
         gpus, lmap, weights, moved = place_weights(self, rc, gpus)
         if replay:  # the exact figures: llama.cpp's own graph, which it may refuse to reserve
             overflow = self.scheduler_overflow(rc, lmap, gpus, moved)
@@ -89,7 +94,9 @@ class MemoryModel(ModelTensors):
                 raise SchedulerOverflowError(overflow)
         repack = repack_bytes(self, rc, lmap, gpus, host.cpu_features, moved)
         weights[CPU] += repack
-        cells = self.cell_prefix(rc.type_k, rc.type_v, rc.flash_attn, since("mla_v_less", rc.build))
+        # the cache's layout as llama_context made it: -fa auto counts as on there
+        made_fa = rc.flash_attn or rc.fa_auto_off is not None
+        cells = self.cell_prefix(rc.type_k, rc.type_v, made_fa, since("mla_v_less", rc.build))
         per_stream = (rc.n_ctx_seq * rc.n_stream, rc.n_swa_cells * rc.n_stream)
         parts = _Parts(
             weights,
@@ -100,6 +107,62 @@ class MemoryModel(ModelTensors):
         )
         output = output_bytes(self.facts.n_vocab, self.facts.n_embd, rc)
         return _breakdown(output, rc, lmap, gpus, host, parts, reserve_bytes)
+
+    def settle_flash_attn(
+        self,
+        rc: ResolvedConfig,
+        gpus: Sequence[DeviceSpec],
+        host: DeviceSpec,
+        *,
+        exact: bool = True,
+    ) -> ResolvedConfig:
+        """rc with -fa auto settled as llama_context settles it on these devices
+        (resolve.settle_flash_attn; ConfigError where llama.cpp would then refuse a quantized V
+        cache): off at the first layer on a GPU whose backend refuses that layer's
+        FLASH_ATTN_EXT (replay.fa_refused_layers: one answer per device, whatever the placement
+        and context); where none refuses and the offload is partial, `exact` runs the probe
+        through the scheduler (replay.fa_auto_mismatch: its expansion may carry a host layer's
+        node onto a GPU), once per placement (the solver's searches leave it out: their
+        figures are the hand-derived proxy; its exact checks run it)."""
+        if not rc.fa_auto:
+            return rc
+        placed, lmap, _weights, moved = place_weights(self, rc, gpus)
+        key = (
+            rc.build,
+            rc.type_k,
+            rc.type_v,
+            rc.n_seq_max,
+            rc.n_stream,
+            rc.kv_unified,
+            rc.embeddings,
+            rc.pooling,
+            rc.n_swa_cells > 0,
+        )
+        refused: dict[int, tuple[int, ...] | None] = {}
+        for il, d in enumerate(lmap.layers):
+            if d == CPU:
+                continue
+            if d not in refused:
+                # what the backend checks: its kind and features, not its name or size
+                kind = replace(placed[d], name="GPU", total_bytes=None, free_bytes=None)
+                refused[d] = self.remember(
+                    ("fa_refused", key, kind),
+                    partial(fa_refused_layers, self.facts, rc, kind),
+                )
+            layers = refused[d]
+            if layers is None:  # not covered: flash attention stays on, as it did before
+                return settle_flash_attn(rc, None)
+            if il in layers:
+                return settle_flash_attn(rc, (il, placed[d].name, "CPU"))
+        mismatch = None
+        on_host = CPU in lmap.layers[: self.facts.n_layer]
+        if exact and refused and on_host:
+            placement = _device_placement(self, rc, lmap, placed, host.cpu_features, moved)
+            mismatch = self.remember(
+                ("fa_auto", key, rc.n_gpu_layers, tuple(placed), placement, rc.kv_offload),
+                partial(fa_auto_mismatch, self.facts, rc, placed, placement),
+            )
+        return settle_flash_attn(rc, mismatch)
 
     def _compute(
         self,

@@ -9,6 +9,8 @@ stream). Every rejection raises ConfigError with llama.cpp's own wording where i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..builds import BUILD_RULES as BUILD_RULES
 from ..builds import BUILD_SERVER_OUTPUT_LIMIT as BUILD_SERVER_OUTPUT_LIMIT
 from ..builds import PINNED_BUILD as PINNED_BUILD
@@ -77,10 +79,11 @@ def _context(cfg: LaunchConfig, facts: ModelFacts, engine: str, n_seq: int, unif
 
 def _flash_attn(
     cfg: LaunchConfig, facts: ModelFacts, type_v: GGMLType, build: int | None = None
-) -> tuple[bool, list[str]]:
-    """-fa auto stays on where the backend supports it (CPU, CUDA, Metal, Vulkan);
-    llama_init_from_model forces it off for Grok and on for a quantized V cache. Before PR #15434
-    there was no auto: off."""
+) -> tuple[str, list[str]]:
+    """-fa as llama_init_from_model (src/llama-context.cpp) leaves it: "on", "off" or "auto"
+    (llama_context's device check decides it later: settle_flash_attn). It forces it off for Grok;
+    a quantized V cache turns auto into on from rule fa_auto_quant_v (before, auto stayed auto and
+    llama_context threw where the check turned it off). Before PR #15434 there was no auto: off."""
     notes = []
     mode = cfg.flash_attn
     if mode == "auto" and not since("fa_auto", build):
@@ -88,11 +91,32 @@ def _flash_attn(
     if mode != "off" and facts.architecture == "grok":
         notes.append("flash_attn is not compatible with Grok - forcing off")
         mode = "off"
-    if type_v.is_quantized and mode == "auto":
+    if type_v.is_quantized and mode == "auto" and since("fa_auto_quant_v", build):
         notes.append("enabling flash_attn since it is required for quantized V cache")
+        mode = "on"
     if type_v.is_quantized and mode == "off":
         raise ConfigError("quantized V cache requires flash_attn to be enabled; add -fa on")
-    return mode != "off", notes
+    return mode, notes
+
+
+def settle_flash_attn(rc: ResolvedConfig, mismatch: tuple[int, str, str] | None) -> ResolvedConfig:
+    """-fa auto after llama_context's device check (replay.fa_auto_mismatch: the first layer
+    whose FLASH_ATTN_EXT the scheduler put on another device, or None): flash attention off
+    where there is one, with the cache as made for it (fa_auto_off), else on. llama_context then
+    throws for a quantized V cache ("quantized V cache was requested, but this requires Flash
+    Attention"; before rule fa_auto_quant_v only: after it a quantized V made -fa on)."""
+    if not rc.fa_auto:
+        return rc
+    if mismatch is None:
+        return replace(rc, fa_auto=False)
+    if rc.type_v.is_quantized:
+        il, layer, on = mismatch
+        raise ConfigError(
+            "quantized V cache was requested, but this requires Flash Attention (-fa auto "
+            f"turned it off: layer {il}'s flash attention would run on {on}, not {layer}); "
+            "use -ctv f16 or -fa on"
+        )
+    return replace(rc, flash_attn=False, fa_auto=False, fa_auto_off=mismatch)
 
 
 _BLOCK_CHECKS: dict[tuple[int, GGMLType, GGMLType, bool], tuple[ModelFacts, str | None]] = {}
@@ -194,7 +218,8 @@ def resolve(
             f"model does not support different K ({type_k.name.lower()}) and V "
             f"({type_v.name.lower()}) cache types (MLA: give -ctk X -ctv X)"
         )
-    flash_attn, notes = _flash_attn(cfg, facts, type_v, build)
+    fa_mode, notes = _flash_attn(cfg, facts, type_v, build)
+    flash_attn = fa_mode != "off"  # auto counts as on until llama_context's check
     _check_block_sizes(facts, type_k, type_v, flash_attn)
     n_seq, unified = _slots(cfg, engine, build)
     if cfg.n_batch < 1 or cfg.n_ubatch < 1:
@@ -242,6 +267,7 @@ def resolve(
         n_ubatch=n_ubatch,
         n_outputs_max=_outputs(engine, build, n_batch, n_seq, embeddings=embeddings),
         flash_attn=flash_attn,
+        fa_auto=fa_mode == "auto",
         type_k=type_k,
         type_v=type_v,
         n_gpu_layers=_n_gpu_layers(cfg, facts, build),

@@ -108,6 +108,11 @@ NOTICE_TEXT: dict[str, Callable[[Any], str]] = {
         "of the quantized cache are counted for every batch, the most llama.cpp allocates "
         "(name the card with --gpu)"
     ),
+    "fa_auto_off": lambda d: (
+        f"-fa auto runs with flash attention off: layer {d['layer']} is on {d['device']} but "
+        f"its flash attention would run on {d['fa_device']} (no kernel there for its heads or "
+        "cache types); the figures are without it"
+    ),
     "unknown_flag": lambda d: (
         f"{d['flag']}: llama.cpp 0c1e570 has no such flag, so the command leaves it "
         "out (the build given by --llama-build may know it)"

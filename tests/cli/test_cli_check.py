@@ -45,7 +45,7 @@ def test_fits_with_json_shape() -> None:
 
 
 def test_does_not_fit_exits_1_and_names_ways_out() -> None:
-    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768")
+    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "-fa", "on")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     # the Model line may wrap
@@ -54,7 +54,9 @@ def test_does_not_fit_exits_1_and_names_ways_out() -> None:
         "Verdict    does not fit: CUDA0 short by 23 MiB",
         "Way out    16,640 tokens per slot fit with the current settings",
     ]
-    d = json.loads(check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768").stdout)
+    d = json.loads(
+        check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768", "-fa", "on").stdout
+    )
     assert d["ways_out"] == [
         {
             "code": "context",
@@ -136,7 +138,9 @@ def test_detected_hardware_is_the_default(monkeypatch: pytest.MonkeyPatch) -> No
 def test_unmodelled_extra_models_are_flagged() -> None:
     d = json.loads(
         check(
-            DENSE, "--gpu", "8GiB", "--json", "--", "--lora", "l.gguf", "--rpc", "10.0.0.2:50052"
+            DENSE,
+            *("--gpu", "8GiB", "--json", "--", "--lora", "l.gguf", "--rpc", "10.0.0.2:50052"),
+            *("-fa", "on"),  # -fa auto is off on CUDA for its 16-wide heads: test_fa_auto.py
         ).stdout
     )
     assert d["warnings"] == [
@@ -155,7 +159,7 @@ def test_unmodelled_extra_models_are_flagged() -> None:
 
 
 def test_the_whole_text_when_it_does_not_fit(fixed_host) -> None:
-    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "--lora", "l.gguf")
+    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "--lora", "l.gguf", "-fa", "on")
     assert result.exit_code == 1
     assert (
         result.stdout
@@ -190,7 +194,7 @@ def test_side_model_bytes_have_their_own_line(tmp_path: Path, command: str, fixe
     from tests.support.store_layouts import MODEL, small_projector
 
     mmproj = small_projector(tmp_path / "mmproj.gguf")
-    args = [command, str(MODEL), "--gpu", "8GiB", "--", "--mmproj", str(mmproj)]
+    args = [command, str(MODEL), "--gpu", "8GiB", "--", "--mmproj", str(mmproj), "-fa", "on"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     data = json.loads(CliRunner().invoke(cli, [*args[:4], "--json", *args[4:]]).stdout)

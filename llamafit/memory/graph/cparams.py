@@ -56,6 +56,12 @@ class ResolvedConfig:
     pooling: str = "none"
     repack: bool = True  # the CPU's extra buffer types (CPU_REPACK) are in use (memory/repack.py)
     no_host: bool = False  # --no-host: GPUs' host buffer types are left out of the CPU's list
+    # -fa auto still to be decided by llama_context's device check (replay.fa_auto_mismatch;
+    # MemoryModel.settle_flash_attn settles it)
+    fa_auto: bool = False
+    # the check turned flash attention off: (layer, its device, the device its FLASH_ATTN_EXT
+    # landed on); the cache was made for flash attention (V not transposed: attn_v_trans)
+    fa_auto_off: tuple[int, str, str] | None = None
 
     @property
     def all_overrides(self) -> tuple[tuple[str, str], ...]:

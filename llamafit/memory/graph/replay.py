@@ -27,6 +27,7 @@ ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.rese
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
@@ -37,6 +38,7 @@ from typing import ParamSpec, TypeVar
 from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
+from ...reader.ggml_types import GGML_TYPE_NAMES
 from .alloc import AllocError, BufferType, Gallocr
 from .backends.blas import blas_backend
 from .backends.cpu import CPU, cpu_backend
@@ -46,6 +48,7 @@ from .backends.cuda import (
     cuda_graph_ok,
     cuda_host_buffer_type,
 )
+from .backends.cuda_fattn import CUDA_FA_HEADS, FA_KV_ANY, FA_KV_SAME
 from .backends.cuda_optimize import UnplacedRule
 from .backends.metal import metal_backend, metal_buffer_type, metal_graph_ok
 from .backends.rpc import RPC_ALIGNMENT_DEFAULT, rpc_backend
@@ -536,24 +539,24 @@ def splits_key(
     return (rc.build, rc.op_offload_min_batch, tuple(gpus))
 
 
-@_gc_paused
-def device_compute_bytes(
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    """What the scheduler of llama_context gets for one placement: its backends and their compute
+    buffer types, the GraphConfig buffer fields and each layer's device."""
+
+    backends: list[Backend]
+    bufts: list[BufferType]
+    buffers: Mapping[str, object]
+    device_of_layer: list[str]
+
+
+def _setup(
     facts: ModelFacts,
     rc: ResolvedConfig,
     gpus: Sequence[DeviceSpec],
     placement: DevicePlacement,
     splits: Splits | None = None,
-) -> dict[int, int] | None:
-    """Each backend's compute buffer (ggml_backend_sched_get_buffer_size after sched_reserve) of a
-    llama-server on these GPUs (Vulkan devices, RPC workers) and the CPU: GPU index → bytes, and
-    CPU_DEVICE → the CPU backend's (Vulkan_Host with a Vulkan device first). None where the replay
-    does not cover the model, the config or the devices (covers_devices, GraphBuildError, a split
-    or an allocation llama.cpp would abort on). `splits`: the Splits of splits_key(rc, gpus) that
-    earlier replays on these devices kept, to split from (None: split anew)."""
-    if not gpus or not covers_devices(facts, rc, gpus):
-        return None
-    if splits is not None and splits.key != splits_key(rc, gpus):
-        raise ValueError("device_compute_bytes: splits of other backends")
+) -> _Setup:
     backends, bufts = (
         scheduler_backends(rc, gpus)
         if splits is None
@@ -581,7 +584,179 @@ def device_compute_bytes(
         "layer_kv": kv,
         "full_offload": rc.n_gpu_layers > facts.n_layer_all,
     }
-    device_of_layer = [device(d) for d in layers]
+    return _Setup(backends, bufts, buffers, [device(d) for d in layers])
+
+
+# the cells per stream of fa_auto_mismatch's probe graph: one FATTN_KQ_STRIDE (with flash attention
+# every build pads the cache to 256 cells, so the sizes the backends' FLASH_ATTN_EXT checks read,
+# K's rows modulo 256 on CUDA, are those of any context)
+FA_PROBE_CELLS = 256
+_LAYER_OF = re.compile(r"^(?:cache_[kv]_l(\d+)|.*-(\d+))(?: \(.*)?$")
+
+
+def _layer_of(tensors: Sequence[Tensor], i: int) -> int | None:
+    """The layer of FLASH_ATTN_EXT node i: the first of its sources' ancestors (Q, K, V, in
+    that order, breadth first) named for a layer, "<name>-<il>" by llm_graph_context::cb or the
+    layer's cache_k_l<il> (llama.cpp's own check reads the node's name, "__fattn__-<il>" at b8470,
+    the fused node's il from b11434)."""
+    queue = [s for s in tensors[i].src[:3] if s is not None]
+    seen: set[int] = set()
+    while queue:
+        j = queue.pop(0)
+        if j in seen:
+            continue
+        seen.add(j)
+        m = _LAYER_OF.match(tensors[j].name)
+        if m:
+            return int(m.group(1) or m.group(2))
+        t = tensors[j]
+        queue += [s for s in t.src if s is not None]
+        if t.view_src is not None:
+            queue.append(t.view_src)
+    return None
+
+
+def _fa_probe(rc: ResolvedConfig) -> ResolvedConfig:
+    """rc as the Flash Attention probe reserves it: with flash attention, FA_PROBE_CELLS cells per
+    stream."""
+    return replace(
+        rc,
+        flash_attn=True,
+        n_ctx=FA_PROBE_CELLS * rc.n_stream,
+        n_ctx_seq=FA_PROBE_CELLS,
+        n_swa_cells=FA_PROBE_CELLS if rc.n_swa_cells else 0,
+    )
+
+
+def _cuda_fa_heads_taken(facts: ModelFacts, rc: ResolvedConfig) -> bool:
+    """Whether CUDA takes every FLASH_ATTN_EXT of this model without looking at the graph
+    (cuda_fattn.fattn_supported): K and V heads of one size with a kernel (CUDA_FA_HEADS, no GQA
+    condition), in every layer (the SWA layers' sizes too), no MLA, and cache types it takes
+    (an F32 cache reaches the node cast to F16)."""
+    if facts.mla is not None:
+        return False
+    heads = {(facts.n_embd_head_k, facts.n_embd_head_v)}
+    if any(facts.swa.is_swa):
+        heads.add((facts.n_embd_head_k_swa, facts.n_embd_head_v_swa))
+    if not all(k == v and k in CUDA_FA_HEADS for k, v in heads):
+        return False
+    k, v = (
+        ("f16" if t == "f32" else t)
+        for t in (GGML_TYPE_NAMES[rc.type_k.id], GGML_TYPE_NAMES[rc.type_v.id])
+    )
+    if since("cuda_fa_any_kv", rc.build):
+        return k in FA_KV_ANY and v in FA_KV_ANY
+    return k == v and k in FA_KV_SAME
+
+
+def fa_refused_layers(
+    facts: ModelFacts, rc: ResolvedConfig, gpu: DeviceSpec
+) -> tuple[int, ...] | None:
+    """The layers whose FLASH_ATTN_EXT node this device's backend refuses (supports_op: CUDA's
+    ggml_cuda_get_best_fattn_kernel has no kernel for a 32-wide head; Vulkan's and Metal's their
+    head-size and type lists) in the one-token graph with flash attention, every layer on it;
+    None where the replay does not cover the device. What decides it is the model's head sizes
+    and GQA, the cache types and the build: one answer per device for every placement."""
+    probe = replace(_fa_probe(rc), n_gpu_layers=facts.n_layer_all + 1, kv_offload=True)
+    if not covers_devices(facts, probe, [gpu]):
+        return None
+    if gpu.backend == "rpc":
+        return ()  # ggml_backend_rpc_device_supports_op takes every op (backends/rpc.py)
+    if gpu.backend in CUDA_BACKENDS and _cuda_fa_heads_taken(facts, rc):
+        return ()  # no graph needed: every node's heads and types have a kernel
+    n = facts.n_layer_all
+    placement = DevicePlacement(layers=(0,) * n, output=0, host_weights="CPU")
+    s = _setup(facts, probe, [gpu], placement)
+    try:
+        (_r, config) = reserve_configs(probe, **s.buffers)[1]  # the "tg" reserve
+        graph = build_graph(facts, config, graph_hparams_of(facts))
+    except GraphBuildError:
+        return None
+    ts = graph.tensors
+    refused = []
+    for i in graph.nodes:
+        if ts[i].op != "FLASH_ATTN_EXT":
+            continue
+        il = _layer_of(ts, i)
+        if il is None:
+            return None
+        if not s.backends[0].supports_op(ts, i):
+            refused.append(il)
+    return tuple(sorted(set(refused)))
+
+
+def fa_auto_mismatch(
+    facts: ModelFacts,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    placement: DevicePlacement,
+) -> tuple[int, str, str] | None:
+    """-fa auto, as llama_context decides it (src/llama-context.cpp: sched_reserve's "resolve
+    automatic Flash Attention use" block at b8470, resolve_fused_ops' Flash Attention probe at
+    b11434): it reserves the one-token-per-sequence graph with flash attention and turns it off
+    where a FLASH_ATTN_EXT node was placed by the scheduler on another device than its layer's
+    (model.dev_layer(il)): a backend whose supports_op refuses the node's head sizes or cache
+    types (CUDA's ggml_cuda_get_best_fattn_kernel has no kernel for a 32-wide head), or the
+    scheduler's expansion carrying a host layer's node onto a GPU. The first such (layer, the
+    layer's device, the node's device), as llama.cpp logs it; None where every node stays with
+    its layer, or where the replay does not cover these devices (covers_devices): flash
+    attention then stays on, as before this check was ported.
+
+    The probe graph has FA_PROBE_CELLS cells per stream: what the backends check does not depend
+    on the context, except Vulkan's size limit on a cache view (DeviceSpec.max_tensor_bytes),
+    which is left out here."""
+    if not gpus:
+        return None  # the CPU backend takes every FLASH_ATTN_EXT: its layers' own device
+    probe = _fa_probe(rc)
+    if not covers_devices(facts, probe, gpus):
+        return None
+    s = _setup(facts, probe, gpus, placement)
+    try:
+        (_r, config) = reserve_configs(probe, **s.buffers)[1]  # the "tg" reserve
+        graph = _placed(
+            build_graph(facts, config, graph_hparams_of(facts)), s.backends, s.device_of_layer
+        )
+        split = split_graph(
+            graph, s.backends, n_copies=n_copies(facts, probe, gpus), op_offload=probe.op_offload
+        )
+    except (GraphBuildError, SchedError):
+        return None
+    ts = graph.tensors
+    for i in graph.nodes:
+        if ts[i].op != "FLASH_ATTN_EXT":
+            continue
+        il = _layer_of(ts, i)
+        if il is None:
+            return None
+        b = split.tensor_backend[i]
+        on = s.backends[b].name if b >= 0 else "none"
+        layer = s.device_of_layer[il]
+        if on != layer:
+            cpu = s.backends[-1].name
+            return il, "CPU" if layer == cpu else layer, "CPU" if on == cpu else on
+    return None
+
+
+@_gc_paused
+def device_compute_bytes(
+    facts: ModelFacts,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    placement: DevicePlacement,
+    splits: Splits | None = None,
+) -> dict[int, int] | None:
+    """Each backend's compute buffer (ggml_backend_sched_get_buffer_size after sched_reserve) of a
+    llama-server on these GPUs (Vulkan devices, RPC workers) and the CPU: GPU index → bytes, and
+    CPU_DEVICE → the CPU backend's (Vulkan_Host with a Vulkan device first). None where the replay
+    does not cover the model, the config or the devices (covers_devices, GraphBuildError, a split
+    or an allocation llama.cpp would abort on). `splits`: the Splits of splits_key(rc, gpus) that
+    earlier replays on these devices kept, to split from (None: split anew)."""
+    if not gpus or not covers_devices(facts, rc, gpus):
+        return None
+    if splits is not None and splits.key != splits_key(rc, gpus):
+        raise ValueError("device_compute_bytes: splits of other backends")
+    s = _setup(facts, rc, gpus, placement, splits)
+    backends, bufts, buffers, device_of_layer = s.backends, s.bufts, s.buffers, s.device_of_layer
     copies = n_copies(facts, rc, gpus)
     metal = any(g.backend == "metal" for g in gpus)
     cuda = any(g.backend in CUDA_BACKENDS for g in gpus)

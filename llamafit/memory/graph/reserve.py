@@ -65,6 +65,8 @@ def reserve_configs(
             build=rc.build,
             embeddings=rc.embeddings,
             pooling=rc.pooling,
+            # -fa auto turned off after the cache was made for flash attention: V untransposed
+            v_trans=False if rc.fa_auto_off is not None else None,
             **buffers,  # type: ignore[arg-type]
         )
         out.append((r, config))
