@@ -269,13 +269,12 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
     tensors = graph.tensors
     n_t = len(tensors)
     n_buf = len(bufts)
-    nbytes = list(map(_NBYTES, tensors))
-    flags = list(map(_FLAGS, tensors))
-    view_src = list(map(_VIEW_SRC, tensors))
+    nbytes: list[int] = list(map(_NBYTES, tensors))
+    flags: list[int] = list(map(_FLAGS, tensors))
+    view_src: list[int | None] = list(map(_VIEW_SRC, tensors))
     # the sources without the empty slots (a tuple without None is kept as it is)
     srcs: list[tuple[int, ...]] = [
-        s if None not in s else tuple(i for i in s if i is not None)  # type: ignore[misc]
-        for s in map(_SRC, tensors)
+        s if None not in s else tuple(i for i in s if i is not None) for s in map(_SRC, tensors)
     ]
     # ggml_gallocr_allocate_node does nothing for a view, nor for a tensor ggml_gallocr_is_allocated
     # finds allocated outside ggml-alloc (data set, or on a buffer). Per tensor index: 2 for
