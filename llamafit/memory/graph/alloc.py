@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from ...errors import LlamafitError
 from .nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
@@ -131,6 +132,32 @@ class DynTallocr:
         best_chunk = -1
         best_block = -1
         all_sizes = self.sizes
+        if len(all_sizes) == 1:
+            # one chunk (nearly every call): the loops below, unrolled for it; the last block is
+            # taken whenever it fits (its reuse always beats the initial INT64_MIN)
+            sizes = all_sizes[0]
+            best_fit_size = SIZE_MAX
+            last = len(sizes) - 1
+            for i in range(last):
+                s = sizes[i]
+                if size <= s <= best_fit_size:
+                    best_block = i
+                    best_fit_size = s
+            if best_block == -1 and last >= 0 and sizes[last] >= size:
+                best_block = last
+            if best_block != -1:
+                offs = self.offs[0]
+                offset = offs[best_block]
+                offs[best_block] = offset + size
+                left = sizes[best_block] - size
+                if left:
+                    sizes[best_block] = left
+                else:
+                    del offs[best_block]
+                    del sizes[best_block]
+                if offset + size > self.max_size[0]:
+                    self.max_size[0] = offset + size
+                return 0, offset
         # the best fitting free block besides the last block, within any chunk (the best size is
         # reset per chunk: a later chunk's fit wins, as in the C loop)
         for c, sizes in enumerate(all_sizes):
@@ -235,36 +262,31 @@ def _owners(bufts: Sequence[BufferType]) -> tuple[int, ...]:
 def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
     graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr]
 ) -> list[tuple[int, int, int] | None]:
-    """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor."""
+    """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor.
+
+    ggml_gallocr_allocate_node and ggml_gallocr_free_node are inlined in the loops (tens of
+    thousands of calls per graph), as is ggml_backend_buft_get_alloc_size (`sized`)."""
     tensors = graph.tensors
     n_t = len(tensors)
     n_buf = len(bufts)
-    nbytes = [t.nbytes for t in tensors]
-    flags = [t.flags for t in tensors]
-    view_src = [t.view_src for t in tensors]
+    nbytes: list[int] = list(map(_NBYTES, tensors))
+    flags: list[int] = list(map(_FLAGS, tensors))
+    view_src: list[int | None] = list(map(_VIEW_SRC, tensors))
     # the sources without the empty slots (a tuple without None is kept as it is)
     srcs: list[tuple[int, ...]] = [
-        t.src if None not in t.src else tuple(s for s in t.src if s is not None)  # type: ignore[misc]
-        for t in tensors
+        s if None not in s else tuple(i for i in s if i is not None) for s in map(_SRC, tensors)
     ]
     # ggml_gallocr_allocate_node does nothing for a view, nor for a tensor ggml_gallocr_is_allocated
-    # finds allocated outside ggml-alloc (data set, or on a buffer)
-    skip = [t.data or t.buffer is not None or t.view_src is not None for t in tensors]
-    inplace = [t.op in INPLACE_OPS for t in tensors]
+    # finds allocated outside ggml-alloc (data set, or on a buffer). Per tensor index: 2 for
+    # those, 1 while ggml-alloc holds it allocated (hash_node.allocated), 0 otherwise; "not 0" is
+    # ggml_gallocr_is_allocated for a tensor that is not a view
+    state = [2 if t.data or t.buffer is not None or t.view_src is not None else 0 for t in tensors]
+    inplace = [op in INPLACE_OPS for op in map(_OP, tensors)]
+    # ggml_backend_buft_get_alloc_size per buffer id and tensor: ggml_nbytes where the buffer
+    # type has no rule of its own, else its rule's answer, asked once (-1: not asked yet; a tensor
+    # is sized when allocated and again when freed)
     sizers = [b.alloc_size for b in bufts]
-    # per buffer id, the sizes asked so far (a tensor is sized when allocated and again when freed)
-    sized: list[dict[int, int]] = [{} for _ in bufts]
-
-    def alloc_size(bid: int, t: int) -> int:
-        """ggml_backend_buft_get_alloc_size."""
-        fn = sizers[bid]
-        if fn is None:
-            return nbytes[t]
-        known = sized[bid]
-        size = known.get(t)
-        if size is None:
-            size = known[t] = fn(tensors, t)
-        return size
+    sized = [nbytes if fn is None else [-1] * n_t for fn in sizers]
 
     # struct hash_node, per tensor index
     n_children = [0] * n_t
@@ -272,8 +294,17 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
     buffer_id = [0] * n_t
     chunk = [0] * n_t
     offset = [0] * n_t
-    allocated = [False] * n_t
     placed: list[tuple[int, int, int] | None] = [None] * n_t
+
+    def size_of(bid: int, t: int) -> int:
+        """ggml_backend_buft_get_alloc_size."""
+        known = sized[bid]
+        size = known[t]
+        if size < 0:
+            fn = sizers[bid]
+            assert fn is not None
+            size = known[t] = fn(tensors, t)
+        return size
 
     def same_layout(a: int, b: int) -> bool:
         """ggml-impl.h ggml_are_same_layout."""
@@ -283,8 +314,8 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
 
     def free_extra_space(node: int, parent: int) -> None:
         """ggml_gallocr_free_extra_space: free the parent's tail a smaller in-place node leaves."""
-        parent_size = alloc_size(buffer_id[parent], parent)
-        node_size = alloc_size(buffer_id[node], node)
+        parent_size = size_of(buffer_id[parent], parent)
+        node_size = size_of(buffer_id[node], node)
         if parent_size < node_size:
             raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
         p_alloc = tallocs[buffer_id[parent]]
@@ -298,16 +329,16 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
         chunk[node] = chunk[parent]
         offset[node] = offset[parent]
         placed[node] = (buffer_id[node], chunk[node], offset[node])
-        allocated[parent] = False  # avoid freeing the parent
+        state[parent] = 0  # avoid freeing the parent
 
     def allocate_node(node: int, bid: int) -> None:
         """ggml_gallocr_allocate_node, for a tensor not yet allocated, not external and not a view
-        (the callers test `skip` and `allocated` first: the C function's first check)."""
-        allocated[node] = True
+        (the callers test `state` first: the C function's first check)."""
+        state[node] = 1
         # try to reuse a parent's buffer (in place)
         if inplace[node]:
             for parent in srcs[node]:
-                if not allocated[parent]:  # external data (or a view): cannot be reused
+                if state[parent] != 1:  # external data (or a view): cannot be reused
                     continue
                 vs = view_src[parent]
                 # outputs cannot be reused
@@ -325,14 +356,17 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
                             and tensors[vs].data == tensors[parent].data
                         ):
                             reuse(node, parent)
-                            allocated[vs] = False
+                            state[vs] = 0
                             free_extra_space(node, vs)
                             return
                     else:
                         reuse(node, parent)
                         free_extra_space(node, parent)
                         return
-        c, off = tallocs[bid].alloc(alloc_size(bid, node))
+        size = sized[bid][node]
+        if size < 0:
+            size = size_of(bid, node)
+        c, off = tallocs[bid].alloc(size)
         buffer_id[node] = bid
         chunk[node] = c
         offset[node] = off
@@ -343,8 +377,11 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
         if flags[node] & FLAG_OUTPUT:
             return
         bid = buffer_id[node]
-        tallocs[bid].free_bytes(chunk[node], offset[node], alloc_size(bid, node))
-        allocated[node] = False
+        size = sized[bid][node]
+        if size < 0:
+            size = size_of(bid, node)
+        tallocs[bid].free_bytes(chunk[node], offset[node], size)
+        state[node] = 0
 
     leaf_ids = graph.leaf_buffer_ids or (0,) * len(graph.leafs)
     node_ids = graph.node_buffer_ids or (0,) * len(graph.nodes)
@@ -358,7 +395,7 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
 
     # allocate leafs
     for leaf, bid in zip(graph.leafs, leaf_ids, strict=True):
-        if not (skip[leaf] or allocated[leaf]):
+        if not state[leaf]:
             allocate_node(leaf, bid)
 
     # count children and views; allocate graph inputs first to avoid overwriting them
@@ -367,11 +404,11 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
         # an op NONE node only carries dependencies for ggml-backend: not a view of its source
         if vs is not None and tensors[node].op != "NONE":
             n_views[vs] += 1
-        if flags[node] & FLAG_INPUT and not (skip[node] or allocated[node]):
+        if flags[node] & FLAG_INPUT and not state[node]:
             allocate_node(node, bid)
         for src in srcs[node]:
             n_children[src] += 1
-            if flags[src] & FLAG_INPUT and not (skip[src] or allocated[src]):
+            if flags[src] & FLAG_INPUT and not state[src]:
                 allocate_node(src, bid)
 
     # allocate tensors in graph order, freeing parents when their last child is done
@@ -379,22 +416,30 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
         parents = srcs[node]
         # allocate parents (only leafs need to be allocated at this point)
         for parent in parents:
-            if not (skip[parent] or allocated[parent]):
+            if not state[parent]:
                 allocate_node(parent, bid)
-        if not (skip[node] or allocated[node]):
+        if not state[node]:
             allocate_node(node, bid)
         # update parents
         for parent in parents:
-            n_children[parent] -= 1
-            if n_children[parent] == 0 and n_views[parent] == 0:
+            left = n_children[parent] - 1
+            n_children[parent] = left
+            if left == 0 and n_views[parent] == 0:
                 vs = view_src[parent]
                 if vs is not None:
                     n_views[vs] -= 1
-                    if n_views[vs] == 0 and n_children[vs] == 0 and allocated[vs]:
+                    if n_views[vs] == 0 and n_children[vs] == 0 and state[vs] == 1:
                         free_node(vs)
-                elif allocated[parent]:
+                elif state[parent] == 1:
                     free_node(parent)
     return placed
+
+
+_NBYTES = attrgetter("nbytes")
+_FLAGS = attrgetter("flags")
+_VIEW_SRC = attrgetter("view_src")
+_SRC = attrgetter("src")
+_OP = attrgetter("op")
 
 
 def _tallocs(bufts: Sequence[BufferType], owner: Sequence[int]) -> list[DynTallocr]:
