@@ -46,6 +46,7 @@ def _same_question(
     t = p.target
     asked = with_given(cfg, kv_unified=False, n_parallel=rc.n_seq_max)
     rc2 = resolve(asked, p.facts, engine=t.engine, build=t.build)
+    rc2 = t.model.settle_flash_attn(rc2, t.devices_of(asked), t.host)  # -fa auto, as rc's
     rc2 = t.side.main_rc(rc2, build=t.build) if t.side else rc2
     note = (
         f"asked for {rc.n_seq_max} slots without -kvu ({'llama-fit-params'} has no -kvu); "

@@ -76,7 +76,8 @@ def curves(p: Prepared, result: PlanResult, policy: Policy) -> dict[str, Any]:
             layers = sorted({*_spread(n_all), c.rc.n_gpu_layers})
             points = _curve(partial(_ctx_at, target, base, hi), layers, hi)
             pick = (c.rc.type_k.name.lower(), c.rc.type_v.name.lower(), c.rc.flash_attn)
-            if (type_k, type_v, fa == "on") == pick:
+            # -fa auto's curve is the pick's where the pick's KV is (settled either way)
+            if (type_k, type_v, c.rc.flash_attn if fa == "auto" else fa == "on") == pick:
                 # the pick's own point: its exact figure (explain.exact_choice)
                 points = [[k, c.ctx if k == c.rc.n_gpu_layers else x] for k, x in points]
             out["context_by_layers"].append(

@@ -124,6 +124,12 @@ def tradeoffs(
     for cfg in combos(replace(base, given=base.given | {"n_ubatch"}), policy, arch):
         rc_ngl = target.evaluate(replace(cfg, n_ctx=STEP))
         ngl = rc_ngl[0].n_gpu_layers if rc_ngl else cfg.n_gpu_layers
+        fa = cfg.flash_attn
+        if fa == "auto":  # as the row would run: -fa auto settled (the pick's way: exact)
+            try:
+                fa = "on" if settled(target, replace(cfg, n_ctx=STEP)).flash_attn else "off"
+            except InputError:
+                pass
         best = max_context(target, cfg, hi, lo)
         est = (
             speed_of(target, replace(cfg, n_ctx=best * streams(target, cfg)), speed)
@@ -132,7 +138,7 @@ def tradeoffs(
         )
         rows.append(
             Tradeoff(
-                cfg.flash_attn,
+                fa,
                 cfg.type_k,
                 cfg.type_v,
                 ngl,
@@ -165,14 +171,21 @@ def _with_pick(rows: list[Tradeoff], choice: Choice) -> list[Tradeoff]:
     ]
 
 
+def settled(target: Target, cfg: LaunchConfig) -> ResolvedConfig:
+    """`cfg` resolved with -fa auto settled on its devices as llama_context settles it
+    (MemoryModel.settle_flash_attn, the exact way check and the pick use): every figure an
+    explanation prints for a config is for the flash attention it runs with. InputError where
+    llama.cpp refuses it."""
+    rc = resolve(cfg, target.model.facts, engine=target.engine, build=target.build)
+    return target.model.settle_flash_attn(rc, target.devices_of(cfg), target.host)
+
+
 def _refused(target: Target, cfg: LaunchConfig) -> bool:
     """Whether llama.cpp aborts on this config's kind of graph (Target.refused)."""
     if not target.refused:
         return False
     try:
-        rc = resolve(
-            replace(cfg, n_ctx=STEP), target.model.facts, engine=target.engine, build=target.build
-        )
+        rc = settled(target, replace(cfg, n_ctx=STEP))
     except InputError:
         return False
     return graph_kind(rc) in target.refused
@@ -208,7 +221,7 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
 def _exact(target: Target, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
     """The resolved config and its exact breakdown; None where llama.cpp would refuse it."""
     try:
-        rc = resolve(cfg, target.model.facts, engine=target.engine, build=target.build)
+        rc = settled(target, cfg)
         return rc, target.breakdown(cfg, rc)
     except InputError:
         return None
