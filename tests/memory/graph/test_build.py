@@ -137,7 +137,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # (the attention gate, post norms), SmallThinker's last layer (the router over the layer input,
 # ReGLU experts), the first Qwen's last layer (fused QKV with its bias),
 # Orion's last layer (LayerNorms with bias), PLaMo's last layer (the attention and the FFN on
-# one norm, three tensors cut to the output rows)
+# one norm, three tensors cut to the output rows), Refact's last layer (no positions, one KV
+# head)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -225,6 +226,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("qwen-7b-c4096-ub128", 31),
         ("orion-14b-c4096-fa-off-np2", 39),
         ("plamo-13b-c4096-fa-off-np2", 39),
+        ("refact-1.6b-c4096-ub128", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -168,6 +168,7 @@ MODELS: Mapping[str, Model] = {
     "qwen": Model(_Builder("qwen"), since=OLD_SINCE),
     "orion": Model(_Builder("orion"), since=OLD_SINCE),
     "plamo": Model(_Builder("plamo"), since=OLD_SINCE),
+    "refact": Model(_Builder("refact"), since=OLD_SINCE),
 }
 
 
