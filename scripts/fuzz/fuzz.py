@@ -612,6 +612,8 @@ REPLAY_SHAPES = {
     "smallthinker": "smallthinker-4b",
     "qwen": "qwen-7b",
     "orion": "orion-14b",
+    "plamo": "plamo-13b",
+    "refact": "refact-1.6b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

@@ -464,6 +464,13 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "orion-14b",
         ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # PLaMo 13B (plamo): the attention and the FFN on one norm (a parallel layer), 5 KV heads
+    "plamo-13b-c4096-fa-off-np2": (
+        "plamo-13b",
+        ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
+    ),
+    # Refact 1.6B (refact): a Llama layer without positions (ALiBi), one KV head
+    "refact-1.6b-c4096-ub128": ("refact-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
     "vk-afmoe-ngl2": (
         "trinity-mini",
@@ -550,6 +557,8 @@ SPARSE = frozenset(
         "smallthinker-4b",
         "qwen-7b",
         "orion-14b",
+        "plamo-13b",
+        "refact-1.6b",
     }
 )
 

@@ -136,7 +136,9 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # beside shared ones), Trinity Mini's dense SWA lead layer and a full-attention NoPE MoE layer
 # (the attention gate, post norms), SmallThinker's last layer (the router over the layer input,
 # ReGLU experts), the first Qwen's last layer (fused QKV with its bias),
-# Orion's last layer (LayerNorms with bias)
+# Orion's last layer (LayerNorms with bias), PLaMo's last layer (the attention and the FFN on
+# one norm, three tensors cut to the output rows), Refact's last layer (no positions, one KV
+# head)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -223,6 +225,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("smallthinker-c4096-fa-off-np2", 31),
         ("qwen-7b-c4096-ub128", 31),
         ("orion-14b-c4096-fa-off-np2", 39),
+        ("plamo-13b-c4096-fa-off-np2", 39),
+        ("refact-1.6b-c4096-ub128", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -167,6 +167,8 @@ MODELS: Mapping[str, Model] = {
     "smallthinker": Model(_Builder("smallthinker"), since=OLD_SINCE, iswa=True),
     "qwen": Model(_Builder("qwen"), since=OLD_SINCE),
     "orion": Model(_Builder("orion"), since=OLD_SINCE),
+    "plamo": Model(_Builder("plamo"), since=OLD_SINCE),
+    "refact": Model(_Builder("refact"), since=OLD_SINCE),
 }
 
 
