@@ -42,6 +42,12 @@ SCHEMA = {
                 "additionalProperties": False,
                 "properties": {
                     "cmd": {"type": "string", "minLength": 1},
+                    # KEY=VALUE pairs added to cmd's environment (config.example.yaml: env);
+                    # llamafit writes the device visibility variables the user had set
+                    "env": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*="},
+                    },
                     "proxy": {"type": "string"},
                     "ttl": {"type": "integer", "minimum": 0},
                     "metadata": {"type": "object"},
@@ -65,6 +71,22 @@ SCHEMA = {
     },
 }
 QWEN = FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf"
+# the device visibility variables a script carries into the server's environment (the outputs
+# below are those of a shell that sets none)
+VISIBILITY = (
+    "GGML_VK_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_visibility(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in VISIBILITY:
+        monkeypatch.delenv(var, raising=False)
+
+
 SMALL = [FIXTURES / "dense-llama.gguf", FIXTURES / "moe-qwen3.gguf"]
 
 
