@@ -8,7 +8,8 @@ leaf and node lists (ggml_cgraph.leafs / .nodes, in graph order) are indexes int
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
 # enum ggml_tensor_flag (ggml/include/ggml.h)
 FLAG_INPUT = 1
@@ -58,6 +59,19 @@ class Tensor:
     @property
     def is_output(self) -> bool:
         return bool(self.flags & FLAG_OUTPUT)
+
+
+# Tensor's fields in order, and all of them read at once: with_field and the scheduler's copies
+# (dataclasses.replace without its per-call cost: a 94-layer graph changes a thousand tensors)
+TENSOR_FIELDS = tuple(f.name for f in fields(Tensor))
+tensor_values = attrgetter(*TENSOR_FIELDS)
+
+
+def with_field(t: Tensor, k: int, value: object) -> Tensor:
+    """t with field TENSOR_FIELDS[k] set to value."""
+    values = list(tensor_values(t))
+    values[k] = value
+    return Tensor(*values)
 
 
 @dataclass(frozen=True, slots=True)

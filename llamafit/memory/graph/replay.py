@@ -30,9 +30,8 @@ import gc
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import wraps
-from operator import attrgetter
 from typing import ParamSpec, TypeVar
 
 from ...builds import since
@@ -63,7 +62,7 @@ from .backends.vulkan import (
 )
 from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
-from .nodes import PIN_CPU, USAGE_WEIGHTS, Graph, Tensor
+from .nodes import PIN_CPU, TENSOR_FIELDS, USAGE_WEIGHTS, Graph, Tensor, with_field
 from .params import GraphBuildError
 from .reserve import reserve_configs
 from .sched import (
@@ -435,18 +434,8 @@ def n_copies(facts: ModelFacts, rc: ResolvedConfig, gpus: Sequence[DeviceSpec]) 
     return GGML_SCHED_MAX_COPIES if parallel else 1
 
 
-_FIELDS = tuple(f.name for f in fields(Tensor))
-_ALL = attrgetter(*_FIELDS)
-_USAGE = _FIELDS.index("usage")
-_BACKEND = _FIELDS.index("backend")
-
-
-def _set(t: Tensor, k: int, value: object) -> Tensor:
-    """t with field k changed (dataclasses.replace without its per-call cost: a 94-layer graph
-    changes a thousand weights)."""
-    values = list(_ALL(t))
-    values[k] = value
-    return Tensor(*values)
+_USAGE = TENSOR_FIELDS.index("usage")
+_BACKEND = TENSOR_FIELDS.index("backend")
 
 
 # _placed's tensors: (the tensor it came from, field, value) -> (that tensor, the changed one)
@@ -476,7 +465,7 @@ def _placed(
         key = (id(t), k, value)
         hit = made.get(key)
         if hit is None or hit[0] is not t:
-            hit = made[key] = (t, _set(t, k, value))
+            hit = made[key] = (t, with_field(t, k, value))
         return hit[1]
 
     for i, t in enumerate(tensors):

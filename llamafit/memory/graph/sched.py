@@ -28,13 +28,20 @@ views that keep inputs alive, the backends' allocation dependencies) are appende
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
-from operator import attrgetter
+from dataclasses import dataclass, replace
 from typing import Any, overload
 
 from ...errors import LlamafitError
 from ...reader.ggml_types import GGML_MAX_NAME
-from .nodes import FLAG_INPUT, FLAG_OUTPUT, USAGE_WEIGHTS, Graph, Tensor
+from .nodes import (
+    FLAG_INPUT,
+    FLAG_OUTPUT,
+    TENSOR_FIELDS,
+    USAGE_WEIGHTS,
+    Graph,
+    Tensor,
+    tensor_values,
+)
 
 GGML_MAX_SRC = 10
 GGML_SCHED_MAX_COPIES = 4  # ggml/src/ggml-backend.cpp: n_copies with pipeline parallelism
@@ -72,15 +79,13 @@ GraphOptimize = Callable[
 ]
 
 
-_FIELDS = tuple(f.name for f in fields(Tensor))
-_ALL = attrgetter(*_FIELDS)
-_SRC = _FIELDS.index("src")
-_FLAGS = _FIELDS.index("flags")
+_SRC = TENSOR_FIELDS.index("src")
+_FLAGS = TENSOR_FIELDS.index("flags")
 
 
 def _changed(t: Tensor, src: tuple[int | None, ...], flags: int) -> Tensor:
     """t with other sources and flags (dataclasses.replace, without its per-call cost)."""
-    values = list(_ALL(t))
+    values = list(tensor_values(t))
     values[_SRC] = src
     values[_FLAGS] = flags
     return Tensor(*values)

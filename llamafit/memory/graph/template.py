@@ -33,7 +33,7 @@ from .build import GraphContext
 from .ggml import forget_frozen, nbytes_of
 from .loader import kv_buffer, rope_factor_layers, tensor_map, weight_buffer
 from .models import model_of, uses_iswa
-from .nodes import Graph, Tensor
+from .nodes import TENSOR_FIELDS, Graph, Tensor, with_field
 from .params import GraphBuildError, GraphConfig, GraphHParams
 
 
@@ -149,6 +149,9 @@ def build_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> Gr
 
 
 _Rule = tuple[str, int]  # (model tensor name, layer it was made for) or ("", il) for the cache
+# the fields _Template.at sets per config (nodes.with_field)
+_BUFFER = TENSOR_FIELDS.index("buffer")
+_PIN_LAYER = TENSOR_FIELDS.index("pin_layer")
 _Pins = list[tuple[int, int]]  # (tensor index, layer) of the norms GraphContext.pin pins
 _Run = tuple[Graph, list[tuple[int, _Rule]], _Pins]
 
@@ -340,42 +343,12 @@ class _Template:
                 t = tensors[i]
                 buf = weight_buffer(config, overrides, name, il) if name else kv_buffer(config, il)
                 if buf != t.buffer:
-                    tensors[i] = Tensor(
-                        name=t.name,
-                        op=t.op,
-                        type=t.type,
-                        ne=t.ne,
-                        nb=t.nb,
-                        nbytes=t.nbytes,
-                        flags=t.flags,
-                        src=t.src,
-                        view_src=t.view_src,
-                        view_offs=t.view_offs,
-                        data=t.data,
-                        buffer=buf,
-                        desc=t.desc,
-                        pin_layer=t.pin_layer,
-                    )
+                    tensors[i] = with_field(t, _BUFFER, buf)
         if _pins(config) != _pins(base):
             pin = -1 if not _pins(config) else None
             for i, il in self.pins:
                 t = tensors[i]
-                tensors[i] = Tensor(
-                    name=t.name,
-                    op=t.op,
-                    type=t.type,
-                    ne=t.ne,
-                    nb=t.nb,
-                    nbytes=t.nbytes,
-                    flags=t.flags,
-                    src=t.src,
-                    view_src=t.view_src,
-                    view_offs=t.view_offs,
-                    data=t.data,
-                    buffer=t.buffer,
-                    desc=t.desc,
-                    pin_layer=il if pin is None else pin,
-                )
+                tensors[i] = with_field(t, _PIN_LAYER, il if pin is None else pin)
         return Graph(tensors=tuple(tensors), leafs=g.leafs, nodes=g.nodes)
 
 
