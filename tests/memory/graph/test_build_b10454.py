@@ -15,18 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from llamafit.memory.graph.alloc import Gallocr
-from llamafit.memory.graph.backends.cpu import CPU
 from llamafit.memory.graph.replay import covers_model
-from llamafit.memory.graph.template import build_graph
-from tests.memory.graph.test_build_older import (
-    CASES,
-    _configs,
-    _cpu_bytes,
-    _events,
-    _recorded,
-    _shape,
-)
+from tests.memory.graph.test_build_older import CASES, _recorded, _same_graphs
 from tests.support.graph_build import facts_of
 
 BUILD = 10454
@@ -41,16 +31,7 @@ RECORDED = [n for n in _recorded(BUILD) if _covered(n)]
 
 @pytest.mark.parametrize("name", RECORDED)
 def test_b10454_graph_is_the_real_one(name: str) -> None:
-    facts, hp = facts_of(CASES[name].model)
-    gallocr = Gallocr((CPU,))
-    for config, event in zip(_configs(name, BUILD), _events(BUILD, name), strict=True):
-        built = build_graph(facts, config, hp)
-        nodes, leafs = _shape(built)
-        real_nodes, real_leafs = _shape(event.graph)
-        assert len(nodes) == len(real_nodes)
-        assert [k for k, (a, b) in enumerate(zip(nodes, real_nodes, strict=True)) if a != b] == []
-        assert leafs == real_leafs
-        assert (("CPU", _cpu_bytes(built, gallocr)),) == event.backends
+    _same_graphs(name, BUILD)
 
 
 def test_the_older_forms_are_checked_at_b10454() -> None:
