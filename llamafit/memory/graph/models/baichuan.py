@@ -10,8 +10,12 @@ def build(ctx: GraphContext) -> None:
     inp_pos) only where load_arch_hparams names the model LLM_TYPE_7B (32 layers): the 13B (40
     layers) and the others use ALiBi (f_max_alibi_bias 8 for the 13B: the softmax's max_bias,
     the same graph)."""
+    graph(ctx, rope=ctx.n_layer == 32)
+
+
+def graph(ctx: GraphContext, *, rope: bool) -> None:
+    """The layers with RoPE or without positions (refact.cpp's graph is the latter)."""
     b = ctx.b
-    rope = ctx.n_layer == 32
     inpL = ctx.inp_embd(1.0)
     inp_pos = ctx.inp_pos() if rope else None
     inp = ctx.inp_attn_kv()
