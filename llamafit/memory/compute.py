@@ -945,7 +945,11 @@ def compute_for_devices(
             host = max(host, est.host + _kq_on_host(f, rc, replace(s, kq_on_device=False)))
         if copies > 1:
             out[d] += _copies_extra(f, s, copies)
-            host = max(host, est.host + (copies - 1) * est.host_inputs)
+            # before b11258 (sched_all_inputs) only the inputs a node reads get copies: not inp_embd
+            unread = (
+                0 if since("sched_all_inputs", rc.build) else input_bytes(f, s).get("inp_embd", 0)
+            )
+            host = max(host, est.host + (copies - 1) * (est.host_inputs - unread))
     cpu_layers = _layers_on(f, lmap, CPU)
     if not gpus or cpu_layers or lmap.output == CPU:
         first_on_cpu = not gpus or not lmap.layers or lmap.layers[0] == CPU

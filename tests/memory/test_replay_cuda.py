@@ -18,7 +18,9 @@ from llamafit.memory.graph.shapes import type_of
 from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH
 from llamafit.memory.resolve import ConfigError
 from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted, resolved
+from tests.support import FIXTURES
 from tests.support.gpu_shapes import HOST, model
+from tests.support.scripts import script
 
 NEMO = "repo-dahaka52-nira-mistral-nemo-ngl40-q8kv-fa-cuda"  # b8133, -ngl 40 of 41, q8_0 FA
 QWEN = "repo-madcamp-fsd-qwen2.5-14b-32k-cuda"  # b7896, full offload, f16, FA auto
@@ -131,6 +133,43 @@ def test_two_cuda_devices_with_every_layer_run_pipeline_parallel() -> None:
     two = _compute(_row(QWEN, gpus=["CUDA0", "CUDA1"]))
     assert {s for _n, _b, s in two} == {COMPUTE_GRAPH}
     assert two[0][1] > one[0][1] and two[-1][1] > one[-1][1]
+
+
+QWEN_INP_EMBD = 5120 * 512 * 4  # Qwen2.5-14B's inp_embd: n_embd x n_ubatch F32
+
+
+@pytest.mark.parametrize(
+    ("build", "replay", "expected"),
+    [
+        # before rule sched_all_inputs (b11258) pass 5 copies only the inputs a node reads
+        (11243, True, (292593664, 292594176, 186695808 - 3 * QWEN_INP_EMBD)),
+        (11243, False, (292593792, 292594176, 186696192 - 3 * QWEN_INP_EMBD)),
+        # from it pass 6 copies every graph input: the never-read inp_embd 3 more times
+        (11258, True, (292593664, 292594176, 186695808)),
+        (11258, False, (292593792, 292594176, 186696192)),
+    ],
+)
+def test_the_host_keeps_copies_of_inp_embd_from_rule_sched_all_inputs(
+    build: int, replay: bool, expected: tuple[int, ...]
+) -> None:
+    """Pipeline parallelism on two CUDA devices: the GPUs' buffers are the same at both builds;
+    the pinned host buffer (CPU) holds the three extra copies of inp_embd from b11258 on
+    (ggml_backend_sched_split_graph, ggml/src/ggml-backend.cpp), in the graph and the estimate."""
+    got = _compute(_row(QWEN, build=build, gpus=["CUDA0", "CUDA1"]), replay=replay)
+    source = COMPUTE_GRAPH if replay else COMPUTE_ESTIMATE
+    assert got == tuple(zip(("CUDA0", "CUDA1", "CPU"), expected, (source,) * 3, strict=True))
+
+
+def test_a_public_pipeline_parallel_log_before_the_rule() -> None:
+    """MrSnowNB's Qwen3.5-35B-A3B on CUDA2 and CUDA3 (fixtures/calibration/gpu-corpus-2026.jsonl,
+    about b8600, 'pipeline parallelism enabled'): CUDA_Host is 264.08 MiB, without copies of
+    inp_embd (3 x 2048 x 512 x 4 bytes = 12 MiB over it from rule sched_all_inputs)."""
+    bench = script("bench_public_compute")
+    path = FIXTURES / "calibration" / "gpu-corpus-2026.jsonl"
+    row = next(r for r in bench.load_rows(path) if r["id"].startswith("repo-mrsnownb-"))
+    host = next(f for f in bench.figures(row) if f.device == "CUDA_Host")
+    assert (host.source, host.measured) == (COMPUTE_GRAPH, round(264.08 * MIB))
+    assert abs(host.predicted - host.measured) <= PRINTED
 
 
 def test_sm_row_runs_as_sm_layer_without_pipeline_parallelism() -> None:

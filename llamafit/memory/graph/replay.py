@@ -503,7 +503,8 @@ class Splits:
         """split_graph(graph, self.backends, n_copies=n_copies, op_offload=op_offload): through
         resplit from the split of an earlier graph made `like` this one (the same config but for
         the cache sizes), where resplit answers for it."""
-        options = (n_copies, op_offload, HOST_BUFTS, 0)
+        all_inputs = since("sched_all_inputs", self.key[0])
+        options = (n_copies, op_offload, HOST_BUFTS, 0, all_inputs)
         records = self.records
         for k in range(len(records) - 1, -1, -1):
             made, rec = records[k]
@@ -514,7 +515,12 @@ class Splits:
                     return out
         rec = SplitRecord()
         out = split_graph(
-            graph, self.backends, n_copies=n_copies, op_offload=op_offload, record=rec
+            graph,
+            self.backends,
+            n_copies=n_copies,
+            op_offload=op_offload,
+            all_inputs=all_inputs,
+            record=rec,
         )
         records.append((like, rec))
         del records[: -self.KEPT]
@@ -766,7 +772,13 @@ def device_compute_bytes(
             if cuda and not cuda_graph_ok(graph, rc.build):
                 return None
             split = (
-                split_graph(graph, backends, n_copies=copies, op_offload=rc.op_offload)
+                split_graph(
+                    graph,
+                    backends,
+                    n_copies=copies,
+                    op_offload=rc.op_offload,
+                    all_inputs=since("sched_all_inputs", rc.build),
+                )
                 if splits is None
                 else splits.split(
                     graph, copies, rc.op_offload, replace(config, kv_size=0, kv_size_swa=0)

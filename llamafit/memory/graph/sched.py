@@ -59,6 +59,9 @@ class SchedError(LlamafitError):
     """A graph the scheduler cannot place: llama.cpp aborts on it (GGML_ABORT / GGML_ASSERT)."""
 
 
+# split_graph's options: n_copies, op_offload, host_bufts, cur_copy, all_inputs
+SplitOptions = tuple[int, bool, frozenset[str], int, bool]
+
 # supports_op / offload_op: (the graph's tensors as they stand, the op's index) -> bool
 OpPredicate = Callable[[Sequence[Tensor], int], bool]
 
@@ -163,15 +166,18 @@ def split_graph(
     op_offload: bool = True,
     host_bufts: frozenset[str] = HOST_BUFTS,
     cur_copy: int = 0,
+    all_inputs: bool = True,
     record: SplitRecord | None = None,
 ) -> SplitGraph:
     """ggml_backend_sched_split_graph over `graph` (ggml/src/ggml-backend.cpp). `backends` in the
     scheduler's priority order, the CPU last; `n_copies` 4 with pipeline parallelism
     (ggml_backend_sched_new: parallel ? GGML_SCHED_MAX_COPIES : 1); `op_offload` llama.cpp's
-    cparams.op_offload (on unless --no-op-offload); `cur_copy` 0 at a reserve. `record`: a fresh
+    cparams.op_offload (on unless --no-op-offload); `cur_copy` 0 at a reserve; `all_inputs`: with
+    several copies, every graph input gets its copies (pass 6, builds.since("sched_all_inputs")),
+    else only the inputs a node reads (in pass 5, before that build). `record`: a fresh
     SplitRecord, filled with what the split read of the graph's shapes, from which `resplit` gives
     the split of a graph of the same structure at other shapes."""
-    options = (n_copies, op_offload, host_bufts, cur_copy)
+    options = (n_copies, op_offload, host_bufts, cur_copy, all_inputs)
     if record is not None:
         record.start(graph, tuple(backends), options)
     return _split(graph, tuple(backends), options, record)
@@ -180,12 +186,12 @@ def split_graph(
 def _split(  # noqa: C901 (ggml port: kept diffable)
     graph: Graph,
     backends: tuple[Backend, ...],
-    options: tuple[int, bool, frozenset[str], int],
+    options: SplitOptions,
     rec: SplitRecord | None,
 ) -> SplitGraph:
     """split_graph; with `rec`, every supports_op, offload_op and graph_optimize call is noted in
     it with the tensors it read."""
-    n_copies, op_offload, host_bufts, cur_copy = options
+    n_copies, op_offload, host_bufts, cur_copy, all_inputs = options
     tensors = graph.tensors
     n = len(tensors)
     nb = len(backends)
@@ -362,6 +368,22 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
 
     copies: dict[tuple[int, int], list[int]] = {}
     copy_flags = FLAG_INPUT | FLAG_OUTPUT if n_copies > 1 else 0
+    graph_inputs: list[int] = []
+    set_flags: dict[int, int] = {}
+
+    def input_copies(i: int) -> None:
+        """n_copies copies of graph input i on its own backend, the current one i itself"""
+        b = bid[i]
+        cps = []
+        for c in range(n_copies):
+            if c == cur_copy:
+                set_flags[i] = FLAG_INPUT | FLAG_OUTPUT
+                cps.append(i)
+            else:
+                name = f"{backends[b].name}#{tensors[i].name}#{c}"
+                cps.append(add(_dup(tensors[i], name, FLAG_INPUT | FLAG_OUTPUT)))
+        copies[(i, b)] = cps
+        graph_inputs.append(i)
 
     splits: list[list[Any]] = []  # [backend, i_start, i_end, inputs]
     first = next((k for k, i in enumerate(nodes) if ops[i] not in VIEW_OPS), len(nodes))
@@ -394,6 +416,14 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
                 raise SchedError(
                     f"{tensors[s].name} (a source of {tensors[i].name}) has no backend"
                 )
+            if (
+                not all_inputs
+                and n_copies > 1
+                and tensors[s].flags & FLAG_INPUT
+                and (s, bid[s]) not in copies
+            ):
+                # before pass 6 (builds.py sched_all_inputs): only the inputs a node reads
+                input_copies(s)
             if bid[s] != cur_b and not buffer_supported(s, cur_b):
                 key = (s, cur_b)
                 cps = copies.get(key)
@@ -412,26 +442,16 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
             srcs[i] = tuple(changed)
     split[2] = len(nodes)
 
-    # pass 6: with several copies, every graph input gets its own copies
-    graph_inputs: list[int] = []
-    set_flags: dict[int, int] = {}
-    if n_copies > 1:
+    # pass 6: with several copies, every graph input gets its own copies (since b11258,
+    # builds.py sched_all_inputs; before, pass 5 copied the inputs a node reads)
+    if n_copies > 1 and all_inputs:
         for i in leafs:
             if not tensors[i].flags & FLAG_INPUT:
                 continue
-            b = bid[i]
-            key = (i, b)
-            if key not in copies:
-                cps = []
-                for c in range(n_copies):
-                    if c == cur_copy:
-                        set_flags[i] = FLAG_INPUT | FLAG_OUTPUT
-                        cps.append(i)
-                    else:
-                        name = f"{backends[b].name}#{tensors[i].name}#{c}"
-                        cps.append(add(_dup(tensors[i], name, FLAG_INPUT | FLAG_OUTPUT)))
-                copies[key] = cps
-            graph_inputs.append(i)
+            if (i, bid[i]) not in copies:
+                input_copies(i)
+            else:
+                graph_inputs.append(i)
 
     # the tensors as they now stand: nodes whose sources became copies, leafs flagged output
     table: list[Tensor] = list(tensors)
@@ -628,7 +648,7 @@ class SplitRecord:
     def __init__(self) -> None:
         self.graph = Graph(tensors=(), leafs=(), nodes=())
         self.backends: tuple[Backend, ...] = ()
-        self.options: tuple[int, bool, frozenset[str], int] | None = None
+        self.options: SplitOptions | None = None
         self.asked: list[_Asked] = []
         self.optimized: list[_Optimized] = []
         self.srcs: Sequence[tuple[int | None, ...]] = ()
@@ -644,7 +664,7 @@ class SplitRecord:
         self,
         graph: Graph,
         backends: tuple[Backend, ...],
-        options: tuple[int, bool, frozenset[str], int],
+        options: SplitOptions,
     ) -> None:
         """split_graph's: the graph, backends and options of the split it records."""
         if self.options is not None:

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -236,6 +237,68 @@ def test_copies_for_pipeline_parallelism() -> None:
         ("Vulkan0#b#0", [], 0),
         ("c", ["w_gpu", "Vulkan0#b#0"], 0),
     ]
+
+
+def _unread_input() -> Graph:
+    """inp_embd, an input no node reads (a text batch's embeddings input), before inp_b and
+    inp_a in the leafs; the nodes read inp_a first: a = w_gpu x inp_a, b = a + inp_b."""
+    tensors = (
+        _leaf("inp_embd", flags=FLAG_INPUT),
+        _leaf("inp_b", flags=FLAG_INPUT),
+        _leaf("inp_a", flags=FLAG_INPUT),
+        _leaf("w_gpu", "Vulkan0", usage=USAGE_WEIGHTS),
+        _node("a", "MUL_MAT", (3, 2)),
+        _node("b", "ADD", (4, 1)),
+    )
+    return Graph(tensors=tensors, leafs=(0, 1, 2, 3), nodes=(4, 5))
+
+
+def _cpu_copies(*names: str) -> list[tuple[str, int, int]]:
+    return [(n if c == 0 else f"CPU#{n}#{c}", 3, 1) for n in names for c in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("all_inputs", "graph_inputs", "embd_flags"),
+    [
+        # since b11258 (pass 6): every input leaf, in leaf order, inp_embd too
+        (True, _cpu_copies("inp_embd", "inp_b", "inp_a"), 3),
+        # before: only the inputs a split node reads, in the order the nodes read them
+        (False, _cpu_copies("inp_a", "inp_b"), FLAG_INPUT),
+    ],
+)
+def test_graph_input_copies_by_build(
+    all_inputs: bool, graph_inputs: list[tuple[str, int, int]], embd_flags: int
+) -> None:
+    """n_copies 4: the host's copies of the graph inputs (ggml_backend_sched_split_graph, pass 6
+    since builds.py sched_all_inputs, pass 5 before), then the split inputs' copies on Vulkan0,
+    then the graph's own leafs."""
+    backends = [vulkan_backend("Vulkan0", graph_optimize=False), cpu_backend("CPU")]
+    g = split_graph(_unread_input(), backends, n_copies=4, all_inputs=all_inputs).graph
+    leafs = [
+        (g.tensors[i].name, g.tensors[i].flags, b)
+        for i, b in zip(g.leafs, g.leaf_buffer_ids or (), strict=True)
+    ]
+    split_inputs = [(f"Vulkan0#{n}#{c}", 3, 0) for n in ("inp_a", "inp_b") for c in range(4)]
+    own = [("inp_embd", embd_flags, 1), ("inp_b", 3, 1), ("inp_a", 3, 1), ("w_gpu", 0, 0)]
+    assert leafs == [*graph_inputs, *split_inputs, *own]
+
+
+def test_the_recorded_pipeline_parallel_start_copies_the_unread_input() -> None:
+    """The real b11434 start on two RPC workers (sched-rpc2, n_copies 4) holds inp_embd, which no
+    node of a text batch reads, with its three copies: the split before rule sched_all_inputs
+    lacks exactly those four leafs; the one from it is the allocator's graph
+    (test_split_equals_the_allocators_graph)."""
+    events = parse(gzip.decompress((GRAPHS / "sched-rpc2.jsonl.gz").read_bytes()).decode())
+    ((sched, galloc),) = _pairs(events)
+    old = split_graph(sched.graph, _backends("rpc2", events), n_copies=4, all_inputs=False).graph
+
+    def names(g: Graph) -> Counter[str]:
+        return Counter(g.tensors[i].name for i in g.leafs)
+
+    assert names(galloc.graph) - names(old) == Counter(
+        ["inp_embd", "CPU#inp_embd#1", "CPU#inp_embd#2", "CPU#inp_embd#3"]
+    )
+    assert not names(old) - names(galloc.graph)
 
 
 def test_refusals_are_errors() -> None:
