@@ -59,7 +59,7 @@ def _changes(a: Choice, b: Choice) -> tuple[tuple[str, str, str], ...]:
         ("--n-cpu-moe", lambda c: c.rc.n_cpu_moe),
         ("-ctk", lambda c: c.rc.type_k.name.lower()),
         ("-ctv", lambda c: c.rc.type_v.name.lower()),
-        ("-fa", lambda c: "on" if c.rc.flash_attn else "off"),
+        ("-fa", lambda c: c.rc.fa_flag),
         ("-ub", lambda c: c.rc.n_ubatch),
     )
     return tuple((flag, str(get(a)), str(get(b))) for flag, get in fields if get(a) != get(b))

@@ -355,7 +355,7 @@ def to_text(
         f"Model      {printable(facts.path)}",
         f"           {printable(facts.architecture)}, {facts.file_type}, trained "
         f"{facts.n_ctx_train:,} tokens",
-        f"Config     -c {rc.n_ctx} ({slots}) -fa {'on' if rc.flash_attn else 'off'} "
+        f"Config     -c {rc.n_ctx} ({slots}) -fa {rc.fa_flag} "
         f"-ctk {rc.type_k.name.lower()} -ctv {rc.type_v.name.lower()} -ngl {rc.n_gpu_layers} "
         f"-b {rc.n_batch} -ub {rc.n_ubatch}"
         + (f" --embedding --pooling {rc.pooling}" if rc.embeddings else ""),

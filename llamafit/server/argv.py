@@ -34,7 +34,7 @@ def server_argv(
         "-ngl",
         str(rc.n_gpu_layers),
         "-fa",
-        "on" if rc.flash_attn else "off",
+        rc.fa_flag,
         "-ctk",
         rc.type_k.name.lower(),
         "-ctv",

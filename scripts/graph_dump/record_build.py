@@ -379,6 +379,14 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "bge-small-en-v1.5",
         ("-c", "512", "-ngl", "99", "--embedding", VULKAN),
     ),
+    # a FLASH_ATTN_EXT that Vulkan0 refuses (ggml_backend_vk_device_supports_op: a BF16 K with a
+    # V of another type) under an explicit -fa on: the scheduler runs it on the CPU, its inputs
+    # copied there (ggml_backend_sched_split_graph), as CUDA's refused heads (backends/cuda.py)
+    "vk-llama1b-ngl99-fa-on-bf16k": (
+        "llama3.2-1b",
+        ("-c", "8192", "-np", "1", "-ngl", "99", "-fa", "on", "-ctk", "bf16", "-ctv", "f16")
+        + ("--no-repack", VULKAN),
+    ),
     "vk-embgemma-ngl10-emb-fa-off": (
         "embeddinggemma-300m",
         (

@@ -65,6 +65,15 @@ CASES = (
         "KQ reads K through a view that is not dim01-contiguous, the CPU runs it",
     ),
     Case(
+        "vk-fa-on-bf16k",
+        "vk",
+        ("-c", "2048", "-ngl", "99", "-fa", "on", "-ctk", "bf16", "-ctv", "f16"),
+        model="shape:llama3.2-1b",
+        note="Llama 3.2 1B shape on Vulkan0 with flash attention on over a BF16 K and an F16 V "
+        "cache, a pair Vulkan refuses: each layer's FLASH_ATTN_EXT runs on the CPU, Q, K, V and "
+        "the mask copied there",
+    ),
+    Case(
         "vk-ngl6-nkvo",
         "vk",
         ("-c", "4096", "-ngl", "6", "-nkvo"),

@@ -45,23 +45,23 @@ def test_fits_with_json_shape() -> None:
 
 
 def test_does_not_fit_exits_1_and_names_ways_out() -> None:
-    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "-fa", "on")
+    result = check(DENSE, "--gpu", "1030MiB", "--", "-c", "32768", "-fa", "on")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     # the Model line may wrap
     verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict"))
     assert lines[verdict : verdict + 2] == [
-        "Verdict    does not fit: CUDA0 short by 23 MiB",
-        "Way out    16,640 tokens per slot fit with the current settings",
+        "Verdict    does not fit: CUDA0 short by 11 MiB",
+        "Way out    3,072 tokens per slot fit with the current settings",
     ]
     d = json.loads(
-        check(DENSE, "--gpu", "1050MiB", "--json", "--", "-c", "32768", "-fa", "on").stdout
+        check(DENSE, "--gpu", "1030MiB", "--json", "--", "-c", "32768", "-fa", "on").stdout
     )
     assert d["ways_out"] == [
         {
             "code": "context",
-            "context_per_slot": 16640,
-            "text": "16,640 tokens per slot fit with the current settings",
+            "context_per_slot": 3072,
+            "text": "3,072 tokens per slot fit with the current settings",
         }
     ]
 
@@ -159,7 +159,7 @@ def test_unmodelled_extra_models_are_flagged() -> None:
 
 
 def test_the_whole_text_when_it_does_not_fit(fixed_host) -> None:
-    result = check(DENSE, "--gpu", "1050MiB", "--", "-c", "32768", "--lora", "l.gguf", "-fa", "on")
+    result = check(DENSE, "--gpu", "1030MiB", "--", "-c", "32768", "--lora", "l.gguf", "-fa", "on")
     assert result.exit_code == 1
     assert (
         result.stdout
@@ -169,14 +169,13 @@ Model      {DENSE}
 Config     -c 32768 (32,768 tokens shared by up to 4 parallel requests) -fa on
            -ctk f16 -ctv f16 -ngl 5 -b 2048 -ub 512
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0       1,050       0      16      0     ~33       0   1,024   1,073     -23
-CPU        49,152       0       0      0     ~33       0       0      33  49,119
-Compute    ~ estimated: llama.cpp's graph is not replayed for this setup
+CUDA0       1,030       0      16      0       1       0   1,024   1,041     -11
+CPU        49,152       0       0      0      36       0       0      36  49,116
 Memory     W weights  K KV  C compute  R reserve  . free
-CUDA0      [WKCRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRR|] 1,073/1,050 MiB over
-CPU        [WC..........................................] 33/49,152 MiB
-Verdict    does not fit: CUDA0 short by 23 MiB
-Way out    16,640 tokens per slot fit with the current settings
+CUDA0      [WKCRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRRR|] 1,041/1,030 MiB over
+CPU        [WC..........................................] 36/49,152 MiB
+Verdict    does not fit: CUDA0 short by 11 MiB
+Way out    3,072 tokens per slot fit with the current settings
 Note       llama-server's prompt cache may use up to 8,192 MiB more host RAM
            (-cram)
 Warning    n_ctx_seq (32768) > n_ctx_train (4096): possible training context

@@ -30,11 +30,10 @@ Model      {DENSE}
            llama, Q8_0, trained 4,096 tokens
 Hardware   CUDA0 (cuda) 8,192 MiB usable; CPU (cpu) 49,152 MiB usable
 (MiB)      usable weights      KV     RS compute  output reserve    used    left
-CUDA0       8,192       0       2      0      ~5       0   1,024   1,031   7,161
-CPU        49,152       0       0      0      ~5       0       0       5  49,147
-Compute    ~ estimated: llama.cpp's graph is not replayed for this setup
+CUDA0       8,192       0       2      0       1       0   1,024   1,027   7,165
+CPU        49,152       0       0      0       5       0       0       5  49,147
 Memory     W weights  K KV  C compute  R reserve  . free
-CUDA0      [WKCRRRRRR...................................] 1,031/8,192 MiB
+CUDA0      [WKCRRRRRR...................................] 1,027/8,192 MiB
 CPU        [WC..........................................] 5/49,152 MiB
 Trade-offs (largest context per slot at this offload):
   fa  K     V      -ngl cpu-moe  max context  tokens/s  vs the pick
@@ -43,7 +42,8 @@ Trade-offs (largest context per slot at this offload):
   on  f16   q8_0      5       0            -         -  no fit
     the same with q8_0/q8_0; f16/q4_0; q8_0/q4_0; q4_0/q4_0
   5,566+: at least 5,566 tokens/s (at a full context), more while it is emptier
-Marginal   1.5 MiB per 1,000 tokens per slot
+Marginal   0.5 MiB per 1,000 tokens per slot; 0.3 MiB per block on the GPU: each
+           block moved to the CPU buys about 635 tokens
 Speed      generation ~5,566-5,774 tokens/s (full to empty context); prompt
            ~34,122,316 tokens/s (rough)
            likely 4,004-7,069 full, 4,301-7,236 empty tokens/s (±25%, not

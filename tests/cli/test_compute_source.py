@@ -32,18 +32,23 @@ def _breakdown(*sources: str) -> Breakdown:
 
 
 @pytest.mark.parametrize(
-    ("kv", "source", "marked"),
+    ("kv", "build", "source", "marked"),
     [
         # f16 cache: the replay covers qwen2 on CUDA at the current build
-        ("f16", "graph", False),
+        ("f16", (), "graph", False),
         # q8_0 with flash attention: its F16 copies in the buffer (cuda_fattn.py)
-        ("q8_0", "graph", False),
-        # iq4_nl: no CUDA flash-attention kernel reads it, the CPU runs the attention (not ported)
-        ("iq4_nl", "estimate", True),
+        ("q8_0", (), "graph", False),
+        # iq4_nl: no CUDA flash-attention kernel reads it, the CPU runs the attention, where the
+        # scheduler puts it
+        ("iq4_nl", (), "graph", False),
+        # before rule inp_embd_both (b7750) the graph builders are not checked
+        ("f16", ("--llama-build", "7700"), "estimate", True),
     ],
 )
-def test_every_device_says_whose_compute_figure_it_is(kv: str, source: str, marked: bool) -> None:
-    args = ["check", QWEN, "--gpu", "24GiB", "--ram", "64GiB"]
+def test_every_device_says_whose_compute_figure_it_is(
+    kv: str, build: tuple[str, ...], source: str, marked: bool
+) -> None:
+    args = ["check", QWEN, "--gpu", "24GiB", "--ram", "64GiB", *build]
     flags = ["--", "-c", "8192", "-fa", "on", "-ctk", kv, "-ctv", kv]
     data = json.loads(CliRunner().invoke(cli, [*args, "--json", *flags]).stdout)
     assert [(d["name"], d["compute_source"]) for d in data["devices"]] == [

@@ -41,8 +41,10 @@ def _with(flags: list[str], flag: str, value: int) -> list[str]:
 def test_plan_figures_are_checks_for_the_settled_config() -> None:
     plan = _json("plan", "--", "-fa", "auto")
     flags = plan["command"][3:]  # after llama-server -m <model>
+    # the command says -fa auto, which the figures are for (the cache made for flash attention,
+    # the graph without it); the config and the warning say it runs off
     assert " ".join(flags) == (
-        "-c 65536 -ngl 5 -fa off -ctk f16 -ctv f16 -b 2048 -ub 512 --fit off --spec-type draft-mtp"
+        "-c 65536 -ngl 5 -fa auto -ctk f16 -ctv f16 -b 2048 -ub 512 --fit off --spec-type draft-mtp"
     )
     assert plan["config"]["flash_attn"] == "off"
     assert [w["code"] for w in plan["warnings"]] == ["fa_auto_off", "mtp_auto", "small_reserve"]
@@ -57,13 +59,15 @@ def test_plan_figures_are_checks_for_the_settled_config() -> None:
         ("on", "q4_0", "q4_0"),
     ]
     assert plan["tradeoffs"][0]["vs_pick"]["pick"] is True
-    # check of the same flags with -fa auto: the plan's own figures, also one step of context
-    # and one block away (the marginal costs)
-    auto = _with(flags, "-fa", 0)[:5] + ["auto"] + flags[6:]
-    assert _json("check", "--", *auto)["devices"] == plan["devices"]
+    # check of the printed flags: the plan's own figures, also one step of context and one
+    # block away (the marginal costs); -fa off makes another graph (7.8 MiB less on CUDA0)
+    assert _json("check", "--", *flags)["devices"] == plan["devices"]
+    off = _json("check", "--", *flags[:5], "off", *flags[6:])
+    assert [d["compute_bytes"] for d in off["devices"]] == [672540800, 135018560]
+    assert [d["compute_bytes"] for d in plan["devices"]] == [680671360, 134760512]
     ctx = plan["context_per_slot"]
-    smaller = _json("check", "--", *_with(auto, "-c", ctx - 4 * STEP))
-    fewer = _json("check", "--", *_with(auto, "-ngl", 4))
+    smaller = _json("check", "--", *_with(flags, "-c", ctx - 4 * STEP))
+    fewer = _json("check", "--", *_with(flags, "-ngl", 4))
     assert [w["code"] for w in smaller["warnings"] + fewer["warnings"]] == ["fa_auto_off"] * 2
     per_tokens = (_gpu_used(plan) - _gpu_used(smaller)) / (4 * STEP) * 1000 / MIB
     per_layer = (_gpu_used(plan) - _gpu_used(fewer)) / MIB

@@ -67,7 +67,7 @@ MTP_JSON = {
             None,
         ),  # a draft model given
         (
-            (NEXTN, "--gpu", "1028MiB"),
+            (NEXTN, "--gpu", "1027MiB"),
             ["mtp_no_room"],
             None,
         ),  # with MTP, layers would leave the GPU
@@ -111,8 +111,8 @@ def test_mtp_costs_context_and_says_so() -> None:
             "           none leaves it off",
         ),
         (
-            "1028MiB",
-            "Note       --prefer speed: MTP self-speculation stays off: with it only -ngl 1\n"
+            "1027MiB",
+            "Note       --prefer speed: MTP self-speculation stays off: with it only -ngl 2\n"
             "           --n-cpu-moe 3 fits (fewer layers on the GPU)",
         ),
     ],

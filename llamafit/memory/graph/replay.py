@@ -5,18 +5,19 @@ compute buffer llama.cpp allocates, to the byte; elsewhere it returns None and t
 peaks of memory/compute.py stand.
 
 With GPUs (`device_compute_bytes`) the replay covers Vulkan devices and RPC workers: their
-supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one
-device at any offload for every family from its first replayed build, with its alloc sizes,
-supports_op and reorder by build (metal_graph_ok). CUDA and ROCm (backends/cuda.py) are
-covered for every family from its first replayed build where cuda_graph_ok takes the graph (no
-flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer on adds F16 copies by the
-kernel the device's compute capability picks, DeviceSpec.cc, an unknown one taken as copying), MoE
-included (MUL_MAT_ID, expert offload by offload_op, the fusion alloc deps and the shared-expert
-move of ggml_backend_cuda_graph_optimize by build: backends/cuda_optimize.py, which raises
-UnplacedRule where a rule's outcome is not known, as for a shared expert of a 4-to-8-token ubatch
-on a device of unknown compute capability from rule cuda_shared_expert to
-cuda_shared_expert_any_batch), any offload and any number of devices of one backend, -sm row
-included (before rule cuda_no_split_buffers). Elsewhere the hand model stays.
+supports_op, offload_op and graph_optimize are ported (backends/). Metal is covered on one device
+at any offload for every family from its first replayed build, with its alloc sizes, supports_op
+and reorder by build (metal_graph_ok). CUDA and ROCm (backends/cuda.py) are covered for every
+family from its first replayed build where cuda_graph_ok takes the graph (supports_op ported for
+every node; a node it refuses, as a FLASH_ATTN_EXT without a kernel under -fa on, runs on the CPU
+where the scheduler puts it; flash attention over a non-F16 cache from rule cuda_fa_f16_in_buffer
+on adds F16 copies by the kernel the device's compute capability picks, DeviceSpec.cc, an unknown
+one taken as copying), MoE included (MUL_MAT_ID, expert offload by offload_op, the fusion alloc
+deps and the shared-expert move of ggml_backend_cuda_graph_optimize by build:
+backends/cuda_optimize.py, which raises UnplacedRule where a rule's outcome is not known, as for a
+shared expert of a 4-to-8-token ubatch on a device of unknown compute capability from rule
+cuda_shared_expert to cuda_shared_expert_any_batch), any offload and any number of devices of one
+backend, -sm row included (before rule cuda_no_split_buffers). Elsewhere the hand model stays.
 
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through

@@ -34,6 +34,11 @@ Read in three ggml-cuda trees: llama-cpp-python 0.3.17's (llama.cpp 49bfddeca, 2
   the host expert tensor.
 - events (ggml_backend_cuda_device_get_props): yes unless GGML_CUDA_NO_PEER_COPY, so several
   CUDA devices with every layer offloaded run pipeline parallel (replay.n_copies).
+- a node supports_op refuses (a FLASH_ATTN_EXT without a kernel for its head size or K/V types,
+  under an explicit -fa on) runs on the CPU backend with its inputs copied there, as
+  ggml_backend_sched_split_graph places it (sched.py, checked against recorded Vulkan0 graphs
+  where Vulkan refuses one); cuda_graph_ok declines only a graph with a node whose answer is not
+  ported.
 
 ROCm (HIP): the same supports_op for these ops (its #ifdef GGML_USE_HIP branches touch TOP_K and
 the FA kernel choice, which only sizes the F16 copies: cuda_fattn.py ports it with AMD's compute
@@ -62,7 +67,7 @@ from ..shapes import (
 from . import VIEW_OR_NONE, batch_offload
 from . import srcs as _srcs
 from .cpu import TENSOR_ALIGNMENT
-from .cuda_fattn import fattn_alloc_size, fattn_supported
+from .cuda_fattn import fattn_alloc_size, fattn_heads_supported, fattn_supported
 from .cuda_optimize import cuda_graph_optimize_for
 
 CUDA_ALIGNMENT = 128  # ggml_backend_cuda_buffer_type_get_alignment
@@ -344,13 +349,27 @@ def _mamba2_scan(srcs: Sequence[Tensor | None]) -> bool:
     return a is not None and a.ne[0] == 1
 
 
+def _fa_inputs(
+    tensors: Sequence[Tensor], op: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """A FLASH_ATTN_EXT's Q, K, V and mask (None: no mask)."""
+    q, k, v = (tensors[s] for s in op.src[:3] if s is not None)
+    m_id = op.src[3] if len(op.src) > 3 else None
+    return q, k, v, (tensors[m_id] if m_id is not None else None)
+
+
 def cuda_fa_supported(tensors: Sequence[Tensor], op: Tensor, build: int | None = None) -> bool:
     """ggml_cuda_flash_attn_ext_supported (fattn.cu ggml_cuda_get_best_fattn_kernel != NONE) at
     this build (cuda_fattn.fattn_supported) for an F32 Q."""
-    q, k, v = (tensors[s] for s in op.src[:3] if s is not None)
-    m_id = op.src[3] if len(op.src) > 3 else None
-    m = tensors[m_id] if m_id is not None else None
+    q, k, v, m = _fa_inputs(tensors, op)
     return fattn_supported(q, k, v, m, build) and q.type == "f32"
+
+
+def cuda_fa_placed(tensors: Sequence[Tensor], op: Tensor, build: int | None = None) -> bool:
+    """Whether cuda_fa_supported's answer for this FLASH_ATTN_EXT is ported at this build (a head
+    size whose rule is not placed: cuda_fattn.fattn_heads_supported None)."""
+    q, k, v, m = _fa_inputs(tensors, op)
+    return fattn_heads_supported(q, k, v, m, build) is not None
 
 
 # the ops whose sources cuda_graph_ok reads
@@ -359,8 +378,11 @@ _GRAPH_OK_READS = frozenset({"CONCAT", "SSM_SCAN", "ARGSORT", "FLASH_ATTN_EXT"})
 
 def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
     """Whether the replay's CUDA rules are ported for every node of this graph: its ops are in
-    CUDA_OPS and its FLASH_ATTN_EXT nodes are cases cuda_fa_supported decides (others: the
-    estimate)."""
+    CUDA_OPS and supports_op's answer is known for each (others: the estimate). A node that
+    supports_op refuses is not declined: ggml_backend_sched_split_graph (ggml-backend.cpp) gives
+    it to the next backend that takes it, the CPU's, and copies its inputs there (sched.py), as
+    for a FLASH_ATTN_EXT CUDA has no kernel for under an explicit -fa on (a 32-wide head:
+    BERT's; llama_context checks the FA node's device only for -fa auto, resolve_fused_ops)."""
     ts = graph.tensors
     for i in graph.nodes:
         t = ts[i]
@@ -376,7 +398,7 @@ def cuda_graph_ok(graph: Graph, build: int | None) -> bool:
             return False
         if op == "ARGSORT" and (srcs[0] is None or not argsort_row_fits(srcs[0])):
             return False
-        if op == "FLASH_ATTN_EXT" and not cuda_fa_supported(ts, t, build):
+        if op == "FLASH_ATTN_EXT" and not cuda_fa_placed(ts, t, build):
             return False
     return True
 
