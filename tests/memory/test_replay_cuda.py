@@ -185,7 +185,6 @@ def test_a_public_pipeline_parallel_log_before_the_rule() -> None:
     """MrSnowNB's Qwen3.5-35B-A3B on CUDA2 and CUDA3 (fixtures/calibration/gpu-corpus-2026.jsonl,
     about b8600, 'pipeline parallelism enabled'): CUDA_Host is 264.08 MiB, without copies of
     inp_embd (3 x 2048 x 512 x 4 bytes = 12 MiB over it from rule sched_all_inputs)."""
-    bench = script("bench_public_compute")
     path = FIXTURES / "calibration" / "gpu-corpus-2026.jsonl"
     row = next(r for r in bench.load_rows(path) if r["id"].startswith("repo-mrsnownb-"))
     host = next(f for f in bench.figures(row) if f.device == "CUDA_Host")
