@@ -476,7 +476,8 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
     lo, hi = bounds(target, cfg, policy)
     learned = scales if ratios is not None else ()
     for start in (found, choice):
-        settled = _exact_boundary(target, cfg, start, lo, hi)
+        # the choice's exact figures, replayed above: a second point where its config is start's
+        settled = _exact_boundary(target, cfg, start, lo, hi, also=(choice.cfg, exact))
         if settled is not None:
             return replace(settled, compute_scales=learned)
     return replace(
@@ -485,14 +486,22 @@ def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choi
 
 
 def _exact_boundary(
-    target: Target, cfg: LaunchConfig, start: Choice, lo: int, hi: int
+    target: Target,
+    cfg: LaunchConfig,
+    start: Choice,
+    lo: int,
+    hi: int,
+    also: tuple[LaunchConfig, Breakdown] | None = None,
 ) -> Choice | None:
     """The largest per-slot context (a multiple of STEP in [lo, hi]) at which `start`'s config fits
-    by the exact figures (Target.breakdown: the replay), galloping from `start.ctx` up or down and
-    then bisecting, so that a boundary a few steps away costs a few replays; None if none fits.
-    A context the user pinned is only checked."""
+    by the exact figures (Target.breakdown: the replay), galloping from where the exact figures
+    at `start.ctx` put it (_guess) up or down and then bisecting, so that a boundary a few steps
+    away costs a few replays; None if none fits. `also`: a config and its exact figures, known
+    already; where it is `start`'s at another context, the two exact points make the guess (and
+    only the guess). A context the user pinned is only checked."""
     mult = start.rc.n_stream
     seen: dict[int, Choice | None] = {}
+    exact: dict[int, Breakdown] = {}  # the exact figures at each step, fitting or not
 
     def at(k: int) -> Choice | None:
         if k not in seen:
@@ -503,7 +512,7 @@ def _exact_boundary(
             except InputError:
                 seen[k] = None
             else:
-                b = target.breakdown(c, rc)
+                b = exact[k] = target.breakdown(c, rc)
                 seen[k] = Choice(c, k * STEP, rc, b) if b.fits else None
         return seen[k]
 
@@ -511,12 +520,70 @@ def _exact_boundary(
     if _pinned(cfg, "n_ctx") or start.ctx % STEP:
         return at(k) if start.ctx % STEP == 0 else None
     lo_k, hi_k = max(lo // STEP, 1), max(hi // STEP, k)
-    bracket = _gallop_up(at, k, hi_k) if at(k) is not None else _gallop_down(at, k, lo_k)
+    here = at(k)
+    second = None
+    if also is not None:
+        c, b = also
+        j, off = divmod(c.n_ctx, STEP * mult)
+        if not off and j != k and replace(c, n_ctx=0) == replace(start.cfg, n_ctx=0):
+            second = (j, b)
+    guess = _guess(target, start.cfg, (k, exact[k]), mult, second) if k in exact else None
+    bracket = _bracket(at, k, here is not None, guess, lo_k, hi_k)
     if bracket is None:
         return None
     good, bad = bracket
     best = largest(good, bad - 1, lambda x: at(x) is not None)
     return at(best) if best is not None else None
+
+
+def _bracket(
+    at: Callable[[int], Choice | None], k: int, fits: bool, guess: int | None, lo_k: int, hi_k: int
+) -> tuple[int, int] | None:
+    """(a step that fits, a larger one that does not) around the boundary, galloping from the
+    guess where it lies on the side of k the boundary is (k fits: above; else below), else
+    from k; None where no step in [lo_k, k] fits."""
+    if fits and guess is not None and guess > k and hi_k > k:  # k is known to fit
+        g = min(guess, hi_k)
+        return _gallop_up(at, g, hi_k) if at(g) is not None else _gallop_down(at, g, k)
+    if not fits and guess is not None and guess < k and lo_k < k:  # k is known not to
+        g = max(guess, lo_k)
+        return _gallop_up(at, g, k - 1) if at(g) is not None else _gallop_down(at, g, lo_k)
+    return _gallop_up(at, k, hi_k) if fits else _gallop_down(at, k, lo_k)
+
+
+def _guess(
+    target: Target,
+    cfg: LaunchConfig,
+    here: tuple[int, Breakdown],
+    mult: int,
+    second: tuple[int, Breakdown] | None,
+) -> int | None:
+    """Where the exact boundary of `cfg` likely is, in steps of STEP: k plus as many steps as the
+    tightest device has room for by its exact figures at k (`here`: fewer where it is short),
+    each step costing what the exact figures grow by between k and a second step (`second`),
+    else what the hand-derived ones grow by from k to k + 1 (Target.evaluate); None where that
+    is not known. Only where _exact_boundary starts: a wrong guess costs a replay or two, never
+    another answer (the fit is monotone in the context)."""
+    k, exact = here
+    if second is not None:
+        j, then = second
+    else:
+        a = target.evaluate(replace(cfg, n_ctx=k * STEP * mult))
+        b = target.evaluate(replace(cfg, n_ctx=(k + 1) * STEP * mult))
+        if a is None or b is None:
+            return None
+        j, exact, then = k + 1, a[1], b[1]
+        if len(exact.devices) != len(here[1].devices):
+            return None
+    if len(then.devices) != len(exact.devices):
+        return None
+    steps = []
+    for d, a_d, b_d in zip(here[1].devices, exact.devices, then.devices, strict=True):
+        grow = then.hard_bytes(b_d) - exact.hard_bytes(a_d)  # over j - k steps
+        if d.usable_bytes is not None and grow * (j - k) > 0:
+            room = d.usable_bytes - here[1].hard_bytes(d)
+            steps.append(room * (j - k) // grow)
+    return k + min(steps) if steps else None
 
 
 def _gallop_up(at: Callable[[int], Choice | None], k: int, hi_k: int) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
+from ..facts.hparams import ModelFacts
 from ..machine.devices import DeviceSpec
 from ..units import MIB
 from .calibration import scaled_compute
@@ -48,6 +49,9 @@ from .weights import bytes_read_per_token, is_mapped, loaded_tensors, place_weig
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 # DeviceUsage.compute_source: the graph replay's figure, or the hand-derived peaks'
 COMPUTE_GRAPH, COMPUTE_ESTIMATE = "graph", "estimate"
+# MemoryModel.estimate's hand-derived parts kept per model (apart from remember's memo, which
+# holds the replays: these must not push them out)
+HAND_SIZE = 8192
 
 
 class SchedulerOverflowError(ConfigError):
@@ -66,6 +70,11 @@ class SchedulerOverflowError(ConfigError):
 
 class MemoryModel(ModelTensors):
     """Per-model precomputation; `estimate` turns a resolved config and devices into a Breakdown."""
+
+    def __init__(self, facts: ModelFacts) -> None:
+        super().__init__(facts)
+        # estimate's hand-derived parts (replay=False) by config and devices, before scaling
+        self._hand: dict[tuple[ResolvedConfig, tuple[DeviceSpec, ...], DeviceSpec], _Placed] = {}
 
     def estimate(
         self,
@@ -87,6 +96,36 @@ class MemoryModel(ModelTensors):
         per-device ratios of the replay to the hand-derived peaks). -fa auto is settled first
         (settle_flash_attn)."""
         rc = self.settle_flash_attn(rc, gpus, host, exact=replay)
+        scales = (compute_scale, compute_scales)
+        if replay:
+            placed, lmap, parts = self._parts(rc, gpus, host, True, scales)
+        else:
+            # the hand-derived parts depend on the config and the devices only, not on the
+            # scales: a plan's searches under other scales (solver.exact_choice's second
+            # solve, the trade-offs with the learned ratios) ask the same configs again
+            key = (rc, tuple(gpus), host)
+            hand = self._hand
+            found = hand.get(key)
+            if found is None:
+                if len(hand) >= HAND_SIZE:
+                    hand.clear()
+                found = hand[key] = self._parts(rc, gpus, host, False, (1.0, ()))
+            placed, lmap, parts = found
+            compute = scaled_compute(parts.compute, *scales, n_gpu=len(placed))
+            parts = parts._replace(compute=compute)
+        output = output_bytes(self.facts.n_vocab, self.facts.n_embd, rc)
+        return _breakdown(output, rc, lmap, placed, host, parts, reserve_bytes)
+
+    def _parts(
+        self,
+        rc: ResolvedConfig,
+        gpus: Sequence[DeviceSpec],
+        host: DeviceSpec,
+        replay: bool,
+        scales: tuple[float, Sequence[float]],
+    ) -> _Placed:
+        """estimate's devices in use, layer map and bytes per device index (the estimate's compute
+        scaled by `scales`)."""
         gpus, lmap, weights, moved = place_weights(self, rc, gpus)
         if replay:  # the exact figures: llama.cpp's own graph, which it may refuse to reserve
             overflow = self.scheduler_overflow(rc, lmap, gpus, moved)
@@ -102,11 +141,10 @@ class MemoryModel(ModelTensors):
             weights,
             kv_bytes(cells, per_stream, lmap, len(gpus), offload=rc.kv_offload),
             recurrent_bytes(self.facts, self.recurrent_prefix, rc, lmap, len(gpus)),
-            *self._compute(rc, lmap, gpus, host, moved, replay, (compute_scale, compute_scales)),
+            *self._compute(rc, lmap, gpus, host, moved, replay, scales),
             repack,
         )
-        output = output_bytes(self.facts.n_vocab, self.facts.n_embd, rc)
-        return _breakdown(output, rc, lmap, gpus, host, parts, reserve_bytes)
+        return gpus, lmap, parts
 
     def settle_flash_attn(
         self,
@@ -268,6 +306,10 @@ class _Parts(NamedTuple):
     compute: dict[int, int]
     compute_source: str  # COMPUTE_GRAPH or COMPUTE_ESTIMATE
     repack: int
+
+
+# MemoryModel._parts: the devices in use, the layer map and the bytes per device index
+_Placed = tuple[Sequence[DeviceSpec], LayerMap, _Parts]
 
 
 def output_bytes(n_vocab: int, n_embd: int, rc: ResolvedConfig) -> int:

@@ -37,11 +37,19 @@ run: the llama-server found is probed) and warm (the cache kept), and the plan's
 a child that had done its imports. Targets: the plan adds at most VS_CLICK_WALL s of wall time to
 the bare import (issue #34, "Done when"); at most COLD_PLAN_CPU s of CPU after imports and
 COLD_WALL s of wall time from a cold start, imports included (issue #36, item 5).
+
+    python scripts/bench/bench_plan.py --replays [--only TEXT]  # what each plan replays, and why
+
+--replays counts, per row, the graph replays a plan makes (MemoryModel._compute's calls of
+replay.device_compute_bytes / cpu_compute_bytes, each with the config it replays and the
+function of the plan that asked for it: exact_choice, _exact_boundary, marginal_costs, ...)
+and the graphs those allocate (alloc.Gallocr.reserve_n): call counts, the same on any machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -174,6 +182,86 @@ def rows(shapes: Path) -> list[tuple[str, list[str]]]:
         )
     )
     return out
+
+
+# a child that runs the plan with the replay entry points and the allocator counted, and writes
+# what it counted as JSON (--replays)
+_COUNTED = """
+import json, sys, traceback
+from llamafit.memory import model
+from llamafit.memory.graph import alloc
+from llamafit.cli import main
+ASKERS = ("exact_choice", "_exact_boundary", "marginal_costs", "tradeoffs", "settle_flash_attn")
+replays, graphs = [], [0]
+def counted(fn):
+    def run(facts, rc, *args):
+        names = [f.name for f in traceback.extract_stack()[:-1]]
+        asker = next((n for n in reversed(names) if n in ASKERS), names[-2])
+        replays.append([rc.n_ctx, rc.n_gpu_layers, rc.n_cpu_moe, rc.type_k.name.lower(),
+                        rc.type_v.name.lower(), rc.flash_attn, rc.n_ubatch, asker])
+        return fn(facts, rc, *args)
+    return run
+model.device_compute_bytes = counted(model.device_compute_bytes)
+model.cpu_compute_bytes = counted(model.cpu_compute_bytes)
+reserve_n = alloc.Gallocr.reserve_n
+def reserve_counted(self, graph):
+    graphs[0] += 1
+    return reserve_n(self, graph)
+alloc.Gallocr.reserve_n = reserve_counted
+sys.argv = ["llamafit", *ARGS]
+try:
+    main()
+except SystemExit:
+    pass
+open(OUT, "w").write(json.dumps({"replays": replays, "graphs": graphs[0]}))
+"""
+
+
+def replays_table(only: str) -> int:
+    """Per row: the replays a plan makes (each: context, -ngl, --n-cpu-moe, K/V, FA, -ub, who
+    asked) and the graphs they allocate."""
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        shapes = tmp / "shapes"
+        shapes.mkdir()
+        script = ROOT / "scripts" / "fixtures" / "make_shape_header.py"
+        subprocess.run(
+            [sys.executable, str(script), "--all", str(shapes)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        env = _env(tmp)
+        out = tmp / "counted.json"
+        total = [0, 0]
+        print(
+            "replays asked per plan (MemoryModel._compute's) and the graphs they allocate (a\n"
+            "replay that does not cover the devices declines: no graph)"
+        )
+        for label, a in rows(shapes):
+            if only not in label:
+                continue
+            args = ["plan", *a, "--ram", "64GiB"]
+            code = f"ARGS = {args!r}\nOUT = {str(out)!r}\n" + _COUNTED
+            subprocess.run(
+                [sys.executable, "-c", code],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
+            counted = json.loads(out.read_text())
+            total[0] += len(counted["replays"])
+            total[1] += counted["graphs"]
+            print(f"{label}: {len(counted['replays'])} replays, {counted['graphs']} graphs")
+            for ctx, ngl, cpu_moe, k, v, fa, ub, asker in counted["replays"]:
+                fa_text = "on" if fa else "off"
+                print(
+                    f"  -c {ctx:>7} -ngl {ngl:>3} cpu-moe {cpu_moe:>3} {k}/{v} fa {fa_text:<3} "
+                    f"-ub {ub:>4}  {asker}"
+                )
+        print(f"all rows: {total[0]} replays, {total[1]} graphs")
+    return 0
 
 
 def vulkan_bin() -> Path | None:
@@ -315,7 +403,11 @@ def main() -> int:
     ap.add_argument("--llama-check", action="store_true", help=what)
     what = "plan of the 94-layer MoE on two GPUs beside a bare `import click`"
     ap.add_argument("--vs-click", action="store_true", help=what)
+    what = "the graph replays each plan makes, and who asked (call counts)"
+    ap.add_argument("--replays", action="store_true", help=what)
     args = ap.parse_args()
+    if args.replays:
+        return replays_table(args.only)
     if args.vs_click:
         return vs_click_table(args.repeat)
     if args.llama_check:

@@ -5,6 +5,7 @@ some context and the exact one does not (the demo without flash attention: the h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,12 +13,19 @@ import pytest
 
 from llamafit.facts.hparams import build_facts
 from llamafit.fit.explain import plan
-from llamafit.fit.search import STEP, Target
-from llamafit.fit.solver import Policy, _compute_ratios, exact_choice, solve
-from llamafit.machine.devices import host
+from llamafit.fit.search import STEP, Target, largest
+from llamafit.fit.solver import (
+    Choice,
+    Policy,
+    _compute_ratios,
+    _exact_boundary,
+    exact_choice,
+    solve,
+)
+from llamafit.machine.devices import DeviceSpec, host
 from llamafit.memory.config import LaunchConfig, with_given
 from llamafit.memory.model import MemoryModel
-from llamafit.memory.resolve import resolve
+from llamafit.memory.resolve import ResolvedConfig, resolve
 from llamafit.reader.model import read_model
 from tests.support import FIXTURES, HAS_DEMO
 
@@ -139,3 +147,70 @@ def test_moves_up_to_the_exact_boundary(name: str, ctx: int) -> None:
         bigger = replace(c.cfg, n_ctx=(ctx + STEP) * c.rc.n_stream)
         rc = resolve(bigger, model.facts, engine="llama-server")
         assert not t.breakdown(bigger, rc).fits
+
+
+def _fits(t: Target, ctx: int) -> bool:
+    cfg = replace(GPU_FLAGS, n_ctx=ctx)
+    return t.breakdown(cfg, resolve(cfg, t.model.facts, engine="llama-server")).fits
+
+
+def _start(t: Target, ctx: int) -> Choice:
+    cfg = replace(GPU_FLAGS, n_ctx=ctx)
+    found = t.evaluate(cfg)
+    assert found is not None
+    return Choice(cfg, ctx, *found)
+
+
+# (RPC worker MiB, where the search starts and the second point given, in steps from the exact
+# boundary; None: no second point) -> the contexts it replays besides the start: the guess (off
+# by a step at most here) and the step next to it
+BOUNDARY_CASES = [
+    (600, 0, None, 1),  # the boundary itself: one step up, which does not fit
+    (600, -6, None, 2),  # the guess from the hand-derived growth per step
+    (600, 6, None, 2),
+    (600, -6, 3, 2),  # from the growth between two exact points
+    (600, 5, -2, 2),
+    (1000, -9, 4, 2),
+    (1000, 9, None, 2),
+]
+
+
+@pytest.mark.parametrize(("rpc_mib", "start", "second", "replays"), BOUNDARY_CASES)
+def test_the_boundary_from_any_start_is_the_bisection_of_the_exact_fit(
+    monkeypatch: pytest.MonkeyPatch, rpc_mib: int, start: int, second: int | None, replays: int
+) -> None:
+    """_exact_boundary starts where its guess puts the boundary (_guess: the room the exact
+    figures leave over what a step costs), which changes how many contexts it replays, never the
+    answer: the largest context whose replayed breakdown fits, as a bisection over every context
+    finds it."""
+    t = _two_devices(rpc_mib << 20)
+    hi_k = t.model.facts.n_ctx_train // STEP
+    edge = largest(1, hi_k, lambda k: _fits(t, k * STEP))
+    assert edge is not None and edge + 9 < hi_k
+    begin = _start(t, (edge + start) * STEP)
+    also = None
+    if second is not None:
+        cfg = replace(GPU_FLAGS, n_ctx=(edge + second) * STEP)
+        also = (cfg, t.breakdown(cfg, resolve(cfg, t.model.facts, engine="llama-server")))
+    asked: list[int] = []
+    made = MemoryModel._parts
+
+    def counted(
+        self: MemoryModel,
+        rc: ResolvedConfig,
+        gpus: Sequence[DeviceSpec],
+        host: DeviceSpec,
+        replay: bool,
+        scales: tuple[float, Sequence[float]],
+    ) -> object:
+        if replay:
+            asked.append(rc.n_ctx)
+        return made(self, rc, gpus, host, replay, scales)
+
+    model = _two_devices(rpc_mib << 20).model  # a model no replay has been memoized on yet
+    t = replace(t, model=model)
+    monkeypatch.setattr(MemoryModel, "_parts", counted)
+    got = _exact_boundary(t, GPU_FLAGS, begin, STEP, hi_k * STEP, also=also)
+    assert got is not None and got.ctx == edge * STEP
+    exact = [c for c in asked if c != begin.ctx]
+    assert len(set(exact)) == len(exact) == replays
