@@ -468,12 +468,16 @@ def _placed(
             hit = made[key] = (t, with_field(t, k, value))
         return hit[1]
 
-    for i, t in enumerate(tensors):
-        if t.data and t.buffer is not None and not t.name.startswith("cache_"):
-            tensors[i] = t = placed(t, _USAGE, USAGE_WEIGHTS)
-    for i, t in enumerate(tensors):
-        if t.pin_layer == -1:
-            continue
+    # the tensors to change, found by comprehensions (a plain loop over every tensor costs more)
+    weights = [
+        i
+        for i, t in enumerate(tensors)
+        if t.data and t.buffer is not None and not t.name.startswith("cache_")
+    ]
+    for i in weights:
+        tensors[i] = placed(tensors[i], _USAGE, USAGE_WEIGHTS)
+    for i in [i for i, t in enumerate(tensors) if t.pin_layer != -1]:
+        t = tensors[i]
         if t.pin_layer == PIN_CPU:
             tensors[i] = placed(t, _BACKEND, cpu)
             continue
