@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import NamedTuple
 
 from ...errors import LlamafitError
 from .nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
@@ -268,28 +267,18 @@ _ALLOC, _REUSE, _REUSE_VIEW, _FREE = 0, 1, 2, 3
 
 
 _Placed = list[tuple[int, int, int] | None]
+_Alloc = Callable[[int, int], None]  # (tensor, buffer id)
+_Free = Callable[[int], None]  # (tensor)
+_Reuse = Callable[[int, int, int], None]  # (tensor, parent, the tensor whose extra space is freed)
 
 
-class _Placer(NamedTuple):
-    """The steps of one ggml_gallocr_alloc_graph_impl pass over a graph's tensors from reset
-    allocators (closures over plain lists), and those lists: per tensor, the address placed and
-    struct hash_node's buffer id, chunk and offset, and per buffer id the sizes
-    ggml_backend_buft_get_alloc_size gives (-1: not asked yet; size_of asks)."""
-
-    alloc: Callable[[int, int], None]  # a new block (tensor, buffer id)
-    free: Callable[[int], None]  # a free (tensor)
-    # an in-place reuse (tensor, parent, the tensor whose extra space is freed)
-    reuse: Callable[[int, int, int], None]
-    size_of: Callable[[int, int], int]  # (buffer id, tensor)
-    placed: _Placed
-    sized: list[list[int]]
-    buffer_id: list[int]
-    chunk: list[int]
-    offset: list[int]
-
-
-def _placer(graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr]) -> _Placer:
-    """The _Placer of one pass over `graph` on `bufts`, placing in `tallocs`."""
+def _placer(
+    graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr]
+) -> tuple[_Alloc, _Free, _Reuse, _Placed]:
+    """The steps of one ggml_gallocr_alloc_graph_impl pass over `graph` from reset allocators
+    (`tallocs`): a new block (alloc), a free (free), an in-place reuse (reuse), and the address of
+    each tensor they placed; closures over plain lists, per tensor: struct hash_node's buffer id,
+    chunk and offset, and per buffer id the sizes ggml_backend_buft_get_alloc_size gives."""
     tensors = graph.tensors
     n_t = len(tensors)
     nbytes: list[int] = list(map(_NBYTES, tensors))
@@ -352,7 +341,7 @@ def _placer(graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTall
                 chunk[extra_of], offset[extra_of] + node_size, parent_size - node_size
             )
 
-    return _Placer(alloc, free, reuse, size_of, placed, sized, buffer_id, chunk, offset)
+    return alloc, free, reuse, placed
 
 
 def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
@@ -363,16 +352,13 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
 ) -> _Placed:
     """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor.
 
-    ggml_gallocr_allocate_node and ggml_gallocr_free_node are inlined in the loops (tens of
-    thousands of calls per graph), as is ggml_backend_buft_get_alloc_size (`sized`).
+    The steps it takes (a new block, a free, an in-place reuse) are _placer's, which _replay
+    shares; the walk over the graph's plain lists of ints decides them.
     `record`: an empty AllocRecord, filled with this pass's steps."""
     tensors = graph.tensors
     n_t = len(tensors)
     n_buf = len(bufts)
-    run = _placer(graph, bufts, tallocs)
-    # the hot steps below are inlined (alloc and free, on run's lists)
-    reuse, size_of, placed, sized = run.reuse, run.size_of, run.placed, run.sized
-    buffer_id, chunk, offset = run.buffer_id, run.chunk, run.offset
+    alloc, free, reuse, placed = _placer(graph, bufts, tallocs)
     flags: list[int] = list(map(_FLAGS, tensors))
     view_src: list[int | None] = list(map(_VIEW_SRC, tensors))
     # the sources without the empty slots (a tuple without None is kept as it is)
@@ -432,15 +418,7 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
                     return
         if recording:
             steps.append((_ALLOC, node, bid))
-        # run.alloc, inlined
-        size = sized[bid][node]
-        if size < 0:
-            size = size_of(bid, node)
-        c, off = tallocs[bid].alloc(size)
-        buffer_id[node] = bid
-        chunk[node] = c
-        offset[node] = off
-        placed[node] = (bid, c, off)
+        alloc(node, bid)
 
     def free_node(node: int) -> None:
         """ggml_gallocr_free_node: graph outputs are never freed."""
@@ -448,12 +426,7 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
             return
         if recording:
             steps.append((_FREE, node, 0))
-        # run.free, inlined
-        bid = buffer_id[node]
-        size = sized[bid][node]
-        if size < 0:
-            size = size_of(bid, node)
-        tallocs[bid].free_bytes(chunk[node], offset[node], size)
+        free(node)
         state[node] = 0
 
     leaf_ids = graph.leaf_buffer_ids or (0,) * len(graph.leafs)
@@ -516,8 +489,7 @@ def _replay(
 ) -> _Placed:
     """_alloc_graph of a graph that `record` fits (AllocRecord.fits): its steps, at this graph's
     sizes, without the walk over the graph that decides them."""
-    run = _placer(graph, bufts, tallocs)
-    alloc, free, reuse = run.alloc, run.free, run.reuse
+    alloc, free, reuse, placed = _placer(graph, bufts, tallocs)
     tensors = graph.tensors
     for kind, a, b in record.steps:
         if kind == _ALLOC:
@@ -530,7 +502,7 @@ def _replay(
             vs = tensors[b].view_src
             assert vs is not None
             reuse(a, b, vs)
-    return run.placed
+    return placed
 
 
 def _same_layout(a: Tensor, b: Tensor) -> bool:

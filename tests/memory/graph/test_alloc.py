@@ -35,6 +35,7 @@ from llamafit.memory.graph.backends.cpu import CPU
 from llamafit.memory.graph.backends.vulkan import vulkan_host_buffer_type
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
 from scripts.fixtures import make_shapes
+from tests.memory.graph.test_resplit import PLANS
 from tests.support import (
     VK_RPC_BIN_ABSENT,
     installed,
@@ -533,14 +534,8 @@ def test_a_record_declines_another_structure(other: Graph, bufts: list[BufferTyp
     assert record.graph is other
 
 
-# a plan that replays one placement at several cache sizes (replay.Splits keeps each split graph's
-# AllocRecord): the MoE on two CUDA devices, a dense model on a Vulkan device
-PLANS = [
-    ("qwen3-30b-a3b", ["--gpu", "12GiB,12GiB", "--ram", "64GiB"]),
-    ("llama3.1-8b", ["--gpu", "6GiB", "--backend", "vulkan", "--ram", "64GiB"]),
-]
-
-
+# test_resplit's plans: each replays one placement at several cache sizes (replay.Splits keeps
+# each split graph's AllocRecord)
 @pytest.mark.parametrize(("shape", "args"), PLANS)
 def test_a_plans_reserves_from_records(
     shape: str, args: list[str], shapes_dir: Path, monkeypatch: pytest.MonkeyPatch
