@@ -259,17 +259,106 @@ def _owners(bufts: Sequence[BufferType]) -> tuple[int, ...]:
     return tuple(first.setdefault(b.name, i) for i, b in enumerate(bufts))
 
 
-def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
+# AllocRecord.steps: (kind, tensor, buffer id or parent) of each ggml_gallocr_allocate_node that took
+# a new block (_ALLOC, tensor, buffer id) or reused a parent's in place (_REUSE, tensor, parent;
+# _REUSE_VIEW: a view parent's, the extra space freed of its view source), and of each
+# ggml_gallocr_free_node that freed (_FREE, tensor, 0), in order
+_ALLOC, _REUSE, _REUSE_VIEW, _FREE = 0, 1, 2, 3
+
+
+_Placed = list[tuple[int, int, int] | None]
+_Alloc = Callable[[int, int], None]  # (tensor, buffer id)
+_Free = Callable[[int], None]  # (tensor)
+_Reuse = Callable[[int, int, int], None]  # (tensor, parent, the tensor whose extra space is freed)
+
+
+def _placer(
     graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr]
-) -> list[tuple[int, int, int] | None]:
+) -> tuple[_Alloc, _Free, _Reuse, _Placed]:
+    """The steps of one ggml_gallocr_alloc_graph_impl pass over `graph` from reset allocators
+    (`tallocs`): a new block (alloc), a free (free), an in-place reuse (reuse), and the address of
+    each tensor they placed; closures over plain lists, per tensor: struct hash_node's buffer id,
+    chunk and offset, and per buffer id the sizes ggml_backend_buft_get_alloc_size gives."""
+    tensors = graph.tensors
+    n_t = len(tensors)
+    nbytes: list[int] = list(map(_NBYTES, tensors))
+    # ggml_backend_buft_get_alloc_size per buffer id and tensor: ggml_nbytes where the buffer
+    # type has no rule of its own, else its rule's answer, asked once (-1: not asked yet; a tensor
+    # is sized when allocated and again when freed)
+    sizers = [b.alloc_size for b in bufts]
+    sized = [nbytes if fn is None else [-1] * n_t for fn in sizers]
+    buffer_id = [0] * n_t
+    chunk = [0] * n_t
+    offset = [0] * n_t
+    placed: _Placed = [None] * n_t
+
+    def size_of(bid: int, t: int) -> int:
+        """ggml_backend_buft_get_alloc_size."""
+        known = sized[bid]
+        size = known[t]
+        if size < 0:
+            fn = sizers[bid]
+            assert fn is not None
+            size = known[t] = fn(tensors, t)
+        return size
+
+    def alloc(node: int, bid: int) -> None:
+        """ggml_gallocr_allocate_node's new block (ggml_dyn_tallocr_alloc)."""
+        size = sized[bid][node]
+        if size < 0:
+            size = size_of(bid, node)
+        c, off = tallocs[bid].alloc(size)
+        buffer_id[node] = bid
+        chunk[node] = c
+        offset[node] = off
+        placed[node] = (bid, c, off)
+
+    def free(node: int) -> None:
+        """ggml_gallocr_free_node of a tensor that is not a graph output."""
+        bid = buffer_id[node]
+        size = sized[bid][node]
+        if size < 0:
+            size = size_of(bid, node)
+        tallocs[bid].free_bytes(chunk[node], offset[node], size)
+
+    def reuse(node: int, parent: int, extra_of: int) -> None:
+        """ggml_gallocr_allocate_node in place: the node takes its parent's address, and
+        ggml_gallocr_free_extra_space frees the tail of `extra_of` (the parent, or its view
+        source) that a smaller node leaves."""
+        buffer_id[node] = buffer_id[parent]
+        chunk[node] = chunk[parent]
+        offset[node] = offset[parent]
+        placed[node] = (buffer_id[node], chunk[node], offset[node])
+        parent_size = size_of(buffer_id[extra_of], extra_of)
+        node_size = size_of(buffer_id[node], node)
+        if parent_size < node_size:
+            raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
+        p_alloc = tallocs[buffer_id[extra_of]]
+        parent_size = _align(parent_size, p_alloc.alignment)
+        node_size = _align(node_size, p_alloc.alignment)
+        if parent_size > node_size:
+            p_alloc.free_bytes(
+                chunk[extra_of], offset[extra_of] + node_size, parent_size - node_size
+            )
+
+    return alloc, free, reuse, placed
+
+
+def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
+    graph: Graph,
+    bufts: Sequence[BufferType],
+    tallocs: Sequence[DynTallocr],
+    record: AllocRecord | None = None,
+) -> _Placed:
     """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor.
 
-    ggml_gallocr_allocate_node and ggml_gallocr_free_node are inlined in the loops (tens of
-    thousands of calls per graph), as is ggml_backend_buft_get_alloc_size (`sized`)."""
+    The steps it takes (a new block, a free, an in-place reuse) are _placer's, which _replay
+    shares; the walk over the graph's plain lists of ints decides them.
+    `record`: an empty AllocRecord, filled with this pass's steps."""
     tensors = graph.tensors
     n_t = len(tensors)
     n_buf = len(bufts)
-    nbytes: list[int] = list(map(_NBYTES, tensors))
+    alloc, free, reuse, placed = _placer(graph, bufts, tallocs)
     flags: list[int] = list(map(_FLAGS, tensors))
     view_src: list[int | None] = list(map(_VIEW_SRC, tensors))
     # the sources without the empty slots (a tuple without None is kept as it is)
@@ -282,56 +371,15 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
     # ggml_gallocr_is_allocated for a tensor that is not a view
     state = [2 if t.data or t.buffer is not None or t.view_src is not None else 0 for t in tensors]
     inplace = [op in INPLACE_OPS for op in map(_OP, tensors)]
-    # ggml_backend_buft_get_alloc_size per buffer id and tensor: ggml_nbytes where the buffer
-    # type has no rule of its own, else its rule's answer, asked once (-1: not asked yet; a tensor
-    # is sized when allocated and again when freed)
-    sizers = [b.alloc_size for b in bufts]
-    sized = [nbytes if fn is None else [-1] * n_t for fn in sizers]
-
-    # struct hash_node, per tensor index
+    # struct hash_node's counts, per tensor index
     n_children = [0] * n_t
     n_views = [0] * n_t
-    buffer_id = [0] * n_t
-    chunk = [0] * n_t
-    offset = [0] * n_t
-    placed: list[tuple[int, int, int] | None] = [None] * n_t
+    # what the pass decides (AllocRecord)
+    recording = record is not None
+    steps: list[tuple[int, int, int]] = [] if record is None else record.steps
+    layouts: list[tuple[int, int, bool]] = [] if record is None else record.layouts
 
-    def size_of(bid: int, t: int) -> int:
-        """ggml_backend_buft_get_alloc_size."""
-        known = sized[bid]
-        size = known[t]
-        if size < 0:
-            fn = sizers[bid]
-            assert fn is not None
-            size = known[t] = fn(tensors, t)
-        return size
-
-    def same_layout(a: int, b: int) -> bool:
-        """ggml-impl.h ggml_are_same_layout."""
-        ta = tensors[a]
-        tb = tensors[b]
-        return ta.type == tb.type and ta.ne == tb.ne and ta.nb == tb.nb
-
-    def free_extra_space(node: int, parent: int) -> None:
-        """ggml_gallocr_free_extra_space: free the parent's tail a smaller in-place node leaves."""
-        parent_size = size_of(buffer_id[parent], parent)
-        node_size = size_of(buffer_id[node], node)
-        if parent_size < node_size:
-            raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
-        p_alloc = tallocs[buffer_id[parent]]
-        parent_size = _align(parent_size, p_alloc.alignment)
-        node_size = _align(node_size, p_alloc.alignment)
-        if parent_size > node_size:
-            p_alloc.free_bytes(chunk[parent], offset[parent] + node_size, parent_size - node_size)
-
-    def reuse(node: int, parent: int) -> None:
-        buffer_id[node] = buffer_id[parent]
-        chunk[node] = chunk[parent]
-        offset[node] = offset[parent]
-        placed[node] = (buffer_id[node], chunk[node], offset[node])
-        state[parent] = 0  # avoid freeing the parent
-
-    def allocate_node(node: int, bid: int) -> None:
+    def allocate_node(node: int, bid: int) -> None:  # noqa: C901 (ggml port: kept diffable)
         """ggml_gallocr_allocate_node, for a tensor not yet allocated, not external and not a view
         (the callers test `state` first: the C function's first check)."""
         state[node] = 1
@@ -344,43 +392,41 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
                 # outputs cannot be reused
                 if flags[parent] & FLAG_OUTPUT or (vs is not None and flags[vs] & FLAG_OUTPUT):
                     continue
-                if not same_layout(node, parent):
+                same = _same_layout(tensors[node], tensors[parent])
+                if recording:
+                    layouts.append((node, parent, same))
+                if not same or n_children[parent] != 1 or n_views[parent] != 0:
                     continue
-                if n_children[parent] == 1 and n_views[parent] == 0:
-                    if vs is not None:
-                        # unreachable at reserve (a view is never allocated by ggml-alloc), kept
-                        # as in the C code; data pointers compared as "set or not"
-                        if (
-                            n_views[vs] == 1
-                            and n_children[vs] == 0
-                            and tensors[vs].data == tensors[parent].data
-                        ):
-                            reuse(node, parent)
-                            state[vs] = 0
-                            free_extra_space(node, vs)
-                            return
-                    else:
-                        reuse(node, parent)
-                        free_extra_space(node, parent)
-                        return
-        size = sized[bid][node]
-        if size < 0:
-            size = size_of(bid, node)
-        c, off = tallocs[bid].alloc(size)
-        buffer_id[node] = bid
-        chunk[node] = c
-        offset[node] = off
-        placed[node] = (bid, c, off)
+                if vs is None:
+                    if recording:
+                        steps.append((_REUSE, node, parent))
+                    state[parent] = 0  # avoid freeing the parent
+                    reuse(node, parent, parent)
+                    return
+                # unreachable at reserve (a view is never allocated by ggml-alloc), kept as in
+                # the C code; data pointers compared as "set or not"
+                if (
+                    n_views[vs] == 1
+                    and n_children[vs] == 0
+                    and tensors[vs].data == tensors[parent].data
+                ):
+                    if recording:
+                        steps.append((_REUSE_VIEW, node, parent))
+                    state[parent] = 0
+                    state[vs] = 0
+                    reuse(node, parent, vs)
+                    return
+        if recording:
+            steps.append((_ALLOC, node, bid))
+        alloc(node, bid)
 
     def free_node(node: int) -> None:
         """ggml_gallocr_free_node: graph outputs are never freed."""
         if flags[node] & FLAG_OUTPUT:
             return
-        bid = buffer_id[node]
-        size = sized[bid][node]
-        if size < 0:
-            size = size_of(bid, node)
-        tallocs[bid].free_bytes(chunk[node], offset[node], size)
+        if recording:
+            steps.append((_FREE, node, 0))
+        free(node)
         state[node] = 0
 
     leaf_ids = graph.leaf_buffer_ids or (0,) * len(graph.leafs)
@@ -432,7 +478,93 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
                         free_node(vs)
                 elif state[parent] == 1:
                     free_node(parent)
+    if record is not None:
+        record.graph = graph
+        record.bufts = tuple(bufts)
     return placed
+
+
+def _replay(
+    graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr], record: AllocRecord
+) -> _Placed:
+    """_alloc_graph of a graph that `record` fits (AllocRecord.fits): its steps, at this graph's
+    sizes, without the walk over the graph that decides them."""
+    alloc, free, reuse, placed = _placer(graph, bufts, tallocs)
+    tensors = graph.tensors
+    for kind, a, b in record.steps:
+        if kind == _ALLOC:
+            alloc(a, b)
+        elif kind == _FREE:
+            free(a)
+        elif kind == _REUSE:
+            reuse(a, b, b)
+        else:
+            vs = tensors[b].view_src
+            assert vs is not None
+            reuse(a, b, vs)
+    return placed
+
+
+def _same_layout(a: Tensor, b: Tensor) -> bool:
+    """ggml-impl.h ggml_are_same_layout."""
+    return a.type == b.type and a.ne == b.ne and a.nb == b.nb
+
+
+def _alloc_structure(t: Tensor) -> tuple[object, ...]:
+    """What ggml_gallocr_alloc_graph_impl reads of a tensor besides its type and shape (which
+    only ggml_are_same_layout and the sizes read): its op, flags, sources, view source, and
+    whether it has memory already (the data pointers of a view and its source compared)."""
+    return (t.op, t.flags, t.src, t.view_src, t.data, t.buffer is not None)
+
+
+class AllocRecord:
+    """The steps one ggml_gallocr_alloc_graph_impl pass took (_alloc_graph(record=...)): each
+    ggml_gallocr_allocate_node that took a new block or reused a parent's, and each
+    ggml_gallocr_free_node that freed, in order; and each ggml_are_same_layout it asked, with
+    its answer. Which steps the pass takes follows from the graph's structure (its node and leaf
+    lists with their buffer ids, and per tensor _alloc_structure) and those answers alone; the
+    sizes decide only where each block lands. So a graph of the same structure whose tensors of
+    another shape answer every layout question alike takes the same steps (`fits`): a config at
+    another cache size (sched.resplit's graphs), which _replay places without walking it."""
+
+    __slots__ = ("graph", "bufts", "steps", "layouts")
+
+    def __init__(self) -> None:
+        self.graph: Graph | None = None
+        self.bufts: tuple[BufferType, ...] = ()
+        self.steps: list[tuple[int, int, int]] = []
+        self.layouts: list[tuple[int, int, bool]] = []
+
+    def reset(self) -> None:
+        """Forget the recorded pass."""
+        self.graph, self.bufts, self.steps, self.layouts = None, (), [], []
+
+    def fits(self, graph: Graph, bufts: Sequence[BufferType]) -> bool:
+        """Whether `graph` on `bufts` takes the recorded steps."""
+        old = self.graph
+        if old is None or tuple(bufts) != self.bufts:
+            return False
+        if graph is old:
+            return True
+        if (
+            graph.nodes != old.nodes
+            or graph.leafs != old.leafs
+            or graph.node_buffer_ids != old.node_buffer_ids
+            or graph.leaf_buffer_ids != old.leaf_buffer_ids
+            or len(graph.tensors) != len(old.tensors)
+        ):
+            return False
+        new_t, old_t = graph.tensors, old.tensors
+        changed = set()
+        for i in [i for i, a, b in zip(range(len(new_t)), new_t, old_t, strict=True) if a is not b]:
+            if _alloc_structure(new_t[i]) != _alloc_structure(old_t[i]):
+                return False
+            changed.add(i)
+        return all(
+            _same_layout(new_t[a], new_t[b]) == same
+            for a, b, same in self.layouts
+            if a in changed or b in changed
+        )
 
 
 _NBYTES = attrgetter("nbytes")
@@ -480,12 +612,20 @@ class Gallocr:
         self.buffers: list[tuple[int, ...] | None] = [None] * len(self.bufts)
         self.last: Allocation | None = None
 
-    def reserve_n(self, graph: Graph) -> tuple[int, ...]:
+    def reserve_n(self, graph: Graph, record: AllocRecord | None = None) -> tuple[int, ...]:
         """ggml-alloc.c ggml_gallocr_reserve_n: allocate `graph`, grow the buffers that need it;
-        ggml_gallocr_get_buffer_size per buffer id after it."""
+        ggml_gallocr_get_buffer_size per buffer id after it. `record`: the AllocRecord of an
+        earlier reserve, whose steps this one takes where they fit the graph; else it is
+        allocated afresh and its steps recorded in `record` instead."""
         for t in self.tallocs:
             t.reset()
-        placed = _alloc_graph(graph, self.bufts, self.tallocs)
+        if record is not None and record.fits(graph, self.bufts):
+            placed = _replay(graph, self.bufts, self.tallocs, record)
+        elif record is not None:
+            record.reset()
+            placed = _alloc_graph(graph, self.bufts, self.tallocs, record=record)
+        else:
+            placed = _alloc_graph(graph, self.bufts, self.tallocs)
         for i, buft in enumerate(self.bufts):
             if self.owner[i] != i:
                 # the buffer type is used multiple times: reuse the same buffer

@@ -513,21 +513,22 @@ def _freeze(t: T, frozen: dict[tuple[object, ...], Tensor]) -> Tensor:
     )
     hit = frozen.get(key)
     if hit is None:
+        # positional (nodes.Tensor's field order): a named tuple's keywords cost a third more
         hit = frozen[key] = Tensor(
-            name=t.name,
-            op=t.op,
-            type=t.type,
-            ne=t.ne,
-            nb=t.nb,
-            nbytes=nbytes(t),
-            flags=t.flags,
-            src=src,
-            view_src=vi,
-            view_offs=t.view_offs,
-            data=t.data,
-            buffer=t.buffer,
-            desc=t.desc,
-            pin_layer=t.pin_layer,
+            t.name,
+            t.op,
+            t.type,
+            t.ne,
+            t.nb,
+            nbytes(t),
+            t.flags,
+            src,
+            vi,
+            t.view_offs,
+            t.data,
+            t.buffer,
+            t.desc,
+            t.pin_layer,
         )
     return hit
 

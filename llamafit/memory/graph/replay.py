@@ -39,7 +39,7 @@ from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from ...reader.ggml_types import GGML_TYPE_NAMES
-from .alloc import AllocError, BufferType, Gallocr
+from .alloc import AllocError, AllocRecord, BufferType, Gallocr
 from .backends.blas import blas_backend
 from .backends.cpu import CPU, cpu_backend
 from .backends.cuda import (
@@ -469,12 +469,16 @@ def _placed(
             hit = made[key] = (t, with_field(t, k, value))
         return hit[1]
 
-    for i, t in enumerate(tensors):
-        if t.data and t.buffer is not None and not t.name.startswith("cache_"):
-            tensors[i] = t = placed(t, _USAGE, USAGE_WEIGHTS)
-    for i, t in enumerate(tensors):
-        if t.pin_layer == -1:
-            continue
+    # the tensors to change, found by comprehensions (a plain loop over every tensor costs more)
+    weights = [
+        i
+        for i, t in enumerate(tensors)
+        if t.data and t.buffer is not None and not t.name.startswith("cache_")
+    ]
+    for i in weights:
+        tensors[i] = placed(tensors[i], _USAGE, USAGE_WEIGHTS)
+    for i in [i for i, t in enumerate(tensors) if t.pin_layer != -1]:
+        t = tensors[i]
         if t.pin_layer == PIN_CPU:
             tensors[i] = placed(t, _BACKEND, cpu)
             continue
@@ -488,8 +492,9 @@ class Splits:
     """The scheduler's backends for one build, op offload batch and set of devices, and the
     splits of the last few graphs replayed on them (split_graph's SplitRecord), newest last: a graph of
     the same structure (one config at other cache sizes: solver._exact_boundary,
-    explain.marginal_costs) is split from them (sched.resplit). The caller keeps one per model
-    and key (MemoryModel.remember: gone with the model's memo)."""
+    explain.marginal_costs) is split from them (sched.resplit), and allocated by the steps its
+    split graph took (alloc.AllocRecord). The caller keeps one per model and key
+    (MemoryModel.remember: gone with the model's memo)."""
 
     KEPT = 8
 
@@ -498,22 +503,25 @@ class Splits:
     ) -> None:
         self.key = (build, op_offload_min_batch, gpus)
         self.backends, self.bufts = _backends(build, op_offload_min_batch, gpus)
-        self.records: list[tuple[object, SplitRecord]] = []
+        self.records: list[tuple[object, SplitRecord, AllocRecord]] = []
 
-    def split(self, graph: Graph, n_copies: int, op_offload: bool, like: object) -> SplitGraph:
+    def split(
+        self, graph: Graph, n_copies: int, op_offload: bool, like: object
+    ) -> tuple[SplitGraph, AllocRecord]:
         """split_graph(graph, self.backends, n_copies=n_copies, op_offload=op_offload): through
         resplit from the split of an earlier graph made `like` this one (the same config but for
-        the cache sizes), where resplit answers for it."""
+        the cache sizes), where resplit answers for it; with the AllocRecord to reserve the split
+        graph with (Gallocr.reserve_n: that earlier split graph's steps, where they fit)."""
         all_inputs = since("sched_all_inputs", self.key[0])
         options = (n_copies, op_offload, HOST_BUFTS, 0, all_inputs)
         records = self.records
         for k in range(len(records) - 1, -1, -1):
-            made, rec = records[k]
+            made, rec, steps = records[k]
             if made == like and rec.options == options:
                 out = resplit(rec, graph)
                 if out is not None:
                     records.append(records.pop(k))
-                    return out
+                    return out, steps
         rec = SplitRecord()
         out = split_graph(
             graph,
@@ -523,9 +531,10 @@ class Splits:
             all_inputs=all_inputs,
             record=rec,
         )
-        records.append((like, rec))
+        steps = AllocRecord()
+        records.append((like, rec, steps))
         del records[: -self.KEPT]
-        return out
+        return out, steps
 
 
 def splits_key(
@@ -772,20 +781,19 @@ def device_compute_bytes(
                 return None
             if cuda and not cuda_graph_ok(graph, rc.build):
                 return None
-            split = (
-                split_graph(
+            if splits is None:
+                split = split_graph(
                     graph,
                     backends,
                     n_copies=copies,
                     op_offload=rc.op_offload,
                     all_inputs=since("sched_all_inputs", rc.build),
                 )
-                if splits is None
-                else splits.split(
-                    graph, copies, rc.op_offload, replace(config, kv_size=0, kv_size_swa=0)
-                )
-            )
-            sizes = gallocr.reserve_n(split.graph)
+                sizes = gallocr.reserve_n(split.graph)
+            else:
+                like = replace(config, kv_size=0, kv_size_swa=0)
+                split, steps = splits.split(graph, copies, rc.op_offload, like)
+                sizes = gallocr.reserve_n(split.graph, steps)
     except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit, UnplacedRule):
         return None
     out = {d: sizes[d] for d in range(len(gpus))}

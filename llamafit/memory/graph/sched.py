@@ -40,7 +40,7 @@ from .nodes import (
     USAGE_WEIGHTS,
     Graph,
     Tensor,
-    tensor_values,
+    tensor_of,
 )
 
 GGML_MAX_SRC = 10
@@ -87,11 +87,11 @@ _FLAGS = TENSOR_FIELDS.index("flags")
 
 
 def _changed(t: Tensor, src: tuple[int | None, ...], flags: int) -> Tensor:
-    """t with other sources and flags (dataclasses.replace, without its per-call cost)."""
-    values = list(tensor_values(t))
+    """t with other sources and flags."""
+    values = list(t)
     values[_SRC] = src
     values[_FLAGS] = flags
-    return Tensor(*values)
+    return tensor_of(values)
 
 
 def _always(_tensors: Sequence[Tensor], _i: int) -> bool:
@@ -554,31 +554,34 @@ def _view_of(table: Sequence[Tensor], src_i: int, src: tuple[int, ...]) -> Tenso
     t = table[src_i]
     v = t.view_src
     base, offs = (src_i, 0) if v is None else (v, t.view_offs)
+    # positional (nodes.Tensor's field order): faster than its keywords
     return Tensor(
-        name=f"{t.name} (view)"[: GGML_MAX_NAME - 1],
-        op="NONE",
-        type=t.type,
-        ne=t.ne,
-        nb=t.nb,
-        nbytes=t.nbytes,
-        src=src,
-        view_src=base,
-        view_offs=offs,
-        data=table[base].data,
-        desc="NONE",
+        f"{t.name} (view)"[: GGML_MAX_NAME - 1],
+        "NONE",
+        t.type,
+        t.ne,
+        t.nb,
+        t.nbytes,
+        0,  # flags
+        src,
+        base,  # view_src
+        offs,  # view_offs
+        table[base].data,
+        None,  # buffer
+        "NONE",  # desc
     )
 
 
 def _dup(t: Tensor, name: str, flags: int) -> Tensor:
     """ggml_dup_tensor_layout: same type, shape and strides, no op, no data."""
     return Tensor(
-        name=name[: GGML_MAX_NAME - 1],
-        op="NONE",
-        type=t.type,
-        ne=t.ne,
-        nb=t.nb,
-        nbytes=t.nbytes,
-        flags=flags,
+        name[: GGML_MAX_NAME - 1],
+        "NONE",
+        t.type,
+        t.ne,
+        t.nb,
+        t.nbytes,
+        flags,
         desc="NONE",
     )
 

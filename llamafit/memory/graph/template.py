@@ -305,21 +305,22 @@ class _Template:
                 v = [a + b * kv + c * swa for a, b, c in lins]
                 ne = (v[0], v[1], v[2], v[3])
                 nb = (v[4], v[5], v[6], v[7])
+                # positional (nodes.Tensor's field order): faster than its keywords
                 tensors[i] = Tensor(
-                    name=t.name,
-                    op=t.op,
-                    type=t.type,
-                    ne=ne,
-                    nb=nb,
-                    nbytes=nbytes_of(t.type, ne, nb),
-                    flags=t.flags,
-                    src=t.src,
-                    view_src=t.view_src,
-                    view_offs=v[8],
-                    data=t.data,
-                    buffer=t.buffer,
-                    desc=t.desc,
-                    pin_layer=t.pin_layer,
+                    t.name,
+                    t.op,
+                    t.type,
+                    ne,
+                    nb,
+                    nbytes_of(t.type, ne, nb),
+                    t.flags,
+                    t.src,
+                    t.view_src,
+                    v[8],
+                    t.data,
+                    t.buffer,
+                    t.desc,
+                    t.pin_layer,
                 )
         if (
             config.weights,

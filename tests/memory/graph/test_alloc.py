@@ -12,14 +12,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from llamafit.cli import cli
+from llamafit.memory.graph import alloc
 from llamafit.memory.graph.alloc import (
     SIZE_MAX,
     AllocError,
+    AllocRecord,
     BufferType,
     DynTallocr,
     Gallocr,
@@ -29,6 +34,8 @@ from llamafit.memory.graph.alloc import (
 from llamafit.memory.graph.backends.cpu import CPU
 from llamafit.memory.graph.backends.vulkan import vulkan_host_buffer_type
 from llamafit.memory.graph.nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
+from scripts.fixtures import make_shapes
+from tests.memory.graph.test_resplit import PLANS
 from tests.support import (
     VK_RPC_BIN_ABSENT,
     installed,
@@ -37,6 +44,8 @@ from tests.support import (
     vulkan_rpc_bin_dir,
 )
 from tests.support.alloc_cases import CASES, GRAPHS, read_fixture, record, replay
+
+replay_steps = alloc._replay
 
 HUGE = SIZE_MAX // 2  # the free block a new chunk starts with when the buffer type has no limit
 
@@ -460,6 +469,98 @@ def test_gallocr_buffer_sizes_over_reserves(
     galloc = Gallocr([buft])
     assert galloc.sizes() == (0,)
     assert [galloc.reserve_n(g)[0] for g in graphs] == sizes
+
+
+# --- the steps of an earlier reserve (AllocRecord) ------------------------------------------------
+def scaled(g: Graph, k: int) -> Graph:
+    """g with every tensor k times as long along ne[0] (the same structure, other sizes)."""
+
+    def longer(x: Tensor) -> Tensor:
+        ne = (x.ne[0] * k, *x.ne[1:])
+        row = 4 * ne[0]
+        nb = (4, row, row * ne[1], row * ne[1] * ne[2])
+        return x._replace(ne=ne, nb=nb, nbytes=x.nbytes * k)
+
+    return replace(g, tensors=tuple(longer(x) for x in g.tensors))
+
+
+def reserved(
+    g: Graph, bufts: list[BufferType], record: AllocRecord | None = None
+) -> tuple[object, ...]:
+    galloc = Gallocr(bufts)
+    sizes = galloc.reserve_n(g, record)
+    assert galloc.last is not None
+    return sizes, galloc.last.addrs
+
+
+@pytest.mark.parametrize("g", [r[1] for r in GRAPH_ROWS], ids=[r[0] for r in GRAPH_ROWS])
+def test_a_record_places_the_same_structure_at_other_sizes(g: Graph) -> None:
+    record = AllocRecord()
+    assert reserved(g, [CPU], record) == reserved(g, [CPU])
+    assert record.graph is g
+    for k in (3, 1):
+        other = scaled(g, k)
+        assert record.fits(other, [CPU])
+        assert reserved(other, [CPU], record) == reserved(other, [CPU])
+        assert record.graph is g  # replayed, not recorded again
+
+
+IN_PLACE = GRAPH_ROWS[0][1]  # y = SCALE(x) reuses x in place
+
+
+def _with(g: Graph, name: str, **fields: Any) -> Graph:
+    return replace(
+        g, tensors=tuple(x._replace(**fields) if x.name == name else x for x in g.tensors)
+    )
+
+
+@pytest.mark.parametrize(
+    ("other", "bufts"),
+    [
+        (_with(IN_PLACE, "y", ne=(50, 2, 1, 1)), [CPU]),  # y's layout differs from x's
+        (_with(IN_PLACE, "z", src=(2,)), [CPU]),  # z reads y only
+        (_with(IN_PLACE, "y", op="CPY"), [CPU]),  # not an in-place op
+        (replace(IN_PLACE, nodes=IN_PLACE.nodes[::-1]), [CPU]),
+        (IN_PLACE, [BufferType("dev", 32)]),
+    ],
+    ids=["another layout", "another source", "another op", "another order", "another buffer"],
+)
+def test_a_record_declines_another_structure(other: Graph, bufts: list[BufferType]) -> None:
+    """reserve_n then allocates afresh and records that graph instead."""
+    record = AllocRecord()
+    reserved(IN_PLACE, [CPU], record)
+    assert not record.fits(other, bufts)
+    assert reserved(other, bufts, record) == reserved(other, bufts)
+    assert record.graph is other
+
+
+# test_resplit's plans: each replays one placement at several cache sizes (replay.Splits keeps
+# each split graph's AllocRecord)
+@pytest.mark.parametrize(("shape", "args"), PLANS)
+def test_a_plans_reserves_from_records(
+    shape: str, args: list[str], shapes_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every reserve a plan takes from an earlier one's steps places every tensor where a fresh
+    allocation does, and the plan takes some."""
+    replayed = []
+
+    def checked(
+        g: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr], rec: AllocRecord
+    ) -> list[tuple[int, int, int] | None]:
+        got = replay_steps(g, bufts, tallocs, rec)
+        fresh = Gallocr(bufts)
+        fresh.reserve_n(g)
+        assert fresh.last is not None
+        assert tuple(got) == fresh.last.addrs
+        assert [t.max_size for t in tallocs] == [t.max_size for t in fresh.tallocs]
+        replayed.append(g)
+        return got
+
+    monkeypatch.setattr(alloc, "_replay", checked)
+    path = make_shapes.write_shape(shape, shapes_dir)
+    result = CliRunner().invoke(cli, ["plan", str(path), *args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert len(replayed) >= 2
 
 
 # --- real llama.cpp -----------------------------------------------------------------------------

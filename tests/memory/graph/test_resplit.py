@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from llamafit.cli import cli
 from llamafit.memory.graph import replay
+from llamafit.memory.graph.alloc import AllocRecord
 from llamafit.memory.graph.backends.cpu import cpu_backend
 from llamafit.memory.graph.backends.vulkan import vulkan_backend
 from llamafit.memory.graph.nodes import FLAG_INPUT, USAGE_WEIGHTS, Graph, Tensor
@@ -116,10 +117,10 @@ def test_a_plans_splits(
 
     def noted(
         self: replay.Splits, graph: Graph, n_copies: int, op_offload: bool, like: object
-    ) -> SplitGraph:
-        out = split(self, graph, n_copies, op_offload, like)
+    ) -> tuple[SplitGraph, AllocRecord]:
+        out, steps = split(self, graph, n_copies, op_offload, like)
         calls.append((graph, self.backends, n_copies, op_offload, out))
-        return out
+        return out, steps
 
     monkeypatch.setattr(replay.Splits, "split", noted)
     path = make_shapes.write_shape(shape, shapes_dir)

@@ -86,7 +86,7 @@ def cuda_alloc_size(
     if t.op == "FLASH_ATTN_EXT" and since("cuda_fa_f16_in_buffer", build):
         return fattn_alloc_size(tensors, i, cc, build)
     size = t.nbytes
-    if is_quantized(t.type) and t.ne[0] % MATRIX_ROW_PADDING:
+    if t.ne[0] % MATRIX_ROW_PADDING and is_quantized(t.type):  # the cheaper test first
         size += type_of(t.type).row_size(MATRIX_ROW_PADDING - t.ne[0] % MATRIX_ROW_PADDING)
     return size
 
