@@ -471,6 +471,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Refact 1.6B (refact): a Llama layer without positions (ALiBi), one KV head
     "refact-1.6b-c4096-ub128": ("refact-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
+    "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
     "vk-afmoe-ngl2": (
         "trinity-mini",
@@ -559,6 +561,7 @@ SPARSE = frozenset(
         "orion-14b",
         "plamo-13b",
         "refact-1.6b",
+        "glm4-9b-chat",
     }
 )
 

@@ -169,6 +169,7 @@ MODELS: Mapping[str, Model] = {
     "orion": Model(_Builder("orion"), since=OLD_SINCE),
     "plamo": Model(_Builder("plamo"), since=OLD_SINCE),
     "refact": Model(_Builder("refact"), since=OLD_SINCE),
+    "chatglm": Model(_Builder("chatglm"), since=OLD_SINCE),
 }
 
 
