@@ -615,6 +615,7 @@ REPLAY_SHAPES = {
     "plamo": "plamo-13b",
     "refact": "refact-1.6b",
     "chatglm": "glm4-9b-chat",
+    "dream": "dream-v0-7b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

@@ -473,6 +473,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "refact-1.6b-c4096-ub128": ("refact-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
+    "dream-v0-7b-c4096-ub128": ("dream-v0-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
     "vk-afmoe-ngl2": (
         "trinity-mini",
@@ -562,6 +564,7 @@ SPARSE = frozenset(
         "plamo-13b",
         "refact-1.6b",
         "glm4-9b-chat",
+        "dream-v0-7b",
     }
 )
 

@@ -170,6 +170,7 @@ MODELS: Mapping[str, Model] = {
     "plamo": Model(_Builder("plamo"), since=OLD_SINCE),
     "refact": Model(_Builder("refact"), since=OLD_SINCE),
     "chatglm": Model(_Builder("chatglm"), since=OLD_SINCE),
+    "dream": Model(_Builder("dream"), since=OLD_SINCE),
 }
 
 
