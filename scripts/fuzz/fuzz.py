@@ -616,6 +616,7 @@ REPLAY_SHAPES = {
     "refact": "refact-1.6b",
     "chatglm": "glm4-9b-chat",
     "dream": "dream-v0-7b",
+    "llama-embed": "llama-nemotron-embed-1b-v2",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

@@ -475,6 +475,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
     "dream-v0-7b-c4096-ub128": ("dream-v0-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Llama Nemotron Embed 1B (llama-embed): llama's layers over the ubatch itself, no output
+    "llama-embed-1b-c4096-ub128": (
+        "llama-nemotron-embed-1b-v2",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
     # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
     "vk-afmoe-ngl2": (
         "trinity-mini",
@@ -565,6 +570,7 @@ SPARSE = frozenset(
         "refact-1.6b",
         "glm4-9b-chat",
         "dream-v0-7b",
+        "llama-nemotron-embed-1b-v2",
     }
 )
 

@@ -26,6 +26,7 @@ make_shapes = script("make_shapes")
 # (key, file size in bytes: header + 32-byte aligned tensor data, as llama.cpp reads it)
 SIZES = [
     ("llama3.2-1b", 803732384),
+    ("llama-nemotron-embed-1b-v2", 803732448),
     ("llama3.1-8b", 4916776320),
     ("qwen2.5-7b", 4681738336),
     ("dream-v0-7b", 4681738336),

@@ -171,6 +171,7 @@ MODELS: Mapping[str, Model] = {
     "refact": Model(_Builder("refact"), since=OLD_SINCE),
     "chatglm": Model(_Builder("chatglm"), since=OLD_SINCE),
     "dream": Model(_Builder("dream"), since=OLD_SINCE),
+    "llama-embed": Model(_Builder("llama_embed"), since=OLD_SINCE, encoder=True),
 }
 
 
