@@ -617,6 +617,7 @@ REPLAY_SHAPES = {
     "chatglm": "glm4-9b-chat",
     "dream": "dream-v0-7b",
     "llama-embed": "llama-nemotron-embed-1b-v2",
+    "rnd1": "rnd1-30b-a3b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

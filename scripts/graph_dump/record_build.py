@@ -480,6 +480,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "llama-nemotron-embed-1b-v2",
         ("-c", "4096", "-ub", "128", "--no-repack"),
     ),
+    # RND1 30B-A3B (rnd1): qwen3moe's layer over the ubatch itself (no memory: diffusion)
+    "rnd1-30b-a3b-c4096-ub128": ("rnd1-30b-a3b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
     "vk-afmoe-ngl2": (
         "trinity-mini",
@@ -571,6 +573,7 @@ SPARSE = frozenset(
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",
+        "rnd1-30b-a3b",
     }
 )
 

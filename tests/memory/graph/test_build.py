@@ -140,7 +140,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # one norm, three tensors cut to the output rows), Refact's last layer (no positions, one KV
 # head), GLM-4 9B's chatglm layer (the fused QKV with its bias, a fused gate/up FFN), Dream's
 # last layer (qwen2's over the ubatch itself: no memory), Llama Nemotron Embed's last layer
-# (llama's over the ubatch itself, no output layer)
+# (llama's over the ubatch itself, no output layer), RND1's last layer (qwen3moe's over the
+# ubatch itself)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -232,6 +233,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("glm4-9b-chat-c4096-ub128", 39),
         ("dream-v0-7b-c4096-ub128", 27),
         ("llama-embed-1b-c4096-ub128", 15),
+        ("rnd1-30b-a3b-c4096-ub128", 47),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -172,6 +172,7 @@ MODELS: Mapping[str, Model] = {
     "chatglm": Model(_Builder("chatglm"), since=OLD_SINCE),
     "dream": Model(_Builder("dream"), since=OLD_SINCE),
     "llama-embed": Model(_Builder("llama_embed"), since=OLD_SINCE, encoder=True),
+    "rnd1": Model(_Builder("rnd1"), since=OLD_SINCE),
 }
 
 
