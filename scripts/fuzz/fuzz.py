@@ -618,6 +618,7 @@ REPLAY_SHAPES = {
     "dream": "dream-v0-7b",
     "llama-embed": "llama-nemotron-embed-1b-v2",
     "rnd1": "rnd1-30b-a3b",
+    "llada": "llada-8b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

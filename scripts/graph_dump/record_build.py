@@ -482,6 +482,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # RND1 30B-A3B (rnd1): qwen3moe's layer over the ubatch itself (no memory: diffusion)
     "rnd1-30b-a3b-c4096-ub128": ("rnd1-30b-a3b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # LLaDA 8B (llada): a Llama layer over the ubatch itself (no memory: diffusion)
+    "llada-8b-c4096-ub128": ("llada-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
     "vk-afmoe-ngl2": (
         "trinity-mini",
@@ -574,6 +576,7 @@ SPARSE = frozenset(
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",
         "rnd1-30b-a3b",
+        "llada-8b",
     }
 )
 

@@ -173,6 +173,7 @@ MODELS: Mapping[str, Model] = {
     "dream": Model(_Builder("dream"), since=OLD_SINCE),
     "llama-embed": Model(_Builder("llama_embed"), since=OLD_SINCE, encoder=True),
     "rnd1": Model(_Builder("rnd1"), since=OLD_SINCE),
+    "llada": Model(_Builder("llada"), since=OLD_SINCE),
 }
 
 
