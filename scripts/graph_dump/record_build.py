@@ -479,6 +479,19 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Refact 1.6B (refact): a Llama layer without positions (ALiBi), one KV head
     "refact-1.6b-c4096-ub128": ("refact-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
+    "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
+    "dream-v0-7b-c4096-ub128": ("dream-v0-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Llama Nemotron Embed 1B (llama-embed): llama's layers over the ubatch itself, no output
+    "llama-embed-1b-c4096-ub128": (
+        "llama-nemotron-embed-1b-v2",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
+    # RND1 30B-A3B (rnd1): qwen3moe's layer over the ubatch itself (no memory: diffusion)
+    "rnd1-30b-a3b-c4096-ub128": ("rnd1-30b-a3b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # LLaDA 8B (llada): a Llama layer over the ubatch itself (no memory: diffusion)
+    "llada-8b-c4096-ub128": ("llada-8b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Trinity Mini with -ngl 2 on Vulkan0: an SWA layer and a full NoPE one, gated attention
     "vk-afmoe-ngl2": (
         "trinity-mini",
@@ -567,6 +580,11 @@ SPARSE = frozenset(
         "orion-14b",
         "plamo-13b",
         "refact-1.6b",
+        "glm4-9b-chat",
+        "dream-v0-7b",
+        "llama-nemotron-embed-1b-v2",
+        "rnd1-30b-a3b",
+        "llada-8b",
     }
 )
 

@@ -138,7 +138,10 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # ReGLU experts), the first Qwen's last layer (fused QKV with its bias),
 # Orion's last layer (LayerNorms with bias), PLaMo's last layer (the attention and the FFN on
 # one norm, three tensors cut to the output rows), Refact's last layer (no positions, one KV
-# head)
+# head), GLM-4 9B's chatglm layer (the fused QKV with its bias, a fused gate/up FFN), Dream's
+# last layer (qwen2's over the ubatch itself: no memory), Llama Nemotron Embed's last layer
+# (llama's over the ubatch itself, no output layer), RND1's last layer (qwen3moe's over the
+# ubatch itself), LLaDA's last layer (a Llama layer over the ubatch itself)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -227,6 +230,11 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("orion-14b-c4096-fa-off-np2", 39),
         ("plamo-13b-c4096-fa-off-np2", 39),
         ("refact-1.6b-c4096-ub128", 31),
+        ("glm4-9b-chat-c4096-ub128", 39),
+        ("dream-v0-7b-c4096-ub128", 27),
+        ("llama-embed-1b-c4096-ub128", 15),
+        ("rnd1-30b-a3b-c4096-ub128", 47),
+        ("llada-8b-c4096-ub128", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -169,6 +169,11 @@ MODELS: Mapping[str, Model] = {
     "orion": Model(_Builder("orion"), since=OLD_SINCE),
     "plamo": Model(_Builder("plamo"), since=OLD_SINCE),
     "refact": Model(_Builder("refact"), since=OLD_SINCE),
+    "chatglm": Model(_Builder("chatglm"), since=OLD_SINCE),
+    "dream": Model(_Builder("dream"), since=OLD_SINCE),
+    "llama-embed": Model(_Builder("llama_embed"), since=OLD_SINCE, encoder=True),
+    "rnd1": Model(_Builder("rnd1"), since=OLD_SINCE),
+    "llada": Model(_Builder("llada"), since=OLD_SINCE),
 }
 
 
