@@ -118,7 +118,6 @@ SIZES = [
     ("apertus-8b", 5053959360),
     ("ling-lite-1.5", 11153321664),
     ("trinity-mini", 12718843360),
-    ("trinity-mini-26b", 15814246784),
     ("smallthinker-4b", 2497603872),
     ("qwen-7b", 4696557728),
     ("qwen-14b", 9054525152),
