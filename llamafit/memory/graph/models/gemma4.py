@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from ....builds import since
 from ..build import GraphContext
 from ..ggml import T, row_size, set_output
 from ..params import GraphBuildError
@@ -19,15 +20,20 @@ def build(ctx: GraphContext) -> None:
     where ffn_gate_inp is, routed experts beside it (the router's logits from its own norm,
     merged gate_up experts); the per-layer embedding and the layer's output scale; the output
     rows picked after the output norm (h_nextn, an output: cparams.embeddings_nextn_masked
-    is false), the tied output a tensor of its own (_sharing), logit soft-capping."""
+    is false), the tied output a tensor of its own (_sharing), logit soft-capping.
+    Before rule gemma4_out_rows_norm the output rows are picked in the last layer (after the
+    attention, with its residual and its per-layer input); before gemma4_ple_expand the
+    per-layer token rows join the graph where layer 0 first reads them (gemma4-iswa.cpp
+    get_per_layer_inputs; llama-cpp-python 0.3.20's source, the graphs of b8660 and b8683)."""
     f, b = ctx.f, ctx.b
+    rows_norm = since("gemma4_out_rows_norm", ctx.c.build)
     inpL = ctx.cb(ctx.inp_embd(math.sqrt(f.n_embd)), "inp_scaled", -1)
     inp_pos = ctx.inp_pos()
     base, swa = ctx.inp_iswa(reuse=True)
     out_ids = ctx.inp_out_ids()
     per_layer = None
     if "per_layer_token_embd.weight" in ctx.tensors:
-        per_layer = inp_per_layer(ctx, inpL)
+        per_layer = inp_per_layer(ctx, inpL, since("gemma4_ple_expand", ctx.c.build))
     n_tokens = ctx.c.n_tokens
 
     def scale(il: int, part: str) -> T | None:
@@ -64,6 +70,8 @@ def build(ctx: GraphContext) -> None:
             cur = ctx.attn(inp, wo, None, q, k, v, il, True, wo_s=wo_s)
         else:
             cur = ctx.attn(inp, wo, None, q, None, None, il, True, wo_s=wo_s)
+        if not rows_norm:
+            cur, inpL = ctx.out_rows(il, out_ids, cur, inpL)
         cur = ctx.norm(cur, ctx.lw(il, "post_attention_norm.weight"), il)
         cur = ctx.cb(cur, "attn_post_norm", il)
         attn_out = ctx.cb(b.add(cur, inpL), "attn_out", il)
@@ -96,6 +104,8 @@ def build(ctx: GraphContext) -> None:
             gate = ctx.need(ctx.lw(il, "inp_gate.weight"), "inp_gate")
             cur = b.unary(ctx.mm(gate, cur), "GELU")
             this = slice_2d(ctx, per_layer, il)
+            if not rows_norm:
+                (this,) = ctx.out_rows(il, out_ids, this)
             cur = ctx.mm(ctx.need(ctx.lw(il, "proj.weight"), "proj"), b.mul(cur, this))
             cur = ctx.norm(cur, ctx.lw(il, "post_norm.weight"), il)
             cur = ctx.cb(cur, "per_layer_embd_out", il)
@@ -105,9 +115,11 @@ def build(ctx: GraphContext) -> None:
             cur = ctx.cb(b.mul(cur, out_scale), "out_scaled", il)
         inpL = ctx.cb(cur, "l_out", il)
     cur = ctx.norm(inpL, ctx.w("output_norm.weight", -2), -1)
-    h_nextn = ctx.cb(cur, "h_nextn", -1)
-    set_output(h_nextn)
-    cur = ctx.cb(b.get_rows(cur, out_ids), "result_norm", -1)
+    if rows_norm:
+        h_nextn = ctx.cb(cur, "h_nextn", -1)
+        set_output(h_nextn)
+        cur = b.get_rows(cur, out_ids)
+    cur = ctx.cb(cur, "result_norm", -1)
     set_output(cur)
     gemma_logits(ctx, cur)
 
@@ -116,7 +128,7 @@ def inp_per_layer(ctx: GraphContext, inpL: T, expand: bool = True) -> T:
     """llama_model_gemma4::graph's build_inp_per_layer and project_per_layer_inputs: the
     per-layer token rows (their own token input), plus the projection of the scaled
     embeddings, normed; [n_embd_per_layer, n_tokens, n_layer]. expand: the token rows are
-    expanded into the graph first (gemma3n before rule gemma3n_ple_expand: not)."""
+    expanded into the graph first (before rules gemma3n_ple_expand and gemma4_ple_expand: not)."""
     b, n_tokens = ctx.b, ctx.c.n_tokens
     table = ctx.need(ctx.w("per_layer_token_embd.weight", -1), "per_layer_token_embd")
     n_per_layer = table.ne[0] // ctx.n_layer
