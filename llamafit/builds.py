@@ -180,6 +180,16 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "need attn_k and attn_k_norm (llama-model.cpp load_tensors)",
     ),
     BuildRule(
+        "metal_fa_512",
+        8639,
+        0,
+        "2026-04 (b8639 estimate, with Gemma 4's support: a public bump from b8611 to b8645 "
+        "lists flash attention for head size 512; llama-cpp-python 0.3.17's tree has no 512, "
+        "0.3.20's f49e917 has it; the PR was not found)",
+        "Metal's flash attention takes a head size of 512 (ggml_metal_device_supports_op, "
+        "ggml-metal-device.m: Gemma 4's full-attention layers)",
+    ),
+    BuildRule(
         "attn_rot_per_cache",
         8739,
         0,
@@ -200,7 +210,10 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "Gemma 4's per-layer token rows are expanded into the graph right after the embeddings "
         "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma4-iswa.cpp; before: "
         "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
-        "in the compute buffer",
+        "in the compute buffer; and per_layer_token_embd is an input-layer tensor, "
+        "per_layer_model_proj and per_layer_proj_norm layer 0's (before: all three with the "
+        "output layer, LLM_TENSOR_LAYER_OUTPUT in llama-arch.cpp of 0.3.20; the b8700 Metal log "
+        "of the E2B corpus row holds only token_embd in CPU_Mapped)",
     ),
     BuildRule(
         "moe_sum_expanded",
@@ -251,7 +264,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "Gemma 3n's per-layer token rows are expanded into the graph right after the embeddings "
         "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma3n.cpp; before: "
         "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
-        "in the compute buffer",
+        "in the compute buffer; and its per-layer tensors leave the output layer as Gemma 4's do "
+        "(rule gemma4_ple_expand; 0.3.17's and 0.3.20's llama-arch.cpp: LLM_TENSOR_LAYER_OUTPUT)",
     ),
     BuildRule(
         "vk_reorder_ssm_conv",

@@ -33,7 +33,8 @@ def build(ctx: GraphContext) -> None:
     out_ids = ctx.inp_out_ids()
     per_layer = None
     if "per_layer_token_embd.weight" in ctx.tensors:
-        per_layer = inp_per_layer(ctx, inpL, since("gemma4_ple_expand", ctx.c.build))
+        expand = since("gemma4_ple_expand", ctx.c.build)
+        per_layer = inp_per_layer(ctx, inpL, expand, output_layer=not expand)
     n_tokens = ctx.c.n_tokens
 
     def scale(il: int, part: str) -> T | None:
@@ -124,13 +125,20 @@ def build(ctx: GraphContext) -> None:
     gemma_logits(ctx, cur)
 
 
-def inp_per_layer(ctx: GraphContext, inpL: T, expand: bool = True) -> T:
+def inp_per_layer(
+    ctx: GraphContext, inpL: T, expand: bool = True, output_layer: bool = False
+) -> T:
     """llama_model_gemma4::graph's build_inp_per_layer and project_per_layer_inputs: the
     per-layer token rows (their own token input), plus the projection of the scaled
     embeddings, normed; [n_embd_per_layer, n_tokens, n_layer]. expand: the token rows are
-    expanded into the graph first (before rules gemma3n_ple_expand and gemma4_ple_expand: not)."""
+    expanded into the graph first (before rules gemma3n_ple_expand and gemma4_ple_expand: not).
+    output_layer: the three per-layer tensors live with the output layer (LLM_TENSOR_LAYER_OUTPUT
+    in LLM_TENSOR_INFOS, llama-arch.cpp of llama-cpp-python 0.3.17 and 0.3.20; from 0.3.21's
+    b8942 the token rows are an input-layer tensor and the projection and its norm layer 0's:
+    LAYER_INPUT, LAYER_REPEATING made with block 0), before those rules."""
     b, n_tokens = ctx.b, ctx.c.n_tokens
-    table = ctx.need(ctx.w("per_layer_token_embd.weight", -1), "per_layer_token_embd")
+    lay_in, lay_0 = (-2, -2) if output_layer else (-1, 0)
+    table = ctx.need(ctx.w("per_layer_token_embd.weight", lay_in), "per_layer_token_embd")
     n_per_layer = table.ne[0] // ctx.n_layer
     tokens = b.new("i32", n_tokens, inp=True)
     sel = b.reshape(b.get_rows(table, tokens), n_per_layer, ctx.n_layer, n_tokens)
@@ -138,10 +146,10 @@ def inp_per_layer(ctx: GraphContext, inpL: T, expand: bool = True) -> T:
     if expand:
         b.expand(sel)
     # per_layer_model_proj / _proj_norm: LLM_TENSOR_LAYER_REPEATING, made for layer 0
-    proj_w = ctx.need(ctx.w("per_layer_model_proj.weight", 0), "per_layer_model_proj")
+    proj_w = ctx.need(ctx.w("per_layer_model_proj.weight", lay_0), "per_layer_model_proj")
     proj = b.scale(ctx.mm(proj_w, inpL))
     proj = b.reshape(proj, n_per_layer, ctx.n_layer, n_tokens)
-    proj = ctx.norm(proj, ctx.w("per_layer_proj_norm.weight", 0), -1)
+    proj = ctx.norm(proj, ctx.w("per_layer_proj_norm.weight", lay_0), -1)
     proj = ctx.cb(proj, "per_layer_proj", -1)
     out = ctx.cb(b.scale(b.add(proj, sel)), "inp_per_layer", -1)
     return b.cont(b.permute(out, 0, 2, 1, 3))
