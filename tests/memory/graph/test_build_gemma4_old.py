@@ -119,3 +119,14 @@ def test_metal_rows_of_the_2026_corpus(row_id: str) -> None:
     assert {f.source for f in figs} == {"graph"}
     for f in figs:
         assert abs(f.predicted - f.measured) <= 0.005 * MIB
+
+
+# the graph nodes the two corpus logs print (sched_reserve: graph nodes), at their builds: b8680
+# (E4B, its build_info) and the E2B log's estimated b8700 (attn_rot_k = 0: before
+# attn_rot_per_cache)
+LOGGED_NODES = [(E4B, 8680, 1867), (E2B, 8700, 1500)]
+
+
+@pytest.mark.parametrize(("name", "build", "nodes"), LOGGED_NODES)
+def test_node_count_is_the_logs(name: str, build: int, nodes: int) -> None:
+    assert len(_graph(name, build).nodes) == nodes
