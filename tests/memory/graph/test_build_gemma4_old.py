@@ -1,10 +1,10 @@
 """Gemma 4 from its first build (rule gemma4_arch) to b10182, against the real graphs of the
-prebuilt CPU libllama of llama-cpp-py-sync 0.8683 and 0.8739 (llama.cpp b8683 and b8739,
+prebuilt CPU libllama of llama-cpp-py-sync 0.8683, 0.8739, 0.9445 and 0.9554 (llama.cpp builds,
 recorded with scripts/graph_dump/record_libllama.py through glibc_compat.py), on the shapes of the
 two Gemma 4 rows of fixtures/calibration/gpu-corpus-2026.jsonl: node for node but for the names,
 the leafs as a set, the CPU compute buffer to the byte (test_build_older._same_graphs). b8683 is
 before rules attn_rot_per_cache and gemma4_ple_expand, b8739 after; both before
-gemma4_out_rows_norm (b9553). Then each rule on both sides of its build, the builds the replay
+gemma4_out_rows_norm (b9553), b9445 and b9554 on its two sides. Then each rule on both sides of its build, the builds the replay
 covers, and the two Metal rows of the corpus, exact to the MiB their logs print."""
 
 from __future__ import annotations
@@ -14,11 +14,19 @@ from dataclasses import replace
 
 import pytest
 
+from llamafit.memory.graph.alloc import Gallocr
+from llamafit.memory.graph.backends.cpu import CPU
 from llamafit.memory.graph.backends.metal import metal_graph_ok
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.replay import covers_model
 from llamafit.memory.graph.template import build_graph
-from tests.memory.graph.test_build_older import _same_graphs
+from tests.memory.graph.test_build_older import (
+    _configs,
+    _cpu_bytes,
+    _events,
+    _same_graphs,
+    _shape,
+)
 from tests.support import FIXTURES
 from tests.support.graph_build import cases, configs, facts_of
 from tests.support.scripts import script
@@ -31,6 +39,24 @@ E4B, E2B = "gemma4-e4b-c65536-np1", "gemma4-e2b-c32768-ub1024-q8kv"
 @pytest.mark.parametrize("name", [E4B, E2B])
 def test_graph_is_the_real_one(name: str, build: int) -> None:
     _same_graphs(name, build)
+
+
+def test_b9554_graph_is_the_real_one() -> None:
+    """llama-cpp-py-sync 0.9554's libllama (b9554, recorded with llama-cpp-python 0.3.28's API,
+    the same llama_context_params): the output rows after the output norm."""
+    _same_graphs(E4B, 9554)
+
+
+def test_b9445_graph_is_the_real_one() -> None:
+    """llama-cpp-py-sync 0.9445's libllama (b9445, with 0.3.24's API): the output rows still in
+    the last layer. Its llama_context_params has no n_outputs_max, so the prompt-sized reserve
+    has an output per token as before rule server_output_limit."""
+    facts, hp = facts_of(CASES[E4B].model)
+    gallocr = Gallocr((CPU,))
+    for config, event in zip(_configs(E4B, 9445), _events(9445, E4B), strict=True):
+        built = build_graph(facts, replace(config, n_outputs=config.n_tokens), hp)
+        assert _shape(built) == _shape(event.graph)
+        assert (("CPU", _cpu_bytes(built, gallocr)),) == event.backends
 
 
 def _graph(name: str, build: int) -> Graph:
