@@ -90,7 +90,9 @@ def main(argv: list[str]) -> int:
         print(f"{lib.name}: {', '.join(weaken(dst)) or 'as is'}")
     c = out / "isoc23.c"
     c.write_text(ISOC23)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(out / "libisoc23.so"), str(c)], check=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-O2", "-o", str(out / "libisoc23.so"), str(c)], check=True
+    )
     print(f"preload {out / 'libisoc23.so'}")
     return 0
 

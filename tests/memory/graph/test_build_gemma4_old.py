@@ -1,11 +1,12 @@
 """Gemma 4 from its first build (rule gemma4_arch) to b10182, against the real graphs of the
-prebuilt CPU libllama of llama-cpp-py-sync 0.8683, 0.8739, 0.9445 and 0.9554 (llama.cpp builds,
-recorded with scripts/graph_dump/record_libllama.py through glibc_compat.py), on the shapes of the
-two Gemma 4 rows of fixtures/calibration/gpu-corpus-2026.jsonl: node for node but for the names,
-the leafs as a set, the CPU compute buffer to the byte (test_build_older._same_graphs). b8683 is
-before rules attn_rot_per_cache and gemma4_ple_expand, b8739 after; both before
-gemma4_out_rows_norm (b9553), b9445 and b9554 on its two sides. Then each rule on both sides of its build, the builds the replay
-covers, and the two Metal rows of the corpus, exact to the MiB their logs print."""
+prebuilt CPU libllama of llama-cpp-py-sync 0.8683, 0.8739, 0.9445 and 0.9554 (those llama.cpp
+builds, recorded with scripts/graph_dump/record_libllama.py through glibc_compat.py), on the
+shapes of the two Gemma 4 rows of fixtures/calibration/gpu-corpus-2026.jsonl: node for node but
+for the names, the leafs as a set, the CPU compute buffer to the byte
+(test_build_older._same_graphs). b8683 is before rules attn_rot_per_cache and gemma4_ple_expand,
+b8739 after; b9445 and b9554 lie on the two sides of gemma4_out_rows_norm (b9553). Then each
+rule on both sides of its build, the builds the replay covers, and the two Metal rows of the
+corpus, exact to the MiB their logs print."""
 
 from __future__ import annotations
 

@@ -189,26 +189,25 @@ def metal_graph_ok(graph: Graph, build: int | None = None) -> bool:
         srcs = [ts[s] for s in t.src if s is not None and s != i]
         if t.op not in METAL_OPS or t.type == "bf16" or any(s.type == "bf16" for s in srcs):
             return False
-        if t.op == "FLASH_ATTN_EXT":
-            q, k, v = srcs[:3]
-            if q.ne[0] not in heads or k.type != v.type or k.type not in METAL_FA_KV_TYPES:
-                return False
-        elif t.op == "SET_ROWS":
-            if srcs[0].type != "f32" or t.type not in METAL_FA_KV_TYPES:
-                return False
-        elif t.op in ("CPY", "CONT"):
-            if t.type not in METAL_KV_TYPES or srcs[0].type not in METAL_KV_TYPES:
-                return False
-        elif t.op == "GLU":
-            if t.desc not in METAL_GLU_0317 or not is_contiguous_n(srcs[0], 1):
-                return False
-            if srcs[0].type != "f32":
-                return False
-        elif t.op == "UNARY":
-            if t.desc not in METAL_UNARY_0317 or not is_contiguous_rows(srcs[0]):
-                return False
-            if srcs[0].type not in METAL_KV_TYPES:
-                return False
+        if not _old_op_ok(t, srcs, heads):
+            return False
+    return True
+
+
+def _old_op_ok(t: Tensor, srcs: Sequence[Tensor], heads: frozenset[int]) -> bool:
+    """metal_graph_ok's conditions on one node of METAL_OPS before metal_fusion_table."""
+    if t.op == "FLASH_ATTN_EXT":
+        q, k, v = srcs[:3]
+        return q.ne[0] in heads and k.type == v.type and k.type in METAL_FA_KV_TYPES
+    if t.op == "SET_ROWS":
+        return srcs[0].type == "f32" and t.type in METAL_FA_KV_TYPES
+    if t.op in ("CPY", "CONT"):
+        return t.type in METAL_KV_TYPES and srcs[0].type in METAL_KV_TYPES
+    if t.op == "GLU":
+        return t.desc in METAL_GLU_0317 and is_contiguous_n(srcs[0], 1) and srcs[0].type == "f32"
+    if t.op == "UNARY":
+        s0 = srcs[0]
+        return t.desc in METAL_UNARY_0317 and is_contiguous_rows(s0) and s0.type in METAL_KV_TYPES
     return True
 
 

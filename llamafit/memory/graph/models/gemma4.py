@@ -76,58 +76,77 @@ def build(ctx: GraphContext) -> None:
         cur = ctx.norm(cur, ctx.lw(il, "post_attention_norm.weight"), il)
         cur = ctx.cb(cur, "attn_post_norm", il)
         attn_out = ctx.cb(b.add(cur, inpL), "attn_out", il)
-        if ctx.lw(il, "ffn_gate_inp.weight") is not None:
-            mlp = ctx.norm(attn_out, ctx.lw(il, "ffn_norm.weight"), il)
-            mlp = ctx.ffn(ctx.cb(mlp, "ffn_norm_1", il), il, "gelu", False, scales=True)
-            mlp = ctx.norm(mlp, ctx.lw(il, "post_ffw_norm_1.weight"), il)
-            mlp = ctx.cb(mlp, "ffn_mlp", il)
-            moe = ctx.norm(attn_out, ctx.lw(il, "pre_ffw_norm_2.weight"), il)
-            moe = ctx.cb(moe, "ffn_norm_2", il)
-            tmp = b.scale(b.rms_norm(attn_out))
-            tmp = b.mul(tmp, ctx.need(ctx.lw(il, "ffn_gate_inp.scale"), "ffn_gate_inp.scale"))
-            router = ctx.need(ctx.lw(il, "ffn_gate_inp.weight"), "ffn_gate_inp")
-            logits = ctx.cb(ctx.mm(router, tmp), "ffn_moe_logits", il)
-            moe = ctx.moe_ffn(
-                moe, il, act="gelu", probs_in=logits, w_scale=1.0, gate_up=True, scales=True
-            )
-            moe = ctx.norm(moe, ctx.lw(il, "post_ffw_norm_2.weight"), il)
-            moe = ctx.cb(moe, "ffn_moe", il)
-            cur = ctx.cb(b.add(mlp, moe), "ffn_moe_combined", il)
-        else:
-            cur = ctx.norm(attn_out, ctx.lw(il, "ffn_norm.weight"), il)
-            cur = ctx.cb(cur, "ffn_norm", il)
-            cur = ctx.cb(ctx.ffn(cur, il, "gelu", False, scales=True), "ffn_out", il)
+        cur = _ffn(ctx, attn_out, il)
         cur = ctx.norm(cur, ctx.lw(il, "post_ffw_norm.weight"), -1)
         cur = ctx.cb(cur, "ffn_post_norm", il)
         cur = b.add(cur, attn_out)
         if per_layer is not None:
-            pe_in = ctx.cb(cur, "pe_in", il)
-            gate = ctx.need(ctx.lw(il, "inp_gate.weight"), "inp_gate")
-            cur = b.unary(ctx.mm(gate, cur), "GELU")
-            this = slice_2d(ctx, per_layer, il)
-            if not rows_norm:
-                (this,) = ctx.out_rows(il, out_ids, this)
-            cur = ctx.mm(ctx.need(ctx.lw(il, "proj.weight"), "proj"), b.mul(cur, this))
-            cur = ctx.norm(cur, ctx.lw(il, "post_norm.weight"), il)
-            cur = ctx.cb(cur, "per_layer_embd_out", il)
-            cur = b.add(pe_in, cur)
+            cur = _per_layer_embd(ctx, cur, per_layer, il, None if rows_norm else out_ids)
         out_scale = ctx.lw(il, "layer_output_scale.weight")
         if out_scale is not None:
             cur = ctx.cb(b.mul(cur, out_scale), "out_scaled", il)
         inpL = ctx.cb(cur, "l_out", il)
+    _output(ctx, inpL, out_ids if rows_norm else None)
+
+
+def _output(ctx: GraphContext, inpL: T, out_ids: T | None) -> None:
+    """The output norm; out_ids: the output rows picked after it, the normed rows of every
+    token an output too (h_nextn; from rule gemma4_out_rows_norm); the lm_head."""
     cur = ctx.norm(inpL, ctx.w("output_norm.weight", -2), -1)
-    if rows_norm:
-        h_nextn = ctx.cb(cur, "h_nextn", -1)
-        set_output(h_nextn)
-        cur = b.get_rows(cur, out_ids)
+    if out_ids is not None:
+        set_output(ctx.cb(cur, "h_nextn", -1))
+        cur = ctx.b.get_rows(cur, out_ids)
     cur = ctx.cb(cur, "result_norm", -1)
     set_output(cur)
     gemma_logits(ctx, cur)
 
 
-def inp_per_layer(
-    ctx: GraphContext, inpL: T, expand: bool = True, output_layer: bool = False
-) -> T:
+def _ffn(ctx: GraphContext, attn_out: T, il: int) -> T:
+    """The layer's FFN: a GELU FFN, or where the layer has a router, _ffn_moe."""
+    if ctx.lw(il, "ffn_gate_inp.weight") is not None:
+        return _ffn_moe(ctx, attn_out, il)
+    cur = ctx.cb(ctx.norm(attn_out, ctx.lw(il, "ffn_norm.weight"), il), "ffn_norm", il)
+    return ctx.cb(ctx.ffn(cur, il, "gelu", False, scales=True), "ffn_out", il)
+
+
+def _ffn_moe(ctx: GraphContext, attn_out: T, il: int) -> T:
+    """A MoE layer's FFN: the dense GELU FFN (its own norms) beside the routed experts, whose
+    router reads attn_out RMS-normed, scaled and times ffn_gate_inp.scale."""
+    b = ctx.b
+    mlp = ctx.norm(attn_out, ctx.lw(il, "ffn_norm.weight"), il)
+    mlp = ctx.ffn(ctx.cb(mlp, "ffn_norm_1", il), il, "gelu", False, scales=True)
+    mlp = ctx.norm(mlp, ctx.lw(il, "post_ffw_norm_1.weight"), il)
+    mlp = ctx.cb(mlp, "ffn_mlp", il)
+    moe = ctx.norm(attn_out, ctx.lw(il, "pre_ffw_norm_2.weight"), il)
+    moe = ctx.cb(moe, "ffn_norm_2", il)
+    tmp = b.scale(b.rms_norm(attn_out))
+    tmp = b.mul(tmp, ctx.need(ctx.lw(il, "ffn_gate_inp.scale"), "ffn_gate_inp.scale"))
+    router = ctx.need(ctx.lw(il, "ffn_gate_inp.weight"), "ffn_gate_inp")
+    logits = ctx.cb(ctx.mm(router, tmp), "ffn_moe_logits", il)
+    moe = ctx.moe_ffn(moe, il, act="gelu", probs_in=logits, w_scale=1.0, gate_up=True, scales=True)
+    moe = ctx.norm(moe, ctx.lw(il, "post_ffw_norm_2.weight"), il)
+    moe = ctx.cb(moe, "ffn_moe", il)
+    return ctx.cb(b.add(mlp, moe), "ffn_moe_combined", il)
+
+
+def _per_layer_embd(ctx: GraphContext, cur: T, per_layer: T, il: int, out_ids: T | None) -> T:
+    """The layer's per-layer embedding: its gate (GELU) times its slice of the per-layer
+    inputs, projected, normed, added to the layer's output; out_ids: the last layer's slice is
+    cut to the output rows first (before rule gemma4_out_rows_norm)."""
+    b = ctx.b
+    pe_in = ctx.cb(cur, "pe_in", il)
+    gate = ctx.need(ctx.lw(il, "inp_gate.weight"), "inp_gate")
+    cur = b.unary(ctx.mm(gate, cur), "GELU")
+    this = slice_2d(ctx, per_layer, il)
+    if out_ids is not None:
+        (this,) = ctx.out_rows(il, out_ids, this)
+    cur = ctx.mm(ctx.need(ctx.lw(il, "proj.weight"), "proj"), b.mul(cur, this))
+    cur = ctx.norm(cur, ctx.lw(il, "post_norm.weight"), il)
+    cur = ctx.cb(cur, "per_layer_embd_out", il)
+    return b.add(pe_in, cur)
+
+
+def inp_per_layer(ctx: GraphContext, inpL: T, expand: bool = True, output_layer: bool = False) -> T:
     """llama_model_gemma4::graph's build_inp_per_layer and project_per_layer_inputs: the
     per-layer token rows (their own token input), plus the projection of the scaled
     embeddings, normed; [n_embd_per_layer, n_tokens, n_layer]. expand: the token rows are
