@@ -41,19 +41,17 @@ int __isoc23_sscanf(const char *s, const char *f, ...) {
 """
 
 
-def weaken(path: Path) -> list[str]:
-    """Mark the GLIBC_x.y needs newer than NEWEST weak in an ELF64 little-endian file."""
-    data = bytearray(path.read_bytes())
+def needs(data: bytes) -> list[tuple[int, str, int]]:
+    """The version needs (.gnu.version_r vernaux entries) of an ELF64 little-endian file: each
+    entry's offset, version name and flags."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise SystemExit(f"{path}: not an ELF64 little-endian file")
-    shoff, shentsize, shnum = (
-        struct.unpack_from("<Q", data, 0x28)[0],
-        *struct.unpack_from("<HH", data, 0x3A),
-    )
+        raise SystemExit("not an ELF64 little-endian file")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     sections = [
         struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
     ]
-    weakened = []
+    out = []
     for _, sh_type, _, _, off, _, link, _, _, _ in sections:
         if sh_type != SHT_GNU_VERNEED:
             continue
@@ -65,16 +63,23 @@ def weaken(path: Path) -> list[str]:
             for _ in range(cnt):
                 _, flags, _, name, vnext = struct.unpack_from("<IHHII", data, va)
                 end = data.index(b"\0", strtab + name)
-                label = data[strtab + name : end].decode()
-                if label.startswith("GLIBC_2."):
-                    ver = tuple(int(x) for x in label[6:].split("."))
-                    if ver > NEWEST:
-                        struct.pack_into("<H", data, va + 4, flags | VER_FLG_WEAK)
-                        weakened.append(label)
+                out.append((va, data[strtab + name : end].decode(), flags))
                 va += vnext
             if not nxt:
                 break
             vn += nxt
+    return out
+
+
+def weaken(path: Path, newest: tuple[int, int] = NEWEST) -> list[str]:
+    """Mark the GLIBC_x.y needs newer than `newest` weak in an ELF64 little-endian file; the
+    versions it marked."""
+    data = bytearray(path.read_bytes())
+    weakened = []
+    for va, label, flags in needs(bytes(data)):
+        if label.startswith("GLIBC_2.") and tuple(map(int, label[6:].split("."))) > newest:
+            struct.pack_into("<H", data, va + 4, flags | VER_FLG_WEAK)
+            weakened.append(label)
     path.write_bytes(bytes(data))
     return weakened
 
