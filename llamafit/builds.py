@@ -183,9 +183,9 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "metal_fa_512",
         8639,
         0,
-        "2026-04 (b8639 estimate, with Gemma 4's support: a public bump from b8611 to b8645 "
-        "lists flash attention for head size 512; llama-cpp-python 0.3.17's tree has no 512, "
-        "0.3.20's f49e917 has it; the PR was not found)",
+        "2026-04 (b8639 estimate, with Gemma 4's support: llama-cpp-python 0.3.17's source "
+        "release has no 512, 0.3.20's (f49e917) has it; a public bump from b8611 to b8645 lists "
+        "flash attention for head size 512; the PR was not found)",
         "Metal's flash attention takes a head size of 512 (ggml_metal_device_supports_op, "
         "ggml-metal-device.m: Gemma 4's full-attention layers)",
     ),
@@ -193,8 +193,9 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "attn_rot_per_cache",
         8739,
         0,
-        "2026-04 (b8739: recorded through llama-cpp-py-sync 0.8739's libllama, 0.8683's has the "
-        "old form; the PR was not found)",
+        "2026-04 (b8739: no source release between llama-cpp-python 0.3.20's and 0.3.21's; the "
+        "prebuilt libllama of llama-cpp-py-sync 0.8739 records it, 0.8683's the old form; the PR "
+        "was not found)",
         "a quantized cache is rotated where the layers of that cache share one head size "
         "(llama_kv_cache: n_embd_head_k_all; before, llama-cpp-python 0.3.20's "
         "llama-kv-cache.cpp: only where every layer of the model has the same K (V) row, "
@@ -205,8 +206,9 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "gemma4_ple_expand",
         8739,
         0,
-        "2026-04 (b8739: recorded through llama-cpp-py-sync 0.8739's libllama, 0.8683's has the "
-        "old form; the PR was not found)",
+        "2026-04 (b8739: no source release between llama-cpp-python 0.3.20's and 0.3.21's; the "
+        "prebuilt libllama of llama-cpp-py-sync 0.8739 records it, 0.8683's the old form; the PR "
+        "was not found)",
         "Gemma 4's per-layer token rows are expanded into the graph right after the embeddings "
         "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma4-iswa.cpp; before: "
         "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
