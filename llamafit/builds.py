@@ -218,6 +218,19 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "of the E2B corpus row holds only token_embd in CPU_Mapped)",
     ),
     BuildRule(
+        "gemma3n_ple_expand",
+        8739,
+        0,
+        "2026-04 (b8739: no source release between llama-cpp-python 0.3.20's and 0.3.21's; the "
+        "prebuilt libllama of llama-cpp-py-sync 0.8739 records it for gemma3n-e2b, 0.8683's the "
+        "old form, as for Gemma 4's rule gemma4_ple_expand; the PR was not found)",
+        "Gemma 3n's per-layer token rows are expanded into the graph right after the embeddings "
+        "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma3n.cpp; before: "
+        "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
+        "in the compute buffer; and its per-layer tensors leave the output layer as Gemma 4's do "
+        "(rule gemma4_ple_expand; 0.3.17's and 0.3.20's llama-arch.cpp: LLM_TENSOR_LAYER_OUTPUT)",
+    ),
+    BuildRule(
         "moe_sum_expanded",
         8942,
         0,
@@ -256,18 +269,6 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "Qwen3-Next repeats its q/k heads over {head_k, 1, n_k_heads, tokens} (before: over "
         "{head_k, 1, n_k_heads x tokens}, ggml_reshape_3d; src/models/qwen3next.cpp "
         "build_layer_attn_linear): the REPEAT and RESHAPE nodes' shapes",
-    ),
-    BuildRule(
-        "gemma3n_ple_expand",
-        8942,
-        0,
-        "2026-04 (b8942 = llama.cpp f53577432, vendored by llama-cpp-python 0.3.21: the first "
-        "source release found with it; 0.3.20's f49e917 has the old form; the PR was not found)",
-        "Gemma 3n's per-layer token rows are expanded into the graph right after the embeddings "
-        "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma3n.cpp; before: "
-        "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
-        "in the compute buffer; and its per-layer tensors leave the output layer as Gemma 4's do "
-        "(rule gemma4_ple_expand; 0.3.17's and 0.3.20's llama-arch.cpp: LLM_TENSOR_LAYER_OUTPUT)",
     ),
     BuildRule(
         "vk_reorder_ssm_conv",

@@ -42,6 +42,12 @@ def test_graph_is_the_real_one(name: str, build: int) -> None:
     _same_graphs(name, build)
 
 
+@pytest.mark.parametrize("build", [8683, 8739])
+def test_gemma3n_graph_is_the_real_one(build: int) -> None:
+    """Gemma 3n's per-layer rows change at the same build (rule gemma3n_ple_expand)."""
+    _same_graphs("gemma3n-e2b-c4096", build)
+
+
 def test_b9554_graph_is_the_real_one() -> None:
     """llama-cpp-py-sync 0.9554's libllama (b9554, recorded with llama-cpp-python 0.3.28's API,
     the same llama_context_params): the output rows after the output norm."""

@@ -152,9 +152,9 @@ def inp_per_layer(ctx: GraphContext, inpL: T, expand: bool = True, output_layer:
     embeddings, normed; [n_embd_per_layer, n_tokens, n_layer]. expand: the token rows are
     expanded into the graph first (before rules gemma3n_ple_expand and gemma4_ple_expand: not).
     output_layer: the three per-layer tensors live with the output layer (LLM_TENSOR_LAYER_OUTPUT
-    in LLM_TENSOR_INFOS, llama-arch.cpp of llama-cpp-python 0.3.17 and 0.3.20; from 0.3.21's
-    b8942 the token rows are an input-layer tensor and the projection and its norm layer 0's:
-    LAYER_INPUT, LAYER_REPEATING made with block 0), before those rules."""
+    in LLM_TENSOR_INFOS, llama-arch.cpp of llama-cpp-python 0.3.17 and 0.3.20; 0.3.21's has the
+    token rows an input-layer tensor and the projection and its norm layer 0's: LAYER_INPUT,
+    LAYER_REPEATING made with block 0), before those rules (b8739, the same change)."""
     b, n_tokens = ctx.b, ctx.c.n_tokens
     lay_in, lay_0 = (-2, -2) if output_layer else (-1, 0)
     table = ctx.need(ctx.w("per_layer_token_embd.weight", lay_in), "per_layer_token_embd")
