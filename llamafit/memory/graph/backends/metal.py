@@ -153,10 +153,19 @@ METAL_OPS = frozenset(
         "SOFT_MAX",
         "GLU",
         "SCALE",
+        "UNARY",
     }
 )
 METAL_FA_HEADS = frozenset({32, 40, 48, 64, 72, 80, 96, 112, 128, 192, 256, 320, 576})
-METAL_KV_TYPES = frozenset({"f32", "f16"})  # the cache types the Metal replay takes before it
+METAL_KV_TYPES = frozenset({"f32", "f16"})  # CPY / CONT and UNARY's sources before it
+# the cache types of FLASH_ATTN_EXT (K and V of one type) and SET_ROWS before it: supports_op
+# takes K == V of any type (0.3.17, 0.3.20), the kernels these (ggml-metal.metal kernel_flash_attn_ext)
+METAL_FA_KV_TYPES = frozenset({"f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"})
+METAL_GLU_0317 = frozenset({"REGLU", "GEGLU", "SWIGLU", "SWIGLU_OAI", "GEGLU_ERF", "GEGLU_QUICK"})
+METAL_UNARY_0317 = frozenset(
+    "TANH RELU SIGMOID GELU GELU_ERF GELU_QUICK SILU ELU NEG ABS SGN STEP HARDSWISH HARDSIGMOID "
+    "EXP SOFTPLUS EXPM1".split()
+)
 # ggml_metal_op_flash_attn_ext_use_kv_f16: the caches flash attention reads an F16 copy of
 METAL_KV_F16_FROM = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
 N_MM_NPART_AMAX = 256  # ggml-metal-impl.h
@@ -165,26 +174,40 @@ N_MM_NPART_AMAX = 256  # ggml-metal-impl.h
 def metal_graph_ok(graph: Graph, build: int | None = None) -> bool:
     """Whether the replay's Metal rules cover every node of this graph at build `build`: from
     rule metal_fusion_table, every node ggml_metal_device_supports_op takes (metal_supports_op,
-    b11434's); before it, the ops the 0.3.17 source was checked for (METAL_OPS; no BF16;
-    FLASH_ATTN_EXT: a listed head size, K and V of one type, F32 or F16; CPY / CONT / SET_ROWS
-    between F32 and F16; GLU: SWIGLU)."""
+    b11434's); before it, the ops the 0.3.17 and 0.3.20 sources were read for (METAL_OPS; no
+    BF16; FLASH_ATTN_EXT: a listed head size, 512 from rule metal_fa_512, K and V of one type,
+    F32, F16 or a legacy quant; SET_ROWS from F32 to those; CPY / CONT between F32 and F16;
+    GLU: a listed kind over contiguous F32 rows; UNARY: a listed kind over contiguous F32 or F16
+    rows). Both trees' ggml_metal_device_supports_op take these alike (0.3.20 adds head 512,
+    FLOOR, CEIL, ROUND and TRUNC)."""
     ts = graph.tensors
     if since("metal_fusion_table", build):
         return all(metal_supports_op(ts, i) for i in graph.nodes)
+    heads = METAL_FA_HEADS | ({512} if since("metal_fa_512", build) else set())
     for i in graph.nodes:
         t = ts[i]
         srcs = [ts[s] for s in t.src if s is not None and s != i]
         if t.op not in METAL_OPS or t.type == "bf16" or any(s.type == "bf16" for s in srcs):
             return False
-        if t.op == "FLASH_ATTN_EXT":
-            q, k, v = srcs[:3]
-            if q.ne[0] not in METAL_FA_HEADS or k.type != v.type or k.type not in METAL_KV_TYPES:
-                return False
-        elif t.op in ("CPY", "CONT", "SET_ROWS"):
-            if t.type not in METAL_KV_TYPES or srcs[0].type not in METAL_KV_TYPES:
-                return False
-        elif t.op == "GLU" and t.desc != "SWIGLU":
+        if not _old_op_ok(t, srcs, heads):
             return False
+    return True
+
+
+def _old_op_ok(t: Tensor, srcs: Sequence[Tensor], heads: frozenset[int]) -> bool:
+    """metal_graph_ok's conditions on one node of METAL_OPS before metal_fusion_table."""
+    if t.op == "FLASH_ATTN_EXT":
+        q, k, v = srcs[:3]
+        return q.ne[0] in heads and k.type == v.type and k.type in METAL_FA_KV_TYPES
+    if t.op == "SET_ROWS":
+        return srcs[0].type == "f32" and t.type in METAL_FA_KV_TYPES
+    if t.op in ("CPY", "CONT"):
+        return t.type in METAL_KV_TYPES and srcs[0].type in METAL_KV_TYPES
+    if t.op == "GLU":
+        return t.desc in METAL_GLU_0317 and is_contiguous_n(srcs[0], 1) and srcs[0].type == "f32"
+    if t.op == "UNARY":
+        s0 = srcs[0]
+        return t.desc in METAL_UNARY_0317 and is_contiguous_rows(s0) and s0.type in METAL_KV_TYPES
     return True
 
 

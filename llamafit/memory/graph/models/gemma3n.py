@@ -23,14 +23,17 @@ def build(ctx: GraphContext) -> None:
     tied output a tensor of its own (made before token_embd, _sharing), logit soft-capping.
     n_altup is altup_proj's third dimension plus one; i_altup_act is 0 (llama_hparams'
     default; load_arch_hparams reads neither). Before rule gemma3n_ple_expand the per-layer
-    token rows (get_per_layer_inputs) join the graph where layer 0 first reads them."""
+    token rows (get_per_layer_inputs) join the graph where layer 0 first reads them, and the
+    three per-layer tensors live with the output layer (llama-arch.cpp LLM_TENSOR_LAYER_OUTPUT,
+    0.3.17 and 0.3.20)."""
     f, b = ctx.f, ctx.b
     act, n_layer_sparsity = 0, 10  # i_altup_act, llama_model_gemma3n::graph::n_layer_sparsity
     n_embd, n_tokens = f.n_embd, ctx.c.n_tokens
     inpL = ctx.cb(ctx.inp_embd(math.sqrt(n_embd)), "inp_scaled", -1)
     inp_pos = ctx.inp_pos()
     base, swa = ctx.inp_iswa(reuse=True)
-    per_layer = inp_per_layer(ctx, inpL, since("gemma3n_ple_expand", ctx.c.build))
+    expand = since("gemma3n_ple_expand", ctx.c.build)
+    per_layer = inp_per_layer(ctx, inpL, expand, output_layer=not expand)
     altup_proj = ctx.need(ctx.w("altup_proj.weight", -2), "altup_proj")
     n_altup = altup_proj.ne[2] + 1
     target = _magnitude(ctx, inpL)
