@@ -146,18 +146,44 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "the Metal compute buffer",
     ),
     BuildRule(
+        "gdn_chunking",
+        8179,
+        0,
+        "the earliest tree read: node-llama-cpp 3.17.1's llama.cpp release b8179 (its git "
+        "bundle), whose graphs are recorded; xllamacpp 0.2.12's older tree builds the same "
+        "gated DeltaNet but is not dated",
+        "the replay's first Qwen3-Next graph: the gated DeltaNet layers build "
+        "build_delta_net_chunking (a prompt) and build_delta_net_autoregressive (one token) of "
+        "src/models/delta-net-base.cpp on the transposed state, no GATED_DELTA_NET op; older "
+        "builds not read",
+    ),
+    BuildRule(
+        "gdn_fused_op",
+        8234,
+        19504,
+        "2026-03 (the first build after b8233 = c5a778891, PR #19504's merge, estimate: b8233 "
+        "adds GGML_OP_GATED_DELTA_NET but its graphs do not use it, as its public llama-server "
+        "log of Qwen3-Next shows: graph nodes = 12069 (bs=512) and 5337 (bs=1), the unfused "
+        "graphs' counts, no 'fused Gated Delta Net' line)",
+        "the fused GATED_DELTA_NET op enters the Qwen3-Next / Qwen3.5 graphs after b8233: for "
+        "one token (cparams.fused_gdn_ar) at a build of b8234..b8298 not found, for a prompt "
+        "from b8299 (PR #20340) on a transposed state until rule gdn_chunked_fused; not ported, "
+        "so the replay declines from here to gdn_chunked_fused",
+    ),
+    BuildRule(
         "gdn_chunked_fused",
         8333,
         20443,
         "2026-03-13 (b8333 = e30f1fdf7, PR #20443, its release notes; PR #20340 is b8299 of "
-        "2026-03-11, b8233 = c5a778891 (PR #19504) has the fused op for one token only; a public "
+        "2026-03-11; a public "
         "llama-server log of ebbf544 between (prints 'fused Gated Delta Net (chunked) enabled', "
         "no attn_rot_k) logs qwen35moe's graph nodes = 3729, this form's count)",
         "the gated DeltaNet layers of Qwen3-Next and Qwen3.5 run the fused GATED_DELTA_NET op "
         "for a prompt too (cparams.fused_gdn_ch, PR #20340 'llama: enable chunked fused GDN "
         "path', b8299) on its state without transposes (PR #20443 'graph: remove redundant GDN "
         "state transposes', b8333; from b8299 to b8332 the fused op's state is transposed in the "
-        "graph, not ported); before, build_delta_net_chunking's graph of many ops",
+        "graph, not ported: rule gdn_fused_op); before, build_delta_net_chunking's graph of many "
+        "ops (rule gdn_chunking)",
     ),
     BuildRule(
         "attn_rot",

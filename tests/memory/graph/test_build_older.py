@@ -138,6 +138,7 @@ def test_every_old_arch_has_a_0317_graph() -> None:
     assert {m.since for a, m in MODELS.items() if a in old} == {
         OLD_SINCE,
         GDN_SINCE,
+        "gdn_chunking",  # qwen3next: its b8179 graphs too (test_build_b8179.py)
         "mla_v_less",
     }
     assert old <= checked
@@ -171,20 +172,23 @@ def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
 
 
 # The gated DeltaNet archs from GDN_SINCE: b8333 (e30f1fdf7, PR #20443: the fused prompt path
-# of PR #20340, b8299, on the state without transposes). b8233 (c5a778891, PR #19504, the fused
-# op for one token only) and b8299..b8332 (the state transposed) are not covered, 0.3.17's b8470
-# is (its graphs checked above)
+# of PR #20340, b8299, on the state without transposes). b8299..b8332 (the state transposed)
+# are not covered, 0.3.17's b8470 is (its graphs checked above); Qwen3-Next also from rule
+# gdn_chunking up to gdn_fused_op (b8179..b8233, test_build_b8179.py)
 @pytest.mark.parametrize(
-    ("arch", "name"),
+    ("arch", "name", "early"),
     [
-        ("qwen35", "qwen35-27b-c4096-ub128"),
-        ("qwen35moe", "qwen35moe-c4096-ub128"),
-        ("qwen3next", "qwen3next-c4096-ub128"),
+        ("qwen35", "qwen35-27b-c4096-ub128", False),
+        ("qwen35moe", "qwen35moe-c4096-ub128", False),
+        ("qwen3next", "qwen3next-c4096-ub128", True),
     ],
 )
-def test_gdn_archs_are_covered_from_the_fused_prompt_path(arch: str, name: str) -> None:
+def test_gdn_archs_are_covered_from_the_fused_prompt_path(
+    arch: str, name: str, early: bool
+) -> None:
     facts, _ = facts_of(CASES[name].model)
     assert facts.architecture == arch and name in OLD_CASES
-    assert MODELS[arch].since == GDN_SINCE and build_of(GDN_SINCE) == 8333
+    assert build_of(GDN_SINCE) == 8333
+    assert MODELS[arch].since == ("gdn_chunking" if early else GDN_SINCE)
     builds = (8233, 8299, 8332, 8333, OLD)
-    assert [covers_model(facts, b) for b in builds] == [False, False, False, True, True]
+    assert [covers_model(facts, b) for b in builds] == [early, False, False, True, True]

