@@ -158,17 +158,27 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "builds not read",
     ),
     BuildRule(
-        "gdn_fused_op",
-        8234,
+        "gdn_fused_ar",
+        8233,
         19504,
-        "2026-03 (the first build after b8233 = c5a778891, PR #19504's merge, estimate: b8233 "
-        "adds GGML_OP_GATED_DELTA_NET but its graphs do not use it, as its public llama-server "
-        "log of Qwen3-Next shows: graph nodes = 12069 (bs=512) and 5337 (bs=1), the unfused "
-        "graphs' counts, no 'fused Gated Delta Net' line)",
-        "the fused GATED_DELTA_NET op enters the Qwen3-Next / Qwen3.5 graphs after b8233: for "
-        "one token (cparams.fused_gdn_ar) at a build of b8234..b8298 not found, for a prompt "
-        "from b8299 (PR #20340) on a transposed state until rule gdn_chunked_fused; not ported, "
-        "so the replay declines from here to gdn_chunked_fused",
+        "2026-03 (b8233 = c5a778891 is PR #19504's merge: its public llama-server log of "
+        "Qwen3-Coder-Next, a GGUF with the legacy ssm_in projection (807 tensors), prints graph "
+        "nodes = 12069 (bs=512) and 5337 (bs=1), this form's counts, and no 'fused Gated Delta "
+        "Net' line; b8179's graphs are the form before)",
+        "ggml's GATED_DELTA_NET op (PR #19504 'ggml: add GATED_DELTA_NET op') runs the gated "
+        "DeltaNet of the one-token graph (build_delta_net_fused: the op and two views of its "
+        "result); a prompt keeps build_delta_net_chunking until rule gdn_fused_ch (before: "
+        "build_delta_net_autoregressive, src/models/delta-net-base.cpp)",
+    ),
+    BuildRule(
+        "gdn_fused_ch",
+        8299,
+        20340,
+        "2026-03-11 (b8299, PR #20340's release notes)",
+        "the prompt graph runs the fused GATED_DELTA_NET op too (cparams.fused_gdn_ch, PR "
+        "#20340 'llama: enable chunked fused GDN path') on a transposed state until rule "
+        "gdn_chunked_fused; not ported, so the replay declines Qwen3-Next from here to "
+        "gdn_chunked_fused",
     ),
     BuildRule(
         "gdn_chunked_fused",
@@ -182,7 +192,7 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "for a prompt too (cparams.fused_gdn_ch, PR #20340 'llama: enable chunked fused GDN "
         "path', b8299) on its state without transposes (PR #20443 'graph: remove redundant GDN "
         "state transposes', b8333; from b8299 to b8332 the fused op's state is transposed in the "
-        "graph, not ported: rule gdn_fused_op); before, build_delta_net_chunking's graph of many "
+        "graph, not ported: rule gdn_fused_ch); before, build_delta_net_chunking's graph of many "
         "ops (rule gdn_chunking)",
     ),
     BuildRule(

@@ -174,7 +174,7 @@ def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
 # The gated DeltaNet archs from GDN_SINCE: b8333 (e30f1fdf7, PR #20443: the fused prompt path
 # of PR #20340, b8299, on the state without transposes). b8299..b8332 (the state transposed)
 # are not covered, 0.3.17's b8470 is (its graphs checked above); Qwen3-Next also from rule
-# gdn_chunking up to gdn_fused_op (b8179..b8233, test_build_b8179.py)
+# gdn_chunking up to gdn_fused_ch (b8179..b8298, test_build_b8179.py)
 @pytest.mark.parametrize(
     ("arch", "name", "early"),
     [

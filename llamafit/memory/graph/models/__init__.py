@@ -52,7 +52,7 @@ class Model:
     # source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
     # the builds from rule gap[0] up to rule gap[1] (excluded) whose graph the builder does not
-    # follow (qwen3next: from gdn_fused_op to gdn_chunked_fused): the replay declines there
+    # follow (qwen3next: from gdn_fused_ch to gdn_chunked_fused): the replay declines there
     gap: tuple[str, str] | None = None
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
@@ -88,8 +88,9 @@ OLD_SINCE = "inp_embd_both"
 # the gated DeltaNet archs (checked against 0.3.17's and 0.3.36's graphs too): from their fused
 # prompt path; before it, build_delta_net_chunking's graph, built for qwen3next only (GDN_GAP)
 GDN_SINCE = "gdn_chunked_fused"
-# qwen3next also before the fused op (rule gdn_chunking, b8179's graphs checked), not between
-GDN_GAP = ("gdn_fused_op", GDN_SINCE)
+# qwen3next also before the fused prompt path (rule gdn_chunking: b8179's graphs checked, b8233's
+# log counts), not between (gdn_fused_ch: the fused op on a transposed state)
+GDN_GAP = ("gdn_fused_ch", GDN_SINCE)
 
 
 MODELS: Mapping[str, Model] = {

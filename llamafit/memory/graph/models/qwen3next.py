@@ -124,13 +124,15 @@ def _gated_attn(ctx: GraphContext, inp: AttnInput, cur: T, inp_pos: T, il: int, 
 
 def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool) -> T:
     """build_layer_attn_linear of qwen3next.cpp / qwen35moe.cpp, cparams.n_rs_seq 0: the
-    qkv and z projections (qwen3next's legacy fused ssm_in is not modelled), beta and alpha
+    qkv and z projections (qwen3next: or the legacy fused ssm_in), beta and alpha
     (qwen3next: one ssm_ba projection split in views), the conv state (build_conv_state),
     ssm_conv, the L2 norms of q and k (build_gdn_l2_norm: RMS norm, scale), the heads
     repeated for qwen3next (qwen35moe: not with the fused op), the fused GATED_DELTA_NET (K
     1): llama_context sets cparams.fused_gdn_ar and fused_gdn_ch and auto_fgdn false, so
-    build_delta_net_chunking / _autoregressive are never built in b11434; the new state
-    copied back, the gated RMS norm and ssm_out."""
+    build_delta_net_chunking / _autoregressive are never built in b11434 (before rule
+    gdn_chunked_fused a prompt builds build_delta_net_chunking, before gdn_fused_ar one token
+    build_delta_net_autoregressive: delta_net_base.py); the new state copied back, the gated
+    RMS norm and ssm_out."""
     f, b, c = ctx.f, ctx.b, ctx.c
     rec = f.recurrent
     assert rec is not None
@@ -139,13 +141,7 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     head_v = d_inner // n_v
     n_seqs = c.n_seqs
     n_st = c.n_tokens // n_seqs
-    wqkv = ctx.lw(il, "attn_qkv.weight")
-    if wqkv is None:
-        raise GraphBuildError(f"{f.path}: the legacy ssm_in projection is not modelled")
-    qkv = ctx.mm_s(wqkv, cur, ctx.lw(il, "attn_qkv.scale") if q35 else None)
-    qkv = ctx.cb(b.reshape(qkv, qkv.ne[0], n_st, n_seqs), "linear_attn_qkv_mixed", il)
-    wz = ctx.need(ctx.lw(il, "attn_gate.weight"), "attn_gate")
-    z = ctx.cb(ctx.mm_s(wz, cur, ctx.lw(il, "attn_gate.scale") if q35 else None), "z", il)
+    qkv, z = _qkvz(ctx, cur, il, q35)
     ssm_dt = ctx.need(ctx.lw(il, "ssm_dt.bias"), "ssm_dt.bias")
     ssm_a = ctx.need(ctx.lw(il, "ssm_a"), "ssm_a")
     if q35:
@@ -228,9 +224,11 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     ctx.cb(q, "q_conv_predelta", il)
     ctx.cb(k, "k_conv_predelta", il)
     ctx.cb(v, "v_conv_predelta", il)
-    if since("gdn_chunked_fused", c.build):
+    # build_delta_net: the fused op for one token from rule gdn_fused_ar, for a prompt from
+    # gdn_chunked_fused; before, the unfused paths of delta-net-base.cpp (rule gdn_chunking)
+    if since("gdn_fused_ar" if n_st == 1 else "gdn_chunked_fused", c.build):
         out, new_state = _fused(ctx, q, k, v, gate, beta, state)
-    elif n_st == 1:  # before: the unfused paths of delta-net-base.cpp (rule gdn_chunking)
+    elif n_st == 1:
         out, new_state = delta_net_base.autoregressive(ctx, q, k, v, gate, beta, state, il)
     else:
         out, new_state = delta_net_base.chunking(ctx, q, k, v, gate, beta, state, il)
@@ -249,6 +247,51 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     cur = ctx.mm_s(w_out, y, ctx.lw(il, "ssm_out.scale") if q35 else None)
     cur = ctx.cb(cur, "linear_attn_out", il)
     return b.reshape(cur, f.n_embd, n_st * n_seqs)
+
+
+def _qkvz(ctx: GraphContext, cur: T, il: int, q35: bool) -> tuple[T, T]:
+    """build_qkvz: the qkv rows (3-D, by sequence) and z from attn_qkv and attn_gate (with
+    their scales for qwen35moe), or qwen3next's legacy ssm_in."""
+    b, c = ctx.b, ctx.c
+    wqkv = ctx.lw(il, "attn_qkv.weight")
+    if wqkv is None and not q35:  # qwen3next.cpp build_qkvz's legacy path
+        return _qkvz_legacy(ctx, cur, il)
+    wqkv = ctx.need(wqkv, "attn_qkv")
+    qkv = ctx.mm_s(wqkv, cur, ctx.lw(il, "attn_qkv.scale") if q35 else None)
+    n_st = c.n_tokens // c.n_seqs
+    qkv = ctx.cb(b.reshape(qkv, qkv.ne[0], n_st, c.n_seqs), "linear_attn_qkv_mixed", il)
+    wz = ctx.need(ctx.lw(il, "attn_gate.weight"), "attn_gate")
+    z = ctx.cb(ctx.mm_s(wz, cur, ctx.lw(il, "attn_gate.scale") if q35 else None), "z", il)
+    return qkv, z
+
+
+def _qkvz_legacy(ctx: GraphContext, cur: T, il: int) -> tuple[T, T]:
+    """build_qkvz's legacy path (qwen3next.cpp, the same from b8179 to b11434): one ssm_in
+    projection of older GGUFs, viewed per key head as q, k, v and z (z made contiguous), q, k
+    and v made contiguous rows and concatenated into the conv input."""
+    f, b, c = ctx.f, ctx.b, ctx.c
+    rec = f.recurrent
+    assert rec is not None
+    head_k, n_k, n_v = rec.d_state, rec.n_group, rec.dt_rank
+    head_v = rec.d_inner // n_v
+    n_seqs = c.n_seqs
+    n_st = c.n_tokens // n_seqs
+    w = ctx.need(ctx.lw(il, "ssm_in.weight"), "ssm_in")
+    mixed = ctx.cb(ctx.mm(w, cur), "linear_attn_mixed_qkvz", il)
+    vz = head_v * n_v // n_k
+    mixed = b.reshape(mixed, 2 * head_k + 2 * vz, n_k, n_st, n_seqs)
+    nbs = (mixed.nb[1], mixed.nb[2], mixed.nb[3])
+    e = GGML_TYPE_SIZES[mixed.type][1]
+    query = ctx.cb(b.view(mixed, (head_k, n_k, n_st, n_seqs), nbs, 0), "q", il)
+    key = ctx.cb(b.view(mixed, (head_k, n_k, n_st, n_seqs), nbs, head_k * e), "k", il)
+    value = ctx.cb(b.view(mixed, (vz, n_k, n_st, n_seqs), nbs, 2 * head_k * e), "v", il)
+    z = b.view(mixed, (vz, n_k, n_st, n_seqs), nbs, (2 * head_k + vz) * e)
+    z = ctx.cb(b.cont(z), "z", il)
+    q_flat = ctx.cb(b.cont(query, head_k * n_k, n_st, n_seqs), "query_flat", il)
+    k_flat = ctx.cb(b.cont(key, head_k * n_k, n_st, n_seqs), "key_flat", il)
+    v_flat = ctx.cb(b.cont(value, head_v * n_v, n_st, n_seqs), "value_flat", il)
+    qkv = ctx.cb(b.concat(b.concat(q_flat, k_flat, 0), v_flat, 0), "qkv_mixed", il)
+    return qkv, z
 
 
 def _fused(ctx: GraphContext, q: T, k: T, v: T, gate: T, beta: T, state: T) -> tuple[T, T]:
