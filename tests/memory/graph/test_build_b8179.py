@@ -10,27 +10,27 @@ node for node but for the names, the leafs as a set, the CPU compute buffer to t
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from llamafit.builds import build_of
-from llamafit.facts.hparams import build_facts
-from llamafit.memory.graph.models import MODELS, graph_hparams
+from llamafit.memory.graph.models import MODELS
 from llamafit.memory.graph.params import GraphConfig
 from llamafit.memory.graph.replay import covers_model
 from llamafit.memory.graph.template import build_graph
-from llamafit.reader.model import read_model
 from tests.memory.graph.test_build_older import CASES, _recorded, _same_graphs
 from tests.support.graph_build import facts_of
-from tests.support.scripts import script
 
 B8179 = 8179
 RECORDED = _recorded(B8179)
 
 
 def test_qwen3next_cases_are_recorded() -> None:
-    assert RECORDED == ["qwen3next-c4096-fa-off-np2", "qwen3next-c4096-ub128"]
+    assert RECORDED == [
+        "qwen3next-c4096-fa-off-np2",
+        "qwen3next-c4096-ub128",
+        "qwen3next-ssm-in-c4096-np1",
+    ]
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -52,18 +52,11 @@ def test_qwen3next_is_covered_up_to_b8298_and_from_b8333() -> None:
     assert covered == [False, True, True, True, False, False, True, True]
 
 
-def _counts(build: int, tmp: Path) -> tuple[int, int]:
+def _counts(build: int) -> tuple[int, int]:
     """The prompt and one-token graphs' node counts of b8233's public Qwen3-Next log config
     (bushman77/Symbrella llama-server.log: -c 40960, -ub 512, one slot, flash attention on) on
-    Qwen3-Next's shape with the legacy ssm_in projection of that log's GGUF (807 tensors: one
-    projection fewer in each of the 36 gated DeltaNet layers than the shape's 843)."""
-    shapes = script("make_shapes")
-    specs = shapes.load_specs()
-    key = "qwen3-next-80b-a3b+ssm_in"
-    specs[key] = {**specs["qwen3-next-80b-a3b"], "key": key, "ssm_in": True}
-    model = read_model(shapes.write_shape(key, tmp, specs))
-    facts = build_facts(model)
-    hp = graph_hparams(model.metadata, facts.architecture)
+    its GGUF's shape (qwen3-coder-next: the legacy ssm_in projection, 807 tensors)."""
+    facts, hp = facts_of("qwen3-coder-next")
     assert len(facts.tensors) == 807
     config = GraphConfig(n_tokens=512, n_seqs=1, n_outputs=512, kv_size=40960, build=build)
     pp = build_graph(facts, config, hp)
@@ -71,9 +64,9 @@ def _counts(build: int, tmp: Path) -> tuple[int, int]:
     return len(pp.nodes), len(tg.nodes)
 
 
-def test_b8233_node_counts_are_the_public_logs(tmp_path: Path) -> None:
+def test_b8233_node_counts_are_the_public_logs() -> None:
     """b8233 logs 'graph nodes = 12069 (with bs=512), 5337 (with bs=1)': build_delta_net_chunking
     for the prompt and the fused GATED_DELTA_NET for one token (rule gdn_fused_ar); b8179's
     one-token graph (build_delta_net_autoregressive) has 20 nodes more in each DeltaNet layer."""
-    assert _counts(8233, tmp_path) == (12069, 5337)
-    assert _counts(8179, tmp_path) == (12069, 5337 + 20 * 36)
+    assert _counts(8233) == (12069, 5337)
+    assert _counts(8179) == (12069, 5337 + 20 * 36)
