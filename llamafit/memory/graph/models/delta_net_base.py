@@ -1,8 +1,8 @@
-"""src/models/delta-net-base.cpp before the fused GATED_DELTA_NET op was in the graph:
-llm_build_delta_net_base::build_delta_net_chunking (a prompt) and
-build_delta_net_autoregressive (one token a sequence), on the transposed state, as llama.cpp
-b8179 (node-llama-cpp 3.17.1's llama.cpp) to b8233 (c5a778891, PR #19504's merge) build them
-for Qwen3-Next. Rule gdn_chunking (builds.py) says which builds.
+"""src/models/delta-net-base.cpp before the fused GATED_DELTA_NET op ran the gated DeltaNet:
+llm_build_delta_net_base::build_delta_net_chunking (a prompt: until rule gdn_fused_ch, b8299)
+and build_delta_net_autoregressive (one token a sequence: until rule gdn_fused_ar, b8233), on
+the transposed state, as llama.cpp b8179 (node-llama-cpp 3.17.1's tree, whose real graphs
+tests/memory/graph/test_build_b8179.py checks) builds them for Qwen3-Next.
 """
 
 from __future__ import annotations
