@@ -149,7 +149,7 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "gdn_chunking",
         8179,
         0,
-        "the earliest tree read: node-llama-cpp 3.17.1's llama.cpp release b8179 (its git "
+        "the earliest source release read: node-llama-cpp 3.17.1's llama.cpp b8179 (its git "
         "bundle), whose graphs are recorded; xllamacpp 0.2.12's older tree builds the same "
         "gated DeltaNet but is not dated",
         "the replay's first Qwen3-Next graph: the gated DeltaNet layers build "
@@ -194,6 +194,18 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "state transposes', b8333; from b8299 to b8332 the fused op's state is transposed in the "
         "graph, not ported: rule gdn_fused_ch); before, build_delta_net_chunking's graph of many "
         "ops (rule gdn_chunking)",
+    ),
+    BuildRule(
+        "qwen35_alpha_reshape",
+        8390,
+        20640,
+        "2026-03 (b8390 estimate, the first release read with it: node-llama-cpp 3.18.0's "
+        "llama.cpp b8352 has the ggml_cont_3d, 3.18.1's b8390 the ggml_reshape_3d; PR #20640 "
+        "was opened 2026-03-16)",
+        "Qwen3.5 (qwen35, qwen35moe) views its DeltaNet alpha as {n_v_heads, tokens, seqs} by "
+        "ggml_reshape_3d (PR #20640 'llama-graph: replace cont with reshape for alpha in "
+        "qwen35'; before: ggml_cont_3d, a CONT node per DeltaNet layer; src/models/qwen35moe.cpp, "
+        "qwen35.cpp build_layer_attn_linear)",
     ),
     BuildRule(
         "attn_rot",

@@ -144,24 +144,7 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     qkv, z = _qkvz(ctx, cur, il, q35)
     ssm_dt = ctx.need(ctx.lw(il, "ssm_dt.bias"), "ssm_dt.bias")
     ssm_a = ctx.need(ctx.lw(il, "ssm_a"), "ssm_a")
-    if q35:
-        wb = ctx.need(ctx.lw(il, "ssm_beta.weight"), "ssm_beta")
-        beta = ctx.mm_s(wb, cur, ctx.lw(il, "ssm_beta.scale"))
-        beta = ctx.cb(b.reshape(beta, 1, n_v, n_st, n_seqs), "beta", il)
-        beta = ctx.cb(b.unary(beta, "SIGMOID"), "beta_sigmoid", il)
-        wa = ctx.need(ctx.lw(il, "ssm_alpha.weight"), "ssm_alpha")
-        alpha = ctx.mm_s(wa, cur, ctx.lw(il, "ssm_alpha.scale"))
-        alpha = ctx.cb(b.reshape(alpha, n_v, n_st, n_seqs), "alpha", il)
-    else:
-        wba = ctx.need(ctx.lw(il, "ssm_ba.weight"), "ssm_ba")
-        ba = ctx.cb(ctx.mm(wba, cur), "linear_attn_mixed_ba", il)
-        ba = b.reshape(ba, 2 * n_v // n_k, n_k, n_st, n_seqs)
-        nbs = (ba.nb[1], ba.nb[2], ba.nb[3])
-        shape = (n_v // n_k, n_k, n_st, n_seqs)
-        beta = ctx.cb(b.view(ba, shape, nbs, 0), "b", il)
-        a = ctx.cb(b.view(ba, shape, nbs, (n_v // n_k) * ba.nb[0]), "a", il)
-        beta = b.unary(b.cont(beta), "SIGMOID")
-        alpha = b.cont(a, n_v, n_st, n_seqs)
+    beta, alpha = _beta_alpha(ctx, cur, il, q35)
     alpha = ctx.cb(b.unary(b.add(alpha, ssm_dt), "SOFTPLUS"), "a_softplus", il)
     gate = ctx.cb(b.mul(alpha, ssm_a), "gate", il)
     if not q35:
@@ -247,6 +230,41 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     cur = ctx.mm_s(w_out, y, ctx.lw(il, "ssm_out.scale") if q35 else None)
     cur = ctx.cb(cur, "linear_attn_out", il)
     return b.reshape(cur, f.n_embd, n_st * n_seqs)
+
+
+def _beta_alpha(ctx: GraphContext, cur: T, il: int, q35: bool) -> tuple[T, T]:
+    """beta (sigmoid) and alpha of build_layer_attn_linear: qwen35moe's ssm_beta and ssm_alpha
+    projections (alpha reshaped from rule qwen35_alpha_reshape, a contiguous copy before);
+    qwen3next's one ssm_ba projection viewed as b and a, each made contiguous."""
+    f, b, c = ctx.f, ctx.b, ctx.c
+    rec = f.recurrent
+    assert rec is not None
+    n_k, n_v = rec.n_group, rec.dt_rank
+    n_seqs = c.n_seqs
+    n_st = c.n_tokens // n_seqs
+    if q35:
+        wb = ctx.need(ctx.lw(il, "ssm_beta.weight"), "ssm_beta")
+        beta = ctx.mm_s(wb, cur, ctx.lw(il, "ssm_beta.scale"))
+        beta = ctx.cb(b.reshape(beta, 1, n_v, n_st, n_seqs), "beta", il)
+        beta = ctx.cb(b.unary(beta, "SIGMOID"), "beta_sigmoid", il)
+        wa = ctx.need(ctx.lw(il, "ssm_alpha.weight"), "ssm_alpha")
+        alpha = ctx.mm_s(wa, cur, ctx.lw(il, "ssm_alpha.scale"))
+        if since("qwen35_alpha_reshape", c.build):
+            alpha = b.reshape(alpha, n_v, n_st, n_seqs)
+        else:  # before: a contiguous copy
+            alpha = b.cont(alpha, n_v, n_st, n_seqs)
+        alpha = ctx.cb(alpha, "alpha", il)
+    else:
+        wba = ctx.need(ctx.lw(il, "ssm_ba.weight"), "ssm_ba")
+        ba = ctx.cb(ctx.mm(wba, cur), "linear_attn_mixed_ba", il)
+        ba = b.reshape(ba, 2 * n_v // n_k, n_k, n_st, n_seqs)
+        nbs = (ba.nb[1], ba.nb[2], ba.nb[3])
+        shape = (n_v // n_k, n_k, n_st, n_seqs)
+        beta = ctx.cb(b.view(ba, shape, nbs, 0), "b", il)
+        a = ctx.cb(b.view(ba, shape, nbs, (n_v // n_k) * ba.nb[0]), "a", il)
+        beta = b.unary(b.cont(beta), "SIGMOID")
+        alpha = b.cont(a, n_v, n_st, n_seqs)
+    return beta, alpha
 
 
 def _qkvz(ctx: GraphContext, cur: T, il: int, q35: bool) -> tuple[T, T]:
