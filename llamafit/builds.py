@@ -152,7 +152,7 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "the earliest source release read: node-llama-cpp 3.17.1's llama.cpp b8179 (its git "
         "bundle), whose graphs are recorded; xllamacpp 0.2.12's older tree builds the same "
         "gated DeltaNet but is not dated",
-        "the replay's first Qwen3-Next graph: the gated DeltaNet layers build "
+        "the replay's first Qwen3-Next and Qwen3.5 graphs: the gated DeltaNet layers build "
         "build_delta_net_chunking (a prompt) and build_delta_net_autoregressive (one token) of "
         "src/models/delta-net-base.cpp on the transposed state, no GATED_DELTA_NET op; older "
         "builds not read",
@@ -177,8 +177,8 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "2026-03-11 (b8299, PR #20340's release notes)",
         "the prompt graph runs the fused GATED_DELTA_NET op too (cparams.fused_gdn_ch, PR "
         "#20340 'llama: enable chunked fused GDN path') on a transposed state until rule "
-        "gdn_chunked_fused; not ported, so the replay declines Qwen3-Next from here to "
-        "gdn_chunked_fused",
+        "gdn_chunked_fused; not ported, so the replay declines the gated DeltaNet archs from "
+        "here to gdn_chunked_fused",
     ),
     BuildRule(
         "gdn_chunked_fused",

@@ -25,8 +25,10 @@ B8179 = 8179
 RECORDED = _recorded(B8179)
 
 
-def test_qwen3next_cases_are_recorded() -> None:
+def test_gdn_cases_are_recorded() -> None:
     assert RECORDED == [
+        "qwen35-27b-c4096-ub128",
+        "qwen35moe-c4096-ub128",
         "qwen3next-c4096-fa-off-np2",
         "qwen3next-c4096-ub128",
         "qwen3next-ssm-in-c4096-np1",
@@ -38,12 +40,15 @@ def test_b8179_graph_is_the_real_one(name: str) -> None:
     _same_graphs(name, B8179)
 
 
-def test_qwen3next_is_covered_up_to_b8298_and_from_b8333() -> None:
+@pytest.mark.parametrize("arch", ["qwen3next", "qwen35moe", "qwen35"])
+def test_gdn_archs_are_covered_up_to_b8298_and_from_b8333(arch: str) -> None:
     """Rule gdn_chunking (b8179, the tree read) up to gdn_fused_ch (b8299, the fused prompt
     path on a transposed state, not ported) and from gdn_chunked_fused (b8333) on; not before
     b8179 (not read)."""
-    facts, _ = facts_of(CASES["qwen3next-c4096-ub128"].model)
-    model = MODELS["qwen3next"]
+    name = {"qwen3next": "qwen3next-c4096-ub128", "qwen35moe": "qwen35moe-c4096-ub128"}
+    facts, _ = facts_of(CASES[name.get(arch, "qwen35-27b-c4096-ub128")].model)
+    assert facts.architecture == arch
+    model = MODELS[arch]
     assert (model.since, model.gap) == ("gdn_chunking", ("gdn_fused_ch", "gdn_chunked_fused"))
     rules = ("gdn_chunking", "gdn_fused_ar", "gdn_fused_ch", "gdn_chunked_fused")
     assert [build_of(r) for r in rules] == [8179, 8233, 8299, 8333]

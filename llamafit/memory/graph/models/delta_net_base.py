@@ -2,7 +2,7 @@
 llm_build_delta_net_base::build_delta_net_chunking (a prompt: until rule gdn_fused_ch, b8299)
 and build_delta_net_autoregressive (one token a sequence: until rule gdn_fused_ar, b8233), on
 the transposed state, as llama.cpp b8179 (node-llama-cpp 3.17.1's tree, whose real graphs
-tests/memory/graph/test_build_b8179.py checks) builds them for Qwen3-Next.
+tests/memory/graph/test_build_b8179.py checks) builds them for Qwen3-Next and Qwen3.5.
 """
 
 from __future__ import annotations

@@ -190,20 +190,7 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     else:  # before: ggml_l2_norm
         q = b.l2_norm(q)
         k = b.l2_norm(k)
-    if n_k != n_v and not q35:  # qwen3next repeats whatever the op
-        rf = n_v // n_k
-        if since("qwen3next_repeat_4d", c.build):
-            q = b.reshape(q, head_k, 1, n_k, n_st * n_seqs)
-            k = b.reshape(k, head_k, 1, n_k, n_st * n_seqs)
-            q = b.repeat_4d(q, head_k, rf, n_k, n_st * n_seqs)
-            k = b.repeat_4d(k, head_k, rf, n_k, n_st * n_seqs)
-        else:  # before: over one dimension of heads x tokens
-            q = b.reshape(q, head_k, 1, n_k * n_st * n_seqs)
-            k = b.reshape(k, head_k, 1, n_k * n_st * n_seqs)
-            q = b.repeat_4d(q, head_k, rf, n_k * n_st * n_seqs, 1)
-            k = b.repeat_4d(k, head_k, rf, n_k * n_st * n_seqs, 1)
-        q = b.reshape(q, head_k, n_k * rf, n_st, n_seqs)
-        k = b.reshape(k, head_k, n_k * rf, n_st, n_seqs)
+    q, k = _repeat_heads(ctx, q, k, q35)
     ctx.cb(q, "q_conv_predelta", il)
     ctx.cb(k, "k_conv_predelta", il)
     ctx.cb(v, "v_conv_predelta", il)
@@ -230,6 +217,38 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     cur = ctx.mm_s(w_out, y, ctx.lw(il, "ssm_out.scale") if q35 else None)
     cur = ctx.cb(cur, "linear_attn_out", il)
     return b.reshape(cur, f.n_embd, n_st * n_seqs)
+
+
+def _repeat_heads(ctx: GraphContext, q: T, k: T, q35: bool) -> tuple[T, T]:
+    """q and k repeated from the key heads to the value heads where they differ: qwen3next
+    whatever the op (an interleaved repeat through a reshape); qwen35moe only before rule
+    gdn_chunked_fused (one ggml_repeat_4d each; the fused op broadcasts them itself)."""
+    b, c = ctx.b, ctx.c
+    rec = ctx.f.recurrent
+    assert rec is not None
+    head_k, n_k, n_v = rec.d_state, rec.n_group, rec.dt_rank
+    n_seqs = c.n_seqs
+    n_st = c.n_tokens // n_seqs
+    if n_k == n_v:
+        return q, k
+    if q35:
+        if since("gdn_chunked_fused", c.build):
+            return q, k
+        return b.repeat_4d(q, head_k, n_v, n_st, n_seqs), b.repeat_4d(k, head_k, n_v, n_st, n_seqs)
+    rf = n_v // n_k
+    if since("qwen3next_repeat_4d", c.build):
+        q = b.reshape(q, head_k, 1, n_k, n_st * n_seqs)
+        k = b.reshape(k, head_k, 1, n_k, n_st * n_seqs)
+        q = b.repeat_4d(q, head_k, rf, n_k, n_st * n_seqs)
+        k = b.repeat_4d(k, head_k, rf, n_k, n_st * n_seqs)
+    else:  # before: over one dimension of heads x tokens
+        q = b.reshape(q, head_k, 1, n_k * n_st * n_seqs)
+        k = b.reshape(k, head_k, 1, n_k * n_st * n_seqs)
+        q = b.repeat_4d(q, head_k, rf, n_k * n_st * n_seqs, 1)
+        k = b.repeat_4d(k, head_k, rf, n_k * n_st * n_seqs, 1)
+    return b.reshape(q, head_k, n_k * rf, n_st, n_seqs), b.reshape(
+        k, head_k, n_k * rf, n_st, n_seqs
+    )
 
 
 def _beta_alpha(ctx: GraphContext, cur: T, il: int, q35: bool) -> tuple[T, T]:
