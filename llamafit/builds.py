@@ -146,18 +146,66 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "the Metal compute buffer",
     ),
     BuildRule(
+        "gdn_chunking",
+        8179,
+        0,
+        "the earliest source release read: node-llama-cpp 3.17.1's llama.cpp b8179 (its git "
+        "bundle), whose graphs are recorded; xllamacpp 0.2.12's older tree builds the same "
+        "gated DeltaNet but is not dated",
+        "the replay's first Qwen3-Next and Qwen3.5 graphs: the gated DeltaNet layers build "
+        "build_delta_net_chunking (a prompt) and build_delta_net_autoregressive (one token) of "
+        "src/models/delta-net-base.cpp on the transposed state, no GATED_DELTA_NET op; older "
+        "builds not read",
+    ),
+    BuildRule(
+        "gdn_fused_ar",
+        8233,
+        19504,
+        "2026-03 (b8233 = c5a778891 is PR #19504's merge: its public llama-server log of "
+        "Qwen3-Coder-Next, a GGUF with the legacy ssm_in projection (807 tensors), prints graph "
+        "nodes = 12069 (bs=512) and 5337 (bs=1), this form's counts, and no 'fused Gated Delta "
+        "Net' line; b8179's graphs are the form before)",
+        "ggml's GATED_DELTA_NET op (PR #19504 'ggml: add GATED_DELTA_NET op') runs the gated "
+        "DeltaNet of the one-token graph (build_delta_net_fused: the op and two views of its "
+        "result); a prompt keeps build_delta_net_chunking until rule gdn_fused_ch (before: "
+        "build_delta_net_autoregressive, src/models/delta-net-base.cpp)",
+    ),
+    BuildRule(
+        "gdn_fused_ch",
+        8299,
+        20340,
+        "2026-03-11 (b8299, PR #20340's release notes)",
+        "the prompt graph runs the fused GATED_DELTA_NET op too (cparams.fused_gdn_ch, PR "
+        "#20340 'llama: enable chunked fused GDN path') on a transposed state until rule "
+        "gdn_chunked_fused; not ported, so the replay declines the gated DeltaNet archs from "
+        "here to gdn_chunked_fused",
+    ),
+    BuildRule(
         "gdn_chunked_fused",
         8333,
         20443,
         "2026-03-13 (b8333 = e30f1fdf7, PR #20443, its release notes; PR #20340 is b8299 of "
-        "2026-03-11, b8233 = c5a778891 (PR #19504) has the fused op for one token only; a public "
+        "2026-03-11; a public "
         "llama-server log of ebbf544 between (prints 'fused Gated Delta Net (chunked) enabled', "
         "no attn_rot_k) logs qwen35moe's graph nodes = 3729, this form's count)",
         "the gated DeltaNet layers of Qwen3-Next and Qwen3.5 run the fused GATED_DELTA_NET op "
         "for a prompt too (cparams.fused_gdn_ch, PR #20340 'llama: enable chunked fused GDN "
         "path', b8299) on its state without transposes (PR #20443 'graph: remove redundant GDN "
         "state transposes', b8333; from b8299 to b8332 the fused op's state is transposed in the "
-        "graph, not ported); before, build_delta_net_chunking's graph of many ops",
+        "graph, not ported: rule gdn_fused_ch); before, build_delta_net_chunking's graph of many "
+        "ops (rule gdn_chunking)",
+    ),
+    BuildRule(
+        "qwen35_alpha_reshape",
+        8390,
+        20640,
+        "2026-03 (b8390 estimate, the first release read with it: node-llama-cpp 3.18.0's "
+        "llama.cpp b8352 has the ggml_cont_3d, 3.18.1's b8390 the ggml_reshape_3d; PR #20640 "
+        "was opened 2026-03-16)",
+        "Qwen3.5 (qwen35, qwen35moe) views its DeltaNet alpha as {n_v_heads, tokens, seqs} by "
+        "ggml_reshape_3d (PR #20640 'llama-graph: replace cont with reshape for alpha in "
+        "qwen35'; before: ggml_cont_3d, a CONT node per DeltaNet layer; src/models/qwen35moe.cpp, "
+        "qwen35.cpp build_layer_attn_linear)",
     ),
     BuildRule(
         "attn_rot",

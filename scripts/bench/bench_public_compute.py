@@ -181,6 +181,9 @@ def declined(row: dict) -> str:
         return f"arch {arch} has no builder (models.MODELS)"
     if not since(model.since, rc.build):
         return f"{arch} replayed from {_rule(model.since)}; log at b{rc.build}"
+    if not model.covers(rc.build) and model.gap is not None:
+        gap = f"{_rule(model.gap[0])} to {_rule(model.gap[1])}"
+        return f"{arch} not replayed from {gap}; log at b{rc.build}"
     if rc.embeddings:
         return "embeddings / pooling not replayed (replay.covers)"
     backends = {g.backend for g in gpus}

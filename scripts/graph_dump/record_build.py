@@ -161,6 +161,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "qwen3-next-80b-a3b",
         ("-c", "4096", "-fa", "off", "-np", "2", "--no-repack"),
     ),
+    # Qwen3-Coder-Next's GGUF: build_qkvz's legacy ssm_in path, -ub 512 (eight prompt chunks of
+    # build_delta_net_chunking before rule gdn_fused_ch)
+    "qwen3next-ssm-in-c4096-np1": ("qwen3-coder-next", ("-c", "4096", "-np", "1", "--no-repack")),
     # Qwen3-Next with -ngl 2 on Vulkan0: layer 47 (full attention) and the output layer there,
     # the experts and the output over lavapipe's 128 MiB storage range on the host
     "vk-qwen3next-ngl2": (
@@ -534,6 +537,7 @@ SPARSE = frozenset(
         "gemma4-26b-a4b",
         "nemotron3-nano-30b-a3b",
         "qwen3-next-80b-a3b",
+        "qwen3-coder-next",
         "qwen3.5-35b-a3b",
         "qwen3.5-27b",
         "ministral3-8b",

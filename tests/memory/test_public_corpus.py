@@ -115,7 +115,8 @@ def test_kv_is_what_the_log_prints(row: dict) -> None:
 
 
 # (shape, a row's shape_overrides, the file size of the shape the bench writes): the logged file's
-# quantization over the spec's (make_shapes.py: an F16 orion, falcon's legacy Q4_K_M)
+# quantization over the spec's (make_shapes.py: an F16 orion, falcon's legacy Q4_K_M, Qwen3-Next's
+# legacy ssm_in projection)
 @pytest.mark.parametrize(
     ("shape", "overrides", "size"),
     [
@@ -125,6 +126,8 @@ def test_kv_is_what_the_log_prints(row: dict) -> None:
         ("falcon-40b", {"legacy_quant": True}, 25487669600),
         ("mpt-7b", {"legacy_quant": True}, 4274055680),
         ("nomic-embed-text-v1.5", {"legacy_quant": True}, 90305312),
+        # Qwen3-Coder-Next Q5_K_M of b8233's log (52.81 GiB): ssm_in, the Q5_K_M mix
+        ("qwen3-next-80b-a3b", {"mix": "q5_k_m", "ssm_in": True}, 56705886848),
     ],
 )
 def test_shape_overrides_set_the_files_quantization(

@@ -44,6 +44,7 @@ SIZES = [
     ("gemma3n-e2b", 4746317568),
     ("gemma3n-e4b", 7308120320),
     ("qwen3-next-80b-a3b", 48403362720),
+    ("qwen3-coder-next", 56705886848),
     ("qwen3.5-35b-a3b", 21097436672),
     ("nemotron3-nano-30b-a3b", 24470049024),
     ("gemma4-26b-a4b", 16782299008),

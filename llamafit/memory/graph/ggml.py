@@ -330,6 +330,32 @@ class Builder:
         ne = (s_v * h, n_t * n_s + k_snaps * s_v * n_s, 1, 1)
         return T("f32", ne, op="GATED_DELTA_NET", src=(q, k, v, g, beta, state))
 
+    def cumsum(self, a: T) -> T:
+        """ggml_cumsum: a new tensor like a, each row's running sum."""
+        return self._unop("CUMSUM", a)
+
+    def tri(self, a: T) -> T:
+        """ggml_tri: a new tensor like a (square rows), one triangle kept."""
+        return self._unop("TRI", a)
+
+    def diag(self, a: T) -> T:
+        """ggml_diag: a row {n, 1, ...} as the diagonal of a new {n, n, ...} matrix."""
+        return T(a.type, (a.ne[0], a.ne[0], a.ne[2], a.ne[3]), op="DIAG", src=(a,))
+
+    def solve_tri(self, a: T, b: T) -> T:
+        """ggml_solve_tri: X of A X = B, a new F32 tensor of b's shape."""
+        return T("f32", b.ne, op="SOLVE_TRI", src=(a, b))
+
+    def repeat(self, a: T, b: T) -> T:
+        """ggml_repeat: a new tensor of a's type and b's shape, a tiled over it."""
+        return T(a.type, b.ne, op="REPEAT", src=(a,))
+
+    def set_inplace(self, a: T, b: T) -> T:
+        """ggml_set_inplace: b written into a, the result a view of a (ggml_view_tensor)."""
+        return T(
+            a.type, a.ne, a.nb, op="SET", src=(a, b), view_src=a, name=_cut(a.name + " (view)")
+        )
+
     def fill(self, a: T) -> T:
         """ggml_fill: a new tensor like a, every element one constant."""
         return T(a.type, a.ne, op="FILL", src=(a,))

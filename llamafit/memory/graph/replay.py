@@ -81,8 +81,8 @@ from .template import build_graph, count_graph
 
 def covers_model(facts: ModelFacts, build: int | None) -> bool:
     """Whether the replay models this model's graphs at this build (CPU only; most configs):
-    the architecture is in models.MODELS, and the build is at least its Model.since (outside
-    its Model.gap)."""
+    the architecture is in models.MODELS, and its builder follows the build (Model.covers:
+    from Model.since, outside Model.gap)."""
     model = MODELS.get(facts.architecture)
     return model is not None and model.covers(build)
 

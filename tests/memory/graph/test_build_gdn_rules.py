@@ -48,6 +48,9 @@ DELTAS: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("qwen35-27b-c4096-ub128", "qwen35_h_nextn", {"GET_ROWS": -1}),
     # and for qwen3next its attention gate's RESHAPE after the sigmoid goes
     ("qwen3next-c4096-ub128", "qwen3next_h_nextn", {"GET_ROWS": -1, "RESHAPE": -12}),
+    # alpha viewed by ggml_reshape_3d instead of copied by ggml_cont_3d
+    ("qwen35moe-c4096-ub128", "qwen35_alpha_reshape", {"CONT": -30, "RESHAPE": 30}),
+    ("qwen35-27b-c4096-ub128", "qwen35_alpha_reshape", {"CONT": -48, "RESHAPE": 48}),
     # build_gdn_l2_norm: q and k RMS-normed and scaled instead of ggml_l2_norm
     ("qwen35moe-c4096-ub128", "qkv_heads", {"L2_NORM": -60, "RMS_NORM": 60, "SCALE": 60}),
     ("qwen3next-c4096-ub128", "qkv_heads", {"L2_NORM": -72, "RMS_NORM": 72, "SCALE": 72}),
@@ -107,12 +110,14 @@ def test_fused_prompt_path_has_the_node_count_of_a_public_log() -> None:
     """Rule gdn_chunked_fused's form is the one public llama.cpp ran between b8333 and b8500: a
     llama-server log of Qwen3.5-35B-A3B (lota09/local_LLM_llama llama_server.log: ebbf544,
     'fused Gated Delta Net (chunked) enabled', no attn_rot_k lines) prints 'graph nodes = 3729'
-    for -c 6912 -ub 512 with -np auto (4 slots, a unified cache), flash attention on. The
+    for -c 6912 -ub 512 with -np auto (4 slots, a unified cache), flash attention on (before
+    rule qwen35_alpha_reshape a CONT of alpha stands for its RESHAPE: the same count). The
     b8299..b8332 form (the state transposed in the graph) has more nodes, as has b8233's
     build_delta_net_chunking (a Qwen3-Next log there: 12069)."""
     facts, hp = facts_of("qwen3.5-35b-a3b")
     config = GraphConfig(
         n_tokens=512, n_seqs=4, n_outputs=4, kv_size=6912, n_seq_max=4, kv_unified=True
     )
-    counts = {b: len(build_graph(facts, replace(config, build=b), hp).nodes) for b in (8333, 8470)}
-    assert counts == {8333: 3729, 8470: 3729}
+    builds = (8333, 8390, 8470)
+    counts = {b: len(build_graph(facts, replace(config, build=b), hp).nodes) for b in builds}
+    assert counts == {8333: 3729, 8390: 3729, 8470: 3729}

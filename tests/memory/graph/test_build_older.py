@@ -27,7 +27,7 @@ import pytest
 from llamafit.builds import BUILD_SERVER_OUTPUT_LIMIT, build_of
 from llamafit.memory.graph.alloc import Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
-from llamafit.memory.graph.models import GDN_SINCE, MODELS, OLD_SINCE, REPLAY_SINCE
+from llamafit.memory.graph.models import GDN_GAP, GDN_SINCE, MODELS, OLD_SINCE, REPLAY_SINCE
 from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig
 from llamafit.memory.graph.replay import covers_model
@@ -131,13 +131,13 @@ def test_0317_graph_is_the_real_one(name: str) -> None:
 
 
 def test_every_old_arch_has_a_0317_graph() -> None:
-    """The architectures covered at b8470 (from OLD_SINCE, GDN_SINCE or, for deepseek2's MLA
+    """The architectures covered at b8470 (from OLD_SINCE, gdn_chunking or, for deepseek2's MLA
     without a V cache, mla_v_less) are those with a 0.3.17 graph checked above."""
     checked = {facts_of(CASES[n].model)[0].architecture for n in OLD_CASES}
     old = {arch for arch, m in MODELS.items() if build_of(m.since) <= OLD}
     assert {m.since for a, m in MODELS.items() if a in old} == {
         OLD_SINCE,
-        GDN_SINCE,
+        "gdn_chunking",  # the gated DeltaNet archs: their b8179 graphs too (test_build_b8179.py)
         "mla_v_less",
     }
     assert old <= checked
@@ -154,9 +154,9 @@ def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
 
 
 # The gated DeltaNet archs from GDN_SINCE: b8333 (e30f1fdf7, PR #20443: the fused prompt path
-# of PR #20340, b8299, on the state without transposes). b8233 (c5a778891, PR #19504, the fused
-# op for one token only) and b8299..b8332 (the state transposed) are not covered, 0.3.17's b8470
-# is (its graphs checked above)
+# of PR #20340, b8299, on the state without transposes), 0.3.17's b8470 (its graphs checked
+# above); before, from rule gdn_chunking (b8179..b8298, test_build_b8179.py) but for
+# b8299..b8332 (the state transposed: GDN_GAP)
 @pytest.mark.parametrize(
     ("arch", "name"),
     [
@@ -165,9 +165,10 @@ def test_every_arch_before_replay_since_is_checked_at_b11311() -> None:
         ("qwen3next", "qwen3next-c4096-ub128"),
     ],
 )
-def test_gdn_archs_are_covered_from_the_fused_prompt_path(arch: str, name: str) -> None:
+def test_gdn_archs_are_covered_but_for_the_transposed_fused_path(arch: str, name: str) -> None:
     facts, _ = facts_of(CASES[name].model)
     assert facts.architecture == arch and name in OLD_CASES
-    assert MODELS[arch].since == GDN_SINCE and build_of(GDN_SINCE) == 8333
+    assert build_of(GDN_SINCE) == 8333
+    assert (MODELS[arch].since, MODELS[arch].gap) == ("gdn_chunking", GDN_GAP)
     builds = (8233, 8299, 8332, 8333, OLD)
-    assert [covers_model(facts, b) for b in builds] == [False, False, False, True, True]
+    assert [covers_model(facts, b) for b in builds] == [True, False, False, True, True]

