@@ -525,7 +525,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
     assert [(e["kind"], e["bytes"], e["agrees"], e["config"]["n_ctx"]) for e in entries] == [
         ("model", room, False, 4096),
         ("context", 0, False, 4096),
-        ("compute", 2 * MIB - 2375680, False, 4096),
+        ("compute", 2 * MIB - 1325056, False, 4096),
     ]
 
     assert planned(env, "--no-llama-check") == (1, 0, None, [])  # #37 F10: nothing of it
@@ -538,7 +538,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
         assert [(d["kind"], d["bytes"], d["applied"]) for d in recorded["differences"]] == [
             ("model", room, True),
             ("context", 0, False),
-            ("compute", 2 * MIB - 2375680, False),
+            ("compute", 2 * MIB - 1325056, False),
         ]
         tail = "" if checked else "; llama.cpp not asked this time"
         assert notes == [f"{RECORDED_NOTE} for this build showed before{tail}"]
@@ -551,7 +551,7 @@ def test_a_recorded_difference_starts_later_plans_for_that_build_and_device(
 
 def test_llama_cpp_s_larger_compute_wins_and_a_cached_plan_asks_nothing(tmp_path: Path) -> None:
     """llama-fit-params' CUDA0 compute column (5 MiB) over llamafit's figure for its own graph
-    (2,375,680 bytes: the estimate at n_outputs_max = n_batch) beyond print precision: a
+    (1,325,056 bytes: the graph replay's, since CUDA's refused ops are placed on the CPU) beyond print precision: a
     llama_compute_differs warning with the numbers, the plan keeps the difference as room on CUDA0,
     and the difference is recorded for the build; the next plan of the same question starts from
     the record and asks no llama-fit-params (its answer is kept on disk)."""
@@ -561,16 +561,16 @@ def test_llama_cpp_s_larger_compute_wins_and_a_cached_plan_asks_nothing(tmp_path
         "LLAMAFIT_CACHE_DIR": str(tmp_path / "cache"),
         "LLAMAFIT_CALIBRATION": str(tmp_path / "none.jsonl"),
     }
-    room = 5 * MIB - 2375680
+    room = 5 * MIB - 1325056
     first = _plan_dense(env)
     assert first["devices"][0]["overhead_bytes"] == room
     assert [c for c in first["llama_cpp_check"]["compute"] if c["device"] == "CUDA0"] == [
         {
             "device": "CUDA0",
             "mib": 5,
-            "llamafit_bytes": 2375680,
+            "llamafit_bytes": 1325056,
             "difference_bytes": room,
-            "compute_source": "estimate",
+            "compute_source": "graph",
             "agrees": False,
         }
     ]
@@ -580,17 +580,17 @@ def test_llama_cpp_s_larger_compute_wins_and_a_cached_plan_asks_nothing(tmp_path
             "code": "llama_compute_differs",
             "device": "CUDA0",
             "llama_mib": 5,
-            "llamafit_bytes": 2375680,
+            "llamafit_bytes": 1325056,
             "difference_bytes": room,
-            "compute_source": "estimate",
+            "compute_source": "graph",
             "taken": "llama.cpp",
-            "text": "CUDA0: llama.cpp's dry run reserves 5 MiB of compute, llamafit's estimate "
-            "2.3 MiB for the same graph; planned with llama.cpp's larger figure",
+            "text": "CUDA0: llama.cpp's dry run reserves 5 MiB of compute, llamafit's graph "
+            "replay 1.3 MiB for the same graph; planned with llama.cpp's larger figure",
         }
     ]
     notes = [w["text"] for w in first["warnings"] if w["code"] == "server_devices"]
     assert notes == [
-        "CUDA0: llama.cpp's own estimate holds 3 MiB more compute than llamafit's: planned with "
+        "CUDA0: llama.cpp's own estimate holds 4 MiB more compute than llamafit's: planned with "
         "that much more room"
     ]
     asked = (tmp_path / "bin" / "asked.log").read_text().splitlines()
