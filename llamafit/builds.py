@@ -159,6 +159,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "the Metal compute buffer",
     ),
     BuildRule(
+        "moe_scale_w_dropped",
+        8250,
+        20235,
+        "2026-03-08 (b8250 estimate: b8179's source has the old form, b8352's the new; "
+        "b8284 is of 03-11)",
+        "build_moe_ffn scales the expert weights where w_scale is neither 0 nor 1 "
+        "(src/llama-graph.cpp; before: where the arch passed scale_w, whatever the value: "
+        "glm4-moe, bailingmoe2, nemotron-h, dots1 always, deepseek2 and afmoe with "
+        "expert_weights_scale non-zero; an ffn_moe_weights_scaled SCALE node more a layer at 1.0)",
+    ),
+    BuildRule(
         "gdn_chunked_fused",
         8333,
         20443,
@@ -445,17 +456,6 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "build_mamba2_layer multiplies the in- and out-projections on 2D {n_embd, n_tokens} rows "
         "and reshapes after (before: on 3D {n_embd, n_seq_tokens, n_seqs}; "
         "src/models/mamba-base.cpp)",
-    ),
-    BuildRule(
-        "moe_scale_w_dropped",
-        8250,
-        20235,
-        "2026-03-08 (b8250 estimate: b8179's source has the old form, b8352's the new; "
-        "b8284 is of 03-11)",
-        "build_moe_ffn scales the expert weights where w_scale is neither 0 nor 1 "
-        "(src/llama-graph.cpp; before: where the arch passed scale_w, whatever the value: "
-        "glm4-moe, bailingmoe2, nemotron-h, dots1 always, deepseek2 and afmoe with "
-        "expert_weights_scale non-zero; an ffn_moe_weights_scaled SCALE node more a layer at 1.0)",
     ),
     BuildRule(
         "clamp_copy",
