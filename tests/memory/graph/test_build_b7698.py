@@ -15,11 +15,14 @@ grows (ggml_gallocr_reserve_n), so the tg reserve's buffer is the larger of the 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from llamafit.builds import build_of, since
 from llamafit.memory.graph.alloc import Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
+from llamafit.memory.graph.loader import tensor_map
 from llamafit.memory.graph.models import MODELS, OLD_SINCE
 from llamafit.memory.graph.nodes import FLAG_COMPUTE
 from llamafit.memory.graph.replay import covers_model
@@ -68,3 +71,24 @@ def test_old_since_is_b7698_and_the_rule_after_b7774() -> None:
     facts, _ = facts_of(CASES["qwen3-8b-c4096"].model)
     assert "qwen3" in old
     assert [covers_model(facts, b) for b in (B7698 - 1, B7698, 7772)] == [False, True, True]
+
+
+def test_expert_weights_scaled_by_the_arch_flag_before_pr_20235() -> None:
+    """Rule moe_scale_w_dropped: before it glm4-moe.cpp's scale_w (true) alone made the
+    ffn_moe_weights_scaled SCALE, at expert_weights_scale 1.0 too (the b7698 graph above); from
+    it build_moe_ffn skips a scale of 0 or 1. One SCALE a MoE layer before, none from it."""
+    name = "fx-glm4moe"
+    facts, hp = facts_of(CASES[name].model)
+    assert hp.expert_weights_scale in (0.0, 1.0)
+    moe_layers = sum(
+        f"blk.{il}.ffn_gate_inp.weight" in tensor_map(facts) for il in range(facts.n_layer)
+    )
+    pp = _configs(name, B7698)[0]
+    rule = build_of("moe_scale_w_dropped")
+
+    def scales(build: int) -> int:
+        g = build_graph(facts, replace(pp, build=build), hp)
+        return sum(g.tensors[i].name.startswith("ffn_moe_weights_scaled") for i in g.nodes)
+
+    assert moe_layers > 0
+    assert (scales(rule - 1), scales(rule)) == (moe_layers, 0)
