@@ -1,7 +1,12 @@
 """The graph builder before rule inp_embd_both (PR #18898) against the real graphs of llama.cpp
 b7698: fixtures/graphs/b7698-<case>, recorded (scripts/graph_dump/record_libllama.py) through the
 prebuilt CPU libllama of the npm package @node-llama-cpp/linux-x64 3.15.0, whose build metadata
-and bundled source (node-llama-cpp 3.15.0's gitRelease.bundle) name release b7698.
+and bundled source (node-llama-cpp 3.15.0's gitRelease.bundle) name release b7698. Recorded with
+`--build 7698 --py <0.3.17's package> --lib <that folder>`, libllama.so and libggml.so linked to
+its libllama.b7698.so and libggml.b7698.so, and two local changes to a copy of 0.3.17's bindings:
+a symbol b7698 lacks is left unbound (_ctypes_extensions), and the folder's CPU backend is loaded
+(ggml_backend_load_all_from_path: a GGML_BACKEND_DL build). Their llama_context_params and
+llama_model_params are b7698's field for field.
 
 At b7698 build_inp_embd (src/llama-graph.cpp) holds only the input of its batch: the token ids
 for a reserve's text ubatch, their rows unpadded (Qwen3-VL adds no deepstack slice to a text
