@@ -120,12 +120,25 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "32 hard-coded in each backend's offload_op)",
     ),
     BuildRule(
+        "inp_embd_expand",
+        7698,
+        18599,
+        "2026-01-05 (b7698: the first release seen with it; b7347 has it not)",
+        "build_inp_embd expands its result into the graph at once (src/llama-graph.cpp; before: "
+        "where the first layer reached it). b7698 is an upper bound: node-llama-cpp 3.15.0 bundles "
+        "that release's source (the b7698 graphs of fixtures/graphs are its prebuilt libllama's), "
+        "3.14.5 bundles b7347's, without it; the replay's older graphs start here",
+    ),
+    BuildRule(
         "inp_embd_both",
-        7750,
+        7775,
         18898,
-        "2026-01-17",
+        "2026-01-17 opened (b7775: the earliest build the evidence allows)",
         "the graph holds both the token-id and the embeddings "
-        "input and selects one (ggml_build_forward_select; before: one of them)",
+        "input and selects one (ggml_build_forward_select; before: one of them). Merge commit "
+        "557515be1; b7774 is the merge of PR #18550, on which it builds, and a public b7772 log "
+        "(gpu-corpus-2026: ghghang2's T4) allocates one input only; node-llama-cpp 3.15.1's "
+        "bundled b7836 source has it",
     ),
     BuildRule(
         "mla_v_less",
@@ -169,6 +182,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "DeltaNet of the one-token graph (build_delta_net_fused: the op and two views of its "
         "result); a prompt keeps build_delta_net_chunking until rule gdn_fused_ch (before: "
         "build_delta_net_autoregressive, src/models/delta-net-base.cpp)",
+    ),
+    BuildRule(
+        "moe_scale_w_dropped",
+        8250,
+        20235,
+        "2026-03-08 (b8250 estimate: b8179's source has the old form, b8352's the new; "
+        "b8284 is of 03-11)",
+        "build_moe_ffn scales the expert weights where w_scale is neither 0 nor 1 "
+        "(src/llama-graph.cpp; before: where the arch passed scale_w, whatever the value: "
+        "glm4-moe, bailingmoe2, nemotron-h, dots1 always, deepseek2 and afmoe with "
+        "expert_weights_scale non-zero; an ffn_moe_weights_scaled SCALE node more a layer at 1.0)",
     ),
     BuildRule(
         "gdn_fused_ch",

@@ -14,12 +14,12 @@ from llamafit.cli import cli
 from tests.support import FIXTURES, NEW_HELP, NEW_VERSION, fake_server
 
 QWEN = str(FIXTURES / "header-only" / "qwen2.5-32b-like-q4_k_m.gguf")
-# a build before the graph replay's first for qwen2 (b7750): the compute buffers are estimated,
+# a build before the graph replay's first for qwen2 (b7698): the compute buffers are estimated,
 # which a calibration record corrects (the replay's exact figures it does not)
-MACHINE = ["--gpu", "22GiB", "--llama-build", "7700"]
-# One earlier run of build 7700 on one CUDA0: compute reported at 1.5x the prediction.
+MACHINE = ["--gpu", "22GiB", "--llama-build", "7690"]
+# One earlier run of build 7690 on one CUDA0: compute reported at 1.5x the prediction.
 RECORD = {
-    "server": {"build": 7700},
+    "server": {"build": 7690},
     "hardware": [{"name": "CUDA0", "backend": "cuda"}],
     "compute_scale": 1.0,
     "architecture": "qwen2",

@@ -1,6 +1,6 @@
 """The graph replay on CUDA and ROCm (memory/graph/backends/cuda.py, replay.py covers_backends
 and device_compute_bytes), through MemoryModel.estimate on the GPU corpus's CUDA rows
-(tests/memory/test_gpu_corpus.py) that the replay covers: llama, qwen2 and qwen3 from b7750 (the
+(tests/memory/test_gpu_corpus.py) that the replay covers: llama, qwen2 and qwen3 from b7698 (the
 other families from b11400: no CUDA log of those builds yet)."""
 
 from __future__ import annotations
@@ -61,9 +61,10 @@ def test_the_replay_corrects_the_hand_peaks_on_a_partial_offload() -> None:
 
 
 DECLINED = (  # (changes) -> the hand-derived peaks stand on CUDA
-    # before rule inp_embd_both (b7750) the builders' graphs are not checked (MoE, FA over a
-    # quantized cache and -sm row are replayed now: test_cuda_moe.py, test_cuda_fattn.py)
-    {"build": 7700},
+    # before OLD_SINCE (rule inp_embd_expand, b7698) the builders' graphs are not checked (MoE,
+    # FA over a quantized cache and -sm row are replayed now: test_cuda_moe.py,
+    # test_cuda_fattn.py)
+    {"build": 7697},
     {"build": 7000, "settings": {"type_k": "f16", "type_v": "f16"}},
 )
 

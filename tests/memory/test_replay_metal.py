@@ -62,8 +62,8 @@ def test_metal_refused_graph_keeps_the_hand_peaks() -> None:
 
 
 COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_backends)
-    ("mistral-small-3.1-24b", 7750, (), True),  # llama from inp_embd_both on
-    ("mistral-small-3.1-24b", 7749, (), False),  # before: one of the two inputs
+    ("mistral-small-3.1-24b", 7698, (), True),  # llama from OLD_SINCE (inp_embd_expand) on
+    ("mistral-small-3.1-24b", 7697, (), False),  # before: not checked
     ("qwen2.5-3b", 7960, ("metal",), True),
     ("qwen3-0.6b", 8054, ("metal",), True),
     ("qwen2.5-3b", 8499, ("metal",), True),
@@ -72,13 +72,13 @@ COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_b
     ("qwen2.5-3b", None, ("metal",), True),
     ("qwen2.5-3b", 11434, ("metal", "metal"), True),
     ("qwen2.5-3b", 11434, ("metal", "cuda"), False),
-    # Vulkan: 0.3.17's reorder for these families from inp_embd_both until vk_reorder_ssm_conv
+    # Vulkan: 0.3.17's reorder for these families from OLD_SINCE until vk_reorder_ssm_conv
     # (test_replay_vulkan_old.py), b11434's from b11400; RPC: b11434's rules, from b11400
     ("qwen2.5-3b", 8179, ("vulkan",), True),
     ("qwen2.5-3b", 9039, ("vulkan",), True),
     ("qwen2.5-3b", 9040, ("vulkan",), False),
     ("qwen2.5-3b", 11399, ("vulkan",), False),
-    ("mistral-small-3.1-24b", 7749, ("vulkan",), False),
+    ("mistral-small-3.1-24b", 7697, ("vulkan",), False),
     ("qwen3-0.6b", 8179, ("vulkan", "vulkan"), True),
     ("qwen2.5-3b", 8179, ("rpc",), False),  # 0.3.17's RPC device: no async compute, no events
     ("qwen2.5-3b", 8179, ("vulkan", "rpc"), False),
@@ -89,21 +89,21 @@ COVERS = (  # (shape, build, backends) -> whether the replay covers it (covers_b
     ("qwen2.5-3b", 8179, ("cuda",), True),
     ("qwen2.5-3b", 9512, ("cuda", "cuda"), True),
     ("qwen2.5-3b", None, ("cuda",), True),
-    ("mistral-small-3.1-24b", 7749, ("cuda",), False),
+    ("mistral-small-3.1-24b", 7697, ("cuda",), False),
     ("qwen2.5-3b", 8179, ("rocm",), True),
     ("qwen2.5-3b", 8179, ("cuda", "vulkan"), False),
-    # qwen3moe: replayed from inp_embd_both (0.3.17's graphs, test_build_older.py); CUDA
+    # qwen3moe: replayed from OLD_SINCE (b7698's and 0.3.17's graphs, test_build_b7698.py); CUDA
     # declines its MUL_MAT_ID graphs later (cuda_graph_ok)
     ("qwen3-30b-a3b", 8179, ("cuda",), True),
     ("qwen3-30b-a3b", 11400, ("rocm",), True),
     ("qwen3-30b-a3b", 8054, (), True),
-    ("qwen3-30b-a3b", 7749, (), False),
+    ("qwen3-30b-a3b", 7697, (), False),
     ("qwen3-30b-a3b", 11400, (), True),
     ("qwen3-30b-a3b", 11400, ("metal",), True),  # every family from its first replayed build
     ("qwen3-30b-a3b", 8179, ("metal",), True),  # (metal_graph_ok decides the ops by build)
-    ("qwen3-30b-a3b", 7749, ("metal",), False),
-    ("gpt-oss-20b", 7960, (), True),  # gpt-oss from inp_embd_both too (test_build_older.py)
-    ("gpt-oss-20b", 7749, (), False),
+    ("qwen3-30b-a3b", 7697, ("metal",), False),
+    ("gpt-oss-20b", 7698, (), True),  # gpt-oss from OLD_SINCE too (test_build_b7698.py)
+    ("gpt-oss-20b", 7697, (), False),
 )
 
 

@@ -60,7 +60,10 @@ REPLAYED: tuple[
 ] = (  # (row, build, settings) -> (Vulkan0, Vulkan_Host) bytes from the replay
     # b8121's log: 66.50 / 12.01 MiB; b11434's reorder gives 73924608 (70.50) for Vulkan0
     (TINYLLAMA, None, {}, (69730304, 12597280)),
-    (TINYLLAMA, 7750, {}, (69730304, 12597280)),  # inp_embd_both: the first build covered
+    (TINYLLAMA, 7775, {}, (69730304, 12597280)),  # inp_embd_both
+    # before it (from OLD_SINCE, b7698) the host holds no embeddings input: 2048 x 512 F32 less
+    (TINYLLAMA, 7774, {}, (69730304, 12597280 - 2048 * 512 * 4)),
+    (TINYLLAMA, 7698, {}, (69730304, 12597280 - 2048 * 512 * 4)),
     (TINYLLAMA, 9039, {}, (69730304, 12597280)),  # the last before vk_reorder_ssm_conv
     (TINYLLAMA, None, {"n_gpu_layers": 10}, (69730304, 12597280)),  # hand peaks: 82849792
     (TINYLLAMA, None, {"flash_attn": "off"}, (147857408, 13641760)),  # hand peaks: 156246016

@@ -198,6 +198,8 @@ class GraphInputs:
         if f.n_deepstack_layers and embd_scale != 0.0:
             raise GraphBuildError(f"{f.path}: a deepstack model's token-only scale")
         tok_embd = self.need(self.w("token_embd.weight", -1), "token_embd.weight")
+        if not since("inp_embd_both", self.c.build):
+            return self._inp_embd_tokens(tok_embd, tok_scale, embd_scale)
         tokens = self.cb(b.new("i32", n_tokens), "inp_tokens", -1)
         tokens.flags |= 1
         embd = self.cb(b.new("f32", n_inp, n_tokens), "inp_embd", -1)
@@ -229,6 +231,24 @@ class GraphInputs:
             # ggml_scale(inpL, ubatch.token ? tok_scale : 1) (gemma3.cpp, gemma3n.cpp,
             # gemma4.cpp). A scale input per row is what a batch mixing token and embedding
             # rows needs, so it is taken to come with that batch (rule mixed_batch)
+            cur = b.scale(cur)
+        return cur
+
+    def _inp_embd_tokens(self, tok_embd: T, tok_scale: float, embd_scale: float) -> T:
+        """build_inp_embd before inp_embd_both (PR #18898; src/llama-graph.cpp of b7698): the
+        graph holds only the input of its batch, the token ids for a reserve's text ubatch
+        (inp->tokens, left unnamed), their rows n_embd wide (no pad to n_embd_inp: a deepstack
+        model's wider rows came only with an embeddings batch, and no t_inp_embd is kept),
+        f_embedding_scale, the result named "inp_embd" and expanded into the graph at once (PR
+        #18599); the arch's token scale after it (gemma3.cpp's ggml_scale)."""
+        b = self.b
+        tokens = b.new("i32", self.c.n_tokens, inp=True)
+        cur = b.get_rows(tok_embd, tokens)
+        if embd_scale != 0.0:
+            cur = b.scale(cur)
+        self.cb(cur, "inp_embd", -1)
+        b.expand(cur)
+        if tok_scale != 1.0:
             cur = b.scale(cur)
         return cur
 
@@ -669,6 +689,7 @@ class GraphContext(GraphInputs):
         exp_probs_b: T | None = None,
         probs_in: T | None = None,
         w_scale: float | None = None,
+        scale_w: bool | None = None,
         gate_up: bool = False,
         scales: bool = False,
         weight_before: bool = False,
@@ -682,7 +703,9 @@ class GraphContext(GraphInputs):
         (LLM_FFN_SWIGLU_OAI_MOE) or "relu_sqr" (LLM_FFN_RELU_SQR, no gate experts); biases: the
         gate_inp and expert biases (ggml_add_id); probs_in: the router's logits made by the
         caller (gemma4.cpp, nemotron-h.cpp); w_scale: the weights' scale the arch passes (None:
-        expert_weights_scale, GraphHParams). gate_up: the merged ffn_gate_up_exps (one
+        expert_weights_scale, GraphHParams); scale_w: the flag the arch passed before rule
+        moe_scale_w_dropped (PR #20235), which alone decided the scale then (None: the
+        scale's own test, w_scale neither 0 nor 1). gate_up: the merged ffn_gate_up_exps (one
         MUL_MAT_ID, gate and up as views of it) as the arch passes it (gemma4; elsewhere
         GraphBuildError); scales: the per-expert scales (ffn_*_exps.scale,
         llama_model::load_tensors' generic pass; build_lora_mm_id) as the arch passes them
@@ -700,7 +723,7 @@ class GraphContext(GraphInputs):
         # llama4 selects on the logits (the sigmoid only after the top-k): the gating's source
         selection = probs.src[0] if weight_before and probs.src[0] is not None else probs
         selected, weights = self._moe_select(
-            probs, il, gating, norm_w, exp_probs_b, w_scale, selection
+            probs, il, gating, norm_w, exp_probs_b, w_scale, scale_w, selection
         )
         b.expand(weights)
         cur = b.reshape(cur, n_embd, 1, n_tokens)
@@ -785,6 +808,7 @@ class GraphContext(GraphInputs):
         norm_w: bool,
         exp_probs_b: T | None,
         w_scale: float | None,
+        scale_w: bool | None,
         selection: T,
     ) -> tuple[T, T]:
         """build_moe_ffn's top-k over `selection` (probs, or llama4's logits): the selected
@@ -816,7 +840,10 @@ class GraphContext(GraphInputs):
             weights = self.cb(b.div(weights, wsum), "ffn_moe_weights_norm", il)
             weights = b.reshape(weights, 1, n_used, n_tokens)
         scale = self.hp.expert_weights_scale if w_scale is None else w_scale
-        if scale != 0.0 and scale != 1.0:
+        scaled = scale != 0.0 and scale != 1.0
+        if scale_w is not None and not since("moe_scale_w_dropped", self.c.build):
+            scaled = scale_w
+        if scaled:
             weights = self.cb(b.scale(weights), "ffn_moe_weights_scaled", il)
         return selected, weights
 

@@ -40,7 +40,9 @@ COUNTS = (  # (model, build, flash attention, cache type) -> (nodes, leafs) of t
     ("llama3.2-1b", 9379, True, "q8_0", 695, 187),
     # before attn_rot: a quantized cache is not rotated
     ("llama3.2-1b", 8499, True, "q8_0", 503, 185),
-    ("llama3.2-1b", 7750, False, "q8_0", 582, 185),
+    ("llama3.2-1b", 7775, False, "q8_0", 582, 185),
+    # before inp_embd_both: the token ids alone, no embeddings input (one leaf fewer)
+    ("llama3.2-1b", 7774, False, "q8_0", 582, 184),
     # iSWA (gemma3): a cast per cache; before mixed_batch no inp_scale_rows input (the token
     # rows' sqrt(n_embd) is a SCALE node in the MUL's place)
     ("demo", None, True, "f16", 730, 286),
@@ -49,6 +51,7 @@ COUNTS = (  # (model, build, flash attention, cache type) -> (nodes, leafs) of t
     ("demo", 9379, False, "f16", 817, 282),
     ("demo", 9379, True, "q8_0", 945, 286),
     ("demo", 8499, True, "q8_0", 729, 282),
+    ("demo", 7774, True, "q8_0", 729, 281),
 )
 
 

@@ -41,8 +41,8 @@ class Model:
     """One architecture's graph builder and what the replay reads of it."""
 
     build: Callable[[GraphContext], None]
-    # the first build whose graph this builder follows: REPLAY_SINCE, or OLD_SINCE (the dual
-    # token/embedding input, inp_embd_both, PR #18898, which the builders need) for the archs
+    # the first build whose graph this builder follows: REPLAY_SINCE, or OLD_SINCE (the expand
+    # of build_inp_embd, PR #18599; the one-input graph before inp_embd_both built) for the archs
     # whose real graphs of llama-cpp-python 0.3.17 (llama.cpp 49bfddeca, 2026-03-22) and 0.3.36
     # (0c1e570 = b11311) the builder gives under the rules of builds.py (node for node and the
     # CPU compute buffer to the byte: tests/memory/graph/test_build_older.py), gdn_chunking for
@@ -88,8 +88,12 @@ class Model:
         return self.old_backends
 
 
-# the first build of the archs checked against 0.3.17's and 0.3.36's graphs (Model.since)
-OLD_SINCE = "inp_embd_both"
+# the first build of the archs checked against 0.3.17's and 0.3.36's graphs (Model.since): the
+# expand of build_inp_embd (PR #18599), at b7698, whose graphs (the prebuilt libllama of
+# node-llama-cpp 3.15.0) are checked too; from there to b7836 the graphs of these archs change
+# only by rule inp_embd_both (src/llama-graph.cpp and src/models/ diffed), which the builders
+# follow
+OLD_SINCE = "inp_embd_expand"
 # the gated DeltaNet archs (checked against 0.3.17's and 0.3.36's graphs too): from their fused
 # prompt path (GDN_SINCE), and before it from rule gdn_chunking (build_delta_net_chunking's
 # graphs, b8179's checked, b8233's log counts), not between (GDN_GAP, from gdn_fused_ch: the

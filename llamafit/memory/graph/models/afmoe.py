@@ -53,6 +53,7 @@ def build(ctx: GraphContext) -> None:
                 gating=gating,
                 norm_w=f.expert_weights_norm,
                 exp_probs_b=ctx.need(ctx.lw(il, "exp_probs_b.bias"), "exp_probs_b"),
+                scale_w=ctx.hp.expert_weights_scale != 0.0,
             )
             routed = ctx.cb(routed, "ffn_moe_out", il)
             if f.moe.n_expert_shared > 0:

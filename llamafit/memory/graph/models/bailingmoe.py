@@ -18,7 +18,9 @@ def build(ctx: GraphContext) -> None:
         cur = attention(ctx, inp, cur, inp_pos, il, factors=ctx.rope_factors(il))
         cur, inpSA = ctx.out_rows(il, out_ids, cur, inpSA)
         ffn_inp, cur = ctx.ffn_inp(cur, inpSA, il)
-        routed = ctx.cb(ctx.moe_ffn(cur, il, norm_w=f.expert_weights_norm), "ffn_moe_out", il)
+        routed = ctx.cb(
+            ctx.moe_ffn(cur, il, norm_w=f.expert_weights_norm, scale_w=False), "ffn_moe_out", il
+        )
         shared = ctx.cb(ctx.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)
         cur = ctx.cb(b.add(routed, shared), "ffn_out", il)
         inpL = ctx.cb(b.add(cur, ffn_inp), "l_out", il)

@@ -38,7 +38,12 @@ def build(ctx: GraphContext) -> None:
         else:
             probs_b = ctx.lw(il, "exp_probs_b.bias")
             moe = ctx.moe_ffn(
-                cur, il, gating=gating, norm_w=f.expert_weights_norm, exp_probs_b=probs_b
+                cur,
+                il,
+                gating=gating,
+                norm_w=f.expert_weights_norm,
+                exp_probs_b=probs_b,
+                scale_w=True,
             )
             moe = ctx.cb(moe, "ffn_moe_out", il)
             shared = ctx.cb(ctx.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)

@@ -18,7 +18,7 @@ def build(ctx: GraphContext) -> None:
     def ffn(cur: T, il: int) -> T:
         if il < n_dense:
             return ctx.cb(ctx.ffn(cur, il, "silu", False), "ffn_out", il)
-        moe = ctx.cb(ctx.moe_ffn(cur, il, norm_w=False), "ffn_moe_out", il)
+        moe = ctx.cb(ctx.moe_ffn(cur, il, norm_w=False, scale_w=False), "ffn_moe_out", il)
         shexp = ctx.cb(ctx.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)
         return ctx.cb(b.add(moe, shexp), "ffn_out", il)
 

@@ -87,6 +87,7 @@ def build(ctx: GraphContext) -> None:
                 gating=gating,
                 norm_w=f.expert_weights_norm,
                 exp_probs_b=ctx.lw(il, "exp_probs_b.bias"),
+                scale_w=ctx.hp.expert_weights_scale != 0.0,
             )
             routed = ctx.cb(routed, "ffn_moe_out", il)
             shared = ctx.cb(ctx.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)

@@ -47,6 +47,7 @@ def build(ctx: GraphContext) -> None:
                 gating=gating,
                 norm_w=f.expert_weights_norm,
                 exp_probs_b=ctx.lw(il, "exp_probs_b.bias"),
+                scale_w=True,
             )
             routed = ctx.cb(routed, "ffn_moe_out", il)
             shared = ctx.ffn(cur, il, "silu", False, "_shexp")

@@ -75,6 +75,7 @@ def _ffn(ctx: GraphContext, cur: T, il: int) -> T:
         act="relu_sqr",
         exp_probs_b=ctx.lw(il, "exp_probs_b.bias"),
         probs_in=logits,
+        scale_w=True,
         scales=True,
     )
     moe = ctx.cb(moe, "ffn_moe_out", il)

@@ -19,8 +19,9 @@ def graph(ctx: GraphContext, moe: bool) -> None:
     if output is not None and tok_embd is not None and output[1][1] != tok_embd[1][1]:
         raise GraphBuildError(f"{f.path}: a padded codec head is not modelled")
     inpL = ctx.inp_embd(1.0)
+    # None before inp_embd_both (PR #18898): qwen3vl.cpp added the deepstack slices only for an
+    # embeddings batch (ubatch.embd), none in a text batch's graph
     t_inp_embd = ctx.t_inp_embd
-    assert t_inp_embd is not None
     inp_pos = ctx.inp_pos(4)
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
@@ -43,7 +44,7 @@ def graph(ctx: GraphContext, moe: bool) -> None:
         else:
             cur = ctx.cb(ctx.ffn(cur, il, "silu", False), "ffn_out", il)
         cur = ctx.cb(b.add(cur, ffn_inp), "l_out", il)
-        if il < f.n_deepstack_layers:
+        if t_inp_embd is not None and il < f.n_deepstack_layers:
             row = t_inp_embd.nb[1]
             ds = b.view(t_inp_embd, (f.n_embd, n_tokens), (row,), (il + 1) * f.n_embd * 4)
             cur = ctx.cb(b.add(cur, ds), "deepstack_out", il)
