@@ -18,7 +18,7 @@ from .mtp import MtpEffect, mtp_effect
 from .plan_speed import choice_speed, speed_of, speed_options
 from .search import STEP, Target, graph_kind, max_context, streams
 from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
-from .solver import Choice, NoFit, Policy, bounds, combos, exact_choice, solve
+from .solver import Choice, NoFit, Policy, bounds, combos, solve, solve_exact
 from .speed import SpeedEstimate, SpeedInputs
 
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
@@ -299,7 +299,7 @@ def _plan(
     if target.gpus and target.reserve_bytes < 512 * MIB:
         warnings.append(Notice("small_reserve", {"reserve_bytes": target.reserve_bytes}))
     try:
-        choice = exact_choice(target, cfg, policy, solve(target, cfg, policy))
+        choice = solve_exact(target, cfg, policy)
     except NoFit as e:
         return _no_fit(target, cfg, policy, speed, warnings, e)
     target = learned_target(target, choice)

@@ -440,6 +440,70 @@ def rank(
     return (layers, experts, c.ctx, tps, quality)
 
 
+def solve_exact(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
+    """The plan's pick by the exact figures (issue #36: the hand-derived peaks are only the
+    searches' fast proxy): solve, then exact_choice. Where the proxy finds nothing, its verdict is
+    not the answer: the search runs again with the proxy scaled per device by the replay's ratio
+    at the config it would most want (_probe_scales: every layer on the GPUs, the most compact KV
+    cache, the least context), and exact_choice confirms the pick by replay. A pick whose exact
+    figures do not fit (the proxy under the replay, and no context of it fits) is no pick: NoFit.
+    A plan that fits on the proxy replays what it did before."""
+    try:
+        first = solve(target, cfg, policy)
+    except NoFit as e:
+        scaled = _probe_scales(target, cfg, policy)
+        if scaled is None:
+            raise
+        try:
+            first = solve(scaled, cfg, policy)
+        except NoFit:
+            raise e from None
+        choice = exact_choice(scaled, cfg, policy, first)
+        if not choice.breakdown.fits:
+            raise e from None
+        # the plan's other rows from the scaled proxy too (explain.learned_target)
+        return (
+            choice
+            if choice.compute_scales
+            else replace(choice, compute_scales=scaled.compute_scales)
+        )
+    choice = exact_choice(target, cfg, policy, first)
+    if choice.breakdown.fits:
+        return choice
+    if _pinned(cfg, "n_gpu_layers"):
+        raise NoFit(bounds(target, cfg, policy)[0], "pinned_ngl", cfg.n_gpu_layers)
+    raise NoFit(bounds(target, cfg, policy)[0], "offloaded")
+
+
+def _probe_scales(target: Target, cfg: LaunchConfig, policy: Policy) -> Target | None:
+    """`target` with its compute scales times the replay's ratio to the hand-derived peaks per
+    device (_compute_ratios) at the config the search would most want: every layer on the GPUs
+    (unless pinned), the most compact KV cache, the least context asked for. None where the
+    replay does not cover that config, llama.cpp would abort reserving it, or the two agree."""
+    lo, _ = bounds(target, cfg, policy)
+    base = cfg
+    if target.gpus and not _pinned(cfg, "n_gpu_layers"):
+        base = replace(cfg, n_gpu_layers=target.model.facts.n_layer_all + 1)
+    for c in _most_compact(target, base, policy):
+        probe = replace(c, n_ctx=lo * streams(target, c))
+        evaluated = target.evaluate(probe)
+        if evaluated is None:
+            continue
+        rc, hand = evaluated
+        try:
+            exact = target.breakdown(probe, rc)
+        except SchedulerOverflowError:
+            continue
+        ratios = _compute_ratios(hand, exact)
+        if ratios is None:
+            return None
+        old = target.compute_scales or (1.0,) * len(ratios)
+        return replace(
+            target, compute_scales=tuple(a * b for a, b in zip(old, ratios, strict=True))
+        )
+    return None
+
+
 def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Choice:
     """The choice with its compute buffers from the graph itself (memory/graph/replay.py).
 
