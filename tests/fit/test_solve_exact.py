@@ -11,9 +11,11 @@ from dataclasses import replace
 
 import pytest
 
+from llamafit.findings import WayOut
 from llamafit.fit.search import STEP
 from llamafit.fit.solver import NoFit, Policy, exact_choice, solve, solve_exact
-from llamafit.memory.config import LaunchConfig
+from llamafit.fit.ways_out import _fits_exactly, suggestions
+from llamafit.memory.config import LaunchConfig, with_given
 from llamafit.memory.resolve import resolve
 from tests.support import FIXTURES, target
 
@@ -94,3 +96,53 @@ def test_a_plan_that_fits_on_the_proxy_is_the_same() -> None:
     c = solve_exact(t, LaunchConfig(), AGENT)
     assert _summary(c) == (124672, 5, 0, "on", "f16", "q4_0", 128)
     assert _proxy(target(FIXTURES / "swa-gptoss.gguf", "1064MiB"), AGENT) == (*_summary(c), True)
+
+
+WAYS = [
+    # (fixture, GPU, the flags that do not fit, the ways out by the exact figures)
+    (
+        "dense-llama",
+        "1030MiB",
+        {"n_ctx": 32768, "flash_attn": "on"},
+        [WayOut("context", ctx_per_slot=9216), WayOut("gpu_layers", n_ctx=32768, n_gpu_layers=2)],
+    ),
+    (
+        "swa-gptoss",
+        "1040MiB",
+        {"n_ctx": 131072, "flash_attn": "on", "n_parallel": 1},
+        [
+            # by the hand-derived peaks alone: 9,216, 9,984 and 8,704 tokens, no -ngl
+            WayOut("kv", type_kv="q8_0", ctx_per_slot=54016),
+            WayOut("kv", type_kv="q4_0", ctx_per_slot=102912),
+            WayOut("context", ctx_per_slot=28160),
+            WayOut("gpu_layers", n_ctx=131072, n_gpu_layers=1),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "gpu", "flags", "ways"), WAYS, ids=[w[0] for w in WAYS])
+def test_check_ways_out_are_confirmed_by_replay(
+    name: str, gpu: str, flags: dict, ways: list[WayOut]
+) -> None:
+    """check's ways out (ways_out.suggestions given the exact figures): each fits by the replay
+    and one step further (+256 tokens, one more layer) does not."""
+    t = target(FIXTURES / f"{name}.gguf", gpu)
+    cfg = with_given(LaunchConfig(), **flags)
+    rc = resolve(cfg, t.model.facts, engine=t.engine, build=t.build)
+    rc = t.model.settle_flash_attn(rc, t.devices_of(cfg), t.host)
+    exact = t.breakdown(cfg, rc)
+    assert not exact.fits
+    assert suggestions(t, cfg, n_ctx=rc.n_ctx, exact=exact) == ways
+    for w in ways:
+        kv = {"type_k": w.type_kv, "type_v": w.type_kv, "flash_attn": "on"} if w.type_kv else {}
+        way = replace(cfg, **kv)
+        if w.n_gpu_layers is not None:
+            way, further = (
+                replace(way, n_gpu_layers=k, n_ctx=rc.n_ctx)
+                for k in (w.n_gpu_layers, w.n_gpu_layers + 1)
+            )
+        else:
+            assert w.ctx_per_slot is not None
+            way, further = (replace(way, n_ctx=n) for n in (w.ctx_per_slot, w.ctx_per_slot + STEP))
+        assert (_fits_exactly(t, way), _fits_exactly(t, further)) == (True, False), w
