@@ -492,14 +492,14 @@ def _without_side_models(
         trial = apply_step(side, step)
         if step != "mmproj_to_cpu" and not policy.drop_side:
             try:
-                ctx = solve(replace(target, side=trial), cfg, policy).ctx
+                ctx = solve_exact(replace(target, side=trial), cfg, policy).ctx
                 ways.append(Notice("side_way_out", {"step": step, "ctx": ctx}))
             except NoFit:
                 pass
             continue
         side, steps = trial, steps + [step]
-        try:
-            solve(replace(target, side=side), cfg, policy)
+        try:  # by the exact figures, as the plan will be (solver.solve_exact)
+            solve_exact(replace(target, side=side), cfg, policy)
         except NoFit:
             continue
         result = plan(replace(target, side=side), cfg, policy, speed=speed)
