@@ -146,3 +146,37 @@ def test_check_ways_out_are_confirmed_by_replay(
             assert w.ctx_per_slot is not None
             way, further = (replace(way, n_ctx=n) for n in (w.ctx_per_slot, w.ctx_per_slot + STEP))
         assert (_fits_exactly(t, way), _fits_exactly(t, further)) == (True, False), w
+
+
+LS = [
+    # (fixture, ls's verdict, per-slot context, K, V, -ngl, --n-cpu-moe) on 1,026 MiB (2 MiB after
+    # the reserve); by the hand-derived peaks alone each was `needs` (a larger GPU) at 4,096
+    ("swa-gptoss", "offload", 4352, "f16", "q4_0", 4, 4),
+    ("hybrid-granite", "offload", 4352, "f16", "f16", 5, 0),
+    ("moe-qwen3", "fits", 4352, "q4_0", "q4_0", 5, 0),
+    ("swa-gemma3", "fits", 9728, "q4_0", "q4_0", 8, 0),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "verdict", "ctx", "type_k", "type_v", "ngl", "cpu_moe"), LS, ids=[r[0] for r in LS]
+)
+def test_ls_follows_the_exact_figures(
+    name: str, verdict: str, ctx: int, type_k: str, type_v: str, ngl: int, cpu_moe: int
+) -> None:
+    from llamafit.fit.listing import fit_model
+
+    t = target(FIXTURES / f"{name}.gguf", "1026MiB")
+    f = fit_model(t.model.facts, LaunchConfig(), t.gpus, t.host, reserve_bytes=t.reserve_bytes)
+    assert (f.verdict, f.ctx, f.type_k, f.type_v, f.n_gpu_layers, f.n_cpu_moe) == (
+        verdict,
+        ctx,
+        type_k,
+        type_v,
+        ngl,
+        cpu_moe,
+    )
+    assert f.compute_source == {"CUDA0": "graph", "CPU": "graph"}
+    c = solve_exact(t, LaunchConfig(), Policy())  # ls's pick: the replay confirms it
+    assert _summary(c)[:3] + _summary(c)[4:6] == (ctx, ngl, cpu_moe, type_k, type_v)
+    assert _fits_exactly(t, c.cfg) and c.breakdown.devices[0].used_bytes == f.gpu_bytes
