@@ -21,7 +21,9 @@ def run_check(request: Request) -> Report:
     rc = t.side.main_rc(rc, build=t.build) if t.side else rc
     rc = t.model.settle_flash_attn(rc, t.devices_of(p.parsed.config), t.host)  # -fa auto
     breakdown = t.breakdown(p.parsed.config, rc)
-    ways = [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx)
+    ways = (
+        [] if breakdown.fits else suggestions(t, p.parsed.config, n_ctx=rc.n_ctx, exact=breakdown)
+    )
     warnings = warnings_for(p, rc)
     if breakdown.host_pages:  # it fits: only the mapped weights are short of host RAM
         host = breakdown.devices[-1]

@@ -18,7 +18,7 @@ from .mtp import MtpEffect, mtp_effect
 from .plan_speed import choice_speed, speed_of, speed_options
 from .search import STEP, Target, graph_kind, max_context, streams
 from .side_plan import STEPS, SideCost, applicable, apply_step, context_costs
-from .solver import Choice, NoFit, Policy, bounds, combos, exact_choice, solve
+from .solver import Choice, NoFit, Policy, bounds, combos, solve, solve_exact
 from .speed import SpeedEstimate, SpeedInputs
 
 PADDED_OR_PLAIN = ("cuda", "rocm", "vulkan", "metal")
@@ -299,7 +299,7 @@ def _plan(
     if target.gpus and target.reserve_bytes < 512 * MIB:
         warnings.append(Notice("small_reserve", {"reserve_bytes": target.reserve_bytes}))
     try:
-        choice = exact_choice(target, cfg, policy, solve(target, cfg, policy))
+        choice = solve_exact(target, cfg, policy)
     except NoFit as e:
         return _no_fit(target, cfg, policy, speed, warnings, e)
     target = learned_target(target, choice)
@@ -492,14 +492,14 @@ def _without_side_models(
         trial = apply_step(side, step)
         if step != "mmproj_to_cpu" and not policy.drop_side:
             try:
-                ctx = solve(replace(target, side=trial), cfg, policy).ctx
+                ctx = solve_exact(replace(target, side=trial), cfg, policy).ctx
                 ways.append(Notice("side_way_out", {"step": step, "ctx": ctx}))
             except NoFit:
                 pass
             continue
         side, steps = trial, steps + [step]
-        try:
-            solve(replace(target, side=side), cfg, policy)
+        try:  # by the exact figures, as the plan will be (solver.solve_exact)
+            solve_exact(replace(target, side=side), cfg, policy)
         except NoFit:
             continue
         result = plan(replace(target, side=side), cfg, policy, speed=speed)

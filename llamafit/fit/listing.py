@@ -21,7 +21,7 @@ from ..memory.side_models import SidePlan
 from .explain import smallest_gpu_any_kv
 from .plan_speed import choice_speed
 from .search import Target
-from .solver import DEFAULT_MIN_CTX, NoFit, Policy, exact_choice, solve
+from .solver import DEFAULT_MIN_CTX, NoFit, Policy, solve_exact
 from .speed import SpeedInputs
 
 VERDICTS = ("fits", "offload", "needs", "no-fit")  # sort order: best first
@@ -93,7 +93,7 @@ def fit_model(
     n_layers = facts.n_layer_all + 1
     try:
         pol = policy or Policy()
-        c = exact_choice(target, cfg, pol, solve(target, cfg, pol))
+        c = solve_exact(target, cfg, pol)
     except NoFit:
         if not gpus:
             return Fit("no-fit", n_layers=n_layers)

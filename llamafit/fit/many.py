@@ -20,7 +20,7 @@ from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
 from .devices import used_per_gpu
 from .search import Target
-from .solver import DEFAULT_MIN_CTX, Choice, NoFit, Policy, solve
+from .solver import DEFAULT_MIN_CTX, Choice, NoFit, Policy, solve_exact
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def footprint(target: Target, cfg: LaunchConfig) -> tuple[int, ...] | None:
     """Per-device bytes at the minimum context (None: not even that fits on this machine)."""
     ctx = min(DEFAULT_MIN_CTX, target.model.facts.n_ctx_train)
     try:
-        c = solve(target, cfg, Policy(ctx=ctx))
+        c = solve_exact(target, cfg, Policy(ctx=ctx))
     except NoFit:
         return None
     return pooled(target, c)
@@ -124,7 +124,7 @@ def plan_many(
         for i, budget in zip(idx, budgets, strict=True):
             target = targets[i] if budget is None else with_budget(targets[i], budget)
             try:
-                c = solve(target, cfgs[i], policy)
+                c = solve_exact(target, cfgs[i], policy)
             except NoFit:
                 unfit.append(names[i])
                 continue

@@ -440,6 +440,97 @@ def rank(
     return (layers, experts, c.ctx, tps, quality)
 
 
+SETTLE_ROUNDS = 3  # solve_exact's searches under the learned scales before the answer is NoFit
+
+
+def solve_exact(target: Target, cfg: LaunchConfig, policy: Policy) -> Choice:
+    """The plan's pick by the exact figures (issue #36: the hand-derived peaks are only the
+    searches' fast proxy): solve, then exact_choice. Where the proxy finds nothing, its "no" is
+    not the answer: the search runs again with the proxy scaled per device by the replay's ratio
+    at the config it would most want (_probe_scales: every layer on the GPUs, the most compact KV
+    cache, the least context). Where the pick's exact figures fit at none of its contexts (the
+    proxy under the replay), the search runs again under the ratios learned at that pick, a few
+    rounds (the ratio moves with the placement), and a pick is only ever one whose replay fits;
+    else NoFit. A plan that fits on the proxy replays what it did before."""
+    lo = bounds(target, cfg, policy)[0]
+    try:
+        first = solve(target, cfg, policy)
+    except NoFit as e:
+        scaled = _probe_scales(target, cfg, policy)
+        if scaled is None:
+            raise
+        return _settle(scaled, cfg, policy, e)
+    choice = exact_choice(target, cfg, policy, first)
+    if choice.breakdown.fits:
+        return choice
+    pinned = _pinned(cfg, "n_gpu_layers")
+    no = NoFit(lo, "pinned_ngl", cfg.n_gpu_layers) if pinned else NoFit(lo, "offloaded")
+    return _settle(_learned(target, choice), cfg, policy, no, rounds=SETTLE_ROUNDS - 1)
+
+
+def _learned(target: Target, choice: Choice) -> Target | None:
+    """`target` under the scales and refused kinds exact_choice learned at `choice`; None where
+    it learned nothing new (another round would search the same figures)."""
+    scales = choice.compute_scales
+    if not scales or scales == target.compute_scales:
+        return None
+    return replace(target, compute_scales=scales, refused=target.refused | choice.refused)
+
+
+def _settle(
+    target: Target | None,
+    cfg: LaunchConfig,
+    policy: Policy,
+    no: NoFit,
+    rounds: int = SETTLE_ROUNDS,
+) -> Choice:
+    """solve and exact_choice under `target`'s scales until the pick's exact figures fit, each
+    round under the ratios the last one learned; `no` where none does within `rounds`."""
+    for _ in range(rounds):
+        if target is None:
+            break
+        try:
+            first = solve(target, cfg, policy)
+        except NoFit:
+            break
+        choice = exact_choice(target, cfg, policy, first)
+        if choice.breakdown.fits:
+            # the plan's other rows under the same scales (explain.learned_target)
+            scales = choice.compute_scales or target.compute_scales
+            return replace(choice, compute_scales=scales, refused=choice.refused | target.refused)
+        target = _learned(target, choice)
+    raise no
+
+
+def _probe_scales(target: Target, cfg: LaunchConfig, policy: Policy) -> Target | None:
+    """`target` with its compute scales times the replay's ratio to the hand-derived peaks per
+    device (_compute_ratios) at the config the search would most want: every layer on the GPUs
+    (unless pinned), the most compact KV cache, the least context asked for. None where the
+    replay does not cover that config, llama.cpp would abort reserving it, or the two agree."""
+    lo, _ = bounds(target, cfg, policy)
+    base = cfg
+    if target.gpus and not _pinned(cfg, "n_gpu_layers"):
+        base = replace(cfg, n_gpu_layers=target.model.facts.n_layer_all + 1)
+    for c in _most_compact(target, base, policy):
+        probe = replace(c, n_ctx=lo * streams(target, c))
+        evaluated = target.evaluate(probe)
+        if evaluated is None:
+            continue
+        rc, hand = evaluated
+        try:
+            exact = target.breakdown(probe, rc)
+        except SchedulerOverflowError:
+            continue
+        ratios = _compute_ratios(hand, exact)
+        if ratios is None:
+            return None
+        old = target.compute_scales or (1.0,) * len(ratios)
+        return replace(
+            target, compute_scales=tuple(a * b for a, b in zip(old, ratios, strict=True))
+        )
+    return None
+
+
 def exact_choice(target: Target, cfg: LaunchConfig, policy: Policy, choice: Choice) -> Choice:
     """The choice with its compute buffers from the graph itself (memory/graph/replay.py).
 

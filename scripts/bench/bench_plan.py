@@ -204,9 +204,9 @@ def counted(fn):
 model.device_compute_bytes = counted(model.device_compute_bytes)
 model.cpu_compute_bytes = counted(model.cpu_compute_bytes)
 reserve_n = alloc.Gallocr.reserve_n
-def reserve_counted(self, graph):
+def reserve_counted(self, graph, *args):
     graphs[0] += 1
-    return reserve_n(self, graph)
+    return reserve_n(self, graph, *args)
 alloc.Gallocr.reserve_n = reserve_counted
 sys.argv = ["llamafit", *ARGS]
 try:

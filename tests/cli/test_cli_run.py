@@ -121,8 +121,8 @@ def test_run_solves_the_plan_once(
         calls.append(1)
         return solve(*args, **kwargs)
 
-    solve = explain.solve
-    monkeypatch.setattr(explain, "solve", counted)
+    solve = explain.solve_exact  # the plan's solve (solver.solve_exact)
+    monkeypatch.setattr(explain, "solve_exact", counted)
     server = fake_server(tmp_path / "bin", NEW_VERSION, NEW_HELP)
     result = run("--gpu", "8GiB", "--server", str(server), "--ctx", "4096", *mode)
     assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
