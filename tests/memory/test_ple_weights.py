@@ -123,6 +123,11 @@ BLK0 = 22_916_100  # blk.0.*
 GIB = 1 << 30
 
 
+ALL_BUT_OUTPUT_PLE = ALL - OUTPUT - ROWS - PROJ + TOKEN_EMBD  # -ngl 1 at b8683: the host's
+ROWS_OT = (("per_layer_token_embd", "CPU"),)
+BLK0_OT = (("blk\\.0\\.", "CPU"),)
+
+
 @pytest.mark.parametrize(
     ("build", "backend", "limit", "ngl", "ot", "gpu", "cpu"),
     [
@@ -133,12 +138,12 @@ GIB = 1 << 30
         (8683, "vulkan", GIB, 99, (), GPU_NOW, TOKEN_EMBD + ROWS),  # the rows over the limit
         # -ngl 1: the output layer only (rule ngl_output_first), block 0 on the host
         (8739, "vulkan", None, 1, (), OUTPUT, ALL - OUTPUT + TOKEN_EMBD),
-        (8683, "vulkan", None, 1, (), OUTPUT + ROWS + PROJ, ALL - OUTPUT - ROWS - PROJ + TOKEN_EMBD),
+        (8683, "vulkan", None, 1, (), OUTPUT + ROWS + PROJ, ALL_BUT_OUTPUT_PLE),
         (8683, "vulkan", None, 0, (), 0, ALL),
         # an -ot rule for the rows wins; one for block 0 leaves the PLE tensors where they were
-        (8683, "vulkan", None, 99, (("per_layer_token_embd", "CPU"),), GPU_NOW, TOKEN_EMBD + ROWS),
-        (8683, "vulkan", None, 99, (("blk\\.0\\.", "CPU"),), GPU_NOW + ROWS - BLK0, TOKEN_EMBD + BLK0),
-        (8739, "vulkan", None, 99, (("blk\\.0\\.", "CPU"),), GPU_NOW - BLK0, TOKEN_EMBD + ROWS + BLK0),
+        (8683, "vulkan", None, 99, ROWS_OT, GPU_NOW, TOKEN_EMBD + ROWS),
+        (8683, "vulkan", None, 99, BLK0_OT, GPU_NOW + ROWS - BLK0, TOKEN_EMBD + BLK0),
+        (8739, "vulkan", None, 99, BLK0_OT, GPU_NOW - BLK0, TOKEN_EMBD + ROWS + BLK0),
     ],
 )
 def test_ple_weights_by_build(
