@@ -41,23 +41,8 @@ GET_ROWS_TYPES: dict[str, frozenset[str]] = {
     "rocm": _CUDA_GET_ROWS,
     "vulkan": _CUDA_GET_ROWS
     | frozenset(
-        {
-            "q2_k",
-            "q3_k",
-            "q4_k",
-            "q5_k",
-            "q6_k",
-            "iq1_s",
-            "iq1_m",
-            "iq2_xxs",
-            "iq2_xs",
-            "iq2_s",
-            "iq3_xxs",
-            "iq3_s",
-            "iq4_xs",
-            "iq4_nl",
-            "mxfp4",
-        }
+        "q2_k q3_k q4_k q5_k q6_k iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_xs iq4_nl"
+        " mxfp4".split()
     ),
 }
 GET_ROWS_REFUSED: dict[str, frozenset[str]] = {"metal": frozenset({"nvfp4"})}
