@@ -214,8 +214,10 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
         "in the compute buffer; and per_layer_token_embd is an input-layer tensor, "
         "per_layer_model_proj and per_layer_proj_norm layer 0's (before: all three with the "
-        "output layer, LLM_TENSOR_LAYER_OUTPUT in llama-arch.cpp of 0.3.20; the b8700 Metal log "
-        "of the E2B corpus row holds only token_embd in CPU_Mapped)",
+        "output layer, LLM_TENSOR_LAYER_OUTPUT in llama-arch.cpp of 0.3.16, 0.3.17 and 0.3.20: the "
+        "rows on the GPU at full offload where its backend takes their GET_ROWS, "
+        "memory/weights.py ple_device; the b8680 and b8700 Metal logs of the corpus rows hold "
+        "only token_embd in CPU_Mapped)",
     ),
     BuildRule(
         "gemma3n_ple_expand",
