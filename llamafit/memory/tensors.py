@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import TypeVar
 
+from ..builds import since
 from ..facts.hparams import ModelFacts
 from ..facts.tensor_names import is_dense_ffn, is_expert, is_output_layer
 from ..reader.ggml_types import GGMLType
@@ -29,6 +30,17 @@ PADDED = 1
 OP_PROBE_TOKENS = 512  # src/llama-model-loader.cpp weight_buft_supported: the probe op's batch
 # (probe op bytes, name, block or None, raw bytes, padded bytes) of one weight
 Probe = tuple[int, str, int | None, int, int]
+# Gemma 3n's and Gemma 4's per-layer token rows, their projection and its norm: before the arch's
+# rule (builds.py gemma3n_ple_expand, gemma4_ple_expand) llama.cpp placed all three with the output
+# layer (LLM_TENSOR_LAYER_OUTPUT in LLM_TENSOR_INFOS, src/llama-arch.cpp of llama-cpp-python
+# 0.3.16, 0.3.17 and 0.3.20; llama_model_loader::create_tensor takes buft_list_output for them),
+# from it the token rows with the input layer and the other two with block 0 (0.3.21:
+# LLM_TENSOR_LAYER_INPUT / LLM_TENSOR_LAYER_REPEATING, made with tn(..., 0) in load_tensors)
+PER_LAYER_TOKEN_EMBD = "per_layer_token_embd.weight"
+PLE_TENSORS = (PER_LAYER_TOKEN_EMBD, "per_layer_model_proj.weight", "per_layer_proj_norm.weight")
+PLE_RULES = {"gemma3n": "gemma3n_ple_expand", "gemma4": "gemma4_ple_expand"}
+# (name, ggml type id, raw bytes, padded bytes) of one of PLE_TENSORS
+PleTensor = tuple[str, int, int, int]
 
 
 def op_probe_bytes(shape: Sequence[int], n_bytes: int, n_expert_used: int, experts: bool) -> int:
@@ -52,6 +64,20 @@ def op_probe_bytes(shape: Sequence[int], n_bytes: int, n_expert_used: int, exper
         rows = max(n_expert_used, 1) * OP_PROBE_TOKENS
         return max(n_bytes, ne0 * rows * 4, ne1 * rows * 4)
     return max(n_bytes, ne0 * OP_PROBE_TOKENS * rest * 4, ne1 * OP_PROBE_TOKENS * rest * 4)
+
+
+def get_rows_probe_bytes(shape: Sequence[int], n_bytes: int) -> int:
+    """The largest tensor of the probe op of a weight read by GGML_OP_GET_ROWS
+    (src/llama-model-loader.cpp weight_buft_supported: ggml_get_rows(w, b[512] I32), dst
+    [ne0, 512] F32)."""
+    return max(n_bytes, shape[0] * OP_PROBE_TOKENS * 4)
+
+
+def ple_with_output(facts: ModelFacts, build: int | None) -> bool:
+    """Whether this build places the model's PLE_TENSORS with the output layer (before the
+    arch's rule in PLE_RULES)."""
+    rule = PLE_RULES.get(facts.architecture)
+    return rule is not None and not since(rule, build)
 
 
 def prefix_sums(values: Sequence[int]) -> list[int]:
@@ -85,6 +111,11 @@ class ModelTensors:
         self.rope_raw = self.rope_names = 0
         self.prefix = [prefix_sums(column) for column in self._block_sums()]
         self.tied_raw, self.tied_padded = self._tied(facts)
+        # the PLE_TENSORS the model has (where the build places them: weights.ple_device)
+        self.ple: list[PleTensor] = []
+        if facts.architecture in PLE_RULES:
+            types = {t.name: t.ggml_type for t in facts.tensors}
+            self.ple = [(n, types[n], raw, pad) for n, raw, pad in self.tensors if n in PLE_TENSORS]
         # weights whose probe op is large, largest first (only these can meet a device's tensor
         # limit)
         self.probes = self._probes(facts)
@@ -146,7 +177,10 @@ class ModelTensors:
             if name == "token_embd.weight" and not self.tied_raw:
                 continue  # the input layer lives on the host
             il = tensor_layer(name)
-            probe = op_probe_bytes(shapes[name], raw, used, is_expert(name))
+            if name == PER_LAYER_TOKEN_EMBD:
+                probe = get_rows_probe_bytes(shapes[name], raw)
+            else:
+                probe = op_probe_bytes(shapes[name], raw, used, is_expert(name))
             if name == "token_embd.weight":
                 # the tied output's copy, probed as a matmul on the output layer
                 name, il, raw, padded = "output.weight(tied)", None, self.tied_raw, self.tied_padded

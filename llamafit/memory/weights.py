@@ -6,17 +6,46 @@ src/llama-model.cpp load_tensors (0c1e570): each block's weights on its layer's 
 layer on the host, the output layer on lmap.output; --n-cpu-moe / --n-cpu-ffn keep a block's routed
 experts / dense FFN on the host; select_weight_buft moves a weight whose probe op its device refuses
 (tensors.op_probe_bytes) to the host; CUDA and ROCm pad each matrix's rows
-(placement.cuda_alloc_size)."""
+(placement.cuda_alloc_size). Gemma 3n's and Gemma 4's per-layer token rows and projection go with
+the output layer before their rules (tensors.PLE_TENSORS, ple_device)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from ..machine.devices import DeviceSpec
+from ..reader.ggml_types import GGMLType
 from .overrides import buffer_device, device_names, device_of, override_targets, probe_targets
 from .placement import CPU, ROPE_FACTORS, LayerMap, layer_map, split_points
 from .resolve import ConfigError, ResolvedConfig, since
-from .tensors import ALL, DENSE_FFN, EXPERTS, PADDED, PADDED_BACKENDS, ModelTensors
+from .tensors import (
+    ALL,
+    DENSE_FFN,
+    EXPERTS,
+    PADDED,
+    PADDED_BACKENDS,
+    PER_LAYER_TOKEN_EMBD,
+    ModelTensors,
+    ple_with_output,
+)
+
+# The weight types whose GGML_OP_GET_ROWS a GPU backend's supports_op takes at the builds before
+# rules gemma3n_ple_expand / gemma4_ple_expand (the same in llama-cpp-python 0.3.17's and 0.3.20's
+# trees): ggml-cuda.cu ggml_backend_cuda_device_supports_op (ROCm builds it too; 0.3.21's adds only
+# Q1_0), ggml-vulkan.cpp ggml_backend_vk_device_supports_op; ggml-metal-device.m
+# ggml_metal_device_supports_op takes every type but NVFP4. A backend not listed is taken to
+# support it.
+_CUDA_GET_ROWS = frozenset({"f32", "f16", "bf16", "i32", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"})
+GET_ROWS_TYPES: dict[str, frozenset[str]] = {
+    "cuda": _CUDA_GET_ROWS,
+    "rocm": _CUDA_GET_ROWS,
+    "vulkan": _CUDA_GET_ROWS
+    | frozenset(
+        "q2_k q3_k q4_k q5_k q6_k iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_xs iq4_nl"
+        " mxfp4".split()
+    ),
+}
+GET_ROWS_REFUSED: dict[str, frozenset[str]] = {"metal": frozenset({"nvfp4"})}
 
 # what place_weights returns: the devices in use, the layer map, the weights per device, and the
 # weights kept on the host over a device's tensor limit
@@ -94,7 +123,46 @@ def _weights(
         out[CPU] += m.sum_of(EXPERTS, a, moe_end) + m.sum_of(DENSE_FFN, a, ffn_end)
     _add_output(m, out, lmap.output, lmap.output != CPU and padded[lmap.output])
     _add_rope_factors(m, out, lmap, None)
+    if m.ple and ple_with_output(m.facts, rc.build):
+        _move_ple(m, out, lmap, gpus)
     return out
+
+
+def _move_ple(
+    m: ModelTensors, out: dict[int, int], lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> None:
+    """Move the PLE tensors that _weights counted where the current builds place them (the token
+    rows on the host, the projection and its norm with block 0) to ple_device's."""
+    for name, ggml_type, raw, padded in m.ple:
+        was = CPU if name == PER_LAYER_TOKEN_EMBD else lmap.layers[0]
+        dev = ple_device(name, ggml_type, lmap, gpus)
+        if dev != was:
+            out[was] -= _on(was, raw, padded, gpus)
+            out[dev] += _on(dev, raw, padded, gpus)
+
+
+def _on(dev: int, raw: int, padded: int, gpus: Sequence[DeviceSpec]) -> int:
+    """A weight's bytes on device `dev`: CUDA's and ROCm's rows padded."""
+    return padded if dev != CPU and gpus[dev].backend in PADDED_BACKENDS else raw
+
+
+def ple_device(name: str, ggml_type: int, lmap: LayerMap, gpus: Sequence[DeviceSpec]) -> int:
+    """The device of one of tensors.PLE_TENSORS at a build that places them with the output
+    layer: the output layer's, but the token rows on the host where the output device's backend
+    refuses their GGML_OP_GET_ROWS (GET_ROWS_TYPES: select_weight_buft, src/llama-model-loader.cpp,
+    passes over a buffer type whose device's supports_op refuses the weight's op to the next of
+    buft_list_output, the host's; CUDA takes no K-quant rows at these builds)."""
+    dev = lmap.output
+    if dev == CPU or name != PER_LAYER_TOKEN_EMBD:
+        return dev
+    backend = gpus[dev].backend
+    type_name = GGMLType.of(ggml_type).name.lower()
+    taken = GET_ROWS_TYPES.get(backend)
+    if (taken is not None and type_name not in taken) or type_name in GET_ROWS_REFUSED.get(
+        backend, frozenset()
+    ):
+        return CPU
+    return dev
 
 
 def _add_output(m: ModelTensors, out: dict[int, int], dev: int, pad: bool) -> None:
@@ -121,7 +189,13 @@ def _weights_by_tensor(
 ) -> dict[int, int]:
     """Slow path for user -ot rules: every tensor through the override list (once per
     placement)."""
-    key = ("weights", lmap, rc.all_overrides, tuple((g.name, g.backend) for g in gpus))
+    key = (
+        "weights",
+        lmap,
+        rc.all_overrides,
+        tuple((g.name, g.backend) for g in gpus),
+        ple_with_output(m.facts, rc.build),
+    )
     return dict(m.remember(key, lambda: _tensor_weights(m, rc, lmap, gpus)))
 
 
@@ -132,13 +206,19 @@ def _tensor_weights(
     targets = override_targets(m, rc.all_overrides)
     out = dict.fromkeys([CPU, *range(len(gpus))], 0)
     rope_target: int | None = None
+    ple = (
+        {name: t for name, t, _, _ in m.ple} if m.ple and ple_with_output(m.facts, rc.build) else {}
+    )
     for name, raw, padded in m.tensors:
         if m.rope_raw and name in ROPE_FACTORS:
             rule = targets[name]
             if rule is not None:
                 rope_target = buffer_device(rule, names)
             continue
-        dev = device_of(m, name, lmap, targets, names)
+        if name in ple and targets.get(name) is None:
+            dev = ple_device(name, ple[name], lmap, gpus)
+        else:
+            dev = device_of(m, name, lmap, targets, names)
         out[dev] += padded if dev != CPU and gpus[dev].backend in PADDED_BACKENDS else raw
     if lmap.output != CPU:
         out[lmap.output] += (
@@ -172,7 +252,7 @@ def keep_oversized_on_host(
             continue
         if targets is not None and targets[i] is not None:
             continue  # an override names its buffer type; llama.cpp does not probe it
-        dev = _probe_device(m, i, rc, lmap)
+        dev = _probe_device(m, i, rc, lmap, gpus)
         if dev == CPU:
             continue
         limit = gpus[dev].max_tensor_bytes
@@ -186,11 +266,18 @@ def keep_oversized_on_host(
     return tuple(moved)
 
 
-def _probe_device(m: ModelTensors, i: int, rc: ResolvedConfig, lmap: LayerMap) -> int:
+def _probe_device(
+    m: ModelTensors, i: int, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> int:
     """The device of probe `i`'s weight before any tensor limit: its block's, the output layer's,
     or the host's (the input layer, and a block's routed experts / dense FFN that --n-cpu-moe /
-    --n-cpu-ffn keep there)."""
-    _probe, _name, il, _raw, _padded = m.probes[i]
+    --n-cpu-ffn keep there); a PLE tensor's at a build that places them with the output layer
+    (ple_device)."""
+    _probe, name, il, _raw, _padded = m.probes[i]
+    if m.ple and ple_with_output(m.facts, rc.build):
+        for ple_name, ggml_type, _, _ in m.ple:
+            if ple_name == name:
+                return ple_device(name, ggml_type, lmap, gpus)
     expert, dense, _down, with_output = m.classes[i]
     if il is None:
         return lmap.output if with_output else CPU

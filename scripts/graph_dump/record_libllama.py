@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from llamafit.builds import BUILD_SERVER_OUTPUT_LIMIT  # noqa: E402
 from llamafit.memory.config import POOLING_TYPES  # noqa: E402
 from scripts.graph_dump.record_build import (  # noqa: E402
     CASES,
@@ -51,7 +52,7 @@ from scripts.graph_dump.record_build import (  # noqa: E402
 from tests.support.graph_dump import DUMP_ENV, shim  # noqa: E402
 
 OUT = ROOT / "fixtures" / "graphs"
-SERVER_OUTPUT_LIMIT = 9440  # llamafit.builds rule server_output_limit (PR #23861)
+SERVER_OUTPUT_LIMIT = BUILD_SERVER_OUTPUT_LIMIT  # rule server_output_limit (PR #23861)
 
 # the child: llama-server's context for the case, through the low-level API
 CHILD = r"""

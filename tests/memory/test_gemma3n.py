@@ -1,7 +1,8 @@
 """Gemma 3n's tensors outside the blocks (src/models/gemma3n.cpp load_tensors): llama.cpp places the
 AltUp projections with the output layer (LLM_TENSOR_LAYER_OUTPUT in src/llama-arch.cpp) and the
 per-layer input projection with block 0 (created as tn(..., "weight", 0)); the per-layer token
-embeddings, like token_embd, stay with the input on the CPU."""
+embeddings, like token_embd, stay with the input on the CPU. Before rule gemma3n_ple_expand
+(b8739) those three went with the output layer."""
 
 from __future__ import annotations
 
@@ -97,25 +98,38 @@ INPUT = E * V * 2 + ALTUP * L * V * 2  # token_embd + per_layer_token_embd, F16
 TIED = E * V * 2  # no output.weight: the output layer's copy of token_embd (TENSOR_DUPLICATED)
 
 
+ROWS = ALTUP * L * V * 2  # per_layer_token_embd, F16
+
+
 @pytest.mark.parametrize(
-    ("ngl", "gpu", "cpu"),
+    ("build", "ngl", "gpu", "cpu"),
     [
         (
+            None,
             L + 1,
             ALTUP_BYTES + PROJ_BYTES + NORMS + TIED,
             INPUT,
         ),  # everything but the inputs on the GPU
         (
+            None,
             1,
             ALTUP_BYTES + E * 4 + TIED,
             INPUT + PROJ_BYTES + L * E * 4,
         ),  # -ngl 1: only the output layer
-        (0, 0, INPUT + ALTUP_BYTES + PROJ_BYTES + NORMS),
+        (None, 0, 0, INPUT + ALTUP_BYTES + PROJ_BYTES + NORMS),
+        # before rule gemma3n_ple_expand (b8739) the per-layer rows and projection go with the
+        # output layer (LLM_TENSOR_LAYER_OUTPUT; Vulkan takes the F16 rows' GET_ROWS)
+        (8683, L + 1, ALTUP_BYTES + PROJ_BYTES + NORMS + TIED + ROWS, INPUT - ROWS),
+        (8683, 1, ALTUP_BYTES + E * 4 + TIED + PROJ_BYTES + ROWS, INPUT - ROWS + L * E * 4),
+        (8683, 0, 0, INPUT + ALTUP_BYTES + PROJ_BYTES + NORMS),
     ],
 )
-def test_weights_per_device(tmp_path: Path, ngl: int, gpu: int, cpu: int) -> None:
+def test_weights_per_device(
+    tmp_path: Path, build: int | None, ngl: int, gpu: int, cpu: int
+) -> None:
     mm = MemoryModel(build_facts(read_model(_gemma3n(tmp_path / "g3n.gguf"))))
-    rc = resolve(LaunchConfig(n_ctx=4096, n_parallel=1, n_gpu_layers=ngl, fit=False), mm.facts)
+    cfg = LaunchConfig(n_ctx=4096, n_parallel=1, n_gpu_layers=ngl, fit=False)
+    rc = resolve(cfg, mm.facts, build=build)
     bd = mm.estimate(
         rc, [DeviceSpec("Vulkan0", "gpu", "vulkan")], host(64 << 30, 64 << 30), reserve_bytes=0
     )

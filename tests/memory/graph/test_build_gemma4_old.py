@@ -56,12 +56,13 @@ def test_b9554_graph_is_the_real_one() -> None:
 
 def test_b9445_graph_is_the_real_one() -> None:
     """llama-cpp-py-sync 0.9445's libllama (b9445, with 0.3.24's API): the output rows still in
-    the last layer. Its llama_context_params has no n_outputs_max, so the prompt-sized reserve
-    has an output per token as before rule server_output_limit."""
+    the last layer. Its llama_context_params has no n_outputs_max (rule server_output_limit,
+    b9464): the prompt-sized reserve has an output per token."""
     facts, hp = facts_of(CASES[E4B].model)
     gallocr = Gallocr((CPU,))
     for config, event in zip(_configs(E4B, 9445), _events(9445, E4B), strict=True):
-        built = build_graph(facts, replace(config, n_outputs=config.n_tokens), hp)
+        assert config.n_outputs == config.n_tokens
+        built = build_graph(facts, config, hp)
         assert _shape(built) == _shape(event.graph)
         assert (("CPU", _cpu_bytes(built, gallocr)),) == event.backends
 
