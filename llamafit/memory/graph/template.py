@@ -269,6 +269,8 @@ class _Template:
         structure differs or a shape is not a whole multiple of the step between them."""
         g0, kv = first.graph, first.config.kv_size
         step = config.kv_size - kv
+        if step == 0:  # the same kv_size, another kv_size_swa (an encoder's 0 and 0): no line
+            return None
         same = g0.nodes == g1.nodes and g0.leafs == g1.leafs
         if not same or len(g0.tensors) != len(g1.tensors):
             return None

@@ -420,6 +420,29 @@ def test_template_for_other_cache_sizes_is_the_real_graph(name: str) -> None:
     assert build_graph(facts, fourth, hp) == build_direct(facts, fourth, hp)
 
 
+@pytest.mark.parametrize(
+    "change", [{"full_offload": True}, {"weights": "Vulkan0"}, {"kv": "Vulkan0"}]
+)
+def test_template_of_one_cache_size_asked_at_another_swa_size_is_the_direct_graph(
+    change: dict[str, object],
+) -> None:
+    """A model of one cache size asked at the same kv_size with another kv_size_swa (which it does
+    not read) and other buffers or pins makes no line through the two builds (no step between
+    them: _Template.line divided by it) and gives the direct build's graphs, at other sizes too."""
+    case = CASES["fx-dense-llama-fa-off"]
+    facts, hp = facts_of(case.model)
+    pp = configs(case, facts)[0]
+    clear_cache()
+    asked = [
+        pp,
+        replace(pp, kv_size_swa=pp.kv_size_swa + 256, **change),  # type: ignore[arg-type]
+        replace(pp, kv_size=pp.kv_size * 2),
+        replace(pp, kv_size=pp.kv_size * 3),
+    ]
+    for config in asked:
+        assert build_graph(facts, config, hp) == build_direct(facts, config, hp)
+
+
 def test_template_for_other_buffers_is_the_real_graph() -> None:
     """A template made for the CPU server's buffers gives the Vulkan start's graph (-ngl 10: nine
     layers, the output and their caches on Vulkan0) when only the buffers change."""
