@@ -13,6 +13,7 @@ replay.cpu_compute_bytes and device_compute_bytes use both).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,17 @@ from llamafit.cli import cli
 from llamafit.memory.graph.alloc import Allocation, BufferType, Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
 from llamafit.memory.graph.backends.vulkan import vulkan_host_buffer_type
+from llamafit.memory.config import LaunchConfig
 from llamafit.memory.graph.nodes import FLAG_OUTPUT, Graph
+from llamafit.memory.model import MemoryModel
+from llamafit.memory.resolve import resolve
 from scripts.fixtures import make_shapes
 from tests.memory.graph.test_alloc import W, chain, graph, t
+from tests.memory.test_fa_auto import HOST
+from tests.memory.test_replay_devices import LAVAPIPE
+from tests.support import needs_demo
 from tests.support.alloc_cases import GRAPHS, read_fixture
+from tests.support.graph_build import facts_of
 
 
 # --- again: the prompt-sized graph reserved a second time ---------------------------------------
@@ -175,3 +183,17 @@ def test_a_plan_is_the_same_without_the_skip(
     assert allocating.exit_code == 0, allocating.output
     assert json.loads(skipping.output) == json.loads(allocating.output)
     assert skipping.output == allocating.output
+
+
+@needs_demo
+def test_a_chunked_host_buffer_is_the_recorded_one() -> None:
+    """The demo on lavapipe in 4 MiB suballocation blocks (the alloc-vulkan-chunks recording:
+    -c 4096 -ngl 99, GGML_VK_SUBALLOCATION_BLOCK_SIZE=4194304): Vulkan_Host ends at the second
+    prompt-sized reserve's 12,087,456 bytes, not the one-token graph's 4,289,216."""
+    facts, _hp = facts_of("demo")
+    gpu = replace(LAVAPIPE, max_allocation_bytes=4 << 20)
+    rc = resolve(LaunchConfig(n_ctx=4096, n_gpu_layers=99, fit=False), facts)
+    bd = MemoryModel(facts).estimate(rc, [gpu], HOST, reserve_bytes=0)
+    rec = read_fixture(GRAPHS / "alloc-vulkan-chunks.jsonl.gz")
+    assert tuple(d.compute_bytes for d in bd.devices) == rec.events[-1].sizes
+    assert rec.events[-1].sizes == (28_860_432, 12_087_456)
