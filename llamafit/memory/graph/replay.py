@@ -43,7 +43,7 @@ from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from ...reader.ggml_types import GGML_TYPE_NAMES
-from .alloc import AllocError, Allocation, AllocRecord, BufferType, Gallocr
+from .alloc import Allocation, AllocError, AllocRecord, BufferType, Gallocr
 from .backends.blas import blas_backend
 from .backends.cpu import CPU, cpu_backend
 from .backends.cuda import (

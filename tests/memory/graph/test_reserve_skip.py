@@ -20,10 +20,10 @@ import pytest
 from click.testing import CliRunner
 
 from llamafit.cli import cli
+from llamafit.memory.config import LaunchConfig
 from llamafit.memory.graph.alloc import Allocation, BufferType, Gallocr
 from llamafit.memory.graph.backends.cpu import CPU
 from llamafit.memory.graph.backends.vulkan import vulkan_host_buffer_type
-from llamafit.memory.config import LaunchConfig
 from llamafit.memory.graph.nodes import FLAG_OUTPUT, Graph
 from llamafit.memory.model import MemoryModel
 from llamafit.memory.resolve import resolve
@@ -78,8 +78,10 @@ TWICE = [BufferType("dev", 32), BufferType("dev", 32)]  # two buffer ids, one al
 
 def _two(size: int) -> Graph:
     """Two outputs of `size` bytes, one on each buffer id (0 and 1)."""
-    nodes = [t("a", size=size, src=("w",), flags=FLAG_OUTPUT), t("b", size=size, src=("w",),
-                                                                   flags=FLAG_OUTPUT)]
+    nodes = [
+        t("a", size=size, src=("w",), flags=FLAG_OUTPUT),
+        t("b", size=size, src=("w",), flags=FLAG_OUTPUT),
+    ]
     return graph([W], nodes, leaf_ids=(0,), node_ids=(0, 1))
 
 
@@ -101,8 +103,13 @@ HOLDS_ROWS: list[tuple[str, list[BufferType], Graph, Graph, bool]] = [
     # the bound counts every tensor: freed ones too (the pass would leave the buffer as it is)
     ("a sum above a peak the pass keeps", [CPU], chain(800), _freed(400, 400, 400), False),
     # Vulkan_Host's 32 extra bytes are in the buffer: a sum up to them cannot grow it
-    ("the host buffer's extra bytes", [vulkan_host_buffer_type(64, 1 << 30)], chain(800),
-     chain(832), True),
+    (
+        "the host buffer's extra bytes",
+        [vulkan_host_buffer_type(64, 1 << 30)],
+        chain(800),
+        chain(832),
+        True,
+    ),
     ("one chunk of the first", [DEV], chain(600, 600), chain(608), True),
     ("the second chunk does not count", [DEV], chain(600, 600), chain(608, 32), False),
     # a first chunk larger than the limit (one tensor): a sum above the limit would open a
