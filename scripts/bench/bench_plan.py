@@ -43,7 +43,8 @@ COLD_WALL s of wall time from a cold start, imports included (issue #36, item 5)
 --replays counts, per row, the graph replays a plan makes (MemoryModel._compute's calls of
 replay.device_compute_bytes / cpu_compute_bytes, each with the config it replays and the
 function of the plan that asked for it: exact_choice, _exact_boundary, marginal_costs, ...)
-and the graphs those allocate (alloc.Gallocr.reserve_n): call counts, the same on any machine.
+and the graphs those allocate (alloc.Gallocr.reserve_n), and the one-token graphs they need not
+allocate (alloc.Gallocr.holds): call counts, the same on any machine.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ from llamafit.memory import model
 from llamafit.memory.graph import alloc
 from llamafit.cli import main
 ASKERS = ("exact_choice", "_exact_boundary", "marginal_costs", "tradeoffs", "settle_flash_attn")
-replays, graphs = [], [0]
+replays, graphs, skipped = [], [0], [0]
 def counted(fn):
     def run(facts, rc, *args):
         names = [f.name for f in traceback.extract_stack()[:-1]]
@@ -208,12 +209,18 @@ def reserve_counted(self, graph, *args):
     graphs[0] += 1
     return reserve_n(self, graph, *args)
 alloc.Gallocr.reserve_n = reserve_counted
+holds = alloc.Gallocr.holds
+def holds_counted(self, graph):
+    yes = holds(self, graph)
+    skipped[0] += yes
+    return yes
+alloc.Gallocr.holds = holds_counted
 sys.argv = ["llamafit", *ARGS]
 try:
     main()
 except SystemExit:
     pass
-open(OUT, "w").write(json.dumps({"replays": replays, "graphs": graphs[0]}))
+open(OUT, "w").write(json.dumps({"replays": replays, "graphs": graphs[0], "skipped": skipped[0]}))
 """
 
 
@@ -232,10 +239,11 @@ def replays_table(only: str) -> int:
         )
         env = _env(tmp)
         out = tmp / "counted.json"
-        total = [0, 0]
+        total = [0, 0, 0]
         print(
-            "replays asked per plan (MemoryModel._compute's) and the graphs they allocate (a\n"
-            "replay that does not cover the devices declines: no graph)"
+            "replays asked per plan (MemoryModel._compute's), the graphs they allocate (a\n"
+            "replay that does not cover the devices declines: no graph) and the one-token graphs\n"
+            "they need not allocate (alloc.Gallocr.holds)"
         )
         for label, a in rows(shapes):
             if only not in label:
@@ -253,14 +261,18 @@ def replays_table(only: str) -> int:
             counted = json.loads(out.read_text())
             total[0] += len(counted["replays"])
             total[1] += counted["graphs"]
-            print(f"{label}: {len(counted['replays'])} replays, {counted['graphs']} graphs")
+            total[2] += counted["skipped"]
+            print(
+                f"{label}: {len(counted['replays'])} replays, {counted['graphs']} graphs, "
+                f"{counted['skipped']} skipped"
+            )
             for ctx, ngl, cpu_moe, k, v, fa, ub, asker in counted["replays"]:
                 fa_text = "on" if fa else "off"
                 print(
                     f"  -c {ctx:>7} -ngl {ngl:>3} cpu-moe {cpu_moe:>3} {k}/{v} fa {fa_text:<3} "
                     f"-ub {ub:>4}  {asker}"
                 )
-        print(f"all rows: {total[0]} replays, {total[1]} graphs")
+        print(f"all rows: {total[0]} replays, {total[1]} graphs, {total[2]} skipped")
     return 0
 
 

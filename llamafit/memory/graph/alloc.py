@@ -12,7 +12,9 @@ chunks) and its alloc size per tensor.
 - `peaks(graph, bufts)`: the peak per buffer id, summed over chunks.
 - `Gallocr`: the allocator's state over several reserves (llama_context reserves a few graphs into
   one ggml_gallocr; a buffer is reallocated only when a chunk grows): `reserve_n(graph)` returns
-  ggml_gallocr_get_buffer_size per buffer id after the call, which is what llama.cpp reports.
+  ggml_gallocr_get_buffer_size per buffer id after the call, which is what llama.cpp reports;
+  `again(allocation)` the same for a graph reserved before, without allocating it; `holds(graph)`
+  whether a reserve of `graph` would leave every buffer as it is, by a bound on its sizes.
 
 The hot loops run over plain lists of ints (a graph of a few thousand nodes replays in
 milliseconds).
@@ -626,12 +628,27 @@ class Gallocr:
             placed = _alloc_graph(graph, self.bufts, self.tallocs, record=record)
         else:
             placed = _alloc_graph(graph, self.bufts, self.tallocs)
+        self.last = Allocation(
+            chunk_sizes=tuple(tuple(t.max_size) for t in self.tallocs),
+            addrs=tuple(placed),
+            owner=self.owner,
+        )
+        return self.again(self.last)
+
+    def again(self, allocation: Allocation) -> tuple[int, ...]:
+        """ggml_gallocr_reserve_n of a graph whose allocation from reset allocators is
+        `allocation` (an earlier reserve_n's `last`: ggml_gallocr_alloc_graph_impl is
+        deterministic, so the same graph allocates the same chunk peaks again): the buffers it
+        grows, per buffer id ggml_gallocr_get_buffer_size after it. A buffer with a chunk larger
+        than its buffer's is reallocated whole at the new chunk sizes (ggml_vbuffer_alloc), which
+        may shrink its other chunks: llama_context::sched_reserve's second prompt-sized reserve
+        regrows a chunked buffer the one-token graph shrank."""
         for i, buft in enumerate(self.bufts):
             if self.owner[i] != i:
                 # the buffer type is used multiple times: reuse the same buffer
                 self.buffers[i] = self.buffers[self.owner[i]]
             cur = self.buffers[i]
-            new = self.tallocs[i].max_size
+            new = allocation.chunk_sizes[i]
             realloc = cur is None
             for c, size in enumerate(new):
                 # ggml_vbuffer_chunk_size: 0 for a chunk the buffer does not have
@@ -641,12 +658,61 @@ class Gallocr:
             if realloc:
                 # ggml_vbuffer_alloc; ggml_backend_buft_alloc_buffer gives a 0-size dummy for 0
                 self.buffers[i] = tuple(s + buft.alloc_extra if s else 0 for s in new)
-        self.last = Allocation(
-            chunk_sizes=tuple(tuple(t.max_size) for t in self.tallocs),
-            addrs=tuple(placed),
-            owner=self.owner,
-        )
         return self.sizes()
+
+    def holds(self, graph: Graph) -> bool:  # noqa: C901 (one pass, early exits)
+        """Whether reserve_n(graph) now would leave every buffer as it is, known without
+        allocating `graph`: for each allocator, the aligned alloc sizes of every tensor the pass
+        could place there sum to at most its buffer's first chunk and its chunk size limit.
+
+        Proof (ggml/src/ggml-alloc.c at b11434). ggml_gallocr_alloc_graph_impl allocates (a new
+        block: ggml_gallocr_allocate_node -> ggml_dyn_tallocr_alloc) only tensors of the graph's
+        leaf and node lists, each at most once and on its own list's buffer id, never a view
+        nor a tensor with memory (ggml_gallocr_is_allocated); an in-place reuse allocates
+        nothing. Each tensor of the lists that is neither is counted here, so the sum S of a
+        buffer bounds what the pass allocates there. ggml_dyn_tallocr_alloc takes every block
+        from the start of a free block, and a free block is either memory an earlier alloc
+        handed out and ggml_dyn_tallocr_free_bytes gave back, or the chunk's last block,
+        which reaches the chunk's end: so the bytes below a chunk's peak (max_size) are all bytes
+        some alloc handed out, and the peak never exceeds the aligned sizes allocated in it.
+        One chunk holds them all when S <= max_chunk_size: the last block starts at or below
+        the peak, which is at most the S_before allocated earlier, so a request of s <=
+        max_chunk_size - S_before fits there and no new chunk is made
+        (ggml_dyn_tallocr_new_chunk). The new allocation is then one chunk of at most S, at
+        most the buffer's first chunk: ggml_gallocr_reserve_n_impl finds no chunk larger than
+        the buffer's, and reallocates nothing. Not seen without the pass: where it would abort
+        (ggml_dyn_tallocr_insert_block's MAX_FREE_BLOCKS, an in-place child larger than its
+        parent), the buffers stay as they are here."""
+        buffers, tallocs, bufts, owner = self.buffers, self.tallocs, self.bufts, self.owner
+        left = [0] * len(bufts)
+        for i in range(len(bufts)):
+            cur = buffers[i]
+            if cur is None:
+                return False
+            if owner[i] == i:
+                left[i] = min(cur[0] if cur else 0, tallocs[i].max_chunk_size)
+        n_buf = len(bufts)
+        ts = graph.tensors
+        for tensor_ids, ids in (
+            (graph.leafs, graph.leaf_buffer_ids),
+            (graph.nodes, graph.node_buffer_ids),
+        ):
+            if not ids:
+                ids = (0,) * len(tensor_ids)
+            elif len(ids) != len(tensor_ids) or not 0 <= min(ids) <= max(ids) < n_buf:
+                return False  # reserve_n raises AllocError
+            for t, bid in zip(tensor_ids, ids, strict=True):
+                x = ts[t]
+                if x.data or x.buffer is not None or x.view_src is not None:
+                    continue
+                sizer = bufts[bid].alloc_size
+                size = x.nbytes if sizer is None else sizer(ts, t)
+                a = tallocs[bid].alignment
+                o = owner[bid]
+                left[o] -= size + (a - size % a) % a
+                if left[o] < 0:
+                    return False
+        return True
 
     def buffer_size(self, buffer_id: int) -> int:
         """ggml-alloc.c ggml_gallocr_get_buffer_size: a shared buffer counts under its first id."""

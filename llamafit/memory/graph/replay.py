@@ -22,7 +22,11 @@ backend, -sm row included (before rule cuda_no_split_buffers). Elsewhere the han
 llama_context::sched_reserve (src/llama-context.cpp) reserves the prompt-sized graph, the
 one-token graph and the prompt-sized one again (reserve.reserves), each through
 ggml_backend_sched_reserve into one ggml_gallocr per scheduler, whose buffer grows to the largest;
-ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.reserve_n).
+ggml_backend_sched_get_buffer_size reports it after the last (alloc.Gallocr.reserve_n). Two of
+them are known without an allocation: the second prompt-sized one allocates what the first did
+(Gallocr.again: it regrows a chunked buffer the one-token graph shrank), and the one-token graph
+is not allocated where its tensors' sizes on each buffer sum to no more than the buffer has
+(Gallocr.holds: it then reallocates nothing; it is still built and split for those sizes).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from ...builds import since
 from ...facts.hparams import ModelFacts
 from ...machine.devices import DeviceSpec
 from ...reader.ggml_types import GGML_TYPE_NAMES
-from .alloc import AllocError, AllocRecord, BufferType, Gallocr
+from .alloc import Allocation, AllocError, AllocRecord, BufferType, Gallocr
 from .backends.blas import blas_backend
 from .backends.cpu import CPU, cpu_backend
 from .backends.cuda import (
@@ -64,7 +68,7 @@ from .backends.vulkan import (
 from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
 from .nodes import PIN_CPU, TENSOR_FIELDS, USAGE_WEIGHTS, Graph, Tensor, with_field
-from .params import GraphBuildError
+from .params import GraphBuildError, GraphConfig
 from .reserve import reserve_configs
 from .sched import (
     GGML_SCHED_MAX_COPIES,
@@ -230,19 +234,27 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
         return None
     hp = graph_hparams_of(facts)
     gallocr = Gallocr((CPU,))
-    size = 0
+    sizes: tuple[int, ...] = (0,)
+    made: dict[GraphConfig, Allocation] = {}
     try:
-        for _reserve, config in reserve_configs(rc):
+        for reserve, config in reserve_configs(rc):
+            if config in made:
+                sizes = gallocr.again(made[config])  # the prompt-sized graph again
+                continue
             graph = build_graph(facts, config, hp)
             graph = replace(
                 graph,
                 node_buffer_ids=(0,) * len(graph.nodes),
                 leaf_buffer_ids=(0,) * len(graph.leafs),
             )
-            size = gallocr.reserve_n(graph)[0]
+            if reserve.kind == "tg" and gallocr.holds(graph):
+                continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
+            sizes = gallocr.reserve_n(graph)
+            assert gallocr.last is not None
+            made[config] = gallocr.last
     except GraphBuildError:
         return None
-    return size
+    return sizes[0]
 
 
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
@@ -769,14 +781,12 @@ def device_compute_bytes(
     hp = graph_hparams_of(facts)
     gallocr = Gallocr(bufts)
     sizes: tuple[int, ...] = ()
-    done: set[object] = set()
+    made: dict[GraphConfig, Allocation] = {}
     try:
-        for _reserve, config in reserve_configs(rc, **buffers):
-            if config in done:
-                # the prompt-sized graph again: ggml_gallocr_reserve_n allocates it afresh, the
-                # same way, and the buffers, which only grow, stay as they are
+        for reserve, config in reserve_configs(rc, **buffers):
+            if config in made:
+                sizes = gallocr.again(made[config])  # the prompt-sized graph again
                 continue
-            done.add(config)
             graph = _placed(build_graph(facts, config, hp), backends, device_of_layer)
             if metal and not metal_graph_ok(graph, rc.build):
                 return None
@@ -790,11 +800,15 @@ def device_compute_bytes(
                     op_offload=rc.op_offload,
                     all_inputs=since("sched_all_inputs", rc.build),
                 )
-                sizes = gallocr.reserve_n(split.graph)
+                steps: AllocRecord | None = None
             else:
                 like = replace(config, kv_size=0, kv_size_swa=0)
                 split, steps = splits.split(graph, copies, rc.op_offload, like)
-                sizes = gallocr.reserve_n(split.graph, steps)
+            if reserve.kind == "tg" and gallocr.holds(split.graph):
+                continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
+            sizes = gallocr.reserve_n(split.graph, steps)
+            assert gallocr.last is not None
+            made[config] = gallocr.last
     except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit, UnplacedRule):
         return None
     out = {d: sizes[d] for d in range(len(gpus))}
