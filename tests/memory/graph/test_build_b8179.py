@@ -92,8 +92,9 @@ def test_b8233_node_counts_are_the_public_logs() -> None:
 # gpu-corpus-2026.jsonl): the fit placed the experts, so its -ot rules are the fit's.
 FIT_ROW = "repo-bushman77-qwen3-coder-next-fit-exps-cpu-4060"
 
-# llama_params_fit_impl's get_overflow_pattern (src/llama.cpp, b8179's tree): what a partial
-# layer sends to the overflow buffer type by its layer_fraction_t
+# llama_params_fit_impl's get_overflow_pattern (src/llama.cpp): what a partial layer sends to the
+# overflow buffer type by its layer_fraction_t. The fit's code from here to its end is the same
+# in b8179's tree and b8352's (node-llama-cpp 3.17.1 and 3.18.0), so at b8233 too.
 OVERFLOW = {
     "ATTN": r"blk\.{il}\.ffn_(up|gate|down).*",
     "UP": r"blk\.{il}\.ffn_(gate|down).*",
