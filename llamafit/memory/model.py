@@ -41,10 +41,10 @@ from .placement import CPU, LayerMap
 from .recurrent import recurrent_bytes
 from .repack import repack_bytes, repacked_names
 from .resolve import ConfigError, ResolvedConfig, settle_flash_attn, since
-from .tensors import PADDED_BACKENDS, ModelTensors
+from .tensors import PADDED_BACKENDS, ModelTensors, ple_with_output
 from .usage import Breakdown as Breakdown  # re-exported: the type estimate returns
 from .usage import DeviceUsage as DeviceUsage
-from .weights import bytes_read_per_token, is_mapped, loaded_tensors, place_weights
+from .weights import bytes_read_per_token, is_mapped, loaded_tensors, place_weights, ple_device
 
 DEFAULT_RESERVE_BYTES = 1024 * MIB  # common/fit.cpp: --fit-target default, 1024 MiB per device
 # DeviceUsage.compute_source: the graph replay's figure, or the hand-derived peaks'
@@ -399,7 +399,9 @@ def _device_placement(
     weights in CPU_Mapped with mmap (llama-model-loader.cpp create_tensor), else in the first
     GPU's host buffer type (make_cpu_buft_list; not with --no-host) or CPU; the -ot rules'
     buffer types, CPU_REPACK where repack_bytes repacks, the host for weights over a device's
-    tensor limit (`moved`)."""
+    tensor limit (`moved`); before rule gemma3n_ple_expand / gemma4_ple_expand, the per-layer
+    token rows on the host where weights.ple_device keeps them there (the graph builds them with
+    the output layer: the output device's backend refuses their GET_ROWS)."""
     if is_mapped(rc):
         host_weights = "CPU_Mapped"
     elif gpus and gpus[0].backend == "vulkan" and not rc.no_host:
@@ -409,7 +411,7 @@ def _device_placement(
     else:
         host_weights = "CPU"
     names = device_names(gpus)
-    out: dict[str, str] = {}
+    out = _ple_buffers(m, rc, lmap, gpus, host_weights)
     if rc.all_overrides:
         for name, buft in override_targets(m, rc.all_overrides).items():
             if buft is None or name.endswith("(tied)"):
@@ -421,3 +423,19 @@ def _device_placement(
     for name in repacked_names(m, rc, lmap, gpus, features, moved):
         out[name] = "CPU_REPACK"
     return DevicePlacement(lmap.layers, lmap.output, host_weights, tuple(sorted(out.items())))
+
+
+def _ple_buffers(
+    m: ModelTensors, rc: ResolvedConfig, lmap: LayerMap, gpus: Sequence[DeviceSpec], host: str
+) -> dict[str, str]:
+    """The buffers of the PLE tensors (tensors.PLE_TENSORS) that weights.ple_device places off
+    the output layer's device, where the graph builds them, at a build before their rule: the
+    per-layer token rows on the host (`host`: the host weights' buffer) where the output device's
+    backend refuses their GET_ROWS (select_weight_buft, src/llama-model-loader.cpp)."""
+    out: dict[str, str] = {}
+    if m.ple and ple_with_output(m.facts, rc.build):
+        for name, ggml_type, _raw, _padded in m.ple:
+            dev = ple_device(name, ggml_type, lmap, gpus)
+            if dev != lmap.output:
+                out[name] = host if dev == CPU else gpus[dev].name
+    return out
