@@ -619,6 +619,7 @@ REPLAY_SHAPES = {
     "llama-embed": "llama-nemotron-embed-1b-v2",
     "rnd1": "rnd1-30b-a3b",
     "llada": "llada-8b",
+    "xverse": "xverse-7b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

@@ -201,6 +201,7 @@ MODELS: Mapping[str, Model] = {
     "llama-embed": Model(_Builder("llama_embed"), since=OLD_SINCE, encoder=True),
     "rnd1": Model(_Builder("rnd1"), since=OLD_SINCE),
     "llada": Model(_Builder("llada"), since=OLD_SINCE),
+    "xverse": Model(_Builder("xverse"), since=OLD_SINCE),
 }
 
 
