@@ -620,6 +620,7 @@ REPLAY_SHAPES = {
     "rnd1": "rnd1-30b-a3b",
     "llada": "llada-8b",
     "xverse": "xverse-7b",
+    "nemotron": "nemotron-mini-4b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

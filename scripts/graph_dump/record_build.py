@@ -491,6 +491,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "refact-1.6b-c4096-ub128": ("refact-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # XVERSE 7B (xverse): Baichuan 7B's layer (RoPE, MHA, SwiGLU), untied
     "xverse-7b-c4096-ub128": ("xverse-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Nemotron Mini 4B (nemotron): LayerNorms with bias, partial RoPE, a relu^2 FFN
+    "nemotron-mini-4b-c4096-ub128": (
+        "nemotron-mini-4b",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
@@ -596,6 +601,7 @@ SPARSE = frozenset(
         "plamo-13b",
         "refact-1.6b",
         "xverse-7b",
+        "nemotron-mini-4b",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

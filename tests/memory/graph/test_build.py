@@ -142,7 +142,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # last layer (qwen2's over the ubatch itself: no memory), Llama Nemotron Embed's last layer
 # (llama's over the ubatch itself, no output layer), RND1's last layer (qwen3moe's over the
 # ubatch itself), LLaDA's last layer (a Llama layer over the ubatch itself), XVERSE 7B's last
-# layer (Baichuan 7B's: RoPE, full MHA)
+# layer (Baichuan 7B's: RoPE, full MHA), Nemotron Mini 4B's last layer (LayerNorms with bias,
+# partial RoPE, a relu^2 FFN)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -237,6 +238,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("rnd1-30b-a3b-c4096-ub128", 47),
         ("llada-8b-c4096-ub128", 31),
         ("xverse-7b-c4096-ub128", 31),
+        ("nemotron-mini-4b-c4096-ub128", 31),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

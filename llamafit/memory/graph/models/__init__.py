@@ -202,6 +202,7 @@ MODELS: Mapping[str, Model] = {
     "rnd1": Model(_Builder("rnd1"), since=OLD_SINCE),
     "llada": Model(_Builder("llada"), since=OLD_SINCE),
     "xverse": Model(_Builder("xverse"), since=OLD_SINCE),
+    "nemotron": Model(_Builder("nemotron"), since=OLD_SINCE),
 }
 
 
