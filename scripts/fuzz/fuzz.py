@@ -621,6 +621,7 @@ REPLAY_SHAPES = {
     "llada": "llada-8b",
     "xverse": "xverse-7b",
     "nemotron": "nemotron-mini-4b",
+    "llada-moe": "llada-moe-7b-a1b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

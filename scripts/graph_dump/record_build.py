@@ -496,6 +496,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "nemotron-mini-4b",
         ("-c", "4096", "-ub", "128", "--no-repack"),
     ),
+    # LLaDA-MoE 7B-A1B (llada-moe): an MoE layer over the ubatch itself, weights not normalised
+    "llada-moe-7b-a1b-c4096-ub128": (
+        "llada-moe-7b-a1b",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
@@ -602,6 +607,7 @@ SPARSE = frozenset(
         "refact-1.6b",
         "xverse-7b",
         "nemotron-mini-4b",
+        "llada-moe-7b-a1b",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

@@ -130,6 +130,7 @@ SIZES = [
     ("refact-1.6b", 968078816),
     ("xverse-7b", 4471458624),
     ("nemotron-mini-4b", 2698887328),
+    ("llada-moe-7b-a1b", 4518938912),
 ]
 
 

@@ -143,7 +143,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # (llama's over the ubatch itself, no output layer), RND1's last layer (qwen3moe's over the
 # ubatch itself), LLaDA's last layer (a Llama layer over the ubatch itself), XVERSE 7B's last
 # layer (Baichuan 7B's: RoPE, full MHA), Nemotron Mini 4B's last layer (LayerNorms with bias,
-# partial RoPE, a relu^2 FFN)
+# partial RoPE, a relu^2 FFN), LLaDA-MoE's last layer (experts over the ubatch itself, weights
+# not normalised)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -239,6 +240,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("llada-8b-c4096-ub128", 31),
         ("xverse-7b-c4096-ub128", 31),
         ("nemotron-mini-4b-c4096-ub128", 31),
+        ("llada-moe-7b-a1b-c4096-ub128", 15),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

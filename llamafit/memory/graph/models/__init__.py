@@ -203,6 +203,7 @@ MODELS: Mapping[str, Model] = {
     "llada": Model(_Builder("llada"), since=OLD_SINCE),
     "xverse": Model(_Builder("xverse"), since=OLD_SINCE),
     "nemotron": Model(_Builder("nemotron"), since=OLD_SINCE),
+    "llada-moe": Model(_Builder("llada_moe"), since=OLD_SINCE),
 }
 
 
