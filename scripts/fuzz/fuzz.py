@@ -622,6 +622,7 @@ REPLAY_SHAPES = {
     "xverse": "xverse-7b",
     "nemotron": "nemotron-mini-4b",
     "llada-moe": "llada-moe-7b-a1b",
+    "dbrx": "dbrx-instruct",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

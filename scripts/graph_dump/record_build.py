@@ -501,6 +501,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "llada-moe-7b-a1b",
         ("-c", "4096", "-ub", "128", "--no-repack"),
     ),
+    # DBRX Instruct (dbrx): LayerNorms without bias, the fused attn_qkv clamped, 16 experts
+    "dbrx-c4096-ub128": ("dbrx-instruct", ("-c", "4096", "-ub", "128", "--no-repack")),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
@@ -608,6 +610,7 @@ SPARSE = frozenset(
         "xverse-7b",
         "nemotron-mini-4b",
         "llada-moe-7b-a1b",
+        "dbrx-instruct",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

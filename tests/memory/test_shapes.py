@@ -131,6 +131,7 @@ SIZES = [
     ("xverse-7b", 4471458624),
     ("nemotron-mini-4b", 2698887328),
     ("llada-moe-7b-a1b", 4518938912),
+    ("dbrx-instruct", 79650220864),
 ]
 
 

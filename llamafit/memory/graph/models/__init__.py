@@ -204,6 +204,7 @@ MODELS: Mapping[str, Model] = {
     "xverse": Model(_Builder("xverse"), since=OLD_SINCE),
     "nemotron": Model(_Builder("nemotron"), since=OLD_SINCE),
     "llada-moe": Model(_Builder("llada_moe"), since=OLD_SINCE),
+    "dbrx": Model(_Builder("dbrx"), since=OLD_SINCE),
 }
 
 
