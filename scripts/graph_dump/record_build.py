@@ -489,6 +489,20 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # Refact 1.6B (refact): a Llama layer without positions (ALiBi), one KV head
     "refact-1.6b-c4096-ub128": ("refact-1.6b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # XVERSE 7B (xverse): Baichuan 7B's layer (RoPE, MHA, SwiGLU), untied
+    "xverse-7b-c4096-ub128": ("xverse-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Nemotron Mini 4B (nemotron): LayerNorms with bias, partial RoPE, a relu^2 FFN
+    "nemotron-mini-4b-c4096-ub128": (
+        "nemotron-mini-4b",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
+    # LLaDA-MoE 7B-A1B (llada-moe): an MoE layer over the ubatch itself, weights not normalised
+    "llada-moe-7b-a1b-c4096-ub128": (
+        "llada-moe-7b-a1b",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
+    # DBRX Instruct (dbrx): LayerNorms without bias, the fused attn_qkv clamped, 16 experts
+    "dbrx-c4096-ub128": ("dbrx-instruct", ("-c", "4096", "-ub", "128", "--no-repack")),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
@@ -593,6 +607,10 @@ SPARSE = frozenset(
         "orion-14b",
         "plamo-13b",
         "refact-1.6b",
+        "xverse-7b",
+        "nemotron-mini-4b",
+        "llada-moe-7b-a1b",
+        "dbrx-instruct",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

@@ -141,7 +141,10 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # head), GLM-4 9B's chatglm layer (the fused QKV with its bias, a fused gate/up FFN), Dream's
 # last layer (qwen2's over the ubatch itself: no memory), Llama Nemotron Embed's last layer
 # (llama's over the ubatch itself, no output layer), RND1's last layer (qwen3moe's over the
-# ubatch itself), LLaDA's last layer (a Llama layer over the ubatch itself)
+# ubatch itself), LLaDA's last layer (a Llama layer over the ubatch itself), XVERSE 7B's last
+# layer (Baichuan 7B's: RoPE, full MHA), Nemotron Mini 4B's last layer (LayerNorms with bias,
+# partial RoPE, a relu^2 FFN), LLaDA-MoE's last layer (experts over the ubatch itself, weights
+# not normalised), DBRX's last layer (the fused attn_qkv clamped, LayerNorms without bias)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -235,6 +238,10 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("llama-embed-1b-c4096-ub128", 15),
         ("rnd1-30b-a3b-c4096-ub128", 47),
         ("llada-8b-c4096-ub128", 31),
+        ("xverse-7b-c4096-ub128", 31),
+        ("nemotron-mini-4b-c4096-ub128", 31),
+        ("llada-moe-7b-a1b-c4096-ub128", 15),
+        ("dbrx-c4096-ub128", 39),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

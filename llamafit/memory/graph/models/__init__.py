@@ -201,6 +201,10 @@ MODELS: Mapping[str, Model] = {
     "llama-embed": Model(_Builder("llama_embed"), since=OLD_SINCE, encoder=True),
     "rnd1": Model(_Builder("rnd1"), since=OLD_SINCE),
     "llada": Model(_Builder("llada"), since=OLD_SINCE),
+    "xverse": Model(_Builder("xverse"), since=OLD_SINCE),
+    "nemotron": Model(_Builder("nemotron"), since=OLD_SINCE),
+    "llada-moe": Model(_Builder("llada_moe"), since=OLD_SINCE),
+    "dbrx": Model(_Builder("dbrx"), since=OLD_SINCE),
 }
 
 
