@@ -138,6 +138,7 @@ class _Shape:
     v_gqa_max: int
     range_reps: dict[tuple[int, int], frozenset[int]]  # memo: block range -> its distinct shapes
     rot: dict[tuple[str, str], dict[str, int]]  # memo: (type_k, type_v) -> _rot_inputs
+    predicted: dict[ComputeSettings, ComputeEstimate]  # memo: settings -> predict_compute
     fused_up: frozenset[int] = frozenset()  # gated layers whose gate is fused into ffn_up
 
     def reps_in(self, a: int, b: int) -> frozenset[int]:
@@ -161,7 +162,9 @@ def _shape(f: ModelFacts) -> _Shape:
     )
     kv = [il for il in range(f.n_layer) if f.has_kv[il]]
     caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
-    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {}, {}, fused_up)
+    shape = _Shape(
+        reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {}, {}, {}, fused_up
+    )
     if len(_SHAPES) > 32:
         _SHAPES.clear()
     _SHAPES[id(f)] = (f, shape)  # keeps f alive, so its id cannot be reused while cached
@@ -592,7 +595,23 @@ def _logits_above_mask_hole(f: ModelFacts, s: ComputeSettings, inputs: dict[str,
     return ff + e + F32 * f.n_vocab * s.n_out
 
 
+PREDICTED_SIZE = 4096  # predict_compute's memo per model: cleared when full
+
+
 def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
+    """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes
+    (_predict_compute), once per model and settings: a plan asks the same settings again (the
+    host's buffer of every config with the same context, op offload's host figure)."""
+    memo = _shape(f).predicted
+    hit = memo.get(s)
+    if hit is None:
+        if len(memo) >= PREDICTED_SIZE:
+            memo.clear()
+        hit = memo[s] = _predict_compute(f, s)
+    return hit
+
+
+def _predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes.
 
     CPU backend: one buffer holds the inputs and every activation. GPU backend: its buffer holds
