@@ -26,11 +26,12 @@ n_tokens (speculative decoding) the logits land above the last FFN's base (_logi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ..facts.hparams import ModelFacts
 from ..facts.tensor_names import block_index
+from ..frozen import replace
 from ..units import pad as _pad
 from .kv import layer_cell_bytes
 from .placement import CPU

@@ -13,9 +13,9 @@ a replay run: where the replay covers a config, MemoryModel uses it instead."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from ..facts.hparams import ModelFacts
+from ..frozen import replace
 from ..machine.devices import DeviceSpec
 from ..reader.ggml_types import GGMLType
 from .compute import backend_kind, base_settings, kq_fits, output_refused_host, predict_compute
