@@ -128,7 +128,7 @@ def add_op_offload(
     ):  # at the lm_head: the matrix's copy, result_norm and the logits [n_vocab, n_outputs] F32
         need = max(need, output + 4 * n_out * (m.facts.n_vocab + 2 * m.facts.n_embd))
     compute[b] = need
-    cpu_layers = any(d == CPU for d in lmap.layers[: m.facts.n_layer])
+    cpu_layers = CPU in lmap.layers[: m.facts.n_layer]
     if (
         (weight or output)
         and not refused
