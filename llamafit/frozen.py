@@ -49,4 +49,4 @@ def replace(obj: T, /, **changes: Any) -> T:
         if i is None:
             return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
         values[i] = value
-    return cls(*values)  # type: ignore[no-any-return]
+    return cls(*values)
