@@ -26,7 +26,7 @@ from tests.support import ROOT
 PACKAGE = ROOT / "llamafit"
 CORE = ("reader", "facts", "memory", "fit")
 EDGE_LIBRARIES = ("click", "psutil", "pynvml", "subprocess", "huggingface_hub", "numpy")
-BASE = {"errors", "units", "findings", "safe_text", "version", "builds"}
+BASE = {"errors", "units", "findings", "safe_text", "version", "builds", "frozen"}
 _CORE = BASE | {"reader", "facts", "machine", "memory", "fit"}
 _ALL_BUT_CLI = _CORE | {
     "paths",
@@ -47,6 +47,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "safe_text": set(),
     "version": set(),
     "builds": set(),  # llama.cpp's build rules (BUILD_RULES, since)
+    "frozen": set(),  # dataclasses.replace for the plan's hot loops
     "paths": set(),
     "safe_io": BASE,
     "reader": BASE,

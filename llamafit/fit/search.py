@@ -7,9 +7,10 @@ the number of offloaded layers, so bisection finds the exact boundary in O(log n
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..errors import InputError
+from ..frozen import replace
 from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown, MemoryModel

@@ -14,11 +14,12 @@ over the monotone memory model (search.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
+from ..frozen import replace
 from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown, SchedulerOverflowError
 from ..memory.resolve import ResolvedConfig, resolve

@@ -26,11 +26,12 @@ n_tokens (speculative decoding) the logits land above the last FFN's base (_logi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ..facts.hparams import ModelFacts
 from ..facts.tensor_names import block_index
+from ..frozen import replace
 from ..units import pad as _pad
 from .kv import layer_cell_bytes
 from .placement import CPU
@@ -138,6 +139,8 @@ class _Shape:
     v_gqa_max: int
     range_reps: dict[tuple[int, int], frozenset[int]]  # memo: block range -> its distinct shapes
     rot: dict[tuple[str, str], dict[str, int]]  # memo: (type_k, type_v) -> _rot_inputs
+    predicted: dict[ComputeSettings, ComputeEstimate]  # memo: settings -> predict_compute
+    layers_on: dict[tuple[tuple[int, ...], int], tuple[int, ...]]  # memo: _layers_on
     fused_up: frozenset[int] = frozenset()  # gated layers whose gate is fused into ffn_up
 
     def reps_in(self, a: int, b: int) -> frozenset[int]:
@@ -161,7 +164,9 @@ def _shape(f: ModelFacts) -> _Shape:
     )
     kv = [il for il in range(f.n_layer) if f.has_kv[il]]
     caches = (any(not f.swa.is_swa[il] for il in kv), any(f.swa.is_swa[il] for il in kv))
-    shape = _Shape(reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {}, {}, fused_up)
+    shape = _Shape(
+        reps, gated, _fused_qkv_layers(f), caches, f.n_embd_v_gqa_max, {}, {}, {}, {}, fused_up
+    )
     if len(_SHAPES) > 32:
         _SHAPES.clear()
     _SHAPES[id(f)] = (f, shape)  # keeps f alive, so its id cannot be reused while cached
@@ -592,7 +597,23 @@ def _logits_above_mask_hole(f: ModelFacts, s: ComputeSettings, inputs: dict[str,
     return ff + e + F32 * f.n_vocab * s.n_out
 
 
+PREDICTED_SIZE = 4096  # predict_compute's and _layers_on's memos per model: cleared when full
+
+
 def predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
+    """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes
+    (_predict_compute), once per model and settings: a plan asks the same settings again (the
+    host's buffer of every config with the same context, op offload's host figure)."""
+    memo = _shape(f).predicted
+    hit = memo.get(s)
+    if hit is None:
+        if len(memo) >= PREDICTED_SIZE:
+            memo.clear()
+        hit = memo[s] = _predict_compute(f, s)
+    return hit
+
+
+def _predict_compute(f: ModelFacts, s: ComputeSettings) -> ComputeEstimate:
     """The compute buffer llama.cpp reserves on the backend described by `s`, in bytes.
 
     CPU backend: one buffer holds the inputs and every activation. GPU backend: its buffer holds
@@ -753,13 +774,21 @@ def backend_kind(backend: str) -> Backend:
 
 
 def _layers_on(f: ModelFacts, lmap: LayerMap, dev: int) -> tuple[int, ...]:
-    """One layer per distinct shape among the blocks on `dev` (enough for the peak)."""
+    """One layer per distinct shape among the blocks on `dev` (enough for the peak); once per
+    model, placement and device (a plan's configs of one placement differ in context, KV types,
+    -ub)."""
     shape = _shape(f)
-    reps: set[int] = set()
-    for d, a, b in lmap.runs:
-        if d == dev:
-            reps |= shape.reps_in(a, b)
-    return tuple(sorted(reps))
+    key = (lmap.layers, dev)
+    hit = shape.layers_on.get(key)
+    if hit is None:
+        if len(shape.layers_on) >= PREDICTED_SIZE:
+            shape.layers_on.clear()
+        reps: set[int] = set()
+        for d, a, b in lmap.runs:
+            if d == dev:
+                reps |= shape.reps_in(a, b)
+        hit = shape.layers_on[key] = tuple(sorted(reps))
+    return hit
 
 
 PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES (ggml/src/ggml-backend.cpp)

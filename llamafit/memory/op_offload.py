@@ -13,9 +13,9 @@ a replay run: where the replay covers a config, MemoryModel uses it instead."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from ..facts.hparams import ModelFacts
+from ..frozen import replace
 from ..machine.devices import DeviceSpec
 from ..reader.ggml_types import GGMLType
 from .compute import backend_kind, base_settings, kq_fits, output_refused_host, predict_compute
@@ -128,7 +128,7 @@ def add_op_offload(
     ):  # at the lm_head: the matrix's copy, result_norm and the logits [n_vocab, n_outputs] F32
         need = max(need, output + 4 * n_out * (m.facts.n_vocab + 2 * m.facts.n_embd))
     compute[b] = need
-    cpu_layers = any(d == CPU for d in lmap.layers[: m.facts.n_layer])
+    cpu_layers = CPU in lmap.layers[: m.facts.n_layer]
     if (
         (weight or output)
         and not refused
