@@ -403,8 +403,12 @@ class GraphContext(GraphInputs):
         """build_qkv's fused path (llama_model_base::create_tensor_qkv's attn_qkv): one product,
         its bias (attn_qkv.bias), Q, K and V as 3-D views of it. Separate Q/K/V biases beside a
         fused weight (ggml_concat of the three) are not modelled."""
+        return self.qkv_views(self._wqkv(cur, wqkv, il), il)
+
+    def qkv_views(self, qkv: T, il: int) -> tuple[T, T, T]:
+        """Q, K and V as 3-D views of the fused product (build_qkv's fused path; dbrx.py's
+        clamped one too)."""
         b, f = self.b, self.f
-        qkv = self._wqkv(cur, wqkv, il)
         hk, hv = self.head_k(il), self.head_v(il)
         n_q, n_kv = f.n_head[il] * hk, f.n_head_kv[il] * hk
         row = GGML_TYPE_SIZES[qkv.type][1]  # F32: ggml_row_size is 4 a value

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ....builds import since
-from ....reader.ggml_types import GGML_TYPE_SIZES
 from ..build import GraphContext
 from ..ggml import T
 from .phi2 import layer_norm_head
@@ -44,16 +43,4 @@ def _qkv_clamped(ctx: GraphContext, cur: T, il: int) -> tuple[T, T, T]:
     qkv = ctx.cb(ctx.mm(ctx.need(ctx.lw(il, "attn_qkv.weight"), "attn_qkv"), cur), "wqkv", il)
     if f.clamp_kqv > 0.0:
         qkv = ctx.cb(b.clamp(qkv, not since("clamp_copy", ctx.c.build)), "wqkv_clamped", il)
-    hk, hv = ctx.head_k(il), ctx.head_v(il)
-    n_q, n_kv = f.n_head[il] * hk, f.n_head_kv[il] * hk
-    row = GGML_TYPE_SIZES[qkv.type][1]
-    out = []
-    for name, head, n_head, offs in (
-        ("Qcur", hk, f.n_head[il], 0),
-        ("Kcur", hk, f.n_head_kv[il], n_q),
-        ("Vcur", hv, f.n_head_kv[il], n_q + n_kv),
-    ):
-        t = b.view(qkv, (head, n_head, ctx.c.n_tokens), (head * row, qkv.nb[1]), offs * row)
-        out.append(ctx.cb(t, name, il))
-    q, k, v = out
-    return q, k, v
+    return ctx.qkv_views(qkv, il)
