@@ -690,17 +690,22 @@ def fa_refused_layers(
         graph = build_graph(facts, config, graph_hparams_of(facts))
     except GraphBuildError:
         return None
-    ts = graph.tensors
     refused = []
-    for i in graph.nodes:
-        if ts[i].op != "FLASH_ATTN_EXT":
-            continue
-        il = _layer_of(ts, i)
+    for i, il in _fa_nodes(graph):
         if il is None:
             return None
-        if not s.backends[0].supports_op(ts, i):
+        if not s.backends[0].supports_op(graph.tensors, i):
             refused.append(il)
     return tuple(sorted(set(refused)))
+
+
+def _fa_nodes(graph: Graph) -> Iterator[tuple[int, int | None]]:
+    """Each FLASH_ATTN_EXT node of the graph, in graph order, with its layer (_layer_of: None
+    where it is not known, which the -fa probes take as no answer)."""
+    ts = graph.tensors
+    for i in graph.nodes:
+        if ts[i].op == "FLASH_ATTN_EXT":
+            yield i, _layer_of(ts, i)
 
 
 def fa_auto_mismatch(
@@ -739,11 +744,7 @@ def fa_auto_mismatch(
         )
     except (GraphBuildError, SchedError):
         return None
-    ts = graph.tensors
-    for i in graph.nodes:
-        if ts[i].op != "FLASH_ATTN_EXT":
-            continue
-        il = _layer_of(ts, i)
+    for i, il in _fa_nodes(graph):
         if il is None:
             return None
         b = split.tensor_backend[i]
