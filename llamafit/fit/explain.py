@@ -197,15 +197,25 @@ def _gpu_used(b: Breakdown) -> int:
 
 def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float | None]:
     """MiB of GPU memory per 1,000 more tokens per slot, and per block moved onto the GPU, both
-    by the exact figures the pick has (Target.breakdown: the graph replay where it covers them)."""
+    by the exact figures the pick has (Target.breakdown: the graph replay where it covers them).
+    Per token: between the pick and the farthest other context of its config that the boundary
+    search replayed (Choice.exact_near: no replay more, issue #36 item 5), else the pick's
+    context less 4 steps."""
     if not target.gpus:
         return None, None
     slots = choice.rc.n_stream
-    smaller = _exact(target, replace(choice.cfg, n_ctx=max(STEP, choice.ctx - 4 * STEP) * slots))
     per_tokens = None
-    if smaller and choice.ctx > STEP:
-        tokens = choice.ctx - max(STEP, choice.ctx - 4 * STEP)
-        per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(smaller[1])) / tokens * 1000 / MIB
+    if choice.exact_near:  # replayed by the search already: the farthest from the pick
+        ctx, other = max(choice.exact_near, key=lambda p: (abs(p[0] - choice.ctx), p[0]))
+        tokens = choice.ctx - ctx
+        per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(other)) / tokens * 1000 / MIB
+    elif choice.ctx > STEP:
+        smaller = _exact(
+            target, replace(choice.cfg, n_ctx=max(STEP, choice.ctx - 4 * STEP) * slots)
+        )
+        if smaller:
+            tokens = choice.ctx - max(STEP, choice.ctx - 4 * STEP)
+            per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(smaller[1])) / tokens * 1000 / MIB
     fewer = _exact(target, replace(choice.cfg, n_gpu_layers=max(choice.rc.n_gpu_layers - 1, 0)))
     per_layer = (
         (_gpu_used(choice.breakdown) - _gpu_used(fewer[1])) / MIB

@@ -110,6 +110,9 @@ class Choice:
     # exact_choice's per-device ratios of the replay to the hand-derived peaks (Target.compute_
     # scales), so that the plan's other rows (trade-offs, marginal costs) are near the exact ones
     compute_scales: tuple[float, ...] = ()
+    # the exact breakdowns of this config at other per-slot contexts that _exact_boundary
+    # replayed on its way (explain.marginal_costs takes its rate from them: no replay more)
+    exact_near: tuple[tuple[int, Breakdown], ...] = ()
 
 
 def _pinned(cfg: LaunchConfig, *names: str) -> bool:
@@ -625,7 +628,20 @@ def _exact_boundary(
         return None
     good, bad = bracket
     best = largest(good, bad - 1, lambda x: at(x) is not None)
-    return at(best) if best is not None else None
+    found = at(best) if best is not None else None
+    return _with_near(found, exact, second) if found is not None else None
+
+
+def _with_near(
+    found: Choice, exact: dict[int, Breakdown], second: tuple[int, Breakdown] | None
+) -> Choice:
+    """`found` with the exact figures of its config at the other steps replayed (Choice.
+    exact_near): `exact` by step, and `second` (a step and its figures known before)."""
+    near = dict(exact)
+    if second is not None:
+        near.setdefault(*second)
+    near.pop(found.ctx // STEP, None)
+    return replace(found, exact_near=tuple((j * STEP, b) for j, b in sorted(near.items())))
 
 
 def _bracket(

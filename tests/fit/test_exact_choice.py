@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llamafit.facts.hparams import build_facts
-from llamafit.fit.explain import plan
+from llamafit.fit.explain import marginal_costs, plan
 from llamafit.fit.search import STEP, Target, largest
 from llamafit.fit.solver import (
     Choice,
@@ -214,3 +214,54 @@ def test_the_boundary_from_any_start_is_the_bisection_of_the_exact_fit(
     assert got is not None and got.ctx == edge * STEP
     exact = [c for c in asked if c != begin.ctx]
     assert len(set(exact)) == len(exact) == replays
+
+
+@pytest.mark.parametrize(("rpc_mib", "start", "second", "replays"), BOUNDARY_CASES)
+def test_the_boundary_keeps_the_figures_it_replayed_for_the_rate(
+    monkeypatch: pytest.MonkeyPatch, rpc_mib: int, start: int, second: int | None, replays: int
+) -> None:
+    """The pick carries the exact breakdowns of its config at every other context the search
+    replayed and at the second point given (Choice.exact_near), and the plan's rate per 1,000
+    tokens is the GPUs' growth between the pick and the farthest of them: the rate costs no
+    replay more (issue #36, item 5)."""
+    t = _two_devices(rpc_mib << 20)
+    hi_k = t.model.facts.n_ctx_train // STEP
+    edge = largest(1, hi_k, lambda k: _fits(t, k * STEP))
+    assert edge is not None
+    begin = _start(t, (edge + start) * STEP)
+    also = None
+    if second is not None:
+        cfg = replace(GPU_FLAGS, n_ctx=(edge + second) * STEP)
+        also = (cfg, t.breakdown(cfg, resolve(cfg, t.model.facts, engine="llama-server")))
+    asked: set[int] = set()
+    made = MemoryModel._parts
+
+    def counted(
+        self: MemoryModel,
+        rc: ResolvedConfig,
+        gpus: Sequence[DeviceSpec],
+        host: DeviceSpec,
+        replay: bool,
+        scales: tuple[float, Sequence[float]],
+    ) -> object:
+        if replay:
+            asked.add(rc.n_ctx)
+        return made(self, rc, gpus, host, replay, scales)
+
+    t = replace(t, model=_two_devices(rpc_mib << 20).model)  # nothing memoized yet
+    monkeypatch.setattr(MemoryModel, "_parts", counted)
+    got = _exact_boundary(t, GPU_FLAGS, begin, STEP, hi_k * STEP, also=also)
+    monkeypatch.undo()
+    assert got is not None and got.ctx == edge * STEP
+    near = dict(got.exact_near)
+    given = set() if second is None else {(edge + second) * STEP}
+    assert set(near) == (asked | given) - {got.ctx}
+    for ctx, b in near.items():
+        cfg = replace(GPU_FLAGS, n_ctx=ctx)
+        assert b == t.breakdown(cfg, resolve(cfg, t.model.facts, engine="llama-server"))
+    far = max(near, key=lambda c: (abs(c - got.ctx), c))
+    gpu = [
+        sum(d.used_bytes for d in b.devices if d.kind == "gpu") for b in (got.breakdown, near[far])
+    ]
+    per_tokens, _ = marginal_costs(t, got)
+    assert per_tokens == (gpu[0] - gpu[1]) / (got.ctx - far) * 1000 / (1 << 20)
