@@ -162,11 +162,13 @@ def ask_tool(
     }
     end = time.monotonic() + deadline_s
     failure = _read_bounded(proc, out, end, cap_bytes, question, deadline_s)
+    pause = 0.0005  # a child that closed its output mostly exits at once: ask again soon, then less
     while failure is None and not _exited(proc):
         if time.monotonic() >= end:
             failure = f"{question} gave no answer within {deadline_s:g} s"
         else:
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
     if proc.returncode is None:  # not reaped: the group id is still the child's
         _kill_group(proc)
     returncode = proc.wait()
