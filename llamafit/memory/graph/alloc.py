@@ -88,11 +88,6 @@ class BufferType:
     alloc_extra: int = 0
 
 
-def _align(size: int, alignment: int) -> int:
-    """ggml-alloc.c aligned_offset(NULL, size, alignment)."""
-    return size + (alignment - size % alignment) % alignment
-
-
 class DynTallocr:
     """ggml-alloc.c struct ggml_dyn_tallocr: per chunk a list of free blocks sorted by offset
     (offsets and sizes in two lists) and the chunk's peak (max_size)."""
@@ -131,8 +126,7 @@ class DynTallocr:
 
     def alloc(self, size: int) -> tuple[int, int]:  # noqa: C901 (ggml port: kept diffable)
         """ggml_dyn_tallocr_alloc: (chunk, offset) of `size` bytes (aligned up)."""
-        a = self.alignment
-        size += (a - size % a) % a
+        size += -size % self.alignment  # aligned_offset(NULL, size, alignment)
         best_chunk = -1
         best_block = -1
         all_sizes = self.sizes
@@ -140,27 +134,29 @@ class DynTallocr:
             # one chunk (nearly every call): the loops below, unrolled for it; the last block is
             # taken whenever it fits (its reuse always beats the initial INT64_MIN)
             sizes = all_sizes[0]
-            best_fit_size = SIZE_MAX
             last = len(sizes) - 1
-            for i in range(last):
-                s = sizes[i]
-                if size <= s <= best_fit_size:
-                    best_block = i
-                    best_fit_size = s
+            if last > 0:
+                best_fit_size = SIZE_MAX
+                for i in range(last):
+                    s = sizes[i]
+                    if size <= s <= best_fit_size:
+                        best_block = i
+                        best_fit_size = s
             if best_block == -1 and last >= 0 and sizes[last] >= size:
                 best_block = last
             if best_block != -1:
                 offs = self.offs[0]
                 offset = offs[best_block]
-                offs[best_block] = offset + size
+                end = offset + size
                 left = sizes[best_block] - size
                 if left:
+                    offs[best_block] = end
                     sizes[best_block] = left
                 else:
-                    del offs[best_block]
-                    del sizes[best_block]
-                if offset + size > self.max_size[0]:
-                    self.max_size[0] = offset + size
+                    del offs[best_block], sizes[best_block]
+                peak = self.max_size
+                if end > peak[0]:
+                    peak[0] = end
                 return 0, offset
         # the best fitting free block besides the last block, within any chunk (the best size is
         # reset per chunk: a later chunk's fit wins, as in the C loop)
@@ -206,27 +202,34 @@ class DynTallocr:
     def free_bytes(self, chunk: int, offset: int, size: int) -> None:
         """ggml_dyn_tallocr_free_bytes: merge with the block it ends or starts, or insert a new
         block in address order."""
-        a = self.alignment
-        size += (a - size % a) % a
+        size += -size % self.alignment  # aligned_offset(NULL, size, alignment)
         offs = self.offs[chunk]
         sizes = self.sizes[chunk]
+        end = offset + size
         n = len(offs)
-        for i in range(n):
-            if offs[i] + sizes[i] == offset:
-                sizes[i] += size
-                if i < n - 1 and offs[i] + sizes[i] == offs[i + 1]:
-                    sizes[i] += sizes[i + 1]
-                    del offs[i + 1]
-                    del sizes[i + 1]
+        i = 0
+        for o in offs:  # (the lists change only where the loop returns)
+            s = sizes[i]
+            if o + s == offset:
+                # the freed bytes follow block i: grow it, and merge it with the next block
+                s += size
+                if i < n - 1 and o + s == offs[i + 1]:
+                    sizes[i] = s + sizes[i + 1]
+                    del offs[i + 1], sizes[i + 1]
+                else:
+                    sizes[i] = s
                 return
-            if offset + size == offs[i]:
+            if end == o:
+                # the freed bytes precede block i: grow it down, and merge it with the previous
                 offs[i] = offset
-                sizes[i] += size
+                s += size
                 if i > 0 and offs[i - 1] + sizes[i - 1] == offset:
-                    sizes[i - 1] += sizes[i]
-                    del offs[i]
-                    del sizes[i]
+                    sizes[i - 1] += s
+                    del offs[i], sizes[i]
+                else:
+                    sizes[i] = s
                 return
+            i += 1
         # ggml_dyn_tallocr_insert_block
         if n >= MAX_FREE_BLOCKS:
             raise AllocError("graph allocation: out of free blocks")
@@ -424,6 +427,7 @@ def _place(  # noqa: C901 (one loop over the steps: kept flat)
     ]
     allocs = [t.alloc for t in tallocs]
     frees = [t.free_bytes for t in tallocs]
+    aligns = [t.alignment for t in tallocs]
     placed: _Placed = [None] * n_t
 
     def size_of(bid: int, t: int) -> int:
@@ -457,14 +461,19 @@ def _place(  # noqa: C901 (one loop over the steps: kept flat)
             extra_of = b if kind == _REUSE else tensors[b].view_src
             assert extra_of is not None
             at = placed[node] = placed[b] or _UNPLACED
+            bid = at[0]
             e_bid, e_chunk, e_offset = placed[extra_of] or _UNPLACED
-            parent_size = size_of(e_bid, extra_of)
-            node_size = size_of(at[0], node)
+            parent_size = sized[e_bid][extra_of]
+            if parent_size < 0:
+                parent_size = size_of(e_bid, extra_of)
+            node_size = sized[bid][node]
+            if node_size < 0:
+                node_size = size_of(bid, node)
             if parent_size < node_size:
                 raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
-            a = tallocs[e_bid].alignment
-            parent_size = _align(parent_size, a)
-            node_size = _align(node_size, a)
+            a = aligns[e_bid]  # aligned_offset(NULL, size, alignment)
+            parent_size += -parent_size % a
+            node_size += -node_size % a
             if parent_size > node_size:
                 frees[e_bid](e_chunk, e_offset + node_size, parent_size - node_size)
     return placed, sized
