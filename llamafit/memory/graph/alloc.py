@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress, count
+from operator import attrgetter, is_not, not_
 
 from ...errors import LlamafitError
 from .nodes import FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
@@ -79,16 +80,12 @@ class BufferType:
     alignment: int  # ggml_backend_buft_get_alignment (a power of two)
     max_size: int = SIZE_MAX  # ggml_backend_buft_get_max_size: the most one chunk holds
     # ggml_backend_buft_get_alloc_size of the graph's tensor at an index (a backend's rule may read
-    # the tensor's sources); None is its default, ggml_nbytes (CPU, Vulkan, RPC on CPU)
+    # the tensor's sources, and nothing else: AllocRecord.sizes_at relies on it); None is its
+    # default, ggml_nbytes (CPU, Vulkan, RPC on CPU)
     alloc_size: Callable[[Sequence[Tensor], int], int] | None = None
     # bytes the buffer type adds to each buffer it allocates: ggml-vulkan.cpp
     # ggml_backend_vk_host_buffer_type_alloc_buffer adds 32 ("behave like the CPU buffer type")
     alloc_extra: int = 0
-
-
-def _align(size: int, alignment: int) -> int:
-    """ggml-alloc.c aligned_offset(NULL, size, alignment)."""
-    return size + (alignment - size % alignment) % alignment
 
 
 class DynTallocr:
@@ -129,8 +126,7 @@ class DynTallocr:
 
     def alloc(self, size: int) -> tuple[int, int]:  # noqa: C901 (ggml port: kept diffable)
         """ggml_dyn_tallocr_alloc: (chunk, offset) of `size` bytes (aligned up)."""
-        a = self.alignment
-        size += (a - size % a) % a
+        size += -size % self.alignment  # aligned_offset(NULL, size, alignment)
         best_chunk = -1
         best_block = -1
         all_sizes = self.sizes
@@ -138,27 +134,29 @@ class DynTallocr:
             # one chunk (nearly every call): the loops below, unrolled for it; the last block is
             # taken whenever it fits (its reuse always beats the initial INT64_MIN)
             sizes = all_sizes[0]
-            best_fit_size = SIZE_MAX
             last = len(sizes) - 1
-            for i in range(last):
-                s = sizes[i]
-                if size <= s <= best_fit_size:
-                    best_block = i
-                    best_fit_size = s
+            if last > 0:
+                best_fit_size = SIZE_MAX
+                for i in range(last):
+                    s = sizes[i]
+                    if size <= s <= best_fit_size:
+                        best_block = i
+                        best_fit_size = s
             if best_block == -1 and last >= 0 and sizes[last] >= size:
                 best_block = last
             if best_block != -1:
                 offs = self.offs[0]
                 offset = offs[best_block]
-                offs[best_block] = offset + size
+                end = offset + size
                 left = sizes[best_block] - size
                 if left:
+                    offs[best_block] = end
                     sizes[best_block] = left
                 else:
-                    del offs[best_block]
-                    del sizes[best_block]
-                if offset + size > self.max_size[0]:
-                    self.max_size[0] = offset + size
+                    del offs[best_block], sizes[best_block]
+                peak = self.max_size
+                if end > peak[0]:
+                    peak[0] = end
                 return 0, offset
         # the best fitting free block besides the last block, within any chunk (the best size is
         # reset per chunk: a later chunk's fit wins, as in the C loop)
@@ -204,27 +202,34 @@ class DynTallocr:
     def free_bytes(self, chunk: int, offset: int, size: int) -> None:
         """ggml_dyn_tallocr_free_bytes: merge with the block it ends or starts, or insert a new
         block in address order."""
-        a = self.alignment
-        size += (a - size % a) % a
+        size += -size % self.alignment  # aligned_offset(NULL, size, alignment)
         offs = self.offs[chunk]
         sizes = self.sizes[chunk]
+        end = offset + size
         n = len(offs)
-        for i in range(n):
-            if offs[i] + sizes[i] == offset:
-                sizes[i] += size
-                if i < n - 1 and offs[i] + sizes[i] == offs[i + 1]:
-                    sizes[i] += sizes[i + 1]
-                    del offs[i + 1]
-                    del sizes[i + 1]
+        i = 0
+        for o in offs:  # (the lists change only where the loop returns)
+            s = sizes[i]
+            if o + s == offset:
+                # the freed bytes follow block i: grow it, and merge it with the next block
+                s += size
+                if i < n - 1 and o + s == offs[i + 1]:
+                    sizes[i] = s + sizes[i + 1]
+                    del offs[i + 1], sizes[i + 1]
+                else:
+                    sizes[i] = s
                 return
-            if offset + size == offs[i]:
+            if end == o:
+                # the freed bytes precede block i: grow it down, and merge it with the previous
                 offs[i] = offset
-                sizes[i] += size
+                s += size
                 if i > 0 and offs[i - 1] + sizes[i - 1] == offset:
-                    sizes[i - 1] += sizes[i]
-                    del offs[i]
-                    del sizes[i]
+                    sizes[i - 1] += s
+                    del offs[i], sizes[i]
+                else:
+                    sizes[i] = s
                 return
+            i += 1
         # ggml_dyn_tallocr_insert_block
         if n >= MAX_FREE_BLOCKS:
             raise AllocError("graph allocation: out of free blocks")
@@ -261,106 +266,30 @@ def _owners(bufts: Sequence[BufferType]) -> tuple[int, ...]:
     return tuple(first.setdefault(b.name, i) for i, b in enumerate(bufts))
 
 
-# AllocRecord.steps: (kind, tensor, buffer id or parent) of each ggml_gallocr_allocate_node that took
-# a new block (_ALLOC, tensor, buffer id) or reused a parent's in place (_REUSE, tensor, parent;
-# _REUSE_VIEW: a view parent's, the extra space freed of its view source), and of each
-# ggml_gallocr_free_node that freed (_FREE, tensor, 0), in order
+# The steps of one ggml_gallocr_alloc_graph_impl pass (AllocRecord.steps): (kind, tensor, buffer id
+# or parent) of each ggml_gallocr_allocate_node that took a new block (_ALLOC, tensor, buffer id)
+# or reused a parent's in place (_REUSE, tensor, parent; _REUSE_VIEW: a view parent's, the extra
+# space freed of its view source), and of each ggml_gallocr_free_node that freed (_FREE, tensor,
+# 0), in order
 _ALLOC, _REUSE, _REUSE_VIEW, _FREE = 0, 1, 2, 3
-
-
+_Step = tuple[int, int, int]
+# per tensor index: (buffer id, chunk, offset) where ggml-alloc placed it, None where it did not
 _Placed = list[tuple[int, int, int] | None]
-_Alloc = Callable[[int, int], None]  # (tensor, buffer id)
-_Free = Callable[[int], None]  # (tensor)
-_Reuse = Callable[[int, int, int], None]  # (tensor, parent, the tensor whose extra space is freed)
+# a zeroed struct hash_node: what ggml-alloc reads of a tensor it never placed
+_UNPLACED = (0, 0, 0)
 
 
-def _placer(
-    graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr]
-) -> tuple[_Alloc, _Free, _Reuse, _Placed]:
-    """The steps of one ggml_gallocr_alloc_graph_impl pass over `graph` from reset allocators
-    (`tallocs`): a new block (alloc), a free (free), an in-place reuse (reuse), and the address of
-    each tensor they placed; closures over plain lists, per tensor: struct hash_node's buffer id,
-    chunk and offset, and per buffer id the sizes ggml_backend_buft_get_alloc_size gives."""
+def _walk(  # noqa: C901 (ggml port: kept diffable)
+    graph: Graph, n_buf: int
+) -> tuple[list[_Step], list[tuple[int, int, bool]]]:
+    """The walk of ggml-alloc.c ggml_gallocr_alloc_graph_impl over `graph`: the steps it takes,
+    and each ggml_are_same_layout it asks (node, parent, answer), in order.
+
+    Which step comes next follows from the steps before (struct hash_node's allocated flag and
+    counts) and the graph's structure alone, never from where a block lands: _place places the
+    steps. (ggml-alloc aborts at the step it cannot place: _place raises there.)"""
     tensors = graph.tensors
     n_t = len(tensors)
-    nbytes: list[int] = list(map(_NBYTES, tensors))
-    # ggml_backend_buft_get_alloc_size per buffer id and tensor: ggml_nbytes where the buffer
-    # type has no rule of its own, else its rule's answer, asked once (-1: not asked yet; a tensor
-    # is sized when allocated and again when freed)
-    sizers = [b.alloc_size for b in bufts]
-    sized = [nbytes if fn is None else [-1] * n_t for fn in sizers]
-    buffer_id = [0] * n_t
-    chunk = [0] * n_t
-    offset = [0] * n_t
-    placed: _Placed = [None] * n_t
-
-    def size_of(bid: int, t: int) -> int:
-        """ggml_backend_buft_get_alloc_size."""
-        known = sized[bid]
-        size = known[t]
-        if size < 0:
-            fn = sizers[bid]
-            assert fn is not None
-            size = known[t] = fn(tensors, t)
-        return size
-
-    def alloc(node: int, bid: int) -> None:
-        """ggml_gallocr_allocate_node's new block (ggml_dyn_tallocr_alloc)."""
-        size = sized[bid][node]
-        if size < 0:
-            size = size_of(bid, node)
-        c, off = tallocs[bid].alloc(size)
-        buffer_id[node] = bid
-        chunk[node] = c
-        offset[node] = off
-        placed[node] = (bid, c, off)
-
-    def free(node: int) -> None:
-        """ggml_gallocr_free_node of a tensor that is not a graph output."""
-        bid = buffer_id[node]
-        size = sized[bid][node]
-        if size < 0:
-            size = size_of(bid, node)
-        tallocs[bid].free_bytes(chunk[node], offset[node], size)
-
-    def reuse(node: int, parent: int, extra_of: int) -> None:
-        """ggml_gallocr_allocate_node in place: the node takes its parent's address, and
-        ggml_gallocr_free_extra_space frees the tail of `extra_of` (the parent, or its view
-        source) that a smaller node leaves."""
-        buffer_id[node] = buffer_id[parent]
-        chunk[node] = chunk[parent]
-        offset[node] = offset[parent]
-        placed[node] = (buffer_id[node], chunk[node], offset[node])
-        parent_size = size_of(buffer_id[extra_of], extra_of)
-        node_size = size_of(buffer_id[node], node)
-        if parent_size < node_size:
-            raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
-        p_alloc = tallocs[buffer_id[extra_of]]
-        parent_size = _align(parent_size, p_alloc.alignment)
-        node_size = _align(node_size, p_alloc.alignment)
-        if parent_size > node_size:
-            p_alloc.free_bytes(
-                chunk[extra_of], offset[extra_of] + node_size, parent_size - node_size
-            )
-
-    return alloc, free, reuse, placed
-
-
-def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
-    graph: Graph,
-    bufts: Sequence[BufferType],
-    tallocs: Sequence[DynTallocr],
-    record: AllocRecord | None = None,
-) -> _Placed:
-    """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor.
-
-    The steps it takes (a new block, a free, an in-place reuse) are _placer's, which _replay
-    shares; the walk over the graph's plain lists of ints decides them.
-    `record`: an empty AllocRecord, filled with this pass's steps."""
-    tensors = graph.tensors
-    n_t = len(tensors)
-    n_buf = len(bufts)
-    alloc, free, reuse, placed = _placer(graph, bufts, tallocs)
     flags: list[int] = list(map(_FLAGS, tensors))
     view_src: list[int | None] = list(map(_VIEW_SRC, tensors))
     # the sources without the empty slots (a tuple without None is kept as it is)
@@ -376,10 +305,9 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
     # struct hash_node's counts, per tensor index
     n_children = [0] * n_t
     n_views = [0] * n_t
-    # what the pass decides (AllocRecord)
-    recording = record is not None
-    steps: list[tuple[int, int, int]] = [] if record is None else record.steps
-    layouts: list[tuple[int, int, bool]] = [] if record is None else record.layouts
+    steps: list[_Step] = []
+    layouts: list[tuple[int, int, bool]] = []
+    step = steps.append
 
     def allocate_node(node: int, bid: int) -> None:  # noqa: C901 (ggml port: kept diffable)
         """ggml_gallocr_allocate_node, for a tensor not yet allocated, not external and not a view
@@ -395,15 +323,12 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
                 if flags[parent] & FLAG_OUTPUT or (vs is not None and flags[vs] & FLAG_OUTPUT):
                     continue
                 same = _same_layout(tensors[node], tensors[parent])
-                if recording:
-                    layouts.append((node, parent, same))
+                layouts.append((node, parent, same))
                 if not same or n_children[parent] != 1 or n_views[parent] != 0:
                     continue
                 if vs is None:
-                    if recording:
-                        steps.append((_REUSE, node, parent))
+                    step((_REUSE, node, parent))
                     state[parent] = 0  # avoid freeing the parent
-                    reuse(node, parent, parent)
                     return
                 # unreachable at reserve (a view is never allocated by ggml-alloc), kept as in
                 # the C code; data pointers compared as "set or not"
@@ -412,23 +337,17 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
                     and n_children[vs] == 0
                     and tensors[vs].data == tensors[parent].data
                 ):
-                    if recording:
-                        steps.append((_REUSE_VIEW, node, parent))
+                    step((_REUSE_VIEW, node, parent))
                     state[parent] = 0
                     state[vs] = 0
-                    reuse(node, parent, vs)
                     return
-        if recording:
-            steps.append((_ALLOC, node, bid))
-        alloc(node, bid)
+        step((_ALLOC, node, bid))
 
     def free_node(node: int) -> None:
         """ggml_gallocr_free_node: graph outputs are never freed."""
         if flags[node] & FLAG_OUTPUT:
             return
-        if recording:
-            steps.append((_FREE, node, 0))
-        free(node)
+        step((_FREE, node, 0))
         state[node] = 0
 
     leaf_ids = graph.leaf_buffer_ids or (0,) * len(graph.leafs)
@@ -480,31 +399,112 @@ def _alloc_graph(  # noqa: C901 (ggml port: kept diffable)
                         free_node(vs)
                 elif state[parent] == 1:
                     free_node(parent)
+    return steps, layouts
+
+
+def _place(  # noqa: C901 (one loop over the steps: kept flat)
+    graph: Graph,
+    bufts: Sequence[BufferType],
+    tallocs: Sequence[DynTallocr],
+    steps: Sequence[_Step],
+    known: Sequence[list[int]] | None = None,
+) -> tuple[_Placed, list[list[int]]]:
+    """The steps of a ggml_gallocr_alloc_graph_impl pass over `graph` (_walk's, or an AllocRecord's
+    of a graph like it) taken on reset allocators (`tallocs`): the address of every tensor they
+    place, and per buffer id the sizes ggml_backend_buft_get_alloc_size gave (-1: not asked).
+    `known`: per buffer id with a rule of its own, the sizes known already (-1 where not;
+    AllocRecord.sizes_at), taken as this pass's own."""
+    tensors = graph.tensors
+    n_t = len(tensors)
+    nbytes: list[int] = list(map(_NBYTES, tensors))
+    # ggml_backend_buft_get_alloc_size per buffer id and tensor: ggml_nbytes where the buffer
+    # type has no rule of its own, else its rule's answer, asked once (a tensor is sized when
+    # allocated and again when freed)
+    sizers = [b.alloc_size for b in bufts]
+    sized = [
+        nbytes if fn is None else [-1] * n_t if known is None else known[i]
+        for i, fn in enumerate(sizers)
+    ]
+    allocs = [t.alloc for t in tallocs]
+    frees = [t.free_bytes for t in tallocs]
+    aligns = [t.alignment for t in tallocs]
+    placed: _Placed = [None] * n_t
+
+    def size_of(bid: int, t: int) -> int:
+        """ggml_backend_buft_get_alloc_size, asked once."""
+        size = sized[bid][t]
+        if size < 0:
+            fn = sizers[bid]
+            assert fn is not None
+            size = sized[bid][t] = fn(tensors, t)
+        return size
+
+    for kind, node, b in steps:
+        if kind == _ALLOC:
+            # ggml_gallocr_allocate_node's new block (ggml_dyn_tallocr_alloc) on buffer id b
+            size = sized[b][node]
+            if size < 0:
+                size = size_of(b, node)
+            c, off = allocs[b](size)
+            placed[node] = (b, c, off)
+        elif kind == _FREE:
+            # ggml_gallocr_free_node
+            bid, c, off = placed[node] or _UNPLACED
+            size = sized[bid][node]
+            if size < 0:
+                size = size_of(bid, node)
+            frees[bid](c, off, size)
+        else:
+            # ggml_gallocr_allocate_node in place: the node takes its parent's (b) address, and
+            # ggml_gallocr_free_extra_space frees the tail of the parent (or of its view source)
+            # that a smaller node leaves
+            extra_of = b if kind == _REUSE else tensors[b].view_src
+            assert extra_of is not None
+            at = placed[node] = placed[b] or _UNPLACED
+            bid = at[0]
+            e_bid, e_chunk, e_offset = placed[extra_of] or _UNPLACED
+            parent_size = sized[e_bid][extra_of]
+            if parent_size < 0:
+                parent_size = size_of(e_bid, extra_of)
+            node_size = sized[bid][node]
+            if node_size < 0:
+                node_size = size_of(bid, node)
+            if parent_size < node_size:
+                raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
+            a = aligns[e_bid]  # aligned_offset(NULL, size, alignment)
+            parent_size += -parent_size % a
+            node_size += -node_size % a
+            if parent_size > node_size:
+                frees[e_bid](e_chunk, e_offset + node_size, parent_size - node_size)
+    return placed, sized
+
+
+def _alloc_graph(
+    graph: Graph,
+    bufts: Sequence[BufferType],
+    tallocs: Sequence[DynTallocr],
+    record: AllocRecord | None = None,
+) -> _Placed:
+    """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor:
+    _walk's steps, placed (_place). `record`: an empty AllocRecord, given this pass."""
+    steps, layouts = _walk(graph, len(bufts))
+    placed, sized = _place(graph, bufts, tallocs, steps)
     if record is not None:
-        record.graph = graph
-        record.bufts = tuple(bufts)
+        record.graph, record.bufts = graph, tuple(bufts)
+        record.steps, record.layouts, record.sized = steps, layouts, sized
     return placed
 
 
 def _replay(
-    graph: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr], record: AllocRecord
+    graph: Graph,
+    bufts: Sequence[BufferType],
+    tallocs: Sequence[DynTallocr],
+    record: AllocRecord,
+    changed: Sequence[int],
 ) -> _Placed:
-    """_alloc_graph of a graph that `record` fits (AllocRecord.fits): its steps, at this graph's
-    sizes, without the walk over the graph that decides them."""
-    alloc, free, reuse, placed = _placer(graph, bufts, tallocs)
-    tensors = graph.tensors
-    for kind, a, b in record.steps:
-        if kind == _ALLOC:
-            alloc(a, b)
-        elif kind == _FREE:
-            free(a)
-        elif kind == _REUSE:
-            reuse(a, b, b)
-        else:
-            vs = tensors[b].view_src
-            assert vs is not None
-            reuse(a, b, vs)
-    return placed
+    """_alloc_graph of a graph that `record` fits (AllocRecord.changed: `changed`): its steps, at
+    this graph's sizes, without the walk over the graph that decides them."""
+    return _place(graph, bufts, tallocs, record.steps, record.sizes_at(graph, changed))[0]
 
 
 def _same_layout(a: Tensor, b: Tensor) -> bool:
@@ -527,27 +527,39 @@ class AllocRecord:
     lists with their buffer ids, and per tensor _alloc_structure) and those answers alone; the
     sizes decide only where each block lands. So a graph of the same structure whose tensors of
     another shape answer every layout question alike takes the same steps (`fits`): a config at
-    another cache size (sched.resplit's graphs), which _replay places without walking it."""
+    another cache size (sched.resplit's graphs), which _replay places without walking it. It
+    keeps the pass's sizes too (ggml_backend_buft_get_alloc_size per buffer id and tensor), which
+    hold for such a graph's tensors where neither they nor their sources changed (`sizes_at`)."""
 
-    __slots__ = ("graph", "bufts", "steps", "layouts")
+    __slots__ = ("graph", "bufts", "steps", "layouts", "sized", "stale")
 
     def __init__(self) -> None:
         self.graph: Graph | None = None
         self.bufts: tuple[BufferType, ...] = ()
         self.steps: list[tuple[int, int, int]] = []
         self.layouts: list[tuple[int, int, bool]] = []
+        # per buffer id, the pass's _place sizes (-1: not asked)
+        self.sized: list[list[int]] = []
+        # sizes_at's last answer: the changed tensors, and those whose sizes they may change
+        self.stale: tuple[Sequence[int], set[int]] = ((), set())
 
     def reset(self) -> None:
         """Forget the recorded pass."""
-        self.graph, self.bufts, self.steps, self.layouts = None, (), [], []
+        self.graph, self.bufts, self.steps, self.layouts, self.sized = None, (), [], [], []
+        self.stale = ((), set())
 
     def fits(self, graph: Graph, bufts: Sequence[BufferType]) -> bool:
         """Whether `graph` on `bufts` takes the recorded steps."""
+        return self.changed(graph, bufts) is not None
+
+    def changed(self, graph: Graph, bufts: Sequence[BufferType]) -> list[int] | None:
+        """Where `graph` on `bufts` takes the recorded steps (`fits`), the indexes of the tensors
+        it has in place of the recorded graph's (another object); None where it does not."""
         old = self.graph
         if old is None or tuple(bufts) != self.bufts:
-            return False
+            return None
         if graph is old:
-            return True
+            return []
         if (
             graph.nodes != old.nodes
             or graph.leafs != old.leafs
@@ -555,18 +567,39 @@ class AllocRecord:
             or graph.leaf_buffer_ids != old.leaf_buffer_ids
             or len(graph.tensors) != len(old.tensors)
         ):
-            return False
+            return None
         new_t, old_t = graph.tensors, old.tensors
-        changed = set()
-        for i in [i for i, a, b in zip(range(len(new_t)), new_t, old_t, strict=True) if a is not b]:
+        changed = list(compress(count(), map(is_not, new_t, old_t)))
+        for i in changed:
             if _alloc_structure(new_t[i]) != _alloc_structure(old_t[i]):
-                return False
-            changed.add(i)
-        return all(
+                return None
+        seen = set(changed)
+        if all(
             _same_layout(new_t[a], new_t[b]) == same
             for a, b, same in self.layouts
-            if a in changed or b in changed
-        )
+            if a in seen or b in seen
+        ):
+            return changed
+        return None
+
+    def sizes_at(self, graph: Graph, changed: Sequence[int]) -> list[list[int]]:
+        """Per buffer id, the recorded sizes that hold for `graph` (whose tensors at `changed`
+        are other than the recorded graph's), -1 for the others: a BufferType.alloc_size rule
+        reads the tensor and its sources, so its answer holds where none of them changed."""
+        seen, stale = self.stale
+        if seen != changed:  # (a record's graphs at other cache sizes change the same tensors)
+            stale = set(changed)
+            srcs = map(_SRC, graph.tensors)
+            stale.update(list(compress(count(), map(not_, map(stale.isdisjoint, srcs)))))
+            self.stale = (changed, stale)
+        out = []
+        for buft, known in zip(self.bufts, self.sized, strict=True):
+            if buft.alloc_size is not None:  # (ggml_nbytes: _placer's own)
+                known = known[:]
+                for i in stale:
+                    known[i] = -1
+            out.append(known)
+        return out
 
 
 _NBYTES = attrgetter("nbytes")
@@ -621,8 +654,9 @@ class Gallocr:
         allocated afresh and its steps recorded in `record` instead."""
         for t in self.tallocs:
             t.reset()
-        if record is not None and record.fits(graph, self.bufts):
-            placed = _replay(graph, self.bufts, self.tallocs, record)
+        changed = None if record is None else record.changed(graph, self.bufts)
+        if record is not None and changed is not None:
+            placed = _replay(graph, self.bufts, self.tallocs, record, changed)
         elif record is not None:
             record.reset()
             placed = _alloc_graph(graph, self.bufts, self.tallocs, record=record)

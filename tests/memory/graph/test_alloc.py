@@ -534,6 +534,32 @@ def test_a_record_declines_another_structure(other: Graph, bufts: list[BufferTyp
     assert record.graph is other
 
 
+def test_a_record_asks_again_only_the_sizes_a_change_reaches() -> None:
+    """A buffer type's rule reads the tensor and its sources (CUDA's FLASH_ATTN_EXT reads K and
+    V): a replay reuses the recorded answer where neither changed, and asks again for the
+    changed tensor and each tensor reading it; the places are a fresh allocation's."""
+    asked: list[str] = []
+
+    def with_sources(tensors: Sequence[Tensor], i: int) -> int:
+        asked.append(tensors[i].name)
+        return tensors[i].nbytes + sum(tensors[s].nbytes for s in tensors[i].src if s is not None)
+
+    dev = BufferType("dev", 32, alloc_size=with_sources)
+    g = graph([W, X], [t("y", src=("w", "x")), t("z", src=("y",)), t("out", src=("z",))])
+    record = AllocRecord()
+    reserved(g, [dev], record)
+    assert asked == ["x", "y", "z", "out"]
+    other = _with(g, "x", ne=(200, 1, 1, 1), nb=(4, 800, 800, 800), nbytes=800)
+    asked.clear()
+    assert record.fits(other, [dev])
+    got = reserved(other, [dev], record)
+    assert asked == ["x", "y"]  # z and out: the recorded sizes
+    assert record.graph is g
+    # x at 0; y (its 400 bytes, w's 400, x's 800) after it; z in x's freed block; out after z
+    want = ((2400,), (None, (0, 0, 0), (0, 0, 800), (0, 0, 0), (0, 0, 800)))
+    assert got == reserved(other, [dev]) == want
+
+
 # test_resplit's plans: each replays one placement at several cache sizes (replay.Splits keeps
 # each split graph's AllocRecord)
 @pytest.mark.parametrize(("shape", "args"), PLANS)
@@ -545,9 +571,13 @@ def test_a_plans_reserves_from_records(
     replayed = []
 
     def checked(
-        g: Graph, bufts: Sequence[BufferType], tallocs: Sequence[DynTallocr], rec: AllocRecord
+        g: Graph,
+        bufts: Sequence[BufferType],
+        tallocs: Sequence[DynTallocr],
+        rec: AllocRecord,
+        changed: Sequence[int],
     ) -> list[tuple[int, int, int] | None]:
-        got = replay_steps(g, bufts, tallocs, rec)
+        got = replay_steps(g, bufts, tallocs, rec, changed)
         fresh = Gallocr(bufts)
         fresh.reserve_n(g)
         assert fresh.last is not None
