@@ -402,6 +402,16 @@ def _walk(  # noqa: C901 (ggml port: kept diffable)
     return steps, layouts
 
 
+def _sizes_of(
+    fn: object, nbytes: list[int], known: Sequence[list[int]] | None, i: int, n_t: int
+) -> list[int]:
+    """Buffer id i's alloc sizes per tensor: ggml_nbytes where its type has no rule (fn None),
+    else the sizes known already (a record's), else -1 each (to be asked)."""
+    if fn is None:
+        return nbytes
+    return [-1] * n_t if known is None else known[i]
+
+
 def _place(  # noqa: C901 (one loop over the steps: kept flat)
     graph: Graph,
     bufts: Sequence[BufferType],
@@ -421,10 +431,7 @@ def _place(  # noqa: C901 (one loop over the steps: kept flat)
     # type has no rule of its own, else its rule's answer, asked once (a tensor is sized when
     # allocated and again when freed)
     sizers = [b.alloc_size for b in bufts]
-    sized = [
-        nbytes if fn is None else [-1] * n_t if known is None else known[i]
-        for i, fn in enumerate(sizers)
-    ]
+    sized = [_sizes_of(fn, nbytes, known, i, n_t) for i, fn in enumerate(sizers)]
     allocs = [t.alloc for t in tallocs]
     frees = [t.free_bytes for t in tallocs]
     aligns = [t.alignment for t in tallocs]
