@@ -140,11 +140,43 @@ def ask_tool(
 ) -> ToolAnswer:
     """Run `argv` with no input, read what it prints for at most `deadline_s` seconds and
     `cap_bytes` bytes, and leave nothing of it running."""
+    return ask_tools([(argv, deadline_s)], env, cap_bytes)[0]
+
+
+def ask_tools(
+    asked: Sequence[tuple[Sequence[str], float]],
+    env: Mapping[str, str],
+    cap_bytes: int = OUTPUT_CAP,
+) -> list[ToolAnswer]:
+    """ask_tool for each (argv, deadline_s), the programs started together (their answers come
+    in the time of the slowest, not of all in turn: `llama-server --version` and `--help`) and
+    read in turn, each within its own deadline from the start."""
+    started = [(_start(argv, env), argv, time.monotonic() + s) for argv, s in asked]
+    answers: list[ToolAnswer] = []
+    try:
+        for (run, argv, end), (_, s) in zip(started, asked, strict=True):
+            if not isinstance(run, ToolAnswer):
+                run = _collect(run, _question(argv), end, cap_bytes, s)
+            answers.append(run)
+    finally:  # interrupted: the runs not read yet go too
+        for run, _, _ in started[len(answers) :]:
+            if not isinstance(run, ToolAnswer) and run.returncode is None:
+                _kill_group(run)
+                run.wait()
+    return answers
+
+
+def _question(argv: Sequence[str]) -> str:
+    """What a run asks, for its failure line: the program's name and its --flag."""
     name = os.path.basename(argv[0]) if argv else "?"
     flag = [a for a in argv[1:2] if a.startswith("--")]  # --version, --help, --list-devices
-    question = printable(" ".join([name, *flag]))
+    return printable(" ".join([name, *flag]))
+
+
+def _start(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes] | ToolAnswer:
+    """The child running `argv` in a session of its own, or the answer saying it cannot run."""
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -154,13 +186,19 @@ def ask_tool(
             preexec_fn=die_with_parent(),
         )
     except (OSError, ValueError) as e:
-        return ToolAnswer("", "", None, f"{question} cannot be run ({printable(str(e))})")
+        return ToolAnswer("", "", None, f"{_question(argv)} cannot be run ({printable(str(e))})")
+
+
+def _collect(
+    proc: subprocess.Popen[bytes], question: str, end: float, cap_bytes: int, deadline_s: float
+) -> ToolAnswer:
+    """What the child prints until `end` (at most `cap_bytes`), its exit status; nothing of it
+    left running."""
     assert proc.stdout is not None and proc.stderr is not None
     out: dict[int, bytearray] = {
         proc.stdout.fileno(): bytearray(),
         proc.stderr.fileno(): bytearray(),
     }
-    end = time.monotonic() + deadline_s
     failure = _read_bounded(proc, out, end, cap_bytes, question, deadline_s)
     pause = 0.0005  # a child that closed its output mostly exits at once: ask again soon, then less
     while failure is None and not _exited(proc):

@@ -24,7 +24,7 @@ from functools import cached_property
 
 from ..builds import build_of
 from ..errors import InputError, LlamafitError
-from ..machine.bounded import ToolAnswer, ask_tool
+from ..machine.bounded import ask_tools
 from ..paths import cache_dir
 from .flags import arity, flag_groups
 
@@ -355,15 +355,6 @@ def build_identity(path: str, version_line: str) -> str:
 # -- probing, cached -------------------------------------------------------------------------
 
 
-def _run(path: str, flag: str, env: Mapping[str, str], timeout: float) -> ToolAnswer:
-    """One question to the binary, bounded (machine/bounded.py); ServerProbeError when it gives
-    no answer."""
-    answer = ask_tool([path, flag], env, timeout)
-    if answer.failure:
-        raise ServerProbeError(answer.failure)
-    return answer
-
-
 def _cache_file(path: str) -> str | None:
     try:
         real = os.path.realpath(path)
@@ -421,10 +412,15 @@ def probe(path: str, env: Mapping[str, str]) -> tuple[int | None, str, Dialect]:
     file = _cache_file(path)
     if cached := _load_cached(file):
         return cached
-    version = _run(path, "--version", env, VERSION_TIMEOUT_S)
+    # both questions at once (machine/bounded.py ask_tools): a cold plan waits for one run
+    version, shown = ask_tools(
+        [([path, "--version"], VERSION_TIMEOUT_S), ([path, "--help"], HELP_TIMEOUT_S)], env
+    )
+    for answer in (version, shown):
+        if answer.failure:
+            raise ServerProbeError(answer.failure)
     # 0c1e570 prints it on stderr
     build, version_line = parse_version(version.stdout + version.stderr)
-    shown = _run(path, "--help", env, HELP_TIMEOUT_S)
     dialect = parse_help(shown.stdout + shown.stderr)
     missing = [f for f in SERVER_FLAGS if not dialect.has(*f)]
     if (
