@@ -586,6 +586,15 @@ def _dup(t: Tensor, name: str, flags: int) -> Tensor:
     )
 
 
+def structure_of(tensors: Sequence[Tensor]) -> Sequence[Tensor]:
+    """The tensors a hook (supports_op, offload_op, graph_optimize) was given, to read their
+    structure alone from (every field but the shape: ne, nb, nbytes, view_offs; _structure)
+    without a note. A SplitRecord's split notes each tensor a hook reads (_Reads), so that
+    resplit asks the hook again where one of them has another shape; resplit's graphs have the
+    same structure (_reshaped), so a read of structure alone needs no note (and costs less)."""
+    return tensors.tensors if type(tensors) is _Reads else tensors
+
+
 class _Reads(Sequence[Tensor]):
     """The graph's tensors as a backend's supports_op, offload_op or graph_optimize reads them,
     noting each index asked (a slice, len or iteration note -1: all of them); _read_set reads
