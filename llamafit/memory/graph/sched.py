@@ -111,7 +111,10 @@ class Backend:
     buffer type, src/llama-context.cpp); `bufts` the buffer type names its supports_buft accepts.
     `supports_op` and `offload_op` are ggml_backend_dev_supports_op / ggml_backend_dev_offload_op
     (a backend without offload_op never offloads); `graph_optimize` is the backend's reorder hook
-    (None: the backend has none, ggml_backend_graph_optimize does nothing)."""
+    (None: the backend has none, ggml_backend_graph_optimize does nothing). `op_and_sources`:
+    supports_op and offload_op read nothing of the graph but the op and its sources
+    (tensors[i], tensors[s] for s in its src), which a recording split notes as what they read
+    instead of watching each read (SplitRecord; the cost of _Reads)."""
 
     name: str
     buft: str
@@ -119,6 +122,7 @@ class Backend:
     supports_op: OpPredicate = _always
     offload_op: OpPredicate = _never
     graph_optimize: GraphOptimize | None = None
+    op_and_sources: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,15 +219,19 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
     by_name = {b.name: i for i, b in enumerate(backends)}
 
     cache: list[dict[int, bool]] = [{} for _ in range(nb)]
-    ask: Callable[[OpPredicate, int], bool] = (
-        (lambda pred, i: pred(tensors, i)) if rec is None else rec.asker(tensors)
-    )
+    # each backend's way to ask its supports_op and offload_op (noted in rec)
+    asks: list[Callable[[OpPredicate, int], bool]]
+    if rec is None:
+        asks = [lambda pred, i: pred(tensors, i)] * nb
+    else:
+        watched, noted = rec.asker(tensors), rec.asker(tensors, watch=False)
+        asks = [noted if b.op_and_sources else watched for b in backends]
 
     def supports(b: int, i: int) -> bool:
         c = cache[b]
         r = c.get(i)
         if r is None:
-            r = c[i] = ask(backends[b].supports_op, i)
+            r = c[i] = asks[b](backends[b].supports_op, i)
         return r
 
     bid = [-1] * n
@@ -272,7 +280,7 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
                 for b in range(sb):
                     # offload_op first (both are pure): a size check of supports_op that
                     # offload_op would overrule is never asked (backends.UnknownDeviceLimit)
-                    if ask(backends[b].offload_op, i) and supports(b, i):
+                    if asks[b](backends[b].offload_op, i) and supports(b, i):
                         return b
             return sb
         return -1
@@ -635,8 +643,9 @@ def _read_set(seen: list[object]) -> set[int] | None:
     return out
 
 
-# (the predicate, the op's index, its answer, _Reads' notes of what it read)
-_Asked = tuple[OpPredicate, int, bool, list[object]]
+# (the predicate, the op's index, its answer, _Reads' notes of what it read; None: the op and
+# its sources, Backend.op_and_sources)
+_Asked = tuple[OpPredicate, int, bool, list[object] | None]
 
 
 @dataclass(slots=True)
@@ -683,9 +692,21 @@ class SplitRecord:
             raise ValueError("a SplitRecord records one split")
         self.graph, self.backends, self.options = graph, backends, options
 
-    def asker(self, tensors: Sequence[Tensor]) -> Callable[[OpPredicate, int], bool]:
-        reads = _Reads(tensors)
+    def asker(
+        self, tensors: Sequence[Tensor], *, watch: bool = True
+    ) -> Callable[[OpPredicate, int], bool]:
+        """How the split asks a supports_op or offload_op and notes it: with what it read
+        (_Reads), or without `watch` as reading the op and its sources (Backend.op_and_sources)."""
         asked = self.asked
+        if not watch:
+
+            def noted(pred: OpPredicate, i: int) -> bool:
+                r = pred(tensors, i)
+                asked.append((pred, i, r, None))
+                return r
+
+            return noted
+        reads = _Reads(tensors)
 
         def ask(pred: OpPredicate, i: int) -> bool:
             seen: list[object] = []
@@ -714,8 +735,14 @@ class SplitRecord:
         """The asked calls (in call order) that read one of these tensors or all of them."""
         if self._by_read is None:
             by: dict[int, list[int]] = {}
-            for k, (_p, _i, _r, seen) in enumerate(self.asked):
-                reads = _read_set(seen)
+            tensors = self.graph.tensors
+            for k, (_p, i, _r, seen) in enumerate(self.asked):
+                reads: set[int] | None
+                if seen is None:  # the op and its sources
+                    reads = {s for s in tensors[i].src if s is not None}
+                    reads.add(i)
+                else:
+                    reads = _read_set(seen)
                 if reads is None:
                     self._all.append(k)
                 else:

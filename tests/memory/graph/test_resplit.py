@@ -29,6 +29,7 @@ from llamafit.memory.graph.sched import (
     Backend,
     SplitGraph,
     SplitRecord,
+    _read_set,
     resplit,
     split_graph,
     structure_of,
@@ -179,3 +180,41 @@ def test_graph_optimize_reads_no_shape_unnoted(
     assert result.exit_code == 0, result.output
     assert all(same for _, same in calls)
     assert any(kept for kept, _ in calls)  # the fusions matched (alloc deps added)
+
+
+@pytest.mark.parametrize(("shape", "args"), PLANS)
+def test_op_and_sources_is_what_they_read(
+    shape: str, args: list[str], shapes_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend's op_and_sources holds: split with each read watched (_Reads), its supports_op
+    and offload_op read no tensor of a plan's graphs but the op and its sources."""
+    calls: list[tuple[Graph, tuple[Backend, ...], int, bool]] = []
+    split = replay.Splits.split
+
+    def noted(
+        self: replay.Splits, graph: Graph, n_copies: int, op_offload: bool, like: object
+    ) -> tuple[SplitGraph, AllocRecord]:
+        calls.append((graph, self.backends, n_copies, op_offload))
+        return split(self, graph, n_copies, op_offload, like)
+
+    monkeypatch.setattr(replay.Splits, "split", noted)
+    path = make_shapes.write_shape(shape, shapes_dir)
+    result = CliRunner().invoke(cli, ["plan", str(path), *args, "--json"])
+    assert result.exit_code == 0, result.output
+    asked = 0
+    for graph, backends, n_copies, op_offload in calls[:2]:
+        claimed = {
+            id(p) for b in backends if b.op_and_sources for p in (b.supports_op, b.offload_op)
+        }
+        rec = SplitRecord()
+        watched = [replace(b, op_and_sources=False) for b in backends]
+        split_graph(graph, watched, n_copies=n_copies, op_offload=op_offload, record=rec)
+        for pred, i, _answer, seen in rec.asked:
+            if id(pred) not in claimed:
+                continue
+            assert seen is not None
+            reads = _read_set(seen)
+            assert reads is not None
+            assert reads <= {i, *graph.tensors[i].src}, graph.tensors[i].name
+            asked += 1
+    assert asked > 0

@@ -428,4 +428,5 @@ def cuda_backend(
         supports_op=partial(cuda_supports_op, peers=peers, build=build),
         offload_op=batch_offload(op_offload_min_batch),
         graph_optimize=cuda_graph_optimize_for(build, cc),
+        op_and_sources=True,  # supports_op: the op, its sources; offload_op: the op
     )
