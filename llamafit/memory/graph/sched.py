@@ -285,12 +285,21 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
             return sb
         return -1
 
-    # pass 1: assign backends to ops with pre-allocated inputs
-    for i in leafs:
-        if bid[i] == -1:
-            bid[i] = from_cur(i)
-    for i in nodes:
-        if bid[i] == -1:
+    # pass 1: assign backends to ops with pre-allocated inputs. from_cur asks nothing and answers
+    # -1 for a tensor outside any buffer (its view source too), not an input, with no weight
+    # among its sources: most nodes, passed over here without the call
+    for lst in (leafs, nodes):
+        for i in lst:
+            if bid[i] != -1:
+                continue
+            if base_buf[i] is None and not tensors[i].flags & FLAG_INPUT:
+                v = view_src[i]
+                if v is None or base_buf[v] is None:
+                    for s in srcs[i]:
+                        if s is not None and weights[s]:
+                            break
+                    else:
+                        continue
             bid[i] = from_cur(i)
 
     # pass 2: expand the assignments (GPUs first, skipping the CPU; then every backend)
