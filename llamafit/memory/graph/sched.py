@@ -403,6 +403,8 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
         graph_inputs.append(i)
 
     splits: list[list[Any]] = []  # [backend, i_start, i_end, inputs]
+    rewired: list[int] = []  # the nodes whose sources became copies
+    read_inputs = not all_inputs and n_copies > 1  # copies of the inputs nodes read (pass 5)
     first = next((k for k, i in enumerate(nodes) if ops[i] not in VIEW_OPS), len(nodes))
     cur_b = bid[nodes[first]] if first < len(nodes) else -1
     split: list[Any] = [cur_b, 0, 0, []]
@@ -429,19 +431,15 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
         for j, s in enumerate(node_src):
             if s is None:
                 continue
-            if bid[s] == -1:
+            bs = bid[s]
+            if bs == -1:
                 raise SchedError(
                     f"{tensors[s].name} (a source of {tensors[i].name}) has no backend"
                 )
-            if (
-                not all_inputs
-                and n_copies > 1
-                and tensors[s].flags & FLAG_INPUT
-                and (s, bid[s]) not in copies
-            ):
+            if read_inputs and tensors[s].flags & FLAG_INPUT and (s, bs) not in copies:
                 # before pass 6 (builds.py sched_all_inputs): only the inputs a node reads
                 input_copies(s)
-            if bid[s] != cur_b and not buffer_supported(s, cur_b):
+            if bs != cur_b and not buffer_supported(s, cur_b):
                 key = (s, cur_b)
                 cps = copies.get(key)
                 if cps is None:
@@ -457,6 +455,7 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
                 changed[j] = cps[cur_copy]
         if changed is not None:
             srcs[i] = tuple(changed)
+            rewired.append(i)
     split[2] = len(nodes)
 
     # pass 6: with several copies, every graph input gets its own copies (since b11258,
@@ -472,10 +471,9 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
 
     # the tensors as they now stand: nodes whose sources became copies, leafs flagged output
     table: list[Tensor] = list(tensors)
-    for i in range(n):
+    for i in {*rewired, *set_flags}:
         t = table[i]
-        if srcs[i] is not t.src or i in set_flags:
-            table[i] = _changed(t, srcs[i], t.flags | set_flags.get(i, 0))
+        table[i] = _changed(t, srcs[i], t.flags | set_flags.get(i, 0))
     table.extend(new)
 
     # each backend optimizes its splits (ggml_backend_graph_optimize); the node list is reordered
