@@ -508,6 +508,11 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
     # the graph for the allocator (sched->graph)
     out_nodes: list[int] = []
     out_ids: list[int] = []
+    backend_of = bid.__getitem__
+    # the positions of the nodes with allocation dependencies, in order: the views that keep
+    # their tensors alive follow them; the nodes between them go in by slices
+    kept_at = [k for k, i in enumerate(nodes) if keep.get(i)] if keep else []
+    next_kept = 0
     for b, i0, i1, inputs in splits:
         for s in inputs:
             if rec is not None:
@@ -517,18 +522,24 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
             out_ids.append(bid[s])
             out_nodes.append(copies[(s, b)][cur_copy])
             out_ids.append(b)
-        for k in range(i0, i1):
-            i = nodes[k]
-            out_nodes.append(i)
-            out_ids.append(bid[i])
-            kept = keep.get(i)
-            if kept:
-                for j0 in range(0, len(kept), GGML_MAX_SRC):
-                    if rec is not None:
-                        rec.views.append((kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
-                    table.append(view_of(kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
-                    out_nodes.append(len(table) - 1)
-                    out_ids.append(b)
+        start = i0
+        while next_kept < len(kept_at) and kept_at[next_kept] < i1:
+            k = kept_at[next_kept]
+            next_kept += 1
+            run = nodes[start : k + 1]
+            out_nodes += run
+            out_ids += map(backend_of, run)
+            start = k + 1
+            kept = keep[nodes[k]]
+            for j0 in range(0, len(kept), GGML_MAX_SRC):
+                if rec is not None:
+                    rec.views.append((kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
+                table.append(view_of(kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
+                out_nodes.append(len(table) - 1)
+                out_ids.append(b)
+        run = nodes[start:i1]
+        out_nodes += run
+        out_ids += map(backend_of, run)
 
     out_leafs: list[int] = []
     leaf_ids: list[int] = []
