@@ -755,12 +755,13 @@ class SplitRecord:
             by: dict[int, list[int]] = {}
             tensors = self.graph.tensors
             for k, (_p, i, _r, seen) in enumerate(self.asked):
-                reads: set[int] | None
-                if seen is None:  # the op and its sources
-                    reads = {s for s in tensors[i].src if s is not None}
-                    reads.add(i)
-                else:
-                    reads = _read_set(seen)
+                if seen is None:  # the op and its sources (a source twice: k twice, alike)
+                    by.setdefault(i, []).append(k)
+                    for s in tensors[i].src:
+                        if s is not None:
+                            by.setdefault(s, []).append(k)
+                    continue
+                reads = _read_set(seen)
                 if reads is None:
                     self._all.append(k)
                 else:
