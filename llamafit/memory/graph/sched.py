@@ -111,7 +111,10 @@ class Backend:
     buffer type, src/llama-context.cpp); `bufts` the buffer type names its supports_buft accepts.
     `supports_op` and `offload_op` are ggml_backend_dev_supports_op / ggml_backend_dev_offload_op
     (a backend without offload_op never offloads); `graph_optimize` is the backend's reorder hook
-    (None: the backend has none, ggml_backend_graph_optimize does nothing)."""
+    (None: the backend has none, ggml_backend_graph_optimize does nothing). `op_and_sources`:
+    supports_op and offload_op read nothing of the graph but the op and its sources
+    (tensors[i], tensors[s] for s in its src), which a recording split notes as what they read
+    instead of watching each read (SplitRecord; the cost of _Reads)."""
 
     name: str
     buft: str
@@ -119,6 +122,7 @@ class Backend:
     supports_op: OpPredicate = _always
     offload_op: OpPredicate = _never
     graph_optimize: GraphOptimize | None = None
+    op_and_sources: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,15 +219,19 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
     by_name = {b.name: i for i, b in enumerate(backends)}
 
     cache: list[dict[int, bool]] = [{} for _ in range(nb)]
-    ask: Callable[[OpPredicate, int], bool] = (
-        (lambda pred, i: pred(tensors, i)) if rec is None else rec.asker(tensors)
-    )
+    # each backend's way to ask its supports_op and offload_op (noted in rec)
+    asks: list[Callable[[OpPredicate, int], bool]]
+    if rec is None:
+        asks = [lambda pred, i: pred(tensors, i)] * nb
+    else:
+        watched, noted = rec.asker(tensors), rec.asker(tensors, watch=False)
+        asks = [noted if b.op_and_sources else watched for b in backends]
 
     def supports(b: int, i: int) -> bool:
         c = cache[b]
         r = c.get(i)
         if r is None:
-            r = c[i] = ask(backends[b].supports_op, i)
+            r = c[i] = asks[b](backends[b].supports_op, i)
         return r
 
     bid = [-1] * n
@@ -272,17 +280,26 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
                 for b in range(sb):
                     # offload_op first (both are pure): a size check of supports_op that
                     # offload_op would overrule is never asked (backends.UnknownDeviceLimit)
-                    if ask(backends[b].offload_op, i) and supports(b, i):
+                    if asks[b](backends[b].offload_op, i) and supports(b, i):
                         return b
             return sb
         return -1
 
-    # pass 1: assign backends to ops with pre-allocated inputs
-    for i in leafs:
-        if bid[i] == -1:
-            bid[i] = from_cur(i)
-    for i in nodes:
-        if bid[i] == -1:
+    # pass 1: assign backends to ops with pre-allocated inputs. from_cur asks nothing and answers
+    # -1 for a tensor outside any buffer (its view source too), not an input, with no weight
+    # among its sources: most nodes, passed over here without the call
+    for lst in (leafs, nodes):
+        for i in lst:
+            if bid[i] != -1:
+                continue
+            if base_buf[i] is None and not tensors[i].flags & FLAG_INPUT:
+                v = view_src[i]
+                if v is None or base_buf[v] is None:
+                    for s in srcs[i]:
+                        if s is not None and weights[s]:
+                            break
+                    else:
+                        continue
             bid[i] = from_cur(i)
 
     # pass 2: expand the assignments (GPUs first, skipping the CPU; then every backend)
@@ -386,6 +403,8 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
         graph_inputs.append(i)
 
     splits: list[list[Any]] = []  # [backend, i_start, i_end, inputs]
+    rewired: list[int] = []  # the nodes whose sources became copies
+    read_inputs = not all_inputs and n_copies > 1  # copies of the inputs nodes read (pass 5)
     first = next((k for k, i in enumerate(nodes) if ops[i] not in VIEW_OPS), len(nodes))
     cur_b = bid[nodes[first]] if first < len(nodes) else -1
     split: list[Any] = [cur_b, 0, 0, []]
@@ -412,19 +431,15 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
         for j, s in enumerate(node_src):
             if s is None:
                 continue
-            if bid[s] == -1:
+            bs = bid[s]
+            if bs == -1:
                 raise SchedError(
                     f"{tensors[s].name} (a source of {tensors[i].name}) has no backend"
                 )
-            if (
-                not all_inputs
-                and n_copies > 1
-                and tensors[s].flags & FLAG_INPUT
-                and (s, bid[s]) not in copies
-            ):
+            if read_inputs and tensors[s].flags & FLAG_INPUT and (s, bs) not in copies:
                 # before pass 6 (builds.py sched_all_inputs): only the inputs a node reads
                 input_copies(s)
-            if bid[s] != cur_b and not buffer_supported(s, cur_b):
+            if bs != cur_b and not buffer_supported(s, cur_b):
                 key = (s, cur_b)
                 cps = copies.get(key)
                 if cps is None:
@@ -440,6 +455,7 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
                 changed[j] = cps[cur_copy]
         if changed is not None:
             srcs[i] = tuple(changed)
+            rewired.append(i)
     split[2] = len(nodes)
 
     # pass 6: with several copies, every graph input gets its own copies (since b11258,
@@ -455,10 +471,9 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
 
     # the tensors as they now stand: nodes whose sources became copies, leafs flagged output
     table: list[Tensor] = list(tensors)
-    for i in range(n):
+    for i in {*rewired, *set_flags}:
         t = table[i]
-        if srcs[i] is not t.src or i in set_flags:
-            table[i] = _changed(t, srcs[i], t.flags | set_flags.get(i, 0))
+        table[i] = _changed(t, srcs[i], t.flags | set_flags.get(i, 0))
     table.extend(new)
 
     # each backend optimizes its splits (ggml_backend_graph_optimize); the node list is reordered
@@ -493,6 +508,11 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
     # the graph for the allocator (sched->graph)
     out_nodes: list[int] = []
     out_ids: list[int] = []
+    backend_of = bid.__getitem__
+    # the positions of the nodes with allocation dependencies, in order: the views that keep
+    # their tensors alive follow them; the nodes between them go in by slices
+    kept_at = [k for k, i in enumerate(nodes) if keep.get(i)] if keep else []
+    next_kept = 0
     for b, i0, i1, inputs in splits:
         for s in inputs:
             if rec is not None:
@@ -502,18 +522,24 @@ def _split(  # noqa: C901 (ggml port: kept diffable)
             out_ids.append(bid[s])
             out_nodes.append(copies[(s, b)][cur_copy])
             out_ids.append(b)
-        for k in range(i0, i1):
-            i = nodes[k]
-            out_nodes.append(i)
-            out_ids.append(bid[i])
-            kept = keep.get(i)
-            if kept:
-                for j0 in range(0, len(kept), GGML_MAX_SRC):
-                    if rec is not None:
-                        rec.views.append((kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
-                    table.append(view_of(kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
-                    out_nodes.append(len(table) - 1)
-                    out_ids.append(b)
+        start = i0
+        while next_kept < len(kept_at) and kept_at[next_kept] < i1:
+            k = kept_at[next_kept]
+            next_kept += 1
+            run = nodes[start : k + 1]
+            out_nodes += run
+            out_ids += map(backend_of, run)
+            start = k + 1
+            kept = keep[nodes[k]]
+            for j0 in range(0, len(kept), GGML_MAX_SRC):
+                if rec is not None:
+                    rec.views.append((kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
+                table.append(view_of(kept[j0], tuple(kept[j0 : j0 + GGML_MAX_SRC])))
+                out_nodes.append(len(table) - 1)
+                out_ids.append(b)
+        run = nodes[start:i1]
+        out_nodes += run
+        out_ids += map(backend_of, run)
 
     out_leafs: list[int] = []
     leaf_ids: list[int] = []
@@ -586,6 +612,15 @@ def _dup(t: Tensor, name: str, flags: int) -> Tensor:
     )
 
 
+def structure_of(tensors: Sequence[Tensor]) -> Sequence[Tensor]:
+    """The tensors a hook (supports_op, offload_op, graph_optimize) was given, to read their
+    structure alone from (every field but the shape: ne, nb, nbytes, view_offs; _structure)
+    without a note. A SplitRecord's split notes each tensor a hook reads (_Reads), so that
+    resplit asks the hook again where one of them has another shape; resplit's graphs have the
+    same structure (_reshaped), so a read of structure alone needs no note (and costs less)."""
+    return tensors.tensors if type(tensors) is _Reads else tensors
+
+
 class _Reads(Sequence[Tensor]):
     """The graph's tensors as a backend's supports_op, offload_op or graph_optimize reads them,
     noting each index asked (a slice, len or iteration note -1: all of them); _read_set reads
@@ -626,8 +661,9 @@ def _read_set(seen: list[object]) -> set[int] | None:
     return out
 
 
-# (the predicate, the op's index, its answer, _Reads' notes of what it read)
-_Asked = tuple[OpPredicate, int, bool, list[object]]
+# (the predicate, the op's index, its answer, _Reads' notes of what it read; None: the op and
+# its sources, Backend.op_and_sources)
+_Asked = tuple[OpPredicate, int, bool, list[object] | None]
 
 
 @dataclass(slots=True)
@@ -674,9 +710,21 @@ class SplitRecord:
             raise ValueError("a SplitRecord records one split")
         self.graph, self.backends, self.options = graph, backends, options
 
-    def asker(self, tensors: Sequence[Tensor]) -> Callable[[OpPredicate, int], bool]:
-        reads = _Reads(tensors)
+    def asker(
+        self, tensors: Sequence[Tensor], *, watch: bool = True
+    ) -> Callable[[OpPredicate, int], bool]:
+        """How the split asks a supports_op or offload_op and notes it: with what it read
+        (_Reads), or without `watch` as reading the op and its sources (Backend.op_and_sources)."""
         asked = self.asked
+        if not watch:
+
+            def noted(pred: OpPredicate, i: int) -> bool:
+                r = pred(tensors, i)
+                asked.append((pred, i, r, None))
+                return r
+
+            return noted
+        reads = _Reads(tensors)
 
         def ask(pred: OpPredicate, i: int) -> bool:
             seen: list[object] = []
@@ -705,7 +753,14 @@ class SplitRecord:
         """The asked calls (in call order) that read one of these tensors or all of them."""
         if self._by_read is None:
             by: dict[int, list[int]] = {}
-            for k, (_p, _i, _r, seen) in enumerate(self.asked):
+            tensors = self.graph.tensors
+            for k, (_p, i, _r, seen) in enumerate(self.asked):
+                if seen is None:  # the op and its sources (a source twice: k twice, alike)
+                    by.setdefault(i, []).append(k)
+                    for s in tensors[i].src:
+                        if s is not None:
+                            by.setdefault(s, []).append(k)
+                    continue
                 reads = _read_set(seen)
                 if reads is None:
                     self._all.append(k)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -19,15 +20,19 @@ from click.testing import CliRunner
 from llamafit.cli import cli
 from llamafit.memory.graph import replay
 from llamafit.memory.graph.alloc import AllocRecord
+from llamafit.memory.graph.backends import cuda_optimize
 from llamafit.memory.graph.backends.cpu import cpu_backend
 from llamafit.memory.graph.backends.vulkan import vulkan_backend
 from llamafit.memory.graph.nodes import FLAG_INPUT, USAGE_WEIGHTS, Graph, Tensor
 from llamafit.memory.graph.sched import (
+    AllocDeps,
     Backend,
     SplitGraph,
     SplitRecord,
+    _read_set,
     resplit,
     split_graph,
+    structure_of,
 )
 from scripts.fixtures import make_shapes
 
@@ -136,3 +141,80 @@ def test_a_plans_splits(
         if any(resplit(rec, graph) is not None for rec in records[:k]):
             resplit_ones += 1
     assert resplit_ones >= 2
+
+
+def test_graph_optimize_reads_no_shape_unnoted(
+    shapes_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What CUDA's graph_optimize reads through sched.structure_of (no note, so resplit does not
+    run it again) is structure alone: with every shape there zeroed, each call of a MoE plan on
+    two CUDA devices answers as it does."""
+    real = structure_of
+    zeroed: dict[int, tuple[Sequence[Tensor], list[Tensor]]] = {}
+
+    def shapeless(tensors: Sequence[Tensor]) -> Sequence[Tensor]:
+        table = real(tensors)
+        hit = zeroed.get(id(table))
+        if hit is None or hit[0] is not table:
+            zero = (0, 0, 0, 0)
+            hit = zeroed[id(table)] = (
+                table,
+                [t._replace(ne=zero, nb=zero, nbytes=0, view_offs=0) for t in table],
+            )
+        return hit[1]
+
+    optimize = cuda_optimize.cuda_graph_optimize
+    calls: list[tuple[bool, bool]] = []
+
+    def both(*args: Any, **kwargs: Any) -> AllocDeps:
+        want = optimize(*args, **kwargs)
+        with monkeypatch.context() as m:
+            m.setattr(cuda_optimize, "structure_of", shapeless)
+            got = optimize(*args, **kwargs)
+        calls.append((want.keep != (), got == want))
+        return want
+
+    monkeypatch.setattr(cuda_optimize, "cuda_graph_optimize", both)
+    path = make_shapes.write_shape("qwen3-30b-a3b", shapes_dir)
+    result = CliRunner().invoke(cli, ["plan", str(path), *PLANS[0][1], "--json"])
+    assert result.exit_code == 0, result.output
+    assert all(same for _, same in calls)
+    assert any(kept for kept, _ in calls)  # the fusions matched (alloc deps added)
+
+
+@pytest.mark.parametrize(("shape", "args"), PLANS)
+def test_op_and_sources_is_what_they_read(
+    shape: str, args: list[str], shapes_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend's op_and_sources holds: split with each read watched (_Reads), its supports_op
+    and offload_op read no tensor of a plan's graphs but the op and its sources."""
+    calls: list[tuple[Graph, tuple[Backend, ...], int, bool]] = []
+    split = replay.Splits.split
+
+    def noted(
+        self: replay.Splits, graph: Graph, n_copies: int, op_offload: bool, like: object
+    ) -> tuple[SplitGraph, AllocRecord]:
+        calls.append((graph, self.backends, n_copies, op_offload))
+        return split(self, graph, n_copies, op_offload, like)
+
+    monkeypatch.setattr(replay.Splits, "split", noted)
+    path = make_shapes.write_shape(shape, shapes_dir)
+    result = CliRunner().invoke(cli, ["plan", str(path), *args, "--json"])
+    assert result.exit_code == 0, result.output
+    asked = 0
+    for graph, backends, n_copies, op_offload in calls[:2]:
+        claimed = {
+            id(p) for b in backends if b.op_and_sources for p in (b.supports_op, b.offload_op)
+        }
+        rec = SplitRecord()
+        watched = [replace(b, op_and_sources=False) for b in backends]
+        split_graph(graph, watched, n_copies=n_copies, op_offload=op_offload, record=rec)
+        for pred, i, _answer, seen in rec.asked:
+            if id(pred) not in claimed:
+                continue
+            assert seen is not None
+            reads = _read_set(seen)
+            assert reads is not None
+            assert reads <= {i, *graph.tensors[i].src}, graph.tensors[i].name
+            asked += 1
+    assert asked > 0

@@ -126,4 +126,10 @@ def cpu_backend(
     (src/llama-context.cpp: "Vulkan_Host", "CUDA_Host"), else "CPU"."""
 
     supports = partial(cpu_supports_op, host_bufts=host_bufts, extra_bufts=extra_bufts)
-    return Backend(name="CPU", buft=buft, bufts=host_bufts | extra_bufts, supports_op=supports)
+    return Backend(
+        name="CPU",
+        buft=buft,
+        bufts=host_bufts | extra_bufts,
+        supports_op=supports,
+        op_and_sources=True,  # supports_op reads the op and its sources
+    )

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from ....builds import since
 from ....errors import LlamafitError
 from ..nodes import Tensor
-from ..sched import AllocDeps, GraphOptimize
+from ..sched import AllocDeps, GraphOptimize, structure_of
 from ..shapes import is_contiguous, is_quantized
 from . import can_fuse_subgraph_ext
 from .cuda_fattn import CC_ADA_LOVELACE as CC_ADA
@@ -150,12 +150,14 @@ class _Split:
         cc: int | None = None,
     ) -> None:
         self.t = tensors
+        # the tensors to read ops, types, flags and views from (sched.structure_of)
+        self.s = s = structure_of(tensors)
         self.build = build
         self.cc = cc
         self.nodes = nodes
         self.srcs = srcs
         self.counts = counts
-        self.ops = [tensors[i].op for i in nodes]  # kept in step with nodes
+        self.ops = [s[i].op for i in nodes]  # kept in step with nodes
         self.keep: dict[int, list[int]] = {}
         self.keep_order: list[int] = []
 
@@ -181,7 +183,8 @@ class _Split:
         self, idxs: Sequence[int], ops: Sequence[str], outputs: Sequence[int]
     ) -> bool:
         """ggml_can_fuse_subgraph_ext (ggml/src/ggml.c) over split positions."""
-        return can_fuse_subgraph_ext(self.t, self.nodes, self.srcs, self.counts, idxs, ops, outputs)
+        # (it reads the ops, flags and view sources: structure alone)
+        return can_fuse_subgraph_ext(self.s, self.nodes, self.srcs, self.counts, idxs, ops, outputs)
 
     # -- 1. the shared expert beside the routed ones
 
@@ -446,7 +449,7 @@ class _Split:
         self, k: int
     ) -> dict[str, bool] | None:
         """ggml_cuda_topk_moe_fusion at position k: its args, None where it returns false."""
-        nodes, t = self.nodes, self.t
+        nodes, t = self.nodes, self.s  # (ops and descs: structure alone)
         n = len(nodes)
         a = dict.fromkeys(
             ("sigmoid", "sqrt_softplus", "softmax", "delayed", "prob_bias", "norm", "scale"), False
