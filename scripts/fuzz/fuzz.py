@@ -624,6 +624,7 @@ REPLAY_SHAPES = {
     "llada-moe": "llada-moe-7b-a1b",
     "dbrx": "dbrx-instruct",
     "openelm": "openelm-3b",
+    "codeshell": "codeshell-7b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

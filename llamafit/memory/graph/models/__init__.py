@@ -206,6 +206,7 @@ MODELS: Mapping[str, Model] = {
     "llada-moe": Model(_Builder("llada_moe"), since=OLD_SINCE),
     "dbrx": Model(_Builder("dbrx"), since=OLD_SINCE),
     "openelm": Model(_Builder("openelm"), since=OLD_SINCE),
+    "codeshell": Model(_Builder("codeshell"), since=OLD_SINCE),
 }
 
 
