@@ -625,6 +625,7 @@ REPLAY_SHAPES = {
     "dbrx": "dbrx-instruct",
     "openelm": "openelm-3b",
     "codeshell": "codeshell-7b",
+    "jais": "jais-30b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

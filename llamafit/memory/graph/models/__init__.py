@@ -207,6 +207,7 @@ MODELS: Mapping[str, Model] = {
     "dbrx": Model(_Builder("dbrx"), since=OLD_SINCE),
     "openelm": Model(_Builder("openelm"), since=OLD_SINCE),
     "codeshell": Model(_Builder("codeshell"), since=OLD_SINCE),
+    "jais": Model(_Builder("jais"), since=OLD_SINCE),
 }
 
 
