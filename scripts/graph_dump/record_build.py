@@ -503,6 +503,12 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # DBRX Instruct (dbrx): LayerNorms without bias, the fused attn_qkv clamped, 16 experts
     "dbrx-c4096-ub128": ("dbrx-instruct", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # OpenELM 3B (openelm): per-layer head counts and FFN widths, the fused attn_qkv, Q/K norms
+    "openelm-3b-c2048-ub128": ("openelm-3b", ("-c", "2048", "-ub", "128", "--no-repack")),
+    # CodeShell 7B (codeshell): starcoder2's layer over the fused attn_qkv with its bias
+    "codeshell-7b-c4096-ub128": ("codeshell-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Jais 30B (jais): no positions (ALiBi), the fused attn_qkv, a gated SiLU FFN with biases
+    "jais-30b-c4096-ub128": ("jais-30b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
@@ -611,6 +617,9 @@ SPARSE = frozenset(
         "nemotron-mini-4b",
         "llada-moe-7b-a1b",
         "dbrx-instruct",
+        "openelm-3b",
+        "codeshell-7b",
+        "jais-30b",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

@@ -132,6 +132,9 @@ SIZES = [
     ("nemotron-mini-4b", 2698887328),
     ("llada-moe-7b-a1b", 4518938912),
     ("dbrx-instruct", 79650220864),
+    ("openelm-3b", 1838021184),
+    ("codeshell-7b", 4569158080),
+    ("jais-30b", 26965236416),
 ]
 
 
@@ -183,6 +186,23 @@ QTYPES = [
 @pytest.mark.parametrize(("arch", "legacy", "name", "ne", "qtype"), QTYPES)
 def test_q4_k_m_mix(arch: str, legacy: bool, name: str, ne: tuple[int, int], qtype: str) -> None:
     f = make_shapes.ShapeFixture("x.gguf", arch, 0, n_layer=60, legacy_quant=legacy)
+    assert f.qtype(name, ne).name == qtype
+
+
+# (tied, tensor, ne, type) of the q4_0 mix (llama-quant.cpp llama_tensor_get_type): Q4_0 but
+# the output matrix, or a tied token embedding, at Q6_K
+Q4_0_TYPES = [
+    (False, "output.weight", (4096, 70144), "Q6_K"),
+    (False, "token_embd.weight", (4096, 70144), "Q4_0"),
+    (True, "token_embd.weight", (4096, 70144), "Q6_K"),
+    (False, "blk.0.attn_qkv.weight", (4096, 6144), "Q4_0"),
+    (False, "blk.0.ffn_down.weight", (16384, 4096), "Q4_0"),
+]
+
+
+@pytest.mark.parametrize(("tied", "name", "ne", "qtype"), Q4_0_TYPES)
+def test_q4_0_mix(tied: bool, name: str, ne: tuple[int, int], qtype: str) -> None:
+    f = make_shapes.ShapeFixture("x.gguf", "codeshell", 0, mix="q4_0", n_layer=42, tied=tied)
     assert f.qtype(name, ne).name == qtype
 
 

@@ -144,7 +144,10 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # ubatch itself), LLaDA's last layer (a Llama layer over the ubatch itself), XVERSE 7B's last
 # layer (Baichuan 7B's: RoPE, full MHA), Nemotron Mini 4B's last layer (LayerNorms with bias,
 # partial RoPE, a relu^2 FFN), LLaDA-MoE's last layer (experts over the ubatch itself, weights
-# not normalised), DBRX's last layer (the fused attn_qkv clamped, LayerNorms without bias)
+# not normalised), DBRX's last layer (the fused attn_qkv clamped, LayerNorms without bias),
+# OpenELM 3B's last layer (24 heads of its 12..24, the fused attn_qkv reshaped, Q/K norms),
+# CodeShell 7B's last layer (starcoder2's over the fused attn_qkv with its bias), Jais 30B's
+# last layer (no positions, a gated SiLU FFN with biases)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -242,6 +245,9 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("nemotron-mini-4b-c4096-ub128", 31),
         ("llada-moe-7b-a1b-c4096-ub128", 15),
         ("dbrx-c4096-ub128", 39),
+        ("openelm-3b-c2048-ub128", 35),
+        ("codeshell-7b-c4096-ub128", 41),
+        ("jais-30b-c4096-ub128", 47),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

@@ -205,6 +205,9 @@ MODELS: Mapping[str, Model] = {
     "nemotron": Model(_Builder("nemotron"), since=OLD_SINCE),
     "llada-moe": Model(_Builder("llada_moe"), since=OLD_SINCE),
     "dbrx": Model(_Builder("dbrx"), since=OLD_SINCE),
+    "openelm": Model(_Builder("openelm"), since=OLD_SINCE),
+    "codeshell": Model(_Builder("codeshell"), since=OLD_SINCE),
+    "jais": Model(_Builder("jais"), since=OLD_SINCE),
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..build import AttnInput, GraphContext
 from ..ggml import T
 from .phi2 import ffn_gelu, layer_norm_head
@@ -27,11 +29,17 @@ def add_positions(ctx: GraphContext, inpL: T, inp_pos: T) -> T:
     return ctx.cb(ctx.b.add(inpL, pos), "inpL", -1)
 
 
-def blocks(ctx: GraphContext, inpL: T, inp: AttnInput) -> None:
-    """build_inp_out_ids, then the layers of gpt2.cpp, starcoder.cpp, bloom.cpp and mpt.cpp: a
-    LayerNorm (bias where the file has one) before the attention (the fused attn_qkv and its
-    bias, no RoPE, the output projection's bias) and before a gate-less GELU FFN, each added to
-    its input; the output LayerNorm and the logits."""
+def blocks(
+    ctx: GraphContext,
+    inpL: T,
+    inp: AttnInput,
+    ffn: Callable[[GraphContext, T, int], T] = ffn_gelu,
+) -> None:
+    """build_inp_out_ids, then the layers of gpt2.cpp, starcoder.cpp, bloom.cpp, mpt.cpp and
+    jais.cpp: a LayerNorm (bias where the file has one) before the attention (the fused
+    attn_qkv and its bias, no RoPE, the output projection's bias) and before the FFN (a
+    gate-less GELU one; jais: a gated SiLU one), each added to its input; the output LayerNorm
+    and the logits."""
     b = ctx.b
     out_ids = ctx.inp_out_ids()
     for il in range(ctx.n_layer):
@@ -43,6 +51,6 @@ def blocks(ctx: GraphContext, inpL: T, inp: AttnInput) -> None:
         ffn_inp = ctx.cb(b.add(cur, inpL), "ffn_inp", il)
         norm_w, norm_b = ctx.lw(il, "ffn_norm.weight"), ctx.lw(il, "ffn_norm.bias")
         cur = ctx.cb(ctx.layer_norm(ffn_inp, norm_w, norm_b, il), "ffn_norm", il)
-        cur = ctx.cb(ffn_gelu(ctx, cur, il), "ffn_out", il)
+        cur = ctx.cb(ffn(ctx, cur, il), "ffn_out", il)
         inpL = ctx.cb(b.add(cur, ffn_inp), "l_out", il)
     ctx.finish(layer_norm_head(ctx, inpL))
