@@ -623,6 +623,7 @@ REPLAY_SHAPES = {
     "nemotron": "nemotron-mini-4b",
     "llada-moe": "llada-moe-7b-a1b",
     "dbrx": "dbrx-instruct",
+    "mistral4": "mistral-small-4-119b",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

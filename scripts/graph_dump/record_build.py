@@ -503,6 +503,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     # DBRX Instruct (dbrx): LayerNorms without bias, the fused attn_qkv clamped, 16 experts
     "dbrx-c4096-ub128": ("dbrx-instruct", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Mistral Small 4 119B (mistral4): deepseek2's MLA graph, the experts' merged gate_up
+    "mistral4-c4096-ub128": (
+        "mistral-small-4-119b",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
@@ -611,6 +616,7 @@ SPARSE = frozenset(
         "nemotron-mini-4b",
         "llada-moe-7b-a1b",
         "dbrx-instruct",
+        "mistral-small-4-119b",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

@@ -132,6 +132,7 @@ SIZES = [
     ("nemotron-mini-4b", 2698887328),
     ("llada-moe-7b-a1b", 4518938912),
     ("dbrx-instruct", 79650220864),
+    ("mistral-small-4-119b", 72115872864),
 ]
 
 

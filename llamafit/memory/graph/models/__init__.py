@@ -124,6 +124,7 @@ MODELS: Mapping[str, Model] = {
     "gpt-oss": Model(_Builder("openai_moe"), since=OLD_SINCE, iswa=True),
     "glm4moe": Model(_Builder("glm4_moe"), since=OLD_SINCE),
     "deepseek2": Model(_Builder("deepseek2"), since="mla_v_less"),
+    "mistral4": Model(_Builder("deepseek2"), since="mla_v_less"),  # mistral4.cpp: deepseek2's
     "mamba2": Model(_Builder("mamba"), since=OLD_SINCE),
     "granitehybrid": Model(_Builder("granite_hybrid"), since=OLD_SINCE),
     "granitemoe": Model(_Builder("granite"), since=OLD_SINCE),
