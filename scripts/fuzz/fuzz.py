@@ -624,6 +624,7 @@ REPLAY_SHAPES = {
     "llada-moe": "llada-moe-7b-a1b",
     "dbrx": "dbrx-instruct",
     "mistral4": "mistral-small-4-119b",
+    "hunyuan_vl": "hunyuan-ocr",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

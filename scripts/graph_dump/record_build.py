@@ -508,6 +508,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "mistral-small-4-119b",
         ("-c", "4096", "-ub", "128", "--no-repack"),
     ),
+    # HunyuanOCR (hunyuan_vl): hunyuan-vl.cpp's graph with XD-RoPE (four positions a token)
+    "hunyuan-ocr-c4096-ub128": ("hunyuan-ocr", ("-c", "4096", "-ub", "128", "--no-repack")),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
@@ -617,6 +619,7 @@ SPARSE = frozenset(
         "llada-moe-7b-a1b",
         "dbrx-instruct",
         "mistral-small-4-119b",
+        "hunyuan-ocr",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

@@ -133,6 +133,7 @@ SIZES = [
     ("llada-moe-7b-a1b", 4518938912),
     ("dbrx-instruct", 79650220864),
     ("mistral-small-4-119b", 72115872864),
+    ("hunyuan-ocr", 576509856),
 ]
 
 

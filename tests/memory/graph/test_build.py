@@ -145,7 +145,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # layer (Baichuan 7B's: RoPE, full MHA), Nemotron Mini 4B's last layer (LayerNorms with bias,
 # partial RoPE, a relu^2 FFN), LLaDA-MoE's last layer (experts over the ubatch itself, weights
 # not normalised), DBRX's last layer (the fused attn_qkv clamped, LayerNorms without bias),
-# Mistral Small 4's last layer (deepseek2's MLA, the experts' merged gate_up)
+# Mistral Small 4's last layer (deepseek2's MLA, the experts' merged gate_up), HunyuanOCR's last
+# layer (XD-RoPE over four positions a token)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -244,6 +245,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("llada-moe-7b-a1b-c4096-ub128", 15),
         ("dbrx-c4096-ub128", 39),
         ("mistral4-c4096-ub128", 35),
+        ("hunyuan-ocr-c4096-ub128", 23),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

