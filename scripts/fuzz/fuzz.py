@@ -625,6 +625,7 @@ REPLAY_SHAPES = {
     "dbrx": "dbrx-instruct",
     "mistral4": "mistral-small-4-119b",
     "hunyuan_vl": "hunyuan-ocr",
+    "t5encoder": "umt5-xxl-encoder",
     "bert": "bge-small-en-v1.5",
     "nomic-bert": "nomic-embed-text-v1.5",
     "nomic-bert-moe": "nomic-embed-text-v2-moe",

@@ -508,6 +508,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
         "mistral-small-4-119b",
         ("-c", "4096", "-ub", "128", "--no-repack"),
     ),
+    # UMT5-XXL encoder (t5encoder): T5's encoder graph, a relative-position bias in every layer
+    "umt5-xxl-encoder-c512": ("umt5-xxl-encoder", ("-c", "512", "--no-repack")),
     # HunyuanOCR (hunyuan_vl): hunyuan-vl.cpp's graph with XD-RoPE (four positions a token)
     "hunyuan-ocr-c4096-ub128": ("hunyuan-ocr", ("-c", "4096", "-ub", "128", "--no-repack")),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
@@ -620,6 +622,7 @@ SPARSE = frozenset(
         "dbrx-instruct",
         "mistral-small-4-119b",
         "hunyuan-ocr",
+        "umt5-xxl-encoder",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

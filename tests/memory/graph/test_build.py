@@ -146,7 +146,8 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # partial RoPE, a relu^2 FFN), LLaDA-MoE's last layer (experts over the ubatch itself, weights
 # not normalised), DBRX's last layer (the fused attn_qkv clamped, LayerNorms without bias),
 # Mistral Small 4's last layer (deepseek2's MLA, the experts' merged gate_up), HunyuanOCR's last
-# layer (XD-RoPE over four positions a token)
+# layer (XD-RoPE over four positions a token), the UMT5-XXL encoder's last layer (a relative-position
+# bias added to KQ, no flash attention)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -246,6 +247,7 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("dbrx-c4096-ub128", 39),
         ("mistral4-c4096-ub128", 35),
         ("hunyuan-ocr-c4096-ub128", 23),
+        ("umt5-xxl-encoder-c512", 23),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

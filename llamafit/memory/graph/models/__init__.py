@@ -176,6 +176,7 @@ MODELS: Mapping[str, Model] = {
     "gpt2": Model(_Builder("gpt2"), since=OLD_SINCE),
     "stablelm": Model(_Builder("stablelm"), since=OLD_SINCE),
     "bert": Model(_Builder("bert"), since=OLD_SINCE, encoder=True),
+    "t5encoder": Model(_Builder("t5encoder"), since=OLD_SINCE, encoder=True),
     "nomic-bert": Model(_Builder("bert"), since=OLD_SINCE, encoder=True),
     "jina-bert-v2": Model(_Builder("bert"), since=OLD_SINCE, encoder=True),
     "nomic-bert-moe": Model(_Builder("bert"), since=OLD_SINCE, encoder=True),
