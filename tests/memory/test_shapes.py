@@ -134,7 +134,7 @@ SIZES = [
     ("dbrx-instruct", 79650220864),
     ("mistral-small-4-119b", 72115872864),
     ("hunyuan-ocr", 576509856),
-    ("umt5-xxl-encoder", 3838129568),
+    ("umt5-xxl-encoder", 3838194080),
 ]
 
 
