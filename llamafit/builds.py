@@ -345,6 +345,17 @@ BUILD_RULES: tuple[BuildRule, ...] = (
         "build_layer_attn_linear): the REPEAT and RESHAPE nodes' shapes",
     ),
     BuildRule(
+        "hunyuan_vl_arch",
+        8942,
+        22037,
+        "2026-04 (b8942, llama-cpp-python 0.3.21's f53577432: the first source release found "
+        "with it; 0.3.20's f49e917 and llama-cpp-py-sync 0.8881's prebuilt libllama have no "
+        "hunyuan_vl; PR #22037 opened 2026-04-17)",
+        "HunyuanVL / HunyuanOCR load (LLM_ARCH_HUNYUAN_VL: hunyuan-dense's graph, XD-RoPE over "
+        "four positions a token where the file has rope sections, LLAMA_ROPE_TYPE_MROPE); the "
+        "graph of src/models/hunyuan-vl.cpp at b10454, b11311 and b11434",
+    ),
+    BuildRule(
         "vk_reorder_ssm_conv",
         9040,
         22653,

@@ -191,18 +191,30 @@ def _pooling(cfg: LaunchConfig, facts: ModelFacts) -> str:
     return POOLING_TYPES[facts.pooling_type] if facts.pooling_type >= 0 else "none"
 
 
+# llama_model_has_encoder (src/llama-model.cpp): the archs with an encoder graph
+HAS_ENCODER = frozenset({"t5", "t5encoder", "eagle3", "dflash"})
+
+
 def _outputs(
-    engine: str, build: int | None, n_batch: int, n_seq: int, *, embeddings: bool = False
+    engine: str,
+    build: int | None,
+    n_batch: int,
+    n_seq: int,
+    *,
+    embeddings: bool = False,
+    encoder: bool = False,
 ) -> int:
     """n_outputs_max: llama-server and llama-cli (from PR #23861) min(n_batch, n_parallel);
     otherwise n_batch. server_output_limits (tools/server/server-context.cpp) keeps n_batch for
     embeddings (--embeddings, or a --pooling other than none): every token of the batch is an
-    output."""
+    output; so does llama_context's constructor for a model with an encoder (src/llama-context.cpp,
+    llama_model_has_encoder, b11311 and b11434)."""
     # llama-cli at 0c1e570 runs llama_server in a thread (tools/cli/cli-server.h): the same limit
     if (
         engine in ("llama-server", "llama-cli")
         and since("server_output_limit", build)
         and not embeddings
+        and not encoder
     ):
         return min(n_batch, n_seq)
     return n_batch
@@ -265,7 +277,14 @@ def resolve(
         kv_unified=unified,
         n_batch=n_batch,
         n_ubatch=n_ubatch,
-        n_outputs_max=_outputs(engine, build, n_batch, n_seq, embeddings=embeddings),
+        n_outputs_max=_outputs(
+            engine,
+            build,
+            n_batch,
+            n_seq,
+            embeddings=embeddings,
+            encoder=facts.architecture in HAS_ENCODER,
+        ),
         flash_attn=flash_attn,
         fa_auto=fa_mode == "auto",
         type_k=type_k,

@@ -509,6 +509,15 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "codeshell-7b-c4096-ub128": ("codeshell-7b", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Jais 30B (jais): no positions (ALiBi), the fused attn_qkv, a gated SiLU FFN with biases
     "jais-30b-c4096-ub128": ("jais-30b", ("-c", "4096", "-ub", "128", "--no-repack")),
+    # Mistral Small 4 119B (mistral4): deepseek2's MLA graph, the experts' merged gate_up
+    "mistral4-c4096-ub128": (
+        "mistral-small-4-119b",
+        ("-c", "4096", "-ub", "128", "--no-repack"),
+    ),
+    # UMT5-XXL encoder (t5encoder): T5's encoder graph, a relative-position bias in every layer
+    "umt5-xxl-encoder-c512": ("umt5-xxl-encoder", ("-c", "512", "--no-repack")),
+    # HunyuanOCR (hunyuan_vl): hunyuan-vl.cpp's graph with XD-RoPE (four positions a token)
+    "hunyuan-ocr-c4096-ub128": ("hunyuan-ocr", ("-c", "4096", "-ub", "128", "--no-repack")),
     # GLM-4 9B Chat (chatglm): the fused QKV with its bias, two KV heads, a fused gate/up FFN
     "glm4-9b-chat-c4096-ub128": ("glm4-9b-chat", ("-c", "4096", "-ub", "128", "--no-repack")),
     # Dream 7B (dream): qwen2's layer over the ubatch itself (no memory: a diffusion model)
@@ -620,6 +629,9 @@ SPARSE = frozenset(
         "openelm-3b",
         "codeshell-7b",
         "jais-30b",
+        "mistral-small-4-119b",
+        "hunyuan-ocr",
+        "umt5-xxl-encoder",
         "glm4-9b-chat",
         "dream-v0-7b",
         "llama-nemotron-embed-1b-v2",

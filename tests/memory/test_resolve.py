@@ -196,3 +196,21 @@ def test_explicit_c_0_with_slots_gets_the_trained_context_per_stream() -> None:
     f = build_facts(read_model(FIXTURES / "dense-llama.gguf"))
     rc = resolve(with_given(LaunchConfig(), n_ctx=0, n_parallel=2), f)
     assert (rc.n_ctx, rc.n_ctx_seq, rc.n_stream) == (8192, 4096, 2)
+
+
+@pytest.mark.parametrize(
+    ("arch", "build", "n_outputs_max"),
+    [
+        ("gemma3", None, 4),  # llama-server's slots (PR #23861)
+        ("t5encoder", None, 2048),  # llama_model_has_encoder: n_batch
+        ("t5", None, 2048),
+        ("t5encoder", 9000, 2048),  # before PR #23861: n_batch for every arch
+    ],
+)
+def test_a_model_with_an_encoder_keeps_n_batch_outputs(
+    arch: str, build: int | None, n_outputs_max: int
+) -> None:
+    """src/llama-context.cpp llama_context: n_outputs_max is n_batch for a model with an
+    encoder whatever llama-server passes."""
+    rc = resolve(SERVER, replace(GEMMA, architecture=arch), engine="llama-server", build=build)
+    assert rc.n_outputs_max == n_outputs_max

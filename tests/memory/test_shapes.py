@@ -135,6 +135,9 @@ SIZES = [
     ("openelm-3b", 1838021184),
     ("codeshell-7b", 4569158080),
     ("jais-30b", 26965236416),
+    ("mistral-small-4-119b", 72115872864),
+    ("hunyuan-ocr", 576509856),
+    ("umt5-xxl-encoder", 3838194080),
 ]
 
 

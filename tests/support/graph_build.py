@@ -26,6 +26,7 @@ from llamafit.memory.graph.nodes import Graph
 from llamafit.memory.graph.params import GraphConfig, GraphHParams
 from llamafit.memory.graph.reserve import reserves
 from llamafit.memory.kv import swa_cells
+from llamafit.memory.resolve import HAS_ENCODER
 from llamafit.memory.tensors import op_probe_bytes
 from llamafit.reader.ggml_types import GGML_TYPE_NAMES as TYPE_NAMES
 from llamafit.reader.model import read_model
@@ -178,7 +179,8 @@ def configs(case: Case, facts: ModelFacts) -> tuple[GraphConfig, ...]:
     pooling = case.flag("--pooling", POOLING_TYPES[max(facts.pooling_type, 0)])
     if "--rerank" in case.args:  # common/arg.cpp: --embedding, pooling rank
         pooling = "rank"
-    n_outputs_max = n_ubatch if embeddings else n_seq
+    # llama_context keeps n_batch for a model with an encoder (llama_model_has_encoder)
+    n_outputs_max = n_ubatch if embeddings or facts.architecture in HAS_ENCODER else n_seq
     out = []
     for r in reserves(n_ctx, n_ubatch, n_seq, n_outputs_max)[:2]:
         out.append(

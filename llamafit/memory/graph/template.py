@@ -11,10 +11,11 @@ the second call builds it three or four times to derive it. Later calls reuse it
 
 API: build_graph(facts, GraphConfig, GraphHParams) -> nodes.Graph; build_direct (one emulation
 run, no template); clear_cache. Not modelled (GraphBuildError or not built): separate Q/K/V biases
-beside a fused attn_qkv, merged gate_up experts (gemma4's only) and weight scales (".scale":
-gemma4's, nemotron_h_moe's, qwen3next's, qwen35moe's, and gemma3n's attention and output ones
-only), M-RoPE outside qwen2vl, qwen3vl(moe) and qwen35(moe) (ggml_rope_multi is a ROPE node as
-ggml_rope_ext's, over four positions a token; glm4's declines), LongRoPE factors outside phi3,
+beside a fused attn_qkv, merged gate_up experts (gemma4's and deepseek2's / mistral4's only) and
+weight scales (".scale": gemma4's, nemotron_h_moe's, qwen3next's, qwen35moe's, and gemma3n's
+attention and output ones only), M-RoPE outside qwen2vl, qwen3vl(moe), qwen35(moe) and
+hunyuan_vl (ggml_rope_multi is a ROPE node as ggml_rope_ext's, over four positions a token;
+glm4's declines), LongRoPE factors outside phi3,
 phimoe, minicpm and apertus (GraphInputs.rope_factors), clamp_kqv (mpt, olmo), LoRA, control
 vectors, a decoder's pooled graph (build_pooling over its result_norm; the encoders' is:
 build.GraphContext.pooling), qwen3's reranker soft max, ModernBERT's decision head, backend

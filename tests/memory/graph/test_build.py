@@ -147,7 +147,10 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
 # not normalised), DBRX's last layer (the fused attn_qkv clamped, LayerNorms without bias),
 # OpenELM 3B's last layer (24 heads of its 12..24, the fused attn_qkv reshaped, Q/K norms),
 # CodeShell 7B's last layer (starcoder2's over the fused attn_qkv with its bias), Jais 30B's
-# last layer (no positions, a gated SiLU FFN with biases)
+# last layer (no positions, a gated SiLU FFN with biases),
+# Mistral Small 4's last layer (deepseek2's MLA, the experts' merged gate_up), HunyuanOCR's last
+# layer (XD-RoPE over four positions a token), the UMT5-XXL encoder's last layer (a relative-position
+# bias added to KQ, no flash attention)
 @pytest.mark.parametrize(
     "name, il",
     [
@@ -248,6 +251,9 @@ def test_cpu_compute_buffer_is_the_real_one(name: str) -> None:
         ("openelm-3b-c2048-ub128", 35),
         ("codeshell-7b-c4096-ub128", 41),
         ("jais-30b-c4096-ub128", 47),
+        ("mistral4-c4096-ub128", 35),
+        ("hunyuan-ocr-c4096-ub128", 23),
+        ("umt5-xxl-encoder-c512", 23),
     ],
 )
 def test_one_layer_is_the_real_one(name: str, il: int) -> None:

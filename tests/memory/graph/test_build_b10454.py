@@ -53,4 +53,5 @@ def test_the_older_forms_are_checked_at_b10454() -> None:
         "qwen3next",
         "gemma3n",
         "deepseek2",
+        "hunyuan_vl",
     } <= archs

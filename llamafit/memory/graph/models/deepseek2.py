@@ -9,12 +9,13 @@ from ..params import GraphBuildError
 
 
 def build(ctx: GraphContext) -> None:
-    """src/models/deepseek2.cpp llama_model_deepseek2::graph with MLA (hparams.is_mla: the
-    absorbed wk_b / wv_b path over build_attn_inp_k), Q through the q_a / q_b pair or wq
-    (lite), dense lead layers, routed experts (the gating of expert_gating_func, softmax
-    when unset) plus shared ones, attention temperature tuning (inp_attn_scale). Not
-    modelled: the MHA path of GGUFs without wk_b. Before rule deepseek2_q_reshape q_nope and
-    q_pe are views of the 2-D q (no RESHAPE)."""
+    """src/models/deepseek2.cpp llama_model_deepseek2::graph (also mistral4's: models.h
+    llama_model_mistral4::graph is it) with MLA (hparams.is_mla: the absorbed wk_b / wv_b
+    path over build_attn_inp_k), Q through the q_a / q_b pair or wq (lite), dense lead
+    layers, routed experts (the gating of expert_gating_func, softmax when unset; the merged
+    ffn_gate_up_exps where the file has it) plus shared ones, attention temperature tuning
+    (inp_attn_scale). Not modelled: the MHA path of GGUFs without wk_b. Before rule
+    deepseek2_q_reshape q_nope and q_pe are views of the 2-D q (no RESHAPE)."""
     f, c, b = ctx.f, ctx.c, ctx.b
     mla = f.mla
     if mla is None or ctx.lw(0, "attn_k_b.weight") is None:
@@ -88,6 +89,7 @@ def build(ctx: GraphContext) -> None:
                 norm_w=f.expert_weights_norm,
                 exp_probs_b=ctx.lw(il, "exp_probs_b.bias"),
                 scale_w=ctx.hp.expert_weights_scale != 0.0,
+                gate_up=True,  # ffn_gate_up_exps where the file has it (mistral4)
             )
             routed = ctx.cb(routed, "ffn_moe_out", il)
             shared = ctx.cb(ctx.ffn(cur, il, "silu", False, "_shexp"), "ffn_shexp", il)

@@ -1,5 +1,5 @@
 """src/models/hunyuan-vl.cpp: llama_model_hunyuan_vl::graph, which hunyuan-dense.cpp reuses
-(llama_model_hunyuan_dense::graph: Hunyuan 0.5B to 7B, Hy-MT)."""
+(llama_model_hunyuan_dense::graph: Hunyuan 0.5B to 7B, Hy-MT; HunyuanOCR)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ from ..params import GraphBuildError
 def build(ctx: GraphContext) -> None:
     """A Llama layer whose Q and K are RMS-normed per head after RoPE (with the rope factors;
     K first, "Kcur_norm" / "Qcur_norm"), the output's bias where the file has one, a SwiGLU FFN
-    without biases. M-RoPE (ggml_rope_multi, HunyuanOCR's rope sections) is not modelled."""
+    without biases. HunyuanOCR's XD-RoPE (hunyuan_vl with rope sections: ggml_rope_multi, a
+    ROPE node as ggml_rope_ext's) reads four positions a token (llama_model_rope_type gives
+    LLAMA_ROPE_TYPE_MROPE, llama_hparams::n_pos_per_embd 4); hunyuan-dense's rope type is
+    NEOX whatever the sections, a file of it with sections is declined."""
     f, b = ctx.f, ctx.b
-    if f.use_mrope:
-        raise GraphBuildError(f"{f.path}: hunyuan's M-RoPE is not modelled")
+    if f.use_mrope and f.architecture != "hunyuan_vl":
+        raise GraphBuildError(f"{f.path}: M-RoPE sections outside hunyuan_vl are not modelled")
     ctx.no_long_rope()
-    inpL, inp_pos, inp, out_ids = ctx.inputs()
+    inpL, inp_pos, inp, out_ids = ctx.inputs(4 if f.use_mrope else 1)
     for il in range(ctx.n_layer):
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
