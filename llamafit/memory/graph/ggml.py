@@ -475,7 +475,12 @@ class Builder:
         node.idx = len(tensors)
         tensors.append(node)
         for s in node.src:
-            if s is not None:
+            # a source visited already: _visit(s, compute) would only spread the compute flag,
+            # which a tensor without an op never takes and a flagged one has spread (its
+            # sources were visited with it: the graph has no cycle but a cast's own)
+            if s is not None and (
+                s.idx < 0 or compute and not s.flags & FLAG_COMPUTE and s.op != "NONE"
+            ):
                 self._visit(s, compute)
         if node.op == "NONE":
             if not node.name:
