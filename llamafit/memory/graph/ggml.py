@@ -14,7 +14,15 @@ Hot path: plain attributes and tuples, no validation beyond what decides a branc
 from __future__ import annotations
 
 from ...reader.ggml_types import GGML_MAX_NAME, GGML_TYPE_SIZES
-from .nodes import FLAG_COMPUTE, FLAG_INPUT, FLAG_OUTPUT, Graph, Tensor
+from .nodes import (
+    FLAG_COMPUTE,
+    FLAG_INPUT,
+    FLAG_OUTPUT,
+    USAGE_ANY,
+    Graph,
+    Tensor,
+    make_tensor,
+)
 
 
 def row_size(type_: str, n: int) -> int:
@@ -111,11 +119,6 @@ class T:
 def nelements(t: T) -> int:
     ne = t.ne
     return ne[0] * ne[1] * ne[2] * ne[3]
-
-
-def nbytes(t: T) -> int:
-    """ggml_nbytes (ggml/src/ggml.c)."""
-    return nbytes_of(t.type, t.ne, t.nb)
 
 
 def nbytes_of(type_: str, ne: tuple[int, int, int, int], nb: tuple[int, int, int, int]) -> int:
@@ -514,54 +517,61 @@ class Builder:
         frozen = _FROZEN
         if len(frozen) > _FROZEN_MAX:
             frozen.clear()
-        out = [_freeze(t, frozen) for t in tensors]
+        get = frozen.get
+        out: list[Tensor] = []
+        add = out.append
+        # each tensor's nodes.Tensor (its sources and view source by index), once per distinct
+        # one; inline, not a function a tensor: this loop runs for every tensor of every build
+        for t in tensors:
+            src = t.src
+            si = tuple([None if s is None else s.idx for s in src]) if src else ()
+            vs = t.view_src
+            vi = None if vs is None else vs.idx
+            key = (
+                t.name,
+                t.op,
+                t.desc,
+                t.type,
+                t.ne,
+                t.nb,
+                t.flags,
+                si,
+                vi,
+                t.view_offs,
+                t.data,
+                t.buffer,
+                t.pin_layer,
+            )
+            hit = get(key)
+            if hit is None:
+                # nodes.Tensor's fields in order (tuple.__new__: no keyword or default handling)
+                hit = frozen[key] = make_tensor(
+                    Tensor,
+                    (
+                        t.name,
+                        t.op,
+                        t.type,
+                        t.ne,
+                        t.nb,
+                        nbytes_of(t.type, t.ne, t.nb),
+                        t.flags,
+                        si,
+                        vi,
+                        t.view_offs,
+                        t.data,
+                        t.buffer,
+                        t.desc,
+                        t.pin_layer,
+                        USAGE_ANY,
+                        None,
+                    ),
+                )
+            add(hit)
         return Graph(tensors=tuple(out), leafs=tuple(self.leafs), nodes=tuple(self.nodes))
 
 
 _FROZEN: dict[tuple[object, ...], Tensor] = {}
 _FROZEN_MAX = 200_000
-
-
-def _freeze(t: T, frozen: dict[tuple[object, ...], Tensor]) -> Tensor:
-    """The nodes.Tensor of t (its sources and view source by index), once per distinct one."""
-    src = tuple([None if s is None else s.idx for s in t.src])
-    vs = t.view_src
-    vi = None if vs is None else vs.idx
-    key = (
-        t.name,
-        t.op,
-        t.desc,
-        t.type,
-        t.ne,
-        t.nb,
-        t.flags,
-        src,
-        vi,
-        t.view_offs,
-        t.data,
-        t.buffer,
-        t.pin_layer,
-    )
-    hit = frozen.get(key)
-    if hit is None:
-        # positional (nodes.Tensor's field order): a named tuple's keywords cost a third more
-        hit = frozen[key] = Tensor(
-            t.name,
-            t.op,
-            t.type,
-            t.ne,
-            t.nb,
-            nbytes(t),
-            t.flags,
-            src,
-            vi,
-            t.view_offs,
-            t.data,
-            t.buffer,
-            t.desc,
-            t.pin_layer,
-        )
-    return hit
 
 
 def forget_frozen() -> None:
