@@ -725,7 +725,7 @@ class GraphContext(GraphInputs):
             raise GraphBuildError(f"{f.path}: merged ffn_gate_up_exps is not modelled")
         probs = self._moe_probs(cur, il, gating, biases, probs_in)
         # llama4 selects on the logits (the sigmoid only after the top-k): the gating's source
-        selection = probs.src[0] if weight_before and probs.src[0] is not None else probs
+        selection = probs.src[0] if weight_before else probs
         selected, weights = self._moe_select(
             probs, il, gating, norm_w, exp_probs_b, w_scale, scale_w, selection
         )
@@ -826,7 +826,6 @@ class GraphContext(GraphInputs):
         if f.n_expert_groups > 1 and n_tokens > 0:  # the top n_group_used expert groups
             selection = self._moe_groups(selection, il)
         selected = b.argsort_top_k(selection, n_used)
-        assert selected.src[0] is not None
         self.cb(selected.src[0], "ffn_moe_argsort", il)
         self.cb(selected, "ffn_moe_topk", il)
         probs = b.reshape(probs, 1, n_expert, n_tokens)

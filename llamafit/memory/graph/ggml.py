@@ -78,7 +78,7 @@ class T:
     ne: tuple[int, int, int, int]
     nb: tuple[int, int, int, int]
     flags: int
-    src: tuple[T | None, ...]
+    src: tuple[T, ...]  # the sources it has, in order (ggml's unused NULL slots left out)
     view_src: T | None
     view_offs: int
     data: bool
@@ -93,7 +93,7 @@ class T:
         ne: tuple[int, int, int, int],
         nb: tuple[int, int, int, int] | None = None,
         op: str = "NONE",
-        src: tuple[T | None, ...] = (),
+        src: tuple[T, ...] = (),
         view_src: T | None = None,
         view_offs: int = 0,
         name: str = "",
@@ -457,7 +457,7 @@ class Builder:
             if compute:
                 for s in node.src:
                     # a tensor without an op has no sources and never takes the flag: skip it
-                    if s is not None and not s.flags & FLAG_COMPUTE and s.op != "NONE":
+                    if not s.flags & FLAG_COMPUTE and s.op != "NONE":
                         self._visit(s, True)
             return
         tensors = self.tensors
@@ -467,9 +467,7 @@ class Builder:
             # a source visited already: _visit(s, compute) would only spread the compute flag,
             # which a tensor without an op never takes and a flagged one has spread (its
             # sources were visited with it: the graph has no cycle but a cast's own)
-            if s is not None and (
-                s.idx < 0 or compute and not s.flags & FLAG_COMPUTE and s.op != "NONE"
-            ):
+            if s.idx < 0 or compute and not s.flags & FLAG_COMPUTE and s.op != "NONE":
                 self._visit(s, compute)
         if node.op == "NONE":
             if not node.name:
@@ -510,7 +508,14 @@ class Builder:
         # one; inline, not a function a tensor: this loop runs for every tensor of every build
         for t in tensors:
             src = t.src
-            si = tuple([None if s is None else s.idx for s in src]) if src else ()
+            n = len(src)  # most tensors have one or two sources: no comprehension for them
+            if n == 1:
+                si: tuple[int, ...] = (src[0].idx,)
+            elif n == 2:
+                s0, s1 = src
+                si = (s0.idx, s1.idx)
+            else:
+                si = tuple([s.idx for s in src])
             vs = t.view_src
             vi = None if vs is None else vs.idx
             key = (
