@@ -165,7 +165,7 @@ def is_contiguous(t: T, n: int = 0) -> bool:
     return True
 
 
-def _ne4(*ne: int) -> tuple[int, int, int, int]:
+def _ne4(ne: tuple[int, ...]) -> tuple[int, int, int, int]:
     return (ne + (1, 1, 1))[:4]  # type: ignore[return-value]
 
 
@@ -181,7 +181,7 @@ class Builder:
     @staticmethod
     def new(type_: str, *ne: int, name: str = "", inp: bool = False) -> T:
         """ggml_new_tensor_Nd; `name` as ggml_set_name, `inp` as ggml_set_input."""
-        t = T(type_, _ne4(*ne), None, "NONE", (), None, 0, name)
+        t = T(type_, _ne4(ne), None, "NONE", (), None, 0, name)
         if inp:
             t.flags = FLAG_INPUT
         return t
@@ -189,7 +189,7 @@ class Builder:
     @staticmethod
     def weight(name: str, type_: str, ne: tuple[int, ...], buffer: str) -> T:
         """A model tensor already in a buffer (llama_model_loader: data set, op NONE)."""
-        t = T(type_, _ne4(*ne), None, "NONE", (), None, 0, name)
+        t = T(type_, _ne4(ne), None, "NONE", (), None, 0, name)
         t.data = True
         t.buffer = buffer
         return t
@@ -291,7 +291,7 @@ class Builder:
 
     def repeat_4d(self, a: T, *ne: int) -> T:
         """ggml_repeat_4d: a new tensor of a's type and shape ne, a tiled over it."""
-        return T(a.type, _ne4(*ne), None, "REPEAT", (a,))
+        return T(a.type, _ne4(ne), None, "REPEAT", (a,))
 
     def sum_rows(self, a: T) -> T:
         return T(a.type, (1, a.ne[1], a.ne[2], a.ne[3]), None, "SUM_ROWS", (a,))
@@ -376,7 +376,7 @@ class Builder:
 
     def cont(self, a: T, *ne: int) -> T:
         """ggml_cont / ggml_cont_2d..4d."""
-        shape = _ne4(*ne) if ne else a.ne
+        shape = _ne4(ne) if ne else a.ne
         return T(a.type, shape, None, "CONT", (a,), None, 0, _cut(a.name + " (cont)"))
 
     def flash_attn_ext(self, q: T, k: T, v: T, mask: T | None) -> T:
@@ -387,12 +387,12 @@ class Builder:
     # --- views ---------------------------------------------------------------------------
     def reshape(self, a: T, *ne: int) -> T:
         """ggml_reshape_Nd: a contiguous view of a."""
-        shape = _ne4(*ne)
+        shape = _ne4(ne)
         return T(a.type, shape, None, "RESHAPE", (a,), a, 0, _cut(a.name + " (reshaped)"))
 
     def view(self, a: T, ne: tuple[int, ...], nbs: tuple[int, ...], offset: int) -> T:
         """ggml_view_1d..4d: ne has 1 to 4 entries and nbs the len(ne) - 1 strides given."""
-        shape = _ne4(*ne)
+        shape = _ne4(ne)
         nb0 = GGML_TYPE_SIZES[a.type][1]
         if len(ne) == 1:
             nb = _contiguous_nb(a.type, shape)
