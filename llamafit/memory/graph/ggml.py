@@ -502,6 +502,9 @@ class Builder:
         if len(frozen) > _FROZEN_MAX:
             frozen.clear()
         get = frozen.get
+        sizes = _NBYTES
+        if len(sizes) > _FROZEN_MAX:
+            sizes.clear()
         out: list[Tensor] = []
         add = out.append
         # each tensor's nodes.Tensor (its sources and view source by index), once per distinct
@@ -535,6 +538,10 @@ class Builder:
             )
             hit = get(key)
             if hit is None:
+                shape = (t.type, t.ne, t.nb)  # most shapes recur (each layer's): nbytes once each
+                n_bytes = sizes.get(shape)
+                if n_bytes is None:
+                    n_bytes = sizes[shape] = nbytes_of(t.type, t.ne, t.nb)
                 # nodes.Tensor's fields in order (tuple.__new__: no keyword or default handling)
                 hit = frozen[key] = make_tensor(
                     Tensor,
@@ -544,7 +551,7 @@ class Builder:
                         t.type,
                         t.ne,
                         t.nb,
-                        nbytes_of(t.type, t.ne, t.nb),
+                        n_bytes,
                         t.flags,
                         si,
                         vi,
@@ -562,12 +569,27 @@ class Builder:
 
 
 _FROZEN: dict[tuple[object, ...], Tensor] = {}
+# nbytes_of by (type, ne, nb), as Builder.graph and nbytes_known computed it: the same shapes
+# recur in every layer and every build
+_NBYTES: dict[tuple[str, tuple[int, int, int, int], tuple[int, int, int, int]], int] = {}
 _FROZEN_MAX = 200_000
 
 
+def nbytes_known(type_: str, ne: tuple[int, int, int, int], nb: tuple[int, int, int, int]) -> int:
+    """nbytes_of, computed once per (type, ne, nb) and kept with the converted tensors."""
+    shape = (type_, ne, nb)
+    n_bytes = _NBYTES.get(shape)
+    if n_bytes is None:
+        if len(_NBYTES) > _FROZEN_MAX:
+            _NBYTES.clear()
+        n_bytes = _NBYTES[shape] = nbytes_of(type_, ne, nb)
+    return n_bytes
+
+
 def forget_frozen() -> None:
-    """Drop the converted tensors Builder.graph keeps."""
+    """Drop the converted tensors (and their sizes) Builder.graph keeps."""
     _FROZEN.clear()
+    _NBYTES.clear()
 
 
 def set_output(t: T) -> None:

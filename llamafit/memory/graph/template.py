@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from ...facts.hparams import ModelFacts
 from .build import GraphContext
-from .ggml import forget_frozen, nbytes_of
+from .ggml import forget_frozen, nbytes_known
 from .loader import kv_buffer, rope_factor_layers, tensor_map, weight_buffer
 from .models import model_of, uses_iswa
 from .nodes import TENSOR_FIELDS, Graph, Tensor, make_tensor, with_field
@@ -323,7 +323,7 @@ class _Template:
                         t.type,
                         ne,
                         nb,
-                        nbytes_of(t.type, ne, nb),
+                        nbytes_known(t.type, ne, nb),
                         t.flags,
                         t.src,
                         t.view_src,
