@@ -166,7 +166,14 @@ def is_contiguous(t: T, n: int = 0) -> bool:
 
 
 def _ne4(ne: tuple[int, ...]) -> tuple[int, int, int, int]:
-    return (ne + (1, 1, 1))[:4]  # type: ignore[return-value]
+    n = len(ne)
+    if n == 4:
+        return ne  # type: ignore[return-value]
+    if n == 3:
+        return (ne[0], ne[1], ne[2], 1)
+    if n == 2:
+        return (ne[0], ne[1], 1, 1)
+    return (ne[0], 1, 1, 1)
 
 
 class Builder:
@@ -387,8 +394,9 @@ class Builder:
     # --- views ---------------------------------------------------------------------------
     def reshape(self, a: T, *ne: int) -> T:
         """ggml_reshape_Nd: a contiguous view of a."""
-        shape = _ne4(ne)
-        return T(a.type, shape, None, "RESHAPE", (a,), a, 0, _cut(a.name + " (reshaped)"))
+        name = a.name + " (reshaped)"  # _cut's test inline: views are the most common ops
+        cut = name if len(name) < GGML_MAX_NAME else _cut(name)
+        return T(a.type, _ne4(ne), None, "RESHAPE", (a,), a, 0, cut)
 
     def view(self, a: T, ne: tuple[int, ...], nbs: tuple[int, ...], offset: int) -> T:
         """ggml_view_1d..4d: ne has 1 to 4 entries and nbs the len(ne) - 1 strides given."""
@@ -402,14 +410,15 @@ class Builder:
             nb = (nb0, nbs[0], nbs[1], nbs[1] * ne[2])
         else:
             nb = (nb0, nbs[0], nbs[1], nbs[2])
-        return T(a.type, shape, nb, "VIEW", (a,), a, offset, _cut(a.name + " (view)"))
+        name = a.name + " (view)"
+        cut = name if len(name) < GGML_MAX_NAME else _cut(name)
+        return T(a.type, shape, nb, "VIEW", (a,), a, offset, cut)
 
     def permute(self, a: T, ax0: int, ax1: int, ax2: int, ax3: int) -> T:
         ne = [0, 0, 0, 0]
         nb = [0, 0, 0, 0]
-        for i, ax in enumerate((ax0, ax1, ax2, ax3)):
-            ne[ax] = a.ne[i]
-            nb[ax] = a.nb[i]
+        ne[ax0], ne[ax1], ne[ax2], ne[ax3] = a.ne
+        nb[ax0], nb[ax1], nb[ax2], nb[ax3] = a.nb
         # ggml_permute: ggml_view_tensor names it "(view)", then "(permuted)" after a's name
         return T(
             a.type,
