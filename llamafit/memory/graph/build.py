@@ -25,6 +25,24 @@ GATING = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
 POOLING_MEAN = 1  # enum llama_pooling_type (include/llama.h)
 
 
+class _PerLayer(dict[int, str]):
+    """A string of each layer index, formatted the first time it is asked for: the names a
+    build makes (cb's "name-il", lw's "blk.il.part") join it to the name, which costs less
+    than formatting the index in each of them."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__()
+        self.fmt = fmt
+
+    def __missing__(self, il: int) -> str:
+        text = self[il] = self.fmt.format(il)
+        return text
+
+
+_NAME_SUFFIX = _PerLayer("-{}")  # llama_context::graph_get_cb's "%s-%d"
+_BLOCK_PREFIX = _PerLayer("blk.{}.")  # LLM_TN's "blk.%d." (llm_tensor_info's per-layer names)
+
+
 class AttnInput:
     """llm_graph_input_attn_kv for one cache: indexes, mask and rotations."""
 
@@ -169,7 +187,7 @@ class GraphInputs:
         return t
 
     def lw(self, il: int, part: str) -> T | None:
-        return self.w(f"blk.{il}.{part}", il)
+        return self.w(_BLOCK_PREFIX[il] + part, il)
 
     def need(self, t: T | None, what: str) -> T:
         if t is None:
@@ -179,7 +197,7 @@ class GraphInputs:
     def cb(self, t: T, name: str, il: int) -> T:
         """llama_context::graph_get_cb: "name-il" (or name), and the norm pin to layer il's
         device for small ubatches or full offload."""
-        t.name = f"{name}-{il}" if il >= 0 else name
+        t.name = name + _NAME_SUFFIX[il] if il >= 0 else name
         if il != -1 and (name == "norm" or name == "l_last"):
             self.pinnable.append((t, il))
             if self.pin:
@@ -725,7 +743,7 @@ class GraphContext(GraphInputs):
             raise GraphBuildError(f"{f.path}: merged ffn_gate_up_exps is not modelled")
         probs = self._moe_probs(cur, il, gating, biases, probs_in)
         # llama4 selects on the logits (the sigmoid only after the top-k): the gating's source
-        selection = probs.src[0] if weight_before and probs.src[0] is not None else probs
+        selection = probs.src[0] if weight_before else probs
         selected, weights = self._moe_select(
             probs, il, gating, norm_w, exp_probs_b, w_scale, scale_w, selection
         )
@@ -826,7 +844,6 @@ class GraphContext(GraphInputs):
         if f.n_expert_groups > 1 and n_tokens > 0:  # the top n_group_used expert groups
             selection = self._moe_groups(selection, il)
         selected = b.argsort_top_k(selection, n_used)
-        assert selected.src[0] is not None
         self.cb(selected.src[0], "ffn_moe_argsort", il)
         self.cb(selected, "ffn_moe_topk", il)
         probs = b.reshape(probs, 1, n_expert, n_tokens)

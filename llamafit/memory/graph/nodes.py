@@ -69,19 +69,19 @@ class Tensor(NamedTuple):
 # Tensor's fields in order (with_field's and the scheduler's copies index them)
 TENSOR_FIELDS: tuple[str, ...] = Tensor._fields
 # a Tensor of these field values, in TENSOR_FIELDS' order (tuple.__new__: no per-field call)
-_make: Callable[[type[Tensor], Iterable[object]], Tensor] = tuple.__new__
+make_tensor: Callable[[type[Tensor], Iterable[object]], Tensor] = tuple.__new__
 
 
 def tensor_of(values: Iterable[object]) -> Tensor:
     """The Tensor of these field values, in TENSOR_FIELDS' order."""
-    return _make(Tensor, values)
+    return make_tensor(Tensor, values)
 
 
 def with_field(t: Tensor, k: int, value: object) -> Tensor:
     """t with field TENSOR_FIELDS[k] set to value."""
     values: list[object] = list(t)
     values[k] = value
-    return _make(Tensor, values)
+    return make_tensor(Tensor, values)
 
 
 @dataclass(frozen=True, slots=True)

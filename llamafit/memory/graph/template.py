@@ -31,10 +31,10 @@ from dataclasses import dataclass, replace
 
 from ...facts.hparams import ModelFacts
 from .build import GraphContext
-from .ggml import forget_frozen, nbytes_of
+from .ggml import forget_frozen, nbytes_known
 from .loader import kv_buffer, rope_factor_layers, tensor_map, weight_buffer
 from .models import model_of, uses_iswa
-from .nodes import TENSOR_FIELDS, Graph, Tensor, with_field
+from .nodes import TENSOR_FIELDS, Graph, Tensor, make_tensor, with_field
 from .params import GraphBuildError, GraphConfig, GraphHParams
 
 
@@ -197,7 +197,10 @@ def count_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> in
     return _built(facts, config, hp).b.n_tensors()
 
 
-_Lin = tuple[int, int, int]  # a + b * kv_size + c * kv_size_swa
+# one tensor's shapes as functions of the cache sizes: its index, its ne, nb and view offset
+# (nine values) at kv_size 0 and kv_size_swa 0, and each value that changes as (its position, b,
+# c): that value plus b * kv_size + c * kv_size_swa
+_Varying = tuple[int, tuple[int, ...], tuple[tuple[int, int, int], ...]]
 
 
 class _Template:
@@ -218,7 +221,7 @@ class _Template:
         graph: Graph,
         config: GraphConfig,
         rules: list[tuple[int, _Rule]],
-        varying: list[tuple[int, tuple[_Lin, ...]]],
+        varying: list[_Varying],
         pins: _Pins,
     ) -> None:
         self.graph = graph
@@ -245,14 +248,15 @@ class _Template:
             g2 = g0
         if not (g0.nodes == g1.nodes == g2.nodes and g0.leafs == g1.leafs == g2.leafs):
             return None
-        varying: list[tuple[int, tuple[_Lin, ...]]] = []
+        varying: list[_Varying] = []
         for i, (t0, t1, t2) in enumerate(zip(g0.tensors, g1.tensors, g2.tensors, strict=True)):
             if t0 is t1 and t1 is t2:  # interned by Builder.graph: the same tensor
                 continue
-            lins = _linear(t0, t1, t2, kv, swa, step)
-            if lins is None:
+            lin = _linear(t0, t1, t2, kv, swa, step)
+            if lin is None:
                 return None
-            varying.append((i, lins))
+            if lin[1]:  # else the same shapes at every size: at() takes t0 as it is
+                varying.append((i, *lin))
         template = cls(g0, config, rules, varying, pins)
         check = replace(config, kv_size=kv + 2 * step, kv_size_swa=swa + 3 * step)
         got = template.at(check).tensors
@@ -275,14 +279,15 @@ class _Template:
         same = g0.nodes == g1.nodes and g0.leafs == g1.leafs
         if not same or len(g0.tensors) != len(g1.tensors):
             return None
-        varying: list[tuple[int, tuple[_Lin, ...]]] = []
+        varying: list[_Varying] = []
         for i, (t0, t1) in enumerate(zip(g0.tensors, g1.tensors, strict=True)):
             if t0 is t1:  # interned by Builder.graph: the same tensor
                 continue
-            lins = _linear(t0, t1, t0, kv, first.config.kv_size_swa, step)
-            if lins is None:
+            lin = _linear(t0, t1, t0, kv, first.config.kv_size_swa, step)
+            if lin is None:
                 return None
-            varying.append((i, lins))
+            if lin[1]:  # else the same shapes at every size: at() takes t0 as it is
+                varying.append((i, *lin))
         return cls(g0, first.config, first.rules, varying, first.pins)
 
     def matches(self, config: GraphConfig, graph: Graph) -> bool:
@@ -303,27 +308,34 @@ class _Template:
             return g
         tensors = list(g.tensors)
         if kv != base.kv_size or swa != base.kv_size_swa:
-            for i, lins in self.varying:
+            for i, at0, changes in self.varying:
                 t = tensors[i]
-                v = [a + b * kv + c * swa for a, b, c in lins]
+                v = list(at0)
+                for k, b, c in changes:
+                    v[k] += b * kv + c * swa
                 ne = (v[0], v[1], v[2], v[3])
                 nb = (v[4], v[5], v[6], v[7])
-                # positional (nodes.Tensor's field order): faster than its keywords
-                tensors[i] = Tensor(
-                    t.name,
-                    t.op,
-                    t.type,
-                    ne,
-                    nb,
-                    nbytes_of(t.type, ne, nb),
-                    t.flags,
-                    t.src,
-                    t.view_src,
-                    v[8],
-                    t.data,
-                    t.buffer,
-                    t.desc,
-                    t.pin_layer,
+                # nodes.Tensor's fields in order (tuple.__new__: no keyword or default handling)
+                tensors[i] = make_tensor(
+                    Tensor,
+                    (
+                        t.name,
+                        t.op,
+                        t.type,
+                        ne,
+                        nb,
+                        nbytes_known(t.type, ne, nb),
+                        t.flags,
+                        t.src,
+                        t.view_src,
+                        v[8],
+                        t.data,
+                        t.buffer,
+                        t.desc,
+                        t.pin_layer,
+                        t.usage,
+                        t.backend,
+                    ),
                 )
         if (
             config.weights,
@@ -364,28 +376,34 @@ def _pins(config: GraphConfig) -> bool:
 
 def _linear(
     t0: Tensor, t1: Tensor, t2: Tensor, kv: int, swa: int, step: int
-) -> tuple[_Lin, ...] | None:
+) -> tuple[tuple[int, ...], tuple[tuple[int, int, int], ...]] | None:
     """ne, nb and view offset of one tensor as a + b * kv_size + c * kv_size_swa, from the
-    tensor at (kv, swa), (kv + step, swa) and (kv, swa + step); None where it is not one
-    tensor of the same structure or a shape is not linear in steps."""
+    tensor at (kv, swa), (kv + step, swa) and (kv, swa + step): the nine values at kv_size 0 and
+    kv_size_swa 0, and (position, b, c) of each that changes (none: the same shapes at every
+    size); None where it is not one tensor of the same structure or a shape is not linear in
+    steps."""
     same = (t0.name, t0.op, t0.src, t0.view_src, t0.type)
     if same != (t1.name, t1.op, t1.src, t1.view_src, t1.type):
         return None
     if same != (t2.name, t2.op, t2.src, t2.view_src, t2.type):
         return None
-    lins = []
-    for x0, x1, x2 in zip(
-        (*t0.ne, *t0.nb, t0.view_offs),
-        (*t1.ne, *t1.nb, t1.view_offs),
-        (*t2.ne, *t2.nb, t2.view_offs),
-        strict=True,
-    ):
+    xs0 = (*t0.ne, *t0.nb, t0.view_offs)
+    xs1 = (*t1.ne, *t1.nb, t1.view_offs)
+    xs2 = (*t2.ne, *t2.nb, t2.view_offs)
+    if xs0 == xs1 == xs2:
+        return xs0, ()
+    at0 = list(xs0)
+    changes = []
+    for k, (x0, x1, x2) in enumerate(zip(xs0, xs1, xs2, strict=True)):
+        if x0 == x1 == x2:
+            continue
         b, rb = divmod(x1 - x0, step)
         c, rc = divmod(x2 - x0, step)
         if rb or rc:
             return None
-        lins.append((x0 - b * kv - c * swa, b, c))
-    return tuple(lins)
+        at0[k] = x0 - b * kv - c * swa
+        changes.append((k, b, c))
+    return tuple(at0), tuple(changes)
 
 
 @dataclass(frozen=True, slots=True)
