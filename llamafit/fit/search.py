@@ -14,7 +14,7 @@ from ..frozen import replace
 from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown, MemoryModel
-from ..memory.resolve import ResolvedConfig, resolve
+from ..memory.resolve import ResolvedConfig, kv_streams, resolve
 from ..memory.side_models import SidePlan, attach
 
 STEP = 256  # llama.cpp pads the context to 256 cells
@@ -167,7 +167,13 @@ def largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
 
 def streams(target: Target, cfg: LaunchConfig) -> int:
     """How many per-slot streams -c is divided into: n_parallel without a unified KV cache, else
-    1."""
+    1 (also where llama.cpp refuses cfg at the least context). One stream (a unified cache, one
+    slot) needs no evaluation: the answer is 1 either way (resolve.kv_streams)."""
+    try:
+        if kv_streams(cfg, target.engine, target.build) == 1:
+            return 1
+    except InputError:
+        return 1  # resolve refuses the slots: evaluate is None
     result = target.evaluate(replace(cfg, n_ctx=STEP))
     return result[0].n_stream if result is not None else 1
 

@@ -171,6 +171,30 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("n_parallel", "kv_unified", "expected", "evaluated"),
+    [
+        (-1, False, 1, 0),  # -np auto: 4 slots, one unified stream
+        (1, False, 1, 0),
+        (4, True, 1, 0),
+        (4, False, 4, 1),  # a stream per slot: evaluated (llama.cpp may refuse the config)
+        (300, False, 1, 0),  # over LLAMA_MAX_SEQ: resolve refuses it, as evaluate would
+    ],
+)
+def test_streams_evaluates_only_for_several_streams(
+    n_parallel: int, kv_unified: bool, expected: int, evaluated: int
+) -> None:
+    from llamafit.fit.search import streams
+
+    t = target(QWEN, "24GiB")
+    cfg = replace(LaunchConfig(), n_parallel=n_parallel, kv_unified=kv_unified)
+    result = t.evaluate(replace(cfg, n_ctx=STEP))
+    assert (result[0].n_stream if result is not None else 1) == expected  # the rule streams keeps
+    t = target(QWEN, "24GiB")  # a fresh target: nothing evaluated yet
+    assert streams(t, cfg) == expected
+    assert len(t._evaluated) == evaluated
+
+
 # ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and
 # rules out combos by a bound rather than searching each (issue #26) ----
 
@@ -194,20 +218,21 @@ def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: i
 @pytest.mark.parametrize(
     ("name", "gpu", "lo", "hi", "exhaustive", "evaluated", "quality"),
     [
-        # combos that resolve alike (-ub above -c 256) share one estimate (Target._searched)
-        ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 98, 7, 5),  # all 21 combos reach the top
+        # combos that resolve alike (-ub above -c 256) share one estimate (Target._searched);
+        # search.streams evaluates nothing with one KV stream (-np auto: a unified cache)
+        ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 98, 6, 5),  # all 21 combos reach the top
         # -fa auto is off on CUDA for these fixtures' 16-wide heads (no kernel), with the cache as
         # made for flash attention: a config of its own, which -fa on and off do not share
-        ("dense-llama.gguf", "8GiB", 256, 4096, 28, 8, 6),
-        ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 28, 8, 6),
+        ("dense-llama.gguf", "8GiB", 256, 4096, 28, 6, 5),
+        ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 28, 6, 5),
         (
             "header-only/qwen2.5-32b-like-q4_k_m.gguf",
             "24GiB",
             4096,
             32768,
-            179,
-            26,
-            9,
+            165,
+            18,
+            8,
         ),  # the 10th (q8_0/q8_0, -ub 512) reaches 32k first
     ],
 )
