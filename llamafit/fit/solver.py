@@ -157,17 +157,31 @@ def combos(cfg: LaunchConfig, policy: Policy, architecture: str = "") -> Iterato
 
 def _most_compact(target: Target, cfg: LaunchConfig, policy: Policy) -> list[LaunchConfig]:
     """The combos that need the least memory per token — the last KV pair llama.cpp accepts for this
-    model (a quantized block must divide the head size), each FA setting, the smallest -ub."""
-    options = [
-        o
-        for o in combos(cfg, policy, target.model.facts.architecture)
-        if target.evaluate(replace(o, n_ctx=STEP)) is not None
-    ]
-    if not options:
+    model (a quantized block must divide the head size), each FA setting, the smallest -ub that
+    any accepted combo has.
+
+    Of the accepted combos only the last one's KV pair and the least -ub matter, so the combos
+    are asked from the end (the last accepted) and by -ub from the least up (the first -ub that
+    one accepts): usually a few evaluations, not every combo's (issue #36 item 5)."""
+    options = list(combos(cfg, policy, target.model.facts.architecture))
+
+    def accepted(o: LaunchConfig) -> bool:
+        return target.evaluate(replace(o, n_ctx=STEP)) is not None
+
+    last = next((o for o in reversed(options) if accepted(o)), None)
+    if last is None:
         return []
-    last_kv = (options[-1].type_k, options[-1].type_v)
-    smallest_ub = min(o.n_ubatch for o in options)
-    return [o for o in options if (o.type_k, o.type_v) == last_kv and o.n_ubatch == smallest_ub]
+    last_kv = (last.type_k, last.type_v)
+    smallest_ub = next(
+        ub
+        for ub in sorted({o.n_ubatch for o in options})
+        if any(accepted(o) for o in reversed(options) if o.n_ubatch == ub)
+    )
+    return [
+        o
+        for o in options
+        if (o.type_k, o.type_v) == last_kv and o.n_ubatch == smallest_ub and accepted(o)
+    ]
 
 
 def _reaches(target: Target, cfgs: list[LaunchConfig], ctx: int, mult: int) -> bool:

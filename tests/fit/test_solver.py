@@ -326,3 +326,47 @@ def test_attention_sink_models_keep_k_at_f16() -> None:
     assert summary(solve(gptoss, LaunchConfig(), Policy()))[4:6] == ("f16", "q4_0")
     asked = solve(gptoss, LaunchConfig(), Policy(kv="q4_0"))
     assert summary(asked)[4:6] == ("q4_0", "q4_0")
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu", "policy", "expected", "evaluated"),
+    [
+        # quantized K/V refused (16-wide heads): the last accepted pair is f16/f16, both -fa
+        (
+            "dense-llama.gguf",
+            "8GiB",
+            Policy(),
+            [("f16", "f16", "on", 128), ("f16", "f16", "off", 128)],
+            17,
+        ),
+        ("dense-llama.gguf", "8GiB", Policy(fa="off"), [("f16", "f16", "off", 128)], 1),
+        ("mla-deepseek2.gguf", "8GiB", Policy(kv="q8_0"), [], 3),  # none accepted
+        # attention sinks: K stays f16
+        ("swa-gptoss.gguf", "8GiB", Policy(), [("f16", "q4_0", "on", 128)], 1),
+        ("moe-qwen3.gguf", "24GiB,12GiB", Policy(), [("q4_0", "q4_0", "on", 128)], 1),
+    ],
+)
+def test_most_compact_is_the_rule_over_every_combo_with_fewer_evaluations(
+    name: str, gpu: str, policy: Policy, expected: list[tuple[str, str, str, int]], evaluated: int
+) -> None:
+    """_most_compact asks the combos from the end and by -ub from the least: the same combos as
+    the rule over every accepted one (the last accepted KV pair, the least -ub accepted)."""
+    from llamafit.fit.solver import _most_compact, combos
+
+    t = target(FIXTURES / name, gpu)
+    accepted = [
+        o
+        for o in combos(LaunchConfig(), policy, t.model.facts.architecture)
+        if t.evaluate(replace(o, n_ctx=STEP)) is not None
+    ]
+    rule = [
+        o
+        for o in accepted
+        if (o.type_k, o.type_v) == (accepted[-1].type_k, accepted[-1].type_v)
+        and o.n_ubatch == min(a.n_ubatch for a in accepted)
+    ]
+    t = target(FIXTURES / name, gpu)  # a fresh target: nothing evaluated yet
+    got = _most_compact(t, LaunchConfig(), policy)
+    assert got == rule
+    assert [(o.type_k, o.type_v, o.flash_attn, o.n_ubatch) for o in got] == expected
+    assert len(t._evaluated) == evaluated
