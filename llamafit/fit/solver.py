@@ -241,18 +241,23 @@ def _best_combo(
     reached: list[tuple[LaunchConfig, int]] = []
     top = hi // STEP * STEP  # the most max_context can return
     options = list(combos(base, policy, target.model.facts.architecture))
-    if policy.prefer != "quality":
-        # the largest context first, the most compact combos first: by monotonicity one evaluation
-        # at the best so far + STEP rules a combo out; then the first combo (in order) that reaches
-        # it (issue #26)
-        most = 0
-        for c in reversed(options):
-            most = max_context(target, c, hi, most + STEP if most else lo) or most
-            if most == top:
+    if policy.prefer != "quality" and options:
+        # the pick is the first combo (in order) that reaches the largest context. The most
+        # compact combo first (it usually reaches the most: issue #26); then, in order, one
+        # evaluation per combo: until a combo is picked at the best so far (a tie picks the
+        # earlier combo), after it at the best + STEP (only more context picks a later one); a
+        # combo that reaches it is searched up from there. By monotonicity each combo is ruled
+        # out at the best known when it is asked, not at the largest and again at the best.
+        most = max_context(target, options[-1], hi, lo)
+        pick: LaunchConfig | None = None
+        for c in options:
+            if pick is not None and most == top:
                 break
-        reached = next(
-            ([(c, most)] for c in options if most and max_context(target, c, most, most)), []
-        )
+            at = most + STEP if pick is not None and most else (most or lo)
+            found = max_context(target, c, hi, at)
+            if found:
+                most, pick = found, c
+        reached = [(pick, most)] if pick is not None and most else []
         options = []
     for c in options:
         ctx = max_context(target, c, hi, lo)
