@@ -6,6 +6,7 @@ llama.cpp searches for anywhere in the tensor name)."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 # llama.cpp: common/common.h LLM_FFN_EXPS_REGEX (routed experts; the router ffn_gate_inp and the
 # shared experts *_shexp do not match) and LLM_FFN_DENSE_REGEX, as -ot patterns.
@@ -15,18 +16,25 @@ LLM_FFN_DENSE_REGEX = r"\.ffn_(up|down|gate)\."
 _EXPERTS = re.compile(LLM_FFN_EXPS_REGEX)
 _DENSE_FFN = re.compile(LLM_FFN_DENSE_REGEX)
 _BLOCK = re.compile(r"^blk\.([0-9]+)\.(.+)\Z", re.DOTALL)  # ASCII digits: llama.cpp formats them
+# the answers per name, memoized: a plan asks them of every tensor name several times (the
+# facts, MemoryModel's sums and probes, the speed estimate), a regex each time (issue #36 item 5);
+# large enough for the names of a few models
+NAMES_MEMO = 16384
 
 
+@lru_cache(maxsize=NAMES_MEMO)
 def is_expert(name: str) -> bool:
     """A routed-expert matrix (what --cpu-moe moves)."""
     return _EXPERTS.search(name) is not None
 
 
+@lru_cache(maxsize=NAMES_MEMO)
 def is_dense_ffn(name: str) -> bool:
     """A dense FFN matrix (what --n-cpu-ffn moves)."""
     return _DENSE_FFN.search(name) is not None
 
 
+@lru_cache(maxsize=NAMES_MEMO)
 def split_block(name: str) -> tuple[int, str] | None:
     """`blk.N.rest` → (N, rest); None for tensors outside the blocks (token_embd, output, …)."""
     m = _BLOCK.match(name)

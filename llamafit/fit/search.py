@@ -14,7 +14,7 @@ from ..frozen import replace
 from ..machine.devices import DeviceSpec
 from ..memory.config import LaunchConfig
 from ..memory.model import Breakdown, MemoryModel
-from ..memory.resolve import ResolvedConfig, resolve
+from ..memory.resolve import ResolvedConfig, kv_streams, resolve
 from ..memory.side_models import SidePlan, attach
 
 STEP = 256  # llama.cpp pads the context to 256 cells
@@ -167,7 +167,13 @@ def largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
 
 def streams(target: Target, cfg: LaunchConfig) -> int:
     """How many per-slot streams -c is divided into: n_parallel without a unified KV cache, else
-    1."""
+    1 (also where llama.cpp refuses cfg at the least context). One stream (a unified cache, one
+    slot) needs no evaluation: the answer is 1 either way (resolve.kv_streams)."""
+    try:
+        if kv_streams(cfg, target.engine, target.build) == 1:
+            return 1
+    except InputError:
+        return 1  # resolve refuses the slots: evaluate is None
     result = target.evaluate(replace(cfg, n_ctx=STEP))
     return result[0].n_stream if result is not None else 1
 
@@ -175,25 +181,89 @@ def streams(target: Target, cfg: LaunchConfig) -> int:
 def max_context(target: Target, cfg: LaunchConfig, ctx_max: int, ctx_min: int = STEP) -> int | None:
     """Largest per-slot context (a multiple of 256, in [ctx_min, ctx_max]) that fits; None if none.
 
-    With per-slot KV streams -c is the total, so -c = per-slot context x streams."""
+    With per-slot KV streams -c is the total, so -c = per-slot context x streams. The search is
+    guided by each device's room (largest_guided): the bytes grow about linearly with the
+    context, so a few evaluations find the boundary that bisection finds in log2 of the range."""
     mult = streams(target, cfg)
     lo, hi = -(-max(ctx_min, STEP) // STEP), ctx_max // STEP
     key = replace(cfg, n_ctx=0)
     brackets = target._brackets
 
-    def ok(k: int) -> bool:
+    def look(k: int) -> tuple[bool, Room | None]:
         n_ctx = k * STEP * mult
         fit, fail = brackets.get(key, (0, None))
         if n_ctx <= fit:
-            return True
+            return True, None
         if fail is not None and n_ctx >= fail:
-            return False
-        found = target.fits(replace(cfg, n_ctx=n_ctx))
+            return False, None
+        result = target.evaluate(replace(cfg, n_ctx=n_ctx))
+        found = result is not None and result[1].fits
         brackets[key] = (n_ctx, fail) if found else (fit, n_ctx)
-        return found
+        return found, room(result[1]) if result is not None else None
 
-    best = largest(lo, hi, ok)
+    best = largest_guided(lo, hi, look)
     return None if best is None else best * STEP
+
+
+# per device of a breakdown, the bytes it has left (usable less what it must hold; negative where
+# short), None where its memory is not known
+Room = tuple[int | None, ...]
+GUIDED_PROBES = 4  # largest_guided's probes by the rooms before it bisects what is left
+
+
+def room(b: Breakdown) -> Room:
+    """Each device's bytes left in `b` (Breakdown.short's figures, not negated)."""
+    return tuple(
+        None if d.usable_bytes is None else d.usable_bytes - b.hard_bytes(d) for d in b.devices
+    )
+
+
+def largest_guided(lo: int, hi: int, look: Callable[[int], tuple[bool, Room | None]]) -> int | None:
+    """largest(lo, hi, ok) for ok monotone (true then false), where look(x) is (ok(x), the
+    devices' room at x or None): the same answer, the largest x with ok(x), found in fewer
+    calls where the room shrinks about linearly in x. Each probe lies strictly between the
+    largest x known to be ok and the smallest known not to be, so the answer is where they
+    meet, as in bisection. With the room at both ends known, the probe is the last x at which
+    each device short at the upper end still has room on the line between the two (the
+    tightest device's), else the upper end itself while only the lower end's room is known;
+    after GUIDED_PROBES such probes, or where the rooms say nothing, the midpoint (bisection)."""
+    if hi < lo:
+        return None
+    ok, good_room = look(lo)
+    if not ok:
+        return None
+    good, bad, bad_room = lo, hi + 1, None
+    guided = 0
+    while bad - good > 1:
+        k = (good + bad) // 2
+        if guided < GUIDED_PROBES and good_room is not None:
+            guess = (
+                bad - 1
+                if bad_room is None and bad == hi + 1
+                else _crossing(good, good_room, bad, bad_room)
+            )
+            if guess is not None:
+                k, guided = min(max(guess, good + 1), bad - 1), guided + 1
+        ok, at = look(k)
+        if ok:
+            good, good_room = k, at
+        else:
+            bad, bad_room = k, at
+    return good
+
+
+def _crossing(good: int, good_room: Room, bad: int, bad_room: Room | None) -> int | None:
+    """The largest x in [good, bad) at which every device short at `bad` has room on the line
+    between its room at `good` and at `bad`; None where that is not known."""
+    if bad_room is None or len(bad_room) != len(good_room):
+        return None
+    found = None
+    for a, b in zip(good_room, bad_room, strict=True):
+        if a is None or b is None or b >= 0 or a < 0:
+            continue
+        x = good + a * (bad - good) // (a - b)
+        found = x if found is None else min(found, x)
+    return found
 
 
 def max_gpu_layers(target: Target, cfg: LaunchConfig) -> int | None:

@@ -157,17 +157,31 @@ def combos(cfg: LaunchConfig, policy: Policy, architecture: str = "") -> Iterato
 
 def _most_compact(target: Target, cfg: LaunchConfig, policy: Policy) -> list[LaunchConfig]:
     """The combos that need the least memory per token — the last KV pair llama.cpp accepts for this
-    model (a quantized block must divide the head size), each FA setting, the smallest -ub."""
-    options = [
-        o
-        for o in combos(cfg, policy, target.model.facts.architecture)
-        if target.evaluate(replace(o, n_ctx=STEP)) is not None
-    ]
-    if not options:
+    model (a quantized block must divide the head size), each FA setting, the smallest -ub that
+    any accepted combo has.
+
+    Of the accepted combos only the last one's KV pair and the least -ub matter, so the combos
+    are asked from the end (the last accepted) and by -ub from the least up (the first -ub that
+    one accepts): usually a few evaluations, not every combo's (issue #36 item 5)."""
+    options = list(combos(cfg, policy, target.model.facts.architecture))
+
+    def accepted(o: LaunchConfig) -> bool:
+        return target.evaluate(replace(o, n_ctx=STEP)) is not None
+
+    last = next((o for o in reversed(options) if accepted(o)), None)
+    if last is None:
         return []
-    last_kv = (options[-1].type_k, options[-1].type_v)
-    smallest_ub = min(o.n_ubatch for o in options)
-    return [o for o in options if (o.type_k, o.type_v) == last_kv and o.n_ubatch == smallest_ub]
+    last_kv = (last.type_k, last.type_v)
+    smallest_ub = next(
+        ub
+        for ub in sorted({o.n_ubatch for o in options})
+        if any(accepted(o) for o in reversed(options) if o.n_ubatch == ub)
+    )
+    return [
+        o
+        for o in options
+        if (o.type_k, o.type_v) == last_kv and o.n_ubatch == smallest_ub and accepted(o)
+    ]
 
 
 def _reaches(target: Target, cfgs: list[LaunchConfig], ctx: int, mult: int) -> bool:
@@ -227,18 +241,23 @@ def _best_combo(
     reached: list[tuple[LaunchConfig, int]] = []
     top = hi // STEP * STEP  # the most max_context can return
     options = list(combos(base, policy, target.model.facts.architecture))
-    if policy.prefer != "quality":
-        # the largest context first, the most compact combos first: by monotonicity one evaluation
-        # at the best so far + STEP rules a combo out; then the first combo (in order) that reaches
-        # it (issue #26)
-        most = 0
-        for c in reversed(options):
-            most = max_context(target, c, hi, most + STEP if most else lo) or most
-            if most == top:
+    if policy.prefer != "quality" and options:
+        # the pick is the first combo (in order) that reaches the largest context. The most
+        # compact combo first (it usually reaches the most: issue #26); then, in order, one
+        # evaluation per combo: until a combo is picked at the best so far (a tie picks the
+        # earlier combo), after it at the best + STEP (only more context picks a later one); a
+        # combo that reaches it is searched up from there. By monotonicity each combo is ruled
+        # out at the best known when it is asked, not at the largest and again at the best.
+        most = max_context(target, options[-1], hi, lo)
+        pick: LaunchConfig | None = None
+        for c in options:
+            if pick is not None and most == top:
                 break
-        reached = next(
-            ([(c, most)] for c in options if most and max_context(target, c, most, most)), []
-        )
+            at = most + STEP if pick is not None and most else (most or lo)
+            found = max_context(target, c, hi, at)
+            if found:
+                most, pick = found, c
+        reached = [(pick, most)] if pick is not None and most else []
         options = []
     for c in options:
         ctx = max_context(target, c, hi, lo)

@@ -36,6 +36,7 @@ from ..machine.devices import DeviceSpec
 from ..machine.rates import AttentionRate, KernelRate, Rate
 from ..memory.kv import layer_cell_bytes
 from ..memory.model import MemoryModel
+from ..memory.overrides import Rules
 from ..memory.overrides import buffer_device as _buffer_device
 from ..memory.placement import CPU, LayerMap, tensor_layer
 from ..memory.resolve import ResolvedConfig
@@ -391,34 +392,12 @@ def _count_reads(
 ) -> _Reads:
     facts = model.facts
     devs = [CPU, *range(len(gpus))]
-    weights, flops = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
     kv, swa, state = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
-    names = {g.name.lower(): i for i, g in enumerate(gpus)}
-    targets = model.override_targets(rc.all_overrides)
-    types = {t.name: t.ggml_type for t in facts.tensors}
-    by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
-    bytes_by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
-    output: dict[int, dict[int, int]] = {d: {} for d in devs}
-    for name, il, raw, n, kind in model.remember(("speed_tensors",), lambda: _read_tensors(model)):
-        dev = lmap.layers[il] if il is not None else lmap.output
-        target = targets[name]
-        if target is not None:
-            dev = _buffer_device(target, names)
-        weights[dev] += raw
-        flops[dev] += 2 * n
-        by_type[dev][kind] = by_type[dev].get(kind, 0) + 2 * n
-        bytes_by_type[dev][kind] = bytes_by_type[dev].get(kind, 0) + raw
-        if name.startswith("output."):
-            output[dev][kind] = output[dev].get(kind, 0) + 2 * n
-    if model.tied_raw:  # a tied output multiplies by token_embd on the output device
-        n = 2 * facts.n_embd * facts.n_vocab
-        weights[lmap.output] += model.tied_raw
-        flops[lmap.output] += n
-        kind = types.get("token_embd.weight", 0)
-        by_type[lmap.output][kind] = by_type[lmap.output].get(kind, 0) + n
-        tied = bytes_by_type[lmap.output]
-        tied[kind] = tied.get(kind, 0) + model.tied_raw
-        output[lmap.output][kind] = output[lmap.output].get(kind, 0) + n
+    # the weights' part depends on the placement alone, not on the KV choice (read only)
+    key = ("speed_weight_reads", lmap, rc.all_overrides, tuple(g.name for g in gpus))
+    weights, flops, by_type, bytes_by_type, output = model.remember(
+        key, lambda: _count_weight_reads(model, rc.all_overrides, lmap, gpus)
+    )
     attn = 0
     attn_cell, attn_swa = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
     for il in range(facts.n_layer):
@@ -450,6 +429,54 @@ def _count_reads(
         attn_swa,
         layers,
     )
+
+
+# _count_weight_reads: per device, the weights' bytes, their FLOPs, both by ggml type, and the
+# output matrix's FLOPs by type
+_WeightReads = tuple[
+    dict[int, int],
+    dict[int, int],
+    dict[int, dict[int, int]],
+    dict[int, dict[int, int]],
+    dict[int, dict[int, int]],
+]
+
+
+def _count_weight_reads(
+    model: MemoryModel, rules: Rules, lmap: LayerMap, gpus: Sequence[DeviceSpec]
+) -> _WeightReads:
+    """_Reads' weight fields, once per placement (-ot rules, devices): what each device reads of
+    the weights per token (_read_tensors), and a tied output's token_embd on the output device."""
+    facts = model.facts
+    devs = [CPU, *range(len(gpus))]
+    weights, flops = dict.fromkeys(devs, 0), dict.fromkeys(devs, 0)
+    names = {g.name.lower(): i for i, g in enumerate(gpus)}
+    targets = model.override_targets(rules)
+    types = {t.name: t.ggml_type for t in facts.tensors}
+    by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
+    bytes_by_type: dict[int, dict[int, int]] = {d: {} for d in devs}
+    output: dict[int, dict[int, int]] = {d: {} for d in devs}
+    for name, il, raw, n, kind in model.remember(("speed_tensors",), lambda: _read_tensors(model)):
+        dev = lmap.layers[il] if il is not None else lmap.output
+        target = targets[name]
+        if target is not None:
+            dev = _buffer_device(target, names)
+        weights[dev] += raw
+        flops[dev] += 2 * n
+        by_type[dev][kind] = by_type[dev].get(kind, 0) + 2 * n
+        bytes_by_type[dev][kind] = bytes_by_type[dev].get(kind, 0) + raw
+        if name.startswith("output."):
+            output[dev][kind] = output[dev].get(kind, 0) + 2 * n
+    if model.tied_raw:  # a tied output multiplies by token_embd on the output device
+        n = 2 * facts.n_embd * facts.n_vocab
+        weights[lmap.output] += model.tied_raw
+        flops[lmap.output] += n
+        kind = types.get("token_embd.weight", 0)
+        by_type[lmap.output][kind] = by_type[lmap.output].get(kind, 0) + n
+        tied = bytes_by_type[lmap.output]
+        tied[kind] = tied.get(kind, 0) + model.tied_raw
+        output[lmap.output][kind] = output[lmap.output].get(kind, 0) + n
+    return weights, flops, by_type, bytes_by_type, output
 
 
 def _cells(n: int, n_swa: int, swa: bool, padding: int = KV_PAD) -> int:

@@ -55,6 +55,14 @@ def _slots(cfg: LaunchConfig, engine: str, build: int | None = None) -> tuple[in
     return n_seq, cfg.kv_unified
 
 
+def kv_streams(cfg: LaunchConfig, engine: str, build: int | None = None) -> int:
+    """The KV streams resolve gives cfg (ResolvedConfig.n_stream: n_seq_max without a unified
+    cache, else 1), from the slots alone: the context, KV types, flash attention and batch play
+    no part (ConfigError where _slots refuses the slots)."""
+    n_seq, unified = _slots(cfg, engine, build)
+    return 1 if unified else n_seq
+
+
 def _padding(build: int | None, flash_attn: bool) -> int:
     """n_ctx padding by build: 256 (PR #17046), none (PR #16812), else 256 with FA and 32
     without."""

@@ -8,6 +8,7 @@ gguf package's GGML_QUANT_SIZES.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -87,6 +88,8 @@ _TABLE = (
 )
 _BY_ID = {type_id: GGMLType(type_id, name, block, size) for type_id, name, block, size in _TABLE}
 _BY_NAME = {t.name.lower(): t for t in _BY_ID.values()}
+# the types ggml knows, by id (GGMLType.of without its KeyError)
+TYPES_BY_ID: Mapping[int, GGMLType] = _BY_ID
 
 
 def ggml_type_name(name: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import GGUFError
 from ..units import pad
-from .ggml_types import GGML_MAX_NAME, GGMLType, tensor_nbytes
+from .ggml_types import GGML_MAX_NAME, TYPES_BY_ID, GGMLType, tensor_nbytes
 from .source import ByteSource
 
 GGUF_MAGIC = b"GGUF"
@@ -351,6 +351,42 @@ def _read_tensor_info(cur: _Cursor, i: int, seen: set[str]) -> TensorInfo:
     return TensorInfo(name, shape, ggml_type, offset, tensor_nbytes(gtype, n_elements))
 
 
+def _tensor_info_in_window(cur: _Cursor, seen: set[str]) -> TensorInfo | None:
+    """_read_tensor_info's tensor info where it lies whole in the bytes already read and passes
+    every check, parsed straight from the window (a plan reads some thousand of them: issue #36
+    item 5); None, having read nothing, for anything else: _read_tensor_info then reads it (and
+    raises its errors)."""
+    buf, off = cur.buf, cur.pos - cur.base
+    end = len(buf)
+    if off < 0 or off + 8 > end:
+        return None
+    (n,) = _U64.unpack_from(buf, off)
+    at = off + 8 + n
+    if at + 4 > end:
+        return None
+    name = buf[off + 8 : at].decode("utf-8", errors="replace")
+    (n_dims,) = _U32.unpack_from(buf, at)
+    if len(name.encode()) >= GGML_MAX_NAME or name in seen or n_dims > GGML_MAX_DIMS:
+        return None
+    dims = _DIMS[n_dims]
+    at += 4
+    if at + dims.size + _TYPE_OFFSET.size > end:
+        return None
+    shape = dims.unpack_from(buf, at)
+    n_elements = 1
+    for d in shape:
+        if d >= 1 << 63:
+            return None
+        n_elements *= d
+    ggml_type, offset = _TYPE_OFFSET.unpack_from(buf, at + dims.size)
+    gtype = TYPES_BY_ID.get(ggml_type)
+    if n_elements >= 1 << 63 or gtype is None or (shape[0] if shape else 1) % gtype.block_size:
+        return None
+    seen.add(name)
+    cur.pos = cur.base + at + dims.size + _TYPE_OFFSET.size
+    return TensorInfo(name, shape, ggml_type, offset, tensor_nbytes(gtype, n_elements))
+
+
 def _layout_data(cur: _Cursor, tensors: list[TensorInfo], alignment: int) -> tuple[int, int]:
     """Check offsets as gguf.cpp does (in order, each padded); returns (data_offset, data_size)."""
     data_offset = pad(cur.pos, alignment)
@@ -402,7 +438,13 @@ def read_header(src: ByteSource) -> GGUFHeader:
     alignment = _alignment(cur, metadata, types)
     seen: set[str] = set()
     cur.reach = cur.pos + n_tensors * _MIN_TENSOR_INFO_SIZE
-    tensors = [_read_tensor_info(cur, i, seen) for i in range(n_tensors)]
+    tensors = []
+    found = None
+    for i in range(n_tensors):
+        found = _tensor_info_in_window(cur, seen)
+        tensors.append(found if found is not None else _read_tensor_info(cur, i, seen))
+    if found is not None:
+        cur.what = f"tensor '{found.name}'"  # as _read_tensor_info leaves it
     data_offset, data_size = _layout_data(cur, tensors, alignment)
     return GGUFHeader(
         src.name,

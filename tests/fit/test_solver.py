@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -171,6 +172,30 @@ def test_host_ram_does_not_hide_a_partial_offload() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("n_parallel", "kv_unified", "expected", "evaluated"),
+    [
+        (-1, False, 1, 0),  # -np auto: 4 slots, one unified stream
+        (1, False, 1, 0),
+        (4, True, 1, 0),
+        (4, False, 4, 1),  # a stream per slot: evaluated (llama.cpp may refuse the config)
+        (300, False, 1, 0),  # over LLAMA_MAX_SEQ: resolve refuses it, as evaluate would
+    ],
+)
+def test_streams_evaluates_only_for_several_streams(
+    n_parallel: int, kv_unified: bool, expected: int, evaluated: int
+) -> None:
+    from llamafit.fit.search import streams
+
+    t = target(QWEN, "24GiB")
+    cfg = replace(LaunchConfig(), n_parallel=n_parallel, kv_unified=kv_unified)
+    result = t.evaluate(replace(cfg, n_ctx=STEP))
+    assert (result[0].n_stream if result is not None else 1) == expected  # the rule streams keeps
+    t = target(QWEN, "24GiB")  # a fresh target: nothing evaluated yet
+    assert streams(t, cfg) == expected
+    assert len(t._evaluated) == evaluated
+
+
 # ---- the combo search stops once no later combo can be picked (issue #16: a slow mamba2 plan), and
 # rules out combos by a bound rather than searching each (issue #26) ----
 
@@ -194,21 +219,26 @@ def _exhaustive_best_combo(t, base: LaunchConfig, policy: Policy, lo: int, hi: i
 @pytest.mark.parametrize(
     ("name", "gpu", "lo", "hi", "exhaustive", "evaluated", "quality"),
     [
-        # combos that resolve alike (-ub above -c 256) share one estimate (Target._searched)
-        ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 98, 7, 5),  # all 21 combos reach the top
+        # combos that resolve alike (-ub above -c 256) share one estimate (Target._searched);
+        # search.streams evaluates nothing with one KV stream (-np auto: a unified cache);
+        # max_context's search is guided by the devices' room (search.largest_guided)
+        ("recurrent-mamba2.gguf", "8GiB", 256, 4096, 35, 3, 2),  # all 21 combos reach the top
         # -fa auto is off on CUDA for these fixtures' 16-wide heads (no kernel), with the cache as
         # made for flash attention: a config of its own, which -fa on and off do not share
-        ("dense-llama.gguf", "8GiB", 256, 4096, 28, 8, 6),
-        ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 28, 8, 6),
+        ("dense-llama.gguf", "8GiB", 256, 4096, 10, 2, 2),
+        ("hybrid-granite.gguf", "24GiB,12GiB", 256, 4096, 10, 2, 2),
         (
             "header-only/qwen2.5-32b-like-q4_k_m.gguf",
             "24GiB",
             4096,
             32768,
-            179,
-            26,
-            9,
+            66,
+            12,
+            4,
         ),  # the 10th (q8_0/q8_0, -ub 512) reaches 32k first
+        # below the top only the last (q4_0/q4_0, -ub 128) reaches the most, 12,288: each other
+        # combo is asked once (it took two, at 12,544 and at 12,288: 44 evaluations)
+        ("header-only/qwen2.5-32b-like-q4_k_m.gguf", "20GiB", 4096, 32768, 66, 24, 11),
     ],
 )
 def test_best_combo_is_the_exhaustive_pick_with_fewer_evaluations(
@@ -301,3 +331,137 @@ def test_attention_sink_models_keep_k_at_f16() -> None:
     assert summary(solve(gptoss, LaunchConfig(), Policy()))[4:6] == ("f16", "q4_0")
     asked = solve(gptoss, LaunchConfig(), Policy(kv="q4_0"))
     assert summary(asked)[4:6] == ("q4_0", "q4_0")
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu", "policy", "expected", "evaluated"),
+    [
+        # quantized K/V refused (16-wide heads): the last accepted pair is f16/f16, both -fa
+        (
+            "dense-llama.gguf",
+            "8GiB",
+            Policy(),
+            [("f16", "f16", "on", 128), ("f16", "f16", "off", 128)],
+            17,
+        ),
+        ("dense-llama.gguf", "8GiB", Policy(fa="off"), [("f16", "f16", "off", 128)], 1),
+        ("mla-deepseek2.gguf", "8GiB", Policy(kv="q8_0"), [], 3),  # none accepted
+        # attention sinks: K stays f16
+        ("swa-gptoss.gguf", "8GiB", Policy(), [("f16", "q4_0", "on", 128)], 1),
+        ("moe-qwen3.gguf", "24GiB,12GiB", Policy(), [("q4_0", "q4_0", "on", 128)], 1),
+    ],
+)
+def test_most_compact_is_the_rule_over_every_combo_with_fewer_evaluations(
+    name: str, gpu: str, policy: Policy, expected: list[tuple[str, str, str, int]], evaluated: int
+) -> None:
+    """_most_compact asks the combos from the end and by -ub from the least: the same combos as
+    the rule over every accepted one (the last accepted KV pair, the least -ub accepted)."""
+    from llamafit.fit.solver import _most_compact, combos
+
+    t = target(FIXTURES / name, gpu)
+    accepted = [
+        o
+        for o in combos(LaunchConfig(), policy, t.model.facts.architecture)
+        if t.evaluate(replace(o, n_ctx=STEP)) is not None
+    ]
+    rule = [
+        o
+        for o in accepted
+        if (o.type_k, o.type_v) == (accepted[-1].type_k, accepted[-1].type_v)
+        and o.n_ubatch == min(a.n_ubatch for a in accepted)
+    ]
+    t = target(FIXTURES / name, gpu)  # a fresh target: nothing evaluated yet
+    got = _most_compact(t, LaunchConfig(), policy)
+    assert got == rule
+    assert [(o.type_k, o.type_v, o.flash_attn, o.n_ubatch) for o in got] == expected
+    assert len(t._evaluated) == evaluated
+
+
+# ---- max_context's guided search: bisection's answer in fewer evaluations (issue #36 item 5) ----
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lo=st.integers(0, 40),
+    width=st.integers(-2, 600),
+    boundary=st.integers(-5, 700),
+    rooms=st.lists(
+        st.one_of(
+            st.none(), st.lists(st.one_of(st.none(), st.integers(-(10**9), 10**9)), max_size=3)
+        ),
+        min_size=1,
+        max_size=64,
+    ),
+)
+def test_largest_guided_is_bisection_whatever_the_rooms_say(
+    lo: int, width: int, boundary: int, rooms: list[list[int | None] | None]
+) -> None:
+    """The answer is the monotone predicate's boundary, as largest's, even where the rooms are
+    wrong (they only choose the probes); each x is looked at once at most."""
+    from llamafit.fit.search import largest, largest_guided
+
+    hi = lo + width
+    seen: list[int] = []
+
+    def look(x: int) -> tuple[bool, tuple[int | None, ...] | None]:
+        assert lo <= x <= hi and x not in seen
+        seen.append(x)
+        r = rooms[x % len(rooms)]
+        return x <= boundary, None if r is None else tuple(r)
+
+    assert largest_guided(lo, hi, look) == largest(lo, hi, lambda x: x <= boundary)
+
+
+def _kinked(x: int) -> int:
+    """A room that shrinks by 10 a step up to 50, then by 20."""
+    return 1000 - 10 * x if x <= 50 else 500 - 20 * (x - 50)
+
+
+@pytest.mark.parametrize(
+    ("left", "boundary", "looks"),
+    [
+        # a line: from the two ends it meets 0 at the boundary, then the step after it
+        (lambda x: 1000 - 10 * x, 100, [0, 500, 100, 101]),
+        (lambda x: 1005 - 10 * x, 100, [0, 500, 100, 101]),
+        (lambda x: 5001 - 10 * x, 500, [0, 500]),  # the upper end fits
+        (_kinked, 75, [0, 500, 52, 75, 76]),  # the line from 52 and 500 meets 0 at 75
+    ],
+)
+def test_largest_guided_finds_a_linear_boundary_in_a_few_looks(
+    left: Callable[[int], int], boundary: int, looks: list[int]
+) -> None:
+    """Bisection over [0, 500] looks 10 times."""
+    from llamafit.fit.search import largest_guided
+
+    seen: list[int] = []
+
+    def look(x: int) -> tuple[bool, tuple[int | None, ...]]:
+        seen.append(x)
+        return left(x) >= 0, (None, left(x))
+
+    assert largest_guided(0, 500, look) == boundary
+    assert seen == looks
+
+
+@pytest.mark.parametrize(
+    ("name", "gpu", "kv", "fa", "ctx_max"),
+    [
+        ("dense-llama.gguf", "2GiB", "f16", "on", 131072),
+        ("moe-qwen3.gguf", "24GiB,12GiB", "q8_0", "on", 262144),
+        ("swa-gemma3.gguf", "4GiB", "f16", "off", 131072),
+        ("mla-deepseek2.gguf", "3GiB", "f16", "on", 163840),
+        ("header-only/qwen2.5-32b-like-q4_k_m.gguf", "24GiB", "q8_0", "on", 131072),
+        ("header-only/qwen2.5-32b-like-q4_k_m.gguf", "20GiB", "f16", "off", 131072),
+    ],
+)
+def test_max_context_is_the_bisection_over_fits(
+    name: str, gpu: str, kv: str, fa: str, ctx_max: int
+) -> None:
+    from llamafit.fit.search import largest, max_context
+
+    cfg = replace(LaunchConfig(), type_k=kv, type_v=kv, flash_attn=fa)
+    t = target(FIXTURES / name, gpu)
+    found = max_context(t, cfg, ctx_max)
+    t = target(FIXTURES / name, gpu)  # a fresh target: no bracket known
+    k = largest(1, ctx_max // STEP, lambda k: t.fits(replace(cfg, n_ctx=k * STEP)))
+    assert found == (None if k is None else k * STEP)
