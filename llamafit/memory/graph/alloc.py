@@ -438,11 +438,12 @@ def _place(  # noqa: C901 (one loop over the steps: kept flat)
     placed: _Placed = [None] * n_t
 
     def size_of(bid: int, t: int) -> int:
-        """ggml_backend_buft_get_alloc_size, asked once."""
+        """ggml_backend_buft_get_alloc_size, asked once (-1: not asked yet). A buffer type
+        without a rule of its own has ggml_nbytes there, taken as it is: a hostile shape's
+        negative one too, which the allocator then answers for as it did before."""
         size = sized[bid][t]
-        if size < 0:
-            fn = sizers[bid]
-            assert fn is not None
+        fn = sizers[bid]
+        if size < 0 and fn is not None:
             size = sized[bid][t] = fn(tensors, t)
         return size
 
