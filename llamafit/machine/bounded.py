@@ -150,19 +150,26 @@ def ask_tools(
 ) -> list[ToolAnswer]:
     """ask_tool for each (argv, deadline_s), the programs started together (their answers come
     in the time of the slowest, not of all in turn: `llama-server --version` and `--help`) and
-    read in turn, each within its own deadline from the start."""
-    started = [(_start(argv, env), argv, time.monotonic() + s) for argv, s in asked]
+    read in turn, each for at most its deadline once its reading begins (a hung first program
+    costs the others no answer). Interrupted, none is left running."""
+    started: list[tuple[subprocess.Popen[bytes] | ToolAnswer, Sequence[str], float]] = []
     answers: list[ToolAnswer] = []
     try:
-        for (run, argv, end), (_, s) in zip(started, asked, strict=True):
+        for argv, deadline_s in asked:
+            started.append((_start(argv, env), argv, deadline_s))
+        for run, argv, deadline_s in started:
             if not isinstance(run, ToolAnswer):
-                run = _collect(run, _question(argv), end, cap_bytes, s)
+                end = time.monotonic() + deadline_s
+                run = _collect(run, _question(argv), end, cap_bytes, deadline_s)
             answers.append(run)
     finally:  # interrupted: the runs not read yet go too
         for run, _, _ in started[len(answers) :]:
             if not isinstance(run, ToolAnswer) and run.returncode is None:
                 _kill_group(run)
                 run.wait()
+                for stream in (run.stdout, run.stderr):
+                    if stream is not None:
+                        stream.close()
     return answers
 
 

@@ -127,10 +127,11 @@ def test_run_solves_the_plan_once(
     result = run("--gpu", "8GiB", "--server", str(server), "--ctx", "4096", *mode)
     assert result.exit_code == (0 if mode == ["--dry-run"] else 1), result.output
     assert len(calls) == 1
-    last_call = (tmp_path / "bin" / "calls.log").read_text().splitlines()[-1]
-    # the launch started the stand-in
-    # with --gpu nothing asks --list-devices (#37 F14)
-    assert last_call == ("--help" if mode == ["--dry-run"] else "-m")
+    asked = (tmp_path / "bin" / "calls.log").read_text().splitlines()
+    # the probe's --version and --help (at once: either order), then the launch started the
+    # stand-in; with --gpu nothing asks --list-devices (#37 F14)
+    assert sorted(asked[:2]) == ["--help", "--version"]
+    assert asked[2:] == ([] if mode == ["--dry-run"] else ["-m"])
 
 
 @pytest.mark.parametrize("mode", [["--dry-run"], ["--port", "18902"]])

@@ -602,7 +602,7 @@ class AllocRecord:
             self.stale = (changed, stale)
         out = []
         for buft, known in zip(self.bufts, self.sized, strict=True):
-            if buft.alloc_size is not None:  # (ggml_nbytes: _placer's own)
+            if buft.alloc_size is not None:  # (without a rule: ggml_nbytes, _place's own)
                 known = known[:]
                 for i in stale:
                     known[i] = -1
