@@ -203,19 +203,13 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
     context less 4 steps."""
     if not target.gpus:
         return None, None
-    slots = choice.rc.n_stream
     per_tokens = None
-    if choice.exact_near:  # replayed by the search already: the farthest from the pick
-        ctx, other = max(choice.exact_near, key=lambda p: (abs(p[0] - choice.ctx), p[0]))
-        tokens = choice.ctx - ctx
-        per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(other)) / tokens * 1000 / MIB
-    elif choice.ctx > STEP:
-        smaller = _exact(
-            target, replace(choice.cfg, n_ctx=max(STEP, choice.ctx - 4 * STEP) * slots)
+    near = _rate_point(target, choice)
+    if near is not None:
+        ctx, other = near
+        per_tokens = (
+            (_gpu_used(choice.breakdown) - _gpu_used(other)) / (choice.ctx - ctx) * 1000 / MIB
         )
-        if smaller:
-            tokens = choice.ctx - max(STEP, choice.ctx - 4 * STEP)
-            per_tokens = (_gpu_used(choice.breakdown) - _gpu_used(smaller[1])) / tokens * 1000 / MIB
     fewer = _exact(target, replace(choice.cfg, n_gpu_layers=max(choice.rc.n_gpu_layers - 1, 0)))
     per_layer = (
         (_gpu_used(choice.breakdown) - _gpu_used(fewer[1])) / MIB
@@ -226,6 +220,19 @@ def marginal_costs(target: Target, choice: Choice) -> tuple[float | None, float 
         # the first block on the host brings op offload's copies to the GPU: nothing to buy
         per_layer = None
     return per_tokens, per_layer
+
+
+def _rate_point(target: Target, choice: Choice) -> tuple[int, Breakdown] | None:
+    """The other per-slot context of the pick's config that its rate per token is taken against,
+    with its exact breakdown: the farthest the boundary search replayed (Choice.exact_near: no
+    replay more), else 4 steps below the pick (a replay); None where neither is."""
+    if choice.exact_near:
+        return max(choice.exact_near, key=lambda p: (abs(p[0] - choice.ctx), p[0]))
+    if choice.ctx <= STEP:
+        return None
+    ctx = max(STEP, choice.ctx - 4 * STEP)
+    smaller = _exact(target, replace(choice.cfg, n_ctx=ctx * choice.rc.n_stream))
+    return (ctx, smaller[1]) if smaller else None
 
 
 def _exact(target: Target, cfg: LaunchConfig) -> tuple[ResolvedConfig, Breakdown] | None:
