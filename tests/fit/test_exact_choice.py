@@ -175,14 +175,12 @@ BOUNDARY_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("rpc_mib", "start", "second", "replays"), BOUNDARY_CASES)
-def test_the_boundary_from_any_start_is_the_bisection_of_the_exact_fit(
-    monkeypatch: pytest.MonkeyPatch, rpc_mib: int, start: int, second: int | None, replays: int
-) -> None:
-    """_exact_boundary starts where its guess puts the boundary (_guess: the room the exact
-    figures leave over what a step costs), which changes how many contexts it replays, never the
-    answer: the largest context whose replayed breakdown fits, as a bisection over every context
-    finds it."""
+def _boundary(
+    monkeypatch: pytest.MonkeyPatch, rpc_mib: int, start: int, second: int | None
+) -> tuple[Choice, int, int, list[int]]:
+    """_exact_boundary on the two devices from `start` steps off the exact edge (and the second
+    point `second` steps off, or none), on a model no replay has been memoized on yet: its
+    pick, the edge and the start in steps, and the contexts it replayed, in order."""
     t = _two_devices(rpc_mib << 20)
     hi_k = t.model.facts.n_ctx_train // STEP
     edge = largest(1, hi_k, lambda k: _fits(t, k * STEP))
@@ -207,12 +205,24 @@ def test_the_boundary_from_any_start_is_the_bisection_of_the_exact_fit(
             asked.append(rc.n_ctx)
         return made(self, rc, gpus, host, replay, scales)
 
-    model = _two_devices(rpc_mib << 20).model  # a model no replay has been memoized on yet
-    t = replace(t, model=model)
+    t = replace(t, model=_two_devices(rpc_mib << 20).model)  # nothing memoized yet
     monkeypatch.setattr(MemoryModel, "_parts", counted)
     got = _exact_boundary(t, GPU_FLAGS, begin, STEP, hi_k * STEP, also=also)
+    monkeypatch.undo()
     assert got is not None and got.ctx == edge * STEP
-    exact = [c for c in asked if c != begin.ctx]
+    return got, edge, begin.ctx, asked
+
+
+@pytest.mark.parametrize(("rpc_mib", "start", "second", "replays"), BOUNDARY_CASES)
+def test_the_boundary_from_any_start_is_the_bisection_of_the_exact_fit(
+    monkeypatch: pytest.MonkeyPatch, rpc_mib: int, start: int, second: int | None, replays: int
+) -> None:
+    """_exact_boundary starts where its guess puts the boundary (_guess: the room the exact
+    figures leave over what a step costs), which changes how many contexts it replays, never the
+    answer: the largest context whose replayed breakdown fits, as a bisection over every context
+    finds it."""
+    _, _, begin, asked = _boundary(monkeypatch, rpc_mib, start, second)
+    exact = [c for c in asked if c != begin]
     assert len(set(exact)) == len(exact) == replays
 
 
@@ -224,38 +234,11 @@ def test_the_boundary_keeps_the_figures_it_replayed_for_the_rate(
     replayed and at the second point given (Choice.exact_near), and the plan's rate per 1,000
     tokens is the GPUs' growth between the pick and the farthest of them: the rate costs no
     replay more (issue #36, item 5)."""
+    got, edge, _, asked = _boundary(monkeypatch, rpc_mib, start, second)
     t = _two_devices(rpc_mib << 20)
-    hi_k = t.model.facts.n_ctx_train // STEP
-    edge = largest(1, hi_k, lambda k: _fits(t, k * STEP))
-    assert edge is not None
-    begin = _start(t, (edge + start) * STEP)
-    also = None
-    if second is not None:
-        cfg = replace(GPU_FLAGS, n_ctx=(edge + second) * STEP)
-        also = (cfg, t.breakdown(cfg, resolve(cfg, t.model.facts, engine="llama-server")))
-    asked: set[int] = set()
-    made = MemoryModel._parts
-
-    def counted(
-        self: MemoryModel,
-        rc: ResolvedConfig,
-        gpus: Sequence[DeviceSpec],
-        host: DeviceSpec,
-        replay: bool,
-        scales: tuple[float, Sequence[float]],
-    ) -> object:
-        if replay:
-            asked.add(rc.n_ctx)
-        return made(self, rc, gpus, host, replay, scales)
-
-    t = replace(t, model=_two_devices(rpc_mib << 20).model)  # nothing memoized yet
-    monkeypatch.setattr(MemoryModel, "_parts", counted)
-    got = _exact_boundary(t, GPU_FLAGS, begin, STEP, hi_k * STEP, also=also)
-    monkeypatch.undo()
-    assert got is not None and got.ctx == edge * STEP
     near = dict(got.exact_near)
     given = set() if second is None else {(edge + second) * STEP}
-    assert set(near) == (asked | given) - {got.ctx}
+    assert set(near) == (set(asked) | given) - {got.ctx}
     for ctx, b in near.items():
         cfg = replace(GPU_FLAGS, n_ctx=ctx)
         assert b == t.breakdown(cfg, resolve(cfg, t.model.facts, engine="llama-server"))
