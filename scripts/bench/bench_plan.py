@@ -91,13 +91,18 @@ def _env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
-    """user + sys of one child run to its end (in ROOT: `python -m` puts the working directory
-    first)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run_quiet(argv: list[str], env: dict[str, str]) -> None:
+    """One child run to its end in ROOT (`python -m` puts the working directory first), what it
+    prints and its exit status left aside."""
     subprocess.run(
         argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
     )
+
+
+def cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
+    """user + sys of one child run to its end (run_quiet)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run_quiet(argv, env)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -115,14 +120,7 @@ def imported_modules(args: list[str], env: dict[str, str], tmp: Path) -> list[st
         f"sys.argv = ['llamafit', *{args!r}]\n"
         "runpy.run_module('llamafit', run_name='__main__')\n"
     )
-    subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
+    run_quiet([sys.executable, "-c", code], env)
     return [m for m in out.read_text().split() if m not in ("__main__", "__mp_main__")]
 
 
@@ -250,14 +248,7 @@ def replays_table(only: str) -> int:
                 continue
             args = ["plan", *a, "--ram", "64GiB"]
             code = f"ARGS = {args!r}\nOUT = {str(out)!r}\n" + _COUNTED
-            subprocess.run(
-                [sys.executable, "-c", code],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                check=False,
-            )
+            run_quiet([sys.executable, "-c", code], env)
             counted = json.loads(out.read_text())
             total[0] += len(counted["replays"])
             total[1] += counted["graphs"]
