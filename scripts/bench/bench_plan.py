@@ -208,8 +208,8 @@ def reserve_counted(self, graph, *args):
     return reserve_n(self, graph, *args)
 alloc.Gallocr.reserve_n = reserve_counted
 holds = alloc.Gallocr.holds
-def holds_counted(self, graph):
-    yes = holds(self, graph)
+def holds_counted(self, graph, *args):
+    yes = holds(self, graph, *args)
     skipped[0] += yes
     return yes
 alloc.Gallocr.holds = holds_counted
@@ -248,6 +248,7 @@ def replays_table(only: str) -> int:
                 continue
             args = ["plan", *a, "--ram", "64GiB"]
             code = f"ARGS = {args!r}\nOUT = {str(out)!r}\n" + _COUNTED
+            out.unlink(missing_ok=True)  # (a child that failed leaves none: no stale row)
             run_quiet([sys.executable, "-c", code], env)
             counted = json.loads(out.read_text())
             total[0] += len(counted["replays"])

@@ -240,6 +240,22 @@ class DynTallocr:
         sizes.insert(pos, size)
 
 
+# per allocator (each buffer type once): its chunks' free blocks, offsets and sizes, and peaks
+FreeLists = tuple[
+    tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...], tuple[int, ...]], ...
+]
+
+
+def free_lists(tallocs: Sequence[DynTallocr]) -> FreeLists:
+    """The allocators' state between two steps (each allocator once): what a later step's
+    placement depends on besides the tensors still held."""
+    seen: dict[int, DynTallocr] = {id(t): t for t in tallocs}
+    return tuple(
+        (tuple(map(tuple, t.offs)), tuple(map(tuple, t.sizes)), tuple(t.max_size))
+        for t in seen.values()
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """One allocation pass over a graph."""
@@ -280,10 +296,11 @@ _UNPLACED = (0, 0, 0)
 
 
 def _walk(  # noqa: C901 (ggml port: kept diffable)
-    graph: Graph, n_buf: int
+    graph: Graph, n_buf: int, marks: Sequence[int] = (), at: list[int] | None = None
 ) -> tuple[list[_Step], list[tuple[int, int, bool]]]:
     """The walk of ggml-alloc.c ggml_gallocr_alloc_graph_impl over `graph`: the steps it takes,
-    and each ggml_are_same_layout it asks (node, parent, answer), in order.
+    and each ggml_are_same_layout it asks (node, parent, answer), in order. `marks`: node
+    positions (ascending) at which `at` gets the number of steps taken before that node.
 
     Which step comes next follows from the steps before (struct hash_node's allocated flag and
     counts) and the graph's structure alone, never from where a block lands: _place places the
@@ -378,27 +395,33 @@ def _walk(  # noqa: C901 (ggml port: kept diffable)
             if flags[src] & FLAG_INPUT and not state[src]:
                 allocate_node(src, bid)
 
-    # allocate tensors in graph order, freeing parents when their last child is done
-    for node, bid in zip(nodes, node_ids, strict=True):
-        parents = srcs[node]
-        # allocate parents (only leafs need to be allocated at this point)
-        for parent in parents:
-            if not state[parent]:
-                allocate_node(parent, bid)
-        if not state[node]:
-            allocate_node(node, bid)
-        # update parents
-        for parent in parents:
-            left = n_children[parent] - 1
-            n_children[parent] = left
-            if left == 0 and n_views[parent] == 0:
-                vs = view_src[parent]
-                if vs is not None:
-                    n_views[vs] -= 1
-                    if n_views[vs] == 0 and n_children[vs] == 0 and state[vs] == 1:
-                        free_node(vs)
-                elif state[parent] == 1:
-                    free_node(parent)
+    # allocate tensors in graph order, freeing parents when their last child is done (in
+    # segments between the marks)
+    start = 0
+    for seg, end in enumerate((*marks, len(nodes))):
+        for node, bid in zip(nodes[start:end], node_ids[start:end], strict=True):
+            parents = srcs[node]
+            # allocate parents (only leafs need to be allocated at this point)
+            for parent in parents:
+                if not state[parent]:
+                    allocate_node(parent, bid)
+            if not state[node]:
+                allocate_node(node, bid)
+            # update parents
+            for parent in parents:
+                left = n_children[parent] - 1
+                n_children[parent] = left
+                if left == 0 and n_views[parent] == 0:
+                    vs = view_src[parent]
+                    if vs is not None:
+                        n_views[vs] -= 1
+                        if n_views[vs] == 0 and n_children[vs] == 0 and state[vs] == 1:
+                            free_node(vs)
+                    elif state[parent] == 1:
+                        free_node(parent)
+        if at is not None and seg < len(marks):
+            at.append(len(steps))
+        start = end
     return steps, layouts
 
 
@@ -418,12 +441,15 @@ def _place(  # noqa: C901 (one loop over the steps: kept flat)
     tallocs: Sequence[DynTallocr],
     steps: Sequence[_Step],
     known: Sequence[list[int]] | None = None,
+    cuts: Sequence[int] = (),
+    snaps: list[FreeLists] | None = None,
 ) -> tuple[_Placed, list[list[int]]]:
     """The steps of a ggml_gallocr_alloc_graph_impl pass over `graph` (_walk's, or an AllocRecord's
     of a graph like it) taken on reset allocators (`tallocs`): the address of every tensor they
     place, and per buffer id the sizes ggml_backend_buft_get_alloc_size gave (-1: not asked).
     `known`: per buffer id with a rule of its own, the sizes known already (-1 where not;
-    AllocRecord.sizes_at), taken as this pass's own."""
+    AllocRecord.sizes_at), taken as this pass's own. `cuts`: step indexes (ascending) before
+    which `snaps` gets the allocators' free blocks (free_lists)."""
     tensors = graph.tensors
     n_t = len(tensors)
     nbytes: list[int] = list(map(_NBYTES, tensors))
@@ -447,44 +473,63 @@ def _place(  # noqa: C901 (one loop over the steps: kept flat)
             size = sized[bid][t] = fn(tensors, t)
         return size
 
-    for kind, node, b in steps:
-        if kind == _ALLOC:
-            # ggml_gallocr_allocate_node's new block (ggml_dyn_tallocr_alloc) on buffer id b
-            size = sized[b][node]
-            if size < 0:
-                size = size_of(b, node)
-            c, off = allocs[b](size)
-            placed[node] = (b, c, off)
-        elif kind == _FREE:
-            # ggml_gallocr_free_node
-            bid, c, off = placed[node] or _UNPLACED
-            size = sized[bid][node]
-            if size < 0:
-                size = size_of(bid, node)
-            frees[bid](c, off, size)
-        else:
-            # ggml_gallocr_allocate_node in place: the node takes its parent's (b) address, and
-            # ggml_gallocr_free_extra_space frees the tail of the parent (or of its view source)
-            # that a smaller node leaves
-            extra_of = b if kind == _REUSE else tensors[b].view_src
-            assert extra_of is not None
-            at = placed[node] = placed[b] or _UNPLACED
-            bid = at[0]
-            e_bid, e_chunk, e_offset = placed[extra_of] or _UNPLACED
-            parent_size = sized[e_bid][extra_of]
-            if parent_size < 0:
-                parent_size = size_of(e_bid, extra_of)
-            node_size = sized[bid][node]
-            if node_size < 0:
-                node_size = size_of(bid, node)
-            if parent_size < node_size:
-                raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
-            a = aligns[e_bid]  # aligned_offset(NULL, size, alignment)
-            parent_size += -parent_size % a
-            node_size += -node_size % a
-            if parent_size > node_size:
-                frees[e_bid](e_chunk, e_offset + node_size, parent_size - node_size)
+    start = 0
+    for seg, end in enumerate((*cuts, len(steps))):
+        for kind, node, b in steps[start:end] if cuts else steps:
+            if kind == _ALLOC:
+                # ggml_gallocr_allocate_node's new block (ggml_dyn_tallocr_alloc) on buffer id b
+                size = sized[b][node]
+                if size < 0:
+                    size = size_of(b, node)
+                c, off = allocs[b](size)
+                placed[node] = (b, c, off)
+            elif kind == _FREE:
+                # ggml_gallocr_free_node
+                bid, c, off = placed[node] or _UNPLACED
+                size = sized[bid][node]
+                if size < 0:
+                    size = size_of(bid, node)
+                frees[bid](c, off, size)
+            else:
+                # ggml_gallocr_allocate_node in place: the node takes its parent's (b) address, and
+                # ggml_gallocr_free_extra_space frees the tail of the parent (or of its view source)
+                # that a smaller node leaves
+                extra_of = b if kind == _REUSE else tensors[b].view_src
+                assert extra_of is not None
+                at = placed[node] = placed[b] or _UNPLACED
+                bid = at[0]
+                e_bid, e_chunk, e_offset = placed[extra_of] or _UNPLACED
+                parent_size = sized[e_bid][extra_of]
+                if parent_size < 0:
+                    parent_size = size_of(e_bid, extra_of)
+                node_size = sized[bid][node]
+                if node_size < 0:
+                    node_size = size_of(bid, node)
+                if parent_size < node_size:
+                    raise AllocError(f"{tensors[node].name}: larger than the parent it reuses")
+                a = aligns[e_bid]  # aligned_offset(NULL, size, alignment)
+                parent_size += -parent_size % a
+                node_size += -node_size % a
+                if parent_size > node_size:
+                    frees[e_bid](e_chunk, e_offset + node_size, parent_size - node_size)
+        if snaps is not None and seg < len(cuts):
+            snaps.append(free_lists(tallocs))
+        start = end
     return placed, sized
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    """Where one pass stood at some node positions (Gallocr.reserve_n's `marks`): the steps taken
+    before each (`at`) and the allocators' free blocks there (`snaps`), with the pass's steps,
+    the placement of every tensor and the sizes asked (what periodic.py compares)."""
+
+    positions: tuple[int, ...]
+    at: tuple[int, ...]
+    snaps: tuple[FreeLists, ...]
+    steps: Sequence[_Step]
+    placed: _Placed
+    sized: list[list[int]]
 
 
 def _alloc_graph(
@@ -492,15 +537,22 @@ def _alloc_graph(
     bufts: Sequence[BufferType],
     tallocs: Sequence[DynTallocr],
     record: AllocRecord | None = None,
-) -> _Placed:
+    marks: tuple[int, ...] = (),
+) -> tuple[_Placed, Marked | None]:
     """ggml-alloc.c ggml_gallocr_alloc_graph_impl over reset allocators; the address per tensor:
-    _walk's steps, placed (_place). `record`: an empty AllocRecord, given this pass."""
-    steps, layouts = _walk(graph, len(bufts))
-    placed, sized = _place(graph, bufts, tallocs, steps)
+    _walk's steps, placed (_place). `record`: an empty AllocRecord, given this pass. `marks`:
+    node positions to stand at (Marked; None without)."""
+    at: list[int] = []
+    steps, layouts = _walk(graph, len(bufts), marks, at)
+    snaps: list[FreeLists] = []
+    placed, sized = _place(graph, bufts, tallocs, steps, None, at, snaps)
     if record is not None:
         record.graph, record.bufts = graph, tuple(bufts)
         record.steps, record.layouts, record.sized = steps, layouts, sized
-    return placed
+        record.marks = (marks, tuple(at))
+    if not marks:
+        return placed, None
+    return placed, Marked(marks, tuple(at), tuple(snaps), steps, placed, sized)
 
 
 def _replay(
@@ -509,10 +561,22 @@ def _replay(
     tallocs: Sequence[DynTallocr],
     record: AllocRecord,
     changed: Sequence[int],
-) -> _Placed:
+    marks: tuple[int, ...] = (),
+) -> tuple[_Placed, Marked | None]:
     """_alloc_graph of a graph that `record` fits (AllocRecord.changed: `changed`): its steps, at
-    this graph's sizes, without the walk over the graph that decides them."""
-    return _place(graph, bufts, tallocs, record.steps, record.sizes_at(graph, changed))[0]
+    this graph's sizes, without the walk over the graph that decides them (but where the marks
+    are new to the record)."""
+    if marks and record.marks[0] != marks:
+        at: list[int] = []
+        _walk(graph, len(bufts), marks, at)
+        record.marks = (marks, tuple(at))
+    cuts = record.marks[1] if marks else ()
+    snaps: list[FreeLists] = []
+    known = record.sizes_at(graph, changed)
+    placed, sized = _place(graph, bufts, tallocs, record.steps, known, cuts, snaps)
+    if not marks:
+        return placed, None
+    return placed, Marked(marks, cuts, tuple(snaps), record.steps, placed, sized)
 
 
 def _same_layout(a: Tensor, b: Tensor) -> bool:
@@ -539,7 +603,7 @@ class AllocRecord:
     keeps the pass's sizes too (ggml_backend_buft_get_alloc_size per buffer id and tensor), which
     hold for such a graph's tensors where neither they nor their sources changed (`sizes_at`)."""
 
-    __slots__ = ("graph", "bufts", "steps", "layouts", "sized", "stale")
+    __slots__ = ("graph", "bufts", "steps", "layouts", "sized", "stale", "marks")
 
     def __init__(self) -> None:
         self.graph: Graph | None = None
@@ -550,11 +614,14 @@ class AllocRecord:
         self.sized: list[list[int]] = []
         # sizes_at's last answer: the changed tensors, and those whose sizes they may change
         self.stale: tuple[Sequence[int], set[int]] = ((), set())
+        # the node positions a pass stood at (Marked) and the steps taken before each
+        self.marks: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
 
     def reset(self) -> None:
         """Forget the recorded pass."""
         self.graph, self.bufts, self.steps, self.layouts, self.sized = None, (), [], [], []
         self.stale = ((), set())
+        self.marks = ((), ())
 
     def fits(self, graph: Graph, bufts: Sequence[BufferType]) -> bool:
         """Whether `graph` on `bufts` takes the recorded steps."""
@@ -630,7 +697,7 @@ def allocate(graph: Graph, bufts: Sequence[BufferType]) -> Allocation:
     up to the buffers: ggml_gallocr_alloc_graph_impl), `bufts` indexed by buffer id."""
     owner = _owners(bufts)
     tallocs = _tallocs(bufts, owner)
-    placed = _alloc_graph(graph, bufts, tallocs)
+    placed = _alloc_graph(graph, bufts, tallocs)[0]
     return Allocation(
         chunk_sizes=tuple(tuple(t.max_size) for t in tallocs),
         addrs=tuple(placed),
@@ -654,22 +721,27 @@ class Gallocr:
         # per buffer id: None (no buffer yet) or each chunk's buffer size (ggml_vbuffer)
         self.buffers: list[tuple[int, ...] | None] = [None] * len(self.bufts)
         self.last: Allocation | None = None
+        self.marked: Marked | None = None  # the last reserve_n's, where it was given marks
 
-    def reserve_n(self, graph: Graph, record: AllocRecord | None = None) -> tuple[int, ...]:
+    def reserve_n(
+        self, graph: Graph, record: AllocRecord | None = None, marks: tuple[int, ...] = ()
+    ) -> tuple[int, ...]:
         """ggml-alloc.c ggml_gallocr_reserve_n: allocate `graph`, grow the buffers that need it;
         ggml_gallocr_get_buffer_size per buffer id after it. `record`: the AllocRecord of an
         earlier reserve, whose steps this one takes where they fit the graph; else it is
-        allocated afresh and its steps recorded in `record` instead."""
+        allocated afresh and its steps recorded in `record` instead. `marks`: node positions
+        (ascending) where the pass's state is kept in `marked` (None without)."""
         for t in self.tallocs:
             t.reset()
         changed = None if record is None else record.changed(graph, self.bufts)
         if record is not None and changed is not None:
-            placed = _replay(graph, self.bufts, self.tallocs, record, changed)
+            placed, marked = _replay(graph, self.bufts, self.tallocs, record, changed, marks)
         elif record is not None:
             record.reset()
-            placed = _alloc_graph(graph, self.bufts, self.tallocs, record=record)
+            placed, marked = _alloc_graph(graph, self.bufts, self.tallocs, record, marks)
         else:
-            placed = _alloc_graph(graph, self.bufts, self.tallocs)
+            placed, marked = _alloc_graph(graph, self.bufts, self.tallocs, None, marks)
+        self.marked = marked
         self.last = Allocation(
             chunk_sizes=tuple(tuple(t.max_size) for t in self.tallocs),
             addrs=tuple(placed),
@@ -702,7 +774,9 @@ class Gallocr:
                 self.buffers[i] = tuple(s + buft.alloc_extra if s else 0 for s in new)
         return self.sizes()
 
-    def holds(self, graph: Graph) -> bool:  # noqa: C901 (one pass, early exits)
+    def holds(  # noqa: C901 (one pass, early exits)
+        self, graph: Graph, extra: Sequence[int] = ()
+    ) -> bool:
         """Whether reserve_n(graph) now would leave every buffer as it is, known without
         allocating `graph`: for each allocator, the aligned alloc sizes of every tensor the pass
         could place there sum to at most its buffer's first chunk and its chunk size limit.
@@ -724,7 +798,10 @@ class Gallocr:
         most the buffer's first chunk: ggml_gallocr_reserve_n_impl finds no chunk larger than
         the buffer's, and reallocates nothing. Not seen without the pass: where it would abort
         (ggml_dyn_tallocr_insert_block's MAX_FREE_BLOCKS, an in-place child larger than its
-        parent), the buffers stay as they are here."""
+        parent), the buffers stay as they are here.
+
+        `extra`: per buffer id, bytes more that the pass places there besides `graph`'s (a
+        short graph's blocks left out, periodic.left_out_bytes)."""
         buffers, tallocs, bufts, owner = self.buffers, self.tallocs, self.bufts, self.owner
         left = [0] * len(bufts)
         for i in range(len(bufts)):
@@ -733,6 +810,10 @@ class Gallocr:
                 return False
             if owner[i] == i:
                 left[i] = min(cur[0] if cur else 0, tallocs[i].max_chunk_size)
+        for i, more in enumerate(extra):
+            left[owner[i]] -= more
+            if left[owner[i]] < 0:
+                return False
         n_buf = len(bufts)
         ts = graph.tensors
         for tensor_ids, ids in (
@@ -755,6 +836,22 @@ class Gallocr:
                 if left[o] < 0:
                     return False
         return True
+
+    def span_bytes(self, graph: Graph, start: int, end: int) -> list[int]:
+        """Per buffer id, the aligned alloc sizes holds counts for the nodes at positions
+        start..end of the graph's node list."""
+        out = [0] * len(self.bufts)
+        ts, nodes, ids = graph.tensors, graph.nodes, graph.node_buffer_ids
+        for pos in range(start, end):
+            x = ts[nodes[pos]]
+            if x.data or x.buffer is not None or x.view_src is not None:
+                continue
+            bid = ids[pos] if ids else 0
+            sizer = self.bufts[bid].alloc_size
+            size = x.nbytes if sizer is None else sizer(ts, nodes[pos])
+            a = self.tallocs[bid].alignment
+            out[bid] += size + (a - size % a) % a
+        return out
 
     def buffer_size(self, buffer_id: int) -> int:
         """ggml-alloc.c ggml_gallocr_get_buffer_size: a shared buffer counts under its first id."""

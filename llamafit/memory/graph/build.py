@@ -9,7 +9,7 @@ build_rs (over kv_cache.RecurrentState); tensor names as llama_context::graph_ge
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...builds import since
 from ...facts.hparams import ModelFacts
@@ -139,6 +139,11 @@ class GraphInputs:
         # attention
         self.attn_soft_cap = False
         self.t_embd: T | None = None  # res->t_embd: what build_pooling reads (the encoders')
+
+    def layers(self) -> Sequence[int]:
+        """The blocks the arch's loop builds: every one (llama.cpp's `for il < n_layer`), or the
+        config's short list (GraphConfig.layers, periodic.py), each by its own index."""
+        return self.c.layers or range(self.n_layer)
 
     def head_k(self, il: int) -> int:
         return head_k(self.f, il)

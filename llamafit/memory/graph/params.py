@@ -57,6 +57,9 @@ class GraphConfig:
     # (cparams.pooling_type: none, mean, cls, last or rank), read by the encoders' builders
     embeddings: bool = False
     pooling: str = "none"
+    # the blocks built, by their own index, in order (() every block): the replay's short graph
+    # of a model whose runs of alike blocks it shortens (periodic.py), the rest as llama.cpp's
+    layers: tuple[int, ...] = ()
 
     @property
     def n_stream(self) -> int:

@@ -69,7 +69,8 @@ from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
 from .nodes import PIN_CPU, TENSOR_FIELDS, USAGE_WEIGHTS, Graph, Tensor, with_field
 from .params import GraphBuildError, GraphConfig
-from .reserve import reserve_configs
+from .periodic import Shortened, left_out_bytes, marks, proves, shorten
+from .reserve import Reserve, reserve_configs
 from .sched import (
     GGML_SCHED_MAX_COPIES,
     HOST_BUFTS,
@@ -80,7 +81,7 @@ from .sched import (
     resplit,
     split_graph,
 )
-from .template import build_graph, count_graph
+from .template import build_graph, count_graph, count_short
 
 
 def covers_model(facts: ModelFacts, build: int | None) -> bool:
@@ -168,13 +169,17 @@ def scheduler_overflow(
 def reserve_graph_tensors(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     """The prompt-sized reserve graph's tensors (nodes and leafs), where the replay covers it:
     template.count_graph: the build that the replay of this config then takes with its buffers
-    (count_direct would build it once more)."""
+    (count_direct would build it once more); for a model with long runs of alike blocks, the
+    short graph's count with the units it leaves out (template.count_short)."""
     if not covers(facts, rc):
         return None
     # full offload only moves pins (GraphContext.pin), never a tensor: as the replay's config
     pp = reserve_configs(rc, full_offload=rc.n_gpu_layers > facts.n_layer_all)[0][1]
+    hp = graph_hparams_of(facts)
     try:
-        return count_graph(facts, pp, graph_hparams_of(facts))
+        short = shorten(facts, pp)
+        n = None if short is None else count_short(facts, pp, hp, short)
+        return count_graph(facts, pp, hp) if n is None else n
     except GraphBuildError:
         return None
 
@@ -229,15 +234,36 @@ def _gc_paused(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 @_gc_paused
 def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
     """The CPU backend's compute buffer of a CPU-only llama-server, or None where the graph is not
-    modelled (GraphBuildError: an architecture or a variant models/ does not build)."""
+    modelled (GraphBuildError: an architecture or a variant models/ does not build). A model
+    with long runs of alike blocks is replayed as its short graph where that proves the full
+    one's buffer (periodic.py)."""
     if not covers(facts, rc):
         return None
+    configs = reserve_configs(rc)
+    short = shorten(facts, configs[0][1])
+    if short is not None:
+        size = _cpu_reserves(facts, configs, short)
+        if size is not _UNPROVEN:
+            return size  # type: ignore[return-value]
+    size = _cpu_reserves(facts, configs, None)
+    return None if size is _UNPROVEN else size  # type: ignore[return-value]
+
+
+def _cpu_reserves(  # noqa: C901 (one loop over the reserves, its exits kept in it)
+    facts: ModelFacts,
+    configs: Sequence[tuple[Reserve, GraphConfig]],
+    short: Shortened | None,
+) -> int | None | object:
+    """cpu_compute_bytes' reserves of the full graph (short None) or of the short one, which
+    must prove the full one's (_UNPROVEN where it does not)."""
     hp = graph_hparams_of(facts)
     gallocr = Gallocr((CPU,))
     sizes: tuple[int, ...] = (0,)
     made: dict[GraphConfig, Allocation] = {}
     try:
-        for reserve, config in reserve_configs(rc):
+        for reserve, config in configs:
+            if short is not None:
+                config = replace(config, layers=short.layers)
             if config in made:
                 sizes = gallocr.again(made[config])  # the prompt-sized graph again
                 continue
@@ -247,14 +273,42 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
                 node_buffer_ids=(0,) * len(graph.nodes),
                 leaf_buffer_ids=(0,) * len(graph.leafs),
             )
-            if reserve.kind == "tg" and gallocr.holds(graph):
-                continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
-            sizes = gallocr.reserve_n(graph)
+            if short is None:
+                if reserve.kind == "tg" and gallocr.holds(graph):
+                    continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
+                sizes = gallocr.reserve_n(graph)
+            else:
+                if reserve.kind == "tg":
+                    extra = left_out_bytes(gallocr, graph, short)
+                    if extra is not None and gallocr.holds(graph, extra):
+                        continue
+                at = marks(graph, short)
+                if at is None:
+                    return _UNPROVEN
+                sizes = gallocr.reserve_n(graph, None, at)
+                if not proves(gallocr.marked, short, graph):
+                    return _UNPROVEN
             assert gallocr.last is not None
             made[config] = gallocr.last
     except GraphBuildError:
-        return None
+        return None if short is None else _UNPROVEN
+    except AllocError:
+        if short is None:
+            raise
+        return _UNPROVEN
     return sizes[0]
+
+
+def _device_short(facts: ModelFacts, config: GraphConfig, copies: int) -> Shortened | None:
+    """periodic.shorten where a device replay may take the short graph: not with pipeline
+    parallelism, whose copies of every graph input (unread but the first, never freed) would
+    hide a block's own inputs from periodic.proves."""
+    return shorten(facts, config) if copies == 1 else None
+
+
+# _device_reserves' and _cpu_reserves' answer where the short graph proves nothing (the full one
+# is replayed)
+_UNPROVEN = object()
 
 
 # the backends whose scheduler rules backends/ ports (see the module's docstring)
@@ -769,13 +823,38 @@ def device_compute_bytes(
     CPU_DEVICE → the CPU backend's (Vulkan_Host with a Vulkan device first). None where the replay
     does not cover the model, the config or the devices (covers_devices, GraphBuildError, a split
     or an allocation llama.cpp would abort on). `splits`: the Splits of splits_key(rc, gpus) that
-    earlier replays on these devices kept, to split from (None: split anew)."""
+    earlier replays on these devices kept, to split from (None: split anew).
+
+    A model with long runs of alike blocks is replayed as its short graph (periodic.py) where
+    that graph proves the full one's buffers; elsewhere as the full graph."""
     if not gpus or not covers_devices(facts, rc, gpus):
         return None
     if splits is not None and splits.key != splits_key(rc, gpus):
         raise ValueError("device_compute_bytes: splits of other backends")
     s = _setup(facts, rc, gpus, placement, splits)
-    backends, bufts, buffers, device_of_layer = s.backends, s.bufts, s.buffers, s.device_of_layer
+    configs = reserve_configs(rc, **s.buffers)
+    short = _device_short(facts, configs[0][1], n_copies(facts, rc, gpus))
+    if short is not None:
+        sized = _device_reserves(facts, rc, gpus, s, splits, configs, short)
+        if sized is not _UNPROVEN:
+            return sized  # type: ignore[return-value]
+    sized = _device_reserves(facts, rc, gpus, s, splits, configs, None)
+    return None if sized is _UNPROVEN else sized  # type: ignore[return-value]
+
+
+def _device_reserves(  # noqa: C901 (one loop over the reserves, its exits kept in it)
+    facts: ModelFacts,
+    rc: ResolvedConfig,
+    gpus: Sequence[DeviceSpec],
+    s: _Setup,
+    splits: Splits | None,
+    configs: Sequence[tuple[Reserve, GraphConfig]],
+    short: Shortened | None,
+) -> dict[int, int] | None | object:
+    """device_compute_bytes' reserves, of the full graph (short None) or of the short one, whose
+    every reserve must prove the full graph's buffers (_UNPROVEN where one does not, or where it
+    fails: the full graph then answers)."""
+    backends, bufts, device_of_layer = s.backends, s.bufts, s.device_of_layer
     copies = n_copies(facts, rc, gpus)
     metal = any(g.backend == "metal" for g in gpus)
     cuda = any(g.backend in CUDA_BACKENDS for g in gpus)
@@ -783,16 +862,19 @@ def device_compute_bytes(
     gallocr = Gallocr(bufts)
     sizes: tuple[int, ...] = ()
     made: dict[GraphConfig, Allocation] = {}
+    no = None if short is None else _UNPROVEN
     try:
-        for reserve, config in reserve_configs(rc, **buffers):
+        for reserve, config in configs:
+            if short is not None:
+                config = replace(config, layers=short.layers)
             if config in made:
                 sizes = gallocr.again(made[config])  # the prompt-sized graph again
                 continue
             graph = _placed(build_graph(facts, config, hp), backends, device_of_layer)
             if metal and not metal_graph_ok(graph, rc.build):
-                return None
+                return no
             if cuda and not cuda_graph_ok(graph, rc.build):
-                return None
+                return no
             if splits is None:
                 split = split_graph(
                     graph,
@@ -805,13 +887,26 @@ def device_compute_bytes(
             else:
                 like = replace(config, kv_size=0, kv_size_swa=0)
                 split, steps = splits.split(graph, copies, rc.op_offload, like)
-            if reserve.kind == "tg" and gallocr.holds(split.graph):
-                continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
-            sizes = gallocr.reserve_n(split.graph, steps)
+            if short is None:
+                if reserve.kind == "tg" and gallocr.holds(split.graph):
+                    continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
+                sizes = gallocr.reserve_n(split.graph, steps)
+            else:
+                if reserve.kind == "tg":
+                    # holds over the short graph's sizes and the blocks it leaves out
+                    extra = left_out_bytes(gallocr, split.graph, short)
+                    if extra is not None and gallocr.holds(split.graph, extra):
+                        continue
+                at = marks(split.graph, short)
+                if at is None:
+                    return _UNPROVEN
+                sizes = gallocr.reserve_n(split.graph, steps, at)
+                if not proves(gallocr.marked, short, split.graph):
+                    return _UNPROVEN
             assert gallocr.last is not None
             made[config] = gallocr.last
     except (GraphBuildError, SchedError, AllocError, UnknownDeviceLimit, UnplacedRule):
-        return None
+        return no
     out = {d: sizes[d] for d in range(len(gpus))}
     # the host's: the CPU backend's buffer, which an Apple build's BLAS backend shares (reported
     # under the first of their ids, ggml_gallocr_get_buffer_size)

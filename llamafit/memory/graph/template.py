@@ -36,6 +36,7 @@ from .loader import kv_buffer, rope_factor_layers, tensor_map, weight_buffer
 from .models import model_of, uses_iswa
 from .nodes import TENSOR_FIELDS, Graph, Tensor, make_tensor, with_field
 from .params import GraphBuildError, GraphConfig, GraphHParams
+from .periodic import Shortened
 
 
 def build_graph(facts: ModelFacts, config: GraphConfig, hp: GraphHParams | None = None) -> Graph:
@@ -109,7 +110,12 @@ def _key(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> tuple[obje
         # only the pins, which _Template.at applies per config
         full_offload=False,
     )
-    return (id(facts), shape, hp, _sharing(facts, config))
+    # LongRoPE: GraphContext.rope_factors picks rope_factors_long past n_ctx_orig_yarn cells, a
+    # tensor of its own: graphs on either side of it do not share a template
+    long = config.kv_size > facts.n_ctx_orig_yarn and "rope_factors_long.weight" in tensor_map(
+        facts
+    )
+    return (id(facts), shape, hp, _sharing(facts, config), long)
 
 
 def _again(
@@ -195,6 +201,45 @@ def count_direct(facts: ModelFacts, config: GraphConfig, hp: GraphHParams) -> in
     """len(build_direct(...).tensors) without converting the tensors (ggml.Builder.n_tensors): what
     the scheduler's hash set is sized by needs the count only."""
     return _built(facts, config, hp).b.n_tensors()
+
+
+def count_short(
+    facts: ModelFacts, config: GraphConfig, hp: GraphHParams, short: Shortened
+) -> int | None:
+    """count_direct of the full graph from its short one (periodic.Shortened): the short graph's
+    tensors and, per cut, the units it leaves out times the tensors of unit L (those ggml visits
+    from L's first node named for it to R's, with the view sources first seen there). None where
+    unit L and unit R do not count alike."""
+    ctx = _built(facts, replace(config, layers=short.layers), hp)
+    tensors = ctx.b.tensors
+    first: dict[int, int] = {}  # per block: where its first tensor named for it was visited
+    views: list[int] = []  # where each view source ggml never visits is first seen
+    unvisited: set[int] = set()
+    for k, t in enumerate(tensors):
+        v = t.view_src
+        if v is not None and v.idx < 0 and id(v) not in unvisited:
+            unvisited.add(id(v))
+            views.append(k)
+        cut = t.name.rfind("-")
+        if cut > 0 and t.name[cut + 1 :].isdigit():
+            first.setdefault(int(t.name[cut + 1 :]), k)
+
+    def unit(start: int, end: int) -> int:
+        return end - start + sum(1 for k in views if start <= k < end)
+
+    n = len(tensors) + len(views)
+    for c in short.cuts:
+        ils = (c.before, c.after, c.after + c.period)
+        if any(il not in first for il in ils):
+            return None
+        a, r, r1 = (first[il] for il in ils)
+        if not a < r < r1:
+            return None
+        per_unit = unit(a, r)
+        if unit(r, r1) != per_unit:
+            return None
+        n += c.skipped // c.period * per_unit
+    return n
 
 
 # one tensor's shapes as functions of the cache sizes: its index, its ne, nb and view offset
@@ -445,7 +490,7 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
     Gemma 3n make their tied output before token_embd (gemma4.cpp, gemma3n.cpp
     load_arch_tensors), so token_embd is always a
     tensor of its own (llama_model_loader::create_tensor checks for a duplicate only when making
-    the TENSOR_DUPLICATED one)."""
+    the TENSOR_DUPLICATED one). LongRoPE's factors share as rope_freqs does."""
     tensors = tensor_map(facts)
     overrides = dict(config.overrides)
     tied = (
@@ -455,10 +500,15 @@ def _sharing(facts: ModelFacts, config: GraphConfig) -> tuple[object, ...]:
         == weight_buffer(config, overrides, "token_embd.weight", -2)
     )
     rope: tuple[int, ...] = ()
-    if "rope_freqs.weight" in tensors:
+    # the factors GraphContext.rope_factors reads: rope_freqs, else LongRoPE's long or short ones
+    factors = "rope_freqs.weight"
+    if factors not in tensors:
+        long = config.kv_size > facts.n_ctx_orig_yarn
+        factors = "rope_factors_long.weight" if long else "rope_factors_short.weight"
+    if factors in tensors:
         seen: dict[str, int] = {}
         rope = tuple(
-            seen.setdefault(weight_buffer(config, overrides, "rope_freqs.weight", il), len(seen))
+            seen.setdefault(weight_buffer(config, overrides, factors, il), len(seen))
             for il in rope_factor_layers(facts)
         )
     return (tied, rope)

@@ -28,6 +28,7 @@ from llamafit.memory.graph.alloc import (
     BufferType,
     DynTallocr,
     Gallocr,
+    Marked,
     allocate,
     peaks,
 )
@@ -576,19 +577,23 @@ def test_a_plans_reserves_from_records(
         tallocs: Sequence[DynTallocr],
         rec: AllocRecord,
         changed: Sequence[int],
-    ) -> list[tuple[int, int, int] | None]:
-        got = replay_steps(g, bufts, tallocs, rec, changed)
+        marks: tuple[int, ...] = (),
+    ) -> tuple[list[tuple[int, int, int] | None], Marked | None]:
+        got = replay_steps(g, bufts, tallocs, rec, changed, marks)
         fresh = Gallocr(bufts)
-        fresh.reserve_n(g)
+        fresh.reserve_n(g, marks=marks)
         assert fresh.last is not None
-        assert tuple(got) == fresh.last.addrs
+        assert tuple(got[0]) == fresh.last.addrs
         assert [t.max_size for t in tallocs] == [t.max_size for t in fresh.tallocs]
+        if marks:  # where the pass stood: as the fresh pass's
+            assert got[1] is not None and fresh.marked is not None
+            assert (got[1].at, got[1].snaps) == (fresh.marked.at, fresh.marked.snaps)
         replayed.append(g)
         return got
 
     monkeypatch.setattr(alloc, "_replay", checked)
     # every graph allocated: the one-token ones too (test_reserve_skip checks the skip)
-    monkeypatch.setattr(Gallocr, "holds", lambda self, g: False)
+    monkeypatch.setattr(Gallocr, "holds", lambda self, g, extra=(): False)
     path = make_shapes.write_shape(shape, shapes_dir)
     result = CliRunner().invoke(cli, ["plan", str(path), *args, "--json"])
     assert result.exit_code == 0, result.output

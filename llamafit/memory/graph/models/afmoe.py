@@ -24,7 +24,7 @@ def build(ctx: GraphContext) -> None:
     inp_pos = ctx.inp_pos()
     base, swa = ctx.inp_iswa()
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         attn_inp = cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

@@ -12,7 +12,7 @@ def build(ctx: GraphContext) -> None:
     down); the residual named "ffn_out", then "l_out"."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         factors = ctx.rope_factors(il)

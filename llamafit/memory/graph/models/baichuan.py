@@ -20,7 +20,7 @@ def graph(ctx: GraphContext, *, rope: bool) -> None:
     inp_pos = ctx.inp_pos() if rope else None
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

@@ -12,7 +12,7 @@ def build(ctx: GraphContext) -> None:
     expert_weights_norm says) beside the shared experts' SwiGLU FFN."""
     b, f = ctx.b, ctx.f
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         cur = attention(ctx, inp, cur, inp_pos, il, factors=ctx.rope_factors(il))

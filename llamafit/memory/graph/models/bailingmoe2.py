@@ -18,7 +18,7 @@ def build(ctx: GraphContext) -> None:
     if gating is None:  # LLAMA_EXPERT_GATING_FUNC_TYPE_NONE: build_moe_ffn aborts
         raise GraphBuildError(f"{f.path}: bailingmoe2 without expert_gating_func")
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

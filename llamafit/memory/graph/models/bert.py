@@ -42,7 +42,7 @@ def build(ctx: GraphContext) -> None:
     inpL = ctx.cb(ctx.layer_norm(inpL, norm_w, norm_b, 0), "inp_norm", 0)
     inp = NoCacheInput(ctx)
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         q, k, v = ctx.qkv(inpL, il)
         q = _head_norm(ctx, q, "attn_q_norm", il)
         k = _head_norm(ctx, k, "attn_k_norm", il)

@@ -21,7 +21,7 @@ def graph(ctx: GraphContext, cohere2: bool) -> None:
     base, swa = ctx.inp_attn_maybe_iswa(cohere2)
     iswa = cohere2  # build_attn_inp_kv_iswa: cohere2's swa_type is always standard
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         if ctx.lw(il, "attn_norm.bias") is not None:
             raise GraphBuildError(f"{f.path}: a LayerNorm bias is not modelled for this arch")
         cur = ctx.layer_norm(inpL, ctx.lw(il, "attn_norm.weight"), None, il)

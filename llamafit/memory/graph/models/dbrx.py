@@ -15,7 +15,7 @@ def build(ctx: GraphContext) -> None:
     gating, weights normalised); the output LayerNorm."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.layer_norm(inpL, ctx.lw(il, "attn_norm.weight"), None, il)
         cur = ctx.cb(cur, "attn_norm", il)

@@ -15,7 +15,7 @@ def build(ctx: GraphContext) -> None:
     inp_pos = ctx.inp_pos()
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         n_head, n_head_kv, n_ff = f.n_head[il], f.n_head_kv[il], f.n_ff[il]
         if n_head == 0:

@@ -36,7 +36,7 @@ def build(ctx: GraphContext) -> None:
     # sigmoid for GLM 4.7 Lite (47 or 48 layers, 154880 tokens)
     glm_lite = ctx.n_layer in (47, 48) and f.n_vocab == 154880
     gating = GATING.get(f.expert_gating_func, "sigmoid" if glm_lite else "softmax")
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         wq = ctx.lw(il, "attn_q.weight")

@@ -11,7 +11,7 @@ def build(ctx: GraphContext) -> None:
     its output unnamed, a SwiGLU FFN without biases."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         cur = llama.attention(ctx, inp, cur, inp_pos, il, wo_b=False)

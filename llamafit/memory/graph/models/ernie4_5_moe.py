@@ -13,7 +13,7 @@ def build(ctx: GraphContext) -> None:
     normalised, the router's exp_probs_b) plus the shared FFN when n_ff_shexp."""
     f, b = ctx.f, ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         cur = ctx.cb(llama.attention(ctx, inp, cur, inp_pos, il, wo_b=False), "attn_out", il)

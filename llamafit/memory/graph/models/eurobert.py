@@ -15,7 +15,7 @@ def build(ctx: GraphContext) -> None:
     inpL = ctx.cb(ctx.inp_embd(1.0), "inp_embd", -1)
     inp = NoCacheInput(ctx)
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         cur = ctx.norm(inpL, ctx.lw(il, "attn_norm.weight"), il)
         q, k, v = ctx.qkv(cur, il)
         q, k = ctx.rope_qkv(q, k, v, inp_pos, il)

@@ -13,7 +13,7 @@ def build(ctx: GraphContext) -> None:
     added to the layer input; the output LayerNorm with bias, the (tied) output."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         norm_w, norm_b = ctx.lw(il, "attn_norm.weight"), ctx.lw(il, "attn_norm.bias")
         attn_norm = ctx.cb(ctx.layer_norm(inpL, norm_w, norm_b, il), "attn_norm", il)
         norm2_w = ctx.lw(il, "attn_norm_2.weight")

@@ -41,7 +41,7 @@ def build(ctx: GraphContext) -> None:
     new = _magnitude(ctx, added)
     added = b.div(b.mul(added, target), new)
     inpL = ctx.cb(b.concat(inpL, added, 2), "inp_stacked", -1)
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         head, n_head = ctx.head_k(il), f.n_head[il]
         pred = _predict(ctx, inpL, il, act)
         active = ctx.cb(slice_2d(ctx, pred, act), "active_prediction", il)

@@ -44,7 +44,7 @@ def build(ctx: GraphContext) -> None:
         w = ctx.need(ctx.lw(il, f"{part}.weight"), part)
         return ctx.mm_s(w, cur, scale(il, part))
 
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         head, n_head, n_head_kv = ctx.head_k(il), f.n_head[il], f.n_head_kv[il]
         cur = ctx.attn_norm(inpL, il)
         factors = None if f.swa.is_swa[il] else ctx.w("rope_freqs.weight", il)

@@ -17,7 +17,7 @@ def build(ctx: GraphContext) -> None:
     inp_pos = ctx.inp_pos()
     inp = NoCacheInput(ctx)
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)
         q, k = ctx.qk_norm_rope(q, k, inp_pos, il)

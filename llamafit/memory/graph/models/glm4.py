@@ -21,7 +21,7 @@ def graph(ctx: GraphContext, post_norms: bool = True) -> None:
     if f.use_mrope:
         raise GraphBuildError(f"{f.path}: glm4's M-RoPE is not modelled")
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

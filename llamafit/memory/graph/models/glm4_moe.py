@@ -20,7 +20,7 @@ def build(ctx: GraphContext) -> None:
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
     gating = GATING.get(f.expert_gating_func, "sigmoid")
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

@@ -13,7 +13,7 @@ def build(ctx: GraphContext) -> None:
     the attention's residual; the output LayerNorm with bias."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         norm_w, norm_b = ctx.lw(il, "attn_norm.weight"), ctx.lw(il, "attn_norm.bias")
         cur = ctx.cb(ctx.layer_norm(inpL, norm_w, norm_b, il), "attn_norm", il)
         q, k, v = ctx.qkv(cur, il)

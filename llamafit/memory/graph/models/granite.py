@@ -33,7 +33,7 @@ def graph(ctx: GraphContext, hybrid: bool) -> None:
     out_ids = ctx.inp_out_ids()
     if rope and hybrid:
         inp_pos = ctx.inp_pos()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         if rs is not None and f.is_recurrent[il]:

@@ -12,7 +12,7 @@ def build(ctx: GraphContext) -> None:
     b = ctx.b
     ctx.no_long_rope()
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         factors = ctx.w("rope_freqs.weight", il)  # llama_model::get_rope_factors

@@ -19,7 +19,7 @@ def build(ctx: GraphContext) -> None:
         raise GraphBuildError(f"{f.path}: M-RoPE sections outside hunyuan_vl are not modelled")
     ctx.no_long_rope()
     inpL, inp_pos, inp, out_ids = ctx.inputs(4 if f.use_mrope else 1)
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

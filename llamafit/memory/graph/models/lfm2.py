@@ -32,7 +32,7 @@ def build(ctx: GraphContext) -> None:
     inp = ctx.inp_attn_kv()
     inp_pos = ctx.inp_pos()
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         prev = cur
         cur = ctx.norm(cur, ctx.lw(il, "attn_norm.weight"), il)
         cur = ctx.cb(cur, "model.layers.{}.operator_norm", il)

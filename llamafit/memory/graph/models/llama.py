@@ -54,7 +54,7 @@ def graph(ctx: GraphContext, temp: bool = False) -> None:
     scale = inp_attn_scale(ctx) if temp else None
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         # llama_model::get_rope_factors: rope_freqs, one tensor per buffer type
@@ -89,7 +89,7 @@ def layers(
     attention output named "attn_out"; sum_name: the FFN residual named "ffn_out" too."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         rope_factors = ctx.w("rope_freqs.weight", il) if factors else None

@@ -25,7 +25,7 @@ def build(ctx: GraphContext) -> None:
     temp = ctx.b.new("f32", 1, 1, ctx.c.n_tokens, name="inp_attn_scale", inp=True)
     base, swa = ctx.inp_attn_maybe_iswa(iswa)
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         use_rope = (il + 1) % no_rope_step != 0
         cur = ctx.attn_norm(inpL, il)

@@ -17,7 +17,7 @@ def build(ctx: GraphContext) -> None:
     inp_pos = ctx.inp_pos()
     inp = NoCacheInput(ctx)
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         factors = ctx.w("rope_freqs.weight", il)  # llama_model::get_rope_factors

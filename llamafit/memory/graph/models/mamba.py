@@ -13,7 +13,7 @@ def build(ctx: GraphContext) -> None:
     inpL = ctx.inp_embd(1.0)
     rs = ctx.inp_rs(list(range(f.n_layer_all)))
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         cur = ctx.attn_norm(inpL, il)
         cur = mamba2_layer(ctx, rs, cur, il)
         cur, inpL = ctx.out_rows(il, out_ids, cur, inpL)

@@ -17,7 +17,7 @@ def build(ctx: GraphContext) -> None:
     if gating is None:  # LLAMA_EXPERT_GATING_FUNC_TYPE_NONE: build_moe_ffn aborts
         raise GraphBuildError(f"{f.path}: minimax-m2 without expert_gating_func")
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         q, k, v = row_normed_qkv(ctx, ctx.attn_norm(inpL, il), inp_pos, il)
         cur = ctx.attn(inp, ctx.wo(il), None, q, k, v, il, False)

@@ -30,7 +30,7 @@ def build(ctx: GraphContext) -> None:
     inpL = ctx.cb(ctx.layer_norm(inpL, norm_w, None, 0), "inp_norm", 0)
     out_ids = ctx.inp_out_ids()
     inp = NoCacheInput(ctx)
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         cur = inpL
         attn_norm = ctx.lw(il, "attn_norm.weight")
         if attn_norm is not None:

@@ -15,7 +15,7 @@ def build(ctx: GraphContext) -> None:
     optional biases (ffn_up_b, ffn_down_b) are not modelled: a file with them is declined."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         if ctx.lw(il, "ffn_up.bias") is not None or ctx.lw(il, "ffn_down.bias") is not None:
             raise GraphBuildError(f"{ctx.f.path}: nemotron's FFN biases are not modelled")
         inpSA = inpL

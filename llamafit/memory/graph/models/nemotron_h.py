@@ -29,7 +29,7 @@ def build(ctx: GraphContext) -> None:
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
     rows_last = since("nemotron_h_rows_last", ctx.c.build)
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         if f.is_recurrent[il]:

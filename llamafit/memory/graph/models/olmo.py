@@ -16,7 +16,7 @@ def build(ctx: GraphContext) -> None:
     if f.clamp_kqv > 0.0:
         raise GraphBuildError(f"{f.path}: clamp_kqv is not modelled")
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.cb(ctx.layer_norm(inpL, None, None, il), "attn_norm", il)
         cur = attention(ctx, inp, cur, inp_pos, il, wo_b=False)

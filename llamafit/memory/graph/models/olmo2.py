@@ -20,7 +20,7 @@ def build(ctx: GraphContext) -> None:
     inp_pos = ctx.inp_pos()
     base, swa = ctx.inp_attn_maybe_iswa(iswa)
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         q, k, v = row_normed_qkv(ctx, inpL, inp_pos, il)
         inp = swa if f.swa.is_swa[il] else base

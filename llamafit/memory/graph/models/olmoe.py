@@ -12,7 +12,7 @@ def build(ctx: GraphContext) -> None:
     experts whose weights are not normalised."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         q, k, v = row_normed_qkv(ctx, ctx.attn_norm(inpL, il), inp_pos, il)
         cur = ctx.attn(inp, ctx.wo(il), None, q, k, v, il, False)

@@ -14,7 +14,7 @@ def build(ctx: GraphContext) -> None:
     a gated SiLU FFN; the output norm and the tied output."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         residual = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = _qkv(ctx, cur, il)

@@ -16,7 +16,7 @@ def build(ctx: GraphContext) -> None:
     output's bias where the file has one. Phi SWA is disabled by load_arch_hparams (one cache)."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         residual = inpL
         factors = ctx.rope_factors(il)
         norm_w, norm_b = ctx.lw(il, "attn_norm.weight"), ctx.lw(il, "attn_norm.bias")

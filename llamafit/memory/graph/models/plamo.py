@@ -13,7 +13,7 @@ def build(ctx: GraphContext) -> None:
     rows (ggml_get_rows in that order)."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         cur = ctx.attn_norm(inpL, il)
         sa_inp = cur
         cur = attention(ctx, inp, cur, inp_pos, il, wo_b=False)

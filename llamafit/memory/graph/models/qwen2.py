@@ -14,7 +14,7 @@ def build(ctx: GraphContext) -> None:
     inp_pos = ctx.inp_pos()
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

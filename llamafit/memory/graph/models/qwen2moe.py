@@ -11,7 +11,7 @@ def build(ctx: GraphContext) -> None:
     its one-row gate's sigmoid, computed as silu(x) / x ("ffn_shexp_gate")."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

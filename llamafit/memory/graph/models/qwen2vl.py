@@ -10,7 +10,7 @@ def build(ctx: GraphContext) -> None:
     token (llama_hparams::n_pos_per_embd), no output bias."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs(4)
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         q, k, v = ctx.qkv(cur, il)

@@ -31,7 +31,7 @@ def graph(ctx: GraphContext, q35: bool, dense: bool = False) -> None:
     inp_pos = ctx.cb(b.new("i32", c.n_tokens * n_pos, inp=True), "inp_pos", -1)
     out_ids = ctx.inp_out_ids()
     nextn = since("qwen35_h_nextn" if q35 else "qwen3next_h_nextn", c.build)
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         b.expand(cur)

@@ -11,7 +11,7 @@ def build(ctx: GraphContext) -> None:
     input is normed by attn_post_norm ("attn_post_norm"), a SwiGLU FFN without biases."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         cur = ctx.cb(llama.attention(ctx, inp, cur, inp_pos, il), "attn_out", il)

@@ -14,7 +14,7 @@ def build(ctx: GraphContext) -> None:
     is (il + 1) % n_no_rope_layer_step != 0), FFN biases where the file has them."""
     b = ctx.b
     inpL, inp_pos, inp, out_ids = ctx.inputs()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         cur = ctx.attn_norm(inpL, il)
         rope = (il + 1) % NO_ROPE_LAYER_STEP != 0

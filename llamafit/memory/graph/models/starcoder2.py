@@ -15,7 +15,7 @@ def build(ctx: GraphContext) -> None:
     inp_pos = ctx.inp_pos()
     inp = ctx.inp_attn_kv()
     out_ids = ctx.inp_out_ids()
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
         inpSA = inpL
         norm_w, norm_b = ctx.lw(il, "attn_norm.weight"), ctx.lw(il, "attn_norm.bias")
         cur = ctx.cb(ctx.layer_norm(inpL, norm_w, norm_b, il), "attn_norm", il)

@@ -22,7 +22,7 @@ def build(ctx: GraphContext) -> None:
     inp = NoCacheInput(ctx)
     out_ids = ctx.inp_out_ids()
     head = f.n_embd_head_k
-    for il in range(ctx.n_layer):
+    for il in ctx.layers():
 
         def w(part: str, il: int = il) -> T:
             return ctx.need(ctx.w(f"enc.blk.{il}.{part}.weight", il), part)
