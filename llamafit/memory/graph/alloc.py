@@ -775,7 +775,9 @@ class Gallocr:
         return self.sizes()
 
     def holds(  # noqa: C901 (one pass, early exits)
-        self, graph: Graph, extra: Sequence[int] = ()
+        self,
+        graph: Graph,
+        extra: Sequence[int] | Callable[[], Sequence[int] | None] = (),
     ) -> bool:
         """Whether reserve_n(graph) now would leave every buffer as it is, known without
         allocating `graph`: for each allocator, the aligned alloc sizes of every tensor the pass
@@ -801,7 +803,8 @@ class Gallocr:
         parent), the buffers stay as they are here.
 
         `extra`: per buffer id, bytes more that the pass places there besides `graph`'s (a
-        short graph's blocks left out, periodic.left_out_bytes)."""
+        short graph's blocks left out, periodic.left_out_bytes), or what gives them (asked only
+        where `graph`'s own sums hold; None: not known, no skip)."""
         buffers, tallocs, bufts, owner = self.buffers, self.tallocs, self.bufts, self.owner
         left = [0] * len(bufts)
         for i in range(len(bufts)):
@@ -810,10 +813,6 @@ class Gallocr:
                 return False
             if owner[i] == i:
                 left[i] = min(cur[0] if cur else 0, tallocs[i].max_chunk_size)
-        for i, more in enumerate(extra):
-            left[owner[i]] -= more
-            if left[owner[i]] < 0:
-                return False
         n_buf = len(bufts)
         ts = graph.tensors
         for tensor_ids, ids in (
@@ -835,6 +834,13 @@ class Gallocr:
                 left[o] -= size + (a - size % a) % a
                 if left[o] < 0:
                     return False
+        more = extra() if callable(extra) else extra
+        if more is None:
+            return False
+        for i, b in enumerate(more):
+            left[owner[i]] -= b
+            if left[owner[i]] < 0:
+                return False
         return True
 
     def span_bytes(self, graph: Graph, start: int, end: int) -> list[int]:

@@ -175,6 +175,17 @@ def shorten(facts: ModelFacts, config: GraphConfig) -> Shortened | None:
     return hit[1]
 
 
+def unproven(facts: ModelFacts, config: GraphConfig) -> None:
+    """Where the short graph of this model and buffers proved nothing (proves): shorten answers
+    None for them from now on, so that later replays at other sizes go to the full graph at
+    once instead of replaying both (the proof fails alike there: the windows' structure is the
+    buffers')."""
+    _SHORTENED[(id(facts), (config.layer_weights, config.layer_kv, config.overrides))] = (
+        facts,
+        None,
+    )
+
+
 def _shorten(facts: ModelFacts, config: GraphConfig) -> Shortened | None:
     """The short graph's blocks for this model and config: each run of alike units (the
     shortest period of blocks, up to MAX_PERIOD, that covers the most blocks from where the run

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import wraps
+from functools import partial, wraps
 from typing import ParamSpec, TypeVar
 
 from ...builds import since
@@ -69,7 +69,7 @@ from .cparams import ResolvedConfig
 from .models import MODELS, REPLAY_SINCE, Model, graph_hparams_of
 from .nodes import PIN_CPU, TENSOR_FIELDS, USAGE_WEIGHTS, Graph, Tensor, with_field
 from .params import GraphBuildError, GraphConfig
-from .periodic import Shortened, left_out_bytes, marks, proves, shorten
+from .periodic import Shortened, left_out_bytes, marks, proves, shorten, unproven
 from .reserve import Reserve, reserve_configs
 from .sched import (
     GGML_SCHED_MAX_COPIES,
@@ -245,6 +245,7 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
         size = _cpu_reserves(facts, configs, short)
         if size is not _UNPROVEN:
             return size  # type: ignore[return-value]
+        unproven(facts, configs[0][1])
     size = _cpu_reserves(facts, configs, None)
     return None if size is _UNPROVEN else size  # type: ignore[return-value]
 
@@ -278,10 +279,10 @@ def _cpu_reserves(  # noqa: C901 (one loop over the reserves, its exits kept in 
                     continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
                 sizes = gallocr.reserve_n(graph)
             else:
-                if reserve.kind == "tg":
-                    extra = left_out_bytes(gallocr, graph, short)
-                    if extra is not None and gallocr.holds(graph, extra):
-                        continue
+                if reserve.kind == "tg" and gallocr.holds(
+                    graph, partial(left_out_bytes, gallocr, graph, short)
+                ):
+                    continue
                 at = marks(graph, short)
                 if at is None:
                     return _UNPROVEN
@@ -838,6 +839,7 @@ def device_compute_bytes(
         sized = _device_reserves(facts, rc, gpus, s, splits, configs, short)
         if sized is not _UNPROVEN:
             return sized  # type: ignore[return-value]
+        unproven(facts, configs[0][1])
     sized = _device_reserves(facts, rc, gpus, s, splits, configs, None)
     return None if sized is _UNPROVEN else sized  # type: ignore[return-value]
 
@@ -892,11 +894,11 @@ def _device_reserves(  # noqa: C901 (one loop over the reserves, its exits kept 
                     continue  # the one-token graph cannot grow a buffer (Gallocr.holds)
                 sizes = gallocr.reserve_n(split.graph, steps)
             else:
-                if reserve.kind == "tg":
-                    # holds over the short graph's sizes and the blocks it leaves out
-                    extra = left_out_bytes(gallocr, split.graph, short)
-                    if extra is not None and gallocr.holds(split.graph, extra):
-                        continue
+                # holds over the short graph's sizes and the blocks it leaves out
+                if reserve.kind == "tg" and gallocr.holds(
+                    split.graph, partial(left_out_bytes, gallocr, split.graph, short)
+                ):
+                    continue
                 at = marks(split.graph, short)
                 if at is None:
                     return _UNPROVEN
