@@ -45,6 +45,7 @@ from .params import GraphConfig
 
 KEEP_HEAD = 3  # units kept at a run's start: its first, one to settle, and L
 KEEP_TAIL = 2  # at its end: R and the unit after it (R's window then frees what L's does)
+MAX_KEPT = 0.5  # the most of a model's blocks a short graph keeps (else the full graph)
 MAX_PERIOD = 6  # the longest unit of blocks looked for (llama.cpp's K-quant mixes repeat every 3
 # blocks, Gemma 3's sliding-window pattern every 6)
 
@@ -162,9 +163,13 @@ def signatures(facts: ModelFacts, config: GraphConfig) -> list[tuple[object, ...
 _SHORTENED: dict[tuple[int, object], tuple[ModelFacts, Shortened | None]] = {}
 
 
+# the models whose short graph proved nothing (unproven), by identity
+_DECLINED: dict[int, ModelFacts] = {}
+
+
 def shorten(facts: ModelFacts, config: GraphConfig) -> Shortened | None:
     """_shorten, once per model and buffers (a plan asks it for each replay)."""
-    if facts.architecture in INDEX_RULES or config.layers:
+    if facts.architecture in INDEX_RULES or config.layers or _DECLINED.get(id(facts)) is facts:
         return None
     key = (id(facts), (config.layer_weights, config.layer_kv, config.overrides))
     hit = _SHORTENED.get(key)
@@ -175,15 +180,14 @@ def shorten(facts: ModelFacts, config: GraphConfig) -> Shortened | None:
     return hit[1]
 
 
-def unproven(facts: ModelFacts, config: GraphConfig) -> None:
-    """Where the short graph of this model and buffers proved nothing (proves): shorten answers
-    None for them from now on, so that later replays at other sizes go to the full graph at
-    once instead of replaying both (the proof fails alike there: the windows' structure is the
-    buffers')."""
-    _SHORTENED[(id(facts), (config.layer_weights, config.layer_kv, config.overrides))] = (
-        facts,
-        None,
-    )
+def unproven(facts: ModelFacts) -> None:
+    """Where a short graph of this model proved nothing (proves): shorten answers None for it
+    from now on, so that later replays go to the full graph at once instead of replaying both
+    (what declined there, a block's own inputs or a state that has not settled, is the model's
+    and declines alike at other sizes and placements)."""
+    if len(_DECLINED) > 64:
+        _DECLINED.clear()
+    _DECLINED[id(facts)] = facts
 
 
 def _shorten(facts: ModelFacts, config: GraphConfig) -> Shortened | None:
@@ -219,7 +223,9 @@ def _shorten(facts: ModelFacts, config: GraphConfig) -> Shortened | None:
         layers += range(after, end)
         cuts.append(Cut(before, after, p))
         a = end
-    return Shortened(tuple(layers), tuple(cuts)) if cuts else None
+    if not cuts or len(layers) > MAX_KEPT * n:
+        return None  # (too little left out to pay for the proof and the one-token reserve)
+    return Shortened(tuple(layers), tuple(cuts))
 
 
 def _firsts(graph: Graph, blocks: set[int]) -> dict[int, int]:

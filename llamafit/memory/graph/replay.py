@@ -245,7 +245,7 @@ def cpu_compute_bytes(facts: ModelFacts, rc: ResolvedConfig) -> int | None:
         size = _cpu_reserves(facts, configs, short)
         if size is not _UNPROVEN:
             return size  # type: ignore[return-value]
-        unproven(facts, configs[0][1])
+        unproven(facts)
     size = _cpu_reserves(facts, configs, None)
     return None if size is _UNPROVEN else size  # type: ignore[return-value]
 
@@ -839,7 +839,7 @@ def device_compute_bytes(
         sized = _device_reserves(facts, rc, gpus, s, splits, configs, short)
         if sized is not _UNPROVEN:
             return sized  # type: ignore[return-value]
-        unproven(facts, configs[0][1])
+        unproven(facts)
     sized = _device_reserves(facts, rc, gpus, s, splits, configs, None)
     return None if sized is _UNPROVEN else sized  # type: ignore[return-value]
 

@@ -33,43 +33,59 @@ def _cpu_experts(blocks: range) -> tuple[tuple[str, str], ...]:
     return tuple((f"blk.{il}.{part}", "CPU") for il in blocks for part in EXPS)
 
 
-# shape, config, the short graph's blocks and cuts (None: the full graph). Both shapes are
-# Q4_K_M mixes: llama.cpp's use_more_bits gives attn_v and ffn_down more bits in the first and
-# last eighth of the blocks and every third block between (llama_tensor_get_type,
-# src/llama-quant.cpp), so the middle repeats every 3 blocks; the last block is alone (its
-# output rows)
+def _write(shape: str, shapes_dir: Path) -> Path:
+    """A make_shapes shape by key, or "<key>@<mix>" / "<key>@x<n_layer>": that spec in another
+    mix (q8_0: one type in every block, as llama.cpp's Q8_0 and --pure files) or block count."""
+    key, _, variant = shape.partition("@")
+    if not variant:
+        return make_shapes.write_shape(key, shapes_dir)
+    spec = dict(make_shapes.load_specs()[key])
+    if variant.startswith("x"):
+        spec["n_layer"] = int(variant[1:])
+    else:
+        spec["mix"] = variant
+    spec["key"] = name = f"{key}-{variant}"
+    return make_shapes.write_shape(name, shapes_dir, {name: spec})
+
+
+# shape, config, the short graph's blocks and cuts (None: the full graph). A Q4_K_M mix repeats
+# every 3 blocks between its first and last eighth (llama_tensor_get_type's use_more_bits gives
+# attn_v and ffn_down more bits there, src/llama-quant.cpp), a Q8_0 file every block; the last
+# block is alone (its output rows)
 R = range
+Q8 = "qwen3-30b-a3b@q8_0"  # 48 blocks
 SHORTEN = [
-    # qwen3-30b-a3b, 48 blocks: 0..5 alike (3 is left out), 6..41 in 12 units of 3 (the units
-    # at 15..35 left out), 42..46 too few
+    # 0..46 alike
+    (Q8, BASE, ((0, 1, 2, 45, 46, 47), (Cut(2, 45),))),
+    # two GPUs: a run per device
     (
-        "qwen3-30b-a3b",
-        BASE,
-        ((*R(0, 3), *R(4, 15), *R(36, 48)), (Cut(2, 4), Cut(12, 36, 3))),
-    ),
-    # two GPUs: the 3-block units of each device apart
-    (
-        "qwen3-30b-a3b",
+        Q8,
         replace(BASE, layer_weights=("CUDA0",) * 24 + ("CUDA1",) * 24),
-        (
-            (*R(0, 3), *R(4, 15), *R(18, 33), *R(36, 48)),
-            (Cut(2, 4), Cut(12, 18, 3), Cut(30, 36, 3)),
-        ),
+        ((0, 1, 2, 22, 23, 24, 25, 26, 45, 46, 47), (Cut(2, 22), Cut(26, 45))),
     ),
-    # the experts of blocks 0..9 on the host: 6..9 too few, 10..39 in 10 units, 41..46 alike
-    # (41 by the every-third rule, 42..46 by the last eighth's)
+    # the experts of blocks 0..9 on the host: they differ from the rest
     (
-        "qwen3-30b-a3b",
+        Q8,
         replace(BASE, overrides=_cpu_experts(range(10))),
+        ((0, 1, 2, 8, 9, 10, 11, 12, 45, 46, 47), (Cut(2, 8), Cut(12, 45))),
+    ),
+    # a run of 5 (0..4) is kept whole
+    (
+        Q8,
+        replace(BASE, overrides=_cpu_experts(range(5))),
+        ((*R(0, 8), 45, 46, 47), (Cut(7, 45),)),
+    ),
+    # Q4_K_M, 96 blocks: 0..11 alike, 12..83 in 24 units of 3, 84..94 alike
+    (
+        "qwen3-30b-a3b@x96",
+        BASE,
         (
-            (*R(0, 3), *R(4, 19), *R(34, 44), *R(45, 48)),
-            (Cut(2, 4), Cut(16, 34, 3), Cut(43, 45)),
+            (*R(0, 3), 10, 11, *R(12, 21), *R(78, 87), 93, 94, 95),
+            (Cut(2, 10), Cut(18, 78, 3), Cut(86, 93)),
         ),
     ),
-    # llama3.1-8b, 32 blocks: 4..27 in 8 units of 3
-    ("llama3.1-8b", BASE, ((*R(0, 12), *R(21, 32)), (Cut(9, 21, 3),))),
-    # its cache of blocks 0..19 on the host: 4..19 and 20..27 too few units (5 and 2)
-    ("llama3.1-8b", replace(BASE, layer_kv=("CPU",) * 20 + ("Vulkan0",) * 12), None),
+    # Q4_K_M, 32 blocks: 4..27 in 8 units of 3, but 23 of the 32 blocks kept: over MAX_KEPT
+    ("llama3.1-8b", BASE, None),
     # builders that tell blocks apart by their index: not shortened
     ("smollm3-3b", BASE, None),
     ("llama4-scout", BASE, None),
@@ -83,7 +99,7 @@ def test_shorten(
     want: tuple[tuple[int, ...], tuple[Cut, ...]] | None,
     shapes_dir: Path,
 ) -> None:
-    facts = build_facts(read_model(make_shapes.write_shape(shape, shapes_dir)))
+    facts = build_facts(read_model(_write(shape, shapes_dir)))
     got = shorten(facts, config)
     assert got == (None if want is None else Shortened(*want))
     if got is not None:  # a short graph's config is not shortened again
@@ -93,9 +109,9 @@ def test_shorten(
 # plans whose replays take short graphs: two GPUs with experts on the host, one Vulkan device,
 # a CPU-only server
 PLANS = [
-    ("qwen3-30b-a3b", ["--gpu", "12GiB,12GiB", "--ram", "64GiB"]),
-    ("llama3.1-8b", ["--gpu", "6GiB", "--backend", "vulkan", "--ram", "64GiB"]),
-    ("llama3.1-8b", ["--gpu", "cpu", "--ram", "64GiB"]),
+    (Q8, ["--gpu", "12GiB,12GiB", "--ram", "64GiB"]),
+    ("llama3.1-8b@q8_0", ["--gpu", "6GiB", "--backend", "vulkan", "--ram", "64GiB"]),
+    ("llama3.1-8b@q8_0", ["--gpu", "cpu", "--ram", "64GiB"]),
 ]
 
 
@@ -123,7 +139,7 @@ def test_a_short_plan_is_the_full_one(
     shape: str, args: list[str], shapes_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same plan, its replays of short graphs (every one proven) and of full ones."""
-    path = make_shapes.write_shape(shape, shapes_dir)
+    path = _write(shape, shapes_dir)
     answers = _counted(monkeypatch)
     short = _plan(path, args)
     assert answers[True] > 0 and answers[False] == 0
@@ -135,7 +151,7 @@ def test_a_blind_signature_is_caught(shapes_dir: Path, monkeypatch: pytest.Monke
     """A signature blind to the blocks' buffers makes one run of blocks on two GPUs and on the
     host: the short graph's windows then differ, the proof declines, and the full graph gives
     the plan's figures."""
-    path = make_shapes.write_shape("qwen3-30b-a3b", shapes_dir)
+    path = _write(Q8, shapes_dir)
     args = ["--gpu", "12GiB,12GiB", "--ram", "64GiB"]
     want = _plan(path, args)
     monkeypatch.setattr(
@@ -167,16 +183,16 @@ def test_a_blocks_own_inputs_are_caught(shapes_dir: Path, monkeypatch: pytest.Mo
     assert _plan(path, args) != want
 
 
-# one of each way blocks repeat: every block (f16 MoE), every 3rd (K-quant mixes), SWA pairs
-# (gpt-oss), hybrid recurrent and attention runs (granite4-h), an encoder
-COUNTED = ["qwen3-30b-a3b", "llama3.1-8b", "gpt-oss-20b", "granite4-h-micro", "bge-small-en-v1.5"]
+# one of each way blocks repeat: every block (a Q8_0 MoE and a dense one), every 3rd (a long
+# K-quant mix), SWA pairs (gpt-oss), an encoder
+COUNTED = [Q8, "llama3.1-8b@q8_0", "qwen3-30b-a3b@x96", "gpt-oss-20b", "bge-small-en-v1.5"]
 
 
 @pytest.mark.parametrize("shape", COUNTED)
 def test_count_short_is_the_full_count(shape: str, shapes_dir: Path) -> None:
     """The scheduler's hash set is sized by the full graph's tensors (replay.scheduler_overflow):
     the short graph's count with its units left out is the full build's."""
-    facts = build_facts(read_model(make_shapes.write_shape(shape, shapes_dir)))
+    facts = build_facts(read_model(_write(shape, shapes_dir)))
     hp = graph_hparams_of(facts)
     config = replace(BASE, n_outputs=BASE.n_tokens)
     short = shorten(facts, config)
