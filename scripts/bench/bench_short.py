@@ -30,7 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="", help="plan's --backend (default: cuda)")
     ap.add_argument("--only", default="", help="shapes whose name contains this")
     a = ap.parse_args(argv)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-short-"))
+    with tempfile.TemporaryDirectory(prefix="bench-short-") as name:
+        return _compare(a, Path(name))
+
+
+def _compare(a: argparse.Namespace, tmp: Path) -> int:
+    """The table, with the shapes and the caches in `tmp`."""
     os.environ.update(
         LLAMAFIT_CACHE_DIR=str(tmp / "cache"),
         LLAMAFIT_CALIBRATION=str(tmp / "cal.jsonl"),
